@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what Nekton needs to build, test and run, by Debian package name.
+# Idempotent: does nothing when everything is already there.
+set -euo pipefail
+pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
+      libyaml-cpp-dev nlohmann-json3-dev libfmt-dev python3-torch python3-numpy
+      dict-gcide clang-format)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

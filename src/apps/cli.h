@@ -1,0 +1,4 @@
+#pragma once
+namespace nk {
+int run_cli(int argc, char** argv);
+}

@@ -1,0 +1,3 @@
+#include "apps/cli.h"
+
+int main(int argc, char** argv) { return nk::run_cli(argc, argv); }

@@ -1,0 +1,111 @@
+// Every numeric kernel Nekton uses, forward and backward.
+//
+// Conventions (llm.c style):
+//  - N = B*T rows, C channels. Activations are in the compute dtype T (f32 or
+//    bf16); internal arithmetic is fp32.
+//  - Parameter gradients (dw, db, dwte, ...) are always f32 and ACCUMULATED
+//    (+=), so micro-batches sum into the gradient arena.
+//  - Activation gradients are written (overwritten) unless the comment says
+//    "accumulates".
+//  - Each public function checks shapes/dtypes and dispatches on the device; the
+//    CPU fast path lives in ops/cpu/, the plain reference in ops/ref/ (used by
+//    the tests), and a CUDA path will sit beside them.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace nk::ops {
+
+// ---- copies and conversions ----
+void convert(Tensor dst, const Tensor& src);  // same shape, any float dtypes
+void fill(Tensor dst, float value);
+void copy_to_host(const Tensor& src, float* dst);  // src numel floats
+void copy_from_host(Tensor dst, const float* src);
+// dst += src (same shape). Residual-add backward and gradient accumulation.
+void accumulate(Tensor dst, const Tensor& src);
+// y = a + b (residual add forward). y may alias a or b.
+void add(Tensor y, const Tensor& a, const Tensor& b);
+// Sum of squares of all elements, deterministic (fixed chunking), double.
+double sum_squares(const Tensor& x);
+void scale(Tensor x, float s);
+
+// ---- embeddings ----
+// out[n,:] = wte[tok[n],:] + (wpe defined ? wpe[n % T,:] : 0)
+// tokens i32[B,T]; wte T[V,C]; wpe T[maxT,C] or undefined; out T[B,T,C].
+// Throws nk::Error naming the token if an id is outside [0, V).
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+// dwte[tok[n],:] += dout[n,:]; dwpe[t,:] += sum_b dout[b,t,:]. dwte/dwpe f32
+// (dwpe may be undefined). Deterministic (no atomics).
+void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens);
+
+// ---- normalisation ---- x,y T[N,C]; w,b T[C]; mean,rstd f32[N] saved for backward.
+void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
+                       const Tensor& b, float eps);
+// dx ACCUMULATES (it is the residual stream's gradient); dw, db f32 accumulate.
+void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps);
+void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd);
+
+// ---- linear: y[N,out] = x[N,in] @ w[out,in]^T + b[out] ----
+// b may be undefined. x, w, y share the compute dtype (bf16 goes through
+// oneDNN with fp32 accumulation).
+void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b);
+// dx = dy @ w (written; skipped if dx undefined); dw += dy^T @ x (f32);
+// db += sum_n dy (f32; skipped if undefined).
+void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w);
+
+// ---- activations ----
+// GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). x,y T[N,F].
+void gelu_forward(Tensor y, const Tensor& x);
+void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x);  // dx may alias dy
+// SwiGLU over a fused [gate | up] input: gu T[N,2F]; y[n,f] = silu(gu[n,f]) * gu[n,F+f].
+void swiglu_forward(Tensor y, const Tensor& gu);
+void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
+
+// ---- rotary embedding (Hugging Face rotate-half convention) ----
+// table f32[maxT, D]: [:, :D/2] = cos(t*f_i), [:, D/2:] = sin(t*f_i), f_i = theta^(-2i/D).
+Tensor rope_table(int64_t max_t, int64_t head_dim, double theta);
+// In place on x T[B,T,W]: rotates the first n_heads*head_dim columns of every row,
+// head by head, at positions pos0 + t. inverse=true applies the transpose (backward).
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
+                  int64_t pos0 = 0, bool inverse = false);
+
+// ---- causal attention with grouped-query heads ----
+// qkv T[B,T,(Hq+2*Hkv)*D] packs q heads, then k heads, then v heads per token.
+// out T[B,T,Hq*D]; lse f32[B,Hq,T] (log-sum-exp of scaled scores, saved).
+// Query head h reads kv head h / (Hq/Hkv). Scale 1/sqrt(D). The fast path is
+// tiled with an online softmax and never holds a T x T matrix.
+void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
+                       int64_t n_kv_heads);
+// dqkv (same layout as qkv) is written.
+void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads);
+
+// ---- softmax cross-entropy over the vocabulary ----
+// logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).
+// Online max/sum over vocabulary chunks: one read of the logits for the loss.
+void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& targets,
+                           int64_t ignore_index);
+// Fused forward + backward: losses as above and dlogits = (softmax - onehot) *
+// grad_scale (0 rows for ignored targets). dlogits may alias logits.
+void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
+                                    const Tensor& targets, int64_t ignore_index,
+                                    float grad_scale);
+
+// ---- optimizer ----
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;            // 1-based, for bias correction
+  float grad_scale = 1.f;  // multiplies g first (clipping / averaging)
+};
+// Over flat f32 buffers of equal size: decoupled weight decay, bias-corrected
+// moments. If param_copy is defined (bf16 or f32) it receives the new params
+// in its dtype in the same pass (the compute-dtype weights).
+void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
+                Tensor param_copy = Tensor());
+
+}  // namespace nk::ops

@@ -1,0 +1,117 @@
+// Shared helpers for the op tests: random inputs, tensors from/to double
+// vectors, comparisons with stated tolerances and a central finite-difference
+// gradient check run in double precision on the reference implementation.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace nk::test {
+
+inline std::vector<double> randn(size_t n, uint64_t seed, double std = 1.0) {
+  Rng r(seed);
+  std::vector<double> v(n);
+  for (auto& x : v) x = r.normal() * std;
+  return v;
+}
+
+// A CPU tensor of `dtype` holding v (rounded to the dtype).
+inline Tensor make(const Shape& shape, DType dtype, const std::vector<double>& v) {
+  Tensor t = Tensor::empty(shape, dtype);
+  NK_CHECK(size_t(t.numel()) == v.size(), "make: {} values for {}", v.size(), t.desc());
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (dtype) {
+      case DType::F32: t.data<float>()[i] = float(v[i]); break;
+      case DType::BF16: t.data<bf16>()[i] = f32_to_bf16(float(v[i])); break;
+      case DType::F16: t.data<f16>()[i] = f32_to_f16(float(v[i])); break;
+      case DType::F64: t.data<double>()[i] = v[i]; break;
+      case DType::I32: t.data<int32_t>()[i] = int32_t(v[i]); break;
+      default: NK_CHECK(false, "make: dtype {}", dtype_name(dtype));
+    }
+  }
+  return t;
+}
+
+inline std::vector<double> values(const Tensor& t) {
+  std::vector<double> v(t.numel());
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (t.dtype()) {
+      case DType::F32: v[i] = t.data<float>()[i]; break;
+      case DType::BF16: v[i] = bf16_to_f32(t.data<bf16>()[i]); break;
+      case DType::F16: v[i] = f16_to_f32(t.data<f16>()[i]); break;
+      case DType::F64: v[i] = t.data<double>()[i]; break;
+      case DType::I32: v[i] = t.data<int32_t>()[i]; break;
+      default: NK_CHECK(false, "values: dtype {}", dtype_name(t.dtype()));
+    }
+  }
+  return v;
+}
+
+// Round values as storing them in `dtype` would (inputs the fast op sees).
+inline std::vector<double> rounded(const std::vector<double>& v, DType dtype) {
+  return values(make({int64_t(v.size())}, dtype, v));
+}
+
+// Tolerances for comparing a fast op against the double reference fed the same
+// (already rounded) inputs. fp32: accumulation-order error only. bf16: one
+// rounding of the output (2^-8 relative) plus bf16 intermediates.
+struct Tol {
+  double rel, abs;
+};
+inline Tol tol_for(DType t) {
+  switch (t) {
+    case DType::F32: return {1e-4, 1e-5};
+    case DType::BF16: return {2e-2, 2e-2};
+    case DType::F16: return {4e-3, 4e-3};
+    default: return {1e-12, 1e-12};
+  }
+}
+
+// Every element: |got - want| <= abs + rel * max|want| (scale-aware, as a
+// relative error of the whole tensor); reports the first few mismatches.
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol,
+                         const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double lim = tol.abs + tol.rel * scale;
+    if (!(std::fabs(got[i] - want[i]) <= lim)) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i]
+                      << " (limit " << lim << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// Finite-difference check of an analytic gradient. `loss(x)` returns a scalar
+// (typically sum(forward(x) * dy) for a fixed random dy); `grad` is the analytic
+// d loss / d x. Central differences in double with step h; relative error
+// bound `rel` against the gradient's scale.
+inline void check_grad_fd(const std::function<double(const std::vector<double>&)>& loss,
+                          std::vector<double> x, const std::vector<double>& grad, const char* what,
+                          double h = 1e-6, double rel = 1e-6, size_t max_checks = 64) {
+  ASSERT_EQ(x.size(), grad.size()) << what;
+  double scale = 1e-12;
+  for (double g : grad) scale = std::max(scale, std::fabs(g));
+  size_t stride = std::max<size_t>(1, x.size() / max_checks);
+  for (size_t i = 0; i < x.size(); i += stride) {
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double lp = loss(x);
+    x[i] = x0 - h;
+    double lm = loss(x);
+    x[i] = x0;
+    double fd = (lp - lm) / (2 * h);
+    EXPECT_NEAR(grad[i], fd, rel * scale + 1e-9) << what << "[" << i << "]";
+  }
+}
+
+}  // namespace nk::test
