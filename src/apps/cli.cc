@@ -1,4 +1,86 @@
 #include "apps/cli.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
 namespace nk {
-int run_cli(int, char**) { return 0; }
+
+namespace {
+
+struct Command {
+  int (*run)(const CommandArgs&);
+  const char* summary;
+};
+
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> m = {
+      {"quickstart", {cmd_quickstart, "train a small GPT on the GCIDE dictionary, then sample"}},
+      {"train", {cmd_train, "pretrain a GPT-2 or Llama model from a text file"}},
+      {"generate", {cmd_generate, "sample text from a saved model"}},
+  };
+  return m;
 }
+
+void print_usage() {
+  fmt::print(
+      "nekton: native LLM training and inference\n\n"
+      "usage: nekton <command> [--config FILE.yaml] [key.sub=value ...] [--help]\n\n"
+      "commands:\n");
+  for (auto& [name, c] : commands()) fmt::print("  {:<12} {}\n", name, c.summary);
+  fmt::print("\n`nekton <command> --help` lists every config key with its default.\n");
+}
+
+CommandArgs parse_args(int argc, char** argv) {
+  CommandArgs a;
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+    } else if (s == "--config") {
+      if (i + 1 >= argc) fail("--config needs a file name");
+      a.config_path = argv[++i];
+    } else if (s.rfind("--config=", 0) == 0) {
+      a.config_path = s.substr(9);
+    } else if (s.rfind("--", 0) == 0) {
+      fail("unknown option '{}' (options are --config FILE and --help; settings are key=value)",
+           s);
+    } else if (s.find('=') == std::string::npos) {
+      fail("argument '{}' is not a key=value setting", s);
+    } else {
+      a.overrides.push_back(s);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  try {
+    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+        !std::strcmp(argv[1], "help")) {
+      print_usage();
+      return argc < 2 ? 1 : 0;
+    }
+    auto it = commands().find(argv[1]);
+    if (it == commands().end()) {
+      fmt::print(stderr, "error: unknown command '{}'\n\n", argv[1]);
+      print_usage();
+      return 1;
+    }
+    return it->second.run(parse_args(argc, argv));
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace nk

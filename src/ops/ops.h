@@ -96,6 +96,12 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor&
                                     const Tensor& targets, int64_t ignore_index,
                                     float grad_scale);
 
+// Raw byte copy of a host buffer of dst.nbytes() bytes into dst (any dtype).
+void copy_bytes_from_host(Tensor dst, const void* src);
+// Number of entries of an i32 tensor that differ from `value` (e.g. targets
+// that are not the ignore index).
+int64_t count_not_equal(const Tensor& x, int64_t value);
+
 // ---- optimizer ----
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay;

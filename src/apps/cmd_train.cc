@@ -1,0 +1,20 @@
+#include <fmt/format.h>
+
+#include "apps/commands.h"
+#include "train/trainer.h"
+
+namespace nk {
+
+int cmd_train(const CommandArgs& a) {
+  ConfigSchema schema = train_schema();
+  if (a.help) {
+    fmt::print("usage: nekton train [--config FILE.yaml] [key=value ...]\n\n{}", schema.help());
+    return 0;
+  }
+  TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
+  Trainer trainer(cfg);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace nk

@@ -1,0 +1,123 @@
+#include "ckpt/model_io.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ckpt/safetensors.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string model_config_to_json(const ModelConfig& c) {
+  json j = {{"format", "nekton"},
+            {"arch", c.arch},
+            {"vocab_size", c.vocab_size},
+            {"max_seq_len", c.max_seq_len},
+            {"n_layer", c.n_layer},
+            {"n_head", c.n_head},
+            {"n_kv_head", c.n_kv_head},
+            {"d_model", c.d_model},
+            {"d_ff", c.d_ff},
+            {"norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"tied_embeddings", c.tied_embeddings},
+            {"init_std", c.init_std}};
+  return j.dump(2) + "\n";
+}
+
+ModelConfig model_config_from_json(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail("{}: invalid JSON: {}", where, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object", where);
+  ModelConfig c;
+  auto get = [&](const char* key, auto& field) {
+    if (!j.contains(key)) fail("{}: missing field '{}'", where, key);
+    try {
+      j.at(key).get_to(field);
+    } catch (const json::exception&) {
+      fail("{}: field '{}' has the wrong type ({})", where, key, j.at(key).dump());
+    }
+  };
+  get("arch", c.arch);
+  get("vocab_size", c.vocab_size);
+  get("max_seq_len", c.max_seq_len);
+  get("n_layer", c.n_layer);
+  get("n_head", c.n_head);
+  get("n_kv_head", c.n_kv_head);
+  get("d_model", c.d_model);
+  get("d_ff", c.d_ff);
+  get("norm_eps", c.norm_eps);
+  get("rope_theta", c.rope_theta);
+  get("tied_embeddings", c.tied_embeddings);
+  if (j.contains("init_std")) get("init_std", c.init_std);
+  try {
+    c.validate("");
+  } catch (const Error& e) {
+    throw e.with_context(where);
+  }
+  return c;
+}
+
+void save_model(const std::string& dir, Transformer& model) {
+  fs::path final_dir = fs::path(dir);
+  fs::path tmp = final_dir.string() + ".tmp." + std::to_string(getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directories(tmp, ec) && ec)
+    fail("cannot create '{}': {}", tmp.string(), ec.message());
+  try {
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const ParamInfo& p : model.layout().params())
+      tensors.emplace_back(p.name, ParamLayout::view(model.params(), p));
+    save_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "nekton"}});
+    write_file_atomic((tmp / "config.json").string(), model_config_to_json(model.config()));
+    // Swap the finished folder into place; the old one is removed only after.
+    fs::path old = final_dir.string() + ".old." + std::to_string(getpid());
+    bool had_old = fs::exists(final_dir);
+    if (had_old) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    if (had_old) fs::remove_all(old);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    fail("saving model to '{}': {}", dir, e.what());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute) {
+  fs::path cfg_path = fs::path(dir) / "config.json";
+  std::ifstream in(cfg_path);
+  if (!in) fail("model '{}': cannot read {}", dir, cfg_path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ModelConfig cfg = model_config_from_json(ss.str(), cfg_path.string());
+  std::string st_path = (fs::path(dir) / "model.safetensors").string();
+  SafetensorsFile file = SafetensorsFile::open(st_path);
+  auto model = std::make_unique<Transformer>(cfg, compute, 0);
+  // Check every tensor before copying any, so a mismatch loads nothing.
+  for (const ParamInfo& p : model->layout().params()) {
+    if (!file.has(p.name)) fail("{}: missing tensor '{}'", st_path, p.name);
+    const auto& e = file.entry(p.name);
+    if (e.shape != p.shape)
+      fail("{}: tensor '{}' has shape {}, the model in config.json needs {}", st_path, p.name,
+           shape_str(e.shape), shape_str(p.shape));
+  }
+  for (const ParamInfo& p : model->layout().params())
+    ops::convert(ParamLayout::view(model->params(), p), file.get(p.name));
+  model->sync_compute_params();
+  return model;
+}
+
+}  // namespace nk

@@ -1,0 +1,147 @@
+#include "model/model_config.h"
+
+#include <fmt/ranges.h>
+
+#include <map>
+
+namespace nk {
+
+void ModelConfig::validate(const std::string& p) const {
+  if (arch != "gpt2" && arch != "llama")
+    fail("{}arch: unknown architecture '{}' (expected gpt2 or llama)", p, arch);
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) fail("{}{}: must be positive, got {}", p, key, v);
+  };
+  positive("vocab_size", vocab_size);
+  positive("max_seq_len", max_seq_len);
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("n_kv_head", n_kv_head);
+  positive("d_model", d_model);
+  positive("d_ff", d_ff);
+  if (d_model % n_head)
+    fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
+  if (n_head % n_kv_head)
+    fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
+  if (is_llama() && head_dim() % 2) fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
+  if (!is_llama() && n_kv_head != n_head)
+    fail("{}n_kv_head: gpt2 uses multi-head attention (n_kv_head must equal n_head)", p);
+  if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
+  if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
+  if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
+}
+
+double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
+  double C = double(d_model), L = double(n_layer);
+  double mlp = (is_llama() ? 3.0 : 2.0) * C * double(d_ff);
+  double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
+                     4.0 * double(T) * double(n_head * head_dim());
+  double forward = L * per_layer + 2.0 * C * double(vocab_size);
+  return 3.0 * forward * double(tokens);
+}
+
+static const std::map<std::string, ModelConfig>& presets() {
+  static const std::map<std::string, ModelConfig> m = [] {
+    std::map<std::string, ModelConfig> r;
+    auto gpt2 = [](int64_t L, int64_t H, int64_t C) {
+      ModelConfig c;
+      c.n_layer = L;
+      c.n_head = c.n_kv_head = H;
+      c.d_model = C;
+      c.d_ff = 4 * C;
+      return c;
+    };
+    r["gpt2-124m"] = gpt2(12, 12, 768);
+    r["gpt2-355m"] = gpt2(24, 16, 1024);
+    r["gpt2-774m"] = gpt2(36, 20, 1280);
+    r["gpt2-1.5b"] = gpt2(48, 25, 1600);
+    ModelConfig tiny = gpt2(4, 4, 256);  // the quickstart model over bytes
+    tiny.vocab_size = 257;
+    tiny.max_seq_len = 256;
+    r["gpt-tiny"] = tiny;
+    auto llama = [](int64_t L, int64_t H, int64_t KV, int64_t C, int64_t F, int64_t V, double theta) {
+      ModelConfig c;
+      c.arch = "llama";
+      c.n_layer = L;
+      c.n_head = H;
+      c.n_kv_head = KV;
+      c.d_model = C;
+      c.d_ff = F;
+      c.vocab_size = V;
+      c.rope_theta = theta;
+      c.tied_embeddings = false;
+      return c;
+    };
+    ModelConfig lt = llama(2, 4, 2, 64, 176, 257, 10000.0);
+    lt.max_seq_len = 256;
+    r["llama-tiny"] = lt;
+    // Llama 3.2 1B ties its head to the embedding; 7B does not.
+    ModelConfig l1 = llama(16, 32, 8, 2048, 8192, 128256, 500000.0);
+    l1.max_seq_len = 131072;
+    l1.tied_embeddings = true;
+    r["llama-1b"] = l1;
+    ModelConfig l7 = llama(32, 32, 32, 4096, 11008, 32000, 10000.0);
+    l7.max_seq_len = 4096;
+    r["llama2-7b"] = l7;
+    return r;
+  }();
+  return m;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> v;
+  for (auto& [k, _] : presets()) v.push_back(k);
+  return v;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end())
+    fail("model.preset: unknown preset '{}' (available: {})", name,
+         fmt::join(model_preset_names(), ", "));
+  return it->second;
+}
+
+void add_model_keys(ConfigSchema& s) {
+  s.add_string("model.preset", "gpt-tiny",
+               "named architecture: gpt2-124m|355m|774m|1.5b, gpt-tiny, llama-tiny, llama-1b, "
+               "llama2-7b");
+  s.add_string("model.arch", "", "override: gpt2 or llama");
+  s.add_int("model.vocab_size", 0, "override: vocabulary size (0 = preset's or tokenizer's)");
+  s.add_int("model.max_seq_len", 0, "override: longest sequence (positions) the model supports");
+  s.add_int("model.n_layer", 0, "override: transformer layers");
+  s.add_int("model.n_head", 0, "override: attention heads");
+  s.add_int("model.n_kv_head", 0, "override: key/value heads (grouped-query attention)");
+  s.add_int("model.d_model", 0, "override: hidden size");
+  s.add_int("model.d_ff", 0, "override: MLP inner size");
+  s.add_float("model.norm_eps", 0, "override: epsilon of LayerNorm/RMSNorm");
+  s.add_float("model.rope_theta", 0, "override: RoPE base frequency");
+  s.add_string("model.tied_embeddings", "", "override: true/false, share embedding and LM head");
+}
+
+ModelConfig model_config_from(const Config& cfg) {
+  ModelConfig m = model_preset(cfg.get_string("model.preset"));
+  if (auto a = cfg.get_string("model.arch"); !a.empty()) m.arch = a;
+  auto set_int = [&](const char* key, int64_t& field) {
+    if (int64_t v = cfg.get_int(key); v != 0) field = v;
+  };
+  set_int("model.vocab_size", m.vocab_size);
+  set_int("model.max_seq_len", m.max_seq_len);
+  set_int("model.n_layer", m.n_layer);
+  set_int("model.n_head", m.n_head);
+  set_int("model.n_kv_head", m.n_kv_head);
+  set_int("model.d_model", m.d_model);
+  set_int("model.d_ff", m.d_ff);
+  if (double v = cfg.get_float("model.norm_eps"); v != 0) m.norm_eps = v;
+  if (double v = cfg.get_float("model.rope_theta"); v != 0) m.rope_theta = v;
+  if (auto t = cfg.get_string("model.tied_embeddings"); !t.empty()) {
+    if (t != "true" && t != "false")
+      fail("model.tied_embeddings: expected true or false, got '{}'", t);
+    m.tied_embeddings = t == "true";
+  }
+  if (!m.is_llama() && cfg.get_int("model.n_kv_head") == 0) m.n_kv_head = m.n_head;
+  m.validate();
+  return m;
+}
+
+}  // namespace nk

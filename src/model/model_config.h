@@ -1,0 +1,46 @@
+// Model hyper-parameters and the registry of named architectures.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace nk {
+
+struct ModelConfig {
+  std::string arch = "gpt2";  // "gpt2" (LayerNorm, GELU, learned positions) or "llama"
+  int64_t vocab_size = 50257;
+  int64_t max_seq_len = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_kv_head = 12;  // < n_head: grouped-query attention
+  int64_t d_model = 768;
+  int64_t d_ff = 3072;  // MLP inner size (per branch for SwiGLU)
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tied_embeddings = true;
+  double init_std = 0.02;
+
+  bool is_llama() const { return arch == "llama"; }
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
+  // Throws nk::Error naming the config key of an impossible value.
+  void validate(const std::string& prefix = "model.") const;
+  // Megatron's FLOP count for one training step over `tokens` tokens of
+  // sequence length T (forward + backward = 3x forward, no recompute),
+  // generalised to grouped-query attention and SwiGLU; equals
+  // 72 B T L h^2 (1 + T/6h + V/12hL) for GPT-2.
+  double train_flops(int64_t tokens, int64_t T) const;
+};
+
+// Named presets: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b, llama-tiny,
+// llama-1b (Llama 3.2 1B's shape), llama2-7b, and the quickstart's gpt-tiny.
+ModelConfig model_preset(const std::string& name);  // nk::Error listing presets
+std::vector<std::string> model_preset_names();
+
+// Config keys "model.*": `model.preset` picks a preset, every other key
+// overrides it when set to a non-default value.
+void add_model_keys(ConfigSchema& schema);
+ModelConfig model_config_from(const Config& cfg);
+
+}  // namespace nk

@@ -1,0 +1,269 @@
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+
+namespace nk {
+
+namespace {
+
+// Parameter names follow Hugging Face's GPT-2 / Llama module paths loosely;
+// ckpt/ maps them to exact HF names.
+std::string L(int64_t l, const char* name) { return fmt::format("h.{}.{}", l, name); }
+
+ParamLayout make_layout(const ModelConfig& c) {
+  ParamLayout p;
+  float std = float(c.init_std);
+  // Output projections write into the residual stream: scaled by 1/sqrt(2L).
+  float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
+  int64_t C = c.d_model, HD = c.n_head * c.head_dim();
+  p.add("wte", {c.vocab_size, C}, Init::Normal, std);
+  if (!c.is_llama()) p.add("wpe", {c.max_seq_len, C}, Init::Normal, std);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    p.add(L(l, "ln1.weight"), {C}, Init::Ones);
+    if (!c.is_llama()) p.add(L(l, "ln1.bias"), {C}, Init::Zeros);
+    p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std);
+    if (!c.is_llama()) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros);
+    p.add(L(l, "attn.proj.weight"), {C, HD}, Init::Normal, out_std);
+    if (!c.is_llama()) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
+    p.add(L(l, "ln2.weight"), {C}, Init::Ones);
+    if (!c.is_llama()) p.add(L(l, "ln2.bias"), {C}, Init::Zeros);
+    int64_t up = c.is_llama() ? 2 * c.d_ff : c.d_ff;
+    p.add(L(l, "mlp.up.weight"), {up, C}, Init::Normal, std);
+    if (!c.is_llama()) p.add(L(l, "mlp.up.bias"), {up}, Init::Zeros);
+    p.add(L(l, "mlp.down.weight"), {C, c.d_ff}, Init::Normal, out_std);
+    if (!c.is_llama()) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
+  }
+  p.add("ln_f.weight", {C}, Init::Ones);
+  if (!c.is_llama()) p.add("ln_f.bias", {C}, Init::Zeros);
+  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std);
+  p.finalize();
+  return p;
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed)
+    : cfg_(cfg), compute_(compute), layout_(make_layout(cfg)) {
+  cfg_.validate();
+  NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
+           dtype_name(compute));
+  params_ = Tensor::zeros({layout_.total()}, DType::F32);
+  grads_ = Tensor::zeros({layout_.total()}, DType::F32);
+  compute_params_ = compute == DType::F32 ? params_ : Tensor::zeros({layout_.total()}, compute);
+  // Each parameter draws from its own stream so that adding a parameter does
+  // not change the others' initial values.
+  std::vector<float> host;
+  for (size_t i = 0; i < layout_.params().size(); ++i) {
+    const ParamInfo& p = layout_.params()[i];
+    host.assign(size_t(p.numel()), p.init == Init::Ones ? 1.f : 0.f);
+    if (p.init == Init::Normal) {
+      Rng rng(seed * 1000003ull + i);
+      for (auto& v : host) v = float(rng.normal() * p.init_std);
+    }
+    ops::copy_from_host(ParamLayout::view(params_, p), host.data());
+  }
+  sync_compute_params();
+  if (cfg_.is_llama()) rope_ = ops::rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta);
+  bind_views();
+}
+
+void Transformer::sync_compute_params() {
+  if (compute_params_.raw() != params_.raw()) ops::convert(compute_params_, params_);
+}
+
+void Transformer::zero_grads() { ops::fill(grads_, 0.f); }
+
+void Transformer::bind_views() {
+  auto w = [&](const std::string& n) { return ParamLayout::view(compute_params_, layout_.find(n)); };
+  auto g = [&](const std::string& n) { return ParamLayout::view(grads_, layout_.find(n)); };
+  auto maybe = [&](const std::string& n, bool grad) {
+    if (!layout_.has(n)) return Tensor();
+    return grad ? g(n) : w(n);
+  };
+  auto linear = [&](const std::string& base) {
+    nn::Linear lin;
+    lin.w = w(base + ".weight");
+    lin.dw = g(base + ".weight");
+    lin.b = maybe(base + ".bias", false);
+    lin.db = maybe(base + ".bias", true);
+    return lin;
+  };
+  auto norm = [&](const std::string& base) {
+    nn::Norm n;
+    n.rms = cfg_.is_llama();
+    n.eps = float(cfg_.norm_eps);
+    n.w = w(base + ".weight");
+    n.dw = g(base + ".weight");
+    n.b = maybe(base + ".bias", false);
+    n.db = maybe(base + ".bias", true);
+    return n;
+  };
+  embed_.wte = w("wte");
+  embed_.dwte = g("wte");
+  embed_.wpe = maybe("wpe", false);
+  embed_.dwpe = maybe("wpe", true);
+  blocks_.clear();
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    Block b;
+    b.norm1 = norm(L(l, "ln1"));
+    b.norm2 = norm(L(l, "ln2"));
+    b.attn.qkv = linear(L(l, "attn.qkv"));
+    b.attn.proj = linear(L(l, "attn.proj"));
+    b.attn.n_head = cfg_.n_head;
+    b.attn.n_kv_head = cfg_.n_kv_head;
+    b.attn.head_dim = cfg_.head_dim();
+    b.attn.rope = rope_;
+    b.mlp.up = linear(L(l, "mlp.up"));
+    b.mlp.down = linear(L(l, "mlp.down"));
+    b.mlp.swiglu = cfg_.is_llama();
+    blocks_.push_back(b);
+  }
+  norm_f_ = norm("ln_f");
+  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor()}
+                               : linear("lm_head");
+}
+
+Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training)
+    : B(B_), T(T_) {
+  if (T > c.max_seq_len)
+    fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
+  int64_t C = c.d_model, HD = c.n_head * c.head_dim();
+  int64_t up = c.is_llama() ? 2 * c.d_ff : c.d_ff;
+  auto act = [&](int64_t X) { return Tensor::empty({B, T, X}, dt); };
+  auto stat = [&]() { return Tensor::empty({B * T}, DType::F32); };
+  for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(act(C));
+  // Inference keeps one layer's activations and reuses it for every layer.
+  int64_t saved_layers = training ? c.n_layer : 1;
+  for (int64_t l = 0; l < saved_layers; ++l) {
+    Layer y;
+    y.res_mid = act(C);
+    y.ln1 = act(C);
+    y.ln2 = act(C);
+    y.mean1 = stat();
+    y.rstd1 = stat();
+    y.mean2 = stat();
+    y.rstd2 = stat();
+    y.attn.qkv = act(c.qkv_dim());
+    y.attn.out = act(HD);
+    y.attn.lse = Tensor::empty({B, c.n_head, T}, DType::F32);
+    y.mlp.h = act(up);
+    y.mlp.a = act(c.d_ff);
+    layers.push_back(y);
+  }
+  lnf = act(C);
+  meanf = stat();
+  rstdf = stat();
+  tmp = act(C);
+  // Logits are produced in row chunks so that [B*T, V] never exists at once.
+  chunk = std::min<int64_t>(B * T, std::max<int64_t>(64, (int64_t(1) << 22) / c.vocab_size));
+  logits = Tensor::empty({chunk, c.vocab_size}, dt);
+  losses = Tensor::empty({B * T}, DType::F32);
+  host_losses.resize(size_t(B * T));
+  if (training) {
+    dres = act(C);
+    dln = act(C);
+    dattn.dqkv = act(c.qkv_dim());
+    dattn.dout = act(HD);
+    dmlp.dh = act(up);
+    dmlp.da = act(c.d_ff);
+  }
+}
+
+void Transformer::forward_body(Activations& a, const Tensor& tokens) {
+  check_shape(tokens, {a.B, a.T}, "tokens");
+  bool training = a.layers.size() == blocks_.size();
+  embed_.forward(a.res[0], tokens);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    Activations::Layer& y = a.layers[training ? l : 0];
+    b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
+    b.attn.forward(a.tmp, y.attn, y.ln1);
+    ops::add(y.res_mid, a.res[l], a.tmp);
+    b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
+    b.mlp.forward(a.tmp, y.mlp, y.ln2);
+    ops::add(a.res[l + 1], y.res_mid, a.tmp);
+  }
+  norm_f_.forward(nn::rows(a.lnf), a.meanf, a.rstdf, nn::rows(a.res.back()));
+}
+
+// LM head and cross-entropy in row chunks; with backward, also d lnf and the
+// head's weight gradient chunk by chunk.
+float Transformer::head_loss(Activations& a, const Tensor& targets, bool backward,
+                             float grad_scale) {
+  check_shape(targets, {a.B, a.T}, "targets");
+  int64_t N = a.B * a.T;
+  int64_t valid = ops::count_not_equal(targets, kIgnoreIndex);
+  float row_scale = valid ? grad_scale / float(valid) : 0.f;
+  Tensor x = nn::rows(a.lnf), dx = backward ? nn::rows(a.dln) : Tensor();
+  Tensor tg = targets.view({N});
+  for (int64_t r = 0; r < N; r += a.chunk) {
+    int64_t n = std::min(a.chunk, N - r);
+    Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
+    head_.forward(logits, xr);
+    if (backward) {
+      ops::cross_entropy_forward_backward(a.losses.narrow0(r, n), logits, logits,
+                                          tg.narrow0(r, n), kIgnoreIndex, row_scale);
+      head_.backward(dx.narrow0(r, n), logits, xr);
+    } else {
+      ops::cross_entropy_forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), kIgnoreIndex);
+    }
+  }
+  ops::copy_to_host(a.losses, a.host_losses.data());
+  double sum = 0;
+  for (float v : a.host_losses) sum += v;
+  return valid ? float(sum / double(valid)) : 0.f;
+}
+
+float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets) {
+  forward_body(a, tokens);
+  return head_loss(a, targets, false, 0.f);
+}
+
+float Transformer::forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
+                                    float grad_scale) {
+  NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
+           "forward_backward needs training activations");
+  forward_body(a, tokens);
+  float loss = head_loss(a, targets, true, grad_scale);
+  // dres carries d loss / d residual stream from the top down.
+  ops::fill(a.dres, 0.f);
+  norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
+    const Block& b = blocks_[l];
+    Activations::Layer& y = a.layers[l];
+    b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
+    b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
+    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1);
+    b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
+  }
+  embed_.backward(a.dres, tokens);
+  return loss;
+}
+
+void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits) {
+  int64_t N = a.B * a.T;
+  check_shape(logits, {N, cfg_.vocab_size}, "logits");
+  forward_body(a, tokens);
+  for (int64_t r = 0; r < N; r += a.chunk) {
+    int64_t n = std::min(a.chunk, N - r);
+    Tensor chunk = a.logits.narrow0(0, n);
+    head_.forward(chunk, nn::rows(a.lnf).narrow0(r, n));
+    ops::convert(logits.narrow0(r, n), chunk);
+  }
+}
+
+void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits) {
+  check_shape(logits, {a.B, cfg_.vocab_size}, "logits");
+  forward_body(a, tokens);
+  // Gather the last position of each sequence, then one small head product.
+  for (int64_t b = 0; b < a.B; ++b) {
+    Tensor last = nn::rows(a.lnf).narrow0(b * a.T + a.T - 1, 1);
+    Tensor out = a.logits.narrow0(0, 1);
+    head_.forward(out, last);
+    ops::convert(logits.narrow0(b, 1), out);
+  }
+}
+
+}  // namespace nk

@@ -1,0 +1,99 @@
+// A decoder-only transformer (GPT-2 or Llama family) assembled from nn blocks.
+//
+// Memory: four flat f32 arenas over one ParamLayout (master weights, gradients,
+// AdamW m and v, the last two owned by the optimizer) plus, in bf16 mode, a
+// bf16 copy of the weights that the kernels read. Activations live in an
+// `Activations` workspace planned once for a (B, T) shape: the training step
+// allocates nothing.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "model/model_config.h"
+#include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/mlp.h"
+#include "nn/norm.h"
+#include "nn/param_layout.h"
+
+namespace nk {
+
+class Activations;
+
+class Transformer {
+ public:
+  // Weights initialised GPT-2/Megatron style from `seed`. compute: f32 or bf16.
+  Transformer(const ModelConfig& cfg, DType compute, uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  DType compute_dtype() const { return compute_; }
+  const ParamLayout& layout() const { return layout_; }
+  Tensor& params() { return params_; }  // f32 master weights [total]
+  Tensor& grads() { return grads_; }    // f32 [total]
+  // Compute-dtype weights (aliases params() in f32 mode).
+  const Tensor& compute_params() const { return compute_params_; }
+  // Call after changing params() other than through the optimizer's fused copy.
+  void sync_compute_params();
+  void zero_grads();
+
+  // Mean loss over non-ignored targets; with backward, gradients ACCUMULATE
+  // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T].
+  float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
+                         float grad_scale);
+  float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets);
+  // Logits f32 [B*T, V] at every position (evaluation, parity tests).
+  void forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits);
+  // Logits f32 [B, V] at the last position of each sequence.
+  void forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits);
+
+  static constexpr int64_t kIgnoreIndex = -100;
+
+ private:
+  struct Block {
+    nn::Norm norm1, norm2;
+    nn::SelfAttention attn;
+    nn::MLP mlp;
+  };
+  void forward_body(Activations& a, const Tensor& tokens);
+  float head_loss(Activations& a, const Tensor& targets, bool backward, float grad_scale);
+  void bind_views();
+
+  ModelConfig cfg_;
+  DType compute_;
+  ParamLayout layout_;
+  Tensor params_, grads_, compute_params_;
+  Tensor rope_;
+  nn::Embedding embed_;
+  std::vector<Block> blocks_;
+  nn::Norm norm_f_;
+  nn::Linear head_;  // shares embed_.wte when tied
+};
+
+// Every activation of one (B, T) micro-batch, allocated once.
+class Activations {
+ public:
+  Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training);
+  int64_t B, T;
+
+ private:
+  friend class Transformer;
+  struct Layer {
+    Tensor res_mid;  // residual after attention [B, T, C]
+    Tensor ln1, ln2, mean1, rstd1, mean2, rstd2;
+    nn::SelfAttention::Saved attn;
+    nn::MLP::Saved mlp;
+  };
+  std::vector<Tensor> res;  // residual stream entering layer l; res[L] is the output
+  std::vector<Layer> layers;
+  Tensor lnf, meanf, rstdf;
+  Tensor tmp;          // [B, T, C] block outputs before the residual add
+  Tensor logits;       // [chunk, V] one row-chunk of logits / dlogits
+  Tensor losses;       // f32 [B*T]
+  Tensor dres, dln;    // [B, T, C]
+  nn::SelfAttention::Scratch dattn;
+  nn::MLP::Scratch dmlp;
+  std::vector<float> host_losses;
+  int64_t chunk = 0;
+};
+
+}  // namespace nk

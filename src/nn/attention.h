@@ -1,0 +1,40 @@
+// Causal self-attention: fused QKV projection, optional rotary embedding,
+// flash-style grouped-query attention, output projection.
+#pragma once
+#include "nn/linear.h"
+
+namespace nk::nn {
+
+struct SelfAttention {
+  Linear qkv, proj;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  Tensor rope;  // f32 [maxT, D] table, or undefined (learned positions)
+
+  struct Saved {
+    Tensor qkv;  // [B, T, (Hq + 2 Hkv) D], q and k already rotated
+    Tensor out;  // [B, T, Hq D]
+    Tensor lse;  // f32 [B, Hq, T]
+  };
+  struct Scratch {
+    Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
+  };
+
+  // x [B, T, C] -> y [B, T, C]
+  void forward(Tensor y, const Saved& s, const Tensor& x) const {
+    qkv.forward(s.qkv, x);
+    if (rope.defined()) ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
+    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head);
+    proj.forward(y, s.out);
+  }
+  // dx [B, T, C] written.
+  void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
+                const Tensor& x) const {
+    proj.backward(g.dout, dy, s.out);
+    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head);
+    if (rope.defined())
+      ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, 0, /*inverse=*/true);
+    qkv.backward(dx, g.dqkv, x);
+  }
+};
+
+}  // namespace nk::nn

@@ -1,0 +1,40 @@
+// Feed-forward block: GELU MLP (GPT-2) or SwiGLU with a fused gate|up
+// projection (Llama).
+#pragma once
+#include "nn/linear.h"
+
+namespace nk::nn {
+
+struct MLP {
+  Linear up, down;  // up: [F, C] (GELU) or [2F, C] (SwiGLU gate|up); down: [C, F]
+  bool swiglu = false;
+
+  struct Saved {
+    Tensor h;  // up projection output [N, F] or [N, 2F]
+    Tensor a;  // activation output [N, F]
+  };
+  struct Scratch {
+    Tensor dh, da;  // shaped like Saved
+  };
+
+  void forward(Tensor y, const Saved& s, const Tensor& x) const {
+    up.forward(s.h, x);
+    if (swiglu)
+      ops::swiglu_forward(rows(s.a), rows(s.h));
+    else
+      ops::gelu_forward(rows(s.a), rows(s.h));
+    down.forward(y, s.a);
+  }
+  // dx written.
+  void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
+                const Tensor& x) const {
+    down.backward(g.da, dy, s.a);
+    if (swiglu)
+      ops::swiglu_backward(rows(g.dh), rows(g.da), rows(s.h));
+    else
+      ops::gelu_backward(rows(g.dh), rows(g.da), rows(s.h));
+    up.backward(dx, g.dh, x);
+  }
+};
+
+}  // namespace nk::nn

@@ -1,0 +1,30 @@
+// LayerNorm (GPT-2) or RMSNorm (Llama) over the last dimension.
+#pragma once
+#include "ops/ops.h"
+
+namespace nk::nn {
+
+struct Norm {
+  bool rms = false;
+  float eps = 1e-5f;
+  Tensor w, b;    // compute dtype [C]; b undefined for RMSNorm
+  Tensor dw, db;  // f32 [C]
+
+  // x, y [N, C]; mean (LayerNorm only), rstd f32 [N] saved for backward.
+  void forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x) const {
+    if (rms)
+      ops::rmsnorm_forward(y, rstd, x, w, eps);
+    else
+      ops::layernorm_forward(y, mean, rstd, x, w, b, eps);
+  }
+  // dx ACCUMULATES: it is the residual stream's gradient.
+  void backward(Tensor dx, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                const Tensor& rstd) const {
+    if (rms)
+      ops::rmsnorm_backward(dx, dw, dy, x, w, rstd);
+    else
+      ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+  }
+};
+
+}  // namespace nk::nn

@@ -1,0 +1,39 @@
+#include "train/metrics.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace nk {
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) fail("cannot write metrics file '{}'", path);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const std::vector<std::pair<std::string, double>>& fields) {
+  std::string line = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    double v = fields[i].second;
+    std::string num = std::isfinite(v) ? fmt::format("{}", v) : "null";
+    line += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, num);
+  }
+  line += "}\n";
+  std::fputs(line.c_str(), f_);
+  std::fflush(f_);
+}
+
+size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return size_t(u.ru_maxrss) * 1024;
+}
+
+}  // namespace nk

@@ -1,0 +1,27 @@
+// Training metrics: a human log line and the same figures as one JSON object
+// per line (JSONL) for tools.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nk {
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // truncates; nk::Error if unwritable
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  // {"k": v, ...} with numbers printed at full precision.
+  void write(const std::vector<std::pair<std::string, double>>& fields);
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+// Peak resident set size of this process in bytes.
+size_t peak_rss_bytes();
+
+}  // namespace nk

@@ -1,0 +1,102 @@
+#include "train/train_config.h"
+
+namespace nk {
+
+ConfigSchema train_schema() {
+  ConfigSchema s;
+  add_model_keys(s);
+  s.add_string("data.path", "", "UTF-8 text file (optionally .gz/.dz) to train on, byte-level tokens");
+  s.add_float("data.val_fraction", 0.05, "last fraction of the tokens held out for validation");
+  s.add_int("data.max_bytes", 0, "read at most this many bytes of the corpus (0 = all)");
+  s.add_string("train.dtype", "bf16", "compute precision: bf16 (fp32 master weights) or f32");
+  s.add_int("train.micro_batch", 8, "sequences per forward/backward pass");
+  s.add_int("train.seq_len", 256, "tokens per sequence");
+  s.add_int("train.global_batch", 8, "sequences per optimizer step (multiple of micro_batch)");
+  s.add_int("train.steps", 100, "optimizer steps");
+  s.add_float("train.lr", 6e-4, "peak learning rate");
+  s.add_float("train.min_lr", 6e-5, "learning rate at the end of the cosine decay");
+  s.add_int("train.warmup_steps", 10, "linear warmup steps");
+  s.add_int("train.decay_steps", 0, "step where cosine decay reaches min_lr (0 = train.steps)");
+  s.add_float("train.weight_decay", 0.1, "AdamW decoupled weight decay (matrices only)");
+  s.add_float("train.beta1", 0.9, "AdamW beta1");
+  s.add_float("train.beta2", 0.95, "AdamW beta2");
+  s.add_float("train.eps", 1e-8, "AdamW epsilon");
+  s.add_float("train.grad_clip", 1.0, "clip the global gradient norm to this (0 = off)");
+  s.add_int("train.seed", 1234, "seed for initialisation and data order");
+  s.add_int("train.threads", 0, "CPU threads (0 = all cores)");
+  s.add_int("train.val_every", 50, "validation loss every N steps (0 = never)");
+  s.add_int("train.val_batches", 4, "micro-batches per validation");
+  s.add_int("train.log_every", 1, "log line every N steps");
+  s.add_string("train.out_dir", "runs/train", "output folder: model/, metrics.jsonl");
+  s.add_string("train.metrics_file", "", "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
+  s.add_float("train.peak_tflops", 0, "hardware peak for MFU (0 = measure the GEMM peak)");
+  return s;
+}
+
+TrainConfig train_config_from(const Config& c) {
+  TrainConfig t;
+  t.model = model_config_from(c);
+  t.dtype = parse_dtype(c.get_string("train.dtype"));
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16)
+    fail("train.dtype: expected bf16 or f32, got '{}'", c.get_string("train.dtype"));
+  t.data_path = c.get_string("data.path");
+  t.val_fraction = c.get_float("data.val_fraction");
+  t.max_bytes = c.get_int("data.max_bytes");
+  t.micro_batch = c.get_int("train.micro_batch");
+  t.seq_len = c.get_int("train.seq_len");
+  t.global_batch = c.get_int("train.global_batch");
+  t.steps = c.get_int("train.steps");
+  t.lr.lr = c.get_float("train.lr");
+  t.lr.min_lr = c.get_float("train.min_lr");
+  t.lr.warmup_steps = c.get_int("train.warmup_steps");
+  t.lr.decay_steps = c.get_int("train.decay_steps");
+  if (t.lr.decay_steps == 0) t.lr.decay_steps = t.steps;
+  t.adamw.weight_decay = c.get_float("train.weight_decay");
+  t.adamw.beta1 = c.get_float("train.beta1");
+  t.adamw.beta2 = c.get_float("train.beta2");
+  t.adamw.eps = c.get_float("train.eps");
+  t.grad_clip = c.get_float("train.grad_clip");
+  t.seed = uint64_t(c.get_int("train.seed"));
+  t.threads = c.get_int("train.threads");
+  t.val_every = c.get_int("train.val_every");
+  t.val_batches = c.get_int("train.val_batches");
+  t.log_every = c.get_int("train.log_every");
+  t.out_dir = c.get_string("train.out_dir");
+  t.metrics_file = c.get_string("train.metrics_file");
+  if (t.metrics_file.empty()) t.metrics_file = t.out_dir + "/metrics.jsonl";
+  t.peak_tflops = c.get_float("train.peak_tflops");
+
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail("{}: must be positive, got {}", key, v);
+  };
+  if (t.data_path.empty()) fail("data.path: no training data given (data.path=FILE)");
+  positive("train.micro_batch", t.micro_batch);
+  positive("train.seq_len", t.seq_len);
+  positive("train.global_batch", t.global_batch);
+  positive("train.steps", t.steps);
+  positive("train.val_batches", t.val_batches);
+  positive("train.log_every", t.log_every);
+  if (t.global_batch % t.micro_batch)
+    fail("train.global_batch: {} is not a multiple of train.micro_batch = {}", t.global_batch,
+         t.micro_batch);
+  if (t.seq_len > t.model.max_seq_len)
+    fail("train.seq_len: {} exceeds model.max_seq_len = {}", t.seq_len, t.model.max_seq_len);
+  if (t.model.vocab_size < 257)
+    fail("model.vocab_size: {} is smaller than the byte tokenizer's 257", t.model.vocab_size);
+  if (!(t.val_fraction >= 0 && t.val_fraction < 1))
+    fail("data.val_fraction: must be in [0, 1), got {}", t.val_fraction);
+  if (!(t.lr.lr > 0)) fail("train.lr: must be positive, got {}", t.lr.lr);
+  if (t.lr.min_lr < 0 || t.lr.min_lr > t.lr.lr)
+    fail("train.min_lr: must be in [0, train.lr], got {}", t.lr.min_lr);
+  if (t.lr.warmup_steps < 0) fail("train.warmup_steps: must be >= 0");
+  if (!(t.adamw.beta1 >= 0 && t.adamw.beta1 < 1)) fail("train.beta1: must be in [0, 1)");
+  if (!(t.adamw.beta2 >= 0 && t.adamw.beta2 < 1)) fail("train.beta2: must be in [0, 1)");
+  if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
+  if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
+  if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
+  if (t.val_every < 0) fail("train.val_every: must be >= 0");
+  if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
+  return t;
+}
+
+}  // namespace nk

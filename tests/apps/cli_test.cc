@@ -1,0 +1,137 @@
+// End-to-end tests of the `nekton` binary: help, a tiny train + generate, and
+// every bad input a user can give gets a clear error, a non-zero exit and no
+// output left behind.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(NK_BINARY_DIR) + "/bin/nekton " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+fs::path tmp(const std::string& name) {
+  fs::path d = fs::path(NK_BINARY_DIR) / "cli_test" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+std::string corpus(const fs::path& dir) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "All work and no play makes a dull model. ";
+  write(dir / "c.txt", text);
+  return (dir / "c.txt").string();
+}
+
+const char* kTiny =
+    "model.preset=gpt-tiny model.n_layer=1 model.d_model=32 model.n_head=2 model.d_ff=64 "
+    "train.micro_batch=2 train.seq_len=16 train.global_batch=2 train.steps=3 "
+    "train.val_every=0 train.peak_tflops=1 ";
+
+TEST(Cli, HelpListsCommandsAndKeys) {
+  Result r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("quickstart"), std::string::npos);
+  EXPECT_NE(r.out.find("generate"), std::string::npos);
+  r = run("train --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* key : {"train.lr", "train.micro_batch", "model.preset", "data.path"})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key;
+  EXPECT_NE(r.out.find("0.0006"), std::string::npos) << "default of train.lr shown";
+}
+
+TEST(Cli, TrainThenGenerate) {
+  fs::path d = tmp("ok");
+  Result r = run(std::string("train ") + kTiny + "data.path=" + corpus(d) +
+                 " train.out_dir=" + (d / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step     3/3"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(d / "run" / "model" / "config.json"));
+  r = run("generate generate.model=" + (d / "run" / "model").string() +
+          " generate.prompt=All generate.max_tokens=20 generate.temperature=0");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("All", 0), 0u) << r.out;
+  EXPECT_GE(r.out.size(), 20u);
+}
+
+// Each case: exit code 1, the message names what is wrong, no output folder.
+void expect_clean_failure(const std::string& args, const fs::path& out,
+                          const std::vector<std::string>& needles) {
+  Result r = run(args);
+  EXPECT_EQ(r.code, 1) << r.out;
+  for (auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "'" << n << "' in: " << r.out;
+  EXPECT_FALSE(fs::exists(out)) << "partial output left at " << out;
+}
+
+TEST(Cli, BadInputsFailCleanly) {
+  fs::path d = tmp("bad");
+  std::string data = corpus(d), out = (d / "out").string();
+  std::string base = std::string("train ") + kTiny + "train.out_dir=" + out + " ";
+
+  expect_clean_failure(base + "--config " + (d / "missing.yaml").string() + " data.path=" + data,
+                       out, {"missing.yaml", "not found"});
+  write(d / "bad.yaml", "train:\n  lr: [1, 2\n");
+  expect_clean_failure(base + "--config " + (d / "bad.yaml").string() + " data.path=" + data, out,
+                       {"bad.yaml"});
+  write(d / "typo.yaml", "train:\n  lr: 0.001\n  micro_bach: 4\n");
+  expect_clean_failure(base + "--config " + (d / "typo.yaml").string() + " data.path=" + data,
+                       out, {"typo.yaml:3", "train.micro_bach", "train.micro_batch"});
+  expect_clean_failure(base + "data.path=" + data + " train.lr=fast", out, {"train.lr", "fast"});
+  expect_clean_failure(base + "data.path=" + data + " model.n_head=3", out,
+                       {"model.n_head", "d_model"});
+  expect_clean_failure(base + "data.path=" + (d / "nope.txt").string(), out, {"nope.txt"});
+  write(d / "empty.txt", "");
+  expect_clean_failure(base + "data.path=" + (d / "empty.txt").string(), out, {"empty.txt", "empty"});
+  write(d / "latin1.txt", std::string("caf\xe9 au lait, ") + std::string(200, 'x'));
+  expect_clean_failure(base + "data.path=" + (d / "latin1.txt").string(), out,
+                       {"latin1.txt", "UTF-8", "3"});
+  expect_clean_failure(base + "data.path=" + data + " --frobnicate", out, {"--frobnicate"});
+  expect_clean_failure("frobnicate", out, {"unknown command"});
+}
+
+TEST(Cli, CorruptModelFailsCleanly) {
+  fs::path d = tmp("corrupt");
+  Result r = run(std::string("train ") + kTiny + "data.path=" + corpus(d) +
+                 " train.out_dir=" + (d / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  fs::path st = d / "run" / "model" / "model.safetensors";
+  // Truncate the weights: loading must fail naming the file.
+  fs::resize_file(st, fs::file_size(st) / 2);
+  r = run("generate generate.model=" + (d / "run" / "model").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
+  // Garbage header.
+  write(st, std::string("\x10\0\0\0\0\0\0\0{not json at all", 24));
+  r = run("generate generate.model=" + (d / "run" / "model").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
+  // config.json missing a field.
+  write(d / "run" / "model" / "config.json", R"({"arch": "gpt2"})");
+  r = run("generate generate.model=" + (d / "run" / "model").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""Independent PyTorch implementation of Nekton's GPT-2 and Llama models, used
+by torch_parity_test.cc. It reads the weights, batch and Nekton's results from
+a folder, recomputes logits, loss, every parameter gradient and 5 AdamW steps,
+and exits non-zero if any differs by more than the stated tolerance.
+
+Written from the published architectures (GPT-2: LayerNorm, tanh-GELU, learned
+positions, tied head; Llama: RMSNorm, Hugging Face rotate-half RoPE, SwiGLU,
+grouped-query attention), not from Nekton's code.
+"""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+DT = {"F32": np.float32, "I32": np.int32, "F64": np.float64}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        buf = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        arr = np.frombuffer(buf[b:end], dtype=DT[e["dtype"]]).reshape(e["shape"])
+        out[name] = torch.tensor(arr.copy())
+    return out
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def forward(cfg, P, tokens):
+    B, T = tokens.shape
+    C, H, KV = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"]
+    D = C // H
+    llama = cfg["arch"] == "llama"
+    eps = cfg["norm_eps"]
+    x = P["wte"][tokens]
+    if not llama:
+        x = x + P["wpe"][:T]
+    else:
+        inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+        ang = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+        emb = torch.cat((ang, ang), dim=-1)
+        cos, sin = emb.cos().float(), emb.sin().float()
+    mask = torch.full((T, T), float("-inf")).triu(1)
+
+    def norm(x, name):
+        if llama:
+            return rms_norm(x, P[name + ".weight"], eps)
+        return torch.nn.functional.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"], eps)
+
+    def lin(x, name):
+        y = x @ P[name + ".weight"].t()
+        return y + P[name + ".bias"] if (name + ".bias") in P else y
+
+    for l in range(cfg["n_layer"]):
+        p = f"h.{l}."
+        qkv = lin(norm(x, p + "ln1"), p + "attn.qkv")
+        q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, KV, D).transpose(1, 2)
+        v = v.view(B, T, KV, D).transpose(1, 2)
+        if llama:
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D) + mask
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + lin(y, p + "attn.proj")
+        h = lin(norm(x, p + "ln2"), p + "mlp.up")
+        if llama:
+            g, u = h.split([cfg["d_ff"], cfg["d_ff"]], dim=-1)
+            a = torch.nn.functional.silu(g) * u
+        else:
+            a = torch.nn.functional.gelu(h, approximate="tanh")
+        x = x + lin(a, p + "mlp.down")
+    x = norm(x, "ln_f")
+    head = P["wte"] if cfg["tied_embeddings"] else P["lm_head.weight"]
+    return x @ head.t()
+
+
+def rel_err(got, want):
+    return float((got - want).abs().max() / max(want.abs().max(), 1e-30))
+
+
+def main(folder, tol):
+    cfg = json.load(open(f"{folder}/model/config.json"))
+    P = {k: v.requires_grad_(True) for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
+    batch = read_safetensors(f"{folder}/batch.safetensors")
+    ours = read_safetensors(f"{folder}/nekton.safetensors")
+    tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    opt_cfg = json.load(open(f"{folder}/optim.json"))
+    failures = []
+
+    def check(name, got, want):
+        e = rel_err(got, want)
+        status = "ok" if e <= tol else "FAIL"
+        if e > tol:
+            failures.append(name)
+        print(f"{status:4} {name:32} rel err {e:.2e}")
+
+    logits = forward(cfg, P, tokens)
+    V = cfg["vocab_size"]
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-100)
+    loss.backward()
+    check("logits", ours["logits"], logits.detach().view(-1, V))
+    check("loss", ours["loss"], loss.detach().view(1))
+    for name, p in P.items():
+        check("grad " + name, ours["grad." + name], p.grad)
+
+    # Five AdamW steps from the same start, with global-norm clipping and
+    # weight decay on matrices only, as Nekton's optimizer groups them.
+    P = {k: v.detach().clone().requires_grad_(True) for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
+    decay = [p for p in P.values() if p.dim() >= 2]
+    no_decay = [p for p in P.values() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opt_cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
+    losses = []
+    for step in range(opt_cfg["steps"]):
+        opt.zero_grad()
+        logits = forward(cfg, P, tokens)
+        l = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-100)
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(list(P.values()), opt_cfg["grad_clip"])
+        opt.step()
+        losses.append(l.item())
+    check("adamw losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
+    print("nekton:", ours["step_losses"].tolist())
+    print("torch: ", losses)
+    if failures:
+        print("FAILED:", ", ".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 1e-4)
