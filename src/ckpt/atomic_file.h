@@ -1,0 +1,38 @@
+// Crash-safe file replacement: write PATH.tmp.<pid>, fsync, rename over PATH.
+// A reader sees either the old file or the complete new one, never a prefix;
+// a failed write leaves PATH untouched and removes the temporary.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace nk {
+
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);  // nk::Error if the temp can't be created
+  ~AtomicFileWriter();  // not committed: closes and removes the temporary
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  // Small writes are gathered into one buffer; large ones go straight to the
+  // file. nk::Error naming PATH on failure (and the temporary is removed).
+  void write(const void* data, size_t bytes);
+  void commit();  // flush, fsync, rename over PATH
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void abort() noexcept;
+  void flush();
+  void write_through(const char* p, size_t bytes);
+  static constexpr size_t kBufferBytes = size_t(8) << 20;
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::vector<char> buf_;  // pending bytes, at most kBufferBytes
+};
+
+// Whole-file convenience for small files (config.json, tokenizer files).
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+}  // namespace nk

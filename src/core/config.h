@@ -1,0 +1,89 @@
+// Typed configuration: a schema lists every key (type, default, one-line doc);
+// a Config is the schema's defaults overlaid by a nested-YAML recipe and then by
+// dotted command-line overrides ("train.lr=3e-4"). Anything a user types that
+// does not fit the schema is an nk::Error naming the file and line or the
+// override, and an unknown key names the nearest valid one.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace nk {
+
+enum class ConfigType { Int, Float, Bool, String };
+const char* config_type_name(ConfigType t);  // "int", "float", "bool", "string"
+
+using ConfigValue = std::variant<int64_t, double, bool, std::string>;
+
+class ConfigSchema {
+ public:
+  struct Field {
+    std::string key;  // dotted: "model.n_layer"
+    ConfigType type;
+    ConfigValue def;
+    std::string doc;
+  };
+
+  ConfigSchema& add_int(const std::string& key, int64_t def, const std::string& doc);
+  ConfigSchema& add_float(const std::string& key, double def, const std::string& doc);
+  ConfigSchema& add_bool(const std::string& key, bool def, const std::string& doc);
+  ConfigSchema& add_string(const std::string& key, const std::string& def, const std::string& doc);
+
+  bool has(const std::string& key) const;
+  // True when `prefix` names a section, i.e. some key starts with "prefix.".
+  bool is_section(const std::string& prefix) const;
+  // The key with the smallest edit distance to `key` (over the whole dotted key,
+  // or over the last component alone, whichever is smaller); "" if none is close.
+  std::string nearest_key(const std::string& key) const;
+  // Every key with type, default and doc in aligned columns, grouped by section.
+  std::string help() const;
+
+  const std::vector<Field>& fields() const { return fields_; }
+  size_t index(const std::string& key) const;  // NK_CHECKs that the key exists
+
+ private:
+  ConfigSchema& add(const std::string& key, ConfigType type, ConfigValue def,
+                    const std::string& doc);
+  std::vector<Field> fields_;  // in declaration order
+  std::map<std::string, size_t> by_key_;
+};
+
+// Renders a value the way the YAML loader reads it back (floats keep a '.').
+std::string config_value_str(const ConfigValue& v);
+
+class Config {
+ public:
+  // Defaults, then the YAML file (if path non-empty), then overrides "a.b=value" in order.
+  static Config load(const ConfigSchema& schema, const std::string& yaml_path,
+                     const std::vector<std::string>& overrides);
+  static Config defaults(const ConfigSchema& schema);
+
+  // Typed getters; asking for an undeclared key or the wrong type is a bug (NK_CHECK).
+  int64_t get_int(const std::string& key) const;
+  double get_float(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+
+  // Parses `value` as the key's schema type. `where` ("x.yaml:3", "override
+  // 'a=b'") prefixes any error message.
+  void set(const std::string& key, const std::string& value, const std::string& where);
+  // Applies one "a.b=value" override.
+  void apply_override(const std::string& override_text);
+  // Applies a nested-YAML file; an empty file changes nothing.
+  void merge_yaml_file(const std::string& path);
+
+  // Nested YAML of the resolved values, in schema order; load() reads it back.
+  std::string to_yaml() const;
+  const ConfigSchema& schema() const { return schema_; }
+
+ private:
+  explicit Config(const ConfigSchema& schema);
+  const ConfigValue& value(const std::string& key, ConfigType want) const;
+
+  ConfigSchema schema_;
+  std::vector<ConfigValue> values_;  // parallel to schema_.fields()
+};
+
+}  // namespace nk

@@ -1,0 +1,153 @@
+#include "data/text_dataset.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+
+namespace nk {
+
+int64_t find_invalid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // Sequence length from the lead byte, and the smallest code point that
+    // needs that length (anything below is an overlong encoding).
+    size_t len;
+    uint32_t cp, min_cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F, min_cp = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F, min_cp = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07, min_cp = 0x10000;
+    } else {
+      return int64_t(i);  // stray continuation byte or 0xF8..0xFF
+    }
+    if (n - i < len) return int64_t(i);
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return int64_t(i);
+      cp = cp << 6 | (p[i + k] & 0x3F);
+    }
+    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return int64_t(i);
+    i += len;
+  }
+  return -1;
+}
+
+namespace {
+
+// Drops a multi-byte character cut in half at the end of `s`.
+void cut_to_char_boundary(std::string& s) {
+  size_t q = s.size();
+  while (q > 0 && s.size() - q < 3 && (static_cast<unsigned char>(s[q - 1]) & 0xC0) == 0x80) --q;
+  if (q == 0) return;
+  unsigned lead = static_cast<unsigned char>(s[q - 1]);
+  if (lead < 0xC0 || lead > 0xF7) return;  // not a lead byte: leave it to the validator
+  size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (s.size() - (q - 1) < want) s.resize(q - 1);
+}
+
+// The first `max_bytes` bytes of the file (all of it for 0).
+std::string read_prefix(const std::string& path, int64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) fail("corpus file '{}' not found", path);
+    fail("cannot read corpus '{}': {}", path, std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("cannot read corpus '{}': not a regular file", path);
+  }
+  size_t want = size_t(st.st_size);
+  if (max_bytes > 0 && size_t(max_bytes) < want) want = size_t(max_bytes);
+  std::string buf(want, '\0');
+  size_t got = 0;
+  while (got < want) {
+    ssize_t r = ::read(fd, buf.data() + got, want - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int err = errno;
+      ::close(fd);
+      fail("cannot read corpus '{}': {}", path, std::strerror(err));
+    }
+    if (r == 0) break;  // shrank while reading: use what is there
+    got += size_t(r);
+  }
+  ::close(fd);
+  buf.resize(got);
+  if (max_bytes > 0 && size_t(max_bytes) < size_t(st.st_size)) cut_to_char_boundary(buf);
+  return buf;
+}
+
+}  // namespace
+
+TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_t max_bytes) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    fail("corpus '{}': val_fraction must be in [0, 1), got {}", path, val_fraction);
+  if (max_bytes < 0) fail("corpus '{}': max_bytes must be >= 0, got {}", path, max_bytes);
+  std::string text = read_prefix(path, max_bytes);
+  if (text.empty()) fail("corpus '{}' is empty", path);
+  int64_t bad = find_invalid_utf8(text);
+  if (bad >= 0) fail("{}: invalid UTF-8 at byte offset {}", path, bad);
+
+  std::vector<int32_t> ids = ByteTokenizer().encode(text);
+  size_t n_val = size_t(double(ids.size()) * val_fraction);
+  TextCorpus c;
+  c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
+  ids.resize(ids.size() - n_val);
+  c.train = std::move(ids);
+  return c;
+}
+
+namespace {
+uint64_t mix64(uint64_t z) {  // splitmix64 finaliser: a bijection with full avalanche
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+TokenLoader::TokenLoader(const std::vector<int32_t>* tokens, int64_t B, int64_t T, uint64_t seed)
+    : tokens_(tokens), B_(B), T_(T), seed_(seed) {
+  NK_CHECK(tokens != nullptr, "TokenLoader needs a token vector");
+  if (B <= 0) fail("batch size must be positive, got {}", B);
+  if (T <= 0) fail("seq_len must be positive, got {}", T);
+  int64_t n = int64_t(tokens->size());
+  if (n < T + 1) fail("corpus too small: {} tokens, need at least {} for seq_len {}", n, T + 1, T);
+}
+
+int64_t TokenLoader::window_start(uint64_t i) const {
+  uint64_t windows = uint64_t(int64_t(tokens_->size()) - T_);  // starts 0..n-T-1
+  return int64_t(mix64(mix64(seed_) ^ i) % windows);
+}
+
+void TokenLoader::next(Tensor inputs, Tensor targets) {
+  for (const Tensor* t : {&inputs, &targets}) {
+    check_shape(*t, {B_, T_}, t == &inputs ? "inputs" : "targets");
+    check_dtype(*t, DType::I32, t == &inputs ? "inputs" : "targets");
+    NK_CHECK(t->device() == Device::CPU && t->is_contiguous(), "loader output must be CPU, dense");
+  }
+  int32_t* x = inputs.data<int32_t>();
+  int32_t* y = targets.data<int32_t>();
+  const int32_t* tok = tokens_->data();
+  for (int64_t b = 0; b < B_; ++b) {
+    const int32_t* w = tok + window_start(consumed_++);
+    std::memcpy(x + b * T_, w, size_t(T_) * sizeof(int32_t));
+    std::memcpy(y + b * T_, w + 1, size_t(T_) * sizeof(int32_t));
+  }
+}
+
+}  // namespace nk

@@ -1,0 +1,48 @@
+// A plain-text corpus tokenized into memory, and a loader of random windows
+// from it: the data path of the quickstart (no preprocessing step needed).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace nk {
+
+// Offset of the first byte of the first invalid UTF-8 sequence (overlong forms,
+// surrogates and code points above U+10FFFF are invalid), or -1 if `s` is valid.
+int64_t find_invalid_utf8(std::string_view s);
+
+// Byte-tokenized text split into train and validation token streams.
+struct TextCorpus {
+  std::vector<int32_t> train, val;  // val is the last val_fraction of the tokens
+  // max_bytes: 0 reads the whole file; otherwise only the first max_bytes, cut
+  // back to a UTF-8 character boundary. nk::Error naming the file for a missing,
+  // unreadable or empty file and for invalid UTF-8 (with its byte offset).
+  static TextCorpus load(const std::string& path, double val_fraction, int64_t max_bytes);
+};
+
+// Deterministic random windows: sample i of a run with seed s starts at
+// hash(s, i) % (n - T). A sample depends only on (seed, i), so restoring
+// consumed() after a restart continues with exactly the same batches.
+class TokenLoader {
+ public:
+  // `tokens` must outlive the loader. nk::Error if it holds fewer than T+1 tokens.
+  TokenLoader(const std::vector<int32_t>* tokens, int64_t B, int64_t T, uint64_t seed);
+  // inputs, targets: i32[B, T] contiguous CPU; targets[b, t] = inputs[b, t+1]
+  // within the same window (the token after the window for t = T-1).
+  void next(Tensor inputs, Tensor targets);
+  uint64_t consumed() const { return consumed_; }  // samples (not batches) so far
+  void set_consumed(uint64_t n) { consumed_ = n; }
+  // Start offset of sample i (exposed for tests and for resume checks).
+  int64_t window_start(uint64_t i) const;
+
+ private:
+  const std::vector<int32_t>* tokens_;
+  int64_t B_, T_;
+  uint64_t seed_;
+  uint64_t consumed_ = 0;
+};
+
+}  // namespace nk
