@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is already there.
 set -euo pipefail
 pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
-      libyaml-cpp-dev nlohmann-json3-dev libfmt-dev python3-torch python3-numpy
+      libyaml-cpp-dev nlohmann-json3-dev libfmt-dev zlib1g-dev python3-torch python3-numpy
       dict-gcide clang-format)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,5 +1,7 @@
 #include "data/text_dataset.h"
 
+#include <zlib.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,6 +60,44 @@ void cut_to_char_boundary(std::string& s) {
   if (s.size() - (q - 1) < want) s.resize(q - 1);
 }
 
+bool is_gzip_name(const std::string& path) {
+  auto ends = [&](const char* suf) {
+    size_t n = std::strlen(suf);
+    return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
+  };
+  return ends(".gz") || ends(".dz");  // .dz: dictzip, gzip-compatible (dict-gcide)
+}
+
+// The first `max_bytes` decompressed bytes of a gzip file (all for 0).
+std::string read_gzip_prefix(const std::string& path, int64_t max_bytes) {
+  if (::access(path.c_str(), R_OK) != 0) {
+    if (errno == ENOENT) fail("corpus file '{}' not found", path);
+    fail("cannot read corpus '{}': {}", path, std::strerror(errno));
+  }
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) fail("cannot read corpus '{}'", path);
+  gzbuffer(f, 1 << 20);
+  std::string buf;
+  size_t limit = max_bytes > 0 ? size_t(max_bytes) : SIZE_MAX;
+  const size_t chunk = 1 << 22;
+  while (buf.size() < limit) {
+    size_t want = std::min(chunk, limit - buf.size()), at = buf.size();
+    buf.resize(at + want);
+    int r = gzread(f, buf.data() + at, unsigned(want));
+    if (r < 0) {
+      int code;
+      std::string msg = gzerror(f, &code);
+      gzclose(f);
+      fail("corpus '{}': corrupt gzip data: {}", path, msg);
+    }
+    buf.resize(at + size_t(r));
+    if (size_t(r) < want) break;
+  }
+  gzclose(f);
+  if (buf.size() == limit) cut_to_char_boundary(buf);
+  return buf;
+}
+
 // The first `max_bytes` bytes of the file (all of it for 0).
 std::string read_prefix(const std::string& path, int64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -97,7 +137,8 @@ TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     fail("corpus '{}': val_fraction must be in [0, 1), got {}", path, val_fraction);
   if (max_bytes < 0) fail("corpus '{}': max_bytes must be >= 0, got {}", path, max_bytes);
-  std::string text = read_prefix(path, max_bytes);
+  std::string text =
+      is_gzip_name(path) ? read_gzip_prefix(path, max_bytes) : read_prefix(path, max_bytes);
   if (text.empty()) fail("corpus '{}' is empty", path);
   int64_t bad = find_invalid_utf8(text);
   if (bad >= 0) fail("{}: invalid UTF-8 at byte offset {}", path, bad);
