@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 
 namespace nk {
 
