@@ -1,0 +1,153 @@
+// Copies, conversions and elementwise arithmetic over whole contiguous tensors.
+#include <algorithm>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "ops/cpu/float_io.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+namespace {
+
+using cpu::check_cpu;
+using cpu::dispatch_float;
+using cpu::load;
+using cpu::store;
+
+constexpr int64_t kGrain = 1 << 15;  // elements per task: amortises the fork
+
+template <typename Fn>
+void for_range(int64_t n, Fn&& fn) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { fn(b, e); });
+}
+
+template <typename D, typename S>
+void convert_kernel(D* dst, const S* src, int64_t n) {
+  for_range(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = store<D>(load(src[i]));
+  });
+}
+
+void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  NK_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.desc(), b.desc());
+}
+
+}  // namespace
+
+void convert(Tensor dst, const Tensor& src) {
+  check_cpu(dst, "convert", "dst");
+  check_cpu(src, "convert", "src");
+  check_same_numel(dst, src, "convert");
+  if (dst.dtype() == src.dtype()) {
+    if (dst.raw() != src.raw()) std::memmove(dst.raw(), src.raw(), dst.nbytes());
+    return;
+  }
+  dispatch_float(dst.dtype(), "convert", [&](auto dt) {
+    using D = decltype(dt);
+    dispatch_float(src.dtype(), "convert", [&](auto st) {
+      using S = decltype(st);
+      convert_kernel(dst.data<D>(), src.data<S>(), dst.numel());
+    });
+  });
+}
+
+void fill(Tensor dst, float value) {
+  check_cpu(dst, "fill", "dst");
+  dispatch_float(dst.dtype(), "fill", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = dst.data<T>();
+    T v = store<T>(value);
+    for_range(dst.numel(), [&](int64_t b, int64_t e) { std::fill(d + b, d + e, v); });
+  });
+}
+
+void copy_to_host(const Tensor& src, float* dst) {
+  check_cpu(src, "copy_to_host", "src");
+  dispatch_float(src.dtype(), "copy_to_host",
+                 [&](auto tag) { convert_kernel(dst, src.data<decltype(tag)>(), src.numel()); });
+}
+
+void copy_from_host(Tensor dst, const float* src) {
+  check_cpu(dst, "copy_from_host", "dst");
+  dispatch_float(dst.dtype(), "copy_from_host",
+                 [&](auto tag) { convert_kernel(dst.data<decltype(tag)>(), src, dst.numel()); });
+}
+
+// dst and src may differ in dtype (e.g. bf16 grads into an f32 arena).
+void accumulate(Tensor dst, const Tensor& src) {
+  check_cpu(dst, "accumulate", "dst");
+  check_cpu(src, "accumulate", "src");
+  check_same_numel(dst, src, "accumulate");
+  dispatch_float(dst.dtype(), "accumulate", [&](auto dt) {
+    using D = decltype(dt);
+    dispatch_float(src.dtype(), "accumulate", [&](auto st) {
+      using S = decltype(st);
+      D* d = dst.data<D>();
+      const S* s = src.data<S>();
+      for_range(dst.numel(), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) d[i] = store<D>(load(d[i]) + load(s[i]));
+      });
+    });
+  });
+}
+
+void add(Tensor y, const Tensor& a, const Tensor& b) {
+  check_cpu(y, "add", "y");
+  check_cpu(a, "add", "a");
+  check_cpu(b, "add", "b");
+  check_same_numel(y, a, "add");
+  check_same_numel(y, b, "add");
+  NK_CHECK(a.dtype() == y.dtype() && b.dtype() == y.dtype(), "add: dtypes {} {} {}", y.desc(),
+           a.desc(), b.desc());
+  dispatch_float(y.dtype(), "add", [&](auto tag) {
+    using T = decltype(tag);
+    T* py = y.data<T>();  // may alias pa or pb: elementwise, so safe
+    const T *pa = a.data<T>(), *pb = b.data<T>();
+    for_range(y.numel(), [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) py[i] = store<T>(load(pa[i]) + load(pb[i]));
+    });
+  });
+}
+
+// Fixed chunks (their size depends only on n), each summed in double, then the
+// partials summed in chunk order: bit-identical for any thread count.
+double sum_squares(const Tensor& x) {
+  check_cpu(x, "sum_squares", "x");
+  constexpr int64_t kMaxChunks = 256;
+  const int64_t n = x.numel();
+  const int64_t chunk = std::max<int64_t>(1 << 14, (n + kMaxChunks - 1) / kMaxChunks);
+  const int64_t nchunks = (n + chunk - 1) / chunk;
+  double partial[kMaxChunks] = {};
+  dispatch_float(x.dtype(), "sum_squares", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    parallel_for(nchunks, 1, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        double s = 0;
+        const int64_t e = std::min(n, (c + 1) * chunk);
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = c * chunk; i < e; ++i) {
+          double v = load(p[i]);
+          s += v * v;
+        }
+        partial[c] = s;
+      }
+    });
+  });
+  double total = 0;
+  for (int64_t c = 0; c < nchunks; ++c) total += partial[c];
+  return total;
+}
+
+void scale(Tensor x, float s) {
+  check_cpu(x, "scale", "x");
+  dispatch_float(x.dtype(), "scale", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = x.data<T>();
+    for_range(x.numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = store<T>(load(p[i]) * s);
+    });
+  });
+}
+
+}  // namespace nk::ops

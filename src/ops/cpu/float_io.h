@@ -1,0 +1,72 @@
+// Helpers shared by the CPU kernels of ops/cpu: dtype dispatch, argument
+// checks, and vectorizable fp32 <-> storage-type conversions.
+#pragma once
+#include <bit>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace nk::ops::cpu {
+
+// Calls fn(T{}) with T the storage type of `dt` (f32, bf16, f16).
+template <typename Fn>
+void dispatch_float(DType dt, const char* op, Fn&& fn) {
+  switch (dt) {
+    case DType::F32:
+      fn(float{});
+      break;
+    case DType::BF16:
+      fn(bf16{});
+      break;
+    case DType::F16:
+      fn(f16{});
+      break;
+    default:
+      NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
+  }
+}
+
+// Every kernel here reads raw contiguous CPU memory.
+inline void check_cpu(const Tensor& t, const char* op, const char* name) {
+  NK_CHECK(t.defined(), "{}: {} is undefined", op, name);
+  NK_CHECK(t.device() == Device::CPU, "{}: {} is on {}, only CPU is built", op, name,
+           device_name(t.device()));
+  NK_CHECK(t.is_contiguous(), "{}: {} ({}) is not contiguous", op, name, t.desc());
+}
+
+// The inner dimension and the number of rows of a [..., C] tensor.
+inline int64_t rows_of(const Tensor& t) {
+  return t.ndim() == 0 ? 1 : t.numel() / t.dim(-1);
+}
+
+// Loads/stores written without branches so loops over them auto-vectorize.
+inline float load(float v) {
+  return v;
+}
+inline float load(bf16 v) {
+  return std::bit_cast<float>(uint32_t(v.bits) << 16);
+}
+inline float load(f16 v) {
+  return f16_to_f32(v);
+}
+
+template <typename T>
+inline T store(float v);
+template <>
+inline float store<float>(float v) {
+  return v;
+}
+// Round to nearest even, NaN kept quiet: bit-identical to f32_to_bf16.
+template <>
+inline bf16 store<bf16>(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  return bf16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r)};
+}
+template <>
+inline f16 store<f16>(float v) {
+  return f32_to_f16(v);
+}
+
+}  // namespace nk::ops::cpu

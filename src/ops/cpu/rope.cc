@@ -1,0 +1,79 @@
+// Rotary position embedding, Hugging Face rotate-half convention: within each
+// head of width D, element i pairs with i + D/2.
+#include <cmath>
+
+#include "core/parallel.h"
+#include "ops/cpu/float_io.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+namespace {
+
+using cpu::check_cpu;
+using cpu::dispatch_float;
+using cpu::load;
+using cpu::store;
+
+// x T[rows, W]; row r sits at position pos0 + r % T; cs f32[maxT, D] = [cos | sin].
+template <typename T>
+void rope_rows(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H, int64_t D, const float* cs,
+               int64_t pos0, bool inverse) {
+  const int64_t half = D / 2;
+  const float sign = inverse ? -1.f : 1.f;
+  parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float *cos = cs + (pos0 + r % T_) * D, *sin = cos + half;
+      for (int64_t h = 0; h < H; ++h) {
+        T *a = x + r * W + h * D, *b = a + half;
+        for (int64_t i = 0; i < half; ++i) {
+          float x1 = load(a[i]), x2 = load(b[i]), s = sign * sin[i];
+          a[i] = store<T>(x1 * cos[i] - x2 * s);
+          b[i] = store<T>(x2 * cos[i] + x1 * s);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
+  NK_CHECK(max_t >= 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0,
+           "rope_table: max_t {}, head_dim {} (must be even), theta {}", max_t, head_dim, theta);
+  Tensor t = Tensor::empty({max_t, head_dim}, DType::F32);
+  float* p = t.data<float>();
+  const int64_t half = head_dim / 2;
+  parallel_for(max_t, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t pos = t0; pos < t1; ++pos) {
+      for (int64_t i = 0; i < half; ++i) {
+        // Angles in double: positions reach 1e5+, where fp32 angles lose digits.
+        double a = double(pos) * std::pow(theta, -2.0 * double(i) / double(head_dim));
+        p[pos * head_dim + i] = float(std::cos(a));
+        p[pos * head_dim + half + i] = float(std::sin(a));
+      }
+    }
+  });
+  return t;
+}
+
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
+                  bool inverse) {
+  check_cpu(x, "rope_inplace", "x");
+  check_cpu(table, "rope_inplace", "table");
+  check_dtype(table, DType::F32, "table");
+  NK_CHECK(x.ndim() == 3, "rope_inplace: x {} is not [B, T, W]", x.desc());
+  NK_CHECK(table.ndim() == 2 && table.dim(1) == head_dim && head_dim % 2 == 0,
+           "rope_inplace: table {} does not match head_dim {}", table.desc(), head_dim);
+  const int64_t T_ = x.dim(1), W = x.dim(2);
+  NK_CHECK(n_heads >= 0 && n_heads * head_dim <= W, "rope_inplace: {} heads of {} exceed W={}",
+           n_heads, head_dim, W);
+  NK_CHECK(pos0 >= 0 && pos0 + T_ <= table.dim(0),
+           "rope_inplace: positions [{}, {}) exceed table {}", pos0, pos0 + T_, table.desc());
+  dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
+    using T = decltype(tag);
+    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), pos0,
+              inverse);
+  });
+}
+
+}  // namespace nk::ops

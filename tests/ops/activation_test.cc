@@ -1,0 +1,123 @@
+// GELU (tanh form) and SwiGLU: reference backward vs finite differences, fast
+// CPU ops vs the double reference (f32, bf16), aliasing and extreme inputs.
+#include <cmath>
+
+#include "ops/op_harness.h"
+#include "ops/ops.h"
+#include "ops/ref/activation.h"
+
+namespace nk {
+namespace {
+
+using test::check_grad_fd;
+using test::expect_close;
+using test::make;
+using test::randn;
+using test::rounded;
+using test::tol_for;
+using test::values;
+using Vec = std::vector<double>;
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+TEST(ActivationRef, GeluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 50;
+  Vec x = randn(n, 1, 2.0), dy = randn(n, 2), dx(n);
+  ref::gelu_backward(dx.data(), dy.data(), x.data(), n);
+  auto loss = [&](const Vec& v) {
+    Vec y(n);
+    ref::gelu_forward(y.data(), v.data(), n);
+    return dot(y, dy);
+  };
+  check_grad_fd(loss, x, dx, "gelu dx");
+}
+
+TEST(ActivationRef, GeluIsTheTanhForm) {
+  // At x = 1: 0.5 (1 + tanh(sqrt(2/pi) 1.044715)) = 0.8411919906082768 (tanh form;
+  // the erf form gives 0.8413447460685429).
+  EXPECT_NEAR(ref::gelu(1.0), 0.8411919906082768, 1e-12);
+}
+
+TEST(ActivationRef, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t N = 3, F = 7;
+  Vec gu = randn(N * 2 * F, 3, 2.0), dy = randn(N * F, 4), dgu(N * 2 * F);
+  ref::swiglu_backward(dgu.data(), dy.data(), gu.data(), N, F);
+  auto loss = [&](const Vec& v) {
+    Vec y(N * F);
+    ref::swiglu_forward(y.data(), v.data(), N, F);
+    return dot(y, dy);
+  };
+  check_grad_fd(loss, gu, dgu, "swiglu dgu");
+}
+
+// Random inputs plus the tails, where exp saturates.
+Vec activation_inputs(int64_t n, uint64_t seed) {
+  Vec x = randn(n, seed, 3.0);
+  const double tails[] = {-100, -30, -9.5, 9.5, 30, 100, 0, -0.0};
+  for (size_t i = 0; i < 8 && i < x.size(); ++i) x[i] = tails[i];
+  return x;
+}
+
+TEST(ActivationFast, GeluMatchesReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t n : {1, 15, 1000, 70001}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " n=" << n);
+      Vec x = rounded(activation_inputs(n, 5), dt), dy = rounded(randn(n, 6), dt);
+      Tensor tx = make({n}, dt, x), ty = Tensor::empty({n}, dt);
+      ops::gelu_forward(ty, tx);
+      Tensor tdy = make({n}, dt, dy);
+      ops::gelu_backward(tdy, tdy, tx);  // dx aliases dy
+      Vec y(n), dx(n);
+      ref::gelu_forward(y.data(), x.data(), n);
+      ref::gelu_backward(dx.data(), dy.data(), x.data(), n);
+      expect_close(values(ty), y, tol_for(dt), "y");
+      expect_close(values(tdy), dx, tol_for(dt), "dx");
+    }
+  }
+}
+
+TEST(ActivationFast, SwigluMatchesReference) {
+  struct S {
+    int64_t N, F;
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (S s : {S{1, 5}, S{3, 17}, S{33, 688}}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " N=" << s.N << " F=" << s.F);
+      Vec gu = rounded(activation_inputs(s.N * 2 * s.F, 7), dt);
+      Vec dy = rounded(randn(s.N * s.F, 8), dt);
+      Tensor tgu = make({s.N, 2 * s.F}, dt, gu), ty = Tensor::empty({s.N, s.F}, dt);
+      Tensor tdgu = make({s.N, 2 * s.F}, dt, randn(s.N * 2 * s.F, 9));  // overwritten
+      ops::swiglu_forward(ty, tgu);
+      ops::swiglu_backward(tdgu, make({s.N, s.F}, dt, dy), tgu);
+      Vec y(s.N * s.F), dgu(s.N * 2 * s.F);
+      ref::swiglu_forward(y.data(), gu.data(), s.N, s.F);
+      ref::swiglu_backward(dgu.data(), dy.data(), gu.data(), s.N, s.F);
+      expect_close(values(ty), y, tol_for(dt), "y");
+      expect_close(values(tdgu), dgu, tol_for(dt), "dgu");
+    }
+  }
+}
+
+TEST(ActivationFast, ExtremeInputsStayFinite) {
+  Vec x = {-1e30, -1e4, -88, 88, 1e4, 1e30};
+  const int64_t n = int64_t(x.size());
+  Tensor tx = make({n}, DType::F32, x), ty = Tensor::empty({n}, DType::F32);
+  ops::gelu_forward(ty, tx);
+  Vec y = values(ty);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(std::isfinite(y[i])) << x[i];
+    EXPECT_NEAR(y[i], x[i] > 0 ? x[i] : 0.0, 1e-6 * std::fabs(x[i])) << x[i];
+  }
+}
+
+TEST(ActivationFast, RejectsOddSwigluWidth) {
+  Tensor gu = Tensor::zeros({2, 7}, DType::F32), y = Tensor::empty({2, 3}, DType::F32);
+  EXPECT_THROW(ops::swiglu_forward(y, gu), InternalError);
+}
+
+}  // namespace
+}  // namespace nk

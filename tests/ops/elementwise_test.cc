@@ -1,0 +1,122 @@
+// Copies, conversions and elementwise ops vs the reference / exact expectations.
+#include <cmath>
+#include <limits>
+
+#include "core/parallel.h"
+#include "ops/op_harness.h"
+#include "ops/ops.h"
+#include "ops/ref/elementwise.h"
+
+namespace nk {
+namespace {
+
+using test::expect_close;
+using test::make;
+using test::randn;
+using test::rounded;
+using test::tol_for;
+using test::values;
+using Vec = std::vector<double>;
+
+const int64_t kSizes[] = {1, 15, 33, 70001};
+
+// Special values every conversion must round-trip or round like the scalar helpers.
+Vec conversion_inputs(int64_t n) {
+  Vec v = randn(n, 1, 100.0);
+  const double special[] = {
+      0.0,       -0.0, 1e-40, 65504, 1e30, -1e30, std::numeric_limits<double>::infinity(),
+      1.00390625};  // tie case
+  for (size_t i = 0; i < 8 && i < v.size(); ++i) v[i] = special[i];
+  return v;
+}
+
+TEST(Elementwise, ConvertMatchesScalarRounding) {
+  for (int64_t n : kSizes) {
+    Vec x = rounded(conversion_inputs(n), DType::F32);
+    Tensor src = make({n}, DType::F32, x);
+    Tensor b = Tensor::empty({n}, DType::BF16), h = Tensor::empty({n}, DType::F16);
+    ops::convert(b, src);
+    ops::convert(h, src);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(b.data<bf16>()[i].bits, f32_to_bf16(float(x[i])).bits) << i;
+      ASSERT_EQ(h.data<f16>()[i].bits, f32_to_f16(float(x[i])).bits) << i;
+    }
+    Tensor back = Tensor::empty({n}, DType::F32);
+    ops::convert(back, b);  // widening is exact
+    EXPECT_EQ(values(back), values(b)) << "bf16->f32";
+  }
+}
+
+TEST(Elementwise, ConvertKeepsNaN) {
+  Tensor src = make({1}, DType::F32, {std::nan("")}), dst = Tensor::empty({1}, DType::BF16);
+  ops::convert(dst, src);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(dst.data<bf16>()[0])));
+}
+
+TEST(Elementwise, FillAndHostCopies) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const int64_t n = 1001;
+    Tensor t = Tensor::empty({n}, dt);
+    ops::fill(t, 0.3f);
+    expect_close(values(t), rounded(Vec(n, 0.3f), dt), {0, 0}, "fill");
+    std::vector<float> host(n);
+    for (int64_t i = 0; i < n; ++i) host[i] = float(i) * 0.25f;
+    ops::copy_from_host(t, host.data());
+    std::vector<float> back(n);
+    ops::copy_to_host(t, back.data());
+    Vec want(host.begin(), host.end());
+    expect_close(Vec(back.begin(), back.end()), rounded(want, dt), {0, 0}, "host copy");
+  }
+}
+
+TEST(Elementwise, AddAccumulateScaleMatchReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " n=" << n);
+      Vec a = rounded(randn(n, 2), dt), b = rounded(randn(n, 3), dt);
+      Tensor ta = make({n}, dt, a), tb = make({n}, dt, b);
+      ops::add(ta, ta, tb);  // y aliases a
+      Vec y(n);
+      ref::add(y.data(), a.data(), b.data(), n);
+      expect_close(values(ta), y, tol_for(dt), "add");
+
+      // Gradient accumulation: a dtype-dt gradient into a nonzero f32 buffer.
+      Vec acc = rounded(randn(n, 4), DType::F32);
+      Tensor tacc = make({n}, DType::F32, acc);
+      ops::accumulate(tacc, tb);
+      ref::accumulate(acc.data(), b.data(), n);
+      expect_close(values(tacc), acc, tol_for(DType::F32), "accumulate");
+
+      ops::scale(tb, 0.37f);
+      ref::scale(b.data(), 0.37, n);
+      expect_close(values(tb), b, tol_for(dt), "scale");
+    }
+  }
+}
+
+TEST(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {
+      Vec x = rounded(randn(n, 5), dt);
+      Tensor t = make({n}, dt, x);
+      const int saved = num_threads();
+      set_num_threads(1);
+      double one = ops::sum_squares(t);
+      set_num_threads(3);
+      double three = ops::sum_squares(t);
+      set_num_threads(saved);
+      EXPECT_EQ(one, three) << n;
+      // Double accumulation of exact squares: only reordering error.
+      EXPECT_NEAR(one, ref::sum_squares(x.data(), n), 1e-12 * double(n)) << n;
+    }
+  }
+}
+
+TEST(Elementwise, RejectsShapeMismatch) {
+  Tensor a = Tensor::zeros({4}, DType::F32), b = Tensor::zeros({5}, DType::F32);
+  EXPECT_THROW(ops::add(a, a, b), InternalError);
+  EXPECT_THROW(ops::convert(a, b), InternalError);
+}
+
+}  // namespace
+}  // namespace nk
