@@ -1,0 +1,312 @@
+// Causal grouped-query attention, flash-style (FlashAttention-2 schedule).
+//
+// Forward: one task per (batch, query head, query block of kBlock rows). Key
+// blocks up to the diagonal stream through an online softmax; the task holds
+// only kBlock x kBlock scores, an fp32 output accumulator and the running row
+// max m and sum l. lse = m + log l is saved for the backward.
+//
+// Backward: one task per (batch, kv head). It owns dK and dV of its kv head and
+// dQ of the query heads in its group, so every gradient element has exactly one
+// writer and a fixed summation order (deterministic, no atomics). Probabilities
+// are recomputed tile by tile from lse, transposed (key rows x query columns) so
+// that all five tile products are plain row-major GEMMs:
+//   S^T = K Q^T,  P^T = exp(S^T - lse),  dV += P^T dO,  dP^T = V dO^T,
+//   dS^T = P^T (dP^T - Drow),  dK += dS^T Q,  dQ^T += K^T dS^T,
+// with Drow_i = rowsum(dO_i * O_i). Q is pre-scaled by 1/sqrt(D), which also
+// gives dK its scale; dQ is scaled once when written.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/cpu/softmax_math.h"
+#include "ops/cpu/tile_gemm.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+namespace {
+
+using cpu::tile_gemm;
+namespace sm = cpu::softmax;
+
+constexpr int64_t kBlock = 64;  // query and key tile edge; a 64x64 fp32 tile is 16 KiB
+// Diagonal tiles are computed in strips of kStrip rows, each only up to the
+// causal edge, which skips ~3/8 of their work.
+constexpr int64_t kStrip = 16;
+
+struct Dims {
+  int64_t B, T, Hq, Hkv, D, C;  // C = (Hq + 2*Hkv)*D elements per token in qkv
+  int64_t group() const { return Hq / Hkv; }
+  int64_t blocks() const { return (T + kBlock - 1) / kBlock; }
+};
+
+Dims check_qkv(const Tensor& qkv, int64_t hq, int64_t hkv) {
+  NK_CHECK(qkv.device() == Device::CPU, "attention: qkv on {}", device_name(qkv.device()));
+  NK_CHECK(qkv.ndim() == 3 && qkv.is_contiguous(), "attention: qkv {} must be [B,T,C]", qkv.desc());
+  NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "attention: {} query heads, {} kv heads", hq, hkv);
+  const int64_t c = qkv.dim(2);
+  NK_CHECK(c % (hq + 2 * hkv) == 0, "attention: qkv width {} is not (Hq+2*Hkv)*D", c);
+  NK_CHECK(qkv.dtype() == DType::F32 || qkv.dtype() == DType::BF16, "attention: dtype {}",
+           dtype_name(qkv.dtype()));
+  return {qkv.dim(0), qkv.dim(1), hq, hkv, c / (hq + 2 * hkv), c};
+}
+
+// Grow-only per-thread scratch: no allocation after the first call at a size.
+float* scratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// dst[r*ldd + c] = s * src[r*lds + c] for an rows x cols block.
+template <typename T>
+void load_rows(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
+               float s = 1.f) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = s * to_f32(src[r * lds + c]);
+}
+
+// dst[c*ldd + r] = s * src[r*lds + c]: the transpose of an rows x cols block.
+template <typename T>
+void load_cols(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
+               float s = 1.f) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * to_f32(src[r * lds + c]);
+}
+
+// ---- forward ----
+
+// Online-softmax update of one query row with a tile of scores s[0, n), of
+// which the first `valid` are allowed (causal). s becomes the probabilities
+// (exactly 0 where masked); returns the factor the old accumulator is scaled by.
+float online_row(float* s, int64_t valid, int64_t n, float& m, float& l) {
+  const float m_new = std::max(m, sm::max_of(s, valid));
+  const float corr = sm::exp_approx(m - m_new);  // m = -inf on the first tile: ~0
+  const float sum = sm::sum_exp_shifted(s, valid, m_new, s);
+  for (int64_t j = valid; j < n; ++j) s[j] = 0.f;
+  l = l * corr + sum;
+  m = m_new;
+  return corr;
+}
+
+template <typename T>
+void forward_impl(T* out, float* lse, const T* qkv, const Dims d) {
+  const int64_t nb = d.blocks(), D = d.D;
+  const float scale = 1.f / std::sqrt(float(D));
+  parallel_for(d.B * d.Hq * nb, 1, [&](int64_t begin, int64_t end) {
+    float* q = scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock,D]; Kt; V; S
+    float* o = q + kBlock * D;
+    float* kt = o + kBlock * D;  // [D, kBlock]
+    float* v = kt + kBlock * D;  // [kBlock, D]
+    float* s = v + kBlock * D;   // [kBlock, kBlock]
+    float* m = s + kBlock * kBlock;
+    float* l = m + kBlock;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t qb = task % nb, h = task / nb % d.Hq, b = task / nb / d.Hq;
+      const int64_t kvh = h / d.group(), q0 = qb * kBlock, qn = std::min(kBlock, d.T - q0);
+      const T* base = qkv + b * d.T * d.C;
+      load_rows(q, D, base + q0 * d.C + h * D, d.C, qn, D, scale);
+      std::fill(o, o + qn * D, 0.f);
+      std::fill(m, m + qn, -INFINITY);
+      std::fill(l, l + qn, 0.f);
+      for (int64_t kb = 0; kb <= qb; ++kb) {
+        const int64_t k0 = kb * kBlock, kn = std::min(kBlock, d.T - k0);
+        load_cols(kt, kBlock, base + k0 * d.C + (d.Hq + kvh) * D, d.C, kn, D);
+        load_rows(v, D, base + k0 * d.C + (d.Hq + d.Hkv + kvh) * D, d.C, kn, D);
+        const bool diag = kb == qb;  // then k0 == q0, kn == qn
+        if (!diag) tile_gemm(qn, kn, D, q, D, kt, kBlock, s, kBlock, false);
+        for (int64_t r0 = 0; diag && r0 < qn; r0 += kStrip)  // only keys <= the strip's last row
+          tile_gemm(std::min(kStrip, qn - r0), std::min(kn, r0 + kStrip), D, q + r0 * D, D, kt,
+                    kBlock, s + r0 * kBlock, kBlock, false);
+        for (int64_t i = 0; i < qn; ++i) {
+          // On the diagonal tile (k0 == q0) row i may see keys 0..i.
+          const float corr = online_row(s + i * kBlock, diag ? i + 1 : kn, kn, m[i], l[i]);
+          if (corr != 1.f)
+            for (int64_t c = 0; c < D; ++c) o[i * D + c] *= corr;
+        }
+        if (!diag) tile_gemm(qn, D, kn, s, kBlock, v, D, o, D, true);
+        for (int64_t r0 = 0; diag && r0 < qn; r0 += kStrip)
+          tile_gemm(std::min(kStrip, qn - r0), D, std::min(kn, r0 + kStrip), s + r0 * kBlock,
+                    kBlock, v, D, o + r0 * D, D, true);
+      }
+      for (int64_t i = 0; i < qn; ++i) {
+        const float inv = 1.f / l[i];
+        T* dst = out + (b * d.T + q0 + i) * d.Hq * D + h * D;
+        for (int64_t c = 0; c < D; ++c) dst[c] = from_f32<T>(o[i * D + c] * inv);
+        lse[(b * d.Hq + h) * d.T + q0 + i] = m[i] + std::log(l[i]);
+      }
+    }
+  });
+}
+
+// ---- backward ----
+
+// Per-thread fp32 working set of one (batch, kv head) task; [T,D] arrays are
+// token-major, [D,T] arrays ("t" suffix) are their transposes.
+struct BackwardScratch {
+  float *k, *kt, *v, *dk, *dv;                // kv head
+  float *q, *qt, *dout, *doutt, *dqt, *drow;  // current query head
+  float *st, *dpt;                            // [kBlock, kBlock] tiles: key rows x query columns
+  BackwardScratch(int64_t T, int64_t D) {
+    const int64_t td = T * D;
+    float* p = scratch(size_t(10 * td + T + 2 * kBlock * kBlock));
+    for (float** a : {&k, &kt, &v, &dk, &dv, &q, &qt, &dout, &doutt, &dqt}) *a = p, p += td;
+    drow = p, p += T;
+    st = p, p += kBlock * kBlock;
+    dpt = p;
+  }
+};
+
+// One key row of a transposed tile: s = P = exp(S - lse) and dp = dS = P (dP - Drow),
+// over n visible queries.
+inline void probs_and_dscores(float* s, float* dp, const float* lse, const float* drow, int64_t n) {
+#ifdef __AVX512F__
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : sm::tail_mask(n - i);
+    const __m512 p = sm::exp16(
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), _mm512_maskz_loadu_ps(k, lse + i)));
+    _mm512_mask_storeu_ps(s + i, k, p);
+    const __m512 g =
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + i), _mm512_maskz_loadu_ps(k, drow + i));
+    _mm512_mask_storeu_ps(dp + i, k, _mm512_mul_ps(p, g));
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) {
+    const float p = sm::exp_approx(s[i] - lse[i]);
+    s[i] = p;
+    dp[i] = p * (dp[i] - drow[i]);
+  }
+#endif
+}
+
+// Gradients of one (query block, key block) tile into ws.dk/dv/dqt.
+void backward_tile(BackwardScratch& w, const float* lse, int64_t T, int64_t D, int64_t q0,
+                   int64_t qn, int64_t k0, int64_t kn) {
+  float *st = w.st, *dpt = w.dpt;
+  const bool diag = k0 == q0;  // then kn == qn and key row j sees queries i >= j
+  if (!diag) {
+    tile_gemm(kn, qn, D, w.k + k0 * D, D, w.qt + q0, T, st, kBlock, false);
+    tile_gemm(kn, qn, D, w.v + k0 * D, D, w.doutt + q0, T, dpt, kBlock, false);
+  }
+  for (int64_t r0 = 0; diag && r0 < kn; r0 += kStrip) {  // key strip r0.. sees queries >= r0
+    const int64_t rn = std::min(kStrip, kn - r0), off = r0 * kBlock + r0;
+    tile_gemm(rn, qn - r0, D, w.k + (k0 + r0) * D, D, w.qt + q0 + r0, T, st + off, kBlock, false);
+    tile_gemm(rn, qn - r0, D, w.v + (k0 + r0) * D, D, w.doutt + q0 + r0, T, dpt + off, kBlock,
+              false);
+  }
+  const float* l = lse + q0;
+  const float* dr = w.drow + q0;
+  for (int64_t j = 0; j < kn; ++j) {
+    // Key k0+j is visible to query q0+i iff k0+j <= q0+i.
+    const int64_t i0 = std::clamp<int64_t>(k0 + j - q0, 0, qn);
+    float* s = st + j * kBlock;
+    float* dp = dpt + j * kBlock;
+    for (int64_t i = 0; i < i0; ++i) s[i] = dp[i] = 0.f;
+    probs_and_dscores(s + i0, dp + i0, l + i0, dr + i0, qn - i0);
+  }
+  if (!diag) {
+    tile_gemm(kn, D, qn, st, kBlock, w.dout + q0 * D, D, w.dv + k0 * D, D, true);
+    tile_gemm(kn, D, qn, dpt, kBlock, w.q + q0 * D, D, w.dk + k0 * D, D, true);
+    tile_gemm(D, qn, kn, w.kt + k0, T, dpt, kBlock, w.dqt + q0, T, true);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < kn; r0 += kStrip) {
+    const int64_t rn = std::min(kStrip, kn - r0), off = r0 * kBlock + r0;
+    tile_gemm(rn, D, qn - r0, st + off, kBlock, w.dout + (q0 + r0) * D, D, w.dv + (k0 + r0) * D, D,
+              true);
+    tile_gemm(rn, D, qn - r0, dpt + off, kBlock, w.q + (q0 + r0) * D, D, w.dk + (k0 + r0) * D, D,
+              true);
+    // Query strip r0.. receives from keys < r0 + rn.
+    tile_gemm(D, rn, std::min(kn, r0 + kStrip), w.kt + k0, T, dpt + r0, kBlock, w.dqt + q0 + r0, T,
+              true);
+  }
+}
+
+template <typename T>
+void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                   const Dims d) {
+  const int64_t nb = d.blocks(), D = d.D, Tn = d.T, OC = d.Hq * D;
+  const float scale = 1.f / std::sqrt(float(D));
+  parallel_for(d.B * d.Hkv, 1, [&](int64_t begin, int64_t end) {
+    BackwardScratch w(Tn, D);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t kvh = task % d.Hkv, b = task / d.Hkv;
+      const T* x = qkv + b * Tn * d.C;
+      T* dx = dqkv + b * Tn * d.C;
+      const int64_t koff = (d.Hq + kvh) * D, voff = (d.Hq + d.Hkv + kvh) * D;
+      load_rows(w.k, D, x + koff, d.C, Tn, D);
+      load_cols(w.kt, Tn, x + koff, d.C, Tn, D);
+      load_rows(w.v, D, x + voff, d.C, Tn, D);
+      std::fill(w.dk, w.dk + Tn * D, 0.f);
+      std::fill(w.dv, w.dv + Tn * D, 0.f);
+      for (int64_t h = kvh * d.group(); h < (kvh + 1) * d.group(); ++h) {
+        const T* g = dout + b * Tn * OC + h * D;
+        const T* o = out + b * Tn * OC + h * D;
+        load_rows(w.q, D, x + h * D, d.C, Tn, D, scale);
+        load_cols(w.qt, Tn, x + h * D, d.C, Tn, D, scale);
+        load_rows(w.dout, D, g, OC, Tn, D);
+        load_cols(w.doutt, Tn, g, OC, Tn, D);
+        for (int64_t i = 0; i < Tn; ++i) {
+          float acc = 0;
+          for (int64_t c = 0; c < D; ++c) acc += w.dout[i * D + c] * to_f32(o[i * OC + c]);
+          w.drow[i] = acc;
+        }
+        std::fill(w.dqt, w.dqt + Tn * D, 0.f);
+        const float* lh = lse + (b * d.Hq + h) * Tn;
+        for (int64_t kb = 0; kb < nb; ++kb)
+          for (int64_t qb = kb; qb < nb; ++qb) {
+            const int64_t q0 = qb * kBlock, k0 = kb * kBlock;
+            backward_tile(w, lh, Tn, D, q0, std::min(kBlock, Tn - q0), k0,
+                          std::min(kBlock, Tn - k0));
+          }
+        for (int64_t i = 0; i < Tn; ++i)
+          for (int64_t c = 0; c < D; ++c)
+            dx[i * d.C + h * D + c] = from_f32<T>(scale * w.dqt[c * Tn + i]);
+      }
+      for (int64_t i = 0; i < Tn; ++i)
+        for (int64_t c = 0; c < D; ++c) {
+          dx[i * d.C + koff + c] = from_f32<T>(w.dk[i * D + c]);
+          dx[i * d.C + voff + c] = from_f32<T>(w.dv[i * D + c]);
+        }
+    }
+  });
+}
+
+}  // namespace
+
+void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
+                       int64_t n_kv_heads) {
+  const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
+  check_shape(out, {d.B, d.T, d.Hq * d.D}, "attention out");
+  check_dtype(out, qkv.dtype(), "attention out");
+  check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
+  check_dtype(lse, DType::F32, "attention lse");
+  NK_CHECK(out.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous output");
+  if (qkv.dtype() == DType::F32)
+    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d);
+  else
+    forward_impl(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), d);
+}
+
+void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads) {
+  const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
+  for (const auto* t : {&dout, &out}) {
+    check_shape(*t, {d.B, d.T, d.Hq * d.D}, "attention out/dout");
+    check_dtype(*t, qkv.dtype(), "attention out/dout");
+    NK_CHECK(t->is_contiguous(), "attention: non-contiguous {}", t->desc());
+  }
+  check_shape(dqkv, qkv.shape(), "attention dqkv");
+  check_dtype(dqkv, qkv.dtype(), "attention dqkv");
+  check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
+  check_dtype(lse, DType::F32, "attention lse");
+  NK_CHECK(dqkv.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous dqkv/lse");
+  if (qkv.dtype() == DType::F32)
+    backward_impl(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
+                  lse.data<float>(), d);
+  else
+    backward_impl(dqkv.data<bf16>(), dout.data<bf16>(), qkv.data<bf16>(), out.data<bf16>(),
+                  lse.data<float>(), d);
+}
+
+}  // namespace nk::ops
