@@ -1,0 +1,32 @@
+// A small wrapper over oneDNN's matmul: row-major C[M,N] (+)= op(A)[M,K] @ op(B)[K,N]
+// (+ bias[N]). Transposed operands are described by memory descs (format tag
+// `ba`), never copied. Primitives are created once per distinct MatmulSpec and
+// cached process-wide, so after the first training step none are created.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace nk::ops::cpu {
+
+struct MatmulSpec {
+  int64_t m = 0, n = 0, k = 0;
+  DType a = DType::F32, b = DType::F32, c = DType::F32;
+  bool trans_a = false;     // A stored as [K,M] row-major
+  bool trans_b = false;     // B stored as [N,K] row-major
+  bool accumulate = false;  // C += A@B (oneDNN sum post-op) instead of C = A@B
+  bool has_bias = false;
+  DType bias = DType::F32;  // only read when has_bias
+};
+
+// All pointers are dense row-major buffers of the spec's dtypes; bias may be null
+// iff !spec.has_bias. Not safe to run concurrently with the same spec (oneDNN's
+// per-primitive scratchpad); the training loop calls it from one thread.
+void dnnl_matmul(const MatmulSpec& spec, const void* a, const void* b, void* c,
+                 const void* bias = nullptr);
+
+// Number of cached primitives (tests check that repeated calls add none).
+size_t dnnl_matmul_cache_size();
+
+}  // namespace nk::ops::cpu

@@ -1,0 +1,218 @@
+// linear_forward / linear_backward: the oneDNN path against the double reference
+// (src/ops/ref/linear.h), and the reference's backward against finite differences.
+#include <cmath>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "op_harness.h"
+#include "ops/cpu/dnnl_matmul.h"
+#include "ops/ops.h"
+#include "ops/ref/linear.h"
+
+namespace nk {
+namespace {
+
+using test::expect_close;
+using test::make;
+using test::randn;
+using test::rounded;
+using test::tol_for;
+using test::values;
+
+struct Shape3 {
+  int64_t n, in, out;
+};
+
+// Inputs already rounded to the op's dtype, so the reference sees what the op sees.
+struct Inputs {
+  std::vector<double> x, w, b, dy, dw0, db0;
+};
+
+Inputs make_inputs(Shape3 s, DType t, uint64_t seed) {
+  Inputs in;
+  in.x = rounded(randn(size_t(s.n * s.in), seed), t);
+  in.w = rounded(randn(size_t(s.out * s.in), seed + 1, 1.0 / std::sqrt(double(s.in))), t);
+  in.b = rounded(randn(size_t(s.out), seed + 2), t);
+  in.dy = rounded(randn(size_t(s.n * s.out), seed + 3), t);
+  // Gradients start nonzero: the op must accumulate into them, not overwrite.
+  in.dw0 = rounded(randn(size_t(s.out * s.in), seed + 4), DType::F32);
+  in.db0 = rounded(randn(size_t(s.out), seed + 5), DType::F32);
+  return in;
+}
+
+// Runs the fast op and the reference on the same inputs and compares y, dx, dw, db.
+void check_against_reference(Shape3 s, DType t, bool bias, bool want_dx, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(t) << " N=" << s.n << " in=" << s.in
+                                    << " out=" << s.out << " bias=" << bias << " dx=" << want_dx);
+  Inputs in = make_inputs(s, t, seed);
+  Tensor x = make({s.n, s.in}, t, in.x), w = make({s.out, s.in}, t, in.w);
+  Tensor b = bias ? make({s.out}, t, in.b) : Tensor();
+  Tensor y = Tensor::empty({s.n, s.out}, t);
+  ops::linear_forward(y, x, w, b);
+
+  std::vector<double> y_ref(size_t(s.n * s.out));
+  ref::linear_forward(y_ref.data(), in.x.data(), in.w.data(), bias ? in.b.data() : nullptr, s.n,
+                      s.in, s.out);
+  expect_close(values(y), y_ref, tol_for(t), "y");
+
+  Tensor dy = make({s.n, s.out}, t, in.dy);
+  Tensor dx = want_dx ? Tensor::empty({s.n, s.in}, t) : Tensor();
+  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0);
+  Tensor db = bias ? make({s.out}, DType::F32, in.db0) : Tensor();
+  ops::linear_backward(dx, dw, db, dy, x, w);
+
+  std::vector<double> dx_ref(size_t(s.n * s.in)), dw_ref = in.dw0, db_ref = in.db0;
+  ref::linear_backward(want_dx ? dx_ref.data() : nullptr, dw_ref.data(),
+                       bias ? db_ref.data() : nullptr, in.dy.data(), in.x.data(), in.w.data(), s.n,
+                       s.in, s.out);
+  if (want_dx) expect_close(values(dx), dx_ref, tol_for(t), "dx");
+  // dw and db are f32 outputs: bf16 x bf16 products are exact in fp32 and the
+  // sums run in fp32, so only accumulation order differs from the reference,
+  // whatever the input dtype. Hence the f32 tolerance for both.
+  expect_close(values(dw), dw_ref, tol_for(DType::F32), "dw");
+  if (bias) expect_close(values(db), db_ref, tol_for(DType::F32), "db");
+}
+
+const Shape3 kShapes[] = {{1, 3, 5}, {1, 64, 32}, {3, 5, 7}, {37, 129, 65}, {128, 256, 96}};
+
+TEST(Linear, MatchesReferenceF32) {
+  uint64_t seed = 1;
+  for (Shape3 s : kShapes)
+    for (bool bias : {false, true})
+      for (bool dx : {false, true}) check_against_reference(s, DType::F32, bias, dx, seed += 10);
+}
+
+TEST(Linear, MatchesReferenceBF16) {
+  uint64_t seed = 100;
+  for (Shape3 s : kShapes)
+    for (bool bias : {false, true})
+      for (bool dx : {false, true}) check_against_reference(s, DType::BF16, bias, dx, seed += 10);
+}
+
+// A bf16 layer may keep an f32 bias (oneDNN takes either).
+TEST(Linear, BF16WithF32Bias) {
+  Shape3 s{9, 17, 11};
+  Inputs in = make_inputs(s, DType::BF16, 7);
+  Tensor y = Tensor::empty({s.n, s.out}, DType::BF16);
+  ops::linear_forward(y, make({s.n, s.in}, DType::BF16, in.x),
+                      make({s.out, s.in}, DType::BF16, in.w), make({s.out}, DType::F32, in.b));
+  std::vector<double> y_ref(size_t(s.n * s.out));
+  ref::linear_forward(y_ref.data(), in.x.data(), in.w.data(), in.b.data(), s.n, s.in, s.out);
+  expect_close(values(y), y_ref, tol_for(DType::BF16), "y");
+}
+
+// Two backward calls sum into dw/db (micro-batch accumulation); dx is overwritten.
+TEST(Linear, BackwardAccumulatesAcrossCalls) {
+  Shape3 s{6, 10, 4};
+  Inputs in = make_inputs(s, DType::F32, 3);
+  Tensor x = make({s.n, s.in}, DType::F32, in.x), w = make({s.out, s.in}, DType::F32, in.w);
+  Tensor dy = make({s.n, s.out}, DType::F32, in.dy);
+  Tensor dx = make({s.n, s.in}, DType::F32, randn(size_t(s.n * s.in), 9));  // garbage to overwrite
+  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0), db = make({s.out}, DType::F32, in.db0);
+  ops::linear_backward(dx, dw, db, dy, x, w);
+  ops::linear_backward(dx, dw, db, dy, x, w);
+
+  std::vector<double> dx_ref(size_t(s.n * s.in)), dw_ref = in.dw0, db_ref = in.db0;
+  for (int rep = 0; rep < 2; ++rep)
+    ref::linear_backward(dx_ref.data(), dw_ref.data(), db_ref.data(), in.dy.data(), in.x.data(),
+                         in.w.data(), s.n, s.in, s.out);
+  expect_close(values(dx), dx_ref, tol_for(DType::F32), "dx");
+  expect_close(values(dw), dw_ref, tol_for(DType::F32), "dw");
+  expect_close(values(db), db_ref, tol_for(DType::F32), "db");
+}
+
+// [B,T,C] activations and narrow0 views (micro-batch slices) are dense rows too.
+TEST(Linear, AcceptsBatchedShapesAndRowViews) {
+  const int64_t B = 3, T = 5, in = 8, out = 6;
+  std::vector<double> xv = randn(size_t(B * T * in), 11), wv = randn(size_t(out * in), 12);
+  Tensor x = make({B, T, in}, DType::F32, xv), w = make({out, in}, DType::F32, wv);
+  Tensor y = Tensor::empty({B, T, out}, DType::F32);
+  ops::linear_forward(y, x, w, Tensor());
+  std::vector<double> y_ref(size_t(B * T * out));
+  ref::linear_forward(y_ref.data(), xv.data(), wv.data(), (const double*)nullptr, B * T, in, out);
+  expect_close(values(y), y_ref, tol_for(DType::F32), "y");
+
+  // Batch row 1 only: rows [T, 2T) of the flattened problem.
+  Tensor y1 = Tensor::zeros({B, T, out}, DType::F32);
+  ops::linear_forward(y1.narrow0(1, 1), x.narrow0(1, 1), w, Tensor());
+  std::vector<double> got = values(y1);
+  for (int64_t i = 0; i < B * T * out; ++i) {
+    double want = (i >= T * out && i < 2 * T * out) ? y_ref[size_t(i)] : 0.0;
+    EXPECT_NEAR(got[size_t(i)], want, 1e-5 + 1e-4 * std::fabs(want)) << i;
+  }
+}
+
+TEST(Linear, RejectsMismatchedShapesAndDtypes) {
+  Tensor x = Tensor::zeros({4, 8}, DType::F32), w = Tensor::zeros({6, 8}, DType::F32);
+  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 5}, DType::F32), x, w, Tensor()),
+               InternalError);
+  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 6}, DType::BF16), x, w, Tensor()),
+               InternalError);
+  EXPECT_THROW(
+      ops::linear_forward(Tensor::empty({4, 6}, DType::F32), x, w, Tensor::zeros({5}, DType::F32)),
+      InternalError);
+  Tensor dy = Tensor::zeros({4, 6}, DType::F32);
+  EXPECT_THROW(
+      ops::linear_backward(Tensor(), Tensor::zeros({6, 8}, DType::BF16), Tensor(), dy, x, w),
+      InternalError);
+}
+
+// After a first "step" over a set of shapes, repeating it creates no primitives.
+TEST(Linear, PrimitivesAreCachedAfterFirstStep) {
+  auto step = [] {
+    for (DType t : {DType::F32, DType::BF16}) {
+      Tensor x = Tensor::zeros({16, 24}, t), w = Tensor::zeros({40, 24}, t);
+      Tensor y = Tensor::empty({16, 40}, t), dx = Tensor::empty({16, 24}, t);
+      Tensor dw = Tensor::zeros({40, 24}, DType::F32), db = Tensor::zeros({40}, DType::F32);
+      ops::linear_forward(y, x, w, Tensor::zeros({40}, t));
+      ops::linear_backward(dx, dw, db, y, x, w);
+    }
+  };
+  step();
+  size_t after_first = ops::cpu::dnnl_matmul_cache_size();
+  step();
+  step();
+  EXPECT_EQ(ops::cpu::dnnl_matmul_cache_size(), after_first);
+}
+
+// The bias gradient is bitwise identical for any thread count.
+TEST(Linear, BiasGradientIsDeterministicAcrossThreadCounts) {
+  const int64_t n = 1000, in = 4, out = 300;
+  Tensor x = Tensor::zeros({n, in}, DType::F32), w = Tensor::zeros({out, in}, DType::F32);
+  Tensor dy = make({n, out}, DType::F32, randn(size_t(n * out), 21));
+  const int saved = num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor dw = Tensor::zeros({out, in}, DType::F32), db = Tensor::zeros({out}, DType::F32);
+    ops::linear_backward(Tensor(), dw, db, dy, x, w);
+    results.emplace_back(db.data<float>(), db.data<float>() + out);
+  }
+  set_num_threads(saved);
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), size_t(out) * 4), 0);
+}
+
+// The reference backward is the derivative of the reference forward:
+// L = sum(y * dy) has dL/dx = dx, dL/dw = dw, dL/db = db.
+TEST(LinearRef, BackwardMatchesFiniteDifferences) {
+  const int64_t n = 4, in = 7, out = 5;
+  std::vector<double> x = randn(size_t(n * in), 31), w = randn(size_t(out * in), 32),
+                      b = randn(size_t(out), 33), dy = randn(size_t(n * out), 34);
+  auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww,
+                  const std::vector<double>& bb) {
+    std::vector<double> y(size_t(n * out));
+    ref::linear_forward(y.data(), xx.data(), ww.data(), bb.data(), n, in, out);
+    double l = 0;
+    for (size_t i = 0; i < y.size(); ++i) l += y[i] * dy[i];
+    return l;
+  };
+  std::vector<double> dx(size_t(n * in)), dw(size_t(out * in), 0.0), db(size_t(out), 0.0);
+  ref::linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
+  test::check_grad_fd([&](const std::vector<double>& v) { return loss(v, w, b); }, x, dx, "dx");
+  test::check_grad_fd([&](const std::vector<double>& v) { return loss(x, v, b); }, w, dw, "dw");
+  test::check_grad_fd([&](const std::vector<double>& v) { return loss(x, w, v); }, b, db, "db");
+}
+
+}  // namespace
+}  // namespace nk
