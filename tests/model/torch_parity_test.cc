@@ -57,8 +57,11 @@ void run_parity(const ModelConfig& cfg, const std::string& name) {
 
   std::vector<std::pair<std::string, Tensor>> out = {{"logits", logits},
                                                      {"loss", f32_tensor({loss})}};
-  for (const ParamInfo& p : model.layout().params())
-    out.emplace_back("grad." + p.name, ParamLayout::view(model.grads(), p));
+  for (const ParamInfo& p : model.layout().params()) {
+    Tensor g = Tensor::empty(p.shape, DType::F32);  // a copy: the steps below reuse grads()
+    ops::convert(g, ParamLayout::view(model.grads(), p));
+    out.emplace_back("grad." + p.name, g);
+  }
 
   AdamWConfig oc;
   oc.weight_decay = 0.1;
