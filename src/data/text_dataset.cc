@@ -133,7 +133,8 @@ std::string read_prefix(const std::string& path, int64_t max_bytes) {
 
 }  // namespace
 
-TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_t max_bytes) {
+TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_t max_bytes,
+                            bool replace_invalid) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     fail("corpus '{}': val_fraction must be in [0, 1), got {}", path, val_fraction);
   if (max_bytes < 0) fail("corpus '{}': max_bytes must be >= 0, got {}", path, max_bytes);
@@ -141,11 +142,27 @@ TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_
       is_gzip_name(path) ? read_gzip_prefix(path, max_bytes) : read_prefix(path, max_bytes);
   if (text.empty()) fail("corpus '{}' is empty", path);
   int64_t bad = find_invalid_utf8(text);
-  if (bad >= 0) fail("{}: invalid UTF-8 at byte offset {}", path, bad);
+  TextCorpus c;
+  if (bad >= 0 && !replace_invalid)
+    fail("{}: invalid UTF-8 at byte offset {}", path, bad);
+  if (bad >= 0) {
+    std::string fixed;
+    fixed.reserve(text.size());
+    size_t done = 0;
+    while (bad >= 0) {
+      fixed.append(text, done, size_t(bad) - done);
+      fixed += "\xEF\xBF\xBD";  // U+FFFD
+      done = size_t(bad) + 1;
+      ++c.replaced;
+      int64_t next = find_invalid_utf8(std::string_view(text).substr(done));
+      bad = next < 0 ? -1 : int64_t(done) + next;
+    }
+    fixed.append(text, done, std::string::npos);
+    text.swap(fixed);
+  }
 
   std::vector<int32_t> ids = ByteTokenizer().encode(text);
   size_t n_val = size_t(double(ids.size()) * val_fraction);
-  TextCorpus c;
   c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
   ids.resize(ids.size() - n_val);
   c.train = std::move(ids);

@@ -20,7 +20,11 @@ struct TextCorpus {
   // max_bytes: 0 reads the whole file; otherwise only the first max_bytes, cut
   // back to a UTF-8 character boundary. nk::Error naming the file for a missing,
   // unreadable or empty file and for invalid UTF-8 (with its byte offset).
-  static TextCorpus load(const std::string& path, double val_fraction, int64_t max_bytes);
+  // With replace_invalid, each invalid byte becomes U+FFFD instead (counted in
+  // `replaced`), as Python's errors="replace" does for real-world text.
+  static TextCorpus load(const std::string& path, double val_fraction, int64_t max_bytes,
+                         bool replace_invalid = false);
+  int64_t replaced = 0;
 };
 
 // Deterministic random windows: sample i of a run with seed s starts at

@@ -8,6 +8,8 @@ ConfigSchema train_schema() {
   s.add_string("data.path", "", "UTF-8 text file (optionally .gz/.dz) to train on, byte-level tokens");
   s.add_float("data.val_fraction", 0.05, "last fraction of the tokens held out for validation");
   s.add_int("data.max_bytes", 0, "read at most this many bytes of the corpus (0 = all)");
+  s.add_string("data.invalid_utf8", "error",
+               "invalid UTF-8 in the corpus: error, or replace (with U+FFFD)");
   s.add_string("train.dtype", "bf16", "compute precision: bf16 (fp32 master weights) or f32");
   s.add_int("train.micro_batch", 8, "sequences per forward/backward pass");
   s.add_int("train.seq_len", 256, "tokens per sequence");
@@ -42,6 +44,10 @@ TrainConfig train_config_from(const Config& c) {
   t.data_path = c.get_string("data.path");
   t.val_fraction = c.get_float("data.val_fraction");
   t.max_bytes = c.get_int("data.max_bytes");
+  std::string bad_utf8 = c.get_string("data.invalid_utf8");
+  if (bad_utf8 != "error" && bad_utf8 != "replace")
+    fail("data.invalid_utf8: expected error or replace, got '{}'", bad_utf8);
+  t.replace_invalid_utf8 = bad_utf8 == "replace";
   t.micro_batch = c.get_int("train.micro_batch");
   t.seq_len = c.get_int("train.seq_len");
   t.global_batch = c.get_int("train.global_batch");

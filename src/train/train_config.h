@@ -15,6 +15,7 @@ struct TrainConfig {
   std::string data_path;
   double val_fraction = 0.05;
   int64_t max_bytes = 0;
+  bool replace_invalid_utf8 = false;
   int64_t micro_batch = 8, seq_len = 256, global_batch = 8;
   int64_t steps = 100;
   LrSchedule lr;

@@ -48,5 +48,17 @@ TEST(GzipCorpus, CorruptGzipNamesTheFile) {
   EXPECT_THROW(TextCorpus::load((dir() / "missing.gz").string(), 0.0, 0), Error);
 }
 
+TEST(TextCorpusReplace, InvalidBytesBecomeReplacementCharacter) {
+  fs::path p = dir() / "cp1252.txt";
+  std::ofstream(p, std::ios::binary) << "it\x92s ok \xff";
+  EXPECT_THROW(TextCorpus::load(p.string(), 0.0, 0), Error);
+  TextCorpus c = TextCorpus::load(p.string(), 0.0, 0, /*replace_invalid=*/true);
+  EXPECT_EQ(c.replaced, 2);
+  std::string want = "it\xEF\xBF\xBDs ok \xEF\xBF\xBD";
+  ASSERT_EQ(c.train.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(c.train[i], int32_t(static_cast<unsigned char>(want[i])));
+}
+
 }  // namespace
 }  // namespace nk
