@@ -47,8 +47,7 @@ CommandArgs parse_args(int argc, char** argv) {
     } else if (s.rfind("--config=", 0) == 0) {
       a.config_path = s.substr(9);
     } else if (s.rfind("--", 0) == 0) {
-      fail("unknown option '{}' (options are --config FILE and --help; settings are key=value)",
-           s);
+      fail("unknown option '{}' (options are --config FILE and --help; settings are key=value)", s);
     } else if (s.find('=') == std::string::npos) {
       fail("argument '{}' is not a key=value setting", s);
     } else {

@@ -1,3 +1,5 @@
 #include "apps/cli.h"
 
-int main(int argc, char** argv) { return nk::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  return nk::run_cli(argc, argv);
+}

@@ -6,7 +6,9 @@
 
 namespace nk {
 
-const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+const char* device_name(Device d) {
+  return d == Device::CPU ? "cpu" : "cuda";
+}
 
 Allocator& Allocator::get(Device d) {
   static Allocator cpu;

@@ -6,26 +6,40 @@ namespace nk {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::F16:
+      return 2;
+    case DType::F64:
+      return 8;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
   }
   NK_CHECK(false, "bad dtype {}", int(t));
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::F64: return "f64";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::F64:
+      return "f64";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+    case DType::U8:
+      return "u8";
   }
   return "?";
 }

@@ -41,33 +41,59 @@ float f16_to_f32(f16 v);
 f16 f32_to_f16(float f);
 
 // Generic load/store used by kernels templated on the storage type.
-inline float to_f32(float v) { return v; }
-inline float to_f32(bf16 v) { return bf16_to_f32(v); }
-inline float to_f32(f16 v) { return f16_to_f32(v); }
+inline float to_f32(float v) {
+  return v;
+}
+inline float to_f32(bf16 v) {
+  return bf16_to_f32(v);
+}
+inline float to_f32(f16 v) {
+  return f16_to_f32(v);
+}
 template <typename T>
 inline T from_f32(float v);
 template <>
-inline float from_f32<float>(float v) { return v; }
+inline float from_f32<float>(float v) {
+  return v;
+}
 template <>
-inline bf16 from_f32<bf16>(float v) { return f32_to_bf16(v); }
+inline bf16 from_f32<bf16>(float v) {
+  return f32_to_bf16(v);
+}
 template <>
-inline f16 from_f32<f16>(float v) { return f32_to_f16(v); }
+inline f16 from_f32<f16>(float v) {
+  return f32_to_f16(v);
+}
 
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::F32; }
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
 template <>
-constexpr DType dtype_of<bf16>() { return DType::BF16; }
+constexpr DType dtype_of<bf16>() {
+  return DType::BF16;
+}
 template <>
-constexpr DType dtype_of<f16>() { return DType::F16; }
+constexpr DType dtype_of<f16>() {
+  return DType::F16;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::F64; }
+constexpr DType dtype_of<double>() {
+  return DType::F64;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::I32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::I32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::I64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::I64;
+}
 template <>
-constexpr DType dtype_of<uint8_t>() { return DType::U8; }
+constexpr DType dtype_of<uint8_t>() {
+  return DType::U8;
+}
 
 }  // namespace nk

@@ -6,9 +6,13 @@
 
 namespace nk {
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 
-void set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
+void set_num_threads(int n) {
+  omp_set_num_threads(n > 0 ? n : omp_get_num_procs());
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;

@@ -16,7 +16,7 @@ class Rng {
     return z ^ (z >> 31);
   }
   double uniform() { return double(next_u64() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
-  double normal() {  // Box-Muller
+  double normal() {                                                                   // Box-Muller
     double u1 = uniform(), u2 = uniform();
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

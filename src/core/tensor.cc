@@ -6,7 +6,9 @@
 
 namespace nk {
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -68,9 +70,13 @@ int64_t Tensor::dim(int i) const {
   return shape_[i];
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+bool Tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_);
+}
 
-std::string Tensor::desc() const { return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_)); }
+std::string Tensor::desc() const {
+  return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_));
+}
 
 Tensor Tensor::view(const Shape& shape) const {
   NK_CHECK(is_contiguous(), "view of non-contiguous {}", desc());

@@ -36,8 +36,7 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
   // A view of memory Nekton does not own (the caller keeps it alive).
-  static Tensor from_blob(void* data, const Shape& shape, DType dtype,
-                          Device device = Device::CPU);
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::CPU);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

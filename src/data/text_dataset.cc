@@ -143,8 +143,7 @@ TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_
   if (text.empty()) fail("corpus '{}' is empty", path);
   int64_t bad = find_invalid_utf8(text);
   TextCorpus c;
-  if (bad >= 0 && !replace_invalid)
-    fail("{}: invalid UTF-8 at byte offset {}", path, bad);
+  if (bad >= 0 && !replace_invalid) fail("{}: invalid UTF-8 at byte offset {}", path, bad);
   if (bad >= 0) {
     std::string fixed;
     fixed.reserve(text.size());

@@ -9,8 +9,8 @@ std::vector<int32_t> generate(Transformer& model, const std::vector<int32_t>& pr
   const ModelConfig& c = model.config();
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= c.vocab_size)
-      fail("generate: prompt token {} at position {} is outside the vocabulary of {}", prompt[i],
-           i, c.vocab_size);
+      fail("generate: prompt token {} at position {} is outside the vocabulary of {}", prompt[i], i,
+           c.vocab_size);
   std::vector<int32_t> ctx = prompt, out;
   Tensor logits = Tensor::empty({1, c.vocab_size}, DType::F32);
   std::vector<float> host(size_t(c.vocab_size));

@@ -23,7 +23,8 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
   if (n_head % n_kv_head)
     fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
-  if (is_llama() && head_dim() % 2) fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
+  if (is_llama() && head_dim() % 2)
+    fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
   if (!is_llama() && n_kv_head != n_head)
     fail("{}n_kv_head: gpt2 uses multi-head attention (n_kv_head must equal n_head)", p);
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
@@ -59,7 +60,8 @@ static const std::map<std::string, ModelConfig>& presets() {
     tiny.vocab_size = 257;
     tiny.max_seq_len = 256;
     r["gpt-tiny"] = tiny;
-    auto llama = [](int64_t L, int64_t H, int64_t KV, int64_t C, int64_t F, int64_t V, double theta) {
+    auto llama = [](int64_t L, int64_t H, int64_t KV, int64_t C, int64_t F, int64_t V,
+                    double theta) {
       ModelConfig c;
       c.arch = "llama";
       c.n_layer = L;

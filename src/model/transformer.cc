@@ -10,7 +10,9 @@ namespace {
 
 // Parameter names follow Hugging Face's GPT-2 / Llama module paths loosely;
 // ckpt/ maps them to exact HF names.
-std::string L(int64_t l, const char* name) { return fmt::format("h.{}.{}", l, name); }
+std::string L(int64_t l, const char* name) {
+  return fmt::format("h.{}.{}", l, name);
+}
 
 ParamLayout make_layout(const ModelConfig& c) {
   ParamLayout p;
@@ -73,10 +75,14 @@ void Transformer::sync_compute_params() {
   if (compute_params_.raw() != params_.raw()) ops::convert(compute_params_, params_);
 }
 
-void Transformer::zero_grads() { ops::fill(grads_, 0.f); }
+void Transformer::zero_grads() {
+  ops::fill(grads_, 0.f);
+}
 
 void Transformer::bind_views() {
-  auto w = [&](const std::string& n) { return ParamLayout::view(compute_params_, layout_.find(n)); };
+  auto w = [&](const std::string& n) {
+    return ParamLayout::view(compute_params_, layout_.find(n));
+  };
   auto g = [&](const std::string& n) { return ParamLayout::view(grads_, layout_.find(n)); };
   auto maybe = [&](const std::string& n, bool grad) {
     if (!layout_.has(n)) return Tensor();
@@ -203,8 +209,8 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
     Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
     head_.forward(logits, xr);
     if (backward) {
-      ops::cross_entropy_forward_backward(a.losses.narrow0(r, n), logits, logits,
-                                          tg.narrow0(r, n), kIgnoreIndex, row_scale);
+      ops::cross_entropy_forward_backward(a.losses.narrow0(r, n), logits, logits, tg.narrow0(r, n),
+                                          kIgnoreIndex, row_scale);
       head_.backward(dx.narrow0(r, n), logits, xr);
     } else {
       ops::cross_entropy_forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), kIgnoreIndex);

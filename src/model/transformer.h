@@ -86,10 +86,10 @@ class Activations {
   std::vector<Tensor> res;  // residual stream entering layer l; res[L] is the output
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf;
-  Tensor tmp;          // [B, T, C] block outputs before the residual add
-  Tensor logits;       // [chunk, V] one row-chunk of logits / dlogits
-  Tensor losses;       // f32 [B*T]
-  Tensor dres, dln;    // [B, T, C]
+  Tensor tmp;        // [B, T, C] block outputs before the residual add
+  Tensor logits;     // [chunk, V] one row-chunk of logits / dlogits
+  Tensor losses;     // f32 [B*T]
+  Tensor dres, dln;  // [B, T, C]
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;
   std::vector<float> host_losses;

@@ -7,7 +7,9 @@
 namespace nk::nn {
 
 // [.., X] -> [rows, X]: linear layers see activations as 2-d row blocks.
-inline Tensor rows(const Tensor& t) { return t.view({-1, t.dim(-1)}); }
+inline Tensor rows(const Tensor& t) {
+  return t.view({-1, t.dim(-1)});
+}
 
 struct Linear {
   Tensor w, b;    // compute dtype: [out, in], [out] (b may be undefined)

@@ -93,8 +93,7 @@ void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& ta
 // Fused forward + backward: losses as above and dlogits = (softmax - onehot) *
 // grad_scale (0 rows for ignored targets). dlogits may alias logits.
 void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
-                                    const Tensor& targets, int64_t ignore_index,
-                                    float grad_scale);
+                                    const Tensor& targets, int64_t ignore_index, float grad_scale);
 
 // Raw byte copy of a host buffer of dst.nbytes() bytes into dst (any dtype).
 void copy_bytes_from_host(Tensor dst, const void* src);

@@ -14,8 +14,8 @@ void AdamW::step(double lr, float grad_scale) {
   bool copy = model_.compute_params().raw() != model_.params().raw();
   auto run = [&](int64_t begin, int64_t end, double wd) {
     if (end <= begin) return;
-    ops::AdamWParams p{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps),
-                       float(wd), step_, grad_scale};
+    ops::AdamWParams p{float(lr), float(cfg_.beta1), float(cfg_.beta2), float(cfg_.eps), float(wd),
+                       step_,     grad_scale};
     auto part = [&](const Tensor& t) { return t.narrow0(begin, end - begin); };
     ops::adamw_step(part(model_.params()), part(model_.grads()), part(m_), part(v_), p,
                     copy ? part(model_.compute_params()) : Tensor());

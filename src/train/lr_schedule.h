@@ -11,7 +11,8 @@ struct LrSchedule {
 
   // step is 0-based: the rate used for the update of step `step`.
   double at(int64_t step) const {
-    if (warmup_steps > 0 && step < warmup_steps) return lr * double(step + 1) / double(warmup_steps);
+    if (warmup_steps > 0 && step < warmup_steps)
+      return lr * double(step + 1) / double(warmup_steps);
     if (step >= decay_steps) return min_lr;
     double span = double(decay_steps - warmup_steps);
     double progress = span > 0 ? double(step - warmup_steps) / span : 1.0;

@@ -5,7 +5,8 @@ namespace nk {
 ConfigSchema train_schema() {
   ConfigSchema s;
   add_model_keys(s);
-  s.add_string("data.path", "", "UTF-8 text file (optionally .gz/.dz) to train on, byte-level tokens");
+  s.add_string("data.path", "",
+               "UTF-8 text file (optionally .gz/.dz) to train on, byte-level tokens");
   s.add_float("data.val_fraction", 0.05, "last fraction of the tokens held out for validation");
   s.add_int("data.max_bytes", 0, "read at most this many bytes of the corpus (0 = all)");
   s.add_string("data.invalid_utf8", "error",

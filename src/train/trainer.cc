@@ -65,12 +65,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::filesystem::create_directories(cfg_.out_dir);
   MetricsWriter metrics(cfg_.metrics_file);
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
-  NK_INFO("model {} ({}): {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
-          cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
-          dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
-  NK_INFO("data {}: {} train / {} val tokens; {} x {} tokens per micro-batch, {} micro-batches "
-          "per step",
-          cfg_.data_path, corpus_.train.size(), corpus_.val.size(), B, T, accum);
+  NK_INFO("model {} ({}): {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}", cfg_.model.arch,
+          cfg_.model.n_layer, double(model_->layout().count()) / 1e6, dtype_name(cfg_.dtype),
+          peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
+  NK_INFO(
+      "data {}: {} train / {} val tokens; {} x {} tokens per micro-batch, {} micro-batches "
+      "per step",
+      cfg_.data_path, corpus_.train.size(), corpus_.val.size(), B, T, accum);
 
   Activations acts(cfg_.model, cfg_.dtype, B, T, true);
   AdamW opt(*model_, cfg_.adamw);
@@ -113,10 +114,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step) * double(cfg_.steps - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
-      fmt::print("step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
-                 "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
-                 s.step, cfg_.steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s,
-                 100 * s.mfu, s.step_ms, double(s.peak_bytes) / 1048576.0, eta);
+      fmt::print(
+          "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
+          "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
+          s.step, cfg_.steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
+          s.step_ms, double(s.peak_bytes) / 1048576.0, eta);
       std::fflush(stdout);
     }
     metrics.write({{"step", double(s.step)},

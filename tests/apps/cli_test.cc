@@ -36,7 +36,9 @@ fs::path tmp(const std::string& name) {
   return d;
 }
 
-void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+void write(const fs::path& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary) << s;
+}
 
 std::string corpus(const fs::path& dir) {
   std::string text;
@@ -81,7 +83,8 @@ void expect_clean_failure(const std::string& args, const fs::path& out,
                           const std::vector<std::string>& needles) {
   Result r = run(args);
   EXPECT_EQ(r.code, 1) << r.out;
-  for (auto& n : needles) EXPECT_NE(r.out.find(n), std::string::npos) << "'" << n << "' in: " << r.out;
+  for (auto& n : needles)
+    EXPECT_NE(r.out.find(n), std::string::npos) << "'" << n << "' in: " << r.out;
   EXPECT_FALSE(fs::exists(out)) << "partial output left at " << out;
 }
 
@@ -96,14 +99,15 @@ TEST(Cli, BadInputsFailCleanly) {
   expect_clean_failure(base + "--config " + (d / "bad.yaml").string() + " data.path=" + data, out,
                        {"bad.yaml"});
   write(d / "typo.yaml", "train:\n  lr: 0.001\n  micro_bach: 4\n");
-  expect_clean_failure(base + "--config " + (d / "typo.yaml").string() + " data.path=" + data,
-                       out, {"typo.yaml:3", "train.micro_bach", "train.micro_batch"});
+  expect_clean_failure(base + "--config " + (d / "typo.yaml").string() + " data.path=" + data, out,
+                       {"typo.yaml:3", "train.micro_bach", "train.micro_batch"});
   expect_clean_failure(base + "data.path=" + data + " train.lr=fast", out, {"train.lr", "fast"});
   expect_clean_failure(base + "data.path=" + data + " model.n_head=3", out,
                        {"model.n_head", "d_model"});
   expect_clean_failure(base + "data.path=" + (d / "nope.txt").string(), out, {"nope.txt"});
   write(d / "empty.txt", "");
-  expect_clean_failure(base + "data.path=" + (d / "empty.txt").string(), out, {"empty.txt", "empty"});
+  expect_clean_failure(base + "data.path=" + (d / "empty.txt").string(), out,
+                       {"empty.txt", "empty"});
   write(d / "latin1.txt", std::string("caf\xe9 au lait, ") + std::string(200, 'x'));
   expect_clean_failure(base + "data.path=" + (d / "latin1.txt").string(), out,
                        {"latin1.txt", "UTF-8", "3"});

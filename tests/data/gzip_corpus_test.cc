@@ -19,7 +19,8 @@ fs::path dir() {
 
 TEST(GzipCorpus, ReadsGzAndDzLikePlainText) {
   std::string text;
-  for (int i = 0; i < 2000; ++i) text += "Gr\xc3\xbc\xc3\x9f Gott, line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 2000; ++i)
+    text += "Gr\xc3\xbc\xc3\x9f Gott, line " + std::to_string(i) + "\n";
   for (const char* name : {"c.txt.gz", "c.dict.dz"}) {
     fs::path p = dir() / name;
     gzFile f = gzopen(p.c_str(), "wb");

@@ -47,7 +47,8 @@ void run_parity(const ModelConfig& cfg, const std::string& name) {
   for (auto& t : tgt) t = int32_t(rng.below(uint64_t(cfg.vocab_size)));
   tgt[3] = tgt[20] = int32_t(Transformer::kIgnoreIndex);  // ignored positions
   Tensor tokens = i32_tensor({B, T}, tok), targets = i32_tensor({B, T}, tgt);
-  save_safetensors((dir / "batch.safetensors").string(), {{"tokens", tokens}, {"targets", targets}});
+  save_safetensors((dir / "batch.safetensors").string(),
+                   {{"tokens", tokens}, {"targets", targets}});
 
   Activations acts(cfg, DType::F32, B, T, true);
   Tensor logits = Tensor::empty({B * T, cfg.vocab_size}, DType::F32);

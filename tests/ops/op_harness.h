@@ -26,12 +26,23 @@ inline Tensor make(const Shape& shape, DType dtype, const std::vector<double>& v
   NK_CHECK(size_t(t.numel()) == v.size(), "make: {} values for {}", v.size(), t.desc());
   for (size_t i = 0; i < v.size(); ++i) {
     switch (dtype) {
-      case DType::F32: t.data<float>()[i] = float(v[i]); break;
-      case DType::BF16: t.data<bf16>()[i] = f32_to_bf16(float(v[i])); break;
-      case DType::F16: t.data<f16>()[i] = f32_to_f16(float(v[i])); break;
-      case DType::F64: t.data<double>()[i] = v[i]; break;
-      case DType::I32: t.data<int32_t>()[i] = int32_t(v[i]); break;
-      default: NK_CHECK(false, "make: dtype {}", dtype_name(dtype));
+      case DType::F32:
+        t.data<float>()[i] = float(v[i]);
+        break;
+      case DType::BF16:
+        t.data<bf16>()[i] = f32_to_bf16(float(v[i]));
+        break;
+      case DType::F16:
+        t.data<f16>()[i] = f32_to_f16(float(v[i]));
+        break;
+      case DType::F64:
+        t.data<double>()[i] = v[i];
+        break;
+      case DType::I32:
+        t.data<int32_t>()[i] = int32_t(v[i]);
+        break;
+      default:
+        NK_CHECK(false, "make: dtype {}", dtype_name(dtype));
     }
   }
   return t;
@@ -41,12 +52,23 @@ inline std::vector<double> values(const Tensor& t) {
   std::vector<double> v(t.numel());
   for (size_t i = 0; i < v.size(); ++i) {
     switch (t.dtype()) {
-      case DType::F32: v[i] = t.data<float>()[i]; break;
-      case DType::BF16: v[i] = bf16_to_f32(t.data<bf16>()[i]); break;
-      case DType::F16: v[i] = f16_to_f32(t.data<f16>()[i]); break;
-      case DType::F64: v[i] = t.data<double>()[i]; break;
-      case DType::I32: v[i] = t.data<int32_t>()[i]; break;
-      default: NK_CHECK(false, "values: dtype {}", dtype_name(t.dtype()));
+      case DType::F32:
+        v[i] = t.data<float>()[i];
+        break;
+      case DType::BF16:
+        v[i] = bf16_to_f32(t.data<bf16>()[i]);
+        break;
+      case DType::F16:
+        v[i] = f16_to_f32(t.data<f16>()[i]);
+        break;
+      case DType::F64:
+        v[i] = t.data<double>()[i];
+        break;
+      case DType::I32:
+        v[i] = t.data<int32_t>()[i];
+        break;
+      default:
+        NK_CHECK(false, "values: dtype {}", dtype_name(t.dtype()));
     }
   }
   return v;
@@ -65,10 +87,14 @@ struct Tol {
 };
 inline Tol tol_for(DType t) {
   switch (t) {
-    case DType::F32: return {1e-4, 1e-5};
-    case DType::BF16: return {2e-2, 2e-2};
-    case DType::F16: return {4e-3, 4e-3};
-    default: return {1e-12, 1e-12};
+    case DType::F32:
+      return {1e-4, 1e-5};
+    case DType::BF16:
+      return {2e-2, 2e-2};
+    case DType::F16:
+      return {4e-3, 4e-3};
+    default:
+      return {1e-12, 1e-12};
   }
 }
 

@@ -8,7 +8,7 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   LrSchedule s{1.0, 0.1, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(0), 0.1);  // (step + 1) / warmup
   EXPECT_DOUBLE_EQ(s.at(9), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(10), 1.0);  // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);     // cosine starts at the peak
   EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway: (max + min) / 2
   EXPECT_DOUBLE_EQ(s.at(110), 0.1);
   EXPECT_DOUBLE_EQ(s.at(500), 0.1);

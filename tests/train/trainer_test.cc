@@ -25,13 +25,13 @@ std::string corpus_path() {
 
 TrainConfig tiny(const std::string& out, DType dt, const std::string& preset = "gpt-tiny") {
   ConfigSchema s = train_schema();
-  Config c = Config::load(s, "",
-                          {"model.preset=" + preset, "model.n_layer=2", "model.d_model=64",
-                           "model.n_head=4", "model.d_ff=128", "data.path=" + corpus_path(),
-                           "train.micro_batch=4", "train.seq_len=32", "train.global_batch=8",
-                           "train.steps=12", "train.lr=3e-3", "train.warmup_steps=2",
-                           "train.val_every=6", "train.log_every=100", "train.peak_tflops=1",
-                           "train.out_dir=" + out, std::string("train.dtype=") + dtype_name(dt)});
+  Config c = Config::load(
+      s, "",
+      {"model.preset=" + preset, "model.n_layer=2", "model.d_model=64", "model.n_head=4",
+       "model.d_ff=128", "data.path=" + corpus_path(), "train.micro_batch=4", "train.seq_len=32",
+       "train.global_batch=8", "train.steps=12", "train.lr=3e-3", "train.warmup_steps=2",
+       "train.val_every=6", "train.log_every=100", "train.peak_tflops=1", "train.out_dir=" + out,
+       std::string("train.dtype=") + dtype_name(dt)});
   if (preset == "llama-tiny") c.set("model.n_kv_head", "2", "test");
   return train_config_from(c);
 }
