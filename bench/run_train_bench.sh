@@ -24,6 +24,6 @@ PY
 done
 for dt in bf16 fp32; do
   echo "== torch $dt"
-  /usr/bin/python3 bench/torch_gpt2_bench.py --dtype $dt --steps $PT_STEPS --warmup 1 | tail -n 2
+  /usr/bin/python3 bench/torch_gpt2_bench.py --dtype $dt --steps $PT_STEPS --warmup 1 --threads "$(nproc)" | tail -n 2
 done
 rm -rf "$out"

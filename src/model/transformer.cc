@@ -163,7 +163,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   rstdf = stat();
   tmp = act(C);
   // Logits are produced in row chunks so that [B*T, V] never exists at once.
-  chunk = std::min<int64_t>(B * T, std::max<int64_t>(64, (int64_t(1) << 22) / c.vocab_size));
+  // Chunks hold at most ~32M logits (64 MiB in bf16) and are equal-sized, so
+  // the head's products keep a large M and K (the dW product sums over rows).
+  int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / c.vocab_size);
+  int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
+  chunk = (B * T + n_chunks - 1) / n_chunks;
   logits = Tensor::empty({chunk, c.vocab_size}, dt);
   losses = Tensor::empty({B * T}, DType::F32);
   host_losses.resize(size_t(B * T));

@@ -24,7 +24,7 @@ double measure_gemm_peak(DType dtype) {
   Tensor c = Tensor::empty({n, n}, dtype);
   ops::linear_forward(c, a, b, Tensor());  // warm-up: primitive creation
   double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 8; ++i) {
     auto t0 = Clock::now();
     ops::linear_forward(c, a, b, Tensor());
     best = std::min(best, seconds_since(t0));
@@ -65,7 +65,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::filesystem::create_directories(cfg_.out_dir);
   MetricsWriter metrics(cfg_.metrics_file);
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
-  NK_INFO("model {} ({}): {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}", cfg_.model.arch,
+  NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}", cfg_.model.arch,
           cfg_.model.n_layer, double(model_->layout().count()) / 1e6, dtype_name(cfg_.dtype),
           peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
   NK_INFO(

@@ -18,11 +18,7 @@ using test::tol_for;
 using test::values;
 using Vec = std::vector<double>;
 
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+using test::dot;
 
 TEST(ActivationRef, GeluBackwardMatchesFiniteDifferences) {
   const int64_t n = 50;

@@ -74,6 +74,12 @@ inline std::vector<double> values(const Tensor& t) {
   return v;
 }
 
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
 // Round values as storing them in `dtype` would (inputs the fast op sees).
 inline std::vector<double> rounded(const std::vector<double>& v, DType dtype) {
   return values(make({int64_t(v.size())}, dtype, v));
