@@ -65,9 +65,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::filesystem::create_directories(cfg_.out_dir);
   MetricsWriter metrics(cfg_.metrics_file);
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
-  NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}", cfg_.model.arch,
-          cfg_.model.n_layer, double(model_->layout().count()) / 1e6, dtype_name(cfg_.dtype),
-          peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
+  NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
+          cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
+          dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
   NK_INFO(
       "data {}: {} train / {} val tokens; {} x {} tokens per micro-batch, {} micro-batches "
       "per step",
