@@ -26,7 +26,6 @@ ConfigSchema generate_schema() {
 
 }  // namespace
 
-// Streams the continuation of `prompt` to stdout.
 void print_sample(Transformer& model, const std::string& prompt, int64_t max_tokens,
                   const SamplingConfig& sc) {
   ByteTokenizer tok;

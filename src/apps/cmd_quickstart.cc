@@ -6,9 +6,6 @@
 
 namespace nk {
 
-void print_sample(Transformer& model, const std::string& prompt, int64_t max_tokens,
-                  const SamplingConfig& sc);
-
 // The quickstart recipe: a 4-layer GPT over bytes of the GCIDE dictionary
 // (Debian's dict-gcide, installed by the set-up), about two minutes on two
 // cores. The same settings are configs/quickstart.yaml for `nekton train`.

@@ -3,6 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "infer/sampler.h"
+#include "model/transformer.h"
+
 namespace nk {
 
 struct CommandArgs {
@@ -10,6 +13,10 @@ struct CommandArgs {
   std::vector<std::string> overrides;  // key.sub=value, in order
   bool help = false;
 };
+
+// Streams the continuation of `prompt` (byte tokens) to stdout.
+void print_sample(Transformer& model, const std::string& prompt, int64_t max_tokens,
+                  const SamplingConfig& sc);
 
 int cmd_train(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
