@@ -4,14 +4,20 @@
 set -euo pipefail
 pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
       libyaml-cpp-dev nlohmann-json3-dev libfmt-dev zlib1g-dev python3-torch python3-numpy
-      dict-gcide clang-format)
+      dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
+      libzstd-dev zstd libsimdjson-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js runs the reference tokenizers in the tests; a machine may already have
+# it from elsewhere (with npm bundled), so only install Debian's when absent.
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+bash "$(dirname "$0")/fetch_assets.sh"

@@ -34,7 +34,7 @@ void print_sample(Transformer& model, const std::string& prompt, int64_t max_tok
   // Bytes are printed as they come; a UTF-8 character may span tokens.
   generate(model, tok.encode(prompt), max_tokens, sampler, [&](int32_t id) {
     if (id == ByteTokenizer::kEot) return false;
-    std::fputs(tok.decode({id}).c_str(), stdout);
+    std::fputs(tok.decode(std::vector<int32_t>{id}).c_str(), stdout);
     std::fflush(stdout);
     return true;
   });

@@ -33,10 +33,10 @@ TEST(ByteTokenizer, AllBytesAndEot) {
 
 TEST(ByteTokenizer, OutOfRangeIdIsAnError) {
   ByteTokenizer tok;
-  EXPECT_THROW(tok.decode({65, 257}), Error);
-  EXPECT_THROW(tok.decode({-1}), Error);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{65, 257}), Error);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{-1}), Error);
   try {
-    tok.decode({65, 66, 1000});
+    tok.decode(std::vector<int32_t>{65, 66, 1000});
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos);

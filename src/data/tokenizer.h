@@ -1,0 +1,64 @@
+// The one interface every tokenizer sits behind (bytes, byte-level BPE as in
+// GPT-2 and tiktoken, SentencePiece), and the factory that opens one by name or
+// path. Ids are int32 in [0, vocab_size()).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace nk {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // "bytes", "bpe" or "sentencepiece".
+  virtual std::string kind() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Appends the ids of `text` to `out`. Special-token strings in the text are
+  // encoded as ordinary text (tiktoken's encode_ordinary). Invalid UTF-8 is
+  // first replaced by U+FFFD per maximal subpart, as Node's and Python's UTF-8
+  // decoders do when the reference implementations read the same bytes.
+  virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // As encode, but special-token strings (special_tokens()) become their ids.
+  virtual void encode_with_specials(std::string_view text, std::vector<int32_t>& out) const {
+    encode(text, out);
+  }
+  // The raw bytes of the ids, concatenated (may end inside a UTF-8 character).
+  // nk::Error naming the id and its position for an id outside the vocabulary.
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The bytes one id stands for (a special token's text for a special).
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // End-of-document id that preprocess appends after each document; -1 if none.
+  virtual int32_t eod_id() const = 0;
+  // Special tokens as (text, id), in id order.
+  virtual std::vector<std::pair<std::string, int32_t>> special_tokens() const { return {}; }
+
+  std::vector<int32_t> encode(std::string_view text) const {
+    std::vector<int32_t> out;
+    encode(text, out);
+    return out;
+  }
+};
+
+// Opens a tokenizer from a spec:
+//   "bytes"                                    one id per byte + end-of-text (257)
+//   "gpt2" | "r50k_base" | "p50k_base" | "cl100k_base" | "o200k_base"
+//                                              OpenAI's vocabularies, from the
+//                                              npm-fetched assets (assets_dir())
+//   DIR                                        encoder.json + vocab.bpe (GPT-2),
+//                                              or a tokenizer saved by Nekton
+//   FILE.tiktoken                              tiktoken rank file (cl100k pattern
+//                                              unless the name says otherwise)
+//   FILE.model                                 SentencePiece model
+// nk::Error naming the spec, file and line/offset when it cannot be opened.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+// Folder of fetched third-party assets (npm packages with vocabulary files):
+// $NEKTON_ASSETS if set, else <source tree>/assets. scripts/fetch_assets.sh fills it.
+std::string assets_dir();
+
+}  // namespace nk
