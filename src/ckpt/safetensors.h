@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/atomic_file.h"
+#include "core/atomic_file.h"
 #include "core/tensor.h"
 
 namespace nk {

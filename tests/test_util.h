@@ -1,0 +1,73 @@
+// Helpers shared by the test suites: a scratch folder per test, whole-file I/O,
+// and running a command (the nekton binary, node, python) to capture its output.
+#pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace nk::test {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "nk") {
+    path_ = fs::temp_directory_path() /
+            (tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct RunResult {
+  int code;         // exit status, -1 if killed by a signal
+  std::string out;  // stdout (and stderr when merged)
+};
+
+// Runs `cmd` through the shell; stderr is merged into out unless merge_stderr is false.
+inline RunResult run_command(const std::string& cmd, bool merge_stderr = true) {
+  FILE* p = popen((merge_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// The nekton binary of this build.
+inline std::string nekton_bin() {
+  return std::string(NK_BINARY_DIR) + "/bin/nekton";
+}
+
+}  // namespace nk::test
