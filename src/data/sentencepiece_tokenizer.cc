@@ -174,6 +174,9 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_bytes(
   if (!st.ok())
     fail("sentencepiece model '{}': not a valid SentencePiece model: {}", name, st.message());
   if (t->sp_->GetPieceSize() <= 0) fail("sentencepiece model '{}': no pieces", name);
+  for (int id = 0; id < t->sp_->GetPieceSize(); ++id)
+    if (t->sp_->IsControl(id) || t->sp_->IsUnknown(id))
+      t->specials_.emplace_back(t->sp_->IdToPiece(id), id);
   return t;
 }
 
@@ -190,16 +193,21 @@ void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>&
 
 void SentencePieceTokenizer::encode_with_specials(std::string_view text,
                                                   std::vector<int32_t>& out) const {
-  auto specials = special_tokens();
+  // next[k]: where specials_[k] next occurs at or after `at` (npos: never).
+  std::vector<size_t> next(specials_.size());
+  for (size_t k = 0; k < specials_.size(); ++k) next[k] = text.find(specials_[k].first);
   size_t at = 0;
   while (at < text.size()) {
     // The earliest special at or after `at`; the longest one on a tie.
     size_t best = std::string_view::npos, best_len = 0;
     int32_t best_id = -1;
-    for (auto& [s, id] : specials) {
-      size_t p = text.find(s, at);
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      const std::string& s = specials_[k].first;
+      if (s.empty()) continue;
+      if (next[k] != std::string_view::npos && next[k] < at) next[k] = text.find(s, at);
+      size_t p = next[k];
       if (p < best || (p == best && p != std::string_view::npos && s.size() > best_len))
-        best = p, best_len = s.size(), best_id = id;
+        best = p, best_len = s.size(), best_id = specials_[k].second;
     }
     if (best == std::string_view::npos) break;
     if (best > at) encode(text.substr(at, best - at), out);
@@ -266,13 +274,6 @@ int32_t SentencePieceTokenizer::bos_id() const {
 }
 int32_t SentencePieceTokenizer::unk_id() const {
   return sp_->unk_id();
-}
-
-std::vector<std::pair<std::string, int32_t>> SentencePieceTokenizer::special_tokens() const {
-  std::vector<std::pair<std::string, int32_t>> out;
-  for (int id = 0; id < sp_->GetPieceSize(); ++id)
-    if (sp_->IsControl(id) || sp_->IsUnknown(id)) out.emplace_back(sp_->IdToPiece(id), id);
-  return out;
 }
 
 std::string SentencePieceTokenizer::model_type() const {

@@ -59,7 +59,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int32_t bos_id() const;           // <s>, -1 if none
   int32_t unk_id() const;
   // <unk> and control symbols (<s>, </s>, ...) as (piece, id), in id order.
-  std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const override { return specials_; }
   // The model's algorithm: "bpe", "unigram", "word" or "char".
   std::string model_type() const;
   // What the .vocab file next to a trained model holds: "piece\tscore" lines.
@@ -71,6 +71,7 @@ class SentencePieceTokenizer : public Tokenizer {
   void check_id(int32_t id, int64_t position) const;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
+  std::vector<std::pair<std::string, int32_t>> specials_;
 };
 
 // Training options; the defaults are Llama 1/2's tokenizer settings.

@@ -315,6 +315,14 @@ TEST_F(SentencePiece, RoundTripsValidText) {
   tok->encode("hi", want);
   want.push_back(2);
   EXPECT_EQ(sp, want);
+  sp.clear();
+  tok->encode_with_specials("a</s></s>b<unk><s", sp);
+  want = tok->encode("a");
+  want.insert(want.end(), {2, 2});
+  tok->encode("b", want);
+  want.push_back(0);
+  tok->encode("<s", want);
+  EXPECT_EQ(sp, want);
   EXPECT_NE(tok->encode("<s>").size(), 1u) << "encode treats <s> as text";
   // Control ids decode to nothing.
   EXPECT_EQ(tok->decode(std::vector<int32_t>{1, 2}), "");
