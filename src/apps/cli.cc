@@ -15,6 +15,7 @@ namespace {
 struct Command {
   int (*run)(const CommandArgs&);
   const char* summary;
+  bool own_args = false;  // parses CommandArgs::args itself (positional arguments)
 };
 
 const std::map<std::string, Command>& commands() {
@@ -22,6 +23,9 @@ const std::map<std::string, Command>& commands() {
       {"quickstart", {cmd_quickstart, "train a small GPT on the GCIDE dictionary, then sample"}},
       {"train", {cmd_train, "pretrain a GPT-2 or Llama model from a text file"}},
       {"generate", {cmd_generate, "sample text from a saved model"}},
+      {"tokenizer",
+       {cmd_tokenizer,
+        "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)", true}},
   };
   return m;
 }
@@ -71,6 +75,11 @@ int run_cli(int argc, char** argv) {
       fmt::print(stderr, "error: unknown command '{}'\n\n", argv[1]);
       print_usage();
       return 1;
+    }
+    if (it->second.own_args) {
+      CommandArgs a;
+      a.args.assign(argv + 2, argv + argc);
+      return it->second.run(a);
     }
     return it->second.run(parse_args(argc, argv));
   } catch (const Error& e) {

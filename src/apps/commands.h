@@ -12,6 +12,9 @@ struct CommandArgs {
   std::string config_path;             // --config FILE.yaml
   std::vector<std::string> overrides;  // key.sub=value, in order
   bool help = false;
+  // Every argument after the command name, as given: for commands that parse
+  // their own positional arguments and options (tokenizer).
+  std::vector<std::string> args;
 };
 
 // Streams the continuation of `prompt` (byte tokens) to stdout.
@@ -21,5 +24,6 @@ void print_sample(Transformer& model, const std::string& prompt, int64_t max_tok
 int cmd_train(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
+int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 
 }  // namespace nk

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 
 #ifndef NK_DEFAULT_ASSETS_DIR
 #define NK_DEFAULT_ASSETS_DIR "assets"
@@ -18,6 +19,7 @@ std::string assets_dir() {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
+  if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
 }
 

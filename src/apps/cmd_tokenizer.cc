@@ -1,0 +1,421 @@
+// `nekton tokenizer`: inspect, run and train tokenizers.
+//   info SPEC | encode SPEC ... | decode SPEC ... | train --type ... --input ... --out ...
+// Unlike the config-driven commands it takes positional arguments and options,
+// parsed here. Every error is an nk::Error (exit 1) naming the argument or file;
+// files are written atomically, so a failed run leaves no partial output.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <sstream>
+
+#include "apps/commands.h"
+#include "ckpt/atomic_file.h"
+#include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/text_dataset.h"
+#include "data/tokenizer.h"
+
+namespace nk {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kUsage =
+    "usage: nekton tokenizer <subcommand> [arguments] [--help]\n"
+    "\n"
+    "subcommands:\n"
+    "  info SPEC [--count N]\n"
+    "      kind, vocabulary size, end-of-document id, special tokens and the first N\n"
+    "      tokens (default 10)\n"
+    "  encode SPEC (--text TEXT | --input FILE|-) [--ids-only] [--per-line] [--specials]\n"
+    "         [--output FILE]\n"
+    "      token ids of the text; by default one token per line (id, then its bytes),\n"
+    "      --ids-only: the ids on one line; --per-line: each input line encoded on its\n"
+    "      own, one line of ids per input line (spm_encode --output_format=id);\n"
+    "      --specials: special-token strings in the text become their ids\n"
+    "  decode SPEC (ID... | --input FILE|-) [--output FILE]\n"
+    "      the bytes of the ids (separated by spaces or commas), written as they are\n"
+    "  train --type sentencepiece|bpe --input FILE... --vocab-size N --out DIR_OR_PREFIX\n"
+    "        [--character-coverage X] [--input-sentence-size N] [--threads N]\n"
+    "        [--user-defined-symbols A,B,...] [--verbose]\n"
+    "      trains a tokenizer on text files (one sentence per line; .gz/.dz read\n"
+    "      directly). sentencepiece uses Llama's settings (BPE, byte fallback, split\n"
+    "      digits, identity normalization, dummy prefix, coverage 0.99995) and writes\n"
+    "      PREFIX.model and PREFIX.vocab, or DIR/tokenizer.model and DIR/tokenizer.vocab\n"
+    "      when --out is a folder or ends in '/'\n"
+    "\n"
+    "SPEC: \"bytes\" (one id per byte + end-of-text) or FILE.model (SentencePiece).\n"
+    "Encoded text never gets <s>/</s> added; preprocess appends the end-of-document id.\n";
+
+// Options of one subcommand: name -> how many values it takes.
+enum class Arity { kFlag, kOne, kMany };
+
+struct Parsed {
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> values;  // options given, with values
+  bool has(const std::string& k) const { return values.count(k) > 0; }
+  const std::string& one(const std::string& k) const { return values.at(k).back(); }
+};
+
+bool looks_like_option(const std::string& s) {
+  // "-5" is a (bad) token id, not an option; "-" alone means stdin.
+  return s.size() > 1 && s[0] == '-' && !(s[1] >= '0' && s[1] <= '9');
+}
+
+Parsed parse(const std::string& sub, const std::vector<std::string>& args, size_t from,
+             const std::map<std::string, Arity>& options) {
+  Parsed p;
+  for (size_t i = from; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (!looks_like_option(a)) {
+      p.positional.push_back(a);
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = options.find(a);
+    if (it == options.end()) {
+      std::string known;
+      for (auto& [k, ar] : options) known += " " + k;
+      fail("tokenizer {}: unknown option '{}' (options:{})", sub, a, known);
+    }
+    auto& vals = p.values[a];
+    if (it->second == Arity::kFlag) {
+      if (inline_value) fail("tokenizer {}: option {} takes no value", sub, a);
+      continue;
+    }
+    if (inline_value) {
+      vals.push_back(value);
+      continue;
+    }
+    if (i + 1 >= args.size() || looks_like_option(args[i + 1]))
+      fail("tokenizer {}: option {} needs a value", sub, a);
+    vals.push_back(args[++i]);
+    if (it->second == Arity::kMany)
+      while (i + 1 < args.size() && !looks_like_option(args[i + 1])) vals.push_back(args[++i]);
+  }
+  return p;
+}
+
+int64_t parse_int(const std::string& s, const std::string& what) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty())
+    fail("{}: '{}' is not an integer", what, s);
+  return v;
+}
+
+double parse_double(const std::string& s, const std::string& what) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || s.empty())
+    fail("{}: '{}' is not a number", what, s);
+  return v;
+}
+
+std::string read_input(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  if (fs::is_directory(path)) fail("input '{}': is a directory", path);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("input '{}': cannot open: {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail("input '{}': read error", path);
+  return ss.str();
+}
+
+// Writes to stdout, or atomically to `path` when one is given.
+void emit(const Parsed& p, const std::string& bytes) {
+  if (p.has("--output")) {
+    write_file_atomic(p.one("--output"), bytes);
+    return;
+  }
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Token bytes for display: valid UTF-8 as is, control and invalid bytes escaped.
+std::string show(const std::string& s) {
+  bool utf8 = find_invalid_utf8(s) < 0;
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8))
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out.push_back(char(c));
+  }
+  return out;
+}
+
+std::unique_ptr<Tokenizer> open_spec(const Parsed& p, const std::string& sub) {
+  if (p.positional.empty())
+    fail("tokenizer {}: no tokenizer given (SPEC: bytes or FILE.model)", sub);
+  return load_tokenizer(p.positional[0]);
+}
+
+int cmd_info(const std::vector<std::string>& args) {
+  Parsed p = parse("info", args, 1, {{"--count", Arity::kOne}});
+  if (p.positional.size() > 1)
+    fail("tokenizer info: unexpected argument '{}' (usage: info SPEC)", p.positional[1]);
+  auto tok = open_spec(p, "info");
+  int64_t count = p.has("--count") ? parse_int(p.one("--count"), "--count") : 10;
+  if (count < 0) fail("--count: must be >= 0, got {}", count);
+  std::string out;
+  out += fmt::format("tokenizer:      {}\n", p.positional[0]);
+  std::string kind = tok->kind();
+  if (auto* sp = dynamic_cast<SentencePieceTokenizer*>(tok.get()))
+    kind += fmt::format(" ({})", sp->model_type());
+  out += fmt::format("kind:           {}\n", kind);
+  out += fmt::format("vocab size:     {}\n", tok->vocab_size());
+  int32_t eod = tok->eod_id();
+  out += eod >= 0 ? fmt::format("eod id:         {} {}\n", eod, show(tok->token_bytes(eod)))
+                  : std::string("eod id:         none\n");
+  if (auto* sp = dynamic_cast<SentencePieceTokenizer*>(tok.get()))
+    out += fmt::format("bos id:         {}\n", sp->bos_id());
+  auto specials = tok->special_tokens();
+  out += fmt::format("special tokens: {}\n", specials.size());
+  for (auto& [text, id] : specials) out += fmt::format("  {:>8}  {}\n", id, show(text));
+  int64_t n = std::min<int64_t>(count, tok->vocab_size());
+  out += fmt::format("first {} tokens:\n", n);
+  for (int64_t id = 0; id < n; ++id) {
+    std::string shown = show(tok->token_bytes(int32_t(id)));
+    if (auto* sp = dynamic_cast<SentencePieceTokenizer*>(tok.get()))
+      shown = fmt::format("{:<12} piece {}", shown, show(sp->piece(int32_t(id))));
+    out += fmt::format("  {:>8}  {}\n", id, shown);
+  }
+  emit(p, out);
+  return 0;
+}
+
+int cmd_encode(const std::vector<std::string>& args) {
+  Parsed p = parse("encode", args, 1,
+                   {{"--text", Arity::kOne},
+                    {"--input", Arity::kOne},
+                    {"--ids-only", Arity::kFlag},
+                    {"--per-line", Arity::kFlag},
+                    {"--specials", Arity::kFlag},
+                    {"--output", Arity::kOne}});
+  if (p.positional.size() > 1)
+    fail("tokenizer encode: unexpected argument '{}' (text goes after --text)", p.positional[1]);
+  if (p.has("--text") == p.has("--input"))
+    fail("tokenizer encode: give the text with exactly one of --text TEXT or --input FILE");
+  auto tok = open_spec(p, "encode");
+  std::string text = p.has("--text") ? p.one("--text") : read_input(p.one("--input"));
+  bool specials = p.has("--specials");
+  auto enc = [&](std::string_view s, std::vector<int32_t>& ids) {
+    if (specials)
+      tok->encode_with_specials(s, ids);
+    else
+      tok->encode(s, ids);
+  };
+  std::string out;
+  if (p.has("--per-line")) {
+    // As spm_encode reads: std::getline, so no line after a final '\n'.
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t nl = text.find('\n', at);
+      size_t end = nl == std::string::npos ? text.size() : nl;
+      std::vector<int32_t> ids;
+      enc(std::string_view(text).substr(at, end - at), ids);
+      out += fmt::format("{}\n", fmt::join(ids, " "));
+      at = nl == std::string::npos ? text.size() : nl + 1;
+    }
+  } else {
+    std::vector<int32_t> ids;
+    enc(text, ids);
+    if (p.has("--ids-only")) {
+      out = fmt::format("{}\n", fmt::join(ids, " "));
+    } else {
+      for (int32_t id : ids) out += fmt::format("{}\t{}\n", id, show(tok->token_bytes(id)));
+      out += fmt::format("{} tokens for {} bytes\n", ids.size(), text.size());
+    }
+  }
+  emit(p, out);
+  return 0;
+}
+
+// Ids separated by whitespace or commas (brackets allowed around the list).
+void parse_ids(const std::string& s, const std::string& where, std::vector<int32_t>& ids) {
+  size_t i = 0;
+  while (i < s.size()) {
+    char c = s[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == '[' || c == ']') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < s.size() && !std::strchr(" \t\n\r,[]", s[j])) ++j;
+    std::string w = s.substr(i, j - i);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), v);
+    if (ec != std::errc() || end != w.data() + w.size())
+      fail("tokenizer decode: {}: '{}' is not a token id", where, w);
+    if (v < INT32_MIN || v > INT32_MAX)
+      fail("tokenizer decode: {}: token id {} is out of range", where, w);
+    ids.push_back(int32_t(v));
+    i = j;
+  }
+}
+
+int cmd_decode(const std::vector<std::string>& args) {
+  Parsed p = parse("decode", args, 1, {{"--input", Arity::kOne}, {"--output", Arity::kOne}});
+  auto tok = open_spec(p, "decode");
+  std::vector<int32_t> ids;
+  if (p.has("--input")) {
+    if (p.positional.size() > 1)
+      fail("tokenizer decode: give ids either as arguments or with --input, not both");
+    const std::string& path = p.one("--input");
+    std::string text = read_input(path);
+    size_t line_start = 0;
+    for (int64_t line = 1; line_start <= text.size(); ++line) {
+      size_t nl = text.find('\n', line_start);
+      size_t end = nl == std::string::npos ? text.size() : nl;
+      parse_ids(text.substr(line_start, end - line_start),
+                fmt::format("'{}' line {}", path == "-" ? "stdin" : path, line), ids);
+      if (nl == std::string::npos) break;
+      line_start = nl + 1;
+    }
+  } else {
+    if (p.positional.size() < 2) fail("tokenizer decode: no token ids given");
+    for (size_t i = 1; i < p.positional.size(); ++i)
+      parse_ids(p.positional[i], fmt::format("argument {}", i + 1), ids);
+  }
+  std::string bytes;
+  try {
+    bytes = tok->decode(ids);
+  } catch (const Error& e) {
+    throw e.with_context("tokenizer decode");
+  }
+  emit(p, bytes);
+  return 0;
+}
+
+int cmd_train_tokenizer(const std::vector<std::string>& args) {
+  Parsed p = parse("train", args, 1,
+                   {{"--type", Arity::kOne},
+                    {"--input", Arity::kMany},
+                    {"--vocab-size", Arity::kOne},
+                    {"--out", Arity::kOne},
+                    {"--character-coverage", Arity::kOne},
+                    {"--input-sentence-size", Arity::kOne},
+                    {"--threads", Arity::kOne},
+                    {"--user-defined-symbols", Arity::kOne},
+                    {"--verbose", Arity::kFlag}});
+  if (!p.positional.empty())
+    fail("tokenizer train: unexpected argument '{}' (input files go after --input)",
+         p.positional[0]);
+  std::string type = p.has("--type") ? p.one("--type") : "sentencepiece";
+  if (type == "bpe") {
+    // TODO: byte-level BPE training (GPT-2 style) is wired in here once the
+    // trainer exists.
+    fail("tokenizer train: --type bpe is not available yet (use --type sentencepiece)");
+  }
+  if (type != "sentencepiece")
+    fail("tokenizer train: --type must be sentencepiece or bpe, got '{}'", type);
+  if (!p.has("--input")) fail("tokenizer train: no --input FILE given");
+  if (!p.has("--out")) fail("tokenizer train: no --out DIR_OR_PREFIX given");
+  if (!p.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+  SentencePieceTrainOptions o;
+  o.inputs = p.values.at("--input");
+  o.vocab_size = parse_int(p.one("--vocab-size"), "--vocab-size");
+  if (o.vocab_size <= 0) fail("--vocab-size: must be > 0, got {}", o.vocab_size);
+  if (p.has("--character-coverage"))
+    o.character_coverage = parse_double(p.one("--character-coverage"), "--character-coverage");
+  if (p.has("--input-sentence-size"))
+    o.input_sentence_size = parse_int(p.one("--input-sentence-size"), "--input-sentence-size");
+  if (p.has("--threads")) o.num_threads = int(parse_int(p.one("--threads"), "--threads"));
+  if (p.has("--user-defined-symbols")) {
+    std::string s = p.one("--user-defined-symbols");
+    for (size_t at = 0; at <= s.size();) {
+      size_t c = s.find(',', at);
+      if (c == std::string::npos) c = s.size();
+      if (c > at) o.user_defined_symbols.push_back(s.substr(at, c - at));
+      at = c + 1;
+    }
+  }
+  o.verbose = p.has("--verbose");
+
+  std::string out = p.one("--out");
+  if (out.empty()) fail("--out: empty path");
+  std::string prefix;
+  if (out.back() == '/' || fs::is_directory(out)) {
+    fs::create_directories(out);
+    prefix = (fs::path(out) / "tokenizer").string();
+  } else {
+    prefix = out;
+    fs::path parent = fs::path(out).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::string model = train_sentencepiece(o);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto tok = SentencePieceTokenizer::from_bytes(model, prefix + ".model");
+  std::string vocab = tok->vocab_text();
+  // Both temporaries are complete before either is renamed into place.
+  AtomicFileWriter fm(prefix + ".model"), fv(prefix + ".vocab");
+  fm.write(model.data(), model.size());
+  fv.write(vocab.data(), vocab.size());
+  fm.commit();
+  fv.commit();
+  fmt::print("trained sentencepiece ({}) tokenizer: {} tokens from {} file(s) in {:.1f} s\n",
+             tok->model_type(), tok->vocab_size(), o.inputs.size(), secs);
+  fmt::print("wrote {}.model and {}.vocab\n", prefix, prefix);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_tokenizer(const CommandArgs& a) {
+  const auto& args = a.args;
+  bool help = false;
+  for (auto& s : args) help |= s == "--help" || s == "-h";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    fmt::print("{}", kUsage);
+    return args.empty() ? 1 : 0;
+  }
+  const std::string& sub = args[0];
+  static const std::map<std::string, int (*)(const std::vector<std::string>&)> subs = {
+      {"info", cmd_info},
+      {"encode", cmd_encode},
+      {"decode", cmd_decode},
+      {"train", cmd_train_tokenizer}};
+  auto it = subs.find(sub);
+  if (it == subs.end())
+    fail(
+        "tokenizer: unknown subcommand '{}' (info, encode, decode, train; see `nekton "
+        "tokenizer --help`)",
+        sub);
+  if (help) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  return it->second(args);
+}
+
+}  // namespace nk
