@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "apps/commands.h"
-#include "ckpt/atomic_file.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/text_dataset.h"
