@@ -1,5 +1,6 @@
 #include "train/train_data.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -62,7 +63,8 @@ std::shared_ptr<const SampleDataset> split_data(
   std::vector<std::shared_ptr<const SampleDataset>> members;
   std::vector<std::string> ids;
   for (size_t i = 0; i < sets.size(); ++i) {
-    g.num_samples = blend_member_samples(weights[i], num_samples);
+    // A zero weight draws nothing, but its dataset is still built and checked.
+    g.num_samples = std::max<int64_t>(1, blend_member_samples(weights[i], num_samples));
     try {
       auto ds = std::make_shared<GPTDataset>(sets[i], g);
       ids.push_back("GPTDataset-" + ds->cache().hash_hex());

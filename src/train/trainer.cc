@@ -36,10 +36,21 @@ Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   data_ = build_train_data(cfg_);
   state_.data = data_signature(cfg_);
-  if (cfg_.resume_from.empty()) {
-    model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
-    return;
+  if (!cfg_.resume_from.empty()) resume();
+  if (!model_) model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
+  // Token ids beyond the vocabulary (data made with another tokenizer) are
+  // caught here on the first micro-batch, before anything is written; the
+  // loader checks every later sample as it reads it.
+  if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
+    DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
+    probe.set_consumed_samples(state_.consumed_samples);
+    Tensor x = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    Tensor y = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    probe.next(x, y);
   }
+}
+
+void Trainer::resume() {
   // train.resume_from names a run's OUT_DIR, or its model folder directly.
   namespace fs = std::filesystem;
   std::string model_dir = cfg_.resume_from;

@@ -43,6 +43,7 @@ class Trainer {
   double evaluate();  // mean validation loss over val_batches micro-batches
 
  private:
+  void resume();  // loads the model and state named by train.resume_from
   TrainConfig cfg_;
   TrainData data_;
   TrainerState state_;
