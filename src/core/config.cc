@@ -106,6 +106,22 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
       fail("{}: keys must be plain names, got {}", where_in(path, k.Mark()), node_kind(k));
     std::string key = section.empty() ? k.Scalar() : section + "." + k.Scalar();
     if (schema.has(key)) {
+      bool is_string = schema.fields()[schema.index(key)].type == ConfigType::String;
+      if (is_string && v.IsSequence()) {
+        // A list for a string key ("blend: [0.3, a, 0.7, b]") is its items
+        // joined with commas, the key's command-line form.
+        std::string joined;
+        bool first = true;
+        for (const auto& item : v) {
+          if (!item.IsScalar())
+            fail("{}: key '{}' expects a list of plain values, got {} in it",
+                 where_in(path, item.Mark()), key, node_kind(item));
+          joined += (first ? "" : ",") + item.Scalar();
+          first = false;
+        }
+        cfg.set(key, joined, where_in(path, v.Mark()));
+        continue;
+      }
       if (!v.IsScalar())
         fail("{}: key '{}' expects {} value, got {}", where_in(path, v.Mark()), key,
              config_type_name(schema.fields()[schema.index(key)].type), node_kind(v));

@@ -2,7 +2,8 @@
 // a Config is the schema's defaults overlaid by a nested-YAML recipe and then by
 // dotted command-line overrides ("train.lr=3e-4"). Anything a user types that
 // does not fit the schema is an nk::Error naming the file and line or the
-// override, and an unknown key names the nearest valid one.
+// override, and an unknown key names the nearest valid one. A YAML list given
+// for a string key reads as its items joined by commas.
 #pragma once
 #include <cstdint>
 #include <map>

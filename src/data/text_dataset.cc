@@ -175,6 +175,11 @@ uint64_t mix64(uint64_t z) {  // splitmix64 finaliser: a bijection with full ava
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+// Window i of a stream of n tokens: starts 0..n-T-1, so T+1 tokens always fit.
+int64_t window_start(uint64_t seed, uint64_t i, int64_t n, int64_t T) {
+  return int64_t(mix64(mix64(seed) ^ i) % uint64_t(n - T));
+}
 }  // namespace
 
 TokenLoader::TokenLoader(const std::vector<int32_t>* tokens, int64_t B, int64_t T, uint64_t seed)
@@ -187,8 +192,21 @@ TokenLoader::TokenLoader(const std::vector<int32_t>* tokens, int64_t B, int64_t 
 }
 
 int64_t TokenLoader::window_start(uint64_t i) const {
-  uint64_t windows = uint64_t(int64_t(tokens_->size()) - T_);  // starts 0..n-T-1
-  return int64_t(mix64(mix64(seed_) ^ i) % windows);
+  return nk::window_start(seed_, i, int64_t(tokens_->size()), T_);
+}
+
+TextWindowDataset::TextWindowDataset(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t T,
+                                     uint64_t seed, std::string name)
+    : tokens_(std::move(tokens)), T_(T), seed_(seed), name_(std::move(name)) {
+  NK_CHECK(tokens_ != nullptr, "TextWindowDataset needs tokens");
+  if (T <= 0) fail("{}: seq_len must be positive, got {}", name_, T);
+  int64_t n = int64_t(tokens_->size());
+  if (n < T + 1) fail("{}: {} tokens, need at least {} for seq_len {}", name_, n, T + 1, T);
+}
+
+void TextWindowDataset::sample(int64_t i, int32_t* out) const {
+  int64_t at = nk::window_start(seed_, uint64_t(i), int64_t(tokens_->size()), T_);
+  std::memcpy(out, tokens_->data() + at, size_t(T_ + 1) * sizeof(int32_t));
 }
 
 void TokenLoader::next(Tensor inputs, Tensor targets) {

@@ -2,11 +2,13 @@
 // from it: the data path of the quickstart (no preprocessing step needed).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/sample_dataset.h"
 
 namespace nk {
 
@@ -47,6 +49,25 @@ class TokenLoader {
   int64_t B_, T_;
   uint64_t seed_;
   uint64_t consumed_ = 0;
+};
+
+// TokenLoader's windows as a SampleDataset, for DataLoader: sample i is the
+// T + 1 tokens at TokenLoader's window_start(i), for any i below size().
+class TextWindowDataset : public SampleDataset {
+ public:
+  // nk::Error naming `name` if `tokens` holds fewer than T + 1 tokens.
+  TextWindowDataset(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t T, uint64_t seed,
+                    std::string name);
+  int64_t size() const override { return INT64_MAX; }  // windows repeat; never runs out
+  int64_t seq_len() const override { return T_; }
+  void sample(int64_t i, int32_t* out) const override;
+  std::string name() const override { return name_; }
+
+ private:
+  std::shared_ptr<const std::vector<int32_t>> tokens_;
+  int64_t T_;
+  uint64_t seed_;
+  std::string name_;
 };
 
 }  // namespace nk

@@ -9,8 +9,8 @@
 
 namespace nk {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
-  f_ = std::fopen(path.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) fail("cannot write metrics file '{}'", path);
 }
 

@@ -10,7 +10,8 @@ namespace nk {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // truncates; nk::Error if unwritable
+  // Truncates (or appends to, for a resumed run); nk::Error if unwritable.
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -1,5 +1,7 @@
 #include "train/train_config.h"
 
+#include "data/gpt_indices.h"
+
 namespace nk {
 
 ConfigSchema train_schema() {
@@ -7,7 +9,16 @@ ConfigSchema train_schema() {
   add_model_keys(s);
   s.add_string("data.path", "",
                "UTF-8 text file (optionally .gz/.dz) to train on, byte-level tokens");
-  s.add_float("data.val_fraction", 0.05, "last fraction of the tokens held out for validation");
+  s.add_string("data.prefix", "",
+               "Megatron indexed dataset PREFIX (.bin/.idx) to train on (instead of data.path)");
+  s.add_string("data.blend", "",
+               "weighted indexed datasets: \"0.3,PREFIX1,0.7,PREFIX2\" (in YAML also a list)");
+  s.add_string("data.split", "969,30,1",
+               "train,valid,test weights over the documents of data.prefix / data.blend");
+  s.add_string("data.cache_dir", "",
+               "folder for the cached sample indices (default: the dataset's folder/cache)");
+  s.add_float("data.val_fraction", 0.05,
+              "data.path only: last fraction of the tokens held out for validation");
   s.add_int("data.max_bytes", 0, "read at most this many bytes of the corpus (0 = all)");
   s.add_string("data.invalid_utf8", "error",
                "invalid UTF-8 in the corpus: error, or replace (with U+FFFD)");
@@ -31,6 +42,10 @@ ConfigSchema train_schema() {
   s.add_int("train.val_batches", 4, "micro-batches per validation");
   s.add_int("train.log_every", 1, "log line every N steps");
   s.add_string("train.out_dir", "runs/train", "output folder: model/, metrics.jsonl");
+  s.add_string("train.resume_from", "",
+               "continue a run saved in this OUT_DIR: model weights, step, samples consumed");
+  s.add_int("train.exit_at_step", 0,
+            "stop after this step, saving model and trainer state (0 = run all train.steps)");
   s.add_string("train.metrics_file", "", "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
   s.add_float("train.peak_tflops", 0, "hardware peak for MFU (0 = measure the GEMM peak)");
   return s;
@@ -43,6 +58,10 @@ TrainConfig train_config_from(const Config& c) {
   if (t.dtype != DType::F32 && t.dtype != DType::BF16)
     fail("train.dtype: expected bf16 or f32, got '{}'", c.get_string("train.dtype"));
   t.data_path = c.get_string("data.path");
+  t.data_prefix = c.get_string("data.prefix");
+  t.data_blend = c.get_string("data.blend");
+  t.data_split = c.get_string("data.split");
+  t.data_cache_dir = c.get_string("data.cache_dir");
   t.val_fraction = c.get_float("data.val_fraction");
   t.max_bytes = c.get_int("data.max_bytes");
   std::string bad_utf8 = c.get_string("data.invalid_utf8");
@@ -69,6 +88,8 @@ TrainConfig train_config_from(const Config& c) {
   t.val_batches = c.get_int("train.val_batches");
   t.log_every = c.get_int("train.log_every");
   t.out_dir = c.get_string("train.out_dir");
+  t.resume_from = c.get_string("train.resume_from");
+  t.exit_at_step = c.get_int("train.exit_at_step");
   t.metrics_file = c.get_string("train.metrics_file");
   if (t.metrics_file.empty()) t.metrics_file = t.out_dir + "/metrics.jsonl";
   t.peak_tflops = c.get_float("train.peak_tflops");
@@ -76,7 +97,22 @@ TrainConfig train_config_from(const Config& c) {
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) fail("{}: must be positive, got {}", key, v);
   };
-  if (t.data_path.empty()) fail("data.path: no training data given (data.path=FILE)");
+  int sources = !t.data_path.empty() + !t.data_prefix.empty() + !t.data_blend.empty();
+  if (sources == 0)
+    fail(
+        "data.path: no training data given (data.path=TEXT_FILE, data.prefix=INDEXED_PREFIX or "
+        "data.blend=W1,PREFIX1,W2,PREFIX2)");
+  if (sources > 1)
+    fail("data.{}: give only one of data.path, data.prefix and data.blend",
+         t.data_blend.empty() ? "prefix" : "blend");
+  if (!t.data_blend.empty()) t.blend = parse_blend(t.data_blend, "data.blend");
+  if (t.indexed_data()) {
+    try {
+      parse_split(t.data_split);
+    } catch (const Error& e) {
+      throw e.with_context("data.split");
+    }
+  }
   positive("train.micro_batch", t.micro_batch);
   positive("train.seq_len", t.seq_len);
   positive("train.global_batch", t.global_batch);
@@ -88,7 +124,7 @@ TrainConfig train_config_from(const Config& c) {
          t.micro_batch);
   if (t.seq_len > t.model.max_seq_len)
     fail("train.seq_len: {} exceeds model.max_seq_len = {}", t.seq_len, t.model.max_seq_len);
-  if (t.model.vocab_size < 257)
+  if (!t.indexed_data() && t.model.vocab_size < 257)
     fail("model.vocab_size: {} is smaller than the byte tokenizer's 257", t.model.vocab_size);
   if (!(t.val_fraction >= 0 && t.val_fraction < 1))
     fail("data.val_fraction: must be in [0, 1), got {}", t.val_fraction);
@@ -103,6 +139,8 @@ TrainConfig train_config_from(const Config& c) {
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
+  if (t.exit_at_step < 0 || t.exit_at_step > t.steps)
+    fail("train.exit_at_step: must be in [0, train.steps = {}], got {}", t.steps, t.exit_at_step);
   return t;
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "data/blended_dataset.h"
 #include "model/model_config.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
@@ -12,7 +13,14 @@ namespace nk {
 struct TrainConfig {
   ModelConfig model;
   DType dtype = DType::BF16;
+  // Exactly one data source: data_path (plain text), data_prefix (one indexed
+  // dataset) or blend (weighted indexed datasets, from data.blend).
   std::string data_path;
+  std::string data_prefix;
+  std::string data_blend;  // as given; parsed into `blend`
+  BlendSpec blend;
+  std::string data_split = "969,30,1";
+  std::string data_cache_dir;  // "" = beside the (first) dataset, in cache/
   double val_fraction = 0.05;
   int64_t max_bytes = 0;
   bool replace_invalid_utf8 = false;
@@ -25,10 +33,13 @@ struct TrainConfig {
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;
   std::string out_dir = "runs/train";
+  std::string resume_from;   // a previous run's OUT_DIR (or its model/ folder)
+  int64_t exit_at_step = 0;  // stop after this step and save (0 = run to `steps`)
   std::string metrics_file;  // default: out_dir/metrics.jsonl
   double peak_tflops = 0;    // 0: measure the GEMM peak at start
 
   int64_t grad_accum() const { return global_batch / micro_batch; }
+  bool indexed_data() const { return !data_prefix.empty() || !data_blend.empty(); }
 };
 
 ConfigSchema train_schema();

@@ -34,22 +34,53 @@ double measure_gemm_peak(DType dtype) {
 
 Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
-  corpus_ = TextCorpus::load(cfg_.data_path, cfg_.val_fraction, cfg_.max_bytes,
-                             cfg_.replace_invalid_utf8);
-  if (corpus_.replaced)
-    NK_WARN("{}: replaced {} invalid UTF-8 bytes with U+FFFD", cfg_.data_path, corpus_.replaced);
-  if (int64_t(corpus_.train.size()) < cfg_.seq_len + 1)
-    fail("data.path: '{}' has {} training tokens, fewer than train.seq_len + 1 = {}",
-         cfg_.data_path, corpus_.train.size(), cfg_.seq_len + 1);
-  model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
+  data_ = build_train_data(cfg_);
+  state_.data = data_signature(cfg_);
+  if (!cfg_.resume_from.empty()) resume();
+  if (!model_) model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
+  // Token ids beyond the vocabulary (data made with another tokenizer) are
+  // caught here on the first micro-batch, before anything is written; the
+  // loader checks every later sample as it reads it.
+  if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
+    DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
+    probe.set_consumed_samples(state_.consumed_samples);
+    Tensor x = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    Tensor y = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    probe.next(x, y);
+  }
+}
+
+void Trainer::resume() {
+  // train.resume_from names a run's OUT_DIR, or its model folder directly.
+  namespace fs = std::filesystem;
+  std::string model_dir = cfg_.resume_from;
+  if (!fs::exists(trainer_state_path(model_dir)) && fs::exists(fs::path(model_dir) / "model"))
+    model_dir = (fs::path(model_dir) / "model").string();
+  std::string state_path = trainer_state_path(model_dir);
+  if (!fs::exists(state_path))
+    fail("train.resume_from: no trainer state in '{}' (expected {})", cfg_.resume_from, state_path);
+  TrainerState saved = load_trainer_state(state_path);
+  check_resume_data(saved, cfg_, "train.resume_from '" + state_path + "'");
+  if (saved.step > cfg_.steps)
+    fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
+         cfg_.steps);
+  model_ = load_model(model_dir, cfg_.dtype);
+  if (model_config_to_json(model_->config()) != model_config_to_json(cfg_.model))
+    fail("train.resume_from: the model in '{}' has another configuration than model.* here",
+         model_dir);
+  state_.step = saved.step;
+  state_.consumed_samples = saved.consumed_samples;
+  NK_INFO("resuming from {} at step {} ({} samples consumed)", model_dir, state_.step,
+          state_.consumed_samples);
 }
 
 Trainer::~Trainer() = default;
 
 double Trainer::evaluate() {
-  if (int64_t(corpus_.val.size()) < cfg_.seq_len + 1) return NAN;
+  if (!data_.valid) return NAN;
   Activations acts(cfg_.model, cfg_.dtype, cfg_.micro_batch, cfg_.seq_len, false);
-  TokenLoader loader(&corpus_.val, cfg_.micro_batch, cfg_.seq_len, cfg_.seed + 1);
+  // The same valid samples at every validation, so the figures compare.
+  DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
   Tensor tokens = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
   Tensor targets = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
   double sum = 0;
@@ -63,29 +94,31 @@ double Trainer::evaluate() {
 void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
   std::filesystem::create_directories(cfg_.out_dir);
-  MetricsWriter metrics(cfg_.metrics_file);
+  MetricsWriter metrics(cfg_.metrics_file, state_.step > 0);
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
           cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
           dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
-  NK_INFO(
-      "data {}: {} train / {} val tokens; {} x {} tokens per micro-batch, {} micro-batches "
-      "per step",
-      cfg_.data_path, corpus_.train.size(), corpus_.val.size(), B, T, accum);
+  NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
+          accum);
 
   Activations acts(cfg_.model, cfg_.dtype, B, T, true);
   AdamW opt(*model_, cfg_.adamw);
-  TokenLoader loader(&corpus_.train, B, T, cfg_.seed);
+  DataLoader loader(data_.train, B, cfg_.model.vocab_size);
+  loader.set_consumed_samples(state_.consumed_samples);
+  const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
   Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   auto t_start = Clock::now();
+  const int64_t first_step = state_.step;
 
-  for (int64_t step = 0; step < cfg_.steps; ++step) {
+  for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
     model_->zero_grads();
     double loss = 0;
     for (int64_t m = 0; m < accum; ++m) {
       loader.next(tokens, targets);
+      if (on_batch_) on_batch_(step + 1, tokens, targets);
       loss += model_->forward_backward(acts, tokens, targets, 1.f / float(accum)) / double(accum);
     }
     double norm = std::sqrt(ops::sum_squares(model_->grads()));
@@ -109,10 +142,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
       s.val_loss = evaluate();
     history_.push_back(s);
+    state_.step = s.step;
+    state_.consumed_samples = loader.consumed_samples();
 
-    if (s.step % cfg_.log_every == 0 || s.step == cfg_.steps || !std::isnan(s.val_loss)) {
+    if (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss)) {
       double elapsed = seconds_since(t_start);
-      double eta = elapsed / double(s.step) * double(cfg_.steps - s.step);
+      double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
       fmt::print(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
@@ -135,7 +170,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   }
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);
-  NK_INFO("saved {}", model_dir);
+  save_trainer_state(trainer_state_path(model_dir), state_);
+  NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
+          state_.consumed_samples);
 }
 
 }  // namespace nk

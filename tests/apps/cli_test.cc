@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
+
+#include "data/indexed_dataset.h"
 
 namespace {
 
@@ -113,6 +116,42 @@ TEST(Cli, BadInputsFailCleanly) {
                        {"latin1.txt", "UTF-8", "3"});
   expect_clean_failure(base + "data.path=" + data + " --frobnicate", out, {"--frobnicate"});
   expect_clean_failure("frobnicate", out, {"unknown command"});
+}
+
+// Random ids below `vocab` in 100 documents, as Megatron's preprocessing writes them.
+std::string indexed(const fs::path& prefix, int32_t vocab, uint32_t seed) {
+  nk::IndexedDatasetWriter w(prefix.string(), nk::token_dtype_for_vocab(vocab));
+  for (int d = 0; d < 100; ++d) {
+    std::vector<int32_t> doc(size_t(5 + (seed * 7 + uint32_t(d) * 13) % 40));
+    for (auto& t : doc) t = int32_t((seed += 2654435761u) >> 8) % vocab;
+    w.add_document(doc);
+  }
+  w.finish();
+  return prefix.string();
+}
+
+TEST(Cli, TrainOnABlendFromYamlStopAndResume) {
+  fs::path d = tmp("indexed");
+  std::string a = indexed(d / "a", 250, 1), b = indexed(d / "b", 250, 2);
+  write(d / "blend.yaml", "data:\n  blend: [0.4, " + a + ", 0.6, " + b + "]\n  split: 90,10,0\n");
+  std::string args = std::string("train --config ") + (d / "blend.yaml").string() + " " + kTiny +
+                     "model.vocab_size=256 train.steps=4 train.out_dir=" + (d / "run").string();
+  Result r = run(args + " train.exit_at_step=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 datasets"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(d / "run" / "model" / "trainer_state.json"));
+  EXPECT_TRUE(fs::exists(d / "cache"));  // indices cached beside the data
+  r = run(args + " train.resume_from=" + (d / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step     4/4"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step     1/4"), std::string::npos) << r.out;
+
+  // Data made for a larger vocabulary: named, and nothing written.
+  std::string big = indexed(d / "big", 5000, 3);
+  expect_clean_failure(std::string("train ") + kTiny + "data.prefix=" + big +
+                           " train.out_dir=" + (d / "out").string(),
+                       d / "out", {big, "model.vocab_size"});
 }
 
 TEST(Cli, CorruptModelFailsCleanly) {

@@ -179,6 +179,17 @@ TEST_F(ConfigTest, NonScalarWhereScalarExpected) {
   EXPECT_NE(msg4.find("top level must be a map"), std::string::npos) << msg4;
 }
 
+TEST_F(ConfigTest, ListForStringKeyJoinsItems) {
+  // NeMo-style blends are YAML lists; a string key reads them comma-joined.
+  std::string p = write("l.yaml", "model:\n  arch: [0.3, a/b, 0.7, c]\n");
+  Config c = Config::load(test_schema(), p, {});
+  EXPECT_EQ(c.get_string("model.arch"), "0.3,a/b,0.7,c");
+  std::string msg = error_of("model:\n  arch: [1, [2]]\n");
+  EXPECT_NE(msg.find("c.yaml:2: key 'model.arch' expects a list of plain values"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(ConfigTest, IntOutOfRange) {
   std::string msg = error_of("seed: 99999999999999999999\n");
   EXPECT_NE(msg.find("c.yaml:1: key 'seed' value '99999999999999999999' is out of int64 range"),

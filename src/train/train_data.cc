@@ -1,0 +1,123 @@
+#include "train/train_data.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/blended_dataset.h"
+#include "data/gpt_dataset.h"
+#include "data/text_dataset.h"
+
+namespace nk {
+
+namespace {
+
+TrainData text_data(const TrainConfig& cfg) {
+  TextCorpus corpus =
+      TextCorpus::load(cfg.data_path, cfg.val_fraction, cfg.max_bytes, cfg.replace_invalid_utf8);
+  if (corpus.replaced)
+    NK_WARN("{}: replaced {} invalid UTF-8 bytes with U+FFFD", cfg.data_path, corpus.replaced);
+  if (int64_t(corpus.train.size()) < cfg.seq_len + 1)
+    fail("data.path: '{}' has {} training tokens, fewer than train.seq_len + 1 = {}", cfg.data_path,
+         corpus.train.size(), cfg.seq_len + 1);
+  TrainData d;
+  d.summary = fmt::format("{}: {} train / {} val tokens", cfg.data_path, corpus.train.size(),
+                          corpus.val.size());
+  auto train = std::make_shared<const std::vector<int32_t>>(std::move(corpus.train));
+  auto val = std::make_shared<const std::vector<int32_t>>(std::move(corpus.val));
+  d.train = std::make_shared<TextWindowDataset>(train, cfg.seq_len, cfg.seed,
+                                                fmt::format("'{}' (train)", cfg.data_path));
+  if (int64_t(val->size()) >= cfg.seq_len + 1)
+    d.valid = std::make_shared<TextWindowDataset>(val, cfg.seq_len, cfg.seed + 1,
+                                                  fmt::format("'{}' (val)", cfg.data_path));
+  return d;
+}
+
+std::string cache_dir_for(const TrainConfig& cfg, const std::string& prefix) {
+  if (!cfg.data_cache_dir.empty()) return cfg.data_cache_dir;
+  namespace fs = std::filesystem;
+  return (fs::weakly_canonical(fs::absolute(prefix)).parent_path() / "cache").string();
+}
+
+// The `which` split of every dataset in `prefixes`, blended by `weights` when
+// there is more than one (or when the config asked for a blend).
+std::shared_ptr<const SampleDataset> split_data(
+    const TrainConfig& cfg, const std::vector<std::shared_ptr<const IndexedDataset>>& sets,
+    const std::vector<double>& weights, DataSplit which, int64_t num_samples, bool blend) {
+  GPTDatasetConfig g;
+  g.split = cfg.data_split;
+  g.which = which;
+  g.seq_len = cfg.seq_len;
+  g.seed = cfg.seed;
+  g.cache_dir = cfg.data_cache_dir;
+  const char* key = blend ? "data.blend" : "data.prefix";
+  if (!blend) {
+    g.num_samples = num_samples;
+    try {
+      return std::make_shared<GPTDataset>(sets[0], g);
+    } catch (const Error& e) {
+      throw e.with_context(key);
+    }
+  }
+  std::vector<std::shared_ptr<const SampleDataset>> members;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    // A zero weight draws nothing, but its dataset is still built and checked.
+    g.num_samples = std::max<int64_t>(1, blend_member_samples(weights[i], num_samples));
+    try {
+      auto ds = std::make_shared<GPTDataset>(sets[i], g);
+      ids.push_back("GPTDataset-" + ds->cache().hash_hex());
+      members.push_back(std::move(ds));
+    } catch (const Error& e) {
+      throw e.with_context(key);
+    }
+  }
+  try {
+    return std::make_shared<BlendedDataset>(
+        members, weights, num_samples, cache_dir_for(cfg, sets[0]->prefix()),
+        std::string("BlendedDataset-") + split_name(which), ids);
+  } catch (const Error& e) {
+    throw e.with_context(key);
+  }
+}
+
+TrainData indexed_data(const TrainConfig& cfg) {
+  bool blend = !cfg.data_blend.empty();
+  std::vector<std::string> prefixes = blend ? cfg.blend.prefixes : std::vector{cfg.data_prefix};
+  std::vector<double> weights = blend ? cfg.blend.weights : std::vector{1.0};
+  std::vector<std::shared_ptr<const IndexedDataset>> sets;
+  const char* key = blend ? "data.blend" : "data.prefix";
+  for (const std::string& p : prefixes) {
+    try {
+      sets.push_back(IndexedDataset::open(p));
+    } catch (const Error& e) {
+      throw e.with_context(key);
+    }
+  }
+  TrainData d;
+  d.train = split_data(cfg, sets, weights, DataSplit::Train, cfg.steps * cfg.global_batch, blend);
+  if (cfg.val_every > 0) {
+    try {
+      d.valid = split_data(cfg, sets, weights, DataSplit::Valid, cfg.val_batches * cfg.micro_batch,
+                           blend);
+    } catch (const Error& e) {
+      NK_WARN("no validation: {}", e.what());
+    }
+  }
+  int64_t tokens = 0;
+  for (const auto& s : sets) tokens += s->num_tokens();
+  d.summary = fmt::format("{} ({} dataset{}, {} tokens, split {}): {} train samples{}",
+                          blend ? cfg.data_blend : cfg.data_prefix, sets.size(),
+                          sets.size() == 1 ? "" : "s", tokens, cfg.data_split, d.train->size(),
+                          d.valid ? fmt::format(", {} valid samples", d.valid->size()) : "");
+  return d;
+}
+
+}  // namespace
+
+TrainData build_train_data(const TrainConfig& cfg) {
+  return cfg.indexed_data() ? indexed_data(cfg) : text_data(cfg);
+}
+
+}  // namespace nk

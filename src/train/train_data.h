@@ -1,0 +1,26 @@
+// The datasets a training run reads, from its config: random windows of a
+// text corpus (data.path), or Megatron GPT datasets over one indexed dataset
+// (data.prefix) or a weighted blend of them (data.blend), split by documents
+// (data.split) into the train and valid parts.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/sample_dataset.h"
+#include "train/train_config.h"
+
+namespace nk {
+
+struct TrainData {
+  std::shared_ptr<const SampleDataset> train;
+  // nullptr: no validation (an empty or too small valid split, with a warning).
+  std::shared_ptr<const SampleDataset> valid;
+  std::string summary;  // one line for the log
+};
+
+// The train part holds train.steps * train.global_batch samples (more for
+// text); the valid part val_batches * micro_batch, read from its start at
+// every validation. nk::Error naming the config key and file for bad data.
+TrainData build_train_data(const TrainConfig& cfg);
+
+}  // namespace nk
