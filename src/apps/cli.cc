@@ -22,6 +22,7 @@ const std::map<std::string, Command>& commands() {
       {"quickstart", {cmd_quickstart, "train a small GPT on the GCIDE dictionary, then sample"}},
       {"train", {cmd_train, "pretrain a GPT-2 or Llama model from a text file"}},
       {"generate", {cmd_generate, "sample text from a saved model"}},
+      {"preprocess", {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx"}},
   };
   return m;
 }

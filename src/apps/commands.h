@@ -21,5 +21,6 @@ void print_sample(Transformer& model, const std::string& prompt, int64_t max_tok
 int cmd_train(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
+int cmd_preprocess(const CommandArgs& a);
 
 }  // namespace nk
