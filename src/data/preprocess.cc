@@ -247,6 +247,12 @@ std::string duration(double s) {
                    : fmt::format("{}:{:02}", t / 60, t % 60);
 }
 
+std::string count(double x) {
+  return x >= 1e6   ? fmt::format("{:.1f}M", x / 1e6)
+         : x >= 1e4 ? fmt::format("{:.1f}k", x / 1e3)
+                    : fmt::format("{:.0f}", x);
+}
+
 }  // namespace
 
 double PreprocessStats::text_mb_per_s() const {
@@ -255,11 +261,10 @@ double PreprocessStats::text_mb_per_s() const {
 
 std::string PreprocessStats::summary() const {
   std::string s = fmt::format("{} documents, {} tokens ({})\n", documents, tokens, dtype);
-  s += fmt::format(
-      "read {} ({} of JSONL, {} lines) in {:.2f} s: {:.1f} MB/s, {:.1f} MB/s per worker ({} "
-      "workers)\n",
-      mb(input_bytes), mb(text_bytes), lines, seconds, text_mb_per_s(),
-      text_mb_per_s() / std::max(workers, 1), workers);
+  s += fmt::format("read {} ({} of JSONL, {} lines) in {:.2f} s: {:.1f} MB/s", mb(input_bytes),
+                   mb(text_bytes), lines, seconds, text_mb_per_s());
+  s += fmt::format(", {:.1f} MB/s per worker ({} worker{})\n",
+                   text_mb_per_s() / std::max(workers, 1), workers, workers == 1 ? "" : "s");
   s += fmt::format("skipped: {} empty documents, {} blank lines", empty_documents, blank_lines);
   if (skipped_bad() > 0)
     s += fmt::format(
@@ -286,12 +291,11 @@ std::string format_progress(const PreprocessProgress& p, int bar_width) {
   std::fill_n(bar.begin() + 1, filled, '#');
   double secs = std::max(p.seconds, 1e-9);
   std::string eta = p.finished ? "done"
-                    : p.input_bytes_done > 0 && frac < 1.0
-                        ? duration(p.seconds * (1.0 - frac) / frac)
-                        : "?";
-  return fmt::format("{} {:5.1f}%  {}/{}  {:.1f} MB/s  {:.0f} docs/s  ETA {}", bar, frac * 100.0,
+                    : frac > 0 ? duration(p.seconds * (1.0 - frac) / frac)
+                               : "?";
+  return fmt::format("{} {:5.1f}%  {}/{}  {:.1f} MB/s  {} docs/s  ETA {}", bar, frac * 100.0,
                      mb(p.input_bytes_done), mb(p.input_bytes_total),
-                     double(p.text_bytes) / 1e6 / secs, double(p.documents) / secs, eta);
+                     double(p.text_bytes) / 1e6 / secs, count(double(p.documents) / secs), eta);
 }
 
 PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
@@ -331,7 +335,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
     threads.emplace_back(worker_thread, std::ref(p), std::cref(opt), std::cref(*tok));
 
   auto seconds = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  double last_report = -1e9;
+  double last_report = 0;  // the first call comes after progress_every_s
   for (int64_t next = 0;; ++next) {
     Result r;
     {
