@@ -214,8 +214,8 @@ void worker_thread(Pipeline& p, const PreprocessOptions& opt, const Tokenizer& t
       try {
         tokenize_block(j, opt, tok, replace_utf8, ws, r);
       } catch (const std::exception& e) {
-        r.error =
-            fmt::format("{}:{}: {}", opt.inputs[size_t(j.file)], j.block.first_line, e.what());
+        r.error = fmt::format("{}: lines {}-{}: {}", opt.inputs[size_t(j.file)], j.block.first_line,
+                              j.block.first_line + j.block.num_lines - 1, e.what());
       }
     }
     std::lock_guard lk(p.m);
