@@ -26,6 +26,7 @@ const std::map<std::string, Command>& commands() {
       {"tokenizer",
        {cmd_tokenizer,
         "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)", true}},
+      {"preprocess", {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx"}},
   };
   return m;
 }

@@ -25,5 +25,6 @@ int cmd_train(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
+int cmd_preprocess(const CommandArgs& a);
 
 }  // namespace nk
