@@ -4,7 +4,7 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
-#include "data/byte_tokenizer.h"
+#include "data/tokenizer.h"
 #include "infer/generate.h"
 
 namespace nk {
@@ -14,6 +14,8 @@ namespace {
 ConfigSchema generate_schema() {
   ConfigSchema s;
   s.add_string("generate.model", "", "saved model folder (config.json + model.safetensors)");
+  s.add_string("generate.tokenizer", "",
+               "tokenizer spec (default: the one saved with the model, else bytes)");
   s.add_string("generate.prompt", "\n", "text to continue");
   s.add_int("generate.max_tokens", 200, "tokens to generate");
   s.add_float("generate.temperature", 0.8, "softmax temperature (0 = greedy)");
@@ -26,15 +28,21 @@ ConfigSchema generate_schema() {
 
 }  // namespace
 
-void print_sample(Transformer& model, const std::string& prompt, int64_t max_tokens,
-                  const SamplingConfig& sc) {
-  ByteTokenizer tok;
+void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
+                  int64_t max_tokens, const SamplingConfig& sc) {
   Sampler sampler(sc);
   fmt::print("{}", prompt);
+  std::vector<int32_t> ids = tok.encode(prompt);
+  if (ids.empty()) fail("generate.prompt: encodes to no tokens");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= model.config().vocab_size)
+      fail("generate.tokenizer: token {} of the prompt is outside the model's vocabulary ({})",
+           ids[i], model.config().vocab_size);
   // Bytes are printed as they come; a UTF-8 character may span tokens.
-  generate(model, tok.encode(prompt), max_tokens, sampler, [&](int32_t id) {
-    if (id == ByteTokenizer::kEot) return false;
-    std::fputs(tok.decode(std::vector<int32_t>{id}).c_str(), stdout);
+  generate(model, ids, max_tokens, sampler, [&](int32_t id) {
+    if (id == tok.eod_id()) return false;
+    std::string bytes = tok.decode(std::vector<int32_t>{id});
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
     std::fflush(stdout);
     return true;
   });
@@ -62,8 +70,17 @@ int cmd_generate(const CommandArgs& a) {
   if (max_tokens < 0) fail("generate.max_tokens: must be >= 0, got {}", max_tokens);
   std::string prompt = c.get_string("generate.prompt");
   if (prompt.empty()) fail("generate.prompt: must not be empty");
+  std::string spec = c.get_string("generate.tokenizer");
+  if (spec.empty()) spec = stored_tokenizer(dir);
+  if (spec.empty()) spec = "bytes";
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = load_tokenizer(spec);
+  } catch (const Error& e) {
+    throw e.with_context("generate.tokenizer");
+  }
   auto model = load_model(dir, parse_dtype(c.get_string("generate.dtype")));
-  print_sample(*model, prompt, max_tokens, sc);
+  print_sample(*model, *tok, prompt, max_tokens, sc);
   return 0;
 }
 

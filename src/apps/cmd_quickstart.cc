@@ -50,7 +50,8 @@ int cmd_quickstart(const CommandArgs& a) {
   sc.temperature = 0.8;
   sc.top_k = 40;
   sc.seed = cfg.seed;
-  print_sample(trainer.model(), "Water \\", 300, sc);
+  auto tok = load_tokenizer(cfg.data_tokenizer.empty() ? "bytes" : cfg.data_tokenizer);
+  print_sample(trainer.model(), *tok, "Water \\", 300, sc);
   return 0;
 }
 

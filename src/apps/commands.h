@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "infer/sampler.h"
 #include "model/transformer.h"
 
@@ -17,9 +18,10 @@ struct CommandArgs {
   std::vector<std::string> args;
 };
 
-// Streams the continuation of `prompt` (byte tokens) to stdout.
-void print_sample(Transformer& model, const std::string& prompt, int64_t max_tokens,
-                  const SamplingConfig& sc);
+// Streams the continuation of `prompt` to stdout, stopping at the tokenizer's
+// end-of-document token.
+void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
+                  int64_t max_tokens, const SamplingConfig& sc);
 
 int cmd_train(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);

@@ -1,7 +1,11 @@
 #include "data/tokenizer.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -21,6 +25,35 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
   if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
+}
+
+void store_tokenizer(const std::string& spec, const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::string recorded = spec;
+  std::error_code ec;
+  if (fs::exists(spec)) {
+    fs::path dst = fs::path(model_dir) / "tokenizer";
+    fs::remove_all(dst, ec);
+    fs::create_directories(dst);
+    if (fs::is_directory(spec)) {
+      for (auto& e : fs::directory_iterator(spec))
+        if (e.is_regular_file()) fs::copy_file(e.path(), dst / e.path().filename());
+      recorded = "./tokenizer";
+    } else {
+      fs::copy_file(spec, dst / fs::path(spec).filename());
+      recorded = "./tokenizer/" + fs::path(spec).filename().string();
+    }
+  }
+  write_file_atomic((fs::path(model_dir) / "tokenizer.txt").string(), recorded + "\n");
+}
+
+std::string stored_tokenizer(const std::string& model_dir) {
+  std::ifstream f(std::filesystem::path(model_dir) / "tokenizer.txt");
+  if (!f) return "";
+  std::string spec;
+  std::getline(f, spec);
+  if (spec.rfind("./", 0) == 0) spec = (std::filesystem::path(model_dir) / spec.substr(2)).string();
+  return spec;
 }
 
 }  // namespace nk

