@@ -1,6 +1,7 @@
 // Throughput of the fast CPU attention and cross-entropy kernels, with the
 // plain reference timed in the same process for the ratio. Usage:
-//   bench_attention [reps]      (threads from OMP_NUM_THREADS)
+//   bench_attention [reps] [packed]   (threads from OMP_NUM_THREADS; "packed":
+//   only the packed-row cases)
 // FLOPs: causal forward 4*B*Hq*T*T*D/2 (two GEMMs over half the scores);
 // backward 2.5x that (five GEMMs). Packed rows (cu_seqlens) are timed against
 // plain causal attention over the same row; their useful FLOPs are the sum of
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
@@ -163,8 +165,10 @@ void bench_cross_entropy(int64_t N, int64_t V, DType dt, int reps) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
+  const bool packed_only = argc > 2 && std::string(argv[2]) == "packed";
   fmt::print("threads: {}\n", num_threads());
   for (DType dt : {DType::F32, DType::BF16}) {
+    if (packed_only) break;
     bench_attention(8, 256, 12, 12, 64, dt, reps, true);  // GPT-2 124M
     bench_attention(8, 256, 32, 8, 64, dt, reps, false);  // Llama-like GQA
     bench_attention(1, 2048, 12, 12, 64, dt, 1, false);   // long context
@@ -175,6 +179,7 @@ int main(int argc, char** argv) {
     bench_packed(2048, {300, 200, 100, 500, 148, 400, 250, 150}, 12, 12, 64, dt, reps,
                  "8 ragged docs");
   }
+  if (packed_only) return 0;
   for (DType dt : {DType::F32, DType::BF16}) bench_cross_entropy(1024, 50257, dt, reps);
   return 0;
 }

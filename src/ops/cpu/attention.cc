@@ -163,15 +163,19 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t*
 // ---- backward ----
 
 // Per-thread fp32 working set of one (batch, kv head) task; [T,D] arrays are
-// token-major, [D,T] arrays ("t" suffix) are their transposes.
+// token-major, [D,T] arrays ("t" suffix) are their transposes with leading
+// dimension ldt = T + 16: a power-of-two stride (T = 2048 is 8 KiB) would map
+// every row of a tile column to the same L1 set.
 struct BackwardScratch {
   float *k, *kt, *v, *dk, *dv;                // kv head
   float *q, *qt, *dout, *doutt, *dqt, *drow;  // current query head
   float *st, *dpt;                            // [kBlock, kBlock] tiles: key rows x query columns
-  BackwardScratch(int64_t T, int64_t D) {
-    const int64_t td = T * D;
-    float* p = scratch(size_t(10 * td + T + 2 * kBlock * kBlock));
-    for (float** a : {&k, &kt, &v, &dk, &dv, &q, &qt, &dout, &doutt, &dqt}) *a = p, p += td;
+  int64_t ldt;
+  BackwardScratch(int64_t T, int64_t D) : ldt(T + 16) {
+    const int64_t td = T * D, dt = D * ldt;
+    float* p = scratch(size_t(6 * td + 4 * dt + T + 2 * kBlock * kBlock));
+    for (float** a : {&k, &v, &dk, &dv, &q, &dout}) *a = p, p += td;
+    for (float** a : {&kt, &qt, &doutt, &dqt}) *a = p, p += dt;
     drow = p, p += T;
     st = p, p += kBlock * kBlock;
     dpt = p;
@@ -202,9 +206,10 @@ inline void probs_and_dscores(float* s, float* dp, const float* lse, const float
 
 // Gradients of one (query block, key block) tile into ws.dk/dv/dqt. sq: the
 // document starts of queries q0.. (nullptr: one document per row).
-void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int64_t T, int64_t D,
-                   int64_t q0, int64_t qn, int64_t k0, int64_t kn) {
+void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int64_t D, int64_t q0,
+                   int64_t qn, int64_t k0, int64_t kn) {
   float *st = w.st, *dpt = w.dpt;
+  const int64_t T = w.ldt;     // leading dimension of the transposed arrays
   const bool diag = k0 == q0;  // then kn == qn and key row j sees queries i >= j
   // Below the diagonal, key rows [j0, kn) are seen by some query and query
   // columns [0, cn) see some key (the whole tile unpacked).
@@ -272,7 +277,7 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
       T* dx = dqkv + b * Tn * d.C;
       const int64_t koff = (d.Hq + kvh) * D, voff = (d.Hq + d.Hkv + kvh) * D;
       load_rows(w.k, D, x + koff, d.C, Tn, D);
-      load_cols(w.kt, Tn, x + koff, d.C, Tn, D);
+      load_cols(w.kt, w.ldt, x + koff, d.C, Tn, D);
       load_rows(w.v, D, x + voff, d.C, Tn, D);
       std::fill(w.dk, w.dk + Tn * D, 0.f);
       std::fill(w.dv, w.dv + Tn * D, 0.f);
@@ -280,15 +285,15 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
         const T* g = dout + b * Tn * OC + h * D;
         const T* o = out + b * Tn * OC + h * D;
         load_rows(w.q, D, x + h * D, d.C, Tn, D, scale);
-        load_cols(w.qt, Tn, x + h * D, d.C, Tn, D, scale);
+        load_cols(w.qt, w.ldt, x + h * D, d.C, Tn, D, scale);
         load_rows(w.dout, D, g, OC, Tn, D);
-        load_cols(w.doutt, Tn, g, OC, Tn, D);
+        load_cols(w.doutt, w.ldt, g, OC, Tn, D);
         for (int64_t i = 0; i < Tn; ++i) {
           float acc = 0;
           for (int64_t c = 0; c < D; ++c) acc += w.dout[i * D + c] * to_f32(o[i * OC + c]);
           w.drow[i] = acc;
         }
-        std::fill(w.dqt, w.dqt + Tn * D, 0.f);
+        std::fill(w.dqt, w.dqt + w.ldt * D, 0.f);
         const float* lh = lse + (b * d.Hq + h) * Tn;
         const int32_t* sb = starts ? starts + b * Tn : nullptr;
         for (int64_t kb = 0; kb < nb; ++kb) {
@@ -296,13 +301,12 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
           for (int64_t qb = kb; qb < nb; ++qb) {
             const int64_t q0 = qb * kBlock;
             if (sb && sb[q0] >= k0 + kn) break;  // this and later query blocks start after the tile
-            backward_tile(w, lh, sb ? sb + q0 : nullptr, Tn, D, q0, std::min(kBlock, Tn - q0), k0,
-                          kn);
+            backward_tile(w, lh, sb ? sb + q0 : nullptr, D, q0, std::min(kBlock, Tn - q0), k0, kn);
           }
         }
         for (int64_t i = 0; i < Tn; ++i)
           for (int64_t c = 0; c < D; ++c)
-            dx[i * d.C + h * D + c] = from_f32<T>(scale * w.dqt[c * Tn + i]);
+            dx[i * d.C + h * D + c] = from_f32<T>(scale * w.dqt[c * w.ldt + i]);
       }
       for (int64_t i = 0; i < Tn; ++i)
         for (int64_t c = 0; c < D; ++c) {
