@@ -1,8 +1,11 @@
 // Throughput of the fast CPU attention and cross-entropy kernels, with the
 // plain reference timed in the same process for the ratio. Usage:
-//   bench_attention [reps]      (threads from OMP_NUM_THREADS)
+//   bench_attention [reps] [packed]   (threads from OMP_NUM_THREADS; "packed":
+//   only the packed-row cases)
 // FLOPs: causal forward 4*B*Hq*T*T*D/2 (two GEMMs over half the scores);
-// backward 2.5x that (five GEMMs). Cross-entropy bytes: logits read once for
+// backward 2.5x that (five GEMMs). Packed rows (cu_seqlens) are timed against
+// plain causal attention over the same row; their useful FLOPs are the sum of
+// the documents' own causal FLOPs. Cross-entropy bytes: logits read once for
 // the loss; forward_backward reads them twice and writes dlogits once.
 #include <fmt/format.h>
 
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/parallel.h"
@@ -88,6 +92,42 @@ void bench_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, D
       fwd_flops / rf * 1e-9, bwd_flops / rb * 1e-9, rf / tf, rb / tb);
 }
 
+// One row of T tokens holding documents of the given lengths (summing to T),
+// against plain causal attention over the same row.
+void bench_packed(int64_t T, const std::vector<int32_t>& lengths, int64_t Hq, int64_t Hkv,
+                  int64_t D, DType dt, int reps, const char* what) {
+  const int64_t C = (Hq + 2 * Hkv) * D;
+  Tensor qkv = random_tensor({1, T, C}, dt, 1);
+  Tensor dout = random_tensor({1, T, Hq * D}, dt, 2);
+  Tensor out = Tensor::empty({1, T, Hq * D}, dt), lse = Tensor::empty({1, Hq, T}, DType::F32);
+  Tensor dqkv = Tensor::empty({1, T, C}, dt);
+  Tensor cu = Tensor::empty({1, int64_t(lengths.size()) + 1}, DType::I32);
+  int32_t* c = cu.data<int32_t>();
+  c[0] = 0;
+  double useful = 0;  // forward FLOPs of the documents' own causal attention
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    c[i + 1] = c[i] + lengths[i];
+    useful += 4.0 * Hq * double(lengths[i]) * double(lengths[i]) * double(D) / 2;
+  }
+  if (c[lengths.size()] != T) fmt::print("bench_packed: lengths do not sum to T\n");
+  auto run = [&](const Tensor& boundaries) {
+    const double tf =
+        seconds([&] { ops::attention_forward(out, lse, qkv, Hq, Hkv, boundaries); }, reps);
+    const double tb = seconds(
+        [&] { ops::attention_backward(dqkv, dout, qkv, out, lse, Hq, Hkv, boundaries); }, reps);
+    return std::make_pair(tf, tb);
+  };
+  const auto [pf, pb] = run(Tensor());
+  const auto [kf, kb] = run(cu);
+  fmt::print(
+      "attention {:4} T={} Hq={} Hkv={} D={} {}: causal fwd {:6.2f} ms bwd {:6.2f} ms | packed "
+      "fwd {:6.2f} ms bwd {:6.2f} ms | speed-up fwd {:.2f}x bwd {:.2f}x (useful work {:.2f}x "
+      "less) | packed useful GFLOP/s fwd {:.1f} bwd {:.1f}\n",
+      dtype_name(dt), T, Hq, Hkv, D, what, pf * 1e3, pb * 1e3, kf * 1e3, kb * 1e3, pf / kf, pb / kb,
+      4.0 * Hq * double(T) * double(T) * double(D) / 2 / useful, useful / kf * 1e-9,
+      2.5 * useful / kb * 1e-9);
+}
+
 void bench_cross_entropy(int64_t N, int64_t V, DType dt, int reps) {
   Tensor logits = random_tensor({N, V}, dt, 3, 3.f);
   Tensor targets = Tensor::empty({N}, DType::I32);
@@ -125,12 +165,21 @@ void bench_cross_entropy(int64_t N, int64_t V, DType dt, int reps) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
+  const bool packed_only = argc > 2 && std::string(argv[2]) == "packed";
   fmt::print("threads: {}\n", num_threads());
   for (DType dt : {DType::F32, DType::BF16}) {
+    if (packed_only) break;
     bench_attention(8, 256, 12, 12, 64, dt, reps, true);  // GPT-2 124M
     bench_attention(8, 256, 32, 8, 64, dt, reps, false);  // Llama-like GQA
     bench_attention(1, 2048, 12, 12, 64, dt, 1, false);   // long context
   }
+  for (DType dt : {DType::F32, DType::BF16}) {
+    bench_packed(2048, std::vector<int32_t>(8, 256), 12, 12, 64, dt, reps, "8 docs x 256");
+    // Boundaries off the 64-token tiles: every boundary cuts a tile.
+    bench_packed(2048, {300, 200, 100, 500, 148, 400, 250, 150}, 12, 12, 64, dt, reps,
+                 "8 ragged docs");
+  }
+  if (packed_only) return 0;
   for (DType dt : {DType::F32, DType::BF16}) bench_cross_entropy(1024, 50257, dt, reps);
   return 0;
 }

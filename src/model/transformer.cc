@@ -181,15 +181,23 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
 }
 
-void Transformer::forward_body(Activations& a, const Tensor& tokens) {
+void Transformer::forward_body(Activations& a, const Tensor& tokens,
+                               const PackedBatchInfo* packed) {
   check_shape(tokens, {a.B, a.T}, "tokens");
   bool training = a.layers.size() == blocks_.size();
-  embed_.forward(a.res[0], tokens);
+  Tensor cu, pos;
+  if (packed) {
+    NK_CHECK(packed->cu_seqlens.defined() && packed->position_ids.defined(),
+             "PackedBatchInfo needs both cu_seqlens and position_ids");
+    cu = packed->cu_seqlens;
+    pos = packed->position_ids;
+  }
+  embed_.forward(a.res[0], tokens, pos);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     Activations::Layer& y = a.layers[training ? l : 0];
     b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
-    b.attn.forward(a.tmp, y.attn, y.ln1);
+    b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
     ops::add(y.res_mid, a.res[l], a.tmp);
     b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
     b.mlp.forward(a.tmp, y.mlp, y.ln2);
@@ -226,16 +234,19 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   return valid ? float(sum / double(valid)) : 0.f;
 }
 
-float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets) {
-  forward_body(a, tokens);
+float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
+                                const PackedBatchInfo* packed) {
+  forward_body(a, tokens, packed);
   return head_loss(a, targets, false, 0.f);
 }
 
 float Transformer::forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
-                                    float grad_scale) {
+                                    float grad_scale, const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
            "forward_backward needs training activations");
-  forward_body(a, tokens);
+  forward_body(a, tokens, packed);
+  const Tensor cu = packed ? packed->cu_seqlens : Tensor();
+  const Tensor pos = packed ? packed->position_ids : Tensor();
   float loss = head_loss(a, targets, true, grad_scale);
   // dres carries d loss / d residual stream from the top down.
   ops::fill(a.dres, 0.f);
@@ -245,17 +256,18 @@ float Transformer::forward_backward(Activations& a, const Tensor& tokens, const 
     Activations::Layer& y = a.layers[l];
     b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
     b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
-    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1);
+    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
     b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
   }
-  embed_.backward(a.dres, tokens);
+  embed_.backward(a.dres, tokens, pos);
   return loss;
 }
 
-void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits) {
+void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits,
+                                     const PackedBatchInfo* packed) {
   int64_t N = a.B * a.T;
   check_shape(logits, {N, cfg_.vocab_size}, "logits");
-  forward_body(a, tokens);
+  forward_body(a, tokens, packed);
   for (int64_t r = 0; r < N; r += a.chunk) {
     int64_t n = std::min(a.chunk, N - r);
     Tensor chunk = a.logits.narrow0(0, n);
@@ -266,7 +278,7 @@ void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tenso
 
 void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits) {
   check_shape(logits, {a.B, cfg_.vocab_size}, "logits");
-  forward_body(a, tokens);
+  forward_body(a, tokens, nullptr);
   // Gather the last position of each sequence, then one small head product.
   for (int64_t b = 0; b < a.B; ++b) {
     Tensor last = nn::rows(a.lnf).narrow0(b * a.T + a.T - 1, 1);

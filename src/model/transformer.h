@@ -20,6 +20,14 @@ namespace nk {
 
 class Activations;
 
+// Several documents packed into each row (data/packing.h): attention stays
+// inside each document and positions (learned or rotary) restart at 0 at each
+// document start. Both tensors are required.
+struct PackedBatchInfo {
+  Tensor cu_seqlens;    // i32 [B, S+1] per-row document starts, see ops::attention_forward
+  Tensor position_ids;  // i32 [B, T], each < max_seq_len
+};
+
 class Transformer {
  public:
   // Weights initialised GPT-2/Megatron style from `seed`. compute: f32 or bf16.
@@ -37,12 +45,16 @@ class Transformer {
   void zero_grads();
 
   // Mean loss over non-ignored targets; with backward, gradients ACCUMULATE
-  // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T].
+  // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T]. packed:
+  // document boundaries and position ids of packed rows, or nullptr for one
+  // sequence per row.
   float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
-                         float grad_scale);
-  float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets);
+                         float grad_scale, const PackedBatchInfo* packed = nullptr);
+  float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
+                     const PackedBatchInfo* packed = nullptr);
   // Logits f32 [B*T, V] at every position (evaluation, parity tests).
-  void forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits);
+  void forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits,
+                          const PackedBatchInfo* packed = nullptr);
   // Logits f32 [B, V] at the last position of each sequence.
   void forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits);
 
@@ -54,7 +66,7 @@ class Transformer {
     nn::SelfAttention attn;
     nn::MLP mlp;
   };
-  void forward_body(Activations& a, const Tensor& tokens);
+  void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   float head_loss(Activations& a, const Tensor& targets, bool backward, float grad_scale);
   void bind_views();
 

@@ -1,5 +1,7 @@
 // Causal self-attention: fused QKV projection, optional rotary embedding,
-// flash-style grouped-query attention, output projection.
+// flash-style grouped-query attention, output projection. For packed rows,
+// cu_seqlens i32[B, S+1] keeps attention inside each document and positions
+// i32[B, T] restart the rotary angle per document; both undefined otherwise.
 #pragma once
 #include "nn/linear.h"
 
@@ -20,18 +22,24 @@ struct SelfAttention {
   };
 
   // x [B, T, C] -> y [B, T, C]
-  void forward(Tensor y, const Saved& s, const Tensor& x) const {
+  void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
+               const Tensor& positions = Tensor()) const {
     qkv.forward(s.qkv, x);
-    if (rope.defined()) ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
-    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head);
+    if (rope.defined() && positions.defined())
+      ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
+    else if (rope.defined())
+      ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
+    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens);
     proj.forward(y, s.out);
   }
   // dx [B, T, C] written.
-  void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
-                const Tensor& x) const {
+  void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
+                const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     proj.backward(g.dout, dy, s.out);
-    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head);
-    if (rope.defined())
+    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens);
+    if (rope.defined() && positions.defined())
+      ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
+    else if (rope.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, 0, /*inverse=*/true);
     qkv.backward(dx, g.dqkv, x);
   }

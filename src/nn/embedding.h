@@ -8,11 +8,13 @@ struct Embedding {
   Tensor wte, wpe;    // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
   Tensor dwte, dwpe;  // f32
 
-  void forward(Tensor out, const Tensor& tokens) const {
-    ops::embedding_forward(out, tokens, wte, wpe);
+  // positions i32[B, T] (packed rows) or undefined for 0..T-1 in every row.
+  void forward(Tensor out, const Tensor& tokens, const Tensor& positions = Tensor()) const {
+    ops::embedding_forward(out, tokens, wte, wpe, positions);
   }
-  void backward(const Tensor& dout, const Tensor& tokens) const {
-    ops::embedding_backward(dwte, dwpe, dout, tokens);
+  void backward(const Tensor& dout, const Tensor& tokens,
+                const Tensor& positions = Tensor()) const {
+    ops::embedding_backward(dwte, dwpe, dout, tokens, positions);
   }
 };
 

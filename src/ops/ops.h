@@ -31,13 +31,16 @@ double sum_squares(const Tensor& x);
 void scale(Tensor x, float s);
 
 // ---- embeddings ----
-// out[n,:] = wte[tok[n],:] + (wpe defined ? wpe[n % T,:] : 0)
-// tokens i32[B,T]; wte T[V,C]; wpe T[maxT,C] or undefined; out T[B,T,C].
-// Throws nk::Error naming the token if an id is outside [0, V).
-void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
-// dwte[tok[n],:] += dout[n,:]; dwpe[t,:] += sum_b dout[b,t,:]. dwte/dwpe f32
+// out[n,:] = wte[tok[n],:] + (wpe defined ? wpe[pos(n),:] : 0), pos(n) = n % T,
+// or positions[n] when positions i32[B,T] is defined (packed rows restart at 0
+// per document). tokens i32[B,T]; wte T[V,C]; wpe T[maxT,C] or undefined; out
+// T[B,T,C]. Throws nk::Error naming the token if an id is outside [0, V).
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       const Tensor& positions = Tensor());
+// dwte[tok[n],:] += dout[n,:]; dwpe[pos(n),:] += dout[n,:]. dwte/dwpe f32
 // (dwpe may be undefined). Deterministic (no atomics).
-void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens);
+void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
+                        const Tensor& positions = Tensor());
 
 // ---- normalisation ---- x,y T[N,C]; w,b T[C]; mean,rstd f32[N] saved for backward.
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
@@ -73,17 +76,33 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta);
 // head by head, at positions pos0 + t. inverse=true applies the transpose (backward).
 void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
                   int64_t pos0 = 0, bool inverse = false);
+// The same with an explicit position per token: positions i32[B,T], each in
+// [0, maxT) (packed rows restart at 0 per document).
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
+                  const Tensor& positions, bool inverse = false);
 
 // ---- causal attention with grouped-query heads ----
 // qkv T[B,T,(Hq+2*Hkv)*D] packs q heads, then k heads, then v heads per token.
 // out T[B,T,Hq*D]; lse f32[B,Hq,T] (log-sum-exp of scaled scores, saved).
 // Query head h reads kv head h / (Hq/Hkv). Scale 1/sqrt(D). The fast path is
 // tiled with an online softmax and never holds a T x T matrix.
+//
+// Packed rows (several documents per row): cu_seqlens i32[B, S+1] gives each
+// row's cumulative document starts, the FlashAttention/Megatron varlen
+// convention applied per row: 0 = c_0 <= c_1 <= ... <= c_S = T; rows with
+// fewer than S documents repeat T at the end (empty documents are allowed).
+// Token t of document [c_k, c_{k+1}) attends only to tokens s with
+// c_k <= s <= t. Undefined cu_seqlens: plain causal, one document per row.
+// The fast path skips key tiles that lie wholly in earlier documents and masks
+// the tiles that straddle a boundary. (Per-row starts rather than segment ids:
+// S+1 numbers per row to validate and the kernel needs only each token's
+// document start, expanded once per call.)
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads);
-// dqkv (same layout as qkv) is written.
+                       int64_t n_kv_heads, const Tensor& cu_seqlens = Tensor());
+// dqkv (same layout as qkv) is written. cu_seqlens as in the forward.
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads);
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
+                        const Tensor& cu_seqlens = Tensor());
 
 // ---- softmax cross-entropy over the vocabulary ----
 // logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).

@@ -14,6 +14,14 @@
 //   dS^T = P^T (dP^T - Drow),  dK += dS^T Q,  dQ^T += K^T dS^T,
 // with Drow_i = rowsum(dO_i * O_i). Q is pre-scaled by 1/sqrt(D), which also
 // gives dK its scale; dQ is scaled once when written.
+//
+// Packed rows: cu_seqlens is expanded once per call into each token's document
+// start st[t] (nondecreasing in t). Query t sees keys [st[t], t], so a query
+// block starting at q0 never sees key tiles ending before st[q0]: those tiles
+// are skipped (forward: the key loop starts at st[q0]'s tile; backward: the
+// query loop of a key tile stops at the first block with st[q0] past it). A
+// tile below the diagonal that straddles a boundary is cut to the rows and
+// columns that see anything, then masked per row.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -89,8 +97,9 @@ float online_row(float* s, int64_t valid, int64_t n, float& m, float& l) {
   return corr;
 }
 
+// starts: each token's document start [B*T], or nullptr (one document per row).
 template <typename T>
-void forward_impl(T* out, float* lse, const T* qkv, const Dims d) {
+void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t* starts) {
   const int64_t nb = d.blocks(), D = d.D;
   const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hq * nb, 1, [&](int64_t begin, int64_t end) {
@@ -109,22 +118,34 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d) {
       std::fill(o, o + qn * D, 0.f);
       std::fill(m, m + qn, -INFINITY);
       std::fill(l, l + qn, 0.f);
-      for (int64_t kb = 0; kb <= qb; ++kb) {
+      const int32_t* st = starts ? starts + b * d.T + q0 : nullptr;  // row i's document start
+      for (int64_t kb = st ? st[0] / kBlock : 0; kb <= qb; ++kb) {
         const int64_t k0 = kb * kBlock, kn = std::min(kBlock, d.T - k0);
         load_cols(kt, kBlock, base + k0 * d.C + (d.Hq + kvh) * D, d.C, kn, D);
         load_rows(v, D, base + k0 * d.C + (d.Hq + d.Hkv + kvh) * D, d.C, kn, D);
         const bool diag = kb == qb;  // then k0 == q0, kn == qn
-        if (!diag) tile_gemm(qn, kn, D, q, D, kt, kBlock, s, kBlock, false);
+        // Below the diagonal, rows [0, rn) see some key of the tile and
+        // columns [c0, kn) hold every key they see (the whole tile unpacked).
+        int64_t rn = qn, c0 = 0;
+        if (st && !diag) {
+          rn = std::upper_bound(st, st + qn, int32_t(k0 + kn - 1)) - st;
+          c0 = std::clamp<int64_t>(st[0] - k0, 0, kn);
+        }
+        if (!diag) tile_gemm(rn, kn - c0, D, q, D, kt + c0, kBlock, s + c0, kBlock, false);
         for (int64_t r0 = 0; diag && r0 < qn; r0 += kStrip)  // only keys <= the strip's last row
           tile_gemm(std::min(kStrip, qn - r0), std::min(kn, r0 + kStrip), D, q + r0 * D, D, kt,
                     kBlock, s + r0 * kBlock, kBlock, false);
-        for (int64_t i = 0; i < qn; ++i) {
-          // On the diagonal tile (k0 == q0) row i may see keys 0..i.
-          const float corr = online_row(s + i * kBlock, diag ? i + 1 : kn, kn, m[i], l[i]);
+        for (int64_t i = 0; i < rn; ++i) {
+          // Row i sees columns [lo, hi): from its document start, and on the
+          // diagonal tile (k0 == q0) up to itself. lo < hi for every row < rn.
+          float* si = s + i * kBlock;
+          const int64_t lo = st ? std::clamp<int64_t>(st[i] - k0, c0, kn) : 0;
+          std::fill(si + c0, si + lo, 0.f);
+          const float corr = online_row(si + lo, (diag ? i + 1 : kn) - lo, kn - lo, m[i], l[i]);
           if (corr != 1.f)
             for (int64_t c = 0; c < D; ++c) o[i * D + c] *= corr;
         }
-        if (!diag) tile_gemm(qn, D, kn, s, kBlock, v, D, o, D, true);
+        if (!diag) tile_gemm(rn, D, kn - c0, s + c0, kBlock, v + c0 * D, D, o, D, true);
         for (int64_t r0 = 0; diag && r0 < qn; r0 += kStrip)
           tile_gemm(std::min(kStrip, qn - r0), D, std::min(kn, r0 + kStrip), s + r0 * kBlock,
                     kBlock, v, D, o + r0 * D, D, true);
@@ -142,15 +163,19 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d) {
 // ---- backward ----
 
 // Per-thread fp32 working set of one (batch, kv head) task; [T,D] arrays are
-// token-major, [D,T] arrays ("t" suffix) are their transposes.
+// token-major, [D,T] arrays ("t" suffix) are their transposes with leading
+// dimension ldt = T + 16: a power-of-two stride (T = 2048 is 8 KiB) would map
+// every row of a tile column to the same L1 set.
 struct BackwardScratch {
   float *k, *kt, *v, *dk, *dv;                // kv head
   float *q, *qt, *dout, *doutt, *dqt, *drow;  // current query head
   float *st, *dpt;                            // [kBlock, kBlock] tiles: key rows x query columns
-  BackwardScratch(int64_t T, int64_t D) {
-    const int64_t td = T * D;
-    float* p = scratch(size_t(10 * td + T + 2 * kBlock * kBlock));
-    for (float** a : {&k, &kt, &v, &dk, &dv, &q, &qt, &dout, &doutt, &dqt}) *a = p, p += td;
+  int64_t ldt;
+  BackwardScratch(int64_t T, int64_t D) : ldt(T + 16) {
+    const int64_t td = T * D, dt = D * ldt;
+    float* p = scratch(size_t(6 * td + 4 * dt + T + 2 * kBlock * kBlock));
+    for (float** a : {&k, &v, &dk, &dv, &q, &dout}) *a = p, p += td;
+    for (float** a : {&kt, &qt, &doutt, &dqt}) *a = p, p += dt;
     drow = p, p += T;
     st = p, p += kBlock * kBlock;
     dpt = p;
@@ -179,14 +204,25 @@ inline void probs_and_dscores(float* s, float* dp, const float* lse, const float
 #endif
 }
 
-// Gradients of one (query block, key block) tile into ws.dk/dv/dqt.
-void backward_tile(BackwardScratch& w, const float* lse, int64_t T, int64_t D, int64_t q0,
+// Gradients of one (query block, key block) tile into ws.dk/dv/dqt. sq: the
+// document starts of queries q0.. (nullptr: one document per row).
+void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int64_t D, int64_t q0,
                    int64_t qn, int64_t k0, int64_t kn) {
   float *st = w.st, *dpt = w.dpt;
+  const int64_t T = w.ldt;     // leading dimension of the transposed arrays
   const bool diag = k0 == q0;  // then kn == qn and key row j sees queries i >= j
+  // Below the diagonal, key rows [j0, kn) are seen by some query and query
+  // columns [0, cn) see some key (the whole tile unpacked).
+  int64_t j0 = 0, cn = qn;
+  if (sq && !diag) {
+    j0 = std::clamp<int64_t>(sq[0] - k0, 0, kn);
+    cn = std::upper_bound(sq, sq + qn, int32_t(k0 + kn - 1)) - sq;
+  }
   if (!diag) {
-    tile_gemm(kn, qn, D, w.k + k0 * D, D, w.qt + q0, T, st, kBlock, false);
-    tile_gemm(kn, qn, D, w.v + k0 * D, D, w.doutt + q0, T, dpt, kBlock, false);
+    tile_gemm(kn - j0, cn, D, w.k + (k0 + j0) * D, D, w.qt + q0, T, st + j0 * kBlock, kBlock,
+              false);
+    tile_gemm(kn - j0, cn, D, w.v + (k0 + j0) * D, D, w.doutt + q0, T, dpt + j0 * kBlock, kBlock,
+              false);
   }
   for (int64_t r0 = 0; diag && r0 < kn; r0 += kStrip) {  // key strip r0.. sees queries >= r0
     const int64_t rn = std::min(kStrip, kn - r0), off = r0 * kBlock + r0;
@@ -196,18 +232,24 @@ void backward_tile(BackwardScratch& w, const float* lse, int64_t T, int64_t D, i
   }
   const float* l = lse + q0;
   const float* dr = w.drow + q0;
-  for (int64_t j = 0; j < kn; ++j) {
-    // Key k0+j is visible to query q0+i iff k0+j <= q0+i.
+  const int64_t ncols = diag ? qn : cn;
+  for (int64_t j = j0; j < kn; ++j) {
+    // Key k0+j is visible to query q0+i iff st[q0+i] <= k0+j <= q0+i: queries [i0, i1).
     const int64_t i0 = std::clamp<int64_t>(k0 + j - q0, 0, qn);
+    const int64_t i1 =
+        sq ? std::max<int64_t>(i0, std::upper_bound(sq, sq + ncols, int32_t(k0 + j)) - sq) : ncols;
     float* s = st + j * kBlock;
     float* dp = dpt + j * kBlock;
     for (int64_t i = 0; i < i0; ++i) s[i] = dp[i] = 0.f;
-    probs_and_dscores(s + i0, dp + i0, l + i0, dr + i0, qn - i0);
+    probs_and_dscores(s + i0, dp + i0, l + i0, dr + i0, i1 - i0);
+    for (int64_t i = i1; i < ncols; ++i) s[i] = dp[i] = 0.f;
   }
   if (!diag) {
-    tile_gemm(kn, D, qn, st, kBlock, w.dout + q0 * D, D, w.dv + k0 * D, D, true);
-    tile_gemm(kn, D, qn, dpt, kBlock, w.q + q0 * D, D, w.dk + k0 * D, D, true);
-    tile_gemm(D, qn, kn, w.kt + k0, T, dpt, kBlock, w.dqt + q0, T, true);
+    const int64_t rn = kn - j0;
+    float *sj = st + j0 * kBlock, *dpj = dpt + j0 * kBlock;
+    tile_gemm(rn, D, cn, sj, kBlock, w.dout + q0 * D, D, w.dv + (k0 + j0) * D, D, true);
+    tile_gemm(rn, D, cn, dpj, kBlock, w.q + q0 * D, D, w.dk + (k0 + j0) * D, D, true);
+    tile_gemm(D, cn, rn, w.kt + k0 + j0, T, dpj, kBlock, w.dqt + q0, T, true);
     return;
   }
   for (int64_t r0 = 0; r0 < kn; r0 += kStrip) {
@@ -224,7 +266,7 @@ void backward_tile(BackwardScratch& w, const float* lse, int64_t T, int64_t D, i
 
 template <typename T>
 void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                   const Dims d) {
+                   const Dims d, const int32_t* starts) {
   const int64_t nb = d.blocks(), D = d.D, Tn = d.T, OC = d.Hq * D;
   const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hkv, 1, [&](int64_t begin, int64_t end) {
@@ -235,7 +277,7 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
       T* dx = dqkv + b * Tn * d.C;
       const int64_t koff = (d.Hq + kvh) * D, voff = (d.Hq + d.Hkv + kvh) * D;
       load_rows(w.k, D, x + koff, d.C, Tn, D);
-      load_cols(w.kt, Tn, x + koff, d.C, Tn, D);
+      load_cols(w.kt, w.ldt, x + koff, d.C, Tn, D);
       load_rows(w.v, D, x + voff, d.C, Tn, D);
       std::fill(w.dk, w.dk + Tn * D, 0.f);
       std::fill(w.dv, w.dv + Tn * D, 0.f);
@@ -243,25 +285,28 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
         const T* g = dout + b * Tn * OC + h * D;
         const T* o = out + b * Tn * OC + h * D;
         load_rows(w.q, D, x + h * D, d.C, Tn, D, scale);
-        load_cols(w.qt, Tn, x + h * D, d.C, Tn, D, scale);
+        load_cols(w.qt, w.ldt, x + h * D, d.C, Tn, D, scale);
         load_rows(w.dout, D, g, OC, Tn, D);
-        load_cols(w.doutt, Tn, g, OC, Tn, D);
+        load_cols(w.doutt, w.ldt, g, OC, Tn, D);
         for (int64_t i = 0; i < Tn; ++i) {
           float acc = 0;
           for (int64_t c = 0; c < D; ++c) acc += w.dout[i * D + c] * to_f32(o[i * OC + c]);
           w.drow[i] = acc;
         }
-        std::fill(w.dqt, w.dqt + Tn * D, 0.f);
+        std::fill(w.dqt, w.dqt + w.ldt * D, 0.f);
         const float* lh = lse + (b * d.Hq + h) * Tn;
-        for (int64_t kb = 0; kb < nb; ++kb)
+        const int32_t* sb = starts ? starts + b * Tn : nullptr;
+        for (int64_t kb = 0; kb < nb; ++kb) {
+          const int64_t k0 = kb * kBlock, kn = std::min(kBlock, Tn - k0);
           for (int64_t qb = kb; qb < nb; ++qb) {
-            const int64_t q0 = qb * kBlock, k0 = kb * kBlock;
-            backward_tile(w, lh, Tn, D, q0, std::min(kBlock, Tn - q0), k0,
-                          std::min(kBlock, Tn - k0));
+            const int64_t q0 = qb * kBlock;
+            if (sb && sb[q0] >= k0 + kn) break;  // this and later query blocks start after the tile
+            backward_tile(w, lh, sb ? sb + q0 : nullptr, D, q0, std::min(kBlock, Tn - q0), k0, kn);
           }
+        }
         for (int64_t i = 0; i < Tn; ++i)
           for (int64_t c = 0; c < D; ++c)
-            dx[i * d.C + h * D + c] = from_f32<T>(scale * w.dqt[c * Tn + i]);
+            dx[i * d.C + h * D + c] = from_f32<T>(scale * w.dqt[c * w.ldt + i]);
       }
       for (int64_t i = 0; i < Tn; ++i)
         for (int64_t c = 0; c < D; ++c) {
@@ -272,24 +317,52 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
   });
 }
 
+// Each token's document start [B*T] from cu_seqlens i32[B, S+1], or nullptr
+// when cu_seqlens is undefined. Grow-only buffer of the calling thread.
+const int32_t* document_starts(const Tensor& cu, const Dims& d) {
+  if (!cu.defined()) return nullptr;
+  NK_CHECK(cu.device() == Device::CPU, "attention: cu_seqlens on {}", device_name(cu.device()));
+  check_dtype(cu, DType::I32, "attention cu_seqlens");
+  NK_CHECK(cu.ndim() == 2 && cu.dim(0) == d.B && cu.dim(1) >= 2 && cu.is_contiguous(),
+           "attention: cu_seqlens {} must be [B={}, S+1] with S >= 1", cu.desc(), d.B);
+  thread_local std::vector<int32_t> starts;
+  if (starts.size() < size_t(d.B * d.T)) starts.resize(size_t(d.B * d.T));
+  const int64_t n = cu.dim(1);
+  for (int64_t b = 0; b < d.B; ++b) {
+    const int32_t* c = cu.data<int32_t>() + b * n;
+    if (c[0] != 0 || c[n - 1] != d.T)
+      fail("attention: cu_seqlens row {} runs from {} to {}; it must run from 0 to T = {}", b, c[0],
+           c[n - 1], d.T);
+    for (int64_t k = 0; k + 1 < n; ++k) {
+      if (c[k + 1] < c[k])
+        fail("attention: cu_seqlens row {} decreases at entry {} ({} after {})", b, k + 1, c[k + 1],
+             c[k]);
+      std::fill(starts.data() + b * d.T + c[k], starts.data() + b * d.T + c[k + 1], c[k]);
+    }
+  }
+  return starts.data();
+}
+
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads) {
+                       int64_t n_kv_heads, const Tensor& cu_seqlens) {
   const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
   check_shape(out, {d.B, d.T, d.Hq * d.D}, "attention out");
   check_dtype(out, qkv.dtype(), "attention out");
   check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
   check_dtype(lse, DType::F32, "attention lse");
   NK_CHECK(out.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous output");
+  const int32_t* starts = document_starts(cu_seqlens, d);
   if (qkv.dtype() == DType::F32)
-    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d);
+    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d, starts);
   else
-    forward_impl(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), d);
+    forward_impl(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), d, starts);
 }
 
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads) {
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
+                        const Tensor& cu_seqlens) {
   const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
   for (const auto* t : {&dout, &out}) {
     check_shape(*t, {d.B, d.T, d.Hq * d.D}, "attention out/dout");
@@ -301,12 +374,13 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
   check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
   check_dtype(lse, DType::F32, "attention lse");
   NK_CHECK(dqkv.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous dqkv/lse");
+  const int32_t* starts = document_starts(cu_seqlens, d);
   if (qkv.dtype() == DType::F32)
     backward_impl(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
-                  lse.data<float>(), d);
+                  lse.data<float>(), d, starts);
   else
     backward_impl(dqkv.data<bf16>(), dout.data<bf16>(), qkv.data<bf16>(), out.data<bf16>(),
-                  lse.data<float>(), d);
+                  lse.data<float>(), d, starts);
 }
 
 }  // namespace nk::ops

@@ -1,6 +1,7 @@
 // Token + position embedding: tokens i32[B,T]; wte T[V,C]; wpe T[maxT,C]; out
 // T[B,T,C]. The backward scatters without atomics: dwte is split by columns and
-// dwpe by positions, so every element is summed by one task in row order.
+// dwpe by positions (by columns when explicit position ids are given), so every
+// element is summed by one task in row order.
 #include <algorithm>
 
 #include "core/parallel.h"
@@ -28,8 +29,10 @@ EmbDims check_tokens(const char* op, const Tensor& tokens, const Tensor& table) 
   return {tokens.dim(0), tokens.dim(1), table.dim(1), table.dim(0)};
 }
 
+// pos: explicit position per token [B*T], or nullptr for n % T.
 template <typename T>
-void embedding_fwd(T* out, const int32_t* tok, const T* wte, const T* wpe, const EmbDims& d) {
+void embedding_fwd(T* out, const int32_t* tok, const T* wte, const T* wpe, const int32_t* pos,
+                   const EmbDims& d) {
   const int64_t C = d.C;
   parallel_for(d.B * d.T, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
                [&](int64_t r0, int64_t r1) {
@@ -37,7 +40,7 @@ void embedding_fwd(T* out, const int32_t* tok, const T* wte, const T* wpe, const
                    const T* e = wte + int64_t(tok[n]) * C;
                    T* o = out + n * C;
                    if (wpe) {
-                     const T* p = wpe + (n % d.T) * C;
+                     const T* p = wpe + (pos ? int64_t(pos[n]) : n % d.T) * C;
                      for (int64_t c = 0; c < C; ++c) o[c] = store<T>(load(e[c]) + load(p[c]));
                    } else {
                      for (int64_t c = 0; c < C; ++c) o[c] = e[c];
@@ -47,7 +50,8 @@ void embedding_fwd(T* out, const int32_t* tok, const T* wte, const T* wpe, const
 }
 
 template <typename T>
-void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, const EmbDims& d) {
+void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, const int32_t* pos,
+                   const EmbDims& d) {
   const int64_t N = d.B * d.T, C = d.C;
   // Columns split across tasks; each column sums its rows in token order.
   parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
@@ -55,9 +59,12 @@ void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, 
       float* g = dwte + int64_t(tok[n]) * C;
       const T* o = dout + n * C;
       for (int64_t c = c0; c < c1; ++c) g[c] += load(o[c]);
+      if (!dwpe || !pos) continue;
+      float* gp = dwpe + int64_t(pos[n]) * C;
+      for (int64_t c = c0; c < c1; ++c) gp[c] += load(o[c]);
     }
   });
-  if (!dwpe) return;
+  if (!dwpe || pos) return;
   parallel_for(d.T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t b = 0; b < d.B; ++b) {
@@ -68,9 +75,25 @@ void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, 
   });
 }
 
+// Explicit position ids i32[B,T], checked against the wpe rows; nullptr if undefined.
+const int32_t* check_positions(const char* op, const Tensor& positions, const EmbDims& d,
+                               int64_t max_t) {
+  if (!positions.defined()) return nullptr;
+  check_cpu(positions, op, "positions");
+  check_dtype(positions, DType::I32, "positions");
+  check_shape(positions, {d.B, d.T}, "positions");
+  const int32_t* pos = positions.data<int32_t>();
+  for (int64_t n = 0; n < d.B * d.T; ++n)
+    if (pos[n] < 0 || pos[n] >= max_t)
+      fail("{}: position id {} at (batch {}, t {}) is outside [0, max_seq_len = {})", op, pos[n],
+           n / d.T, n % d.T, max_t);
+  return pos;
+}
+
 }  // namespace
 
-void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       const Tensor& positions) {
   EmbDims d = check_tokens("embedding_forward", tokens, wte);
   check_cpu(out, "embedding_forward", "out");
   check_shape(out, {d.B, d.T, d.C}, "out");
@@ -92,11 +115,15 @@ void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, cons
   }
   dispatch_float(wte.dtype(), "embedding_forward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_fwd(out.data<T>(), tok, wte.data<T>(), wpe.defined() ? wpe.data<T>() : nullptr, d);
+    embedding_fwd(
+        out.data<T>(), tok, wte.data<T>(), wpe.defined() ? wpe.data<T>() : nullptr,
+        wpe.defined() ? check_positions("embedding_forward", positions, d, wpe.dim(0)) : nullptr,
+        d);
   });
 }
 
-void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens) {
+void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
+                        const Tensor& positions) {
   EmbDims d = check_tokens("embedding_backward", tokens, dwte);
   check_dtype(dwte, DType::F32, "dwte");
   check_cpu(dout, "embedding_backward", "dout");
@@ -113,8 +140,10 @@ void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tens
              tok[n], n, d.V);
   dispatch_float(dout.dtype(), "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
-    embedding_bwd(dwte.data<float>(), dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<T>(),
-                  tok, d);
+    embedding_bwd(
+        dwte.data<float>(), dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<T>(), tok,
+        dwpe.defined() ? check_positions("embedding_backward", positions, d, dwpe.dim(0)) : nullptr,
+        d);
   });
 }
 

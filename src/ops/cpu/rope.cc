@@ -14,15 +14,15 @@ using cpu::dispatch_float;
 using cpu::load;
 using cpu::store;
 
-// x T[rows, W]; row r sits at position pos0 + r % T; cs f32[maxT, D] = [cos | sin].
+// x T[rows, W]; row r sits at position pos ? pos[r] : pos0 + r % T; cs f32[maxT, D] = [cos | sin].
 template <typename T>
 void rope_rows(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H, int64_t D, const float* cs,
-               int64_t pos0, bool inverse) {
+               int64_t pos0, const int32_t* pos, bool inverse) {
   const int64_t half = D / 2;
   const float sign = inverse ? -1.f : 1.f;
   parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float *cos = cs + (pos0 + r % T_) * D, *sin = cos + half;
+      const float *cos = cs + (pos ? int64_t(pos[r]) : pos0 + r % T_) * D, *sin = cos + half;
       for (int64_t h = 0; h < H; ++h) {
         T *a = x + r * W + h * D, *b = a + half;
         for (int64_t i = 0; i < half; ++i) {
@@ -56,22 +56,49 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
   return t;
 }
 
-void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
-                  bool inverse) {
+namespace {
+
+// Shared checks of both overloads; returns T.
+int64_t check_rope(const Tensor& x, int64_t n_heads, int64_t head_dim, const Tensor& table) {
   check_cpu(x, "rope_inplace", "x");
   check_cpu(table, "rope_inplace", "table");
   check_dtype(table, DType::F32, "table");
   NK_CHECK(x.ndim() == 3, "rope_inplace: x {} is not [B, T, W]", x.desc());
   NK_CHECK(table.ndim() == 2 && table.dim(1) == head_dim && head_dim % 2 == 0,
            "rope_inplace: table {} does not match head_dim {}", table.desc(), head_dim);
-  const int64_t T_ = x.dim(1), W = x.dim(2);
-  NK_CHECK(n_heads >= 0 && n_heads * head_dim <= W, "rope_inplace: {} heads of {} exceed W={}",
-           n_heads, head_dim, W);
+  NK_CHECK(n_heads >= 0 && n_heads * head_dim <= x.dim(2),
+           "rope_inplace: {} heads of {} exceed W={}", n_heads, head_dim, x.dim(2));
+  return x.dim(1);
+}
+
+}  // namespace
+
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
+                  bool inverse) {
+  const int64_t T_ = check_rope(x, n_heads, head_dim, table), W = x.dim(2);
   NK_CHECK(pos0 >= 0 && pos0 + T_ <= table.dim(0),
            "rope_inplace: positions [{}, {}) exceed table {}", pos0, pos0 + T_, table.desc());
   dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
     using T = decltype(tag);
     rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), pos0,
+              nullptr, inverse);
+  });
+}
+
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
+                  const Tensor& positions, bool inverse) {
+  const int64_t T_ = check_rope(x, n_heads, head_dim, table), W = x.dim(2);
+  check_cpu(positions, "rope_inplace", "positions");
+  check_dtype(positions, DType::I32, "positions");
+  check_shape(positions, {x.dim(0), T_}, "positions");
+  const int32_t* pos = positions.data<int32_t>();
+  for (int64_t n = 0; n < positions.numel(); ++n)
+    if (pos[n] < 0 || pos[n] >= table.dim(0))
+      fail("rope_inplace: position id {} at (batch {}, t {}) is outside the table's [0, {})",
+           pos[n], n / T_, n % T_, table.dim(0));
+  dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
+    using T = decltype(tag);
+    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), 0, pos,
               inverse);
   });
 }
