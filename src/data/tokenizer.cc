@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "data/bpe_files.h"
 #include "data/byte_tokenizer.h"
 
 #ifndef NK_DEFAULT_ASSETS_DIR
@@ -18,6 +19,7 @@ std::string assets_dir() {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
+  if (auto bpe = open_bpe_tokenizer(spec)) return bpe;
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
 }
 

@@ -37,7 +37,7 @@ Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
   corpus_ = TextCorpus::load(cfg_.data_path, cfg_.val_fraction, cfg_.max_bytes,
                              cfg_.replace_invalid_utf8);
   if (corpus_.replaced)
-    NK_WARN("{}: replaced {} invalid UTF-8 bytes with U+FFFD", cfg_.data_path, corpus_.replaced);
+    NK_WARN("{}: replaced {} invalid UTF-8 sequences with U+FFFD", cfg_.data_path, corpus_.replaced);
   if (int64_t(corpus_.train.size()) < cfg_.seq_len + 1)
     fail("data.path: '{}' has {} training tokens, fewer than train.seq_len + 1 = {}",
          cfg_.data_path, corpus_.train.size(), cfg_.seq_len + 1);
