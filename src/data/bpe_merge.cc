@@ -1,5 +1,6 @@
 #include "data/bpe_merge.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <queue>
@@ -31,6 +32,12 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
   return h ^ (h >> 32);
 }
 
+inline uint64_t head_of(const char* p, size_t n) {
+  uint64_t w = 0;
+  std::memcpy(&w, p, n < 8 ? n : 8);
+  return w;
+}
+
 }  // namespace
 
 RankMap::RankMap(const std::vector<std::string>& tokens) {
@@ -55,11 +62,13 @@ RankMap::RankMap(const std::vector<std::string>& tokens) {
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.rank < 0) {
-        s.tag = uint32_t(h >> 32);
+        s.head = head_of(t.data(), t.size());
         s.rank = int32_t(r);
+        s.len = uint16_t(std::min<size_t>(t.size(), 0xFFFF));
+        s.tag = uint16_t(h >> 48);
         break;
       }
-      if (s.tag == uint32_t(h >> 32) && tokens[size_t(s.rank)] == t)
+      if (tokens[size_t(s.rank)] == t)
         fail("BPE vocabulary: token of rank {} repeats the token of rank {}", r, s.rank);
     }
     if (t.size() == 1) byte_rank_[static_cast<unsigned char>(t[0])] = int32_t(r);
@@ -76,13 +85,16 @@ int32_t RankMap::find(std::string_view b) const {
   if (slots_.empty()) return -1;
   if (b.size() == 1) return byte_rank_[static_cast<unsigned char>(b[0])];
   uint64_t h = hash_bytes(b.data(), b.size());
-  uint32_t tag = uint32_t(h >> 32);
+  uint16_t tag = uint16_t(h >> 48);
+  uint64_t head = head_of(b.data(), b.size());
+  size_t n = b.size();
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.rank < 0) return -1;
-    if (s.tag == tag) {
+    if (s.tag == tag && s.head == head && s.len == std::min<size_t>(n, 0xFFFF)) {
+      if (n <= 8) return s.rank;
       uint32_t o = offset_[size_t(s.rank)], e = offset_[size_t(s.rank) + 1];
-      if (e - o == b.size() && std::memcmp(arena_.data() + o, b.data(), b.size()) == 0)
+      if (e - o == n && std::memcmp(arena_.data() + o + 8, b.data() + 8, n - 8) == 0)
         return s.rank;
     }
   }

@@ -24,9 +24,13 @@ class RankMap {
   bool has_all_bytes() const;
 
  private:
+  // 16 bytes: most tokens are at most 8 bytes and compare without touching
+  // the arena (one cache miss per lookup instead of three).
   struct Slot {
-    uint32_t tag = 0;   // high bits of the hash
+    uint64_t head = 0;  // the first 8 bytes of the token, zero-padded
     int32_t rank = -1;  // -1: empty slot
+    uint16_t len = 0;
+    uint16_t tag = 0;  // high bits of the hash
   };
   std::vector<Slot> slots_;
   uint64_t mask_ = 0;

@@ -147,9 +147,17 @@ TEST(BpeParity, O200kVsTiktoken) {
 
 TEST(BpeParity, Gpt2VsGpt3Encoder) {
   REQUIRE_REFERENCE();
-  // gpt-3-encoder is plain JavaScript and slow: every third document.
+  // gpt-3-encoder is plain JavaScript and slow: every third document. Its
+  // regex is JavaScript's, whose \s differs from Unicode White_Space (which
+  // tiktoken and we follow) on U+0085 (not space in JS) and U+FEFF (space in
+  // JS): those two are taken out of the text it is compared on.
   std::vector<CorpusDoc> docs;
-  for (size_t i = 0; i < corpus().size(); i += 3) docs.push_back(corpus()[i]);
+  for (size_t i = 0; i < corpus().size(); i += 3) {
+    CorpusDoc d = corpus()[i];
+    for (std::string_view cut : {"\xC2\x85", "\xEF\xBB\xBF"})
+      for (size_t at; (at = d.text.find(cut)) != std::string::npos;) d.text.erase(at, cut.size());
+    docs.push_back(std::move(d));
+  }
   expect_parity("gpt2", "gpt-3-encoder", "gpt2", docs);
 }
 
