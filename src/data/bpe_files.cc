@@ -369,10 +369,16 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
   }
   nlohmann::json files = {{"ranks", "vocab.tiktoken"}};
   if (gpt2) {
-    nlohmann::ordered_json enc = nlohmann::ordered_json::object();
-    for (size_t r = 0; r < v.tokens.size(); ++r) enc[gpt2_spelling(v.tokens[r])] = r;
-    for (const auto& [text, id] : v.specials) enc[text] = id;
-    write_file_atomic(fs::path(dir) / "encoder.json", enc.dump());
+    // Written by hand in id order (an ordered_json object is quadratic to build).
+    std::string enc = "{";
+    auto entry = [&](const std::string& key, size_t id) {
+      if (enc.size() > 1) enc += ", ";
+      enc += nlohmann::json(key).dump() + ": " + std::to_string(id);
+    };
+    for (size_t r = 0; r < v.tokens.size(); ++r) entry(gpt2_spelling(v.tokens[r]), r);
+    for (const auto& [text, id] : v.specials) entry(text, size_t(id));
+    enc += "}";
+    write_file_atomic(fs::path(dir) / "encoder.json", enc);
     write_file_atomic(fs::path(dir) / "vocab.bpe", bpe);
     files["encoder"] = "encoder.json";
     files["merges"] = "vocab.bpe";

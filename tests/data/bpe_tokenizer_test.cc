@@ -284,8 +284,8 @@ TEST(BpeFiles, BadGpt2FilesNameFileAndLine) {
             std::string::npos);
   // Ids that are not ranks: "ab" and "abc" swapped in encoder.json.
   std::string swapped = enc;
-  swapped.replace(swapped.find("\"ab\":256"), 8, "\"ab\":257");
-  swapped.replace(swapped.find("\"abc\":257"), 9, "\"abc\":256");
+  swapped.replace(swapped.find("\"ab\": 256"), 9, "\"ab\": 257");
+  swapped.replace(swapped.find("\"abc\": 257"), 10, "\"abc\": 256");
   EXPECT_NE(err(swapped, bpe).find("vocab.bpe:2: the merge 'ab' has id 257"), std::string::npos)
       << err(swapped, bpe);
 }
