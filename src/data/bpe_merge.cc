@@ -12,7 +12,7 @@ namespace nk {
 
 namespace {
 
-inline uint64_t hash_bytes(const char* p, size_t n) {
+inline uint64_t hash_bytes_inline(const char* p, size_t n) {
   constexpr uint64_t kMul = 0x9FB21C651E98DF25ull;
   uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t(n) * 0xFF51AFD7ED558CCDull);
   while (n >= 8) {
@@ -31,6 +31,14 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
   h *= 0xD6E8FEB86659FD93ull;
   return h ^ (h >> 32);
 }
+
+}  // namespace
+
+uint64_t hash_bytes(const char* p, size_t n) {
+  return hash_bytes_inline(p, n);
+}
+
+namespace {
 
 inline uint64_t head_of(const char* p, size_t n) {
   uint64_t w = 0;
@@ -58,7 +66,7 @@ RankMap::RankMap(const std::vector<std::string>& tokens) {
   for (size_t r = 0; r < tokens.size(); ++r) {
     const std::string& t = tokens[r];
     if (t.empty()) continue;
-    uint64_t h = hash_bytes(t.data(), t.size());
+    uint64_t h = hash_bytes_inline(t.data(), t.size());
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.rank < 0) {
@@ -73,6 +81,11 @@ RankMap::RankMap(const std::vector<std::string>& tokens) {
     }
     if (t.size() == 1) byte_rank_[static_cast<unsigned char>(t[0])] = int32_t(r);
   }
+  pair_rank_.assign(65536, -1);
+  for (size_t r = 0; r < tokens.size(); ++r)
+    if (tokens[r].size() == 2)
+      pair_rank_[static_cast<unsigned char>(tokens[r][0]) |
+                 size_t(static_cast<unsigned char>(tokens[r][1])) << 8] = int32_t(r);
 }
 
 bool RankMap::has_all_bytes() const {
@@ -84,7 +97,10 @@ bool RankMap::has_all_bytes() const {
 int32_t RankMap::find(std::string_view b) const {
   if (slots_.empty()) return -1;
   if (b.size() == 1) return byte_rank_[static_cast<unsigned char>(b[0])];
-  uint64_t h = hash_bytes(b.data(), b.size());
+  if (b.size() == 2)
+    return pair_rank_[static_cast<unsigned char>(b[0]) | size_t(static_cast<unsigned char>(b[1]))
+                                                             << 8];
+  uint64_t h = hash_bytes_inline(b.data(), b.size());
   uint16_t tag = uint16_t(h >> 48);
   uint64_t head = head_of(b.data(), b.size());
   size_t n = b.size();
@@ -94,8 +110,7 @@ int32_t RankMap::find(std::string_view b) const {
     if (s.tag == tag && s.head == head && s.len == std::min<size_t>(n, 0xFFFF)) {
       if (n <= 8) return s.rank;
       uint32_t o = offset_[size_t(s.rank)], e = offset_[size_t(s.rank) + 1];
-      if (e - o == n && std::memcmp(arena_.data() + o + 8, b.data() + 8, n - 8) == 0)
-        return s.rank;
+      if (e - o == n && std::memcmp(arena_.data() + o + 8, b.data() + 8, n - 8) == 0) return s.rank;
     }
   }
 }
@@ -109,10 +124,14 @@ inline int32_t rank_of(std::string_view piece, size_t b, size_t e, const RankMap
   return r >= 0 && r < max_rank ? r : kNoRank;
 }
 
+// Pieces up to this length take the quadratic scan (no allocation); longer
+// ones (runs of CJK, spaces, digits) the heap.
+constexpr size_t kSmallPiece = 64;
+
 // tiktoken's loop: parts[i] = (start of part i, rank of part i merged with i+1).
 void merge_small(std::string_view piece, const RankMap& ranks, std::vector<int32_t>& out,
                  int32_t max_rank) {
-  constexpr size_t kMax = 256;
+  constexpr size_t kMax = kSmallPiece;
   size_t n = piece.size();
   uint32_t start[kMax + 1];
   int32_t pair[kMax + 1];
@@ -192,7 +211,7 @@ void bpe_merge_piece(std::string_view piece, const RankMap& ranks, std::vector<i
     out.push_back(ranks.byte_rank(static_cast<unsigned char>(piece[0])));
     return;
   }
-  if (piece.size() <= 256)
+  if (piece.size() <= kSmallPiece)
     merge_small(piece, ranks, out, max_rank);
   else
     merge_large(piece, ranks, out, max_rank);

@@ -34,10 +34,14 @@ class RankMap {
   };
   std::vector<Slot> slots_;
   uint64_t mask_ = 0;
+  std::vector<int32_t> pair_rank_;  // 65536: rank of every 2-byte string, or -1
   std::string arena_;
   std::vector<uint32_t> offset_;  // offset_[r], offset_[r+1] bound token r in arena_
   int32_t byte_rank_[256];
 };
+
+// The 64-bit hash RankMap uses (exposed for caches keyed by byte strings).
+uint64_t hash_bytes(const char* p, size_t n);
 
 constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 
@@ -45,7 +49,7 @@ constexpr int32_t kNoRank = std::numeric_limits<int32_t>::max();
 // single bytes, repeatedly merge the adjacent pair whose concatenation is the
 // token of lowest rank (leftmost on ties) while that rank is < max_rank.
 // Every byte of `piece` must be a token. O(n^2) for short pieces as in
-// tiktoken, a heap for long ones (same result).
+// tiktoken, a heap for longer ones (same result).
 void bpe_merge_piece(std::string_view piece, const RankMap& ranks, std::vector<int32_t>& out,
                      int32_t max_rank = kNoRank);
 

@@ -1,14 +1,43 @@
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "data/utf8.h"
 
 namespace nk {
 
+namespace {
+
+// Per-thread cache of merged pieces (words recur; their merges are the
+// expensive part). Direct-mapped; entries carry the owning tokenizer's id,
+// which is never reused, so tokenizers share the cache safely.
+constexpr size_t kCachedPieceBytes = 30, kCachedPieceIds = 8, kCacheSlots = 4096;
+struct PieceCacheEntry {
+  uint64_t owner = 0;  // 0: empty
+  uint64_t hash = 0;
+  uint8_t len = 0, n = 0;
+  char bytes[kCachedPieceBytes];
+  int32_t ids[kCachedPieceIds];
+};
+
+PieceCacheEntry* thread_piece_cache() {
+  thread_local std::unique_ptr<PieceCacheEntry[]> cache(new PieceCacheEntry[kCacheSlots]);
+  return cache.get();
+}
+
+std::atomic<uint64_t> next_tokenizer_id{1};
+
+}  // namespace
+
 BpeTokenizer::BpeTokenizer(BpeVocab vocab)
-    : vocab_(std::move(vocab)), ranks_(vocab_.tokens), pretok_(vocab_.pattern) {
+    : vocab_(std::move(vocab)),
+      ranks_(vocab_.tokens),
+      pretok_(vocab_.pattern),
+      id_(next_tokenizer_id.fetch_add(1)) {
   const std::string& name = vocab_.name;
   if (!ranks_.has_all_bytes()) fail("BPE vocabulary '{}': not every byte 0..255 is a token", name);
   specials_ = vocab_.specials;
@@ -39,12 +68,23 @@ const std::string* BpeTokenizer::bytes_of(int32_t id) const {
 }
 
 void BpeTokenizer::encode_valid(std::string_view text, std::vector<int32_t>& out) const {
+  PieceCacheEntry* cache = thread_piece_cache();
   pretok_.for_each_piece(text, [&](std::string_view piece) {
     int32_t r = ranks_.find(piece);
-    if (r >= 0)
-      out.push_back(r);
-    else
-      bpe_merge_piece(piece, ranks_, out);
+    if (r >= 0) return out.push_back(r);  // tiktoken's shortcut: a whole token
+    if (piece.size() > kCachedPieceBytes) return bpe_merge_piece(piece, ranks_, out);
+    uint64_t h = hash_bytes(piece.data(), piece.size());
+    PieceCacheEntry& e = cache[h & (kCacheSlots - 1)];
+    if (e.owner == id_ && e.hash == h && e.len == piece.size() &&
+        std::memcmp(e.bytes, piece.data(), piece.size()) == 0)
+      return out.insert(out.end(), e.ids, e.ids + e.n), void();
+    size_t before = out.size();
+    bpe_merge_piece(piece, ranks_, out);
+    size_t n = out.size() - before;
+    if (n > kCachedPieceIds) return;
+    e.owner = id_, e.hash = h, e.len = uint8_t(piece.size()), e.n = uint8_t(n);
+    std::memcpy(e.bytes, piece.data(), piece.size());
+    std::memcpy(e.ids, out.data() + before, n * sizeof(int32_t));
   });
 }
 

@@ -51,6 +51,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<const std::string*> special_text_;           // by id - tokens.size(), may be null
   int64_t vocab_size_ = 0;
   int32_t eod_id_ = -1;
+  uint64_t id_;  // unique per instance: keys the per-thread piece cache
 };
 
 }  // namespace nk
