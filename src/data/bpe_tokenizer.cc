@@ -69,7 +69,7 @@ const std::string* BpeTokenizer::bytes_of(int32_t id) const {
 
 void BpeTokenizer::encode_valid(std::string_view text, std::vector<int32_t>& out) const {
   PieceCacheEntry* cache = thread_piece_cache();
-  pretok_.for_each_piece(text, [&](std::string_view piece) {
+  pretok_.for_each_piece_valid(text, [&](std::string_view piece) {
     int32_t r = ranks_.find(piece);
     if (r >= 0) return out.push_back(r);  // tiktoken's shortcut: a whole token
     if (piece.size() > kCachedPieceBytes) return bpe_merge_piece(piece, ranks_, out);

@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
+#include "data/utf8.h"
 
 namespace nk {
 
@@ -105,6 +106,12 @@ PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 
 void PreTokenizer::for_each_piece(std::string_view text, PieceFn fn) const {
+  int64_t bad = find_invalid_utf8(text);
+  if (bad >= 0) fail("pre-tokenizer: invalid UTF-8 at byte {}", bad);
+  for_each_piece_valid(text, fn);
+}
+
+void PreTokenizer::for_each_piece_valid(std::string_view text, PieceFn fn) const {
   ThreadMatchState& st = thread_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t n = text.size(), pos = 0;

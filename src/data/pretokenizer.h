@@ -4,7 +4,10 @@
 //
 // Matching follows tiktoken (Rust regex / fancy-regex) rather than PCRE2's own
 // defaults where they differ: `\s` and `\S` mean Unicode White_Space (PCRE2
-// would also count U+180E), and `\p{..}` is PCRE2's Unicode tables.
+// would also count U+180E). `\p{..}` comes from PCRE2's tables: Unicode 14 in
+// PCRE2 10.42, while tiktoken's regex crate has Unicode 16, so characters first
+// assigned in Unicode 15.0-16.0 (CJK Ext. H/I, Kawi, Garay, ...) are not
+// letters here and may split differently; everything older matches exactly.
 #pragma once
 #include <memory>
 #include <string>
@@ -43,10 +46,14 @@ class PreTokenizer {
   const std::string& pattern() const { return pattern_; }
 
   // Calls fn(piece) for each match of the pattern in `text`, left to right.
-  // `text` must be valid UTF-8 (see replace_invalid_utf8 in data/utf8.h). Bytes
-  // no match covers are skipped and empty matches yield nothing, as in
+  // Bytes no match covers are skipped and empty matches yield nothing, as in
   // tiktoken. Thread-safe: many threads may split with one PreTokenizer.
+  // nk::Error (with the byte offset) if `text` is not valid UTF-8: repair it
+  // first with replace_invalid_utf8 (data/utf8.h), as the tokenizers do.
   void for_each_piece(std::string_view text, PieceFn fn) const;
+  // As for_each_piece, for text the caller has already validated (unchecked:
+  // PCRE2 reads invalid UTF-8 out of bounds).
+  void for_each_piece_valid(std::string_view text, PieceFn fn) const;
 
   // The pieces as views into `text`.
   std::vector<std::string_view> split(std::string_view text) const;

@@ -89,6 +89,8 @@ TEST(PreTokenizer, WhiteSpaceIsUnicodeWhiteSpace) {
             "[^\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
             "\\x{202F}\\x{205F}\\x{3000}]");
   EXPECT_NE(error_of([] { PreTokenizer bad("(unclosed"); }).find("(unclosed"), std::string::npos);
+  EXPECT_NE(error_of([&] { p.split("ok\xFF"); }).find("invalid UTF-8 at byte 2"),
+            std::string::npos);
 }
 
 TEST(BpeTokenizer, KnownEncodings) {
