@@ -64,6 +64,7 @@ std::vector<std::vector<int32_t>> reference_encode(const std::string& lib,
   }
   fs::remove(in);
   fs::remove(out);
+  fs::remove(dir);  // only if empty
   return ids;
 }
 

@@ -35,8 +35,19 @@ bool have_assets() {
 #define REQUIRE_ASSETS() \
   if (!have_assets()) GTEST_SKIP() << "npm assets missing (scripts/fetch_assets.sh)"
 
+fs::path temp_root() {
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("nk_bpe_" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("nk_bpe_" + std::to_string(::getpid())) / name;
+  fs::path d = temp_root() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
