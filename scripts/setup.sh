@@ -6,7 +6,7 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
       libyaml-cpp-dev nlohmann-json3-dev libfmt-dev zlib1g-dev python3-torch python3-numpy
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
       libzstd-dev zstd libsimdjson-dev
-      fortunes-de fortunes-ru fortunes-zh)
+      fortunes-de fortunes-ru fortunes-zh)  # fortunes: text for the tokenizer parity tests
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

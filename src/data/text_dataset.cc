@@ -11,41 +11,9 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "data/utf8.h"
 
 namespace nk {
-
-int64_t find_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t n = s.size(), i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // Sequence length from the lead byte, and the smallest code point that
-    // needs that length (anything below is an overlong encoding).
-    size_t len;
-    uint32_t cp, min_cp;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F, min_cp = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F, min_cp = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07, min_cp = 0x10000;
-    } else {
-      return int64_t(i);  // stray continuation byte or 0xF8..0xFF
-    }
-    if (n - i < len) return int64_t(i);
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return int64_t(i);
-      cp = cp << 6 | (p[i + k] & 0x3F);
-    }
-    if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return int64_t(i);
-    i += len;
-  }
-  return -1;
-}
 
 namespace {
 
@@ -144,21 +112,7 @@ TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_
   int64_t bad = find_invalid_utf8(text);
   TextCorpus c;
   if (bad >= 0 && !replace_invalid) fail("{}: invalid UTF-8 at byte offset {}", path, bad);
-  if (bad >= 0) {
-    std::string fixed;
-    fixed.reserve(text.size());
-    size_t done = 0;
-    while (bad >= 0) {
-      fixed.append(text, done, size_t(bad) - done);
-      fixed += "\xEF\xBF\xBD";  // U+FFFD
-      done = size_t(bad) + 1;
-      ++c.replaced;
-      int64_t next = find_invalid_utf8(std::string_view(text).substr(done));
-      bad = next < 0 ? -1 : int64_t(done) + next;
-    }
-    fixed.append(text, done, std::string::npos);
-    text.swap(fixed);
-  }
+  if (bad >= 0) text = replace_invalid_utf8(text, &c.replaced);
 
   std::vector<int32_t> ids = ByteTokenizer().encode(text);
   size_t n_val = size_t(double(ids.size()) * val_fraction);

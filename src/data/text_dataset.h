@@ -9,12 +9,9 @@
 
 #include "core/tensor.h"
 #include "data/sample_dataset.h"
+#include "data/utf8.h"  // find_invalid_utf8, used by the loaders
 
 namespace nk {
-
-// Offset of the first byte of the first invalid UTF-8 sequence (overlong forms,
-// surrogates and code points above U+10FFFF are invalid), or -1 if `s` is valid.
-int64_t find_invalid_utf8(std::string_view s);
 
 // Byte-tokenized text split into train and validation token streams.
 struct TextCorpus {
@@ -22,8 +19,8 @@ struct TextCorpus {
   // max_bytes: 0 reads the whole file; otherwise only the first max_bytes, cut
   // back to a UTF-8 character boundary. nk::Error naming the file for a missing,
   // unreadable or empty file and for invalid UTF-8 (with its byte offset).
-  // With replace_invalid, each invalid byte becomes U+FFFD instead (counted in
-  // `replaced`), as Python's errors="replace" does for real-world text.
+  // With replace_invalid, each maximal invalid subpart becomes U+FFFD instead
+  // (counted in `replaced`), as Python's errors="replace" does.
   static TextCorpus load(const std::string& path, double val_fraction, int64_t max_bytes,
                          bool replace_invalid = false);
   int64_t replaced = 0;

@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "data/bpe_files.h"
 #include "data/byte_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 
@@ -23,6 +24,7 @@ std::string assets_dir() {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
+  if (auto bpe = open_bpe_tokenizer(spec)) return bpe;
   if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
 }
