@@ -19,6 +19,8 @@
 #include "apps/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "data/bpe_files.h"
+#include "data/bpe_trainer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/text_dataset.h"
 #include "data/tokenizer.h"
@@ -52,8 +54,16 @@ const char* kUsage =
     "      digits, identity normalization, dummy prefix, coverage 0.99995) and writes\n"
     "      PREFIX.model and PREFIX.vocab, or DIR/tokenizer.model and DIR/tokenizer.vocab\n"
     "      when --out is a folder or ends in '/'\n"
+    "      bpe (byte-level, GPT-2/tiktoken style) counts pre-tokenized pieces on all\n"
+    "      cores and merges the most frequent pair until --vocab-size (256 bytes +\n"
+    "      merges + <|endoftext|>); --pattern gpt2|cl100k_base|o200k_base|REGEX\n"
+    "      (default cl100k_base's), --min-frequency N (2), --max-bytes N (all);\n"
+    "      writes DIR/vocab.tiktoken, tokenizer.json, encoder.json + vocab.bpe\n"
     "\n"
-    "SPEC: \"bytes\" (one id per byte + end-of-text) or FILE.model (SentencePiece).\n"
+    "SPEC: \"bytes\" (one id per byte + end-of-text), gpt2 | r50k_base | p50k_base |\n"
+    "cl100k_base | o200k_base (OpenAI's, from the fetched assets), FILE.tiktoken, a\n"
+    "folder with encoder.json + vocab.bpe or saved by `train --type bpe`, or\n"
+    "FILE.model (SentencePiece).\n"
     "Encoded text never gets <s>/</s> added; preprocess appends the end-of-document id.\n";
 
 // Options of one subcommand: name -> how many values it takes.
@@ -316,6 +326,38 @@ int cmd_decode(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Byte-level BPE (GPT-2/tiktoken style): DIR gets vocab.tiktoken,
+// tokenizer.json and encoder.json + vocab.bpe.
+int train_bpe_command(const Parsed& p) {
+  for (const char* sp : {"--character-coverage", "--input-sentence-size", "--user-defined-symbols"})
+    if (p.has(sp)) fail("tokenizer train: {} is a sentencepiece option", sp);
+  if (!p.has("--input")) fail("tokenizer train: no --input FILE given");
+  if (!p.has("--out")) fail("tokenizer train: no --out DIR given");
+  if (!p.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+  BpeTrainOptions o;
+  o.vocab_size = parse_int(p.one("--vocab-size"), "--vocab-size");
+  if (p.has("--threads")) o.threads = int(parse_int(p.one("--threads"), "--threads"));
+  if (p.has("--min-frequency"))
+    o.min_frequency = parse_int(p.one("--min-frequency"), "--min-frequency");
+  if (p.has("--pattern")) {
+    std::string pat = p.one("--pattern");
+    o.pattern = is_openai_encoding(pat) ? openai_pattern(pat) : pat;
+  }
+  int64_t max_bytes = p.has("--max-bytes") ? parse_int(p.one("--max-bytes"), "--max-bytes") : 0;
+  if (max_bytes < 0) fail("--max-bytes: must be >= 0, got {}", max_bytes);
+  std::string out = p.one("--out");
+  if (out.empty()) fail("--out: empty path");
+  o.name = fs::path(out).filename().string();
+  if (o.name.empty()) o.name = fs::path(out).parent_path().filename().string();
+  auto t0 = std::chrono::steady_clock::now();
+  BpeVocab v = train_bpe_from_files(p.values.at("--input"), o, max_bytes);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  save_bpe_tokenizer(v, out);
+  fmt::print("trained bpe tokenizer: {} tokens ({} merges) in {:.1f} s\nwrote {}\n",
+             v.tokens.size() + v.specials.size(), v.tokens.size() - 256, secs, out);
+  return 0;
+}
+
 int cmd_train_tokenizer(const std::vector<std::string>& args) {
   Parsed p = parse("train", args, 1,
                    {{"--type", Arity::kOne},
@@ -326,16 +368,15 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
                     {"--input-sentence-size", Arity::kOne},
                     {"--threads", Arity::kOne},
                     {"--user-defined-symbols", Arity::kOne},
-                    {"--verbose", Arity::kFlag}});
+                    {"--verbose", Arity::kFlag},
+                    {"--pattern", Arity::kOne},
+                    {"--min-frequency", Arity::kOne},
+                    {"--max-bytes", Arity::kOne}});
   if (!p.positional.empty())
     fail("tokenizer train: unexpected argument '{}' (input files go after --input)",
          p.positional[0]);
   std::string type = p.has("--type") ? p.one("--type") : "sentencepiece";
-  if (type == "bpe") {
-    // TODO: byte-level BPE training (GPT-2 style) is wired in here once the
-    // trainer exists.
-    fail("tokenizer train: --type bpe is not available yet (use --type sentencepiece)");
-  }
+  if (type == "bpe") return train_bpe_command(p);
   if (type != "sentencepiece")
     fail("tokenizer train: --type must be sentencepiece or bpe, got '{}'", type);
   if (!p.has("--input")) fail("tokenizer train: no --input FILE given");

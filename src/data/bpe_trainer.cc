@@ -1,11 +1,16 @@
 #include "data/bpe_trainer.h"
 
 #include <algorithm>
+#include <mutex>
 #include <queue>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "data/bpe_files.h"
+#include "data/pretokenizer.h"
+#include "data/text_dataset.h"
+#include "data/utf8.h"
 
 namespace nk {
 namespace {
@@ -36,7 +41,71 @@ struct HeapEntry {
   }
 };
 
+std::string default_pattern(const BpeTrainOptions& opt) {
+  return opt.pattern.empty() ? openai_pattern("cl100k_base") : opt.pattern;
+}
+
 }  // namespace
+
+PieceCounts count_pieces(const std::vector<std::string_view>& texts, const std::string& pattern,
+                         int threads) {
+  PreTokenizer pre(pattern);
+  // Work units of ~1 MB cut at line ends, so two threads share one big text.
+  std::vector<std::string_view> units;
+  for (std::string_view t : texts) {
+    while (!t.empty()) {
+      size_t cut = std::min<size_t>(t.size(), size_t(1) << 20);
+      if (cut < t.size()) {
+        size_t nl = t.find('\n', cut);
+        cut = nl == std::string_view::npos ? t.size() : nl + 1;
+      }
+      units.push_back(t.substr(0, cut));
+      t.remove_prefix(cut);
+    }
+  }
+  if (threads > 0) set_num_threads(threads);
+  PieceCounts total;
+  std::mutex mu;
+  parallel_for(int64_t(units.size()), 1, [&](int64_t begin, int64_t end) {
+    PieceCounts mine;
+    std::string fixed;
+    for (int64_t u = begin; u < end; ++u) {
+      std::string_view text = units[size_t(u)];
+      if (find_invalid_utf8(text) >= 0) {
+        fixed = replace_invalid_utf8(text);
+        text = fixed;
+      }
+      pre.for_each_piece_valid(text, [&](std::string_view piece) { ++mine[std::string(piece)]; });
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (total.empty()) {
+      total = std::move(mine);
+    } else {
+      for (auto& [piece, n] : mine) total[piece] += n;
+    }
+  });
+  return total;
+}
+
+BpeVocab train_bpe_from_files(const std::vector<std::string>& files, const BpeTrainOptions& opt,
+                              int64_t max_bytes) {
+  if (files.empty()) fail("BPE training: no input files");
+  std::vector<std::string> contents;
+  std::vector<std::string_view> views;
+  int64_t left = max_bytes;
+  for (auto& f : files) {
+    if (max_bytes > 0 && left <= 0) break;
+    contents.push_back(read_text_file(f, max_bytes > 0 ? left : 0));
+    left -= int64_t(contents.back().size());
+  }
+  for (auto& c : contents) views.push_back(c);
+  BpeTrainOptions o = opt;
+  o.pattern = default_pattern(opt);
+  PieceCounts counts = count_pieces(views, o.pattern, opt.threads);
+  NK_INFO("BPE training: {} distinct pieces; merging up to vocab_size {}", counts.size(),
+          opt.vocab_size);
+  return train_bpe(counts, o);
+}
 
 BpeVocab train_bpe(const PieceCounts& counts, const BpeTrainOptions& opt,
                    const std::function<void(int64_t, int64_t)>& on_merge) {
@@ -46,7 +115,7 @@ BpeVocab train_bpe(const PieceCounts& counts, const BpeTrainOptions& opt,
          n_special);
   BpeVocab v;
   v.name = opt.name;
-  v.pattern = opt.pattern;
+  v.pattern = default_pattern(opt);
   for (int b = 0; b < 256; ++b) v.tokens.emplace_back(1, char(b));
   std::unordered_map<std::string, int32_t> id_of;
   for (int b = 0; b < 256; ++b) id_of[v.tokens[b]] = b;

@@ -17,20 +17,30 @@ namespace nk {
 
 struct BpeTrainOptions {
   int64_t vocab_size = 8192;  // bytes (256) + merges + specials
-  std::string pattern;        // pre-tokenization regex; empty = GPT-2's
+  std::string pattern;        // pre-tokenization regex; empty = cl100k's
   std::vector<std::string> specials = {"<|endoftext|>"};
   int64_t min_frequency = 2;  // stop before merging a pair seen fewer times
-  int threads = 0;            // counting threads; 0 = all cores
+  int threads = 0;            // counting threads; 0 = the pool's (all cores)
   std::string name = "trained";
 };
 
 // Distinct pre-tokenized pieces and how often each occurs.
 using PieceCounts = std::unordered_map<std::string, int64_t>;
 
+// Counts the pieces of `texts` split by `pattern` (invalid UTF-8 repaired
+// first), in parallel over `threads` workers (0 = all cores).
+PieceCounts count_pieces(const std::vector<std::string_view>& texts, const std::string& pattern,
+                         int threads);
+
 // The merge loop. Ties between equally frequent pairs go to the pair of lower
 // ids (left, then right), so training is deterministic. `on_merge` (optional)
 // sees (merges done, merges wanted) for progress.
 BpeVocab train_bpe(const PieceCounts& counts, const BpeTrainOptions& opt,
                    const std::function<void(int64_t, int64_t)>& on_merge = {});
+
+// Reads the files (plain, .gz or .dz; at most max_bytes in all, 0 = no limit),
+// counts and trains. nk::Error naming a file that cannot be read.
+BpeVocab train_bpe_from_files(const std::vector<std::string>& files, const BpeTrainOptions& opt,
+                              int64_t max_bytes = 0);
 
 }  // namespace nk

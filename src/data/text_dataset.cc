@@ -101,13 +101,16 @@ std::string read_prefix(const std::string& path, int64_t max_bytes) {
 
 }  // namespace
 
+std::string read_text_file(const std::string& path, int64_t max_bytes) {
+  if (max_bytes < 0) fail("corpus '{}': max_bytes must be >= 0, got {}", path, max_bytes);
+  return is_gzip_name(path) ? read_gzip_prefix(path, max_bytes) : read_prefix(path, max_bytes);
+}
+
 TextCorpus TextCorpus::load(const std::string& path, double val_fraction, int64_t max_bytes,
                             bool replace_invalid) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     fail("corpus '{}': val_fraction must be in [0, 1), got {}", path, val_fraction);
-  if (max_bytes < 0) fail("corpus '{}': max_bytes must be >= 0, got {}", path, max_bytes);
-  std::string text =
-      is_gzip_name(path) ? read_gzip_prefix(path, max_bytes) : read_prefix(path, max_bytes);
+  std::string text = read_text_file(path, max_bytes);
   if (text.empty()) fail("corpus '{}' is empty", path);
   int64_t bad = find_invalid_utf8(text);
   TextCorpus c;

@@ -13,6 +13,10 @@
 
 namespace nk {
 
+// The first max_bytes bytes (0 = all) of a plain, .gz or dictzip .dz file, cut
+// back to a UTF-8 character boundary; not validated. nk::Error naming the file.
+std::string read_text_file(const std::string& path, int64_t max_bytes = 0);
+
 // Byte-tokenized text split into train and validation token streams.
 struct TextCorpus {
   std::vector<int32_t> train, val;  // val is the last val_fraction of the tokens

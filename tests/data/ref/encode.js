@@ -4,6 +4,8 @@
 // reference library and writes, per document, u32 count then u32 ids.
 //   node encode.js tiktoken <encoding> IN OUT     (encode_ordinary)
 //   node encode.js gpt-3-encoder gpt2 IN OUT
+//   node encode.js tiktoken-dir DIR IN OUT     (a vocabulary saved by Nekton:
+//                                               DIR/vocab.tiktoken + tokenizer.json)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -14,6 +16,14 @@ const mods = path.join(assets, 'npm', 'node_modules');
 let encode;
 if (lib === 'tiktoken') {
   const enc = require(path.join(mods, 'tiktoken')).get_encoding(encoding);
+  encode = (s) => enc.encode_ordinary(s);
+} else if (lib === 'tiktoken-dir') {
+  const meta = JSON.parse(fs.readFileSync(path.join(encoding, 'tokenizer.json'), 'utf8'));
+  const specials = {};
+  for (const s of meta.specials) specials[s.text] = s.id;
+  const {Tiktoken} = require(path.join(mods, 'tiktoken'));
+  const enc = new Tiktoken(fs.readFileSync(path.join(encoding, 'vocab.tiktoken'), 'utf8'),
+                           specials, meta.pattern);
   encode = (s) => enc.encode_ordinary(s);
 } else if (lib === 'gpt-3-encoder') {
   const g = require(path.join(mods, 'gpt-3-encoder'));
