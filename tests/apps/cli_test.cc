@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+#include "test_util.h"
 
 namespace {
 
@@ -178,3 +180,43 @@ TEST(Cli, CorruptModelFailsCleanly) {
 }
 
 }  // namespace
+
+namespace nk {
+namespace {
+
+// The whole quickstart pipeline at 3 steps: BPE training, preprocess into an
+// indexed dataset, training on it, a sample; generation then decodes with the
+// tokenizer kept beside the model; a second run reuses the prepared data.
+TEST(Cli, QuickstartPipelineThenGenerate) {
+  test::TempDir d("nk_quickstart");
+  std::string out = d / "qs";
+  auto r = test::run_command(test::nekton_bin() +
+                             " quickstart train.steps=3 train.val_every=3 train.out_dir=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step     3/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sample:\nWater"), std::string::npos) << r.out;
+  auto ds = IndexedDataset::open(out + "/data/gcide_text_document");
+  EXPECT_GT(ds->num_documents(), 100000);  // one per dictionary entry
+  auto tok = load_tokenizer(stored_tokenizer(out + "/model"));
+  EXPECT_EQ(tok->kind(), "bpe");
+  EXPECT_EQ(tok->vocab_size(), 4096);
+  // Every document ends with the tokenizer's end-of-document id.
+  for (int64_t s : {int64_t(0), ds->num_sequences() - 1})
+    EXPECT_EQ(ds->sequence(s).back(), tok->eod_id());
+
+  r = test::run_command(
+      test::nekton_bin() + " generate generate.model=" + out +
+      "/model generate.prompt=Water generate.max_tokens=5 generate.temperature=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("Water", 0), 0u) << r.out;
+
+  auto stamp = fs::last_write_time(out + "/tokenizer/vocab.tiktoken");
+  r = test::run_command(test::nekton_bin() + " quickstart train.steps=2 train.out_dir=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
+  EXPECT_EQ(fs::last_write_time(out + "/tokenizer/vocab.tiktoken"), stamp);
+}
+
+}  // namespace
+}  // namespace nk
