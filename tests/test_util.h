@@ -1,9 +1,11 @@
 // Helpers shared by the test suites: a scratch folder per test, whole-file I/O,
-// and running a command (the nekton binary, node, python) to capture its output.
+// running a command (the nekton binary, node, python) to capture its output,
+// and the message of the nk::Error a call throws.
 #pragma once
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,10 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
 
 namespace nk::test {
 
@@ -32,6 +38,20 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   const fs::path& path() const { return path_; }
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  // A fresh, empty folder `name` inside this one.
+  fs::path fresh(const std::string& name) const {
+    fs::path d = path_ / name;
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }
+  // The names of what this folder holds, sorted.
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    for (auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
 
  private:
   fs::path path_;
@@ -68,6 +88,28 @@ inline RunResult run_command(const std::string& cmd, bool merge_stderr = true) {
 // The nekton binary of this build.
 inline std::string nekton_bin() {
   return std::string(NK_BINARY_DIR) + "/bin/nekton";
+}
+
+// Runs `nekton <args>`; stderr is merged into out, or discarded when
+// merge_stderr is false.
+inline RunResult run_nekton(const std::string& args, bool merge_stderr = true) {
+  return run_command(nekton_bin() + " " + args + (merge_stderr ? "" : " 2>/dev/null"),
+                     merge_stderr);
+}
+
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The message of the nk::Error that f() throws, or "(no error)" if it returns.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const ::nk::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace nk::test

@@ -200,6 +200,22 @@ void require_asset(const std::string& name, const std::string& path) {
          path);
 }
 
+// Calls f(line, line_no) for each non-empty line of `text` (numbered from 1,
+// blank lines counted), a trailing '\r' removed.
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) f(line, line_no);
+  }
+}
+
 }  // namespace
 
 uint32_t gpt2_byte_to_codepoint(unsigned char b) {
@@ -265,16 +281,9 @@ BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& voc
     if (seen[id]) id_of.emplace(by_id[id], id);
 
   std::string text = read_file(vocab_bpe);
-  size_t line_no = 0, pos = 0;
   std::string a, b;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
+    if (line_no == 1 && line.starts_with("#version")) return;
     size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size() ||
         line.find(' ', sp + 1) != std::string_view::npos)
@@ -295,7 +304,7 @@ BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& voc
       fail("{}:{}: the merge '{}{}' has id {} in {}, expected its rank {}", vb, line_no, l, r,
            it->second, ej, want);
     v.tokens.push_back(a + b);
-  }
+  });
   for (size_t id = v.tokens.size(); id < by_id.size(); ++id) {
     if (!seen[id]) continue;
     v.specials.emplace_back(by_id[id], int32_t(id));
@@ -310,16 +319,8 @@ BpeVocab load_tiktoken_vocab(const std::string& path) {
   std::string text = read_file(path);
   BpeVocab v;
   v.name = path;
-  size_t line_no = 0, pos = 0;
   std::string bytes;
-  while (pos < text.size()) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) eol = text.size();
-    std::string_view line(text.data() + pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
     size_t sp = line.find(' ');
     if (sp == std::string_view::npos)
       fail("{}:{}: expected '<base64 token> <rank>'", file, line_no);
@@ -335,7 +336,7 @@ BpeVocab load_tiktoken_vocab(const std::string& path) {
     if (size_t(rank) >= v.tokens.size()) v.tokens.resize(size_t(rank) + 1);
     if (!v.tokens[size_t(rank)].empty()) fail("{}:{}: rank {} is given twice", file, line_no, rank);
     v.tokens[size_t(rank)] = bytes;
-  }
+  });
   if (v.tokens.empty()) fail("{}: no tokens", file);
   return v;
 }

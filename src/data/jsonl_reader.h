@@ -100,9 +100,4 @@ class JsonFieldReader {
   std::unique_ptr<Parser> parser_;
 };
 
-// Appends `in` to `out` with each maximal ill-formed subsequence replaced by
-// U+FFFD (the Unicode / WHATWG rule that Python and Node follow); returns how
-// many replacements were made.
-int64_t replace_invalid_utf8(std::string_view in, std::string& out);
-
 }  // namespace nk

@@ -14,6 +14,7 @@
 #include "data/indexed_dataset.h"
 #include "data/jsonl_reader.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
 
 namespace nk {
 
@@ -80,7 +81,7 @@ void tokenize_block(const Job& job, const PreprocessOptions& opt, const Tokenize
     RecordStatus st = ws.fields.read(line, text, why);
     if (st == RecordStatus::InvalidUtf8 && replace_utf8) {
       ws.repaired.clear();
-      replace_invalid_utf8(line, ws.repaired);
+      append_replacing_invalid_utf8(line, ws.repaired);
       size_t n = ws.repaired.size();
       ws.repaired.append(kJsonPadding, ' ');
       st = ws.fields.read(std::string_view(ws.repaired.data(), n), text, why);

@@ -2,12 +2,8 @@
 // every bad input a user can give gets a clear error, a non-zero exit and no
 // output left behind.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "data/indexed_dataset.h"
@@ -18,37 +14,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+namespace test = nk::test;
+using test::run_nekton;
+using test::RunResult;
+using test::write_file;
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(NK_BINARY_DIR) + "/bin/nekton " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
+// A fresh folder `name` under one folder per process (ctest runs these tests in
+// parallel processes), removed at exit.
 fs::path tmp(const std::string& name) {
-  fs::path d = fs::path(NK_BINARY_DIR) / "cli_test" / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
+  static const test::TempDir root("nk_cli");
+  return root.fresh(name);
 }
 
 std::string corpus(const fs::path& dir) {
   std::string text;
   for (int i = 0; i < 300; ++i) text += "All work and no play makes a dull model. ";
-  write(dir / "c.txt", text);
+  write_file(dir / "c.txt", text);
   return (dir / "c.txt").string();
 }
 
@@ -58,11 +39,11 @@ const char* kTiny =
     "train.val_every=0 train.peak_tflops=1 ";
 
 TEST(Cli, HelpListsCommandsAndKeys) {
-  Result r = run("--help");
+  RunResult r = run_nekton("--help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("quickstart"), std::string::npos);
   EXPECT_NE(r.out.find("generate"), std::string::npos);
-  r = run("train --help");
+  r = run_nekton("train --help");
   EXPECT_EQ(r.code, 0);
   for (const char* key : {"train.lr", "train.micro_batch", "model.preset", "data.path"})
     EXPECT_NE(r.out.find(key), std::string::npos) << key;
@@ -71,13 +52,13 @@ TEST(Cli, HelpListsCommandsAndKeys) {
 
 TEST(Cli, TrainThenGenerate) {
   fs::path d = tmp("ok");
-  Result r = run(std::string("train ") + kTiny + "data.path=" + corpus(d) +
-                 " train.out_dir=" + (d / "run").string());
+  RunResult r = run_nekton(std::string("train ") + kTiny + "data.path=" + corpus(d) +
+                           " train.out_dir=" + (d / "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step     3/3"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(d / "run" / "model" / "config.json"));
-  r = run("generate generate.model=" + (d / "run" / "model").string() +
-          " generate.prompt=All generate.max_tokens=20 generate.temperature=0");
+  r = run_nekton("generate generate.model=" + (d / "run" / "model").string() +
+                 " generate.prompt=All generate.max_tokens=20 generate.temperature=0");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("All", 0), 0u) << r.out;
   EXPECT_GE(r.out.size(), 20u);
@@ -86,7 +67,7 @@ TEST(Cli, TrainThenGenerate) {
 // Each case: exit code 1, the message names what is wrong, no output folder.
 void expect_clean_failure(const std::string& args, const fs::path& out,
                           const std::vector<std::string>& needles) {
-  Result r = run(args);
+  RunResult r = run_nekton(args);
   EXPECT_EQ(r.code, 1) << r.out;
   for (auto& n : needles)
     EXPECT_NE(r.out.find(n), std::string::npos) << "'" << n << "' in: " << r.out;
@@ -100,20 +81,20 @@ TEST(Cli, BadInputsFailCleanly) {
 
   expect_clean_failure(base + "--config " + (d / "missing.yaml").string() + " data.path=" + data,
                        out, {"missing.yaml", "not found"});
-  write(d / "bad.yaml", "train:\n  lr: [1, 2\n");
+  write_file(d / "bad.yaml", "train:\n  lr: [1, 2\n");
   expect_clean_failure(base + "--config " + (d / "bad.yaml").string() + " data.path=" + data, out,
                        {"bad.yaml"});
-  write(d / "typo.yaml", "train:\n  lr: 0.001\n  micro_bach: 4\n");
+  write_file(d / "typo.yaml", "train:\n  lr: 0.001\n  micro_bach: 4\n");
   expect_clean_failure(base + "--config " + (d / "typo.yaml").string() + " data.path=" + data, out,
                        {"typo.yaml:3", "train.micro_bach", "train.micro_batch"});
   expect_clean_failure(base + "data.path=" + data + " train.lr=fast", out, {"train.lr", "fast"});
   expect_clean_failure(base + "data.path=" + data + " model.n_head=3", out,
                        {"model.n_head", "d_model"});
   expect_clean_failure(base + "data.path=" + (d / "nope.txt").string(), out, {"nope.txt"});
-  write(d / "empty.txt", "");
+  write_file(d / "empty.txt", "");
   expect_clean_failure(base + "data.path=" + (d / "empty.txt").string(), out,
                        {"empty.txt", "empty"});
-  write(d / "latin1.txt", std::string("caf\xe9 au lait, ") + std::string(200, 'x'));
+  write_file(d / "latin1.txt", std::string("caf\xe9 au lait, ") + std::string(200, 'x'));
   expect_clean_failure(base + "data.path=" + (d / "latin1.txt").string(), out,
                        {"latin1.txt", "UTF-8", "3"});
   expect_clean_failure(base + "data.path=" + data + " --frobnicate", out, {"--frobnicate"});
@@ -135,15 +116,16 @@ std::string indexed(const fs::path& prefix, int32_t vocab, uint32_t seed) {
 TEST(Cli, TrainOnABlendFromYamlStopAndResume) {
   fs::path d = tmp("indexed");
   std::string a = indexed(d / "a", 250, 1), b = indexed(d / "b", 250, 2);
-  write(d / "blend.yaml", "data:\n  blend: [0.4, " + a + ", 0.6, " + b + "]\n  split: 90,10,0\n");
+  write_file(d / "blend.yaml",
+             "data:\n  blend: [0.4, " + a + ", 0.6, " + b + "]\n  split: 90,10,0\n");
   std::string args = std::string("train --config ") + (d / "blend.yaml").string() + " " + kTiny +
                      "model.vocab_size=256 train.steps=4 train.out_dir=" + (d / "run").string();
-  Result r = run(args + " train.exit_at_step=2");
+  RunResult r = run_nekton(args + " train.exit_at_step=2");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2 datasets"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(d / "run" / "model" / "trainer_state.json"));
   EXPECT_TRUE(fs::exists(d / "cache"));  // indices cached beside the data
-  r = run(args + " train.resume_from=" + (d / "run").string());
+  r = run_nekton(args + " train.resume_from=" + (d / "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step     4/4"), std::string::npos) << r.out;
@@ -158,23 +140,23 @@ TEST(Cli, TrainOnABlendFromYamlStopAndResume) {
 
 TEST(Cli, CorruptModelFailsCleanly) {
   fs::path d = tmp("corrupt");
-  Result r = run(std::string("train ") + kTiny + "data.path=" + corpus(d) +
-                 " train.out_dir=" + (d / "run").string());
+  RunResult r = run_nekton(std::string("train ") + kTiny + "data.path=" + corpus(d) +
+                           " train.out_dir=" + (d / "run").string());
   ASSERT_EQ(r.code, 0) << r.out;
   fs::path st = d / "run" / "model" / "model.safetensors";
   // Truncate the weights: loading must fail naming the file.
   fs::resize_file(st, fs::file_size(st) / 2);
-  r = run("generate generate.model=" + (d / "run" / "model").string());
+  r = run_nekton("generate generate.model=" + (d / "run" / "model").string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
   // Garbage header.
-  write(st, std::string("\x10\0\0\0\0\0\0\0{not json at all", 24));
-  r = run("generate generate.model=" + (d / "run" / "model").string());
+  write_file(st, std::string("\x10\0\0\0\0\0\0\0{not json at all", 24));
+  r = run_nekton("generate generate.model=" + (d / "run" / "model").string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
   // config.json missing a field.
-  write(d / "run" / "model" / "config.json", R"({"arch": "gpt2"})");
-  r = run("generate generate.model=" + (d / "run" / "model").string());
+  write_file(d / "run" / "model" / "config.json", R"({"arch": "gpt2"})");
+  r = run_nekton("generate generate.model=" + (d / "run" / "model").string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
 }
@@ -190,8 +172,7 @@ namespace {
 TEST(Cli, QuickstartPipelineThenGenerate) {
   test::TempDir d("nk_quickstart");
   std::string out = d / "qs";
-  auto r = test::run_command(test::nekton_bin() +
-                             " quickstart train.steps=3 train.val_every=3 train.out_dir=" + out);
+  auto r = test::run_nekton("quickstart train.steps=3 train.val_every=3 train.out_dir=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step     3/3"), std::string::npos) << r.out;
@@ -205,14 +186,13 @@ TEST(Cli, QuickstartPipelineThenGenerate) {
   for (int64_t s : {int64_t(0), ds->num_sequences() - 1})
     EXPECT_EQ(ds->sequence(s).back(), tok->eod_id());
 
-  r = test::run_command(
-      test::nekton_bin() + " generate generate.model=" + out +
-      "/model generate.prompt=Water generate.max_tokens=5 generate.temperature=0");
+  r = test::run_nekton("generate generate.model=" + out +
+                       "/model generate.prompt=Water generate.max_tokens=5 generate.temperature=0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("Water", 0), 0u) << r.out;
 
   auto stamp = fs::last_write_time(out + "/tokenizer/vocab.tiktoken");
-  r = test::run_command(test::nekton_bin() + " quickstart train.steps=2 train.out_dir=" + out);
+  r = test::run_nekton("quickstart train.steps=2 train.out_dir=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
   EXPECT_EQ(fs::last_write_time(out + "/tokenizer/vocab.tiktoken"), stamp);

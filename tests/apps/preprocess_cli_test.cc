@@ -6,36 +6,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/megatron_index.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
 namespace nk {
 namespace {
 
+using test::contains;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-const std::string kPy =
-    std::string("/usr/bin/python3 ") + NK_SOURCE_DIR + "/tests/data/megatron_index.py";
-
 test::RunResult nekton(const std::string& args) {
-  return test::run_command(test::nekton_bin() + " preprocess " + args);
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return test::run_nekton("preprocess " + args);
 }
 
 std::string jsonl(const std::vector<std::string>& docs) {
   std::string s;
   for (auto& d : docs) s += nlohmann::json({{"text", d}}).dump() + "\n";
   return s;
-}
-
-std::vector<std::vector<int32_t>> read_sequences(const std::string& prefix) {
-  auto r = test::run_command(kPy + " read " + prefix, false);
-  EXPECT_EQ(r.code, 0) << r.out;
-  return nlohmann::json::parse(r.out)["sequences"].get<std::vector<std::vector<int32_t>>>();
 }
 
 std::vector<std::vector<int32_t>> bytes_with_eod(const std::vector<std::string>& docs) {
@@ -46,13 +35,6 @@ std::vector<std::vector<int32_t>> bytes_with_eod(const std::vector<std::string>&
     out.back().push_back(tok->eod_id());
   }
   return out;
-}
-
-std::vector<std::string> files_in(const TempDir& dir) {
-  std::vector<std::string> names;
-  for (auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 TEST(PreprocessCli, HelpListsEveryKey) {
@@ -80,7 +62,7 @@ TEST(PreprocessCli, PlainAndZstdInputsRepeatedKey) {
   EXPECT_TRUE(contains(r.out, "100.0%")) << r.out;  // the bar's last state
   std::vector<std::string> all = a;
   all.insert(all.end(), b.begin(), b.end());
-  EXPECT_EQ(read_sequences(dir / "out"), bytes_with_eod(all));
+  EXPECT_EQ(test::read_with_numpy(dir / "out").sequences, bytes_with_eod(all));
 }
 
 TEST(PreprocessCli, YamlConfigWithCommaList) {
@@ -94,7 +76,7 @@ TEST(PreprocessCli, YamlConfigWithCommaList) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "1 not a string")) << r.out;
   EXPECT_TRUE(contains(r.out, "b.jsonl:2: not a string")) << r.out;
-  EXPECT_EQ(read_sequences(dir / "out"), bytes_with_eod({"one", "two"}));
+  EXPECT_EQ(test::read_with_numpy(dir / "out").sequences, bytes_with_eod({"one", "two"}));
 }
 
 TEST(PreprocessCli, ErrorsAreClearAndLeaveNoOutput) {
@@ -122,7 +104,7 @@ TEST(PreprocessCli, ErrorsAreClearAndLeaveNoOutput) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "no input files")) << r.out;
 
-  EXPECT_EQ(files_in(dir), std::vector<std::string>{"bad.jsonl"});
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"bad.jsonl"});
 }
 
 }  // namespace

@@ -2,68 +2,27 @@
 // and on a SentencePiece model trained by the command itself, and every bad
 // input: exit code 1, a message naming the argument or file, no output left.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include "test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int code;
-  std::string out;  // stdout (and stderr unless separated)
-};
-
-Result shell(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-Result run(const std::string& args, bool with_stderr = true) {
-  return shell(std::string(NK_BINARY_DIR) + "/bin/nekton " + args +
-               (with_stderr ? " 2>&1" : " 2>/dev/null"));
-}
-
-bool has(const std::string& s, const std::string& what) {
-  return s.find(what) != std::string::npos;
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace test = nk::test;
+using test::contains;
+using test::read_file;
+using test::run_nekton;
+using test::RunResult;
+using test::write_file;
 
 // A per-process folder (ctest runs these tests in parallel), removed at exit.
-struct TempDir {
-  fs::path path = fs::path(NK_BINARY_DIR) / "tokenizer_cli_test" / std::to_string(getpid());
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 const fs::path& dir() {
-  static TempDir d;
-  return d.path;
+  static const test::TempDir d("nk_tokenizer_cli");
+  return d.path();
 }
 
 // ~150 KB of English from the GCIDE dictionary plus a little German and Russian.
@@ -79,7 +38,7 @@ fs::path corpus() {
   for (int i = 0; i < 50; ++i)
     s += "Gr\xc3\xbc\xc3\x9f Gott, sch\xc3\xb6ne Stra\xc3\x9f"
          "e!\n\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82, \xd0\xbc\xd0\xb8\xd1\x80!\n";
-  write(p, s);
+  write_file(p, s);
   return p;
 }
 
@@ -87,61 +46,61 @@ fs::path corpus() {
 const std::string& sp_model() {
   static std::string model = [] {
     fs::path out = dir() / "sp";
-    Result r = run("tokenizer train --type sentencepiece --input " + corpus().string() +
-                   " --vocab-size 600 --threads 2 --out " + out.string() + "/");
+    RunResult r = run_nekton("tokenizer train --type sentencepiece --input " + corpus().string() +
+                             " --vocab-size 600 --threads 2 --out " + out.string() + "/");
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_TRUE(has(r.out, "600 tokens")) << r.out;
+    EXPECT_TRUE(contains(r.out, "600 tokens")) << r.out;
     return (out / "tokenizer.model").string();
   }();
   return model;
 }
 
 TEST(TokenizerCli, HelpAndUsage) {
-  Result r = run("--help");
+  RunResult r = run_nekton("--help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_TRUE(has(r.out, "tokenizer")) << r.out;
-  r = run("tokenizer --help");
+  EXPECT_TRUE(contains(r.out, "tokenizer")) << r.out;
+  r = run_nekton("tokenizer --help");
   EXPECT_EQ(r.code, 0);
   for (const char* s : {"info SPEC", "encode SPEC", "decode SPEC", "train --type"})
-    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
-  r = run("tokenizer encode --help");
+    EXPECT_TRUE(contains(r.out, s)) << s << "\n" << r.out;
+  r = run_nekton("tokenizer encode --help");
   EXPECT_EQ(r.code, 0);
-  EXPECT_TRUE(has(r.out, "--ids-only"));
-  r = run("tokenizer");
+  EXPECT_TRUE(contains(r.out, "--ids-only"));
+  r = run_nekton("tokenizer");
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.out, "usage: nekton tokenizer"));
+  EXPECT_TRUE(contains(r.out, "usage: nekton tokenizer"));
 }
 
 TEST(TokenizerCli, ByteTokenizer) {
-  Result r = run("tokenizer info bytes");
+  RunResult r = run_nekton("tokenizer info bytes");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "kind:           bytes")) << r.out;
-  EXPECT_TRUE(has(r.out, "vocab size:     257")) << r.out;
-  EXPECT_TRUE(has(r.out, "eod id:         256 <|endoftext|>")) << r.out;
+  EXPECT_TRUE(contains(r.out, "kind:           bytes")) << r.out;
+  EXPECT_TRUE(contains(r.out, "vocab size:     257")) << r.out;
+  EXPECT_TRUE(contains(r.out, "eod id:         256 <|endoftext|>")) << r.out;
 
-  r = run("tokenizer encode bytes --text hi --ids-only");
+  r = run_nekton("tokenizer encode bytes --text hi --ids-only");
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "104 105\n");
-  r = run("tokenizer encode bytes --text 'a b'");
+  r = run_nekton("tokenizer encode bytes --text 'a b'");
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "97\ta\n32\t \n98\tb\n3 tokens for 3 bytes\n");
 
   fs::path in = dir() / "bytes_in.txt";
-  write(in, "x\ny\n");
-  r = run("tokenizer encode bytes --ids-only --input " + in.string());
+  write_file(in, "x\ny\n");
+  r = run_nekton("tokenizer encode bytes --ids-only --input " + in.string());
   EXPECT_EQ(r.out, "120 10 121 10\n");
-  r = run("tokenizer encode bytes --per-line --input=" + in.string());
+  r = run_nekton("tokenizer encode bytes --per-line --input=" + in.string());
   EXPECT_EQ(r.out, "120\n121\n");
 
-  r = run("tokenizer decode bytes 104 105,33");
+  r = run_nekton("tokenizer decode bytes 104 105,33");
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "hi!");
   fs::path ids = dir() / "bytes.ids";
-  write(ids, "[104, 105]\n256 10\n");
+  write_file(ids, "[104, 105]\n256 10\n");
   fs::path out = dir() / "decoded.txt";
-  r = run("tokenizer decode bytes --input " + ids.string() + " --output " + out.string());
+  r = run_nekton("tokenizer decode bytes --input " + ids.string() + " --output " + out.string());
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(read(out), "hi\n");
+  EXPECT_EQ(read_file(out), "hi\n");
 }
 
 TEST(TokenizerCli, TrainSentencePieceThenUse) {
@@ -149,33 +108,34 @@ TEST(TokenizerCli, TrainSentencePieceThenUse) {
   ASSERT_TRUE(fs::exists(model));
   fs::path vocab = fs::path(model).replace_extension(".vocab");
   ASSERT_TRUE(fs::exists(vocab));
-  EXPECT_EQ(read(vocab).rfind("<unk>\t0\n<s>\t0\n</s>\t0\n<0x00>\t0\n", 0), 0u);
+  EXPECT_EQ(read_file(vocab).rfind("<unk>\t0\n<s>\t0\n</s>\t0\n<0x00>\t0\n", 0), 0u);
 
-  Result r = run("tokenizer info " + model);
+  RunResult r = run_nekton("tokenizer info " + model);
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* s :
        {"kind:           sentencepiece (bpe)", "vocab size:     600", "eod id:         2 </s>",
         "bos id:         1", "special tokens: 3", "<unk>", "piece <0x00>"})
-    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, s)) << s << "\n" << r.out;
 
   // Per-line ids are exactly spm_encode's; decode inverts encode.
   std::string text =
       "The quick brown fox\n  two  spaces\tand tab\nGr\xc3\xbc\xc3\x9f\n"
       "\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 bad \xff byte\n\n12345 digits\n";
   fs::path in = dir() / "sp_in.txt";
-  write(in, text);
-  r = run("tokenizer encode " + model + " --per-line --input " + in.string(), false);
+  write_file(in, text);
+  r = run_nekton("tokenizer encode " + model + " --per-line --input " + in.string(), false);
   ASSERT_EQ(r.code, 0);
-  Result ref = shell("spm_encode --model " + model + " --output_format=id < " + in.string());
+  RunResult ref = test::run_command(
+      "spm_encode --model " + model + " --output_format=id < " + in.string(), false);
   ASSERT_EQ(ref.code, 0);
   EXPECT_EQ(r.out, ref.out);
 
   fs::path ids = dir() / "sp.ids";
-  r = run("tokenizer encode " + model + " --ids-only --input " + in.string() + " --output " +
-          ids.string());
+  r = run_nekton("tokenizer encode " + model + " --ids-only --input " + in.string() + " --output " +
+                 ids.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "");
-  r = run("tokenizer decode " + model + " --input " + ids.string(), false);
+  r = run_nekton("tokenizer decode " + model + " --input " + ids.string(), false);
   ASSERT_EQ(r.code, 0);
   std::string want = text;
   want.replace(want.find('\xff'), 1, "\xef\xbf\xbd");  // one U+FFFD per invalid byte
@@ -183,8 +143,8 @@ TEST(TokenizerCli, TrainSentencePieceThenUse) {
 
   // The same model is also reachable through its prefix form.
   fs::path prefix = dir() / "named" / "llama";
-  r = run("tokenizer train --input " + corpus().string() + " --vocab-size 500 --threads 2 --out " +
-          prefix.string());
+  r = run_nekton("tokenizer train --input " + corpus().string() +
+                 " --vocab-size 500 --threads 2 --out " + prefix.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(prefix.string() + ".model"));
   EXPECT_TRUE(fs::exists(prefix.string() + ".vocab"));
@@ -194,45 +154,45 @@ TEST(TokenizerCli, TrainSentencePieceThenUse) {
 // encodes, decodes back to the text, and compresses the training text.
 TEST(TokenizerCli, TrainBpeThenUse) {
   fs::path out = dir() / "bpe";
-  Result r = run("tokenizer train --type bpe --input " + corpus().string() +
-                 " --vocab-size 1000 --threads 2 --out " + out.string());
+  RunResult r = run_nekton("tokenizer train --type bpe --input " + corpus().string() +
+                           " --vocab-size 1000 --threads 2 --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "1000 tokens")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1000 tokens")) << r.out;
   for (const char* f : {"vocab.tiktoken", "tokenizer.json", "encoder.json", "vocab.bpe"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
-  r = run("tokenizer info " + out.string());
+  r = run_nekton("tokenizer info " + out.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "kind:           bpe")) << r.out;
-  EXPECT_TRUE(has(r.out, "vocab size:     1000")) << r.out;
-  EXPECT_TRUE(has(r.out, "eod id:         999 <|endoftext|>")) << r.out;
+  EXPECT_TRUE(contains(r.out, "kind:           bpe")) << r.out;
+  EXPECT_TRUE(contains(r.out, "vocab size:     1000")) << r.out;
+  EXPECT_TRUE(contains(r.out, "eod id:         999 <|endoftext|>")) << r.out;
   fs::path ids = dir() / "bpe.ids", back = dir() / "bpe.back";
-  r = run("tokenizer encode " + out.string() + " --ids-only --input " + corpus().string() +
-          " --output " + ids.string());
+  r = run_nekton("tokenizer encode " + out.string() + " --ids-only --input " + corpus().string() +
+                 " --output " + ids.string());
   ASSERT_EQ(r.code, 0) << r.out;
   size_t n_ids = 0;
-  std::istringstream in(read(ids));
+  std::istringstream in(read_file(ids));
   for (std::string w; in >> w;) ++n_ids;
-  std::string text = read(corpus());
+  std::string text = read_file(corpus());
   // Measured 2.5 bytes per token on this dictionary markup; bytes give 1.
   EXPECT_LT(n_ids * 2, text.size()) << "1000 tokens should give > 2 bytes per token";
-  r = run("tokenizer decode " + out.string() + " --input " + ids.string() + " --output " +
-          back.string());
+  r = run_nekton("tokenizer decode " + out.string() + " --input " + ids.string() + " --output " +
+                 back.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(read(back), text);
+  EXPECT_EQ(read_file(back), text);
 }
 
 TEST(TokenizerCli, BadInputsExitOneWithAMessage) {
   auto bad = [](const std::string& args, const std::string& msg) {
-    Result r = run(args);
+    RunResult r = run_nekton(args);
     EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
-    EXPECT_TRUE(has(r.out, msg)) << args << "\nwanted: " << msg << "\ngot: " << r.out;
+    EXPECT_TRUE(contains(r.out, msg)) << args << "\nwanted: " << msg << "\ngot: " << r.out;
   };
   bad("tokenizer frob", "unknown subcommand 'frob'");
   bad("tokenizer info", "no tokenizer given");
   bad("tokenizer info nosuch", "tokenizer 'nosuch'");
   bad("tokenizer info " + (dir() / "missing.model").string(), "missing.model");
   fs::path garbage = dir() / "garbage.model";
-  write(garbage, "not a model");
+  write_file(garbage, "not a model");
   bad("tokenizer info " + garbage.string(), "garbage.model");
   bad("tokenizer encode bytes --frob", "unknown option '--frob'");
   bad("tokenizer encode bytes", "--text");
@@ -244,7 +204,7 @@ TEST(TokenizerCli, BadInputsExitOneWithAMessage) {
   bad("tokenizer decode bytes -5", "token id -5 at position 0");
   bad("tokenizer decode bytes", "no token ids");
   fs::path ids = dir() / "bad.ids";
-  write(ids, "1 2\n3 x4\n");
+  write_file(ids, "1 2\n3 x4\n");
   bad("tokenizer decode bytes --input " + ids.string(), "bad.ids' line 2: 'x4'");
   bad("tokenizer decode " + sp_model() + " 5 600", "token id 600 at position 1");
   bad("tokenizer info bytes --count many", "--count: 'many' is not an integer");

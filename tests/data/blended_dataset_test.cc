@@ -14,16 +14,8 @@
 namespace nk {
 namespace {
 
+using test::error_of;
 using test::TempDir;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Blend, ParseNormalisesWeights) {
   BlendSpec b = parse_blend("0.3, data/a_text_document,0.9,/abs/b", "data.blend");

@@ -3,7 +3,6 @@
 // every encoding, and OpenAI's gpt-3-encoder (JavaScript) for GPT-2. Both get
 // the same bytes, decoded by Node as UTF-8 (invalid bytes become U+FFFD).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -17,6 +16,7 @@
 #include "data/bpe_files.h"
 #include "data/bpe_trainer.h"
 #include "data/tokenizer.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
@@ -24,10 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::CorpusDoc;
 
-fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / ("nk_bpe_parity_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
+// One folder per process (ctest runs these tests in parallel processes),
+// removed at exit.
+const fs::path& work_dir() {
+  static const test::TempDir d("nk_bpe_parity");
+  return d.path();
 }
 
 bool have_node_and_assets() {
@@ -67,8 +68,6 @@ std::vector<std::vector<int32_t>> reference_encode(const std::string& lib,
   }
   fs::remove(in);
   fs::remove(out);
-  std::error_code ec;
-  fs::remove(dir, ec);  // only if empty
   return ids;
 }
 

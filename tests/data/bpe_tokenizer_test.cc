@@ -1,10 +1,7 @@
 // BpeTokenizer without the Node references: known encodings, specials, UTF-8
 // repair, decode round trips, save/load round trips and file errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -13,11 +10,15 @@
 #include "data/bpe_tokenizer.h"
 #include "data/pretokenizer.h"
 #include "data/utf8.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
+using test::read_file;
+using test::write_file;
 
 const char* kNames[] = {"gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base"};
 
@@ -35,35 +36,11 @@ bool have_assets() {
 #define REQUIRE_ASSETS() \
   if (!have_assets()) GTEST_SKIP() << "npm assets missing (scripts/fetch_assets.sh)"
 
-fs::path temp_root() {
-  static const struct Root {
-    fs::path path = fs::temp_directory_path() / ("nk_bpe_" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } root;
-  return root.path;
-}
-
+// A fresh folder `name` under one folder per process (ctest runs these tests in
+// parallel processes), removed at exit.
 fs::path temp_dir(const std::string& name) {
-  fs::path d = temp_root() / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
+  static const test::TempDir root("nk_bpe");
+  return root.fresh(name);
 }
 
 TEST(Utf8Replace, MaximalSubpartsBecomeOneReplacementEach) {
@@ -242,7 +219,7 @@ TEST(BpeFiles, TiktokenFileByPath) {
 TEST(BpeFiles, BadTiktokenFilesNameFileAndLine) {
   fs::path d = temp_dir("bad_tiktoken");
   auto err = [&](const std::string& body) {
-    write(d / "bad.tiktoken", body);
+    write_file(d / "bad.tiktoken", body);
     return error_of([&] { load_tiktoken_vocab((d / "bad.tiktoken").string()); });
   };
   EXPECT_NE(err("IQ== 0\nIg== 1\n!!!! 2\n").find("bad.tiktoken:3: bad base64"), std::string::npos);
@@ -254,7 +231,7 @@ TEST(BpeFiles, BadTiktokenFilesNameFileAndLine) {
       error_of([&] { load_tokenizer((d / "missing.tiktoken").string()); }).find("missing.tiktoken"),
       std::string::npos);
   // Loads, but a vocabulary without every byte cannot tokenize.
-  write(d / "few.tiktoken", "IQ== 0\n");
+  write_file(d / "few.tiktoken", "IQ== 0\n");
   EXPECT_NE(error_of([&] { load_tokenizer((d / "few.tiktoken").string()); }).find("every byte"),
             std::string::npos);
 }
@@ -271,17 +248,12 @@ TEST(BpeFiles, BadGpt2FilesNameFileAndLine) {
   v.name = "small";
   save_bpe_tokenizer(v, d.string());
   std::string enc_path = (d / "encoder.json").string(), bpe_path = (d / "vocab.bpe").string();
-  std::string enc, bpe;
-  {
-    std::ifstream a(enc_path), b(bpe_path);
-    std::getline(a, enc, '\0');
-    std::getline(b, bpe, '\0');
-  }
+  std::string enc = read_file(enc_path), bpe = read_file(bpe_path);
   ASSERT_EQ(bpe, "#version: 0.2\na b\nab c\n");
   EXPECT_EQ(load_gpt2_vocab(enc_path, bpe_path).tokens, v.tokens);
   auto err = [&](const std::string& e, const std::string& b) {
-    write(d / "encoder.json", e);
-    write(d / "vocab.bpe", b);
+    write_file(d / "encoder.json", e);
+    write_file(d / "vocab.bpe", b);
     return error_of([&] { load_gpt2_vocab(enc_path, bpe_path); });
   };
   EXPECT_NE(err("[1, 2]", bpe).find("encoder.json:1: expected a JSON object"), std::string::npos);

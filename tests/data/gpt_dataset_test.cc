@@ -15,17 +15,9 @@
 namespace nk {
 namespace {
 
+using test::error_of;
 using test::TempDir;
 namespace fs = std::filesystem;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 GPTDatasetConfig config(DataSplit which, int64_t T, int64_t n, uint64_t seed,
                         const std::string& cache_dir, const std::string& split = "969,30,1") {

@@ -8,16 +8,17 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/megatron_index.h"
 #include "test_util.h"
 
 namespace nk {
 namespace {
 
+using test::error_of;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-const std::string kPy =
-    std::string("/usr/bin/python3 ") + NK_SOURCE_DIR + "/tests/data/megatron_index.py";
+const std::string kPy = test::megatron_index_py();
 
 // Random documents of 1-3 sequences each, some empty sequences, ids below `vocab`.
 std::vector<std::vector<std::vector<int32_t>>> random_docs(uint64_t seed, int n, int32_t vocab) {
@@ -32,15 +33,6 @@ std::vector<std::vector<std::vector<int32_t>>> random_docs(uint64_t seed, int n,
     }
   }
   return docs;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 class IndexedDatasetTest : public ::testing::TestWithParam<int32_t> {};

@@ -14,17 +14,19 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/jsonl_reader.h"
+#include "data/megatron_index.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
 #include "test_util.h"
 
 namespace nk {
 namespace {
 
+using test::contains;
+using test::error_of;
+using test::read_with_numpy;
 using test::TempDir;
 namespace fs = std::filesystem;
-
-const std::string kPy =
-    std::string("/usr/bin/python3 ") + NK_SOURCE_DIR + "/tests/data/megatron_index.py";
 
 std::string zstd_compress(const std::string& s, int level = 3) {
   std::string out(ZSTD_compressBound(s.size()), '\0');
@@ -38,19 +40,6 @@ std::string zstd_compress(const std::string& s, int level = 3) {
 std::string zstd_two_frames(const std::string& s) {
   size_t half = s.size() / 2;
   return zstd_compress(s.substr(0, half)) + zstd_compress(s.substr(half), 9);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 // Documents with varied lengths, ASCII and multi-byte text, quotes,
@@ -85,20 +74,6 @@ std::string to_jsonl(const std::vector<std::string>& docs) {
   return s;
 }
 
-struct Dataset {
-  std::vector<std::vector<int32_t>> sequences;
-  std::vector<int64_t> doc_idx;
-  std::string dtype;
-};
-
-Dataset read_with_numpy(const std::string& prefix) {
-  auto r = test::run_command(kPy + " read " + prefix, false);
-  EXPECT_EQ(r.code, 0) << r.out;
-  auto j = nlohmann::json::parse(r.out);
-  return {j["sequences"].get<std::vector<std::vector<int32_t>>>(),
-          j["doc_idx"].get<std::vector<int64_t>>(), j["dtype"].get<std::string>()};
-}
-
 // What the output must hold: each non-empty document tokenized, plus eod.
 std::vector<std::vector<int32_t>> expected(const std::vector<std::string>& docs,
                                            const std::string& spec = "bytes", bool eod = true) {
@@ -120,13 +95,6 @@ PreprocessOptions options(const std::vector<std::string>& inputs, const std::str
   o.workers = 3;
   o.block_bytes = 300;  // many small blocks, so workers finish out of order
   return o;
-}
-
-std::vector<std::string> files_in(const TempDir& dir) {
-  std::vector<std::string> names;
-  for (auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 // ---------------------------------------------------------------------------
@@ -192,14 +160,17 @@ TEST(JsonlReader, TruncatedAndCorruptZstdNameFileAndOffset) {
   std::string text;
   for (int i = 0; i < 20000; ++i) text += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
   std::string z = zstd_compress(text);
+  auto read_all = [](const std::string& path) {  // the error reading every line gives
+    return error_of([&] {
+      JsonlReader r(path);
+      std::string_view line;
+      int64_t no;
+      while (r.read_line(line, no)) {
+      }
+    });
+  };
   test::write_file(dir / "t.zst", z.substr(0, z.size() / 2));
-  std::string e = error_of([&] {
-    JsonlReader r(dir / "t.zst");
-    std::string_view line;
-    int64_t no;
-    while (r.read_line(line, no)) {
-    }
-  });
+  std::string e = read_all(dir / "t.zst");
   EXPECT_TRUE(contains(e, dir / "t.zst")) << e;
   EXPECT_TRUE(contains(e, "truncated zstd stream")) << e;
   EXPECT_TRUE(contains(e, "compressed byte offset " + std::to_string(z.size() / 2))) << e;
@@ -208,13 +179,7 @@ TEST(JsonlReader, TruncatedAndCorruptZstdNameFileAndOffset) {
   std::string bad = z;
   for (size_t i = 20; i < 60; ++i) bad[i] = char(bad[i] ^ 0x5A);
   test::write_file(dir / "c.zst", bad);
-  e = error_of([&] {
-    JsonlReader r(dir / "c.zst");
-    std::string_view line;
-    int64_t no;
-    while (r.read_line(line, no)) {
-    }
-  });
+  e = read_all(dir / "c.zst");
   EXPECT_TRUE(contains(e, dir / "c.zst")) << e;
   EXPECT_TRUE(contains(e, "zstd")) << e;
 }
@@ -277,7 +242,7 @@ TEST(JsonFieldReader, EachBadRecordHasItsCause) {
 TEST(Utf8, ReplacesMaximalSubparts) {
   auto fix = [](const std::string& s) {
     std::string out;
-    replace_invalid_utf8(s, out);
+    append_replacing_invalid_utf8(s, out);
     return out;
   };
   const std::string R = "\xEF\xBF\xBD";
@@ -311,7 +276,7 @@ TEST_P(PreprocessOrder, MatchesDirectTokenizationInInputOrder) {
   std::vector<std::string> all = docs_a;
   all.insert(all.end(), docs_b.begin(), docs_b.end());
   auto want = expected(all);
-  Dataset ds = read_with_numpy(dir / "out");
+  test::NumpyDataset ds = read_with_numpy(dir / "out");
   EXPECT_EQ(ds.dtype, "uint16");
   ASSERT_EQ(ds.sequences.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(ds.sequences[i], want[i]) << "document " << i;
@@ -347,7 +312,7 @@ TEST(Preprocess, WithoutEodAndOtherKeyAndOneWorker) {
   opt.append_eod = false;
   opt.workers = 1;
   preprocess_jsonl(opt, nullptr);
-  Dataset ds = read_with_numpy(dir / "out");
+  test::NumpyDataset ds = read_with_numpy(dir / "out");
   EXPECT_EQ(ds.sequences, expected({"first", "\xC3\xA9\xF0\x9F\x98\x80"}, "bytes", false));
 }
 
@@ -402,7 +367,7 @@ TEST(Preprocess, BadRecordStopsTheRunNamingFileAndLineAndLeavesNoOutput) {
       test::write_file(in, zstd ? zstd_compress(text) : text);
       std::string e = error_of([&] { preprocess_jsonl(options({in}, dir / "out"), nullptr); });
       EXPECT_TRUE(contains(e, in + ":23: " + c.cause)) << c.name << ": " << e;
-      EXPECT_EQ(files_in(dir), std::vector<std::string>{"in.jsonl"}) << c.name;
+      EXPECT_EQ(dir.files(), std::vector<std::string>{"in.jsonl"}) << c.name;
     }
   }
 }
@@ -452,7 +417,7 @@ TEST(Preprocess, MissingOrUnreadableInputLeavesNoOutput) {
     fs::permissions(dir / "locked.jsonl", fs::perms::owner_all);
     fs::remove(dir / "locked.jsonl");
   }
-  EXPECT_EQ(files_in(dir), std::vector<std::string>{"ok.jsonl"});
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"ok.jsonl"});
 }
 
 TEST(Preprocess, TruncatedZstdFailsEvenWithSkipBadAndLeavesNoOutput) {
@@ -466,7 +431,7 @@ TEST(Preprocess, TruncatedZstdFailsEvenWithSkipBadAndLeavesNoOutput) {
   std::string e = error_of([&] { preprocess_jsonl(opt, nullptr); });
   EXPECT_TRUE(contains(e, dir / "in.jsonl.zst: truncated zstd stream")) << e;
   EXPECT_TRUE(contains(e, "compressed byte offset")) << e;
-  EXPECT_EQ(files_in(dir), std::vector<std::string>{"in.jsonl.zst"});
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"in.jsonl.zst"});
 }
 
 TEST(Preprocess, FormatsProgressLine) {

@@ -6,50 +6,30 @@
 #include "data/sentencepiece_tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <zlib.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
 #include "data/text_dataset.h"
 #include "data/tokenizer.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
 
 namespace fs = std::filesystem;
 
+using test::error_of;
+using test::read_file;
+using test::write_file;
+
 // One folder per process (ctest runs the tests of this file in parallel
 // processes), removed at exit.
-struct TempDir {
-  fs::path path = fs::path(NK_BINARY_DIR) / "sentencepiece_test" / std::to_string(getpid());
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 const fs::path& dir() {
-  static TempDir d;
-  return d.path;
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  static const test::TempDir d("nk_spm");
+  return d.path();
 }
 
 // The first `n` bytes of a file (gzip or plain), "" if it is not there.
@@ -157,18 +137,6 @@ std::vector<std::string> test_lines() {
   return lines;
 }
 
-std::string run(const std::string& cmd, int* code = nullptr) {
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_TRUE(p) << cmd;
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  if (code) *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
 std::vector<std::string> split_lines(const std::string& s) {
   std::vector<std::string> out;
   std::istringstream in(s);
@@ -188,13 +156,13 @@ class SentencePiece : public ::testing::Test {
   static void SetUpTestSuite() {
     corpus_ = (dir() / "train.txt").string();
     model_ = (dir() / "llama_style.model").string();
-    write(corpus_, training_text());
+    write_file(corpus_, training_text());
     SentencePieceTrainOptions o;
     o.inputs = {corpus_};
     o.vocab_size = 4000;
     o.num_threads = 2;
     std::string bytes = train_sentencepiece(o);
-    write(model_, bytes);
+    write_file(model_, bytes);
   }
   static std::string corpus_, model_;
 };
@@ -243,13 +211,12 @@ TEST_F(SentencePiece, EncodeMatchesSpmEncodeAndDecodeMatchesSpmDecode) {
   std::string text;
   for (auto& l : lines) text += l + "\n";
   fs::path in = dir() / "parity.txt";
-  write(in, text);
-  int code = -1;
-  std::string ref =
-      run("spm_encode --model " + model_ + " --output_format=id < " + in.string() + " 2>/dev/null",
-          &code);
-  ASSERT_EQ(code, 0) << "spm_encode (Debian package sentencepiece) failed";
-  std::vector<std::string> ref_lines = split_lines(ref);
+  write_file(in, text);
+  auto ref = test::run_command(
+      "spm_encode --model " + model_ + " --output_format=id < " + in.string() + " 2>/dev/null",
+      false);
+  ASSERT_EQ(ref.code, 0) << "spm_encode (Debian package sentencepiece) failed";
+  std::vector<std::string> ref_lines = split_lines(ref.out);
   ASSERT_EQ(ref_lines.size(), lines.size());
   std::string all_ids;
   int64_t tokens = 0, byte_pieces = 0;
@@ -264,12 +231,12 @@ TEST_F(SentencePiece, EncodeMatchesSpmEncodeAndDecodeMatchesSpmDecode) {
   EXPECT_GT(tokens, 2000);
 
   fs::path ids_file = dir() / "parity.ids";
-  write(ids_file, all_ids);
-  std::string dec = run(
+  write_file(ids_file, all_ids);
+  auto dec = test::run_command(
       "spm_decode --model " + model_ + " --input_format=id < " + ids_file.string() + " 2>/dev/null",
-      &code);
-  ASSERT_EQ(code, 0) << "spm_decode failed";
-  std::vector<std::string> dec_lines = split_lines(dec);
+      false);
+  ASSERT_EQ(dec.code, 0) << "spm_decode failed";
+  std::vector<std::string> dec_lines = split_lines(dec.out);
   ASSERT_EQ(dec_lines.size(), lines.size());
   for (size_t i = 0; i < lines.size(); ++i)
     ASSERT_EQ(tok->decode(parse_ids(ref_lines[i])), dec_lines[i]) << "line " << i;
@@ -330,35 +297,26 @@ TEST_F(SentencePiece, RoundTripsValidText) {
 
 TEST_F(SentencePiece, BadIdsAndFilesNameTheProblem) {
   auto tok = SentencePieceTokenizer::open(model_);
-  try {
-    tok->decode(std::vector<int32_t>{5, 4000});
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("4000 at position 1"), std::string::npos) << e.what();
-  }
+  std::string e = error_of([&] { tok->decode(std::vector<int32_t>{5, 4000}); });
+  EXPECT_NE(e.find("4000 at position 1"), std::string::npos) << e;
   EXPECT_THROW(tok->decode(std::vector<int32_t>{-1}), Error);
   EXPECT_THROW(tok->token_bytes(4000), Error);
 
   auto expect_error = [](const std::string& path, const char* what) {
-    try {
-      load_tokenizer(path);
-      ADD_FAILURE() << "no error for " << path;
-    } catch (const Error& e) {
-      std::string m = e.what();
-      EXPECT_NE(m.find(path), std::string::npos) << m;
-      EXPECT_NE(m.find(what), std::string::npos) << m;
-    }
+    std::string m = error_of([&] { load_tokenizer(path); });
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
   };
   expect_error((dir() / "missing.model").string(), "cannot open");
   fs::path garbage = dir() / "garbage.model";
-  write(garbage, "this is not a sentencepiece model\n");
+  write_file(garbage, "this is not a sentencepiece model\n");
   expect_error(garbage.string(), "not a valid SentencePiece model");
   fs::path empty = dir() / "empty.model";
-  write(empty, "");
+  write_file(empty, "");
   expect_error(empty.string(), "empty");
-  std::string bytes = read(model_);
+  std::string bytes = read_file(model_);
   fs::path truncated = dir() / "truncated.model";
-  write(truncated, bytes.substr(0, bytes.size() / 2 + 1));
+  write_file(truncated, bytes.substr(0, bytes.size() / 2 + 1));
   expect_error(truncated.string(), "not a valid SentencePiece model");
   fs::create_directories(dir() / "folder.model");
   expect_error((dir() / "folder.model").string(), "directory");
@@ -367,33 +325,29 @@ TEST_F(SentencePiece, BadIdsAndFilesNameTheProblem) {
 TEST_F(SentencePiece, TrainingMatchesSpmTrain) {
   // spm_train with the same settings on the same file gives the same pieces.
   fs::path prefix = dir() / "spm_train";
-  int code = -1;
-  std::string log = run("spm_train --input=" + corpus_ + " --model_prefix=" + prefix.string() +
-                            " --vocab_size=4000 --model_type=bpe --byte_fallback=true"
-                            " --split_digits=true --normalization_rule_name=identity"
-                            " --remove_extra_whitespaces=false --add_dummy_prefix=true"
-                            " --allow_whitespace_only_pieces=true --character_coverage=0.99995"
-                            " --max_sentence_length=4192 --pad_id=-1 --num_threads=2 2>&1",
-                        &code);
-  ASSERT_EQ(code, 0) << log;
+  auto log =
+      test::run_command("spm_train --input=" + corpus_ + " --model_prefix=" + prefix.string() +
+                        " --vocab_size=4000 --model_type=bpe --byte_fallback=true"
+                        " --split_digits=true --normalization_rule_name=identity"
+                        " --remove_extra_whitespaces=false --add_dummy_prefix=true"
+                        " --allow_whitespace_only_pieces=true --character_coverage=0.99995"
+                        " --max_sentence_length=4192 --pad_id=-1 --num_threads=2");
+  ASSERT_EQ(log.code, 0) << log.out;
   auto ref = SentencePieceTokenizer::open(prefix.string() + ".model");
   auto ours = SentencePieceTokenizer::open(model_);
   EXPECT_EQ(ours->vocab_text(), ref->vocab_text());
-  EXPECT_EQ(ours->vocab_text(), read(prefix.string() + ".vocab")) << ".vocab format as spm_train";
+  EXPECT_EQ(ours->vocab_text(), read_file(prefix.string() + ".vocab"))
+      << ".vocab format as spm_train";
 }
 
 TEST(SentencePieceTrain, BadInputsNameTheProblem) {
   SentencePieceTrainOptions o;
   o.inputs = {(dir() / "no_such_input.txt").string()};
   o.vocab_size = 300;
-  try {
-    train_sentencepiece(o);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no_such_input.txt"), std::string::npos) << e.what();
-  }
+  std::string e = error_of([&] { train_sentencepiece(o); });
+  EXPECT_NE(e.find("no_such_input.txt"), std::string::npos) << e;
   fs::path small = dir() / "small.txt";
-  write(small, "tiny text\n");
+  write_file(small, "tiny text\n");
   o.inputs = {small.string()};
   o.vocab_size = 100000;
   EXPECT_THROW(train_sentencepiece(o), Error);

@@ -1,15 +1,13 @@
 #include "data/text_dataset.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <set>
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "test_util.h"
 
 namespace nk {
 namespace fs = std::filesystem;
@@ -18,26 +16,15 @@ namespace {
 
 class TextDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("nk_text_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& bytes) {
-    std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << bytes;
+    std::string p = dir_ / name;
+    test::write_file(p, bytes);
     return p;
   }
   static std::string load_error(const std::string& p, int64_t max_bytes = 0) {
-    try {
-      TextCorpus::load(p, 0.1, max_bytes);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return test::error_of([&] { TextCorpus::load(p, 0.1, max_bytes); });
   }
-  fs::path dir_;
+  test::TempDir dir_{"nk_text_test"};
 };
 
 std::vector<int32_t> iota_tokens(int n) {
@@ -82,9 +69,9 @@ TEST_F(TextDatasetTest, InvalidUtf8ReportsFileAndOffset) {
 TEST_F(TextDatasetTest, EmptyAndMissingFiles) {
   std::string e = write("empty.txt", "");
   EXPECT_EQ(load_error(e), "corpus '" + e + "' is empty");
-  std::string m = (dir_ / "missing.txt").string();
+  std::string m = dir_ / "missing.txt";
   EXPECT_EQ(load_error(m), "corpus file '" + m + "' not found");
-  std::string d = (dir_ / "adir").string();
+  std::string d = dir_ / "adir";
   fs::create_directories(d);
   EXPECT_NE(load_error(d).find(d), std::string::npos);
 }
@@ -191,12 +178,8 @@ TEST(TokenLoader, SetConsumedResumesExactly) {
 
 TEST(TokenLoader, TooSmallCorpus) {
   std::vector<int32_t> toks = iota_tokens(8);
-  try {
-    TokenLoader l(&toks, 1, 8, 0);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "corpus too small: 8 tokens, need at least 9 for seq_len 8");
-  }
+  EXPECT_EQ(test::error_of([&] { TokenLoader l(&toks, 1, 8, 0); }),
+            "corpus too small: 8 tokens, need at least 9 for seq_len 8");
   EXPECT_NO_THROW(TokenLoader(&toks, 1, 7, 0));
   EXPECT_THROW(TokenLoader(&toks, 0, 4, 0), Error);
   EXPECT_THROW(TokenLoader(&toks, 1, 0, 0), Error);

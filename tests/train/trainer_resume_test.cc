@@ -12,6 +12,7 @@
 namespace nk {
 namespace {
 
+using test::error_of;
 using test::TempDir;
 namespace fs = std::filesystem;
 
@@ -27,15 +28,6 @@ TrainConfig tiny(const std::vector<std::string>& extra) {
       "train.peak_tflops=1",   "train.dtype=f32"};
   ov.insert(ov.end(), extra.begin(), extra.end());
   return train_config_from(Config::load(train_schema(), "", ov));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Every training micro-batch's inputs and targets, by step.
