@@ -45,3 +45,7 @@ for tok in "${toks[@]}"; do
     done
   done
 done
+if [[ " ${toks[*]} " == *" gpt2 "* ]]; then
+  echo "== reference: tiktoken (WASM, Node) parse + encode, gcide.jsonl, 1 thread"
+  node bench/tiktoken_preprocess.js "$out/gcide.jsonl" gpt2 | sed 's/^/  /'
+fi
