@@ -21,7 +21,9 @@ class Tokenizer {
   // Appends the ids of `text` to `out`. Special-token strings in the text are
   // encoded as ordinary text (tiktoken's encode_ordinary). Invalid UTF-8 is
   // first replaced by U+FFFD per maximal subpart, as Node's and Python's UTF-8
-  // decoders do when the reference implementations read the same bytes.
+  // decoders do when the reference implementations read the same bytes
+  // (SentencePiece: one U+FFFD per invalid byte, as spm_encode does).
+  // Thread-safe: preprocess encodes from several threads with one tokenizer.
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
   // As encode, but special-token strings (special_tokens()) become their ids.
   virtual void encode_with_specials(std::string_view text, std::vector<int32_t>& out) const {
