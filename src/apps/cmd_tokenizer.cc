@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "apps/arg_parser.h"
 #include "apps/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -65,77 +66,6 @@ const char* kUsage =
     "folder with encoder.json + vocab.bpe or saved by `train --type bpe`, or\n"
     "FILE.model (SentencePiece).\n"
     "Encoded text never gets <s>/</s> added; preprocess appends the end-of-document id.\n";
-
-// Options of one subcommand: name -> how many values it takes.
-enum class Arity { kFlag, kOne, kMany };
-
-struct Parsed {
-  std::vector<std::string> positional;
-  std::map<std::string, std::vector<std::string>> values;  // options given, with values
-  bool has(const std::string& k) const { return values.count(k) > 0; }
-  const std::string& one(const std::string& k) const { return values.at(k).back(); }
-};
-
-bool looks_like_option(const std::string& s) {
-  // "-5" is a (bad) token id, not an option; "-" alone means stdin.
-  return s.size() > 1 && s[0] == '-' && !(s[1] >= '0' && s[1] <= '9');
-}
-
-Parsed parse(const std::string& sub, const std::vector<std::string>& args, size_t from,
-             const std::map<std::string, Arity>& options) {
-  Parsed p;
-  for (size_t i = from; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (!looks_like_option(a)) {
-      p.positional.push_back(a);
-      continue;
-    }
-    std::string value;
-    bool inline_value = false;
-    if (size_t eq = a.find('='); eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      inline_value = true;
-    }
-    auto it = options.find(a);
-    if (it == options.end()) {
-      std::string known;
-      for (auto& [k, ar] : options) known += " " + k;
-      fail("tokenizer {}: unknown option '{}' (options:{})", sub, a, known);
-    }
-    auto& vals = p.values[a];
-    if (it->second == Arity::kFlag) {
-      if (inline_value) fail("tokenizer {}: option {} takes no value", sub, a);
-      continue;
-    }
-    if (inline_value) {
-      vals.push_back(value);
-      continue;
-    }
-    if (i + 1 >= args.size() || looks_like_option(args[i + 1]))
-      fail("tokenizer {}: option {} needs a value", sub, a);
-    vals.push_back(args[++i]);
-    if (it->second == Arity::kMany)
-      while (i + 1 < args.size() && !looks_like_option(args[i + 1])) vals.push_back(args[++i]);
-  }
-  return p;
-}
-
-int64_t parse_int(const std::string& s, const std::string& what) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty())
-    fail("{}: '{}' is not an integer", what, s);
-  return v;
-}
-
-double parse_double(const std::string& s, const std::string& what) {
-  double v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty())
-    fail("{}: '{}' is not a number", what, s);
-  return v;
-}
 
 std::string read_input(const std::string& path) {
   if (path == "-") {
@@ -190,7 +120,7 @@ std::unique_ptr<Tokenizer> open_spec(const Parsed& p, const std::string& sub) {
 }
 
 int cmd_info(const std::vector<std::string>& args) {
-  Parsed p = parse("info", args, 1, {{"--count", Arity::kOne}});
+  Parsed p = parse_options("tokenizer info", args, 1, {{"--count", Arity::kOne}});
   if (p.positional.size() > 1)
     fail("tokenizer info: unexpected argument '{}' (usage: info SPEC)", p.positional[1]);
   auto tok = open_spec(p, "info");
@@ -224,13 +154,13 @@ int cmd_info(const std::vector<std::string>& args) {
 }
 
 int cmd_encode(const std::vector<std::string>& args) {
-  Parsed p = parse("encode", args, 1,
-                   {{"--text", Arity::kOne},
-                    {"--input", Arity::kOne},
-                    {"--ids-only", Arity::kFlag},
-                    {"--per-line", Arity::kFlag},
-                    {"--specials", Arity::kFlag},
-                    {"--output", Arity::kOne}});
+  Parsed p = parse_options("tokenizer encode", args, 1,
+                           {{"--text", Arity::kOne},
+                            {"--input", Arity::kOne},
+                            {"--ids-only", Arity::kFlag},
+                            {"--per-line", Arity::kFlag},
+                            {"--specials", Arity::kFlag},
+                            {"--output", Arity::kOne}});
   if (p.positional.size() > 1)
     fail("tokenizer encode: unexpected argument '{}' (text goes after --text)", p.positional[1]);
   if (p.has("--text") == p.has("--input"))
@@ -294,7 +224,8 @@ void parse_ids(const std::string& s, const std::string& where, std::vector<int32
 }
 
 int cmd_decode(const std::vector<std::string>& args) {
-  Parsed p = parse("decode", args, 1, {{"--input", Arity::kOne}, {"--output", Arity::kOne}});
+  Parsed p = parse_options("tokenizer decode", args, 1,
+                           {{"--input", Arity::kOne}, {"--output", Arity::kOne}});
   auto tok = open_spec(p, "decode");
   std::vector<int32_t> ids;
   if (p.has("--input")) {
@@ -359,19 +290,19 @@ int train_bpe_command(const Parsed& p) {
 }
 
 int cmd_train_tokenizer(const std::vector<std::string>& args) {
-  Parsed p = parse("train", args, 1,
-                   {{"--type", Arity::kOne},
-                    {"--input", Arity::kMany},
-                    {"--vocab-size", Arity::kOne},
-                    {"--out", Arity::kOne},
-                    {"--character-coverage", Arity::kOne},
-                    {"--input-sentence-size", Arity::kOne},
-                    {"--threads", Arity::kOne},
-                    {"--user-defined-symbols", Arity::kOne},
-                    {"--verbose", Arity::kFlag},
-                    {"--pattern", Arity::kOne},
-                    {"--min-frequency", Arity::kOne},
-                    {"--max-bytes", Arity::kOne}});
+  Parsed p = parse_options("tokenizer train", args, 1,
+                           {{"--type", Arity::kOne},
+                            {"--input", Arity::kMany},
+                            {"--vocab-size", Arity::kOne},
+                            {"--out", Arity::kOne},
+                            {"--character-coverage", Arity::kOne},
+                            {"--input-sentence-size", Arity::kOne},
+                            {"--threads", Arity::kOne},
+                            {"--user-defined-symbols", Arity::kOne},
+                            {"--verbose", Arity::kFlag},
+                            {"--pattern", Arity::kOne},
+                            {"--min-frequency", Arity::kOne},
+                            {"--max-bytes", Arity::kOne}});
   if (!p.positional.empty())
     fail("tokenizer train: unexpected argument '{}' (input files go after --input)",
          p.positional[0]);
