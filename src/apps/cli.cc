@@ -20,8 +20,13 @@ struct Command {
 
 const std::map<std::string, Command>& commands() {
   static const std::map<std::string, Command> m = {
-      {"quickstart", {cmd_quickstart, "train a small GPT on the GCIDE dictionary, then sample"}},
-      {"train", {cmd_train, "pretrain a GPT-2 or Llama model from a text file"}},
+      {"quickstart",
+       {cmd_quickstart,
+        "the whole pipeline on the GCIDE dictionary: BPE tokenizer, preprocess, train, sample"}},
+      {"train", {cmd_train, "pretrain a GPT-2 or Llama model (text file or indexed datasets)"}},
+      {"import", {cmd_import, "import hf DIR OUT: a Hugging Face Llama/GPT-2 model", true}},
+      {"export",
+       {cmd_export, "export hf CKPT DIR | export gguf CKPT FILE: Hugging Face or llama.cpp", true}},
       {"generate", {cmd_generate, "sample text from a saved model"}},
       {"tokenizer",
        {cmd_tokenizer,

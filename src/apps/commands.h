@@ -28,5 +28,13 @@ int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);
+int cmd_import(const CommandArgs& a);  // import hf ...      (uses only a.args)
+int cmd_export(const CommandArgs& a);  // export hf|gguf ... (uses only a.args)
+
+// The subcommands cmd_import/cmd_export dispatch to; args[0] is the format
+// ("hf", "gguf"), the rest are its own positional arguments and options.
+int cmd_import_hf(const std::vector<std::string>& args);
+int cmd_export_hf(const std::vector<std::string>& args);
+int cmd_export_gguf(const std::vector<std::string>& args);
 
 }  // namespace nk
