@@ -216,6 +216,23 @@ void for_each_line(std::string_view text, F&& f) {
   }
 }
 
+// Nekton's own tokenizer.json has a top-level "type"; Hugging Face's has none.
+bool is_nekton_meta(const nlohmann::json& meta) {
+  return meta.is_object() && meta.contains("type");
+}
+
+// GPT-2's pair of files in `dir`: encoder.json + vocab.bpe (OpenAI's names) or
+// vocab.json + merges.txt (Hugging Face's names for the same formats).
+bool gpt2_pair(const fs::path& dir, fs::path& encoder, fs::path& merges) {
+  for (auto [e, m] :
+       {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}})
+    if (fs::exists(dir / e) && fs::exists(dir / m)) {
+      encoder = dir / e, merges = dir / m;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace
 
 uint32_t gpt2_byte_to_codepoint(unsigned char b) {
@@ -397,15 +414,20 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
 
 BpeVocab load_bpe_dir(const std::string& dir) {
   fs::path d(dir), meta_path = d / "tokenizer.json";
-  if (!fs::exists(meta_path)) {
-    if (!fs::exists(d / "encoder.json") || !fs::exists(d / "vocab.bpe"))
-      fail("'{}': neither tokenizer.json nor encoder.json + vocab.bpe", dir);
-    BpeVocab v = load_gpt2_vocab((d / "encoder.json").string(), (d / "vocab.bpe").string());
+  nlohmann::json meta;
+  if (fs::exists(meta_path)) meta = parse_json("tokenizer.json", read_file(meta_path.string()));
+  if (!is_nekton_meta(meta)) {  // no tokenizer.json, or Hugging Face's
+    fs::path enc, merges;
+    if (!gpt2_pair(d, enc, merges))
+      fail(
+          "'{}': neither a Nekton tokenizer.json nor encoder.json + vocab.bpe (or Hugging "
+          "Face's vocab.json + merges.txt)",
+          dir);
+    BpeVocab v = load_gpt2_vocab(enc.string(), merges.string());
     v.pattern = kGpt2Pattern;
     v.name = dir;
     return v;
   }
-  nlohmann::json meta = parse_json("tokenizer.json", read_file(meta_path.string()));
   auto field = [&](const char* key) -> std::string {
     if (!meta.is_object() || !meta.contains(key) || !meta[key].is_string())
       fail("{}: expected a string field '{}'", meta_path.string(), key);
@@ -452,11 +474,18 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
     if (!known.empty()) v.specials = openai_specials(known);
     return std::make_unique<BpeTokenizer>(std::move(v));
   } else if (fs::is_directory(spec) && (fs::exists(fs::path(spec) / "vocab.bpe") ||
+                                        fs::exists(fs::path(spec) / "merges.txt") ||
                                         fs::exists(fs::path(spec) / "tokenizer.json"))) {
+    fs::path enc, merges;
+    bool pair = gpt2_pair(spec, enc, merges);
     if (fs::exists(fs::path(spec) / "tokenizer.json")) {
       nlohmann::json meta =
           parse_json("tokenizer.json", read_file((fs::path(spec) / "tokenizer.json").string()));
-      if (!meta.is_object() || meta.value("type", "") != "bpe") return nullptr;
+      // A Nekton tokenizer.json of another type, or Hugging Face's without the
+      // GPT-2 pair beside it (e.g. a SentencePiece folder): not ours.
+      if (is_nekton_meta(meta) ? meta["type"] != "bpe" : !pair) return nullptr;
+    } else if (!pair && !fs::exists(fs::path(spec) / "vocab.bpe")) {
+      return nullptr;
     }
     return std::make_unique<BpeTokenizer>(load_bpe_dir(spec));
   } else {

@@ -1,6 +1,7 @@
 // Reading and writing byte-level BPE vocabularies in the formats users have:
 //   GPT-2:    encoder.json (token -> id, tokens spelled in GPT-2's byte-to-
-//             unicode alphabet) + vocab.bpe (merges in rank order)
+//             unicode alphabet) + vocab.bpe (merges in rank order); Hugging
+//             Face ships the same two files as vocab.json + merges.txt
 //   tiktoken: NAME.tiktoken, one "<base64 token> <rank>" per line
 //   Nekton:   a folder with vocab.tiktoken, tokenizer.json {type: "bpe",
 //             pattern, specials, name} and, when the vocabulary can be written
@@ -38,7 +39,9 @@ BpeVocab load_tiktoken_vocab(const std::string& path);
 void save_bpe_tokenizer(const BpeVocab& vocab, const std::string& dir);
 
 // Reads a folder written by save_bpe_tokenizer, or a plain GPT-2 folder with
-// encoder.json + vocab.bpe (GPT-2's pattern, specials from encoder.json).
+// encoder.json + vocab.bpe or vocab.json + merges.txt (GPT-2's pattern,
+// specials from the vocabulary); Hugging Face's tokenizer.json beside them
+// (no top-level "type") is ignored.
 BpeVocab load_bpe_dir(const std::string& dir);
 
 // The factory's BPE branch (see load_tokenizer): an OpenAI name, a FILE.tiktoken,

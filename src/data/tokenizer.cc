@@ -26,6 +26,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
   if (auto bpe = open_bpe_tokenizer(spec)) return bpe;
   if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
+  // A Hugging Face tokenizer folder of a SentencePiece model (Llama 1/2, Mistral).
+  std::filesystem::path spm = std::filesystem::path(spec) / "tokenizer.model";
+  if (std::filesystem::is_directory(spec) && std::filesystem::exists(spm))
+    return SentencePieceTokenizer::open(spm.string());
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
 }
 

@@ -51,8 +51,12 @@ class Tokenizer {
 //   "gpt2" | "r50k_base" | "p50k_base" | "cl100k_base" | "o200k_base"
 //                                              OpenAI's vocabularies, from the
 //                                              npm-fetched assets (assets_dir())
-//   DIR                                        encoder.json + vocab.bpe (GPT-2),
-//                                              or a tokenizer saved by Nekton
+//   DIR                                        encoder.json + vocab.bpe (GPT-2;
+//                                              also under Hugging Face's names
+//                                              vocab.json + merges.txt), a
+//                                              tokenizer saved by Nekton, or a
+//                                              folder with tokenizer.model
+//                                              (SentencePiece, as HF ships it)
 //   FILE.tiktoken                              tiktoken rank file (cl100k pattern
 //                                              unless the name says otherwise)
 //   FILE.model                                 SentencePiece model

@@ -1,0 +1,139 @@
+// `nekton import hf HF_DIR OUT_DIR` and `nekton export hf MODEL_DIR OUT_DIR`:
+// Hugging Face checkpoints of Llama-family and GPT-2 models (ckpt/hf_io.h).
+#include <fmt/format.h>
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "apps/arg_parser.h"
+#include "apps/commands.h"
+#include "ckpt/hf_io.h"
+#include "core/error.h"
+
+namespace nk {
+
+namespace {
+
+const char* kImportUsage =
+    "usage: nekton import hf HF_DIR OUT_DIR [--dtype f32|bf16|f16] [--overwrite]\n"
+    "\n"
+    "Converts a Hugging Face checkpoint folder into a Nekton model folder (as\n"
+    "`nekton train` saves one: config.json + model.safetensors, which `nekton\n"
+    "generate` and training load).\n"
+    "\n"
+    "HF_DIR holds config.json (architectures LlamaForCausalLM, MistralForCausalLM\n"
+    "or GPT2LMHeadModel) and model.safetensors, or shards named by\n"
+    "model.safetensors.index.json; tensors may be stored f32, bf16 or f16.\n"
+    "Tokenizer files (tokenizer.json, tokenizer.model, vocab.json + merges.txt,\n"
+    "tokenizer_config.json, special_tokens_map.json, added_tokens.json) are copied\n"
+    "into OUT_DIR/tokenizer/ and recorded for generation when Nekton can load them\n"
+    "(GPT-2's vocab.json + merges.txt, SentencePiece's tokenizer.model).\n"
+    "OUT_DIR/hf.json records the source's dtype and config for `export hf`.\n"
+    "\n"
+    "options:\n"
+    "  --dtype f32|bf16|f16  dtype of OUT_DIR/model.safetensors (default f32, the\n"
+    "                        master weights; bf16/f16 sources widen exactly)\n"
+    "  --overwrite           replace OUT_DIR if it exists and is not empty\n"
+    "\n"
+    "Unsupported configs (rope_scaling, biases in Llama, sliding windows, other\n"
+    "activations) and bad files are errors naming the key, file or tensor; OUT_DIR\n"
+    "is written in a temporary folder and renamed, so a failure leaves nothing.\n";
+
+const char* kExportUsage =
+    "usage: nekton export hf MODEL_DIR OUT_DIR [--dtype bf16|f16|f32]\n"
+    "                        [--max-shard-size 5GB] [--overwrite]\n"
+    "\n"
+    "Writes a Nekton model folder (config.json + model.safetensors) as a Hugging\n"
+    "Face checkpoint that transformers' from_pretrained loads: config.json\n"
+    "(LlamaForCausalLM or GPT2LMHeadModel), model.safetensors or shards\n"
+    "model-0000i-of-0000n.safetensors + model.safetensors.index.json, and the\n"
+    "tokenizer files kept in MODEL_DIR/tokenizer/ (Nekton's encoder.json + vocab.bpe\n"
+    "as vocab.json + merges.txt, a SentencePiece .model as tokenizer.model).\n"
+    "A tied head is written once, as model.embed_tokens.weight / transformer.wte.weight.\n"
+    "\n"
+    "options:\n"
+    "  --dtype bf16|f16|f32    storage dtype; default: the dtype the model was\n"
+    "                          imported from (so import + export reproduces the\n"
+    "                          tensors bit for bit), else bf16 for llama and f32\n"
+    "                          for gpt2\n"
+    "  --max-shard-size SIZE   largest shard (default 5GB; 500MB, 2GiB, or bytes)\n"
+    "  --overwrite             replace OUT_DIR if it exists and is not empty\n";
+
+bool wants_help(const std::vector<std::string>& args) {
+  return std::any_of(args.begin() + 1, args.end(),
+                     [](const std::string& s) { return s == "--help" || s == "-h"; });
+}
+
+DType parse_weight_dtype(const std::string& s, const char* command) {
+  if (s == "f32" || s == "float32") return DType::F32;
+  if (s == "bf16" || s == "bfloat16") return DType::BF16;
+  if (s == "f16" || s == "float16") return DType::F16;
+  fail("{}: --dtype '{}' is not one of f32, bf16, f16", command, s);
+}
+
+std::string mb(uint64_t bytes) {
+  return fmt::format("{:.1f} MB", double(bytes) / 1e6);
+}
+
+}  // namespace
+
+int cmd_import_hf(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    fmt::print("{}", kImportUsage);
+    return 0;
+  }
+  const char* cmd = "import hf";
+  Parsed p = parse_options(cmd, args, 1, {{"--dtype", Arity::kOne}, {"--overwrite", Arity::kFlag}});
+  if (p.positional.size() != 2) {
+    fmt::print(stderr, "{}", kImportUsage);
+    fail("{}: expected HF_DIR and OUT_DIR, got {} argument(s)", cmd, p.positional.size());
+  }
+  HfImportOptions opt;
+  if (p.has("--dtype")) opt.storage = parse_weight_dtype(p.one("--dtype"), cmd);
+  opt.overwrite = p.has("--overwrite");
+  HfImportReport r = import_hf(p.positional[0], p.positional[1], opt);
+  const ModelConfig& c = r.config;
+  fmt::print(
+      "imported {} ({}, {} layers, d_model {}, {} heads / {} kv, vocab {}, {:.2f}M params, "
+      "{} on disk, {} file(s))\n",
+      p.positional[0], r.architecture, c.n_layer, c.d_model, c.n_head, c.n_kv_head, c.vocab_size,
+      double(r.n_params) / 1e6, r.source_dtype, r.weight_files.size());
+  if (r.tokenizer_files.empty())
+    fmt::print("tokenizer: no tokenizer files in {}\n", p.positional[0]);
+  else if (r.tokenizer_spec.empty())
+    fmt::print("tokenizer: copied {} (not a format Nekton reads; not recorded for generation)\n",
+               fmt::join(r.tokenizer_files, ", "));
+  else
+    fmt::print("tokenizer: copied {} and recorded for generation\n",
+               fmt::join(r.tokenizer_files, ", "));
+  fmt::print("wrote {}\n", p.positional[1]);
+  return 0;
+}
+
+int cmd_export_hf(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    fmt::print("{}", kExportUsage);
+    return 0;
+  }
+  const char* cmd = "export hf";
+  Parsed p = parse_options(
+      cmd, args, 1,
+      {{"--dtype", Arity::kOne}, {"--max-shard-size", Arity::kOne}, {"--overwrite", Arity::kFlag}});
+  if (p.positional.size() != 2) {
+    fmt::print(stderr, "{}", kExportUsage);
+    fail("{}: expected MODEL_DIR and OUT_DIR, got {} argument(s)", cmd, p.positional.size());
+  }
+  HfExportOptions opt;
+  if (p.has("--dtype")) opt.dtype = parse_weight_dtype(p.one("--dtype"), cmd);
+  if (p.has("--max-shard-size"))
+    opt.max_shard_bytes = parse_byte_size(p.one("--max-shard-size"), "export hf: --max-shard-size");
+  opt.overwrite = p.has("--overwrite");
+  HfExportReport r = export_hf(p.positional[0], p.positional[1], opt);
+  fmt::print("exported {} to {}: {} tensor bytes as {} in {} file(s)\n", p.positional[0],
+             p.positional[1], mb(r.total_bytes), dtype_name(r.dtype), r.weight_files.size());
+  if (!r.tokenizer_files.empty()) fmt::print("tokenizer: {}\n", fmt::join(r.tokenizer_files, ", "));
+  return 0;
+}
+
+}  // namespace nk

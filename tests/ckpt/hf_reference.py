@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""Independent reader/writer of Hugging Face checkpoints, used by hf_test.cc.
+
+Written from Hugging Face's published conventions for LlamaForCausalLM and
+GPT2LMHeadModel (config.json keys, parameter names, GPT-2's Conv1D weights
+stored [in, out], rotate-half RoPE, grouped-query attention by repeating each
+key/value head, tied input/output embeddings, sharded safetensors with
+model.safetensors.index.json), not from Nekton's code. There is no
+`transformers` or `safetensors` package here: safetensors files are read and
+written with struct + numpy, and the models are a few lines of torch.
+
+  hf_reference.py write HF_DIR SPEC.json REF.safetensors
+      writes a random model in HF layout as SPEC.json asks, and its logits on a
+      random batch plus a greedy continuation into REF.safetensors
+  hf_reference.py check HF_DIR NEKTON.safetensors TOL
+      recomputes the logits (and greedy continuation) of the tokens in
+      NEKTON.safetensors from the HF folder; exits 1 if they differ by more
+      than TOL (max |ours - ref| / max |ref|) or the continuation differs
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+# ---- safetensors ----
+
+NP = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "F64": np.float64}
+
+
+def bf16_bits_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x):
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        buf = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = buf[b:end]
+        if e["dtype"] == "BF16":
+            arr = bf16_bits_to_f32(np.frombuffer(raw, dtype=np.uint16))
+        else:
+            arr = np.frombuffer(raw, dtype=NP[e["dtype"]])
+        out[name] = arr.reshape(e["shape"]).copy()
+    return out
+
+
+def write_safetensors(path, tensors, dtype):
+    """tensors: list of (name, np array); float arrays are stored as `dtype`."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors:
+        if a.dtype == np.int32:
+            st, raw = "I32", a.tobytes()
+        elif dtype == "BF16":
+            st, raw = "BF16", f32_to_bf16_bits(a).tobytes()
+        elif dtype == "F16":
+            st, raw = "F16", a.astype(np.float16).tobytes()
+        else:
+            st, raw = "F32", a.astype(np.float32).tobytes()
+        header[name] = {"dtype": st, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_hf_weights(d):
+    single = os.path.join(d, "model.safetensors")
+    if os.path.exists(single):
+        return read_safetensors(single)
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    out = {}
+    for file in sorted(set(index["weight_map"].values())):
+        out.update(read_safetensors(os.path.join(d, file)))
+    for name, file in index["weight_map"].items():
+        assert name in out, f"index names {name} in {file}, which lacks it"
+    return out
+
+
+# ---- the models, as transformers defines them ----
+
+
+def causal_attention(q, k, v):
+    # q, k, v: [B, H, T, D]
+    T, D = q.shape[2], q.shape[3]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def llama_logits(cfg, W, tokens):
+    B, T = tokens.shape
+    C = cfg["hidden_size"]
+    H = cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads") or H
+    D = C // H
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rotate_half(x):
+        return torch.cat((-x[..., D // 2 :], x[..., : D // 2]), dim=-1)
+
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    x = W["model.embed_tokens.weight"][tokens]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = (h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = H // KV  # repeat_kv: query head i reads key/value head i // rep
+        k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+        v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
+        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + a @ W[p + "self_attn.o_proj.weight"].T
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T)
+        u = h @ W[p + "mlp.up_proj.weight"].T
+        x = x + (g * u) @ W[p + "mlp.down_proj.weight"].T
+    x = rms(x, W["model.norm.weight"])
+    tied = cfg.get("tie_word_embeddings", False)
+    head = W["model.embed_tokens.weight"] if tied else W["lm_head.weight"]
+    return x @ head.T
+
+
+def gpt2_logits(cfg, W, tokens):
+    B, T = tokens.shape
+    C, H = cfg["n_embd"], cfg["n_head"]
+    D = C // H
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    pre = "transformer." if any(n.startswith("transformer.") for n in W) else ""
+
+    def ln(x, name):
+        return torch.nn.functional.layer_norm(x, (C,), W[name + ".weight"], W[name + ".bias"], eps)
+
+    def conv1d(x, name):  # Conv1D: y = x @ W + b, W stored [in, out]
+        return x @ W[name + ".weight"] + W[name + ".bias"]
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+    x = W[pre + "wte.weight"][tokens] + W[pre + "wpe.weight"][torch.arange(T)]
+    for l in range(cfg["n_layer"]):
+        g = f"{pre}h.{l}."
+        h = ln(x, g + "ln_1")
+        q, k, v = conv1d(h, g + "attn.c_attn").split(C, dim=-1)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        x = x + conv1d(a, g + "attn.c_proj")
+        h = ln(x, g + "ln_2")
+        x = x + conv1d(gelu_new(conv1d(h, g + "mlp.c_fc")), g + "mlp.c_proj")
+    x = ln(x, pre + "ln_f")
+    tied = cfg.get("tie_word_embeddings", True)
+    head = W[pre + "wte.weight"] if tied else W["lm_head.weight"]
+    return x @ head.T
+
+
+class HfModel:
+    def __init__(self, d):
+        with open(os.path.join(d, "config.json")) as f:
+            self.cfg = json.load(f)
+        arch = self.cfg["architectures"][0]
+        assert arch in ("LlamaForCausalLM", "GPT2LMHeadModel"), arch
+        self.fn = llama_logits if arch == "LlamaForCausalLM" else gpt2_logits
+        # float64: the reference's own rounding stays far below the tolerance.
+        self.W = {k: torch.tensor(v, dtype=torch.float64) for k, v in read_hf_weights(d).items()}
+
+    def logits(self, tokens):  # [B, T] -> [B*T, V]
+        with torch.no_grad():
+            out = self.fn(self.cfg, self.W, torch.as_tensor(tokens, dtype=torch.long))
+        return out.reshape(-1, out.shape[-1])
+
+    def greedy(self, prompt, n):
+        seq = list(prompt)
+        for _ in range(n):
+            seq.append(int(self.logits(np.array([seq]))[-1].argmax()))
+        return seq[len(prompt) :]
+
+
+# ---- writing a random model ----
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_gpt2_tokenizer(d):
+    """A tiny byte-level BPE in GPT-2's vocab.json + merges.txt format."""
+    u = bytes_to_unicode()
+    vocab = {u[b]: i for i, b in enumerate(u)}  # the 256 bytes, in GPT-2's order
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "a")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "GPT2Tokenizer", "model_max_length": 1024}, f)
+
+
+def write_model(d, spec, ref_path):
+    rng = np.random.default_rng(spec.get("seed", 0))
+    V, P, L = spec["vocab"], spec["ctx"], spec["layers"]
+    C, H = spec["hidden"], spec["heads"]
+    KV, F = spec.get("kv_heads", H), spec["ffn"]
+    D = C // H
+    tied = spec["tied"]
+    std = spec.get("std", 0.15)
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def gain(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def bias(n):
+        return (0.05 * rng.standard_normal(n)).astype(np.float32)
+
+    T = []  # (name, array) in the order HF modules define them
+    if spec["arch"] == "llama":
+        cfg = {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": C,
+            "intermediate_size": F,
+            "num_hidden_layers": L,
+            "num_attention_heads": H,
+            "num_key_value_heads": KV,
+            "max_position_embeddings": P,
+            "rms_norm_eps": spec.get("eps", 1e-5),
+            "rope_theta": spec.get("rope_theta", 10000.0),
+            "rope_scaling": None,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "tie_word_embeddings": tied,
+            "vocab_size": V,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        }
+        T.append(("model.embed_tokens.weight", mat(V, C)))
+        for l in range(L):
+            p = f"model.layers.{l}."
+            T += [
+                (p + "input_layernorm.weight", gain(C)),
+                (p + "self_attn.q_proj.weight", mat(H * D, C)),
+                (p + "self_attn.k_proj.weight", mat(KV * D, C)),
+                (p + "self_attn.v_proj.weight", mat(KV * D, C)),
+                (p + "self_attn.o_proj.weight", mat(C, H * D)),
+                (p + "post_attention_layernorm.weight", gain(C)),
+                (p + "mlp.gate_proj.weight", mat(F, C)),
+                (p + "mlp.up_proj.weight", mat(F, C)),
+                (p + "mlp.down_proj.weight", mat(C, F)),
+            ]
+        T.append(("model.norm.weight", gain(C)))
+        if not tied or spec.get("lm_head_copy"):
+            T.append(("lm_head.weight", T[0][1].copy() if tied else mat(V, C)))
+    else:
+        pre = "transformer." if spec.get("prefix", True) else ""
+        cfg = {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "n_embd": C,
+            "n_head": H,
+            "n_layer": L,
+            "n_positions": P,
+            "n_ctx": P,
+            "n_inner": None if F == 4 * C else F,
+            "vocab_size": V,
+            "layer_norm_epsilon": spec.get("eps", 1e-5),
+            "activation_function": "gelu_new",
+            "tie_word_embeddings": tied,
+            "bos_token_id": V - 1,
+            "eos_token_id": V - 1,
+        }
+        T += [(pre + "wte.weight", mat(V, C)), (pre + "wpe.weight", mat(P, C))]
+        for l in range(L):
+            g = f"{pre}h.{l}."
+            T += [
+                (g + "ln_1.weight", gain(C)),
+                (g + "ln_1.bias", bias(C)),
+                (g + "attn.c_attn.weight", mat(C, 3 * C)),  # Conv1D: [in, out]
+                (g + "attn.c_attn.bias", bias(3 * C)),
+                (g + "attn.c_proj.weight", mat(C, C)),
+                (g + "attn.c_proj.bias", bias(C)),
+                (g + "ln_2.weight", gain(C)),
+                (g + "ln_2.bias", bias(C)),
+                (g + "mlp.c_fc.weight", mat(C, F)),
+                (g + "mlp.c_fc.bias", bias(F)),
+                (g + "mlp.c_proj.weight", mat(F, C)),
+                (g + "mlp.c_proj.bias", bias(C)),
+            ]
+            if spec.get("buffers"):  # as in old checkpoints: the causal mask
+                T.append((g + "attn.bias", np.tril(np.ones((P, P), np.float32))[None, None]))
+                T.append((g + "attn.masked_bias", np.array(-1e4, dtype=np.float32)))
+        T += [(pre + "ln_f.weight", gain(C)), (pre + "ln_f.bias", bias(C))]
+        if not tied or spec.get("lm_head_copy"):
+            T.append(("lm_head.weight", T[0][1].copy() if tied else mat(V, C)))
+
+    dtype = spec.get("dtype", "F32")
+    cfg["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype]
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    n = spec.get("shards", 1)
+    if n == 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), T, dtype)
+    else:
+        per = math.ceil(len(T) / n)
+        weight_map, total = {}, 0
+        for i in range(n):
+            name = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+            part = T[i * per : (i + 1) * per]
+            write_safetensors(os.path.join(d, name), part, dtype)
+            for t, a in part:
+                weight_map[t] = name
+                total += a.size * (4 if dtype == "F32" else 2)
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    if spec.get("tokenizer") == "gpt2":
+        write_gpt2_tokenizer(d)
+
+    # The reference results, from the files as written (bf16/f16 rounding included).
+    model = HfModel(d)
+    B, S = spec.get("batch", 2), spec.get("seq", 16)
+    tokens = rng.integers(0, V, size=(B, S)).astype(np.int32)
+    logits = model.logits(tokens).numpy().astype(np.float32)
+    prompt = tokens[0, :5].copy()
+    greedy = np.array(model.greedy(prompt.tolist(), spec.get("new_tokens", 6)), dtype=np.int32)
+    write_safetensors(
+        ref_path,
+        [("tokens", tokens), ("logits", logits), ("prompt", prompt), ("greedy", greedy)],
+        "F32",
+    )
+
+
+def check(d, results_path, tol):
+    model = HfModel(d)
+    R = read_safetensors(results_path)
+    ref = model.logits(R["tokens"])
+    ours = torch.tensor(R["logits"], dtype=torch.float64)
+    diff = (ours - ref).abs().max().item()
+    rel = diff / ref.abs().max().item()
+    greedy = model.greedy(R["prompt"].tolist(), len(R["greedy"]))
+    same = greedy == R["greedy"].tolist()
+    print(f"max_abs_diff={diff:.3e} max_rel_diff={rel:.3e} greedy_nekton={R['greedy'].tolist()} "
+          f"greedy_reference={greedy}")
+    if rel > tol or not same:
+        print("MISMATCH")
+        return 1
+    return 0
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "write":
+        with open(sys.argv[3]) as f:
+            spec = json.load(f)
+        write_model(sys.argv[2], spec, sys.argv[4])
+        return 0
+    if len(sys.argv) == 5 and sys.argv[1] == "check":
+        return check(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
