@@ -72,8 +72,10 @@ DType parse_weight_dtype(const std::string& s, const char* command) {
   fail("{}: --dtype '{}' is not one of f32, bf16, f16", command, s);
 }
 
-std::string mb(uint64_t bytes) {
-  return fmt::format("{:.1f} MB", double(bytes) / 1e6);
+std::string human_bytes(uint64_t bytes) {
+  if (bytes < 1'000'000) return fmt::format("{:.1f} kB", double(bytes) / 1e3);
+  if (bytes < 1'000'000'000) return fmt::format("{:.1f} MB", double(bytes) / 1e6);
+  return fmt::format("{:.2f} GB", double(bytes) / 1e9);
 }
 
 }  // namespace
@@ -131,8 +133,10 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   opt.overwrite = p.has("--overwrite");
   HfExportReport r = export_hf(p.positional[0], p.positional[1], opt);
   fmt::print("exported {} to {}: {} tensor bytes as {} in {} file(s)\n", p.positional[0],
-             p.positional[1], mb(r.total_bytes), dtype_name(r.dtype), r.weight_files.size());
+             p.positional[1], human_bytes(r.total_bytes), dtype_name(r.dtype),
+             r.weight_files.size());
   if (!r.tokenizer_files.empty()) fmt::print("tokenizer: {}\n", fmt::join(r.tokenizer_files, ", "));
+  if (!r.tokenizer_note.empty()) fmt::print("tokenizer: {}\n", r.tokenizer_note);
   return 0;
 }
 

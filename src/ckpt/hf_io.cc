@@ -15,6 +15,7 @@
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
+#include "data/bpe_files.h"
 #include "data/tokenizer.h"
 #include "ops/ops.h"
 
@@ -447,12 +448,14 @@ void copy_one(const fs::path& from, const fs::path& to) {
 }
 
 // Nekton's own tokenizer.json has a top-level "type"; Hugging Face's has none.
-bool is_nekton_tokenizer_json(const fs::path& path) {
+// Nullopt for HF's (or an unreadable one), else Nekton's pre-tokenizer pattern.
+std::optional<std::string> nekton_tokenizer_pattern(const fs::path& path) {
   try {
     json j = json::parse(read_text(path, "tokenizer"));
-    return j.is_object() && j.contains("type");
+    if (!j.is_object() || !j.contains("type")) return std::nullopt;
+    return j.value("pattern", std::string());
   } catch (const json::exception&) {
-    return false;
+    return std::nullopt;
   }
 }
 
@@ -835,14 +838,24 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
     rep.tokenizer_files.push_back(name);
   };
   if (fs::is_directory(tok)) {
+    std::optional<std::string> nekton_pattern;
+    if (fs::exists(tok / "tokenizer.json"))
+      nekton_pattern = nekton_tokenizer_pattern(tok / "tokenizer.json");
     for (const char* name : kTokenizerFiles)
-      if (fs::exists(tok / name) &&
-          !(std::string(name) == "tokenizer.json" && is_nekton_tokenizer_json(tok / name)))
+      if (fs::exists(tok / name) && !(std::string(name) == "tokenizer.json" && nekton_pattern))
         put(tok / name, name);
+    // HF reads vocab.json + merges.txt with GPT-2's pre-tokenizer: a Nekton BPE
+    // vocabulary trained with another pattern would split text differently.
     if (fs::exists(tok / "encoder.json") && fs::exists(tok / "vocab.bpe") &&
         !fs::exists(out.path() / "vocab.json")) {
-      put(tok / "encoder.json", "vocab.json");
-      put(tok / "vocab.bpe", "merges.txt");
+      if (!nekton_pattern || nekton_pattern->empty() || *nekton_pattern == openai_pattern("gpt2")) {
+        put(tok / "encoder.json", "vocab.json");
+        put(tok / "vocab.bpe", "merges.txt");
+      } else {
+        rep.tokenizer_note =
+            "the BPE tokenizer uses a pre-tokenization pattern other than GPT-2's, which HF's "
+            "vocab.json + merges.txt cannot express; it was not exported";
+      }
     }
     std::vector<fs::path> models;
     for (const auto& e : fs::directory_iterator(tok))

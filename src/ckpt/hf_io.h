@@ -97,6 +97,7 @@ struct HfExportReport {
   std::vector<std::string> weight_files;  // in OUT_DIR
   uint64_t total_bytes = 0;               // tensor bytes, as the index's total_size
   std::vector<std::string> tokenizer_files;
+  std::string tokenizer_note;  // why a tokenizer the model has was not exported, if so
 };
 
 // A Nekton model folder (config.json + model.safetensors) -> an HF folder:
