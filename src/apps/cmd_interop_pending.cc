@@ -12,8 +12,5 @@ int cmd_import_hf(const std::vector<std::string>&) {
 int cmd_export_hf(const std::vector<std::string>&) {
   fail("export hf: not in this branch");
 }
-int cmd_export_gguf(const std::vector<std::string>&) {
-  fail("export gguf: not in this branch");
-}
 
 }  // namespace nk
