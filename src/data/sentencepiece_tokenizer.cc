@@ -275,6 +275,23 @@ int32_t SentencePieceTokenizer::bos_id() const {
 int32_t SentencePieceTokenizer::unk_id() const {
   return sp_->unk_id();
 }
+int32_t SentencePieceTokenizer::pad_id() const {
+  return sp_->pad_id();
+}
+
+float SentencePieceTokenizer::score(int32_t id) const {
+  check_id(id, -1);
+  return sp_->GetScore(id);
+}
+
+SentencePieceTokenizer::PieceType SentencePieceTokenizer::piece_type(int32_t id) const {
+  check_id(id, -1);
+  if (sp_->IsUnknown(id)) return PieceType::kUnknown;
+  if (sp_->IsControl(id)) return PieceType::kControl;
+  if (sp_->IsUnused(id)) return PieceType::kUnused;
+  if (sp_->IsByte(id)) return PieceType::kByte;
+  return PieceType::kNormal;
+}
 
 std::string SentencePieceTokenizer::model_type() const {
   // ModelProto.trainer_spec (field 2) . model_type (field 3), default UNIGRAM.
@@ -294,6 +311,15 @@ std::string SentencePieceTokenizer::model_type() const {
     default:
       return fmt::format("unknown ({})", type);
   }
+}
+
+bool SentencePieceTokenizer::add_dummy_prefix() const {
+  // ModelProto.normalizer_spec (field 3) . add_dummy_prefix (field 3), default true.
+  std::string bytes = sp_->serialized_model_proto();
+  std::string_view spec;
+  uint64_t v = 1;
+  if (find_field(bytes, 3, nullptr, &spec)) find_field(spec, 3, &v, nullptr);
+  return v != 0;
 }
 
 std::string SentencePieceTokenizer::vocab_text() const {

@@ -58,10 +58,17 @@ class SentencePieceTokenizer : public Tokenizer {
   int32_t eod_id() const override;  // </s> (eos_id), -1 if the model has none
   int32_t bos_id() const;           // <s>, -1 if none
   int32_t unk_id() const;
+  int32_t pad_id() const;  // -1 if none
+  // The piece's score (log probability for unigram, minus the merge order for BPE).
+  float score(int32_t id) const;
+  enum class PieceType { kNormal, kUnknown, kControl, kUnused, kByte };
+  PieceType piece_type(int32_t id) const;
   // <unk> and control symbols (<s>, </s>, ...) as (piece, id), in id order.
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override { return specials_; }
   // The model's algorithm: "bpe", "unigram", "word" or "char".
   std::string model_type() const;
+  // The normalizer's add_dummy_prefix (a "▁" implied before the text).
+  bool add_dummy_prefix() const;
   // What the .vocab file next to a trained model holds: "piece\tscore" lines.
   std::string vocab_text() const;
   const std::string& path() const { return path_; }

@@ -1,0 +1,180 @@
+#include "ckpt/gguf_vocab.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "data/bpe_files.h"
+#include "data/bpe_merge.h"
+#include "data/bpe_tokenizer.h"
+#include "data/byte_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
+
+namespace nk {
+
+namespace {
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(char(cp));
+  } else if (cp < 0x800) {
+    out.push_back(char(0xc0 | (cp >> 6)));
+    out.push_back(char(0x80 | (cp & 0x3f)));
+  } else {
+    out.push_back(char(0xe0 | (cp >> 12)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+    out.push_back(char(0x80 | (cp & 0x3f)));
+  }
+}
+
+// llama.cpp's pre-tokenizer names for the regexes it implements.
+std::string pre_tokenizer_name(const std::string& pattern) {
+  if (pattern == openai_pattern("gpt2")) return "gpt-2";
+  if (pattern == openai_pattern("cl100k_base")) return "llama-bpe";  // Llama 3's regex
+  if (pattern == openai_pattern("o200k_base")) return "gpt-4o";
+  fail(
+      "the BPE tokenizer's pre-tokenizer regex is none that llama.cpp implements (GPT-2's, "
+      "cl100k_base's = Llama 3's, o200k_base's): {}; export with --no-tokenizer",
+      pattern);
+}
+
+void pad_to(GgufVocab& v, int64_t n) {
+  for (int64_t id = int64_t(v.tokens.size()); id < n; ++id) {
+    v.tokens.push_back(fmt::format("[PAD{}]", id));
+    v.types.push_back(kTokUnused);
+    if (v.model == "llama") v.scores.push_back(-1000.f);
+  }
+}
+
+GgufVocab from_sentencepiece(const SentencePieceTokenizer& sp) {
+  if (sp.model_type() != "bpe")
+    fail(
+        "SentencePiece model '{}' is of type {}; llama.cpp's SentencePiece tokenizer (\"llama\") "
+        "implements BPE models only; export with --no-tokenizer",
+        sp.path(), sp.model_type());
+  GgufVocab v;
+  v.model = "llama";
+  for (int32_t id = 0; id < int32_t(sp.vocab_size()); ++id) {
+    v.tokens.push_back(sp.piece(id));
+    v.scores.push_back(sp.score(id));
+    using T = SentencePieceTokenizer::PieceType;
+    switch (sp.piece_type(id)) {
+      case T::kNormal:
+        v.types.push_back(kTokNormal);
+        break;
+      case T::kUnknown:
+        v.types.push_back(kTokUnknown);
+        break;
+      case T::kControl:
+        v.types.push_back(kTokControl);
+        break;
+      case T::kUnused:
+        v.types.push_back(kTokUnused);
+        break;
+      case T::kByte:
+        v.types.push_back(kTokByte);
+        break;
+    }
+  }
+  v.bos = sp.bos_id();
+  v.eos = sp.eod_id();
+  v.unk = sp.unk_id();
+  v.pad = sp.pad_id();
+  v.add_bos = true;  // a Llama prompt starts with <s>
+  v.add_space_prefix = sp.add_dummy_prefix();
+  return v;
+}
+
+GgufVocab from_bpe(const BpeTokenizer& bpe) {
+  const BpeVocab& bv = bpe.vocab();
+  GgufVocab v;
+  v.model = "gpt2";
+  v.pre = pre_tokenizer_name(bv.pattern);
+  for (size_t r = 0; r < bv.tokens.size(); ++r) {
+    bool hole = bv.tokens[r].empty();
+    v.tokens.push_back(hole ? fmt::format("[PAD{}]", r) : gpt2_spelling(bv.tokens[r]));
+    v.types.push_back(hole ? kTokUnused : kTokNormal);
+  }
+  for (auto& [text, id] : bpe.special_tokens()) {
+    pad_to(v, int64_t(id) + 1);
+    v.tokens[id] = text;
+    v.types[id] = kTokControl;
+  }
+  v.merges = bpe_merges(bv.tokens);
+  // GPT-2's convention: <|endoftext|> begins and ends a document.
+  v.bos = v.eos = bpe.eod_id();
+  return v;
+}
+
+GgufVocab from_bytes() {
+  GgufVocab v;
+  v.model = "gpt2";
+  v.pre = "default";  // no merges: any pre-tokenization gives one token per byte
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(gpt2_spelling(std::string(1, char(b))));
+    v.types.push_back(kTokNormal);
+  }
+  v.tokens.push_back("<|endoftext|>");
+  v.types.push_back(kTokControl);
+  v.bos = v.eos = ByteTokenizer::kEot;
+  return v;
+}
+
+}  // namespace
+
+std::string gpt2_spelling(const std::string& bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) append_utf8(out, gpt2_byte_to_codepoint(b));
+  return out;
+}
+
+std::vector<std::string> bpe_merges(const std::vector<std::string>& tokens) {
+  RankMap ranks(tokens);
+  std::vector<std::string> merges;
+  std::vector<int32_t> parts;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const std::string& t = tokens[r];
+    if (t.size() < 2) continue;  // a single byte or a hole
+    parts.clear();
+    bpe_merge_piece(t, ranks, parts, int32_t(r));
+    // Anything else cannot be produced by merging and is unreachable anyway.
+    if (parts.size() != 2) continue;
+    merges.push_back(gpt2_spelling(tokens[parts[0]]) + " " + gpt2_spelling(tokens[parts[1]]));
+  }
+  return merges;
+}
+
+GgufVocab gguf_vocab(const Tokenizer& tok, int64_t model_vocab_size) {
+  GgufVocab v;
+  if (auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tok))
+    v = from_sentencepiece(*sp);
+  else if (auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok))
+    v = from_bpe(*bpe);
+  else if (tok.kind() == "bytes")
+    v = from_bytes();
+  else
+    fail("tokenizer of kind '{}' has no GGUF equivalent; export with --no-tokenizer", tok.kind());
+  if (int64_t(v.tokens.size()) > model_vocab_size)
+    fail("the tokenizer has {} ids, more than the model's vocab_size {}", v.tokens.size(),
+         model_vocab_size);
+  pad_to(v, model_vocab_size);
+  return v;
+}
+
+void add_gguf_vocab(GgufWriter& w, const GgufVocab& v) {
+  w.add_string("tokenizer.ggml.model", v.model);
+  if (!v.pre.empty()) w.add_string("tokenizer.ggml.pre", v.pre);
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) w.add_f32s("tokenizer.ggml.scores", v.scores);
+  w.add_i32s("tokenizer.ggml.token_type", v.types);
+  if (v.model == "gpt2") w.add_strings("tokenizer.ggml.merges", v.merges);
+  if (v.bos >= 0) w.add_u32("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
+  if (v.eos >= 0) w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
+  if (v.unk >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", uint32_t(v.unk));
+  if (v.pad >= 0) w.add_u32("tokenizer.ggml.padding_token_id", uint32_t(v.pad));
+  w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+  if (v.model == "llama") w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+}
+
+}  // namespace nk

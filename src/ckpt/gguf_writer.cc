@@ -1,0 +1,228 @@
+#include "ckpt/gguf_writer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/atomic_file.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace nk {
+
+namespace {
+
+// GGUF metadata value types (gguf_metadata_value_type).
+enum : uint32_t {
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+};
+
+constexpr uint32_t kVersion = 3;
+
+template <typename T>
+void put(std::string& out, T v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
+  out.append(b, sizeof(T));
+}
+
+void put_string(std::string& out, const std::string& s) {
+  put<uint64_t>(out, s.size());
+  out += s;
+}
+
+uint64_t align_up(uint64_t n, uint64_t a) {
+  return (n + a - 1) / a * a;
+}
+
+void encode_q8_0(const float* x, int64_t n, std::string& out) {
+  for (int64_t b = 0; b < n; b += kQ8Block) {
+    const float* v = x + b;
+    float amax = 0.f;
+    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+    f16 d16 = f32_to_f16(amax / 127.f);
+    float d = f16_to_f32(d16);
+    // Quantize with the scale as stored: then |x - q d| <= d / 2 exactly.
+    // amax / d is at most 127 * (1 + 2^-11) < 127.5, so q stays in [-127, 127].
+    float id = d > 0.f ? 1.f / d : 0.f;
+    put<uint16_t>(out, d16.bits);
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      float q = std::nearbyint(v[i] * id);
+      put<int8_t>(out, int8_t(std::clamp(q, -127.f, 127.f)));
+    }
+  }
+}
+
+}  // namespace
+
+const char* ggml_type_name(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return "f32";
+    case GgmlType::F16:
+      return "f16";
+    case GgmlType::Q8_0:
+      return "q8_0";
+    case GgmlType::BF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+GgmlType parse_ggml_type(const std::string& s) {
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
+    if (s == ggml_type_name(t)) return t;
+  fail("unknown GGUF tensor type '{}' (known: f32, f16, bf16, q8_0)", s);
+}
+
+size_t ggml_nbytes(GgmlType t, int64_t n) {
+  switch (t) {
+    case GgmlType::F32:
+      return size_t(n) * 4;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return size_t(n) * 2;
+    case GgmlType::Q8_0:
+      NK_CHECK(n % kQ8Block == 0, "Q8_0 needs a multiple of {} values, got {}", kQ8Block, n);
+      return size_t(n / kQ8Block) * kQ8BlockBytes;
+  }
+  return 0;
+}
+
+void ggml_encode(GgmlType t, const float* x, int64_t n, std::string& out) {
+  out.reserve(out.size() + ggml_nbytes(t, n));
+  switch (t) {
+    case GgmlType::F32:
+      out.append(reinterpret_cast<const char*>(x), size_t(n) * 4);
+      return;
+    case GgmlType::F16:
+      for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, f32_to_f16(x[i]).bits);
+      return;
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, f32_to_bf16(x[i]).bits);
+      return;
+    case GgmlType::Q8_0:
+      encode_q8_0(x, n, out);
+      return;
+  }
+}
+
+GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
+  NK_CHECK(alignment > 0 && alignment % 8 == 0, "GGUF alignment {} is not a multiple of 8",
+           alignment);
+}
+
+void GgufWriter::begin_kv(const std::string& key, uint32_t value_type) {
+  NK_CHECK(std::find(keys_.begin(), keys_.end(), key) == keys_.end(), "GGUF key '{}' given twice",
+           key);
+  keys_.push_back(key);
+  put_string(kv_, key);
+  put<uint32_t>(kv_, value_type);
+}
+
+void GgufWriter::add_string(const std::string& key, const std::string& v) {
+  begin_kv(key, kString);
+  put_string(kv_, v);
+}
+
+void GgufWriter::add_u32(const std::string& key, uint32_t v) {
+  begin_kv(key, kU32);
+  put<uint32_t>(kv_, v);
+}
+
+void GgufWriter::add_i32(const std::string& key, int32_t v) {
+  begin_kv(key, kI32);
+  put<int32_t>(kv_, v);
+}
+
+void GgufWriter::add_f32(const std::string& key, float v) {
+  begin_kv(key, kF32);
+  put<float>(kv_, v);
+}
+
+void GgufWriter::add_bool(const std::string& key, bool v) {
+  begin_kv(key, kBool);
+  put<uint8_t>(kv_, v ? 1 : 0);
+}
+
+void GgufWriter::add_strings(const std::string& key, const std::vector<std::string>& v) {
+  begin_kv(key, kArray);
+  put<uint32_t>(kv_, kString);
+  put<uint64_t>(kv_, v.size());
+  for (const std::string& s : v) put_string(kv_, s);
+}
+
+void GgufWriter::add_f32s(const std::string& key, const std::vector<float>& v) {
+  begin_kv(key, kArray);
+  put<uint32_t>(kv_, kF32);
+  put<uint64_t>(kv_, v.size());
+  for (float x : v) put<float>(kv_, x);
+}
+
+void GgufWriter::add_i32s(const std::string& key, const std::vector<int32_t>& v) {
+  begin_kv(key, kArray);
+  put<uint32_t>(kv_, kI32);
+  put<uint64_t>(kv_, v.size());
+  for (int32_t x : v) put<int32_t>(kv_, x);
+}
+
+void GgufWriter::add_tensor(const std::string& name, const Shape& shape, GgmlType type,
+                            Producer produce) {
+  NK_CHECK(!shape.empty() && shape.size() <= 4, "GGUF tensor '{}': {} dimensions", name,
+           shape.size());
+  for (const TensorEntry& t : tensors_)
+    NK_CHECK(t.name != name, "GGUF tensor '{}' given twice", name);
+  if (type == GgmlType::Q8_0 && shape.back() % kQ8Block != 0)
+    fail("tensor '{}' {}: q8_0 needs rows whose length is a multiple of {}, this one has {}", name,
+         shape_str(shape), kQ8Block, shape.back());
+  size_t bytes = ggml_nbytes(type, shape_numel(shape));
+  tensors_.push_back({name, shape, type, std::move(produce), data_bytes_, bytes});
+  data_bytes_ = align_up(data_bytes_ + bytes, alignment_);
+}
+
+void GgufWriter::write(const std::string& path) const {
+  std::string head;
+  head += "GGUF";
+  put<uint32_t>(head, kVersion);
+  put<uint64_t>(head, tensors_.size());
+  put<uint64_t>(head, keys_.size());
+  head += kv_;
+  for (const TensorEntry& t : tensors_) {
+    put_string(head, t.name);
+    put<uint32_t>(head, uint32_t(t.shape.size()));
+    for (size_t i = t.shape.size(); i-- > 0;) put<uint64_t>(head, uint64_t(t.shape[i]));
+    put<uint32_t>(head, uint32_t(t.type));
+    put<uint64_t>(head, t.offset);
+  }
+  head.resize(align_up(head.size(), alignment_), '\0');
+
+  AtomicFileWriter out(path);
+  out.write(head.data(), head.size());
+  std::vector<float> values;
+  std::string bytes;
+  uint64_t at = 0;  // bytes of the data section written so far
+  for (const TensorEntry& t : tensors_) {
+    values.clear();
+    t.produce(values);
+    if (int64_t(values.size()) != shape_numel(t.shape))
+      fail("GGUF tensor '{}': {} values for shape {}", t.name, values.size(), shape_str(t.shape));
+    bytes.assign(t.offset - at, '\0');  // padding after the previous tensor
+    ggml_encode(t.type, values.data(), int64_t(values.size()), bytes);
+    NK_CHECK(bytes.size() == t.offset - at + t.bytes, "tensor '{}' encoded to {} bytes", t.name,
+             bytes.size());
+    out.write(bytes.data(), bytes.size());
+    at = t.offset + t.bytes;
+  }
+  std::string tail(data_bytes_ - at, '\0');
+  out.write(tail.data(), tail.size());
+  out.commit();
+}
+
+}  // namespace nk
