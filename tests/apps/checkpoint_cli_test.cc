@@ -26,7 +26,7 @@ using test::contains;
 using test::TempDir;
 using Clock = std::chrono::steady_clock;
 
-const int kSteps = 40;
+const int kSteps = 20;  // a save per step makes each run ~2 s
 
 std::vector<std::string> train_args(const std::string& corpus, const std::string& out) {
   return {"train",
@@ -39,7 +39,7 @@ std::vector<std::string> train_args(const std::string& corpus, const std::string
           "train.seq_len=16",
           "train.global_batch=4",
           "train.steps=" + std::to_string(kSteps),
-          "train.warmup_steps=5",
+          "train.warmup_steps=4",
           "train.lr=3e-3",
           "train.val_every=0",
           "train.peak_tflops=1",
@@ -130,7 +130,7 @@ void expect_matches_reference(const Reference& ref, const std::string& out) {
   EXPECT_EQ(logged_losses(out + "/metrics.jsonl"), ref.losses);
   EXPECT_TRUE(test::read_file(out + "/model/model.safetensors") == ref.weights)
       << "final weights differ";
-  EXPECT_EQ(test::read_file(out + "/checkpoints/latest"), "step_00000040\n");
+  EXPECT_EQ(test::read_file(out + "/checkpoints/latest"), "step_00000020\n");
   EXPECT_TRUE(leftovers(out + "/checkpoints").empty());
 }
 
@@ -140,7 +140,7 @@ TEST(CheckpointCli, KillNineAtRandomMomentsThenRerun) {
   Reference ref = reference_run(dir);
   std::mt19937 rng(20240611);
   int mid_save = 0;
-  for (int trial = 0; trial < 5; ++trial) {
+  for (int trial = 0; trial < 3; ++trial) {
     const std::string name = fmt::format("t{}", trial);
     SCOPED_TRACE(name);
     std::string out = dir / name;
@@ -163,7 +163,7 @@ TEST(CheckpointCli, KillNineAtRandomMomentsThenRerun) {
   // How many kills landed inside a save (a temporary folder left behind): for
   // the record, since timing decides it.
   RecordProperty("kills_during_save", mid_save);
-  std::printf("kills that interrupted a checkpoint save: %d of 10\n", mid_save);
+  std::printf("kills that interrupted a checkpoint save: %d of 6\n", mid_save);
 }
 
 TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
@@ -172,11 +172,10 @@ TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
   Reference ref = reference_run(dir);
   std::string out = dir / "run";
   std::vector<std::string> args = train_args(dir / "c.txt", out);
-  args.push_back("train.save_every=0");  // only the signal saves mid-run
   pid_t pid = spawn_nekton(args, dir / "run.log");
   ASSERT_GT(pid, 0);
   auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (count_lines(out + "/metrics.jsonl") < 8 && Clock::now() < deadline)
+  while (count_lines(out + "/metrics.jsonl") < 6 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ::kill(pid, SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -188,7 +187,7 @@ TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
   EXPECT_EQ(WEXITSTATUS(st), 0) << log;
   EXPECT_TRUE(contains(log, "SIGTERM received: stopped cleanly after step")) << log;
   size_t done = logged_losses(out + "/metrics.jsonl").size();
-  EXPECT_GE(done, 8u);
+  EXPECT_GE(done, 6u);
   EXPECT_LT(done, size_t(kSteps)) << "the run finished before the signal";
   char name[32];
   std::snprintf(name, sizeof name, "step_%08zu\n", done);
