@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
       libyaml-cpp-dev nlohmann-json3-dev libfmt-dev zlib1g-dev python3-torch python3-numpy
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
-      libzstd-dev zstd libsimdjson-dev
+      libzstd-dev zstd libsimdjson-dev libxxhash-dev
       fortunes-de fortunes-ru fortunes-zh)  # fortunes: text for the tokenizer parity tests
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "ckpt/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "data/bpe_files.h"
@@ -132,11 +133,21 @@ int cmd_quickstart(const CommandArgs& a) {
   QuickstartData d = prepare_data(out_dir);
   overrides.insert(overrides.begin(), {"data.prefix=" + d.prefix, "data.tokenizer=" + d.tokenizer});
   TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, overrides));
+  // An interrupted quickstart continues from its checkpoint; a finished one
+  // (its newest checkpoint at or past train.steps) trains again from scratch.
+  std::vector<std::string> previous = list_checkpoints(cfg.checkpoint_root());
+  if (!previous.empty() && checkpoint_step(previous.front()) >= cfg.steps) {
+    NK_INFO("quickstart: training again from scratch (removing the finished run's {})",
+            cfg.checkpoint_root());
+    fs::remove_all(cfg.checkpoint_root());
+  }
   Trainer trainer(cfg);
   trainer.run();
+  if (trainer.stopped()) return 0;  // checkpoint saved; a rerun resumes
   const auto& h = trainer.history();
-  fmt::print("\nloss {:.3f} -> {:.3f} over {} steps; model saved in {}/model\n", h.front().loss,
-             h.back().loss, h.size(), cfg.out_dir);
+  if (!h.empty())
+    fmt::print("\nloss {:.3f} -> {:.3f} over {} steps; model saved in {}/model\n", h.front().loss,
+               h.back().loss, h.size(), cfg.out_dir);
   fmt::print("try: nekton generate generate.model={}/model generate.prompt=\"Water\"\n\n",
              cfg.out_dir);
   fmt::print("sample:\n");

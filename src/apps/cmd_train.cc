@@ -13,6 +13,8 @@ int cmd_train(const CommandArgs& a) {
   }
   TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
   Trainer trainer(cfg);
+  // Stopped by SIGTERM/SIGINT after saving a checkpoint is a clean exit (0), so
+  // schedulers do not count a preempted job as failed; a rerun resumes.
   trainer.run();
   return 0;
 }

@@ -208,6 +208,16 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   return t;
 }
 
+void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {
+  const SafetensorsEntry& e = entry(name);
+  if (!dst.defined() || dst.device() != Device::CPU || !dst.is_contiguous() ||
+      dst.dtype() != e.dtype || dst.numel() != shape_numel(e.shape))
+    fail("{}: tensor '{}' is {}{}, cannot be read into {}", path_, name,
+         safetensors_dtype_name(e.dtype), shape_str(e.shape), dst.desc());
+  if (e.end > e.begin && !pread_all(fd_->fd, dst.raw(), e.end - e.begin, data_start_ + e.begin))
+    fail("{}: cannot read tensor '{}' (file truncated?)", path_, name);
+}
+
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {

@@ -33,6 +33,9 @@ class SafetensorsFile {
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   const SafetensorsEntry& entry(const std::string& name) const;  // nk::Error if missing
   Tensor get(const std::string& name) const;                     // CPU copy in the file's dtype
+  // Reads tensor `name` straight into `dst` (contiguous CPU, same dtype and
+  // element count); nk::Error naming the file and tensor otherwise.
+  void read_into(const std::string& name, const Tensor& dst) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
 

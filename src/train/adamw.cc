@@ -8,6 +8,16 @@ AdamW::AdamW(Transformer& model, const AdamWConfig& cfg) : model_(model), cfg_(c
   v_ = Tensor::zeros({n}, DType::F32);
 }
 
+void AdamW::load_state(Tensor m, Tensor v, int64_t steps_done) {
+  for (const Tensor* t : {&m, &v})
+    NK_CHECK(t->dtype() == DType::F32 && t->shape() == m_.shape() && t->is_contiguous(),
+             "AdamW::load_state: moment {} does not match {}", t->desc(), m_.desc());
+  NK_CHECK(steps_done >= 0, "AdamW::load_state: negative step count {}", steps_done);
+  m_ = std::move(m);
+  v_ = std::move(v);
+  step_ = steps_done;
+}
+
 void AdamW::step(double lr, float grad_scale) {
   ++step_;
   int64_t n = model_.layout().total(), split = model_.layout().decay_end();

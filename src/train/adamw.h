@@ -18,6 +18,9 @@ class AdamW {
   void step(double lr, float grad_scale);
   int64_t steps_done() const { return step_; }
   void set_steps_done(int64_t s) { step_ = s; }
+  // Adopts saved moments (f32 [layout total], e.g. from a checkpoint) and the
+  // update count that goes with them; the next step() continues exactly.
+  void load_state(Tensor m, Tensor v, int64_t steps_done);
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
 

@@ -4,7 +4,11 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace nk {
@@ -28,6 +32,26 @@ void MetricsWriter::write(const std::vector<std::pair<std::string, double>>& fie
   line += "}\n";
   std::fputs(line.c_str(), f_);
   std::fflush(f_);
+}
+
+void keep_metrics_through_step(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::string line, kept;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    bool keep = false;
+    if (!in.eof()) {  // a last line without its newline is a torn write
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      keep = j.is_object() && j.contains("step") && j["step"].is_number() &&
+             j["step"].get<double>() <= double(step);
+    }
+    if (keep)
+      kept += line + "\n";
+    else
+      dropped = true;
+  }
+  if (dropped) write_file_atomic(path, kept);
 }
 
 size_t peak_rss_bytes() {

@@ -1,6 +1,7 @@
 // Training metrics: a human log line and the same figures as one JSON object
 // per line (JSONL) for tools.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -21,6 +22,11 @@ class MetricsWriter {
  private:
   FILE* f_ = nullptr;
 };
+
+// Drops the records after `step` (and a torn last line) from a metrics file,
+// so a run resumed from an older checkpoint than its last logged step does not
+// log those steps twice. Atomic; a missing file is left missing.
+void keep_metrics_through_step(const std::string& path, int64_t step);
 
 // Peak resident set size of this process in bytes.
 size_t peak_rss_bytes();

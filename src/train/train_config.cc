@@ -46,9 +46,16 @@ ConfigSchema train_schema() {
   s.add_int("train.log_every", 1, "log line every N steps");
   s.add_string("train.out_dir", "runs/train", "output folder: model/, metrics.jsonl");
   s.add_string("train.resume_from", "",
-               "continue a run saved in this OUT_DIR: model weights, step, samples consumed");
+               "continue from this run's OUT_DIR (its newest checkpoint), a checkpoint folder, or "
+               "an old model/ folder (weights and data position only)");
+  s.add_string("train.resume", "auto",
+               "when OUT_DIR/checkpoints exists: auto = continue from the newest valid one, "
+               "never = stop with an error");
+  s.add_int("train.save_every", 0,
+            "save a full checkpoint every N steps in OUT_DIR/checkpoints (0 = only at the end)");
+  s.add_int("train.keep_checkpoints", 3, "keep the newest N checkpoints, delete older ones");
   s.add_int("train.exit_at_step", 0,
-            "stop after this step, saving model and trainer state (0 = run all train.steps)");
+            "stop after this step, saving a checkpoint and the model (0 = run all train.steps)");
   s.add_string("train.metrics_file", "", "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
   s.add_float("train.peak_tflops", 0, "hardware peak for MFU (0 = measure the GEMM peak)");
   return s;
@@ -94,10 +101,16 @@ TrainConfig train_config_from(const Config& c) {
   t.log_every = c.get_int("train.log_every");
   t.out_dir = c.get_string("train.out_dir");
   t.resume_from = c.get_string("train.resume_from");
+  t.resume = c.get_string("train.resume");
+  if (t.resume != "auto" && t.resume != "never")
+    fail("train.resume: expected auto or never, got '{}'", t.resume);
+  t.save_every = c.get_int("train.save_every");
+  t.keep_checkpoints = c.get_int("train.keep_checkpoints");
   t.exit_at_step = c.get_int("train.exit_at_step");
   t.metrics_file = c.get_string("train.metrics_file");
   if (t.metrics_file.empty()) t.metrics_file = t.out_dir + "/metrics.jsonl";
   t.peak_tflops = c.get_float("train.peak_tflops");
+  t.config_yaml = c.to_yaml();
 
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) fail("{}: must be positive, got {}", key, v);
@@ -144,6 +157,8 @@ TrainConfig train_config_from(const Config& c) {
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
+  if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);
+  positive("train.keep_checkpoints", t.keep_checkpoints);
   if (t.exit_at_step < 0 || t.exit_at_step > t.steps)
     fail("train.exit_at_step: must be in [0, train.steps = {}], got {}", t.steps, t.exit_at_step);
   return t;

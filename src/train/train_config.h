@@ -35,13 +35,18 @@ struct TrainConfig {
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;
   std::string out_dir = "runs/train";
-  std::string resume_from;   // a previous run's OUT_DIR (or its model/ folder)
-  int64_t exit_at_step = 0;  // stop after this step and save (0 = run to `steps`)
-  std::string metrics_file;  // default: out_dir/metrics.jsonl
-  double peak_tflops = 0;    // 0: measure the GEMM peak at start
+  std::string resume_from;       // a previous run's OUT_DIR, a checkpoint folder or a model/ folder
+  std::string resume = "auto";   // auto: continue from OUT_DIR/checkpoints; never: refuse them
+  int64_t exit_at_step = 0;      // stop after this step and save (0 = run to `steps`)
+  int64_t save_every = 0;        // checkpoint every N steps (0 = only at the end)
+  int64_t keep_checkpoints = 3;  // newest checkpoints kept under OUT_DIR/checkpoints
+  std::string metrics_file;      // default: out_dir/metrics.jsonl
+  double peak_tflops = 0;        // 0: measure the GEMM peak at start
+  std::string config_yaml;       // the resolved config, saved in every checkpoint
 
   int64_t grad_accum() const { return global_batch / micro_batch; }
   bool indexed_data() const { return !data_prefix.empty() || !data_blend.empty(); }
+  std::string checkpoint_root() const { return out_dir + "/checkpoints"; }
 };
 
 ConfigSchema train_schema();

@@ -2,191 +2,328 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_io.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "data/tokenizer.h"
 #include "train/metrics.h"
+#include "train/train_checkpoint.h"
 
-    namespace nk {
+namespace nk {
 
-  namespace {
-  using Clock = std::chrono::steady_clock;
-  double seconds_since(Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The signal that asked the running Trainer to stop; the handler only sets
+// it, so a second signal (say during the save) changes nothing.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+
+// SIGTERM and SIGINT set g_stop_signal while alive; the previous handlers
+// come back after. SA_RESTART: an interrupted write or read resumes.
+class StopSignalGuard {
+ public:
+  StopSignalGuard() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
   }
-  }  // namespace
+  ~StopSignalGuard() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignalGuard(const StopSignalGuard&) = delete;
+  StopSignalGuard& operator=(const StopSignalGuard&) = delete;
 
-  double measure_gemm_peak(DType dtype) {
-    const int64_t n = 2048;
-    Tensor a = Tensor::zeros({n, n}, dtype), b = Tensor::zeros({n, n}, dtype);
-    Tensor c = Tensor::empty({n, n}, dtype);
-    ops::linear_forward(c, a, b, Tensor());  // warm-up: primitive creation
-    double best = 1e30;
-    for (int i = 0; i < 8; ++i) {
-      auto t0 = Clock::now();
-      ops::linear_forward(c, a, b, Tensor());
-      best = std::min(best, seconds_since(t0));
+ private:
+  struct sigaction old_term_ {
+  }, old_int_{};
+};
+}  // namespace
+
+double measure_gemm_peak(DType dtype) {
+  const int64_t n = 2048;
+  Tensor a = Tensor::zeros({n, n}, dtype), b = Tensor::zeros({n, n}, dtype);
+  Tensor c = Tensor::empty({n, n}, dtype);
+  ops::linear_forward(c, a, b, Tensor());  // warm-up: primitive creation
+  double best = 1e30;
+  for (int i = 0; i < 8; ++i) {
+    auto t0 = Clock::now();
+    ops::linear_forward(c, a, b, Tensor());
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
+  if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
+  data_ = build_train_data(cfg_);
+  state_.data = data_signature(cfg_);
+  state_.lr = cfg_.lr;
+  state_.rng = rng_streams(cfg_, 0);
+  resume();
+  if (!model_) model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
+  if (!opt_) opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
+  if (!cfg_.data_tokenizer.empty()) {
+    std::unique_ptr<Tokenizer> tok;
+    try {
+      tok = load_tokenizer(cfg_.data_tokenizer);
+    } catch (const Error& e) {
+      throw e.with_context("data.tokenizer");
     }
-    return 2.0 * double(n) * double(n) * double(n) / best;
+    if (tok->vocab_size() > cfg_.model.vocab_size)
+      fail("model.vocab_size: {} is smaller than the vocabulary of data.tokenizer '{}' ({})",
+           cfg_.model.vocab_size, cfg_.data_tokenizer, tok->vocab_size());
   }
-
-  Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
-    if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
-    data_ = build_train_data(cfg_);
-    state_.data = data_signature(cfg_);
-    if (!cfg_.resume_from.empty()) resume();
-    if (!model_) model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
-    if (!cfg_.data_tokenizer.empty()) {
-      std::unique_ptr<Tokenizer> tok;
-      try {
-        tok = load_tokenizer(cfg_.data_tokenizer);
-      } catch (const Error& e) {
-        throw e.with_context("data.tokenizer");
-      }
-      if (tok->vocab_size() > cfg_.model.vocab_size)
-        fail("model.vocab_size: {} is smaller than the vocabulary of data.tokenizer '{}' ({})",
-             cfg_.model.vocab_size, cfg_.data_tokenizer, tok->vocab_size());
-    }
-    // Token ids beyond the vocabulary (data made with another tokenizer) are
-    // caught here on the first micro-batch, before anything is written; the
-    // loader checks every later sample as it reads it.
-    if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
-      DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
-      probe.set_consumed_samples(state_.consumed_samples);
-      Tensor x = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-      Tensor y = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-      probe.next(x, y);
-    }
+  // Token ids beyond the vocabulary (data made with another tokenizer) are
+  // caught here on the first micro-batch, before anything is written; the
+  // loader checks every later sample as it reads it.
+  if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
+    DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
+    probe.set_consumed_samples(state_.consumed_samples);
+    Tensor x = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    Tensor y = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+    probe.next(x, y);
   }
+}
 
-  void Trainer::resume() {
-    // train.resume_from names a run's OUT_DIR, or its model folder directly.
-    namespace fs = std::filesystem;
-    std::string model_dir = cfg_.resume_from;
-    if (!fs::exists(trainer_state_path(model_dir)) && fs::exists(fs::path(model_dir) / "model"))
-      model_dir = (fs::path(model_dir) / "model").string();
-    std::string state_path = trainer_state_path(model_dir);
-    if (!fs::exists(state_path))
-      fail("train.resume_from: no trainer state in '{}' (expected {})", cfg_.resume_from,
-           state_path);
-    TrainerState saved = load_trainer_state(state_path);
-    check_resume_data(saved, cfg_, "train.resume_from '" + state_path + "'");
-    if (saved.step > cfg_.steps)
-      fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
-           cfg_.steps);
-    model_ = load_model(model_dir, cfg_.dtype);
-    if (model_config_to_json(model_->config()) != model_config_to_json(cfg_.model))
-      fail("train.resume_from: the model in '{}' has another configuration than model.* here",
-           model_dir);
-    state_.step = saved.step;
-    state_.consumed_samples = saved.consumed_samples;
-    NK_INFO("resuming from {} at step {} ({} samples consumed)", model_dir, state_.step,
-            state_.consumed_samples);
+void Trainer::resume() {
+  namespace fs = std::filesystem;
+  const std::string own_root = cfg_.checkpoint_root();
+  const bool own_has = !list_checkpoints(own_root).empty();
+  if (cfg_.resume_from.empty()) {
+    if (!own_has) return;
+    if (cfg_.resume == "never")
+      fail(
+          "train.resume=never: train.out_dir already holds checkpoints in '{}'; choose another "
+          "train.out_dir, remove that folder, or set train.resume=auto to continue from it",
+          own_root);
+    std::string dir = find_latest_checkpoint(own_root);
+    resume_checkpoint(dir);
+    saved_step_ = state_.step;
+    return;
   }
+  // train.resume_from: a checkpoint folder, a run's OUT_DIR with checkpoints,
+  // or (runs from before full checkpoints) an OUT_DIR or model/ folder.
+  const fs::path from(cfg_.resume_from);
+  std::string dir;
+  if (fs::exists(from / "manifest.json") || checkpoint_step(from.string()) >= 0) {
+    dir = from.string();
+    CheckpointReader::open(dir);  // an explicit folder must verify: no fallback
+  } else if (!list_checkpoints((from / "checkpoints").string()).empty()) {
+    dir = find_latest_checkpoint((from / "checkpoints").string());
+  }
+  std::error_code ec;
+  bool same_root = !dir.empty() && fs::equivalent(fs::path(dir).parent_path(), own_root, ec) && !ec;
+  if (own_has && !same_root)
+    fail(
+        "train.resume_from: train.out_dir already holds checkpoints of another run in '{}'; "
+        "resuming '{}' into it would mix two runs: choose a fresh train.out_dir",
+        own_root, cfg_.resume_from);
+  if (dir.empty()) return resume_legacy();
+  resume_checkpoint(dir);
+  if (same_root) saved_step_ = state_.step;
+}
 
-  Trainer::~Trainer() = default;
+void Trainer::resume_checkpoint(const std::string& dir) {
+  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_);
+  const TrainerState& saved = c.state;
+  check_resume_data(saved, cfg_, "checkpoint '" + dir + "'");
+  if (saved.step > cfg_.steps)
+    fail("checkpoint '{}' is at step {}, beyond train.steps = {}", dir, saved.step, cfg_.steps);
+  for (const auto& [name, value] : rng_streams(cfg_, saved.consumed_samples)) {
+    auto it = saved.rng.find(name);
+    if (it == saved.rng.end() || it->second != value)
+      fail("checkpoint '{}': random stream {} is {} there but {} here", dir, name,
+           it == saved.rng.end() ? std::string("missing") : std::to_string(it->second), value);
+  }
+  const LrSchedule &a = saved.lr, &b = cfg_.lr;
+  if (a.lr != b.lr || a.min_lr != b.min_lr || a.warmup_steps != b.warmup_steps ||
+      a.decay_steps != b.decay_steps)
+    NK_WARN(
+        "checkpoint '{}': the LR schedule changed (lr {} -> {}, min_lr {} -> {}, warmup {} -> "
+        "{}, decay_steps {} -> {}); the run continues on the new one",
+        dir, a.lr, b.lr, a.min_lr, b.min_lr, a.warmup_steps, b.warmup_steps, a.decay_steps,
+        b.decay_steps);
+  // Everything read and checked: swap it in.
+  model_ = std::move(c.model);
+  opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
+  opt_->load_state(std::move(c.exp_avg), std::move(c.exp_avg_sq), saved.optimizer_steps);
+  state_.step = saved.step;
+  state_.consumed_samples = saved.consumed_samples;
+  state_.optimizer_steps = saved.optimizer_steps;
+  state_.last_lr = saved.last_lr;
+  state_.rng = rng_streams(cfg_, saved.consumed_samples);
+  NK_INFO("resuming from checkpoint {} at step {} ({} samples consumed)", dir, state_.step,
+          state_.consumed_samples);
+}
 
-  double Trainer::evaluate() {
-    if (!data_.valid) return NAN;
-    Activations acts(cfg_.model, cfg_.dtype, cfg_.micro_batch, cfg_.seq_len, false);
-    // The same valid samples at every validation, so the figures compare.
-    DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
-    Tensor tokens = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-    Tensor targets = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-    double sum = 0;
-    for (int64_t i = 0; i < cfg_.val_batches; ++i) {
+void Trainer::resume_legacy() {
+  // train.resume_from names a run's OUT_DIR, or its model folder directly.
+  namespace fs = std::filesystem;
+  std::string model_dir = cfg_.resume_from;
+  if (!fs::exists(trainer_state_path(model_dir)) && fs::exists(fs::path(model_dir) / "model"))
+    model_dir = (fs::path(model_dir) / "model").string();
+  std::string state_path = trainer_state_path(model_dir);
+  if (!fs::exists(state_path))
+    fail("train.resume_from: no trainer state in '{}' (expected {} or a checkpoints/ folder)",
+         cfg_.resume_from, state_path);
+  TrainerState saved = load_trainer_state(state_path);
+  check_resume_data(saved, cfg_, "train.resume_from '" + state_path + "'");
+  if (saved.step > cfg_.steps)
+    fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
+         cfg_.steps);
+  model_ = load_model(model_dir, cfg_.dtype);
+  if (model_config_to_json(model_->config()) != model_config_to_json(cfg_.model))
+    fail("train.resume_from: the model in '{}' has another configuration than model.* here",
+         model_dir);
+  state_.step = saved.step;
+  state_.consumed_samples = saved.consumed_samples;
+  state_.rng = rng_streams(cfg_, saved.consumed_samples);
+  NK_WARN(
+      "resuming from the exported model {} at step {} ({} samples consumed): it holds no "
+      "optimizer state, so AdamW starts from zero moments and the run will not match an "
+      "uninterrupted one",
+      model_dir, state_.step, state_.consumed_samples);
+}
+
+void Trainer::save_checkpoint_now() {
+  auto t0 = Clock::now();
+  std::string dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
+  saved_step_ = state_.step;
+  NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::evaluate() {
+  if (!data_.valid) return NAN;
+  Activations acts(cfg_.model, cfg_.dtype, cfg_.micro_batch, cfg_.seq_len, false);
+  // The same valid samples at every validation, so the figures compare.
+  DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
+  Tensor tokens = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+  Tensor targets = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+  double sum = 0;
+  for (int64_t i = 0; i < cfg_.val_batches; ++i) {
+    loader.next(tokens, targets);
+    sum += model_->forward_loss(acts, tokens, targets);
+  }
+  return sum / double(cfg_.val_batches);
+}
+
+void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
+  std::filesystem::create_directories(cfg_.out_dir);
+  // A run killed after its last checkpoint logged steps it will now redo.
+  if (state_.step > 0) keep_metrics_through_step(cfg_.metrics_file, state_.step);
+  MetricsWriter metrics(cfg_.metrics_file, state_.step > 0);
+  double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
+  NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
+          cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
+          dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
+  NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
+          accum);
+
+  Activations acts(cfg_.model, cfg_.dtype, B, T, true);
+  AdamW& opt = *opt_;
+  DataLoader loader(data_.train, B, cfg_.model.vocab_size);
+  loader.set_consumed_samples(state_.consumed_samples);
+  const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
+  Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+  const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
+  auto t_start = Clock::now();
+  const int64_t first_step = state_.step;
+  stopped_by_ = 0;
+  StopSignalGuard signals;
+
+  for (int64_t step = state_.step; step < last_step; ++step) {
+    auto t0 = Clock::now();
+    model_->zero_grads();
+    double loss = 0;
+    for (int64_t m = 0; m < accum; ++m) {
       loader.next(tokens, targets);
-      sum += model_->forward_loss(acts, tokens, targets);
+      if (on_batch_) on_batch_(step + 1, tokens, targets);
+      loss += model_->forward_backward(acts, tokens, targets, 1.f / float(accum)) / double(accum);
     }
-    return sum / double(cfg_.val_batches);
-  }
+    double norm = std::sqrt(ops::sum_squares(model_->grads()));
+    if (!std::isfinite(loss) || !std::isfinite(norm))
+      fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
+           std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
+    float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? float(cfg_.grad_clip / norm) : 1.f;
+    double lr = cfg_.lr.at(step);
+    opt.step(lr, clip);
 
-  void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
-    const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
-    std::filesystem::create_directories(cfg_.out_dir);
-    MetricsWriter metrics(cfg_.metrics_file, state_.step > 0);
-    double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
-    NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
-            cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
-            dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
-    NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B,
-            T, accum);
+    StepStats s;
+    s.step = step + 1;
+    s.loss = loss;
+    s.lr = lr;
+    s.grad_norm = norm;
+    double dt = seconds_since(t0);
+    s.step_ms = dt * 1e3;
+    s.tokens_per_s = double(B * T * accum) / dt;
+    s.mfu = flops_per_step / dt / peak;
+    s.peak_bytes = Allocator::get(Device::CPU).peak_bytes();
+    if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
+      s.val_loss = evaluate();
+    history_.push_back(s);
+    state_.step = s.step;
+    state_.consumed_samples = loader.consumed_samples();
+    state_.optimizer_steps = opt.steps_done();
+    state_.last_lr = lr;
+    state_.rng = rng_streams(cfg_, state_.consumed_samples);
 
-    Activations acts(cfg_.model, cfg_.dtype, B, T, true);
-    AdamW opt(*model_, cfg_.adamw);
-    DataLoader loader(data_.train, B, cfg_.model.vocab_size);
-    loader.set_consumed_samples(state_.consumed_samples);
-    const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
-    Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
-    const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
-    auto t_start = Clock::now();
-    const int64_t first_step = state_.step;
-
-    for (int64_t step = state_.step; step < last_step; ++step) {
-      auto t0 = Clock::now();
-      model_->zero_grads();
-      double loss = 0;
-      for (int64_t m = 0; m < accum; ++m) {
-        loader.next(tokens, targets);
-        if (on_batch_) on_batch_(step + 1, tokens, targets);
-        loss += model_->forward_backward(acts, tokens, targets, 1.f / float(accum)) / double(accum);
-      }
-      double norm = std::sqrt(ops::sum_squares(model_->grads()));
-      if (!std::isfinite(loss) || !std::isfinite(norm))
-        fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
-             std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
-      float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? float(cfg_.grad_clip / norm) : 1.f;
-      double lr = cfg_.lr.at(step);
-      opt.step(lr, clip);
-
-      StepStats s;
-      s.step = step + 1;
-      s.loss = loss;
-      s.lr = lr;
-      s.grad_norm = norm;
-      double dt = seconds_since(t0);
-      s.step_ms = dt * 1e3;
-      s.tokens_per_s = double(B * T * accum) / dt;
-      s.mfu = flops_per_step / dt / peak;
-      s.peak_bytes = Allocator::get(Device::CPU).peak_bytes();
-      if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
-        s.val_loss = evaluate();
-      history_.push_back(s);
-      state_.step = s.step;
-      state_.consumed_samples = loader.consumed_samples();
-
-      if (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss)) {
-        double elapsed = seconds_since(t_start);
-        double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
-        std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
-        fmt::print(
-            "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
-            "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
-            s.step, cfg_.steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
-            s.step_ms, double(s.peak_bytes) / 1048576.0, eta);
-        std::fflush(stdout);
-      }
-      metrics.write({{"step", double(s.step)},
-                     {"loss", s.loss},
-                     {"val_loss", s.val_loss},
-                     {"lr", s.lr},
-                     {"grad_norm", s.grad_norm},
-                     {"tokens_per_s", s.tokens_per_s},
-                     {"mfu", s.mfu},
-                     {"step_ms", s.step_ms},
-                     {"peak_mem_bytes", double(s.peak_bytes)},
-                     {"peak_rss_bytes", double(peak_rss_bytes())}});
-      if (on_step) on_step(s);
+    if (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss)) {
+      double elapsed = seconds_since(t_start);
+      double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
+      std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
+      fmt::print(
+          "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
+          "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
+          s.step, cfg_.steps, s.loss, val, s.lr, s.grad_norm, s.tokens_per_s, 100 * s.mfu,
+          s.step_ms, double(s.peak_bytes) / 1048576.0, eta);
+      std::fflush(stdout);
     }
-    std::string model_dir = cfg_.out_dir + "/model";
-    save_model(model_dir, *model_);
-    save_trainer_state(trainer_state_path(model_dir), state_);
-    if (!cfg_.data_tokenizer.empty()) store_tokenizer(cfg_.data_tokenizer, model_dir);
-    NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
-            state_.consumed_samples);
+    metrics.write({{"step", double(s.step)},
+                   {"loss", s.loss},
+                   {"val_loss", s.val_loss},
+                   {"lr", s.lr},
+                   {"grad_norm", s.grad_norm},
+                   {"tokens_per_s", s.tokens_per_s},
+                   {"mfu", s.mfu},
+                   {"step_ms", s.step_ms},
+                   {"peak_mem_bytes", double(s.peak_bytes)},
+                   {"peak_rss_bytes", double(peak_rss_bytes())}});
+    if (on_step) on_step(s);
+    const int sig = g_stop_signal;
+    if (sig != 0 || (cfg_.save_every > 0 && s.step % cfg_.save_every == 0)) save_checkpoint_now();
+    if (sig != 0) {
+      stopped_by_ = sig;
+      NK_INFO("{} received: stopped cleanly after step {} with its checkpoint; rerun to resume",
+              sig == SIGINT ? "SIGINT" : "SIGTERM", s.step);
+      return;
+    }
   }
+  if (saved_step_ != state_.step) save_checkpoint_now();
+  std::string model_dir = cfg_.out_dir + "/model";
+  save_model(model_dir, *model_);
+  save_trainer_state(trainer_state_path(model_dir), state_);
+  if (!cfg_.data_tokenizer.empty()) store_tokenizer(cfg_.data_tokenizer, model_dir);
+  NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
+          state_.consumed_samples);
+}
 
 }  // namespace nk

@@ -1,12 +1,14 @@
 // The single-process training loop: micro-batches with gradient accumulation,
 // global-norm clipping, AdamW with warmup + cosine decay, periodic validation,
-// a log line and a JSONL record per step, the final model saved as safetensors
-// with the trainer state beside it (train.resume_from continues from there).
+// a log line and a JSONL record per step, full checkpoints in OUT/checkpoints
+// (every train.save_every steps, at the end, and on SIGTERM/SIGINT) from which
+// a rerun continues bit for bit, and the final model exported to OUT/model.
 #pragma once
 #include <functional>
 #include <memory>
 
 #include "data/data_loader.h"
+#include "train/adamw.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
 #include "train/trainer_state.h"
@@ -23,16 +25,22 @@ struct StepStats {
 class Trainer {
  public:
   // Loads the data (building or loading its indices) and builds the model, or
-  // with train.resume_from loads the saved model and trainer state (nk::Error
-  // if their data settings or model config differ); nothing is written yet.
+  // resumes: from train.resume_from, else (train.resume=auto) from the newest
+  // valid checkpoint in OUT_DIR/checkpoints, restoring weights, AdamW moments,
+  // step, LR position and data position (nk::Error if the data settings or the
+  // model differ, or a file is missing or corrupt). Nothing is written yet.
   explicit Trainer(const TrainConfig& cfg);
   ~Trainer();
   // Runs the steps from state().step to train.steps (or train.exit_at_step);
   // `on_step` (optional) sees every step's figures. Writes OUT_DIR/metrics.jsonl
-  // as it goes (appending when resumed) and, at the end, OUT_DIR/model and
-  // OUT_DIR/model/trainer_state.json. A non-finite loss or gradient stops with
-  // nk::Error naming the step.
+  // as it goes (continuing it when resumed), a checkpoint every
+  // train.save_every steps and at the end, then OUT_DIR/model with
+  // trainer_state.json. SIGTERM or SIGINT during run() ends it cleanly after
+  // the current step with a checkpoint (and no model export); stopped() then
+  // says so. A non-finite loss or gradient stops with nk::Error naming the step.
   void run(const std::function<void(const StepStats&)>& on_step = {});
+  // The signal that ended the last run() early (SIGTERM, SIGINT), or 0.
+  int stopped() const { return stopped_by_; }
   // Sees every training micro-batch before its forward pass (step is 1-based).
   using BatchObserver =
       std::function<void(int64_t step, const Tensor& inputs, const Tensor& targets)>;
@@ -43,13 +51,19 @@ class Trainer {
   double evaluate();  // mean validation loss over val_batches micro-batches
 
  private:
-  void resume();  // loads the model and state named by train.resume_from
+  void resume();         // from train.resume_from or OUT_DIR/checkpoints, if any
+  void resume_legacy();  // from an exported model/ folder: weights and data position
+  void resume_checkpoint(const std::string& dir);
+  void save_checkpoint_now();
   TrainConfig cfg_;
   TrainData data_;
   TrainerState state_;
   BatchObserver on_batch_;
   std::unique_ptr<Transformer> model_;
+  std::unique_ptr<AdamW> opt_;
   std::vector<StepStats> history_;
+  int64_t saved_step_ = -1;  // the step of the newest checkpoint in OUT_DIR/checkpoints
+  int stopped_by_ = 0;
 };
 
 // Measured peak of the compute dtype's matrix product (FLOP/s), for MFU.

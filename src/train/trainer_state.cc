@@ -33,14 +33,34 @@ std::string trainer_state_path(const std::string& model_dir) {
   return (std::filesystem::path(model_dir) / "trainer_state.json").string();
 }
 
-void save_trainer_state(const std::string& path, const TrainerState& s) {
+std::map<std::string, uint64_t> rng_streams(const TrainConfig& cfg, int64_t consumed_samples) {
+  // Seeds as train_data.cc and the Transformer use them.
+  return {{"init.seed", cfg.seed},
+          {"data.train.seed", cfg.seed},
+          {"data.train.position", uint64_t(consumed_samples)},
+          {"data.valid.seed", cfg.seed + 1}};
+}
+
+std::string trainer_state_to_json(const TrainerState& s) {
   nlohmann::json j;
   j["format"] = "nekton-trainer-state";
-  j["version"] = 1;
+  j["version"] = 2;
   j["step"] = s.step;
   j["consumed_samples"] = s.consumed_samples;
+  j["optimizer_steps"] = s.optimizer_steps;
+  j["lr_schedule"] = {{"lr", s.lr.lr},
+                      {"min_lr", s.lr.min_lr},
+                      {"warmup_steps", s.lr.warmup_steps},
+                      {"decay_steps", s.lr.decay_steps},
+                      {"next_step", s.step},
+                      {"last_lr", s.last_lr}};
+  j["rng"] = s.rng;
   j["data"] = s.data;
-  write_file_atomic(path, j.dump(2) + "\n");
+  return j.dump(2) + "\n";
+}
+
+void save_trainer_state(const std::string& path, const TrainerState& s) {
+  write_file_atomic(path, trainer_state_to_json(s));
 }
 
 TrainerState load_trainer_state(const std::string& path) {
@@ -48,26 +68,44 @@ TrainerState load_trainer_state(const std::string& path) {
   if (!in) fail("trainer state '{}' not found or unreadable", path);
   std::stringstream ss;
   ss << in.rdbuf();
+  return trainer_state_from_json(ss.str(), path);
+}
+
+TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("trainer state '{}': not valid JSON: {}", path, e.what());
   }
   TrainerState s;
   try {
-    if (j.value("format", "") != "nekton-trainer-state")
+    if (!j.is_object() || j.value("format", "") != "nekton-trainer-state")
       fail("trainer state '{}': not a Nekton trainer state", path);
-    if (j.at("version").get<int>() != 1)
+    int version = j.at("version").get<int>();
+    if (version != 1 && version != 2)
       fail("trainer state '{}': unknown version {}", path, j.at("version").dump());
     s.step = j.at("step").get<int64_t>();
     s.consumed_samples = j.at("consumed_samples").get<int64_t>();
     s.data = j.at("data").get<std::map<std::string, std::string>>();
+    if (version >= 2) {
+      s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+      const auto& l = j.at("lr_schedule");
+      s.lr.lr = l.at("lr").get<double>();
+      s.lr.min_lr = l.at("min_lr").get<double>();
+      s.lr.warmup_steps = l.at("warmup_steps").get<int64_t>();
+      s.lr.decay_steps = l.at("decay_steps").get<int64_t>();
+      s.last_lr = l.at("last_lr").get<double>();
+      if (l.at("next_step").get<int64_t>() != s.step)
+        fail("trainer state '{}': lr_schedule.next_step {} is not step {}", path,
+             l.at("next_step").dump(), s.step);
+      s.rng = j.at("rng").get<std::map<std::string, uint64_t>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     fail("trainer state '{}': missing or invalid field: {}", path, e.what());
   }
-  if (s.step < 0 || s.consumed_samples < 0)
-    fail("trainer state '{}': negative step or consumed_samples", path);
+  if (s.step < 0 || s.consumed_samples < 0 || s.optimizer_steps < 0)
+    fail("trainer state '{}': negative step, consumed_samples or optimizer_steps", path);
   return s;
 }
 

@@ -23,7 +23,9 @@ std::string corpus_path() {
   return p.string();
 }
 
+// `out` is emptied first: a folder left by an earlier run would be resumed.
 TrainConfig tiny(const std::string& out, DType dt, const std::string& preset = "gpt-tiny") {
+  fs::remove_all(out);
   ConfigSchema s = train_schema();
   Config c = Config::load(
       s, "",

@@ -1,0 +1,358 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kTmpPrefix = ".tmp.";      // a save in progress (or killed)
+constexpr const char* kTrashPrefix = ".trash.";  // a checkpoint being removed
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open folder '{}': {}", dir.string(), std::strerror(errno));
+  int err = ::fsync(fd) != 0 ? errno : 0;
+  ::close(fd);
+  if (err != 0 && err != EINVAL)  // some file systems cannot sync folders
+    fail("cannot sync folder '{}': {}", dir.string(), std::strerror(err));
+}
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// Renames `dir` to a hidden trash name first, so a kill in the middle of the
+// removal never leaves a half-deleted step_N that looks like a checkpoint.
+void remove_checkpoint_dir(const fs::path& dir) {
+  fs::path trash = dir.parent_path() / (std::string(kTrashPrefix) + dir.filename().string() + "." +
+                                        std::to_string(::getpid()));
+  std::error_code ec;
+  fs::rename(dir, trash, ec);
+  if (ec) {
+    NK_WARN("cannot remove old checkpoint '{}': {}", dir.string(), ec.message());
+    return;
+  }
+  fs::remove_all(trash, ec);
+}
+
+// Folders a killed save or prune left behind. Only one process saves into a
+// checkpoint root at a time, so any of them is stale.
+void remove_stale_temporaries(const fs::path& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix)) {
+      std::error_code ec2;
+      fs::remove_all(e.path(), ec2);
+    }
+  }
+}
+
+ojson slice_json(const Shape& shape) {
+  // The whole tensor, held by rank 0 of 1; a sharded save records its own part.
+  return {{"global_shape", shape}, {"offsets", Shape(shape.size(), 0)}, {"shape", shape}};
+}
+
+ojson slices_json(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  ojson j = ojson::object();
+  for (const auto& [name, t] : tensors) j[name] = slice_json(t.shape());
+  return j;
+}
+
+// Swaps a finished folder into place as `final_dir`. An existing final_dir is
+// exchanged atomically (Linux renameat2), so step_N is always one complete
+// checkpoint; where the file system cannot exchange, the old one is moved
+// aside first (a kill in between leaves only the older checkpoints).
+void install_dir(const fs::path& tmp, const fs::path& final_dir) {
+  if (!fs::exists(final_dir)) {
+    fs::rename(tmp, final_dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // now holds the replaced checkpoint
+    return;
+  }
+  remove_checkpoint_dir(final_dir);
+  fs::rename(tmp, final_dir);
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string checkpoint_name(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
+
+int64_t checkpoint_step(const std::string& dir) {
+  std::string name = fs::path(dir).filename().string();
+  if (!starts_with(name, "step_") || name.size() < 13 || name.size() > 23) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::string file_checksum(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot read '{}': {}", path, std::strerror(errno));
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), XXH3_freeState);
+  XXH3_64bits_reset(st.get());
+  std::vector<char> buf(size_t(4) << 20);
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      fail("cannot read '{}': {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(st.get(), buf.data(), size_t(n));
+  }
+  ::close(fd);
+  return fmt::format("{:016x}", XXH3_64bits_digest(st.get()));
+}
+
+std::vector<std::pair<std::string, Tensor>> flat_tensors(const ParamLayout& layout,
+                                                         const Tensor& flat,
+                                                         const std::string& prefix) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const ParamInfo& p : layout.params())
+    out.emplace_back(prefix + p.name, ParamLayout::view(flat, p));
+  return out;
+}
+
+std::string save_checkpoint(const std::string& root_str, const CheckpointContents& c,
+                            int64_t keep) {
+  NK_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1, got {}", keep);
+  const fs::path root(root_str);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) fail("cannot create checkpoint folder '{}': {}", root.string(), ec.message());
+  remove_stale_temporaries(root);
+
+  const std::string name = checkpoint_name(c.step);
+  const fs::path final_dir = root / name;
+  const fs::path tmp = root / (kTmpPrefix + name + "." + std::to_string(::getpid()));
+  fs::create_directories(tmp, ec);
+  if (ec) fail("cannot create '{}': {}", tmp.string(), ec.message());
+  try {
+    std::map<std::string, std::string> model_meta = {{"format", "nekton-checkpoint"},
+                                                     {"step", std::to_string(c.step)}};
+    std::map<std::string, std::string> opt_meta = c.optimizer_metadata;
+    opt_meta["format"] = "nekton-checkpoint";
+    opt_meta["step"] = std::to_string(c.step);
+    save_safetensors((tmp / kModelFile).string(), c.model, model_meta);
+    save_safetensors((tmp / kOptimizerFile).string(), c.optimizer, opt_meta);
+    for (const auto& [file, text] : c.text_files) {
+      NK_CHECK(file != kManifest && file != kModelFile && file != kOptimizerFile &&
+                   file.find('/') == std::string::npos,
+               "save_checkpoint: bad file name '{}'", file);
+      write_file_atomic((tmp / file).string(), text);
+    }
+
+    ojson files = ojson::object();
+    std::vector<std::string> names = {kModelFile, kOptimizerFile};
+    for (const auto& [file, text] : c.text_files) names.push_back(file);
+    for (const std::string& f : names) {
+      std::string path = (tmp / f).string();
+      files[f] = {{"bytes", fs::file_size(path)}, {"xxh3_64", file_checksum(path)}};
+    }
+    ojson manifest = {
+        {"format", "nekton-checkpoint"},
+        {"version", 1},
+        {"step", c.step},
+        {"rank", 0},
+        {"world_size", 1},
+        {"files", files},
+        {"tensors",
+         {{kModelFile, slices_json(c.model)}, {kOptimizerFile, slices_json(c.optimizer)}}}};
+    // The manifest comes last: a folder without one is an unfinished save.
+    write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
+    fsync_dir(tmp);
+    install_dir(tmp, final_dir);
+    fsync_dir(root);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    fail("saving checkpoint '{}': {}", final_dir.string(), e.what());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  write_file_atomic((root / "latest").string(), name + "\n");
+
+  std::vector<std::string> all = list_checkpoints(root_str);
+  for (size_t i = size_t(keep); i < all.size(); ++i) remove_checkpoint_dir(all[i]);
+  return final_dir.string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    int64_t step = checkpoint_step(e.path().string());
+    if (step >= 0 && e.is_directory(ec)) found.emplace_back(step, e.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (auto& [step, dir] : found) out.push_back(std::move(dir));
+  return out;
+}
+
+std::string read_latest_pointer(const std::string& root) {
+  std::ifstream in(fs::path(root) / "latest");
+  std::string name;
+  if (!(in >> name)) return "";
+  return name;
+}
+
+CheckpointReader CheckpointReader::open(const std::string& dir) {
+  CheckpointReader r;
+  r.dir_ = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("checkpoint '{}': not a folder", dir);
+  const std::string mpath = (fs::path(dir) / kManifest).string();
+  if (!fs::exists(mpath, ec))
+    fail("checkpoint '{}': {} is missing (an unfinished save?)", dir, mpath);
+  ojson m;
+  try {
+    m = ojson::parse(read_small_file(mpath));
+  } catch (const ojson::exception& e) {
+    fail("checkpoint '{}': {} is not valid JSON: {}", dir, mpath, e.what());
+  }
+  try {
+    if (m.value("format", "") != "nekton-checkpoint")
+      fail("checkpoint '{}': {} is not a Nekton checkpoint manifest", dir, mpath);
+    if (m.at("version").get<int>() != 1)
+      fail("checkpoint '{}': {} has unknown version {}", dir, mpath, m.at("version").dump());
+    r.step_ = m.at("step").get<int64_t>();
+    int64_t world = m.at("world_size").get<int64_t>();
+    if (world != 1)
+      fail(
+          "checkpoint '{}': written by {} ranks; loading a sharded checkpoint into one process "
+          "is not supported yet",
+          dir, world);
+    for (const auto& [file, slices] : m.at("tensors").items())
+      for (const auto& [tensor, s] : slices.items())
+        if (s.at("shape") != s.at("global_shape"))
+          fail("checkpoint '{}': {} holds only a slice of tensor '{}'", dir, file, tensor);
+    const ojson& files = m.at("files");
+    for (const char* need : {kModelFile, kOptimizerFile})
+      if (!files.contains(need)) fail("checkpoint '{}': {} lists no {}", dir, mpath, need);
+    for (const auto& [file, info] : files.items()) {
+      std::string path = (fs::path(dir) / file).string();
+      if (file.find('/') != std::string::npos || file == kManifest)
+        fail("checkpoint '{}': {} lists a bad file name '{}'", dir, mpath, file);
+      if (!fs::is_regular_file(path, ec)) fail("checkpoint '{}': file {} is missing", dir, path);
+      uint64_t want = info.at("bytes").get<uint64_t>(), have = fs::file_size(path, ec);
+      if (have != want)
+        fail("checkpoint '{}': file {} is {} bytes, the manifest records {} (truncated?)", dir,
+             path, have, want);
+      std::string sum = file_checksum(path), want_sum = info.at("xxh3_64").get<std::string>();
+      if (sum != want_sum)
+        fail("checkpoint '{}': file {} fails its checksum (xxh3_64 {}, manifest {}): corrupt", dir,
+             path, sum, want_sum);
+    }
+  } catch (const ojson::exception& e) {
+    fail("checkpoint '{}': {} has a missing or invalid field: {}", dir, mpath, e.what());
+  }
+  int64_t named = checkpoint_step(dir);
+  if (named >= 0 && named != r.step_)
+    fail("checkpoint '{}': the manifest says step {}, the folder name step {}", dir, r.step_,
+         named);
+  return r;
+}
+
+std::string CheckpointReader::path(const std::string& file) const {
+  return (fs::path(dir_) / file).string();
+}
+
+std::string CheckpointReader::text(const std::string& file) const {
+  std::string p = path(file);
+  if (!fs::exists(p)) fail("checkpoint '{}': file {} is missing", dir_, p);
+  return read_small_file(p);
+}
+
+std::string find_latest_checkpoint(const std::string& root) {
+  std::vector<std::string> all = list_checkpoints(root);
+  std::string first_error;
+  for (const std::string& dir : all) {
+    try {
+      CheckpointReader::open(dir);
+      if (!first_error.empty())
+        NK_WARN("falling back to the older checkpoint {} (the newer ones are unusable)", dir);
+      return dir;
+    } catch (const Error& e) {
+      NK_WARN("skipping checkpoint {}: {}", dir, e.what());
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  if (!all.empty())
+    fail("no usable checkpoint in '{}' ({} found, none verifies); the newest failed with: {}", root,
+         all.size(), first_error);
+  return "";
+}
+
+void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
+                       const std::string& prefix, Tensor& flat) {
+  NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == layout.total(),
+           "read_flat_tensors: flat buffer {} does not match the layout", flat.desc());
+  std::set<std::string> wanted;
+  for (const ParamInfo& p : layout.params()) {
+    std::string name = prefix + p.name;
+    wanted.insert(name);
+    if (!file.has(name))
+      fail("{}: tensor '{}' is missing (the checkpoint is of another model?)", file.path(), name);
+    const SafetensorsEntry& e = file.entry(name);
+    if (e.shape != p.shape)
+      fail("{}: tensor '{}' has shape {} in the checkpoint, but this model's is {}", file.path(),
+           name, shape_str(e.shape), shape_str(p.shape));
+    if (e.dtype != DType::F32)
+      fail("{}: tensor '{}' is {}, expected F32", file.path(), name, dtype_name(e.dtype));
+  }
+  for (const SafetensorsEntry& e : file.entries())
+    if (starts_with(e.name, prefix.c_str()) && !wanted.count(e.name))
+      fail(
+          "{}: tensor '{}' (shape {}) is not part of this model (the checkpoint is of another "
+          "model?)",
+          file.path(), e.name, shape_str(e.shape));
+  for (const ParamInfo& p : layout.params())
+    file.read_into(prefix + p.name, ParamLayout::view(flat, p));
+}
+
+}  // namespace nk

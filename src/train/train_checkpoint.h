@@ -1,0 +1,32 @@
+// The Trainer's side of ckpt/checkpoint.h: which tensors and files make up a
+// full training state, and how it is rebuilt into fresh objects on load.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "train/adamw.h"
+#include "train/train_config.h"
+#include "train/trainer_state.h"
+
+namespace nk {
+
+// Writes cfg.checkpoint_root()/step_N: master weights, AdamW moments and update
+// count, `state` (step, samples, LR position, RNG streams), the resolved config
+// and the model config. Returns the folder.
+std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+                                  const TrainerState& state);
+
+// A checkpoint read into new buffers; nothing the caller holds is touched.
+struct LoadedTrainCheckpoint {
+  std::string dir;
+  std::unique_ptr<Transformer> model;  // compute-dtype weights refreshed from the masters
+  Tensor exp_avg, exp_avg_sq;          // f32 [layout total]
+  TrainerState state;
+};
+
+// Verifies DIR (checksums) and loads it for a run configured by `cfg`:
+// nk::Error naming the file for a missing or corrupt file, naming the tensor
+// and both shapes for a checkpoint of another model.
+LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg);
+
+}  // namespace nk

@@ -1,0 +1,222 @@
+// Exact resume: a run stopped at step k and continued from its checkpoint
+// produces the very same losses, gradient norms and final weights, bit for
+// bit, as an uninterrupted run (f32 and bf16, gradient accumulation, warmup
+// and cosine decay across the cut, text and indexed data), whether it stopped
+// at exit_at_step, on SIGTERM, or is restarted from an older checkpoint.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "../data/gpt_test_data.h"
+#include "ckpt/checkpoint.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace nk {
+namespace {
+
+using test::contains;
+using test::error_of;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+const int64_t kSteps = 60, kCut = 23;
+
+TrainConfig tiny(const std::vector<std::string>& extra) {
+  std::vector<std::string> ov = {
+      "model.preset=gpt-tiny", "model.n_layer=2",    "model.d_model=64",
+      "model.n_head=2",        "model.d_ff=128",     "model.vocab_size=300",
+      "train.micro_batch=2",   "train.seq_len=16",   "train.global_batch=4",
+      "train.steps=60",        "train.lr=3e-3",      "train.min_lr=3e-4",
+      "train.warmup_steps=10", "train.val_every=20", "train.val_batches=1",
+      "train.log_every=1000",  "train.peak_tflops=1"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return train_config_from(Config::load(train_schema(), "", ov));
+}
+
+std::vector<std::string> with(std::vector<std::string> keys, const std::vector<std::string>& more) {
+  keys.insert(keys.end(), more.begin(), more.end());
+  return keys;
+}
+
+struct RunResult {
+  std::vector<StepStats> history;
+  Tensor params;  // f32 master weights at the end
+};
+
+RunResult run(const std::vector<std::string>& keys,
+              const std::function<void(const StepStats&)>& f = {}) {
+  Trainer t(tiny(keys));
+  t.run(f);
+  RunResult r;
+  r.history = t.history();
+  r.params = Tensor::empty(t.model().params().shape(), DType::F32);
+  std::memcpy(r.params.raw(), t.model().params().raw(), r.params.nbytes());
+  return r;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// The "loss" of every record in a metrics file, in order.
+std::vector<double> logged_losses(const std::string& path) {
+  std::vector<double> out;
+  std::istringstream in(test::read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find("\"loss\": ");
+    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 8)));
+  }
+  return out;
+}
+
+// `tail` continues `head` exactly where `straight` went on.
+void expect_continues(const RunResult& straight, const std::vector<StepStats>& head,
+                      const RunResult& tail) {
+  std::vector<StepStats> joined = head;
+  joined.insert(joined.end(), tail.history.begin(), tail.history.end());
+  ASSERT_EQ(joined.size(), straight.history.size());
+  for (size_t i = 0; i < joined.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_EQ(joined[i].step, straight.history[i].step);
+    // Bit for bit: EXPECT_EQ on doubles compares exactly.
+    EXPECT_EQ(joined[i].loss, straight.history[i].loss);
+    EXPECT_EQ(joined[i].grad_norm, straight.history[i].grad_norm);
+    EXPECT_EQ(joined[i].lr, straight.history[i].lr);
+    if (!std::isnan(straight.history[i].val_loss)) {
+      EXPECT_EQ(joined[i].val_loss, straight.history[i].val_loss);
+    }
+  }
+  EXPECT_TRUE(same_bytes(tail.params, straight.params));
+}
+
+void expect_exact_resume(const std::vector<std::string>& data, const TempDir& dir) {
+  RunResult straight = run(with(data, {"train.out_dir=" + (dir / "straight")}));
+  ASSERT_EQ(straight.history.size(), size_t(kSteps));
+  // Warmup and decay both matter across the cut.
+  ASSERT_LT(straight.history[kCut - 1].lr, straight.history[9].lr);
+
+  std::vector<std::string> split = with(data, {"train.out_dir=" + (dir / "split")});
+  RunResult head = run(with(split, {"train.exit_at_step=" + std::to_string(kCut)}));
+  ASSERT_EQ(head.history.size(), size_t(kCut));
+  ASSERT_TRUE(fs::exists(dir / "split/checkpoints/step_00000023/manifest.json"));
+  RunResult tail = run(split);  // train.resume=auto finds the checkpoint
+  EXPECT_EQ(tail.history.front().step, kCut + 1);
+  expect_continues(straight, head.history, tail);
+  // The metrics file holds every step once, with the straight run's losses.
+  EXPECT_EQ(logged_losses(dir / "split/metrics.jsonl"),
+            logged_losses(dir / "straight/metrics.jsonl"));
+}
+
+class ExactResume : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExactResume, TextCorpus) {
+  TempDir dir("nk_exact");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "Line " + std::to_string(i * 7919 % 1000) + " of text.\n";
+  test::write_file(dir / "c.txt", text);
+  expect_exact_resume({"data.path=" + (dir / "c.txt"), std::string("train.dtype=") + GetParam()},
+                      dir);
+}
+
+TEST_P(ExactResume, IndexedDataset) {
+  TempDir dir("nk_exact");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  expect_exact_resume(
+      {"data.prefix=" + prefix, "data.split=90,10,0", std::string("train.dtype=") + GetParam()},
+      dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ExactResume, ::testing::Values("f32", "bf16"));
+
+TEST(ExactResume, SigtermSavesAtTheEndOfTheStep) {
+  TempDir dir("nk_exact");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> data = {"data.prefix=" + prefix, "train.dtype=bf16"};
+  RunResult straight = run(with(data, {"train.out_dir=" + (dir / "straight")}));
+
+  std::vector<std::string> keys = with(data, {"train.out_dir=" + (dir / "sig")});
+  RunResult head;
+  {
+    Trainer t(tiny(keys));
+    testing::internal::CaptureStderr();
+    t.run([](const StepStats& s) {
+      if (s.step == kCut) std::raise(SIGTERM);  // as if `kill -TERM` arrived mid-step
+    });
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(t.stopped(), SIGTERM);
+    EXPECT_EQ(t.state().step, kCut);
+    EXPECT_TRUE(contains(err, "SIGTERM received: stopped cleanly after step 23")) << err;
+    head.history = t.history();
+  }
+  EXPECT_EQ(read_latest_pointer(dir / "sig/checkpoints"), "step_00000023");
+  EXPECT_FALSE(fs::exists(dir / "sig/model"));  // the export waits for the end of the run
+  RunResult tail = run(keys);
+  expect_continues(straight, head.history, tail);
+  EXPECT_TRUE(fs::exists(dir / "sig/model/model.safetensors"));
+}
+
+TEST(ExactResume, FromAnOlderCheckpointFolder) {
+  TempDir dir("nk_exact");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> data = {"data.prefix=" + prefix, "train.dtype=f32"};
+  RunResult straight = run(with(
+      data, {"train.out_dir=" + (dir / "a"), "train.save_every=10", "train.keep_checkpoints=2"}));
+  std::vector<std::string> names;
+  for (const auto& d : list_checkpoints(dir / "a/checkpoints"))
+    names.push_back(fs::path(d).filename());
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000060", "step_00000050"}));
+  EXPECT_EQ(read_latest_pointer(dir / "a/checkpoints"), "step_00000060");
+
+  // An explicit checkpoint folder, into a fresh OUT_DIR.
+  RunResult tail = run(with(data, {"train.out_dir=" + (dir / "b"),
+                                   "train.resume_from=" + (dir / "a/checkpoints/step_00000050")}));
+  std::vector<StepStats> head(straight.history.begin(), straight.history.begin() + 50);
+  expect_continues(straight, head, tail);
+
+  // A finished run rerun: nothing to do, the same weights.
+  RunResult again = run(with(data, {"train.out_dir=" + (dir / "a")}));
+  EXPECT_TRUE(again.history.empty());
+  EXPECT_TRUE(same_bytes(again.params, straight.params));
+}
+
+TEST(ExactResume, ResumeSettingsAreChecked) {
+  TempDir dir("nk_exact");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> data = {"data.prefix=" + prefix, "train.dtype=f32", "train.steps=4"};
+  run(with(data, {"train.out_dir=" + (dir / "a"), "train.exit_at_step=2"}));
+  std::string msg = error_of([&] {
+    Trainer t(tiny(with(data, {"train.out_dir=" + (dir / "a"), "train.resume=never"})));
+  });
+  EXPECT_TRUE(contains(msg, "train.resume=never: train.out_dir already holds checkpoints in '" +
+                                (dir / "a/checkpoints") + "'"))
+      << msg;
+  msg = error_of([&] { tiny({"data.prefix=" + prefix, "train.resume=sometimes"}); });
+  EXPECT_TRUE(contains(msg, "train.resume: expected auto or never, got 'sometimes'")) << msg;
+  // Another model shape in the same OUT_DIR: the tensor and both shapes.
+  msg = error_of([&] {
+    Trainer t(tiny(with(data, {"train.out_dir=" + (dir / "a"), "model.d_model=32"})));
+  });
+  EXPECT_TRUE(contains(msg,
+                       "model.safetensors: tensor 'wte' has shape [300, 64] in the "
+                       "checkpoint, but this model's is [300, 32]"))
+      << msg;
+  // Same shapes, another norm_eps.
+  msg = error_of([&] {
+    Trainer t(tiny(with(data, {"train.out_dir=" + (dir / "a"), "model.norm_eps=0.001"})));
+  });
+  EXPECT_TRUE(contains(msg, "model norm_eps is")) << msg;
+  // Resuming another run into an OUT_DIR that has checkpoints would mix them.
+  run(with(data, {"train.out_dir=" + (dir / "b"), "train.exit_at_step=1"}));
+  msg = error_of([&] {
+    Trainer t(
+        tiny(with(data, {"train.out_dir=" + (dir / "b"), "train.resume_from=" + (dir / "a")})));
+  });
+  EXPECT_TRUE(contains(msg, "would mix two runs")) << msg;
+}
+
+}  // namespace
+}  // namespace nk
