@@ -15,6 +15,7 @@
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
+#include "core/json.h"
 #include "data/bpe_files.h"
 #include "data/tokenizer.h"
 #include "ops/ops.h"
@@ -42,12 +43,7 @@ std::string read_text(const fs::path& path, const std::string& what) {
 }
 
 json parse_json_file(const fs::path& path, const std::string& what) {
-  std::string text = read_text(path, what);
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: invalid JSON: {}", path.string(), e.what());
-  }
+  return parse_json(read_text(path, what), path.string());
 }
 
 // "OUT/" and "OUT/." name the folder OUT.
@@ -508,13 +504,7 @@ ojson hf_config_object(const ModelConfig& c, DType dtype) {
 }  // namespace
 
 HfModelInfo hf_model_info_from_json(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: invalid JSON: {}", where, e.what());
-  }
-  if (!j.is_object()) fail("{}: expected a JSON object", where);
+  json j = parse_json_object(text, where);
   HfConfig h(j, where);
   HfModelInfo info;
   static const std::vector<std::pair<std::string, std::string>> kArchs = {

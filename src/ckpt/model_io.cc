@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ckpt/safetensors.h"
+#include "core/json.h"
 
 namespace nk {
 
@@ -32,13 +33,7 @@ std::string model_config_to_json(const ModelConfig& c) {
 }
 
 ModelConfig model_config_from_json(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: invalid JSON: {}", where, e.what());
-  }
-  if (!j.is_object()) fail("{}: expected a JSON object", where);
+  json j = parse_json_object(text, where);
   ModelConfig c;
   auto get = [&](const char* key, auto& field) {
     if (!j.contains(key)) fail("{}: missing field '{}'", where, key);

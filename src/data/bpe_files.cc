@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/bpe_merge.h"
 #include "data/bpe_tokenizer.h"
 
@@ -170,16 +171,6 @@ std::string base64_encode(std::string_view in) {
   return out;
 }
 
-nlohmann::json parse_json(const std::string& path, const std::string& text) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    size_t upto = std::min(text.size(), size_t(e.byte));
-    size_t line = 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(upto), '\n'));
-    fail("{}:{}: not valid JSON (byte {})", path, line, e.byte);
-  }
-}
-
 // The two lower-ranked tokens whose merge makes token `rank`, found by running
 // BPE on its bytes with only the merges before it; false if there are none.
 bool merge_parts(const BpeVocab& v, const RankMap& ranks, size_t rank, int32_t parts[2]) {
@@ -265,7 +256,7 @@ std::vector<std::pair<std::string, int32_t>> openai_specials(const std::string& 
 
 BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& vocab_bpe) {
   const std::string ej = base_name(encoder_json), vb = base_name(vocab_bpe);
-  nlohmann::json enc = parse_json(ej, read_file(encoder_json));
+  nlohmann::json enc = parse_json(read_file(encoder_json), ej);
   if (!enc.is_object()) fail("{}:1: expected a JSON object of token -> id", ej);
 
   // id -> bytes, checking every entry.
@@ -415,7 +406,7 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
 BpeVocab load_bpe_dir(const std::string& dir) {
   fs::path d(dir), meta_path = d / "tokenizer.json";
   nlohmann::json meta;
-  if (fs::exists(meta_path)) meta = parse_json("tokenizer.json", read_file(meta_path.string()));
+  if (fs::exists(meta_path)) meta = parse_json(read_file(meta_path.string()), meta_path.string());
   if (!is_nekton_meta(meta)) {  // no tokenizer.json, or Hugging Face's
     fs::path enc, merges;
     if (!gpt2_pair(d, enc, merges))
@@ -479,8 +470,8 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
     fs::path enc, merges;
     bool pair = gpt2_pair(spec, enc, merges);
     if (fs::exists(fs::path(spec) / "tokenizer.json")) {
-      nlohmann::json meta =
-          parse_json("tokenizer.json", read_file((fs::path(spec) / "tokenizer.json").string()));
+      nlohmann::json meta = parse_json(read_file((fs::path(spec) / "tokenizer.json").string()),
+                                       (fs::path(spec) / "tokenizer.json").string());
       // A Nekton tokenizer.json of another type, or Hugging Face's without the
       // GPT-2 pair beside it (e.g. a SentencePiece folder): not ours.
       if (is_nekton_meta(meta) ? meta["type"] != "bpe" : !pair) return nullptr;

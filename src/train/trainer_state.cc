@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/log.h"
 
 namespace nk {
@@ -72,12 +73,7 @@ TrainerState load_trainer_state(const std::string& path) {
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("trainer state '{}': not valid JSON: {}", path, e.what());
-  }
+  nlohmann::json j = parse_json(text, "trainer state '" + path + "'");
   TrainerState s;
   try {
     if (!j.is_object() || j.value("format", "") != "nekton-trainer-state")
