@@ -28,5 +28,6 @@ int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);
+int cmd_eval(const CommandArgs& a);  // uses only a.args: perplexity key=value ...
 
 }  // namespace nk
