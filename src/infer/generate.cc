@@ -48,6 +48,15 @@ size_t utf8_boundary(const std::string& text, size_t begin, size_t end) {
   return end;
 }
 
+}  // namespace
+
+size_t streamable_end(const std::string& text, size_t from, const std::vector<std::string>& stop) {
+  const size_t end = utf8_boundary(text, from, text.size() - held_for_stop(text, from, stop));
+  return std::max(end, from);
+}
+
+namespace {
+
 struct Seq {
   int64_t req = 0, slot = 0;
   std::vector<int32_t> ids;  // prompt, then generated
@@ -147,12 +156,7 @@ std::vector<GenerationResult> Generator::run(const std::vector<GenerationRequest
       }
     }
     if (on_token) {
-      size_t end = text.size();
-      if (!done) {
-        end -= held_for_stop(text, s.emitted, r.stop);
-        end = utf8_boundary(text, s.emitted, end);
-      }
-      end = std::max(end, s.emitted);
+      const size_t end = done ? text.size() : streamable_end(text, s.emitted, r.stop);
       on_token(s.req, token, std::string_view(text).substr(s.emitted, end - s.emitted));
       s.emitted = end;
     }

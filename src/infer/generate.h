@@ -50,6 +50,12 @@ using TokenCallback = std::function<void(int64_t seq, int32_t token, std::string
 // Sees each request's next-token logits (V floats) before sampling; for tests.
 using LogitsCallback = std::function<void(int64_t seq, const float* logits, int64_t V)>;
 
+// How far text may be streamed when bytes [0, from) are out already: its end,
+// less a tail that a later token could complete into a stop string (a suffix
+// that is a proper prefix of one) or the bytes of an unfinished UTF-8
+// character. Never less than `from`.
+size_t streamable_end(const std::string& text, size_t from, const std::vector<std::string>& stop);
+
 class Generator {
  public:
   // tok may be null (then no stop strings or eod; texts stay empty).
