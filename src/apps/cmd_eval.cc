@@ -27,8 +27,8 @@ ConfigSchema eval_schema() {
   s.add_string("eval.tokenizer", "",
                "tokenizer for eval.text (default: the one saved with the model, else bytes)");
   s.add_int("eval.window", 0, "tokens per window, <= model.max_seq_len (0 = max_seq_len)");
-  s.add_int("eval.stride", 0,
-            "tokens between window starts, in [1, window] (0 = window: disjoint chunks)");
+  s.add_int("eval.stride", -1,
+            "tokens between window starts, in [1, window] (-1 = window: disjoint chunks)");
   s.add_int("eval.max_tokens", 0, "score only the first N tokens (0 = all)");
   s.add_string("eval.dtype", "f32", "compute precision: f32 or bf16");
   s.add_string("eval.output", "", "also write the result as JSON to this file");
@@ -99,8 +99,13 @@ int eval_perplexity(const CommandArgs& a) {
   opt.window = c.get_int("eval.window");
   opt.stride = c.get_int("eval.stride");
   if (opt.window < 0) fail("eval.window: must be >= 0, got {}", opt.window);
-  if (opt.stride < 0) fail("eval.stride: must be >= 0, got {}", opt.stride);
   std::vector<int32_t> ids = load_tokens(c, dir, max_tokens);
+  if (ids.size() < 2) {
+    const char* key = max_tokens > 0 && max_tokens < 2    ? "eval.max_tokens"
+                      : c.get_string("eval.text").empty() ? "eval.data_prefix"
+                                                          : "eval.text";
+    fail("{}: {} token(s) to score; perplexity needs at least 2", key, ids.size());
+  }
   auto model = load_model(dir, parse_dtype(c.get_string("eval.dtype")));
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;

@@ -12,12 +12,12 @@ PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32
                                      const std::function<void(int64_t, int64_t)>& on_window) {
   const ModelConfig& c = model.config();
   const int64_t W = opt.window ? opt.window : c.max_seq_len;
-  const int64_t S = opt.stride ? opt.stride : W;
+  const int64_t S = opt.stride == -1 ? W : opt.stride;
   if (W < 1 || W > c.max_seq_len)
     fail("eval.window: {} must be in [1, model.max_seq_len = {}]", W, c.max_seq_len);
   if (S < 1 || S > W) fail("eval.stride: {} must be in [1, eval.window = {}]", S, W);
   const int64_t L = int64_t(tokens.size());
-  if (L < 2) fail("eval.max_tokens: the text has {} token(s); perplexity needs at least 2", L);
+  if (L < 2) fail("eval: {} token(s) to score; perplexity needs at least 2", L);
   for (int64_t i = 0; i < L; ++i)
     if (tokens[size_t(i)] < 0 || tokens[size_t(i)] >= c.vocab_size)
       fail("eval: token {} at position {} is outside the model's vocabulary ({})",

@@ -5,7 +5,9 @@
 // `window` tokens starting at k*stride (fewer at the end) and scores the
 // predictions the previous windows did not make, so with stride < window each
 // scored token (past the first window) sees at least window - stride tokens of
-// context, and stride = window gives disjoint chunks.
+// context, and stride = window gives disjoint chunks. (Hugging Face's
+// max_length counts the window's first token, which is context only: it is
+// window + 1 here.)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,8 +18,8 @@
 namespace nk {
 
 struct PerplexityOptions {
-  int64_t window = 0;  // tokens per forward (<= max_seq_len); 0 = max_seq_len
-  int64_t stride = 0;  // 0 = window
+  int64_t window = 0;   // tokens fed per forward (<= max_seq_len); 0 = max_seq_len
+  int64_t stride = -1;  // in [1, window]; -1 = window
 };
 
 struct PerplexityResult {
@@ -27,8 +29,8 @@ struct PerplexityResult {
   double perplexity = 0;  // exp(mean_loss)
 };
 
-// nk::Error naming the option (eval.window, eval.stride) for a bad setting, or
-// eval.max_tokens when fewer than 2 tokens are given. on_window (optional)
+// nk::Error naming the option (eval.window, eval.stride) for a bad setting,
+// and for fewer than 2 tokens. on_window (optional)
 // sees (windows done, windows total).
 PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& opt,
