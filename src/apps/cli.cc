@@ -32,6 +32,7 @@ const std::map<std::string, Command>& commands() {
        {cmd_tokenizer,
         "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)", true}},
       {"preprocess", {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx"}},
+      {"eval", {cmd_eval, "evaluate a saved model (perplexity on text or a dataset)", true}},
   };
   return m;
 }

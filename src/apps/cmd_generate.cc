@@ -1,6 +1,9 @@
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
@@ -16,35 +19,109 @@ ConfigSchema generate_schema() {
   s.add_string("generate.model", "", "saved model folder (config.json + model.safetensors)");
   s.add_string("generate.tokenizer", "",
                "tokenizer spec (default: the one saved with the model, else bytes)");
-  s.add_string("generate.prompt", "\n", "text to continue");
-  s.add_int("generate.max_tokens", 200, "tokens to generate");
+  s.add_string("generate.prompt", "\n",
+               "text to continue; repeat the key (or give a JSON list) for several prompts");
+  s.add_string("generate.prompt_file", "",
+               "prompts, one per line, or JSONL with a \"prompt\" or \"text\" field");
+  s.add_int("generate.batch_size", 8, "sequences decoded together");
+  s.add_int("generate.max_tokens", 200, "most tokens to generate per prompt");
   s.add_float("generate.temperature", 0.8, "softmax temperature (0 = greedy)");
   s.add_int("generate.top_k", 40, "sample among the k most likely tokens (0 = all)");
   s.add_float("generate.top_p", 0.95, "nucleus sampling mass (1 = off)");
-  s.add_int("generate.seed", 0, "sampling seed");
+  s.add_float("generate.min_p", 0.0,
+              "drop tokens below min_p x the top token's probability (0 = off)");
+  s.add_float("generate.repetition_penalty", 1.0,
+              "divide positive / multiply negative logits of seen tokens (1 = off)");
+  s.add_int("generate.seed", 0, "sampling seed (prompt i uses seed + i)");
+  s.add_string("generate.stop", "",
+               "stop string; repeat the key (or give a JSON list) for several");
+  s.add_bool("generate.ignore_eos", false, "keep going past the end-of-document token");
   s.add_string("generate.dtype", "f32", "compute precision: f32 or bf16");
   return s;
+}
+
+// A repeatable key's values: `key=[...]` (a JSON list of strings) gives its
+// items, anything else is one value.
+void add_values(const std::string& key, const std::string& v, std::vector<std::string>& out) {
+  if (!v.empty() && v.front() == '[') {
+    nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
+    if (j.is_array()) {
+      for (auto& x : j) {
+        if (!x.is_string()) fail("{}: the JSON list must hold strings, got {}", key, x.dump());
+        out.push_back(x.get<std::string>());
+      }
+      return;
+    }
+  }
+  out.push_back(v);
+}
+
+// Pulls every `key=value` of a repeatable key out of the overrides.
+std::vector<std::string> take_repeated(std::vector<std::string>& overrides,
+                                       const std::string& key) {
+  std::vector<std::string> values, rest;
+  for (const std::string& o : overrides) {
+    if (o.rfind(key + "=", 0) == 0)
+      add_values(key, o.substr(key.size() + 1), values);
+    else
+      rest.push_back(o);
+  }
+  overrides = rest;
+  return values;
+}
+
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("generate.prompt_file: cannot open '{}'", path);
+  std::vector<std::string> prompts;
+  std::string line;
+  bool jsonl = path.ends_with(".jsonl") || path.ends_with(".json");
+  for (int64_t n = 1; std::getline(f, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    if (prompts.empty() && line.front() == '{') jsonl = true;
+    if (!jsonl) {
+      prompts.push_back(line);
+      continue;
+    }
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      fail("generate.prompt_file: {}:{}: not a JSON object", path, n);
+    const char* field = j.contains("prompt") ? "prompt" : "text";
+    if (!j.contains(field) || !j[field].is_string())
+      fail("generate.prompt_file: {}:{}: no string \"prompt\" or \"text\" field", path, n);
+    prompts.push_back(j[field].get<std::string>());
+  }
+  if (prompts.empty()) fail("generate.prompt_file: '{}' holds no prompts", path);
+  return prompts;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& prompt, size_t i,
+                                   int64_t vocab) {
+  std::vector<int32_t> ids = tok.encode(prompt);
+  if (ids.empty()) fail("generate.prompt: prompt {} encodes to no tokens", i);
+  for (int32_t id : ids)
+    if (id >= vocab)
+      fail("generate.tokenizer: token {} of prompt {} is outside the model's vocabulary ({})", id,
+           i, vocab);
+  return ids;
 }
 
 }  // namespace
 
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
                   int64_t max_tokens, const SamplingConfig& sc) {
-  Sampler sampler(sc);
+  GenerationRequest r;
+  r.prompt = encode_prompt(tok, prompt, 0, model.config().vocab_size);
+  r.max_new_tokens = max_tokens;
+  r.sampling = sc;
   fmt::print("{}", prompt);
-  std::vector<int32_t> ids = tok.encode(prompt);
-  if (ids.empty()) fail("generate.prompt: encodes to no tokens");
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] >= model.config().vocab_size)
-      fail("generate.tokenizer: token {} of the prompt is outside the model's vocabulary ({})",
-           ids[i], model.config().vocab_size);
-  // Bytes are printed as they come; a UTF-8 character may span tokens.
-  generate(model, ids, max_tokens, sampler, [&](int32_t id) {
-    if (id == tok.eod_id()) return false;
-    std::string bytes = tok.decode(std::vector<int32_t>{id});
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  std::fflush(stdout);
+  Generator gen(model, &tok, 1);
+  // Pieces end on whole UTF-8 characters (the engine holds split ones).
+  gen.run({r}, [](int64_t, int32_t, std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    return true;
   });
   fmt::print("\n");
 }
@@ -52,24 +129,49 @@ void print_sample(Transformer& model, const Tokenizer& tok, const std::string& p
 int cmd_generate(const CommandArgs& a) {
   ConfigSchema schema = generate_schema();
   if (a.help) {
-    fmt::print("usage: nekton generate generate.model=DIR [key=value ...]\n\n{}", schema.help());
+    fmt::print(
+        "usage: nekton generate generate.model=DIR [generate.prompt=TEXT ...] [key=value ...]\n\n"
+        "One prompt streams its continuation; several (repeated generate.prompt, a JSON list,\n"
+        "or generate.prompt_file) are decoded generate.batch_size at a time and printed as\n"
+        "one block per prompt.\n\n{}",
+        schema.help());
     return 0;
   }
-  Config c = Config::load(schema, a.config_path, a.overrides);
+  std::vector<std::string> overrides = a.overrides;
+  std::vector<std::string> prompts = take_repeated(overrides, "generate.prompt");
+  std::vector<std::string> stops = take_repeated(overrides, "generate.stop");
+  Config c = Config::load(schema, a.config_path, overrides);
   std::string dir = c.get_string("generate.model");
   if (dir.empty()) fail("generate.model: no model folder given (generate.model=DIR)");
   SamplingConfig sc;
   sc.temperature = c.get_float("generate.temperature");
   sc.top_k = c.get_int("generate.top_k");
   sc.top_p = c.get_float("generate.top_p");
+  sc.min_p = c.get_float("generate.min_p");
+  sc.repetition_penalty = c.get_float("generate.repetition_penalty");
   sc.seed = uint64_t(c.get_int("generate.seed"));
-  if (sc.temperature < 0) fail("generate.temperature: must be >= 0, got {}", sc.temperature);
-  if (sc.top_k < 0) fail("generate.top_k: must be >= 0, got {}", sc.top_k);
-  if (!(sc.top_p > 0 && sc.top_p <= 1)) fail("generate.top_p: must be in (0, 1], got {}", sc.top_p);
+  try {
+    validate(sc);
+  } catch (const Error& e) {
+    throw Error(std::string("generate.") + e.what());
+  }
   int64_t max_tokens = c.get_int("generate.max_tokens");
   if (max_tokens < 0) fail("generate.max_tokens: must be >= 0, got {}", max_tokens);
-  std::string prompt = c.get_string("generate.prompt");
-  if (prompt.empty()) fail("generate.prompt: must not be empty");
+  int64_t batch = c.get_int("generate.batch_size");
+  if (batch < 1) fail("generate.batch_size: must be >= 1, got {}", batch);
+  if (stops.empty() && !c.get_string("generate.stop").empty())
+    add_values("generate.stop", c.get_string("generate.stop"), stops);
+  for (const std::string& s : stops)
+    if (s.empty()) fail("generate.stop: empty stop string");
+  std::string file = c.get_string("generate.prompt_file");
+  if (!file.empty()) {
+    if (!prompts.empty())
+      fail("generate.prompt_file: give prompts in a file or with generate.prompt, not both");
+    prompts = read_prompt_file(file);
+  }
+  if (prompts.empty()) add_values("generate.prompt", c.get_string("generate.prompt"), prompts);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].empty()) fail("generate.prompt: prompt {} is empty", i);
   std::string spec = c.get_string("generate.tokenizer");
   if (spec.empty()) spec = stored_tokenizer(dir);
   if (spec.empty()) spec = "bytes";
@@ -80,7 +182,41 @@ int cmd_generate(const CommandArgs& a) {
     throw e.with_context("generate.tokenizer");
   }
   auto model = load_model(dir, parse_dtype(c.get_string("generate.dtype")));
-  print_sample(*model, *tok, prompt, max_tokens, sc);
+  std::vector<GenerationRequest> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);
+    reqs[i].max_new_tokens = max_tokens;
+    reqs[i].stop = stops;
+    reqs[i].stop_at_eos = !c.get_bool("generate.ignore_eos");
+    reqs[i].sampling = sc;
+    reqs[i].sampling.seed = sc.seed + i;
+  }
+  Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())));
+  const bool stream = reqs.size() == 1;
+  if (stream) {
+    fmt::print("{}", prompts[0]);
+    std::fflush(stdout);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<GenerationResult> res =
+      gen.run(reqs, stream ? TokenCallback([](int64_t, int32_t, std::string_view piece) {
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+              })
+                           : TokenCallback());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t n_tok = 0;
+  for (auto& r : res) n_tok += int64_t(r.tokens.size());
+  if (stream) {
+    fmt::print("\n");
+  } else {
+    for (size_t i = 0; i < res.size(); ++i)
+      fmt::print("=== prompt {} ({} tokens, {}) ===\n{}{}\n", i, res[i].tokens.size(),
+                 finish_reason_name(res[i].finish), prompts[i], res[i].text);
+  }
+  std::fflush(stdout);
+  fmt::print(stderr, "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s]\n", res.size(), n_tok,
+             secs, secs > 0 ? double(n_tok) / secs : 0.0);
   return 0;
 }
 

@@ -3,9 +3,32 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace nk {
 
-int32_t Sampler::sample(const float* logits, int64_t V) {
+void validate(const SamplingConfig& c) {
+  if (!(c.temperature >= 0)) fail("temperature: must be >= 0, got {}", c.temperature);
+  if (c.top_k < 0) fail("top_k: must be >= 0, got {}", c.top_k);
+  if (!(c.top_p > 0 && c.top_p <= 1)) fail("top_p: must be in (0, 1], got {}", c.top_p);
+  if (!(c.min_p >= 0 && c.min_p <= 1)) fail("min_p: must be in [0, 1], got {}", c.min_p);
+  if (!(c.repetition_penalty > 0))
+    fail("repetition_penalty: must be > 0, got {}", c.repetition_penalty);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t> context) {
+  if (cfg_.repetition_penalty != 1.0 && !context.empty()) {
+    work_.assign(logits, logits + V);
+    seen_.assign(size_t(V), 0);
+    const float pen = float(cfg_.repetition_penalty);
+    for (int32_t id : context) {
+      if (id < 0 || id >= V || seen_[size_t(id)]) continue;
+      seen_[size_t(id)] = 1;
+      float& x = work_[size_t(id)];
+      x = x > 0 ? x / pen : x * pen;
+    }
+    logits = work_.data();
+  }
   if (cfg_.temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
   cand_.resize(size_t(V));
   for (int64_t i = 0; i < V; ++i) cand_[i] = {logits[i] / float(cfg_.temperature), int32_t(i)};
@@ -19,26 +42,35 @@ int32_t Sampler::sample(const float* logits, int64_t V) {
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
-  // Softmax over the k best, then keep the smallest prefix with mass >= top_p.
-  double mx = cand_[0].first, total = 0;
-  std::vector<double> p(k);
-  for (size_t i = 0; i < k; ++i) total += p[i] = std::exp(double(cand_[i].first) - mx);
+  // Softmax over the k best, then keep the smallest prefix with mass >= top_p,
+  // then drop what is below min_p times the best (a ratio, so the order of the
+  // two filters does not matter for min-p itself).
+  const double mx = cand_[0].first;
+  double total = 0;
+  prob_.resize(k);
+  for (size_t i = 0; i < k; ++i) total += prob_[i] = std::exp(double(cand_[i].first) - mx);
   size_t keep = k;
   if (cfg_.top_p < 1.0) {
     double acc = 0;
     for (size_t i = 0; i < k; ++i) {
-      acc += p[i] / total;
+      acc += prob_[i] / total;
       if (acc >= cfg_.top_p) {
         keep = i + 1;
         break;
       }
     }
   }
+  if (cfg_.min_p > 0) {
+    // prob_[0] = exp(0) = 1 is the best token's unnormalised probability.
+    size_t n = 1;
+    while (n < keep && prob_[n] >= cfg_.min_p) ++n;
+    keep = n;
+  }
   double mass = 0;
-  for (size_t i = 0; i < keep; ++i) mass += p[i];
+  for (size_t i = 0; i < keep; ++i) mass += prob_[i];
   double r = rng_.uniform() * mass;
   for (size_t i = 0; i < keep; ++i) {
-    r -= p[i];
+    r -= prob_[i];
     if (r < 0) return cand_[i].second;
   }
   return cand_[keep - 1].second;

@@ -288,4 +288,54 @@ void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tens
   }
 }
 
+void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
+  const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
+  NK_CHECK(N > 0 && N <= kc.max_tokens(),
+           "forward_cached: {} tokens, the cache's workspace holds {}", N, kc.max_tokens());
+  NK_CHECK(int64_t(st.slots.size()) == N && int64_t(st.positions.size()) == N,
+           "forward_cached: {} tokens but {} slots and {} positions", N, st.slots.size(),
+           st.positions.size());
+  NK_CHECK(kc.dtype() == compute_ && int64_t(kc.k.size()) == cfg_.n_layer,
+           "forward_cached: cache ({} layers, {}) does not fit the model ({} layers, {})",
+           kc.k.size(), dtype_name(kc.dtype()), cfg_.n_layer, dtype_name(compute_));
+  check_shape(logits, {R, cfg_.vocab_size}, "logits");
+  check_dtype(logits, DType::F32, "logits");
+  Tensor tok = kc.tokens.narrow0(0, N), slot = kc.slot_ids.narrow0(0, N),
+         pos = kc.positions.narrow0(0, N);
+  ops::copy_bytes_from_host(tok, st.tokens.data());
+  ops::copy_bytes_from_host(slot, st.slots.data());
+  ops::copy_bytes_from_host(pos, st.positions.data());
+  Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
+  Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
+  Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
+  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N)};
+  embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    b.norm1.forward(ln, mean, rstd, x);
+    b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
+                          slot, pos2);
+    ops::add(x, x, tmp);
+    b.norm2.forward(ln, mean, rstd, x);
+    b.mlp.forward(tmp, mlp, ln);
+    ops::add(x, x, tmp);
+  }
+  // The final norm and the head only for the rows whose logits are wanted,
+  // gathered head_rows at a time.
+  for (int64_t r = 0; r < R; r += kc.head_rows) {
+    const int64_t n = std::min(kc.head_rows, R - r);
+    Tensor sel = kc.sel.narrow0(0, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t row = st.logit_rows[size_t(r + i)];
+      NK_CHECK(row >= 0 && row < N, "forward_cached: logit row {} outside [0, {})", row, N);
+      ops::convert(sel.narrow0(i, 1), x.narrow0(row, 1));
+    }
+    Tensor normed = kc.ln.narrow0(0, n);
+    norm_f_.forward(normed, kc.mean.narrow0(0, n), kc.rstd.narrow0(0, n), sel);
+    Tensor out = kc.head_logits.narrow0(0, n);
+    head_.forward(out, normed);
+    ops::convert(logits.narrow0(r, n), out);
+  }
+}
+
 }  // namespace nk

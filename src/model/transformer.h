@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
@@ -57,6 +58,14 @@ class Transformer {
                           const PackedBatchInfo* packed = nullptr);
   // Logits f32 [B, V] at the last position of each sequence.
   void forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits);
+
+  // Incremental inference: runs step.tokens through every layer, storing their
+  // keys and values in `cache` and attending over each token's cached prefix
+  // (its slot's positions 0..position). logits f32 [R, V] receives the logits
+  // of step.logit_rows (R of them). Allocates nothing: the cost of a call is
+  // its tokens' share of the weights' products plus attention over their
+  // prefixes, whatever the prompt length was.
+  void forward_cached(KVCache& cache, const CachedStep& step, Tensor logits);
 
   static constexpr int64_t kIgnoreIndex = -100;
 

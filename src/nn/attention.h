@@ -32,6 +32,20 @@ struct SelfAttention {
     ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens);
     proj.forward(y, s.out);
   }
+  // Inference over a KV cache: x [N, C] new tokens of any sequences, token n
+  // at cache row slots[n] and position positions[n] (i32 [1, N] each). Rotates
+  // q and k, stores k and v in the cache, then attends over it. qkv_buf
+  // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C].
+  void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
+                      Tensor v_cache, const Tensor& slots, const Tensor& positions) const {
+    qkv.forward(qkv_buf, x);
+    if (rope.defined())
+      ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,
+                        head_dim, rope, positions);
+    ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, slots, positions);
+    ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, slots, positions);
+    proj.forward(y, out_buf);
+  }
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {

@@ -104,6 +104,24 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
                         const Tensor& cu_seqlens = Tensor());
 
+// ---- attention over a KV cache (inference) ----
+// The cache of one layer is k_cache, v_cache T[S, Hkv, L, D]: S sequence slots
+// of up to L positions, each kv head's positions contiguous (a decode step
+// streams them). New tokens n = 0..N-1 of any mix of sequences, prefill and
+// decode alike, are the rows of qkv T[N, (Hq+2*Hkv)*D] (q and k already
+// rotated), with slots i32[N] (their cache row) and positions i32[N] (< L).
+// There is no padding: each token names its own row and position.
+//
+// Stores token n's k and v heads at [slots[n], :, positions[n], :].
+void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
+                    const Tensor& slots, const Tensor& positions);
+// out T[N, Hq*D]: query head h of token n attends, with scale 1/sqrt(D), to kv
+// head h/(Hq/Hkv) of cache row slots[n] at positions [0, positions[n]] (its
+// own k/v included, so store first). Positions past positions[n] are ignored,
+// whatever they hold: a reused slot needs no clearing.
+void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions);
+
 // ---- softmax cross-entropy over the vocabulary ----
 // logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).
 // Online max/sum over vocabulary chunks: one read of the logits for the loss.

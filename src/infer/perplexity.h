@@ -1,0 +1,39 @@
+// Perplexity of a token stream with Hugging Face's sliding-window method.
+//
+// Tokens x_0..x_{L-1}; every x_t with t >= 1 is scored exactly once, as the
+// prediction from the tokens before it within one window. Window k feeds the
+// `window` tokens starting at k*stride (fewer at the end) and scores the
+// predictions the previous windows did not make, so with stride < window each
+// scored token (past the first window) sees at least window - stride tokens of
+// context, and stride = window gives disjoint chunks. (Hugging Face's
+// max_length counts the window's first token, which is context only: it is
+// window + 1 here.)
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace nk {
+
+struct PerplexityOptions {
+  int64_t window = 0;   // tokens fed per forward (<= max_seq_len); 0 = max_seq_len
+  int64_t stride = -1;  // in [1, window]; -1 = window
+};
+
+struct PerplexityResult {
+  int64_t tokens_scored = 0;
+  int64_t windows = 0;
+  double mean_loss = 0;   // nats per scored token
+  double perplexity = 0;  // exp(mean_loss)
+};
+
+// nk::Error naming the option (eval.window, eval.stride) for a bad setting,
+// and for fewer than 2 tokens. on_window (optional)
+// sees (windows done, windows total).
+PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32_t>& tokens,
+                                     const PerplexityOptions& opt,
+                                     const std::function<void(int64_t, int64_t)>& on_window = {});
+
+}  // namespace nk

@@ -1,0 +1,145 @@
+// `nekton generate` (prompt file, JSONL, repeated prompts, batching, stop
+// strings) and `nekton eval perplexity` (text file, indexed dataset, JSON
+// output, bad inputs) on the counting model (tests/infer/counting_model.h):
+// over bytes, greedy, it continues "abc" with "defg...".
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/model_io.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+#include "infer/counting_model.h"
+#include "infer/perplexity.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using test::contains;
+using test::run_nekton;
+
+class GenerateEvalCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = d_ / "model";
+    auto m = test::counting_model();
+    save_model(model_, *m);
+    store_tokenizer("bytes", model_);
+  }
+  std::string gen(const std::string& args) {
+    return "generate generate.model=" + model_ + " generate.temperature=0 " + args;
+  }
+  test::TempDir d_{"nk_gen_cli"};
+  std::string model_;
+};
+
+TEST_F(GenerateEvalCli, PromptFileBatchedEqualsEachAlone) {
+  const std::string file = d_ / "prompts.txt";
+  test::write_file(file, "abc\nx\n\nhello\r\n");  // blank lines are skipped
+  auto r = run_nekton(
+      gen("generate.prompt_file=" + file + " generate.batch_size=2 generate.max_tokens=5"), false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out,
+            "=== prompt 0 (5 tokens, length) ===\nabcdefgh\n"
+            "=== prompt 1 (5 tokens, length) ===\nxyz{|}\n"
+            "=== prompt 2 (5 tokens, length) ===\nhellopqrst\n");
+  // One prompt streams: the same continuation.
+  r = run_nekton(gen("generate.prompt=hello generate.max_tokens=5"), false);
+  EXPECT_EQ(r.out, "hellopqrst\n");
+  // Repeated keys and a JSON list give several prompts too.
+  r = run_nekton(gen("generate.prompt=abc generate.prompt=x generate.max_tokens=2"), false);
+  EXPECT_TRUE(contains(r.out, "abcde\n=== prompt 1 (2 tokens, length) ===\nxyz\n")) << r.out;
+  r = run_nekton(gen("'generate.prompt=[\"k\",\"s\"]' generate.max_tokens=1"), false);
+  EXPECT_TRUE(contains(r.out, "===\nkl\n") && contains(r.out, "===\nst\n")) << r.out;
+}
+
+TEST_F(GenerateEvalCli, JsonlPromptFile) {
+  const std::string file = d_ / "prompts.jsonl";
+  test::write_file(file, "{\"prompt\": \"abc\", \"id\": 1}\n{\"text\": \"mn\"}\n");
+  auto r = run_nekton(gen("generate.prompt_file=" + file + " generate.max_tokens=3"), false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "===\nabcdef\n") && contains(r.out, "===\nmnopq\n")) << r.out;
+  test::write_file(file, "{\"prompt\": \"abc\"}\n{\"other\": 2}\n");
+  r = run_nekton(gen("generate.prompt_file=" + file));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "generate.prompt_file") && contains(r.out, ":2:")) << r.out;
+}
+
+TEST_F(GenerateEvalCli, StopStrings) {
+  auto r = run_nekton(gen("generate.prompt=abc generate.stop=ef generate.max_tokens=10"), false);
+  EXPECT_EQ(r.out, "abcd\n");
+  r = run_nekton(
+      gen("generate.prompt=abc generate.stop=zz generate.stop=fg generate.max_tokens=10"), false);
+  EXPECT_EQ(r.out, "abcde\n");
+  r = run_nekton(gen("generate.prompt=abc generate.prompt=pq 'generate.stop=[\"u\",\"e\"]' "
+                     "generate.max_tokens=10"),
+                 false);
+  EXPECT_TRUE(contains(r.out, "(2 tokens, stop) ===\nabcd\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(4 tokens, stop) ===\npqrst\n")) << r.out;
+  r = run_nekton(gen("generate.prompt=abc generate.min_p=1.5"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "generate.min_p")) << r.out;
+}
+
+TEST_F(GenerateEvalCli, EvalTextFileAndIndexedDataset) {
+  const std::string text = d_ / "t.txt", json = d_ / "ppl.json";
+  std::string body;
+  for (int i = 0; i < 3; ++i) body += "abcdefghijklmnopqrstuvwxyz";
+  test::write_file(text, body);
+  auto r = run_nekton("eval perplexity eval.model=" + model_ + " eval.text=" + text +
+                      " eval.window=16 eval.stride=5 eval.output=" + json);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "tokens scored 77")) << r.out;
+  auto j = nlohmann::json::parse(test::read_file(json));
+  EXPECT_EQ(j["tokens_scored"], 77);
+  auto m = load_model(model_, DType::F32);
+  std::vector<int32_t> ids(body.begin(), body.end());
+  PerplexityResult want = evaluate_perplexity(*m, ids, {16, 5});
+  EXPECT_NEAR(j["mean_loss"].get<double>(), want.mean_loss, 1e-9 + 1e-6 * want.mean_loss);
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(want.mean_loss), 1e-5 * want.perplexity);
+
+  const std::string prefix = d_ / "ds";
+  {
+    IndexedDatasetWriter w(prefix, IndexDType::I32);
+    w.add_document(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7});
+    w.add_document(std::vector<int32_t>{40, 41, 42, 43, 44});
+    w.finish();
+  }
+  r = run_nekton("eval perplexity eval.model=" + model_ + " eval.data_prefix=" + prefix +
+                 " eval.window=8 eval.output=" + json);
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = nlohmann::json::parse(test::read_file(json));
+  EXPECT_EQ(j["tokens_scored"], 11);
+  want = evaluate_perplexity(*m, {1, 2, 3, 4, 5, 6, 7, 40, 41, 42, 43, 44}, {8, -1});
+  EXPECT_NEAR(j["mean_loss"].get<double>(), want.mean_loss, 1e-6 * want.mean_loss);
+  r = run_nekton("eval perplexity eval.model=" + model_ + " eval.data_prefix=" + prefix +
+                 " eval.max_tokens=5");
+  EXPECT_TRUE(contains(r.out, "tokens scored 4")) << r.out;
+}
+
+TEST_F(GenerateEvalCli, EvalBadInputsNameTheKey) {
+  const std::string text = d_ / "t.txt", one = d_ / "one.txt";
+  test::write_file(text, "abcdefghijklmnopqrstuvwxyz");
+  test::write_file(one, "a");
+  const std::string base = "eval perplexity eval.model=" + model_ + " ";
+  auto expect_error = [&](const std::string& args, const std::string& key) {
+    auto r = run_nekton(base + args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, key)) << args << ": " << r.out;
+  };
+  expect_error("eval.text=" + text + " eval.window=65", "eval.window");
+  expect_error("eval.text=" + text + " eval.stride=0", "eval.stride");
+  expect_error("eval.text=" + text + " eval.window=8 eval.stride=9", "eval.stride");
+  expect_error("eval.text=" + d_ / "missing.txt", "eval.text");
+  expect_error("eval.text=" + one, "eval.text: 1 token(s)");
+  expect_error("eval.data_prefix=" + d_ / "nope", "eval.data_prefix");
+  expect_error("", "eval.text");
+  expect_error("eval.txt=" + text, "eval.text");  // unknown key names the nearest
+  auto r = run_nekton("eval accuracy");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "perplexity")) << r.out;
+}
+
+}  // namespace
+}  // namespace nk
