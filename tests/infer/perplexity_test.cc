@@ -12,22 +12,13 @@
 #include "core/rng.h"
 #include "test_util.h"
 
+#include "model/tiny_config.h"
+
 namespace nk {
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.vocab_size = 40;
-  c.max_seq_len = 16;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 32;
-  c.d_ff = 48;
-  c.tied_embeddings = false;
-  c.init_std = 0.2;
-  return c;
+  return test::tiny_config(true, 40, 16);
 }
 
 // Hugging Face's sliding-window perplexity loop, as in its documentation.

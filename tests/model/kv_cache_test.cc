@@ -20,22 +20,13 @@
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 
+#include "model/tiny_config.h"
+
 namespace nk {
 namespace {
 
 ModelConfig tiny(bool llama) {
-  ModelConfig c;
-  c.arch = llama ? "llama" : "gpt2";
-  c.vocab_size = 50;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = llama ? 2 : 4;
-  c.d_model = 32;
-  c.d_ff = llama ? 48 : 128;
-  c.tied_embeddings = !llama;
-  c.init_std = 0.2;  // larger than usual so that attention is far from uniform
-  return c;
+  return test::tiny_config(llama, 50, 32);
 }
 
 std::vector<int32_t> random_tokens(int64_t n, uint64_t seed, int64_t V) {

@@ -21,6 +21,8 @@
 #include "data/packing.h"
 #include "model/transformer.h"
 
+#include "model/tiny_config.h"
+
 namespace nk {
 namespace {
 
@@ -37,18 +39,7 @@ std::vector<float> host(const Tensor& t) {
 }
 
 ModelConfig tiny(bool llama) {
-  ModelConfig c;
-  c.arch = llama ? "llama" : "gpt2";
-  c.vocab_size = 50;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = llama ? 2 : 4;
-  c.d_model = 32;
-  c.d_ff = llama ? 48 : 128;
-  c.tied_embeddings = !llama;
-  c.init_std = 0.2;  // larger than usual so that attention is far from uniform
-  return c;
+  return test::tiny_config(llama, 50, 32);
 }
 
 void check_packed_equals_alone(const ModelConfig& cfg) {
