@@ -132,6 +132,23 @@ TEST_P(ExactResume, IndexedDataset) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ExactResume, ::testing::Values("f32", "bf16"));
 
+// The issue's own check at its length: 2000 steps straight against 1234 steps,
+// stop, resume to 2000 (bf16, indexed data); every step's loss bit for bit.
+TEST(ExactResume, TwoThousandSteps) {
+  TempDir dir("nk_exact2k");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> data = {"data.prefix=" + prefix,  "data.split=90,10,0",
+                                   "train.dtype=bf16",       "train.steps=2000",
+                                   "train.warmup_steps=100", "train.val_every=500"};
+  RunResult straight = run(with(data, {"train.out_dir=" + (dir / "straight")}));
+  ASSERT_EQ(straight.history.size(), 2000u);
+  std::vector<std::string> split = with(data, {"train.out_dir=" + (dir / "split")});
+  RunResult head = run(with(split, {"train.exit_at_step=1234"}));
+  RunResult tail = run(split);
+  EXPECT_EQ(tail.history.front().step, 1235);
+  expect_continues(straight, head.history, tail);
+}
+
 TEST(ExactResume, SigtermSavesAtTheEndOfTheStep) {
   TempDir dir("nk_exact");
   std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
