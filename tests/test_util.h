@@ -85,6 +85,27 @@ inline RunResult run_command(const std::string& cmd, bool merge_stderr = true) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
+// The "loss" of every record of a training run's metrics.jsonl, in order.
+inline std::vector<double> logged_losses(const std::string& metrics_jsonl) {
+  std::vector<double> out;
+  std::istringstream in(read_file(metrics_jsonl));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find("\"loss\": ");
+    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 8)));
+  }
+  return out;
+}
+
+// The set-up fetches the reference tokenizers, vocabularies and llama.cpp
+// (scripts/fetch_assets.sh) and installs Python's torch: their absence is a
+// broken set-up, so it fails the test rather than skipping it.
+#define NK_REQUIRE_ASSET(present, what)                       \
+  if (!(present))                                             \
+  GTEST_FAIL() << (what)                                      \
+               << " is missing: run scripts/fetch_assets.sh " \
+                  "(the set-up of `make test` runs it)"
+
 // The nekton binary of this build.
 inline std::string nekton_bin() {
   return std::string(NK_BINARY_DIR) + "/bin/nekton";

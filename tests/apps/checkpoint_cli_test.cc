@@ -75,17 +75,6 @@ pid_t spawn_nekton(const std::vector<std::string>& args, const std::string& log)
   return pid;
 }
 
-std::vector<double> logged_losses(const std::string& path) {
-  std::vector<double> out;
-  std::istringstream in(test::read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto at = line.find("\"loss\": ");
-    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 8)));
-  }
-  return out;
-}
-
 size_t count_lines(const std::string& path) {
   std::string s = test::read_file(path);
   return size_t(std::count(s.begin(), s.end(), '\n'));
@@ -114,7 +103,7 @@ Reference reference_run(const TempDir& dir) {
   auto r = test::run_nekton(joined(train_args(dir / "c.txt", dir / "ref")));
   ref.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(r.code, 0) << r.out;
-  ref.losses = logged_losses(dir / "ref/metrics.jsonl");
+  ref.losses = test::logged_losses(dir / "ref/metrics.jsonl");
   EXPECT_EQ(ref.losses.size(), size_t(kSteps));
   ref.weights = test::read_file(dir / "ref/model/model.safetensors");
   return ref;
@@ -127,7 +116,7 @@ void write_corpus(const TempDir& dir) {
 }
 
 void expect_matches_reference(const Reference& ref, const std::string& out) {
-  EXPECT_EQ(logged_losses(out + "/metrics.jsonl"), ref.losses);
+  EXPECT_EQ(test::logged_losses(out + "/metrics.jsonl"), ref.losses);
   EXPECT_TRUE(test::read_file(out + "/model/model.safetensors") == ref.weights)
       << "final weights differ";
   EXPECT_EQ(test::read_file(out + "/checkpoints/latest"), "step_00000020\n");
@@ -186,7 +175,7 @@ TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
   ASSERT_TRUE(WIFEXITED(st)) << log;
   EXPECT_EQ(WEXITSTATUS(st), 0) << log;
   EXPECT_TRUE(contains(log, "SIGTERM received: stopped cleanly after step")) << log;
-  size_t done = logged_losses(out + "/metrics.jsonl").size();
+  size_t done = test::logged_losses(out + "/metrics.jsonl").size();
   EXPECT_GE(done, 6u);
   EXPECT_LT(done, size_t(kSteps)) << "the run finished before the signal";
   char name[32];

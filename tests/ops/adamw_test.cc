@@ -10,11 +10,7 @@
 namespace nk {
 namespace {
 
-using test::expect_close;
-using test::make;
-using test::randn;
-using test::rounded;
-using test::values;
+using namespace test;  // the op harness: make, randn, expect_close, ...
 using Vec = std::vector<double>;
 
 struct State {

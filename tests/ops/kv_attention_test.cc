@@ -17,12 +17,7 @@
 namespace nk {
 namespace {
 
-using test::expect_close;
-using test::make;
-using test::randn;
-using test::rounded;
-using test::tol_for;
-using test::values;
+using namespace test;  // the op harness: make, randn, expect_close, ...
 
 struct Case {
   int64_t Hq, Hkv, D, S, L;

@@ -12,12 +12,7 @@
 namespace nk {
 namespace {
 
-using test::expect_close;
-using test::make;
-using test::randn;
-using test::rounded;
-using test::tol_for;
-using test::values;
+using namespace test;  // the op harness: make, randn, expect_close, ...
 
 struct Shape3 {
   int64_t n, in, out;

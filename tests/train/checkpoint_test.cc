@@ -61,18 +61,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-// The "loss" of every record in a metrics file, in order.
-std::vector<double> logged_losses(const std::string& path) {
-  std::vector<double> out;
-  std::istringstream in(test::read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto at = line.find("\"loss\": ");
-    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 8)));
-  }
-  return out;
-}
-
 // `tail` continues `head` exactly where `straight` went on.
 void expect_continues(const RunResult& straight, const std::vector<StepStats>& head,
                       const RunResult& tail) {
@@ -107,8 +95,8 @@ void expect_exact_resume(const std::vector<std::string>& data, const TempDir& di
   EXPECT_EQ(tail.history.front().step, kCut + 1);
   expect_continues(straight, head.history, tail);
   // The metrics file holds every step once, with the straight run's losses.
-  EXPECT_EQ(logged_losses(dir / "split/metrics.jsonl"),
-            logged_losses(dir / "straight/metrics.jsonl"));
+  EXPECT_EQ(test::logged_losses(dir / "split/metrics.jsonl"),
+            test::logged_losses(dir / "straight/metrics.jsonl"));
 }
 
 class ExactResume : public ::testing::TestWithParam<const char*> {};

@@ -89,7 +89,7 @@ void load_cols(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows,
 // (exactly 0 where masked); returns the factor the old accumulator is scaled by.
 float online_row(float* s, int64_t valid, int64_t n, float& m, float& l) {
   const float m_new = std::max(m, sm::max_of(s, valid));
-  const float corr = sm::exp_approx(m - m_new);  // m = -inf on the first tile: ~0
+  const float corr = sm::fast_exp(m - m_new);  // m = -inf on the first tile: ~0
   const float sum = sm::sum_exp_shifted(s, valid, m_new, s);
   for (int64_t j = valid; j < n; ++j) s[j] = 0.f;
   l = l * corr + sum;
@@ -197,7 +197,7 @@ inline void probs_and_dscores(float* s, float* dp, const float* lse, const float
   }
 #else
   for (int64_t i = 0; i < n; ++i) {
-    const float p = sm::exp_approx(s[i] - lse[i]);
+    const float p = sm::fast_exp(s[i] - lse[i]);
     s[i] = p;
     dp[i] = p * (dp[i] - drow[i]);
   }

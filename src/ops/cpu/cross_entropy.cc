@@ -35,7 +35,7 @@ float row_logsumexp(const T* x, int64_t V, float* buf) {
     const float* c = chunk_f32(x, j0, n, buf);
     const float cm = sm::max_of(c, n);
     if (cm > m) {
-      s *= sm::exp_approx(m - cm);
+      s *= sm::fast_exp(m - cm);
       m = cm;
     }
     s += sm::sum_exp_shifted(c, n, m, nullptr);
@@ -63,7 +63,7 @@ void row_grad(T* dx, const T* x, int64_t V, float lse, int64_t t, float xt, floa
     sm::scaled_exp(chunk_f32(x, j0, n, buf), n, lse, g, grad_dst(dx + j0, buf));
     store_chunk(dx + j0, buf, n);
   }
-  dx[t] = from_f32<T>((sm::exp_approx(xt - lse) - 1.f) * g);  // x[t] may be overwritten: saved xt
+  dx[t] = from_f32<T>((sm::fast_exp(xt - lse) - 1.f) * g);  // x[t] may be overwritten: saved xt
 }
 
 template <typename T>

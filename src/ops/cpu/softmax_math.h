@@ -1,10 +1,12 @@
 // Row primitives of the online softmax (attention tiles, cross-entropy chunks),
-// written so GCC vectorizes them without -ffast-math: a branch-free exp and
+// written so GCC vectorizes them without -ffast-math: fast_exp and
 // reductions kept in 16 independent lanes (no reassociation needed).
 #pragma once
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "ops/cpu/fast_math.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -13,26 +15,10 @@ namespace nk::ops::cpu::softmax {
 
 constexpr int kLanes = 16;
 
-// exp(x) with about 1e-7 relative error for x in [-87, 87]. Results below
-// 2^-126 (including exp(-inf)) flush to 2^-126 ~ 1e-38; callers that need an
+// exp is fast_exp (fast_math.h): about 2 ulp, branch-free. exp(-inf) and
+// anything below -87.3 give exp(-87.3) ~ 1e-38, not 0; callers that need an
 // exact zero (masked scores) write it themselves.
-inline float exp_approx(float x) {
-  float t = x * 1.44269504089f;  // exp(x) = 2^t
-  t = t < -126.f ? -126.f : t;
-  t = t > 126.f ? 126.f : t;
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (t + kRound) - kRound;
-  const float r = (t - n) * 0.693147181f;  // |r| <= ln2/2
-  // Taylor to r^6: truncation < 1.3e-7 relative on |r| <= 0.347.
-  float p = 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  return p * std::bit_cast<float>(uint32_t(int32_t(n) + 127) << 23);
-}
+using cpu::fast_exp;
 
 #ifdef __AVX512F__
 
@@ -140,12 +126,12 @@ inline float sum_exp_shifted(const float* x, int64_t n, float m, float* out) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
     for (int u = 0; u < kLanes; ++u) {
-      const float e = exp_approx(x[j + u] - m);
+      const float e = fast_exp(x[j + u] - m);
       if (out) out[j + u] = e;
       acc[u] += e;
     }
   for (; j < n; ++j) {
-    const float e = exp_approx(x[j] - m);
+    const float e = fast_exp(x[j] - m);
     if (out) out[j] = e;
     acc[0] += e;
   }
@@ -155,7 +141,7 @@ inline float sum_exp_shifted(const float* x, int64_t n, float m, float* out) {
 }
 
 inline void scaled_exp(const float* x, int64_t n, float m, float g, float* out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = exp_approx(x[j] - m) * g;
+  for (int64_t j = 0; j < n; ++j) out[j] = fast_exp(x[j] - m) * g;
 }
 
 #endif
