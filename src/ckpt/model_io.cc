@@ -100,7 +100,7 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute) {
   ModelConfig cfg = model_config_from_json(ss.str(), cfg_path.string());
   std::string st_path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsFile file = SafetensorsFile::open(st_path);
-  auto model = std::make_unique<Transformer>(cfg, compute, 0);
+  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
   // Check every tensor before copying any, so a mismatch loads nothing.
   for (const ParamInfo& p : model->layout().params()) {
     if (!file.has(p.name)) fail("{}: missing tensor '{}'", st_path, p.name);

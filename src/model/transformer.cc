@@ -46,7 +46,7 @@ ParamLayout make_layout(const ModelConfig& c) {
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed)
+Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init)
     : cfg_(cfg), compute_(compute), layout_(make_layout(cfg)) {
   cfg_.validate();
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
@@ -57,7 +57,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed)
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
   std::vector<float> host;
-  for (size_t i = 0; i < layout_.params().size(); ++i) {
+  for (size_t i = 0; init == ParamInit::Random && i < layout_.params().size(); ++i) {
     const ParamInfo& p = layout_.params()[i];
     host.assign(size_t(p.numel()), p.init == Init::Ones ? 1.f : 0.f);
     if (p.init == Init::Normal) {

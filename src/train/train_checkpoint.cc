@@ -42,7 +42,7 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
          out.state.step, r.step());
 
   // Fresh buffers; the caller swaps them in only once all of them are read.
-  out.model = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed);
+  out.model = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed, ParamInit::Zeros);
   const ParamLayout& layout = out.model->layout();
   SafetensorsFile weights = r.model();
   read_flat_tensors(weights, layout, "", out.model->params());
