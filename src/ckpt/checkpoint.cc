@@ -30,8 +30,9 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kTmpPrefix = ".tmp.";      // a save in progress (or killed)
-constexpr const char* kTrashPrefix = ".trash.";  // a checkpoint being removed
+constexpr const char* kTmpPrefix = ".tmp.";              // a save in progress (or killed)
+constexpr const char* kTrashPrefix = ".trash.";          // a checkpoint being removed
+constexpr const char* kLatestTmpPrefix = "latest.tmp.";  // write_file_atomic's temporary
 
 void fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -58,19 +59,6 @@ void remove_checkpoint_dir(const fs::path& dir) {
     return;
   }
   fs::remove_all(trash, ec);
-}
-
-// Folders a killed save or prune left behind. Only one process saves into a
-// checkpoint root at a time, so any of them is stale.
-void remove_stale_temporaries(const fs::path& root) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    std::string name = e.path().filename().string();
-    if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix)) {
-      std::error_code ec2;
-      fs::remove_all(e.path(), ec2);
-    }
-  }
 }
 
 ojson slice_json(const Shape& shape) {
@@ -111,6 +99,18 @@ std::string read_small_file(const std::string& path) {
 }
 
 }  // namespace
+
+void remove_stale_temporaries(const std::string& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string name = e.path().filename().string();
+    if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix) ||
+        starts_with(name, kLatestTmpPrefix)) {
+      std::error_code ec2;
+      fs::remove_all(e.path(), ec2);
+    }
+  }
+}
 
 std::string checkpoint_name(int64_t step) {
   return fmt::format("step_{:08d}", step);
@@ -164,7 +164,7 @@ std::string save_checkpoint(const std::string& root_str, const CheckpointContent
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) fail("cannot create checkpoint folder '{}': {}", root.string(), ec.message());
-  remove_stale_temporaries(root);
+  remove_stale_temporaries(root_str);
 
   const std::string name = checkpoint_name(c.step);
   const fs::path final_dir = root / name;
@@ -326,6 +326,16 @@ std::string find_latest_checkpoint(const std::string& root) {
     fail("no usable checkpoint in '{}' ({} found, none verifies); the newest failed with: {}", root,
          all.size(), first_error);
   return "";
+}
+
+std::string recover_checkpoint_root(const std::string& root) {
+  remove_stale_temporaries(root);
+  std::string dir = find_latest_checkpoint(root);
+  if (dir.empty()) return dir;
+  std::string name = fs::path(dir).filename().string();
+  if (read_latest_pointer(root) != name)
+    write_file_atomic((fs::path(root) / "latest").string(), name + "\n");
+  return dir;
 }
 
 void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,

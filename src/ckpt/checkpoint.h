@@ -52,6 +52,12 @@ std::string checkpoint_name(int64_t step);
 // nk::Error naming the file on any write failure (nothing else is touched then).
 std::string save_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep);
 
+// Removes what a killed save, prune or `latest` update left under ROOT
+// (temporary and trash folders, latest.tmp.*). Only one process saves into a
+// checkpoint root at a time, so all of them are stale. save_checkpoint and
+// recover_checkpoint_root call it.
+void remove_stale_temporaries(const std::string& root);
+
 // The complete-looking checkpoint folders under ROOT (step_ + 8 digits), newest
 // (highest step) first; temporary and trash folders are not listed.
 std::vector<std::string> list_checkpoints(const std::string& root);
@@ -83,6 +89,12 @@ class CheckpointReader {
 // problem. nk::Error if ROOT has checkpoints but none verifies (with the newest
 // one's problem); "" if ROOT has none.
 std::string find_latest_checkpoint(const std::string& root);
+
+// What a resuming run calls on its own checkpoint root: removes stale
+// temporaries, finds the newest checkpoint that verifies (as above), and points
+// `latest` at it (a kill between installing step_N and updating `latest`
+// leaves the pointer one behind). Returns that folder, "" if ROOT has none.
+std::string recover_checkpoint_root(const std::string& root);
 
 // Reads file tensors `prefix + p.name` for every parameter of `layout` into the
 // matching views of `flat` (f32 [layout.total()]). Checks every tensor's

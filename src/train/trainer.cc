@@ -112,7 +112,7 @@ void Trainer::resume() {
           "train.resume=never: train.out_dir already holds checkpoints in '{}'; choose another "
           "train.out_dir, remove that folder, or set train.resume=auto to continue from it",
           own_root);
-    std::string dir = find_latest_checkpoint(own_root);
+    std::string dir = recover_checkpoint_root(own_root);
     resume_checkpoint(dir);
     saved_step_ = state_.step;
     return;

@@ -120,7 +120,7 @@ void expect_matches_reference(const Reference& ref, const std::string& out) {
   EXPECT_TRUE(test::read_file(out + "/model/model.safetensors") == ref.weights)
       << "final weights differ";
   EXPECT_EQ(test::read_file(out + "/checkpoints/latest"), "step_00000020\n");
-  EXPECT_TRUE(leftovers(out + "/checkpoints").empty());
+  EXPECT_EQ(leftovers(out + "/checkpoints"), std::vector<std::string>{});
 }
 
 TEST(CheckpointCli, KillNineAtRandomMomentsThenRerun) {
@@ -185,6 +185,23 @@ TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
   expect_matches_reference(ref, out);
+}
+
+// A kill after the last step_N is installed but before `latest` is updated and
+// the old folders removed leaves a finished run with a stale pointer and
+// leftovers; rerunning it has nothing to train or save, and still repairs both.
+TEST(CheckpointCli, RerunOfAFinishedRunRemovesLeftovers) {
+  TempDir dir("nk_tidy");
+  write_corpus(dir);
+  Reference ref = reference_run(dir);
+  const std::string root = dir / "ref/checkpoints";
+  fs::create_directories(root + "/.trash.step_00000017.4242");
+  test::write_file(root + "/.trash.step_00000017.4242/model.safetensors", "x");
+  test::write_file(root + "/latest.tmp.4242", "step_0000");
+  test::write_file(root + "/latest", "step_00000019\n");
+  auto r = test::run_nekton(joined(train_args(dir / "c.txt", dir / "ref")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_matches_reference(ref, dir / "ref");
 }
 
 }  // namespace

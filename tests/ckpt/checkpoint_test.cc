@@ -141,6 +141,7 @@ TEST(Checkpoint, LeftoversOfAKilledSaveAreIgnoredAndCleaned) {
   fs::copy(good, root + "/.tmp.step_00000020.12345");
   fs::copy(good, root + "/step_00000030");
   fs::remove(root + "/step_00000030/manifest.json");
+  test::write_file(root + "/latest.tmp.12345", "step_000");  // killed before its rename
   testing::internal::CaptureStderr();
   EXPECT_EQ(find_latest_checkpoint(root), good);
   std::string err = testing::internal::GetCapturedStderr();
@@ -149,6 +150,7 @@ TEST(Checkpoint, LeftoversOfAKilledSaveAreIgnoredAndCleaned) {
   EXPECT_TRUE(contains(err, "falling back to the older checkpoint")) << err;
   fx.save(root, 40);
   EXPECT_FALSE(fs::exists(root + "/.tmp.step_00000020.12345"));
+  EXPECT_FALSE(fs::exists(root + "/latest.tmp.12345"));
 }
 
 TEST(Checkpoint, CorruptNewestFallsBackWithAWarning) {
