@@ -32,6 +32,10 @@ const std::map<std::string, Command>& commands() {
        {cmd_tokenizer,
         "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)", true}},
       {"preprocess", {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx"}},
+      {"curate",
+       {cmd_curate,
+        "clean, filter and deduplicate text (JSONL, text, HTML, LaTeX) into curated JSONL shards",
+        true}},
       {"eval", {cmd_eval, "evaluate a saved model (perplexity on text or a dataset)", true}},
   };
   return m;
@@ -46,9 +50,12 @@ void print_usage() {
   fmt::print("\n`nekton <command> --help` lists every config key with its default.\n");
 }
 
-CommandArgs parse_args(int argc, char** argv) {
+}  // namespace
+
+CommandArgs parse_command_args(const std::vector<std::string>& argv) {
   CommandArgs a;
-  for (int i = 2; i < argc; ++i) {
+  const size_t argc = argv.size();
+  for (size_t i = 0; i < argc; ++i) {
     std::string s = argv[i];
     if (s == "--help" || s == "-h") {
       a.help = true;
@@ -68,8 +75,6 @@ CommandArgs parse_args(int argc, char** argv) {
   return a;
 }
 
-}  // namespace
-
 int run_cli(int argc, char** argv) {
   try {
     if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
@@ -88,7 +93,7 @@ int run_cli(int argc, char** argv) {
       a.args.assign(argv + 2, argv + argc);
       return it->second.run(a);
     }
-    return it->second.run(parse_args(argc, argv));
+    return it->second.run(parse_command_args(std::vector<std::string>(argv + 2, argv + argc)));
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

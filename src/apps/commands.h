@@ -18,6 +18,9 @@ struct CommandArgs {
   std::vector<std::string> args;
 };
 
+// --config FILE, --help and key=value settings, as most commands take them.
+CommandArgs parse_command_args(const std::vector<std::string>& args);
+
 // Streams the continuation of `prompt` to stdout, stopping at the tokenizer's
 // end-of-document token.
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
@@ -29,6 +32,7 @@ int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);
 int cmd_eval(const CommandArgs& a);    // uses only a.args: perplexity key=value ...
+int cmd_curate(const CommandArgs& a);  // uses only a.args: [train-classifier] ...
 int cmd_import(const CommandArgs& a);  // import hf ...      (uses only a.args)
 int cmd_export(const CommandArgs& a);  // export hf|gguf ... (uses only a.args)
 
@@ -37,5 +41,6 @@ int cmd_export(const CommandArgs& a);  // export hf|gguf ... (uses only a.args)
 int cmd_import_hf(const std::vector<std::string>& args);
 int cmd_export_hf(const std::vector<std::string>& args);
 int cmd_export_gguf(const std::vector<std::string>& args);
+int cmd_curate_train_classifier(const std::vector<std::string>& args);
 
 }  // namespace nk

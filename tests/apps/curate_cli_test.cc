@@ -1,0 +1,338 @@
+// `nekton curate` end to end: inputs of every kind, the removed-documents
+// JSONL and report, bad input counted rather than fatal, config errors that
+// name the file and line and leave nothing behind, and resume after kill -9
+// giving the same bytes as an uninterrupted run.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::contains;
+using test::TempDir;
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::vector<json> out;
+  std::string s = test::read_file(path);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t nl = s.find('\n', pos);
+    out.push_back(json::parse(s.substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+// Every record of OUT/<sub>/shard_*.jsonl, in shard order.
+std::vector<json> all_records(const std::string& out, const std::string& sub) {
+  std::vector<std::string> files;
+  for (auto& e : fs::directory_iterator(out + "/" + sub)) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::vector<json> recs;
+  for (auto& f : files)
+    for (auto& r : read_jsonl(f)) recs.push_back(r);
+  return recs;
+}
+
+std::string para(int i) {
+  return fmt::format(
+      "Document number {} talks about the river, the valley and the old mill. People came "
+      "from far away to see the water wheel turn, and the miller told stories of floods. ",
+      i);
+}
+
+TEST(CurateCli, MixedInputsKeptRemovedAndReport) {
+  TempDir dir("nk_curate");
+  std::string jl;
+  jl += json({{"id", "a"}, {"text", para(1)}, {"url", "http://x/1"}}).dump() + "\n";
+  jl += json({{"id", "b"}, {"text", para(2) + " Mail me at jane.doe@example.com now."}}).dump() +
+        "\n";
+  jl += json({{"id", "c"}, {"text", para(1)}}).dump() + "\n";    // exact duplicate of a
+  jl += "{\"id\": \"d\", \"text\": \"broken\"\n";                // malformed JSON
+  jl += json({{"id", "e"}, {"text", "   \n  "}}).dump() + "\n";  // empty
+  jl += json({{"text", "Too short."}}).dump() + "\n";            // no id, few words
+  test::write_file(dir / "in.jsonl", jl);
+  fs::create_directories(dir / "pages/sub");
+  test::write_file(dir / "pages/p1.html",
+                   "<html><head><title>t</title><script>var x=1;</script></head><body><nav><a "
+                   "href='/'>Home</a></nav><p>" +
+                       para(3) + "</p></body></html>");
+  test::write_file(dir / "pages/sub/p2.tex",
+                   "\\documentclass{article}\\begin{document}\\section{Mills}" + para(4) +
+                       "% a comment\n\\end{document}");
+  test::write_file(dir / "pages/p3.txt", para(5));
+  test::write_file(dir / "pages/ignored.bin", "\x01\x02");
+  test::write_file(dir / "p.yaml", fmt::format(R"(input:
+  paths: [{0}/in.jsonl, {0}/pages]
+output:
+  dir: {0}/out
+stages:
+  - type: html_to_text
+  - type: latex_to_text
+  - type: clean
+  - {{type: word_count, min_words: 10}}
+  - type: pii
+  - type: exact_dedup
+)",
+                                               dir.path().string()));
+  auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<json> kept = all_records(dir / "out", "data");
+  std::vector<json> removed = all_records(dir / "out", "removed");
+  std::vector<std::string> ids;
+  for (auto& k : kept) ids.push_back(k["id"]);
+  ASSERT_EQ(ids.size(), 5u) << r.out;
+  EXPECT_EQ(ids[0], "a");
+  EXPECT_EQ(ids[1], "b");
+  EXPECT_TRUE(contains(ids[2], "p1.html")) << ids[2];
+  EXPECT_EQ(kept[0]["url"], "http://x/1");  // other fields pass through
+  EXPECT_TRUE(contains(kept[1]["text"], "<EMAIL>")) << kept[1];
+  EXPECT_FALSE(contains(kept[2]["text"], "var x")) << kept[2];
+  EXPECT_FALSE(contains(kept[2]["text"], "Home")) << kept[2];
+  EXPECT_EQ(kept[2]["format"], "html");
+  EXPECT_FALSE(contains(kept[3]["text"], "documentclass")) << kept[3];
+  EXPECT_FALSE(contains(kept[3]["text"], "comment")) << kept[3];
+
+  std::map<std::string, std::string> by;  // id -> removed_by
+  for (auto& x : removed) by[x["id"]] = x["removed_by"];
+  EXPECT_EQ(by["c"], "exact_dedup");
+  EXPECT_EQ(by[dir / "in.jsonl:4"], "input");  // malformed: named by file:line
+  EXPECT_EQ(by["e"], "input");
+  EXPECT_EQ(by[dir / "in.jsonl:6"], "word_count");
+  for (auto& x : removed) EXPECT_FALSE(x["reason"].get<std::string>().empty()) << x;
+
+  json rep = json::parse(test::read_file(dir / "out/report.json"));
+  EXPECT_EQ(rep["input_docs"], 9);
+  EXPECT_EQ(rep["output_docs"], 5);
+  EXPECT_EQ(rep["removed_docs"], 4);
+  EXPECT_EQ(rep["bad_records"], 1);
+  EXPECT_EQ(rep["empty_docs"], 1);
+  for (auto& st : rep["stages"])
+    EXPECT_EQ(st["docs_in"].get<int>() - st["removed"].get<int>(), st["kept"].get<int>());
+  EXPECT_TRUE(contains(r.out, "exact_dedup")) << r.out;  // the table
+  EXPECT_FALSE(fs::exists(dir / "out/.work"));
+
+  // A rerun of a finished run does nothing and says so.
+  auto again = test::run_nekton("curate --config " + dir / "p.yaml");
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "already complete")) << again.out;
+}
+
+TEST(CurateCli, BadInputIsCountedNeverFatal) {
+  TempDir dir("nk_curate_bad");
+  std::string jl;
+  jl += "{\"id\": \"u\", \"text\": \"caf\xe9 au lait " + para(1) + "\"}\n";  // Latin-1 byte
+  jl += "not json at all\n";
+  jl += "[1, 2]\n";
+  jl += "{\"id\": \"n\", \"text\": 42}\n";
+  jl += "{\"id\": \"m\"}\n";
+  jl += json({{"id", "ok"}, {"text", para(2)}}).dump() + "\n";
+  test::write_file(dir / "in.jsonl", jl);
+  // A 100 MB single document.
+  std::string big = "{\"id\": \"big\", \"text\": \"";
+  std::string p = para(7);
+  while (big.size() < (size_t(100) << 20)) big += p;
+  big += "\"}\n";
+  test::write_file(dir / "big.jsonl", big);
+  big.clear();
+  // A truncated zstd stream: the records before the damage are kept.
+  std::string z;
+  for (int i = 0; i < 2000; ++i) z += json({{"id", i}, {"text", para(i)}}).dump() + "\n";
+  test::write_file(dir / "z.jsonl", z);
+  ASSERT_EQ(test::run_command("zstd -q -f " + dir / "z.jsonl" + " -o " + dir / "z.jsonl.zst").code,
+            0);
+  std::string zz = test::read_file(dir / "z.jsonl.zst");
+  test::write_file(dir / "z.jsonl.zst", zz.substr(0, zz.size() / 2));
+  fs::remove(dir / "z.jsonl");
+  for (std::string mode : {"replace", "skip"}) {
+    SCOPED_TRACE(mode);
+    test::write_file(dir / "p.yaml", fmt::format(R"(input:
+  paths: [{0}/in.jsonl, {0}/big.jsonl, {0}/z.jsonl.zst]
+  invalid_utf8: {1}
+output:
+  dir: {0}/out_{1}
+stages:
+  - type: clean
+)",
+                                                 dir.path().string(), mode));
+    auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+    ASSERT_EQ(r.code, 0) << r.out;
+    json rep = json::parse(test::read_file(dir / ("out_" + mode) + "/report.json"));
+    EXPECT_EQ(rep["bad_records"], mode == "replace" ? 4 : 5) << rep.dump();
+    EXPECT_EQ(rep["utf8_repaired"], mode == "replace" ? 1 : 0);
+    EXPECT_GT(rep["output_docs"].get<int>(), 2) << rep.dump();
+    EXPECT_LT(rep["output_docs"].get<int>(), 2002) << rep.dump();
+    ASSERT_EQ(rep["errors"].size(), 1u) << rep.dump();
+    EXPECT_TRUE(contains(rep["errors"][0], "z.jsonl.zst")) << rep.dump();
+    EXPECT_TRUE(contains(r.out, "z.jsonl.zst")) << r.out;
+    std::vector<json> kept = all_records(dir / ("out_" + mode), "data");
+    bool saw_big = false, saw_u = false;
+    for (auto& k : kept) {
+      saw_big |= k["id"] == "big";
+      if (k["id"] == "u") {
+        saw_u = true;
+        EXPECT_TRUE(contains(k["text"], "caf\xef\xbf\xbd au")) << k["text"];
+      }
+    }
+    EXPECT_TRUE(saw_big);
+    EXPECT_EQ(saw_u, mode == "replace");
+  }
+}
+
+TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
+  TempDir dir("nk_curate_cfg");
+  test::write_file(dir / "in.jsonl", json({{"text", para(1)}}).dump() + "\n");
+  auto run = [&](const std::string& stages, const std::string& extra = "") {
+    test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / "in.jsonl" +
+                                         "]\noutput:\n  dir: " + dir / "out" + "\n" + extra +
+                                         "stages:\n" + stages);
+    return test::run_nekton("curate --config " + dir / "p.yaml");
+  };
+  auto r = run("  - type: clean\n  - type: no_such_stage\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "p.yaml:8: stage 2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "unknown stage type 'no_such_stage'")) << r.out;
+  r = run("  - type: word_count\n    min_words: many\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "p.yaml:8:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "min_words")) << r.out;
+  r = run("  - type: clean\n    nfc_typo: true\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "nfc_typo")) << r.out;
+  r = run("  - type: clean\n", "workerz: 2\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "p.yaml:5: unknown key 'workerz'")) << r.out;
+  r = run("  - type: clean\n", "input:\n  paths: [" + dir / "missing.jsonl" + "]\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  r = test::run_nekton("curate --config " + dir / "p.yaml" + " input.paths=" + dir / "nope.jsonl");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "nope.jsonl")) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  // An output folder that is not a curate run is never written into.
+  fs::create_directories(dir / "out");
+  test::write_file(dir / "out/keep.txt", "x");
+  r = run("  - type: clean\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "not an unfinished curate run")) << r.out;
+  EXPECT_EQ(test::read_file(dir / "out/keep.txt"), "x");
+}
+
+// --- resume ---------------------------------------------------------------
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<std::string> full = {test::nekton_bin()};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Every file under OUT (relative name -> bytes), report.json without timings.
+std::map<std::string, std::string> output_files(const std::string& out) {
+  std::map<std::string, std::string> files;
+  for (auto& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_regular_file()) continue;
+    std::string rel = fs::relative(e.path(), out).string();
+    std::string bytes = test::read_file(e.path().string());
+    if (rel == "report.json") {
+      json j = json::parse(bytes);
+      for (auto& st : j["stages"]) st.erase("seconds"), st.erase("mb_per_s_per_core");
+      bytes = j.dump();
+    }
+    files[rel] = bytes;
+  }
+  return files;
+}
+
+TEST(CurateCli, KillNineThenRerunGivesTheSameOutput) {
+  TempDir dir("nk_curate_resume");
+  // 12 shards; near-duplicates across shards so the global stages matter.
+  std::mt19937 rng(7);
+  for (int s = 0; s < 12; ++s) {
+    std::string jl;
+    for (int i = 0; i < 300; ++i) {
+      int topic = int(rng() % 2000);
+      jl += json({{"id", fmt::format("s{}-{}", s, i)},
+                  {"text", para(topic) + para(topic + 1) + " Contact: 555-867-5309."}})
+                .dump() +
+            "\n";
+    }
+    test::write_file(dir / fmt::format("in/{:02d}.jsonl", s), jl);
+  }
+  auto cfg = [&](const std::string& out) {
+    test::write_file(dir / (out + ".yaml"), fmt::format(R"(input:
+  paths: [{0}/in]
+output:
+  dir: {0}/{1}
+batch_mb: 1
+progress: none
+stages:
+  - type: clean
+  - type: pii
+  - type: exact_dedup
+  - {{type: word_count, min_words: 10}}
+  - type: fuzzy_dedup
+  - type: clean
+)",
+                                                        dir.path().string(), out));
+    return std::vector<std::string>{"curate", "--config", dir / (out + ".yaml")};
+  };
+  (void)cfg("ref");
+  auto t0 = std::chrono::steady_clock::now();
+  auto ref = test::run_nekton("curate --config " + dir / "ref.yaml");
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  auto want = output_files(dir / "ref");
+  ASSERT_GT(want.size(), 20u);
+
+  std::uniform_real_distribution<double> when(0.1 * secs, 0.8 * secs);
+  int resumed_runs = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    SCOPED_TRACE(trial);
+    std::string out = fmt::format("t{}", trial);
+    auto args = cfg(out);
+    for (int kill = 0; kill < 2; ++kill) {
+      pid_t pid = spawn(args, dir / (out + ".log"));
+      std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+    }
+    std::string cmd = "curate --config " + args[2];
+    auto r = test::run_nekton(cmd);
+    ASSERT_EQ(r.code, 0) << r.out;
+    if (contains(r.out, "resumed")) ++resumed_runs;
+    EXPECT_TRUE(output_files(dir / out) == want) << "output differs after resume\n" << r.out;
+  }
+  std::printf("reruns that resumed finished work: %d of 3\n", resumed_runs);
+}
+
+}  // namespace
+}  // namespace nk
