@@ -24,6 +24,7 @@ const StageRegistry& stage_registry() {
     register_filter_stages(r);
     register_pii_stages(r);
     register_decontam_stages(r);
+    register_fasttext_stages(r);
     register_dedup_stages(r);
     return r;
   }();
