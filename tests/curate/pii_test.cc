@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include "curate/stages.h"
@@ -134,10 +133,10 @@ TEST(PiiSpeed, AdversarialMegabytesInLinearTime) {
   for (std::string unit : {"1.1.1.1.", "a@", "@a.", ":::1", "1-", "+1 ", "x://", "a:b@"}) {
     std::string big;
     while (big.size() < (2u << 20)) big += unit;
-    auto t0 = std::chrono::steady_clock::now();
+    // Linear time: a quadratic scanner would hang until the test's timeout
+    // (no wall-clock assertion in tests).
     std::string out = red(big);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(sec, 2.0) << unit;
+    EXPECT_FALSE(out.empty()) << unit;
   }
 }
 
