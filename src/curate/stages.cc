@@ -21,6 +21,7 @@ const StageRegistry& stage_registry() {
   static const StageRegistry r = [] {
     StageRegistry r;
     // REGISTER: one line per group (kept in pipeline order of a typical recipe).
+    register_extract_stages(r); register_clean_stages(r);
     return r;
   }();
   return r;
