@@ -21,6 +21,8 @@ const StageRegistry& stage_registry() {
   static const StageRegistry r = [] {
     StageRegistry r;
     // REGISTER: one line per group (kept in pipeline order of a typical recipe).
+    register_extract_stages(r);
+    register_clean_stages(r);
     register_filter_stages(r);
     register_pii_stages(r);
     register_decontam_stages(r);
