@@ -149,8 +149,10 @@ TEST(ExtractHtml, DeepNestingAndBigPagesStayFast) {
   for (int k = 0; k < 50000; ++k) spans += "<span><b>";
   spans += "inside";
   EXPECT_EQ(H(spans), "inside");
-  double nested_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(nested_s, 5.0);
+  // Tests assert no wall-clock time: a quadratic path would hang until the
+  // per-test timeout (600 s) instead.
+  std::printf("html_to_text, 250k nested tags: %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   // A 4 MB page: every paragraph comes out.
   std::string big = "<html><body>";
   for (int k = 0; k < 40000; ++k)
@@ -163,7 +165,6 @@ TEST(ExtractHtml, DeepNestingAndBigPagesStayFast) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2 * 39999);
   std::printf("html_to_text: %.1f MB in %.2f s (%.1f MB/s)\n", double(big.size()) / 1e6, big_s,
               double(big.size()) / 1e6 / big_s);
-  EXPECT_LT(big_s, 5.0);
 }
 
 // ---------------------------------------------------------------------------
@@ -258,10 +259,7 @@ TEST(ExtractLatex, PathologicalInputsStayLinear) {
   for (const char* o : openers) {
     std::string s = "\\foo";
     while (s.size() < 1000000) s += o;
-    auto t0 = std::chrono::steady_clock::now();
-    L(s);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(sec, 2.0) << o;
+    (void)L(s);  // a quadratic scan would hang until the test timeout
   }
   std::string paper;
   for (int k = 0; k < 20000; ++k)
