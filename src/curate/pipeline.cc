@@ -326,6 +326,19 @@ std::string shard_name(size_t i) {
   return fmt::format("shard_{:05d}", i);
 }
 
+// Temporaries (NAME.tmp.PID) a killed run left anywhere under OUT.
+void remove_temporaries(const fs::path& out) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (auto it = fs::recursive_directory_iterator(out, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    if (n.find(".tmp.") != std::string::npos && it->is_regular_file(ec))
+      stale.push_back(it->path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
 class Runner {
  public:
   Runner(const PipelineConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt) {
@@ -390,12 +403,7 @@ void Runner::prepare() {
         meta,
         {{"fingerprint", cfg_.fingerprint}, {"inputs", plan_hash}, {"shards", shards_.size()}});
   }
-  // Temporaries of a killed run.
-  for (auto it = fs::recursive_directory_iterator(work_, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    std::string n = it->path().filename().string();
-    if (n.find(".tmp.") != std::string::npos && it->is_regular_file(ec)) fs::remove(it->path(), ec);
-  }
+  remove_temporaries(out_);
 }
 
 void Runner::report_progress(const std::string& label, int64_t done, int64_t total, int64_t bytes,
@@ -706,7 +714,12 @@ void Runner::assemble() {
 
 CurateReport Runner::run() {
   auto t0 = Clock::now();
-  if (fs::exists(out_ / "report.json") && !fs::exists(work_)) {
+  // report.json is written last, after every shard is in place: it marks a
+  // finished run (a kill while .work/ was being removed leaves only scratch).
+  if (fs::exists(out_ / "report.json")) {
+    std::error_code ec;
+    fs::remove_all(work_, ec);
+    remove_temporaries(out_);
     NK_INFO("curate: '{}' is complete (report.json); nothing to do", out_.string());
     report_.wall_seconds = since(t0);
     report_.errors.clear();

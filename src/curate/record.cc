@@ -35,8 +35,7 @@ ojson to_json(simdjson::dom::element e) {
       ojson o = ojson::object();
       simdjson::dom::object obj;
       if (e.get_object().get(obj)) return o;
-      for (auto field : obj)
-        o[std::string(field.key)] = to_json(field.value);
+      for (auto field : obj) o[std::string(field.key)] = to_json(field.value);
       return o;
     }
     case T::INT64:

@@ -173,8 +173,12 @@ void StageConfig::finish() const {
   std::string known;
   for (const std::string& k : used_)
     if (k != "type" && k != "name") known += (known.empty() ? "" : ", ") + k;
-  throw Error(fmt::format("{}: unknown key '{}' (this stage takes: {})", where_key(unknown[0]),
-                          unknown[0], known.empty() ? "no keys" : known));
+  const YAML::Node v = node_[unknown[0]];
+  std::string at = v && !v.Mark().is_null() ? fmt::format("{}:{}: stage {} ({})", file_,
+                                                          v.Mark().line + 1, index_, label_)
+                                            : where_;
+  throw Error(fmt::format("{}: unknown key '{}' (this stage takes: {})", at, unknown[0],
+                          known.empty() ? "no keys" : known));
 }
 
 }  // namespace nk::curate

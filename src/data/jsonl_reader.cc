@@ -91,6 +91,7 @@ size_t JsonlReader::fill(char* dst, size_t cap) {
     decoded_ += int64_t(got);
     return got;
   }
+  if (!fill_error_.empty()) throw Error(fill_error_);
   ZSTD_outBuffer out{dst, cap, 0};
   while (out.pos < out.size) {
     if (in_pos_ == in_end_ && !raw_eof_) {
@@ -104,9 +105,13 @@ size_t JsonlReader::fill(char* dst, size_t cap) {
     bool moved = in.pos != in_pos_ || out.pos != before;
     consumed_ += int64_t(in.pos - in_pos_);
     in_pos_ = in.pos;
-    if (ZSTD_isError(r))
-      fail("{}: corrupt zstd data near compressed byte offset {}: {}", path_, consumed_,
-           ZSTD_getErrorName(r));
+    if (ZSTD_isError(r)) {
+      std::string msg = fmt::format("{}: corrupt zstd data near compressed byte offset {}: {}",
+                                    path_, consumed_, ZSTD_getErrorName(r));
+      if (out.pos == 0) throw Error(msg);
+      fill_error_ = msg;  // the bytes decoded before it go out first
+      break;
+    }
     // r is 0 exactly when a frame is complete and flushed; a call that moved
     // nothing after the last frame says nothing about it.
     if (moved) zs_->frame_open = r != 0;
@@ -120,6 +125,7 @@ size_t JsonlReader::fill(char* dst, size_t cap) {
 }
 
 bool JsonlReader::read_block(LineBlock& block, size_t target_bytes) {
+  if (!pending_error_.empty()) throw Error(pending_error_);
   std::string& b = block.bytes;
   size_t want = std::max<size_t>(target_bytes, 1);
   b.clear();
@@ -138,7 +144,12 @@ bool JsonlReader::read_block(LineBlock& block, size_t target_bytes) {
       n = fill(b.data() + old, chunk);
     } catch (const Error& e) {
       int64_t line = next_line_ + std::count(b.data(), b.data() + old, '\n');
-      throw Error(fmt::format("{} (while reading line {})", e.what(), line));
+      std::string msg = fmt::format("{} (while reading line {})", e.what(), line);
+      if (!have_newline) throw Error(msg);
+      // Hand out the whole lines before the damage; the next call fails.
+      pending_error_ = msg;
+      b.resize(old);
+      break;
     }
     b.resize(old + n);
     if (n == 0) {

@@ -47,7 +47,8 @@ class JsonlReader {
   // Replaces `block` with the next whole lines: at least target_bytes of them
   // unless the file ends first. False when no lines are left. A corrupt or
   // truncated zstd stream is an nk::Error naming the file, the compressed byte
-  // offset and the line being read.
+  // offset and the line being read; the whole lines decoded before it are
+  // returned first, and the error comes with the next call.
   bool read_block(LineBlock& block, size_t target_bytes);
 
   // The next line without its '\n' (view valid until the next call) and its
@@ -69,8 +70,10 @@ class JsonlReader {
   int64_t max_line_;
   int64_t file_bytes_ = 0, consumed_ = 0, decoded_ = 0;
   int64_t next_line_ = 1;
-  std::string carry_;     // a partial line read past the last block's end
-  LineBlock line_block_;  // read_line's current block
+  std::string carry_;          // a partial line read past the last block's end
+  std::string pending_error_;  // a read error held back until the lines before it are out
+  std::string fill_error_;     // a decode error held back until the bytes before it are out
+  LineBlock line_block_;       // read_line's current block
   size_t line_pos_ = 0;
   int64_t line_index_ = 0;  // of the next line within line_block_
 };

@@ -197,19 +197,19 @@ stages:
 TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
   TempDir dir("nk_curate_cfg");
   test::write_file(dir / "in.jsonl", json({{"text", para(1)}}).dump() + "\n");
-  auto run = [&](const std::string& stages, const std::string& extra = "") {
-    test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / "in.jsonl" +
-                                         "]\noutput:\n  dir: " + dir / "out" + "\n" + extra +
-                                         "stages:\n" + stages);
+  auto run = [&](const std::string& stages, const std::string& extra = "",
+                 const std::string& input = "in.jsonl") {
+    test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / input + "]\noutput:\n  dir: " +
+                                         dir / "out" + "\n" + extra + "stages:\n" + stages);
     return test::run_nekton("curate --config " + dir / "p.yaml");
   };
   auto r = run("  - type: clean\n  - type: no_such_stage\n");
   EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(contains(r.out, "p.yaml:8: stage 2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "p.yaml:7: stage 2")) << r.out;
   EXPECT_TRUE(contains(r.out, "unknown stage type 'no_such_stage'")) << r.out;
   r = run("  - type: word_count\n    min_words: many\n");
   EXPECT_NE(r.code, 0);
-  EXPECT_TRUE(contains(r.out, "p.yaml:8:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "p.yaml:7: stage 1 (word_count): key 'min_words'")) << r.out;
   EXPECT_TRUE(contains(r.out, "min_words")) << r.out;
   r = run("  - type: clean\n    nfc_typo: true\n");
   EXPECT_NE(r.code, 0);
@@ -217,9 +217,12 @@ TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
   r = run("  - type: clean\n", "workerz: 2\n");
   EXPECT_NE(r.code, 0);
   EXPECT_TRUE(contains(r.out, "p.yaml:5: unknown key 'workerz'")) << r.out;
-  r = run("  - type: clean\n", "input:\n  paths: [" + dir / "missing.jsonl" + "]\n");
+  r = run("  - type: clean\n", "", "missing.jsonl");
   EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "missing.jsonl' does not exist")) << r.out;
   EXPECT_FALSE(fs::exists(dir / "out"));
+  run("  - type: clean\n");
+  fs::remove_all(dir / "out");
   r = test::run_nekton("curate --config " + dir / "p.yaml" + " input.paths=" + dir / "nope.jsonl");
   EXPECT_NE(r.code, 0);
   EXPECT_TRUE(contains(r.out, "nope.jsonl")) << r.out;
@@ -231,6 +234,13 @@ TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
   EXPECT_NE(r.code, 0);
   EXPECT_TRUE(contains(r.out, "not an unfinished curate run")) << r.out;
   EXPECT_EQ(test::read_file(dir / "out/keep.txt"), "x");
+  // A run left unfinished is resumed only by the same pipeline.
+  fs::remove_all(dir / "out");
+  fs::create_directories(dir / "out/.work");
+  test::write_file(dir / "out/.work/pipeline.json", R"({"fingerprint": "0", "inputs": "0"})");
+  r = run("  - type: clean\n");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "different pipeline")) << r.out;
 }
 
 // --- resume ---------------------------------------------------------------
@@ -277,13 +287,14 @@ TEST(CurateCli, KillNineThenRerunGivesTheSameOutput) {
   std::mt19937 rng(7);
   for (int s = 0; s < 12; ++s) {
     std::string jl;
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 1200; ++i) {
       int topic = int(rng() % 2000);
       jl += json({{"id", fmt::format("s{}-{}", s, i)},
                   {"text", para(topic) + para(topic + 1) + " Contact: 555-867-5309."}})
                 .dump() +
             "\n";
     }
+    fs::create_directories(dir / "in");
     test::write_file(dir / fmt::format("in/{:02d}.jsonl", s), jl);
   }
   auto cfg = [&](const std::string& out) {
@@ -329,7 +340,13 @@ stages:
     auto r = test::run_nekton(cmd);
     ASSERT_EQ(r.code, 0) << r.out;
     if (contains(r.out, "resumed")) ++resumed_runs;
-    EXPECT_TRUE(output_files(dir / out) == want) << "output differs after resume\n" << r.out;
+    auto got = output_files(dir / out);
+    std::string diff;
+    for (auto& [name, bytes] : want)
+      if (!got.count(name) || got[name] != bytes) diff += " " + name;
+    for (auto& [name, bytes] : got)
+      if (!want.count(name)) diff += " +" + name;
+    EXPECT_EQ(diff, "") << "output differs after resume\n" << r.out;
   }
   std::printf("reruns that resumed finished work: %d of 3\n", resumed_runs);
 }
