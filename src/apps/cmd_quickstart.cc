@@ -7,6 +7,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
+#include "curate/pipeline.h"
 #include "data/bpe_files.h"
 #include "data/bpe_trainer.h"
 #include "data/preprocess.h"
@@ -21,7 +22,8 @@ namespace fs = std::filesystem;
 
 // The quickstart recipe, the whole pipeline on Debian's GCIDE dictionary
 // (dict-gcide, installed by the set-up), a few minutes on two cores:
-//   1. the first 20 MB of the dictionary, one JSONL document per entry;
+//   1. the first 20 MB of the dictionary, one JSONL document per entry,
+//      curated (`nekton curate`: clean-up, exact and fuzzy dedup);
 //   2. a 4096-token byte-level BPE vocabulary trained on it;
 //   3. `preprocess` into a Megatron indexed dataset;
 //   4. a 4-layer GPT trained on that dataset, then a sample.
@@ -74,6 +76,33 @@ void write_entries_jsonl(const std::string& text, const std::string& path) {
   NK_INFO("quickstart: {} dictionary entries -> {}", docs, path);
 }
 
+// `nekton curate` on the entries: Unicode clean-up, then exact and MinHash
+// fuzzy dedup (the dictionary repeats some entries and near-copies of others).
+// Returns the curated shard.
+std::string curate_entries(const std::string& jsonl, const std::string& out) {
+  const std::string yaml = out + ".yaml";
+  write_file_atomic(yaml, fmt::format(R"(input:
+  paths: [{}]
+output:
+  dir: {}
+progress: none
+stages:
+  - type: clean
+    repeated_lines: false   # dictionary entries repeat short lines on purpose
+    boilerplate_lines: false
+  - type: exact_dedup
+  - type: fuzzy_dedup
+    preset: nemo
+)",
+                                      jsonl, out));
+  curate::CurateReport r = curate::run_pipeline(curate::load_pipeline_config(yaml, {}), {});
+  if (r.shards > 0)
+    NK_INFO("quickstart: curate: {} entries in, {} kept ({} exact and {} near duplicates) -> {}",
+            r.input_docs, r.output_docs, r.stages.size() > 1 ? r.stages[1].removed : 0,
+            r.stages.size() > 2 ? r.stages[2].removed : 0, out);
+  return out + "/data/shard_00000.jsonl";
+}
+
 QuickstartData prepare_data(const std::string& out_dir) {
   QuickstartData d;
   fs::path data = fs::path(out_dir) / "data";
@@ -83,10 +112,12 @@ QuickstartData prepare_data(const std::string& out_dir) {
   d.prefix = (data / "gcide_text_document").string();
   bool have_tok = fs::exists(fs::path(d.tokenizer) / "tokenizer.json");
   bool have_data = fs::exists(d.prefix + ".idx") && fs::exists(d.prefix + ".bin");
+  std::string curated = (data / "curated/data/shard_00000.jsonl").string();
   if (!have_tok || !have_data) {
     // One stray Windows-1252 byte in GCIDE: repaired as a UTF-8 decoder would.
     std::string text = replace_invalid_utf8(read_text_file(kCorpus, kCorpusBytes));
     if (!fs::exists(jsonl)) write_entries_jsonl(text, jsonl);
+    curated = curate_entries(jsonl, (data / "curated").string());
     if (!have_tok) {
       BpeTrainOptions o;
       o.vocab_size = kVocab;
@@ -102,7 +133,7 @@ QuickstartData prepare_data(const std::string& out_dir) {
   }
   if (!have_data || !have_tok) {
     PreprocessOptions p;
-    p.inputs = {jsonl};
+    p.inputs = {curated};
     p.tokenizer = d.tokenizer;
     p.output_prefix = d.prefix;
     p.progress_every_s = 1e9;  // the summary is enough here
@@ -119,7 +150,8 @@ int cmd_quickstart(const CommandArgs& a) {
   if (a.help) {
     fmt::print(
         "usage: nekton quickstart [key=value ...]\n\n"
-        "Trains a BPE tokenizer on the GCIDE dictionary ({}), preprocesses it into\n"
+        "Curates the GCIDE dictionary's entries ({}: clean-up, exact and fuzzy\n"
+        "dedup), trains a BPE tokenizer on it, preprocesses the entries into\n"
         "OUT_DIR/data/gcide_text_document.{{bin,idx}}, then trains with:\n",
         kCorpus);
     for (auto& s : kQuickstart) fmt::print("  {}\n", s);

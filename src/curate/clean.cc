@@ -10,43 +10,11 @@
 
 #include "core/error.h"
 #include "curate/stages.h"
+#include "curate/words.h"
 
 namespace nk::curate {
 
 namespace {
-
-// Decodes the code point at s[i] and advances i; tolerant of truncation.
-inline char32_t decode(std::string_view s, size_t& i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) {
-    ++i;
-    return c;
-  }
-  int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-  char32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
-  size_t k = 1;
-  for (; k < size_t(n) && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-  i += k;
-  return cp;
-}
-
-inline void encode(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
-}
 
 // The byte Windows-1252 (or Latin-1, for its five undefined bytes and the C1
 // range) decodes to `cp`, or -1.
@@ -145,7 +113,7 @@ size_t fix_mojibake_once(std::string& text) {
     int k = 0;
     for (; k < need && j < s.size(); ++k) {
       size_t before = j;
-      int b = cp1252_byte(decode(s, j));
+      int b = cp1252_byte(next_code_point(s, j));
       if (b < 0x80 || b > 0xBF) {
         j = before;
         break;
@@ -179,7 +147,7 @@ size_t fix_mojibake_once(std::string& text) {
       size_t b = f.begin;
       while (b > 0 && (static_cast<unsigned char>(s[b - 1]) & 0xC0) == 0x80) --b;
       size_t q = b;
-      f.accept = b < f.begin && is_letter(decode(s, q));
+      f.accept = b < f.begin && is_letter(next_code_point(s, q));
     } else {
       bool prev = r > 0 && found[r - 1].end == f.begin;
       bool next = r + 1 < found.size() && found[r + 1].begin == f.end;
@@ -197,7 +165,7 @@ size_t fix_mojibake_once(std::string& text) {
   for (const Repair& f : found) {
     if (!f.accept) continue;
     out.append(s.data() + copied, f.begin - copied);
-    encode(f.cp, out);
+    append_utf8(f.cp, out);
     copied = f.end;
     ++fixed;
   }

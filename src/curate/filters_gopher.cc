@@ -38,26 +38,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Scripts written without spaces, whose dictionary words are one to three
-// characters long by nature (a mean of ~1.5 for Chinese): an English-tuned
-// mean-length range says nothing about them.
-bool is_unspaced_script(UChar32 c) {
-  if (c < 0x0E00) return false;
-  UErrorCode err = U_ZERO_ERROR;
-  switch (uscript_getScript(c, &err)) {
-    case USCRIPT_HAN:
-    case USCRIPT_HIRAGANA:
-    case USCRIPT_KATAKANA:
-    case USCRIPT_THAI:
-    case USCRIPT_LAO:
-    case USCRIPT_KHMER:
-    case USCRIPT_MYANMAR:
-      return true;
-    default:
-      return c == 0x30FC || c == 0x3005;  // prolonged sound mark, iteration mark
-  }
-}
-
 bool has_letter(std::string_view w) {
   for (size_t i = 0; i < w.size();) {
     unsigned char b = static_cast<unsigned char>(w[i]);

@@ -89,7 +89,10 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
       if (ec) fail("input.paths: cannot list '{}': {}", p, ec.message());
       for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (ec) fail("input.paths: cannot list '{}': {}", p, ec.message());
-        if (it->is_regular_file(ec)) found.push_back(it->path().string());
+        // Regular files, and links to nothing: those are listed so that reading
+        // them fails and is counted, rather than vanishing silently.
+        if (it->is_regular_file(ec) || (it->is_symlink(ec) && !fs::exists(it->path(), ec)))
+          found.push_back(it->path().string());
       }
       std::sort(found.begin(), found.end());
       for (const std::string& f : found) {

@@ -92,34 +92,6 @@ void word_shingles(std::string_view text, int n, std::vector<uint32_t>& out) {
     out.push_back(fold(XXH3_64bits(hashes.data() + i, size_t(n) * 8)));
 }
 
-// One code point at s[i], advancing i (s is valid UTF-8).
-uint32_t decode(std::string_view s, size_t& i) {
-  uint8_t c = uint8_t(s[i]);
-  int len = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  uint32_t cp = c & (0x7F >> len);
-  for (int k = 1; k < len && i + size_t(k) < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-  i += size_t(len);
-  return cp;
-}
-
-void encode(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
-}
-
 }  // namespace
 
 bool minhash_preset(const std::string& name, MinHashParams& out) {
@@ -148,7 +120,7 @@ void append_lowercase(std::string_view text, std::string& out) {
       ++i;
       continue;
     }
-    encode(uint32_t(u_tolower(UChar32(decode(text, i)))), out);
+    append_utf8(char32_t(u_tolower(UChar32(next_code_point(text, i)))), out);
   }
 }
 

@@ -224,14 +224,14 @@ nlohmann::ordered_json CurateReport::to_json() const {
 }
 
 std::string CurateReport::table() const {
-  std::string s = fmt::format("{:<22} {:>10} {:>10} {:>10} {:>9} {:>12}\n", "stage", "in", "kept",
+  std::string s = fmt::format("{:<28} {:>10} {:>10} {:>10} {:>9} {:>10}\n", "stage", "in", "kept",
                               "removed", "time", "MB/s/core");
   for (const StageStats& st : stages) {
-    s += fmt::format("{:<22} {:>10} {:>10} {:>10} {:>8.2f}s {:>12.1f}\n",
+    s += fmt::format("{:<28} {:>10} {:>10} {:>10} {:>8.2f}s {:>10.1f}\n",
                      st.name + (st.global ? "*" : ""), st.docs_in, st.docs_in - st.removed,
                      st.removed, st.seconds,
                      st.seconds > 0 ? double(st.bytes_in) / 1e6 / st.seconds : 0.0);
-    for (const auto& [k, v] : st.counts) s += fmt::format("  {:<20} {:>10}\n", k, v);
+    for (const auto& [k, v] : st.counts) s += fmt::format("  {:<26} {:>10}\n", k, v);
   }
   s += fmt::format(
       "{} shards: {} documents in, {} kept, {} removed ({} unreadable, {} empty); {} repaired "

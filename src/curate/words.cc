@@ -13,41 +13,11 @@ namespace nk::curate {
 
 namespace {
 
-// Decodes the code point at s[i] (valid UTF-8) and advances i.
-inline UChar32 next_cp(std::string_view s, size_t& i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) {
-    ++i;
-    return c;
-  }
-  int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-  UChar32 cp = c & (0x3F >> (n - 1));
-  for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
-  i += size_t(n);
-  return cp;
-}
-
 enum class Kind { Space, Word, Dense };  // Dense: a script written without spaces
 
 inline bool is_word_char(UChar32 cp) {
   uint32_t mask = U_GET_GC_MASK(cp);
   return (mask & (U_GC_L_MASK | U_GC_M_MASK | U_GC_N_MASK)) != 0;
-}
-
-inline bool is_dense_script(UChar32 cp) {
-  UErrorCode err = U_ZERO_ERROR;
-  switch (uscript_getScript(cp, &err)) {
-    case USCRIPT_HAN:
-    case USCRIPT_HIRAGANA:
-    case USCRIPT_KATAKANA:
-    case USCRIPT_THAI:
-    case USCRIPT_LAO:
-    case USCRIPT_KHMER:
-    case USCRIPT_MYANMAR:
-      return true;
-    default:
-      return false;
-  }
 }
 
 Kind kind_of(UChar32 cp) {
@@ -57,10 +27,10 @@ Kind kind_of(UChar32 cp) {
   }
   if (!is_word_char(cp)) {
     // The prolonged sound mark and iteration marks belong to dense runs.
-    if (cp == 0x30FC || cp == 0x3005) return Kind::Dense;
+    if (is_unspaced_script(char32_t(cp))) return Kind::Dense;  // the two marks
     return Kind::Space;
   }
-  if (cp >= 0x0E00 && is_dense_script(cp)) return Kind::Dense;
+  if (is_unspaced_script(char32_t(cp))) return Kind::Dense;
   return Kind::Word;
 }
 
@@ -96,14 +66,14 @@ void split_words(std::string_view text, std::vector<std::string_view>& out) {
   size_t i = 0, n = text.size();
   while (i < n) {
     size_t start = i;
-    UChar32 cp = next_cp(text, i);
+    UChar32 cp = next_code_point(text, i);
     Kind k = kind_of(cp);
     if (k == Kind::Space) continue;
     if (k == Kind::Word) {
       size_t end = i;
       while (i < n) {
         size_t j = i;
-        UChar32 c = next_cp(text, j);
+        UChar32 c = next_code_point(text, j);
         Kind kc = kind_of(c);
         if (kc == Kind::Word) {
           i = end = j;
@@ -111,7 +81,7 @@ void split_words(std::string_view text, std::vector<std::string_view>& out) {
         }
         if (is_apostrophe(c) && j < n) {  // inside a word: "don't", "l'homme"
           size_t j2 = j;
-          if (kind_of(next_cp(text, j2)) == Kind::Word) {
+          if (kind_of(next_code_point(text, j2)) == Kind::Word) {
             i = end = j2;
             continue;
           }
@@ -125,7 +95,7 @@ void split_words(std::string_view text, std::vector<std::string_view>& out) {
     size_t end = i;
     while (i < n) {
       size_t j = i;
-      UChar32 c = next_cp(text, j);
+      UChar32 c = next_code_point(text, j);
       Kind kc = kind_of(c);
       bool mark = c >= 0x80 && (U_GET_GC_MASK(c) & U_GC_M_MASK) != 0;
       if (kc != Kind::Dense && !mark) break;
@@ -139,6 +109,56 @@ std::vector<std::string_view> words_of(std::string_view text) {
   std::vector<std::string_view> w;
   split_words(text, w);
   return w;
+}
+
+char32_t next_code_point(std::string_view s, size_t& i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) {
+    ++i;
+    return c;
+  }
+  int n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  char32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+  size_t k = 1;
+  for (; k < size_t(n) && i + k < s.size(); ++k) cp = (cp << 6) | (s[i + k] & 0x3F);
+  i += k;
+  return cp;
+}
+
+void append_utf8(char32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(char(cp));
+  } else if (cp < 0x800) {
+    out.push_back(char(0xC0 | (cp >> 6)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(char(0xE0 | (cp >> 12)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(char(0xF0 | (cp >> 18)));
+    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  }
+}
+
+bool is_unspaced_script(char32_t cp) {
+  if (cp == 0x30FC || cp == 0x3005) return true;
+  if (cp < 0x0E00) return false;
+  UErrorCode err = U_ZERO_ERROR;
+  switch (uscript_getScript(UChar32(cp), &err)) {
+    case USCRIPT_HAN:
+    case USCRIPT_HIRAGANA:
+    case USCRIPT_KATAKANA:
+    case USCRIPT_THAI:
+    case USCRIPT_LAO:
+    case USCRIPT_KHMER:
+    case USCRIPT_MYANMAR:
+      return true;
+    default:
+      return false;
+  }
 }
 
 size_t utf8_length(std::string_view s) {

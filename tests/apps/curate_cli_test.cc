@@ -159,10 +159,14 @@ TEST(CurateCli, BadInputIsCountedNeverFatal) {
   std::string zz = test::read_file(dir / "z.jsonl.zst");
   test::write_file(dir / "z.jsonl.zst", zz.substr(0, zz.size() / 2));
   fs::remove(dir / "z.jsonl");
+  // A folder with a readable page and a link to nothing (an unreadable file).
+  fs::create_directories(dir / "pages");
+  test::write_file(dir / "pages/good.txt", para(3));
+  fs::create_symlink(dir / "no/such/file.html", dir / "pages/lost.html");
   for (std::string mode : {"replace", "skip"}) {
     SCOPED_TRACE(mode);
     test::write_file(dir / "p.yaml", fmt::format(R"(input:
-  paths: [{0}/in.jsonl, {0}/big.jsonl, {0}/z.jsonl.zst]
+  paths: [{0}/in.jsonl, {0}/big.jsonl, {0}/z.jsonl.zst, {0}/pages]
   invalid_utf8: {1}
 output:
   dir: {0}/out_{1}
@@ -173,7 +177,7 @@ stages:
     auto r = test::run_nekton("curate --config " + dir / "p.yaml");
     ASSERT_EQ(r.code, 0) << r.out;
     json rep = json::parse(test::read_file(dir / ("out_" + mode) + "/report.json"));
-    EXPECT_EQ(rep["bad_records"], mode == "replace" ? 4 : 5) << rep.dump();
+    EXPECT_EQ(rep["bad_records"], mode == "replace" ? 5 : 6) << rep.dump();
     EXPECT_EQ(rep["utf8_repaired"], mode == "replace" ? 1 : 0);
     EXPECT_GT(rep["output_docs"].get<int>(), 2) << rep.dump();
     EXPECT_LT(rep["output_docs"].get<int>(), 2002) << rep.dump();
@@ -191,6 +195,14 @@ stages:
     }
     EXPECT_TRUE(saw_big);
     EXPECT_EQ(saw_u, mode == "replace");
+    bool saw_lost = false;
+    for (auto& x : all_records(dir / ("out_" + mode), "removed"))
+      if (contains(x["id"], "lost.html")) {
+        saw_lost = true;
+        EXPECT_EQ(x["removed_by"], "input");
+        EXPECT_TRUE(contains(x["reason"], "cannot read")) << x;
+      }
+    EXPECT_TRUE(saw_lost);
   }
 }
 
