@@ -1,4 +1,5 @@
 #include "curate/html_extract.h"
+#include "curate/text_writer.h"
 
 #include <fmt/format.h>
 #include <gumbo.h>
@@ -130,40 +131,11 @@ int scan_depth(std::string_view s, std::string* out) {
 // Output with HTML's whitespace rules: runs of spaces inside a block become
 // one space, block boundaries become "\n" or "\n\n", nothing trails.
 
-struct Writer {
-  std::string out;
-  int pending_break = 0;  // 0, 1 ("\n") or 2 ("\n\n") before the next text
-  char pending_sep = 0;   // ' ' or '\t' before the next text on the same line
-  int64_t chars = 0;      // non-space bytes written, and those inside <a href>
+struct Writer : ParagraphWriter {
+  int64_t chars = 0;  // non-space bytes written, and those inside <a href>
   int64_t link_chars = 0;
   int link_depth = 0;
   int pre_depth = 0;
-
-  void block(int level) {
-    pending_break = std::max(pending_break, level);
-    pending_sep = 0;
-  }
-  void separate(char c) {
-    if (c == '\t' || !pending_sep) pending_sep = c;
-  }
-  void flush() {
-    if (out.empty()) {
-      pending_break = 0;
-      pending_sep = 0;
-      return;
-    }
-    if (pending_break) {
-      // Ends of lines never keep a space (pre text may have left one).
-      while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
-      size_t nl = 0;
-      for (size_t k = out.size(); k > 0 && out[k - 1] == '\n' && nl < 2; --k) ++nl;
-      for (int k = int(nl); k < pending_break; ++k) out.push_back('\n');
-    } else if (pending_sep && out.back() != '\n' && out.back() != ' ' && out.back() != '\t') {
-      out.push_back(pending_sep);
-    }
-    pending_break = 0;
-    pending_sep = 0;
-  }
   void count(int64_t n) {
     chars += n;
     if (link_depth) link_chars += n;

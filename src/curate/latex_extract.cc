@@ -1,4 +1,5 @@
 #include "curate/latex_extract.h"
+#include "curate/text_writer.h"
 
 #include <algorithm>
 #include <array>
@@ -20,35 +21,7 @@ inline bool is_letter(char c) {
 
 // Paragraph-aware output: source whitespace becomes one space, blank lines
 // and block boundaries "\n\n", line breaks "\n"; nothing trails.
-struct Writer {
-  std::string out;
-  int pending_break = 0;
-  char pending_sep = 0;
-
-  void block(int level) {
-    pending_break = std::max(pending_break, level);
-    pending_sep = 0;
-  }
-  void separate(char c) {
-    if (c == '\t' || !pending_sep) pending_sep = c;
-  }
-  void flush() {
-    if (out.empty()) {
-      pending_break = 0;
-      pending_sep = 0;
-      return;
-    }
-    if (pending_break) {
-      while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
-      size_t nl = 0;
-      for (size_t k = out.size(); k > 0 && out[k - 1] == '\n' && nl < 2; --k) ++nl;
-      for (int k = int(nl); k < pending_break; ++k) out.push_back('\n');
-    } else if (pending_sep && out.back() != '\n' && out.back() != ' ' && out.back() != '\t') {
-      out.push_back(pending_sep);
-    }
-    pending_break = 0;
-    pending_sep = 0;
-  }
+struct Writer : ParagraphWriter {
   void text(std::string_view t) {
     if (t.empty()) return;
     flush();

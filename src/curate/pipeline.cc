@@ -339,6 +339,8 @@ void remove_temporaries(const fs::path& out) {
   for (const fs::path& p : stale) fs::remove(p, ec);
 }
 
+class RemovalCursor;
+
 class Runner {
  public:
   Runner(const PipelineConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt) {
@@ -363,6 +365,7 @@ class Runner {
   std::vector<Shard> shards_;
   std::vector<Segment> segs_;
   std::vector<std::vector<int64_t>> docs_out_;  // [segment][shard], -1 until known
+  std::unique_ptr<RemovalCursor> removals_;     // of the current segment's global stage
   CurateReport report_;
   Clock::time_point last_progress_{};
 };
@@ -510,20 +513,40 @@ void Runner::run_global(size_t k) {
   fs::remove_all(spill, ec);
 }
 
-// The removals of global stage k that fall in [first, first + n), by offset.
-std::map<int64_t, std::string> removals_in(const fs::path& file, int64_t first, int64_t n) {
-  std::map<int64_t, std::string> out;
-  JsonlReader r(file.string());
-  std::string_view line;
-  int64_t line_no = 0;
-  while (r.read_line(line, line_no)) {
-    nlohmann::json j = parse_json(std::string(line), file.string());
-    int64_t idx = j.at("index").get<int64_t>();
-    if (idx >= first + n) break;
-    if (idx >= first) out[idx - first] = j.at("reason").get<std::string>();
+// A global stage's removals (sorted by index), read forward once per segment:
+// shards ask for consecutive index ranges, so the file is never re-read.
+class RemovalCursor {
+ public:
+  explicit RemovalCursor(const fs::path& file) : file_(file.string()), reader_(file_) {}
+
+  // The removals in [first, first + n), by offset from `first`. Ranges must
+  // come in increasing order (skipped ranges are passed over).
+  std::map<int64_t, std::string> take(int64_t first, int64_t n) {
+    std::map<int64_t, std::string> out;
+    for (;;) {
+      if (!have_) {
+        std::string_view line;
+        int64_t line_no = 0;
+        if (!reader_.read_line(line, line_no)) break;
+        nlohmann::json j = parse_json(std::string(line), fmt::format("{}:{}", file_, line_no));
+        index_ = j.at("index").get<int64_t>();
+        reason_ = j.at("reason").get<std::string>();
+        have_ = true;
+      }
+      if (index_ >= first + n) break;
+      if (index_ >= first) out[index_ - first] = std::move(reason_);
+      have_ = false;
+    }
+    return out;
   }
-  return out;
-}
+
+ private:
+  std::string file_;
+  JsonlReader reader_;
+  bool have_ = false;  // a read-ahead removal in index_/reason_
+  int64_t index_ = 0;
+  std::string reason_;
+};
 
 bool blank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n\f\v") == std::string::npos;
@@ -560,8 +583,7 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
     iopt = &wopt;
     int64_t first = 0;
     for (size_t j = 0; j < i; ++j) first += docs_out_[k - 1][j];
-    drop =
-        removals_in(work_ / fmt::format("global{}.removals.jsonl", k), first, docs_out_[k - 1][i]);
+    drop = removals_->take(first, docs_out_[k - 1][i]);
   }
 
   AtomicFileWriter out((dir / (name + ".jsonl")).string());
@@ -732,7 +754,11 @@ CurateReport Runner::run() {
   std::vector<std::vector<ShardStats>> all(segs_.size(), std::vector<ShardStats>(shards_.size()));
   for (size_t k = 0; k < segs_.size(); ++k) {
     fs::create_directories(seg_dir(k), ec);
-    if (k > 0) run_global(k);
+    if (k > 0) {
+      run_global(k);
+      removals_ =
+          std::make_unique<RemovalCursor>(work_ / fmt::format("global{}.removals.jsonl", k));
+    }
     for (size_t i = 0; i < shards_.size(); ++i) {
       const fs::path done = seg_dir(k) / (shard_name(i) + ".done.json");
       if (fs::exists(done)) {

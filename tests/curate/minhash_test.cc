@@ -1,63 +1,19 @@
 #include "curate/minhash.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gcide_docs.h"
+
 namespace nk::curate {
 namespace {
 
-// Documents of at least `min_chars` from GCIDE (dictd's dictionary; dictzip
-// is gzip-compatible): consecutive entries joined until long enough.
-std::vector<std::string> gcide_docs(size_t count, size_t min_chars) {
-  gzFile f = gzopen("/usr/share/dictd/gcide.dict.dz", "rb");
-  EXPECT_TRUE(f) << "/usr/share/dictd/gcide.dict.dz is missing (apt-get install dict-gcide)";
-  std::vector<std::string> docs;
-  if (!f) return docs;
-  std::string text(size_t(6) << 20, '\0');
-  int n = gzread(f, text.data(), unsigned(text.size()));
-  gzclose(f);
-  text.resize(size_t(std::max(n, 0)));
-  std::string doc;
-  for (size_t at = 65536; at < text.size() && docs.size() < count;) {
-    size_t end = text.find("\n\n", at);
-    if (end == std::string::npos) break;
-    doc.append(text, at, end + 2 - at);
-    at = end + 2;
-    if (doc.size() >= min_chars) docs.push_back(std::move(doc)), doc.clear();
-  }
-  return docs;
-}
-
-// Edits a fraction `rate` of the words (substitution, deletion or insertion,
-// equally likely), keeping the white space between the others.
-std::string edit_words(const std::string& text, double rate, std::mt19937_64& rng) {
-  static const char* vocab[] = {"apple", "river", "stone",  "quickly", "under", "seven",
-                                "blue",  "grain", "harbor", "within",  "light", "carry"};
-  std::uniform_real_distribution<double> u(0, 1);
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    size_t w = i;
-    while (w < text.size() && !std::isspace(uint8_t(text[w]))) ++w;
-    size_t s = w;
-    while (s < text.size() && std::isspace(uint8_t(text[s]))) ++s;
-    std::string word = text.substr(i, w - i), sep = text.substr(w, s - w);
-    if (!word.empty() && u(rng) < rate) {
-      int kind = int(u(rng) * 3);
-      std::string other = vocab[rng() % 12];
-      if (kind == 0) word = other;
-      if (kind == 1) word.clear(), sep.clear();
-      if (kind == 2) out.append(other).push_back(' ');
-    }
-    out.append(word).append(sep);
-    i = s;
-  }
-  return out;
-}
+using test_docs::edit_words;
+using test_docs::gcide_docs;
 
 std::vector<uint32_t> shingle_set(const MinHasher& h, const std::string& text) {
   std::vector<uint32_t> s;
