@@ -2,6 +2,7 @@
 // running a command (the nekton binary, node, python) to capture its output,
 // and the message of the nk::Error a call throws.
 #pragma once
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +110,26 @@ inline std::vector<double> logged_losses(const std::string& metrics_jsonl) {
 // The nekton binary of this build.
 inline std::string nekton_bin() {
   return std::string(NK_BINARY_DIR) + "/bin/nekton";
+}
+
+// Starts nekton with `args` in the background, its output going to `log`.
+inline pid_t spawn_nekton(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> full = {nekton_bin()};
+  full.insert(full.end(), args.begin(), args.end());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 // Runs `nekton <args>`; stderr is merged into out, or discarded when

@@ -55,26 +55,6 @@ std::string joined(const std::vector<std::string>& args) {
   return s;
 }
 
-// Starts nekton with `args` in the background, its output going to `log`.
-pid_t spawn_nekton(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> full = {test::nekton_bin()};
-  full.insert(full.end(), args.begin(), args.end());
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
 size_t count_lines(const std::string& path) {
   std::string s = test::read_file(path);
   return size_t(std::count(s.begin(), s.end(), '\n'));
@@ -137,7 +117,7 @@ TEST(CheckpointCli, KillNineAtRandomMomentsThenRerun) {
     // Kill somewhere in the run (startup excluded, roughly), twice per trial.
     for (int kill = 0; kill < 2; ++kill) {
       std::uniform_real_distribution<double> when(0.15 * ref.seconds, 0.9 * ref.seconds);
-      pid_t pid = spawn_nekton(args, out + ".log");
+      pid_t pid = test::spawn_nekton(args, out + ".log");
       ASSERT_GT(pid, 0);
       std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
       ::kill(pid, SIGKILL);
@@ -161,7 +141,7 @@ TEST(CheckpointCli, SigtermSavesExitsZeroAndResumes) {
   Reference ref = reference_run(dir);
   std::string out = dir / "run";
   std::vector<std::string> args = train_args(dir / "c.txt", out);
-  pid_t pid = spawn_nekton(args, dir / "run.log");
+  pid_t pid = test::spawn_nekton(args, dir / "run.log");
   ASSERT_GT(pid, 0);
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (count_lines(out + "/metrics.jsonl") < 6 && Clock::now() < deadline)

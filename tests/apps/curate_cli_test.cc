@@ -257,25 +257,6 @@ TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
 
 // --- resume ---------------------------------------------------------------
 
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<std::string> full = {test::nekton_bin()};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
 // Every file under OUT (relative name -> bytes), report.json without timings.
 std::map<std::string, std::string> output_files(const std::string& out) {
   std::map<std::string, std::string> files;
@@ -342,7 +323,7 @@ stages:
     std::string out = fmt::format("t{}", trial);
     auto args = cfg(out);
     for (int kill = 0; kill < 2; ++kill) {
-      pid_t pid = spawn(args, dir / (out + ".log"));
+      pid_t pid = test::spawn_nekton(args, dir / (out + ".log"));
       std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
       ::kill(pid, SIGKILL);
       int st = 0;
