@@ -326,7 +326,9 @@ inline bool is_ipv6_char(char c) {
 // RFC 4291 text forms: eight groups of 1-4 hex digits, or fewer around one
 // "::", the last two groups optionally a dotted IPv4 address. To keep words
 // and C++ names such as "A::B" out, a compressed form needs a decimal digit
-// and two explicit groups (or to start with "::", as in "::1").
+// and two explicit groups (or to start with "::", as in "::1"); to keep
+// proportions such as "24:16::12:9" (common in older prose) out, it also needs
+// a group that is not a one- or two-digit decimal number.
 bool valid_ipv6(std::string_view s) {
   size_t dc = s.find("::");
   if (dc != std::string_view::npos && s.find("::", dc + 1) != std::string_view::npos) return false;
@@ -334,7 +336,7 @@ bool valid_ipv6(std::string_view s) {
   if (s.front() == ':' && !s.starts_with("::")) return false;
   if (s.back() == ':' && !s.ends_with("::")) return false;
   size_t groups = 0;
-  bool digit = false;
+  bool digit = false, only_small_numbers = true;
   size_t i = 0;
   while (i < s.size()) {
     if (s[i] == ':') {
@@ -349,16 +351,22 @@ bool valid_ipv6(std::string_view s) {
       if (j != s.size() || !match_ipv4(g, 0, e) || e != g.size()) return false;
       groups += 2;
       digit = true;
+      only_small_numbers = false;
     } else {
       if (g.size() > 4) return false;
-      for (char c : g) digit |= is_digit(c);
+      for (char c : g) {
+        digit |= is_digit(c);
+        only_small_numbers &= is_digit(c);
+      }
+      only_small_numbers &= g.size() <= 2;
       ++groups;
     }
     i = j;
   }
   if (dc == std::string_view::npos) return groups == 8;
   if (groups > 7 || !digit) return false;
-  return groups >= 2 || s.starts_with("::");
+  if (s.starts_with("::")) return true;
+  return groups >= 2 && !only_small_numbers;
 }
 
 void scan_ipv6(std::string_view t, std::vector<PiiMatch>& out) {

@@ -79,7 +79,7 @@ TEST(PiiIp, Ipv4OctetsAndIpv6Forms) {
   EXPECT_EQ(red("[::1]:8080 and ::ffff:192.0.2.128."), "[<IP_ADDRESS>]:8080 and <IP_ADDRESS>.");
   EXPECT_EQ(red("fe80::1"), "<IP_ADDRESS>");
   for (std::string s : {"at 12:30:45", "std::vector<int>", "A::B", "1:2:3:4:5:6:7", "dead::beef",
-                        "1::2::3", "12345::1"})
+                        "1::2::3", "12345::1", "harmonical, for 24:16::12:9.", "as 1:2::3:4"})
     EXPECT_EQ(red(s), s) << s;
 }
 
