@@ -28,6 +28,7 @@ void print_curate_help() {
       "    text_key: text        # JSONL fields\n"
       "    id_key: id            # (missing ids become FILE:LINE)\n"
       "    files_per_shard: 1000 # document files per output shard\n"
+      "    shard_mb: 256         # plain JSONL files above this split into shards of ~this size\n"
       "    invalid_utf8: replace # replace (U+FFFD, counted) or skip (counted as bad)\n"
       "  output:\n"
       "    dir: curated          # data/ and removed/ shards, report.json\n"

@@ -66,10 +66,50 @@ int64_t file_size_of(const std::string& path) {
   return ec ? 0 : int64_t(n);
 }
 
+// One shard for a JSONL file, or, for a plain file above `shard_bytes`,
+// shards of about that size cut after a newline, with their first line
+// numbers (one pass over the file, counting lines).
+std::vector<Shard> split_jsonl(const std::string& path, int64_t shard_bytes) {
+  Shard whole;
+  whole.format = SourceFormat::Jsonl;
+  whole.files.emplace_back(path, SourceFormat::Jsonl);
+  whole.bytes = file_size_of(path);
+  if (shard_bytes <= 0 || whole.bytes <= shard_bytes || JsonlReader(path).zstd()) return {whole};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("input.paths: cannot read '{}'", path);
+  std::vector<Shard> out;
+  std::vector<char> buf(size_t(4) << 20);
+  int64_t pos = 0, line = 1, start = 0, start_line = 1;
+  auto cut = [&](int64_t end) {
+    Shard s = whole;
+    s.offset = start;
+    s.bytes = end - start;
+    s.first_line = start_line;
+    out.push_back(std::move(s));
+  };
+  while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0) {
+    size_t n = size_t(in.gcount());
+    for (size_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') continue;
+      ++line;
+      int64_t end = pos + int64_t(i) + 1;
+      if (end - start >= shard_bytes && end < whole.bytes) {
+        cut(end);
+        start = end;
+        start_line = line;
+      }
+    }
+    pos += int64_t(n);
+  }
+  cut(pos);
+  return out;
+}
+
 }  // namespace
 
 std::vector<Shard> plan_shards(const InputOptions& opt) {
   if (opt.paths.empty()) fail("input.paths: no input given (files or folders)");
+  if (opt.shard_mb < 0) fail("input.shard_mb: must be >= 0, got {}", opt.shard_mb);
   if (opt.files_per_shard < 1)
     fail("input.files_per_shard: must be >= 1, got {}", opt.files_per_shard);
   if (opt.invalid_utf8 != "replace" && opt.invalid_utf8 != "skip")
@@ -117,11 +157,7 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
   std::vector<Shard> shards;
   for (const auto& [path, f] : files) {
     if (f == SourceFormat::Jsonl) {
-      Shard s;
-      s.format = f;
-      s.files.emplace_back(path, f);
-      s.bytes = file_size_of(path);
-      shards.push_back(std::move(s));
+      for (Shard& s : split_jsonl(path, opt.shard_mb << 20)) shards.push_back(std::move(s));
       continue;
     }
     if (shards.empty() || shards.back().format == SourceFormat::Jsonl ||
@@ -136,8 +172,10 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
 }
 
 ShardReader::ShardReader(const Shard& shard, const InputOptions& opt) : shard_(shard), opt_(opt) {
-  if (shard.format == SourceFormat::Jsonl)
+  if (shard.format == SourceFormat::Jsonl) {
     jsonl_ = std::make_unique<JsonlReader>(shard.files.at(0).first);
+    if (shard.offset >= 0) jsonl_->restrict_to(shard.offset, shard.bytes, shard.first_line);
+  }
 }
 
 ShardReader::~ShardReader() = default;

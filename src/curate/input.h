@@ -1,7 +1,9 @@
-// The inputs of a curation pipeline, cut into shards: each JSONL file (plain or
-// zstd) is a shard of its own; plain text, HTML and LaTeX files (given one by
-// one or found in folders) are documents, grouped files_per_shard to a shard in
-// path order. A shard is the unit of parallel output and of resume.
+// The inputs of a curation pipeline, cut into shards: each JSONL file is a
+// shard of its own, or, for a plain (not zstd) file larger than shard_mb,
+// several shards of about shard_mb each, cut at line ends; plain text, HTML
+// and LaTeX files (given one by one or found in folders) are documents,
+// grouped files_per_shard to a shard in path order. A shard is the unit of
+// output files and of resume.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,6 +23,7 @@ struct InputOptions {
   std::string format = "auto";                   // auto (by extension), jsonl, text, html, latex
   std::string text_key = "text", id_key = "id";  // JSONL fields
   int64_t files_per_shard = 1000;
+  int64_t shard_mb = 256;                // plain JSONL files larger than this are split; 0: never
   std::string invalid_utf8 = "replace";  // replace (with U+FFFD, counted) or skip
 };
 
@@ -28,6 +31,9 @@ struct Shard {
   SourceFormat format = SourceFormat::Jsonl;  // Jsonl: files has one entry
   std::vector<std::pair<std::string, SourceFormat>> files;
   int64_t bytes = 0;  // on disk
+  // A part of a plain JSONL file: bytes [offset, offset + bytes), starting at
+  // line first_line. offset < 0: the whole file.
+  int64_t offset = -1, first_line = 1;
 };
 
 // nk::Error naming the path when one is missing or unreadable, or when nothing

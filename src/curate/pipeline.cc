@@ -52,7 +52,8 @@ std::vector<std::string> split_commas(const std::string& s) {
 const std::map<std::string, std::vector<std::string>>& known_keys() {
   static const std::map<std::string, std::vector<std::string>> k = {
       {"", {"input", "output", "workers", "batch_mb", "progress", "stages"}},
-      {"input", {"paths", "format", "text_key", "id_key", "files_per_shard", "invalid_utf8"}},
+      {"input",
+       {"paths", "format", "text_key", "id_key", "files_per_shard", "shard_mb", "invalid_utf8"}},
       {"output", {"dir"}}};
   return k;
 }
@@ -117,7 +118,9 @@ PipelineConfig load_pipeline_config(const std::string& path,
         std::find(allowed.begin(), allowed.end(), leaf) == allowed.end())
       fail(
           "override '{}': unknown key '{}' (settable: input.paths, input.format, "
-          "input.text_key, input.id_key, input.files_per_shard, input.invalid_utf8, output.dir, "
+          "input.text_key, input.id_key, input.files_per_shard, input.shard_mb, "
+          "input.invalid_utf8, "
+          "output.dir, "
           "workers, batch_mb, progress)",
           o, key);
     YAML::Node target = section.empty() ? root : root[section];
@@ -147,6 +150,9 @@ PipelineConfig load_pipeline_config(const std::string& path,
   str(in, "text_key", c.input.text_key);
   str(in, "id_key", c.input.id_key);
   str(in, "invalid_utf8", c.input.invalid_utf8);
+  if (in["shard_mb"])
+    c.input.shard_mb = to_int(mark(path, in["shard_mb"]), "input.shard_mb",
+                              scalar(path, in["shard_mb"], "shard_mb"));
   if (in["files_per_shard"])
     c.input.files_per_shard = to_int(mark(path, in["files_per_shard"]), "input.files_per_shard",
                                      scalar(path, in["files_per_shard"], "files_per_shard"));
@@ -376,7 +382,7 @@ void Runner::prepare() {
     if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);  // opens or throws
   ojson files = ojson::array();
   for (const Shard& s : shards_)
-    for (const auto& f : s.files) files.push_back(f.first);
+    for (const auto& f : s.files) files.push_back(fmt::format("{}@{}", f.first, s.offset));
   std::string plan = files.dump();
   std::string plan_hash = fmt::format("{:016x}", XXH3_64bits(plan.data(), plan.size()));
 

@@ -67,10 +67,26 @@ JsonlReader::~JsonlReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void JsonlReader::restrict_to(int64_t offset, int64_t length, int64_t first_line) {
+  NK_CHECK(!zstd_ && consumed_ == 0 && decoded_ == 0, "{}: restrict_to on a zstd or started file",
+           path_);
+  if (::lseek(fd_, off_t(offset), SEEK_SET) < 0)
+    fail("{}: cannot seek to byte {}: {}", path_, offset, std::strerror(errno));
+  in_pos_ = in_end_ = 0;  // the sniffed bytes were the file's start
+  raw_eof_ = false;
+  raw_left_ = length;
+  next_line_ = first_line;
+}
+
 size_t JsonlReader::read_raw(char* dst, size_t cap) {
+  if (raw_left_ >= 0) cap = std::min(cap, size_t(raw_left_));
+  if (cap == 0) return 0;
   for (;;) {
     ssize_t n = ::read(fd_, dst, cap);
-    if (n >= 0) return size_t(n);
+    if (n >= 0) {
+      if (raw_left_ >= 0) raw_left_ -= n;
+      return size_t(n);
+    }
     if (errno == EINTR) continue;
     fail("{}: read error after {} bytes: {}", path_, consumed_, std::strerror(errno));
   }

@@ -38,6 +38,12 @@ class JsonlReader {
   JsonlReader(const JsonlReader&) = delete;
   JsonlReader& operator=(const JsonlReader&) = delete;
 
+  // Reads only bytes [offset, offset + length) of a plain (not zstd) file,
+  // whose first line is line `first_line` of the file; the range must start at
+  // a line start. Call before the first read. bytes_consumed() then counts
+  // from `offset`.
+  void restrict_to(int64_t offset, int64_t length, int64_t first_line);
+
   const std::string& path() const { return path_; }
   bool zstd() const { return zstd_; }
   int64_t file_bytes() const { return file_bytes_; }    // size on disk; 0 if not a regular file
@@ -70,6 +76,7 @@ class JsonlReader {
   int64_t max_line_;
   int64_t file_bytes_ = 0, consumed_ = 0, decoded_ = 0;
   int64_t next_line_ = 1;
+  int64_t raw_left_ = -1;      // bytes the range still allows read(2) to return; -1: no range
   std::string carry_;          // a partial line read past the last block's end
   std::string pending_error_;  // a read error held back until the lines before it are out
   std::string fill_error_;     // a decode error held back until the bytes before it are out

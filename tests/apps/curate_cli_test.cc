@@ -255,6 +255,47 @@ TEST(CurateCli, ConfigErrorsNameTheLineAndLeaveNothing) {
   EXPECT_TRUE(contains(r.out, "different pipeline")) << r.out;
 }
 
+// A large plain JSONL file is cut into shards at line ends; the records,
+// their order and the FILE:LINE names of those without ids do not change.
+TEST(CurateCli, LargeJsonlSplitsIntoShardsAtLineEnds) {
+  TempDir dir("nk_curate_split");
+  std::string jl;
+  for (int i = 0; jl.size() < (size_t(3) << 20) + 1000; ++i) {
+    if (i % 997 == 5)
+      jl += "{\"broken\n";
+    else if (i % 2 == 0)
+      jl += json({{"text", para(i)}}).dump() + "\n";  // named by its line
+    else
+      jl += json({{"id", fmt::format("x{}", i)}, {"text", para(i)}}).dump() + "\n";
+  }
+  test::write_file(dir / "big.jsonl", jl);
+  std::map<std::string, std::vector<json>> got;
+  for (std::string mb : {"0", "1"}) {
+    test::write_file(dir / "p.yaml", fmt::format(R"(input:
+  paths: [{0}/big.jsonl]
+  shard_mb: {1}
+output:
+  dir: {0}/out{1}
+progress: none
+stages:
+  - type: clean
+)",
+                                                 dir.path().string(), mb));
+    auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+    ASSERT_EQ(r.code, 0) << r.out;
+    json rep = json::parse(test::read_file(dir / ("out" + mb) + "/report.json"));
+    EXPECT_EQ(rep["shards"], mb == "0" ? 1 : 4) << rep.dump();
+    got["kept" + mb] = all_records(dir / ("out" + mb), "data");
+    got["removed" + mb] = all_records(dir / ("out" + mb), "removed");
+  }
+  EXPECT_EQ(got["kept0"], got["kept1"]);
+  EXPECT_EQ(got["removed0"], got["removed1"]);
+  ASSERT_FALSE(got["kept1"].empty());
+  EXPECT_EQ(got["kept1"][0]["id"], dir / "big.jsonl:1");
+  EXPECT_GT(got["removed1"].size(), 2u);
+  EXPECT_EQ(got["removed1"][0]["id"], dir / "big.jsonl:6");
+}
+
 // --- resume ---------------------------------------------------------------
 
 // Every file under OUT (relative name -> bytes), report.json without timings.
