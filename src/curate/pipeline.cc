@@ -174,24 +174,6 @@ PipelineConfig load_pipeline_config(const std::string& path,
   c.stages = root["stages"];
   if (!c.stages || !c.stages.IsSequence() || c.stages.size() == 0)
     fail("{}: 'stages' must be a non-empty list of stages (each with a 'type')", path);
-  // Build every stage once: unknown types, bad keys and missing models fail
-  // now, before any output exists.
-  const StageRegistry& reg = stage_registry();
-  for (size_t i = 0; i < c.stages.size(); ++i) {
-    StageConfig sc(c.stages[i], path, int(i) + 1);
-    const StageFactory* f = reg.find(sc.type());
-    if (!f) {
-      std::vector<std::string> names;
-      for (const StageFactory& g : reg.all()) names.push_back(g.type);
-      fail("{}: unknown stage type '{}' (known: {})", sc.where(), sc.type(),
-           fmt::join(names, ", "));
-    }
-    if (f->make_doc)
-      f->make_doc(sc);
-    else
-      f->make_global(sc);
-    sc.finish();
-  }
   // What decides the output: inputs and stages, not threads or batch sizes.
   YAML::Emitter em;
   em << in << c.stages;
@@ -267,7 +249,12 @@ std::vector<Segment> build_segments(const PipelineConfig& cfg) {
   for (size_t i = 0; i < cfg.stages.size(); ++i) {
     StageConfig sc(cfg.stages[i], cfg.file, int(i) + 1);
     const StageFactory* f = stage_registry().find(sc.type());
-    NK_CHECK(f, "stage type '{}' vanished", sc.type());
+    if (!f) {
+      std::vector<std::string> names;
+      for (const StageFactory& g : stage_registry().all()) names.push_back(g.type);
+      fail("{}: unknown stage type '{}' (known: {})", sc.where(), sc.type(),
+           fmt::join(names, ", "));
+    }
     if (f->make_doc) {
       segs.back().docs.push_back({sc.name(), sc.type(), f->make_doc(sc)});
     } else {
@@ -639,10 +626,8 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
       }
       offset += n;
       // Document stages, in parallel; each chunk keeps its own statistics.
-      std::vector<std::string> kept_out, removed_out;
       parallel_for(n, 1, [&](int64_t b, int64_t e) {
         std::vector<StageStats> local(nstages);
-        std::string kbuf, rbuf;
         for (int64_t j = b; j < e; ++j) {
           InputRecord& r = recs[size_t(j)];
           for (size_t s = 0; s < seg.docs.size() && removed_at[size_t(j)] == -1; ++s) {
@@ -742,6 +727,9 @@ void Runner::assemble() {
 
 CurateReport Runner::run() {
   auto t0 = Clock::now();
+  // Every stage is built (models loaded, keys checked) before anything is
+  // written: a configuration mistake leaves no output behind.
+  segs_ = build_segments(cfg_);
   // report.json is written last, after every shard is in place: it marks a
   // finished run (a kill while .work/ was being removed leaves only scratch).
   if (fs::exists(out_ / "report.json")) {
@@ -753,7 +741,6 @@ CurateReport Runner::run() {
     report_.errors.clear();
     return report_;
   }
-  segs_ = build_segments(cfg_);
   prepare();
   std::error_code ec;
   docs_out_.assign(segs_.size(), std::vector<int64_t>(shards_.size(), -1));

@@ -41,8 +41,9 @@ struct PipelineConfig {
 
 // Reads the pipeline file, then applies "key=value" overrides of its scalar
 // settings (input.paths=a,b  output.dir=x  workers=2 ...). nk::Error naming the
-// file and line, or the override, for anything wrong, unknown stage types and
-// stage keys included (every stage is built once to check it).
+// file and line, or the override, for anything wrong. The stages themselves
+// (types, keys, models) are built and checked by run_pipeline, once, before
+// it writes anything.
 PipelineConfig load_pipeline_config(const std::string& path,
                                     const std::vector<std::string>& overrides);
 

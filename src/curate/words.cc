@@ -25,13 +25,9 @@ Kind kind_of(UChar32 cp) {
     bool w = (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9');
     return w ? Kind::Word : Kind::Space;
   }
-  if (!is_word_char(cp)) {
-    // The prolonged sound mark and iteration marks belong to dense runs.
-    if (is_unspaced_script(char32_t(cp))) return Kind::Dense;  // the two marks
-    return Kind::Space;
-  }
+  // Unspaced scripts, with the prolonged sound and iteration marks, form dense runs.
   if (is_unspaced_script(char32_t(cp))) return Kind::Dense;
-  return Kind::Word;
+  return is_word_char(cp) ? Kind::Word : Kind::Space;
 }
 
 inline bool is_apostrophe(UChar32 cp) {
