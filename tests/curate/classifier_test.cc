@@ -21,6 +21,8 @@
 #include "data/utf8.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -122,13 +124,6 @@ const std::string& trained_model() {
   return path;
 }
 
-std::unique_ptr<DocStage> make_stage(const std::string& yaml) {
-  StageConfig cfg(YAML::Load(yaml), "pipeline.yaml", 1);
-  auto s = stage_registry().find(cfg.type())->make_doc(cfg);
-  cfg.finish();
-  return s;
-}
-
 // Documents across the score range: clean, garbled and half-garbled.
 std::vector<Document> mixed_docs(size_t n) {
   std::vector<Document> docs;
@@ -183,7 +178,7 @@ TEST(Classifier, ThresholdModeKeepsScoresAtOrAboveTheThreshold) {
   std::vector<double> sorted = scores;
   std::sort(sorted.begin(), sorted.end());
   double t = std::round(sorted[sorted.size() / 2] * 1e4) / 1e4;
-  auto stage = make_stage(fmt::format(
+  auto stage = test_stage::make_stage(fmt::format(
       "type: classifier\nmodel: {}\nlabel: hq\nthreshold: {}\nscore_key: q", trained_model(), t));
   int kept = 0, removed = 0;
   Counters counts;
@@ -247,7 +242,7 @@ TEST(Classifier, ParetoModeIsDeterministicAndKeepsTheExpectedFraction) {
   NK_REQUIRE_ASSET(corpus().hq.size() >= 2500, "English fortunes (package fortunes)");
   std::string yaml =
       fmt::format("type: classifier\nmodel: {}\nmode: pareto\nseed: 7\n", trained_model());
-  auto stage = make_stage(yaml);
+  auto stage = test_stage::make_stage(yaml);
   std::vector<Document> docs = mixed_docs(3000);
   Counters counts;
   std::vector<char> serial(docs.size());
@@ -273,7 +268,7 @@ TEST(Classifier, ParetoModeIsDeterministicAndKeepsTheExpectedFraction) {
 
   // A new stage, four threads, each document visited in a different order:
   // the same decisions.
-  auto again = make_stage(yaml);
+  auto again = test_stage::make_stage(yaml);
   std::vector<char> parallel(docs.size(), 2);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
@@ -290,7 +285,7 @@ TEST(Classifier, ParetoModeIsDeterministicAndKeepsTheExpectedFraction) {
   EXPECT_TRUE(parallel == serial);
 
   // Another seed gives other draws.
-  auto other = make_stage(
+  auto other = test_stage::make_stage(
       fmt::format("type: classifier\nmodel: {}\nmode: pareto\nseed: 8\n", trained_model()));
   int differ = 0;
   for (size_t i = 0; i < docs.size(); ++i) {
@@ -303,25 +298,34 @@ TEST(Classifier, ParetoModeIsDeterministicAndKeepsTheExpectedFraction) {
 TEST(Classifier, StageConfigErrorsNameTheKey) {
   NK_REQUIRE_ASSET(corpus().hq.size() >= 2500, "English fortunes (package fortunes)");
   const std::string& m = trained_model();
-  std::string e = error_of([] { make_stage("type: classifier\nthreshold: 0.5\n"); });
+  std::string e = error_of([] { test_stage::make_stage("type: classifier\nthreshold: 0.5\n"); });
   EXPECT_TRUE(contains(e, "stage 1 (classifier): missing key 'model'")) << e;
-  e = error_of([&] { make_stage(fmt::format("type: classifier\nmodel: {}\nlabel: good\n", m)); });
+  e = error_of([&] {
+    test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\nlabel: good\n", m));
+  });
   EXPECT_TRUE(contains(e, "key 'label'")) << e;
   EXPECT_TRUE(contains(e, "no label 'good' (its labels: hq, lq)")) << e;
-  e = error_of([&] { make_stage(fmt::format("type: classifier\nmodel: {}\nmode: top\n", m)); });
-  EXPECT_TRUE(contains(e, "key 'mode': expected threshold or pareto, got 'top'")) << e;
-  e = error_of([&] { make_stage(fmt::format("type: classifier\nmodel: {}\nalpha: 2\n", m)); });
-  EXPECT_TRUE(contains(e, "key 'alpha': applies only to mode: pareto")) << e;
   e = error_of(
-      [&] { make_stage(fmt::format("type: classifier\nmodel: {}\nmode: pareto\nalpha: 0\n", m)); });
+      [&] { test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\nmode: top\n", m)); });
+  EXPECT_TRUE(contains(e, "key 'mode': expected threshold or pareto, got 'top'")) << e;
+  e = error_of(
+      [&] { test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\nalpha: 2\n", m)); });
+  EXPECT_TRUE(contains(e, "key 'alpha': applies only to mode: pareto")) << e;
+  e = error_of([&] {
+    test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\nmode: pareto\nalpha: 0\n", m));
+  });
   EXPECT_TRUE(contains(e, "key 'alpha': must be a positive number")) << e;
-  e = error_of([&] { make_stage(fmt::format("type: classifier\nmodel: {}\nthreshold: 2\n", m)); });
+  e = error_of([&] {
+    test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\nthreshold: 2\n", m));
+  });
   EXPECT_TRUE(contains(e, "key 'threshold': must be in [0, 1]")) << e;
 
   TempDir dir("nk_classifier");
   std::string bytes = read_file(m);
   write_file(dir / "cut.bin", bytes.substr(0, bytes.size() / 2));
-  e = error_of([&] { make_stage(fmt::format("type: classifier\nmodel: {}\n", dir / "cut.bin")); });
+  e = error_of([&] {
+    test_stage::make_stage(fmt::format("type: classifier\nmodel: {}\n", dir / "cut.bin"));
+  });
   EXPECT_TRUE(contains(e, "pipeline.yaml:2: stage 1 (classifier): key 'model': fastText model"))
       << e;
   EXPECT_TRUE(contains(e, "cut.bin': truncated")) << e;
@@ -398,7 +402,8 @@ TEST(Classifier, CommandLineTrainsFromZstdWithNumericLabels) {
   FastTextModel model(dir / "num.bin");
   EXPECT_GE(model.label_index("__label__1"), 0);
   EXPECT_GE(model.label_index("__label__0"), 0);
-  auto stage = make_stage(fmt::format("type: classifier\nmodel: {}\nlabel: 1\n", dir / "num.bin"));
+  auto stage = test_stage::make_stage(
+      fmt::format("type: classifier\nmodel: {}\nlabel: 1\n", dir / "num.bin"));
   Document d{"x", corpus().hq[5]};
   Counters c;
   EXPECT_TRUE(stage->apply(d, c).keep);

@@ -10,6 +10,8 @@
 #include "curate/stages.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -153,15 +155,8 @@ TEST(CleanBoilerplateLines, DropsShortLinesWithPhrases) {
   EXPECT_EQ(boiler("Header\n\nLog In\n\nBody"), "Header\n\nBody");
 }
 
-std::unique_ptr<DocStage> make_stage(const std::string& yaml) {
-  StageConfig c(YAML::Load(yaml), "pipeline.yaml", 1);
-  auto stage = stage_registry().find(c.type())->make_doc(c);
-  c.finish();
-  return stage;
-}
-
 TEST(CleanStage, AppliesEveryRuleAndCounts) {
-  auto s = make_stage("type: clean");
+  auto s = test_stage::make_stage("type: clean");
   Counters counts;
   Document d{"a",
              "  CafÃ©\x01 menu\r\n\r\n\r\n\r\nNa\xC3\xAF"
@@ -182,7 +177,7 @@ TEST(CleanStage, AppliesEveryRuleAndCounts) {
 }
 
 TEST(CleanStage, RulesCanBeSwitchedOffAndPhrasesReplaced) {
-  auto s = make_stage(
+  auto s = test_stage::make_stage(
       "type: clean\nnfc: false\nfix_mojibake: no\ncontrol_chars: false\nwhitespace: false\n"
       "repeated_lines: false\nboilerplate_phrases: [Buy Now]\nboilerplate_max_words: 3");
   Counters counts;
@@ -195,13 +190,13 @@ TEST(CleanStage, RulesCanBeSwitchedOffAndPhrasesReplaced) {
 }
 
 TEST(CleanStage, BadSettingsNameTheKey) {
-  std::string e = test::error_of([] { make_stage("type: clean\nnfc: maybe"); });
+  std::string e = test::error_of([] { test_stage::make_stage("type: clean\nnfc: maybe"); });
   EXPECT_TRUE(contains(e, "pipeline.yaml:2: stage 1 (clean): key 'nfc'")) << e;
-  e = test::error_of([] { make_stage("type: clean\nboilerplate_max_words: 0"); });
+  e = test::error_of([] { test_stage::make_stage("type: clean\nboilerplate_max_words: 0"); });
   EXPECT_TRUE(contains(e, "key 'boilerplate_max_words'")) << e;
-  e = test::error_of([] { make_stage("type: clean\nboilerplate_phrases: {a: 1}"); });
+  e = test::error_of([] { test_stage::make_stage("type: clean\nboilerplate_phrases: {a: 1}"); });
   EXPECT_TRUE(contains(e, "key 'boilerplate_phrases'")) << e;
-  e = test::error_of([] { make_stage("type: clean\nwhitespaces: true"); });
+  e = test::error_of([] { test_stage::make_stage("type: clean\nwhitespaces: true"); });
   EXPECT_TRUE(contains(e, "unknown key 'whitespaces'")) << e;
 }
 
@@ -210,7 +205,7 @@ TEST(CleanStage, IsFastOnBigDocuments) {
   while (big.size() < 8000000)
     big += "A line of ordinary  text, with   some spaces and caf\xC3\xA9 words " +
            std::to_string(big.size()) + ".\n\n";
-  auto s = make_stage("type: clean");
+  auto s = test_stage::make_stage("type: clean");
   Counters counts;
   Document d{"big", big};
   auto t0 = std::chrono::steady_clock::now();

@@ -9,6 +9,8 @@
 #include "curate/stages.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -21,13 +23,6 @@ using nk::test::write_file;
 const char* kSample =
     "The quick brown fox jumps over the lazy dog while the farmer watches from the old red "
     "barn door";
-
-std::unique_ptr<DocStage> make(const std::string& yaml) {
-  StageConfig c(YAML::Load(yaml), "pipeline.yaml", 2);
-  std::unique_ptr<DocStage> s = stage_registry().find(c.type())->make_doc(c);
-  c.finish();
-  return s;
-}
 
 struct Out {
   Verdict v;
@@ -59,7 +54,7 @@ class Decontam : public ::testing::Test {
 };
 
 TEST_F(Decontam, DropsOnA13GramIgnoringCaseAndPunctuation) {
-  auto s = make(yaml());
+  auto s = test_stage::make_stage(yaml(), 2);
   Out o = run(*s,
               "Intro. THE QUICK, brown fox -- jumps over the \"lazy\" dog; while the farmer "
               "watches. Then something else.");
@@ -77,13 +72,13 @@ TEST_F(Decontam, DropsOnA13GramIgnoringCaseAndPunctuation) {
 }
 
 TEST_F(Decontam, ShortSamplesAreOneNgramOfTheirOwnLength) {
-  auto s = make(yaml());
+  auto s = test_stage::make_stage(yaml(), 2);
   Out o = run(*s, "We read: short five-word sample, here! And more.");
   EXPECT_FALSE(o.v.keep);
   EXPECT_TRUE(contains(o.v.reason, "5-gram of " + bench_ + ":3:")) << o.v.reason;
   EXPECT_TRUE(run(*s, "a short five word sample there").v.keep);
   // n: 5 makes every 5-gram of the long sample count.
-  auto five = make(yaml(", n: 5"));
+  auto five = test_stage::make_stage(yaml(", n: 5"), 2);
   EXPECT_FALSE(run(*five, "see the old red barn door").v.keep);
   EXPECT_TRUE(run(*five, "see the old red barn").v.keep);
 }
@@ -91,13 +86,14 @@ TEST_F(Decontam, ShortSamplesAreOneNgramOfTheirOwnLength) {
 TEST_F(Decontam, PlainTextBenchmarksAndTextKey) {
   std::string txt = dir_ / "bench.txt";
   write_file(txt, "first sample line with several words in it\n\nsecond one is also here\n");
-  auto s = make("{type: decontaminate, n: 4, benchmarks: [" + txt + "]}");
+  auto s = test_stage::make_stage("{type: decontaminate, n: 4, benchmarks: [" + txt + "]}", 2);
   Out o = run(*s, "... SECOND one is also ...");
   EXPECT_FALSE(o.v.keep);
   EXPECT_TRUE(contains(o.v.reason, txt + ":3:")) << o.v.reason;
   std::string q = dir_ / "q.jsonl";
   write_file(q, "{\"question\": \"what is the capital city of france\"}\n");
-  auto k = make("{type: decontaminate, n: 4, text_key: question, benchmarks: [" + q + "]}");
+  auto k = test_stage::make_stage(
+      "{type: decontaminate, n: 4, text_key: question, benchmarks: [" + q + "]}", 2);
   EXPECT_FALSE(run(*k, "So, what is the capital?").v.keep);
 }
 
@@ -109,7 +105,7 @@ std::string sentences(const std::string& tag, int n) {
 }
 
 TEST_F(Decontam, CutRemovesTheMatchWithContextToSentenceEnds) {
-  auto s = make(yaml(", mode: cut"));
+  auto s = test_stage::make_stage(yaml(", mode: cut"), 2);
   std::string before = sentences("opening", 20), after = sentences("closing", 20);
   std::string doc = before + "Here " + kSample + " stands. " + after;
   Out o = run(*s, doc);
@@ -137,19 +133,19 @@ TEST_F(Decontam, CutRemovesTheMatchWithContextToSentenceEnds) {
   EXPECT_TRUE(after.ends_with(head.text + " "));
 
   // Pieces shorter than min_document_length go; none left removes the document.
-  auto strict = make(yaml(", mode: cut, min_document_length: 2000"));
+  auto strict = test_stage::make_stage(yaml(", mode: cut, min_document_length: 2000"), 2);
   Out gone = run(*strict, doc);
   EXPECT_FALSE(gone.v.keep);
   EXPECT_TRUE(contains(gone.v.reason, "nothing long enough left")) << gone.v.reason;
   EXPECT_EQ(gone.text, doc);
-  auto one = make(yaml(", mode: cut, max_splits: 1"));
+  auto one = test_stage::make_stage(yaml(", mode: cut, max_splits: 1"), 2);
   Out split = run(*one, doc);
   EXPECT_FALSE(split.v.keep);
   EXPECT_TRUE(contains(split.v.reason, "2 pieces > max_splits 1")) << split.v.reason;
 }
 
 TEST_F(Decontam, CutMergesNearbyMatches) {
-  auto s = make(yaml(", mode: cut"));
+  auto s = test_stage::make_stage(yaml(", mode: cut"), 2);
   std::string before = sentences("opening", 20), after = sentences("closing", 20);
   std::string doc = before + kSample + ". Between. " + kSample + ". " + after;
   Out o = run(*s, doc);
@@ -160,27 +156,35 @@ TEST_F(Decontam, CutMergesNearbyMatches) {
 
 TEST_F(Decontam, BadBenchmarkFilesNameFileAndLine) {
   std::string missing = dir_ / "nope.jsonl";
-  std::string e = error_of([&] { make("{type: decontaminate, benchmarks: [" + missing + "]}"); });
+  std::string e = error_of(
+      [&] { test_stage::make_stage("{type: decontaminate, benchmarks: [" + missing + "]}", 2); });
   EXPECT_TRUE(contains(e, "key 'benchmarks'") && contains(e, missing) &&
               contains(e, "does not exist"))
       << e;
   std::string bad = dir_ / "bad.jsonl";
   write_file(bad, "{\"text\": \"fine\"}\n{\"text\": \"fine too\"}\n{\"text\": broken\n");
-  e = error_of([&] { make("{type: decontaminate, benchmarks: [" + bad + "]}"); });
+  e = error_of(
+      [&] { test_stage::make_stage("{type: decontaminate, benchmarks: [" + bad + "]}", 2); });
   EXPECT_TRUE(contains(e, bad + ":3: malformed JSON")) << e;
   write_file(bad, "{\"question\": \"no text here\"}\n");
-  e = error_of([&] { make("{type: decontaminate, benchmarks: [" + bad + "]}"); });
+  e = error_of(
+      [&] { test_stage::make_stage("{type: decontaminate, benchmarks: [" + bad + "]}", 2); });
   EXPECT_TRUE(contains(e, bad + ":1: no string field 'text'")) << e;
   write_file(bad, "\n\n");
-  e = error_of([&] { make("{type: decontaminate, benchmarks: [" + bad + "]}"); });
+  e = error_of(
+      [&] { test_stage::make_stage("{type: decontaminate, benchmarks: [" + bad + "]}", 2); });
   EXPECT_TRUE(contains(e, "has no samples")) << e;
-  e = error_of([&] { make("{type: decontaminate, benchmarks: [" + dir_.path().string() + "]}"); });
+  e = error_of([&] {
+    test_stage::make_stage("{type: decontaminate, benchmarks: [" + dir_.path().string() + "]}", 2);
+  });
   EXPECT_TRUE(contains(e, "is not a file")) << e;
-  e = error_of([&] { make("type: decontaminate\nbenchmarks: [" + bench_ + "]\nmode: erase\n"); });
+  e = error_of([&] {
+    test_stage::make_stage("type: decontaminate\nbenchmarks: [" + bench_ + "]\nmode: erase\n", 2);
+  });
   EXPECT_TRUE(contains(e, "pipeline.yaml:3: stage 2 (decontaminate): key 'mode'") &&
               contains(e, "'erase'"))
       << e;
-  e = error_of([&] { make("{type: decontaminate}"); });
+  e = error_of([&] { test_stage::make_stage("{type: decontaminate}", 2); });
   EXPECT_TRUE(contains(e, "key 'benchmarks'")) << e;
 }
 

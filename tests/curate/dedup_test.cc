@@ -17,6 +17,8 @@
 
 #include "gcide_docs.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -27,15 +29,6 @@ using nk::test::TempDir;
 using test_docs::edit_words;
 using test_docs::gcide_docs;
 
-std::unique_ptr<GlobalStage> make_stage(const std::string& yaml) {
-  StageConfig c(YAML::Load(yaml), "pipeline.yaml", 1);
-  const StageFactory* f = stage_registry().find(c.type());
-  EXPECT_TRUE(f && f->make_global) << c.type();
-  auto s = f->make_global(c);
-  c.finish();
-  return s;
-}
-
 std::vector<Document> as_docs(const std::vector<std::string>& texts) {
   std::vector<Document> docs;
   for (size_t i = 0; i < texts.size(); ++i) docs.push_back({fmt::format("d{}", i), texts[i]});
@@ -45,7 +38,7 @@ std::vector<Document> as_docs(const std::vector<std::string>& texts) {
 std::vector<Removal> run_stage(const std::string& yaml, const std::vector<Document>& docs,
                                Counters* counts = nullptr, size_t batch = 97) {
   TempDir tmp("nk_dedup");
-  auto stage = make_stage(yaml);
+  auto stage = test_stage::make_global_stage(yaml);
   stage->begin(tmp.path().string());
   for (size_t at = 0; at < docs.size(); at += batch) {
     std::vector<Document> b(docs.begin() + long(at),
@@ -333,7 +326,9 @@ TEST(DedupExact, SpillingAndThreadsGiveTheSameResult) {
 }
 
 TEST(DedupConfig, BadValuesNameTheKey) {
-  auto err = [](const std::string& yaml) { return error_of([&] { make_stage(yaml); }); };
+  auto err = [](const std::string& yaml) {
+    return error_of([&] { test_stage::make_global_stage(yaml); });
+  };
   std::string e = err("type: fuzzy_dedup\nnum_bands: 0\n");
   EXPECT_TRUE(contains(e, "pipeline.yaml:2") && contains(e, "num_bands") && contains(e, "1.."))
       << e;

@@ -17,6 +17,8 @@
 #include "curate/words.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -275,17 +277,8 @@ TEST(ExtractLatex, PathologicalInputsStayLinear) {
 // ---------------------------------------------------------------------------
 // The stages.
 
-std::unique_ptr<DocStage> make_stage(const std::string& yaml) {
-  StageConfig c(YAML::Load(yaml), "pipeline.yaml", 1);
-  const StageFactory* f = stage_registry().find(c.type());
-  EXPECT_NE(f, nullptr);
-  auto stage = f->make_doc(c);
-  c.finish();
-  return stage;
-}
-
 TEST(ExtractStages, HtmlToTextFollowsTheFormat) {
-  auto s = make_stage("type: html_to_text");
+  auto s = test_stage::make_stage("type: html_to_text");
   Counters counts;
   Document d{"a", "<p>Hi <b>there</b></p>"};
   EXPECT_TRUE(s->apply(d, counts).keep);
@@ -304,7 +297,7 @@ TEST(ExtractStages, HtmlToTextFollowsTheFormat) {
   EXPECT_EQ(v.reason, "no text extracted from HTML");
   EXPECT_EQ(counts["extracted"], 3);
 
-  auto min = make_stage("type: html_to_text\nmin_chars: 5");
+  auto min = test_stage::make_stage("type: html_to_text\nmin_chars: 5");
   Document shortdoc{"e", "<p>abcd</p>"}, ok{"f", "<p>abcde</p>"};
   v = min->apply(shortdoc, counts);
   EXPECT_FALSE(v.keep);
@@ -313,7 +306,7 @@ TEST(ExtractStages, HtmlToTextFollowsTheFormat) {
 }
 
 TEST(ExtractStages, LatexToTextFollowsTheFormat) {
-  auto s = make_stage("type: latex_to_text");
+  auto s = test_stage::make_stage("type: latex_to_text");
   Counters counts;
   Document d{"a", "\\section{T}Body"};
   EXPECT_TRUE(s->apply(d, counts).keep);
@@ -329,11 +322,12 @@ TEST(ExtractStages, LatexToTextFollowsTheFormat) {
 }
 
 TEST(ExtractStages, BadSettingsNameTheKey) {
-  std::string e = test::error_of([] { make_stage("type: html_to_text\nmax_link_density: 2"); });
+  std::string e =
+      test::error_of([] { test_stage::make_stage("type: html_to_text\nmax_link_density: 2"); });
   EXPECT_TRUE(contains(e, "pipeline.yaml:2: stage 1 (html_to_text): key 'max_link_density'")) << e;
-  e = test::error_of([] { make_stage("type: latex_to_text\nmin_chars: 0"); });
+  e = test::error_of([] { test_stage::make_stage("type: latex_to_text\nmin_chars: 0"); });
   EXPECT_TRUE(contains(e, "key 'min_chars': must be at least 1")) << e;
-  e = test::error_of([] { make_stage("type: html_to_text\nmin_char: 3"); });
+  e = test::error_of([] { test_stage::make_stage("type: html_to_text\nmin_char: 3"); });
   EXPECT_TRUE(contains(e, "unknown key 'min_char'")) << e;
 }
 

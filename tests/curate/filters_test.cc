@@ -10,20 +10,13 @@
 #include "curate/words.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
 using nk::test::contains;
 using nk::test::error_of;
-
-std::unique_ptr<DocStage> make(const std::string& yaml) {
-  StageConfig c(YAML::Load(yaml), "pipeline.yaml", 1);
-  const StageFactory* f = stage_registry().find(c.type());
-  if (!f) throw Error("no stage type " + c.type());
-  std::unique_ptr<DocStage> s = f->make_doc(c);
-  c.finish();
-  return s;
-}
 
 struct Out {
   Verdict v;
@@ -75,12 +68,12 @@ std::string prose(int k) {
 // ---- Gopher quality -------------------------------------------------------------
 
 TEST(FilterWordCount, ThresholdsAreInclusive) {
-  auto s = make("type: word_count");
+  auto s = test_stage::make_stage("type: word_count");
   EXPECT_EQ(reason(*s, words(49)), "word_count 49 < 50");
   EXPECT_TRUE(kept(*s, words(50)));
   EXPECT_TRUE(kept(*s, words(100000, 3)));
   EXPECT_EQ(reason(*s, words(100001, 3)), "word_count 100001 > 100000");
-  auto t = make("{type: word_count, min_words: 3, max_words: 5}");
+  auto t = test_stage::make_stage("{type: word_count, min_words: 3, max_words: 5}");
   EXPECT_FALSE(kept(*t, "one, two!"));
   EXPECT_TRUE(kept(*t, "one, two! three..."));  // punctuation is never a word
   EXPECT_TRUE(kept(*t, "a b c d e"));
@@ -88,7 +81,7 @@ TEST(FilterWordCount, ThresholdsAreInclusive) {
 }
 
 TEST(FilterWordCount, ChineseJapaneseThaiCountDictionaryWords) {
-  auto s = make("type: word_count");
+  auto s = test_stage::make_stage("type: word_count");
   for (std::string sentence :
        {std::string("我们今天去北京大学看书。"), std::string("私は東京に住んでいます。"),
         std::string("ภาษาไทยเขียนติดกันโดยไม่เว้นวรรค ")}) {
@@ -106,7 +99,7 @@ TEST(FilterWordCount, ChineseJapaneseThaiCountDictionaryWords) {
 }
 
 TEST(FilterMeanWordLength, BoundsInCodePoints) {
-  auto s = make("type: mean_word_length");
+  auto s = test_stage::make_stage("type: mean_word_length");
   EXPECT_TRUE(kept(*s, words(10, 3)));  // mean 3
   EXPECT_EQ(reason(*s, words(10, 3) + " ab"), "mean_word_length 2.909 < 3");
   EXPECT_TRUE(kept(*s, words(10, 10)));  // mean 10
@@ -119,7 +112,7 @@ TEST(FilterMeanWordLength, BoundsInCodePoints) {
 }
 
 TEST(FilterMeanWordLength, UnspacedScriptsAreLeftOutByDefault) {
-  auto s = make("type: mean_word_length");
+  auto s = test_stage::make_stage("type: mean_word_length");
   std::string zh = "我们今天去北京大学看书。他们明天来上海。";
   Out o = run(*s, zh);
   EXPECT_TRUE(o.v.keep);
@@ -128,13 +121,13 @@ TEST(FilterMeanWordLength, UnspacedScriptsAreLeftOutByDefault) {
   EXPECT_TRUE(kept(*s, "私は東京に住んでいます。"));
   // Mixed text: only the spaced words are measured ("ab" -> 2 < 3).
   EXPECT_EQ(reason(*s, "我们今天去北京 ab ab"), "mean_word_length 2 < 3");
-  auto all = make("{type: mean_word_length, count_unspaced_scripts: true}");
+  auto all = test_stage::make_stage("{type: mean_word_length, count_unspaced_scripts: true}");
   std::string r = reason(*all, zh);
   EXPECT_TRUE(contains(r, "mean_word_length ") && contains(r, " < 3")) << r;
 }
 
 TEST(FilterSymbolWordRatio, HashesAndEllipsesPerWord) {
-  auto s = make("type: symbol_word_ratio");
+  auto s = test_stage::make_stage("type: symbol_word_ratio");
   std::string base = words(50);
   EXPECT_TRUE(kept(*s, base + " #####"));  // 5 / 50 = 0.1
   EXPECT_EQ(reason(*s, base + " ######"), "hash_word_ratio 0.12 > 0.1");
@@ -143,7 +136,7 @@ TEST(FilterSymbolWordRatio, HashesAndEllipsesPerWord) {
 }
 
 TEST(FilterBulletLines, FractionOfNonBlankLines) {
-  auto s = make("type: bullet_lines");
+  auto s = test_stage::make_stage("type: bullet_lines");
   std::vector<std::string> lines(9, "• item here");
   lines.push_back("A plain line.");
   EXPECT_TRUE(kept(*s, join(lines, "\n\n")));  // 9 / 10, blank lines not counted
@@ -152,7 +145,7 @@ TEST(FilterBulletLines, FractionOfNonBlankLines) {
 }
 
 TEST(FilterEllipsisLines, FractionEndingInEllipsis) {
-  auto s = make("type: ellipsis_lines");
+  auto s = test_stage::make_stage("type: ellipsis_lines");
   std::vector<std::string> lines;
   for (int i = 0; i < 10; ++i) lines.push_back(prose(i));
   for (int i = 0; i < 3; ++i) lines[size_t(i)] += i == 0 ? " and so on…" : " and so on...  ";
@@ -162,7 +155,7 @@ TEST(FilterEllipsisLines, FractionEndingInEllipsis) {
 }
 
 TEST(FilterAlphaWords, FractionOfWordsWithALetter) {
-  auto s = make("type: alpha_words");
+  auto s = test_stage::make_stage("type: alpha_words");
   EXPECT_TRUE(kept(*s, "one two three four five six seven eight 9 10"));
   EXPECT_EQ(reason(*s, "one two three four five six seven 8 9 10"), "alpha_words 0.7 < 0.8");
   EXPECT_TRUE(kept(*s, "我们今天去北京大学看书"));  // Han characters are letters
@@ -170,7 +163,7 @@ TEST(FilterAlphaWords, FractionOfWordsWithALetter) {
 }
 
 TEST(FilterStopWords, PerLanguageListsAndOverride) {
-  auto s = make("type: stop_words");
+  auto s = test_stage::make_stage("type: stop_words");
   EXPECT_TRUE(kept(*s, "The cat and dog"));  // case-insensitive: the, and
   EXPECT_EQ(reason(*s, "The cat, a dog"), "stop_words 1 < 2 (en)");
   EXPECT_TRUE(kept(*s, "Der Hund und die Katze", "de"));
@@ -183,7 +176,8 @@ TEST(FilterStopWords, PerLanguageListsAndOverride) {
   Out o = run(*s, "Koira ja kissa", "fi");  // no Finnish list: passes, counted
   EXPECT_TRUE(o.v.keep);
   EXPECT_EQ(o.counts["stop_words_no_list"], 1);
-  auto own = make("{type: stop_words, stop_words: [Koira, kissa], min_stop_words: 2}");
+  auto own =
+      test_stage::make_stage("{type: stop_words, stop_words: [Koira, kissa], min_stop_words: 2}");
   EXPECT_TRUE(kept(*own, "koira ja KISSA", "fi"));
   EXPECT_FALSE(kept(*own, "The cat and the dog", "en"));
 }
@@ -191,7 +185,7 @@ TEST(FilterStopWords, PerLanguageListsAndOverride) {
 // ---- Gopher repetition ----------------------------------------------------------
 
 TEST(FilterDuplicateLines, LineFractionAndCharFraction) {
-  auto s = make("{type: duplicate_lines, dup_line_char_frac: 1}");
+  auto s = test_stage::make_stage("{type: duplicate_lines, dup_line_char_frac: 1}");
   std::vector<std::string> lines;
   for (int i = 0; i < 7; ++i) lines.push_back(prose(i));
   for (int i = 0; i < 3; ++i) lines.push_back(prose(0));
@@ -202,7 +196,7 @@ TEST(FilterDuplicateLines, LineFractionAndCharFraction) {
 }
 
 TEST(FilterDuplicateLines, CharFractionBoundary) {
-  auto c = make("{type: duplicate_lines, dup_line_frac: 1}");
+  auto c = test_stage::make_stage("{type: duplicate_lines, dup_line_frac: 1}");
   std::string rep(20, 'x');
   // 20 duplicate chars out of 100 code points: exactly 0.2, kept.
   EXPECT_TRUE(kept(*c, rep + "\n" + rep + "\n" + std::string(58, 'y')));
@@ -212,21 +206,21 @@ TEST(FilterDuplicateLines, CharFractionBoundary) {
 }
 
 TEST(FilterDuplicateParagraphs, ParagraphsSplitAtBlankLines) {
-  auto s = make("{type: duplicate_paragraphs, dup_para_char_frac: 1}");
+  auto s = test_stage::make_stage("{type: duplicate_paragraphs, dup_para_char_frac: 1}");
   std::vector<std::string> paras;
   for (int i = 0; i < 7; ++i) paras.push_back(prose(i) + "\n" + prose(100 + i));
   for (int i = 0; i < 3; ++i) paras.push_back(paras[0]);
   EXPECT_TRUE(kept(*s, join(paras, "\n\n")));  // 0.3
   paras.push_back(paras[1]);
   EXPECT_EQ(reason(*s, join(paras, "\n \n")), "duplicate_paragraphs 0.3636 > 0.3");
-  auto c = make("{type: duplicate_paragraphs, dup_para_frac: 1}");
+  auto c = test_stage::make_stage("{type: duplicate_paragraphs, dup_para_frac: 1}");
   std::string p(20, 'x');
   EXPECT_TRUE(kept(*c, p + "\n\n" + p + "\n\n" + std::string(56, 'y')));   // 20/100
   EXPECT_FALSE(kept(*c, p + "\n\n" + p + "\n\n" + std::string(55, 'y')));  // 20/99
 }
 
 TEST(FilterTopNgrams, MostFrequentNgramCharFraction) {
-  auto s = make("type: top_ngrams");
+  auto s = test_stage::make_stage("type: top_ngrams");
   // "ab cd" occurs twice; its occurrences cover "ab cd ab cd" = 11 chars.
   std::string head = "ab cd ab cd";
   std::string filler;
@@ -241,7 +235,7 @@ TEST(FilterTopNgrams, MostFrequentNgramCharFraction) {
 }
 
 TEST(FilterDuplicateNgrams, CharsInRepeatedNgrams) {
-  auto s = make("type: duplicate_ngrams");
+  auto s = test_stage::make_stage("type: duplicate_ngrams");
   // The second "a b c d e" repeats the first 5-gram: 9 chars.
   std::string head = "a b c d e a b c d e";  // 19 chars
   std::string filler;
@@ -249,7 +243,7 @@ TEST(FilterDuplicateNgrams, CharsInRepeatedNgrams) {
   EXPECT_EQ(reason(*s, head + filler), "duplicate_5gram_chars 0.1525 > 0.15");  // 9 / 59
   EXPECT_TRUE(kept(*s, head + filler + "z"));                                   // 9 / 60
   // Overriding the limits: {5: 0.2} keeps it.
-  auto t = make("{type: duplicate_ngrams, dup_n_grams: {5: 0.2}}");
+  auto t = test_stage::make_stage("{type: duplicate_ngrams, dup_n_grams: {5: 0.2}}");
   EXPECT_TRUE(kept(*t, head + filler));
   // 10-grams of a long repeated passage.
   std::string para = join({prose(1), prose(2), prose(3)}, " ");
@@ -259,19 +253,19 @@ TEST(FilterDuplicateNgrams, CharsInRepeatedNgrams) {
 // ---- FineWeb --------------------------------------------------------------------
 
 TEST(FilterFineWeb, TerminalPunctuationRatio) {
-  auto s = make("type: terminal_punctuation");
+  auto s = test_stage::make_stage("type: terminal_punctuation");
   std::vector<std::string> lines(25, "a line without an end");
   for (int i = 0; i < 3; ++i) lines[size_t(i)] += ".";
   EXPECT_EQ(reason(*s, join(lines)), "terminal_punctuation_lines 0.12 <= 0.12");
   lines[3] += "?";
   EXPECT_TRUE(kept(*s, join(lines)));  // 0.16
   EXPECT_TRUE(kept(*s, "他们明天来上海。\n我们今天去北京。"));
-  auto z = make("{type: terminal_punctuation, line_punct_exclude_zero: true}");
+  auto z = test_stage::make_stage("{type: terminal_punctuation, line_punct_exclude_zero: true}");
   EXPECT_TRUE(kept(*z, "no punctuation here\nnor here"));
 }
 
 TEST(FilterFineWeb, ShortLineRatio) {
-  auto s = make("type: short_lines");
+  auto s = test_stage::make_stage("type: short_lines");
   std::string long_line(31, 'x');
   std::vector<std::string> lines;
   for (int i = 0; i < 67; ++i) lines.push_back(std::string(30, 'y'));
@@ -286,34 +280,34 @@ TEST(FilterFineWeb, ShortLineRatio) {
 }
 
 TEST(FilterFineWeb, CharDuplicatesAndNewLineRatio) {
-  auto s = make("type: char_duplicates");
+  auto s = test_stage::make_stage("type: char_duplicates");
   std::string rep = "dup";
   // 3 duplicate chars out of 300 non-newline code points: exactly 0.01, removed (>=).
   std::string rest(294, 'z');
   EXPECT_EQ(reason(*s, rep + "\n" + rep + "\n" + rest), "char_duplicates 0.01 >= 0.01");
   EXPECT_TRUE(kept(*s, rep + "\n" + rep + "\n" + rest + "z"));
   EXPECT_TRUE(kept(*s, "one\n\n\n\ntwo\n \nthree"));  // blank lines are not duplicates
-  auto n = make("type: new_line_ratio");
+  auto n = test_stage::make_stage("type: new_line_ratio");
   EXPECT_TRUE(kept(*n, "a b\nc d\ne f\ng h i j"));  // 3 / 10
   EXPECT_EQ(reason(*n, "a b\nc d\ne f\ng h\ni j"), "new_line_ratio 0.4 > 0.3");
 }
 
 TEST(FilterFineWeb, BundleRunsAllFourRules) {
-  auto s = make("type: fineweb");
+  auto s = test_stage::make_stage("type: fineweb");
   std::vector<std::string> lines;
   for (int i = 0; i < 10; ++i) lines.push_back(prose(i));
   EXPECT_TRUE(kept(*s, join(lines)));
   lines.push_back(prose(3));
   EXPECT_TRUE(contains(reason(*s, join(lines)), "char_duplicates"));
   EXPECT_TRUE(contains(reason(*s, "Short.\nLines.\nOnly."), "short_lines"));
-  auto loose = make("{type: fineweb, char_duplicates_ratio: 1}");
+  auto loose = test_stage::make_stage("{type: fineweb, char_duplicates_ratio: 1}");
   EXPECT_TRUE(kept(*loose, join(lines)));
 }
 
 // ---- C4 -------------------------------------------------------------------------
 
 TEST(FilterC4, LineCleaningRewritesTheText) {
-  auto s = make("type: c4");
+  auto s = test_stage::make_stage("type: c4");
   std::string doc = join({
       "Menu",                                                 // no punctuation
       "The first sentence is here. The second one follows.",  // 2 sentences
@@ -336,7 +330,7 @@ TEST(FilterC4, LineCleaningRewritesTheText) {
 }
 
 TEST(FilterC4, DocumentRules) {
-  auto s = make("type: c4");
+  auto s = test_stage::make_stage("type: c4");
   std::string good =
       "One sentence here. Two sentences here. Three sentences here. "
       "Four sentences here. Five sentences here.";
@@ -351,7 +345,7 @@ TEST(FilterC4, DocumentRules) {
   Out o = run(*s, "   \n\t\n");
   EXPECT_FALSE(o.v.keep);
   EXPECT_EQ(o.text, "   \n\t\n");  // a removed document keeps its text
-  auto three = make("{type: c4, min_num_sentences: 3, min_words_per_line: 5}");
+  auto three = test_stage::make_stage("{type: c4, min_num_sentences: 3, min_words_per_line: 5}");
   EXPECT_TRUE(kept(*three,
                    "One sentence is right here. Two sentences are right here. "
                    "Three sentences are right here."));
@@ -361,7 +355,7 @@ TEST(FilterC4, DocumentRules) {
 // ---- NeMo Curator rules ---------------------------------------------------------
 
 TEST(FilterUrlRatio, CharsInsideUrls) {
-  auto s = make("type: url_ratio");
+  auto s = test_stage::make_stage("type: url_ratio");
   std::string url = "https://example.com/a";  // 21 chars
   // 21 / 105 = 0.2 exactly: kept; 21 / 104: removed.
   EXPECT_TRUE(kept(*s, url + " " + std::string(83, 'x')));
@@ -372,7 +366,7 @@ TEST(FilterUrlRatio, CharsInsideUrls) {
 }
 
 TEST(FilterNonAlphaNumeric, RatioOfOtherCharacters) {
-  auto s = make("type: non_alphanumeric");
+  auto s = test_stage::make_stage("type: non_alphanumeric");
   // 3 spaces + 1 '-' = 4 of 16 = 0.25: kept ('.' counts as alphanumeric, as in NeMo).
   EXPECT_TRUE(kept(*s, "abc def ghi- jk."));
   EXPECT_EQ(reason(*s, "abc def gh-- jk."), "non_alphanumeric 0.3125 > 0.25");  // 5 / 16
@@ -381,8 +375,9 @@ TEST(FilterNonAlphaNumeric, RatioOfOtherCharacters) {
 }
 
 TEST(FilterBoilerplate, ParagraphShareTopAndBottom) {
-  auto s = make("type: boilerplate_strings");
-  auto mid = make("{type: boilerplate_strings, remove_if_at_top_or_bottom: false}");
+  auto s = test_stage::make_stage("type: boilerplate_strings");
+  auto mid =
+      test_stage::make_stage("{type: boilerplate_strings, remove_if_at_top_or_bottom: false}");
   std::vector<std::string> p = {prose(1), "See our privacy policy.", prose(2),
                                 "We use cookies here.", prose(3)};
   EXPECT_TRUE(kept(*s, join(p, "\n\n")));  // 2 / 5 = 0.4, none at the ends
@@ -425,8 +420,8 @@ std::string english_article(int paragraphs) {
 }
 
 TEST(FilterBundles, GopherQualityAndRepetition) {
-  auto q = make("type: gopher_quality");
-  auto r = make("type: gopher_repetition");
+  auto q = test_stage::make_stage("type: gopher_quality");
+  auto r = test_stage::make_stage("type: gopher_repetition");
   std::string art = kArticle;
   EXPECT_TRUE(kept(*q, art)) << reason(*q, art);
   EXPECT_TRUE(kept(*r, art)) << reason(*r, art);
@@ -434,7 +429,7 @@ TEST(FilterBundles, GopherQualityAndRepetition) {
   std::string rep = english_article(1) + "\n\n" + english_article(1);
   EXPECT_TRUE(contains(reason(*r, rep), "duplicate_paragraph")) << reason(*r, rep);
   // Keys of the single-rule stages work in the bundle.
-  auto loose = make("{type: gopher_quality, min_words: 3}");
+  auto loose = test_stage::make_stage("{type: gopher_quality, min_words: 3}");
   EXPECT_TRUE(contains(reason(*loose, "Too short to keep."), "stop_words 1 < 2"));
 }
 
@@ -450,7 +445,7 @@ StageRegistry filter_group(bool with_pii) {
 TEST(FilterBadInput, EmptyAndWhitespaceDocumentsAreRemovedWithAReason) {
   const StageRegistry group = filter_group(false);
   for (const StageFactory& f : group.all()) {
-    auto s = make("type: " + f.type);
+    auto s = test_stage::make_stage("type: " + f.type);
     for (std::string text : {std::string(""), std::string(" \n\t\r\n  ")}) {
       Out o = run(*s, text);
       EXPECT_FALSE(o.v.keep) << f.type;
@@ -470,7 +465,8 @@ TEST(FilterBadInput, MegabytesInOneDocumentInLinearTime) {
   // measured ones).
   const StageRegistry group = filter_group(true);
   for (const StageFactory& f : group.all()) {
-    auto s = make("{type: " + f.type + (f.type == "word_count" ? ", max_words: 10000000}" : "}"));
+    auto s = test_stage::make_stage("{type: " + f.type +
+                                    (f.type == "word_count" ? ", max_words: 10000000}" : "}"));
     auto t0 = std::chrono::steady_clock::now();
     Out o = run(*s, big);
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -481,16 +477,16 @@ TEST(FilterBadInput, MegabytesInOneDocumentInLinearTime) {
 }
 
 TEST(FilterYaml, BadValuesNameTheKey) {
-  std::string e = error_of([] { make("type: word_count\nmin_words: many\n"); });
+  std::string e = error_of([] { test_stage::make_stage("type: word_count\nmin_words: many\n"); });
   EXPECT_TRUE(contains(e, "pipeline.yaml:2: stage 1 (word_count): key 'min_words'")) << e;
   EXPECT_TRUE(contains(e, "'many'")) << e;
-  e = error_of([] { make("{type: bullet_lines, max_bullet_lines_ratio: 1.5}"); });
+  e = error_of([] { test_stage::make_stage("{type: bullet_lines, max_bullet_lines_ratio: 1.5}"); });
   EXPECT_TRUE(contains(e, "key 'max_bullet_lines_ratio'") && contains(e, "[0, 1]")) << e;
-  e = error_of([] { make("{type: top_ngrams, top_n_grams: {two: 0.2}}"); });
+  e = error_of([] { test_stage::make_stage("{type: top_ngrams, top_n_grams: {two: 0.2}}"); });
   EXPECT_TRUE(contains(e, "key 'top_n_grams'") && contains(e, "'two'")) << e;
-  e = error_of([] { make("{type: gopher_quality, min_word: 3}"); });
+  e = error_of([] { test_stage::make_stage("{type: gopher_quality, min_word: 3}"); });
   EXPECT_TRUE(contains(e, "unknown key 'min_word'") && contains(e, "min_words")) << e;
-  e = error_of([] { make("{type: word_count, min_words: 10, max_words: 5}"); });
+  e = error_of([] { test_stage::make_stage("{type: word_count, min_words: 10, max_words: 5}"); });
   EXPECT_TRUE(contains(e, "key 'max_words'")) << e;
 }
 

