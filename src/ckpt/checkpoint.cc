@@ -30,9 +30,8 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kTmpPrefix = ".tmp.";              // a save in progress (or killed)
-constexpr const char* kTrashPrefix = ".trash.";          // a checkpoint being removed
-constexpr const char* kLatestTmpPrefix = "latest.tmp.";  // write_file_atomic's temporary
+constexpr const char* kTmpPrefix = ".tmp.";      // a save in progress (or killed)
+constexpr const char* kTrashPrefix = ".trash.";  // a checkpoint being removed
 
 void fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -105,7 +104,7 @@ void remove_stale_temporaries(const std::string& root) {
   for (const auto& e : fs::directory_iterator(root, ec)) {
     std::string name = e.path().filename().string();
     if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix) ||
-        starts_with(name, kLatestTmpPrefix)) {
+        is_temporary_name(name)) {  // of `latest`, written by write_file_atomic
       std::error_code ec2;
       fs::remove_all(e.path(), ec2);
     }

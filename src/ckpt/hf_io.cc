@@ -404,7 +404,7 @@ class StagedDir {
         fail("output '{}' already exists and is not empty (--overwrite replaces it)",
              final_.string());
     }
-    tmp_ = final_.string() + ".tmp." + std::to_string(::getpid());
+    tmp_ = temporary_path(final_.string());
     fs::remove_all(tmp_, ec);
     if (!fs::create_directories(tmp_, ec) && ec)
       fail("cannot create '{}': {}", tmp_.string(), ec.message());

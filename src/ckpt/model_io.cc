@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ckpt/safetensors.h"
+#include "core/atomic_file.h"
 #include "core/json.h"
 
 namespace nk {
@@ -65,7 +66,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
 
 void save_model(const std::string& dir, Transformer& model) {
   fs::path final_dir = fs::path(dir);
-  fs::path tmp = final_dir.string() + ".tmp." + std::to_string(getpid());
+  fs::path tmp = temporary_path(final_dir.string());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directories(tmp, ec) && ec)

@@ -14,7 +14,7 @@
 namespace nk {
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path)
-    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+    : path_(path), tmp_(temporary_path(path)) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot write '{}': {}", path_, std::strerror(errno));
 }
@@ -84,6 +84,17 @@ void AtomicFileWriter::commit() {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::string temporary_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+bool is_temporary_name(const std::string& filename) {
+  size_t at = filename.rfind(".tmp.");
+  if (at == std::string::npos || at + 5 == filename.size()) return false;
+  return std::all_of(filename.begin() + long(at + 5), filename.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {

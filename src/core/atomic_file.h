@@ -32,6 +32,13 @@ class AtomicFileWriter {
   std::vector<char> buf_;  // pending bytes, at most kBufferBytes
 };
 
+// The name a file or folder is first written under before its rename into
+// place: PATH.tmp.<pid>. One convention, so that a rerun after a kill can
+// recognise what the killed process left.
+std::string temporary_path(const std::string& path);
+// True for a name of that form (NAME.tmp.<digits>).
+bool is_temporary_name(const std::string& filename);
+
 // Whole-file convenience for small files (config.json, tokenizer files).
 void write_file_atomic(const std::string& path, const std::string& contents);
 

@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "curate/fasttext_model.h"
 #include "data/jsonl_reader.h"
@@ -123,9 +124,8 @@ void commit_file(const std::string& path, const std::string& to) {
 ClassifierTrainReport train_quality_classifier(const ClassifierTrainOptions& o) {
   check_options(o);
   ClassifierTrainReport r;
-  std::string suffix = fmt::format(".tmp.{}", ::getpid());
-  TempFile train_file(o.output + ".train" + suffix);
-  TempFile model_file(o.output + suffix);
+  TempFile train_file(temporary_path(o.output + ".train"));
+  TempFile model_file(temporary_path(o.output));
 
   // The training part goes to a fastText input file; the held-out part stays
   // in memory for evaluation.

@@ -326,8 +326,7 @@ void remove_temporaries(const fs::path& out) {
   for (auto it = fs::recursive_directory_iterator(out, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::string n = it->path().filename().string();
-    if (n.find(".tmp.") != std::string::npos && it->is_regular_file(ec))
-      stale.push_back(it->path());
+    if (is_temporary_name(n) && it->is_regular_file(ec)) stale.push_back(it->path());
   }
   for (const fs::path& p : stale) fs::remove(p, ec);
 }
