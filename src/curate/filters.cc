@@ -17,6 +17,13 @@ struct TextScratch {
   std::vector<std::string_view> words, lines;
   std::vector<uint32_t> word_chars;
   std::vector<uint64_t> word_hashes;
+  // The text the word measures were computed for. Consecutive filter stages
+  // see the same document, usually unchanged: they reuse its words rather
+  // than split them again (the views point into that same buffer).
+  const char* words_data = nullptr;
+  size_t words_size = 0;
+  uint64_t words_hash = 0;
+  bool words_ok = false, word_chars_ok = false, word_hashes_ok = false;
 };
 
 TextScratch& scratch() {
@@ -39,8 +46,19 @@ size_t TextView::chars() {
 const std::vector<std::string_view>& TextView::words() {
   TextScratch& s = scratch();
   if (!have_words_) {
-    s.words.clear();
-    split_words(text_, s.words);
+    // Same buffer, same length, same contents (64-bit hash): the last stage's
+    // words still hold.
+    uint64_t h = XXH3_64bits(text_.data(), text_.size());
+    if (!(s.words_ok && s.words_data == text_.data() && s.words_size == text_.size() &&
+          s.words_hash == h)) {
+      s.words.clear();
+      split_words(text_, s.words);
+      s.words_data = text_.data();
+      s.words_size = text_.size();
+      s.words_hash = h;
+      s.words_ok = true;
+      s.word_chars_ok = s.word_hashes_ok = false;
+    }
     have_words_ = true;
   }
   return s.words;
@@ -50,8 +68,11 @@ const std::vector<uint32_t>& TextView::word_chars() {
   TextScratch& s = scratch();
   if (!have_word_chars_) {
     const auto& w = words();
-    s.word_chars.resize(w.size());
-    for (size_t i = 0; i < w.size(); ++i) s.word_chars[i] = uint32_t(utf8_length(w[i]));
+    if (!s.word_chars_ok) {
+      s.word_chars.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) s.word_chars[i] = uint32_t(utf8_length(w[i]));
+      s.word_chars_ok = true;
+    }
     have_word_chars_ = true;
   }
   return s.word_chars;
@@ -61,8 +82,12 @@ const std::vector<uint64_t>& TextView::word_hashes() {
   TextScratch& s = scratch();
   if (!have_word_hashes_) {
     const auto& w = words();
-    s.word_hashes.resize(w.size());
-    for (size_t i = 0; i < w.size(); ++i) s.word_hashes[i] = XXH3_64bits(w[i].data(), w[i].size());
+    if (!s.word_hashes_ok) {
+      s.word_hashes.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i)
+        s.word_hashes[i] = XXH3_64bits(w[i].data(), w[i].size());
+      s.word_hashes_ok = true;
+    }
     have_word_hashes_ = true;
   }
   return s.word_hashes;

@@ -492,3 +492,26 @@ TEST(FilterYaml, BadValuesNameTheKey) {
 
 }  // namespace
 }  // namespace nk::curate
+
+namespace nk::curate {
+namespace {
+
+// Consecutive filter stages reuse a document's words; a text changed in place
+// (same buffer, same length) must be split again.
+TEST(FilterWords, ReusedAcrossStagesOnlyForTheSameText) {
+  auto three = test_stage::make_stage("{type: word_count, min_words: 3}");
+  Document d;
+  d.text = "one two three";
+  Counters c;
+  EXPECT_TRUE(three->apply(d, c).keep);
+  EXPECT_TRUE(three->apply(d, c).keep);
+  const char* buffer = d.text.data();
+  d.text.replace(0, d.text.size(), "onetwothreeXY");  // same length, same buffer
+  ASSERT_EQ(d.text.data(), buffer);
+  Verdict v = three->apply(d, c);
+  EXPECT_FALSE(v.keep);
+  EXPECT_EQ(v.reason, "word_count 1 < 3");
+}
+
+}  // namespace
+}  // namespace nk::curate
