@@ -65,9 +65,32 @@ ojson slice_json(const Shape& shape) {
   return {{"global_shape", shape}, {"offsets", Shape(shape.size(), 0)}, {"shape", shape}};
 }
 
-ojson slices_json(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+// A parameter's split, fused parts and the ranges rank 0 of 1 holds.
+ojson param_json(const ParamInfo& p) {
+  ojson j = {{"split", split_name(p.split)}};
+  if (!p.parts.empty()) {
+    ojson parts = ojson::array();
+    for (const ParamPart& q : p.parts) parts.push_back({{"name", q.name}, {"rows", q.rows}});
+    j["parts"] = parts;
+  }
+  ojson ranges = ojson::array();
+  for (const SliceRange& r : shard_ranges(p, 0, 1))
+    ranges.push_back(
+        {{"dim", r.dim}, {"start", r.start}, {"len", r.len}, {"local", r.local_start}});
+  j["ranges"] = ranges;
+  return j;
+}
+
+ojson slices_json(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::map<std::string, const ParamInfo*>& params) {
   ojson j = ojson::object();
-  for (const auto& [name, t] : tensors) j[name] = slice_json(t.shape());
+  for (const auto& [name, t] : tensors) {
+    j[name] = slice_json(t.shape());
+    if (auto it = params.find(name); it != params.end()) {
+      const ojson extra = param_json(*it->second);
+      for (auto& [k, v] : extra.items()) j[name][k] = v;
+    }
+  }
   return j;
 }
 
@@ -156,6 +179,11 @@ std::vector<std::pair<std::string, Tensor>> flat_tensors(const ParamLayout& layo
   return out;
 }
 
+void describe_flat_tensors(CheckpointContents& c, const ParamLayout& layout,
+                           const std::string& prefix) {
+  for (const ParamInfo& p : layout.params()) c.params[prefix + p.name] = &p;
+}
+
 std::string save_checkpoint(const std::string& root_str, const CheckpointContents& c,
                             int64_t keep) {
   NK_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1, got {}", keep);
@@ -192,15 +220,15 @@ std::string save_checkpoint(const std::string& root_str, const CheckpointContent
       std::string path = (tmp / f).string();
       files[f] = {{"bytes", fs::file_size(path)}, {"xxh3_64", file_checksum(path)}};
     }
-    ojson manifest = {
-        {"format", "nekton-checkpoint"},
-        {"version", 1},
-        {"step", c.step},
-        {"rank", 0},
-        {"world_size", 1},
-        {"files", files},
-        {"tensors",
-         {{kModelFile, slices_json(c.model)}, {kOptimizerFile, slices_json(c.optimizer)}}}};
+    ojson manifest = {{"format", "nekton-checkpoint"},
+                      {"version", 1},
+                      {"step", c.step},
+                      {"rank", 0},
+                      {"world_size", 1},
+                      {"files", files},
+                      {"tensors",
+                       {{kModelFile, slices_json(c.model, c.params)},
+                        {kOptimizerFile, slices_json(c.optimizer, c.params)}}}};
     // The manifest comes last: a folder without one is an unfinished save.
     write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
     fsync_dir(tmp);

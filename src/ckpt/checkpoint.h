@@ -9,7 +9,9 @@
 //     config.yaml            the resolved run config
 //     manifest.json          written last: size and XXH3-64 of every file above,
 //                            and per tensor its global shape and the slice this
-//                            rank holds (offsets + shape; today rank 0 of 1)
+//                            rank holds (offsets + shape; today rank 0 of 1),
+//                            and for parameters their tensor-parallel split,
+//                            fused parts and held ranges (nn/param_layout.h)
 //   latest                   "step_00000200": the newest complete checkpoint
 //
 // Saving writes a hidden sibling folder (.tmp.step_N.PID), fsyncs its files and
@@ -29,11 +31,6 @@
 
 namespace nk {
 
-// The part of a tensor one rank holds: [offsets, offsets + shape) of global_shape.
-struct TensorSlice {
-  Shape global_shape, offsets, shape;
-};
-
 // What one save writes. Tensors are written in order without copies (they must
 // be contiguous CPU views and stay alive during the call).
 struct CheckpointContents {
@@ -41,6 +38,11 @@ struct CheckpointContents {
   std::vector<std::pair<std::string, Tensor>> model, optimizer;
   std::map<std::string, std::string> optimizer_metadata;  // optimizer.safetensors __metadata__
   std::map<std::string, std::string> text_files;          // e.g. "config.yaml" -> YAML
+  // The layout entry of each parameter-shaped tensor (weights, optimizer
+  // moments), by file tensor name: the manifest records its tensor-parallel
+  // split, its fused parts and the ranges this rank holds (shard_ranges), so
+  // a later load can reshard it. Tensors without one are recorded whole.
+  std::map<std::string, const ParamInfo*> params;
 };
 
 // "step_00000200".
@@ -107,6 +109,11 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
 std::vector<std::pair<std::string, Tensor>> flat_tensors(const ParamLayout& layout,
                                                          const Tensor& flat,
                                                          const std::string& prefix);
+
+// Records in c.params the layout entry of every `prefix + name` tensor that
+// flat_tensors(layout, ..., prefix) names (the layout must outlive c).
+void describe_flat_tensors(CheckpointContents& c, const ParamLayout& layout,
+                           const std::string& prefix);
 
 // XXH3-64 of a file's bytes, as 16 hex digits; nk::Error naming an unreadable file.
 std::string file_checksum(const std::string& path);

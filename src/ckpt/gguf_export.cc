@@ -7,6 +7,7 @@
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/model_io.h"
 #include "core/error.h"
+#include "model/arch.h"
 
 namespace nk {
 
@@ -61,30 +62,32 @@ void permute_rope_rows(const float* src, float* dst, int64_t n_heads, int64_t he
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& opt) {
   const ModelConfig c = read_config(model_dir);
-  if (!c.is_llama())
-    fail("GGUF export supports Llama-family models; '{}' is {} (config.json arch)", model_dir,
-         c.arch);
+  const Architecture& arch = c.architecture();
+  const std::string ga = arch.gguf_arch();
+  if (ga.empty())
+    fail("GGUF export does not support the {} architecture yet; '{}' is {} (config.json arch)",
+         arch.display_name(), model_dir, c.arch);
   if (c.head_dim() % 2 != 0)
     fail("model '{}': head_dim {} is odd; rotary embeddings need an even one", model_dir,
          c.head_dim());
 
   GgufWriter w;
   GgufExportResult result;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", ga);
   w.add_string("general.name", opt.name.empty() ? folder_name(model_dir) : opt.name);
   w.add_u32("general.file_type", file_type(opt.type));
   if (opt.type == GgmlType::Q8_0) w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
-  w.add_u32("llama.context_length", uint32_t(c.max_seq_len));
-  w.add_u32("llama.embedding_length", uint32_t(c.d_model));
-  w.add_u32("llama.block_count", uint32_t(c.n_layer));
-  w.add_u32("llama.feed_forward_length", uint32_t(c.d_ff));
-  w.add_u32("llama.attention.head_count", uint32_t(c.n_head));
-  w.add_u32("llama.attention.head_count_kv", uint32_t(c.n_kv_head));
-  w.add_f32("llama.rope.freq_base", float(c.rope_theta));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", float(c.norm_eps));
-  w.add_u32("llama.rope.dimension_count", uint32_t(c.head_dim()));
-  w.add_u32("llama.vocab_size", uint32_t(c.vocab_size));
+  w.add_u32(ga + ".context_length", uint32_t(c.max_seq_len));
+  w.add_u32(ga + ".embedding_length", uint32_t(c.d_model));
+  w.add_u32(ga + ".block_count", uint32_t(c.n_layer));
+  w.add_u32(ga + ".feed_forward_length", uint32_t(c.d_ff));
+  w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
+  w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
+  w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
+  w.add_f32(ga + ".attention.layer_norm_rms_epsilon", float(c.norm_eps));
+  w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
+  w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
 
   // The tokenizer before the weights: its errors are cheaper to find.
   if (opt.tokenizer) {
@@ -107,51 +110,27 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
 
   std::unique_ptr<Transformer> model = load_model(model_dir, DType::F32);
   Transformer* m = model.get();
-  const int64_t C = c.d_model, hd = c.head_dim(), F = c.d_ff;
-  const int64_t q_rows = c.n_head * hd, kv_rows = c.n_kv_head * hd;
-
-  // Rows [row0, row0 + rows) of parameter `name` ([*, in]), optionally with
-  // the rope permutation over `heads` heads.
-  auto rows_of = [m](std::string name, int64_t row0, int64_t rows, int64_t in, int64_t heads) {
-    return [m, name, row0, rows, in, heads](std::vector<float>& out) {
-      const float* p = ParamLayout::view(m->params(), m->layout().find(name)).data<float>();
-      const float* src = p + row0 * in;
-      out.resize(size_t(rows * in));
-      if (heads > 0)
-        permute_rope_rows(src, out.data(), heads, rows / heads, in);
-      else
-        std::copy(src, src + rows * in, out.begin());
-    };
-  };
-  auto whole = [&](const std::string& name) {
-    const Shape& s = m->layout().find(name).shape;
-    return rows_of(name, 0, s[0], s.size() > 1 ? s[1] : 1, 0);
-  };
-  auto matrix = [&](const std::string& gguf_name, int64_t rows, int64_t in,
-                    GgufWriter::Producer p) {
-    w.add_tensor(gguf_name, {rows, in}, opt.type, std::move(p));
-  };
-  auto norm = [&](const std::string& gguf_name, const std::string& name) {
-    w.add_tensor(gguf_name, {C}, GgmlType::F32, whole(name));
-  };
-
-  matrix("token_embd.weight", c.vocab_size, C, whole("wte"));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
-    std::string qkv = h + "attn.qkv.weight", up = h + "mlp.up.weight";
-    norm(b + "attn_norm.weight", h + "ln1.weight");
-    matrix(b + "attn_q.weight", q_rows, C, rows_of(qkv, 0, q_rows, C, c.n_head));
-    matrix(b + "attn_k.weight", kv_rows, C, rows_of(qkv, q_rows, kv_rows, C, c.n_kv_head));
-    matrix(b + "attn_v.weight", kv_rows, C, rows_of(qkv, q_rows + kv_rows, kv_rows, C, 0));
-    matrix(b + "attn_output.weight", C, q_rows, whole(h + "attn.proj.weight"));
-    norm(b + "ffn_norm.weight", h + "ln2.weight");
-    matrix(b + "ffn_gate.weight", F, C, rows_of(up, 0, F, C, 0));
-    matrix(b + "ffn_up.weight", F, C, rows_of(up, F, F, C, 0));
-    matrix(b + "ffn_down.weight", C, F, whole(h + "mlp.down.weight"));
+  // 1-d tensors (norms) stay f32, as llama.cpp's converter stores them.
+  for (const ExternalTensor& e : arch.gguf_tensors(c)) {
+    const ParamInfo& p = m->layout().find(e.param);
+    Shape shape = p.shape;
+    int64_t row0 = 0;
+    if (!e.part.empty()) {
+      row0 = p.part(e.part).row0;
+      shape[0] = p.part(e.part).rows;
+    }
+    const int64_t rows = shape[0], in = shape.size() > 1 ? shape[1] : 1;
+    const int64_t heads = e.rope_heads;
+    w.add_tensor(e.name, shape, shape.size() > 1 ? opt.type : GgmlType::F32,
+                 [m, &p, row0, rows, in, heads](std::vector<float>& out) {
+                   const float* src = ParamLayout::view(m->params(), p).data<float>() + row0 * in;
+                   out.resize(size_t(rows * in));
+                   if (heads > 0)
+                     permute_rope_rows(src, out.data(), heads, rows / heads, in);
+                   else
+                     std::copy(src, src + rows * in, out.begin());
+                 });
   }
-  norm("output_norm.weight", "ln_f.weight");
-  // Tied: llama.cpp falls back to token_embd for the output projection.
-  if (!c.tied_embeddings) matrix("output.weight", c.vocab_size, C, whole("lm_head.weight"));
 
   w.write(out_path);
   result.tensors = w.tensor_count();

@@ -10,7 +10,7 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
            slots, max_len, max_tokens);
   if (max_len > c.max_seq_len)
     fail("KVCache: {} positions exceed model.max_seq_len = {}", max_len, c.max_seq_len);
-  const int64_t D = c.head_dim(), C = c.d_model, up = c.is_llama() ? 2 * c.d_ff : c.d_ff;
+  const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
   for (int64_t l = 0; l < c.n_layer; ++l) {
     k.push_back(Tensor::zeros({slots, c.n_kv_head, max_len, D}, dt));
     v.push_back(Tensor::zeros({slots, c.n_kv_head, max_len, D}, dt));

@@ -1,14 +1,28 @@
 #include "model/model_config.h"
 
+#include "model/arch.h"
+
 #include <fmt/ranges.h>
 
 #include <map>
 
 namespace nk {
 
+const Architecture& ModelConfig::architecture() const {
+  return find_architecture(arch);
+}
+
+int64_t ModelConfig::mlp_up_dim() const {
+  return architecture().block().swiglu ? 2 * d_ff : d_ff;
+}
+
 void ModelConfig::validate(const std::string& p) const {
-  if (arch != "gpt2" && arch != "llama")
-    fail("{}arch: unknown architecture '{}' (expected gpt2 or llama)", p, arch);
+  const Architecture* a = nullptr;
+  try {
+    a = &architecture();
+  } catch (const Error& e) {
+    fail("{}arch: {}", p, e.what());
+  }
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) fail("{}{}: must be positive, got {}", p, key, v);
   };
@@ -23,18 +37,17 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
   if (n_head % n_kv_head)
     fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
-  if (is_llama() && head_dim() % 2)
+  if (!a->block().learned_positions && head_dim() % 2)
     fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
-  if (!is_llama() && n_kv_head != n_head)
-    fail("{}n_kv_head: gpt2 uses multi-head attention (n_kv_head must equal n_head)", p);
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
+  a->validate(*this, p);
 }
 
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
   double C = double(d_model), L = double(n_layer);
-  double mlp = (is_llama() ? 3.0 : 2.0) * C * double(d_ff);
+  double mlp = (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
   double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
                      4.0 * double(T) * double(n_head * head_dim());
   double forward = L * per_layer + 2.0 * C * double(vocab_size);
@@ -44,47 +57,7 @@ double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
 static const std::map<std::string, ModelConfig>& presets() {
   static const std::map<std::string, ModelConfig> m = [] {
     std::map<std::string, ModelConfig> r;
-    auto gpt2 = [](int64_t L, int64_t H, int64_t C) {
-      ModelConfig c;
-      c.n_layer = L;
-      c.n_head = c.n_kv_head = H;
-      c.d_model = C;
-      c.d_ff = 4 * C;
-      return c;
-    };
-    r["gpt2-124m"] = gpt2(12, 12, 768);
-    r["gpt2-355m"] = gpt2(24, 16, 1024);
-    r["gpt2-774m"] = gpt2(36, 20, 1280);
-    r["gpt2-1.5b"] = gpt2(48, 25, 1600);
-    ModelConfig tiny = gpt2(4, 4, 256);  // the quickstart model over bytes
-    tiny.vocab_size = 257;
-    tiny.max_seq_len = 256;
-    r["gpt-tiny"] = tiny;
-    auto llama = [](int64_t L, int64_t H, int64_t KV, int64_t C, int64_t F, int64_t V,
-                    double theta) {
-      ModelConfig c;
-      c.arch = "llama";
-      c.n_layer = L;
-      c.n_head = H;
-      c.n_kv_head = KV;
-      c.d_model = C;
-      c.d_ff = F;
-      c.vocab_size = V;
-      c.rope_theta = theta;
-      c.tied_embeddings = false;
-      return c;
-    };
-    ModelConfig lt = llama(2, 4, 2, 64, 176, 257, 10000.0);
-    lt.max_seq_len = 256;
-    r["llama-tiny"] = lt;
-    // Llama 3.2 1B ties its head to the embedding; 7B does not.
-    ModelConfig l1 = llama(16, 32, 8, 2048, 8192, 128256, 500000.0);
-    l1.max_seq_len = 131072;
-    l1.tied_embeddings = true;
-    r["llama-1b"] = l1;
-    ModelConfig l7 = llama(32, 32, 32, 4096, 11008, 32000, 10000.0);
-    l7.max_seq_len = 4096;
-    r["llama2-7b"] = l7;
+    for (const Architecture* a : architectures()) a->add_presets(r);
     return r;
   }();
   return m;
@@ -106,9 +79,9 @@ ModelConfig model_preset(const std::string& name) {
 
 void add_model_keys(ConfigSchema& s) {
   s.add_string("model.preset", "gpt-tiny",
-               "named architecture: gpt2-124m|355m|774m|1.5b, gpt-tiny, llama-tiny, llama-1b, "
-               "llama2-7b");
-  s.add_string("model.arch", "", "override: gpt2 or llama");
+               fmt::format("named model: {}", fmt::join(model_preset_names(), ", ")));
+  s.add_string("model.arch", "",
+               fmt::format("override: architecture ({})", fmt::join(architecture_names(), ", ")));
   s.add_int("model.vocab_size", 0, "override: vocabulary size (0 = preset's or tokenizer's)");
   s.add_int("model.max_seq_len", 0, "override: longest sequence (positions) the model supports");
   s.add_int("model.n_layer", 0, "override: transformer layers");
@@ -141,7 +114,9 @@ ModelConfig model_config_from(const Config& cfg) {
       fail("model.tied_embeddings: expected true or false, got '{}'", t);
     m.tied_embeddings = t == "true";
   }
-  if (!m.is_llama() && cfg.get_int("model.n_kv_head") == 0) m.n_kv_head = m.n_head;
+  // Multi-head architectures (learned positions: GPT-2) follow n_head.
+  if (m.architecture().block().learned_positions && cfg.get_int("model.n_kv_head") == 0)
+    m.n_kv_head = m.n_head;
   m.validate();
   return m;
 }

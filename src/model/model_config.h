@@ -8,8 +8,10 @@
 
 namespace nk {
 
+class Architecture;
+
 struct ModelConfig {
-  std::string arch = "gpt2";  // "gpt2" (LayerNorm, GELU, learned positions) or "llama"
+  std::string arch = "gpt2";  // a registered architecture (model/arch.h): gpt2, llama, ...
   int64_t vocab_size = 50257;
   int64_t max_seq_len = 1024;
   int64_t n_layer = 12;
@@ -22,9 +24,12 @@ struct ModelConfig {
   bool tied_embeddings = true;
   double init_std = 0.02;
 
-  bool is_llama() const { return arch == "llama"; }
+  // The registered architecture named by `arch` (nk::Error if unknown).
+  const Architecture& architecture() const;
   int64_t head_dim() const { return d_model / n_head; }
   int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
+  // Rows of the MLP's up projection: d_ff, or 2 d_ff for SwiGLU's [gate | up].
+  int64_t mlp_up_dim() const;
   // Throws nk::Error naming the config key of an impossible value.
   void validate(const std::string& prefix = "model.") const;
   // Megatron's FLOP count for one training step over `tokens` tokens of
@@ -34,8 +39,9 @@ struct ModelConfig {
   double train_flops(int64_t tokens, int64_t T) const;
 };
 
-// Named presets: gpt2-124m, gpt2-355m, gpt2-774m, gpt2-1.5b, llama-tiny,
-// llama-1b (Llama 3.2 1B's shape), llama2-7b, and the quickstart's gpt-tiny.
+// Named presets, each defined by its architecture's file: gpt2-124m,
+// gpt2-355m, gpt2-774m, gpt2-1.5b, the quickstart's gpt-tiny, llama-tiny,
+// llama-1b (Llama 3.2 1B's shape), llama2-7b, ...
 ModelConfig model_preset(const std::string& name);  // nk::Error listing presets
 std::vector<std::string> model_preset_names();
 

@@ -3,51 +3,20 @@
 #include <cmath>
 
 #include "core/rng.h"
+#include "model/arch.h"
 
 namespace nk {
 
 namespace {
 
-// Parameter names follow Hugging Face's GPT-2 / Llama module paths loosely;
-// ckpt/ maps them to exact HF names.
 std::string L(int64_t l, const char* name) {
   return fmt::format("h.{}.{}", l, name);
-}
-
-ParamLayout make_layout(const ModelConfig& c) {
-  ParamLayout p;
-  float std = float(c.init_std);
-  // Output projections write into the residual stream: scaled by 1/sqrt(2L).
-  float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
-  int64_t C = c.d_model, HD = c.n_head * c.head_dim();
-  p.add("wte", {c.vocab_size, C}, Init::Normal, std);
-  if (!c.is_llama()) p.add("wpe", {c.max_seq_len, C}, Init::Normal, std);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    p.add(L(l, "ln1.weight"), {C}, Init::Ones);
-    if (!c.is_llama()) p.add(L(l, "ln1.bias"), {C}, Init::Zeros);
-    p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std);
-    if (!c.is_llama()) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros);
-    p.add(L(l, "attn.proj.weight"), {C, HD}, Init::Normal, out_std);
-    if (!c.is_llama()) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
-    p.add(L(l, "ln2.weight"), {C}, Init::Ones);
-    if (!c.is_llama()) p.add(L(l, "ln2.bias"), {C}, Init::Zeros);
-    int64_t up = c.is_llama() ? 2 * c.d_ff : c.d_ff;
-    p.add(L(l, "mlp.up.weight"), {up, C}, Init::Normal, std);
-    if (!c.is_llama()) p.add(L(l, "mlp.up.bias"), {up}, Init::Zeros);
-    p.add(L(l, "mlp.down.weight"), {C, c.d_ff}, Init::Normal, out_std);
-    if (!c.is_llama()) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
-  }
-  p.add("ln_f.weight", {C}, Init::Ones);
-  if (!c.is_llama()) p.add("ln_f.bias", {C}, Init::Zeros);
-  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std);
-  p.finalize();
-  return p;
 }
 
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init)
-    : cfg_(cfg), compute_(compute), layout_(make_layout(cfg)) {
+    : cfg_(cfg), compute_(compute), layout_(cfg.architecture().layout(cfg)) {
   cfg_.validate();
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
@@ -67,7 +36,9 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
     ops::copy_from_host(ParamLayout::view(params_, p), host.data());
   }
   sync_compute_params();
-  if (cfg_.is_llama()) rope_ = ops::rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta);
+  const BlockSpec spec = cfg_.architecture().block();
+  if (!spec.learned_positions)
+    rope_ = ops::rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta);
   bind_views();
 }
 
@@ -80,6 +51,7 @@ void Transformer::zero_grads() {
 }
 
 void Transformer::bind_views() {
+  const BlockSpec spec = cfg_.architecture().block();
   auto w = [&](const std::string& n) {
     return ParamLayout::view(compute_params_, layout_.find(n));
   };
@@ -98,7 +70,7 @@ void Transformer::bind_views() {
   };
   auto norm = [&](const std::string& base) {
     nn::Norm n;
-    n.rms = cfg_.is_llama();
+    n.rms = spec.rms_norm;
     n.eps = float(cfg_.norm_eps);
     n.w = w(base + ".weight");
     n.dw = g(base + ".weight");
@@ -123,7 +95,7 @@ void Transformer::bind_views() {
     b.attn.rope = rope_;
     b.mlp.up = linear(L(l, "mlp.up"));
     b.mlp.down = linear(L(l, "mlp.down"));
-    b.mlp.swiglu = cfg_.is_llama();
+    b.mlp.swiglu = spec.swiglu;
     blocks_.push_back(b);
   }
   norm_f_ = norm("ln_f");
@@ -135,8 +107,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
-  int64_t C = c.d_model, HD = c.n_head * c.head_dim();
-  int64_t up = c.is_llama() ? 2 * c.d_ff : c.d_ff;
+  int64_t C = c.d_model, HD = c.n_head * c.head_dim(), up = c.mlp_up_dim();
   auto act = [&](int64_t X) { return Tensor::empty({B, T, X}, dt); };
   auto stat = [&]() { return Tensor::empty({B * T}, DType::F32); };
   for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(act(C));

@@ -4,15 +4,97 @@
 
 namespace nk {
 
-void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std) {
+const char* split_name(Split s) {
+  switch (s) {
+    case Split::Replicated:
+      return "replicated";
+    case Split::Rows:
+      return "rows";
+    case Split::Cols:
+      return "cols";
+  }
+  return "?";
+}
+
+const ParamPart& ParamInfo::part(const std::string& part_name) const {
+  for (const ParamPart& p : parts)
+    if (p.name == part_name) return p;
+  fail("parameter '{}' has no part '{}'", name, part_name);
+}
+
+namespace {
+
+int64_t share(const ParamInfo& p, int64_t extent, int64_t n, const std::string& what) {
+  if (extent % n)
+    fail("parameter '{}': {} of {} cannot be split evenly over {} ranks", p.name, what, extent, n);
+  return extent / n;
+}
+
+}  // namespace
+
+std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
+                                     const std::string& part) {
+  NK_CHECK(n >= 1 && rank >= 0 && rank < n, "shard_ranges: rank {} of {}", rank, n);
+  const ParamPart* one = part.empty() ? nullptr : &p.part(part);
+  if (p.split == Split::Cols) {
+    NK_CHECK(!one, "shard_ranges: parameter '{}' is split on columns, not by part", p.name);
+    NK_CHECK(p.shape.size() == 2, "shard_ranges: column split of {}-d '{}'", p.shape.size(),
+             p.name);
+    const int64_t s = share(p, p.shape[1], n, "columns");
+    return {{1, rank * s, s, 0}};
+  }
+  const int64_t ways = p.split == Split::Rows ? n : 1, r = p.split == Split::Rows ? rank : 0;
+  if (one) {
+    const int64_t s = share(p, one->rows, ways, "part '" + one->name + "' rows");
+    return {{0, one->row0 + r * s, s, 0}};
+  }
+  if (p.parts.empty() || ways == 1) {
+    const int64_t s = share(p, p.shape[0], ways, "rows");
+    return {{0, r * s, s, 0}};
+  }
+  std::vector<SliceRange> out;
+  int64_t local = 0;
+  for (const ParamPart& q : p.parts) {
+    const int64_t s = share(p, q.rows, ways, "part '" + q.name + "' rows");
+    out.push_back({0, q.row0 + r * s, s, local});
+    local += s;
+  }
+  return out;
+}
+
+Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part) {
+  Shape s = p.shape;
+  int64_t extent = 0;
+  int dim = 0;
+  for (const SliceRange& r : shard_ranges(p, 0, n, part)) {
+    extent += r.len;
+    dim = r.dim;
+  }
+  s[size_t(dim)] = extent;
+  return s;
+}
+
+void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std,
+                      const ParamOptions& opt) {
   NK_CHECK(!final_, "add after finalize");
   NK_CHECK(!index_.count(name), "duplicate parameter {}", name);
+  NK_CHECK(!shape.empty(), "parameter {} has no dimensions", name);
+  NK_CHECK(opt.split != Split::Cols || shape.size() == 2, "parameter {}: column split of {}-d",
+           name, shape.size());
   ParamInfo p;
   p.name = name;
   p.shape = shape;
   p.init = init;
   p.init_std = init_std;
   p.decay = shape.size() >= 2;
+  p.split = opt.split;
+  int64_t row = 0;
+  for (const auto& [part, rows] : opt.parts) {
+    p.parts.push_back({part, row, rows});
+    row += rows;
+  }
+  NK_CHECK(p.parts.empty() || row == shape[0], "parameter {}: parts cover {} of {} rows", name, row,
+           shape[0]);
   index_[name] = params_.size();
   params_.push_back(p);
 }
@@ -46,6 +128,11 @@ int64_t ParamLayout::count() const {
 
 Tensor ParamLayout::view(const Tensor& flat, const ParamInfo& p) {
   return flat.narrow0(p.offset, p.numel()).view(p.shape);
+}
+
+Tensor ParamLayout::part_view(const Tensor& flat, const ParamInfo& p, const std::string& part) {
+  const ParamPart& q = p.part(part);
+  return view(flat, p).narrow0(q.row0, q.rows);
 }
 
 }  // namespace nk

@@ -2,6 +2,14 @@
 // gradients, optimizer moments and the compute-dtype copy all share this
 // layout, so each is one allocation and one pass for the optimizer,
 // all-reduce buckets and checkpoints.
+//
+// Each parameter also records what tensor parallelism and resharding
+// checkpoints need to know about it: the fused parts it is made of along
+// dimension 0 (QKV packed as [q | k | v], SwiGLU's up projection as
+// [gate | up]) and the dimension it is split on across a tensor-parallel
+// group (Megatron's layout: column-parallel weights and their biases on dim 0,
+// row-parallel weights on dim 1, vocabulary-parallel embeddings on dim 0,
+// norms and row-parallel biases replicated).
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -13,6 +21,20 @@ namespace nk {
 
 enum class Init { Normal, Zeros, Ones };
 
+// How a parameter is divided over a tensor-parallel group of size n.
+enum class Split {
+  Replicated,  // every rank holds all of it
+  Rows,        // dim 0: column-parallel weight/bias, vocabulary-parallel embedding
+  Cols,        // dim 1: row-parallel weight
+};
+const char* split_name(Split s);  // "replicated", "rows", "cols"
+
+// One fused part of a parameter: rows [row0, row0 + rows) of dim 0.
+struct ParamPart {
+  std::string name;  // "q", "k", "v", "gate", "up"
+  int64_t row0 = 0, rows = 0;
+};
+
 struct ParamInfo {
   std::string name;  // Hugging Face-like dotted name, e.g. "h.3.attn.qkv.weight"
   Shape shape;
@@ -20,12 +42,43 @@ struct ParamInfo {
   Init init = Init::Normal;
   float init_std = 0.f;
   bool decay = false;  // weight decay applies (matrices only)
+  Split split = Split::Replicated;
+  // Fused parts along dim 0, in order and covering it; empty: one plain tensor.
+  // A split on dim 0 divides every part separately (rank r holds the r-th
+  // share of q, of k and of v), so the heads stay whole on each rank.
+  std::vector<ParamPart> parts;
   int64_t numel() const { return shape_numel(shape); }
+  const ParamPart& part(const std::string& name) const;  // nk::Error if absent
 };
+
+// Options of ParamLayout::add beyond name, shape and initialisation.
+struct ParamOptions {
+  Split split = Split::Replicated;
+  // (name, rows) of each fused part along dim 0; the rows must sum to shape[0].
+  std::vector<std::pair<std::string, int64_t>> parts;
+};
+
+// A contiguous block of rows/columns of one parameter: [start, start + len)
+// along `dim` of its global shape, stored at [local_start, local_start + len)
+// of the same dim in a rank's shard.
+struct SliceRange {
+  int dim = 0;
+  int64_t start = 0, len = 0, local_start = 0;
+};
+
+// "rank r of n of part k of tensor t": the global ranges a shard holds. part
+// = "" for the whole parameter (every part's share, in order, for a fused
+// one). n = 1 gives the whole parameter (or part) as one range. nk::Error if
+// the split does not divide the parameter (or each part) evenly.
+std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
+                                     const std::string& part = "");
+// The shape of rank r's shard of `p` (of `part`) under n-way splitting.
+Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part = "");
 
 class ParamLayout {
  public:
-  void add(const std::string& name, const Shape& shape, Init init, float init_std = 0.f);
+  void add(const std::string& name, const Shape& shape, Init init, float init_std = 0.f,
+           const ParamOptions& opt = {});
   // Orders decayed parameters (ndim >= 2) first and assigns offsets. After
   // this, [0, decay_end()) holds exactly the decayed parameters.
   void finalize();
@@ -39,6 +92,8 @@ class ParamLayout {
 
   // The view of `p` inside `flat` (a 1-d buffer of total() elements, any dtype).
   static Tensor view(const Tensor& flat, const ParamInfo& p);
+  // The rows of fused part `part` of `p` inside `flat`.
+  static Tensor part_view(const Tensor& flat, const ParamInfo& p, const std::string& part);
 
  private:
   std::vector<ParamInfo> params_;

@@ -24,6 +24,7 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
   c.model = flat_tensors(layout, model.params(), "");
   c.optimizer = flat_tensors(layout, opt.m(), kExpAvg);
   for (auto& t : flat_tensors(layout, opt.v(), kExpAvgSq)) c.optimizer.push_back(std::move(t));
+  for (const char* prefix : {"", kExpAvg, kExpAvgSq}) describe_flat_tensors(c, layout, prefix);
   c.optimizer_metadata = {{"optimizer", "adamw"},
                           {"optimizer_steps", std::to_string(opt.steps_done())}};
   c.text_files["trainer_state.json"] = trainer_state_to_json(state);

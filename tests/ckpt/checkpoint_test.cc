@@ -53,6 +53,8 @@ struct Fixture {
     c.model = flat_tensors(model.layout(), model.params(), "");
     c.optimizer = flat_tensors(model.layout(), m, "exp_avg.");
     for (auto& t : flat_tensors(model.layout(), v, "exp_avg_sq.")) c.optimizer.push_back(t);
+    for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."})
+      describe_flat_tensors(c, model.layout(), prefix);
     c.optimizer_metadata["optimizer"] = "adamw";
     c.text_files["trainer_state.json"] = "{\"step\": " + std::to_string(step) + "}\n";
     c.text_files["config.yaml"] = "train:\n  steps: 10\n";
@@ -97,6 +99,18 @@ TEST(Checkpoint, LayoutManifestAndRoundTrip) {
   EXPECT_EQ(slice["global_shape"].get<Shape>(), p0.shape);
   EXPECT_EQ(slice["shape"].get<Shape>(), p0.shape);
   EXPECT_EQ(slice["offsets"].get<Shape>(), Shape(p0.shape.size(), 0));
+  // Parameters also record how tensor parallelism splits them and their fused
+  // parts, so a later load can reshard: the fused QKV is [q | k | v], split on
+  // rows part by part; the output projection on columns; norms replicated.
+  const ModelConfig c = tiny_model();
+  auto qkv = m["tensors"]["model.safetensors"]["h.0.attn.qkv.weight"];
+  EXPECT_EQ(qkv["split"], "rows");
+  ASSERT_EQ(qkv["parts"].size(), 3u);
+  EXPECT_EQ(qkv["parts"][1]["name"], "k");
+  EXPECT_EQ(qkv["parts"][1]["rows"], c.n_kv_head * c.head_dim());
+  EXPECT_EQ(qkv["ranges"].size(), 1u);  // rank 0 of 1 holds all of it
+  EXPECT_EQ(m["tensors"]["optimizer.safetensors"]["exp_avg.h.0.attn.proj.weight"]["split"], "cols");
+  EXPECT_EQ(m["tensors"]["model.safetensors"]["h.0.ln1.weight"]["split"], "replicated");
 
   CheckpointReader r = CheckpointReader::open(saved);
   EXPECT_EQ(r.step(), 200);

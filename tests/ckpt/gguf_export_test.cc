@@ -236,7 +236,7 @@ TEST(GgufExportCli, Gpt2ModelIsRefused) {
   c.n_kv_head = c.n_head;
   save_tiny_model(t.dir / "gpt2m", c, 1, "bytes");
   t.expect_error(t.dir / "gpt2m" + " " + t.out,
-                 {"GGUF export supports Llama-family models", "gpt2m", "is gpt2"});
+                 {"GGUF export does not support the GPT-2 architecture", "gpt2m", "is gpt2"});
 }
 
 TEST(GgufExportCli, MissingTokenizerNeedsFlag) {

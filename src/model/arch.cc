@@ -1,0 +1,118 @@
+#include "model/arch.h"
+
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+namespace nk {
+
+// Each architecture's file defines one of these.
+const Architecture& gpt2_architecture();
+const Architecture& llama_architecture();
+
+const std::vector<const Architecture*>& architectures() {
+  static const std::vector<const Architecture*> all = {&gpt2_architecture(), &llama_architecture()};
+  return all;
+}
+
+std::vector<std::string> architecture_names() {
+  std::vector<std::string> names;
+  for (const Architecture* a : architectures()) names.push_back(a->name());
+  return names;
+}
+
+const Architecture& find_architecture(const std::string& name) {
+  for (const Architecture* a : architectures())
+    if (a->name() == name) return *a;
+  fail("unknown architecture '{}' (expected one of: {})", name,
+       fmt::join(architecture_names(), ", "));
+}
+
+ParamLayout Architecture::layout(const ModelConfig& c) const {
+  return decoder_layout(c, block());
+}
+
+ParamLayout decoder_layout(const ModelConfig& c, const BlockSpec& spec) {
+  ParamLayout p;
+  const float std = float(c.init_std);
+  // Output projections write into the residual stream: scaled by 1/sqrt(2L).
+  const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
+  const int64_t C = c.d_model, D = c.head_dim(), Q = c.n_head * D, KV = c.n_kv_head * D;
+  const ParamOptions rows{Split::Rows, {}}, cols{Split::Cols, {}};
+  const ParamOptions qkv{Split::Rows, {{"q", Q}, {"k", KV}, {"v", KV}}};
+  const ParamOptions up =
+      spec.swiglu ? ParamOptions{Split::Rows, {{"gate", c.d_ff}, {"up", c.d_ff}}} : rows;
+  auto L = [](int64_t l, const char* name) { return fmt::format("h.{}.{}", l, name); };
+  auto norm = [&](const std::string& base) {
+    p.add(base + ".weight", {C}, Init::Ones);
+    if (!spec.rms_norm) p.add(base + ".bias", {C}, Init::Zeros);
+  };
+  p.add("wte", {c.vocab_size, C}, Init::Normal, std, rows);
+  if (spec.learned_positions) p.add("wpe", {c.max_seq_len, C}, Init::Normal, std);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    norm(L(l, "ln1"));
+    p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std, qkv);
+    if (spec.qkv_bias) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros, 0.f, qkv);
+    p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
+    if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
+    norm(L(l, "ln2"));
+    p.add(L(l, "mlp.up.weight"), {c.mlp_up_dim(), C}, Init::Normal, std, up);
+    if (spec.proj_bias) p.add(L(l, "mlp.up.bias"), {c.mlp_up_dim()}, Init::Zeros, 0.f, up);
+    p.add(L(l, "mlp.down.weight"), {C, c.d_ff}, Init::Normal, out_std, cols);
+    if (spec.proj_bias) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
+  }
+  norm("ln_f");
+  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, rows);
+  p.finalize();
+  return p;
+}
+
+// ---- HfConfigReader ----
+
+int64_t HfConfigReader::integer(const char* key) const {
+  if (!has(key)) fail("{}: missing field '{}'", where_, key);
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_number_integer())
+    fail("{}: field '{}' must be an integer, got {}", where_, key, v.dump());
+  return v.get<int64_t>();
+}
+
+int64_t HfConfigReader::positive(const char* key) const {
+  int64_t v = integer(key);
+  if (v <= 0) fail("{}: field '{}' must be positive, got {}", where_, key, v);
+  return v;
+}
+
+double HfConfigReader::number(const char* key, double def) const {
+  if (!has(key)) return def;
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", where_, key, v.dump());
+  double d = v.get<double>();
+  if (!(d > 0) || !std::isfinite(d))
+    fail("{}: field '{}' must be a positive number, got {}", where_, key, v.dump());
+  return d;
+}
+
+bool HfConfigReader::boolean(const char* key, bool def) const {
+  if (!has(key)) return def;
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_boolean()) fail("{}: field '{}' must be true or false, got {}", where_, key, v.dump());
+  return v.get<bool>();
+}
+
+std::string HfConfigReader::string(const char* key, const std::string& def) const {
+  if (!has(key)) return def;
+  const nlohmann::json& v = j_.at(key);
+  if (!v.is_string()) fail("{}: field '{}' must be a string, got {}", where_, key, v.dump());
+  return v.get<std::string>();
+}
+
+void HfConfigReader::unsupported(const char* key, const std::string& why) const {
+  fail("{}: unsupported '{}' = {}: {}", where_, key, j_.at(key).dump(), why);
+}
+
+void HfConfigReader::fail_at(const std::string& what) const {
+  fail("{}: {}", where_, what);
+}
+
+}  // namespace nk

@@ -1,0 +1,116 @@
+// Everything that differs between the decoder-only architectures Nekton
+// knows, behind one interface: each architecture is one file in
+// src/model/arch/ (gpt2.cc, llama.cc, ...) that owns its presets, its block's
+// choices (norm, MLP, positions, biases), its parameter layout, its Hugging
+// Face config.json keys and tensor names, and its GGUF names. The rest of the
+// code asks the model's Architecture; it never tests an architecture's name.
+//
+// Adding one: a new file src/model/arch/NAME.cc defining a subclass and a
+// `const Architecture& NAME_architecture()`, plus its line in arch.cc's
+// registry (a static library drops self-registering objects nobody
+// references, so the registry names each one).
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/model_config.h"
+#include "nn/param_layout.h"
+
+namespace nk {
+
+// The per-block choices the shared nn blocks need.
+struct BlockSpec {
+  bool rms_norm = false;           // RMSNorm (no bias) instead of LayerNorm (+ bias)
+  bool swiglu = false;             // SwiGLU over a fused [gate | up] projection, else GELU
+  bool learned_positions = false;  // a wpe table (GPT-2), else rotary embeddings
+  bool qkv_bias = false;           // bias on the fused QKV projection
+  bool proj_bias = false;          // biases on the attention output and both MLP projections
+};
+
+// One tensor of an external checkpoint (HF or GGUF) and where it lives in
+// Nekton's layout: a whole parameter or one fused part of it.
+struct ExternalTensor {
+  std::string name;         // external name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::string param;        // Nekton parameter, e.g. "h.0.attn.qkv.weight"
+  std::string part;         // fused part ("q"), or "" for the whole parameter
+  bool transposed = false;  // stored [in, out] (GPT-2's Conv1D)
+  int64_t rope_heads = 0;   // > 0: rows permuted to llama.cpp's rotary order over so many heads
+};
+
+// A reader over an HF config.json object whose errors name the file and key.
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  const nlohmann::json& at(const char* key) const { return j_.at(key); }
+  int64_t integer(const char* key) const;  // missing: nk::Error
+  int64_t integer(const char* key, int64_t def) const { return has(key) ? integer(key) : def; }
+  int64_t positive(const char* key) const;           // an integer > 0
+  double number(const char* key, double def) const;  // a positive finite number, or def
+  bool boolean(const char* key, bool def) const;
+  std::string string(const char* key, const std::string& def) const;
+  [[noreturn]] void unsupported(const char* key, const std::string& why) const;
+  [[noreturn]] void fail_at(const std::string& what) const;  // "WHERE: what"
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+  virtual std::string name() const = 0;          // model.arch, e.g. "llama"
+  virtual std::string display_name() const = 0;  // in messages, e.g. "Llama"
+  virtual BlockSpec block() const = 0;
+  virtual void add_presets(std::map<std::string, ModelConfig>& presets) const = 0;
+  // Checks beyond the shared ones of ModelConfig::validate; nk::Error naming
+  // prefix + key.
+  virtual void validate(const ModelConfig& c, const std::string& prefix) const {}
+
+  // ---- parameters ----
+  // The parameter layout (names, shapes, initialisation, fused parts, tensor-
+  // parallel split). The shared decoder layout follows block(); an
+  // architecture with other tensors overrides it.
+  virtual ParamLayout layout(const ModelConfig& c) const;
+
+  // ---- Hugging Face ----
+  // (class in `architectures`, model_type) pairs this architecture reads; the
+  // first is what export writes.
+  virtual std::vector<std::pair<std::string, std::string>> hf_classes() const = 0;
+  // config.json -> c (c.arch is set by the caller). nk::Error naming the key.
+  virtual void hf_read_config(const HfConfigReader& h, ModelConfig& c) const = 0;
+  // c -> config.json keys (the shared ones are added by the caller).
+  virtual void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const = 0;
+  // The HF tensors of a model, in checkpoint order, under tensor prefix `prefix`.
+  virtual std::vector<ExternalTensor> hf_tensors(const ModelConfig& c,
+                                                 const std::string& prefix) const = 0;
+  // The prefix HF checkpoints of this architecture may put before tensor names
+  // ("transformer." for GPT-2); "" if none.
+  virtual std::string hf_tensor_prefix() const { return ""; }
+  // Storage dtype of an export with no recorded source dtype.
+  virtual DType hf_default_dtype() const = 0;
+
+  // ---- GGUF (llama.cpp) ----
+  // general.architecture, or "" when llama.cpp has no such architecture here.
+  virtual std::string gguf_arch() const { return ""; }
+  virtual std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const { return {}; }
+};
+
+// The registry. nk::Error listing the known names.
+const Architecture& find_architecture(const std::string& name);
+const std::vector<const Architecture*>& architectures();
+std::vector<std::string> architecture_names();
+
+// The layout every architecture of the GPT-2/Llama family shares, following
+// `spec`: embedding (+ learned positions), per layer norm, fused QKV,
+// output projection, norm, MLP up (fused [gate | up] for SwiGLU) and down,
+// final norm, untied head. Parameter names follow Hugging Face's module paths
+// loosely ("h.L.attn.qkv.weight"); ExternalTensor maps them to exact names.
+ParamLayout decoder_layout(const ModelConfig& c, const BlockSpec& spec);
+
+}  // namespace nk

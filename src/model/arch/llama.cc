@@ -1,0 +1,164 @@
+// Llama: RMSNorm, SwiGLU MLP with a fused [gate | up] projection, rotary
+// embeddings (Hugging Face's rotate-half), grouped-query attention, no biases.
+// Hugging Face stores q, k, v and gate, up as separate tensors: they map to
+// the fused parts. llama.cpp's "llama" rope rotates adjacent pairs (Meta's
+// layout), so GGUF stores the q and k rows permuted within each head.
+#include "model/arch.h"
+
+namespace nk {
+namespace {
+
+class Llama final : public Architecture {
+ public:
+  std::string name() const override { return "llama"; }
+  std::string display_name() const override { return "Llama"; }
+  BlockSpec block() const override {
+    BlockSpec s;
+    s.rms_norm = true;
+    s.swiglu = true;
+    return s;
+  }
+
+  void add_presets(std::map<std::string, ModelConfig>& r) const override {
+    auto llama = [](int64_t L, int64_t H, int64_t KV, int64_t C, int64_t F, int64_t V,
+                    double theta) {
+      ModelConfig c;
+      c.arch = "llama";
+      c.n_layer = L;
+      c.n_head = H;
+      c.n_kv_head = KV;
+      c.d_model = C;
+      c.d_ff = F;
+      c.vocab_size = V;
+      c.rope_theta = theta;
+      c.tied_embeddings = false;
+      return c;
+    };
+    ModelConfig lt = llama(2, 4, 2, 64, 176, 257, 10000.0);
+    lt.max_seq_len = 256;
+    r["llama-tiny"] = lt;
+    // Llama 3.2 1B ties its head to the embedding; 7B does not.
+    ModelConfig l1 = llama(16, 32, 8, 2048, 8192, 128256, 500000.0);
+    l1.max_seq_len = 131072;
+    l1.tied_embeddings = true;
+    r["llama-1b"] = l1;
+    ModelConfig l7 = llama(32, 32, 32, 4096, 11008, 32000, 10000.0);
+    l7.max_seq_len = 4096;
+    r["llama2-7b"] = l7;
+  }
+
+  std::vector<std::pair<std::string, std::string>> hf_classes() const override {
+    return {{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}};
+  }
+
+  void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
+    c.d_model = h.positive("hidden_size");
+    c.d_ff = h.positive("intermediate_size");
+    c.n_layer = h.positive("num_hidden_layers");
+    c.n_head = h.positive("num_attention_heads");
+    c.n_kv_head = h.has("num_key_value_heads") ? h.positive("num_key_value_heads") : c.n_head;
+    c.vocab_size = h.positive("vocab_size");
+    c.max_seq_len = h.positive("max_position_embeddings");
+    c.norm_eps = h.number("rms_norm_eps", 1e-6);
+    c.rope_theta = h.number("rope_theta", 10000.0);
+    c.tied_embeddings = h.boolean("tie_word_embeddings", false);
+    c.init_std = h.number("initializer_range", 0.02);
+    if (c.d_model % c.n_head)
+      h.fail_at(fmt::format("'num_attention_heads' = {} does not divide 'hidden_size' = {}",
+                            c.n_head, c.d_model));
+    if (c.n_head % c.n_kv_head)
+      h.fail_at(fmt::format("'num_key_value_heads' = {} does not divide 'num_attention_heads' = {}",
+                            c.n_kv_head, c.n_head));
+    if (h.has("head_dim") && h.integer("head_dim") != c.d_model / c.n_head)
+      h.unsupported("head_dim", fmt::format("Nekton needs hidden_size / num_attention_heads = {}",
+                                            c.d_model / c.n_head));
+    if (h.string("hidden_act", "silu") != "silu")
+      h.unsupported("hidden_act", "only silu (SwiGLU) is supported");
+    if (h.has("rope_scaling")) h.unsupported("rope_scaling", "RoPE scaling is not supported");
+    if (h.boolean("attention_bias", false))
+      h.unsupported("attention_bias", "attention projections without biases only");
+    if (h.boolean("mlp_bias", false))
+      h.unsupported("mlp_bias", "MLP projections without biases only");
+    if (h.has("sliding_window") && h.integer("sliding_window") < c.max_seq_len)
+      h.unsupported("sliding_window",
+                    fmt::format("sliding-window attention is not supported (a window of at least "
+                                "max_position_embeddings = {} is full attention)",
+                                c.max_seq_len));
+  }
+
+  void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.d_ff;
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.n_kv_head;
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j["max_position_embeddings"] = c.max_seq_len;
+    j["rms_norm_eps"] = c.norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j["attention_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
+
+  std::vector<ExternalTensor> hf_tensors(const ModelConfig& c, const std::string&) const override {
+    std::vector<ExternalTensor> out;
+    auto one = [&](const std::string& param, const std::string& hf, const std::string& part = "") {
+      out.push_back({hf, param, part, false, 0});
+    };
+    one("wte", "model.embed_tokens.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      std::string h = fmt::format("h.{}.", l), m = fmt::format("model.layers.{}.", l);
+      one(h + "ln1.weight", m + "input_layernorm.weight");
+      for (const char* x : {"q", "k", "v"})
+        one(h + "attn.qkv.weight", m + "self_attn." + x + "_proj.weight", x);
+      one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
+      one(h + "ln2.weight", m + "post_attention_layernorm.weight");
+      one(h + "mlp.up.weight", m + "mlp.gate_proj.weight", "gate");
+      one(h + "mlp.up.weight", m + "mlp.up_proj.weight", "up");
+      one(h + "mlp.down.weight", m + "mlp.down_proj.weight");
+    }
+    one("ln_f.weight", "model.norm.weight");
+    if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
+    return out;
+  }
+  DType hf_default_dtype() const override { return DType::BF16; }  // as Llama's are published
+
+  std::string gguf_arch() const override { return "llama"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    std::vector<ExternalTensor> out;
+    auto one = [&](const std::string& param, const std::string& name, const std::string& part = "",
+                   int64_t rope_heads = 0) {
+      out.push_back({name, param, part, false, rope_heads});
+    };
+    one("wte", "token_embd.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
+      one(h + "ln1.weight", b + "attn_norm.weight");
+      one(h + "attn.qkv.weight", b + "attn_q.weight", "q", c.n_head);
+      one(h + "attn.qkv.weight", b + "attn_k.weight", "k", c.n_kv_head);
+      one(h + "attn.qkv.weight", b + "attn_v.weight", "v");
+      one(h + "attn.proj.weight", b + "attn_output.weight");
+      one(h + "ln2.weight", b + "ffn_norm.weight");
+      one(h + "mlp.up.weight", b + "ffn_gate.weight", "gate");
+      one(h + "mlp.up.weight", b + "ffn_up.weight", "up");
+      one(h + "mlp.down.weight", b + "ffn_down.weight");
+    }
+    one("ln_f.weight", "output_norm.weight");
+    // Tied: llama.cpp falls back to token_embd for the output projection.
+    if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+    return out;
+  }
+};
+
+}  // namespace
+
+const Architecture& llama_architecture() {
+  static const Llama a;
+  return a;
+}
+
+}  // namespace nk

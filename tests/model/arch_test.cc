@@ -1,0 +1,70 @@
+// The architecture registry: each architecture's layout and external tensor
+// maps agree with each other, and unknown names are clear errors.
+#include "model/arch.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+// A config of architecture `a` small enough to enumerate.
+ModelConfig small(const Architecture& a) {
+  ModelConfig c = test::tiny_config(!a.block().learned_positions, 64, 16);
+  c.arch = a.name();
+  if (a.block().learned_positions) c.n_kv_head = c.n_head;
+  return c;
+}
+
+// Each external tensor names an existing parameter (and part); together they
+// cover every row of every parameter exactly once.
+void expect_covers(const ModelConfig& c, const std::vector<ExternalTensor>& map,
+                   const std::string& what) {
+  ParamLayout l = c.architecture().layout(c);
+  std::map<std::string, int64_t> rows;
+  for (const ExternalTensor& e : map) {
+    ASSERT_TRUE(l.has(e.param)) << what << ": " << e.name << " -> " << e.param;
+    const ParamInfo& p = l.find(e.param);
+    rows[e.param] += e.part.empty() ? p.shape[0] : p.part(e.part).rows;
+  }
+  for (const ParamInfo& p : l.params())
+    EXPECT_EQ(rows[p.name], p.shape[0]) << what << " " << p.name;
+}
+
+TEST(Architecture, ExternalMapsCoverTheLayout) {
+  for (const Architecture* a : architectures()) {
+    for (bool tied : {false, true}) {
+      ModelConfig c = small(*a);
+      c.tied_embeddings = tied;
+      c.validate();
+      expect_covers(c, a->hf_tensors(c, a->hf_tensor_prefix()), a->name() + " hf");
+      if (!a->gguf_arch().empty()) expect_covers(c, a->gguf_tensors(c), a->name() + " gguf");
+      EXPECT_FALSE(a->hf_classes().empty()) << a->name();
+    }
+  }
+}
+
+TEST(Architecture, PresetsBelongToTheirArchitecture) {
+  for (const std::string& name : model_preset_names()) {
+    ModelConfig c = model_preset(name);
+    EXPECT_NO_THROW(c.validate()) << name;
+    EXPECT_EQ(c.architecture().name(), c.arch) << name;
+  }
+}
+
+TEST(Architecture, UnknownNameListsTheKnownOnes) {
+  std::string e = test::error_of([] { find_architecture("mamba"); });
+  EXPECT_TRUE(test::contains(e, "unknown architecture 'mamba'")) << e;
+  for (const std::string& n : architecture_names()) EXPECT_TRUE(test::contains(e, n)) << e;
+  ModelConfig c = small(find_architecture("llama"));
+  c.arch = "mamba";
+  e = test::error_of([&] { c.validate(); });
+  EXPECT_TRUE(test::contains(e, "model.arch:")) << e;
+}
+
+}  // namespace
+}  // namespace nk

@@ -1,0 +1,110 @@
+// ParamLayout's fused parts and tensor-parallel shards: "rank r of n of part k
+// of tensor t", as tensor parallelism and resharding checkpoints use them.
+#include "nn/param_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "model/arch.h"
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+ParamLayout small_layout() {
+  ParamLayout l;
+  l.add("qkv", {4 + 2 + 2, 6}, Init::Normal, 0.02f, {Split::Rows, {{"q", 4}, {"k", 2}, {"v", 2}}});
+  l.add("proj", {6, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
+  l.add("norm", {6}, Init::Ones);
+  l.finalize();
+  return l;
+}
+
+TEST(ParamLayout, FusedPartsAreRowRangesOfTheTensor) {
+  ParamLayout l = small_layout();
+  const ParamInfo& qkv = l.find("qkv");
+  ASSERT_EQ(qkv.parts.size(), 3u);
+  EXPECT_EQ(qkv.part("k").row0, 4);
+  EXPECT_EQ(qkv.part("v").row0, 6);
+  EXPECT_EQ(qkv.part("v").rows, 2);
+  Tensor flat = Tensor::zeros({l.total()}, DType::F32);
+  Tensor k = ParamLayout::part_view(flat, qkv, "k");
+  EXPECT_EQ(k.shape(), (Shape{2, 6}));
+  EXPECT_EQ(static_cast<float*>(k.raw()) - flat.data<float>(), qkv.offset + 4 * 6);
+  EXPECT_TRUE(test::contains(test::error_of([&] { qkv.part("gate"); }), "no part 'gate'"));
+}
+
+TEST(ParamLayout, PartsMustCoverTheRows) {
+  ParamLayout l;
+  EXPECT_THROW(l.add("w", {5, 2}, Init::Zeros, 0.f, {Split::Rows, {{"a", 2}, {"b", 2}}}),
+               std::exception);
+}
+
+TEST(ParamLayout, ShardRangesSplitEachPartSeparately) {
+  ParamLayout l = small_layout();
+  const ParamInfo& qkv = l.find("qkv");
+  // Rank 1 of 2 holds the second half of q, of k and of v, packed [q1 | k1 | v1].
+  auto r = shard_ranges(qkv, 1, 2);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].start, 2);
+  EXPECT_EQ(r[0].len, 2);
+  EXPECT_EQ(r[0].local_start, 0);
+  EXPECT_EQ(r[1].start, 5);
+  EXPECT_EQ(r[1].local_start, 2);
+  EXPECT_EQ(r[2].start, 7);
+  EXPECT_EQ(r[2].local_start, 3);
+  EXPECT_EQ(shard_shape(qkv, 2), (Shape{4, 6}));
+  // One part of one rank.
+  auto k = shard_ranges(qkv, 0, 2, "k");
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(k[0].start, 4);
+  EXPECT_EQ(k[0].len, 1);
+  EXPECT_EQ(shard_shape(qkv, 2, "k"), (Shape{1, 6}));
+  // Row-parallel weights split columns; replicated tensors are whole on every rank.
+  auto p = shard_ranges(l.find("proj"), 1, 2);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].dim, 1);
+  EXPECT_EQ(p[0].start, 2);
+  EXPECT_EQ(shard_shape(l.find("proj"), 2), (Shape{6, 2}));
+  EXPECT_EQ(shard_shape(l.find("norm"), 4), (Shape{6}));
+  // n = 1: the whole tensor as one range... or as its parts in order.
+  EXPECT_EQ(shard_shape(qkv, 1), qkv.shape);
+}
+
+TEST(ParamLayout, UnevenSplitsAreErrorsNamingTheTensor) {
+  ParamLayout l = small_layout();
+  std::string e = test::error_of([&] { shard_ranges(l.find("qkv"), 0, 4); });
+  EXPECT_TRUE(test::contains(e, "'qkv'")) << e;
+  EXPECT_TRUE(test::contains(e, "part 'k'")) << e;
+  e = test::error_of([&] { shard_ranges(l.find("proj"), 0, 3); });
+  EXPECT_TRUE(test::contains(e, "columns")) << e;
+}
+
+// Every rank's shards of every parameter of a real model, put back together,
+// cover each element exactly once (n times for a replicated one).
+TEST(ParamLayout, ShardsOfEveryModelParameterTileIt) {
+  for (bool llama : {false, true}) {
+    ModelConfig c = test::tiny_config(llama, 64, 16);
+    ParamLayout l = c.architecture().layout(c);
+    for (const ParamInfo& p : l.params())
+      for (int64_t n : {1, 2}) {
+        const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;
+        std::vector<int> seen(size_t(rows * cols), 0);
+        for (int64_t r = 0; r < n; ++r)
+          for (const SliceRange& s : shard_ranges(p, r, n))
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t j = 0; j < cols; ++j) {
+                const int64_t x = s.dim == 0 ? i : j;
+                if (x >= s.start && x < s.start + s.len) ++seen[size_t(i * cols + j)];
+              }
+        const int want = p.split == Split::Replicated ? int(n) : 1;
+        EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [&](int v) { return v == want; }))
+            << p.name << " over " << n;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace nk
