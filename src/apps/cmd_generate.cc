@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
@@ -107,6 +108,12 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& prom
   return ids;
 }
 
+// Pieces end on whole UTF-8 characters (the engine holds split ones).
+void write_pieces(std::span<const TokenEvent> events) {
+  for (const TokenEvent& e : events) std::fwrite(e.piece.data(), 1, e.piece.size(), stdout);
+  if (!events.empty()) std::fflush(stdout);
+}
+
 }  // namespace
 
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
@@ -118,11 +125,8 @@ void print_sample(Transformer& model, const Tokenizer& tok, const std::string& p
   fmt::print("{}", prompt);
   std::fflush(stdout);
   Generator gen(model, &tok, 1);
-  // Pieces end on whole UTF-8 characters (the engine holds split ones).
-  gen.run({r}, [](int64_t, int32_t, std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  });
+  gen.submit(std::move(r));
+  while (!gen.idle()) write_pieces(gen.step());
   fmt::print("\n");
 }
 
@@ -192,18 +196,20 @@ int cmd_generate(const CommandArgs& a) {
     reqs[i].sampling.seed = sc.seed + i;
   }
   Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())));
-  const bool stream = reqs.size() == 1;
+  std::vector<int64_t> ids;  // prompt i is id i
+  for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
+  const bool stream = ids.size() == 1;
   if (stream) {
     fmt::print("{}", prompts[0]);
     std::fflush(stdout);
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<GenerationResult> res =
-      gen.run(reqs, stream ? TokenCallback([](int64_t, int32_t, std::string_view piece) {
-                std::fwrite(piece.data(), 1, piece.size(), stdout);
-                std::fflush(stdout);
-              })
-                           : TokenCallback());
+  while (!gen.idle()) {
+    std::span<const TokenEvent> events = gen.step();
+    if (stream) write_pieces(events);
+  }
+  std::vector<GenerationResult> res;
+  for (int64_t id : ids) res.push_back(gen.release(id));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t n_tok = 0;
   for (auto& r : res) n_tok += int64_t(r.tokens.size());

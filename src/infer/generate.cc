@@ -17,6 +17,8 @@ const char* finish_reason_name(FinishReason r) {
       return "eos";
     case FinishReason::Context:
       return "context";
+    case FinishReason::Cancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -55,172 +57,264 @@ size_t streamable_end(const std::string& text, size_t from, const std::vector<st
   return std::max(end, from);
 }
 
-namespace {
-
-struct Seq {
-  int64_t req = 0, slot = 0;
-  std::vector<int32_t> ids;  // prompt, then generated
-  int64_t cached = 0;        // ids whose k/v are in the cache
-  int64_t limit = 0;         // ids the cache can take (positions)
-  size_t stop_len = 0;       // longest stop string
-  size_t emitted = 0;        // bytes of text passed to the callback
+struct Generator::Sequence {
+  int64_t id = 0;
+  GenerationRequest req;  // its prompt moved into ids
+  GenerationResult res;
   Sampler sampler;
-  explicit Seq(const SamplingConfig& c) : sampler(c) {}
+  std::vector<int32_t> ids;  // prompt, then generated
+  int64_t need = 0;          // positions it may come to hold (capped by the cache's room)
+  int32_t handle = SequenceCache::kNoRoom;  // its room in the cache while running
+  int64_t cached = 0;                       // ids whose k/v are in the cache
+  int64_t limit = 0;                        // ids the cache can take (positions)
+  size_t stop_len = 0;                      // longest stop string
+  size_t emitted = 0;                       // bytes of text passed on in events
+  bool done = false;
+  explicit Sequence(const SamplingConfig& c) : sampler(c) {}
 };
 
-}  // namespace
-
 Generator::Generator(Transformer& model, const Tokenizer* tok, int64_t batch_size,
-                     int64_t prefill_chunk)
-    : model_(model), tok_(tok), batch_(batch_size), chunk_(prefill_chunk) {
-  NK_CHECK(batch_size > 0 && prefill_chunk > 0, "Generator: batch {}, prefill chunk {}", batch_size,
-           prefill_chunk);
+                     int64_t prefill_chunk, int64_t max_len)
+    : model_(model),
+      tok_(tok),
+      batch_(batch_size),
+      chunk_(prefill_chunk),
+      auto_size_(max_len == 0) {
+  NK_CHECK(batch_size > 0 && prefill_chunk > 0 && max_len >= 0,
+           "Generator: batch {}, prefill chunk {}, max_len {}", batch_size, prefill_chunk, max_len);
+  if (max_len > 0)
+    cache_ = std::make_unique<SlotCache>(model.config(), model.compute_dtype(), batch_size, max_len,
+                                         batch_size + prefill_chunk);
+  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32);
+}
+
+Generator::Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<SequenceCache> cache,
+                     int64_t batch_size)
+    : model_(model),
+      tok_(tok),
+      batch_(batch_size),
+      chunk_(0),
+      auto_size_(false),
+      cache_(std::move(cache)) {
+  NK_CHECK(cache_ && batch_size > 0, "Generator: no cache, or batch {}", batch_size);
+  chunk_ = cache_->max_tokens();
+  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32);
+}
+
+Generator::~Generator() = default;
+
+void Generator::check(const GenerationRequest& r, const std::string& name) const {
+  const ModelConfig& c = model_.config();
+  if (r.prompt.empty()) fail("generate: {} is empty", name);
+  for (size_t j = 0; j < r.prompt.size(); ++j)
+    if (r.prompt[j] < 0 || r.prompt[j] >= c.vocab_size)
+      fail("generate: {}: token {} at position {} is outside the vocabulary of {}", name,
+           r.prompt[j], j, c.vocab_size);
+  if (auto_size_ && int64_t(r.prompt.size()) >= c.max_seq_len)
+    fail("generate: {} has {} tokens; model.max_seq_len = {} leaves no room to generate", name,
+         r.prompt.size(), c.max_seq_len);
+  if (!auto_size_ && int64_t(r.prompt.size()) >= cache_->max_len())
+    fail(
+        "generate: {} has {} tokens; the KV cache holds {} positions per sequence, which leaves "
+        "no room to generate",
+        name, r.prompt.size(), cache_->max_len());
+  if (r.max_new_tokens < 0) fail("generate: {}: max_new_tokens {} < 0", name, r.max_new_tokens);
+  if (!r.stop.empty() && !tok_) fail("generate: stop strings need a tokenizer");
+  for (const std::string& s : r.stop)
+    if (s.empty()) fail("generate: {}: empty stop string", name);
+  try {
+    validate(r.sampling);
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("generate: {}", name));
+  }
+}
+
+int64_t Generator::submit(GenerationRequest r) {
+  check(r, fmt::format("prompt {}", next_id_));
+  auto s = std::make_unique<Sequence>(r.sampling);
+  s->id = next_id_++;
+  s->ids = std::move(r.prompt);
+  s->req = std::move(r);
+  for (const std::string& st : s->req.stop) s->stop_len = std::max(s->stop_len, st.size());
+  // The last sampled token is never fed back, hence the - 1.
+  const int64_t cap = auto_size_ ? model_.config().max_seq_len : cache_->max_len();
+  s->need = std::clamp<int64_t>(int64_t(s->ids.size()) + s->req.max_new_tokens - 1, 1, cap);
+  Sequence& q = *s;
+  seqs_.emplace(q.id, std::move(s));
+  if (q.req.max_new_tokens == 0)
+    q.done = true;  // nothing to do; result stays empty (finish length)
+  else
+    waiting_.push_back(&q);
+  return q.id;
+}
+
+Generator::Sequence& Generator::find(int64_t id, const char* what) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    fail("Generator::{}: no sequence {} (never submitted, or released)", what, id);
+  return *it->second;
+}
+
+bool Generator::finished(int64_t id) const {
+  return find(id, "finished").done;
+}
+
+const GenerationResult& Generator::result(int64_t id) const {
+  return find(id, "result").res;
+}
+
+GenerationResult Generator::release(int64_t id) {
+  Sequence& s = find(id, "release");
+  if (!s.done) fail("Generator::release: sequence {} is still running (cancel it first)", id);
+  GenerationResult r = std::move(s.res);
+  seqs_.erase(id);
+  return r;
+}
+
+void Generator::finish(Sequence& s, FinishReason why) {
+  s.res.finish = why;
+  s.done = true;
+  if (s.handle != SequenceCache::kNoRoom) {
+    cache_->close(s.handle);
+    s.handle = SequenceCache::kNoRoom;
+  }
+}
+
+bool Generator::cancel(int64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second->done) return false;
+  Sequence& s = *it->second;
+  std::erase(waiting_, &s);
+  std::erase(active_, &s);
+  finish(s, FinishReason::Cancelled);
+  return true;
+}
+
+// With the cache ours to size: when nothing runs, (re)allocate it for the
+// longest waiting request, never shrinking (a cache of the same positions
+// and slots is what run() always used, so outputs stay as they were).
+void Generator::fit_cache() {
+  if (!auto_size_ || !active_.empty() || waiting_.empty()) return;
+  int64_t want = 1;
+  for (const Sequence* s : waiting_) want = std::max(want, s->need);
+  if (cache_ && cache_->max_len() >= want) return;
+  cache_ = std::make_unique<SlotCache>(model_.config(), model_.compute_dtype(), batch_, want,
+                                       batch_ + chunk_);
+}
+
+void Generator::admit() {
+  fit_cache();
+  while (!waiting_.empty() && int64_t(active_.size()) < batch_) {
+    Sequence& s = *waiting_.front();
+    const int32_t h = cache_->open(s.need);
+    if (h == SequenceCache::kNoRoom) break;  // first come, first served: the rest wait too
+    waiting_.pop_front();
+    s.handle = h;
+    s.limit = cache_->max_len();
+    active_.push_back(&s);
+  }
+}
+
+// Appends `token` to s; returns true when s is finished.
+bool Generator::accept(Sequence& s, int32_t token) {
+  const GenerationRequest& r = s.req;
+  GenerationResult& res = s.res;
+  std::string& text = res.text;
+  const int32_t eod = tok_ ? tok_->eod_id() : -1;
+  if (r.stop_at_eos && token == eod) {
+    finish(s, FinishReason::Eos);
+  } else {
+    s.ids.push_back(token);
+    res.tokens.push_back(token);
+    const size_t old = text.size();
+    if (tok_) text += tok_->token_bytes(token);
+    size_t cut = std::string::npos;
+    if (s.stop_len) {
+      const size_t from = old >= s.stop_len ? old - s.stop_len + 1 : 0;
+      for (const std::string& st : r.stop) cut = std::min(cut, text.find(st, from));
+    }
+    if (cut != std::string::npos) {
+      text.resize(cut);
+      finish(s, FinishReason::Stop);
+    } else if (int64_t(res.tokens.size()) >= r.max_new_tokens) {
+      finish(s, FinishReason::Length);
+    } else if (int64_t(s.ids.size()) > s.limit) {
+      finish(s, FinishReason::Context);
+    }
+  }
+  const size_t end = s.done ? text.size() : streamable_end(text, s.emitted, r.stop);
+  events_.push_back(
+      {s.id, token, std::string_view(text).substr(s.emitted, end - s.emitted), s.done});
+  s.emitted = end;
+  return s.done;
+}
+
+std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
+  events_.clear();
+  admit();
+  NK_CHECK(!active_.empty() || waiting_.empty(),
+           "Generator: the cache cannot take prompt {} ({} positions) even when empty",
+           waiting_.front()->id, waiting_.front()->need);
+  if (active_.empty()) return {};
+  // Every decoding sequence's last token first, then prompt chunks while the
+  // workspace has room.
+  buf_.clear();
+  row_seq_.clear();
+  int64_t budget = cache_->max_tokens();
+  for (int pass = 0; pass < 2; ++pass)
+    for (Sequence* sp : active_) {
+      Sequence& s = *sp;
+      const int64_t pending = int64_t(s.ids.size()) - s.cached;
+      const bool decoding = s.cached > 0 && pending == 1;
+      if ((pass == 0) != decoding || pending <= 0 || budget <= 0) continue;
+      const int64_t n = std::min(pending, pass == 0 ? int64_t(1) : std::min(budget, chunk_));
+      cache_->append(s.handle, s.cached, std::span(s.ids).subspan(size_t(s.cached), size_t(n)),
+                     buf_);
+      s.cached += n;
+      budget -= n;
+      if (s.cached == int64_t(s.ids.size())) {
+        buf_.logit_rows.push_back(int32_t(buf_.tokens.size() - 1));
+        row_seq_.push_back(&s);
+      }
+    }
+  const int64_t R = int64_t(row_seq_.size()), V = model_.config().vocab_size;
+  Tensor lg = logits_.narrow0(0, R);
+  cache_->forward(model_, buf_, lg);
+  host_.resize(size_t(R * V));
+  if (R) ops::copy_to_host(lg, host_.data());
+  for (int64_t r = 0; r < R; ++r) {
+    Sequence& s = *row_seq_[size_t(r)];
+    const float* l = host_.data() + r * V;
+    if (on_logits) on_logits(s.id, l, V);
+    accept(s, s.sampler.sample(l, V, s.ids));
+  }
+  std::erase_if(active_, [](const Sequence* s) { return s->done; });
+  return events_;
 }
 
 std::vector<GenerationResult> Generator::run(const std::vector<GenerationRequest>& reqs,
                                              const TokenCallback& on_token,
                                              const LogitsCallback& on_logits) {
-  const ModelConfig& c = model_.config();
-  const int64_t V = c.vocab_size;
-  int64_t need_len = 1;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    const GenerationRequest& r = reqs[i];
-    if (r.prompt.empty()) fail("generate: prompt {} is empty", i);
-    for (size_t j = 0; j < r.prompt.size(); ++j)
-      if (r.prompt[j] < 0 || r.prompt[j] >= V)
-        fail("generate: prompt {}: token {} at position {} is outside the vocabulary of {}", i,
-             r.prompt[j], j, V);
-    if (int64_t(r.prompt.size()) >= c.max_seq_len)
-      fail("generate: prompt {} has {} tokens; model.max_seq_len = {} leaves no room to generate",
-           i, r.prompt.size(), c.max_seq_len);
-    if (r.max_new_tokens < 0)
-      fail("generate: prompt {}: max_new_tokens {} < 0", i, r.max_new_tokens);
-    if (!r.stop.empty() && !tok_) fail("generate: stop strings need a tokenizer");
-    for (const std::string& s : r.stop)
-      if (s.empty()) fail("generate: prompt {}: empty stop string", i);
-    try {
-      validate(r.sampling);
-    } catch (const Error& e) {
-      throw e.with_context(fmt::format("generate: prompt {}", i));
-    }
-    // The last sampled token is never fed back, hence the - 1.
-    need_len = std::max<int64_t>(need_len, int64_t(r.prompt.size()) + r.max_new_tokens - 1);
-  }
-  need_len = std::min(need_len, c.max_seq_len);
-  const int64_t max_tokens = batch_ + chunk_;
-  if (!cache_ || cache_->max_len() < need_len)
-    cache_ = std::make_unique<KVCache>(c, model_.compute_dtype(), batch_, need_len, max_tokens);
-  const int64_t limit = cache_->max_len();
-
-  std::vector<GenerationResult> results(reqs.size());
-  std::deque<int64_t> waiting;
-  for (size_t i = 0; i < reqs.size(); ++i) waiting.push_back(int64_t(i));
-  std::vector<int64_t> free_slots;
-  for (int64_t s = batch_ - 1; s >= 0; --s) free_slots.push_back(s);
-  std::vector<std::unique_ptr<Seq>> active;
-  std::vector<int32_t> tokens, slots, positions, rows;
-  std::vector<Seq*> row_seq;
-  Tensor logits = Tensor::empty({batch_, V}, DType::F32);
-  std::vector<float> host(size_t(batch_ * V));
-  const int32_t eod = tok_ ? tok_->eod_id() : -1;
-
-  // Appends `token` to s; returns true when s is finished.
-  auto accept = [&](Seq& s, int32_t token) {
-    const GenerationRequest& r = reqs[size_t(s.req)];
-    GenerationResult& res = results[size_t(s.req)];
-    std::string& text = res.text;
-    bool done = false;
-    if (r.stop_at_eos && token == eod) {
-      res.finish = FinishReason::Eos;
-      done = true;
-    } else {
-      s.ids.push_back(token);
-      res.tokens.push_back(token);
-      const size_t old = text.size();
-      if (tok_) text += tok_->token_bytes(token);
-      size_t cut = std::string::npos;
-      if (s.stop_len) {
-        const size_t from = old >= s.stop_len ? old - s.stop_len + 1 : 0;
-        for (const std::string& st : r.stop) cut = std::min(cut, text.find(st, from));
-      }
-      if (cut != std::string::npos) {
-        text.resize(cut);
-        res.finish = FinishReason::Stop;
-        done = true;
-      } else if (int64_t(res.tokens.size()) >= r.max_new_tokens) {
-        res.finish = FinishReason::Length;
-        done = true;
-      } else if (int64_t(s.ids.size()) > s.limit) {
-        res.finish = FinishReason::Context;
-        done = true;
-      }
-    }
-    if (on_token) {
-      const size_t end = done ? text.size() : streamable_end(text, s.emitted, r.stop);
-      on_token(s.req, token, std::string_view(text).substr(s.emitted, end - s.emitted));
-      s.emitted = end;
-    }
-    return done;
+  for (size_t i = 0; i < reqs.size(); ++i) check(reqs[i], fmt::format("prompt {}", i));
+  if (reqs.empty()) return {};
+  const int64_t first = next_id_, n = int64_t(reqs.size());
+  for (const GenerationRequest& r : reqs) submit(r);
+  // Ids first..first+n-1 are ours; other sequences may share the steps.
+  auto ours = [&](int64_t id) { return id >= first && id < first + n; };
+  int64_t open = 0;
+  for (int64_t i = 0; i < n; ++i) open += !finished(first + i);
+  const LogitsCallback logits_cb = [&](int64_t id, const float* l, int64_t V) {
+    if (ours(id)) on_logits(id - first, l, V);
   };
-
-  while (!waiting.empty() || !active.empty()) {
-    while (!waiting.empty() && !free_slots.empty()) {
-      const int64_t i = waiting.front();
-      waiting.pop_front();
-      const GenerationRequest& r = reqs[size_t(i)];
-      if (r.max_new_tokens == 0) continue;  // nothing to do; result stays empty
-      auto s = std::make_unique<Seq>(r.sampling);
-      s->req = i;
-      s->slot = free_slots.back();
-      free_slots.pop_back();
-      s->ids = r.prompt;
-      s->limit = limit;
-      for (const std::string& st : r.stop) s->stop_len = std::max(s->stop_len, st.size());
-      active.push_back(std::move(s));
+  while (open > 0) {
+    for (const TokenEvent& e : step(on_logits ? logits_cb : LogitsCallback())) {
+      if (!ours(e.id)) continue;
+      if (on_token) on_token(e.id - first, e.token, e.piece);
+      open -= e.finished;
     }
-    if (active.empty()) break;
-    // One step: every decoding sequence's last token first, then prompt
-    // chunks while the workspace has room.
-    tokens.clear();
-    slots.clear();
-    positions.clear();
-    rows.clear();
-    row_seq.clear();
-    int64_t budget = max_tokens;
-    for (int pass = 0; pass < 2; ++pass)
-      for (auto& sp : active) {
-        Seq& s = *sp;
-        const int64_t pending = int64_t(s.ids.size()) - s.cached;
-        const bool decoding = s.cached > 0 && pending == 1;
-        if ((pass == 0) != decoding || pending <= 0 || budget <= 0) continue;
-        const int64_t n = std::min(pending, pass == 0 ? int64_t(1) : std::min(budget, chunk_));
-        for (int64_t k = 0; k < n; ++k) {
-          tokens.push_back(s.ids[size_t(s.cached + k)]);
-          slots.push_back(int32_t(s.slot));
-          positions.push_back(int32_t(s.cached + k));
-        }
-        s.cached += n;
-        budget -= n;
-        if (s.cached == int64_t(s.ids.size())) {
-          rows.push_back(int32_t(tokens.size() - 1));
-          row_seq.push_back(&s);
-        }
-      }
-    const int64_t R = int64_t(rows.size());
-    Tensor lg = logits.narrow0(0, R);
-    model_.forward_cached(*cache_, CachedStep{tokens, slots, positions, rows}, lg);
-    if (R) ops::copy_to_host(lg, host.data());
-    for (int64_t r = 0; r < R; ++r) {
-      Seq& s = *row_seq[size_t(r)];
-      const float* l = host.data() + r * V;
-      if (on_logits) on_logits(s.req, l, V);
-      if (accept(s, s.sampler.sample(l, V, s.ids))) {
-        free_slots.push_back(s.slot);
-        s.req = -1;  // marks it finished
-      }
-    }
-    std::erase_if(active, [](const std::unique_ptr<Seq>& s) { return s->req < 0; });
   }
+  std::vector<GenerationResult> results;
+  for (int64_t i = 0; i < n; ++i) results.push_back(release(first + i));
   return results;
 }
 

@@ -1,24 +1,27 @@
 // Batched autoregressive generation over a KV cache.
 //
-// A Generator holds a KVCache with `batch_size` slots. Requests are admitted
-// into free slots in order (continuous batching: a finished sequence's slot
-// takes the next waiting prompt). Each step is one Transformer::forward_cached
-// call carrying one token per decoding sequence plus prompt chunks of newly
-// admitted ones, all ragged: no padding, and a step's cost does not grow with
-// the prompt lengths beyond attention over the cached prefixes.
+// Requests are admitted into free cache room in order (continuous batching:
+// a finished or cancelled sequence's room takes the next waiting prompt).
+// Each step is one Transformer::forward_cached call carrying one token per
+// decoding sequence plus prompt chunks of newly admitted ones, all ragged: no
+// padding, and a step's cost does not grow with the prompt lengths beyond
+// attention over the cached prefixes.
 //
 // Each request has its own Sampler (seeded from its SamplingConfig), so its
-// tokens do not depend on which other requests share its batch.
+// tokens do not depend on which other requests share its steps.
 #pragma once
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "data/tokenizer.h"
 #include "infer/sampler.h"
-#include "model/kv_cache.h"
+#include "infer/sequence_cache.h"
 #include "model/transformer.h"
 
 namespace nk {
@@ -33,8 +36,10 @@ struct GenerationRequest {
   SamplingConfig sampling;
 };
 
-enum class FinishReason { Length, Stop, Eos, Context };
-const char* finish_reason_name(FinishReason r);  // "length", "stop", "eos", "context"
+// Context: the sequence filled its cache room (max_len positions).
+enum class FinishReason { Length, Stop, Eos, Context, Cancelled };
+// "length", "stop", "eos", "context", "cancelled"
+const char* finish_reason_name(FinishReason r);
 
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the eod id excluded)
@@ -56,26 +61,98 @@ using LogitsCallback = std::function<void(int64_t seq, const float* logits, int6
 // character. Never less than `from`.
 size_t streamable_end(const std::string& text, size_t from, const std::vector<std::string>& stop);
 
+// One event of step(): a sequence sampled `token` (the eod id included).
+struct TokenEvent {
+  int64_t id = 0;          // as submit() returned it
+  int32_t token = 0;       //
+  std::string_view piece;  // text that became final with it (see TokenCallback); valid
+                           // until the next step(), cancel() or release()
+  bool finished = false;   // the sequence ended with it (result(id).finish says why)
+};
+
+// Step-wise generation (in-flight batching). submit() queues a request and
+// returns its id; each step() admits waiting requests (first come, first
+// served) while the batch and the cache have room, then runs one
+// forward_cached call: one token for every decoding sequence and prompt
+// chunks of newly admitted ones, and samples one token for each sequence
+// whose context is complete. cancel() ends a sequence between steps and frees
+// its cache memory at once. A sequence's tokens depend only on its request:
+// not on when it was submitted or on what else shares its steps.
+//
+// Cache memory is reached only through a SequenceCache (infer/sequence_cache.h).
 class Generator {
  public:
   // tok may be null (then no stop strings or eod; texts stay empty).
   // batch_size: sequences decoded together. prefill_chunk: prompt tokens one
-  // step may carry (bounds the workspace).
+  // step may carry (bounds the workspace). max_len: cache positions per
+  // sequence; 0 sizes the cache (a SlotCache) for the requests at hand
+  // whenever the generator is idle, up to the model's max_seq_len (a waiting
+  // request longer than the cache then waits until the running ones end).
   Generator(Transformer& model, const Tokenizer* tok, int64_t batch_size,
-            int64_t prefill_chunk = 256);
+            int64_t prefill_chunk = 256, int64_t max_len = 0);
+  // Over a given cache (a paged one, or a SlotCache of fixed size); at most
+  // batch_size sequences run at once.
+  Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<SequenceCache> cache,
+            int64_t batch_size);
+  ~Generator();
 
-  // Results in request order. nk::Error naming the request for an empty
-  // prompt, an id outside the vocabulary, or a prompt that leaves no room
-  // below the model's max_seq_len.
+  // Queues a request; returns its id (0, 1, ... in submission order). A
+  // request with max_new_tokens = 0 is finished at once. nk::Error naming
+  // "prompt ID" for an empty prompt, an id outside the vocabulary, a prompt
+  // that leaves no room in the cache (max_len, or model.max_seq_len), a
+  // negative max_new_tokens, a bad sampling option or stop string.
+  int64_t submit(GenerationRequest request);
+  // One decode step over every active sequence, admitting waiting ones
+  // first. Returns one event per sampled token. on_logits sees each sampled
+  // sequence's logits (by id) before sampling. Does nothing without work.
+  std::span<const TokenEvent> step(const LogitsCallback& on_logits = {});
+  // Ends a waiting or running sequence (finish Cancelled; its result keeps
+  // the tokens and text generated so far). False, changing nothing, for an
+  // unknown, released or finished id.
+  bool cancel(int64_t id);
+
+  bool finished(int64_t id) const;  // nk::Error for an unknown id
+  // The tokens and text so far; final once finished(id). nk::Error for an
+  // unknown id.
+  const GenerationResult& result(int64_t id) const;
+  // Takes a finished sequence's result and forgets the id.
+  GenerationResult release(int64_t id);
+
+  int64_t waiting() const { return int64_t(waiting_.size()); }
+  int64_t running() const { return int64_t(active_.size()); }
+  bool idle() const { return waiting_.empty() && active_.empty(); }
+
+  // Submits requests, steps until they are finished and releases them.
+  // Results in request order; the callbacks name a request by its index.
+  // Every request is checked before any is submitted (errors name
+  // "prompt INDEX").
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests,
                                     const TokenCallback& on_token = {},
                                     const LogitsCallback& on_logits = {});
 
  private:
+  struct Sequence;
+  void check(const GenerationRequest& r, const std::string& name) const;
+  Sequence& find(int64_t id, const char* what) const;
+  void fit_cache();
+  void admit();
+  bool accept(Sequence& s, int32_t token);
+  void finish(Sequence& s, FinishReason why);
+
   Transformer& model_;
   const Tokenizer* tok_;
   int64_t batch_, chunk_;
-  std::unique_ptr<KVCache> cache_;  // grown to the longest request seen
+  bool auto_size_;                        // the cache is ours to size (max_len = 0)
+  std::unique_ptr<SequenceCache> cache_;  // null until a step needs it (auto size)
+  int64_t next_id_ = 0;
+  std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // submitted, not released
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> active_;  // in admission order
+  StepBuffer buf_;
+  std::vector<Sequence*> row_seq_;  // the sequence of each logit row
+  Tensor logits_;                   // f32 [batch, V]
+  std::vector<float> host_;
+  std::vector<TokenEvent> events_;
 };
 
 }  // namespace nk
