@@ -152,21 +152,39 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
 }
 
-void Transformer::forward_body(Activations& a, const Tensor& tokens,
-                               const PackedBatchInfo* packed) {
+Tensor Activations::residual(int64_t l) const {
+  NK_CHECK(l >= 0 && l < int64_t(res.size()), "Activations::residual({}) of {} layers", l,
+           res.size() - 1);
+  return res[size_t(l)];
+}
+
+namespace {
+
+// The packed rows' document starts and positions (both undefined without).
+std::pair<Tensor, Tensor> packed_tensors(const PackedBatchInfo* packed) {
+  if (!packed) return {};
+  NK_CHECK(packed->cu_seqlens.defined() && packed->position_ids.defined(),
+           "PackedBatchInfo needs both cu_seqlens and position_ids");
+  return {packed->cu_seqlens, packed->position_ids};
+}
+
+}  // namespace
+
+void Transformer::embed_forward(Activations& a, const Tensor& tokens,
+                                const PackedBatchInfo* packed) {
   check_shape(tokens, {a.B, a.T}, "tokens");
-  bool training = a.layers.size() == blocks_.size();
-  Tensor cu, pos;
-  if (packed) {
-    NK_CHECK(packed->cu_seqlens.defined() && packed->position_ids.defined(),
-             "PackedBatchInfo needs both cu_seqlens and position_ids");
-    cu = packed->cu_seqlens;
-    pos = packed->position_ids;
-  }
-  embed_.forward(a.res[0], tokens, pos);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    Activations::Layer& y = a.layers[training ? l : 0];
+  embed_.forward(a.res[0], tokens, packed_tensors(packed).second);
+}
+
+void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
+                                 const PackedBatchInfo* packed) {
+  NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
+           "blocks_forward: layers [{}, {}) of {}", first, last, blocks_.size());
+  const bool training = a.layers.size() == blocks_.size();
+  const auto [cu, pos] = packed_tensors(packed);
+  for (int64_t l = first; l < last; ++l) {
+    const Block& b = blocks_[size_t(l)];
+    Activations::Layer& y = a.layers[training ? size_t(l) : 0];
     b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
     b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
     ops::add(y.res_mid, a.res[l], a.tmp);
@@ -174,14 +192,26 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
     b.mlp.forward(a.tmp, y.mlp, y.ln2);
     ops::add(a.res[l + 1], y.res_mid, a.tmp);
   }
+}
+
+void Transformer::final_norm_forward(Activations& a) {
   norm_f_.forward(nn::rows(a.lnf), a.meanf, a.rstdf, nn::rows(a.res.back()));
 }
 
+void Transformer::forward_body(Activations& a, const Tensor& tokens,
+                               const PackedBatchInfo* packed) {
+  embed_forward(a, tokens, packed);
+  blocks_forward(a, 0, int64_t(blocks_.size()), packed);
+  final_norm_forward(a);
+}
+
 // LM head and cross-entropy in row chunks; with backward, also d lnf and the
-// head's weight gradient chunk by chunk.
+// head's weight gradient chunk by chunk, then the final norm's backward.
 float Transformer::head_loss(Activations& a, const Tensor& targets, bool backward,
                              float grad_scale) {
   check_shape(targets, {a.B, a.T}, "targets");
+  NK_CHECK(!backward || a.dres.defined(), "head_loss: backward needs training activations");
+  final_norm_forward(a);
   int64_t N = a.B * a.T;
   int64_t valid = ops::count_not_equal(targets, kIgnoreIndex);
   float row_scale = valid ? grad_scale / float(valid) : 0.f;
@@ -202,12 +232,41 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   ops::copy_to_host(a.losses, a.host_losses.data());
   double sum = 0;
   for (float v : a.host_losses) sum += v;
+  if (backward) {
+    // dres carries d loss / d residual stream from the top down.
+    ops::fill(a.dres, 0.f);
+    norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+  }
   return valid ? float(sum / double(valid)) : 0.f;
+}
+
+void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
+                                  const PackedBatchInfo* packed) {
+  NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
+           "blocks_backward needs training activations");
+  NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
+           "blocks_backward: layers [{}, {}) of {}", first, last, blocks_.size());
+  const auto [cu, pos] = packed_tensors(packed);
+  for (int64_t l = last - 1; l >= first; --l) {
+    const Block& b = blocks_[size_t(l)];
+    Activations::Layer& y = a.layers[size_t(l)];
+    b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
+    b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
+    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
+    b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
+  }
+}
+
+void Transformer::embed_backward(Activations& a, const Tensor& tokens,
+                                 const PackedBatchInfo* packed) {
+  NK_CHECK(a.dres.defined(), "embed_backward needs training activations");
+  embed_.backward(a.dres, tokens, packed_tensors(packed).second);
 }
 
 float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
                                 const PackedBatchInfo* packed) {
-  forward_body(a, tokens, packed);
+  embed_forward(a, tokens, packed);
+  blocks_forward(a, 0, int64_t(blocks_.size()), packed);
   return head_loss(a, targets, false, 0.f);
 }
 
@@ -215,22 +274,12 @@ float Transformer::forward_backward(Activations& a, const Tensor& tokens, const 
                                     float grad_scale, const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
            "forward_backward needs training activations");
-  forward_body(a, tokens, packed);
-  const Tensor cu = packed ? packed->cu_seqlens : Tensor();
-  const Tensor pos = packed ? packed->position_ids : Tensor();
+  const int64_t L = int64_t(blocks_.size());
+  embed_forward(a, tokens, packed);
+  blocks_forward(a, 0, L, packed);
   float loss = head_loss(a, targets, true, grad_scale);
-  // dres carries d loss / d residual stream from the top down.
-  ops::fill(a.dres, 0.f);
-  norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
-  for (int64_t l = int64_t(blocks_.size()) - 1; l >= 0; --l) {
-    const Block& b = blocks_[l];
-    Activations::Layer& y = a.layers[l];
-    b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
-    b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
-    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
-    b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
-  }
-  embed_.backward(a.dres, tokens, pos);
+  blocks_backward(a, 0, L, packed);
+  embed_backward(a, tokens, packed);
   return loss;
 }
 

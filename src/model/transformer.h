@@ -54,11 +54,38 @@ class Transformer {
   // Mean loss over non-ignored targets; with backward, gradients ACCUMULATE
   // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T]. packed:
   // document boundaries and position ids of packed rows, or nullptr for one
-  // sequence per row.
+  // sequence per row. The stages below, run in order.
   float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
                          float grad_scale, const PackedBatchInfo* packed = nullptr);
   float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
                      const PackedBatchInfo* packed = nullptr);
+
+  // ---- stages ----
+  // The step split where a pipeline stage cuts it: the embedding, a range of
+  // blocks, and the head with the loss, each with its backward. A stage that
+  // runs layers [first, last) reads a.residual(first) (received from the
+  // previous stage, or written by embed_forward) and leaves a.residual(last);
+  // its backward reads d residual(last) from a.residual_grad() and leaves d
+  // residual(first) there. Run in this order on one process, they are
+  // forward_backward, bit for bit.
+  //
+  // tokens -> a.residual(0).
+  void embed_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed = nullptr);
+  // a.residual(first) -> a.residual(last), 0 <= first <= last <= n_layer.
+  void blocks_forward(Activations& a, int64_t first, int64_t last,
+                      const PackedBatchInfo* packed = nullptr);
+  // Final norm, LM head and cross-entropy over a.residual(n_layer) -> mean
+  // loss; with backward, writes d residual(n_layer) (scaled by grad_scale)
+  // into a.residual_grad() and accumulates the head's and norm's gradients.
+  float head_loss(Activations& a, const Tensor& targets, bool backward, float grad_scale);
+  // d residual(last) -> d residual(first), in a.residual_grad(); accumulates
+  // the blocks' parameter gradients. Needs training activations.
+  void blocks_backward(Activations& a, int64_t first, int64_t last,
+                       const PackedBatchInfo* packed = nullptr);
+  // d residual(0) in a.residual_grad() -> the embedding's gradients.
+  void embed_backward(Activations& a, const Tensor& tokens,
+                      const PackedBatchInfo* packed = nullptr);
+
   // Logits f32 [B*T, V] at every position (evaluation, parity tests).
   void forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits,
                           const PackedBatchInfo* packed = nullptr);
@@ -82,7 +109,7 @@ class Transformer {
     nn::MLP mlp;
   };
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
-  float head_loss(Activations& a, const Tensor& targets, bool backward, float grad_scale);
+  void final_norm_forward(Activations& a);
   void bind_views();
 
   ModelConfig cfg_;
@@ -101,6 +128,12 @@ class Activations {
  public:
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training);
   int64_t B, T;
+  // The residual stream entering layer l [B, T, C] (l = n_layer: the last
+  // block's output): what a pipeline stage sends forward.
+  Tensor residual(int64_t l) const;
+  // d loss / d residual stream [B, T, C] at the current stage boundary: what
+  // a pipeline stage sends backward.
+  Tensor residual_grad() const { return dres; }
 
  private:
   friend class Transformer;
