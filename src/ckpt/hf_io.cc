@@ -16,8 +16,8 @@
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 #include "core/json.h"
-#include "data/bpe_files.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
 
 namespace nk {

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/sampler.h"
 #include "model/kv_cache.h"
 #include "model/transformer.h"
