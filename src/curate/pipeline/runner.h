@@ -18,58 +18,11 @@
 #pragma once
 #include <functional>
 #include <string>
-#include <vector>
 
-#include <yaml-cpp/yaml.h>
-#include <nlohmann/json.hpp>
-
-#include "curate/document.h"
-#include "curate/pipeline/input.h"
+#include "curate/pipeline/config.h"
+#include "curate/pipeline/report.h"
 
 namespace nk::curate {
-
-struct PipelineConfig {
-  std::string file;  // the pipeline YAML, for messages
-  InputOptions input;
-  std::string output_dir;
-  int workers = 0;                // threads; 0 = all cores
-  int64_t batch_mb = 16;          // documents read and processed together
-  std::string progress = "auto";  // auto, bar, log, none
-  YAML::Node stages;              // the `stages:` list
-  std::string fingerprint;        // of everything that decides the output
-};
-
-// Reads the pipeline file, then applies "key=value" overrides of its scalar
-// settings (input.paths=a,b  output.dir=x  workers=2 ...). nk::Error naming the
-// file and line, or the override, for anything wrong. The stages themselves
-// (types, keys, models) are built and checked by run_pipeline, once, before
-// it writes anything.
-PipelineConfig load_pipeline_config(const std::string& path,
-                                    const std::vector<std::string>& overrides);
-
-struct StageStats {
-  std::string name, type;
-  bool global = false;
-  int64_t docs_in = 0, removed = 0;
-  int64_t bytes_in = 0;  // text bytes of the documents it saw
-  double seconds = 0;    // thread-seconds spent in the stage
-  Counters counts;
-};
-
-struct CurateReport {
-  int64_t shards = 0, input_docs = 0, output_docs = 0, removed_docs = 0;
-  int64_t input_bytes = 0;     // on disk
-  int64_t bad_records = 0;     // unreadable or unparsable input records (in removed/)
-  int64_t empty_docs = 0;      // empty or whitespace-only documents (in removed/)
-  int64_t utf8_repaired = 0;   // records kept with invalid UTF-8 replaced by U+FFFD
-  int64_t resumed_shards = 0;  // shard-segments found done and skipped
-  std::vector<StageStats> stages;
-  double wall_seconds = 0;          // of this invocation
-  std::vector<std::string> errors;  // e.g. a corrupt zstd stream: file, offset
-
-  nlohmann::ordered_json to_json() const;
-  std::string table() const;  // the human summary printed at the end
-};
 
 struct RunOptions {
   // Called from the calling thread with a one-line status (a bar with docs/s
