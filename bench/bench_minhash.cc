@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "curate/minhash.h"
+#include "curate/dedup/minhash.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Single-thread encode throughput of the byte-level BPE tokenizers on the
-// multilingual corpus of the parity tests (tests/data/bpe_corpus.h).
+// multilingual corpus of the parity tests (tests/data/tokenizer/bpe_corpus.h).
 //   bench_tokenizer [--corpus-out FILE] [--reps N] [names...]
 // Prints one JSON line per tokenizer. --corpus-out writes the corpus (u32 length
 // + bytes per document) so bench/tiktoken_bench.js times the same documents.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../tests/data/bpe_corpus.h"
-#include "data/tokenizer.h"
+#include "../tests/data/tokenizer/bpe_corpus.h"
+#include "data/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   std::string corpus_out;

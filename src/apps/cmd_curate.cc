@@ -8,7 +8,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
-#include "curate/pipeline.h"
+#include "curate/pipeline/runner.h"
 #include "curate/stages.h"
 
 namespace nk {

@@ -8,7 +8,7 @@
 
 #include "apps/arg_parser.h"
 #include "core/error.h"
-#include "curate/classifier_train.h"
+#include "curate/classify/classifier_train.h"
 
 namespace nk {
 

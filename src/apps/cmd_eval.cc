@@ -9,9 +9,9 @@
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
-#include "data/indexed_dataset.h"
-#include "data/text_dataset.h"
-#include "data/tokenizer.h"
+#include "data/dataset/indexed_dataset.h"
+#include "data/dataset/text_dataset.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/perplexity.h"
 
 namespace nk {

@@ -8,7 +8,7 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/generate.h"
 
 namespace nk {

@@ -20,11 +20,11 @@
 #include "apps/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "data/bpe_files.h"
-#include "data/bpe_trainer.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/text_dataset.h"
-#include "data/tokenizer.h"
+#include "data/dataset/text_dataset.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_trainer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace nk {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/sampler.h"
 #include "model/transformer.h"
 

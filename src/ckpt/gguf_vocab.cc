@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "data/bpe_files.h"
-#include "data/bpe_merge.h"
-#include "data/bpe_tokenizer.h"
-#include "data/byte_tokenizer.h"
-#include "data/sentencepiece_tokenizer.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_merge.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/byte_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 
 namespace nk {
 

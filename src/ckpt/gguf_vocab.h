@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ckpt/gguf_writer.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace nk {
 

@@ -6,8 +6,8 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
-#include "data/bpe_files.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
 
 namespace nk {

@@ -6,7 +6,7 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
 
 namespace nk {

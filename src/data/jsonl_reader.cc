@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "data/text_dataset.h"
+#include "data/dataset/text_dataset.h"
 
 namespace nk {
 

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/indexed_dataset.h"
+#include "data/dataset/indexed_dataset.h"
 #include "data/jsonl_reader.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
 
 namespace nk {

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/sampler.h"
 #include "infer/sequence_cache.h"
 #include "model/transformer.h"

@@ -1,6 +1,6 @@
 #include "train/train_config.h"
 
-#include "data/gpt_indices.h"
+#include "data/dataset/gpt_indices.h"
 
 namespace nk {
 

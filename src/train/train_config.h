@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "data/blended_dataset.h"
+#include "data/dataset/blended_dataset.h"
 #include "model/model_config.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"

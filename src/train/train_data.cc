@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "data/blended_dataset.h"
-#include "data/gpt_dataset.h"
-#include "data/text_dataset.h"
+#include "data/dataset/blended_dataset.h"
+#include "data/dataset/gpt_dataset.h"
+#include "data/dataset/text_dataset.h"
 
 namespace nk {
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "data/sample_dataset.h"
+#include "data/dataset/sample_dataset.h"
 #include "train/train_config.h"
 
 namespace nk {

@@ -10,7 +10,7 @@
 #include "ckpt/model_io.h"
 #include "core/log.h"
 #include "core/parallel.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
 

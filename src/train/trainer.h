@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "data/data_loader.h"
+#include "data/dataset/data_loader.h"
 #include "train/adamw.h"
 #include "train/train_config.h"
 #include "train/train_data.h"

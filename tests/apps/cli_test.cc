@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "data/indexed_dataset.h"
-#include "data/tokenizer.h"
+#include "data/dataset/indexed_dataset.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/model_io.h"
-#include "data/indexed_dataset.h"
-#include "data/tokenizer.h"
+#include "data/dataset/indexed_dataset.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
 #include "infer/perplexity.h"
 #include "test_util.h"

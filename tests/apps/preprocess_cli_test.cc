@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/megatron_index.h"
-#include "data/tokenizer.h"
+#include "data/dataset/megatron_index.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace nk {

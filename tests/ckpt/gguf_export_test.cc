@@ -12,8 +12,8 @@
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/gguf_writer.h"
 #include "core/dtype.h"
-#include "data/bpe_files.h"
-#include "data/bpe_tokenizer.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_tokenizer.h"
 #include "gguf_test_util.h"
 
 namespace nk {

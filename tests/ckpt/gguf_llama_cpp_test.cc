@@ -11,7 +11,7 @@
 #include <cstring>
 #include "ckpt/gguf_writer.h"
 #include "core/dtype.h"
-#include "data/bpe_tokenizer.h"
+#include "data/tokenizer/bpe_tokenizer.h"
 #include "gguf_test_util.h"
 
 namespace nk {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ckpt/model_io.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace nk::test {

@@ -23,9 +23,9 @@
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
-#include "data/bpe_files.h"
-#include "data/sentencepiece_tokenizer.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "model/tiny_config.h"
 #include "test_util.h"
 

@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/dataset/megatron_index.h"
 #include "data/jsonl_reader.h"
-#include "data/megatron_index.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
 #include "test_util.h"
 

@@ -10,7 +10,7 @@
 #include <map>
 
 #include "core/rng.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
 #include "infer/generate.h"
 #include "test_util.h"

@@ -18,7 +18,7 @@
 #include <cmath>
 
 #include "core/rng.h"
-#include "data/packing.h"
+#include "data/dataset/packing.h"
 #include "model/transformer.h"
 
 #include "model/tiny_config.h"

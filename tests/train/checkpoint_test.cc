@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "../data/gpt_test_data.h"
 #include "ckpt/checkpoint.h"
+#include "data/dataset/gpt_test_data.h"
 #include "test_util.h"
 #include "train/trainer.h"
 

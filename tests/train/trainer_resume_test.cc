@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "../data/gpt_test_data.h"
 #include "core/error.h"
+#include "data/dataset/gpt_test_data.h"
 #include "test_util.h"
 #include "train/trainer.h"
 

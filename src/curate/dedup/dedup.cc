@@ -1,0 +1,438 @@
+#include "curate/dedup/dedup.h"
+
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "curate/dedup/union_find.h"
+#include "curate/stages.h"
+
+namespace nk::curate {
+
+namespace {
+
+constexpr uint64_t kIndexBits = 40;
+constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
+
+// nk::parallel_for, with an exception thrown inside a chunk carried out of the
+// OpenMP region and rethrown here.
+void parallel_for_checked(int64_t n, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  std::mutex mu;
+  std::exception_ptr err;
+  parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    try {
+      fn(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!err) err = std::current_exception();
+    }
+  });
+  if (err) std::rethrow_exception(err);
+}
+
+uint64_t budget_bytes(double memory_mb) {
+  return std::max<uint64_t>(uint64_t(memory_mb * 1024 * 1024), 1);
+}
+
+// The largest partition one of the finish() threads may hold.
+uint64_t per_thread_bytes(double memory_mb) {
+  return std::max<uint64_t>(budget_bytes(memory_mb) / uint64_t(std::max(1, num_threads())), 1);
+}
+
+// The ids of documents `want` (sorted, distinct), read back from the log.
+std::vector<std::string> read_ids(const IndexedLog& log, const std::vector<uint64_t>& want) {
+  std::vector<std::string> ids(want.size());
+  parallel_for_checked(int64_t(want.size()), 256, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ids[size_t(i)] = log.get(want[size_t(i)]);
+  });
+  return ids;
+}
+
+const std::string& id_of(const std::vector<uint64_t>& want, const std::vector<std::string>& ids,
+                         uint64_t index) {
+  auto it = std::lower_bound(want.begin(), want.end(), index);
+  NK_CHECK(it != want.end() && *it == index, "id of document {} was not read", index);
+  return ids[size_t(it - want.begin())];
+}
+
+void check_order(uint64_t first, uint64_t next, const char* stage) {
+  NK_CHECK(first == next, "{}: batch starts at document {}, expected {}", stage, first, next);
+}
+
+}  // namespace
+
+void normalize_for_dedup(std::string_view text, std::string& out) {
+  bool space = false;
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(text.data());
+  int32_t n = int32_t(text.size()), i = 0;
+  NK_CHECK(text.size() < size_t(INT32_MAX), "document of {} bytes", text.size());
+  while (i < n) {
+    UChar32 c;
+    if (s[i] < 0x80) {
+      c = s[i++];
+    } else {
+      U8_NEXT(s, i, n, c);
+      if (c < 0) c = 0xFFFD;
+    }
+    bool ws = c < 0x80 ? (c == ' ' || (c >= '\t' && c <= '\r')) : u_isUWhiteSpace(c);
+    if (ws) {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty()) out.push_back(' ');
+    space = false;
+    if (c < 0x80) {
+      out.push_back(c >= 'A' && c <= 'Z' ? char(c + 32) : char(c));
+    } else {
+      uint8_t buf[4];
+      int32_t k = 0;
+      U8_APPEND_UNSAFE(buf, k, u_tolower(c));
+      out.append(reinterpret_cast<const char*>(buf), size_t(k));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// exact_dedup
+
+void ExactDedup::begin(const std::string& work_dir) {
+  dir_ = work_dir + "/exact";
+  std::filesystem::create_directories(dir_);
+  spill_ = PartitionedSpill<Record>(dir_, opt_.partitions, budget_bytes(opt_.memory_mb));
+  ids_ = IndexedLog(dir_, "ids");
+  next_ = 0;
+}
+
+void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
+  check_order(first, next_, "exact_dedup");
+  std::vector<Record> recs(docs.size());
+  parallel_for_checked(int64_t(docs.size()), 64, [&](int64_t b, int64_t e) {
+    thread_local std::string norm;
+    for (int64_t i = b; i < e; ++i) {
+      const std::string& t = docs[size_t(i)].text;
+      XXH128_hash_t h;
+      if (opt_.normalize) {
+        norm.clear();
+        normalize_for_dedup(t, norm);
+        h = XXH3_128bits(norm.data(), norm.size());
+      } else {
+        h = XXH3_128bits(t.data(), t.size());
+      }
+      recs[size_t(i)] = {h.low64, h.high64, first + uint64_t(i)};
+    }
+  });
+  for (size_t i = 0; i < docs.size(); ++i) {
+    spill_.add(recs[i]);
+    ids_.append(docs[i].id);
+  }
+  next_ += docs.size();
+}
+
+std::vector<Removal> ExactDedup::finish(Counters& counts) {
+  ids_.flush();
+  uint32_t parts = spill_.parts();
+  // Per partition: (removed index, kept index).
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> found(parts);
+  std::vector<int64_t> groups(parts, 0);
+  std::vector<uint64_t> split(parts, 0);
+  uint64_t limit = per_thread_bytes(opt_.memory_mb);
+  parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      spill_.visit(
+          uint32_t(p), limit,
+          [&](std::vector<Record>& r) {
+            std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
+              if (x.lo != y.lo) return x.lo < y.lo;
+              if (x.hi != y.hi) return x.hi < y.hi;
+              return x.index < y.index;
+            });
+            for (size_t i = 0; i < r.size();) {
+              size_t j = i + 1;
+              while (j < r.size() && r[j].lo == r[i].lo && r[j].hi == r[i].hi) {
+                found[size_t(p)].emplace_back(r[j].index, r[i].index);
+                ++j;
+              }
+              groups[size_t(p)] += j > i + 1;
+              i = j;
+            }
+          },
+          &split[size_t(p)]);
+    }
+  });
+  std::vector<std::pair<uint64_t, uint64_t>> all;
+  int64_t dup_groups = 0;
+  uint64_t spilled = spill_.bytes_spilled();
+  for (uint32_t p = 0; p < parts; ++p) {
+    all.insert(all.end(), found[p].begin(), found[p].end());
+    dup_groups += groups[p];
+    spilled += split[p];
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<uint64_t> want;
+  for (auto& [removed, kept] : all) want.push_back(kept);
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  std::vector<std::string> ids = read_ids(ids_, want);
+
+  std::vector<Removal> out;
+  out.reserve(all.size());
+  for (auto& [removed, kept] : all)
+    out.push_back({removed, fmt::format("exact duplicate of '{}'", id_of(want, ids, kept))});
+  counts["duplicate_groups"] += dup_groups;
+  counts["bytes_spilled"] += int64_t(spilled + ids_.bytes());
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// fuzzy_dedup
+
+void FuzzyDedup::begin(const std::string& work_dir) {
+  dir_ = work_dir + "/fuzzy";
+  std::filesystem::create_directories(dir_);
+  spill_ = PartitionedSpill<Record>(dir_, opt_.partitions, budget_bytes(opt_.memory_mb));
+  ids_ = IndexedLog(dir_, "ids");
+  if (opt_.jaccard_threshold > 0) sets_ = IndexedLog(dir_, "sets");
+  next_ = 0;
+}
+
+void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
+  check_order(first, next_, "fuzzy_dedup");
+  if (first + docs.size() > uint64_t(UINT32_MAX))
+    fail("fuzzy_dedup: more than {} documents", uint64_t(UINT32_MAX));
+  const int k = hasher_.num_hashes(), bands = opt_.minhash.num_bands;
+  const bool keep_sets = opt_.jaccard_threshold > 0;
+  std::vector<uint64_t> buckets(docs.size() * size_t(bands));
+  std::vector<std::vector<uint32_t>> sets(keep_sets ? docs.size() : 0);
+  parallel_for_checked(int64_t(docs.size()), 16, [&](int64_t b, int64_t e) {
+    thread_local std::vector<uint32_t> sh, sig;
+    sig.resize(size_t(k));
+    for (int64_t i = b; i < e; ++i) {
+      sh.clear();
+      hasher_.shingles(docs[size_t(i)].text, sh);
+      hasher_.signature(sh.data(), sh.size(), sig.data());
+      for (int band = 0; band < bands; ++band)
+        buckets[size_t(i) * size_t(bands) + size_t(band)] = hasher_.band_hash(sig.data(), band);
+      if (keep_sets) {
+        sort_unique(sh);
+        sets[size_t(i)] = sh;
+      }
+    }
+  });
+  for (size_t i = 0; i < docs.size(); ++i) {
+    uint64_t index = first + i;
+    for (int band = 0; band < bands; ++band)
+      spill_.add(
+          {buckets[i * size_t(bands) + size_t(band)], (uint64_t(band) << kIndexBits) | index});
+    ids_.append(docs[i].id);
+    if (keep_sets) sets_.append(sets[i].data(), sets[i].size() * sizeof(uint32_t));
+  }
+  next_ += docs.size();
+}
+
+std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
+  ids_.flush();
+  if (opt_.jaccard_threshold > 0) sets_.flush();
+  const uint64_t n = next_;
+  ParallelUnionFind uf(n);
+  const uint32_t parts = spill_.parts();
+  const double threshold = opt_.jaccard_threshold;
+  struct Tally {
+    int64_t shared_buckets = 0, candidates = 0, rejected = 0;
+    uint64_t split = 0;
+  };
+  std::vector<Tally> tally(parts);
+  uint64_t limit = per_thread_bytes(opt_.memory_mb);
+  auto set_of = [&](uint64_t doc) {
+    std::string bytes = sets_.get(doc);
+    std::vector<uint32_t> s(bytes.size() / sizeof(uint32_t));
+    std::memcpy(s.data(), bytes.data(), s.size() * sizeof(uint32_t));
+    return s;
+  };
+
+  parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      Tally& t = tally[size_t(p)];
+      spill_.visit(
+          uint32_t(p), limit,
+          [&](std::vector<Record>& r) {
+            // (band, bucket, index): a bucket's members are adjacent, lowest first.
+            std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
+              uint64_t bx = x.band_doc >> kIndexBits, by = y.band_doc >> kIndexBits;
+              if (bx != by) return bx < by;
+              if (x.bucket != y.bucket) return x.bucket < y.bucket;
+              return x.band_doc < y.band_doc;
+            });
+            for (size_t i = 0; i < r.size();) {
+              size_t j = i + 1;
+              uint64_t band = r[i].band_doc >> kIndexBits;
+              while (j < r.size() && r[j].bucket == r[i].bucket &&
+                     (r[j].band_doc >> kIndexBits) == band)
+                ++j;
+              if (j > i + 1) {
+                ++t.shared_buckets;
+                // Every member is paired with the bucket's first (lowest) one.
+                uint32_t head = uint32_t(r[i].band_doc & kIndexMask);
+                std::vector<uint32_t> head_set;
+                if (threshold > 0) head_set = set_of(head);
+                for (size_t m = i + 1; m < j; ++m) {
+                  uint32_t doc = uint32_t(r[m].band_doc & kIndexMask);
+                  ++t.candidates;
+                  if (threshold > 0) {
+                    std::vector<uint32_t> s = set_of(doc);
+                    if (jaccard(head_set.data(), head_set.size(), s.data(), s.size()) < threshold) {
+                      ++t.rejected;
+                      continue;
+                    }
+                  }
+                  uf.unite(head, doc);
+                }
+              }
+              i = j;
+            }
+          },
+          &t.split);
+    }
+  });
+
+  // Roots are final once every union is done; (index, root) of every
+  // non-root, in index order (chunks are contiguous and appended in order).
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(int64_t(n), num_threads()));
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> moved(static_cast<size_t>(chunks));
+  parallel_for_checked(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      uint64_t lo = n * uint64_t(c) / uint64_t(chunks), hi = n * uint64_t(c + 1) / uint64_t(chunks);
+      for (uint64_t i = lo; i < hi; ++i) {
+        uint32_t r = uf.find(uint32_t(i));
+        if (r != i) moved[size_t(c)].emplace_back(uint32_t(i), r);
+      }
+    }
+  });
+  std::vector<std::pair<uint32_t, uint32_t>> all;
+  for (auto& m : moved) all.insert(all.end(), m.begin(), m.end());
+  std::vector<uint64_t> roots;
+  for (auto& [doc, root] : all) roots.push_back(root);
+  std::sort(roots.begin(), roots.end());
+  // Cluster size = 1 + members that point at the root.
+  std::vector<uint64_t> want;
+  std::vector<uint32_t> size;
+  for (size_t i = 0; i < roots.size();) {
+    size_t j = i;
+    while (j < roots.size() && roots[j] == roots[i]) ++j;
+    want.push_back(roots[i]);
+    size.push_back(uint32_t(j - i + 1));
+    i = j;
+  }
+  std::vector<std::string> ids = read_ids(ids_, want);
+
+  std::vector<Removal> out;
+  out.reserve(all.size());
+  for (auto& [doc, root] : all) {
+    size_t at = size_t(std::lower_bound(want.begin(), want.end(), uint64_t(root)) - want.begin());
+    out.push_back({doc, fmt::format("near-duplicate of '{}' (cluster of {})", ids[at], size[at])});
+  }
+  Tally sum;
+  for (const Tally& t : tally) {
+    sum.shared_buckets += t.shared_buckets;
+    sum.candidates += t.candidates;
+    sum.rejected += t.rejected;
+    sum.split += t.split;
+  }
+  counts["clusters"] += int64_t(want.size());
+  counts["shared_buckets"] += sum.shared_buckets;
+  counts["candidate_pairs"] += sum.candidates;
+  counts["pairs_rejected_by_jaccard"] += sum.rejected;
+  counts["bytes_spilled"] +=
+      int64_t(spill_.bytes_spilled() + sum.split + ids_.bytes() + sets_.bytes());
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// configuration and registration
+
+namespace {
+
+double memory_mb_of(StageConfig& c) {
+  double mb = c.get_double("memory_mb", 1024);
+  if (!(mb > 0)) c.fail_key("memory_mb", fmt::format("must be > 0, got {}", mb));
+  return mb;
+}
+
+uint32_t partitions_of(StageConfig& c) {
+  int64_t p = c.get_int("partitions", 64);
+  if (p < 1 || p > 65536) c.fail_key("partitions", fmt::format("must be 1..65536, got {}", p));
+  return uint32_t(p);
+}
+
+int positive(StageConfig& c, const std::string& key, int def, int max) {
+  int64_t v = c.get_int(key, def);
+  if (v < 1 || v > max) c.fail_key(key, fmt::format("must be 1..{}, got {}", max, v));
+  return int(v);
+}
+
+}  // namespace
+
+ExactDedupOptions exact_dedup_options(StageConfig& c) {
+  ExactDedupOptions o;
+  o.normalize = c.get_bool("normalize", true);
+  o.memory_mb = memory_mb_of(c);
+  o.partitions = partitions_of(c);
+  return o;
+}
+
+FuzzyDedupOptions fuzzy_dedup_options(StageConfig& c) {
+  FuzzyDedupOptions o;
+  std::string preset = c.get_string("preset", "nemo");
+  if (!minhash_preset(preset, o.minhash))
+    c.fail_key("preset", fmt::format("unknown preset '{}' (known: nemo, fineweb)", preset));
+  if (c.has("char_ngrams") && c.has("word_ngrams"))
+    c.fail_key("word_ngrams", "give either char_ngrams or word_ngrams, not both");
+  if (c.has("char_ngrams")) {
+    o.minhash.kind = ShingleKind::kChars;
+    o.minhash.ngram = positive(c, "char_ngrams", 24, 4096);
+  }
+  if (c.has("word_ngrams")) {
+    o.minhash.kind = ShingleKind::kWords;
+    o.minhash.ngram = positive(c, "word_ngrams", 5, 1024);
+  }
+  o.minhash.num_bands = positive(c, "num_bands", o.minhash.num_bands, 1 << 16);
+  o.minhash.rows_per_band = positive(c, "rows_per_band", o.minhash.rows_per_band, 1024);
+  if (o.minhash.num_hashes() > 8192)
+    c.fail_key("rows_per_band", fmt::format("num_bands x rows_per_band = {} is more than 8192",
+                                            o.minhash.num_hashes()));
+  o.minhash.seed = uint64_t(c.get_int("seed", int64_t(o.minhash.seed)));
+  o.jaccard_threshold = c.get_double("jaccard_threshold", 0);
+  if (!(o.jaccard_threshold >= 0 && o.jaccard_threshold <= 1))
+    c.fail_key("jaccard_threshold", fmt::format("must be in [0, 1], got {}", o.jaccard_threshold));
+  o.memory_mb = memory_mb_of(c);
+  o.partitions = partitions_of(c);
+  return o;
+}
+
+void register_dedup_stages(StageRegistry& r) {
+  r.add({"exact_dedup",
+         "remove documents whose (normalized) text equals an earlier one's; keys: normalize "
+         "(true), memory_mb (1024), partitions (64)",
+         nullptr, [](StageConfig& c) -> std::unique_ptr<GlobalStage> {
+           return std::make_unique<ExactDedup>(exact_dedup_options(c));
+         }});
+  r.add({"fuzzy_dedup",
+         "remove near-duplicates by MinHash LSH; keys: preset (nemo|fineweb), char_ngrams, "
+         "word_ngrams, num_bands, rows_per_band, seed, jaccard_threshold (0 = off), memory_mb "
+         "(1024), partitions (64)",
+         nullptr, [](StageConfig& c) -> std::unique_ptr<GlobalStage> {
+           return std::make_unique<FuzzyDedup>(fuzzy_dedup_options(c));
+         }});
+}
+
+}  // namespace nk::curate

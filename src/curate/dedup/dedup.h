@@ -1,0 +1,94 @@
+// Exact and fuzzy (MinHash LSH) deduplication: the GlobalStages exact_dedup
+// and fuzzy_dedup. Both keep the lowest-index document of each group and
+// remove the rest, and both hold only small fixed records per document in
+// memory up to `memory_mb`, spilling the rest under the work folder:
+//
+//   exact_dedup  exact/part-NNNNN.bin  {u64 hash lo, u64 hash hi, u64 index}
+//                exact/ids.bin, ids.idx  document ids in index order
+//   fuzzy_dedup  fuzzy/part-NNNNN.bin  {u64 bucket, u64 band << 40 | index}
+//                fuzzy/ids.bin, ids.idx
+//                fuzzy/sets.bin, sets.idx  per document its sorted distinct
+//                  32-bit shingle hashes (only with jaccard_threshold > 0)
+//
+// (see spill.h for the .bin/.idx and partition layouts). Partitions go by
+// hash, so every group of equal hashes (exact) or every LSH bucket (fuzzy) is
+// in one partition; finish() reads partitions on all threads, each at most
+// memory_mb / threads bytes (a larger one is split again by other hash bits).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "curate/dedup/minhash.h"
+#include "curate/dedup/spill.h"
+#include "curate/document.h"
+#include "curate/stage_config.h"
+
+namespace nk::curate {
+
+// Lowercased (Unicode simple case mapping), runs of white space collapsed to
+// one ' ', trimmed: what exact_dedup with normalize: true compares.
+void normalize_for_dedup(std::string_view text, std::string& out);
+
+struct ExactDedupOptions {
+  bool normalize = true;
+  double memory_mb = 1024;  // records held in memory before spilling
+  uint32_t partitions = 64;
+};
+
+class ExactDedup : public GlobalStage {
+ public:
+  explicit ExactDedup(ExactDedupOptions o) : opt_(o) {}
+  void begin(const std::string& work_dir) override;
+  void add_batch(uint64_t first, const std::vector<Document>& docs) override;
+  std::vector<Removal> finish(Counters& counts) override;
+
+  struct Record {
+    uint64_t lo, hi, index;
+    uint64_t partition_key() const { return lo; }
+  };
+
+ private:
+  ExactDedupOptions opt_;
+  std::string dir_;
+  uint64_t next_ = 0;
+  PartitionedSpill<Record> spill_;
+  IndexedLog ids_;
+};
+
+struct FuzzyDedupOptions {
+  MinHashParams minhash;         // preset nemo unless configured
+  double jaccard_threshold = 0;  // > 0: verify candidate pairs exactly
+  double memory_mb = 1024;
+  uint32_t partitions = 64;
+};
+
+class FuzzyDedup : public GlobalStage {
+ public:
+  explicit FuzzyDedup(FuzzyDedupOptions o) : opt_(o), hasher_(o.minhash) {}
+  void begin(const std::string& work_dir) override;
+  void add_batch(uint64_t first, const std::vector<Document>& docs) override;
+  std::vector<Removal> finish(Counters& counts) override;
+
+  // One document's bucket in one band; 40 bits of index, 24 of band.
+  struct Record {
+    uint64_t bucket, band_doc;
+    uint64_t partition_key() const { return bucket; }
+  };
+
+ private:
+  FuzzyDedupOptions opt_;
+  MinHasher hasher_;
+  std::string dir_;
+  uint64_t next_ = 0;
+  PartitionedSpill<Record> spill_;
+  IndexedLog ids_, sets_;
+};
+
+// Options from a pipeline stage's keys (nk::Error naming a bad key).
+ExactDedupOptions exact_dedup_options(StageConfig& c);
+FuzzyDedupOptions fuzzy_dedup_options(StageConfig& c);
+
+}  // namespace nk::curate

@@ -1,0 +1,36 @@
+// `nekton curate`: runs an ordered list of stages over documents.
+//
+// The stages are cut into segments at each global stage (dedup): segment 0 runs
+// the document stages before the first global stage over the input shards;
+// each global stage then reads every document the previous segment kept,
+// decides which to remove, and the next segment applies those removals and
+// its own document stages, shard by shard. Within a shard, documents are read
+// in batches of batch_mb and processed in parallel over the thread pool, in
+// bounded memory; output keeps input order, so a run is deterministic.
+//
+// Layout of OUT:
+//   data/shard_NNNNN.jsonl     kept documents, {"id", "text", other fields...}
+//   removed/shard_NNNNN.jsonl  removed ones, plus "removed_by" and "reason"
+//   report.json                per stage: documents in/kept/removed, time, counters
+//   .work/                     while running: per-segment shard outputs, a
+//                              done-file per finished shard, global stages'
+//                              decisions. A rerun skips what is done (resume).
+#pragma once
+#include <functional>
+#include <string>
+
+#include "curate/pipeline/config.h"
+#include "curate/pipeline/report.h"
+
+namespace nk::curate {
+
+struct RunOptions {
+  // Called from the calling thread with a one-line status (a bar with docs/s
+  // and MB/s) at most every progress_every_s; `final` on a segment's end.
+  std::function<void(const std::string& line, bool final)> progress;
+  double progress_every_s = 0.25;
+};
+
+CurateReport run_pipeline(const PipelineConfig& cfg, const RunOptions& opt);
+
+}  // namespace nk::curate

@@ -1,0 +1,57 @@
+// Byte-level BPE as in GPT-2 and tiktoken: pre-tokenize with a regex, then
+// merge the bytes of each piece by rank. Encodes token for token what
+// tiktoken (and, for GPT-2, OpenAI's gpt-3-encoder) give for the same text.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "data/tokenizer/bpe_merge.h"
+#include "data/tokenizer/bpe_vocab.h"
+#include "data/tokenizer/pretokenizer.h"
+#include "data/tokenizer/tokenizer.h"
+
+namespace nk {
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // nk::Error if the vocabulary is unusable: a byte without a token, a token
+  // given twice, a special whose id is a token, or a pattern that does not compile.
+  explicit BpeTokenizer(BpeVocab vocab);
+
+  std::string kind() const override { return "bpe"; }
+  // One past the largest id, tokens and specials together (tiktoken's n_vocab).
+  int64_t vocab_size() const override { return vocab_size_; }
+  using Tokenizer::encode;
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  void encode_with_specials(std::string_view text, std::vector<int32_t>& out) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  std::string token_bytes(int32_t id) const override;
+  // <|endoftext|>, or -1 if the vocabulary has none.
+  int32_t eod_id() const override { return eod_id_; }
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
+
+  const BpeVocab& vocab() const { return vocab_; }
+  const PreTokenizer& pretokenizer() const { return pretok_; }
+  // Rank of a byte string that is a token, else -1.
+  int32_t rank_of(std::string_view bytes) const { return ranks_.find(bytes); }
+
+ private:
+  // `text` is valid UTF-8.
+  void encode_valid(std::string_view text, std::vector<int32_t>& out) const;
+  // Nullptr if `id` is neither a token nor a special.
+  const std::string* bytes_of(int32_t id) const;
+
+  BpeVocab vocab_;
+  RankMap ranks_;
+  PreTokenizer pretok_;
+  std::vector<std::pair<std::string, int32_t>> specials_;  // sorted by id
+  std::vector<const std::string*> special_text_;           // by id - tokens.size(), may be null
+  int64_t vocab_size_ = 0;
+  int32_t eod_id_ = -1;
+  uint64_t id_;  // unique per instance: keys the per-thread piece cache
+};
+
+}  // namespace nk

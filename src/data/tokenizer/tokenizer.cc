@@ -1,0 +1,65 @@
+#include "data/tokenizer/tokenizer.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/byte_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
+
+#ifndef NK_DEFAULT_ASSETS_DIR
+#define NK_DEFAULT_ASSETS_DIR "assets"
+#endif
+
+namespace nk {
+
+std::string assets_dir() {
+  const char* env = std::getenv("NEKTON_ASSETS");
+  return env && *env ? std::string(env) : std::string(NK_DEFAULT_ASSETS_DIR);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "bytes") return std::make_unique<ByteTokenizer>();
+  if (auto bpe = open_bpe_tokenizer(spec)) return bpe;
+  if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
+  // A Hugging Face tokenizer folder of a SentencePiece model (Llama 1/2, Mistral).
+  std::filesystem::path spm = std::filesystem::path(spec) / "tokenizer.model";
+  if (std::filesystem::is_directory(spec) && std::filesystem::exists(spm))
+    return SentencePieceTokenizer::open(spm.string());
+  fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
+}
+
+void store_tokenizer(const std::string& spec, const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::string recorded = spec;
+  std::error_code ec;
+  if (fs::exists(spec)) {
+    fs::path dst = fs::path(model_dir) / "tokenizer";
+    fs::remove_all(dst, ec);
+    fs::create_directories(dst);
+    if (fs::is_directory(spec)) {
+      for (auto& e : fs::directory_iterator(spec))
+        if (e.is_regular_file()) fs::copy_file(e.path(), dst / e.path().filename());
+      recorded = "./tokenizer";
+    } else {
+      fs::copy_file(spec, dst / fs::path(spec).filename());
+      recorded = "./tokenizer/" + fs::path(spec).filename().string();
+    }
+  }
+  write_file_atomic((fs::path(model_dir) / "tokenizer.txt").string(), recorded + "\n");
+}
+
+std::string stored_tokenizer(const std::string& model_dir) {
+  std::ifstream f(std::filesystem::path(model_dir) / "tokenizer.txt");
+  if (!f) return "";
+  std::string spec;
+  std::getline(f, spec);
+  if (spec.rfind("./", 0) == 0) spec = (std::filesystem::path(model_dir) / spec.substr(2)).string();
+  return spec;
+}
+
+}  // namespace nk
