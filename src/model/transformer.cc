@@ -14,7 +14,7 @@ std::string L(int64_t l, const char* name) {
   return fmt::format("h.{}.{}", l, name);
 }
 
-ParamLayout make_layout(const ModelConfig& c) {
+ParamLayout make_layout(const ModelConfig& c, const std::vector<std::string>& frozen) {
   ParamLayout p;
   float std = float(c.init_std);
   // Output projections write into the residual stream: scaled by 1/sqrt(2L).
@@ -40,19 +40,26 @@ ParamLayout make_layout(const ModelConfig& c) {
   p.add("ln_f.weight", {C}, Init::Ones);
   if (!c.is_llama()) p.add("ln_f.bias", {C}, Init::Zeros);
   if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std);
+  for (const std::string& name : frozen) p.freeze(name);
   p.finalize();
   return p;
 }
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init)
-    : cfg_(cfg), compute_(compute), layout_(make_layout(cfg)) {
+ParamLayout Transformer::layout_for(const ModelConfig& cfg,
+                                    const std::vector<std::string>& frozen) {
+  return make_layout(cfg, frozen);
+}
+
+Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
+                         const std::vector<std::string>& frozen)
+    : cfg_(cfg), compute_(compute), layout_(make_layout(cfg, frozen)) {
   cfg_.validate();
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
   params_ = Tensor::zeros({layout_.total()}, DType::F32);
-  grads_ = Tensor::zeros({layout_.total()}, DType::F32);
+  grads_ = Tensor::zeros({layout_.trainable_end()}, DType::F32);
   compute_params_ = compute == DType::F32 ? params_ : Tensor::zeros({layout_.total()}, compute);
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
@@ -83,7 +90,10 @@ void Transformer::bind_views() {
   auto w = [&](const std::string& n) {
     return ParamLayout::view(compute_params_, layout_.find(n));
   };
-  auto g = [&](const std::string& n) { return ParamLayout::view(grads_, layout_.find(n)); };
+  auto g = [&](const std::string& n) {
+    const ParamInfo& p = layout_.find(n);
+    return p.trainable ? ParamLayout::view(grads_, p) : Tensor();
+  };
   auto maybe = [&](const std::string& n, bool grad) {
     if (!layout_.has(n)) return Tensor();
     return grad ? g(n) : w(n);
