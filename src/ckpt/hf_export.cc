@@ -97,7 +97,7 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
   if (opt.max_shard_bytes == 0) fail("export: the maximum shard size must be positive");
 
   const std::vector<ExternalTensor> map = arch.hf_tensors(cfg, prefix);
-  const ParamLayout layout = arch.layout(cfg);
+  const ParamLayout layout = model_layout(cfg);
   for (size_t i = 0; i < map.size(); ++i) {
     if (i > 0 && map[i].param == map[i - 1].param) continue;
     const ParamInfo& p = layout.find(map[i].param);

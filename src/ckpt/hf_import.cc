@@ -47,7 +47,7 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
                                       [&](const std::string& n) { return n.starts_with(prefix); }))
     prefix = "";
   const std::vector<ExternalTensor> map = arch.hf_tensors(cfg, prefix);
-  const ParamLayout layout = arch.layout(cfg);
+  const ParamLayout layout = model_layout(cfg);
 
   // Check every tensor before reading any.
   std::set<std::string> expected;

@@ -28,12 +28,19 @@ const Architecture& find_architecture(const std::string& name) {
        fmt::join(architecture_names(), ", "));
 }
 
-ParamLayout Architecture::layout(const ModelConfig& c) const {
-  return decoder_layout(c, block());
+void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
+  decoder_params(p, c, block());
 }
 
-ParamLayout decoder_layout(const ModelConfig& c, const BlockSpec& spec) {
+ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen) {
   ParamLayout p;
+  c.architecture().add_params(p, c);
+  for (const std::string& name : frozen) p.freeze(name);
+  p.finalize();
+  return p;
+}
+
+void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec) {
   const float std = float(c.init_std);
   // Output projections write into the residual stream: scaled by 1/sqrt(2L).
   const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
@@ -63,8 +70,6 @@ ParamLayout decoder_layout(const ModelConfig& c, const BlockSpec& spec) {
   }
   norm("ln_f");
   if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, rows);
-  p.finalize();
-  return p;
 }
 
 // ---- HfConfigReader ----

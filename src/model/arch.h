@@ -73,10 +73,10 @@ class Architecture {
   virtual void validate(const ModelConfig& c, const std::string& prefix) const {}
 
   // ---- parameters ----
-  // The parameter layout (names, shapes, initialisation, fused parts, tensor-
-  // parallel split). The shared decoder layout follows block(); an
-  // architecture with other tensors overrides it.
-  virtual ParamLayout layout(const ModelConfig& c) const;
+  // Adds the parameters (names, shapes, initialisation, fused parts, tensor-
+  // parallel split) to an unfinished layout. The shared decoder layout
+  // follows block(); an architecture with other tensors overrides it.
+  virtual void add_params(ParamLayout& p, const ModelConfig& c) const;
 
   // ---- Hugging Face ----
   // (class in `architectures`, model_type) pairs this architecture reads; the
@@ -106,11 +106,15 @@ const Architecture& find_architecture(const std::string& name);
 const std::vector<const Architecture*>& architectures();
 std::vector<std::string> architecture_names();
 
-// The layout every architecture of the GPT-2/Llama family shares, following
+// The finished parameter layout of a model of c's architecture, with the
+// parameters named in `frozen` frozen (see ParamLayout::freeze).
+ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen = {});
+
+// The parameters every architecture of the GPT-2/Llama family shares, following
 // `spec`: embedding (+ learned positions), per layer norm, fused QKV,
 // output projection, norm, MLP up (fused [gate | up] for SwiGLU) and down,
 // final norm, untied head. Parameter names follow Hugging Face's module paths
 // loosely ("h.L.attn.qkv.weight"); ExternalTensor maps them to exact names.
-ParamLayout decoder_layout(const ModelConfig& c, const BlockSpec& spec);
+void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec);
 
 }  // namespace nk

@@ -15,13 +15,19 @@ std::string L(int64_t l, const char* name) {
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init)
-    : cfg_(cfg), compute_(compute), layout_(cfg.architecture().layout(cfg)) {
+ParamLayout Transformer::layout_for(const ModelConfig& cfg,
+                                    const std::vector<std::string>& frozen) {
+  return model_layout(cfg, frozen);
+}
+
+Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
+                         const std::vector<std::string>& frozen)
+    : cfg_(cfg), compute_(compute), layout_(model_layout(cfg, frozen)) {
   cfg_.validate();
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
   params_ = Tensor::zeros({layout_.total()}, DType::F32);
-  grads_ = Tensor::zeros({layout_.total()}, DType::F32);
+  grads_ = Tensor::zeros({layout_.trainable_end()}, DType::F32);
   compute_params_ = compute == DType::F32 ? params_ : Tensor::zeros({layout_.total()}, compute);
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
@@ -55,7 +61,10 @@ void Transformer::bind_views() {
   auto w = [&](const std::string& n) {
     return ParamLayout::view(compute_params_, layout_.find(n));
   };
-  auto g = [&](const std::string& n) { return ParamLayout::view(grads_, layout_.find(n)); };
+  auto g = [&](const std::string& n) {
+    const ParamInfo& p = layout_.find(n);
+    return p.trainable ? ParamLayout::view(grads_, p) : Tensor();
+  };
   auto maybe = [&](const std::string& n, bool grad) {
     if (!layout_.has(n)) return Tensor();
     return grad ? g(n) : w(n);

@@ -1,7 +1,8 @@
 // A decoder-only transformer (GPT-2 or Llama family) assembled from nn blocks.
 //
 // Memory: four flat f32 arenas over one ParamLayout (master weights, gradients,
-// AdamW m and v, the last two owned by the optimizer) plus, in bf16 mode, a
+// AdamW m and v, the last two owned by the optimizer; the last three cover
+// only the trainable parameters, laid out first) plus, in bf16 mode, a
 // bf16 copy of the weights that the kernels read. Activations live in an
 // `Activations` workspace planned once for a (B, T) shape: the training step
 // allocates nothing.
@@ -36,15 +37,21 @@ enum class ParamInit { Random, Zeros };
 
 class Transformer {
  public:
-  // compute: f32 or bf16.
+  // compute: f32 or bf16. frozen: names of parameters that get no gradient
+  // (nk::Error naming an unknown one); their grad views are undefined, so the
+  // ops skip them, and the grads arena holds only the trainable parameters.
+  // Initial values do not depend on what is frozen.
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
-              ParamInit init = ParamInit::Random);
+              ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {});
+  // The layout such a model has, without allocating it (parameter names).
+  static ParamLayout layout_for(const ModelConfig& cfg,
+                                const std::vector<std::string>& frozen = {});
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
   const ParamLayout& layout() const { return layout_; }
   Tensor& params() { return params_; }  // f32 master weights [total]
-  Tensor& grads() { return grads_; }    // f32 [total]
+  Tensor& grads() { return grads_; }    // f32 [layout().trainable_end()]
   // Compute-dtype weights (aliases params() in f32 mode).
   const Tensor& compute_params() const { return compute_params_; }
   // Call after changing params() other than through the optimizer's fused copy.

@@ -6,7 +6,7 @@ namespace nk::nn {
 
 struct Embedding {
   Tensor wte, wpe;    // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
-  Tensor dwte, dwpe;  // f32
+  Tensor dwte, dwpe;  // f32; undefined when frozen (not computed)
 
   // positions i32[B, T] (packed rows) or undefined for 0..T-1 in every row.
   void forward(Tensor out, const Tensor& tokens, const Tensor& positions = Tensor()) const {

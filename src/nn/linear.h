@@ -13,7 +13,7 @@ inline Tensor rows(const Tensor& t) {
 
 struct Linear {
   Tensor w, b;    // compute dtype: [out, in], [out] (b may be undefined)
-  Tensor dw, db;  // f32 gradients, accumulated
+  Tensor dw, db;  // f32 gradients, accumulated; undefined when frozen (not computed)
 
   // x [.., in] -> y [.., out]
   void forward(Tensor y, const Tensor& x) const { ops::linear_forward(rows(y), rows(x), w, b); }

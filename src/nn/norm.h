@@ -8,7 +8,7 @@ struct Norm {
   bool rms = false;
   float eps = 1e-5f;
   Tensor w, b;    // compute dtype [C]; b undefined for RMSNorm
-  Tensor dw, db;  // f32 [C]
+  Tensor dw, db;  // f32 [C]; undefined when frozen (not computed)
 
   // x, y [N, C]; mean (LayerNorm only), rstd f32 [N] saved for backward.
   void forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x) const {

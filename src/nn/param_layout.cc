@@ -32,6 +32,13 @@ int64_t share(const ParamInfo& p, int64_t extent, int64_t n, const std::string& 
 
 }  // namespace
 
+ParamOptions param_options(const ParamInfo& p) {
+  ParamOptions o;
+  o.split = p.split;
+  for (const ParamPart& q : p.parts) o.parts.emplace_back(q.name, q.rows);
+  return o;
+}
+
 std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
                                      const std::string& part) {
   NK_CHECK(n >= 1 && rank >= 0 && rank < n, "shard_ranges: rank {} of {}", rank, n);
@@ -99,17 +106,28 @@ void ParamLayout::add(const std::string& name, const Shape& shape, Init init, fl
   params_.push_back(p);
 }
 
+void ParamLayout::freeze(const std::string& name) {
+  NK_CHECK(!final_, "freeze after finalize");
+  auto it = index_.find(name);
+  if (it == index_.end()) fail("no parameter named '{}' to freeze", name);
+  params_[it->second].trainable = false;
+}
+
 void ParamLayout::finalize() {
   std::stable_partition(params_.begin(), params_.end(), [](const ParamInfo& p) { return p.decay; });
+  for (size_t i = 0; i < params_.size(); ++i) index_[params_[i].name] = i;
+  // Trainable parameters first (decayed, then not), frozen ones last: with
+  // nothing frozen this is one pass in params_ order.
   int64_t off = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i];
-    index_[p.name] = i;
-    if (!p.decay && (i == 0 || params_[i - 1].decay)) decay_end_ = off;
-    p.offset = off;
-    off += (p.numel() + 15) / 16 * 16;  // keep every view 64-byte aligned in f32
+  for (bool trainable : {true, false}) {
+    for (auto& p : params_) {
+      if (p.trainable != trainable) continue;
+      p.offset = off;
+      off += (p.numel() + 15) / 16 * 16;  // keep every view 64-byte aligned in f32
+      if (trainable && p.decay) decay_end_ = off;
+      if (trainable) trainable_end_ = off;
+    }
   }
-  if (!params_.empty() && params_.back().decay) decay_end_ = off;
   total_ = off;
   final_ = true;
 }

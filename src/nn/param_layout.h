@@ -41,7 +41,8 @@ struct ParamInfo {
   int64_t offset = 0;  // elements into the flat buffer (64-byte aligned)
   Init init = Init::Normal;
   float init_std = 0.f;
-  bool decay = false;  // weight decay applies (matrices only)
+  bool decay = false;     // weight decay applies (matrices only)
+  bool trainable = true;  // false: frozen, no gradient and no optimizer state
   Split split = Split::Replicated;
   // Fused parts along dim 0, in order and covering it; empty: one plain tensor.
   // A split on dim 0 divides every part separately (rank r holds the r-th
@@ -57,6 +58,9 @@ struct ParamOptions {
   // (name, rows) of each fused part along dim 0; the rows must sum to shape[0].
   std::vector<std::pair<std::string, int64_t>> parts;
 };
+
+// The options `p` was added with (to copy it into another layout).
+ParamOptions param_options(const ParamInfo& p);
 
 // A contiguous block of rows/columns of one parameter: [start, start + len)
 // along `dim` of its global shape, stored at [local_start, local_start + len)
@@ -79,8 +83,15 @@ class ParamLayout {
  public:
   void add(const std::string& name, const Shape& shape, Init init, float init_std = 0.f,
            const ParamOptions& opt = {});
+  // Marks an added parameter frozen (before finalize; nk::Error if absent).
+  void freeze(const std::string& name);
   // Orders decayed parameters (ndim >= 2) first and assigns offsets. After
-  // this, [0, decay_end()) holds exactly the decayed parameters.
+  // this, [0, decay_end()) holds exactly the decayed trainable parameters,
+  // [decay_end(), trainable_end()) the other trainable ones and
+  // [trainable_end(), total()) the frozen ones, so gradients and optimizer
+  // state are arenas of trainable_end() elements. params() keeps the order it
+  // has with nothing frozen (an index there seeds a parameter's initial
+  // values); only the offsets move frozen parameters to the end.
   void finalize();
 
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -88,6 +99,7 @@ class ParamLayout {
   bool has(const std::string& name) const { return index_.count(name) > 0; }
   int64_t total() const { return total_; }
   int64_t decay_end() const { return decay_end_; }
+  int64_t trainable_end() const { return trainable_end_; }
   int64_t count() const;  // elements actually used by parameters (no padding)
 
   // The view of `p` inside `flat` (a 1-d buffer of total() elements, any dtype).
@@ -98,7 +110,7 @@ class ParamLayout {
  private:
   std::vector<ParamInfo> params_;
   std::unordered_map<std::string, size_t> index_;
-  int64_t total_ = 0, decay_end_ = 0;
+  int64_t total_ = 0, decay_end_ = 0, trainable_end_ = 0;
   bool final_ = false;
 };
 

@@ -5,6 +5,7 @@
 //    bf16); internal arithmetic is fp32.
 //  - Parameter gradients (dw, db, dwte, ...) are always f32 and ACCUMULATED
 //    (+=), so micro-batches sum into the gradient arena.
+//  - An undefined parameter gradient (frozen parameter) is skipped; other outputs are unchanged.
 //  - Activation gradients are written (overwritten) unless the comment says
 //    "accumulates".
 //  - Each public function checks shapes/dtypes and dispatches on the device; the

@@ -1,8 +1,11 @@
-// AdamW over the model's flat arenas: one fused pass per parameter group
-// (matrices with weight decay, then vectors without), which also refreshes the
-// compute-dtype weights.
+// AdamW over parameter groups of flat arenas: one fused pass per trainable
+// group (by default matrices with weight decay, then vectors without), which
+// also refreshes the compute-dtype weights. Frozen groups have no state.
 #pragma once
+#include <vector>
+
 #include "model/transformer.h"
+#include "train/param_groups.h"
 
 namespace nk {
 
@@ -12,20 +15,35 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // Updates the owned shard of every trainable group of `arenas`, in list
+  // order. cfg.weight_decay is not used here: each group has its own.
+  // InternalError (groups come from code) for a group outside the arenas,
+  // overlapping another, or whose shard lies outside it.
+  AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConfig& cfg);
+  // default_param_groups(model.layout(), cfg.weight_decay) over the model's arenas.
   AdamW(Transformer& model, const AdamWConfig& cfg);
-  // One update with learning rate `lr`; gradients are multiplied by grad_scale
-  // first (clipping). Increments step().
+  // One update: group g uses learning rate lr * g.lr_scale; gradients are
+  // multiplied by grad_scale first (clipping). Increments steps_done().
   void step(double lr, float grad_scale);
   int64_t steps_done() const { return step_; }
   void set_steps_done(int64_t s) { step_ = s; }
-  // Adopts saved moments (f32 [layout total], e.g. from a checkpoint) and the
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Elements of m and v: the owned shards of the trainable groups, in list order.
+  int64_t state_size() const { return m_.numel(); }
+  // True when m and v are laid out like the first state_size() elements of
+  // the arenas (each trainable group owned whole, in arena order from 0), so
+  // the layout's views apply to them: the one-process case.
+  bool state_mirrors_arenas() const;
+  // Adopts saved moments (f32 [state_size()], e.g. from a checkpoint) and the
   // update count that goes with them; the next step() continues exactly.
   void load_state(Tensor m, Tensor v, int64_t steps_done);
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
 
  private:
-  Transformer& model_;
+  ParamArenas arenas_;
+  std::vector<ParamGroup> groups_;
+  std::vector<int64_t> state_offset_;  // per group: where its shard's state starts in m, v
   AdamWConfig cfg_;
   Tensor m_, v_;
   int64_t step_ = 0;

@@ -10,9 +10,9 @@
 
 namespace nk {
 
-// Writes cfg.checkpoint_root()/step_N: master weights, AdamW moments and update
-// count, `state` (step, samples, LR position, RNG streams), the resolved config
-// and the model config. Returns the folder.
+// Writes cfg.checkpoint_root()/step_N: master weights, AdamW moments (of the
+// trainable parameters) and update count, the names of the frozen parameters, `state` (step,
+// samples, LR position, RNG streams), the resolved config and the model config. Returns the folder.
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
                                   const TrainerState& state);
 
@@ -20,13 +20,14 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
 struct LoadedTrainCheckpoint {
   std::string dir;
   std::unique_ptr<Transformer> model;  // compute-dtype weights refreshed from the masters
-  Tensor exp_avg, exp_avg_sq;          // f32 [layout total]
+  Tensor exp_avg, exp_avg_sq;          // f32 [layout trainable_end]
   TrainerState state;
 };
 
 // Verifies DIR (checksums) and loads it for a run configured by `cfg`:
 // nk::Error naming the file for a missing or corrupt file, naming the tensor
-// and both shapes for a checkpoint of another model.
+// and both shapes for a checkpoint of another model, naming train.freeze for
+// one that froze other parameters.
 LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg);
 
 }  // namespace nk

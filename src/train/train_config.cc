@@ -1,6 +1,7 @@
 #include "train/train_config.h"
 
 #include "data/dataset/gpt_indices.h"
+#include "train/freeze.h"
 
 namespace nk {
 
@@ -39,6 +40,10 @@ ConfigSchema train_schema() {
   s.add_float("train.beta2", 0.95, "AdamW beta2");
   s.add_float("train.eps", 1e-8, "AdamW epsilon");
   s.add_float("train.grad_clip", 1.0, "clip the global gradient norm to this (0 = off)");
+  s.add_string("train.freeze", "",
+               "parameters to freeze (no gradient, no optimizer state): comma-separated glob "
+               "patterns over names such as wte, h.*.attn.*, lm_head.weight (a tied head "
+               "follows wte)");
   s.add_int("train.seed", 1234, "seed for initialisation and data order");
   s.add_int("train.threads", 0, "CPU threads (0 = all cores)");
   s.add_int("train.val_every", 50, "validation loss every N steps (0 = never)");
@@ -94,6 +99,7 @@ TrainConfig train_config_from(const Config& c) {
   t.adamw.beta2 = c.get_float("train.beta2");
   t.adamw.eps = c.get_float("train.eps");
   t.grad_clip = c.get_float("train.grad_clip");
+  t.freeze = c.get_string("train.freeze");
   t.seed = uint64_t(c.get_int("train.seed"));
   t.threads = c.get_int("train.threads");
   t.val_every = c.get_int("train.val_every");
@@ -155,6 +161,7 @@ TrainConfig train_config_from(const Config& c) {
   if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
   if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
+  t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
   if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);

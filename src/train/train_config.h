@@ -1,6 +1,7 @@
 // The `nekton train` recipe: every key with its default and one-line doc.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "data/dataset/blended_dataset.h"
@@ -31,6 +32,8 @@ struct TrainConfig {
   LrSchedule lr;
   AdamWConfig adamw;
   double grad_clip = 1.0;
+  std::string freeze;               // train.freeze as given: glob patterns over parameter names
+  std::vector<std::string> frozen;  // the parameter names it matches, in layout order
   uint64_t seed = 1234;
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;

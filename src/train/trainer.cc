@@ -76,7 +76,9 @@ Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
   resume();
-  if (!model_) model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed);
+  if (!model_)
+    model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
+                                           cfg_.frozen);
   if (!opt_) opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
   if (!cfg_.data_tokenizer.empty()) {
     std::unique_ptr<Tokenizer> tok;
@@ -191,6 +193,15 @@ void Trainer::resume_legacy() {
   if (model_config_to_json(model_->config()) != model_config_to_json(cfg_.model))
     fail("train.resume_from: the model in '{}' has another configuration than model.* here",
          model_dir);
+  if (!cfg_.frozen.empty()) {  // the same weights in a layout with the frozen ones last
+    auto frozen = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
+                                                cfg_.frozen);
+    for (const ParamInfo& p : model_->layout().params())
+      ops::convert(ParamLayout::view(frozen->params(), frozen->layout().find(p.name)),
+                   ParamLayout::view(model_->params(), p));
+    frozen->sync_compute_params();
+    model_ = std::move(frozen);
+  }
   state_.step = saved.step;
   state_.consumed_samples = saved.consumed_samples;
   state_.rng = rng_streams(cfg_, saved.consumed_samples);
@@ -235,6 +246,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
           cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
           dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
+  if (!cfg_.frozen.empty()) {
+    int64_t trainable = 0;
+    for (const ParamInfo& p : model_->layout().params()) trainable += p.trainable ? p.numel() : 0;
+    NK_INFO("train.freeze: {} parameter tensors frozen, {:.2f}M parameters trainable",
+            cfg_.frozen.size(), double(trainable) / 1e6);
+  }
   NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
           accum);
 
@@ -259,6 +276,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       if (on_batch_) on_batch_(step + 1, tokens, targets);
       loss += model_->forward_backward(acts, tokens, targets, 1.f / float(accum)) / double(accum);
     }
+    // The grads arena holds the trainable parameters only: frozen ones neither
+    // count towards the norm nor get clipped.
     double norm = std::sqrt(ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,

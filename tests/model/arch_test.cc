@@ -24,7 +24,7 @@ ModelConfig small(const Architecture& a) {
 // cover every row of every parameter exactly once.
 void expect_covers(const ModelConfig& c, const std::vector<ExternalTensor>& map,
                    const std::string& what) {
-  ParamLayout l = c.architecture().layout(c);
+  ParamLayout l = model_layout(c);
   std::map<std::string, int64_t> rows;
   for (const ExternalTensor& e : map) {
     ASSERT_TRUE(l.has(e.param)) << what << ": " << e.name << " -> " << e.param;

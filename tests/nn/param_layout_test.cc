@@ -87,7 +87,7 @@ TEST(ParamLayout, UnevenSplitsAreErrorsNamingTheTensor) {
 TEST(ParamLayout, ShardsOfEveryModelParameterTileIt) {
   for (bool llama : {false, true}) {
     ModelConfig c = test::tiny_config(llama, 64, 16);
-    ParamLayout l = c.architecture().layout(c);
+    ParamLayout l = model_layout(c);
     for (const ParamInfo& p : l.params())
       for (int64_t n : {1, 2}) {
         const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;

@@ -56,9 +56,11 @@ void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, 
   // Columns split across tasks; each column sums its rows in token order.
   parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < N; ++n) {
-      float* g = dwte + int64_t(tok[n]) * C;
       const T* o = dout + n * C;
-      for (int64_t c = c0; c < c1; ++c) g[c] += load(o[c]);
+      if (dwte) {
+        float* g = dwte + int64_t(tok[n]) * C;
+        for (int64_t c = c0; c < c1; ++c) g[c] += load(o[c]);
+      }
       if (!dwpe || !pos) continue;
       float* gp = dwpe + int64_t(pos[n]) * C;
       for (int64_t c = c0; c < c1; ++c) gp[c] += load(o[c]);
@@ -124,8 +126,10 @@ void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, cons
 
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
                         const Tensor& positions) {
-  EmbDims d = check_tokens("embedding_backward", tokens, dwte);
-  check_dtype(dwte, DType::F32, "dwte");
+  if (!dwte.defined() && !dwpe.defined()) return;  // both frozen
+  // dwte undefined (frozen): the shapes come from dwpe, which has C columns too.
+  EmbDims d = check_tokens("embedding_backward", tokens, dwte.defined() ? dwte : dwpe);
+  if (dwte.defined()) check_dtype(dwte, DType::F32, "dwte");
   check_cpu(dout, "embedding_backward", "dout");
   check_shape(dout, {d.B, d.T, d.C}, "dout");
   if (dwpe.defined()) {
@@ -135,13 +139,14 @@ void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tens
              "embedding_backward: dwpe {} does not cover T={} C={}", dwpe.desc(), d.T, d.C);
   }
   const int32_t* tok = tokens.data<int32_t>();
-  for (int64_t n = 0; n < d.B * d.T; ++n)
+  for (int64_t n = 0; dwte.defined() && n < d.B * d.T; ++n)
     NK_CHECK(tok[n] >= 0 && tok[n] < d.V, "embedding_backward: token {} at {} outside [0, {})",
              tok[n], n, d.V);
   dispatch_float(dout.dtype(), "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
     embedding_bwd(
-        dwte.data<float>(), dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<T>(), tok,
+        dwte.defined() ? dwte.data<float>() : nullptr,
+        dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<T>(), tok,
         dwpe.defined() ? check_positions("embedding_backward", positions, d, dwpe.dim(0)) : nullptr,
         d);
   });

@@ -88,10 +88,12 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
   NK_CHECK(is_compute_dtype(x.dtype()), "linear: x is {}", x.desc());
   check_dtype(w, x.dtype(), "linear w");
   check_dtype(dy, x.dtype(), "linear dy");
-  check_shape(dw, {out, in}, "linear dw");
-  check_dtype(dw, DType::F32, "linear dw");
-  for (auto [t, name] : {std::pair{&x, "x"}, {&w, "w"}, {&dy, "dy"}, {&dw, "dw"}})
-    check_cpu_dense(*t, name);
+  for (auto [t, name] : {std::pair{&x, "x"}, {&w, "w"}, {&dy, "dy"}}) check_cpu_dense(*t, name);
+  if (dw.defined()) {
+    check_shape(dw, {out, in}, "linear dw");
+    check_dtype(dw, DType::F32, "linear dw");
+    check_cpu_dense(dw, "dw");
+  }
   if (dx.defined()) {
     check_shape(dx, x.shape(), "linear dx");
     check_dtype(dx, x.dtype(), "linear dx");
@@ -109,7 +111,7 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
     cpu::MatmulSpec s{.m = n, .n = in, .k = out, .a = t, .b = t, .c = t};
     cpu::dnnl_matmul(s, dy.raw(), w.raw(), dx.raw());
   }
-  {  // dw[out,in] += dy^T[out,N] @ x[N,in]; dy^T is a `ba` view of dy's rows
+  if (dw.defined()) {  // dw[out,in] += dy^T[out,N] @ x[N,in]; dy^T is a `ba` view of dy's rows
     cpu::MatmulSpec s{.m = out, .n = in, .k = n, .a = t, .b = t, .c = DType::F32};
     s.trans_a = true;
     s.accumulate = true;

@@ -102,7 +102,7 @@ void norm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* mean, 
   });
 }
 
-// dw[c] += sum_n dy xhat, db[c] += sum_n dy (db may be nullptr), rows in order.
+// dw[c] += sum_n dy xhat, db[c] += sum_n dy (either may be nullptr), rows in order.
 template <typename T>
 void norm_bwd_params(float* dw, float* db, const T* dy, const T* x, const float* mean,
                      const float* rstd, int64_t N, int64_t C) {
@@ -120,7 +120,8 @@ void norm_bwd_params(float* dw, float* db, const T* dy, const T* x, const float*
           ab[j] += d;
         }
       }
-      for (int64_t j = 0; j < wdt; ++j) dw[c0 + j] += aw[j];
+      if (dw)
+        for (int64_t j = 0; j < wdt; ++j) dw[c0 + j] += aw[j];
       if (db)
         for (int64_t j = 0; j < wdt; ++j) db[c0 + j] += ab[j];
     }
@@ -178,14 +179,16 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const
   check_cpu(mean, "layernorm_backward", "mean");
   check_shape(mean, {d.N}, "mean");
   check_dtype(mean, DType::F32, "mean");
-  check_param_grad(dw, d.C, "dw");
+  if (dw.defined()) check_param_grad(dw, d.C, "dw");
   if (db.defined()) check_param_grad(db, d.C, "db");
   dispatch_float(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
     norm_bwd_dx(dx.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<float>(),
                 rstd.data<float>(), d.N, d.C);
-    norm_bwd_params(dw.data<float>(), db.defined() ? db.data<float>() : nullptr, dy.data<T>(),
-                    x.data<T>(), mean.data<float>(), rstd.data<float>(), d.N, d.C);
+    if (dw.defined() || db.defined())
+      norm_bwd_params(dw.defined() ? dw.data<float>() : nullptr,
+                      db.defined() ? db.data<float>() : nullptr, dy.data<T>(), x.data<T>(),
+                      mean.data<float>(), rstd.data<float>(), d.N, d.C);
   });
 }
 
@@ -203,13 +206,14 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
   check_cpu(dx, "rmsnorm_backward", "dx");
   check_shape(dx, x.shape(), "dx");
   check_dtype(dx, x.dtype(), "dx");
-  check_param_grad(dw, d.C, "dw");
+  if (dw.defined()) check_param_grad(dw, d.C, "dw");
   dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
     norm_bwd_dx(dx.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), nullptr, rstd.data<float>(),
                 d.N, d.C);
-    norm_bwd_params(dw.data<float>(), nullptr, dy.data<T>(), x.data<T>(), nullptr,
-                    rstd.data<float>(), d.N, d.C);
+    if (dw.defined())
+      norm_bwd_params(dw.data<float>(), nullptr, dy.data<T>(), x.data<T>(), nullptr,
+                      rstd.data<float>(), d.N, d.C);
   });
 }
 
