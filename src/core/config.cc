@@ -250,6 +250,16 @@ std::string Config::get_string(const std::string& key) const {
   return std::get<std::string>(value(key, ConfigType::String));
 }
 
+ConfigValue parse_config_value(ConfigType type, const std::string& key, const std::string& text,
+                               const std::string& where) {
+  return parse_value(type, key, text, where);
+}
+
+std::string config_unknown_key_message(const ConfigSchema& schema, const std::string& key,
+                                       const std::string& where) {
+  return unknown_key_message(schema, key, where);
+}
+
 std::string Config::to_yaml() const {
   KeyTree root;
   const auto& fields = schema_.fields();

@@ -54,6 +54,15 @@ class ConfigSchema {
 // Renders a value the way the YAML loader reads it back (floats keep a '.').
 std::string config_value_str(const ConfigValue& v);
 
+// For other readers of keys declared in a ConfigSchema (curate's stage
+// options), so that every key parses and fails alike. Parses `text` as `type`
+// as Config::set does: nk::Error "<where>: key 'k' expects an int, got 'x'".
+ConfigValue parse_config_value(ConfigType type, const std::string& key, const std::string& text,
+                               const std::string& where);
+// "<where>: unknown key 'k' (did you mean 'nearest'?)", as Config reports it.
+std::string config_unknown_key_message(const ConfigSchema& schema, const std::string& key,
+                                       const std::string& where);
+
 class Config {
  public:
   // Defaults, then the YAML file (if path non-empty), then overrides "a.b=value" in order.

@@ -13,6 +13,25 @@ std::string line_of(const std::string& file, const YAML::Node& n) {
   return fmt::format("{}:{}", file, n.Mark().line + 1);
 }
 
+// As the training config names a value of the wrong shape.
+const char* node_kind(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "no value";
+    default:
+      return "a scalar";
+  }
+}
+
+// A list's or map's default, as YAML's flow style writes it (for keys()).
+std::string flow(const std::vector<std::string>& items) {
+  return fmt::format("[{}]", fmt::join(items, ", "));
+}
+
 }  // namespace
 
 StageConfig::StageConfig(YAML::Node node, std::string file, int index)
@@ -23,162 +42,160 @@ StageConfig::StageConfig(YAML::Node node, std::string file, int index)
   if (!t || !t.IsScalar() || t.Scalar().empty())
     fail("{}: missing 'type' (the kind of stage, e.g. type: word_count)", at);
   type_ = t.Scalar();
-  used_.insert("type");
   YAML::Node n = node_["name"];
   name_ = n && n.IsScalar() ? n.Scalar() : type_;
-  used_.insert("name");
   index_ = index;
   label_ = name_ == type_ ? type_ : fmt::format("{}: {}", name_, type_);
   where_ = fmt::format("{} ({})", at, label_);
+  keys_.add_string("type", type_, "the kind of stage");
+  keys_.add_string("name", type_, "the stage's name in the report and in removed records");
 }
 
 bool StageConfig::has(const std::string& key) const {
   return bool(node_[key]);
 }
 
-YAML::Node StageConfig::value(const std::string& key) {
-  used_.insert(key);
-  return node_[key];
-}
-
 std::string StageConfig::where_key(const std::string& key) const {
   YAML::Node v = node_[key];
   if (v && !v.Mark().is_null())
-    return fmt::format("{}:{}: stage {} ({}): key '{}'", file_, v.Mark().line + 1, index_, label_,
-                       key);
-  return fmt::format("{}: key '{}'", where_, key);
+    return fmt::format("{}:{}: stage {} ({})", file_, v.Mark().line + 1, index_, label_);
+  return where_;
 }
 
 void StageConfig::fail_key(const std::string& key, const std::string& msg) const {
-  throw Error(fmt::format("{}: {}", where_key(key), msg));
+  throw Error(fmt::format("{}: key '{}': {}", where_key(key), key, msg));
 }
 
-int64_t StageConfig::get_int(const std::string& key, int64_t def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
-  if (!v.IsScalar()) fail_key(key, "expected an integer");
-  try {
-    size_t pos = 0;
-    long long x = std::stoll(v.Scalar(), &pos);
-    if (pos == v.Scalar().size()) return x;
-  } catch (const std::exception&) {
+YAML::Node StageConfig::declare(const std::string& key, ConfigType type, ConfigValue def,
+                                const std::string& doc) {
+  switch (type) {
+    case ConfigType::Int:
+      keys_.add_int(key, std::get<int64_t>(def), doc);
+      break;
+    case ConfigType::Float:
+      keys_.add_float(key, std::get<double>(def), doc);
+      break;
+    case ConfigType::Bool:
+      keys_.add_bool(key, std::get<bool>(def), doc);
+      break;
+    case ConfigType::String:
+      keys_.add_string(key, std::get<std::string>(def), doc);
+      break;
   }
-  fail_key(key, fmt::format("expected an integer, got '{}'", v.Scalar()));
+  return node_[key];
 }
 
-double StageConfig::get_double(const std::string& key, double def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
-  if (!v.IsScalar()) fail_key(key, "expected a number");
-  try {
-    size_t pos = 0;
-    double x = std::stod(v.Scalar(), &pos);
-    if (pos == v.Scalar().size()) return x;
-  } catch (const std::exception&) {
-  }
-  fail_key(key, fmt::format("expected a number, got '{}'", v.Scalar()));
-}
-
-bool StageConfig::get_bool(const std::string& key, bool def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
-  if (v.IsScalar()) {
-    const std::string& s = v.Scalar();
-    if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
-    if (s == "false" || s == "no" || s == "off" || s == "0") return false;
-    fail_key(key, fmt::format("expected true or false, got '{}'", s));
-  }
-  fail_key(key, "expected true or false");
-}
-
-std::string StageConfig::get_string(const std::string& key, const std::string& def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
-  if (!v.IsScalar()) fail_key(key, "expected a string");
+std::string StageConfig::scalar(const std::string& key, const YAML::Node& v,
+                                ConfigType type) const {
+  if (!v.IsScalar())
+    fail("{}: key '{}' expects {} value, got {}", where_key(key), key, config_type_name(type),
+         node_kind(v));
   return v.Scalar();
 }
 
-std::string StageConfig::require_string(const std::string& key) {
-  if (!has(key)) throw Error(fmt::format("{}: missing key '{}'", where_, key));
-  std::string s = get_string(key, "");
-  if (s.empty()) fail_key(key, "must not be empty");
-  return s;
+bool StageConfig::bind_int(const std::string& key, int64_t& field, const std::string& doc,
+                           int64_t lo, int64_t hi) {
+  YAML::Node v = declare(key, ConfigType::Int, field, doc);
+  if (!v) return false;
+  std::string text = scalar(key, v, ConfigType::Int);
+  int64_t x = std::get<int64_t>(parse_config_value(ConfigType::Int, key, text, where_key(key)));
+  if (x < lo || x > hi)
+    fail("{}: key '{}' expects an int in {}..{}, got '{}'", where_key(key), key, lo, hi, text);
+  field = x;
+  return true;
 }
 
-std::vector<std::string> StageConfig::get_strings(const std::string& key,
-                                                  const std::vector<std::string>& def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
-  if (v.IsScalar()) return {v.Scalar()};
+bool StageConfig::bind(const std::string& key, double& field, const std::string& doc) {
+  YAML::Node v = declare(key, ConfigType::Float, field, doc);
+  if (!v) return false;
+  field = std::get<double>(parse_config_value(ConfigType::Float, key,
+                                              scalar(key, v, ConfigType::Float), where_key(key)));
+  return true;
+}
+
+bool StageConfig::bind(const std::string& key, bool& field, const std::string& doc) {
+  YAML::Node v = declare(key, ConfigType::Bool, field, doc);
+  if (!v) return false;
+  // Pipeline files have always taken YAML 1.1's spellings too (nfc: no).
+  const std::string s = scalar(key, v, ConfigType::Bool);
+  if (s == "yes" || s == "on" || s == "1") {
+    field = true;
+  } else if (s == "no" || s == "off" || s == "0") {
+    field = false;
+  } else {
+    field = std::get<bool>(parse_config_value(ConfigType::Bool, key, s, where_key(key)));
+  }
+  return true;
+}
+
+bool StageConfig::bind(const std::string& key, std::string& field, const std::string& doc) {
+  YAML::Node v = declare(key, ConfigType::String, field, doc);
+  if (!v) return false;
+  field = scalar(key, v, ConfigType::String);
+  return true;
+}
+
+void StageConfig::bind_required(const std::string& key, std::string& field,
+                                const std::string& doc) {
+  if (!bind(key, field, doc)) throw Error(fmt::format("{}: missing key '{}'", where_, key));
+  if (field.empty()) fail_key(key, "must not be empty");
+}
+
+bool StageConfig::bind(const std::string& key, std::vector<std::string>& field,
+                       const std::string& doc) {
+  YAML::Node v = declare(key, ConfigType::String, flow(field), doc + " (a list)");
+  if (!v) return false;
+  if (v.IsScalar()) {
+    field = {v.Scalar()};
+    return true;
+  }
   if (!v.IsSequence()) fail_key(key, "expected a list of strings");
-  std::vector<std::string> out;
+  field.clear();
   for (const YAML::Node& item : v) {
     if (!item.IsScalar()) fail_key(key, "expected a list of strings");
-    out.push_back(item.Scalar());
+    field.push_back(item.Scalar());
   }
-  return out;
+  return true;
 }
 
-std::vector<double> StageConfig::get_doubles(const std::string& key,
-                                             const std::vector<double>& def) {
-  std::vector<std::string> s = get_strings(key, {});
-  if (!has(key)) return def;
-  std::vector<double> out;
-  for (const std::string& x : s) {
-    try {
-      size_t pos = 0;
-      double d = std::stod(x, &pos);
-      if (pos == x.size()) {
-        out.push_back(d);
-        continue;
-      }
-    } catch (const std::exception&) {
-    }
-    fail_key(key, fmt::format("expected numbers, got '{}'", x));
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, double>> StageConfig::get_number_map(
-    const std::string& key, const std::vector<std::pair<std::string, double>>& def) {
-  YAML::Node v = value(key);
-  if (!v) return def;
+bool StageConfig::bind(const std::string& key, std::vector<std::pair<std::string, double>>& field,
+                       const std::string& doc) {
+  std::vector<std::string> items;
+  for (const auto& [k, x] : field) items.push_back(fmt::format("{}: {}", k, x));
+  YAML::Node v = declare(key, ConfigType::String, fmt::format("{{{}}}", fmt::join(items, ", ")),
+                         doc + " (a map)");
+  if (!v) return false;
   if (!v.IsMap()) fail_key(key, "expected a map such as {2: 0.2, 3: 0.18}");
-  std::vector<std::pair<std::string, double>> out;
+  field.clear();
   for (const auto& kv : v) {
     if (!kv.first.IsScalar() || !kv.second.IsScalar())
       fail_key(key, "expected a map of scalars to numbers");
-    try {
-      size_t pos = 0;
-      double d = std::stod(kv.second.Scalar(), &pos);
-      if (pos == kv.second.Scalar().size()) {
-        out.emplace_back(kv.first.Scalar(), d);
-        continue;
-      }
-    } catch (const std::exception&) {
-    }
-    fail_key(key, fmt::format("entry '{}': expected a number, got '{}'", kv.first.Scalar(),
-                              kv.second.Scalar()));
+    double x = std::get<double>(parse_config_value(ConfigType::Float, key + "." + kv.first.Scalar(),
+                                                   kv.second.Scalar(), where_key(key)));
+    field.emplace_back(kv.first.Scalar(), x);
   }
-  return out;
+  return true;
 }
 
 void StageConfig::finish() const {
-  std::vector<std::string> unknown;
   for (const auto& kv : node_) {
     std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-    if (!used_.count(k)) unknown.push_back(k);
+    if (keys_.has(k)) continue;
+    std::string at =
+        kv.first.Mark().is_null()
+            ? where_
+            : fmt::format("{}:{}: stage {} ({})", file_, kv.first.Mark().line + 1, index_, label_);
+    std::string msg = config_unknown_key_message(keys_, k, at);
+    if (keys_.nearest_key(k).empty()) {
+      // Nothing close: name what the stage takes instead.
+      std::vector<std::string> takes;
+      for (const ConfigSchema::Field& f : keys_.fields())
+        if (f.key != "type" && f.key != "name") takes.push_back(f.key);
+      msg += takes.empty() ? " (this stage takes no keys)"
+                           : fmt::format(" (this stage takes: {})", fmt::join(takes, ", "));
+    }
+    throw Error(msg);
   }
-  if (unknown.empty()) return;
-  std::string known;
-  for (const std::string& k : used_)
-    if (k != "type" && k != "name") known += (known.empty() ? "" : ", ") + k;
-  const YAML::Node v = node_[unknown[0]];
-  std::string at = v && !v.Mark().is_null() ? fmt::format("{}:{}: stage {} ({})", file_,
-                                                          v.Mark().line + 1, index_, label_)
-                                            : where_;
-  throw Error(fmt::format("{}: unknown key '{}' (this stage takes: {})", at, unknown[0],
-                          known.empty() ? "no keys" : known));
 }
 
 }  // namespace nk::curate

@@ -1,17 +1,27 @@
 // The settings of one pipeline stage: a YAML map such as
 //   - type: word_count
 //     min_words: 50
-// with typed getters. Every error names the pipeline file, the line and the
-// stage ("pipeline.yaml:12: stage 3 (word_count): key 'min_words': expected an
-// integer, got 'many'"); finish() rejects keys no getter asked for, naming the
-// known ones, so a typo never passes silently.
+// A stage declares its keys the way the training config does, in a
+// ConfigSchema (core/config.h), each bound to the field it fills in one line:
+//   c.bind("min_words", min_words, "fewest words a kept document has");
+// The field's type is the key's type and its current value the default.
+// Scalars parse as the training config's do (bools also as yes/no, on/off,
+// 1/0, as pipeline files always could), and every error names the
+// pipeline file, the line and the stage ("pipeline.yaml:12: stage 3
+// (word_count): key 'min_words' expects an int, got 'many'"); finish() rejects
+// a key no stage declared, naming the nearest declared one, so a typo never
+// passes silently.
 #pragma once
+#include <concepts>
 #include <cstdint>
-#include <set>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
+
+#include "core/config.h"
 
 namespace nk::curate {
 
@@ -25,32 +35,55 @@ class StageConfig {
   // "pipeline.yaml:12: stage 3 (word_count)", for messages.
   const std::string& where() const { return where_; }
 
-  bool has(const std::string& key) const;
-  int64_t get_int(const std::string& key, int64_t def);
-  double get_double(const std::string& key, double def);
-  bool get_bool(const std::string& key, bool def);
-  std::string get_string(const std::string& key, const std::string& def);
+  // Declares `key` with a one-line doc and binds it to `field`; when the
+  // stage's map has the key, the field takes its value. Returns whether it was
+  // given. Declaring a key twice is a bug (NK_CHECK).
+  template <std::integral T>
+  requires(!std::same_as<T, bool>) bool bind(const std::string& key, T& field,
+                                             const std::string& doc) {
+    int64_t v = int64_t(field);
+    constexpr T hi = std::numeric_limits<T>::max();
+    bool given = bind_int(key, v, doc, int64_t(std::numeric_limits<T>::min()),
+                          std::cmp_greater(hi, INT64_MAX) ? INT64_MAX : int64_t(hi));
+    field = T(v);
+    return given;
+  }
+  bool bind(const std::string& key, double& field, const std::string& doc);
+  bool bind(const std::string& key, bool& field, const std::string& doc);
+  bool bind(const std::string& key, std::string& field, const std::string& doc);
   // A YAML list of scalars (a single scalar reads as a list of one).
-  std::vector<std::string> get_strings(const std::string& key, const std::vector<std::string>& def);
-  std::vector<double> get_doubles(const std::string& key, const std::vector<double>& def);
+  bool bind(const std::string& key, std::vector<std::string>& field, const std::string& doc);
   // A map of scalar keys to numbers, e.g. {2: 0.2, 3: 0.18}.
-  std::vector<std::pair<std::string, double>> get_number_map(
-      const std::string& key, const std::vector<std::pair<std::string, double>>& def);
-  std::string require_string(const std::string& key);  // nk::Error when absent
+  bool bind(const std::string& key, std::vector<std::pair<std::string, double>>& field,
+            const std::string& doc);
+  // As bind, for a key that must be given and not empty.
+  void bind_required(const std::string& key, std::string& field, const std::string& doc);
+
+  bool has(const std::string& key) const;  // given in the stage's map
+  // The keys declared so far, in order, with types, defaults and docs.
+  const ConfigSchema& keys() const { return keys_; }
 
   // nk::Error "<where>: key 'k': <msg>" (with the key's own line when it has one).
   [[noreturn]] void fail_key(const std::string& key, const std::string& msg) const;
-  // nk::Error for any key in the map that no getter asked for.
+  // nk::Error for a key in the map that no bind declared: the nearest declared
+  // key if one is close, else the list of them.
   void finish() const;
 
  private:
-  YAML::Node value(const std::string& key);  // marks it used; null node when absent
+  bool bind_int(const std::string& key, int64_t& field, const std::string& doc, int64_t lo,
+                int64_t hi);
+  // Declares the key; its node, or a null node when the map lacks it.
+  YAML::Node declare(const std::string& key, ConfigType type, ConfigValue def,
+                     const std::string& doc);
+  // The scalar of a key's node: nk::Error naming the expected type otherwise.
+  std::string scalar(const std::string& key, const YAML::Node& v, ConfigType type) const;
+  // "<file>:<line>: stage N (label)" with the key's own line when it has one.
   std::string where_key(const std::string& key) const;
 
   YAML::Node node_;
   std::string file_, type_, name_, label_, where_;
   int index_ = 0;
-  std::set<std::string> used_;
+  ConfigSchema keys_;
 };
 
 }  // namespace nk::curate

@@ -51,11 +51,10 @@ std::string list_labels(const FastTextModel& m, size_t max_shown) {
 class LanguageIdStage : public DocStage {
  public:
   explicit LanguageIdStage(StageConfig& cfg) {
-    std::string path;
-    if (cfg.has("model")) {
-      path = cfg.require_string("model");
+    std::string path = default_langid_model_path();
+    if (cfg.bind("model", path, "a fastText language id model (default: lid.176.ftz)")) {
+      if (path.empty()) cfg.fail_key("model", "must not be empty");
     } else {
-      path = default_langid_model_path();
       if (!std::filesystem::exists(path))
         cfg.fail_key("model",
                      fmt::format("not given, and the default language id model '{}' is missing: "
@@ -64,10 +63,12 @@ class LanguageIdStage : public DocStage {
                                  path));
     }
     model_ = open_model(cfg, path);
-    min_score_ = cfg.get_double("min_score", kDefaultMinLangScore);
+    cfg.bind("min_score", min_score_, "remove documents whose language scores below this");
     if (!(min_score_ >= 0 && min_score_ <= 1))
       cfg.fail_key("min_score", fmt::format("must be in [0, 1], got {}", min_score_));
-    for (std::string code : cfg.get_strings("languages", {})) {
+    std::vector<std::string> languages;
+    cfg.bind("languages", languages, "keep only these languages (en, de, ...); empty: any");
+    for (std::string code : languages) {
       code = without_prefix(code);
       std::transform(code.begin(), code.end(), code.begin(),
                      [](unsigned char c) { return char(std::tolower(c)); });
@@ -109,22 +110,25 @@ class LanguageIdStage : public DocStage {
 class ClassifierStage : public DocStage {
  public:
   explicit ClassifierStage(StageConfig& cfg) {
-    std::string path = cfg.require_string("model");
+    std::string path;
+    cfg.bind_required("model", path, "a fastText classifier (nekton curate train-classifier)");
     model_ = open_model(cfg, path);
-    std::string label = cfg.get_string("label", "__label__hq");
+    std::string label = "__label__hq";
+    cfg.bind("label", label, "the label whose probability is the score");
     if (!label.starts_with(kLabelPrefix)) label = std::string(kLabelPrefix) + label;
     label_ = model_->label_index(label);
     if (label_ < 0)
       cfg.fail_key("label", fmt::format("the model '{}' has no label '{}' (its labels: {})", path,
                                         without_prefix(label), list_labels(*model_, 50)));
-    std::string mode = cfg.get_string("mode", "threshold");
+    std::string mode = "threshold";
+    cfg.bind("mode", mode, "threshold (keep score >= threshold) or pareto (a random draw)");
     if (mode != "threshold" && mode != "pareto")
       cfg.fail_key("mode", fmt::format("expected threshold or pareto, got '{}'", mode));
     pareto_ = mode == "pareto";
-    threshold_ = cfg.get_double("threshold", 0.5);
-    alpha_ = cfg.get_double("alpha", 3.0);
-    seed_ = uint64_t(cfg.get_int("seed", 42));
-    score_key_ = cfg.get_string("score_key", "quality_score");
+    cfg.bind("threshold", threshold_, "mode threshold: the lowest score kept");
+    cfg.bind("alpha", alpha_, "mode pareto: the Pareto distribution's shape");
+    cfg.bind("seed", seed_, "mode pareto: seed of the draws (with the document id)");
+    cfg.bind("score_key", score_key_, "the meta key the score is written to");
     if (score_key_.empty()) cfg.fail_key("score_key", "must not be empty");
     if (pareto_ && cfg.has("threshold"))
       cfg.fail_key("threshold", "applies only to mode: threshold (this stage has mode: pareto)");
@@ -168,7 +172,7 @@ class ClassifierStage : public DocStage {
   bool pareto_ = false;
   double threshold_ = 0.5, alpha_ = 3.0;
   uint64_t seed_ = 42;
-  std::string score_key_;
+  std::string score_key_ = "quality_score";
 };
 
 }  // namespace

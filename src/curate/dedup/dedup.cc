@@ -362,60 +362,63 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
 
 namespace {
 
-double memory_mb_of(StageConfig& c) {
-  double mb = c.get_double("memory_mb", 1024);
+void read_memory_mb(StageConfig& c, double& mb) {
+  c.bind("memory_mb", mb, "records held in memory before spilling to disk (MB)");
   if (!(mb > 0)) c.fail_key("memory_mb", fmt::format("must be > 0, got {}", mb));
-  return mb;
 }
 
-uint32_t partitions_of(StageConfig& c) {
-  int64_t p = c.get_int("partitions", 64);
+void read_partitions(StageConfig& c, uint32_t& p) {
+  c.bind("partitions", p, "disk partitions of spilled records");
   if (p < 1 || p > 65536) c.fail_key("partitions", fmt::format("must be 1..65536, got {}", p));
-  return uint32_t(p);
 }
 
-int positive(StageConfig& c, const std::string& key, int def, int max) {
-  int64_t v = c.get_int(key, def);
-  if (v < 1 || v > max) c.fail_key(key, fmt::format("must be 1..{}, got {}", max, v));
-  return int(v);
+// Binds an int key that must be in 1..max; whether it was given.
+bool read_positive(StageConfig& c, const std::string& key, int& field, int max,
+                   const std::string& doc) {
+  bool given = c.bind(key, field, doc);
+  if (field < 1 || field > max) c.fail_key(key, fmt::format("must be 1..{}, got {}", max, field));
+  return given;
 }
 
 }  // namespace
 
 ExactDedupOptions exact_dedup_options(StageConfig& c) {
   ExactDedupOptions o;
-  o.normalize = c.get_bool("normalize", true);
-  o.memory_mb = memory_mb_of(c);
-  o.partitions = partitions_of(c);
+  c.bind("normalize", o.normalize, "compare texts with case and whitespace normalised");
+  read_memory_mb(c, o.memory_mb);
+  read_partitions(c, o.partitions);
   return o;
 }
 
 FuzzyDedupOptions fuzzy_dedup_options(StageConfig& c) {
   FuzzyDedupOptions o;
-  std::string preset = c.get_string("preset", "nemo");
+  std::string preset = "nemo";
+  c.bind("preset", preset, "MinHash settings the other keys change: nemo or fineweb");
   if (!minhash_preset(preset, o.minhash))
     c.fail_key("preset", fmt::format("unknown preset '{}' (known: nemo, fineweb)", preset));
   if (c.has("char_ngrams") && c.has("word_ngrams"))
     c.fail_key("word_ngrams", "give either char_ngrams or word_ngrams, not both");
-  if (c.has("char_ngrams")) {
+  int char_ngrams = 24, word_ngrams = 5;
+  if (read_positive(c, "char_ngrams", char_ngrams, 4096, "shingles of this many code points")) {
     o.minhash.kind = ShingleKind::kChars;
-    o.minhash.ngram = positive(c, "char_ngrams", 24, 4096);
+    o.minhash.ngram = char_ngrams;
   }
-  if (c.has("word_ngrams")) {
+  if (read_positive(c, "word_ngrams", word_ngrams, 1024, "shingles of this many words")) {
     o.minhash.kind = ShingleKind::kWords;
-    o.minhash.ngram = positive(c, "word_ngrams", 5, 1024);
+    o.minhash.ngram = word_ngrams;
   }
-  o.minhash.num_bands = positive(c, "num_bands", o.minhash.num_bands, 1 << 16);
-  o.minhash.rows_per_band = positive(c, "rows_per_band", o.minhash.rows_per_band, 1024);
+  read_positive(c, "num_bands", o.minhash.num_bands, 1 << 16, "LSH bands");
+  read_positive(c, "rows_per_band", o.minhash.rows_per_band, 1024, "MinHash values per band");
   if (o.minhash.num_hashes() > 8192)
     c.fail_key("rows_per_band", fmt::format("num_bands x rows_per_band = {} is more than 8192",
                                             o.minhash.num_hashes()));
-  o.minhash.seed = uint64_t(c.get_int("seed", int64_t(o.minhash.seed)));
-  o.jaccard_threshold = c.get_double("jaccard_threshold", 0);
+  c.bind("seed", o.minhash.seed, "seed of the MinHash functions");
+  c.bind("jaccard_threshold", o.jaccard_threshold,
+         "> 0: a candidate pair is a duplicate only at this Jaccard similarity or more");
   if (!(o.jaccard_threshold >= 0 && o.jaccard_threshold <= 1))
     c.fail_key("jaccard_threshold", fmt::format("must be in [0, 1], got {}", o.jaccard_threshold));
-  o.memory_mb = memory_mb_of(c);
-  o.partitions = partitions_of(c);
+  read_memory_mb(c, o.memory_mb);
+  read_partitions(c, o.partitions);
   return o;
 }
 

@@ -509,21 +509,23 @@ void register_clean_stages(StageRegistry& r) {
          "boilerplate lines",
          [](StageConfig& c) -> std::unique_ptr<DocStage> {
            CleanOptions o;
-           o.nfc = c.get_bool("nfc", o.nfc);
-           o.fix_mojibake = c.get_bool("fix_mojibake", o.fix_mojibake);
-           o.control_chars = c.get_bool("control_chars", o.control_chars);
-           o.whitespace = c.get_bool("whitespace", o.whitespace);
-           o.repeated_lines = c.get_bool("repeated_lines", o.repeated_lines);
-           int64_t min_chars = c.get_int("repeated_min_chars", int64_t(o.repeated_min_chars));
-           if (min_chars < 1) c.fail_key("repeated_min_chars", "must be at least 1");
-           o.repeated_min_chars = size_t(min_chars);
-           o.boilerplate_lines = c.get_bool("boilerplate_lines", o.boilerplate_lines);
-           int64_t max_words = c.get_int("boilerplate_max_words", o.boilerplate_max_words);
-           if (max_words < 1 || max_words > 1000)
+           c.bind("nfc", o.nfc, "normalise to Unicode NFC");
+           c.bind("fix_mojibake", o.fix_mojibake, "repair UTF-8 decoded as Windows-1252");
+           c.bind("control_chars", o.control_chars, "remove control and invisible characters");
+           c.bind("whitespace", o.whitespace, "normalise spaces, line ends and blank lines");
+           c.bind("repeated_lines", o.repeated_lines, "drop repeats of a line");
+           c.bind("repeated_min_chars", o.repeated_min_chars,
+                  "lines shorter than this (bytes) are never repeats");
+           if (o.repeated_min_chars < 1) c.fail_key("repeated_min_chars", "must be at least 1");
+           c.bind("boilerplate_lines", o.boilerplate_lines,
+                  "drop short lines holding a boilerplate phrase");
+           c.bind("boilerplate_max_words", o.boilerplate_max_words,
+                  "longest line (words) dropped as boilerplate");
+           if (o.boilerplate_max_words < 1 || o.boilerplate_max_words > 1000)
              c.fail_key("boilerplate_max_words", "must be between 1 and 1000");
-           o.boilerplate_max_words = int(max_words);
-           std::vector<std::string> phrases =
-               c.get_strings("boilerplate_phrases", o.boilerplate_phrases);
+           std::vector<std::string> phrases = o.boilerplate_phrases;
+           c.bind("boilerplate_phrases", phrases,
+                  "phrases that mark a line as boilerplate (ASCII case ignored)");
            o.boilerplate_phrases.clear();
            for (const std::string& p : phrases) {
              if (p.empty()) c.fail_key("boilerplate_phrases", "phrases must not be empty");

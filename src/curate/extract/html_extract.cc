@@ -661,7 +661,8 @@ std::string convert_latex(std::string_view s, const HtmlExtractOptions&) {
 }
 
 int64_t read_min_chars(StageConfig& c) {
-  int64_t m = c.get_int("min_chars", 1);
+  int64_t m = 1;
+  c.bind("min_chars", m, "remove documents whose extracted text has fewer code points");
   if (m < 1) c.fail_key("min_chars", fmt::format("must be at least 1, got {}", m));
   return m;
 }
@@ -673,11 +674,12 @@ void register_extract_stages(StageRegistry& r) {
          "HTML → main-content text (boilerplate, navigation and link lists dropped)",
          [](StageConfig& c) -> std::unique_ptr<DocStage> {
            HtmlExtractOptions o;
-           o.max_link_density = c.get_double("max_link_density", o.max_link_density);
+           c.bind("max_link_density", o.max_link_density,
+                  "drop blocks whose anchor text is more than this fraction of their text");
            if (!(o.max_link_density >= 0 && o.max_link_density <= 1))
              c.fail_key("max_link_density", "must be between 0 and 1");
-           o.drop_boilerplate_classes =
-               c.get_bool("drop_boilerplate_classes", o.drop_boilerplate_classes);
+           c.bind("drop_boilerplate_classes", o.drop_boilerplate_classes,
+                  "drop elements whose id or class names boilerplate (nav, footer, ...)");
            int64_t m = read_min_chars(c);
            return std::make_unique<ExtractStage>("html", "HTML", convert_html, o, m);
          },

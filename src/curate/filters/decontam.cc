@@ -318,29 +318,29 @@ void register_decontam_stages(StageRegistry& r) {
          "benchmark samples (benchmarks: [files])",
          [](StageConfig& c) -> std::unique_ptr<DocStage> {
            DecontamOptions o;
-           o.benchmarks = c.get_strings("benchmarks", {});
-           if (!c.has("benchmarks") || o.benchmarks.empty())
+           if (!c.bind("benchmarks", o.benchmarks, "benchmark files, one sample per line") ||
+               o.benchmarks.empty())
              c.fail_key("benchmarks", "a list of benchmark files is required");
-           o.text_key = c.get_string("text_key", o.text_key);
-           o.format = c.get_string("format", o.format);
+           c.bind("text_key", o.text_key, "the field of a JSONL benchmark's samples");
+           c.bind("format", o.format, "of the benchmark files: auto, jsonl or text");
            if (o.format != "auto" && o.format != "jsonl" && o.format != "text")
              c.fail_key("format", fmt::format("expected auto, jsonl or text, got '{}'", o.format));
-           int64_t n = c.get_int("n", o.n);
-           if (n < 1 || n > 1000) c.fail_key("n", fmt::format("expected 1..1000, got {}", n));
-           o.n = int(n);
-           std::string mode = c.get_string("mode", "drop");
+           c.bind("n", o.n, "word n-gram length a match needs");
+           if (o.n < 1 || o.n > 1000) c.fail_key("n", fmt::format("expected 1..1000, got {}", o.n));
+           std::string mode = "drop";
+           c.bind("mode", mode, "drop (remove the document) or cut (remove the matches)");
            if (mode != "drop" && mode != "cut")
              c.fail_key("mode", fmt::format("expected drop or cut, got '{}'", mode));
            o.cut = mode == "cut";
-           auto count = [&](const char* key, int def, int lo) {
-             int64_t v = c.get_int(key, def);
-             if (v < lo || v > (1 << 30))
-               c.fail_key(key, fmt::format("expected >= {}, got {}", lo, v));
-             return int(v);
+           auto count = [&](const char* key, int& field, int lo, const char* doc) {
+             c.bind(key, field, doc);
+             if (field < lo || field > (1 << 30))
+               c.fail_key(key, fmt::format("expected >= {}, got {}", lo, field));
            };
-           o.cut_context = count("cut_context", o.cut_context, 0);
-           o.min_document_length = count("min_document_length", o.min_document_length, 0);
-           o.max_splits = count("max_splits", o.max_splits, 1);
+           count("cut_context", o.cut_context, 0, "mode cut: code points removed around a match");
+           count("min_document_length", o.min_document_length, 0,
+                 "mode cut: code points a piece needs to be kept");
+           count("max_splits", o.max_splits, 1, "mode cut: more pieces than this remove it");
            try {
              return make_decontam_stage(o);
            } catch (const Error& e) {

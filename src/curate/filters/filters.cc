@@ -156,19 +156,19 @@ std::string ratio_str(double x) {
   return fmt::format("{:.4g}", x);
 }
 
-double read_ratio(StageConfig& c, const std::string& key, double def) {
-  double x = c.get_double(key, def);
-  if (!(x >= 0.0 && x <= 1.0))
-    c.fail_key(key, fmt::format("expected a ratio in [0, 1], got {}", x));
-  return x;
+void read_ratio(StageConfig& c, const std::string& key, double& field, const std::string& doc) {
+  c.bind(key, field, doc);
+  if (!(field >= 0.0 && field <= 1.0))
+    c.fail_key(key, fmt::format("expected a ratio in [0, 1], got {}", field));
 }
 
-std::vector<std::pair<int, double>> read_ngram_limits(
-    StageConfig& c, const std::string& key, const std::vector<std::pair<int, double>>& def) {
-  std::vector<std::pair<std::string, double>> d;
-  for (const auto& [n, f] : def) d.emplace_back(std::to_string(n), f);
+void read_ngram_limits(StageConfig& c, const std::string& key,
+                       std::vector<std::pair<int, double>>& field, const std::string& doc) {
+  std::vector<std::pair<std::string, double>> given;
+  for (const auto& [n, f] : field) given.emplace_back(std::to_string(n), f);
+  c.bind(key, given, doc);
   std::vector<std::pair<int, double>> out;
-  for (const auto& [k, f] : c.get_number_map(key, d)) {
+  for (const auto& [k, f] : given) {
     int n = 0;
     try {
       size_t pos = 0;
@@ -183,7 +183,7 @@ std::vector<std::pair<int, double>> read_ngram_limits(
       c.fail_key(key, fmt::format("entry {}: expected a ratio in [0, 1], got {}", k, f));
     out.emplace_back(n, f);
   }
-  return out;
+  field = std::move(out);
 }
 
 namespace {

@@ -197,9 +197,10 @@ class RuleStage final : public DocStage {
 // C4's line-level cleaning (rewrites the text); in filters_c4.cc.
 std::unique_ptr<DocStage> make_c4_stage(StageConfig& c);
 
-// Helpers for reading keys with range checks.
-double read_ratio(StageConfig& c, const std::string& key, double def);
-std::vector<std::pair<int, double>> read_ngram_limits(
-    StageConfig& c, const std::string& key, const std::vector<std::pair<int, double>>& def);
+// StageConfig::bind with range checks: a ratio in [0, 1]; n-gram sizes 1..64
+// mapped to ratios, as {2: 0.2, 3: 0.18}.
+void read_ratio(StageConfig& c, const std::string& key, double& field, const std::string& doc);
+void read_ngram_limits(StageConfig& c, const std::string& key,
+                       std::vector<std::pair<int, double>>& field, const std::string& doc);
 
 }  // namespace nk::curate

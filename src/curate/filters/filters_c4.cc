@@ -89,15 +89,16 @@ size_t count_sentences(std::string_view line) {
 class C4Stage final : public DocStage {
  public:
   explicit C4Stage(StageConfig& c) {
-    remove_citations_ = c.get_bool("remove_citations", remove_citations_);
-    filter_no_terminal_punct_ = c.get_bool("filter_no_terminal_punct", filter_no_terminal_punct_);
-    min_num_sentences_ = c.get_int("min_num_sentences", min_num_sentences_);
-    min_words_per_line_ = c.get_int("min_words_per_line", min_words_per_line_);
-    max_word_length_ = c.get_int("max_word_length", max_word_length_);
-    filter_lorem_ipsum_ = c.get_bool("filter_lorem_ipsum", filter_lorem_ipsum_);
-    filter_javascript_ = c.get_bool("filter_javascript", filter_javascript_);
-    filter_curly_bracket_ = c.get_bool("filter_curly_bracket", filter_curly_bracket_);
-    filter_policy_ = c.get_bool("filter_policy", filter_policy_);
+    c.bind("remove_citations", remove_citations_, "strip Wikipedia citations ([1], [edit])");
+    c.bind("filter_no_terminal_punct", filter_no_terminal_punct_,
+           "drop lines not ending in terminal punctuation");
+    c.bind("min_num_sentences", min_num_sentences_, "fewest sentences a kept document has");
+    c.bind("min_words_per_line", min_words_per_line_, "drop lines with fewer words");
+    c.bind("max_word_length", max_word_length_, "drop lines with a longer word (code points)");
+    c.bind("filter_lorem_ipsum", filter_lorem_ipsum_, "remove documents with 'lorem ipsum'");
+    c.bind("filter_javascript", filter_javascript_, "drop lines mentioning javascript");
+    c.bind("filter_curly_bracket", filter_curly_bracket_, "remove documents with a '{'");
+    c.bind("filter_policy", filter_policy_, "drop lines with a policy or cookie phrase");
     // -1 disables a count rule, as in datatrove.
     auto at_least_minus_one = [&](const char* key, int64_t v) {
       if (v < -1) c.fail_key(key, fmt::format("must be >= 0, or -1 to disable, got {}", v));

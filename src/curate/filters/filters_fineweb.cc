@@ -26,8 +26,9 @@ bool is_blank(std::string_view l) {
 }  // namespace
 
 void TerminalPunctuationRule::read(StageConfig& c) {
-  threshold = read_ratio(c, "line_punct_thr", threshold);
-  exclude_zero = c.get_bool("line_punct_exclude_zero", exclude_zero);
+  read_ratio(c, "line_punct_thr", threshold,
+             "remove at this fraction of lines with terminal punctuation or less");
+  c.bind("line_punct_exclude_zero", exclude_zero, "keep documents with no such line at all");
 }
 
 Reason TerminalPunctuationRule::check(const Document&, TextView& v, Counters&) const {
@@ -42,8 +43,8 @@ Reason TerminalPunctuationRule::check(const Document&, TextView& v, Counters&) c
 }
 
 void ShortLinesRule::read(StageConfig& c) {
-  threshold = read_ratio(c, "short_line_thr", threshold);
-  max_length = c.get_int("short_line_length", max_length);
+  read_ratio(c, "short_line_thr", threshold, "remove at this fraction of short lines or more");
+  c.bind("short_line_length", max_length, "longest short line (code points)");
   if (max_length < 0) c.fail_key("short_line_length", "must be >= 0");
 }
 
@@ -62,7 +63,8 @@ Reason ShortLinesRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void CharDuplicatesRule::read(StageConfig& c) {
-  threshold = read_ratio(c, "char_duplicates_ratio", threshold);
+  read_ratio(c, "char_duplicates_ratio", threshold,
+             "remove at this fraction of characters in duplicated lines or more");
 }
 
 // Code points of repeated non-blank lines (after each first occurrence) over
@@ -82,7 +84,7 @@ Reason CharDuplicatesRule::check(const Document&, TextView& v, Counters&) const 
 }
 
 void NewLineRatioRule::read(StageConfig& c) {
-  max_ratio = c.get_double("new_line_ratio", max_ratio);
+  c.bind("new_line_ratio", max_ratio, "most newlines per word kept");
   if (max_ratio < 0) c.fail_key("new_line_ratio", "must be >= 0");
 }
 

@@ -138,8 +138,8 @@ DupStats find_duplicates(const std::vector<std::string_view>& items) {
 // ---- Gopher quality --------------------------------------------------------------
 
 void WordCountRule::read(StageConfig& c) {
-  min_words = c.get_int("min_words", min_words);
-  max_words = c.get_int("max_words", max_words);
+  c.bind("min_words", min_words, "fewest words a kept document has");
+  c.bind("max_words", max_words, "most words a kept document has");
   if (min_words < 0) c.fail_key("min_words", "must be >= 0");
   if (max_words < min_words) c.fail_key("max_words", "must be >= min_words");
 }
@@ -152,9 +152,10 @@ Reason WordCountRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void MeanWordLengthRule::read(StageConfig& c) {
-  min_avg = c.get_double("min_avg_word_length", min_avg);
-  max_avg = c.get_double("max_avg_word_length", max_avg);
-  count_unspaced = c.get_bool("count_unspaced_scripts", count_unspaced);
+  c.bind("min_avg_word_length", min_avg, "shortest mean word length kept (code points)");
+  c.bind("max_avg_word_length", max_avg, "longest mean word length kept (code points)");
+  c.bind("count_unspaced_scripts", count_unspaced,
+         "count words of Chinese, Japanese, Thai... in the mean");
   if (min_avg < 0) c.fail_key("min_avg_word_length", "must be >= 0");
   if (max_avg < min_avg) c.fail_key("max_avg_word_length", "must be >= min_avg_word_length");
 }
@@ -185,7 +186,7 @@ Reason MeanWordLengthRule::check(const Document&, TextView& v, Counters& counts)
 }
 
 void SymbolWordRule::read(StageConfig& c) {
-  max_ratio = c.get_double("max_symbol_word_ratio", max_ratio);
+  c.bind("max_symbol_word_ratio", max_ratio, "most '#' or ellipses per word kept");
   if (max_ratio < 0) c.fail_key("max_symbol_word_ratio", "must be >= 0");
 }
 
@@ -237,7 +238,7 @@ constexpr std::array<std::string_view, 12> kBullets = {"•", "‣", "⁃", "⁌
 }  // namespace
 
 void BulletLinesRule::read(StageConfig& c) {
-  max_ratio = read_ratio(c, "max_bullet_lines_ratio", max_ratio);
+  read_ratio(c, "max_bullet_lines_ratio", max_ratio, "most lines starting with a bullet kept");
 }
 
 Reason BulletLinesRule::check(const Document&, TextView& v, Counters&) const {
@@ -253,7 +254,7 @@ Reason BulletLinesRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void EllipsisLinesRule::read(StageConfig& c) {
-  max_ratio = read_ratio(c, "max_ellipsis_lines_ratio", max_ratio);
+  read_ratio(c, "max_ellipsis_lines_ratio", max_ratio, "most lines ending in an ellipsis kept");
 }
 
 Reason EllipsisLinesRule::check(const Document&, TextView& v, Counters&) const {
@@ -266,7 +267,7 @@ Reason EllipsisLinesRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void AlphaWordsRule::read(StageConfig& c) {
-  min_ratio = read_ratio(c, "min_alpha_words_ratio", min_ratio);
+  read_ratio(c, "min_alpha_words_ratio", min_ratio, "fewest words with a letter kept");
 }
 
 // Gopher: "80% of words in a document contain at least one alphabetic
@@ -337,17 +338,18 @@ bool lower_into(std::string_view w, std::array<char, 64>& buf, size_t& len) {
 }  // namespace
 
 void StopWordsRule::read(StageConfig& c) {
-  min_stop_words = c.get_int("min_stop_words", min_stop_words);
+  c.bind("min_stop_words", min_stop_words, "fewest stop words a kept document has");
   if (min_stop_words < 0) c.fail_key("min_stop_words", "must be >= 0");
-  words = c.get_strings("stop_words", {});
-  if (c.has("stop_words") && words.empty()) c.fail_key("stop_words", "must not be empty");
+  if (c.bind("stop_words", words, "the stop words (default: per language)") && words.empty())
+    c.fail_key("stop_words", "must not be empty");
   for (std::string& w : words) {
     std::array<char, 64> buf;
     size_t len = 0;
     if (!lower_into(w, buf, len)) c.fail_key("stop_words", fmt::format("word too long: '{}'", w));
     w.assign(buf.data(), len);
   }
-  default_language = base_language(c.get_string("default_language", default_language));
+  c.bind("default_language", default_language, "stop words for documents without a language");
+  default_language = base_language(default_language);
 }
 
 // Occurrences count (datatrove: sum(w in stop_words for w in words)), compared
@@ -395,8 +397,9 @@ Reason StopWordsRule::check(const Document& d, TextView& v, Counters& counts) co
 // ---- Gopher repetition -------------------------------------------------------------
 
 void DuplicateLinesRule::read(StageConfig& c) {
-  max_frac = read_ratio(c, "dup_line_frac", max_frac);
-  max_char_frac = read_ratio(c, "dup_line_char_frac", max_char_frac);
+  read_ratio(c, "dup_line_frac", max_frac, "most duplicated lines kept (of lines)");
+  read_ratio(c, "dup_line_char_frac", max_char_frac,
+             "most characters in duplicated lines kept (of characters)");
 }
 
 // Lines are compared trimmed and blank lines are left out (deviation: datatrove
@@ -418,8 +421,9 @@ Reason DuplicateLinesRule::check(const Document&, TextView& v, Counters&) const 
 }
 
 void DuplicateParagraphsRule::read(StageConfig& c) {
-  max_frac = read_ratio(c, "dup_para_frac", max_frac);
-  max_char_frac = read_ratio(c, "dup_para_char_frac", max_char_frac);
+  read_ratio(c, "dup_para_frac", max_frac, "most duplicated paragraphs kept (of paragraphs)");
+  read_ratio(c, "dup_para_char_frac", max_char_frac,
+             "most characters in duplicated paragraphs kept (of characters)");
 }
 
 // Paragraphs are runs of non-blank lines split at blank lines (datatrove splits
@@ -450,7 +454,7 @@ Reason DuplicateParagraphsRule::check(const Document&, TextView& v, Counters&) c
 }
 
 void TopNgramsRule::read(StageConfig& c) {
-  limits = read_ngram_limits(c, "top_n_grams", limits);
+  read_ngram_limits(c, "top_n_grams", limits, "per n: most characters the top n-gram covers, kept");
 }
 
 // The most frequent word n-gram (ties: the one that occurs first) and the
@@ -487,7 +491,7 @@ Reason TopNgramsRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void DuplicateNgramsRule::read(StageConfig& c) {
-  limits = read_ngram_limits(c, "dup_n_grams", limits);
+  read_ngram_limits(c, "dup_n_grams", limits, "per n: most characters in repeated n-grams, kept");
 }
 
 // Characters in word n-grams that repeat an earlier n-gram, each character

@@ -51,7 +51,7 @@ constexpr std::array<std::string_view, 9> kBoilerplate = {
 }  // namespace
 
 void UrlRatioRule::read(StageConfig& c) {
-  max_ratio = read_ratio(c, "max_url_to_text_ratio", max_ratio);
+  read_ratio(c, "max_url_to_text_ratio", max_ratio, "most characters in URLs kept");
 }
 
 Reason UrlRatioRule::check(const Document&, TextView& v, Counters&) const {
@@ -62,7 +62,8 @@ Reason UrlRatioRule::check(const Document&, TextView& v, Counters&) const {
 }
 
 void NonAlphaNumericRule::read(StageConfig& c) {
-  max_ratio = read_ratio(c, "max_non_alpha_numeric_to_text_ratio", max_ratio);
+  read_ratio(c, "max_non_alpha_numeric_to_text_ratio", max_ratio,
+             "most non-alphanumeric characters kept");
 }
 
 // NeMo counts [a-zA-Z0-9\n?!,.] as "alphanumeric", ASCII only; we count every
@@ -91,8 +92,9 @@ Reason NonAlphaNumericRule::check(const Document&, TextView& v, Counters&) const
 }
 
 void BoilerplateStringsRule::read(StageConfig& c) {
-  max_ratio = read_ratio(c, "max_boilerplate_string_ratio", max_ratio);
-  remove_if_at_top_or_bottom = c.get_bool("remove_if_at_top_or_bottom", remove_if_at_top_or_bottom);
+  read_ratio(c, "max_boilerplate_string_ratio", max_ratio, "most paragraphs with boilerplate kept");
+  c.bind("remove_if_at_top_or_bottom", remove_if_at_top_or_bottom,
+         "remove documents whose first or last paragraph is boilerplate");
 }
 
 // Paragraphs are text.split("\n\n") as in NeMo. "lorem ipsum" anywhere removes

@@ -449,10 +449,11 @@ namespace {
 class PiiStage final : public DocStage {
  public:
   explicit PiiStage(StageConfig& c) {
-    std::vector<std::string> all;
-    for (std::string_view n : kNames) all.emplace_back(n);
+    std::vector<std::string> types;
+    for (std::string_view n : kNames) types.emplace_back(n);
+    c.bind("types", types, "the kinds of PII to redact");
     mask_ = 0;
-    for (const std::string& name : c.get_strings("types", all)) {
+    for (const std::string& name : types) {
       PiiType t;
       if (!pii_type_of(name, t)) {
         std::string known;
