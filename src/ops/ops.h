@@ -5,12 +5,18 @@
 //    bf16); internal arithmetic is fp32.
 //  - Parameter gradients (dw, db, dwte, ...) are always f32 and ACCUMULATED
 //    (+=), so micro-batches sum into the gradient arena.
-//  - An undefined parameter gradient (frozen parameter) is skipped; other outputs are unchanged.
 //  - Activation gradients are written (overwritten) unless the comment says
 //    "accumulates".
-//  - Each public function checks shapes/dtypes and dispatches on the device; the
-//    CPU fast path lives in ops/cpu/, the plain reference in ops/ref/ (used by
-//    the tests), and a CUDA path will sit beside them.
+//  - Optional gradients: an UNDEFINED gradient argument (dx, dw, db, dwte,
+//    dwpe where the comment allows it) is not computed, and no work is spent
+//    on it; the other outputs are exactly what they would be otherwise. Frozen
+//    parameters pass an undefined weight gradient.
+//  - Each public function (defined in ops/<family>.cc) checks shapes, dtypes
+//    and that its tensors share one device, then calls that device's kernel
+//    (ops/dispatch.h): the CPU kernels are in ops/cpu/ (kernels.h), a CUDA
+//    backend adds ops/cuda/ beside them; a device without a kernel is an
+//    nk::Error naming the op. The plain reference is in ops/ref/ (used by the
+//    tests).
 #pragma once
 #include <cstdint>
 
@@ -38,18 +44,20 @@ void scale(Tensor x, float s);
 // T[B,T,C]. Throws nk::Error naming the token if an id is outside [0, V).
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                        const Tensor& positions = Tensor());
-// dwte[tok[n],:] += dout[n,:]; dwpe[pos(n),:] += dout[n,:]. dwte/dwpe f32
-// (dwpe may be undefined). Deterministic (no atomics).
+// dwte[tok[n],:] += dout[n,:]; dwpe[pos(n),:] += dout[n,:]. dwte/dwpe f32;
+// either may be undefined (not computed). Deterministic (no atomics).
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
                         const Tensor& positions = Tensor());
 
 // ---- normalisation ---- x,y T[N,C]; w,b T[C]; mean,rstd f32[N] saved for backward.
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
                        const Tensor& b, float eps);
-// dx ACCUMULATES (it is the residual stream's gradient); dw, db f32 accumulate.
+// dx ACCUMULATES (it is the residual stream's gradient); dw, db f32 accumulate
+// (each may be undefined: not computed).
 void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
 void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps);
+// dx accumulates; dw f32 accumulates (undefined: not computed).
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& rstd);
 
@@ -57,8 +65,8 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
 // b may be undefined. x, w, y share the compute dtype (bf16 goes through
 // oneDNN with fp32 accumulation).
 void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b);
-// dx = dy @ w (written; skipped if dx undefined); dw += dy^T @ x (f32);
-// db += sum_n dy (f32; skipped if undefined).
+// dx = dy @ w (written); dw += dy^T @ x (f32); db += sum_n dy (f32). Each of
+// dx, dw, db may be undefined: not computed.
 void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                      const Tensor& w);
 
@@ -98,12 +106,18 @@ void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& tab
 // the tiles that straddle a boundary. (Per-row starts rather than segment ids:
 // S+1 numbers per row to validate and the kernel needs only each token's
 // document start, expanded once per call.)
+//
+// Sliding window (Mistral; transformers' sliding_window, llama.cpp's n_swa):
+// window > 0 lets token t attend only to s with t - window < s <= t (window
+// keys, itself included), on top of the document constraint; 0 = full causal.
+// A window >= T is full causal (bit for bit). The fast path skips key tiles
+// wholly outside the window and masks the tiles that straddle its edge.
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens = Tensor());
-// dqkv (same layout as qkv) is written. cu_seqlens as in the forward.
+                       int64_t n_kv_heads, const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
+// dqkv (same layout as qkv) is written. cu_seqlens and window as in the forward.
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens = Tensor());
+                        const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
 
 // ---- attention over a KV cache (inference) ----
 // The cache of one layer is k_cache, v_cache T[S, Hkv, L, D]: S sequence slots
@@ -118,10 +132,13 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
                     const Tensor& slots, const Tensor& positions);
 // out T[N, Hq*D]: query head h of token n attends, with scale 1/sqrt(D), to kv
 // head h/(Hq/Hkv) of cache row slots[n] at positions [0, positions[n]] (its
-// own k/v included, so store first). Positions past positions[n] are ignored,
-// whatever they hold: a reused slot needs no clearing.
+// own k/v included, so store first); with window > 0 only at positions
+// [max(0, p - window + 1), p], p = positions[n] (as attention_forward's window).
+// Positions outside that span are ignored, whatever they hold: a reused slot
+// needs no clearing.
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions);
+                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
+                      int64_t window = 0);
 
 // ---- softmax cross-entropy over the vocabulary ----
 // logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).
@@ -135,6 +152,8 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor&
 
 // Raw byte copy of a host buffer of dst.nbytes() bytes into dst (any dtype).
 void copy_bytes_from_host(Tensor dst, const void* src);
+// Raw byte copy of src (any dtype) into a host buffer of src.nbytes() bytes.
+void copy_bytes_to_host(const Tensor& src, void* dst);
 // Number of entries of an i32 tensor that differ from `value` (e.g. targets
 // that are not the ignore index).
 int64_t count_not_equal(const Tensor& x, int64_t value);

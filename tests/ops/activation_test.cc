@@ -1,5 +1,6 @@
-// GELU (tanh form) and SwiGLU: reference backward vs finite differences, fast
-// CPU ops vs the double reference (f32, bf16), aliasing and extreme inputs.
+// GELU (tanh form) and SwiGLU: reference backward vs finite differences, the
+// ops on every backend vs the double reference (f32, bf16), aliasing and
+// extreme inputs.
 #include <cmath>
 
 #include "ops/op_harness.h"
@@ -50,14 +51,17 @@ Vec activation_inputs(int64_t n, uint64_t seed) {
   return x;
 }
 
-TEST(ActivationFast, GeluMatchesReference) {
+class ActivationFast : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(ActivationFast);
+
+TEST_P(ActivationFast, GeluMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {1, 15, 1000, 70001}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " n=" << n);
       Vec x = rounded(activation_inputs(n, 5), dt), dy = rounded(randn(n, 6), dt);
-      Tensor tx = make({n}, dt, x), ty = Tensor::empty({n}, dt);
+      Tensor tx = make({n}, dt, x, dev()), ty = Tensor::empty({n}, dt, dev());
       ops::gelu_forward(ty, tx);
-      Tensor tdy = make({n}, dt, dy);
+      Tensor tdy = make({n}, dt, dy, dev());
       ops::gelu_backward(tdy, tdy, tx);  // dx aliases dy
       Vec y(n), dx(n);
       ref::gelu_forward(y.data(), x.data(), n);
@@ -68,7 +72,7 @@ TEST(ActivationFast, GeluMatchesReference) {
   }
 }
 
-TEST(ActivationFast, SwigluMatchesReference) {
+TEST_P(ActivationFast, SwigluMatchesReference) {
   struct S {
     int64_t N, F;
   };
@@ -77,10 +81,10 @@ TEST(ActivationFast, SwigluMatchesReference) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " N=" << s.N << " F=" << s.F);
       Vec gu = rounded(activation_inputs(s.N * 2 * s.F, 7), dt);
       Vec dy = rounded(randn(s.N * s.F, 8), dt);
-      Tensor tgu = make({s.N, 2 * s.F}, dt, gu), ty = Tensor::empty({s.N, s.F}, dt);
-      Tensor tdgu = make({s.N, 2 * s.F}, dt, randn(s.N * 2 * s.F, 9));  // overwritten
+      Tensor tgu = make({s.N, 2 * s.F}, dt, gu, dev()), ty = Tensor::empty({s.N, s.F}, dt, dev());
+      Tensor tdgu = make({s.N, 2 * s.F}, dt, randn(s.N * 2 * s.F, 9), dev());  // overwritten
       ops::swiglu_forward(ty, tgu);
-      ops::swiglu_backward(tdgu, make({s.N, s.F}, dt, dy), tgu);
+      ops::swiglu_backward(tdgu, make({s.N, s.F}, dt, dy, dev()), tgu);
       Vec y(s.N * s.F), dgu(s.N * 2 * s.F);
       ref::swiglu_forward(y.data(), gu.data(), s.N, s.F);
       ref::swiglu_backward(dgu.data(), dy.data(), gu.data(), s.N, s.F);
@@ -90,10 +94,10 @@ TEST(ActivationFast, SwigluMatchesReference) {
   }
 }
 
-TEST(ActivationFast, ExtremeInputsStayFinite) {
+TEST_P(ActivationFast, ExtremeInputsStayFinite) {
   Vec x = {-1e30, -1e4, -88, 88, 1e4, 1e30};
   const int64_t n = int64_t(x.size());
-  Tensor tx = make({n}, DType::F32, x), ty = Tensor::empty({n}, DType::F32);
+  Tensor tx = make({n}, DType::F32, x, dev()), ty = Tensor::empty({n}, DType::F32, dev());
   ops::gelu_forward(ty, tx);
   Vec y = values(ty);
   for (int64_t i = 0; i < n; ++i) {
@@ -102,8 +106,9 @@ TEST(ActivationFast, ExtremeInputsStayFinite) {
   }
 }
 
-TEST(ActivationFast, RejectsOddSwigluWidth) {
-  Tensor gu = Tensor::zeros({2, 7}, DType::F32), y = Tensor::empty({2, 3}, DType::F32);
+TEST_P(ActivationFast, RejectsOddSwigluWidth) {
+  Tensor gu = Tensor::empty({2, 7}, DType::F32, dev()),
+         y = Tensor::empty({2, 3}, DType::F32, dev());
   EXPECT_THROW(ops::swiglu_forward(y, gu), InternalError);
 }
 

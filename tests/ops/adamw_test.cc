@@ -1,5 +1,6 @@
-// AdamW: reference and fast step vs a hand-written scalar step in double
-// (PyTorch semantics), param_copy, odd sizes, and thread-count determinism.
+// AdamW: reference step and the op on every backend vs a hand-written scalar
+// step in double (PyTorch semantics), param_copy, odd sizes, and thread-count
+// determinism.
 #include <cmath>
 
 #include "core/parallel.h"
@@ -58,16 +59,19 @@ TEST(AdamWRef, MatchesHandWrittenStep) {
   expect_close(r.v, s.v, {1e-12, 1e-12}, "v");
 }
 
-void fast_vs_hand(int64_t n, DType copy_dt) {
+class AdamWFast : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(AdamWFast);
+
+void fast_vs_hand(Device dev, int64_t n, DType copy_dt) {
   SCOPED_TRACE(testing::Message() << "n=" << n << " copy=" << dtype_name(copy_dt));
   State s{rounded(randn(n, 2), DType::F32), rounded(randn(n, 3, 0.01), DType::F32),
           rounded(Vec(n, 1e-4), DType::F32)};  // nonzero moments: a mid-training state
-  Tensor p = make({n}, DType::F32, s.p), m = make({n}, DType::F32, s.m),
-         v = make({n}, DType::F32, s.v), copy = Tensor::zeros({n}, copy_dt);
+  Tensor p = make({n}, DType::F32, s.p, dev), m = make({n}, DType::F32, s.m, dev),
+         v = make({n}, DType::F32, s.v, dev), copy = make({n}, copy_dt, Vec(n), dev);
   for (int64_t step = 1; step <= 3; ++step) {
     Vec g = rounded(randn(n, 20 + step), DType::F32);
     auto h = params(step);
-    ops::adamw_step(p, make({n}, DType::F32, g), m, v, h, copy);
+    ops::adamw_step(p, make({n}, DType::F32, g, dev), m, v, h, copy);
     hand_step(s, g, h);
   }
   // fp32 state over three steps: a few ulp of each update.
@@ -78,23 +82,23 @@ void fast_vs_hand(int64_t n, DType copy_dt) {
   expect_close(values(copy), rounded(values(p), copy_dt), {0, 0}, "param_copy");
 }
 
-TEST(AdamWFast, MatchesHandWrittenStep) {
+TEST_P(AdamWFast, MatchesHandWrittenStep) {
   for (int64_t n : {1, 15, 16, 17, 1000, 100003}) {
-    fast_vs_hand(n, DType::BF16);
-    fast_vs_hand(n, DType::F32);
+    fast_vs_hand(dev(), n, DType::BF16);
+    fast_vs_hand(dev(), n, DType::F32);
   }
 }
 
-TEST(AdamWFast, WithoutCopyAndBitIdenticalAcrossThreadCounts) {
+TEST_P(AdamWFast, WithoutCopyAndBitIdenticalAcrossThreadCounts) {
   const int64_t n = 70001;
   Vec p0 = randn(n, 5), g = randn(n, 6);
   std::vector<Vec> results;
   const int saved = num_threads();
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    Tensor p = make({n}, DType::F32, p0), m = Tensor::zeros({n}, DType::F32),
-           v = Tensor::zeros({n}, DType::F32);
-    ops::adamw_step(p, make({n}, DType::F32, g), m, v, params(1));
+    Tensor p = make({n}, DType::F32, p0, dev()), m = make({n}, DType::F32, Vec(n), dev()),
+           v = make({n}, DType::F32, Vec(n), dev());
+    ops::adamw_step(p, make({n}, DType::F32, g, dev()), m, v, params(1));
     results.push_back(values(p));
   }
   set_num_threads(saved);
@@ -102,9 +106,9 @@ TEST(AdamWFast, WithoutCopyAndBitIdenticalAcrossThreadCounts) {
   EXPECT_EQ(results[0], results[2]);
 }
 
-TEST(AdamWFast, RejectsMismatchedSizes) {
-  Tensor p = Tensor::zeros({8}, DType::F32), g = Tensor::zeros({7}, DType::F32);
-  Tensor m = Tensor::zeros({8}, DType::F32), v = Tensor::zeros({8}, DType::F32);
+TEST_P(AdamWFast, RejectsMismatchedSizes) {
+  Tensor p = Tensor::empty({8}, DType::F32, dev()), g = Tensor::empty({7}, DType::F32, dev());
+  Tensor m = Tensor::empty({8}, DType::F32, dev()), v = Tensor::empty({8}, DType::F32, dev());
   EXPECT_THROW(ops::adamw_step(p, g, m, v, params(1)), InternalError);
 }
 

@@ -1,6 +1,6 @@
-// Attention: reference backward vs finite differences, fast CPU path vs the
-// double reference (f32, bf16; ragged tiles, GQA groups, D = 64/32/20),
-// causality and determinism.
+// Attention: reference backward vs finite differences, the op on every
+// backend vs the double reference (f32, bf16; ragged tiles, GQA groups, D =
+// 64/32/20), causality and determinism.
 #include <gtest/gtest.h>
 
 #include "op_harness.h"
@@ -72,25 +72,28 @@ struct Case {
   int64_t B, T, Hq, Hkv, D;
 };
 
+class AttentionFast : public test::BackendTest {};
+NK_INSTANTIATE_BACKENDS(AttentionFast);
+
 // Fast forward and backward against the double reference fed the same rounded
 // inputs (and, for the backward, the fast forward's own out and lse).
-void check_fast(const Case& c, DType dt) {
+void check_fast(Device dev, const Case& c, DType dt) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B=" << c.B << " T=" << c.T
                                     << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D);
   const AttentionDims d{c.B, c.T, c.Hq, c.Hkv, c.D};
   const auto qkv = test::rounded(test::randn(d.B * d.T * d.row(), 100 + c.T + c.D), dt);
   const auto dout = test::rounded(test::randn(d.B * d.T * d.Hq * d.D, 200 + c.T), dt);
-  Tensor tq = test::make({d.B, d.T, d.row()}, dt, qkv);
-  Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, dt);
-  Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32);
+  Tensor tq = test::make({d.B, d.T, d.row()}, dt, qkv, dev);
+  Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, dt, dev);
+  Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32, dev);
   ops::attention_forward(out, lse, tq, d.Hq, d.Hkv);
   const RefOut want = ref_forward(d, qkv);
   const auto tol = test::tol_for(dt);
   test::expect_close(values(out), want.out, tol, "out");
   test::expect_close(values(lse), want.lse, tol, "lse");
 
-  Tensor tdo = test::make({d.B, d.T, d.Hq * d.D}, dt, dout);
-  Tensor dqkv = Tensor::empty({d.B, d.T, d.row()}, dt);
+  Tensor tdo = test::make({d.B, d.T, d.Hq * d.D}, dt, dout, dev);
+  Tensor dqkv = Tensor::empty({d.B, d.T, d.row()}, dt, dev);
   ops::attention_backward(dqkv, tdo, tq, out, lse, d.Hq, d.Hkv);
   const auto want_d = ref_backward(d, dout, qkv, values(out), values(lse));
   test::expect_close(values(dqkv), want_d, tol, "dqkv");
@@ -106,22 +109,23 @@ const Case kCases[] = {
     {1, 70, 3, 1, 20},   // D not a multiple of the vector width, group 3
 };
 
-TEST(AttentionFast, MatchesReferenceF32) {
-  for (const Case& c : kCases) check_fast(c, DType::F32);
+TEST_P(AttentionFast, MatchesReferenceF32) {
+  for (const Case& c : kCases) check_fast(dev(), c, DType::F32);
 }
 
-TEST(AttentionFast, MatchesReferenceBF16) {
-  for (const Case& c : kCases) check_fast(c, DType::BF16);
+TEST_P(AttentionFast, MatchesReferenceBF16) {
+  for (const Case& c : kCases) check_fast(dev(), c, DType::BF16);
 }
 
 // Changing token t's keys and values leaves every earlier output bit-identical.
-TEST(AttentionFast, Causal) {
+TEST_P(AttentionFast, Causal) {
   const AttentionDims d{2, 150, 4, 2, 32};
   auto qkv = test::randn(d.B * d.T * d.row(), 7);
   auto run = [&](const std::vector<double>& x) {
-    Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, DType::F32);
-    Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32);
-    ops::attention_forward(out, lse, test::make({d.B, d.T, d.row()}, DType::F32, x), d.Hq, d.Hkv);
+    Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, DType::F32, dev());
+    Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32, dev());
+    ops::attention_forward(out, lse, test::make({d.B, d.T, d.row()}, DType::F32, x, dev()), d.Hq,
+                           d.Hkv);
     return std::make_pair(values(out), values(lse));
   };
   const auto base = run(qkv);
@@ -148,31 +152,35 @@ TEST(AttentionFast, Causal) {
   }
 }
 
-TEST(AttentionFast, BackwardIsDeterministic) {
+TEST_P(AttentionFast, BackwardIsDeterministic) {
   const AttentionDims d{2, 100, 4, 1, 32};
-  Tensor q = test::make({d.B, d.T, d.row()}, DType::F32, test::randn(d.B * d.T * d.row(), 3));
+  Tensor q =
+      test::make({d.B, d.T, d.row()}, DType::F32, test::randn(d.B * d.T * d.row(), 3), dev());
   Tensor dout =
-      test::make({d.B, d.T, d.Hq * d.D}, DType::F32, test::randn(d.B * d.T * d.Hq * d.D, 4));
-  Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, DType::F32);
-  Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32);
+      test::make({d.B, d.T, d.Hq * d.D}, DType::F32, test::randn(d.B * d.T * d.Hq * d.D, 4), dev());
+  Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, DType::F32, dev());
+  Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32, dev());
   ops::attention_forward(out, lse, q, d.Hq, d.Hkv);
-  Tensor g1 = Tensor::empty(q.shape(), DType::F32), g2 = Tensor::empty(q.shape(), DType::F32);
+  Tensor g1 = Tensor::empty(q.shape(), DType::F32, dev()),
+         g2 = Tensor::empty(q.shape(), DType::F32, dev());
   ops::attention_backward(g1, dout, q, out, lse, d.Hq, d.Hkv);
   ops::attention_backward(g2, dout, q, out, lse, d.Hq, d.Hkv);
   EXPECT_EQ(values(g1), values(g2));
 }
 
-TEST(AttentionFast, RejectsBadShapes) {
-  Tensor qkv = Tensor::zeros({1, 4, 6 * 8}, DType::F32);  // Hq=2, Hkv=2, D=8
-  Tensor out = Tensor::empty({1, 4, 16}, DType::F32);
-  Tensor lse = Tensor::empty({1, 2, 4}, DType::F32);
+TEST_P(AttentionFast, RejectsBadShapes) {
+  Tensor qkv = test::make({1, 4, 6 * 8}, DType::F32, std::vector<double>(4 * 48),
+                          dev());  // Hq=2, Hkv=2, D=8
+  Tensor out = Tensor::empty({1, 4, 16}, DType::F32, dev());
+  Tensor lse = Tensor::empty({1, 2, 4}, DType::F32, dev());
   EXPECT_NO_THROW(ops::attention_forward(out, lse, qkv, 2, 2));
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 3, 2), InternalError);  // Hq % Hkv
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 4, 2), InternalError);  // width
-  Tensor bad_lse = Tensor::empty({1, 2, 4}, DType::BF16);
+  Tensor bad_lse = Tensor::empty({1, 2, 4}, DType::BF16, dev());
   EXPECT_THROW(ops::attention_forward(out, bad_lse, qkv, 2, 2), InternalError);
-  Tensor bad_out = Tensor::empty({1, 4, 16}, DType::BF16);
+  Tensor bad_out = Tensor::empty({1, 4, 16}, DType::BF16, dev());
   EXPECT_THROW(ops::attention_forward(bad_out, lse, qkv, 2, 2), InternalError);
+  EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, Tensor(), -1), InternalError);
 }
 
 }  // namespace

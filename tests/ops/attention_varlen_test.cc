@@ -1,5 +1,5 @@
 // Attention over packed rows (cu_seqlens): reference backward vs finite
-// differences; fast CPU path vs the double reference (f32, bf16) over ragged
+// differences; the op on every backend vs the double reference (f32, bf16) over ragged
 // document layouts (documents of one token, boundaries on and beside tile
 // edges, one document filling the row, empty documents, rows with different
 // document counts); and the property packing relies on: a packed row's output
@@ -119,19 +119,19 @@ Result run_ref(const AttentionDims& d, const std::vector<double>& qkv,
   return {f.out, f.lse, ref_backward(d, dout, qkv, f, c, int64_t(cu.size()) / d.B)};
 }
 
-Runner fast_runner(DType dt) {
-  return [dt](const AttentionDims& d, const std::vector<double>& qkv,
-              const std::vector<double>& dout, const std::vector<int32_t>& cu) {
-    Tensor tq = test::make({d.B, d.T, d.row()}, dt, qkv);
-    Tensor tdo = test::make({d.B, d.T, d.Hq * d.D}, dt, dout);
-    Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, dt);
-    Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32);
-    Tensor dqkv = Tensor::empty({d.B, d.T, d.row()}, dt);
+class AttentionVarlenFast : public test::BackendTest {};
+NK_INSTANTIATE_BACKENDS(AttentionVarlenFast);
+
+Runner fast_runner(Device dev, DType dt) {
+  return [dev, dt](const AttentionDims& d, const std::vector<double>& qkv,
+                   const std::vector<double>& dout, const std::vector<int32_t>& cu) {
+    Tensor tq = test::make({d.B, d.T, d.row()}, dt, qkv, dev);
+    Tensor tdo = test::make({d.B, d.T, d.Hq * d.D}, dt, dout, dev);
+    Tensor out = Tensor::empty({d.B, d.T, d.Hq * d.D}, dt, dev);
+    Tensor lse = Tensor::empty({d.B, d.Hq, d.T}, DType::F32, dev);
+    Tensor dqkv = Tensor::empty({d.B, d.T, d.row()}, dt, dev);
     Tensor tc;
-    if (!cu.empty()) {
-      tc = Tensor::empty({d.B, int64_t(cu.size()) / d.B}, DType::I32);
-      std::copy(cu.begin(), cu.end(), tc.data<int32_t>());
-    }
+    if (!cu.empty()) tc = test::make_i32({d.B, int64_t(cu.size()) / d.B}, cu, dev);
     ops::attention_forward(out, lse, tq, d.Hq, d.Hkv, tc);
     ops::attention_backward(dqkv, tdo, tq, out, lse, d.Hq, d.Hkv, tc);
     return Result{values(out), values(lse), values(dqkv)};
@@ -179,13 +179,13 @@ Layout random_layout(int64_t B, int64_t T, uint64_t seed) {
   return l;
 }
 
-void check_fast(const Case& c, DType dt) {
+void check_fast(Device dev, const Case& c, DType dt) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << c.what << " T=" << c.T);
   const AttentionDims d{int64_t(c.layout.rows.size()), c.T, c.Hq, c.Hkv, c.D};
   const auto cu = c.layout.flat(d.T);
   const auto qkv = test::rounded(test::randn(d.B * d.T * d.row(), 100 + c.T + c.D), dt);
   const auto dout = test::rounded(test::randn(d.B * d.T * d.Hq * d.D, 200 + c.T), dt);
-  const Result got = fast_runner(dt)(d, qkv, dout, cu);
+  const Result got = fast_runner(dev, dt)(d, qkv, dout, cu);
   const RefOut want = ref_forward(d, qkv, cu.data(), c.layout.width());
   const auto tol = test::tol_for(dt);
   test::expect_close(got.out, want.out, tol, "out");
@@ -202,36 +202,36 @@ std::vector<Case> all_cases() {
   return v;
 }
 
-TEST(AttentionVarlenFast, MatchesReferenceF32) {
-  for (const Case& c : all_cases()) check_fast(c, DType::F32);
+TEST_P(AttentionVarlenFast, MatchesReferenceF32) {
+  for (const Case& c : all_cases()) check_fast(dev(), c, DType::F32);
 }
 
-TEST(AttentionVarlenFast, MatchesReferenceBF16) {
-  for (const Case& c : all_cases()) check_fast(c, DType::BF16);
+TEST_P(AttentionVarlenFast, MatchesReferenceBF16) {
+  for (const Case& c : all_cases()) check_fast(dev(), c, DType::BF16);
 }
 
-TEST(AttentionVarlenFast, PackedEqualsDocumentsAloneF32) {
+TEST_P(AttentionVarlenFast, PackedEqualsDocumentsAloneF32) {
   const AttentionDims d{1, 300, 4, 2, 32};
   for (const std::vector<int32_t>& starts : std::vector<std::vector<int32_t>>{
            {0, 1, 64, 65, 128, 200, 300}, {0, 100, 300}, {0, 300}, {0, 37, 38, 250, 299, 300}})
-    check_packed_equals_alone(fast_runner(DType::F32), d, starts, {1e-5, 1e-6}, DType::F32);
+    check_packed_equals_alone(fast_runner(dev(), DType::F32), d, starts, {1e-5, 1e-6}, DType::F32);
 }
 
-TEST(AttentionVarlenFast, PackedEqualsDocumentsAloneBF16) {
+TEST_P(AttentionVarlenFast, PackedEqualsDocumentsAloneBF16) {
   const AttentionDims d{1, 300, 4, 2, 32};
-  check_packed_equals_alone(fast_runner(DType::BF16), d, {0, 1, 64, 65, 128, 200, 300},
+  check_packed_equals_alone(fast_runner(dev(), DType::BF16), d, {0, 1, 64, 65, 128, 200, 300},
                             test::tol_for(DType::BF16), DType::BF16);
 }
 
 // One document per row through cu_seqlens = [0, T] takes the masked code path
 // and must give the plain causal result bit for bit.
-TEST(AttentionVarlenFast, SingleDocumentIsPlainCausal) {
+TEST_P(AttentionVarlenFast, SingleDocumentIsPlainCausal) {
   const AttentionDims d{2, 150, 4, 2, 32};
   const Layout l{{{0, 150}, {0, 150}}};
   const auto qkv = test::randn(d.B * d.T * d.row(), 5);
   const auto dout = test::randn(d.B * d.T * d.Hq * d.D, 6);
-  const Result plain = fast_runner(DType::F32)(d, qkv, dout, {});
-  const Result packed = fast_runner(DType::F32)(d, qkv, dout, l.flat(d.T));
+  const Result plain = fast_runner(dev(), DType::F32)(d, qkv, dout, {});
+  const Result packed = fast_runner(dev(), DType::F32)(d, qkv, dout, l.flat(d.T));
   EXPECT_EQ(plain.out, packed.out);
   EXPECT_EQ(plain.lse, packed.lse);
   EXPECT_EQ(plain.dqkv, packed.dqkv);
@@ -239,15 +239,15 @@ TEST(AttentionVarlenFast, SingleDocumentIsPlainCausal) {
 
 // Changing one document's tokens leaves every other document's outputs and
 // gradients bit-identical: nothing leaks across a boundary, either way.
-TEST(AttentionVarlenFast, DocumentsAreIsolated) {
+TEST_P(AttentionVarlenFast, DocumentsAreIsolated) {
   const AttentionDims d{1, 200, 4, 2, 32};
   const std::vector<int32_t> cu = {0, 70, 130, 200};
   auto qkv = test::randn(d.T * d.row(), 8);
   const auto dout = test::randn(d.T * d.Hq * d.D, 9);
-  const Result base = fast_runner(DType::F32)(d, qkv, dout, cu);
+  const Result base = fast_runner(dev(), DType::F32)(d, qkv, dout, cu);
   for (int64_t t = 70; t < 130; ++t)
     for (int64_t c = 0; c < d.row(); ++c) qkv[t * d.row() + c] += 0.75;
-  const Result pert = fast_runner(DType::F32)(d, qkv, dout, cu);
+  const Result pert = fast_runner(dev(), DType::F32)(d, qkv, dout, cu);
   for (int64_t t = 0; t < d.T; ++t) {
     if (t >= 70 && t < 130) continue;
     for (int64_t c = 0; c < d.Hq * d.D; ++c)
@@ -257,23 +257,24 @@ TEST(AttentionVarlenFast, DocumentsAreIsolated) {
   }
 }
 
-TEST(AttentionVarlenFast, RejectsBadBoundaries) {
+TEST_P(AttentionVarlenFast, RejectsBadBoundaries) {
   const int64_t T = 8;
-  Tensor qkv = Tensor::zeros({2, T, 6 * 8}, DType::F32);  // Hq=2, Hkv=2, D=8
-  Tensor out = Tensor::empty({2, T, 16}, DType::F32);
-  Tensor lse = Tensor::empty({2, 2, T}, DType::F32);
+  Tensor qkv = test::make({2, T, 6 * 8}, DType::F32, std::vector<double>(2 * T * 48),
+                          dev());  // Hq=2, Hkv=2, D=8
+  Tensor out = Tensor::empty({2, T, 16}, DType::F32, dev());
+  Tensor lse = Tensor::empty({2, 2, T}, DType::F32, dev());
   auto cu = [&](std::vector<int32_t> v, int64_t rows) {
-    Tensor t = Tensor::empty({rows, int64_t(v.size()) / rows}, DType::I32);
-    std::copy(v.begin(), v.end(), t.data<int32_t>());
-    return t;
+    return test::make_i32({rows, int64_t(v.size()) / rows}, v, dev());
   };
   EXPECT_NO_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 3, 8, 0, 8, 8}, 2)));
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({1, 3, 8, 0, 8, 8}, 2)), Error);
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 3, 7, 0, 8, 8}, 2)), Error);
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 5, 3, 8, 0, 8, 8, 8}, 2)), Error);
+  // Past T before decreasing back to T: rejected before any start is written.
+  EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 9, 8, 0, 8, 8}, 2)), Error);
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 8}, 1)), InternalError);  // B
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, cu({0, 0}, 2)), InternalError);  // S=0
-  Tensor f = Tensor::zeros({2, 2}, DType::F32);
+  Tensor f = test::make({2, 2}, DType::F32, std::vector<double>(4), dev());
   EXPECT_THROW(ops::attention_forward(out, lse, qkv, 2, 2, f), InternalError);  // dtype
 }
 

@@ -1,5 +1,7 @@
-// Copies, conversions and elementwise ops vs the reference / exact expectations.
+// Copies, conversions and elementwise ops on every backend vs the reference /
+// exact expectations.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/parallel.h"
@@ -25,33 +27,38 @@ Vec conversion_inputs(int64_t n) {
   return v;
 }
 
-TEST(Elementwise, ConvertMatchesScalarRounding) {
+class Elementwise : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(Elementwise);
+
+TEST_P(Elementwise, ConvertMatchesScalarRounding) {
   for (int64_t n : kSizes) {
     Vec x = rounded(conversion_inputs(n), DType::F32);
-    Tensor src = make({n}, DType::F32, x);
-    Tensor b = Tensor::empty({n}, DType::BF16), h = Tensor::empty({n}, DType::F16);
+    Tensor src = make({n}, DType::F32, x, dev());
+    Tensor b = Tensor::empty({n}, DType::BF16, dev()), h = Tensor::empty({n}, DType::F16, dev());
     ops::convert(b, src);
     ops::convert(h, src);
+    const Tensor hb = to_host(b), hh = to_host(h);
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(b.data<bf16>()[i].bits, f32_to_bf16(float(x[i])).bits) << i;
-      ASSERT_EQ(h.data<f16>()[i].bits, f32_to_f16(float(x[i])).bits) << i;
+      ASSERT_EQ(hb.data<bf16>()[i].bits, f32_to_bf16(float(x[i])).bits) << i;
+      ASSERT_EQ(hh.data<f16>()[i].bits, f32_to_f16(float(x[i])).bits) << i;
     }
-    Tensor back = Tensor::empty({n}, DType::F32);
+    Tensor back = Tensor::empty({n}, DType::F32, dev());
     ops::convert(back, b);  // widening is exact
     EXPECT_EQ(values(back), values(b)) << "bf16->f32";
   }
 }
 
-TEST(Elementwise, ConvertKeepsNaN) {
-  Tensor src = make({1}, DType::F32, {std::nan("")}), dst = Tensor::empty({1}, DType::BF16);
+TEST_P(Elementwise, ConvertKeepsNaN) {
+  Tensor src = make({1}, DType::F32, {std::nan("")}, dev()),
+         dst = Tensor::empty({1}, DType::BF16, dev());
   ops::convert(dst, src);
-  EXPECT_TRUE(std::isnan(bf16_to_f32(dst.data<bf16>()[0])));
+  EXPECT_TRUE(std::isnan(bf16_to_f32(to_host(dst).data<bf16>()[0])));
 }
 
-TEST(Elementwise, FillAndHostCopies) {
+TEST_P(Elementwise, FillAndHostCopies) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     const int64_t n = 1001;
-    Tensor t = Tensor::empty({n}, dt);
+    Tensor t = Tensor::empty({n}, dt, dev());
     ops::fill(t, 0.3f);
     expect_close(values(t), rounded(Vec(n, 0.3f), dt), {0, 0}, "fill");
     std::vector<float> host(n);
@@ -64,12 +71,12 @@ TEST(Elementwise, FillAndHostCopies) {
   }
 }
 
-TEST(Elementwise, AddAccumulateScaleMatchReference) {
+TEST_P(Elementwise, AddAccumulateScaleMatchReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : kSizes) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " n=" << n);
       Vec a = rounded(randn(n, 2), dt), b = rounded(randn(n, 3), dt);
-      Tensor ta = make({n}, dt, a), tb = make({n}, dt, b);
+      Tensor ta = make({n}, dt, a, dev()), tb = make({n}, dt, b, dev());
       ops::add(ta, ta, tb);  // y aliases a
       Vec y(n);
       ref::add(y.data(), a.data(), b.data(), n);
@@ -77,7 +84,7 @@ TEST(Elementwise, AddAccumulateScaleMatchReference) {
 
       // Gradient accumulation: a dtype-dt gradient into a nonzero f32 buffer.
       Vec acc = rounded(randn(n, 4), DType::F32);
-      Tensor tacc = make({n}, DType::F32, acc);
+      Tensor tacc = make({n}, DType::F32, acc, dev());
       ops::accumulate(tacc, tb);
       ref::accumulate(acc.data(), b.data(), n);
       expect_close(values(tacc), acc, tol_for(DType::F32), "accumulate");
@@ -89,11 +96,11 @@ TEST(Elementwise, AddAccumulateScaleMatchReference) {
   }
 }
 
-TEST(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
+TEST_P(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {
       Vec x = rounded(randn(n, 5), dt);
-      Tensor t = make({n}, dt, x);
+      Tensor t = make({n}, dt, x, dev());
       const int saved = num_threads();
       set_num_threads(1);
       double one = ops::sum_squares(t);
@@ -107,8 +114,20 @@ TEST(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
   }
 }
 
-TEST(Elementwise, RejectsShapeMismatch) {
-  Tensor a = Tensor::zeros({4}, DType::F32), b = Tensor::zeros({5}, DType::F32);
+// Raw byte copies both ways keep every bit, whatever the dtype.
+TEST_P(Elementwise, ByteCopiesRoundTrip) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::I32}) {
+    const Tensor src = make({3, 5}, dt, randn(15, 6, 100.0));
+    Tensor t = Tensor::empty({3, 5}, dt, dev());
+    ops::copy_bytes_from_host(t, src.raw());
+    std::vector<char> back(src.nbytes());
+    ops::copy_bytes_to_host(t, back.data());
+    EXPECT_EQ(std::memcmp(back.data(), src.raw(), src.nbytes()), 0) << dtype_name(dt);
+  }
+}
+
+TEST_P(Elementwise, RejectsShapeMismatch) {
+  Tensor a = Tensor::empty({4}, DType::F32, dev()), b = Tensor::empty({5}, DType::F32, dev());
   EXPECT_THROW(ops::add(a, a, b), InternalError);
   EXPECT_THROW(ops::convert(a, b), InternalError);
 }

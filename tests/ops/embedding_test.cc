@@ -1,5 +1,6 @@
-// Token + position embedding: reference backward vs finite differences, fast
-// CPU ops vs the reference (f32, bf16), accumulation, bad ids, determinism.
+// Token + position embedding: reference backward vs finite differences, the
+// ops on every backend vs the reference (f32, bf16), accumulation, skipped
+// gradients, bad ids, determinism.
 #include "ops/ref/embedding.h"
 #include "core/parallel.h"
 #include "ops/op_harness.h"
@@ -40,7 +41,11 @@ TEST(EmbeddingRef, BackwardMatchesFiniteDifferences) {
   check_grad_fd([&](const Vec& p) { return loss(wte, p); }, wpe, dwpe, "dwpe");
 }
 
-void embedding_vs_ref(DType dt, int64_t B, int64_t T, int64_t C, int64_t V, bool with_wpe) {
+class EmbeddingFast : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(EmbeddingFast);
+
+void embedding_vs_ref(Device dev, DType dt, int64_t B, int64_t T, int64_t C, int64_t V,
+                      bool with_wpe) {
   SCOPED_TRACE(testing::Message() << dtype_name(dt) << " B=" << B << " T=" << T << " C=" << C
                                   << " wpe=" << with_wpe);
   const int64_t maxT = T + 2;
@@ -49,12 +54,13 @@ void embedding_vs_ref(DType dt, int64_t B, int64_t T, int64_t C, int64_t V, bool
   Vec dy = rounded(randn(B * T * C, 8), dt);
   Vec dwte0 = rounded(randn(V * C, 9), DType::F32),
       dwpe0 = rounded(randn(maxT * C, 10), DType::F32);
-  Tensor ttok = make({B, T}, DType::I32, tok);
-  Tensor twpe = with_wpe ? make({maxT, C}, dt, wpe) : Tensor();
-  Tensor out = Tensor::empty({B, T, C}, dt);
-  ops::embedding_forward(out, ttok, make({V, C}, dt, wte), twpe);
-  Tensor tdwte = make({V, C}, DType::F32, dwte0), tdwpe = make({maxT, C}, DType::F32, dwpe0);
-  ops::embedding_backward(tdwte, with_wpe ? tdwpe : Tensor(), make({B, T, C}, dt, dy), ttok);
+  Tensor ttok = make({B, T}, DType::I32, tok, dev);
+  Tensor twpe = with_wpe ? make({maxT, C}, dt, wpe, dev) : Tensor();
+  Tensor out = Tensor::empty({B, T, C}, dt, dev);
+  ops::embedding_forward(out, ttok, make({V, C}, dt, wte, dev), twpe);
+  Tensor tdwte = make({V, C}, DType::F32, dwte0, dev),
+         tdwpe = make({maxT, C}, DType::F32, dwpe0, dev);
+  ops::embedding_backward(tdwte, with_wpe ? tdwpe : Tensor(), make({B, T, C}, dt, dy, dev), ttok);
 
   auto itok = as_i32(tok);
   Vec y(B * T * C), dwte = dwte0, dwpe = dwpe0;
@@ -68,21 +74,49 @@ void embedding_vs_ref(DType dt, int64_t B, int64_t T, int64_t C, int64_t V, bool
   expect_close(values(tdwpe), dwpe, tol_for(DType::F32), "dwpe");
 }
 
-TEST(EmbeddingFast, MatchesReference) {
+TEST_P(EmbeddingFast, MatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (bool wpe : {true, false}) {
-      embedding_vs_ref(dt, 1, 1, 7, 3, wpe);
-      embedding_vs_ref(dt, 3, 5, 33, 11, wpe);
-      embedding_vs_ref(dt, 4, 64, 200, 50, wpe);
+      embedding_vs_ref(dev(), dt, 1, 1, 7, 3, wpe);
+      embedding_vs_ref(dev(), dt, 3, 5, 33, 11, wpe);
+      embedding_vs_ref(dev(), dt, 4, 64, 200, 50, wpe);
     }
   }
 }
 
-TEST(EmbeddingFast, BadTokenIsAUserErrorNamingIdAndPosition) {
+// Frozen tables: an undefined dwte or dwpe is not computed, and the other is
+// bit-identical to a call computing both (implicit and explicit positions).
+TEST_P(EmbeddingFast, SkippedGradientLeavesTheOtherUnchanged) {
+  const int64_t B = 3, T = 20, C = 70, V = 9, maxT = 24;
+  const Device d = dev();
+  Tensor tok = make({B, T}, DType::I32, token_ids(B * T, V, 31), d);
+  std::vector<int32_t> pos(size_t(B * T));
+  for (int64_t n = 0; n < B * T; ++n) pos[size_t(n)] = int32_t((n * 7) % maxT);
+  const Vec dwte0 = randn(V * C, 32), dwpe0 = randn(maxT * C, 33);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool explicit_pos : {false, true}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " positions=" << explicit_pos);
+      Tensor dy = make({B, T, C}, dt, randn(B * T * C, 34), d);
+      Tensor positions = explicit_pos ? make_i32({B, T}, pos, d) : Tensor();
+      auto run = [&](bool want_wte, bool want_wpe) {
+        Tensor dwte = want_wte ? make({V, C}, DType::F32, dwte0, d) : Tensor();
+        Tensor dwpe = want_wpe ? make({maxT, C}, DType::F32, dwpe0, d) : Tensor();
+        ops::embedding_backward(dwte, dwpe, dy, tok, positions);
+        return std::pair{want_wte ? values(dwte) : Vec(), want_wpe ? values(dwpe) : Vec()};
+      };
+      const auto both = run(true, true);
+      EXPECT_EQ(run(true, false).first, both.first) << "dwte without dwpe";
+      EXPECT_EQ(run(false, true).second, both.second) << "dwpe without dwte";
+      EXPECT_NO_THROW(run(false, false));
+    }
+}
+
+TEST_P(EmbeddingFast, BadTokenIsAUserErrorNamingIdAndPosition) {
   const int64_t V = 10, C = 4;
-  Tensor wte = Tensor::zeros({V, C}, DType::F32), out = Tensor::empty({2, 3, C}, DType::F32);
+  Tensor wte = make({V, C}, DType::F32, Vec(V * C), dev()),
+         out = Tensor::empty({2, 3, C}, DType::F32, dev());
   for (double bad : {10.0, -1.0}) {
-    Tensor tok = make({2, 3}, DType::I32, {1, 2, 3, 4, bad, 5});
+    Tensor tok = make({2, 3}, DType::I32, {1, 2, 3, 4, bad, 5}, dev());
     try {
       ops::embedding_forward(out, tok, wte, Tensor());
       ADD_FAILURE() << "no error for token " << bad;
@@ -94,15 +128,16 @@ TEST(EmbeddingFast, BadTokenIsAUserErrorNamingIdAndPosition) {
   }
 }
 
-TEST(EmbeddingFast, BackwardIsBitIdenticalAcrossThreadCounts) {
+TEST_P(EmbeddingFast, BackwardIsBitIdenticalAcrossThreadCounts) {
   const int64_t B = 4, T = 50, C = 300, V = 7;
-  Tensor tok = make({B, T}, DType::I32, token_ids(B * T, V, 11));
-  Tensor dy = make({B, T, C}, DType::BF16, randn(B * T * C, 12));
+  Tensor tok = make({B, T}, DType::I32, token_ids(B * T, V, 11), dev());
+  Tensor dy = make({B, T, C}, DType::BF16, randn(B * T * C, 12), dev());
   std::vector<Vec> results;
   const int saved = num_threads();
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    Tensor dwte = Tensor::zeros({V, C}, DType::F32), dwpe = Tensor::zeros({T, C}, DType::F32);
+    Tensor dwte = make({V, C}, DType::F32, Vec(V * C), dev()),
+           dwpe = make({T, C}, DType::F32, Vec(T * C), dev());
     ops::embedding_backward(dwte, dwpe, dy, tok);
     Vec all = values(dwte);
     for (double v : values(dwpe)) all.push_back(v);

@@ -1,5 +1,6 @@
-// linear_forward / linear_backward: the oneDNN path against the double reference
-// (src/ops/ref/linear.h), and the reference's backward against finite differences.
+// linear_forward / linear_backward on every backend against the double
+// reference (src/ops/ref/linear.h), skipped gradients, and the reference's
+// backward against finite differences.
 #include <cmath>
 #include <cstring>
 
@@ -35,14 +36,18 @@ Inputs make_inputs(Shape3 s, DType t, uint64_t seed) {
   return in;
 }
 
-// Runs the fast op and the reference on the same inputs and compares y, dx, dw, db.
-void check_against_reference(Shape3 s, DType t, bool bias, bool want_dx, uint64_t seed) {
+class Linear : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(Linear);
+
+// Runs the op on `dev` and the reference on the same inputs and compares y, dx, dw, db.
+void check_against_reference(Device dev, Shape3 s, DType t, bool bias, bool want_dx,
+                             uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << dtype_name(t) << " N=" << s.n << " in=" << s.in
                                     << " out=" << s.out << " bias=" << bias << " dx=" << want_dx);
   Inputs in = make_inputs(s, t, seed);
-  Tensor x = make({s.n, s.in}, t, in.x), w = make({s.out, s.in}, t, in.w);
-  Tensor b = bias ? make({s.out}, t, in.b) : Tensor();
-  Tensor y = Tensor::empty({s.n, s.out}, t);
+  Tensor x = make({s.n, s.in}, t, in.x, dev), w = make({s.out, s.in}, t, in.w, dev);
+  Tensor b = bias ? make({s.out}, t, in.b, dev) : Tensor();
+  Tensor y = Tensor::empty({s.n, s.out}, t, dev);
   ops::linear_forward(y, x, w, b);
 
   std::vector<double> y_ref(size_t(s.n * s.out));
@@ -50,10 +55,10 @@ void check_against_reference(Shape3 s, DType t, bool bias, bool want_dx, uint64_
                       s.in, s.out);
   expect_close(values(y), y_ref, tol_for(t), "y");
 
-  Tensor dy = make({s.n, s.out}, t, in.dy);
-  Tensor dx = want_dx ? Tensor::empty({s.n, s.in}, t) : Tensor();
-  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0);
-  Tensor db = bias ? make({s.out}, DType::F32, in.db0) : Tensor();
+  Tensor dy = make({s.n, s.out}, t, in.dy, dev);
+  Tensor dx = want_dx ? Tensor::empty({s.n, s.in}, t, dev) : Tensor();
+  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0, dev);
+  Tensor db = bias ? make({s.out}, DType::F32, in.db0, dev) : Tensor();
   ops::linear_backward(dx, dw, db, dy, x, w);
 
   std::vector<double> dx_ref(size_t(s.n * s.in)), dw_ref = in.dw0, db_ref = in.db0;
@@ -70,40 +75,78 @@ void check_against_reference(Shape3 s, DType t, bool bias, bool want_dx, uint64_
 
 const Shape3 kShapes[] = {{1, 3, 5}, {1, 64, 32}, {3, 5, 7}, {37, 129, 65}, {128, 256, 96}};
 
-TEST(Linear, MatchesReferenceF32) {
+TEST_P(Linear, MatchesReferenceF32) {
   uint64_t seed = 1;
   for (Shape3 s : kShapes)
     for (bool bias : {false, true})
-      for (bool dx : {false, true}) check_against_reference(s, DType::F32, bias, dx, seed += 10);
+      for (bool dx : {false, true})
+        check_against_reference(dev(), s, DType::F32, bias, dx, seed += 10);
 }
 
-TEST(Linear, MatchesReferenceBF16) {
+TEST_P(Linear, MatchesReferenceBF16) {
   uint64_t seed = 100;
   for (Shape3 s : kShapes)
     for (bool bias : {false, true})
-      for (bool dx : {false, true}) check_against_reference(s, DType::BF16, bias, dx, seed += 10);
+      for (bool dx : {false, true})
+        check_against_reference(dev(), s, DType::BF16, bias, dx, seed += 10);
+}
+
+// Frozen parameters: any of dx, dw, db left undefined is not computed, and
+// the ones that are computed are bit-identical to a call computing all three.
+TEST_P(Linear, SkippedGradientsLeaveTheOthersUnchanged) {
+  const Shape3 s{37, 129, 65};
+  for (DType t : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Inputs in = make_inputs(s, t, 41);
+    Tensor x = make({s.n, s.in}, t, in.x, dev()), w = make({s.out, s.in}, t, in.w, dev());
+    Tensor dy = make({s.n, s.out}, t, in.dy, dev());
+    auto run = [&](bool want_dx, bool want_dw, bool want_db) {
+      Tensor dx = want_dx ? Tensor::empty({s.n, s.in}, t, dev()) : Tensor();
+      Tensor dw = want_dw ? make({s.out, s.in}, DType::F32, in.dw0, dev()) : Tensor();
+      Tensor db = want_db ? make({s.out}, DType::F32, in.db0, dev()) : Tensor();
+      ops::linear_backward(dx, dw, db, dy, x, w);
+      return std::vector<std::vector<double>>{want_dx ? values(dx) : std::vector<double>(),
+                                              want_dw ? values(dw) : std::vector<double>(),
+                                              want_db ? values(db) : std::vector<double>()};
+    };
+    const auto all = run(true, true, true);
+    for (int mask = 0; mask < 7; ++mask) {
+      const bool want[3] = {bool(mask & 1), bool(mask & 2), bool(mask & 4)};
+      SCOPED_TRACE(::testing::Message()
+                   << "dx=" << want[0] << " dw=" << want[1] << " db=" << want[2]);
+      const auto got = run(want[0], want[1], want[2]);
+      for (int k = 0; k < 3; ++k)
+        if (want[k]) {
+          EXPECT_EQ(got[size_t(k)], all[size_t(k)]) << "output " << k;
+        }
+    }
+  }
 }
 
 // A bf16 layer may keep an f32 bias (oneDNN takes either).
-TEST(Linear, BF16WithF32Bias) {
+TEST_P(Linear, BF16WithF32Bias) {
   Shape3 s{9, 17, 11};
   Inputs in = make_inputs(s, DType::BF16, 7);
-  Tensor y = Tensor::empty({s.n, s.out}, DType::BF16);
-  ops::linear_forward(y, make({s.n, s.in}, DType::BF16, in.x),
-                      make({s.out, s.in}, DType::BF16, in.w), make({s.out}, DType::F32, in.b));
+  Tensor y = Tensor::empty({s.n, s.out}, DType::BF16, dev());
+  ops::linear_forward(y, make({s.n, s.in}, DType::BF16, in.x, dev()),
+                      make({s.out, s.in}, DType::BF16, in.w, dev()),
+                      make({s.out}, DType::F32, in.b, dev()));
   std::vector<double> y_ref(size_t(s.n * s.out));
   ref::linear_forward(y_ref.data(), in.x.data(), in.w.data(), in.b.data(), s.n, s.in, s.out);
   expect_close(values(y), y_ref, tol_for(DType::BF16), "y");
 }
 
 // Two backward calls sum into dw/db (micro-batch accumulation); dx is overwritten.
-TEST(Linear, BackwardAccumulatesAcrossCalls) {
+TEST_P(Linear, BackwardAccumulatesAcrossCalls) {
   Shape3 s{6, 10, 4};
   Inputs in = make_inputs(s, DType::F32, 3);
-  Tensor x = make({s.n, s.in}, DType::F32, in.x), w = make({s.out, s.in}, DType::F32, in.w);
-  Tensor dy = make({s.n, s.out}, DType::F32, in.dy);
-  Tensor dx = make({s.n, s.in}, DType::F32, randn(size_t(s.n * s.in), 9));  // garbage to overwrite
-  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0), db = make({s.out}, DType::F32, in.db0);
+  Tensor x = make({s.n, s.in}, DType::F32, in.x, dev()),
+         w = make({s.out, s.in}, DType::F32, in.w, dev());
+  Tensor dy = make({s.n, s.out}, DType::F32, in.dy, dev());
+  Tensor dx = make({s.n, s.in}, DType::F32, randn(size_t(s.n * s.in), 9),
+                   dev());  // garbage to overwrite
+  Tensor dw = make({s.out, s.in}, DType::F32, in.dw0, dev()),
+         db = make({s.out}, DType::F32, in.db0, dev());
   ops::linear_backward(dx, dw, db, dy, x, w);
   ops::linear_backward(dx, dw, db, dy, x, w);
 
@@ -117,18 +160,18 @@ TEST(Linear, BackwardAccumulatesAcrossCalls) {
 }
 
 // [B,T,C] activations and narrow0 views (micro-batch slices) are dense rows too.
-TEST(Linear, AcceptsBatchedShapesAndRowViews) {
+TEST_P(Linear, AcceptsBatchedShapesAndRowViews) {
   const int64_t B = 3, T = 5, in = 8, out = 6;
   std::vector<double> xv = randn(size_t(B * T * in), 11), wv = randn(size_t(out * in), 12);
-  Tensor x = make({B, T, in}, DType::F32, xv), w = make({out, in}, DType::F32, wv);
-  Tensor y = Tensor::empty({B, T, out}, DType::F32);
+  Tensor x = make({B, T, in}, DType::F32, xv, dev()), w = make({out, in}, DType::F32, wv, dev());
+  Tensor y = Tensor::empty({B, T, out}, DType::F32, dev());
   ops::linear_forward(y, x, w, Tensor());
   std::vector<double> y_ref(size_t(B * T * out));
   ref::linear_forward(y_ref.data(), xv.data(), wv.data(), (const double*)nullptr, B * T, in, out);
   expect_close(values(y), y_ref, tol_for(DType::F32), "y");
 
   // Batch row 1 only: rows [T, 2T) of the flattened problem.
-  Tensor y1 = Tensor::zeros({B, T, out}, DType::F32);
+  Tensor y1 = make({B, T, out}, DType::F32, std::vector<double>(size_t(B * T * out)), dev());
   ops::linear_forward(y1.narrow0(1, 1), x.narrow0(1, 1), w, Tensor());
   std::vector<double> got = values(y1);
   for (int64_t i = 0; i < B * T * out; ++i) {
@@ -137,23 +180,25 @@ TEST(Linear, AcceptsBatchedShapesAndRowViews) {
   }
 }
 
-TEST(Linear, RejectsMismatchedShapesAndDtypes) {
-  Tensor x = Tensor::zeros({4, 8}, DType::F32), w = Tensor::zeros({6, 8}, DType::F32);
-  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 5}, DType::F32), x, w, Tensor()),
+TEST_P(Linear, RejectsMismatchedShapesAndDtypes) {
+  const Device d = dev();
+  Tensor x = Tensor::empty({4, 8}, DType::F32, d), w = Tensor::empty({6, 8}, DType::F32, d);
+  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 5}, DType::F32, d), x, w, Tensor()),
                InternalError);
-  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 6}, DType::BF16), x, w, Tensor()),
+  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 6}, DType::BF16, d), x, w, Tensor()),
                InternalError);
+  EXPECT_THROW(ops::linear_forward(Tensor::empty({4, 6}, DType::F32, d), x, w,
+                                   Tensor::empty({5}, DType::F32, d)),
+               InternalError);
+  Tensor dy = Tensor::empty({4, 6}, DType::F32, d);
   EXPECT_THROW(
-      ops::linear_forward(Tensor::empty({4, 6}, DType::F32), x, w, Tensor::zeros({5}, DType::F32)),
-      InternalError);
-  Tensor dy = Tensor::zeros({4, 6}, DType::F32);
-  EXPECT_THROW(
-      ops::linear_backward(Tensor(), Tensor::zeros({6, 8}, DType::BF16), Tensor(), dy, x, w),
+      ops::linear_backward(Tensor(), Tensor::empty({6, 8}, DType::BF16, d), Tensor(), dy, x, w),
       InternalError);
 }
 
-// After a first "step" over a set of shapes, repeating it creates no primitives.
-TEST(Linear, PrimitivesAreCachedAfterFirstStep) {
+// After a first "step" over a set of shapes, repeating it creates no oneDNN
+// primitives (a property of the CPU backend).
+TEST(LinearCpu, PrimitivesAreCachedAfterFirstStep) {
   auto step = [] {
     for (DType t : {DType::F32, DType::BF16}) {
       Tensor x = Tensor::zeros({16, 24}, t), w = Tensor::zeros({40, 24}, t);
@@ -171,17 +216,20 @@ TEST(Linear, PrimitivesAreCachedAfterFirstStep) {
 }
 
 // The bias gradient is bitwise identical for any thread count.
-TEST(Linear, BiasGradientIsDeterministicAcrossThreadCounts) {
+TEST_P(Linear, BiasGradientIsDeterministicAcrossThreadCounts) {
   const int64_t n = 1000, in = 4, out = 300;
-  Tensor x = Tensor::zeros({n, in}, DType::F32), w = Tensor::zeros({out, in}, DType::F32);
-  Tensor dy = make({n, out}, DType::F32, randn(size_t(n * out), 21));
+  Tensor x = make({n, in}, DType::F32, std::vector<double>(size_t(n * in)), dev()),
+         w = make({out, in}, DType::F32, std::vector<double>(size_t(out * in)), dev());
+  Tensor dy = make({n, out}, DType::F32, randn(size_t(n * out), 21), dev());
   const int saved = num_threads();
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    Tensor dw = Tensor::zeros({out, in}, DType::F32), db = Tensor::zeros({out}, DType::F32);
+    Tensor dw = make({out, in}, DType::F32, std::vector<double>(size_t(out * in)), dev()),
+           db = make({out}, DType::F32, std::vector<double>(size_t(out)), dev());
     ops::linear_backward(Tensor(), dw, db, dy, x, w);
-    results.emplace_back(db.data<float>(), db.data<float>() + out);
+    const Tensor h = to_host(db);
+    results.emplace_back(h.data<float>(), h.data<float>() + out);
   }
   set_num_threads(saved);
   for (size_t i = 1; i < results.size(); ++i)

@@ -1,5 +1,6 @@
-// LayerNorm / RMSNorm: reference backward vs finite differences, fast CPU ops vs
-// the double reference (f32, bf16), accumulation and determinism.
+// LayerNorm / RMSNorm: reference backward vs finite differences, the ops on
+// every backend vs the double reference (f32, bf16), accumulation, skipped
+// parameter gradients and determinism.
 #include <gtest/gtest-spi.h>
 
 #include "core/parallel.h"
@@ -84,14 +85,17 @@ TEST(NormRef, FiniteDifferencesCatchAWrongGradient) {
   EXPECT_GT(failures.size(), 0) << "the wrong gradient passed the finite-difference check";
 }
 
-// ---- fast op vs double reference ----
+// ---- the op on every backend vs double reference ----
+
+class NormFast : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(NormFast);
 
 struct Sizes {
   int64_t N, C;
 };
 const Sizes kSizes[] = {{1, 7}, {5, 33}, {17, 130}, {64, 768}};
 
-void layernorm_vs_ref(DType dt, Sizes s, bool with_bias) {
+void layernorm_vs_ref(Device dev, DType dt, Sizes s, bool with_bias) {
   SCOPED_TRACE(testing::Message() << dtype_name(dt) << " N=" << s.N << " C=" << s.C
                                   << " bias=" << with_bias);
   const int64_t N = s.N, C = s.C;
@@ -99,15 +103,15 @@ void layernorm_vs_ref(DType dt, Sizes s, bool with_bias) {
   Vec b = with_bias ? rounded(randn(C, 3), dt) : Vec(C, 0.0);
   Vec dy = rounded(randn(N * C, 4), dt), dx0 = rounded(randn(N * C, 5), dt);
   Vec dw0 = randn(C, 6), db0 = randn(C, 7);  // nonzero: gradients accumulate
-  Tensor tx = make({N, C}, dt, x), tw = make({C}, dt, w);
-  Tensor tb = with_bias ? make({C}, dt, b) : Tensor();
-  Tensor ty = Tensor::empty({N, C}, dt), tm = Tensor::empty({N}, DType::F32),
-         tr = Tensor::empty({N}, DType::F32);
+  Tensor tx = make({N, C}, dt, x, dev), tw = make({C}, dt, w, dev);
+  Tensor tb = with_bias ? make({C}, dt, b, dev) : Tensor();
+  Tensor ty = Tensor::empty({N, C}, dt, dev), tm = Tensor::empty({N}, DType::F32, dev),
+         tr = Tensor::empty({N}, DType::F32, dev);
   ops::layernorm_forward(ty, tm, tr, tx, tw, tb, 1e-5f);
-  Tensor tdx = make({N, C}, dt, dx0), tdw = make({C}, DType::F32, dw0),
-         tdb = make({C}, DType::F32, db0);
-  ops::layernorm_backward(tdx, tdw, with_bias ? tdb : Tensor(), make({N, C}, dt, dy), tx, tw, tm,
-                          tr);
+  Tensor tdx = make({N, C}, dt, dx0, dev), tdw = make({C}, DType::F32, dw0, dev),
+         tdb = make({C}, DType::F32, db0, dev);
+  ops::layernorm_backward(tdx, tdw, with_bias ? tdb : Tensor(), make({N, C}, dt, dy, dev), tx, tw,
+                          tm, tr);
 
   Vec y(N * C), m(N), r(N), dx = dx0, dw = dw0, db = db0;
   ref::layernorm_forward(y.data(), m.data(), r.data(), x.data(), w.data(), b.data(), N, C, 1e-5);
@@ -127,25 +131,25 @@ void layernorm_vs_ref(DType dt, Sizes s, bool with_bias) {
   if (!with_bias) expect_close(values(tdb), rounded(db0, DType::F32), {0, 0}, "db untouched");
 }
 
-TEST(NormFast, LayerNormMatchesReference) {
+TEST_P(NormFast, LayerNormMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16})
     for (Sizes s : kSizes) {
-      layernorm_vs_ref(dt, s, true);
-      layernorm_vs_ref(dt, s, false);
+      layernorm_vs_ref(dev(), dt, s, true);
+      layernorm_vs_ref(dev(), dt, s, false);
     }
 }
 
-void rmsnorm_vs_ref(DType dt, Sizes s) {
+void rmsnorm_vs_ref(Device dev, DType dt, Sizes s) {
   SCOPED_TRACE(testing::Message() << dtype_name(dt) << " N=" << s.N << " C=" << s.C);
   const int64_t N = s.N, C = s.C;
   Vec x = rounded(randn(N * C, 11, 2.0), dt), w = rounded(randn(C, 12), dt);
   Vec dy = rounded(randn(N * C, 13), dt), dx0 = rounded(randn(N * C, 14), dt);
   Vec dw0 = randn(C, 15);
-  Tensor tx = make({N, C}, dt, x), tw = make({C}, dt, w);
-  Tensor ty = Tensor::empty({N, C}, dt), tr = Tensor::empty({N}, DType::F32);
+  Tensor tx = make({N, C}, dt, x, dev), tw = make({C}, dt, w, dev);
+  Tensor ty = Tensor::empty({N, C}, dt, dev), tr = Tensor::empty({N}, DType::F32, dev);
   ops::rmsnorm_forward(ty, tr, tx, tw, 1e-6f);
-  Tensor tdx = make({N, C}, dt, dx0), tdw = make({C}, DType::F32, dw0);
-  ops::rmsnorm_backward(tdx, tdw, make({N, C}, dt, dy), tx, tw, tr);
+  Tensor tdx = make({N, C}, dt, dx0, dev), tdw = make({C}, DType::F32, dw0, dev);
+  ops::rmsnorm_backward(tdx, tdw, make({N, C}, dt, dy, dev), tx, tw, tr);
 
   Vec y(N * C), r(N), dx = dx0, dw = dw0;
   ref::rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), N, C, 1e-6);
@@ -157,35 +161,40 @@ void rmsnorm_vs_ref(DType dt, Sizes s) {
   expect_close(values(tdw), dw, {1e-4, 1e-4}, "dw");  // f32 sums, as for LayerNorm
 }
 
-TEST(NormFast, RmsNormMatchesReference) {
+TEST_P(NormFast, RmsNormMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16})
-    for (Sizes s : kSizes) rmsnorm_vs_ref(dt, s);
+    for (Sizes s : kSizes) rmsnorm_vs_ref(dev(), dt, s);
 }
 
-TEST(NormFast, ThreeDimensionalInput) {
+TEST_P(NormFast, ThreeDimensionalInput) {
   const int64_t B = 2, T = 3, C = 20;
   Vec x = randn(B * T * C, 40), w = randn(C, 41);
-  Tensor ty = Tensor::empty({B, T, C}, DType::F32), tr = Tensor::empty({B * T}, DType::F32);
-  ops::rmsnorm_forward(ty, tr, make({B, T, C}, DType::F32, x), make({C}, DType::F32, w), 1e-5f);
+  Tensor ty = Tensor::empty({B, T, C}, DType::F32, dev()),
+         tr = Tensor::empty({B * T}, DType::F32, dev());
+  ops::rmsnorm_forward(ty, tr, make({B, T, C}, DType::F32, x, dev()),
+                       make({C}, DType::F32, w, dev()), 1e-5f);
   Vec y(B * T * C), r(B * T);
   ref::rmsnorm_forward(y.data(), r.data(), x.data(), w.data(), B * T, C, 1e-5);
   expect_close(values(ty), y, tol_for(DType::F32), "y");
 }
 
 // Parameter-gradient sums must not depend on the thread count.
-TEST(NormFast, BackwardIsBitIdenticalAcrossThreadCounts) {
+TEST_P(NormFast, BackwardIsBitIdenticalAcrossThreadCounts) {
   const int64_t N = 301, C = 200;
-  Tensor x = make({N, C}, DType::BF16, randn(N * C, 50)), w = make({C}, DType::BF16, randn(C, 51));
-  Tensor b = make({C}, DType::BF16, randn(C, 52)), dy = make({N, C}, DType::BF16, randn(N * C, 53));
-  Tensor y = Tensor::empty({N, C}, DType::BF16), m = Tensor::empty({N}, DType::F32),
-         r = Tensor::empty({N}, DType::F32);
+  const Device d = dev();
+  Tensor x = make({N, C}, DType::BF16, randn(N * C, 50), d),
+         w = make({C}, DType::BF16, randn(C, 51), d);
+  Tensor b = make({C}, DType::BF16, randn(C, 52), d),
+         dy = make({N, C}, DType::BF16, randn(N * C, 53), d);
+  Tensor y = Tensor::empty({N, C}, DType::BF16, d), m = Tensor::empty({N}, DType::F32, d),
+         r = Tensor::empty({N}, DType::F32, d);
   ops::layernorm_forward(y, m, r, x, w, b, 1e-5f);
   std::vector<Vec> results;
   const int saved = num_threads();
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
-    Tensor dx = Tensor::zeros({N, C}, DType::BF16), dw = Tensor::zeros({C}, DType::F32),
-           db = Tensor::zeros({C}, DType::F32);
+    Tensor dx = make({N, C}, DType::BF16, Vec(N * C), d), dw = make({C}, DType::F32, Vec(C), d),
+           db = make({C}, DType::F32, Vec(C), d);
     ops::layernorm_backward(dx, dw, db, dy, x, w, m, r);
     Vec all = values(dx);
     for (double v : values(dw)) all.push_back(v);
@@ -197,9 +206,55 @@ TEST(NormFast, BackwardIsBitIdenticalAcrossThreadCounts) {
   EXPECT_EQ(results[0], results[2]);
 }
 
-TEST(NormFast, RejectsMismatchedShapes) {
-  Tensor x = Tensor::zeros({4, 8}, DType::F32), w = Tensor::zeros({7}, DType::F32);
-  Tensor y = Tensor::empty({4, 8}, DType::F32), r = Tensor::empty({4}, DType::F32);
+// Frozen parameters: an undefined dw or db is not computed; dx and the
+// gradients that are computed are bit-identical to a call computing all.
+TEST_P(NormFast, SkippedParameterGradientsLeaveTheOthersUnchanged) {
+  const int64_t N = 37, C = 130;
+  const Device d = dev();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = make({N, C}, dt, randn(N * C, 60, 2.0), d), w = make({C}, dt, randn(C, 61), d);
+    Tensor b = make({C}, dt, randn(C, 62), d), dy = make({N, C}, dt, randn(N * C, 63), d);
+    const Vec dx0 = randn(N * C, 64), dw0 = randn(C, 65), db0 = randn(C, 66);
+    Tensor y = Tensor::empty({N, C}, dt, d), m = Tensor::empty({N}, DType::F32, d),
+           r = Tensor::empty({N}, DType::F32, d);
+    // LayerNorm: every subset of {dw, db}.
+    ops::layernorm_forward(y, m, r, x, w, b, 1e-5f);
+    auto ln = [&](bool want_dw, bool want_db) {
+      Tensor dx = make({N, C}, dt, dx0, d);
+      Tensor dw = want_dw ? make({C}, DType::F32, dw0, d) : Tensor();
+      Tensor db = want_db ? make({C}, DType::F32, db0, d) : Tensor();
+      ops::layernorm_backward(dx, dw, db, dy, x, w, m, r);
+      return std::vector<Vec>{values(dx), want_dw ? values(dw) : Vec(),
+                              want_db ? values(db) : Vec()};
+    };
+    const auto all = ln(true, true);
+    for (auto [want_dw, want_db] : {std::pair{false, true}, {true, false}, {false, false}}) {
+      SCOPED_TRACE(testing::Message() << "layernorm dw=" << want_dw << " db=" << want_db);
+      const auto got = ln(want_dw, want_db);
+      EXPECT_EQ(got[0], all[0]) << "dx";
+      if (want_dw) {
+        EXPECT_EQ(got[1], all[1]) << "dw";
+      }
+      if (want_db) {
+        EXPECT_EQ(got[2], all[2]) << "db";
+      }
+    }
+    // RMSNorm: dw skipped.
+    ops::rmsnorm_forward(y, r, x, w, 1e-6f);
+    auto rms = [&](bool want_dw) {
+      Tensor dx = make({N, C}, dt, dx0, d);
+      Tensor dw = want_dw ? make({C}, DType::F32, dw0, d) : Tensor();
+      ops::rmsnorm_backward(dx, dw, dy, x, w, r);
+      return values(dx);
+    };
+    EXPECT_EQ(rms(false), rms(true)) << "rmsnorm dx";
+  }
+}
+
+TEST_P(NormFast, RejectsMismatchedShapes) {
+  Tensor x = Tensor::empty({4, 8}, DType::F32, dev()), w = Tensor::empty({7}, DType::F32, dev());
+  Tensor y = Tensor::empty({4, 8}, DType::F32, dev()), r = Tensor::empty({4}, DType::F32, dev());
   EXPECT_THROW(ops::rmsnorm_forward(y, r, x, w, 1e-5f), InternalError);
 }
 

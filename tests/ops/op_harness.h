@@ -1,17 +1,69 @@
-// Shared helpers for the op tests: random inputs, tensors from/to double
-// vectors, comparisons with stated tolerances and a central finite-difference
-// gradient check run in double precision on the reference implementation.
+// Shared helpers for the op tests: the backends every op test runs on,
+// random inputs, tensors from/to double vectors on any backend, comparisons
+// with stated tolerances and a central finite-difference gradient check run in
+// double precision on the reference implementation.
+//
+// Like ggml's test-backend-ops, each op test is a value-parameterised test over
+// `backends()` (TEST_P on a fixture derived from BackendTest, instantiated by
+// NK_INSTANTIATE_BACKENDS) that builds its inputs on dev() and compares the
+// backend's result with the reference in ops/ref/: a new backend runs every op
+// test by being added to backends().
 #pragma once
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace nk {
+
+// Test names and failure messages show a backend by its name.
+inline void PrintTo(Device d, std::ostream* os) {
+  *os << device_name(d);
+}
+
+}  // namespace nk
 
 namespace nk::test {
+
+// The backends built into this binary: the CPU, and CUDA when compiled.
+inline std::vector<Device> backends() {
+  std::vector<Device> b = {Device::CPU};
+#ifdef NK_WITH_CUDA
+  b.push_back(Device::CUDA);
+#endif
+  return b;
+}
+
+// Fixture of the op tests: the backend under test is dev().
+class BackendTest : public ::testing::TestWithParam<Device> {
+ protected:
+  Device dev() const { return GetParam(); }
+};
+
+// A copy of host tensor `t` on `device` (t itself for the CPU), through the
+// device-neutral byte upload every backend implements.
+inline Tensor to_device(const Tensor& t, Device device) {
+  if (device == Device::CPU) return t;
+  Tensor d = Tensor::empty(t.shape(), t.dtype(), device);
+  ops::copy_bytes_from_host(d, t.raw());
+  return d;
+}
+
+// `t` readable on the host, bit for bit: t itself on the CPU, else a copy
+// through the byte download every backend implements.
+inline Tensor to_host(const Tensor& t) {
+  if (t.device() == Device::CPU) return t;
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  ops::copy_bytes_to_host(t, h.raw());
+  return h;
+}
 
 inline std::vector<double> randn(size_t n, uint64_t seed, double std = 1.0) {
   Rng r(seed);
@@ -20,8 +72,9 @@ inline std::vector<double> randn(size_t n, uint64_t seed, double std = 1.0) {
   return v;
 }
 
-// A CPU tensor of `dtype` holding v (rounded to the dtype).
-inline Tensor make(const Shape& shape, DType dtype, const std::vector<double>& v) {
+// A tensor of `dtype` on `device` holding v (rounded to the dtype).
+inline Tensor make(const Shape& shape, DType dtype, const std::vector<double>& v,
+                   Device device = Device::CPU) {
   Tensor t = Tensor::empty(shape, dtype);
   NK_CHECK(size_t(t.numel()) == v.size(), "make: {} values for {}", v.size(), t.desc());
   for (size_t i = 0; i < v.size(); ++i) {
@@ -45,10 +98,21 @@ inline Tensor make(const Shape& shape, DType dtype, const std::vector<double>& v
         NK_CHECK(false, "make: dtype {}", dtype_name(dtype));
     }
   }
-  return t;
+  return to_device(t, device);
 }
 
-inline std::vector<double> values(const Tensor& t) {
+// An i32 tensor on `device` (token ids, positions, slots, cu_seqlens).
+inline Tensor make_i32(const Shape& shape, const std::vector<int32_t>& v,
+                       Device device = Device::CPU) {
+  Tensor t = Tensor::empty(shape, DType::I32);
+  NK_CHECK(size_t(t.numel()) == v.size(), "make_i32: {} values for {}", v.size(), t.desc());
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return to_device(t, device);
+}
+
+// The elements of t (on any backend) as doubles.
+inline std::vector<double> values(const Tensor& dt) {
+  const Tensor t = to_host(dt);
   std::vector<double> v(t.numel());
   for (size_t i = 0; i < v.size(); ++i) {
     switch (t.dtype()) {
@@ -147,3 +211,11 @@ inline void check_grad_fd(const std::function<double(const std::vector<double>&)
 }
 
 }  // namespace nk::test
+
+// Runs the TEST_P tests of fixture `suite` (derived from test::BackendTest) on
+// every backend, each named by its device ("Backends/suite.Test/cpu").
+#define NK_INSTANTIATE_BACKENDS(suite)                                                   \
+  INSTANTIATE_TEST_SUITE_P(Backends, suite, ::testing::ValuesIn(::nk::test::backends()), \
+                           [](const ::testing::TestParamInfo<::nk::Device>& info) {      \
+                             return std::string(::nk::device_name(info.param));          \
+                           })

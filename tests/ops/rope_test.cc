@@ -1,6 +1,6 @@
 // RoPE (HF rotate-half): table values, reference backward vs finite differences,
-// an independent rotate_half formula, fast op vs reference, inverse, and that
-// only the rotated columns change.
+// an independent rotate_half formula, the op on every backend vs reference,
+// inverse, and that only the rotated columns change.
 #include <cmath>
 
 #include "ops/op_harness.h"
@@ -65,14 +65,17 @@ TEST(RopeRef, MatchesHuggingFaceRotateHalf) {
   }
 }
 
-void rope_vs_ref(DType dt, int64_t B, int64_t T, int64_t W, int64_t H, int64_t D, int64_t pos0,
-                 bool inverse) {
+class RopeFast : public BackendTest {};
+NK_INSTANTIATE_BACKENDS(RopeFast);
+
+void rope_vs_ref(Device dev, DType dt, int64_t B, int64_t T, int64_t W, int64_t H, int64_t D,
+                 int64_t pos0, bool inverse) {
   SCOPED_TRACE(testing::Message() << dtype_name(dt) << " B=" << B << " T=" << T << " W=" << W
                                   << " H=" << H << " D=" << D << " inv=" << inverse);
-  Tensor table = ops::rope_table(pos0 + T + 3, D, 10000.0);
+  Tensor table = to_device(ops::rope_table(pos0 + T + 3, D, 10000.0), dev);
   Vec tab = values(table);
   Vec x = rounded(randn(B * T * W, 4), dt), want = x;
-  Tensor tx = make({B, T, W}, dt, x);
+  Tensor tx = make({B, T, W}, dt, x, dev);
   ops::rope_inplace(tx, H, D, table, pos0, inverse);
   ref::rope_inplace(want.data(), B, T, W, H, D, tab.data(), pos0, inverse);
   Vec got = values(tx);
@@ -82,29 +85,29 @@ void rope_vs_ref(DType dt, int64_t B, int64_t T, int64_t W, int64_t H, int64_t D
     for (int64_t c = H * D; c < W; ++c) ASSERT_EQ(got[r * W + c], x[r * W + c]) << r << "," << c;
 }
 
-TEST(RopeFast, MatchesReference) {
+TEST_P(RopeFast, MatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (bool inv : {false, true}) {
-      rope_vs_ref(dt, 1, 1, 8, 1, 8, 0, inv);
-      rope_vs_ref(dt, 2, 5, 3 * 10 + 7, 3, 10, 3, inv);  // extra columns (e.g. k, v heads)
-      rope_vs_ref(dt, 2, 33, 4 * 64, 4, 64, 100, inv);
+      rope_vs_ref(dev(), dt, 1, 1, 8, 1, 8, 0, inv);
+      rope_vs_ref(dev(), dt, 2, 5, 3 * 10 + 7, 3, 10, 3, inv);  // extra columns (e.g. k, v heads)
+      rope_vs_ref(dev(), dt, 2, 33, 4 * 64, 4, 64, 100, inv);
     }
   }
 }
 
-TEST(RopeFast, InverseUndoesForward) {
+TEST_P(RopeFast, InverseUndoesForward) {
   const int64_t B = 2, T = 9, H = 4, D = 16, W = H * D;
-  Tensor table = ops::rope_table(64, D, 10000.0);
+  Tensor table = to_device(ops::rope_table(64, D, 10000.0), dev());
   Vec x = randn(B * T * W, 5);
-  Tensor tx = make({B, T, W}, DType::F32, x);
+  Tensor tx = make({B, T, W}, DType::F32, x, dev());
   ops::rope_inplace(tx, H, D, table, 7, false);
   ops::rope_inplace(tx, H, D, table, 7, true);
   expect_close(values(tx), x, {1e-6, 1e-6}, "roundtrip");  // two fp32 rotations
 }
 
-TEST(RopeFast, RejectsPositionsPastTheTable) {
-  Tensor table = ops::rope_table(8, 4, 10000.0);
-  Tensor x = Tensor::zeros({1, 6, 8}, DType::F32);
+TEST_P(RopeFast, RejectsPositionsPastTheTable) {
+  Tensor table = to_device(ops::rope_table(8, 4, 10000.0), dev());
+  Tensor x = Tensor::empty({1, 6, 8}, DType::F32, dev());
   EXPECT_THROW(ops::rope_inplace(x, 2, 4, table, 3), InternalError);
 }
 

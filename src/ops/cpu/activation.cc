@@ -1,18 +1,13 @@
-// GELU (tanh form) and SwiGLU, elementwise in fp32 with a vectorizable exp.
+// GELU (tanh form) and SwiGLU kernels (arguments checked by
+// ops/activation.cc), elementwise in fp32 with a vectorizable exp.
 // tanh form rewritten: 0.5 (1 + tanh u) = sigmoid(2u), which has no cancellation.
 #include "core/parallel.h"
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/float_io.h"
-#include "ops/ops.h"
+#include "ops/cpu/kernels.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
-
-using cpu::check_cpu;
-using cpu::dispatch_float;
-using cpu::fast_sigmoid;
-using cpu::load;
-using cpu::store;
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
@@ -78,29 +73,9 @@ void swiglu_bwd(T* dgu, const T* dy, const T* gu, int64_t N, int64_t F) {
                });
 }
 
-void check_same(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
-  check_cpu(a, op, an);
-  check_cpu(b, op, bn);
-  NK_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "{}: {} {} vs {} {}", op, an, a.desc(),
-           bn, b.desc());
-}
-
-// Checks y T[..., F] against gu T[..., 2F]; returns {N, F}.
-std::pair<int64_t, int64_t> check_swiglu(const char* op, const Tensor& y, const Tensor& gu) {
-  check_cpu(y, op, "y/dy");
-  check_cpu(gu, op, "gu");
-  NK_CHECK(gu.ndim() >= 1 && gu.dim(-1) % 2 == 0, "{}: gu {} has an odd last dim", op, gu.desc());
-  Shape ys = gu.shape();
-  ys.back() /= 2;
-  check_shape(y, ys, "y/dy");
-  check_dtype(y, gu.dtype(), "y/dy");
-  return {cpu::rows_of(gu), ys.back()};
-}
-
 }  // namespace
 
 void gelu_forward(Tensor y, const Tensor& x) {
-  check_same("gelu_forward", y, "y", x, "x");
   dispatch_float(x.dtype(), "gelu_forward", [&](auto tag) {
     using T = decltype(tag);
     gelu_fwd(y.data<T>(), x.data<T>(), x.numel());
@@ -108,8 +83,6 @@ void gelu_forward(Tensor y, const Tensor& x) {
 }
 
 void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) {
-  check_same("gelu_backward", dx, "dx", x, "x");
-  check_same("gelu_backward", dy, "dy", x, "x");
   dispatch_float(x.dtype(), "gelu_backward", [&](auto tag) {
     using T = decltype(tag);
     gelu_bwd(dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
@@ -117,7 +90,7 @@ void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) {
 }
 
 void swiglu_forward(Tensor y, const Tensor& gu) {
-  auto [N, F] = check_swiglu("swiglu_forward", y, gu);
+  const int64_t N = rows_of(gu), F = gu.dim(-1) / 2;
   dispatch_float(gu.dtype(), "swiglu_forward", [&](auto tag) {
     using T = decltype(tag);
     swiglu_fwd(y.data<T>(), gu.data<T>(), N, F);
@@ -125,12 +98,11 @@ void swiglu_forward(Tensor y, const Tensor& gu) {
 }
 
 void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
-  auto [N, F] = check_swiglu("swiglu_backward", dy, gu);
-  check_same("swiglu_backward", dgu, "dgu", gu, "gu");
+  const int64_t N = rows_of(gu), F = gu.dim(-1) / 2;
   dispatch_float(gu.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
     swiglu_bwd(dgu.data<T>(), dy.data<T>(), gu.data<T>(), N, F);
   });
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

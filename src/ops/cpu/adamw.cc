@@ -1,20 +1,18 @@
-// AdamW over flat f32 buffers in one pass (PyTorch semantics), optionally
-// writing the new params in the compute dtype at the same time.
+// AdamW kernel over flat f32 buffers (arguments checked by ops/adamw.cc), one
+// pass (PyTorch semantics), optionally writing the new params in the compute
+// dtype at the same time.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
+#include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
-
-using cpu::check_cpu;
-using cpu::store;
 
 struct AdamConsts {
   float lr, b1, b2, eps, decay, rbc1, rbc2_sqrt, gs;
@@ -82,16 +80,6 @@ void adamw_kernel(float* p, const float* g, float* m, float* v, C* copy, int64_t
 
 void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
                 Tensor param_copy) {
-  const char* op = "adamw_step";
-  check_cpu(param, op, "param");
-  check_cpu(grad, op, "grad");
-  check_cpu(m, op, "m");
-  check_cpu(v, op, "v");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&param, &grad, &m, &v}) {
-    check_dtype(*t, DType::F32, "adamw buffer");
-    NK_CHECK(t->numel() == param.numel(), "{}: {} vs param {}", op, t->desc(), param.desc());
-  }
-  NK_CHECK(p.step >= 1, "{}: step {} must be >= 1", op, p.step);
   // Bias corrections in double: 1 - b2^t is tiny early and needs the digits.
   const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
   const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
@@ -110,12 +98,9 @@ void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const Adam
     adamw_kernel<float>(pp, pg, pm, pv, nullptr, n, k);
     return;
   }
-  check_cpu(param_copy, op, "param_copy");
-  NK_CHECK(param_copy.numel() == n, "{}: param_copy {} vs param {}", op, param_copy.desc(),
-           param.desc());
-  cpu::dispatch_float(param_copy.dtype(), op, [&](auto tag) {
+  dispatch_float(param_copy.dtype(), "adamw_step", [&](auto tag) {
     adamw_kernel(pp, pg, pm, pv, param_copy.data<decltype(tag)>(), n, k);
   });
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

@@ -1,4 +1,5 @@
-// Causal grouped-query attention, flash-style (FlashAttention-2 schedule).
+// Causal grouped-query attention kernels, flash-style (FlashAttention-2
+// schedule); arguments checked by ops/attention.cc.
 //
 // Forward: one task per (batch, query head, query block of kBlock rows). Key
 // blocks up to the diagonal stream through an online softmax; the task holds
@@ -15,27 +16,28 @@
 // with Drow_i = rowsum(dO_i * O_i). Q is pre-scaled by 1/sqrt(D), which also
 // gives dK its scale; dQ is scaled once when written.
 //
-// Packed rows: cu_seqlens is expanded once per call into each token's document
-// start st[t] (nondecreasing in t). Query t sees keys [st[t], t], so a query
+// Packed rows and sliding windows: cu_seqlens and the window are expanded once
+// per call into each token's first visible key st[t] = max(document start,
+// t - window + 1), nondecreasing in t. Query t sees keys [st[t], t], so a query
 // block starting at q0 never sees key tiles ending before st[q0]: those tiles
-// are skipped (forward: the key loop starts at st[q0]'s tile; backward: the
-// query loop of a key tile stops at the first block with st[q0] past it). A
-// tile below the diagonal that straddles a boundary is cut to the rows and
-// columns that see anything, then masked per row.
+// (earlier documents, keys out of the window) are skipped (forward: the key
+// loop starts at st[q0]'s tile; backward: the query loop of a key tile stops at
+// the first block with st[q0] past it). A tile below the diagonal that
+// straddles a boundary or the window's edge is cut to the rows and columns
+// that see anything, then masked per row.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/cpu/tile_gemm.h"
-#include "ops/ops.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
 
-using cpu::tile_gemm;
-namespace sm = cpu::softmax;
+namespace sm = softmax;
 
 constexpr int64_t kBlock = 64;  // query and key tile edge; a 64x64 fp32 tile is 16 KiB
 // Diagonal tiles are computed in strips of kStrip rows, each only up to the
@@ -48,14 +50,8 @@ struct Dims {
   int64_t blocks() const { return (T + kBlock - 1) / kBlock; }
 };
 
-Dims check_qkv(const Tensor& qkv, int64_t hq, int64_t hkv) {
-  NK_CHECK(qkv.device() == Device::CPU, "attention: qkv on {}", device_name(qkv.device()));
-  NK_CHECK(qkv.ndim() == 3 && qkv.is_contiguous(), "attention: qkv {} must be [B,T,C]", qkv.desc());
-  NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "attention: {} query heads, {} kv heads", hq, hkv);
+Dims dims_of(const Tensor& qkv, int64_t hq, int64_t hkv) {
   const int64_t c = qkv.dim(2);
-  NK_CHECK(c % (hq + 2 * hkv) == 0, "attention: qkv width {} is not (Hq+2*Hkv)*D", c);
-  NK_CHECK(qkv.dtype() == DType::F32 || qkv.dtype() == DType::BF16, "attention: dtype {}",
-           dtype_name(qkv.dtype()));
   return {qkv.dim(0), qkv.dim(1), hq, hkv, c / (hq + 2 * hkv), c};
 }
 
@@ -97,7 +93,7 @@ float online_row(float* s, int64_t valid, int64_t n, float& m, float& l) {
   return corr;
 }
 
-// starts: each token's document start [B*T], or nullptr (one document per row).
+// starts: each token's first visible key [B*T], or nullptr (plain causal).
 template <typename T>
 void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t* starts) {
   const int64_t nb = d.blocks(), D = d.D;
@@ -118,7 +114,7 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t*
       std::fill(o, o + qn * D, 0.f);
       std::fill(m, m + qn, -INFINITY);
       std::fill(l, l + qn, 0.f);
-      const int32_t* st = starts ? starts + b * d.T + q0 : nullptr;  // row i's document start
+      const int32_t* st = starts ? starts + b * d.T + q0 : nullptr;  // row i's first key
       for (int64_t kb = st ? st[0] / kBlock : 0; kb <= qb; ++kb) {
         const int64_t k0 = kb * kBlock, kn = std::min(kBlock, d.T - k0);
         load_cols(kt, kBlock, base + k0 * d.C + (d.Hq + kvh) * D, d.C, kn, D);
@@ -136,7 +132,7 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t*
           tile_gemm(std::min(kStrip, qn - r0), std::min(kn, r0 + kStrip), D, q + r0 * D, D, kt,
                     kBlock, s + r0 * kBlock, kBlock, false);
         for (int64_t i = 0; i < rn; ++i) {
-          // Row i sees columns [lo, hi): from its document start, and on the
+          // Row i sees columns [lo, hi): from its first visible key, and on the
           // diagonal tile (k0 == q0) up to itself. lo < hi for every row < rn.
           float* si = s + i * kBlock;
           const int64_t lo = st ? std::clamp<int64_t>(st[i] - k0, c0, kn) : 0;
@@ -205,7 +201,7 @@ inline void probs_and_dscores(float* s, float* dp, const float* lse, const float
 }
 
 // Gradients of one (query block, key block) tile into ws.dk/dv/dqt. sq: the
-// document starts of queries q0.. (nullptr: one document per row).
+// first visible keys of queries q0.. (nullptr: plain causal).
 void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int64_t D, int64_t q0,
                    int64_t qn, int64_t k0, int64_t kn) {
   float *st = w.st, *dpt = w.dpt;
@@ -317,28 +313,31 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
   });
 }
 
-// Each token's document start [B*T] from cu_seqlens i32[B, S+1], or nullptr
-// when cu_seqlens is undefined. Grow-only buffer of the calling thread.
-const int32_t* document_starts(const Tensor& cu, const Dims& d) {
-  if (!cu.defined()) return nullptr;
-  NK_CHECK(cu.device() == Device::CPU, "attention: cu_seqlens on {}", device_name(cu.device()));
-  check_dtype(cu, DType::I32, "attention cu_seqlens");
-  NK_CHECK(cu.ndim() == 2 && cu.dim(0) == d.B && cu.dim(1) >= 2 && cu.is_contiguous(),
-           "attention: cu_seqlens {} must be [B={}, S+1] with S >= 1", cu.desc(), d.B);
+// Each token's first visible key [B*T], max(document start, t - window + 1),
+// from cu_seqlens i32[B, S+1] and the window; nullptr when neither restricts
+// plain causal attention (no cu_seqlens, and window 0 or >= T). Grow-only
+// buffer of the calling thread.
+const int32_t* first_keys(const Tensor& cu, int64_t window, const Dims& d) {
+  if (window >= d.T) window = 0;  // every query's window reaches back to key 0
+  if (!cu.defined() && window == 0) return nullptr;
   thread_local std::vector<int32_t> starts;
   if (starts.size() < size_t(d.B * d.T)) starts.resize(size_t(d.B * d.T));
-  const int64_t n = cu.dim(1);
+  const int64_t n = cu.defined() ? cu.dim(1) : 0;
   for (int64_t b = 0; b < d.B; ++b) {
-    const int32_t* c = cu.data<int32_t>() + b * n;
-    if (c[0] != 0 || c[n - 1] != d.T)
+    int32_t* sb = starts.data() + b * d.T;
+    if (!cu.defined()) std::fill(sb, sb + d.T, 0);
+    const int32_t* c = cu.defined() ? cu.data<int32_t>() + b * n : nullptr;
+    if (c && (c[0] != 0 || c[n - 1] != d.T))
       fail("attention: cu_seqlens row {} runs from {} to {}; it must run from 0 to T = {}", b, c[0],
            c[n - 1], d.T);
-    for (int64_t k = 0; k + 1 < n; ++k) {
+    for (int64_t k = 0; c && k + 1 < n; ++k)
       if (c[k + 1] < c[k])
         fail("attention: cu_seqlens row {} decreases at entry {} ({} after {})", b, k + 1, c[k + 1],
              c[k]);
-      std::fill(starts.data() + b * d.T + c[k], starts.data() + b * d.T + c[k + 1], c[k]);
-    }
+    // Validated whole first: then every c[k] lies in [0, T].
+    for (int64_t k = 0; c && k + 1 < n; ++k) std::fill(sb + c[k], sb + c[k + 1], c[k]);
+    for (int64_t t = window; window > 0 && t < d.T; ++t)
+      sb[t] = std::max(sb[t], int32_t(t - window + 1));
   }
   return starts.data();
 }
@@ -346,14 +345,9 @@ const int32_t* document_starts(const Tensor& cu, const Dims& d) {
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens) {
-  const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
-  check_shape(out, {d.B, d.T, d.Hq * d.D}, "attention out");
-  check_dtype(out, qkv.dtype(), "attention out");
-  check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
-  check_dtype(lse, DType::F32, "attention lse");
-  NK_CHECK(out.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous output");
-  const int32_t* starts = document_starts(cu_seqlens, d);
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window) {
+  const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
+  const int32_t* starts = first_keys(cu_seqlens, window, d);
   if (qkv.dtype() == DType::F32)
     forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d, starts);
   else
@@ -362,19 +356,9 @@ void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_he
 
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens) {
-  const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads);
-  for (const auto* t : {&dout, &out}) {
-    check_shape(*t, {d.B, d.T, d.Hq * d.D}, "attention out/dout");
-    check_dtype(*t, qkv.dtype(), "attention out/dout");
-    NK_CHECK(t->is_contiguous(), "attention: non-contiguous {}", t->desc());
-  }
-  check_shape(dqkv, qkv.shape(), "attention dqkv");
-  check_dtype(dqkv, qkv.dtype(), "attention dqkv");
-  check_shape(lse, {d.B, d.Hq, d.T}, "attention lse");
-  check_dtype(lse, DType::F32, "attention lse");
-  NK_CHECK(dqkv.is_contiguous() && lse.is_contiguous(), "attention: non-contiguous dqkv/lse");
-  const int32_t* starts = document_starts(cu_seqlens, d);
+                        const Tensor& cu_seqlens, int64_t window) {
+  const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
+  const int32_t* starts = first_keys(cu_seqlens, window, d);
   if (qkv.dtype() == DType::F32)
     backward_impl(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
                   lse.data<float>(), d, starts);
@@ -383,4 +367,4 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                   lse.data<float>(), d, starts);
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

@@ -1,19 +1,19 @@
-// Softmax cross-entropy over the vocabulary, one row per task. The loss pass
-// reads each logit once: the row is walked in chunks of kChunk (converted to
-// fp32 into an L1-resident buffer), each chunk's max folded into a running
-// (max, sum of exp) pair. forward_backward then makes a second pass writing
-// dlogits element by element after reading it, so dlogits may alias logits.
+// Softmax cross-entropy kernels (arguments checked by ops/cross_entropy.cc),
+// one row per task. The loss pass reads each logit once: the row is walked in
+// chunks of kChunk (converted to fp32 into an L1-resident buffer), each chunk's
+// max folded into a running (max, sum of exp) pair. forward_backward then makes a second pass
+// writing dlogits element by element after reading it, so dlogits may alias logits.
 #include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/softmax_math.h"
-#include "ops/ops.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
 
-namespace sm = cpu::softmax;
+namespace sm = softmax;
 
 constexpr int64_t kChunk = 2048;  // 8 KiB of fp32: stays in L1 between the max and sum passes
 
@@ -87,26 +87,10 @@ void cross_entropy_impl(float* losses, T* dlogits, const T* logits, const int32_
   });
 }
 
+// dlogits nullptr: the loss alone.
 void run(Tensor losses, Tensor* dlogits, const Tensor& logits, const Tensor& targets,
          int64_t ignore_index, float g) {
-  NK_CHECK(logits.device() == Device::CPU, "cross_entropy: logits on {}",
-           device_name(logits.device()));
-  NK_CHECK(logits.ndim() >= 2 && logits.is_contiguous(), "cross_entropy: logits {}", logits.desc());
-  NK_CHECK(logits.dtype() == DType::F32 || logits.dtype() == DType::BF16,
-           "cross_entropy: logits dtype {}", dtype_name(logits.dtype()));
-  const int64_t V = logits.dim(-1), N = logits.numel() / std::max<int64_t>(V, 1);
-  NK_CHECK(V > 0, "cross_entropy: empty vocabulary in {}", logits.desc());
-  check_dtype(targets, DType::I32, "cross_entropy targets");
-  check_dtype(losses, DType::F32, "cross_entropy losses");
-  NK_CHECK(targets.numel() == N && targets.is_contiguous(), "cross_entropy: targets {} for {}",
-           targets.desc(), logits.desc());
-  NK_CHECK(losses.numel() == N && losses.is_contiguous(), "cross_entropy: losses {} for {}",
-           losses.desc(), logits.desc());
-  if (dlogits) {
-    check_shape(*dlogits, logits.shape(), "cross_entropy dlogits");
-    check_dtype(*dlogits, logits.dtype(), "cross_entropy dlogits");
-    NK_CHECK(dlogits->is_contiguous(), "cross_entropy: non-contiguous dlogits");
-  }
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
   // Validate every target before any work: a bad id is the user's data, not a bug.
   const int32_t* tg = targets.data<int32_t>();
   for (int64_t r = 0; r < N; ++r)
@@ -132,4 +116,4 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor&
   run(losses, &dlogits, logits, targets, ignore_index, grad_scale);
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

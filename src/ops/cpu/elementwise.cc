@@ -1,18 +1,14 @@
-// Copies, conversions and elementwise arithmetic over whole contiguous tensors.
+// Copies, conversions and elementwise arithmetic over whole contiguous tensors
+// (CPU kernels; arguments checked by ops/elementwise.cc).
 #include <algorithm>
 #include <cstring>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
-#include "ops/ops.h"
+#include "ops/cpu/kernels.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
-
-using cpu::check_cpu;
-using cpu::dispatch_float;
-using cpu::load;
-using cpu::store;
 
 constexpr int64_t kGrain = 1 << 15;  // elements per task: amortises the fork
 
@@ -28,16 +24,9 @@ void convert_kernel(D* dst, const S* src, int64_t n) {
   });
 }
 
-void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
-  NK_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.desc(), b.desc());
-}
-
 }  // namespace
 
 void convert(Tensor dst, const Tensor& src) {
-  check_cpu(dst, "convert", "dst");
-  check_cpu(src, "convert", "src");
-  check_same_numel(dst, src, "convert");
   if (dst.dtype() == src.dtype()) {
     if (dst.raw() != src.raw()) std::memmove(dst.raw(), src.raw(), dst.nbytes());
     return;
@@ -52,7 +41,6 @@ void convert(Tensor dst, const Tensor& src) {
 }
 
 void fill(Tensor dst, float value) {
-  check_cpu(dst, "fill", "dst");
   dispatch_float(dst.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     T* d = dst.data<T>();
@@ -62,22 +50,17 @@ void fill(Tensor dst, float value) {
 }
 
 void copy_to_host(const Tensor& src, float* dst) {
-  check_cpu(src, "copy_to_host", "src");
   dispatch_float(src.dtype(), "copy_to_host",
                  [&](auto tag) { convert_kernel(dst, src.data<decltype(tag)>(), src.numel()); });
 }
 
 void copy_from_host(Tensor dst, const float* src) {
-  check_cpu(dst, "copy_from_host", "dst");
   dispatch_float(dst.dtype(), "copy_from_host",
                  [&](auto tag) { convert_kernel(dst.data<decltype(tag)>(), src, dst.numel()); });
 }
 
 // dst and src may differ in dtype (e.g. bf16 grads into an f32 arena).
 void accumulate(Tensor dst, const Tensor& src) {
-  check_cpu(dst, "accumulate", "dst");
-  check_cpu(src, "accumulate", "src");
-  check_same_numel(dst, src, "accumulate");
   dispatch_float(dst.dtype(), "accumulate", [&](auto dt) {
     using D = decltype(dt);
     dispatch_float(src.dtype(), "accumulate", [&](auto st) {
@@ -92,13 +75,6 @@ void accumulate(Tensor dst, const Tensor& src) {
 }
 
 void add(Tensor y, const Tensor& a, const Tensor& b) {
-  check_cpu(y, "add", "y");
-  check_cpu(a, "add", "a");
-  check_cpu(b, "add", "b");
-  check_same_numel(y, a, "add");
-  check_same_numel(y, b, "add");
-  NK_CHECK(a.dtype() == y.dtype() && b.dtype() == y.dtype(), "add: dtypes {} {} {}", y.desc(),
-           a.desc(), b.desc());
   dispatch_float(y.dtype(), "add", [&](auto tag) {
     using T = decltype(tag);
     T* py = y.data<T>();  // may alias pa or pb: elementwise, so safe
@@ -112,7 +88,6 @@ void add(Tensor y, const Tensor& a, const Tensor& b) {
 // Fixed chunks (their size depends only on n), each summed in double, then the
 // partials summed in chunk order: bit-identical for any thread count.
 double sum_squares(const Tensor& x) {
-  check_cpu(x, "sum_squares", "x");
   constexpr int64_t kMaxChunks = 256;
   const int64_t n = x.numel();
   const int64_t chunk = std::max<int64_t>(1 << 14, (n + kMaxChunks - 1) / kMaxChunks);
@@ -140,7 +115,6 @@ double sum_squares(const Tensor& x) {
 }
 
 void scale(Tensor x, float s) {
-  check_cpu(x, "scale", "x");
   dispatch_float(x.dtype(), "scale", [&](auto tag) {
     using T = decltype(tag);
     T* p = x.data<T>();
@@ -150,4 +124,4 @@ void scale(Tensor x, float s) {
   });
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

@@ -1,10 +1,11 @@
-// Helpers shared by the CPU kernels of ops/cpu: dtype dispatch, argument
-// checks, and vectorizable fp32 <-> storage-type conversions.
+// Helpers shared by the CPU kernels of ops/cpu: dtype dispatch and
+// vectorizable fp32 <-> storage-type conversions.
 #pragma once
 #include <bit>
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/shapes.h"
 
 namespace nk::ops::cpu {
 
@@ -24,19 +25,6 @@ void dispatch_float(DType dt, const char* op, Fn&& fn) {
     default:
       NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
   }
-}
-
-// Every kernel here reads raw contiguous CPU memory.
-inline void check_cpu(const Tensor& t, const char* op, const char* name) {
-  NK_CHECK(t.defined(), "{}: {} is undefined", op, name);
-  NK_CHECK(t.device() == Device::CPU, "{}: {} is on {}, only CPU is built", op, name,
-           device_name(t.device()));
-  NK_CHECK(t.is_contiguous(), "{}: {} ({}) is not contiguous", op, name, t.desc());
-}
-
-// The inner dimension and the number of rows of a [..., C] tensor.
-inline int64_t rows_of(const Tensor& t) {
-  return t.ndim() == 0 ? 1 : t.numel() / t.dim(-1);
 }
 
 // Loads/stores written without branches so loops over them auto-vectorize.

@@ -1,25 +1,26 @@
-// Attention of new tokens over a KV cache (decode and ragged prefill).
+// Attention of new tokens over a KV cache (decode and ragged prefill): CPU
+// kernels, arguments checked by ops/kv_attention.cc.
 //
 // One task per (new token, kv head): the group's G query heads share each
 // cache row as it streams by, so a decode step reads every cached k and v of a
-// head once. Scores are held for the token's whole visible prefix ([G, pos+1]
-// fp32, grow-only per-thread scratch), then an exact two-pass softmax (max,
-// then exp-sum) and the weighted sum of v rows. Work per token is linear in its
-// position; tasks are dealt round-robin to the threads so that a prefill,
-// whose later tokens see more keys, splits evenly.
+// head once. Scores are held for the token's whole visible span ([G, pos+1]
+// fp32, or its last `window` positions; grow-only per-thread scratch), then an
+// exact two-pass softmax (max, then exp-sum) and the weighted sum of v rows.
+// Work per token is linear in its span; tasks are dealt round-robin to the
+// threads so that a prefill, whose later tokens see more keys, splits evenly.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/softmax_math.h"
-#include "ops/ops.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
 
-namespace sm = cpu::softmax;
+namespace sm = softmax;
 
 struct CacheDims {
   int64_t N, Hq, Hkv, D, S, L;
@@ -30,32 +31,11 @@ struct CacheDims {
   }
 };
 
-// Checks every argument; returns the dims and validates slots and positions.
-CacheDims check_args(const char* op, const Tensor& qkv, const Tensor& k_cache,
-                     const Tensor& v_cache, int64_t hq, const Tensor& slots,
-                     const Tensor& positions) {
-  for (auto [t, name] : {std::pair{&qkv, "qkv"},
-                         {&k_cache, "k_cache"},
-                         {&v_cache, "v_cache"},
-                         {&slots, "slots"},
-                         {&positions, "positions"}})
-    cpu::check_cpu(*t, op, name);
-  NK_CHECK(qkv.dtype() == DType::F32 || qkv.dtype() == DType::BF16, "{}: dtype {}", op,
-           dtype_name(qkv.dtype()));
-  NK_CHECK(k_cache.ndim() == 4, "{}: k_cache {} must be [S, Hkv, L, D]", op, k_cache.desc());
-  check_shape(v_cache, k_cache.shape(), "v_cache");
-  check_dtype(k_cache, qkv.dtype(), "k_cache");
-  check_dtype(v_cache, qkv.dtype(), "v_cache");
-  CacheDims d{cpu::rows_of(qkv), hq, k_cache.dim(1), k_cache.dim(3), k_cache.dim(0),
-              k_cache.dim(2)};
-  NK_CHECK(hq > 0 && hq % d.Hkv == 0, "{}: {} query heads, {} kv heads", op, hq, d.Hkv);
-  NK_CHECK(qkv.dim(-1) == d.row(), "{}: qkv {} is not [N, (Hq+2*Hkv)*D] = [N, {}]", op, qkv.desc(),
-           d.row());
-  check_dtype(slots, DType::I32, "slots");
-  check_dtype(positions, DType::I32, "positions");
-  NK_CHECK(slots.numel() == d.N && positions.numel() == d.N,
-           "{}: slots {} and positions {} need one entry per token ({})", op, slots.desc(),
-           positions.desc(), d.N);
+// The dims of the (checked) arguments, after validating each token's slot and
+// position against the cache: they come from the scheduler's data.
+CacheDims dims_of(const char* op, const Tensor& qkv, const Tensor& k_cache, int64_t hq,
+                  const Tensor& slots, const Tensor& positions) {
+  CacheDims d{rows_of(qkv), hq, k_cache.dim(1), k_cache.dim(3), k_cache.dim(0), k_cache.dim(2)};
   const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
   for (int64_t n = 0; n < d.N; ++n) {
     if (sl[n] < 0 || sl[n] >= d.S)
@@ -99,9 +79,11 @@ void store_impl(T* kc, T* vc, const T* qkv, const int32_t* slot, const int32_t* 
   });
 }
 
+// Token n sees positions [first, pos[n]]: first = pos[n] - window + 1 (>= 0)
+// under a sliding window, else 0.
 template <typename T>
 void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* slot,
-                 const int32_t* pos, const CacheDims& d) {
+                 const int32_t* pos, int64_t window, const CacheDims& d) {
   const int64_t G = d.group(), D = d.D, tasks = d.N * d.Hkv;
   const float scale = 1.f / std::sqrt(float(D));
   int64_t max_len = 0;
@@ -114,12 +96,14 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
     float* row = s + G * max_len;
     for (int64_t th = tb; th < te; ++th)
       for (int64_t task = th; task < tasks; task += nt) {
-        const int64_t n = task / d.Hkv, kvh = task % d.Hkv, len = int64_t(pos[n]) + 1;
+        const int64_t n = task / d.Hkv, kvh = task % d.Hkv;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, pos[n] - window + 1) : 0;
+        const int64_t len = int64_t(pos[n]) + 1 - first;
         for (int64_t g = 0; g < G; ++g)
           for (int64_t c = 0; c < D; ++c)
             q[g * D + c] = scale * to_f32(qkv[n * d.row() + (kvh * G + g) * D + c]);
-        const T* kr = kc + d.at(slot[n], kvh, 0);
-        const T* vr = vc + d.at(slot[n], kvh, 0);
+        const T* kr = kc + d.at(slot[n], kvh, first);
+        const T* vr = vc + d.at(slot[n], kvh, first);
         for (int64_t j = 0; j < len; ++j) {
           for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[j * D + c]);
           for (int64_t g = 0; g < G; ++g) s[g * len + j] = dot(q + g * D, row, D);
@@ -150,8 +134,7 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
                     const Tensor& slots, const Tensor& positions) {
-  const CacheDims d =
-      check_args("kv_cache_store", qkv, k_cache, v_cache, n_q_heads, slots, positions);
+  const CacheDims d = dims_of("kv_cache_store", qkv, k_cache, n_q_heads, slots, positions);
   const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
   if (qkv.dtype() == DType::F32)
     store_impl(k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(), sl, ps, d);
@@ -160,20 +143,16 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 }
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions) {
-  const CacheDims d =
-      check_args("attention_cached", qkv, k_cache, v_cache, n_q_heads, slots, positions);
-  cpu::check_cpu(out, "attention_cached", "out");
-  check_dtype(out, qkv.dtype(), "attention_cached out");
-  NK_CHECK(cpu::rows_of(out) == d.N && out.dim(-1) == d.Hq * d.D,
-           "attention_cached: out {} is not [N={}, Hq*D={}]", out.desc(), d.N, d.Hq * d.D);
+                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
+                      int64_t window) {
+  const CacheDims d = dims_of("attention_cached", qkv, k_cache, n_q_heads, slots, positions);
   const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
   if (qkv.dtype() == DType::F32)
     attend_impl(out.data<float>(), qkv.data<float>(), k_cache.data<float>(), v_cache.data<float>(),
-                sl, ps, d);
+                sl, ps, window, d);
   else
     attend_impl(out.data<bf16>(), qkv.data<bf16>(), k_cache.data<bf16>(), v_cache.data<bf16>(), sl,
-                ps, d);
+                ps, window, d);
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

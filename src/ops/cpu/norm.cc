@@ -1,21 +1,16 @@
-// LayerNorm and RMSNorm over the last dimension: x, y T[N,C]; w, b T[C];
-// mean, rstd f32[N]. Forward and the dx pass run in parallel over rows; the
-// dw/db reductions run in parallel over column blocks, each summing its rows in
-// order, so results do not depend on the thread count.
+// LayerNorm and RMSNorm kernels (arguments checked by ops/norm.cc): x, y
+// T[N,C]; w, b T[C]; mean, rstd f32[N]. Forward and the dx pass run in
+// parallel over rows; the dw/db reductions run in parallel over column blocks,
+// each summing its rows in order, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
-#include "ops/ops.h"
+#include "ops/cpu/kernels.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
-
-using cpu::check_cpu;
-using cpu::dispatch_float;
-using cpu::load;
-using cpu::store;
 
 constexpr int64_t kColBlock = 64;  // dw/db columns per task, a few cache lines per row
 
@@ -23,22 +18,8 @@ struct Dims {
   int64_t N, C;
 };
 
-// Shapes and dtypes shared by both norms; returns N and C of x.
-Dims check_norm_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
-                     const Tensor& rstd) {
-  check_cpu(x, op, "x");
-  check_cpu(w, op, "w");
-  check_cpu(y, op, "y/dy");
-  check_cpu(rstd, op, "rstd");
-  NK_CHECK(x.ndim() >= 1, "{}: x is a scalar", op);
-  Dims d{cpu::rows_of(x), x.dim(-1)};
-  check_shape(y, x.shape(), "y/dy");
-  check_shape(w, {d.C}, "w");
-  check_shape(rstd, {d.N}, "rstd");
-  check_dtype(rstd, DType::F32, "rstd");
-  NK_CHECK(y.dtype() == x.dtype() && w.dtype() == x.dtype(), "{}: dtypes differ: x {}, y {}, w {}",
-           op, x.desc(), y.desc(), w.desc());
-  return d;
+Dims dims_of(const Tensor& x) {
+  return {rows_of(x), x.dim(-1)};
 }
 
 int64_t row_grain(int64_t C) {
@@ -102,7 +83,8 @@ void norm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* mean, 
   });
 }
 
-// dw[c] += sum_n dy xhat, db[c] += sum_n dy (either may be nullptr), rows in order.
+// dw[c] += sum_n dy xhat, db[c] += sum_n dy, rows in order; a null dw or db is
+// not computed.
 template <typename T>
 void norm_bwd_params(float* dw, float* db, const T* dy, const T* x, const float* mean,
                      const float* rstd, int64_t N, int64_t C) {
@@ -144,25 +126,15 @@ void rmsnorm_fwd(T* y, float* rstd, const T* x, const T* w, int64_t N, int64_t C
   });
 }
 
-void check_param_grad(const Tensor& g, int64_t C, const char* name) {
-  check_cpu(g, "norm backward", name);
-  check_shape(g, {C}, name);
-  check_dtype(g, DType::F32, name);
+float* grad_or_null(const Tensor& g) {
+  return g.defined() ? g.data<float>() : nullptr;
 }
 
 }  // namespace
 
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
                        const Tensor& b, float eps) {
-  Dims d = check_norm_args("layernorm_forward", x, w, y, rstd);
-  check_cpu(mean, "layernorm_forward", "mean");
-  check_shape(mean, {d.N}, "mean");
-  check_dtype(mean, DType::F32, "mean");
-  if (b.defined()) {
-    check_cpu(b, "layernorm_forward", "b");
-    check_shape(b, {d.C}, "b");
-    check_dtype(b, x.dtype(), "b");
-  }
+  const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
     layernorm_fwd(y.data<T>(), mean.data<float>(), rstd.data<float>(), x.data<T>(), w.data<T>(),
@@ -172,28 +144,19 @@ void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, cons
 
 void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd) {
-  Dims d = check_norm_args("layernorm_backward", x, w, dy, rstd);
-  check_cpu(dx, "layernorm_backward", "dx");
-  check_shape(dx, x.shape(), "dx");
-  check_dtype(dx, x.dtype(), "dx");
-  check_cpu(mean, "layernorm_backward", "mean");
-  check_shape(mean, {d.N}, "mean");
-  check_dtype(mean, DType::F32, "mean");
-  if (dw.defined()) check_param_grad(dw, d.C, "dw");
-  if (db.defined()) check_param_grad(db, d.C, "db");
+  const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
     norm_bwd_dx(dx.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<float>(),
                 rstd.data<float>(), d.N, d.C);
     if (dw.defined() || db.defined())
-      norm_bwd_params(dw.defined() ? dw.data<float>() : nullptr,
-                      db.defined() ? db.data<float>() : nullptr, dy.data<T>(), x.data<T>(),
+      norm_bwd_params(grad_or_null(dw), grad_or_null(db), dy.data<T>(), x.data<T>(),
                       mean.data<float>(), rstd.data<float>(), d.N, d.C);
   });
 }
 
 void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
-  Dims d = check_norm_args("rmsnorm_forward", x, w, y, rstd);
+  const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
     rmsnorm_fwd(y.data<T>(), rstd.data<float>(), x.data<T>(), w.data<T>(), d.N, d.C, eps);
@@ -202,11 +165,7 @@ void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, fl
 
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& rstd) {
-  Dims d = check_norm_args("rmsnorm_backward", x, w, dy, rstd);
-  check_cpu(dx, "rmsnorm_backward", "dx");
-  check_shape(dx, x.shape(), "dx");
-  check_dtype(dx, x.dtype(), "dx");
-  if (dw.defined()) check_param_grad(dw, d.C, "dw");
+  const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
     norm_bwd_dx(dx.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), nullptr, rstd.data<float>(),
@@ -217,4 +176,4 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
   });
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

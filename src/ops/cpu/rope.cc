@@ -1,18 +1,14 @@
-// Rotary position embedding, Hugging Face rotate-half convention: within each
-// head of width D, element i pairs with i + D/2.
+// Rotary position embedding kernels (arguments checked by ops/rope.cc),
+// Hugging Face rotate-half convention: within each head of width D, element i
+// pairs with i + D/2.
 #include <cmath>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
-#include "ops/ops.h"
+#include "ops/cpu/kernels.h"
 
-namespace nk::ops {
+namespace nk::ops::cpu {
 namespace {
-
-using cpu::check_cpu;
-using cpu::dispatch_float;
-using cpu::load;
-using cpu::store;
 
 // x T[rows, W]; row r sits at position pos ? pos[r] : pos0 + r % T; cs f32[maxT, D] = [cos | sin].
 template <typename T>
@@ -37,11 +33,9 @@ void rope_rows(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H, int64_t D, 
 
 }  // namespace
 
-Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
-  NK_CHECK(max_t >= 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0,
-           "rope_table: max_t {}, head_dim {} (must be even), theta {}", max_t, head_dim, theta);
-  Tensor t = Tensor::empty({max_t, head_dim}, DType::F32);
-  float* p = t.data<float>();
+void rope_table(Tensor table, double theta) {
+  const int64_t max_t = table.dim(0), head_dim = table.dim(1);
+  float* p = table.data<float>();
   const int64_t half = head_dim / 2;
   parallel_for(max_t, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t pos = t0; pos < t1; ++pos) {
@@ -53,54 +47,21 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
       }
     }
   });
-  return t;
 }
-
-namespace {
-
-// Shared checks of both overloads; returns T.
-int64_t check_rope(const Tensor& x, int64_t n_heads, int64_t head_dim, const Tensor& table) {
-  check_cpu(x, "rope_inplace", "x");
-  check_cpu(table, "rope_inplace", "table");
-  check_dtype(table, DType::F32, "table");
-  NK_CHECK(x.ndim() == 3, "rope_inplace: x {} is not [B, T, W]", x.desc());
-  NK_CHECK(table.ndim() == 2 && table.dim(1) == head_dim && head_dim % 2 == 0,
-           "rope_inplace: table {} does not match head_dim {}", table.desc(), head_dim);
-  NK_CHECK(n_heads >= 0 && n_heads * head_dim <= x.dim(2),
-           "rope_inplace: {} heads of {} exceed W={}", n_heads, head_dim, x.dim(2));
-  return x.dim(1);
-}
-
-}  // namespace
 
 void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
-                  bool inverse) {
-  const int64_t T_ = check_rope(x, n_heads, head_dim, table), W = x.dim(2);
-  NK_CHECK(pos0 >= 0 && pos0 + T_ <= table.dim(0),
-           "rope_inplace: positions [{}, {}) exceed table {}", pos0, pos0 + T_, table.desc());
-  dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
-    using T = decltype(tag);
-    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), pos0,
-              nullptr, inverse);
-  });
-}
-
-void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
                   const Tensor& positions, bool inverse) {
-  const int64_t T_ = check_rope(x, n_heads, head_dim, table), W = x.dim(2);
-  check_cpu(positions, "rope_inplace", "positions");
-  check_dtype(positions, DType::I32, "positions");
-  check_shape(positions, {x.dim(0), T_}, "positions");
-  const int32_t* pos = positions.data<int32_t>();
-  for (int64_t n = 0; n < positions.numel(); ++n)
+  const int64_t T_ = x.dim(1), W = x.dim(2);
+  const int32_t* pos = positions.defined() ? positions.data<int32_t>() : nullptr;
+  for (int64_t n = 0; pos && n < positions.numel(); ++n)
     if (pos[n] < 0 || pos[n] >= table.dim(0))
       fail("rope_inplace: position id {} at (batch {}, t {}) is outside the table's [0, {})",
            pos[n], n / T_, n % T_, table.dim(0));
   dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
     using T = decltype(tag);
-    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), 0, pos,
+    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), pos0, pos,
               inverse);
   });
 }
 
-}  // namespace nk::ops
+}  // namespace nk::ops::cpu

@@ -5,8 +5,10 @@
 //
 // Packed rows: cu (optional) is i32[B, n_cu] with each row 0 = c_0 <= ... <=
 // c_{n_cu-1} = T, the cumulative document starts (see ops::attention_forward).
-// Token t then attends only to s with doc_start(t) <= s <= t.
+// Token t then attends only to s with doc_start(t) <= s <= t. A sliding
+// window > 0 also requires s > t - window (0: no window).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -30,17 +32,23 @@ inline int64_t doc_start(const int32_t* cu_row, int64_t n_cu, int64_t t) {
   return start;
 }
 
+// First key token t sees: its document's start, or later under a window.
+inline int64_t first_key(const int32_t* cu_row, int64_t n_cu, int64_t t, int64_t window) {
+  const int64_t start = doc_start(cu_row, n_cu, t);
+  return window > 0 ? std::max(start, t - window + 1) : start;
+}
+
 // out = softmax(scale * q k^T, causal) v; lse = logsumexp of the scaled scores.
 template <typename F>
 void attention_forward(F* out, F* lse, const F* qkv, const AttentionDims& d,
-                       const int32_t* cu = nullptr, int64_t n_cu = 0) {
+                       const int32_t* cu = nullptr, int64_t n_cu = 0, int64_t window = 0) {
   const F scale = F(1) / std::sqrt(F(d.D));
   std::vector<F> s(d.T);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.Hq; ++h)
       for (int64_t i = 0; i < d.T; ++i) {
         const F* q = qkv + (b * d.T + i) * d.row() + d.q_off(h);
-        const int64_t j0 = doc_start(cu ? cu + b * n_cu : nullptr, n_cu, i);
+        const int64_t j0 = first_key(cu ? cu + b * n_cu : nullptr, n_cu, i, window);
         F m = -INFINITY;
         for (int64_t j = j0; j <= i; ++j) {
           const F* k = qkv + (b * d.T + j) * d.row() + d.k_off(h);
@@ -68,7 +76,8 @@ void attention_forward(F* out, F* lse, const F* qkv, const AttentionDims& d,
 // dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO.
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse,
-                        const AttentionDims& d, const int32_t* cu = nullptr, int64_t n_cu = 0) {
+                        const AttentionDims& d, const int32_t* cu = nullptr, int64_t n_cu = 0,
+                        int64_t window = 0) {
   const F scale = F(1) / std::sqrt(F(d.D));
   for (int64_t i = 0; i < d.B * d.T * d.row(); ++i) dqkv[i] = 0;
   for (int64_t b = 0; b < d.B; ++b)
@@ -79,7 +88,7 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, cons
         F* dq = dqkv + qi + d.q_off(h);
         F di = 0;
         for (int64_t c = 0; c < d.D; ++c) di += dout[oi + c] * out[oi + c];
-        for (int64_t j = doc_start(cu ? cu + b * n_cu : nullptr, n_cu, i); j <= i; ++j) {
+        for (int64_t j = first_key(cu ? cu + b * n_cu : nullptr, n_cu, i, window); j <= i; ++j) {
           const int64_t kj = (b * d.T + j) * d.row();
           const F* k = qkv + kj + d.k_off(h);
           const F* v = qkv + kj + d.v_off(h);

@@ -1,8 +1,10 @@
 // Reference attention of new tokens over a KV cache (ops::attention_cached):
 // plain loops on raw row-major buffers, for the tests (F = float or double).
 // qkv[N, (Hq+2*Hkv)*D]; caches [S, Hkv, L, D]; out[N, Hq*D]. Token n's query
-// head h sees kv head h/(Hq/Hkv) of row slot[n] at positions 0..pos[n].
+// head h sees kv head h/(Hq/Hkv) of row slot[n] at positions 0..pos[n], or
+// with a sliding window > 0 at max(0, pos[n] - window + 1)..pos[n].
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -30,15 +32,16 @@ void kv_cache_store(F* k_cache, F* v_cache, const F* qkv, const int32_t* slot, c
 
 template <typename F>
 void attention_cached(F* out, const F* qkv, const F* k_cache, const F* v_cache, const int32_t* slot,
-                      const int32_t* pos, const CacheDims& d) {
+                      const int32_t* pos, const CacheDims& d, int64_t window = 0) {
   const F scale = F(1) / std::sqrt(F(d.D));
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t h = 0; h < d.Hq; ++h) {
       const int64_t kvh = h / (d.Hq / d.Hkv), len = int64_t(pos[n]) + 1;
+      const int64_t j0 = window > 0 ? std::max<int64_t>(0, len - window) : 0;
       const F* q = qkv + n * d.row() + h * d.D;
       std::vector<F> s(static_cast<size_t>(len));
       F m = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = j0; j < len; ++j) {
         const F* k = k_cache + d.at(slot[n], kvh, j);
         F acc = 0;
         for (int64_t c = 0; c < d.D; ++c) acc += q[c] * k[c];
@@ -46,10 +49,10 @@ void attention_cached(F* out, const F* qkv, const F* k_cache, const F* v_cache, 
         m = std::max(m, s[j]);
       }
       F sum = 0;
-      for (int64_t j = 0; j < len; ++j) sum += s[j] = std::exp(s[j] - m);
+      for (int64_t j = j0; j < len; ++j) sum += s[j] = std::exp(s[j] - m);
       F* o = out + n * d.Hq * d.D + h * d.D;
       for (int64_t c = 0; c < d.D; ++c) o[c] = 0;
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = j0; j < len; ++j) {
         const F* v = v_cache + d.at(slot[n], kvh, j);
         for (int64_t c = 0; c < d.D; ++c) o[c] += s[j] / sum * v[c];
       }

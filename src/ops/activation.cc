@@ -1,0 +1,50 @@
+// GELU and SwiGLU: checks, then the device's kernel.
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+namespace {
+
+void check_same(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  NK_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "{}: {} {} vs {} {}", op, an, a.desc(),
+           bn, b.desc());
+}
+
+// y T[..., F] against gu T[..., 2F].
+void check_swiglu(const char* op, const Tensor& y, const Tensor& gu) {
+  NK_CHECK(gu.ndim() >= 1 && gu.dim(-1) % 2 == 0, "{}: gu {} has an odd last dim", op, gu.desc());
+  Shape ys = gu.shape();
+  ys.back() /= 2;
+  check_shape(y, ys, "y/dy");
+  check_dtype(y, gu.dtype(), "y/dy");
+}
+
+}  // namespace
+
+void gelu_forward(Tensor y, const Tensor& x) {
+  const Device dev = device_of("gelu_forward", {{&y, "y"}, {&x, "x"}});
+  check_same("gelu_forward", y, "y", x, "x");
+  NK_KERNEL(gelu_forward, dev)(y, x);
+}
+
+void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) {
+  const Device dev = device_of("gelu_backward", {{&dx, "dx"}, {&dy, "dy"}, {&x, "x"}});
+  check_same("gelu_backward", dx, "dx", x, "x");
+  check_same("gelu_backward", dy, "dy", x, "x");
+  NK_KERNEL(gelu_backward, dev)(dx, dy, x);
+}
+
+void swiglu_forward(Tensor y, const Tensor& gu) {
+  const Device dev = device_of("swiglu_forward", {{&y, "y"}, {&gu, "gu"}});
+  check_swiglu("swiglu_forward", y, gu);
+  NK_KERNEL(swiglu_forward, dev)(y, gu);
+}
+
+void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
+  const Device dev = device_of("swiglu_backward", {{&dgu, "dgu"}, {&dy, "dy"}, {&gu, "gu"}});
+  check_swiglu("swiglu_backward", dy, gu);
+  check_same("swiglu_backward", dgu, "dgu", gu, "gu");
+  NK_KERNEL(swiglu_backward, dev)(dgu, dy, gu);
+}
+
+}  // namespace nk::ops

@@ -1,0 +1,87 @@
+// The CPU backend's kernels, one per public op of ops.h and under the same
+// name, called by the op fronts (src/ops/<family>.cc) through NK_KERNEL after
+// the shapes, dtypes and devices are checked there. Semantics and layouts are
+// those documented in ops.h; a kernel checks only what it reads from tensor
+// memory (token ids, targets, positions, slots, cu_seqlens), which the front
+// cannot see. Another backend (ops/cuda/kernels.h) declares the same list in
+// its own namespace.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace nk::ops {
+struct AdamWParams;
+}
+
+namespace nk::ops::cpu {
+
+// ---- copies and conversions (elementwise.cc, host_int.cc) ----
+void convert(Tensor dst, const Tensor& src);
+void fill(Tensor dst, float value);
+void copy_to_host(const Tensor& src, float* dst);
+void copy_from_host(Tensor dst, const float* src);
+void accumulate(Tensor dst, const Tensor& src);
+void add(Tensor y, const Tensor& a, const Tensor& b);
+double sum_squares(const Tensor& x);
+void scale(Tensor x, float s);
+void copy_bytes_from_host(Tensor dst, const void* src);
+void copy_bytes_to_host(const Tensor& src, void* dst);
+int64_t count_not_equal(const Tensor& x, int64_t value);
+
+// ---- embeddings (embedding.cc); dwte or dwpe undefined: not computed ----
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       const Tensor& positions);
+void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
+                        const Tensor& positions);
+
+// ---- normalisation (norm.cc); dw or db undefined: not computed ----
+void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
+                       const Tensor& b, float eps);
+void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps);
+void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd);
+
+// ---- linear (linear.cc); dx, dw or db undefined: not computed ----
+void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b);
+void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w);
+
+// ---- activations (activation.cc) ----
+void gelu_forward(Tensor y, const Tensor& x);
+void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void swiglu_forward(Tensor y, const Tensor& gu);
+void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
+
+// ---- rotary embedding (rope.cc) ----
+// Fills table f32[maxT, D].
+void rope_table(Tensor table, double theta);
+// Both ops::rope_inplace overloads: positions i32[B,T] when defined, else pos0 + t.
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
+                  const Tensor& positions, bool inverse);
+
+// ---- attention (attention.cc, kv_attention.cc) ----
+void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window);
+void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
+                        const Tensor& cu_seqlens, int64_t window);
+void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
+                    const Tensor& slots, const Tensor& positions);
+void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
+                      int64_t window);
+
+// ---- softmax cross-entropy (cross_entropy.cc) ----
+void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& targets,
+                           int64_t ignore_index);
+void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
+                                    const Tensor& targets, int64_t ignore_index, float grad_scale);
+
+// ---- optimizer (adamw.cc) ----
+void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
+                Tensor param_copy);
+
+}  // namespace nk::ops::cpu

@@ -1,0 +1,70 @@
+// Copies, conversions and elementwise arithmetic over whole tensors: checks,
+// then the device's kernel.
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+namespace {
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  NK_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.desc(), b.desc());
+}
+
+}  // namespace
+
+void convert(Tensor dst, const Tensor& src) {
+  const Device dev = device_of("convert", {{&dst, "dst"}, {&src, "src"}});
+  check_same_shape(dst, src, "convert");
+  NK_KERNEL(convert, dev)(dst, src);
+}
+
+void fill(Tensor dst, float value) {
+  NK_KERNEL(fill, device_of("fill", {{&dst, "dst"}}))(dst, value);
+}
+
+void copy_to_host(const Tensor& src, float* dst) {
+  NK_KERNEL(copy_to_host, device_of("copy_to_host", {{&src, "src"}}))(src, dst);
+}
+
+void copy_from_host(Tensor dst, const float* src) {
+  NK_KERNEL(copy_from_host, device_of("copy_from_host", {{&dst, "dst"}}))(dst, src);
+}
+
+void accumulate(Tensor dst, const Tensor& src) {
+  const Device dev = device_of("accumulate", {{&dst, "dst"}, {&src, "src"}});
+  check_same_shape(dst, src, "accumulate");
+  NK_KERNEL(accumulate, dev)(dst, src);
+}
+
+void add(Tensor y, const Tensor& a, const Tensor& b) {
+  const Device dev = device_of("add", {{&y, "y"}, {&a, "a"}, {&b, "b"}});
+  check_same_shape(y, a, "add");
+  check_same_shape(y, b, "add");
+  NK_CHECK(a.dtype() == y.dtype() && b.dtype() == y.dtype(), "add: dtypes {} {} {}", y.desc(),
+           a.desc(), b.desc());
+  NK_KERNEL(add, dev)(y, a, b);
+}
+
+double sum_squares(const Tensor& x) {
+  return NK_KERNEL(sum_squares, device_of("sum_squares", {{&x, "x"}}))(x);
+}
+
+void scale(Tensor x, float s) {
+  NK_KERNEL(scale, device_of("scale", {{&x, "x"}}))(x, s);
+}
+
+void copy_bytes_from_host(Tensor dst, const void* src) {
+  NK_KERNEL(copy_bytes_from_host, device_of("copy_bytes_from_host", {{&dst, "dst"}}))(dst, src);
+}
+
+void copy_bytes_to_host(const Tensor& src, void* dst) {
+  NK_KERNEL(copy_bytes_to_host, device_of("copy_bytes_to_host", {{&src, "src"}}))(src, dst);
+}
+
+int64_t count_not_equal(const Tensor& x, int64_t value) {
+  const Device dev = device_of("count_not_equal", {{&x, "x"}});
+  check_dtype(x, DType::I32, "count_not_equal x");
+  return NK_KERNEL(count_not_equal, dev)(x, value);
+}
+
+}  // namespace nk::ops

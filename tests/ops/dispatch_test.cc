@@ -1,0 +1,67 @@
+// The device-neutral op front (ops/dispatch.h): a device without a kernel is
+// an nk::Error naming the op and the device; tensors on different devices, and
+// a missing required tensor, are errors naming the tensors. The foreign device
+// is a host buffer tagged CUDA (Tensor::from_blob): the front must refuse it
+// before any kernel could read it, so it only runs in a build without CUDA.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+#ifndef NK_WITH_CUDA
+
+// A tensor tagged CUDA over a host buffer that outlives it.
+struct Foreign {
+  std::vector<float> buf;
+  Tensor t;
+  explicit Foreign(const Shape& s, DType dt = DType::F32)
+      : buf(size_t(shape_numel(s)) * 2), t(Tensor::from_blob(buf.data(), s, dt, Device::CUDA)) {}
+};
+
+TEST(Dispatch, DeviceWithoutKernelIsAnErrorNamingOpAndDevice) {
+  Foreign x({4, 8}), y({4, 8}), w({6, 8}), out({4, 6});
+  const std::string gelu = test::error_of([&] { ops::gelu_forward(y.t, x.t); });
+  EXPECT_TRUE(test::contains(gelu, "gelu_forward")) << gelu;
+  EXPECT_TRUE(test::contains(gelu, "cuda")) << gelu;
+  const std::string lin = test::error_of([&] { ops::linear_forward(out.t, x.t, w.t, Tensor()); });
+  EXPECT_TRUE(test::contains(lin, "linear_forward") && test::contains(lin, "cuda")) << lin;
+  const std::string fill = test::error_of([&] { ops::fill(x.t, 1.f); });
+  EXPECT_TRUE(test::contains(fill, "fill") && test::contains(fill, "cuda")) << fill;
+  Foreign qkv({1, 4, 48}), o({1, 4, 16}), lse({1, 2, 4});
+  const std::string att =
+      test::error_of([&] { ops::attention_forward(o.t, lse.t, qkv.t, 2, 2, Tensor(), 3); });
+  EXPECT_TRUE(test::contains(att, "attention_forward") && test::contains(att, "cuda")) << att;
+}
+
+TEST(Dispatch, TensorsOnDifferentDevicesAreRefused) {
+  Foreign y({4, 8});
+  Tensor x = Tensor::zeros({4, 8}, DType::F32);
+  try {
+    ops::gelu_forward(y.t, x);
+    ADD_FAILURE() << "no error for mixed devices";
+  } catch (const InternalError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(test::contains(msg, "x is on cpu but y is on cuda")) << msg;
+  }
+}
+
+#endif  // NK_WITH_CUDA
+
+TEST(Dispatch, MissingRequiredTensorIsRefused) {
+  Tensor x = Tensor::zeros({4, 8}, DType::F32);
+  try {
+    ops::gelu_forward(Tensor(), x);
+    ADD_FAILURE() << "no error for an undefined output";
+  } catch (const InternalError& e) {
+    EXPECT_TRUE(test::contains(e.what(), "gelu_forward: y is undefined")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nk
