@@ -30,6 +30,8 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"rope_theta", c.rope_theta},
             {"tied_embeddings", c.tied_embeddings},
             {"init_std", c.init_std}};
+  // Only when set, so the config of a model without one stays as it was.
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   return j.dump(2) + "\n";
 }
 
@@ -56,6 +58,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("rope_theta", c.rope_theta);
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
+  if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
   try {
     c.validate("");
   } catch (const Error& e) {

@@ -39,6 +39,8 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
   if (!a->block().learned_positions && head_dim() % 2)
     fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
+  if (sliding_window < 0)
+    fail("{}sliding_window: must be 0 (full attention) or positive, got {}", p, sliding_window);
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
@@ -91,6 +93,9 @@ void add_model_keys(ConfigSchema& s) {
   s.add_int("model.d_ff", 0, "override: MLP inner size");
   s.add_float("model.norm_eps", 0, "override: epsilon of LayerNorm/RMSNorm");
   s.add_float("model.rope_theta", 0, "override: RoPE base frequency");
+  s.add_int("model.sliding_window", -1,
+            "override: sliding-window attention over this many positions (0 = full; -1 = "
+            "preset's)");
   s.add_string("model.tied_embeddings", "", "override: true/false, share embedding and LM head");
 }
 
@@ -109,6 +114,7 @@ ModelConfig model_config_from(const Config& cfg) {
   set_int("model.d_ff", m.d_ff);
   if (double v = cfg.get_float("model.norm_eps"); v != 0) m.norm_eps = v;
   if (double v = cfg.get_float("model.rope_theta"); v != 0) m.rope_theta = v;
+  if (int64_t v = cfg.get_int("model.sliding_window"); v != -1) m.sliding_window = v;
   if (auto t = cfg.get_string("model.tied_embeddings"); !t.empty()) {
     if (t != "true" && t != "false")
       fail("model.tied_embeddings: expected true or false, got '{}'", t);

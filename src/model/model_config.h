@@ -21,6 +21,9 @@ struct ModelConfig {
   int64_t d_ff = 3072;  // MLP inner size (per branch for SwiGLU)
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // Sliding-window attention (Mistral): each token attends to the last
+  // `sliding_window` positions, itself included; 0 = full causal attention.
+  int64_t sliding_window = 0;
   bool tied_embeddings = true;
   double init_std = 0.02;
 

@@ -101,6 +101,7 @@ void Transformer::bind_views() {
     b.attn.n_head = cfg_.n_head;
     b.attn.n_kv_head = cfg_.n_kv_head;
     b.attn.head_dim = cfg_.head_dim();
+    b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
     b.mlp.up = linear(L(l, "mlp.up"));
     b.mlp.down = linear(L(l, "mlp.down"));

@@ -10,7 +10,8 @@ namespace nk::nn {
 struct SelfAttention {
   Linear qkv, proj;
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
-  Tensor rope;  // f32 [maxT, D] table, or undefined (learned positions)
+  int64_t window = 0;  // sliding window (each token sees the last `window` positions); 0: all
+  Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
 
   struct Saved {
     Tensor qkv;  // [B, T, (Hq + 2 Hkv) D], q and k already rotated
@@ -29,7 +30,7 @@ struct SelfAttention {
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
-    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens);
+    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
     proj.forward(y, s.out);
   }
   // Inference over a KV cache: x [N, C] new tokens of any sequences, token n
@@ -43,14 +44,15 @@ struct SelfAttention {
       ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,
                         head_dim, rope, positions);
     ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, slots, positions);
-    ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, slots, positions);
+    ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, slots, positions, window);
     proj.forward(y, out_buf);
   }
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     proj.backward(g.dout, dy, s.out);
-    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens);
+    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
+                            window);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())
