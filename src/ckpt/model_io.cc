@@ -30,6 +30,8 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"rope_theta", c.rope_theta},
             {"tied_embeddings", c.tied_embeddings},
             {"init_std", c.init_std}};
+  // Only when set, so that the files of unscaled models keep their bytes.
+  if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   return j.dump(2) + "\n";
 }
 
@@ -56,6 +58,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("rope_theta", c.rope_theta);
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
+  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
   try {
     c.validate("");
   } catch (const Error& e) {
