@@ -48,10 +48,11 @@ std::string folder_name(const std::string& dir) {
 
 // RoPE scaling as llama.cpp reads it (its converter writes the same):
 // linear and yarn as rope.scaling.* keys, from which llama.cpp recomputes the
-// frequencies (yarn: its ramp and attention factor are transformers' with
-// the default attention factor); llama3 as a rope_freqs.weight tensor of
-// per-pair divisors theta_i / scaled theta_i, which llama.cpp's Llama graph
-// applies to the plain frequencies.
+// frequencies (yarn: its ramp and attention factor are transformers' for the
+// default beta_fast, beta_slow and attention factor; other values are
+// refused); llama3 as a rope_freqs.weight tensor of per-pair divisors
+// theta_i / scaled theta_i, which llama.cpp's Llama graph applies to the
+// plain frequencies.
 void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c,
                       const Architecture& arch, const std::string& dir) {
   const RopeScaling& s = c.rope_scaling;
@@ -73,12 +74,18 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
       if (!s.truncate)
         fail("model '{}': GGUF export of yarn RoPE scaling with truncate = false is not supported",
              dir);
+      // llama.cpp's default context parameters pass beta_fast 32 and
+      // beta_slow 1, which take precedence over the file's: measured, a file
+      // with other betas (2 and 0.5) ran in llama.cpp far from Nekton's logits.
+      if (s.beta_fast != 32 || s.beta_slow != 1)
+        fail(
+            "model '{}': GGUF export of yarn RoPE scaling with beta_fast = {}, beta_slow = {} is "
+            "not supported (llama.cpp runs with its defaults 32 and 1)",
+            dir, s.beta_fast, s.beta_slow);
       w.add_string(k + "type", "yarn");
       w.add_f32(k + "factor", float(s.factor));
       w.add_u32(k + "original_context_length",
                 uint32_t(s.original_max_seq_len > 0 ? s.original_max_seq_len : c.max_seq_len));
-      w.add_f32(k + "yarn_beta_fast", float(s.beta_fast));
-      w.add_f32(k + "yarn_beta_slow", float(s.beta_slow));
       return;
     case RopeScalingType::Llama3: {
       if (!arch.gguf_rope_freqs())

@@ -260,6 +260,10 @@ TEST(GgufExportCli, RopeScalingLlamaCppCannotReadIsRefused) {
   save_tiny_model(t.dir / "y", c, 6, "bytes");
   t.expect_error(t.dir / "y" + " " + t.out, {"yarn", "attention_factor"});
   c.rope_scaling.attention_factor = 0;
+  c.rope_scaling.beta_fast = 2;  // llama.cpp's context parameters override the file's betas
+  save_tiny_model(t.dir / "yb", c, 6, "bytes");
+  t.expect_error(t.dir / "yb" + " " + t.out, {"yarn", "beta_fast = 2"});
+  c.rope_scaling.beta_fast = 32;
   save_tiny_model(t.dir / "y2", c, 6, "bytes");
   EXPECT_EQ(t.run(t.dir / "y2" + " " + t.out).code, 0);
 }
