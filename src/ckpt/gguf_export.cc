@@ -46,6 +46,67 @@ std::string folder_name(const std::string& dir) {
   return fs::absolute(p).lexically_normal().filename().string();
 }
 
+// RoPE scaling as llama.cpp reads it (its converter writes the same):
+// linear and yarn as rope.scaling.* keys, from which llama.cpp recomputes the
+// frequencies (yarn: its ramp and attention factor are transformers' for the
+// default beta_fast, beta_slow and attention factor; other values are
+// refused); llama3 as a rope_freqs.weight tensor of per-pair divisors
+// theta_i / scaled theta_i, which llama.cpp's Llama graph applies to the
+// plain frequencies.
+void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                      const Architecture& arch, const std::string& dir) {
+  const RopeScaling& s = c.rope_scaling;
+  const std::string k = ga + ".rope.scaling.";
+  switch (s.type) {
+    case RopeScalingType::None:
+      return;
+    case RopeScalingType::Linear:
+      w.add_string(k + "type", "linear");
+      w.add_f32(k + "factor", float(s.factor));
+      return;
+    case RopeScalingType::Yarn:
+      if (s.attention_factor > 0 || (s.mscale > 0 && s.mscale_all_dim > 0))
+        fail(
+            "model '{}': GGUF export of yarn RoPE scaling with an explicit attention_factor or "
+            "mscale is not supported (llama.cpp derives the attention factor from the scaling "
+            "factor alone)",
+            dir);
+      if (!s.truncate)
+        fail("model '{}': GGUF export of yarn RoPE scaling with truncate = false is not supported",
+             dir);
+      // llama.cpp's default context parameters pass beta_fast 32 and
+      // beta_slow 1, which take precedence over the file's: measured, a file
+      // with other betas (2 and 0.5) ran in llama.cpp far from Nekton's logits.
+      if (s.beta_fast != 32 || s.beta_slow != 1)
+        fail(
+            "model '{}': GGUF export of yarn RoPE scaling with beta_fast = {}, beta_slow = {} is "
+            "not supported (llama.cpp runs with its defaults 32 and 1)",
+            dir, s.beta_fast, s.beta_slow);
+      w.add_string(k + "type", "yarn");
+      w.add_f32(k + "factor", float(s.factor));
+      w.add_u32(k + "original_context_length",
+                uint32_t(s.original_max_seq_len > 0 ? s.original_max_seq_len : c.max_seq_len));
+      return;
+    case RopeScalingType::Llama3: {
+      if (!arch.gguf_rope_freqs())
+        fail(
+            "model '{}': GGUF export of llama3 RoPE scaling needs per-pair frequency factors, "
+            "which llama.cpp's {} architecture does not read",
+            dir, ga);
+      const int64_t half = c.head_dim() / 2;
+      std::vector<double> plain = rope_inv_freq(c.head_dim(), c.rope_theta, {}, c.max_seq_len);
+      std::vector<double> scaled = rope_inv_freq(c.head_dim(), c.rope_theta, s, c.max_seq_len);
+      w.add_tensor("rope_freqs.weight", {half}, GgmlType::F32,
+                   [plain, scaled, half](std::vector<float>& out) {
+                     out.resize(size_t(half));
+                     for (int64_t i = 0; i < half; ++i)
+                       out[size_t(i)] = float(plain[size_t(i)] / scaled[size_t(i)]);
+                   });
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 void permute_rope_rows(const float* src, float* dst, int64_t n_heads, int64_t head_dim,
@@ -88,6 +149,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_f32(ga + ".attention.layer_norm_rms_epsilon", float(c.norm_eps));
   w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
+  add_rope_scaling(w, ga, c, arch, model_dir);
 
   // The tokenizer before the weights: its errors are cheaper to find.
   if (opt.tokenizer) {

@@ -15,6 +15,7 @@
 //          h.L.mlp.down.weight  <- mlp.down_proj.weight
 //          ln_f.weight          <- model.norm.weight; lm_head.weight <- lm_head.weight
 //          (RoPE is rotate-half on both sides: q/k rows are not permuted.)
+//   qwen2  as llama, plus h.L.attn.qkv.bias <- self_attn.{q,k,v}_proj.bias stacked
 //   gpt2   wte, wpe, ln_f.*     <- [transformer.]wte.weight, wpe.weight, ln_f.*
 //          h.L.ln1.* / ln2.*    <- h.L.ln_1.* / ln_2.*
 //          h.L.attn.qkv.*       <- h.L.attn.c_attn.*   (Conv1D: weight stored [in, out],
@@ -40,10 +41,12 @@
 namespace nk {
 
 // An HF config.json mapped to a ModelConfig. Supported: LlamaForCausalLM and
-// MistralForCausalLM (model_type llama/mistral, without rope_scaling,
-// attention/MLP biases, a sliding window shorter than the context, or another
-// activation than silu) and GPT2LMHeadModel (gelu_new activation, standard
-// attention scaling). nk::Error "WHERE: ... 'KEY' ..." otherwise.
+// MistralForCausalLM (model_type llama/mistral, without attention/MLP biases,
+// a sliding window shorter than the context, or another activation than
+// silu), Qwen2ForCausalLM (without sliding-window layers), each with
+// rope_scaling of type linear, llama3 or yarn (model/rope.h), and
+// GPT2LMHeadModel (gelu_new activation, standard attention scaling).
+// nk::Error "WHERE: ... 'KEY' ..." otherwise.
 struct HfModelInfo {
   ModelConfig config;
   std::string architecture;          // as in config.json, e.g. "LlamaForCausalLM"

@@ -32,6 +32,8 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"init_std", c.init_std}};
   // Only when set, so the config of a model without one stays as it was.
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  // Only when set, so that the files of unscaled models keep their bytes.
+  if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   return j.dump(2) + "\n";
 }
 
@@ -59,6 +61,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
+  if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
   try {
     c.validate("");
   } catch (const Error& e) {

@@ -9,9 +9,14 @@ namespace nk {
 // Each architecture's file defines one of these.
 const Architecture& gpt2_architecture();
 const Architecture& llama_architecture();
+const Architecture& qwen2_architecture();
 
 const std::vector<const Architecture*>& architectures() {
-  static const std::vector<const Architecture*> all = {&gpt2_architecture(), &llama_architecture()};
+  static const std::vector<const Architecture*> all = {
+      &gpt2_architecture(),
+      &llama_architecture(),
+      &qwen2_architecture(),
+  };
   return all;
 }
 

@@ -55,6 +55,7 @@ class HfConfigReader {
   [[noreturn]] void unsupported(const char* key, const std::string& why) const;
   [[noreturn]] void fail_at(const std::string& what) const;  // "WHERE: what"
   const std::string& where() const { return where_; }
+  const nlohmann::json& object() const { return j_; }  // the whole config.json
 
  private:
   const nlohmann::json& j_;
@@ -99,6 +100,9 @@ class Architecture {
   // general.architecture, or "" when llama.cpp has no such architecture here.
   virtual std::string gguf_arch() const { return ""; }
   virtual std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const { return {}; }
+  // Whether llama.cpp's graph for gguf_arch() reads `rope_freqs.weight`
+  // (per-pair frequency divisors: how llama3 RoPE scaling reaches llama.cpp).
+  virtual bool gguf_rope_freqs() const { return false; }
 };
 
 // The registry. nk::Error listing the known names.
@@ -116,5 +120,16 @@ ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& f
 // final norm, untied head. Parameter names follow Hugging Face's module paths
 // loosely ("h.L.attn.qkv.weight"); ExternalTensor maps them to exact names.
 void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec);
+
+// The config.json keys of Llama-style families (Llama, Mistral, Qwen2, ...),
+// defined in arch/llama.cc for the families that reuse them: hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads (default: the heads), vocab_size,
+// max_position_embeddings, rms_norm_eps (1e-6), tie_word_embeddings (false),
+// initializer_range, head_dim (must be hidden_size / heads), hidden_act
+// (silu), rope_theta and rope_scaling (model/rope.h), with their checks.
+void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c);
+// The same keys written back, in the order Llama's config.json has them.
+void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j);
 
 }  // namespace nk

@@ -44,6 +44,9 @@ void ModelConfig::validate(const std::string& p) const {
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
+  if (a->block().learned_positions && rope_scaling.enabled())
+    fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
+  rope_scaling.validate(p + "rope_scaling.");
   a->validate(*this, p);
 }
 
@@ -97,6 +100,19 @@ void add_model_keys(ConfigSchema& s) {
             "override: sliding-window attention over this many positions (0 = full; -1 = "
             "preset's)");
   s.add_string("model.tied_embeddings", "", "override: true/false, share embedding and LM head");
+  s.add_string("model.rope_scaling.type", "",
+               "override: RoPE scaling none, linear, llama3 or yarn (then the keys it uses)");
+  s.add_float("model.rope_scaling.factor", 0, "override: context stretch of RoPE scaling");
+  s.add_float("model.rope_scaling.low_freq_factor", 0, "override: llama3's low_freq_factor");
+  s.add_float("model.rope_scaling.high_freq_factor", 0, "override: llama3's high_freq_factor");
+  s.add_int("model.rope_scaling.original_max_seq_len", 0,
+            "override: context the model was pretrained on (llama3; yarn: 0 = max_seq_len)");
+  s.add_float("model.rope_scaling.beta_fast", 0, "override: yarn's beta_fast (its default 32)");
+  s.add_float("model.rope_scaling.beta_slow", 0, "override: yarn's beta_slow (its default 1)");
+  s.add_float("model.rope_scaling.attention_factor", 0,
+              "override: yarn's cos/sin scale (0 = 0.1 ln(factor) + 1)");
+  s.add_float("model.rope_scaling.mscale", 0, "override: yarn's mscale (DeepSeek)");
+  s.add_float("model.rope_scaling.mscale_all_dim", 0, "override: yarn's mscale_all_dim (DeepSeek)");
 }
 
 ModelConfig model_config_from(const Config& cfg) {
@@ -120,6 +136,26 @@ ModelConfig model_config_from(const Config& cfg) {
       fail("model.tied_embeddings: expected true or false, got '{}'", t);
     m.tied_embeddings = t == "true";
   }
+  // RoPE scaling: a type resets the preset's scaling; the other keys refine it.
+  RopeScaling& rs = m.rope_scaling;
+  if (auto t = cfg.get_string("model.rope_scaling.type"); !t.empty()) {
+    rs = RopeScaling{};
+    rs.type = parse_rope_scaling_type(t, "model.rope_scaling.type");
+    if (rs.enabled() && cfg.get_float("model.rope_scaling.factor") == 0)
+      fail("model.rope_scaling.factor: {} scaling needs a factor", t);
+  }
+  auto set_float = [&](const char* key, double& field) {
+    if (double v = cfg.get_float(key); v != 0) field = v;
+  };
+  set_float("model.rope_scaling.factor", rs.factor);
+  set_float("model.rope_scaling.low_freq_factor", rs.low_freq_factor);
+  set_float("model.rope_scaling.high_freq_factor", rs.high_freq_factor);
+  set_int("model.rope_scaling.original_max_seq_len", rs.original_max_seq_len);
+  set_float("model.rope_scaling.beta_fast", rs.beta_fast);
+  set_float("model.rope_scaling.beta_slow", rs.beta_slow);
+  set_float("model.rope_scaling.attention_factor", rs.attention_factor);
+  set_float("model.rope_scaling.mscale", rs.mscale);
+  set_float("model.rope_scaling.mscale_all_dim", rs.mscale_all_dim);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.
   if (m.architecture().block().learned_positions && cfg.get_int("model.n_kv_head") == 0)
     m.n_kv_head = m.n_head;

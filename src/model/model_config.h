@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "model/rope.h"
 
 namespace nk {
 
@@ -24,6 +25,7 @@ struct ModelConfig {
   // Sliding-window attention (Mistral): each token attends to the last
   // `sliding_window` positions, itself included; 0 = full causal attention.
   int64_t sliding_window = 0;
+  RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
 
@@ -44,7 +46,7 @@ struct ModelConfig {
 
 // Named presets, each defined by its architecture's file: gpt2-124m,
 // gpt2-355m, gpt2-774m, gpt2-1.5b, the quickstart's gpt-tiny, llama-tiny,
-// llama-1b (Llama 3.2 1B's shape), llama2-7b, ...
+// llama-1b (Llama 3.2 1B's shape), llama2-7b, qwen2-tiny, qwen2-0.5b, ...
 ModelConfig model_preset(const std::string& name);  // nk::Error listing presets
 std::vector<std::string> model_preset_names();
 

@@ -4,6 +4,7 @@
 
 #include "core/rng.h"
 #include "model/arch.h"
+#include "model/rope.h"
 
 namespace nk {
 
@@ -43,8 +44,10 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   }
   sync_compute_params();
   const BlockSpec spec = cfg_.architecture().block();
+  // One table for training and the KV-cache path; scaled as the config says (model/rope.h).
   if (!spec.learned_positions)
-    rope_ = ops::rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta);
+    rope_ = rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling,
+                       cfg_.max_seq_len);
   bind_views();
 }
 

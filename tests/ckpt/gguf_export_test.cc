@@ -239,6 +239,35 @@ TEST(GgufExportCli, Gpt2ModelIsRefused) {
                  {"GGUF export does not support the GPT-2 architecture", "gpt2m", "is gpt2"});
 }
 
+// RoPE scaling llama.cpp would not apply as Nekton does: refused, not
+// exported wrong (what it does read is run in gguf_llama_cpp_test.cc).
+TEST(GgufExportCli, RopeScalingLlamaCppCannotReadIsRefused) {
+  CliCase t;
+  ModelConfig c = tiny_llama(257, false);
+  c.arch = "qwen2";  // llama.cpp's qwen2 graph reads no rope_freqs.weight
+  c.rope_scaling.type = RopeScalingType::Llama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_seq_len = 32;
+  save_tiny_model(t.dir / "q", c, 5, "bytes");
+  t.expect_error(t.dir / "q" + " " + t.out, {"llama3 RoPE scaling", "qwen2"});
+  c.arch = "llama";
+  c.rope_scaling = RopeScaling{};
+  c.rope_scaling.type = RopeScalingType::Yarn;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.attention_factor = 1.5;  // llama.cpp derives it from the factor
+  save_tiny_model(t.dir / "y", c, 6, "bytes");
+  t.expect_error(t.dir / "y" + " " + t.out, {"yarn", "attention_factor"});
+  c.rope_scaling.attention_factor = 0;
+  c.rope_scaling.beta_fast = 2;  // llama.cpp's context parameters override the file's betas
+  save_tiny_model(t.dir / "yb", c, 6, "bytes");
+  t.expect_error(t.dir / "yb" + " " + t.out, {"yarn", "beta_fast = 2"});
+  c.rope_scaling.beta_fast = 32;
+  save_tiny_model(t.dir / "y2", c, 6, "bytes");
+  EXPECT_EQ(t.run(t.dir / "y2" + " " + t.out).code, 0);
+}
+
 TEST(GgufExportCli, MissingTokenizerNeedsFlag) {
   CliCase t;
   std::string m = t.dir / "m";

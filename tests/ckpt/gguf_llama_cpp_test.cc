@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+
 #include "ckpt/gguf_writer.h"
 #include "core/dtype.h"
 #include "data/tokenizer/bpe_tokenizer.h"
@@ -264,6 +265,124 @@ TEST_F(LlamaCpp, Gpt2BpeTokenizationAndLogits) {
   EXPECT_EQ(lc.greedy, nekton_greedy(*m, prompt, 6));
   EXPECT_EQ(lc.tokenized, tok->encode(text));
   EXPECT_EQ(lc.detokenized, text);
+}
+
+// ---- Qwen2 and RoPE scaling ----
+
+// Exports `model_dir` as f32 or f16 and runs `prompt` in llama.cpp: logits at
+// every position within rel_tol of the logits' RMS (of Nekton's on the
+// weights rounded as exported) and the same greedy continuation. Returns
+// Nekton's logits.
+std::vector<std::vector<float>> expect_llama_cpp_agrees(const TempDir& dir,
+                                                        const std::string& model_dir,
+                                                        const std::string& what,
+                                                        const std::vector<int32_t>& prompt,
+                                                        GgmlType type, double rel_tol) {
+  const char* tname = type == GgmlType::F16 ? "f16" : "f32";
+  std::string gguf = dir / (what + ".gguf");
+  RunResult r = run_nekton(fmt::format("export gguf {} {} --type {}", model_dir, gguf, tname));
+  EXPECT_EQ(r.code, 0) << r.out;
+  if (r.code != 0) return {};
+  auto m = load_model(model_dir, DType::F32);
+  round_matrices(*m, type);
+  const int64_t n_gen = 8;
+  LlamaCppRun lc = run_llama_cpp(gguf, prompt, n_gen, "");
+  auto want = nekton_logits(*m, prompt);
+  const double scale = rms(want), tol = rel_tol * scale;
+  Compared c = compare_logits(want, lc.logits, tol);
+  std::vector<int32_t> greedy = nekton_greedy(*m, prompt, n_gen);
+  std::cout << fmt::format(
+      "[llama.cpp {} {}] {} prompt tokens: max |llama.cpp - nekton| = {:.3g} (logit RMS {:.3g}, "
+      "ratio {:.3g}, tolerance {:.3g}); argmax equal everywhere: {}; greedy of {} equal: {}\n",
+      what, tname, prompt.size(), c.max_abs, scale, c.max_abs / scale, rel_tol, c.argmax_agree,
+      n_gen, lc.greedy == greedy);
+  EXPECT_LE(c.max_abs, tol) << what;
+  EXPECT_TRUE(c.argmax_agree) << what;
+  EXPECT_EQ(lc.greedy, greedy) << what;
+  return want;
+}
+
+// A prompt of the SentencePiece vocabulary: BOS and some text.
+std::vector<int32_t> spm_prompt(const std::string& spm, const std::string& text) {
+  auto tok = SentencePieceTokenizer::open(spm);
+  std::vector<int32_t> prompt = {tok->bos_id()};
+  for (int32_t t : tok->encode(text)) prompt.push_back(t);
+  return prompt;
+}
+
+// llama.cpp's qwen2 graph: q/k/v biases, NEOX (rotate-half) rope without the
+// row permutation Llama's GGUF needs, tied or untied head. save_tiny_model
+// draws every 1-d parameter around 1, so the biases are large.
+TEST_F(LlamaCpp, Qwen2LogitsAndGreedy) {
+  TempDir dir("gguf_qwen2");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  for (bool tied : {true, false}) {
+    ModelConfig c = model_preset("qwen2-tiny");
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.d_ff = 96;
+    c.tied_embeddings = tied;
+    c.init_std = 0.15;
+    std::string model_dir = dir / (tied ? "tied" : "untied");
+    save_tiny_model(model_dir, c, tied ? 31 : 32, spm);
+    // Tolerances as the Llama test's (f32: same arithmetic up to order; f16:
+    // llama.cpp rounds activations to f16 as well).
+    expect_llama_cpp_agrees(dir, model_dir, tied ? "qwen2-tied" : "qwen2-untied", prompt,
+                            tied ? GgmlType::F32 : GgmlType::F16, tied ? 1e-4 : 2e-2);
+  }
+}
+
+// Scaled RoPE as llama.cpp reads it: linear and yarn from rope.scaling.*,
+// llama3 from rope_freqs.weight. theta 100 over heads of 16 puts wavelengths
+// of 6, 11, 20, 35, 63, ... positions in every band over the prompt's ~70
+// positions, so that an unscaled run would be far off (checked).
+TEST_F(LlamaCpp, RopeScalingLogitsAndGreedy) {
+  TempDir dir("gguf_rope");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt = spm_prompt(
+      spm,
+      "Seven green birds sing songs about winter while the rain falls softly on the roofs of "
+      "the town, and people walk slowly home in the evening light.");
+  ASSERT_GE(prompt.size(), 30u);
+  RopeScaling lin, y, l3;
+  lin.type = RopeScalingType::Linear;
+  lin.factor = 2;
+  y.type = RopeScalingType::Yarn;
+  y.factor = 4;
+  y.original_max_seq_len = 16;
+  l3.type = RopeScalingType::Llama3;
+  l3.factor = 8;
+  l3.low_freq_factor = 1;
+  l3.high_freq_factor = 4;
+  l3.original_max_seq_len = 32;
+  struct Case {
+    const char* name;
+    const char* arch;
+    RopeScaling s;
+  };
+  for (const Case& k : {Case{"llama-linear", "llama", lin}, Case{"llama-yarn", "llama", y},
+                        Case{"llama-llama3", "llama", l3}, Case{"qwen2-yarn", "qwen2", y},
+                        Case{"qwen2-linear", "qwen2", lin}}) {
+    SCOPED_TRACE(k.name);
+    ModelConfig c = tiny_llama(416, /*tied=*/false);
+    c.arch = k.arch;
+    c.max_seq_len = 128;
+    c.rope_theta = 100;
+    c.rope_scaling = k.s;
+    std::string model_dir = dir / k.name;
+    save_tiny_model(model_dir, c, 41, spm);
+    auto want = expect_llama_cpp_agrees(dir, model_dir, k.name, prompt, GgmlType::F32, 1e-4);
+    // The same weights unscaled give other logits.
+    c.rope_scaling = RopeScaling{};
+    save_tiny_model(dir / "plain", c, 41, spm);
+    auto plain = nekton_logits(*load_model(dir / "plain", DType::F32), prompt);
+    Compared moved = compare_logits(want, plain, 0);
+    std::cout << fmt::format("[{}] unscaled, the logits would move by up to {:.3g}\n", k.name,
+                             moved.max_abs);
+    EXPECT_GT(moved.max_abs, 100 * 1e-4 * rms(want)) << "the scaling does not matter here";
+  }
 }
 
 }  // namespace

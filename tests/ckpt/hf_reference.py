@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Independent reader/writer of Hugging Face checkpoints, used by hf_test.cc.
 
-Written from Hugging Face's published conventions for LlamaForCausalLM and
-GPT2LMHeadModel (config.json keys, parameter names, GPT-2's Conv1D weights
-stored [in, out], rotate-half RoPE, grouped-query attention by repeating each
-key/value head, tied input/output embeddings, sharded safetensors with
+Written from Hugging Face's published conventions for LlamaForCausalLM,
+Qwen2ForCausalLM and GPT2LMHeadModel (config.json keys, parameter names,
+GPT-2's Conv1D weights stored [in, out], rotate-half RoPE, RoPE scaling as
+transformers' modeling_rope_utils defines the linear, llama3 and yarn types,
+Qwen2's q/k/v biases, grouped-query attention by repeating each key/value
+head, tied input/output embeddings, sharded safetensors with
 model.safetensors.index.json), not from Nekton's code. There is no
 `transformers` or `safetensors` package here: safetensors files are read and
 written with struct + numpy, and the models are a few lines of torch.
@@ -58,14 +60,56 @@ def causal_attention(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def llama_logits(cfg, W, tokens):
+def rope_frequencies(cfg, D):
+    """(inverse frequencies [D/2], cos/sin scale) as transformers' RoPE init
+    functions define them for the config's rope_scaling (float64 here)."""
+    theta = cfg.get("rope_theta", 10000.0)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    if kind == "default":
+        return inv, 1.0
+    factor = rs["factor"]
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "llama3":
+        old = rs["original_max_position_embeddings"]
+        lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        medium = (1 - smooth) * inv / factor + smooth * inv
+        out = torch.where(wavelen > old / lo, inv / factor, medium)
+        return torch.where(wavelen < old / hi, inv, out), 1.0
+    if kind == "yarn":
+        old = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+        def pair_turning(rotations):  # the pair index that turns so often over `old`
+            return D * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        lo, hi = pair_turning(beta_fast), pair_turning(beta_slow)
+        if rs.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, D - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(D // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        extrapolate = 1 - ramp
+        inv = inv / factor * (1 - extrapolate) + inv * extrapolate
+        scale = rs.get("attention_factor")
+        if scale is None:
+            scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        return inv, scale
+    raise ValueError(f"rope type {kind}")
+
+
+def llama_logits(cfg, W, tokens, qkv_bias=False):
     B, T = tokens.shape
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
     D = C // H
     eps = cfg.get("rms_norm_eps", 1e-6)
-    theta = cfg.get("rope_theta", 10000.0)
 
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
@@ -73,18 +117,22 @@ def llama_logits(cfg, W, tokens):
     def rotate_half(x):
         return torch.cat((-x[..., D // 2 :], x[..., : D // 2]), dim=-1)
 
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    def proj(h, name):  # Qwen2: q, k, v carry biases
+        y = h @ W[name + ".weight"].T
+        return y + W[name + ".bias"] if qkv_bias else y
+
+    inv_freq, scale = rope_frequencies(cfg, D)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * scale, emb.sin() * scale
 
     x = W["model.embed_tokens.weight"][tokens]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = (h @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
-        k = (h @ W[p + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        q = proj(h, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+        k = proj(h, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        v = proj(h, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = H // KV  # repeat_kv: query head i reads key/value head i // rep
@@ -139,8 +187,12 @@ class HfModel:
         with open(os.path.join(d, "config.json")) as f:
             self.cfg = json.load(f)
         arch = self.cfg["architectures"][0]
-        assert arch in ("LlamaForCausalLM", "GPT2LMHeadModel"), arch
-        self.fn = llama_logits if arch == "LlamaForCausalLM" else gpt2_logits
+        assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel"), arch
+        if arch == "GPT2LMHeadModel":
+            self.fn = gpt2_logits
+        else:
+            qkv_bias = arch == "Qwen2ForCausalLM"
+            self.fn = lambda cfg, W, tokens: llama_logits(cfg, W, tokens, qkv_bias)
         # float64: the reference's own rounding stays far below the tolerance.
         self.W = {k: torch.tensor(v, dtype=torch.float64) for k, v in read_hf_weights(d).items()}
 
@@ -206,10 +258,11 @@ def write_model(d, spec, ref_path):
         return (0.05 * rng.standard_normal(n)).astype(np.float32)
 
     T = []  # (name, array) in the order HF modules define them
-    if spec["arch"] == "llama":
+    if spec["arch"] in ("llama", "qwen2"):
+        qwen2 = spec["arch"] == "qwen2"
         cfg = {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "model_type": spec["arch"],
             "hidden_size": C,
             "intermediate_size": F,
             "num_hidden_layers": L,
@@ -218,22 +271,26 @@ def write_model(d, spec, ref_path):
             "max_position_embeddings": P,
             "rms_norm_eps": spec.get("eps", 1e-5),
             "rope_theta": spec.get("rope_theta", 10000.0),
-            "rope_scaling": None,
+            "rope_scaling": spec.get("rope_scaling"),
             "hidden_act": "silu",
-            "attention_bias": False,
             "tie_word_embeddings": tied,
             "vocab_size": V,
             "bos_token_id": 1,
             "eos_token_id": 2,
         }
+        if qwen2:  # as Qwen2's published configs have them
+            cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L})
+        else:
+            cfg["attention_bias"] = False
         T.append(("model.embed_tokens.weight", mat(V, C)))
         for l in range(L):
             p = f"model.layers.{l}."
+            T.append((p + "input_layernorm.weight", gain(C)))
+            for x, rows in (("q", H * D), ("k", KV * D), ("v", KV * D)):
+                T.append((p + f"self_attn.{x}_proj.weight", mat(rows, C)))
+                if qwen2:  # large, as Qwen2's k biases are: a misplaced one shows
+                    T.append((p + f"self_attn.{x}_proj.bias", 10 * bias(rows)))
             T += [
-                (p + "input_layernorm.weight", gain(C)),
-                (p + "self_attn.q_proj.weight", mat(H * D, C)),
-                (p + "self_attn.k_proj.weight", mat(KV * D, C)),
-                (p + "self_attn.v_proj.weight", mat(KV * D, C)),
                 (p + "self_attn.o_proj.weight", mat(C, H * D)),
                 (p + "post_attention_layernorm.weight", gain(C)),
                 (p + "mlp.gate_proj.weight", mat(F, C)),

@@ -26,6 +26,7 @@
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "hf_test_util.h"
 #include "model/tiny_config.h"
 #include "test_util.h"
 
@@ -36,164 +37,7 @@ using namespace nk::test;
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-constexpr double kTol = 1e-4;
-
-const std::string kReference = "/usr/bin/python3 " NK_SOURCE_DIR "/tests/ckpt/hf_reference.py";
-
-json read_json(const std::string& path) {
-  return json::parse(read_file(path));
-}
-
-void write_json(const std::string& path, const json& j) {
-  write_file(path, j.dump(2));
-}
-
-json llama_spec() {
-  return {{"arch", "llama"}, {"vocab", 97},    {"ctx", 32},     {"layers", 2},
-          {"hidden", 32},    {"heads", 4},     {"kv_heads", 2}, {"ffn", 48},
-          {"tied", false},   {"dtype", "F32"}, {"shards", 1},   {"seed", 1}};
-}
-
-json gpt2_spec() {
-  return {{"arch", "gpt2"}, {"vocab", 97}, {"ctx", 32},      {"layers", 2},
-          {"hidden", 32},   {"heads", 4},  {"ffn", 128},     {"tied", true},
-          {"dtype", "F32"}, {"shards", 1}, {"prefix", true}, {"seed", 2}};
-}
-
-// Writes a random HF model as `spec` says into tmp/NAME; its reference logits
-// and greedy continuation go to tmp/NAME.ref.safetensors.
-std::string write_hf(const TempDir& tmp, const std::string& name, const json& spec) {
-  write_json(tmp / (name + ".spec.json"), spec);
-  RunResult r =
-      run_command(kReference + " write " + (tmp / name) + " " + (tmp / (name + ".spec.json")) +
-                  " " + (tmp / (name + ".ref.safetensors")));
-  if (r.code != 0) throw std::runtime_error("hf_reference.py write failed:\n" + r.out);
-  return tmp / name;
-}
-
-Tensor i32_tensor(const Shape& s, const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty(s, DType::I32);
-  ops::copy_bytes_from_host(t, v.data());
-  return t;
-}
-
-std::vector<int32_t> ints(const Tensor& t) {
-  const int32_t* p = t.data<int32_t>();
-  return std::vector<int32_t>(p, p + t.numel());
-}
-
-std::vector<float> floats(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  ops::copy_to_host(t, v.data());
-  return v;
-}
-
-Tensor logits_of(Transformer& m, const Tensor& tokens) {
-  const int64_t B = tokens.dim(0), T = tokens.dim(1);
-  Activations a(m.config(), DType::F32, B, T, false);
-  Tensor out = Tensor::empty({B * T, m.config().vocab_size}, DType::F32);
-  m.forward_all_logits(a, tokens, out);
-  return out;
-}
-
-std::vector<int32_t> greedy(Transformer& m, std::vector<int32_t> seq, size_t n) {
-  const size_t prompt = seq.size();
-  const int64_t V = m.config().vocab_size;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t T = int64_t(seq.size());
-    Activations a(m.config(), DType::F32, 1, T, false);
-    Tensor lg = Tensor::empty({1, V}, DType::F32);
-    m.forward_last_logits(a, i32_tensor({1, T}, seq), lg);
-    std::vector<float> h = floats(lg);
-    seq.push_back(int32_t(std::max_element(h.begin(), h.end()) - h.begin()));
-  }
-  return std::vector<int32_t>(seq.begin() + ptrdiff_t(prompt), seq.end());
-}
-
-double max_rel_diff(const Tensor& ours, const Tensor& ref) {
-  std::vector<float> a = floats(ours), b = floats(ref);
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return diff / scale;
-}
-
-// Loads the imported model and compares it with the reference results of `name`.
-void expect_matches_reference(const TempDir& tmp, const std::string& name,
-                              const std::string& model_dir) {
-  auto model = load_model(model_dir, DType::F32);
-  SafetensorsFile ref = SafetensorsFile::open(tmp / (name + ".ref.safetensors"));
-  Tensor logits = logits_of(*model, ref.get("tokens"));
-  double rel = max_rel_diff(logits, ref.get("logits"));
-  std::vector<int32_t> want = ints(ref.get("greedy"));
-  std::vector<int32_t> got = greedy(*model, ints(ref.get("prompt")), want.size());
-  std::cout << "[ " << name << " ] import: logits max relative difference " << rel << "\n";
-  EXPECT_LT(rel, kTol) << name;
-  EXPECT_EQ(got, want) << name << ": greedy continuation differs";
-}
-
-// Nekton's logits and greedy continuation of `model`, for the reference to check.
-void write_nekton_results(Transformer& model, const std::string& path) {
-  const int64_t B = 2, T = 16, V = model.config().vocab_size;
-  std::vector<int32_t> tok(B * T);
-  for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 37 + 11) % size_t(V));
-  Tensor tokens = i32_tensor({B, T}, tok);
-  std::vector<int32_t> prompt(tok.begin(), tok.begin() + 5);
-  std::vector<int32_t> cont = greedy(model, prompt, 6);
-  save_safetensors(path, {{"tokens", tokens},
-                          {"logits", logits_of(model, tokens)},
-                          {"prompt", i32_tensor({5}, prompt)},
-                          {"greedy", i32_tensor({6}, cont)}});
-}
-
-void expect_reference_agrees(const std::string& hf_dir, const std::string& results,
-                             const std::string& what) {
-  RunResult r =
-      run_command(kReference + " check " + hf_dir + " " + results + " " + std::to_string(kTol));
-  std::cout << "[ " << what << " ] export: " << r.out;
-  EXPECT_EQ(r.code, 0) << what << ": the reference disagrees:\n" << r.out;
-}
-
-struct RawTensor {
-  std::string dtype;
-  Shape shape;
-  std::string bytes;
-  bool operator==(const RawTensor&) const = default;
-};
-
-// Every tensor of every .safetensors file in `dir`.
-std::map<std::string, RawTensor> hf_tensors(const std::string& dir) {
-  std::map<std::string, RawTensor> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".safetensors") continue;
-    SafetensorsFile f = SafetensorsFile::open(e.path().string());
-    for (const SafetensorsEntry& t : f.entries()) {
-      Tensor v = f.get(t.name);
-      out[t.name] = {safetensors_dtype_name(t.dtype), t.shape,
-                     std::string(static_cast<const char*>(v.raw()), v.nbytes())};
-    }
-  }
-  return out;
-}
-
-// Nothing named OUT or OUT.tmp.* / OUT.old.* exists beside OUT.
-void expect_nothing_written(const std::string& out) {
-  EXPECT_FALSE(fs::exists(out)) << out;
-  std::string base = fs::path(out).filename().string();
-  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
-    EXPECT_FALSE(e.path().filename().string().starts_with(base + "."))
-        << "left behind: " << e.path();
-}
-
-void expect_import_error(const std::string& hf, const std::string& out,
-                         const std::vector<std::string>& parts) {
-  std::string e = error_of([&] { import_hf(hf, out); });
-  for (const std::string& p : parts) EXPECT_TRUE(contains(e, p)) << "'" << p << "' not in: " << e;
-  expect_nothing_written(out);
-}
+constexpr double kTol = kHfTol;
 
 // The shared tiny shapes (vocabulary 97), with logits spread out enough that
 // greedy picks are clear.
@@ -287,7 +131,7 @@ TEST(HfIo, ConfigMapping) {
   m.erase("num_hidden_layers");
   EXPECT_TRUE(contains(err(m), "C: missing field 'num_hidden_layers'")) << err(m);
   m = j;
-  m["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  m["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};  // linear, llama3, yarn only
   EXPECT_TRUE(contains(err(m), "'rope_scaling'")) << err(m);
   m = j;
   m["hidden_act"] = "gelu";
@@ -302,7 +146,7 @@ TEST(HfIo, ConfigMapping) {
   m["hidden_size"] = "64";
   EXPECT_TRUE(contains(err(m), "'hidden_size' must be an integer")) << err(m);
   m = j;
-  m["architectures"] = {"Qwen2ForCausalLM"};
+  m["architectures"] = {"GemmaForCausalLM"};
   EXPECT_TRUE(contains(err(m), "unsupported 'architectures'")) << err(m);
   m = j;
   m["model_type"] = "gpt2";
@@ -653,8 +497,8 @@ TEST(HfImport, BadInputIsNamedAndWritesNothing) {
   expect_import_error(d, out, {"'architectures'", "FalconForCausalLM"});
 
   d = copy(base);
-  edit_config(d, [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
-  expect_import_error(d, out, {"config.json", "'rope_scaling'"});
+  edit_config(d, [](json& c) { c["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}}; });
+  expect_import_error(d, out, {"config.json", "'rope_scaling'", "longrope"});
 
   d = copy(base);
   edit_config(d, [](json& c) { c["attention_bias"] = true; });

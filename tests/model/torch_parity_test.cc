@@ -103,5 +103,31 @@ TEST(TorchParity, LlamaGroupedQuery) {
   run_parity(c, "llama");
 }
 
+// Qwen2's q/k/v biases (gradients included), and RoPE scaling in training:
+// theta 100 over head size 8 puts wavelengths of 6, 20, 63 and 199 positions
+// in every band of llama3 (original context 32) and of yarn's ramp.
+TEST(TorchParity, Qwen2Yarn) {
+  ModelConfig c = test::tiny_config(true, 97, 32);
+  c.arch = "qwen2";
+  c.init_std = 0.02;
+  c.rope_theta = 100;
+  c.rope_scaling.type = RopeScalingType::Yarn;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.original_max_seq_len = 16;
+  run_parity(c, "qwen2_yarn");
+}
+
+TEST(TorchParity, LlamaLlama3Scaling) {
+  ModelConfig c = test::tiny_config(true, 97, 32);
+  c.init_std = 0.02;
+  c.rope_theta = 100;
+  c.rope_scaling.type = RopeScalingType::Llama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_seq_len = 32;
+  run_parity(c, "llama_llama3");
+}
+
 }  // namespace
 }  // namespace nk

@@ -6,7 +6,9 @@ and exits non-zero if any differs by more than the stated tolerance.
 
 Written from the published architectures (GPT-2: LayerNorm, tanh-GELU, learned
 positions, tied head; Llama: RMSNorm, Hugging Face rotate-half RoPE, SwiGLU,
-grouped-query attention), not from Nekton's code.
+grouped-query attention; Qwen2: Llama with q/k/v biases; RoPE scaling as
+transformers' modeling_rope_utils defines linear, llama3 and yarn), not from
+Nekton's code.
 """
 import json
 import math
@@ -33,20 +35,49 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rope(cfg, D):
+    """Inverse frequencies [D/2] and the cos/sin scale, for Nekton's
+    config.json "rope_scaling" (its names for Hugging Face's keys)."""
+    theta = cfg["rope_theta"]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    rs = cfg.get("rope_scaling", {"type": "none"})
+    kind, factor = rs["type"], rs.get("factor", 1.0)
+    if kind == "none":
+        return inv, 1.0
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "llama3":  # by wavelength against the original context
+        L, lo, hi = rs["original_max_seq_len"], rs["low_freq_factor"], rs["high_freq_factor"]
+        wl = 2 * math.pi / inv
+        s = (L / wl - lo) / (hi - lo)
+        out = torch.where(wl > L / lo, inv / factor, (1 - s) * inv / factor + s * inv)
+        return torch.where(wl < L / hi, inv, out), 1.0
+    assert kind == "yarn", kind
+    L = rs.get("original_max_seq_len") or cfg["max_seq_len"]
+
+    def pair(rot):
+        return D * math.log(L / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo = max(math.floor(pair(rs["beta_fast"])), 0)
+    hi = min(math.ceil(pair(rs["beta_slow"])), D - 1)
+    ramp = ((torch.arange(D // 2, dtype=torch.float64) - lo) / (hi - lo if hi > lo else 0.001)).clamp(0, 1)
+    return inv / factor * ramp + inv * (1 - ramp), rs.get("attention_factor") or 0.1 * math.log(factor) + 1
+
+
 def forward(cfg, P, tokens):
     B, T = tokens.shape
     C, H, KV = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"]
     D = C // H
-    llama = cfg["arch"] == "llama"
+    llama = cfg["arch"] in ("llama", "qwen2")  # Qwen2's q/k/v biases: lin() adds them
     eps = cfg["norm_eps"]
     x = P["wte"][tokens]
     if not llama:
         x = x + P["wpe"][:T]
     else:
-        inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+        inv_freq, scale = rope(cfg, D)
         ang = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
         emb = torch.cat((ang, ang), dim=-1)
-        cos, sin = emb.cos().float(), emb.sin().float()
+        cos, sin = (emb.cos() * scale).float(), (emb.sin() * scale).float()
     mask = torch.full((T, T), float("-inf")).triu(1)
 
     def norm(x, name):

@@ -3,6 +3,9 @@
 // Hugging Face stores q, k, v and gate, up as separate tensors: they map to
 // the fused parts. llama.cpp's "llama" rope rotates adjacent pairs (Meta's
 // layout), so GGUF stores the q and k rows permuted within each head.
+// RoPE scaling (Llama 3.1's "llama3" and the others) is the position
+// encoding's, in model/rope.h; this file reads and writes its HF keys through
+// hf_read_llama_style, which the other Llama-style families share.
 #include "model/arch.h"
 
 namespace nk {
@@ -52,29 +55,7 @@ class Llama final : public Architecture {
   }
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
-    c.d_model = h.positive("hidden_size");
-    c.d_ff = h.positive("intermediate_size");
-    c.n_layer = h.positive("num_hidden_layers");
-    c.n_head = h.positive("num_attention_heads");
-    c.n_kv_head = h.has("num_key_value_heads") ? h.positive("num_key_value_heads") : c.n_head;
-    c.vocab_size = h.positive("vocab_size");
-    c.max_seq_len = h.positive("max_position_embeddings");
-    c.norm_eps = h.number("rms_norm_eps", 1e-6);
-    c.rope_theta = h.number("rope_theta", 10000.0);
-    c.tied_embeddings = h.boolean("tie_word_embeddings", false);
-    c.init_std = h.number("initializer_range", 0.02);
-    if (c.d_model % c.n_head)
-      h.fail_at(fmt::format("'num_attention_heads' = {} does not divide 'hidden_size' = {}",
-                            c.n_head, c.d_model));
-    if (c.n_head % c.n_kv_head)
-      h.fail_at(fmt::format("'num_key_value_heads' = {} does not divide 'num_attention_heads' = {}",
-                            c.n_kv_head, c.n_head));
-    if (h.has("head_dim") && h.integer("head_dim") != c.d_model / c.n_head)
-      h.unsupported("head_dim", fmt::format("Nekton needs hidden_size / num_attention_heads = {}",
-                                            c.d_model / c.n_head));
-    if (h.string("hidden_act", "silu") != "silu")
-      h.unsupported("hidden_act", "only silu (SwiGLU) is supported");
-    if (h.has("rope_scaling")) h.unsupported("rope_scaling", "RoPE scaling is not supported");
+    hf_read_llama_style(h, c);
     if (h.boolean("attention_bias", false))
       h.unsupported("attention_bias", "attention projections without biases only");
     if (h.boolean("mlp_bias", false))
@@ -87,17 +68,7 @@ class Llama final : public Architecture {
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
-    j["hidden_size"] = c.d_model;
-    j["intermediate_size"] = c.d_ff;
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.n_kv_head;
-    j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = c.max_seq_len;
-    j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
+    hf_write_llama_style(c, j);
     j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
     j["mlp_bias"] = false;
@@ -152,9 +123,49 @@ class Llama final : public Architecture {
     if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
     return out;
   }
+  bool gguf_rope_freqs() const override { return true; }
 };
 
 }  // namespace
+
+void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c) {
+  c.d_model = h.positive("hidden_size");
+  c.d_ff = h.positive("intermediate_size");
+  c.n_layer = h.positive("num_hidden_layers");
+  c.n_head = h.positive("num_attention_heads");
+  c.n_kv_head = h.has("num_key_value_heads") ? h.positive("num_key_value_heads") : c.n_head;
+  c.vocab_size = h.positive("vocab_size");
+  c.max_seq_len = h.positive("max_position_embeddings");
+  c.norm_eps = h.number("rms_norm_eps", 1e-6);
+  rope_from_hf_config(h.object(), h.where(), c.rope_theta, c.rope_scaling);
+  c.tied_embeddings = h.boolean("tie_word_embeddings", false);
+  c.init_std = h.number("initializer_range", 0.02);
+  if (c.d_model % c.n_head)
+    h.fail_at(fmt::format("'num_attention_heads' = {} does not divide 'hidden_size' = {}", c.n_head,
+                          c.d_model));
+  if (c.n_head % c.n_kv_head)
+    h.fail_at(fmt::format("'num_key_value_heads' = {} does not divide 'num_attention_heads' = {}",
+                          c.n_kv_head, c.n_head));
+  if (h.has("head_dim") && h.integer("head_dim") != c.d_model / c.n_head)
+    h.unsupported("head_dim", fmt::format("Nekton needs hidden_size / num_attention_heads = {}",
+                                          c.d_model / c.n_head));
+  if (h.string("hidden_act", "silu") != "silu")
+    h.unsupported("hidden_act", "only silu (SwiGLU) is supported");
+}
+
+void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.d_ff;
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.n_kv_head;
+  j["head_dim"] = c.head_dim();
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = rope_scaling_to_hf(c.rope_scaling);
+}
 
 const Architecture& llama_architecture() {
   static const Llama a;
