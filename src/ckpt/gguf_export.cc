@@ -128,6 +128,11 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   if (ga.empty())
     fail("GGUF export does not support the {} architecture yet; '{}' is {} (config.json arch)",
          arch.display_name(), model_dir, c.arch);
+  if (c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
+    fail(
+        "model '{}' uses sliding-window attention ({} positions); llama.cpp's {} architecture "
+        "has none, so the GGUF would compute other results",
+        model_dir, c.sliding_window, ga);
   if (c.head_dim() % 2 != 0)
     fail("model '{}': head_dim {} is odd; rotary embeddings need an even one", model_dir,
          c.head_dim());

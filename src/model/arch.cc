@@ -10,12 +10,14 @@ namespace nk {
 const Architecture& gpt2_architecture();
 const Architecture& llama_architecture();
 const Architecture& qwen2_architecture();
+const Architecture& mistral_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &gpt2_architecture(),
       &llama_architecture(),
       &qwen2_architecture(),
+      &mistral_architecture(),
   };
   return all;
 }

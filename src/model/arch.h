@@ -131,5 +131,12 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
 void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c);
 // The same keys written back, in the order Llama's config.json has them.
 void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j);
+// Llama-style HF tensor names (model.layers.L.self_attn.q_proj.weight, ...),
+// with the q/k/v biases when qkv_bias.
+std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias);
+// llama.cpp's names of the same tensors (blk.L.attn_q.weight, ...);
+// rope_permute: q and k weight rows in llama.cpp's "llama" rotary order.
+std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,
+                                                     bool rope_permute);
 
 }  // namespace nk

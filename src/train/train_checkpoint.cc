@@ -101,6 +101,13 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
       fail("checkpoint '{}': model {} is {} in {} but {} here (model.* must match)", dir, key,
            saved.is_object() && saved.contains(key) ? saved[key].dump() : "missing",
            r.path("config.json"), value.dump());
+  // Keys written only when set (rope_scaling, sliding_window): one the
+  // checkpoint has and this run lacks is a difference too.
+  if (saved.is_object())
+    for (const auto& [key, value] : saved.items())
+      if (!now.contains(key))
+        fail("checkpoint '{}': model {} is {} in {} but not set here (model.* must match)", dir,
+             key, value.dump(), r.path("config.json"));
   // The bf16 copy the kernels read, rounded exactly as AdamW's fused copy rounds.
   out.model->sync_compute_params();
   return out;

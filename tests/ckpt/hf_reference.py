@@ -51,11 +51,14 @@ def read_hf_weights(d):
 # ---- the models, as transformers defines them ----
 
 
-def causal_attention(q, k, v):
-    # q, k, v: [B, H, T, D]
+def causal_attention(q, k, v, window=None):
+    # q, k, v: [B, H, T, D]; window: Mistral's sliding_window (query t sees
+    # keys s with t - window < s <= t), None for full causal attention
     T, D = q.shape[2], q.shape[3]
     scores = q @ k.transpose(-1, -2) / math.sqrt(D)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
+    if window:
+        mask = mask & ~torch.ones(T, T, dtype=torch.bool).tril(-window)
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
@@ -105,6 +108,7 @@ def rope_frequencies(cfg, D):
 
 def llama_logits(cfg, W, tokens, qkv_bias=False):
     B, T = tokens.shape
+    mistral = cfg["architectures"][0] == "MistralForCausalLM"
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
@@ -138,7 +142,8 @@ def llama_logits(cfg, W, tokens, qkv_bias=False):
         rep = H // KV  # repeat_kv: query head i reads key/value head i // rep
         k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
         v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
-        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D)
+        a = causal_attention(q, k, v, cfg.get("sliding_window") if mistral else None)
+        a = a.transpose(1, 2).reshape(B, T, H * D)
         x = x + a @ W[p + "self_attn.o_proj.weight"].T
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T)
@@ -187,7 +192,8 @@ class HfModel:
         with open(os.path.join(d, "config.json")) as f:
             self.cfg = json.load(f)
         arch = self.cfg["architectures"][0]
-        assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel"), arch
+        assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
+                        "GPT2LMHeadModel"), arch
         if arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
@@ -258,10 +264,12 @@ def write_model(d, spec, ref_path):
         return (0.05 * rng.standard_normal(n)).astype(np.float32)
 
     T = []  # (name, array) in the order HF modules define them
-    if spec["arch"] in ("llama", "qwen2"):
+    if spec["arch"] in ("llama", "qwen2", "mistral"):
         qwen2 = spec["arch"] == "qwen2"
+        classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                   "mistral": "MistralForCausalLM"}
         cfg = {
-            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "architectures": [classes[spec["arch"]]],
             "model_type": spec["arch"],
             "hidden_size": C,
             "intermediate_size": F,
@@ -280,6 +288,8 @@ def write_model(d, spec, ref_path):
         }
         if qwen2:  # as Qwen2's published configs have them
             cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L})
+        elif spec["arch"] == "mistral":
+            cfg["sliding_window"] = spec.get("window")
         else:
             cfg["attention_bias"] = False
         T.append(("model.embed_tokens.weight", mat(V, C)))

@@ -214,6 +214,12 @@ TEST(ExactResume, ResumeSettingsAreChecked) {
     Trainer t(tiny(with(data, {"train.out_dir=" + (dir / "a"), "model.norm_eps=0.001"})));
   });
   EXPECT_TRUE(contains(msg, "model norm_eps is")) << msg;
+  // A key written only when set (a sliding window), dropped on resume.
+  run(with(data,
+           {"train.out_dir=" + (dir / "w"), "train.exit_at_step=2", "model.sliding_window=8"}));
+  msg = error_of([&] { Trainer t(tiny(with(data, {"train.out_dir=" + (dir / "w")}))); });
+  EXPECT_TRUE(contains(msg, "model sliding_window is 8")) << msg;
+  EXPECT_TRUE(contains(msg, "but not set here")) << msg;
   // Resuming another run into an OUT_DIR that has checkpoints would mix them.
   run(with(data, {"train.out_dir=" + (dir / "b"), "train.exit_at_step=1"}));
   msg = error_of([&] {

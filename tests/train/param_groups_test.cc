@@ -208,6 +208,11 @@ struct FrozenCase {
   const char* freeze;
 };
 
+// Readable test names in ctest (the default prints the struct's raw bytes).
+void PrintTo(const FrozenCase& c, std::ostream* os) {
+  *os << (c.llama ? "llama " : "gpt2 ") << dtype_name(c.dtype) << " freeze=" << c.freeze;
+}
+
 class FrozenEqualsZeroed : public ::testing::TestWithParam<FrozenCase> {};
 
 TEST_P(FrozenEqualsZeroed, TrainableUpdatesMatchBitForBit) {

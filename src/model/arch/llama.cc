@@ -51,7 +51,7 @@ class Llama final : public Architecture {
   }
 
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
-    return {{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}};
+    return {{"LlamaForCausalLM", "llama"}};
   }
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
@@ -76,52 +76,13 @@ class Llama final : public Architecture {
   }
 
   std::vector<ExternalTensor> hf_tensors(const ModelConfig& c, const std::string&) const override {
-    std::vector<ExternalTensor> out;
-    auto one = [&](const std::string& param, const std::string& hf, const std::string& part = "") {
-      out.push_back({hf, param, part, false, 0});
-    };
-    one("wte", "model.embed_tokens.weight");
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      std::string h = fmt::format("h.{}.", l), m = fmt::format("model.layers.{}.", l);
-      one(h + "ln1.weight", m + "input_layernorm.weight");
-      for (const char* x : {"q", "k", "v"})
-        one(h + "attn.qkv.weight", m + "self_attn." + x + "_proj.weight", x);
-      one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
-      one(h + "ln2.weight", m + "post_attention_layernorm.weight");
-      one(h + "mlp.up.weight", m + "mlp.gate_proj.weight", "gate");
-      one(h + "mlp.up.weight", m + "mlp.up_proj.weight", "up");
-      one(h + "mlp.down.weight", m + "mlp.down_proj.weight");
-    }
-    one("ln_f.weight", "model.norm.weight");
-    if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
-    return out;
+    return llama_style_hf_tensors(c, false);
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Llama's are published
 
   std::string gguf_arch() const override { return "llama"; }
   std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
-    std::vector<ExternalTensor> out;
-    auto one = [&](const std::string& param, const std::string& name, const std::string& part = "",
-                   int64_t rope_heads = 0) {
-      out.push_back({name, param, part, false, rope_heads});
-    };
-    one("wte", "token_embd.weight");
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
-      one(h + "ln1.weight", b + "attn_norm.weight");
-      one(h + "attn.qkv.weight", b + "attn_q.weight", "q", c.n_head);
-      one(h + "attn.qkv.weight", b + "attn_k.weight", "k", c.n_kv_head);
-      one(h + "attn.qkv.weight", b + "attn_v.weight", "v");
-      one(h + "attn.proj.weight", b + "attn_output.weight");
-      one(h + "ln2.weight", b + "ffn_norm.weight");
-      one(h + "mlp.up.weight", b + "ffn_gate.weight", "gate");
-      one(h + "mlp.up.weight", b + "ffn_up.weight", "up");
-      one(h + "mlp.down.weight", b + "ffn_down.weight");
-    }
-    one("ln_f.weight", "output_norm.weight");
-    // Tied: llama.cpp falls back to token_embd for the output projection.
-    if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
-    return out;
+    return llama_style_gguf_tensors(c, false, true);
   }
   bool gguf_rope_freqs() const override { return true; }
 };
@@ -165,6 +126,61 @@ void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["rms_norm_eps"] = c.norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = rope_scaling_to_hf(c.rope_scaling);
+}
+
+std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias) {
+  std::vector<ExternalTensor> out;
+  auto one = [&](const std::string& param, const std::string& hf, const std::string& part = "") {
+    out.push_back({hf, param, part, false, 0});
+  };
+  one("wte", "model.embed_tokens.weight");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    std::string h = fmt::format("h.{}.", l), m = fmt::format("model.layers.{}.", l);
+    one(h + "ln1.weight", m + "input_layernorm.weight");
+    // The parts of one parameter are consecutive: weights, then biases.
+    for (const char* w : {"weight", "bias"})
+      for (const char* x : {"q", "k", "v"})
+        if (w[0] == 'w' || qkv_bias)
+          one(h + "attn.qkv." + w, m + "self_attn." + x + "_proj." + w, x);
+    one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
+    one(h + "ln2.weight", m + "post_attention_layernorm.weight");
+    one(h + "mlp.up.weight", m + "mlp.gate_proj.weight", "gate");
+    one(h + "mlp.up.weight", m + "mlp.up_proj.weight", "up");
+    one(h + "mlp.down.weight", m + "mlp.down_proj.weight");
+  }
+  one("ln_f.weight", "model.norm.weight");
+  if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
+  return out;
+}
+
+std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,
+                                                     bool rope_permute) {
+  std::vector<ExternalTensor> out;
+  auto one = [&](const std::string& param, const std::string& name, const std::string& part = "",
+                 int64_t rope_heads = 0) {
+    out.push_back({name, param, part, false, rope_heads});
+  };
+  one("wte", "token_embd.weight");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
+    one(h + "ln1.weight", b + "attn_norm.weight");
+    for (const char* w : {"weight", "bias"}) {
+      if (w[0] == 'b' && !qkv_bias) continue;
+      const bool permute = rope_permute && w[0] == 'w';
+      one(h + "attn.qkv." + w, b + "attn_q." + w, "q", permute ? c.n_head : 0);
+      one(h + "attn.qkv." + w, b + "attn_k." + w, "k", permute ? c.n_kv_head : 0);
+      one(h + "attn.qkv." + w, b + "attn_v." + w, "v");
+    }
+    one(h + "attn.proj.weight", b + "attn_output.weight");
+    one(h + "ln2.weight", b + "ffn_norm.weight");
+    one(h + "mlp.up.weight", b + "ffn_gate.weight", "gate");
+    one(h + "mlp.up.weight", b + "ffn_up.weight", "up");
+    one(h + "mlp.down.weight", b + "ffn_down.weight");
+  }
+  one("ln_f.weight", "output_norm.weight");
+  // Tied: llama.cpp falls back to token_embd for the output projection.
+  if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+  return out;
 }
 
 const Architecture& llama_architecture() {

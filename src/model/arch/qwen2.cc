@@ -74,54 +74,13 @@ class Qwen2 final : public Architecture {
   }
 
   std::vector<ExternalTensor> hf_tensors(const ModelConfig& c, const std::string&) const override {
-    std::vector<ExternalTensor> out;
-    auto one = [&](const std::string& param, const std::string& hf, const std::string& part = "") {
-      out.push_back({hf, param, part, false, 0});
-    };
-    one("wte", "model.embed_tokens.weight");
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      std::string h = fmt::format("h.{}.", l), m = fmt::format("model.layers.{}.", l);
-      one(h + "ln1.weight", m + "input_layernorm.weight");
-      // The parts of one parameter are consecutive: weights, then biases.
-      for (const char* w : {"weight", "bias"})
-        for (const char* x : {"q", "k", "v"})
-          one(h + "attn.qkv." + w, m + "self_attn." + x + "_proj." + w, x);
-      one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
-      one(h + "ln2.weight", m + "post_attention_layernorm.weight");
-      one(h + "mlp.up.weight", m + "mlp.gate_proj.weight", "gate");
-      one(h + "mlp.up.weight", m + "mlp.up_proj.weight", "up");
-      one(h + "mlp.down.weight", m + "mlp.down_proj.weight");
-    }
-    one("ln_f.weight", "model.norm.weight");
-    if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
-    return out;
+    return llama_style_hf_tensors(c, true);
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Qwen2's are published
 
   std::string gguf_arch() const override { return "qwen2"; }
   std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
-    std::vector<ExternalTensor> out;
-    auto one = [&](const std::string& param, const std::string& name,
-                   const std::string& part = "") {
-      out.push_back({name, param, part, false, 0});
-    };
-    one("wte", "token_embd.weight");
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
-      one(h + "ln1.weight", b + "attn_norm.weight");
-      for (const char* w : {"weight", "bias"})
-        for (const char* x : {"q", "k", "v"})
-          one(h + "attn.qkv." + w, b + "attn_" + x + "." + w, x);
-      one(h + "attn.proj.weight", b + "attn_output.weight");
-      one(h + "ln2.weight", b + "ffn_norm.weight");
-      one(h + "mlp.up.weight", b + "ffn_gate.weight", "gate");
-      one(h + "mlp.up.weight", b + "ffn_up.weight", "up");
-      one(h + "mlp.down.weight", b + "ffn_down.weight");
-    }
-    one("ln_f.weight", "output_norm.weight");
-    // Tied: llama.cpp falls back to token_embd for the output projection.
-    if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
-    return out;
+    return llama_style_gguf_tensors(c, true, false);
   }
 };
 
