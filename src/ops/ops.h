@@ -150,6 +150,39 @@ void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& ta
 void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
                                     const Tensor& targets, int64_t ignore_index, float grad_scale);
 
+// ---- vocabulary-parallel cross-entropy (Megatron's) ----
+// The logits of a row split by vocabulary over shards (shard k holds ids
+// [vocab_start, vocab_start + Vs)): each shard reduces its part to three
+// numbers per row, the shards combine them, and each shard's backward needs
+// only the combined log-sum-exp. The full logits never exist on one rank.
+//   1. cross_entropy_shard_stats on every shard;
+//   2. an all-reduce MAX of row_max -> global_max, cross_entropy_rescale_stats
+//      (sumexp now relative to global_max), an all-reduce SUM of sumexp and of
+//      target_logit (one shard holds each target; the others hold 0);
+//   3. cross_entropy_shard_finish -> losses and lse (the same on every shard);
+//   4. cross_entropy_shard_backward on every shard.
+// With one shard (vocab_start 0, Vs = V) steps 2's reductions are identities.
+// The model's head uses the fused ops above at one shard (bit-identical
+// history); these are for a vocabulary split across a tensor-parallel group.
+//
+// logits T[N, Vs]; targets i32[N] (global ids); row_max, sumexp, target_logit
+// f32[N]: per row the shard's max, sum of exp(x - row_max) and the target's
+// logit (0 when the target is not in the shard or is ignored).
+void cross_entropy_shard_stats(Tensor row_max, Tensor sumexp, Tensor target_logit,
+                               const Tensor& logits, const Tensor& targets, int64_t vocab_start);
+// sumexp *= exp(row_max - global_max); row_max = global_max (all f32[N]).
+void cross_entropy_rescale_stats(Tensor row_max, Tensor sumexp, const Tensor& global_max);
+// losses, lse f32[N]: lse = max + log(sumexp); loss = lse - target_logit, 0
+// (and lse 0) where target == ignore_index.
+void cross_entropy_shard_finish(Tensor losses, Tensor lse, const Tensor& row_max,
+                                const Tensor& sumexp, const Tensor& target_logit,
+                                const Tensor& targets, int64_t ignore_index);
+// dlogits T[N, Vs] = (exp(x - lse) - onehot(target - vocab_start)) * grad_scale,
+// 0 rows for ignored targets. dlogits may alias logits.
+void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                                  const Tensor& lse, int64_t vocab_start, int64_t ignore_index,
+                                  float grad_scale);
+
 // Raw byte copy of a host buffer of dst.nbytes() bytes into dst (any dtype).
 void copy_bytes_from_host(Tensor dst, const void* src);
 // Raw byte copy of src (any dtype) into a host buffer of src.nbytes() bytes.

@@ -161,18 +161,19 @@ void MinHasher::signature(const uint32_t* x, size_t n, uint32_t* sig) const {
   // GCC 12's false "uninitialized" errors in the AVX-512 intrinsic headers.
   typedef uint32_t V __attribute__((vector_size(64)));
   constexpr size_t kRun = 4096;
-  auto load = [](const uint32_t* p) {
-    V v;
-    std::memcpy(&v, p, sizeof(V));
-    return v;
-  };
+  // Loads through an out-parameter: returning a 64-byte vector by value
+  // changes the ABI on CPUs without AVX-512 (GCC's -Wpsabi).
+  auto load = [](V& v, const uint32_t* p) { std::memcpy(&v, p, sizeof(V)); };
   thread_local std::vector<uint32_t> acc;
   acc.assign(padded_, UINT32_MAX);
   for (size_t r0 = 0; r0 < n; r0 += kRun) {
     size_t r1 = std::min(n, r0 + kRun);
     for (size_t blk = 0; blk < padded_; blk += kLanes) {
-      const V a = load(a_.data() + blk), b = load(b_.data() + blk);
-      V m0 = load(acc.data() + blk), m1 = m0;
+      V a, b, m0;
+      load(a, a_.data() + blk);
+      load(b, b_.data() + blk);
+      load(m0, acc.data() + blk);
+      V m1 = m0;
       size_t j = r0;
       for (; j + 2 <= r1; j += 2) {
         V h0 = a * x[j] + b, h1 = a * x[j + 1] + b;

@@ -80,6 +80,17 @@ void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& ta
 void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
                                     const Tensor& targets, int64_t ignore_index, float grad_scale);
 
+// ---- vocabulary-parallel cross-entropy (cross_entropy_shard.cc) ----
+void cross_entropy_shard_stats(Tensor row_max, Tensor sumexp, Tensor target_logit,
+                               const Tensor& logits, const Tensor& targets, int64_t vocab_start);
+void cross_entropy_rescale_stats(Tensor row_max, Tensor sumexp, const Tensor& global_max);
+void cross_entropy_shard_finish(Tensor losses, Tensor lse, const Tensor& row_max,
+                                const Tensor& sumexp, const Tensor& target_logit,
+                                const Tensor& targets, int64_t ignore_index);
+void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                                  const Tensor& lse, int64_t vocab_start, int64_t ignore_index,
+                                  float grad_scale);
+
 // ---- optimizer (adamw.cc) ----
 void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
                 Tensor param_copy);
