@@ -4,10 +4,13 @@
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/float_io.h"
 
 namespace nk::ops::cpu {
 namespace {
@@ -50,9 +53,17 @@ Key key_of(const MatmulSpec& s) {
 struct Entry {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, bias;
+  // Set where this CPU has no 16-bit matmul (oneDNN 2.x wants AVX-512 for
+  // bf16): the primitive is the f32 one, run on f32 copies of the 16-bit
+  // operands, with the result rounded back (round to nearest even), which is
+  // what the 16-bit primitive computes too (f32 accumulation), up to the
+  // order of the sums. The copies are kept with the entry: no allocation
+  // after the first call.
+  bool emulated = false;
+  std::vector<float> fa, fb, fc, fbias;
 };
 
-Entry create(const MatmulSpec& s) {
+Entry create_native(const MatmulSpec& s) {
   Entry e;
   e.a = dnnl::memory::desc({s.m, s.k}, to_dnnl(s.a), s.trans_a ? tag::ba : tag::ab);
   e.b = dnnl::memory::desc({s.k, s.n}, to_dnnl(s.b), s.trans_b ? tag::ba : tag::ab);
@@ -72,6 +83,46 @@ Entry create(const MatmulSpec& s) {
   return e;
 }
 
+Entry create(const MatmulSpec& s) {
+  try {
+    return create_native(s);
+  } catch (const dnnl::error&) {
+    const bool low = s.a != DType::F32 || s.b != DType::F32 || s.c != DType::F32 ||
+                     (s.has_bias && s.bias != DType::F32);
+    if (!low) throw;
+  }
+  MatmulSpec f = s;
+  f.a = f.b = f.c = f.bias = DType::F32;
+  Entry e = create_native(f);
+  e.emulated = true;
+  if (s.a != DType::F32) e.fa.resize(size_t(s.m * s.k));
+  if (s.b != DType::F32) e.fb.resize(size_t(s.k * s.n));
+  if (s.c != DType::F32) e.fc.resize(size_t(s.m * s.n));
+  if (s.has_bias && s.bias != DType::F32) e.fbias.resize(size_t(s.n));
+  return e;
+}
+
+// n elements of dtype `t` at p -> f32 at out (same layout).
+void widen(DType t, const void* p, float* out, int64_t n) {
+  dispatch_float(t, "dnnl_matmul", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(p);
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = load(x[i]);
+    });
+  });
+}
+
+void narrow(DType t, const float* x, void* p, int64_t n) {
+  dispatch_float(t, "dnnl_matmul", [&](auto tag) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(p);
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = store<T>(x[i]);
+    });
+  });
+}
+
 struct Cache {
   std::mutex mu;
   std::map<Key, Entry> entries;  // node-based: references stay valid after inserts
@@ -81,7 +132,7 @@ Cache& cache() {
   return c;
 }
 
-const Entry& lookup(const MatmulSpec& s) {
+Entry& lookup(const MatmulSpec& s) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto k = key_of(s);
@@ -95,16 +146,30 @@ const Entry& lookup(const MatmulSpec& s) {
 void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, const void* bias) {
   NK_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "dnnl_matmul: empty product {}x{}x{}", s.m, s.k, s.n);
   NK_CHECK(s.has_bias == (bias != nullptr), "dnnl_matmul: bias pointer/spec mismatch");
-  const Entry& e = lookup(s);
+  Entry& e = lookup(s);
+  if (e.emulated) {  // f32 stand-ins for the 16-bit operands
+    auto in = [](std::vector<float>& buf, DType t, const void* p) -> const void* {
+      if (buf.empty()) return p;
+      widen(t, p, buf.data(), int64_t(buf.size()));
+      return buf.data();
+    };
+    a = in(e.fa, s.a, a);
+    b = in(e.fb, s.b, b);
+    if (bias) bias = in(e.fbias, s.bias, bias);
+    if (!e.fc.empty() && s.accumulate) widen(s.c, c, e.fc.data(), int64_t(e.fc.size()));
+  }
+  void* out = e.emulated && !e.fc.empty() ? e.fc.data() : c;
   // Memory objects only wrap our pointers (no data allocation).
   auto wrap = [](const dnnl::memory::desc& md, const void* p) {
     return dnnl::memory(md, engine(), const_cast<void*>(p));
   };
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, wrap(e.a, a)}, {DNNL_ARG_WEIGHTS, wrap(e.b, b)}, {DNNL_ARG_DST, wrap(e.c, c)}};
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(e.a, a)},
+                                             {DNNL_ARG_WEIGHTS, wrap(e.b, b)},
+                                             {DNNL_ARG_DST, wrap(e.c, out)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, wrap(e.bias, bias));
   e.prim.execute(stream(), args);
   stream().wait();
+  if (out != c) narrow(s.c, e.fc.data(), c, int64_t(e.fc.size()));
 }
 
 size_t dnnl_matmul_cache_size() {

@@ -2,6 +2,8 @@
 // (+ bias[N]). Transposed operands are described by memory descs (format tag
 // `ba`), never copied. Primitives are created once per distinct MatmulSpec and
 // cached process-wide, so after the first training step none are created.
+// On a CPU where oneDNN has no bf16 matmul (before AVX-512) a bf16 product runs
+// as f32 on converted copies, rounded back (see Entry in the .cc).
 #pragma once
 #include <cstddef>
 #include <cstdint>
