@@ -210,8 +210,8 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 
 void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {
   const SafetensorsEntry& e = entry(name);
-  if (!dst.defined() || dst.device() != Device::CPU || !dst.is_contiguous() ||
-      dst.dtype() != e.dtype || dst.numel() != shape_numel(e.shape))
+  if (!dst.defined() || !dst.on_host() || !dst.is_contiguous() || dst.dtype() != e.dtype ||
+      dst.numel() != shape_numel(e.shape))
     fail("{}: tensor '{}' is {}{}, cannot be read into {}", path_, name,
          safetensors_dtype_name(e.dtype), shape_str(e.shape), dst.desc());
   if (e.end > e.begin && !pread_all(fd_->fd, dst.raw(), e.end - e.begin, data_start_ + e.begin))
@@ -229,8 +229,8 @@ void save_safetensors(const std::string& path,
   }
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    NK_CHECK(t.defined() && t.device() == Device::CPU && t.is_contiguous(),
-             "tensor '{}' must be a defined, contiguous CPU tensor", name);
+    NK_CHECK(t.defined() && t.on_host() && t.is_contiguous(),
+             "tensor '{}' must be a defined, contiguous host tensor", name);
     NK_CHECK(!name.empty() && name != "__metadata__" && !header.contains(name),
              "bad or repeated tensor name '{}'", name);
     ojson entry = ojson::object();

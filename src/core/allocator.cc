@@ -10,9 +10,26 @@ const char* device_name(Device d) {
   return d == Device::CPU ? "cpu" : "cuda";
 }
 
+Device parse_device(const std::string& name, const std::string& key) {
+  Device d;
+  if (name == "cpu")
+    d = Device::CPU;
+  else if (name == "cuda")
+    d = Device::CUDA;
+  else
+    fail("{}: unknown device '{}' (expected cpu or cuda)", key, name);
+  if (!device_available(d))
+    fail("{}: device '{}' is not available in this build (built without CUDA)", key, name);
+  return d;
+}
+
+bool device_available(Device d) {
+  return d == Device::CPU;
+}
+
 Allocator& Allocator::get(Device d) {
   static Allocator cpu;
-  if (d != Device::CPU) fail("device '{}' is not available in this build", device_name(d));
+  if (!device_available(d)) fail("device '{}' is not available in this build", device_name(d));
   return cpu;
 }
 

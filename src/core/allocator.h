@@ -3,11 +3,26 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <string>
 
 namespace nk {
 
+// Where a tensor's storage lives. Only ops/ (which picks a kernel) and the
+// allocator look at which one it is; the rest of the code passes a Device
+// along from the config (`train.device`) or asks `kHost` for host memory.
 enum class Device : uint8_t { CPU, CUDA };
-const char* device_name(Device d);
+const char* device_name(Device d);  // "cpu", "cuda"
+
+// Host memory: what files are read into, what host pointers and data loaders
+// fill, and what a host-side sampler reads. On a CPU run it is also the
+// compute device, so host staging costs no copy there.
+constexpr Device kHost = Device::CPU;
+
+// The device named `name` ("cpu", "cuda") for config key `key`: nk::Error
+// naming the key for an unknown name or a device this build or machine lacks.
+Device parse_device(const std::string& name, const std::string& key);
+// Whether this build can allocate on `d` (CPU always; CUDA once its backend lands).
+bool device_available(Device d);
 
 class Allocator {
  public:

@@ -45,7 +45,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  NK_CHECK(device == Device::CPU, "zeros on {}", device_name(device));
+  NK_CHECK(device == kHost, "zeros on {}", device_name(device));
   Tensor t = empty(shape, dtype, device);
   std::memset(t.raw(), 0, t.nbytes());
   return t;

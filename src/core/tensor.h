@@ -21,7 +21,7 @@ int64_t shape_numel(const Shape& s);
 struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
-  Device device = Device::CPU;
+  Device device = kHost;
   bool owned = false;
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -32,11 +32,12 @@ struct Storage {
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised contiguous tensor from the device allocator.
-  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
-  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::CPU);
+  // Uninitialised contiguous tensor from the device allocator (host memory
+  // unless a device is named).
+  static Tensor empty(const Shape& shape, DType dtype, Device device = kHost);
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = kHost);
   // A view of memory Nekton does not own (the caller keeps it alive).
-  static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::CPU);
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = kHost);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -45,7 +46,9 @@ class Tensor {
   int64_t dim(int i) const;  // negative i counts from the end
   int64_t numel() const { return shape_numel(shape_); }
   DType dtype() const { return dtype_; }
-  Device device() const { return storage_ ? storage_->device : Device::CPU; }
+  Device device() const { return storage_ ? storage_->device : kHost; }
+  // Whether host code may read and write data<T>() directly.
+  bool on_host() const { return device() == kHost; }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const;
   std::string desc() const;  // "bf16[8, 256, 768]"

@@ -84,8 +84,8 @@ Generator::Generator(Transformer& model, const Tokenizer* tok, int64_t batch_siz
            "Generator: batch {}, prefill chunk {}, max_len {}", batch_size, prefill_chunk, max_len);
   if (max_len > 0)
     cache_ = std::make_unique<SlotCache>(model.config(), model.compute_dtype(), batch_size, max_len,
-                                         batch_size + prefill_chunk);
-  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32);
+                                         batch_size + prefill_chunk, model.device());
+  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32, model.device());
 }
 
 Generator::Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<SequenceCache> cache,
@@ -98,7 +98,7 @@ Generator::Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<S
       cache_(std::move(cache)) {
   NK_CHECK(cache_ && batch_size > 0, "Generator: no cache, or batch {}", batch_size);
   chunk_ = cache_->max_tokens();
-  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32);
+  logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32, model.device());
 }
 
 Generator::~Generator() = default;
@@ -199,7 +199,7 @@ void Generator::fit_cache() {
   for (const Sequence* s : waiting_) want = std::max(want, s->need);
   if (cache_ && cache_->max_len() >= want) return;
   cache_ = std::make_unique<SlotCache>(model_.config(), model_.compute_dtype(), batch_, want,
-                                       batch_ + chunk_);
+                                       batch_ + chunk_, model_.device());
 }
 
 void Generator::admit() {

@@ -30,7 +30,8 @@ PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32
     if (b + std::min(W, L - 1 - b) >= L - 1) break;
   }
   std::unique_ptr<Activations> full, last;
-  Tensor in = Tensor::empty({1, W}, DType::I32), tg = Tensor::empty({1, W}, DType::I32);
+  const Device dev = model.device();
+  Tensor in = Tensor::empty({1, W}, DType::I32, dev), tg = Tensor::empty({1, W}, DType::I32, dev);
   std::vector<int32_t> tgt(static_cast<size_t>(W));
   PerplexityResult res;
   double sum = 0;
@@ -38,10 +39,9 @@ PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32
   for (int64_t k = 0, b = 0; k < total; ++k, b += S) {
     const int64_t n = std::min(W, L - 1 - b);
     std::unique_ptr<Activations>& acts = n == W ? full : last;
-    if (!acts || acts->T != n)
-      acts = std::make_unique<Activations>(c, model.compute_dtype(), 1, n, false);
-    Tensor x = n == W ? in : Tensor::empty({1, n}, DType::I32);
-    Tensor y = n == W ? tg : Tensor::empty({1, n}, DType::I32);
+    if (!acts || acts->T != n) acts = std::make_unique<Activations>(model, 1, n, false);
+    Tensor x = n == W ? in : Tensor::empty({1, n}, DType::I32, dev);
+    Tensor y = n == W ? tg : Tensor::empty({1, n}, DType::I32, dev);
     int64_t scored = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = b + 1 + i;  // index of the target

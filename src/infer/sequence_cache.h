@@ -53,9 +53,9 @@ class SequenceCache {
 // slot is the next one reused.
 class SlotCache final : public SequenceCache {
  public:
-  // slots: sequences held at once; max_len, max_tokens: as in KVCache.
+  // slots: sequences held at once; max_len, max_tokens, device: as in KVCache.
   SlotCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len,
-            int64_t max_tokens);
+            int64_t max_tokens, Device device = kHost);
 
   int64_t slots() const { return cache_.slots(); }
   int64_t free_slots() const { return int64_t(free_.size()); }

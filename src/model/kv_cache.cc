@@ -2,9 +2,12 @@
 
 #include <algorithm>
 
+#include "ops/ops.h"
+
 namespace nk {
 
-KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens)
+KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
+                 Device device)
     : slots_(slots), max_len_(max_len), max_tokens_(max_tokens), dtype_(dt) {
   NK_CHECK(slots > 0 && max_len > 0 && max_tokens > 0, "KVCache: slots {}, max_len {}, tokens {}",
            slots, max_len, max_tokens);
@@ -12,27 +15,29 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
     fail("KVCache: {} positions exceed model.max_seq_len = {}", max_len, c.max_seq_len);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k.push_back(Tensor::zeros({slots, c.n_kv_head, max_len, D}, dt));
-    v.push_back(Tensor::zeros({slots, c.n_kv_head, max_len, D}, dt));
+    k.push_back(Tensor::empty({slots, c.n_kv_head, max_len, D}, dt, device));
+    v.push_back(Tensor::empty({slots, c.n_kv_head, max_len, D}, dt, device));
+    ops::fill(k.back(), 0.f);
+    ops::fill(v.back(), 0.f);
   }
   const int64_t R = max_tokens;
-  tokens = Tensor::empty({R}, DType::I32);
-  slot_ids = Tensor::empty({R}, DType::I32);
-  positions = Tensor::empty({R}, DType::I32);
-  x = Tensor::empty({R, C}, dt);
-  ln = Tensor::empty({R, C}, dt);
-  qkv = Tensor::empty({R, c.qkv_dim()}, dt);
-  att = Tensor::empty({R, c.n_head * D}, dt);
-  tmp = Tensor::empty({R, C}, dt);
-  h = Tensor::empty({R, up}, dt);
-  a = Tensor::empty({R, c.d_ff}, dt);
-  mean = Tensor::empty({R}, DType::F32);
-  rstd = Tensor::empty({R}, DType::F32);
+  tokens = Tensor::empty({R}, DType::I32, device);
+  slot_ids = Tensor::empty({R}, DType::I32, device);
+  positions = Tensor::empty({R}, DType::I32, device);
+  x = Tensor::empty({R, C}, dt, device);
+  ln = Tensor::empty({R, C}, dt, device);
+  qkv = Tensor::empty({R, c.qkv_dim()}, dt, device);
+  att = Tensor::empty({R, c.n_head * D}, dt, device);
+  tmp = Tensor::empty({R, C}, dt, device);
+  h = Tensor::empty({R, up}, dt, device);
+  a = Tensor::empty({R, c.d_ff}, dt, device);
+  mean = Tensor::empty({R}, DType::F32, device);
+  rstd = Tensor::empty({R}, DType::F32, device);
   // The head runs on at most `slots` rows at a time (one per sequence in a
   // decode step); more rows are done in several passes.
   head_rows = std::min(R, std::max<int64_t>(slots, 1));
-  sel = Tensor::empty({head_rows, C}, dt);
-  head_logits = Tensor::empty({head_rows, c.vocab_size}, dt);
+  sel = Tensor::empty({head_rows, C}, dt, device);
+  head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
 }
 
 int64_t KVCache::cache_bytes() const {

@@ -19,9 +19,9 @@ class KVCache {
  public:
   // slots: sequences held at once; max_len: positions per sequence (<= the
   // model's max_seq_len); max_tokens: new tokens one forward_cached call may
-  // carry (prefill chunk + decode tokens).
-  KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len,
-          int64_t max_tokens);
+  // carry (prefill chunk + decode tokens). device: the model's.
+  KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len, int64_t max_tokens,
+          Device device = kHost);
 
   int64_t slots() const { return slots_; }
   int64_t max_len() const { return max_len_; }

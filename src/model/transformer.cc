@@ -22,14 +22,17 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg,
 }
 
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
-                         const std::vector<std::string>& frozen)
-    : cfg_(cfg), compute_(compute), layout_(model_layout(cfg, frozen)) {
+                         const std::vector<std::string>& frozen, Device device)
+    : cfg_(cfg), compute_(compute), device_(device), layout_(model_layout(cfg, frozen)) {
   cfg_.validate();
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
-  params_ = Tensor::zeros({layout_.total()}, DType::F32);
-  grads_ = Tensor::zeros({layout_.trainable_end()}, DType::F32);
-  compute_params_ = compute == DType::F32 ? params_ : Tensor::zeros({layout_.total()}, compute);
+  params_ = Tensor::empty({layout_.total()}, DType::F32, device_);
+  grads_ = Tensor::empty({layout_.trainable_end()}, DType::F32, device_);
+  ops::fill(params_, 0.f);
+  zero_grads();
+  compute_params_ =
+      compute == DType::F32 ? params_ : Tensor::empty({layout_.total()}, compute, device_);
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
   std::vector<float> host;
@@ -46,8 +49,9 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   const BlockSpec spec = cfg_.architecture().block();
   // One table for training and the KV-cache path; scaled as the config says (model/rope.h).
   if (!spec.learned_positions)
-    rope_ = rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling,
-                       cfg_.max_seq_len);
+    rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta,
+                                      cfg_.rope_scaling, cfg_.max_seq_len),
+                           device_);
   bind_views();
 }
 
@@ -116,13 +120,14 @@ void Transformer::bind_views() {
                                : linear("lm_head");
 }
 
-Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training)
+Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
+                         Device device)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
   int64_t C = c.d_model, HD = c.n_head * c.head_dim(), up = c.mlp_up_dim();
-  auto act = [&](int64_t X) { return Tensor::empty({B, T, X}, dt); };
-  auto stat = [&]() { return Tensor::empty({B * T}, DType::F32); };
+  auto act = [&](int64_t X) { return Tensor::empty({B, T, X}, dt, device); };
+  auto stat = [&]() { return Tensor::empty({B * T}, DType::F32, device); };
   for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(act(C));
   // Inference keeps one layer's activations and reuses it for every layer.
   int64_t saved_layers = training ? c.n_layer : 1;
@@ -137,7 +142,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.rstd2 = stat();
     y.attn.qkv = act(c.qkv_dim());
     y.attn.out = act(HD);
-    y.attn.lse = Tensor::empty({B, c.n_head, T}, DType::F32);
+    y.attn.lse = Tensor::empty({B, c.n_head, T}, DType::F32, device);
     y.mlp.h = act(up);
     y.mlp.a = act(c.d_ff);
     layers.push_back(y);
@@ -152,8 +157,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / c.vocab_size);
   int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
   chunk = (B * T + n_chunks - 1) / n_chunks;
-  logits = Tensor::empty({chunk, c.vocab_size}, dt);
-  losses = Tensor::empty({B * T}, DType::F32);
+  logits = Tensor::empty({chunk, c.vocab_size}, dt, device);
+  losses = Tensor::empty({B * T}, DType::F32, device);
   host_losses.resize(size_t(B * T));
   if (training) {
     dres = act(C);

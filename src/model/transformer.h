@@ -40,15 +40,18 @@ class Transformer {
   // compute: f32 or bf16. frozen: names of parameters that get no gradient
   // (nk::Error naming an unknown one); their grad views are undefined, so the
   // ops skip them, and the grads arena holds only the trainable parameters.
-  // Initial values do not depend on what is frozen.
+  // Initial values do not depend on what is frozen. device: where the
+  // arenas, the RoPE table and the model's workspaces live (`train.device`).
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
-              ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {});
+              ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
+              Device device = kHost);
   // The layout such a model has, without allocating it (parameter names).
   static ParamLayout layout_for(const ModelConfig& cfg,
                                 const std::vector<std::string>& frozen = {});
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
+  Device device() const { return device_; }
   const ParamLayout& layout() const { return layout_; }
   Tensor& params() { return params_; }  // f32 master weights [total]
   Tensor& grads() { return grads_; }    // f32 [layout().trainable_end()]
@@ -121,6 +124,7 @@ class Transformer {
 
   ModelConfig cfg_;
   DType compute_;
+  Device device_;
   ParamLayout layout_;
   Tensor params_, grads_, compute_params_;
   Tensor rope_;
@@ -133,7 +137,11 @@ class Transformer {
 // Every activation of one (B, T) micro-batch, allocated once.
 class Activations {
  public:
-  Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training);
+  Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
+              Device device = kHost);
+  // For `model`: its config, compute dtype and device.
+  Activations(const Transformer& model, int64_t B, int64_t T, bool training)
+      : Activations(model.config(), model.compute_dtype(), B, T, training, model.device()) {}
   int64_t B, T;
   // The residual stream entering layer l [B, T, C] (l = n_layer: the last
   // block's output): what a pipeline stage sends forward.

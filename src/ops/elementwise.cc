@@ -61,6 +61,22 @@ void copy_bytes_to_host(const Tensor& src, void* dst) {
   NK_KERNEL(copy_bytes_to_host, device_of("copy_bytes_to_host", {{&src, "src"}}))(src, dst);
 }
 
+Tensor to_device(const Tensor& host, Device device) {
+  NK_CHECK(host.on_host() && host.is_contiguous(), "to_device: {} is not dense host memory",
+           host.desc());
+  if (device == host.device()) return host;
+  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
+  copy_bytes_from_host(t, host.raw());
+  return t;
+}
+
+void upload(Tensor dst, const Tensor& src) {
+  NK_CHECK(src.on_host() && src.is_contiguous(), "upload: {} is not dense host memory", src.desc());
+  NK_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), "upload: {} into {}",
+           src.desc(), dst.desc());
+  if (dst.raw() != src.raw()) copy_bytes_from_host(dst, src.raw());
+}
+
 int64_t count_not_equal(const Tensor& x, int64_t value) {
   const Device dev = device_of("count_not_equal", {{&x, "x"}});
   check_dtype(x, DType::I32, "count_not_equal x");

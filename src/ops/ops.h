@@ -187,6 +187,12 @@ void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Te
 void copy_bytes_from_host(Tensor dst, const void* src);
 // Raw byte copy of src (any dtype) into a host buffer of src.nbytes() bytes.
 void copy_bytes_to_host(const Tensor& src, void* dst);
+// A tensor with host tensor `host`'s contents on `device`: `host` itself (no
+// copy) when `device` is the host. Loads host-built tables onto the device.
+Tensor to_device(const Tensor& host, Device device);
+// dst <- the bytes of host tensor `src` (same dtype and size); nothing when
+// they are one tensor (a CPU run's batch is filled in place).
+void upload(Tensor dst, const Tensor& src);
 // Number of entries of an i32 tensor that differ from `value` (e.g. targets
 // that are not the ignore index).
 int64_t count_not_equal(const Tensor& x, int64_t value);

@@ -46,8 +46,11 @@ AdamW::AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConf
   for (size_t i = 1; i < by_begin.size(); ++i)
     NK_CHECK(by_begin[i - 1]->end <= by_begin[i]->begin, "AdamW: groups '{}' and '{}' overlap",
              by_begin[i - 1]->name, by_begin[i]->name);
-  m_ = Tensor::zeros({state}, DType::F32);
-  v_ = Tensor::zeros({state}, DType::F32);
+  // The moments live beside the weights they update.
+  m_ = Tensor::empty({state}, DType::F32, arenas_.params.device());
+  v_ = Tensor::empty({state}, DType::F32, arenas_.params.device());
+  ops::fill(m_, 0.f);
+  ops::fill(v_, 0.f);
 }
 
 AdamW::AdamW(Transformer& model, const AdamWConfig& cfg)

@@ -27,6 +27,9 @@ ConfigSchema train_schema() {
   s.add_string("data.invalid_utf8", "error",
                "invalid UTF-8 in the corpus: error, or replace (with U+FFFD)");
   s.add_string("train.dtype", "bf16", "compute precision: bf16 (fp32 master weights) or f32");
+  s.add_string("train.device", "cpu",
+               "where the model, optimizer state and activations live: cpu (cuda needs a build "
+               "with the CUDA backend)");
   s.add_int("train.micro_batch", 8, "sequences per forward/backward pass");
   s.add_int("train.seq_len", 256, "tokens per sequence");
   s.add_int("train.global_batch", 8, "sequences per optimizer step (multiple of micro_batch)");
@@ -72,6 +75,7 @@ TrainConfig train_config_from(const Config& c) {
   t.dtype = parse_dtype(c.get_string("train.dtype"));
   if (t.dtype != DType::F32 && t.dtype != DType::BF16)
     fail("train.dtype: expected bf16 or f32, got '{}'", c.get_string("train.dtype"));
+  t.device = parse_device(c.get_string("train.device"), "train.device");
   t.data_path = c.get_string("data.path");
   t.data_prefix = c.get_string("data.prefix");
   t.data_blend = c.get_string("data.blend");

@@ -14,6 +14,7 @@ namespace nk {
 struct TrainConfig {
   ModelConfig model;
   DType dtype = DType::BF16;
+  Device device = kHost;  // train.device: where the model, its state and activations live
   // Exactly one data source: data_path (plain text), data_prefix (one indexed
   // dataset) or blend (weighted indexed datasets, from data.blend).
   std::string data_path;

@@ -22,6 +22,22 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// One micro-batch, i32 [B, T]: the loader fills host memory and the model
+// reads `tokens` and `targets` on its device. On a CPU run they are the host
+// tensors themselves and upload() copies nothing.
+struct DeviceBatch {
+  DeviceBatch(int64_t B, int64_t T, Device device)
+      : host_tokens(Tensor::empty({B, T}, DType::I32)),
+        host_targets(Tensor::empty({B, T}, DType::I32)),
+        tokens(ops::to_device(host_tokens, device)),
+        targets(ops::to_device(host_targets, device)) {}
+  void upload() {
+    ops::upload(tokens, host_tokens);
+    ops::upload(targets, host_targets);
+  }
+  Tensor host_tokens, host_targets, tokens, targets;
+};
+
 // The signal that asked the running Trainer to stop; the handler only sets
 // it, so a second signal (say during the save) changes nothing.
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -55,10 +71,12 @@ class StopSignalGuard {
 };
 }  // namespace
 
-double measure_gemm_peak(DType dtype) {
+double measure_gemm_peak(DType dtype, Device device) {
   const int64_t n = 2048;
-  Tensor a = Tensor::zeros({n, n}, dtype), b = Tensor::zeros({n, n}, dtype);
-  Tensor c = Tensor::empty({n, n}, dtype);
+  Tensor a = Tensor::empty({n, n}, dtype, device), b = Tensor::empty({n, n}, dtype, device);
+  Tensor c = Tensor::empty({n, n}, dtype, device);
+  ops::fill(a, 0.f);
+  ops::fill(b, 0.f);
   ops::linear_forward(c, a, b, Tensor());  // warm-up: primitive creation
   double best = 1e30;
   for (int i = 0; i < 8; ++i) {
@@ -78,7 +96,7 @@ Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
   resume();
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
-                                           cfg_.frozen);
+                                           cfg_.frozen, cfg_.device);
   if (!opt_) opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
   if (!cfg_.data_tokenizer.empty()) {
     std::unique_ptr<Tokenizer> tok;
@@ -195,7 +213,7 @@ void Trainer::resume_legacy() {
          model_dir);
   if (!cfg_.frozen.empty()) {  // the same weights in a layout with the frozen ones last
     auto frozen = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
-                                                cfg_.frozen);
+                                                cfg_.frozen, cfg_.device);
     for (const ParamInfo& p : model_->layout().params())
       ops::convert(ParamLayout::view(frozen->params(), frozen->layout().find(p.name)),
                    ParamLayout::view(model_->params(), p));
@@ -223,15 +241,15 @@ Trainer::~Trainer() = default;
 
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
-  Activations acts(cfg_.model, cfg_.dtype, cfg_.micro_batch, cfg_.seq_len, false);
+  Activations acts(*model_, cfg_.micro_batch, cfg_.seq_len, false);
   // The same valid samples at every validation, so the figures compare.
   DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
-  Tensor tokens = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-  Tensor targets = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
+  DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device());
   double sum = 0;
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
-    loader.next(tokens, targets);
-    sum += model_->forward_loss(acts, tokens, targets);
+    loader.next(batch.host_tokens, batch.host_targets);
+    batch.upload();
+    sum += model_->forward_loss(acts, batch.tokens, batch.targets);
   }
   return sum / double(cfg_.val_batches);
 }
@@ -242,7 +260,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // A run killed after its last checkpoint logged steps it will now redo.
   if (state_.step > 0) keep_metrics_through_step(cfg_.metrics_file, state_.step);
   MetricsWriter metrics(cfg_.metrics_file, state_.step > 0);
-  double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12 : measure_gemm_peak(cfg_.dtype);
+  double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12
+                                     : measure_gemm_peak(cfg_.dtype, model_->device());
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
           cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
           dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
@@ -255,12 +274,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
           accum);
 
-  Activations acts(cfg_.model, cfg_.dtype, B, T, true);
+  Activations acts(*model_, B, T, true);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
   const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
-  Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+  DeviceBatch batch(B, T, model_->device());
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   auto t_start = Clock::now();
   const int64_t first_step = state_.step;
@@ -272,9 +291,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     model_->zero_grads();
     double loss = 0;
     for (int64_t m = 0; m < accum; ++m) {
-      loader.next(tokens, targets);
-      if (on_batch_) on_batch_(step + 1, tokens, targets);
-      loss += model_->forward_backward(acts, tokens, targets, 1.f / float(accum)) / double(accum);
+      loader.next(batch.host_tokens, batch.host_targets);
+      if (on_batch_) on_batch_(step + 1, batch.host_tokens, batch.host_targets);
+      batch.upload();
+      loss += model_->forward_backward(acts, batch.tokens, batch.targets, 1.f / float(accum)) /
+              double(accum);
     }
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped.
@@ -295,7 +316,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.step_ms = dt * 1e3;
     s.tokens_per_s = double(B * T * accum) / dt;
     s.mfu = flops_per_step / dt / peak;
-    s.peak_bytes = Allocator::get(Device::CPU).peak_bytes();
+    s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
       s.val_loss = evaluate();
     history_.push_back(s);

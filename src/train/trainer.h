@@ -66,7 +66,7 @@ class Trainer {
   int stopped_by_ = 0;
 };
 
-// Measured peak of the compute dtype's matrix product (FLOP/s), for MFU.
-double measure_gemm_peak(DType dtype);
+// Measured peak of the compute dtype's matrix product on `device` (FLOP/s), for MFU.
+double measure_gemm_peak(DType dtype, Device device);
 
 }  // namespace nk

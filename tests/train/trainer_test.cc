@@ -63,6 +63,40 @@ TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
   }
 }
 
+// train.device picks where the model lives; a device this build lacks, or an
+// unknown name, is refused naming the key before anything is allocated.
+TEST(Trainer, DeviceComesFromTrainDevice) {
+  const std::string out = (fs::path(NK_BINARY_DIR) / "trainer_device").string();
+  auto with_device = [&](const std::string& d) {
+    ConfigSchema s = train_schema();
+    Config c = Config::load(s, "", {"data.path=" + corpus_path(), "train.out_dir=" + out});
+    c.set("train.device", d, "test");
+    return train_config_from(c);
+  };
+  TrainConfig cpu = with_device("cpu");
+  cpu.steps = 1;
+  cpu.model.n_layer = 1;
+  Trainer t(cpu);
+  EXPECT_EQ(t.model().device(), parse_device("cpu", "k"));
+  EXPECT_EQ(t.model().params().device(), t.model().device());
+  EXPECT_EQ(t.model().grads().device(), t.model().device());
+  if (!device_available(Device::CUDA)) try {
+      with_device("cuda");
+      FAIL() << "cuda accepted in a build without it";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("train.device: device 'cuda' is not available"),
+                std::string::npos)
+          << e.what();
+    }
+  try {
+    with_device("tpu");
+    FAIL() << "an unknown device accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device: unknown device 'tpu'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Trainer, LlamaLearnsInBf16) {
   Trainer t(tiny((fs::path(NK_BINARY_DIR) / "trainer_llama").string(), DType::BF16, "llama-tiny"));
   t.run();

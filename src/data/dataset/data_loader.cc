@@ -26,7 +26,7 @@ void DataLoader::next(Tensor inputs, Tensor targets) {
     const char* what = t == &inputs ? "inputs" : "targets";
     check_shape(*t, {B_, T}, what);
     check_dtype(*t, DType::I32, what);
-    NK_CHECK(t->device() == Device::CPU && t->is_contiguous(), "loader output must be CPU, dense");
+    NK_CHECK(t->on_host() && t->is_contiguous(), "loader output must be host memory, dense");
   }
   if (consumed_ + B_ > data_->size())
     fail("{}: out of samples: {} read, {} more wanted, {} in all", data_->name(), consumed_, B_,

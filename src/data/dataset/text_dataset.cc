@@ -170,7 +170,7 @@ void TokenLoader::next(Tensor inputs, Tensor targets) {
   for (const Tensor* t : {&inputs, &targets}) {
     check_shape(*t, {B_, T_}, t == &inputs ? "inputs" : "targets");
     check_dtype(*t, DType::I32, t == &inputs ? "inputs" : "targets");
-    NK_CHECK(t->device() == Device::CPU && t->is_contiguous(), "loader output must be CPU, dense");
+    NK_CHECK(t->on_host() && t->is_contiguous(), "loader output must be host memory, dense");
   }
   int32_t* x = inputs.data<int32_t>();
   int32_t* y = targets.data<int32_t>();
