@@ -1,15 +1,20 @@
-// A saved Llama-family model folder (ckpt/model_io.h) as one GGUF file that
-// llama.cpp loads: llama.* hyper-parameters, the tokenizer stored with the
-// model (ckpt/gguf_vocab.h) and the weights under llama.cpp's tensor names:
+// A saved model folder (ckpt/model_io.h) as one GGUF file that llama.cpp
+// loads: the architecture's GGUF name and hyper-parameters (`<arch>.*`, from
+// Architecture::gguf_arch), the tokenizer stored with the model
+// (ckpt/gguf_vocab.h) and the weights under llama.cpp's tensor names, which
+// each architecture maps (Architecture::gguf_tensors). For the Llama family
+// (Llama, Qwen2, Mistral):
 //   wte                -> token_embd.weight          [V, C]
 //   h.N.ln1.weight     -> blk.N.attn_norm.weight     [C]      (always f32)
-//   h.N.attn.qkv       -> blk.N.attn_{q,k,v}.weight  q, k rows permuted (below)
+//   h.N.attn.qkv       -> blk.N.attn_{q,k,v}.weight  q, k rows permuted (rope_heads)
 //   h.N.attn.proj      -> blk.N.attn_output.weight
 //   h.N.ln2.weight     -> blk.N.ffn_norm.weight      [C]      (always f32)
 //   h.N.mlp.up         -> blk.N.ffn_{gate,up}.weight rows [gate | up] split
 //   h.N.mlp.down       -> blk.N.ffn_down.weight
 //   ln_f.weight        -> output_norm.weight         [C]      (always f32)
 //   lm_head.weight     -> output.weight              (absent when tied)
+// A model llama.cpp would run differently (a sliding window shorter than the
+// context) is refused rather than written.
 #pragma once
 #include <cstdint>
 #include <string>
