@@ -13,11 +13,13 @@ namespace {
 
 constexpr double kTimeout = 2;
 
-RunResult run_fault(int np, const std::string& mode, int victim, const std::string& group, int tp) {
+RunResult run_fault(int np, const std::string& mode, int victim, const std::string& group, int tp,
+                    const std::string& op = "") {
   std::string cmd = fmt::format(
       "timeout -k 5 {} env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_btl_vader_single_copy_mechanism=none {} -np {} --oversubscribe {} {} {} {} {} {}",
-      int(kTimeout + 10), NK_MPIEXEC, np, NK_DIST_FAULT, mode, victim, group, tp, kTimeout);
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none {} -np {} --oversubscribe {} {} {} {} {} {} "
+      "{} </dev/null",
+      int(kTimeout + 10), NK_MPIEXEC, np, NK_DIST_FAULT, mode, victim, group, tp, kTimeout, op);
   return run_command(cmd);
 }
 
@@ -51,6 +53,19 @@ TEST(DistTimeout, HungPeerInSubGroupIsNamedByGroupAndWorldRank) {
   bool at_exit = contains(r.out, "at exit: ") && contains(r.out, "group 'world' barrier #") &&
                  contains(r.out, "rank 3 (world 3): no answer");
   EXPECT_TRUE(partner || at_exit) << r.out;
+}
+
+// A ring of send/recv on 3 ranks where world rank 2 hangs: rank 0 waits to
+// receive from it and names it (rank 1's send went out eagerly; it then waits
+// at exit and names rank 2 there, which may be the message printed first).
+TEST(DistTimeout, HungPeerOfAReceiveIsNamed) {
+  auto r = run_fault(3, "hang", 2, "world", 1, "ring");
+  ASSERT_NE(r.code, 124) << "the job did not end within the timeout + 10 s:\n" << r.out;
+  EXPECT_NE(r.code, 0) << r.out;
+  bool receiver = contains(r.out, "rank 0 (world 0), group 'world' recv #") &&
+                  contains(r.out, "timed out after 2.0 s: missing rank 2 (world 2): no answer");
+  bool at_exit = contains(r.out, "at exit: ") && contains(r.out, "rank 2 (world 2): no answer");
+  EXPECT_TRUE(receiver || at_exit) << r.out;
 }
 
 // A killed rank: mpirun may end the job itself on seeing the signal, or the
