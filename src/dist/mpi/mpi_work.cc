@@ -14,14 +14,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Yield for the first rounds, then sleep 20 µs doubling every 100 rounds up to 1 ms.
-void pause(int polls) {
-  constexpr int kSpins = 300;
-  if (polls < kSpins) {
+// Polls back to back (yielding the core) for the first second of a wait: MPI's
+// non-blocking collectives advance only inside MPI calls, so any sleep here
+// stretches every round of their algorithm. A wait that lasts longer is
+// waiting for a straggler: poll every 20 µs, growing to 1 ms, to leave the
+// cores to the ranks still computing.
+void pause(double waited_s, int& sleeps) {
+  if (waited_s < 1.0) {
     std::this_thread::yield();
     return;
   }
-  int us = std::min(1000, 20 << std::min((polls - kSpins) / 100, 6));
+  int us = std::min(1000, 20 << std::min(sleeps++ / 100, 6));
   std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
@@ -68,13 +71,20 @@ bool MpiWork::test() {
 void MpiWork::wait() {
   if (done_) return;
   auto& live = *comm_.state().liveness;
-  auto deadline = Clock::now() + std::chrono::duration<double>(comm_.timeout());
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration<double>(comm_.timeout());
   live.enter(comm_.name(), op_, seq_);
-  for (int polls = 0;; ++polls) {
+  // Probes are served every millisecond at most: a prober waits 0.2 s or more.
+  auto served = start;
+  for (int sleeps = 0;;) {
     if (poll()) break;
-    live.serve();
-    if (Clock::now() >= deadline) timed_out();
-    pause(polls);
+    auto now = Clock::now();
+    if (now - served >= std::chrono::milliseconds(1)) {
+      live.serve();
+      served = now;
+    }
+    if (now >= deadline) timed_out();
+    pause(std::chrono::duration<double>(now - start).count(), sleeps);
   }
   live.leave();
 }

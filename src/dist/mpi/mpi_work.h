@@ -6,10 +6,11 @@
 // which also drives MPI's progress, until it completes or `timeout` seconds
 // have passed since wait() began (not since the post: a bucket posted early and
 // waited late is not penalised for the compute in between). Each poll also
-// answers liveness probes (liveness.h). Polls spin with sched_yield for the
-// first few hundred rounds (low latency for small messages), then sleep from
-// 20 µs growing to 1 ms, so oversubscribed ranks leave the cores to the ranks
-// still computing.
+// answers liveness probes (liveness.h). Polls run back to back, yielding the
+// core, for the first second (MPI's non-blocking collectives progress only
+// inside MPI calls, so sleeping would slow every round of their algorithm),
+// then every 20 µs growing to 1 ms: a longer wait is a wait for a straggler,
+// and the cores are better left to the ranks still computing.
 //
 // On timeout the rank probes the operation's peers for a grace period of a
 // quarter of the timeout (0.2 s to 2 s), marks the runtime failed and throws
