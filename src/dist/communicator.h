@@ -101,6 +101,10 @@ class Communicator {
   void recv(const Tensor& x, int src, int tag = 0) { recv_async(x, src, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
 
+  // "rank 3 (world 7), group 'dp-cp' all_reduce #12" (seq 0: no number): the
+  // prefix of every error about an operation.
+  std::string where(const char* op, uint64_t seq) const;
+
  protected:
   Communicator(std::string name, std::vector<int> world_ranks, int rank, double timeout_s);
 
@@ -117,8 +121,6 @@ class Communicator {
   virtual WorkPtr do_recv(const Tensor& x, int src, int tag) = 0;
   virtual WorkPtr do_barrier() = 0;
 
-  // "rank 3 (world 7), group 'dp-cp' all_reduce #12": the prefix of every error.
-  std::string where(const char* op, uint64_t seq) const;
   uint64_t next_seq() { return ++seq_; }
 
  private:

@@ -2,8 +2,6 @@
 
 #include <fmt/ranges.h>
 
-#include <vector>
-
 namespace nk::dist {
 
 void ProcessGroups::add(std::unique_ptr<Communicator> comm) {
@@ -14,9 +12,13 @@ void ProcessGroups::add(std::unique_ptr<Communicator> comm) {
 Communicator& ProcessGroups::get(const std::string& name) const {
   auto it = comms_.find(name);
   if (it != comms_.end()) return *it->second;
-  std::vector<std::string> names;
-  for (auto& [n, c] : comms_) names.push_back(n);
-  fail("this rank is not in process group '{}' (its groups: {})", name, fmt::join(names, ", "));
+  fail("this rank is not in process group '{}' (its groups: {})", name, fmt::join(names(), ", "));
+}
+
+std::vector<std::string> ProcessGroups::names() const {
+  std::vector<std::string> out;
+  for (auto& [n, c] : comms_) out.push_back(n);
+  return out;
 }
 
 void ProcessGroups::set_timeout(double seconds) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 
@@ -16,6 +17,8 @@ class ProcessGroups {
   // Throws nk::Error naming the groups this rank has when it is not in `name`.
   Communicator& get(const std::string& name) const;
   bool has(const std::string& name) const { return comms_.count(name) > 0; }
+  // The groups of this rank, sorted by name.
+  std::vector<std::string> names() const;
   // Sets every communicator's timeout (seconds).
   void set_timeout(double seconds);
 

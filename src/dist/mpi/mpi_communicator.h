@@ -19,7 +19,6 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override;
 
   State& state() const { return *state_; }
-  std::string where_of(const char* op, uint64_t seq) const { return where(op, seq); }
 
  protected:
   WorkPtr do_all_reduce(const Tensor& x, ReduceOp op) override;

@@ -1,22 +1,8 @@
-// MpiWork: one pending MPI operation (non-blocking MPI requests) and the wait
-// loop that bounds it in time.
-//
-// MPI's blocking calls cannot time out, so every operation is posted
-// non-blocking (MPI_Iallreduce, MPI_Isend, ...) and wait() polls MPI_Testall,
-// which also drives MPI's progress, until it completes or `timeout` seconds
-// have passed since wait() began (not since the post: a bucket posted early and
-// waited late is not penalised for the compute in between). Each poll also
-// answers liveness probes (liveness.h). Polls run back to back, yielding the
-// core, for the first second (MPI's non-blocking collectives progress only
-// inside MPI calls, so sleeping would slow every round of their algorithm),
-// then every 20 µs growing to 1 ms: a longer wait is a wait for a straggler,
-// and the cores are better left to the ranks still computing.
-//
-// On timeout the rank probes the operation's peers for a grace period of a
-// quarter of the timeout (0.2 s to 2 s), marks the runtime failed and throws
-// TimeoutError: "rank 0 (world 0), group 'world' all_reduce #3 timed out after
-// 2.0 s: missing rank 2 (world 2): no answer (dead, hung, or busy outside any
-// collective)".
+// MpiWork: one pending MPI operation, posted non-blocking (MPI_Iallreduce,
+// MPI_Isend, ...) because MPI's blocking calls cannot time out; wait() polls
+// MPI_Testall (which also drives MPI's progress) through timed_wait, whose
+// deadline counts from the wait, not the post: a bucket posted early and
+// waited late is not penalised for the compute in between.
 #pragma once
 #include <mpi.h>
 
@@ -51,7 +37,6 @@ class MpiWork final : public Work {
 
  private:
   bool poll();  // one MPI_Testall; runs finish once complete
-  [[noreturn]] void timed_out();
 
   MpiCommunicator& comm_;
   const char* op_;
