@@ -175,6 +175,26 @@ TEST(CollectivesF32, AllReduceMatchesClosedFormSum) {
   }
 }
 
+// bf16 sums accumulate in f32 and round once: rank 0 holds 256, the others 1.
+// With 4 ranks the sum 259 rounds to 260 (ties to even); rounding after every
+// step would lose each 1 against 256 and give 256.
+TEST(CollectivesBf16, SumsRoundOnce) {
+  auto& c = world();
+  int p = c.size();
+  Tensor x = tensor_f32({c.rank() == 0 ? 256.f : 1.f}, DType::BF16);
+  c.all_reduce(x);
+  EXPECT_EQ(values(x)[0], bf16_to_f32(f32_to_bf16(float(256 + p - 1))));
+}
+
+// A Work dropped without wait() completes in its destructor; buffers stay alive.
+TEST(CollectivesAsync, DroppedWorkCompletes) {
+  auto& c = world();
+  Tensor x = tensor_f32(std::vector<float>(64, 1.f));
+  c.all_reduce_async(x);
+  c.all_reduce_async(tensor_f32({2.f}));  // its only reference is the Work's
+  for (float v : values(x)) ASSERT_EQ(v, float(c.size()));
+}
+
 TEST(CollectivesErrors, BadArgumentsNameRankGroupAndOp) {
   auto& c = world();
   int p = c.size();
