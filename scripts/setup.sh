@@ -6,10 +6,11 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
       libyaml-cpp-dev nlohmann-json3-dev libfmt-dev zlib1g-dev python3-torch python3-numpy
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
       libzstd-dev zstd libsimdjson-dev libxxhash-dev
-      libicu-dev libgumbo-dev libfasttext-dev fasttext python3.11-doc
+      libicu-dev libgumbo-dev libfasttext-dev fasttext python3.11-doc libopenmpi-dev openmpi-bin
       fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs)
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
-# python3.11-doc: HTML pages with their source text, for the extraction test.
+# python3.11-doc: HTML pages with their source text, for the extraction test;
+# libopenmpi-dev, openmpi-bin: MPI for src/dist and mpirun for its multi-process tests.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

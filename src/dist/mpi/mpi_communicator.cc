@@ -1,0 +1,194 @@
+#include "dist/mpi/mpi_communicator.h"
+
+#include "dist/mpi/buffers.h"
+
+namespace nk::dist::mpi {
+
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+}
+
+// The divisor that turns the reduced sum into op's result.
+int divisor(ReduceOp op, int size) {
+  return op == ReduceOp::Avg ? size : 1;
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(std::string name, std::vector<int> world_ranks, int rank,
+                                 double timeout_s, MPI_Comm comm, std::shared_ptr<State> state,
+                                 bool owns_comm)
+    : Communicator(std::move(name), std::move(world_ranks), rank, timeout_s),
+      comm_(comm),
+      state_(std::move(state)),
+      owns_comm_(owns_comm) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_comm_ && !finalized && !state_->failed) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::check_device(const Tensor& t, const char* op) const {
+  if (t.device() != Device::CPU)
+    fail("{}: the MPI backend needs CPU tensors, got one on {}", where(op, 0),
+         device_name(t.device()));
+}
+
+std::unique_ptr<MpiWork> MpiCommunicator::start(const char* op, std::vector<int> peers) {
+  return std::make_unique<MpiWork>(*this, op, next_seq(), std::move(peers));
+}
+
+void MpiCommunicator::posted(MpiWork& w, int rc) {
+  check(*state_, rc, [&] { return w.where(); });
+}
+
+WorkPtr MpiCommunicator::do_all_reduce(const Tensor& x, ReduceOp op) {
+  check_device(x, "all_reduce");
+  auto w = start("all_reduce");
+  int n = mpi_count(x.numel(), w->where());
+  w->keep = {x};
+  w->requests.emplace_back();
+  if (is_16bit(x.dtype())) {
+    w->staging.resize(n);
+    widen(x, w->staging.data());
+    posted(*w, MPI_Iallreduce(MPI_IN_PLACE, w->staging.data(), n, MPI_FLOAT, mpi_op(op), comm_,
+                              &w->requests.back()));
+    w->finish = [d = divisor(op, size())](MpiWork& w) { narrow(w.staging.data(), w.keep[0], d); };
+  } else {
+    posted(*w, MPI_Iallreduce(MPI_IN_PLACE, x.raw(), n, element_type(x.dtype()), mpi_op(op), comm_,
+                              &w->requests.back()));
+    if (op == ReduceOp::Avg) w->finish = [d = size()](MpiWork& w) { divide(w.keep[0], d); };
+  }
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_device(in, "reduce_scatter");
+  check_device(out, "reduce_scatter");
+  auto w = start("reduce_scatter");
+  int n = mpi_count(out.numel(), w->where());
+  mpi_count(in.numel(), w->where());
+  w->keep = {in, out};
+  w->requests.emplace_back();
+  if (is_16bit(in.dtype())) {
+    // staging = [in widened (size·n) | out (n)]
+    w->staging.resize(size_t(in.numel()) + n);
+    widen(in, w->staging.data());
+    float* out32 = w->staging.data() + in.numel();
+    posted(*w, MPI_Ireduce_scatter_block(w->staging.data(), out32, n, MPI_FLOAT, mpi_op(op), comm_,
+                                         &w->requests.back()));
+    w->finish = [d = divisor(op, size()), out32](MpiWork& w) { narrow(out32, w.keep[1], d); };
+  } else {
+    posted(*w, MPI_Ireduce_scatter_block(in.raw(), out.raw(), n, element_type(in.dtype()),
+                                         mpi_op(op), comm_, &w->requests.back()));
+    if (op == ReduceOp::Avg) w->finish = [d = size()](MpiWork& w) { divide(w.keep[1], d); };
+  }
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
+  check_device(in, "all_gather");
+  check_device(out, "all_gather");
+  auto w = start("all_gather");
+  int n = mpi_count(in.numel(), w->where());
+  mpi_count(out.numel(), w->where());
+  w->keep = {in, out};
+  auto t = element_type(in.dtype());
+  w->requests.emplace_back();
+  posted(*w, MPI_Iallgather(in.raw(), n, t, out.raw(), n, t, comm_, &w->requests.back()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_all_to_all(const Tensor& in, const Tensor& out) {
+  check_device(in, "all_to_all");
+  check_device(out, "all_to_all");
+  auto w = start("all_to_all");
+  mpi_count(in.numel(), w->where());
+  int block = int(in.numel() / size());
+  w->keep = {in, out};
+  auto t = element_type(in.dtype());
+  w->requests.emplace_back();
+  posted(*w, MPI_Ialltoall(in.raw(), block, t, out.raw(), block, t, comm_, &w->requests.back()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_all_to_allv(const Tensor& in, std::vector<int64_t> send_rows,
+                                        const Tensor& out, std::vector<int64_t> recv_rows) {
+  check_device(in, "all_to_allv");
+  check_device(out, "all_to_allv");
+  auto w = start("all_to_allv");
+  mpi_count(in.numel(), w->where());
+  mpi_count(out.numel(), w->where());
+  int64_t row = 1;
+  for (int i = 1; i < in.ndim(); ++i) row *= in.dim(i);
+  // ints = [send counts | send displacements | receive counts | receive displacements]
+  int p = size();
+  w->ints.assign(4 * size_t(p), 0);
+  int* sc = w->ints.data();
+  int* sd = sc + p;
+  int* rc = sd + p;
+  int* rd = rc + p;
+  for (int j = 0; j < p; ++j) {
+    sc[j] = int(send_rows[j] * row);
+    rc[j] = int(recv_rows[j] * row);
+    if (j > 0) {
+      sd[j] = sd[j - 1] + sc[j - 1];
+      rd[j] = rd[j - 1] + rc[j - 1];
+    }
+  }
+  w->keep = {in, out};
+  auto t = element_type(in.dtype());
+  w->requests.emplace_back();
+  posted(*w, MPI_Ialltoallv(in.raw(), sc, sd, t, out.raw(), rc, rd, t, comm_, &w->requests.back()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_broadcast(const Tensor& x, int root) {
+  check_device(x, "broadcast");
+  auto w = start("broadcast");
+  int n = mpi_count(x.numel(), w->where());
+  w->keep = {x};
+  w->requests.emplace_back();
+  posted(*w, MPI_Ibcast(x.raw(), n, element_type(x.dtype()), root, comm_, &w->requests.back()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_send(const Tensor& x, int dst, int tag) {
+  check_device(x, "send");
+  auto w = start("send", {dst});
+  int n = mpi_count(x.numel(), w->where());
+  w->keep = {x};
+  w->requests.emplace_back();
+  posted(*w, MPI_Isend(x.raw(), n, element_type(x.dtype()), dst, tag, comm_, &w->requests.back()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_recv(const Tensor& x, int src, int tag) {
+  check_device(x, "recv");
+  auto w = start("recv", {src});
+  int n = mpi_count(x.numel(), w->where());
+  w->keep = {x};
+  w->requests.emplace_back();
+  posted(*w, MPI_Irecv(x.raw(), n, element_type(x.dtype()), src, tag, comm_, &w->requests.back()));
+  // A longer message fails as MPI_ERR_TRUNCATE; a shorter one is caught here.
+  w->finish = [n, src](MpiWork& w) {
+    int got = 0;
+    MPI_Get_count(&w.statuses[0], element_type(w.keep[0].dtype()), &got);
+    if (got != n)
+      fail("{}: received {} elements from rank {}, the buffer {} expects {}", w.where(), got, src,
+           w.keep[0].desc(), n);
+  };
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_barrier() {
+  auto w = start("barrier");
+  w->requests.emplace_back();
+  posted(*w, MPI_Ibarrier(comm_, &w->requests.back()));
+  return w;
+}
+
+}  // namespace nk::dist::mpi

@@ -1,0 +1,47 @@
+// MpiCommunicator: a Communicator over one MPI sub-communicator (MPI_Comm_split
+// of the world per Mesh group, made by MpiRuntime::make_groups). CPU tensors.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+
+#include "dist/communicator.h"
+#include "dist/mpi/mpi_work.h"
+#include "dist/mpi/state.h"
+
+namespace nk::dist::mpi {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Frees `comm` with this object (while MPI is up) if it owns it.
+  MpiCommunicator(std::string name, std::vector<int> world_ranks, int rank, double timeout_s,
+                  MPI_Comm comm, std::shared_ptr<State> state, bool owns_comm = true);
+  ~MpiCommunicator() override;
+
+  State& state() const { return *state_; }
+
+ protected:
+  WorkPtr do_all_reduce(const Tensor& x, ReduceOp op) override;
+  WorkPtr do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
+  WorkPtr do_all_gather(const Tensor& in, const Tensor& out) override;
+  WorkPtr do_all_to_all(const Tensor& in, const Tensor& out) override;
+  WorkPtr do_all_to_allv(const Tensor& in, std::vector<int64_t> send_rows, const Tensor& out,
+                         std::vector<int64_t> recv_rows) override;
+  WorkPtr do_broadcast(const Tensor& x, int root) override;
+  WorkPtr do_send(const Tensor& x, int dst, int tag) override;
+  WorkPtr do_recv(const Tensor& x, int src, int tag) override;
+  WorkPtr do_barrier() override;
+
+ private:
+  // A Work for the next sequence number; peers: who to probe on timeout (empty: the whole group).
+  std::unique_ptr<MpiWork> start(const char* op, std::vector<int> peers = {});
+  // Checks a post's return code; the work then holds one more request.
+  void posted(MpiWork& w, int rc);
+  void check_device(const Tensor& t, const char* op) const;
+
+  MPI_Comm comm_;
+  std::shared_ptr<State> state_;
+  bool owns_comm_;
+};
+
+}  // namespace nk::dist::mpi

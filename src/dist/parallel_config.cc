@@ -1,0 +1,39 @@
+#include "dist/parallel_config.h"
+
+#include "core/error.h"
+
+namespace nk::dist {
+
+void add_parallel_keys(ConfigSchema& s) {
+  s.add_int("parallel.tp", 1, "tensor-parallel size");
+  s.add_int("parallel.cp", 1, "context-parallel size (sequence split for attention)");
+  s.add_int("parallel.ep", 1, "expert-parallel size (carved out of dp × cp, as in Megatron)");
+  s.add_int("parallel.etp", 0, "expert tensor-parallel size (0 = parallel.tp)");
+  s.add_int("parallel.pp", 1, "pipeline-parallel size");
+  s.add_int("parallel.dp", 0, "data-parallel size (0 = world / (tp × cp × pp))");
+  s.add_string("parallel.order", "tp-cp-ep-dp-pp",
+               "rank order of the mesh dimensions, first varies fastest (Megatron's)");
+  s.add_float("parallel.timeout_s", 300,
+              "seconds any collective may wait for a peer before every rank stops with an error");
+}
+
+ParallelConfig parallel_config(const Config& c) {
+  ParallelConfig p;
+  auto get = [&](const char* key) {
+    int64_t v = c.get_int(key);
+    if (v < 0 || v > (1 << 20)) fail("{} = {} is out of range", key, v);
+    return int(v);
+  };
+  p.mesh.tp = get("parallel.tp");
+  p.mesh.cp = get("parallel.cp");
+  p.mesh.ep = get("parallel.ep");
+  p.mesh.etp = get("parallel.etp");
+  p.mesh.pp = get("parallel.pp");
+  p.mesh.dp = get("parallel.dp");
+  p.mesh.order = c.get_string("parallel.order");
+  p.timeout_s = c.get_float("parallel.timeout_s");
+  if (!(p.timeout_s > 0)) fail("parallel.timeout_s must be positive, got {}", p.timeout_s);
+  return p;
+}
+
+}  // namespace nk::dist

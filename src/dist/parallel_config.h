@@ -1,0 +1,20 @@
+// The parallel.* config keys that dist owns: the mesh sizes, its order and the
+// collective timeout. A recipe's schema (train, later others) declares them with
+// add_parallel_keys and reads them back with parallel_config.
+#pragma once
+#include "core/config.h"
+#include "dist/mesh.h"
+
+namespace nk::dist {
+
+struct ParallelConfig {
+  MeshSpec mesh;
+  double timeout_s = 300;  // every collective and point-to-point wait, in seconds
+};
+
+void add_parallel_keys(ConfigSchema& schema);
+// Throws nk::Error naming the key for a value out of range (layout checks that
+// need the world size come later, from Mesh).
+ParallelConfig parallel_config(const Config& config);
+
+}  // namespace nk::dist
