@@ -1,0 +1,23 @@
+// The parallel.* keys that data parallelism owns (the mesh's own keys are
+// dist's: dist/parallel_config.h). A recipe declares them with add_ddp_keys
+// beside dist::add_parallel_keys and reads them back with ddp_config.
+#pragma once
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace nk::parallel {
+
+struct DdpConfig {
+  double bucket_mb = 25;  // MiB of f32 gradients per all-reduce message
+  // true: each bucket's all-reduce starts as soon as the backward has written
+  // its last gradient; false: all of them after the backward (for comparison).
+  bool overlap_grad_reduce = true;
+  int64_t bucket_elems() const;  // bucket_mb in f32 elements, at least 1
+};
+
+void add_ddp_keys(ConfigSchema& schema);
+// nk::Error naming the key for a value out of range.
+DdpConfig ddp_config(const Config& config);
+
+}  // namespace nk::parallel

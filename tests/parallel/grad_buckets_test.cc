@@ -1,0 +1,148 @@
+#include "parallel/grad_buckets.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "model/model_config.h"
+#include "model/transformer.h"
+
+namespace nk::parallel {
+namespace {
+
+ParamLayout tiny_layout(const std::string& preset, int64_t n_layer,
+                        const std::vector<std::string>& frozen = {}) {
+  ModelConfig c = model_preset(preset);
+  c.n_layer = n_layer;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.d_ff = 128;
+  if (c.n_kv_head != c.n_head) c.n_kv_head = 2;
+  return Transformer::layout_for(c, frozen);
+}
+
+// The invariants every plan keeps, whatever the bucket size.
+void check_plan(const ParamLayout& layout, int64_t n_layer, int64_t bucket_elems) {
+  SCOPED_TRACE("bucket_elems " + std::to_string(bucket_elems));
+  const auto& ps = layout.params();
+  auto buckets = plan_grad_buckets(layout, n_layer, bucket_elems);
+  auto stages = grad_ready_stages(layout, n_layer);
+  ASSERT_FALSE(buckets.empty());
+  // Each trainable parameter in exactly one bucket, inside its range; frozen ones in none.
+  std::vector<int> seen(ps.size(), 0);
+  for (const GradBucket& b : buckets) {
+    int64_t elems = 0, stage = 0;
+    for (size_t i : b.params) {
+      ++seen[i];
+      EXPECT_GE(ps[i].offset, b.begin) << ps[i].name;
+      EXPECT_LE(ps[i].offset + ps[i].numel(), b.end) << ps[i].name;
+      elems += ps[i].numel();
+      stage = std::max(stage, stages[i]);
+    }
+    EXPECT_EQ(b.ready_stage, stage);
+    // Cut as soon as the size is reached: all but the last added parameter
+    // stay under it.
+    EXPECT_LT(elems - ps[b.params.back()].numel(), bucket_elems);
+    // Parameters by descending offset; the bucket starts at its lowest one.
+    for (size_t k = 1; k < b.params.size(); ++k)
+      EXPECT_GT(ps[b.params[k - 1]].offset, ps[b.params[k]].offset);
+    EXPECT_EQ(b.begin, ps[b.params.back()].offset);
+    // Never across the matrices / vectors boundary.
+    EXPECT_TRUE(b.end <= layout.decay_end() || b.begin >= layout.decay_end());
+  }
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(seen[i], ps[i].trainable ? 1 : 0) << ps[i].name;
+  // Launch order by ready stage.
+  for (size_t k = 1; k < buckets.size(); ++k)
+    EXPECT_LE(buckets[k - 1].ready_stage, buckets[k].ready_stage);
+  // The buckets tile the gradient arena [0, trainable_end) without overlap.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const GradBucket& b : buckets) ranges.emplace_back(b.begin, b.end);
+  std::sort(ranges.begin(), ranges.end());
+  EXPECT_EQ(ranges.front().first, 0);
+  EXPECT_EQ(ranges.back().second, layout.trainable_end());
+  for (size_t k = 1; k < ranges.size(); ++k) EXPECT_EQ(ranges[k - 1].second, ranges[k].first);
+}
+
+TEST(GradBuckets, InvariantsForEverySize) {
+  for (const char* preset : {"gpt-tiny", "llama-tiny"}) {
+    SCOPED_TRACE(preset);
+    ParamLayout layout = tiny_layout(preset, 3);
+    for (int64_t elems :
+         {int64_t(1), int64_t(100), int64_t(5000), int64_t(20000), int64_t(1) << 30})
+      check_plan(layout, 3, elems);
+  }
+}
+
+TEST(GradBuckets, FrozenParametersHaveNoBucket) {
+  ParamLayout layout = tiny_layout("gpt-tiny", 2, {"wpe", "h.0.attn.qkv.weight"});
+  check_plan(layout, 2, 4096);
+}
+
+TEST(GradBuckets, ReadyStagesFollowTheBackward) {
+  ParamLayout layout = tiny_layout("gpt-tiny", 2);
+  auto stages = grad_ready_stages(layout, 2);
+  auto stage_of = [&](const std::string& name) {
+    const auto& ps = layout.params();
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (ps[i].name == name) return stages[i];
+    ADD_FAILURE() << name;
+    return int64_t(-1);
+  };
+  EXPECT_EQ(stage_of("ln_f.weight"), 0);  // head_loss
+  EXPECT_EQ(stage_of("h.1.mlp.down.weight"), 1);
+  EXPECT_EQ(stage_of("h.1.ln1.bias"), 1);
+  EXPECT_EQ(stage_of("h.0.attn.qkv.weight"), 2);
+  EXPECT_EQ(stage_of("wte"), 3);  // tied: final only after embed_backward
+  EXPECT_EQ(stage_of("wpe"), 3);
+  EXPECT_EQ(num_backward_stages(2), 4);
+}
+
+// One parameter per bucket (size 1): the matrices' buckets in reverse layer
+// order, each launched at its layer's stage; the tied embedding last.
+TEST(GradBuckets, OneParameterPerBucketInReverseLayerOrder) {
+  ParamLayout layout = tiny_layout("gpt-tiny", 2);
+  auto buckets = plan_grad_buckets(layout, 2, 1);
+  int64_t trainable = 0;
+  for (const ParamInfo& p : layout.params()) trainable += p.trainable;
+  ASSERT_EQ(int64_t(buckets.size()), trainable);
+  const auto& ps = layout.params();
+  std::vector<std::string> matrices;
+  for (const GradBucket& b : buckets) {
+    ASSERT_EQ(b.params.size(), 1u);
+    if (ps[b.params[0]].offset < layout.decay_end()) matrices.push_back(ps[b.params[0]].name);
+  }
+  const std::vector<std::string> want = {"h.1.mlp.down.weight",
+                                         "h.1.mlp.up.weight",
+                                         "h.1.attn.proj.weight",
+                                         "h.1.attn.qkv.weight",
+                                         "h.0.mlp.down.weight",
+                                         "h.0.mlp.up.weight",
+                                         "h.0.attn.proj.weight",
+                                         "h.0.attn.qkv.weight",
+                                         "wpe",
+                                         "wte"};
+  EXPECT_EQ(matrices, want);
+  EXPECT_EQ(ps[buckets.back().params[0]].name, "wte");
+}
+
+// A size between parameters: whole parameters, cut once the size is reached.
+TEST(GradBuckets, BoundariesAtParameters) {
+  ParamLayout layout = tiny_layout("llama-tiny", 2);
+  const auto& ps = layout.params();
+  const int64_t mlp = layout.find("h.1.mlp.down.weight").numel();
+  auto buckets = plan_grad_buckets(layout, 2, mlp + 1);
+  // The last layer's down projection (the arena's last matrix, untied head
+  // aside) shares its bucket with the next matrix below it.
+  bool found = false;
+  for (const GradBucket& b : buckets)
+    for (size_t k = 0; k < b.params.size(); ++k)
+      if (ps[b.params[k]].name == "h.1.mlp.down.weight") {
+        found = true;
+        EXPECT_GE(b.params.size(), 2u);
+      }
+  EXPECT_TRUE(found);
+  EXPECT_NE(describe_buckets(buckets).find("buckets over"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nk::parallel
