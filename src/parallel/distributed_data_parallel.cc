@@ -1,0 +1,82 @@
+#include "parallel/distributed_data_parallel.h"
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace nk::parallel {
+
+DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Communicator& grads,
+                                                 const DdpConfig& cfg)
+    : model_(model),
+      comm_(grads),
+      cfg_(cfg),
+      buckets_(plan_grad_buckets(model.layout(), model.config().n_layer, cfg.bucket_elems())) {
+  comm_.broadcast(model_.params(), 0);
+  model_.sync_compute_params();
+}
+
+void DistributedDataParallel::launch_ready(int64_t stage) {
+  // Buckets are sorted by ready stage, so every rank starts the same
+  // all-reduces in the same order (MPI and NCCL need that).
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready_stage <= stage) {
+    const GradBucket& b = buckets_[next_bucket_++];
+    pending_.push_back(
+        comm_.all_reduce_async(model_.grads().narrow0(b.begin, b.numel()), dist::ReduceOp::Sum));
+  }
+}
+
+void DistributedDataParallel::poll() {
+  for (auto& w : pending_) w->test();
+}
+
+float DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens,
+                                                const Tensor& targets, float grad_scale,
+                                                bool reduce, const PackedBatchInfo* packed) {
+  if (!reduce) return model_.forward_backward(a, tokens, targets, grad_scale, packed);
+  NK_CHECK(pending_.empty() && next_bucket_ == 0,
+           "DistributedDataParallel: wait_grads() before the next reducing micro-batch");
+  const bool overlap = cfg_.overlap_grad_reduce;
+  const int64_t L = model_.config().n_layer;
+  // Transformer::forward_backward's stages, with the backward cut per block.
+  model_.embed_forward(a, tokens, packed);
+  model_.blocks_forward(a, 0, L, packed);
+  float loss = model_.head_loss(a, targets, true, grad_scale);
+  if (overlap) launch_ready(0);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    model_.blocks_backward(a, l, l + 1, packed);
+    if (overlap) {
+      launch_ready(1 + (L - 1 - l));
+      poll();
+    }
+  }
+  model_.embed_backward(a, tokens, packed);
+  launch_ready(num_backward_stages(L) - 1);
+  NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
+           next_bucket_, buckets_.size());
+  return loss;
+}
+
+double DistributedDataParallel::sum_over_group(double v) {
+  Tensor t = Tensor::empty({1}, DType::F64);
+  *t.data<double>() = v;
+  comm_.all_reduce(t, dist::ReduceOp::Sum);
+  return *t.data<double>();
+}
+
+int DistributedDataParallel::max_over_group(int v) {
+  Tensor t = Tensor::empty({1}, DType::I32);
+  *t.data<int32_t>() = v;
+  comm_.all_reduce(t, dist::ReduceOp::Max);
+  return *t.data<int32_t>();
+}
+
+double DistributedDataParallel::wait_grads() {
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
+  next_bucket_ = 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace nk::parallel

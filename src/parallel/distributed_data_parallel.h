@@ -1,0 +1,65 @@
+// Data parallelism over a replicated Transformer: every rank of the gradient
+// group (Megatron's "dp-cp") runs its own micro-batches, and the gradient
+// buckets (grad_buckets.h) are summed over the group with non-blocking
+// all-reduces, so after wait_grads() every rank holds the same gradients.
+//
+// Averaging: the reduction is a sum. The caller scales each micro-batch's loss
+// by 1 / (micro-batches per step over ALL ranks), exactly the factor a single
+// process would use for the same global batch, so the summed gradient is the
+// single-process gradient (the mean over micro-batches of each micro-batch's
+// token-mean loss gradient) up to the order of the additions.
+//
+// Overlap: the backward pass runs stage by stage through the Transformer's
+// staged API (head, then each block from the last to the first, then the
+// embeddings); after each stage the buckets whose gradients are now all final
+// start their all-reduce, and the pending ones are polled so MPI progresses
+// them while the next stage computes. Model code knows nothing of this.
+#pragma once
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/transformer.h"
+#include "parallel/ddp_config.h"
+#include "parallel/grad_buckets.h"
+
+namespace nk::parallel {
+
+class DistributedDataParallel {
+ public:
+  // `grads` reduces the gradients (the "dp-cp" group); both must outlive this.
+  // Collective: broadcasts group rank 0's weights, so the replicas start equal
+  // even if they were made differently.
+  DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg);
+
+  // One micro-batch: forward, loss and backward, gradients ACCUMULATING
+  // d(loss * grad_scale)/d params as Transformer::forward_backward does (bit
+  // for bit the same local gradients). With `reduce` (the last micro-batch of
+  // a step: earlier ones only accumulate) every bucket's all-reduce is started
+  // by the time this returns; wait_grads() finishes them.
+  float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
+                         float grad_scale, bool reduce, const PackedBatchInfo* packed = nullptr);
+  // Waits for every started bucket. Seconds spent waiting here: the exposed
+  // (not overlapped) communication of the step.
+  double wait_grads();
+
+  // Blocking reductions of one host number over the group (the step's loss,
+  // a stop request), identical on every rank after the call.
+  double sum_over_group(double v);
+  int max_over_group(int v);
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  dist::Communicator& group() { return comm_; }
+
+ private:
+  void launch_ready(int64_t stage);  // starts the buckets that become final at `stage`
+  void poll();                       // lets pending all-reduces progress
+
+  Transformer& model_;
+  dist::Communicator& comm_;
+  DdpConfig cfg_;
+  std::vector<GradBucket> buckets_;
+  std::vector<dist::WorkPtr> pending_;
+  size_t next_bucket_ = 0;  // buckets are launched in order; the first not yet started
+};
+
+}  // namespace nk::parallel
