@@ -66,6 +66,8 @@ ConfigSchema train_schema() {
             "stop after this step, saving a checkpoint and the model (0 = run all train.steps)");
   s.add_string("train.metrics_file", "", "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
   s.add_float("train.peak_tflops", 0, "hardware peak for MFU (0 = measure the GEMM peak)");
+  dist::add_parallel_keys(s);
+  parallel::add_ddp_keys(s);
   return s;
 }
 
@@ -121,6 +123,8 @@ TrainConfig train_config_from(const Config& c) {
   if (t.metrics_file.empty()) t.metrics_file = t.out_dir + "/metrics.jsonl";
   t.peak_tflops = c.get_float("train.peak_tflops");
   t.config_yaml = c.to_yaml();
+  t.parallel = dist::parallel_config(c);
+  t.ddp = parallel::ddp_config(c);
 
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) fail("{}: must be positive, got {}", key, v);

@@ -5,7 +5,9 @@
 
 #include "core/config.h"
 #include "data/dataset/blended_dataset.h"
+#include "dist/parallel_config.h"
 #include "model/model_config.h"
+#include "parallel/ddp_config.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
@@ -47,6 +49,9 @@ struct TrainConfig {
   std::string metrics_file;      // default: out_dir/metrics.jsonl
   double peak_tflops = 0;        // 0: measure the GEMM peak at start
   std::string config_yaml;       // the resolved config, saved in every checkpoint
+  // parallel.*: the process layout (dist) and data parallelism's buckets.
+  dist::ParallelConfig parallel;
+  parallel::DdpConfig ddp;
 
   int64_t grad_accum() const { return global_batch / micro_batch; }
   bool indexed_data() const { return !data_prefix.empty() || !data_blend.empty(); }

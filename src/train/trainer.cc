@@ -5,11 +5,13 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_io.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "data/dataset/dp_slice.h"
 #include "data/tokenizer/tokenizer.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
@@ -87,7 +89,8 @@ double measure_gemm_peak(DType dtype, Device device) {
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
-Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
+Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(par) {
+  if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   data_ = build_train_data(cfg_);
   state_.data = data_signature(cfg_);
@@ -98,6 +101,13 @@ Trainer::Trainer(const TrainConfig& cfg) : cfg_(cfg) {
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device);
   if (!opt_) opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
+  if (par_.active()) {
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
+                                                               cfg_.ddp);
+    NK_INFO("data parallel: {}; gradients in {} ({})", par_.mesh->describe(),
+            parallel::describe_buckets(ddp_->buckets()),
+            cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward");
+  }
   if (!cfg_.data_tokenizer.empty()) {
     std::unique_ptr<Tokenizer> tok;
     try {
@@ -231,6 +241,10 @@ void Trainer::resume_legacy() {
 }
 
 void Trainer::save_checkpoint_now() {
+  if (!par_.writes()) {  // the weights are replicated: rank 0 writes them
+    saved_step_ = state_.step;
+    return;
+  }
   auto t0 = Clock::now();
   std::string dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
   saved_step_ = state_.step;
@@ -258,8 +272,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
   std::filesystem::create_directories(cfg_.out_dir);
   // A run killed after its last checkpoint logged steps it will now redo.
-  if (state_.step > 0) keep_metrics_through_step(cfg_.metrics_file, state_.step);
-  MetricsWriter metrics(cfg_.metrics_file, state_.step > 0);
+  if (state_.step > 0 && par_.writes()) keep_metrics_through_step(cfg_.metrics_file, state_.step);
+  std::optional<MetricsWriter> metrics;
+  if (par_.writes()) metrics.emplace(cfg_.metrics_file, state_.step > 0);
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12
                                      : measure_gemm_peak(cfg_.dtype, model_->device());
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
@@ -281,6 +296,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
   DeviceBatch batch(B, T, model_->device());
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
+  // Data parallel: this rank runs accum / dp of the step's micro-batches.
+  const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
   auto t_start = Clock::now();
   const int64_t first_step = state_.step;
   stopped_by_ = 0;
@@ -289,13 +306,26 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
     model_->zero_grads();
-    double loss = 0;
-    for (int64_t m = 0; m < accum; ++m) {
+    double loss = 0, comm_s = 0;
+    const int64_t step_first = loader.consumed_samples();
+    for (int64_t m = 0; m < local_accum; ++m) {
+      if (ddp_)
+        loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
       loader.next(batch.host_tokens, batch.host_targets);
       if (on_batch_) on_batch_(step + 1, batch.host_tokens, batch.host_targets);
       batch.upload();
-      loss += model_->forward_backward(acts, batch.tokens, batch.targets, 1.f / float(accum)) /
+      // The single process's weighting: the mean over all `accum` micro-batches
+      // of each one's token-mean loss (the dp ranks' parts are summed below).
+      const float scale = 1.f / float(accum);
+      loss += (ddp_ ? ddp_->forward_backward(acts, batch.tokens, batch.targets, scale,
+                                             m == local_accum - 1)
+                    : model_->forward_backward(acts, batch.tokens, batch.targets, scale)) /
               double(accum);
+    }
+    if (ddp_) {
+      comm_s = ddp_->wait_grads();
+      loss = ddp_->sum_over_group(loss);
+      loader.set_consumed_samples(step_first + B * accum);
     }
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped.
@@ -315,7 +345,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     double dt = seconds_since(t0);
     s.step_ms = dt * 1e3;
     s.tokens_per_s = double(B * T * accum) / dt;
-    s.mfu = flops_per_step / dt / peak;
+    s.mfu = flops_per_step / dt / (peak * double(dp));
+    s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
       s.val_loss = evaluate();
@@ -326,7 +357,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     state_.last_lr = lr;
     state_.rng = rng_streams(cfg_, state_.consumed_samples);
 
-    if (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss)) {
+    if (par_.writes() &&
+        (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss))) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
@@ -337,18 +369,22 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           s.step_ms, double(s.peak_bytes) / 1048576.0, eta);
       std::fflush(stdout);
     }
-    metrics.write({{"step", double(s.step)},
-                   {"loss", s.loss},
-                   {"val_loss", s.val_loss},
-                   {"lr", s.lr},
-                   {"grad_norm", s.grad_norm},
-                   {"tokens_per_s", s.tokens_per_s},
-                   {"mfu", s.mfu},
-                   {"step_ms", s.step_ms},
-                   {"peak_mem_bytes", double(s.peak_bytes)},
-                   {"peak_rss_bytes", double(peak_rss_bytes())}});
+    std::vector<std::pair<std::string, double>> record = {
+        {"step", double(s.step)},
+        {"loss", s.loss},
+        {"val_loss", s.val_loss},
+        {"lr", s.lr},
+        {"grad_norm", s.grad_norm},
+        {"tokens_per_s", s.tokens_per_s},
+        {"mfu", s.mfu},
+        {"step_ms", s.step_ms},
+        {"peak_mem_bytes", double(s.peak_bytes)},
+        {"peak_rss_bytes", double(peak_rss_bytes())}};
+    if (ddp_) record.emplace_back("comm_ms", s.comm_ms);
+    if (metrics) metrics->write(record);
     if (on_step) on_step(s);
-    const int sig = g_stop_signal;
+    // Every rank stops after the same step, whichever of them got the signal.
+    const int sig = ddp_ ? ddp_->max_over_group(int(g_stop_signal)) : int(g_stop_signal);
     if (sig != 0 || (cfg_.save_every > 0 && s.step % cfg_.save_every == 0)) save_checkpoint_now();
     if (sig != 0) {
       stopped_by_ = sig;
@@ -358,6 +394,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     }
   }
   if (saved_step_ != state_.step) save_checkpoint_now();
+  if (!par_.writes()) return;
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);
   save_trainer_state(trainer_state_path(model_dir), state_);

@@ -8,9 +8,11 @@
 #include <memory>
 
 #include "data/dataset/data_loader.h"
+#include "parallel/distributed_data_parallel.h"
 #include "train/adamw.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
+#include "train/train_parallel.h"
 #include "train/trainer_state.h"
 
 namespace nk {
@@ -20,6 +22,7 @@ struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_ms = 0;
   double val_loss = NAN;  // set on validation steps
   size_t peak_bytes = 0;  // Nekton tensors' peak
+  double comm_ms = 0;     // data parallel: waiting for the gradient all-reduce after the backward
 };
 
 class Trainer {
@@ -29,7 +32,12 @@ class Trainer {
   // valid checkpoint in OUT_DIR/checkpoints, restoring weights, AdamW moments,
   // step, LR position and data position (nk::Error if the data settings or the
   // model differ, or a file is missing or corrupt). Nothing is written yet.
-  explicit Trainer(const TrainConfig& cfg);
+  // `par`: the processes of a data-parallel run (TrainParallel; default one
+  // process): each rank reads its slice of every global batch (dp_slice.h),
+  // gradients are summed over "dp-cp" in buckets, the logged loss is the
+  // global mean, and only rank 0 prints, writes metrics, checkpoints and the
+  // model. nk::Error naming the keys for a layout it cannot train.
+  explicit Trainer(const TrainConfig& cfg, TrainParallel par = {});
   ~Trainer();
   // Runs the steps from state().step to train.steps (or train.exit_at_step);
   // `on_step` (optional) sees every step's figures. Writes OUT_DIR/metrics.jsonl
@@ -56,11 +64,13 @@ class Trainer {
   void resume_checkpoint(const std::string& dir);
   void save_checkpoint_now();
   TrainConfig cfg_;
+  TrainParallel par_;
   TrainData data_;
   TrainerState state_;
   BatchObserver on_batch_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
   std::vector<StepStats> history_;
   int64_t saved_step_ = -1;  // the step of the newest checkpoint in OUT_DIR/checkpoints
   int stopped_by_ = 0;

@@ -1,0 +1,33 @@
+// The processes of a multi-process training run and the checks that refuse an
+// impossible layout before any work starts. Today `nekton train` does data
+// parallelism only (parallel/distributed_data_parallel.h): every rank holds the
+// whole model and reads its own slice of each global batch.
+#pragma once
+#include <cstdint>
+
+#include "dist/mesh.h"
+#include "dist/process_groups.h"
+#include "train/train_config.h"
+
+namespace nk {
+
+// Passed to the Trainer of a run under mpirun/srun; both pointers null for one
+// process (today's code path, bit for bit). Both must outlive the Trainer.
+struct TrainParallel {
+  const dist::Mesh* mesh = nullptr;
+  dist::ProcessGroups* groups = nullptr;
+  bool active() const { return mesh != nullptr && mesh->world_size() > 1; }
+  int64_t dp() const { return mesh ? mesh->dp() : 1; }
+  int64_t dp_rank() const { return mesh ? mesh->rank_in("dp") : 0; }
+  // The rank that prints the step log and writes metrics, checkpoints and the model.
+  bool writes() const { return !mesh || mesh->rank() == 0; }
+};
+
+// The mesh of `world` processes for cfg.parallel, checked for training:
+// nk::Error naming the keys when the world size does not fit the layout, a
+// model-parallel size other than 1 is asked for (not supported yet), or
+// train.global_batch is not a multiple of dp × train.micro_batch.
+dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank);
+void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh);
+
+}  // namespace nk
