@@ -33,3 +33,20 @@ target_compile_definitions(test_dist_fault PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE
                                                    NK_DIST_FAULT="$<TARGET_FILE:dist_fault>")
 add_dependencies(test_dist_fault dist_fault)
 gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi TIMEOUT 60)
+
+# Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
+#   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
+#                                        (GoogleTest inside every rank)
+file(GLOB parallel_mpi_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/*_mpi.cc)
+add_executable(test_parallel_mpi ${parallel_mpi_srcs})
+target_link_libraries(test_parallel_mpi PRIVATE nk_train GTest::gtest)
+target_include_directories(test_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+target_compile_definitions(test_parallel_mpi PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                                                     NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
+foreach(np 2 4)
+  add_test(NAME parallel_mpi_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_parallel_mpi> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(parallel_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 300
+                       ENVIRONMENT "${NK_MPI_ENV}")
+endforeach()

@@ -1,0 +1,194 @@
+// Data parallel against one process (shared/DESIGN.md: every parallel feature
+// has an equivalence test). Each rank trains the single-process reference
+// itself, then takes part in the data-parallel run of the same recipe; the
+// loss at every step and the weights after the last must agree within a
+// relative 1e-5 in f32. The differences are only the order of additions: the
+// ranks' partial gradients are summed across ranks instead of one after
+// another, and the loss is summed in f64 the same way.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "parallel_env.h"
+#include "train/trainer.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+using test::mpi;
+
+struct Recipe {
+  std::string preset;
+  DType dtype = DType::F32;
+  int64_t accum = 1;  // micro-batches per rank per step
+  bool overlap = true;
+  double bucket_mb = 0.02;  // small: several buckets on the tiny models
+};
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = mpi().world_size();
+    rank_ = mpi().rank();
+    mesh_ = std::make_unique<dist::Mesh>(world_, rank_, dist::MeshSpec{});
+    groups_ = std::make_unique<dist::ProcessGroups>(mpi().make_groups(*mesh_, 120));
+    base_ = fs::path(NK_BINARY_DIR) / "parallel_mpi" /
+            (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_np" +
+             std::to_string(world_));
+    corpus_ = fs::path(NK_BINARY_DIR) / "parallel_mpi" / "corpus.txt";
+    if (rank_ == 0) {
+      fs::remove_all(base_);
+      fs::create_directories(base_);
+      if (!fs::exists(corpus_)) {
+        std::ofstream o(corpus_.string() + ".tmp");
+        for (int i = 0; i < 400; ++i)
+          o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
+        o.close();
+        fs::rename(corpus_.string() + ".tmp", corpus_);
+      }
+    }
+    groups_->get("world").barrier();
+  }
+
+  TrainConfig config(const Recipe& r, const std::string& out, int64_t dp,
+                     const std::vector<std::string>& extra = {}) {
+    const int64_t B = 2;
+    std::vector<std::string> o = {
+        "model.preset=" + r.preset,
+        "model.n_layer=2",
+        "model.d_model=64",
+        "model.n_head=4",
+        "model.d_ff=128",
+        "data.path=" + corpus_.string(),
+        "train.micro_batch=" + std::to_string(B),
+        "train.global_batch=" + std::to_string(B * r.accum * dp),
+        "train.seq_len=32",
+        "train.steps=10",
+        "train.lr=3e-3",
+        "train.warmup_steps=2",
+        "train.val_every=0",
+        "train.log_every=100",
+        "train.peak_tflops=1",
+        "train.out_dir=" + out,
+        std::string("train.dtype=") + dtype_name(r.dtype),
+        "parallel.bucket_mb=" + std::to_string(r.bucket_mb),
+        std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false")};
+    if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
+    o.insert(o.end(), extra.begin(), extra.end());
+    ConfigSchema s = train_schema();
+    return train_config_from(Config::load(s, "", o));
+  }
+
+  // The batches a trainer reads, per step, in order.
+  using Batches = std::vector<std::vector<std::vector<int32_t>>>;
+  static void record(Trainer& t, Batches& into) {
+    t.set_batch_observer([&into](int64_t step, const Tensor& x, const Tensor&) {
+      if (int64_t(into.size()) < step) into.resize(size_t(step));
+      into[size_t(step - 1)].emplace_back(x.data<int32_t>(), x.data<int32_t>() + x.numel());
+    });
+  }
+
+  // Trains `r` on one process and on every rank of the world, and compares.
+  void check(const Recipe& r, double loss_tol, double param_tol) {
+    const int64_t dp = world_;
+    Trainer ref(config(r, (base_ / ("ref_rank" + std::to_string(rank_))).string(), dp));
+    Batches ref_batches, dp_batches;
+    record(ref, ref_batches);
+    ref.run();
+    dist::Mesh mesh = train_mesh(config(r, "unused", dp), world_, rank_);
+    TrainParallel par{&mesh, groups_.get()};
+    Trainer ddp(config(r, (base_ / "dp").string(), dp), par);
+    record(ddp, dp_batches);
+    ddp.run();
+
+    ASSERT_EQ(ref.history().size(), 10u);
+    ASSERT_EQ(ddp.history().size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      double a = ref.history()[i].loss, b = ddp.history()[i].loss;
+      EXPECT_LE(std::abs(a - b), loss_tol * std::abs(a))
+          << "step " << i + 1 << ": " << a << " vs " << b;
+      EXPECT_NEAR(ref.history()[i].grad_norm, ddp.history()[i].grad_norm,
+                  loss_tol * 10 * ref.history()[i].grad_norm)
+          << "step " << i + 1;
+    }
+    // Rank r's local micro-batch m is the single process's micro-batch m·dp + r.
+    for (size_t s = 0; s < 10; ++s) {
+      ASSERT_EQ(dp_batches[s].size(), size_t(r.accum));
+      for (int64_t m = 0; m < r.accum; ++m)
+        EXPECT_EQ(dp_batches[s][size_t(m)], ref_batches[s][size_t(m * dp + rank_)])
+            << "step " << s + 1 << " micro-batch " << m;
+    }
+    // The weights: per tensor (or fused part), the relative difference in the
+    // 2-norm, ||a - b|| / ||a||. Not per element: Adam divides each gradient
+    // element by its own running magnitude, so an element whose micro-batch
+    // contributions nearly cancel carries the relative rounding of that
+    // cancellation (order of additions) into its step, far above 1e-5 of its
+    // own size yet negligible in the tensor. The key bias is left out: its
+    // true gradient is zero (a constant added to every key shifts all of a
+    // query's scores alike, and softmax ignores that), so its computed
+    // gradient is rounding noise that Adam turns into steps of size lr in
+    // either run; it is only checked to stay within a few such steps.
+    for (const ParamInfo& p : ref.model().layout().params()) {
+      std::vector<std::string> parts;
+      for (const ParamPart& part : p.parts) parts.push_back(part.name);
+      if (parts.empty()) parts.push_back("");
+      for (const std::string& part : parts) {
+        Tensor a = part.empty() ? ParamLayout::view(ref.model().params(), p)
+                                : ParamLayout::part_view(ref.model().params(), p, part);
+        Tensor b = part.empty() ? ParamLayout::view(ddp.model().params(), p)
+                                : ParamLayout::part_view(ddp.model().params(), p, part);
+        double norm = 0, diff = 0, dmax = 0;
+        for (int64_t k = 0; k < a.numel(); ++k) {
+          double x = a.data<float>()[k], d = x - b.data<float>()[k];
+          norm += x * x;
+          diff += d * d;
+          dmax = std::max(dmax, std::abs(d));
+        }
+        const std::string what = p.name + (part.empty() ? "" : " part " + part);
+        if (part == "k" && p.name.ends_with("attn.qkv.bias"))
+          EXPECT_LE(dmax, 10 * 3e-3) << what;
+        else
+          EXPECT_LE(std::sqrt(diff), param_tol * std::sqrt(norm))
+              << what << ": |diff| " << std::sqrt(diff) << " of |w| " << std::sqrt(norm)
+              << ", max elementwise " << dmax;
+      }
+    }
+    EXPECT_EQ(ddp.state().consumed_samples, ref.state().consumed_samples);
+    // Only rank 0 writes the run's files.
+    groups_->get("world").barrier();
+    if (rank_ == 0) {
+      EXPECT_TRUE(fs::exists(base_ / "dp" / "metrics.jsonl"));
+      EXPECT_TRUE(fs::exists(base_ / "dp" / "model" / "model.safetensors"));
+    }
+  }
+
+  int world_ = 1, rank_ = 0;
+  std::unique_ptr<dist::Mesh> mesh_;
+  std::unique_ptr<dist::ProcessGroups> groups_;
+  fs::path base_, corpus_;
+};
+
+constexpr double kF32 = 1e-5;
+
+TEST_F(DataParallel, Gpt2) {
+  check({"gpt-tiny"}, kF32, kF32);
+}
+TEST_F(DataParallel, Gpt2GradAccumulation) {
+  check({"gpt-tiny", DType::F32, 2}, kF32, kF32);
+}
+TEST_F(DataParallel, Llama) {
+  check({"llama-tiny"}, kF32, kF32);
+}
+TEST_F(DataParallel, LlamaGradAccumulation) {
+  check({"llama-tiny", DType::F32, 2}, kF32, kF32);
+}
+// Overlap off, and one bucket for everything: the same numbers.
+TEST_F(DataParallel, Gpt2NoOverlapOneBucket) {
+  check({"gpt-tiny", DType::F32, 2, false, 1000}, kF32, kF32);
+}
+
+}  // namespace
+}  // namespace nk
