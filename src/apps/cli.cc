@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -64,8 +65,18 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
       a.config_path = argv[++i];
     } else if (s.rfind("--config=", 0) == 0) {
       a.config_path = s.substr(9);
+    } else if (s == "--nproc" || s.rfind("--nproc=", 0) == 0) {
+      std::string n = s == "--nproc" ? (i + 1 < argc ? argv[++i] : "") : s.substr(8);
+      char* end = nullptr;
+      long v = std::strtol(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 1 || v > 1 << 20)
+        fail("--nproc needs a process count >= 1, got '{}'", n);
+      a.nproc = int(v);
     } else if (s.rfind("--", 0) == 0) {
-      fail("unknown option '{}' (options are --config FILE and --help; settings are key=value)", s);
+      fail(
+          "unknown option '{}' (options are --config FILE, --help and, for train, --nproc N; "
+          "settings are key=value)",
+          s);
     } else if (s.find('=') == std::string::npos) {
       fail("argument '{}' is not a key=value setting", s);
     } else {
@@ -93,7 +104,10 @@ int run_cli(int argc, char** argv) {
       a.args.assign(argv + 2, argv + argc);
       return it->second.run(a);
     }
-    return it->second.run(parse_command_args(std::vector<std::string>(argv + 2, argv + argc)));
+    CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
+    if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0)
+      fail("--nproc is an option of nekton train only");
+    return it->second.run(a);
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/mpirun_launch.h"
 #include "core/log.h"
 #include "dist/mpi/launch_env.h"
 #include "dist/mpi/runtime.h"
@@ -36,13 +37,23 @@ int train_under_mpi(TrainConfig cfg, int* argc, char*** argv) {
 int cmd_train(const CommandArgs& a) {
   ConfigSchema schema = train_schema();
   if (a.help) {
-    fmt::print("usage: nekton train [--config FILE.yaml] [key=value ...]\n\n{}", schema.help());
+    fmt::print("usage: nekton train [--nproc N] [--config FILE.yaml] [key=value ...]\n\n{}",
+               schema.help());
     fmt::print(
-        "\nData parallel: mpirun -np N nekton train ... (or srun); every rank reads its\n"
-        "share of train.global_batch, which must be a multiple of N x train.micro_batch.\n");
+        "\nData parallel: nekton train --nproc N ... (one host), or mpirun -np N nekton train\n"
+        "... (or srun); every rank reads its share of train.global_batch, which must be a\n"
+        "multiple of N x train.micro_batch.\n");
     return 0;
   }
   TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
+  if (a.nproc > 0 && !dist::launched_by_mpi()) {
+    // Checked here first, so a layout that cannot work fails before mpirun starts.
+    train_mesh(cfg, a.nproc, 0);
+    std::vector<std::string> args = {"train"};
+    if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
+    args.insert(args.end(), a.overrides.begin(), a.overrides.end());
+    exec_mpirun(a.nproc, args);
+  }
   if (dist::launched_by_mpi()) return train_under_mpi(cfg, nullptr, nullptr);
   Trainer trainer(cfg);
   // Stopped by SIGTERM/SIGINT after saving a checkpoint is a clean exit (0), so

@@ -13,6 +13,7 @@ struct CommandArgs {
   std::string config_path;             // --config FILE.yaml
   std::vector<std::string> overrides;  // key.sub=value, in order
   bool help = false;
+  int nproc = 0;  // --nproc N (nekton train only): start N processes through mpirun
   // Every argument after the command name, as given: for commands that parse
   // their own positional arguments and options (tokenizer).
   std::vector<std::string> args;

@@ -1,0 +1,41 @@
+#include "apps/mpirun_launch.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+
+namespace nk {
+
+std::vector<std::string> mpirun_command(int nproc, const std::string& exe,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(nproc)};
+  if (unsigned(nproc) > std::thread::hardware_concurrency()) cmd.push_back("--oversubscribe");
+  cmd.insert(cmd.end(), {"--bind-to", "none", exe});
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  return cmd;
+}
+
+void exec_mpirun(int nproc, const std::vector<std::string>& args) {
+  std::error_code ec;
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) fail("--nproc: cannot find this executable's path: {}", ec.message());
+  if (geteuid() == 0) {  // OpenMPI refuses root without these
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  std::vector<std::string> cmd = mpirun_command(nproc, exe, args);
+  std::vector<char*> argv;
+  for (std::string& s : cmd) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  fail("--nproc {}: cannot start mpirun: {} (install OpenMPI, or launch with mpirun/srun yourself)",
+       nproc, std::strerror(errno));
+}
+
+}  // namespace nk
