@@ -50,3 +50,30 @@ foreach(np 2 4)
   set_tests_properties(parallel_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 300
                        ENVIRONMENT "${NK_MPI_ENV}")
 endforeach()
+
+# `nekton train` under mpirun and through --nproc (labelled "mpi"): only rank 0
+# prints the step log; an impossible batch is refused before mpirun starts.
+set(NK_TRAIN_CLI_ARGS model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4
+    model.d_ff=128 data.path=${CMAKE_SOURCE_DIR}/README.md train.dtype=f32 train.micro_batch=2
+    train.seq_len=32 train.global_batch=8 train.steps=3 train.val_every=0 train.peak_tflops=1
+    parallel.bucket_mb=0.05)
+add_test(NAME train_cli_mpirun_np2
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_mpirun
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                 $<TARGET_FILE:nekton> train ${NK_TRAIN_CLI_ARGS}
+                 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_mpirun)
+add_test(NAME train_cli_nproc2
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_nproc
+                 $<TARGET_FILE:nekton> train --nproc 2 ${NK_TRAIN_CLI_ARGS}
+                 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_nproc)
+set_tests_properties(train_cli_mpirun_np2 train_cli_nproc2 PROPERTIES
+                     LABELS mpi TIMEOUT 120 ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION "data parallel: world 2.*step +3/3 .*saved .*model"
+                     FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
+add_test(NAME train_cli_nproc_bad_batch
+         COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}
+                 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_bad)
+set_tests_properties(train_cli_nproc_bad_batch PROPERTIES LABELS mpi TIMEOUT 60
+                     ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "train.global_batch = 8 is not a multiple of data-parallel size × train.micro_batch = 3 × 2 = 6")

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -188,6 +189,34 @@ TEST_F(DataParallel, LlamaGradAccumulation) {
 // Overlap off, and one bucket for everything: the same numbers.
 TEST_F(DataParallel, Gpt2NoOverlapOneBucket) {
   check({"gpt-tiny", DType::F32, 2, false, 1000}, kF32, kF32);
+}
+
+// A data-parallel run stopped at step 5 (rank 0 writes the checkpoint: the
+// weights are replicated) and resumed on the same number of ranks continues
+// exactly as the uninterrupted one.
+TEST_F(DataParallel, ResumeIsExact) {
+  const Recipe r{"gpt-tiny", DType::F32, 2};
+  dist::Mesh mesh = train_mesh(config(r, "unused", world_), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  Trainer whole(config(r, (base_ / "whole").string(), world_), par);
+  whole.run();
+  {
+    Trainer first(config(r, (base_ / "split").string(), world_, {"train.exit_at_step=5"}), par);
+    first.run();
+  }
+  groups_->get("world").barrier();  // rank 0 has written the checkpoint
+  Trainer second(config(r, (base_ / "split").string(), world_), par);
+  EXPECT_EQ(second.state().step, 5);
+  second.run();
+  ASSERT_EQ(second.history().size(), 5u);
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(second.history()[i].loss, whole.history()[5 + i].loss) << "step " << 6 + i;
+  const Tensor &a = whole.model().params(), &b = second.model().params();
+  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
+  groups_->get("world").barrier();
+  if (rank_ == 0) {
+    EXPECT_TRUE(fs::exists(base_ / "split" / "checkpoints"));
+  }
 }
 
 }  // namespace
