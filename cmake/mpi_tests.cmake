@@ -8,19 +8,25 @@
 set(NK_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1)
 
-file(GLOB mpi_test_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/dist/mpi/*_mpi.cc)
-add_executable(test_dist_mpi ${mpi_test_srcs})
-target_link_libraries(test_dist_mpi PRIVATE nk_dist GTest::gtest)
-target_include_directories(test_dist_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_compile_definitions(test_dist_mpi PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                                                 NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
-foreach(np 2 4)
-  add_test(NAME dist_mpi_np${np}
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_dist_mpi> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(dist_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 120
-                       ENVIRONMENT "${NK_MPI_ENV}")
-endforeach()
+# test_<sub>_mpi: GoogleTest in every rank, from tests/<sub>/mpi/*_mpi.cc, linked
+# with `lib`, run as <sub>_mpi_np2 and <sub>_mpi_np4 (4 oversubscribe 2 cores).
+function(nk_mpi_gtest sub lib timeout)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${sub}/mpi/*_mpi.cc)
+  add_executable(test_${sub}_mpi ${srcs})
+  target_link_libraries(test_${sub}_mpi PRIVATE ${lib} GTest::gtest)
+  target_include_directories(test_${sub}_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(test_${sub}_mpi PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                                                     NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  foreach(np 2 4)
+    add_test(NAME ${sub}_mpi_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_${sub}_mpi> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${sub}_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT ${timeout}
+                         ENVIRONMENT "${NK_MPI_ENV}")
+  endforeach()
+endfunction()
+
+nk_mpi_gtest(dist nk_dist 120)
 
 add_executable(dist_fault ${CMAKE_SOURCE_DIR}/tests/dist/mpi/fault_main.cc)
 target_link_libraries(dist_fault PRIVATE nk_dist)
@@ -37,19 +43,7 @@ gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi 
 # Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
 #                                        (GoogleTest inside every rank)
-file(GLOB parallel_mpi_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/*_mpi.cc)
-add_executable(test_parallel_mpi ${parallel_mpi_srcs})
-target_link_libraries(test_parallel_mpi PRIVATE nk_train GTest::gtest)
-target_include_directories(test_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_compile_definitions(test_parallel_mpi PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                                                     NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
-foreach(np 2 4)
-  add_test(NAME parallel_mpi_np${np}
-           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_parallel_mpi> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(parallel_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 300
-                       ENVIRONMENT "${NK_MPI_ENV}")
-endforeach()
+nk_mpi_gtest(parallel nk_train 300)
 
 # `nekton train` under mpirun and through --nproc (labelled "mpi"): only rank 0
 # prints the step log; an impossible batch is refused before mpirun starts.

@@ -4,25 +4,13 @@
 #include <fmt/format.h>
 
 #include "mpi_env.h"
+#include "mpi_rank_report.h"
 
 namespace nk::test {
 
 namespace {
 dist::MpiRuntime* g_runtime = nullptr;
 std::map<std::string, std::unique_ptr<Layout>> g_layouts;
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      fmt::print(stderr, "rank {}: {}:{}: {}\n", rank_, r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
 }  // namespace
 
 dist::MpiRuntime& mpi() {
@@ -47,11 +35,7 @@ int main(int argc, char** argv) {
   nk::dist::MpiRuntime runtime(&argc, &argv);
   nk::test::g_runtime = &runtime;
   ::testing::InitGoogleTest(&argc, argv);
-  if (runtime.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new nk::test::RankFailurePrinter(runtime.rank()));
-  }
+  nk::test::report_failures_only_off_rank0(runtime.rank());
   int rc = RUN_ALL_TESTS();
   nk::test::g_layouts.clear();  // communicators go before MPI_Finalize
   return rc;
