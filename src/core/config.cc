@@ -105,8 +105,9 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
     if (!k.IsScalar())
       fail("{}: keys must be plain names, got {}", where_in(path, k.Mark()), node_kind(k));
     std::string key = section.empty() ? k.Scalar() : section + "." + k.Scalar();
-    if (schema.has(key)) {
-      bool is_string = schema.fields()[schema.index(key)].type == ConfigType::String;
+    if (std::string real = schema.resolve(key); !real.empty()) {
+      ConfigType type = schema.fields()[schema.index(real)].type;
+      bool is_string = type == ConfigType::String;
       if (is_string && v.IsSequence()) {
         // A list for a string key ("blend: [0.3, a, 0.7, b]") is its items
         // joined with commas, the key's command-line form.
@@ -124,7 +125,7 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
       }
       if (!v.IsScalar())
         fail("{}: key '{}' expects {} value, got {}", where_in(path, v.Mark()), key,
-             config_type_name(schema.fields()[schema.index(key)].type), node_kind(v));
+             config_type_name(type), node_kind(v));
       cfg.set(key, v.Scalar(), where_in(path, v.Mark()));
     } else if (schema.is_section(key)) {
       if (v.IsNull()) continue;  // "model:" with nothing under it
@@ -220,13 +221,14 @@ void Config::apply_override(const std::string& text) {
 }
 
 void Config::set(const std::string& key, const std::string& value, const std::string& where) {
-  if (!schema_.has(key)) {
+  std::string real = schema_.resolve(key);
+  if (real.empty()) {
     if (schema_.is_section(key))
       fail("{}'{}' is a section, not a key; set one of its keys like '{}.<name>'", prefix(where),
            key, key);
     throw Error(unknown_key_message(schema_, key, where));
   }
-  size_t i = schema_.index(key);
+  size_t i = schema_.index(real);
   values_[i] = parse_value(schema_.fields()[i].type, key, value, where);
 }
 

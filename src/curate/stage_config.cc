@@ -47,8 +47,9 @@ StageConfig::StageConfig(YAML::Node node, std::string file, int index)
   index_ = index;
   label_ = name_ == type_ ? type_ : fmt::format("{}: {}", name_, type_);
   where_ = fmt::format("{} ({})", at, label_);
-  keys_.add_string("type", type_, "the kind of stage");
-  keys_.add_string("name", type_, "the stage's name in the report and in removed records");
+  add_key("type", ConfigType::String, type_, "the kind of stage");
+  add_key("name", ConfigType::String, type_,
+          "the stage's name in the report and in removed records");
 }
 
 bool StageConfig::has(const std::string& key) const {
@@ -66,25 +67,6 @@ void StageConfig::fail_key(const std::string& key, const std::string& msg) const
   throw Error(fmt::format("{}: key '{}': {}", where_key(key), key, msg));
 }
 
-YAML::Node StageConfig::declare(const std::string& key, ConfigType type, ConfigValue def,
-                                const std::string& doc) {
-  switch (type) {
-    case ConfigType::Int:
-      keys_.add_int(key, std::get<int64_t>(def), doc);
-      break;
-    case ConfigType::Float:
-      keys_.add_float(key, std::get<double>(def), doc);
-      break;
-    case ConfigType::Bool:
-      keys_.add_bool(key, std::get<bool>(def), doc);
-      break;
-    case ConfigType::String:
-      keys_.add_string(key, std::get<std::string>(def), doc);
-      break;
-  }
-  return node_[key];
-}
-
 std::string StageConfig::scalar(const std::string& key, const YAML::Node& v,
                                 ConfigType type) const {
   if (!v.IsScalar())
@@ -93,46 +75,17 @@ std::string StageConfig::scalar(const std::string& key, const YAML::Node& v,
   return v.Scalar();
 }
 
-bool StageConfig::bind_int(const std::string& key, int64_t& field, const std::string& doc,
-                           int64_t lo, int64_t hi) {
-  YAML::Node v = declare(key, ConfigType::Int, field, doc);
-  if (!v) return false;
-  std::string text = scalar(key, v, ConfigType::Int);
-  int64_t x = std::get<int64_t>(parse_config_value(ConfigType::Int, key, text, where_key(key)));
-  if (x < lo || x > hi)
-    fail("{}: key '{}' expects an int in {}..{}, got '{}'", where_key(key), key, lo, hi, text);
-  field = x;
-  return true;
-}
-
-bool StageConfig::bind(const std::string& key, double& field, const std::string& doc) {
-  YAML::Node v = declare(key, ConfigType::Float, field, doc);
-  if (!v) return false;
-  field = std::get<double>(parse_config_value(ConfigType::Float, key,
-                                              scalar(key, v, ConfigType::Float), where_key(key)));
-  return true;
-}
-
-bool StageConfig::bind(const std::string& key, bool& field, const std::string& doc) {
-  YAML::Node v = declare(key, ConfigType::Bool, field, doc);
-  if (!v) return false;
+std::optional<GivenValue> StageConfig::given(const ConfigSchema::Field& key) {
+  YAML::Node v = node_[key.key];
+  if (!v) return std::nullopt;
+  std::string where = where_key(key.key);
+  const std::string s = scalar(key.key, v, key.type);
   // Pipeline files have always taken YAML 1.1's spellings too (nfc: no).
-  const std::string s = scalar(key, v, ConfigType::Bool);
-  if (s == "yes" || s == "on" || s == "1") {
-    field = true;
-  } else if (s == "no" || s == "off" || s == "0") {
-    field = false;
-  } else {
-    field = std::get<bool>(parse_config_value(ConfigType::Bool, key, s, where_key(key)));
+  if (key.type == ConfigType::Bool) {
+    if (s == "yes" || s == "on" || s == "1") return GivenValue{true, where};
+    if (s == "no" || s == "off" || s == "0") return GivenValue{false, where};
   }
-  return true;
-}
-
-bool StageConfig::bind(const std::string& key, std::string& field, const std::string& doc) {
-  YAML::Node v = declare(key, ConfigType::String, field, doc);
-  if (!v) return false;
-  field = scalar(key, v, ConfigType::String);
-  return true;
+  return GivenValue{parse_config_value(key.type, key.key, s, where), where};
 }
 
 void StageConfig::bind_required(const std::string& key, std::string& field,
@@ -143,8 +96,8 @@ void StageConfig::bind_required(const std::string& key, std::string& field,
 
 bool StageConfig::bind(const std::string& key, std::vector<std::string>& field,
                        const std::string& doc) {
-  YAML::Node v = declare(key, ConfigType::String, flow(field), doc + " (a list)");
-  if (!v) return false;
+  YAML::Node v = node_[key];
+  if (!add_key(key, ConfigType::String, flow(field), doc + " (a list)") || !v) return false;
   if (v.IsScalar()) {
     field = {v.Scalar()};
     return true;
@@ -162,9 +115,11 @@ bool StageConfig::bind(const std::string& key, std::vector<std::pair<std::string
                        const std::string& doc) {
   std::vector<std::string> items;
   for (const auto& [k, x] : field) items.push_back(fmt::format("{}: {}", k, x));
-  YAML::Node v = declare(key, ConfigType::String, fmt::format("{{{}}}", fmt::join(items, ", ")),
-                         doc + " (a map)");
-  if (!v) return false;
+  YAML::Node v = node_[key];
+  if (!add_key(key, ConfigType::String, fmt::format("{{{}}}", fmt::join(items, ", ")),
+               doc + " (a map)") ||
+      !v)
+    return false;
   if (!v.IsMap()) fail_key(key, "expected a map such as {2: 0.2, 3: 0.18}");
   field.clear();
   for (const auto& kv : v) {
@@ -180,16 +135,16 @@ bool StageConfig::bind(const std::string& key, std::vector<std::pair<std::string
 void StageConfig::finish() const {
   for (const auto& kv : node_) {
     std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-    if (keys_.has(k)) continue;
+    if (keys().has(k)) continue;
     std::string at =
         kv.first.Mark().is_null()
             ? where_
             : fmt::format("{}:{}: stage {} ({})", file_, kv.first.Mark().line + 1, index_, label_);
-    std::string msg = config_unknown_key_message(keys_, k, at);
-    if (keys_.nearest_key(k).empty()) {
+    std::string msg = config_unknown_key_message(keys(), k, at);
+    if (keys().nearest_key(k).empty()) {
       // Nothing close: name what the stage takes instead.
       std::vector<std::string> takes;
-      for (const ConfigSchema::Field& f : keys_.fields())
+      for (const ConfigSchema::Field& f : keys().fields())
         if (f.key != "type" && f.key != "name") takes.push_back(f.key);
       msg += takes.empty() ? " (this stage takes no keys)"
                            : fmt::format(" (this stage takes: {})", fmt::join(takes, ", "));
