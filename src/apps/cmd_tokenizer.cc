@@ -299,6 +299,13 @@ struct TrainArgs {
     cl.bind("--min-frequency", bpe.min_frequency, "bpe: stop before merging a rarer pair");
     cl.bind("--max-bytes", max_bytes, "bpe: read at most this many bytes (0 = all)");
   }
+  // --input, --out (named `out_kind` in the message) and --vocab-size are given.
+  void require(const CommandLine& cl, const char* out_kind) const {
+    if (!cl.has("--input")) fail("tokenizer train: no --input FILE given");
+    if (!cl.has("--out")) fail("tokenizer train: no --out {} given", out_kind);
+    if (!cl.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+    if (out.empty()) fail("--out: empty path");
+  }
 };
 
 // Byte-level BPE (GPT-2/tiktoken style): DIR gets vocab.tiktoken,
@@ -306,9 +313,7 @@ struct TrainArgs {
 int train_bpe_command(const CommandLine& cl, TrainArgs& t) {
   for (const char* sp : {"--character-coverage", "--input-sentence-size", "--user-defined-symbols"})
     if (cl.has(sp)) fail("tokenizer train: {} is a sentencepiece option", sp);
-  if (!cl.has("--input")) fail("tokenizer train: no --input FILE given");
-  if (!cl.has("--out")) fail("tokenizer train: no --out DIR given");
-  if (!cl.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+  t.require(cl, "DIR");
   BpeTrainOptions& o = t.bpe;
   o.vocab_size = t.vocab_size;
   o.threads = t.threads;
@@ -316,7 +321,6 @@ int train_bpe_command(const CommandLine& cl, TrainArgs& t) {
     o.pattern = is_openai_encoding(t.pattern) ? openai_pattern(t.pattern) : t.pattern;
   if (t.max_bytes < 0) fail("--max-bytes: must be >= 0, got {}", t.max_bytes);
   const std::string& out = t.out;
-  if (out.empty()) fail("--out: empty path");
   o.name = fs::path(out).filename().string();
   if (o.name.empty()) o.name = fs::path(out).parent_path().filename().string();
   auto t0 = std::chrono::steady_clock::now();
@@ -339,9 +343,7 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
   if (t.type == "bpe") return train_bpe_command(cl, t);
   if (t.type != "sentencepiece")
     fail("tokenizer train: --type must be sentencepiece or bpe, got '{}'", t.type);
-  if (!cl.has("--input")) fail("tokenizer train: no --input FILE given");
-  if (!cl.has("--out")) fail("tokenizer train: no --out DIR_OR_PREFIX given");
-  if (!cl.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+  t.require(cl, "DIR_OR_PREFIX");
   SentencePieceTrainOptions& o = t.sp;
   o.inputs = t.inputs;
   o.vocab_size = t.vocab_size;
@@ -356,7 +358,6 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
   }
 
   const std::string& out = t.out;
-  if (out.empty()) fail("--out: empty path");
   std::string prefix;
   if (out.back() == '/' || fs::is_directory(out)) {
     fs::create_directories(out);

@@ -5,26 +5,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/yaml_node.h"
 
 namespace nk::curate {
-
-namespace {
-
-// As the training config names a value of the wrong shape.
-const char* node_kind(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "no value";
-    default:
-      return "a scalar";
-  }
-}
-
-}  // namespace
 
 YamlKeys::YamlKeys(YAML::Node root, std::string file)
     : root_(std::move(root)), file_(std::move(file)) {}
@@ -66,7 +49,7 @@ void YamlKeys::fail_key(const std::string& key, const std::string& msg) const {
 std::string YamlKeys::scalar(const std::string& key, const YAML::Node& v, ConfigType type) const {
   if (!v.IsScalar())
     fail("{}: key '{}' expects {} value, got {}", where(v), key, config_type_name(type),
-         node_kind(v));
+         yaml_node_kind(v));
   return v.Scalar();
 }
 
