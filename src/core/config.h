@@ -3,7 +3,8 @@
 // dotted command-line overrides ("train.lr=3e-4"). Anything a user types that
 // does not fit the schema is an nk::Error naming the file and line or the
 // override, and an unknown key names the nearest valid one. A YAML list given
-// for a string key reads as its items joined by commas.
+// for a string key reads as its items joined by commas. Structs declare their
+// keys and fill their fields with core/config_bind.h, one line per key.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -61,8 +62,8 @@ class ConfigSchema {
 // Renders a value the way the YAML loader reads it back (floats keep a '.').
 std::string config_value_str(const ConfigValue& v);
 
-// For other readers of keys declared in a ConfigSchema (curate's stage
-// options), so that every key parses and fails alike. Parses `text` as `type`
+// For other readers of keys declared in a ConfigSchema (curate's YamlKeys),
+// so that every key parses and fails alike. Parses `text` as `type`
 // as Config::set does: nk::Error "<where>: key 'k' expects an int, got 'x'".
 ConfigValue parse_config_value(ConfigType type, const std::string& key, const std::string& text,
                                const std::string& where);
