@@ -8,6 +8,7 @@
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
+#include "core/config_bind.h"
 #include "core/log.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/dataset/text_dataset.h"
@@ -18,38 +19,40 @@ namespace nk {
 
 namespace {
 
-ConfigSchema eval_schema() {
-  ConfigSchema s;
-  s.add_string("eval.model", "", "saved model folder (config.json + model.safetensors)");
-  s.add_string("eval.text", "", "text file to score (plain, .gz or .dz)");
-  s.add_string("eval.data_prefix", "",
-               "indexed dataset PREFIX(.bin/.idx) to score, documents concatenated");
-  s.add_string("eval.tokenizer", "",
-               "tokenizer for eval.text (default: the one saved with the model, else bytes)");
-  s.add_int("eval.window", 0, "tokens per window, <= model.max_seq_len (0 = max_seq_len)");
-  s.add_int("eval.stride", -1,
-            "tokens between window starts, in [1, window] (-1 = window: disjoint chunks)");
-  s.add_int("eval.max_tokens", 0, "score only the first N tokens (0 = all)");
-  s.add_string("eval.dtype", "f32", "compute precision: f32 or bf16");
-  s.add_string("eval.output", "", "also write the result as JSON to this file");
-  return s;
-}
+struct EvalKeys {
+  std::string model, text, data_prefix, tokenizer, dtype = "f32", output;
+  PerplexityOptions ppl;
+  int64_t max_tokens = 0;
 
-std::vector<int32_t> load_tokens(const Config& c, const std::string& model_dir,
-                                 int64_t max_tokens) {
-  const std::string text = c.get_string("eval.text"), prefix = c.get_string("eval.data_prefix");
-  if (text.empty() == prefix.empty())
+  void bind(ConfigBinder& b) {
+    b.bind("eval.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("eval.text", text, "text file to score (plain, .gz or .dz)");
+    b.bind("eval.data_prefix", data_prefix,
+           "indexed dataset PREFIX(.bin/.idx) to score, documents concatenated");
+    b.bind("eval.tokenizer", tokenizer,
+           "tokenizer for eval.text (default: the one saved with the model, else bytes)");
+    b.bind("eval.window", ppl.window, "tokens per window, <= model.max_seq_len (0 = max_seq_len)");
+    b.bind("eval.stride", ppl.stride,
+           "tokens between window starts, in [1, window] (-1 = window: disjoint chunks)");
+    b.bind("eval.max_tokens", max_tokens, "score only the first N tokens (0 = all)");
+    b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind("eval.output", output, "also write the result as JSON to this file");
+  }
+};
+
+std::vector<int32_t> load_tokens(const EvalKeys& k) {
+  if (k.text.empty() == k.data_prefix.empty())
     fail("eval.text: give exactly one of eval.text=FILE and eval.data_prefix=PREFIX");
   std::vector<int32_t> ids;
-  if (!prefix.empty()) {
+  if (!k.data_prefix.empty()) {
     std::shared_ptr<const IndexedDataset> ds;
     try {
-      ds = IndexedDataset::open(prefix);
+      ds = IndexedDataset::open(k.data_prefix);
     } catch (const Error& e) {
       throw e.with_context("eval.data_prefix");
     }
     int64_t total = ds->num_tokens();
-    if (max_tokens > 0) total = std::min(total, max_tokens);
+    if (k.max_tokens > 0) total = std::min(total, k.max_tokens);
     ids.resize(size_t(total));
     int64_t at = 0;
     for (int64_t s = 0; s < ds->num_sequences() && at < total; ++s) {
@@ -59,8 +62,8 @@ std::vector<int32_t> load_tokens(const Config& c, const std::string& model_dir,
     }
     return ids;
   }
-  std::string spec = c.get_string("eval.tokenizer");
-  if (spec.empty()) spec = stored_tokenizer(model_dir);
+  std::string spec = k.tokenizer;
+  if (spec.empty()) spec = stored_tokenizer(k.model);
   if (spec.empty()) spec = "bytes";
   std::unique_ptr<Tokenizer> tok;
   try {
@@ -70,17 +73,17 @@ std::vector<int32_t> load_tokens(const Config& c, const std::string& model_dir,
   }
   std::string bytes;
   try {
-    bytes = read_text_file(text);
+    bytes = read_text_file(k.text);
   } catch (const Error& e) {
     throw e.with_context("eval.text");
   }
   tok->encode(bytes, ids);
-  if (max_tokens > 0 && int64_t(ids.size()) > max_tokens) ids.resize(size_t(max_tokens));
+  if (k.max_tokens > 0 && int64_t(ids.size()) > k.max_tokens) ids.resize(size_t(k.max_tokens));
   return ids;
 }
 
 int eval_perplexity(const CommandArgs& a) {
-  ConfigSchema schema = eval_schema();
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { EvalKeys().bind(b); });
   if (a.help) {
     fmt::print(
         "usage: nekton eval perplexity eval.model=DIR (eval.text=FILE | eval.data_prefix=PREFIX)"
@@ -90,23 +93,23 @@ int eval_perplexity(const CommandArgs& a) {
         schema.help());
     return 0;
   }
+  EvalKeys k;
   Config c = Config::load(schema, a.config_path, a.overrides);
-  const std::string dir = c.get_string("eval.model");
+  ConfigReader reader(c);
+  k.bind(reader);
+  const std::string& dir = k.model;
   if (dir.empty()) fail("eval.model: no model folder given (eval.model=DIR)");
-  const int64_t max_tokens = c.get_int("eval.max_tokens");
-  if (max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", max_tokens);
-  PerplexityOptions opt;
-  opt.window = c.get_int("eval.window");
-  opt.stride = c.get_int("eval.stride");
+  if (k.max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", k.max_tokens);
+  const PerplexityOptions& opt = k.ppl;
   if (opt.window < 0) fail("eval.window: must be >= 0, got {}", opt.window);
-  std::vector<int32_t> ids = load_tokens(c, dir, max_tokens);
+  std::vector<int32_t> ids = load_tokens(k);
   if (ids.size() < 2) {
-    const char* key = max_tokens > 0 && max_tokens < 2    ? "eval.max_tokens"
-                      : c.get_string("eval.text").empty() ? "eval.data_prefix"
-                                                          : "eval.text";
+    const char* key = k.max_tokens > 0 && k.max_tokens < 2 ? "eval.max_tokens"
+                      : k.text.empty()                     ? "eval.data_prefix"
+                                                           : "eval.text";
     fail("{}: {} token(s) to score; perplexity needs at least 2", key, ids.size());
   }
-  auto model = load_model(dir, parse_dtype(c.get_string("eval.dtype")));
+  auto model = load_model(dir, parse_dtype(k.dtype));
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   PerplexityResult r = evaluate_perplexity(*model, ids, opt, [&](int64_t done, int64_t total) {
@@ -120,7 +123,7 @@ int eval_perplexity(const CommandArgs& a) {
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("tokens scored {}\nwindows {}\nmean loss {:.6f} nats/token\nperplexity {:.4f}\n",
              r.tokens_scored, r.windows, r.mean_loss, r.perplexity);
-  const std::string out = c.get_string("eval.output");
+  const std::string& out = k.output;
   if (!out.empty()) {
     nlohmann::json j = {
         {"tokens_scored", r.tokens_scored},

@@ -20,43 +20,40 @@ const char* kUsage =
     "saves it) as one GGUF v3 file that llama.cpp runs: llama.* hyper-parameters,\n"
     "the tokenizer stored with the model as tokenizer.ggml.* metadata (SentencePiece\n"
     "as \"llama\", byte-level BPE as \"gpt2\" with merges), and the weights under\n"
-    "llama.cpp's names, q and k rows permuted to llama.cpp's rotary layout.\n"
-    "\n"
-    "options:\n"
-    "  --type T        matrix type: f32, f16 (default), bf16, or q8_0 (blocks of 32,\n"
-    "                  one f16 scale each; rows must be a multiple of 32 long);\n"
-    "                  norm weights are always f32\n"
-    "  --name NAME     general.name (default: the model folder's name)\n"
-    "  --no-tokenizer  export without tokenizer metadata (required when the model\n"
-    "                  has no stored tokenizer; llama.cpp cannot run such a file)\n";
+    "llama.cpp's names, q and k rows permuted to llama.cpp's rotary layout.\n";
 
 }  // namespace
 
 int cmd_export_gguf(const std::vector<std::string>& args) {
-  for (size_t i = 1; i < args.size(); ++i)
-    if (args[i] == "--help" || args[i] == "-h") {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-  Parsed p = parse_options(
-      "export gguf", args, 1,
-      {{"--type", Arity::kOne}, {"--name", Arity::kOne}, {"--no-tokenizer", Arity::kFlag}});
-  if (p.positional.size() != 2)
+  CommandLine cl("export gguf", args, 1);
+  GgufExportOptions opt;
+  bool no_tokenizer = false;
+  cl.bind_with<std::string>("--type", ggml_type_name(opt.type),
+                            "matrix type: f32, f16, bf16, or q8_0 (blocks of 32, one f16 scale "
+                            "each; rows a multiple of 32 long); norm weights are always f32",
+                            [&](const std::string& t) {
+                              try {
+                                opt.type = parse_ggml_type(t);
+                              } catch (const Error& e) {
+                                throw e.with_context("export gguf: --type");
+                              }
+                            });
+  cl.bind("--name", opt.name, "general.name (default: the model folder's name)");
+  cl.bind("--no-tokenizer", no_tokenizer,
+          "export without tokenizer metadata (required when the model has no stored "
+          "tokenizer; llama.cpp cannot run such a file)");
+  if (cl.help()) {
+    fmt::print("{}", cl.help_text(kUsage));
+    return 0;
+  }
+  std::vector<std::string> pos = cl.finish();
+  if (pos.size() != 2)
     fail(
         "export gguf: expected MODEL_DIR and OUT.gguf, got {} argument(s) (see `nekton export "
         "gguf --help`)",
-        p.positional.size());
-  GgufExportOptions opt;
-  if (p.has("--type")) {
-    try {
-      opt.type = parse_ggml_type(p.one("--type"));
-    } catch (const Error& e) {
-      throw e.with_context("export gguf: --type");
-    }
-  }
-  if (p.has("--name")) opt.name = p.one("--name");
-  opt.tokenizer = !p.has("--no-tokenizer");
-  const std::string &dir = p.positional[0], &out = p.positional[1];
+        pos.size());
+  opt.tokenizer = !no_tokenizer;
+  const std::string &dir = pos[0], &out = pos[1];
   if (std::filesystem::is_directory(out)) fail("export gguf: '{}' is a folder, not a file", out);
   GgufExportResult r;
   try {

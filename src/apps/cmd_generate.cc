@@ -8,6 +8,7 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
+#include "core/config_bind.h"
 #include "data/tokenizer/tokenizer.h"
 #include "infer/generate.h"
 
@@ -15,31 +16,38 @@ namespace nk {
 
 namespace {
 
-ConfigSchema generate_schema() {
-  ConfigSchema s;
-  s.add_string("generate.model", "", "saved model folder (config.json + model.safetensors)");
-  s.add_string("generate.tokenizer", "",
-               "tokenizer spec (default: the one saved with the model, else bytes)");
-  s.add_string("generate.prompt", "\n",
-               "text to continue; repeat the key (or give a JSON list) for several prompts");
-  s.add_string("generate.prompt_file", "",
-               "prompts, one per line, or JSONL with a \"prompt\" or \"text\" field");
-  s.add_int("generate.batch_size", 8, "sequences decoded together");
-  s.add_int("generate.max_tokens", 200, "most tokens to generate per prompt");
-  s.add_float("generate.temperature", 0.8, "softmax temperature (0 = greedy)");
-  s.add_int("generate.top_k", 40, "sample among the k most likely tokens (0 = all)");
-  s.add_float("generate.top_p", 0.95, "nucleus sampling mass (1 = off)");
-  s.add_float("generate.min_p", 0.0,
-              "drop tokens below min_p x the top token's probability (0 = off)");
-  s.add_float("generate.repetition_penalty", 1.0,
-              "divide positive / multiply negative logits of seen tokens (1 = off)");
-  s.add_int("generate.seed", 0, "sampling seed (prompt i uses seed + i)");
-  s.add_string("generate.stop", "",
-               "stop string; repeat the key (or give a JSON list) for several");
-  s.add_bool("generate.ignore_eos", false, "keep going past the end-of-document token");
-  s.add_string("generate.dtype", "f32", "compute precision: f32 or bf16");
-  return s;
-}
+struct GenerateKeys {
+  std::string model, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32";
+  int64_t batch_size = 8, max_tokens = 200;
+  SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
+  bool ignore_eos = false;
+
+  void bind(ConfigBinder& b) {
+    b.bind("generate.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("generate.tokenizer", tokenizer,
+           "tokenizer spec (default: the one saved with the model, else bytes)");
+    b.bind("generate.prompt", prompt,
+           "text to continue; repeat the key (or give a JSON list) for several prompts");
+    b.bind("generate.prompt_file", prompt_file,
+           "prompts, one per line, or JSONL with a \"prompt\" or \"text\" field");
+    b.bind("generate.batch_size", batch_size, "sequences decoded together");
+    b.bind("generate.max_tokens", max_tokens, "most tokens to generate per prompt");
+    b.bind("generate.temperature", sampling.temperature, "softmax temperature (0 = greedy)");
+    b.bind("generate.top_k", sampling.top_k, "sample among the k most likely tokens (0 = all)");
+    b.bind("generate.top_p", sampling.top_p, "nucleus sampling mass (1 = off)");
+    b.bind("generate.min_p", sampling.min_p,
+           "drop tokens below min_p x the top token's probability (0 = off)");
+    b.bind("generate.repetition_penalty", sampling.repetition_penalty,
+           "divide positive / multiply negative logits of seen tokens (1 = off)");
+    // As an int64 key: a negative seed wraps, as it always has.
+    b.bind_with<int64_t>("generate.seed", int64_t(sampling.seed),
+                         "sampling seed (prompt i uses seed + i)",
+                         [&](int64_t v) { sampling.seed = uint64_t(v); });
+    b.bind("generate.stop", stop, "stop string; repeat the key (or give a JSON list) for several");
+    b.bind("generate.ignore_eos", ignore_eos, "keep going past the end-of-document token");
+    b.bind("generate.dtype", dtype, "compute precision: f32 or bf16");
+  }
+};
 
 // A repeatable key's values: `key=[...]` (a JSON list of strings) gives its
 // items, anything else is one value.
@@ -131,7 +139,7 @@ void print_sample(Transformer& model, const Tokenizer& tok, const std::string& p
 }
 
 int cmd_generate(const CommandArgs& a) {
-  ConfigSchema schema = generate_schema();
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { GenerateKeys().bind(b); });
   if (a.help) {
     fmt::print(
         "usage: nekton generate generate.model=DIR [generate.prompt=TEXT ...] [key=value ...]\n\n"
@@ -145,38 +153,32 @@ int cmd_generate(const CommandArgs& a) {
   std::vector<std::string> prompts = take_repeated(overrides, "generate.prompt");
   std::vector<std::string> stops = take_repeated(overrides, "generate.stop");
   Config c = Config::load(schema, a.config_path, overrides);
-  std::string dir = c.get_string("generate.model");
+  GenerateKeys k;
+  ConfigReader reader(c);
+  k.bind(reader);
+  const std::string& dir = k.model;
   if (dir.empty()) fail("generate.model: no model folder given (generate.model=DIR)");
-  SamplingConfig sc;
-  sc.temperature = c.get_float("generate.temperature");
-  sc.top_k = c.get_int("generate.top_k");
-  sc.top_p = c.get_float("generate.top_p");
-  sc.min_p = c.get_float("generate.min_p");
-  sc.repetition_penalty = c.get_float("generate.repetition_penalty");
-  sc.seed = uint64_t(c.get_int("generate.seed"));
+  const SamplingConfig& sc = k.sampling;
   try {
     validate(sc);
   } catch (const Error& e) {
     throw Error(std::string("generate.") + e.what());
   }
-  int64_t max_tokens = c.get_int("generate.max_tokens");
+  const int64_t max_tokens = k.max_tokens, batch = k.batch_size;
   if (max_tokens < 0) fail("generate.max_tokens: must be >= 0, got {}", max_tokens);
-  int64_t batch = c.get_int("generate.batch_size");
   if (batch < 1) fail("generate.batch_size: must be >= 1, got {}", batch);
-  if (stops.empty() && !c.get_string("generate.stop").empty())
-    add_values("generate.stop", c.get_string("generate.stop"), stops);
+  if (stops.empty() && !k.stop.empty()) add_values("generate.stop", k.stop, stops);
   for (const std::string& s : stops)
     if (s.empty()) fail("generate.stop: empty stop string");
-  std::string file = c.get_string("generate.prompt_file");
-  if (!file.empty()) {
+  if (!k.prompt_file.empty()) {
     if (!prompts.empty())
       fail("generate.prompt_file: give prompts in a file or with generate.prompt, not both");
-    prompts = read_prompt_file(file);
+    prompts = read_prompt_file(k.prompt_file);
   }
-  if (prompts.empty()) add_values("generate.prompt", c.get_string("generate.prompt"), prompts);
+  if (prompts.empty()) add_values("generate.prompt", k.prompt, prompts);
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty()) fail("generate.prompt: prompt {} is empty", i);
-  std::string spec = c.get_string("generate.tokenizer");
+  std::string spec = k.tokenizer;
   if (spec.empty()) spec = stored_tokenizer(dir);
   if (spec.empty()) spec = "bytes";
   std::unique_ptr<Tokenizer> tok;
@@ -185,13 +187,13 @@ int cmd_generate(const CommandArgs& a) {
   } catch (const Error& e) {
     throw e.with_context("generate.tokenizer");
   }
-  auto model = load_model(dir, parse_dtype(c.get_string("generate.dtype")));
+  auto model = load_model(dir, parse_dtype(k.dtype));
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);
     reqs[i].max_new_tokens = max_tokens;
     reqs[i].stop = stops;
-    reqs[i].stop_at_eos = !c.get_bool("generate.ignore_eos");
+    reqs[i].stop_at_eos = !k.ignore_eos;
     reqs[i].sampling = sc;
     reqs[i].sampling.seed = sc.seed + i;
   }

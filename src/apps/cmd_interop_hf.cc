@@ -30,12 +30,6 @@ const char* kImportUsage =
     "into OUT_DIR/tokenizer/ and recorded for generation when Nekton can load them\n"
     "(GPT-2's vocab.json + merges.txt, SentencePiece's tokenizer.model).\n"
     "OUT_DIR/hf.json records the source's dtype and config for `export hf`.\n"
-    "\n"
-    "options:\n"
-    "  --dtype f32|bf16|f16  dtype of OUT_DIR/model.safetensors (default f32, the\n"
-    "                        master weights; bf16/f16 sources widen exactly)\n"
-    "  --overwrite           replace OUT_DIR if it exists and is not empty\n"
-    "\n"
     "Unsupported configs (rope_scaling, biases in Llama, sliding windows, other\n"
     "activations) and bad files are errors naming the key, file or tensor; OUT_DIR\n"
     "is written in a temporary folder and renamed, so a failure leaves nothing.\n";
@@ -50,20 +44,7 @@ const char* kExportUsage =
     "model-0000i-of-0000n.safetensors + model.safetensors.index.json, and the\n"
     "tokenizer files kept in MODEL_DIR/tokenizer/ (Nekton's encoder.json + vocab.bpe\n"
     "as vocab.json + merges.txt, a SentencePiece .model as tokenizer.model).\n"
-    "A tied head is written once, as model.embed_tokens.weight / transformer.wte.weight.\n"
-    "\n"
-    "options:\n"
-    "  --dtype bf16|f16|f32    storage dtype; default: the dtype the model was\n"
-    "                          imported from (so import + export reproduces the\n"
-    "                          tensors bit for bit), else bf16 for llama and f32\n"
-    "                          for gpt2\n"
-    "  --max-shard-size SIZE   largest shard (default 5GB; 500MB, 2GiB, or bytes)\n"
-    "  --overwrite             replace OUT_DIR if it exists and is not empty\n";
-
-bool wants_help(const std::vector<std::string>& args) {
-  return std::any_of(args.begin() + 1, args.end(),
-                     [](const std::string& s) { return s == "--help" || s == "-h"; });
-}
+    "A tied head is written once, as model.embed_tokens.weight / transformer.wte.weight.\n";
 
 DType parse_weight_dtype(const std::string& s, const char* command) {
   if (s == "f32" || s == "float32") return DType::F32;
@@ -81,60 +62,69 @@ std::string human_bytes(uint64_t bytes) {
 }  // namespace
 
 int cmd_import_hf(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    fmt::print("{}", kImportUsage);
+  const char* cmd = "import hf";
+  CommandLine cl(cmd, args, 1);
+  HfImportOptions opt;
+  cl.bind_with<std::string>(
+      "--dtype", dtype_name(opt.storage),
+      "dtype of OUT_DIR/model.safetensors: f32 (the master weights), bf16 or f16; bf16/f16 "
+      "sources widen exactly",
+      [&](const std::string& s) { opt.storage = parse_weight_dtype(s, cmd); });
+  cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
+  if (cl.help()) {
+    fmt::print("{}", cl.help_text(kImportUsage));
     return 0;
   }
-  const char* cmd = "import hf";
-  Parsed p = parse_options(cmd, args, 1, {{"--dtype", Arity::kOne}, {"--overwrite", Arity::kFlag}});
-  if (p.positional.size() != 2) {
+  std::vector<std::string> pos = cl.finish();
+  if (pos.size() != 2) {
     fmt::print(stderr, "{}", kImportUsage);
-    fail("{}: expected HF_DIR and OUT_DIR, got {} argument(s)", cmd, p.positional.size());
+    fail("{}: expected HF_DIR and OUT_DIR, got {} argument(s)", cmd, pos.size());
   }
-  HfImportOptions opt;
-  if (p.has("--dtype")) opt.storage = parse_weight_dtype(p.one("--dtype"), cmd);
-  opt.overwrite = p.has("--overwrite");
-  HfImportReport r = import_hf(p.positional[0], p.positional[1], opt);
+  HfImportReport r = import_hf(pos[0], pos[1], opt);
   const ModelConfig& c = r.config;
   fmt::print(
       "imported {} ({}, {} layers, d_model {}, {} heads / {} kv, vocab {}, {:.2f}M params, "
       "{} on disk, {} file(s))\n",
-      p.positional[0], r.architecture, c.n_layer, c.d_model, c.n_head, c.n_kv_head, c.vocab_size,
+      pos[0], r.architecture, c.n_layer, c.d_model, c.n_head, c.n_kv_head, c.vocab_size,
       double(r.n_params) / 1e6, r.source_dtype, r.weight_files.size());
   if (r.tokenizer_files.empty())
-    fmt::print("tokenizer: no tokenizer files in {}\n", p.positional[0]);
+    fmt::print("tokenizer: no tokenizer files in {}\n", pos[0]);
   else if (r.tokenizer_spec.empty())
     fmt::print("tokenizer: copied {} (not a format Nekton reads; not recorded for generation)\n",
                fmt::join(r.tokenizer_files, ", "));
   else
     fmt::print("tokenizer: copied {} and recorded for generation\n",
                fmt::join(r.tokenizer_files, ", "));
-  fmt::print("wrote {}\n", p.positional[1]);
+  fmt::print("wrote {}\n", pos[1]);
   return 0;
 }
 
 int cmd_export_hf(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    fmt::print("{}", kExportUsage);
+  const char* cmd = "export hf";
+  CommandLine cl(cmd, args, 1);
+  HfExportOptions opt;
+  cl.bind_with<std::string>(
+      "--dtype", "",
+      "storage dtype, bf16, f16 or f32; default: the dtype the model was imported from (so "
+      "import + export reproduces the tensors bit for bit), else bf16 for llama and f32 for gpt2",
+      [&](const std::string& s) { opt.dtype = parse_weight_dtype(s, cmd); });
+  cl.bind_with<std::string>(
+      "--max-shard-size", "5GB", "largest shard: 500MB, 2GiB, or bytes", [&](const std::string& s) {
+        opt.max_shard_bytes = parse_byte_size(s, "export hf: --max-shard-size");
+      });
+  cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
+  if (cl.help()) {
+    fmt::print("{}", cl.help_text(kExportUsage));
     return 0;
   }
-  const char* cmd = "export hf";
-  Parsed p = parse_options(
-      cmd, args, 1,
-      {{"--dtype", Arity::kOne}, {"--max-shard-size", Arity::kOne}, {"--overwrite", Arity::kFlag}});
-  if (p.positional.size() != 2) {
+  std::vector<std::string> pos = cl.finish();
+  if (pos.size() != 2) {
     fmt::print(stderr, "{}", kExportUsage);
-    fail("{}: expected MODEL_DIR and OUT_DIR, got {} argument(s)", cmd, p.positional.size());
+    fail("{}: expected MODEL_DIR and OUT_DIR, got {} argument(s)", cmd, pos.size());
   }
-  HfExportOptions opt;
-  if (p.has("--dtype")) opt.dtype = parse_weight_dtype(p.one("--dtype"), cmd);
-  if (p.has("--max-shard-size"))
-    opt.max_shard_bytes = parse_byte_size(p.one("--max-shard-size"), "export hf: --max-shard-size");
-  opt.overwrite = p.has("--overwrite");
-  HfExportReport r = export_hf(p.positional[0], p.positional[1], opt);
-  fmt::print("exported {} to {}: {} tensor bytes as {} in {} file(s)\n", p.positional[0],
-             p.positional[1], human_bytes(r.total_bytes), dtype_name(r.dtype),
-             r.weight_files.size());
+  HfExportReport r = export_hf(pos[0], pos[1], opt);
+  fmt::print("exported {} to {}: {} tensor bytes as {} in {} file(s)\n", pos[0], pos[1],
+             human_bytes(r.total_bytes), dtype_name(r.dtype), r.weight_files.size());
   if (!r.tokenizer_files.empty()) fmt::print("tokenizer: {}\n", fmt::join(r.tokenizer_files, ", "));
   if (!r.tokenizer_note.empty()) fmt::print("tokenizer: {}\n", r.tokenizer_note);
   return 0;

@@ -5,36 +5,49 @@
 #include <functional>
 
 #include "apps/commands.h"
-#include "core/config.h"
+#include "core/config_bind.h"
 #include "core/error.h"
+#include "data/data_config.h"
 #include "data/preprocess.h"
 
 namespace nk {
 
 namespace {
 
-ConfigSchema preprocess_schema() {
-  ConfigSchema s;
-  s.add_string("preprocess.input", "",
-               "JSONL files, plain or zstd: comma-separated, or the key given several times");
-  s.add_string("preprocess.json_key", "text", "the JSON field that holds each document's text");
-  s.add_string("preprocess.tokenizer", "bytes",
-               "tokenizer: bytes, gpt2, cl100k_base, ..., a BPE folder or FILE.model");
-  s.add_string("preprocess.output_prefix", "",
-               "writes PREFIX.bin and PREFIX.idx (Megatron format)");
-  s.add_bool("preprocess.append_eod", true, "end-of-document token after each document");
-  s.add_int("preprocess.workers", 0, "tokenizing threads (0 = all cores)");
-  s.add_bool("preprocess.skip_bad", false,
-             "skip and count bad records (bad JSON, missing key, non-string, bad UTF-8)");
-  s.add_string("preprocess.invalid_utf8", "error",
-               "invalid UTF-8 in a record: error (a bad record), or replace (with U+FFFD)");
-  s.add_int("preprocess.block_bytes", int64_t(1) << 20,
-            "bytes of lines a worker takes at once (memory grows with it x workers)");
-  s.add_int("preprocess.max_line_bytes", int64_t(1) << 30, "longest line accepted");
-  s.add_string("preprocess.progress", "auto",
-               "auto (a bar on a terminal, else a log line every 10 s), bar, log or none");
-  return s;
-}
+// The preprocess.* keys and the data.* keys preprocessing shares with
+// training: the dataset it writes is the one training reads as data.prefix.
+struct PreprocessKeys {
+  std::string input;  // comma-separated
+  std::string progress = "auto";
+  DataConfig data;
+  PreprocessOptions opt;
+
+  PreprocessKeys() { data.tokenizer = opt.tokenizer; }  // bytes, as preprocess always did
+  void bind(ConfigBinder& b) {
+    b.bind("preprocess.input", input,
+           "JSONL files, plain or zstd: comma-separated, or the key given several times");
+    b.bind("preprocess.json_key", opt.json_key, "the JSON field that holds each document's text");
+    b.bind_only(
+        {{"data.prefix", "writes PREFIX.bin and PREFIX.idx (Megatron format)"},
+         {"data.tokenizer", "tokenizer: bytes, gpt2, cl100k_base, ..., a BPE folder or FILE.model"},
+         {"data.invalid_utf8",
+          "invalid UTF-8 in a record: error (a bad record), or replace (with U+FFFD)"}},
+        [&](ConfigBinder& d) { data.bind(d); });
+    b.bind("preprocess.append_eod", opt.append_eod, "end-of-document token after each document");
+    b.bind("preprocess.workers", opt.workers, "tokenizing threads (0 = all cores)");
+    b.bind("preprocess.skip_bad", opt.skip_bad,
+           "skip and count bad records (bad JSON, missing key, non-string, bad UTF-8)");
+    b.bind("preprocess.block_bytes", opt.block_bytes,
+           "bytes of lines a worker takes at once (memory grows with it x workers)");
+    b.bind("preprocess.max_line_bytes", opt.max_line_bytes, "longest line accepted");
+    b.bind("preprocess.progress", progress,
+           "auto (a bar on a terminal, else a log line every 10 s), bar, log or none");
+    // The names these keys had before preprocessing shared the data.* group.
+    b.alias("preprocess.output_prefix", "data.prefix");
+    b.alias("preprocess.tokenizer", "data.tokenizer");
+    b.alias("preprocess.invalid_utf8", "data.invalid_utf8");
+  }
+};
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -73,34 +86,32 @@ std::vector<std::string> join_repeated_inputs(const std::vector<std::string>& ov
 }  // namespace
 
 int cmd_preprocess(const CommandArgs& a) {
-  ConfigSchema schema = preprocess_schema();
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { PreprocessKeys().bind(b); });
   if (a.help) {
     fmt::print(
         "usage: nekton preprocess preprocess.input=FILE.jsonl[.zst][,...] "
-        "preprocess.output_prefix=PREFIX [key=value ...]\n\n"
+        "data.prefix=PREFIX [key=value ...]\n\n"
         "Tokenizes the `json_key` field of each JSONL line into a Megatron indexed dataset\n"
         "(PREFIX.bin/.idx), one document per line, as Megatron's preprocess_data.py "
-        "--append-eod.\n\n"
+        "--append-eod.\n"
+        "data.prefix and data.tokenizer are the keys `nekton train` reads the dataset with.\n\n"
         "{}",
         schema.help());
     return 0;
   }
   Config c = Config::load(schema, a.config_path, join_repeated_inputs(a.overrides));
-  PreprocessOptions opt;
-  opt.inputs = split_commas(c.get_string("preprocess.input"));
+  PreprocessKeys k;
+  ConfigReader reader(c);
+  k.bind(reader);
+  PreprocessOptions& opt = k.opt;
+  opt.inputs = split_commas(k.input);
   if (opt.inputs.empty()) fail("preprocess.input: no input files (preprocess.input=FILE.jsonl)");
-  opt.output_prefix = c.get_string("preprocess.output_prefix");
+  opt.output_prefix = k.data.prefix;
   if (opt.output_prefix.empty())
-    fail("preprocess.output_prefix: no output given (preprocess.output_prefix=PREFIX)");
-  opt.json_key = c.get_string("preprocess.json_key");
-  opt.tokenizer = c.get_string("preprocess.tokenizer");
-  opt.append_eod = c.get_bool("preprocess.append_eod");
-  opt.workers = int(c.get_int("preprocess.workers"));
-  opt.skip_bad = c.get_bool("preprocess.skip_bad");
-  opt.invalid_utf8 = c.get_string("preprocess.invalid_utf8");
-  opt.block_bytes = c.get_int("preprocess.block_bytes");
-  opt.max_line_bytes = c.get_int("preprocess.max_line_bytes");
-  std::string mode = c.get_string("preprocess.progress");
+    fail("data.prefix: no output given (data.prefix=PREFIX, or preprocess.output_prefix=PREFIX)");
+  opt.tokenizer = k.data.tokenizer.empty() ? "bytes" : k.data.tokenizer;
+  opt.invalid_utf8 = k.data.replace_invalid_utf8 ? "replace" : "error";
+  std::string mode = k.progress;
   if (mode == "auto") mode = ::isatty(STDERR_FILENO) ? "bar" : "log";
   if (mode != "bar" && mode != "log" && mode != "none")
     fail("preprocess.progress: must be auto, bar, log or none, got '{}'", mode);

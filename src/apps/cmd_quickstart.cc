@@ -187,7 +187,7 @@ int cmd_quickstart(const CommandArgs& a) {
   sc.temperature = 0.8;
   sc.top_k = 40;
   sc.seed = cfg.seed;
-  auto tok = load_tokenizer(cfg.data_tokenizer);
+  auto tok = load_tokenizer(cfg.data.tokenizer);
   print_sample(trainer.model(), *tok, "Water \\", 200, sc);
   return 0;
 }

@@ -83,9 +83,9 @@ std::string read_input(const std::string& path) {
 }
 
 // Writes to stdout, or atomically to `path` when one is given.
-void emit(const Parsed& p, const std::string& bytes) {
-  if (p.has("--output")) {
-    write_file_atomic(p.one("--output"), bytes);
+void emit(const std::string& path, const std::string& bytes) {
+  if (!path.empty()) {
+    write_file_atomic(path, bytes);
     return;
   }
   std::fwrite(bytes.data(), 1, bytes.size(), stdout);
@@ -113,21 +113,28 @@ std::string show(const std::string& s) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> open_spec(const Parsed& p, const std::string& sub) {
-  if (p.positional.empty())
-    fail("tokenizer {}: no tokenizer given (SPEC: bytes or FILE.model)", sub);
-  return load_tokenizer(p.positional[0]);
+std::unique_ptr<Tokenizer> open_spec(const std::vector<std::string>& pos, const std::string& sub) {
+  if (pos.empty()) fail("tokenizer {}: no tokenizer given (SPEC: bytes or FILE.model)", sub);
+  return load_tokenizer(pos[0]);
+}
+
+// `tokenizer SUB --help`: the usage, then SUB's options.
+int print_help(const CommandLine& cl) {
+  fmt::print("{}", cl.help_text(kUsage));
+  return 0;
 }
 
 int cmd_info(const std::vector<std::string>& args) {
-  Parsed p = parse_options("tokenizer info", args, 1, {{"--count", Arity::kOne}});
-  if (p.positional.size() > 1)
-    fail("tokenizer info: unexpected argument '{}' (usage: info SPEC)", p.positional[1]);
-  auto tok = open_spec(p, "info");
-  int64_t count = p.has("--count") ? parse_int(p.one("--count"), "--count") : 10;
+  CommandLine cl("tokenizer info", args, 1);
+  int64_t count = 10;
+  cl.bind("--count", count, "the first N tokens listed");
+  if (cl.help()) return print_help(cl);
+  std::vector<std::string> pos = cl.finish();
+  if (pos.size() > 1) fail("tokenizer info: unexpected argument '{}' (usage: info SPEC)", pos[1]);
+  auto tok = open_spec(pos, "info");
   if (count < 0) fail("--count: must be >= 0, got {}", count);
   std::string out;
-  out += fmt::format("tokenizer:      {}\n", p.positional[0]);
+  out += fmt::format("tokenizer:      {}\n", pos[0]);
   std::string kind = tok->kind();
   if (auto* sp = dynamic_cast<SentencePieceTokenizer*>(tok.get()))
     kind += fmt::format(" ({})", sp->model_type());
@@ -149,25 +156,28 @@ int cmd_info(const std::vector<std::string>& args) {
       shown = fmt::format("{:<12} piece {}", shown, show(sp->piece(int32_t(id))));
     out += fmt::format("  {:>8}  {}\n", id, shown);
   }
-  emit(p, out);
+  emit("", out);
   return 0;
 }
 
 int cmd_encode(const std::vector<std::string>& args) {
-  Parsed p = parse_options("tokenizer encode", args, 1,
-                           {{"--text", Arity::kOne},
-                            {"--input", Arity::kOne},
-                            {"--ids-only", Arity::kFlag},
-                            {"--per-line", Arity::kFlag},
-                            {"--specials", Arity::kFlag},
-                            {"--output", Arity::kOne}});
-  if (p.positional.size() > 1)
-    fail("tokenizer encode: unexpected argument '{}' (text goes after --text)", p.positional[1]);
-  if (p.has("--text") == p.has("--input"))
+  CommandLine cl("tokenizer encode", args, 1);
+  std::string text, input, output;
+  bool ids_only = false, per_line = false, specials = false;
+  bool has_text = cl.bind("--text", text, "the text to encode");
+  bool has_input = cl.bind("--input", input, "file with the text to encode (- = stdin)");
+  cl.bind("--ids-only", ids_only, "only the ids, on one line");
+  cl.bind("--per-line", per_line, "each input line encoded on its own, a line of ids for each");
+  cl.bind("--specials", specials, "special-token strings in the text become their ids");
+  cl.bind("--output", output, "write to this file instead of stdout");
+  if (cl.help()) return print_help(cl);
+  std::vector<std::string> pos = cl.finish();
+  if (pos.size() > 1)
+    fail("tokenizer encode: unexpected argument '{}' (text goes after --text)", pos[1]);
+  if (has_text == has_input)
     fail("tokenizer encode: give the text with exactly one of --text TEXT or --input FILE");
-  auto tok = open_spec(p, "encode");
-  std::string text = p.has("--text") ? p.one("--text") : read_input(p.one("--input"));
-  bool specials = p.has("--specials");
+  auto tok = open_spec(pos, "encode");
+  if (has_input) text = read_input(input);
   auto enc = [&](std::string_view s, std::vector<int32_t>& ids) {
     if (specials)
       tok->encode_with_specials(s, ids);
@@ -175,7 +185,7 @@ int cmd_encode(const std::vector<std::string>& args) {
       tok->encode(s, ids);
   };
   std::string out;
-  if (p.has("--per-line")) {
+  if (per_line) {
     // As spm_encode reads: std::getline, so no line after a final '\n'.
     size_t at = 0;
     while (at < text.size()) {
@@ -189,14 +199,14 @@ int cmd_encode(const std::vector<std::string>& args) {
   } else {
     std::vector<int32_t> ids;
     enc(text, ids);
-    if (p.has("--ids-only")) {
+    if (ids_only) {
       out = fmt::format("{}\n", fmt::join(ids, " "));
     } else {
       for (int32_t id : ids) out += fmt::format("{}\t{}\n", id, show(tok->token_bytes(id)));
       out += fmt::format("{} tokens for {} bytes\n", ids.size(), text.size());
     }
   }
-  emit(p, out);
+  emit(output, out);
   return 0;
 }
 
@@ -224,14 +234,18 @@ void parse_ids(const std::string& s, const std::string& where, std::vector<int32
 }
 
 int cmd_decode(const std::vector<std::string>& args) {
-  Parsed p = parse_options("tokenizer decode", args, 1,
-                           {{"--input", Arity::kOne}, {"--output", Arity::kOne}});
-  auto tok = open_spec(p, "decode");
+  CommandLine cl("tokenizer decode", args, 1);
+  std::string input, output;
+  bool has_input = cl.bind("--input", input, "file of ids (- = stdin), instead of arguments");
+  cl.bind("--output", output, "write to this file instead of stdout");
+  if (cl.help()) return print_help(cl);
+  std::vector<std::string> pos = cl.finish();
+  auto tok = open_spec(pos, "decode");
   std::vector<int32_t> ids;
-  if (p.has("--input")) {
-    if (p.positional.size() > 1)
+  if (has_input) {
+    if (pos.size() > 1)
       fail("tokenizer decode: give ids either as arguments or with --input, not both");
-    const std::string& path = p.one("--input");
+    const std::string& path = input;
     std::string text = read_input(path);
     size_t line_start = 0;
     for (int64_t line = 1; line_start <= text.size(); ++line) {
@@ -243,9 +257,9 @@ int cmd_decode(const std::vector<std::string>& args) {
       line_start = nl + 1;
     }
   } else {
-    if (p.positional.size() < 2) fail("tokenizer decode: no token ids given");
-    for (size_t i = 1; i < p.positional.size(); ++i)
-      parse_ids(p.positional[i], fmt::format("argument {}", i + 1), ids);
+    if (pos.size() < 2) fail("tokenizer decode: no token ids given");
+    for (size_t i = 1; i < pos.size(); ++i)
+      parse_ids(pos[i], fmt::format("argument {}", i + 1), ids);
   }
   std::string bytes;
   try {
@@ -253,35 +267,64 @@ int cmd_decode(const std::vector<std::string>& args) {
   } catch (const Error& e) {
     throw e.with_context("tokenizer decode");
   }
-  emit(p, bytes);
+  emit(output, bytes);
   return 0;
 }
 
+// `tokenizer train`'s options: both kinds' in one list, each kind refusing
+// the other's.
+struct TrainArgs {
+  std::string type = "sentencepiece", out, user_symbols, pattern;
+  std::vector<std::string> inputs;
+  int64_t vocab_size = 0, max_bytes = 0;
+  int threads = 0;
+  SentencePieceTrainOptions sp;
+  BpeTrainOptions bpe;
+
+  void bind(CommandLine& cl) {
+    cl.bind("--type", type, "sentencepiece or bpe");
+    cl.bind("--input", inputs, "text files, one sentence per line (.gz/.dz read directly)");
+    cl.bind("--vocab-size", vocab_size, "tokens in the vocabulary (required)");
+    cl.bind("--out", out, "sentencepiece: PREFIX or DIR/; bpe: DIR (required)");
+    cl.bind("--character-coverage", sp.character_coverage,
+            "sentencepiece: characters covered by the vocabulary");
+    cl.bind("--input-sentence-size", sp.input_sentence_size,
+            "sentencepiece: sentences sampled from the input (0 = all)");
+    cl.bind("--threads", threads, "training threads (0 = all cores)");
+    cl.bind("--user-defined-symbols", user_symbols, "sentencepiece: A,B,... kept as single tokens");
+    cl.bind("--verbose", sp.verbose, "sentencepiece: its own training log");
+    cl.bind("--pattern", pattern,
+            "bpe: pre-tokenization gpt2, cl100k_base, o200k_base or a REGEX (default "
+            "cl100k_base's)");
+    cl.bind("--min-frequency", bpe.min_frequency, "bpe: stop before merging a rarer pair");
+    cl.bind("--max-bytes", max_bytes, "bpe: read at most this many bytes (0 = all)");
+  }
+  // --input, --out (named `out_kind` in the message) and --vocab-size are given.
+  void require(const CommandLine& cl, const char* out_kind) const {
+    if (!cl.has("--input")) fail("tokenizer train: no --input FILE given");
+    if (!cl.has("--out")) fail("tokenizer train: no --out {} given", out_kind);
+    if (!cl.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
+    if (out.empty()) fail("--out: empty path");
+  }
+};
+
 // Byte-level BPE (GPT-2/tiktoken style): DIR gets vocab.tiktoken,
 // tokenizer.json and encoder.json + vocab.bpe.
-int train_bpe_command(const Parsed& p) {
+int train_bpe_command(const CommandLine& cl, TrainArgs& t) {
   for (const char* sp : {"--character-coverage", "--input-sentence-size", "--user-defined-symbols"})
-    if (p.has(sp)) fail("tokenizer train: {} is a sentencepiece option", sp);
-  if (!p.has("--input")) fail("tokenizer train: no --input FILE given");
-  if (!p.has("--out")) fail("tokenizer train: no --out DIR given");
-  if (!p.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
-  BpeTrainOptions o;
-  o.vocab_size = parse_int(p.one("--vocab-size"), "--vocab-size");
-  if (p.has("--threads")) o.threads = int(parse_int(p.one("--threads"), "--threads"));
-  if (p.has("--min-frequency"))
-    o.min_frequency = parse_int(p.one("--min-frequency"), "--min-frequency");
-  if (p.has("--pattern")) {
-    std::string pat = p.one("--pattern");
-    o.pattern = is_openai_encoding(pat) ? openai_pattern(pat) : pat;
-  }
-  int64_t max_bytes = p.has("--max-bytes") ? parse_int(p.one("--max-bytes"), "--max-bytes") : 0;
-  if (max_bytes < 0) fail("--max-bytes: must be >= 0, got {}", max_bytes);
-  std::string out = p.one("--out");
-  if (out.empty()) fail("--out: empty path");
+    if (cl.has(sp)) fail("tokenizer train: {} is a sentencepiece option", sp);
+  t.require(cl, "DIR");
+  BpeTrainOptions& o = t.bpe;
+  o.vocab_size = t.vocab_size;
+  o.threads = t.threads;
+  if (!t.pattern.empty())
+    o.pattern = is_openai_encoding(t.pattern) ? openai_pattern(t.pattern) : t.pattern;
+  if (t.max_bytes < 0) fail("--max-bytes: must be >= 0, got {}", t.max_bytes);
+  const std::string& out = t.out;
   o.name = fs::path(out).filename().string();
   if (o.name.empty()) o.name = fs::path(out).parent_path().filename().string();
   auto t0 = std::chrono::steady_clock::now();
-  BpeVocab v = train_bpe_from_files(p.values.at("--input"), o, max_bytes);
+  BpeVocab v = train_bpe_from_files(t.inputs, o, t.max_bytes);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   save_bpe_tokenizer(v, out);
   fmt::print("trained bpe tokenizer: {} tokens ({} merges) in {:.1f} s\nwrote {}\n",
@@ -290,51 +333,31 @@ int train_bpe_command(const Parsed& p) {
 }
 
 int cmd_train_tokenizer(const std::vector<std::string>& args) {
-  Parsed p = parse_options("tokenizer train", args, 1,
-                           {{"--type", Arity::kOne},
-                            {"--input", Arity::kMany},
-                            {"--vocab-size", Arity::kOne},
-                            {"--out", Arity::kOne},
-                            {"--character-coverage", Arity::kOne},
-                            {"--input-sentence-size", Arity::kOne},
-                            {"--threads", Arity::kOne},
-                            {"--user-defined-symbols", Arity::kOne},
-                            {"--verbose", Arity::kFlag},
-                            {"--pattern", Arity::kOne},
-                            {"--min-frequency", Arity::kOne},
-                            {"--max-bytes", Arity::kOne}});
-  if (!p.positional.empty())
-    fail("tokenizer train: unexpected argument '{}' (input files go after --input)",
-         p.positional[0]);
-  std::string type = p.has("--type") ? p.one("--type") : "sentencepiece";
-  if (type == "bpe") return train_bpe_command(p);
-  if (type != "sentencepiece")
-    fail("tokenizer train: --type must be sentencepiece or bpe, got '{}'", type);
-  if (!p.has("--input")) fail("tokenizer train: no --input FILE given");
-  if (!p.has("--out")) fail("tokenizer train: no --out DIR_OR_PREFIX given");
-  if (!p.has("--vocab-size")) fail("tokenizer train: no --vocab-size N given");
-  SentencePieceTrainOptions o;
-  o.inputs = p.values.at("--input");
-  o.vocab_size = parse_int(p.one("--vocab-size"), "--vocab-size");
+  CommandLine cl("tokenizer train", args, 1);
+  TrainArgs t;
+  t.bind(cl);
+  if (cl.help()) return print_help(cl);
+  std::vector<std::string> pos = cl.finish();
+  if (!pos.empty())
+    fail("tokenizer train: unexpected argument '{}' (input files go after --input)", pos[0]);
+  if (t.type == "bpe") return train_bpe_command(cl, t);
+  if (t.type != "sentencepiece")
+    fail("tokenizer train: --type must be sentencepiece or bpe, got '{}'", t.type);
+  t.require(cl, "DIR_OR_PREFIX");
+  SentencePieceTrainOptions& o = t.sp;
+  o.inputs = t.inputs;
+  o.vocab_size = t.vocab_size;
   if (o.vocab_size <= 0) fail("--vocab-size: must be > 0, got {}", o.vocab_size);
-  if (p.has("--character-coverage"))
-    o.character_coverage = parse_double(p.one("--character-coverage"), "--character-coverage");
-  if (p.has("--input-sentence-size"))
-    o.input_sentence_size = parse_int(p.one("--input-sentence-size"), "--input-sentence-size");
-  if (p.has("--threads")) o.num_threads = int(parse_int(p.one("--threads"), "--threads"));
-  if (p.has("--user-defined-symbols")) {
-    std::string s = p.one("--user-defined-symbols");
-    for (size_t at = 0; at <= s.size();) {
-      size_t c = s.find(',', at);
-      if (c == std::string::npos) c = s.size();
-      if (c > at) o.user_defined_symbols.push_back(s.substr(at, c - at));
-      at = c + 1;
-    }
+  o.num_threads = t.threads;
+  const std::string& s = t.user_symbols;
+  for (size_t at = 0; at <= s.size();) {
+    size_t c = s.find(',', at);
+    if (c == std::string::npos) c = s.size();
+    if (c > at) o.user_defined_symbols.push_back(s.substr(at, c - at));
+    at = c + 1;
   }
-  o.verbose = p.has("--verbose");
 
-  std::string out = p.one("--out");
-  if (out.empty()) fail("--out: empty path");
+  const std::string& out = t.out;
   std::string prefix;
   if (out.back() == '/' || fs::is_directory(out)) {
     fs::create_directories(out);
@@ -365,8 +388,6 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
 
 int cmd_tokenizer(const CommandArgs& a) {
   const auto& args = a.args;
-  bool help = false;
-  for (auto& s : args) help |= s == "--help" || s == "-h";
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     fmt::print("{}", kUsage);
     return args.empty() ? 1 : 0;
@@ -383,11 +404,7 @@ int cmd_tokenizer(const CommandArgs& a) {
         "tokenizer: unknown subcommand '{}' (info, encode, decode, train; see `nekton "
         "tokenizer --help`)",
         sub);
-  if (help) {
-    fmt::print("{}", kUsage);
-    return 0;
-  }
-  return it->second(args);
+  return it->second(args);  // each prints its own --help
 }
 
 }  // namespace nk

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/yaml_node.h"
 
 namespace nk {
 
@@ -81,19 +82,6 @@ std::string where_in(const std::string& path, const YAML::Mark& m) {
   return fmt::format("{}:{}", path, m.line + 1);
 }
 
-const char* node_kind(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Null:
-      return "no value";
-    default:
-      return "a scalar";
-  }
-}
-
 // Walks a YAML map whose keys are relative to `section` ("" at the top).
 void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
                const std::string& path) {
@@ -103,10 +91,11 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
     const YAML::Node k = kv.first;
     const YAML::Node v = kv.second;
     if (!k.IsScalar())
-      fail("{}: keys must be plain names, got {}", where_in(path, k.Mark()), node_kind(k));
+      fail("{}: keys must be plain names, got {}", where_in(path, k.Mark()), yaml_node_kind(k));
     std::string key = section.empty() ? k.Scalar() : section + "." + k.Scalar();
-    if (schema.has(key)) {
-      bool is_string = schema.fields()[schema.index(key)].type == ConfigType::String;
+    if (std::string real = schema.resolve(key); !real.empty()) {
+      ConfigType type = schema.fields()[schema.index(real)].type;
+      bool is_string = type == ConfigType::String;
       if (is_string && v.IsSequence()) {
         // A list for a string key ("blend: [0.3, a, 0.7, b]") is its items
         // joined with commas, the key's command-line form.
@@ -115,7 +104,7 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
         for (const auto& item : v) {
           if (!item.IsScalar())
             fail("{}: key '{}' expects a list of plain values, got {} in it",
-                 where_in(path, item.Mark()), key, node_kind(item));
+                 where_in(path, item.Mark()), key, yaml_node_kind(item));
           joined += (first ? "" : ",") + item.Scalar();
           first = false;
         }
@@ -124,13 +113,13 @@ void merge_map(Config& cfg, const YAML::Node& map, const std::string& section,
       }
       if (!v.IsScalar())
         fail("{}: key '{}' expects {} value, got {}", where_in(path, v.Mark()), key,
-             config_type_name(schema.fields()[schema.index(key)].type), node_kind(v));
+             config_type_name(type), yaml_node_kind(v));
       cfg.set(key, v.Scalar(), where_in(path, v.Mark()));
     } else if (schema.is_section(key)) {
       if (v.IsNull()) continue;  // "model:" with nothing under it
       if (!v.IsMap())
         fail("{}: '{}' is a section and expects a map of keys, got {}", where_in(path, v.Mark()),
-             key, v.IsScalar() ? "'" + v.Scalar() + "'" : std::string(node_kind(v)));
+             key, v.IsScalar() ? "'" + v.Scalar() + "'" : std::string(yaml_node_kind(v)));
       merge_map(cfg, v, key, path);
     } else if (v.IsMap() && v.size() > 0) {
       // A misspelt section: report its first leaf, whose full key finds the
@@ -173,6 +162,19 @@ void emit_tree(YAML::Emitter& out, const KeyTree& tree, const ConfigSchema& sche
 
 }  // namespace
 
+const char* yaml_node_kind(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "no value";
+    default:
+      return "a scalar";
+  }
+}
+
 Config::Config(const ConfigSchema& schema) : schema_(schema) {
   for (const auto& f : schema_.fields()) values_.push_back(f.def);
 }
@@ -206,7 +208,7 @@ void Config::merge_yaml_file(const std::string& path) {
   if (root.IsNull()) return;  // empty file: all defaults
   if (!root.IsMap())
     fail("{}: the top level must be a map of keys, got {}", where_in(path, root.Mark()),
-         node_kind(root));
+         yaml_node_kind(root));
   merge_map(*this, root, "", path);
 }
 
@@ -220,13 +222,14 @@ void Config::apply_override(const std::string& text) {
 }
 
 void Config::set(const std::string& key, const std::string& value, const std::string& where) {
-  if (!schema_.has(key)) {
+  std::string real = schema_.resolve(key);
+  if (real.empty()) {
     if (schema_.is_section(key))
       fail("{}'{}' is a section, not a key; set one of its keys like '{}.<name>'", prefix(where),
            key, key);
     throw Error(unknown_key_message(schema_, key, where));
   }
-  size_t i = schema_.index(key);
+  size_t i = schema_.index(real);
   values_[i] = parse_value(schema_.fields()[i].type, key, value, where);
 }
 

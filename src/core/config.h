@@ -3,7 +3,8 @@
 // dotted command-line overrides ("train.lr=3e-4"). Anything a user types that
 // does not fit the schema is an nk::Error naming the file and line or the
 // override, and an unknown key names the nearest valid one. A YAML list given
-// for a string key reads as its items joined by commas.
+// for a string key reads as its items joined by commas. Structs declare their
+// keys and fill their fields with core/config_bind.h, one line per key.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -31,8 +32,15 @@ class ConfigSchema {
   ConfigSchema& add_float(const std::string& key, double def, const std::string& doc);
   ConfigSchema& add_bool(const std::string& key, bool def, const std::string& doc);
   ConfigSchema& add_string(const std::string& key, const std::string& def, const std::string& doc);
+  ConfigSchema& add(const std::string& key, ConfigType type, ConfigValue def,
+                    const std::string& doc);  // def holds `type`
+  // An older name of `key` that sets it (a renamed key keeps working): listed
+  // by help(), never written by Config::to_yaml().
+  ConfigSchema& add_alias(const std::string& old_name, const std::string& key);
 
   bool has(const std::string& key) const;
+  // The key `name` sets: itself, or the key it is an older name of; "" if neither.
+  std::string resolve(const std::string& name) const;
   // True when `prefix` names a section, i.e. some key starts with "prefix.".
   bool is_section(const std::string& prefix) const;
   // The key with the smallest edit distance to `key` (over the whole dotted key,
@@ -45,17 +53,17 @@ class ConfigSchema {
   size_t index(const std::string& key) const;  // NK_CHECKs that the key exists
 
  private:
-  ConfigSchema& add(const std::string& key, ConfigType type, ConfigValue def,
-                    const std::string& doc);
+  void check_new_name(const std::string& key) const;
   std::vector<Field> fields_;  // in declaration order
   std::map<std::string, size_t> by_key_;
+  std::map<std::string, std::string> aliases_;  // older name -> key
 };
 
 // Renders a value the way the YAML loader reads it back (floats keep a '.').
 std::string config_value_str(const ConfigValue& v);
 
-// For other readers of keys declared in a ConfigSchema (curate's stage
-// options), so that every key parses and fails alike. Parses `text` as `type`
+// For other readers of keys declared in a ConfigSchema (curate's YamlKeys),
+// so that every key parses and fails alike. Parses `text` as `type`
 // as Config::set does: nk::Error "<where>: key 'k' expects an int, got 'x'".
 ConfigValue parse_config_value(ConfigType type, const std::string& key, const std::string& text,
                                const std::string& where);

@@ -32,17 +32,22 @@ std::string config_value_str(const ConfigValue& v) {
   return s;
 }
 
-ConfigSchema& ConfigSchema::add(const std::string& key, ConfigType type, ConfigValue def,
-                                const std::string& doc) {
+void ConfigSchema::check_new_name(const std::string& key) const {
   NK_CHECK(!key.empty() && key.front() != '.' && key.back() != '.' &&
                key.find("..") == std::string::npos && key.find('=') == std::string::npos,
            "bad config key '{}'", key);
-  NK_CHECK(!has(key), "config key '{}' declared twice", key);
+  NK_CHECK(resolve(key).empty(), "config key '{}' declared twice", key);
   // A key cannot also be a section ("model" and "model.n_layer"): YAML could not hold both.
   NK_CHECK(!is_section(key), "config key '{}' is also a section", key);
   for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
-    NK_CHECK(!has(key.substr(0, dot)), "config key '{}' is inside key '{}'", key,
+    NK_CHECK(resolve(key.substr(0, dot)).empty(), "config key '{}' is inside key '{}'", key,
              key.substr(0, dot));
+}
+
+ConfigSchema& ConfigSchema::add(const std::string& key, ConfigType type, ConfigValue def,
+                                const std::string& doc) {
+  check_new_name(key);
+  NK_CHECK(def.index() == size_t(type), "config key '{}': default of another type", key);
   by_key_[key] = fields_.size();
   fields_.push_back({key, type, std::move(def), doc});
   return *this;
@@ -62,13 +67,29 @@ ConfigSchema& ConfigSchema::add_string(const std::string& key, const std::string
   return add(key, ConfigType::String, def, doc);
 }
 
+ConfigSchema& ConfigSchema::add_alias(const std::string& old_name, const std::string& key) {
+  check_new_name(old_name);
+  NK_CHECK(has(key), "config alias '{}' of undeclared key '{}'", old_name, key);
+  aliases_[old_name] = key;
+  return *this;
+}
+
 bool ConfigSchema::has(const std::string& key) const {
   return by_key_.count(key) != 0;
 }
 
+std::string ConfigSchema::resolve(const std::string& name) const {
+  if (has(name)) return name;
+  auto it = aliases_.find(name);
+  return it == aliases_.end() ? "" : it->second;
+}
+
 bool ConfigSchema::is_section(const std::string& prefix) const {
-  auto it = by_key_.lower_bound(prefix + ".");
-  return it != by_key_.end() && it->first.compare(0, prefix.size() + 1, prefix + ".") == 0;
+  auto starts = [&](const auto& names) {
+    auto it = names.lower_bound(prefix + ".");
+    return it != names.end() && it->first.compare(0, prefix.size() + 1, prefix + ".") == 0;
+  };
+  return starts(by_key_) || starts(aliases_);
 }
 
 size_t ConfigSchema::index(const std::string& key) const {
@@ -123,32 +144,40 @@ static std::string section_of(const std::string& key) {
 }
 
 std::string ConfigSchema::help() const {
-  size_t wkey = 3, wtype = 4, wdef = 7;
-  std::vector<std::string> defs;
+  struct Row {
+    std::string key, type, def, doc;
+  };
+  std::vector<Row> rows;
   for (const Field& f : fields_) {
     std::string d = config_value_str(f.def);
     if (f.type == ConfigType::String) d = "'" + d + "'";
-    wkey = std::max(wkey, f.key.size());
-    wtype = std::max(wtype, std::string(config_type_name(f.type)).size());
-    wdef = std::max(wdef, d.size());
-    defs.push_back(std::move(d));
+    rows.push_back({f.key, config_type_name(f.type), d, f.doc});
   }
-  // Sections in order of first appearance; keys keep declaration order within one.
+  for (const auto& [old_name, key] : aliases_) {
+    const Row& r = rows[index(key)];
+    rows.push_back({old_name, r.type, r.def, fmt::format("older name of {}", key)});
+  }
+  size_t wkey = 3, wtype = 4, wdef = 7;
+  for (const Row& r : rows) {
+    wkey = std::max(wkey, r.key.size());
+    wtype = std::max(wtype, r.type.size());
+    wdef = std::max(wdef, r.def.size());
+  }
+  // Sections in order of first appearance; keys keep declaration order within
+  // one, older names after them.
   std::vector<std::string> sections;
-  for (const Field& f : fields_) {
-    std::string s = section_of(f.key);
+  for (const Row& r : rows) {
+    std::string s = section_of(r.key);
     if (std::find(sections.begin(), sections.end(), s) == sections.end()) sections.push_back(s);
   }
   std::string out = fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", "key", wkey, "type", wtype,
                                 "default", wdef, "description");
   for (const std::string& s : sections) {
     out += s.empty() ? "\n" : fmt::format("\n{}:\n", s);
-    for (size_t i = 0; i < fields_.size(); ++i) {
-      const Field& f = fields_[i];
-      if (section_of(f.key) != s) continue;
-      out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", f.key, wkey, config_type_name(f.type),
-                         wtype, defs[i], wdef, f.doc);
-    }
+    for (const Row& r : rows)
+      if (section_of(r.key) == s)
+        out += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", r.key, wkey, r.type, wtype, r.def,
+                           wdef, r.doc);
   }
   return out;
 }

@@ -1,8 +1,8 @@
 // The settings of one pipeline stage: a YAML map such as
 //   - type: word_count
 //     min_words: 50
-// A stage declares its keys the way the training config does, in a
-// ConfigSchema (core/config.h), each bound to the field it fills in one line:
+// A stage declares its keys the way the training config does, each bound to
+// the field it fills in one line (core/config_bind.h, curate/yaml_keys.h):
 //   c.bind("min_words", min_words, "fewest words a kept document has");
 // The field's type is the key's type and its current value the default.
 // Scalars parse as the training config's do (bools also as yes/no, on/off,
@@ -12,20 +12,15 @@
 // a key no stage declared, naming the nearest declared one, so a typo never
 // passes silently.
 #pragma once
-#include <concepts>
-#include <cstdint>
-#include <limits>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
-#include "core/config.h"
+#include "curate/yaml_keys.h"
 
 namespace nk::curate {
 
-class StageConfig {
+class StageConfig : public YamlKeys {
  public:
   // `file`: the pipeline file (for messages); `index`: 1-based stage number.
   StageConfig(YAML::Node node, std::string file, int index);
@@ -35,55 +30,19 @@ class StageConfig {
   // "pipeline.yaml:12: stage 3 (word_count)", for messages.
   const std::string& where() const { return where_; }
 
-  // Declares `key` with a one-line doc and binds it to `field`; when the
-  // stage's map has the key, the field takes its value. Returns whether it was
-  // given. Declaring a key twice is a bug (NK_CHECK).
-  template <std::integral T>
-  requires(!std::same_as<T, bool>) bool bind(const std::string& key, T& field,
-                                             const std::string& doc) {
-    int64_t v = int64_t(field);
-    constexpr T hi = std::numeric_limits<T>::max();
-    bool given = bind_int(key, v, doc, int64_t(std::numeric_limits<T>::min()),
-                          std::cmp_greater(hi, INT64_MAX) ? INT64_MAX : int64_t(hi));
-    field = T(v);
-    return given;
-  }
-  bool bind(const std::string& key, double& field, const std::string& doc);
-  bool bind(const std::string& key, bool& field, const std::string& doc);
-  bool bind(const std::string& key, std::string& field, const std::string& doc);
-  // A YAML list of scalars (a single scalar reads as a list of one).
-  bool bind(const std::string& key, std::vector<std::string>& field, const std::string& doc);
-  // A map of scalar keys to numbers, e.g. {2: 0.2, 3: 0.18}.
-  bool bind(const std::string& key, std::vector<std::pair<std::string, double>>& field,
-            const std::string& doc);
   // As bind, for a key that must be given and not empty.
   void bind_required(const std::string& key, std::string& field, const std::string& doc);
-
-  bool has(const std::string& key) const;  // given in the stage's map
   // The keys declared so far, in order, with types, defaults and docs.
-  const ConfigSchema& keys() const { return keys_; }
+  const ConfigSchema& keys() const { return schema(); }
 
-  // nk::Error "<where>: key 'k': <msg>" (with the key's own line when it has one).
-  [[noreturn]] void fail_key(const std::string& key, const std::string& msg) const;
-  // nk::Error for a key in the map that no bind declared: the nearest declared
-  // key if one is close, else the list of them.
-  void finish() const;
+ protected:
+  // "<file>:<line>: stage N (label)", the stage's own line when `n` has none.
+  std::string where(const YAML::Node& n) const override;
+  std::string keys_hint() const override;  // " (this stage takes: ...)"
 
  private:
-  bool bind_int(const std::string& key, int64_t& field, const std::string& doc, int64_t lo,
-                int64_t hi);
-  // Declares the key; its node, or a null node when the map lacks it.
-  YAML::Node declare(const std::string& key, ConfigType type, ConfigValue def,
-                     const std::string& doc);
-  // The scalar of a key's node: nk::Error naming the expected type otherwise.
-  std::string scalar(const std::string& key, const YAML::Node& v, ConfigType type) const;
-  // "<file>:<line>: stage N (label)" with the key's own line when it has one.
-  std::string where_key(const std::string& key) const;
-
-  YAML::Node node_;
-  std::string file_, type_, name_, label_, where_;
+  std::string type_, name_, label_, where_;
   int index_ = 0;
-  ConfigSchema keys_;
 };
 
 }  // namespace nk::curate

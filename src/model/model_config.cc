@@ -82,84 +82,84 @@ ModelConfig model_preset(const std::string& name) {
   return it->second;
 }
 
-void add_model_keys(ConfigSchema& s) {
-  s.add_string("model.preset", "gpt-tiny",
-               fmt::format("named model: {}", fmt::join(model_preset_names(), ", ")));
-  s.add_string("model.arch", "",
-               fmt::format("override: architecture ({})", fmt::join(architecture_names(), ", ")));
-  s.add_int("model.vocab_size", 0, "override: vocabulary size (0 = preset's or tokenizer's)");
-  s.add_int("model.max_seq_len", 0, "override: longest sequence (positions) the model supports");
-  s.add_int("model.n_layer", 0, "override: transformer layers");
-  s.add_int("model.n_head", 0, "override: attention heads");
-  s.add_int("model.n_kv_head", 0, "override: key/value heads (grouped-query attention)");
-  s.add_int("model.d_model", 0, "override: hidden size");
-  s.add_int("model.d_ff", 0, "override: MLP inner size");
-  s.add_float("model.norm_eps", 0, "override: epsilon of LayerNorm/RMSNorm");
-  s.add_float("model.rope_theta", 0, "override: RoPE base frequency");
-  s.add_int("model.sliding_window", -1,
-            "override: sliding-window attention over this many positions (0 = full; -1 = "
-            "preset's)");
-  s.add_string("model.tied_embeddings", "", "override: true/false, share embedding and LM head");
-  s.add_string("model.rope_scaling.type", "",
-               "override: RoPE scaling none, linear, llama3 or yarn (then the keys it uses)");
-  s.add_float("model.rope_scaling.factor", 0, "override: context stretch of RoPE scaling");
-  s.add_float("model.rope_scaling.low_freq_factor", 0, "override: llama3's low_freq_factor");
-  s.add_float("model.rope_scaling.high_freq_factor", 0, "override: llama3's high_freq_factor");
-  s.add_int("model.rope_scaling.original_max_seq_len", 0,
-            "override: context the model was pretrained on (llama3; yarn: 0 = max_seq_len)");
-  s.add_float("model.rope_scaling.beta_fast", 0, "override: yarn's beta_fast (its default 32)");
-  s.add_float("model.rope_scaling.beta_slow", 0, "override: yarn's beta_slow (its default 1)");
-  s.add_float("model.rope_scaling.attention_factor", 0,
-              "override: yarn's cos/sin scale (0 = 0.1 ln(factor) + 1)");
-  s.add_float("model.rope_scaling.mscale", 0, "override: yarn's mscale (DeepSeek)");
-  s.add_float("model.rope_scaling.mscale_all_dim", 0, "override: yarn's mscale_all_dim (DeepSeek)");
+void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
+  // Every key but the preset overrides the preset when set to a non-default value.
+  b.bind_with<std::string>("model.preset", "gpt-tiny",
+                           fmt::format("named model: {}", fmt::join(model_preset_names(), ", ")),
+                           [&](const std::string& name) { m = model_preset(name); });
+  b.bind_unless("model.arch", m.arch, "",
+                fmt::format("override: architecture ({})", fmt::join(architecture_names(), ", ")));
+  b.bind_unless("model.vocab_size", m.vocab_size, 0,
+                "override: vocabulary size (0 = preset's or tokenizer's)");
+  b.bind_unless("model.max_seq_len", m.max_seq_len, 0,
+                "override: longest sequence (positions) the model supports");
+  b.bind_unless("model.n_layer", m.n_layer, 0, "override: transformer layers");
+  b.bind_unless("model.n_head", m.n_head, 0, "override: attention heads");
+  bool kv_heads = b.bind_unless("model.n_kv_head", m.n_kv_head, 0,
+                                "override: key/value heads (grouped-query attention)");
+  b.bind_unless("model.d_model", m.d_model, 0, "override: hidden size");
+  b.bind_unless("model.d_ff", m.d_ff, 0, "override: MLP inner size");
+  b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
+  b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
+  b.bind_unless("model.sliding_window", m.sliding_window, -1,
+                "override: sliding-window attention over this many positions (0 = full; -1 = "
+                "preset's)");
+  b.bind_with<std::string>("model.tied_embeddings", "",
+                           "override: true/false, share embedding and LM head",
+                           [&](const std::string& t) {
+                             if (t.empty()) return;
+                             if (t != "true" && t != "false")
+                               fail("model.tied_embeddings: expected true or false, got '{}'", t);
+                             m.tied_embeddings = t == "true";
+                           });
+  // RoPE scaling: a type resets the preset's scaling; the other keys refine it.
+  RopeScaling& rs = m.rope_scaling;
+  std::string scaling;  // the type given, "" = the preset's
+  b.bind_with<std::string>(
+      "model.rope_scaling.type", "",
+      "override: RoPE scaling none, linear, llama3 or yarn (then the keys it uses)",
+      [&](const std::string& t) {
+        if (t.empty()) return;
+        scaling = t;
+        rs = RopeScaling{};
+        rs.type = parse_rope_scaling_type(t, "model.rope_scaling.type");
+      });
+  bool factor = b.bind_unless("model.rope_scaling.factor", rs.factor, 0.0,
+                              "override: context stretch of RoPE scaling");
+  if (!scaling.empty() && rs.enabled() && !factor)
+    fail("model.rope_scaling.factor: {} scaling needs a factor", scaling);
+  b.bind_unless("model.rope_scaling.low_freq_factor", rs.low_freq_factor, 0.0,
+                "override: llama3's low_freq_factor");
+  b.bind_unless("model.rope_scaling.high_freq_factor", rs.high_freq_factor, 0.0,
+                "override: llama3's high_freq_factor");
+  b.bind_unless("model.rope_scaling.original_max_seq_len", rs.original_max_seq_len, 0,
+                "override: context the model was pretrained on (llama3; yarn: 0 = max_seq_len)");
+  b.bind_unless("model.rope_scaling.beta_fast", rs.beta_fast, 0.0,
+                "override: yarn's beta_fast (its default 32)");
+  b.bind_unless("model.rope_scaling.beta_slow", rs.beta_slow, 0.0,
+                "override: yarn's beta_slow (its default 1)");
+  b.bind_unless("model.rope_scaling.attention_factor", rs.attention_factor, 0.0,
+                "override: yarn's cos/sin scale (0 = 0.1 ln(factor) + 1)");
+  b.bind_unless("model.rope_scaling.mscale", rs.mscale, 0.0, "override: yarn's mscale (DeepSeek)");
+  b.bind_unless("model.rope_scaling.mscale_all_dim", rs.mscale_all_dim, 0.0,
+                "override: yarn's mscale_all_dim (DeepSeek)");
+  if (!b.reading()) return;
+  // Multi-head architectures (learned positions: GPT-2) follow n_head.
+  if (m.architecture().block().learned_positions && !kv_heads) m.n_kv_head = m.n_head;
+  m.validate();
+}
+
+ConfigSchema model_schema() {
+  return schema_of([](ConfigBinder& b) {
+    ModelConfig m;
+    bind_model_keys(b, m);
+  });
 }
 
 ModelConfig model_config_from(const Config& cfg) {
-  ModelConfig m = model_preset(cfg.get_string("model.preset"));
-  if (auto a = cfg.get_string("model.arch"); !a.empty()) m.arch = a;
-  auto set_int = [&](const char* key, int64_t& field) {
-    if (int64_t v = cfg.get_int(key); v != 0) field = v;
-  };
-  set_int("model.vocab_size", m.vocab_size);
-  set_int("model.max_seq_len", m.max_seq_len);
-  set_int("model.n_layer", m.n_layer);
-  set_int("model.n_head", m.n_head);
-  set_int("model.n_kv_head", m.n_kv_head);
-  set_int("model.d_model", m.d_model);
-  set_int("model.d_ff", m.d_ff);
-  if (double v = cfg.get_float("model.norm_eps"); v != 0) m.norm_eps = v;
-  if (double v = cfg.get_float("model.rope_theta"); v != 0) m.rope_theta = v;
-  if (int64_t v = cfg.get_int("model.sliding_window"); v != -1) m.sliding_window = v;
-  if (auto t = cfg.get_string("model.tied_embeddings"); !t.empty()) {
-    if (t != "true" && t != "false")
-      fail("model.tied_embeddings: expected true or false, got '{}'", t);
-    m.tied_embeddings = t == "true";
-  }
-  // RoPE scaling: a type resets the preset's scaling; the other keys refine it.
-  RopeScaling& rs = m.rope_scaling;
-  if (auto t = cfg.get_string("model.rope_scaling.type"); !t.empty()) {
-    rs = RopeScaling{};
-    rs.type = parse_rope_scaling_type(t, "model.rope_scaling.type");
-    if (rs.enabled() && cfg.get_float("model.rope_scaling.factor") == 0)
-      fail("model.rope_scaling.factor: {} scaling needs a factor", t);
-  }
-  auto set_float = [&](const char* key, double& field) {
-    if (double v = cfg.get_float(key); v != 0) field = v;
-  };
-  set_float("model.rope_scaling.factor", rs.factor);
-  set_float("model.rope_scaling.low_freq_factor", rs.low_freq_factor);
-  set_float("model.rope_scaling.high_freq_factor", rs.high_freq_factor);
-  set_int("model.rope_scaling.original_max_seq_len", rs.original_max_seq_len);
-  set_float("model.rope_scaling.beta_fast", rs.beta_fast);
-  set_float("model.rope_scaling.beta_slow", rs.beta_slow);
-  set_float("model.rope_scaling.attention_factor", rs.attention_factor);
-  set_float("model.rope_scaling.mscale", rs.mscale);
-  set_float("model.rope_scaling.mscale_all_dim", rs.mscale_all_dim);
-  // Multi-head architectures (learned positions: GPT-2) follow n_head.
-  if (m.architecture().block().learned_positions && cfg.get_int("model.n_kv_head") == 0)
-    m.n_kv_head = m.n_head;
-  m.validate();
+  ModelConfig m;
+  ConfigReader r(cfg);
+  bind_model_keys(r, m);
   return m;
 }
 

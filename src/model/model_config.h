@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/config_bind.h"
 #include "core/error.h"
 #include "model/rope.h"
 
@@ -51,8 +51,10 @@ ModelConfig model_preset(const std::string& name);  // nk::Error listing presets
 std::vector<std::string> model_preset_names();
 
 // Config keys "model.*": `model.preset` picks a preset, every other key
-// overrides it when set to a non-default value.
-void add_model_keys(ConfigSchema& schema);
+// overrides it when set to a non-default value. A reading binder leaves `m`
+// the resolved, validated model.
+void bind_model_keys(ConfigBinder& b, ModelConfig& m);
+ConfigSchema model_schema();  // the model.* keys alone
 ModelConfig model_config_from(const Config& cfg);
 
 }  // namespace nk

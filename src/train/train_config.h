@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "data/dataset/blended_dataset.h"
+#include "core/config_bind.h"
+#include "data/data_config.h"
 #include "dist/parallel_config.h"
 #include "model/model_config.h"
 #include "parallel/ddp_config.h"
@@ -15,24 +15,12 @@ namespace nk {
 
 struct TrainConfig {
   ModelConfig model;
+  DataConfig data;
   DType dtype = DType::BF16;
   Device device = kHost;  // train.device: where the model, its state and activations live
-  // Exactly one data source: data_path (plain text), data_prefix (one indexed
-  // dataset) or blend (weighted indexed datasets, from data.blend).
-  std::string data_path;
-  std::string data_prefix;
-  std::string data_blend;  // as given; parsed into `blend`
-  BlendSpec blend;
-  std::string data_split = "969,30,1";
-  std::string data_cache_dir;
-  std::string data_tokenizer;  // "" = unknown (indexed data); saved with the model  // "" = beside
-                               // the (first) dataset, in cache/
-  double val_fraction = 0.05;
-  int64_t max_bytes = 0;
-  bool replace_invalid_utf8 = false;
   int64_t micro_batch = 8, seq_len = 256, global_batch = 8;
   int64_t steps = 100;
-  LrSchedule lr;
+  LrSchedule lr{.lr = 6e-4, .min_lr = 6e-5, .warmup_steps = 10, .decay_steps = 0};  // 0: steps
   AdamWConfig adamw;
   double grad_clip = 1.0;
   std::string freeze;               // train.freeze as given: glob patterns over parameter names
@@ -53,8 +41,10 @@ struct TrainConfig {
   dist::ParallelConfig parallel;
   parallel::DdpConfig ddp;
 
+  // Every key (model.*, data.*, train.*), in the order of the saved config.
+  void bind(ConfigBinder& b);
   int64_t grad_accum() const { return global_batch / micro_batch; }
-  bool indexed_data() const { return !data_prefix.empty() || !data_blend.empty(); }
+  bool indexed_data() const { return data.indexed(); }
   std::string checkpoint_root() const { return out_dir + "/checkpoints"; }
 };
 

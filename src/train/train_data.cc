@@ -14,28 +14,28 @@ namespace nk {
 namespace {
 
 TrainData text_data(const TrainConfig& cfg) {
-  TextCorpus corpus =
-      TextCorpus::load(cfg.data_path, cfg.val_fraction, cfg.max_bytes, cfg.replace_invalid_utf8);
+  TextCorpus corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction, cfg.data.max_bytes,
+                                       cfg.data.replace_invalid_utf8);
   if (corpus.replaced)
-    NK_WARN("{}: replaced {} invalid UTF-8 bytes with U+FFFD", cfg.data_path, corpus.replaced);
+    NK_WARN("{}: replaced {} invalid UTF-8 bytes with U+FFFD", cfg.data.path, corpus.replaced);
   if (int64_t(corpus.train.size()) < cfg.seq_len + 1)
-    fail("data.path: '{}' has {} training tokens, fewer than train.seq_len + 1 = {}", cfg.data_path,
+    fail("data.path: '{}' has {} training tokens, fewer than train.seq_len + 1 = {}", cfg.data.path,
          corpus.train.size(), cfg.seq_len + 1);
   TrainData d;
-  d.summary = fmt::format("{}: {} train / {} val tokens", cfg.data_path, corpus.train.size(),
+  d.summary = fmt::format("{}: {} train / {} val tokens", cfg.data.path, corpus.train.size(),
                           corpus.val.size());
   auto train = std::make_shared<const std::vector<int32_t>>(std::move(corpus.train));
   auto val = std::make_shared<const std::vector<int32_t>>(std::move(corpus.val));
   d.train = std::make_shared<TextWindowDataset>(train, cfg.seq_len, cfg.seed,
-                                                fmt::format("'{}' (train)", cfg.data_path));
+                                                fmt::format("'{}' (train)", cfg.data.path));
   if (int64_t(val->size()) >= cfg.seq_len + 1)
     d.valid = std::make_shared<TextWindowDataset>(val, cfg.seq_len, cfg.seed + 1,
-                                                  fmt::format("'{}' (val)", cfg.data_path));
+                                                  fmt::format("'{}' (val)", cfg.data.path));
   return d;
 }
 
 std::string cache_dir_for(const TrainConfig& cfg, const std::string& prefix) {
-  if (!cfg.data_cache_dir.empty()) return cfg.data_cache_dir;
+  if (!cfg.data.cache_dir.empty()) return cfg.data.cache_dir;
   namespace fs = std::filesystem;
   return (fs::weakly_canonical(fs::absolute(prefix)).parent_path() / "cache").string();
 }
@@ -46,11 +46,11 @@ std::shared_ptr<const SampleDataset> split_data(
     const TrainConfig& cfg, const std::vector<std::shared_ptr<const IndexedDataset>>& sets,
     const std::vector<double>& weights, DataSplit which, int64_t num_samples, bool blend) {
   GPTDatasetConfig g;
-  g.split = cfg.data_split;
+  g.split = cfg.data.split;
   g.which = which;
   g.seq_len = cfg.seq_len;
   g.seed = cfg.seed;
-  g.cache_dir = cfg.data_cache_dir;
+  g.cache_dir = cfg.data.cache_dir;
   const char* key = blend ? "data.blend" : "data.prefix";
   if (!blend) {
     g.num_samples = num_samples;
@@ -83,9 +83,10 @@ std::shared_ptr<const SampleDataset> split_data(
 }
 
 TrainData indexed_data(const TrainConfig& cfg) {
-  bool blend = !cfg.data_blend.empty();
-  std::vector<std::string> prefixes = blend ? cfg.blend.prefixes : std::vector{cfg.data_prefix};
-  std::vector<double> weights = blend ? cfg.blend.weights : std::vector{1.0};
+  bool blend = !cfg.data.blend.empty();
+  std::vector<std::string> prefixes =
+      blend ? cfg.data.blend_sets.prefixes : std::vector{cfg.data.prefix};
+  std::vector<double> weights = blend ? cfg.data.blend_sets.weights : std::vector{1.0};
   std::vector<std::shared_ptr<const IndexedDataset>> sets;
   const char* key = blend ? "data.blend" : "data.prefix";
   for (const std::string& p : prefixes) {
@@ -108,8 +109,8 @@ TrainData indexed_data(const TrainConfig& cfg) {
   int64_t tokens = 0;
   for (const auto& s : sets) tokens += s->num_tokens();
   d.summary = fmt::format("{} ({} dataset{}, {} tokens, split {}): {} train samples{}",
-                          blend ? cfg.data_blend : cfg.data_prefix, sets.size(),
-                          sets.size() == 1 ? "" : "s", tokens, cfg.data_split, d.train->size(),
+                          blend ? cfg.data.blend : cfg.data.prefix, sets.size(),
+                          sets.size() == 1 ? "" : "s", tokens, cfg.data.split, d.train->size(),
                           d.valid ? fmt::format(", {} valid samples", d.valid->size()) : "");
   return d;
 }

@@ -108,16 +108,16 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
             parallel::describe_buckets(ddp_->buckets()),
             cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward");
   }
-  if (!cfg_.data_tokenizer.empty()) {
+  if (!cfg_.data.tokenizer.empty()) {
     std::unique_ptr<Tokenizer> tok;
     try {
-      tok = load_tokenizer(cfg_.data_tokenizer);
+      tok = load_tokenizer(cfg_.data.tokenizer);
     } catch (const Error& e) {
       throw e.with_context("data.tokenizer");
     }
     if (tok->vocab_size() > cfg_.model.vocab_size)
       fail("model.vocab_size: {} is smaller than the vocabulary of data.tokenizer '{}' ({})",
-           cfg_.model.vocab_size, cfg_.data_tokenizer, tok->vocab_size());
+           cfg_.model.vocab_size, cfg_.data.tokenizer, tok->vocab_size());
   }
   // Token ids beyond the vocabulary (data made with another tokenizer) are
   // caught here on the first micro-batch, before anything is written; the
@@ -398,7 +398,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);
   save_trainer_state(trainer_state_path(model_dir), state_);
-  if (!cfg_.data_tokenizer.empty()) store_tokenizer(cfg_.data_tokenizer, model_dir);
+  if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
   NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
           state_.consumed_samples);
 }

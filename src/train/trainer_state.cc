@@ -14,14 +14,14 @@ namespace nk {
 
 std::map<std::string, std::string> data_signature(const TrainConfig& cfg) {
   std::map<std::string, std::string> m;
-  if (!cfg.data_path.empty()) {
-    m["data.path"] = cfg.data_path;
-    m["data.val_fraction"] = fmt::format("{}", cfg.val_fraction);
-    m["data.max_bytes"] = std::to_string(cfg.max_bytes);
+  if (!cfg.data.path.empty()) {
+    m["data.path"] = cfg.data.path;
+    m["data.val_fraction"] = fmt::format("{}", cfg.data.val_fraction);
+    m["data.max_bytes"] = std::to_string(cfg.data.max_bytes);
   } else {
-    m["data.prefix"] = cfg.data_prefix;
-    m["data.blend"] = cfg.data_blend;
-    m["data.split"] = cfg.data_split;
+    m["data.prefix"] = cfg.data.prefix;
+    m["data.blend"] = cfg.data.blend;
+    m["data.split"] = cfg.data.split;
   }
   m["train.seq_len"] = std::to_string(cfg.seq_len);
   m["train.seed"] = std::to_string(cfg.seed);

@@ -47,6 +47,33 @@ TEST(PreprocessCli, HelpListsEveryKey) {
   EXPECT_TRUE(contains(test::run_command(test::nekton_bin() + " --help").out, "preprocess"));
 }
 
+// The output prefix, the tokenizer and invalid_utf8 are the data.* keys that
+// `nekton train` reads the dataset with; their preprocess.* names still work.
+TEST(PreprocessCli, SharesTheDataKeysWithTraining) {
+  auto r = nekton("--help");
+  for (auto key : {"data.prefix", "data.tokenizer", "data.invalid_utf8",
+                   "older name of data.prefix", "older name of data.tokenizer"})
+    EXPECT_TRUE(contains(r.out, key)) << key << "\n" << r.out;
+  EXPECT_FALSE(contains(r.out, "data.blend")) << r.out;  // only the keys preprocess uses
+  TempDir dir("nk_pcli");
+  test::write_file(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"bad \xff\"}\n");
+  test::write_file(dir / "r.yaml", "data:\n  prefix: " + (dir / "out") +
+                                       "\n  tokenizer: bytes\n  invalid_utf8: replace\n"
+                                       "preprocess:\n  input: " +
+                                       (dir / "a.jsonl") + "\n  progress: none\n");
+  auto run = test::run_command(test::nekton_bin() + " preprocess --config " + (dir / "r.yaml"));
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_EQ(test::read_with_numpy(dir / "out").sequences.size(), 2u);  // the bad one repaired
+  r = nekton("preprocess.input=" + (dir / "a.jsonl") + " data.prefix=" + (dir / "x") +
+             " data.invalid_utf8=bogus");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "data.invalid_utf8: expected error or replace, got 'bogus'"))
+      << r.out;
+  r = nekton("preprocess.input=" + (dir / "a.jsonl"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "data.prefix: no output given")) << r.out;
+}
+
 TEST(PreprocessCli, PlainAndZstdInputsRepeatedKey) {
   TempDir dir("nk_pcli");
   std::vector<std::string> a = {"first doc", "caf\xC3\xA9", "third"}, b = {"zstd one", "zstd two"};

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "test_util.h"
 
@@ -69,6 +70,39 @@ TEST(TokenizerCli, HelpAndUsage) {
   r = run_nekton("tokenizer");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "usage: nekton tokenizer"));
+}
+
+// Every command with --options lists them with docs and names the nearest
+// option for a misspelt one.
+TEST(TokenizerCli, OptionsHaveDocsAndAMisspeltOneNamesTheNearest) {
+  struct Case {
+    const char* help;
+    std::vector<const char*> lines;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"tokenizer info --help", {"tokenizer info options:", "--count INT", "(default 10)"}},
+           {"tokenizer decode --help", {"--input STRING", "--output STRING"}},
+           {"tokenizer train --help", {"--vocab-size INT", "--input STRING", "(one or more)"}},
+           {"export gguf --help", {"--name STRING", "general.name", "--no-tokenizer"}},
+           {"import hf --help", {"--dtype STRING", "(default f32)", "--overwrite"}},
+           {"curate train-classifier --help", {"--epoch INT", "(default 5)"}}}) {
+    RunResult r = run_nekton(c.help);
+    EXPECT_EQ(r.code, 0) << c.help << "\n" << r.out;
+    for (const char* l : c.lines)
+      EXPECT_TRUE(contains(r.out, l)) << c.help << ": " << l << "\n" << r.out;
+  }
+  RunResult r = run_nekton("tokenizer encode bytes --txt hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "tokenizer encode: unknown option '--txt' (did you mean '--text'?)"))
+      << r.out;
+  r = run_nekton("export gguf a b --nmae x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "export gguf: unknown option '--nmae' (did you mean '--name'?)"))
+      << r.out;
+  // The old forms still work: --opt=value, flags, several values.
+  r = run_nekton("tokenizer encode bytes --text=hi --ids-only");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "104 105\n");
 }
 
 TEST(TokenizerCli, ByteTokenizer) {

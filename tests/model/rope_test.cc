@@ -188,9 +188,7 @@ TEST(Rope, ValidateNamesTheKey) {
 }
 
 ModelConfig from_overrides(const std::vector<std::string>& o) {
-  ConfigSchema schema;
-  add_model_keys(schema);
-  return model_config_from(Config::load(schema, "", o));
+  return model_config_from(Config::load(model_schema(), "", o));
 }
 
 TEST(Rope, ModelKeys) {

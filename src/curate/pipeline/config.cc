@@ -2,12 +2,10 @@
 
 #include <xxhash.h>
 
-#include <algorithm>
-#include <map>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "curate/yaml_keys.h"
 
 namespace nk::curate {
 
@@ -29,38 +27,23 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-const std::map<std::string, std::vector<std::string>>& known_keys() {
-  static const std::map<std::string, std::vector<std::string>> k = {
-      {"", {"input", "output", "workers", "batch_mb", "progress", "stages"}},
-      {"input",
-       {"paths", "format", "text_key", "id_key", "files_per_shard", "shard_mb", "invalid_utf8"}},
-      {"output", {"dir"}}};
-  return k;
-}
-
-void check_keys(const std::string& file, const YAML::Node& map, const std::string& section) {
-  const auto& allowed = known_keys().at(section);
-  for (const auto& kv : map) {
-    std::string k = kv.first.Scalar();
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
-      fail("{}: unknown key '{}{}' (allowed here: {})", mark(file, kv.first),
-           section.empty() ? "" : section + ".", k, fmt::join(allowed, ", "));
-  }
-}
-
-std::string scalar(const std::string& file, const YAML::Node& n, const std::string& key) {
-  if (!n.IsScalar()) fail("{}: '{}' expects a single value", mark(file, n), key);
-  return n.Scalar();
-}
-
-int64_t to_int(const std::string& where, const std::string& key, const std::string& v) {
-  try {
-    size_t pos = 0;
-    long long x = std::stoll(v, &pos);
-    if (pos == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  fail("{}: '{}' expects an integer, got '{}'", where, key, v);
+// Every key of a pipeline file but `stages`, each bound to its field.
+void bind_pipeline(YamlKeys& k, PipelineConfig& c) {
+  InputOptions& in = c.input;
+  k.bind("input.paths", in.paths,
+         "JSONL (plain or zstd) files; folders of .html, .tex, .txt files (one document each)");
+  k.bind("input.format", in.format, "auto (by extension), jsonl, text, html, latex");
+  k.bind("input.text_key", in.text_key, "JSONL field with the text");
+  k.bind("input.id_key", in.id_key, "JSONL field with the id (missing ids become FILE:LINE)");
+  k.bind("input.files_per_shard", in.files_per_shard, "document files per output shard");
+  k.bind("input.shard_mb", in.shard_mb,
+         "plain JSONL files above this split into shards of about this size (0: never)");
+  k.bind("input.invalid_utf8", in.invalid_utf8,
+         "replace (U+FFFD, counted) or skip (counted as bad)");
+  k.bind("output.dir", c.output_dir, "data/ and removed/ shards, report.json");
+  k.bind("workers", c.workers, "threads (0: all cores)");
+  k.bind("batch_mb", c.batch_mb, "documents processed together (bounds memory)");
+  k.bind("progress", c.progress, "auto, bar, log, none");
 }
 
 }  // namespace
@@ -78,31 +61,27 @@ PipelineConfig load_pipeline_config(const std::string& path,
     fail("{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.msg);
   }
   if (!root.IsMap()) fail("{}: the top level must be a map (input, output, stages, ...)", path);
-  check_keys(path, root, "");
-  for (const char* s : {"input", "output"}) {
-    if (root[s] && !root[s].IsMap()) fail("{}: '{}' must be a map", mark(path, root[s]), s);
-    if (root[s]) check_keys(path, root[s], s);
-  }
+  // The keys, declared alone (a map with none of them), check the overrides.
+  YamlKeys declared(YAML::Node(YAML::NodeType::Map), path);
+  PipelineConfig unused;
+  bind_pipeline(declared, unused);
+  const ConfigSchema& keys = declared.schema();
   for (const std::string& o : overrides) {
     size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0)
       fail("override '{}': expected key=value (e.g. output.dir=curated)", o);
     std::string key = o.substr(0, eq), value = o.substr(eq + 1);
+    if (!keys.has(key)) {
+      std::string msg = config_unknown_key_message(keys, key, fmt::format("override '{}'", o));
+      std::vector<std::string> names;
+      for (const ConfigSchema::Field& f : keys.fields()) names.push_back(f.key);
+      if (keys.nearest_key(key).empty())
+        msg += fmt::format(" (settable: {})", fmt::join(names, ", "));
+      throw Error(msg);
+    }
     size_t dot = key.find('.');
     std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
     std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
-    auto it = known_keys().find(section);
-    const auto& allowed = it == known_keys().end() ? known_keys().at("") : it->second;
-    if (it == known_keys().end() || leaf == "stages" ||
-        (section.empty() && (leaf == "input" || leaf == "output")) ||
-        std::find(allowed.begin(), allowed.end(), leaf) == allowed.end())
-      fail(
-          "override '{}': unknown key '{}' (settable: input.paths, input.format, "
-          "input.text_key, input.id_key, input.files_per_shard, input.shard_mb, "
-          "input.invalid_utf8, "
-          "output.dir, "
-          "workers, batch_mb, progress)",
-          o, key);
     YAML::Node target = section.empty() ? root : root[section];
     if (key == "input.paths") {
       YAML::Node list(YAML::NodeType::Sequence);
@@ -113,44 +92,16 @@ PipelineConfig load_pipeline_config(const std::string& path,
     }
   }
 
-  YAML::Node in = root["input"];
-  if (!in || !in["paths"]) fail("{}: missing input.paths (files or folders to curate)", path);
-  YAML::Node paths = in["paths"];
-  if (paths.IsScalar()) {
-    c.input.paths = {paths.Scalar()};
-  } else if (paths.IsSequence()) {
-    for (const YAML::Node& p : paths) c.input.paths.push_back(scalar(path, p, "input.paths"));
-  } else {
-    fail("{}: input.paths expects a path or a list of paths", mark(path, paths));
-  }
-  auto str = [&](const YAML::Node& sec, const char* key, std::string& dst) {
-    if (sec && sec[key]) dst = scalar(path, sec[key], key);
-  };
-  str(in, "format", c.input.format);
-  str(in, "text_key", c.input.text_key);
-  str(in, "id_key", c.input.id_key);
-  str(in, "invalid_utf8", c.input.invalid_utf8);
-  if (in["shard_mb"])
-    c.input.shard_mb = to_int(mark(path, in["shard_mb"]), "input.shard_mb",
-                              scalar(path, in["shard_mb"], "shard_mb"));
-  if (in["files_per_shard"])
-    c.input.files_per_shard = to_int(mark(path, in["files_per_shard"]), "input.files_per_shard",
-                                     scalar(path, in["files_per_shard"], "files_per_shard"));
-  YAML::Node out = root["output"];
-  str(out, "dir", c.output_dir);
+  YamlKeys k(root, path);
+  bind_pipeline(k, c);
+  k.finish({"stages"});
+  if (c.input.paths.empty()) fail("{}: missing input.paths (files or folders to curate)", path);
   if (c.output_dir.empty()) fail("{}: missing output.dir (where the curated shards go)", path);
-  if (root["workers"])
-    c.workers = int(
-        to_int(mark(path, root["workers"]), "workers", scalar(path, root["workers"], "workers")));
-  if (root["batch_mb"]) {
-    c.batch_mb = to_int(mark(path, root["batch_mb"]), "batch_mb",
-                        scalar(path, root["batch_mb"], "batch_mb"));
-    if (c.batch_mb < 1) fail("{}: batch_mb must be >= 1", mark(path, root["batch_mb"]));
-  }
-  str(root, "progress", c.progress);
+  if (c.batch_mb < 1) fail("{}: batch_mb must be >= 1", mark(path, root["batch_mb"]));
   if (c.progress != "auto" && c.progress != "bar" && c.progress != "log" && c.progress != "none")
     fail("{}: progress: expected auto, bar, log or none, got '{}'", path, c.progress);
 
+  YAML::Node in = root["input"];
   c.stages = root["stages"];
   if (!c.stages || !c.stages.IsSequence() || c.stages.size() == 0)
     fail("{}: 'stages' must be a non-empty list of stages (each with a 'type')", path);
