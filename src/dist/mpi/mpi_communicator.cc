@@ -32,8 +32,8 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::check_device(const Tensor& t, const char* op) const {
-  if (t.device() != Device::CPU)
-    fail("{}: the MPI backend needs CPU tensors, got one on {}", where(op, 0),
+  if (!t.on_host())
+    fail("{}: the MPI backend needs host tensors, got one on {}", where(op, 0),
          device_name(t.device()));
 }
 
