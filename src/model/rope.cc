@@ -191,17 +191,24 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta, const RopeScali
 
 // ---- Nekton's spelling ----
 
-json rope_scaling_to_json(const RopeScaling& s) {
-  json j = {{"type", rope_scaling_type_name(s.type)}};
-  if (!s.enabled()) return j;
+namespace {
+
+// The scaling's fields in either spelling, in the order they are written:
+// only the enabled type's, optional ones only when set. J: json or
+// ordered_json; the two spellings differ in the names of the type and of the
+// original context.
+template <typename J>
+void write_scaling(const RopeScaling& s, J& j, const char* type_key, const char* context_key) {
+  j[type_key] = rope_scaling_type_name(s.type);
+  if (!s.enabled()) return;
   j["factor"] = s.factor;
   if (s.type == RopeScalingType::Llama3) {
     j["low_freq_factor"] = s.low_freq_factor;
     j["high_freq_factor"] = s.high_freq_factor;
-    j["original_max_seq_len"] = s.original_max_seq_len;
+    j[context_key] = s.original_max_seq_len;
   }
   if (s.type == RopeScalingType::Yarn) {
-    if (s.original_max_seq_len > 0) j["original_max_seq_len"] = s.original_max_seq_len;
+    if (s.original_max_seq_len > 0) j[context_key] = s.original_max_seq_len;
     j["beta_fast"] = s.beta_fast;
     j["beta_slow"] = s.beta_slow;
     if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
@@ -209,6 +216,13 @@ json rope_scaling_to_json(const RopeScaling& s) {
     if (s.mscale_all_dim > 0) j["mscale_all_dim"] = s.mscale_all_dim;
     if (!s.truncate) j["truncate"] = false;
   }
+}
+
+}  // namespace
+
+json rope_scaling_to_json(const RopeScaling& s) {
+  json j;
+  write_scaling(s, j, "type", "original_max_seq_len");
   return j;
 }
 
@@ -364,22 +378,7 @@ void rope_from_hf_config(const json& config, const std::string& where, double& t
 nlohmann::ordered_json rope_scaling_to_hf(const RopeScaling& s) {
   if (!s.enabled()) return nullptr;
   nlohmann::ordered_json j;
-  j["rope_type"] = rope_scaling_type_name(s.type);
-  j["factor"] = s.factor;
-  if (s.type == RopeScalingType::Llama3) {
-    j["low_freq_factor"] = s.low_freq_factor;
-    j["high_freq_factor"] = s.high_freq_factor;
-    j["original_max_position_embeddings"] = s.original_max_seq_len;
-  }
-  if (s.type == RopeScalingType::Yarn) {
-    if (s.original_max_seq_len > 0) j["original_max_position_embeddings"] = s.original_max_seq_len;
-    j["beta_fast"] = s.beta_fast;
-    j["beta_slow"] = s.beta_slow;
-    if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
-    if (s.mscale > 0) j["mscale"] = s.mscale;
-    if (s.mscale_all_dim > 0) j["mscale_all_dim"] = s.mscale_all_dim;
-    if (!s.truncate) j["truncate"] = false;
-  }
+  write_scaling(s, j, "rope_type", "original_max_position_embeddings");
   return j;
 }
 

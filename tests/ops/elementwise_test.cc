@@ -126,6 +126,23 @@ TEST_P(Elementwise, ByteCopiesRoundTrip) {
   }
 }
 
+// A host batch reaches the device through to_device/upload: a copy that keeps
+// every bit on another device, and the very same tensor (nothing copied) on
+// the host, which is what a CPU training step relies on.
+TEST_P(Elementwise, HostTensorsReachTheDevice) {
+  const Tensor host = make({2, 7}, DType::I32, randn(14, 8, 1000.0));
+  Tensor on_dev = ops::to_device(host, dev());
+  EXPECT_EQ(on_dev.device(), dev());
+  EXPECT_EQ(on_dev.raw() == host.raw(), dev() == kHost);
+  Tensor next = make({2, 7}, DType::I32, randn(14, 9, 1000.0));
+  ops::upload(on_dev, next);
+  std::vector<int32_t> back(14);
+  ops::copy_bytes_to_host(on_dev, back.data());
+  EXPECT_EQ(std::memcmp(back.data(), next.raw(), next.nbytes()), 0);
+  ops::upload(on_dev, on_dev.on_host() ? on_dev : next);  // itself: nothing to copy
+  EXPECT_THROW(ops::upload(on_dev, make({3, 7}, DType::I32, randn(21, 10))), InternalError);
+}
+
 TEST_P(Elementwise, RejectsShapeMismatch) {
   Tensor a = Tensor::empty({4}, DType::F32, dev()), b = Tensor::empty({5}, DType::F32, dev());
   EXPECT_THROW(ops::add(a, a, b), InternalError);

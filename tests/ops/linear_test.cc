@@ -91,6 +91,22 @@ TEST_P(Linear, MatchesReferenceBF16) {
         check_against_reference(dev(), s, DType::BF16, bias, dx, seed += 10);
 }
 
+// The f32 fallback for CPUs where oneDNN has no bf16 product (before
+// AVX-512), forced so that every CPU checks it: the same reference, the same
+// tolerance, and primitives still cached after the first call.
+TEST(LinearCpu, Bf16FallbackMatchesReference) {
+  ops::cpu::dnnl_matmul_force_fallback(true);
+  uint64_t seed = 700;
+  for (Shape3 s : kShapes)
+    for (bool bias : {false, true})
+      for (bool dx : {false, true})
+        check_against_reference(Device::CPU, s, DType::BF16, bias, dx, seed += 10);
+  const size_t cached = ops::cpu::dnnl_matmul_cache_size();
+  check_against_reference(Device::CPU, kShapes[0], DType::BF16, true, true, 700);
+  EXPECT_EQ(ops::cpu::dnnl_matmul_cache_size(), cached);
+  ops::cpu::dnnl_matmul_force_fallback(false);
+}
+
 // Frozen parameters: any of dx, dw, db left undefined is not computed, and
 // the ones that are computed are bit-identical to a call computing all three.
 TEST_P(Linear, SkippedGradientsLeaveTheOthersUnchanged) {

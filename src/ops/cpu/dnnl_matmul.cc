@@ -1,5 +1,6 @@
 #include "ops/cpu/dnnl_matmul.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -42,12 +43,24 @@ dnnl::stream& stream() {
   return s;
 }
 
-using Key =
-    std::tuple<int64_t, int64_t, int64_t, DType, DType, DType, DType, bool, bool, bool, bool>;
+std::atomic<bool> g_force_fallback{false};
 
-Key key_of(const MatmulSpec& s) {
-  return {s.m,       s.n,       s.k,          s.a,       s.b, s.c, s.has_bias ? s.bias : DType::F32,
-          s.trans_a, s.trans_b, s.accumulate, s.has_bias};
+using Key =
+    std::tuple<int64_t, int64_t, int64_t, DType, DType, DType, DType, bool, bool, bool, bool, bool>;
+
+Key key_of(const MatmulSpec& s, bool fallback) {
+  return {s.m,
+          s.n,
+          s.k,
+          s.a,
+          s.b,
+          s.c,
+          s.has_bias ? s.bias : DType::F32,
+          s.trans_a,
+          s.trans_b,
+          s.accumulate,
+          s.has_bias,
+          fallback};
 }
 
 struct Entry {
@@ -83,14 +96,14 @@ Entry create_native(const MatmulSpec& s) {
   return e;
 }
 
-Entry create(const MatmulSpec& s) {
-  try {
-    return create_native(s);
-  } catch (const dnnl::error&) {
-    const bool low = s.a != DType::F32 || s.b != DType::F32 || s.c != DType::F32 ||
-                     (s.has_bias && s.bias != DType::F32);
-    if (!low) throw;
-  }
+Entry create(const MatmulSpec& s, bool force_fallback) {
+  const bool low = s.a != DType::F32 || s.b != DType::F32 || s.c != DType::F32 ||
+                   (s.has_bias && s.bias != DType::F32);
+  if (!low || !force_fallback) try {
+      return create_native(s);
+    } catch (const dnnl::error&) {
+      if (!low) throw;
+    }
   MatmulSpec f = s;
   f.a = f.b = f.c = f.bias = DType::F32;
   Entry e = create_native(f);
@@ -135,9 +148,10 @@ Cache& cache() {
 Entry& lookup(const MatmulSpec& s) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  auto k = key_of(s);
+  const bool fallback = g_force_fallback.load();
+  auto k = key_of(s, fallback);
   auto it = c.entries.find(k);
-  if (it == c.entries.end()) it = c.entries.emplace(k, create(s)).first;
+  if (it == c.entries.end()) it = c.entries.emplace(k, create(s, fallback)).first;
   return it->second;
 }
 
@@ -170,6 +184,10 @@ void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, con
   e.prim.execute(stream(), args);
   stream().wait();
   if (out != c) narrow(s.c, e.fc.data(), c, int64_t(e.fc.size()));
+}
+
+void dnnl_matmul_force_fallback(bool on) {
+  g_force_fallback.store(on);
 }
 
 size_t dnnl_matmul_cache_size() {

@@ -31,4 +31,9 @@ void dnnl_matmul(const MatmulSpec& spec, const void* a, const void* b, void* c,
 // Number of cached primitives (tests check that repeated calls add none).
 size_t dnnl_matmul_cache_size();
 
+// Tests: while on, 16-bit products take the f32 fallback even where oneDNN has
+// them, so the fallback is checked on every CPU. Products made while it is on
+// are cached apart from the others.
+void dnnl_matmul_force_fallback(bool on);
+
 }  // namespace nk::ops::cpu
