@@ -120,6 +120,30 @@ WorkPtr Communicator::all_to_allv_async(const Tensor& in, std::span<const int64_
                         {recv_rows.begin(), recv_rows.end()});
 }
 
+void Communicator::check_counts(const Tensor& x, std::span<const int64_t> counts,
+                                const char* what) const {
+  if (int(counts.size()) != size())
+    fail("{}: {} counts for a group of {}", where(what, 0), counts.size(), size());
+  for (auto c : counts)
+    if (c < 0) fail("{}: negative count {}", where(what, 0), c);
+  int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  if (total != x.numel())
+    fail("{}: counts add up to {} elements, x is {}", where(what, 0), total, x.desc());
+}
+
+WorkPtr Communicator::reduce_scatter_v_async(const Tensor& x, std::span<const int64_t> counts,
+                                             ReduceOp op) {
+  check_reduce(x, op, "reduce_scatter_v", "x");
+  check_counts(x, counts, "reduce_scatter_v");
+  return do_reduce_scatter_v(x, {counts.begin(), counts.end()}, op);
+}
+
+WorkPtr Communicator::all_gather_v_async(const Tensor& x, std::span<const int64_t> counts) {
+  check_buffer(x, "all_gather_v", "x");
+  check_counts(x, counts, "all_gather_v");
+  return do_all_gather_v(x, {counts.begin(), counts.end()});
+}
+
 WorkPtr Communicator::broadcast_async(const Tensor& x, int root) {
   check_buffer(x, "broadcast", "x");
   check_peer(root, "broadcast");

@@ -79,6 +79,16 @@ class Communicator {
   // rank j's send_rows[rank()] (exchange the counts first, e.g. with all_to_all on i64).
   WorkPtr all_to_allv_async(const Tensor& in, std::span<const int64_t> send_rows, const Tensor& out,
                             std::span<const int64_t> recv_rows);
+  // Uneven blocks of one flat buffer, in place (Megatron's distributed
+  // optimizer: a gradient bucket reduce-scattered, the updated parameter
+  // shards gathered back). Rank j's block of x is [sum(counts[0, j)),
+  // + counts[j]); the counts (one per rank, >= 0) add up to x.numel().
+  // reduce_scatter_v: this rank's block becomes op over every rank's copy of
+  // it; the other blocks are left undefined (the backend may use them as
+  // scratch). all_gather_v: every block becomes its owner's block.
+  WorkPtr reduce_scatter_v_async(const Tensor& x, std::span<const int64_t> counts,
+                                 ReduceOp op = ReduceOp::Sum);
+  WorkPtr all_gather_v_async(const Tensor& x, std::span<const int64_t> counts);
   // x on every rank becomes root's x.
   WorkPtr broadcast_async(const Tensor& x, int root);
   // Point to point with group ranks; a recv buffer must have the size sent.
@@ -95,6 +105,13 @@ class Communicator {
   void all_to_allv(const Tensor& in, std::span<const int64_t> send_rows, const Tensor& out,
                    std::span<const int64_t> recv_rows) {
     all_to_allv_async(in, send_rows, out, recv_rows)->wait();
+  }
+  void reduce_scatter_v(const Tensor& x, std::span<const int64_t> counts,
+                        ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_v_async(x, counts, op)->wait();
+  }
+  void all_gather_v(const Tensor& x, std::span<const int64_t> counts) {
+    all_gather_v_async(x, counts)->wait();
   }
   void broadcast(const Tensor& x, int root) { broadcast_async(x, root)->wait(); }
   void send(const Tensor& x, int dst, int tag = 0) { send_async(x, dst, tag)->wait(); }
@@ -116,6 +133,9 @@ class Communicator {
   virtual WorkPtr do_all_to_all(const Tensor& in, const Tensor& out) = 0;
   virtual WorkPtr do_all_to_allv(const Tensor& in, std::vector<int64_t> send_rows,
                                  const Tensor& out, std::vector<int64_t> recv_rows) = 0;
+  virtual WorkPtr do_reduce_scatter_v(const Tensor& x, std::vector<int64_t> counts,
+                                      ReduceOp op) = 0;
+  virtual WorkPtr do_all_gather_v(const Tensor& x, std::vector<int64_t> counts) = 0;
   virtual WorkPtr do_broadcast(const Tensor& x, int root) = 0;
   virtual WorkPtr do_send(const Tensor& x, int dst, int tag) = 0;
   virtual WorkPtr do_recv(const Tensor& x, int src, int tag) = 0;
@@ -127,6 +147,7 @@ class Communicator {
   void check_reduce(const Tensor& t, ReduceOp op, const char* what, const char* name) const;
   void check_buffer(const Tensor& t, const char* what, const char* name) const;
   void check_peer(int peer, const char* what) const;
+  void check_counts(const Tensor& x, std::span<const int64_t> counts, const char* what) const;
 
   std::string name_;
   std::vector<int> world_ranks_;

@@ -2,6 +2,8 @@
 
 #include "dist/mpi/buffers.h"
 
+#include <cstring>
+
 namespace nk::dist::mpi {
 
 namespace {
@@ -143,6 +145,66 @@ WorkPtr MpiCommunicator::do_all_to_allv(const Tensor& in, std::vector<int64_t> s
   auto t = element_type(in.dtype());
   w->requests.emplace_back();
   posted(*w, MPI_Ialltoallv(in.raw(), sc, sd, t, out.raw(), rc, rd, t, comm_, &w->requests.back()));
+  return w;
+}
+
+// MPI_Ireduce_scatter in place leaves this rank's block at the start of the
+// buffer; finish() moves it to the block's own place.
+WorkPtr MpiCommunicator::do_reduce_scatter_v(const Tensor& x, std::vector<int64_t> counts,
+                                             ReduceOp op) {
+  check_device(x, "reduce_scatter_v");
+  auto w = start("reduce_scatter_v");
+  mpi_count(x.numel(), w->where());
+  const int p = size(), me = rank();
+  w->ints.resize(size_t(p));
+  int64_t at = 0;  // this rank's block starts here
+  for (int j = 0; j < p; ++j) {
+    w->ints[size_t(j)] = int(counts[size_t(j)]);
+    if (j < me) at += counts[size_t(j)];
+  }
+  const int64_t n = counts[size_t(me)];
+  w->keep = {x};
+  w->requests.emplace_back();
+  if (is_16bit(x.dtype())) {
+    // staging = [x widened | this rank's block]
+    w->staging.resize(size_t(x.numel() + n));
+    widen(x, w->staging.data());
+    float* out32 = w->staging.data() + x.numel();
+    posted(*w, MPI_Ireduce_scatter(w->staging.data(), out32, w->ints.data(), MPI_FLOAT, mpi_op(op),
+                                   comm_, &w->requests.back()));
+    w->finish = [d = divisor(op, p), out32, at, n](MpiWork& w) {
+      narrow(out32, w.keep[0].narrow0(at, n), d);
+    };
+  } else {
+    posted(*w, MPI_Ireduce_scatter(MPI_IN_PLACE, x.raw(), w->ints.data(), element_type(x.dtype()),
+                                   mpi_op(op), comm_, &w->requests.back()));
+    w->finish = [d = divisor(op, p), at, n](MpiWork& w) {
+      const Tensor& x = w.keep[0];
+      const size_t es = dtype_size(x.dtype());
+      char* base = static_cast<char*>(x.raw());
+      if (at > 0 && n > 0) std::memmove(base + at * es, base, size_t(n) * es);
+      if (d != 1 && n > 0) divide(x.narrow0(at, n), d);
+    };
+  }
+  return w;
+}
+
+WorkPtr MpiCommunicator::do_all_gather_v(const Tensor& x, std::vector<int64_t> counts) {
+  check_device(x, "all_gather_v");
+  auto w = start("all_gather_v");
+  mpi_count(x.numel(), w->where());
+  const int p = size();
+  // ints = [counts | displacements]
+  w->ints.assign(2 * size_t(p), 0);
+  for (int j = 0; j < p; ++j) {
+    w->ints[size_t(j)] = int(counts[size_t(j)]);
+    if (j > 0) w->ints[size_t(p + j)] = w->ints[size_t(p + j - 1)] + w->ints[size_t(j - 1)];
+  }
+  w->keep = {x};
+  w->requests.emplace_back();
+  posted(*w,
+         MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.raw(), w->ints.data(),
+                         w->ints.data() + p, element_type(x.dtype()), comm_, &w->requests.back()));
   return w;
 }
 

@@ -27,6 +27,8 @@ class MpiCommunicator final : public Communicator {
   WorkPtr do_all_to_all(const Tensor& in, const Tensor& out) override;
   WorkPtr do_all_to_allv(const Tensor& in, std::vector<int64_t> send_rows, const Tensor& out,
                          std::vector<int64_t> recv_rows) override;
+  WorkPtr do_reduce_scatter_v(const Tensor& x, std::vector<int64_t> counts, ReduceOp op) override;
+  WorkPtr do_all_gather_v(const Tensor& x, std::vector<int64_t> counts) override;
   WorkPtr do_broadcast(const Tensor& x, int root) override;
   WorkPtr do_send(const Tensor& x, int dst, int tag) override;
   WorkPtr do_recv(const Tensor& x, int src, int tag) override;

@@ -212,6 +212,42 @@ WorkPtr NcclCommunicator::do_all_to_allv(const Tensor& in, std::vector<int64_t> 
   return finish("all_to_allv", seq, {in, out});
 }
 
+// NCCL has no uneven reduce-scatter or all-gather: one reduce (all-gather:
+// one broadcast) per block, rooted at its owner, in a group call, in place.
+WorkPtr NcclCommunicator::do_reduce_scatter_v(const Tensor& x, std::vector<int64_t> counts,
+                                              ReduceOp op) {
+  check_device(x, "reduce_scatter_v");
+  uint64_t seq = next_seq();
+  auto type = nccl_type(x.dtype());
+  char* at = static_cast<char*>(x.raw());
+  const size_t esize = dtype_size(x.dtype());
+  check(ncclGroupStart(), "reduce_scatter_v", seq);
+  for (int j = 0; j < size(); ++j) {
+    const size_t n = size_t(counts[size_t(j)]);
+    if (n)
+      check(ncclReduce(at, at, n, type, nccl_op(op), j, comm_, stream_), "reduce_scatter_v", seq);
+    at += n * esize;
+  }
+  check(ncclGroupEnd(), "reduce_scatter_v", seq);
+  return finish("reduce_scatter_v", seq, {x});
+}
+
+WorkPtr NcclCommunicator::do_all_gather_v(const Tensor& x, std::vector<int64_t> counts) {
+  check_device(x, "all_gather_v");
+  uint64_t seq = next_seq();
+  auto type = nccl_type(x.dtype());
+  char* at = static_cast<char*>(x.raw());
+  const size_t esize = dtype_size(x.dtype());
+  check(ncclGroupStart(), "all_gather_v", seq);
+  for (int j = 0; j < size(); ++j) {
+    const size_t n = size_t(counts[size_t(j)]);
+    if (n) check(ncclBroadcast(at, at, n, type, j, comm_, stream_), "all_gather_v", seq);
+    at += n * esize;
+  }
+  check(ncclGroupEnd(), "all_gather_v", seq);
+  return finish("all_gather_v", seq, {x});
+}
+
 WorkPtr NcclCommunicator::do_broadcast(const Tensor& x, int root) {
   check_device(x, "broadcast");
   uint64_t seq = next_seq();

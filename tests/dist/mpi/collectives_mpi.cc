@@ -71,6 +71,49 @@ TEST_P(Collectives, AllGather) {
     for (int i = 0; i < n; ++i) ASSERT_EQ(got[j * n + i], float(j + i % 7));
 }
 
+// Uneven blocks (one of them empty on 4 ranks), in place.
+std::vector<int64_t> uneven_counts(int p) {
+  std::vector<int64_t> c(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) c[size_t(j)] = (3 * j + 1) % 5;
+  return c;
+}
+
+TEST_P(Collectives, ReduceScatterVInPlace) {
+  auto& c = world();
+  int p = c.size(), r = c.rank();
+  auto counts = uneven_counts(p);
+  int64_t n = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  int64_t at = std::accumulate(counts.begin(), counts.begin() + r, int64_t(0));
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    if (op == ReduceOp::Avg && (GetParam() == DType::I32 || GetParam() == DType::I64)) continue;
+    Tensor x = tensor_f32(rank_data(r, int(n)), GetParam());
+    c.reduce_scatter_v(x, counts, op);
+    auto got = values(x);
+    for (int64_t i = at; i < at + counts[size_t(r)]; ++i) {
+      float sum = float(p * (p - 1) / 2 + p * (i % 7));
+      ASSERT_EQ(got[size_t(i)], op == ReduceOp::Sum ? sum : sum / p) << "element " << i;
+    }
+  }
+}
+
+TEST_P(Collectives, AllGatherVInPlace) {
+  auto& c = world();
+  int p = c.size(), r = c.rank();
+  auto counts = uneven_counts(p);
+  int64_t n = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+  int64_t at = std::accumulate(counts.begin(), counts.begin() + r, int64_t(0));
+  // Only this rank's block is set; the rest is garbage that must be replaced.
+  std::vector<float> v(size_t(n), -1.f);
+  for (int64_t i = at; i < at + counts[size_t(r)]; ++i) v[size_t(i)] = float(10 * r + i % 7);
+  Tensor x = tensor_f32(v, GetParam());
+  c.all_gather_v(x, counts);
+  auto got = values(x);
+  int64_t i = 0;
+  for (int j = 0; j < p; ++j)
+    for (int64_t k = 0; k < counts[size_t(j)]; ++k, ++i)
+      ASSERT_EQ(got[size_t(i)], float(10 * j + i % 7)) << "block " << j << " element " << i;
+}
+
 TEST_P(Collectives, AllToAll) {
   auto& c = world();
   int p = c.size(), r = c.rank(), n = 3;
@@ -210,6 +253,14 @@ TEST(CollectivesErrors, BadArgumentsNameRankGroupAndOp) {
   if (p != 2) {
     EXPECT_TRUE(contains(error_of([&] { c.all_to_allv(in, two, in, two); }),
                          fmt::format("2 send and 2 receive counts for a group of {}", p)));
+  }
+  std::vector<int64_t> ones(static_cast<size_t>(p), 1);  // p elements for a buffer of 3
+  if (p != 3) {
+    EXPECT_TRUE(
+        contains(error_of([&] { c.reduce_scatter_v(in, ones); }),
+                 fmt::format("reduce_scatter_v: counts add up to {} elements, x is f32[3]", p)));
+    EXPECT_TRUE(contains(error_of([&] { c.all_gather_v(in, ones); }),
+                         fmt::format("all_gather_v: counts add up to {} elements", p)));
   }
   EXPECT_TRUE(contains(error_of([&] { c.broadcast(in, p); }), "peer rank"));
   EXPECT_TRUE(contains(error_of([&] { c.set_timeout(0); }), "the timeout must be positive"));
