@@ -184,28 +184,78 @@ void describe_flat_tensors(CheckpointContents& c, const ParamLayout& layout,
   for (const ParamInfo& p : layout.params()) c.params[prefix + p.name] = &p;
 }
 
-std::string save_checkpoint(const std::string& root_str, const CheckpointContents& c,
-                            int64_t keep) {
-  NK_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1, got {}", keep);
-  const fs::path root(root_str);
+std::string checkpoint_shard_file(const std::string& stem, int64_t rank, int64_t world) {
+  return fmt::format("{}.{:05d}-of-{:05d}.safetensors", stem, rank, world);
+}
+
+std::string shared_checkpoint_tmp(const std::string& root, int64_t step, int64_t token) {
+  return (fs::path(root) / (kTmpPrefix + checkpoint_name(step) + "." + std::to_string(token)))
+      .string();
+}
+
+void prepare_shared_checkpoint(const std::string& root, const std::string& tmp) {
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) fail("cannot create checkpoint folder '{}': {}", root.string(), ec.message());
-  remove_stale_temporaries(root_str);
+  if (ec) fail("cannot create checkpoint folder '{}': {}", root, ec.message());
+  remove_stale_temporaries(root);
+  fs::create_directories(tmp, ec);
+  if (ec) fail("cannot create '{}': {}", tmp, ec.message());
+}
 
+namespace {
+
+ojson file_record(const fs::path& path) {
+  return {{"bytes", fs::file_size(path)}, {"xxh3_64", file_checksum(path.string())}};
+}
+
+std::map<std::string, std::string> with_format(std::map<std::string, std::string> meta,
+                                               int64_t step) {
+  meta["format"] = "nekton-checkpoint";
+  meta["step"] = std::to_string(step);
+  return meta;
+}
+
+}  // namespace
+
+std::string write_checkpoint_shard(const std::string& tmp, const CheckpointShard& shard) {
+  NK_CHECK(shard.file.find('/') == std::string::npos && shard.file != kManifest &&
+               shard.file != kModelFile && shard.file != kOptimizerFile,
+           "write_checkpoint_shard: bad file name '{}'", shard.file);
+  const fs::path path = fs::path(tmp) / shard.file;
+  ojson tensors = ojson::object();
+  for (const auto& [name, t] : shard.tensors) {
+    auto it = shard.pieces.find(name);
+    NK_CHECK(
+        it != shard.pieces.end() && t.ndim() == 1 && t.numel() == it->second.end - it->second.begin,
+        "write_checkpoint_shard: tensor '{}' {} does not match its piece", name, t.desc());
+    tensors[name] = {{"global_shape", it->second.global_shape},
+                     {"flat_range", {it->second.begin, it->second.end}},
+                     {"shape", t.shape()}};
+  }
+  try {
+    // The step is in the manifest; the file's own metadata names the format.
+    save_safetensors(path.string(), shard.tensors, shard.metadata);
+    ojson record = {{"file", shard.file}, {"info", file_record(path)}, {"tensors", tensors}};
+    return record.dump();
+  } catch (const fs::filesystem_error& e) {
+    fail("saving checkpoint shard '{}': {}", path.string(), e.what());
+  }
+}
+
+std::string finish_shared_checkpoint(const std::string& root_str, const std::string& tmp_str,
+                                     const CheckpointContents& c,
+                                     const std::vector<std::string>& records, int64_t keep) {
+  NK_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1, got {}", keep);
+  const fs::path root(root_str), tmp(tmp_str);
   const std::string name = checkpoint_name(c.step);
   const fs::path final_dir = root / name;
-  const fs::path tmp = root / (kTmpPrefix + name + "." + std::to_string(::getpid()));
-  fs::create_directories(tmp, ec);
-  if (ec) fail("cannot create '{}': {}", tmp.string(), ec.message());
+  const bool sharded = !records.empty();
+  std::error_code ec;
   try {
-    std::map<std::string, std::string> model_meta = {{"format", "nekton-checkpoint"},
-                                                     {"step", std::to_string(c.step)}};
-    std::map<std::string, std::string> opt_meta = c.optimizer_metadata;
-    opt_meta["format"] = "nekton-checkpoint";
-    opt_meta["step"] = std::to_string(c.step);
-    save_safetensors((tmp / kModelFile).string(), c.model, model_meta);
-    save_safetensors((tmp / kOptimizerFile).string(), c.optimizer, opt_meta);
+    save_safetensors((tmp / kModelFile).string(), c.model, with_format({}, c.step));
+    if (!sharded)
+      save_safetensors((tmp / kOptimizerFile).string(), c.optimizer,
+                       with_format(c.optimizer_metadata, c.step));
     for (const auto& [file, text] : c.text_files) {
       NK_CHECK(file != kManifest && file != kModelFile && file != kOptimizerFile &&
                    file.find('/') == std::string::npos,
@@ -214,21 +264,29 @@ std::string save_checkpoint(const std::string& root_str, const CheckpointContent
     }
 
     ojson files = ojson::object();
-    std::vector<std::string> names = {kModelFile, kOptimizerFile};
+    std::vector<std::string> names = {kModelFile};
+    if (!sharded) names.push_back(kOptimizerFile);
     for (const auto& [file, text] : c.text_files) names.push_back(file);
-    for (const std::string& f : names) {
-      std::string path = (tmp / f).string();
-      files[f] = {{"bytes", fs::file_size(path)}, {"xxh3_64", file_checksum(path)}};
+    for (const std::string& f : names) files[f] = file_record(tmp / f);
+    ojson tensors = {{kModelFile, slices_json(c.model, c.params)}};
+    if (!sharded) tensors[kOptimizerFile] = slices_json(c.optimizer, c.params);
+    ojson shard_files = ojson::array();
+    for (const std::string& text : records) {
+      ojson r = ojson::parse(text);
+      const std::string f = r.at("file").get<std::string>();
+      NK_CHECK(!files.contains(f), "save_checkpoint: two ranks wrote '{}'", f);
+      files[f] = r.at("info");
+      tensors[f] = r.at("tensors");
+      shard_files.push_back(f);
     }
     ojson manifest = {{"format", "nekton-checkpoint"},
                       {"version", 1},
                       {"step", c.step},
                       {"rank", 0},
-                      {"world_size", 1},
+                      {"world_size", sharded ? int64_t(records.size()) : int64_t(1)},
                       {"files", files},
-                      {"tensors",
-                       {{kModelFile, slices_json(c.model, c.params)},
-                        {kOptimizerFile, slices_json(c.optimizer, c.params)}}}};
+                      {"tensors", tensors}};
+    if (sharded) manifest["optimizer_shards"] = shard_files;
     // The manifest comes last: a folder without one is an unfinished save.
     write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
     fsync_dir(tmp);
@@ -246,6 +304,13 @@ std::string save_checkpoint(const std::string& root_str, const CheckpointContent
   std::vector<std::string> all = list_checkpoints(root_str);
   for (size_t i = size_t(keep); i < all.size(); ++i) remove_checkpoint_dir(all[i]);
   return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& root, const CheckpointContents& c, int64_t keep) {
+  NK_CHECK(keep >= 1, "save_checkpoint: keep must be >= 1, got {}", keep);
+  const std::string tmp = shared_checkpoint_tmp(root, c.step, ::getpid());
+  prepare_shared_checkpoint(root, tmp);
+  return finish_shared_checkpoint(root, tmp, c, {}, keep);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& root) {
@@ -288,19 +353,39 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
     if (m.at("version").get<int>() != 1)
       fail("checkpoint '{}': {} has unknown version {}", dir, mpath, m.at("version").dump());
     r.step_ = m.at("step").get<int64_t>();
-    int64_t world = m.at("world_size").get<int64_t>();
-    if (world != 1)
-      fail(
-          "checkpoint '{}': written by {} ranks; loading a sharded checkpoint into one process "
-          "is not supported yet",
-          dir, world);
-    for (const auto& [file, slices] : m.at("tensors").items())
-      for (const auto& [tensor, s] : slices.items())
-        if (s.at("shape") != s.at("global_shape"))
-          fail("checkpoint '{}': {} holds only a slice of tensor '{}'", dir, file, tensor);
+    r.world_ = m.at("world_size").get<int64_t>();
+    std::set<std::string> shard_files;
+    if (m.contains("optimizer_shards"))
+      for (const auto& f : m.at("optimizer_shards")) shard_files.insert(f.get<std::string>());
+    if (r.world_ < 1 || (r.world_ != 1 && int64_t(shard_files.size()) != r.world_))
+      fail("checkpoint '{}': {} says world_size {} but lists {} optimizer shards", dir, mpath,
+           r.world_, shard_files.size());
+    for (const auto& [file, slices] : m.at("tensors").items()) {
+      const bool shard = shard_files.count(file) > 0;
+      Shard info{file, {}};
+      for (const auto& [tensor, s] : slices.items()) {
+        if (!shard) {
+          if (s.at("shape") != s.at("global_shape"))
+            fail("checkpoint '{}': {} holds only a slice of tensor '{}'", dir, file, tensor);
+          continue;
+        }
+        FlatPiece p{s.at("global_shape").get<Shape>(), s.at("flat_range").at(0).get<int64_t>(),
+                    s.at("flat_range").at(1).get<int64_t>()};
+        if (p.begin < 0 || p.begin > p.end || p.end > shape_numel(p.global_shape) ||
+            s.at("shape") != Shape{p.end - p.begin})
+          fail("checkpoint '{}': {} records a bad piece [{}, {}) of tensor '{}' {}", dir, mpath,
+               p.begin, p.end, tensor, shape_str(p.global_shape));
+        info.pieces[tensor] = std::move(p);
+      }
+      if (shard) r.shards_.push_back(std::move(info));
+    }
     const ojson& files = m.at("files");
-    for (const char* need : {kModelFile, kOptimizerFile})
-      if (!files.contains(need)) fail("checkpoint '{}': {} lists no {}", dir, mpath, need);
+    if (!files.contains(kModelFile))
+      fail("checkpoint '{}': {} lists no {}", dir, mpath, kModelFile);
+    if (shard_files.empty() && !files.contains(kOptimizerFile))
+      fail("checkpoint '{}': {} lists no {}", dir, mpath, kOptimizerFile);
+    for (const std::string& f : shard_files)
+      if (!files.contains(f)) fail("checkpoint '{}': {} lists no {}", dir, mpath, f);
     for (const auto& [file, info] : files.items()) {
       std::string path = (fs::path(dir) / file).string();
       if (file.find('/') != std::string::npos || file == kManifest)

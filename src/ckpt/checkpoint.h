@@ -4,7 +4,9 @@
 //
 //   step_00000200/
 //     model.safetensors      f32 master weights, one tensor per parameter
-//     optimizer.safetensors  optimizer state (AdamW: exp_avg.NAME, exp_avg_sq.NAME)
+//     optimizer.safetensors  optimizer state (AdamW: exp_avg.NAME, exp_avg_sq.NAME), or
+//     optimizer.00000-of-00004.safetensors ...  a sharded run's state: each rank's
+//                            file holds 1-D pieces of the same tensors (FlatPiece)
 //     trainer_state.json     step, samples consumed, RNG and LR-schedule position
 //     config.yaml            the resolved run config
 //     manifest.json          written last: size and XXH3-64 of every file above,
@@ -48,6 +50,40 @@ struct CheckpointContents {
 // "step_00000200".
 std::string checkpoint_name(int64_t step);
 
+// Elements [begin, end) of a tensor of `global_shape`, flattened row-major:
+// how a distributed optimizer's state shard cuts a parameter.
+struct FlatPiece {
+  Shape global_shape;
+  int64_t begin = 0, end = 0;
+};
+
+// One rank's file of a sharded save: 1-D pieces, at most one per tensor.
+struct CheckpointShard {
+  std::string file;  // checkpoint_shard_file("optimizer", rank, world)
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, FlatPiece> pieces;  // by tensor name: what each holds
+  std::map<std::string, std::string> metadata;
+};
+// "optimizer.00001-of-00004.safetensors".
+std::string checkpoint_shard_file(const std::string& stem, int64_t rank, int64_t world);
+
+// A save by several processes (a sharded run), in this order:
+//  1. every rank: tmp = shared_checkpoint_tmp(root, step, token), `token` the
+//     same on every rank (rank 0's process id);
+//  2. rank 0: prepare_shared_checkpoint(root, tmp); then every rank waits for it;
+//  3. every rank: record = write_checkpoint_shard(tmp, shard): the file is
+//     durable on return, and `record` (JSON text) describes it for the manifest;
+//  4. rank 0, holding every rank's record (so every shard is durable):
+//     finish_shared_checkpoint writes rank 0's CheckpointContents (its
+//     `optimizer` left empty) and the manifest over all files, then installs
+//     step_N and `latest` as save_checkpoint does.
+std::string shared_checkpoint_tmp(const std::string& root, int64_t step, int64_t token);
+void prepare_shared_checkpoint(const std::string& root, const std::string& tmp);
+std::string write_checkpoint_shard(const std::string& tmp, const CheckpointShard& shard);
+std::string finish_shared_checkpoint(const std::string& root, const std::string& tmp,
+                                     const CheckpointContents& c,
+                                     const std::vector<std::string>& records, int64_t keep);
+
 // Writes ROOT/step_N atomically (replacing an existing step_N by an atomic
 // exchange), points ROOT/latest at it, then removes all but the newest `keep`
 // checkpoints and any temporary folders a killed save left. Returns the folder.
@@ -80,10 +116,20 @@ class CheckpointReader {
   std::string text(const std::string& file) const;  // a (verified) small file's contents
   SafetensorsFile model() const { return SafetensorsFile::open(path("model.safetensors")); }
   SafetensorsFile optimizer() const { return SafetensorsFile::open(path("optimizer.safetensors")); }
+  // Ranks that wrote it: 1, or the world size of a sharded save.
+  int64_t world_size() const { return world_; }
+  // A sharded save's optimizer files (empty: optimizer.safetensors holds it
+  // whole), each with the piece every tensor of it holds.
+  struct Shard {
+    std::string file;
+    std::map<std::string, FlatPiece> pieces;
+  };
+  const std::vector<Shard>& optimizer_shards() const { return shards_; }
 
  private:
   std::string dir_;
-  int64_t step_ = 0;
+  int64_t step_ = 0, world_ = 1;
+  std::vector<Shard> shards_;
 };
 
 // The newest checkpoint under ROOT that verifies. Each newer one that does not

@@ -8,11 +8,20 @@
 
 namespace nk::parallel {
 
+// What data parallelism shards across the "dp-cp" group (parallel.shard).
+enum class Shard {
+  None,       // plain DDP: every rank holds weights, gradients and optimizer state whole
+  Optimizer,  // ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered,
+              // each rank updates its shard of the buckets, the weights all-gathered
+};  // "full" (FSDP / ZeRO-3, the weights themselves sharded) is refused: not implemented yet
+const char* shard_name(Shard s);  // "none", "optimizer"
+
 struct DdpConfig {
   double bucket_mb = 25;  // MiB of f32 gradients per all-reduce message
   // true: each bucket's all-reduce starts as soon as the backward has written
   // its last gradient; false: all of them after the backward (for comparison).
   bool overlap_grad_reduce = true;
+  Shard shard = Shard::None;
   int64_t bucket_elems() const;  // bucket_mb in f32 elements, at least 1
 };
 

@@ -21,8 +21,10 @@ void DistributedDataParallel::launch_ready(int64_t stage) {
   // all-reduces in the same order (MPI and NCCL need that).
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready_stage <= stage) {
     const GradBucket& b = buckets_[next_bucket_++];
-    pending_.push_back(
-        comm_.all_reduce_async(model_.grads().narrow0(b.begin, b.numel()), dist::ReduceOp::Sum));
+    Tensor grads = model_.grads().narrow0(b.begin, b.numel());
+    pending_.push_back(sharded()
+                           ? comm_.reduce_scatter_v_async(grads, shard_counts(b, comm_.size()))
+                           : comm_.all_reduce_async(grads, dist::ReduceOp::Sum));
   }
 }
 
@@ -69,6 +71,35 @@ int DistributedDataParallel::max_over_group(int v) {
   *t.data<int32_t>() = v;
   comm_.all_reduce(t, dist::ReduceOp::Max);
   return *t.data<int32_t>();
+}
+
+std::vector<ShardPiece> DistributedDataParallel::optimizer_pieces() const {
+  if (sharded()) return owned_shards(buckets_, comm_.size(), comm_.rank());
+  return owned_shards(buckets_, 1, 0);
+}
+
+double DistributedDataParallel::grad_norm_squared() {
+  NK_CHECK(pending_.empty(), "DistributedDataParallel: grad_norm_squared() before wait_grads()");
+  if (!sharded()) return ops::sum_squares(model_.grads());
+  double local = 0;
+  for (const ShardPiece& p : optimizer_pieces())
+    if (p.own_end > p.own_begin)
+      local += ops::sum_squares(model_.grads().narrow0(p.own_begin, p.own_end - p.own_begin));
+  return sum_over_group(local);
+}
+
+double DistributedDataParallel::gather_params() {
+  if (!sharded()) return 0;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<dist::WorkPtr> gathers;
+  for (const GradBucket& b : buckets_)
+    gathers.push_back(comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
+                                               shard_counts(b, comm_.size())));
+  for (auto& w : gathers) w->wait();
+  // The compute-dtype copy of the gathered blocks, rounded as AdamW's fused
+  // update rounds this rank's own.
+  model_.sync_compute_params();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double DistributedDataParallel::wait_grads() {

@@ -9,6 +9,12 @@
 // single-process gradient (the mean over micro-batches of each micro-batch's
 // token-mean loss gradient) up to the order of the additions.
 //
+// Distributed optimizer (cfg.shard = Optimizer, ZeRO-1): each bucket is
+// reduce-scattered instead (shard_counts: rank j receives the sum of block j
+// only), this rank's optimizer updates just its blocks (optimizer_pieces),
+// and gather_params() all-gathers the updated master weights afterwards. The
+// gradient norm is then a sum over the ranks' blocks (grad_norm_squared).
+//
 // Overlap: the backward pass runs stage by stage through the Transformer's
 // staged API (head, then each block from the last to the first, then the
 // embeddings); after each stage the buckets whose gradients are now all final
@@ -41,6 +47,18 @@ class DistributedDataParallel {
   // Waits for every started bucket. Seconds spent waiting here: the exposed
   // (not overlapped) communication of the step.
   double wait_grads();
+  // After wait_grads(): the squared 2-norm of the step's summed gradient
+  // (sharded: this rank's blocks, then summed over the group).
+  double grad_norm_squared();
+
+  bool sharded() const { return cfg_.shard == Shard::Optimizer; }
+  // The buckets and the blocks this rank's optimizer updates: each bucket
+  // whole without sharding, else its block of this rank (may be empty).
+  std::vector<ShardPiece> optimizer_pieces() const;
+  // Sharded: all-gathers every bucket's updated master weights (and refreshes
+  // the compute-dtype copy), so every rank holds the whole model again.
+  // Returns the seconds it took; 0 without sharding.
+  double gather_params();
 
   // Blocking reductions of one host number over the group (the step's loss,
   // a stop request), identical on every rank after the call.

@@ -83,6 +83,23 @@ std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_l
   return buckets;
 }
 
+std::vector<int64_t> shard_counts(const GradBucket& b, int64_t n) {
+  NK_CHECK(n >= 1, "shard_counts: {} shards", n);
+  std::vector<int64_t> c(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) c[size_t(j)] = (j + 1) * b.numel() / n - j * b.numel() / n;
+  return c;
+}
+
+std::vector<ShardPiece> owned_shards(const std::vector<GradBucket>& buckets, int64_t n,
+                                     int64_t rank) {
+  NK_CHECK(0 <= rank && rank < n, "owned_shards: rank {} of {}", rank, n);
+  std::vector<ShardPiece> out;
+  for (const GradBucket& b : buckets)
+    out.push_back(
+        {b.begin, b.end, b.begin + rank * b.numel() / n, b.begin + (rank + 1) * b.numel() / n});
+  return out;
+}
+
 std::string describe_buckets(const std::vector<GradBucket>& buckets) {
   int64_t total = 0, largest = 0;
   for (const GradBucket& b : buckets) {

@@ -45,6 +45,21 @@ struct GradBucket {
 std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_layer,
                                           int64_t bucket_elems);
 
+// One piece of a distributed optimizer's plan: arena range [begin, end) (a
+// gradient bucket) of which one rank holds the state of [own_begin, own_end).
+struct ShardPiece {
+  int64_t begin = 0, end = 0, own_begin = 0, own_end = 0;
+};
+
+// The distributed optimizer's shards (Megatron's): each bucket is cut into n
+// blocks, rank j's [begin + floor(j·len/n), begin + floor((j+1)·len/n)), so
+// a bucket's reduce-scatter and all-gather move blocks that differ by at most
+// one element. shard_counts gives the n block lengths (communicator counts).
+std::vector<int64_t> shard_counts(const GradBucket& b, int64_t n);
+// Every bucket with rank `rank`'s block of it (of n), in bucket (launch) order.
+std::vector<ShardPiece> owned_shards(const std::vector<GradBucket>& buckets, int64_t n,
+                                     int64_t rank);
+
 // "12 buckets over 1.23M gradients (4.7 MiB), largest 0.61 MiB".
 std::string describe_buckets(const std::vector<GradBucket>& buckets);
 

@@ -76,6 +76,24 @@ void AdamW::load_state(Tensor m, Tensor v, int64_t steps_done) {
   step_ = steps_done;
 }
 
+void AdamW::load_arena_state(const Tensor& m, const Tensor& v, int64_t steps_done) {
+  const int64_t n = arenas_.grads.defined() ? arenas_.grads.numel() : 0;
+  for (const Tensor* t : {&m, &v})
+    NK_CHECK(t->dtype() == DType::F32 && t->ndim() == 1 && t->numel() == n && t->is_contiguous(),
+             "AdamW::load_arena_state: moment {} is not laid out like the grads arena [{}]",
+             t->desc(), n);
+  NK_CHECK(steps_done >= 0, "AdamW::load_arena_state: negative step count {}", steps_done);
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const ParamGroup& g = groups_[i];
+    if (!g.trainable || g.shard_size() == 0) continue;
+    ops::convert(m_.narrow0(state_offset_[i], g.shard_size()),
+                 m.narrow0(g.shard_begin, g.shard_size()));
+    ops::convert(v_.narrow0(state_offset_[i], g.shard_size()),
+                 v.narrow0(g.shard_begin, g.shard_size()));
+  }
+  step_ = steps_done;
+}
+
 void AdamW::step(double lr, float grad_scale) {
   ++step_;
   for (size_t i = 0; i < groups_.size(); ++i) {

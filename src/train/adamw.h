@@ -37,6 +37,12 @@ class AdamW {
   // Adopts saved moments (f32 [state_size()], e.g. from a checkpoint) and the
   // update count that goes with them; the next step() continues exactly.
   void load_state(Tensor m, Tensor v, int64_t steps_done);
+  // Adopts this process's shards of moments laid out like the whole gradient
+  // arena (f32 [grads arena], as a checkpoint of any layout is read back):
+  // each trainable group's [shard_begin, shard_end) is copied.
+  void load_arena_state(const Tensor& m, const Tensor& v, int64_t steps_done);
+  // Where group i's shard starts in m and v.
+  int64_t state_offset(size_t i) const { return state_offset_[i]; }
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
 

@@ -1,5 +1,7 @@
 #include "train/param_groups.h"
 
+#include <algorithm>
+
 #include "model/transformer.h"
 
 namespace nk {
@@ -25,6 +27,31 @@ std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double w
   add("no_decay", layout.decay_end(), layout.trainable_end(), 0.0, true);
   add("frozen", layout.trainable_end(), layout.total(), 0.0, false);
   return groups;
+}
+
+std::vector<ParamGroup> shard_param_groups(const std::vector<ParamGroup>& groups,
+                                           const std::vector<parallel::ShardPiece>& pieces) {
+  std::vector<ParamGroup> out;
+  for (const ParamGroup& g : groups) {
+    if (!g.trainable) {
+      out.push_back(g);
+      continue;
+    }
+    for (const parallel::ShardPiece& p : pieces) {
+      const int64_t lo = std::max(g.begin, p.begin), hi = std::min(g.end, p.end);
+      const int64_t own_lo = std::max(lo, p.own_begin), own_hi = std::min(hi, p.own_end);
+      if (own_hi <= own_lo) continue;
+      ParamGroup cut = g;
+      cut.begin = lo;
+      cut.end = hi;
+      cut.shard_begin = own_lo;
+      cut.shard_end = own_hi;
+      out.push_back(cut);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ParamGroup& a, const ParamGroup& b) { return a.begin < b.begin; });
+  return out;
 }
 
 }  // namespace nk

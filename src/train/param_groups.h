@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nn/param_layout.h"
+#include "parallel/grad_buckets.h"
 
 namespace nk {
 
@@ -40,5 +41,13 @@ struct ParamGroup {
 // `weight_decay`, trainable vectors (norms, biases) without, then the frozen
 // parameters, if any. Empty groups are left out; each is owned whole.
 std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double weight_decay);
+
+// `groups` for a distributed optimizer (ZeRO-1; pieces: parallel/grad_buckets.h): every trainable
+// group cut at the pieces' boundaries (a bucket never straddles two groups' settings: it lies in
+// one group or is cut), each cut owning its piece's own range within it; cuts whose owned part is
+// empty are left out, frozen groups kept whole. The result is sorted by begin, so the state is laid
+// out in arena order.
+std::vector<ParamGroup> shard_param_groups(const std::vector<ParamGroup>& groups,
+                                           const std::vector<parallel::ShardPiece>& pieces);
 
 }  // namespace nk

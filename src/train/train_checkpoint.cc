@@ -1,5 +1,10 @@
 #include "train/train_checkpoint.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
@@ -29,24 +34,30 @@ ParamLayout trainable_layout(const ParamLayout& full) {
 }
 }  // namespace
 
-std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
-                                  const TrainerState& state) {
+namespace {
+
+// Rank 0's part of a save: the weights, the optimizer moments when they are
+// held whole, and the small files.
+CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+                                       const TrainerState& state, const ParamLayout& trainable,
+                                       bool with_moments) {
   NK_CHECK(opt.steps_done() == state.optimizer_steps,
            "save_train_checkpoint: optimizer at update {}, state says {}", opt.steps_done(),
            state.optimizer_steps);
   const ParamLayout& layout = model.layout();
-  NK_CHECK(opt.state_mirrors_arenas() && opt.state_size() == layout.trainable_end(),
-           "save_train_checkpoint: the optimizer state ({} elements) is not laid out like the "
-           "model's {} trainable elements",
-           opt.state_size(), layout.trainable_end());
-  const ParamLayout trainable = trainable_layout(layout);
   CheckpointContents c;
   c.step = state.step;
   c.model = flat_tensors(layout, model.params(), "");
-  c.optimizer = flat_tensors(trainable, opt.m(), kExpAvg);
-  for (auto& t : flat_tensors(trainable, opt.v(), kExpAvgSq)) c.optimizer.push_back(std::move(t));
   describe_flat_tensors(c, layout, "");
-  for (const char* prefix : {kExpAvg, kExpAvgSq}) describe_flat_tensors(c, trainable, prefix);
+  if (with_moments) {
+    NK_CHECK(opt.state_mirrors_arenas() && opt.state_size() == layout.trainable_end(),
+             "save_train_checkpoint: the optimizer state ({} elements) is not laid out like the "
+             "model's {} trainable elements",
+             opt.state_size(), layout.trainable_end());
+    c.optimizer = flat_tensors(trainable, opt.m(), kExpAvg);
+    for (auto& t : flat_tensors(trainable, opt.v(), kExpAvgSq)) c.optimizer.push_back(std::move(t));
+    for (const char* prefix : {kExpAvg, kExpAvgSq}) describe_flat_tensors(c, trainable, prefix);
+  }
   c.optimizer_metadata = {{"optimizer", "adamw"},
                           {"optimizer_steps", std::to_string(opt.steps_done())}};
   if (const std::string frozen = frozen_list(layout); !frozen.empty())
@@ -54,7 +65,137 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
   c.text_files["trainer_state.json"] = trainer_state_to_json(state);
   c.text_files["config.yaml"] = cfg.config_yaml;
   c.text_files["config.json"] = model_config_to_json(model.config());
-  return save_checkpoint(cfg.checkpoint_root(), c, cfg.keep_checkpoints);
+  return c;
+}
+
+// Every rank's text, in group-rank order, on every rank.
+std::vector<std::string> all_gather_strings(dist::Communicator& g, const std::string& mine) {
+  const int n = g.size();
+  Tensor len = Tensor::empty({1}, DType::I64), lens = Tensor::empty({n}, DType::I64);
+  *len.data<int64_t>() = int64_t(mine.size());
+  g.all_gather(len, lens);
+  int64_t longest = 0;
+  for (int j = 0; j < n; ++j) longest = std::max(longest, lens.data<int64_t>()[j]);
+  Tensor buf = Tensor::zeros({std::max<int64_t>(longest, 1)}, DType::U8);
+  std::memcpy(buf.raw(), mine.data(), mine.size());
+  Tensor all = Tensor::empty({n * buf.numel()}, DType::U8);
+  g.all_gather(buf, all);
+  std::vector<std::string> out;
+  for (int j = 0; j < n; ++j)
+    out.emplace_back(static_cast<const char*>(all.raw()) + j * buf.numel(),
+                     size_t(lens.data<int64_t>()[j]));
+  return out;
+}
+
+// A sharded save's moments, whatever the number of ranks that wrote them, into
+// whole arenas: every piece checked against the layout and the manifest, and
+// every element of every trainable parameter covered exactly once.
+template <class CheckMeta>
+void read_sharded_moments(const CheckpointReader& r, const ParamLayout& trainable,
+                          const CheckMeta& check_meta, Tensor& m, Tensor& v) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> covered;
+  for (const CheckpointReader::Shard& sh : r.optimizer_shards()) {
+    SafetensorsFile f = SafetensorsFile::open(r.path(sh.file));
+    check_meta(f);
+    for (const SafetensorsEntry& e : f.entries()) {
+      const bool first = e.name.rfind(kExpAvg, 0) == 0, second = e.name.rfind(kExpAvgSq, 0) == 0;
+      const std::string name = e.name.substr(first ? strlen(kExpAvg) : strlen(kExpAvgSq));
+      if ((!first && !second) || !trainable.has(name))
+        fail(
+            "{}: tensor '{}' is not a moment of this model's trainable parameters (the "
+            "checkpoint is of another model?)",
+            f.path(), e.name);
+      const ParamInfo& p = trainable.find(name);
+      auto it = sh.pieces.find(e.name);
+      if (it == sh.pieces.end()) fail("{}: tensor '{}' is not in the manifest", f.path(), e.name);
+      const FlatPiece& piece = it->second;
+      if (piece.global_shape != p.shape)
+        fail("{}: tensor '{}' is a piece of shape {} in the checkpoint, but this model's is {}",
+             f.path(), e.name, shape_str(piece.global_shape), shape_str(p.shape));
+      if (e.dtype != DType::F32 || e.shape != Shape{piece.end - piece.begin})
+        fail("{}: tensor '{}' is {} {}, the manifest records f32 [{}]", f.path(), e.name,
+             dtype_name(e.dtype), shape_str(e.shape), piece.end - piece.begin);
+      f.read_into(e.name, (first ? m : v).narrow0(p.offset + piece.begin, piece.end - piece.begin));
+      covered[e.name].emplace_back(piece.begin, piece.end);
+    }
+  }
+  for (const ParamInfo& p : trainable.params())
+    for (const char* prefix : {kExpAvg, kExpAvgSq}) {
+      auto& ranges = covered[prefix + p.name];
+      std::sort(ranges.begin(), ranges.end());
+      int64_t next = 0;
+      for (auto [b, e] : ranges) {
+        if (b != next)
+          fail("checkpoint '{}': the optimizer shards {} elements [{}, {}) of '{}{}'", r.dir(),
+               b < next ? "hold twice" : "miss", std::min(b, next), std::max(b, next), prefix,
+               p.name);
+        next = e;
+      }
+      if (next != p.numel())
+        fail("checkpoint '{}': the optimizer shards miss elements [{}, {}) of '{}{}'", r.dir(),
+             next, p.numel(), prefix, p.name);
+    }
+}
+
+}  // namespace
+
+std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+                                  const TrainerState& state) {
+  const ParamLayout trainable = trainable_layout(model.layout());
+  return save_checkpoint(cfg.checkpoint_root(),
+                         checkpoint_contents(cfg, model, opt, state, trainable, true),
+                         cfg.keep_checkpoints);
+}
+
+std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+                                          const TrainerState& state, dist::Communicator& group) {
+  const ParamLayout trainable = trainable_layout(model.layout());
+  const std::string root = cfg.checkpoint_root();
+  // This rank's moments: for each trainable group's shard, its piece of every
+  // parameter it meets.
+  CheckpointShard shard;
+  shard.file = checkpoint_shard_file("optimizer", group.rank(), group.size());
+  shard.metadata = {{"format", "nekton-checkpoint"},
+                    {"step", std::to_string(state.step)},
+                    {"optimizer", "adamw"},
+                    {"optimizer_steps", std::to_string(opt.steps_done())}};
+  if (const std::string frozen = frozen_list(model.layout()); !frozen.empty())
+    shard.metadata[kFrozen] = frozen;
+  std::vector<std::pair<std::string, Tensor>> sq;
+  for (size_t i = 0; i < opt.groups().size(); ++i) {
+    const ParamGroup& g = opt.groups()[i];
+    if (!g.trainable || g.shard_size() == 0) continue;
+    for (const ParamInfo& p : trainable.params()) {
+      const int64_t lo = std::max(g.shard_begin, p.offset);
+      const int64_t hi = std::min(g.shard_end, p.offset + p.numel());
+      if (hi <= lo) continue;
+      const int64_t at = opt.state_offset(i) + (lo - g.shard_begin);
+      NK_CHECK(!shard.pieces.count(kExpAvg + p.name),
+               "save_sharded_train_checkpoint: two pieces of '{}' on one rank", p.name);
+      FlatPiece piece{p.shape, lo - p.offset, hi - p.offset};
+      shard.pieces[kExpAvg + p.name] = piece;
+      shard.pieces[kExpAvgSq + p.name] = piece;
+      shard.tensors.emplace_back(kExpAvg + p.name, opt.m().narrow0(at, hi - lo));
+      sq.emplace_back(kExpAvgSq + p.name, opt.v().narrow0(at, hi - lo));
+    }
+  }
+  for (auto& t : sq) shard.tensors.push_back(std::move(t));
+
+  Tensor token = Tensor::empty({1}, DType::I64);
+  *token.data<int64_t>() = int64_t(::getpid());
+  group.broadcast(token, 0);
+  const std::string tmp = shared_checkpoint_tmp(root, state.step, *token.data<int64_t>());
+  if (group.rank() == 0) prepare_shared_checkpoint(root, tmp);
+  group.barrier();
+  // Once rank 0 holds every record, every shard is durable.
+  std::vector<std::string> records = all_gather_strings(group, write_checkpoint_shard(tmp, shard));
+  std::string dir = (std::filesystem::path(root) / checkpoint_name(state.step)).string();
+  if (group.rank() == 0)
+    dir = finish_shared_checkpoint(root, tmp,
+                                   checkpoint_contents(cfg, model, opt, state, trainable, false),
+                                   records, cfg.keep_checkpoints);
+  group.barrier();  // installed before any rank goes on (or reads it back)
+  return dir;
 }
 
 LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg) {
@@ -72,26 +213,33 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   const ParamLayout& layout = out.model->layout();
   SafetensorsFile weights = r.model();
   read_flat_tensors(weights, layout, "", out.model->params());
-  SafetensorsFile opt = r.optimizer();
-  auto meta = opt.metadata();
-  if (meta["optimizer"] != "adamw")
-    fail("{}: holds optimizer '{}', this run uses adamw", opt.path(), meta["optimizer"]);
-  if (meta["optimizer_steps"] != std::to_string(out.state.optimizer_steps))
-    fail("{}: optimizer_steps {} differs from trainer_state.json's {}", opt.path(),
-         meta["optimizer_steps"], out.state.optimizer_steps);
-  // Moments exist for the trainable parameters only: the same set must be frozen.
-  const std::string saved_frozen = meta.count(kFrozen) ? meta[kFrozen] : "";
-  if (saved_frozen != frozen_list(layout))
-    fail(
-        "train.freeze: checkpoint '{}' was trained with {} frozen, but this run freezes {}; a "
-        "resumed run must freeze the same parameters",
-        dir, saved_frozen.empty() ? "nothing" : saved_frozen,
-        frozen_list(layout).empty() ? "nothing" : frozen_list(layout));
+  auto check_meta = [&](const SafetensorsFile& opt) {
+    auto meta = opt.metadata();
+    if (meta["optimizer"] != "adamw")
+      fail("{}: holds optimizer '{}', this run uses adamw", opt.path(), meta["optimizer"]);
+    if (meta["optimizer_steps"] != std::to_string(out.state.optimizer_steps))
+      fail("{}: optimizer_steps {} differs from trainer_state.json's {}", opt.path(),
+           meta["optimizer_steps"], out.state.optimizer_steps);
+    // Moments exist for the trainable parameters only: the same set must be frozen.
+    const std::string saved_frozen = meta.count(kFrozen) ? meta[kFrozen] : "";
+    if (saved_frozen != frozen_list(layout))
+      fail(
+          "train.freeze: checkpoint '{}' was trained with {} frozen, but this run freezes {}; a "
+          "resumed run must freeze the same parameters",
+          dir, saved_frozen.empty() ? "nothing" : saved_frozen,
+          frozen_list(layout).empty() ? "nothing" : frozen_list(layout));
+  };
   const ParamLayout trainable = trainable_layout(layout);
   out.exp_avg = Tensor::zeros({trainable.total()}, DType::F32);
   out.exp_avg_sq = Tensor::zeros({trainable.total()}, DType::F32);
-  read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg);
-  read_flat_tensors(opt, trainable, kExpAvgSq, out.exp_avg_sq);
+  if (r.optimizer_shards().empty()) {
+    SafetensorsFile opt = r.optimizer();
+    check_meta(opt);
+    read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg);
+    read_flat_tensors(opt, trainable, kExpAvgSq, out.exp_avg_sq);
+  } else {
+    read_sharded_moments(r, trainable, check_meta, out.exp_avg, out.exp_avg_sq);
+  }
 
   // Same shapes, but maybe another norm_eps, rope_theta, ...: refuse those too.
   nlohmann::json saved = nlohmann::json::parse(r.text("config.json"), nullptr, false);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "dist/communicator.h"
 #include "train/adamw.h"
 #include "train/train_config.h"
 #include "train/trainer_state.h"
@@ -16,11 +17,19 @@ namespace nk {
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
                                   const TrainerState& state);
 
+// The same for a run whose optimizer state is sharded over `group` (ZeRO-1):
+// every rank of the group calls it; each writes its own moments as
+// optimizer.RRRRR-of-NNNNN.safetensors, rank 0 the weights and the small files,
+// and rank 0 installs the folder only once every rank's file is durable
+// (ckpt/checkpoint.h). load_train_checkpoint reads it under any layout.
+std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+                                          const TrainerState& state, dist::Communicator& group);
+
 // A checkpoint read into new buffers; nothing the caller holds is touched.
 struct LoadedTrainCheckpoint {
   std::string dir;
   std::unique_ptr<Transformer> model;  // compute-dtype weights refreshed from the masters
-  Tensor exp_avg, exp_avg_sq;          // f32 [layout trainable_end]
+  Tensor exp_avg, exp_avg_sq;          // f32 [layout trainable_end], whatever layout saved them
   TrainerState state;
 };
 

@@ -100,14 +100,15 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device);
-  if (!opt_) opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
   if (par_.active()) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
-    NK_INFO("data parallel: {}; gradients in {} ({})", par_.mesh->describe(),
+    NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
             parallel::describe_buckets(ddp_->buckets()),
-            cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward");
+            cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward",
+            ddp_->sharded() ? "; optimizer state sharded (ZeRO-1)" : "");
   }
+  if (!opt_) make_optimizer();
   if (!cfg_.data.tokenizer.empty()) {
     std::unique_ptr<Tokenizer> tok;
     try {
@@ -142,7 +143,12 @@ void Trainer::resume() {
           "train.resume=never: train.out_dir already holds checkpoints in '{}'; choose another "
           "train.out_dir, remove that folder, or set train.resume=auto to continue from it",
           own_root);
-    std::string dir = recover_checkpoint_root(own_root);
+    // Rank 0 repairs what a killed save left; the others then find the same
+    // newest checkpoint (never two processes removing each other's files).
+    std::string dir;
+    if (par_.writes()) dir = recover_checkpoint_root(own_root);
+    if (par_.active()) par_.groups->get("world").barrier();
+    if (!par_.writes()) dir = find_latest_checkpoint(own_root);
     resume_checkpoint(dir);
     saved_step_ = state_.step;
     return;
@@ -189,10 +195,10 @@ void Trainer::resume_checkpoint(const std::string& dir) {
         "{}, decay_steps {} -> {}); the run continues on the new one",
         dir, a.lr, b.lr, a.min_lr, b.min_lr, a.warmup_steps, b.warmup_steps, a.decay_steps,
         b.decay_steps);
-  // Everything read and checked: swap it in.
+  // Everything read and checked: swap it in (the moments once the optimizer
+  // exists, which under parallel.shard=optimizer needs the data-parallel plan).
   model_ = std::move(c.model);
-  opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
-  opt_->load_state(std::move(c.exp_avg), std::move(c.exp_avg_sq), saved.optimizer_steps);
+  opt_.reset();
   state_.step = saved.step;
   state_.consumed_samples = saved.consumed_samples;
   state_.optimizer_steps = saved.optimizer_steps;
@@ -200,6 +206,17 @@ void Trainer::resume_checkpoint(const std::string& dir) {
   state_.rng = rng_streams(cfg_, saved.consumed_samples);
   NK_INFO("resuming from checkpoint {} at step {} ({} samples consumed)", dir, state_.step,
           state_.consumed_samples);
+  resumed_ = std::move(c);
+}
+
+void Trainer::make_optimizer() {
+  std::vector<ParamGroup> groups = default_param_groups(model_->layout(), cfg_.adamw.weight_decay);
+  if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
+  opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
+  if (resumed_) {
+    opt_->load_arena_state(resumed_->exp_avg, resumed_->exp_avg_sq, state_.optimizer_steps);
+    resumed_.reset();
+  }
 }
 
 void Trainer::resume_legacy() {
@@ -241,13 +258,18 @@ void Trainer::resume_legacy() {
 }
 
 void Trainer::save_checkpoint_now() {
-  if (!par_.writes()) {  // the weights are replicated: rank 0 writes them
+  auto t0 = Clock::now();
+  std::string dir;
+  if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
+    dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group());
+  } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
+    dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
+  } else {
     saved_step_ = state_.step;
     return;
   }
-  auto t0 = Clock::now();
-  std::string dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
   saved_step_ = state_.step;
+  if (!par_.writes()) return;
   NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
 }
 
@@ -288,6 +310,19 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   }
   NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
           accum);
+  {  // what this rank holds, per the arenas' sizes (bytes per parameter: see BENCHMARKS.md)
+    Transformer& m = *model_;
+    const double weights =
+        double(m.params().nbytes()) +
+        (m.compute_params().raw() != m.params().raw() ? double(m.compute_params().nbytes()) : 0.0);
+    NK_INFO(
+        "memory per rank: weights {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB "
+        "({:.2f} bytes per parameter)",
+        weights / 1048576.0, double(m.grads().nbytes()) / 1048576.0,
+        2.0 * double(opt_->state_size()) * 4 / 1048576.0,
+        (weights + double(m.grads().nbytes()) + 8.0 * double(opt_->state_size())) /
+            double(m.layout().count()));
+  }
 
   Activations acts(*model_, B, T, true);
   AdamW& opt = *opt_;
@@ -329,13 +364,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     }
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped.
-    double norm = std::sqrt(ops::sum_squares(model_->grads()));
+    double norm = std::sqrt(ddp_ ? ddp_->grad_norm_squared() : ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
     float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? float(cfg_.grad_clip / norm) : 1.f;
     double lr = cfg_.lr.at(step);
     opt.step(lr, clip);
+    if (ddp_) comm_s += ddp_->gather_params();  // ZeRO-1: every rank's updated shard
 
     StepStats s;
     s.step = step + 1;

@@ -6,10 +6,12 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "data/dataset/data_loader.h"
 #include "parallel/distributed_data_parallel.h"
 #include "train/adamw.h"
+#include "train/train_checkpoint.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
 #include "train/train_parallel.h"
@@ -55,6 +57,7 @@ class Trainer {
   void set_batch_observer(BatchObserver f) { on_batch_ = std::move(f); }
   const TrainerState& state() const { return state_; }
   Transformer& model() { return *model_; }
+  const AdamW& optimizer() const { return *opt_; }
   const std::vector<StepStats>& history() const { return history_; }
   double evaluate();  // mean validation loss over val_batches micro-batches
 
@@ -63,6 +66,9 @@ class Trainer {
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);
   void save_checkpoint_now();
+  // Builds opt_ over the model's groups (sharded by ddp_ under parallel.shard=
+  // optimizer) and adopts moments a resume read, if any.
+  void make_optimizer();
   TrainConfig cfg_;
   TrainParallel par_;
   TrainData data_;
@@ -70,6 +76,8 @@ class Trainer {
   BatchObserver on_batch_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> opt_;
+  std::optional<LoadedTrainCheckpoint>
+      resumed_;  // moments read by resume(), until make_optimizer()
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
   std::vector<StepStats> history_;
   int64_t saved_step_ = -1;  // the step of the newest checkpoint in OUT_DIR/checkpoints

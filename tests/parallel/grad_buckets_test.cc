@@ -144,5 +144,36 @@ TEST(GradBuckets, BoundariesAtParameters) {
   EXPECT_NE(describe_buckets(buckets).find("buckets over"), std::string::npos);
 }
 
+// The distributed optimizer's blocks: for every size, the n blocks of a
+// bucket tile it in rank order and differ by at most one element, and
+// owned_shards gives each rank its own.
+TEST(GradBuckets, ShardBlocksTileEveryBucket) {
+  const ParamLayout layout = tiny_layout("llama-tiny", 3);
+  for (int64_t elems : {int64_t(1), int64_t(3000), int64_t(1) << 30})
+    for (int64_t n : {1, 2, 3, 4, 7}) {
+      auto buckets = plan_grad_buckets(layout, 3, elems);
+      std::vector<std::vector<ShardPiece>> owned;
+      for (int64_t r = 0; r < n; ++r) owned.push_back(owned_shards(buckets, n, r));
+      for (size_t k = 0; k < buckets.size(); ++k) {
+        const GradBucket& b = buckets[k];
+        auto counts = shard_counts(b, n);
+        ASSERT_EQ(int64_t(counts.size()), n);
+        int64_t at = b.begin, lo = b.numel(), hi = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          const ShardPiece& p = owned[size_t(r)][k];
+          EXPECT_EQ(p.begin, b.begin);
+          EXPECT_EQ(p.end, b.end);
+          EXPECT_EQ(p.own_begin, at) << "bucket " << k << " rank " << r << " of " << n;
+          EXPECT_EQ(p.own_end - p.own_begin, counts[size_t(r)]);
+          at = p.own_end;
+          lo = std::min(lo, counts[size_t(r)]);
+          hi = std::max(hi, counts[size_t(r)]);
+        }
+        EXPECT_EQ(at, b.end);
+        EXPECT_LE(hi - lo, 1);
+      }
+    }
+}
+
 }  // namespace
 }  // namespace nk::parallel

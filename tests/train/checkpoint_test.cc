@@ -8,6 +8,8 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include "ckpt/checkpoint.h"
 #include "data/dataset/gpt_test_data.h"
@@ -227,6 +229,108 @@ TEST(ExactResume, ResumeSettingsAreChecked) {
         tiny(with(data, {"train.out_dir=" + (dir / "b"), "train.resume_from=" + (dir / "a")})));
   });
   EXPECT_TRUE(contains(msg, "would mix two runs")) << msg;
+}
+
+// A sharded save (ZeRO-1: each rank writes optimizer.RRRRR-of-NNNNN with 1-D
+// pieces of the moments) is read back into whole moments, whatever cut the
+// pieces. Made here from a one-process checkpoint, cut into three files at
+// arbitrary element boundaries (through parameters); bad cuts are refused.
+class ShardedCheckpoint : public ::testing::Test {
+ protected:
+  // Rewrites checkpoint `src` as ROOT/step_N with its moments in three files;
+  // `cut` may change each file's list of (tensor, begin, end) first.
+  using Pieces = std::vector<std::vector<std::tuple<std::string, int64_t, int64_t>>>;
+  std::string reshard(const std::string& src, const std::string& root,
+                      const std::function<void(Pieces&)>& cut = {}) {
+    CheckpointReader r = CheckpointReader::open(src);
+    SafetensorsFile model = r.model(), opt = r.optimizer();
+    CheckpointContents c;
+    c.step = r.step();
+    for (const SafetensorsEntry& e : model.entries())
+      c.model.emplace_back(e.name, model.get(e.name));
+    for (const char* f : {"trainer_state.json", "config.yaml", "config.json"})
+      c.text_files[f] = r.text(f);
+    Pieces pieces(3);
+    int64_t total = 0;
+    for (const SafetensorsEntry& e : opt.entries()) total += shape_numel(e.shape);
+    int64_t at = 0;  // running element index over all moments: file k holds its third
+    for (const SafetensorsEntry& e : opt.entries()) {
+      const int64_t n = shape_numel(e.shape);
+      for (int64_t k = 0; k < 3; ++k) {
+        const int64_t lo = std::max(at, k * total / 3), hi = std::min(at + n, (k + 1) * total / 3);
+        if (hi > lo) pieces[size_t(k)].emplace_back(e.name, lo - at, hi - at);
+      }
+      at += n;
+    }
+    if (cut) cut(pieces);
+    const std::string tmp = shared_checkpoint_tmp(root, c.step, 1);
+    prepare_shared_checkpoint(root, tmp);
+    std::vector<std::string> records;
+    for (size_t k = 0; k < 3; ++k) {
+      CheckpointShard sh;
+      sh.file = checkpoint_shard_file("optimizer", int64_t(k), 3);
+      sh.metadata = opt.metadata();
+      for (auto& [name, lo, hi] : pieces[k]) {
+        Tensor whole = opt.get(name);
+        sh.tensors.emplace_back(name, whole.view({whole.numel()}).narrow0(lo, hi - lo));
+        sh.pieces[name] = {whole.shape(), lo, hi};
+      }
+      records.push_back(write_checkpoint_shard(tmp, sh));
+    }
+    return finish_shared_checkpoint(root, tmp, c, records, 2);
+  }
+};
+
+TEST_F(ShardedCheckpoint, PiecesFromAnyCutAreReassembled) {
+  TempDir dir("nk_sharded");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> keys = {"data.prefix=" + prefix, "train.dtype=f32", "train.steps=4"};
+  run(with(keys, {"train.out_dir=" + (dir / "a"), "train.exit_at_step=2"}));
+  const TrainConfig cfg = tiny(with(keys, {"train.out_dir=" + (dir / "b")}));
+  const std::string src = dir / "a/checkpoints/step_00000002";
+  const std::string sharded = reshard(src, dir / "b/checkpoints");
+  EXPECT_EQ(CheckpointReader::open(sharded).world_size(), 3);
+  EXPECT_FALSE(fs::exists(fs::path(sharded) / "optimizer.safetensors"));
+  LoadedTrainCheckpoint whole = load_train_checkpoint(src, cfg);
+  LoadedTrainCheckpoint pieces = load_train_checkpoint(sharded, cfg);
+  EXPECT_TRUE(same_bytes(whole.exp_avg, pieces.exp_avg));
+  EXPECT_TRUE(same_bytes(whole.exp_avg_sq, pieces.exp_avg_sq));
+  EXPECT_TRUE(same_bytes(whole.model->params(), pieces.model->params()));
+  // And a run resumes from it exactly as from the original.
+  RunResult straight = run(with(keys, {"train.out_dir=" + (dir / "c")}));
+  RunResult tail = run(with(keys, {"train.out_dir=" + (dir / "b")}));
+  ASSERT_EQ(tail.history.size(), 2u);
+  EXPECT_EQ(tail.history[1].loss, straight.history[3].loss);
+  EXPECT_TRUE(same_bytes(tail.params, straight.params));
+}
+
+TEST_F(ShardedCheckpoint, MissingOrDoubledPiecesAreRefused) {
+  TempDir dir("nk_sharded_bad");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> keys = {"data.prefix=" + prefix, "train.dtype=f32", "train.steps=4"};
+  run(with(keys, {"train.out_dir=" + (dir / "a"), "train.exit_at_step=2"}));
+  const std::string src = dir / "a/checkpoints/step_00000002";
+  const TrainConfig cfg = tiny(with(keys, {"train.out_dir=" + (dir / "x")}));
+  std::string lost;
+  std::string dir_missing = reshard(src, dir / "missing", [&](Pieces& p) {
+    lost = std::get<0>(p[1].back());
+    p[1].pop_back();
+  });
+  std::string msg = error_of([&] { load_train_checkpoint(dir_missing, cfg); });
+  EXPECT_TRUE(contains(msg, "the optimizer shards miss elements")) << msg;
+  EXPECT_TRUE(contains(msg, "'" + lost + "'")) << msg;
+  std::string dir_twice = reshard(src, dir / "twice", [](Pieces& p) { p[2].push_back(p[0][0]); });
+  msg = error_of([&] { load_train_checkpoint(dir_twice, cfg); });
+  EXPECT_TRUE(contains(msg, "the optimizer shards hold twice elements")) << msg;
+  // A shard file that does not verify: the checkpoint is refused by name.
+  {
+    std::ofstream f(fs::path(dir_twice) / "optimizer.00001-of-00003.safetensors",
+                    std::ios::binary | std::ios::app);
+    f << "x";
+  }
+  msg = error_of([&] { load_train_checkpoint(dir_twice, cfg); });
+  EXPECT_TRUE(contains(msg, "optimizer.00001-of-00003.safetensors is")) << msg;
+  EXPECT_TRUE(contains(msg, "truncated?")) << msg;
 }
 
 }  // namespace

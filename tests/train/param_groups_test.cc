@@ -169,6 +169,60 @@ TEST(ParamGroups, LrScaleAndOwnedShard) {
   EXPECT_TRUE(same_bytes(opt.m().narrow0(24, 16), m.narrow0(80, 16)));
 }
 
+// ZeRO-1's groups: the default groups cut at the buckets, each cut owning one
+// rank's block. Over all ranks the owned ranges tile the trainable arena once,
+// each with its group's settings, and the frozen group stays whole.
+TEST(ParamGroups, ShardedGroupsTileTheArenaOverRanks) {
+  Transformer m(test::tiny_config(true, 50, 16), DType::F32, 1, ParamInit::Random, {"wte.weight"});
+  const ParamLayout& layout = m.layout();
+  const auto defaults = default_param_groups(layout, 0.1);
+  const auto buckets = parallel::plan_grad_buckets(layout, m.config().n_layer, 5000);
+  for (int64_t n : {1, 2, 3}) {
+    std::vector<int> owners(size_t(layout.trainable_end()), 0);
+    for (int64_t r = 0; r < n; ++r) {
+      auto groups = shard_param_groups(defaults, parallel::owned_shards(buckets, n, r));
+      for (size_t i = 1; i < groups.size(); ++i) EXPECT_LE(groups[i - 1].end, groups[i].begin);
+      for (const ParamGroup& g : groups) {
+        if (!g.trainable) {
+          EXPECT_EQ(g.begin, layout.trainable_end());
+          EXPECT_EQ(g.end, layout.total());
+          continue;
+        }
+        EXPECT_EQ(g.weight_decay, g.end <= layout.decay_end() ? 0.1 : 0.0) << g.name;
+        EXPECT_GT(g.shard_size(), 0);
+        for (int64_t k = g.shard_begin; k < g.shard_end; ++k) ++owners[size_t(k)];
+      }
+      // The groups are accepted by the optimizer, whose state is this rank's share.
+      AdamW opt(model_arenas(m), groups, AdamWConfig{});
+      int64_t share = 0;
+      for (const ParamGroup& g : groups) share += g.trainable ? g.shard_size() : 0;
+      EXPECT_EQ(opt.state_size(), share);
+    }
+    EXPECT_EQ(std::count(owners.begin(), owners.end(), 1), layout.trainable_end()) << n << " ranks";
+  }
+}
+
+// Moments laid out like the gradient arena (as a checkpoint is read back) are
+// taken group shard by group shard.
+TEST(ParamGroups, LoadArenaStateTakesEachShard) {
+  const int64_t n = 96;
+  Tensor params = Tensor::zeros({n}, DType::F32), grads = Tensor::zeros({n}, DType::F32);
+  ParamGroup g0{"a", 0, 48, 1.0, 0.0, true, 16, 40};
+  ParamGroup g1{"b", 48, 96, 1.0, 0.0, true, 60, 96};
+  AdamW opt({params, grads, Tensor()}, {g0, g1}, AdamWConfig{});
+  Tensor m = Tensor::empty({n}, DType::F32), v = Tensor::empty({n}, DType::F32);
+  fill_random(m, 3);
+  fill_random(v, 4);
+  opt.load_arena_state(m, v, 7);
+  EXPECT_EQ(opt.steps_done(), 7);
+  AdamW& o = opt;
+  EXPECT_TRUE(same_bytes(o.m().narrow0(0, 24), m.narrow0(16, 24)));
+  EXPECT_TRUE(same_bytes(o.m().narrow0(24, 36), m.narrow0(60, 36)));
+  EXPECT_TRUE(same_bytes(o.v().narrow0(24, 36), v.narrow0(60, 36)));
+  EXPECT_TRUE(contains(error_of([&] { opt.load_arena_state(m.narrow0(0, 90), v, 1); }),
+                       "not laid out like the grads arena"));
+}
+
 TEST(ParamGroups, BadGroupsAreRefused) {
   Tensor params = Tensor::zeros({64}, DType::F32), grads = Tensor::zeros({32}, DType::F32);
   auto make = [&](std::vector<ParamGroup> g) {

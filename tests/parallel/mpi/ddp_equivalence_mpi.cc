@@ -26,7 +26,8 @@ struct Recipe {
   DType dtype = DType::F32;
   int64_t accum = 1;  // micro-batches per rank per step
   bool overlap = true;
-  double bucket_mb = 0.02;  // small: several buckets on the tiny models
+  double bucket_mb = 0.02;     // small: several buckets on the tiny models
+  std::string shard = "none";  // parallel.shard
 };
 
 class DataParallel : public ::testing::Test {
@@ -76,7 +77,8 @@ class DataParallel : public ::testing::Test {
         "train.out_dir=" + out,
         std::string("train.dtype=") + dtype_name(r.dtype),
         "parallel.bucket_mb=" + std::to_string(r.bucket_mb),
-        std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false")};
+        std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false"),
+        "parallel.shard=" + r.shard};
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
     o.insert(o.end(), extra.begin(), extra.end());
     ConfigSchema s = train_schema();
@@ -158,6 +160,18 @@ class DataParallel : public ::testing::Test {
       }
     }
     EXPECT_EQ(ddp.state().consumed_samples, ref.state().consumed_samples);
+    // ZeRO-1: this rank holds the moments of its blocks only, and the blocks
+    // of all ranks add up to the whole state of one process.
+    const int64_t whole = ref.optimizer().state_size();
+    Tensor held = Tensor::empty({1}, DType::I64);
+    *held.data<int64_t>() = ddp.optimizer().state_size();
+    groups_->get("world").all_reduce(held);
+    if (r.shard == "optimizer") {
+      EXPECT_EQ(*held.data<int64_t>(), whole);
+      EXPECT_LE(ddp.optimizer().state_size(), whole / dp + 64 * dp) << "not about 1/dp";
+    } else {
+      EXPECT_EQ(ddp.optimizer().state_size(), whole);
+    }
     // Only rank 0 writes the run's files.
     groups_->get("world").barrier();
     if (rank_ == 0) {
@@ -202,6 +216,30 @@ TEST_F(DataParallel, Gpt2Bf16GradAccumulation) {
   check({"gpt-tiny", DType::BF16, 2}, 1e-3, 1.0 / 256);
 }
 
+// The distributed optimizer (ZeRO-1): the same figures as one process. The
+// reduce-scatter sums in another order than the all-reduce, and the gradient
+// norm adds the ranks' blocks: the same f32 tolerances hold.
+TEST_F(DataParallel, Zero1Gpt2) {
+  check({"gpt-tiny", DType::F32, 1, true, 0.02, "optimizer"}, kF32, kF32);
+}
+TEST_F(DataParallel, Zero1Gpt2GradAccumulation) {
+  check({"gpt-tiny", DType::F32, 2, true, 0.02, "optimizer"}, kF32, kF32);
+}
+TEST_F(DataParallel, Zero1Llama) {
+  check({"llama-tiny", DType::F32, 1, true, 0.02, "optimizer"}, kF32, kF32);
+}
+TEST_F(DataParallel, Zero1LlamaGradAccumulation) {
+  check({"llama-tiny", DType::F32, 2, true, 0.02, "optimizer"}, kF32, kF32);
+}
+// One bucket: each rank's block cuts through parameters.
+TEST_F(DataParallel, Zero1LlamaOneBucketNoOverlap) {
+  check({"llama-tiny", DType::F32, 2, false, 1000, "optimizer"}, kF32, kF32);
+}
+// bf16 compute: the tolerances of plain DP in bf16, for the same reason.
+TEST_F(DataParallel, Zero1Gpt2Bf16GradAccumulation) {
+  check({"gpt-tiny", DType::BF16, 2, true, 0.02, "optimizer"}, 1e-3, 1.0 / 256);
+}
+
 // A data-parallel run stopped at step 5 (rank 0 writes the checkpoint: the
 // weights are replicated) and resumed on the same number of ranks continues
 // exactly as the uninterrupted one.
@@ -227,6 +265,96 @@ TEST_F(DataParallel, ResumeIsExact) {
   groups_->get("world").barrier();
   if (rank_ == 0) {
     EXPECT_TRUE(fs::exists(base_ / "split" / "checkpoints"));
+  }
+}
+
+// ZeRO-1 stopped at step 5: every rank writes its optimizer shard into the
+// checkpoint. Resumed on the same layout it continues bit for bit; resumed
+// by one process, and by plain data parallelism, it continues the same loss
+// curve (within the f32 tolerance of the equivalence tests: the resumed runs
+// add gradients in another order).
+TEST_F(DataParallel, Zero1CheckpointReshards) {
+  const Recipe zero{"llama-tiny", DType::F32, 1, true, 0.02, "optimizer"};
+  const int64_t dp = world_;
+  dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  Trainer whole(config(zero, (base_ / "whole").string(), dp), par);
+  whole.run();
+  {
+    Trainer first(config(zero, (base_ / "split").string(), dp, {"train.exit_at_step=5"}), par);
+    first.run();
+  }
+  const fs::path ckpt = base_ / "split" / "checkpoints" / "step_00000005";
+  groups_->get("world").barrier();
+  if (rank_ == 0) {
+    for (int64_t r = 0; r < dp; ++r)
+      EXPECT_TRUE(fs::exists(ckpt / fmt::format("optimizer.{:05d}-of-{:05d}.safetensors", r, dp)));
+    EXPECT_FALSE(fs::exists(ckpt / "optimizer.safetensors"));
+  }
+  auto expect_continues = [&](const Trainer& t, double tol, const char* what) {
+    ASSERT_EQ(t.history().size(), 5u) << what;
+    for (size_t i = 0; i < 5; ++i) {
+      double a = whole.history()[5 + i].loss, b = t.history()[i].loss;
+      if (tol == 0)
+        EXPECT_EQ(a, b) << what << " step " << 6 + i;
+      else
+        EXPECT_LE(std::abs(a - b), tol * std::abs(a)) << what << " step " << 6 + i;
+    }
+  };
+  {  // the same layout: exact
+    Trainer second(config(zero, (base_ / "split").string(), dp), par);
+    EXPECT_EQ(second.state().step, 5);
+    second.run();
+    expect_continues(second, 0, "ZeRO-1 -> ZeRO-1");
+    const Tensor &a = whole.model().params(), &b = second.model().params();
+    EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
+  }
+  {  // one process, from the sharded checkpoint
+    Recipe one = zero;
+    one.shard = "none";
+    Trainer single(config(one, (base_ / ("single_rank" + std::to_string(rank_))).string(), dp,
+                          {"train.resume_from=" + ckpt.string()}));
+    EXPECT_EQ(single.state().step, 5);
+    single.run();
+    expect_continues(single, kF32, "ZeRO-1 -> one process");
+  }
+  {  // plain data parallelism over the same ranks
+    Recipe plain = zero;
+    plain.shard = "none";
+    Trainer ddp(
+        config(plain, (base_ / "plain").string(), dp, {"train.resume_from=" + ckpt.string()}), par);
+    EXPECT_EQ(ddp.state().step, 5);
+    ddp.run();
+    expect_continues(ddp, kF32, "ZeRO-1 -> plain DP");
+  }
+}
+
+// One process saves; ZeRO-1 over every rank resumes it.
+TEST_F(DataParallel, OneProcessCheckpointResumesUnderZero1) {
+  Recipe one{"gpt-tiny", DType::F32, 1};
+  const int64_t dp = world_;
+  Trainer whole(config(one, (base_ / ("whole_rank" + std::to_string(rank_))).string(), dp));
+  whole.run();
+  const fs::path own = base_ / ("first_rank" + std::to_string(rank_));
+  {
+    Trainer first(config(one, own.string(), dp, {"train.exit_at_step=5"}));
+    first.run();
+  }
+  Recipe zero = one;
+  zero.shard = "optimizer";
+  dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  // Every rank names its own copy: they are the same bytes.
+  Trainer resumed(
+      config(zero, (base_ / "zero").string(), dp,
+             {"train.resume_from=" + (own / "checkpoints").string() + "/step_00000005"}),
+      par);
+  EXPECT_EQ(resumed.state().step, 5);
+  resumed.run();
+  ASSERT_EQ(resumed.history().size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    double a = whole.history()[5 + i].loss, b = resumed.history()[i].loss;
+    EXPECT_LE(std::abs(a - b), kF32 * std::abs(a)) << "step " << 6 + i;
   }
 }
 
