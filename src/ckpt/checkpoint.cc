@@ -249,10 +249,18 @@ std::string finish_shared_checkpoint(const std::string& root_str, const std::str
   const fs::path root(root_str), tmp(tmp_str);
   const std::string name = checkpoint_name(c.step);
   const fs::path final_dir = root / name;
+  // Shard files are named "<kind>.RRRRR-of-NNNNN.safetensors".
+  std::vector<ojson> parsed;
+  bool model_sharded = false;
+  for (const std::string& text : records) {
+    parsed.push_back(ojson::parse(text));
+    model_sharded |= starts_with(parsed.back().at("file").get<std::string>(), "model.");
+  }
   const bool sharded = !records.empty();
   std::error_code ec;
   try {
-    save_safetensors((tmp / kModelFile).string(), c.model, with_format({}, c.step));
+    if (!model_sharded)
+      save_safetensors((tmp / kModelFile).string(), c.model, with_format({}, c.step));
     if (!sharded)
       save_safetensors((tmp / kOptimizerFile).string(), c.optimizer,
                        with_format(c.optimizer_metadata, c.step));
@@ -264,29 +272,31 @@ std::string finish_shared_checkpoint(const std::string& root_str, const std::str
     }
 
     ojson files = ojson::object();
-    std::vector<std::string> names = {kModelFile};
+    std::vector<std::string> names;
+    if (!model_sharded) names.push_back(kModelFile);
     if (!sharded) names.push_back(kOptimizerFile);
     for (const auto& [file, text] : c.text_files) names.push_back(file);
     for (const std::string& f : names) files[f] = file_record(tmp / f);
-    ojson tensors = {{kModelFile, slices_json(c.model, c.params)}};
+    ojson tensors = ojson::object();
+    if (!model_sharded) tensors[kModelFile] = slices_json(c.model, c.params);
     if (!sharded) tensors[kOptimizerFile] = slices_json(c.optimizer, c.params);
-    ojson shard_files = ojson::array();
-    for (const std::string& text : records) {
-      ojson r = ojson::parse(text);
+    ojson shard_files = ojson::array(), model_files = ojson::array();
+    for (const ojson& r : parsed) {
       const std::string f = r.at("file").get<std::string>();
       NK_CHECK(!files.contains(f), "save_checkpoint: two ranks wrote '{}'", f);
       files[f] = r.at("info");
       tensors[f] = r.at("tensors");
-      shard_files.push_back(f);
+      (starts_with(f, "model.") ? model_files : shard_files).push_back(f);
     }
     ojson manifest = {{"format", "nekton-checkpoint"},
                       {"version", 1},
                       {"step", c.step},
                       {"rank", 0},
-                      {"world_size", sharded ? int64_t(records.size()) : int64_t(1)},
+                      {"world_size", sharded ? int64_t(shard_files.size()) : int64_t(1)},
                       {"files", files},
                       {"tensors", tensors}};
     if (sharded) manifest["optimizer_shards"] = shard_files;
+    if (model_sharded) manifest["model_shards"] = model_files;
     // The manifest comes last: a folder without one is an unfinished save.
     write_file_atomic((tmp / kManifest).string(), manifest.dump(1) + "\n");
     fsync_dir(tmp);
@@ -354,14 +364,17 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
       fail("checkpoint '{}': {} has unknown version {}", dir, mpath, m.at("version").dump());
     r.step_ = m.at("step").get<int64_t>();
     r.world_ = m.at("world_size").get<int64_t>();
-    std::set<std::string> shard_files;
+    std::set<std::string> shard_files, model_files;
     if (m.contains("optimizer_shards"))
       for (const auto& f : m.at("optimizer_shards")) shard_files.insert(f.get<std::string>());
-    if (r.world_ < 1 || (r.world_ != 1 && int64_t(shard_files.size()) != r.world_))
-      fail("checkpoint '{}': {} says world_size {} but lists {} optimizer shards", dir, mpath,
-           r.world_, shard_files.size());
+    if (m.contains("model_shards"))
+      for (const auto& f : m.at("model_shards")) model_files.insert(f.get<std::string>());
+    if (r.world_ < 1 || (r.world_ != 1 && int64_t(shard_files.size()) != r.world_) ||
+        (!model_files.empty() && int64_t(model_files.size()) != r.world_))
+      fail("checkpoint '{}': {} says world_size {} but lists {} optimizer and {} model shards", dir,
+           mpath, r.world_, shard_files.size(), model_files.size());
     for (const auto& [file, slices] : m.at("tensors").items()) {
-      const bool shard = shard_files.count(file) > 0;
+      const bool shard = shard_files.count(file) > 0 || model_files.count(file) > 0;
       Shard info{file, {}};
       for (const auto& [tensor, s] : slices.items()) {
         if (!shard) {
@@ -377,15 +390,19 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
                p.begin, p.end, tensor, shape_str(p.global_shape));
         info.pieces[tensor] = std::move(p);
       }
-      if (shard) r.shards_.push_back(std::move(info));
+      if (model_files.count(file))
+        r.model_shards_.push_back(std::move(info));
+      else if (shard)
+        r.optimizer_shards_.push_back(std::move(info));
     }
     const ojson& files = m.at("files");
-    if (!files.contains(kModelFile))
+    if (model_files.empty() && !files.contains(kModelFile))
       fail("checkpoint '{}': {} lists no {}", dir, mpath, kModelFile);
     if (shard_files.empty() && !files.contains(kOptimizerFile))
       fail("checkpoint '{}': {} lists no {}", dir, mpath, kOptimizerFile);
-    for (const std::string& f : shard_files)
-      if (!files.contains(f)) fail("checkpoint '{}': {} lists no {}", dir, mpath, f);
+    for (const auto* set : {&shard_files, &model_files})
+      for (const std::string& f : *set)
+        if (!files.contains(f)) fail("checkpoint '{}': {} lists no {}", dir, mpath, f);
     for (const auto& [file, info] : files.items()) {
       std::string path = (fs::path(dir) / file).string();
       if (file.find('/') != std::string::npos || file == kManifest)

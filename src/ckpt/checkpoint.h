@@ -6,7 +6,9 @@
 //     model.safetensors      f32 master weights, one tensor per parameter
 //     optimizer.safetensors  optimizer state (AdamW: exp_avg.NAME, exp_avg_sq.NAME), or
 //     optimizer.00000-of-00004.safetensors ...  a sharded run's state: each rank's
-//                            file holds 1-D pieces of the same tensors (FlatPiece)
+//                            file holds 1-D pieces of the same tensors (FlatPiece);
+//     model.00000-of-00004.safetensors ...      and, with sharded weights (FSDP),
+//                            pieces of the weights instead of model.safetensors
 //     trainer_state.json     step, samples consumed, RNG and LR-schedule position
 //     config.yaml            the resolved run config
 //     manifest.json          written last: size and XXH3-64 of every file above,
@@ -59,7 +61,7 @@ struct FlatPiece {
 
 // One rank's file of a sharded save: 1-D pieces, at most one per tensor.
 struct CheckpointShard {
-  std::string file;  // checkpoint_shard_file("optimizer", rank, world)
+  std::string file;  // checkpoint_shard_file("optimizer" or "model", rank, world)
   std::vector<std::pair<std::string, Tensor>> tensors;
   std::map<std::string, FlatPiece> pieces;  // by tensor name: what each holds
   std::map<std::string, std::string> metadata;
@@ -75,8 +77,9 @@ std::string checkpoint_shard_file(const std::string& stem, int64_t rank, int64_t
 //     durable on return, and `record` (JSON text) describes it for the manifest;
 //  4. rank 0, holding every rank's record (so every shard is durable):
 //     finish_shared_checkpoint writes rank 0's CheckpointContents (its
-//     `optimizer` left empty) and the manifest over all files, then installs
-//     step_N and `latest` as save_checkpoint does.
+//     `optimizer` left empty, and `model` too when there are model shards)
+//     and the manifest over all files, then installs step_N and `latest` as
+//     save_checkpoint does.
 std::string shared_checkpoint_tmp(const std::string& root, int64_t step, int64_t token);
 void prepare_shared_checkpoint(const std::string& root, const std::string& tmp);
 std::string write_checkpoint_shard(const std::string& tmp, const CheckpointShard& shard);
@@ -118,18 +121,20 @@ class CheckpointReader {
   SafetensorsFile optimizer() const { return SafetensorsFile::open(path("optimizer.safetensors")); }
   // Ranks that wrote it: 1, or the world size of a sharded save.
   int64_t world_size() const { return world_; }
-  // A sharded save's optimizer files (empty: optimizer.safetensors holds it
-  // whole), each with the piece every tensor of it holds.
+  // A sharded save's optimizer files (empty: optimizer.safetensors holds the
+  // state whole) and, for sharded weights (FSDP), its model files (empty:
+  // model.safetensors), each with the piece every tensor of it holds.
   struct Shard {
     std::string file;
     std::map<std::string, FlatPiece> pieces;
   };
-  const std::vector<Shard>& optimizer_shards() const { return shards_; }
+  const std::vector<Shard>& optimizer_shards() const { return optimizer_shards_; }
+  const std::vector<Shard>& model_shards() const { return model_shards_; }
 
  private:
   std::string dir_;
   int64_t step_ = 0, world_ = 1;
-  std::vector<Shard> shards_;
+  std::vector<Shard> optimizer_shards_, model_shards_;
 };
 
 // The newest checkpoint under ROOT that verifies. Each newer one that does not

@@ -17,6 +17,8 @@ const char* shard_name(Shard s) {
       return "none";
     case Shard::Optimizer:
       return "optimizer";
+    case Shard::Full:
+      return "full";
   }
   return "?";
 }
@@ -29,8 +31,8 @@ void add_ddp_keys(ConfigSchema& s) {
              "its gradients are final (false: all after the backward)");
   s.add_string("parallel.shard", "none",
                "data parallel: none (plain DDP), optimizer (ZeRO-1: optimizer state and the "
-               "update sharded over dp, gradients reduce-scattered), full (FSDP; not implemented "
-               "yet)");
+               "update sharded over dp, gradients reduce-scattered), full (FSDP / ZeRO-3: the "
+               "weights sharded too, each layer's gathered just before it runs)");
 }
 
 DdpConfig ddp_config(const Config& c) {
@@ -45,9 +47,7 @@ DdpConfig ddp_config(const Config& c) {
   else if (shard == "optimizer")
     d.shard = Shard::Optimizer;
   else if (shard == "full")
-    fail(
-        "parallel.shard: 'full' (FSDP / ZeRO-3, sharded weights) is not implemented yet; use "
-        "'optimizer' (ZeRO-1) or 'none'");
+    d.shard = Shard::Full;
   else
     fail("parallel.shard: '{}' is not one of none, optimizer, full", shard);
   return d;

@@ -13,8 +13,10 @@ enum class Shard {
   None,       // plain DDP: every rank holds weights, gradients and optimizer state whole
   Optimizer,  // ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered,
               // each rank updates its shard of the buckets, the weights all-gathered
-};  // "full" (FSDP / ZeRO-3, the weights themselves sharded) is refused: not implemented yet
-const char* shard_name(Shard s);  // "none", "optimizer"
+  Full,       // FSDP / ZeRO-3: as Optimizer, and the weights themselves sharded,
+              // each stage's gathered just before it runs (sharded_weights.h)
+};
+const char* shard_name(Shard s);  // "none", "optimizer", "full"
 
 struct DdpConfig {
   double bucket_mb = 25;  // MiB of f32 gradients per all-reduce message

@@ -11,9 +11,47 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
     : model_(model),
       comm_(grads),
       cfg_(cfg),
-      buckets_(plan_grad_buckets(model.layout(), model.config().n_layer, cfg.bucket_elems())) {
+      buckets_(plan_grad_buckets(model.layout(), model.config().n_layer, cfg.bucket_elems(),
+                                 cfg.shard == Shard::Full)) {
   comm_.broadcast(model_.params(), 0);
   model_.sync_compute_params();
+  if (cfg_.shard == Shard::Full)
+    weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_);
+}
+
+void DistributedDataParallel::use(int64_t unit, int64_t next) {
+  if (!weights_) return;
+  weights_->gather(unit);
+  if (next >= 0) weights_->prefetch(next);
+}
+
+void DistributedDataParallel::done(int64_t unit) {
+  if (weights_) weights_->release(unit);
+}
+
+// Unit numbers are the backward stages (grad_ready_stages): the embeddings
+// L + 1, block l 1 + (L-1-l), the head 0.
+void DistributedDataParallel::staged_forward(Activations& a, const Tensor& tokens,
+                                             const PackedBatchInfo* packed) {
+  const int64_t L = model_.config().n_layer;
+  use(L + 1, L);
+  model_.embed_forward(a, tokens, packed);
+  done(L + 1);
+  for (int64_t l = 0; l < L; ++l) {
+    use(1 + (L - 1 - l), l + 1 < L ? 1 + (L - 2 - l) : 0);
+    model_.blocks_forward(a, l, l + 1, packed);
+    done(1 + (L - 1 - l));
+  }
+}
+
+float DistributedDataParallel::forward_loss(Activations& a, const Tensor& tokens,
+                                            const Tensor& targets, const PackedBatchInfo* packed) {
+  if (!weights_) return model_.forward_loss(a, tokens, targets, packed);
+  staged_forward(a, tokens, packed);
+  use(0, -1);
+  float loss = model_.head_loss(a, targets, false, 0.f);
+  done(0);
+  return loss;
 }
 
 void DistributedDataParallel::launch_ready(int64_t stage) {
@@ -35,24 +73,34 @@ void DistributedDataParallel::poll() {
 float DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens,
                                                 const Tensor& targets, float grad_scale,
                                                 bool reduce, const PackedBatchInfo* packed) {
-  if (!reduce) return model_.forward_backward(a, tokens, targets, grad_scale, packed);
-  NK_CHECK(pending_.empty() && next_bucket_ == 0,
+  if (!reduce && !weights_) return model_.forward_backward(a, tokens, targets, grad_scale, packed);
+  NK_CHECK(!reduce || (pending_.empty() && next_bucket_ == 0),
            "DistributedDataParallel: wait_grads() before the next reducing micro-batch");
-  const bool overlap = cfg_.overlap_grad_reduce;
+  const bool overlap = reduce && cfg_.overlap_grad_reduce;
   const int64_t L = model_.config().n_layer;
-  // Transformer::forward_backward's stages, with the backward cut per block.
-  model_.embed_forward(a, tokens, packed);
-  model_.blocks_forward(a, 0, L, packed);
+  // Transformer::forward_backward's stages, with the backward cut per block
+  // (and FSDP's gathers around each stage).
+  if (weights_) {
+    staged_forward(a, tokens, packed);
+  } else {
+    model_.embed_forward(a, tokens, packed);
+    model_.blocks_forward(a, 0, L, packed);
+  }
+  use(0, L > 0 ? 1 : -1);
   float loss = model_.head_loss(a, targets, true, grad_scale);
+  done(0);
   if (overlap) launch_ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {
+    use(1 + (L - 1 - l), l > 0 ? 1 + (L - l) : -1);
     model_.blocks_backward(a, l, l + 1, packed);
+    done(1 + (L - 1 - l));
     if (overlap) {
       launch_ready(1 + (L - 1 - l));
       poll();
     }
   }
-  model_.embed_backward(a, tokens, packed);
+  model_.embed_backward(a, tokens, packed);  // reads no weights: nothing to gather
+  if (!reduce) return loss;
   launch_ready(num_backward_stages(L) - 1);
   NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
            next_bucket_, buckets_.size());
@@ -88,8 +136,12 @@ double DistributedDataParallel::grad_norm_squared() {
   return sum_over_group(local);
 }
 
+void DistributedDataParallel::gather_full_weights() {
+  if (weights_) weights_->gather_all_master();
+}
+
 double DistributedDataParallel::gather_params() {
-  if (!sharded()) return 0;
+  if (cfg_.shard != Shard::Optimizer) return 0;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<dist::WorkPtr> gathers;
   for (const GradBucket& b : buckets_)

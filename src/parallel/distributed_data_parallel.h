@@ -15,18 +15,26 @@
 // and gather_params() all-gathers the updated master weights afterwards. The
 // gradient norm is then a sum over the ranks' blocks (grad_norm_squared).
 //
+// FSDP (cfg.shard = Full): as the distributed optimizer, and the weights
+// themselves sharded (sharded_weights.h): the buckets follow the stages, and
+// every stage of every micro-batch (forward and backward, and forward_loss)
+// gathers its unit just before it runs, prefetching the next, and releases it
+// after.
+//
 // Overlap: the backward pass runs stage by stage through the Transformer's
 // staged API (head, then each block from the last to the first, then the
 // embeddings); after each stage the buckets whose gradients are now all final
 // start their all-reduce, and the pending ones are polled so MPI progresses
 // them while the next stage computes. Model code knows nothing of this.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
 #include "model/transformer.h"
 #include "parallel/ddp_config.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/sharded_weights.h"
 
 namespace nk::parallel {
 
@@ -51,14 +59,25 @@ class DistributedDataParallel {
   // (sharded: this rank's blocks, then summed over the group).
   double grad_norm_squared();
 
-  bool sharded() const { return cfg_.shard == Shard::Optimizer; }
+  // The same forward without gradients (validation), gathering as above.
+  float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
+                     const PackedBatchInfo* packed = nullptr);
+
+  // Gradients reduce-scattered and optimizer state sharded (ZeRO-1 or FSDP).
+  bool sharded() const { return cfg_.shard != Shard::None; }
+  // The weights sharded too (FSDP).
+  bool shards_weights() const { return weights_ != nullptr; }
   // The buckets and the blocks this rank's optimizer updates: each bucket
   // whole without sharding, else its block of this rank (may be empty).
   std::vector<ShardPiece> optimizer_pieces() const;
   // Sharded: all-gathers every bucket's updated master weights (and refreshes
   // the compute-dtype copy), so every rank holds the whole model again.
-  // Returns the seconds it took; 0 without sharding.
+  // Returns the seconds it took; 0 without sharding, and under FSDP (whose
+  // weights are gathered stage by stage).
   double gather_params();
+  // FSDP: the whole f32 master weights on every rank again (the final model
+  // export; collective). Nothing otherwise.
+  void gather_full_weights();
 
   // Blocking reductions of one host number over the group (the step's loss,
   // a stop request), identical on every rank after the call.
@@ -70,12 +89,17 @@ class DistributedDataParallel {
 
  private:
   void launch_ready(int64_t stage);  // starts the buckets that become final at `stage`
-  void poll();                       // lets pending all-reduces progress
+  // FSDP: makes `unit` resident, starting the gather of `next` (-1: none).
+  void use(int64_t unit, int64_t next);
+  void done(int64_t unit);  // FSDP: releases `unit`
+  void staged_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
+  void poll();  // lets pending all-reduces progress
 
   Transformer& model_;
   dist::Communicator& comm_;
   DdpConfig cfg_;
   std::vector<GradBucket> buckets_;
+  std::unique_ptr<ShardedWeights> weights_;  // FSDP only
   std::vector<dist::WorkPtr> pending_;
   size_t next_bucket_ = 0;  // buckets are launched in order; the first not yet started
 };

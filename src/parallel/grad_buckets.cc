@@ -38,7 +38,7 @@ std::vector<int64_t> grad_ready_stages(const ParamLayout& layout, int64_t n_laye
 }
 
 std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_layer,
-                                          int64_t bucket_elems) {
+                                          int64_t bucket_elems, bool stage_aligned) {
   NK_CHECK(bucket_elems >= 1, "bucket_elems must be positive, got {}", bucket_elems);
   const auto& ps = layout.params();
   const std::vector<int64_t> stage = grad_ready_stages(layout, n_layer);
@@ -65,6 +65,7 @@ std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_l
     const int64_t off = ps[i].offset;
     // Crossing from the vectors' region into the matrices' starts a new bucket.
     if (!cur.params.empty() && region_end(off) != region_end(ps[cur.params.back()].offset)) close();
+    if (stage_aligned && !cur.params.empty() && stage[i] != cur.ready_stage) close();
     if (cur.params.empty()) {
       // The bucket runs to the next bucket's start, or its region's end.
       cur.end = buckets.empty() || region_end(off) != region_end(buckets.back().begin)

@@ -41,9 +41,11 @@ struct GradBucket {
 
 // The buckets in launch order: by ready stage, then by descending offset
 // (each region's last bucket first). Frozen parameters have no gradient and no
-// bucket. bucket_elems >= 1.
+// bucket. bucket_elems >= 1. stage_aligned (FSDP, whose units of weights are
+// the stages): a bucket also ends where the ready stage changes, so each
+// bucket holds the parameters of one stage only.
 std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_layer,
-                                          int64_t bucket_elems);
+                                          int64_t bucket_elems, bool stage_aligned = false);
 
 // One piece of a distributed optimizer's plan: arena range [begin, end) (a
 // gradient bucket) of which one rank holds the state of [own_begin, own_end).

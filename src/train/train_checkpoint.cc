@@ -87,25 +87,32 @@ std::vector<std::string> all_gather_strings(dist::Communicator& g, const std::st
   return out;
 }
 
-// A sharded save's moments, whatever the number of ranks that wrote them, into
-// whole arenas: every piece checked against the layout and the manifest, and
-// every element of every trainable parameter covered exactly once.
+// A sharded save's pieces, whatever the number of ranks that wrote them, into
+// whole arenas: `targets` maps a tensor-name prefix to the flat arena of
+// `layout` it fills. Every piece is checked against the layout and the
+// manifest, and every element of every parameter must be covered exactly once.
 template <class CheckMeta>
-void read_sharded_moments(const CheckpointReader& r, const ParamLayout& trainable,
-                          const CheckMeta& check_meta, Tensor& m, Tensor& v) {
+void read_pieces(const CheckpointReader& r, const std::vector<CheckpointReader::Shard>& shards,
+                 const ParamLayout& layout,
+                 const std::vector<std::pair<std::string, Tensor*>>& targets,
+                 const CheckMeta& check_meta) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> covered;
-  for (const CheckpointReader::Shard& sh : r.optimizer_shards()) {
+  for (const CheckpointReader::Shard& sh : shards) {
     SafetensorsFile f = SafetensorsFile::open(r.path(sh.file));
     check_meta(f);
     for (const SafetensorsEntry& e : f.entries()) {
-      const bool first = e.name.rfind(kExpAvg, 0) == 0, second = e.name.rfind(kExpAvgSq, 0) == 0;
-      const std::string name = e.name.substr(first ? strlen(kExpAvg) : strlen(kExpAvgSq));
-      if ((!first && !second) || !trainable.has(name))
-        fail(
-            "{}: tensor '{}' is not a moment of this model's trainable parameters (the "
-            "checkpoint is of another model?)",
-            f.path(), e.name);
-      const ParamInfo& p = trainable.find(name);
+      Tensor* dst = nullptr;
+      std::string name;
+      for (const auto& [prefix, t] : targets)
+        if (e.name.rfind(prefix, 0) == 0 && layout.has(e.name.substr(prefix.size()))) {
+          dst = t;
+          name = e.name.substr(prefix.size());
+          break;
+        }
+      if (!dst)
+        fail("{}: tensor '{}' is not part of this model (the checkpoint is of another model?)",
+             f.path(), e.name);
+      const ParamInfo& p = layout.find(name);
       auto it = sh.pieces.find(e.name);
       if (it == sh.pieces.end()) fail("{}: tensor '{}' is not in the manifest", f.path(), e.name);
       const FlatPiece& piece = it->second;
@@ -115,25 +122,25 @@ void read_sharded_moments(const CheckpointReader& r, const ParamLayout& trainabl
       if (e.dtype != DType::F32 || e.shape != Shape{piece.end - piece.begin})
         fail("{}: tensor '{}' is {} {}, the manifest records f32 [{}]", f.path(), e.name,
              dtype_name(e.dtype), shape_str(e.shape), piece.end - piece.begin);
-      f.read_into(e.name, (first ? m : v).narrow0(p.offset + piece.begin, piece.end - piece.begin));
+      f.read_into(e.name, dst->narrow0(p.offset + piece.begin, piece.end - piece.begin));
       covered[e.name].emplace_back(piece.begin, piece.end);
     }
   }
-  for (const ParamInfo& p : trainable.params())
-    for (const char* prefix : {kExpAvg, kExpAvgSq}) {
+  for (const ParamInfo& p : layout.params())
+    for (const auto& [prefix, t] : targets) {
       auto& ranges = covered[prefix + p.name];
       std::sort(ranges.begin(), ranges.end());
       int64_t next = 0;
       for (auto [b, e] : ranges) {
         if (b != next)
-          fail("checkpoint '{}': the optimizer shards {} elements [{}, {}) of '{}{}'", r.dir(),
+          fail("checkpoint '{}': the shards {} elements [{}, {}) of '{}{}'", r.dir(),
                b < next ? "hold twice" : "miss", std::min(b, next), std::max(b, next), prefix,
                p.name);
         next = e;
       }
       if (next != p.numel())
-        fail("checkpoint '{}': the optimizer shards miss elements [{}, {}) of '{}{}'", r.dir(),
-             next, p.numel(), prefix, p.name);
+        fail("checkpoint '{}': the shards miss elements [{}, {}) of '{}{}'", r.dir(), next,
+             p.numel(), prefix, p.name);
     }
 }
 
@@ -148,12 +155,13 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
 }
 
 std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
-                                          const TrainerState& state, dist::Communicator& group) {
+                                          const TrainerState& state, dist::Communicator& group,
+                                          bool shard_weights) {
   const ParamLayout trainable = trainable_layout(model.layout());
   const std::string root = cfg.checkpoint_root();
   // This rank's moments: for each trainable group's shard, its piece of every
   // parameter it meets.
-  CheckpointShard shard;
+  CheckpointShard shard, weights;
   shard.file = checkpoint_shard_file("optimizer", group.rank(), group.size());
   shard.metadata = {{"format", "nekton-checkpoint"},
                     {"step", std::to_string(state.step)},
@@ -161,6 +169,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
                     {"optimizer_steps", std::to_string(opt.steps_done())}};
   if (const std::string frozen = frozen_list(model.layout()); !frozen.empty())
     shard.metadata[kFrozen] = frozen;
+  weights.file = checkpoint_shard_file("model", group.rank(), group.size());
+  weights.metadata = {{"format", "nekton-checkpoint"}, {"step", std::to_string(state.step)}};
   std::vector<std::pair<std::string, Tensor>> sq;
   for (size_t i = 0; i < opt.groups().size(); ++i) {
     const ParamGroup& g = opt.groups()[i];
@@ -177,9 +187,18 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
       shard.pieces[kExpAvgSq + p.name] = piece;
       shard.tensors.emplace_back(kExpAvg + p.name, opt.m().narrow0(at, hi - lo));
       sq.emplace_back(kExpAvgSq + p.name, opt.v().narrow0(at, hi - lo));
+      weights.pieces[p.name] = piece;  // the master weights this rank updates
+      weights.tensors.emplace_back(p.name, model.params().narrow0(lo, hi - lo));
     }
   }
   for (auto& t : sq) shard.tensors.push_back(std::move(t));
+  if (group.rank() == 0)  // frozen parameters: whole on every rank, written by rank 0
+    for (const ParamInfo& p : model.layout().params())
+      if (!p.trainable) {
+        weights.pieces[p.name] = FlatPiece{p.shape, 0, p.numel()};
+        weights.tensors.emplace_back(p.name,
+                                     ParamLayout::view(model.params(), p).view({p.numel()}));
+      }
 
   Tensor token = Tensor::empty({1}, DType::I64);
   *token.data<int64_t>() = int64_t(::getpid());
@@ -189,11 +208,15 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
   group.barrier();
   // Once rank 0 holds every record, every shard is durable.
   std::vector<std::string> records = all_gather_strings(group, write_checkpoint_shard(tmp, shard));
+  if (shard_weights)
+    for (auto& r : all_gather_strings(group, write_checkpoint_shard(tmp, weights)))
+      records.push_back(std::move(r));
   std::string dir = (std::filesystem::path(root) / checkpoint_name(state.step)).string();
-  if (group.rank() == 0)
-    dir = finish_shared_checkpoint(root, tmp,
-                                   checkpoint_contents(cfg, model, opt, state, trainable, false),
-                                   records, cfg.keep_checkpoints);
+  if (group.rank() == 0) {
+    CheckpointContents c = checkpoint_contents(cfg, model, opt, state, trainable, false);
+    if (shard_weights) c.model.clear();  // in the model shards
+    dir = finish_shared_checkpoint(root, tmp, c, records, cfg.keep_checkpoints);
+  }
   group.barrier();  // installed before any rank goes on (or reads it back)
   return dir;
 }
@@ -211,8 +234,13 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   out.model =
       std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed, ParamInit::Zeros, cfg.frozen);
   const ParamLayout& layout = out.model->layout();
-  SafetensorsFile weights = r.model();
-  read_flat_tensors(weights, layout, "", out.model->params());
+  if (r.model_shards().empty()) {
+    SafetensorsFile weights = r.model();
+    read_flat_tensors(weights, layout, "", out.model->params());
+  } else {
+    read_pieces(r, r.model_shards(), layout, {{"", &out.model->params()}},
+                [](const SafetensorsFile&) {});
+  }
   auto check_meta = [&](const SafetensorsFile& opt) {
     auto meta = opt.metadata();
     if (meta["optimizer"] != "adamw")
@@ -238,7 +266,8 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
     read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg);
     read_flat_tensors(opt, trainable, kExpAvgSq, out.exp_avg_sq);
   } else {
-    read_sharded_moments(r, trainable, check_meta, out.exp_avg, out.exp_avg_sq);
+    read_pieces(r, r.optimizer_shards(), trainable,
+                {{kExpAvg, &out.exp_avg}, {kExpAvgSq, &out.exp_avg_sq}}, check_meta);
   }
 
   // Same shapes, but maybe another norm_eps, rope_theta, ...: refuse those too.

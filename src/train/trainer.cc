@@ -106,7 +106,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
             parallel::describe_buckets(ddp_->buckets()),
             cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward",
-            ddp_->sharded() ? "; optimizer state sharded (ZeRO-1)" : "");
+            ddp_->shards_weights() ? "; weights, gradients and optimizer state sharded (FSDP)"
+            : ddp_->sharded()      ? "; optimizer state sharded (ZeRO-1)"
+                                   : "");
   }
   if (!opt_) make_optimizer();
   if (!cfg_.data.tokenizer.empty()) {
@@ -261,7 +263,8 @@ void Trainer::save_checkpoint_now() {
   auto t0 = Clock::now();
   std::string dir;
   if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
-    dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group());
+    dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
+                                        ddp_->shards_weights());
   } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
     dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
   } else {
@@ -285,7 +288,8 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
     loader.next(batch.host_tokens, batch.host_targets);
     batch.upload();
-    sum += model_->forward_loss(acts, batch.tokens, batch.targets);
+    sum += ddp_ ? ddp_->forward_loss(acts, batch.tokens, batch.targets)
+                : model_->forward_loss(acts, batch.tokens, batch.targets);
   }
   return sum / double(cfg_.val_batches);
 }
@@ -310,20 +314,19 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   }
   NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
           accum);
-  {  // what this rank holds, per the arenas' sizes (bytes per parameter: see BENCHMARKS.md)
+  {  // what this rank holds: resident weight pages (FSDP releases the other ranks'), the
+     // gradient and optimizer arenas (bytes per parameter: see BENCHMARKS.md)
     Transformer& m = *model_;
-    const double weights =
-        double(m.params().nbytes()) +
-        (m.compute_params().raw() != m.params().raw() ? double(m.compute_params().nbytes()) : 0.0);
+    const bool copy = m.compute_params().raw() != m.params().raw();
+    const double weights = double(parallel::resident_bytes(m.params())) +
+                           (copy ? double(parallel::resident_bytes(m.compute_params())) : 0.0);
+    const double grads = double(m.grads().nbytes()), state = 8.0 * double(opt_->state_size());
     NK_INFO(
-        "memory per rank: weights {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB "
-        "({:.2f} bytes per parameter)",
-        weights / 1048576.0, double(m.grads().nbytes()) / 1048576.0,
-        2.0 * double(opt_->state_size()) * 4 / 1048576.0,
-        (weights + double(m.grads().nbytes()) + 8.0 * double(opt_->state_size())) /
-            double(m.layout().count()));
+        "memory per rank: weights {:.1f} MiB resident, gradients {:.1f} MiB, optimizer state "
+        "{:.1f} MiB ({:.2f} bytes per parameter)",
+        weights / 1048576.0, grads / 1048576.0, state / 1048576.0,
+        (weights + grads + state) / double(m.layout().count()));
   }
-
   Activations acts(*model_, B, T, true);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
@@ -430,6 +433,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     }
   }
   if (saved_step_ != state_.step) save_checkpoint_now();
+  if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
   if (!par_.writes()) return;
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);

@@ -317,11 +317,11 @@ TEST_F(ShardedCheckpoint, MissingOrDoubledPiecesAreRefused) {
     p[1].pop_back();
   });
   std::string msg = error_of([&] { load_train_checkpoint(dir_missing, cfg); });
-  EXPECT_TRUE(contains(msg, "the optimizer shards miss elements")) << msg;
+  EXPECT_TRUE(contains(msg, "the shards miss elements")) << msg;
   EXPECT_TRUE(contains(msg, "'" + lost + "'")) << msg;
   std::string dir_twice = reshard(src, dir / "twice", [](Pieces& p) { p[2].push_back(p[0][0]); });
   msg = error_of([&] { load_train_checkpoint(dir_twice, cfg); });
-  EXPECT_TRUE(contains(msg, "the optimizer shards hold twice elements")) << msg;
+  EXPECT_TRUE(contains(msg, "the shards hold twice elements")) << msg;
   // A shard file that does not verify: the checkpoint is refused by name.
   {
     std::ofstream f(fs::path(dir_twice) / "optimizer.00001-of-00003.safetensors",

@@ -12,6 +12,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
+#include "parallel/sharded_weights.h"
 #include "parallel_env.h"
 #include "train/trainer.h"
 
@@ -28,6 +31,7 @@ struct Recipe {
   bool overlap = true;
   double bucket_mb = 0.02;     // small: several buckets on the tiny models
   std::string shard = "none";  // parallel.shard
+  int64_t val_every = 0;       // train.val_every (validation through the DP layer)
 };
 
 class DataParallel : public ::testing::Test {
@@ -71,7 +75,8 @@ class DataParallel : public ::testing::Test {
         "train.steps=10",
         "train.lr=3e-3",
         "train.warmup_steps=2",
-        "train.val_every=0",
+        "train.val_every=" + std::to_string(r.val_every),
+        "train.val_batches=2",
         "train.log_every=100",
         "train.peak_tflops=1",
         "train.out_dir=" + out,
@@ -105,7 +110,23 @@ class DataParallel : public ::testing::Test {
     TrainParallel par{&mesh, groups_.get()};
     Trainer ddp(config(r, (base_ / "dp").string(), dp), par);
     record(ddp, dp_batches);
-    ddp.run();
+    // FSDP: between steps only this rank's blocks of the weights are resident
+    // (plus the pages a block shares with a neighbour, and frozen ones).
+    std::vector<size_t> resident;
+    ddp.run([&](const StepStats&) {
+      resident.push_back(parallel::resident_bytes(ddp.model().compute_params()));
+    });
+    if (r.shard == "full") {
+      const size_t whole = ddp.model().compute_params().nbytes(),
+                   page = size_t(sysconf(_SC_PAGESIZE));
+      const size_t buckets =
+          parallel::plan_grad_buckets(ddp.model().layout(), ddp.model().config().n_layer,
+                                      int64_t(r.bucket_mb * 262144), true)
+              .size();
+      for (size_t k = 0; k < resident.size(); ++k)
+        EXPECT_LE(resident[k], whole / size_t(dp) + 2 * page * buckets * size_t(dp) + page)
+            << "step " << k + 1 << ": " << resident[k] << " of " << whole << " bytes resident";
+    }
 
     ASSERT_EQ(ref.history().size(), 10u);
     ASSERT_EQ(ddp.history().size(), 10u);
@@ -116,6 +137,11 @@ class DataParallel : public ::testing::Test {
       EXPECT_NEAR(ref.history()[i].grad_norm, ddp.history()[i].grad_norm,
                   loss_tol * 10 * ref.history()[i].grad_norm)
           << "step " << i + 1;
+      double va = ref.history()[i].val_loss, vb = ddp.history()[i].val_loss;
+      EXPECT_EQ(std::isnan(va), std::isnan(vb)) << "step " << i + 1;
+      if (!std::isnan(va)) {
+        EXPECT_LE(std::abs(va - vb), loss_tol * std::abs(va)) << "step " << i + 1;
+      }
     }
     // Rank r's local micro-batch m is the single process's micro-batch m·dp + r.
     for (size_t s = 0; s < 10; ++s) {
@@ -166,7 +192,7 @@ class DataParallel : public ::testing::Test {
     Tensor held = Tensor::empty({1}, DType::I64);
     *held.data<int64_t>() = ddp.optimizer().state_size();
     groups_->get("world").all_reduce(held);
-    if (r.shard == "optimizer") {
+    if (r.shard != "none") {
       EXPECT_EQ(*held.data<int64_t>(), whole);
       EXPECT_LE(ddp.optimizer().state_size(), whole / dp + 64 * dp) << "not about 1/dp";
     } else {
@@ -238,6 +264,25 @@ TEST_F(DataParallel, Zero1LlamaOneBucketNoOverlap) {
 // bf16 compute: the tolerances of plain DP in bf16, for the same reason.
 TEST_F(DataParallel, Zero1Gpt2Bf16GradAccumulation) {
   check({"gpt-tiny", DType::BF16, 2, true, 0.02, "optimizer"}, 1e-3, 1.0 / 256);
+}
+
+// FSDP: the weights sharded too, each stage's gathered before it runs (GPT-2's
+// tied head re-gathers the embeddings). The same tolerances as plain DP; the
+// validation loss goes through the same gathers.
+TEST_F(DataParallel, FsdpGpt2) {
+  check({"gpt-tiny", DType::F32, 1, true, 0.02, "full", 5}, kF32, kF32);
+}
+TEST_F(DataParallel, FsdpGpt2GradAccumulation) {
+  check({"gpt-tiny", DType::F32, 2, true, 0.02, "full"}, kF32, kF32);
+}
+TEST_F(DataParallel, FsdpLlama) {
+  check({"llama-tiny", DType::F32, 1, true, 0.02, "full", 5}, kF32, kF32);
+}
+TEST_F(DataParallel, FsdpLlamaGradAccumulationNoOverlap) {
+  check({"llama-tiny", DType::F32, 2, false, 0.02, "full"}, kF32, kF32);
+}
+TEST_F(DataParallel, FsdpGpt2Bf16GradAccumulation) {
+  check({"gpt-tiny", DType::BF16, 2, true, 0.02, "full"}, 1e-3, 1.0 / 256);
 }
 
 // A data-parallel run stopped at step 5 (rank 0 writes the checkpoint: the
@@ -318,6 +363,15 @@ TEST_F(DataParallel, Zero1CheckpointReshards) {
     single.run();
     expect_continues(single, kF32, "ZeRO-1 -> one process");
   }
+  {  // FSDP over the same ranks
+    Recipe full = zero;
+    full.shard = "full";
+    Trainer fsdp(
+        config(full, (base_ / "fsdp").string(), dp, {"train.resume_from=" + ckpt.string()}), par);
+    EXPECT_EQ(fsdp.state().step, 5);
+    fsdp.run();
+    expect_continues(fsdp, kF32, "ZeRO-1 -> FSDP");
+  }
   {  // plain data parallelism over the same ranks
     Recipe plain = zero;
     plain.shard = "none";
@@ -326,6 +380,48 @@ TEST_F(DataParallel, Zero1CheckpointReshards) {
     EXPECT_EQ(ddp.state().step, 5);
     ddp.run();
     expect_continues(ddp, kF32, "ZeRO-1 -> plain DP");
+  }
+}
+
+// FSDP stopped at step 5: every rank writes its blocks of the weights and of
+// the moments. The same layout continues bit for bit; one process continues
+// the same loss curve.
+TEST_F(DataParallel, FsdpCheckpointReshards) {
+  const Recipe full{"gpt-tiny", DType::F32, 2, true, 0.02, "full"};
+  const int64_t dp = world_;
+  dist::Mesh mesh = train_mesh(config(full, "unused", dp), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  Trainer whole(config(full, (base_ / "whole").string(), dp), par);
+  whole.run();
+  {
+    Trainer first(config(full, (base_ / "split").string(), dp, {"train.exit_at_step=5"}), par);
+    first.run();
+  }
+  const fs::path ckpt = base_ / "split" / "checkpoints" / "step_00000005";
+  groups_->get("world").barrier();
+  if (rank_ == 0) {
+    for (int64_t r = 0; r < dp; ++r)
+      EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", r, dp)));
+    EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
+  }
+  Trainer second(config(full, (base_ / "split").string(), dp), par);
+  EXPECT_EQ(second.state().step, 5);
+  second.run();
+  ASSERT_EQ(second.history().size(), 5u);
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(second.history()[i].loss, whole.history()[5 + i].loss) << "step " << 6 + i;
+  const Tensor &a = whole.model().params(), &b = second.model().params();
+  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
+  Recipe one = full;
+  one.shard = "none";
+  Trainer single(config(one, (base_ / ("single_rank" + std::to_string(rank_))).string(), dp,
+                        {"train.resume_from=" + ckpt.string()}));
+  EXPECT_EQ(single.state().step, 5);
+  single.run();
+  ASSERT_EQ(single.history().size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    double x = whole.history()[5 + i].loss, y = single.history()[i].loss;
+    EXPECT_LE(std::abs(x - y), kF32 * std::abs(x)) << "FSDP -> one process, step " << 6 + i;
   }
 }
 

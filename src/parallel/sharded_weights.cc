@@ -1,0 +1,122 @@
+#include "parallel/sharded_weights.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace nk::parallel {
+
+namespace {
+size_t page_size() {
+  static const size_t p = size_t(::sysconf(_SC_PAGESIZE));
+  return p;
+}
+}  // namespace
+
+size_t resident_bytes(const Tensor& t) {
+  if (!t.defined() || t.nbytes() == 0) return 0;
+  const size_t page = page_size();
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw()) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(t.raw()) + t.nbytes();
+  const size_t pages = (end - begin + page - 1) / page;
+  std::vector<unsigned char> in(pages);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, in.data()) != 0)
+    fail("mincore over {}: {}", t.desc(), std::strerror(errno));
+  size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return std::min(n * page, t.nbytes());
+}
+
+ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
+                               std::vector<GradBucket> buckets)
+    : model_(model),
+      comm_(comm),
+      buckets_(std::move(buckets)),
+      n_layer_(model.config().n_layer),
+      tied_(model.config().tied_embeddings),
+      state_(buckets_.size(), State::Released),
+      work_(buckets_.size()) {
+  NK_CHECK(model.device() == kHost, "ShardedWeights: host arenas only (madvise), got {}",
+           device_name(model.device()));
+  const bool separate_master = model.compute_params().raw() != model.params().raw();
+  for (const GradBucket& b : buckets_) {
+    release_others(model.compute_params(), b);
+    if (separate_master) release_others(model.params(), b);
+  }
+}
+
+void ShardedWeights::release_others(const Tensor& arena, const GradBucket& b) {
+  const auto counts = shard_counts(b, comm_.size());
+  const size_t es = dtype_size(arena.dtype()), page = page_size();
+  char* base = static_cast<char*>(arena.raw());
+  int64_t at = b.begin;
+  for (int j = 0; j < comm_.size(); ++j) {
+    const int64_t n = counts[size_t(j)];
+    if (j != comm_.rank() && n > 0) {
+      // Only whole pages inside the block: a page shared with an owned block keeps its bytes.
+      uintptr_t lo = reinterpret_cast<uintptr_t>(base + at * es);
+      uintptr_t hi = reinterpret_cast<uintptr_t>(base + (at + n) * es);
+      lo = (lo + page - 1) / page * page;
+      hi = hi / page * page;
+      if (hi > lo && ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+        fail("{}: releasing weights: madvise: {}", comm_.where("fsdp", 0), std::strerror(errno));
+    }
+    at += n;
+  }
+}
+
+std::vector<size_t> ShardedWeights::buckets_of(int64_t unit) const {
+  std::vector<size_t> out;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const int64_t s = buckets_[k].ready_stage;
+    if (s == unit || (unit == head_unit() && tied_ && s == embed_unit())) out.push_back(k);
+  }
+  return out;
+}
+
+void ShardedWeights::prefetch(int64_t unit) {
+  for (size_t k : buckets_of(unit)) {
+    if (state_[k] != State::Released) continue;
+    const GradBucket& b = buckets_[k];
+    work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
+                                        shard_counts(b, comm_.size()));
+    state_[k] = State::Pending;
+  }
+}
+
+void ShardedWeights::gather(int64_t unit) {
+  prefetch(unit);
+  for (size_t k : buckets_of(unit)) {
+    if (state_[k] != State::Pending) continue;
+    work_[k]->wait();
+    work_[k].reset();
+    state_[k] = State::Resident;
+  }
+}
+
+void ShardedWeights::release(int64_t unit) {
+  for (size_t k : buckets_of(unit)) {
+    NK_CHECK(state_[k] != State::Pending, "ShardedWeights: releasing bucket {} mid-gather", k);
+    if (state_[k] == State::Released) continue;
+    release_others(model_.compute_params(), buckets_[k]);
+    state_[k] = State::Released;
+  }
+}
+
+void ShardedWeights::gather_all_master() {
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    if (state_[k] == State::Pending) work_[k]->wait();
+  std::vector<dist::WorkPtr> all;
+  for (const GradBucket& b : buckets_)
+    all.push_back(comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
+                                           shard_counts(b, comm_.size())));
+  for (auto& w : all) w->wait();
+  model_.sync_compute_params();
+  std::fill(state_.begin(), state_.end(), State::Resident);
+}
+
+}  // namespace nk::parallel

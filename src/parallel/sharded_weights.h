@@ -1,0 +1,69 @@
+// FSDP's weights (parallel.shard=full, ZeRO-3): the model keeps its flat
+// weight arenas as address space, but between uses only this rank's block of
+// every gradient bucket (grad_buckets.h: shard_counts) is resident. A unit,
+// the buckets one stage of the step reads, is all-gathered into place just
+// before the stage runs and released after it: madvise(MADV_DONTNEED) hands
+// the pages of the other ranks' blocks back to the OS (they read as zeros
+// until the next gather), so the resident weights fall to about 1/dp plus the
+// unit in use and the one prefetched. The same would be done on a GPU by
+// mapping and unmapping physical pages of a reserved range (CUDA virtual
+// memory management).
+//
+// What is gathered is the compute-dtype arena (bf16 or f32), which the
+// kernels read. With bf16 compute the f32 master weights outside this rank's
+// blocks are released once and never touched again: the optimizer updates
+// only this rank's blocks, and checkpoints hold each rank's blocks. Frozen
+// parameters have no bucket and stay whole on every rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/transformer.h"
+#include "parallel/grad_buckets.h"
+
+namespace nk::parallel {
+
+// Bytes of `t`'s memory that are resident (mincore), for the memory report.
+size_t resident_bytes(const Tensor& t);
+
+class ShardedWeights {
+ public:
+  // `buckets` must be stage-aligned (plan_grad_buckets(..., true)). Releases
+  // every other rank's blocks. model and comm must outlive this.
+  ShardedWeights(Transformer& model, dist::Communicator& comm, std::vector<GradBucket> buckets);
+
+  // The units, by the stage numbers of grad_ready_stages: the embeddings
+  // (n_layer + 1), block l (1 + (n_layer - 1 - l)), and the head (0: final
+  // norm and an untied head; a tied head also reads the embeddings' unit).
+  int64_t embed_unit() const { return n_layer_ + 1; }
+  int64_t block_unit(int64_t l) const { return 1 + (n_layer_ - 1 - l); }
+  int64_t head_unit() const { return 0; }
+
+  // Starts gathering `unit` (nothing if it is resident or on its way).
+  void prefetch(int64_t unit);
+  // Makes `unit` resident (waits for its prefetch, or gathers it now).
+  void gather(int64_t unit);
+  // Releases the other ranks' blocks of `unit`.
+  void release(int64_t unit);
+  // The whole f32 master and compute weights on every rank (the final model
+  // export); they stay resident.
+  void gather_all_master();
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+
+ private:
+  std::vector<size_t> buckets_of(int64_t unit) const;
+  void release_others(const Tensor& arena, const GradBucket& b);
+
+  Transformer& model_;
+  dist::Communicator& comm_;
+  std::vector<GradBucket> buckets_;
+  int64_t n_layer_;
+  bool tied_;
+  enum class State { Released, Pending, Resident };
+  std::vector<State> state_;         // per bucket
+  std::vector<dist::WorkPtr> work_;  // per bucket: its pending gather
+};
+
+}  // namespace nk::parallel
