@@ -71,3 +71,25 @@ set_tests_properties(train_cli_nproc_bad_batch PROPERTIES LABELS mpi TIMEOUT 60
                      ENVIRONMENT "${NK_MPI_ENV}"
                      PASS_REGULAR_EXPRESSION
                      "train.global_batch = 8 is not a multiple of data-parallel size × train.micro_batch = 3 × 2 = 6")
+
+# Shell-script tests of `nekton train` under mpirun (tests/apps/mpi), labelled "mpi":
+#   train_multihost_netns    2 ranks on two "hosts" (network namespaces joined by
+#                            veth, TCP only) match one host; skipped where namespaces
+#                            cannot be made (needs root / CAP_SYS_ADMIN)
+#   train_rank_kill_resume   a SIGKILLed rank ends the job, named (a stopped one through
+#                            rank 0's timeout); the rerun resumes from the newest
+#                            checkpoint on the uninterrupted curve
+#   train_reshard_cli        a 4-rank ZeRO-1 checkpoint resumed by one process and by
+#                            FSDP over 2 ranks, on the uninterrupted run's losses
+add_test(NAME train_multihost_netns
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/multihost_netns.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+add_test(NAME train_rank_kill_resume
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/rank_kill_resume.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+add_test(NAME train_reshard_cli
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/reshard_cli.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_cli PROPERTIES
+                     LABELS mpi TIMEOUT 300 ENVIRONMENT "${NK_MPI_ENV}")
+set_tests_properties(train_multihost_netns PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")

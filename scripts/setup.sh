@@ -7,10 +7,13 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
       libzstd-dev zstd libsimdjson-dev libxxhash-dev
       libicu-dev libgumbo-dev libfasttext-dev fasttext python3.11-doc libopenmpi-dev openmpi-bin
+      iproute2 procps
       fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs)
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
 # python3.11-doc: HTML pages with their source text, for the extraction test;
-# libopenmpi-dev, openmpi-bin: MPI for src/dist and mpirun for its multi-process tests.
+# libopenmpi-dev, openmpi-bin: MPI for src/dist and mpirun for its multi-process tests;
+# iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
+# tests/apps/mpi scripts.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
