@@ -17,12 +17,53 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   model_.sync_compute_params();
   if (cfg_.shard == Shard::Full)
     weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_);
+  // The stages (units) that read each bucket's parameters; a tied head reads
+  // the embeddings' too.
+  const int64_t L = model_.config().n_layer;
+  const std::vector<int64_t> stage = grad_ready_stages(model_.layout(), L);
+  unit_buckets_.resize(size_t(num_backward_stages(L)));
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    for (size_t i : buckets_[k].params) {
+      std::vector<int64_t> units = {stage[i]};
+      if (stage[i] == L + 1 && model_.config().tied_embeddings) units.push_back(0);
+      for (int64_t u : units) {
+        auto& list = unit_buckets_[size_t(u)];
+        if (list.empty() || list.back() != k) list.push_back(k);
+      }
+    }
+  param_gathers_.resize(buckets_.size());
 }
 
 void DistributedDataParallel::use(int64_t unit, int64_t next) {
-  if (!weights_) return;
-  weights_->gather(unit);
-  if (next >= 0) weights_->prefetch(next);
+  if (weights_) {
+    weights_->gather(unit);
+    if (next >= 0) weights_->prefetch(next);
+    return;
+  }
+  if (params_pending_ == 0) return;
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t k : unit_buckets_[size_t(unit)]) finish_param_gather(k);
+  param_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& w : param_gathers_)  // MPI progresses the others only inside MPI calls
+    if (w) w->test();
+}
+
+void DistributedDataParallel::finish_param_gather(size_t k) {
+  if (!param_gathers_[k]) return;
+  param_gathers_[k]->wait();
+  param_gathers_[k].reset();
+  --params_pending_;
+  // The bf16 copy of the gathered blocks, rounded as AdamW's fused update
+  // rounds this rank's own.
+  if (model_.compute_params().raw() != model_.params().raw()) {
+    const GradBucket& b = buckets_[k];
+    ops::convert(model_.compute_params().narrow0(b.begin, b.numel()),
+                 model_.params().narrow0(b.begin, b.numel()));
+  }
+}
+
+void DistributedDataParallel::finish_param_gathers() {
+  for (size_t k = 0; k < buckets_.size(); ++k) finish_param_gather(k);
 }
 
 void DistributedDataParallel::done(int64_t unit) {
@@ -46,7 +87,7 @@ void DistributedDataParallel::staged_forward(Activations& a, const Tensor& token
 
 float DistributedDataParallel::forward_loss(Activations& a, const Tensor& tokens,
                                             const Tensor& targets, const PackedBatchInfo* packed) {
-  if (!weights_) return model_.forward_loss(a, tokens, targets, packed);
+  if (!weights_ && params_pending_ == 0) return model_.forward_loss(a, tokens, targets, packed);
   staged_forward(a, tokens, packed);
   use(0, -1);
   float loss = model_.head_loss(a, targets, false, 0.f);
@@ -73,19 +114,15 @@ void DistributedDataParallel::poll() {
 float DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens,
                                                 const Tensor& targets, float grad_scale,
                                                 bool reduce, const PackedBatchInfo* packed) {
-  if (!reduce && !weights_) return model_.forward_backward(a, tokens, targets, grad_scale, packed);
+  if (!reduce && !weights_ && params_pending_ == 0)
+    return model_.forward_backward(a, tokens, targets, grad_scale, packed);
   NK_CHECK(!reduce || (pending_.empty() && next_bucket_ == 0),
            "DistributedDataParallel: wait_grads() before the next reducing micro-batch");
   const bool overlap = reduce && cfg_.overlap_grad_reduce;
   const int64_t L = model_.config().n_layer;
   // Transformer::forward_backward's stages, with the backward cut per block
-  // (and FSDP's gathers around each stage).
-  if (weights_) {
-    staged_forward(a, tokens, packed);
-  } else {
-    model_.embed_forward(a, tokens, packed);
-    model_.blocks_forward(a, 0, L, packed);
-  }
+  // (and the weight gathers of FSDP and ZeRO-1 before each stage).
+  staged_forward(a, tokens, packed);
   use(0, L > 0 ? 1 : -1);
   float loss = model_.head_loss(a, targets, true, grad_scale);
   done(0);
@@ -138,20 +175,19 @@ double DistributedDataParallel::grad_norm_squared() {
 
 void DistributedDataParallel::gather_full_weights() {
   if (weights_) weights_->gather_all_master();
+  finish_param_gathers();
 }
 
-double DistributedDataParallel::gather_params() {
-  if (cfg_.shard != Shard::Optimizer) return 0;
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<dist::WorkPtr> gathers;
-  for (const GradBucket& b : buckets_)
-    gathers.push_back(comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
-                                               shard_counts(b, comm_.size())));
-  for (auto& w : gathers) w->wait();
-  // The compute-dtype copy of the gathered blocks, rounded as AdamW's fused
-  // update rounds this rank's own.
-  model_.sync_compute_params();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+void DistributedDataParallel::gather_params() {
+  if (cfg_.shard != Shard::Optimizer) return;
+  NK_CHECK(params_pending_ == 0, "DistributedDataParallel: gather_params() twice");
+  // In launch order, which is every rank's.
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const GradBucket& b = buckets_[k];
+    param_gathers_[k] = comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
+                                                 shard_counts(b, comm_.size()));
+    ++params_pending_;
+  }
 }
 
 double DistributedDataParallel::wait_grads() {
@@ -159,7 +195,9 @@ double DistributedDataParallel::wait_grads() {
   for (auto& w : pending_) w->wait();
   pending_.clear();
   next_bucket_ = 0;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited = param_wait_s_;
+  param_wait_s_ = 0;
+  return waited + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace nk::parallel

@@ -12,8 +12,12 @@
 // Distributed optimizer (cfg.shard = Optimizer, ZeRO-1): each bucket is
 // reduce-scattered instead (shard_counts: rank j receives the sum of block j
 // only), this rank's optimizer updates just its blocks (optimizer_pieces),
-// and gather_params() all-gathers the updated master weights afterwards. The
-// gradient norm is then a sum over the ranks' blocks (grad_norm_squared).
+// and gather_params() starts the all-gather of the updated master weights,
+// bucket by bucket, without waiting: the next forward waits for a bucket only
+// when the first stage that reads it is about to run (and refreshes that
+// bucket's bf16 copy), so the gathers overlap the start of the next step.
+// Anything else that reads the weights first calls finish_param_gathers().
+// The gradient norm is a sum over the ranks' blocks (grad_norm_squared).
 //
 // FSDP (cfg.shard = Full): as the distributed optimizer, and the weights
 // themselves sharded (sharded_weights.h): the buckets follow the stages, and
@@ -52,8 +56,9 @@ class DistributedDataParallel {
   // by the time this returns; wait_grads() finishes them.
   float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
                          float grad_scale, bool reduce, const PackedBatchInfo* packed = nullptr);
-  // Waits for every started bucket. Seconds spent waiting here: the exposed
-  // (not overlapped) communication of the step.
+  // Waits for every started bucket. Seconds spent waiting here and, under
+  // ZeRO-1, for weight gathers in this step's forward passes: the exposed (not
+  // overlapped) communication of the step.
   double wait_grads();
   // After wait_grads(): the squared 2-norm of the step's summed gradient
   // (sharded: this rank's blocks, then summed over the group).
@@ -70,11 +75,13 @@ class DistributedDataParallel {
   // The buckets and the blocks this rank's optimizer updates: each bucket
   // whole without sharding, else its block of this rank (may be empty).
   std::vector<ShardPiece> optimizer_pieces() const;
-  // Sharded: all-gathers every bucket's updated master weights (and refreshes
-  // the compute-dtype copy), so every rank holds the whole model again.
-  // Returns the seconds it took; 0 without sharding, and under FSDP (whose
-  // weights are gathered stage by stage).
-  double gather_params();
+  // ZeRO-1: starts all-gathering every bucket's updated master weights (see
+  // above). Nothing without sharding, and under FSDP (whose weights are
+  // gathered stage by stage).
+  void gather_params();
+  // ZeRO-1: waits for every pending weight gather, so every rank holds the
+  // whole model (before a checkpoint or the model export reads it).
+  void finish_param_gathers();
   // FSDP: the whole f32 master weights on every rank again (the final model
   // export; collective). Nothing otherwise.
   void gather_full_weights();
@@ -89,9 +96,12 @@ class DistributedDataParallel {
 
  private:
   void launch_ready(int64_t stage);  // starts the buckets that become final at `stage`
-  // FSDP: makes `unit` resident, starting the gather of `next` (-1: none).
+  // Before the stage `unit` runs: FSDP makes it resident, starting the gather
+  // of `next` (-1: none); ZeRO-1 waits for the pending gathers of the buckets
+  // it reads.
   void use(int64_t unit, int64_t next);
-  void done(int64_t unit);  // FSDP: releases `unit`
+  void finish_param_gather(size_t bucket);  // ZeRO-1: wait, then refresh the bf16 copy
+  void done(int64_t unit);                  // FSDP: releases `unit`
   void staged_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void poll();  // lets pending all-reduces progress
 
@@ -100,6 +110,11 @@ class DistributedDataParallel {
   DdpConfig cfg_;
   std::vector<GradBucket> buckets_;
   std::unique_ptr<ShardedWeights> weights_;  // FSDP only
+  // ZeRO-1: per bucket its pending weight gather; per unit the buckets it reads.
+  std::vector<dist::WorkPtr> param_gathers_;
+  size_t params_pending_ = 0;
+  std::vector<std::vector<size_t>> unit_buckets_;
+  double param_wait_s_ = 0;  // waited for weight gathers since the last wait_grads
   std::vector<dist::WorkPtr> pending_;
   size_t next_bucket_ = 0;  // buckets are launched in order; the first not yet started
 };

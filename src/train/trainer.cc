@@ -261,6 +261,7 @@ void Trainer::resume_legacy() {
 
 void Trainer::save_checkpoint_now() {
   auto t0 = Clock::now();
+  if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
   std::string dir;
   if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
@@ -374,7 +375,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? float(cfg_.grad_clip / norm) : 1.f;
     double lr = cfg_.lr.at(step);
     opt.step(lr, clip);
-    if (ddp_) comm_s += ddp_->gather_params();  // ZeRO-1: every rank's updated shard
+    if (ddp_) ddp_->gather_params();  // ZeRO-1: waited for by the next forward
 
     StepStats s;
     s.step = step + 1;
