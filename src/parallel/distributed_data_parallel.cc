@@ -15,8 +15,12 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
                                  cfg.shard == Shard::Full)) {
   comm_.broadcast(model_.params(), 0);
   model_.sync_compute_params();
+  const bool bf16_master = model_.compute_params().raw() != model_.params().raw();
   if (cfg_.shard == Shard::Full)
     weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_);
+  if (cfg_.shard == Shard::Optimizer && bf16_master)
+    for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, comm_);
+  master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
   // The stages (units) that read each bucket's parameters; a tied head reads
   // the embeddings' too.
   const int64_t L = model_.config().n_layer;
@@ -53,13 +57,6 @@ void DistributedDataParallel::finish_param_gather(size_t k) {
   param_gathers_[k]->wait();
   param_gathers_[k].reset();
   --params_pending_;
-  // The bf16 copy of the gathered blocks, rounded as AdamW's fused update
-  // rounds this rank's own.
-  if (model_.compute_params().raw() != model_.params().raw()) {
-    const GradBucket& b = buckets_[k];
-    ops::convert(model_.compute_params().narrow0(b.begin, b.numel()),
-                 model_.params().narrow0(b.begin, b.numel()));
-  }
 }
 
 void DistributedDataParallel::finish_param_gathers() {
@@ -174,18 +171,23 @@ double DistributedDataParallel::grad_norm_squared() {
 }
 
 void DistributedDataParallel::gather_full_weights() {
-  if (weights_) weights_->gather_all_master();
   finish_param_gathers();
+  if (weights_)
+    weights_->gather_all_master();
+  else if (master_sharded_)
+    gather_master(model_, comm_, buckets_);
 }
 
 void DistributedDataParallel::gather_params() {
   if (cfg_.shard != Shard::Optimizer) return;
   NK_CHECK(params_pending_ == 0, "DistributedDataParallel: gather_params() twice");
-  // In launch order, which is every rank's.
+  // In launch order, which is every rank's. The compute-dtype weights: AdamW's
+  // fused update has refreshed this rank's blocks of them (bf16: rounded from
+  // its master blocks, as a full conversion would round them).
   for (size_t k = 0; k < buckets_.size(); ++k) {
     const GradBucket& b = buckets_[k];
-    param_gathers_[k] = comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
-                                                 shard_counts(b, comm_.size()));
+    param_gathers_[k] = comm_.all_gather_v_async(
+        model_.compute_params().narrow0(b.begin, b.numel()), shard_counts(b, comm_.size()));
     ++params_pending_;
   }
 }

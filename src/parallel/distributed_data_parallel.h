@@ -12,11 +12,15 @@
 // Distributed optimizer (cfg.shard = Optimizer, ZeRO-1): each bucket is
 // reduce-scattered instead (shard_counts: rank j receives the sum of block j
 // only), this rank's optimizer updates just its blocks (optimizer_pieces),
-// and gather_params() starts the all-gather of the updated master weights,
-// bucket by bucket, without waiting: the next forward waits for a bucket only
-// when the first stage that reads it is about to run (and refreshes that
-// bucket's bf16 copy), so the gathers overlap the start of the next step.
-// Anything else that reads the weights first calls finish_param_gathers().
+// and gather_params() starts the all-gather of the updated compute-dtype
+// weights, bucket by bucket, without waiting: the next forward waits for a
+// bucket only when the first stage that reads it is about to run, so the
+// gathers overlap the start of the next step. Anything else that reads the
+// weights first calls finish_param_gathers(). With bf16 compute the f32
+// master weights are sharded too, as in Megatron: each rank keeps only its
+// blocks of them resident (release_other_blocks), 6 + 12/dp bytes per
+// parameter in all; f32 compute keeps them whole (they are the weights the
+// kernels read): 8 + 8/dp.
 // The gradient norm is a sum over the ranks' blocks (grad_norm_squared).
 //
 // FSDP (cfg.shard = Full): as the distributed optimizer, and the weights
@@ -72,18 +76,21 @@ class DistributedDataParallel {
   bool sharded() const { return cfg_.shard != Shard::None; }
   // The weights sharded too (FSDP).
   bool shards_weights() const { return weights_ != nullptr; }
+  // Each rank holds only its blocks of the f32 master weights (FSDP, and
+  // ZeRO-1 with bf16 compute): checkpoints then hold the weights in pieces.
+  bool shards_master() const { return master_sharded_; }
   // The buckets and the blocks this rank's optimizer updates: each bucket
   // whole without sharding, else its block of this rank (may be empty).
   std::vector<ShardPiece> optimizer_pieces() const;
-  // ZeRO-1: starts all-gathering every bucket's updated master weights (see
-  // above). Nothing without sharding, and under FSDP (whose weights are
-  // gathered stage by stage).
+  // ZeRO-1: starts all-gathering every bucket's updated weights (see above).
+  // Nothing without sharding, and under FSDP (whose weights are gathered
+  // stage by stage).
   void gather_params();
   // ZeRO-1: waits for every pending weight gather, so every rank holds the
   // whole model (before a checkpoint or the model export reads it).
   void finish_param_gathers();
-  // FSDP: the whole f32 master weights on every rank again (the final model
-  // export; collective). Nothing otherwise.
+  // The whole f32 master weights on every rank again where they are sharded
+  // (the final model export; collective), and every pending gather finished.
   void gather_full_weights();
 
   // Blocking reductions of one host number over the group (the step's loss,
@@ -100,7 +107,7 @@ class DistributedDataParallel {
   // of `next` (-1: none); ZeRO-1 waits for the pending gathers of the buckets
   // it reads.
   void use(int64_t unit, int64_t next);
-  void finish_param_gather(size_t bucket);  // ZeRO-1: wait, then refresh the bf16 copy
+  void finish_param_gather(size_t bucket);  // ZeRO-1: waits for its weight gather
   void done(int64_t unit);                  // FSDP: releases `unit`
   void staged_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void poll();  // lets pending all-reduces progress
@@ -110,6 +117,7 @@ class DistributedDataParallel {
   DdpConfig cfg_;
   std::vector<GradBucket> buckets_;
   std::unique_ptr<ShardedWeights> weights_;  // FSDP only
+  bool master_sharded_ = false;
   // ZeRO-1: per bucket its pending weight gather; per unit the buckets it reads.
   std::vector<dist::WorkPtr> param_gathers_;
   size_t params_pending_ = 0;

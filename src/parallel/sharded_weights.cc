@@ -31,6 +31,37 @@ size_t resident_bytes(const Tensor& t) {
   return std::min(n * page, t.nbytes());
 }
 
+void release_other_blocks(const Tensor& arena, const GradBucket& b,
+                          const dist::Communicator& comm) {
+  const auto counts = shard_counts(b, comm.size());
+  const size_t es = dtype_size(arena.dtype()), page = page_size();
+  char* base = static_cast<char*>(arena.raw());
+  int64_t at = b.begin;
+  for (int j = 0; j < comm.size(); ++j) {
+    const int64_t n = counts[size_t(j)];
+    if (j != comm.rank() && n > 0) {
+      // Only whole pages inside the block: a page shared with an owned block keeps its bytes.
+      uintptr_t lo = reinterpret_cast<uintptr_t>(base + at * es);
+      uintptr_t hi = reinterpret_cast<uintptr_t>(base + (at + n) * es);
+      lo = (lo + page - 1) / page * page;
+      hi = hi / page * page;
+      if (hi > lo && ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
+        fail("{}: releasing weights: madvise: {}", comm.where("fsdp", 0), std::strerror(errno));
+    }
+    at += n;
+  }
+}
+
+void gather_master(Transformer& model, dist::Communicator& comm,
+                   const std::vector<GradBucket>& buckets) {
+  std::vector<dist::WorkPtr> all;
+  for (const GradBucket& b : buckets)
+    all.push_back(comm.all_gather_v_async(model.params().narrow0(b.begin, b.numel()),
+                                          shard_counts(b, comm.size())));
+  for (auto& w : all) w->wait();
+  model.sync_compute_params();
+}
+
 ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
                                std::vector<GradBucket> buckets)
     : model_(model),
@@ -44,28 +75,8 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
            device_name(model.device()));
   const bool separate_master = model.compute_params().raw() != model.params().raw();
   for (const GradBucket& b : buckets_) {
-    release_others(model.compute_params(), b);
-    if (separate_master) release_others(model.params(), b);
-  }
-}
-
-void ShardedWeights::release_others(const Tensor& arena, const GradBucket& b) {
-  const auto counts = shard_counts(b, comm_.size());
-  const size_t es = dtype_size(arena.dtype()), page = page_size();
-  char* base = static_cast<char*>(arena.raw());
-  int64_t at = b.begin;
-  for (int j = 0; j < comm_.size(); ++j) {
-    const int64_t n = counts[size_t(j)];
-    if (j != comm_.rank() && n > 0) {
-      // Only whole pages inside the block: a page shared with an owned block keeps its bytes.
-      uintptr_t lo = reinterpret_cast<uintptr_t>(base + at * es);
-      uintptr_t hi = reinterpret_cast<uintptr_t>(base + (at + n) * es);
-      lo = (lo + page - 1) / page * page;
-      hi = hi / page * page;
-      if (hi > lo && ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
-        fail("{}: releasing weights: madvise: {}", comm_.where("fsdp", 0), std::strerror(errno));
-    }
-    at += n;
+    release_other_blocks(model.compute_params(), b, comm_);
+    if (separate_master) release_other_blocks(model.params(), b, comm_);
   }
 }
 
@@ -102,7 +113,7 @@ void ShardedWeights::release(int64_t unit) {
   for (size_t k : buckets_of(unit)) {
     NK_CHECK(state_[k] != State::Pending, "ShardedWeights: releasing bucket {} mid-gather", k);
     if (state_[k] == State::Released) continue;
-    release_others(model_.compute_params(), buckets_[k]);
+    release_other_blocks(model_.compute_params(), buckets_[k], comm_);
     state_[k] = State::Released;
   }
 }
@@ -110,12 +121,7 @@ void ShardedWeights::release(int64_t unit) {
 void ShardedWeights::gather_all_master() {
   for (size_t k = 0; k < buckets_.size(); ++k)
     if (state_[k] == State::Pending) work_[k]->wait();
-  std::vector<dist::WorkPtr> all;
-  for (const GradBucket& b : buckets_)
-    all.push_back(comm_.all_gather_v_async(model_.params().narrow0(b.begin, b.numel()),
-                                           shard_counts(b, comm_.size())));
-  for (auto& w : all) w->wait();
-  model_.sync_compute_params();
+  gather_master(model_, comm_, buckets_);
   std::fill(state_.begin(), state_.end(), State::Resident);
 }
 

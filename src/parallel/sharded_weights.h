@@ -26,6 +26,14 @@ namespace nk::parallel {
 
 // Bytes of `t`'s memory that are resident (mincore), for the memory report.
 size_t resident_bytes(const Tensor& t);
+// Hands the pages of the other ranks' blocks of bucket `b` of `arena` back to
+// the OS (whole pages inside those blocks only, so a page shared with this
+// rank's block keeps its bytes); they read as zeros until written again.
+void release_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm);
+// All-gathers every bucket's blocks of the f32 master weights (collective) and
+// refreshes the compute copy: the whole model on every rank again.
+void gather_master(Transformer& model, dist::Communicator& comm,
+                   const std::vector<GradBucket>& buckets);
 
 class ShardedWeights {
  public:
@@ -54,7 +62,6 @@ class ShardedWeights {
 
  private:
   std::vector<size_t> buckets_of(int64_t unit) const;
-  void release_others(const Tensor& arena, const GradBucket& b);
 
   Transformer& model_;
   dist::Communicator& comm_;

@@ -19,8 +19,9 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
 
 // The same for a run whose optimizer state is sharded over `group` (ZeRO-1):
 // every rank of the group calls it; each writes its own moments as
-// optimizer.RRRRR-of-NNNNN.safetensors (with `shard_weights`, FSDP, also its
-// blocks of the f32 master weights as model.RRRRR-of-NNNNN.safetensors, rank 0's
+// optimizer.RRRRR-of-NNNNN.safetensors (with `shard_weights`: FSDP, or ZeRO-1
+// with bf16 compute, also its blocks of the f32 master weights as
+// model.RRRRR-of-NNNNN.safetensors, rank 0's
 // holding the frozen parameters whole), rank 0 the weights and the small files,
 // and rank 0 installs the folder only once every rank's file is durable
 // (ckpt/checkpoint.h). load_train_checkpoint reads it under any layout.

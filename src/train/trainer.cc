@@ -265,7 +265,7 @@ void Trainer::save_checkpoint_now() {
   std::string dir;
   if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
-                                        ddp_->shards_weights());
+                                        ddp_->shards_master());
   } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
     dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
   } else {

@@ -30,45 +30,17 @@ SUBNET=10.231.1
 ADDR1=$SUBNET.1
 ADDR2=$SUBNET.2
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/nk_$NAME.XXXXXX")
+# shellcheck source=script_lib.sh
+source "$(dirname "$0")/script_lib.sh"
 MADE_NS=()  # namespaces to delete
-JOBS=()     # pids of the `timeout` processes started, for the cleanup
-VERDICT=""  # set once PASS, FAIL or SKIPPED is printed
-
-# SIGKILLs a process and all its descendants (mpirun puts every rank in a
-# process group of its own, so a group kill would miss them).
-kill_tree() {
-  local child
-  for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
-  kill -KILL "$1" 2>/dev/null || true
-}
-
-finish() {
-  local rc=$?
-  local pid ns
-  for pid in "${JOBS[@]}"; do kill_tree "$pid"; done
+# Called on exit by script_lib.sh's clean-up.
+cleanup() {
+  local ns pid
   for ns in "${MADE_NS[@]}"; do
     # Anything still running in the namespace (a daemon that left its parent).
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true  # also destroys its end of the veth pair
   done
-  rm -rf "$WORK"
-  if ((rc != 0)) && [[ -z $VERDICT ]]; then
-    echo "FAIL: $NAME: unexpected error (exit status $rc)"
-  fi
-  exit "$rc"
-}
-trap finish EXIT
-trap 'VERDICT=fail; echo "FAIL: $NAME: interrupted"; exit 130' INT TERM
-
-fail() {
-  local log
-  for log in "$WORK"/*.log; do
-    [[ -e $log ]] && { echo "--- $(basename "$log") (last lines)"; tail -n 25 "$log"; }
-  done
-  VERDICT=fail
-  echo "FAIL: $NAME: $*"
-  exit 1
 }
 
 skip() {
@@ -160,6 +132,5 @@ for shard in none optimizer; do
   rm "$WORK/launches"
 done
 
-VERDICT=pass
-echo "PASS: $NAME: DP2 across network namespaces $NS1/$NS2 over TCP matches one host" \
+pass "DP2 across network namespaces $NS1/$NS2 over TCP matches one host" \
   "(parallel.shard none and optimizer, $STEPS steps)"

@@ -31,40 +31,8 @@ ARGS=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 mode
       train.peak_tflops=1 parallel.bucket_mb=0.05 "parallel.timeout_s=$PEER_TIMEOUT_S"
       parallel.shard=optimizer)
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/nk_$NAME.XXXXXX")
-JOBS=()     # pids of the background `timeout` processes, for the cleanup
-VERDICT=""  # set once PASS or FAIL is printed
-
-# SIGKILLs a process and all its descendants (mpirun puts every rank in a
-# process group of its own, so a group kill would miss them).
-kill_tree() {
-  local child
-  for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
-  kill -KILL "$1" 2>/dev/null || true
-}
-
-finish() {
-  local rc=$?
-  local pid
-  for pid in "${JOBS[@]}"; do kill_tree "$pid"; done
-  rm -rf "$WORK"
-  if ((rc != 0)) && [[ -z $VERDICT ]]; then
-    echo "FAIL: $NAME: unexpected error (exit status $rc)"
-  fi
-  exit "$rc"
-}
-trap finish EXIT
-trap 'VERDICT=fail; echo "FAIL: $NAME: interrupted"; exit 130' INT TERM
-
-fail() {
-  local log
-  for log in "$WORK"/*.log; do
-    [[ -e $log ]] && { echo "--- $(basename "$log") (last lines)"; tail -n 25 "$log"; }
-  done
-  VERDICT=fail
-  echo "FAIL: $NAME: $*"
-  exit 1
-}
+# shellcheck source=script_lib.sh
+source "$(dirname "$0")/script_lib.sh"
 
 # Starts `nekton train` under mpirun with 2 ranks in the background, bounded by
 # `timeout`, writing OUT_DIR and WORK/LABEL.log; sets JOB to the timeout's pid.
@@ -182,8 +150,7 @@ if ! d=$(diff <(losses "$WORK/ref/metrics.jsonl") <(losses "$RUN/metrics.jsonl")
   fail "losses differ from the uninterrupted run (< reference, > killed + resumed):"$'\n'"$d"
 fi
 
-VERDICT=pass
-echo "PASS: $NAME: rank 1 killed with $lines steps recorded, job ended with status $KILLED_RC in" \
+pass "rank 1 killed with $lines steps recorded, job ended with status $KILLED_RC in" \
   "$((KILLED_MS / 1000)).$((KILLED_MS % 1000 / 100)) s naming it (a stopped rank 1: rank 0's timeout" \
   "named it, job ended in $((ELAPSED_MS / 1000)).$((ELAPSED_MS % 1000 / 100)) s); resumed from $NEWEST;" \
   "$STEPS steps match the uninterrupted run"

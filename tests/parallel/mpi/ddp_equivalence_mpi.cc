@@ -110,23 +110,31 @@ class DataParallel : public ::testing::Test {
     TrainParallel par{&mesh, groups_.get()};
     Trainer ddp(config(r, (base_ / "dp").string(), dp), par);
     record(ddp, dp_batches);
-    // FSDP: between steps only this rank's blocks of the weights are resident
-    // (plus the pages a block shares with a neighbour, and frozen ones).
-    std::vector<size_t> resident;
+    // Between steps only this rank's blocks of the sharded weights are
+    // resident (plus the pages a block shares with a neighbour): under FSDP
+    // the compute weights and the f32 master, under ZeRO-1 with bf16 compute
+    // the master.
+    std::vector<size_t> compute_resident, master_resident;
     ddp.run([&](const StepStats&) {
-      resident.push_back(parallel::resident_bytes(ddp.model().compute_params()));
+      compute_resident.push_back(parallel::resident_bytes(ddp.model().compute_params()));
+      master_resident.push_back(parallel::resident_bytes(ddp.model().params()));
     });
-    if (r.shard == "full") {
-      const size_t whole = ddp.model().compute_params().nbytes(),
-                   page = size_t(sysconf(_SC_PAGESIZE));
-      const size_t buckets =
-          parallel::plan_grad_buckets(ddp.model().layout(), ddp.model().config().n_layer,
-                                      int64_t(r.bucket_mb * 262144), true)
-              .size();
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t buckets =
+        parallel::plan_grad_buckets(ddp.model().layout(), ddp.model().config().n_layer,
+                                    int64_t(r.bucket_mb * 262144), true)
+            .size();
+    auto expect_sharded = [&](const std::vector<size_t>& resident, const Tensor& arena,
+                              const char* what) {
       for (size_t k = 0; k < resident.size(); ++k)
-        EXPECT_LE(resident[k], whole / size_t(dp) + 2 * page * buckets * size_t(dp) + page)
-            << "step " << k + 1 << ": " << resident[k] << " of " << whole << " bytes resident";
-    }
+        EXPECT_LE(resident[k], arena.nbytes() / size_t(dp) + 2 * page * buckets * size_t(dp) + page)
+            << what << " step " << k + 1 << ": " << resident[k] << " of " << arena.nbytes()
+            << " bytes resident";
+    };
+    if (r.shard == "full")
+      expect_sharded(compute_resident, ddp.model().compute_params(), "weights");
+    if (r.shard == "full" || (r.shard == "optimizer" && r.dtype == DType::BF16))
+      expect_sharded(master_resident, ddp.model().params(), "f32 master");
 
     ASSERT_EQ(ref.history().size(), 10u);
     ASSERT_EQ(ddp.history().size(), 10u);
@@ -203,6 +211,49 @@ class DataParallel : public ::testing::Test {
     if (rank_ == 0) {
       EXPECT_TRUE(fs::exists(base_ / "dp" / "metrics.jsonl"));
       EXPECT_TRUE(fs::exists(base_ / "dp" / "model" / "model.safetensors"));
+    }
+  }
+
+  static Recipe with_shard(Recipe r, const std::string& shard) {
+    r.shard = shard;
+    return r;
+  }
+  // A folder of this rank's own (for single-process runs on every rank).
+  std::string rank_dir(const std::string& name) const {
+    return (base_ / (name + "_rank" + std::to_string(rank_))).string();
+  }
+
+  // `r` on every rank, 10 steps straight (returned) and again in
+  // base_/split, stopped after step 5 (its checkpoint: split_checkpoint()).
+  std::unique_ptr<Trainer> whole_and_split(const Recipe& r, TrainParallel par) {
+    auto whole = std::make_unique<Trainer>(config(r, (base_ / "whole").string(), world_), par);
+    whole->run();
+    {
+      Trainer first(config(r, (base_ / "split").string(), world_, {"train.exit_at_step=5"}), par);
+      first.run();
+    }
+    groups_->get("world").barrier();  // the checkpoint is installed
+    return whole;
+  }
+  fs::path split_checkpoint() const { return base_ / "split" / "checkpoints" / "step_00000005"; }
+
+  // Runs `t`, resumed at step 5, and compares steps 6-10 with `whole`'s:
+  // bit for bit, weights included (tol 0), or the loss within `tol` relative.
+  static void expect_continues(Trainer& whole, Trainer& t, double tol, const std::string& what) {
+    EXPECT_EQ(t.state().step, 5) << what;
+    t.run();
+    ASSERT_EQ(t.history().size(), 5u) << what;
+    for (size_t i = 0; i < 5; ++i) {
+      double a = whole.history()[5 + i].loss, b = t.history()[i].loss;
+      if (tol == 0) {
+        EXPECT_EQ(a, b) << what << " step " << 6 + i;
+      } else {
+        EXPECT_LE(std::abs(a - b), tol * std::abs(a)) << what << " step " << 6 + i;
+      }
+    }
+    if (tol == 0) {
+      const Tensor &a = whole.model().params(), &b = t.model().params();
+      EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0) << what;
     }
   }
 
@@ -293,95 +344,69 @@ TEST_F(DataParallel, ResumeIsExact) {
   const Recipe r{"gpt-tiny", DType::F32, 2};
   dist::Mesh mesh = train_mesh(config(r, "unused", world_), world_, rank_);
   TrainParallel par{&mesh, groups_.get()};
-  Trainer whole(config(r, (base_ / "whole").string(), world_), par);
-  whole.run();
-  {
-    Trainer first(config(r, (base_ / "split").string(), world_, {"train.exit_at_step=5"}), par);
-    first.run();
-  }
-  groups_->get("world").barrier();  // rank 0 has written the checkpoint
+  auto whole = whole_and_split(r, par);
   Trainer second(config(r, (base_ / "split").string(), world_), par);
-  EXPECT_EQ(second.state().step, 5);
-  second.run();
-  ASSERT_EQ(second.history().size(), 5u);
-  for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(second.history()[i].loss, whole.history()[5 + i].loss) << "step " << 6 + i;
-  const Tensor &a = whole.model().params(), &b = second.model().params();
-  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
-  groups_->get("world").barrier();
-  if (rank_ == 0) {
-    EXPECT_TRUE(fs::exists(base_ / "split" / "checkpoints"));
-  }
+  expect_continues(*whole, second, 0, "DP -> DP");
 }
 
 // ZeRO-1 stopped at step 5: every rank writes its optimizer shard into the
 // checkpoint. Resumed on the same layout it continues bit for bit; resumed
-// by one process, and by plain data parallelism, it continues the same loss
-// curve (within the f32 tolerance of the equivalence tests: the resumed runs
-// add gradients in another order).
+// by one process, by FSDP and by plain data parallelism, it continues the
+// same loss curve (within the f32 tolerance of the equivalence tests: the
+// resumed runs add gradients in another order).
 TEST_F(DataParallel, Zero1CheckpointReshards) {
   const Recipe zero{"llama-tiny", DType::F32, 1, true, 0.02, "optimizer"};
   const int64_t dp = world_;
   dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
   TrainParallel par{&mesh, groups_.get()};
-  Trainer whole(config(zero, (base_ / "whole").string(), dp), par);
-  whole.run();
-  {
-    Trainer first(config(zero, (base_ / "split").string(), dp, {"train.exit_at_step=5"}), par);
-    first.run();
-  }
-  const fs::path ckpt = base_ / "split" / "checkpoints" / "step_00000005";
-  groups_->get("world").barrier();
+  auto whole = whole_and_split(zero, par);
+  const fs::path ckpt = split_checkpoint();
   if (rank_ == 0) {
     for (int64_t r = 0; r < dp; ++r)
       EXPECT_TRUE(fs::exists(ckpt / fmt::format("optimizer.{:05d}-of-{:05d}.safetensors", r, dp)));
     EXPECT_FALSE(fs::exists(ckpt / "optimizer.safetensors"));
   }
-  auto expect_continues = [&](const Trainer& t, double tol, const char* what) {
-    ASSERT_EQ(t.history().size(), 5u) << what;
-    for (size_t i = 0; i < 5; ++i) {
-      double a = whole.history()[5 + i].loss, b = t.history()[i].loss;
-      if (tol == 0)
-        EXPECT_EQ(a, b) << what << " step " << 6 + i;
-      else
-        EXPECT_LE(std::abs(a - b), tol * std::abs(a)) << what << " step " << 6 + i;
-    }
-  };
-  {  // the same layout: exact
+  const std::string from = "train.resume_from=" + ckpt.string();
+  {
     Trainer second(config(zero, (base_ / "split").string(), dp), par);
-    EXPECT_EQ(second.state().step, 5);
-    second.run();
-    expect_continues(second, 0, "ZeRO-1 -> ZeRO-1");
-    const Tensor &a = whole.model().params(), &b = second.model().params();
-    EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
+    expect_continues(*whole, second, 0, "ZeRO-1 -> ZeRO-1");
   }
-  {  // one process, from the sharded checkpoint
-    Recipe one = zero;
-    one.shard = "none";
-    Trainer single(config(one, (base_ / ("single_rank" + std::to_string(rank_))).string(), dp,
-                          {"train.resume_from=" + ckpt.string()}));
-    EXPECT_EQ(single.state().step, 5);
-    single.run();
-    expect_continues(single, kF32, "ZeRO-1 -> one process");
+  {
+    Trainer single(config(with_shard(zero, "none"), rank_dir("single"), dp, {from}));
+    expect_continues(*whole, single, kF32, "ZeRO-1 -> one process");
   }
-  {  // FSDP over the same ranks
-    Recipe full = zero;
-    full.shard = "full";
-    Trainer fsdp(
-        config(full, (base_ / "fsdp").string(), dp, {"train.resume_from=" + ckpt.string()}), par);
-    EXPECT_EQ(fsdp.state().step, 5);
-    fsdp.run();
-    expect_continues(fsdp, kF32, "ZeRO-1 -> FSDP");
+  {
+    Trainer fsdp(config(with_shard(zero, "full"), (base_ / "fsdp").string(), dp, {from}), par);
+    expect_continues(*whole, fsdp, kF32, "ZeRO-1 -> FSDP");
   }
-  {  // plain data parallelism over the same ranks
-    Recipe plain = zero;
-    plain.shard = "none";
-    Trainer ddp(
-        config(plain, (base_ / "plain").string(), dp, {"train.resume_from=" + ckpt.string()}), par);
-    EXPECT_EQ(ddp.state().step, 5);
-    ddp.run();
-    expect_continues(ddp, kF32, "ZeRO-1 -> plain DP");
+  {
+    Trainer ddp(config(with_shard(zero, "none"), (base_ / "plain").string(), dp, {from}), par);
+    expect_continues(*whole, ddp, kF32, "ZeRO-1 -> plain DP");
   }
+}
+
+// ZeRO-1 with bf16 compute shards the f32 master too: its checkpoint holds the
+// weights in pieces, and resumes exactly on the same layout and by one
+// process within the bf16 tolerance of the equivalence tests.
+TEST_F(DataParallel, Zero1Bf16CheckpointHoldsMasterPieces) {
+  const Recipe zero{"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
+  const int64_t dp = world_;
+  dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  auto whole = whole_and_split(zero, par);
+  const fs::path ckpt = split_checkpoint();
+  if (rank_ == 0) {
+    for (int64_t r = 0; r < dp; ++r)
+      EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", r, dp)));
+    EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
+  }
+  {
+    Trainer second(config(zero, (base_ / "split").string(), dp), par);
+    expect_continues(*whole, second, 0, "ZeRO-1 bf16 -> ZeRO-1 bf16");
+  }
+  Trainer single(config(with_shard(zero, "none"), rank_dir("single"), dp,
+                        {"train.resume_from=" + ckpt.string()}));
+  expect_continues(*whole, single, 1e-3, "ZeRO-1 bf16 -> one process");
 }
 
 // FSDP stopped at step 5: every rank writes its blocks of the weights and of
@@ -392,67 +417,41 @@ TEST_F(DataParallel, FsdpCheckpointReshards) {
   const int64_t dp = world_;
   dist::Mesh mesh = train_mesh(config(full, "unused", dp), world_, rank_);
   TrainParallel par{&mesh, groups_.get()};
-  Trainer whole(config(full, (base_ / "whole").string(), dp), par);
-  whole.run();
-  {
-    Trainer first(config(full, (base_ / "split").string(), dp, {"train.exit_at_step=5"}), par);
-    first.run();
-  }
-  const fs::path ckpt = base_ / "split" / "checkpoints" / "step_00000005";
-  groups_->get("world").barrier();
+  auto whole = whole_and_split(full, par);
+  const fs::path ckpt = split_checkpoint();
   if (rank_ == 0) {
     for (int64_t r = 0; r < dp; ++r)
       EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", r, dp)));
     EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
   }
-  Trainer second(config(full, (base_ / "split").string(), dp), par);
-  EXPECT_EQ(second.state().step, 5);
-  second.run();
-  ASSERT_EQ(second.history().size(), 5u);
-  for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(second.history()[i].loss, whole.history()[5 + i].loss) << "step " << 6 + i;
-  const Tensor &a = whole.model().params(), &b = second.model().params();
-  EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0);
-  Recipe one = full;
-  one.shard = "none";
-  Trainer single(config(one, (base_ / ("single_rank" + std::to_string(rank_))).string(), dp,
-                        {"train.resume_from=" + ckpt.string()}));
-  EXPECT_EQ(single.state().step, 5);
-  single.run();
-  ASSERT_EQ(single.history().size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
-    double x = whole.history()[5 + i].loss, y = single.history()[i].loss;
-    EXPECT_LE(std::abs(x - y), kF32 * std::abs(x)) << "FSDP -> one process, step " << 6 + i;
+  {
+    Trainer second(config(full, (base_ / "split").string(), dp), par);
+    expect_continues(*whole, second, 0, "FSDP -> FSDP");
   }
+  Trainer single(config(with_shard(full, "none"), rank_dir("single"), dp,
+                        {"train.resume_from=" + ckpt.string()}));
+  expect_continues(*whole, single, kF32, "FSDP -> one process");
 }
 
 // One process saves; ZeRO-1 over every rank resumes it.
 TEST_F(DataParallel, OneProcessCheckpointResumesUnderZero1) {
   Recipe one{"gpt-tiny", DType::F32, 1};
   const int64_t dp = world_;
-  Trainer whole(config(one, (base_ / ("whole_rank" + std::to_string(rank_))).string(), dp));
+  Trainer whole(config(one, rank_dir("whole"), dp));
   whole.run();
-  const fs::path own = base_ / ("first_rank" + std::to_string(rank_));
+  const fs::path own = rank_dir("first");
   {
     Trainer first(config(one, own.string(), dp, {"train.exit_at_step=5"}));
     first.run();
   }
-  Recipe zero = one;
-  zero.shard = "optimizer";
+  const Recipe zero = with_shard(one, "optimizer");
   dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
   TrainParallel par{&mesh, groups_.get()};
   // Every rank names its own copy: they are the same bytes.
-  Trainer resumed(
-      config(zero, (base_ / "zero").string(), dp,
-             {"train.resume_from=" + (own / "checkpoints").string() + "/step_00000005"}),
-      par);
-  EXPECT_EQ(resumed.state().step, 5);
-  resumed.run();
-  ASSERT_EQ(resumed.history().size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
-    double a = whole.history()[5 + i].loss, b = resumed.history()[i].loss;
-    EXPECT_LE(std::abs(a - b), kF32 * std::abs(a)) << "step " << 6 + i;
-  }
+  Trainer resumed(config(zero, (base_ / "zero").string(), dp,
+                         {"train.resume_from=" + (own / "checkpoints" / "step_00000005").string()}),
+                  par);
+  expect_continues(whole, resumed, kF32, "one process -> ZeRO-1");
 }
 
 }  // namespace
