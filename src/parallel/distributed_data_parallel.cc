@@ -39,17 +39,17 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
 }
 
 void DistributedDataParallel::use(int64_t unit, int64_t next) {
+  if (!weights_ && params_pending_ == 0) return;
+  auto t0 = std::chrono::steady_clock::now();
   if (weights_) {
     weights_->gather(unit);
     if (next >= 0) weights_->prefetch(next);
-    return;
+  } else {
+    for (size_t k : unit_buckets_[size_t(unit)]) finish_param_gather(k);
+    for (auto& w : param_gathers_)  // MPI progresses the others only inside MPI calls
+      if (w) w->test();
   }
-  if (params_pending_ == 0) return;
-  auto t0 = std::chrono::steady_clock::now();
-  for (size_t k : unit_buckets_[size_t(unit)]) finish_param_gather(k);
   param_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto& w : param_gathers_)  // MPI progresses the others only inside MPI calls
-    if (w) w->test();
 }
 
 void DistributedDataParallel::finish_param_gather(size_t k) {

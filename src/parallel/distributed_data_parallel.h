@@ -61,8 +61,8 @@ class DistributedDataParallel {
   float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
                          float grad_scale, bool reduce, const PackedBatchInfo* packed = nullptr);
   // Waits for every started bucket. Seconds spent waiting here and, under
-  // ZeRO-1, for weight gathers in this step's forward passes: the exposed (not
-  // overlapped) communication of the step.
+  // ZeRO-1 and FSDP, for weight gathers in this step's forward and backward
+  // passes: the exposed (not overlapped) communication of the step.
   double wait_grads();
   // After wait_grads(): the squared 2-norm of the step's summed gradient
   // (sharded: this rank's blocks, then summed over the group).
