@@ -51,4 +51,12 @@ for round in 1 2; do
       /usr/bin/python3 bench/ddp_torch_reference.py $w $STEPS
   done
 done
+# Per-rank memory with bf16 compute (3 steps each; the memory line only).
+for layout in "2 none" "2 optimizer" "2 full" "4 none" "4 optimizer" "4 full"; do
+  set -- $layout
+  dir=$OUT/bf16_dp$1_$2
+  mpirun -np "$1" --oversubscribe --bind-to none $NK train "${ARGS[@]}" train.dtype=bf16 \
+    train.steps=3 parallel.shard=$2 train.out_dir=$dir >$dir.out 2>$dir.log
+  echo "bf16_dp$1_$2 | $(median $dir/metrics.jsonl | cut -d' ' -f3) MiB peak RSS |$(grep -ho 'memory per rank: .*' $dir.out $dir.log | head -1)"
+done
 rm -rf "$OUT"

@@ -68,6 +68,36 @@ TEST(Nccl, AllReduceGatherBroadcastRing) {
   c.barrier();
 }
 
+// The distributed optimizer's uneven in-place collectives (one empty block on 4 ranks).
+TEST(Nccl, ReduceScatterVAndAllGatherVInPlace) {
+  NK_NEED_GPUS();
+  auto& c = groups->get("world");
+  int p = c.size(), r = c.rank();
+  std::vector<int64_t> counts(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) counts[size_t(j)] = (3 * j + 1) % 5;
+  int64_t n = 0, at = 0;
+  for (int j = 0; j < p; ++j) {
+    if (j < r) at += counts[size_t(j)];
+    n += counts[size_t(j)];
+  }
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(r + i % 7);
+  DeviceTensor x(tensor_f32(v));
+  c.reduce_scatter_v(x.t, counts);
+  auto got = values(x.to_host());
+  for (int64_t i = at; i < at + counts[size_t(r)]; ++i)
+    ASSERT_EQ(got[size_t(i)], float(p * (p - 1) / 2 + p * (i % 7))) << i;
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = i >= at && i < at + counts[size_t(r)] ? float(10 * r) : -1.f;
+  DeviceTensor y(tensor_f32(v));
+  c.all_gather_v(y.t, counts);
+  got = values(y.to_host());
+  int64_t i = 0;
+  for (int j = 0; j < p; ++j)
+    for (int64_t k = 0; k < counts[size_t(j)]; ++k, ++i)
+      ASSERT_EQ(got[size_t(i)], float(10 * j)) << i;
+}
+
 TEST(Nccl, AllToAllvUnevenRows) {
   NK_NEED_GPUS();
   auto& c = groups->get("world");

@@ -257,6 +257,26 @@ class DataParallel : public ::testing::Test {
     }
   }
 
+  void check_weight_pieces_resume(const Recipe& r, double tol, const std::string& what) {
+    const int64_t dp = world_;
+    dist::Mesh mesh = train_mesh(config(r, "unused", dp), world_, rank_);
+    TrainParallel par{&mesh, groups_.get()};
+    auto whole = whole_and_split(r, par);
+    const fs::path ckpt = split_checkpoint();
+    if (rank_ == 0) {
+      for (int64_t k = 0; k < dp; ++k)
+        EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", k, dp)));
+      EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
+    }
+    {
+      Trainer second(config(r, (base_ / "split").string(), dp), par);
+      expect_continues(*whole, second, 0, what + " -> " + what);
+    }
+    Trainer single(config(with_shard(r, "none"), rank_dir("single"), dp,
+                          {"train.resume_from=" + ckpt.string()}));
+    expect_continues(*whole, single, tol, what + " -> one process");
+  }
+
   int world_ = 1, rank_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;
   std::unique_ptr<dist::ProcessGroups> groups_;
@@ -385,52 +405,16 @@ TEST_F(DataParallel, Zero1CheckpointReshards) {
   }
 }
 
-// ZeRO-1 with bf16 compute shards the f32 master too: its checkpoint holds the
-// weights in pieces, and resumes exactly on the same layout and by one
-// process within the bf16 tolerance of the equivalence tests.
+// Runs where the f32 master weights are sharded (ZeRO-1 in bf16, FSDP) save
+// every rank's blocks of them as model.RRRRR-of-NNNNN pieces; the checkpoint
+// continues bit for bit on the same layout and by one process within the
+// equivalence tests' tolerance for the dtype.
 TEST_F(DataParallel, Zero1Bf16CheckpointHoldsMasterPieces) {
-  const Recipe zero{"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
-  const int64_t dp = world_;
-  dist::Mesh mesh = train_mesh(config(zero, "unused", dp), world_, rank_);
-  TrainParallel par{&mesh, groups_.get()};
-  auto whole = whole_and_split(zero, par);
-  const fs::path ckpt = split_checkpoint();
-  if (rank_ == 0) {
-    for (int64_t r = 0; r < dp; ++r)
-      EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", r, dp)));
-    EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
-  }
-  {
-    Trainer second(config(zero, (base_ / "split").string(), dp), par);
-    expect_continues(*whole, second, 0, "ZeRO-1 bf16 -> ZeRO-1 bf16");
-  }
-  Trainer single(config(with_shard(zero, "none"), rank_dir("single"), dp,
-                        {"train.resume_from=" + ckpt.string()}));
-  expect_continues(*whole, single, 1e-3, "ZeRO-1 bf16 -> one process");
+  check_weight_pieces_resume({"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer"}, 1e-3,
+                             "ZeRO-1 bf16");
 }
-
-// FSDP stopped at step 5: every rank writes its blocks of the weights and of
-// the moments. The same layout continues bit for bit; one process continues
-// the same loss curve.
 TEST_F(DataParallel, FsdpCheckpointReshards) {
-  const Recipe full{"gpt-tiny", DType::F32, 2, true, 0.02, "full"};
-  const int64_t dp = world_;
-  dist::Mesh mesh = train_mesh(config(full, "unused", dp), world_, rank_);
-  TrainParallel par{&mesh, groups_.get()};
-  auto whole = whole_and_split(full, par);
-  const fs::path ckpt = split_checkpoint();
-  if (rank_ == 0) {
-    for (int64_t r = 0; r < dp; ++r)
-      EXPECT_TRUE(fs::exists(ckpt / fmt::format("model.{:05d}-of-{:05d}.safetensors", r, dp)));
-    EXPECT_FALSE(fs::exists(ckpt / "model.safetensors"));
-  }
-  {
-    Trainer second(config(full, (base_ / "split").string(), dp), par);
-    expect_continues(*whole, second, 0, "FSDP -> FSDP");
-  }
-  Trainer single(config(with_shard(full, "none"), rank_dir("single"), dp,
-                        {"train.resume_from=" + ckpt.string()}));
-  expect_continues(*whole, single, kF32, "FSDP -> one process");
+  check_weight_pieces_resume({"gpt-tiny", DType::F32, 2, true, 0.02, "full"}, kF32, "FSDP");
 }
 
 // One process saves; ZeRO-1 over every rank resumes it.
