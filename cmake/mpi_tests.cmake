@@ -81,6 +81,8 @@ set_tests_properties(train_cli_nproc_bad_batch PROPERTIES LABELS mpi TIMEOUT 60
 #                            checkpoint on the uninterrupted curve
 #   train_reshard_cli        a 4-rank ZeRO-1 checkpoint resumed by one process and by
 #                            FSDP over 2 ranks, on the uninterrupted run's losses
+#   train_sigterm_resume     SIGTERM to mpirun: a 2-rank FSDP run saves a sharded
+#                            checkpoint and stops; the rerun equals an unbroken run
 add_test(NAME train_multihost_netns
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/multihost_netns.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
@@ -90,6 +92,10 @@ add_test(NAME train_rank_kill_resume
 add_test(NAME train_reshard_cli
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/reshard_cli.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
-set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_cli PROPERTIES
+add_test(NAME train_sigterm_resume
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/sigterm_resume.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_cli
+                     train_sigterm_resume PROPERTIES
                      LABELS mpi TIMEOUT 300 ENVIRONMENT "${NK_MPI_ENV}")
 set_tests_properties(train_multihost_netns PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
