@@ -32,6 +32,7 @@ struct Recipe {
   double bucket_mb = 0.02;     // small: several buckets on the tiny models
   std::string shard = "none";  // parallel.shard
   int64_t val_every = 0;       // train.val_every (validation through the DP layer)
+  std::string freeze = "";     // train.freeze
 };
 
 class DataParallel : public ::testing::Test {
@@ -85,6 +86,7 @@ class DataParallel : public ::testing::Test {
         std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false"),
         "parallel.shard=" + r.shard};
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
+    if (!r.freeze.empty()) o.push_back("train.freeze=" + r.freeze);
     o.insert(o.end(), extra.begin(), extra.end());
     ConfigSchema s = train_schema();
     return train_config_from(Config::load(s, "", o));
@@ -124,12 +126,17 @@ class DataParallel : public ::testing::Test {
         parallel::plan_grad_buckets(ddp.model().layout(), ddp.model().config().n_layer,
                                     int64_t(r.bucket_mb * 262144), true)
             .size();
+    // Frozen parameters (after the trainable ones) stay whole.
+    const ParamLayout& layout = ddp.model().layout();
     auto expect_sharded = [&](const std::vector<size_t>& resident, const Tensor& arena,
                               const char* what) {
+      const size_t es = dtype_size(arena.dtype());
+      const size_t bound = size_t(layout.trainable_end()) * es / size_t(dp) +
+                           size_t(layout.total() - layout.trainable_end()) * es +
+                           2 * page * buckets * size_t(dp) + page;
       for (size_t k = 0; k < resident.size(); ++k)
-        EXPECT_LE(resident[k], arena.nbytes() / size_t(dp) + 2 * page * buckets * size_t(dp) + page)
-            << what << " step " << k + 1 << ": " << resident[k] << " of " << arena.nbytes()
-            << " bytes resident";
+        EXPECT_LE(resident[k], bound) << what << " step " << k + 1 << ": " << resident[k] << " of "
+                                      << arena.nbytes() << " bytes resident";
     };
     if (r.shard == "full")
       expect_sharded(compute_resident, ddp.model().compute_params(), "weights");
@@ -352,6 +359,14 @@ TEST_F(DataParallel, FsdpLlama) {
 }
 TEST_F(DataParallel, FsdpLlamaGradAccumulationNoOverlap) {
   check({"llama-tiny", DType::F32, 2, false, 0.02, "full"}, kF32, kF32);
+}
+// Frozen parameters have no bucket: they stay whole on every rank (ZeRO-1
+// and FSDP alike) and unchanged, while the others train as in one process.
+TEST_F(DataParallel, Zero1WithFrozenEmbeddingAndFirstBlock) {
+  check({"llama-tiny", DType::F32, 2, true, 0.02, "optimizer", 0, "wte,h.0.*"}, kF32, kF32);
+}
+TEST_F(DataParallel, FsdpWithFrozenEmbeddingAndFirstBlock) {
+  check({"llama-tiny", DType::F32, 2, true, 0.02, "full", 0, "wte,h.0.*"}, kF32, kF32);
 }
 TEST_F(DataParallel, FsdpGpt2Bf16GradAccumulation) {
   check({"gpt-tiny", DType::BF16, 2, true, 0.02, "full"}, 1e-3, 1.0 / 256);
