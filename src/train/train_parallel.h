@@ -1,7 +1,9 @@
 // The processes of a multi-process training run and the checks that refuse an
 // impossible layout before any work starts. Today `nekton train` does data
-// parallelism only (parallel/distributed_data_parallel.h): every rank holds the
-// whole model and reads its own slice of each global batch.
+// parallelism only (parallel/distributed_data_parallel.h): every rank reads its
+// own slice of each global batch and holds the whole model, or with
+// parallel.shard its shard of the optimizer state (ZeRO-1) or of the weights
+// too (FSDP).
 #pragma once
 #include <cstdint>
 

@@ -24,7 +24,8 @@ struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_ms = 0;
   double val_loss = NAN;  // set on validation steps
   size_t peak_bytes = 0;  // Nekton tensors' peak
-  double comm_ms = 0;     // data parallel: waiting for the gradient all-reduce after the backward
+  double comm_ms = 0;     // data parallel: waiting for gradients after the backward, and
+                          // (ZeRO-1, FSDP) for weight gathers during the step
 };
 
 class Trainer {
@@ -37,8 +38,10 @@ class Trainer {
   // `par`: the processes of a data-parallel run (TrainParallel; default one
   // process): each rank reads its slice of every global batch (dp_slice.h),
   // gradients are summed over "dp-cp" in buckets, the logged loss is the
-  // global mean, and only rank 0 prints, writes metrics, checkpoints and the
-  // model. nk::Error naming the keys for a layout it cannot train.
+  // global mean, and only rank 0 prints, writes metrics and the model, and
+  // checkpoints (with parallel.shard every rank also writes its shard). A
+  // checkpoint of any layout resumes under any other. nk::Error naming the
+  // keys for a layout it cannot train.
   explicit Trainer(const TrainConfig& cfg, TrainParallel par = {});
   ~Trainer();
   // Runs the steps from state().step to train.steps (or train.exit_at_step);
