@@ -11,18 +11,6 @@ int64_t DdpConfig::bucket_elems() const {
   return std::max<int64_t>(1, int64_t(std::llround(bucket_mb * 1048576.0 / 4.0)));
 }
 
-const char* shard_name(Shard s) {
-  switch (s) {
-    case Shard::None:
-      return "none";
-    case Shard::Optimizer:
-      return "optimizer";
-    case Shard::Full:
-      return "full";
-  }
-  return "?";
-}
-
 void add_ddp_keys(ConfigSchema& s) {
   s.add_float("parallel.bucket_mb", 25,
               "data parallel: MiB of f32 gradients per all-reduce bucket (reverse layer order)");

@@ -16,7 +16,6 @@ enum class Shard {
   Full,       // FSDP / ZeRO-3: as Optimizer, and the weights themselves sharded,
               // each stage's gathered just before it runs (sharded_weights.h)
 };
-const char* shard_name(Shard s);  // "none", "optimizer", "full"
 
 struct DdpConfig {
   double bucket_mb = 25;  // MiB of f32 gradients per all-reduce message

@@ -21,20 +21,8 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   if (cfg_.shard == Shard::Optimizer && bf16_master)
     for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, comm_);
   master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
-  // The stages (units) that read each bucket's parameters; a tied head reads
-  // the embeddings' too.
-  const int64_t L = model_.config().n_layer;
-  const std::vector<int64_t> stage = grad_ready_stages(model_.layout(), L);
-  unit_buckets_.resize(size_t(num_backward_stages(L)));
-  for (size_t k = 0; k < buckets_.size(); ++k)
-    for (size_t i : buckets_[k].params) {
-      std::vector<int64_t> units = {stage[i]};
-      if (stage[i] == L + 1 && model_.config().tied_embeddings) units.push_back(0);
-      for (int64_t u : units) {
-        auto& list = unit_buckets_[size_t(u)];
-        if (list.empty() || list.back() != k) list.push_back(k);
-      }
-    }
+  unit_buckets_ = stage_buckets(model_.layout(), model_.config().n_layer,
+                                model_.config().tied_embeddings, buckets_);
   param_gathers_.resize(buckets_.size());
 }
 
@@ -67,18 +55,17 @@ void DistributedDataParallel::done(int64_t unit) {
   if (weights_) weights_->release(unit);
 }
 
-// Unit numbers are the backward stages (grad_ready_stages): the embeddings
-// L + 1, block l 1 + (L-1-l), the head 0.
+// Units are the backward stages (grad_buckets.h); each one's successor is prefetched.
 void DistributedDataParallel::staged_forward(Activations& a, const Tensor& tokens,
                                              const PackedBatchInfo* packed) {
   const int64_t L = model_.config().n_layer;
-  use(L + 1, L);
+  use(embed_stage(L), L > 0 ? block_stage(L, 0) : kHeadStage);
   model_.embed_forward(a, tokens, packed);
-  done(L + 1);
+  done(embed_stage(L));
   for (int64_t l = 0; l < L; ++l) {
-    use(1 + (L - 1 - l), l + 1 < L ? 1 + (L - 2 - l) : 0);
+    use(block_stage(L, l), l + 1 < L ? block_stage(L, l + 1) : kHeadStage);
     model_.blocks_forward(a, l, l + 1, packed);
-    done(1 + (L - 1 - l));
+    done(block_stage(L, l));
   }
 }
 
@@ -86,9 +73,9 @@ float DistributedDataParallel::forward_loss(Activations& a, const Tensor& tokens
                                             const Tensor& targets, const PackedBatchInfo* packed) {
   if (!weights_ && params_pending_ == 0) return model_.forward_loss(a, tokens, targets, packed);
   staged_forward(a, tokens, packed);
-  use(0, -1);
+  use(kHeadStage, -1);
   float loss = model_.head_loss(a, targets, false, 0.f);
-  done(0);
+  done(kHeadStage);
   return loss;
 }
 
@@ -120,22 +107,22 @@ float DistributedDataParallel::forward_backward(Activations& a, const Tensor& to
   // Transformer::forward_backward's stages, with the backward cut per block
   // (and the weight gathers of FSDP and ZeRO-1 before each stage).
   staged_forward(a, tokens, packed);
-  use(0, L > 0 ? 1 : -1);
+  use(kHeadStage, L > 0 ? block_stage(L, L - 1) : -1);
   float loss = model_.head_loss(a, targets, true, grad_scale);
-  done(0);
-  if (overlap) launch_ready(0);
+  done(kHeadStage);
+  if (overlap) launch_ready(kHeadStage);
   for (int64_t l = L - 1; l >= 0; --l) {
-    use(1 + (L - 1 - l), l > 0 ? 1 + (L - l) : -1);
+    use(block_stage(L, l), l > 0 ? block_stage(L, l - 1) : -1);
     model_.blocks_backward(a, l, l + 1, packed);
-    done(1 + (L - 1 - l));
+    done(block_stage(L, l));
     if (overlap) {
-      launch_ready(1 + (L - 1 - l));
+      launch_ready(block_stage(L, l));
       poll();
     }
   }
   model_.embed_backward(a, tokens, packed);  // reads no weights: nothing to gather
   if (!reduce) return loss;
-  launch_ready(num_backward_stages(L) - 1);
+  launch_ready(embed_stage(L));
   NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
            next_bucket_, buckets_.size());
   return loss;

@@ -29,9 +29,9 @@ std::vector<int64_t> grad_ready_stages(const ParamLayout& layout, int64_t n_laye
     if (l >= n_layer) fail("parameter '{}' names block {} of {}", ps[i].name, l, n_layer);
     if (l >= 0) {
       seen_block = true;
-      stage[i] = 1 + (n_layer - 1 - l);
+      stage[i] = block_stage(n_layer, l);
     } else {
-      stage[i] = seen_block ? 0 : n_layer + 1;  // after the blocks: the head
+      stage[i] = seen_block ? kHeadStage : embed_stage(n_layer);  // after the blocks: the head
     }
   }
   return stage;
@@ -84,10 +84,35 @@ std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_l
   return buckets;
 }
 
+std::vector<std::vector<size_t>> stage_buckets(const ParamLayout& layout, int64_t n_layer,
+                                               bool tied_embeddings,
+                                               const std::vector<GradBucket>& buckets) {
+  const std::vector<int64_t> stage = grad_ready_stages(layout, n_layer);
+  std::vector<std::vector<size_t>> out(size_t(num_backward_stages(n_layer)));
+  auto add = [&](int64_t s, size_t k) {
+    auto& list = out[size_t(s)];
+    if (list.empty() || list.back() != k) list.push_back(k);
+  };
+  for (size_t k = 0; k < buckets.size(); ++k)
+    for (size_t i : buckets[k].params) {
+      add(stage[i], k);
+      if (tied_embeddings && stage[i] == embed_stage(n_layer)) add(kHeadStage, k);
+    }
+  return out;
+}
+
+namespace {
+// Where block j of n starts within a bucket of `len` elements.
+int64_t block_start(int64_t len, int64_t n, int64_t j) {
+  return j * len / n;
+}
+}  // namespace
+
 std::vector<int64_t> shard_counts(const GradBucket& b, int64_t n) {
   NK_CHECK(n >= 1, "shard_counts: {} shards", n);
   std::vector<int64_t> c(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) c[size_t(j)] = (j + 1) * b.numel() / n - j * b.numel() / n;
+  for (int64_t j = 0; j < n; ++j)
+    c[size_t(j)] = block_start(b.numel(), n, j + 1) - block_start(b.numel(), n, j);
   return c;
 }
 
@@ -96,8 +121,8 @@ std::vector<ShardPiece> owned_shards(const std::vector<GradBucket>& buckets, int
   NK_CHECK(0 <= rank && rank < n, "owned_shards: rank {} of {}", rank, n);
   std::vector<ShardPiece> out;
   for (const GradBucket& b : buckets)
-    out.push_back(
-        {b.begin, b.end, b.begin + rank * b.numel() / n, b.begin + (rank + 1) * b.numel() / n});
+    out.push_back({b.begin, b.end, b.begin + block_start(b.numel(), n, rank),
+                   b.begin + block_start(b.numel(), n, rank + 1)});
   return out;
 }
 

@@ -31,6 +31,14 @@ std::vector<int64_t> grad_ready_stages(const ParamLayout& layout, int64_t n_laye
 inline int64_t num_backward_stages(int64_t n_layer) {
   return n_layer + 2;
 }
+// The stage numbers by name (forward order: embeddings, block 0 .. L-1, head).
+inline int64_t embed_stage(int64_t n_layer) {
+  return n_layer + 1;
+}
+inline int64_t block_stage(int64_t n_layer, int64_t l) {
+  return 1 + (n_layer - 1 - l);
+}
+constexpr int64_t kHeadStage = 0;
 
 struct GradBucket {
   int64_t begin = 0, end = 0;  // elements [begin, end) of the gradient arena
@@ -52,6 +60,14 @@ std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_l
 struct ShardPiece {
   int64_t begin = 0, end = 0, own_begin = 0, own_end = 0;
 };
+
+// For each stage, the buckets (indices, ascending) holding a parameter that
+// the stage's forward reads: its own, and for the head of a model with tied
+// embeddings also the embeddings'. Weight gathers (ZeRO-1, FSDP) wait for or
+// fetch exactly these before the stage runs.
+std::vector<std::vector<size_t>> stage_buckets(const ParamLayout& layout, int64_t n_layer,
+                                               bool tied_embeddings,
+                                               const std::vector<GradBucket>& buckets);
 
 // The distributed optimizer's shards (Megatron's): each bucket is cut into n
 // blocks, rank j's [begin + floor(j·len/n), begin + floor((j+1)·len/n)), so

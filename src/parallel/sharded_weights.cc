@@ -67,8 +67,8 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
     : model_(model),
       comm_(comm),
       buckets_(std::move(buckets)),
-      n_layer_(model.config().n_layer),
-      tied_(model.config().tied_embeddings),
+      units_(stage_buckets(model.layout(), model.config().n_layer, model.config().tied_embeddings,
+                           buckets_)),
       state_(buckets_.size(), State::Released),
       work_(buckets_.size()) {
   NK_CHECK(model.device() == kHost, "ShardedWeights: host arenas only (madvise), got {}",
@@ -80,17 +80,8 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
   }
 }
 
-std::vector<size_t> ShardedWeights::buckets_of(int64_t unit) const {
-  std::vector<size_t> out;
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    const int64_t s = buckets_[k].ready_stage;
-    if (s == unit || (unit == head_unit() && tied_ && s == embed_unit())) out.push_back(k);
-  }
-  return out;
-}
-
 void ShardedWeights::prefetch(int64_t unit) {
-  for (size_t k : buckets_of(unit)) {
+  for (size_t k : units_[size_t(unit)]) {
     if (state_[k] != State::Released) continue;
     const GradBucket& b = buckets_[k];
     work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
@@ -101,7 +92,7 @@ void ShardedWeights::prefetch(int64_t unit) {
 
 void ShardedWeights::gather(int64_t unit) {
   prefetch(unit);
-  for (size_t k : buckets_of(unit)) {
+  for (size_t k : units_[size_t(unit)]) {
     if (state_[k] != State::Pending) continue;
     work_[k]->wait();
     work_[k].reset();
@@ -110,7 +101,7 @@ void ShardedWeights::gather(int64_t unit) {
 }
 
 void ShardedWeights::release(int64_t unit) {
-  for (size_t k : buckets_of(unit)) {
+  for (size_t k : units_[size_t(unit)]) {
     NK_CHECK(state_[k] != State::Pending, "ShardedWeights: releasing bucket {} mid-gather", k);
     if (state_[k] == State::Released) continue;
     release_other_blocks(model_.compute_params(), buckets_[k], comm_);

@@ -41,13 +41,8 @@ class ShardedWeights {
   // every other rank's blocks. model and comm must outlive this.
   ShardedWeights(Transformer& model, dist::Communicator& comm, std::vector<GradBucket> buckets);
 
-  // The units, by the stage numbers of grad_ready_stages: the embeddings
-  // (n_layer + 1), block l (1 + (n_layer - 1 - l)), and the head (0: final
-  // norm and an untied head; a tied head also reads the embeddings' unit).
-  int64_t embed_unit() const { return n_layer_ + 1; }
-  int64_t block_unit(int64_t l) const { return 1 + (n_layer_ - 1 - l); }
-  int64_t head_unit() const { return 0; }
-
+  // A unit is a stage (grad_buckets.h: embed_stage, block_stage, kHeadStage)
+  // and the buckets it reads (stage_buckets).
   // Starts gathering `unit` (nothing if it is resident or on its way).
   void prefetch(int64_t unit);
   // Makes `unit` resident (waits for its prefetch, or gathers it now).
@@ -61,13 +56,10 @@ class ShardedWeights {
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
  private:
-  std::vector<size_t> buckets_of(int64_t unit) const;
-
   Transformer& model_;
   dist::Communicator& comm_;
   std::vector<GradBucket> buckets_;
-  int64_t n_layer_;
-  bool tied_;
+  std::vector<std::vector<size_t>> units_;  // per stage: the buckets it reads
   enum class State { Released, Pending, Resident };
   std::vector<State> state_;         // per bucket
   std::vector<dist::WorkPtr> work_;  // per bucket: its pending gather

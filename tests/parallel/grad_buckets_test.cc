@@ -175,5 +175,34 @@ TEST(GradBuckets, ShardBlocksTileEveryBucket) {
     }
 }
 
+// What each stage reads: exactly the buckets holding its parameters, and for
+// GPT-2's tied head also the embeddings' (wte); Llama's untied head not.
+TEST(GradBuckets, StageBucketsAreWhatEachStageReads) {
+  for (const char* preset : {"gpt-tiny", "llama-tiny"})
+    for (bool aligned : {false, true}) {
+      SCOPED_TRACE(std::string(preset) + (aligned ? " stage-aligned" : ""));
+      const ParamLayout layout = tiny_layout(preset, 3);
+      const bool tied = std::string(preset) == "gpt-tiny";
+      const auto buckets = plan_grad_buckets(layout, 3, 3000, aligned);
+      const auto stages = grad_ready_stages(layout, 3);
+      const auto reads = stage_buckets(layout, 3, tied, buckets);
+      ASSERT_EQ(int64_t(reads.size()), num_backward_stages(3));
+      for (int64_t s = 0; s < num_backward_stages(3); ++s) {
+        std::set<size_t> want;
+        for (size_t k = 0; k < buckets.size(); ++k)
+          for (size_t i : buckets[k].params)
+            if (stages[i] == s || (tied && s == kHeadStage && stages[i] == embed_stage(3)))
+              want.insert(k);
+        EXPECT_EQ(std::vector<size_t>(want.begin(), want.end()), reads[size_t(s)]) << "stage " << s;
+      }
+      EXPECT_EQ(block_stage(3, 0), 3);
+      EXPECT_EQ(block_stage(3, 2), 1);
+      if (aligned) {  // each bucket belongs to one stage
+        for (const GradBucket& b : buckets)
+          for (size_t i : b.params) EXPECT_EQ(stages[i], b.ready_stage) << layout.params()[i].name;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace nk::parallel
