@@ -72,10 +72,12 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
       if (n.empty() || *end != '\0' || v < 1 || v > 1 << 20)
         fail("--nproc needs a process count >= 1, got '{}'", n);
       a.nproc = int(v);
+    } else if (s == "--allow-nonfinite") {
+      a.allow_nonfinite = true;
     } else if (s.rfind("--", 0) == 0) {
       fail(
-          "unknown option '{}' (options are --config FILE, --help and, for train, --nproc N; "
-          "settings are key=value)",
+          "unknown option '{}' (options are --config FILE, --help, --nproc N for train and "
+          "--allow-nonfinite for generate and eval; settings are key=value)",
           s);
     } else if (s.find('=') == std::string::npos) {
       fail("argument '{}' is not a key=value setting", s);
@@ -107,9 +109,16 @@ int run_cli(int argc, char** argv) {
     CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
     if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0)
       fail("--nproc is an option of nekton train only");
+    if (a.allow_nonfinite && std::strcmp(argv[1], "generate") != 0)
+      fail("--allow-nonfinite is an option of generate, eval, import and export only");
     return it->second.run(a);
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes from configs and files are bounded (core/limits.h), but a model
+    // within the bounds can still exceed this machine's memory.
+    fmt::print(stderr, "error: out of memory (the model, batch or input is too large here)\n");
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "internal error: {}\n", e.what());

@@ -109,7 +109,7 @@ int eval_perplexity(const CommandArgs& a) {
                                                            : "eval.text";
     fail("{}: {} token(s) to score; perplexity needs at least 2", key, ids.size());
   }
-  auto model = load_model(dir, parse_dtype(k.dtype));
+  auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   PerplexityResult r = evaluate_perplexity(*model, ids, opt, [&](int64_t done, int64_t total) {
@@ -150,22 +150,8 @@ int cmd_eval(const CommandArgs& a) {
     return args.empty() ? 1 : 0;
   }
   if (args[0] != "perplexity") fail("eval: unknown evaluation '{}' (known: perplexity)", args[0]);
-  CommandArgs sub;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& s = args[i];
-    if (s == "--help" || s == "-h") {
-      sub.help = true;
-    } else if (s == "--config") {
-      if (i + 1 >= args.size()) fail("--config needs a file name");
-      sub.config_path = args[++i];
-    } else if (s.rfind("--config=", 0) == 0) {
-      sub.config_path = s.substr(9);
-    } else if (s.find('=') == std::string::npos || s.rfind("--", 0) == 0) {
-      fail("eval perplexity: argument '{}' is not a key=value setting", s);
-    } else {
-      sub.overrides.push_back(s);
-    }
-  }
+  CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (sub.nproc > 0) fail("--nproc is an option of nekton train only");
   return eval_perplexity(sub);
 }
 

@@ -39,6 +39,8 @@ int cmd_export_gguf(const std::vector<std::string>& args) {
                               }
                             });
   cl.bind("--name", opt.name, "general.name (default: the model folder's name)");
+  cl.bind("--allow-nonfinite", opt.allow_nonfinite,
+          "write weights holding NaN or Inf (with a warning) instead of refusing them");
   cl.bind("--no-tokenizer", no_tokenizer,
           "export without tokenizer metadata (required when the model has no stored "
           "tokenizer; llama.cpp cannot run such a file)");

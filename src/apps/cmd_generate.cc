@@ -9,6 +9,7 @@
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
 #include "core/config_bind.h"
+#include "core/limits.h"
 #include "data/tokenizer/tokenizer.h"
 #include "infer/generate.h"
 
@@ -167,6 +168,8 @@ int cmd_generate(const CommandArgs& a) {
   const int64_t max_tokens = k.max_tokens, batch = k.batch_size;
   if (max_tokens < 0) fail("generate.max_tokens: must be >= 0, got {}", max_tokens);
   if (batch < 1) fail("generate.batch_size: must be >= 1, got {}", batch);
+  check_limit("", "generate.max_tokens", max_tokens, limits::kSeqLen, "positions");
+  check_limit("", "generate.batch_size", batch, limits::kBatch, "sequences");
   if (stops.empty() && !k.stop.empty()) add_values("generate.stop", k.stop, stops);
   for (const std::string& s : stops)
     if (s.empty()) fail("generate.stop: empty stop string");
@@ -187,7 +190,7 @@ int cmd_generate(const CommandArgs& a) {
   } catch (const Error& e) {
     throw e.with_context("generate.tokenizer");
   }
-  auto model = load_model(dir, parse_dtype(k.dtype));
+  auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);

@@ -71,6 +71,8 @@ int cmd_import_hf(const std::vector<std::string>& args) {
       "sources widen exactly",
       [&](const std::string& s) { opt.storage = parse_weight_dtype(s, cmd); });
   cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
+  cl.bind("--allow-nonfinite", opt.allow_nonfinite,
+          "write weights holding NaN or Inf (with a warning) instead of refusing them");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kImportUsage));
     return 0;
@@ -113,6 +115,8 @@ int cmd_export_hf(const std::vector<std::string>& args) {
         opt.max_shard_bytes = parse_byte_size(s, "export hf: --max-shard-size");
       });
   cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
+  cl.bind("--allow-nonfinite", opt.allow_nonfinite,
+          "write weights holding NaN or Inf (with a warning) instead of refusing them");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kExportUsage));
     return 0;

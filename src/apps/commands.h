@@ -14,6 +14,9 @@ struct CommandArgs {
   std::vector<std::string> overrides;  // key.sub=value, in order
   bool help = false;
   int nproc = 0;  // --nproc N (nekton train only): start N processes through mpirun
+  // --allow-nonfinite (generate, eval): load weights holding NaN or Inf with a
+  // warning instead of refusing them, to inspect a broken model.
+  bool allow_nonfinite = false;
   // Every argument after the command name, as given: for commands that parse
   // their own positional arguments and options (tokenizer).
   std::vector<std::string> args;

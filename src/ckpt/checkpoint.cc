@@ -18,6 +18,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json.h"
+#include "core/limits.h"
 #include "core/log.h"
 
 namespace nk {
@@ -360,10 +362,10 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
   try {
     if (m.value("format", "") != "nekton-checkpoint")
       fail("checkpoint '{}': {} is not a Nekton checkpoint manifest", dir, mpath);
-    if (m.at("version").get<int>() != 1)
+    if (json_int(m.at("version"), mpath, "version") != 1)
       fail("checkpoint '{}': {} has unknown version {}", dir, mpath, m.at("version").dump());
-    r.step_ = m.at("step").get<int64_t>();
-    r.world_ = m.at("world_size").get<int64_t>();
+    r.step_ = json_int(m.at("step"), mpath, "step", 0, limits::kSteps);
+    r.world_ = json_int(m.at("world_size"), mpath, "world_size", 1, INT32_MAX);
     std::set<std::string> shard_files, model_files;
     if (m.contains("optimizer_shards"))
       for (const auto& f : m.at("optimizer_shards")) shard_files.insert(f.get<std::string>());
@@ -382,8 +384,10 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
             fail("checkpoint '{}': {} holds only a slice of tensor '{}'", dir, file, tensor);
           continue;
         }
-        FlatPiece p{s.at("global_shape").get<Shape>(), s.at("flat_range").at(0).get<int64_t>(),
-                    s.at("flat_range").at(1).get<int64_t>()};
+        const std::string key = "tensors." + file + "." + tensor;
+        FlatPiece p{json_shape(s.at("global_shape"), mpath, key + ".global_shape"),
+                    json_int(s.at("flat_range").at(0), mpath, key + ".flat_range"),
+                    json_int(s.at("flat_range").at(1), mpath, key + ".flat_range")};
         if (p.begin < 0 || p.begin > p.end || p.end > shape_numel(p.global_shape) ||
             s.at("shape") != Shape{p.end - p.begin})
           fail("checkpoint '{}': {} records a bad piece [{}, {}) of tensor '{}' {}", dir, mpath,
@@ -408,7 +412,8 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
       if (file.find('/') != std::string::npos || file == kManifest)
         fail("checkpoint '{}': {} lists a bad file name '{}'", dir, mpath, file);
       if (!fs::is_regular_file(path, ec)) fail("checkpoint '{}': file {} is missing", dir, path);
-      uint64_t want = info.at("bytes").get<uint64_t>(), have = fs::file_size(path, ec);
+      uint64_t want = uint64_t(json_int(info.at("bytes"), mpath, "files." + file + ".bytes", 0)),
+               have = fs::file_size(path, ec);
       if (have != want)
         fail("checkpoint '{}': file {} is {} bytes, the manifest records {} (truncated?)", dir,
              path, have, want);

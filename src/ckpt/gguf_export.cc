@@ -175,7 +175,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     result.tokenizer = v.model;
   }
 
-  std::unique_ptr<Transformer> model = load_model(model_dir, DType::F32);
+  std::unique_ptr<Transformer> model = load_model(model_dir, DType::F32, opt.allow_nonfinite);
   Transformer* m = model.get();
   // 1-d tensors (norms) stay f32, as llama.cpp's converter stores them.
   for (const ExternalTensor& e : arch.gguf_tensors(c)) {

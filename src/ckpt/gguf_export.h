@@ -27,6 +27,7 @@ struct GgufExportOptions {
   GgmlType type = GgmlType::F16;  // matrices; 1-D norm weights stay f32
   std::string name;               // general.name; "" = the model folder's name
   bool tokenizer = true;          // false: no tokenizer.ggml.* metadata
+  bool allow_nonfinite = false;   // export weights holding NaN or Inf (with a warning)
 };
 
 struct GgufExportResult {

@@ -149,9 +149,17 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
       if (cached_name != e.param) {
         cached = file.get(e.param);
         cached_name = e.param;
+        check_finite(cached, file.path(), e.param, opt.allow_nonfinite);
       }
       Tensor rows = external_rows(cached, layout.find(e.param), e);
       Tensor t = e.transposed ? transposed(rows, dtype) : converted(rows, dtype);
+      // A finite f32 weight beyond f16's range (65504) would be written as Inf.
+      if (int64_t over = ops::count_nonfinite(t) - ops::count_nonfinite(rows);
+          over > 0 && !opt.allow_nonfinite)
+        fail(
+            "export: tensor '{}' ({}) has {} values beyond the range of {}; export as bf16 or "
+            "f32 (--dtype)",
+            e.name, e.param, over, dtype_name(dtype));
       tensors.emplace_back(e.name, t);
       placed[e.name] = name;
     }

@@ -84,6 +84,7 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
     for (; i < map.size() && map[i].param == p.name; ++i) {
       const ExternalTensor& e = map[i];
       Tensor t = w.get(e.name);
+      check_finite(t, w.file(e.name).path(), e.name, opt.allow_nonfinite);
       Tensor rows = external_rows(dst, p, e);
       if (e.transposed)
         ops::convert(rows, transposed(t, DType::F32));

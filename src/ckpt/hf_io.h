@@ -66,6 +66,8 @@ struct HfImportOptions {
   // load_model widens them back to f32.
   DType storage = DType::F32;
   bool overwrite = false;  // replace a non-empty OUT_DIR
+  // Import tensors holding NaN or Inf (with a warning) instead of refusing.
+  bool allow_nonfinite = false;
 };
 
 struct HfImportReport {
@@ -93,6 +95,8 @@ struct HfExportOptions {
   std::optional<DType> dtype;
   uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
   bool overwrite = false;
+  // Export weights holding NaN or Inf (with a warning) instead of refusing.
+  bool allow_nonfinite = false;
 };
 
 struct HfExportReport {

@@ -10,6 +10,9 @@
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 #include "core/json.h"
+#include "core/log.h"
+#include "model/arch.h"
+#include "ops/ops.h"
 
 namespace nk {
 
@@ -42,6 +45,10 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   ModelConfig c;
   auto get = [&](const char* key, auto& field) {
     if (!j.contains(key)) fail("{}: missing field '{}'", where, key);
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+      field = json_int(j.at(key), where, key);
+      return;
+    }
     try {
       j.at(key).get_to(field);
     } catch (const json::exception&) {
@@ -98,7 +105,18 @@ void save_model(const std::string& dir, Transformer& model) {
   }
 }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute) {
+void check_finite(const Tensor& t, const std::string& file, const std::string& name,
+                  bool allow_nonfinite) {
+  const int64_t bad = ops::count_nonfinite(t);
+  if (bad == 0) return;
+  std::string what = fmt::format("{}: tensor '{}' has {} non-finite values (NaN or Inf) of {}",
+                                 file, name, bad, t.numel());
+  if (!allow_nonfinite) fail("{}; refusing to load it (--allow-nonfinite loads it anyway)", what);
+  NK_WARN("{} (loaded anyway: --allow-nonfinite)", what);
+}
+
+std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
+                                        bool allow_nonfinite) {
   fs::path cfg_path = fs::path(dir) / "config.json";
   std::ifstream in(cfg_path);
   if (!in) fail("model '{}': cannot read {}", dir, cfg_path.string());
@@ -107,17 +125,22 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute) {
   ModelConfig cfg = model_config_from_json(ss.str(), cfg_path.string());
   std::string st_path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsFile file = SafetensorsFile::open(st_path);
-  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
-  // Check every tensor before copying any, so a mismatch loads nothing.
-  for (const ParamInfo& p : model->layout().params()) {
+  // Check every tensor against the layout before allocating the model, so a
+  // config.json that claims more than the file holds allocates nothing.
+  const ParamLayout layout = model_layout(cfg);
+  for (const ParamInfo& p : layout.params()) {
     if (!file.has(p.name)) fail("{}: missing tensor '{}'", st_path, p.name);
     const auto& e = file.entry(p.name);
     if (e.shape != p.shape)
       fail("{}: tensor '{}' has shape {}, the model in config.json needs {}", st_path, p.name,
            shape_str(e.shape), shape_str(p.shape));
   }
-  for (const ParamInfo& p : model->layout().params())
-    ops::convert(ParamLayout::view(model->params(), p), file.get(p.name));
+  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
+  for (const ParamInfo& p : model->layout().params()) {
+    Tensor w = ParamLayout::view(model->params(), p);
+    ops::convert(w, file.get(p.name));
+    check_finite(w, st_path, p.name, allow_nonfinite);
+  }
   model->sync_compute_params();
   return model;
 }

@@ -15,7 +15,16 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
 
 void save_model(const std::string& dir, Transformer& model);
 // Reads DIR/config.json and DIR/model.safetensors; every tensor must be present
-// with the configured shape (nk::Error naming the file and tensor otherwise).
-std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute);
+// with the configured shape and finite (nk::Error naming the file and tensor
+// otherwise, before the model's memory is allocated for a shape mismatch).
+std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
+                                        bool allow_nonfinite = false);
+
+// The check every reader of weights runs (saved models, Hugging Face
+// safetensors, training checkpoints): nk::Error "FILE: tensor 'NAME' has K
+// non-finite values (NaN or Inf) of N" when `t` holds any. allow_nonfinite
+// (--allow-nonfinite, to inspect a broken model) turns it into a warning.
+void check_finite(const Tensor& t, const std::string& file, const std::string& name,
+                  bool allow_nonfinite);
 
 }  // namespace nk

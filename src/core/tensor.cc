@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "core/limits.h"
+
 namespace nk {
 
 std::string shape_str(const Shape& s) {
@@ -12,7 +14,7 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) n = checked_mul(n, d, "tensor size");
   return n;
 }
 
@@ -34,7 +36,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape) NK_CHECK(d >= 0, "negative dimension in {}", shape_str(shape));
   Tensor t;
   t.storage_ = std::make_shared<Storage>();
-  t.storage_->bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  t.storage_->bytes = size_t(checked_mul(shape_numel(shape), dtype_size(dtype), "tensor bytes"));
   t.storage_->device = device;
   t.storage_->owned = true;
   t.storage_->data = Allocator::get(device).allocate(t.storage_->bytes);
@@ -55,7 +57,7 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device dev
   Tensor t;
   t.storage_ = std::make_shared<Storage>();
   t.storage_->data = data;
-  t.storage_->bytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  t.storage_->bytes = size_t(checked_mul(shape_numel(shape), dtype_size(dtype), "tensor bytes"));
   t.storage_->device = device;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);

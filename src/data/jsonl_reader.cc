@@ -296,8 +296,13 @@ RecordStatus JsonFieldReader::read(std::string_view line, std::string_view& text
     why = fmt::format("the line is {}, not a JSON object", json_type_name(doc.type()));
     return RecordStatus::InvalidJson;
   }
+  // A key given twice: the last wins (core/json.h), where at_key takes the first.
   simdjson::dom::element v;
-  if (doc.get_object().value_unsafe().at_key(key_).get(v)) {
+  bool found = false;
+  const simdjson::dom::object obj = doc.get_object().value_unsafe();
+  for (auto field : obj)
+    if (field.key == key_) v = field.value, found = true;
+  if (!found) {
     why = fmt::format("no key \"{}\"", key_);
     return RecordStatus::MissingKey;
   }

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "core/json.h"
+#include "core/limits.h"
+
 namespace nk {
 
 // Each architecture's file defines one of these.
@@ -40,6 +43,7 @@ void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
 }
 
 ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen) {
+  c.validate();  // bounded shapes (core/limits.h) before anything is sized from them
   ParamLayout p;
   c.architecture().add_params(p, c);
   for (const std::string& name : frozen) p.freeze(name);
@@ -83,15 +87,13 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
 
 int64_t HfConfigReader::integer(const char* key) const {
   if (!has(key)) fail("{}: missing field '{}'", where_, key);
-  const nlohmann::json& v = j_.at(key);
-  if (!v.is_number_integer())
-    fail("{}: field '{}' must be an integer, got {}", where_, key, v.dump());
-  return v.get<int64_t>();
+  return json_int(j_.at(key), where_, key);
 }
 
-int64_t HfConfigReader::positive(const char* key) const {
+int64_t HfConfigReader::positive(const char* key, int64_t limit, const char* what) const {
   int64_t v = integer(key);
   if (v <= 0) fail("{}: field '{}' must be positive, got {}", where_, key, v);
+  check_limit(where_, "field '" + std::string(key) + "'", v, limit, what);
   return v;
 }
 

@@ -48,7 +48,9 @@ class HfConfigReader {
   const nlohmann::json& at(const char* key) const { return j_.at(key); }
   int64_t integer(const char* key) const;  // missing: nk::Error
   int64_t integer(const char* key, int64_t def) const { return has(key) ? integer(key) : def; }
-  int64_t positive(const char* key) const;           // an integer > 0
+  // An integer in [1, limit] (core/limits.h); nk::Error naming the key, the
+  // value and the limit otherwise. `what` names the unit ("layers").
+  int64_t positive(const char* key, int64_t limit, const char* what) const;
   double number(const char* key, double def) const;  // a positive finite number, or def
   bool boolean(const char* key, bool def) const;
   std::string string(const char* key, const std::string& def) const;

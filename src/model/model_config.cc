@@ -2,6 +2,8 @@
 
 #include "model/arch.h"
 
+#include "core/limits.h"
+
 #include <fmt/ranges.h>
 
 #include <map>
@@ -23,16 +25,18 @@ void ModelConfig::validate(const std::string& p) const {
   } catch (const Error& e) {
     fail("{}arch: {}", p, e.what());
   }
-  auto positive = [&](const char* key, int64_t v) {
+  // Bounded before anything is sized from them (core/limits.h).
+  auto shape = [&](const char* key, int64_t v, int64_t limit, const char* what) {
     if (v <= 0) fail("{}{}: must be positive, got {}", p, key, v);
+    check_limit("", p + key, v, limit, what);
   };
-  positive("vocab_size", vocab_size);
-  positive("max_seq_len", max_seq_len);
-  positive("n_layer", n_layer);
-  positive("n_head", n_head);
-  positive("n_kv_head", n_kv_head);
-  positive("d_model", d_model);
-  positive("d_ff", d_ff);
+  shape("vocab_size", vocab_size, limits::kVocab, "token ids");
+  shape("max_seq_len", max_seq_len, limits::kSeqLen, "positions");
+  shape("n_layer", n_layer, limits::kLayers, "layers");
+  shape("n_head", n_head, limits::kHeads, "heads");
+  shape("n_kv_head", n_kv_head, limits::kHeads, "heads");
+  shape("d_model", d_model, limits::kHidden, "hidden units");
+  shape("d_ff", d_ff, limits::kFfn, "MLP units");
   if (d_model % n_head)
     fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
   if (n_head % n_kv_head)
@@ -41,6 +45,7 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
   if (sliding_window < 0)
     fail("{}sliding_window: must be 0 (full attention) or positive, got {}", p, sliding_window);
+  check_limit("", p + "sliding_window", sliding_window, limits::kSeqLen, "positions");
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);

@@ -8,6 +8,8 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "core/limits.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 
@@ -75,6 +77,7 @@ void RopeScaling::validate(const std::string& p) const {
     if (original_max_seq_len <= 0)
       fail("{}original_max_seq_len: llama3 scaling needs the original context length, got {}", p,
            original_max_seq_len);
+    check_limit("", p + "original_max_seq_len", original_max_seq_len, limits::kSeqLen, "positions");
   } else {
     unused("low_freq_factor", low_freq_factor == d.low_freq_factor, "llama3");
     unused("high_freq_factor", high_freq_factor == d.high_freq_factor, "llama3");
@@ -85,6 +88,7 @@ void RopeScaling::validate(const std::string& p) const {
     if (original_max_seq_len < 0)
       fail("{}original_max_seq_len: must be positive (or 0: max_seq_len), got {}", p,
            original_max_seq_len);
+    check_limit("", p + "original_max_seq_len", original_max_seq_len, limits::kSeqLen, "positions");
     for (auto [key, v] : {std::pair{"attention_factor", attention_factor},
                           std::pair{"mscale", mscale}, std::pair{"mscale_all_dim", mscale_all_dim}})
       if (!(v >= 0) || !std::isfinite(v))
@@ -230,10 +234,13 @@ RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) fail("{}: field 'rope_scaling' must be an object, got {}", where, j.dump());
   RopeScaling s;
   auto number = [&](const std::string& key, const json& v, auto& field) {
-    if (!v.is_number() ||
-        (std::is_integral_v<std::decay_t<decltype(field)>> && !v.is_number_integer()))
-      fail("{}: field 'rope_scaling.{}' has the wrong type ({})", where, key, v.dump());
-    field = v.get<std::decay_t<decltype(field)>>();
+    if constexpr (std::is_integral_v<std::decay_t<decltype(field)>>) {
+      field = json_int(v, where, "rope_scaling." + key);
+    } else {
+      if (!v.is_number())
+        fail("{}: field 'rope_scaling.{}' has the wrong type ({})", where, key, v.dump());
+      field = v.get<double>();
+    }
   };
   for (const auto& [key, v] : j.items()) {
     if (key == "type") {
@@ -296,10 +303,7 @@ int64_t hf_context(const json& d, bool required, const char* type, const std::st
     if (required) fail("{}: 'rope_scaling' of type {} needs field '{}'", where, type, key);
     return 0;
   }
-  const json& v = d.at(key);
-  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-    fail("{}: field 'rope_scaling.{}' must be a positive integer, got {}", where, key, v.dump());
-  return v.get<int64_t>();
+  return json_int(d.at(key), where, std::string("rope_scaling.") + key, 1, limits::kSeqLen);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/limits.h"
+
 namespace nk {
 
 const char* split_name(Split s) {
@@ -123,12 +125,14 @@ void ParamLayout::finalize() {
     for (auto& p : params_) {
       if (p.trainable != trainable) continue;
       p.offset = off;
-      off += (p.numel() + 15) / 16 * 16;  // keep every view 64-byte aligned in f32
+      // keep every view 64-byte aligned in f32
+      off = checked_add(off, (checked_add(p.numel(), 15, "parameters") / 16) * 16, "parameters");
       if (trainable && p.decay) decay_end_ = off;
       if (trainable) trainable_end_ = off;
     }
   }
   total_ = off;
+  check_limit("", "parameters", total_, limits::kElements, "elements");
   final_ = true;
 }
 

@@ -49,6 +49,10 @@ double sum_squares(const Tensor& x) {
   return NK_KERNEL(sum_squares, device_of("sum_squares", {{&x, "x"}}))(x);
 }
 
+int64_t count_nonfinite(const Tensor& x) {
+  return NK_KERNEL(count_nonfinite, device_of("count_nonfinite", {{&x, "x"}}))(x);
+}
+
 void scale(Tensor x, float s) {
   NK_KERNEL(scale, device_of("scale", {{&x, "x"}}))(x, s);
 }

@@ -36,6 +36,9 @@ void add(Tensor y, const Tensor& a, const Tensor& b);
 // Sum of squares of all elements, deterministic (fixed chunking), double.
 double sum_squares(const Tensor& x);
 void scale(Tensor x, float s);
+// Number of NaN and +-Inf values among all elements (any float dtype): the
+// check on weights before they are loaded, saved or served.
+int64_t count_nonfinite(const Tensor& x);
 
 // ---- embeddings ----
 // out[n,:] = wte[tok[n],:] + (wpe defined ? wpe[pos(n),:] : 0), pos(n) = n % T,

@@ -241,6 +241,10 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
     read_pieces(r, r.model_shards(), layout, {{"", &out.model->params()}},
                 [](const SafetensorsFile&) {});
   }
+  // NaN or Inf would resume into a non-finite loss: refuse them, naming the tensor.
+  for (const ParamInfo& p : layout.params())
+    check_finite(ParamLayout::view(out.model->params(), p), "checkpoint '" + dir + "'", p.name,
+                 false);
   auto check_meta = [&](const SafetensorsFile& opt) {
     auto meta = opt.metadata();
     if (meta["optimizer"] != "adamw")
@@ -269,6 +273,9 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
     read_pieces(r, r.optimizer_shards(), trainable,
                 {{kExpAvg, &out.exp_avg}, {kExpAvgSq, &out.exp_avg_sq}}, check_meta);
   }
+
+  check_finite(out.exp_avg, "checkpoint '" + dir + "'", "exp_avg", false);
+  check_finite(out.exp_avg_sq, "checkpoint '" + dir + "'", "exp_avg_sq", false);
 
   // Same shapes, but maybe another norm_eps, rope_theta, ...: refuse those too.
   nlohmann::json saved = nlohmann::json::parse(r.text("config.json"), nullptr, false);

@@ -1,5 +1,6 @@
 #include "train/train_config.h"
 
+#include "core/limits.h"
 #include "train/freeze.h"
 
 namespace nk {
@@ -81,16 +82,23 @@ TrainConfig train_config_from(const Config& c) {
   t.parallel = dist::parallel_config(c);
   t.ddp = parallel::ddp_config(c);
 
-  auto positive = [](const char* key, int64_t v) {
+  // Positive and bounded (core/limits.h), so a typo like 2^62 is an error,
+  // not a run that never ends.
+  auto positive = [](const char* key, int64_t v, int64_t limit = limits::kBatch,
+                     const char* what = "sequences") {
     if (v <= 0) fail("{}: must be positive, got {}", key, v);
+    check_limit("", key, v, limit, what);
   };
   t.data.check_training_source();
   positive("train.micro_batch", t.micro_batch);
-  positive("train.seq_len", t.seq_len);
+  positive("train.seq_len", t.seq_len, limits::kSeqLen, "positions");
   positive("train.global_batch", t.global_batch);
-  positive("train.steps", t.steps);
-  positive("train.val_batches", t.val_batches);
-  positive("train.log_every", t.log_every);
+  positive("train.steps", t.steps, limits::kSteps, "steps");
+  positive("train.val_batches", t.val_batches, limits::kBatch, "micro-batches");
+  positive("train.log_every", t.log_every, limits::kSteps, "steps");
+  check_limit("", "train.micro_batch x train.seq_len",
+              checked_mul(t.micro_batch, t.seq_len, "train.micro_batch x train.seq_len"),
+              limits::kBatchTokens, "tokens per micro-batch");
   if (t.global_batch % t.micro_batch)
     fail("train.global_batch: {} is not a multiple of train.micro_batch = {}", t.global_batch,
          t.micro_batch);
@@ -111,7 +119,7 @@ TrainConfig train_config_from(const Config& c) {
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
   if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);
-  positive("train.keep_checkpoints", t.keep_checkpoints);
+  positive("train.keep_checkpoints", t.keep_checkpoints, limits::kSteps, "checkpoints");
   if (t.exit_at_step < 0 || t.exit_at_step > t.steps)
     fail("train.exit_at_step: must be in [0, train.steps = {}], got {}", t.steps, t.exit_at_step);
   return t;

@@ -20,6 +20,8 @@ namespace nk {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// Seconds a step may have run before a stop signal drops it (see Trainer::run).
+constexpr double kDropStepAfter = 5.0;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -259,9 +261,27 @@ void Trainer::resume_legacy() {
       model_dir, state_.step, state_.consumed_samples);
 }
 
+void Trainer::check_weights_finite() const {
+  const int64_t bad = ops::count_nonfinite(model_->params());
+  const bool any = ddp_ ? ddp_->max_over_group(bad > 0 ? 1 : 0) > 0 : bad > 0;
+  if (!any) return;
+  std::string where = "on another rank";
+  for (const ParamInfo& p : model_->layout().params())
+    if (int64_t n = ops::count_nonfinite(ParamLayout::view(model_->params(), p)); n > 0) {
+      where = fmt::format("{} of them in '{}'", n, p.name);
+      break;
+    }
+  std::string last = find_latest_checkpoint(cfg_.checkpoint_root());
+  fail(
+      "step {}: the update left {} non-finite weights (NaN or Inf; {}), so nothing was saved; the "
+      "last good checkpoint is {} (lower train.lr or set train.grad_clip, then resume)",
+      state_.step, bad, where, last.empty() ? "none" : "'" + last + "'");
+}
+
 void Trainer::save_checkpoint_now() {
   auto t0 = Clock::now();
   if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
+  check_weights_finite();
   std::string dir;
   if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
@@ -341,6 +361,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const int64_t first_step = state_.step;
   stopped_by_ = 0;
   StopSignalGuard signals;
+  auto stop = [&](int sig, const std::string& when) {
+    if (saved_step_ != state_.step) save_checkpoint_now();
+    stopped_by_ = sig;
+    NK_INFO("{} received: stopped cleanly {} with the checkpoint of step {}; rerun to resume",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", when, state_.step);
+  };
 
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
@@ -348,6 +374,20 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     double loss = 0, comm_s = 0;
     const int64_t step_first = loader.consumed_samples();
     for (int64_t m = 0; m < local_accum; ++m) {
+      // A step of many micro-batches (a huge train.global_batch) does not
+      // hold a signal for long: once it has run kDropStepAfter, the signal
+      // stops it after the current micro-batch, and the unfinished step is
+      // redone on resume. Shorter steps finish first, as before.
+      // Under data parallelism every rank takes part in the agreement at
+      // every micro-batch, whatever its own clock says.
+      if (m > 0) {
+        const int want = seconds_since(t0) >= kDropStepAfter ? int(g_stop_signal) : 0;
+        if (const int sig = ddp_ ? ddp_->max_over_group(want) : want; sig != 0) {
+          loader.set_consumed_samples(step_first);
+          return stop(sig,
+                      fmt::format("during step {} (dropped: it is redone on resume)", step + 1));
+        }
+      }
       if (ddp_)
         loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
       loader.next(batch.host_tokens, batch.host_targets);
@@ -425,13 +465,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
     const int sig = ddp_ ? ddp_->max_over_group(int(g_stop_signal)) : int(g_stop_signal);
-    if (sig != 0 || (cfg_.save_every > 0 && s.step % cfg_.save_every == 0)) save_checkpoint_now();
-    if (sig != 0) {
-      stopped_by_ = sig;
-      NK_INFO("{} received: stopped cleanly after step {} with its checkpoint; rerun to resume",
-              sig == SIGINT ? "SIGINT" : "SIGTERM", s.step);
-      return;
-    }
+    if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
+    if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
   if (saved_step_ != state_.step) save_checkpoint_now();
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model

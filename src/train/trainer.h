@@ -69,6 +69,10 @@ class Trainer {
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);
   void save_checkpoint_now();
+  // nk::Error before any save when an update left NaN or Inf in the weights
+  // (on any rank), naming the first such tensor: a non-finite model is never
+  // written, so the newest checkpoint stays the last good one.
+  void check_weights_finite() const;
   // Builds opt_ over the model's groups (sharded by ddp_ under parallel.shard=
   // optimizer) and adopts moments a resume read, if any.
   void make_optimizer();

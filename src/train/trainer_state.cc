@@ -73,26 +73,31 @@ TrainerState load_trainer_state(const std::string& path) {
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
-  nlohmann::json j = parse_json(text, "trainer state '" + path + "'");
+  const std::string where = "trainer state '" + path + "'";
+  nlohmann::json j = parse_json(text, where);
   TrainerState s;
+  // Counts are integers >= 0: a float or a negative value is an error, not a cast.
+  auto count = [&](const nlohmann::json& v, const char* key) {
+    return json_int(v, where, key, 0, INT64_MAX);
+  };
   try {
     if (!j.is_object() || j.value("format", "") != "nekton-trainer-state")
       fail("trainer state '{}': not a Nekton trainer state", path);
-    int version = j.at("version").get<int>();
+    int64_t version = count(j.at("version"), "version");
     if (version != 1 && version != 2)
       fail("trainer state '{}': unknown version {}", path, j.at("version").dump());
-    s.step = j.at("step").get<int64_t>();
-    s.consumed_samples = j.at("consumed_samples").get<int64_t>();
+    s.step = count(j.at("step"), "step");
+    s.consumed_samples = count(j.at("consumed_samples"), "consumed_samples");
     s.data = j.at("data").get<std::map<std::string, std::string>>();
     if (version >= 2) {
-      s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+      s.optimizer_steps = count(j.at("optimizer_steps"), "optimizer_steps");
       const auto& l = j.at("lr_schedule");
       s.lr.lr = l.at("lr").get<double>();
       s.lr.min_lr = l.at("min_lr").get<double>();
-      s.lr.warmup_steps = l.at("warmup_steps").get<int64_t>();
-      s.lr.decay_steps = l.at("decay_steps").get<int64_t>();
+      s.lr.warmup_steps = count(l.at("warmup_steps"), "lr_schedule.warmup_steps");
+      s.lr.decay_steps = count(l.at("decay_steps"), "lr_schedule.decay_steps");
       s.last_lr = l.at("last_lr").get<double>();
-      if (l.at("next_step").get<int64_t>() != s.step)
+      if (count(l.at("next_step"), "lr_schedule.next_step") != s.step)
         fail("trainer state '{}': lr_schedule.next_step {} is not step {}", path,
              l.at("next_step").dump(), s.step);
       s.rng = j.at("rng").get<std::map<std::string, uint64_t>>();

@@ -114,6 +114,26 @@ TEST_P(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
   }
 }
 
+// NaN and both infinities count, in every float dtype, wherever they sit in a
+// tensor that the threads split; the largest finite values do not.
+TEST_P(Elementwise, CountNonfiniteMatchesReference) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {
+      Vec x = rounded(randn(n, 7), dt);
+      EXPECT_EQ(ops::count_nonfinite(make({n}, dt, x, dev())), 0) << n;
+      const double big = dt == DType::F16 ? 65504.0 : dt == DType::BF16 ? 3.3e38 : 3.4e38;
+      x[0] = big;
+      x[n - 1] = -big;
+      const double bad[] = {NAN, INFINITY, -INFINITY};
+      for (int64_t i = 0; i < n; i += 997) x[size_t(i)] = bad[(i / 997) % 3];
+      Tensor t = make({n}, dt, x, dev());
+      const int64_t want = ref::count_nonfinite(x.data(), n);
+      EXPECT_GT(want, 0);
+      EXPECT_EQ(ops::count_nonfinite(t), want) << dtype_name(dt) << " " << n;
+    }
+  }
+}
+
 // Raw byte copies both ways keep every bit, whatever the dtype.
 TEST_P(Elementwise, ByteCopiesRoundTrip) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::I32}) {

@@ -264,10 +264,10 @@ BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& voc
   std::vector<bool> seen;
   std::string bytes;
   for (auto it = enc.begin(); it != enc.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > (int64_t(1) << 30))
-      fail("{}: token '{}': id must be a non-negative integer", ej, it.key());
-    size_t id = size_t(it.value().get<int64_t>());
+    const std::string where = fmt::format("{}: token '{}'", ej, it.key());
+    const int64_t id64 = json_int(it.value(), ej, it.key());
+    check_vocab_id(id64, int64_t(enc.size()), where);
+    size_t id = size_t(id64);
     if (!gpt2_bytes(it.key(), bytes))
       fail("{}: token '{}' (id {}) has a character outside GPT-2's byte alphabet", ej, it.key(),
            id);
@@ -328,6 +328,7 @@ BpeVocab load_tiktoken_vocab(const std::string& path) {
   BpeVocab v;
   v.name = path;
   std::string bytes;
+  const int64_t entries = int64_t(std::count(text.begin(), text.end(), '\n')) + 1;
   for_each_line(text, [&](std::string_view line, size_t line_no) {
     size_t sp = line.find(' ');
     if (sp == std::string_view::npos)
@@ -341,6 +342,7 @@ BpeVocab load_tiktoken_vocab(const std::string& path) {
       if (c < '0' || c > '9') fail("{}:{}: bad rank '{}'", file, line_no, rs);
       rank = rank * 10 + (c - '0');
     }
+    check_vocab_id(rank, entries, fmt::format("{}:{}", file, line_no));
     if (size_t(rank) >= v.tokens.size()) v.tokens.resize(size_t(rank) + 1);
     if (!v.tokens[size_t(rank)].empty()) fail("{}:{}: rank {} is given twice", file, line_no, rank);
     v.tokens[size_t(rank)] = bytes;
@@ -438,7 +440,9 @@ BpeVocab load_bpe_dir(const std::string& dir) {
     if (!s.is_object() || !s.contains("text") || !s["text"].is_string() || !s.contains("id") ||
         !s["id"].is_number_integer())
       fail("{}: each special needs a string 'text' and an integer 'id'", meta_path.string());
-    v.specials.emplace_back(s["text"].get<std::string>(), s["id"].get<int32_t>());
+    v.specials.emplace_back(
+        s["text"].get<std::string>(),
+        int32_t(json_int(s["id"], meta_path.string(), "specials.id", 0, limits::kVocab - 1)));
   }
   return v;
 }

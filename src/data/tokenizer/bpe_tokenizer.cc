@@ -44,10 +44,13 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
   std::sort(specials_.begin(), specials_.end(),
             [](const auto& a, const auto& b) { return a.second < b.second; });
   vocab_size_ = int64_t(vocab_.tokens.size());
+  const int64_t entries = int64_t(std::count_if(vocab_.tokens.begin(), vocab_.tokens.end(),
+                                                [](const std::string& t) { return !t.empty(); })) +
+                          int64_t(specials_.size());
   for (size_t i = 0; i < specials_.size(); ++i) {
     const auto& [text, id] = specials_[i];
     if (text.empty()) fail("BPE vocabulary '{}': special token {} has no text", name, id);
-    if (id < 0) fail("BPE vocabulary '{}': special token '{}' has negative id {}", name, text, id);
+    check_vocab_id(id, entries, fmt::format("BPE vocabulary '{}': special token '{}'", name, text));
     if (size_t(id) < vocab_.tokens.size() && !vocab_.tokens[size_t(id)].empty())
       fail("BPE vocabulary '{}': special token '{}' has id {}, which is a token", name, text, id);
     if (i > 0 && specials_[i - 1].second == id)

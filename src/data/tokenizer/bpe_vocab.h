@@ -1,12 +1,30 @@
 // A byte-level BPE vocabulary as data: what the loaders of GPT-2/tiktoken files
 // produce, what the trainer produces, and what the savers write.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+#include "core/limits.h"
+
 namespace nk {
+
+// The ids a vocabulary file of `entries` entries may give, checked before any
+// table is sized from them: below twice its entries (real files leave only
+// small gaps: p50k_base skips one rank, cl100k_base's specials sit 20 ids past
+// its last rank) and below limits::kVocab. nk::Error "WHERE: id ID is out of
+// range ..." otherwise, so a tiny file cannot ask for a huge table.
+inline void check_vocab_id(int64_t id, int64_t entries, const std::string& where) {
+  const int64_t bound = std::min(limits::kVocab, std::max<int64_t>(2 * entries, 512));
+  if (id < 0 || id >= bound)
+    fail(
+        "{}: id {} is out of range: a vocabulary of {} entries has ids below {} (twice its "
+        "entries, and at most {})",
+        where, id, entries, bound, limits::kVocab);
+}
 
 struct BpeVocab {
   // tokens[r] is the byte string of the token with rank r; its id is r. Every

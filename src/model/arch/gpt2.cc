@@ -1,6 +1,7 @@
 // GPT-2: LayerNorm with biases, GELU MLP, learned positions, biases on every
 // projection, multi-head attention. Hugging Face's GPT2LMHeadModel stores its
 // projections as Conv1D ([in, out]), so every matrix is transposed there.
+#include "core/limits.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -48,13 +49,14 @@ class Gpt2 final : public Architecture {
   }
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
-    c.d_model = h.positive("n_embd");
-    c.n_layer = h.positive("n_layer");
-    c.n_head = c.n_kv_head = h.positive("n_head");
-    c.vocab_size = h.positive("vocab_size");
-    c.max_seq_len =
-        h.has("n_positions") || !h.has("n_ctx") ? h.positive("n_positions") : h.positive("n_ctx");
-    c.d_ff = h.has("n_inner") ? h.positive("n_inner") : 4 * c.d_model;
+    c.d_model = h.positive("n_embd", limits::kHidden, "hidden units");
+    c.n_layer = h.positive("n_layer", limits::kLayers, "layers");
+    c.n_head = c.n_kv_head = h.positive("n_head", limits::kHeads, "heads");
+    c.vocab_size = h.positive("vocab_size", limits::kVocab, "token ids");
+    c.max_seq_len = h.has("n_positions") || !h.has("n_ctx")
+                        ? h.positive("n_positions", limits::kSeqLen, "positions")
+                        : h.positive("n_ctx", limits::kSeqLen, "positions");
+    c.d_ff = h.has("n_inner") ? h.positive("n_inner", limits::kFfn, "MLP units") : 4 * c.d_model;
     c.norm_eps = h.number("layer_norm_epsilon", 1e-5);
     c.tied_embeddings = h.boolean("tie_word_embeddings", true);
     c.init_std = h.number("initializer_range", 0.02);

@@ -6,6 +6,7 @@
 // RoPE scaling (Llama 3.1's "llama3" and the others) is the position
 // encoding's, in model/rope.h; this file reads and writes its HF keys through
 // hf_read_llama_style, which the other Llama-style families share.
+#include "core/limits.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -90,13 +91,15 @@ class Llama final : public Architecture {
 }  // namespace
 
 void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c) {
-  c.d_model = h.positive("hidden_size");
-  c.d_ff = h.positive("intermediate_size");
-  c.n_layer = h.positive("num_hidden_layers");
-  c.n_head = h.positive("num_attention_heads");
-  c.n_kv_head = h.has("num_key_value_heads") ? h.positive("num_key_value_heads") : c.n_head;
-  c.vocab_size = h.positive("vocab_size");
-  c.max_seq_len = h.positive("max_position_embeddings");
+  c.d_model = h.positive("hidden_size", limits::kHidden, "hidden units");
+  c.d_ff = h.positive("intermediate_size", limits::kFfn, "MLP units");
+  c.n_layer = h.positive("num_hidden_layers", limits::kLayers, "layers");
+  c.n_head = h.positive("num_attention_heads", limits::kHeads, "heads");
+  c.n_kv_head = h.has("num_key_value_heads")
+                    ? h.positive("num_key_value_heads", limits::kHeads, "heads")
+                    : c.n_head;
+  c.vocab_size = h.positive("vocab_size", limits::kVocab, "token ids");
+  c.max_seq_len = h.positive("max_position_embeddings", limits::kSeqLen, "positions");
   c.norm_eps = h.number("rms_norm_eps", 1e-6);
   rope_from_hf_config(h.object(), h.where(), c.rope_theta, c.rope_scaling);
   c.tied_embeddings = h.boolean("tie_word_embeddings", false);

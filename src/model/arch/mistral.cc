@@ -5,6 +5,7 @@
 // honour it. Hugging Face's MistralForCausalLM names its tensors as Llama does;
 // llama.cpp runs Mistral as its "llama" architecture, which has no sliding
 // window, so GGUF export refuses a window shorter than the context.
+#include "core/limits.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -55,7 +56,8 @@ class Mistral final : public Architecture {
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
     hf_read_llama_style(h, c);
     // null or absent: full attention; a window covering the context is too.
-    c.sliding_window = h.has("sliding_window") ? h.positive("sliding_window") : 0;
+    c.sliding_window =
+        h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
     if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
   }
 

@@ -1,6 +1,8 @@
 // Copies, conversions and elementwise arithmetic over whole contiguous tensors
 // (CPU kernels; arguments checked by ops/elementwise.cc).
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "core/parallel.h"
@@ -87,6 +89,20 @@ void add(Tensor y, const Tensor& a, const Tensor& b) {
 
 // Fixed chunks (their size depends only on n), each summed in double, then the
 // partials summed in chunk order: bit-identical for any thread count.
+int64_t count_nonfinite(const Tensor& x) {
+  std::atomic<int64_t> total{0};
+  dispatch_float(x.dtype(), "count_nonfinite", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    for_range(x.numel(), [&](int64_t b, int64_t e) {
+      int64_t c = 0;
+      for (int64_t i = b; i < e; ++i) c += !std::isfinite(load(p[i]));
+      total += c;
+    });
+  });
+  return total;
+}
+
 double sum_squares(const Tensor& x) {
   constexpr int64_t kMaxChunks = 256;
   const int64_t n = x.numel();

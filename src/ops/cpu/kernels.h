@@ -25,6 +25,7 @@ void accumulate(Tensor dst, const Tensor& src);
 void add(Tensor y, const Tensor& a, const Tensor& b);
 double sum_squares(const Tensor& x);
 void scale(Tensor x, float s);
+int64_t count_nonfinite(const Tensor& x);
 void copy_bytes_from_host(Tensor dst, const void* src);
 void copy_bytes_to_host(const Tensor& src, void* dst);
 int64_t count_not_equal(const Tensor& x, int64_t value);

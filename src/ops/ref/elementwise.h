@@ -1,5 +1,6 @@
 // Reference elementwise ops over n contiguous values (F = float or double).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace nk::ref {
@@ -24,6 +25,13 @@ double sum_squares(const F* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;
+}
+
+template <typename F>
+int64_t count_nonfinite(const F* x, int64_t n) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);
+  return c;
 }
 
 }  // namespace nk::ref
