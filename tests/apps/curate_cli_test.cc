@@ -15,8 +15,10 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "core/output_lock.h"
 #include "test_util.h"
 
 namespace nk {
@@ -391,6 +393,29 @@ stages:
     EXPECT_EQ(diff, "") << "output differs after resume\n" << r.out;
   }
   std::printf("reruns that resumed finished work: %d of 3\n", resumed_runs);
+}
+
+// A curate run on an output folder another process holds fails at once,
+// naming its pid, and writes nothing there.
+TEST(CurateCli, BusyOutputFolderFailsNamingThePid) {
+  TempDir dir("nk_curate_busy");
+  test::write_file(dir / "in.jsonl", json({{"text", para(1)}}).dump() + "\n");
+  test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / "in.jsonl" + "]\noutput:\n  dir: " +
+                                       dir / "out" + "\nstages:\n  - type: clean\n");
+  {
+    OutputLock held(dir / "out", LockAt::Inside);
+    auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_TRUE(contains(r.out, "error: '" + dir / "out" + "' is in use by nekton pid " +
+                                    std::to_string(::getpid()) + " (lock file '" +
+                                    dir / "out/.nekton.lock" + "')"))
+        << r.out;
+    EXPECT_EQ(test::leftover_files(dir / "out"), std::vector<std::string>{".nekton.lock"});
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir / "out"), fs::directory_iterator()), 1);
+  }
+  auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::leftover_files(dir / "out"), std::vector<std::string>{});
 }
 
 }  // namespace
