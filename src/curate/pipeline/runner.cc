@@ -22,6 +22,7 @@
 #include "curate/pipeline/record.h"
 #include "curate/stages.h"
 #include "data/preprocess.h"
+#include "data/utf8.h"
 
 namespace nk::curate {
 
@@ -158,10 +159,15 @@ void Runner::prepare() {
   shards_ = plan_shards(cfg_.input);
   for (const Shard& s : shards_)
     if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);  // opens or throws
-  ojson files = ojson::array();
+  // The plan as a JSON list, built by hand: file names are bytes, not always
+  // UTF-8, and every byte must count towards the hash.
+  std::string plan = "[";
   for (const Shard& s : shards_)
-    for (const auto& f : s.files) files.push_back(fmt::format("{}@{}", f.first, s.offset));
-  std::string plan = files.dump();
+    for (const auto& f : s.files) {
+      if (plan.size() > 1) plan += ',';
+      append_json_string(plan, fmt::format("{}@{}", f.first, s.offset));
+    }
+  plan += ']';
   std::string plan_hash = fmt::format("{:016x}", XXH3_64bits(plan.data(), plan.size()));
 
   std::error_code ec;
@@ -467,7 +473,7 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
   } catch (const Error& e) {
     // A corrupt stream (zstd) or a file that vanished: the records before it
     // stay, the run goes on, and the report names the problem.
-    ss.errors.push_back(e.what());
+    ss.errors.push_back(escape_invalid_utf8(e.what()));  // it may name a file that is not UTF-8
     NK_WARN("curate: {}", e.what());
   }
   report_progress(label, src->bytes, src->bytes, text_bytes, ss.docs_in, t0, true);
