@@ -307,6 +307,12 @@ double Trainer::evaluate() {
 }
 
 void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
+  // The run's end (finished, stopped or failed) frees OUT_DIR: a finished
+  // Trainer kept for its history must not block a rerun in this process.
+  struct ReleaseLock {
+    std::optional<OutputLock>& lock;
+    ~ReleaseLock() { lock.reset(); }
+  } release{out_lock_};
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
   std::filesystem::create_directories(cfg_.out_dir);
   // A run killed after its last checkpoint logged steps it will now redo.

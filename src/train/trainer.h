@@ -75,8 +75,9 @@ class Trainer {
   void make_optimizer();
   TrainConfig cfg_;
   TrainParallel par_;
-  // OUT_DIR/.nekton.lock, held by the writing rank (rank 0) for the Trainer's
-  // life: a second run on the same folder fails at once instead of mixing in.
+  // OUT_DIR/.nekton.lock, held by the writing rank (rank 0) from construction
+  // to the end of run(): a second run on the same folder fails at once
+  // instead of mixing in.
   std::optional<OutputLock> out_lock_;
   TrainData data_;
   TrainerState state_;
