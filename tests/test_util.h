@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace nk::test {
@@ -152,6 +153,34 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Waits up to `seconds` until `path` exists and is not empty (a lock file a
+// run has written its pid into); its contents, or "" on timeout.
+inline std::string wait_for_file(const std::string& path, double seconds = 60) {
+  for (int i = 0; i < int(seconds * 100); ++i) {
+    std::string s = read_file(path);
+    if (!s.empty()) return s;
+    ::usleep(10000);
+  }
+  return "";
+}
+
+// Names under `dir` (recursively) that only a killed or live writer leaves:
+// temporaries (NAME.tmp.<pid>, a checkpoint's .tmp.* and .trash.* folders)
+// and lock files.
+inline std::vector<std::string> leftover_files(const std::string& dir) {
+  std::vector<std::string> odd;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    if (is_temporary_name(n) || n.rfind(".tmp.", 0) == 0 || n.rfind(".trash.", 0) == 0 ||
+        (n.size() > 5 && n.compare(n.size() - 5, 5, ".lock") == 0))
+      odd.push_back(fs::relative(it->path(), dir).string());
+  }
+  std::sort(odd.begin(), odd.end());
+  return odd;
 }
 
 }  // namespace nk::test

@@ -128,12 +128,12 @@ void remove_stale_temporaries(const std::string& root) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     std::string name = e.path().filename().string();
-    if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix) ||
-        is_temporary_name(name)) {  // of `latest`, written by write_file_atomic
+    if (starts_with(name, kTmpPrefix) || starts_with(name, kTrashPrefix)) {
       std::error_code ec2;
       fs::remove_all(e.path(), ec2);
     }
   }
+  remove_stale_temporaries_of((fs::path(root) / "latest").string());  // write_file_atomic's
 }
 
 std::string checkpoint_name(int64_t step) {

@@ -6,7 +6,9 @@
 
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/model_io.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_lock.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -122,6 +124,8 @@ void permute_rope_rows(const float* src, float* dst, int64_t n_heads, int64_t he
 
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& opt) {
+  OutputLock lock(out_path, LockAt::Beside);
+  remove_stale_temporaries_of(out_path);
   const ModelConfig c = read_config(model_dir);
   const Architecture& arch = c.architecture();
   const std::string ga = arch.gguf_arch();

@@ -169,6 +169,8 @@ StagedDir::StagedDir(const fs::path& final_dir, bool overwrite, const fs::path& 
     : final_(final_dir) {
   std::error_code ec;
   if (final_.empty()) fail("output folder name is empty");
+  if (final_.has_parent_path()) fs::create_directories(final_.parent_path(), ec);
+  lock_.emplace(final_.string(), LockAt::Beside);
   if (fs::exists(final_)) {
     if (!fs::is_directory(final_)) fail("output '{}' exists and is not a folder", final_.string());
     if (fs::equivalent(final_, input, ec))
@@ -177,8 +179,8 @@ StagedDir::StagedDir(const fs::path& final_dir, bool overwrite, const fs::path& 
       fail("output '{}' already exists and is not empty (--overwrite replaces it)",
            final_.string());
   }
+  remove_stale_temporaries_of(final_.string());
   tmp_ = temporary_path(final_.string());
-  fs::remove_all(tmp_, ec);
   if (!fs::create_directories(tmp_, ec) && ec)
     fail("cannot create '{}': {}", tmp_.string(), ec.message());
 }
@@ -190,16 +192,8 @@ StagedDir::~StagedDir() {
 }
 
 void StagedDir::commit() {
-  try {
-    fs::path old = final_.string() + ".old." + std::to_string(::getpid());
-    bool had_old = fs::exists(final_);
-    if (had_old) fs::rename(final_, old);
-    fs::rename(tmp_, final_);
-    done_ = true;
-    if (had_old) fs::remove_all(old);
-  } catch (const fs::filesystem_error& e) {
-    fail("cannot move the finished output into '{}': {}", final_.string(), e.what());
-  }
+  install_folder(tmp_.string(), final_.string());
+  done_ = true;
 }
 
 }  // namespace nk::hf

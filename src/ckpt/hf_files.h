@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ckpt/safetensors.h"
+#include "core/output_lock.h"
 #include "model/arch.h"
 
 namespace nk::hf {
@@ -64,6 +66,7 @@ class HfWeights {
 
 // OUT_DIR is built as a sibling temporary and renamed into place on commit();
 // destroyed uncommitted, the temporary is removed and OUT_DIR is untouched.
+// OUT_DIR.lock is held meanwhile, and what a killed export left is removed.
 class StagedDir {
  public:
   StagedDir(const fs::path& final_dir, bool overwrite, const fs::path& input);
@@ -74,6 +77,7 @@ class StagedDir {
   void commit();
 
  private:
+  std::optional<OutputLock> lock_;  // taken first, released last
   fs::path final_, tmp_;
   bool done_ = false;
 };

@@ -90,12 +90,7 @@ void save_model(const std::string& dir, Transformer& model) {
       tensors.emplace_back(p.name, ParamLayout::view(model.params(), p));
     save_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "nekton"}});
     write_file_atomic((tmp / "config.json").string(), model_config_to_json(model.config()));
-    // Swap the finished folder into place; the old one is removed only after.
-    fs::path old = final_dir.string() + ".old." + std::to_string(getpid());
-    bool had_old = fs::exists(final_dir);
-    if (had_old) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    if (had_old) fs::remove_all(old);
+    install_folder(tmp.string(), final_dir.string());
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);
     fail("saving model to '{}': {}", dir, e.what());

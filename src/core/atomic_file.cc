@@ -97,6 +97,58 @@ bool is_temporary_name(const std::string& filename) {
                      [](char c) { return c >= '0' && c <= '9'; });
 }
 
+void install_folder(const std::string& tmp, const std::string& final_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(final_dir, ec)) {
+    fs::rename(tmp, final_dir, ec);
+    if (ec) fail("cannot move '{}' into place as '{}': {}", tmp, final_dir, ec.message());
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp, ec);  // now holds the replaced folder
+    return;
+  }
+  const std::string old = temporary_path(final_dir + ".old");
+  fs::rename(final_dir, old, ec);
+  if (!ec) fs::rename(tmp, final_dir, ec);
+  if (ec) fail("cannot move '{}' into place as '{}': {}", tmp, final_dir, ec.message());
+  fs::remove_all(old, ec);
+}
+
+int remove_stale_temporaries_of(const std::string& path, bool within) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "out/" names out
+  const std::string base = p.filename().string();
+  // PATH.tmp.<pid> is a temporary name whose stem is exactly PATH's name.
+  auto of_path = [&](const std::string& name) {
+    if (!is_temporary_name(name)) return false;
+    std::string stem = name.substr(0, name.rfind(".tmp."));
+    return stem == base || stem == base + ".old";
+  };
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (of_path(e.path().filename().string())) stale.push_back(e.path());
+  if (within && fs::is_directory(p, ec)) {
+    for (auto it = fs::recursive_directory_iterator(p, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (!is_temporary_name(it->path().filename().string())) continue;
+      stale.push_back(it->path());
+      it.disable_recursion_pending();  // removed whole
+    }
+  }
+  int removed = 0;
+  for (const fs::path& s : stale) {
+    std::error_code rec;
+    if (fs::remove_all(s, rec) > 0 && !rec) ++removed;
+  }
+  return removed;
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
   AtomicFileWriter w(path);
   w.write(contents.data(), contents.size());

@@ -39,6 +39,21 @@ std::string temporary_path(const std::string& path);
 // True for a name of that form (NAME.tmp.<digits>).
 bool is_temporary_name(const std::string& filename);
 
+// Moves the finished folder TMP into place as FINAL_DIR. An existing FINAL_DIR
+// is exchanged atomically (Linux renameat2) and then removed, so FINAL_DIR is
+// always one complete folder; where the file system cannot exchange, the old
+// one is moved aside to temporary_path(FINAL_DIR + ".old") first. A kill in
+// between leaves only names remove_stale_temporaries_of(FINAL_DIR) removes.
+void install_folder(const std::string& tmp, const std::string& final_dir);
+
+// Removes what killed writers of PATH left beside it: PATH.tmp.<pid> and
+// PATH.old.tmp.<pid> (install_folder's), files or folders. With `within`, for
+// a folder a run owns whole (curate's or train's output folder), also every
+// NAME.tmp.<pid> anywhere inside PATH. A live writer's temporary looks just
+// the same, so call it only while holding PATH's OutputLock (core/output_lock.h).
+// Returns how many it removed.
+int remove_stale_temporaries_of(const std::string& path, bool within = false);
+
 // Whole-file convenience for small files (config.json, tokenizer files).
 void write_file_atomic(const std::string& path, const std::string& contents);
 

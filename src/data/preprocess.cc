@@ -10,7 +10,9 @@
 #include <mutex>
 #include <thread>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/output_lock.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/jsonl_reader.h"
 #include "data/tokenizer/tokenizer.h"
@@ -304,6 +306,10 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   check_options(opt);
+  // PREFIX.lock: one run writes PREFIX.bin/.idx at a time, so whatever
+  // temporaries of them are found belong to a killed run.
+  OutputLock lock(opt.output_prefix, LockAt::Beside);
+  for (const char* ext : {".bin", ".idx"}) remove_stale_temporaries_of(opt.output_prefix + ext);
   std::unique_ptr<Tokenizer> tok = load_tokenizer(opt.tokenizer);
   if (opt.append_eod && tok->eod_id() < 0)
     fail("preprocess: tokenizer '{}' has no end-of-document token; set append_eod=false",

@@ -49,7 +49,12 @@ int64_t find_invalid_utf8(std::string_view s) {
   return -1;
 }
 
-int64_t append_replacing_invalid_utf8(std::string_view s, std::string& out) {
+namespace {
+
+// Copies `s` to `out`, handing each maximal ill-formed subpart (its bytes) to
+// `bad` to append in its place. Returns the number of subparts.
+template <class Bad>
+int64_t append_repairing(std::string_view s, std::string& out, Bad bad) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   size_t n = s.size(), i = 0, run = 0;  // [run, i) is valid and not yet copied
   int64_t replaced = 0;
@@ -64,13 +69,30 @@ int64_t append_replacing_invalid_utf8(std::string_view s, std::string& out) {
       continue;
     }
     out.append(s.data() + run, i - run);
-    out.append("\xEF\xBF\xBD");
+    bad(s.substr(i, size_t(-len)), out);
     ++replaced;
     i += size_t(-len);
     run = i;
   }
   out.append(s.data() + run, n - run);
   return replaced;
+}
+
+}  // namespace
+
+int64_t append_replacing_invalid_utf8(std::string_view s, std::string& out) {
+  return append_repairing(s, out,
+                          [](std::string_view, std::string& o) { o.append("\xEF\xBF\xBD"); });
+}
+
+std::string escape_invalid_utf8(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  append_repairing(s, out, [](std::string_view bytes, std::string& o) {
+    for (unsigned char c : bytes) o.append({'\\', 'x', hex[c >> 4], hex[c & 15]});
+  });
+  return out;
 }
 
 std::string replace_invalid_utf8(std::string_view s, int64_t* replaced) {

@@ -23,6 +23,11 @@ int64_t append_replacing_invalid_utf8(std::string_view s, std::string& out);
 // As above, into a new string.
 std::string replace_invalid_utf8(std::string_view s, int64_t* replaced = nullptr);
 
+// `s` with each byte of an ill-formed sequence written as \xHH, as Python's
+// errors="backslashreplace" does: how a file name that is not UTF-8 appears
+// in document ids, reports and messages (valid UTF-8, and readable).
+std::string escape_invalid_utf8(std::string_view s);
+
 // Length in bytes of the well-formed sequence starting at p[0] (1..4), or
 // minus the length of the maximal ill-formed subpart there (-1..-3). n >= 1 is
 // the number of bytes available.

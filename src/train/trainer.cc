@@ -9,6 +9,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_io.h"
+#include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "data/dataset/dp_slice.h"
@@ -94,6 +95,16 @@ double measure_gemm_peak(DType dtype, Device device) {
 Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(par) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
+  if (par_.writes()) {
+    out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
+    // Only the lock holder may take these for a killed run's: they look the
+    // same as a live writer's. The other ranks write nothing until the first
+    // save, long after this.
+    remove_stale_temporaries_of(cfg_.out_dir + "/model", true);
+    remove_stale_temporaries_of(cfg_.metrics_file);
+    if (std::filesystem::is_directory(cfg_.checkpoint_root()))
+      remove_stale_temporaries(cfg_.checkpoint_root());
+  }
   data_ = build_train_data(cfg_);
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
@@ -316,6 +327,12 @@ double Trainer::evaluate() {
 }
 
 void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
+  // The run's end (finished, stopped or failed) frees OUT_DIR: a finished
+  // Trainer kept for its history must not block a rerun in this process.
+  struct ReleaseLock {
+    std::optional<OutputLock>& lock;
+    ~ReleaseLock() { lock.reset(); }
+  } release{out_lock_};
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len, accum = cfg_.grad_accum();
   std::filesystem::create_directories(cfg_.out_dir);
   // A run killed after its last checkpoint logged steps it will now redo.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/output_lock.h"
 #include "data/dataset/data_loader.h"
 #include "parallel/distributed_data_parallel.h"
 #include "train/adamw.h"
@@ -78,6 +79,10 @@ class Trainer {
   void make_optimizer();
   TrainConfig cfg_;
   TrainParallel par_;
+  // OUT_DIR/.nekton.lock, held by the writing rank (rank 0) from construction
+  // to the end of run(): a second run on the same folder fails at once
+  // instead of mixing in.
+  std::optional<OutputLock> out_lock_;
   TrainData data_;
   TrainerState state_;
   BatchObserver on_batch_;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,6 +129,7 @@ TEST(CheckpointCli, KillNineAtRandomMomentsThenRerun) {
     auto r = test::run_nekton(joined(args));
     ASSERT_EQ(r.code, 0) << r.out;
     expect_matches_reference(ref, out);
+    EXPECT_EQ(test::leftover_files(out), std::vector<std::string>{});
   }
   // How many kills landed inside a save (a temporary folder left behind): for
   // the record, since timing decides it.
@@ -179,9 +181,48 @@ TEST(CheckpointCli, RerunOfAFinishedRunRemovesLeftovers) {
   test::write_file(root + "/.trash.step_00000017.4242/model.safetensors", "x");
   test::write_file(root + "/latest.tmp.4242", "step_0000");
   test::write_file(root + "/latest", "step_00000019\n");
+  // A kill in the final model save or a metrics rewrite leaves these.
+  fs::create_directories(dir / "ref/model.tmp.4242");
+  test::write_file(dir / "ref/model.tmp.4242/model.safetensors", "x");
+  fs::create_directories(dir / "ref/model.old.tmp.4243");
+  test::write_file(dir / "ref/model/trainer_state.json.tmp.4244", "{");
+  test::write_file(dir / "ref/metrics.jsonl.tmp.4245", "{");
+  test::write_file(dir / "ref/.nekton.lock", "4246\n");  // of a killed run: no obstacle
   auto r = test::run_nekton(joined(train_args(dir / "c.txt", dir / "ref")));
   ASSERT_EQ(r.code, 0) << r.out;
   expect_matches_reference(ref, dir / "ref");
+  EXPECT_EQ(test::leftover_files(dir / "ref"), std::vector<std::string>{});
+}
+
+// Two runs on one train.out_dir would delete each other's files and tear
+// metrics.jsonl: the second fails at once, naming the first one's pid.
+TEST(CheckpointCli, SecondRunOnABusyOutDirFailsNamingThePid) {
+  TempDir dir("nk_busy");
+  write_corpus(dir);
+  // The first run holds OUT/.nekton.lock while it waits for its data to open.
+  ASSERT_EQ(::mkfifo((dir / "fifo.txt").c_str(), 0644), 0);
+  const std::string out = dir / "run";
+  pid_t first = test::spawn_nekton(train_args(dir / "fifo.txt", out), dir / "first.log");
+  ASSERT_GT(first, 0);
+  std::string holder = test::wait_for_file(out + "/.nekton.lock");
+  EXPECT_EQ(holder, std::to_string(first) + "\n") << test::read_file(dir / "first.log");
+  auto t0 = Clock::now();
+  auto r = test::run_nekton(joined(train_args(dir / "c.txt", out)));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 30.0);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "error: '" + out + "' is in use by nekton pid " +
+                                  std::to_string(first) + " (lock file '" + out +
+                                  "/.nekton.lock')"))
+      << r.out;
+  EXPECT_FALSE(fs::exists(out + "/metrics.jsonl"));
+  ::kill(first, SIGKILL);
+  int st = 0;
+  ::waitpid(first, &st, 0);
+  // The lock file a killed run leaves blocks nothing.
+  r = test::run_nekton(joined(train_args(dir / "c.txt", out)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::logged_losses(out + "/metrics.jsonl").size(), size_t(kSteps));
+  EXPECT_EQ(test::leftover_files(out), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -15,8 +15,10 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
+#include "core/output_lock.h"
 #include "test_util.h"
 
 namespace nk {
@@ -391,6 +393,141 @@ stages:
     EXPECT_EQ(diff, "") << "output differs after resume\n" << r.out;
   }
   std::printf("reruns that resumed finished work: %d of 3\n", resumed_runs);
+}
+
+// Input folders are walked through symbolic links. A loop (a link back into
+// its own path, or a link that resolves to itself) is named in a warning and
+// skipped, and the run goes on; a folder reached twice is read once. An input
+// that is nothing but a loop is a clear error.
+TEST(CurateCli, SymlinkLoopsAreSkippedWithAWarning) {
+  TempDir dir("nk_curate_loop");
+  fs::create_directories(dir / "in/sub");
+  fs::create_directories(dir / "other");
+  test::write_file(dir / "in/a.txt", para(1));
+  test::write_file(dir / "other/b.txt", para(2));
+  fs::create_symlink(".", dir / "in/again");            // back to in/
+  fs::create_symlink("..", dir / "in/sub/up");          // back to in/ from below
+  fs::create_symlink("self.txt", dir / "in/self.txt");  // resolves to itself
+  fs::create_symlink("../other", dir / "in/linked");    // a real folder, read
+  fs::create_symlink("../other", dir / "in/linked2");   // the same folder: read once
+  auto cfg = [&](const std::string& paths, const std::string& out) {
+    test::write_file(dir / "p.yaml", fmt::format(R"(input:
+  paths: [{}]
+output:
+  dir: {}
+progress: none
+stages:
+  - type: clean
+)",
+                                                 paths, dir / out));
+    return test::run_nekton("curate --config " + dir / "p.yaml");
+  };
+  auto r = cfg(dir / "in", "out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped '" + dir / "in/again" + "': a symbolic link loop")) << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped '" + dir / "in/sub/up" + "': a symbolic link loop"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "skipped '" + dir / "in/self.txt" + "': a symbolic link loop"))
+      << r.out;
+  json rep = json::parse(test::read_file(dir / "out/report.json"));
+  EXPECT_EQ(rep["input_docs"], 2) << rep.dump();
+  EXPECT_EQ(rep["bad_records"], 0) << rep.dump();
+  std::vector<std::string> ids;
+  for (auto& k : all_records(dir / "out", "data")) ids.push_back(k["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{dir / "in/a.txt", dir / "in/linked/b.txt"}));
+
+  // Nothing but loops: an error naming the loop, exit 1, no output.
+  fs::create_directories(dir / "only");
+  fs::create_symlink(".", dir / "only/again");
+  r = cfg(dir / "only", "out2");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + dir / "only/again" + "' is a symbolic link loop")) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out2"));
+  r = cfg(dir / "in/self.txt", "out3");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "'" + dir / "in/self.txt" + "' is a symbolic link loop")) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out3"));
+}
+
+// File names are bytes: one that is not UTF-8 is read like any other, shows
+// up in ids and reports with its bad bytes as \xHH, and a killed run over it
+// still resumes to the same output.
+TEST(CurateCli, FileNamesThatAreNotUtf8NeverStopTheRun) {
+  TempDir dir("nk_curate_names");
+  fs::create_directories(dir / "in");
+  test::write_file(dir / "in/caf\xe9.txt", para(1));  // Latin-1
+  test::write_file(dir / "in/ok.txt", para(2));
+  std::string jl;
+  for (int i = 0; i < 2000; ++i) jl += json({{"text", para(i + 3)}}).dump() + "\n";
+  jl += "{\"text\": \"broken\"\n";
+  test::write_file(dir / "in/d\xff\xfe.jsonl", jl);
+  auto cfg = [&](const std::string& out) {
+    test::write_file(dir / (out + ".yaml"), fmt::format(R"(input:
+  paths: [{0}/in]
+output:
+  dir: {0}/{1}
+progress: none
+batch_mb: 1
+stages:
+  - type: clean
+  - type: exact_dedup
+  - {{type: word_count, min_words: 5}}
+)",
+                                                        dir.path().string(), out));
+    return std::vector<std::string>{"curate", "--config", dir / (out + ".yaml")};
+  };
+  auto r = test::run_nekton("curate --config " + cfg("ref")[2]);
+  ASSERT_EQ(r.code, 0) << r.out;
+  json rep = json::parse(test::read_file(dir / "ref/report.json"));
+  EXPECT_EQ(rep["input_docs"], 2003) << rep.dump();
+  EXPECT_EQ(rep["bad_records"], 1) << rep.dump();
+  std::set<std::string> ids;
+  for (auto& k : all_records(dir / "ref", "data")) ids.insert(k["id"]);
+  EXPECT_TRUE(ids.count(dir / "in/caf\\xe9.txt")) << *ids.begin();
+  EXPECT_TRUE(ids.count(dir / "in/ok.txt"));
+  EXPECT_TRUE(ids.count(dir / "in/d\\xff\\xfe.jsonl:1"));
+  std::vector<json> removed = all_records(dir / "ref", "removed");
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0]["id"], dir / "in/d\\xff\\xfe.jsonl:2001");
+
+  // Killed and rerun: the plan of input names hashes the same, so the rerun
+  // resumes (or starts over) to the same bytes.
+  auto want = output_files(dir / "ref");
+  for (int trial = 0; trial < 2; ++trial) {
+    std::string out = "t" + std::to_string(trial);
+    auto args = cfg(out);
+    pid_t pid = test::spawn_nekton(args, dir / (out + ".log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 250 * trial));
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    r = test::run_nekton("curate --config " + args[2]);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(output_files(dir / out) == want);
+  }
+}
+
+// A curate run on an output folder another process holds fails at once,
+// naming its pid, and writes nothing there.
+TEST(CurateCli, BusyOutputFolderFailsNamingThePid) {
+  TempDir dir("nk_curate_busy");
+  test::write_file(dir / "in.jsonl", json({{"text", para(1)}}).dump() + "\n");
+  test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / "in.jsonl" + "]\noutput:\n  dir: " +
+                                       dir / "out" + "\nstages:\n  - type: clean\n");
+  {
+    OutputLock held(dir / "out", LockAt::Inside);
+    auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_TRUE(contains(r.out, "error: '" + dir / "out" + "' is in use by nekton pid " +
+                                    std::to_string(::getpid()) + " (lock file '" +
+                                    dir / "out/.nekton.lock" + "')"))
+        << r.out;
+    EXPECT_EQ(test::leftover_files(dir / "out"), std::vector<std::string>{".nekton.lock"});
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir / "out"), fs::directory_iterator()), 1);
+  }
+  auto r = test::run_nekton("curate --config " + dir / "p.yaml");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::leftover_files(dir / "out"), std::vector<std::string>{});
 }
 
 }  // namespace

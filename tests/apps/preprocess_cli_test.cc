@@ -3,8 +3,14 @@
 // reader, a summary on stdout, and each user error a clear message, exit 1 and
 // no output files.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
 
 #include "data/dataset/megatron_index.h"
 #include "data/tokenizer/tokenizer.h"
@@ -132,6 +138,83 @@ TEST(PreprocessCli, ErrorsAreClearAndLeaveNoOutput) {
   EXPECT_TRUE(contains(r.out, "no input files")) << r.out;
 
   EXPECT_EQ(dir.files(), std::vector<std::string>{"bad.jsonl"});
+}
+
+// kill -9 at random moments, then a rerun: the same PREFIX.bin/.idx as an
+// uninterrupted run, and nothing the killed runs left (PREFIX.bin.tmp.PID...).
+TEST(PreprocessCli, KillNineThenRerunLeavesNoTemporaries) {
+  TempDir dir("nk_pkill");
+  std::vector<std::string> docs;
+  for (int i = 0; i < 60000; ++i)
+    docs.push_back("Document " + std::to_string(i) + " " +
+                   std::string(200 + i % 300, 'a' + i % 26));
+  test::write_file(dir / "in.jsonl", jsonl(docs));
+  auto args = [&](const std::string& prefix) {
+    return std::vector<std::string>{"preprocess", "preprocess.input=" + (dir / "in.jsonl"),
+                                    "data.prefix=" + (dir / prefix), "preprocess.progress=none",
+                                    "preprocess.workers=2"};
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = nekton("preprocess.input=" + (dir / "in.jsonl") + " data.prefix=" + (dir / "ref") +
+                  " preprocess.progress=none preprocess.workers=2");
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string want_bin = test::read_file(dir / "ref.bin"),
+                    want_idx = test::read_file(dir / "ref.idx");
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> when(0.1 * secs, 0.9 * secs);
+  int left = 0;  // kills that left a temporary behind
+  for (int trial = 0; trial < 3; ++trial) {
+    const std::string prefix = "t" + std::to_string(trial);
+    SCOPED_TRACE(prefix);
+    for (int kill = 0; kill < 2; ++kill) {
+      pid_t pid = test::spawn_nekton(args(prefix), dir / (prefix + ".log"));
+      ASSERT_GT(pid, 0);
+      std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
+      ::kill(pid, SIGKILL);
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+      left += fs::exists(dir / (prefix + ".bin.tmp." + std::to_string(pid)));
+    }
+    std::vector<std::string> a = args(prefix);
+    auto rerun = nekton(a[1] + " " + a[2] + " " + a[3]);
+    ASSERT_EQ(rerun.code, 0) << rerun.out;
+    EXPECT_TRUE(test::read_file(dir / (prefix + ".bin")) == want_bin);
+    EXPECT_TRUE(test::read_file(dir / (prefix + ".idx")) == want_idx);
+    fs::remove(dir / (prefix + ".log"));
+  }
+  EXPECT_EQ(test::leftover_files(dir.path().string()), std::vector<std::string>{});
+  EXPECT_GT(left, 0) << "no kill landed while the output was being written";
+  std::printf("kills that left temporaries: %d of 6\n", left);
+}
+
+// A second run on a prefix that a live run is writing fails at once, naming
+// that run's pid; once it is gone (kill -9 included) the prefix is free.
+TEST(PreprocessCli, BusyPrefixFailsAtOnceNamingThePid) {
+  TempDir dir("nk_pbusy");
+  // The first run holds PREFIX.lock while it waits for its input to open.
+  ASSERT_EQ(::mkfifo((dir / "fifo.jsonl").c_str(), 0644), 0);
+  test::write_file(dir / "in.jsonl", jsonl({"one", "two"}));
+  pid_t first = test::spawn_nekton({"preprocess", "preprocess.input=" + (dir / "fifo.jsonl"),
+                                    "data.prefix=" + (dir / "out"), "preprocess.progress=none"},
+                                   dir / "first.log");
+  ASSERT_GT(first, 0);
+  std::string holder = test::wait_for_file(dir / "out.lock");
+  EXPECT_EQ(holder, std::to_string(first) + "\n") << test::read_file(dir / "first.log");
+  auto r = nekton("preprocess.input=" + (dir / "in.jsonl") + " data.prefix=" + (dir / "out"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "error: '" + (dir / "out") + "' is in use by nekton pid " +
+                                  std::to_string(first) + " (lock file '" + (dir / "out.lock") +
+                                  "')"))
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir / "out.bin"));
+  ::kill(first, SIGKILL);
+  int st = 0;
+  ::waitpid(first, &st, 0);
+  r = nekton("preprocess.input=" + (dir / "in.jsonl") + " data.prefix=" + (dir / "out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::read_with_numpy(dir / "out").sequences, bytes_with_eod({"one", "two"}));
+  EXPECT_EQ(test::leftover_files(dir.path().string()), std::vector<std::string>{});
 }
 
 }  // namespace

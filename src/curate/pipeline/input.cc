@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -105,6 +106,84 @@ std::vector<Shard> split_jsonl(const std::string& path, int64_t shard_bytes) {
   return out;
 }
 
+void skip_loop(const std::string& path, const std::string& why, std::vector<std::string>& loops) {
+  NK_WARN("curate: skipped '{}': a symbolic link loop ({})", path, why);
+  loops.push_back(path);
+}
+
+// A folder by identity, whatever path reached it.
+struct FolderId {
+  dev_t dev;
+  ino_t ino;
+  auto operator<=>(const FolderId&) const = default;
+};
+
+// Walks a folder for input files, following symbolic links. A link back into
+// a folder on its own path (a loop) is skipped with a warning naming it, as
+// is one leading to a folder already walked (its files would be read twice).
+class FolderWalk {
+ public:
+  std::vector<std::string> found;  // regular files, and links to nothing
+  std::vector<std::string> loops;  // the looping links skipped
+
+  void walk(const fs::path& root) {
+    struct stat st {};
+    if (::stat(root.c_str(), &st) != 0 || !seen_.insert({st.st_dev, st.st_ino}).second) return;
+    path_.push_back({{st.st_dev, st.st_ino}, root});
+    walk_below(root);
+    path_.pop_back();
+  }
+
+ private:
+  void walk_below(const fs::path& dir) {
+    std::error_code ec;
+    fs::directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+    if (ec) fail("input.paths: cannot list '{}': {}", dir.string(), ec.message());
+    // In name order, so that of two links to one folder the same one is read.
+    std::vector<fs::path> entries;
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+      if (ec) fail("input.paths: cannot list '{}': {}", dir.string(), ec.message());
+      entries.push_back(it->path());
+    }
+    std::sort(entries.begin(), entries.end());
+    for (const fs::path& p : entries) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0) {
+        if (errno == ELOOP) {
+          skip_loop(p.string(), "it resolves to itself", loops);
+        } else if (fs::is_symlink(p, ec)) {
+          // A link to nothing is listed so that reading it fails and is
+          // counted, rather than vanishing silently.
+          found.push_back(p.string());
+        }
+        continue;
+      }
+      if (S_ISREG(st.st_mode)) {
+        found.push_back(p.string());
+        continue;
+      }
+      if (!S_ISDIR(st.st_mode)) continue;
+      const FolderId id{st.st_dev, st.st_ino};
+      auto on_path =
+          std::find_if(path_.begin(), path_.end(), [&](const auto& a) { return a.first == id; });
+      if (on_path != path_.end()) {
+        skip_loop(p.string(), fmt::format("it leads back to '{}'", on_path->second.string()),
+                  loops);
+        continue;
+      }
+      if (!seen_.insert(id).second) {
+        NK_WARN("curate: skipped '{}': it leads to a folder already read", p.string());
+        continue;
+      }
+      path_.push_back({id, p});
+      walk_below(p);
+      path_.pop_back();
+    }
+  }
+  std::vector<std::pair<FolderId, fs::path>> path_;  // the folders walked into, root first
+  std::set<FolderId> seen_;
+};
+
 }  // namespace
 
 std::vector<Shard> plan_shards(const InputOptions& opt) {
@@ -119,21 +198,20 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
 
   std::vector<std::pair<std::string, SourceFormat>> files;
   int64_t skipped = 0;
+  std::vector<std::string> loops;
   for (const std::string& p : opt.paths) {
     std::error_code ec;
     fs::file_status st = fs::status(p, ec);
+    if (ec == std::errc::too_many_symbolic_link_levels) {
+      skip_loop(p, "it resolves to itself", loops);
+      continue;
+    }
     if (ec || !fs::exists(st)) fail("input.paths: '{}' does not exist", p);
     if (fs::is_directory(st)) {
-      std::vector<std::string> found;
-      fs::recursive_directory_iterator it(p, fs::directory_options::skip_permission_denied, ec);
-      if (ec) fail("input.paths: cannot list '{}': {}", p, ec.message());
-      for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) fail("input.paths: cannot list '{}': {}", p, ec.message());
-        // Regular files, and links to nothing: those are listed so that reading
-        // them fails and is counted, rather than vanishing silently.
-        if (it->is_regular_file(ec) || (it->is_symlink(ec) && !fs::exists(it->path(), ec)))
-          found.push_back(it->path().string());
-      }
+      FolderWalk walk;
+      walk.walk(p);
+      loops.insert(loops.end(), walk.loops.begin(), walk.loops.end());
+      std::vector<std::string>& found = walk.found;
       std::sort(found.begin(), found.end());
       for (const std::string& f : found) {
         SourceFormat fmt = forced;
@@ -152,6 +230,9 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
   if (skipped > 0)
     NK_WARN("curate: skipped {} files of unknown type in the input folders (set input.format)",
             skipped);
+  if (files.empty() && !loops.empty())
+    fail("input.paths: no input files found in {}: '{}' is a symbolic link loop",
+         fmt::join(opt.paths, ", "), loops[0]);
   if (files.empty()) fail("input.paths: no input files found in {}", fmt::join(opt.paths, ", "));
 
   std::vector<Shard> shards;
@@ -218,9 +299,10 @@ void parse_line(std::string_view line, const std::string& file, int64_t line_no,
 
 void read_document_file(const std::string& path, SourceFormat f, const InputOptions& opt,
                         InputRecord& r) {
-  r.where = path;
-  r.doc.id = path;
-  r.doc.meta = {{"source", path}, {"format", source_format_name(f)}};
+  // A name that is not UTF-8 is still read; only its id shows escapes.
+  r.where = escape_invalid_utf8(path);
+  r.doc.id = r.where;
+  r.doc.meta = {{"source", r.where}, {"format", source_format_name(f)}};
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     r.ok = false;
@@ -266,7 +348,7 @@ bool ShardReader::next(std::vector<InputRecord>& out, size_t batch_bytes) {
       pos = end + 1;
     }
     out.resize(lines.size());
-    const std::string& file = jsonl_->path();
+    const std::string file = escape_invalid_utf8(jsonl_->path());  // for ids "FILE:LINE"
     parallel_for(int64_t(lines.size()), 16, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         size_t start = lines[size_t(i)].first;

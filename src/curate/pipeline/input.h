@@ -38,7 +38,10 @@ struct Shard {
 
 // nk::Error naming the path when one is missing or unreadable, or when nothing
 // usable is found. Files of unknown type inside folders are skipped with a
-// warning (format=auto); a file named directly is read as text.
+// warning (format=auto); a file named directly is read as text. Folders are
+// walked through symbolic links; a link loop is skipped with a warning naming
+// it (an error when the input holds nothing else). File names are bytes and
+// need not be UTF-8.
 std::vector<Shard> plan_shards(const InputOptions& opt);
 
 // One input record: a document, or why it could not be read.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -16,10 +17,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/output_lock.h"
 #include "core/parallel.h"
 #include "curate/pipeline/record.h"
 #include "curate/stages.h"
 #include "data/preprocess.h"
+#include "data/utf8.h"
 
 namespace nk::curate {
 
@@ -119,18 +122,6 @@ std::string shard_name(size_t i) {
   return fmt::format("shard_{:05d}", i);
 }
 
-// Temporaries (NAME.tmp.PID) a killed run left anywhere under OUT.
-void remove_temporaries(const fs::path& out) {
-  std::error_code ec;
-  std::vector<fs::path> stale;
-  for (auto it = fs::recursive_directory_iterator(out, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    std::string n = it->path().filename().string();
-    if (is_temporary_name(n) && it->is_regular_file(ec)) stale.push_back(it->path());
-  }
-  for (const fs::path& p : stale) fs::remove(p, ec);
-}
-
 class RemovalCursor;
 
 class Runner {
@@ -158,6 +149,8 @@ class Runner {
   std::vector<Segment> segs_;
   std::vector<std::vector<int64_t>> docs_out_;  // [segment][shard], -1 until known
   std::unique_ptr<RemovalCursor> removals_;     // of the current segment's global stage
+  // Taken once the inputs and OUT are known good, so a refused run creates nothing.
+  std::optional<OutputLock> lock_;
   CurateReport report_;
   Clock::time_point last_progress_{};
 };
@@ -166,10 +159,15 @@ void Runner::prepare() {
   shards_ = plan_shards(cfg_.input);
   for (const Shard& s : shards_)
     if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);  // opens or throws
-  ojson files = ojson::array();
+  // The plan as a JSON list, built by hand: file names are bytes, not always
+  // UTF-8, and every byte must count towards the hash.
+  std::string plan = "[";
   for (const Shard& s : shards_)
-    for (const auto& f : s.files) files.push_back(fmt::format("{}@{}", f.first, s.offset));
-  std::string plan = files.dump();
+    for (const auto& f : s.files) {
+      if (plan.size() > 1) plan += ',';
+      append_json_string(plan, fmt::format("{}@{}", f.first, s.offset));
+    }
+  plan += ']';
   std::string plan_hash = fmt::format("{:016x}", XXH3_64bits(plan.data(), plan.size()));
 
   std::error_code ec;
@@ -186,19 +184,24 @@ void Runner::prepare() {
           "output.dir '{}': the input files changed since this run started; use another "
           "output.dir or remove that folder",
           out_.string());
+    lock_.emplace(out_.string(), LockAt::Inside);
   } else {
-    if (fs::exists(out_) && !fs::is_empty(out_, ec))
-      fail(
-          "output.dir '{}' already exists and is not an unfinished curate run; choose a new "
-          "folder",
-          out_.string());
+    // A run killed right after taking the lock left only its lock file.
+    const fs::path lock_name = fs::path(OutputLock::lock_file(out_.string(), LockAt::Inside));
+    for (const auto& e : fs::directory_iterator(out_, ec))
+      if (e.path().filename() != lock_name.filename())
+        fail(
+            "output.dir '{}' already exists and is not an unfinished curate run; choose a new "
+            "folder",
+            out_.string());
+    lock_.emplace(out_.string(), LockAt::Inside);
     fs::create_directories(work_, ec);
     if (ec) fail("cannot create output.dir '{}': {}", out_.string(), ec.message());
     write_json(
         meta,
         {{"fingerprint", cfg_.fingerprint}, {"inputs", plan_hash}, {"shards", shards_.size()}});
   }
-  remove_temporaries(out_);
+  remove_stale_temporaries_of(out_.string(), true);
 }
 
 void Runner::report_progress(const std::string& label, int64_t done, int64_t total, int64_t bytes,
@@ -470,7 +473,7 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
   } catch (const Error& e) {
     // A corrupt stream (zstd) or a file that vanished: the records before it
     // stay, the run goes on, and the report names the problem.
-    ss.errors.push_back(e.what());
+    ss.errors.push_back(escape_invalid_utf8(e.what()));  // it may name a file that is not UTF-8
     NK_WARN("curate: {}", e.what());
   }
   report_progress(label, src->bytes, src->bytes, text_bytes, ss.docs_in, t0, true);
@@ -532,9 +535,10 @@ CurateReport Runner::run() {
   // report.json is written last, after every shard is in place: it marks a
   // finished run (a kill while .work/ was being removed leaves only scratch).
   if (fs::exists(out_ / "report.json")) {
+    lock_.emplace(out_.string(), LockAt::Inside);
     std::error_code ec;
     fs::remove_all(work_, ec);
-    remove_temporaries(out_);
+    remove_stale_temporaries_of(out_.string(), true);
     NK_INFO("curate: '{}' is complete (report.json); nothing to do", out_.string());
     report_.wall_seconds = since(t0);
     report_.errors.clear();
