@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build quickstart test bench format format-check clean
+.PHONY: setup build quickstart test bench format format-check clean san-build sanitize-test fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +19,27 @@ test: build
 
 bench: build
 	bash bench/run_train_bench.sh
+
+# The hardening build (clang): ASan + UBSan on everything, libFuzzer
+# harnesses from tests/fuzz. `make sanitize-test` runs the whole suite in it,
+# stopping a test at its first report; `make fuzz` runs each harness for
+# FUZZ_SECONDS (see README, Fuzzing).
+SAN_BUILD ?= build-san
+FUZZ_SECONDS ?= 20
+SAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
+
+san-build: setup
+	@CXX=clang++ cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_SANITIZE=ON \
+	  -DNK_FUZZ=ON -DNK_WITH_NCCL=OFF -DNK_BENCH=OFF >/dev/null
+	@cmake --build $(SAN_BUILD) -j $(JOBS)
+
+sanitize-test: san-build
+	cd $(SAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+fuzz: san-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SAN_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')

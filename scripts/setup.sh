@@ -7,11 +7,14 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
       libzstd-dev zstd libsimdjson-dev libxxhash-dev
       libicu-dev libgumbo-dev libfasttext-dev fasttext python3.11-doc libopenmpi-dev openmpi-bin
-      iproute2 procps
+      iproute2 procps clang libclang-rt-14-dev libomp-14-dev llvm
       fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs)
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
 # python3.11-doc: HTML pages with their source text, for the extraction test;
 # libopenmpi-dev, openmpi-bin: MPI for src/dist and mpirun for its multi-process tests;
+# clang, libclang-rt-14-dev (ASan, UBSan, libFuzzer), libomp-14-dev (clang's
+# OpenMP), llvm (llvm-symbolizer, for reports' stack traces): the sanitized
+# build of `make sanitize-test` and `make fuzz`;
 # iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
 # tests/apps/mpi scripts.
 missing=()

@@ -1,0 +1,6 @@
+// GPT-2's encoder.json + vocab.bpe, as a tokenizer folder.
+#include "fuzz/tokenizer_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return nk::fuzz::fuzz_tokenizer_dir(data, size, "encoder.json", "vocab.bpe");
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of the fuzz harnesses (tests/fuzz/corpus/<harness>/):
+small valid inputs of each format, after the fixtures of the unit tests, so
+that the fuzzers start from inputs that get past the first checks. Rerun it
+after changing a format; findings' inputs are added to the folders by hand.
+SentencePiece's seed is trained with spm_train (Debian's sentencepiece)."""
+import json, os, struct, subprocess, sys, tempfile, base64
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
+from hf_reference import bytes_to_unicode  # GPT-2's byte alphabet
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+SEP = b"\n--- nk-fuzz next file ---\n"  # kFileSeparator in fuzz_util.h
+
+
+def put(harness, name, data):
+    d = os.path.join(ROOT, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(tensors, metadata=None):
+    header, blob = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+put("safetensors", "two_tensors", safetensors({
+    "wte": ("F32", [2, 3], struct.pack("<6f", *range(6))),
+    "ln.bias": ("BF16", [4], b"\x80\x3f" * 4)}, {"format": "pt"}))
+put("safetensors", "scalar_and_empty", safetensors({
+    "s": ("F16", [], b"\x00\x3c"), "e": ("I32", [0, 5], b"")}))
+
+llama = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+         "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "vocab_size": 1000, "max_position_embeddings": 128, "rms_norm_eps": 1e-6,
+         "rope_theta": 500000.0, "torch_dtype": "bfloat16"}
+put("hf_config", "llama", json.dumps(llama, indent=2))
+put("hf_config", "llama3_scaling", json.dumps(dict(llama, head_dim=8, tie_word_embeddings=True, rope_scaling={
+    "factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 64, "rope_type": "llama3"}), indent=2))
+put("hf_config", "qwen2_yarn", json.dumps(dict(llama, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+    use_sliding_window=False, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 32}), indent=2))
+put("hf_config", "mistral", json.dumps(dict(llama, architectures=["MistralForCausalLM"], model_type="mistral",
+                                            sliding_window=None), indent=2))
+put("hf_config", "gpt2", json.dumps({"architectures": ["GPT2LMHeadModel"], "n_embd": 48, "n_layer": 2,
+                                     "n_head": 4, "n_positions": 64, "vocab_size": 300, "n_inner": None,
+                                     "activation_function": "gelu_new"}, indent=2))
+
+
+# A byte-level BPE vocabulary: the 256 bytes, then merges.
+B2U = bytes_to_unicode()
+MERGES = [(b"h", b"e"), (b"l", b"l"), (b"he", b"ll"), (b" ", b"w"), (b"o", b"r"), (b" w", b"or")]
+tokens = [bytes([b]) for b in range(256)] + [a + b for a, b in MERGES]
+spell = lambda t: "".join(B2U[b] for b in t)
+tiktoken = "".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in enumerate(tokens))
+put("tiktoken", "bytes_and_merges", tiktoken)
+put("tiktoken", "with_hole", "".join(f"{base64.b64encode(t).decode()} {i + (i > 200)}\n"
+                                     for i, t in enumerate(tokens)))
+
+encoder = {spell(t): i for i, t in enumerate(tokens)}
+encoder["<|endoftext|>"] = len(tokens)
+vocab_bpe = "#version: 0.2\n" + "".join(f"{spell(a)} {spell(b)}\n" for a, b in MERGES)
+put("gpt2_vocab", "gpt2_style", json.dumps(encoder).encode() + SEP + vocab_bpe.encode())
+
+meta = {"type": "bpe", "name": "fuzz", "pattern": r"'s|'t| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+",
+        "specials": [{"text": "<|endoftext|>", "id": len(tokens)}], "files": {"ranks": "vocab.tiktoken"}}
+put("tokenizer_json", "nekton_bpe", json.dumps(meta, indent=2).encode() + SEP + tiktoken.encode())
+
+# Megatron .idx/.bin: 3 sequences in 2 documents, u16 and i32 tokens.
+def indexed(code, size, seqs, doc_idx):
+    fmt = {2: "<H", 4: "<i"}[size]
+    bin_, offsets, off = b"", [], 0
+    for s in seqs:
+        offsets.append(off)
+        for t in s:
+            bin_ += struct.pack(fmt, t)
+        off += size * len(s)
+    idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(seqs), len(doc_idx))
+    idx += struct.pack(f"<{len(seqs)}i", *map(len, seqs)) + struct.pack(f"<{len(seqs)}q", *offsets)
+    idx += struct.pack(f"<{len(doc_idx)}q", *doc_idx)
+    return idx + SEP + bin_
+
+
+put("megatron_idx", "u16", indexed(8, 2, [[1, 2, 3], [4], [5, 6]], [0, 2, 3]))
+put("megatron_idx", "i32", indexed(4, 4, [[70000, 2], [], [9]], [0, 1, 3]))
+
+put("jsonl", "plain", '{"text": "hello", "id": 1}\n{"text": "caf\\u00e9 \\ud83d\\ude00"}\n'
+                      '{"id": 2}\n{"text": 3}\nnot json\n{"text": "no newline at the end"}')
+put("jsonl", "crlf_and_blank", '{"text": "a"}\r\n\r\n{"text": "b", "nested": {"text": "x"}}\n')
+try:
+    zst = subprocess.run(["zstd", "-q", "-c"], input=b'{"text": "compressed"}\n' * 4,
+                         capture_output=True, check=True).stdout
+    put("jsonl", "zstd", zst)
+except (OSError, subprocess.CalledProcessError):
+    print("zstd not found: no zstd seed", file=sys.stderr)
+
+put("html", "article", """<!DOCTYPE html><html><head><title>T</title><style>p{}</style></head>
+<body><nav><a href="/">Home</a> <a href="/a">About</a></nav>
+<main><h1>Heading &amp; more</h1><p>First <b>bold</b> paragraph.<br>Line two.</p>
+<ul><li>one</li><li>two</li></ul><table><tr><td>a</td><td>b</td></tr></table>
+<pre>  verbatim
+  text</pre><div hidden>secret</div><div class="cookie-banner">cookies</div></main>
+<footer>(c) 2024</footer><script>var x = 1;</script></body></html>
+""")
+put("html", "broken", "<p>unclosed <b>bold <i>nest</p><table><td>cell<tr>&#x1F600; &bogus; \xff")
+
+put("latex", "article", r"""\documentclass{article}
+\usepackage{amsmath}
+\newcommand{\R}{\mathbb{R}}
+\begin{document}
+\section{Intro}\label{sec:intro}
+Some \textbf{bold} and \emph{emphasis} text~\cite{knuth}, with $x^2$ and \(y\).
+% a comment
+\begin{itemize}\item first \item second\end{itemize}
+\begin{enumerate}\item one\end{enumerate}
+\begin{equation} E = mc^2 \end{equation}
+\begin{figure}\includegraphics{a.png}\caption{A caption.}\end{figure}
+Accents: \'e \"o \c{c} -- --- ``quoted'' \ldots \% \& \verb|raw{|
+\begin{verbatim}
+kept as is
+\end{verbatim}
+\footnote{dropped}
+\begin{thebibliography}{9}\bibitem{knuth} Knuth.\end{thebibliography}
+\end{document}
+""")
+put("latex", "unbalanced", r"\section{Open {brace \textbf{x" + "\n\n" + r"\begin{itemize} \item $unclosed" + "\n")
+
+# SentencePiece: a tiny BPE model with byte fallback and a unigram one,
+# both with the identity normalizer (as Llama's: no 240 KB character map).
+with tempfile.TemporaryDirectory() as tmp:
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w") as f:
+        f.write("hello world\nthe quick brown fox jumps over the lazy dog\n" * 20)
+    try:
+        subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={tmp}/m", "--vocab_size=300",
+                        "--model_type=bpe", "--byte_fallback=true", "--minloglevel=2",
+                        "--normalization_rule_name=identity"],
+                       check=True, capture_output=True)
+        with open(f"{tmp}/m.model", "rb") as f:
+            put("sentencepiece", "bpe_byte_fallback", f.read())
+        subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={tmp}/u", "--vocab_size=40",
+                        "--model_type=unigram", "--minloglevel=2", "--hard_vocab_limit=false",
+                        "--normalization_rule_name=identity"], check=True, capture_output=True)
+        with open(f"{tmp}/u.model", "rb") as f:
+            put("sentencepiece", "unigram", f.read())
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"spm_train failed: {e}: no SentencePiece seeds", file=sys.stderr)
