@@ -264,6 +264,9 @@ IndexedDataset::~IndexedDataset() {
 void IndexedDataset::read(int64_t seq, int64_t start, int64_t count, int32_t* out) const {
   NK_CHECK(seq >= 0 && seq < n_seq_ && start >= 0 && count >= 0 && start + count <= lengths_[seq],
            "read of sequence {} [{}, +{}) outside '{}'", seq, start, count, prefix_);
+  // An empty read may come with no memory at all (out and bin_ null), which
+  // memcpy does not allow even for zero bytes.
+  if (count == 0) return;
   int64_t item = index_dtype_size(dtype_);
   const char* p = bin_ + offsets_[seq] + start * item;
   switch (dtype_) {
@@ -300,7 +303,7 @@ void IndexedDataset::read(int64_t seq, int64_t start, int64_t count, int32_t* ou
 
 std::vector<int32_t> IndexedDataset::sequence(int64_t seq) const {
   NK_CHECK(seq >= 0 && seq < n_seq_, "sequence {} outside '{}'", seq, prefix_);
-  std::vector<int32_t> out(size_t(lengths_[seq]));
+  std::vector<int32_t> out(static_cast<size_t>(lengths_[seq]));
   read(seq, 0, lengths_[seq], out.data());
   return out;
 }

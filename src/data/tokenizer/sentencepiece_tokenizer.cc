@@ -170,7 +170,14 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_bytes(
   t->path_ = name;
   t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (model_bytes.empty()) fail("sentencepiece model '{}': empty file", name);
-  auto st = t->sp_->LoadFromSerializedProto(model_bytes);
+  sentencepiece::util::Status st;
+  try {
+    st = t->sp_->LoadFromSerializedProto(model_bytes);
+  } catch (const std::exception& e) {
+    // Most bad models come back as a status, but the trie SentencePiece builds
+    // while loading (Darts) throws on some, e.g. a zero-length piece.
+    fail("sentencepiece model '{}': not a valid SentencePiece model: {}", name, e.what());
+  }
   if (!st.ok())
     fail("sentencepiece model '{}': not a valid SentencePiece model: {}", name, st.message());
   if (t->sp_->GetPieceSize() <= 0) fail("sentencepiece model '{}': no pieces", name);

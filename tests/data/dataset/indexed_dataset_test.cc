@@ -185,5 +185,24 @@ TEST(IndexedDatasetWriterTest, EmptyDatasetRoundTrips) {
   EXPECT_EQ(ds->num_documents(), 0);
 }
 
+// Found by tests/fuzz (an ASan/UBSan finding, harmless in a plain build):
+// empty sequences read into no memory at all, with and without a .bin.
+TEST(IndexedDatasetEmpty, SequencesReadAsEmpty) {
+  TempDir dir("nk_idx");
+  for (IndexDType t : {IndexDType::I32, IndexDType::U16}) {
+    IndexedDatasetWriter w(dir / "empty", t);
+    w.add_document({});
+    w.finish();
+    EXPECT_TRUE(IndexedDataset::open(dir / "empty")->sequence(0).empty());
+    IndexedDatasetWriter w2(dir / "mixed", t);
+    w2.add_document(std::vector<int32_t>{1, 2});
+    w2.add_document({});
+    w2.finish();
+    auto ds = IndexedDataset::open(dir / "mixed");
+    EXPECT_EQ(ds->sequence(0), (std::vector<int32_t>{1, 2}));
+    EXPECT_TRUE(ds->sequence(1).empty());
+  }
+}
+
 }  // namespace
 }  // namespace nk
