@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build quickstart test bench format format-check clean san-build sanitize-test fuzz
+.PHONY: setup build quickstart test bench format format-check clean san-configure san-build sanitize-test fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -30,15 +30,19 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
 
-san-build: setup
+san-configure: setup
 	@CXX=clang++ cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_SANITIZE=ON \
 	  -DNK_FUZZ=ON -DNK_WITH_NCCL=OFF -DNK_BENCH=OFF >/dev/null
+
+san-build: san-configure
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 
 sanitize-test: san-build
 	cd $(SAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
 
-fuzz: san-build
+# Builds the harnesses alone (not the tests).
+fuzz: san-configure
+	@cmake --build $(SAN_BUILD) -j $(JOBS) --target fuzzers
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SAN_BUILD)
 
 format:

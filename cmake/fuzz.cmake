@@ -1,5 +1,7 @@
 # libFuzzer harnesses, one per parser (tests/fuzz/<parser>_fuzz.cc), built as
-# bin/fuzz_<parser> and run by `make fuzz` (scripts/fuzz.sh).
+# bin/fuzz_<parser> and run by `make fuzz` (scripts/fuzz.sh). The target
+# `fuzzers` builds them all and nothing else (not the tests).
+add_custom_target(fuzzers)
 file(GLOB fuzz_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/*_fuzz.cc)
 foreach(f ${fuzz_srcs})
   get_filename_component(fn ${f} NAME_WE)
@@ -10,4 +12,5 @@ foreach(f ${fuzz_srcs})
   target_link_options(fuzz_${parser} PRIVATE -fsanitize=fuzzer)
   set_target_properties(fuzz_${parser} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
                                                   ${CMAKE_BINARY_DIR}/bin)
+  add_dependencies(fuzzers fuzz_${parser})
 endforeach()
