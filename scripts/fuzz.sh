@@ -38,7 +38,8 @@ for bin in "${harnesses[@]}"; do
     echo "fuzz $name: $(grep -o 'Done [0-9]* runs' "$work/log" || echo done) in $(($(date +%s) - start)) s"
   else
     echo "fuzz $name: FINDING (log: $work/log)"
-    grep -A30 -m1 -E '^==[0-9]+==|runtime error|terminate called|ERROR: libFuzzer' "$work/log" || tail -30 "$work/log"
+    { grep -A24 -m1 -E '^==[0-9]+==|runtime error|terminate called|ERROR: libFuzzer' "$work/log" ||
+      tail -24 "$work/log"; } | cut -c1-200
     ls "$work"/{crash,leak,timeout,oom}-* 2>/dev/null || true
     failed+=("$name")
   fi
