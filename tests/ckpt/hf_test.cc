@@ -37,8 +37,6 @@ using namespace nk::test;
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-constexpr double kTol = kHfTol;
-
 // The shared tiny shapes (vocabulary 97), with logits spread out enough that
 // greedy picks are clear.
 ModelConfig tiny_llama() {
