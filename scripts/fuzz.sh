@@ -33,7 +33,8 @@ for bin in "${harnesses[@]}"; do
   mkdir -p "$work/corpus"
   cp "$root/tests/fuzz/corpus/$name"/* $(fixtures "$name") "$work/corpus/" 2>/dev/null || true
   start=$(date +%s)
-  if "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+  # TMPDIR: the harness's scratch files, left here when a finding kills it.
+  if TMPDIR=$work "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
       -artifact_prefix="$work/" "$work/corpus" >"$work/log" 2>&1; then
     echo "fuzz $name: $(grep -o 'Done [0-9]* runs' "$work/log" || echo done) in $(($(date +%s) - start)) s"
   else
