@@ -10,6 +10,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(realpath "${1:-$root/build-san}")
 seconds=${FUZZ_SECONDS:-20}
+# A fixed seed: every run (CI's included) walks the same sequence of inputs,
+# so a CI run repeats, and on a faster machine extends, what a local run checked.
+# FUZZ_SEED=0 asks libFuzzer for a fresh one.
+seed=${FUZZ_SEED:-1}
 shopt -s nullglob
 harnesses=("$build"/bin/fuzz_*)
 [ ${#harnesses[@]} -gt 0 ] || { echo "fuzz: no harnesses in $build/bin (build with -DNK_FUZZ=ON)"; exit 1; }
@@ -34,7 +38,7 @@ for bin in "${harnesses[@]}"; do
   cp "$root/tests/fuzz/corpus/$name"/* $(fixtures "$name") "$work/corpus/" 2>/dev/null || true
   start=$(date +%s)
   # TMPDIR: the harness's scratch files, left here when a finding kills it.
-  if TMPDIR=$work "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+  if TMPDIR=$work "$bin" -seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
       -artifact_prefix="$work/" "$work/corpus" >"$work/log" 2>&1; then
     echo "fuzz $name: $(grep -o 'Done [0-9]* runs' "$work/log" || echo done) in $(($(date +%s) - start)) s"
   else
