@@ -153,9 +153,9 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
       }
       Tensor rows = external_rows(cached, layout.find(e.param), e);
       Tensor t = e.transposed ? transposed(rows, dtype) : converted(rows, dtype);
-      // A finite f32 weight beyond f16's range (65504) would be written as Inf.
-      if (int64_t over = ops::count_nonfinite(t) - ops::count_nonfinite(rows);
-          over > 0 && !opt.allow_nonfinite)
+      // A finite f32 weight beyond f16's range (65504) would be written as
+      // Inf (the source is finite here unless --allow-nonfinite).
+      if (int64_t over = opt.allow_nonfinite ? 0 : ops::count_nonfinite(t); over > 0)
         fail(
             "export: tensor '{}' ({}) has {} values beyond the range of {}; export as bf16 or "
             "f32 (--dtype)",

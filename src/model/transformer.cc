@@ -24,7 +24,7 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg,
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
                          const std::vector<std::string>& frozen, Device device)
     : cfg_(cfg), compute_(compute), device_(device), layout_(model_layout(cfg, frozen)) {
-  cfg_.validate();
+  // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
   params_ = Tensor::empty({layout_.total()}, DType::F32, device_);

@@ -279,14 +279,14 @@ void Trainer::check_weights_finite() const {
   std::string where = "on another rank";
   for (const ParamInfo& p : model_->layout().params())
     if (int64_t n = ops::count_nonfinite(ParamLayout::view(model_->params(), p)); n > 0) {
-      where = fmt::format("{} of them in '{}'", n, p.name);
+      where = fmt::format("{} of this rank's {} in '{}'", n, bad, p.name);
       break;
     }
   std::string last = find_latest_checkpoint(cfg_.checkpoint_root());
   fail(
-      "step {}: the update left {} non-finite weights (NaN or Inf; {}), so nothing was saved; the "
+      "step {}: the update left non-finite weights (NaN or Inf; {}), so nothing was saved; the "
       "last good checkpoint is {} (lower train.lr or set train.grad_clip, then resume)",
-      state_.step, bad, where, last.empty() ? "none" : "'" + last + "'");
+      state_.step, where, last.empty() ? "none" : "'" + last + "'");
 }
 
 void Trainer::save_checkpoint_now() {

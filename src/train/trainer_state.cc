@@ -105,8 +105,6 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
   } catch (const nlohmann::json::exception& e) {
     fail("trainer state '{}': missing or invalid field: {}", path, e.what());
   }
-  if (s.step < 0 || s.consumed_samples < 0 || s.optimizer_steps < 0)
-    fail("trainer state '{}': negative step, consumed_samples or optimizer_steps", path);
   return s;
 }
 

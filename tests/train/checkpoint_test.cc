@@ -5,6 +5,7 @@
 // at exit_at_step, on SIGTERM, or is restarted from an older checkpoint.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "data/dataset/gpt_test_data.h"
+#include "ops/ops.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
@@ -238,10 +240,12 @@ TEST(ExactResume, ResumeSettingsAreChecked) {
 class ShardedCheckpoint : public ::testing::Test {
  protected:
   // Rewrites checkpoint `src` as ROOT/step_N with its moments in three files;
-  // `cut` may change each file's list of (tensor, begin, end) first.
+  // `cut` may change each file's list of (tensor, begin, end) first, and
+  // `edit` the weights and text files.
   using Pieces = std::vector<std::vector<std::tuple<std::string, int64_t, int64_t>>>;
   std::string reshard(const std::string& src, const std::string& root,
-                      const std::function<void(Pieces&)>& cut = {}) {
+                      const std::function<void(Pieces&)>& cut = {},
+                      const std::function<void(CheckpointContents&)>& edit = {}) {
     CheckpointReader r = CheckpointReader::open(src);
     SafetensorsFile model = r.model(), opt = r.optimizer();
     CheckpointContents c;
@@ -263,6 +267,7 @@ class ShardedCheckpoint : public ::testing::Test {
       at += n;
     }
     if (cut) cut(pieces);
+    if (edit) edit(c);
     const std::string tmp = shared_checkpoint_tmp(root, c.step, 1);
     prepare_shared_checkpoint(root, tmp);
     std::vector<std::string> records;
@@ -302,6 +307,30 @@ TEST_F(ShardedCheckpoint, PiecesFromAnyCutAreReassembled) {
   ASSERT_EQ(tail.history.size(), 2u);
   EXPECT_EQ(tail.history[1].loss, straight.history[3].loss);
   EXPECT_TRUE(same_bytes(tail.params, straight.params));
+}
+
+// A checkpoint holding NaN or Inf weights (written by hand: the trainer never
+// saves one) is refused on resume, naming the tensor and the count, before
+// a run would take it into a non-finite loss.
+TEST_F(ShardedCheckpoint, NonFiniteWeightsAreRefused) {
+  TempDir dir("nk_ckpt_nan");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> keys = {"data.prefix=" + prefix, "train.dtype=f32", "train.steps=4"};
+  run(with(keys, {"train.out_dir=" + (dir / "a"), "train.exit_at_step=2"}));
+  const TrainConfig cfg = tiny(with(keys, {"train.out_dir=" + (dir / "x")}));
+  const std::string bad =
+      reshard(dir / "a/checkpoints/step_00000002", dir / "nan", {}, [](CheckpointContents& c) {
+        for (auto& [name, t] : c.model)
+          if (name == "ln_f.weight") {
+            Tensor copy = Tensor::empty(t.shape(), DType::F32);
+            ops::convert(copy, t);
+            copy.data<float>()[1] = NAN;
+            copy.data<float>()[2] = -INFINITY;
+            t = copy;
+          }
+      });
+  std::string msg = error_of([&] { load_train_checkpoint(bad, cfg); });
+  EXPECT_TRUE(contains(msg, "tensor 'ln_f.weight' has 2 non-finite values")) << msg;
 }
 
 TEST_F(ShardedCheckpoint, MissingOrDoubledPiecesAreRefused) {

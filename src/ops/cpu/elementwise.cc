@@ -87,8 +87,6 @@ void add(Tensor y, const Tensor& a, const Tensor& b) {
   });
 }
 
-// Fixed chunks (their size depends only on n), each summed in double, then the
-// partials summed in chunk order: bit-identical for any thread count.
 int64_t count_nonfinite(const Tensor& x) {
   std::atomic<int64_t> total{0};
   dispatch_float(x.dtype(), "count_nonfinite", [&](auto tag) {
@@ -103,6 +101,8 @@ int64_t count_nonfinite(const Tensor& x) {
   return total;
 }
 
+// Fixed chunks (their size depends only on n), each summed in double, then the
+// partials summed in chunk order: bit-identical for any thread count.
 double sum_squares(const Tensor& x) {
   constexpr int64_t kMaxChunks = 256;
   const int64_t n = x.numel();
