@@ -27,7 +27,8 @@ function(nk_mpi_gtest sub lib timeout)
     add_test(NAME ${sub}_mpi_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
                      ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_${sub}_mpi> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${sub}_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT ${timeout}
+    nk_timeout(t ${timeout})
+    set_tests_properties(${sub}_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT ${t}
                          ENVIRONMENT "${NK_MPI_ENV}")
   endforeach()
 endfunction()
@@ -44,7 +45,8 @@ target_compile_definitions(test_dist_fault PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE
                                                    NK_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                                                    NK_DIST_FAULT="$<TARGET_FILE:dist_fault>")
 add_dependencies(test_dist_fault dist_fault)
-gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi TIMEOUT 60)
+nk_timeout(t 60)
+gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi TIMEOUT ${t})
 
 # Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
@@ -66,14 +68,16 @@ add_test(NAME train_cli_nproc2
          COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_nproc
                  $<TARGET_FILE:nekton> train --nproc 2 ${NK_TRAIN_CLI_ARGS}
                  train.out_dir=${CMAKE_BINARY_DIR}/train_cli_nproc)
+nk_timeout(t 120)
 set_tests_properties(train_cli_mpirun_np2 train_cli_nproc2 PROPERTIES
-                     LABELS mpi TIMEOUT 120 ENVIRONMENT "${NK_MPI_ENV}"
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
                      PASS_REGULAR_EXPRESSION "data parallel: world 2.*step +3/3 .*saved .*model"
                      FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
 add_test(NAME train_cli_nproc_bad_batch
          COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}
                  train.out_dir=${CMAKE_BINARY_DIR}/train_cli_bad)
-set_tests_properties(train_cli_nproc_bad_batch PROPERTIES LABELS mpi TIMEOUT 60
+nk_timeout(t 60)
+set_tests_properties(train_cli_nproc_bad_batch PROPERTIES LABELS mpi TIMEOUT ${t}
                      ENVIRONMENT "${NK_MPI_ENV}"
                      PASS_REGULAR_EXPRESSION
                      "train.global_batch = 8 is not a multiple of data-parallel size × train.micro_batch = 3 × 2 = 6")
@@ -101,7 +105,8 @@ add_test(NAME train_reshard_cli
 add_test(NAME train_sigterm_resume
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/sigterm_resume.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
+nk_timeout(t 300)
 set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_cli
                      train_sigterm_resume PROPERTIES
-                     LABELS mpi TIMEOUT 300 ENVIRONMENT "${NK_MPI_ENV}")
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 set_tests_properties(train_multihost_netns PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/stop_signal.h"
 
 namespace nk {
 
@@ -33,6 +34,7 @@ void exec_mpirun(int nproc, const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (std::string& s : cmd) argv.push_back(s.data());
   argv.push_back(nullptr);
+  unblock_stop_signals();  // mpirun must get SIGTERM/SIGINT as usual
   execvp(argv[0], argv.data());
   fail("--nproc {}: cannot start mpirun: {} (install OpenMPI, or launch with mpirun/srun yourself)",
        nproc, std::strerror(errno));

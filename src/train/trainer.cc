@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
 #include "data/tokenizer/tokenizer.h"
 #include "train/metrics.h"
@@ -43,37 +44,6 @@ struct DeviceBatch {
   Tensor host_tokens, host_targets, tokens, targets;
 };
 
-// The signal that asked the running Trainer to stop; the handler only sets
-// it, so a second signal (say during the save) changes nothing.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-}
-
-// SIGTERM and SIGINT set g_stop_signal while alive; the previous handlers
-// come back after. SA_RESTART: an interrupted write or read resumes.
-class StopSignalGuard {
- public:
-  StopSignalGuard() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
-  }
-  ~StopSignalGuard() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignalGuard(const StopSignalGuard&) = delete;
-  StopSignalGuard& operator=(const StopSignalGuard&) = delete;
-
- private:
-  struct sigaction old_term_ {
-  }, old_int_{};
-};
 }  // namespace
 
 double measure_gemm_peak(DType dtype, Device device) {
@@ -377,7 +347,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   auto t_start = Clock::now();
   const int64_t first_step = state_.step;
   stopped_by_ = 0;
-  StopSignalGuard signals;
+  StopSignalScope signals;  // SIGTERM/SIGINT: stop_signal() (core/stop_signal.h)
   auto stop = [&](int sig, const std::string& when) {
     if (saved_step_ != state_.step) save_checkpoint_now();
     stopped_by_ = sig;
@@ -398,7 +368,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // Under data parallelism every rank takes part in the agreement at
       // every micro-batch, whatever its own clock says.
       if (m > 0) {
-        const int want = seconds_since(t0) >= kDropStepAfter ? int(g_stop_signal) : 0;
+        const int want = seconds_since(t0) >= kDropStepAfter ? stop_signal() : 0;
         if (const int sig = ddp_ ? ddp_->max_over_group(want) : want; sig != 0) {
           loader.set_consumed_samples(step_first);
           return stop(sig,
@@ -481,7 +451,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (metrics) metrics->write(record);
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
-    const int sig = ddp_ ? ddp_->max_over_group(int(g_stop_signal)) : int(g_stop_signal);
+    const int sig = ddp_ ? ddp_->max_over_group(stop_signal()) : stop_signal();
     if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
