@@ -1,0 +1,277 @@
+#include "data/chat/chat_template.h"
+
+#include <cctype>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "data/dataset/text_dataset.h"
+
+namespace nk {
+namespace {
+
+// Jinja's `trim` filter and Python's str.strip() (ASCII white space).
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// Segments under construction.
+struct Out {
+  std::vector<ChatSegment> segs;
+  void text(const std::string& t) { add(t, false); }
+  void trained(const std::string& t) { add(t, true); }
+  void add(const std::string& t, bool trained) {
+    if (t.empty()) return;
+    if (!segs.empty() && segs.back().trained == trained)
+      segs.back().text += t;
+    else
+      segs.push_back({t, trained});
+  }
+};
+
+// The check Llama 2, Mistral and Gemma's templates share.
+void require_alternation(const std::vector<ChatMessage>& m, size_t first) {
+  for (size_t i = first; i < m.size(); ++i)
+    if ((m[i].role == "user") != ((i - first) % 2 == 0))
+      fail(
+          "chat template: conversation roles must alternate user/assistant/user/assistant/... "
+          "(message {} is '{}')",
+          i + 1, m[i].role);
+}
+
+class ChatML final : public ChatTemplate {
+ public:
+  std::string name() const override { return "chatml"; }
+  std::string jinja() const override {
+    return R"({% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials&,
+                                  bool gen) const override {
+    Out o;
+    for (const ChatMessage& x : m) {
+      o.text("<|im_start|>" + x.role + "\n");
+      o.add(x.content + "<|im_end|>", x.role == "assistant");
+      o.text("\n");
+    }
+    if (gen) o.text("<|im_start|>assistant\n");
+    return o.segs;
+  }
+};
+
+class Llama3 final : public ChatTemplate {
+ public:
+  std::string name() const override { return "llama3"; }
+  std::string jinja() const override {
+    return R"({% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool gen) const override {
+    Out o;
+    for (size_t i = 0; i < m.size(); ++i) {
+      o.text((i == 0 ? s.bos : "") + "<|start_header_id|>" + m[i].role + "<|end_header_id|>\n\n");
+      o.add(trim(m[i].content) + "<|eot_id|>", m[i].role == "assistant");
+    }
+    if (gen) o.text("<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return o.segs;
+  }
+};
+
+class Llama2 final : public ChatTemplate {
+ public:
+  std::string name() const override { return "llama2"; }
+  std::string jinja() const override {
+    return R"({% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool) const override {
+    const bool sys = !m.empty() && m[0].role == "system";
+    const size_t first = sys ? 1 : 0;
+    require_alternation(m, first);
+    Out o;
+    for (size_t i = first; i < m.size(); ++i) {
+      std::string content = m[i].content;
+      if (i == first && sys) content = "<<SYS>>\n" + m[0].content + "\n<</SYS>>\n\n" + content;
+      if (m[i].role == "user")
+        o.text(s.bos + "[INST] " + trim(content) + " [/INST]");
+      else if (m[i].role == "assistant")
+        o.trained(fmt::format(" {} {}", trim(content), s.eos));
+    }
+    return o.segs;  // the published template has no generation prompt
+  }
+};
+
+class Mistral final : public ChatTemplate {
+ public:
+  std::string name() const override { return "mistral"; }
+  std::string jinja() const override {
+    return R"({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool) const override {
+    Out o;
+    o.text(s.bos);
+    for (size_t i = 0; i < m.size(); ++i) {
+      if ((m[i].role == "user") != (i % 2 == 0))
+        fail(
+            "chat template: conversation roles must alternate user/assistant/user/assistant/... "
+            "(message {} is '{}')",
+            i + 1, m[i].role);
+      if (m[i].role == "user")
+        o.text("[INST] " + m[i].content + " [/INST]");
+      else if (m[i].role == "assistant")
+        o.trained(m[i].content + s.eos);
+      else
+        fail(
+            "chat template mistral: only user and assistant roles are supported (message {} is "
+            "'{}')",
+            i + 1, m[i].role);
+    }
+    return o.segs;
+  }
+};
+
+class Gemma final : public ChatTemplate {
+ public:
+  std::string name() const override { return "gemma"; }
+  std::string jinja() const override {
+    return R"({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool gen) const override {
+    if (!m.empty() && m[0].role == "system")
+      fail("chat template gemma: the system role is not supported");
+    require_alternation(m, 0);
+    Out o;
+    o.text(s.bos);
+    for (const ChatMessage& x : m) {
+      const bool a = x.role == "assistant";
+      o.text("<start_of_turn>" + (a ? std::string("model") : x.role) + "\n");
+      o.add(trim(x.content) + "<end_of_turn>", a);
+      o.text("\n");
+    }
+    if (gen) o.text("<start_of_turn>model\n");
+    return o.segs;
+  }
+};
+
+class Phi3 final : public ChatTemplate {
+ public:
+  std::string name() const override { return "phi3"; }
+  std::string jinja() const override {
+    return R"({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})";
+  }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool gen) const override {
+    Out o;
+    for (const ChatMessage& x : m) {
+      if (x.role != "system" && x.role != "user" && x.role != "assistant") continue;
+      o.text("<|" + x.role + "|>\n");
+      o.add(x.content + "<|end|>", x.role == "assistant");
+      o.text("\n");
+    }
+    o.text(gen ? "<|assistant|>\n" : s.eos);
+    return o.segs;
+  }
+};
+
+class Plain final : public ChatTemplate {
+ public:
+  std::string name() const override { return "plain"; }
+  std::string jinja() const override { return ""; }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                  bool) const override {
+    Out o;
+    for (const ChatMessage& x : m) {
+      if (x.role == "assistant")
+        o.trained(x.content + s.eos);
+      else
+        o.text(x.content);
+    }
+    return o.segs;
+  }
+};
+
+const std::vector<std::unique_ptr<ChatTemplate>>& templates() {
+  static const auto all = [] {
+    std::vector<std::unique_ptr<ChatTemplate>> v;
+    v.push_back(std::make_unique<ChatML>());
+    v.push_back(std::make_unique<Llama3>());
+    v.push_back(std::make_unique<Llama2>());
+    v.push_back(std::make_unique<Mistral>());
+    v.push_back(std::make_unique<Gemma>());
+    v.push_back(std::make_unique<Phi3>());
+    v.push_back(std::make_unique<Plain>());
+    return v;
+  }();
+  return all;
+}
+
+// A Jinja source without white space, with the escape \n written out as a
+// newline counting as white space too: sources that differ only in layout
+// (or in '\n' versus a real line break inside a string) compare equal.
+std::string squeeze(const std::string& s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && s[i + 1] == 'n') {
+      ++i;
+      continue;
+    }
+    if (!std::isspace(static_cast<unsigned char>(s[i]))) r += s[i];
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> chat_template_names() {
+  std::vector<std::string> r;
+  for (const auto& t : templates()) r.push_back(t->name());
+  return r;
+}
+
+const ChatTemplate& find_chat_template(const std::string& name) {
+  for (const auto& t : templates())
+    if (t->name() == name) return *t;
+  fail("unknown chat template '{}' (known: {})", name, fmt::join(chat_template_names(), ", "));
+}
+
+const ChatTemplate* match_chat_template(const std::string& jinja) {
+  const std::string want = squeeze(jinja);
+  for (const auto& t : templates())
+    if (!t->jinja().empty() && squeeze(t->jinja()) == want) return t.get();
+  return nullptr;
+}
+
+const ChatTemplate& chat_template_for(const std::string& name, const std::string& model_dir) {
+  if (!name.empty() && name != "auto") return find_chat_template(name);
+  const std::string path = model_dir + "/tokenizer_config.json";
+  if (!std::filesystem::exists(path))
+    fail("chat template 'auto': {} does not exist; name one of {}", path,
+         fmt::join(chat_template_names(), ", "));
+  const nlohmann::json j = parse_json_object(read_text_file(path), path);
+  if (!j.contains("chat_template") || !j["chat_template"].is_string())
+    fail("chat template 'auto': {} has no chat_template string; name one of {}", path,
+         fmt::join(chat_template_names(), ", "));
+  const ChatTemplate* t = match_chat_template(j["chat_template"].get<std::string>());
+  if (!t)
+    fail(
+        "{}: its chat_template is none of the built-in templates ({}); name the one that "
+        "renders like it",
+        path, fmt::join(chat_template_names(), ", "));
+  return *t;
+}
+
+std::string chat_text(const std::vector<ChatSegment>& segments) {
+  std::string r;
+  for (const ChatSegment& s : segments) r += s.text;
+  return r;
+}
+
+}  // namespace nk
