@@ -87,7 +87,7 @@ PackedRows pack_documents(std::span<const std::vector<int32_t>> docs, const Pack
   } else {
     int64_t used = opt.seq_len;  // of the current row; forces a first row
     for (const Piece& p : pieces) {
-      if (used + p.length > opt.seq_len) {
+      if (used + p.length > opt.seq_len || opt.algorithm == PackAlgorithm::OnePerRow) {
         r.pieces.emplace_back();
         used = 0;
       }

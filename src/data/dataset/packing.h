@@ -10,7 +10,8 @@
 // it; a new row is opened when none has. A max-tree over the rows' free space
 // finds that row in O(log rows). `Sequential` instead keeps the input order and
 // opens a new row whenever the next piece does not fit (greedy, order
-// preserving, what a streaming packer does).
+// preserving, what a streaming packer does). `OnePerRow` puts each piece in a
+// row of its own, padded: unpacked samples in the same layout.
 //
 // Documents longer than seq_len: `Split` (default) cuts them into pieces of
 // seq_len tokens and a remainder; every token is kept, each piece is its own
@@ -34,7 +35,7 @@
 
 namespace nk {
 
-enum class PackAlgorithm { FirstFitDecreasing, Sequential };
+enum class PackAlgorithm { FirstFitDecreasing, Sequential, OnePerRow };
 enum class OverlongPolicy { Split, Truncate };
 
 struct PackingOptions {

@@ -105,7 +105,8 @@ TEST(Packing, InvariantsHoldForEveryMode) {
   for (uint64_t seed = 0; seed < 3; ++seed)
     for (int64_t T : {1, 16, 100}) {
       const auto docs = random_docs(200, 3 * T, seed);
-      for (auto alg : {PackAlgorithm::FirstFitDecreasing, PackAlgorithm::Sequential})
+      for (auto alg :
+           {PackAlgorithm::FirstFitDecreasing, PackAlgorithm::Sequential, PackAlgorithm::OnePerRow})
         for (auto ov : {OverlongPolicy::Split, OverlongPolicy::Truncate}) {
           SCOPED_TRACE(::testing::Message() << "seed " << seed << " T " << T << " alg " << int(alg)
                                             << " overlong " << int(ov));
@@ -117,6 +118,24 @@ TEST(Packing, InvariantsHoldForEveryMode) {
           check_packing(docs, opt, pack_documents(docs, opt));
         }
     }
+}
+
+// Unpacked: one piece per row, in input order.
+TEST(Packing, OnePerRowKeepsEachPieceAlone) {
+  const auto docs = random_docs(50, 40, 3);
+  PackingOptions opt;
+  opt.seq_len = 32;
+  opt.algorithm = PackAlgorithm::OnePerRow;
+  const PackedRows p = pack_documents(docs, opt);
+  int64_t pieces = 0;
+  for (const auto& row : p.pieces) {
+    ASSERT_EQ(row.size(), 1u);
+    EXPECT_EQ(row[0].start, 0);
+    ++pieces;
+  }
+  EXPECT_EQ(pieces, p.n_rows);
+  for (size_t r = 1; r < p.pieces.size(); ++r)
+    EXPECT_LE(p.pieces[r - 1][0].doc, p.pieces[r][0].doc);
 }
 
 // First-fit-decreasing against the order-preserving greedy packer; FFD uses

@@ -1,0 +1,151 @@
+#include "data/chat/sft_data.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "data/jsonl_reader.h"
+
+namespace nk {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string& string_field(const json& obj, const std::string& key, const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) fail("{}: no \"{}\"", where, key);
+  if (!it->is_string()) fail("{}: \"{}\" must be a string, not {}", where, key, it->type_name());
+  return it->get_ref<const std::string&>();
+}
+
+// Byte ranges [begin, end) of the trained segments in their concatenation.
+std::vector<std::pair<size_t, size_t>> trained_ranges(const std::vector<ChatSegment>& segments) {
+  std::vector<std::pair<size_t, size_t>> r;
+  size_t at = 0;
+  for (const ChatSegment& s : segments) {
+    if (s.trained) r.emplace_back(at, at + s.text.size());
+    at += s.text.size();
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<ChatMessage> conversation_from_record(const json& rec, const SftOptions& opt,
+                                                  const std::string& where) {
+  if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
+  std::vector<ChatMessage> c;
+  if (rec.contains(opt.messages_key)) {
+    const json& m = rec[opt.messages_key];
+    if (!m.is_array() || m.empty())
+      fail("{}: \"{}\" must be a non-empty array of messages", where, opt.messages_key);
+    for (size_t i = 0; i < m.size(); ++i) {
+      const std::string at = fmt::format("{}: {}[{}]", where, opt.messages_key, i);
+      if (!m[i].is_object()) fail("{}: a message must be an object with role and content", at);
+      ChatMessage x{string_field(m[i], "role", at), string_field(m[i], "content", at)};
+      if (x.role != "system" && x.role != "user" && x.role != "assistant")
+        fail("{}: role '{}' is none of system, user, assistant", at, x.role);
+      c.push_back(std::move(x));
+    }
+  } else if (rec.contains(opt.input_key) || rec.contains(opt.output_key)) {
+    if (rec.contains(opt.system_key))
+      c.push_back({"system", string_field(rec, opt.system_key, where)});
+    c.push_back({"user", string_field(rec, opt.input_key, where)});
+    c.push_back({"assistant", string_field(rec, opt.output_key, where)});
+    if (c.back().content.empty()) fail("{}: \"{}\" is empty", where, opt.output_key);
+  } else {
+    fail("{}: neither \"{}\" nor \"{}\"/\"{}\" in the record", where, opt.messages_key,
+         opt.input_key, opt.output_key);
+  }
+  if (std::none_of(c.begin(), c.end(), [](const ChatMessage& x) { return x.role == "assistant"; }))
+    fail("{}: the conversation has no assistant message (nothing to learn)", where);
+  return c;
+}
+
+SftSample tokenize_chat(const std::vector<ChatSegment>& segments, const Tokenizer& tok,
+                        LossOn loss_on) {
+  SftSample s;
+  const std::string text = chat_text(segments);
+  tok.encode_with_specials(text, s.tokens);
+  s.trained.assign(s.tokens.size(), loss_on == LossOn::All ? 1 : 0);
+  if (loss_on == LossOn::All) return s;
+  const auto ranges = trained_ranges(segments);
+  // Each token's byte range in `text`, from the bytes it stands for. A
+  // SentencePiece model adds a dummy prefix (a leading space) to each piece of
+  // text between special tokens: a token whose bytes are the text's with one
+  // more space in front covers the text without it.
+  size_t at = 0, r = 0;
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    const std::string b = tok.token_bytes(s.tokens[i]);
+    size_t n = b.size();
+    if (text.compare(at, n, b) != 0) {
+      if (b.empty() || b[0] != ' ' || text.compare(at, n - 1, b, 1) != 0)
+        fail(
+            "chat sample: token {} ('{}') does not match the rendered text at byte {}; the "
+            "tokenizer normalizes the text",
+            i, b, at);
+      --n;
+    }
+    const size_t e = at + n;
+    while (r < ranges.size() && ranges[r].second <= at) ++r;
+    s.trained[i] = r < ranges.size() && ranges[r].first < e && at < e;
+    at = e;
+  }
+  return s;
+}
+
+SftData read_sft_jsonl(const std::string& path, const ChatTemplate& tmpl,
+                       const ChatSpecials& specials, const Tokenizer& tok, const SftOptions& opt) {
+  SftData d;
+  JsonlReader reader(path);
+  std::string_view line;
+  int64_t line_no = 0;
+  while (reader.read_line(line, line_no)) {
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, line_no);
+    const json rec = parse_json(std::string(line), where);
+    const std::vector<ChatMessage> conv = conversation_from_record(rec, opt, where);
+    std::vector<ChatSegment> segs;
+    try {
+      segs = tmpl.render(conv, specials, false);
+    } catch (const Error& e) {
+      fail("{}: {}", where, e.what());
+    }
+    SftSample s = tokenize_chat(segs, tok, opt.loss_on);
+    const bool truncated = opt.max_tokens > 0 && int64_t(s.tokens.size()) > opt.max_tokens;
+    if (truncated) {
+      if (opt.overlong == OverlongSample::Drop) {
+        ++d.stats.dropped;
+        continue;
+      }
+      s.tokens.resize(size_t(opt.max_tokens));
+      s.trained.resize(size_t(opt.max_tokens));
+    }
+    // Token 0 is never predicted: a sample needs a trained token after it.
+    if (std::none_of(s.trained.begin() + 1, s.trained.end(), [](uint8_t t) { return t != 0; })) {
+      ++d.stats.dropped;
+      continue;
+    }
+    d.stats.truncated += truncated;  // counted when kept
+    ++d.stats.records;
+    d.stats.tokens += int64_t(s.tokens.size());
+    d.stats.trained_tokens += std::count(s.trained.begin() + 1, s.trained.end(), 1);
+    d.tokens.push_back(std::move(s.tokens));
+    d.trained.push_back(std::move(s.trained));
+  }
+  if (d.tokens.empty())
+    fail("{}: no usable sample ({} dropped{})", path, d.stats.dropped,
+         opt.max_tokens > 0 ? fmt::format(", limit {} tokens", opt.max_tokens) : "");
+  return d;
+}
+
+PackedRows sft_rows(const SftData& data, int64_t seq_len, bool pack, int32_t pad_id) {
+  PackingOptions o;
+  o.seq_len = seq_len;
+  o.algorithm = pack ? PackAlgorithm::FirstFitDecreasing : PackAlgorithm::OnePerRow;
+  o.overlong = OverlongPolicy::Truncate;
+  o.pad_id = pad_id;
+  return pack_documents(data.tokens, o, data.trained);
+}
+
+}  // namespace nk
