@@ -15,17 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 using test::contains;
-
-// The error message of f(), or "" when it does not throw nk::Error.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(SftData, RecordsInChatAndPromptAnswerForm) {
   SftOptions o;
