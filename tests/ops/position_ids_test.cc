@@ -71,5 +71,28 @@ TEST_P(PositionIds, LearnedPositionsRestartPerDocument) {
       Error);
 }
 
+// Several sequences in one row (the cached generator's prefill of a batch of
+// prompts) may be longer than the position table: each position is within it.
+TEST_P(PositionIds, ARowLongerThanThePositionTable) {
+  const int64_t T = 12, V = 5, C = 4, maxT = 8;
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  const auto wte_v = test::randn(V * C, 5), wpe_v = test::randn(maxT * C, 6);
+  const Tensor wte = test::make({V, C}, DType::F32, wte_v, dev());
+  const Tensor wpe = test::make({maxT, C}, DType::F32, wpe_v, dev());
+  const std::vector<int32_t> tok = {1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2};
+  Tensor out = Tensor::empty({1, T, C}, DType::F32, dev());
+  ops::embedding_forward(out, i32({1, T}, tok), wte, wpe, i32({1, T}, pos));
+  const auto o = values(out);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c)
+      EXPECT_EQ(o[t * C + c], double(float(wte_v[tok[t] * C + c]) + float(wpe_v[pos[t] * C + c])));
+  Tensor dwpe = test::make({maxT, C}, DType::F32, std::vector<double>(maxT * C), dev());
+  ops::embedding_backward(Tensor(), dwpe,
+                          test::make({1, T, C}, DType::F32, test::randn(T * C, 7), dev()),
+                          i32({1, T}, tok), i32({1, T}, pos));
+  // Without explicit positions the row needs T table rows.
+  EXPECT_THROW(ops::embedding_forward(out, i32({1, T}, tok), wte, wpe), InternalError);
+}
+
 }  // namespace
 }  // namespace nk
