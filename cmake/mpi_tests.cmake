@@ -5,8 +5,9 @@
 #                               killed rank and checks the job ends, naming it
 # As root, OpenMPI needs OMPI_ALLOW_RUN_AS_ROOT*. The single-copy mechanism
 # (CMA) is off: containers usually forbid the ptrace it needs.
+# NK_TIME_SCALE: the scripts' own time limits scale as the tests' do (nk_timeout).
 set(NK_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1)
+    OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 NK_TIME_SCALE=${nk_time_scale})
 if(NK_SANITIZE)
   # OpenMPI leaves allocations behind at MPI_Finalize from plugins it has
   # unloaded by exit, which no LSan suppression can name (tests/sanitize/lsan.supp);
@@ -46,7 +47,13 @@ target_compile_definitions(test_dist_fault PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE
                                                    NK_DIST_FAULT="$<TARGET_FILE:dist_fault>")
 add_dependencies(test_dist_fault dist_fault)
 nk_timeout(t 60)
-gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi TIMEOUT ${t})
+# The driver starts dist_fault under mpirun: the same ASan options as the other MPI tests.
+set(nk_fault_env "OMP_NUM_THREADS=1")
+if(NK_SANITIZE)
+  set(nk_fault_env "ASAN_OPTIONS=halt_on_error=1:detect_leaks=0")
+endif()
+gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi TIMEOUT ${t}
+                     ENVIRONMENT "${nk_fault_env}")
 
 # Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process

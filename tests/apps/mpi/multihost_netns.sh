@@ -16,7 +16,7 @@ NAME=multihost_netns
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 
-JOB_LIMIT_S=120  # any one mpirun: a hang fails the test instead of blocking it
+JOB_LIMIT_S=$((120 * ${NK_TIME_SCALE:-1}))  # any one mpirun: a hang fails the test instead of blocking it
 STEPS=6
 ARGS=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=128
       "data.path=$REPO/README.md" train.dtype=f32 train.micro_batch=2 train.seq_len=32

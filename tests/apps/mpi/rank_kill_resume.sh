@@ -21,7 +21,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 
 STEPS=40
 PEER_TIMEOUT_S=5  # parallel.timeout_s
-JOB_LIMIT_S=120   # any one mpirun: a hang fails the test instead of blocking it
+JOB_LIMIT_S=$((120 * ${NK_TIME_SCALE:-1}))   # any one mpirun: a hang fails the test instead of blocking it
 # A tiny model, but with 8 micro-batches per rank per step so that a step takes
 # tens of milliseconds: the run must still be going when the first checkpoint
 # (step 5) shows up and rank 1 is killed.

@@ -17,7 +17,7 @@ ARGS=(model.preset=llama-tiny model.n_layer=2 model.d_model=64 model.n_head=4 mo
       model.d_ff=128 data.path=$REPO/README.md train.dtype=f32 train.micro_batch=2
       train.seq_len=32 train.global_batch=8 train.steps=10 train.val_every=0
       train.peak_tflops=1 train.save_every=5 parallel.bucket_mb=0.05 parallel.timeout_s=60)
-run() { timeout 240 "$@" >"$W/log" 2>&1 || { cat "$W/log"; echo "FAIL: $*"; exit 1; }; }
+run() { timeout $((240 * ${NK_TIME_SCALE:-1})) "$@" >"$W/log" 2>&1 || { cat "$W/log"; echo "FAIL: $*"; exit 1; }; }
 
 run mpirun -np 4 --oversubscribe "$NK" train "${ARGS[@]}" parallel.shard=optimizer \
   train.out_dir="$W/whole"

@@ -15,7 +15,7 @@ NAME=sigterm_resume
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 STEPS=150
-JOB_LIMIT_S=120
+JOB_LIMIT_S=$((120 * ${NK_TIME_SCALE:-1}))
 # Steps of tens of milliseconds: the run is still going when the signal comes.
 ARGS=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=128
       "data.path=$REPO/README.md" train.dtype=f32 train.micro_batch=2 train.seq_len=64
