@@ -25,6 +25,8 @@ const std::map<std::string, Command>& commands() {
        {cmd_quickstart,
         "the whole pipeline on the GCIDE dictionary: BPE tokenizer, preprocess, train, sample"}},
       {"train", {cmd_train, "pretrain a GPT-2 or Llama model (text file or indexed datasets)"}},
+      {"finetune",
+       {cmd_finetune, "supervised fine-tuning on chat or prompt/answer JSONL (data.sft_path)"}},
       {"import", {cmd_import, "import hf DIR OUT: a Hugging Face Llama/GPT-2 model", true}},
       {"export",
        {cmd_export, "export hf CKPT DIR | export gguf CKPT FILE: Hugging Face or llama.cpp", true}},
@@ -74,10 +76,18 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
       a.nproc = int(v);
     } else if (s == "--allow-nonfinite") {
       a.allow_nonfinite = true;
+    } else if (s == "--show-sample" || s.rfind("--show-sample=", 0) == 0) {
+      std::string n = s == "--show-sample" ? (i + 1 < argc ? argv[++i] : "") : s.substr(14);
+      char* end = nullptr;
+      long long v = std::strtoll(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 0)
+        fail("--show-sample needs a sample number >= 0, got '{}'", n);
+      a.show_sample = v;
     } else if (s.rfind("--", 0) == 0) {
       fail(
-          "unknown option '{}' (options are --config FILE, --help, --nproc N for train and "
-          "--allow-nonfinite for generate and eval; settings are key=value)",
+          "unknown option '{}' (options are --config FILE, --help, --nproc N for train, "
+          "--show-sample N for finetune and --allow-nonfinite for generate and eval; settings "
+          "are key=value)",
           s);
     } else if (s.find('=') == std::string::npos) {
       fail("argument '{}' is not a key=value setting", s);
@@ -109,6 +119,8 @@ int run_cli(int argc, char** argv) {
     CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
     if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0)
       fail("--nproc is an option of nekton train only");
+    if (a.show_sample >= 0 && std::strcmp(argv[1], "finetune") != 0)
+      fail("--show-sample is an option of nekton finetune only");
     if (a.allow_nonfinite && std::strcmp(argv[1], "generate") != 0)
       fail("--allow-nonfinite is an option of generate, eval, import and export only");
     return it->second.run(a);

@@ -1,10 +1,13 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
+#include "core/json.h"
 #include "core/log.h"
+#include "data/jsonl_reader.h"
 #include "dist/mpi/launch_env.h"
 #include "dist/mpi/runtime.h"
 #include "train/trainer.h"
@@ -58,6 +61,70 @@ int cmd_train(const CommandArgs& a) {
   Trainer trainer(cfg);
   // Stopped by SIGTERM/SIGINT after saving a checkpoint is a clean exit (0), so
   // schedulers do not count a preempted job as failed; a rerun resumes.
+  trainer.run();
+  return 0;
+}
+
+namespace {
+// `nekton finetune --show-sample N`: record N of data.sft_path as the model
+// will see it: the rendered text, then its tokens with the trained ones in
+// [[ ]].
+int show_sample(const TrainConfig& cfg, int64_t n) {
+  const SftInputs in = sft_inputs(cfg);
+  JsonlReader reader(cfg.data.sft_path);
+  std::string_view line;
+  int64_t line_no = 0, index = -1;
+  while (reader.read_line(line, line_no))
+    if (line.find_first_not_of(" \t\r") != std::string_view::npos && ++index == n) break;
+  if (index != n) fail("--show-sample {}: {} holds {} samples", n, cfg.data.sft_path, index + 1);
+  const std::string where = fmt::format("{}:{}", cfg.data.sft_path, line_no);
+  const auto conv = conversation_from_record(parse_json(std::string(line), where), in.opt, where);
+  std::vector<ChatSegment> segs;
+  try {
+    segs = in.tmpl->render(conv, in.specials, false);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  const SftSample s = tokenize_chat(segs, *in.tok, in.opt.loss_on);
+  const int64_t trained = std::count(s.trained.begin() + 1, s.trained.end(), 1);
+  fmt::print("sample {} ({}), chat template {}: {} tokens, {} of them trained{}\n", n, where,
+             in.tmpl->name(), s.tokens.size(), trained,
+             int64_t(s.tokens.size()) > cfg.seq_len
+                 ? fmt::format(" (over train.seq_len = {}: {})", cfg.seq_len, cfg.data.overlong)
+                 : "");
+  fmt::print("--- rendered ---\n{}\n--- tokens, trained in [[ ]] ---\n", chat_text(segs));
+  std::string out;
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    const bool t = i > 0 && s.trained[i], prev = i > 1 && s.trained[i - 1];
+    if (t && !prev) out += "[[";
+    if (!t && prev) out += "]]";
+    out += in.tok->token_bytes(s.tokens[i]);
+  }
+  if (s.tokens.size() > 1 && s.trained.back()) out += "]]";
+  fmt::print("{}\n", out);
+  return 0;
+}
+}  // namespace
+
+int cmd_finetune(const CommandArgs& a) {
+  ConfigSchema schema = train_schema();
+  if (a.help) {
+    fmt::print(
+        "usage: nekton finetune [--config FILE.yaml] [--show-sample N] [key=value ...]\n\n"
+        "Supervised fine-tuning: train's keys, with data.sft_path (JSONL conversations or\n"
+        "prompt/answer records) and usually train.init_from (the model to start from).\n\n{}",
+        schema.help());
+    return 0;
+  }
+  TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
+  if (!cfg.data.sft())
+    fail("data.sft_path: nekton finetune needs the conversations to train on (JSONL)");
+  if (a.show_sample >= 0) return show_sample(cfg, a.show_sample);
+  if (a.nproc > 0 || dist::launched_by_mpi())
+    fail(
+        "nekton finetune runs on one process for now (data parallel fine-tuning is not there "
+        "yet)");
+  Trainer trainer(cfg);
   trainer.run();
   return 0;
 }

@@ -17,6 +17,7 @@ struct CommandArgs {
   // --allow-nonfinite (generate, eval): load weights holding NaN or Inf with a
   // warning instead of refusing them, to inspect a broken model.
   bool allow_nonfinite = false;
+  int64_t show_sample = -1;  // --show-sample N (finetune): print sample N as rendered, then exit
   // Every argument after the command name, as given: for commands that parse
   // their own positional arguments and options (tokenizer).
   std::vector<std::string> args;
@@ -31,6 +32,7 @@ void print_sample(Transformer& model, const Tokenizer& tok, const std::string& p
                   int64_t max_tokens, const SamplingConfig& sc);
 
 int cmd_train(const CommandArgs& a);
+int cmd_finetune(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args

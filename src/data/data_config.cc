@@ -28,17 +28,40 @@ void DataConfig::bind(ConfigBinder& b) {
                                fail("data.invalid_utf8: expected error or replace, got '{}'", v);
                              replace_invalid_utf8 = v == "replace";
                            });
+  b.bind("data.sft_path", sft_path,
+         "fine-tuning: JSONL (plain or zstd) of {\"messages\": [...]} or {\"input\", \"output\"} "
+         "records");
+  b.bind("data.sft_valid_path", sft_valid_path, "fine-tuning: validation JSONL (optional)");
+  b.bind("data.chat_template", chat_template,
+         "fine-tuning: chatml, llama3, llama2, mistral, gemma, phi3, plain, or auto (the one the "
+         "model's tokenizer_config.json names)");
+  b.bind("data.loss_on", loss_on, "fine-tuning: tokens the loss covers: assistant or all");
+  b.bind("data.pack", pack, "fine-tuning: pack several samples into each row");
+  b.bind("data.overlong", overlong,
+         "fine-tuning: a sample longer than train.seq_len: truncate or drop (counted)");
+  b.bind("data.shuffle", shuffle, "fine-tuning: shuffle the rows every epoch (by train.seed)");
+  b.bind("data.messages_key", messages_key, "fine-tuning: the key of a record's messages");
+  b.bind("data.input_key", input_key, "fine-tuning: the prompt's key of a prompt/answer record");
+  b.bind("data.output_key", output_key, "fine-tuning: the answer's key of a prompt/answer record");
+  b.bind("data.system_key", system_key,
+         "fine-tuning: the optional system prompt's key of a prompt/answer record");
 }
 
 void DataConfig::check_training_source() {
-  int sources = !path.empty() + !prefix.empty() + !blend.empty();
+  int sources = !path.empty() + !prefix.empty() + !blend.empty() + !sft_path.empty();
   if (sources == 0)
     fail(
-        "data.path: no training data given (data.path=TEXT_FILE, data.prefix=INDEXED_PREFIX or "
-        "data.blend=W1,PREFIX1,W2,PREFIX2)");
+        "data.path: no training data given (data.path=TEXT_FILE, data.prefix=INDEXED_PREFIX, "
+        "data.blend=W1,PREFIX1,W2,PREFIX2 or data.sft_path=CONVERSATIONS.jsonl)");
   if (sources > 1)
-    fail("data.{}: give only one of data.path, data.prefix and data.blend",
-         blend.empty() ? "prefix" : "blend");
+    fail("data.{}: give only one of data.path, data.prefix, data.blend and data.sft_path",
+         !sft_path.empty() ? "sft_path"
+         : blend.empty()   ? "prefix"
+                           : "blend");
+  if (loss_on != "assistant" && loss_on != "all")
+    fail("data.loss_on: expected assistant or all, got '{}'", loss_on);
+  if (overlong != "truncate" && overlong != "drop")
+    fail("data.overlong: expected truncate or drop, got '{}'", overlong);
   if (!blend.empty()) blend_sets = parse_blend(blend, "data.blend");
   if (indexed()) {
     try {

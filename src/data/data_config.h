@@ -12,7 +12,8 @@ namespace nk {
 
 struct DataConfig {
   // A training run reads exactly one source: `path` (a text file, byte-level
-  // tokens), `prefix` (one indexed dataset) or `blend` (weighted indexed datasets).
+  // tokens), `prefix` (one indexed dataset), `blend` (weighted indexed
+  // datasets) or `sft_path` (fine-tuning conversations).
   std::string path;
   std::string prefix;
   std::string blend;  // as given: "0.3,PREFIX1,0.7,PREFIX2"; parsed into `blend_sets`
@@ -24,8 +25,21 @@ struct DataConfig {
   int64_t max_bytes = 0;              // of the text file read (0 = all)
   bool replace_invalid_utf8 = false;  // data.invalid_utf8=replace: U+FFFD instead of an error
 
+  // Fine-tuning (`sft_path`): JSONL conversations rendered with a chat
+  // template, the loss on the answers (data/chat/sft_data.h).
+  std::string sft_path, sft_valid_path;
+  std::string chat_template =
+      "auto";                         // a built-in name, or auto: the model's tokenizer_config.json
+  std::string loss_on = "assistant";  // assistant | all
+  bool pack = false;                  // several samples per row (attention kept apart)
+  std::string overlong = "truncate";  // a sample over train.seq_len: truncate | drop
+  bool shuffle = true;                // rows in a new order each epoch (by train.seed)
+  std::string messages_key = "messages", input_key = "input", output_key = "output",
+              system_key = "system";
+
   void bind(ConfigBinder& b);
   bool indexed() const { return !prefix.empty() || !blend.empty(); }
+  bool sft() const { return !sft_path.empty(); }
   // Training's checks (nk::Error naming the key): exactly one source, a
   // parseable blend (filling blend_sets) and split, val_fraction in [0, 1).
   void check_training_source();

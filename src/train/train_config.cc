@@ -1,6 +1,11 @@
 #include "train/train_config.h"
 
+#include <filesystem>
+
+#include "ckpt/model_io.h"
 #include "core/limits.h"
+#include "data/dataset/text_dataset.h"
+#include "data/tokenizer/tokenizer.h"
 #include "train/freeze.h"
 
 namespace nk {
@@ -46,6 +51,9 @@ void TrainConfig::bind(ConfigBinder& b) {
   b.bind("train.val_batches", val_batches, "micro-batches per validation");
   b.bind("train.log_every", log_every, "log line every N steps");
   b.bind("train.out_dir", out_dir, "output folder: model/, metrics.jsonl");
+  b.bind("train.init_from", init_from,
+         "a saved model folder to start from (fine-tuning): its config replaces model.*, its "
+         "weights the initialisation, its tokenizer the default data.tokenizer");
   b.bind("train.resume_from", resume_from,
          "continue from this run's OUT_DIR (its newest checkpoint), a checkpoint folder, or "
          "an old model/ folder (weights and data position only)");
@@ -73,7 +81,15 @@ TrainConfig train_config_from(const Config& c) {
   TrainConfig t;
   ConfigReader r(c);
   t.bind(r);
-  if (t.data.tokenizer.empty() && !t.data.path.empty()) t.data.tokenizer = "bytes";
+  if (!t.init_from.empty()) {
+    const std::string cfg_path = t.init_from + "/config.json";
+    if (!std::filesystem::exists(cfg_path))
+      fail("train.init_from: '{}' is not a saved model folder (no config.json)", t.init_from);
+    t.model = model_config_from_json(read_text_file(cfg_path), cfg_path);
+    if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
+  }
+  if (t.data.tokenizer.empty() && (!t.data.path.empty() || t.data.sft()))
+    t.data.tokenizer = "bytes";
   if (t.resume != "auto" && t.resume != "never")
     fail("train.resume: expected auto or never, got '{}'", t.resume);
   if (t.lr.decay_steps == 0) t.lr.decay_steps = t.steps;
@@ -104,7 +120,7 @@ TrainConfig train_config_from(const Config& c) {
          t.micro_batch);
   if (t.seq_len > t.model.max_seq_len)
     fail("train.seq_len: {} exceeds model.max_seq_len = {}", t.seq_len, t.model.max_seq_len);
-  if (!t.indexed_data() && t.model.vocab_size < 257)
+  if (!t.data.path.empty() && t.model.vocab_size < 257)
     fail("model.vocab_size: {} is smaller than the byte tokenizer's 257", t.model.vocab_size);
   if (!(t.lr.lr > 0)) fail("train.lr: must be positive, got {}", t.lr.lr);
   if (t.lr.min_lr < 0 || t.lr.min_lr > t.lr.lr)

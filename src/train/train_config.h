@@ -29,7 +29,8 @@ struct TrainConfig {
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;
   std::string out_dir = "runs/train";
-  std::string resume_from;       // a previous run's OUT_DIR, a checkpoint folder or a model/ folder
+  std::string init_from;    // a model folder to start from (fine-tuning): its config and weights
+  std::string resume_from;  // a previous run's OUT_DIR, a checkpoint folder or a model/ folder
   std::string resume = "auto";   // auto: continue from OUT_DIR/checkpoints; never: refuse them
   int64_t exit_at_step = 0;      // stop after this step and save (0 = run to `steps`)
   int64_t save_every = 0;        // checkpoint every N steps (0 = only at the end)

@@ -5,9 +5,11 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/chat/sft_data.h"
 #include "data/dataset/blended_dataset.h"
 #include "data/dataset/gpt_dataset.h"
 #include "data/dataset/text_dataset.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace nk {
 
@@ -117,7 +119,80 @@ TrainData indexed_data(const TrainConfig& cfg) {
 
 }  // namespace
 
+SftInputs sft_inputs(const TrainConfig& cfg) {
+  const DataConfig& dc = cfg.data;
+  SftInputs in;
+  try {
+    in.tok = load_tokenizer(dc.tokenizer);
+  } catch (const Error& e) {
+    throw e.with_context("data.tokenizer");
+  }
+  try {
+    in.tmpl = &chat_template_for(dc.chat_template, cfg.init_from);
+  } catch (const Error& e) {
+    throw e.with_context("data.chat_template");
+  }
+  // The tokenizer's own strings for the template's bos and eos.
+  if (in.tok->eod_id() >= 0) in.specials.eos = in.tok->token_bytes(in.tok->eod_id());
+  for (const auto& [text, id] : in.tok->special_tokens())
+    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") in.specials.bos = text;
+  SftOptions& o = in.opt;
+  o.messages_key = dc.messages_key;
+  o.input_key = dc.input_key;
+  o.output_key = dc.output_key;
+  o.system_key = dc.system_key;
+  o.loss_on = dc.loss_on == "all" ? LossOn::All : LossOn::Assistant;
+  o.overlong = dc.overlong == "drop" ? OverlongSample::Drop : OverlongSample::Truncate;
+  o.max_tokens = cfg.seq_len;
+  return in;
+}
+
+namespace {
+
+// Fine-tuning conversations: rows of train.seq_len tokens (packed or one
+// sample each), the loss on what data.loss_on names.
+TrainData sft_data(const TrainConfig& cfg) {
+  const DataConfig& dc = cfg.data;
+  const SftInputs in = sft_inputs(cfg);
+  const Tokenizer* tok = in.tok.get();
+  const int32_t pad = std::max(0, tok->eod_id());
+  auto rows_of = [&](const std::string& path, const char* key, std::string& line) {
+    SftData d;
+    try {
+      d = read_sft_jsonl(path, *in.tmpl, in.specials, *tok, in.opt);
+    } catch (const Error& e) {
+      throw e.with_context(key);
+    }
+    PackedRows rows = sft_rows(d, cfg.seq_len, dc.pack, pad);
+    line = fmt::format(
+        "{}: {} samples ({} truncated, {} dropped), {} tokens of which {} trained, {} rows of {}{}",
+        path, d.stats.records, d.stats.truncated, d.stats.dropped, d.stats.tokens,
+        d.stats.trained_tokens, rows.n_rows, cfg.seq_len,
+        dc.pack ? fmt::format(" packed ({:.0f}% full)", 100 * rows.efficiency()) : "");
+    if (d.stats.dropped > 0 || d.stats.truncated > 0)
+      NK_WARN(
+          "{}: samples longer than train.seq_len = {}: {} truncated, {} dropped (data.overlong)",
+          path, cfg.seq_len, d.stats.truncated, d.stats.dropped);
+    return rows;
+  };
+  TrainData d;
+  std::string train_line, valid_line;
+  d.train =
+      std::make_shared<SftDataset>(rows_of(dc.sft_path, "data.sft_path", train_line), cfg.seed,
+                                   dc.shuffle, fmt::format("'{}' (train)", dc.sft_path));
+  if (!dc.sft_valid_path.empty())
+    d.valid = std::make_shared<SftDataset>(
+        rows_of(dc.sft_valid_path, "data.sft_valid_path", valid_line), cfg.seed, false,
+        fmt::format("'{}' (valid)", dc.sft_valid_path));
+  d.summary = fmt::format("chat template {}; {}{}", in.tmpl->name(), train_line,
+                          valid_line.empty() ? "" : "; valid " + valid_line);
+  return d;
+}
+
+}  // namespace
+
 TrainData build_train_data(const TrainConfig& cfg) {
+  if (cfg.data.sft()) return sft_data(cfg);
   return cfg.indexed_data() ? indexed_data(cfg) : text_data(cfg);
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "data/chat/sft_data.h"
 #include "data/dataset/sample_dataset.h"
 #include "train/train_config.h"
 
@@ -22,5 +23,17 @@ struct TrainData {
 // text); the valid part val_batches * micro_batch, read from its start at
 // every validation. nk::Error naming the config key and file for bad data.
 TrainData build_train_data(const TrainConfig& cfg);
+
+// What fine-tuning reads its conversations with (data.sft_path): the
+// tokenizer, the chat template (data.chat_template, or the one
+// train.init_from's tokenizer_config.json names), the tokenizer's bos and eos
+// strings, and the sample options. nk::Error naming the key.
+struct SftInputs {
+  std::unique_ptr<Tokenizer> tok;
+  const ChatTemplate* tmpl = nullptr;
+  ChatSpecials specials;
+  SftOptions opt;
+};
+SftInputs sft_inputs(const TrainConfig& cfg);
 
 }  // namespace nk

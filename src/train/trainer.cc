@@ -30,18 +30,33 @@ double seconds_since(Clock::time_point t) {
 
 // One micro-batch, i32 [B, T]: the loader fills host memory and the model
 // reads `tokens` and `targets` on its device. On a CPU run they are the host
-// tensors themselves and upload() copies nothing.
+// tensors themselves and upload() copies nothing. Rows of packed samples
+// (fine-tuning, S = the most segments in a row > 0) also carry positions
+// [B, T] and segment starts [B, S + 1]: the model's PackedBatchInfo.
 struct DeviceBatch {
-  DeviceBatch(int64_t B, int64_t T, Device device)
+  DeviceBatch(int64_t B, int64_t T, Device device, int64_t S = 0)
       : host_tokens(Tensor::empty({B, T}, DType::I32)),
         host_targets(Tensor::empty({B, T}, DType::I32)),
         tokens(ops::to_device(host_tokens, device)),
-        targets(ops::to_device(host_targets, device)) {}
+        targets(ops::to_device(host_targets, device)) {
+    if (S == 0) return;
+    host_positions = Tensor::empty({B, T}, DType::I32);
+    host_cu = Tensor::empty({B, S + 1}, DType::I32);
+    packed.position_ids = ops::to_device(host_positions, device);
+    packed.cu_seqlens = ops::to_device(host_cu, device);
+  }
+  void load(DataLoader& loader) { loader.next(host_tokens, host_targets, host_positions, host_cu); }
   void upload() {
     ops::upload(tokens, host_tokens);
     ops::upload(targets, host_targets);
+    if (!host_cu.defined()) return;
+    ops::upload(packed.position_ids, host_positions);
+    ops::upload(packed.cu_seqlens, host_cu);
   }
+  const PackedBatchInfo* packing() const { return host_cu.defined() ? &packed : nullptr; }
   Tensor host_tokens, host_targets, tokens, targets;
+  Tensor host_positions, host_cu;
+  PackedBatchInfo packed;
 };
 
 }  // namespace
@@ -79,7 +94,16 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
+  if (par_.active() && data_.train->max_segments() > 0)
+    fail(
+        "data.sft_path: fine-tuning runs on one process for now (data parallel over packed rows "
+        "is not there yet)");
   resume();
+  if (!model_ && !cfg_.init_from.empty()) {
+    model_ = with_frozen_layout(load_model(cfg_.init_from, cfg_.dtype), "train.init_from",
+                                cfg_.init_from);
+    NK_INFO("starting from the weights of {}", cfg_.init_from);
+  }
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device);
@@ -111,9 +135,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
     DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
     probe.set_consumed_samples(state_.consumed_samples);
-    Tensor x = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-    Tensor y = Tensor::empty({cfg_.micro_batch, cfg_.seq_len}, DType::I32);
-    probe.next(x, y);
+    DeviceBatch(cfg_.micro_batch, cfg_.seq_len, kHost, data_.train->max_segments()).load(probe);
   }
 }
 
@@ -219,19 +241,7 @@ void Trainer::resume_legacy() {
   if (saved.step > cfg_.steps)
     fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
          cfg_.steps);
-  model_ = load_model(model_dir, cfg_.dtype);
-  if (model_config_to_json(model_->config()) != model_config_to_json(cfg_.model))
-    fail("train.resume_from: the model in '{}' has another configuration than model.* here",
-         model_dir);
-  if (!cfg_.frozen.empty()) {  // the same weights in a layout with the frozen ones last
-    auto frozen = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
-                                                cfg_.frozen, cfg_.device);
-    for (const ParamInfo& p : model_->layout().params())
-      ops::convert(ParamLayout::view(frozen->params(), frozen->layout().find(p.name)),
-                   ParamLayout::view(model_->params(), p));
-    frozen->sync_compute_params();
-    model_ = std::move(frozen);
-  }
+  model_ = with_frozen_layout(load_model(model_dir, cfg_.dtype), "train.resume_from", model_dir);
   state_.step = saved.step;
   state_.consumed_samples = saved.consumed_samples;
   state_.rng = rng_streams(cfg_, saved.consumed_samples);
@@ -240,6 +250,22 @@ void Trainer::resume_legacy() {
       "optimizer state, so AdamW starts from zero moments and the run will not match an "
       "uninterrupted one",
       model_dir, state_.step, state_.consumed_samples);
+}
+
+std::unique_ptr<Transformer> Trainer::with_frozen_layout(std::unique_ptr<Transformer> m,
+                                                         const char* key,
+                                                         const std::string& dir) const {
+  if (model_config_to_json(m->config()) != model_config_to_json(cfg_.model))
+    fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
+  if (cfg_.frozen.empty() && m->device() == cfg_.device) return m;
+  // The same weights in a layout with the frozen ones last, on train.device.
+  auto r = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
+                                         cfg_.frozen, cfg_.device);
+  for (const ParamInfo& p : m->layout().params())
+    ops::convert(ParamLayout::view(r->params(), r->layout().find(p.name)),
+                 ParamLayout::view(m->params(), p));
+  r->sync_compute_params();
+  return r;
 }
 
 void Trainer::check_weights_finite() const {
@@ -285,13 +311,13 @@ double Trainer::evaluate() {
   Activations acts(*model_, cfg_.micro_batch, cfg_.seq_len, false);
   // The same valid samples at every validation, so the figures compare.
   DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
-  DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device());
+  DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device(), data_.valid->max_segments());
   double sum = 0;
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
-    loader.next(batch.host_tokens, batch.host_targets);
+    batch.load(loader);
     batch.upload();
     sum += ddp_ ? ddp_->forward_loss(acts, batch.tokens, batch.targets)
-                : model_->forward_loss(acts, batch.tokens, batch.targets);
+                : model_->forward_loss(acts, batch.tokens, batch.targets, batch.packing());
   }
   return sum / double(cfg_.val_batches);
 }
@@ -340,7 +366,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
   const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
-  DeviceBatch batch(B, T, model_->device());
+  DeviceBatch batch(B, T, model_->device(), data_.train->max_segments());
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   // Data parallel: this rank runs accum / dp of the step's micro-batches.
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
@@ -377,7 +403,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       }
       if (ddp_)
         loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
-      loader.next(batch.host_tokens, batch.host_targets);
+      batch.load(loader);
       if (on_batch_) on_batch_(step + 1, batch.host_tokens, batch.host_targets);
       batch.upload();
       // The single process's weighting: the mean over all `accum` micro-batches
@@ -385,7 +411,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       const float scale = 1.f / float(accum);
       loss += (ddp_ ? ddp_->forward_backward(acts, batch.tokens, batch.targets, scale,
                                              m == local_accum - 1)
-                    : model_->forward_backward(acts, batch.tokens, batch.targets, scale)) /
+                    : model_->forward_backward(acts, batch.tokens, batch.targets, scale,
+                                               batch.packing())) /
               double(accum);
     }
     if (ddp_) {

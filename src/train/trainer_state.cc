@@ -18,6 +18,11 @@ std::map<std::string, std::string> data_signature(const TrainConfig& cfg) {
     m["data.path"] = cfg.data.path;
     m["data.val_fraction"] = fmt::format("{}", cfg.data.val_fraction);
     m["data.max_bytes"] = std::to_string(cfg.data.max_bytes);
+  } else if (cfg.data.sft()) {
+    const DataConfig& d = cfg.data;
+    m["data.sft_path"] = d.sft_path;
+    m["data.sft_rows"] = fmt::format("template {}, loss_on {}, pack {}, overlong {}, shuffle {}",
+                                     d.chat_template, d.loss_on, d.pack, d.overlong, d.shuffle);
   } else {
     m["data.prefix"] = cfg.data.prefix;
     m["data.blend"] = cfg.data.blend;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -81,14 +82,22 @@ const char* kSavedBefore =
     "  peak_tflops: 1.0\n";
 
 // The resolved config without the keys added after kSavedBefore was written
-// (train.device; the parallel.* section of data-parallel training), which
+// (train.device; the parallel.* section of data-parallel training; fine-tuning's
+// data.sft_* group and train.init_from), which
 // read back at their defaults: everything else must keep its text and order.
 std::string without_newer_keys(const std::string& yaml) {
   std::string out, line, section;
   std::istringstream in(yaml);
   while (std::getline(in, line)) {
     if (!line.empty() && line[0] != ' ') section = line;
-    if (section == "parallel:" || (section == "train:" && line == "  device: \"cpu\"")) continue;
+    static const std::set<std::string> fine_tuning = {
+        "sft_path", "sft_valid_path", "chat_template", "loss_on",    "pack",      "overlong",
+        "shuffle",  "messages_key",   "input_key",     "output_key", "system_key"};
+    const std::string key = line.substr(2, line.find(':') - 2);
+    if (section == "parallel:" || (section == "train:" && line == "  device: \"cpu\"") ||
+        (section == "train:" && key == "init_from") ||
+        (section == "data:" && fine_tuning.count(key)))
+      continue;
     out += line + "\n";
   }
   return out;

@@ -168,7 +168,9 @@ TEST(TrainerData, BadDataSettingsAreNamed) {
   EXPECT_NE(m.find("data.prefix"), std::string::npos) << m;
   EXPECT_NE(m.find("missing"), std::string::npos) << m;
   m = msg_of({"data.prefix=" + prefix, "data.path=" + (dir / "x.txt")});
-  EXPECT_NE(m.find("only one of data.path, data.prefix and data.blend"), std::string::npos) << m;
+  EXPECT_NE(m.find("only one of data.path, data.prefix, data.blend and data.sft_path"),
+            std::string::npos)
+      << m;
   m = msg_of({"data.prefix=" + prefix, "train.exit_at_step=7"});
   EXPECT_NE(m.find("train.exit_at_step"), std::string::npos) << m;
 }

@@ -251,6 +251,11 @@ const ChatTemplate* match_chat_template(const std::string& jinja) {
 
 const ChatTemplate& chat_template_for(const std::string& name, const std::string& model_dir) {
   if (!name.empty() && name != "auto") return find_chat_template(name);
+  if (model_dir.empty())
+    fail(
+        "chat template 'auto' reads the model's tokenizer_config.json, but no model folder is "
+        "given; name one of {}",
+        fmt::join(chat_template_names(), ", "));
   const std::string path = model_dir + "/tokenizer_config.json";
   if (!std::filesystem::exists(path))
     fail("chat template 'auto': {} does not exist; name one of {}", path,

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/rng.h"
 #include "data/jsonl_reader.h"
 
 namespace nk {
@@ -146,6 +147,43 @@ PackedRows sft_rows(const SftData& data, int64_t seq_len, bool pack, int32_t pad
   o.overlong = OverlongPolicy::Truncate;
   o.pad_id = pad_id;
   return pack_documents(data.tokens, o, data.trained);
+}
+
+SftDataset::SftDataset(PackedRows rows, uint64_t seed, bool shuffle, std::string name)
+    : rows_(std::move(rows)), seed_(seed), shuffle_(shuffle), name_(std::move(name)) {
+  if (rows_.n_rows == 0) fail("{}: no rows", name_);
+}
+
+void SftDataset::sample(int64_t, int32_t*) const {
+  NK_CHECK(false, "{}: a dataset of rows has no windows; read it with row()", name_);
+}
+
+int64_t SftDataset::row_of(int64_t i) const {
+  const int64_t n = rows_.n_rows, epoch = i / n, j = i % n;
+  if (!shuffle_) return j;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_) {  // Fisher-Yates with this epoch's stream
+    order_.resize(size_t(n));
+    for (int64_t k = 0; k < n; ++k) order_[size_t(k)] = k;
+    Rng rng(seed_ * 1000003u + uint64_t(epoch));
+    for (int64_t k = n - 1; k > 0; --k)
+      std::swap(order_[size_t(k)], order_[size_t(rng.below(uint64_t(k + 1)))]);
+    epoch_ = epoch;
+  }
+  return order_[size_t(j)];
+}
+
+std::string SftDataset::describe(int64_t i) const {
+  return fmt::format("{}, row {} (sample {})", name_, row_of(i), i);
+}
+
+void SftDataset::row(int64_t i, int32_t* tokens, int32_t* targets, int32_t* positions,
+                     int32_t* cu_seqlens) const {
+  const int64_t r = row_of(i), T = rows_.seq_len, S1 = rows_.max_segments + 1;
+  std::copy_n(rows_.tokens.data() + r * T, T, tokens);
+  std::copy_n(rows_.targets.data() + r * T, T, targets);
+  std::copy_n(rows_.position_ids.data() + r * T, T, positions);
+  std::copy_n(rows_.cu_seqlens.data() + r * S1, S1, cu_seqlens);
 }
 
 }  // namespace nk

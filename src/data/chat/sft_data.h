@@ -14,6 +14,7 @@
 // space).
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 
 #include "data/chat/chat_template.h"
 #include "data/dataset/packing.h"
+#include "data/dataset/sample_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace nk {
@@ -79,5 +81,33 @@ SftData read_sft_jsonl(const std::string& path, const ChatTemplate& tmpl,
 // within each sample) or one sample per row, padded. Targets ignore the
 // untrained tokens (packing.h's loss masks).
 PackedRows sft_rows(const SftData& data, int64_t seq_len, bool pack, int32_t pad_id);
+
+// The rows as a training dataset: an endless sequence of epochs, each the
+// rows in an order shuffled by (seed, epoch) (shuffle = false: file order),
+// so sample i depends only on i and a resumed run reads what an
+// uninterrupted one would.
+class SftDataset : public SampleDataset {
+ public:
+  SftDataset(PackedRows rows, uint64_t seed, bool shuffle, std::string name);
+  int64_t size() const override { return INT64_MAX; }
+  int64_t seq_len() const override { return rows_.seq_len; }
+  void sample(int64_t, int32_t*) const override;  // rows only: an internal error
+  std::string name() const override { return name_; }
+  std::string describe(int64_t i) const override;
+  int64_t max_segments() const override { return rows_.max_segments; }
+  void row(int64_t i, int32_t* tokens, int32_t* targets, int32_t* positions,
+           int32_t* cu_seqlens) const override;
+  const PackedRows& rows() const { return rows_; }
+
+ private:
+  int64_t row_of(int64_t i) const;  // which row sample i is
+  PackedRows rows_;
+  uint64_t seed_;
+  bool shuffle_;
+  std::string name_;
+  mutable std::mutex mu_;
+  mutable int64_t epoch_ = -1;  // the epoch order_ holds
+  mutable std::vector<int64_t> order_;
+};
 
 }  // namespace nk

@@ -21,7 +21,12 @@ class DataLoader {
   // inputs, targets: i32[B, T] contiguous CPU, T = seq_len; targets[b, t] =
   // inputs[b, t+1] within the sample (the sample's extra token for t = T-1).
   // nk::Error when the dataset has no samples left.
-  void next(Tensor inputs, Tensor targets);
+  // A dataset of rows (SampleDataset::max_segments() > 0) gives each row's
+  // own targets, and fills `positions` i32[B, T] and `cu_seqlens`
+  // i32[B, max_segments() + 1] (the model's PackedBatchInfo) when defined.
+  void next(Tensor inputs, Tensor targets, Tensor positions = {}, Tensor cu_seqlens = {});
+  bool rows() const { return data_->max_segments() > 0; }
+  static constexpr int32_t kIgnoreTarget = -100;  // a target the loss skips
   int64_t consumed_samples() const { return consumed_; }
   void set_consumed_samples(int64_t n);
   int64_t micro_batch() const { return B_; }

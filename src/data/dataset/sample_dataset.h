@@ -19,6 +19,18 @@ class SampleDataset {
   virtual std::string name() const = 0;
   // Where sample i comes from, for error messages.
   virtual std::string describe(int64_t i) const { return name() + ", sample " + std::to_string(i); }
+
+  // ---- rows (fine-tuning) ----
+  // A dataset of rows rather than windows: each sample is a row of seq_len
+  // tokens with its own targets (prompts and padding ignored, -100) and
+  // document boundaries (several samples packed into a row, attention and
+  // positions restarting at each). Such a dataset returns the most segments
+  // in any row (> 0) and fills row(); sample() is not used.
+  virtual int64_t max_segments() const { return 0; }
+  // tokens, targets, positions: seq_len each; cu_seqlens: max_segments() + 1
+  // segment starts, the last ones repeating seq_len (ops::attention_forward).
+  virtual void row(int64_t i, int32_t* tokens, int32_t* targets, int32_t* positions,
+                   int32_t* cu_seqlens) const {}
 };
 
 }  // namespace nk

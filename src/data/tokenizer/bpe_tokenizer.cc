@@ -102,23 +102,9 @@ void BpeTokenizer::encode_with_specials(std::string_view text, std::vector<int32
     fixed = replace_invalid_utf8(text);
     text = fixed;
   }
-  // Leftmost special wins; among specials starting at the same byte, the longest.
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t best = std::string_view::npos;
-    const std::pair<std::string, int32_t>* hit = nullptr;
-    for (const auto& s : specials_) {
-      size_t at = text.find(s.first, pos);
-      if (at < best ||
-          (at == best && at != std::string_view::npos && s.first.size() > hit->first.size()))
-        best = at, hit = &s;
-    }
-    if (!hit) break;
-    encode_valid(text.substr(pos, best - pos), out);
-    out.push_back(hit->second);
-    pos = best + hit->first.size();
-  }
-  if (pos < text.size()) encode_valid(text.substr(pos), out);
+  split_on_specials(
+      text, specials_, [&](std::string_view t) { encode_valid(t, out); },
+      [&](int32_t id) { out.push_back(id); });
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {

@@ -30,4 +30,11 @@ std::string ByteTokenizer::token_bytes(int32_t id) const {
   return std::string(1, static_cast<char>(id));
 }
 
+void ByteTokenizer::encode_with_specials(std::string_view text, std::vector<int32_t>& out) const {
+  const auto specials = special_tokens();
+  split_on_specials(
+      text, specials, [&](std::string_view t) { encode(t, out); },
+      [&](int32_t id) { out.push_back(id); });
+}
+
 }  // namespace nk

@@ -19,6 +19,8 @@ class ByteTokenizer : public Tokenizer {
   using Tokenizer::encode;
   // Bytes as they are: no UTF-8 replacement, so any byte string round-trips.
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  // "<|endoftext|>" in the text becomes kEot.
+  void encode_with_specials(std::string_view text, std::vector<int32_t>& out) const override;
   // kEot decodes to nothing; an id outside [0, 257) is an nk::Error.
   std::string decode(std::span<const int32_t> ids) const override;
   std::string token_bytes(int32_t id) const override;

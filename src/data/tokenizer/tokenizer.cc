@@ -17,6 +17,29 @@
 
 namespace nk {
 
+void split_on_specials(std::string_view text,
+                       std::span<const std::pair<std::string, int32_t>> specials,
+                       const std::function<void(std::string_view)>& on_text,
+                       const std::function<void(int32_t)>& on_special) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t best = std::string_view::npos;
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    for (const auto& s : specials) {
+      if (s.first.empty()) continue;
+      const size_t at = text.find(s.first, pos);
+      if (at < best ||
+          (at == best && at != std::string_view::npos && s.first.size() > hit->first.size()))
+        best = at, hit = &s;
+    }
+    if (!hit) break;
+    if (best > pos) on_text(text.substr(pos, best - pos));
+    on_special(hit->second);
+    pos = best + hit->first.size();
+  }
+  if (pos < text.size()) on_text(text.substr(pos));
+}
+
 std::string assets_dir() {
   const char* env = std::getenv("NEKTON_ASSETS");
   return env && *env ? std::string(env) : std::string(NK_DEFAULT_ASSETS_DIR);

@@ -3,6 +3,7 @@
 // path. Ids are int32 in [0, vocab_size()).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -45,6 +46,15 @@ class Tokenizer {
     return out;
   }
 };
+
+// Walks `text` as runs of ordinary text and special-token strings: the
+// leftmost special wins, and among specials starting at the same byte the
+// longest. on_text gets each run between specials (never empty), on_special
+// each special's id.
+void split_on_specials(std::string_view text,
+                       std::span<const std::pair<std::string, int32_t>> specials,
+                       const std::function<void(std::string_view)>& on_text,
+                       const std::function<void(int32_t)>& on_special);
 
 // Opens a tokenizer from a spec:
 //   "bytes"                                    one id per byte + end-of-text (257)

@@ -6,8 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "ckpt/gguf_test_util.h"
 #include "core/error.h"
+#include "model/tiny_config.h"
+#include "model/transformer.h"
 #include "test_util.h"
 
 namespace nk {
@@ -198,6 +202,37 @@ TEST_F(SftFile, RowsTargetOnlyTheTrainedTokens) {
     else
       EXPECT_EQ(rows.n_rows, 30);
   }
+}
+
+// The loss of packed rows equals the loss of the same samples one per row
+// (the mean over every trained target of the batch either way): attention
+// stays inside each sample and positions restart. f32; 1e-5 relative, the
+// two differing only in summation order (tests/model/packed_transformer_test).
+TEST_F(SftFile, PackedLossEqualsUnpackedLoss) {
+  std::string lines;
+  for (int i = 0; i < 12; ++i)
+    lines += json{{"input", std::string(size_t(3 + i % 5), char('a' + i))},
+                  {"output", std::string(size_t(2 + i % 3), char('k' + i))}}
+                 .dump() +
+             "\n";
+  const SftData data = read(write(lines), {}, "plain");
+  const ModelConfig cfg = test::tiny_config(true, 257, 64);
+  Transformer model(cfg, DType::F32, 9);
+  auto loss_of = [&](bool pack) {
+    const PackedRows rows = sft_rows(data, 64, pack, 0);
+    const int64_t B = rows.n_rows, T = rows.seq_len;
+    PackedBatchInfo info{Tensor::empty({B, rows.max_segments + 1}, DType::I32),
+                         Tensor::empty({B, T}, DType::I32)};
+    Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+    rows.fill_batch(0, tokens, targets, info.position_ids, info.cu_seqlens);
+    Activations acts(cfg, DType::F32, B, T, false);
+    return std::pair{model.forward_loss(acts, tokens, targets, &info), B};
+  };
+  const auto [packed, packed_rows] = loss_of(true);
+  const auto [alone, alone_rows] = loss_of(false);
+  EXPECT_LT(packed_rows, alone_rows);
+  EXPECT_EQ(alone_rows, 12);
+  EXPECT_NEAR(packed, alone, 1e-5 * std::fabs(alone));
 }
 
 }  // namespace
