@@ -115,14 +115,10 @@ class Mistral final : public ChatTemplate {
   }
   std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
                                   bool) const override {
+    require_alternation(m, 0);
     Out o;
     o.text(s.bos);
     for (size_t i = 0; i < m.size(); ++i) {
-      if ((m[i].role == "user") != (i % 2 == 0))
-        fail(
-            "chat template: conversation roles must alternate user/assistant/user/assistant/... "
-            "(message {} is '{}')",
-            i + 1, m[i].role);
       if (m[i].role == "user")
         o.text("[INST] " + m[i].content + " [/INST]");
       else if (m[i].role == "assistant")
