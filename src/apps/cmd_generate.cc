@@ -8,6 +8,7 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
 #include "core/config_bind.h"
 #include "core/limits.h"
 #include "data/tokenizer/tokenizer.h"
@@ -18,13 +19,16 @@ namespace nk {
 namespace {
 
 struct GenerateKeys {
-  std::string model, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32";
+  std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32";
   int64_t batch_size = 8, max_tokens = 200;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
 
   void bind(ConfigBinder& b) {
     b.bind("generate.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("generate.adapter", adapter,
+           "a LoRA adapter folder in Hugging Face PEFT's format (adapter_config.json + "
+           "adapter_model.safetensors) to apply, unmerged, to generate.model");
     b.bind("generate.tokenizer", tokenizer,
            "tokenizer spec (default: the one saved with the model, else bytes)");
     b.bind("generate.prompt", prompt,
@@ -191,6 +195,13 @@ int cmd_generate(const CommandArgs& a) {
     throw e.with_context("generate.tokenizer");
   }
   auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
+  if (!k.adapter.empty()) {
+    try {
+      model = attach_peft_adapter(*model, k.adapter);
+    } catch (const Error& e) {
+      throw e.with_context("generate.adapter");
+    }
+  }
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);

@@ -37,6 +37,7 @@ const char* kImportUsage =
 const char* kExportUsage =
     "usage: nekton export hf MODEL_DIR OUT_DIR [--dtype bf16|f16|f32]\n"
     "                        [--max-shard-size 5GB] [--overwrite]\n"
+    "                        [--merge-lora] [--adapter PEFT_DIR]\n"
     "\n"
     "Writes a Nekton model folder (config.json + model.safetensors) as a Hugging\n"
     "Face checkpoint that transformers' from_pretrained loads: config.json\n"
@@ -117,6 +118,10 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
   cl.bind("--allow-nonfinite", opt.allow_nonfinite,
           "write weights holding NaN or Inf (with a warning) instead of refusing them");
+  cl.bind("--merge-lora", opt.merge_lora,
+          "merge the model's LoRA adapters (or --adapter's) into the weights");
+  cl.bind("--adapter", opt.adapter,
+          "a LoRA adapter folder in PEFT's format to merge into MODEL_DIR's weights");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kExportUsage));
     return 0;

@@ -5,6 +5,7 @@
 #include "ckpt/hf_files.h"
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
 #include "core/atomic_file.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/tokenizer.h"
@@ -73,6 +74,26 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
   ModelConfig cfg =
       model_config_from_json(read_text(cfg_path, "model '" + model_dir + "'"), cfg_path.string());
   SafetensorsFile file = SafetensorsFile::open((src / "model.safetensors").string());
+  if (cfg.lora.enabled() && !opt.merge_lora)
+    fail(
+        "export: model '{}' has LoRA adapters; pass --merge-lora to merge them into the weights, "
+        "or give the base model and ship the adapter folder (PEFT's format) beside it",
+        model_dir);
+  // Merging: the whole model in memory, adapters folded into the weights.
+  std::unique_ptr<Transformer> merged;
+  if (opt.merge_lora || !opt.adapter.empty()) {
+    std::unique_ptr<Transformer> m = load_model(src.string(), DType::F32, opt.allow_nonfinite);
+    if (!opt.adapter.empty()) {
+      if (m->config().lora.enabled())
+        fail("export: model '{}' already has LoRA adapters; --adapter adds another", model_dir);
+      m = attach_peft_adapter(*m, opt.adapter);
+    }
+    if (!m->config().lora.enabled())
+      fail("export: --merge-lora: model '{}' has no LoRA adapters to merge (give --adapter DIR)",
+           model_dir);
+    merged = merge_lora(*m);
+    cfg = merged->config();
+  }
 
   // What import recorded, if this model came from HF.
   json meta;
@@ -98,7 +119,7 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
 
   const std::vector<ExternalTensor> map = arch.hf_tensors(cfg, prefix);
   const ParamLayout layout = model_layout(cfg);
-  for (size_t i = 0; i < map.size(); ++i) {
+  for (size_t i = 0; i < map.size() && !merged; ++i) {
     if (i > 0 && map[i].param == map[i - 1].param) continue;
     const ParamInfo& p = layout.find(map[i].param);
     if (!file.has(p.name)) fail("{}: missing tensor '{}'", file.path(), p.name);
@@ -147,7 +168,13 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
     for (const Out& o : shards[s]) {
       const ExternalTensor& e = *o.e;
       if (cached_name != e.param) {
-        cached = file.get(e.param);
+        if (merged) {
+          const ParamInfo& p = merged->layout().find(e.param);
+          cached = Tensor::empty(p.shape, DType::F32);
+          ops::convert(cached, ParamLayout::view(merged->params(), p));
+        } else {
+          cached = file.get(e.param);
+        }
         cached_name = e.param;
         check_finite(cached, file.path(), e.param, opt.allow_nonfinite);
       }

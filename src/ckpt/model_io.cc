@@ -37,6 +37,13 @@ std::string model_config_to_json(const ModelConfig& c) {
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   // Only when set, so that the files of unscaled models keep their bytes.
   if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
+  // A model with LoRA adapters in its weights (a fine-tuning run's).
+  if (c.lora.enabled())
+    j["lora"] = {{"rank", c.lora.rank},
+                 {"alpha", c.lora.alpha},
+                 {"dropout", c.lora.dropout},
+                 {"rslora", c.lora.rslora},
+                 {"target_modules", c.lora.target_modules}};
   return j.dump(2) + "\n";
 }
 
@@ -69,6 +76,21 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
+  if (j.contains("lora")) {
+    const json& l = j["lora"];
+    if (!l.is_object()) fail("{}: field 'lora' must be an object, got {}", where, l.dump());
+    try {
+      c.lora.rank = json_int(l.at("rank"), where, "lora.rank");
+      l.at("alpha").get_to(c.lora.alpha);
+      l.at("dropout").get_to(c.lora.dropout);
+      l.at("rslora").get_to(c.lora.rslora);
+      l.at("target_modules").get_to(c.lora.target_modules);
+    } catch (const json::exception& e) {
+      fail("{}: field 'lora' needs rank, alpha, dropout, rslora and target_modules ({})", where,
+           e.what());
+    }
+    if (c.lora.rank <= 0) fail("{}: field 'lora.rank' must be positive", where);
+  }
   try {
     c.validate("");
   } catch (const Error& e) {

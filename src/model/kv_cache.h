@@ -7,11 +7,13 @@
 // batch of prompts of different lengths is prefilled as one ragged row of
 // tokens and decoded one token per live sequence, with no padding anywhere.
 #pragma once
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/model_config.h"
+#include "nn/lora.h"
 
 namespace nk {
 
@@ -42,6 +44,9 @@ class KVCache {
   Tensor sel;                          // [head_rows, C] gathered rows for the head
   Tensor head_logits;                  // [head_rows, V] compute dtype
   int64_t head_rows = 0;
+  // LoRA's scratch when the model has adapters: every layer's x A^T in turn.
+  std::unique_ptr<nn::LoraScratch> lora;
+  Tensor lora_h;
 };
 
 // One forward_cached call's new tokens (host memory). Token n is tokens[n] at

@@ -5,6 +5,7 @@
 
 #include "core/config_bind.h"
 #include "core/error.h"
+#include "model/lora.h"
 #include "model/rope.h"
 
 namespace nk {
@@ -28,6 +29,9 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
+  // LoRA adapters on the blocks' linear layers (model/lora.h); rank 0: none.
+  // Not a model.* key: peft.* sets it for a run, a saved model records it.
+  LoraConfig lora;
 
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;

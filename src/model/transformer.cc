@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <map>
 
 #include "core/rng.h"
 #include "model/arch.h"
@@ -36,13 +37,15 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
   std::vector<float> host;
-  for (size_t i = 0; init == ParamInit::Random && i < layout_.params().size(); ++i) {
+  for (size_t i = 0; init != ParamInit::Zeros && i < layout_.params().size(); ++i) {
     const ParamInfo& p = layout_.params()[i];
+    if (init == ParamInit::Adapters && !p.adapter) continue;
     host.assign(size_t(p.numel()), p.init == Init::Ones ? 1.f : 0.f);
-    if (p.init == Init::Normal) {
-      Rng rng(seed * 1000003ull + i);
+    Rng rng(seed * 1000003ull + i);
+    if (p.init == Init::Normal)
       for (auto& v : host) v = float(rng.normal() * p.init_std);
-    }
+    if (p.init == Init::Uniform)
+      for (auto& v : host) v = float((2 * rng.uniform() - 1) * p.init_std);
     ops::copy_from_host(ParamLayout::view(params_, p), host.data());
   }
   sync_compute_params();
@@ -94,6 +97,21 @@ void Transformer::bind_views() {
     n.db = maybe(base + ".bias", true);
     return n;
   };
+  // LoRA: each target's A and B on its layer (model/lora.h).
+  std::map<std::string, nn::Lora> adapters;
+  for (const LoraTarget& t : lora_targets(cfg_)) {
+    nn::Lora& lo = adapters[t.linear];
+    lo.rank = cfg_.lora.rank;
+    lo.scale = float(cfg_.lora.scale());
+    lo.dropout = float(cfg_.lora.dropout);
+    lo.id = adapters.size();
+    lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), t.col0});
+  }
+  auto adapted = [&](const std::string& base) {
+    nn::Linear lin = linear(base);
+    if (auto it = adapters.find(base); it != adapters.end()) lin.lora = it->second;
+    return lin;
+  };
   embed_.wte = w("wte");
   embed_.dwte = g("wte");
   embed_.wpe = maybe("wpe", false);
@@ -103,20 +121,20 @@ void Transformer::bind_views() {
     Block b;
     b.norm1 = norm(L(l, "ln1"));
     b.norm2 = norm(L(l, "ln2"));
-    b.attn.qkv = linear(L(l, "attn.qkv"));
-    b.attn.proj = linear(L(l, "attn.proj"));
+    b.attn.qkv = adapted(L(l, "attn.qkv"));
+    b.attn.proj = adapted(L(l, "attn.proj"));
     b.attn.n_head = cfg_.n_head;
     b.attn.n_kv_head = cfg_.n_kv_head;
     b.attn.head_dim = cfg_.head_dim();
     b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
-    b.mlp.up = linear(L(l, "mlp.up"));
-    b.mlp.down = linear(L(l, "mlp.down"));
+    b.mlp.up = adapted(L(l, "mlp.up"));
+    b.mlp.down = adapted(L(l, "mlp.down"));
     b.mlp.swiglu = spec.swiglu;
     blocks_.push_back(b);
   }
   norm_f_ = norm("ln_f");
-  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor()}
+  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor(), {}}
                                : linear("lm_head");
 }
 
@@ -146,6 +164,31 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.mlp.h = act(up);
     y.mlp.a = act(c.d_ff);
     layers.push_back(y);
+  }
+  // LoRA: x A^T of every adapted part saved per layer, and one scratch.
+  const LoraSizes ls = lora_sizes(c);
+  if (ls.rank > 0) {
+    const int64_t N = B * T;
+    auto flat = [&](int64_t n) { return Tensor::empty({n}, dt, device); };
+    lora = std::make_unique<nn::LoraScratch>();
+    lora->training = training;
+    lora->z = flat(N * ls.max_rows);
+    lora->dh = flat(N * ls.rank);
+    lora->dx = flat(N * ls.max_in);
+    if (training && c.lora.dropout > 0) lora->xd = flat(N * ls.max_in);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      // Inference reuses one layer's buffers for all: the most parts of any.
+      std::array<int64_t, 4> parts = ls.parts[l];
+      for (const auto& other : ls.parts)
+        for (size_t i = 0; i < 4 && !training; ++i) parts[i] = std::max(parts[i], other[i]);
+      auto acts = [&](int64_t n) {
+        return n ? nn::LoraActs{flat(n * N * ls.rank), lora.get()} : nn::LoraActs{};
+      };
+      layers[l].attn.qkv_lora = acts(parts[0]);
+      layers[l].attn.proj_lora = acts(parts[1]);
+      layers[l].mlp.up_lora = acts(parts[2]);
+      layers[l].mlp.down_lora = acts(parts[3]);
+    }
   }
   lnf = act(C);
   meanf = stat();
@@ -200,6 +243,7 @@ void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
            "blocks_forward: layers [{}, {}) of {}", first, last, blocks_.size());
   const bool training = a.layers.size() == blocks_.size();
   const auto [cu, pos] = packed_tensors(packed);
+  if (a.lora) a.lora->seed = dropout_seed_;
   for (int64_t l = first; l < last; ++l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[training ? size_t(l) : 0];
@@ -265,6 +309,7 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
   NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
            "blocks_backward: layers [{}, {}) of {}", first, last, blocks_.size());
   const auto [cu, pos] = packed_tensors(packed);
+  if (a.lora) a.lora->seed = dropout_seed_;
   for (int64_t l = last - 1; l >= first; --l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[size_t(l)];
@@ -346,13 +391,14 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
   Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
   Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
-  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N)};
+  const nn::LoraActs lora = kc.lora ? nn::LoraActs{kc.lora_h, kc.lora.get()} : nn::LoraActs{};
+  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), lora, lora};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
-                          slot, pos2);
+                          slot, pos2, lora);
     ops::add(x, x, tmp);
     b.norm2.forward(ln, mean, rstd, x);
     b.mlp.forward(tmp, mlp, ln);

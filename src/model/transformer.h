@@ -33,7 +33,9 @@ struct PackedBatchInfo {
 // Random: GPT-2/Megatron-style initialisation from the seed. Zeros: all
 // weights 0, for callers that load the weights next (no wasted init: 4.6 s
 // single-threaded for GPT-2 124M); they call sync_compute_params() after.
-enum class ParamInit { Random, Zeros };
+// Adapters: the adapters (LoRA) from the seed, as Random would, the base 0
+// (to be loaded).
+enum class ParamInit { Random, Zeros, Adapters };
 
 class Transformer {
  public:
@@ -60,6 +62,9 @@ class Transformer {
   // Call after changing params() other than through the optimizer's fused copy.
   void sync_compute_params();
   void zero_grads();
+  // The seed of the next forward/backward's dropout masks (LoRA's); the
+  // trainer sets one per micro-batch, so a resumed run draws the same.
+  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
 
   // Mean loss over non-ignored targets; with backward, gradients ACCUMULATE
   // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T]. packed:
@@ -132,6 +137,7 @@ class Transformer {
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
   nn::Linear head_;  // shares embed_.wte when tied
+  uint64_t dropout_seed_ = 0;
 };
 
 // Every activation of one (B, T) micro-batch, allocated once.
@@ -158,6 +164,10 @@ class Activations {
     nn::SelfAttention::Saved attn;
     nn::MLP::Saved mlp;
   };
+  // LoRA's workspace (model/lora.h), when the model has adapters: the
+  // scratch every adapted layer shares (its seed set per forward), and per
+  // layer the saved x A^T of each of its four linear layers' parts.
+  std::unique_ptr<nn::LoraScratch> lora;
   std::vector<Tensor> res;  // residual stream entering layer l; res[L] is the output
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf;

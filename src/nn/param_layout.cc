@@ -37,6 +37,7 @@ int64_t share(const ParamInfo& p, int64_t extent, int64_t n, const std::string& 
 ParamOptions param_options(const ParamInfo& p) {
   ParamOptions o;
   o.split = p.split;
+  o.adapter = p.adapter;
   for (const ParamPart& q : p.parts) o.parts.emplace_back(q.name, q.rows);
   return o;
 }
@@ -97,6 +98,7 @@ void ParamLayout::add(const std::string& name, const Shape& shape, Init init, fl
   p.init_std = init_std;
   p.decay = shape.size() >= 2;
   p.split = opt.split;
+  p.adapter = opt.adapter;
   int64_t row = 0;
   for (const auto& [part, rows] : opt.parts) {
     p.parts.push_back({part, row, rows});

@@ -19,7 +19,9 @@
 
 namespace nk {
 
-enum class Init { Normal, Zeros, Ones };
+// Normal: N(0, init_std^2); Uniform: U(-init_std, init_std) (LoRA's A, as
+// PyTorch's default Linear init).
+enum class Init { Normal, Uniform, Zeros, Ones };
 
 // How a parameter is divided over a tensor-parallel group of size n.
 enum class Split {
@@ -48,6 +50,7 @@ struct ParamInfo {
   // A split on dim 0 divides every part separately (rank r holds the r-th
   // share of q, of k and of v), so the heads stay whole on each rank.
   std::vector<ParamPart> parts;
+  bool adapter = false;  // a PEFT adapter's (LoRA), not the base model's
   int64_t numel() const { return shape_numel(shape); }
   const ParamPart& part(const std::string& name) const;  // nk::Error if absent
 };
@@ -57,6 +60,7 @@ struct ParamOptions {
   Split split = Split::Replicated;
   // (name, rows) of each fused part along dim 0; the rows must sum to shape[0].
   std::vector<std::pair<std::string, int64_t>> parts;
+  bool adapter = false;  // see ParamInfo::adapter
 };
 
 // The options `p` was added with (to copy it into another layout).

@@ -57,6 +57,39 @@ void scale(Tensor x, float s) {
   NK_KERNEL(scale, device_of("scale", {{&x, "x"}}))(x, s);
 }
 
+namespace {
+
+// y [N, M] and z [N, m] in one float dtype, with the block inside y.
+void check_columns(const char* op, const Tensor& y, const Tensor& z, int64_t col0) {
+  NK_CHECK(y.ndim() == 2 && z.ndim() == 2 && y.dim(0) == z.dim(0), "{}: y {} and z {}", op,
+           y.desc(), z.desc());
+  NK_CHECK(col0 >= 0 && col0 + z.dim(1) <= y.dim(1), "{}: columns [{}, {}) outside y {}", op, col0,
+           col0 + z.dim(1), y.desc());
+  NK_CHECK(y.dtype() == z.dtype(), "{}: dtypes {} and {}", op, y.desc(), z.desc());
+}
+
+}  // namespace
+
+void add_columns(Tensor y, const Tensor& z, int64_t col0, float s) {
+  const Device dev = device_of("add_columns", {{&y, "y"}, {&z, "z"}});
+  check_columns("add_columns", y, z, col0);
+  NK_KERNEL(add_columns, dev)(y, z, col0, s);
+}
+
+void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s) {
+  const Device dev = device_of("copy_columns", {{&z, "z"}, {&y, "y"}});
+  check_columns("copy_columns", y, z, col0);
+  NK_KERNEL(copy_columns, dev)(z, y, col0, s);
+}
+
+void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
+  const Device dev = device_of("dropout", {{&y, "y"}, {&x, "x"}});
+  check_same_shape(y, x, "dropout");
+  NK_CHECK(y.dtype() == x.dtype(), "dropout: dtypes {} and {}", y.desc(), x.desc());
+  NK_CHECK(p >= 0.f && p < 1.f, "dropout: probability {} outside [0, 1)", p);
+  NK_KERNEL(dropout, dev)(y, x, p, seed);
+}
+
 void copy_bytes_from_host(Tensor dst, const void* src) {
   NK_KERNEL(copy_bytes_from_host, device_of("copy_bytes_from_host", {{&dst, "dst"}}))(dst, src);
 }

@@ -36,6 +36,17 @@ void add(Tensor y, const Tensor& a, const Tensor& b);
 // Sum of squares of all elements, deterministic (fixed chunking), double.
 double sum_squares(const Tensor& x);
 void scale(Tensor x, float s);
+// Column blocks of row-major matrices (LoRA on one fused part of a linear
+// layer's output). y [N, M], z [N, m], 0 <= col0, col0 + m <= M.
+// y[:, col0 : col0+m] += s * z.
+void add_columns(Tensor y, const Tensor& z, int64_t col0, float s);
+// z = s * y[:, col0 : col0+m] (written).
+void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s);
+// Inverted dropout: y = x * keep / (1 - p), keep = 0 with probability p, drawn
+// per element index from `seed` alone (a counter-based hash), so calling it
+// again with the same seed on a gradient applies the same mask. y may alias x.
+// 0 <= p < 1; p = 0 copies.
+void dropout(Tensor y, const Tensor& x, float p, uint64_t seed);
 // Number of NaN and +-Inf values among all elements (any float dtype): the
 // check on weights before they are loaded, saved or served.
 int64_t count_nonfinite(const Tensor& x);

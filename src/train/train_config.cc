@@ -10,6 +10,25 @@
 
 namespace nk {
 
+namespace {
+
+// "a, b,c" -> {"a", "b", "c"}; empty items dropped.
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = std::min(s.find(',', start), s.size());
+    std::string item = s.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 void TrainConfig::bind(ConfigBinder& b) {
   bind_model_keys(b, model);
   data.bind(b);
@@ -43,6 +62,18 @@ void TrainConfig::bind(ConfigBinder& b) {
          "parameters to freeze (no gradient, no optimizer state): comma-separated glob "
          "patterns over names such as wte, h.*.attn.*, lm_head.weight (a tied head "
          "follows wte)");
+  b.bind("peft.method", peft.method,
+         "parameter-efficient fine-tuning: none (train every unfrozen weight) or lora (train "
+         "LoRA adapters, base weights frozen)");
+  b.bind("peft.lora_rank", peft.lora.rank, "LoRA rank r");
+  b.bind("peft.lora_alpha", peft.lora.alpha, "LoRA alpha: adapters scale by alpha / r");
+  b.bind("peft.lora_dropout", peft.lora.dropout, "dropout on the LoRA adapters' input");
+  b.bind("peft.use_rslora", peft.lora.rslora,
+         "rank-stabilised LoRA: scale by alpha / sqrt(r) instead of alpha / r");
+  b.bind("peft.target_modules", peft.target_modules,
+         "modules LoRA adapts, comma-separated: Hugging Face names (q_proj, k_proj, v_proj, "
+         "o_proj, gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc), Megatron's "
+         "(linear_qkv, linear_proj, linear_fc1, linear_fc2) or all-linear");
   // As an int64 key: a negative seed wraps, as it always has.
   b.bind_with<int64_t>("train.seed", int64_t(seed), "seed for initialisation and data order",
                        [&](int64_t v) { seed = uint64_t(v); });
@@ -131,7 +162,28 @@ TrainConfig train_config_from(const Config& c) {
   if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
   if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
-  t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
+  if (t.peft.method != "none" && t.peft.method != "lora")
+    fail(
+        "peft.method: expected none or lora, got '{}' (IA3, p-tuning and adapters are not "
+        "implemented yet)",
+        t.peft.method);
+  if (t.peft.uses_lora()) {
+    if (!t.freeze.empty())
+      fail("train.freeze: not used with peft.method=lora, which freezes every base weight");
+    if (t.model.lora.enabled())
+      fail(
+          "peft.method: the model of train.init_from already has LoRA adapters; merge them first "
+          "(nekton export hf ... --merge-lora) or fine-tune it without peft.method");
+    t.model.lora = t.peft.lora;
+    t.model.lora.target_modules = split_list(t.peft.target_modules);
+    if (t.peft.lora.rank <= 0) fail("peft.lora_rank: must be positive, got {}", t.peft.lora.rank);
+    validate_lora(t.model, "peft.");
+    const ParamLayout layout = Transformer::layout_for(t.model);
+    for (const ParamInfo& p : layout.params())
+      if (!p.adapter) t.frozen.push_back(p.name);
+  } else {
+    t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
+  }
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
   if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);

@@ -13,9 +13,19 @@
 
 namespace nk {
 
+// peft.*: parameter-efficient fine-tuning. LoRA sets model.lora and freezes
+// every base weight.
+struct PeftConfig {
+  std::string method = "none";  // none | lora
+  LoraConfig lora{.rank = 8, .alpha = 16, .dropout = 0, .rslora = false, .target_modules = {}};
+  std::string target_modules = "linear_qkv";  // as given: comma-separated
+  bool uses_lora() const { return method == "lora"; }
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
+  PeftConfig peft;
   DType dtype = DType::BF16;
   Device device = kHost;  // train.device: where the model, its state and activations live
   int64_t micro_batch = 8, seq_len = 256, global_batch = 8;

@@ -9,6 +9,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -86,6 +87,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     // same as a live writer's. The other ranks write nothing until the first
     // save, long after this.
     remove_stale_temporaries_of(cfg_.out_dir + "/model", true);
+    remove_stale_temporaries_of(cfg_.out_dir + "/adapter", true);
     remove_stale_temporaries_of(cfg_.metrics_file);
     if (std::filesystem::is_directory(cfg_.checkpoint_root()))
       remove_stale_temporaries(cfg_.checkpoint_root());
@@ -94,6 +96,10 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
+  if (par_.active() && cfg_.model.lora.enabled())
+    fail(
+        "peft.method: LoRA runs on one process for now (its data-parallel equivalence is not "
+        "tested yet)");
   if (par_.active() && data_.train->max_segments() > 0)
     fail(
         "data.sft_path: fine-tuning runs on one process for now (data parallel over packed rows "
@@ -255,11 +261,16 @@ void Trainer::resume_legacy() {
 std::unique_ptr<Transformer> Trainer::with_frozen_layout(std::unique_ptr<Transformer> m,
                                                          const char* key,
                                                          const std::string& dir) const {
-  if (model_config_to_json(m->config()) != model_config_to_json(cfg_.model))
+  // A base model for a LoRA run gains the run's adapters, initialised from the seed.
+  const bool add_adapters = cfg_.model.lora.enabled() && !m->config().lora.enabled();
+  ModelConfig want = cfg_.model;
+  if (add_adapters) want.lora = LoraConfig();
+  if (model_config_to_json(m->config()) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
-  if (cfg_.frozen.empty() && m->device() == cfg_.device) return m;
+  if (cfg_.frozen.empty() && m->device() == cfg_.device && !add_adapters) return m;
   // The same weights in a layout with the frozen ones last, on train.device.
-  auto r = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
+  auto r = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed,
+                                         add_adapters ? ParamInit::Adapters : ParamInit::Zeros,
                                          cfg_.frozen, cfg_.device);
   for (const ParamInfo& p : m->layout().params())
     ops::convert(ParamLayout::view(r->params(), r->layout().find(p.name)),
@@ -343,8 +354,18 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (!cfg_.frozen.empty()) {
     int64_t trainable = 0;
     for (const ParamInfo& p : model_->layout().params()) trainable += p.trainable ? p.numel() : 0;
-    NK_INFO("train.freeze: {} parameter tensors frozen, {:.2f}M parameters trainable",
-            cfg_.frozen.size(), double(trainable) / 1e6);
+    const LoraConfig& l = cfg_.model.lora;
+    if (l.enabled())
+      NK_INFO(
+          "peft: LoRA r={} alpha={}{}{} on {} modules ({}); base frozen, {:.2f}M parameters "
+          "trainable ({:.2f}%)",
+          l.rank, l.alpha, l.rslora ? " (rsLoRA)" : "",
+          l.dropout > 0 ? fmt::format(" dropout {}", l.dropout) : "",
+          lora_targets(cfg_.model).size(), fmt::join(l.target_modules, ","),
+          double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
+    else
+      NK_INFO("train.freeze: {} parameter tensors frozen, {:.2f}M parameters trainable",
+              cfg_.frozen.size(), double(trainable) / 1e6);
   }
   NK_INFO("data {}; {} x {} tokens per micro-batch, {} micro-batches per step", data_.summary, B, T,
           accum);
@@ -409,6 +430,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // The single process's weighting: the mean over all `accum` micro-batches
       // of each one's token-mean loss (the dp ranks' parts are summed below).
       const float scale = 1.f / float(accum);
+      // Dropout masks (LoRA's) from the seed, step and micro-batch: a resumed run redraws them.
+      model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
+                               uint64_t(m));
       loss += (ddp_ ? ddp_->forward_backward(acts, batch.tokens, batch.targets, scale,
                                              m == local_accum - 1)
                     : model_->forward_backward(acts, batch.tokens, batch.targets, scale,
@@ -488,6 +512,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);
   save_trainer_state(trainer_state_path(model_dir), state_);
+  if (cfg_.model.lora.enabled()) {  // the adapter alone, for PEFT, vLLM or generate --adapter
+    const std::string adapter_dir = cfg_.out_dir + "/adapter";
+    save_peft_adapter(adapter_dir, *model_, cfg_.init_from);
+    NK_INFO("saved the LoRA adapter in Hugging Face PEFT's format to {}", adapter_dir);
+  }
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
   NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
           state_.consumed_samples);

@@ -1,13 +1,17 @@
 // `nekton finetune`: a model learns a synthetic instruction task (reversing
-// words) from prompt/answer records, greedy answers checked before and after;
-// --show-sample shows what the loss covers; a stopped run resumes to the same
-// weights as an unbroken one; bad settings and records are clear errors.
+// words) from prompt/answer records, greedy answers checked before and after,
+// with every weight trained or with LoRA adapters on a base that learned to
+// copy words; --show-sample shows what the loss covers; a stopped run resumes
+// to the same weights as an unbroken one; bad settings and records are clear
+// errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/model_io.h"
+#include "ckpt/safetensors.h"
 #include "core/rng.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/transformer.h"
@@ -23,25 +27,10 @@ namespace fs = std::filesystem;
 class Finetune : public ::testing::Test {
  protected:
   void SetUp() override {
-    // A randomly initialised GPT-2-style model over bytes, saved as a model folder.
-    ModelConfig c;
-    c.arch = "gpt2";
-    c.vocab_size = 257;
-    c.max_seq_len = 64;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_kv_head = 4;
-    c.d_model = 128;
-    c.d_ff = 512;
-    Transformer m(c, DType::F32, 7);
-    save_model(base_, m);
+    save_random_model(base_, 128);
     store_tokenizer("bytes", base_);
     Rng rng(11);
-    for (int i = 0; i < 40; ++i) {
-      std::string w;
-      for (int k = 0; k < 4; ++k) w += char('a' + rng.below(26));
-      words_.push_back(w);
-    }
+    for (int i = 0; i < 40; ++i) words_.push_back(random_word(rng));
     std::ofstream f(data_);
     for (int e = 0; e < 10; ++e)
       for (const std::string& w : words_)
@@ -49,10 +38,43 @@ class Finetune : public ::testing::Test {
                   {"output", fmt::format(" {}", reversed(w))}}
                  .dump()
           << "\n";
+    // Copying other random words: what the LoRA tests' base learns first.
+    std::ofstream copies(copy_data_);
+    for (int i = 0; i < 400; ++i) {
+      const std::string w = random_word(rng);
+      copies << json{{"input", "repeat " + w + ":"}, {"output", " " + w}}.dump() << "\n";
+    }
   }
   static std::string reversed(std::string w) { return {w.rbegin(), w.rend()}; }
+  // `nekton ARGS` fails with `message`, leaving no OUT/model.
+  static void expect_failure(const std::string& args, const std::string& message,
+                             const std::string& out) {
+    auto r = test::run_nekton(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, message)) << args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(out + "/model")) << args;
+  }
+  static std::string random_word(Rng& rng) {
+    std::string w;
+    for (int k = 0; k < 4; ++k) w += char('a' + rng.below(26));
+    return w;
+  }
+  // A randomly initialised 2-layer GPT-2-style model over bytes of width C.
+  static void save_random_model(const std::string& dir, int64_t C) {
+    ModelConfig c;
+    c.arch = "gpt2";
+    c.vocab_size = 257;
+    c.max_seq_len = 64;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    c.d_model = C;
+    c.d_ff = 4 * C;
+    Transformer m(c, DType::F32, 7);
+    save_model(dir, m);
+  }
   // Greedy answers of the model in `dir` to every word; how many are right.
-  int correct_answers(const std::string& dir) {
+  int correct_answers(const std::string& dir, const std::string& extra = "") {
     const std::string prompts = d_ / "prompts.jsonl";
     {
       std::ofstream f(prompts);
@@ -61,9 +83,9 @@ class Finetune : public ::testing::Test {
     }
     auto r =
         test::run_nekton("generate generate.model=" + dir + " generate.prompt_file=" + prompts +
-                         " generate.temperature=0 generate.max_tokens=6");
+                         " generate.temperature=0 generate.max_tokens=6 " + extra);
     EXPECT_EQ(r.code, 0) << r.out;
-    last_answers_ = r.out;
+    last_answers_ = r.out.substr(0, r.out.rfind("\n["));  // without the timing line
     int right = 0;
     for (const std::string& w : words_)
       right += contains(r.out, "reverse " + w + ": " + reversed(w) + "\n");
@@ -76,8 +98,27 @@ class Finetune : public ::testing::Test {
            "train.val_every=0 train.peak_tflops=1 train.out_dir=" +
            out;
   }
+  // The base of the LoRA tests: every weight trained to copy words (once per suite).
+  std::string copying_base() {
+    const std::string out = d_ / "copying";
+    if (!fs::exists(out + "/model")) {
+      auto r = test::run_nekton(finetune_args(out) + " data.sft_path=" + copy_data_ +
+                                " train.steps=150");
+      EXPECT_EQ(r.code, 0) << r.out;
+    }
+    return out + "/model";
+  }
+  std::string lora_args(const std::string& base, const std::string& out) const {
+    return "finetune train.init_from=" + base + " data.sft_path=" + data_ +
+           " data.chat_template=plain data.pack=true train.seq_len=64 train.micro_batch=8 "
+           "train.global_batch=8 train.dtype=f32 train.lr=3e-3 train.warmup_steps=5 "
+           "train.val_every=0 train.peak_tflops=1 peft.method=lora peft.target_modules=all-linear "
+           "peft.lora_rank=16 peft.lora_alpha=32 train.out_dir=" +
+           out;
+  }
   test::TempDir d_{"nk_finetune"};
-  const std::string base_ = d_ / "base", data_ = d_ / "reverse.jsonl";
+  const std::string base_ = d_ / "base", data_ = d_ / "reverse.jsonl",
+                    copy_data_ = d_ / "copy.jsonl";
   std::vector<std::string> words_;
   std::string last_answers_;  // generate's output in correct_answers
 };
@@ -93,6 +134,91 @@ TEST_F(Finetune, LearnsToReverseWords) {
   const int after = correct_answers(out + "/model");
   EXPECT_LE(before, 2);
   EXPECT_GE(after, 30) << "of " << words_.size() << ":\n" << last_answers_ << "\n" << r.out;
+}
+
+// LoRA on a base that copies words: from none right to most right, the base
+// weights untouched; the same answers from the run's model, from the base
+// with the PEFT adapter (unmerged), and from the merged export read back
+// from Hugging Face's format.
+TEST_F(Finetune, LoraLearnsToReverseWords) {
+  const std::string base = copying_base(), out = d_ / "lora";
+  const int before = correct_answers(base);
+  auto r = test::run_nekton(lora_args(base, out) + " train.steps=300");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "peft: LoRA r=16 alpha=32 on 8 modules (all-linear); base frozen"))
+      << r.out;
+  EXPECT_TRUE(contains(
+      r.out, "saved the LoRA adapter in Hugging Face PEFT's format to " + out + "/adapter"))
+      << r.out;
+  const int after = correct_answers(out + "/model");
+  const std::string answers = last_answers_;
+  EXPECT_LE(before, 2);
+  EXPECT_GE(after, 30) << "of " << words_.size() << ":\n" << answers << "\n" << r.out;
+
+  const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
+                        orig = SafetensorsFile::open(base + "/model.safetensors");
+  for (const SafetensorsEntry& e : orig.entries()) {
+    Tensor a = tuned.get(e.name), b = orig.get(e.name);
+    EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << e.name << " changed";
+  }
+  EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), after);
+  EXPECT_EQ(last_answers_, answers);
+
+  r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "hf"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "has LoRA adapters; pass --merge-lora")) << r.out;
+  r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "hf") + " --merge-lora");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton("import hf " + std::string(d_ / "hf") + " " + std::string(d_ / "merged"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(correct_answers(d_ / "merged", "generate.tokenizer=bytes"), after);
+}
+
+// With adapter dropout, stopped after step 3 and rerun: the same weights as
+// 6 steps in one go (the masks are drawn from the seed and step).
+TEST_F(Finetune, LoraResumesExactly) {
+  const std::string base = copying_base(), a = d_ / "la", b = d_ / "lb";
+  const std::string args = " train.steps=6 peft.lora_dropout=0.1";
+  auto r = test::run_nekton(lora_args(base, a) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  for (const char* f : {"/model/model.safetensors", "/adapter/adapter_model.safetensors"})
+    EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
+}
+
+TEST_F(Finetune, LoraBadSettingsAreClearErrors) {
+  const std::string out = d_ / "bad";
+  auto expect_error = [&](const std::string& args, const std::string& message) {
+    expect_failure(args, message, out);
+  };
+  expect_error(lora_args(base_, out) + " peft.method=dora",
+               "peft.method: expected none or lora, got 'dora'");
+  expect_error(lora_args(base_, out) + " peft.target_modules=q_proj",
+               "peft.target_modules: 'q_proj' matches no linear layer of this GPT-2 model (its "
+               "modules: c_attn, c_proj, c_fc, c_proj");
+  expect_error(lora_args(base_, out) + " peft.lora_rank=0", "peft.lora_rank: must be positive");
+  expect_error(lora_args(base_, out) + " peft.lora_dropout=1",
+               "peft.lora_dropout: must be in [0, 1)");
+  expect_error(lora_args(base_, out) + " train.freeze=wte",
+               "train.freeze: not used with peft.method=lora");
+  // An adapter for another base: the Llama-shaped tensors of a GPT-2 run do not fit.
+  const std::string tiny_run = d_ / "tiny";
+  auto r = test::run_nekton(lora_args(base_, tiny_run) + " train.steps=1 peft.lora_rank=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  save_random_model(d_ / "narrow", 64);
+  r = test::run_nekton("generate generate.model=" + std::string(d_ / "narrow") +
+                       " generate.tokenizer=bytes generate.prompt=x generate.adapter=" + tiny_run +
+                       "/adapter");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "generate.adapter: ")) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "c_attn.lora_A.weight' has shape [2, 128], this GPT-2 base model "
+                       "needs [2, 64] (an adapter for another base shape?)"))
+      << r.out;
 }
 
 TEST_F(Finetune, ShowSampleMarksTheTrainedTokens) {
@@ -124,10 +250,7 @@ TEST_F(Finetune, ResumesExactly) {
 TEST_F(Finetune, BadSettingsAndRecordsAreClearErrors) {
   const std::string out = d_ / "bad";
   auto expect_error = [&](const std::string& args, const std::string& message) {
-    auto r = test::run_nekton(args);
-    EXPECT_EQ(r.code, 1) << args << "\n" << r.out;
-    EXPECT_TRUE(contains(r.out, message)) << args << "\n" << r.out;
-    EXPECT_FALSE(fs::exists(out + "/model")) << args;
+    expect_failure(args, message, out);
   };
   expect_error("finetune train.init_from=" + base_ + " train.out_dir=" + out,
                "data.path: no training data given");

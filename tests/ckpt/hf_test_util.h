@@ -20,6 +20,7 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
+#include "tensor_util.h"
 #include "test_util.h"
 
 namespace nk::test {
@@ -59,12 +60,6 @@ inline std::string write_hf(const TempDir& tmp, const std::string& name,
                   " " + (tmp / (name + ".ref.safetensors")));
   if (r.code != 0) throw std::runtime_error("hf_reference.py write failed:\n" + r.out);
   return tmp / name;
-}
-
-inline Tensor i32_tensor(const Shape& s, const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty(s, DType::I32);
-  ops::copy_bytes_from_host(t, v.data());
-  return t;
 }
 
 inline std::vector<int32_t> ints(const Tensor& t) {

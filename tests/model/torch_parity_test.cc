@@ -15,27 +15,20 @@
 #include "core/rng.h"
 #include "train/adamw.h"
 
+#include "model/parity_steps.h"
 #include "model/tiny_config.h"
+#include "tensor_util.h"
 
 namespace nk {
 namespace {
 
 namespace fs = std::filesystem;
 
-Tensor i32_tensor(const Shape& s, const std::vector<int32_t>& v) {
-  Tensor t = Tensor::empty(s, DType::I32);
-  ops::copy_bytes_from_host(t, v.data());
-  return t;
-}
-
-Tensor f32_tensor(const std::vector<float>& v) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::F32);
-  ops::copy_from_host(t, v.data());
-  return t;
-}
+using test::f32_tensor;
+using test::i32_tensor;
 
 void run_parity(const ModelConfig& cfg, const std::string& name) {
-  const int64_t B = 2, T = 16, steps = 5;
+  const int64_t B = 2, T = 16;
   fs::path dir = fs::path(NK_BINARY_DIR) / "parity" / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -66,28 +59,10 @@ void run_parity(const ModelConfig& cfg, const std::string& name) {
     out.emplace_back("grad." + p.name, g);
   }
 
-  AdamWConfig oc;
-  oc.weight_decay = 0.1;
-  const double lr = 1e-2, clip = 1.0;
-  AdamW opt(model, oc);
-  std::vector<float> losses;
-  for (int64_t s = 0; s < steps; ++s) {
-    model.zero_grads();
-    losses.push_back(model.forward_backward(acts, tokens, targets, 1.f));
-    double norm = std::sqrt(ops::sum_squares(model.grads()));
-    opt.step(lr, norm > clip ? float(clip / norm) : 1.f);
-  }
+  const std::vector<float> losses = test::ParitySteps().run(model, acts, tokens, targets, dir);
   out.emplace_back("step_losses", f32_tensor(losses));
   save_safetensors((dir / "nekton.safetensors").string(), out);
-  write_file_atomic((dir / "optim.json").string(),
-                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
-                                    "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
-                                lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, clip, steps));
-
-  std::string cmd = fmt::format("/usr/bin/python3 {}/tests/model/torch_reference.py {} 1e-4 2>&1",
-                                NK_SOURCE_DIR, dir.string());
-  int rc = std::system(cmd.c_str());
-  EXPECT_EQ(rc, 0) << "PyTorch parity failed for " << name << " (see output above)";
+  test::expect_python_reference_passes("model/torch_reference.py", dir, name);
 }
 
 // The shared tiny shapes (vocabulary 97) at the usual init scale.

@@ -6,9 +6,9 @@ and exits non-zero if any differs by more than the stated tolerance.
 
 Written from the published architectures (GPT-2: LayerNorm, tanh-GELU, learned
 positions, tied head; Llama: RMSNorm, Hugging Face rotate-half RoPE, SwiGLU,
-grouped-query attention; Qwen2: Llama with q/k/v biases; RoPE scaling as
-transformers' modeling_rope_utils defines linear, llama3 and yarn), not from
-Nekton's code.
+grouped-query attention; Qwen2: Llama with q/k/v biases; Mistral: Llama with
+sliding-window attention; RoPE scaling as transformers' modeling_rope_utils
+defines linear, llama3 and yarn), not from Nekton's code.
 """
 import json
 import math
@@ -64,11 +64,13 @@ def rope(cfg, D):
     return inv / factor * ramp + inv * (1 - ramp), rs.get("attention_factor") or 0.1 * math.log(factor) + 1
 
 
-def forward(cfg, P, tokens):
+def forward(cfg, P, tokens, lora=None):
+    """Logits [B, T, V]. `lora`, if given, is a function (name, x) -> a tensor
+    to add to linear `name`'s output (e.g. "h.0.attn.qkv"), or None."""
     B, T = tokens.shape
     C, H, KV = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"]
     D = C // H
-    llama = cfg["arch"] in ("llama", "qwen2")  # Qwen2's q/k/v biases: lin() adds them
+    llama = cfg["arch"] in ("llama", "qwen2", "mistral")  # Qwen2's q/k/v biases: lin() adds them
     eps = cfg["norm_eps"]
     x = P["wte"][tokens]
     if not llama:
@@ -79,6 +81,8 @@ def forward(cfg, P, tokens):
         emb = torch.cat((ang, ang), dim=-1)
         cos, sin = (emb.cos() * scale).float(), (emb.sin() * scale).float()
     mask = torch.full((T, T), float("-inf")).triu(1)
+    if cfg.get("sliding_window"):  # Mistral: token i sees keys j > i - window
+        mask = mask + torch.full((T, T), float("-inf")).tril(-cfg["sliding_window"])
 
     def norm(x, name):
         if llama:
@@ -87,7 +91,9 @@ def forward(cfg, P, tokens):
 
     def lin(x, name):
         y = x @ P[name + ".weight"].t()
-        return y + P[name + ".bias"] if (name + ".bias") in P else y
+        y = y + P[name + ".bias"] if (name + ".bias") in P else y
+        extra = lora(name, x) if lora is not None else None
+        return y if extra is None else y + extra
 
     for l in range(cfg["n_layer"]):
         p = f"h.{l}."
@@ -120,6 +126,54 @@ def rel_err(got, want):
     return float((got - want).abs().max() / max(want.abs().max(), 1e-30))
 
 
+class Checks:
+    """Named comparisons against Nekton's results, one printed line each."""
+
+    def __init__(self, tol):
+        self.tol, self.failures = tol, []
+
+    def check(self, name, got, want):
+        e = rel_err(got, want) if got.shape == want.shape else math.inf  # inf: shapes differ
+        self.expect(e <= self.tol, f"{name:32} rel err {e:.2e}", name)
+
+    def expect(self, ok, line, name):
+        if not ok:
+            self.failures.append(name)
+        print(f"{'ok' if ok else 'FAIL':4} {line}")
+
+    def exit(self):
+        if self.failures:
+            print("FAILED:", ", ".join(self.failures))
+            sys.exit(1)
+
+
+def cross_entropy(logits, targets):
+    V = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-100)
+
+
+def adamw_step_losses(groups, params, loss_fn, opt_cfg):
+    """The loss before each of opt_cfg["steps"] AdamW updates of the PyTorch
+    parameter groups `groups`, the gradients of `params` clipped to a global
+    norm of opt_cfg["grad_clip"] first."""
+    opt = torch.optim.AdamW(groups, lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
+    losses = []
+    for _ in range(opt_cfg["steps"]):
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, opt_cfg["grad_clip"])
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def check_step_losses(checks, ours, losses):
+    checks.check("adamw losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
+    print("nekton:", ours["step_losses"].tolist())
+    print("torch: ", losses)
+
+
 def main(folder, tol):
     cfg = json.load(open(f"{folder}/model/config.json"))
     P = {k: v.requires_grad_(True) for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
@@ -127,47 +181,26 @@ def main(folder, tol):
     ours = read_safetensors(f"{folder}/nekton.safetensors")
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
     opt_cfg = json.load(open(f"{folder}/optim.json"))
-    failures = []
-
-    def check(name, got, want):
-        e = rel_err(got, want)
-        status = "ok" if e <= tol else "FAIL"
-        if e > tol:
-            failures.append(name)
-        print(f"{status:4} {name:32} rel err {e:.2e}")
+    checks = Checks(tol)
 
     logits = forward(cfg, P, tokens)
     V = cfg["vocab_size"]
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-100)
+    loss = cross_entropy(logits, targets)
     loss.backward()
-    check("logits", ours["logits"], logits.detach().view(-1, V))
-    check("loss", ours["loss"], loss.detach().view(1))
+    checks.check("logits", ours["logits"], logits.detach().view(-1, V))
+    checks.check("loss", ours["loss"], loss.detach().view(1))
     for name, p in P.items():
-        check("grad " + name, ours["grad." + name], p.grad)
+        checks.check("grad " + name, ours["grad." + name], p.grad)
 
     # Five AdamW steps from the same start, with global-norm clipping and
     # weight decay on matrices only, as Nekton's optimizer groups them.
     P = {k: v.detach().clone().requires_grad_(True) for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
     decay = [p for p in P.values() if p.dim() >= 2]
     no_decay = [p for p in P.values() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt_cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
-    losses = []
-    for step in range(opt_cfg["steps"]):
-        opt.zero_grad()
-        logits = forward(cfg, P, tokens)
-        l = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-100)
-        l.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), opt_cfg["grad_clip"])
-        opt.step()
-        losses.append(l.item())
-    check("adamw losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
-    print("nekton:", ours["step_losses"].tolist())
-    print("torch: ", losses)
-    if failures:
-        print("FAILED:", ", ".join(failures))
-        sys.exit(1)
+    groups = [{"params": decay, "weight_decay": opt_cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+    losses = adamw_step_losses(groups, list(P.values()), lambda: cross_entropy(forward(cfg, P, tokens), targets), opt_cfg)
+    check_step_losses(checks, ours, losses)
+    checks.exit()
 
 
 if __name__ == "__main__":

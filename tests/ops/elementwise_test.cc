@@ -96,6 +96,51 @@ TEST_P(Elementwise, AddAccumulateScaleMatchReference) {
   }
 }
 
+// LoRA's column blocks: a part's output added into, and its gradient taken
+// out of, the columns of a fused output.
+TEST_P(Elementwise, ColumnBlocksMatchReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int64_t N = 37, M = 24, m = 7, col0 = 9;
+    Vec y = rounded(randn(N * M, 11), dt), z = rounded(randn(N * m, 12), dt);
+    Tensor ty = make({N, M}, dt, y, dev()), tz = make({N, m}, dt, z, dev());
+    ops::add_columns(ty, tz, col0, 0.5f);
+    ref::add_columns(y.data(), z.data(), N, M, m, col0, 0.5);
+    expect_close(values(ty), y, tol_for(dt), "add_columns");
+    ops::copy_columns(tz, ty, col0, -2.f);
+    ref::copy_columns(z.data(), y.data(), N, M, m, col0, -2.0);
+    expect_close(values(tz), z, tol_for(dt), "copy_columns");
+  }
+  Tensor y = Tensor::empty({4, 8}, DType::F32, dev()), z = Tensor::empty({4, 3}, DType::F32, dev());
+  EXPECT_THROW(ops::add_columns(y, z, 6, 1.f), InternalError);  // columns [6, 9) of 8
+  EXPECT_THROW(ops::copy_columns(z, y, -1, 1.f), InternalError);
+}
+
+// The mask is the reference's, drops about p of the elements, and is the same
+// on a second call with the seed (how the backward re-applies it); another
+// seed draws another mask.
+TEST_P(Elementwise, DropoutMaskIsSeededAndMatchesReference) {
+  const int64_t n = 100003;
+  const float p = 0.25f;
+  Vec x = rounded(randn(n, 13), DType::F32);
+  Tensor tx = make({n}, DType::F32, x, dev()), ty = Tensor::empty({n}, DType::F32, dev());
+  ops::dropout(ty, tx, p, 77);
+  Vec want(n);
+  ref::dropout(want.data(), x.data(), n, p, 77);
+  expect_close(values(ty), want, tol_for(DType::F32), "dropout");
+  int64_t dropped = 0;
+  for (double v : values(ty)) dropped += v == 0.0;
+  EXPECT_NEAR(double(dropped) / double(n), p, 0.01);
+  Tensor again = Tensor::empty({n}, DType::F32, dev()), other = again;
+  ops::dropout(again, tx, p, 77);
+  EXPECT_EQ(values(again), values(ty));
+  other = Tensor::empty({n}, DType::F32, dev());
+  ops::dropout(other, tx, p, 78);
+  EXPECT_NE(values(other), values(ty));
+  ops::dropout(tx, tx, 0.f, 5);  // p = 0 keeps everything, in place
+  EXPECT_EQ(values(tx), x);
+  EXPECT_THROW(ops::dropout(ty, tx, 1.f, 1), InternalError);
+}
+
 TEST_P(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {

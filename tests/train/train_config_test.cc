@@ -94,7 +94,8 @@ std::string without_newer_keys(const std::string& yaml) {
         "sft_path", "sft_valid_path", "chat_template", "loss_on",    "pack",      "overlong",
         "shuffle",  "messages_key",   "input_key",     "output_key", "system_key"};
     const std::string key = line.substr(2, line.find(':') - 2);
-    if (section == "parallel:" || (section == "train:" && line == "  device: \"cpu\"") ||
+    if (section == "parallel:" || section == "peft:" ||
+        (section == "train:" && line == "  device: \"cpu\"") ||
         (section == "train:" && key == "init_from") ||
         (section == "data:" && fine_tuning.count(key)))
       continue;

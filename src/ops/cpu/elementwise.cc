@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/dropout_mask.h"
 
 namespace nk::ops::cpu {
 namespace {
@@ -136,6 +137,48 @@ void scale(Tensor x, float s) {
     T* p = x.data<T>();
     for_range(x.numel(), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] = store<T>(load(p[i]) * s);
+    });
+  });
+}
+
+void add_columns(Tensor y, const Tensor& z, int64_t col0, float s) {
+  dispatch_float(y.dtype(), "add_columns", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = y.dim(0), M = y.dim(1), m = z.dim(1);
+    T* py = y.data<T>();
+    const T* pz = z.data<T>();
+    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t j = 0; j < m; ++j) {
+          T& d = py[n * M + col0 + j];
+          d = store<T>(load(d) + s * load(pz[n * m + j]));
+        }
+    });
+  });
+}
+
+void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s) {
+  dispatch_float(y.dtype(), "copy_columns", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = y.dim(0), M = y.dim(1), m = z.dim(1);
+    const T* py = y.data<T>();
+    T* pz = z.data<T>();
+    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t j = 0; j < m; ++j) pz[n * m + j] = store<T>(s * load(py[n * M + col0 + j]));
+    });
+  });
+}
+
+void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
+  const float keep_scale = 1.f / (1.f - p);
+  dispatch_float(y.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    for_range(y.numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        py[i] = dropout_keeps(seed, i, p) ? store<T>(load(px[i]) * keep_scale) : store<T>(0.f);
     });
   });
 }

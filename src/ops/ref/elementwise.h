@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/dropout_mask.h"
+
 namespace nk::ref {
 
 template <typename F>
@@ -32,6 +34,25 @@ int64_t count_nonfinite(const F* x, int64_t n) {
   int64_t c = 0;
   for (int64_t i = 0; i < n; ++i) c += !std::isfinite(x[i]);
   return c;
+}
+
+// y[n, col0 + j] += s * z[n, j]; y [N, M], z [N, m].
+template <typename F>
+void add_columns(F* y, const F* z, int64_t N, int64_t M, int64_t m, int64_t col0, F s) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < m; ++j) y[n * M + col0 + j] += s * z[n * m + j];
+}
+
+// z[n, j] = s * y[n, col0 + j].
+template <typename F>
+void copy_columns(F* z, const F* y, int64_t N, int64_t M, int64_t m, int64_t col0, F s) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < m; ++j) z[n * m + j] = s * y[n * M + col0 + j];
+}
+
+template <typename F>
+void dropout(F* y, const F* x, int64_t n, float p, uint64_t seed) {
+  for (int64_t i = 0; i < n; ++i) y[i] = ops::dropout_keeps(seed, i, p) ? x[i] / F(1 - p) : F(0);
 }
 
 }  // namespace nk::ref

@@ -1,0 +1,423 @@
+// LoRA (model/lora.h, nn/lora.h, ckpt/peft_adapter.h):
+//  - parity with an independent PyTorch LoRA (tests/peft/lora_reference.py,
+//    Debian's python3-torch) reading the adapter in PEFT's format: logits,
+//    loss with a prompt mask, every adapter gradient and the losses of 5
+//    AdamW steps, to 1e-4 relative in fp32 (as tests/model/torch_parity_test.cc
+//    argues: fp32 with other summation orders is ~1e-6 apart over 2 layers);
+//    the base weights bit-identical after the steps;
+//  - merged equals unmerged (1e-5 relative), and the KV-cache path equals
+//    the full forward with adapters;
+//  - PEFT files round-trip byte for byte; bad adapters are clear errors;
+//  - dropout: off in evaluation, redrawn by seed, its gradient matches
+//    finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
+#include "ckpt/safetensors.h"
+#include "core/rng.h"
+#include "model/parity_steps.h"
+#include "model/tiny_config.h"
+#include "tensor_util.h"
+#include "test_util.h"
+#include "train/adamw.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+using test::contains;
+
+using test::f32_tensor;
+using test::i32_tensor;
+
+std::vector<float> host(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  ops::copy_to_host(t, v.data());
+  return v;
+}
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num = std::max(num, std::abs(double(got[i]) - double(want[i])));
+    den = std::max(den, std::abs(double(want[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+LoraConfig lora(std::vector<std::string> targets, int64_t rank = 4, double alpha = 8) {
+  LoraConfig l;
+  l.rank = rank;
+  l.alpha = alpha;
+  l.target_modules = std::move(targets);
+  return l;
+}
+
+// The base names of a model with adapters: what a LoRA run freezes.
+std::vector<std::string> base_names(const ModelConfig& c) {
+  std::vector<std::string> out;
+  const ParamLayout layout = Transformer::layout_for(c);
+  for (const ParamInfo& p : layout.params())
+    if (!p.adapter) out.push_back(p.name);
+  return out;
+}
+
+// `base`'s weights with adapters `l` (A as PEFT initialises it, B drawn with
+// std b_std so that the adapters change the output), the base frozen.
+std::unique_ptr<Transformer> with_lora(Transformer& base, const LoraConfig& l, float b_std,
+                                       uint64_t seed = 5) {
+  ModelConfig c = base.config();
+  c.lora = l;
+  auto m = std::make_unique<Transformer>(c, base.compute_dtype(), seed, ParamInit::Adapters,
+                                         base_names(c));
+  for (const ParamInfo& p : base.layout().params())
+    ops::convert(ParamLayout::view(m->params(), m->layout().find(p.name)),
+                 ParamLayout::view(base.params(), p));
+  Rng rng(seed + 1);
+  for (const LoraTarget& t : lora_targets(c)) {
+    Tensor b = ParamLayout::view(m->params(), m->layout().find(t.b_name()));
+    std::vector<float> v(size_t(b.numel()));
+    for (float& x : v) x = float(rng.normal() * b_std);
+    ops::copy_from_host(b, v.data());
+  }
+  m->sync_compute_params();
+  return m;
+}
+
+struct Batch {
+  Tensor tokens, targets;
+};
+
+// Random tokens; the first 5 targets of each row ignored (the prompt mask).
+Batch batch(const ModelConfig& c, int64_t B, int64_t T, uint64_t seed = 7) {
+  Rng rng(seed);
+  std::vector<int32_t> tok(size_t(B * T)), tgt(size_t(B * T));
+  for (auto& t : tok) t = int32_t(rng.below(uint64_t(c.vocab_size)));
+  for (size_t i = 0; i < tgt.size(); ++i)
+    tgt[i] = i % size_t(T) < 5 ? int32_t(Transformer::kIgnoreIndex)
+                               : int32_t(rng.below(uint64_t(c.vocab_size)));
+  return {i32_tensor({B, T}, tok), i32_tensor({B, T}, tgt)};
+}
+
+std::vector<float> all_logits(Transformer& m, const Batch& b) {
+  const int64_t B = b.tokens.dim(0), T = b.tokens.dim(1);
+  Activations acts(m, B, T, false);
+  Tensor logits = Tensor::empty({B * T, m.config().vocab_size}, DType::F32);
+  m.forward_all_logits(acts, b.tokens, logits);
+  return host(logits);
+}
+
+void run_parity(const ModelConfig& cfg, const LoraConfig& l, const std::string& name) {
+  const int64_t B = 2, T = 16;
+  fs::path dir = fs::path(NK_BINARY_DIR) / "parity" / ("lora_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Transformer base(cfg, DType::F32, 42);
+  auto model = with_lora(base, l, 0.05f);
+  save_model((dir / "model").string(), base);
+  save_peft_adapter((dir / "adapter").string(), *model, "tiny");
+  Batch bt = batch(cfg, B, T);
+  save_safetensors((dir / "batch.safetensors").string(),
+                   {{"tokens", bt.tokens}, {"targets", bt.targets}});
+
+  // Only the adapters are trainable: the gradient arena holds nothing else.
+  const ParamLayout& layout = model->layout();
+  int64_t adapter_elems = 0;
+  for (const ParamInfo& p : layout.params()) adapter_elems += p.adapter ? p.numel() : 0;
+  EXPECT_LE(layout.trainable_end(), adapter_elems + 16 * int64_t(layout.params().size()));
+  EXPECT_GE(layout.trainable_end(), adapter_elems);
+
+  std::vector<std::pair<std::string, Tensor>> out = {
+      {"logits", f32_tensor(all_logits(*model, bt)).view({B * T, cfg.vocab_size})}};
+  Activations acts(*model, B, T, true);
+  model->zero_grads();
+  out.emplace_back("loss", f32_tensor({model->forward_backward(acts, bt.tokens, bt.targets, 1.f)}));
+  for (const LoraTarget& t : lora_targets(model->config()))
+    for (bool is_b : {false, true}) {
+      const ParamInfo& p = layout.find(is_b ? t.b_name() : t.a_name());
+      Tensor g = Tensor::empty(p.shape, DType::F32);
+      ops::convert(g, ParamLayout::view(model->grads(), p));
+      out.emplace_back("grad." + peft_tensor_name(t, is_b), g);
+    }
+
+  std::vector<float> base_before = host(
+      model->params().narrow0(layout.trainable_end(), layout.total() - layout.trainable_end()));
+  const std::vector<float> losses =
+      test::ParitySteps().run(*model, acts, bt.tokens, bt.targets, dir);
+  std::vector<float> base_after = host(
+      model->params().narrow0(layout.trainable_end(), layout.total() - layout.trainable_end()));
+  EXPECT_EQ(0, std::memcmp(base_before.data(), base_after.data(), base_before.size() * 4))
+      << "the frozen base weights changed";
+  EXPECT_NE(losses.front(), losses.back()) << "the adapters did not train";
+  out.emplace_back("step_losses", f32_tensor(losses));
+  save_safetensors((dir / "nekton.safetensors").string(), out);
+  test::expect_python_reference_passes("peft/lora_reference.py", dir, name);
+}
+
+ModelConfig tiny(bool llama) {
+  ModelConfig c = test::tiny_config(llama, 97, 32);
+  c.init_std = 0.02;
+  return c;
+}
+
+// Llama: q, v, o and down adapted (fused q|k|v with k left out), rsLoRA scale.
+TEST(LoraTorchParity, LlamaSomeModulesRsLora) {
+  LoraConfig l = lora({"q_proj", "v_proj", "o_proj", "down_proj"}, 4, 8);
+  l.rslora = true;
+  run_parity(tiny(true), l, "llama");
+}
+
+// Every linear layer, gate|up included.
+TEST(LoraTorchParity, LlamaAllLinear) {
+  run_parity(tiny(true), lora({"all-linear"}, 8, 16), "llama_all");
+}
+
+// GPT-2's fused c_attn as one module; c_proj names both projections.
+TEST(LoraTorchParity, Gpt2) {
+  run_parity(tiny(false), lora({"c_attn", "c_proj"}, 4, 4), "gpt2");
+}
+
+TEST(Lora, TargetsByEveryNamingScheme) {
+  ModelConfig c = tiny(true);
+  auto modules = [&](std::vector<std::string> targets) {
+    c.lora = lora(std::move(targets));
+    std::vector<std::string> out;
+    for (const LoraTarget& t : lora_targets(c)) out.push_back(t.module);
+    return out;
+  };
+  EXPECT_EQ(modules({"linear_qkv"}),
+            (std::vector<std::string>{
+                "model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                "model.layers.0.self_attn.v_proj", "model.layers.1.self_attn.q_proj",
+                "model.layers.1.self_attn.k_proj", "model.layers.1.self_attn.v_proj"}));
+  EXPECT_EQ(modules({"self_attn.o_proj", "linear_fc2"}).size(), 4u);
+  EXPECT_EQ(modules({"all-linear"}).size(), 14u);  // 7 per layer, never the head
+  c.lora = lora({"q_proj"});
+  c.lora.rank = 3;
+  const std::vector<LoraTarget> t = lora_targets(c);
+  EXPECT_EQ(t[0].a_name(), "h.0.attn.qkv.lora_a.q");
+  EXPECT_EQ(t[0].rows, 32);
+  EXPECT_EQ(peft_tensor_name(t[0], true),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+  ModelConfig g = tiny(false);
+  g.lora = lora({"c_fc"});
+  EXPECT_EQ(peft_tensor_name(lora_targets(g)[1], false),
+            "base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight");
+  g.lora = lora({"q_proj"});
+  try {
+    lora_targets(g);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "'q_proj' matches no linear layer of this GPT-2 model"))
+        << e.what();
+    EXPECT_TRUE(contains(e.what(), "c_attn, c_proj, c_fc, c_proj")) << e.what();
+  }
+}
+
+// W + s B A gives the adapters' logits (fp32; 1e-5: one rounding of the
+// merged weight per element against two products).
+TEST(Lora, MergedEqualsUnmerged) {
+  for (bool llama : {true, false}) {
+    Transformer base(tiny(llama), DType::F32, 3);
+    auto m = with_lora(base, lora({"all-linear"}, 4, 16), 0.1f);
+    Batch bt = batch(m->config(), 2, 12);
+    const std::vector<float> unmerged = all_logits(*m, bt), plain = all_logits(base, bt);
+    auto merged = merge_lora(*m);
+    EXPECT_FALSE(merged->config().lora.enabled());
+    EXPECT_LE(rel_err(all_logits(*merged, bt), unmerged), 1e-5) << llama;
+    EXPECT_GT(rel_err(plain, unmerged), 1e-2) << "the adapters must matter";
+  }
+}
+
+// Incremental decoding over the KV cache applies the adapters as the full
+// forward does (fp32; 1e-5 relative: two attention kernels).
+TEST(Lora, KvCachePathMatchesFullForward) {
+  Transformer base(tiny(true), DType::F32, 3);
+  auto m = with_lora(base, lora({"all-linear"}, 4, 16), 0.1f);
+  const int64_t T = 12, V = m->config().vocab_size;
+  Batch bt = batch(m->config(), 1, T);
+  const std::vector<float> full = all_logits(*m, bt);
+  KVCache cache(m->config(), DType::F32, 1, T, T);
+  std::vector<int32_t> tok(T), slot(T, 0), pos(T), rows(T);
+  ops::copy_bytes_to_host(bt.tokens, tok.data());
+  for (int32_t i = 0; i < int32_t(T); ++i) pos[size_t(i)] = rows[size_t(i)] = i;
+  Tensor lg = Tensor::empty({T, V}, DType::F32);
+  m->forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
+  EXPECT_LE(rel_err(host(lg), full), 1e-5);
+}
+
+class PeftFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = std::make_unique<Transformer>(tiny(true), DType::F32, 3);
+    model_ = with_lora(*base_, lora({"q_proj", "v_proj", "down_proj"}, 4, 16), 0.1f);
+    save_peft_adapter(d_ / "a", *model_, "tiny-llama");
+  }
+  std::string error_of(const std::string& dir) {
+    try {
+      attach_peft_adapter(*base_, dir);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  // A copy of adapter "a" with its config edited.
+  std::string edited(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    fs::copy(d_.path() / "a", d_.path() / name, fs::copy_options::recursive);
+    nlohmann::json j =
+        nlohmann::json::parse(test::read_file(d_.path() / name / "adapter_config.json"));
+    edit(j);
+    std::ofstream(d_.path() / name / "adapter_config.json") << j.dump(2);
+    return d_ / name;
+  }
+  test::TempDir d_{"nk_peft"};
+  std::unique_ptr<Transformer> base_, model_;
+};
+
+TEST_F(PeftFiles, ConfigIsPeftsAndLoadsBack) {
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_file(d_.path() / "a" / "adapter_config.json"));
+  EXPECT_EQ(j["peft_type"], "LORA");
+  EXPECT_EQ(j["r"], 4);
+  EXPECT_EQ(j["lora_alpha"], 16);
+  EXPECT_EQ(j["target_modules"], (nlohmann::json{"down_proj", "q_proj", "v_proj"}));
+  EXPECT_EQ(j["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(j["base_model_name_or_path"], "tiny-llama");
+  PeftAdapterInfo info;
+  auto back = attach_peft_adapter(*base_, d_ / "a", &info);
+  EXPECT_EQ(info.lora.scale(), 4.0);
+  Batch bt = batch(back->config(), 1, 8);
+  EXPECT_EQ(all_logits(*back, bt), all_logits(*model_, bt));
+}
+
+// Import then export reproduces the files byte for byte: Nekton's own (f32
+// and bf16), and one laid out by an independent writer as the safetensors
+// library does (compact header, metadata first, tensors sorted by name).
+TEST_F(PeftFiles, RoundTripsByteForByte) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    save_peft_adapter(d_ / "first", *model_, "tiny-llama", dt);
+    PeftAdapterInfo info;
+    auto back = attach_peft_adapter(*base_, d_ / "first", &info);
+    EXPECT_EQ(info.dtype, dt);
+    save_peft_adapter(d_ / "second", *back, info.base_model, info.dtype);
+    for (const char* f : {"adapter_model.safetensors", "adapter_config.json"})
+      EXPECT_EQ(test::read_file(d_.path() / "first" / f), test::read_file(d_.path() / "second" / f))
+          << f << " " << dtype_name(dt);
+  }
+  fs::create_directories(d_ / "py");
+  fs::copy_file(d_.path() / "a" / "adapter_config.json", d_.path() / "py" / "adapter_config.json");
+  const std::string script = fmt::format(
+      R"(import json, struct, sys
+sys.path.insert(0, "{0}/tests")
+from safetensors_np import read_safetensors
+t = read_safetensors("{1}/a/adapter_model.safetensors")
+header, blobs, off = {{"__metadata__": {{"format": "pt"}}}}, [], 0
+for name in sorted(t):
+    raw = t[name].astype("<f4").tobytes()
+    header[name] = {{"dtype": "F32", "shape": list(t[name].shape), "data_offsets": [off, off + len(raw)]}}
+    blobs.append(raw)
+    off += len(raw)
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+with open("{1}/py/adapter_model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+)",
+      NK_SOURCE_DIR, d_.path().string());
+  std::ofstream(d_ / "write.py") << script;
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + std::string(d_ / "write.py")).c_str()), 0);
+  auto back = attach_peft_adapter(*base_, d_ / "py");
+  save_peft_adapter(d_ / "py_again", *back, "tiny-llama");
+  EXPECT_EQ(test::read_file(d_.path() / "py" / "adapter_model.safetensors"),
+            test::read_file(d_.path() / "py_again" / "adapter_model.safetensors"));
+}
+
+TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
+  // Another base shape: an adapter of a wider model.
+  ModelConfig wide = tiny(true);
+  wide.d_model = 64;
+  Transformer wide_base(wide, DType::F32, 3);
+  save_peft_adapter(d_ / "wide", *with_lora(wide_base, lora({"q_proj"}), 0.1f), "wide");
+  std::string e = error_of(d_ / "wide");
+  EXPECT_TRUE(contains(e,
+                       "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has "
+                       "shape [4, 64], this Llama base model needs [4, 32]"))
+      << e;
+  EXPECT_TRUE(contains(error_of(edited("type", [](auto& j) { j["peft_type"] = "IA3"; })),
+                       "'peft_type' is \"IA3\", Nekton reads LORA adapters"));
+  EXPECT_TRUE(contains(error_of(edited("dora", [](auto& j) { j["use_dora"] = true; })),
+                       "'use_dora' = true is not supported (DoRA)"));
+  EXPECT_TRUE(contains(error_of(edited("ranks",
+                                       [](auto& j) {
+                                         j["rank_pattern"] = {{"q_proj", 8}};
+                                       })),
+                       "'rank_pattern'"));
+  EXPECT_TRUE(
+      contains(error_of(edited("target", [](auto& j) { j["target_modules"] = {"c_attn"}; })),
+               "'c_attn' matches no linear layer of this Llama model"));
+  // target_modules naming more than the file holds: a missing tensor.
+  e = error_of(edited("more", [](auto& j) {
+    j["target_modules"] = {"q_proj", "v_proj", "down_proj", "o_proj"};
+  }));
+  EXPECT_TRUE(contains(
+      e, "missing tensor 'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight'"))
+      << e;
+  // ... and fewer: a tensor no target explains.
+  e = error_of(edited("fewer", [](auto& j) { j["target_modules"] = {"q_proj", "v_proj"}; }));
+  EXPECT_TRUE(contains(e, "mlp.down_proj.lora_A.weight' is not a LoRA weight of a target module"))
+      << e;
+  EXPECT_TRUE(contains(error_of(d_ / "nothing"), "cannot read")) << error_of(d_ / "nothing");
+}
+
+// Dropout on the adapters' input: none when evaluating, the same mask for
+// the same seed, another for another, and a gradient that is the derivative
+// of the loss under that mask (central differences, fp32: 2e-2 relative).
+TEST(Lora, DropoutIsSeededAndDifferentiable) {
+  Transformer base(tiny(true), DType::F32, 3);
+  LoraConfig l = lora({"all-linear"}, 4, 16);
+  auto plain = with_lora(base, l, 0.1f);
+  l.dropout = 0.3;
+  auto m = with_lora(base, l, 0.1f);
+  Batch bt = batch(m->config(), 2, 12);
+  Activations eval(*m, 2, 12, false), eval_plain(*plain, 2, 12, false);
+  EXPECT_EQ(m->forward_loss(eval, bt.tokens, bt.targets),
+            plain->forward_loss(eval_plain, bt.tokens, bt.targets));
+  Activations acts(*m, 2, 12, true);
+  auto loss = [&](uint64_t seed) {
+    m->set_dropout_seed(seed);
+    m->zero_grads();
+    return m->forward_backward(acts, bt.tokens, bt.targets, 1.f);
+  };
+  const float l1 = loss(1);
+  EXPECT_EQ(loss(1), l1);
+  EXPECT_NE(loss(2), l1);
+  loss(1);
+  for (const std::string name : {"h.0.attn.qkv.lora_a.q", "h.1.mlp.up.lora_b.gate"}) {
+    const ParamInfo& p = m->layout().find(name);
+    const std::vector<float> g = host(ParamLayout::view(m->grads(), p));
+    size_t at = 0;  // the largest gradient entry
+    for (size_t i = 0; i < g.size(); ++i)
+      if (std::abs(g[i]) > std::abs(g[at])) at = i;
+    Tensor w = ParamLayout::view(m->params(), p).view({p.numel()}).narrow0(int64_t(at), 1);
+    const float w0 = host(w)[0], h = 3e-3f;
+    auto train_loss = [&](float v) {
+      ops::fill(w, v);
+      m->sync_compute_params();
+      return double(loss(1));
+    };
+    const double fd = (train_loss(w0 + h) - train_loss(w0 - h)) / (2 * h);
+    train_loss(w0);
+    EXPECT_NEAR(fd, g[at], 2e-2 * std::abs(g[at]) + 1e-5) << name;
+  }
+}
+
+}  // namespace
+}  // namespace nk
