@@ -11,11 +11,15 @@ Megatron's formula; the last line is a JSON object with the results.
 import argparse
 import json
 import math
-import time
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_bench_util import timed_steps  # noqa: E402
 
 
 class Block(nn.Module):
@@ -111,17 +115,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}, "
           f"B={args.batch} T={args.seq}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params", flush=True)
-    for i in range(args.warmup):
-        t0 = time.perf_counter()
-        loss = step()
-        print(f"warmup {i}: {time.perf_counter() - t0:.2f} s, loss {loss:.4f}", flush=True)
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - t0)
-        print(f"step {i}: {times[-1]:.2f} s, {tokens / times[-1]:.0f} tok/s, loss {loss:.4f}",
-              flush=True)
+    times, loss = timed_steps(step, args.warmup, args.steps, tokens)
 
     mean = sum(times) / len(times)
     flops = megatron_flops_per_step(args.batch, args.seq, layers, h, vocab)

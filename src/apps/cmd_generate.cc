@@ -27,7 +27,7 @@ struct GenerateKeys {
   void bind(ConfigBinder& b) {
     b.bind("generate.model", model, "saved model folder (config.json + model.safetensors)");
     b.bind("generate.adapter", adapter,
-           "a LoRA adapter folder in Hugging Face PEFT's format (adapter_config.json + "
+           "a LoRA or IA3 adapter folder in Hugging Face PEFT's format (adapter_config.json + "
            "adapter_model.safetensors) to apply, unmerged, to generate.model");
     b.bind("generate.tokenizer", tokenizer,
            "tokenizer spec (default: the one saved with the model, else bytes)");

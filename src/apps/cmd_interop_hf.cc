@@ -119,9 +119,9 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   cl.bind("--allow-nonfinite", opt.allow_nonfinite,
           "write weights holding NaN or Inf (with a warning) instead of refusing them");
   cl.bind("--merge-lora", opt.merge_lora,
-          "merge the model's LoRA adapters (or --adapter's) into the weights");
+          "merge the model's adapters, LoRA or IA3 (or --adapter's), into the weights");
   cl.bind("--adapter", opt.adapter,
-          "a LoRA adapter folder in PEFT's format to merge into MODEL_DIR's weights");
+          "a LoRA or IA3 adapter folder in PEFT's format to merge into MODEL_DIR's weights");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kExportUsage));
     return 0;

@@ -74,24 +74,25 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
   ModelConfig cfg =
       model_config_from_json(read_text(cfg_path, "model '" + model_dir + "'"), cfg_path.string());
   SafetensorsFile file = SafetensorsFile::open((src / "model.safetensors").string());
-  if (cfg.lora.enabled() && !opt.merge_lora)
+  const bool has_adapters = cfg.lora.enabled() || cfg.ia3.enabled();
+  if (has_adapters && !opt.merge_lora)
     fail(
-        "export: model '{}' has LoRA adapters; pass --merge-lora to merge them into the weights, "
+        "export: model '{}' has {} adapters; pass --merge-lora to merge them into the weights, "
         "or give the base model and ship the adapter folder (PEFT's format) beside it",
-        model_dir);
+        model_dir, cfg.lora.enabled() ? "LoRA" : "IA3");
   // Merging: the whole model in memory, adapters folded into the weights.
   std::unique_ptr<Transformer> merged;
   if (opt.merge_lora || !opt.adapter.empty()) {
     std::unique_ptr<Transformer> m = load_model(src.string(), DType::F32, opt.allow_nonfinite);
     if (!opt.adapter.empty()) {
-      if (m->config().lora.enabled())
-        fail("export: model '{}' already has LoRA adapters; --adapter adds another", model_dir);
+      if (has_adapters)
+        fail("export: model '{}' already has adapters; --adapter adds another", model_dir);
       m = attach_peft_adapter(*m, opt.adapter);
     }
-    if (!m->config().lora.enabled())
-      fail("export: --merge-lora: model '{}' has no LoRA adapters to merge (give --adapter DIR)",
+    if (!m->config().lora.enabled() && !m->config().ia3.enabled())
+      fail("export: --merge-lora: model '{}' has no adapters to merge (give --adapter DIR)",
            model_dir);
-    merged = merge_lora(*m);
+    merged = merge_adapters(*m);
     cfg = merged->config();
   }
 

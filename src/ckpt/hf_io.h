@@ -97,9 +97,9 @@ struct HfExportOptions {
   bool overwrite = false;
   // Export weights holding NaN or Inf (with a warning) instead of refusing.
   bool allow_nonfinite = false;
-  // LoRA: merge the model's adapters (a fine-tuning run's model/) or those of
-  // the PEFT adapter folder `adapter` into the weights (W + scale B A). A
-  // model with adapters is refused without merge_lora.
+  // Merge the model's adapters (LoRA's W + scale B A, IA3's scales; a
+  // fine-tuning run's model/) or those of the PEFT adapter folder `adapter`
+  // into the weights. A model with adapters is refused without merge_lora.
   bool merge_lora = false;
   std::string adapter;
 };

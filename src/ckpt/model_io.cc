@@ -44,6 +44,9 @@ std::string model_config_to_json(const ModelConfig& c) {
                  {"dropout", c.lora.dropout},
                  {"rslora", c.lora.rslora},
                  {"target_modules", c.lora.target_modules}};
+  if (c.ia3.enabled())
+    j["ia3"] = {{"target_modules", c.ia3.target_modules},
+                {"feedforward_modules", c.ia3.feedforward_modules}};
   return j.dump(2) + "\n";
 }
 
@@ -90,6 +93,16 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
            e.what());
     }
     if (c.lora.rank <= 0) fail("{}: field 'lora.rank' must be positive", where);
+  }
+  if (j.contains("ia3")) {
+    const json& a = j["ia3"];
+    try {
+      a.at("target_modules").get_to(c.ia3.target_modules);
+      a.at("feedforward_modules").get_to(c.ia3.feedforward_modules);
+    } catch (const json::exception& e) {
+      fail("{}: field 'ia3' needs target_modules and feedforward_modules ({})", where, e.what());
+    }
+    if (c.ia3.target_modules.empty()) fail("{}: field 'ia3.target_modules' is empty", where);
   }
   try {
     c.validate("");

@@ -46,9 +46,46 @@ void refuse_option(const json& j, const std::string& where, const char* key, con
 
 }  // namespace
 
-std::string peft_tensor_name(const LoraTarget& t, bool b) {
-  return "base_model.model." + t.module + (b ? ".lora_B.weight" : ".lora_A.weight");
+std::vector<PeftTensor> peft_tensors(const ModelConfig& c) {
+  std::vector<PeftTensor> out;
+  const int64_t r = c.lora.rank;
+  for (const AdaptedModule& t : lora_targets(c)) {
+    const std::string m = "base_model.model." + t.module;
+    out.push_back({m + ".lora_A.weight", t.a_name(), {r, t.in}});
+    out.push_back({m + ".lora_B.weight", t.b_name(), {t.rows, r}});
+  }
+  for (const AdaptedModule& t : ia3_targets(c))
+    out.push_back({"base_model.model." + t.module + ".ia3_l", t.ia3_name(),
+                   t.feedforward ? Shape{1, t.in} : Shape{t.rows, 1}});
+  return out;
 }
+
+namespace {
+
+// A list of module names (or "all-linear"), sorted: PEFT keeps them as a set.
+std::vector<std::string> module_list(const json& j, const std::string& where, const char* key,
+                                     bool required) {
+  if (!j.contains(key) || j.at(key).is_null()) {
+    if (required) fail("{}: missing field '{}'", where, key);
+    return {};
+  }
+  const json& t = j.at(key);
+  std::vector<std::string> out;
+  if (t.is_string() && t.get<std::string>() == "all-linear")
+    out = {"all-linear"};
+  else if (t.is_array() &&
+           std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); }))
+    out = t.get<std::vector<std::string>>();
+  else
+    fail(
+        "{}: '{}' must be a list of module names (a regular expression is not supported), got "
+        "{}",
+        where, key, t.dump());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
 
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
   const fs::path path = fs::path(dir) / kConfig;
@@ -66,46 +103,41 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
       fail("{}: '{}' must be a number, got {}", where, key, j.at(key).dump());
     return j.at(key).get<double>();
   };
-  if (str("peft_type", "") != "LORA")
-    fail("{}: 'peft_type' is {}, Nekton reads LORA adapters", where,
-         j.contains("peft_type") ? j.at("peft_type").dump() : "missing");
   PeftAdapterInfo info;
-  if (!j.contains("r")) fail("{}: missing field 'r'", where);
-  info.lora.rank = json_int(j.at("r"), where, "r", 1, limits::kHidden);
-  info.lora.alpha = number("lora_alpha", 8);
-  info.lora.dropout = number("lora_dropout", 0);
-  if (j.contains("use_rslora") && !j.at("use_rslora").is_null()) {
-    if (!j.at("use_rslora").is_boolean()) fail("{}: 'use_rslora' must be true or false", where);
-    info.lora.rslora = j.at("use_rslora").get<bool>();
-  }
-  refuse_option(j, where, "use_dora", "DoRA");
-  refuse_option(j, where, "rank_pattern", "one rank for every module");
-  refuse_option(j, where, "alpha_pattern", "one alpha for every module");
+  info.type = str("peft_type", "");
+  if (info.type != "LORA" && info.type != "IA3")
+    fail("{}: 'peft_type' is {}, Nekton reads LORA and IA3 adapters", where,
+         j.contains("peft_type") ? j.at("peft_type").dump() : "missing");
+  refuse_option(j, where, "modules_to_save", "adapter weights only");
   refuse_option(j, where, "layers_to_transform", "every layer is adapted");
-  refuse_option(j, where, "modules_to_save", "LoRA weights only");
-  refuse_option(j, where, "layer_replication", "no layer replication");
-  if (const std::string bias = str("bias", "none"); bias != "none")
-    fail("{}: 'bias' = \"{}\" is not supported (LoRA without bias training: \"none\")", where,
-         bias);
-  if (!j.contains("target_modules")) fail("{}: missing field 'target_modules'", where);
-  const json& t = j.at("target_modules");
-  if (t.is_string() && t.get<std::string>() == "all-linear")
-    info.lora.target_modules = {"all-linear"};
-  else if (t.is_array() &&
-           std::all_of(t.begin(), t.end(), [](const json& x) { return x.is_string(); }))
-    info.lora.target_modules = t.get<std::vector<std::string>>();
-  else
-    fail(
-        "{}: 'target_modules' must be a list of module names (a regular expression is not "
-        "supported), got {}",
-        where, t.dump());
-  // PEFT stores them as a set: sorted, so equal adapters have equal configs.
-  std::sort(info.lora.target_modules.begin(), info.lora.target_modules.end());
+  if (info.type == "LORA") {
+    if (!j.contains("r")) fail("{}: missing field 'r'", where);
+    info.lora.rank = json_int(j.at("r"), where, "r", 1, limits::kHidden);
+    info.lora.alpha = number("lora_alpha", 8);
+    info.lora.dropout = number("lora_dropout", 0);
+    if (j.contains("use_rslora") && !j.at("use_rslora").is_null()) {
+      if (!j.at("use_rslora").is_boolean()) fail("{}: 'use_rslora' must be true or false", where);
+      info.lora.rslora = j.at("use_rslora").get<bool>();
+    }
+    refuse_option(j, where, "use_dora", "DoRA");
+    refuse_option(j, where, "rank_pattern", "one rank for every module");
+    refuse_option(j, where, "alpha_pattern", "one alpha for every module");
+    refuse_option(j, where, "layer_replication", "no layer replication");
+    if (const std::string bias = str("bias", "none"); bias != "none")
+      fail("{}: 'bias' = \"{}\" is not supported (LoRA without bias training: \"none\")", where,
+           bias);
+    info.lora.target_modules = module_list(j, where, "target_modules", true);
+  } else {
+    info.ia3.target_modules = module_list(j, where, "target_modules", true);
+    info.ia3.feedforward_modules = module_list(j, where, "feedforward_modules", false);
+    if (info.ia3.target_modules.empty()) fail("{}: 'target_modules' is empty", where);
+  }
   info.base_model = str("base_model_name_or_path", "");
   ModelConfig c = base;
   c.lora = info.lora;
+  c.ia3 = info.ia3;
   try {
-    validate_lora(c, "");
+    validate_adapters(c, "");
   } catch (const Error& e) {
     throw e.with_context(where);
   }
@@ -114,36 +146,34 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
 
 std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const std::string& dir,
                                                  PeftAdapterInfo* info_out) {
-  NK_CHECK(!base.config().lora.enabled(), "attach_peft_adapter: the base model has adapters");
+  NK_CHECK(!base.config().lora.enabled() && !base.config().ia3.enabled(),
+           "attach_peft_adapter: the base model has adapters");
   PeftAdapterInfo info = read_peft_adapter_config(dir, base.config());
   ModelConfig cfg = base.config();
   cfg.lora = info.lora;
+  cfg.ia3 = info.ia3;
   const std::string st_path = (fs::path(dir) / kWeights).string();
   if (!fs::exists(st_path)) fail("PEFT adapter: '{}' does not exist", st_path);
   SafetensorsFile file = SafetensorsFile::open(st_path);
   // Every tensor must belong to a target, and every target be there, before
   // anything is allocated.
-  const std::vector<LoraTarget> targets = lora_targets(cfg);
+  const std::vector<PeftTensor> tensors = peft_tensors(cfg);
   std::set<std::string> expected;
-  for (const LoraTarget& t : targets)
-    for (bool b : {false, true}) {
-      const std::string name = peft_tensor_name(t, b);
-      expected.insert(name);
-      if (!file.has(name))
-        fail("{}: missing tensor '{}' (target_modules {} adapt module '{}')", st_path, name,
-             json(info.lora.target_modules).dump(), t.module);
-      const Shape want = b ? Shape{t.rows, cfg.lora.rank} : Shape{cfg.lora.rank, t.in};
-      if (file.entry(name).shape != want)
-        fail(
-            "{}: tensor '{}' has shape {}, this {} base model needs {} (an adapter for another "
-            "base shape?)",
-            st_path, name, shape_str(file.entry(name).shape), cfg.architecture().display_name(),
-            shape_str(want));
-    }
+  for (const PeftTensor& t : tensors) {
+    expected.insert(t.name);
+    if (!file.has(t.name))
+      fail("{}: missing tensor '{}' (the adapter's target_modules select it)", st_path, t.name);
+    if (file.entry(t.name).shape != t.shape)
+      fail(
+          "{}: tensor '{}' has shape {}, this {} base model needs {} (an adapter for another "
+          "base shape?)",
+          st_path, t.name, shape_str(file.entry(t.name).shape), cfg.architecture().display_name(),
+          shape_str(t.shape));
+  }
   for (const SafetensorsEntry& e : file.entries())
     if (!expected.count(e.name))
-      fail("{}: tensor '{}' is not a LoRA weight of a target module of this {} model", st_path,
-           e.name, cfg.architecture().display_name());
+      fail("{}: tensor '{}' is not a {} weight of a target module of this {} model", st_path,
+           e.name, info.type == "LORA" ? "LoRA" : "IA3", cfg.architecture().display_name());
   if (!file.entries().empty()) info.dtype = file.entries().front().dtype;
 
   auto model = std::make_unique<Transformer>(cfg, base.compute_dtype(), 0, ParamInit::Zeros,
@@ -152,14 +182,12 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
   for (const ParamInfo& p : base.layout().params())
     ops::convert(ParamLayout::view(model->params(), model->layout().find(p.name)),
                  ParamLayout::view(src, p));
-  for (const LoraTarget& t : targets)
-    for (bool b : {false, true}) {
-      const std::string name = peft_tensor_name(t, b);
-      Tensor w =
-          ParamLayout::view(model->params(), model->layout().find(b ? t.b_name() : t.a_name()));
-      ops::convert(w, ops::to_device(file.get(name), model->device()));
-      check_finite(w, st_path, name, false);
-    }
+  for (const PeftTensor& t : tensors) {
+    const ParamInfo& p = model->layout().find(t.param);
+    Tensor w = ParamLayout::view(model->params(), p);
+    ops::convert(w, ops::to_device(file.get(t.name).view(p.shape), model->device()));
+    check_finite(w, st_path, t.name, false);
+  }
   model->sync_compute_params();
   if (info_out) *info_out = info;
   return model;
@@ -168,24 +196,24 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
 void save_peft_adapter(const std::string& dir, const Transformer& model,
                        const std::string& base_model, DType dtype) {
   const ModelConfig& c = model.config();
-  NK_CHECK(c.lora.enabled(), "save_peft_adapter: the model has no LoRA adapters");
+  NK_CHECK(c.lora.enabled() || c.ia3.enabled(), "save_peft_adapter: the model has no adapters");
   std::vector<std::pair<std::string, Tensor>> tensors;
   Tensor params = const_cast<Transformer&>(model).params();
-  const std::vector<LoraTarget> targets = lora_targets(c);
-  for (const LoraTarget& t : targets)
-    for (bool b : {false, true}) {
-      const ParamInfo& p = model.layout().find(b ? t.b_name() : t.a_name());
-      Tensor f32 = Tensor::empty(p.shape, DType::F32), host = Tensor::empty(p.shape, dtype);
-      ops::copy_to_host(ParamLayout::view(params, p), f32.data<float>());
-      ops::convert(host, f32);
-      tensors.emplace_back(peft_tensor_name(t, b), host);
-    }
+  for (const PeftTensor& t : peft_tensors(c)) {
+    const ParamInfo& p = model.layout().find(t.param);
+    Tensor f32 = Tensor::empty(p.shape, DType::F32), host = Tensor::empty(t.shape, dtype);
+    ops::copy_to_host(ParamLayout::view(params, p), f32.data<float>());
+    ops::convert(host, f32.view(t.shape));
+    tensors.emplace_back(t.name, host);
+  }
   std::sort(tensors.begin(), tensors.end(),
             [](const auto& x, const auto& y) { return x.first < y.first; });
 
-  // The keys PEFT's LoraConfig writes, sorted as its json.dump(sort_keys) does.
-  std::vector<std::string> modules = c.lora.target_modules;
-  std::sort(modules.begin(), modules.end());
+  // The keys PEFT's configs write, sorted as its json.dump(sort_keys) does.
+  auto modules = [](std::vector<std::string> m) {
+    std::sort(m.begin(), m.end());
+    return m.size() == 1 && m[0] == "all-linear" ? json("all-linear") : json(m);
+  };
   const bool transposed = [&] {  // GPT-2's Conv1D stores [in, out]: PEFT's fan_in_fan_out
     for (const ExternalTensor& e :
          c.architecture().hf_tensors(c, c.architecture().hf_tensor_prefix()))
@@ -193,29 +221,34 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
     return false;
   }();
   json j = json::object();
-  j["alpha_pattern"] = json::object();
   j["base_model_name_or_path"] = base_model;
-  j["bias"] = "none";
   j["fan_in_fan_out"] = transposed;
   j["inference_mode"] = true;
-  j["init_lora_weights"] = true;
-  j["layers_pattern"] = nullptr;
-  j["layers_to_transform"] = nullptr;
-  if (c.lora.alpha == std::floor(c.lora.alpha) && std::abs(c.lora.alpha) < 1e15)
-    j["lora_alpha"] = int64_t(c.lora.alpha);  // PEFT's is an int; 16, not 16.0
-  else
-    j["lora_alpha"] = c.lora.alpha;
-  j["lora_dropout"] = c.lora.dropout;
   j["modules_to_save"] = nullptr;
-  j["peft_type"] = "LORA";
-  j["r"] = c.lora.rank;
-  j["rank_pattern"] = json::object();
   j["revision"] = nullptr;
-  j["target_modules"] =
-      modules.size() == 1 && modules[0] == "all-linear" ? json("all-linear") : json(modules);
   j["task_type"] = "CAUSAL_LM";
-  j["use_dora"] = false;
-  j["use_rslora"] = c.lora.rslora;
+  j["target_modules"] = modules(c.lora.enabled() ? c.lora.target_modules : c.ia3.target_modules);
+  if (c.lora.enabled()) {
+    j["alpha_pattern"] = json::object();
+    j["bias"] = "none";
+    j["init_lora_weights"] = true;
+    j["layers_pattern"] = nullptr;
+    j["layers_to_transform"] = nullptr;
+    if (c.lora.alpha == std::floor(c.lora.alpha) && std::abs(c.lora.alpha) < 1e15)
+      j["lora_alpha"] = int64_t(c.lora.alpha);  // PEFT's is an int; 16, not 16.0
+    else
+      j["lora_alpha"] = c.lora.alpha;
+    j["lora_dropout"] = c.lora.dropout;
+    j["peft_type"] = "LORA";
+    j["r"] = c.lora.rank;
+    j["rank_pattern"] = json::object();
+    j["use_dora"] = false;
+    j["use_rslora"] = c.lora.rslora;
+  } else {
+    j["feedforward_modules"] = modules(c.ia3.feedforward_modules);
+    j["init_ia3_weights"] = true;
+    j["peft_type"] = "IA3";
+  }
 
   fs::path tmp = temporary_path(dir);
   std::error_code ec;

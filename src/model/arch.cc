@@ -46,7 +46,7 @@ ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& f
   c.validate();  // bounded shapes (core/limits.h) before anything is sized from them
   ParamLayout p;
   c.architecture().add_params(p, c);
-  if (c.lora.enabled()) add_lora_params(p, c);
+  add_adapter_params(p, c);
   for (const std::string& name : frozen) p.freeze(name);
   p.finalize();
   return p;

@@ -38,16 +38,12 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
   head_rows = std::min(R, std::max<int64_t>(slots, 1));
   sel = Tensor::empty({head_rows, C}, dt, device);
   head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
-  if (const LoraSizes ls = lora_sizes(c); ls.rank > 0) {
+  adapters = make_adapter_scratch(c, R, dt, device, false);
+  if (const AdapterSizes s = adapter_sizes(c); s.rank > 0) {
     int64_t parts = 0;
-    for (const auto& layer : ls.parts)
+    for (const auto& layer : s.lora_parts)
       parts = std::max(parts, *std::max_element(layer.begin(), layer.end()));
-    lora = std::make_unique<nn::LoraScratch>();
-    lora->training = false;
-    lora->z = Tensor::empty({R * ls.max_rows}, dt, device);
-    lora->dh = Tensor::empty({R * ls.rank}, dt, device);
-    lora->dx = Tensor::empty({R * ls.max_in}, dt, device);
-    lora_h = Tensor::empty({parts * R * ls.rank}, dt, device);
+    lora_h = Tensor::empty({parts * R * s.rank}, dt, device);
   }
 }
 

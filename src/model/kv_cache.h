@@ -13,7 +13,7 @@
 
 #include "core/tensor.h"
 #include "model/model_config.h"
-#include "nn/lora.h"
+#include "nn/adapters.h"
 
 namespace nk {
 
@@ -44,8 +44,9 @@ class KVCache {
   Tensor sel;                          // [head_rows, C] gathered rows for the head
   Tensor head_logits;                  // [head_rows, V] compute dtype
   int64_t head_rows = 0;
-  // LoRA's scratch when the model has adapters: every layer's x A^T in turn.
-  std::unique_ptr<nn::LoraScratch> lora;
+  // The adapters' scratch when the model has any; LoRA's x A^T of every
+  // layer in turn.
+  std::unique_ptr<nn::AdapterScratch> adapters;
   Tensor lora_h;
 };
 

@@ -53,7 +53,7 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");
   a->validate(*this, p);
-  validate_lora(*this, "peft.");
+  validate_adapters(*this, "peft.");
 }
 
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {

@@ -5,7 +5,7 @@
 
 #include "core/config_bind.h"
 #include "core/error.h"
-#include "model/lora.h"
+#include "model/peft.h"
 #include "model/rope.h"
 
 namespace nk {
@@ -29,9 +29,11 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
-  // LoRA adapters on the blocks' linear layers (model/lora.h); rank 0: none.
-  // Not a model.* key: peft.* sets it for a run, a saved model records it.
+  // Adapters on the blocks' linear layers (model/peft.h), LoRA's (rank 0:
+  // none) or IA3's (no targets: none). Not model.* keys: peft.* sets them for
+  // a run, a saved model records them.
   LoraConfig lora;
+  Ia3Config ia3;
 
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;

@@ -97,19 +97,30 @@ void Transformer::bind_views() {
     n.db = maybe(base + ".bias", true);
     return n;
   };
-  // LoRA: each target's A and B on its layer (model/lora.h).
-  std::map<std::string, nn::Lora> adapters;
-  for (const LoraTarget& t : lora_targets(cfg_)) {
-    nn::Lora& lo = adapters[t.linear];
+  // Adapters (model/peft.h): each LoRA target's A and B, each IA3 scale, on its layer.
+  std::map<std::string, nn::Lora> loras;
+  for (const AdaptedModule& t : lora_targets(cfg_)) {
+    nn::Lora& lo = loras[t.linear];
     lo.rank = cfg_.lora.rank;
     lo.scale = float(cfg_.lora.scale());
     lo.dropout = float(cfg_.lora.dropout);
-    lo.id = adapters.size();
+    lo.id = loras.size();
     lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), t.col0});
+  }
+  std::map<std::string, nn::Ia3> ia3s;
+  for (const AdaptedModule& t : ia3_targets(cfg_)) {
+    nn::Ia3& s = ia3s[t.linear];
+    if (t.feedforward) {
+      s.in = w(t.ia3_name());
+      s.din = g(t.ia3_name());
+    } else {
+      s.out.push_back({w(t.ia3_name()), g(t.ia3_name()), t.col0});
+    }
   }
   auto adapted = [&](const std::string& base) {
     nn::Linear lin = linear(base);
-    if (auto it = adapters.find(base); it != adapters.end()) lin.lora = it->second;
+    if (auto it = loras.find(base); it != loras.end()) lin.lora = it->second;
+    if (auto it = ia3s.find(base); it != ia3s.end()) lin.ia3 = it->second;
     return lin;
   };
   embed_.wte = w("wte");
@@ -134,7 +145,7 @@ void Transformer::bind_views() {
     blocks_.push_back(b);
   }
   norm_f_ = norm("ln_f");
-  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor(), {}}
+  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor(), {}, {}}
                                : linear("lm_head");
 }
 
@@ -165,29 +176,29 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.mlp.a = act(c.d_ff);
     layers.push_back(y);
   }
-  // LoRA: x A^T of every adapted part saved per layer, and one scratch.
-  const LoraSizes ls = lora_sizes(c);
-  if (ls.rank > 0) {
-    const int64_t N = B * T;
-    auto flat = [&](int64_t n) { return Tensor::empty({n}, dt, device); };
-    lora = std::make_unique<nn::LoraScratch>();
-    lora->training = training;
-    lora->z = flat(N * ls.max_rows);
-    lora->dh = flat(N * ls.rank);
-    lora->dx = flat(N * ls.max_in);
-    if (training && c.lora.dropout > 0) lora->xd = flat(N * ls.max_in);
+  // Adapters: LoRA's x A^T of every adapted part saved per layer, and one
+  // scratch they all share.
+  adapters = make_adapter_scratch(c, B * T, dt, device, training);
+  if (adapters) {
+    const AdapterSizes s = adapter_sizes(c);
     for (size_t l = 0; l < layers.size(); ++l) {
-      // Inference reuses one layer's buffers for all: the most parts of any.
-      std::array<int64_t, 4> parts = ls.parts[l];
-      for (const auto& other : ls.parts)
-        for (size_t i = 0; i < 4 && !training; ++i) parts[i] = std::max(parts[i], other[i]);
-      auto acts = [&](int64_t n) {
-        return n ? nn::LoraActs{flat(n * N * ls.rank), lora.get()} : nn::LoraActs{};
+      // Inference reuses one layer's buffers for all: the most of any.
+      std::array<int64_t, 4> parts = s.lora_parts[l];
+      std::array<bool, 4> adapted = s.adapted[l];
+      for (size_t o = 0; o < s.adapted.size() && !training; ++o)
+        for (size_t i = 0; i < 4; ++i) {
+          parts[i] = std::max(parts[i], s.lora_parts[o][i]);
+          adapted[i] = adapted[i] || s.adapted[o][i];
+        }
+      auto acts = [&](size_t i) {
+        if (!adapted[i]) return nn::AdapterActs{};
+        Tensor h = parts[i] ? Tensor::empty({parts[i] * B * T * s.rank}, dt, device) : Tensor();
+        return nn::AdapterActs{h, adapters.get()};
       };
-      layers[l].attn.qkv_lora = acts(parts[0]);
-      layers[l].attn.proj_lora = acts(parts[1]);
-      layers[l].mlp.up_lora = acts(parts[2]);
-      layers[l].mlp.down_lora = acts(parts[3]);
+      layers[l].attn.qkv_lora = acts(0);
+      layers[l].attn.proj_lora = acts(1);
+      layers[l].mlp.up_lora = acts(2);
+      layers[l].mlp.down_lora = acts(3);
     }
   }
   lnf = act(C);
@@ -243,7 +254,7 @@ void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
            "blocks_forward: layers [{}, {}) of {}", first, last, blocks_.size());
   const bool training = a.layers.size() == blocks_.size();
   const auto [cu, pos] = packed_tensors(packed);
-  if (a.lora) a.lora->seed = dropout_seed_;
+  if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = first; l < last; ++l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[training ? size_t(l) : 0];
@@ -309,7 +320,7 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
   NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
            "blocks_backward: layers [{}, {}) of {}", first, last, blocks_.size());
   const auto [cu, pos] = packed_tensors(packed);
-  if (a.lora) a.lora->seed = dropout_seed_;
+  if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = last - 1; l >= first; --l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[size_t(l)];
@@ -391,7 +402,8 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
   Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
   Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
-  const nn::LoraActs lora = kc.lora ? nn::LoraActs{kc.lora_h, kc.lora.get()} : nn::LoraActs{};
+  const nn::AdapterActs lora =
+      kc.adapters ? nn::AdapterActs{kc.lora_h, kc.adapters.get()} : nn::AdapterActs{};
   nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), lora, lora};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   for (size_t l = 0; l < blocks_.size(); ++l) {

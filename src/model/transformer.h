@@ -164,10 +164,10 @@ class Activations {
     nn::SelfAttention::Saved attn;
     nn::MLP::Saved mlp;
   };
-  // LoRA's workspace (model/lora.h), when the model has adapters: the
+  // The adapters' workspace (model/peft.h), when the model has any: the
   // scratch every adapted layer shares (its seed set per forward), and per
-  // layer the saved x A^T of each of its four linear layers' parts.
-  std::unique_ptr<nn::LoraScratch> lora;
+  // layer LoRA's saved x A^T of each of its four linear layers' parts.
+  std::unique_ptr<nn::AdapterScratch> adapters;
   std::vector<Tensor> res;  // residual stream entering layer l; res[L] is the output
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf;

@@ -14,10 +14,10 @@ struct SelfAttention {
   Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
 
   struct Saved {
-    Tensor qkv;                    // [B, T, (Hq + 2 Hkv) D], q and k already rotated
-    Tensor out;                    // [B, T, Hq D]
-    Tensor lse;                    // f32 [B, Hq, T]
-    LoraActs qkv_lora, proj_lora;  // the adapters' (undefined without)
+    Tensor qkv;                       // [B, T, (Hq + 2 Hkv) D], q and k already rotated
+    Tensor out;                       // [B, T, Hq D]
+    Tensor lse;                       // f32 [B, Hq, T]
+    AdapterActs qkv_lora, proj_lora;  // the adapters' (undefined without)
   };
   struct Scratch {
     Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
@@ -41,7 +41,7 @@ struct SelfAttention {
   // adapters' scratch (undefined without).
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
                       Tensor v_cache, const Tensor& slots, const Tensor& positions,
-                      const LoraActs& lora = {}) const {
+                      const AdapterActs& lora = {}) const {
     qkv.forward(qkv_buf, x, lora);
     if (rope.defined())
       ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,

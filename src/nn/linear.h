@@ -1,8 +1,8 @@
 // Linear layer y = x W^T + b over views into the parameter arenas, with
-// optional LoRA adapters on its output (nn/lora.h). With a tensor-parallel
+// optional adapters (LoRA, IA3: nn/adapters.h). With a tensor-parallel
 // size of 1 this is also what the column- and row-parallel variants reduce to.
 #pragma once
-#include "nn/lora.h"
+#include "nn/adapters.h"
 #include "ops/ops.h"
 
 namespace nk::nn {
@@ -16,23 +16,41 @@ struct Linear {
   Tensor w, b;    // compute dtype: [out, in], [out] (b may be undefined)
   Tensor dw, db;  // f32 gradients, accumulated; undefined when frozen (not computed)
   Lora lora;      // adapters on the output; inactive when it has no parts
+  Ia3 ia3;        // learned scales of the output or input; inactive without
 
-  // x [.., in] -> y [.., out]. la: the adapters' saved activations (needed
-  // when lora is active).
-  void forward(Tensor y, const Tensor& x, const LoraActs& la = {}) const {
-    ops::linear_forward(rows(y), rows(x), w, b);
-    if (lora.active()) {
-      NK_CHECK(la.defined(), "Linear: LoRA adapters without their activations");
-      lora.forward(rows(y), rows(x), la);
-    }
+  // x [.., in] -> y [.., out]. ad: the adapters' activations and scratch
+  // (needed when any adapter is active).
+  void forward(Tensor y, const Tensor& x, const AdapterActs& ad = {}) const {
+    check_adapters(ad);
+    Tensor y2 = rows(y), x2 = rows(x);
+    ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
+    if (ia3.active()) ia3.scale_output(y2);
+    if (lora.active()) lora.forward(y2, x2, ad);
   }
-  // dx [N, in] written (skipped if undefined); dw, db accumulate.
-  void backward(Tensor dx, const Tensor& dy, const Tensor& x, const LoraActs& la = {}) const {
-    ops::linear_backward(dx.defined() ? rows(dx) : dx, dw, db, rows(dy), rows(x), w);
-    if (lora.active()) {
-      NK_CHECK(la.defined(), "Linear: LoRA adapters without their activations");
-      lora.backward(dx.defined() ? rows(dx) : dx, rows(dy), rows(x), la);
+  // dx [N, in] written (skipped if undefined); dw, db accumulate. IA3
+  // trains its scales with W frozen (dw, db undefined).
+  void backward(Tensor dx, const Tensor& dy, const Tensor& x, const AdapterActs& ad = {}) const {
+    check_adapters(ad);
+    Tensor dx2 = dx.defined() ? rows(dx) : dx, dy2 = rows(dy), x2 = rows(x);
+    if (ia3.active()) {
+      NK_CHECK(!dw.defined() && !db.defined(), "Linear: IA3 scales over a trainable weight");
+      Tensor dyb = ia3.output_grad(dy2, x2, w, b, ad);
+      // The input scale's gradient needs d(x * l) even where dx is not wanted.
+      Tensor dxs = dx2.defined() || !ia3.in.defined()
+                       ? dx2
+                       : ad.work->dx.narrow0(0, x2.numel()).view(x2.shape());
+      ops::linear_backward(dxs, Tensor(), Tensor(), dyb, x2, w);  // W is frozen: x unused
+      if (dxs.defined()) ia3.input_grad(dxs, x2);
+    } else {
+      ops::linear_backward(dx2, dw, db, dy2, x2, w);
     }
+    if (lora.active()) lora.backward(dx2, dy2, x2, ad);
+  }
+
+ private:
+  void check_adapters(const AdapterActs& ad) const {
+    NK_CHECK(!(lora.active() || ia3.active()) || ad.defined(),
+             "Linear: adapters without their activations");
   }
 };
 

@@ -10,9 +10,9 @@ struct MLP {
   bool swiglu = false;
 
   struct Saved {
-    Tensor h;                     // up projection output [N, F] or [N, 2F]
-    Tensor a;                     // activation output [N, F]
-    LoraActs up_lora, down_lora;  // the adapters' (undefined without)
+    Tensor h;                        // up projection output [N, F] or [N, 2F]
+    Tensor a;                        // activation output [N, F]
+    AdapterActs up_lora, down_lora;  // the adapters' (undefined without)
   };
   struct Scratch {
     Tensor dh, da;  // shaped like Saved

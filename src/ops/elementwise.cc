@@ -90,6 +90,22 @@ void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
   NK_KERNEL(dropout, dev)(y, x, p, seed);
 }
 
+void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
+  const Device dev = device_of("scale_columns", {{&y, "y"}, {&l, "l"}});
+  NK_CHECK(y.ndim() == 2 && l.ndim() == 1 && col0 >= 0 && col0 + l.dim(0) <= y.dim(1),
+           "scale_columns: columns [{}, {}) of y {}", col0, col0 + l.dim(0), y.desc());
+  NK_CHECK(y.dtype() == l.dtype(), "scale_columns: dtypes {} and {}", y.desc(), l.desc());
+  NK_KERNEL(scale_columns, dev)(y, l, col0);
+}
+
+void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b) {
+  const Device dev = device_of("column_dot", {{&dl, "dl"}, {&a, "a"}, {&b, "b"}});
+  check_columns("column_dot", a, b, col0);
+  check_shape(dl, {b.dim(1)}, "column_dot dl");
+  check_dtype(dl, DType::F32, "column_dot dl");
+  NK_KERNEL(column_dot, dev)(dl, a, col0, b);
+}
+
 void copy_bytes_from_host(Tensor dst, const void* src) {
   NK_KERNEL(copy_bytes_from_host, device_of("copy_bytes_from_host", {{&dst, "dst"}}))(dst, src);
 }

@@ -42,6 +42,12 @@ void scale(Tensor x, float s);
 void add_columns(Tensor y, const Tensor& z, int64_t col0, float s);
 // z = s * y[:, col0 : col0+m] (written).
 void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s);
+// y[:, col0 + j] *= l[j] for j < m (IA3's learned scaling of some output
+// columns, or of every input column). y [N, M], l [m] in y's dtype.
+void scale_columns(Tensor y, const Tensor& l, int64_t col0);
+// dl[j] += sum_n a[n, col0 + j] * b[n, j]: IA3's scale gradient. dl f32 [m]
+// accumulates; a [N, M], b [N, m] in one dtype. Deterministic.
+void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b);
 // Inverted dropout: y = x * keep / (1 - p), keep = 0 with probability p, drawn
 // per element index from `seed` alone (a counter-based hash), so calling it
 // again with the same seed on a gradient applies the same mask. y may alias x.

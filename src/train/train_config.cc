@@ -63,17 +63,21 @@ void TrainConfig::bind(ConfigBinder& b) {
          "patterns over names such as wte, h.*.attn.*, lm_head.weight (a tied head "
          "follows wte)");
   b.bind("peft.method", peft.method,
-         "parameter-efficient fine-tuning: none (train every unfrozen weight) or lora (train "
-         "LoRA adapters, base weights frozen)");
+         "parameter-efficient fine-tuning: none (train every unfrozen weight), lora or ia3 "
+         "(train adapters, base weights frozen)");
   b.bind("peft.lora_rank", peft.lora.rank, "LoRA rank r");
   b.bind("peft.lora_alpha", peft.lora.alpha, "LoRA alpha: adapters scale by alpha / r");
   b.bind("peft.lora_dropout", peft.lora.dropout, "dropout on the LoRA adapters' input");
   b.bind("peft.use_rslora", peft.lora.rslora,
          "rank-stabilised LoRA: scale by alpha / sqrt(r) instead of alpha / r");
   b.bind("peft.target_modules", peft.target_modules,
-         "modules LoRA adapts, comma-separated: Hugging Face names (q_proj, k_proj, v_proj, "
+         "modules to adapt, comma-separated: Hugging Face names (q_proj, k_proj, v_proj, "
          "o_proj, gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc), Megatron's "
-         "(linear_qkv, linear_proj, linear_fc1, linear_fc2) or all-linear");
+         "(linear_qkv, linear_proj, linear_fc1, linear_fc2) or all-linear; default: linear_qkv "
+         "for LoRA, PEFT's for IA3 (k_proj, v_proj, down_proj; GPT-2: c_attn, mlp.c_proj)");
+  b.bind("peft.feedforward_modules", peft.feedforward_modules,
+         "IA3: the target modules scaled on their input rather than their output (with the "
+         "default targets: down_proj; GPT-2: mlp.c_proj)");
   // As an int64 key: a negative seed wraps, as it always has.
   b.bind_with<int64_t>("train.seed", int64_t(seed), "seed for initialisation and data order",
                        [&](int64_t v) { seed = uint64_t(v); });
@@ -162,22 +166,34 @@ TrainConfig train_config_from(const Config& c) {
   if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
   if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
-  if (t.peft.method != "none" && t.peft.method != "lora")
+  if (t.peft.method != "none" && !t.peft.adapters())
     fail(
-        "peft.method: expected none or lora, got '{}' (IA3, p-tuning and adapters are not "
-        "implemented yet)",
+        "peft.method: expected none, lora or ia3, got '{}' (p-tuning and bottleneck adapters are "
+        "not implemented yet)",
         t.peft.method);
-  if (t.peft.uses_lora()) {
+  if (t.peft.adapters()) {
     if (!t.freeze.empty())
-      fail("train.freeze: not used with peft.method=lora, which freezes every base weight");
-    if (t.model.lora.enabled())
+      fail("train.freeze: not used with peft.method={}, which freezes every base weight",
+           t.peft.method);
+    if (t.model.lora.enabled() || t.model.ia3.enabled())
       fail(
-          "peft.method: the model of train.init_from already has LoRA adapters; merge them first "
+          "peft.method: the model of train.init_from already has adapters; merge them first "
           "(nekton export hf ... --merge-lora) or fine-tune it without peft.method");
-    t.model.lora = t.peft.lora;
-    t.model.lora.target_modules = split_list(t.peft.target_modules);
-    if (t.peft.lora.rank <= 0) fail("peft.lora_rank: must be positive, got {}", t.peft.lora.rank);
-    validate_lora(t.model, "peft.");
+    if (t.peft.method == "lora") {
+      t.model.lora = t.peft.lora;
+      t.model.lora.target_modules = split_list(t.peft.target_modules);
+      if (t.model.lora.target_modules.empty()) t.model.lora.target_modules = {"linear_qkv"};
+      if (t.peft.lora.rank <= 0) fail("peft.lora_rank: must be positive, got {}", t.peft.lora.rank);
+    } else {
+      t.model.ia3.target_modules = split_list(t.peft.target_modules);
+      t.model.ia3.feedforward_modules = split_list(t.peft.feedforward_modules);
+      if (t.model.ia3.target_modules.empty()) {
+        if (!t.model.ia3.feedforward_modules.empty())
+          fail("peft.feedforward_modules: give peft.target_modules with it");
+        t.model.ia3 = default_ia3(t.model);
+      }
+    }
+    validate_adapters(t.model, "peft.");
     const ParamLayout layout = Transformer::layout_for(t.model);
     for (const ParamInfo& p : layout.params())
       if (!p.adapter) t.frozen.push_back(p.name);

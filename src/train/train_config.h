@@ -13,13 +13,13 @@
 
 namespace nk {
 
-// peft.*: parameter-efficient fine-tuning. LoRA sets model.lora and freezes
-// every base weight.
+// peft.*: parameter-efficient fine-tuning. LoRA and IA3 set model.lora or
+// model.ia3 and freeze every base weight.
 struct PeftConfig {
-  std::string method = "none";  // none | lora
+  std::string method = "none";  // none | lora | ia3
   LoraConfig lora{.rank = 8, .alpha = 16, .dropout = 0, .rslora = false, .target_modules = {}};
-  std::string target_modules = "linear_qkv";  // as given: comma-separated
-  bool uses_lora() const { return method == "lora"; }
+  std::string target_modules, feedforward_modules;  // as given: comma-separated
+  bool adapters() const { return method == "lora" || method == "ia3"; }
 };
 
 struct TrainConfig {

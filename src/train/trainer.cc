@@ -96,9 +96,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
-  if (par_.active() && cfg_.model.lora.enabled())
+  if (par_.active() && (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()))
     fail(
-        "peft.method: LoRA runs on one process for now (its data-parallel equivalence is not "
+        "peft.method: adapters train on one process for now (its data-parallel equivalence is not "
         "tested yet)");
   if (par_.active() && data_.train->max_segments() > 0)
     fail(
@@ -262,9 +262,13 @@ std::unique_ptr<Transformer> Trainer::with_frozen_layout(std::unique_ptr<Transfo
                                                          const char* key,
                                                          const std::string& dir) const {
   // A base model for a LoRA run gains the run's adapters, initialised from the seed.
-  const bool add_adapters = cfg_.model.lora.enabled() && !m->config().lora.enabled();
+  const bool add_adapters = (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) &&
+                            !m->config().lora.enabled() && !m->config().ia3.enabled();
   ModelConfig want = cfg_.model;
-  if (add_adapters) want.lora = LoraConfig();
+  if (add_adapters) {
+    want.lora = LoraConfig();
+    want.ia3 = Ia3Config();
+  }
   if (model_config_to_json(m->config()) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
   if (cfg_.frozen.empty() && m->device() == cfg_.device && !add_adapters) return m;
@@ -362,6 +366,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           l.rank, l.alpha, l.rslora ? " (rsLoRA)" : "",
           l.dropout > 0 ? fmt::format(" dropout {}", l.dropout) : "",
           lora_targets(cfg_.model).size(), fmt::join(l.target_modules, ","),
+          double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
+    else if (const Ia3Config& a = cfg_.model.ia3; a.enabled())
+      NK_INFO(
+          "peft: IA3 on {} modules ({}; feedforward: {}); base frozen, {:.4f}M parameters "
+          "trainable ({:.3f}%)",
+          ia3_targets(cfg_.model).size(), fmt::join(a.target_modules, ","),
+          a.feedforward_modules.empty() ? "none"
+                                        : fmt::format("{}", fmt::join(a.feedforward_modules, ",")),
           double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
     else
       NK_INFO("train.freeze: {} parameter tensors frozen, {:.2f}M parameters trainable",
@@ -512,10 +524,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::string model_dir = cfg_.out_dir + "/model";
   save_model(model_dir, *model_);
   save_trainer_state(trainer_state_path(model_dir), state_);
-  if (cfg_.model.lora.enabled()) {  // the adapter alone, for PEFT, vLLM or generate --adapter
+  // The adapter alone, for PEFT, vLLM or generate.adapter.
+  if (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) {
     const std::string adapter_dir = cfg_.out_dir + "/adapter";
     save_peft_adapter(adapter_dir, *model_, cfg_.init_from);
-    NK_INFO("saved the LoRA adapter in Hugging Face PEFT's format to {}", adapter_dir);
+    NK_INFO("saved the {} adapter in Hugging Face PEFT's format to {}",
+            cfg_.model.lora.enabled() ? "LoRA" : "IA3", adapter_dir);
   }
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
   NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,

@@ -190,13 +190,53 @@ TEST_F(Finetune, LoraResumesExactly) {
     EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
 }
 
+// IA3 (PEFT's GPT-2 defaults: c_attn's output, mlp.c_proj's input): only the
+// scales train, the loss falls, and the model, the base with the adapter and
+// the merged export answer alike.
+TEST_F(Finetune, Ia3TrainsOnlyItsScales) {
+  const std::string base = copying_base(), out = d_ / "ia3";
+  auto r = test::run_nekton(lora_args(base, out) +
+                            " peft.method=ia3 peft.target_modules= train.steps=40 train.lr=2e-2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "peft: IA3 on 4 modules (c_attn,mlp.c_proj; feedforward: "
+                       "mlp.c_proj); base frozen"))
+      << r.out;
+  const std::vector<double> losses = test::logged_losses(out + "/metrics.jsonl");
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_LT(losses.back(), losses.front() * 0.9) << r.out;
+  const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
+                        orig = SafetensorsFile::open(base + "/model.safetensors");
+  for (const SafetensorsEntry& e : orig.entries()) {
+    Tensor a = tuned.get(e.name), b = orig.get(e.name);
+    EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << e.name << " changed";
+  }
+  const int right = correct_answers(out + "/model");
+  const std::string answers = last_answers_;
+  EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), right);
+  EXPECT_EQ(last_answers_, answers);
+  r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "ia3_hf") +
+                       " --merge-lora");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton("import hf " + std::string(d_ / "ia3_hf") + " " +
+                       std::string(d_ / "ia3_merged"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(correct_answers(d_ / "ia3_merged", "generate.tokenizer=bytes"), right);
+  EXPECT_EQ(last_answers_, answers);
+}
+
 TEST_F(Finetune, LoraBadSettingsAreClearErrors) {
   const std::string out = d_ / "bad";
   auto expect_error = [&](const std::string& args, const std::string& message) {
     expect_failure(args, message, out);
   };
   expect_error(lora_args(base_, out) + " peft.method=dora",
-               "peft.method: expected none or lora, got 'dora'");
+               "peft.method: expected none, lora or ia3, got 'dora'");
+  expect_error(lora_args(base_, out) +
+                   " peft.method=ia3 peft.target_modules=c_attn "
+                   "peft.feedforward_modules=c_fc",
+               "peft.feedforward_modules: 'transformer.h.0.mlp.c_fc' is not among "
+               "peft.target_modules");
   expect_error(lora_args(base_, out) + " peft.target_modules=q_proj",
                "peft.target_modules: 'q_proj' matches no linear layer of this GPT-2 model (its "
                "modules: c_attn, c_proj, c_fc, c_proj");

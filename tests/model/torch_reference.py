@@ -64,9 +64,10 @@ def rope(cfg, D):
     return inv / factor * ramp + inv * (1 - ramp), rs.get("attention_factor") or 0.1 * math.log(factor) + 1
 
 
-def forward(cfg, P, tokens, lora=None):
-    """Logits [B, T, V]. `lora`, if given, is a function (name, x) -> a tensor
-    to add to linear `name`'s output (e.g. "h.0.attn.qkv"), or None."""
+def forward(cfg, P, tokens, adapter=None):
+    """Logits [B, T, V]. `adapter`, if given, is a function (name, x, base) ->
+    the output of linear `name` (e.g. "h.0.attn.qkv") for input x, where
+    base(x) is the plain layer's: how PEFT's adapters wrap a layer."""
     B, T = tokens.shape
     C, H, KV = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"]
     D = C // H
@@ -90,10 +91,11 @@ def forward(cfg, P, tokens, lora=None):
         return torch.nn.functional.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"], eps)
 
     def lin(x, name):
-        y = x @ P[name + ".weight"].t()
-        y = y + P[name + ".bias"] if (name + ".bias") in P else y
-        extra = lora(name, x) if lora is not None else None
-        return y if extra is None else y + extra
+        def base(x):
+            y = x @ P[name + ".weight"].t()
+            return y + P[name + ".bias"] if (name + ".bias") in P else y
+
+        return base(x) if adapter is None else adapter(name, x, base)
 
     for l in range(cfg["n_layer"]):
         p = f"h.{l}."

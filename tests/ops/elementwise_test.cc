@@ -115,6 +115,23 @@ TEST_P(Elementwise, ColumnBlocksMatchReference) {
   EXPECT_THROW(ops::copy_columns(z, y, -1, 1.f), InternalError);
 }
 
+// IA3's column scaling and its gradient's column sums.
+TEST_P(Elementwise, ColumnScalingMatchesReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int64_t N = 301, M = 24, m = 7, col0 = 9;
+    Vec y = rounded(randn(N * M, 21), dt), l = rounded(randn(m, 22), dt),
+        b = rounded(randn(N * m, 23), dt), dl = rounded(randn(m, 24), DType::F32);
+    Tensor ty = make({N, M}, dt, y, dev()), tl = make({m}, dt, l, dev()),
+           tb = make({N, m}, dt, b, dev()), tdl = make({m}, DType::F32, dl, dev());
+    ops::column_dot(tdl, ty, col0, tb);
+    ref::column_dot(dl.data(), y.data(), b.data(), N, M, m, col0);
+    expect_close(values(tdl), dl, {1e-5, 1e-5}, "column_dot");
+    ops::scale_columns(ty, tl, col0);
+    ref::scale_columns(y.data(), l.data(), N, M, m, col0);
+    expect_close(values(ty), y, tol_for(dt), "scale_columns");
+  }
+}
+
 // The mask is the reference's, drops about p of the elements, and is the same
 // on a second call with the seed (how the backward re-applies it); another
 // seed draws another mask.

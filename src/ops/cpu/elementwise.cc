@@ -183,4 +183,39 @@ void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
   });
 }
 
+void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
+  dispatch_float(y.dtype(), "scale_columns", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = y.dim(0), M = y.dim(1), m = l.dim(0);
+    T* py = y.data<T>();
+    const T* pl = l.data<T>();
+    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t j = 0; j < m; ++j) {
+          T& d = py[n * M + col0 + j];
+          d = store<T>(load(d) * load(pl[j]));
+        }
+    });
+  });
+}
+
+// Columns in parallel, rows summed in order: the same sums for any thread count.
+void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b) {
+  dispatch_float(a.dtype(), "column_dot", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t N = a.dim(0), M = a.dim(1), m = b.dim(1);
+    const T *pa = a.data<T>(), *pb = b.data<T>();
+    float* pd = dl.data<float>();
+    parallel_for(m, std::max<int64_t>(1, kGrain / std::max<int64_t>(N, 1)),
+                 [&](int64_t s, int64_t e) {
+                   for (int64_t j = s; j < e; ++j) {
+                     double sum = 0;
+                     for (int64_t n = 0; n < N; ++n)
+                       sum += double(load(pa[n * M + col0 + j])) * double(load(pb[n * m + j]));
+                     pd[j] += float(sum);
+                   }
+                 });
+  });
+}
+
 }  // namespace nk::ops::cpu

@@ -29,6 +29,8 @@ int64_t count_nonfinite(const Tensor& x);
 void add_columns(Tensor y, const Tensor& z, int64_t col0, float s);
 void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s);
 void dropout(Tensor y, const Tensor& x, float p, uint64_t seed);
+void scale_columns(Tensor y, const Tensor& l, int64_t col0);
+void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b);
 void copy_bytes_from_host(Tensor dst, const void* src);
 void copy_bytes_to_host(const Tensor& src, void* dst);
 int64_t count_not_equal(const Tensor& x, int64_t value);

@@ -55,4 +55,18 @@ void dropout(F* y, const F* x, int64_t n, float p, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) y[i] = ops::dropout_keeps(seed, i, p) ? x[i] / F(1 - p) : F(0);
 }
 
+// y[n, col0 + j] *= l[j]; y [N, M], l [m].
+template <typename F>
+void scale_columns(F* y, const F* l, int64_t N, int64_t M, int64_t m, int64_t col0) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < m; ++j) y[n * M + col0 + j] *= l[j];
+}
+
+// dl[j] += sum_n a[n, col0 + j] * b[n, j]; a [N, M], b [N, m].
+template <typename F>
+void column_dot(F* dl, const F* a, const F* b, int64_t N, int64_t M, int64_t m, int64_t col0) {
+  for (int64_t j = 0; j < m; ++j)
+    for (int64_t n = 0; n < N; ++n) dl[j] += a[n * M + col0 + j] * b[n * m + j];
+}
+
 }  // namespace nk::ref

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Independent PyTorch implementation of LoRA fine-tuning over Nekton's models,
-used by Nekton's LoRA parity test. Usage:
+"""Independent PyTorch implementation of LoRA and IA3 fine-tuning over
+Nekton's models, used by Nekton's adapter parity tests. Usage:
 
     /usr/bin/python3 tests/peft/lora_reference.py FOLDER TOL
 
-FOLDER holds the base model (model/, Nekton's format), a LoRA adapter in
-Hugging Face PEFT's format (adapter/adapter_config.json and
+FOLDER holds the base model (model/, Nekton's format), a LoRA or IA3 adapter
+in Hugging Face PEFT's format (adapter/adapter_config.json and
 adapter_model.safetensors), a batch (batch.safetensors), Nekton's results
 (nekton.safetensors: logits, loss, grad.<adapter tensor>, step_losses) and
 optim.json. With the base weights frozen and only the adapter trainable, this
@@ -14,9 +14,12 @@ and exits 1 if any differs from Nekton's by more than TOL (relative, as
 max|ours - torch| / max|torch|).
 
 Written from the LoRA paper (Hu et al. 2021: h = W x + (alpha / r) B A x, or
-alpha / sqrt(r) with rsLoRA) and PEFT's documented adapter format (tensor names,
-lora_A [r, in], lora_B [out, r], adapter_config.json keys), not from PEFT's
-code. Dropout is not applied: the test runs without it. The model itself is
+alpha / sqrt(r) with rsLoRA), the (IA)^3 paper (Liu et al. 2022: learned
+vectors l rescaling a layer's output, l * (W x + b), or for PEFT's
+feedforward_modules its input, W (l * x) + b) and PEFT's documented adapter
+format (tensor names, lora_A [r, in], lora_B [out, r], ia3_l [out, 1] or
+[1, in], adapter_config.json keys), not from PEFT's code. IA3's vectors get no
+weight decay (they are not matrices), as Nekton's optimizer groups them. Dropout is not applied: the test runs without it. The model itself is
 tests/model/torch_reference.py's forward, with each adapter's output added to
 the columns of the fused Nekton linear its module stands for.
 """
@@ -31,8 +34,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model"))
 from torch_reference import Checks, adamw_step_losses, check_step_losses, cross_entropy, forward, read_safetensors  # noqa: E402
 
-LLAMA_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])\.weight")
-GPT2_NAME = re.compile(r"base_model\.model\.transformer\.h\.(\d+)\.(attn|mlp)\.(\w+)\.lora_([AB])\.weight")
+LLAMA_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(lora_A\.weight|lora_B\.weight|ia3_l)")
+GPT2_NAME = re.compile(r"base_model\.model\.transformer\.h\.(\d+)\.(attn|mlp)\.(\w+)\.(lora_A\.weight|lora_B\.weight|ia3_l)")
 
 
 def module_rows(cfg):
@@ -51,40 +54,82 @@ def module_rows(cfg):
 
 
 def adapter_modules(cfg, acfg, names, P):
-    """{Nekton linear: [(first row, end row, A name, B name)] by row}, checking
-    names, shapes and that each module is targeted and has both A and B."""
+    """{Nekton linear: [(first row, end row, module, {kind: tensor name})] by
+    row}, kind "lora_A.weight", "lora_B.weight" or "ia3_l", checking names,
+    shapes and that each module is targeted and complete."""
     pattern = GPT2_NAME if cfg["arch"] == "gpt2" else LLAMA_NAME
+    lora = acfg["peft_type"] == "LORA"
+    want_kinds = {"lora_A.weight", "lora_B.weight"} if lora else {"ia3_l"}
+    ff = set(acfg.get("feedforward_modules") or [])
     rows, targets, found = module_rows(cfg), acfg["target_modules"], {}
     for name in names:
         m = pattern.fullmatch(name)
-        if not m or (m[2], m[3]) not in rows or int(m[1]) >= cfg["n_layer"]:
-            sys.exit(f"adapter tensor {name}: not a LoRA module of a {cfg['arch']} layer")
-        if isinstance(targets, list) and m[3] not in targets:
+        if not m or (m[2], m[3]) not in rows or int(m[1]) >= cfg["n_layer"] or m[4] not in want_kinds:
+            sys.exit(f"adapter tensor {name}: not a {acfg['peft_type']} tensor of a {cfg['arch']} layer")
+        if isinstance(targets, list) and m[3] not in targets and f"{m[2]}.{m[3]}" not in targets:
             sys.exit(f"adapter tensor {name}: module {m[3]} is not in target_modules {targets}")
         found.setdefault((int(m[1]), m[2], m[3]), {})[m[4]] = name
     out = {}
-    for (l, block, module), ab in sorted(found.items()):
-        if set(ab) != {"A", "B"}:
-            sys.exit(f"layer {l} {module}: has lora_{''.join(ab)} only")
+    for (l, block, module), kinds in sorted(found.items()):
+        if set(kinds) != want_kinds:
+            sys.exit(f"layer {l} {module}: has {sorted(kinds)} only")
         base, start, end = rows[(block, module)]
         base = f"h.{l}.{base}"
         W = P[base + ".weight"]
         end = W.shape[0] if end is None else end
-        A, B = P[ab["A"]], P[ab["B"]]
-        want_a, want_b = (acfg["r"], W.shape[1]), (end - start, acfg["r"])
-        if tuple(A.shape) != want_a or tuple(B.shape) != want_b:
-            sys.exit(f"layer {l} {module}: lora_A {list(A.shape)}, lora_B {list(B.shape)}; "
-                     f"expected {list(want_a)} and {list(want_b)}")
-        out.setdefault(base, []).append((start, end, ab["A"], ab["B"]))
+        if lora:
+            want = {"lora_A.weight": (acfg["r"], W.shape[1]), "lora_B.weight": (end - start, acfg["r"])}
+        else:
+            feedforward = module in ff or f"{block}.{module}" in ff
+            want = {"ia3_l": (1, W.shape[1]) if feedforward else (end - start, 1)}
+        for kind, shape in want.items():
+            if tuple(P[kinds[kind]].shape) != shape:
+                sys.exit(f"layer {l} {module}: {kind} {list(P[kinds[kind]].shape)}, expected {list(shape)}")
+        out.setdefault(base, []).append((start, end, module, kinds))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def lora_adapter(mods, P, scaling):
+    """(name, x, base) -> base(x) plus each LoRA module's scaling * x A^T B^T
+    in its rows (zeros elsewhere)."""
+    def adapt(name, x, base, L):
+        y = base(x)
+        if name not in mods:
+            return y
+        parts, row = [], 0
+        for s, e, _, t in mods[name]:
+            parts += [x.new_zeros(*x.shape[:-1], s - row),
+                      scaling * ((x @ L[t["lora_A.weight"]].t()) @ L[t["lora_B.weight"]].t())]
+            row = e
+        parts.append(x.new_zeros(*x.shape[:-1], y.shape[-1] - row))
+        return y + torch.cat(parts, dim=-1)
+    return adapt
+
+
+def ia3_adapter(mods, P):
+    """(name, x, base) -> IA3: a feedforward module's input times its [1, in]
+    vector, other modules' output rows times their [rows, 1] vectors."""
+    def adapt(name, x, base, L):
+        if name not in mods:
+            return base(x)
+        mine = mods[name]
+        ff = [t["ia3_l"] for _, _, _, t in mine if L[t["ia3_l"]].shape[0] == 1]
+        if ff:
+            return base(x * L[ff[0]].view(-1))
+        y = base(x)
+        scale, row = [], 0
+        for s, e, _, t in mine:
+            scale += [y.new_ones(s - row), L[t["ia3_l"]].view(-1)]
+            row = e
+        scale.append(y.new_ones(y.shape[-1] - row))
+        return y * torch.cat(scale)
+    return adapt
 
 
 def main(folder, tol):
     cfg = json.load(open(f"{folder}/model/config.json"))
     acfg = json.load(open(f"{folder}/adapter/adapter_config.json"))
-    assert acfg.get("peft_type") == "LORA", acfg.get("peft_type")
-    r, alpha = acfg["r"], acfg["lora_alpha"]
-    scaling = alpha / math.sqrt(r) if acfg.get("use_rslora", False) else alpha / r
+    assert acfg.get("peft_type") in ("LORA", "IA3"), acfg.get("peft_type")
     base = read_safetensors(f"{folder}/model/model.safetensors")
     start = read_safetensors(f"{folder}/adapter/adapter_model.safetensors")
     batch = read_safetensors(f"{folder}/batch.safetensors")
@@ -96,18 +141,14 @@ def main(folder, tol):
     mods = adapter_modules(cfg, acfg, start, {**P, **start})
     checks = Checks(tol)
 
-    def loss_of(L):
-        def lora(name, x):
-            if name not in mods:
-                return None
-            parts, row = [], 0
-            for s, e, a, b in mods[name]:  # zeros for the rows no adapter targets
-                parts += [x.new_zeros(*x.shape[:-1], s - row), scaling * ((x @ L[a].t()) @ L[b].t())]
-                row = e
-            parts.append(x.new_zeros(*x.shape[:-1], P[name + ".weight"].shape[0] - row))
-            return torch.cat(parts, dim=-1)
+    if acfg["peft_type"] == "LORA":
+        r, alpha = acfg["r"], acfg["lora_alpha"]
+        adapt = lora_adapter(mods, P, alpha / math.sqrt(r) if acfg.get("use_rslora", False) else alpha / r)
+    else:
+        adapt = ia3_adapter(mods, P)
 
-        logits = forward(cfg, P, tokens, lora=lora)
+    def loss_of(L):
+        logits = forward(cfg, P, tokens, adapter=lambda name, x, base: adapt(name, x, base, L))
         return logits, cross_entropy(logits, targets)
 
     def fresh_adapter():
@@ -130,7 +171,8 @@ def main(folder, tol):
     # AdamW steps from the same start over the adapter only: decay on every
     # (2-d) adapter matrix, global-norm clipping of the adapter's gradients.
     L = fresh_adapter()
-    groups = [{"params": list(L.values()), "weight_decay": opt_cfg["weight_decay"]}]
+    decay = opt_cfg["weight_decay"] if acfg["peft_type"] == "LORA" else 0.0  # IA3: vectors
+    groups = [{"params": list(L.values()), "weight_decay": decay}]
     losses = adamw_step_losses(groups, list(L.values()), lambda: loss_of(L)[1], opt_cfg)
     check_step_losses(checks, ours, losses)
     checks.exit()

@@ -1,5 +1,5 @@
-// LoRA (model/lora.h, nn/lora.h, ckpt/peft_adapter.h):
-//  - parity with an independent PyTorch LoRA (tests/peft/lora_reference.py,
+// LoRA (model/peft.h, nn/adapters.h, ckpt/peft_adapter.h):
+//  - parity with an independent PyTorch LoRA (tests/peft/peft_reference.py,
 //    Debian's python3-torch) reading the adapter in PEFT's format: logits,
 //    loss with a prompt mask, every adapter gradient and the losses of 5
 //    AdamW steps, to 1e-4 relative in fp32 (as tests/model/torch_parity_test.cc
@@ -62,6 +62,12 @@ LoraConfig lora(std::vector<std::string> targets, int64_t rank = 4, double alpha
   return l;
 }
 
+ModelConfig without_adapters(ModelConfig c) {
+  c.lora = LoraConfig();
+  c.ia3 = Ia3Config();
+  return c;
+}
+
 // The base names of a model with adapters: what a LoRA run freezes.
 std::vector<std::string> base_names(const ModelConfig& c) {
   std::vector<std::string> out;
@@ -71,26 +77,34 @@ std::vector<std::string> base_names(const ModelConfig& c) {
   return out;
 }
 
-// `base`'s weights with adapters `l` (A as PEFT initialises it, B drawn with
-// std b_std so that the adapters change the output), the base frozen.
-std::unique_ptr<Transformer> with_lora(Transformer& base, const LoraConfig& l, float b_std,
-                                       uint64_t seed = 5) {
-  ModelConfig c = base.config();
-  c.lora = l;
+// `base`'s weights with the adapters of `adapted` (LoRA's A as PEFT
+// initialises it and B drawn with std `spread`; IA3's scales 1 + N(0,
+// spread^2): so that the adapters change the output), the base frozen.
+std::unique_ptr<Transformer> with_adapters(Transformer& base, const ModelConfig& adapted,
+                                           float spread, uint64_t seed = 5) {
+  const ModelConfig& c = adapted;
   auto m = std::make_unique<Transformer>(c, base.compute_dtype(), seed, ParamInit::Adapters,
                                          base_names(c));
   for (const ParamInfo& p : base.layout().params())
     ops::convert(ParamLayout::view(m->params(), m->layout().find(p.name)),
                  ParamLayout::view(base.params(), p));
   Rng rng(seed + 1);
-  for (const LoraTarget& t : lora_targets(c)) {
-    Tensor b = ParamLayout::view(m->params(), m->layout().find(t.b_name()));
-    std::vector<float> v(size_t(b.numel()));
-    for (float& x : v) x = float(rng.normal() * b_std);
-    ops::copy_from_host(b, v.data());
-  }
+  auto draw = [&](const std::string& name, float mean) {
+    Tensor t = ParamLayout::view(m->params(), m->layout().find(name));
+    std::vector<float> v(size_t(t.numel()));
+    for (float& x : v) x = mean + float(rng.normal() * spread);
+    ops::copy_from_host(t, v.data());
+  };
+  for (const AdaptedModule& t : lora_targets(c)) draw(t.b_name(), 0.f);
+  for (const AdaptedModule& t : ia3_targets(c)) draw(t.ia3_name(), 1.f);
   m->sync_compute_params();
   return m;
+}
+
+std::unique_ptr<Transformer> with_lora(Transformer& base, const LoraConfig& l, float b_std) {
+  ModelConfig c = base.config();
+  c.lora = l;
+  return with_adapters(base, c, b_std);
 }
 
 struct Batch {
@@ -116,13 +130,15 @@ std::vector<float> all_logits(Transformer& m, const Batch& b) {
   return host(logits);
 }
 
-void run_parity(const ModelConfig& cfg, const LoraConfig& l, const std::string& name) {
+// `adapted`: a model config with LoRA or IA3 adapters.
+void run_parity(const ModelConfig& adapted, const std::string& name) {
   const int64_t B = 2, T = 16;
-  fs::path dir = fs::path(NK_BINARY_DIR) / "parity" / ("lora_" + name);
+  fs::path dir = fs::path(NK_BINARY_DIR) / "parity" / ("peft_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
+  const ModelConfig cfg = without_adapters(adapted);
   Transformer base(cfg, DType::F32, 42);
-  auto model = with_lora(base, l, 0.05f);
+  auto model = with_adapters(base, adapted, 0.05f);
   save_model((dir / "model").string(), base);
   save_peft_adapter((dir / "adapter").string(), *model, "tiny");
   Batch bt = batch(cfg, B, T);
@@ -141,13 +157,12 @@ void run_parity(const ModelConfig& cfg, const LoraConfig& l, const std::string& 
   Activations acts(*model, B, T, true);
   model->zero_grads();
   out.emplace_back("loss", f32_tensor({model->forward_backward(acts, bt.tokens, bt.targets, 1.f)}));
-  for (const LoraTarget& t : lora_targets(model->config()))
-    for (bool is_b : {false, true}) {
-      const ParamInfo& p = layout.find(is_b ? t.b_name() : t.a_name());
-      Tensor g = Tensor::empty(p.shape, DType::F32);
-      ops::convert(g, ParamLayout::view(model->grads(), p));
-      out.emplace_back("grad." + peft_tensor_name(t, is_b), g);
-    }
+  for (const PeftTensor& t : peft_tensors(model->config())) {
+    Tensor g = Tensor::empty(t.shape, DType::F32);  // the file's shape (IA3: [out, 1], [1, in])
+    ops::convert(g.view(layout.find(t.param).shape),
+                 ParamLayout::view(model->grads(), layout.find(t.param)));
+    out.emplace_back("grad." + t.name, g);
+  }
 
   std::vector<float> base_before = host(
       model->params().narrow0(layout.trainable_end(), layout.total() - layout.trainable_end()));
@@ -160,12 +175,20 @@ void run_parity(const ModelConfig& cfg, const LoraConfig& l, const std::string& 
   EXPECT_NE(losses.front(), losses.back()) << "the adapters did not train";
   out.emplace_back("step_losses", f32_tensor(losses));
   save_safetensors((dir / "nekton.safetensors").string(), out);
-  test::expect_python_reference_passes("peft/lora_reference.py", dir, name);
+  test::expect_python_reference_passes("peft/peft_reference.py", dir, name);
 }
 
-ModelConfig tiny(bool llama) {
+ModelConfig tiny(bool llama, const LoraConfig& l = {}) {
   ModelConfig c = test::tiny_config(llama, 97, 32);
   c.init_std = 0.02;
+  c.lora = l;
+  return c;
+}
+
+ModelConfig tiny_ia3(bool llama, std::vector<std::string> targets = {},
+                     std::vector<std::string> feedforward = {}) {
+  ModelConfig c = tiny(llama);
+  c.ia3 = targets.empty() ? default_ia3(c) : Ia3Config{std::move(targets), std::move(feedforward)};
   return c;
 }
 
@@ -173,17 +196,32 @@ ModelConfig tiny(bool llama) {
 TEST(LoraTorchParity, LlamaSomeModulesRsLora) {
   LoraConfig l = lora({"q_proj", "v_proj", "o_proj", "down_proj"}, 4, 8);
   l.rslora = true;
-  run_parity(tiny(true), l, "llama");
+  run_parity(tiny(true, l), "llama");
 }
 
 // Every linear layer, gate|up included.
 TEST(LoraTorchParity, LlamaAllLinear) {
-  run_parity(tiny(true), lora({"all-linear"}, 8, 16), "llama_all");
+  run_parity(tiny(true, lora({"all-linear"}, 8, 16)), "llama_all");
 }
 
 // GPT-2's fused c_attn as one module; c_proj names both projections.
 TEST(LoraTorchParity, Gpt2) {
-  run_parity(tiny(false), lora({"c_attn", "c_proj"}, 4, 4), "gpt2");
+  run_parity(tiny(false, lora({"c_attn", "c_proj"}, 4, 4)), "gpt2");
+}
+
+// IA3 with PEFT's defaults: keys and values scaled, down_proj's input.
+TEST(Ia3TorchParity, LlamaDefaults) {
+  run_parity(tiny_ia3(true), "ia3_llama");
+}
+
+// Outputs of fused parts (q, up) and a whole layer's input (o_proj).
+TEST(Ia3TorchParity, LlamaOtherModules) {
+  run_parity(tiny_ia3(true, {"q_proj", "up_proj", "o_proj"}, {"o_proj"}), "ia3_llama_other");
+}
+
+// GPT-2: the whole fused c_attn output (its biases scaled too), mlp.c_proj's input.
+TEST(Ia3TorchParity, Gpt2Defaults) {
+  run_parity(tiny_ia3(false), "ia3_gpt2");
 }
 
 TEST(Lora, TargetsByEveryNamingScheme) {
@@ -191,7 +229,7 @@ TEST(Lora, TargetsByEveryNamingScheme) {
   auto modules = [&](std::vector<std::string> targets) {
     c.lora = lora(std::move(targets));
     std::vector<std::string> out;
-    for (const LoraTarget& t : lora_targets(c)) out.push_back(t.module);
+    for (const AdaptedModule& t : lora_targets(c)) out.push_back(t.module);
     return out;
   };
   EXPECT_EQ(modules({"linear_qkv"}),
@@ -203,15 +241,28 @@ TEST(Lora, TargetsByEveryNamingScheme) {
   EXPECT_EQ(modules({"all-linear"}).size(), 14u);  // 7 per layer, never the head
   c.lora = lora({"q_proj"});
   c.lora.rank = 3;
-  const std::vector<LoraTarget> t = lora_targets(c);
+  const std::vector<AdaptedModule> t = lora_targets(c);
   EXPECT_EQ(t[0].a_name(), "h.0.attn.qkv.lora_a.q");
   EXPECT_EQ(t[0].rows, 32);
-  EXPECT_EQ(peft_tensor_name(t[0], true),
+  EXPECT_EQ(peft_tensors(c)[1].name,
             "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
   ModelConfig g = tiny(false);
   g.lora = lora({"c_fc"});
-  EXPECT_EQ(peft_tensor_name(lora_targets(g)[1], false),
-            "base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight");
+  EXPECT_EQ(peft_tensors(g)[2].name, "base_model.model.transformer.h.1.mlp.c_fc.lora_A.weight");
+  // IA3's vectors: an output part's [rows, 1] and a feedforward input's [1, in].
+  const std::vector<PeftTensor> ia3 = peft_tensors(tiny_ia3(true));
+  ASSERT_EQ(ia3.size(), 6u);
+  EXPECT_EQ(ia3[0].name, "base_model.model.model.layers.0.self_attn.k_proj.ia3_l");
+  EXPECT_EQ(ia3[0].param, "h.0.attn.qkv.ia3.k");
+  EXPECT_EQ(ia3[0].shape, (Shape{16, 1}));
+  EXPECT_EQ(ia3[2].param, "h.0.mlp.down.ia3_in");
+  EXPECT_EQ(ia3[2].shape, (Shape{1, 48}));
+  try {
+    peft_tensors(tiny_ia3(true, {"up_proj"}, {"up_proj"}));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "IA3 scales the input of whole layers only")) << e.what();
+  }
   g.lora = lora({"q_proj"});
   try {
     lora_targets(g);
@@ -225,34 +276,45 @@ TEST(Lora, TargetsByEveryNamingScheme) {
 
 // W + s B A gives the adapters' logits (fp32; 1e-5: one rounding of the
 // merged weight per element against two products).
-TEST(Lora, MergedEqualsUnmerged) {
-  for (bool llama : {true, false}) {
-    Transformer base(tiny(llama), DType::F32, 3);
-    auto m = with_lora(base, lora({"all-linear"}, 4, 16), 0.1f);
-    Batch bt = batch(m->config(), 2, 12);
+// Every kind of adapter the tests use, on Llama and GPT-2.
+std::vector<ModelConfig> adapted_configs() {
+  return {tiny(true, lora({"all-linear"}, 4, 16)), tiny(false, lora({"all-linear"}, 4, 16)),
+          tiny_ia3(true), tiny_ia3(false),
+          tiny_ia3(true, {"q_proj", "up_proj", "o_proj"}, {"o_proj"})};
+}
+
+// The adapters folded into the weights give their logits (fp32; 1e-5: one
+// rounding of the merged weight per element against two products).
+TEST(Peft, MergedEqualsUnmerged) {
+  for (const ModelConfig& c : adapted_configs()) {
+    Transformer base(without_adapters(c), DType::F32, 3);
+    auto m = with_adapters(base, c, 0.1f);
+    Batch bt = batch(c, 2, 12);
     const std::vector<float> unmerged = all_logits(*m, bt), plain = all_logits(base, bt);
-    auto merged = merge_lora(*m);
-    EXPECT_FALSE(merged->config().lora.enabled());
-    EXPECT_LE(rel_err(all_logits(*merged, bt), unmerged), 1e-5) << llama;
-    EXPECT_GT(rel_err(plain, unmerged), 1e-2) << "the adapters must matter";
+    auto merged = merge_adapters(*m);
+    EXPECT_FALSE(merged->config().lora.enabled() || merged->config().ia3.enabled());
+    EXPECT_LE(rel_err(all_logits(*merged, bt), unmerged), 1e-5) << model_config_to_json(c);
+    EXPECT_GT(rel_err(plain, unmerged), 1e-3) << "the adapters must matter";
   }
 }
 
 // Incremental decoding over the KV cache applies the adapters as the full
 // forward does (fp32; 1e-5 relative: two attention kernels).
-TEST(Lora, KvCachePathMatchesFullForward) {
-  Transformer base(tiny(true), DType::F32, 3);
-  auto m = with_lora(base, lora({"all-linear"}, 4, 16), 0.1f);
-  const int64_t T = 12, V = m->config().vocab_size;
-  Batch bt = batch(m->config(), 1, T);
-  const std::vector<float> full = all_logits(*m, bt);
-  KVCache cache(m->config(), DType::F32, 1, T, T);
-  std::vector<int32_t> tok(T), slot(T, 0), pos(T), rows(T);
-  ops::copy_bytes_to_host(bt.tokens, tok.data());
-  for (int32_t i = 0; i < int32_t(T); ++i) pos[size_t(i)] = rows[size_t(i)] = i;
-  Tensor lg = Tensor::empty({T, V}, DType::F32);
-  m->forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
-  EXPECT_LE(rel_err(host(lg), full), 1e-5);
+TEST(Peft, KvCachePathMatchesFullForward) {
+  for (const ModelConfig& c : adapted_configs()) {
+    Transformer base(without_adapters(c), DType::F32, 3);
+    auto m = with_adapters(base, c, 0.1f);
+    const int64_t T = 12, V = c.vocab_size;
+    Batch bt = batch(c, 1, T);
+    const std::vector<float> full = all_logits(*m, bt);
+    KVCache cache(c, DType::F32, 1, T, T);
+    std::vector<int32_t> tok(T), slot(T, 0), pos(T), rows(T);
+    ops::copy_bytes_to_host(bt.tokens, tok.data());
+    for (int32_t i = 0; i < int32_t(T); ++i) pos[size_t(i)] = rows[size_t(i)] = i;
+    Tensor lg = Tensor::empty({T, V}, DType::F32);
+    m->forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
+    EXPECT_LE(rel_err(host(lg), full), 1e-5) << model_config_to_json(c);
+  }
 }
 
 class PeftFiles : public ::testing::Test {
@@ -340,6 +402,26 @@ with open("{1}/py/adapter_model.safetensors", "wb") as f:
             test::read_file(d_.path() / "py_again" / "adapter_model.safetensors"));
 }
 
+// IA3: PEFT's keys, and import then export reproduces both files byte for byte.
+TEST_F(PeftFiles, Ia3ConfigAndRoundTrip) {
+  auto m = with_adapters(*base_, tiny_ia3(true), 0.1f);
+  save_peft_adapter(d_ / "ia3", *m, "tiny-llama");
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_file(d_.path() / "ia3" / "adapter_config.json"));
+  EXPECT_EQ(j["peft_type"], "IA3");
+  EXPECT_EQ(j["target_modules"], (nlohmann::json{"down_proj", "k_proj", "v_proj"}));
+  EXPECT_EQ(j["feedforward_modules"], (nlohmann::json{"down_proj"}));
+  PeftAdapterInfo info;
+  auto back = attach_peft_adapter(*base_, d_ / "ia3", &info);
+  EXPECT_EQ(info.type, "IA3");
+  Batch bt = batch(back->config(), 1, 8);
+  EXPECT_EQ(all_logits(*back, bt), all_logits(*m, bt));
+  save_peft_adapter(d_ / "ia3_again", *back, info.base_model, info.dtype);
+  for (const char* f : {"adapter_model.safetensors", "adapter_config.json"})
+    EXPECT_EQ(test::read_file(d_.path() / "ia3" / f), test::read_file(d_.path() / "ia3_again" / f))
+        << f;
+}
+
 TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
   // Another base shape: an adapter of a wider model.
   ModelConfig wide = tiny(true);
@@ -351,8 +433,8 @@ TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
                        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has "
                        "shape [4, 64], this Llama base model needs [4, 32]"))
       << e;
-  EXPECT_TRUE(contains(error_of(edited("type", [](auto& j) { j["peft_type"] = "IA3"; })),
-                       "'peft_type' is \"IA3\", Nekton reads LORA adapters"));
+  EXPECT_TRUE(contains(error_of(edited("type", [](auto& j) { j["peft_type"] = "PROMPT_TUNING"; })),
+                       "'peft_type' is \"PROMPT_TUNING\", Nekton reads LORA and IA3 adapters"));
   EXPECT_TRUE(contains(error_of(edited("dora", [](auto& j) { j["use_dora"] = true; })),
                        "'use_dora' = true is not supported (DoRA)"));
   EXPECT_TRUE(contains(error_of(edited("ranks",

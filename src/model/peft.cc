@@ -1,0 +1,290 @@
+#include "model/peft.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/limits.h"
+#include "model/arch.h"
+#include "model/transformer.h"
+#include "nn/adapters.h"
+
+namespace nk {
+
+namespace {
+
+// Megatron's name of a Nekton linear layer ("" for none of the four).
+std::string megatron_name(const std::string& linear) {
+  const char* names[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+  const int slot = adapter_linear_slot(linear);
+  return slot < 0 ? "" : names[slot];
+}
+
+bool matches(const std::string& target, const AdaptedModule& t) {
+  return target == "all-linear" || target == t.module || t.module.ends_with("." + target) ||
+         target == megatron_name(t.linear);
+}
+
+// Every linear layer of the blocks an adapter could go on, one entry per
+// Hugging Face module (a fused part or a whole layer), in checkpoint order.
+std::vector<AdaptedModule> adaptable_modules(const ModelConfig& c) {
+  const Architecture& arch = c.architecture();
+  ParamLayout base;
+  arch.add_params(base, c);
+  std::vector<AdaptedModule> out;
+  for (const ExternalTensor& e : arch.hf_tensors(c, arch.hf_tensor_prefix())) {
+    if (!e.param.starts_with("h.") || !e.param.ends_with(".weight") || !e.name.ends_with(".weight"))
+      continue;
+    const ParamInfo& p = base.find(e.param);
+    if (p.shape.size() != 2 || megatron_name(e.param.substr(0, e.param.size() - 7)).empty())
+      continue;
+    AdaptedModule t;
+    t.linear = e.param.substr(0, e.param.size() - 7);
+    t.part = e.part;
+    t.module = e.name.substr(0, e.name.size() - 7);
+    t.in = p.shape[1];
+    t.col0 = e.part.empty() ? 0 : p.part(e.part).row0;
+    t.rows = e.part.empty() ? p.shape[0] : p.part(e.part).rows;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// The modules `targets` select (each must select one); `key` names the
+// setting in errors.
+std::vector<bool> select(const std::vector<AdaptedModule>& all,
+                         const std::vector<std::string>& targets, const ModelConfig& c,
+                         const char* key) {
+  std::vector<bool> chosen(all.size(), false);
+  for (const std::string& target : targets) {
+    bool any = false;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (matches(target, all[i])) chosen[i] = any = true;
+    if (any) continue;
+    std::vector<std::string> names;  // the short names of layer 0's modules
+    for (const AdaptedModule& t : all)
+      if (t.linear.starts_with("h.0.")) names.push_back(t.module.substr(t.module.rfind('.') + 1));
+    fail(
+        "{}: '{}' matches no linear layer of this {} model (its modules: {}; Megatron's names: "
+        "linear_qkv, linear_proj, linear_fc1, linear_fc2; or all-linear)",
+        key, target, c.architecture().display_name(), fmt::join(names, ", "));
+  }
+  return chosen;
+}
+
+int64_t layer_of(const std::string& linear) {
+  return std::stoll(linear.substr(2, linear.find('.', 2) - 2));
+}
+
+}  // namespace
+
+double LoraConfig::scale() const {
+  return rslora ? alpha / std::sqrt(double(rank)) : alpha / double(rank);
+}
+
+Ia3Config default_ia3(const ModelConfig& c) {
+  Ia3Config d;
+  if (c.arch == "gpt2") {
+    d.target_modules = {"c_attn", "mlp.c_proj"};
+    d.feedforward_modules = {"mlp.c_proj"};
+  } else {
+    d.target_modules = {"k_proj", "v_proj", "down_proj"};
+    d.feedforward_modules = {"down_proj"};
+  }
+  return d;
+}
+
+std::string AdaptedModule::a_name() const {
+  return linear + ".lora_a" + (part.empty() ? "" : "." + part);
+}
+
+std::string AdaptedModule::b_name() const {
+  return linear + ".lora_b" + (part.empty() ? "" : "." + part);
+}
+
+std::string AdaptedModule::ia3_name() const {
+  if (feedforward) return linear + ".ia3_in";
+  return linear + ".ia3" + (part.empty() ? "" : "." + part);
+}
+
+std::vector<AdaptedModule> lora_targets(const ModelConfig& c) {
+  if (!c.lora.enabled()) return {};
+  const std::vector<AdaptedModule> all = adaptable_modules(c);
+  const std::vector<bool> chosen = select(all, c.lora.target_modules, c, "peft.target_modules");
+  std::vector<AdaptedModule> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (chosen[i]) out.push_back(all[i]);
+  return out;
+}
+
+std::vector<AdaptedModule> ia3_targets(const ModelConfig& c) {
+  if (!c.ia3.enabled()) return {};
+  const std::vector<AdaptedModule> all = adaptable_modules(c);
+  const std::vector<bool> chosen = select(all, c.ia3.target_modules, c, "peft.target_modules"),
+                          ff =
+                              select(all, c.ia3.feedforward_modules, c, "peft.feedforward_modules");
+  std::vector<AdaptedModule> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (ff[i] && !chosen[i])
+      fail("peft.feedforward_modules: '{}' is not among peft.target_modules", all[i].module);
+    if (!chosen[i]) continue;
+    AdaptedModule t = all[i];
+    t.feedforward = ff[i];
+    // An input scale belongs to a whole layer: a fused part's input is its
+    // siblings' too.
+    if (t.feedforward && !t.part.empty())
+      fail(
+          "peft.feedforward_modules: '{}' is one part of a fused layer ({}); IA3 scales the "
+          "input of whole layers only (o_proj, down_proj; GPT-2's c_proj)",
+          t.module, t.linear);
+    out.push_back(t);
+  }
+  return out;
+}
+
+int adapter_linear_slot(const std::string& linear) {
+  const char* suffixes[] = {".attn.qkv", ".attn.proj", ".mlp.up", ".mlp.down"};
+  for (int i = 0; i < 4; ++i)
+    if (linear.ends_with(suffixes[i])) return i;
+  return -1;
+}
+
+AdapterSizes adapter_sizes(const ModelConfig& c) {
+  AdapterSizes s;
+  if (!c.lora.enabled() && !c.ia3.enabled()) return s;
+  s.rank = c.lora.rank;
+  s.lora_parts.assign(size_t(c.n_layer), {0, 0, 0, 0});
+  s.adapted.assign(size_t(c.n_layer), {false, false, false, false});
+  ParamLayout base;
+  c.architecture().add_params(base, c);
+  auto note = [&](const AdaptedModule& t) {
+    const size_t l = size_t(layer_of(t.linear)), slot = size_t(adapter_linear_slot(t.linear));
+    s.adapted[l][slot] = true;
+    s.max_rows = std::max(s.max_rows, t.rows);
+    s.max_in = std::max(s.max_in, t.in);
+    s.max_out = std::max(s.max_out, base.find(t.linear + ".weight").shape[0]);
+    return std::pair{l, slot};
+  };
+  for (const AdaptedModule& t : lora_targets(c)) {
+    auto [l, slot] = note(t);
+    s.lora_parts[l][slot] += 1;
+  }
+  for (const AdaptedModule& t : ia3_targets(c)) note(t);
+  return s;
+}
+
+std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c, int64_t rows,
+                                                         DType dtype, Device device,
+                                                         bool training) {
+  const AdapterSizes s = adapter_sizes(c);
+  if (!s.any()) return nullptr;
+  auto flat = [&](int64_t n) { return Tensor::empty({rows * n}, dtype, device); };
+  auto w = std::make_unique<nn::AdapterScratch>();
+  w->training = training;
+  const bool ia3 = c.ia3.enabled();
+  bool ia3_in = false;
+  for (const AdaptedModule& t : ia3_targets(c)) ia3_in |= t.feedforward;
+  w->z = flat(std::max(c.lora.enabled() ? s.max_rows : 0, ia3 ? s.max_out : 0));
+  if (s.rank > 0) w->dh = flat(s.rank);
+  w->dx = flat(s.max_in);
+  if ((training && c.lora.dropout > 0) || ia3_in) w->xd = flat(s.max_in);
+  if (ia3 && training) w->base = flat(s.max_rows);
+  return w;
+}
+
+void validate_adapters(const ModelConfig& c, const std::string& prefix) {
+  const LoraConfig& l = c.lora;
+  if (l.enabled() && c.ia3.enabled())
+    fail("{}method: a model takes LoRA or IA3 adapters, not both", prefix);
+  if (l.enabled()) {
+    check_limit("", prefix + "lora_rank", l.rank, limits::kHidden, "ranks");
+    if (!(l.alpha > 0) || !std::isfinite(l.alpha))
+      fail("{}lora_alpha: must be a positive number, got {}", prefix, l.alpha);
+    if (!(l.dropout >= 0 && l.dropout < 1))
+      fail("{}lora_dropout: must be in [0, 1), got {}", prefix, l.dropout);
+    if (l.target_modules.empty()) fail("{}target_modules: names no module to adapt", prefix);
+  }
+  lora_targets(c);  // each target matches
+  ia3_targets(c);
+}
+
+void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
+  ParamOptions adapter;
+  adapter.adapter = true;
+  const int64_t r = c.lora.rank;
+  for (const AdaptedModule& t : lora_targets(c)) {
+    p.add(t.a_name(), {r, t.in}, Init::Uniform, float(1.0 / std::sqrt(double(t.in))), adapter);
+    p.add(t.b_name(), {t.rows, r}, Init::Zeros, 0.f, adapter);
+  }
+  for (const AdaptedModule& t : ia3_targets(c))
+    p.add(t.ia3_name(), {t.feedforward ? t.in : t.rows}, Init::Ones, 0.f, adapter);
+}
+
+namespace {
+
+std::vector<float> host_values(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  ops::copy_to_host(t, v.data());
+  return v;
+}
+
+// W[part] += s * B A: the product as a linear layer, B [rows, r] times
+// (A^T) [in, r] transposed.
+void merge_lora_part(const AdaptedModule& t, const Tensor& a, const Tensor& b, float s,
+                     Tensor w_part) {
+  const int64_t r = a.dim(0);
+  std::vector<float> av = host_values(a), trans(av.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < t.in; ++j) trans[size_t(j * r + i)] = av[size_t(i * t.in + j)];
+  Tensor at = Tensor::empty({t.in, r}, DType::F32);
+  ops::copy_from_host(at, trans.data());
+  Tensor ba = Tensor::empty({t.rows, t.in}, DType::F32);
+  ops::linear_forward(ba, b, at, Tensor());
+  ops::scale(ba, s);
+  ops::accumulate(w_part, ba);
+}
+
+}  // namespace
+
+std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
+  const ModelConfig& c = model.config();
+  NK_CHECK(model.device() == kHost, "merge_adapters: the model must be in host memory");
+  ModelConfig base = c;
+  base.lora = LoraConfig();
+  base.ia3 = Ia3Config();
+  auto out = std::make_unique<Transformer>(base, model.compute_dtype(), 0, ParamInit::Zeros);
+  Tensor src = const_cast<Transformer&>(model).params(), dst = out->params();
+  for (const ParamInfo& p : out->layout().params())
+    ops::convert(ParamLayout::view(dst, p), ParamLayout::view(src, model.layout().find(p.name)));
+  auto view = [&](const std::string& name) {
+    return ParamLayout::view(src, model.layout().find(name));
+  };
+  auto rows_of = [&](const AdaptedModule& t, const char* what) {
+    const ParamInfo& w = out->layout().find(t.linear + "." + what);
+    return t.part.empty() ? ParamLayout::view(dst, w) : ParamLayout::part_view(dst, w, t.part);
+  };
+  for (const AdaptedModule& t : lora_targets(c))
+    merge_lora_part(t, view(t.a_name()), view(t.b_name()), float(c.lora.scale()),
+                    rows_of(t, "weight"));
+  for (const AdaptedModule& t : ia3_targets(c)) {
+    const Tensor l = view(t.ia3_name());
+    if (t.feedforward) {  // every column of W times its input's scale
+      Tensor w = ParamLayout::view(dst, out->layout().find(t.linear + ".weight"));
+      ops::scale_columns(w, l, 0);
+      continue;
+    }
+    // rows of W and b times the output's scale: scale_columns over W^T's rows
+    Tensor w = rows_of(t, "weight");
+    std::vector<float> wv = host_values(w), lv = host_values(l);
+    for (int64_t i = 0; i < t.rows; ++i)
+      for (int64_t j = 0; j < t.in; ++j) wv[size_t(i * t.in + j)] *= lv[size_t(i)];
+    ops::copy_from_host(w, wv.data());
+    if (out->layout().has(t.linear + ".bias")) {
+      Tensor b = rows_of(t, "bias").view({1, t.rows});
+      ops::scale_columns(b, l, 0);
+    }
+  }
+  out->sync_compute_params();
+  return out;
+}
+
+}  // namespace nk
