@@ -198,6 +198,10 @@ TrainConfig train_config_from(const Config& c) {
     for (const ParamInfo& p : layout.params())
       if (!p.adapter) t.frozen.push_back(p.name);
   } else {
+    if (t.model.ia3.enabled())
+      fail(
+          "train.init_from: the model has IA3 adapters, which train only over a frozen base; merge "
+          "them first (nekton export hf ... --merge-lora, then nekton import hf)");
     t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
   }
   if (t.val_every < 0) fail("train.val_every: must be >= 0");

@@ -215,6 +215,13 @@ TEST_F(Finetune, Ia3TrainsOnlyItsScales) {
   const std::string answers = last_answers_;
   EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), right);
   EXPECT_EQ(last_answers_, answers);
+  // Training on from the run's model without peft would train the base under the scales.
+  std::string more = finetune_args(d_ / "ia3_more");
+  more.replace(more.find(base_), base_.size(), out + "/model");
+  expect_failure(more,
+                 "train.init_from: the model has IA3 adapters, which train only over a frozen "
+                 "base",
+                 d_ / "ia3_more");
   r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "ia3_hf") +
                        " --merge-lora");
   ASSERT_EQ(r.code, 0) << r.out;
