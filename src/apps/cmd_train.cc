@@ -78,13 +78,7 @@ int show_sample(const TrainConfig& cfg, int64_t n) {
     if (line.find_first_not_of(" \t\r") != std::string_view::npos && ++index == n) break;
   if (index != n) fail("--show-sample {}: {} holds {} samples", n, cfg.data.sft_path, index + 1);
   const std::string where = fmt::format("{}:{}", cfg.data.sft_path, line_no);
-  const auto conv = conversation_from_record(parse_json(std::string(line), where), in.opt, where);
-  std::vector<ChatSegment> segs;
-  try {
-    segs = in.tmpl->render(conv, in.specials, false);
-  } catch (const Error& e) {
-    fail("{}: {}", where, e.what());
-  }
+  const std::vector<ChatSegment> segs = render_record(line, where, *in.tmpl, in.specials, in.opt);
   const SftSample s = tokenize_chat(segs, *in.tok, in.opt.loss_on);
   const int64_t trained = std::count(s.trained.begin() + 1, s.trained.end(), 1);
   fmt::print("sample {} ({}), chat template {}: {} tokens, {} of them trained{}\n", n, where,

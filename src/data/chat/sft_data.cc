@@ -95,6 +95,18 @@ SftSample tokenize_chat(const std::vector<ChatSegment>& segments, const Tokenize
   return s;
 }
 
+std::vector<ChatSegment> render_record(std::string_view line, const std::string& where,
+                                       const ChatTemplate& tmpl, const ChatSpecials& specials,
+                                       const SftOptions& opt) {
+  const std::vector<ChatMessage> conv =
+      conversation_from_record(parse_json(std::string(line), where), opt, where);
+  try {
+    return tmpl.render(conv, specials, false);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
 SftData read_sft_jsonl(const std::string& path, const ChatTemplate& tmpl,
                        const ChatSpecials& specials, const Tokenizer& tok, const SftOptions& opt) {
   SftData d;
@@ -104,15 +116,7 @@ SftData read_sft_jsonl(const std::string& path, const ChatTemplate& tmpl,
   while (reader.read_line(line, line_no)) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = fmt::format("{}:{}", path, line_no);
-    const json rec = parse_json(std::string(line), where);
-    const std::vector<ChatMessage> conv = conversation_from_record(rec, opt, where);
-    std::vector<ChatSegment> segs;
-    try {
-      segs = tmpl.render(conv, specials, false);
-    } catch (const Error& e) {
-      fail("{}: {}", where, e.what());
-    }
-    SftSample s = tokenize_chat(segs, tok, opt.loss_on);
+    SftSample s = tokenize_chat(render_record(line, where, tmpl, specials, opt), tok, opt.loss_on);
     const bool truncated = opt.max_tokens > 0 && int64_t(s.tokens.size()) > opt.max_tokens;
     if (truncated) {
       if (opt.overlong == OverlongSample::Drop) {

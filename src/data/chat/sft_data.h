@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,12 @@ struct SftData {
 // conversation the template refuses; an overlong sample is cut or dropped by
 // opt.overlong and counted; a sample whose trained tokens were all cut off is
 // dropped and counted. Errors for a file with no usable sample.
+// One JSONL record (`line`; `where` is its FILE:LINE for errors) rendered by
+// `tmpl`: what read_sft_jsonl does with each line before tokenizing.
+std::vector<ChatSegment> render_record(std::string_view line, const std::string& where,
+                                       const ChatTemplate& tmpl, const ChatSpecials& specials,
+                                       const SftOptions& opt);
+
 SftData read_sft_jsonl(const std::string& path, const ChatTemplate& tmpl,
                        const ChatSpecials& specials, const Tokenizer& tok, const SftOptions& opt);
 
