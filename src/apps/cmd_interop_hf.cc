@@ -118,7 +118,7 @@ int cmd_export_hf(const std::vector<std::string>& args) {
   cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
   cl.bind("--allow-nonfinite", opt.allow_nonfinite,
           "write weights holding NaN or Inf (with a warning) instead of refusing them");
-  cl.bind("--merge-lora", opt.merge_lora,
+  cl.bind("--merge-lora", opt.merge_adapters,
           "merge the model's adapters, LoRA or IA3 (or --adapter's), into the weights");
   cl.bind("--adapter", opt.adapter,
           "a LoRA or IA3 adapter folder in PEFT's format to merge into MODEL_DIR's weights");

@@ -49,21 +49,6 @@ struct PreprocessKeys {
   }
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (!item.empty()) out.push_back(item);
-    start = end + 1;
-  }
-  return out;
-}
-
 // `preprocess.input=a preprocess.input=b` means both files: the repeats are
 // joined into one comma-separated override.
 std::vector<std::string> join_repeated_inputs(const std::vector<std::string>& overrides) {

@@ -75,14 +75,14 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
       model_config_from_json(read_text(cfg_path, "model '" + model_dir + "'"), cfg_path.string());
   SafetensorsFile file = SafetensorsFile::open((src / "model.safetensors").string());
   const bool has_adapters = cfg.lora.enabled() || cfg.ia3.enabled();
-  if (has_adapters && !opt.merge_lora)
+  if (has_adapters && !opt.merge_adapters)
     fail(
         "export: model '{}' has {} adapters; pass --merge-lora to merge them into the weights, "
         "or give the base model and ship the adapter folder (PEFT's format) beside it",
         model_dir, cfg.lora.enabled() ? "LoRA" : "IA3");
   // Merging: the whole model in memory, adapters folded into the weights.
   std::unique_ptr<Transformer> merged;
-  if (opt.merge_lora || !opt.adapter.empty()) {
+  if (opt.merge_adapters || !opt.adapter.empty()) {
     std::unique_ptr<Transformer> m = load_model(src.string(), DType::F32, opt.allow_nonfinite);
     if (!opt.adapter.empty()) {
       if (has_adapters)

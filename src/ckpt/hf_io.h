@@ -99,8 +99,8 @@ struct HfExportOptions {
   bool allow_nonfinite = false;
   // Merge the model's adapters (LoRA's W + scale B A, IA3's scales; a
   // fine-tuning run's model/) or those of the PEFT adapter folder `adapter`
-  // into the weights. A model with adapters is refused without merge_lora.
-  bool merge_lora = false;
+  // into the weights. A model with adapters is refused without merge_adapters.
+  bool merge_adapters = false;
   std::string adapter;
 };
 

@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "ckpt/hf_files.h"
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
@@ -24,14 +23,6 @@ namespace {
 
 constexpr const char* kConfig = "adapter_config.json";
 constexpr const char* kWeights = "adapter_model.safetensors";
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail("PEFT adapter: cannot read '{}'", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A key that must be absent, null, false or empty: a PEFT option this
 // reader does not implement.
@@ -90,7 +81,7 @@ std::vector<std::string> module_list(const json& j, const std::string& where, co
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
   const fs::path path = fs::path(dir) / kConfig;
   const std::string where = path.string();
-  const json j = parse_json_object(read_file(path), where);
+  const json j = parse_json_object(hf::read_text(path, "PEFT adapter '" + dir + "'"), where);
   auto str = [&](const char* key, const std::string& def) {
     if (!j.contains(key) || j.at(key).is_null()) return def;
     if (!j.at(key).is_string())

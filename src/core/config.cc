@@ -3,6 +3,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -281,6 +282,18 @@ std::string Config::to_yaml() const {
   YAML::Emitter out;
   emit_tree(out, root, schema_, values_);
   return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = std::min(s.find(',', start), s.size());
+    const size_t b = s.find_first_not_of(" \t", start);
+    if (b < comma) out.push_back(s.substr(b, s.find_last_not_of(" \t", comma - 1) + 1 - b));
+    start = comma + 1;
+  }
+  return out;
 }
 
 }  // namespace nk

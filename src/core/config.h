@@ -59,6 +59,10 @@ class ConfigSchema {
   std::map<std::string, std::string> aliases_;  // older name -> key
 };
 
+// The items of a comma-separated value ("a, b,c" -> {"a", "b", "c"}), each
+// trimmed of spaces and tabs; empty items are dropped.
+std::vector<std::string> split_commas(const std::string& s);
+
 // Renders a value the way the YAML loader reads it back (floats keep a '.').
 std::string config_value_str(const ConfigValue& v);
 

@@ -38,8 +38,9 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
   head_rows = std::min(R, std::max<int64_t>(slots, 1));
   sel = Tensor::empty({head_rows, C}, dt, device);
   head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
-  adapters = make_adapter_scratch(c, R, dt, device, false);
-  if (const AdapterSizes s = adapter_sizes(c); s.rank > 0) {
+  const AdapterSizes s = adapter_sizes(c);
+  adapters = make_adapter_scratch(c, s, R, dt, device, false);
+  if (s.rank > 0) {
     int64_t parts = 0;
     for (const auto& layer : s.lora_parts)
       parts = std::max(parts, *std::max_element(layer.begin(), layer.end()));

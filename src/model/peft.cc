@@ -44,6 +44,7 @@ std::vector<AdaptedModule> adaptable_modules(const ModelConfig& c) {
     t.in = p.shape[1];
     t.col0 = e.part.empty() ? 0 : p.part(e.part).row0;
     t.rows = e.part.empty() ? p.shape[0] : p.part(e.part).rows;
+    t.out = p.shape[0];
     out.push_back(t);
   }
   return out;
@@ -154,14 +155,12 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
   s.rank = c.lora.rank;
   s.lora_parts.assign(size_t(c.n_layer), {0, 0, 0, 0});
   s.adapted.assign(size_t(c.n_layer), {false, false, false, false});
-  ParamLayout base;
-  c.architecture().add_params(base, c);
   auto note = [&](const AdaptedModule& t) {
     const size_t l = size_t(layer_of(t.linear)), slot = size_t(adapter_linear_slot(t.linear));
     s.adapted[l][slot] = true;
     s.max_rows = std::max(s.max_rows, t.rows);
     s.max_in = std::max(s.max_in, t.in);
-    s.max_out = std::max(s.max_out, base.find(t.linear + ".weight").shape[0]);
+    s.max_out = std::max(s.max_out, t.out);
     return std::pair{l, slot};
   };
   for (const AdaptedModule& t : lora_targets(c)) {
@@ -172,10 +171,10 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
   return s;
 }
 
-std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c, int64_t rows,
+std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
+                                                         const AdapterSizes& s, int64_t rows,
                                                          DType dtype, Device device,
                                                          bool training) {
-  const AdapterSizes s = adapter_sizes(c);
   if (!s.any()) return nullptr;
   auto flat = [&](int64_t n) { return Tensor::empty({rows * n}, dtype, device); };
   auto w = std::make_unique<nn::AdapterScratch>();
@@ -272,7 +271,7 @@ std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
       ops::scale_columns(w, l, 0);
       continue;
     }
-    // rows of W and b times the output's scale: scale_columns over W^T's rows
+    // rows of W (and b) times the output's scale
     Tensor w = rows_of(t, "weight");
     std::vector<float> wv = host_values(w), lv = host_values(l);
     for (int64_t i = 0; i < t.rows; ++i)

@@ -58,6 +58,7 @@ struct AdaptedModule {
   std::string part;    // its fused part ("q"), or "" for the whole layer
   std::string module;  // the Hugging Face module path, "model.layers.0.self_attn.q_proj"
   int64_t col0 = 0, rows = 0, in = 0;
+  int64_t out = 0;           // the whole layer's outputs
   bool feedforward = false;  // IA3: scaled on its input
   // The layout's names: LoRA's "h.0.attn.qkv.lora_a.q", "...lora_b.q"; IA3's
   // "h.0.attn.qkv.ia3.k" [rows] or, feedforward, "h.0.mlp.down.ia3_in" [in].
@@ -86,7 +87,9 @@ int adapter_linear_slot(const std::string& linear);
 
 // The scratch every adapted layer of a forward (and backward, `training`)
 // over up to `rows` tokens shares; null for a model without adapters.
-std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c, int64_t rows,
+// s: adapter_sizes(c).
+std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
+                                                         const AdapterSizes& s, int64_t rows,
                                                          DType dtype, Device device, bool training);
 
 // Adds the adapters of c (LoRA's A, uniform in +-1/sqrt(in) as PEFT's

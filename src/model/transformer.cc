@@ -178,9 +178,9 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
   // Adapters: LoRA's x A^T of every adapted part saved per layer, and one
   // scratch they all share.
-  adapters = make_adapter_scratch(c, B * T, dt, device, training);
+  const AdapterSizes s = adapter_sizes(c);
+  adapters = make_adapter_scratch(c, s, B * T, dt, device, training);
   if (adapters) {
-    const AdapterSizes s = adapter_sizes(c);
     for (size_t l = 0; l < layers.size(); ++l) {
       // Inference reuses one layer's buffers for all: the most of any.
       std::array<int64_t, 4> parts = s.lora_parts[l];
@@ -195,10 +195,10 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
         Tensor h = parts[i] ? Tensor::empty({parts[i] * B * T * s.rank}, dt, device) : Tensor();
         return nn::AdapterActs{h, adapters.get()};
       };
-      layers[l].attn.qkv_lora = acts(0);
-      layers[l].attn.proj_lora = acts(1);
-      layers[l].mlp.up_lora = acts(2);
-      layers[l].mlp.down_lora = acts(3);
+      layers[l].attn.qkv_adapters = acts(0);
+      layers[l].attn.proj_adapters = acts(1);
+      layers[l].mlp.up_adapters = acts(2);
+      layers[l].mlp.down_adapters = acts(3);
     }
   }
   lnf = act(C);
@@ -402,15 +402,15 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
   Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
   Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
-  const nn::AdapterActs lora =
+  const nn::AdapterActs ad =
       kc.adapters ? nn::AdapterActs{kc.lora_h, kc.adapters.get()} : nn::AdapterActs{};
-  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), lora, lora};
+  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
-                          slot, pos2, lora);
+                          slot, pos2, ad);
     ops::add(x, x, tmp);
     b.norm2.forward(ln, mean, rstd, x);
     b.mlp.forward(tmp, mlp, ln);

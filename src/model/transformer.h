@@ -33,8 +33,8 @@ struct PackedBatchInfo {
 // Random: GPT-2/Megatron-style initialisation from the seed. Zeros: all
 // weights 0, for callers that load the weights next (no wasted init: 4.6 s
 // single-threaded for GPT-2 124M); they call sync_compute_params() after.
-// Adapters: the adapters (LoRA) from the seed, as Random would, the base 0
-// (to be loaded).
+// Adapters: the adapters (LoRA, IA3) from the seed, as Random would, the
+// base 0 (to be loaded).
 enum class ParamInit { Random, Zeros, Adapters };
 
 class Transformer {

@@ -14,10 +14,10 @@ struct SelfAttention {
   Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
 
   struct Saved {
-    Tensor qkv;                       // [B, T, (Hq + 2 Hkv) D], q and k already rotated
-    Tensor out;                       // [B, T, Hq D]
-    Tensor lse;                       // f32 [B, Hq, T]
-    AdapterActs qkv_lora, proj_lora;  // the adapters' (undefined without)
+    Tensor qkv;                               // [B, T, (Hq + 2 Hkv) D], q and k already rotated
+    Tensor out;                               // [B, T, Hq D]
+    Tensor lse;                               // f32 [B, Hq, T]
+    AdapterActs qkv_adapters, proj_adapters;  // the adapters' (undefined without)
   };
   struct Scratch {
     Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
@@ -26,41 +26,41 @@ struct SelfAttention {
   // x [B, T, C] -> y [B, T, C]
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
-    qkv.forward(s.qkv, x, s.qkv_lora);
+    qkv.forward(s.qkv, x, s.qkv_adapters);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
     ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
-    proj.forward(y, s.out, s.proj_lora);
+    proj.forward(y, s.out, s.proj_adapters);
   }
   // Inference over a KV cache: x [N, C] new tokens of any sequences, token n
   // at cache row slots[n] and position positions[n] (i32 [1, N] each). Rotates
   // q and k, stores k and v in the cache, then attends over it. qkv_buf
-  // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C]. lora: the
+  // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C]. ad: the
   // adapters' scratch (undefined without).
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
                       Tensor v_cache, const Tensor& slots, const Tensor& positions,
-                      const AdapterActs& lora = {}) const {
-    qkv.forward(qkv_buf, x, lora);
+                      const AdapterActs& ad = {}) const {
+    qkv.forward(qkv_buf, x, ad);
     if (rope.defined())
       ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,
                         head_dim, rope, positions);
     ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, slots, positions);
     ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, slots, positions, window);
-    proj.forward(y, out_buf, lora);
+    proj.forward(y, out_buf, ad);
   }
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
-    proj.backward(g.dout, dy, s.out, s.proj_lora);
+    proj.backward(g.dout, dy, s.out, s.proj_adapters);
     ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
                             window);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, 0, /*inverse=*/true);
-    qkv.backward(dx, g.dqkv, x, s.qkv_lora);
+    qkv.backward(dx, g.dqkv, x, s.qkv_adapters);
   }
 };
 

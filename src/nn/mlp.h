@@ -10,31 +10,31 @@ struct MLP {
   bool swiglu = false;
 
   struct Saved {
-    Tensor h;                        // up projection output [N, F] or [N, 2F]
-    Tensor a;                        // activation output [N, F]
-    AdapterActs up_lora, down_lora;  // the adapters' (undefined without)
+    Tensor h;                                // up projection output [N, F] or [N, 2F]
+    Tensor a;                                // activation output [N, F]
+    AdapterActs up_adapters, down_adapters;  // the adapters' (undefined without)
   };
   struct Scratch {
     Tensor dh, da;  // shaped like Saved
   };
 
   void forward(Tensor y, const Saved& s, const Tensor& x) const {
-    up.forward(s.h, x, s.up_lora);
+    up.forward(s.h, x, s.up_adapters);
     if (swiglu)
       ops::swiglu_forward(rows(s.a), rows(s.h));
     else
       ops::gelu_forward(rows(s.a), rows(s.h));
-    down.forward(y, s.a, s.down_lora);
+    down.forward(y, s.a, s.down_adapters);
   }
   // dx written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
                 const Tensor& x) const {
-    down.backward(g.da, dy, s.a, s.down_lora);
+    down.backward(g.da, dy, s.a, s.down_adapters);
     if (swiglu)
       ops::swiglu_backward(rows(g.dh), rows(g.da), rows(s.h));
     else
       ops::gelu_backward(rows(g.dh), rows(g.da), rows(s.h));
-    up.backward(dx, g.dh, x, s.up_lora);
+    up.backward(dx, g.dh, x, s.up_adapters);
   }
 };
 

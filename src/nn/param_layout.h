@@ -50,7 +50,7 @@ struct ParamInfo {
   // A split on dim 0 divides every part separately (rank r holds the r-th
   // share of q, of k and of v), so the heads stay whole on each rank.
   std::vector<ParamPart> parts;
-  bool adapter = false;  // a PEFT adapter's (LoRA), not the base model's
+  bool adapter = false;  // a PEFT adapter's (LoRA, IA3), not the base model's
   int64_t numel() const { return shape_numel(shape); }
   const ParamPart& part(const std::string& name) const;  // nk::Error if absent
 };

@@ -10,25 +10,6 @@
 
 namespace nk {
 
-namespace {
-
-// "a, b,c" -> {"a", "b", "c"}; empty items dropped.
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = std::min(s.find(',', start), s.size());
-    std::string item = s.substr(start, comma - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) out.push_back(item);
-    start = comma + 1;
-  }
-  return out;
-}
-
-}  // namespace
-
 void TrainConfig::bind(ConfigBinder& b) {
   bind_model_keys(b, model);
   data.bind(b);
@@ -181,12 +162,12 @@ TrainConfig train_config_from(const Config& c) {
           "(nekton export hf ... --merge-lora) or fine-tune it without peft.method");
     if (t.peft.method == "lora") {
       t.model.lora = t.peft.lora;
-      t.model.lora.target_modules = split_list(t.peft.target_modules);
+      t.model.lora.target_modules = split_commas(t.peft.target_modules);
       if (t.model.lora.target_modules.empty()) t.model.lora.target_modules = {"linear_qkv"};
       if (t.peft.lora.rank <= 0) fail("peft.lora_rank: must be positive, got {}", t.peft.lora.rank);
     } else {
-      t.model.ia3.target_modules = split_list(t.peft.target_modules);
-      t.model.ia3.feedforward_modules = split_list(t.peft.feedforward_modules);
+      t.model.ia3.target_modules = split_commas(t.peft.target_modules);
+      t.model.ia3.feedforward_modules = split_commas(t.peft.feedforward_modules);
       if (t.model.ia3.target_modules.empty()) {
         if (!t.model.ia3.feedforward_modules.empty())
           fail("peft.feedforward_modules: give peft.target_modules with it");

@@ -261,7 +261,7 @@ void Trainer::resume_legacy() {
 std::unique_ptr<Transformer> Trainer::with_frozen_layout(std::unique_ptr<Transformer> m,
                                                          const char* key,
                                                          const std::string& dir) const {
-  // A base model for a LoRA run gains the run's adapters, initialised from the seed.
+  // A base model for a LoRA or IA3 run gains the run's adapters, initialised from the seed.
   const bool add_adapters = (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) &&
                             !m->config().lora.enabled() && !m->config().ia3.enabled();
   ModelConfig want = cfg_.model;

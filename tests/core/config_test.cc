@@ -272,4 +272,14 @@ TEST_F(ConfigTest, GettersCheckTypeAndKey) {
   EXPECT_THROW(bad.add_int("a.b", 1, "x"), InternalError);
 }
 
+// Comma-separated values (preprocess.input, peft.target_modules, curate's
+// input lists): items trimmed, empty ones dropped.
+TEST(SplitCommas, TrimsAndDropsEmptyItems) {
+  EXPECT_EQ(split_commas(" q_proj, v_proj ,,\tdown_proj"),
+            (std::vector<std::string>{"q_proj", "v_proj", "down_proj"}));
+  EXPECT_EQ(split_commas("a b"), (std::vector<std::string>{"a b"}));
+  EXPECT_TRUE(split_commas("").empty());
+  EXPECT_TRUE(split_commas(" , ").empty());
+}
+
 }  // namespace nk

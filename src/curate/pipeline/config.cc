@@ -15,18 +15,6 @@ std::string mark(const std::string& file, const YAML::Node& n) {
   return n.Mark().is_null() ? file : fmt::format("{}:{}", file, n.Mark().line + 1);
 }
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= s.size()) {
-    size_t c = s.find(',', pos);
-    if (c == std::string::npos) c = s.size();
-    if (c > pos) out.push_back(s.substr(pos, c - pos));
-    pos = c + 1;
-  }
-  return out;
-}
-
 // Every key of a pipeline file but `stages`, each bound to its field.
 void bind_pipeline(YamlKeys& k, PipelineConfig& c) {
   InputOptions& in = c.input;

@@ -141,18 +141,30 @@ void scale(Tensor x, float s) {
   });
 }
 
+namespace {
+
+// fn(n, j) for every row n of y [N, M] and column j < m of its block at col0;
+// rows split over the threads.
+template <typename Fn>
+void for_column_block(int64_t N, int64_t m, Fn&& fn) {
+  parallel_for(N, std::max<int64_t>(1, kGrain / std::max<int64_t>(m, 1)),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t n = b; n < e; ++n)
+                   for (int64_t j = 0; j < m; ++j) fn(n, j);
+               });
+}
+
+}  // namespace
+
 void add_columns(Tensor y, const Tensor& z, int64_t col0, float s) {
   dispatch_float(y.dtype(), "add_columns", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t N = y.dim(0), M = y.dim(1), m = z.dim(1);
+    const int64_t M = y.dim(1), m = z.dim(1);
     T* py = y.data<T>();
     const T* pz = z.data<T>();
-    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n)
-        for (int64_t j = 0; j < m; ++j) {
-          T& d = py[n * M + col0 + j];
-          d = store<T>(load(d) + s * load(pz[n * m + j]));
-        }
+    for_column_block(y.dim(0), m, [&](int64_t n, int64_t j) {
+      T& d = py[n * M + col0 + j];
+      d = store<T>(load(d) + s * load(pz[n * m + j]));
     });
   });
 }
@@ -160,12 +172,11 @@ void add_columns(Tensor y, const Tensor& z, int64_t col0, float s) {
 void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s) {
   dispatch_float(y.dtype(), "copy_columns", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t N = y.dim(0), M = y.dim(1), m = z.dim(1);
+    const int64_t M = y.dim(1), m = z.dim(1);
     const T* py = y.data<T>();
     T* pz = z.data<T>();
-    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n)
-        for (int64_t j = 0; j < m; ++j) pz[n * m + j] = store<T>(s * load(py[n * M + col0 + j]));
+    for_column_block(y.dim(0), m, [&](int64_t n, int64_t j) {
+      pz[n * m + j] = store<T>(s * load(py[n * M + col0 + j]));
     });
   });
 }
@@ -186,15 +197,12 @@ void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
 void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
   dispatch_float(y.dtype(), "scale_columns", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t N = y.dim(0), M = y.dim(1), m = l.dim(0);
+    const int64_t M = y.dim(1);
     T* py = y.data<T>();
     const T* pl = l.data<T>();
-    parallel_for(N, std::max<int64_t>(1, kGrain / m), [&](int64_t b, int64_t e) {
-      for (int64_t n = b; n < e; ++n)
-        for (int64_t j = 0; j < m; ++j) {
-          T& d = py[n * M + col0 + j];
-          d = store<T>(load(d) * load(pl[j]));
-        }
+    for_column_block(y.dim(0), l.dim(0), [&](int64_t n, int64_t j) {
+      T& d = py[n * M + col0 + j];
+      d = store<T>(load(d) * load(pl[j]));
     });
   });
 }
