@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "data/tokenizer/bpe_merge.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer_json.h"
 
 namespace nk {
 
@@ -101,26 +102,6 @@ std::string gpt2_spelling(std::string_view bytes) {
   std::string out;
   for (char c : bytes) append_utf8(alphabet().to_cp[static_cast<unsigned char>(c)], out);
   return out;
-}
-
-// GPT-2 spelling -> bytes; false if a character is outside the alphabet.
-bool gpt2_bytes(std::string_view s, std::string& out) {
-  out.clear();
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  for (size_t i = 0; i < s.size();) {
-    uint32_t cp;
-    if (p[i] < 0x80) {
-      cp = p[i++];
-    } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < s.size()) {
-      cp = uint32_t(p[i] & 0x1F) << 6 | (p[i + 1] & 0x3F);
-      i += 2;
-    } else {
-      return false;  // the alphabet is all below U+0800
-    }
-    if (cp >= 512 || alphabet().from_cp[cp] < 0) return false;
-    out += char(alphabet().from_cp[cp]);
-  }
-  return true;
 }
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -230,6 +211,25 @@ uint32_t gpt2_byte_to_codepoint(unsigned char b) {
   return alphabet().to_cp[b];
 }
 
+bool gpt2_spelling_to_bytes(std::string_view s, std::string& out) {
+  out.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    if (p[i] < 0x80) {
+      cp = p[i++];
+    } else if ((p[i] & 0xE0) == 0xC0 && i + 1 < s.size()) {
+      cp = uint32_t(p[i] & 0x1F) << 6 | (p[i + 1] & 0x3F);
+      i += 2;
+    } else {
+      return false;  // the alphabet is all below U+0800
+    }
+    if (cp >= 512 || alphabet().from_cp[cp] < 0) return false;
+    out += char(alphabet().from_cp[cp]);
+  }
+  return true;
+}
+
 bool is_openai_encoding(const std::string& name) {
   return name == "gpt2" || name == "r50k_base" || name == "p50k_base" || name == "cl100k_base" ||
          name == "o200k_base";
@@ -268,7 +268,7 @@ BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& voc
     const int64_t id64 = json_int(it.value(), ej, it.key());
     check_vocab_id(id64, int64_t(enc.size()), where);
     size_t id = size_t(id64);
-    if (!gpt2_bytes(it.key(), bytes))
+    if (!gpt2_spelling_to_bytes(it.key(), bytes))
       fail("{}: token '{}' (id {}) has a character outside GPT-2's byte alphabet", ej, it.key(),
            id);
     if (id >= by_id.size()) by_id.resize(id + 1), seen.resize(id + 1);
@@ -297,7 +297,7 @@ BpeVocab load_gpt2_vocab(const std::string& encoder_json, const std::string& voc
         line.find(' ', sp + 1) != std::string_view::npos)
       fail("{}:{}: expected two tokens separated by one space", vb, line_no);
     std::string_view l = line.substr(0, sp), r = line.substr(sp + 1);
-    if (!gpt2_bytes(l, a) || !gpt2_bytes(r, b))
+    if (!gpt2_spelling_to_bytes(l, a) || !gpt2_spelling_to_bytes(r, b))
       fail("{}:{}: a character outside GPT-2's byte alphabet", vb, line_no);
     for (const std::string* part : {&a, &b}) {
       auto it = id_of.find(*part);
@@ -398,6 +398,7 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
   meta["type"] = "bpe";
   meta["name"] = v.name;
   meta["pattern"] = v.pattern;
+  if (!v.eod.empty()) meta["eod"] = v.eod;
   meta["specials"] = nlohmann::ordered_json::array();
   for (const auto& [text, id] : v.specials)
     meta["specials"].push_back({{"text", text}, {"id", id}});
@@ -405,34 +406,22 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
   write_file_atomic(fs::path(dir) / "tokenizer.json", meta.dump(2) + "\n");
 }
 
-BpeVocab load_bpe_dir(const std::string& dir) {
-  fs::path d(dir), meta_path = d / "tokenizer.json";
-  nlohmann::json meta;
-  if (fs::exists(meta_path)) meta = parse_json(read_file(meta_path.string()), meta_path.string());
-  if (!is_nekton_meta(meta)) {  // no tokenizer.json, or Hugging Face's
-    fs::path enc, merges;
-    if (!gpt2_pair(d, enc, merges))
-      fail(
-          "'{}': neither a Nekton tokenizer.json nor encoder.json + vocab.bpe (or Hugging "
-          "Face's vocab.json + merges.txt)",
-          dir);
-    BpeVocab v = load_gpt2_vocab(enc.string(), merges.string());
-    v.pattern = kGpt2Pattern;
-    v.name = dir;
-    return v;
-  }
+namespace {
+
+// Nekton's tokenizer.json `meta` (read from meta_path) with the vocabulary
+// files beside it.
+BpeVocab load_nekton_dir(const fs::path& d, const nlohmann::json& meta, const fs::path& meta_path) {
   auto field = [&](const char* key) -> std::string {
     if (!meta.is_object() || !meta.contains(key) || !meta[key].is_string())
       fail("{}: expected a string field '{}'", meta_path.string(), key);
     return meta[key].get<std::string>();
   };
-  if (field("type") != "bpe")
-    fail("{}: type '{}' is not a BPE tokenizer", meta_path.string(), field("type"));
   BpeVocab v = fs::exists(d / "vocab.tiktoken")
                    ? load_tiktoken_vocab((d / "vocab.tiktoken").string())
                    : load_gpt2_vocab((d / "encoder.json").string(), (d / "vocab.bpe").string());
   v.pattern = field("pattern");
   v.name = field("name");
+  if (meta.contains("eod")) v.eod = field("eod");
   v.specials.clear();
   if (!meta.contains("specials") || !meta["specials"].is_array())
     fail("{}: expected an array 'specials'", meta_path.string());
@@ -444,6 +433,52 @@ BpeVocab load_bpe_dir(const std::string& dir) {
         s["text"].get<std::string>(),
         int32_t(json_int(s["id"], meta_path.string(), "specials.id", 0, limits::kVocab - 1)));
   }
+  return v;
+}
+
+// The BPE vocabulary of folder `dir` (the kinds load_bpe_dir lists) into `v`;
+// false if the folder holds none of them.
+bool read_bpe_dir(const std::string& dir, BpeVocab& v) {
+  const fs::path d(dir), meta_path = d / "tokenizer.json";
+  nlohmann::json meta;
+  if (fs::exists(meta_path)) meta = parse_json(read_file(meta_path.string()), meta_path.string());
+  if (is_nekton_meta(meta)) {
+    if (meta["type"] != "bpe") return false;
+    v = load_nekton_dir(d, meta, meta_path);
+    return true;
+  }
+  // Hugging Face's tokenizer.json; beside a tokenizer.model it describes the
+  // SentencePiece model (Llama 2, Mistral), which the factory opens instead.
+  if (!meta.is_null() && !fs::exists(d / "tokenizer.model")) {
+    const fs::path config_path = d / "tokenizer_config.json";
+    nlohmann::json config;
+    if (fs::exists(config_path))
+      config = parse_json(read_file(config_path.string()), config_path.string());
+    v = hf_bpe_vocab(meta, meta_path.string(), config, config_path.string());
+    v.name = dir;
+    return true;
+  }
+  fs::path enc, merges;
+  if (!gpt2_pair(d, enc, merges)) return false;
+  v = load_gpt2_vocab(enc.string(), merges.string());
+  v.pattern = kGpt2Pattern;
+  v.name = dir;
+  return true;
+}
+
+[[noreturn]] void fail_no_bpe_dir(const std::string& dir) {
+  fail(
+      "'{}': neither a Nekton tokenizer.json, Hugging Face's tokenizer.json (without a "
+      "SentencePiece tokenizer.model), nor encoder.json + vocab.bpe (or Hugging Face's "
+      "vocab.json + merges.txt)",
+      dir);
+}
+
+}  // namespace
+
+BpeVocab load_bpe_dir(const std::string& dir) {
+  BpeVocab v;
+  if (!read_bpe_dir(dir, v)) fail_no_bpe_dir(dir);
   return v;
 }
 
@@ -468,21 +503,11 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
     v.pattern = openai_pattern(known.empty() ? "cl100k_base" : known);
     if (!known.empty()) v.specials = openai_specials(known);
     return std::make_unique<BpeTokenizer>(std::move(v));
-  } else if (fs::is_directory(spec) && (fs::exists(fs::path(spec) / "vocab.bpe") ||
-                                        fs::exists(fs::path(spec) / "merges.txt") ||
-                                        fs::exists(fs::path(spec) / "tokenizer.json"))) {
-    fs::path enc, merges;
-    bool pair = gpt2_pair(spec, enc, merges);
-    if (fs::exists(fs::path(spec) / "tokenizer.json")) {
-      nlohmann::json meta = parse_json(read_file((fs::path(spec) / "tokenizer.json").string()),
-                                       (fs::path(spec) / "tokenizer.json").string());
-      // A Nekton tokenizer.json of another type, or Hugging Face's without the
-      // GPT-2 pair beside it (e.g. a SentencePiece folder): not ours.
-      if (is_nekton_meta(meta) ? meta["type"] != "bpe" : !pair) return nullptr;
-    } else if (!pair && !fs::exists(fs::path(spec) / "vocab.bpe")) {
-      return nullptr;
-    }
-    return std::make_unique<BpeTokenizer>(load_bpe_dir(spec));
+  } else if (fs::is_directory(spec)) {
+    if (read_bpe_dir(spec, v)) return std::make_unique<BpeTokenizer>(std::move(v));
+    // vocab.bpe without its encoder.json: a BPE folder missing a file.
+    if (fs::exists(fs::path(spec) / "vocab.bpe")) fail_no_bpe_dir(spec);
+    return nullptr;
   } else {
     return nullptr;
   }

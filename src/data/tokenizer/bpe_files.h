@@ -4,12 +4,15 @@
 //             Face ships the same two files as vocab.json + merges.txt
 //   tiktoken: NAME.tiktoken, one "<base64 token> <rank>" per line
 //   Nekton:   a folder with vocab.tiktoken, tokenizer.json {type: "bpe",
-//             pattern, specials, name} and, when the vocabulary can be written
-//             that way, encoder.json + vocab.bpe as well.
+//             pattern, specials, name, eod (when not <|endoftext|>)} and, when
+//             the vocabulary can be written that way, encoder.json + vocab.bpe
+//             as well.
+//   Hugging Face's tokenizer.json: read by hf_tokenizer_json.h.
 // Every parse error is an nk::Error naming the file and line.
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "data/tokenizer/bpe_vocab.h"
 #include "data/tokenizer/tokenizer.h"
@@ -38,18 +41,24 @@ BpeVocab load_tiktoken_vocab(const std::string& path);
 // tokens and there are no holes. load_tokenizer(dir) reopens it.
 void save_bpe_tokenizer(const BpeVocab& vocab, const std::string& dir);
 
-// Reads a folder written by save_bpe_tokenizer, or a plain GPT-2 folder with
-// encoder.json + vocab.bpe or vocab.json + merges.txt (GPT-2's pattern,
-// specials from the vocabulary); Hugging Face's tokenizer.json beside them
-// (no top-level "type") is ignored.
+// Reads a folder of one of these kinds, the first that applies:
+//   - written by save_bpe_tokenizer (Nekton's tokenizer.json, with a "type")
+//   - Hugging Face's tokenizer.json of a byte-level BPE (hf_tokenizer_json.h;
+//     the eod from tokenizer_config.json's eos_token), unless a SentencePiece
+//     tokenizer.model sits beside it
+//   - encoder.json + vocab.bpe or vocab.json + merges.txt (GPT-2's pattern,
+//     specials from the vocabulary).
 BpeVocab load_bpe_dir(const std::string& dir);
 
 // The factory's BPE branch (see load_tokenizer): an OpenAI name, a FILE.tiktoken,
-// or a folder as load_bpe_dir reads. Nullptr if `spec` is none of these, so
-// the factory can try other kinds.
+// or a folder as load_bpe_dir reads. Nullptr if `spec` is none of these (a
+// SentencePiece folder, say), so the factory can try other kinds.
 std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec);
 
 // GPT-2's reversible byte <-> printable code point mapping (bytes_to_unicode).
 uint32_t gpt2_byte_to_codepoint(unsigned char b);
+// A token as encoder.json / vocab.json spell it (in that mapping) -> its bytes;
+// false if a character is outside the mapping.
+bool gpt2_spelling_to_bytes(std::string_view spelled, std::string& bytes);
 
 }  // namespace nk

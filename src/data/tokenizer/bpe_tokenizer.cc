@@ -57,8 +57,11 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
       fail("BPE vocabulary '{}': special tokens '{}' and '{}' share id {}", name,
            specials_[i - 1].first, text, id);
     vocab_size_ = std::max(vocab_size_, int64_t(id) + 1);
-    if (text == "<|endoftext|>") eod_id_ = id;
+    if (text == (vocab_.eod.empty() ? "<|endoftext|>" : vocab_.eod)) eod_id_ = id;
   }
+  if (!vocab_.eod.empty() && eod_id_ < 0)
+    fail("BPE vocabulary '{}': the end-of-document token '{}' is not a special token", name,
+         vocab_.eod);
   special_text_.assign(size_t(vocab_size_), nullptr);
   for (const auto& [text, id] : specials_) special_text_[size_t(id)] = &text;
 }

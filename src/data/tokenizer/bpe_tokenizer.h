@@ -29,7 +29,7 @@ class BpeTokenizer : public Tokenizer {
   void encode_with_specials(std::string_view text, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   std::string token_bytes(int32_t id) const override;
-  // <|endoftext|>, or -1 if the vocabulary has none.
+  // The vocabulary's eod special, else <|endoftext|>; -1 if it has neither.
   int32_t eod_id() const override { return eod_id_; }
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
 

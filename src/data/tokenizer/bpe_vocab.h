@@ -36,6 +36,8 @@ struct BpeVocab {
   std::string pattern;
   // Special tokens (text, id): ids at or above tokens.size(), or holes.
   std::vector<std::pair<std::string, int32_t>> specials;
+  // The special that ends a document (eod_id()); empty: <|endoftext|>, if a special.
+  std::string eod;
   std::string name;  // "gpt2", "cl100k_base", ... or the file it came from
 };
 

@@ -64,8 +64,11 @@ void split_on_specials(std::string_view text,
 //   DIR                                        encoder.json + vocab.bpe (GPT-2;
 //                                              also under Hugging Face's names
 //                                              vocab.json + merges.txt), a
-//                                              tokenizer saved by Nekton, or a
-//                                              folder with tokenizer.model
+//                                              tokenizer saved by Nekton, Hugging
+//                                              Face's tokenizer.json of a
+//                                              byte-level BPE (Llama 3; see
+//                                              hf_tokenizer_json.h), or a folder
+//                                              with tokenizer.model
 //                                              (SentencePiece, as HF ships it)
 //   FILE.tiktoken                              tiktoken rank file (cl100k pattern
 //                                              unless the name says otherwise)

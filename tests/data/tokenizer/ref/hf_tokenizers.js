@@ -1,0 +1,190 @@
+// Hugging Face tokenizer.json files for the parity tests, and Hugging Face's
+// JavaScript tokenizers (@huggingface/tokenizers) as the reference encoder.
+//   node hf_tokenizers.js llama3 RANKS.tiktoken OUT_DIR [REGEX]
+//       a Llama-3-style folder from tiktoken ranks (id = rank): every split of
+//       a token into two tokens a merge ("a b" strings, in the order of the
+//       tokens made, then of the parts' ranks), a Split of the Llama 3 regex
+//       (or REGEX) then ByteLevel without its own regex, ignore_merges; after
+//       the ranks three tokens no merge makes (kWholeOnly), then Llama 3's 256
+//       added special tokens; tokenizer_config.json names <|begin_of_text|>
+//       and <|end_of_text|>
+//   node hf_tokenizers.js gpt2 ENCODER.json VOCAB.bpe OUT_DIR
+//       a GPT-2-style folder from GPT-2's files: merges as ["a", "b"] pairs,
+//       ByteLevel with GPT-2's regex, <|endoftext|> added
+//   node hf_tokenizers.js encode DIR IN OUT
+//       encodes each document of IN (u32 little-endian byte length, bytes;
+//       decoded as UTF-8 the way Node does) without added bos/eos, writes a
+//       line of ids (separated by spaces) per document, and fails unless
+//       decoding the ids gives the document back
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+const assets = process.env.NEKTON_ASSETS || path.join(__dirname, '..', '..', '..', '..', 'assets');
+const mods = path.join(assets, 'npm', 'node_modules');
+const kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const kWholeOnly = [' qzxqzxqzx', ' Xyzzyplugh', ' kwyjibo'];
+
+// GPT-2's byte -> printable character table: printable Latin-1 stands for
+// itself, the other bytes take U+0100 onwards in byte order.
+const byteChar = (() => {
+  const out = new Array(256);
+  let next = 256;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    out[b] = String.fromCodePoint(printable ? b : next++);
+  }
+  return out;
+})();
+const spell = (buf) => Array.from(buf, (b) => byteChar[b]).join('');
+
+function writeFolder(dir, tokenizer, config) {
+  fs.mkdirSync(dir, {recursive: true});
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(config, null, 2));
+}
+
+function llama3(ranksPath, outDir, regex) {
+  const ranks = new Map();  // token bytes as a latin1 string -> rank
+  for (const line of fs.readFileSync(ranksPath, 'utf8').split('\n')) {
+    if (!line) continue;
+    const [b64, r] = line.split(' ');
+    ranks.set(Buffer.from(b64, 'base64').toString('latin1'), Number(r));
+  }
+  const vocab = {};
+  const merges = [];
+  const byRank = [...ranks.entries()].sort((x, y) => x[1] - y[1]);
+  for (const [tok, rank] of byRank) {
+    vocab[spell(Buffer.from(tok, 'latin1'))] = rank;
+    const splits = [];
+    for (let i = 1; i < tok.length; i++) {
+      const l = tok.slice(0, i), r = tok.slice(i);
+      if (ranks.has(l) && ranks.has(r)) splits.push([l, r]);
+    }
+    splits.sort((x, y) => ranks.get(x[0]) - ranks.get(y[0]) || ranks.get(x[1]) - ranks.get(y[1]));
+    for (const [l, r] of splits)
+      merges.push(spell(Buffer.from(l, 'latin1')) + ' ' + spell(Buffer.from(r, 'latin1')));
+  }
+  // Tokens no merge makes (no split of them is two tokens): only ignore_merges
+  // emits them, for a piece that is exactly one of them.
+  let base = byRank.length;
+  for (const t of kWholeOnly) vocab[spell(Buffer.from(t, 'utf8'))] = base++;
+  // Llama 3's specials: named ones where Llama 3 has them, reserved ones between.
+  const named = {0: 'begin_of_text', 1: 'end_of_text', 6: 'start_header_id', 7: 'end_header_id',
+                 8: 'eom_id', 9: 'eot_id', 10: 'python_tag'};
+  const added = [];
+  let reserved = 0;
+  for (let i = 0; i < 256; i++) {
+    const content = named[i] ? `<|${named[i]}|>` : `<|reserved_special_token_${reserved++}|>`;
+    added.push({id: base + i, content, single_word: false, lstrip: false, rstrip: false,
+                normalized: false, special: true});
+  }
+  const tokenizer = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: null,
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [
+        {type: 'Split', pattern: {Regex: regex || kLlama3Regex}, behavior: 'Isolated',
+         invert: false},
+        {type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false},
+      ],
+    },
+    post_processor: {
+      type: 'Sequence',
+      processors: [
+        {type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true},
+        {
+          type: 'TemplateProcessing',
+          single: [{SpecialToken: {id: '<|begin_of_text|>', type_id: 0}},
+                   {Sequence: {id: 'A', type_id: 0}}],
+          pair: [{SpecialToken: {id: '<|begin_of_text|>', type_id: 0}},
+                 {Sequence: {id: 'A', type_id: 0}},
+                 {SpecialToken: {id: '<|begin_of_text|>', type_id: 1}},
+                 {Sequence: {id: 'B', type_id: 1}}],
+          special_tokens: {
+            '<|begin_of_text|>': {id: '<|begin_of_text|>', ids: [base], tokens: ['<|begin_of_text|>']},
+          },
+        },
+      ],
+    },
+    decoder: {type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true},
+    model: {
+      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null,
+      end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: true,
+      vocab, merges,
+    },
+  };
+  writeFolder(outDir, tokenizer, {
+    bos_token: '<|begin_of_text|>',
+    eos_token: '<|end_of_text|>',
+    clean_up_tokenization_spaces: true,
+    model_max_length: 131072,
+    tokenizer_class: 'PreTrainedTokenizerFast',
+  });
+}
+
+function gpt2(encoderPath, mergesPath, outDir) {
+  const vocab = JSON.parse(fs.readFileSync(encoderPath, 'utf8'));
+  const merges = fs.readFileSync(mergesPath, 'utf8').split('\n')
+                     .filter((l, i) => l && !(i === 0 && l.startsWith('#version')))
+                     .map((l) => l.split(' '));
+  const byteLevel = {type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true};
+  const tokenizer = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: [{id: vocab['<|endoftext|>'], content: '<|endoftext|>', single_word: false,
+                    lstrip: false, rstrip: false, normalized: true, special: true}],
+    normalizer: null,
+    pre_tokenizer: byteLevel,
+    post_processor: {...byteLevel, trim_offsets: false},
+    decoder: byteLevel,
+    model: {
+      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '',
+      end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, ignore_merges: false,
+      vocab, merges,
+    },
+  };
+  writeFolder(outDir, tokenizer, {
+    bos_token: '<|endoftext|>', eos_token: '<|endoftext|>', unk_token: '<|endoftext|>',
+    model_max_length: 1024, tokenizer_class: 'GPT2Tokenizer',
+  });
+}
+
+function encode(dir, inPath, outPath) {
+  const {Tokenizer} = require(path.join(mods, '@huggingface', 'tokenizers', 'dist', 'tokenizers.cjs'));
+  const read = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
+  const tok = new Tokenizer(read('tokenizer.json'), read('tokenizer_config.json'));
+  const buf = fs.readFileSync(inPath);
+  const lines = [];
+  let doc = 0, bad = 0;
+  for (let off = 0; off < buf.length; doc++) {
+    const n = buf.readUInt32LE(off);
+    off += 4;
+    const text = buf.subarray(off, off + n).toString('utf8');
+    off += n;
+    const ids = tok.encode(text, {add_special_tokens: false}).ids;
+    if (ids.length > 0 &&
+        tok.decode(ids, {skip_special_tokens: false, clean_up_tokenization_spaces: false}) !== text &&
+        bad++ < 5)
+      console.error(`document ${doc}: decoding its ids does not give it back`);
+    lines.push(ids.join(' ') + '\n');
+  }
+  fs.writeFileSync(outPath, lines.join(''));
+  if (bad) {
+    console.error(`${bad} documents do not round-trip`);
+    process.exit(1);
+  }
+}
+
+const [cmd, ...args] = process.argv.slice(2);
+if (cmd === 'llama3') llama3(args[0], args[1], args[2]);
+else if (cmd === 'gpt2') gpt2(args[0], args[1], args[2]);
+else if (cmd === 'encode') encode(args[0], args[1], args[2]);
+else throw new Error('unknown command ' + cmd);
