@@ -24,6 +24,10 @@
 #   LAYERS=N     override the layer count of the LoRA rows (quick checks)
 #   THREADS=2    threads for both frameworks (default 2)
 #   NK_DTYPE=bf16  Nekton's train.dtype (bf16 or f32)
+#   METHODS="lora"  Nekton's adapter rows, any of lora, qlora (LoRA over the
+#                base in NF4), ia3 (PEFT's default targets); the PyTorch
+#                LoRA row is the reference of each (its ratio column)
+#   NO_TORCH=1   skip the PyTorch rows (Nekton's alone)
 #   TORCH_DTYPE=auto  PyTorch's compute: bf16 (autocast, frozen base stored in
 #                bf16), fp32 (no autocast, base in fp32), or auto: bf16 when
 #                this PyTorch multiplies bf16 at least half as fast as fp32,
@@ -46,6 +50,8 @@ THREADS=${THREADS:-2}
 LAYERS=${LAYERS:-0}
 NK_DTYPE=${NK_DTYPE:-bf16}
 TORCH_DTYPE=${TORCH_DTYPE:-auto}
+METHODS=${METHODS:-lora}
+NO_TORCH=${NO_TORCH:-0}
 BIN=${NEKTON:-./build/bin/nekton}
 PY=/usr/bin/python3
 RANK=16
@@ -125,6 +131,7 @@ PY
 # run_torch NAME GROUP ARGS...: bench/torch_lora_bench.py, appended to $results.
 run_torch() {
   local name=$1 group=$2; shift 2
+  (( NO_TORCH )) && return 0
   echo "== $name"
   local t0=$SECONDS log=$out/torch_$group.log
   if ! $PY bench/torch_lora_bench.py --shape $SHAPE --seq $SEQ --batch 1 --warmup 1 \
@@ -145,13 +152,14 @@ PY
 case "$TORCH_DTYPE" in
   bf16|fp32) ;;
   auto)
+    if (( NO_TORCH )); then TORCH_DTYPE=fp32; else
     probe=$($PY bench/torch_lora_bench.py --probe --threads "$THREADS")
     echo "PyTorch GEMM probe (GFLOP/s, 256x1024x1024): $probe"
     TORCH_DTYPE=$($PY -c 'import json,sys; p=json.loads(sys.argv[1]); print("bf16" if p["bf16"] >= 0.5 * p["fp32"] else "fp32")' "$probe")
     if [[ $TORCH_DTYPE == fp32 ]]; then
       echo "WARNING: this PyTorch has no fast bf16 matrix product on this CPU (no AVX-512?):" \
            "the PyTorch rows run in fp32 (TORCH_DTYPE=bf16 forces bf16)" >&2
-    fi ;;
+    fi; fi ;;
   *) echo "TORCH_DTYPE must be auto, bf16 or fp32" >&2; exit 2 ;;
 esac
 if [[ $TORCH_DTYPE == bf16 ]]; then pt_lora="bf16 autocast, bf16 frozen base"; pt_full="bf16 autocast, fp32 params"
@@ -165,8 +173,19 @@ if (( LAYERS > 0 )); then
 fi
 echo "LoRA r=$RANK alpha=$ALPHA all-linear, $label, batch 1 x $SEQ, $THREADS threads;" \
      "Nekton $STEPS steps (mean of the last $PT_STEPS), PyTorch 1 warm-up + $PT_STEPS"
-run_nekton "Nekton LoRA ($label, $NK_DTYPE)" lora peft.method=lora peft.target_modules=all-linear \
-  peft.lora_rank=$RANK peft.lora_alpha=$ALPHA "${lora_layers[@]}"
+for method in $METHODS; do
+  case $method in
+    lora) run_nekton "Nekton LoRA ($label, $NK_DTYPE)" lora peft.method=lora \
+            peft.target_modules=all-linear peft.lora_rank=$RANK peft.lora_alpha=$ALPHA \
+            "${lora_layers[@]}" ;;
+    qlora) run_nekton "Nekton QLoRA ($label, NF4 base, $NK_DTYPE)" qlora peft.method=qlora \
+             peft.target_modules=all-linear peft.lora_rank=$RANK peft.lora_alpha=$ALPHA \
+             "${lora_layers[@]}" ;;
+    ia3) run_nekton "Nekton IA3 ($label, PEFT's targets, $NK_DTYPE)" ia3 peft.method=ia3 \
+           "${lora_layers[@]}" ;;
+    *) echo "METHODS: unknown method '$method' (lora, qlora, ia3)" >&2; exit 2 ;;
+  esac
+done
 run_torch "PyTorch LoRA ($label, $pt_lora)" lora --mode lora --rank $RANK \
   --alpha $ALPHA "${pt_layers[@]}"
 if (( FULL_LAYERS > 0 )); then
@@ -190,7 +209,8 @@ for name, group, fw, tps, ms, mem, rss in rows:
     tps = float(tps)
     if fw == "nekton":
         memory = f"{gib(mem)} tensors, {gib(rss)} RSS"
-        ratio = f"**{tps / torch_tps[group]:.2f}x**" if group in torch_tps else "n/a"
+        ref = torch_tps.get(group, torch_tps.get("lora"))  # adapters: PyTorch's LoRA step
+        ratio = f"**{tps / ref:.2f}x**" if ref else "n/a"
     else:
         memory = f"{gib(rss)} RSS"
         ratio = "1x"

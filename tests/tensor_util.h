@@ -1,5 +1,7 @@
 // Host tensors made from values, for tests that build their inputs by hand.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/tensor.h"
@@ -18,6 +20,23 @@ inline Tensor f32_tensor(const std::vector<float>& v) {
   Tensor t = Tensor::empty({int64_t(v.size())}, DType::F32);
   ops::copy_from_host(t, v.data());
   return t;
+}
+
+// A tensor's values in f32 (any float dtype, copied to the host).
+inline std::vector<float> host(const Tensor& t) {
+  std::vector<float> v(size_t(t.numel()));
+  ops::copy_to_host(t, v.data());
+  return v;
+}
+
+// max |got - want| / max |want|: the parity tests' relative error.
+inline double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num = std::max(num, std::abs(double(got[i]) - double(want[i])));
+    den = std::max(den, std::abs(double(want[i])));
+  }
+  return num / std::max(den, 1e-30);
 }
 
 }  // namespace nk::test

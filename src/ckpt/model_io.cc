@@ -121,8 +121,16 @@ void save_model(const std::string& dir, Transformer& model) {
     fail("cannot create '{}': {}", tmp.string(), ec.message());
   try {
     std::vector<std::pair<std::string, Tensor>> tensors;
-    for (const ParamInfo& p : model.layout().params())
-      tensors.emplace_back(p.name, ParamLayout::view(model.params(), p));
+    for (const ParamInfo& p : model.layout().params()) {
+      if (p.quantized)
+        fail(
+            "saving model to '{}': its base '{}' is held in NF4 (QLoRA), which is not saved; "
+            "save the adapter and merge it into the original base",
+            dir, p.name);
+      tensors.emplace_back(p.name, model.has_master(p)
+                                       ? ParamLayout::view(model.params(), p)
+                                       : ParamLayout::view(model.compute_params(), p));
+    }
     save_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "nekton"}});
     write_file_atomic((tmp / "config.json").string(), model_config_to_json(model.config()));
     install_folder(tmp.string(), final_dir.string());
@@ -145,33 +153,56 @@ void check_finite(const Tensor& t, const std::string& file, const std::string& n
   NK_WARN("{} (loaded anyway: --allow-nonfinite)", what);
 }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
-                                        bool allow_nonfinite) {
+ModelConfig read_model_config(const std::string& dir) {
   fs::path cfg_path = fs::path(dir) / "config.json";
   std::ifstream in(cfg_path);
   if (!in) fail("model '{}': cannot read {}", dir, cfg_path.string());
   std::stringstream ss;
   ss << in.rdbuf();
-  ModelConfig cfg = model_config_from_json(ss.str(), cfg_path.string());
-  std::string st_path = (fs::path(dir) / "model.safetensors").string();
-  SafetensorsFile file = SafetensorsFile::open(st_path);
-  // Check every tensor against the layout before allocating the model, so a
-  // config.json that claims more than the file holds allocates nothing.
-  const ParamLayout layout = model_layout(cfg);
+  return model_config_from_json(ss.str(), cfg_path.string());
+}
+
+namespace {
+
+// Every tensor `layout` needs is in `file` with its shape (adapters may be
+// missing when keep_adapters), checked before any memory is sized from it.
+void check_model_file(const SafetensorsFile& file, const ParamLayout& layout, bool keep_adapters) {
   for (const ParamInfo& p : layout.params()) {
-    if (!file.has(p.name)) fail("{}: missing tensor '{}'", st_path, p.name);
+    if (!file.has(p.name)) {
+      if (keep_adapters && p.adapter) continue;
+      fail("{}: missing tensor '{}'", file.path(), p.name);
+    }
     const auto& e = file.entry(p.name);
     if (e.shape != p.shape)
-      fail("{}: tensor '{}' has shape {}, the model in config.json needs {}", st_path, p.name,
+      fail("{}: tensor '{}' has shape {}, the model in config.json needs {}", file.path(), p.name,
            shape_str(e.shape), shape_str(p.shape));
   }
-  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
-  for (const ParamInfo& p : model->layout().params()) {
-    Tensor w = ParamLayout::view(model->params(), p);
-    ops::convert(w, file.get(p.name));
-    check_finite(w, st_path, p.name, allow_nonfinite);
+}
+
+}  // namespace
+
+void load_weights(Transformer& model, const std::string& dir, bool keep_adapters,
+                  bool allow_nonfinite) {
+  std::string st_path = (fs::path(dir) / "model.safetensors").string();
+  SafetensorsFile file = SafetensorsFile::open(st_path);
+  check_model_file(file, model.layout(), keep_adapters);
+  for (const ParamInfo& p : model.layout().params()) {
+    if (!file.has(p.name)) continue;  // an adapter kept (checked above)
+    Tensor t = file.get(p.name);
+    check_finite(t, st_path, p.name, allow_nonfinite);
+    model.set_param(p, t);
   }
-  model->sync_compute_params();
+}
+
+std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
+                                        bool allow_nonfinite) {
+  ModelConfig cfg = read_model_config(dir);
+  // Check every tensor against the layout before allocating the model, so a
+  // config.json that claims more than the file holds allocates nothing.
+  check_model_file(SafetensorsFile::open((fs::path(dir) / "model.safetensors").string()),
+                   model_layout(cfg), false);
+  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
+  load_weights(*model, dir, false, allow_nonfinite);
   return model;
 }
 

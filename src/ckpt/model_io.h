@@ -13,12 +13,23 @@ std::string model_config_to_json(const ModelConfig& c);
 // Throws nk::Error naming the file and the missing or invalid field.
 ModelConfig model_config_from_json(const std::string& text, const std::string& where);
 
+// Every parameter in f32 (its master), or a frozen one without a master in
+// the compute dtype (exact); nk::Error for an NF4 base (FrozenWeights::Nf4),
+// which is not saved: its adapters are (ckpt/peft_adapter.h).
 void save_model(const std::string& dir, Transformer& model);
 // Reads DIR/config.json and DIR/model.safetensors; every tensor must be present
 // with the configured shape and finite (nk::Error naming the file and tensor
 // otherwise, before the model's memory is allocated for a shape mismatch).
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
                                         bool allow_nonfinite = false);
+// DIR/config.json (nk::Error naming the file).
+ModelConfig read_model_config(const std::string& dir);
+// Sets `model`'s parameters from DIR/model.safetensors one tensor at a time
+// (Transformer::set_param: no second copy of the model, NF4 quantised as it
+// is read), with the checks of load_model. keep_adapters: adapter parameters
+// the file lacks keep their values (a base for new adapters).
+void load_weights(Transformer& model, const std::string& dir, bool keep_adapters = false,
+                  bool allow_nonfinite = false);
 
 // The check every reader of weights runs (saved models, Hugging Face
 // safetensors, training checkpoints): nk::Error "FILE: tensor 'NAME' has K

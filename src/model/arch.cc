@@ -42,12 +42,14 @@ void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
   decoder_params(p, c, block());
 }
 
-ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen) {
+ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen,
+                         const std::vector<std::string>& quantized) {
   c.validate();  // bounded shapes (core/limits.h) before anything is sized from them
   ParamLayout p;
   c.architecture().add_params(p, c);
   add_adapter_params(p, c);
   for (const std::string& name : frozen) p.freeze(name);
+  for (const std::string& name : quantized) p.quantize(name);
   p.finalize();
   return p;
 }

@@ -113,8 +113,10 @@ const std::vector<const Architecture*>& architectures();
 std::vector<std::string> architecture_names();
 
 // The finished parameter layout of a model of c's architecture, with the
-// parameters named in `frozen` frozen (see ParamLayout::freeze).
-ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen = {});
+// parameters named in `frozen` frozen (see ParamLayout::freeze) and those in
+// `quantized` (frozen too) stored quantised (ParamLayout::quantize).
+ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen = {},
+                         const std::vector<std::string>& quantized = {});
 
 // The parameters every architecture of the GPT-2/Llama family shares, following
 // `spec`: embedding (+ learned positions), per layer norm, fused QKV,

@@ -251,12 +251,11 @@ std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
   base.lora = LoraConfig();
   base.ia3 = Ia3Config();
   auto out = std::make_unique<Transformer>(base, model.compute_dtype(), 0, ParamInit::Zeros);
-  Tensor src = const_cast<Transformer&>(model).params(), dst = out->params();
+  Tensor dst = out->params();
+  // Whatever holds the base (f32 masters, its bf16 copy alone, NF4), in f32.
   for (const ParamInfo& p : out->layout().params())
-    ops::convert(ParamLayout::view(dst, p), ParamLayout::view(src, model.layout().find(p.name)));
-  auto view = [&](const std::string& name) {
-    return ParamLayout::view(src, model.layout().find(name));
-  };
+    ops::convert(ParamLayout::view(dst, p), model.param_f32(model.layout().find(p.name)));
+  auto view = [&](const std::string& name) { return model.param_f32(model.layout().find(name)); };
   auto rows_of = [&](const AdaptedModule& t, const char* what) {
     const ParamInfo& w = out->layout().find(t.linear + "." + what);
     return t.part.empty() ? ParamLayout::view(dst, w) : ParamLayout::part_view(dst, w, t.part);

@@ -17,23 +17,61 @@ std::string L(int64_t l, const char* name) {
 
 }  // namespace
 
-ParamLayout Transformer::layout_for(const ModelConfig& cfg,
-                                    const std::vector<std::string>& frozen) {
-  return model_layout(cfg, frozen);
+const char* frozen_weights_name(FrozenWeights f) {
+  switch (f) {
+    case FrozenWeights::Master:
+      return "master";
+    case FrozenWeights::Compute:
+      return "compute";
+    case FrozenWeights::Nf4:
+      return "nf4";
+  }
+  return "?";
+}
+
+ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
+                                    FrozenWeights frozen_weights) {
+  ParamLayout layout = model_layout(cfg, frozen);
+  if (frozen_weights != FrozenWeights::Nf4) return layout;
+  // QLoRA's base: every frozen weight matrix but learned positions.
+  std::vector<std::string> quantized;
+  for (const ParamInfo& p : layout.params())
+    if (!p.trainable && !p.adapter && p.shape.size() == 2 && p.name != "wpe")
+      quantized.push_back(p.name);
+  return model_layout(cfg, frozen, quantized);
 }
 
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
-                         const std::vector<std::string>& frozen, Device device)
-    : cfg_(cfg), compute_(compute), device_(device), layout_(model_layout(cfg, frozen)) {
+                         const std::vector<std::string>& frozen, Device device,
+                         FrozenWeights frozen_weights)
+    : cfg_(cfg),
+      compute_(compute),
+      device_(device),
+      frozen_weights_(frozen_weights),
+      layout_(layout_for(cfg, frozen, frozen_weights)) {
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
-  params_ = Tensor::empty({layout_.total()}, DType::F32, device_);
+  // f32 masters: every parameter, or only the trainable ones (in f32 compute
+  // the frozen dense ones too: their compute copy is the master).
+  const int64_t masters = frozen_weights == FrozenWeights::Master ? layout_.total()
+                          : compute == DType::F32                 ? layout_.dense_end()
+                                                                  : layout_.trainable_end();
+  params_ = Tensor::empty({masters}, DType::F32, device_);
   grads_ = Tensor::empty({layout_.trainable_end()}, DType::F32, device_);
   ops::fill(params_, 0.f);
   zero_grads();
   compute_params_ =
-      compute == DType::F32 ? params_ : Tensor::empty({layout_.total()}, compute, device_);
+      compute == DType::F32 ? params_ : Tensor::empty({layout_.dense_end()}, compute, device_);
+  if (compute_params_.raw() != params_.raw()) ops::fill(compute_params_, 0.f);
+  for (const ParamInfo& p : layout_.params()) {
+    if (!p.quantized) continue;
+    // All-zero storage reads back as zeros (scale and offset 0) until set.
+    ops::Nf4Weight q = ops::Nf4Weight::empty(p.shape, device_);
+    for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
+      *t = Tensor::zeros(t->shape(), t->dtype(), device_);
+    nf4_[p.name] = q;
+  }
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values.
   std::vector<float> host;
@@ -46,7 +84,13 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : host) v = float(rng.normal() * p.init_std);
     if (p.init == Init::Uniform)
       for (auto& v : host) v = float((2 * rng.uniform() - 1) * p.init_std);
-    ops::copy_from_host(ParamLayout::view(params_, p), host.data());
+    if (has_master(p)) {
+      ops::copy_from_host(ParamLayout::view(params_, p), host.data());
+    } else {
+      Tensor t = Tensor::empty(p.shape, DType::F32, device_);
+      ops::copy_from_host(t, host.data());
+      set_param(p, t);
+    }
   }
   sync_compute_params();
   const BlockSpec spec = cfg_.architecture().block();
@@ -59,7 +103,42 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
 }
 
 void Transformer::sync_compute_params() {
-  if (compute_params_.raw() != params_.raw()) ops::convert(compute_params_, params_);
+  if (compute_params_.raw() != params_.raw())
+    ops::convert(compute_params_.narrow0(0, params_.numel()), params_);
+}
+
+Tensor Transformer::param_f32(const ParamInfo& p) const {
+  if (has_master(p)) return ParamLayout::view(params_, p);
+  Tensor out = Tensor::empty(p.shape, DType::F32, device_);
+  if (p.quantized)
+    ops::nf4_dequantize(out, nf4_.at(p.name));
+  else
+    ops::convert(out, ParamLayout::view(compute_params_, p));
+  return out;
+}
+
+void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
+  check_shape(src, p.shape, p.name.c_str());
+  if (p.quantized) {
+    Tensor f = src;
+    if (src.dtype() != DType::F32) {
+      f = Tensor::empty(p.shape, DType::F32, device_);
+      ops::convert(f, src);
+    }
+    ops::nf4_quantize(nf4_.at(p.name), f);
+    return;
+  }
+  if (has_master(p)) ops::convert(ParamLayout::view(params_, p), src);
+  if (compute_params_.raw() != params_.raw() || !has_master(p))
+    ops::convert(ParamLayout::view(compute_params_, p),
+                 has_master(p) ? ParamLayout::view(params_, p) : src);
+}
+
+size_t Transformer::weight_bytes() const {
+  size_t n = params_.nbytes();
+  if (compute_params_.raw() != params_.raw()) n += compute_params_.nbytes();
+  for (const auto& [name, q] : nf4_) n += q.nbytes();
+  return n;
 }
 
 void Transformer::zero_grads() {
@@ -69,7 +148,12 @@ void Transformer::zero_grads() {
 void Transformer::bind_views() {
   const BlockSpec spec = cfg_.architecture().block();
   auto w = [&](const std::string& n) {
-    return ParamLayout::view(compute_params_, layout_.find(n));
+    const ParamInfo& p = layout_.find(n);
+    return p.quantized ? Tensor() : ParamLayout::view(compute_params_, p);
+  };
+  auto q = [&](const std::string& n) {
+    auto it = nf4_.find(n);
+    return it == nf4_.end() ? ops::Nf4Weight() : it->second;
   };
   auto g = [&](const std::string& n) {
     const ParamInfo& p = layout_.find(n);
@@ -82,6 +166,7 @@ void Transformer::bind_views() {
   auto linear = [&](const std::string& base) {
     nn::Linear lin;
     lin.w = w(base + ".weight");
+    lin.wq = q(base + ".weight");
     lin.dw = g(base + ".weight");
     lin.b = maybe(base + ".bias", false);
     lin.db = maybe(base + ".bias", true);
@@ -124,6 +209,7 @@ void Transformer::bind_views() {
     return lin;
   };
   embed_.wte = w("wte");
+  embed_.wte_q = q("wte");
   embed_.dwte = g("wte");
   embed_.wpe = maybe("wpe", false);
   embed_.dwpe = maybe("wpe", true);
@@ -145,8 +231,14 @@ void Transformer::bind_views() {
     blocks_.push_back(b);
   }
   norm_f_ = norm("ln_f");
-  head_ = cfg_.tied_embeddings ? nn::Linear{embed_.wte, Tensor(), embed_.dwte, Tensor(), {}, {}}
-                               : linear("lm_head");
+  if (cfg_.tied_embeddings) {
+    head_ = nn::Linear();
+    head_.w = embed_.wte;
+    head_.wq = embed_.wte_q;
+    head_.dw = embed_.dwte;
+  } else {
+    head_ = linear("lm_head");
+  }
 }
 
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,

@@ -7,6 +7,7 @@
 // `Activations` workspace planned once for a (B, T) shape: the training step
 // allocates nothing.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,17 @@ struct PackedBatchInfo {
 // base 0 (to be loaded).
 enum class ParamInit { Random, Zeros, Adapters };
 
+// How the frozen parameters (a fine-tuned base) are held. Trainable ones
+// always have an f32 master and, in bf16, a compute copy.
+enum class FrozenWeights {
+  Master,   // like the trainable ones: f32 master (+ compute copy)
+  Compute,  // the compute-dtype copy only: 2 bytes each in bf16 instead of 6
+  Nf4,      // as Compute, but every weight matrix (linear layers, the token
+            // embedding and the head; not learned positions) in NF4 (ops.h):
+            // QLoRA's base
+};
+const char* frozen_weights_name(FrozenWeights f);  // "master", "compute", "nf4"
+
 class Transformer {
  public:
   // compute: f32 or bf16. frozen: names of parameters that get no gradient
@@ -44,21 +56,36 @@ class Transformer {
   // ops skip them, and the grads arena holds only the trainable parameters.
   // Initial values do not depend on what is frozen. device: where the
   // arenas, the RoPE table and the model's workspaces live (`train.device`).
+  // frozen_weights: how the frozen parameters are held (FrozenWeights).
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
               ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
-              Device device = kHost);
+              Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master);
   // The layout such a model has, without allocating it (parameter names).
-  static ParamLayout layout_for(const ModelConfig& cfg,
-                                const std::vector<std::string>& frozen = {});
+  static ParamLayout layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen = {},
+                                FrozenWeights frozen_weights = FrozenWeights::Master);
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
   Device device() const { return device_; }
   const ParamLayout& layout() const { return layout_; }
-  Tensor& params() { return params_; }  // f32 master weights [total]
-  Tensor& grads() { return grads_; }    // f32 [layout().trainable_end()]
-  // Compute-dtype weights (aliases params() in f32 mode).
+  FrozenWeights frozen_weights() const { return frozen_weights_; }
+  // f32 master weights: [layout().total()] with FrozenWeights::Master, else
+  // the parameters that have one (has_master), from offset 0.
+  Tensor& params() { return params_; }
+  Tensor& grads() { return grads_; }  // f32 [layout().trainable_end()]
+  // Compute-dtype weights (aliases params() in f32 mode), up to
+  // layout().dense_end(): the NF4 ones are held apart.
   const Tensor& compute_params() const { return compute_params_; }
+  // Whether p's f32 master is in params() (always for trainable ones).
+  bool has_master(const ParamInfo& p) const { return p.offset + p.numel() <= params_.numel(); }
+  // p's values in f32: its master view, or a new tensor read back from its
+  // compute-dtype copy or its NF4 storage (host memory).
+  Tensor param_f32(const ParamInfo& p) const;
+  // Sets p to `src` (f32, p's shape): its master and compute copy, its
+  // compute copy alone, or its NF4 quantisation.
+  void set_param(const ParamInfo& p, const Tensor& src);
+  // Bytes the weights take: f32 masters, the compute copy, NF4 storage.
+  size_t weight_bytes() const;
   // Call after changing params() other than through the optimizer's fused copy.
   void sync_compute_params();
   void zero_grads();
@@ -130,8 +157,10 @@ class Transformer {
   ModelConfig cfg_;
   DType compute_;
   Device device_;
+  FrozenWeights frozen_weights_;
   ParamLayout layout_;
   Tensor params_, grads_, compute_params_;
+  std::map<std::string, ops::Nf4Weight> nf4_;  // the quantised parameters, by name
   Tensor rope_;
   nn::Embedding embed_;
   std::vector<Block> blocks_;

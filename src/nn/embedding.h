@@ -5,12 +5,16 @@
 namespace nk::nn {
 
 struct Embedding {
-  Tensor wte, wpe;    // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
-  Tensor dwte, dwpe;  // f32; undefined when frozen (not computed)
+  Tensor wte, wpe;       // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
+  Tensor dwte, dwpe;     // f32; undefined when frozen (not computed)
+  ops::Nf4Weight wte_q;  // the frozen table as NF4 (QLoRA) instead of wte
 
   // positions i32[B, T] (packed rows) or undefined for 0..T-1 in every row.
   void forward(Tensor out, const Tensor& tokens, const Tensor& positions = Tensor()) const {
-    ops::embedding_forward(out, tokens, wte, wpe, positions);
+    if (wte_q.defined())
+      ops::nf4_embedding_forward(out, tokens, wte_q, wpe, positions);
+    else
+      ops::embedding_forward(out, tokens, wte, wpe, positions);
   }
   void backward(const Tensor& dout, const Tensor& tokens,
                 const Tensor& positions = Tensor()) const {

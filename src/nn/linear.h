@@ -17,13 +17,19 @@ struct Linear {
   Tensor dw, db;  // f32 gradients, accumulated; undefined when frozen (not computed)
   Lora lora;      // adapters on the output; inactive when it has no parts
   Ia3 ia3;        // learned scales of the output or input; inactive without
+  // A frozen weight stored as NF4 (QLoRA's base) instead of w: the products
+  // dequantise it panel by panel (ops.h). w, dw and db are then undefined.
+  ops::Nf4Weight wq;
 
   // x [.., in] -> y [.., out]. ad: the adapters' activations and scratch
   // (needed when any adapter is active).
   void forward(Tensor y, const Tensor& x, const AdapterActs& ad = {}) const {
     check_adapters(ad);
     Tensor y2 = rows(y), x2 = rows(x);
-    ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
+    if (wq.defined())
+      ops::nf4_linear_forward(y2, x2, wq, b);
+    else
+      ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
     if (ia3.active()) ia3.scale_output(y2);
     if (lora.active()) lora.forward(y2, x2, ad);
   }
@@ -32,7 +38,10 @@ struct Linear {
   void backward(Tensor dx, const Tensor& dy, const Tensor& x, const AdapterActs& ad = {}) const {
     check_adapters(ad);
     Tensor dx2 = dx.defined() ? rows(dx) : dx, dy2 = rows(dy), x2 = rows(x);
-    if (ia3.active()) {
+    if (wq.defined()) {
+      NK_CHECK(!dw.defined() && !db.defined(), "Linear: an NF4 weight is frozen");
+      if (dx2.defined()) ops::nf4_linear_backward_input(dx2, dy2, wq);
+    } else if (ia3.active()) {
       NK_CHECK(!dw.defined() && !db.defined(), "Linear: IA3 scales over a trainable weight");
       Tensor dyb = ia3.output_grad(dy2, x2, w, b, ad);
       // The input scale's gradient needs d(x * l) even where dx is not wanted.
@@ -51,6 +60,7 @@ struct Linear {
   void check_adapters(const AdapterActs& ad) const {
     NK_CHECK(!(lora.active() || ia3.active()) || ad.defined(),
              "Linear: adapters without their activations");
+    NK_CHECK(!(wq.defined() && ia3.active()), "Linear: IA3 over an NF4 weight");
   }
 };
 

@@ -117,15 +117,27 @@ void ParamLayout::freeze(const std::string& name) {
   params_[it->second].trainable = false;
 }
 
+void ParamLayout::quantize(const std::string& name) {
+  NK_CHECK(!final_, "quantize after finalize");
+  auto it = index_.find(name);
+  if (it == index_.end()) fail("no parameter named '{}' to quantize", name);
+  NK_CHECK(!params_[it->second].trainable, "quantize: parameter {} is trainable", name);
+  params_[it->second].quantized = true;
+}
+
 void ParamLayout::finalize() {
   std::stable_partition(params_.begin(), params_.end(), [](const ParamInfo& p) { return p.decay; });
   for (size_t i = 0; i < params_.size(); ++i) index_[params_[i].name] = i;
-  // Trainable parameters first (decayed, then not), frozen ones last: with
-  // nothing frozen this is one pass in params_ order.
+  // Trainable parameters first (decayed, then not), frozen ones last and the
+  // quantised among them after the others: with nothing frozen this is one
+  // pass in params_ order.
   int64_t off = 0;
-  for (bool trainable : {true, false}) {
+  enum Group { Trainable, Frozen, Quantized };
+  for (Group g : {Trainable, Frozen, Quantized}) {
+    if (g == Quantized) dense_end_ = off;
     for (auto& p : params_) {
-      if (p.trainable != trainable) continue;
+      if ((p.trainable ? Trainable : p.quantized ? Quantized : Frozen) != g) continue;
+      const bool trainable = g == Trainable;
       p.offset = off;
       // keep every view 64-byte aligned in f32
       off = checked_add(off, (checked_add(p.numel(), 15, "parameters") / 16) * 16, "parameters");

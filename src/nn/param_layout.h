@@ -51,6 +51,9 @@ struct ParamInfo {
   // share of q, of k and of v), so the heads stay whole on each rank.
   std::vector<ParamPart> parts;
   bool adapter = false;  // a PEFT adapter's (LoRA, IA3), not the base model's
+  // Frozen and stored quantised (QLoRA's NF4), outside the flat buffers: its
+  // offset is past dense_end() and no flat buffer holds it.
+  bool quantized = false;
   int64_t numel() const { return shape_numel(shape); }
   const ParamPart& part(const std::string& name) const;  // nk::Error if absent
 };
@@ -89,13 +92,17 @@ class ParamLayout {
            const ParamOptions& opt = {});
   // Marks an added parameter frozen (before finalize; nk::Error if absent).
   void freeze(const std::string& name);
+  // Marks an added frozen parameter as stored quantised (before finalize;
+  // nk::Error if absent, InternalError if trainable).
+  void quantize(const std::string& name);
   // Orders decayed parameters (ndim >= 2) first and assigns offsets. After
   // this, [0, decay_end()) holds exactly the decayed trainable parameters,
   // [decay_end(), trainable_end()) the other trainable ones and
   // [trainable_end(), total()) the frozen ones, so gradients and optimizer
-  // state are arenas of trainable_end() elements. params() keeps the order it
-  // has with nothing frozen (an index there seeds a parameter's initial
-  // values); only the offsets move frozen parameters to the end.
+  // state are arenas of trainable_end() elements; the quantised ones come
+  // last of all, from dense_end(), so flat buffers in a dtype stop there. params() keeps the order
+  // it has with nothing frozen (an index there seeds a parameter's initial values); only the
+  // offsets move frozen parameters to the end.
   void finalize();
 
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -104,6 +111,7 @@ class ParamLayout {
   int64_t total() const { return total_; }
   int64_t decay_end() const { return decay_end_; }
   int64_t trainable_end() const { return trainable_end_; }
+  int64_t dense_end() const { return dense_end_; }  // total() when nothing is quantised
   int64_t count() const;  // elements actually used by parameters (no padding)
 
   // The view of `p` inside `flat` (a 1-d buffer of total() elements, any dtype).
@@ -114,7 +122,7 @@ class ParamLayout {
  private:
   std::vector<ParamInfo> params_;
   std::unordered_map<std::string, size_t> index_;
-  int64_t total_ = 0, decay_end_ = 0, trainable_end_ = 0;
+  int64_t total_ = 0, decay_end_ = 0, trainable_end_ = 0, dense_end_ = 0;
   bool final_ = false;
 };
 

@@ -90,6 +90,61 @@ void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b)
 void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                      const Tensor& w);
 
+// ---- NF4: QLoRA's 4-bit NormalFloat weights, stored as bitsandbytes does ----
+// A frozen weight of `shape` is flattened row-major into blocks of kNf4Block
+// values (the last may be short). Each value becomes the 4-bit index of the
+// nearest of the 16 NF4 levels (kNf4Levels, ties to the lower index) to
+// w / absmax, absmax = max |w| over its block (an all-zero block codes 0.0);
+// two codes per byte, the first in the high nibble (an odd count pads a 0
+// nibble). The block absmaxes are quantised again ("double quantisation"):
+// a = absmax - offset, offset = the mean of the tensor's absmaxes (summed in
+// order in double, rounded to f32 once), in blocks of kNf4ScaleBlock as the
+// 8-bit index of the nearest of the 256 signed dynamic levels
+// (nf4_dynamic_levels(), ties to the lower index) to a / max |a| over that
+// block (max |a| = 0 codes 0.0), with max |a| kept in f32. A value reads back
+// as kNf4Levels[code] * (dynamic[acode] * scale + offset), in f32. 0.516
+// bytes per value for blocks of 64 (0.5 + 1/64 + 4/16384).
+constexpr int64_t kNf4Block = 64, kNf4ScaleBlock = 256;
+extern const float kNf4Levels[16];
+// The 256 levels of bitsandbytes' signed dynamic map (create_dynamic_map:
+// for i = 0..6, the midpoints of linspace(0.1, 1, 2^i + 1) times +-10^(i-6),
+// plus 0 and 1, sorted), computed in double and rounded to f32.
+const float* nf4_dynamic_levels();
+
+struct Nf4Weight {
+  Shape shape;           // the dense weight's shape
+  Tensor codes;          // u8 [ceil(numel / 2)]
+  Tensor absmax_codes;   // u8 [blocks], blocks = ceil(numel / kNf4Block)
+  Tensor absmax_scale;   // f32 [ceil(blocks / kNf4ScaleBlock)]
+  Tensor absmax_offset;  // f32 [1]
+  // Uninitialised storage for a weight of `shape` (numel > 0).
+  static Nf4Weight empty(const Shape& shape, Device device = kHost);
+  bool defined() const { return codes.defined(); }
+  int64_t numel() const { return shape_numel(shape); }
+  size_t nbytes() const;  // all four tensors
+};
+
+// q (allocated for w's shape) <- NF4 of w (f32, contiguous). Deterministic.
+// A NaN or infinity in w is an nk::Error naming its index; q is left as it was.
+void nf4_quantize(Nf4Weight& q, const Tensor& w);
+// out (f32 or bf16, contiguous, any shape) <- the values [start, start +
+// out.numel()) of q's flattened weight, each read back in f32 then rounded
+// to out's dtype.
+void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start = 0);
+// y[N,out] = x[N,in] @ W^T + b with W [out, in] the dequantised q rounded to
+// x's dtype: the product runs over panels of W's rows dequantised into a
+// small cache-sized buffer, so the dense W never exists whole. The same
+// dtypes as linear_forward; equals linear_forward on nf4_dequantize(q) up to
+// the order of the f32 sums.
+void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b);
+// dx[N,in] = dy[N,out] @ W (written), by panels of W's columns. A frozen
+// weight: there is no dw.
+void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w);
+// embedding_forward with wte stored as NF4 (rows dequantised as they are
+// gathered); wpe dense or undefined. A frozen table: no backward.
+void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
+                           const Tensor& wpe, const Tensor& positions = Tensor());
+
 // ---- activations ----
 // GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). x,y T[N,F].
 void gelu_forward(Tensor y, const Tensor& x);

@@ -54,7 +54,8 @@ AdamW::AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConf
 }
 
 AdamW::AdamW(Transformer& model, const AdamWConfig& cfg)
-    : AdamW(model_arenas(model), default_param_groups(model.layout(), cfg.weight_decay), cfg) {}
+    : AdamW(model_arenas(model),
+            default_param_groups(model.layout(), cfg.weight_decay, model.params().numel()), cfg) {}
 
 bool AdamW::state_mirrors_arenas() const {
   for (size_t i = 0; i < groups_.size(); ++i) {

@@ -20,7 +20,8 @@ class AdamW {
   // InternalError (groups come from code) for a group outside the arenas,
   // overlapping another, or whose shard lies outside it.
   AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConfig& cfg);
-  // default_param_groups(model.layout(), cfg.weight_decay) over the model's arenas.
+  // default_param_groups(model.layout(), cfg.weight_decay, model.params().numel()) over the
+  // model's arenas.
   AdamW(Transformer& model, const AdamWConfig& cfg);
   // One update: group g uses learning rate lr * g.lr_scale; gradients are
   // multiplied by grad_scale first (clipping). Increments steps_done().

@@ -8,10 +8,14 @@ namespace nk {
 
 ParamArenas model_arenas(Transformer& model) {
   const bool copy = model.compute_params().raw() != model.params().raw();
-  return {model.params(), model.grads(), copy ? model.compute_params() : Tensor()};
+  // The compute copy of the parameters with masters (a frozen base held
+  // without them lies beyond, untouched by the optimizer).
+  return {model.params(), model.grads(),
+          copy ? model.compute_params().narrow0(0, model.params().numel()) : Tensor()};
 }
 
-std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double weight_decay) {
+std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double weight_decay,
+                                             int64_t arena_end) {
   std::vector<ParamGroup> groups;
   auto add = [&](const char* name, int64_t begin, int64_t end, double wd, bool trainable) {
     if (end <= begin) return;
@@ -25,7 +29,7 @@ std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double w
   };
   add("decay", 0, layout.decay_end(), weight_decay, true);
   add("no_decay", layout.decay_end(), layout.trainable_end(), 0.0, true);
-  add("frozen", layout.trainable_end(), layout.total(), 0.0, false);
+  add("frozen", layout.trainable_end(), arena_end < 0 ? layout.total() : arena_end, 0.0, false);
   return groups;
 }
 

@@ -39,8 +39,11 @@ struct ParamGroup {
 
 // The groups every run uses today, in arena order: trainable matrices with
 // `weight_decay`, trainable vectors (norms, biases) without, then the frozen
-// parameters, if any. Empty groups are left out; each is owned whole.
-std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double weight_decay);
+// parameters, if any, up to `arena_end` (-1: layout.total(); a model whose
+// frozen base has no f32 masters has an arena that stops sooner, see
+// Transformer::params). Empty groups are left out; each is owned whole.
+std::vector<ParamGroup> default_param_groups(const ParamLayout& layout, double weight_decay,
+                                             int64_t arena_end = -1);
 
 // `groups` for a distributed optimizer (ZeRO-1; pieces: parallel/grad_buckets.h): every trainable
 // group cut at the pieces' boundaries (a bucket never straddles two groups' settings: it lies in

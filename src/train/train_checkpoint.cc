@@ -34,6 +34,26 @@ ParamLayout trainable_layout(const ParamLayout& full) {
 }
 }  // namespace
 
+std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& dir,
+                                            const char* key) {
+  const ModelConfig saved = read_model_config(dir);
+  // A base for this run's adapters gains them, initialised from the seed.
+  const bool add_adapters = (cfg.model.lora.enabled() || cfg.model.ia3.enabled()) &&
+                            !saved.lora.enabled() && !saved.ia3.enabled();
+  ModelConfig want = cfg.model;
+  if (add_adapters) {
+    want.lora = LoraConfig();
+    want.ia3 = Ia3Config();
+  }
+  if (model_config_to_json(saved) != model_config_to_json(want))
+    fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
+  auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
+                                         add_adapters ? ParamInit::Adapters : ParamInit::Zeros,
+                                         cfg.frozen, cfg.device, cfg.frozen_weights);
+  load_weights(*m, dir, add_adapters);
+  return m;
+}
+
 namespace {
 
 // Rank 0's part of a save: the weights, the optimizer moments when they are
@@ -47,8 +67,10 @@ CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& mode
   const ParamLayout& layout = model.layout();
   CheckpointContents c;
   c.step = state.step;
-  c.model = flat_tensors(layout, model.params(), "");
-  describe_flat_tensors(c, layout, "");
+  // The parameters with masters: all, or the trainable ones (see saved_layout).
+  const bool whole = model.frozen_weights() == FrozenWeights::Master;
+  c.model = flat_tensors(whole ? layout : trainable, model.params(), "");
+  describe_flat_tensors(c, whole ? layout : trainable, "");
   if (with_moments) {
     NK_CHECK(opt.state_mirrors_arenas() && opt.state_size() == layout.trainable_end(),
              "save_train_checkpoint: the optimizer state ({} elements) is not laid out like the "
@@ -231,10 +253,22 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
          out.state.step, r.step());
 
   // Fresh buffers; the caller swaps them in only once all of them are read.
-  out.model =
-      std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed, ParamInit::Zeros, cfg.frozen);
+  // A base held without masters is train.init_from's, read again (or the
+  // random one the seed draws).
+  const bool whole = cfg.frozen_weights == FrozenWeights::Master;
+  out.model = !whole && !cfg.init_from.empty()
+                  ? load_run_model(cfg, cfg.init_from, "train.init_from")
+                  : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
+                                                  whole ? ParamInit::Zeros : ParamInit::Random,
+                                                  cfg.frozen, kHost, cfg.frozen_weights);
   const ParamLayout& layout = out.model->layout();
-  if (r.model_shards().empty()) {
+  if (!whole) {
+    const ParamLayout trainable = trainable_layout(layout);
+    Tensor masters = out.model->params().narrow0(0, trainable.total());
+    read_flat_tensors(r.model(), trainable, "", masters);
+    for (const ParamInfo& p : trainable.params())
+      check_finite(ParamLayout::view(masters, p), "checkpoint '" + dir + "'", p.name, false);
+  } else if (r.model_shards().empty()) {
     SafetensorsFile weights = r.model();
     read_flat_tensors(weights, layout, "", out.model->params());
   } else {
@@ -243,8 +277,9 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   }
   // NaN or Inf would resume into a non-finite loss: refuse them, naming the tensor.
   for (const ParamInfo& p : layout.params())
-    check_finite(ParamLayout::view(out.model->params(), p), "checkpoint '" + dir + "'", p.name,
-                 false);
+    if (whole)
+      check_finite(ParamLayout::view(out.model->params(), p), "checkpoint '" + dir + "'", p.name,
+                   false);
   auto check_meta = [&](const SafetensorsFile& opt) {
     auto meta = opt.metadata();
     if (meta["optimizer"] != "adamw")

@@ -11,9 +11,21 @@
 
 namespace nk {
 
+// The model saved in DIR (train.init_from, or a run's model/ folder for
+// train.resume_from, named by `key` in errors) in the run's layout (frozen
+// parameters last), frozen-weight storage (cfg.frozen_weights) and device,
+// read one tensor at a time; adapters the run adds and DIR's model lacks are
+// initialised from the seed. nk::Error naming key and DIR when its config is
+// not the run's model.*.
+std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& dir,
+                                            const char* key);
+
 // Writes cfg.checkpoint_root()/step_N: master weights, AdamW moments (of the
 // trainable parameters) and update count, the names of the frozen parameters, `state` (step,
 // samples, LR position, RNG streams), the resolved config and the model config. Returns the folder.
+// A base without f32 masters (cfg.frozen_weights not Master) is not saved: a resumed run reads
+// train.init_from again (the same bytes give the same bf16 or NF4 weights), or draws the same
+// random base from the seed.
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
                                   const TrainerState& state);
 

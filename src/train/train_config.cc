@@ -44,8 +44,9 @@ void TrainConfig::bind(ConfigBinder& b) {
          "patterns over names such as wte, h.*.attn.*, lm_head.weight (a tied head "
          "follows wte)");
   b.bind("peft.method", peft.method,
-         "parameter-efficient fine-tuning: none (train every unfrozen weight), lora or ia3 "
-         "(train adapters, base weights frozen)");
+         "parameter-efficient fine-tuning: none (train every unfrozen weight), lora, qlora "
+         "(LoRA over a base held in 4-bit NF4; needs train.init_from) or ia3 (train adapters, "
+         "base weights frozen)");
   b.bind("peft.lora_rank", peft.lora.rank, "LoRA rank r");
   b.bind("peft.lora_alpha", peft.lora.alpha, "LoRA alpha: adapters scale by alpha / r");
   b.bind("peft.lora_dropout", peft.lora.dropout, "dropout on the LoRA adapters' input");
@@ -149,7 +150,8 @@ TrainConfig train_config_from(const Config& c) {
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
   if (t.peft.method != "none" && !t.peft.adapters())
     fail(
-        "peft.method: expected none, lora or ia3, got '{}' (p-tuning and bottleneck adapters are "
+        "peft.method: expected none, lora, qlora or ia3, got '{}' (p-tuning and bottleneck "
+        "adapters are "
         "not implemented yet)",
         t.peft.method);
   if (t.peft.adapters()) {
@@ -160,7 +162,7 @@ TrainConfig train_config_from(const Config& c) {
       fail(
           "peft.method: the model of train.init_from already has adapters; merge them first "
           "(nekton export hf ... --merge-lora) or fine-tune it without peft.method");
-    if (t.peft.method == "lora") {
+    if (t.peft.lora_kind()) {
       t.model.lora = t.peft.lora;
       t.model.lora.target_modules = split_commas(t.peft.target_modules);
       if (t.model.lora.target_modules.empty()) t.model.lora.target_modules = {"linear_qkv"};
@@ -178,6 +180,10 @@ TrainConfig train_config_from(const Config& c) {
     const ParamLayout layout = Transformer::layout_for(t.model);
     for (const ParamInfo& p : layout.params())
       if (!p.adapter) t.frozen.push_back(p.name);
+    if (t.peft.method == "qlora")
+      t.frozen_weights = FrozenWeights::Nf4;
+    else if (t.dtype == DType::BF16)
+      t.frozen_weights = FrozenWeights::Compute;
   } else {
     if (t.model.ia3.enabled())
       fail(

@@ -7,19 +7,22 @@
 #include "data/data_config.h"
 #include "dist/parallel_config.h"
 #include "model/model_config.h"
+#include "model/transformer.h"
 #include "parallel/ddp_config.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
 namespace nk {
 
-// peft.*: parameter-efficient fine-tuning. LoRA and IA3 set model.lora or
-// model.ia3 and freeze every base weight.
+// peft.*: parameter-efficient fine-tuning. LoRA, QLoRA and IA3 set
+// model.lora or model.ia3 and freeze every base weight; QLoRA is LoRA over a
+// base held in NF4.
 struct PeftConfig {
-  std::string method = "none";  // none | lora | ia3
+  std::string method = "none";  // none | lora | qlora | ia3
   LoraConfig lora{.rank = 8, .alpha = 16, .dropout = 0, .rslora = false, .target_modules = {}};
   std::string target_modules, feedforward_modules;  // as given: comma-separated
-  bool adapters() const { return method == "lora" || method == "ia3"; }
+  bool adapters() const { return method == "lora" || method == "qlora" || method == "ia3"; }
+  bool lora_kind() const { return method == "lora" || method == "qlora"; }
 };
 
 struct TrainConfig {
@@ -35,6 +38,11 @@ struct TrainConfig {
   double grad_clip = 1.0;
   std::string freeze;               // train.freeze as given: glob patterns over parameter names
   std::vector<std::string> frozen;  // the parameter names it matches, in layout order
+  // How the frozen base is held: NF4 for QLoRA; under other adapters in
+  // bf16, its bf16 copy alone; else an f32 master as for every weight. A base
+  // without masters is not in checkpoints: a resumed run reads
+  // train.init_from again (or draws the same random base from the seed).
+  FrozenWeights frozen_weights = FrozenWeights::Master;
   uint64_t seed = 1234;
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;

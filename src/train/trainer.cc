@@ -106,13 +106,12 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
         "is not there yet)");
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
-    model_ = with_frozen_layout(load_model(cfg_.init_from, cfg_.dtype), "train.init_from",
-                                cfg_.init_from);
+    model_ = load_run_model(cfg_, cfg_.init_from, "train.init_from");
     NK_INFO("starting from the weights of {}", cfg_.init_from);
   }
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
-                                           cfg_.frozen, cfg_.device);
+                                           cfg_.frozen, cfg_.device, cfg_.frozen_weights);
   if (par_.active()) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
@@ -223,7 +222,8 @@ void Trainer::resume_checkpoint(const std::string& dir) {
 }
 
 void Trainer::make_optimizer() {
-  std::vector<ParamGroup> groups = default_param_groups(model_->layout(), cfg_.adamw.weight_decay);
+  std::vector<ParamGroup> groups =
+      default_param_groups(model_->layout(), cfg_.adamw.weight_decay, model_->params().numel());
   if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
   if (resumed_) {
@@ -247,7 +247,7 @@ void Trainer::resume_legacy() {
   if (saved.step > cfg_.steps)
     fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
          cfg_.steps);
-  model_ = with_frozen_layout(load_model(model_dir, cfg_.dtype), "train.resume_from", model_dir);
+  model_ = load_run_model(cfg_, model_dir, "train.resume_from");
   state_.step = saved.step;
   state_.consumed_samples = saved.consumed_samples;
   state_.rng = rng_streams(cfg_, saved.consumed_samples);
@@ -256,31 +256,6 @@ void Trainer::resume_legacy() {
       "optimizer state, so AdamW starts from zero moments and the run will not match an "
       "uninterrupted one",
       model_dir, state_.step, state_.consumed_samples);
-}
-
-std::unique_ptr<Transformer> Trainer::with_frozen_layout(std::unique_ptr<Transformer> m,
-                                                         const char* key,
-                                                         const std::string& dir) const {
-  // A base model for a LoRA or IA3 run gains the run's adapters, initialised from the seed.
-  const bool add_adapters = (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) &&
-                            !m->config().lora.enabled() && !m->config().ia3.enabled();
-  ModelConfig want = cfg_.model;
-  if (add_adapters) {
-    want.lora = LoraConfig();
-    want.ia3 = Ia3Config();
-  }
-  if (model_config_to_json(m->config()) != model_config_to_json(want))
-    fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
-  if (cfg_.frozen.empty() && m->device() == cfg_.device && !add_adapters) return m;
-  // The same weights in a layout with the frozen ones last, on train.device.
-  auto r = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed,
-                                         add_adapters ? ParamInit::Adapters : ParamInit::Zeros,
-                                         cfg_.frozen, cfg_.device);
-  for (const ParamInfo& p : m->layout().params())
-    ops::convert(ParamLayout::view(r->params(), r->layout().find(p.name)),
-                 ParamLayout::view(m->params(), p));
-  r->sync_compute_params();
-  return r;
 }
 
 void Trainer::check_weights_finite() const {
@@ -385,8 +360,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
      // gradient and optimizer arenas (bytes per parameter: see BENCHMARKS.md)
     Transformer& m = *model_;
     const bool copy = m.compute_params().raw() != m.params().raw();
-    const double weights = double(parallel::resident_bytes(m.params())) +
-                           (copy ? double(parallel::resident_bytes(m.compute_params())) : 0.0);
+    double weights = double(parallel::resident_bytes(m.params())) +
+                     (copy ? double(parallel::resident_bytes(m.compute_params())) : 0.0);
+    if (m.frozen_weights() != FrozenWeights::Master) {
+      weights = double(m.weight_bytes());
+      NK_INFO(
+          "frozen base held as {}: {:.1f} MiB of weights in all",
+          m.frozen_weights() == FrozenWeights::Nf4 ? "NF4 (QLoRA)" : dtype_name(m.compute_dtype()),
+          weights / 1048576.0);
+    }
     const double grads = double(m.grads().nbytes()), state = 8.0 * double(opt_->state_size());
     NK_INFO(
         "memory per rank: weights {:.1f} MiB resident, gradients {:.1f} MiB, optimizer state "
@@ -522,8 +504,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
   if (!par_.writes()) return;
   std::string model_dir = cfg_.out_dir + "/model";
-  save_model(model_dir, *model_);
-  save_trainer_state(trainer_state_path(model_dir), state_);
+  // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
+  // result is its adapter.
+  const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
+  if (whole_model) {
+    save_model(model_dir, *model_);
+    save_trainer_state(trainer_state_path(model_dir), state_);
+  }
   // The adapter alone, for PEFT, vLLM or generate.adapter.
   if (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) {
     const std::string adapter_dir = cfg_.out_dir + "/adapter";
@@ -531,6 +518,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     NK_INFO("saved the {} adapter in Hugging Face PEFT's format to {}",
             cfg_.model.lora.enabled() ? "LoRA" : "IA3", adapter_dir);
   }
+  if (!whole_model) return;
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
   NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
           state_.consumed_samples);

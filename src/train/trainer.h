@@ -77,11 +77,6 @@ class Trainer {
   // Builds opt_ over the model's groups (sharded by ddp_ under parallel.shard=
   // optimizer) and adopts moments a resume read, if any.
   void make_optimizer();
-  // `m` (read from `dir`, given by config `key`) in this run's layout
-  // (train.freeze puts the frozen parameters last) on train.device; nk::Error
-  // naming key and dir when its config is not model.*.
-  std::unique_ptr<Transformer> with_frozen_layout(std::unique_ptr<Transformer> m, const char* key,
-                                                  const std::string& dir) const;
   TrainConfig cfg_;
   TrainParallel par_;
   // OUT_DIR/.nekton.lock, held by the writing rank (rank 0) from construction

@@ -190,6 +190,50 @@ TEST_F(Finetune, LoraResumesExactly) {
     EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
 }
 
+// QLoRA: LoRA over the copying base held in NF4 (its table, tied head and
+// every linear layer) learns as LoRA does; the result is the adapter alone
+// (no model/: the base is train.init_from's), which serves over the original
+// base (not the NF4 one it trained over, so answers may differ a little).
+TEST_F(Finetune, QloraLearnsToReverseWords) {
+  const std::string base = copying_base(), out = d_ / "qlora";
+  auto r = test::run_nekton(lora_args(base, out) + " peft.method=qlora train.steps=300");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "frozen base held as NF4 (QLoRA)")) << r.out;
+  EXPECT_FALSE(fs::exists(out + "/model"));
+  const int after = correct_answers(base, "generate.adapter=" + out + "/adapter");
+  EXPECT_GE(after, 30) << "of " << words_.size() << ":\n" << last_answers_ << "\n" << r.out;
+}
+
+// Adapters over a base held without f32 masters (bf16 alone, or NF4): a
+// checkpoint holds the adapters, a resumed run reads train.init_from again,
+// and ends with the same adapter as an unbroken run.
+TEST_F(Finetune, AdaptersOverALeanBaseResumeExactly) {
+  const std::string base = copying_base();
+  for (const char* method : {"lora", "qlora"}) {
+    const std::string a = d_ / (std::string(method) + "_a"), b = d_ / (std::string(method) + "_b");
+    const std::string args = std::string(
+                                 " train.steps=6 train.dtype=bf16 peft.lora_dropout=0.1 "
+                                 "peft.method=") +
+                             method;
+    auto r = test::run_nekton(lora_args(base, a) + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
+    ASSERT_EQ(r.code, 0) << r.out;
+    // The checkpoint holds the adapters alone.
+    const SafetensorsFile saved =
+        SafetensorsFile::open(b + "/checkpoints/step_00000003/model.safetensors");
+    EXPECT_EQ(saved.entries().size(), 16u) << method;  // A and B of 8 modules
+    for (const SafetensorsEntry& e : saved.entries())
+      EXPECT_TRUE(contains(e.name, ".lora_")) << method << ": " << e.name;
+    r = test::run_nekton(lora_args(base, b) + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+    EXPECT_EQ(test::read_file(a + "/adapter/adapter_model.safetensors"),
+              test::read_file(b + "/adapter/adapter_model.safetensors"))
+        << method;
+  }
+}
+
 // IA3 (PEFT's GPT-2 defaults: c_attn's output, mlp.c_proj's input): only the
 // scales train, the loss falls, and the model, the base with the adapter and
 // the merged export answer alike.
@@ -238,7 +282,7 @@ TEST_F(Finetune, LoraBadSettingsAreClearErrors) {
     expect_failure(args, message, out);
   };
   expect_error(lora_args(base_, out) + " peft.method=dora",
-               "peft.method: expected none, lora or ia3, got 'dora'");
+               "peft.method: expected none, lora, qlora or ia3, got 'dora'");
   expect_error(lora_args(base_, out) +
                    " peft.method=ia3 peft.target_modules=c_attn "
                    "peft.feedforward_modules=c_fc",

@@ -39,20 +39,8 @@ using test::contains;
 using test::f32_tensor;
 using test::i32_tensor;
 
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  ops::copy_to_host(t, v.data());
-  return v;
-}
-
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num = std::max(num, std::abs(double(got[i]) - double(want[i])));
-    den = std::max(den, std::abs(double(want[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
+using test::host;
+using test::rel_err;
 
 LoraConfig lora(std::vector<std::string> targets, int64_t rank = 4, double alpha = 8) {
   LoraConfig l;

@@ -12,7 +12,8 @@
 
 namespace nk::ops {
 struct AdamWParams;
-}
+struct Nf4Weight;
+}  // namespace nk::ops
 
 namespace nk::ops::cpu {
 
@@ -54,6 +55,14 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
 void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b);
 void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                      const Tensor& w);
+
+// ---- NF4 (nf4.cc) ----
+void nf4_quantize(Nf4Weight& q, const Tensor& w);
+void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start);
+void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b);
+void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w);
+void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
+                           const Tensor& wpe, const Tensor& positions);
 
 // ---- activations (activation.cc) ----
 void gelu_forward(Tensor y, const Tensor& x);

@@ -1,0 +1,227 @@
+// NF4 weights (QLoRA): the level tables, Nf4Weight's storage, and the ops'
+// checks before the device's kernel. The ops are listed by hand rather than
+// through NK_KERNEL: only the CPU has them, so another device gets the
+// "no kernel" error naming the op until its backend adds one here.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace nk::ops {
+
+// The 16 NormalFloat levels of QLoRA (Dettmers et al., 2023), as f32: the
+// quantiles of N(0, 1) scaled to [-1, 1], with an exact 0 (index 7).
+const float kNf4Levels[16] = {-1.0f,
+                              -0.6961928009986877f,
+                              -0.5250730514526367f,
+                              -0.39491748809814453f,
+                              -0.28444138169288635f,
+                              -0.18477343022823334f,
+                              -0.09105003625154495f,
+                              0.0f,
+                              0.07958029955625534f,
+                              0.16093020141124725f,
+                              0.24611230194568634f,
+                              0.33791524171829224f,
+                              0.44070982933044434f,
+                              0.5626170039176941f,
+                              0.7229568362236023f,
+                              1.0f};
+
+namespace {
+
+// x rounded to double on its own: GCC (gnu++20) would otherwise fuse a
+// product into the following sum (one FMA), and the table must be what the
+// definition's separately rounded operations give.
+double rounded(double x) {
+  volatile double r = x;
+  return r;
+}
+
+std::array<float, 256> build_dynamic_levels() {
+  std::vector<double> v;
+  for (int i = 0; i < 7; ++i) {
+    // linspace(0.1, 1, k + 1) as numpy computes it: j * step + 0.1, the last exactly 1.
+    const int k = 1 << i;
+    const double step = (1.0 - 0.1) / k, unit = std::pow(10.0, double(i - 6));
+    std::vector<double> b(size_t(k) + 1);
+    for (int j = 0; j < k; ++j) b[size_t(j)] = rounded(double(j) * step) + 0.1;
+    b[size_t(k)] = 1.0;
+    for (int j = 0; j < k; ++j) {
+      const double mean = (b[size_t(j)] + b[size_t(j) + 1]) / 2.0;
+      v.push_back(unit * mean);
+      v.push_back(-(unit * mean));
+    }
+  }
+  v.push_back(0.0);
+  v.push_back(1.0);
+  // 127 positive means, their 127 negations, 0 and 1.
+  NK_CHECK(v.size() == 256, "nf4 dynamic map: {} levels", v.size());
+  std::array<float, 256> out;
+  for (size_t i = 0; i < v.size(); ++i) out[i] = float(v[i]);
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i)
+    NK_CHECK(out[i - 1] < out[i], "nf4 dynamic map: levels {} and {} are not distinct", i - 1, i);
+  return out;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// q's four tensors have the sizes and dtypes of a weight of q.shape and
+// share one device, which is returned. `name` is the op's name for q.
+Device check_nf4(const char* op, const Nf4Weight& q, const char* name) {
+  NK_CHECK(q.defined(), "{}: {} is an undefined NF4 weight", op, name);
+  const int64_t n = q.numel(), blocks = ceil_div(n, kNf4Block);
+  NK_CHECK(n > 0, "{}: {} has shape {}", op, name, shape_str(q.shape));
+  const Device dev = device_of(op, {{&q.codes, "codes"},
+                                    {&q.absmax_codes, "absmax_codes"},
+                                    {&q.absmax_scale, "absmax_scale"},
+                                    {&q.absmax_offset, "absmax_offset"}});
+  const struct {
+    const Tensor& t;
+    DType dtype;
+    int64_t numel;
+    const char* part;
+  } parts[] = {{q.codes, DType::U8, ceil_div(n, 2), "codes"},
+               {q.absmax_codes, DType::U8, blocks, "absmax_codes"},
+               {q.absmax_scale, DType::F32, ceil_div(blocks, kNf4ScaleBlock), "absmax_scale"},
+               {q.absmax_offset, DType::F32, 1, "absmax_offset"}};
+  for (const auto& p : parts)
+    NK_CHECK(p.t.dtype() == p.dtype && p.t.ndim() == 1 && p.t.numel() == p.numel,
+             "{}: {}.{} is {}, expected {}[{}] for an NF4 weight of shape {}", op, name, p.part,
+             p.t.desc(), dtype_name(p.dtype), p.numel, shape_str(q.shape));
+  return dev;
+}
+
+bool is_compute_dtype(DType t) {
+  return t == DType::F32 || t == DType::BF16;
+}
+
+// Rows of a [..., C] tensor (leading dims flattened), checking the last dim.
+int64_t rows_checked(const char* op, const Tensor& t, int64_t c, const char* name) {
+  NK_CHECK(t.ndim() >= 1 && t.dim(-1) == c, "{}: {} is {}, last dim should be {}", op, name,
+           t.desc(), c);
+  return rows_of(t);
+}
+
+// An NF4 linear weight [out, in].
+void check_nf4_matrix(const char* op, const Nf4Weight& w) {
+  NK_CHECK(w.shape.size() == 2, "{}: w has shape {}, expected [out, in]", op, shape_str(w.shape));
+}
+
+}  // namespace
+
+const float* nf4_dynamic_levels() {
+  static const std::array<float, 256> levels = build_dynamic_levels();
+  return levels.data();
+}
+
+Nf4Weight Nf4Weight::empty(const Shape& shape, Device device) {
+  for (int64_t d : shape)
+    NK_CHECK(d > 0, "Nf4Weight::empty: shape {} has an empty dimension", shape_str(shape));
+  Nf4Weight q;
+  q.shape = shape;
+  const int64_t n = shape_numel(shape), blocks = ceil_div(n, kNf4Block);
+  q.codes = Tensor::empty({ceil_div(n, 2)}, DType::U8, device);
+  q.absmax_codes = Tensor::empty({blocks}, DType::U8, device);
+  q.absmax_scale = Tensor::empty({ceil_div(blocks, kNf4ScaleBlock)}, DType::F32, device);
+  q.absmax_offset = Tensor::empty({1}, DType::F32, device);
+  return q;
+}
+
+size_t Nf4Weight::nbytes() const {
+  return codes.nbytes() + absmax_codes.nbytes() + absmax_scale.nbytes() + absmax_offset.nbytes();
+}
+
+void nf4_quantize(Nf4Weight& q, const Tensor& w) {
+  const char* op = "nf4_quantize";
+  const Device dev = check_nf4(op, q, "q");
+  NK_CHECK(w.defined() && w.shape() == q.shape, "{}: w is {} but q was made for shape {}", op,
+           w.defined() ? w.desc() : "undefined", shape_str(q.shape));
+  check_dtype(w, DType::F32, "nf4_quantize w");
+  device_of(op, {{&q.codes, "q"}, {&w, "w"}});
+  pick_kernel(op, dev, &cpu::nf4_quantize)(q, w);
+}
+
+void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start) {
+  const char* op = "nf4_dequantize";
+  const Device dev = check_nf4(op, q, "q");
+  device_of(op, {{&q.codes, "q"}, {&out, "out"}});
+  NK_CHECK(is_compute_dtype(out.dtype()), "{}: out is {}, expected f32 or bf16", op, out.desc());
+  NK_CHECK(start >= 0 && start + out.numel() <= q.numel(),
+           "{}: out {} from start {} is outside the weight's {} values", op, out.desc(), start,
+           q.numel());
+  if (out.numel() == 0) return;
+  pick_kernel(op, dev, &cpu::nf4_dequantize)(out, q, start);
+}
+
+void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b) {
+  const char* op = "nf4_linear_forward";
+  const Device dev = check_nf4(op, w, "w");
+  check_nf4_matrix(op, w);
+  device_of(op, {{&w.codes, "w"}, {&y, "y"}, {&x, "x"}, {&b, "b", kOptional}});
+  const int64_t out = w.shape[0], in = w.shape[1];
+  NK_CHECK(is_compute_dtype(x.dtype()), "{}: x is {}, expected f32 or bf16", op, x.desc());
+  const int64_t n = rows_checked(op, x, in, "x");
+  NK_CHECK(rows_checked(op, y, out, "y") == n, "{}: y {} does not match x {}", op, y.desc(),
+           x.desc());
+  check_dtype(y, x.dtype(), "nf4_linear_forward y");
+  if (b.defined()) {
+    check_shape(b, {out}, "nf4_linear_forward b");
+    NK_CHECK(b.dtype() == x.dtype() || b.dtype() == DType::F32, "{}: b is {}", op, b.desc());
+  }
+  if (n == 0) return;
+  pick_kernel(op, dev, &cpu::nf4_linear_forward)(y, x, w, b);
+}
+
+void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) {
+  const char* op = "nf4_linear_backward_input";
+  const Device dev = check_nf4(op, w, "w");
+  check_nf4_matrix(op, w);
+  device_of(op, {{&w.codes, "w"}, {&dx, "dx"}, {&dy, "dy"}});
+  const int64_t out = w.shape[0], in = w.shape[1];
+  NK_CHECK(is_compute_dtype(dy.dtype()), "{}: dy is {}, expected f32 or bf16", op, dy.desc());
+  const int64_t n = rows_checked(op, dy, out, "dy");
+  NK_CHECK(rows_checked(op, dx, in, "dx") == n, "{}: dx {} does not match dy {}", op, dx.desc(),
+           dy.desc());
+  check_dtype(dx, dy.dtype(), "nf4_linear_backward_input dx");
+  if (n == 0) return;
+  pick_kernel(op, dev, &cpu::nf4_linear_backward_input)(dx, dy, w);
+}
+
+void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
+                           const Tensor& wpe, const Tensor& positions) {
+  const char* op = "nf4_embedding_forward";
+  const Device dev = check_nf4(op, wte, "wte");
+  NK_CHECK(wte.shape.size() == 2, "{}: wte has shape {}, expected [V, C]", op,
+           shape_str(wte.shape));
+  device_of(op, {{&wte.codes, "wte"},
+                 {&out, "out"},
+                 {&tokens, "tokens"},
+                 {&wpe, "wpe", kOptional},
+                 {&positions, "positions", kOptional}});
+  check_dtype(tokens, DType::I32, "tokens");
+  NK_CHECK(tokens.ndim() == 2, "{}: tokens {} is not [B, T]", op, tokens.desc());
+  if (positions.defined()) {
+    check_dtype(positions, DType::I32, "positions");
+    check_shape(positions, tokens.shape(), "positions");
+  }
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.shape[1];
+  check_shape(out, {B, T, C}, "out");
+  NK_CHECK(is_compute_dtype(out.dtype()), "{}: out is {}, expected f32 or bf16", op, out.desc());
+  if (wpe.defined()) {  // explicit positions are checked against its rows by the kernel
+    const int64_t min_rows = positions.defined() ? 0 : T;
+    NK_CHECK(wpe.ndim() == 2 && wpe.dim(1) == C && wpe.dim(0) >= min_rows,
+             "{}: wpe {} does not cover {} rows of C={}", op, wpe.desc(), min_rows, C);
+    check_dtype(wpe, out.dtype(), "wpe");
+  }
+  if (out.numel() == 0) return;
+  pick_kernel(op, dev, &cpu::nf4_embedding_forward)(out, tokens, wte, wpe, positions);
+}
+
+}  // namespace nk::ops
