@@ -26,6 +26,13 @@ bool is_ignored_buffer(const std::string& name) {
 
 }  // namespace
 
+bool is_hf_model_folder(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!fs::exists(path)) return false;
+  const nlohmann::json j = nlohmann::json::parse(hf::read_text(path, "config"), nullptr, false);
+  return j.is_object() && j.contains("architectures") && !j.contains("arch");
+}
+
 HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
                          const HfImportOptions& opt) {
   if (!is_weight_dtype(opt.storage))

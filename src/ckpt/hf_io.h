@@ -87,6 +87,9 @@ struct HfImportReport {
 // them (vocab.json + merges.txt as GPT-2 BPE, tokenizer.model as SentencePiece).
 HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
                          const HfImportOptions& opt = {});
+// Whether DIR/config.json is a Hugging Face config (it names `architectures`)
+// rather than a Nekton model's.
+bool is_hf_model_folder(const std::string& dir);
 
 struct HfExportOptions {
   // Storage dtype; default: the source dtype recorded at import (so import +

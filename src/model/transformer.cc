@@ -84,13 +84,12 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : host) v = float(rng.normal() * p.init_std);
     if (p.init == Init::Uniform)
       for (auto& v : host) v = float((2 * rng.uniform() - 1) * p.init_std);
-    if (has_master(p)) {
+    if (has_master(p))
       ops::copy_from_host(ParamLayout::view(params_, p), host.data());
-    } else {
-      Tensor t = Tensor::empty(p.shape, DType::F32, device_);
-      ops::copy_from_host(t, host.data());
-      set_param(p, t);
-    }
+    else if (device_ == kHost)  // no second f32 copy of (say) a 1 GiB embedding table
+      set_param(p, Tensor::from_blob(host.data(), p.shape, DType::F32));
+    else
+      set_param(p, ops::to_device(Tensor::from_blob(host.data(), p.shape, DType::F32), device_));
   }
   sync_compute_params();
   const BlockSpec spec = cfg_.architecture().block();

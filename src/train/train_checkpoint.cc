@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/error.h"
 #include "train/freeze.h"
@@ -34,8 +35,13 @@ ParamLayout trainable_layout(const ParamLayout& full) {
 }
 }  // namespace
 
-std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& dir,
+std::string imported_base_dir(const TrainConfig& cfg) {
+  return cfg.out_dir + "/base";
+}
+
+std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& from,
                                             const char* key) {
+  const std::string dir = is_hf_model_folder(from) ? imported_base_dir(cfg) : from;
   const ModelConfig saved = read_model_config(dir);
   // A base for this run's adapters gains them, initialised from the seed.
   const bool add_adapters = (cfg.model.lora.enabled() || cfg.model.ia3.enabled()) &&

@@ -17,8 +17,11 @@ namespace nk {
 // read one tensor at a time; adapters the run adds and DIR's model lacks are
 // initialised from the seed. nk::Error naming key and DIR when its config is
 // not the run's model.*.
+// A Hugging Face folder as DIR is read from its import, imported_base_dir(cfg).
 std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& dir,
                                             const char* key);
+// Where a Hugging Face train.init_from is imported: OUT_DIR/base.
+std::string imported_base_dir(const TrainConfig& cfg);
 
 // Writes cfg.checkpoint_root()/step_N: master weights, AdamW moments (of the
 // trainable parameters) and update count, the names of the frozen parameters, `state` (step,

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/limits.h"
 #include "data/dataset/text_dataset.h"
@@ -102,8 +103,15 @@ TrainConfig train_config_from(const Config& c) {
     const std::string cfg_path = t.init_from + "/config.json";
     if (!std::filesystem::exists(cfg_path))
       fail("train.init_from: '{}' is not a saved model folder (no config.json)", t.init_from);
-    t.model = model_config_from_json(read_text_file(cfg_path), cfg_path);
-    if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
+    if (is_hf_model_folder(t.init_from)) {
+      // A Hugging Face folder: its config mapped as import does; its
+      // tokenizer files are in the folder itself.
+      t.model = hf_model_info_from_json(read_text_file(cfg_path), cfg_path).config;
+      if (t.data.tokenizer.empty()) t.data.tokenizer = t.init_from;
+    } else {
+      t.model = model_config_from_json(read_text_file(cfg_path), cfg_path);
+      if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
+    }
   }
   if (t.data.tokenizer.empty() && (!t.data.path.empty() || t.data.sft()))
     t.data.tokenizer = "bytes";

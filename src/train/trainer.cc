@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
 #include "core/atomic_file.h"
@@ -88,6 +89,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     // save, long after this.
     remove_stale_temporaries_of(cfg_.out_dir + "/model", true);
     remove_stale_temporaries_of(cfg_.out_dir + "/adapter", true);
+    remove_stale_temporaries_of(cfg_.out_dir + "/base", true);
     remove_stale_temporaries_of(cfg_.metrics_file);
     if (std::filesystem::is_directory(cfg_.checkpoint_root()))
       remove_stale_temporaries(cfg_.checkpoint_root());
@@ -104,6 +106,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     fail(
         "data.sft_path: fine-tuning runs on one process for now (data parallel over packed rows "
         "is not there yet)");
+  import_hf_base();
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
     model_ = load_run_model(cfg_, cfg_.init_from, "train.init_from");
@@ -142,6 +145,23 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     probe.set_consumed_samples(state_.consumed_samples);
     DeviceBatch(cfg_.micro_batch, cfg_.seq_len, kHost, data_.train->max_segments()).load(probe);
   }
+}
+
+void Trainer::import_hf_base() {
+  if (cfg_.init_from.empty() || !is_hf_model_folder(cfg_.init_from)) return;
+  const std::string base = imported_base_dir(cfg_);
+  if (par_.writes() && !std::filesystem::exists(base + "/config.json")) {
+    // A base held in bf16 alone (or NF4) needs no more than bf16 on disk.
+    HfImportOptions o;
+    o.storage = cfg_.dtype == DType::BF16 && cfg_.frozen_weights != FrozenWeights::Master
+                    ? DType::BF16
+                    : DType::F32;
+    const HfImportReport r = import_hf(cfg_.init_from, base, o);
+    NK_INFO(
+        "train.init_from: imported the Hugging Face model {} ({}, {:.2f}M parameters, {}) into {}",
+        cfg_.init_from, r.architecture, double(r.n_params) / 1e6, dtype_name(o.storage), base);
+  }
+  if (par_.active()) par_.groups->get("world").barrier();
 }
 
 void Trainer::resume() {

@@ -77,6 +77,9 @@ class Trainer {
   // Builds opt_ over the model's groups (sharded by ddp_ under parallel.shard=
   // optimizer) and adopts moments a resume read, if any.
   void make_optimizer();
+  // train.init_from naming a Hugging Face folder: rank 0 imports it into
+  // OUT_DIR/base once (kept for resumed runs and for serving the adapter).
+  void import_hf_base();
   TrainConfig cfg_;
   TrainParallel par_;
   // OUT_DIR/.nekton.lock, held by the writing rank (rank 0) from construction

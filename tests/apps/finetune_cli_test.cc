@@ -234,6 +234,31 @@ TEST_F(Finetune, AdaptersOverALeanBaseResumeExactly) {
   }
 }
 
+// A Hugging Face folder as train.init_from is imported into OUT_DIR/base on
+// the fly: the same losses and adapter as from the Nekton folder it was
+// exported from (f32: an f32 base; bf16: the base held in bf16 either way).
+TEST_F(Finetune, StartsFromAHuggingFaceFolder) {
+  const std::string base = copying_base(), hf = d_ / "copying_hf";
+  auto r = test::run_nekton("export hf " + base + " " + hf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* dtype : {"f32", "bf16"}) {
+    const std::string a = d_ / (std::string("from_nekton_") + dtype),
+                      b = d_ / (std::string("from_hf_") + dtype);
+    const std::string args = std::string(" train.steps=3 train.dtype=") + dtype;
+    r = test::run_nekton(lora_args(base, a) + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = test::run_nekton(lora_args(hf, b) + args + " data.tokenizer=bytes");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "imported the Hugging Face model " + hf)) << r.out;
+    EXPECT_TRUE(fs::exists(b + "/base/model.safetensors")) << dtype;
+    EXPECT_EQ(test::logged_losses(a + "/metrics.jsonl"), test::logged_losses(b + "/metrics.jsonl"))
+        << dtype;
+    EXPECT_EQ(test::read_file(a + "/adapter/adapter_model.safetensors"),
+              test::read_file(b + "/adapter/adapter_model.safetensors"))
+        << dtype;
+  }
+}
+
 // IA3 (PEFT's GPT-2 defaults: c_attn's output, mlp.c_proj's input): only the
 // scales train, the loss falls, and the model, the base with the adapter and
 // the merged export answer alike.
