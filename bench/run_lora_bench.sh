@@ -25,7 +25,10 @@
 #   THREADS=2    threads for both frameworks (default 2)
 #   NK_DTYPE=bf16  Nekton's train.dtype (bf16 or f32)
 #   METHODS="lora"  Nekton's adapter rows, any of lora, qlora (LoRA over the
-#                base in NF4), ia3 (PEFT's default targets); the PyTorch
+#                base in NF4), ia3 (PEFT's default targets), adapter (NeMo's
+#                bottleneck adapters, width 32, on linear_proj and
+#                linear_fc2); p-tuning reads conversations, not this script's
+#                text, so it has no row here; the PyTorch
 #                LoRA row is the reference of each (its ratio column)
 #   NO_TORCH=1   skip the PyTorch rows (Nekton's alone)
 #   TORCH_DTYPE=auto  PyTorch's compute: bf16 (autocast, frozen base stored in
@@ -183,7 +186,9 @@ for method in $METHODS; do
              "${lora_layers[@]}" ;;
     ia3) run_nekton "Nekton IA3 ($label, PEFT's targets, $NK_DTYPE)" ia3 peft.method=ia3 \
            "${lora_layers[@]}" ;;
-    *) echo "METHODS: unknown method '$method' (lora, qlora, ia3)" >&2; exit 2 ;;
+    adapter) run_nekton "Nekton bottleneck adapters ($label, NeMo's targets, $NK_DTYPE)" adapter \
+               peft.method=adapter "${lora_layers[@]}" ;;
+    *) echo "METHODS: unknown method '$method' (lora, qlora, ia3, adapter)" >&2; exit 2 ;;
   esac
 done
 run_torch "PyTorch LoRA ($label, $pt_lora)" lora --mode lora --rank $RANK \

@@ -74,12 +74,12 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
   ModelConfig cfg =
       model_config_from_json(read_text(cfg_path, "model '" + model_dir + "'"), cfg_path.string());
   SafetensorsFile file = SafetensorsFile::open((src / "model.safetensors").string());
-  const bool has_adapters = cfg.lora.enabled() || cfg.ia3.enabled();
+  const bool has_adapters = cfg.has_adapters();
   if (has_adapters && !opt.merge_adapters)
     fail(
         "export: model '{}' has {} adapters; pass --merge-lora to merge them into the weights, "
         "or give the base model and ship the adapter folder (PEFT's format) beside it",
-        model_dir, cfg.lora.enabled() ? "LoRA" : "IA3");
+        model_dir, adapter_method(cfg));
   // Merging: the whole model in memory, adapters folded into the weights.
   std::unique_ptr<Transformer> merged;
   if (opt.merge_adapters || !opt.adapter.empty()) {
@@ -89,7 +89,7 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
         fail("export: model '{}' already has adapters; --adapter adds another", model_dir);
       m = attach_peft_adapter(*m, opt.adapter);
     }
-    if (!m->config().lora.enabled() && !m->config().ia3.enabled())
+    if (!m->config().has_adapters())
       fail("export: --merge-lora: model '{}' has no adapters to merge (give --adapter DIR)",
            model_dir);
     merged = merge_adapters(*m);

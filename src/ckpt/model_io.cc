@@ -47,6 +47,11 @@ std::string model_config_to_json(const ModelConfig& c) {
   if (c.ia3.enabled())
     j["ia3"] = {{"target_modules", c.ia3.target_modules},
                 {"feedforward_modules", c.ia3.feedforward_modules}};
+  if (c.bottleneck.enabled())
+    j["bottleneck"] = {{"dim", c.bottleneck.dim}, {"target_modules", c.bottleneck.target_modules}};
+  if (c.prompt.enabled())
+    j["prompt"] = {{"virtual_tokens", c.prompt.virtual_tokens},
+                   {"encoder_hidden", c.prompt.encoder_hidden}};
   return j.dump(2) + "\n";
 }
 
@@ -103,6 +108,27 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       fail("{}: field 'ia3' needs target_modules and feedforward_modules ({})", where, e.what());
     }
     if (c.ia3.target_modules.empty()) fail("{}: field 'ia3.target_modules' is empty", where);
+  }
+  if (j.contains("bottleneck")) {
+    const json& a = j["bottleneck"];
+    try {
+      c.bottleneck.dim = json_int(a.at("dim"), where, "bottleneck.dim");
+      a.at("target_modules").get_to(c.bottleneck.target_modules);
+    } catch (const json::exception& e) {
+      fail("{}: field 'bottleneck' needs dim and target_modules ({})", where, e.what());
+    }
+    if (c.bottleneck.dim <= 0) fail("{}: field 'bottleneck.dim' must be positive", where);
+  }
+  if (j.contains("prompt")) {
+    const json& a = j["prompt"];
+    try {
+      c.prompt.virtual_tokens = json_int(a.at("virtual_tokens"), where, "prompt.virtual_tokens");
+      c.prompt.encoder_hidden = json_int(a.at("encoder_hidden"), where, "prompt.encoder_hidden");
+    } catch (const json::exception& e) {
+      fail("{}: field 'prompt' needs virtual_tokens and encoder_hidden ({})", where, e.what());
+    }
+    if (c.prompt.virtual_tokens <= 0)
+      fail("{}: field 'prompt.virtual_tokens' must be positive", where);
   }
   try {
     c.validate("");

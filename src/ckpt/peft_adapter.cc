@@ -48,6 +48,16 @@ std::vector<PeftTensor> peft_tensors(const ModelConfig& c) {
   for (const AdaptedModule& t : ia3_targets(c))
     out.push_back({"base_model.model." + t.module + ".ia3_l", t.ia3_name(),
                    t.feedforward ? Shape{1, t.in} : Shape{t.rows, 1}});
+  const int64_t dim = c.bottleneck.dim;
+  for (const AdaptedModule& t : bottleneck_targets(c)) {
+    const std::string m = "base_model.model." + t.module + ".adapter.";
+    out.push_back({m + "layer_norm.weight", t.adapter_name("ln.weight"), {t.out}});
+    out.push_back({m + "layer_norm.bias", t.adapter_name("ln.bias"), {t.out}});
+    out.push_back({m + "linear_in.weight", t.adapter_name("linear_in.weight"), {dim, t.out}});
+    out.push_back({m + "linear_out.weight", t.adapter_name("linear_out.weight"), {t.out, dim}});
+  }
+  if (c.prompt.enabled())
+    out.push_back({"prompt_embeddings", kPromptTable, {c.prompt.virtual_tokens, c.d_model}});
   return out;
 }
 
@@ -94,11 +104,19 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
       fail("{}: '{}' must be a number, got {}", where, key, j.at(key).dump());
     return j.at(key).get<double>();
   };
+  auto integer = [&](const char* key, int64_t limit) {
+    if (!j.contains(key)) fail("{}: missing field '{}'", where, key);
+    return json_int(j.at(key), where, key, 1, limit);
+  };
   PeftAdapterInfo info;
   info.type = str("peft_type", "");
-  if (info.type != "LORA" && info.type != "IA3")
-    fail("{}: 'peft_type' is {}, Nekton reads LORA and IA3 adapters", where,
-         j.contains("peft_type") ? j.at("peft_type").dump() : "missing");
+  const std::set<std::string> types = {"LORA", "IA3", "P_TUNING", "PROMPT_TUNING",
+                                       "BOTTLENECK_ADAPTER"};
+  if (!types.count(info.type))
+    fail(
+        "{}: 'peft_type' is {}, Nekton reads LORA, IA3, P_TUNING and PROMPT_TUNING adapters "
+        "(and its own BOTTLENECK_ADAPTER)",
+        where, j.contains("peft_type") ? j.at("peft_type").dump() : "missing");
   refuse_option(j, where, "modules_to_save", "adapter weights only");
   refuse_option(j, where, "layers_to_transform", "every layer is adapted");
   if (info.type == "LORA") {
@@ -118,6 +136,25 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
       fail("{}: 'bias' = \"{}\" is not supported (LoRA without bias training: \"none\")", where,
            bias);
     info.lora.target_modules = module_list(j, where, "target_modules", true);
+  } else if (info.type == "P_TUNING" || info.type == "PROMPT_TUNING") {
+    info.prompt.virtual_tokens = integer("num_virtual_tokens", limits::kSeqLen);
+    if (j.contains("token_dim") && !j.at("token_dim").is_null() &&
+        json_int(j.at("token_dim"), where, "token_dim") != base.d_model)
+      fail("{}: 'token_dim' is {}, this base model's width is {} (an adapter for another base?)",
+           where, j.at("token_dim").dump(), base.d_model);
+    if (j.contains("num_transformer_submodules") && !j.at("num_transformer_submodules").is_null() &&
+        json_int(j.at("num_transformer_submodules"), where, "num_transformer_submodules") != 1)
+      fail("{}: 'num_transformer_submodules' must be 1 (a decoder-only model)", where);
+  } else if (info.type == "BOTTLENECK_ADAPTER") {
+    info.bottleneck.dim = integer("adapter_dim", limits::kHidden);
+    info.bottleneck.target_modules = module_list(j, where, "target_modules", true);
+    if (const std::string v = str("norm_position", "pre"); v != "pre")
+      fail("{}: 'norm_position' = \"{}\" is not supported (\"pre\": LayerNorm on the input)", where,
+           v);
+    if (const std::string v = str("activation", "swish"); v != "swish")
+      fail("{}: 'activation' = \"{}\" is not supported (\"swish\")", where, v);
+    if (number("norm_eps", kBottleneckNormEps) != kBottleneckNormEps)
+      fail("{}: 'norm_eps' must be {}", where, kBottleneckNormEps);
   } else {
     info.ia3.target_modules = module_list(j, where, "target_modules", true);
     info.ia3.feedforward_modules = module_list(j, where, "feedforward_modules", false);
@@ -127,6 +164,8 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
   ModelConfig c = base;
   c.lora = info.lora;
   c.ia3 = info.ia3;
+  c.bottleneck = info.bottleneck;
+  c.prompt = info.prompt;
   try {
     validate_adapters(c, "");
   } catch (const Error& e) {
@@ -137,12 +176,13 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
 
 std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const std::string& dir,
                                                  PeftAdapterInfo* info_out) {
-  NK_CHECK(!base.config().lora.enabled() && !base.config().ia3.enabled(),
-           "attach_peft_adapter: the base model has adapters");
+  NK_CHECK(!base.config().has_adapters(), "attach_peft_adapter: the base model has adapters");
   PeftAdapterInfo info = read_peft_adapter_config(dir, base.config());
   ModelConfig cfg = base.config();
   cfg.lora = info.lora;
   cfg.ia3 = info.ia3;
+  cfg.bottleneck = info.bottleneck;
+  cfg.prompt = info.prompt;
   const std::string st_path = (fs::path(dir) / kWeights).string();
   if (!fs::exists(st_path)) fail("PEFT adapter: '{}' does not exist", st_path);
   SafetensorsFile file = SafetensorsFile::open(st_path);
@@ -163,8 +203,9 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
   }
   for (const SafetensorsEntry& e : file.entries())
     if (!expected.count(e.name))
-      fail("{}: tensor '{}' is not a {} weight of a target module of this {} model", st_path,
-           e.name, info.type == "LORA" ? "LoRA" : "IA3", cfg.architecture().display_name());
+      fail("{}: tensor '{}' is not a {} weight of {}this {} model", st_path, e.name,
+           adapter_method(cfg), cfg.prompt.enabled() ? "" : "a target module of ",
+           cfg.architecture().display_name());
   if (!file.entries().empty()) info.dtype = file.entries().front().dtype;
 
   auto model = std::make_unique<Transformer>(cfg, base.compute_dtype(), 0, ParamInit::Zeros,
@@ -187,13 +228,16 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
 void save_peft_adapter(const std::string& dir, const Transformer& model,
                        const std::string& base_model, DType dtype) {
   const ModelConfig& c = model.config();
-  NK_CHECK(c.lora.enabled() || c.ia3.enabled(), "save_peft_adapter: the model has no adapters");
+  NK_CHECK(c.has_adapters(), "save_peft_adapter: the model has no adapters");
   std::vector<std::pair<std::string, Tensor>> tensors;
   Tensor params = const_cast<Transformer&>(model).params();
   for (const PeftTensor& t : peft_tensors(c)) {
     const ParamInfo& p = model.layout().find(t.param);
     Tensor f32 = Tensor::empty(p.shape, DType::F32), host = Tensor::empty(t.shape, dtype);
-    ops::copy_to_host(ParamLayout::view(params, p), f32.data<float>());
+    // p-tuning's prompt: the encoder's output, as PEFT saves it.
+    const bool encoded = t.param == kPromptTable && c.prompt.encoder_hidden > 0;
+    ops::copy_to_host(encoded ? model.prompt_f32() : ParamLayout::view(params, p),
+                      f32.data<float>());
     ops::convert(host, f32.view(t.shape));
     tensors.emplace_back(t.name, host);
   }
@@ -218,7 +262,28 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
   j["modules_to_save"] = nullptr;
   j["revision"] = nullptr;
   j["task_type"] = "CAUSAL_LM";
-  j["target_modules"] = modules(c.lora.enabled() ? c.lora.target_modules : c.ia3.target_modules);
+  if (c.prompt.enabled()) {  // PEFT's PromptEncoderConfig, as saved after training
+    j.erase("fan_in_fan_out");
+    j["encoder_dropout"] = 0.0;
+    j["encoder_hidden_size"] = c.prompt.encoder_hidden;
+    j["encoder_num_layers"] = 2;
+    j["encoder_reparameterization_type"] = "MLP";
+    j["num_attention_heads"] = c.n_head;
+    j["num_layers"] = c.n_layer;
+    j["num_transformer_submodules"] = 1;
+    j["num_virtual_tokens"] = c.prompt.virtual_tokens;
+    j["peft_type"] = c.prompt.encoder_hidden > 0 ? "P_TUNING" : "PROMPT_TUNING";
+    j["token_dim"] = c.d_model;
+  } else if (c.bottleneck.enabled()) {
+    j["activation"] = "swish";
+    j["adapter_dim"] = c.bottleneck.dim;
+    j["norm_eps"] = kBottleneckNormEps;
+    j["norm_position"] = "pre";
+    j["peft_type"] = "BOTTLENECK_ADAPTER";
+    j["target_modules"] = modules(c.bottleneck.target_modules);
+  } else {
+    j["target_modules"] = modules(c.lora.enabled() ? c.lora.target_modules : c.ia3.target_modules);
+  }
   if (c.lora.enabled()) {
     j["alpha_pattern"] = json::object();
     j["bias"] = "none";
@@ -235,7 +300,7 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
     j["rank_pattern"] = json::object();
     j["use_dora"] = false;
     j["use_rslora"] = c.lora.rslora;
-  } else {
+  } else if (c.ia3.enabled()) {
     j["feedforward_modules"] = modules(c.ia3.feedforward_modules);
     j["init_ia3_weights"] = true;
     j["peft_type"] = "IA3";

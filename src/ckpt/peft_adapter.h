@@ -1,9 +1,17 @@
 // Adapters in Hugging Face PEFT's format: a folder holding
-// adapter_config.json (peft_type LORA or IA3 and their settings) and
-// adapter_model.safetensors, tensors named after the adapted module's path:
+// adapter_config.json (peft_type LORA, IA3, P_TUNING or PROMPT_TUNING and
+// their settings) and adapter_model.safetensors, tensors named after the
+// adapted module's path:
 //   LoRA  base_model.model.<module>.lora_A.weight [r, in], .lora_B.weight [out, r]
 //   IA3   base_model.model.<module>.ia3_l [out, 1], or [1, in] for a
 //         feedforward module (scaled on its input)
+//   P-tuning, prompt tuning: prompt_embeddings [virtual tokens, d_model], the
+//         prompt encoder's output (what PEFT saves and infers with)
+// Bottleneck adapters, which PEFT does not have, are written the same way
+// with peft_type BOTTLENECK_ADAPTER (Nekton's: adapter_dim, norm_position
+// "pre", activation "swish", norm_eps) and NeMo's tensor names under the
+// adapted module: <module>.adapter.layer_norm.weight, .layer_norm.bias
+// [out], .linear_in.weight [dim, out], .linear_out.weight [out, dim].
 // (<module>: model.layers.0.self_attn.q_proj for Llama, transformer.h.0.attn.c_attn
 // for GPT-2). The safetensors file is written as the safetensors library
 // writes it (metadata {"format": "pt"} first, tensors sorted by name, compact
@@ -19,9 +27,11 @@
 namespace nk {
 
 struct PeftAdapterInfo {
-  std::string type;          // "LORA" or "IA3"
-  LoraConfig lora;           // LORA's settings
-  Ia3Config ia3;             // IA3's
+  std::string type;  // "LORA", "IA3", "P_TUNING", "PROMPT_TUNING", "BOTTLENECK_ADAPTER"
+  LoraConfig lora;   // LORA's settings
+  Ia3Config ia3;     // IA3's
+  BottleneckConfig bottleneck;
+  PromptConfig prompt;       // the stored prompt: no encoder
   DType dtype = DType::F32;  // of the stored tensors
   std::string base_model;    // base_model_name_or_path, as recorded
 };
@@ -33,14 +43,15 @@ struct PeftAdapterInfo {
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base);
 
 // `base` (a model without adapters) with the adapter of DIR: a model whose
-// config has the adapter's LoRA or IA3 and whose adapter weights are the
+// config has the adapter's settings and whose adapter weights are the
 // file's. nk::Error naming the file and tensor for a missing, extra,
 // non-finite or wrongly shaped tensor (an adapter for another base shape).
 std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const std::string& dir,
                                                  PeftAdapterInfo* info = nullptr);
 
-// Writes the adapters of `model` (whose config has LoRA or IA3) to DIR,
-// replacing it atomically; tensors in `dtype` (f32, bf16 or f16).
+// Writes the adapters of `model` (whose config has any) to DIR, replacing
+// it atomically; tensors in `dtype` (f32, bf16 or f16). A p-tuning prompt
+// encoder is written as its output.
 void save_peft_adapter(const std::string& dir, const Transformer& model,
                        const std::string& base_model, DType dtype = DType::F32);
 

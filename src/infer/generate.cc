@@ -62,7 +62,7 @@ struct Generator::Sequence {
   GenerationRequest req;  // its prompt moved into ids
   GenerationResult res;
   Sampler sampler;
-  std::vector<int32_t> ids;  // prompt, then generated
+  std::vector<int32_t> ids;  // p-tuning's virtual tokens (placeholders), prompt, then generated
   int64_t need = 0;          // positions it may come to hold (capped by the cache's room)
   int32_t handle = SequenceCache::kNoRoom;  // its room in the cache while running
   int64_t cached = 0;                       // ids whose k/v are in the cache
@@ -110,14 +110,18 @@ void Generator::check(const GenerationRequest& r, const std::string& name) const
     if (r.prompt[j] < 0 || r.prompt[j] >= c.vocab_size)
       fail("generate: {}: token {} at position {} is outside the vocabulary of {}", name,
            r.prompt[j], j, c.vocab_size);
-  if (auto_size_ && int64_t(r.prompt.size()) >= c.max_seq_len)
-    fail("generate: {} has {} tokens; model.max_seq_len = {} leaves no room to generate", name,
-         r.prompt.size(), c.max_seq_len);
-  if (!auto_size_ && int64_t(r.prompt.size()) >= cache_->max_len())
+  // p-tuning's virtual tokens come first and take positions too.
+  const int64_t n = int64_t(r.prompt.size()) + c.prompt.virtual_tokens;
+  const std::string virt =
+      c.prompt.enabled() ? fmt::format(" (and {} virtual tokens)", c.prompt.virtual_tokens) : "";
+  if (auto_size_ && n >= c.max_seq_len)
+    fail("generate: {} has {} tokens{}; model.max_seq_len = {} leaves no room to generate", name,
+         r.prompt.size(), virt, c.max_seq_len);
+  if (!auto_size_ && n >= cache_->max_len())
     fail(
-        "generate: {} has {} tokens; the KV cache holds {} positions per sequence, which leaves "
-        "no room to generate",
-        name, r.prompt.size(), cache_->max_len());
+        "generate: {} has {} tokens{}; the KV cache holds {} positions per sequence, which "
+        "leaves no room to generate",
+        name, r.prompt.size(), virt, cache_->max_len());
   if (r.max_new_tokens < 0) fail("generate: {}: max_new_tokens {} < 0", name, r.max_new_tokens);
   if (!r.stop.empty() && !tok_) fail("generate: stop strings need a tokenizer");
   for (const std::string& s : r.stop)
@@ -133,7 +137,11 @@ int64_t Generator::submit(GenerationRequest r) {
   check(r, fmt::format("prompt {}", next_id_));
   auto s = std::make_unique<Sequence>(r.sampling);
   s->id = next_id_++;
-  s->ids = std::move(r.prompt);
+  // The model gives positions below the virtual count the prompt's
+  // embeddings, whatever their ids (model/transformer.h).
+  s->ids.assign(size_t(model_.config().prompt.virtual_tokens), 0);
+  s->ids.insert(s->ids.end(), r.prompt.begin(), r.prompt.end());
+  r.prompt.clear();
   s->req = std::move(r);
   for (const std::string& st : s->req.stop) s->stop_len = std::max(s->stop_len, st.size());
   // The last sampled token is never fed back, hence the - 1.
@@ -286,7 +294,8 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
     Sequence& s = *row_seq_[size_t(r)];
     const float* l = host_.data() + r * V;
     if (on_logits) on_logits(s.id, l, V);
-    accept(s, s.sampler.sample(l, V, s.ids));
+    accept(s, s.sampler.sample(
+                  l, V, std::span(s.ids).subspan(size_t(model_.config().prompt.virtual_tokens))));
   }
   std::erase_if(active_, [](const Sequence* s) { return s->done; });
   return events_;

@@ -40,12 +40,16 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
   head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
   const AdapterSizes s = adapter_sizes(c);
   adapters = make_adapter_scratch(c, s, R, dt, device, false);
-  if (s.rank > 0) {
-    int64_t parts = 0;
-    for (const auto& layer : s.lora_parts)
-      parts = std::max(parts, *std::max_element(layer.begin(), layer.end()));
-    lora_h = Tensor::empty({parts * R * s.rank}, dt, device);
+  int64_t saved = 0, saved_f32 = 0;  // per token, the most any adapted layer keeps
+  for (size_t l = 0; l < s.saved.size(); ++l) {
+    saved = std::max(saved, *std::max_element(s.saved[l].begin(), s.saved[l].end()));
+    saved_f32 =
+        std::max(saved_f32, *std::max_element(s.saved_f32[l].begin(), s.saved_f32[l].end()));
   }
+  if (saved) lora_h = Tensor::empty({saved * R}, dt, device);
+  if (saved_f32) adapter_stats = Tensor::empty({saved_f32 * R}, DType::F32, device);
+  if (c.prompt.enabled())
+    prompt = nn::Prompt::saved_for(c.prompt.virtual_tokens, C, c.prompt.encoder_hidden, dt, device);
 }
 
 int64_t KVCache::cache_bytes() const {

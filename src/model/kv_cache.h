@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "model/model_config.h"
 #include "nn/adapters.h"
+#include "nn/prompt.h"
 
 namespace nk {
 
@@ -44,10 +45,12 @@ class KVCache {
   Tensor sel;                          // [head_rows, C] gathered rows for the head
   Tensor head_logits;                  // [head_rows, V] compute dtype
   int64_t head_rows = 0;
-  // The adapters' scratch when the model has any; LoRA's x A^T of every
-  // layer in turn.
+  // The adapters' scratch when the model has any, and what an adapted layer
+  // keeps between its products (every layer reuses it): LoRA's x A^T of every
+  // part, a bottleneck's input and hidden (lora_h) and norm statistics.
   std::unique_ptr<nn::AdapterScratch> adapters;
-  Tensor lora_h;
+  Tensor lora_h, adapter_stats;
+  nn::Prompt::Saved prompt;  // p-tuning's encoder activations, when it has an encoder
 };
 
 // One forward_cached call's new tokens (host memory). Token n is tokens[n] at

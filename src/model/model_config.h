@@ -29,11 +29,18 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
-  // Adapters on the blocks' linear layers (model/peft.h), LoRA's (rank 0:
-  // none) or IA3's (no targets: none). Not model.* keys: peft.* sets them for
-  // a run, a saved model records them.
+  // Parameter-efficient adapters (model/peft.h), one method at most: on the
+  // blocks' linear layers LoRA's (rank 0: none), IA3's (no targets: none) or
+  // bottleneck adapters (dim 0: none); or p-tuning's virtual tokens (0:
+  // none). Not model.* keys: peft.* sets them for a run, a saved model
+  // records them.
   LoraConfig lora;
   Ia3Config ia3;
+  BottleneckConfig bottleneck;
+  PromptConfig prompt;
+  bool has_adapters() const {
+    return lora.enabled() || ia3.enabled() || bottleneck.enabled() || prompt.enabled();
+  }
 
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;

@@ -107,6 +107,14 @@ std::string AdaptedModule::ia3_name() const {
   return linear + ".ia3" + (part.empty() ? "" : "." + part);
 }
 
+std::string AdaptedModule::adapter_name(const char* tensor) const {
+  return linear + ".adapter." + tensor;
+}
+
+std::vector<std::string> prompt_encoder_layers() {
+  return {"prompt.mlp.0", "prompt.mlp.2", "prompt.mlp.4"};  // PEFT's mlp_head indices
+}
+
 std::vector<AdaptedModule> lora_targets(const ModelConfig& c) {
   if (!c.lora.enabled()) return {};
   const std::vector<AdaptedModule> all = adaptable_modules(c);
@@ -142,6 +150,38 @@ std::vector<AdaptedModule> ia3_targets(const ModelConfig& c) {
   return out;
 }
 
+std::vector<AdaptedModule> bottleneck_targets(const ModelConfig& c) {
+  if (!c.bottleneck.enabled()) return {};
+  const std::vector<AdaptedModule> all = adaptable_modules(c);
+  const std::vector<bool> chosen =
+      select(all, c.bottleneck.target_modules, c, "peft.target_modules");
+  // An adapter follows a whole layer's output. A fused layer (Llama's
+  // q|k|v, gate|up) is one when every part of it is chosen (linear_qkv,
+  // linear_fc1, all-linear), named as Megatron names it under the parts'
+  // module path ("model.layers.0.mlp.linear_fc1"); a part alone cannot be.
+  std::vector<AdaptedModule> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const AdaptedModule& t = all[i];
+    if (!chosen[i] || (!out.empty() && out.back().linear == t.linear)) continue;
+    for (size_t j = 0; j < all.size(); ++j)
+      if (all[j].linear == t.linear && !chosen[j])
+        fail(
+            "peft.target_modules: '{}' is one part of a fused layer ({}) whose other parts are "
+            "not chosen; a bottleneck adapter follows a whole layer's output (name them all, or "
+            "Megatron's linear_qkv, linear_proj, linear_fc1, linear_fc2)",
+            t.module, t.linear);
+    AdaptedModule w = t;
+    if (!t.part.empty()) {
+      w.module = t.module.substr(0, t.module.rfind('.') + 1) + megatron_name(t.linear);
+      w.part.clear();
+      w.col0 = 0;
+      w.rows = t.out;
+    }
+    out.push_back(w);
+  }
+  return out;
+}
+
 int adapter_linear_slot(const std::string& linear) {
   const char* suffixes[] = {".attn.qkv", ".attn.proj", ".mlp.up", ".mlp.down"};
   for (int i = 0; i < 4; ++i)
@@ -151,9 +191,11 @@ int adapter_linear_slot(const std::string& linear) {
 
 AdapterSizes adapter_sizes(const ModelConfig& c) {
   AdapterSizes s;
-  if (!c.lora.enabled() && !c.ia3.enabled()) return s;
+  if (!c.lora.enabled() && !c.ia3.enabled() && !c.bottleneck.enabled()) return s;
   s.rank = c.lora.rank;
-  s.lora_parts.assign(size_t(c.n_layer), {0, 0, 0, 0});
+  s.dim = c.bottleneck.dim;
+  s.saved.assign(size_t(c.n_layer), {0, 0, 0, 0});
+  s.saved_f32.assign(size_t(c.n_layer), {0, 0, 0, 0});
   s.adapted.assign(size_t(c.n_layer), {false, false, false, false});
   auto note = [&](const AdaptedModule& t) {
     const size_t l = size_t(layer_of(t.linear)), slot = size_t(adapter_linear_slot(t.linear));
@@ -165,9 +207,14 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
   };
   for (const AdaptedModule& t : lora_targets(c)) {
     auto [l, slot] = note(t);
-    s.lora_parts[l][slot] += 1;
+    s.saved[l][slot] += s.rank;
   }
   for (const AdaptedModule& t : ia3_targets(c)) note(t);
+  for (const AdaptedModule& t : bottleneck_targets(c)) {
+    auto [l, slot] = note(t);
+    s.saved[l][slot] += t.out + s.dim;
+    s.saved_f32[l][slot] += 2;
+  }
   return s;
 }
 
@@ -182,18 +229,30 @@ std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
   const bool ia3 = c.ia3.enabled();
   bool ia3_in = false;
   for (const AdaptedModule& t : ia3_targets(c)) ia3_in |= t.feedforward;
-  w->z = flat(std::max(c.lora.enabled() ? s.max_rows : 0, ia3 ? s.max_out : 0));
-  if (s.rank > 0) w->dh = flat(s.rank);
-  w->dx = flat(s.max_in);
-  if ((training && c.lora.dropout > 0) || ia3_in) w->xd = flat(s.max_in);
+  // A bottleneck adapter's: its input gradient (z), its LayerNorm's output
+  // (xd) and gradient (dx), silu's output and W_out's input gradient (dh).
+  const int64_t bn_out = s.dim > 0 ? s.max_out : 0;
+  w->z = flat(std::max({c.lora.enabled() ? s.max_rows : 0, ia3 ? s.max_out : 0, bn_out}));
+  if (s.rank > 0 || s.dim > 0) w->dh = flat(std::max(s.rank, 2 * s.dim));
+  w->dx = flat(std::max(s.max_in, bn_out));
+  if ((training && c.lora.dropout > 0) || ia3_in || s.dim > 0)
+    w->xd = flat(std::max(s.max_in, bn_out));
   if (ia3 && training) w->base = flat(s.max_rows);
   return w;
 }
 
+std::string adapter_method(const ModelConfig& c) {
+  return c.lora.enabled()         ? "LoRA"
+         : c.ia3.enabled()        ? "IA3"
+         : c.bottleneck.enabled() ? "bottleneck adapters"
+         : c.prompt.enabled()     ? "p-tuning"
+                                  : "";
+}
+
 void validate_adapters(const ModelConfig& c, const std::string& prefix) {
   const LoraConfig& l = c.lora;
-  if (l.enabled() && c.ia3.enabled())
-    fail("{}method: a model takes LoRA or IA3 adapters, not both", prefix);
+  if (int(l.enabled()) + c.ia3.enabled() + c.bottleneck.enabled() + c.prompt.enabled() > 1)
+    fail("{}method: a model takes one kind of adapter (LoRA, IA3, bottleneck or p-tuning)", prefix);
   if (l.enabled()) {
     check_limit("", prefix + "lora_rank", l.rank, limits::kHidden, "ranks");
     if (!(l.alpha > 0) || !std::isfinite(l.alpha))
@@ -202,8 +261,24 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
       fail("{}lora_dropout: must be in [0, 1), got {}", prefix, l.dropout);
     if (l.target_modules.empty()) fail("{}target_modules: names no module to adapt", prefix);
   }
+  if (c.bottleneck.enabled()) {
+    check_limit("", prefix + "adapter_dim", c.bottleneck.dim, limits::kHidden, "channels");
+    if (c.bottleneck.target_modules.empty())
+      fail("{}target_modules: names no module to adapt", prefix);
+  }
+  if (c.prompt.enabled()) {
+    if (c.prompt.virtual_tokens >= c.max_seq_len)
+      fail("{}num_virtual_tokens: {} leaves no room for text in model.max_seq_len = {}", prefix,
+           c.prompt.virtual_tokens, c.max_seq_len);
+    if (c.prompt.encoder_hidden < 0)
+      fail("{}encoder_hidden_size: must be >= 0, got {}", prefix, c.prompt.encoder_hidden);
+    if (c.prompt.encoder_hidden > 0)
+      check_limit("", prefix + "encoder_hidden_size", c.prompt.encoder_hidden, limits::kHidden,
+                  "channels");
+  }
   lora_targets(c);  // each target matches
   ia3_targets(c);
+  bottleneck_targets(c);
 }
 
 void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
@@ -216,6 +291,29 @@ void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
   }
   for (const AdaptedModule& t : ia3_targets(c))
     p.add(t.ia3_name(), {t.feedforward ? t.in : t.rows}, Init::Ones, 0.f, adapter);
+  const int64_t dim = c.bottleneck.dim;
+  for (const AdaptedModule& t : bottleneck_targets(c)) {
+    p.add(t.adapter_name("ln.weight"), {t.out}, Init::Ones, 0.f, adapter);
+    p.add(t.adapter_name("ln.bias"), {t.out}, Init::Zeros, 0.f, adapter);
+    // Xavier-normal: std sqrt(2 / (fan_in + fan_out)).
+    p.add(t.adapter_name("linear_in.weight"), {dim, t.out}, Init::Normal,
+          float(std::sqrt(2.0 / double(dim + t.out))), adapter);
+    p.add(t.adapter_name("linear_out.weight"), {t.out, dim}, Init::Zeros, 0.f, adapter);
+  }
+  if (c.prompt.enabled()) {
+    const int64_t C = c.d_model, H = c.prompt.encoder_hidden;
+    p.add(kPromptTable, {c.prompt.virtual_tokens, C}, Init::Normal, 1.f, adapter);
+    if (H > 0) {
+      const std::vector<std::string> layers = prompt_encoder_layers();
+      const int64_t shapes[3][2] = {{H, C}, {H, H}, {C, H}};
+      for (int i = 0; i < 3; ++i) {
+        const float bound = float(1.0 / std::sqrt(double(shapes[i][1])));
+        p.add(layers[size_t(i)] + ".weight", {shapes[i][0], shapes[i][1]}, Init::Uniform, bound,
+              adapter);
+        p.add(layers[size_t(i)] + ".bias", {shapes[i][0]}, Init::Uniform, bound, adapter);
+      }
+    }
+  }
 }
 
 namespace {
@@ -247,6 +345,12 @@ void merge_lora_part(const AdaptedModule& t, const Tensor& a, const Tensor& b, f
 std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
   const ModelConfig& c = model.config();
   NK_CHECK(model.device() == kHost, "merge_adapters: the model must be in host memory");
+  if (c.bottleneck.enabled() || c.prompt.enabled())
+    fail(
+        "{} do not fold into the base weights (only LoRA and IA3 merge); use the adapter "
+        "unmerged (nekton generate ... generate.adapter=DIR)",
+        c.bottleneck.enabled() ? "bottleneck adapters (a nonlinear branch)"
+                               : "p-tuning's virtual tokens (inputs, not weights)");
   ModelConfig base = c;
   base.lora = LoraConfig();
   base.ia3 = Ia3Config();

@@ -7,6 +7,10 @@
 //  - IA3: a vector of ones at the start per adapted module, scaling its
 //    output (keys and values) or, for feedforward modules, its input (the
 //    MLP's inner activation entering down_proj).
+//  - Bottleneck adapters (NeMo's canonical adapters): after a whole layer's
+//    output y, y + W_out silu(W_in LayerNorm(y)).
+//  - P-tuning: learned virtual tokens before every sequence (not on a
+//    linear layer: the model's embedding step places them).
 //
 // Modules are named as users of PEFT and NeMo name them: Hugging Face module
 // names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
@@ -51,6 +55,37 @@ struct Ia3Config {
 // GPT-2's c_attn and mlp.c_proj (feedforward).
 Ia3Config default_ia3(const ModelConfig& c);
 
+// Bottleneck adapters as NeMo's canonical ParallelLinearAdapter (Houlsby et
+// al., 2019, in NeMo's pre-norm form): after a whole linear layer's output
+// y [N, out], y + W_out silu(W_in LN(y)), LN a LayerNorm over out (weight
+// ones, bias zeros, eps 1e-5), W_in [dim, out] Xavier-normal, W_out
+// [out, dim] zeros (the adapter starts as the identity). NeMo puts them on
+// the attention output projection and the MLP's down projection
+// (linear_proj, linear_fc2: the default targets).
+struct BottleneckConfig {
+  int64_t dim = 0;  // the bottleneck width; 0: no adapters
+  std::vector<std::string> target_modules;
+  bool enabled() const { return dim > 0; }
+};
+constexpr double kBottleneckNormEps = 1e-5;
+
+// P-tuning (Liu et al., 2021; PEFT's P_TUNING): `virtual_tokens` learned
+// embeddings take the first positions of every sequence (the data leaves
+// them free: their tokens are placeholders, their targets ignored). In
+// training an MLP prompt encoder makes them from a table E [n, C]:
+//   P = W2 relu(W1 relu(W0 E + b0) + b1) + b2, hidden `encoder_hidden`,
+// as PEFT's MLP reparameterisation; a trained prompt is kept as P alone
+// (encoder_hidden 0: the table is the prompt), which is what PEFT saves
+// and what inference uses.
+struct PromptConfig {
+  int64_t virtual_tokens = 0;  // 0: none
+  int64_t encoder_hidden = 0;  // 0: no encoder, the table is the prompt
+  bool enabled() const { return virtual_tokens > 0; }
+};
+// The layout's names: the table, and the encoder's three layers ("prompt.mlp.0", ...).
+inline constexpr const char* kPromptTable = "prompt.embedding";
+std::vector<std::string> prompt_encoder_layers();
+
 // One adapted module: rows [col0, col0 + rows) of a linear layer's output
 // (a fused part, or the whole layer).
 struct AdaptedModule {
@@ -61,24 +96,31 @@ struct AdaptedModule {
   int64_t out = 0;           // the whole layer's outputs
   bool feedforward = false;  // IA3: scaled on its input
   // The layout's names: LoRA's "h.0.attn.qkv.lora_a.q", "...lora_b.q"; IA3's
-  // "h.0.attn.qkv.ia3.k" [rows] or, feedforward, "h.0.mlp.down.ia3_in" [in].
+  // "h.0.attn.qkv.ia3.k" [rows] or, feedforward, "h.0.mlp.down.ia3_in" [in];
+  // a bottleneck adapter's "h.0.attn.proj.adapter." + "ln.weight", "ln.bias",
+  // "linear_in.weight", "linear_out.weight".
   std::string a_name() const;
   std::string b_name() const;
   std::string ia3_name() const;
+  std::string adapter_name(const char* tensor) const;
 };
 
 // The modules c.lora (c.ia3) adapts, in layer order. nk::Error naming the
 // target (and the names there are) for a target that matches nothing.
 std::vector<AdaptedModule> lora_targets(const ModelConfig& c);
 std::vector<AdaptedModule> ia3_targets(const ModelConfig& c);
+std::vector<AdaptedModule> bottleneck_targets(const ModelConfig& c);  // whole layers only
 
 // The sizes adapter workspaces are planned from: per layer, whether each of
 // its linear layers (attn.qkv, attn.proj, mlp.up, mlp.down) has adapters and
-// how many LoRA parts, and the largest part, input and output.
+// what it keeps from its forward for its backward, per token: compute-dtype
+// values (LoRA: parts x r, each part's x A^T; a bottleneck: out + dim, its
+// input and W_in's output) and f32 ones (a bottleneck's LayerNorm mean and
+// rstd: 2); and the largest part, input and output.
 struct AdapterSizes {
-  int64_t rank = 0, max_rows = 0, max_in = 0, max_out = 0;
-  std::vector<std::array<int64_t, 4>> lora_parts;  // [n_layer]
-  std::vector<std::array<bool, 4>> adapted;        // [n_layer]
+  int64_t rank = 0, dim = 0, max_rows = 0, max_in = 0, max_out = 0;
+  std::vector<std::array<int64_t, 4>> saved, saved_f32;  // [n_layer]
+  std::vector<std::array<bool, 4>> adapted;              // [n_layer]
   bool any() const { return max_in > 0; }
 };
 AdapterSizes adapter_sizes(const ModelConfig& c);
@@ -93,17 +135,24 @@ std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
                                                          DType dtype, Device device, bool training);
 
 // Adds the adapters of c (LoRA's A, uniform in +-1/sqrt(in) as PEFT's
-// default, and B, zeros; IA3's vectors, ones) to an unfinished layout holding
-// c's base parameters, flagged ParamInfo::adapter.
+// default, and B, zeros; IA3's vectors, ones; the bottleneck adapters' as
+// BottleneckConfig says; p-tuning's table N(0, 1) and encoder layers
+// uniform in +-1/sqrt(in), as torch.nn.Embedding and torch.nn.Linear draw
+// them) to an unfinished layout holding c's base parameters, flagged
+// ParamInfo::adapter.
 void add_adapter_params(ParamLayout& p, const ModelConfig& c);
-// Checks c.lora and c.ia3 (nk::Error naming prefix + key): rank within
-// limits, alpha positive, dropout in [0, 1), targets that match, IA3's
-// feedforward modules among its targets, not both methods.
+// Checks c.lora, c.ia3, c.bottleneck and c.prompt (nk::Error naming prefix +
+// key): sizes within limits, alpha positive, dropout in [0, 1), targets that
+// match, IA3's feedforward modules among its targets, one method at most.
 void validate_adapters(const ModelConfig& c, const std::string& prefix);
+// The method c's adapters belong to: "LoRA", "IA3", "bottleneck adapters",
+// "p-tuning", or "" for none.
+std::string adapter_method(const ModelConfig& c);
 
 // A model without adapters whose weights have them folded in, in f32: LoRA's
 // W' = W + scale B A per part; IA3's rows of W (and b) times the output
-// scale, or columns of W times the input scale.
+// scale, or columns of W times the input scale. Bottleneck adapters and
+// p-tuning do not fold into the weights: nk::Error naming the method.
 std::unique_ptr<Transformer> merge_adapters(const Transformer& model);
 
 }  // namespace nk

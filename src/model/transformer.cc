@@ -17,18 +17,6 @@ std::string L(int64_t l, const char* name) {
 
 }  // namespace
 
-const char* frozen_weights_name(FrozenWeights f) {
-  switch (f) {
-    case FrozenWeights::Master:
-      return "master";
-    case FrozenWeights::Compute:
-      return "compute";
-    case FrozenWeights::Nf4:
-      return "nf4";
-  }
-  return "?";
-}
-
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
                                     FrozenWeights frozen_weights) {
   ParamLayout layout = model_layout(cfg, frozen);
@@ -133,6 +121,20 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
                  has_master(p) ? ParamLayout::view(params_, p) : src);
 }
 
+Tensor Transformer::prompt_f32() const {
+  NK_CHECK(prompt_.active(), "prompt_f32: the model has no p-tuning prompt");
+  const PromptConfig& pc = cfg_.prompt;
+  nn::Prompt::Saved s =
+      nn::Prompt::saved_for(pc.virtual_tokens, cfg_.d_model, pc.encoder_hidden, compute_, device_);
+  const Tensor p = prompt_.forward(s);
+  Tensor f = Tensor::empty(p.shape(), DType::F32, device_);
+  ops::convert(f, p);
+  if (device_ == kHost) return f;
+  Tensor out = Tensor::empty(p.shape(), DType::F32);
+  ops::copy_to_host(f, out.data<float>());
+  return out;
+}
+
 size_t Transformer::weight_bytes() const {
   size_t n = params_.nbytes();
   if (compute_params_.raw() != params_.raw()) n += compute_params_.nbytes();
@@ -201,10 +203,24 @@ void Transformer::bind_views() {
       s.out.push_back({w(t.ia3_name()), g(t.ia3_name()), t.col0});
     }
   }
+  std::map<std::string, nn::Bottleneck> bottlenecks;
+  for (const AdaptedModule& t : bottleneck_targets(cfg_)) {
+    nn::Bottleneck& a = bottlenecks[t.linear];
+    a.ln_w = w(t.adapter_name("ln.weight"));
+    a.ln_b = w(t.adapter_name("ln.bias"));
+    a.w_in = w(t.adapter_name("linear_in.weight"));
+    a.w_out = w(t.adapter_name("linear_out.weight"));
+    a.dln_w = g(t.adapter_name("ln.weight"));
+    a.dln_b = g(t.adapter_name("ln.bias"));
+    a.dw_in = g(t.adapter_name("linear_in.weight"));
+    a.dw_out = g(t.adapter_name("linear_out.weight"));
+    a.eps = float(kBottleneckNormEps);
+  }
   auto adapted = [&](const std::string& base) {
     nn::Linear lin = linear(base);
     if (auto it = loras.find(base); it != loras.end()) lin.lora = it->second;
     if (auto it = ia3s.find(base); it != ia3s.end()) lin.ia3 = it->second;
+    if (auto it = bottlenecks.find(base); it != bottlenecks.end()) lin.bottleneck = it->second;
     return lin;
   };
   embed_.wte = w("wte");
@@ -228,6 +244,14 @@ void Transformer::bind_views() {
     b.mlp.down = adapted(L(l, "mlp.down"));
     b.mlp.swiglu = spec.swiglu;
     blocks_.push_back(b);
+  }
+  prompt_ = nn::Prompt();
+  if (cfg_.prompt.enabled()) {
+    prompt_.table = w(kPromptTable);
+    prompt_.dtable = g(kPromptTable);
+    const std::vector<std::string> mlp = prompt_encoder_layers();
+    for (size_t i = 0; i < mlp.size() && cfg_.prompt.encoder_hidden > 0; ++i)
+      prompt_.mlp[i] = linear(mlp[i]);
   }
   norm_f_ = norm("ln_f");
   if (cfg_.tied_embeddings) {
@@ -267,24 +291,28 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.mlp.a = act(c.d_ff);
     layers.push_back(y);
   }
-  // Adapters: LoRA's x A^T of every adapted part saved per layer, and one
-  // scratch they all share.
+  // Adapters: what each adapted linear layer keeps for its backward (LoRA's
+  // x A^T of each part, a bottleneck's input, hidden and norm statistics),
+  // per layer, and one scratch they all share.
   const AdapterSizes s = adapter_sizes(c);
   adapters = make_adapter_scratch(c, s, B * T, dt, device, training);
   if (adapters) {
     for (size_t l = 0; l < layers.size(); ++l) {
       // Inference reuses one layer's buffers for all: the most of any.
-      std::array<int64_t, 4> parts = s.lora_parts[l];
+      std::array<int64_t, 4> saved = s.saved[l], saved_f32 = s.saved_f32[l];
       std::array<bool, 4> adapted = s.adapted[l];
       for (size_t o = 0; o < s.adapted.size() && !training; ++o)
         for (size_t i = 0; i < 4; ++i) {
-          parts[i] = std::max(parts[i], s.lora_parts[o][i]);
+          saved[i] = std::max(saved[i], s.saved[o][i]);
+          saved_f32[i] = std::max(saved_f32[i], s.saved_f32[o][i]);
           adapted[i] = adapted[i] || s.adapted[o][i];
         }
       auto acts = [&](size_t i) {
         if (!adapted[i]) return nn::AdapterActs{};
-        Tensor h = parts[i] ? Tensor::empty({parts[i] * B * T * s.rank}, dt, device) : Tensor();
-        return nn::AdapterActs{h, adapters.get()};
+        auto flat = [&](int64_t n, DType t) {
+          return n ? Tensor::empty({n * B * T}, t, device) : Tensor();
+        };
+        return nn::AdapterActs{flat(saved[i], dt), adapters.get(), flat(saved_f32[i], DType::F32)};
       };
       layers[l].attn.qkv_adapters = acts(0);
       layers[l].attn.proj_adapters = acts(1);
@@ -292,6 +320,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
       layers[l].mlp.down_adapters = acts(3);
     }
   }
+  if (c.prompt.enabled())
+    prompt = nn::Prompt::saved_for(c.prompt.virtual_tokens, C, c.prompt.encoder_hidden, dt, device);
   lnf = act(C);
   meanf = stat();
   rstdf = stat();
@@ -333,10 +363,26 @@ std::pair<Tensor, Tensor> packed_tensors(const PackedBatchInfo* packed) {
 
 }  // namespace
 
+void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const {
+  const int64_t n = prompt_.n();
+  if (T < n) fail("a sequence of {} positions is shorter than p-tuning's {} virtual tokens", T, n);
+  const Tensor p = prompt_.forward(s);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor dst = x.narrow0(b * T, n);
+    if (embed_.wpe.defined())
+      ops::add(dst, p, embed_.wpe.narrow0(0, n));
+    else
+      ops::convert(dst, p);
+  }
+}
+
 void Transformer::embed_forward(Activations& a, const Tensor& tokens,
                                 const PackedBatchInfo* packed) {
   check_shape(tokens, {a.B, a.T}, "tokens");
   embed_.forward(a.res[0], tokens, packed_tensors(packed).second);
+  // Packed rows: the prompt goes before each row's first document (the
+  // trainer gives p-tuning one sample per row).
+  if (prompt_.active()) place_prompt(nn::rows(a.res[0]), a.B, a.T, a.prompt);
 }
 
 void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
@@ -425,6 +471,18 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
 void Transformer::embed_backward(Activations& a, const Tensor& tokens,
                                  const PackedBatchInfo* packed) {
   NK_CHECK(a.dres.defined(), "embed_backward needs training activations");
+  if (prompt_.active()) {
+    // The virtual positions' gradient, summed over the rows, is the
+    // prompt's; their tokens get none.
+    const int64_t n = prompt_.n();
+    Tensor d = nn::rows(a.dres);
+    ops::fill(a.prompt.dp, 0.f);
+    for (int64_t b = 0; b < a.B; ++b) {
+      ops::accumulate(a.prompt.dp, d.narrow0(b * a.T, n));
+      ops::fill(d.narrow0(b * a.T, n), 0.f);
+    }
+    if (prompt_.dtable.defined()) prompt_.backward(a.prompt);
+  }
   embed_.backward(a.dres, tokens, packed_tensors(packed).second);
 }
 
@@ -493,10 +551,25 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
   Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
   Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
-  const nn::AdapterActs ad =
-      kc.adapters ? nn::AdapterActs{kc.lora_h, kc.adapters.get()} : nn::AdapterActs{};
+  const nn::AdapterActs ad = kc.adapters
+                                 ? nn::AdapterActs{kc.lora_h, kc.adapters.get(), kc.adapter_stats}
+                                 : nn::AdapterActs{};
   nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
+  if (prompt_.active()) {
+    const int64_t n = prompt_.n();
+    Tensor p;  // computed once, if any token is a virtual one
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t at = st.positions[size_t(i)];
+      if (at >= n) continue;
+      if (!p.defined()) p = prompt_.forward(kc.prompt);
+      Tensor dst = x.narrow0(i, 1);
+      if (embed_.wpe.defined())
+        ops::add(dst, p.narrow0(at, 1), embed_.wpe.narrow0(at, 1));
+      else
+        ops::convert(dst, p.narrow0(at, 1));
+    }
+  }
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);

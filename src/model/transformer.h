@@ -18,6 +18,7 @@
 #include "nn/mlp.h"
 #include "nn/norm.h"
 #include "nn/param_layout.h"
+#include "nn/prompt.h"
 
 namespace nk {
 
@@ -47,7 +48,6 @@ enum class FrozenWeights {
             // embedding and the head; not learned positions) in NF4 (ops.h):
             // QLoRA's base
 };
-const char* frozen_weights_name(FrozenWeights f);  // "master", "compute", "nf4"
 
 class Transformer {
  public:
@@ -84,6 +84,9 @@ class Transformer {
   // Sets p to `src` (f32, p's shape): its master and compute copy, its
   // compute copy alone, or its NF4 quantisation.
   void set_param(const ParamInfo& p, const Tensor& src);
+  // p-tuning's prompt P [virtual tokens, C] in f32 (host memory): the
+  // encoder's output, or the table. Needs config().prompt.
+  Tensor prompt_f32() const;
   // Bytes the weights take: f32 masters, the compute copy, NF4 storage.
   size_t weight_bytes() const;
   // Call after changing params() other than through the optimizer's fused copy.
@@ -111,7 +114,9 @@ class Transformer {
   // residual(first) there. Run in this order on one process, they are
   // forward_backward, bit for bit.
   //
-  // tokens -> a.residual(0).
+  // tokens -> a.residual(0). With p-tuning (config().prompt) the first
+  // virtual_tokens positions of every row take the prompt's embeddings (plus
+  // learned positions) whatever their tokens are: the data leaves them free.
   void embed_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed = nullptr);
   // a.residual(first) -> a.residual(last), 0 <= first <= last <= n_layer.
   void blocks_forward(Activations& a, int64_t first, int64_t last,
@@ -124,7 +129,8 @@ class Transformer {
   // the blocks' parameter gradients. Needs training activations.
   void blocks_backward(Activations& a, int64_t first, int64_t last,
                        const PackedBatchInfo* packed = nullptr);
-  // d residual(0) in a.residual_grad() -> the embedding's gradients.
+  // d residual(0) in a.residual_grad() -> the embedding's gradients (and
+  // the prompt's, from its positions).
   void embed_backward(Activations& a, const Tensor& tokens,
                       const PackedBatchInfo* packed = nullptr);
 
@@ -137,7 +143,8 @@ class Transformer {
   // Incremental inference: runs step.tokens through every layer, storing their
   // keys and values in `cache` and attending over each token's cached prefix
   // (its slot's positions 0..position). logits f32 [R, V] receives the logits
-  // of step.logit_rows (R of them). Allocates nothing: the cost of a call is
+  // of step.logit_rows (R of them). A token at a position below p-tuning's
+  // virtual_tokens is that virtual token. Allocates nothing: the cost of a call is
   // its tokens' share of the weights' products plus attention over their
   // prefixes, whatever the prompt length was.
   void forward_cached(KVCache& cache, const CachedStep& step, Tensor logits);
@@ -153,6 +160,9 @@ class Transformer {
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
   void bind_views();
+  // Rows [b T, b T + n) of x [B*T, C], for each b, <- the prompt P [n, C]
+  // plus learned positions 0..n-1.
+  void place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const;
 
   ModelConfig cfg_;
   DType compute_;
@@ -165,7 +175,8 @@ class Transformer {
   nn::Embedding embed_;
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
-  nn::Linear head_;  // shares embed_.wte when tied
+  nn::Linear head_;    // shares embed_.wte when tied
+  nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
 };
 
@@ -206,6 +217,7 @@ class Activations {
   Tensor dres, dln;  // [B, T, C]
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;
+  nn::Prompt::Saved prompt;  // p-tuning's encoder activations (model config().prompt)
   std::vector<float> host_losses;
   int64_t chunk = 0;
 };

@@ -7,6 +7,8 @@
 //  - IA3 (Liu et al., 2022): learned vectors that rescale output parts,
 //      y[:, part] = l * (x W^T + b)[:, part],
 //    or, for a feedforward module, the input: y = (x * l) W^T + b.
+//  - Bottleneck adapters (NeMo's canonical adapters, model/peft.h): after
+//    the whole output, y' = y + W_out silu(W_in LN(y)).
 #pragma once
 #include <vector>
 
@@ -36,8 +38,10 @@ struct AdapterScratch {
 
 // What one adapted layer keeps between its forward and backward.
 struct AdapterActs {
-  Tensor h;                              // [parts * N * r]: x A^T of each part
+  Tensor h;                              // LoRA: [parts * N * r], x A^T of each part;
+                                         // bottleneck: [N * (out + dim)], y then W_in LN(y)
   const AdapterScratch* work = nullptr;  // shared scratch
+  Tensor stats;                          // bottleneck: f32 [2N], its LayerNorm's mean, rstd
   bool defined() const { return work != nullptr; }
 };
 
@@ -147,6 +151,54 @@ struct Ia3 {
     if (din.defined()) ops::column_dot(din, dx, 0, x);
     ops::scale_columns(dx, in, 0);
   }
+};
+
+// A bottleneck adapter on a layer's whole output [N, out]:
+//   y' = y + W_out silu(u),  u = W_in LN(y).
+struct Bottleneck {
+  Tensor ln_w, ln_b, w_in, w_out;      // compute dtype: [out], [out], [dim, out], [out, dim]
+  Tensor dln_w, dln_b, dw_in, dw_out;  // f32 gradients, accumulated
+  float eps = 1e-5f;
+  bool active() const { return w_in.defined(); }
+
+  // y [N, out] += the adapter's output; keeps y and u in s.h, LN's stats in s.stats.
+  void forward(Tensor y, const AdapterActs& s) const {
+    const int64_t N = y.dim(0), out = y.dim(1), dim = w_in.dim(0);
+    Tensor y0 = carve(s.h, 0, N, out), u = carve(s.h, N * out, N, dim);
+    Tensor ln = carve(s.work->xd, 0, N, out), a = carve(s.work->dh, 0, N, dim);
+    Tensor z = carve(s.work->z, 0, N, out);
+    ops::convert(y0, y);
+    ops::layernorm_forward(ln, mean(s, N), rstd(s, N), y0, ln_w, ln_b, eps);
+    ops::linear_forward(u, ln, w_in, Tensor());
+    ops::silu_forward(a, u);
+    ops::linear_forward(z, a, w_out, Tensor());
+    ops::accumulate(y, z);
+  }
+  // dy [N, out]: the gradient of y' -> that of y (= dy + the branch's), in
+  // the scratch (dy is the caller's); accumulates the adapter's gradients.
+  Tensor output_grad(const Tensor& dy, const AdapterActs& s) const {
+    const int64_t N = dy.dim(0), out = dy.dim(1), dim = w_in.dim(0);
+    const AdapterScratch& w = *s.work;
+    Tensor y0 = carve(s.h, 0, N, out), u = carve(s.h, N * out, N, dim);
+    Tensor ln = carve(w.xd, 0, N, out), dln = carve(w.dx, 0, N, out);
+    Tensor a = carve(w.dh, 0, N, dim), da = carve(w.dh, N * dim, N, dim);
+    Tensor g = carve(w.z, 0, N, out);
+    ops::layernorm_forward(ln, mean(s, N), rstd(s, N), y0, ln_w, ln_b, eps);  // recomputed
+    ops::silu_forward(a, u);
+    ops::linear_backward(da, dw_out, Tensor(), dy, a, w_out);  // da = dy W_out; dW_out += dy^T a
+    ops::silu_backward(da, da, u);
+    ops::linear_backward(dln, dw_in, Tensor(), da, ln, w_in);  // dln = du W_in; dW_in += du^T ln
+    ops::convert(g, dy);
+    ops::layernorm_backward(g, dln_w, dln_b, dln, y0, ln_w, mean(s, N), rstd(s, N));
+    return g;
+  }
+
+ private:
+  static Tensor carve(const Tensor& flat, int64_t at, int64_t rows, int64_t cols) {
+    return flat.narrow0(at, rows * cols).view({rows, cols});
+  }
+  static Tensor mean(const AdapterActs& s, int64_t N) { return s.stats.narrow0(0, N); }
+  static Tensor rstd(const AdapterActs& s, int64_t N) { return s.stats.narrow0(N, N); }
 };
 
 }  // namespace nk::nn

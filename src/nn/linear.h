@@ -1,5 +1,5 @@
 // Linear layer y = x W^T + b over views into the parameter arenas, with
-// optional adapters (LoRA, IA3: nn/adapters.h). With a tensor-parallel
+// optional adapters (LoRA, IA3, bottleneck: nn/adapters.h). With a tensor-parallel
 // size of 1 this is also what the column- and row-parallel variants reduce to.
 #pragma once
 #include "nn/adapters.h"
@@ -13,10 +13,11 @@ inline Tensor rows(const Tensor& t) {
 }
 
 struct Linear {
-  Tensor w, b;    // compute dtype: [out, in], [out] (b may be undefined)
-  Tensor dw, db;  // f32 gradients, accumulated; undefined when frozen (not computed)
-  Lora lora;      // adapters on the output; inactive when it has no parts
-  Ia3 ia3;        // learned scales of the output or input; inactive without
+  Tensor w, b;            // compute dtype: [out, in], [out] (b may be undefined)
+  Tensor dw, db;          // f32 gradients, accumulated; undefined when frozen (not computed)
+  Lora lora;              // adapters on the output; inactive when it has no parts
+  Ia3 ia3;                // learned scales of the output or input; inactive without
+  Bottleneck bottleneck;  // an adapter after the whole output; inactive without
   // A frozen weight stored as NF4 (QLoRA's base) instead of w: the products
   // dequantise it panel by panel (ops.h). w, dw and db are then undefined.
   ops::Nf4Weight wq;
@@ -32,6 +33,7 @@ struct Linear {
       ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
     if (ia3.active()) ia3.scale_output(y2);
     if (lora.active()) lora.forward(y2, x2, ad);
+    if (bottleneck.active()) bottleneck.forward(y2, ad);
   }
   // dx [N, in] written (skipped if undefined); dw, db accumulate. IA3
   // trains its scales with W frozen (dw, db undefined).
@@ -41,6 +43,10 @@ struct Linear {
     if (wq.defined()) {
       NK_CHECK(!dw.defined() && !db.defined(), "Linear: an NF4 weight is frozen");
       if (dx2.defined()) ops::nf4_linear_backward_input(dx2, dy2, wq);
+    } else if (bottleneck.active()) {
+      NK_CHECK(!dw.defined() && !db.defined(),
+               "Linear: a bottleneck adapter over a trainable weight");
+      ops::linear_backward(dx2, Tensor(), Tensor(), bottleneck.output_grad(dy2, ad), x2, w);
     } else if (ia3.active()) {
       NK_CHECK(!dw.defined() && !db.defined(), "Linear: IA3 scales over a trainable weight");
       Tensor dyb = ia3.output_grad(dy2, x2, w, b, ad);
@@ -58,9 +64,10 @@ struct Linear {
 
  private:
   void check_adapters(const AdapterActs& ad) const {
-    NK_CHECK(!(lora.active() || ia3.active()) || ad.defined(),
+    NK_CHECK(!(lora.active() || ia3.active() || bottleneck.active()) || ad.defined(),
              "Linear: adapters without their activations");
-    NK_CHECK(!(wq.defined() && ia3.active()), "Linear: IA3 over an NF4 weight");
+    NK_CHECK(!(wq.defined() && (ia3.active() || bottleneck.active())),
+             "Linear: IA3 or a bottleneck adapter over an NF4 weight");
   }
 };
 

@@ -1,4 +1,4 @@
-// GELU and SwiGLU: checks, then the device's kernel.
+// GELU, SiLU, ReLU and SwiGLU: checks, then the device's kernel.
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -21,18 +21,23 @@ void check_swiglu(const char* op, const Tensor& y, const Tensor& gu) {
 
 }  // namespace
 
-void gelu_forward(Tensor y, const Tensor& x) {
-  const Device dev = device_of("gelu_forward", {{&y, "y"}, {&x, "x"}});
-  check_same("gelu_forward", y, "y", x, "x");
-  NK_KERNEL(gelu_forward, dev)(y, x);
-}
-
-void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) {
-  const Device dev = device_of("gelu_backward", {{&dx, "dx"}, {&dy, "dy"}, {&x, "x"}});
-  check_same("gelu_backward", dx, "dx", x, "x");
-  check_same("gelu_backward", dy, "dy", x, "x");
-  NK_KERNEL(gelu_backward, dev)(dx, dy, x);
-}
+// The elementwise ones: y (dx) against x (and dy), one dtype and shape.
+#define NK_UNARY_ACTIVATION(name)                                                           \
+  void name##_forward(Tensor y, const Tensor& x) {                                          \
+    const Device dev = device_of(#name "_forward", {{&y, "y"}, {&x, "x"}});                 \
+    check_same(#name "_forward", y, "y", x, "x");                                           \
+    NK_KERNEL(name##_forward, dev)(y, x);                                                   \
+  }                                                                                         \
+  void name##_backward(Tensor dx, const Tensor& dy, const Tensor& x) {                      \
+    const Device dev = device_of(#name "_backward", {{&dx, "dx"}, {&dy, "dy"}, {&x, "x"}}); \
+    check_same(#name "_backward", dx, "dx", x, "x");                                        \
+    check_same(#name "_backward", dy, "dy", x, "x");                                        \
+    NK_KERNEL(name##_backward, dev)(dx, dy, x);                                             \
+  }
+NK_UNARY_ACTIVATION(gelu)
+NK_UNARY_ACTIVATION(silu)
+NK_UNARY_ACTIVATION(relu)
+#undef NK_UNARY_ACTIVATION
 
 void swiglu_forward(Tensor y, const Tensor& gu) {
   const Device dev = device_of("swiglu_forward", {{&y, "y"}, {&gu, "gu"}});

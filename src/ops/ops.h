@@ -149,6 +149,12 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
 // GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). x,y T[N,F].
 void gelu_forward(Tensor y, const Tensor& x);
 void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x);  // dx may alias dy
+// SiLU (swish): x sigmoid(x), as bottleneck adapters use it. x,y T[...].
+void silu_forward(Tensor y, const Tensor& x);                      // y may alias x
+void silu_backward(Tensor dx, const Tensor& dy, const Tensor& x);  // dx may alias dy
+// ReLU: max(x, 0), as p-tuning's prompt encoder uses it; its gradient at 0 is 0.
+void relu_forward(Tensor y, const Tensor& x);                      // y may alias x
+void relu_backward(Tensor dx, const Tensor& dy, const Tensor& x);  // dx may alias dy
 // SwiGLU over a fused [gate | up] input: gu T[N,2F]; y[n,f] = silu(gu[n,f]) * gu[n,F+f].
 void swiglu_forward(Tensor y, const Tensor& gu);
 void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);

@@ -44,12 +44,13 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
   const std::string dir = is_hf_model_folder(from) ? imported_base_dir(cfg) : from;
   const ModelConfig saved = read_model_config(dir);
   // A base for this run's adapters gains them, initialised from the seed.
-  const bool add_adapters = (cfg.model.lora.enabled() || cfg.model.ia3.enabled()) &&
-                            !saved.lora.enabled() && !saved.ia3.enabled();
+  const bool add_adapters = cfg.model.has_adapters() && !saved.has_adapters();
   ModelConfig want = cfg.model;
   if (add_adapters) {
     want.lora = LoraConfig();
     want.ia3 = Ia3Config();
+    want.bottleneck = BottleneckConfig();
+    want.prompt = PromptConfig();
   }
   if (model_config_to_json(saved) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);

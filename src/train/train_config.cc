@@ -46,8 +46,9 @@ void TrainConfig::bind(ConfigBinder& b) {
          "follows wte)");
   b.bind("peft.method", peft.method,
          "parameter-efficient fine-tuning: none (train every unfrozen weight), lora, qlora "
-         "(LoRA over a base held in 4-bit NF4; needs train.init_from) or ia3 (train adapters, "
-         "base weights frozen)");
+         "(LoRA over a base held in 4-bit NF4; needs train.init_from), ia3, adapter (NeMo's "
+         "bottleneck adapters) or p_tuning (virtual prompt tokens from an MLP encoder; "
+         "data.sft_path, unpacked); all but none freeze the base weights");
   b.bind("peft.lora_rank", peft.lora.rank, "LoRA rank r");
   b.bind("peft.lora_alpha", peft.lora.alpha, "LoRA alpha: adapters scale by alpha / r");
   b.bind("peft.lora_dropout", peft.lora.dropout, "dropout on the LoRA adapters' input");
@@ -57,10 +58,16 @@ void TrainConfig::bind(ConfigBinder& b) {
          "modules to adapt, comma-separated: Hugging Face names (q_proj, k_proj, v_proj, "
          "o_proj, gate_proj, up_proj, down_proj; GPT-2's c_attn, c_proj, c_fc), Megatron's "
          "(linear_qkv, linear_proj, linear_fc1, linear_fc2) or all-linear; default: linear_qkv "
-         "for LoRA, PEFT's for IA3 (k_proj, v_proj, down_proj; GPT-2: c_attn, mlp.c_proj)");
+         "for LoRA, PEFT's for IA3 (k_proj, v_proj, down_proj; GPT-2: c_attn, mlp.c_proj), "
+         "NeMo's for adapters (linear_proj, linear_fc2)");
   b.bind("peft.feedforward_modules", peft.feedforward_modules,
          "IA3: the target modules scaled on their input rather than their output (with the "
          "default targets: down_proj; GPT-2: mlp.c_proj)");
+  b.bind("peft.adapter_dim", peft.adapter_dim, "bottleneck adapters: the bottleneck's width");
+  b.bind("peft.num_virtual_tokens", peft.num_virtual_tokens,
+         "p-tuning: virtual tokens before every sample (they count in train.seq_len)");
+  b.bind("peft.encoder_hidden_size", peft.encoder_hidden_size,
+         "p-tuning: the MLP prompt encoder's hidden width (0: the model's, as PEFT)");
   // As an int64 key: a negative seed wraps, as it always has.
   b.bind_with<int64_t>("train.seed", int64_t(seed), "seed for initialisation and data order",
                        [&](int64_t v) { seed = uint64_t(v); });
@@ -156,17 +163,14 @@ TrainConfig train_config_from(const Config& c) {
   if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
   if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
-  if (t.peft.method != "none" && !t.peft.adapters())
-    fail(
-        "peft.method: expected none, lora, qlora or ia3, got '{}' (p-tuning and bottleneck "
-        "adapters are "
-        "not implemented yet)",
-        t.peft.method);
+  const std::string& m = t.peft.method;
+  if (m != "none" && m != "lora" && m != "qlora" && m != "ia3" && m != "adapter" && m != "p_tuning")
+    fail("peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got '{}'", m);
   if (t.peft.adapters()) {
     if (!t.freeze.empty())
       fail("train.freeze: not used with peft.method={}, which freezes every base weight",
            t.peft.method);
-    if (t.model.lora.enabled() || t.model.ia3.enabled())
+    if (t.model.has_adapters())
       fail(
           "peft.method: the model of train.init_from already has adapters; merge them first "
           "(nekton export hf ... --merge-lora) or fine-tune it without peft.method");
@@ -175,6 +179,34 @@ TrainConfig train_config_from(const Config& c) {
       t.model.lora.target_modules = split_commas(t.peft.target_modules);
       if (t.model.lora.target_modules.empty()) t.model.lora.target_modules = {"linear_qkv"};
       if (t.peft.lora.rank <= 0) fail("peft.lora_rank: must be positive, got {}", t.peft.lora.rank);
+    } else if (m == "adapter") {
+      t.model.bottleneck.dim = t.peft.adapter_dim;
+      t.model.bottleneck.target_modules = split_commas(t.peft.target_modules);
+      if (t.model.bottleneck.target_modules.empty())
+        t.model.bottleneck.target_modules = {"linear_proj", "linear_fc2"};
+      if (t.peft.adapter_dim <= 0)
+        fail("peft.adapter_dim: must be positive, got {}", t.peft.adapter_dim);
+    } else if (m == "p_tuning") {
+      if (!t.peft.target_modules.empty())
+        fail("peft.target_modules: p-tuning adapts no module (its virtual tokens are inputs)");
+      if (t.peft.num_virtual_tokens <= 0)
+        fail("peft.num_virtual_tokens: must be positive, got {}", t.peft.num_virtual_tokens);
+      if (t.peft.num_virtual_tokens >= t.seq_len)
+        fail("peft.num_virtual_tokens: {} leaves no room for text in train.seq_len = {}",
+             t.peft.num_virtual_tokens, t.seq_len);
+      if (t.peft.encoder_hidden_size < 0)
+        fail("peft.encoder_hidden_size: must be >= 0, got {}", t.peft.encoder_hidden_size);
+      if (!t.data.sft())
+        fail(
+            "peft.method: p_tuning reads conversations (data.sft_path), whose rows leave room "
+            "for the virtual tokens");
+      if (t.data.pack)
+        fail(
+            "data.pack: p-tuning puts its virtual tokens before each sample, one per row; set "
+            "data.pack=false");
+      t.model.prompt.virtual_tokens = t.peft.num_virtual_tokens;
+      t.model.prompt.encoder_hidden =
+          t.peft.encoder_hidden_size ? t.peft.encoder_hidden_size : t.model.d_model;
     } else {
       t.model.ia3.target_modules = split_commas(t.peft.target_modules);
       t.model.ia3.feedforward_modules = split_commas(t.peft.feedforward_modules);
@@ -197,6 +229,11 @@ TrainConfig train_config_from(const Config& c) {
       fail(
           "train.init_from: the model has IA3 adapters, which train only over a frozen base; merge "
           "them first (nekton export hf ... --merge-lora, then nekton import hf)");
+    if (t.model.bottleneck.enabled() || t.model.prompt.enabled())
+      fail(
+          "train.init_from: the model has {}, which train only over a frozen base and do not "
+          "merge into it; start from the base model",
+          t.model.prompt.enabled() ? "a p-tuning prompt" : "bottleneck adapters");
     t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
   }
   if (t.val_every < 0) fail("train.val_every: must be >= 0");

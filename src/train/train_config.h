@@ -14,14 +14,17 @@
 
 namespace nk {
 
-// peft.*: parameter-efficient fine-tuning. LoRA, QLoRA and IA3 set
-// model.lora or model.ia3 and freeze every base weight; QLoRA is LoRA over a
-// base held in NF4.
+// peft.*: parameter-efficient fine-tuning. LoRA, QLoRA, IA3, bottleneck
+// adapters and p-tuning set model.lora, .ia3, .bottleneck or .prompt and
+// freeze every base weight; QLoRA is LoRA over a base held in NF4.
 struct PeftConfig {
-  std::string method = "none";  // none | lora | qlora | ia3
+  std::string method = "none";  // none | lora | qlora | ia3 | adapter | p_tuning
   LoraConfig lora{.rank = 8, .alpha = 16, .dropout = 0, .rslora = false, .target_modules = {}};
   std::string target_modules, feedforward_modules;  // as given: comma-separated
-  bool adapters() const { return method == "lora" || method == "qlora" || method == "ia3"; }
+  int64_t adapter_dim = 32;                         // bottleneck adapters' width (NeMo's default)
+  int64_t num_virtual_tokens = 20;                  // p-tuning
+  int64_t encoder_hidden_size = 0;  // p-tuning's prompt encoder; 0: the model's width
+  bool adapters() const { return method != "none"; }
   bool lora_kind() const { return method == "lora" || method == "qlora"; }
 };
 

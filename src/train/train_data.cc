@@ -143,7 +143,8 @@ SftInputs sft_inputs(const TrainConfig& cfg) {
   o.system_key = dc.system_key;
   o.loss_on = dc.loss_on == "all" ? LossOn::All : LossOn::Assistant;
   o.overlong = dc.overlong == "drop" ? OverlongSample::Drop : OverlongSample::Truncate;
-  o.max_tokens = cfg.seq_len;
+  // p-tuning's virtual tokens take the first positions of each row.
+  o.max_tokens = cfg.seq_len - cfg.model.prompt.virtual_tokens;
   return in;
 }
 
@@ -162,6 +163,13 @@ TrainData sft_data(const TrainConfig& cfg) {
       d = read_sft_jsonl(path, *in.tmpl, in.specials, *tok, in.opt);
     } catch (const Error& e) {
       throw e.with_context(key);
+    }
+    // p-tuning: placeholders for the virtual tokens before each sample (the
+    // model replaces their embeddings; nothing predicts them).
+    const size_t n = size_t(cfg.model.prompt.virtual_tokens);
+    for (size_t i = 0; i < d.tokens.size() && n > 0; ++i) {
+      d.tokens[i].insert(d.tokens[i].begin(), n, pad);
+      d.trained[i].insert(d.trained[i].begin(), n, uint8_t(0));
     }
     PackedRows rows = sft_rows(d, cfg.seq_len, dc.pack, pad);
     line = fmt::format(

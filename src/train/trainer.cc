@@ -98,7 +98,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
-  if (par_.active() && (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()))
+  if (par_.active() && cfg_.model.has_adapters())
     fail(
         "peft.method: adapters train on one process for now (its data-parallel equivalence is not "
         "tested yet)");
@@ -370,6 +370,18 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           a.feedforward_modules.empty() ? "none"
                                         : fmt::format("{}", fmt::join(a.feedforward_modules, ",")),
           double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
+    else if (const BottleneckConfig& a = cfg_.model.bottleneck; a.enabled())
+      NK_INFO(
+          "peft: bottleneck adapters of width {} after {} layers ({}); base frozen, {:.4f}M "
+          "parameters trainable ({:.3f}%)",
+          a.dim, bottleneck_targets(cfg_.model).size(), fmt::join(a.target_modules, ","),
+          double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
+    else if (const PromptConfig& p = cfg_.model.prompt; p.enabled())
+      NK_INFO(
+          "peft: p-tuning, {} virtual tokens from an MLP prompt encoder of width {}; base "
+          "frozen, {:.4f}M parameters trainable ({:.3f}%)",
+          p.virtual_tokens, p.encoder_hidden, double(trainable) / 1e6,
+          100.0 * double(trainable) / double(model_->layout().count()));
     else
       NK_INFO("train.freeze: {} parameter tensors frozen, {:.2f}M parameters trainable",
               cfg_.frozen.size(), double(trainable) / 1e6);
@@ -532,11 +544,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     save_trainer_state(trainer_state_path(model_dir), state_);
   }
   // The adapter alone, for PEFT, vLLM or generate.adapter.
-  if (cfg_.model.lora.enabled() || cfg_.model.ia3.enabled()) {
+  if (cfg_.model.has_adapters()) {
     const std::string adapter_dir = cfg_.out_dir + "/adapter";
     save_peft_adapter(adapter_dir, *model_, cfg_.init_from);
-    NK_INFO("saved the {} adapter in Hugging Face PEFT's format to {}",
-            cfg_.model.lora.enabled() ? "LoRA" : "IA3", adapter_dir);
+    if (cfg_.model.bottleneck.enabled())
+      NK_INFO("saved the bottleneck adapters in Nekton's format (PEFT has none) to {}",
+              adapter_dir);
+    else
+      NK_INFO("saved the {} adapter in Hugging Face PEFT's format to {}",
+              adapter_method(cfg_.model), adapter_dir);
   }
   if (!whole_model) return;
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);

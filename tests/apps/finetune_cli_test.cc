@@ -108,6 +108,15 @@ class Finetune : public ::testing::Test {
     }
     return out + "/model";
   }
+  // Every base weight of run OUT's model is the one in `base`, bit for bit.
+  static void expect_base_untouched(const std::string& out, const std::string& base) {
+    const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
+                          orig = SafetensorsFile::open(base + "/model.safetensors");
+    for (const SafetensorsEntry& e : orig.entries()) {
+      Tensor a = tuned.get(e.name), b = orig.get(e.name);
+      EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << e.name << " changed";
+    }
+  }
   std::string lora_args(const std::string& base, const std::string& out) const {
     return "finetune train.init_from=" + base + " data.sft_path=" + data_ +
            " data.chat_template=plain data.pack=true train.seq_len=64 train.micro_batch=8 "
@@ -155,12 +164,7 @@ TEST_F(Finetune, LoraLearnsToReverseWords) {
   EXPECT_LE(before, 2);
   EXPECT_GE(after, 30) << "of " << words_.size() << ":\n" << answers << "\n" << r.out;
 
-  const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
-                        orig = SafetensorsFile::open(base + "/model.safetensors");
-  for (const SafetensorsEntry& e : orig.entries()) {
-    Tensor a = tuned.get(e.name), b = orig.get(e.name);
-    EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << e.name << " changed";
-  }
+  expect_base_untouched(out, base);
   EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), after);
   EXPECT_EQ(last_answers_, answers);
 
@@ -274,12 +278,7 @@ TEST_F(Finetune, Ia3TrainsOnlyItsScales) {
   const std::vector<double> losses = test::logged_losses(out + "/metrics.jsonl");
   ASSERT_EQ(losses.size(), 40u);
   EXPECT_LT(losses.back(), losses.front() * 0.9) << r.out;
-  const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
-                        orig = SafetensorsFile::open(base + "/model.safetensors");
-  for (const SafetensorsEntry& e : orig.entries()) {
-    Tensor a = tuned.get(e.name), b = orig.get(e.name);
-    EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << e.name << " changed";
-  }
+  expect_base_untouched(out, base);
   const int right = correct_answers(out + "/model");
   const std::string answers = last_answers_;
   EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), right);
@@ -301,13 +300,122 @@ TEST_F(Finetune, Ia3TrainsOnlyItsScales) {
   EXPECT_EQ(last_answers_, answers);
 }
 
+// Bottleneck adapters (NeMo's canonical, after every linear layer here) on
+// the copying base: from none right to most right, the base untouched; the
+// run's model and the base with the adapter answer alike; they do not merge.
+TEST_F(Finetune, BottleneckAdaptersLearnToReverseWords) {
+  const std::string base = copying_base(), out = d_ / "adapter";
+  auto r = test::run_nekton(lora_args(base, out) +
+                            " peft.method=adapter train.steps=300 peft.target_modules=linear_qkv,"
+                            "linear_proj,linear_fc1,linear_fc2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "peft: bottleneck adapters of width 32 after 8 layers")) << r.out;
+  EXPECT_TRUE(contains(r.out, "saved the bottleneck adapters in Nekton's format")) << r.out;
+  const int after = correct_answers(out + "/model");
+  const std::string answers = last_answers_;
+  EXPECT_GE(after, 30) << "of " << words_.size() << ":\n" << answers << "\n" << r.out;
+  expect_base_untouched(out, base);
+  EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), after);
+  EXPECT_EQ(last_answers_, answers);
+  r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "adapter_hf") +
+                       " --merge-lora");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "bottleneck adapters (a nonlinear branch) do not fold into the base"))
+      << r.out;
+}
+
+// P-tuning: 8 virtual tokens from the prompt encoder, each sample after
+// them. A frozen 2-layer model cannot learn to reverse words from a prompt,
+// but the loss falls well below the start (the base alone is far worse);
+// only the encoder trains; PEFT's file holds its output, with which the base
+// answers as the run's model does; a stopped run resumes to the same prompt.
+TEST_F(Finetune, PTuningTrainsItsPrompt) {
+  const std::string base = copying_base(), out = d_ / "ptuning";
+  const std::string args = lora_args(base, out) +
+                           " peft.method=p_tuning peft.num_virtual_tokens=8 train.lr=1e-2 "
+                           "data.pack=false peft.target_modules=";
+  auto r = test::run_nekton(args + " train.steps=100");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "peft: p-tuning, 8 virtual tokens from an MLP prompt encoder of "
+                       "width 128; base frozen"))
+      << r.out;
+  const std::vector<double> losses = test::logged_losses(out + "/metrics.jsonl");
+  ASSERT_EQ(losses.size(), 100u);
+  EXPECT_LT(losses.back(), 0.6 * losses.front()) << r.out;
+  nlohmann::json cfg = json::parse(test::read_file(out + "/adapter/adapter_config.json"));
+  EXPECT_EQ(cfg["peft_type"], "P_TUNING");
+  EXPECT_EQ(cfg["num_virtual_tokens"], 8);
+  EXPECT_EQ(cfg["token_dim"], 128);
+  EXPECT_EQ(cfg["encoder_hidden_size"], 128);
+  const SafetensorsFile adapter = SafetensorsFile::open(out + "/adapter/adapter_model.safetensors");
+  ASSERT_EQ(adapter.entries().size(), 1u);
+  EXPECT_EQ(adapter.entries()[0].name, "prompt_embeddings");
+  EXPECT_EQ(adapter.entries()[0].shape, (Shape{8, 128}));
+  expect_base_untouched(out, base);
+  correct_answers(out + "/model");
+  const std::string answers = last_answers_;
+  correct_answers(base, "generate.adapter=" + out + "/adapter");
+  EXPECT_EQ(last_answers_, answers);
+  EXPECT_FALSE(contains(answers, std::string(1, '\0')));
+
+  const std::string b = d_ / "ptuning_b";
+  std::string again = args;
+  again.replace(again.find(out), out.size(), b);
+  r = test::run_nekton(again + " train.steps=6 train.exit_at_step=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(again + " train.steps=6");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  const std::string c = d_ / "ptuning_c";
+  std::string whole = args;
+  whole.replace(whole.find(out), out.size(), c);
+  r = test::run_nekton(whole + " train.steps=6");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::read_file(b + "/adapter/adapter_model.safetensors"),
+            test::read_file(c + "/adapter/adapter_model.safetensors"));
+}
+
+// Every recipe in configs/sft_*.yaml runs as written, shrunk to the test's
+// model and a few steps, and leaves what its method writes.
+TEST_F(Finetune, RecipesRun) {
+  int recipes = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(NK_SOURCE_DIR) / "configs")) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("sft_")) continue;
+    ++recipes;
+    const std::string out = d_ / ("recipe_" + name);
+    auto r = test::run_nekton("finetune --config " + e.path().string() +
+                              " train.init_from=" + base_ + " data.sft_path=" + data_ +
+                              " data.chat_template=plain train.seq_len=64 train.micro_batch=2 "
+                              "train.global_batch=4 train.steps=2 train.peak_tflops=1 "
+                              "train.out_dir=" +
+                              out);
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out;
+    EXPECT_EQ(test::logged_losses(out + "/metrics.jsonl").size(), 2u) << name;
+    EXPECT_EQ(fs::exists(out + "/adapter/adapter_config.json"), name != "sft_full.yaml") << name;
+    EXPECT_EQ(fs::exists(out + "/model/model.safetensors"), name != "sft_qlora.yaml") << name;
+  }
+  EXPECT_EQ(recipes, 6);
+}
+
 TEST_F(Finetune, LoraBadSettingsAreClearErrors) {
   const std::string out = d_ / "bad";
   auto expect_error = [&](const std::string& args, const std::string& message) {
     expect_failure(args, message, out);
   };
   expect_error(lora_args(base_, out) + " peft.method=dora",
-               "peft.method: expected none, lora, qlora or ia3, got 'dora'");
+               "peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got 'dora'");
+  expect_error(lora_args(base_, out) + " peft.method=p_tuning peft.target_modules=",
+               "data.pack: p-tuning puts its virtual tokens before each sample");
+  expect_error(lora_args(base_, out) +
+                   " peft.method=p_tuning data.pack=false peft.target_modules= "
+                   "peft.num_virtual_tokens=64",
+               "peft.num_virtual_tokens: 64 leaves no room for text in train.seq_len = 64");
+  expect_error(lora_args(base_, out) + " peft.method=p_tuning data.pack=false",
+               "peft.target_modules: p-tuning adapts no module");
+  expect_error(lora_args(base_, out) + " peft.method=adapter peft.adapter_dim=0",
+               "peft.adapter_dim: must be positive, got 0");
   expect_error(lora_args(base_, out) +
                    " peft.method=ia3 peft.target_modules=c_attn "
                    "peft.feedforward_modules=c_fc",

@@ -1,5 +1,6 @@
-// LoRA (model/peft.h, nn/adapters.h, ckpt/peft_adapter.h):
-//  - parity with an independent PyTorch LoRA (tests/peft/peft_reference.py,
+// LoRA, IA3, bottleneck adapters and p-tuning (model/peft.h, nn/adapters.h,
+// nn/prompt.h, ckpt/peft_adapter.h):
+//  - parity with an independent PyTorch implementation (tests/peft/peft_reference.py,
 //    Debian's python3-torch) reading the adapter in PEFT's format: logits,
 //    loss with a prompt mask, every adapter gradient and the losses of 5
 //    AdamW steps, to 1e-4 relative in fp32 (as tests/model/torch_parity_test.cc
@@ -53,6 +54,8 @@ LoraConfig lora(std::vector<std::string> targets, int64_t rank = 4, double alpha
 ModelConfig without_adapters(ModelConfig c) {
   c.lora = LoraConfig();
   c.ia3 = Ia3Config();
+  c.bottleneck = BottleneckConfig();
+  c.prompt = PromptConfig();
   return c;
 }
 
@@ -67,7 +70,9 @@ std::vector<std::string> base_names(const ModelConfig& c) {
 
 // `base`'s weights with the adapters of `adapted` (LoRA's A as PEFT
 // initialises it and B drawn with std `spread`; IA3's scales 1 + N(0,
-// spread^2): so that the adapters change the output), the base frozen.
+// spread^2); a bottleneck's W_out with std `spread` and its norm's weight
+// and bias as IA3's scales and N(0, spread^2): so that the adapters change
+// the output; p-tuning's as initialised), the base frozen.
 std::unique_ptr<Transformer> with_adapters(Transformer& base, const ModelConfig& adapted,
                                            float spread, uint64_t seed = 5) {
   const ModelConfig& c = adapted;
@@ -85,6 +90,11 @@ std::unique_ptr<Transformer> with_adapters(Transformer& base, const ModelConfig&
   };
   for (const AdaptedModule& t : lora_targets(c)) draw(t.b_name(), 0.f);
   for (const AdaptedModule& t : ia3_targets(c)) draw(t.ia3_name(), 1.f);
+  for (const AdaptedModule& t : bottleneck_targets(c)) {
+    draw(t.adapter_name("linear_out.weight"), 0.f);
+    draw(t.adapter_name("ln.weight"), 1.f);
+    draw(t.adapter_name("ln.bias"), 0.f);
+  }
   m->sync_compute_params();
   return m;
 }
@@ -118,7 +128,24 @@ std::vector<float> all_logits(Transformer& m, const Batch& b) {
   return host(logits);
 }
 
-// `adapted`: a model config with LoRA or IA3 adapters.
+// The trainable tensors of c's adapters: their names for the reference and
+// their parameters. PEFT's files, except p-tuning's, whose file holds the
+// encoder's output: its encoder under PEFT's training names.
+std::vector<PeftTensor> trainable_tensors(const ModelConfig& c) {
+  if (!c.prompt.enabled()) return peft_tensors(c);
+  const ParamLayout layout = Transformer::layout_for(c);
+  const std::string enc = "prompt_encoder.default.";
+  std::vector<PeftTensor> out = {
+      {enc + "embedding.weight", kPromptTable, layout.find(kPromptTable).shape}};
+  for (const std::string& l : prompt_encoder_layers())
+    for (const char* what : {".weight", ".bias"})
+      out.push_back({enc + "mlp_head." + l.substr(l.rfind('.') + 1) + what, l + what,
+                     layout.find(l + what).shape});
+  return out;
+}
+
+// `adapted`: a model config with adapters. With p-tuning the first tokens
+// of each row are placeholders (any ids) whose targets the batch ignores.
 void run_parity(const ModelConfig& adapted, const std::string& name) {
   const int64_t B = 2, T = 16;
   fs::path dir = fs::path(NK_BINARY_DIR) / "parity" / ("peft_" + name);
@@ -129,12 +156,19 @@ void run_parity(const ModelConfig& adapted, const std::string& name) {
   auto model = with_adapters(base, adapted, 0.05f);
   save_model((dir / "model").string(), base);
   save_peft_adapter((dir / "adapter").string(), *model, "tiny");
+  const ParamLayout& layout = model->layout();
+  if (adapted.prompt.enabled()) {
+    std::vector<std::pair<std::string, Tensor>> start;
+    for (const PeftTensor& t : trainable_tensors(adapted))
+      start.emplace_back(t.name, ParamLayout::view(model->params(), layout.find(t.param)));
+    save_safetensors((dir / "ptuning.safetensors").string(), start);
+  }
   Batch bt = batch(cfg, B, T);
+  ASSERT_LT(adapted.prompt.virtual_tokens, 5);  // the ignored targets cover them
   save_safetensors((dir / "batch.safetensors").string(),
                    {{"tokens", bt.tokens}, {"targets", bt.targets}});
 
   // Only the adapters are trainable: the gradient arena holds nothing else.
-  const ParamLayout& layout = model->layout();
   int64_t adapter_elems = 0;
   for (const ParamInfo& p : layout.params()) adapter_elems += p.adapter ? p.numel() : 0;
   EXPECT_LE(layout.trainable_end(), adapter_elems + 16 * int64_t(layout.params().size()));
@@ -145,7 +179,7 @@ void run_parity(const ModelConfig& adapted, const std::string& name) {
   Activations acts(*model, B, T, true);
   model->zero_grads();
   out.emplace_back("loss", f32_tensor({model->forward_backward(acts, bt.tokens, bt.targets, 1.f)}));
-  for (const PeftTensor& t : peft_tensors(model->config())) {
+  for (const PeftTensor& t : trainable_tensors(model->config())) {
     Tensor g = Tensor::empty(t.shape, DType::F32);  // the file's shape (IA3: [out, 1], [1, in])
     ops::convert(g.view(layout.find(t.param).shape),
                  ParamLayout::view(model->grads(), layout.find(t.param)));
@@ -200,6 +234,42 @@ TEST(LoraTorchParity, Gpt2) {
 // IA3 with PEFT's defaults: keys and values scaled, down_proj's input.
 TEST(Ia3TorchParity, LlamaDefaults) {
   run_parity(tiny_ia3(true), "ia3_llama");
+}
+
+// Bottleneck adapters where NeMo puts them (linear_proj, linear_fc2), width 8.
+ModelConfig tiny_bottleneck(bool llama,
+                            std::vector<std::string> targets = {"linear_proj", "linear_fc2"}) {
+  ModelConfig c = tiny(llama);
+  c.bottleneck = BottleneckConfig{8, std::move(targets)};
+  return c;
+}
+
+// P-tuning: 4 virtual tokens from an encoder of width 24.
+ModelConfig tiny_prompt(bool llama, int64_t hidden = 24) {
+  ModelConfig c = tiny(llama);
+  c.prompt = PromptConfig{4, hidden};
+  return c;
+}
+
+// Every layer by Megatron's names: the fused q|k|v and gate|up adapted whole.
+TEST(AdapterTorchParity, LlamaEveryLayer) {
+  run_parity(tiny_bottleneck(true, {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"}),
+             "adapter_llama");
+}
+
+// GPT-2: c_proj names both projections; c_attn and c_fc are whole layers too.
+TEST(AdapterTorchParity, Gpt2EveryLayer) {
+  run_parity(tiny_bottleneck(false, {"c_attn", "c_proj", "c_fc"}), "adapter_gpt2");
+}
+
+// Rotary positions: the virtual tokens are positions 0..3.
+TEST(PTuningTorchParity, Llama) {
+  run_parity(tiny_prompt(true), "ptuning_llama");
+}
+
+// Learned positions are added to the virtual tokens as to any input embedding.
+TEST(PTuningTorchParity, Gpt2) {
+  run_parity(tiny_prompt(false), "ptuning_gpt2");
 }
 
 // Outputs of fused parts (q, up) and a whole layer's input (o_proj).
@@ -272,8 +342,15 @@ std::vector<ModelConfig> adapted_configs() {
 }
 
 // The adapters folded into the weights give their logits (fp32; 1e-5: one
-// rounding of the merged weight per element against two products).
+// rounding of the merged weight per element against two products); those
+// that do not fold in are refused by name.
 TEST(Peft, MergedEqualsUnmerged) {
+  for (const ModelConfig& c : {tiny_bottleneck(true), tiny_prompt(false)}) {
+    Transformer base(without_adapters(c), DType::F32, 3);
+    auto m = with_adapters(base, c, 0.1f);
+    const std::string e = test::error_of([&] { merge_adapters(*m); });
+    EXPECT_TRUE(contains(e, c.prompt.enabled() ? "p-tuning's virtual tokens" : "bottleneck")) << e;
+  }
   for (const ModelConfig& c : adapted_configs()) {
     Transformer base(without_adapters(c), DType::F32, 3);
     auto m = with_adapters(base, c, 0.1f);
@@ -289,7 +366,13 @@ TEST(Peft, MergedEqualsUnmerged) {
 // Incremental decoding over the KV cache applies the adapters as the full
 // forward does (fp32; 1e-5 relative: two attention kernels).
 TEST(Peft, KvCachePathMatchesFullForward) {
-  for (const ModelConfig& c : adapted_configs()) {
+  std::vector<ModelConfig> configs = adapted_configs();
+  for (bool llama : {true, false}) {
+    configs.push_back(tiny_bottleneck(llama, {"linear_proj", "linear_fc1", "linear_fc2"}));
+    configs.push_back(tiny_prompt(llama));
+    configs.push_back(tiny_prompt(llama, 0));  // a stored prompt: the table alone
+  }
+  for (const ModelConfig& c : configs) {
     Transformer base(without_adapters(c), DType::F32, 3);
     auto m = with_adapters(base, c, 0.1f);
     const int64_t T = 12, V = c.vocab_size;
@@ -328,6 +411,20 @@ class PeftFiles : public ::testing::Test {
     edit(j);
     std::ofstream(d_.path() / name / "adapter_config.json") << j.dump(2);
     return d_ / name;
+  }
+  // m's adapter, saved as DIR (already) and read back: its PEFT type, the
+  // same logits, and the same bytes when saved again.
+  void expect_round_trip(Transformer& m, const std::string& dir, const std::string& type) {
+    PeftAdapterInfo info;
+    auto back = attach_peft_adapter(*base_, d_ / dir, &info);
+    EXPECT_EQ(info.type, type);
+    Batch bt = batch(back->config(), 1, 8);
+    EXPECT_EQ(all_logits(*back, bt), all_logits(m, bt));
+    save_peft_adapter(d_ / (dir + "_again"), *back, info.base_model, info.dtype);
+    for (const char* f : {"adapter_model.safetensors", "adapter_config.json"})
+      EXPECT_EQ(test::read_file(d_.path() / dir / f),
+                test::read_file(d_.path() / (dir + "_again") / f))
+          << f;
   }
   test::TempDir d_{"nk_peft"};
   std::unique_ptr<Transformer> base_, model_;
@@ -399,15 +496,75 @@ TEST_F(PeftFiles, Ia3ConfigAndRoundTrip) {
   EXPECT_EQ(j["peft_type"], "IA3");
   EXPECT_EQ(j["target_modules"], (nlohmann::json{"down_proj", "k_proj", "v_proj"}));
   EXPECT_EQ(j["feedforward_modules"], (nlohmann::json{"down_proj"}));
+  expect_round_trip(*m, "ia3", "IA3");
+}
+
+// Bottleneck adapters: Nekton's BOTTLENECK_ADAPTER files, NeMo's tensor
+// names under the module path (a fused layer by Megatron's name), and a
+// byte-for-byte round trip.
+TEST_F(PeftFiles, BottleneckConfigAndRoundTrip) {
+  auto m = with_adapters(*base_, tiny_bottleneck(true, {"linear_qkv", "o_proj"}), 0.1f);
+  save_peft_adapter(d_ / "bn", *m, "tiny-llama");
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_file(d_.path() / "bn" / "adapter_config.json"));
+  EXPECT_EQ(j["peft_type"], "BOTTLENECK_ADAPTER");
+  EXPECT_EQ(j["adapter_dim"], 8);
+  EXPECT_EQ(j["norm_position"], "pre");
+  EXPECT_EQ(j["activation"], "swish");
+  const SafetensorsFile f =
+      SafetensorsFile::open((d_.path() / "bn" / "adapter_model.safetensors").string());
+  EXPECT_EQ(f.entries().size(), 16u);  // 4 tensors x 2 modules x 2 layers
+  EXPECT_TRUE(
+      f.has("base_model.model.model.layers.1.self_attn.linear_qkv.adapter.linear_in.weight"));
+  EXPECT_EQ(
+      f.entry("base_model.model.model.layers.0.self_attn.o_proj.adapter.linear_out.weight").shape,
+      (Shape{32, 8}));
+  expect_round_trip(*m, "bn", "BOTTLENECK_ADAPTER");
+  // A part of a fused layer alone cannot carry one.
+  const std::string e =
+      test::error_of([] { bottleneck_targets(tiny_bottleneck(true, {"q_proj"})); });
+  EXPECT_TRUE(contains(e,
+                       "'model.layers.0.self_attn.q_proj' is one part of a fused layer "
+                       "(h.0.attn.qkv)"))
+      << e;
+}
+
+// P-tuning: PEFT's P_TUNING file holds the encoder's output; read back, the
+// prompt is that table (no encoder) and gives the same logits, before the
+// text and in the KV-cache path; a prompt for another width is refused.
+TEST_F(PeftFiles, PTuningSavesTheEncodersOutput) {
+  auto m = with_adapters(*base_, tiny_prompt(true), 0.1f);
+  save_peft_adapter(d_ / "pt", *m, "tiny-llama");
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_file(d_.path() / "pt" / "adapter_config.json"));
+  EXPECT_EQ(j["peft_type"], "P_TUNING");
+  EXPECT_EQ(j["num_virtual_tokens"], 4);
+  EXPECT_EQ(j["token_dim"], 32);
+  EXPECT_EQ(j["encoder_hidden_size"], 24);
+  EXPECT_EQ(j["encoder_reparameterization_type"], "MLP");
+  const SafetensorsFile f =
+      SafetensorsFile::open((d_.path() / "pt" / "adapter_model.safetensors").string());
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(host(f.get("prompt_embeddings")), host(m->prompt_f32()));
   PeftAdapterInfo info;
-  auto back = attach_peft_adapter(*base_, d_ / "ia3", &info);
-  EXPECT_EQ(info.type, "IA3");
-  Batch bt = batch(back->config(), 1, 8);
-  EXPECT_EQ(all_logits(*back, bt), all_logits(*m, bt));
-  save_peft_adapter(d_ / "ia3_again", *back, info.base_model, info.dtype);
-  for (const char* f : {"adapter_model.safetensors", "adapter_config.json"})
-    EXPECT_EQ(test::read_file(d_.path() / "ia3" / f), test::read_file(d_.path() / "ia3_again" / f))
-        << f;
+  auto back = attach_peft_adapter(*base_, d_ / "pt", &info);
+  EXPECT_EQ(info.prompt.virtual_tokens, 4);
+  EXPECT_EQ(back->config().prompt.encoder_hidden, 0);
+  Batch bt = batch(back->config(), 2, 10);
+  EXPECT_LE(rel_err(all_logits(*back, bt), all_logits(*m, bt)), 1e-6);
+  // Saved again it is PEFT's prompt tuning (a table), with the same tensor.
+  save_peft_adapter(d_ / "pt_again", *back, info.base_model, info.dtype);
+  EXPECT_EQ(nlohmann::json::parse(
+                test::read_file(d_.path() / "pt_again" / "adapter_config.json"))["peft_type"],
+            "PROMPT_TUNING");
+  EXPECT_EQ(test::read_file(d_.path() / "pt" / "adapter_model.safetensors"),
+            test::read_file(d_.path() / "pt_again" / "adapter_model.safetensors"));
+  std::string e = error_of(edited("pt_wide", [](auto& j) {
+    j["peft_type"] = "P_TUNING";
+    j["num_virtual_tokens"] = 4;
+    j["token_dim"] = 64;
+  }));
+  EXPECT_TRUE(contains(e, "'token_dim' is 64, this base model's width is 32")) << e;
 }
 
 TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
@@ -421,8 +578,9 @@ TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
                        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' has "
                        "shape [4, 64], this Llama base model needs [4, 32]"))
       << e;
-  EXPECT_TRUE(contains(error_of(edited("type", [](auto& j) { j["peft_type"] = "PROMPT_TUNING"; })),
-                       "'peft_type' is \"PROMPT_TUNING\", Nekton reads LORA and IA3 adapters"));
+  EXPECT_TRUE(contains(error_of(edited("type", [](auto& j) { j["peft_type"] = "PREFIX_TUNING"; })),
+                       "'peft_type' is \"PREFIX_TUNING\", Nekton reads LORA, IA3, P_TUNING and "
+                       "PROMPT_TUNING adapters"));
   EXPECT_TRUE(contains(error_of(edited("dora", [](auto& j) { j["use_dora"] = true; })),
                        "'use_dora' = true is not supported (DoRA)"));
   EXPECT_TRUE(contains(error_of(edited("ranks",

@@ -64,16 +64,21 @@ def rope(cfg, D):
     return inv / factor * ramp + inv * (1 - ramp), rs.get("attention_factor") or 0.1 * math.log(factor) + 1
 
 
-def forward(cfg, P, tokens, adapter=None):
+def forward(cfg, P, tokens, adapter=None, embed=None):
     """Logits [B, T, V]. `adapter`, if given, is a function (name, x, base) ->
     the output of linear `name` (e.g. "h.0.attn.qkv") for input x, where
-    base(x) is the plain layer's: how PEFT's adapters wrap a layer."""
+    base(x) is the plain layer's: how PEFT's adapters wrap a layer. `embed`,
+    if given, maps the token embeddings [B, T, C] to the model's input
+    embeddings (Hugging Face's inputs_embeds; learned positions are added
+    after it, as GPT-2 adds them to inputs_embeds)."""
     B, T = tokens.shape
     C, H, KV = cfg["d_model"], cfg["n_head"], cfg["n_kv_head"]
     D = C // H
     llama = cfg["arch"] in ("llama", "qwen2", "mistral")  # Qwen2's q/k/v biases: lin() adds them
     eps = cfg["norm_eps"]
     x = P["wte"][tokens]
+    if embed is not None:
+        x = embed(x)
     if not llama:
         x = x + P["wpe"][:T]
     else:

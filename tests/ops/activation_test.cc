@@ -1,4 +1,4 @@
-// GELU (tanh form) and SwiGLU: reference backward vs finite differences, the
+// GELU (tanh form), SiLU, ReLU and SwiGLU: reference backward vs finite differences, the
 // ops on every backend vs the double reference (f32, bf16), aliasing and
 // extreme inputs.
 #include <cmath>
@@ -23,6 +23,16 @@ TEST(ActivationRef, GeluBackwardMatchesFiniteDifferences) {
     return dot(y, dy);
   };
   check_grad_fd(loss, x, dx, "gelu dx");
+}
+
+TEST(ActivationRef, SiluAndReluGradientsMatchFiniteDifferences) {
+  for (double x : {-7.5, -2.0, -0.3, 0.4, 1.5, 6.0}) {
+    const double h = 1e-6;
+    EXPECT_NEAR(ref::silu_grad(x), (ref::silu(x + h) - ref::silu(x - h)) / (2 * h), 1e-8) << x;
+    EXPECT_NEAR(ref::relu_grad(x), (ref::relu(x + h) - ref::relu(x - h)) / (2 * h), 1e-8) << x;
+  }
+  EXPECT_EQ(ref::relu_grad(0.0), 0.0);  // as PyTorch's
+  EXPECT_NEAR(ref::silu(1.0), 0.7310585786300049, 1e-15);
 }
 
 TEST(ActivationRef, GeluIsTheTanhForm) {
@@ -68,6 +78,36 @@ TEST_P(ActivationFast, GeluMatchesReference) {
       ref::gelu_backward(dx.data(), dy.data(), x.data(), n);
       expect_close(values(ty), y, tol_for(dt), "y");
       expect_close(values(tdy), dx, tol_for(dt), "dx");
+    }
+  }
+}
+
+TEST_P(ActivationFast, SiluAndReluMatchReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t n : {1, 15, 1000, 70001}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " n=" << n);
+      Vec x = rounded(activation_inputs(n, 11), dt), dy = rounded(randn(n, 12), dt);
+      for (bool silu : {true, false}) {
+        Tensor tx = make({n}, dt, x, dev()), ty = Tensor::empty({n}, dt, dev());
+        Tensor tdy = make({n}, dt, dy, dev());
+        Vec y(n), dx(n);
+        for (int64_t i = 0; i < n; ++i) {
+          y[i] = silu ? ref::silu(x[i]) : ref::relu(x[i]);
+          dx[i] = dy[i] * (silu ? ref::silu_grad(x[i]) : ref::relu_grad(x[i]));
+        }
+        if (silu) {
+          ops::silu_forward(ty, tx);
+          ops::silu_backward(tdy, tdy, tx);  // dx aliases dy
+        } else {
+          ops::relu_forward(ty, tx);
+          ops::relu_backward(tdy, tdy, tx);
+        }
+        expect_close(values(ty), y, tol_for(dt), silu ? "silu y" : "relu y");
+        expect_close(values(tdy), dx, tol_for(dt), silu ? "silu dx" : "relu dx");
+        if (!silu) continue;
+        ops::silu_forward(tx, tx);  // in place
+        expect_close(values(tx), y, tol_for(dt), "silu in place");
+      }
     }
   }
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
-"""Independent PyTorch implementation of LoRA and IA3 fine-tuning over
-Nekton's models, used by Nekton's adapter parity tests. Usage:
+"""Independent PyTorch implementation of LoRA, IA3, bottleneck-adapter and
+p-tuning fine-tuning over Nekton's models, used by Nekton's adapter parity
+tests. Usage:
 
-    /usr/bin/python3 tests/peft/lora_reference.py FOLDER TOL
+    /usr/bin/python3 tests/peft/peft_reference.py FOLDER TOL
 
-FOLDER holds the base model (model/, Nekton's format), a LoRA or IA3 adapter
-in Hugging Face PEFT's format (adapter/adapter_config.json and
+FOLDER holds the base model (model/, Nekton's format), an adapter in Hugging
+Face PEFT's format (adapter/adapter_config.json and
 adapter_model.safetensors), a batch (batch.safetensors), Nekton's results
 (nekton.safetensors: logits, loss, grad.<adapter tensor>, step_losses) and
 optim.json. With the base weights frozen and only the adapter trainable, this
@@ -13,13 +14,24 @@ recomputes logits, loss, every adapter gradient and the losses of AdamW steps,
 and exits 1 if any differs from Nekton's by more than TOL (relative, as
 max|ours - torch| / max|torch|).
 
+P-tuning: PEFT's file holds the prompt encoder's output only
+(prompt_embeddings), so FOLDER also has ptuning.safetensors, the trainable
+encoder under PEFT's training names (prompt_encoder.default.embedding.weight
+and .mlp_head.{0,2,4}.{weight,bias}); the gradients are those tensors'. The
+file's prompt_embeddings must equal the encoder's output.
+
 Written from the LoRA paper (Hu et al. 2021: h = W x + (alpha / r) B A x, or
 alpha / sqrt(r) with rsLoRA), the (IA)^3 paper (Liu et al. 2022: learned
 vectors l rescaling a layer's output, l * (W x + b), or for PEFT's
 feedforward_modules its input, W (l * x) + b) and PEFT's documented adapter
 format (tensor names, lora_A [r, in], lora_B [out, r], ia3_l [out, 1] or
-[1, in], adapter_config.json keys), not from PEFT's code. IA3's vectors get no
-weight decay (they are not matrices), as Nekton's optimizer groups them. Dropout is not applied: the test runs without it. The model itself is
+[1, in], adapter_config.json keys), not from PEFT's code; bottleneck
+adapters from Houlsby et al. 2019 in NeMo's documented pre-norm form (y +
+W_out silu(W_in LayerNorm(y)) after the attention output and MLP down
+projections); p-tuning from Liu et al. 2021 with PEFT's documented MLP
+reparameterisation (Linear, ReLU, Linear, ReLU, Linear; virtual tokens
+prepended as input embeddings, ignored by the loss). Vectors (IA3's, norms,
+biases) get no weight decay, matrices do, as Nekton's optimizer groups them. Dropout is not applied: the test runs without it. The model itself is
 tests/model/torch_reference.py's forward, with each adapter's output added to
 the columns of the fused Nekton linear its module stands for.
 """
@@ -34,8 +46,10 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model"))
 from torch_reference import Checks, adamw_step_losses, check_step_losses, cross_entropy, forward, read_safetensors  # noqa: E402
 
-LLAMA_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(lora_A\.weight|lora_B\.weight|ia3_l)")
-GPT2_NAME = re.compile(r"base_model\.model\.transformer\.h\.(\d+)\.(attn|mlp)\.(\w+)\.(lora_A\.weight|lora_B\.weight|ia3_l)")
+KINDS = r"(lora_A\.weight|lora_B\.weight|ia3_l|adapter\.layer_norm\.weight|adapter\.layer_norm\.bias|adapter\.linear_in\.weight|adapter\.linear_out\.weight)"
+LLAMA_NAME = re.compile(r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\." + KINDS)
+GPT2_NAME = re.compile(r"base_model\.model\.transformer\.h\.(\d+)\.(attn|mlp)\.(\w+)\." + KINDS)
+BOTTLENECK_KINDS = {"adapter.layer_norm.weight", "adapter.layer_norm.bias", "adapter.linear_in.weight", "adapter.linear_out.weight"}
 
 
 def module_rows(cfg):
@@ -50,7 +64,19 @@ def module_rows(cfg):
     return {("self_attn", "q_proj"): ("attn.qkv", 0, q), ("self_attn", "k_proj"): ("attn.qkv", q, q + k),
             ("self_attn", "v_proj"): ("attn.qkv", q + k, q + 2 * k), ("self_attn", "o_proj"): ("attn.proj", 0, None),
             ("mlp", "gate_proj"): ("mlp.up", 0, F), ("mlp", "up_proj"): ("mlp.up", F, 2 * F),
-            ("mlp", "down_proj"): ("mlp.down", 0, None)}
+            ("mlp", "down_proj"): ("mlp.down", 0, None),
+            # a bottleneck adapter on a whole fused layer, by Megatron's name
+            ("self_attn", "linear_qkv"): ("attn.qkv", 0, None), ("mlp", "linear_fc1"): ("mlp.up", 0, None)}
+
+
+def megatron_name(cfg, block, module):
+    """Megatron's name of a Hugging Face module (Nekton accepts both)."""
+    if cfg["arch"] == "gpt2":
+        return {("attn", "c_attn"): "linear_qkv", ("attn", "c_proj"): "linear_proj",
+                ("mlp", "c_fc"): "linear_fc1", ("mlp", "c_proj"): "linear_fc2"}[(block, module)]
+    return {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "linear_qkv": "linear_qkv",
+            "o_proj": "linear_proj", "gate_proj": "linear_fc1", "up_proj": "linear_fc1", "linear_fc1": "linear_fc1",
+            "down_proj": "linear_fc2"}[module]
 
 
 def adapter_modules(cfg, acfg, names, P):
@@ -58,15 +84,15 @@ def adapter_modules(cfg, acfg, names, P):
     row}, kind "lora_A.weight", "lora_B.weight" or "ia3_l", checking names,
     shapes and that each module is targeted and complete."""
     pattern = GPT2_NAME if cfg["arch"] == "gpt2" else LLAMA_NAME
-    lora = acfg["peft_type"] == "LORA"
-    want_kinds = {"lora_A.weight", "lora_B.weight"} if lora else {"ia3_l"}
+    lora, bottleneck = acfg["peft_type"] == "LORA", acfg["peft_type"] == "BOTTLENECK_ADAPTER"
+    want_kinds = {"lora_A.weight", "lora_B.weight"} if lora else BOTTLENECK_KINDS if bottleneck else {"ia3_l"}
     ff = set(acfg.get("feedforward_modules") or [])
     rows, targets, found = module_rows(cfg), acfg["target_modules"], {}
     for name in names:
         m = pattern.fullmatch(name)
         if not m or (m[2], m[3]) not in rows or int(m[1]) >= cfg["n_layer"] or m[4] not in want_kinds:
             sys.exit(f"adapter tensor {name}: not a {acfg['peft_type']} tensor of a {cfg['arch']} layer")
-        if isinstance(targets, list) and m[3] not in targets and f"{m[2]}.{m[3]}" not in targets:
+        if isinstance(targets, list) and not ({m[3], f"{m[2]}.{m[3]}", megatron_name(cfg, m[2], m[3])} & set(targets)):
             sys.exit(f"adapter tensor {name}: module {m[3]} is not in target_modules {targets}")
         found.setdefault((int(m[1]), m[2], m[3]), {})[m[4]] = name
     out = {}
@@ -79,6 +105,12 @@ def adapter_modules(cfg, acfg, names, P):
         end = W.shape[0] if end is None else end
         if lora:
             want = {"lora_A.weight": (acfg["r"], W.shape[1]), "lora_B.weight": (end - start, acfg["r"])}
+        elif bottleneck:
+            if (start, end) != (0, W.shape[0]):
+                sys.exit(f"layer {l} {module}: a bottleneck adapter on part of a layer")
+            out_dim, dim = W.shape[0], acfg["adapter_dim"]
+            want = {"adapter.layer_norm.weight": (out_dim,), "adapter.layer_norm.bias": (out_dim,),
+                    "adapter.linear_in.weight": (dim, out_dim), "adapter.linear_out.weight": (out_dim, dim)}
         else:
             feedforward = module in ff or f"{block}.{module}" in ff
             want = {"ia3_l": (1, W.shape[1]) if feedforward else (end - start, 1)}
@@ -126,29 +158,76 @@ def ia3_adapter(mods, P):
     return adapt
 
 
+def bottleneck_adapter(mods, eps):
+    """(name, x, base) -> y + W_out silu(W_in LayerNorm(y)), y = base(x)."""
+    def adapt(name, x, base, L):
+        y = base(x)
+        if name not in mods:
+            return y
+        (_, _, _, t), = mods[name]
+        ln = torch.nn.functional.layer_norm(y, (y.shape[-1],), L[t["adapter.layer_norm.weight"]],
+                                            L[t["adapter.layer_norm.bias"]], eps)
+        h = torch.nn.functional.silu(ln @ L[t["adapter.linear_in.weight"]].t())
+        return y + h @ L[t["adapter.linear_out.weight"]].t()
+    return adapt
+
+
+ENCODER = "prompt_encoder.default."
+
+
+def prompt_of(L):
+    """PEFT's MLP prompt encoder over its embedding table: [n, C]."""
+    h = L[ENCODER + "embedding.weight"]
+    for i in (0, 2, 4):
+        h = h @ L[f"{ENCODER}mlp_head.{i}.weight"].t() + L[f"{ENCODER}mlp_head.{i}.bias"]
+        if i < 4:
+            h = torch.relu(h)
+    return h
+
+
 def main(folder, tol):
     cfg = json.load(open(f"{folder}/model/config.json"))
     acfg = json.load(open(f"{folder}/adapter/adapter_config.json"))
-    assert acfg.get("peft_type") in ("LORA", "IA3"), acfg.get("peft_type")
+    kind = acfg.get("peft_type")
+    assert kind in ("LORA", "IA3", "BOTTLENECK_ADAPTER", "P_TUNING"), kind
     base = read_safetensors(f"{folder}/model/model.safetensors")
     start = read_safetensors(f"{folder}/adapter/adapter_model.safetensors")
+    checks = Checks(tol)
+    if kind == "P_TUNING":
+        saved = start
+        start = read_safetensors(f"{folder}/ptuning.safetensors")
+        n, C = acfg["num_virtual_tokens"], acfg["token_dim"]
+        checks.expect(set(saved) == {"prompt_embeddings"} and tuple(saved["prompt_embeddings"].shape) == (n, C),
+                      f"adapter tensors {sorted(saved)}: expected prompt_embeddings [{n}, {C}]", "adapter")
+        checks.check("saved prompt_embeddings", saved["prompt_embeddings"], prompt_of(start))
     batch = read_safetensors(f"{folder}/batch.safetensors")
     ours = read_safetensors(f"{folder}/nekton.safetensors")
     opt_cfg = json.load(open(f"{folder}/optim.json"))
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
     V = cfg["vocab_size"]
     P = {k: v.clone() for k, v in base.items()}  # frozen: requires_grad stays False
-    mods = adapter_modules(cfg, acfg, start, {**P, **start})
-    checks = Checks(tol)
+    mods = adapter_modules(cfg, acfg, start, {**P, **start}) if kind != "P_TUNING" else {}
 
-    if acfg["peft_type"] == "LORA":
+    embed = None
+    if kind == "LORA":
         r, alpha = acfg["r"], acfg["lora_alpha"]
         adapt = lora_adapter(mods, P, alpha / math.sqrt(r) if acfg.get("use_rslora", False) else alpha / r)
-    else:
+    elif kind == "IA3":
         adapt = ia3_adapter(mods, P)
+    elif kind == "BOTTLENECK_ADAPTER":
+        assert acfg["norm_position"] == "pre" and acfg["activation"] == "swish", acfg
+        adapt = bottleneck_adapter(mods, acfg["norm_eps"])
+    else:
+        adapt = None
+
+        def embed(x, L):  # the virtual tokens take the first n positions of every row
+            p = prompt_of(L)
+            return torch.cat((p.unsqueeze(0).expand(x.shape[0], -1, -1), x[:, p.shape[0]:]), dim=1)
 
     def loss_of(L):
-        logits = forward(cfg, P, tokens, adapter=lambda name, x, base: adapt(name, x, base, L))
+        logits = forward(cfg, P, tokens,
+                         adapter=None if adapt is None else lambda name, x, base: adapt(name, x, base, L),
+                         embed=None if embed is None else lambda x: embed(x, L))
         return logits, cross_entropy(logits, targets)
 
     def fresh_adapter():
@@ -169,10 +248,13 @@ def main(folder, tol):
             checks.check("grad " + name, ours["grad." + name], p.grad)
 
     # AdamW steps from the same start over the adapter only: decay on every
-    # (2-d) adapter matrix, global-norm clipping of the adapter's gradients.
+    # adapter matrix, global-norm clipping of the adapter's gradients.
     L = fresh_adapter()
-    decay = opt_cfg["weight_decay"] if acfg["peft_type"] == "LORA" else 0.0  # IA3: vectors
-    groups = [{"params": list(L.values()), "weight_decay": decay}]
+
+    def decayed(name):  # IA3's [out, 1] / [1, in] files hold vectors
+        return L[name].dim() >= 2 and not name.endswith(".ia3_l")
+    groups = [{"params": [p for k, p in L.items() if decayed(k)], "weight_decay": opt_cfg["weight_decay"]},
+              {"params": [p for k, p in L.items() if not decayed(k)], "weight_decay": 0.0}]
     losses = adamw_step_losses(groups, list(L.values()), lambda: loss_of(L)[1], opt_cfg)
     check_step_losses(checks, ours, losses)
     checks.exit()

@@ -1,4 +1,4 @@
-// GELU (tanh form) and SwiGLU kernels (arguments checked by
+// GELU (tanh form), SiLU, ReLU and SwiGLU kernels (arguments checked by
 // ops/activation.cc), elementwise in fp32 with a vectorizable exp.
 // tanh form rewritten: 0.5 (1 + tanh u) = sigmoid(2u), which has no cancellation.
 #include "core/parallel.h"
@@ -13,29 +13,51 @@ constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 constexpr int64_t kGrain = 1 << 14;
 
-template <typename T>
-void gelu_fwd(T* y, const T* x, int64_t n) {
+// y[i] = f(x[i]); dx[i] = dy[i] * g(x[i]) (g: f's derivative). In place is
+// fine: each element is read before it is written.
+template <typename T, typename F>
+void unary_fwd(T* y, const T* x, int64_t n, F f) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float v = load(x[i]);
-      float u = kGeluK * (v + kGeluC * v * v * v);
-      y[i] = store<T>(v * fast_sigmoid(2.f * u));
-    }
+    for (int64_t i = b; i < e; ++i) y[i] = store<T>(f(load(x[i])));
   });
 }
 
-// d/dx [x s(2u)] = s + x * 2 s (1 - s) u'; dx may alias dy (elementwise).
-template <typename T>
-void gelu_bwd(T* dx, const T* dy, const T* x, int64_t n) {
+template <typename T, typename G>
+void unary_bwd(T* dx, const T* dy, const T* x, int64_t n, G g) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float v = load(x[i]);
-      float u = kGeluK * (v + kGeluC * v * v * v);
-      float du = kGeluK * (1.f + 3.f * kGeluC * v * v);
-      float s = fast_sigmoid(2.f * u);
-      dx[i] = store<T>(load(dy[i]) * (s + 2.f * v * s * (1.f - s) * du));
-    }
+    for (int64_t i = b; i < e; ++i) dx[i] = store<T>(load(dy[i]) * g(load(x[i])));
   });
+}
+
+float gelu(float v) {
+  float u = kGeluK * (v + kGeluC * v * v * v);
+  return v * fast_sigmoid(2.f * u);
+}
+
+// d/dx [x s(2u)] = s + x * 2 s (1 - s) u'.
+float gelu_grad(float v) {
+  float u = kGeluK * (v + kGeluC * v * v * v);
+  float du = kGeluK * (1.f + 3.f * kGeluC * v * v);
+  float s = fast_sigmoid(2.f * u);
+  return s + 2.f * v * s * (1.f - s) * du;
+}
+
+float silu(float v) {
+  return v * fast_sigmoid(v);
+}
+
+// d/dx [x s(x)] = s (1 + x (1 - s)).
+float silu_grad(float v) {
+  float s = fast_sigmoid(v);
+  return s * (1.f + v * (1.f - s));
+}
+
+float relu(float v) {
+  return v > 0.f ? v : 0.f;
+}
+
+float relu_grad(float v) {
+  return v > 0.f ? 1.f : 0.f;
 }
 
 // gu T[N, 2F] = [gate | up]; y T[N, F].
@@ -75,19 +97,24 @@ void swiglu_bwd(T* dgu, const T* dy, const T* gu, int64_t N, int64_t F) {
 
 }  // namespace
 
-void gelu_forward(Tensor y, const Tensor& x) {
-  dispatch_float(x.dtype(), "gelu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    gelu_fwd(y.data<T>(), x.data<T>(), x.numel());
-  });
-}
-
-void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x) {
-  dispatch_float(x.dtype(), "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    gelu_bwd(dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel());
-  });
-}
+#define NK_UNARY_KERNELS(name)                                                         \
+  void name##_forward(Tensor y, const Tensor& x) {                                     \
+    dispatch_float(x.dtype(), #name "_forward", [&](auto tag) {                        \
+      using T = decltype(tag);                                                         \
+      unary_fwd(y.data<T>(), x.data<T>(), x.numel(), [](float v) { return name(v); }); \
+    });                                                                                \
+  }                                                                                    \
+  void name##_backward(Tensor dx, const Tensor& dy, const Tensor& x) {                 \
+    dispatch_float(x.dtype(), #name "_backward", [&](auto tag) {                       \
+      using T = decltype(tag);                                                         \
+      unary_bwd(dx.data<T>(), dy.data<T>(), x.data<T>(), x.numel(),                    \
+                [](float v) { return name##_grad(v); });                               \
+    });                                                                                \
+  }
+NK_UNARY_KERNELS(gelu)
+NK_UNARY_KERNELS(silu)
+NK_UNARY_KERNELS(relu)
+#undef NK_UNARY_KERNELS
 
 void swiglu_forward(Tensor y, const Tensor& gu) {
   const int64_t N = rows_of(gu), F = gu.dim(-1) / 2;

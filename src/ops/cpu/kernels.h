@@ -67,6 +67,10 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
 // ---- activations (activation.cc) ----
 void gelu_forward(Tensor y, const Tensor& x);
 void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void silu_forward(Tensor y, const Tensor& x);
+void silu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void relu_forward(Tensor y, const Tensor& x);
+void relu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
 void swiglu_forward(Tensor y, const Tensor& gu);
 void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
 

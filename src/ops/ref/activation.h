@@ -1,4 +1,4 @@
-// Reference activations over n values: GELU (tanh form) and SwiGLU over a fused
+// Reference activations over n values: GELU (tanh form), SiLU, ReLU and SwiGLU over a fused
 // [gate | up] input gu F[N,2F'] -> y F[N,F'].
 #pragma once
 #include <cmath>
@@ -35,6 +35,29 @@ void gelu_backward(F* dx, const F* dy, const F* x, int64_t n) {
 template <typename F>
 F sigmoid(F x) {
   return F(1) / (F(1) + std::exp(-x));
+}
+
+// silu(x) = x sigmoid(x); silu'(x) = s + x s (1 - s).
+template <typename F>
+F silu(F x) {
+  return x * sigmoid(x);
+}
+
+template <typename F>
+F silu_grad(F x) {
+  F s = sigmoid(x);
+  return s + x * s * (F(1) - s);
+}
+
+// relu(x) = max(x, 0); relu'(0) = 0, as PyTorch has it.
+template <typename F>
+F relu(F x) {
+  return x > F(0) ? x : F(0);
+}
+
+template <typename F>
+F relu_grad(F x) {
+  return x > F(0) ? F(1) : F(0);
 }
 
 // y[n,f] = silu(gu[n,f]) * gu[n,Fh+f], silu(g) = g sigmoid(g); Fh = hidden width.
