@@ -7,7 +7,8 @@
 // scored token (past the first window) sees at least window - stride tokens of
 // context, and stride = window gives disjoint chunks. (Hugging Face's
 // max_length counts the window's first token, which is context only: it is
-// window + 1 here.)
+// window + 1 here.) A p-tuned model (ModelConfig::prompt) reads each window
+// after its virtual tokens, as it was trained.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,7 +19,7 @@
 namespace nk {
 
 struct PerplexityOptions {
-  int64_t window = 0;   // tokens fed per forward (<= max_seq_len); 0 = max_seq_len
+  int64_t window = 0;   // text tokens fed per forward (<= max_seq_len less virtual tokens); 0: all
   int64_t stride = -1;  // in [1, window]; -1 = window
 };
 
