@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
 
@@ -13,6 +14,14 @@ inline Tensor i32_tensor(const Shape& s, const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty(s, DType::I32);
   ops::copy_bytes_from_host(t, v.data());
   return t;
+}
+
+// Token ids uniform in [0, vocab), i32 of shape s, from `seed`.
+inline Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> v(size_t(shape_numel(s)));
+  for (auto& x : v) x = int32_t(rng.below(uint64_t(vocab)));
+  return i32_tensor(s, v);
 }
 
 // A 1-d f32 tensor of `v`.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "core/rng.h"
 #include "model/arch.h"
@@ -264,32 +265,76 @@ void Transformer::bind_views() {
   }
 }
 
+std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers, int64_t n_layer) {
+  Recompute r = Recompute::None;
+  if (policy == "selective")
+    r = Recompute::Selective;
+  else if (policy == "full")
+    r = Recompute::Full;
+  else if (policy != "none")
+    fail("train.recompute: expected none, selective or full, got '{}'", policy);
+  if (layers < 0 || layers > n_layer)
+    fail("train.recompute_layers: {} is not in [0, model.n_layer = {}] (0: every layer)", layers,
+         n_layer);
+  std::vector<Recompute> plan(size_t(n_layer), Recompute::None);
+  for (int64_t l = 0; l < (layers ? layers : n_layer); ++l) plan[size_t(l)] = r;
+  return plan;
+}
+
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
-                         Device device)
+                         Device device, std::vector<Recompute> plan)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
+  if (training) recompute = std::move(plan);
+  NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
+           "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
   int64_t C = c.d_model, HD = c.n_head * c.head_dim(), up = c.mlp_up_dim();
-  auto act = [&](int64_t X) { return Tensor::empty({B, T, X}, dt, device); };
-  auto stat = [&]() { return Tensor::empty({B * T}, DType::F32, device); };
+  auto alloc = [&](Shape shape, DType t) {
+    Tensor x = Tensor::empty(std::move(shape), t, device);
+    bytes_ += int64_t(x.nbytes());
+    return x;
+  };
+  auto act = [&](int64_t X) { return alloc({B, T, X}, dt); };
+  auto stat = [&]() { return alloc({B * T}, DType::F32); };
   for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(act(C));
-  // Inference keeps one layer's activations and reuses it for every layer.
-  int64_t saved_layers = training ? c.n_layer : 1;
-  for (int64_t l = 0; l < saved_layers; ++l) {
+  // One layer's buffers; `cheap`: with the norms' and the activation's outputs
+  // (a selective layer takes those from `shared`).
+  Layer shared;
+  auto layer = [&](bool cheap) {
     Layer y;
     y.res_mid = act(C);
-    y.ln1 = act(C);
-    y.ln2 = act(C);
+    y.ln1 = cheap ? act(C) : shared.ln1;
+    y.ln2 = cheap ? act(C) : shared.ln2;
     y.mean1 = stat();
     y.rstd1 = stat();
     y.mean2 = stat();
     y.rstd2 = stat();
     y.attn.qkv = act(c.qkv_dim());
     y.attn.out = act(HD);
-    y.attn.lse = Tensor::empty({B, c.n_head, T}, DType::F32, device);
+    y.attn.lse = alloc({B, c.n_head, T}, DType::F32);
     y.mlp.h = act(up);
-    y.mlp.a = act(c.d_ff);
-    layers.push_back(y);
+    y.mlp.a = cheap ? act(c.d_ff) : shared.mlp.a;
+    return y;
+  };
+  // Inference keeps one layer's activations and reuses it for every layer;
+  // in training, layers that recompute share what they drop.
+  const int64_t saved_layers = training ? c.n_layer : 1;
+  bool any_full = false, any_selective = false;
+  for (Recompute r : recompute) {
+    any_full |= r == Recompute::Full;
+    any_selective |= r == Recompute::Selective;
+  }
+  if (any_full) {
+    shared = layer(true);
+  } else if (any_selective) {
+    shared.ln1 = act(C);
+    shared.ln2 = act(C);
+    shared.mlp.a = act(c.d_ff);
+  }
+  for (int64_t l = 0; l < saved_layers; ++l) {
+    const Recompute r = recompute_of(l);
+    layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
   }
   // Adapters: what each adapted linear layer keeps for its backward (LoRA's
   // x A^T of each part, a bottleneck's input, hidden and norm statistics),
@@ -297,31 +342,47 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   const AdapterSizes s = adapter_sizes(c);
   adapters = make_adapter_scratch(c, s, B * T, dt, device, training);
   if (adapters) {
+    for (const Tensor* t :
+         {&adapters->z, &adapters->dh, &adapters->dx, &adapters->xd, &adapters->base})
+      bytes_ += t->defined() ? int64_t(t->nbytes()) : 0;
+    auto flat = [&](int64_t n, DType t) { return n ? alloc({n * B * T}, t) : Tensor(); };
+    // Inference reuses one layer's buffers for all, and the fully recomputing
+    // layers share one set: each sized for the most of the layers it serves.
+    std::optional<std::array<nn::AdapterActs, 4>> full_set;
     for (size_t l = 0; l < layers.size(); ++l) {
-      // Inference reuses one layer's buffers for all: the most of any.
-      std::array<int64_t, 4> saved = s.saved[l], saved_f32 = s.saved_f32[l];
-      std::array<bool, 4> adapted = s.adapted[l];
-      for (size_t o = 0; o < s.adapted.size() && !training; ++o)
-        for (size_t i = 0; i < 4; ++i) {
-          saved[i] = std::max(saved[i], s.saved[o][i]);
-          saved_f32[i] = std::max(saved_f32[i], s.saved_f32[o][i]);
-          adapted[i] = adapted[i] || s.adapted[o][i];
+      const bool full = recompute_of(int64_t(l)) == Recompute::Full;
+      std::array<nn::AdapterActs, 4> set;
+      if (full && full_set) {
+        set = *full_set;
+      } else {
+        std::array<int64_t, 4> saved = s.saved[l], saved_f32 = s.saved_f32[l];
+        std::array<bool, 4> adapted = s.adapted[l];
+        for (size_t o = 0; o < s.adapted.size(); ++o) {
+          if (training && !(full && recompute_of(int64_t(o)) == Recompute::Full)) continue;
+          for (size_t i = 0; i < 4; ++i) {
+            saved[i] = std::max(saved[i], s.saved[o][i]);
+            saved_f32[i] = std::max(saved_f32[i], s.saved_f32[o][i]);
+            adapted[i] = adapted[i] || s.adapted[o][i];
+          }
         }
-      auto acts = [&](size_t i) {
-        if (!adapted[i]) return nn::AdapterActs{};
-        auto flat = [&](int64_t n, DType t) {
-          return n ? Tensor::empty({n * B * T}, t, device) : Tensor();
-        };
-        return nn::AdapterActs{flat(saved[i], dt), adapters.get(), flat(saved_f32[i], DType::F32)};
-      };
-      layers[l].attn.qkv_adapters = acts(0);
-      layers[l].attn.proj_adapters = acts(1);
-      layers[l].mlp.up_adapters = acts(2);
-      layers[l].mlp.down_adapters = acts(3);
+        for (size_t i = 0; i < 4; ++i)
+          if (adapted[i])
+            set[i] =
+                nn::AdapterActs{flat(saved[i], dt), adapters.get(), flat(saved_f32[i], DType::F32)};
+        if (full) full_set = set;
+      }
+      layers[l].attn.qkv_adapters = set[0];
+      layers[l].attn.proj_adapters = set[1];
+      layers[l].mlp.up_adapters = set[2];
+      layers[l].mlp.down_adapters = set[3];
     }
   }
-  if (c.prompt.enabled())
+  if (c.prompt.enabled()) {
     prompt = nn::Prompt::saved_for(c.prompt.virtual_tokens, C, c.prompt.encoder_hidden, dt, device);
+    for (const Tensor* t : {&prompt.h1, &prompt.a1, &prompt.h2, &prompt.a2, &prompt.out, &prompt.dp,
+                            &prompt.dh, &prompt.da, &prompt.dp_c, &prompt.dtab})
+      bytes_ += t->defined() ? int64_t(t->nbytes()) : 0;
+  }
   lnf = act(C);
   meanf = stat();
   rstdf = stat();
@@ -332,8 +393,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / c.vocab_size);
   int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
   chunk = (B * T + n_chunks - 1) / n_chunks;
-  logits = Tensor::empty({chunk, c.vocab_size}, dt, device);
-  losses = Tensor::empty({B * T}, DType::F32, device);
+  logits = alloc({chunk, c.vocab_size}, dt);
+  losses = alloc({B * T}, DType::F32);
   host_losses.resize(size_t(B * T));
   if (training) {
     dres = act(C);
@@ -389,19 +450,22 @@ void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
                                  const PackedBatchInfo* packed) {
   NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
            "blocks_forward: layers [{}, {}) of {}", first, last, blocks_.size());
-  const bool training = a.layers.size() == blocks_.size();
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
-  for (int64_t l = first; l < last; ++l) {
-    const Block& b = blocks_[size_t(l)];
-    Activations::Layer& y = a.layers[training ? size_t(l) : 0];
-    b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
-    b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
-    ops::add(y.res_mid, a.res[l], a.tmp);
-    b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
-    b.mlp.forward(a.tmp, y.mlp, y.ln2);
-    ops::add(a.res[l + 1], y.res_mid, a.tmp);
-  }
+  for (int64_t l = first; l < last; ++l) layer_forward(a, l, cu, pos, true);
+}
+
+void Transformer::layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos,
+                                bool output) {
+  const bool training = a.layers.size() == blocks_.size();
+  const Block& b = blocks_[size_t(l)];
+  Activations::Layer& y = a.layers[training ? size_t(l) : 0];
+  b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
+  b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
+  ops::add(y.res_mid, a.res[l], a.tmp);
+  b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
+  b.mlp.forward(a.tmp, y.mlp, y.ln2);
+  if (output) ops::add(a.res[l + 1], y.res_mid, a.tmp);
 }
 
 void Transformer::final_norm_forward(Activations& a) {
@@ -461,6 +525,14 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
   for (int64_t l = last - 1; l >= first; --l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[size_t(l)];
+    // What the layer's forward dropped, recomputed from what it kept: the
+    // same kernels on the same inputs, so the same bits.
+    if (a.recompute_of(l) == Recompute::Full) layer_forward(a, l, cu, pos, false);
+    if (a.recompute_of(l) == Recompute::Selective) {
+      b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
+      b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
+      b.mlp.activation_forward(y.mlp);
+    }
     b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
     b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
     b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);

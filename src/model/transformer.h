@@ -39,6 +39,21 @@ struct PackedBatchInfo {
 // base 0 (to be loaded).
 enum class ParamInit { Random, Zeros, Adapters };
 
+// Activation recompute (Korthikanti et al., 2022), per layer: what its
+// forward keeps for its backward. The gradients are the same bits.
+enum class Recompute {
+  None,       // every activation
+  Selective,  // not the norms' outputs nor the MLP's activation output (cheap
+              // elementwise work recomputed in the backward): about a third
+              // of a Llama layer's activations
+  Full,       // only the layer's input (the residual stream): the backward
+              // runs the layer's forward again first
+};
+// train.recompute as a plan: `policy` (none, selective, full) for the first
+// `layers` layers (0: all; Megatron's "block" method), None for the rest.
+// nk::Error naming the key for another policy or a count out of range.
+std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers, int64_t n_layer);
+
 // How the frozen parameters (a fine-tuned base) are held. Trainable ones
 // always have an f32 master and, in bf16, a compute copy.
 enum class FrozenWeights {
@@ -159,6 +174,9 @@ class Transformer {
   };
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
+  // Layer l's forward from a.residual(l): its saved activations, and
+  // res[l + 1] when `output` (a recompute needs only the former).
+  void layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos, bool output);
   void bind_views();
   // Rows [b T, b T + n) of x [B*T, C], for each b, <- the prompt P [n, C]
   // plus learned positions 0..n-1.
@@ -180,15 +198,22 @@ class Transformer {
   uint64_t dropout_seed_ = 0;
 };
 
-// Every activation of one (B, T) micro-batch, allocated once.
+// Every activation of one (B, T) micro-batch, allocated once. recompute
+// (training; empty: none): per layer, what it keeps (Recompute); layers that
+// recompute share one set of buffers for what they drop, so the plan
+// shrinks the workspace itself.
 class Activations {
  public:
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
-              Device device = kHost);
+              Device device = kHost, std::vector<Recompute> recompute = {});
   // For `model`: its config, compute dtype and device.
-  Activations(const Transformer& model, int64_t B, int64_t T, bool training)
-      : Activations(model.config(), model.compute_dtype(), B, T, training, model.device()) {}
+  Activations(const Transformer& model, int64_t B, int64_t T, bool training,
+              std::vector<Recompute> recompute = {})
+      : Activations(model.config(), model.compute_dtype(), B, T, training, model.device(),
+                    std::move(recompute)) {}
   int64_t B, T;
+  // Bytes of every buffer this workspace allocated (shared ones once).
+  int64_t bytes() const { return bytes_; }
   // The residual stream entering layer l [B, T, C] (l = n_layer: the last
   // block's output): what a pipeline stage sends forward.
   Tensor residual(int64_t l) const;
@@ -220,6 +245,11 @@ class Activations {
   nn::Prompt::Saved prompt;  // p-tuning's encoder activations (model config().prompt)
   std::vector<float> host_losses;
   int64_t chunk = 0;
+  std::vector<Recompute> recompute;  // [n_layer] in training, else empty
+  int64_t bytes_ = 0;
+  Recompute recompute_of(int64_t l) const {
+    return recompute.empty() ? Recompute::None : recompute[size_t(l)];
+  }
 };
 
 }  // namespace nk

@@ -20,11 +20,15 @@ struct MLP {
 
   void forward(Tensor y, const Saved& s, const Tensor& x) const {
     up.forward(s.h, x, s.up_adapters);
+    activation_forward(s);
+    down.forward(y, s.a, s.down_adapters);
+  }
+  // s.a from s.h (also how activation recompute restores s.a).
+  void activation_forward(const Saved& s) const {
     if (swiglu)
       ops::swiglu_forward(rows(s.a), rows(s.h));
     else
       ops::gelu_forward(rows(s.a), rows(s.h));
-    down.forward(y, s.a, s.down_adapters);
   }
   // dx written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,

@@ -40,6 +40,12 @@ void TrainConfig::bind(ConfigBinder& b) {
   b.bind("train.beta2", adamw.beta2, "AdamW beta2");
   b.bind("train.eps", adamw.eps, "AdamW epsilon");
   b.bind("train.grad_clip", grad_clip, "clip the global gradient norm to this (0 = off)");
+  b.bind("train.recompute", recompute,
+         "activation recompute: none, selective (the norms' and MLP activation's outputs are "
+         "recomputed in the backward) or full (each layer keeps only its input and reruns its "
+         "forward); the same gradients, less activation memory");
+  b.bind("train.recompute_layers", recompute_layers,
+         "with train.recompute: the first N layers recompute, the rest keep everything (0: all)");
   b.bind("train.freeze", freeze,
          "parameters to freeze (no gradient, no optimizer state): comma-separated glob "
          "patterns over names such as wte, h.*.attn.*, lm_head.weight (a tied head "
@@ -236,6 +242,7 @@ TrainConfig train_config_from(const Config& c) {
           t.model.prompt.enabled() ? "a p-tuning prompt" : "bottleneck adapters");
     t.frozen = match_frozen(Transformer::layout_for(t.model), t.freeze, "train.freeze");
   }
+  recompute_plan(t.recompute, t.recompute_layers, t.model.n_layer);  // checks both keys
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
   if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);

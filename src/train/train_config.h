@@ -39,6 +39,8 @@ struct TrainConfig {
   LrSchedule lr{.lr = 6e-4, .min_lr = 6e-5, .warmup_steps = 10, .decay_steps = 0};  // 0: steps
   AdamWConfig adamw;
   double grad_clip = 1.0;
+  std::string recompute = "none";   // train.recompute: none | selective | full (Recompute)
+  int64_t recompute_layers = 0;     // the first N layers recompute (0: all)
   std::string freeze;               // train.freeze as given: glob patterns over parameter names
   std::vector<std::string> frozen;  // the parameter names it matches, in layout order
   // How the frozen base is held: NF4 for QLoRA; under other adapters in

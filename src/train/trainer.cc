@@ -408,7 +408,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         weights / 1048576.0, grads / 1048576.0, state / 1048576.0,
         (weights + grads + state) / double(m.layout().count()));
   }
-  Activations acts(*model_, B, T, true);
+  Activations acts(*model_, B, T, true,
+                   recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
+  NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts.bytes()) / 1048576.0,
+          cfg_.recompute == "none"
+              ? ""
+              : fmt::format(" ({} recompute of {} layers)", cfg_.recompute,
+                            cfg_.recompute_layers ? cfg_.recompute_layers : cfg_.model.n_layer));
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);

@@ -9,25 +9,14 @@
 #include "core/rng.h"
 #include "model/tiny_config.h"
 #include "model/transformer.h"
+#include "tensor_util.h"
 #include "test_util.h"
 
 namespace nk {
 namespace {
 
-Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> v(size_t(shape_numel(s)));
-  for (auto& x : v) x = int32_t(rng.below(uint64_t(vocab)));
-  Tensor t = Tensor::empty(s, DType::I32);
-  ops::copy_bytes_from_host(t, v.data());
-  return t;
-}
-
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  ops::copy_to_host(t, v.data());
-  return v;
-}
+using test::host;
+using test::random_ids;
 
 void copy(Tensor dst, const Tensor& src) {
   ops::convert(dst, src);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -65,6 +66,28 @@ TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
 
 // train.device picks where the model lives; a device this build lacks, or an
 // unknown name, is refused naming the key before anything is allocated.
+// train.recompute: the same losses and final weights, bit for bit, as a run
+// that keeps every activation (GPT-2 f32, Llama bf16).
+TEST(Trainer, RecomputeChangesNoNumber) {
+  fs::path base = fs::path(NK_BINARY_DIR) / "trainer_recompute";
+  for (const auto& [preset, dt] :
+       {std::pair{"gpt-tiny", DType::F32}, {"llama-tiny", DType::BF16}}) {
+    Trainer plain(tiny((base / "plain").string(), dt, preset));
+    plain.run();
+    for (const char* policy : {"selective", "full"}) {
+      TrainConfig cfg = tiny((base / policy).string(), dt, preset);
+      cfg.recompute = policy;
+      Trainer t(cfg);
+      t.run();
+      EXPECT_EQ(losses(t), losses(plain)) << preset << " " << policy;
+      const Tensor& a = t.model().params();
+      const Tensor& b = plain.model().params();
+      ASSERT_EQ(a.nbytes(), b.nbytes());
+      EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << preset << " " << policy;
+    }
+  }
+}
+
 TEST(Trainer, DeviceComesFromTrainDevice) {
   const std::string out = (fs::path(NK_BINARY_DIR) / "trainer_device").string();
   auto with_device = [&](const std::string& d) {

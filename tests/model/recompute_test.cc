@@ -1,0 +1,114 @@
+// Activation recompute (Recompute, train.recompute): every plan gives the
+// gradients and loss of the plan that keeps everything, bit for bit, on
+// GPT-2 and Llama, f32 and bf16, with LoRA adapters (dropout on, so their
+// masks must be redrawn alike) and without; each plan shrinks the planned
+// workspace itself; bad settings name the key.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/rng.h"
+#include "model/tiny_config.h"
+#include "model/transformer.h"
+#include "tensor_util.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using test::host;
+
+using test::random_ids;
+
+ModelConfig config(bool llama, bool lora) {
+  ModelConfig c = test::tiny_config(llama, 61, 16);
+  c.n_layer = 3;
+  if (lora) {
+    c.lora.rank = 4;
+    c.lora.alpha = 8;
+    c.lora.dropout = 0.2;
+    c.lora.target_modules = {"all-linear"};
+  }
+  return c;
+}
+
+struct Result {
+  float loss;
+  std::vector<float> grads;
+  int64_t bytes;
+};
+
+// Two micro-batches accumulated into the gradients (the second reuses the
+// workspace, as the trainer does).
+Result run(const ModelConfig& c, DType dt, const std::vector<Recompute>& plan) {
+  const int64_t B = 2, T = 12;
+  Transformer m(c, dt, 5);
+  if (c.lora.enabled()) {  // B away from zero, so every adapter gradient is live
+    for (const ParamInfo& p : m.layout().params())
+      if (p.name.find("lora_b") != std::string::npos) {
+        std::vector<float> v(size_t(p.numel()));
+        Rng rng(p.offset + 1);
+        for (float& x : v) x = float(rng.normal() * 0.1);
+        ops::copy_from_host(ParamLayout::view(m.params(), p), v.data());
+      }
+    m.sync_compute_params();
+  }
+  Activations a(m, B, T, true, plan);
+  m.zero_grads();
+  float loss = 0;
+  for (uint64_t mb = 0; mb < 2; ++mb) {
+    m.set_dropout_seed(100 + mb);
+    loss += m.forward_backward(a, random_ids({B, T}, c.vocab_size, 1 + mb),
+                               random_ids({B, T}, c.vocab_size, 11 + mb), 0.5f);
+  }
+  return {loss, host(m.grads()), a.bytes()};
+}
+
+TEST(Recompute, SameGradientsBitForBit) {
+  for (bool llama : {false, true})
+    for (bool lora : {false, true})
+      for (DType dt : {DType::F32, DType::BF16}) {
+        const ModelConfig c = config(llama, lora);
+        SCOPED_TRACE(testing::Message() << c.arch << (lora ? " LoRA " : " ") << dtype_name(dt));
+        const Result want = run(c, dt, {});
+        for (const auto& [policy, layers] : std::vector<std::pair<std::string, int64_t>>{
+                 {"none", 0}, {"selective", 0}, {"full", 0}, {"full", 2}, {"selective", 1}}) {
+          const Result got = run(c, dt, recompute_plan(policy, layers, c.n_layer));
+          EXPECT_EQ(got.loss, want.loss) << policy << " " << layers;
+          ASSERT_EQ(got.grads.size(), want.grads.size());
+          EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * 4))
+              << policy << " " << layers;
+        }
+      }
+}
+
+// Selective drops the norms' and the activation's outputs of every layer
+// but one set; full keeps one layer's activations for all.
+TEST(Recompute, EachPlanShrinksTheWorkspace) {
+  for (bool llama : {false, true}) {
+    const ModelConfig c = config(llama, false);
+    const int64_t none = run(c, DType::F32, {}).bytes;
+    const int64_t selective = run(c, DType::F32, recompute_plan("selective", 0, 3)).bytes;
+    const int64_t full = run(c, DType::F32, recompute_plan("full", 0, 3)).bytes;
+    const int64_t full_one = run(c, DType::F32, recompute_plan("full", 1, 3)).bytes;
+    EXPECT_EQ(none, run(c, DType::F32, recompute_plan("none", 0, 3)).bytes);
+    EXPECT_LT(selective, none) << c.arch;
+    EXPECT_LT(full, selective) << c.arch;
+    // One fully recomputing layer keeps a shared set instead of its own: no saving.
+    EXPECT_EQ(full_one, none) << c.arch;
+    // What a layer drops: per token, the two norms' outputs (C each) and the
+    // activation's (d_ff), f32; selective keeps one set of them for all.
+    const int64_t N = 2 * 12, per_layer = N * (2 * c.d_model + c.d_ff) * 4;
+    EXPECT_EQ(none - selective, 2 * per_layer) << c.arch;
+  }
+}
+
+TEST(Recompute, BadSettingsNameTheKey) {
+  EXPECT_TRUE(test::contains(test::error_of([] { recompute_plan("some", 0, 4); }),
+                             "train.recompute: expected none, selective or full, got 'some'"));
+  EXPECT_TRUE(test::contains(test::error_of([] { recompute_plan("full", 5, 4); }),
+                             "train.recompute_layers: 5 is not in [0, model.n_layer = 4]"));
+}
+
+}  // namespace
+}  // namespace nk
