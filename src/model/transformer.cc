@@ -547,13 +547,14 @@ void Transformer::embed_backward(Activations& a, const Tensor& tokens,
     // The virtual positions' gradient, summed over the rows, is the
     // prompt's; their tokens get none.
     const int64_t n = prompt_.n();
+    const bool trained = prompt_.dtable.defined();
     Tensor d = nn::rows(a.dres);
-    ops::fill(a.prompt.dp, 0.f);
+    if (trained) ops::fill(a.prompt.dp, 0.f);
     for (int64_t b = 0; b < a.B; ++b) {
-      ops::accumulate(a.prompt.dp, d.narrow0(b * a.T, n));
+      if (trained) ops::accumulate(a.prompt.dp, d.narrow0(b * a.T, n));
       ops::fill(d.narrow0(b * a.T, n), 0.f);
     }
-    if (prompt_.dtable.defined()) prompt_.backward(a.prompt);
+    if (trained) prompt_.backward(a.prompt);
   }
   embed_.backward(a.dres, tokens, packed_tensors(packed).second);
 }

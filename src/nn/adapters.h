@@ -33,8 +33,13 @@ struct AdapterScratch {
                          // or IA3's x * l (a scaled input)
   Tensor base;           // IA3 on outputs, training: [N * max rows], a part's unscaled output
   uint64_t seed = 0;     // this micro-batch's dropout seed
-  bool training = true;  // dropout applies (forward and backward)
+  bool training = true;  // dropout applies, and forwards keep what a backward reads
 };
+
+// rows x cols of a flat workspace from element `at` on.
+inline Tensor carve(const Tensor& flat, int64_t at, int64_t rows, int64_t cols) {
+  return flat.narrow0(at, rows * cols).view({rows, cols});
+}
 
 // What one adapted layer keeps between its forward and backward.
 struct AdapterActs {
@@ -85,9 +90,6 @@ struct Lora {
   }
 
  private:
-  static Tensor carve(const Tensor& flat, int64_t at, int64_t rows, int64_t cols) {
-    return flat.narrow0(at, rows * cols).view({rows, cols});
-  }
   bool uses_dropout(const AdapterScratch* w) const { return dropout > 0.f && w->training; }
   bool uses_dropout(const AdapterActs& s) const { return uses_dropout(s.work); }
   uint64_t seed(const AdapterActs& s) const { return s.work->seed * 0x2545F4914F6CDD1Dull + id; }
@@ -161,13 +163,17 @@ struct Bottleneck {
   float eps = 1e-5f;
   bool active() const { return w_in.defined(); }
 
-  // y [N, out] += the adapter's output; keeps y and u in s.h, LN's stats in s.stats.
+  // y [N, out] += the adapter's output; in training keeps y and u in s.h,
+  // LN's stats in s.stats (inference reads y in place).
   void forward(Tensor y, const AdapterActs& s) const {
     const int64_t N = y.dim(0), out = y.dim(1), dim = w_in.dim(0);
-    Tensor y0 = carve(s.h, 0, N, out), u = carve(s.h, N * out, N, dim);
+    Tensor y0 = y, u = carve(s.h, N * out, N, dim);
     Tensor ln = carve(s.work->xd, 0, N, out), a = carve(s.work->dh, 0, N, dim);
     Tensor z = carve(s.work->z, 0, N, out);
-    ops::convert(y0, y);
+    if (s.work->training) {
+      y0 = carve(s.h, 0, N, out);
+      ops::convert(y0, y);
+    }
     ops::layernorm_forward(ln, mean(s, N), rstd(s, N), y0, ln_w, ln_b, eps);
     ops::linear_forward(u, ln, w_in, Tensor());
     ops::silu_forward(a, u);
@@ -194,9 +200,6 @@ struct Bottleneck {
   }
 
  private:
-  static Tensor carve(const Tensor& flat, int64_t at, int64_t rows, int64_t cols) {
-    return flat.narrow0(at, rows * cols).view({rows, cols});
-  }
   static Tensor mean(const AdapterActs& s, int64_t N) { return s.stats.narrow0(0, N); }
   static Tensor rstd(const AdapterActs& s, int64_t N) { return s.stats.narrow0(N, N); }
 };
