@@ -1,11 +1,14 @@
 // Greedy generation throughput of the KV-cache engine (infer/Generator) on a
 // randomly initialised model. Usage:
-//   bench_generate PRESET DTYPE BATCH PROMPT NEW [REPS]
+//   bench_generate PRESET DTYPE BATCH PROMPT NEW [REPS] [BLOCK]
 // (threads from OMP_NUM_THREADS). All prompts are prefilled in one step, so
 // the first streamed token marks the end of the prefill; decode ms/step is
 // the time after it over NEW - 1 steps. tokens/s counts generated tokens over
 // the whole run (prefill included) and over decoding alone. The last line is
 // JSON for the scripts. Best of REPS runs (default 1) after a warm-up run.
+// BLOCK > 0 runs over a paged cache (infer/paged_cache.h) of blocks of BLOCK
+// positions, exactly enough for the batch, prefix caching off (every rep
+// computes the same prompts); without it, the contiguous SlotCache.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -15,19 +18,21 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "infer/generate.h"
+#include "infer/paged_cache.h"
 
 using namespace nk;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    fmt::print(stderr, "usage: bench_generate PRESET f32|bf16 BATCH PROMPT NEW [REPS]\n");
+    fmt::print(stderr, "usage: bench_generate PRESET f32|bf16 BATCH PROMPT NEW [REPS] [BLOCK]\n");
     return 1;
   }
   const std::string preset = argv[1];
   const DType dt = parse_dtype(argv[2]);
   const int64_t B = std::atoll(argv[3]), P = std::atoll(argv[4]), N = std::atoll(argv[5]);
   const int reps = argc > 6 ? std::atoi(argv[6]) : 1;
+  const int64_t block = argc > 7 ? std::atoll(argv[7]) : 0;
   ModelConfig cfg = model_preset(preset);
   auto t0 = Clock::now();
   Transformer model(cfg, dt, 1);
@@ -41,7 +46,20 @@ int main(int argc, char** argv) {
     r.stop_at_eos = false;
     r.sampling.temperature = 0;
   }
-  Generator gen(model, nullptr, B, B * P);
+  std::unique_ptr<Generator> g;
+  if (block > 0) {
+    PagedCacheOptions o;
+    o.block_size = block;
+    o.max_len = P + N;
+    o.blocks = B * ((o.max_len + block - 1) / block);
+    o.max_seqs = B;
+    o.max_tokens = B * P;
+    o.prefix_caching = false;
+    g = std::make_unique<Generator>(model, nullptr, std::make_unique<PagedCache>(cfg, dt, o), B);
+  } else {
+    g = std::make_unique<Generator>(model, nullptr, B, B * P);
+  }
+  Generator& gen = *g;
   double best_total = 1e30, best_prefill = 0, best_decode = 1e30;
   for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up (cache, scratch, primitives)
     Clock::time_point first{};
@@ -60,10 +78,11 @@ int main(int argc, char** argv) {
   }
   const double tps = double(B * N) / best_total, dtps = double(B) / best_decode;
   fmt::print(
-      "{} {} threads={} batch={} prompt={} new={}: prefill {:.3f} s, decode {:.2f} ms/step, "
+      "{} {} threads={} batch={} prompt={} new={} block={}: prefill {:.3f} s, decode {:.2f} "
+      "ms/step, "
       "{:.1f} tokens/s overall, {:.1f} tokens/s decoding (init {:.1f} s)\n",
-      preset, dtype_name(dt), num_threads(), B, P, N, best_prefill, 1e3 * best_decode, tps, dtps,
-      init_s);
+      preset, dtype_name(dt), num_threads(), B, P, N, block, best_prefill, 1e3 * best_decode, tps,
+      dtps, init_s);
   fmt::print(
       "{{\"impl\": \"nekton\", \"preset\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"prompt\": "
       "{}, "

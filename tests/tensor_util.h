@@ -16,12 +16,17 @@ inline Tensor i32_tensor(const Shape& s, const std::vector<int32_t>& v) {
   return t;
 }
 
-// Token ids uniform in [0, vocab), i32 of shape s, from `seed`.
-inline Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
+// n token ids uniform in [0, vocab), from `seed`.
+inline std::vector<int32_t> random_id_list(int64_t n, int64_t vocab, uint64_t seed) {
   Rng rng(seed);
-  std::vector<int32_t> v(size_t(shape_numel(s)));
+  std::vector<int32_t> v(static_cast<size_t>(n));
   for (auto& x : v) x = int32_t(rng.below(uint64_t(vocab)));
-  return i32_tensor(s, v);
+  return v;
+}
+
+// The same as an i32 tensor of shape s.
+inline Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
+  return i32_tensor(s, random_id_list(shape_numel(s), vocab, seed));
 }
 
 // A 1-d f32 tensor of `v`.

@@ -1,6 +1,7 @@
 #include "infer/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "ops/ops.h"
@@ -50,6 +51,30 @@ size_t utf8_boundary(const std::string& text, size_t begin, size_t end) {
   return end;
 }
 
+// The log-probability of `token` under softmax(logits), and the k most
+// likely tokens (largest logit first, ties by lower id) appended to `top`
+// with theirs. The log-sum-exp is shifted by the max and summed in double.
+float raw_logprobs(const float* l, int64_t V, int32_t token, int64_t k,
+                   std::vector<TokenLogprob>& top) {
+  const double mx = *std::max_element(l, l + V);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
+  const double lse = mx + std::log(sum);
+  // Insertion into the sorted list top[first:], at most k long: one compare
+  // per token for all but the few that enter it.
+  const size_t first = top.size(), cap = size_t(std::max<int64_t>(k, 0));
+  for (int64_t i = 0; i < V && cap > 0; ++i) {
+    const bool full = top.size() - first == cap;
+    if (full && !(l[i] > l[top.back().token])) continue;
+    if (!full) top.emplace_back();
+    size_t j = top.size() - 1;
+    for (; j > first && l[i] > l[top[j - 1].token]; --j) top[j] = top[j - 1];
+    top[j].token = int32_t(i);
+  }
+  for (size_t j = first; j < top.size(); ++j) top[j].logprob = float(double(l[top[j].token]) - lse);
+  return float(double(l[token]) - lse);
+}
+
 }  // namespace
 
 size_t streamable_end(const std::string& text, size_t from, const std::vector<std::string>& stop) {
@@ -63,6 +88,7 @@ struct Generator::Sequence {
   GenerationResult res;
   Sampler sampler;
   std::vector<int32_t> ids;  // p-tuning's virtual tokens (placeholders), prompt, then generated
+  size_t prompt_end = 0;     // where the generated ids begin in ids
   int64_t need = 0;          // positions it may come to hold (capped by the cache's room)
   int32_t handle = SequenceCache::kNoRoom;  // its room in the cache while running
   int64_t cached = 0;                       // ids whose k/v are in the cache
@@ -126,6 +152,10 @@ void Generator::check(const GenerationRequest& r, const std::string& name) const
   if (!r.stop.empty() && !tok_) fail("generate: stop strings need a tokenizer");
   for (const std::string& s : r.stop)
     if (s.empty()) fail("generate: {}: empty stop string", name);
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs)
+    fail("generate: {}: top_logprobs {} is outside [0, {}]", name, r.top_logprobs, kMaxTopLogprobs);
+  if (r.top_logprobs > 0 && !r.logprobs)
+    fail("generate: {}: top_logprobs {} needs logprobs", name, r.top_logprobs);
   try {
     validate(r.sampling);
   } catch (const Error& e) {
@@ -141,6 +171,7 @@ int64_t Generator::submit(GenerationRequest r) {
   // embeddings, whatever their ids (model/transformer.h).
   s->ids.assign(size_t(model_.config().prompt.virtual_tokens), 0);
   s->ids.insert(s->ids.end(), r.prompt.begin(), r.prompt.end());
+  s->prompt_end = s->ids.size();
   r.prompt.clear();
   s->req = std::move(r);
   for (const std::string& st : s->req.stop) s->stop_len = std::max(s->stop_len, st.size());
@@ -214,17 +245,32 @@ void Generator::admit() {
   fit_cache();
   while (!waiting_.empty() && int64_t(active_.size()) < batch_) {
     Sequence& s = *waiting_.front();
-    const int32_t h = cache_->open(s.need);
-    if (h == SequenceCache::kNoRoom) break;  // first come, first served: the rest wait too
+    const SequenceCache::Opened o = cache_->open(s.need, s.ids);
+    if (o.handle == SequenceCache::kNoRoom) break;  // first come, first served: the rest wait too
     waiting_.pop_front();
-    s.handle = h;
+    s.handle = o.handle;
+    s.cached = o.cached;  // a prefix the cache holds already
     s.limit = cache_->max_len();
     active_.push_back(&s);
   }
 }
 
+// Out of cache room: s gives its memory back and waits at the head of the
+// queue (first to return); everything it has, prompt and generated tokens, is
+// computed again when it does. Its sampler keeps its state, so its tokens are
+// those it would have sampled anyway.
+void Generator::preempt(Sequence& s) {
+  cache_->close(s.handle);
+  s.handle = SequenceCache::kNoRoom;
+  s.cached = 0;
+  std::erase(active_, &s);
+  waiting_.push_front(&s);
+  ++preemptions_;
+}
+
 // Appends `token` to s; returns true when s is finished.
-bool Generator::accept(Sequence& s, int32_t token) {
+bool Generator::accept(Sequence& s, int32_t token, float logprob,
+                       std::span<const TokenLogprob> top) {
   const GenerationRequest& r = s.req;
   GenerationResult& res = s.res;
   std::string& text = res.text;
@@ -234,6 +280,10 @@ bool Generator::accept(Sequence& s, int32_t token) {
   } else {
     s.ids.push_back(token);
     res.tokens.push_back(token);
+    if (r.logprobs) {
+      res.logprobs.push_back(logprob);
+      res.top_logprobs.emplace_back(top.begin(), top.end());
+    }
     const size_t old = text.size();
     if (tok_) text += tok_->token_bytes(token);
     size_t cut = std::string::npos;
@@ -251,8 +301,8 @@ bool Generator::accept(Sequence& s, int32_t token) {
     }
   }
   const size_t end = s.done ? text.size() : streamable_end(text, s.emitted, r.stop);
-  events_.push_back(
-      {s.id, token, std::string_view(text).substr(s.emitted, end - s.emitted), s.done});
+  events_.push_back({s.id, token, std::string_view(text).substr(s.emitted, end - s.emitted), s.done,
+                     logprob, top});
   s.emitted = end;
   return s.done;
 }
@@ -270,14 +320,24 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
   row_seq_.clear();
   int64_t budget = cache_->max_tokens();
   for (int pass = 0; pass < 2; ++pass)
-    for (Sequence* sp : active_) {
-      Sequence& s = *sp;
+    for (size_t i = 0; i < active_.size(); ++i) {
+      Sequence& s = *active_[i];
       const int64_t pending = int64_t(s.ids.size()) - s.cached;
       const bool decoding = s.cached > 0 && pending == 1;
       if ((pass == 0) != decoding || pending <= 0 || budget <= 0) continue;
       const int64_t n = std::min(pending, pass == 0 ? int64_t(1) : std::min(budget, chunk_));
-      cache_->append(s.handle, s.cached, std::span(s.ids).subspan(size_t(s.cached), size_t(n)),
-                     buf_);
+      const std::span<const int32_t> ids = std::span(s.ids).subspan(size_t(s.cached), size_t(n));
+      // Decoding sequences come first, oldest first: when the cache is full,
+      // the newest sequences not yet in this step make room, down to s itself.
+      bool placed = cache_->append(s.handle, s.cached, ids, buf_);
+      while (!placed && pass == 0 && active_.size() > i + 1) {
+        preempt(*active_.back());
+        placed = cache_->append(s.handle, s.cached, ids, buf_);
+      }
+      if (!placed) {
+        if (pass == 0) preempt(s), --i;  // the next sequence moved into slot i (i wraps at 0)
+        continue;                        // a prompt chunk waits for a later step
+      }
       s.cached += n;
       budget -= n;
       if (s.cached == int64_t(s.ids.size())) {
@@ -285,17 +345,32 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
         row_seq_.push_back(&s);
       }
     }
+  if (buf_.tokens.empty()) return events_;  // the only sequence was preempted
   const int64_t R = int64_t(row_seq_.size()), V = model_.config().vocab_size;
   Tensor lg = logits_.narrow0(0, R);
   cache_->forward(model_, buf_, lg);
   host_.resize(size_t(R * V));
   if (R) ops::copy_to_host(lg, host_.data());
+  // Events' top lists point into top_: room for all of them up front, so it
+  // does not move during the step.
+  top_.clear();
+  top_.reserve(size_t(R * kMaxTopLogprobs));
+  const size_t virt = size_t(model_.config().prompt.virtual_tokens);
   for (int64_t r = 0; r < R; ++r) {
     Sequence& s = *row_seq_[size_t(r)];
     const float* l = host_.data() + r * V;
     if (on_logits) on_logits(s.id, l, V);
-    accept(s, s.sampler.sample(
-                  l, V, std::span(s.ids).subspan(size_t(model_.config().prompt.virtual_tokens))));
+    const std::span<const int32_t> ids(s.ids);
+    const int32_t token =
+        s.sampler.sample(l, V, ids.subspan(virt, s.prompt_end - virt), ids.subspan(s.prompt_end));
+    float logprob = 0;
+    std::span<const TokenLogprob> top;
+    if (s.req.logprobs) {
+      const size_t first = top_.size();
+      logprob = raw_logprobs(l, V, token, s.req.top_logprobs, top_);
+      top = std::span<const TokenLogprob>(top_).subspan(first);
+    }
+    accept(s, token, logprob, top);
   }
   std::erase_if(active_, [](const Sequence* s) { return s->done; });
   return events_;

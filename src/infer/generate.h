@@ -26,6 +26,17 @@
 
 namespace nk {
 
+// A token and its log-probability under the model's raw next-token
+// distribution (log_softmax of the logits before penalties, temperature or
+// filtering: what OpenAI reports, vLLM's "raw_logprobs").
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// Most top_logprobs a request may ask for (OpenAI's limit).
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // at least one id
   int64_t max_new_tokens = 64;
@@ -34,6 +45,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stop_at_eos = true;  // stop at the tokenizer's eod id (not appended)
   SamplingConfig sampling;
+  // Report each sampled token's log-probability, and with top_logprobs > 0
+  // (at most kMaxTopLogprobs, needs logprobs) that many most likely tokens.
+  // Off, they cost nothing.
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
 };
 
 // Context: the sequence filled its cache room (max_len positions).
@@ -45,6 +61,11 @@ struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids (the eod id excluded)
   std::string text;             // their bytes, cut before a stop string ("" without tokenizer)
   FinishReason finish = FinishReason::Length;
+  // One entry per entry of tokens when the request asked for logprobs, else
+  // empty; top_logprobs[i] holds the request's top_logprobs most likely
+  // tokens at tokens[i]'s step (see TokenEvent::top).
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
 };
 
 // Called once per sampled token (eod included) with the request's index and
@@ -68,6 +89,11 @@ struct TokenEvent {
   std::string_view piece;  // text that became final with it (see TokenCallback); valid
                            // until the next step(), cancel() or release()
   bool finished = false;   // the sequence ended with it (result(id).finish says why)
+  // With the request's logprobs: log-probability of `token` (see
+  // TokenLogprob), and its top_logprobs most likely tokens, most likely first,
+  // ties by lower id; valid until the next step().
+  float logprob = 0;
+  std::span<const TokenLogprob> top;
 };
 
 // Step-wise generation (in-flight batching). submit() queues a request and
@@ -100,7 +126,8 @@ class Generator {
   // request with max_new_tokens = 0 is finished at once. nk::Error naming
   // "prompt ID" for an empty prompt, an id outside the vocabulary, a prompt
   // that leaves no room in the cache (max_len, or model.max_seq_len), a
-  // negative max_new_tokens, a bad sampling option or stop string.
+  // negative max_new_tokens, a bad sampling option or stop string, or
+  // top_logprobs outside [0, kMaxTopLogprobs] or given without logprobs.
   int64_t submit(GenerationRequest request);
   // One decode step over every active sequence, admitting waiting ones
   // first. Returns one event per sampled token. on_logits sees each sampled
@@ -119,6 +146,11 @@ class Generator {
   GenerationResult release(int64_t id);
 
   int64_t waiting() const { return int64_t(waiting_.size()); }
+  // Sequences sent back to wait because the cache ran out of room (their
+  // work is recomputed when they return).
+  int64_t preemptions() const { return preemptions_; }
+  // The cache in use (null before the first step when the generator sizes it).
+  const SequenceCache* cache() const { return cache_.get(); }
   int64_t running() const { return int64_t(active_.size()); }
   bool idle() const { return waiting_.empty() && active_.empty(); }
 
@@ -136,7 +168,8 @@ class Generator {
   Sequence& find(int64_t id, const char* what) const;
   void fit_cache();
   void admit();
-  bool accept(Sequence& s, int32_t token);
+  void preempt(Sequence& s);
+  bool accept(Sequence& s, int32_t token, float logprob, std::span<const TokenLogprob> top);
   void finish(Sequence& s, FinishReason why);
 
   Transformer& model_;
@@ -144,7 +177,7 @@ class Generator {
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)
   std::unique_ptr<SequenceCache> cache_;  // null until a step needs it (auto size)
-  int64_t next_id_ = 0;
+  int64_t next_id_ = 0, preemptions_ = 0;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // submitted, not released
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> active_;  // in admission order
@@ -153,6 +186,7 @@ class Generator {
   Tensor logits_;                   // f32 [batch, V]
   std::vector<float> host_;
   std::vector<TokenEvent> events_;
+  std::vector<TokenLogprob> top_;  // every event's top list this step
 };
 
 }  // namespace nk

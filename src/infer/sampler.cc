@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 
@@ -14,21 +15,45 @@ void validate(const SamplingConfig& c) {
   if (!(c.min_p >= 0 && c.min_p <= 1)) fail("min_p: must be in [0, 1], got {}", c.min_p);
   if (!(c.repetition_penalty > 0))
     fail("repetition_penalty: must be > 0, got {}", c.repetition_penalty);
+  if (!(c.presence_penalty >= -2 && c.presence_penalty <= 2))
+    fail("presence_penalty: must be in [-2, 2], got {}", c.presence_penalty);
+  if (!(c.frequency_penalty >= -2 && c.frequency_penalty <= 2))
+    fail("frequency_penalty: must be in [-2, 2], got {}", c.frequency_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t> context) {
-  if (cfg_.repetition_penalty != 1.0 && !context.empty()) {
-    work_.assign(logits, logits + V);
+int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t> prompt,
+                        std::span<const int32_t> generated) {
+  const bool repeat = cfg_.repetition_penalty != 1.0 && (!prompt.empty() || !generated.empty());
+  const bool counts =
+      (cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0) && !generated.empty();
+  // With every penalty off the caller's logits are used as they are, so
+  // greedy picks and the RNG's draws are what they were before penalties.
+  if (repeat || counts) work_.assign(logits, logits + V);
+  if (repeat) {
     seen_.assign(size_t(V), 0);
     const float pen = float(cfg_.repetition_penalty);
-    for (int32_t id : context) {
-      if (id < 0 || id >= V || seen_[size_t(id)]) continue;
-      seen_[size_t(id)] = 1;
-      float& x = work_[size_t(id)];
-      x = x > 0 ? x / pen : x * pen;
-    }
-    logits = work_.data();
+    for (std::span<const int32_t> ids : {prompt, generated})
+      for (int32_t id : ids) {
+        if (id < 0 || id >= V || seen_[size_t(id)]) continue;
+        seen_[size_t(id)] = 1;
+        float& x = work_[size_t(id)];
+        x = x > 0 ? x / pen : x * pen;
+      }
   }
+  if (counts) {
+    // Count, then penalise each distinct id once and zero its count again, so
+    // count_ needs no clearing (O(generated), not O(V), per call).
+    count_.resize(size_t(V));
+    for (int32_t id : generated)
+      if (id >= 0 && id < V) ++count_[size_t(id)];
+    for (int32_t id : generated) {
+      if (id < 0 || id >= V || count_[size_t(id)] == 0) continue;
+      const int32_t n = std::exchange(count_[size_t(id)], 0);
+      float& x = work_[size_t(id)];
+      x = float(double(x) - (cfg_.presence_penalty + cfg_.frequency_penalty * n));
+    }
+  }
+  if (repeat || counts) logits = work_.data();
   if (cfg_.temperature <= 0) return int32_t(std::max_element(logits, logits + V) - logits);
   cand_.resize(size_t(V));
   for (int64_t i = 0; i < V; ++i) cand_[i] = {logits[i] / float(cfg_.temperature), int32_t(i)};

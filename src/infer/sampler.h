@@ -1,7 +1,7 @@
-// Next-token sampling: repetition penalty, then greedy or temperature with
-// top-k, top-p (nucleus) and min-p filtering, from a seeded per-sampler RNG
-// (one sampler per sequence, so a sequence's draws do not depend on what else
-// is in its batch).
+// Next-token sampling: repetition, presence and frequency penalties, then
+// greedy or temperature with top-k, top-p (nucleus) and min-p filtering, from
+// a seeded per-sampler RNG (one sampler per sequence, so a sequence's draws do
+// not depend on what else is in its batch).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -23,6 +23,12 @@ struct SamplingConfig {
   // generated): a positive logit is divided by the penalty, a negative one
   // multiplied. 1 = off; > 1 discourages repeats.
   double repetition_penalty = 1.0;
+  // OpenAI's penalties, in [-2, 2], 0 = off: logit[t] -= presence_penalty *
+  // (count[t] > 0) + frequency_penalty * count[t], count[t] being how often t
+  // occurs among the GENERATED tokens only (vLLM's rule; the prompt is not
+  // counted). Applied after repetition_penalty; > 0 discourages repeats.
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
 };
 
 // nk::Error naming the option ("temperature", "top_k", ...) that is out of range.
@@ -31,9 +37,13 @@ void validate(const SamplingConfig& c);
 class Sampler {
  public:
   explicit Sampler(const SamplingConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {}
-  // logits: V floats (host memory), not modified. context: the ids the
-  // repetition penalty looks at. Ties in greedy mode pick the lowest id.
-  int32_t sample(const float* logits, int64_t V, std::span<const int32_t> context = {});
+  // logits: V floats (host memory), not modified. prompt and generated: the
+  // sequence's ids so far, split where generation began; repetition_penalty
+  // looks at both, presence and frequency penalties at `generated` only.
+  // Ties in greedy mode pick the lowest id. With every penalty off, neither
+  // span is read.
+  int32_t sample(const float* logits, int64_t V, std::span<const int32_t> prompt = {},
+                 std::span<const int32_t> generated = {});
   const SamplingConfig& config() const { return cfg_; }
 
  private:
@@ -41,6 +51,7 @@ class Sampler {
   Rng rng_;
   std::vector<float> work_;
   std::vector<uint8_t> seen_;
+  std::vector<int32_t> count_;  // [V], all zero between calls
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<double> prob_;
 };

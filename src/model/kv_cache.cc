@@ -8,22 +8,32 @@ namespace nk {
 
 KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
                  Device device)
-    : slots_(slots), max_len_(max_len), max_tokens_(max_tokens), dtype_(dt) {
-  NK_CHECK(slots > 0 && max_len > 0 && max_tokens > 0, "KVCache: slots {}, max_len {}, tokens {}",
-           slots, max_len, max_tokens);
-  if (max_len > c.max_seq_len)
-    fail("KVCache: {} positions exceed model.max_seq_len = {}", max_len, c.max_seq_len);
+    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device) {}
+
+int64_t KVCache::block_bytes(const ModelConfig& c, DType dt, int64_t block_size) {
+  return 2 * c.n_layer * c.n_kv_head * block_size * c.head_dim() * int64_t(dtype_size(dt));
+}
+
+KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device device)
+    : shape_(sh), dtype_(dt) {
+  NK_CHECK(
+      sh.blocks > 0 && sh.block_size > 0 && sh.max_len > 0 && sh.max_seqs > 0 && sh.max_tokens > 0,
+      "KVCache: blocks {}, block size {}, max_len {}, sequences {}, tokens {}", sh.blocks,
+      sh.block_size, sh.max_len, sh.max_seqs, sh.max_tokens);
+  if (sh.max_len > c.max_seq_len)
+    fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k.push_back(Tensor::empty({slots, c.n_kv_head, max_len, D}, dt, device));
-    v.push_back(Tensor::empty({slots, c.n_kv_head, max_len, D}, dt, device));
+    k.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, dt, device));
+    v.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, dt, device));
     ops::fill(k.back(), 0.f);
     ops::fill(v.back(), 0.f);
   }
-  const int64_t R = max_tokens;
+  const int64_t R = sh.max_tokens;
   tokens = Tensor::empty({R}, DType::I32, device);
-  slot_ids = Tensor::empty({R}, DType::I32, device);
+  seq_ids = Tensor::empty({R}, DType::I32, device);
   positions = Tensor::empty({R}, DType::I32, device);
+  table = Tensor::empty({sh.max_seqs, sh.table_width()}, DType::I32, device);
   x = Tensor::empty({R, C}, dt, device);
   ln = Tensor::empty({R, C}, dt, device);
   qkv = Tensor::empty({R, c.qkv_dim()}, dt, device);
@@ -33,9 +43,9 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
   a = Tensor::empty({R, c.d_ff}, dt, device);
   mean = Tensor::empty({R}, DType::F32, device);
   rstd = Tensor::empty({R}, DType::F32, device);
-  // The head runs on at most `slots` rows at a time (one per sequence in a
+  // The head runs on at most max_seqs rows at a time (one per sequence in a
   // decode step); more rows are done in several passes.
-  head_rows = std::min(R, std::max<int64_t>(slots, 1));
+  head_rows = std::min(R, sh.max_seqs);
   sel = Tensor::empty({head_rows, C}, dt, device);
   head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
   const AdapterSizes s = adapter_sizes(c);

@@ -1,11 +1,13 @@
 // Key/value cache for incremental decoding, plus the workspace of one
 // Transformer::forward_cached call, allocated once.
 //
-// Layout per layer: k, v T[S, Hkv, L, D] in the compute dtype: S sequence
-// slots of up to L positions. Sequences do not share a padded time axis: each
-// new token names its slot and position (see ops::attention_cached), so a
+// Layout per layer: k, v T[NB, Hkv, B, D] in the compute dtype: a pool of NB
+// blocks of B positions. A sequence's positions live in the blocks its row of
+// the step's block table names (position p in block table[p / B], offset
+// p % B; see ops::attention_cached), so sequences share no padded time axis: a
 // batch of prompts of different lengths is prefilled as one ragged row of
 // tokens and decoded one token per live sequence, with no padding anywhere.
+// The contiguous cache of S slots of L positions is one block of L per slot.
 #pragma once
 #include <memory>
 #include <span>
@@ -18,32 +20,49 @@
 
 namespace nk {
 
+// The pool and workspace sizes of a KVCache.
+struct KVCacheShape {
+  int64_t blocks = 0;      // NB
+  int64_t block_size = 0;  // B: positions per block
+  int64_t max_len = 0;     // positions per sequence (<= the model's max_seq_len)
+  int64_t max_seqs = 0;    // block-table rows one forward_cached call may name
+  int64_t max_tokens = 0;  // new tokens one call may carry (prefill chunks + decode tokens)
+  // Block-table entries per sequence: ceil(max_len / block_size).
+  int64_t table_width() const { return (max_len + block_size - 1) / block_size; }
+};
+
 class KVCache {
  public:
-  // slots: sequences held at once; max_len: positions per sequence (<= the
-  // model's max_seq_len); max_tokens: new tokens one forward_cached call may
-  // carry (prefill chunk + decode tokens). device: the model's.
+  // device: the model's.
+  KVCache(const ModelConfig& cfg, DType compute, const KVCacheShape& shape, Device device = kHost);
+  // The contiguous cache: `slots` sequences of max_len positions each, one
+  // block per slot (block table row s = [s]).
   KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len, int64_t max_tokens,
           Device device = kHost);
 
-  int64_t slots() const { return slots_; }
-  int64_t max_len() const { return max_len_; }
-  int64_t max_tokens() const { return max_tokens_; }
+  const KVCacheShape& shape() const { return shape_; }
+  int64_t blocks() const { return shape_.blocks; }
+  int64_t block_size() const { return shape_.block_size; }
+  int64_t max_len() const { return shape_.max_len; }
+  int64_t max_tokens() const { return shape_.max_tokens; }
   DType dtype() const { return dtype_; }
   // Bytes of the cache proper (k and v of every layer).
   int64_t cache_bytes() const;
+  // Bytes one block takes over all layers (k and v).
+  static int64_t block_bytes(const ModelConfig& cfg, DType compute, int64_t block_size);
 
  private:
   friend class Transformer;
-  int64_t slots_, max_len_, max_tokens_;
+  KVCacheShape shape_;
   DType dtype_;
-  std::vector<Tensor> k, v;  // per layer [S, Hkv, L, D]
+  std::vector<Tensor> k, v;  // per layer [NB, Hkv, B, D]
   // Workspace, rows = max_tokens.
-  Tensor tokens, slot_ids, positions;  // i32 [max_tokens]
-  Tensor x, ln, qkv, att, tmp, h, a;   // [rows, C], [rows, C], [rows, W], ...
-  Tensor mean, rstd;                   // f32 [rows]
-  Tensor sel;                          // [head_rows, C] gathered rows for the head
-  Tensor head_logits;                  // [head_rows, V] compute dtype
+  Tensor tokens, seq_ids, positions;  // i32 [max_tokens]
+  Tensor table;                       // i32 [max_seqs, table_width]
+  Tensor x, ln, qkv, att, tmp, h, a;  // [rows, C], [rows, C], [rows, W], ...
+  Tensor mean, rstd;                  // f32 [rows]
+  Tensor sel;                         // [head_rows, C] gathered rows for the head
+  Tensor head_logits;                 // [head_rows, V] compute dtype
   int64_t head_rows = 0;
   // The adapters' scratch when the model has any, and what an adapted layer
   // keeps between its products (every layer reuses it): LoRA's x A^T of every
@@ -54,11 +73,14 @@ class KVCache {
 };
 
 // One forward_cached call's new tokens (host memory). Token n is tokens[n] at
-// positions[n] of cache slot slots[n]; logit_rows lists the n whose logits are
-// wanted, in the order of the output rows.
+// positions[n] of the sequence whose blocks are row seqs[n] of block_table
+// ([Q, table_width] row-major, Q <= max_seqs; entries past a sequence's
+// length are not read); logit_rows lists the n whose logits are wanted, in
+// the order of the output rows.
 struct CachedStep {
-  std::span<const int32_t> tokens, slots, positions;
+  std::span<const int32_t> tokens, seqs, positions;
   std::span<const int32_t> logit_rows;
+  std::span<const int32_t> block_table;
 };
 
 }  // namespace nk

@@ -606,21 +606,26 @@ void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tens
 
 void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
   const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
+  const int64_t M = kc.shape().table_width(), Q = int64_t(st.block_table.size()) / M;
   NK_CHECK(N > 0 && N <= kc.max_tokens(),
            "forward_cached: {} tokens, the cache's workspace holds {}", N, kc.max_tokens());
-  NK_CHECK(int64_t(st.slots.size()) == N && int64_t(st.positions.size()) == N,
-           "forward_cached: {} tokens but {} slots and {} positions", N, st.slots.size(),
+  NK_CHECK(int64_t(st.seqs.size()) == N && int64_t(st.positions.size()) == N,
+           "forward_cached: {} tokens but {} sequences and {} positions", N, st.seqs.size(),
            st.positions.size());
+  NK_CHECK(Q > 0 && Q <= kc.shape().max_seqs && int64_t(st.block_table.size()) == Q * M,
+           "forward_cached: a block table of {} entries is not [Q <= {}, {}]",
+           st.block_table.size(), kc.shape().max_seqs, M);
   NK_CHECK(kc.dtype() == compute_ && int64_t(kc.k.size()) == cfg_.n_layer,
            "forward_cached: cache ({} layers, {}) does not fit the model ({} layers, {})",
            kc.k.size(), dtype_name(kc.dtype()), cfg_.n_layer, dtype_name(compute_));
   check_shape(logits, {R, cfg_.vocab_size}, "logits");
   check_dtype(logits, DType::F32, "logits");
-  Tensor tok = kc.tokens.narrow0(0, N), slot = kc.slot_ids.narrow0(0, N),
-         pos = kc.positions.narrow0(0, N);
+  Tensor tok = kc.tokens.narrow0(0, N), seq = kc.seq_ids.narrow0(0, N),
+         pos = kc.positions.narrow0(0, N), table = kc.table.narrow0(0, Q);
   ops::copy_bytes_from_host(tok, st.tokens.data());
-  ops::copy_bytes_from_host(slot, st.slots.data());
+  ops::copy_bytes_from_host(seq, st.seqs.data());
   ops::copy_bytes_from_host(pos, st.positions.data());
+  ops::copy_bytes_from_host(table, st.block_table.data());
   Tensor tok2 = tok.view({1, N}), pos2 = pos.view({1, N});
   Tensor x = kc.x.narrow0(0, N), ln = kc.ln.narrow0(0, N), tmp = kc.tmp.narrow0(0, N);
   Tensor mean = kc.mean.narrow0(0, N), rstd = kc.rstd.narrow0(0, N);
@@ -647,7 +652,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
-                          slot, pos2, ad);
+                          table, seq, pos2, ad);
     ops::add(x, x, tmp);
     b.norm2.forward(ln, mean, rstd, x);
     b.mlp.forward(tmp, mlp, ln);

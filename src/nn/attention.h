@@ -34,20 +34,22 @@ struct SelfAttention {
     ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
     proj.forward(y, s.out, s.proj_adapters);
   }
-  // Inference over a KV cache: x [N, C] new tokens of any sequences, token n
-  // at cache row slots[n] and position positions[n] (i32 [1, N] each). Rotates
-  // q and k, stores k and v in the cache, then attends over it. qkv_buf
+  // Inference over a paged KV cache: x [N, C] new tokens of any sequences,
+  // token n of block-table row seqs[n] at position positions[n] (i32 [1, N]
+  // each; see ops::attention_cached for the cache and table layout). Rotates q
+  // and k, stores k and v in the cache, then attends over it. qkv_buf
   // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C]. ad: the
   // adapters' scratch (undefined without).
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
-                      Tensor v_cache, const Tensor& slots, const Tensor& positions,
-                      const AdapterActs& ad = {}) const {
+                      Tensor v_cache, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, const AdapterActs& ad = {}) const {
     qkv.forward(qkv_buf, x, ad);
     if (rope.defined())
       ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,
                         head_dim, rope, positions);
-    ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, slots, positions);
-    ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, slots, positions, window);
+    ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, block_table, seqs, positions);
+    ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, block_table, seqs, positions,
+                          window);
     proj.forward(y, out_buf, ad);
   }
   // dx [B, T, C] written.

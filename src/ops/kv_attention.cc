@@ -1,5 +1,6 @@
-// Attention of new tokens over a KV cache: checks, then the device's kernel.
-// Slots and positions are data, checked by the kernel that reads them.
+// Attention of new tokens over a (paged) KV cache: checks, then the device's
+// kernel. Block tables, sequences and positions are data, checked by the
+// kernel that reads them.
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -8,16 +9,18 @@ namespace {
 
 // Shapes and dtypes shared by both ops; returns the device.
 Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                  int64_t hq, const Tensor& slots, const Tensor& positions, const Tensor& out) {
+                  int64_t hq, const Tensor& table, const Tensor& seqs, const Tensor& positions,
+                  const Tensor& out) {
   const Device dev = device_of(op, {{&qkv, "qkv"},
                                     {&k_cache, "k_cache"},
                                     {&v_cache, "v_cache"},
-                                    {&slots, "slots"},
+                                    {&table, "block_table"},
+                                    {&seqs, "seqs"},
                                     {&positions, "positions"},
                                     {&out, "out", kOptional}});
   NK_CHECK(qkv.dtype() == DType::F32 || qkv.dtype() == DType::BF16, "{}: dtype {}", op,
            dtype_name(qkv.dtype()));
-  NK_CHECK(k_cache.ndim() == 4, "{}: k_cache {} must be [S, Hkv, L, D]", op, k_cache.desc());
+  NK_CHECK(k_cache.ndim() == 4, "{}: k_cache {} must be [NB, Hkv, B, D]", op, k_cache.desc());
   check_shape(v_cache, k_cache.shape(), "v_cache");
   check_dtype(k_cache, qkv.dtype(), "k_cache");
   check_dtype(v_cache, qkv.dtype(), "v_cache");
@@ -25,10 +28,13 @@ Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, cons
   NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "{}: {} query heads, {} kv heads", op, hq, hkv);
   NK_CHECK(qkv.dim(-1) == (hq + 2 * hkv) * D, "{}: qkv {} is not [N, (Hq+2*Hkv)*D] = [N, {}]", op,
            qkv.desc(), (hq + 2 * hkv) * D);
-  check_dtype(slots, DType::I32, "slots");
+  NK_CHECK(table.ndim() == 2 && table.dim(1) > 0, "{}: block_table {} must be [Q, M]", op,
+           table.desc());
+  check_dtype(table, DType::I32, "block_table");
+  check_dtype(seqs, DType::I32, "seqs");
   check_dtype(positions, DType::I32, "positions");
-  NK_CHECK(slots.numel() == n && positions.numel() == n,
-           "{}: slots {} and positions {} need one entry per token ({})", op, slots.desc(),
+  NK_CHECK(seqs.numel() == n && positions.numel() == n,
+           "{}: seqs {} and positions {} need one entry per token ({})", op, seqs.desc(),
            positions.desc(), n);
   if (out.defined()) {
     check_dtype(out, qkv.dtype(), "attention_cached out");
@@ -41,20 +47,21 @@ Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, cons
 }  // namespace
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
-                    const Tensor& slots, const Tensor& positions) {
-  const Device dev =
-      check_args("kv_cache_store", qkv, k_cache, v_cache, n_q_heads, slots, positions, Tensor());
-  NK_KERNEL(kv_cache_store, dev)(k_cache, v_cache, qkv, n_q_heads, slots, positions);
+                    const Tensor& block_table, const Tensor& seqs, const Tensor& positions) {
+  const Device dev = check_args("kv_cache_store", qkv, k_cache, v_cache, n_q_heads, block_table,
+                                seqs, positions, Tensor());
+  NK_KERNEL(kv_cache_store, dev)(k_cache, v_cache, qkv, n_q_heads, block_table, seqs, positions);
 }
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
-                      int64_t window) {
+                      int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, int64_t window) {
   NK_CHECK(out.defined(), "attention_cached: out is undefined");
   NK_CHECK(window >= 0, "attention_cached: window {} must be >= 0 (0 = full causal)", window);
-  const Device dev =
-      check_args("attention_cached", qkv, k_cache, v_cache, n_q_heads, slots, positions, out);
-  NK_KERNEL(attention_cached, dev)(out, qkv, k_cache, v_cache, n_q_heads, slots, positions, window);
+  const Device dev = check_args("attention_cached", qkv, k_cache, v_cache, n_q_heads, block_table,
+                                seqs, positions, out);
+  NK_KERNEL(attention_cached, dev)
+  (out, qkv, k_cache, v_cache, n_q_heads, block_table, seqs, positions, window);
 }
 
 }  // namespace nk::ops

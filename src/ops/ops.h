@@ -201,25 +201,29 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                         const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
 
 // ---- attention over a KV cache (inference) ----
-// The cache of one layer is k_cache, v_cache T[S, Hkv, L, D]: S sequence slots
-// of up to L positions, each kv head's positions contiguous (a decode step
-// streams them). New tokens n = 0..N-1 of any mix of sequences, prefill and
-// decode alike, are the rows of qkv T[N, (Hq+2*Hkv)*D] (q and k already
-// rotated), with slots i32[N] (their cache row) and positions i32[N] (< L).
-// There is no padding: each token names its own row and position.
+// The cache of one layer is k_cache, v_cache T[NB, Hkv, B, D]: NB blocks of B
+// positions, each kv head's positions in a block contiguous (a decode step
+// streams them). A sequence's positions live in the blocks its row of
+// block_table i32[Q, M] names: position p in block block_table[q, p / B] at
+// offset p % B (a paged cache; the contiguous cache of S slots of L positions
+// is the case NB = S, B = L, block_table [S, 1] = 0..S-1). New tokens
+// n = 0..N-1 of any mix of sequences, prefill and decode alike, are the rows of
+// qkv T[N, (Hq+2*Hkv)*D] (q and k already rotated), with seqs i32[N] (their
+// block_table row) and positions i32[N] (< M * B). There is no padding: each
+// token names its own sequence and position.
 //
-// Stores token n's k and v heads at [slots[n], :, positions[n], :].
+// Stores token n's k and v heads at position positions[n] of sequence seqs[n].
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
-                    const Tensor& slots, const Tensor& positions);
+                    const Tensor& block_table, const Tensor& seqs, const Tensor& positions);
 // out T[N, Hq*D]: query head h of token n attends, with scale 1/sqrt(D), to kv
-// head h/(Hq/Hkv) of cache row slots[n] at positions [0, positions[n]] (its
-// own k/v included, so store first); with window > 0 only at positions
+// head h/(Hq/Hkv) of sequence seqs[n] at positions [0, positions[n]] (its own
+// k/v included, so store first); with window > 0 only at positions
 // [max(0, p - window + 1), p], p = positions[n] (as attention_forward's window).
-// Positions outside that span are ignored, whatever they hold: a reused slot
-// needs no clearing.
+// Positions outside that span are ignored, whatever they hold: a reused block
+// needs no clearing. Every block a token reads must be in [0, NB).
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
-                      int64_t window = 0);
+                      int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, int64_t window = 0);
 
 // ---- softmax cross-entropy over the vocabulary ----
 // logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).

@@ -3,8 +3,10 @@
 // they get alone (greedy and seeded sampling, GPT-2 and Llama shapes); cancel
 // of unknown, finished and waiting ids; more requests than slots wait and are
 // admitted as slots free; a prompt that does not fit the cache is an error at
-// submit; events stream each sequence's text; a cache whose handles are not
-// slot numbers works unchanged (the generator never computes an address).
+// submit; events stream each sequence's text; presence and frequency
+// penalties count the generated ids only, and at 0 change nothing; a cache
+// whose handles are not slot numbers works unchanged (the generator never
+// computes an address).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,6 +15,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
 #include "infer/generate.h"
+#include "tensor_util.h"
 #include "test_util.h"
 
 #include "model/tiny_config.h"
@@ -21,10 +24,7 @@ namespace nk {
 namespace {
 
 std::vector<int32_t> random_tokens(int64_t n, uint64_t seed, int64_t V) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = int32_t(rng.below(uint64_t(V)));
-  return t;
+  return test::random_id_list(n, V, seed);
 }
 
 GenerationRequest request(std::vector<int32_t> prompt, int64_t n, bool sampled, uint64_t seed) {
@@ -239,6 +239,51 @@ TEST(GenerateStep, EventsStreamTextAndFinishReasons) {
                              "still running"));
 }
 
+// The generator hands the sampler the prompt and the generated ids apart:
+// replaying its logits through a fresh Sampler with the same seed, prompt and
+// tokens so far gives back every token, with presence, frequency and
+// repetition penalties on (greedy and sampled). Penalties set explicitly to 0
+// give exactly the tokens of a request that never mentions them.
+TEST(GenerateStep, PenaltiesSeeOnlyGeneratedTokensAndOffChangeNothing) {
+  for (bool sampled : {false, true}) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    Transformer m(test::tiny_config(true, 60, 64), DType::F32, 12);
+    GenerationRequest r = request(random_tokens(8, 6, 60), 24, sampled, 41);
+    r.sampling.top_k = 30;
+    r.sampling.top_p = 0.95;
+    r.sampling.repetition_penalty = 1.1;
+    GenerationRequest zero = r, pen = r;
+    zero.sampling.presence_penalty = 0;
+    zero.sampling.frequency_penalty = 0;
+    pen.sampling.presence_penalty = 1.5;
+    pen.sampling.frequency_penalty = 0.5;
+    Generator gen(m, nullptr, 3, /*prefill_chunk=*/4, /*max_len=*/40);
+    std::vector<std::vector<float>> logits;
+    int64_t ipen = -1;
+    const LogitsCallback keep = [&](int64_t id, const float* l, int64_t V) {
+      if (id == ipen) logits.emplace_back(l, l + V);
+    };
+    const int64_t ir = gen.submit(r), iz = gen.submit(zero);
+    ipen = gen.submit(pen);
+    while (!gen.idle()) gen.step(keep);
+    EXPECT_EQ(gen.result(iz).tokens, gen.result(ir).tokens);
+    EXPECT_EQ(gen.result(ir).tokens, alone(m, r));
+    const std::vector<int32_t>& got = gen.result(ipen).tokens;
+    ASSERT_EQ(logits.size(), got.size());
+    EXPECT_NE(got, gen.result(ir).tokens);  // the penalties do something
+    Sampler replay(pen.sampling), as_prompt(pen.sampling);
+    int64_t differ = 0;  // steps where counting the prompt too would pick otherwise
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::span<const int32_t> gen_so_far = std::span(got).first(i);
+      EXPECT_EQ(replay.sample(logits[i].data(), 60, pen.prompt, gen_so_far), got[i]) << i;
+      std::vector<int32_t> all = pen.prompt;
+      all.insert(all.end(), gen_so_far.begin(), gen_so_far.end());
+      differ += as_prompt.sample(logits[i].data(), 60, {}, all) != got[i];
+    }
+    EXPECT_GT(differ, 0);  // the replay could fail had the prompt been counted
+  }
+}
+
 // A cache whose handles are not slot numbers (100 + a permuted slot): the
 // generator only passes handles back, so its outputs do not change, and every
 // opened handle is closed.
@@ -248,23 +293,24 @@ class ShuffledCache final : public SequenceCache {
       : inner_(m.config(), m.compute_dtype(), slots, max_len, slots + 8) {}
   int64_t max_len() const override { return inner_.max_len(); }
   int64_t max_tokens() const override { return inner_.max_tokens(); }
-  int32_t open(int64_t len) override {
-    const int32_t s = inner_.open(len);
-    if (s == kNoRoom) return kNoRoom;
+  Opened open(int64_t len, std::span<const int32_t> ids) override {
+    const Opened o = inner_.open(len, ids);
+    if (o.handle == kNoRoom) return {};
     ++opened;
-    return 100 + int32_t(inner_.slots()) - 1 - s;
+    return {100 + int32_t(inner_.slots()) - 1 - o.handle, o.cached};
   }
   void close(int32_t h) override {
     ++closed;
     inner_.close(slot(h));
   }
-  void append(int32_t h, int64_t first, std::span<const int32_t> ids,
-              StepBuffer& step) const override {
-    inner_.append(slot(h), first, ids, step);
+  bool append(int32_t h, int64_t first, std::span<const int32_t> ids, StepBuffer& step) override {
+    return inner_.append(slot(h), first, ids, step);
   }
   void forward(Transformer& model, const StepBuffer& step, Tensor logits) override {
     inner_.forward(model, step, logits);
   }
+  int64_t blocks_used() const override { return inner_.blocks_used(); }
+  int64_t blocks_total() const override { return inner_.blocks_total(); }
   int64_t opened = 0, closed = 0;
 
  private:

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace nk {
 namespace {
@@ -96,7 +99,128 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   EXPECT_EQ(a[0], 2.0f);  // the caller's logits are untouched
 }
 
+// OpenAI's rule: logit[t] -= presence * (count[t] > 0) + frequency * count[t],
+// count[t] over the generated ids only.
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokensOnly) {
+  const std::vector<float> l = {2.0f, 1.8f, 1.0f, 0.5f};
+  const std::vector<int32_t> none, zero = {0}, zero3 = {0, 0, 0}, one = {1};
+  SamplingConfig c;
+  c.temperature = 0;
+  c.presence_penalty = 0.5;  // 2.0 -> 1.5 once id 0 was generated, however often
+  Sampler p(c);
+  EXPECT_EQ(p.sample(l.data(), 4, none, none), 0);
+  EXPECT_EQ(p.sample(l.data(), 4, none, zero), 1);
+  EXPECT_EQ(p.sample(l.data(), 4, none, zero3), 1);
+  EXPECT_EQ(p.sample(l.data(), 4, zero3, none), 0);  // the prompt is not counted
+  EXPECT_EQ(p.sample(l.data(), 4, zero3, one), 0);
+  const std::vector<int32_t> outside = {-1, 4, 99};  // ids outside the vocabulary: ignored
+  EXPECT_EQ(p.sample(l.data(), 4, none, outside), 0);
+  c.presence_penalty = 0;
+  c.frequency_penalty = 0.1;  // once: 1.9 > 1.8; thrice: 1.7 < 1.8
+  Sampler f(c);
+  EXPECT_EQ(f.sample(l.data(), 4, none, zero), 0);
+  EXPECT_EQ(f.sample(l.data(), 4, none, zero3), 1);
+  EXPECT_EQ(f.sample(l.data(), 4, zero3, zero), 0);    // prompt copies add nothing
+  const std::vector<int32_t> mixed = {0, 2, 0, 0, 2};  // id 0 thrice among others
+  EXPECT_EQ(f.sample(l.data(), 4, none, mixed), 1);
+  // Both: 2.0 - 0.05 - 2 * 0.1 = 1.75 < 1.8.
+  c.presence_penalty = 0.05;
+  const std::vector<int32_t> zero2 = {0, 0};
+  Sampler pf(c);
+  EXPECT_EQ(pf.sample(l.data(), 4, none, zero), 0);  // 1.85
+  EXPECT_EQ(pf.sample(l.data(), 4, none, zero2), 1);
+  EXPECT_EQ(l[0], 2.0f);  // the caller's logits are untouched
+}
+
+TEST(Sampler, NegativePenaltiesEncourageRepeats) {
+  const std::vector<float> l = {2.0f, 1.8f, 1.0f};
+  const std::vector<int32_t> none, one = {1}, one3 = {1, 1, 1}, two = {2};
+  SamplingConfig c;
+  c.temperature = 0;
+  c.presence_penalty = -0.5;  // 1.8 -> 2.3
+  Sampler p(c);
+  EXPECT_EQ(p.sample(l.data(), 3, none, one), 1);
+  EXPECT_EQ(p.sample(l.data(), 3, one, none), 0);
+  EXPECT_EQ(p.sample(l.data(), 3, none, two), 0);  // 1.5 < 2.0
+  c.presence_penalty = 0;
+  c.frequency_penalty = -0.1;  // once: 1.9 < 2.0; thrice: 2.1 > 2.0
+  Sampler f(c);
+  EXPECT_EQ(f.sample(l.data(), 3, none, one), 0);
+  EXPECT_EQ(f.sample(l.data(), 3, none, one3), 1);
+}
+
+// repetition_penalty keeps looking at prompt and generated ids alike, each
+// distinct id once, and comes before the presence penalty.
+TEST(Sampler, RepetitionPenaltySeesThePromptAndComesFirst) {
+  const std::vector<float> l = {2.0f, 0.9f, 1.5f};
+  const std::vector<int32_t> none, zero = {0}, two = {2}, zero2 = {0, 2};
+  SamplingConfig c;
+  c.temperature = 0;
+  c.repetition_penalty = 2.0;
+  Sampler r(c);
+  EXPECT_EQ(r.sample(l.data(), 3, zero, none), 2);  // 2.0 -> 1.0 < 1.5
+  EXPECT_EQ(r.sample(l.data(), 3, none, zero), 2);
+  EXPECT_EQ(r.sample(l.data(), 3, zero, two), 0);    // 1.0 vs 0.75
+  EXPECT_EQ(r.sample(l.data(), 3, zero2, zero), 0);  // id 0 divided once, not twice
+  // 2.0 / 2 - 0.2 = 0.8 < 0.9 (presence first would tie at 0.9 and pick id 0).
+  const std::vector<float> m = {2.0f, 0.9f};
+  c.presence_penalty = 0.2;
+  Sampler rp(c);
+  EXPECT_EQ(rp.sample(m.data(), 2, none, zero), 1);
+  EXPECT_EQ(rp.sample(m.data(), 2, zero, none), 0);  // 1.0: the prompt is not counted
+}
+
+// With the penalties at 0 (or with nothing generated yet) the sampler reads
+// neither span: its picks and its RNG's draws are those of a sampler given no
+// context at all, and where the context splits does not matter to
+// repetition_penalty.
+TEST(Sampler, PenaltiesOffOrNothingGeneratedChangeNoDraw) {
+  Rng rng(11);
+  std::vector<float> l(50);
+  std::vector<int32_t> ctx(30);
+  for (double t : {0.0, 0.7, 1.3}) {
+    SamplingConfig base;
+    base.temperature = t;
+    base.top_k = 20;
+    base.top_p = 0.9;
+    base.seed = 5;
+    SamplingConfig zero = base, pres = base;
+    zero.presence_penalty = 0;
+    zero.frequency_penalty = 0;
+    pres.presence_penalty = 1.5;
+    pres.frequency_penalty = -1;
+    SamplingConfig rep = base;
+    rep.repetition_penalty = 1.4;
+    Sampler a(base), b(zero), p(pres), r1(rep), r2(rep);
+    for (int i = 0; i < 500; ++i) {
+      for (float& x : l) x = float(rng.uniform() * 6 - 3);
+      for (int32_t& x : ctx) x = int32_t(rng.below(50));
+      const std::span<const int32_t> all(ctx);
+      const int32_t want = a.sample(l.data(), 50);
+      EXPECT_EQ(b.sample(l.data(), 50, all.first(10), all.subspan(10)), want);
+      EXPECT_EQ(p.sample(l.data(), 50, all, {}), want);
+      EXPECT_EQ(r1.sample(l.data(), 50, all),
+                r2.sample(l.data(), 50, all.first(7), all.subspan(7)));
+    }
+  }
+}
+
 TEST(Sampler, ValidateNamesTheOption) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
+    for (double v : {2.5, -2.5, std::nan("")}) {
+      SamplingConfig c;
+      (std::string(key) == "presence_penalty" ? c.presence_penalty : c.frequency_penalty) = v;
+      try {
+        validate(c);
+        ADD_FAILURE() << key << " " << v;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      }
+      (std::string(key) == "presence_penalty" ? c.presence_penalty : c.frequency_penalty) =
+          v > 0 ? 2.0 : -2.0;
+      EXPECT_NO_THROW(validate(c));
+    }
+
   SamplingConfig c;
   c.repetition_penalty = 0;
   EXPECT_THROW(validate(c), Error);

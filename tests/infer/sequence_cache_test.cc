@@ -1,6 +1,6 @@
 // SlotCache, the contiguous SequenceCache: slots handed out lowest first and
 // reused once closed, no room when full or for a sequence longer than a slot,
-// appended tokens carry their slot and positions, misuse of a handle is an
+// appended tokens carry their slot and positions, occupancy in slots, misuse of a handle is an
 // internal error (a bug in the caller, not a user mistake).
 #include "infer/sequence_cache.h"
 
@@ -29,26 +29,30 @@ TEST(SlotCache, HandsOutSlotsAndAddressesTokens) {
   SlotCache sc(c, DType::F32, 3, 20, 8);
   EXPECT_EQ(sc.max_len(), 20);
   EXPECT_EQ(sc.max_tokens(), 8);
-  EXPECT_EQ(sc.open(21), SequenceCache::kNoRoom);  // longer than a slot
-  EXPECT_EQ(sc.open(20), 0);
-  EXPECT_EQ(sc.open(5), 1);
-  EXPECT_EQ(sc.open(1), 2);
-  EXPECT_EQ(sc.open(1), SequenceCache::kNoRoom);  // full
+  const std::vector<int32_t> one = {5};
+  auto open = [&](int64_t len) { return sc.open(len, one).handle; };
+  EXPECT_EQ(open(21), SequenceCache::kNoRoom);  // longer than a slot
+  EXPECT_EQ(open(20), 0);
+  EXPECT_EQ(open(5), 1);
+  EXPECT_EQ(sc.open(1, one).cached, 0);        // no prefix cache
+  EXPECT_EQ(open(1), SequenceCache::kNoRoom);  // full
   EXPECT_EQ(sc.free_slots(), 0);
+  EXPECT_EQ(sc.blocks_used(), 3);
   sc.close(1);
   EXPECT_EQ(sc.free_slots(), 1);
-  EXPECT_EQ(sc.open(3), 1);
+  EXPECT_EQ(sc.blocks_used(), 2);
+  EXPECT_EQ(sc.blocks_total(), 3);
+  EXPECT_EQ(open(3), 1);
 
   StepBuffer step;
   const std::vector<int32_t> a = {7, 8, 9}, b = {4};
-  sc.append(2, 0, a, step);
-  sc.append(0, 11, b, step);
+  EXPECT_TRUE(sc.append(2, 0, a, step));
+  EXPECT_TRUE(sc.append(0, 11, b, step));
   EXPECT_EQ(step.tokens, (std::vector<int32_t>{7, 8, 9, 4}));
-  EXPECT_EQ(step.slots, (std::vector<int32_t>{2, 2, 2, 0}));
+  EXPECT_EQ(step.seqs, (std::vector<int32_t>{2, 2, 2, 0}));
   EXPECT_EQ(step.positions, (std::vector<int32_t>{0, 1, 2, 11}));
-  EXPECT_EQ(step.view().tokens.size(), 4u);
   step.clear();
-  EXPECT_TRUE(step.tokens.empty() && step.slots.empty() && step.positions.empty());
+  EXPECT_TRUE(step.tokens.empty() && step.seqs.empty() && step.positions.empty());
 
   EXPECT_TRUE(test::contains(internal_error_of([&] { sc.append(0, 19, a, step); }),
                              "positions [19, 22) outside"));

@@ -20,6 +20,7 @@
 #include "model/kv_cache.h"
 #include "model/transformer.h"
 
+#include "model/full_logits.h"
 #include "model/tiny_config.h"
 
 namespace nk {
@@ -34,18 +35,6 @@ std::vector<int32_t> random_tokens(int64_t n, uint64_t seed, int64_t V) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = int32_t(rng.next_u64() % uint64_t(V));
   return t;
-}
-
-// Logits [T*V] of the plain forward over the whole sequence.
-std::vector<float> full_logits(Transformer& m, const std::vector<int32_t>& toks) {
-  const int64_t T = int64_t(toks.size()), V = m.config().vocab_size;
-  Activations a(m.config(), m.compute_dtype(), 1, T, false);
-  Tensor t = Tensor::empty({1, T}, DType::I32), lg = Tensor::empty({T, V}, DType::F32);
-  ops::copy_bytes_from_host(t, toks.data());
-  m.forward_all_logits(a, t, lg);
-  std::vector<float> out(size_t(T * V));
-  ops::copy_to_host(lg, out.data());
-  return out;
 }
 
 // Runs the sequences together: call 0 prefills prompt[i] tokens of each, then
@@ -74,7 +63,8 @@ std::vector<std::vector<float>> cached_logits(Transformer& m,
     }
     if (tok.empty()) break;
     Tensor lg = Tensor::empty({int64_t(rows.size()), V}, DType::F32);
-    m.forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
+    const std::vector<int32_t> table{0, 1, 2};  // contiguous: one block per slot
+    m.forward_cached(cache, CachedStep{tok, slot, pos, rows, table}, lg);
     std::vector<float> h(size_t(lg.numel()));
     ops::copy_to_host(lg, h.data());
     for (size_t r = 0; r < rows.size(); ++r)
@@ -96,7 +86,7 @@ void check(bool llama, DType dt, double tol) {
   Transformer m(tiny(llama), dt, 11);
   const int64_t V = m.config().vocab_size;
   std::vector<int32_t> a = random_tokens(23, 1, V), b = random_tokens(14, 2, V);
-  std::vector<float> fa = full_logits(m, a), fb = full_logits(m, b);
+  std::vector<float> fa = test::full_logits(m, a), fb = test::full_logits(m, b);
   // Alone: prefill 7, then 16 decode steps.
   double alone = max_diff(cached_logits(m, {a}, {7})[0], fa);
   // Together: prefills of 9 and 3 in one call, then decoding side by side

@@ -383,7 +383,8 @@ TEST(Peft, KvCachePathMatchesFullForward) {
     ops::copy_bytes_to_host(bt.tokens, tok.data());
     for (int32_t i = 0; i < int32_t(T); ++i) pos[size_t(i)] = rows[size_t(i)] = i;
     Tensor lg = Tensor::empty({T, V}, DType::F32);
-    m->forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
+    const std::vector<int32_t> table{0};
+    m->forward_cached(cache, CachedStep{tok, slot, pos, rows, table}, lg);
     EXPECT_LE(rel_err(host(lg), full), 1e-5) << model_config_to_json(c);
   }
 }

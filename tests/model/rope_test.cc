@@ -245,7 +245,8 @@ std::vector<float> cached_logits(Transformer& m, const std::vector<int32_t>& tok
       pos.push_back(int32_t(done + k));
     }
     Tensor lg = Tensor::empty({n, V}, DType::F32);
-    m.forward_cached(cache, CachedStep{tok, slot, pos, rows}, lg);
+    const std::vector<int32_t> table{0};
+    m.forward_cached(cache, CachedStep{tok, slot, pos, rows, table}, lg);
     std::vector<float> h = host(lg);
     out.insert(out.end(), h.begin(), h.end());
     done += n;

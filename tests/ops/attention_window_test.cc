@@ -101,7 +101,8 @@ TEST(AttentionWindowRef, BackwardMatchesFiniteDifferences) {
 TEST(AttentionWindowRef, CachedEqualsForward) {
   const AttentionDims d{1, 20, 4, 2, 8};
   const auto qkv = test::randn(d.T * d.row(), 31);
-  const ref::CacheDims c{d.T, d.Hq, d.Hkv, d.D, 1, d.T};
+  const int32_t table[] = {0};  // one block of T positions
+  const ref::CacheDims c{d.T, d.Hq, d.Hkv, d.D, d.T, 1, table};
   std::vector<double> kc(d.Hkv * d.T * d.D), vc(kc.size()), got(d.T * d.Hq * d.D);
   std::vector<int32_t> slot(d.T, 0), pos(d.T);
   for (int64_t t = 0; t < d.T; ++t) pos[t] = int32_t(t);
@@ -253,8 +254,9 @@ TEST_P(AttentionWindowFast, CachedPrefillAndDecodeEqualForward) {
           test::make({n, Wd}, DType::F32,
                      std::vector<double>(x.begin() + t0 * Wd, x.begin() + (t0 + n) * Wd), dev());
       Tensor o = Tensor::empty({n, Hq * D}, DType::F32, dev());
-      ops::kv_cache_store(kc, vc, q, Hq, sl, ps);
-      ops::attention_cached(o, q, kc, vc, Hq, sl, ps, W);
+      Tensor tb = test::make_i32({2, 1}, {0, 1}, dev());  // contiguous: block s is slot s
+      ops::kv_cache_store(kc, vc, q, Hq, tb, sl, ps);
+      ops::attention_cached(o, q, kc, vc, Hq, tb, sl, ps, W);
       const auto v = values(o);
       got.insert(got.end(), v.begin(), v.end());
     }

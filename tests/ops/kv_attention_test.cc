@@ -1,8 +1,12 @@
 // ops::kv_cache_store + ops::attention_cached on every backend against the
-// double reference (ops/ref/kv_attention.h), f32 and bf16, on a ragged mix of tokens: several
-// slots, prefill runs and single decode tokens, GQA and MHA. Also: the cached
-// op over a fully stored sequence equals the causal attention_forward, and bad
-// slots/positions are errors naming the token.
+// double reference (ops/ref/kv_attention.h), f32 and bf16, on a ragged mix of
+// tokens: several sequences, prefill runs and single decode tokens, GQA and
+// MHA; over the contiguous layout (one block per sequence) and paged ones
+// (block sizes 1, 16, 64, blocks scattered through the pool, a prefix's blocks
+// shared by two sequences). A paged cache gives the contiguous cache's bits.
+// Also: the cached op over a fully stored sequence equals the causal
+// attention_forward, and bad sequences, positions and blocks are errors naming
+// the token.
 //
 // Tolerances: tol_for(dtype) of op_harness.h against the reference fed the
 // same rounded inputs (f32: accumulation order only, 1e-4 rel; bf16: one
@@ -19,59 +23,114 @@ namespace {
 
 using namespace test;  // the op harness: make, randn, expect_close, ...
 
+// Q sequences of up to L = M * B positions in NB blocks of B; token n is
+// sequence seqs[n] at position pos[n].
 struct Case {
-  int64_t Hq, Hkv, D, S, L;
-  std::vector<int32_t> slots, pos;
+  int64_t Hq, Hkv, D, B, M, NB;
+  std::vector<int32_t> table;  // [Q, M]
+  std::vector<int32_t> seqs, pos;
+  int64_t Q() const { return int64_t(table.size()) / M; }
 };
 
 class KvAttention : public BackendTest {};
 NK_INSTANTIATE_BACKENDS(KvAttention);
 
-void check_against_reference(Device dev, const Case& cs, DType dt, int64_t window = 0) {
-  const int64_t N = int64_t(cs.slots.size());
-  ref::CacheDims d{N, cs.Hq, cs.Hkv, cs.D, cs.S, cs.L};
-  const int64_t cache_n = cs.S * cs.Hkv * cs.L * cs.D;
+// Runs the ops on `dev` and returns out; checks caches and out against the
+// reference.
+std::vector<double> check_against_reference(Device dev, const Case& cs, DType dt,
+                                            int64_t window = 0) {
+  const int64_t N = int64_t(cs.seqs.size());
+  ref::CacheDims d{N, cs.Hq, cs.Hkv, cs.D, cs.B, cs.M, cs.table.data()};
+  const Shape cache_shape{cs.NB, cs.Hkv, cs.B, cs.D};
+  const int64_t cache_n = cs.NB * cs.Hkv * cs.B * cs.D;
   // The caches start with random history: every position a token attends to
   // but does not store itself is "previously cached".
   std::vector<double> qkv = rounded(randn(size_t(N * d.row()), 1), dt);
   std::vector<double> kc = rounded(randn(size_t(cache_n), 2), dt);
   std::vector<double> vc = rounded(randn(size_t(cache_n), 3), dt);
-  Tensor tq = make({N, d.row()}, dt, qkv, dev), tk = make({cs.S, cs.Hkv, cs.L, cs.D}, dt, kc, dev),
-         tv = make({cs.S, cs.Hkv, cs.L, cs.D}, dt, vc, dev);
-  Tensor sl = make_i32({N}, cs.slots, dev), ps = make_i32({N}, cs.pos, dev);
+  Tensor tq = make({N, d.row()}, dt, qkv, dev), tk = make(cache_shape, dt, kc, dev),
+         tv = make(cache_shape, dt, vc, dev);
+  Tensor tb = make_i32({cs.Q(), cs.M}, cs.table, dev);
+  Tensor sq = make_i32({N}, cs.seqs, dev), ps = make_i32({N}, cs.pos, dev);
   Tensor out = Tensor::empty({N, cs.Hq * cs.D}, dt, dev);
-  ops::kv_cache_store(tk, tv, tq, cs.Hq, sl, ps);
-  ops::attention_cached(out, tq, tk, tv, cs.Hq, sl, ps, window);
+  ops::kv_cache_store(tk, tv, tq, cs.Hq, tb, sq, ps);
+  ops::attention_cached(out, tq, tk, tv, cs.Hq, tb, sq, ps, window);
 
   std::vector<double> want(size_t(N * cs.Hq * cs.D));
-  ref::kv_cache_store(kc.data(), vc.data(), qkv.data(), cs.slots.data(), cs.pos.data(), d);
-  ref::attention_cached(want.data(), qkv.data(), kc.data(), vc.data(), cs.slots.data(),
+  ref::kv_cache_store(kc.data(), vc.data(), qkv.data(), cs.seqs.data(), cs.pos.data(), d);
+  ref::attention_cached(want.data(), qkv.data(), kc.data(), vc.data(), cs.seqs.data(),
                         cs.pos.data(), d, window);
   expect_close(values(tk), kc, {0, 0}, "k_cache");
   expect_close(values(tv), vc, {0, 0}, "v_cache");
   expect_close(values(out), want, tol_for(dt), "out");
+  return values(out);
 }
 
-// Slot 0: a 70-token prefill (crosses a 64 boundary); slot 2: decode at 37;
-// slot 1: a 5-token prefill continuing at position 10; slot 3: position 0.
-Case ragged(int64_t Hq, int64_t Hkv, int64_t D) {
-  Case c{Hq, Hkv, D, 4, 96, {}, {}};
-  for (int32_t p = 0; p < 70; ++p) c.slots.push_back(0), c.pos.push_back(p);
-  c.slots.push_back(2), c.pos.push_back(37);
-  for (int32_t p = 10; p < 15; ++p) c.slots.push_back(1), c.pos.push_back(p);
-  c.slots.push_back(3), c.pos.push_back(0);
+// Sequence 0: a 70-token prefill (crosses a 64 boundary); sequence 2: decode
+// at 37; sequence 1: a 5-token prefill continuing at position 10; sequence 3:
+// position 0. In the contiguous layout (block_size 0): one block of 96
+// positions per sequence.
+Case ragged(int64_t Hq, int64_t Hkv, int64_t D, int64_t block_size = 0) {
+  const int64_t L = 96, B = block_size ? block_size : L, M = (L + B - 1) / B;
+  Case c{Hq, Hkv, D, B, M, 0, {}, {}, {}};
+  for (int32_t p = 0; p < 70; ++p) c.seqs.push_back(0), c.pos.push_back(p);
+  c.seqs.push_back(2), c.pos.push_back(37);
+  for (int32_t p = 10; p < 15; ++p) c.seqs.push_back(1), c.pos.push_back(p);
+  c.seqs.push_back(3), c.pos.push_back(0);
+  // Blocks dealt in a scrambled order (a pool after many opens and closes),
+  // with two spare blocks no sequence names.
+  c.NB = 4 * M + 2;
+  for (int64_t i = 0; i < 4 * M; ++i) c.table.push_back(int32_t((i * 7 + 3) % (4 * M + 2)));
   return c;
 }
 
 TEST_P(KvAttention, MatchesReferenceF32) {
-  check_against_reference(dev(), ragged(4, 2, 16), DType::F32);
-  check_against_reference(dev(), ragged(3, 3, 24), DType::F32);
-  check_against_reference(dev(), ragged(8, 1, 64), DType::F32);
+  for (int64_t B : {0, 1, 16, 64}) {
+    SCOPED_TRACE(::testing::Message() << "block size " << B);
+    check_against_reference(dev(), ragged(4, 2, 16, B), DType::F32);
+    check_against_reference(dev(), ragged(3, 3, 24, B), DType::F32);
+    check_against_reference(dev(), ragged(8, 1, 64, B), DType::F32);
+  }
 }
 
 TEST_P(KvAttention, MatchesReferenceBf16) {
-  check_against_reference(dev(), ragged(4, 2, 16), DType::BF16);
-  check_against_reference(dev(), ragged(8, 1, 64), DType::BF16);
+  for (int64_t B : {0, 16}) {
+    SCOPED_TRACE(::testing::Message() << "block size " << B);
+    check_against_reference(dev(), ragged(4, 2, 16, B), DType::BF16);
+    check_against_reference(dev(), ragged(8, 1, 64, B), DType::BF16);
+  }
+}
+
+// The same logical history in blocks of any size gives the same bits: the
+// paged layout changes addresses, not arithmetic. History is random per
+// layout, so compare the decode of a freshly stored sequence: 40 tokens
+// stored and attended to in one call.
+TEST_P(KvAttention, PagedEqualsContiguousBitForBit) {
+  std::vector<double> first;
+  for (int64_t B : {0, 1, 16, 64}) {
+    const int64_t L = 64, Bs = B ? B : L, M = L / Bs;
+    Case c{4, 2, 16, Bs, M, M + 3, {}, {}, {}};
+    for (int64_t i = 0; i < M; ++i) c.table.push_back(int32_t((i * 5 + 2) % (M + 3)));
+    for (int32_t p = 0; p < 40; ++p) c.seqs.push_back(0), c.pos.push_back(p);
+    const std::vector<double> got = check_against_reference(dev(), c, DType::F32);
+    if (first.empty())
+      first = got;
+    else
+      EXPECT_EQ(got, first) << "block size " << B;
+  }
+}
+
+// Two sequences whose tables share their first blocks (a cached prefix): the
+// second, decoding past the shared part, reads the first one's k and v.
+TEST_P(KvAttention, SharedPrefixBlocks) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Case c{4, 2, 16, 16, 4, 9, {}, {}, {}};
+    c.table = {5, 0, 7, 2,   // sequence 0
+               5, 0, 3, 8};  // sequence 1: blocks 5 and 0 (positions 0..31) shared
+    for (int32_t p = 0; p < 40; ++p) c.seqs.push_back(0), c.pos.push_back(p);
+    for (int32_t p = 32; p < 36; ++p) c.seqs.push_back(1), c.pos.push_back(p);
+    check_against_reference(dev(), c, dt);
+  }
 }
 
 // Sliding windows: 1, shorter than the prefill run, longer than every position.
@@ -79,13 +138,15 @@ TEST_P(KvAttention, MatchesReferenceWithWindow) {
   for (int64_t window : {1, 9, 40, 200}) {
     SCOPED_TRACE(::testing::Message() << "window " << window);
     check_against_reference(dev(), ragged(4, 2, 16), DType::F32, window);
+    check_against_reference(dev(), ragged(4, 2, 16, 16), DType::F32, window);
     check_against_reference(dev(), ragged(8, 1, 64), DType::BF16, window);
   }
   Tensor qkv = make({1, 4 * 8}, DType::F32, std::vector<double>(32), dev());
   Tensor kc = make({1, 1, 8, 8}, DType::F32, std::vector<double>(64), dev());
   Tensor out = Tensor::empty({1, 2 * 8}, DType::F32, dev());
-  Tensor sl = make_i32({1}, {0}, dev()), ps = make_i32({1}, {0}, dev());
-  EXPECT_THROW(ops::attention_cached(out, qkv, kc, kc, 2, sl, ps, -1), InternalError);
+  Tensor tb = make_i32({1, 1}, {0}, dev());
+  Tensor sq = make_i32({1}, {0}, dev()), ps = make_i32({1}, {0}, dev());
+  EXPECT_THROW(ops::attention_cached(out, qkv, kc, kc, 2, tb, sq, ps, -1), InternalError);
 }
 
 // Storing a whole sequence at positions 0..T-1 then attending is causal
@@ -98,29 +159,38 @@ TEST_P(KvAttention, FullSequenceEqualsCausalAttention) {
   ops::attention_forward(out, lse, qkv, Hq, Hkv);
   Tensor kc = make({2, Hkv, T, D}, DType::F32, std::vector<double>(size_t(2 * Hkv * T * D)), dev()),
          vc = make({2, Hkv, T, D}, DType::F32, std::vector<double>(size_t(2 * Hkv * T * D)), dev());
-  std::vector<int32_t> slots(size_t(T), 1), positions(static_cast<size_t>(T));
+  std::vector<int32_t> seqs(size_t(T), 1), positions(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(t);
-  Tensor sl = make_i32({T}, slots, dev()), ps = make_i32({T}, positions, dev());
+  Tensor tb = make_i32({2, 1}, {0, 1}, dev());
+  Tensor sq = make_i32({T}, seqs, dev()), ps = make_i32({T}, positions, dev());
   Tensor got = Tensor::empty({T, Hq * D}, DType::F32, dev());
   Tensor q2 = qkv.view({T, W});
-  ops::kv_cache_store(kc, vc, q2, Hq, sl, ps);
-  ops::attention_cached(got, q2, kc, vc, Hq, sl, ps);
+  ops::kv_cache_store(kc, vc, q2, Hq, tb, sq, ps);
+  ops::attention_cached(got, q2, kc, vc, Hq, tb, sq, ps);
   expect_close(values(got), values(out), {1e-5, 1e-6}, "cached vs causal");
 }
 
-TEST_P(KvAttention, BadSlotOrPositionNamesTheToken) {
+TEST_P(KvAttention, BadSequencePositionOrBlockNamesTheToken) {
+  // Two blocks of 8 positions; two sequences of up to 2 blocks.
   Tensor qkv = make({2, 4 * 8}, DType::F32, std::vector<double>(64), dev());
   Tensor kc = make({2, 1, 8, 8}, DType::F32, std::vector<double>(128), dev()),
          vc = make({2, 1, 8, 8}, DType::F32, std::vector<double>(128), dev());
   Tensor out = Tensor::empty({2, 2 * 8}, DType::F32, dev());
-  Tensor sl = make_i32({2}, {0, 2}, dev()), ps = make_i32({2}, {0, 0}, dev());
+  Tensor tb = make_i32({2, 2}, {0, 1, 1, 2}, dev());
+  auto attend = [&](std::vector<int32_t> seqs, std::vector<int32_t> pos) {
+    Tensor sq = make_i32({2}, seqs, dev()), ps = make_i32({2}, pos, dev());
+    return test::error_of([&] { ops::attention_cached(out, qkv, kc, vc, 2, tb, sq, ps); });
+  };
+  EXPECT_TRUE(test::contains(attend({0, 2}, {0, 0}), "token 1 names sequence 2"));
+  EXPECT_TRUE(test::contains(attend({0, 0}, {16, 0}), "token 0 is at position 16"));
+  // Sequence 1's second block is 2, outside the pool of 2 blocks.
   EXPECT_TRUE(
-      test::contains(test::error_of([&] { ops::attention_cached(out, qkv, kc, vc, 2, sl, ps); }),
-                     "token 1 names cache slot 2"));
-  sl = make_i32({2}, {0, 0}, dev());
-  ps = make_i32({2}, {8, 0}, dev());
-  EXPECT_TRUE(test::contains(test::error_of([&] { ops::kv_cache_store(kc, vc, qkv, 2, sl, ps); }),
-                             "token 0 is at position 8"));
+      test::contains(attend({0, 1}, {3, 9}), "token 1 (sequence 1, position 9) reads block 2"));
+  EXPECT_EQ(attend({0, 1}, {3, 7}), "(no error)");
+  Tensor sq = make_i32({2}, {0, 0}, dev()), ps = make_i32({2}, {0, 16}, dev());
+  EXPECT_TRUE(
+      test::contains(test::error_of([&] { ops::kv_cache_store(kc, vc, qkv, 2, tb, sq, ps); }),
+                     "token 1 is at position 16"));
 }
 
 }  // namespace

@@ -88,10 +88,10 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
                         const Tensor& cu_seqlens, int64_t window);
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
-                    const Tensor& slots, const Tensor& positions);
+                    const Tensor& block_table, const Tensor& seqs, const Tensor& positions);
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
-                      int64_t window);
+                      int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, int64_t window);
 
 // ---- softmax cross-entropy (cross_entropy.cc) ----
 void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& targets,

@@ -1,13 +1,15 @@
-// Attention of new tokens over a KV cache (decode and ragged prefill): CPU
-// kernels, arguments checked by ops/kv_attention.cc.
+// Attention of new tokens over a paged KV cache (decode and ragged prefill):
+// CPU kernels, arguments checked by ops/kv_attention.cc.
 //
 // One task per (new token, kv head): the group's G query heads share each
 // cache row as it streams by, so a decode step reads every cached k and v of a
-// head once. Scores are held for the token's whole visible span ([G, pos+1]
-// fp32, or its last `window` positions; grow-only per-thread scratch), then an
-// exact two-pass softmax (max, then exp-sum) and the weighted sum of v rows.
-// Work per token is linear in its span; tasks are dealt round-robin to the
-// threads so that a prefill, whose later tokens see more keys, splits evenly.
+// head once, a block's run of positions at a time. Scores are held for the
+// token's whole visible span ([G, pos+1] fp32, or its last `window` positions;
+// grow-only per-thread scratch), then an exact two-pass softmax (max, then
+// exp-sum) and the weighted sum of v rows. Work per token is linear in its
+// span; tasks are dealt round-robin to the threads so that a prefill, whose
+// later tokens see more keys, splits evenly. The arithmetic does not depend on
+// the block size: a paged cache gives the contiguous cache's bits.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -23,25 +25,36 @@ namespace {
 namespace sm = softmax;
 
 struct CacheDims {
-  int64_t N, Hq, Hkv, D, S, L;
+  int64_t N, Hq, Hkv, D, NB, B;  // tokens, heads, head dim, blocks, positions per block
+  int64_t Q, M;                  // block table [Q, M]
+  const int32_t* table;
   int64_t group() const { return Hq / Hkv; }
   int64_t row() const { return (Hq + 2 * Hkv) * D; }
-  int64_t at(int64_t slot, int64_t kvh, int64_t pos) const {
-    return ((slot * Hkv + kvh) * L + pos) * D;
+  // Offset of (sequence q, kv head, position p) in a layer's cache.
+  int64_t at(int64_t q, int64_t kvh, int64_t p) const {
+    return ((table[q * M + p / B] * Hkv + kvh) * B + p % B) * D;
   }
 };
 
-// The dims of the (checked) arguments, after validating each token's slot and
-// position against the cache: they come from the scheduler's data.
+// The dims of the (checked) arguments, after validating each token's
+// sequence, position and every block it reads: they come from the
+// scheduler's data.
 CacheDims dims_of(const char* op, const Tensor& qkv, const Tensor& k_cache, int64_t hq,
-                  const Tensor& slots, const Tensor& positions) {
-  CacheDims d{rows_of(qkv), hq, k_cache.dim(1), k_cache.dim(3), k_cache.dim(0), k_cache.dim(2)};
-  const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
+                  const Tensor& table, const Tensor& seqs, const Tensor& positions) {
+  CacheDims d{rows_of(qkv),   hq,           k_cache.dim(1), k_cache.dim(3),       k_cache.dim(0),
+              k_cache.dim(2), table.dim(0), table.dim(1),   table.data<int32_t>()};
+  const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
   for (int64_t n = 0; n < d.N; ++n) {
-    if (sl[n] < 0 || sl[n] >= d.S)
-      fail("{}: token {} names cache slot {}, outside [0, {})", op, n, sl[n], d.S);
-    if (ps[n] < 0 || ps[n] >= d.L)
-      fail("{}: token {} is at position {}, outside the cache's [0, {})", op, n, ps[n], d.L);
+    if (sq[n] < 0 || sq[n] >= d.Q)
+      fail("{}: token {} names sequence {}, outside the block table's [0, {})", op, n, sq[n], d.Q);
+    if (ps[n] < 0 || ps[n] >= d.M * d.B)
+      fail("{}: token {} is at position {}, outside the cache's [0, {})", op, n, ps[n], d.M * d.B);
+    for (int64_t j = 0; j <= ps[n] / d.B; ++j) {
+      const int32_t blk = d.table[sq[n] * d.M + j];
+      if (blk < 0 || blk >= d.NB)
+        fail("{}: token {} (sequence {}, position {}) reads block {}, outside [0, {})", op, n,
+             sq[n], ps[n], blk, d.NB);
+    }
   }
   return d;
 }
@@ -67,14 +80,14 @@ float* scratch(size_t n) {
 }
 
 template <typename T>
-void store_impl(T* kc, T* vc, const T* qkv, const int32_t* slot, const int32_t* pos,
+void store_impl(T* kc, T* vc, const T* qkv, const int32_t* seq, const int32_t* pos,
                 const CacheDims& d) {
   parallel_for(d.N, 16, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n)
       for (int64_t h = 0; h < d.Hkv; ++h) {
         const T* src = qkv + n * d.row() + (d.Hq + h) * d.D;
-        std::copy(src, src + d.D, kc + d.at(slot[n], h, pos[n]));
-        std::copy(src + d.Hkv * d.D, src + (d.Hkv + 1) * d.D, vc + d.at(slot[n], h, pos[n]));
+        std::copy(src, src + d.D, kc + d.at(seq[n], h, pos[n]));
+        std::copy(src + d.Hkv * d.D, src + (d.Hkv + 1) * d.D, vc + d.at(seq[n], h, pos[n]));
       }
   });
 }
@@ -82,7 +95,7 @@ void store_impl(T* kc, T* vc, const T* qkv, const int32_t* slot, const int32_t* 
 // Token n sees positions [first, pos[n]]: first = pos[n] - window + 1 (>= 0)
 // under a sliding window, else 0.
 template <typename T>
-void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* slot,
+void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* seq,
                  const int32_t* pos, int64_t window, const CacheDims& d) {
   const int64_t G = d.group(), D = d.D, tasks = d.N * d.Hkv;
   const float scale = 1.f / std::sqrt(float(D));
@@ -102,11 +115,15 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
         for (int64_t g = 0; g < G; ++g)
           for (int64_t c = 0; c < D; ++c)
             q[g * D + c] = scale * to_f32(qkv[n * d.row() + (kvh * G + g) * D + c]);
-        const T* kr = kc + d.at(slot[n], kvh, first);
-        const T* vr = vc + d.at(slot[n], kvh, first);
-        for (int64_t j = 0; j < len; ++j) {
-          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[j * D + c]);
-          for (int64_t g = 0; g < G; ++g) s[g * len + j] = dot(q + g * D, row, D);
+        // Position j of the span is first + j; a block's run [j, e) is contiguous.
+        for (int64_t j = 0, e = 0; j < len; j = e) {
+          const int64_t p = first + j;
+          e = std::min(len, j + d.B - p % d.B);
+          const T* kr = kc + d.at(seq[n], kvh, p) - j * D;
+          for (int64_t i = j; i < e; ++i) {
+            for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[i * D + c]);
+            for (int64_t g = 0; g < G; ++g) s[g * len + i] = dot(q + g * D, row, D);
+          }
         }
         for (int64_t g = 0; g < G; ++g) {
           float* sg = s + g * len;
@@ -115,12 +132,17 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
           for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
         }
         std::fill(o, o + G * D, 0.f);
-        for (int64_t j = 0; j < len; ++j) {
-          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(vr[j * D + c]);
-          for (int64_t g = 0; g < G; ++g) {
-            const float p = s[g * len + j];
-            float* og = o + g * D;
-            for (int64_t c = 0; c < D; ++c) og[c] += p * row[c];
+        for (int64_t j = 0, e = 0; j < len; j = e) {
+          const int64_t p = first + j;
+          e = std::min(len, j + d.B - p % d.B);
+          const T* vr = vc + d.at(seq[n], kvh, p) - j * D;
+          for (int64_t i = j; i < e; ++i) {
+            for (int64_t c = 0; c < D; ++c) row[c] = to_f32(vr[i * D + c]);
+            for (int64_t g = 0; g < G; ++g) {
+              const float pr = s[g * len + i];
+              float* og = o + g * D;
+              for (int64_t c = 0; c < D; ++c) og[c] += pr * row[c];
+            }
           }
         }
         for (int64_t g = 0; g < G; ++g)
@@ -133,25 +155,27 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
 }  // namespace
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
-                    const Tensor& slots, const Tensor& positions) {
-  const CacheDims d = dims_of("kv_cache_store", qkv, k_cache, n_q_heads, slots, positions);
-  const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
+                    const Tensor& block_table, const Tensor& seqs, const Tensor& positions) {
+  const CacheDims d =
+      dims_of("kv_cache_store", qkv, k_cache, n_q_heads, block_table, seqs, positions);
+  const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
   if (qkv.dtype() == DType::F32)
-    store_impl(k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(), sl, ps, d);
+    store_impl(k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(), sq, ps, d);
   else
-    store_impl(k_cache.data<bf16>(), v_cache.data<bf16>(), qkv.data<bf16>(), sl, ps, d);
+    store_impl(k_cache.data<bf16>(), v_cache.data<bf16>(), qkv.data<bf16>(), sq, ps, d);
 }
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                      int64_t n_q_heads, const Tensor& slots, const Tensor& positions,
-                      int64_t window) {
-  const CacheDims d = dims_of("attention_cached", qkv, k_cache, n_q_heads, slots, positions);
-  const int32_t *sl = slots.data<int32_t>(), *ps = positions.data<int32_t>();
+                      int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, int64_t window) {
+  const CacheDims d =
+      dims_of("attention_cached", qkv, k_cache, n_q_heads, block_table, seqs, positions);
+  const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
   if (qkv.dtype() == DType::F32)
     attend_impl(out.data<float>(), qkv.data<float>(), k_cache.data<float>(), v_cache.data<float>(),
-                sl, ps, window, d);
+                sq, ps, window, d);
   else
-    attend_impl(out.data<bf16>(), qkv.data<bf16>(), k_cache.data<bf16>(), v_cache.data<bf16>(), sl,
+    attend_impl(out.data<bf16>(), qkv.data<bf16>(), k_cache.data<bf16>(), v_cache.data<bf16>(), sq,
                 ps, window, d);
 }
 
