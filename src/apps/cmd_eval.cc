@@ -62,15 +62,7 @@ std::vector<int32_t> load_tokens(const EvalKeys& k) {
     }
     return ids;
   }
-  std::string spec = k.tokenizer;
-  if (spec.empty()) spec = stored_tokenizer(k.model);
-  if (spec.empty()) spec = "bytes";
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = load_tokenizer(spec);
-  } catch (const Error& e) {
-    throw e.with_context("eval.tokenizer");
-  }
+  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
   std::string bytes;
   try {
     bytes = read_text_file(k.text);

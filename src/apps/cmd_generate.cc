@@ -129,6 +129,19 @@ void write_pieces(std::span<const TokenEvent> events) {
 
 }  // namespace
 
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
+                                                const std::string& model_dir,
+                                                const std::string& key) {
+  std::string s = spec;
+  if (s.empty()) s = stored_tokenizer(model_dir);
+  if (s.empty()) s = "bytes";
+  try {
+    return load_tokenizer(s);
+  } catch (const Error& e) {
+    throw e.with_context(key);
+  }
+}
+
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
                   int64_t max_tokens, const SamplingConfig& sc) {
   GenerationRequest r;
@@ -185,15 +198,7 @@ int cmd_generate(const CommandArgs& a) {
   if (prompts.empty()) add_values("generate.prompt", k.prompt, prompts);
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty()) fail("generate.prompt: prompt {} is empty", i);
-  std::string spec = k.tokenizer;
-  if (spec.empty()) spec = stored_tokenizer(dir);
-  if (spec.empty()) spec = "bytes";
-  std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = load_tokenizer(spec);
-  } catch (const Error& e) {
-    throw e.with_context("generate.tokenizer");
-  }
+  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, dir, "generate.tokenizer");
   auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
   if (!k.adapter.empty()) {
     try {

@@ -1,5 +1,6 @@
 // The subcommands of the `nekton` binary.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,16 @@ CommandArgs parse_command_args(const std::vector<std::string>& args);
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
                   int64_t max_tokens, const SamplingConfig& sc);
 
+// The tokenizer `spec` names, else the one saved with the model in
+// `model_dir`, else bytes; an error names `key`.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
+                                                const std::string& model_dir,
+                                                const std::string& key);
+
 int cmd_train(const CommandArgs& a);
 int cmd_finetune(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
+int cmd_serve(const CommandArgs& a);  // uses only a.args (--model DIR, then as parse_command_args)
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);

@@ -1,0 +1,187 @@
+// `nekton serve`: an OpenAI-compatible HTTP server over a saved model
+// (src/serve). Loads the model, its tokenizer, an optional adapter and the
+// chat template, starts the engine thread and serves until SIGINT/SIGTERM.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "apps/commands.h"
+#include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
+#include "core/config_bind.h"
+#include "core/error.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/stop_signal.h"
+#include "serve/serve_cache.h"
+#include "serve/serve_config.h"
+#include "serve/server.h"
+
+namespace nk {
+
+namespace {
+
+// How long in-flight requests may run on after a stop signal before they
+// are cut off (503 for those not streaming).
+constexpr auto kShutdownGrace = std::chrono::seconds(10);
+
+void check_keys(const ServeConfig& k) {
+  if (k.model.empty()) fail("serve.model: no model folder given (serve.model=DIR or --model DIR)");
+  auto in = [](const char* key, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) fail("{}: must be in [{}, {}], got {}", key, lo, hi, v);
+  };
+  in("serve.port", k.port, 0, 65535);
+  in("serve.max_batch", k.max_batch, 1, 4096);
+  in("serve.prefill_chunk", k.prefill_chunk, 1, limits::kSeqLen);
+  in("serve.max_model_len", k.max_model_len, 0, limits::kSeqLen);
+  in("serve.max_body_mb", k.max_body_mb, 1, 1 << 20);
+  in("serve.max_connections", k.max_connections, 1, 1 << 16);
+  in("serve.default_max_tokens", k.default_max_tokens, 0, limits::kSeqLen);
+  in("serve.block_size", k.block_size, 1, 1 << 16);
+  in("serve.kv_memory_mb", k.kv_memory_mb, 0, int64_t(1) << 40);
+}
+
+std::string folder_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();  // "runs/model/"
+  return p.filename().string();
+}
+
+// The chat template, or null with the reason the chat route will give.
+const ChatTemplate* pick_chat_template(const ServeConfig& k, std::string& why) {
+  if (k.chat_template != "auto") {
+    try {
+      return &chat_template_for(k.chat_template, k.model);
+    } catch (const Error& e) {
+      throw e.with_context("serve.chat_template");
+    }
+  }
+  try {
+    return &chat_template_for("auto", k.model);
+  } catch (const Error& e) {
+    why = fmt::format(
+        "This server has no chat template ({}). Start it with serve.chat_template=NAME, NAME "
+        "one of: {}",
+        e.what(), fmt::join(chat_template_names(), ", "));
+    NK_WARN("nekton serve: no chat template, /v1/chat/completions will answer 400: {}", e.what());
+    return nullptr;
+  }
+}
+
+// `--model DIR` is serve.model=DIR; everything else as other commands take it.
+CommandArgs serve_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--model") {
+      if (i + 1 >= args.size()) fail("--model needs a model folder");
+      out.push_back("serve.model=" + args[++i]);
+    } else if (args[i].rfind("--model=", 0) == 0) {
+      out.push_back("serve.model=" + args[i].substr(8));
+    } else {
+      out.push_back(args[i]);
+    }
+  }
+  return parse_command_args(out);
+}
+
+}  // namespace
+
+int cmd_serve(const CommandArgs& raw) {
+  const CommandArgs a = serve_args(raw.args);
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { ServeConfig().bind(b); });
+  if (a.help) {
+    fmt::print(
+        "usage: nekton serve serve.model=DIR [--config configs/serve.yaml] [key=value ...]\n"
+        "       nekton serve --model DIR [key=value ...]\n\n"
+        "An OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions\n"
+        "(streaming with server-sent events or not), GET /v1/models, /health and /metrics\n"
+        "(Prometheus), POST /tokenize and /detokenize. SIGINT or SIGTERM stops it after the\n"
+        "requests in flight (at most {} s).\n\n{}",
+        kShutdownGrace.count(), schema.help());
+    return 0;
+  }
+  Config c = Config::load(schema, a.config_path, a.overrides);
+  ServeConfig k;
+  ConfigReader reader(c);
+  k.bind(reader);
+  check_keys(k);
+
+  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "serve.tokenizer");
+  auto model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite);
+  if (!k.adapter.empty()) {
+    try {
+      model = attach_peft_adapter(*model, k.adapter);
+    } catch (const Error& e) {
+      throw e.with_context("serve.adapter");
+    }
+  }
+  const int64_t max_len = serve_max_len(k, *model);
+  std::string no_template;
+  const ChatTemplate* tmpl = pick_chat_template(k, no_template);
+
+  ServeMetrics metrics;
+  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics);
+  ServeContext ctx{*model,      *tok,
+                   tmpl,        {},
+                   no_template, k.model_name.empty() ? folder_name(k.model) : k.model_name,
+                   max_len,     k.default_max_tokens,
+                   engine,      metrics};
+  // The tokenizer's own strings for the template's bos and eos.
+  if (tok->eod_id() >= 0) ctx.specials.eos = tok->token_bytes(tok->eod_id());
+  for (const auto& [text, id] : tok->special_tokens())
+    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") ctx.specials.bos = text;
+
+  // A client that goes away mid-write must not end the process.
+  ::signal(SIGPIPE, SIG_IGN);
+  OpenAIServer server(ctx, k.max_body_mb << 20, k.max_connections);
+  const int port = server.bind(k.host, int(k.port));
+  fmt::print(stderr,
+             "nekton serve: listening on http://{}:{} (model {}, max_model_len {}, max_batch {}, "
+             "chat template {})\n",
+             k.host, port, ctx.model_name, max_len, k.max_batch, tmpl ? tmpl->name() : "none");
+
+  StopSignalScope signals;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool served = false;
+  std::thread watcher([&] {
+    std::unique_lock lock(mu);
+    while (!served && !stop_signal()) cv.wait_for(lock, std::chrono::milliseconds(100));
+    if (served) return;
+    // Graceful: new requests get 503 while those in flight finish, for at
+    // most kShutdownGrace; then the rest are cut off (a 503, or an error
+    // event ending a stream).
+    fmt::print(stderr, "nekton serve: signal {}: finishing {} requests in flight\n", stop_signal(),
+               server.in_flight());
+    server.drain();
+    const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+    while (server.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+    if (server.in_flight() > 0) {
+      fmt::print(stderr, "nekton serve: cutting off {} requests\n", server.in_flight());
+      engine.stop();
+      // Their answers end at once, unless a client does not read (writes
+      // time out after 30 s): the listener is closed regardless.
+      for (int i = 0; i < 100 && server.in_flight() > 0; ++i)
+        cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    server.stop();
+  });
+  server.listen();
+  {
+    std::lock_guard lock(mu);
+    served = true;
+  }
+  cv.notify_all();
+  watcher.join();
+  engine.stop();
+  fmt::print(stderr, "nekton serve: stopped\n");
+  return 0;
+}
+
+}  // namespace nk

@@ -1,0 +1,320 @@
+#include "serve/completion_route.h"
+
+#include <atomic>
+#include <ctime>
+#include <mutex>
+#include <random>
+
+#include "data/chat/sft_data.h"
+#include "serve/openai_response.h"
+#include "serve/sse.h"
+
+namespace nk {
+
+using json = nlohmann::json;
+
+namespace {
+
+// How long a stream waits for tokens before it looks whether its client is
+// still there (an SSE comment line, which clients skip).
+constexpr auto kStreamPoll = std::chrono::milliseconds(200);
+constexpr auto kKeepAliveAfter = std::chrono::seconds(2);
+// Most sequences (prompts x n) one request may submit.
+constexpr int64_t kMaxSequences = 1024;
+
+uint64_t random_u64() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mu);
+  return rng();
+}
+
+ResponseHead response_head(const ServeContext& ctx, ApiKind kind) {
+  static std::atomic<uint64_t> serial{0};
+  return {fmt::format("{}-{:012x}{:06x}", kind == ApiKind::Chat ? "chatcmpl" : "cmpl",
+                      random_u64() & 0xffffffffffffULL, serial++ & 0xffffff),
+          int64_t(std::time(nullptr)), ctx.model_name};
+}
+
+// Folds one event into its choice.
+void fold(ChoiceOutput& c, const StreamEvent& e, bool logprobs) {
+  ++c.sampled;
+  c.text += e.piece;
+  const bool eod = e.finished && e.finish == FinishReason::Eos;
+  if (!eod) {
+    c.tokens.push_back(e.token);
+    if (logprobs) {
+      c.logprobs.push_back(e.logprob);
+      c.top.push_back(e.top);
+    }
+  }
+  if (e.finished) {
+    c.finished = true;
+    c.finish = e.finish;
+  }
+}
+
+int64_t completion_tokens(const std::vector<ChoiceOutput>& choices) {
+  int64_t n = 0;
+  for (const ChoiceOutput& c : choices) n += c.sampled;
+  return n;
+}
+
+// A streamed response: the events folded so far and what has been written.
+struct StreamState {
+  const ServeContext* ctx;
+  PreparedCompletion p;
+  ResponseHead head;
+  std::shared_ptr<RequestChannel> channel;
+  std::vector<ChoiceOutput> choices;
+  std::vector<size_t> sent_tokens, sent_bytes;  // per choice: logprobs written so far
+  int64_t open = 0;                             // choices not finished
+  bool started = false, over = false, gone = false;
+  ServeClock::time_point last_write;
+  std::shared_ptr<void> hold;  // released with the stream
+};
+
+// The chunks one event adds to the stream.
+std::string chunks_for(StreamState& s, const StreamEvent& e) {
+  const bool chat = s.p.req.kind == ApiKind::Chat, usage = s.p.req.include_usage;
+  const bool logprobs = s.p.req.logprobs;
+  ChoiceOutput& c = s.choices[size_t(e.choice)];
+  const size_t before = c.tokens.size();
+  fold(c, e, logprobs);
+  const bool new_token = c.tokens.size() > before;
+  std::string out;
+  json lp = nullptr;
+  if (logprobs && new_token) {
+    size_t& tokens = s.sent_tokens[size_t(e.choice)];
+    size_t& bytes = s.sent_bytes[size_t(e.choice)];
+    if (chat) {
+      lp = {{"content", chat_logprob_entries(s.ctx->tok, c, tokens, c.tokens.size())},
+            {"refusal", nullptr}};
+    } else {
+      lp = completion_logprobs(s.ctx->tok, c, tokens, c.tokens.size(), bytes);
+    }
+    for (; tokens < c.tokens.size(); ++tokens)
+      bytes += s.ctx->tok.token_bytes(c.tokens[tokens]).size();
+  }
+  const char* finish = e.finished ? openai_finish_reason(e.finish) : nullptr;
+  if (chat) {
+    if (!e.piece.empty() || !lp.is_null())
+      out += sse_event(chat_chunk(s.head, e.choice, {{"content", e.piece}}, lp, nullptr, usage));
+    if (finish)
+      out += sse_event(chat_chunk(s.head, e.choice, json::object(), nullptr, finish, usage));
+  } else if (!e.piece.empty() || !lp.is_null() || finish) {
+    out += sse_event(completion_chunk(s.head, e.choice, e.piece, lp, finish, usage));
+  }
+  if (e.finished) --s.open;
+  return out;
+}
+
+// The first bytes of a stream: chat's role delta for every choice,
+// completions' echoed prompts.
+std::string stream_start(StreamState& s) {
+  std::string out;
+  const bool usage = s.p.req.include_usage;
+  for (size_t i = 0; i < s.choices.size(); ++i) {
+    if (s.p.req.kind == ApiKind::Chat)
+      out += sse_event(chat_chunk(s.head, int64_t(i), {{"role", "assistant"}, {"content", ""}},
+                                  nullptr, nullptr, usage));
+    else if (!s.p.prefix[i].empty())
+      out +=
+          sse_event(completion_chunk(s.head, int64_t(i), s.p.prefix[i], nullptr, nullptr, usage));
+  }
+  return out;
+}
+
+void client_gone(StreamState& s) {
+  if (s.gone || s.open == 0) return;
+  s.gone = true;
+  request_tally().completion_tokens = completion_tokens(s.choices);
+  s.ctx->engine.cancel(*s.channel);
+  s.ctx->metrics.disconnects.inc();
+}
+
+bool stream_step(StreamState& s, httplib::DataSink& sink) {
+  std::string out;
+  if (!s.started) {
+    s.started = true;
+    out = stream_start(s);
+  }
+  std::vector<StreamEvent> events;
+  try {
+    s.channel->wait(events, kStreamPoll);
+    for (const StreamEvent& e : events) out += chunks_for(s, e);
+    if (s.open == 0) {
+      const int64_t done = completion_tokens(s.choices);
+      request_tally().completion_tokens = done;
+      if (s.p.req.include_usage)
+        out += sse_event(usage_chunk(s.head, s.p.req.kind == ApiKind::Chat,
+                                     usage_json(s.p.prompt_tokens, done)));
+      out += sse_done();
+      s.over = true;
+    }
+  } catch (const ApiError& e) {
+    // Mid-stream the status is sent already: the error goes as an event,
+    // which OpenAI's clients raise as an APIError.
+    out += sse_event(e.to_json()) + sse_done();
+    s.over = true;
+    s.open = 0;
+  }
+  const ServeClock::time_point now = ServeClock::now();
+  if (out.empty() && now - s.last_write >= kKeepAliveAfter) out = sse_keepalive();
+  if (!out.empty()) {
+    if (!sink.write(out.data(), out.size())) {
+      client_gone(s);
+      return false;
+    }
+    s.last_write = now;
+  }
+  if (s.over) sink.done();
+  return true;
+}
+
+}  // namespace
+
+void check_model(const ServeContext& ctx, const std::string& model) {
+  if (!model.empty() && model != ctx.model_name)
+    throw ApiError(404,
+                   fmt::format("The model `{}` does not exist (this server serves `{}`).", model,
+                               ctx.model_name),
+                   "model", "model_not_found");
+}
+
+std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
+                                     const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt) {
+  if (!ctx.chat_template) throw ApiError(400, ctx.no_template, "messages");
+  std::vector<ChatSegment> segments;
+  try {
+    segments = ctx.chat_template->render(messages, ctx.specials, add_generation_prompt);
+  } catch (const Error& e) {
+    throw ApiError(400,
+                   fmt::format("The chat template ({}) refuses these messages: {}",
+                               ctx.chat_template->name(), e.what()),
+                   "messages");
+  }
+  return tokenize_chat(segments, ctx.tok, LossOn::All).tokens;
+}
+
+PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view body,
+                                      ApiKind kind) {
+  PreparedCompletion p;
+  p.req = parse_completion_request(body, kind);
+  const CompletionRequest& r = p.req;
+  check_model(ctx, r.model);
+  const int64_t vocab = std::min(ctx.model.config().vocab_size, ctx.tok.vocab_size());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;  // for echo
+  const char* field = kind == ApiKind::Chat ? "messages" : "prompt";
+  if (kind == ApiKind::Chat) {
+    prompts.push_back(chat_prompt_ids(ctx, r.messages));
+    texts.emplace_back();
+  } else {
+    for (size_t i = 0; i < r.prompts.size(); ++i) {
+      const PromptInput& in = r.prompts[i];
+      std::vector<int32_t> ids = in.ids;
+      if (in.is_ids) {
+        for (int32_t id : ids)
+          if (id >= vocab)
+            bad_param("prompt", "prompt {}: token {} is outside the vocabulary ({} tokens)", i, id,
+                      vocab);
+      } else {
+        ctx.tok.encode_with_specials(in.text, ids);
+      }
+      if (ids.empty()) bad_param("prompt", "prompt {} encodes to no tokens", i);
+      texts.push_back(in.is_ids ? ctx.tok.decode(ids) : in.text);
+      prompts.push_back(std::move(ids));
+    }
+  }
+  if (int64_t(prompts.size()) * r.n > kMaxSequences)
+    bad_param("n", "{} prompts x n = {} asks for {} sequences; at most {} per request",
+              prompts.size(), r.n, int64_t(prompts.size()) * r.n, kMaxSequences);
+  // p-tuning's virtual tokens take positions before the prompt.
+  const int64_t virt = ctx.model.config().prompt.virtual_tokens;
+  for (const auto& ids : prompts) {
+    const int64_t n = int64_t(ids.size()) + virt;
+    if (n >= ctx.max_len)
+      bad_param(field,
+                "This model's maximum context length is {} tokens. However, your {} has {} "
+                "tokens, which leaves no room for a completion. Please shorten it.",
+                ctx.max_len, field, n);
+    if (r.max_tokens > 0 && n + r.max_tokens > ctx.max_len)
+      bad_param(r.max_tokens_param,
+                "This model's maximum context length is {} tokens. However, you requested {} "
+                "tokens ({} in the {}, {} for the completion). Please reduce the length of the "
+                "{} or the completion ({}).",
+                ctx.max_len, n + r.max_tokens, n, field, r.max_tokens, field, r.max_tokens_param);
+    p.prompt_tokens += int64_t(ids.size());
+  }
+  const uint64_t seed = r.seeded ? r.sampling.seed : random_u64();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int64_t j = 0; j < r.n; ++j) {
+      GenerationRequest g;
+      g.prompt = prompts[i];
+      const int64_t room = ctx.max_len - int64_t(g.prompt.size()) - virt;
+      g.max_new_tokens = r.max_tokens > 0             ? r.max_tokens
+                         : ctx.default_max_tokens > 0 ? std::min(ctx.default_max_tokens, room)
+                                                      : room;
+      g.stop = r.stop;
+      g.stop_at_eos = !r.ignore_eos;
+      g.sampling = r.sampling;
+      g.sampling.seed = seed + uint64_t(j);
+      g.logprobs = r.logprobs;
+      g.top_logprobs = r.top_logprobs;
+      p.sequences.push_back(std::move(g));
+      p.prefix.push_back(r.echo ? texts[i] : std::string());
+    }
+  return p;
+}
+
+void answer_completion(const ServeContext& ctx, PreparedCompletion p,
+                       ServeClock::time_point arrival, httplib::Response& res,
+                       std::shared_ptr<void> hold) {
+  request_tally().prompt_tokens = p.prompt_tokens;
+  const size_t n = p.sequences.size();
+  auto channel = ctx.engine.submit(std::move(p.sequences), arrival);
+  if (p.req.stream) {
+    auto s = std::make_shared<StreamState>();
+    s->ctx = &ctx;
+    s->p = std::move(p);
+    s->head = response_head(ctx, s->p.req.kind);
+    s->channel = channel;
+    s->choices.resize(n);
+    s->sent_tokens.assign(n, 0);
+    s->sent_bytes.assign(n, 0);
+    s->open = int64_t(n);
+    s->last_write = ServeClock::now();
+    s->hold = std::move(hold);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [s](size_t, httplib::DataSink& sink) { return stream_step(*s, sink); },
+        [s](bool success) {
+          // The connection ended before the stream did (a failed write the
+          // provider did not see, or the server stopping).
+          if (!success || !s->over) client_gone(*s);
+        });
+    return;
+  }
+  std::vector<ChoiceOutput> choices(n);
+  size_t open = n;
+  std::vector<StreamEvent> events;
+  while (open > 0) {
+    events.clear();
+    channel->wait(events, std::chrono::milliseconds(500));  // throws the request's error
+    for (const StreamEvent& e : events) {
+      fold(choices[size_t(e.choice)], e, p.req.logprobs);
+      open -= e.finished;
+    }
+  }
+  const ResponseHead head = response_head(ctx, p.req.kind);
+  const json usage = usage_json(p.prompt_tokens, completion_tokens(choices));
+  request_tally().completion_tokens = completion_tokens(choices);
+  const json body = p.req.kind == ApiKind::Chat
+                        ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
+                        : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
+  res.set_content(dump_json(body), "application/json");
+}
+
+}  // namespace nk

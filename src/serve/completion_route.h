@@ -1,0 +1,51 @@
+// POST /v1/chat/completions and /v1/completions: a request is parsed,
+// rendered (chat template) and tokenized, checked against the context,
+// submitted to the engine as one sequence per prompt and choice (prompt i's
+// choice j is choices[i * n + j], seed + j), and answered whole or streamed
+// as server-sent events. A streaming client that goes away cancels its
+// sequences at once.
+#pragma once
+#include <httplib.h>
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "infer/generate.h"
+#include "serve/openai_request.h"
+#include "serve/request_channel.h"
+#include "serve/serve_context.h"
+
+namespace nk {
+
+// A request ready for the engine.
+struct PreparedCompletion {
+  CompletionRequest req;
+  std::vector<GenerationRequest> sequences;
+  std::vector<std::string> prefix;  // per choice: the echoed prompt text, else ""
+  int64_t prompt_tokens = 0;        // usage: each prompt counted once
+};
+
+// ApiError (400 naming the field, 404 for another model) for a request that
+// cannot be served.
+PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view body, ApiKind kind);
+
+// Submits the request and fills `res` (JSON, or an event stream that the
+// server writes as tokens come). `hold` is kept until the answer is written
+// (a stream's last byte).
+void answer_completion(const ServeContext& ctx, PreparedCompletion p,
+                       ServeClock::time_point arrival, httplib::Response& res,
+                       std::shared_ptr<void> hold = nullptr);
+
+// The prompt ids of a conversation: rendered by the template with the
+// assistant's header appended, encoded with special-token strings as their
+// ids (the fine-tuning data's path). ApiError 400 when there is no template
+// or it refuses the conversation.
+std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
+                                     const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt = true);
+
+// ApiError 404 when `model` is given and is not the served model's id.
+void check_model(const ServeContext& ctx, const std::string& model);
+
+}  // namespace nk

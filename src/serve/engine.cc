@@ -1,0 +1,205 @@
+#include "serve/engine.h"
+
+#include <map>
+
+#include "serve/serve_cache.h"
+
+namespace nk {
+
+namespace {
+
+double seconds(ServeClock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Engine::Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
+               int64_t batch, ServeMetrics& metrics)
+    : cache_(cache.get()), gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+std::shared_ptr<RequestChannel> Engine::submit(std::vector<GenerationRequest> sequences,
+                                               ServeClock::time_point arrival) {
+  auto ch = std::make_shared<RequestChannel>(int64_t(sequences.size()), arrival);
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      inbox_.push_back({ch, std::move(sequences)});
+      cv_.notify_all();
+      return ch;
+    }
+  }
+  ch->fail(ApiError(503, "The server is shutting down", "", "", "server_error"));
+  return ch;
+}
+
+void Engine::cancel(RequestChannel& channel) {
+  channel.cancel();
+  std::lock_guard lock(mu_);
+  cancels_ = true;
+  cv_.notify_all();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::admit(Pending& p) {
+  RequestChannel& ch = *p.channel;
+  if (ch.cancelled()) return;
+  std::vector<int64_t> ids;
+  std::vector<StreamEvent> done;
+  for (size_t i = 0; i < p.sequences.size(); ++i) {
+    const int64_t prompt = int64_t(p.sequences[i].prompt.size());
+    int64_t id = 0;
+    try {
+      id = gen_.submit(std::move(p.sequences[i]));
+    } catch (const Error& e) {  // what the Generator refuses (checked before, so rare)
+      for (int64_t other : ids) {
+        gen_.cancel(other);
+        gen_.release(other);
+        running_.erase(other);
+      }
+      ch.fail(ApiError(400, e.what()));
+      return;
+    }
+    metrics_.prompt_tokens.inc(double(prompt));
+    ids.push_back(id);
+    running_[id] = {p.channel, int64_t(i), {}, false};
+    ++ch.open;
+  }
+  // A request with nothing to generate is finished at submission.
+  for (int64_t id : ids)
+    if (gen_.finished(id)) {
+      done.push_back({running_[id].choice, 0, "", true, gen_.result(id).finish, 0, {}});
+      gen_.release(id);
+      running_.erase(id);
+      --ch.open;
+    }
+  if (!done.empty()) ch.push(done);
+}
+
+void Engine::drop_cancelled() {
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (it->second.channel->cancelled()) {
+      gen_.cancel(it->first);
+      gen_.release(it->first);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Engine::deliver(std::span<const TokenEvent> events) {
+  const ServeClock::time_point now = ServeClock::now();
+  // Each channel's events of this step, pushed together (one wake-up each).
+  struct Batch {
+    std::shared_ptr<RequestChannel> channel;  // alive while we push, whatever the client does
+    std::vector<StreamEvent> events;
+  };
+  std::map<RequestChannel*, Batch> out;
+  for (const TokenEvent& e : events) {
+    auto it = running_.find(e.id);
+    if (it == running_.end()) continue;
+    Running& r = it->second;
+    if (r.started)
+      metrics_.inter_token_latency.observe(seconds(now - r.last));
+    else
+      metrics_.time_to_first_token.observe(seconds(now - r.channel->arrival()));
+    r.started = true;
+    r.last = now;
+    metrics_.generation_tokens.inc();
+    StreamEvent s{r.choice,
+                  e.token,
+                  std::string(e.piece),
+                  e.finished,
+                  FinishReason::Length,
+                  e.logprob,
+                  std::vector<TokenLogprob>(e.top.begin(), e.top.end())};
+    Batch& b = out[r.channel.get()];
+    if (!b.channel) b.channel = r.channel;
+    RequestChannel& ch = *b.channel;
+    if (e.finished) {
+      s.finish = gen_.result(e.id).finish;
+      gen_.release(e.id);
+      running_.erase(it);
+      if (--ch.open == 0) metrics_.request_latency.observe(seconds(now - ch.arrival()));
+    }
+    b.events.push_back(std::move(s));
+  }
+  // The gauges first: a client that sees its last token sees them without it.
+  {
+    std::lock_guard lock(mu_);
+    publish_gauges(int64_t(inbox_.size()));
+  }
+  for (auto& [ch, b] : out) ch->push(b.events);
+}
+
+void Engine::fail_all(const ApiError& e) {
+  for (auto& [id, r] : running_) {
+    gen_.cancel(id);
+    gen_.release(id);
+    r.channel->fail(e);
+  }
+  running_.clear();
+}
+
+void Engine::publish_gauges(int64_t inbox) {
+  metrics_.running.set(double(gen_.running()));
+  metrics_.waiting.set(double(gen_.waiting()));
+  metrics_.queue_depth.set(double(inbox + gen_.waiting()));
+  if (cache_) {
+    metrics_.kv_blocks_used.set(double(cache_->blocks_used()));
+    metrics_.kv_blocks_total.set(double(cache_->blocks_total()));
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<Pending> fresh;
+    bool cancels = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || cancels_ || !gen_.idle(); });
+      if (stopping_) {
+        for (Pending& p : inbox_)
+          p.channel->fail(ApiError(503, "The server is shutting down", "", "", "server_error"));
+        inbox_.clear();
+        break;
+      }
+      fresh.swap(inbox_);
+      cancels = std::exchange(cancels_, false);
+    }
+    // Nothing may escape this thread: a failure here fails the requests it
+    // touches (500) and the server carries on.
+    try {
+      if (cancels) drop_cancelled();
+      for (Pending& p : fresh) admit(p);
+      publish_gauges(0);
+      // The step's state is unknown after a throw: every sequence ends
+      // rather than decode from a cache that may be half written.
+      if (!gen_.idle()) deliver(gen_.step());
+    } catch (const std::exception& e) {
+      const ApiError err(500, std::string("Internal error while decoding: ") + e.what(), "", "",
+                         "server_error");
+      for (Pending& p : fresh) p.channel->fail(err);  // those not admitted yet
+      fail_all(err);
+    }
+  }
+  fail_all(ApiError(503, "The server is shutting down", "", "", "server_error"));
+  publish_gauges(0);
+}
+
+}  // namespace nk

@@ -1,0 +1,57 @@
+// The keys of `nekton serve` (serve.*), with their defaults and one-line docs.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/config_bind.h"
+
+namespace nk {
+
+struct ServeConfig {
+  std::string model, adapter, tokenizer, dtype = "f32";
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  std::string model_name;  // "" = the model folder's name
+  std::string chat_template = "auto";
+  int64_t max_batch = 16;       // sequences decoded together
+  int64_t prefill_chunk = 256;  // prompt tokens one step may carry
+  int64_t max_model_len = 0;    // positions per sequence; 0 = model.max_seq_len
+  int64_t max_body_mb = 8;
+  int64_t max_connections = 128;   // HTTP worker threads
+  int64_t default_max_tokens = 0;  // 0 = up to the context
+  int64_t block_size = 16;         // paged KV cache: positions per block
+  int64_t kv_memory_mb = 0;        // 0 = enough for max_batch full-length sequences
+
+  void bind(ConfigBinder& b) {
+    b.bind("serve.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("serve.adapter", adapter,
+           "a LoRA or IA3 adapter folder in Hugging Face PEFT's format to apply, unmerged");
+    b.bind("serve.tokenizer", tokenizer,
+           "tokenizer spec (default: the one saved with the model, else bytes)");
+    b.bind("serve.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind("serve.host", host, "address to listen on (0.0.0.0: every interface)");
+    b.bind("serve.port", port, "TCP port (0: pick a free one; the startup line names it)");
+    b.bind("serve.model_name", model_name,
+           "the model id clients name in \"model\" (default: the model folder's name)");
+    b.bind("serve.chat_template", chat_template,
+           "chat template for /v1/chat/completions: auto (the one the model folder's "
+           "tokenizer_config.json holds) or a built-in name (chatml, llama3, ...)");
+    b.bind("serve.max_batch", max_batch, "sequences decoded together (in-flight batching)");
+    b.bind("serve.prefill_chunk", prefill_chunk,
+           "prompt tokens one decode step may carry (bounds a step's workspace)");
+    b.bind("serve.max_model_len", max_model_len,
+           "positions per sequence, prompt and completion together (0: the model's max_seq_len)");
+    b.bind("serve.max_body_mb", max_body_mb, "largest request body in MiB (larger: 413)");
+    b.bind("serve.max_connections", max_connections,
+           "HTTP worker threads: connections served at once (each streaming response holds one)");
+    b.bind("serve.default_max_tokens", default_max_tokens,
+           "max_tokens of a request that gives none (0: up to the context, as vLLM)");
+    b.bind("serve.block_size", block_size, "paged KV cache block size in positions");
+    b.bind("serve.kv_memory_mb", kv_memory_mb,
+           "paged KV cache memory in MiB, all layers' keys and values (0: enough for max_batch "
+           "full-length sequences); a sequence takes blocks as it grows, and when they run out "
+           "the newest is preempted and recomputed later");
+  }
+};
+
+}  // namespace nk

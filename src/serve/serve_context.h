@@ -1,0 +1,35 @@
+// What the routes of `nekton serve` share: the model, its tokenizer and chat
+// template, the engine and the metrics. Read-only after start-up but for the
+// engine and the metrics, which are thread-safe.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "data/chat/chat_template.h"
+#include "data/tokenizer/tokenizer.h"
+#include "model/transformer.h"
+#include "serve/engine.h"
+#include "serve/serve_metrics.h"
+
+namespace nk {
+
+struct ServeContext {
+  const Transformer& model;
+  const Tokenizer& tok;
+  const ChatTemplate* chat_template;  // null: chat requests get a 400 saying why
+  ChatSpecials specials;              // the tokenizer's bos and eos strings for the template
+  std::string no_template;            // why chat_template is null
+  std::string model_name;             // the id clients name
+  int64_t max_len = 0;                // positions per sequence (prompt + completion)
+  int64_t default_max_tokens = 0;     // 0: up to the context
+  Engine& engine;
+  ServeMetrics& metrics;
+};
+
+// Token counts of the request being answered on this thread, for its log line.
+struct RequestTally {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+RequestTally& request_tally();  // thread-local
+
+}  // namespace nk
