@@ -250,6 +250,7 @@ void Generator::admit() {
     waiting_.pop_front();
     s.handle = o.handle;
     s.cached = o.cached;  // a prefix the cache holds already
+    prefix_hits_ += o.cached;
     s.limit = cache_->max_len();
     active_.push_back(&s);
   }
@@ -328,16 +329,19 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
       const int64_t n = std::min(pending, pass == 0 ? int64_t(1) : std::min(budget, chunk_));
       const std::span<const int32_t> ids = std::span(s.ids).subspan(size_t(s.cached), size_t(n));
       // Decoding sequences come first, oldest first: when the cache is full,
-      // the newest sequences not yet in this step make room, down to s itself.
+      // the newest sequences not yet in this step make room, down to s
+      // itself. (A prompt chunk's room was taken when its sequence opened.)
       bool placed = cache_->append(s.handle, s.cached, ids, buf_);
       while (!placed && pass == 0 && active_.size() > i + 1) {
         preempt(*active_.back());
         placed = cache_->append(s.handle, s.cached, ids, buf_);
       }
-      if (!placed) {
-        if (pass == 0) preempt(s), --i;  // the next sequence moved into slot i (i wraps at 0)
-        continue;                        // a prompt chunk waits for a later step
+      if (!placed && pass == 0) {
+        preempt(s);
+        --i;  // the next sequence moved into slot i (i wraps at 0 and back)
+        continue;
       }
+      if (!placed) continue;  // a prompt chunk waits for a later step
       s.cached += n;
       budget -= n;
       if (s.cached == int64_t(s.ids.size())) {

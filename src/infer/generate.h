@@ -149,6 +149,9 @@ class Generator {
   // Sequences sent back to wait because the cache ran out of room (their
   // work is recomputed when they return).
   int64_t preemptions() const { return preemptions_; }
+  // Prompt tokens (and, after a preemption, generated ones) whose keys and
+  // values came from the cache's prefix cache instead of being computed.
+  int64_t prefix_hit_tokens() const { return prefix_hits_; }
   // The cache in use (null before the first step when the generator sizes it).
   const SequenceCache* cache() const { return cache_.get(); }
   int64_t running() const { return int64_t(active_.size()); }
@@ -177,7 +180,7 @@ class Generator {
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)
   std::unique_ptr<SequenceCache> cache_;  // null until a step needs it (auto size)
-  int64_t next_id_ = 0, preemptions_ = 0;
+  int64_t next_id_ = 0, preemptions_ = 0, prefix_hits_ = 0;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // submitted, not released
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> active_;  // in admission order

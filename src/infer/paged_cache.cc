@@ -88,7 +88,6 @@ SequenceCache::Opened PagedCache::open(int64_t len, std::span<const int32_t> ids
   }
   seqs_[size_t(h)] = std::move(s);
   ++open_count_;
-  hit_tokens_ += seqs_[size_t(h)].computed;
   return {h, seqs_[size_t(h)].computed};
 }
 
@@ -137,21 +136,21 @@ void PagedCache::forward(Transformer& model, const StepBuffer& step, Tensor logi
   const int64_t M = kv_.shape().table_width();
   table_.clear();
   rows_.clear();
-  std::vector<int32_t> in_step;
+  in_step_.clear();
   for (int32_t h : step.seqs) {
     if (row_of_[size_t(h)] < 0) {
-      row_of_[size_t(h)] = int32_t(in_step.size());
-      in_step.push_back(h);
+      row_of_[size_t(h)] = int32_t(in_step_.size());
+      in_step_.push_back(h);
       const std::vector<int32_t>& b = seqs_[size_t(h)].blocks;
       table_.insert(table_.end(), b.begin(), b.end());
-      table_.resize(size_t(int64_t(in_step.size()) * M), 0);  // unread past the length
+      table_.resize(in_step_.size() * size_t(M), 0);  // unread past the length
     }
     rows_.push_back(row_of_[size_t(h)]);
   }
-  for (int32_t h : in_step) row_of_[size_t(h)] = -1;
+  for (int32_t h : in_step_) row_of_[size_t(h)] = -1;
   model.forward_cached(kv_, CachedStep{step.tokens, rows_, step.positions, step.logit_rows, table_},
                        logits);
-  for (int32_t h : in_step) {
+  for (int32_t h : in_step_) {
     Seq& s = seqs_[size_t(h)];
     s.computed = s.pending;
     if (opt_.prefix_caching) register_blocks(s);

@@ -48,8 +48,6 @@ class PagedCache final : public SequenceCache {
 
   const BlockPool& pool() const { return pool_; }
   const KVCache& kv() const { return kv_; }
-  // Prompt tokens served from the prefix cache so far (opened ids not computed).
-  int64_t prefix_hit_tokens() const { return hit_tokens_; }
   // The blocks of an open sequence, in position order (for tests).
   const std::vector<int32_t>& blocks_of(int32_t seq) const;
 
@@ -73,8 +71,9 @@ class PagedCache final : public SequenceCache {
   BlockPool pool_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_handles_;
-  int64_t open_count_ = 0, hit_tokens_ = 0;
+  int64_t open_count_ = 0;
   std::vector<int32_t> table_, rows_;  // the step's block table and token rows
+  std::vector<int32_t> in_step_;       // the step's sequences, by table row
   std::vector<int32_t> row_of_;        // per handle, its row in the step's table (-1: none)
 };
 

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "serve/serve_cache.h"
+#include <utility>
 
 namespace nk {
 
@@ -16,7 +16,7 @@ double seconds(ServeClock::duration d) {
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
                int64_t batch, ServeMetrics& metrics)
-    : cache_(cache.get()), gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
+    : gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -160,10 +160,13 @@ void Engine::publish_gauges(int64_t inbox) {
   metrics_.running.set(double(gen_.running()));
   metrics_.waiting.set(double(gen_.waiting()));
   metrics_.queue_depth.set(double(inbox + gen_.waiting()));
-  if (cache_) {
-    metrics_.kv_blocks_used.set(double(cache_->blocks_used()));
-    metrics_.kv_blocks_total.set(double(cache_->blocks_total()));
-  }
+  const SequenceCache& cache = *gen_.cache();
+  metrics_.kv_blocks_used.set(double(cache.blocks_used()));
+  metrics_.kv_blocks_total.set(double(cache.blocks_total()));
+  metrics_.preemptions.inc(
+      double(gen_.preemptions() - std::exchange(preemptions_, gen_.preemptions())));
+  metrics_.prefix_hit_tokens.inc(
+      double(gen_.prefix_hit_tokens() - std::exchange(prefix_hits_, gen_.prefix_hit_tokens())));
 }
 
 void Engine::loop() {

@@ -58,7 +58,6 @@ class Engine {
   void fail_all(const ApiError& e);
   void publish_gauges(int64_t inbox);
 
-  const SequenceCache* cache_;  // owned by gen_ (declared first: set before the move)
   Generator gen_;
   ServeMetrics& metrics_;
 
@@ -69,6 +68,7 @@ class Engine {
   bool stopping_ = false;       // (mu_)
 
   std::unordered_map<int64_t, Running> running_;  // by Generator id; engine thread only
+  int64_t preemptions_ = 0, prefix_hits_ = 0;     // the Generator's counts published so far
   std::thread thread_;
 };
 

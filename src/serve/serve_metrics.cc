@@ -13,6 +13,12 @@ ServeMetrics::ServeMetrics()
       disconnects(registry.add<Counter>(
           "nekton_requests_cancelled_total",
           "Requests whose sequences were cancelled because the client disconnected")),
+      preemptions(registry.add<Counter>(
+          "nekton_num_preemptions_total",
+          "Sequences preempted when the KV cache ran out of blocks (recomputed later)")),
+      prefix_hit_tokens(registry.add<Counter>(
+          "nekton_prefix_cache_hit_tokens_total",
+          "Prompt tokens whose keys and values came from the prefix cache, not computed")),
       time_to_first_token(registry.add<Histogram>(
           "nekton_time_to_first_token_seconds",
           "Seconds from a request's arrival to the first token of each of its sequences",

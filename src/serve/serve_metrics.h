@@ -10,6 +10,8 @@ struct ServeMetrics {
   Counter& prompt_tokens;          //
   Counter& generation_tokens;      //
   Counter& disconnects;            // sequences cancelled because their client went away
+  Counter& preemptions;            // sequences sent back to wait when the KV cache was full
+  Counter& prefix_hit_tokens;      // prompt tokens served from the prefix cache
   Histogram& time_to_first_token;  // seconds from arrival to a request's first token
   Histogram& inter_token_latency;  // seconds between a sequence's consecutive tokens
   Histogram& request_latency;      // seconds from arrival to the last token

@@ -9,7 +9,8 @@
 //    two paths differ in summation order only).
 //  - A prefix shared through the cache (blocks held by two sequences, or kept
 //    after the first closed) gives the same logits as computing it.
-//  - Through the Generator: a pool too small for every request at once
+//  - Through the Generator: a repeated prompt is served from the prefix
+//    cache with the same tokens; a pool too small for every request at once
 //    preempts and recomputes, and every request still gets exactly the tokens
 //    it gets alone; every block is given back at the end.
 #include "infer/paged_cache.h"
@@ -182,7 +183,6 @@ TEST(PagedCache, PrefixBlocksAreSharedAndKept) {
   const auto [lc, cc] = prefill(m, cache, a, hc);
   EXPECT_EQ(cc, 32);
   EXPECT_LE(test::rel_err(lc, std::vector<float>(la.begin() + 32 * V, la.end())), 1e-5);
-  EXPECT_EQ(cache.prefix_hit_tokens(), 64);
   cache.close(hc);
 }
 
@@ -213,6 +213,25 @@ TEST(PagedCache, PreemptionRecomputesAndEveryRequestGetsItsTokens) {
     EXPECT_GT(gen.preemptions(), 0);
     EXPECT_EQ(pc->blocks_used(), 0);
   }
+}
+
+// Through the Generator: a request repeating an earlier one's prompt takes
+// its full blocks from the prefix cache and gets the same tokens.
+TEST(PagedCache, GeneratorCountsPrefixHitsAndKeepsTokens) {
+  Transformer m(test::tiny_config(false, 60, 128), DType::F32, 5);
+  GenerationRequest r;
+  r.prompt = random_tokens(40, 8, 60);
+  r.max_new_tokens = 10;
+  r.sampling.temperature = 0;
+  Generator gen(m, nullptr,
+                std::make_unique<PagedCache>(m.config(), DType::F32, options(16, 20, 128, 2, 64)),
+                2);
+  const std::vector<int32_t> first = gen.run({r})[0].tokens;
+  EXPECT_EQ(gen.prefix_hit_tokens(), 0);
+  EXPECT_EQ(gen.run({r})[0].tokens, first);
+  EXPECT_EQ(gen.prefix_hit_tokens(), 32);  // 2 full blocks of the 40-token prompt
+  Generator plain(m, nullptr, 1);
+  EXPECT_EQ(plain.run({r})[0].tokens, first);
 }
 
 }  // namespace

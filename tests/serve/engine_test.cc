@@ -163,6 +163,24 @@ TEST_F(EngineTest, CancelFreesTheSlotAndStopFailsTheRest) {
   }
 }
 
+// A prompt repeated after its first request ended comes from the prefix
+// cache (its 2 full blocks of 16), with the same text; /metrics counts it.
+TEST_F(EngineTest, RepeatedPromptHitsThePrefixCache) {
+  auto e = engine(2);
+  const std::string prompt(40, 'a');
+  std::vector<std::string> texts;
+  for (int i = 0; i < 2; ++i) {
+    auto ch = e->submit({greedy(prompt, 4)}, ServeClock::now());
+    std::string t;
+    for (const StreamEvent& ev : drain(*ch, 1)) t += ev.piece;
+    texts.push_back(t);
+    EXPECT_EQ(metrics_.prefix_hit_tokens.value(), i == 0 ? 0 : 32);
+  }
+  EXPECT_EQ(texts[0], "bcde");
+  EXPECT_EQ(texts[1], texts[0]);
+  EXPECT_EQ(metrics_.preemptions.value(), 0);
+}
+
 // The paged cache's keys: a block size outside [1, positions per sequence]
 // or negative memory is refused naming the key; memory sets the pool.
 TEST_F(EngineTest, PagedCacheKeys) {

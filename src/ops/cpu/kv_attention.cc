@@ -92,6 +92,19 @@ void store_impl(T* kc, T* vc, const T* qkv, const int32_t* seq, const int32_t* p
   });
 }
 
+// Calls f(i, row) for i = 0..len-1 with the cache row (D values) of kv head
+// kvh of sequence q at position first + i, a block's run of rows at a time.
+template <typename T, typename F>
+void for_each_row(const T* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
+                  int64_t len, F&& f) {
+  for (int64_t j = 0, e = 0; j < len; j = e) {
+    const int64_t p = first + j;
+    e = std::min(len, j + d.B - p % d.B);  // the rest of p's block, contiguous
+    const T* run = cache + d.at(q, kvh, p);
+    for (int64_t i = j; i < e; ++i) f(i, run + (i - j) * d.D);
+  }
+}
+
 // Token n sees positions [first, pos[n]]: first = pos[n] - window + 1 (>= 0)
 // under a sliding window, else 0.
 template <typename T>
@@ -115,16 +128,10 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
         for (int64_t g = 0; g < G; ++g)
           for (int64_t c = 0; c < D; ++c)
             q[g * D + c] = scale * to_f32(qkv[n * d.row() + (kvh * G + g) * D + c]);
-        // Position j of the span is first + j; a block's run [j, e) is contiguous.
-        for (int64_t j = 0, e = 0; j < len; j = e) {
-          const int64_t p = first + j;
-          e = std::min(len, j + d.B - p % d.B);
-          const T* kr = kc + d.at(seq[n], kvh, p) - j * D;
-          for (int64_t i = j; i < e; ++i) {
-            for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[i * D + c]);
-            for (int64_t g = 0; g < G; ++g) s[g * len + i] = dot(q + g * D, row, D);
-          }
-        }
+        for_each_row(kc, d, seq[n], kvh, first, len, [&](int64_t i, const T* kr) {
+          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[c]);
+          for (int64_t g = 0; g < G; ++g) s[g * len + i] = dot(q + g * D, row, D);
+        });
         for (int64_t g = 0; g < G; ++g) {
           float* sg = s + g * len;
           const float m = sm::max_of(sg, len);
@@ -132,19 +139,14 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
           for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
         }
         std::fill(o, o + G * D, 0.f);
-        for (int64_t j = 0, e = 0; j < len; j = e) {
-          const int64_t p = first + j;
-          e = std::min(len, j + d.B - p % d.B);
-          const T* vr = vc + d.at(seq[n], kvh, p) - j * D;
-          for (int64_t i = j; i < e; ++i) {
-            for (int64_t c = 0; c < D; ++c) row[c] = to_f32(vr[i * D + c]);
-            for (int64_t g = 0; g < G; ++g) {
-              const float pr = s[g * len + i];
-              float* og = o + g * D;
-              for (int64_t c = 0; c < D; ++c) og[c] += pr * row[c];
-            }
+        for_each_row(vc, d, seq[n], kvh, first, len, [&](int64_t i, const T* vr) {
+          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(vr[c]);
+          for (int64_t g = 0; g < G; ++g) {
+            const float pr = s[g * len + i];
+            float* og = o + g * D;
+            for (int64_t c = 0; c < D; ++c) og[c] += pr * row[c];
           }
-        }
+        });
         for (int64_t g = 0; g < G; ++g)
           for (int64_t c = 0; c < D; ++c)
             out[n * d.Hq * D + (kvh * G + g) * D + c] = from_f32<T>(o[g * D + c]);
