@@ -18,6 +18,7 @@
 
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "cpu_time.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/ops.h"
 #include "ops/ref/attention.h"
@@ -26,11 +27,7 @@ using namespace nk;
 
 namespace {
 
-double cpu_now() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
+using bench::cpu_now;
 
 // Wall seconds per call. The machine may be shared, so the CPU seconds the
 // process actually got are also summed into g_cpu_s: rate * threads / (cpu

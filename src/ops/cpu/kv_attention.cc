@@ -94,14 +94,29 @@ void store_impl(T* kc, T* vc, const T* qkv, const int32_t* seq, const int32_t* p
 
 // Calls f(i, row) for i = 0..len-1 with the cache row (D values) of kv head
 // kvh of sequence q at position first + i, a block's run of rows at a time.
+// A run is one page or so (16 rows of 64 floats: 4 KiB) and the hardware
+// prefetcher does not follow into the next block, which is elsewhere: each
+// row fetches the matching row of the next block ahead (measured: 16-row
+// blocks took ~1.4x the contiguous layout's time without it). One division
+// per call, none per run.
 template <typename T, typename F>
 void for_each_row(const T* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
                   int64_t len, F&& f) {
-  for (int64_t j = 0, e = 0; j < len; j = e) {
-    const int64_t p = first + j;
-    e = std::min(len, j + d.B - p % d.B);  // the rest of p's block, contiguous
-    const T* run = cache + d.at(q, kvh, p);
-    for (int64_t i = j; i < e; ++i) f(i, run + (i - j) * d.D);
+  const int32_t* blocks = d.table + q * d.M;
+  const int64_t row_bytes = d.D * int64_t(sizeof(T));
+  auto base = [&](int64_t b) { return cache + (int64_t(blocks[b]) * d.Hkv + kvh) * d.B * d.D; };
+  int64_t b = first / d.B, off = first % d.B;
+  for (int64_t j = 0; j < len; ++b, off = 0) {
+    const int64_t e = std::min(len, j + d.B - off);  // the rest of block b, contiguous
+    const T* run = base(b) + off * d.D;
+    const char* next = e < len ? reinterpret_cast<const char*>(base(b + 1)) : nullptr;
+    for (int64_t i = j; i < e; ++i) {
+      if (next)
+        for (int64_t c = 0; c < row_bytes; c += 64)
+          __builtin_prefetch(next + (i - j) * row_bytes + c);
+      f(i, run + (i - j) * d.D);
+    }
+    j = e;
   }
 }
 
