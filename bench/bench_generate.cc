@@ -1,6 +1,7 @@
 // Greedy generation throughput of the KV-cache engine (infer/Generator) on a
-// randomly initialised model. Usage:
-//   bench_generate PRESET DTYPE BATCH PROMPT NEW [REPS] [BLOCK]
+// randomly initialised model, or on a GGUF file's (PRESET = FILE.gguf: its
+// weights kept in their types, ckpt/gguf_import.h). Usage:
+//   bench_generate PRESET|FILE.gguf DTYPE BATCH PROMPT NEW [REPS] [BLOCK]
 // (threads from OMP_NUM_THREADS). All prompts are prefilled in one step, so
 // the first streamed token marks the end of the prefill; decode ms/step is
 // the time after it over NEW - 1 steps. tokens/s counts generated tokens over
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ckpt/gguf_import.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "infer/generate.h"
@@ -33,9 +35,17 @@ int main(int argc, char** argv) {
   const int64_t B = std::atoll(argv[3]), P = std::atoll(argv[4]), N = std::atoll(argv[5]);
   const int reps = argc > 6 ? std::atoi(argv[6]) : 1;
   const int64_t block = argc > 7 ? std::atoll(argv[7]) : 0;
-  ModelConfig cfg = model_preset(preset);
   auto t0 = Clock::now();
-  Transformer model(cfg, dt, 1);
+  std::unique_ptr<Transformer> owned;
+  if (is_gguf_path(preset)) {
+    GgufLoadOptions o;
+    o.compute = dt;
+    owned = std::move(load_gguf_model(preset, o).model);
+  } else {
+    owned = std::make_unique<Transformer>(model_preset(preset), dt, 1);
+  }
+  Transformer& model = *owned;
+  const ModelConfig& cfg = model.config();
   const double init_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<GenerationRequest> reqs(static_cast<size_t>(B));
   Rng rng(7);
@@ -80,14 +90,16 @@ int main(int argc, char** argv) {
   fmt::print(
       "{} {} threads={} batch={} prompt={} new={} block={}: prefill {:.3f} s, decode {:.2f} "
       "ms/step, "
-      "{:.1f} tokens/s overall, {:.1f} tokens/s decoding (init {:.1f} s)\n",
+      "{:.1f} tokens/s overall, {:.1f} tokens/s decoding, prompt {:.1f} tokens/s (init {:.1f} "
+      "s)\n",
       preset, dtype_name(dt), num_threads(), B, P, N, block, best_prefill, 1e3 * best_decode, tps,
-      dtps, init_s);
+      dtps, double(B * P) / best_prefill, init_s);
   fmt::print(
       "{{\"impl\": \"nekton\", \"preset\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"prompt\": "
       "{}, "
       "\"new\": {}, \"prefill_s\": {:.4f}, \"decode_ms\": {:.3f}, \"tokens_per_s\": {:.2f}, "
-      "\"decode_tokens_per_s\": {:.2f}}}\n",
-      preset, dtype_name(dt), B, P, N, best_prefill, 1e3 * best_decode, tps, dtps);
+      "\"decode_tokens_per_s\": {:.2f}, \"prompt_tokens_per_s\": {:.2f}}}\n",
+      preset, dtype_name(dt), B, P, N, best_prefill, 1e3 * best_decode, tps, dtps,
+      double(B * P) / best_prefill);
   return 0;
 }

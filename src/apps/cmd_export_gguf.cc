@@ -1,4 +1,5 @@
-// `nekton export gguf MODEL_DIR OUT.gguf`: a Llama-family model as llama.cpp's GGUF.
+// `nekton export gguf MODEL_DIR OUT.gguf` and `nekton quantize MODEL_DIR OUT.gguf`:
+// a Llama-family model as llama.cpp's GGUF, in one type or a quantisation recipe.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -13,8 +14,9 @@ namespace nk {
 namespace {
 
 const char* kUsage =
-    "usage: nekton export gguf MODEL_DIR OUT.gguf [--type f32|f16|bf16|q8_0] [--name NAME]\n"
-    "                          [--no-tokenizer]\n"
+    "usage: nekton export gguf MODEL_DIR OUT.gguf [--type TYPE] [--name NAME] [--no-tokenizer]\n"
+    "       nekton quantize MODEL_DIR OUT.gguf [--type TYPE] ... (the same, --type q4_k_m by\n"
+    "                          default)\n"
     "\n"
     "Writes a saved Llama-family model (config.json + model.safetensors, as train\n"
     "saves it) as one GGUF v3 file that llama.cpp runs: llama.* hyper-parameters,\n"
@@ -24,19 +26,25 @@ const char* kUsage =
 
 }  // namespace
 
-int cmd_export_gguf(const std::vector<std::string>& args) {
-  CommandLine cl("export gguf", args, 1);
+namespace {
+
+int run_export(const std::string& command, const std::vector<std::string>& args, size_t skip,
+               const std::string& default_type) {
+  CommandLine cl(command, args, skip);
   GgufExportOptions opt;
+  opt.type = default_type;
   bool no_tokenizer = false;
-  cl.bind_with<std::string>("--type", ggml_type_name(opt.type),
-                            "matrix type: f32, f16, bf16, or q8_0 (blocks of 32, one f16 scale "
-                            "each; rows a multiple of 32 long); norm weights are always f32",
+  cl.bind_with<std::string>("--type", opt.type,
+                            "matrix types: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m "
+                            "(llama.cpp's mix of q4_k and q6_k); norm weights are always f32, "
+                            "and rows too short for a type's block fall back (q8_0, then f16)",
                             [&](const std::string& t) {
                               try {
-                                opt.type = parse_ggml_type(t);
+                                check_gguf_recipe(t);
                               } catch (const Error& e) {
-                                throw e.with_context("export gguf: --type");
+                                throw e.with_context(command + ": --type");
                               }
+                              opt.type = t;
                             });
   cl.bind("--name", opt.name, "general.name (default: the model folder's name)");
   cl.bind("--allow-nonfinite", opt.allow_nonfinite,
@@ -50,22 +58,30 @@ int cmd_export_gguf(const std::vector<std::string>& args) {
   }
   std::vector<std::string> pos = cl.finish();
   if (pos.size() != 2)
-    fail(
-        "export gguf: expected MODEL_DIR and OUT.gguf, got {} argument(s) (see `nekton export "
-        "gguf --help`)",
-        pos.size());
+    fail("{}: expected MODEL_DIR and OUT.gguf, got {} argument(s) (see `nekton {} --help`)",
+         command, pos.size(), command);
   opt.tokenizer = !no_tokenizer;
   const std::string &dir = pos[0], &out = pos[1];
-  if (std::filesystem::is_directory(out)) fail("export gguf: '{}' is a folder, not a file", out);
+  if (std::filesystem::is_directory(out)) fail("{}: '{}' is a folder, not a file", command, out);
   GgufExportResult r;
   try {
     r = export_gguf(dir, out, opt);
   } catch (const Error& e) {
-    throw e.with_context("export gguf");
+    throw e.with_context(command);
   }
-  fmt::print("wrote {}: {} tensors ({}), tokenizer {}\n", out, r.tensors, ggml_type_name(opt.type),
+  fmt::print("wrote {}: {} tensors ({}), tokenizer {}\n", out, r.tensors, opt.type,
              r.tokenizer.empty() ? "none" : r.tokenizer);
   return 0;
+}
+
+}  // namespace
+
+int cmd_export_gguf(const std::vector<std::string>& args) {
+  return run_export("export gguf", args, 1, "f16");
+}
+
+int cmd_quantize(const CommandArgs& a) {
+  return run_export("quantize", a.args, 0, "q4_k_m");
 }
 
 }  // namespace nk

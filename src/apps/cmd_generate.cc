@@ -8,7 +8,6 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
-#include "ckpt/peft_adapter.h"
 #include "core/config_bind.h"
 #include "core/limits.h"
 #include "data/tokenizer/tokenizer.h"
@@ -19,13 +18,14 @@ namespace nk {
 namespace {
 
 struct GenerateKeys {
-  std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32";
+  std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32", quantize;
   int64_t batch_size = 8, max_tokens = 200;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
 
   void bind(ConfigBinder& b) {
-    b.bind("generate.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("generate.model", model,
+           "saved model folder (config.json + model.safetensors) or a GGUF file (.gguf)");
     b.bind("generate.adapter", adapter,
            "a LoRA or IA3 adapter folder in Hugging Face PEFT's format (adapter_config.json + "
            "adapter_model.safetensors) to apply, unmerged, to generate.model");
@@ -51,6 +51,7 @@ struct GenerateKeys {
     b.bind("generate.stop", stop, "stop string; repeat the key (or give a JSON list) for several");
     b.bind("generate.ignore_eos", ignore_eos, "keep going past the end-of-document token");
     b.bind("generate.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind("generate.quantize", quantize, kQuantizeKeyDoc);
   }
 };
 
@@ -129,19 +130,6 @@ void write_pieces(std::span<const TokenEvent> events) {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
-                                                const std::string& model_dir,
-                                                const std::string& key) {
-  std::string s = spec;
-  if (s.empty()) s = stored_tokenizer(model_dir);
-  if (s.empty()) s = "bytes";
-  try {
-    return load_tokenizer(s);
-  } catch (const Error& e) {
-    throw e.with_context(key);
-  }
-}
-
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
                   int64_t max_tokens, const SamplingConfig& sc) {
   GenerationRequest r;
@@ -175,7 +163,7 @@ int cmd_generate(const CommandArgs& a) {
   ConfigReader reader(c);
   k.bind(reader);
   const std::string& dir = k.model;
-  if (dir.empty()) fail("generate.model: no model folder given (generate.model=DIR)");
+  if (dir.empty()) fail("generate.model: no model given (generate.model=DIR or FILE.gguf)");
   const SamplingConfig& sc = k.sampling;
   try {
     validate(sc);
@@ -198,15 +186,15 @@ int cmd_generate(const CommandArgs& a) {
   if (prompts.empty()) add_values("generate.prompt", k.prompt, prompts);
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty()) fail("generate.prompt: prompt {} is empty", i);
-  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, dir, "generate.tokenizer");
-  auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
-  if (!k.adapter.empty()) {
-    try {
-      model = attach_peft_adapter(*model, k.adapter);
-    } catch (const Error& e) {
-      throw e.with_context("generate.adapter");
-    }
-  }
+  RunnableModel loaded = load_runnable_model({.prefix = "generate",
+                                              .model = dir,
+                                              .tokenizer = k.tokenizer,
+                                              .dtype = k.dtype,
+                                              .quantize = k.quantize,
+                                              .adapter = k.adapter,
+                                              .allow_nonfinite = a.allow_nonfinite});
+  std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
+  std::unique_ptr<Transformer> model = std::move(loaded.model);
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);

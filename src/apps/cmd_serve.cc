@@ -12,12 +12,12 @@
 
 #include "apps/commands.h"
 #include "ckpt/model_io.h"
-#include "ckpt/peft_adapter.h"
 #include "core/config_bind.h"
 #include "core/error.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "serve/guardrails.h"
 #include "serve/serve_cache.h"
 #include "serve/serve_config.h"
 #include "serve/server.h"
@@ -46,22 +46,23 @@ void check_keys(const ServeConfig& k) {
   in("serve.kv_memory_mb", k.kv_memory_mb, 0, int64_t(1) << 40);
 }
 
-std::string folder_name(const std::string& dir) {
-  std::filesystem::path p(dir);
-  if (!p.has_filename()) p = p.parent_path();  // "runs/model/"
-  return p.filename().string();
-}
-
-// The chat template, or null with the reason the chat route will give.
-const ChatTemplate* pick_chat_template(const ServeConfig& k, std::string& why) {
+// The chat template, or null with the reason the chat route will give. A
+// GGUF's own template must be one of the built-ins.
+const ChatTemplate* pick_chat_template(const ServeConfig& k, const RunnableModel& m,
+                                       std::string& why) {
   if (k.chat_template != "auto") {
     try {
-      return &chat_template_for(k.chat_template, k.model);
+      return &chat_template_for(k.chat_template, m.gguf ? "" : k.model);
     } catch (const Error& e) {
       throw e.with_context("serve.chat_template");
     }
   }
   try {
+    if (m.gguf) {
+      if (m.gguf_chat_template.empty()) fail("GGUF '{}' has no tokenizer.chat_template", k.model);
+      if (const ChatTemplate* t = match_chat_template(m.gguf_chat_template)) return t;
+      fail("GGUF '{}': its tokenizer.chat_template is none of the built-in templates", k.model);
+    }
     return &chat_template_for("auto", k.model);
   } catch (const Error& e) {
     why = fmt::format(
@@ -110,27 +111,30 @@ int cmd_serve(const CommandArgs& raw) {
   ConfigReader reader(c);
   k.bind(reader);
   check_keys(k);
+  // Before the model: a bad guardrails file fails at once.
+  const std::unique_ptr<Guardrails> rails = load_guardrails(k.guardrails);
 
-  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "serve.tokenizer");
-  auto model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite);
-  if (!k.adapter.empty()) {
-    try {
-      model = attach_peft_adapter(*model, k.adapter);
-    } catch (const Error& e) {
-      throw e.with_context("serve.adapter");
-    }
-  }
+  RunnableModel loaded = load_runnable_model({.prefix = "serve",
+                                              .model = k.model,
+                                              .tokenizer = k.tokenizer,
+                                              .dtype = k.dtype,
+                                              .quantize = k.quantize,
+                                              .adapter = k.adapter,
+                                              .allow_nonfinite = a.allow_nonfinite});
+  std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
+  std::unique_ptr<Transformer> model = std::move(loaded.model);
   const int64_t max_len = serve_max_len(k, *model);
   std::string no_template;
-  const ChatTemplate* tmpl = pick_chat_template(k, no_template);
+  const ChatTemplate* tmpl = pick_chat_template(k, loaded, no_template);
 
   ServeMetrics metrics;
   Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics);
   ServeContext ctx{*model,      *tok,
                    tmpl,        {},
-                   no_template, k.model_name.empty() ? folder_name(k.model) : k.model_name,
+                   no_template, k.model_name.empty() ? loaded.name : k.model_name,
                    max_len,     k.default_max_tokens,
                    engine,      metrics};
+  ctx.guardrails = rails.get();
   // The tokenizer's own strings for the template's bos and eos.
   if (tok->eod_id() >= 0) ctx.specials.eos = tok->token_bytes(tok->eod_id());
   for (const auto& [text, id] : tok->special_tokens())
@@ -140,6 +144,8 @@ int cmd_serve(const CommandArgs& raw) {
   ::signal(SIGPIPE, SIG_IGN);
   OpenAIServer server(ctx, k.max_body_mb << 20, k.max_connections);
   const int port = server.bind(k.host, int(k.port));
+  if (rails)
+    fmt::print(stderr, "nekton serve: guardrails {}: {}\n", k.guardrails, rails->describe());
   fmt::print(stderr,
              "nekton serve: listening on http://{}:{} (model {}, max_model_len {}, max_batch {}, "
              "chat template {})\n",

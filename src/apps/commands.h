@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "data/tokenizer/tokenizer.h"
+#include "infer/model_source.h"
 #include "infer/sampler.h"
 #include "model/transformer.h"
 
@@ -32,12 +33,6 @@ CommandArgs parse_command_args(const std::vector<std::string>& args);
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
                   int64_t max_tokens, const SamplingConfig& sc);
 
-// The tokenizer `spec` names, else the one saved with the model in
-// `model_dir`, else bytes; an error names `key`.
-std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
-                                                const std::string& model_dir,
-                                                const std::string& key);
-
 int cmd_train(const CommandArgs& a);
 int cmd_finetune(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
@@ -45,10 +40,11 @@ int cmd_serve(const CommandArgs& a);  // uses only a.args (--model DIR, then as 
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);
-int cmd_eval(const CommandArgs& a);    // uses only a.args: perplexity key=value ...
-int cmd_curate(const CommandArgs& a);  // uses only a.args: [train-classifier] ...
-int cmd_import(const CommandArgs& a);  // import hf ...      (uses only a.args)
-int cmd_export(const CommandArgs& a);  // export hf|gguf ... (uses only a.args)
+int cmd_eval(const CommandArgs& a);      // uses only a.args: perplexity key=value ...
+int cmd_curate(const CommandArgs& a);    // uses only a.args: [train-classifier] ...
+int cmd_import(const CommandArgs& a);    // import hf ...      (uses only a.args)
+int cmd_export(const CommandArgs& a);    // export hf|gguf ... (uses only a.args)
+int cmd_quantize(const CommandArgs& a);  // quantize MODEL OUT.gguf ... (uses only a.args)
 
 // The subcommands cmd_import/cmd_export dispatch to; args[0] is the format
 // ("hf", "gguf"), the rest are its own positional arguments and options.

@@ -1,7 +1,10 @@
 #include "ckpt/gguf_export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "ckpt/gguf_vocab.h"
@@ -17,19 +20,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// llama.cpp's llama_ftype for a file whose matrices are all of type t.
-uint32_t file_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-      return 0;
-    case GgmlType::F16:
-      return 1;
-    case GgmlType::Q8_0:
-      return 7;
-    case GgmlType::BF16:
-      return 32;
-  }
-  return 0;
+// llama.cpp's llama_ftype for a file written with `recipe`.
+uint32_t file_type(const std::string& recipe) {
+  static const std::map<std::string, uint32_t> ftype = {{"f32", 0},     {"f16", 1},   {"q4_0", 2},
+                                                        {"q8_0", 7},    {"q4_k", 14}, {"q6_k", 18},
+                                                        {"q4_k_m", 15}, {"bf16", 32}};
+  return ftype.at(recipe);
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third one between get the more precise type.
+bool more_bits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+// The layer of "blk.N.*", else -1.
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::stoll(name.substr(4, name.find('.', 4) - 4));
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 ModelConfig read_config(const std::string& dir) {
@@ -111,6 +123,36 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
 
 }  // namespace
 
+const std::vector<std::string>& gguf_recipes() {
+  static const std::vector<std::string> r = {"f32",  "f16",  "bf16", "q8_0",
+                                             "q4_0", "q4_k", "q6_k", "q4_k_m"};
+  return r;
+}
+
+void check_gguf_recipe(const std::string& recipe) {
+  const auto& r = gguf_recipes();
+  if (std::find(r.begin(), r.end(), recipe) == r.end())
+    fail("unknown GGUF type '{}' (known: {})", recipe, fmt::join(r, ", "));
+}
+
+GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, const Shape& shape,
+                          int64_t n_layer, bool tied) {
+  check_gguf_recipe(recipe);
+  if (shape.size() < 2) return GgmlType::F32;
+  GgmlType t = parse_ggml_type(recipe == "q4_k_m" ? "q4_k" : recipe);
+  const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_K;
+  const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
+  if (four_bit && output) t = GgmlType::Q6_K;
+  if (recipe == "q4_k_m" &&
+      (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+      more_bits(layer_of(name), n_layer))
+    t = GgmlType::Q6_K;
+  const int64_t row = shape.back();
+  if (row % ggml_block(t) != 0 && (t == GgmlType::Q4_K || t == GgmlType::Q6_K)) t = GgmlType::Q8_0;
+  if (row % ggml_block(t) != 0) t = GgmlType::F16;
+  return t;
+}
+
 void permute_rope_rows(const float* src, float* dst, int64_t n_heads, int64_t head_dim,
                        int64_t in) {
   const int64_t half = head_dim / 2;
@@ -141,12 +183,14 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     fail("model '{}': head_dim {} is odd; rotary embeddings need an even one", model_dir,
          c.head_dim());
 
+  check_gguf_recipe(opt.type);
   GgufWriter w;
   GgufExportResult result;
   w.add_string("general.architecture", ga);
   w.add_string("general.name", opt.name.empty() ? folder_name(model_dir) : opt.name);
   w.add_u32("general.file_type", file_type(opt.type));
-  if (opt.type == GgmlType::Q8_0) w.add_u32("general.quantization_version", 2);
+  if (opt.type != "f32" && opt.type != "f16" && opt.type != "bf16")
+    w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
   w.add_u32(ga + ".context_length", uint32_t(c.max_seq_len));
   w.add_u32(ga + ".embedding_length", uint32_t(c.d_model));
@@ -177,6 +221,16 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     GgufVocab v = gguf_vocab(*tok, c.vocab_size);
     add_gguf_vocab(w, v);
     result.tokenizer = v.model;
+    // The chat template beside the model, as llama.cpp's converter stores it.
+    const fs::path tc = fs::path(model_dir) / "tokenizer_config.json";
+    if (fs::exists(tc)) {
+      std::ifstream in(tc);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+      if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+        w.add_string("tokenizer.chat_template", j["chat_template"].get<std::string>());
+    }
   }
 
   std::unique_ptr<Transformer> model = load_model(model_dir, DType::F32, opt.allow_nonfinite);
@@ -192,7 +246,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     }
     const int64_t rows = shape[0], in = shape.size() > 1 ? shape[1] : 1;
     const int64_t heads = e.rope_heads;
-    w.add_tensor(e.name, shape, shape.size() > 1 ? opt.type : GgmlType::F32,
+    w.add_tensor(e.name, shape,
+                 gguf_tensor_type(opt.type, e.name, shape, c.n_layer, c.tied_embeddings),
                  [m, &p, row0, rows, in, heads](std::vector<float>& out) {
                    const float* src = ParamLayout::view(m->params(), p).data<float>() + row0 * in;
                    out.resize(size_t(rows * in));

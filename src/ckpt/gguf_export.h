@@ -1,9 +1,10 @@
 // A saved model folder (ckpt/model_io.h) as one GGUF file that llama.cpp
 // loads: the architecture's GGUF name and hyper-parameters (`<arch>.*`, from
 // Architecture::gguf_arch), the tokenizer stored with the model
-// (ckpt/gguf_vocab.h) and the weights under llama.cpp's tensor names, which
-// each architecture maps (Architecture::gguf_tensors). For the Llama family
-// (Llama, Qwen2, Mistral):
+// (ckpt/gguf_vocab.h) with the chat template of the folder's
+// tokenizer_config.json (tokenizer.chat_template) when it has one, and the weights under
+// llama.cpp's tensor names, which each architecture maps (Architecture::gguf_tensors). For the
+// Llama family (Llama, Qwen2, Mistral):
 //   wte                -> token_embd.weight          [V, C]
 //   h.N.ln1.weight     -> blk.N.attn_norm.weight     [C]      (always f32)
 //   h.N.attn.qkv       -> blk.N.attn_{q,k,v}.weight  q, k rows permuted (rope_heads)
@@ -18,16 +19,37 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ckpt/gguf_writer.h"
 
 namespace nk {
 
+// The types of a file's matrices (`--type`): one type for all of them (f32,
+// f16, bf16, q8_0, q4_0, q4_k, q6_k) or llama.cpp's mixed q4_k_m, tensor by
+// tensor as llama.cpp's quantiser chooses (gguf_tensor_type).
+const std::vector<std::string>& gguf_recipes();
+// nk::Error listing the recipes otherwise.
+void check_gguf_recipe(const std::string& recipe);
+// The type of GGUF tensor `name` of `shape` under `recipe` in a model of
+// n_layer layers, tied or not:
+//   - 1-d tensors (norms) f32;
+//   - the output projection (token_embd when tied) q6_k under every 4-bit
+//     recipe, as llama.cpp;
+//   - q4_k_m: q6_k for attn_v and ffn_down in layers i with i < n/8,
+//     i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's use_more_bits), q4_k
+//     elsewhere;
+//   - rows not a multiple of a type's block fall back: k-quants to q8_0,
+//     then q4_0 and q8_0 to f16 (llama.cpp falls back to its q5 types,
+//     which Nekton lacks).
+GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, const Shape& shape,
+                          int64_t n_layer, bool tied);
+
 struct GgufExportOptions {
-  GgmlType type = GgmlType::F16;  // matrices; 1-D norm weights stay f32
-  std::string name;               // general.name; "" = the model folder's name
-  bool tokenizer = true;          // false: no tokenizer.ggml.* metadata
-  bool allow_nonfinite = false;   // export weights holding NaN or Inf (with a warning)
+  std::string type = "f16";      // a recipe (gguf_recipes); 1-D norm weights stay f32
+  std::string name;              // general.name; "" = the model folder's name
+  bool tokenizer = true;         // false: no tokenizer.ggml.* metadata
+  bool allow_nonfinite = false;  // export weights holding NaN or Inf (with a warning)
 };
 
 struct GgufExportResult {
@@ -38,7 +60,7 @@ struct GgufExportResult {
 // Writes OUT atomically. nk::Error (and OUT untouched) for a model that is
 // not Llama-family, an unreadable model (naming the file), a model without a
 // stored tokenizer when opt.tokenizer, a tokenizer without a GGUF form, or a
-// q8_0 export of a tensor whose rows are not a multiple of 32 (naming it).
+// recipe that is none of gguf_recipes().
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& opt);
 

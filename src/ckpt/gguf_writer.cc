@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/quant.h"
 
 namespace nk {
 
@@ -42,21 +43,21 @@ uint64_t align_up(uint64_t n, uint64_t a) {
   return (n + a - 1) / a * a;
 }
 
-void encode_q8_0(const float* x, int64_t n, std::string& out) {
-  for (int64_t b = 0; b < n; b += kQ8Block) {
-    const float* v = x + b;
-    float amax = 0.f;
-    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
-    f16 d16 = f32_to_f16(amax / 127.f);
-    float d = f16_to_f32(d16);
-    // Quantize with the scale as stored: then |x - q d| <= d / 2 exactly.
-    // amax / d is at most 127 * (1 + 2^-11) < 127.5, so q stays in [-127, 127].
-    float id = d > 0.f ? 1.f / d : 0.f;
-    put<uint16_t>(out, d16.bits);
-    for (int64_t i = 0; i < kQ8Block; ++i) {
-      float q = std::nearbyint(v[i] * id);
-      put<int8_t>(out, int8_t(std::clamp(q, -127.f, 127.f)));
-    }
+constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                               GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+
+ops::QuantType quant_type_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0:
+      return ops::QuantType::Q8_0;
+    case GgmlType::Q4_0:
+      return ops::QuantType::Q4_0;
+    case GgmlType::Q4_K:
+      return ops::QuantType::Q4_K;
+    case GgmlType::Q6_K:
+      return ops::QuantType::Q6_K;
+    default:
+      NK_CHECK(false, "{} is not a block format", uint32_t(t));
   }
 }
 
@@ -68,18 +69,29 @@ const char* ggml_type_name(GgmlType t) {
       return "f32";
     case GgmlType::F16:
       return "f16";
-    case GgmlType::Q8_0:
-      return "q8_0";
     case GgmlType::BF16:
       return "bf16";
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
+      return ops::quant_type_name(quant_type_of(t));
   }
   return "?";
 }
 
 GgmlType parse_ggml_type(const std::string& s) {
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0})
+  for (GgmlType t : kTypes)
     if (s == ggml_type_name(t)) return t;
-  fail("unknown GGUF tensor type '{}' (known: f32, f16, bf16, q8_0)", s);
+  fail("unknown GGUF tensor type '{}' (known: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", s);
+}
+
+bool ggml_is_quantized(GgmlType t) {
+  return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
+}
+
+int64_t ggml_block(GgmlType t) {
+  return ggml_is_quantized(t) ? ops::quant_block(quant_type_of(t)) : 1;
 }
 
 size_t ggml_nbytes(GgmlType t, int64_t n) {
@@ -89,14 +101,15 @@ size_t ggml_nbytes(GgmlType t, int64_t n) {
     case GgmlType::F16:
     case GgmlType::BF16:
       return size_t(n) * 2;
-    case GgmlType::Q8_0:
-      NK_CHECK(n % kQ8Block == 0, "Q8_0 needs a multiple of {} values, got {}", kQ8Block, n);
-      return size_t(n / kQ8Block) * kQ8BlockBytes;
+    default:
+      NK_CHECK(n % ggml_block(t) == 0, "{} needs a multiple of {} values, got {}",
+               ggml_type_name(t), ggml_block(t), n);
+      return ops::quant_row_bytes(quant_type_of(t), n);
   }
-  return 0;
 }
 
-void ggml_encode(GgmlType t, const float* x, int64_t n, std::string& out) {
+void ggml_encode(GgmlType t, const float* x, int64_t n, int64_t row, std::string& out) {
+  NK_CHECK(row > 0 && n % row == 0, "ggml_encode: {} values in rows of {}", n, row);
   out.reserve(out.size() + ggml_nbytes(t, n));
   switch (t) {
     case GgmlType::F32:
@@ -108,9 +121,11 @@ void ggml_encode(GgmlType t, const float* x, int64_t n, std::string& out) {
     case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, f32_to_bf16(x[i]).bits);
       return;
-    case GgmlType::Q8_0:
-      encode_q8_0(x, n, out);
-      return;
+    default: {
+      ops::QuantWeight q = ops::QuantWeight::empty(quant_type_of(t), {n / row, row});
+      ops::quant_quantize(q, Tensor::from_blob(const_cast<float*>(x), {n / row, row}, DType::F32));
+      out.append(static_cast<const char*>(q.data.raw()), q.data.nbytes());
+    }
   }
 }
 
@@ -179,9 +194,9 @@ void GgufWriter::add_tensor(const std::string& name, const Shape& shape, GgmlTyp
            shape.size());
   for (const TensorEntry& t : tensors_)
     NK_CHECK(t.name != name, "GGUF tensor '{}' given twice", name);
-  if (type == GgmlType::Q8_0 && shape.back() % kQ8Block != 0)
-    fail("tensor '{}' {}: q8_0 needs rows whose length is a multiple of {}, this one has {}", name,
-         shape_str(shape), kQ8Block, shape.back());
+  if (shape.back() % ggml_block(type) != 0)
+    fail("tensor '{}' {}: {} needs rows whose length is a multiple of {}, this one has {}", name,
+         shape_str(shape), ggml_type_name(type), ggml_block(type), shape.back());
   size_t bytes = ggml_nbytes(type, shape_numel(shape));
   tensors_.push_back({name, shape, type, std::move(produce), data_bytes_, bytes});
   data_bytes_ = align_up(data_bytes_ + bytes, alignment_);
@@ -214,7 +229,7 @@ void GgufWriter::write(const std::string& path) const {
     if (int64_t(values.size()) != shape_numel(t.shape))
       fail("GGUF tensor '{}': {} values for shape {}", t.name, values.size(), shape_str(t.shape));
     bytes.assign(t.offset - at, '\0');  // padding after the previous tensor
-    ggml_encode(t.type, values.data(), int64_t(values.size()), bytes);
+    ggml_encode(t.type, values.data(), int64_t(values.size()), t.shape.back(), bytes);
     NK_CHECK(bytes.size() == t.offset - at + t.bytes, "tensor '{}' encoded to {} bytes", t.name,
              bytes.size());
     out.write(bytes.data(), bytes.size());

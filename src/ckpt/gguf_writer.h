@@ -18,24 +18,39 @@
 
 namespace nk {
 
-// ggml tensor types this writer produces (ggml's numbering).
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30 };
+// ggml tensor types Nekton reads and writes (ggml's numbering). The block
+// formats' layouts are in ops/quant.h.
+enum class GgmlType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30
+};
 
-// "f32", "f16", "bf16", "q8_0".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k".
 const char* ggml_type_name(GgmlType t);
 // nk::Error listing the known names otherwise.
 GgmlType parse_ggml_type(const std::string& s);
+// Whether t is a block-quantised type (ops::QuantType of the same name).
+bool ggml_is_quantized(GgmlType t);
 
 // Q8_0: blocks of 32 values, each an f16 scale d then 32 int8 q; x ~ q * d.
 constexpr int64_t kQ8Block = 32;
 constexpr int64_t kQ8BlockBytes = 2 + kQ8Block;
 
-// Bytes of n values of type t (n a multiple of kQ8Block for Q8_0).
+// Values per block: 1 for the float types, 32 or 256 for the block formats.
+int64_t ggml_block(GgmlType t);
+// Bytes of n values of type t (n a multiple of ggml_block(t)).
 size_t ggml_nbytes(GgmlType t, int64_t n);
-// Appends n values of x encoded as type t to out. f16/bf16 round to nearest
-// even. Q8_0 (n % 32 == 0): d = max|x| / 127 rounded to f16, q = round(x / d)
-// with the stored d, so |x - q d| <= d / 2 for every value.
-void ggml_encode(GgmlType t, const float* x, int64_t n, std::string& out);
+// Appends n values of x encoded as type t to out, as rows of `row` values
+// (row divides n; the block formats need row % ggml_block(t) == 0). f16/bf16
+// round to nearest even; the block formats quantise as ops::quant_quantize
+// (Q8_0: d = max|x| / 127 rounded to f16, q = round(x / d) with the stored
+// d, so |x - q d| <= d / 2 for every value).
+void ggml_encode(GgmlType t, const float* x, int64_t n, int64_t row, std::string& out);
 
 class GgufWriter {
  public:
@@ -56,8 +71,8 @@ class GgufWriter {
   // one tensor's values are in memory at a time.
   using Producer = std::function<void(std::vector<float>& out)>;
   // `shape` outermost first (row-major, as Nekton's tensors); written
-  // reversed as ne. nk::Error naming the tensor when type is Q8_0 and the
-  // innermost dimension is not a multiple of 32.
+  // reversed as ne. nk::Error naming the tensor when type is a block format
+  // and the innermost dimension is not a multiple of its block.
   void add_tensor(const std::string& name, const Shape& shape, GgmlType type, Producer produce);
 
   // Writes the file atomically (core/atomic_file.h): on any error PATH is left

@@ -16,10 +16,58 @@ std::string L(int64_t l, const char* name) {
   return fmt::format("h.{}.{}", l, name);
 }
 
+// Zeroed storage for p's runs (zeros read back as zeros in every format).
+// nk::Error naming p when the runs do not cover its rows in whole fused parts.
+std::vector<ops::QuantWeight> quant_storage(const ParamInfo& p, const std::vector<QuantRun>& runs,
+                                            Device device) {
+  if (p.shape.size() != 2) fail("quantised parameter '{}' is not a matrix", p.name);
+  std::vector<ops::QuantWeight> out;
+  int64_t row = 0;
+  for (const QuantRun& r : runs) {
+    bool at_part = p.parts.empty() ? row == 0 : false;
+    for (const ParamPart& part : p.parts) at_part |= part.row0 == row;
+    if (!at_part || r.rows <= 0)
+      fail("quantised parameter '{}': a run of {} rows at row {} does not start a fused part",
+           p.name, r.rows, row);
+    ops::QuantWeight q = ops::QuantWeight::empty(r.type, {r.rows, p.shape[1]}, device);
+    q.data = Tensor::zeros(q.data.shape(), q.data.dtype(), device);
+    if (q.scale.defined()) q.scale = Tensor::zeros(q.scale.shape(), q.scale.dtype(), device);
+    out.push_back(q);
+    row += r.rows;
+  }
+  if (row != p.shape[0])
+    fail("quantised parameter '{}': runs cover {} of its {} rows", p.name, row, p.shape[0]);
+  return out;
+}
+
 }  // namespace
 
+QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
+  const ParamLayout layout = model_layout(cfg);
+  const bool dense_wte = layout.has("wpe");
+  QuantPlan plan;
+  for (const ParamInfo& p : layout.params()) {
+    if (p.shape.size() != 2 || p.adapter || p.name == "wpe" || (dense_wte && p.name == "wte") ||
+        p.name == kPromptTable)
+      continue;
+    if (p.shape[1] % ops::quant_block(type) != 0)
+      fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
+           ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],
+           ops::quant_block(type));
+    plan[p.name] = {{p.shape[0], type}};
+  }
+  return plan;
+}
+
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
-                                    FrozenWeights frozen_weights) {
+                                    FrozenWeights frozen_weights, const QuantPlan& quant) {
+  NK_CHECK(quant.empty() || frozen_weights == FrozenWeights::Quantized,
+           "a QuantPlan without FrozenWeights::Quantized");
+  if (frozen_weights == FrozenWeights::Quantized) {
+    std::vector<std::string> names;
+    for (const auto& [name, runs] : quant) names.push_back(name);
+    return model_layout(cfg, frozen, names);
+  }
   ParamLayout layout = model_layout(cfg, frozen);
   if (frozen_weights != FrozenWeights::Nf4) return layout;
   // QLoRA's base: every frozen weight matrix but learned positions.
@@ -32,12 +80,12 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
 
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
                          const std::vector<std::string>& frozen, Device device,
-                         FrozenWeights frozen_weights)
+                         FrozenWeights frozen_weights, const QuantPlan& quant)
     : cfg_(cfg),
       compute_(compute),
       device_(device),
       frozen_weights_(frozen_weights),
-      layout_(layout_for(cfg, frozen, frozen_weights)) {
+      layout_(layout_for(cfg, frozen, frozen_weights, quant)) {
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
@@ -55,6 +103,10 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   if (compute_params_.raw() != params_.raw()) ops::fill(compute_params_, 0.f);
   for (const ParamInfo& p : layout_.params()) {
     if (!p.quantized) continue;
+    if (frozen_weights == FrozenWeights::Quantized) {
+      quant_[p.name] = quant_storage(p, quant.at(p.name), device_);
+      continue;
+    }
     // All-zero storage reads back as zeros (scale and offset 0) until set.
     ops::Nf4Weight q = ops::Nf4Weight::empty(p.shape, device_);
     for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
@@ -98,11 +150,24 @@ void Transformer::sync_compute_params() {
 Tensor Transformer::param_f32(const ParamInfo& p) const {
   if (has_master(p)) return ParamLayout::view(params_, p);
   Tensor out = Tensor::empty(p.shape, DType::F32, device_);
-  if (p.quantized)
+  if (p.quantized && quant_.count(p.name)) {
+    int64_t row = 0;
+    for (const ops::QuantWeight& q : quant_.at(p.name)) {
+      ops::quant_dequantize(out.narrow0(row, q.rows()), q);
+      row += q.rows();
+    }
+  } else if (p.quantized) {
     ops::nf4_dequantize(out, nf4_.at(p.name));
-  else
+  } else {
     ops::convert(out, ParamLayout::view(compute_params_, p));
+  }
   return out;
+}
+
+std::vector<ops::QuantWeight>& Transformer::quant_parts(const std::string& name) {
+  auto it = quant_.find(name);
+  if (it == quant_.end()) fail("parameter '{}' is not block-quantised", name);
+  return it->second;
 }
 
 void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
@@ -112,6 +177,14 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
     if (src.dtype() != DType::F32) {
       f = Tensor::empty(p.shape, DType::F32, device_);
       ops::convert(f, src);
+    }
+    if (auto it = quant_.find(p.name); it != quant_.end()) {
+      int64_t row = 0;
+      for (ops::QuantWeight& q : it->second) {
+        ops::quant_quantize(q, f.narrow0(row, q.rows()));
+        row += q.rows();
+      }
+      return;
     }
     ops::nf4_quantize(nf4_.at(p.name), f);
     return;
@@ -140,6 +213,8 @@ size_t Transformer::weight_bytes() const {
   size_t n = params_.nbytes();
   if (compute_params_.raw() != params_.raw()) n += compute_params_.nbytes();
   for (const auto& [name, q] : nf4_) n += q.nbytes();
+  for (const auto& [name, runs] : quant_)
+    for (const ops::QuantWeight& q : runs) n += q.nbytes();
   return n;
 }
 
@@ -157,6 +232,10 @@ void Transformer::bind_views() {
     auto it = nf4_.find(n);
     return it == nf4_.end() ? ops::Nf4Weight() : it->second;
   };
+  auto runs = [&](const std::string& n) {
+    auto it = quant_.find(n);
+    return it == quant_.end() ? std::vector<ops::QuantWeight>() : it->second;
+  };
   auto g = [&](const std::string& n) {
     const ParamInfo& p = layout_.find(n);
     return p.trainable ? ParamLayout::view(grads_, p) : Tensor();
@@ -169,6 +248,7 @@ void Transformer::bind_views() {
     nn::Linear lin;
     lin.w = w(base + ".weight");
     lin.wq = q(base + ".weight");
+    lin.wquant = runs(base + ".weight");
     lin.dw = g(base + ".weight");
     lin.b = maybe(base + ".bias", false);
     lin.db = maybe(base + ".bias", true);
@@ -226,6 +306,7 @@ void Transformer::bind_views() {
   };
   embed_.wte = w("wte");
   embed_.wte_q = q("wte");
+  if (std::vector<ops::QuantWeight> r = runs("wte"); !r.empty()) embed_.wte_quant = r[0];
   embed_.dwte = g("wte");
   embed_.wpe = maybe("wpe", false);
   embed_.dwpe = maybe("wpe", true);
@@ -259,6 +340,7 @@ void Transformer::bind_views() {
     head_ = nn::Linear();
     head_.w = embed_.wte;
     head_.wq = embed_.wte_q;
+    if (embed_.wte_quant.defined()) head_.wquant = {embed_.wte_quant};
     head_.dw = embed_.dwte;
   } else {
     head_ = linear("lm_head");

@@ -57,12 +57,31 @@ std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers,
 // How the frozen parameters (a fine-tuned base) are held. Trainable ones
 // always have an f32 master and, in bf16, a compute copy.
 enum class FrozenWeights {
-  Master,   // like the trainable ones: f32 master (+ compute copy)
-  Compute,  // the compute-dtype copy only: 2 bytes each in bf16 instead of 6
-  Nf4,      // as Compute, but every weight matrix (linear layers, the token
-            // embedding and the head; not learned positions) in NF4 (ops.h):
-            // QLoRA's base
+  Master,     // like the trainable ones: f32 master (+ compute copy)
+  Compute,    // the compute-dtype copy only: 2 bytes each in bf16 instead of 6
+  Nf4,        // as Compute, but every weight matrix (linear layers, the token
+              // embedding and the head; not learned positions) in NF4 (ops.h):
+              // QLoRA's base
+  Quantized,  // as Compute, but the weight matrices a QuantPlan names in
+              // ggml's block formats or int8 (ops/quant.h): inference only
 };
+
+// How each block-quantised parameter is held (FrozenWeights::Quantized): its
+// rows in order as runs of one type each. One run is the usual case; a fused
+// parameter may mix types, as llama.cpp's Q4_K_M files give attn_v more bits
+// than attn_q and attn_k. Each run's rows must be whole fused parts.
+struct QuantRun {
+  int64_t rows = 0;
+  ops::QuantType type = ops::QuantType::Q8_0;
+};
+using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
+
+// The plan that holds every weight matrix of a model of cfg in `type` (a
+// whole-model load-time quantisation): linear layers and the head, and the
+// token embedding unless the model has learned positions (its wte stays
+// dense then; so does a tied head). nk::Error naming a matrix whose rows
+// are not a multiple of the type's block.
+QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 
 class Transformer {
  public:
@@ -72,12 +91,16 @@ class Transformer {
   // Initial values do not depend on what is frozen. device: where the
   // arenas, the RoPE table and the model's workspaces live (`train.device`).
   // frozen_weights: how the frozen parameters are held (FrozenWeights).
+  // quant: with FrozenWeights::Quantized, the parameters held quantised
+  // (each frozen, 2-d); empty otherwise.
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
               ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
-              Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master);
+              Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master,
+              const QuantPlan& quant = {});
   // The layout such a model has, without allocating it (parameter names).
   static ParamLayout layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen = {},
-                                FrozenWeights frozen_weights = FrozenWeights::Master);
+                                FrozenWeights frozen_weights = FrozenWeights::Master,
+                                const QuantPlan& quant = {});
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
@@ -94,15 +117,19 @@ class Transformer {
   // Whether p's f32 master is in params() (always for trainable ones).
   bool has_master(const ParamInfo& p) const { return p.offset + p.numel() <= params_.numel(); }
   // p's values in f32: its master view, or a new tensor read back from its
-  // compute-dtype copy or its NF4 storage (host memory).
+  // compute-dtype copy or its NF4 or block-quantised storage.
   Tensor param_f32(const ParamInfo& p) const;
   // Sets p to `src` (f32, p's shape): its master and compute copy, its
-  // compute copy alone, or its NF4 quantisation.
+  // compute copy alone, or its NF4 or block quantisation.
   void set_param(const ParamInfo& p, const Tensor& src);
+  // The storage of a block-quantised parameter, one QuantWeight per QuantRun
+  // (a loader copies a file's blocks into their data). nk::Error if `name`
+  // is not one.
+  std::vector<ops::QuantWeight>& quant_parts(const std::string& name);
   // p-tuning's prompt P [virtual tokens, C] in f32 (host memory): the
   // encoder's output, or the table. Needs config().prompt.
   Tensor prompt_f32() const;
-  // Bytes the weights take: f32 masters, the compute copy, NF4 storage.
+  // Bytes the weights take: f32 masters, the compute copy, quantised storage.
   size_t weight_bytes() const;
   // Call after changing params() other than through the optimizer's fused copy.
   void sync_compute_params();
@@ -188,7 +215,8 @@ class Transformer {
   FrozenWeights frozen_weights_;
   ParamLayout layout_;
   Tensor params_, grads_, compute_params_;
-  std::map<std::string, ops::Nf4Weight> nf4_;  // the quantised parameters, by name
+  std::map<std::string, ops::Nf4Weight> nf4_;                   // the NF4 parameters, by name
+  std::map<std::string, std::vector<ops::QuantWeight>> quant_;  // block-quantised, by name
   Tensor rope_;
   nn::Embedding embed_;
   std::vector<Block> blocks_;

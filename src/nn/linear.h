@@ -2,8 +2,11 @@
 // optional adapters (LoRA, IA3, bottleneck: nn/adapters.h). With a tensor-parallel
 // size of 1 this is also what the column- and row-parallel variants reduce to.
 #pragma once
+#include <vector>
+
 #include "nn/adapters.h"
 #include "ops/ops.h"
+#include "ops/quant.h"
 
 namespace nk::nn {
 
@@ -21,6 +24,9 @@ struct Linear {
   // A frozen weight stored as NF4 (QLoRA's base) instead of w: the products
   // dequantise it panel by panel (ops.h). w, dw and db are then undefined.
   ops::Nf4Weight wq;
+  // A frozen weight in ggml's block formats or int8 (inference only): its
+  // rows as runs, each one type (usually one run). w, dw, db undefined.
+  std::vector<ops::QuantWeight> wquant;
 
   // x [.., in] -> y [.., out]. ad: the adapters' activations and scratch
   // (needed when any adapter is active).
@@ -29,6 +35,8 @@ struct Linear {
     Tensor y2 = rows(y), x2 = rows(x);
     if (wq.defined())
       ops::nf4_linear_forward(y2, x2, wq, b);
+    else if (!wquant.empty())
+      ops::quant_linear_forward_runs(y2, x2, wquant, b);
     else
       ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
     if (ia3.active()) ia3.scale_output(y2);
@@ -40,6 +48,7 @@ struct Linear {
   void backward(Tensor dx, const Tensor& dy, const Tensor& x, const AdapterActs& ad = {}) const {
     check_adapters(ad);
     Tensor dx2 = dx.defined() ? rows(dx) : dx, dy2 = rows(dy), x2 = rows(x);
+    NK_CHECK(wquant.empty(), "Linear: a block-quantised weight has no backward (inference only)");
     if (wq.defined()) {
       NK_CHECK(!dw.defined() && !db.defined(), "Linear: an NF4 weight is frozen");
       if (dx2.defined()) ops::nf4_linear_backward_input(dx2, dy2, wq);
@@ -66,8 +75,8 @@ struct Linear {
   void check_adapters(const AdapterActs& ad) const {
     NK_CHECK(!(lora.active() || ia3.active() || bottleneck.active()) || ad.defined(),
              "Linear: adapters without their activations");
-    NK_CHECK(!(wq.defined() && (ia3.active() || bottleneck.active())),
-             "Linear: IA3 or a bottleneck adapter over an NF4 weight");
+    NK_CHECK(!((wq.defined() || !wquant.empty()) && (ia3.active() || bottleneck.active())),
+             "Linear: IA3 or a bottleneck adapter over a quantised weight");
   }
 };
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "data/chat/sft_data.h"
+#include "serve/guardrails.h"
 #include "serve/openai_response.h"
 #include "serve/sse.h"
 
@@ -21,6 +22,8 @@ constexpr auto kStreamPoll = std::chrono::milliseconds(200);
 constexpr auto kKeepAliveAfter = std::chrono::seconds(2);
 // Most sequences (prompts x n) one request may submit.
 constexpr int64_t kMaxSequences = 1024;
+// OpenAI's finish_reason for an answer its content filter stopped.
+constexpr const char* kContentFilter = "content_filter";
 
 uint64_t random_u64() {
   static std::mutex mu;
@@ -68,6 +71,8 @@ struct StreamState {
   std::shared_ptr<RequestChannel> channel;
   std::vector<ChoiceOutput> choices;
   std::vector<size_t> sent_tokens, sent_bytes;  // per choice: logprobs written so far
+  std::vector<OutputFilter> filters;            // per choice, with output guardrails
+  std::vector<char> ended;                      // per choice: finished or refused
   int64_t open = 0;                             // choices not finished
   bool started = false, over = false, gone = false;
   ServeClock::time_point last_write;
@@ -78,6 +83,7 @@ struct StreamState {
 std::string chunks_for(StreamState& s, const StreamEvent& e) {
   const bool chat = s.p.req.kind == ApiKind::Chat, usage = s.p.req.include_usage;
   const bool logprobs = s.p.req.logprobs;
+  if (s.ended[size_t(e.choice)]) return {};  // refused by an output rail: the rest is dropped
   ChoiceOutput& c = s.choices[size_t(e.choice)];
   const size_t before = c.tokens.size();
   fold(c, e, logprobs);
@@ -97,15 +103,33 @@ std::string chunks_for(StreamState& s, const StreamEvent& e) {
       bytes += s.ctx->tok.token_bytes(c.tokens[tokens]).size();
   }
   const char* finish = e.finished ? openai_finish_reason(e.finish) : nullptr;
+  std::string piece(e.piece);
+  bool ends = e.finished;
+  if (!s.filters.empty()) {
+    // Output rails: the text goes out as the filter releases it.
+    OutputFilter& f = s.filters[size_t(e.choice)];
+    piece = f.push(e.piece);
+    if (e.finished) piece += f.finish();
+    if (f.refused()) {
+      piece += s.ctx->guardrails->refusal();
+      finish = kContentFilter;
+      if (!e.finished) s.ctx->engine.cancel(s.channel, e.choice);
+      ends = true;
+    }
+    if (ends) s.ctx->guardrails->count_output(f, s.ctx->metrics);
+  }
   if (chat) {
-    if (!e.piece.empty() || !lp.is_null())
-      out += sse_event(chat_chunk(s.head, e.choice, {{"content", e.piece}}, lp, nullptr, usage));
+    if (!piece.empty() || !lp.is_null())
+      out += sse_event(chat_chunk(s.head, e.choice, {{"content", piece}}, lp, nullptr, usage));
     if (finish)
       out += sse_event(chat_chunk(s.head, e.choice, json::object(), nullptr, finish, usage));
-  } else if (!e.piece.empty() || !lp.is_null() || finish) {
-    out += sse_event(completion_chunk(s.head, e.choice, e.piece, lp, finish, usage));
+  } else if (!piece.empty() || !lp.is_null() || finish) {
+    out += sse_event(completion_chunk(s.head, e.choice, piece, lp, finish, usage));
   }
-  if (e.finished) --s.open;
+  if (ends) {
+    s.ended[size_t(e.choice)] = 1;
+    --s.open;
+  }
   return out;
 }
 
@@ -170,6 +194,57 @@ bool stream_step(StreamState& s, httplib::DataSink& sink) {
   }
   if (s.over) sink.done();
   return true;
+}
+
+// The rails' output filters of a request's choices (none without output rails).
+std::vector<OutputFilter> output_filters(const ServeContext& ctx, size_t n) {
+  if (!ctx.guardrails || ctx.guardrails->output().empty()) return {};
+  return std::vector<OutputFilter>(n, OutputFilter(ctx.guardrails->output()));
+}
+
+// A request an input rail refused: every choice is the refusal with
+// finish_reason content_filter (the model does not run), or a 400 with
+// on_input: error.
+void answer_refusal(const ServeContext& ctx, const PreparedCompletion& p, httplib::Response& res) {
+  const Guardrails& g = *ctx.guardrails;
+  const bool chat = p.req.kind == ApiKind::Chat;
+  if (g.input_error())
+    throw ApiError(400, "The request was refused by the server's guardrails.",
+                   chat ? "messages" : "prompt", kContentFilter);
+  const size_t n = p.sequences.size();
+  const ResponseHead head = response_head(ctx, p.req.kind);
+  const json usage = usage_json(p.prompt_tokens, 0);
+  if (!p.req.stream) {
+    std::vector<ChoiceOutput> choices(n);
+    for (ChoiceOutput& c : choices) {
+      c.text = g.refusal();
+      c.finished = true;
+    }
+    json body = chat ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
+                     : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
+    for (json& c : body["choices"]) c["finish_reason"] = kContentFilter;
+    res.set_content(dump_json(body), "application/json");
+    return;
+  }
+  const bool with_usage = p.req.include_usage;
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t k = int64_t(i);
+    if (chat) {
+      out += sse_event(chat_chunk(head, k, {{"role", "assistant"}, {"content", ""}}, nullptr,
+                                  nullptr, with_usage));
+      out +=
+          sse_event(chat_chunk(head, k, {{"content", g.refusal()}}, nullptr, nullptr, with_usage));
+      out += sse_event(chat_chunk(head, k, json::object(), nullptr, kContentFilter, with_usage));
+    } else {
+      out += sse_event(completion_chunk(head, k, p.prefix[i] + g.refusal(), nullptr, kContentFilter,
+                                        with_usage));
+    }
+  }
+  if (with_usage) out += sse_event(usage_chunk(head, chat, usage));
+  out += sse_done();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_content(out, "text/event-stream");
 }
 
 }  // namespace
@@ -248,6 +323,10 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
                 ctx.max_len, n + r.max_tokens, n, field, r.max_tokens, field, r.max_tokens_param);
     p.prompt_tokens += int64_t(ids.size());
   }
+  if (r.logprobs && ctx.guardrails && !ctx.guardrails->output().empty())
+    bad_param("logprobs",
+              "logprobs are not available on this server: its output guardrails may redact parts "
+              "of an answer, which the tokens' logprobs would show");
   const uint64_t seed = r.seeded ? r.sampling.seed : random_u64();
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int64_t j = 0; j < r.n; ++j) {
@@ -273,6 +352,12 @@ void answer_completion(const ServeContext& ctx, PreparedCompletion p,
                        ServeClock::time_point arrival, httplib::Response& res,
                        std::shared_ptr<void> hold) {
   request_tally().prompt_tokens = p.prompt_tokens;
+  if (ctx.guardrails)
+    if (const InputVerdict v = ctx.guardrails->check_input(ctx, p.req)) {
+      fmt::print(stderr, "nekton serve: guardrail {} refused a request ({})\n", v.rail, v.detail);
+      answer_refusal(ctx, p, res);
+      return;
+    }
   const size_t n = p.sequences.size();
   auto channel = ctx.engine.submit(std::move(p.sequences), arrival);
   if (p.req.stream) {
@@ -284,6 +369,8 @@ void answer_completion(const ServeContext& ctx, PreparedCompletion p,
     s->choices.resize(n);
     s->sent_tokens.assign(n, 0);
     s->sent_bytes.assign(n, 0);
+    s->filters = output_filters(ctx, n);
+    s->ended.assign(n, 0);
     s->open = int64_t(n);
     s->last_write = ServeClock::now();
     s->hold = std::move(hold);
@@ -298,22 +385,50 @@ void answer_completion(const ServeContext& ctx, PreparedCompletion p,
     return;
   }
   std::vector<ChoiceOutput> choices(n);
+  // With output rails, a filter per choice sees the answer as it comes only
+  // to stop a refused one early; the whole answer is checked at the end.
+  std::vector<OutputFilter> early = output_filters(ctx, n);
+  std::vector<char> ended(n, 0);
   size_t open = n;
   std::vector<StreamEvent> events;
   while (open > 0) {
     events.clear();
     channel->wait(events, std::chrono::milliseconds(500));  // throws the request's error
     for (const StreamEvent& e : events) {
-      fold(choices[size_t(e.choice)], e, p.req.logprobs);
-      open -= e.finished;
+      const size_t i = size_t(e.choice);
+      if (ended[i]) continue;
+      fold(choices[i], e, p.req.logprobs);
+      bool ends = e.finished;
+      if (!early.empty()) {
+        early[i].push(e.piece);
+        if (early[i].refused() && !ends) {
+          ctx.engine.cancel(channel, e.choice);
+          ends = true;
+        }
+      }
+      if (ends) {
+        ended[i] = 1;
+        --open;
+      }
     }
+  }
+  std::vector<char> refused(n, 0);
+  for (size_t i = 0; i < early.size(); ++i) {
+    OutputFilter whole(ctx.guardrails->output());
+    std::string text = whole.whole(choices[i].text);
+    const OutputFilter& seen = early[i].refused() ? early[i] : whole;
+    refused[i] = seen.refused();
+    choices[i].text = refused[i] ? ctx.guardrails->refusal() : std::move(text);
+    ctx.guardrails->count_output(seen, ctx.metrics);
   }
   const ResponseHead head = response_head(ctx, p.req.kind);
   const json usage = usage_json(p.prompt_tokens, completion_tokens(choices));
   request_tally().completion_tokens = completion_tokens(choices);
-  const json body = p.req.kind == ApiKind::Chat
-                        ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
-                        : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
+  json body = p.req.kind == ApiKind::Chat
+                  ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
+                  : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
+  for (size_t i = 0; i < n; ++i)
+    if (refused[i]) body["choices"][i]["finish_reason"] = kContentFilter;
   res.set_content(dump_json(body), "application/json");
 }
 

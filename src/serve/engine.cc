@@ -16,7 +16,7 @@ double seconds(ServeClock::duration d) {
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
                int64_t batch, ServeMetrics& metrics)
-    : gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
+    : model_(model), gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -44,6 +44,41 @@ void Engine::cancel(RequestChannel& channel) {
   std::lock_guard lock(mu_);
   cancels_ = true;
   cv_.notify_all();
+}
+
+void Engine::cancel(const std::shared_ptr<RequestChannel>& channel, int64_t choice) {
+  std::lock_guard lock(mu_);
+  choice_cancels_.emplace_back(channel, choice);
+  cancels_ = true;
+  cv_.notify_all();
+}
+
+std::future<void> Engine::run_job(std::function<void(Transformer&)> job) {
+  Job j{std::move(job), {}};
+  std::future<void> done = j.done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      jobs_.push_back(std::move(j));
+      cv_.notify_all();
+      return done;
+    }
+  }
+  j.done.set_exception(std::make_exception_ptr(
+      ApiError(503, "The server is shutting down", "", "", "server_error")));
+  return done;
+}
+
+void Engine::run_jobs(std::vector<Job>& jobs) {
+  for (Job& j : jobs) {
+    try {
+      j.fn(model_);
+      j.done.set_value();
+    } catch (...) {
+      j.done.set_exception(std::current_exception());
+    }
+  }
+  jobs.clear();
 }
 
 void Engine::stop() {
@@ -90,9 +125,17 @@ void Engine::admit(Pending& p) {
   if (!done.empty()) ch.push(done);
 }
 
-void Engine::drop_cancelled() {
+void Engine::drop_cancelled(
+    const std::vector<std::pair<std::shared_ptr<RequestChannel>, int64_t>>& choices) {
+  auto one = [&](const Running& r) {
+    for (const auto& [ch, choice] : choices)
+      if (ch == r.channel && choice == r.choice) return true;
+    return false;
+  };
   for (auto it = running_.begin(); it != running_.end();) {
-    if (it->second.channel->cancelled()) {
+    const bool alone = !choices.empty() && one(it->second);
+    if (alone) --it->second.channel->open;
+    if (alone || it->second.channel->cancelled()) {
       gen_.cancel(it->first);
       gen_.release(it->first);
       it = running_.erase(it);
@@ -172,23 +215,35 @@ void Engine::publish_gauges(int64_t inbox) {
 void Engine::loop() {
   for (;;) {
     std::vector<Pending> fresh;
+    std::vector<Job> jobs;
+    std::vector<std::pair<std::shared_ptr<RequestChannel>, int64_t>> choices;
     bool cancels = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !inbox_.empty() || cancels_ || !gen_.idle(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !inbox_.empty() || !jobs_.empty() || cancels_ || !gen_.idle();
+      });
       if (stopping_) {
         for (Pending& p : inbox_)
           p.channel->fail(ApiError(503, "The server is shutting down", "", "", "server_error"));
         inbox_.clear();
+        for (Job& j : jobs_)
+          j.done.set_exception(std::make_exception_ptr(
+              ApiError(503, "The server is shutting down", "", "", "server_error")));
+        jobs_.clear();
         break;
       }
       fresh.swap(inbox_);
+      jobs.swap(jobs_);
+      choices.swap(choice_cancels_);
       cancels = std::exchange(cancels_, false);
     }
+    // Jobs first: the request waiting on one (a guardrail) is not decoding.
+    run_jobs(jobs);
     // Nothing may escape this thread: a failure here fails the requests it
     // touches (500) and the server carries on.
     try {
-      if (cancels) drop_cancelled();
+      if (cancels) drop_cancelled(choices);
       for (Pending& p : fresh) admit(p);
       publish_gauges(0);
       // The step's state is unknown after a throw: every sequence ends

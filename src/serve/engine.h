@@ -3,9 +3,13 @@
 // submit them, run one decode step, hand each token to its request's
 // channel. New requests join between steps (in-flight batching, first come
 // first served: the Generator's queue). HTTP threads only touch the inbox
-// and their own RequestChannel.
+// and their own RequestChannel. Other work on the model (the guardrails'
+// perplexity) comes as jobs the loop runs between two steps: the model's
+// kernels keep scratch buffers and may run on one thread only.
 #pragma once
 #include <condition_variable>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,6 +40,14 @@ class Engine {
   // Ends the channel's sequences at the next step boundary, freeing their
   // cache room. From any thread; idempotent.
   void cancel(RequestChannel& channel);
+  // Ends one sequence of the channel (choice `choice`) at the next step
+  // boundary; its channel gets no more events for it (an output guardrail
+  // refused it). From any thread; idempotent.
+  void cancel(const std::shared_ptr<RequestChannel>& channel, int64_t choice);
+  // Runs `job` on the engine thread between two decode steps, with the
+  // model. The future is ready once it ran (holding what it threw), or with
+  // ApiError 503 when the engine stops first.
+  std::future<void> run_job(std::function<void(Transformer&)> job);
   // Ends the loop: every unfinished request is failed with 503. Idempotent.
   void stop();
 
@@ -43,6 +55,10 @@ class Engine {
   struct Pending {
     std::shared_ptr<RequestChannel> channel;
     std::vector<GenerationRequest> sequences;
+  };
+  struct Job {
+    std::function<void(Transformer&)> fn;
+    std::promise<void> done;
   };
   struct Running {
     std::shared_ptr<RequestChannel> channel;
@@ -53,19 +69,25 @@ class Engine {
 
   void loop();
   void admit(Pending& p);
-  void drop_cancelled();
+  void drop_cancelled(
+      const std::vector<std::pair<std::shared_ptr<RequestChannel>, int64_t>>& choices);
+  void run_jobs(std::vector<Job>& jobs);
   void deliver(std::span<const TokenEvent> events);
   void fail_all(const ApiError& e);
   void publish_gauges(int64_t inbox);
 
+  Transformer& model_;
   Generator gen_;
   ServeMetrics& metrics_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Pending> inbox_;  // guarded by mu_
+  std::vector<Job> jobs_;       // (mu_)
   bool cancels_ = false;        // a channel was cancelled since the last look (mu_)
-  bool stopping_ = false;       // (mu_)
+  // Single sequences to end: (channel, choice), cancel(channel, choice) (mu_).
+  std::vector<std::pair<std::shared_ptr<RequestChannel>, int64_t>> choice_cancels_;
+  bool stopping_ = false;  // (mu_)
 
   std::unordered_map<int64_t, Running> running_;  // by Generator id; engine thread only
   int64_t preemptions_ = 0, prefix_hits_ = 0;     // the Generator's counts published so far

@@ -4,11 +4,12 @@
 #include <string>
 
 #include "core/config_bind.h"
+#include "infer/model_source.h"
 
 namespace nk {
 
 struct ServeConfig {
-  std::string model, adapter, tokenizer, dtype = "f32";
+  std::string model, adapter, tokenizer, dtype = "f32", quantize;
   std::string host = "127.0.0.1";
   int64_t port = 8000;
   std::string model_name;  // "" = the model folder's name
@@ -21,14 +22,18 @@ struct ServeConfig {
   int64_t default_max_tokens = 0;  // 0 = up to the context
   int64_t block_size = 16;         // paged KV cache: positions per block
   int64_t kv_memory_mb = 0;        // 0 = enough for max_batch full-length sequences
+  std::string guardrails;          // rails file (serve/guardrails_config.h); "" = none
 
   void bind(ConfigBinder& b) {
-    b.bind("serve.model", model, "saved model folder (config.json + model.safetensors)");
+    b.bind("serve.model", model,
+           "saved model folder (config.json + model.safetensors) or a GGUF file (.gguf; its "
+           "tokenizer and chat template come with it)");
     b.bind("serve.adapter", adapter,
            "a LoRA or IA3 adapter folder in Hugging Face PEFT's format to apply, unmerged");
     b.bind("serve.tokenizer", tokenizer,
            "tokenizer spec (default: the one saved with the model, else bytes)");
     b.bind("serve.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind("serve.quantize", quantize, kQuantizeKeyDoc);
     b.bind("serve.host", host, "address to listen on (0.0.0.0: every interface)");
     b.bind("serve.port", port, "TCP port (0: pick a free one; the startup line names it)");
     b.bind("serve.model_name", model_name,
@@ -51,6 +56,10 @@ struct ServeConfig {
            "paged KV cache memory in MiB, all layers' keys and values (0: enough for max_batch "
            "full-length sequences); a sequence takes blocks as it grows, and when they run out "
            "the newest is preempted and recomputed later");
+    b.bind("serve.guardrails.config", guardrails,
+           "guardrails file (YAML, see configs/guardrails.yaml): input rails (length, blocked "
+           "topics, a fastText classifier, jailbreak heuristics) and output rails (PII "
+           "redaction, blocked words) in front of the model; \"\": none");
   }
 };
 

@@ -1,6 +1,6 @@
 // What the routes of `nekton serve` share: the model, its tokenizer and chat
-// template, the engine and the metrics. Read-only after start-up but for the
-// engine and the metrics, which are thread-safe.
+// template, the engine, the metrics and the guardrails. Read-only after
+// start-up but for the engine and the metrics, which are thread-safe.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +13,8 @@
 
 namespace nk {
 
+class Guardrails;
+
 struct ServeContext {
   const Transformer& model;
   const Tokenizer& tok;
@@ -24,6 +26,7 @@ struct ServeContext {
   int64_t default_max_tokens = 0;     // 0: up to the context
   Engine& engine;
   ServeMetrics& metrics;
+  const Guardrails* guardrails = nullptr;  // null: none (serve/guardrails.h)
 };
 
 // Token counts of the request being answered on this thread, for its log line.

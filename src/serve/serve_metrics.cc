@@ -45,6 +45,16 @@ ServeMetrics::ServeMetrics()
           "Paged KV cache blocks held by running sequences (serve.block_size positions "
           "each)")),
       kv_blocks_total(registry.add<Gauge>("nekton_kv_blocks_total",
-                                          "Paged KV cache blocks in all (serve.kv_memory_mb)")) {}
+                                          "Paged KV cache blocks in all (serve.kv_memory_mb)")),
+      guardrail_checks(registry.add<Counter>(
+          "nekton_guardrail_checks_total",
+          "Guardrail checks by rail: requests an input rail looked at, choices an output rail "
+          "looked at",
+          std::vector<std::string>{"rail"})),
+      guardrail_triggered(registry.add<Counter>(
+          "nekton_guardrail_triggered_total",
+          "Guardrail checks that triggered, by rail: requests refused, choices redacted or "
+          "refused",
+          std::vector<std::string>{"rail"})) {}
 
 }  // namespace nk

@@ -20,6 +20,8 @@ struct ServeMetrics {
   Gauge& queue_depth;              // requests not yet decoding (engine inbox + waiting)
   Gauge& kv_blocks_used;
   Gauge& kv_blocks_total;
+  Counter& guardrail_checks;     // {rail}: texts or choices a guardrail looked at
+  Counter& guardrail_triggered;  // {rail}: of those, the ones it refused or redacted
 
   ServeMetrics();
   ServeMetrics(const ServeMetrics&) = delete;

@@ -29,8 +29,8 @@ TEST(GgufWriter, Q8_0BlockLayoutAndError) {
   std::fill(x.begin() + 48, x.end(), 0.f);  // a block half zeros, then one all zeros
   std::vector<float> zeros(32, 0.f);
   std::string out;
-  ggml_encode(GgmlType::Q8_0, x.data(), 64, out);
-  ggml_encode(GgmlType::Q8_0, zeros.data(), 32, out);
+  ggml_encode(GgmlType::Q8_0, x.data(), 64, 32, out);
+  ggml_encode(GgmlType::Q8_0, zeros.data(), 32, 32, out);
   ASSERT_EQ(out.size(), 3u * 34u);
   for (int b = 0; b < 3; ++b) {
     const float* v = b < 2 ? x.data() + 32 * b : zeros.data();
@@ -51,8 +51,8 @@ TEST(GgufWriter, Q8_0BlockLayoutAndError) {
 TEST(GgufWriter, HalfTypesRoundToNearestEven) {
   float x[3] = {1.f + 1.f / 4096, -2.5e-3f, 65504.f};
   std::string f16s, bf16s;
-  ggml_encode(GgmlType::F16, x, 3, f16s);
-  ggml_encode(GgmlType::BF16, x, 3, bf16s);
+  ggml_encode(GgmlType::F16, x, 3, 3, f16s);
+  ggml_encode(GgmlType::BF16, x, 3, 3, bf16s);
   ASSERT_EQ(f16s.size(), 6u);
   ASSERT_EQ(bf16s.size(), 6u);
   for (int i = 0; i < 3; ++i) {

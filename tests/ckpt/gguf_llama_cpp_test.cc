@@ -10,10 +10,12 @@
 
 #include <cstring>
 
+#include "ckpt/gguf_import.h"
 #include "ckpt/gguf_writer.h"
 #include "core/dtype.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "gguf_test_util.h"
+#include "infer/generate.h"
 
 namespace nk {
 namespace {
@@ -91,6 +93,24 @@ std::vector<int32_t> nekton_greedy(Transformer& m, std::vector<int32_t> tokens, 
   return out;
 }
 
+// Greedy decoding through the Generator (prefill, then the KV-cache decode
+// path the server runs: for block-quantised weights, the kernels that read
+// the blocks and quantise the activations).
+std::vector<int32_t> generator_greedy(Transformer& m, const std::vector<int32_t>& prompt,
+                                      int64_t n) {
+  Generator gen(m, nullptr, 1);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_new_tokens = n;
+  r.stop_at_eos = false;
+  r.sampling.temperature = 0;
+  gen.submit(std::move(r));
+  std::vector<int32_t> out;
+  while (!gen.idle())
+    for (const TokenEvent& e : gen.step()) out.push_back(e.token);
+  return out;
+}
+
 // The weights llama.cpp computes with: every matrix rounded through `type`
 // (q8_0 blocks run along rows, so the q/k row permutation does not change
 // them); 1-D norm weights stay f32, as exported.
@@ -100,7 +120,7 @@ void round_matrices(Transformer& m, GgmlType type) {
     float* w = ParamLayout::view(m.params(), p).data<float>();
     const int64_t n = p.numel();
     std::string bytes;
-    ggml_encode(type, w, n, bytes);
+    ggml_encode(type, w, n, p.shape[1], bytes);
     for (int64_t i = 0; i < n; ++i) {
       if (type == GgmlType::F16) {
         uint16_t b;
@@ -374,6 +394,12 @@ TEST_F(LlamaCpp, RopeScalingLogitsAndGreedy) {
     std::string model_dir = dir / k.name;
     save_tiny_model(model_dir, c, 41, spm);
     auto want = expect_llama_cpp_agrees(dir, model_dir, k.name, prompt, GgmlType::F32, 1e-4);
+    // Imported back, the file's scaling (llama3: its rope_freqs.weight
+    // recognised) gives the same logits.
+    GgufModel g = load_gguf_model(dir / (std::string(k.name) + ".gguf"));
+    EXPECT_EQ(g.model->config().rope_scaling.type, k.s.type);
+    Compared back = compare_logits(want, nekton_logits(*g.model, prompt), 1e-5 * rms(want));
+    EXPECT_LE(back.max_abs, 1e-5 * rms(want)) << "imported";
     // The same weights unscaled give other logits.
     c.rope_scaling = RopeScaling{};
     save_tiny_model(dir / "plain", c, 41, spm);
@@ -382,6 +408,71 @@ TEST_F(LlamaCpp, RopeScalingLogitsAndGreedy) {
     std::cout << fmt::format("[{}] unscaled, the logits would move by up to {:.3g}\n", k.name,
                              moved.max_abs);
     EXPECT_GT(moved.max_abs, 100 * 1e-4 * rms(want)) << "the scaling does not matter here";
+  }
+}
+
+// GGUF import: the files llama.cpp runs, loaded by Nekton (ckpt/gguf_import.h)
+// with the blocks kept as they are, decoded greedily through the Generator
+// (the server's path). The continuation equals llama.cpp's token for token
+// up to the first near-tie: a step where llama.cpp's token and Nekton's are
+// both within `tol` of the best logit (the imported model's logits along
+// llama.cpp's continuation), where either choice is right and the two may
+// part. tol is the activation rounding each side does and the other does
+// not (llama.cpp rounds activations to f16 for f16 weights; for block types
+// both round them to 8-bit blocks when decoding, but llama.cpp also when
+// prefilling). Every llama.cpp token must be within tol of the imported
+// model's best along its whole continuation. The tokenizer read back from
+// the file tokenizes as llama.cpp does.
+TEST_F(LlamaCpp, ImportedGgufAgreesWithLlamaCpp) {
+  TempDir dir("gguf_llama_import");
+  std::string spm = train_small_spm(dir, 400);
+  std::string model_dir = dir / "model";
+  ModelConfig c = tiny_llama(416, /*tied=*/false);
+  c.d_model = 256;  // rows of 256: every block type applies
+  c.d_ff = 512;
+  c.init_std = 0.08;
+  save_tiny_model(model_dir, c, 23, spm);
+  const std::string text = "The quick brown fox jumps over the lazy dog in 2024, déjà vu.";
+  const int64_t n_gen = 12;
+  struct Case {
+    const char* type;
+    double rel_tol;  // of the logits' RMS
+  };
+  for (const Case& k :
+       {Case{"f16", 2e-3}, Case{"q8_0", 3e-2}, Case{"q4_0", 0.1}, Case{"q4_k_m", 0.1}}) {
+    SCOPED_TRACE(k.type);
+    std::string gguf = dir / (std::string("m-") + k.type + ".gguf");
+    RunResult r = run_nekton(fmt::format("quantize {} {} --type {}", model_dir, gguf, k.type));
+    ASSERT_EQ(r.code, 0) << r.out;
+    GgufModel g = load_gguf_model(gguf);
+    ASSERT_TRUE(g.tokenizer);
+    std::vector<int32_t> prompt = {SentencePieceTokenizer::open(spm)->bos_id()};
+    for (int32_t t : g.tokenizer->encode(text)) prompt.push_back(t);
+    LlamaCppRun lc = run_llama_cpp(gguf, prompt, n_gen, text);
+    ASSERT_EQ(lc.greedy.size(), size_t(n_gen));
+    EXPECT_EQ(lc.tokenized, g.tokenizer->encode(text));
+    const std::vector<int32_t> greedy = generator_greedy(*g.model, prompt, n_gen);
+    ASSERT_EQ(greedy.size(), size_t(n_gen));
+    std::vector<int32_t> forced = prompt;
+    forced.insert(forced.end(), lc.greedy.begin(), lc.greedy.end() - 1);
+    auto along = nekton_logits(*g.model, forced);
+    const double tol = k.rel_tol * rms(along);
+    bool within = true;
+    int64_t fork = n_gen;  // the first step where the two continuations part
+    for (int64_t i = 0; i < n_gen; ++i) {
+      const auto& row = along[prompt.size() - 1 + size_t(i)];
+      const float best = row[size_t(argmax(row))];
+      within &= row[size_t(lc.greedy[size_t(i)])] >= best - tol;
+      if (fork == n_gen && greedy[size_t(i)] != lc.greedy[size_t(i)]) {
+        fork = i;
+        EXPECT_GE(row[size_t(greedy[size_t(i)])], best - tol) << "step " << i << ": not a near-tie";
+      }
+    }
+    std::cout << fmt::format(
+        "[llama.cpp vs imported {}] greedy continuations of {} tokens equal for {} tokens; "
+        "llama.cpp's tokens within {:.3g} of the imported model's best logit: {}\n",
+        k.type, n_gen, fork, tol, within);
+    EXPECT_TRUE(within);
   }
 }
 

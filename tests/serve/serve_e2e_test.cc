@@ -9,6 +9,7 @@
 #include <regex>
 #include <thread>
 
+#include "data/utf8.h"
 #include "serve_test_util.h"
 
 namespace nk {
@@ -293,6 +294,63 @@ TEST_F(ServeE2E, WithoutChatTemplateChatIsRefusedAndCompletionsWork) {
       test::run_nekton("serve serve.model=" + bare + " serve.port=0 serve.chat_template=nope");
   EXPECT_EQ(bad.code, 1);
   EXPECT_TRUE(contains(bad.out, "serve.chat_template") && contains(bad.out, "chatml")) << bad.out;
+}
+
+// A GGUF file served directly (ckpt/gguf_import.h): its tokenizer and chat
+// template come with it (the export writes the folder's), its q8_0 blocks
+// are multiplied as they are, and a greedy completion equals `nekton
+// generate` on the same file. A folder quantised as it loads
+// (serve.quantize) serves too; a quantize key with a GGUF is refused.
+TEST_F(ServeE2E, GgufFileAndQuantisedFolder) {
+  const std::string dir = d_ / "llama";
+  {
+    ModelConfig c = model_preset("llama-tiny");  // bytes vocabulary, d_model 64
+    Transformer m(c, DType::F32, 5);
+    save_model(dir, m);
+    store_tokenizer("bytes", dir);
+    test::write_file(dir + "/tokenizer_config.json",
+                     json{{"chat_template", find_chat_template("chatml").jinja()}}.dump());
+  }
+  const std::string gguf = d_ / "llama-q8_0.gguf";
+  auto q = test::run_nekton(fmt::format("quantize {} {} --type q8_0", dir, gguf));
+  ASSERT_EQ(q.code, 0) << q.out;
+  const auto gen = test::run_nekton(
+      fmt::format("generate generate.model={} generate.prompt=Water generate.temperature=0 "
+                  "generate.max_tokens=12 generate.ignore_eos=true",
+                  gguf),
+      false);
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  ASSERT_TRUE(start({}, gguf));
+  EXPECT_TRUE(contains(server_->log(), "chat template chatml")) << server_->log();
+  auto cli = client();
+  auto r =
+      cli.Post("/v1/completions",
+               R"({"prompt": "Water", "max_tokens": 12, "temperature": 0, "ignore_eos": true})",
+               "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  // The server's text is JSON: invalid UTF-8 comes as U+FFFD.
+  EXPECT_EQ("Water" + json::parse(r->body)["choices"][0]["text"].get<std::string>() + "\n",
+            replace_invalid_utf8(gen.out));
+  r = cli.Post("/v1/chat/completions",
+               R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})",
+               "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  server_.reset();
+  // A log of its own: start() would read the first server's port from the old one.
+  server_ = std::make_unique<ServerProcess>(dir, std::vector<std::string>{"serve.quantize=w8a8"},
+                                            d_ / "serve_w8a8.log");
+  ASSERT_GT(server_->port(), 0) << server_->log();
+  r = client().Post("/v1/completions", R"({"prompt": "Water", "max_tokens": 4})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  server_.reset();
+  const auto bad =
+      test::run_nekton("serve serve.model=" + gguf + " serve.port=0 serve.quantize=w8a8");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_TRUE(contains(bad.out, "serve.quantize")) << bad.out;
 }
 
 TEST_F(ServeE2E, HelpListsEveryKey) {

@@ -13,6 +13,7 @@
 namespace nk::ops {
 struct AdamWParams;
 struct Nf4Weight;
+struct QuantWeight;
 }  // namespace nk::ops
 
 namespace nk::ops::cpu {
@@ -63,6 +64,12 @@ void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Ten
 void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w);
 void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
                            const Tensor& wpe, const Tensor& positions);
+
+// ---- quantised weights (quant.cc, quant_linear.cc, quant_dot.cc) ----
+void quant_quantize(QuantWeight& q, const Tensor& w);
+void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0);
+void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
+void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte);
 
 // ---- activations (activation.cc) ----
 void gelu_forward(Tensor y, const Tensor& x);

@@ -1,0 +1,345 @@
+#include "ckpt/gguf_import.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "ckpt/gguf_tokenizer.h"
+#include "ckpt/model_io.h"
+#include "core/error.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "model/arch.h"
+#include "model/rope.h"
+#include "ops/ops.h"
+#include "ops/quant.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const Architecture& architecture_for(const GgufFile& f, const std::string& ga) {
+  const Architecture* found = nullptr;
+  for (const Architecture* a : architectures()) {
+    if (a->gguf_arch() != ga) continue;
+    if (!found || a->name() == ga) found = a;  // "llama" is Llama's, not Mistral's
+  }
+  if (!found) {
+    std::vector<std::string> known;
+    for (const Architecture* a : architectures())
+      if (!a->gguf_arch().empty() &&
+          std::find(known.begin(), known.end(), a->gguf_arch()) == known.end())
+        known.push_back(a->gguf_arch());
+    fail("GGUF '{}': general.architecture '{}' is not one Nekton loads (known: {})", f.path(), ga,
+         fmt::join(known, ", "));
+  }
+  return *found;
+}
+
+int64_t positive(const GgufFile& f, const std::string& key, int64_t limit) {
+  const int64_t v = f.get_int(key);
+  if (v < 1 || v > limit) fail("GGUF '{}': {} = {} is not in [1, {}]", f.path(), key, v, limit);
+  return v;
+}
+
+// llama3 RoPE scaling reaches llama.cpp as rope_freqs.weight, per-pair
+// divisors f_i of the plain frequencies. Llama 3.1's rule (model/rope.h) makes
+// f_i 1 for short wavelengths, `factor` for long ones and, between, 1/f_i =
+// (1 - s)/factor + s with s linear in 1/w_i: two pairs in between give the
+// line, hence low and high_freq_factor relative to the original context.
+// The fitted scaling must give back every f_i (relative 1e-4), or the file
+// is refused.
+RopeScaling llama3_from_freq_factors(const GgufFile& f, const std::vector<float>& div,
+                                     const ModelConfig& c, int64_t original) {
+  const std::string what = fmt::format("GGUF '{}': rope_freqs.weight", f.path());
+  const int64_t half = c.head_dim() / 2;
+  if (int64_t(div.size()) != half)
+    fail("{} has {} values for {} rotary pairs", what, div.size(), half);
+  const std::vector<double> plain = rope_inv_freq(c.head_dim(), c.rope_theta, {}, c.max_seq_len);
+  RopeScaling s;
+  s.type = RopeScalingType::Llama3;
+  s.factor = *std::max_element(div.begin(), div.end());
+  s.original_max_seq_len = original;
+  std::vector<std::pair<double, double>> line;  // (1 / wavelength, s)
+  for (int64_t i = 0; i < half; ++i) {
+    const double fi = div[size_t(i)];
+    if (fi > 1 + 1e-6 && fi < s.factor * (1 - 1e-6))
+      line.push_back({plain[size_t(i)] / (2 * M_PI), (1 / fi - 1 / s.factor) / (1 - 1 / s.factor)});
+  }
+  if (s.factor <= 1 + 1e-6 || line.size() < 2)
+    fail(
+        "{} is not llama3 RoPE scaling that Nekton can recognise ({} pairs between the two "
+        "regimes; two are needed)",
+        what, line.size());
+  // s = a / w + b with a = L / (hf - lf), b = -lf / (hf - lf).
+  const auto [x0, y0] = line.front();
+  const auto [x1, y1] = line.back();
+  const double a = (y1 - y0) / (x1 - x0), b = y0 - a * x0;
+  s.low_freq_factor = -b / a * double(original);
+  s.high_freq_factor = (1 - b) / a * double(original);
+  const std::vector<double> scaled = rope_inv_freq(c.head_dim(), c.rope_theta, s, c.max_seq_len);
+  for (int64_t i = 0; i < half; ++i) {
+    const double want = div[size_t(i)], got = plain[size_t(i)] / scaled[size_t(i)];
+    if (std::fabs(got - want) > 1e-4 * want)
+      fail(
+          "{}: pair {} has divisor {}, but the llama3 scaling fitted to the file (factor {}, "
+          "low_freq_factor {}, high_freq_factor {}) gives {}",
+          what, i, want, s.factor, s.low_freq_factor, s.high_freq_factor, got);
+  }
+  return s;
+}
+
+void read_rope_scaling(const GgufFile& f, const std::string& ga, ModelConfig& c) {
+  const std::string k = ga + ".rope.scaling.";
+  const std::string type = f.get_string(k + "type", "none");
+  const int64_t original = f.get_int(k + "original_context_length", c.max_seq_len);
+  if (type == "linear") {
+    c.rope_scaling.type = RopeScalingType::Linear;
+    c.rope_scaling.factor = f.get_float(k + "factor");
+  } else if (type == "yarn") {
+    c.rope_scaling.type = RopeScalingType::Yarn;
+    c.rope_scaling.factor = f.get_float(k + "factor");
+    c.rope_scaling.original_max_seq_len = original;
+  } else if (type != "none") {
+    fail("GGUF '{}': {}type '{}' is not supported (none, linear, yarn)", f.path(), k, type);
+  }
+  if (const GgufFile::TensorInfo* t = f.find("rope_freqs.weight")) {
+    if (type != "none")
+      fail("GGUF '{}': rope_freqs.weight together with {}type '{}'", f.path(), k, type);
+    if (t->type != uint32_t(GgmlType::F32))
+      fail("GGUF '{}': rope_freqs.weight is {}, expected f32", f.path(),
+           ggml_type_number_name(t->type));
+    std::vector<float> div(t->bytes / 4);
+    std::memcpy(div.data(), t->data, t->bytes);
+    c.rope_scaling = llama3_from_freq_factors(f, div, c, original);
+  }
+  c.rope_scaling.validate("GGUF " + k);
+}
+
+// One tensor of the file and where its rows go in a Nekton parameter.
+struct Piece {
+  const GgufFile::TensorInfo* t;
+  int64_t row0, rows;
+  int64_t rope_heads;
+};
+
+// Row r of the parameter's piece comes from file row src_row(r): the inverse
+// of permute_rope_rows (the exporter moved old row h D + s D/2 + j to h D + 2j + s).
+int64_t src_row(const Piece& p, int64_t r) {
+  if (p.rope_heads == 0) return r;
+  const int64_t D = p.rows / p.rope_heads, half = D / 2;
+  const int64_t h = r / D, rem = r % D, s = rem / half, j = rem % half;
+  return h * D + 2 * j + s;
+}
+
+ops::QuantType quant_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      return ops::QuantType::Q4_0;
+    case GgmlType::Q4_K:
+      return ops::QuantType::Q4_K;
+    case GgmlType::Q6_K:
+      return ops::QuantType::Q6_K;
+    default:
+      return ops::QuantType::Q8_0;
+  }
+}
+
+// rows [r0, r0 + n) of a file tensor, in f32, into dst (n x in).
+void decode_rows(const Piece& p, int64_t in, float* dst) {
+  const GgmlType type = GgmlType(p.t->type);
+  const size_t row_bytes = ggml_nbytes(type, in);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const uint8_t* src = p.t->data + size_t(src_row(p, r)) * row_bytes;
+    float* out = dst + r * in;
+    switch (type) {
+      case GgmlType::F32:
+        std::memcpy(out, src, size_t(in) * 4);
+        break;
+      case GgmlType::F16:
+        for (int64_t i = 0; i < in; ++i) {
+          uint16_t b;
+          std::memcpy(&b, src + 2 * i, 2);
+          out[i] = f16_to_f32(f16{b});
+        }
+        break;
+      case GgmlType::BF16:
+        for (int64_t i = 0; i < in; ++i) {
+          uint16_t b;
+          std::memcpy(&b, src + 2 * i, 2);
+          out[i] = bf16_to_f32(bf16{b});
+        }
+        break;
+      default: {
+        ops::QuantWeight q;
+        q.type = quant_type(type);
+        q.shape = {1, in};
+        q.data = Tensor::from_blob(const_cast<uint8_t*>(src), {int64_t(row_bytes)}, DType::U8);
+        ops::quant_dequantize(Tensor::from_blob(out, {1, in}, DType::F32), q);
+      }
+    }
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+bool is_gguf_path(const std::string& path) {
+  const std::string ext = lower(fs::path(path).extension().string());
+  return ext == ".gguf";
+}
+
+ModelConfig gguf_model_config(const GgufFile& f) {
+  const std::string ga = f.get_string("general.architecture");
+  const Architecture& arch = architecture_for(f, ga);
+  ModelConfig c;
+  c.arch = arch.name();
+  const std::string k = ga + ".";
+  c.n_layer = positive(f, k + "block_count", limits::kLayers);
+  c.d_model = positive(f, k + "embedding_length", limits::kHidden);
+  c.d_ff = positive(f, k + "feed_forward_length", limits::kFfn);
+  c.n_head = positive(f, k + "attention.head_count", limits::kHeads);
+  c.n_kv_head = f.has(k + "attention.head_count_kv")
+                    ? positive(f, k + "attention.head_count_kv", limits::kHeads)
+                    : c.n_head;
+  c.max_seq_len = positive(f, k + "context_length", limits::kSeqLen);
+  c.norm_eps = f.get_float(k + "attention.layer_norm_rms_epsilon", 1e-5);
+  c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
+  if (c.d_model % c.n_head)
+    fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
+         k, c.n_head, k, c.d_model);
+  for (const char* key : {"rope.dimension_count", "attention.key_length", "attention.value_length"})
+    if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
+      fail("GGUF '{}': {}{} = {}; Nekton needs embedding_length / head_count = {}", f.path(), k,
+           key, f.get_int(k + key), c.head_dim());
+  if (f.has(k + "attention.sliding_window"))
+    fail("GGUF '{}': {}attention.sliding_window is not supported by the {} architecture here",
+         f.path(), k, ga);
+  const GgufFile::TensorInfo& emb = f.tensor("token_embd.weight");
+  if (emb.shape.size() != 2 || emb.shape[1] != c.d_model)
+    fail("GGUF '{}': token_embd.weight has shape {}, expected [vocab, {}]", f.path(),
+         shape_str(emb.shape), c.d_model);
+  c.vocab_size = emb.shape[0];
+  if (f.has(k + "vocab_size") && f.get_int(k + "vocab_size") != c.vocab_size)
+    fail("GGUF '{}': {}vocab_size = {} but token_embd.weight has {} rows", f.path(), k,
+         f.get_int(k + "vocab_size"), c.vocab_size);
+  c.tied_embeddings = f.find("output.weight") == nullptr;
+  read_rope_scaling(f, ga, c);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw e.with_context(fmt::format("GGUF '{}'", f.path()));
+  }
+  return c;
+}
+
+GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
+  std::unique_ptr<GgufFile> file = GgufFile::open(path);
+  const GgufFile& f = *file;
+  const ModelConfig c = gguf_model_config(f);
+  const Architecture& arch = c.architecture();
+  const ParamLayout layout = model_layout(c);
+
+  // Each parameter's pieces, checked against the layout before anything is allocated.
+  std::map<std::string, std::vector<Piece>> pieces;
+  for (const ExternalTensor& e : arch.gguf_tensors(c)) {
+    const GgufFile::TensorInfo& t = f.tensor(e.name);
+    const ParamInfo& p = layout.find(e.param);
+    Shape want = p.shape;
+    int64_t row0 = 0;
+    if (!e.part.empty()) {
+      row0 = p.part(e.part).row0;
+      want[0] = p.part(e.part).rows;
+    }
+    if (t.shape != want)
+      fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
+           shape_str(t.shape), shape_str(want), e.param);
+    if (!t.known)
+      fail(
+          "GGUF '{}': tensor '{}' is of type {}, which Nekton does not load (f32, f16, bf16, "
+          "q8_0, q4_0, q4_k, q6_k)",
+          path, e.name, ggml_type_number_name(t.type));
+    if (e.rope_heads > 0 && want[0] % (2 * e.rope_heads) != 0)
+      fail("GGUF '{}': tensor '{}' has {} rows, not whole heads of even size", path, e.name,
+           want[0]);
+    pieces[e.param].push_back({&t, row0, want[0], e.rope_heads});
+  }
+  for (const auto& t : f.tensors()) {
+    bool used = t.name == "rope_freqs.weight";
+    for (const ExternalTensor& e : arch.gguf_tensors(c)) used |= e.name == t.name;
+    if (!used)
+      NK_WARN("GGUF '{}': tensor '{}' is not used by the {} model", path, t.name,
+              arch.display_name());
+  }
+
+  // The plan: 2-d parameters whose pieces are all block-quantised stay so,
+  // in runs of consecutive pieces of one type.
+  QuantPlan plan;
+  for (auto& [name, ps] : pieces) {
+    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
+    bool quantized = opt.keep_quantized;
+    for (const Piece& p : ps) quantized &= ggml_is_quantized(GgmlType(p.t->type));
+    if (!quantized) continue;
+    std::vector<QuantRun> runs;
+    for (const Piece& p : ps) {
+      const ops::QuantType qt = quant_type(GgmlType(p.t->type));
+      if (!runs.empty() && runs.back().type == qt)
+        runs.back().rows += p.rows;
+      else
+        runs.push_back({p.rows, qt});
+    }
+    plan[name] = runs;
+  }
+  std::vector<std::string> all;
+  for (const ParamInfo& p : layout.params()) all.push_back(p.name);
+  GgufModel out;
+  out.model = std::make_unique<Transformer>(
+      c, opt.compute, 0, ParamInit::Zeros, all, kHost,
+      plan.empty() ? FrozenWeights::Compute : FrozenWeights::Quantized, plan);
+  Transformer& m = *out.model;
+
+  std::vector<float> buf;
+  for (const ParamInfo& p : m.layout().params()) {
+    const std::vector<Piece>& ps = pieces.at(p.name);
+    const int64_t in = p.shape.size() > 1 ? p.shape[1] : 1;
+    if (plan.count(p.name)) {
+      // Raw rows into the runs' blocks: q/k rows moved back, nothing requantised.
+      std::vector<ops::QuantWeight>& runs = m.quant_parts(p.name);
+      size_t run = 0;
+      int64_t run_row0 = 0;
+      for (const Piece& pc : ps) {
+        while (pc.row0 >= run_row0 + runs[run].rows()) run_row0 += runs[run++].rows();
+        ops::QuantWeight& q = runs[run];
+        const size_t rb = q.row_bytes();
+        auto* dst = static_cast<uint8_t*>(q.data.raw());
+        for (int64_t r = 0; r < pc.rows; ++r)
+          std::memcpy(dst + size_t(pc.row0 - run_row0 + r) * rb,
+                      pc.t->data + size_t(src_row(pc, r)) * rb, rb);
+      }
+      continue;
+    }
+    buf.resize(size_t(p.numel()));
+    for (const Piece& pc : ps) decode_rows(pc, in, buf.data() + pc.row0 * in);
+    Tensor src = Tensor::from_blob(buf.data(), p.shape, DType::F32);
+    check_finite(src, path, ps.front().t->name, opt.allow_nonfinite);
+    m.set_param(p, src);
+  }
+  m.sync_compute_params();
+
+  out.tokenizer = gguf_tokenizer(f);
+  out.chat_template = f.get_string("tokenizer.chat_template", "");
+  out.name = f.get_string("general.name", "");
+  if (out.name.empty()) out.name = fs::path(path).stem().string();
+  return out;
+}
+
+}  // namespace nk

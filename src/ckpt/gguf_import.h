@@ -1,0 +1,50 @@
+// Loading a GGUF file of the Llama family (llama.cpp's "llama" and "qwen2"
+// architectures: Llama 1-3, Mistral without a sliding window, Qwen2) as a
+// Nekton model that runs directly, as llama.cpp would run it:
+//   - the hyper-parameters from `<arch>.*` metadata, RoPE scaling included
+//     (linear, yarn, and llama3's rope_freqs.weight recognised as such);
+//   - tensors under llama.cpp's names (the inverse of ckpt/gguf_export.h's
+//     table): q and k rows put back from llama.cpp's rotary order, q/k/v and
+//     gate/up fused into Nekton's parameters;
+//   - F32, F16 and BF16 tensors read into the compute dtype; Q8_0, Q4_0,
+//     Q4_K and Q6_K matrices kept in their blocks (ops/quant.h: the products
+//     read them directly), their rows moved as raw bytes, so nothing is
+//     requantised; a fused parameter whose parts differ in type (Q4_K_M's
+//     attn_v) is held as runs of rows (model/transformer.h QuantPlan);
+//   - the tokenizer from tokenizer.ggml.* (ckpt/gguf_tokenizer.h) and the
+//     chat template from tokenizer.chat_template.
+// Every file error names the file and the key or tensor.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ckpt/gguf_reader.h"
+#include "data/tokenizer/tokenizer.h"
+#include "model/transformer.h"
+
+namespace nk {
+
+struct GgufModel {
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the file has no tokenizer.ggml.model
+  std::string chat_template;             // tokenizer.chat_template (Jinja), "" when absent
+  std::string name;                      // general.name, else the file's stem
+};
+
+struct GgufLoadOptions {
+  DType compute = DType::F32;
+  // false: every tensor is dequantised into the compute dtype (a dense model).
+  bool keep_quantized = true;
+  bool allow_nonfinite = false;  // load float tensors holding NaN or Inf with a warning
+};
+
+// The ModelConfig the file's metadata describes. nk::Error naming the file and
+// key for a missing or unsupported setting.
+ModelConfig gguf_model_config(const GgufFile& f);
+
+GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt = {});
+
+// Whether `path` names a GGUF file (by its extension, case-insensitively).
+bool is_gguf_path(const std::string& path);
+
+}  // namespace nk

@@ -1,0 +1,118 @@
+#include "infer/model_source.h"
+
+#include <filesystem>
+
+#include "ckpt/gguf_import.h"
+#include "ckpt/model_io.h"
+#include "ckpt/peft_adapter.h"
+#include "core/error.h"
+#include "model/arch.h"
+#include "ops/quant.h"
+
+namespace nk {
+
+const char* const kQuantizeKeyDoc =
+    "quantise a model folder's weight matrices as it loads: none, w8a16 or w8a8 (int8 per "
+    "output channel; w8a8 also quantises activations per token), q8_0, q4_0, q4_k or q6_k "
+    "(ggml's block formats); a GGUF file keeps its own types";
+
+namespace {
+
+std::string folder_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();  // "runs/model/"
+  return p.filename().string();
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
+                                                const std::string& model_dir,
+                                                const std::string& key) {
+  std::string s = spec;
+  if (s.empty()) s = stored_tokenizer(model_dir);
+  if (s.empty()) s = "bytes";
+  try {
+    return load_tokenizer(s);
+  } catch (const Error& e) {
+    throw e.with_context(key);
+  }
+}
+
+RunnableModel load_runnable_model(const ModelSourceKeys& k) {
+  const std::string& P = k.prefix;
+  if (k.model.empty()) fail("{}.model: no model given ({}.model=DIR or FILE.gguf)", P, P);
+  const DType compute = parse_dtype(k.dtype);
+  const bool quantize = !k.quantize.empty() && k.quantize != "none";
+  ops::QuantType qtype = ops::QuantType::Q8_0;
+  if (quantize) {
+    try {
+      qtype = ops::parse_quant_type(k.quantize);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".quantize");
+    }
+  }
+  RunnableModel r;
+  if (is_gguf_path(k.model)) {
+    if (quantize)
+      fail(
+          "{}.quantize: '{}' is a GGUF file, whose tensors keep their own types; quantise it "
+          "with `nekton quantize` instead",
+          P, k.model);
+    if (!k.adapter.empty())
+      fail("{}.adapter: adapters apply to model folders, not to a GGUF file ('{}')", P, k.model);
+    GgufLoadOptions opt;
+    opt.compute = compute;
+    opt.allow_nonfinite = k.allow_nonfinite;
+    GgufModel g;
+    try {
+      g = load_gguf_model(k.model, opt);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".model");
+    }
+    r.model = std::move(g.model);
+    r.gguf = true;
+    r.gguf_chat_template = g.chat_template;
+    r.name = g.name;
+    if (!k.tokenizer.empty()) {
+      r.tokenizer = load_model_tokenizer(k.tokenizer, "", P + ".tokenizer");
+    } else if (g.tokenizer) {
+      r.tokenizer = std::move(g.tokenizer);
+    } else {
+      fail("{}.model: GGUF '{}' has no tokenizer (tokenizer.ggml.*): name one with {}.tokenizer", P,
+           k.model, P);
+    }
+    return r;
+  }
+  r.tokenizer = load_model_tokenizer(k.tokenizer, k.model, P + ".tokenizer");
+  r.name = folder_name(k.model);
+  if (quantize) {
+    if (!k.adapter.empty())
+      fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);
+    const ModelConfig cfg = read_model_config(k.model);
+    QuantPlan plan;
+    try {
+      plan = quant_plan_for(cfg, qtype);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".quantize");
+    }
+    std::vector<std::string> all;
+    const ParamLayout layout = model_layout(cfg);
+    for (const ParamInfo& p : layout.params()) all.push_back(p.name);
+    r.model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros, all, kHost,
+                                            FrozenWeights::Quantized, plan);
+    load_weights(*r.model, k.model, false, k.allow_nonfinite);
+    return r;
+  }
+  r.model = load_model(k.model, compute, k.allow_nonfinite);
+  if (!k.adapter.empty()) {
+    try {
+      r.model = attach_peft_adapter(*r.model, k.adapter);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".adapter");
+    }
+  }
+  return r;
+}
+
+}  // namespace nk

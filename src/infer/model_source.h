@@ -1,0 +1,44 @@
+// The model a run-time command (generate, serve) runs: a saved model folder
+// or a GGUF file (ckpt/gguf_import.h), optionally quantised as it loads
+// (`quantize`: ops/quant.h's types), with its tokenizer.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/tokenizer/tokenizer.h"
+#include "model/transformer.h"
+
+namespace nk {
+
+struct RunnableModel {
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  bool gguf = false;
+  std::string gguf_chat_template;  // the GGUF's tokenizer.chat_template ("" if none)
+  std::string name;                // the folder's name or the GGUF's general.name
+};
+
+struct ModelSourceKeys {
+  std::string prefix;     // "serve", "generate": errors name prefix + ".model" etc.
+  std::string model;      // DIR or FILE.gguf
+  std::string tokenizer;  // a spec overriding the model's own ("" = the model's)
+  std::string dtype = "f32";
+  std::string quantize;  // "" or none, w8a16, w8a8, q8_0, q4_0, q4_k, q6_k (folders only)
+  std::string adapter;   // a PEFT adapter folder (dense folders only)
+  bool allow_nonfinite = false;
+};
+
+// nk::Error naming the key for a missing model, an unknown quantize type, a
+// quantize or adapter with a GGUF file, or an adapter over a quantised model.
+RunnableModel load_runnable_model(const ModelSourceKeys& k);
+
+// The tokenizer `spec` names, else the one saved with the model in
+// `model_dir`, else bytes; an error names `key`.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
+                                                const std::string& model_dir,
+                                                const std::string& key);
+
+// The doc line of `PREFIX.quantize`.
+extern const char* const kQuantizeKeyDoc;
+
+}  // namespace nk

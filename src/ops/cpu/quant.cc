@@ -1,0 +1,487 @@
+// Quantised weights on the CPU, part 1: quantisers, reading values back, and
+// the embedding (arguments checked by ops/quant.cc; layouts in ops/quant.h).
+// The products are in quant_linear.cc and quant_dot.cc.
+//
+// The layouts define each value by separately rounded f32 operations (ggml's
+// reference dequantisers, C compiled without contraction), and Q4_0's
+// reference quantiser rounds x / d + 8.5 in two steps; GCC's default
+// -ffp-contract=fast would fuse such pairs into one FMA and change the last
+// bit, so contraction is off in this file.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/parallel.h"
+#include "ops/cpu/float_io.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_blocks.h"
+
+namespace nk::ops::cpu {
+namespace {
+
+constexpr float kHalfMax = 65504.f;
+
+float max_abs(const float* x, int n) {
+  float a = 0.f;
+  for (int i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
+  return a;
+}
+
+// ---- Q8_0 and Q4_0: one scale per 32 values ----
+
+// d = max|x| / 127 rounded to f16; q = round(x / d) with the stored d, so
+// |x - d q| <= d / 2 (half away from zero, as ggml's roundf).
+void quantize_q8_0(const float* x, int64_t n, BlockQ8_0* y) {
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    const uint16_t h = float_to_half(max_abs(x, kQK) / 127.f);
+    const float d = half_to_float(h);
+    y[b].d = h;
+    for (int j = 0; j < kQK; ++j)
+      y[b].qs[j] = d == 0.f ? 0 : int8_t(std::clamp(std::round(x[j] / d), -127.f, 127.f));
+  }
+}
+
+// ggml's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8,
+// so it maps to level 0 exactly; q = min(15, trunc(x (1 / d) + 8.5)) with the
+// unrounded d.
+void quantize_q4_0(const float* x, int64_t n, BlockQ4_0* y) {
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    float amax = 0.f, vmax = 0.f;
+    for (int j = 0; j < kQK; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        vmax = x[j];
+      }
+    const float d = vmax / -8.f, id = d != 0.f ? 1.f / d : 0.f;
+    y[b].d = float_to_half(d);
+    auto level = [&](float v) {
+      const float scaled = v * id;
+      return uint8_t(std::min(15, int(int8_t(scaled + 8.5f))));
+    };
+    for (int j = 0; j < kQK / 2; ++j)
+      y[b].qs[j] = uint8_t(level(x[j]) | level(x[j + kQK / 2]) << 4);
+  }
+}
+
+// ---- Q4_K: 8 sub-blocks of 32, each s q - m with q in [0, 15] ----
+
+struct ScaleMin {
+  float s, m;  // value = s q - m, s >= 0, m >= 0
+};
+
+// Squared error of x[0, n) coded as s q - m with q the nearest level.
+float err_scale_min(const float* x, int n, float s, float m, int levels) {
+  float e = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const float q = s > 0.f ? std::clamp(std::round((x[i] + m) / s), 0.f, float(levels - 1)) : 0.f;
+    const float r = s * q - m - x[i];
+    e += r * r;
+  }
+  return e;
+}
+
+// The least-squares (s, m) for fixed levels q (the offset -m kept <= 0).
+ScaleMin refit_scale_min(const float* x, const float* q, int n) {
+  double sq = 0, sqq = 0, sx = 0, sxq = 0;
+  for (int i = 0; i < n; ++i) {
+    sq += q[i];
+    sqq += double(q[i]) * q[i];
+    sx += x[i];
+    sxq += double(x[i]) * q[i];
+  }
+  const double det = n * sqq - sq * sq;
+  if (det > 0) {
+    const double s = (n * sxq - sq * sx) / det, b = (sx - s * sq) / n;
+    if (b <= 0 && s >= 0) return {float(s), float(-b)};
+  }
+  return {sqq > 0 ? float(std::max(0.0, sxq / sqq)) : 0.f, 0.f};
+}
+
+// The (s, m) of x[0, n) minimising the squared error: levels from several
+// spans around [min(x, 0), max(x)], each refitted by least squares twice.
+ScaleMin fit_scale_min(const float* x, int n, int levels) {
+  float lo = 0.f, hi = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (hi <= lo) return {0.f, -lo};  // every value equal to lo <= 0
+  ScaleMin best{(hi - lo) / float(levels - 1), -lo};
+  float best_err = err_scale_min(x, n, best.s, best.m, levels);
+  float q[kQKK];
+  for (int step = -6; step <= 10; ++step) {
+    ScaleMin c{(hi - lo) / (float(levels - 1) + 0.1f * float(step)), -lo};
+    for (int iter = 0; iter < 2 && c.s > 0.f; ++iter) {
+      for (int i = 0; i < n; ++i)
+        q[i] = std::clamp(std::round((x[i] + c.m) / c.s), 0.f, float(levels - 1));
+      c = refit_scale_min(x, q, n);
+    }
+    const float e = err_scale_min(x, n, c.s, c.m, levels);
+    if (e < best_err) {
+      best_err = e;
+      best = c;
+    }
+  }
+  return best;
+}
+
+// A 6-bit code near v / unit (0 where unit is 0).
+int code6(float v, float unit) {
+  return unit > 0.f ? std::clamp(int(std::lround(v / unit)), 0, 63) : 0;
+}
+
+void quantize_q4_k_block(const float* x, BlockQ4_K& y) {
+  ScaleMin sm[8];
+  float smax = 0.f, mmax = 0.f;
+  for (int j = 0; j < 8; ++j) {
+    sm[j] = fit_scale_min(x + 32 * j, 32, 16);
+    smax = std::max(smax, sm[j].s);
+    mmax = std::max(mmax, sm[j].m);
+  }
+  y.d = float_to_half(smax / 63.f);
+  y.dmin = float_to_half(mmax / 63.f);
+  const float d = half_to_float(y.d), dmin = half_to_float(y.dmin);
+  // 6-bit codes, then the best of their neighbours given the stored scales.
+  Q4KScales codes;
+  for (int j = 0; j < 8; ++j) {
+    const float* xs = x + 32 * j;
+    const int s0 = code6(sm[j].s, d), m0 = code6(sm[j].m, dmin);
+    float best = std::numeric_limits<float>::infinity();
+    for (int s = std::max(0, s0 - 1); s <= std::min(63, s0 + 1); ++s)
+      for (int m = std::max(0, m0 - 1); m <= std::min(63, m0 + 1); ++m) {
+        const float e = err_scale_min(xs, 32, d * float(s), dmin * float(m), 16);
+        if (e < best) {
+          best = e;
+          codes.sc[j] = uint8_t(s);
+          codes.m[j] = uint8_t(m);
+        }
+      }
+  }
+  q4k_pack_scales(codes, y.scales);
+  // Levels against the stored scales, formed as the layout forms them.
+  uint8_t q[kQKK];
+  for (int j = 0; j < 8; ++j) {
+    const float s = d * float(codes.sc[j]), m = dmin * float(codes.m[j]);
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[32 * j + i];
+      q[32 * j + i] = s > 0.f ? uint8_t(std::clamp(std::round((v + m) / s), 0.f, 15.f)) : 0;
+    }
+  }
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 32; ++i) y.qs[32 * c + i] = uint8_t(q[64 * c + i] | q[64 * c + 32 + i] << 4);
+}
+
+// ---- Q6_K: 16 sub-blocks of 16, each s (q - 32) with q in [0, 63] ----
+
+// Squared error of x[0, n) coded as s q with q in [-32, 31] the nearest level.
+float err_scale(const float* x, int n, float s) {
+  float e = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const float q = s != 0.f ? std::clamp(std::round(x[i] / s), -32.f, 31.f) : 0.f;
+    const float r = s * q - x[i];
+    e += r * r;
+  }
+  return e;
+}
+
+// The scale of x[0, n) minimising the squared error: the value of largest
+// magnitude v at or near level -32 (s = v / -t, the sign of s free as the
+// layout's i8 scales allow), each candidate refitted by least squares.
+float fit_scale(const float* x, int n) {
+  float v = 0.f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(v)) v = x[i];
+  if (v == 0.f) return 0.f;
+  float best = v / -32.f, best_err = err_scale(x, n, best);
+  for (int step = -8; step <= 8; ++step) {
+    float s = v / -(32.f + 0.125f * float(step));
+    double sxq = 0, sqq = 0;
+    for (int i = 0; i < n; ++i) {
+      const double q = std::clamp(std::round(x[i] / s), -32.f, 31.f);
+      sxq += x[i] * q;
+      sqq += q * q;
+    }
+    if (sqq > 0) s = float(sxq / sqq);
+    const float e = err_scale(x, n, s);
+    if (e < best_err) {
+      best_err = e;
+      best = s;
+    }
+  }
+  return best;
+}
+
+void quantize_q6_k_block(const float* x, BlockQ6_K& y) {
+  float s[16], smax = 0.f;
+  for (int j = 0; j < 16; ++j) {
+    s[j] = fit_scale(x + 16 * j, 16);
+    smax = std::max(smax, std::fabs(s[j]));
+  }
+  y.d = float_to_half(smax / 127.f);
+  const float d = half_to_float(y.d);
+  uint8_t q[kQKK];
+  for (int j = 0; j < 16; ++j) {
+    const float* xs = x + 16 * j;
+    const int c0 = d > 0.f ? std::clamp(int(std::lround(s[j] / d)), -127, 127) : 0;
+    int code = c0;
+    float best = std::numeric_limits<float>::infinity();
+    for (int c = std::max(-127, c0 - 1); c <= std::min(127, c0 + 1); ++c) {
+      const float e = err_scale(xs, 16, d * float(c));
+      if (e < best) {
+        best = e;
+        code = c;
+      }
+    }
+    y.scales[j] = int8_t(code);
+    const float sj = d * float(code);
+    for (int i = 0; i < 16; ++i)
+      q[16 * j + i] =
+          uint8_t(sj != 0.f ? int(std::clamp(std::round(xs[i] / sj), -32.f, 31.f)) + 32 : 32);
+  }
+  std::fill(y.qh, y.qh + sizeof(y.qh), uint8_t(0));
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t v = q[128 * h + 32 * k + l];
+        uint8_t& lo = y.ql[64 * h + l + 32 * (k & 1)];
+        lo = k < 2 ? uint8_t(v & 15) : uint8_t(lo | (v & 15) << 4);
+        y.qh[32 * h + l] |= uint8_t((v >> 4) << (2 * k));
+      }
+}
+
+// ---- int8 per output channel ----
+
+float quantize_w8(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.f;
+  for (int64_t i = 0; i < n; ++i)
+    q[i] = scale > 0.f ? int8_t(std::clamp(std::round(x[i] / scale), -127.f, 127.f)) : 0;
+  return scale;
+}
+
+// One row of `in` values into its bytes (and the row's scale for W8*).
+void quantize_row(QuantType t, const float* x, int64_t in, uint8_t* row, float* scale) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return quantize_q8_0(x, in, reinterpret_cast<BlockQ8_0*>(row));
+    case QuantType::Q4_0:
+      return quantize_q4_0(x, in, reinterpret_cast<BlockQ4_0*>(row));
+    case QuantType::Q4_K:
+      for (int64_t b = 0; b < in / kQKK; ++b)
+        quantize_q4_k_block(x + b * kQKK, reinterpret_cast<BlockQ4_K*>(row)[b]);
+      return;
+    case QuantType::Q6_K:
+      for (int64_t b = 0; b < in / kQKK; ++b)
+        quantize_q6_k_block(x + b * kQKK, reinterpret_cast<BlockQ6_K*>(row)[b]);
+      return;
+    case QuantType::W8A16:
+    case QuantType::W8A8:
+      *scale = quantize_w8(x, in, reinterpret_cast<int8_t*>(row));
+      return;
+  }
+}
+
+// The largest |x| whose block scales stay inside f16's range (2x margin for
+// the K types' searched scales, which may exceed max|x| / levels a little).
+float max_quantisable(QuantType t) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return kHalfMax * 127.f;
+    case QuantType::Q4_0:
+      return kHalfMax * 8.f;
+    case QuantType::Q4_K:  // dmin = max m / 63, with m up to max|x|
+      return kHalfMax * 63.f / 2.f;
+    case QuantType::Q6_K:
+      return kHalfMax * 127.f * 16.f;
+    default:
+      return std::numeric_limits<float>::max();
+  }
+}
+
+// Every value finite and quantisable, checked before anything is written:
+// otherwise an nk::Error naming the first offending row and column.
+void check_quantisable(QuantType t, const float* w, int64_t rows, int64_t in) {
+  const float limit = max_quantisable(t);
+  auto ok = [&](float v) { return std::fabs(v) <= limit; };  // false for NaN
+  std::vector<uint8_t> bad(size_t(rows), 0);
+  parallel_for(rows, std::max<int64_t>(1, 65536 / in), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      bool all = true;
+      for (int64_t c = 0; c < in; ++c) all &= ok(w[r * in + c]);
+      bad[size_t(r)] = !all;
+    }
+  });
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!bad[size_t(r)]) continue;
+    int64_t c = 0;
+    while (ok(w[r * in + c])) ++c;
+    const float v = w[r * in + c];
+    if (!std::isfinite(v))
+      fail("quant_quantize: w has the non-finite value {} at row {}, column {}", v, r, c);
+    fail("quant_quantize: w's value {} at row {}, column {} is too large for {} (|w| <= {})", v, r,
+         c, quant_type_name(t), limit);
+  }
+}
+
+// ---- reading back ----
+
+void dequant_q8_0(const BlockQ8_0* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b, y += kQK) {
+    const float d = half_to_float(x[b].d);
+    for (int j = 0; j < kQK; ++j) y[j] = d * float(x[b].qs[j]);
+  }
+}
+
+void dequant_q4_0(const BlockQ4_0* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b, y += kQK) {
+    const float d = half_to_float(x[b].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float((x[b].qs[j] & 15) - 8) * d;
+      y[j + kQK / 2] = float((x[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// x = (d sc) q - (dmin m): the two products formed first, as ggml does.
+void dequant_q4_k(const BlockQ4_K* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const float d = half_to_float(x[b].d), dmin = half_to_float(x[b].dmin);
+    const Q4KScales s = q4k_scales(x[b].scales);
+    for (int c = 0; c < 4; ++c, y += 64) {
+      const float d0 = d * float(s.sc[2 * c]), m0 = dmin * float(s.m[2 * c]);
+      const float d1 = d * float(s.sc[2 * c + 1]), m1 = dmin * float(s.m[2 * c + 1]);
+      const uint8_t* q = x[b].qs + 32 * c;
+      for (int i = 0; i < 32; ++i) y[i] = d0 * float(q[i] & 15) - m0;
+      for (int i = 0; i < 32; ++i) y[32 + i] = d1 * float(q[i] >> 4) - m1;
+    }
+  }
+}
+
+// x = (d scale) (q - 32), d scale formed first (ggml's d * sc[is] * q).
+void dequant_q6_k(const BlockQ6_K* x, int64_t nb, float* y) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const float d = half_to_float(x[b].d);
+    for (int h = 0; h < 2; ++h, y += 128) {
+      const uint8_t* ql = x[b].ql + 64 * h;
+      const uint8_t* qh = x[b].qh + 32 * h;
+      for (int k = 0; k < 4; ++k) {
+        const int shift = k < 2 ? 0 : 4;
+        const uint8_t* lo = ql + 32 * (k & 1);
+        for (int half = 0; half < 2; ++half) {  // 16 values of one scale
+          const float s = d * float(x[b].scales[8 * h + 2 * k + half]);
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int q = ((lo[l] >> shift) & 15) | ((qh[l] >> (2 * k)) & 3) << 4;
+            y[32 * k + l] = s * float(q - 32);
+          }
+        }
+      }
+    }
+  }
+}
+
+void dequant_w8(const int8_t* q, float scale, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = scale * float(q[i]);
+}
+
+// Row r of q (all `in` values) into out as T, through a stack chunk for
+// 16-bit T.
+template <typename T>
+void dequant_row_as(const QuantWeight& q, int64_t r, T* out) {
+  const uint8_t* row = q.data.data<uint8_t>() + size_t(r) * q.row_bytes();
+  const float scale = q.scale.defined() ? q.scale.data<float>()[r] : 0.f;
+  const int64_t in = q.cols();
+  if constexpr (std::is_same_v<T, float>) {
+    quant_dequant_row(q.type, row, scale, in, out);
+  } else {
+    constexpr int64_t kChunk = 1024;  // a multiple of every block
+    float buf[kChunk];
+    for (int64_t c0 = 0; c0 < in; c0 += kChunk) {
+      const int64_t n = std::min(kChunk, in - c0);
+      quant_dequant_row(q.type, row + quant_row_bytes(q.type, c0), scale, n, buf);
+      for (int64_t i = 0; i < n; ++i) out[c0 + i] = store<T>(buf[i]);
+    }
+  }
+}
+
+template <typename T>
+void dequant_rows(const QuantWeight& q, int64_t row0, int64_t n, T* out) {
+  const int64_t in = q.cols();
+  parallel_for(n, std::max<int64_t>(1, 16384 / in), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) dequant_row_as(q, row0 + r, out + r * in);
+  });
+}
+
+template <typename T>
+void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, T* out) {
+  const int64_t C = q.cols();
+  parallel_for(n, std::max<int64_t>(1, 16384 / C), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) dequant_row_as(q, tok[t], out + t * C);
+  });
+}
+
+}  // namespace
+
+void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, float* out) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return dequant_q8_0(reinterpret_cast<const BlockQ8_0*>(row), n / kQK, out);
+    case QuantType::Q4_0:
+      return dequant_q4_0(reinterpret_cast<const BlockQ4_0*>(row), n / kQK, out);
+    case QuantType::Q4_K:
+      return dequant_q4_k(reinterpret_cast<const BlockQ4_K*>(row), n / kQKK, out);
+    case QuantType::Q6_K:
+      return dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(row), n / kQKK, out);
+    case QuantType::W8A16:
+    case QuantType::W8A8:
+      return dequant_w8(reinterpret_cast<const int8_t*>(row), scale, n, out);
+  }
+}
+
+void quant_quantize(QuantWeight& q, const Tensor& w) {
+  const int64_t rows = q.rows(), in = q.cols();
+  const float* src = w.data<float>();
+  check_quantisable(q.type, src, rows, in);
+  uint8_t* dst = q.data.data<uint8_t>();
+  float* scale = q.scale.defined() ? q.scale.data<float>() : nullptr;
+  const size_t row_bytes = q.row_bytes();
+  // The K types search per sub-block: a few rows a chunk balance the threads.
+  const int64_t grain = std::max<int64_t>(1, 4096 / in);
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      quantize_row(q.type, src + r * in, in, dst + size_t(r) * row_bytes,
+                   scale ? scale + r : nullptr);
+  });
+}
+
+void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {
+  const int64_t n = rows_of(out);
+  if (out.dtype() == DType::F32)
+    dequant_rows(q, row0, n, out.data<float>());
+  else
+    dequant_rows(q, row0, n, out.data<bf16>());
+}
+
+void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte) {
+  const int64_t n = tokens.numel(), V = wte.rows();
+  // Ids come from data files: a bad one is the user's error, found before any row is written.
+  const int32_t* tok = tokens.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (tok[i] < 0 || tok[i] >= V)
+      fail(
+          "quant_embedding_forward: token id {} at position {} of tokens {} is outside the "
+          "vocabulary [0, {})",
+          tok[i], i, shape_str(tokens.shape()), V);
+  if (out.dtype() == DType::F32)
+    embedding_rows(wte, tok, n, out.data<float>());
+  else
+    embedding_rows(wte, tok, n, out.data<bf16>());
+}
+
+}  // namespace nk::ops::cpu

@@ -1,0 +1,111 @@
+// Quantised weights on the CPU, part 2: quant_linear_forward. Few rows of x
+// (decode) take the direct kernel of quant_dot.cc, which reads W's blocks;
+// more rows (prefill) dequantise a panel of W's rows at a time (~kPanelBytes
+// of f32) into a scratch buffer and run oneDNN's f32 product on it, as the
+// NF4 products do. Both paths hold no dense copy of W; the scratch buffers
+// grow to the largest size seen and are never shrunk.
+#include <algorithm>
+#include <cstring>
+
+#include "core/parallel.h"
+#include "ops/cpu/dnnl_matmul.h"
+#include "ops/cpu/float_io.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_blocks.h"
+
+namespace nk::ops::cpu {
+namespace {
+
+// Rows of x up to which the direct kernel is faster than dequantising W and
+// running the dense product (bench/bench_quant.cc --sweep on a 2-core AVX2
+// machine: the direct kernels' cost grows with each x row, the panel path's
+// is mostly the dequantisation, paid once).
+int64_t direct_rows_max(QuantType t) {
+  switch (t) {
+    case QuantType::W8A16:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+// Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs it.
+constexpr size_t kPanelBytes = size_t(1) << 20;
+
+std::vector<char> g_panel, g_product, g_xf, g_bias;
+
+// f32 view of a [n, k] tensor: itself, or its bf16 values widened into buf.
+const float* as_f32(const Tensor& t, std::vector<char>& buf) {
+  if (t.dtype() == DType::F32) return t.data<float>();
+  const int64_t n = t.numel();
+  float* out = scratch<float>(buf, size_t(n));
+  const bf16* src = t.data<bf16>();
+  parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = load(src[i]);
+  });
+  return out;
+}
+
+// Rows [o0, o0 + p) of W in f32 into panel [p, in].
+void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
+  const int64_t in = w.cols();
+  const uint8_t* data = w.data.data<uint8_t>();
+  const float* scale = w.scale.defined() ? w.scale.data<float>() : nullptr;
+  const size_t rb = w.row_bytes();
+  parallel_for(p, std::max<int64_t>(1, 8192 / in), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = o0 + r;
+      quant_dequant_row(w.type, data + size_t(o) * rb, scale ? scale[o] : 0.f, in,
+                        panel + r * in);
+    }
+  });
+}
+
+// y[:, o0 : o0 + p] = prod [n, p] in T.
+template <typename T>
+void store_columns(T* y, int64_t ld, int64_t o0, const float* prod, int64_t n, int64_t p) {
+  parallel_for(n, std::max<int64_t>(1, 16384 / p), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < p; ++j) y[r * ld + o0 + j] = store<T>(prod[r * p + j]);
+  });
+}
+
+// The prefill path: the product in f32 (bf16 x widened first, the weight's
+// values used in f32), bias added inside oneDNN's product, y rounded once.
+template <typename T>
+void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
+  const float* xf = as_f32(x, g_xf);
+  const float* bias = b.defined() ? as_f32(b, g_bias) : nullptr;
+  const int64_t rows = std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
+  float* panel = scratch<float>(g_panel, size_t(rows * in));
+  const bool direct_out = std::is_same_v<T, float> && rows == out;
+  float* prod = direct_out ? y.data<float>() : scratch<float>(g_product, size_t(n * rows));
+  for (int64_t o0 = 0; o0 < out; o0 += rows) {
+    const int64_t p = std::min(rows, out - o0);
+    dequant_panel(w, o0, p, panel);
+    MatmulSpec s{.m = n, .n = p, .k = in};
+    s.trans_b = true;  // the panel [p, in] read as [in, p]
+    s.has_bias = bias != nullptr;
+    dnnl_matmul(s, xf, panel, prod, bias ? bias + o0 : nullptr);
+    if (!direct_out) store_columns(y.data<T>(), out, o0, prod, n, p);
+  }
+}
+
+}  // namespace
+
+void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  if (x.dtype() == DType::F32)
+    by_panels<float>(y, x, w, b);
+  else
+    by_panels<bf16>(y, x, w, b);
+}
+
+void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  if (rows_of(x) <= direct_rows_max(w.type))
+    quant_linear_direct(y, x, w, b);
+  else
+    quant_linear_panels(y, x, w, b);
+}
+
+}  // namespace nk::ops::cpu
