@@ -217,22 +217,21 @@ void run_shape(Shape2 s, int reps, size_t cold_mib) {
       const Tensor x32 = random_tensor({n, s.in}, DType::F32, 2, 1.0);
       Tensor x16 = Tensor::empty({n, s.in}, DType::BF16);
       ops::convert(x16, x32);
-      Tensor y32 = Tensor::empty({n, s.out}, DType::F32), y16 = Tensor::empty({n, s.out}, DType::BF16);
+      Tensor y32 = Tensor::empty({n, s.out}, DType::F32),
+             y16 = Tensor::empty({n, s.out}, DType::BF16);
       Copies<Tensor> d32 = dense_copies(w32, mib);
       auto dense = [&] { ops::linear_forward(y32, x32, d32.take(), Tensor()); };
       {
         Copies<Tensor> d16 = dense_copies(w16, mib);
-        const Pair p16 = time_pair(reps, dense, [&] {
-          ops::linear_forward(y16, x16, d16.take(), Tensor());
-        });
+        const Pair p16 =
+            time_pair(reps, dense, [&] { ops::linear_forward(y16, x16, d16.take(), Tensor()); });
         print_row("f32", mode, double(w32.nbytes()), p16, true);
         print_row("bf16", mode, double(w16.nbytes()), p16, false);
       }
       for (const ops::QuantWeight& q : qs) {
         Copies<ops::QuantWeight> c = quant_copies(q, mib);
-        const Pair p = time_pair(reps, dense, [&] {
-          ops::quant_linear_forward(y32, x32, c.take(), Tensor());
-        });
+        const Pair p = time_pair(reps, dense,
+                                 [&] { ops::quant_linear_forward(y32, x32, c.take(), Tensor()); });
         print_row(ops::quant_type_name(q.type), mode, double(q.nbytes()), p, false);
       }
       if (mib)
@@ -244,8 +243,8 @@ void run_shape(Shape2 s, int reps, size_t cold_mib) {
 // Both paths of the product timed apart for N = 1 .. max (hot weights).
 void sweep(Shape2 s, int reps, int64_t max_n) {
   const Tensor w32 = random_tensor({s.out, s.in}, DType::F32, 1, 0.02);
-  fmt::print("[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN\n",
-             s.out, s.in, nk::num_threads());
+  fmt::print("[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN\n", s.out,
+             s.in, nk::num_threads());
   fmt::print("{:>4}", "N");
   for (QuantType t : kTypes) fmt::print(" {:>15}", ops::quant_type_name(t));
   fmt::print("\n");
@@ -259,8 +258,10 @@ void sweep(Shape2 s, int reps, int64_t max_n) {
     Tensor y = Tensor::empty({n, s.out}, DType::F32);
     fmt::print("{:4}", n);
     for (const ops::QuantWeight& q : qs) {
-      const double direct = best_of(reps, [&] { ops::cpu::quant_linear_direct(y, x, q, Tensor()); });
-      const double panels = best_of(reps, [&] { ops::cpu::quant_linear_panels(y, x, q, Tensor()); });
+      const double direct =
+          best_of(reps, [&] { ops::cpu::quant_linear_direct(y, x, q, Tensor()); });
+      const double panels =
+          best_of(reps, [&] { ops::cpu::quant_linear_panels(y, x, q, Tensor()); });
       fmt::print(" {:7.3f}/{:7.3f}", direct * 1e3, panels * 1e3);
     }
     fmt::print("\n");

@@ -7,6 +7,7 @@
 #include "apps/arg_parser.h"
 #include "apps/commands.h"
 #include "ckpt/gguf_export.h"
+#include "ckpt/gguf_import.h"
 #include "core/error.h"
 
 namespace nk {
@@ -15,8 +16,9 @@ namespace {
 
 const char* kUsage =
     "usage: nekton export gguf MODEL_DIR OUT.gguf [--type TYPE] [--name NAME] [--no-tokenizer]\n"
-    "       nekton quantize MODEL_DIR OUT.gguf [--type TYPE] ... (the same, --type q4_k_m by\n"
-    "                          default)\n"
+    "       nekton quantize MODEL_DIR|IN.gguf OUT.gguf [--type TYPE] [--allow-requantize] ...\n"
+    "                          (the same, --type q4_k_m by default; a GGUF input is written\n"
+    "                          again with the new types, its metadata kept)\n"
     "\n"
     "Writes a saved Llama-family model (config.json + model.safetensors, as train\n"
     "saves it) as one GGUF v3 file that llama.cpp runs: llama.* hyper-parameters,\n"
@@ -24,16 +26,12 @@ const char* kUsage =
     "as \"llama\", byte-level BPE as \"gpt2\" with merges), and the weights under\n"
     "llama.cpp's names, q and k rows permuted to llama.cpp's rotary layout.\n";
 
-}  // namespace
-
-namespace {
-
 int run_export(const std::string& command, const std::vector<std::string>& args, size_t skip,
                const std::string& default_type) {
   CommandLine cl(command, args, skip);
   GgufExportOptions opt;
   opt.type = default_type;
-  bool no_tokenizer = false;
+  bool no_tokenizer = false, allow_requantize = false;
   cl.bind_with<std::string>("--type", opt.type,
                             "matrix types: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m "
                             "(llama.cpp's mix of q4_k and q6_k); norm weights are always f32, "
@@ -52,20 +50,31 @@ int run_export(const std::string& command, const std::vector<std::string>& args,
   cl.bind("--no-tokenizer", no_tokenizer,
           "export without tokenizer metadata (required when the model has no stored "
           "tokenizer; llama.cpp cannot run such a file)");
+  cl.bind("--allow-requantize", allow_requantize,
+          "a GGUF input whose matrices are already block-quantised is quantised again");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kUsage));
     return 0;
   }
   std::vector<std::string> pos = cl.finish();
   if (pos.size() != 2)
-    fail("{}: expected MODEL_DIR and OUT.gguf, got {} argument(s) (see `nekton {} --help`)",
+    fail("{}: expected MODEL_DIR (or IN.gguf) and OUT.gguf, got {} argument(s) (see `nekton {} "
+         "--help`)",
          command, pos.size(), command);
   opt.tokenizer = !no_tokenizer;
   const std::string &dir = pos[0], &out = pos[1];
   if (std::filesystem::is_directory(out)) fail("{}: '{}' is a folder, not a file", command, out);
+  const bool gguf_in = std::filesystem::is_regular_file(dir) && is_gguf_path(dir);
+  if (gguf_in && (!opt.name.empty() || no_tokenizer || opt.allow_nonfinite))
+    fail("{}: --name, --no-tokenizer and --allow-nonfinite apply to a model folder; a GGUF "
+         "input keeps its metadata",
+         command);
+  if (!gguf_in && allow_requantize)
+    fail("{}: --allow-requantize applies to a GGUF input", command);
   GgufExportResult r;
   try {
-    r = export_gguf(dir, out, opt);
+    r = gguf_in ? requantize_gguf(dir, out, opt.type, allow_requantize)
+                : export_gguf(dir, out, opt);
   } catch (const Error& e) {
     throw e.with_context(command);
   }

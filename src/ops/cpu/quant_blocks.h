@@ -31,9 +31,9 @@ struct BlockQ4_0 {
   uint8_t qs[kQK / 2];  // value j < 16: low nibble of qs[j]; j + 16: high nibble
 };
 struct BlockQ4_K {
-  uint16_t d, dmin;       // f16
-  uint8_t scales[12];     // 8 pairs (sc, m) of 6 bits, packed (q4k_scales)
-  uint8_t qs[kQKK / 2];   // 64 c + i: low nibble of qs[32 c + i]; 64 c + 32 + i: high
+  uint16_t d, dmin;      // f16
+  uint8_t scales[12];    // 8 pairs (sc, m) of 6 bits, packed (q4k_scales)
+  uint8_t qs[kQKK / 2];  // 64 c + i: low nibble of qs[32 c + i]; 64 c + 32 + i: high
 };
 struct BlockQ6_K {
   uint8_t ql[kQKK / 2];  // low 4 bits
@@ -86,7 +86,8 @@ inline void q4k_pack_scales(const Q4KScales& r, uint8_t* s) {
 // A row of x of `in` values quantised to int8 with f32 scales:
 //  - blocks of 32 (for Q8_0 and Q4_0 weights), as llama.cpp's Q8_0 but with
 //    an f32 scale: d[b] = max |x| / 127 over the block, q = nearest-even
-//    rounding of x / d[b] (0 where d[b] = 0);
+//    rounding of x / d[b] (0 where d[b] = 0; d[b] = NaN and q = 0 where the
+//    block holds a NaN or infinity, so that y is not finite either);
 //  - blocks of 256 (for Q4_K and Q6_K), as llama.cpp's Q8_K: the same rule
 //    per 256 values, plus sums[16 b + k] = the sum of q over values
 //    [16 k, 16 k + 16) of the block;

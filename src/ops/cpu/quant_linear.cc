@@ -5,7 +5,6 @@
 // NF4 products do. Both paths hold no dense copy of W; the scratch buffers
 // grow to the largest size seen and are never shrunk.
 #include <algorithm>
-#include <cstring>
 
 #include "core/parallel.h"
 #include "ops/cpu/dnnl_matmul.h"
@@ -17,19 +16,18 @@ namespace nk::ops::cpu {
 namespace {
 
 // Rows of x up to which the direct kernel is faster than dequantising W and
-// running the dense product (bench/bench_quant.cc --sweep on a 2-core AVX2
-// machine: the direct kernels' cost grows with each x row, the panel path's
-// is mostly the dequantisation, paid once).
+// running the dense product: each x row adds 0.5 to 0.9 of its one-row cost
+// (compute, the weights being in L1 by then), while the panel path's cost is
+// mostly the dequantisation and oneDNN's f32 product. bench_quant --sweep
+// ([2048 x 2048], 1 and 2 threads of a 2-core AVX2 machine): the direct
+// kernels were faster up to N = 16..24 for the types that quantise x and up
+// to 12..14 for W8A16 (f32 FMAs).
 int64_t direct_rows_max(QuantType t) {
-  switch (t) {
-    case QuantType::W8A16:
-      return 4;
-    default:
-      return 8;
-  }
+  return t == QuantType::W8A16 ? 12 : 16;
 }
 
-// Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs it.
+// Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs
+// it (the NF4 products' choice; not re-tuned here).
 constexpr size_t kPanelBytes = size_t(1) << 20;
 
 std::vector<char> g_panel, g_product, g_xf, g_bias;
@@ -55,8 +53,7 @@ void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
   parallel_for(p, std::max<int64_t>(1, 8192 / in), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = o0 + r;
-      quant_dequant_row(w.type, data + size_t(o) * rb, scale ? scale[o] : 0.f, in,
-                        panel + r * in);
+      quant_dequant_row(w.type, data + size_t(o) * rb, scale ? scale[o] : 0.f, in, panel + r * in);
     }
   });
 }
@@ -77,7 +74,8 @@ void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
   const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
   const float* xf = as_f32(x, g_xf);
   const float* bias = b.defined() ? as_f32(b, g_bias) : nullptr;
-  const int64_t rows = std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
+  const int64_t rows =
+      std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
   float* panel = scratch<float>(g_panel, size_t(rows * in));
   const bool direct_out = std::is_same_v<T, float> && rows == out;
   float* prod = direct_out ? y.data<float>() : scratch<float>(g_product, size_t(n * rows));
