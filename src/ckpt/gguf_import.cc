@@ -137,8 +137,14 @@ int64_t src_row(const Piece& p, int64_t r) {
   return h * D + 2 * j + s;
 }
 
+// Block formats and F16 matrices are kept as they are (F16 at its 2 bytes,
+// read by the products as W8A16's int8 is); F32 and BF16 load dense.
+bool kept(GgmlType t) {
+  return ggml_is_quantized(t) || t == GgmlType::F16;
+}
+
 ops::QuantType quant_type(GgmlType t) {
-  return ggml_quant_type(t);
+  return t == GgmlType::F16 ? ops::QuantType::F16 : ggml_quant_type(t);
 }
 
 // The piece's values in f32, q and k rows put back (dst: p.rows x in; a
@@ -247,13 +253,13 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
               arch.display_name());
   }
 
-  // The plan: 2-d parameters whose pieces are all block-quantised stay so,
-  // in runs of consecutive pieces of one type.
+  // The plan: 2-d parameters whose pieces are all block-quantised or F16
+  // stay so, in runs of consecutive pieces of one type.
   QuantPlan plan;
   for (auto& [name, ps] : pieces) {
     std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
     bool quantized = opt.keep_quantized;
-    for (const Piece& p : ps) quantized &= ggml_is_quantized(GgmlType(p.t->type));
+    for (const Piece& p : ps) quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() == 2;
     if (!quantized) continue;
     std::vector<QuantRun> runs;
     for (const Piece& p : ps) {

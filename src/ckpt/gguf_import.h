@@ -6,10 +6,10 @@
 //   - tensors under llama.cpp's names (the inverse of ckpt/gguf_export.h's
 //     table): q and k rows put back from llama.cpp's rotary order, q/k/v and
 //     gate/up fused into Nekton's parameters;
-//   - F32, F16 and BF16 tensors read into the compute dtype; Q8_0, Q4_0,
-//     Q4_K and Q6_K matrices kept in their blocks (ops/quant.h: the products
-//     read them directly), their rows moved as raw bytes, so nothing is
-//     requantised; a fused parameter whose parts differ in type (Q4_K_M's
+//   - F32 and BF16 tensors (and 1-d F16 ones) read into the compute dtype;
+//     F16, Q8_0, Q4_0, Q4_K and Q6_K matrices kept as they are (ops/quant.h:
+//     the products read them directly), their rows moved as raw bytes, so
+//     nothing is requantised; a fused parameter whose parts differ in type (Q4_K_M's
 //     attn_v) is held as runs of rows (model/transformer.h QuantPlan);
 //   - the tokenizer from tokenizer.ggml.* (ckpt/gguf_tokenizer.h) and the
 //     chat template from tokenizer.chat_template.

@@ -16,22 +16,6 @@ namespace nk {
 
 namespace {
 
-// gguf_metadata_value_type.
-enum : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
-};
 
 // Bounds on what a sane file holds; past them the file is corrupt, and
 // refusing early keeps a flipped length from allocating gigabytes.
@@ -79,36 +63,36 @@ class Cursor {
 
 GgufFile::Scalar read_scalar(Cursor& c, uint32_t type, const std::string& what) {
   switch (type) {
-    case kU8:
+    case kGgufU8:
       return int64_t(c.get<uint8_t>(what));
-    case kI8:
+    case kGgufI8:
       return int64_t(c.get<int8_t>(what));
-    case kU16:
+    case kGgufU16:
       return int64_t(c.get<uint16_t>(what));
-    case kI16:
+    case kGgufI16:
       return int64_t(c.get<int16_t>(what));
-    case kU32:
+    case kGgufU32:
       return int64_t(c.get<uint32_t>(what));
-    case kI32:
+    case kGgufI32:
       return int64_t(c.get<int32_t>(what));
-    case kU64: {
+    case kGgufU64: {
       const uint64_t v = c.get<uint64_t>(what);
       if (v > uint64_t(std::numeric_limits<int64_t>::max()))
         c.bad(fmt::format("{} is a u64 above 2^63 ({})", what, v));
       return int64_t(v);
     }
-    case kI64:
+    case kGgufI64:
       return c.get<int64_t>(what);
-    case kF32:
+    case kGgufF32:
       return double(c.get<float>(what));
-    case kF64:
+    case kGgufF64:
       return c.get<double>(what);
-    case kBool: {
+    case kGgufBool: {
       const uint8_t b = c.get<uint8_t>(what);
       if (b > 1) c.bad(fmt::format("{} is a bool of value {}", what, b));
       return b == 1;
     }
-    case kString:
+    case kGgufString:
       return c.string(what);
     default:
       c.bad(fmt::format("{} has unknown value type {}", what, type));
@@ -116,9 +100,9 @@ GgufFile::Scalar read_scalar(Cursor& c, uint32_t type, const std::string& what) 
 }
 
 GgufFile::Value read_value(Cursor& c, uint32_t type, const std::string& what) {
-  if (type != kArray) return read_scalar(c, type, what);
+  if (type != kGgufArray) return read_scalar(c, type, what);
   const uint32_t elem = c.get<uint32_t>(what + " (array type)");
-  if (elem == kArray)
+  if (elem == kGgufArray)
     c.bad(fmt::format("{} is an array of arrays, which Nekton does not read", what));
   const uint64_t n = c.get<uint64_t>(what + " (array length)");
   if (n > kMaxCount) c.bad(fmt::format("{} claims {} elements", what, n));

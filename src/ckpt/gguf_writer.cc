@@ -14,15 +14,6 @@ namespace nk {
 
 namespace {
 
-// GGUF metadata value types (gguf_metadata_value_type).
-enum : uint32_t {
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-};
 
 constexpr uint32_t kVersion = 3;
 
@@ -148,47 +139,47 @@ void GgufWriter::add_raw(const std::string& key, uint32_t value_type, const std:
 }
 
 void GgufWriter::add_string(const std::string& key, const std::string& v) {
-  begin_kv(key, kString);
+  begin_kv(key, kGgufString);
   put_string(kv_, v);
 }
 
 void GgufWriter::add_u32(const std::string& key, uint32_t v) {
-  begin_kv(key, kU32);
+  begin_kv(key, kGgufU32);
   put<uint32_t>(kv_, v);
 }
 
 void GgufWriter::add_i32(const std::string& key, int32_t v) {
-  begin_kv(key, kI32);
+  begin_kv(key, kGgufI32);
   put<int32_t>(kv_, v);
 }
 
 void GgufWriter::add_f32(const std::string& key, float v) {
-  begin_kv(key, kF32);
+  begin_kv(key, kGgufF32);
   put<float>(kv_, v);
 }
 
 void GgufWriter::add_bool(const std::string& key, bool v) {
-  begin_kv(key, kBool);
+  begin_kv(key, kGgufBool);
   put<uint8_t>(kv_, v ? 1 : 0);
 }
 
 void GgufWriter::add_strings(const std::string& key, const std::vector<std::string>& v) {
-  begin_kv(key, kArray);
-  put<uint32_t>(kv_, kString);
+  begin_kv(key, kGgufArray);
+  put<uint32_t>(kv_, kGgufString);
   put<uint64_t>(kv_, v.size());
   for (const std::string& s : v) put_string(kv_, s);
 }
 
 void GgufWriter::add_f32s(const std::string& key, const std::vector<float>& v) {
-  begin_kv(key, kArray);
-  put<uint32_t>(kv_, kF32);
+  begin_kv(key, kGgufArray);
+  put<uint32_t>(kv_, kGgufF32);
   put<uint64_t>(kv_, v.size());
   for (float x : v) put<float>(kv_, x);
 }
 
 void GgufWriter::add_i32s(const std::string& key, const std::vector<int32_t>& v) {
-  begin_kv(key, kArray);
-  put<uint32_t>(kv_, kI32);
+  begin_kv(key, kGgufArray);
+  put<uint32_t>(kv_, kGgufI32);
   put<uint64_t>(kv_, v.size());
   for (int32_t x : v) put<int32_t>(kv_, x);
 }

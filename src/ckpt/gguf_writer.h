@@ -19,6 +19,23 @@
 
 namespace nk {
 
+// GGUF metadata value types (gguf_metadata_value_type in the spec).
+enum GgufValueType : uint32_t {
+  kGgufU8 = 0,
+  kGgufI8 = 1,
+  kGgufU16 = 2,
+  kGgufI16 = 3,
+  kGgufU32 = 4,
+  kGgufI32 = 5,
+  kGgufF32 = 6,
+  kGgufBool = 7,
+  kGgufString = 8,
+  kGgufArray = 9,
+  kGgufU64 = 10,
+  kGgufI64 = 11,
+  kGgufF64 = 12,
+};
+
 // ggml tensor types Nekton reads and writes (ggml's numbering). The block
 // formats' layouts are in ops/quant.h.
 enum class GgmlType : uint32_t {

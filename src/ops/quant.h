@@ -23,6 +23,8 @@
 //         (max |w| of the row / 127, q = round(w / scale)); the two share the
 //         storage and differ in the product: W8A16 multiplies x as given,
 //         W8A8 quantises each row of x to int8 first (dynamic, per token).
+//   F16   IEEE half per value (GGUF's F16 matrices kept at 2 bytes; x as
+//         given, as W8A16): data f16 [out, in] as bytes, no scale.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,13 +34,13 @@
 
 namespace nk::ops {
 
-enum class QuantType : uint8_t { Q8_0, Q4_0, Q4_K, Q6_K, W8A16, W8A8 };
+enum class QuantType : uint8_t { Q8_0, Q4_0, Q4_K, Q6_K, W8A16, W8A8, F16 };
 
-// "q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8".
+// "q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8", "f16".
 const char* quant_type_name(QuantType t);
 // nk::Error listing the names otherwise.
 QuantType parse_quant_type(const std::string& s);
-// Values per block: 32, 32, 256, 256, 1, 1.
+// Values per block: 32, 32, 256, 256, 1, 1, 1.
 int64_t quant_block(QuantType t);
 // Bytes of one row of `in` values in `data` (nk::Error when in is not a
 // multiple of the block).

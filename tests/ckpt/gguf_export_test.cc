@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/gguf_export.h"
+#include "ckpt/gguf_reader.h"
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/gguf_writer.h"
 #include "core/dtype.h"
@@ -291,22 +292,42 @@ TEST(GgufExportCli, UnreadableModelNamesTheFile) {
   t.expect_error(m + " " + t.out, {"config.json"});
 }
 
-TEST(GgufExportCli, Q8_0RowsNotMultipleOf32NameTheTensor) {
+// Rows too short for a type's block fall back as llama.cpp's quantiser does
+// (to its q5 types, which Nekton lacks): k-quants to q8_0, then q8_0 and
+// q4_0 to f16; the writer itself still refuses such a tensor by name.
+TEST(GgufExportCli, RowsNotAMultipleOfTheBlockFallBack) {
   CliCase t;
   std::string m = t.dir / "m";
   ModelConfig c = tiny_llama(257, false);
   c.d_ff = 80;  // ffn_down's rows are d_ff long
   save_tiny_model(m, c, 4, "bytes");
-  t.expect_error(m + " " + t.out + " --type q8_0", {"blk.0.ffn_down.weight", "multiple of 32"});
-  EXPECT_EQ(t.run(m + " " + t.out + " --type f16").code, 0);
+  ASSERT_EQ(t.run(m + " " + t.out + " --type q8_0").code, 0);
+  auto f = GgufFile::open(t.out);
+  EXPECT_EQ(f->tensor("blk.0.ffn_down.weight").type, uint32_t(GgmlType::F16));
+  EXPECT_EQ(f->tensor("blk.0.ffn_up.weight").type, uint32_t(GgmlType::Q8_0));
+  ASSERT_EQ(t.run(m + " " + t.out + " --type q4_k_m").code, 0);
+  f = GgufFile::open(t.out);  // rows of 64: no 256-blocks anywhere
+  EXPECT_EQ(f->tensor("blk.0.ffn_up.weight").type, uint32_t(GgmlType::Q8_0));
+  EXPECT_EQ(f->tensor("blk.0.ffn_down.weight").type, uint32_t(GgmlType::F16));
+  EXPECT_EQ(gguf_tensor_type("q4_k_m", "blk.0.ffn_up.weight", {512, 256}, 2, false),
+            GgmlType::Q4_K);
+  GgufWriter w;
+  try {
+    w.add_tensor("blk.0.bad.weight", {2, 80}, GgmlType::Q8_0, [](std::vector<float>&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "blk.0.bad.weight") && contains(e.what(), "multiple of 32"))
+        << e.what();
+  }
 }
 
 TEST(GgufExportCli, BadArgumentsAndExistingOutputKept) {
   CliCase t;
   std::string m = t.dir / "m";
   save_tiny_model(m, tiny_llama(257, false), 5, "bytes");
-  t.expect_error(m + " " + t.out + " --type q4_0", {"q4_0", "f32, f16, bf16, q8_0"});
-  t.expect_error(m, {"expected MODEL_DIR and OUT.gguf"});
+  t.expect_error(m + " " + t.out + " --type q5_1",
+                 {"q5_1", "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m"});
+  t.expect_error(m, {"expected MODEL_DIR (or IN.gguf) and OUT.gguf"});
   t.expect_error(m + " " + t.out + " --bogus", {"--bogus"});
   // A failed export leaves an existing file as it was.
   write_file(t.out, "old");

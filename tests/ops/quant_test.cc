@@ -24,7 +24,8 @@ using namespace test;  // make, randn, values, error_of, contains
 using ops::QuantType;
 
 constexpr QuantType kAllTypes[] = {QuantType::Q8_0, QuantType::Q4_0,  QuantType::Q4_K,
-                                   QuantType::Q6_K, QuantType::W8A16, QuantType::W8A8};
+                                   QuantType::Q6_K, QuantType::W8A16, QuantType::W8A8,
+                                   QuantType::F16};
 
 Tensor f32_tensor(const Shape& shape, const std::vector<float>& v) {
   Tensor t = Tensor::empty(shape, DType::F32);
@@ -81,10 +82,10 @@ void put_f16(std::vector<uint8_t>& b, size_t at, float v) {
 // ---- names and sizes ----
 
 TEST(Quant, NamesBlocksAndRowBytes) {
-  const char* names[] = {"q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8"};
-  const int64_t blocks[] = {32, 32, 256, 256, 1, 1};
-  const size_t bytes_4096[] = {128 * 34, 128 * 18, 16 * 144, 16 * 210, 4096, 4096};
-  for (size_t i = 0; i < 6; ++i) {
+  const char* names[] = {"q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8", "f16"};
+  const int64_t blocks[] = {32, 32, 256, 256, 1, 1, 1};
+  const size_t bytes_4096[] = {128 * 34, 128 * 18, 16 * 144, 16 * 210, 4096, 4096, 8192};
+  for (size_t i = 0; i < 7; ++i) {
     EXPECT_STREQ(ops::quant_type_name(kAllTypes[i]), names[i]);
     EXPECT_EQ(ops::parse_quant_type(names[i]), kAllTypes[i]);
     EXPECT_EQ(ops::quant_block(kAllTypes[i]), blocks[i]);
@@ -390,7 +391,8 @@ TEST(Quant, ErrorOnGaussianWeights) {
     QuantType type;
     double bound;
   } cases[] = {{QuantType::Q8_0, 0.0059}, {QuantType::Q4_0, 0.095},   {QuantType::Q4_K, 0.077},
-               {QuantType::Q6_K, 0.019},  {QuantType::W8A16, 0.0096}, {QuantType::W8A8, 0.0096}};
+               {QuantType::Q6_K, 0.019},  {QuantType::W8A16, 0.0096}, {QuantType::W8A8, 0.0096},
+               {QuantType::F16, 3.2e-4}};  // f16: 2^-11 / sqrt(3) = 2.8e-4 for uniform rounding
   for (const auto& c : cases) {
     const std::vector<double> back = values(dequantized(quantized(c.type, t)));
     double err = 0, mag = 0;
@@ -452,6 +454,11 @@ TEST(Quant, DequantizesRowRangesInBothDtypes) {
 
 // ---- products ----
 
+// The types whose products take x as it is (no 8-bit rounding of x).
+bool plain_x(QuantType t) {
+  return t == QuantType::W8A16 || t == QuantType::F16;
+}
+
 // The kernel's quantisation of one block of x: d = max|x| / 127 in f32,
 // q = nearest-even rounding of x / d in f32.
 void quantize_x_block(const double* x, int64_t n, double& d, std::vector<double>& q) {
@@ -494,8 +501,8 @@ Refs references(QuantType t, const std::vector<double>& wd, const std::vector<do
       std::vector<double> q;
       quantize_x_block(&x[size_t(n * in + b0)], blk, d, q);
       for (int64_t i = 0; i < blk; ++i) {
-        xq[size_t(b0 + i)] = t == QuantType::W8A16 ? x[size_t(n * in + b0 + i)] : d * q[size_t(i)];
-        xd[size_t(b0 + i)] = t == QuantType::W8A16 ? 0.0 : d;
+        xq[size_t(b0 + i)] = plain_x(t) ? x[size_t(n * in + b0 + i)] : d * q[size_t(i)];
+        xd[size_t(b0 + i)] = plain_x(t) ? 0.0 : d;
       }
     }
     for (int64_t o = 0; o < out; ++o) {
@@ -587,11 +594,11 @@ void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
   if (bias) ops::convert(b32, b);
   ops::linear_forward(y32, x32, wd, b32);
   std::vector<double> slack = r.bound;
-  if (t == QuantType::W8A16 || N >= 17) slack.clear();
+  if (plain_x(t) || N >= 17) slack.clear();
   expect_within(got, values(y32), slack, 2e-5, b16, "y vs linear_forward");
 
   // (2) the tight references.
-  if (t == QuantType::W8A16 || N >= 17)
+  if (plain_x(t) || N >= 17)
     expect_within(got, r.exact, {}, 1e-5, b16, "y vs dense product");
   else if (N <= 3)
     expect_within(got, r.replayed, {}, 1e-5, b16, "y vs product with x quantised");

@@ -72,12 +72,7 @@ class GuardrailsE2E : public ::testing::Test {
     EXPECT_GT(server_->port(), 0) << server_->log();
     return server_->port() > 0;
   }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(30);
-    c.set_connection_timeout(10);
-    return c;
-  }
+  httplib::Client client() const { return server_->client(); }
   json post(const std::string& path, const json& body, int status = 200) {
     auto r = client().Post(path, body.dump(), "application/json");
     EXPECT_TRUE(r);
@@ -95,16 +90,9 @@ class GuardrailsE2E : public ::testing::Test {
   }
   // The greedy chat answer to "Hello there" as `nekton generate` gives it.
   std::string greedy_chat(int max_tokens) {
-    const std::string file = d_ / "prompt.jsonl";
-    const std::string prompt = "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n";
-    test::write_file(file, json{{"prompt", prompt}}.dump() + "\n");
-    const auto r = test::run_nekton(
-        fmt::format("generate generate.model={} generate.prompt_file={} generate.temperature=0 "
-                    "generate.max_tokens={}",
-                    model_, file, max_tokens),
-        false);
-    EXPECT_EQ(r.code, 0) << r.out;
-    return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
+    return test::greedy_generate(model_, d_.path().string(),
+                                 "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n",
+                                 max_tokens);
   }
   static json chat(const std::string& content, int max_tokens = 8, bool stream = false) {
     return {{"messages", {{{"role", "user"}, {"content", content}}}},

@@ -32,26 +32,10 @@ class ServeE2E : public ::testing::Test {
     EXPECT_GT(server_->port(), 0) << server_->log();
     return server_->port() > 0;
   }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(30);
-    c.set_write_timeout(30);
-    c.set_connection_timeout(10);
-    return c;
-  }
+  httplib::Client client() const { return server_->client(); }
   // The greedy continuation `nekton generate` gives for `prompt`.
   std::string generate(const std::string& prompt, int max_tokens) {
-    const std::string file = d_ / "prompt.jsonl";
-    test::write_file(file, json{{"prompt", prompt}}.dump() + "\n");
-    const auto r = test::run_nekton(
-        fmt::format("generate generate.model={} generate.prompt_file={} generate.temperature=0 "
-                    "generate.max_tokens={}",
-                    model_, file, max_tokens),
-        false);
-    EXPECT_EQ(r.code, 0) << r.out;
-    // One prompt streams: the prompt, the continuation, a newline.
-    EXPECT_TRUE(r.out.starts_with(prompt) && r.out.ends_with("\n")) << r.out;
-    return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
+    return test::greedy_generate(model_, d_.path().string(), prompt, max_tokens);
   }
   // The value of an unlabelled sample of /metrics, or -1 when absent.
   double metric(const std::string& name) {

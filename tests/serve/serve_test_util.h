@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -97,6 +98,14 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   int port() const { return port_; }  // 0: it did not start (see log())
+  // A client of it with timeouts, so a test never hangs on a stuck server.
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(30);
+    c.set_write_timeout(30);
+    c.set_connection_timeout(10);
+    return c;
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const { return read_file(log_); }
 
@@ -134,6 +143,23 @@ class ServerProcess {
   int port_ = 0;
   int status_ = -1;
 };
+
+// The greedy continuation `nekton generate` gives for `prompt` on `model`
+// (the prompt goes through a file in `dir`).
+inline std::string greedy_generate(const std::string& model, const std::string& dir,
+                                   const std::string& prompt, int max_tokens) {
+  const std::string file = dir + "/prompt.jsonl";
+  write_file(file, nlohmann::json{{"prompt", prompt}}.dump() + "\n");
+  const auto r = run_nekton(
+      fmt::format("generate generate.model={} generate.prompt_file={} generate.temperature=0 "
+                  "generate.max_tokens={}",
+                  model, file, max_tokens),
+      false);
+  EXPECT_EQ(r.code, 0) << r.out;
+  // One prompt streams: the prompt, the continuation, a newline.
+  EXPECT_TRUE(r.out.starts_with(prompt) && r.out.ends_with("\n")) << r.out;
+  return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
+}
 
 // The npm packages of scripts/fetch_assets.sh.
 inline std::string npm_modules() {

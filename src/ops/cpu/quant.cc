@@ -297,6 +297,12 @@ void quantize_row(QuantType t, const float* x, int64_t in, uint8_t* row, float* 
     case QuantType::W8A8:
       *scale = quantize_w8(x, in, reinterpret_cast<int8_t*>(row));
       return;
+    case QuantType::F16:
+      for (int64_t i = 0; i < in; ++i) {
+        const uint16_t h = f32_to_f16(x[i]).bits;
+        std::memcpy(row + 2 * i, &h, 2);
+      }
+      return;
   }
 }
 
@@ -312,6 +318,8 @@ float max_quantisable(QuantType t) {
       return kHalfMax * 63.f / 2.f;
     case QuantType::Q6_K:
       return kHalfMax * 127.f * 16.f;
+    case QuantType::F16:
+      return kHalfMax;
     default:
       return std::numeric_limits<float>::max();
   }
@@ -511,6 +519,20 @@ void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, 
     case QuantType::W8A16:
     case QuantType::W8A8:
       return dequant_w8(reinterpret_cast<const int8_t*>(row), scale, n, out);
+    case QuantType::F16: {
+      int64_t i = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+      for (; i + 8 <= n; i += 8)  // exact: every half is an f32
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(row + 2 * i))));
+#endif
+      for (; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = f16_to_f32(f16{h});
+      }
+      return;
+    }
   }
 }
 

@@ -69,6 +69,7 @@ XKind x_kind(QuantType t) {
     case QuantType::W8A8:
       return XKind::Row;
     case QuantType::W8A16:
+    case QuantType::F16:
       break;
   }
   return XKind::None;
@@ -308,6 +309,21 @@ void dot_w8a16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, 
     for (int c = 0; c < C; ++c)
       out[r * C + c] = dot1_w8a16(reinterpret_cast<const int8_t*>(w + r * rb), xf[c], in);
 }
+// F16: sum w x in f32 over the halves widened.
+template <int R, int C>
+void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
+             const uint8_t*) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float s = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        uint16_t h;
+        std::memcpy(&h, w + r * rb + 2 * i, 2);
+        s += f16_to_f32(f16{h}) * xf[c][i];
+      }
+      out[r * C + c] = s;
+    }
+}
 
 #endif
 
@@ -328,6 +344,8 @@ void dot_rows(QuantType t, const uint8_t* w, size_t rb, const QuantRow* xq, cons
       return dot_w8a8<R, C>(w, rb, xq, in, out, pf);
     case QuantType::W8A16:
       return dot_w8a16<R, C>(w, rb, xf, in, out, pf);
+    case QuantType::F16:
+      return dot_f16<R, C>(w, rb, xf, in, out, pf);
   }
 }
 

@@ -23,7 +23,7 @@ namespace {
 // kernels were faster up to N = 16..24 for the types that quantise x and up
 // to 12..14 for W8A16 (f32 FMAs).
 int64_t direct_rows_max(QuantType t) {
-  return t == QuantType::W8A16 ? 12 : 16;
+  return t == QuantType::W8A16 || t == QuantType::F16 ? 12 : 16;
 }
 
 // Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs
