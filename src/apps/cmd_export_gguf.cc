@@ -58,19 +58,20 @@ int run_export(const std::string& command, const std::vector<std::string>& args,
   }
   std::vector<std::string> pos = cl.finish();
   if (pos.size() != 2)
-    fail("{}: expected MODEL_DIR (or IN.gguf) and OUT.gguf, got {} argument(s) (see `nekton {} "
-         "--help`)",
-         command, pos.size(), command);
+    fail(
+        "{}: expected MODEL_DIR (or IN.gguf) and OUT.gguf, got {} argument(s) (see `nekton {} "
+        "--help`)",
+        command, pos.size(), command);
   opt.tokenizer = !no_tokenizer;
   const std::string &dir = pos[0], &out = pos[1];
   if (std::filesystem::is_directory(out)) fail("{}: '{}' is a folder, not a file", command, out);
   const bool gguf_in = std::filesystem::is_regular_file(dir) && is_gguf_path(dir);
   if (gguf_in && (!opt.name.empty() || no_tokenizer || opt.allow_nonfinite))
-    fail("{}: --name, --no-tokenizer and --allow-nonfinite apply to a model folder; a GGUF "
-         "input keeps its metadata",
-         command);
-  if (!gguf_in && allow_requantize)
-    fail("{}: --allow-requantize applies to a GGUF input", command);
+    fail(
+        "{}: --name, --no-tokenizer and --allow-nonfinite apply to a model folder; a GGUF "
+        "input keeps its metadata",
+        command);
+  if (!gguf_in && allow_requantize) fail("{}: --allow-requantize applies to a GGUF input", command);
   GgufExportResult r;
   try {
     r = gguf_in ? requantize_gguf(dir, out, opt.type, allow_requantize)

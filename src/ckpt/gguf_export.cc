@@ -288,13 +288,15 @@ GgufExportResult requantize_gguf(const std::string& in_path, const std::string& 
   w.add_u32("general.alignment", 32);
   for (const GgufFile::TensorInfo& t : f->tensors()) {
     if (!t.known)
-      fail("GGUF '{}': tensor '{}' is of type {}, which Nekton does not read (f32, f16, bf16, "
-           "q8_0, q4_0, q4_k, q6_k)",
-           in_path, t.name, ggml_type_number_name(t.type));
+      fail(
+          "GGUF '{}': tensor '{}' is of type {}, which Nekton does not read (f32, f16, bf16, "
+          "q8_0, q4_0, q4_k, q6_k)",
+          in_path, t.name, ggml_type_number_name(t.type));
     if (t.shape.size() > 1 && ggml_is_quantized(GgmlType(t.type)) && !allow_requantize)
-      fail("GGUF '{}': tensor '{}' is already {}; quantising it again loses more than once "
-           "(--allow-requantize to do it anyway)",
-           in_path, t.name, ggml_type_number_name(t.type));
+      fail(
+          "GGUF '{}': tensor '{}' is already {}; quantising it again loses more than once "
+          "(--allow-requantize to do it anyway)",
+          in_path, t.name, ggml_type_number_name(t.type));
     const GgmlType type = gguf_tensor_type(recipe, t.name, t.shape, n_layer, tied);
     const GgufFile::TensorInfo* src = &t;
     w.add_tensor(t.name, t.shape, type, [src](std::vector<float>& out) {

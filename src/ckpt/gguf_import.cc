@@ -186,9 +186,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
          k, c.n_head, k, c.d_model);
   if (c.head_dim() % 2 != 0)
-    fail("GGUF '{}': head size {} ({}embedding_length / head_count) is odd; rotary embeddings "
-         "need an even one",
-         f.path(), c.head_dim(), k);
+    fail(
+        "GGUF '{}': head size {} ({}embedding_length / head_count) is odd; rotary embeddings "
+        "need an even one",
+        f.path(), c.head_dim(), k);
   for (const char* key : {"rope.dimension_count", "attention.key_length", "attention.value_length"})
     if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
       fail("GGUF '{}': {}{} = {}; Nekton needs embedding_length / head_count = {}", f.path(), k,

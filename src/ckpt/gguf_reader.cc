@@ -16,7 +16,6 @@ namespace nk {
 
 namespace {
 
-
 // Bounds on what a sane file holds; past them the file is corrupt, and
 // refusing early keeps a flipped length from allocating gigabytes.
 constexpr uint64_t kMaxString = uint64_t(1) << 30;
@@ -203,7 +202,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     const uint32_t type = c.get<uint32_t>("value type of '" + key + "'");
     const size_t at = c.pos();
     Value v = read_value(c, type, "'" + key + "'");
-    f->raw_kv_.push_back({key, type, std::string(reinterpret_cast<const char*>(base + at), c.pos() - at)});
+    f->raw_kv_.push_back(
+        {key, type, std::string(reinterpret_cast<const char*>(base + at), c.pos() - at)});
     if (!f->kv_.emplace(key, std::move(v)).second)
       fail("GGUF '{}': key '{}' appears twice", path, key);
   }

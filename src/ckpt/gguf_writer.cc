@@ -14,7 +14,6 @@ namespace nk {
 
 namespace {
 
-
 constexpr uint32_t kVersion = 3;
 
 template <typename T>

@@ -48,8 +48,8 @@ size_t quant_row_bytes(QuantType t, int64_t in);
 
 struct QuantWeight {
   QuantType type = QuantType::Q8_0;
-  Shape shape;  // [out, in]
-  Tensor data;  // u8 [out * quant_row_bytes(type, in)]
+  Shape shape;   // [out, in]
+  Tensor data;   // u8 [out * quant_row_bytes(type, in)]
   Tensor scale;  // f32 [out] for W8A16 and W8A8; undefined otherwise
   // Uninitialised storage (nk::Error naming the shape when it is not 2-d or
   // in is not a multiple of the type's block).

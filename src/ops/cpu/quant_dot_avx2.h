@@ -335,8 +335,8 @@ void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, fl
   for (; i + 8 <= in; i += 8) {
     prefetch_span(pf, size_t(2 * i) * R, size_t(2 * i + 16) * R);
     for (int r = 0; r < R; ++r) {
-      const __m256 q = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * rb + 2 * i)));
+      const __m256 q =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * rb + 2 * i)));
       for (int c = 0; c < C; ++c)
         acc[r][c] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xf[c] + i), acc[r][c]);
     }
