@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/output_lock.h"
+#include "data/dataset/text_dataset.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -53,12 +54,6 @@ ModelConfig read_config(const std::string& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   return model_config_from_json(ss.str(), p.string());
-}
-
-std::string folder_name(const std::string& dir) {
-  fs::path p = fs::path(dir);
-  if (p.filename().empty()) p = p.parent_path();  // "DIR/"
-  return fs::absolute(p).lexically_normal().filename().string();
 }
 
 // RoPE scaling as llama.cpp reads it (its converter writes the same):
@@ -188,7 +183,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   GgufWriter w;
   GgufExportResult result;
   w.add_string("general.architecture", ga);
-  w.add_string("general.name", opt.name.empty() ? folder_name(model_dir) : opt.name);
+  w.add_string("general.name", opt.name.empty() ? model_folder_name(model_dir) : opt.name);
   w.add_u32("general.file_type", file_type(opt.type));
   if (opt.type != "f32" && opt.type != "f16" && opt.type != "bf16")
     w.add_u32("general.quantization_version", 2);
@@ -225,10 +220,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     // The chat template beside the model, as llama.cpp's converter stores it.
     const fs::path tc = fs::path(model_dir) / "tokenizer_config.json";
     if (fs::exists(tc)) {
-      std::ifstream in(tc);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+      const nlohmann::json j = nlohmann::json::parse(read_text_file(tc.string()), nullptr, false);
       if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
         w.add_string("tokenizer.chat_template", j["chat_template"].get<std::string>());
     }

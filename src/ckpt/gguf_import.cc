@@ -143,14 +143,11 @@ bool kept(GgmlType t) {
   return ggml_is_quantized(t) || t == GgmlType::F16;
 }
 
-ops::QuantType quant_type(GgmlType t) {
-  return t == GgmlType::F16 ? ops::QuantType::F16 : ggml_quant_type(t);
-}
-
 // The piece's values in f32, q and k rows put back (dst: p.rows x in; a
 // 1-d piece is one row of p.rows values).
 void decode_rows(const Piece& p, int64_t in, float* dst) {
   if (p.t->shape.size() == 1) return gguf_decode_rows(*p.t, 0, 1, dst);
+  if (p.rope_heads == 0) return gguf_decode_rows(*p.t, 0, p.rows, dst);  // rows in place: one call
   for (int64_t r = 0; r < p.rows; ++r) gguf_decode_rows(*p.t, src_row(p, r), 1, dst + r * in);
 }
 
@@ -264,7 +261,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     if (!quantized) continue;
     std::vector<QuantRun> runs;
     for (const Piece& p : ps) {
-      const ops::QuantType qt = quant_type(GgmlType(p.t->type));
+      const ops::QuantType qt = ggml_quant_type(GgmlType(p.t->type));
       if (!runs.empty() && runs.back().type == qt)
         runs.back().rows += p.rows;
       else

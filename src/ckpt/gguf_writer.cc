@@ -48,8 +48,10 @@ ops::QuantType ggml_quant_type(GgmlType t) {
       return ops::QuantType::Q4_K;
     case GgmlType::Q6_K:
       return ops::QuantType::Q6_K;
+    case GgmlType::F16:
+      return ops::QuantType::F16;
     default:
-      NK_CHECK(false, "{} is not a block format", uint32_t(t));
+      NK_CHECK(false, "{} has no ops::QuantType", uint32_t(t));
   }
 }
 

@@ -54,7 +54,8 @@ const char* ggml_type_name(GgmlType t);
 GgmlType parse_ggml_type(const std::string& s);
 // Whether t is a block-quantised type (ops::QuantType of the same name).
 bool ggml_is_quantized(GgmlType t);
-// That ops::QuantType (InternalError for a float type).
+// The ops::QuantType a matrix of type t is held in: a block format's own, or
+// F16 (InternalError for F32 and BF16).
 ops::QuantType ggml_quant_type(GgmlType t);
 
 // Q8_0: blocks of 32 values, each an f16 scale d then 32 int8 q; x ~ q * d.

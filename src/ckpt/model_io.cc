@@ -232,4 +232,10 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
   return model;
 }
 
+std::string model_folder_name(const std::string& dir) {
+  fs::path p = fs::path(dir);
+  if (p.filename().empty()) p = p.parent_path();  // "DIR/"
+  return fs::absolute(p).lexically_normal().filename().string();
+}
+
 }  // namespace nk

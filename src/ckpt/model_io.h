@@ -24,6 +24,9 @@ std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
                                         bool allow_nonfinite = false);
 // DIR/config.json (nk::Error naming the file).
 ModelConfig read_model_config(const std::string& dir);
+// The model's name as a folder: DIR's last component ("runs/model/" and
+// "runs/model" give "model"; "." the current folder's name).
+std::string model_folder_name(const std::string& dir);
 // Sets `model`'s parameters from DIR/model.safetensors one tensor at a time
 // (Transformer::set_param: no second copy of the model, NF4 quantised as it
 // is read), with the checks of load_model. keep_adapters: adapter parameters

@@ -1,7 +1,5 @@
 #include "infer/model_source.h"
 
-#include <filesystem>
-
 #include "ckpt/gguf_import.h"
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
@@ -15,16 +13,6 @@ const char* const kQuantizeKeyDoc =
     "quantise a model folder's weight matrices as it loads: none, w8a16 or w8a8 (int8 per "
     "output channel; w8a8 also quantises activations per token), f16 (2 bytes a weight), q8_0, "
     "q4_0, q4_k or q6_k (ggml's block formats); a GGUF file keeps its own types";
-
-namespace {
-
-std::string folder_name(const std::string& dir) {
-  std::filesystem::path p(dir);
-  if (!p.has_filename()) p = p.parent_path();  // "runs/model/"
-  return p.filename().string();
-}
-
-}  // namespace
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
                                                 const std::string& model_dir,
@@ -85,7 +73,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
     return r;
   }
   r.tokenizer = load_model_tokenizer(k.tokenizer, k.model, P + ".tokenizer");
-  r.name = folder_name(k.model);
+  r.name = model_folder_name(k.model);
   if (quantize) {
     if (!k.adapter.empty())
       fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);

@@ -62,13 +62,12 @@ struct QuantWeight {
 };
 
 // q (allocated for w's shape) <- w (f32 [out, in], contiguous) quantised.
-// Deterministic. Q8_0: d = max|x| / 127 rounded to f16, q = round(x / d)
-// with the stored d (so |x - d q| <= d / 2); Q4_0 as ggml's reference
-// quantiser (d = the value of largest magnitude / -8, q = min(15, trunc(x *
-// (1 / d) + 8.5)), the product rounded to f32 first); Q4_K and Q6_K by a
-// search for the scales (and mins) that minimise the squared error of each
-// sub-block. A NaN or infinity is an nk::Error naming its row and column; q
-// is left as it was.
+// Deterministic. Q8_0: d = max|x| / 127 rounded to f16, q = the nearest
+// integer (ties to even) to x (1 / d) with the stored d (|x - d q| <= d / 2); Q4_0 as ggml's
+// reference quantiser (d = the value of largest magnitude / -8, q = min(15, trunc(x * (1 / d)
+// + 8.5)), the product rounded to f32 first); Q4_K and Q6_K by a search for the scales (and mins)
+// that minimise the squared error of each sub-block. A NaN or infinity is an nk::Error naming its
+// row and column; q is left as it was.
 void quant_quantize(QuantWeight& q, const Tensor& w);
 // out (f32 or bf16 [n, in], contiguous) <- rows [row0, row0 + n) of q read
 // back in f32 (each value exactly the layout's formula) then rounded to

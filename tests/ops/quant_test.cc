@@ -282,8 +282,8 @@ TEST(Quant, DequantisedValuesAreTheLayoutFormulasBitForBit) {
 
 // ---- quantisers ----
 
-// Q8_0 (ops/quant.h): d = max|x| / 127 rounded to f16, q = round(x / d) with
-// the stored d, clamped to +-127; an all-zero block is d = 0, q = 0.
+// Q8_0 (ops/quant.h): d = max|x| / 127 rounded to f16, q = nearest-even of
+// x (1 / d) with the stored d, clamped to +-127; an all-zero block is d = 0, q = 0.
 std::vector<uint8_t> q8_0_by_rule(const float* x) {
   float amax = 0.f;
   for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -291,7 +291,8 @@ std::vector<uint8_t> q8_0_by_rule(const float* x) {
   const float d = f16_to_f32(f16{h});
   std::vector<uint8_t> b = {uint8_t(h & 255), uint8_t(h >> 8)};
   for (int j = 0; j < 32; ++j)
-    b.push_back(uint8_t(d == 0.f ? 0 : int8_t(std::clamp(std::round(x[j] / d), -127.f, 127.f))));
+    b.push_back(uint8_t(
+        d == 0.f ? 0 : int8_t(std::clamp(std::nearbyint(x[j] * (1.f / d)), -127.f, 127.f))));
   return b;
 }
 

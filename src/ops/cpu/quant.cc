@@ -45,10 +45,12 @@ float max_abs(const float* x, int n) {
 void quantize_q8_0(const float* x, int64_t n, BlockQ8_0* y) {
   for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
     const uint16_t h = float_to_half(max_abs(x, kQK) / 127.f);
-    const float d = half_to_float(h);
+    const float d = half_to_float(h), id = d > 0.f ? 1.f / d : 0.f;
     y[b].d = h;
+    // Nearest-even of x times the stored scale's inverse: the bytes Nekton's
+    // q8_0 GGUF exports have always had.
     for (int j = 0; j < kQK; ++j)
-      y[b].qs[j] = d == 0.f ? 0 : int8_t(std::clamp(std::round(x[j] / d), -127.f, 127.f));
+      y[b].qs[j] = int8_t(std::clamp(std::nearbyint(x[j] * id), -127.f, 127.f));
   }
 }
 
