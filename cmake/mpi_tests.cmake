@@ -15,26 +15,27 @@ if(NK_SANITIZE)
   list(APPEND NK_MPI_ENV ASAN_OPTIONS=halt_on_error=1:detect_leaks=0)
 endif()
 
-# test_<sub>_mpi: GoogleTest in every rank, from tests/<sub>/mpi/*_mpi.cc, linked
-# with `lib`, run as <sub>_mpi_np2 and <sub>_mpi_np4 (4 oversubscribe 2 cores).
-function(nk_mpi_gtest sub lib timeout)
-  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${sub}/mpi/*_mpi.cc)
-  add_executable(test_${sub}_mpi ${srcs})
-  target_link_libraries(test_${sub}_mpi PRIVATE ${lib} GTest::gtest)
-  target_include_directories(test_${sub}_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  target_compile_definitions(test_${sub}_mpi PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                                                     NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
+# test_<name>: GoogleTest in every rank, from tests/<dir>/*_mpi.cc (and any
+# further sources), linked with `lib`, run as <name>_np2 and <name>_np4
+# (4 oversubscribe 2 cores).
+function(nk_mpi_gtest name dir lib timeout)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${dir}/*_mpi.cc)
+  add_executable(test_${name} ${srcs} ${ARGN})
+  target_link_libraries(test_${name} PRIVATE ${lib} GTest::gtest)
+  target_include_directories(test_${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+  target_compile_definitions(test_${name} PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                                                  NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
   foreach(np 2 4)
-    add_test(NAME ${sub}_mpi_np${np}
+    add_test(NAME ${name}_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_${sub}_mpi> ${MPIEXEC_POSTFLAGS})
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_${name}> ${MPIEXEC_POSTFLAGS})
     nk_timeout(t ${timeout})
-    set_tests_properties(${sub}_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT ${t}
+    set_tests_properties(${name}_np${np} PROPERTIES LABELS mpi TIMEOUT ${t}
                          ENVIRONMENT "${NK_MPI_ENV}")
   endforeach()
 endfunction()
 
-nk_mpi_gtest(dist nk_dist 120)
+nk_mpi_gtest(dist_mpi dist/mpi nk_dist 120)
 
 add_executable(dist_fault ${CMAKE_SOURCE_DIR}/tests/dist/mpi/fault_main.cc)
 target_link_libraries(dist_fault PRIVATE nk_dist)
@@ -58,7 +59,13 @@ gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi 
 # Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
 #                                        (GoogleTest inside every rank)
-nk_mpi_gtest(parallel nk_train 300)
+#   tensor_parallel_mpi_np2, _np4        tensor (and sequence) parallel, alone and
+#                                        with data parallel, against one process
+#                                        (tests/parallel/tensor_parallel)
+nk_mpi_gtest(parallel_mpi parallel/mpi nk_train 300)
+nk_mpi_gtest(tensor_parallel_mpi parallel/tensor_parallel nk_train 600
+             ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
+target_include_directories(test_tensor_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
 
 # `nekton train` under mpirun and through --nproc (labelled "mpi"): only rank 0
 # prints the step log; an impossible batch is refused before mpirun starts.

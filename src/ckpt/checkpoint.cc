@@ -472,10 +472,12 @@ std::string recover_checkpoint_root(const std::string& root) {
   return dir;
 }
 
-void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
-                       const std::string& prefix, Tensor& flat) {
-  NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == layout.total(),
-           "read_flat_tensors: flat buffer {} does not match the layout", flat.desc());
+namespace {
+
+// Every `prefix + name` tensor of `layout` present in `file` as F32 of its
+// shape, and no other `prefix` tensors there.
+void check_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
+                        const std::string& prefix) {
   std::set<std::string> wanted;
   for (const ParamInfo& p : layout.params()) {
     std::string name = prefix + p.name;
@@ -495,8 +497,28 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
           "{}: tensor '{}' (shape {}) is not part of this model (the checkpoint is of another "
           "model?)",
           file.path(), e.name, shape_str(e.shape));
+}
+
+}  // namespace
+
+void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
+                       const std::string& prefix, Tensor& flat) {
+  NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == layout.total(),
+           "read_flat_tensors: flat buffer {} does not match the layout", flat.desc());
+  check_flat_tensors(file, layout, prefix);
   for (const ParamInfo& p : layout.params())
     file.read_into(prefix + p.name, ParamLayout::view(flat, p));
+}
+
+void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
+                             const std::string& prefix, const ParamLayout& local, int64_t rank,
+                             int64_t n, Tensor& flat) {
+  NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == local.total(),
+           "read_flat_tensor_shards: flat buffer {} does not match the layout", flat.desc());
+  check_flat_tensors(file, layout, prefix);
+  for (const ParamInfo& p : layout.params())
+    file.read_slices_into(prefix + p.name, shard_ranges(p, rank, n),
+                          ParamLayout::view(flat, local.find(p.name)));
 }
 
 }  // namespace nk

@@ -218,6 +218,37 @@ void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) cons
     fail("{}: cannot read tensor '{}' (file truncated?)", path_, name);
 }
 
+void SafetensorsFile::read_slices_into(const std::string& name,
+                                       const std::vector<SliceRange>& ranges,
+                                       const Tensor& dst) const {
+  const SafetensorsEntry& e = entry(name);
+  NK_CHECK(dst.defined() && dst.on_host() && dst.is_contiguous() && dst.dtype() == e.dtype &&
+               !e.shape.empty() && dst.ndim() == int64_t(e.shape.size()),
+           "{}: tensor '{}' {} cannot be read into {}", path_, name, shape_str(e.shape),
+           dst.desc());
+  const size_t elem = dtype_size(e.dtype);
+  const int64_t rows = e.shape[0], row = shape_numel(e.shape) / std::max<int64_t>(rows, 1);
+  auto read = [&](void* to, int64_t elements, int64_t at) {
+    if (elements > 0 && !pread_all(fd_->fd, to, size_t(elements) * elem,
+                                   data_start_ + e.begin + size_t(at) * elem))
+      fail("{}: cannot read tensor '{}' (file truncated?)", path_, name);
+  };
+  char* out = static_cast<char*>(dst.raw());
+  for (const SliceRange& r : ranges) {
+    NK_CHECK((r.dim == 0 || (r.dim == 1 && e.shape.size() == 2)) && r.start >= 0 &&
+                 r.start + r.len <= e.shape[size_t(r.dim)] &&
+                 r.local_start + r.len <= dst.dim(r.dim),
+             "{}: slice [{}, +{}) of dim {} outside tensor '{}' {} or {}", path_, r.start, r.len,
+             r.dim, name, shape_str(e.shape), dst.desc());
+    if (r.dim == 0) {
+      read(out + size_t(r.local_start * row) * elem, r.len * row, r.start * row);
+      continue;
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      read(out + size_t(i * dst.dim(1) + r.local_start) * elem, r.len, i * row + r.start);
+  }
+}
+
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {

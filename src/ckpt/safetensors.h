@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/tensor.h"
+#include "nn/param_layout.h"
 
 namespace nk {
 
@@ -36,6 +37,11 @@ class SafetensorsFile {
   // Reads tensor `name` straight into `dst` (contiguous CPU, same dtype and
   // element count); nk::Error naming the file and tensor otherwise.
   void read_into(const std::string& name, const Tensor& dst) const;
+  // Reads only `ranges` of tensor `name` (a tensor-parallel rank's slices of
+  // it, nn/param_layout.h's shard_ranges; dim 0 or, for a 2-d tensor, dim 1)
+  // into `dst`, laid out as the shard: contiguous CPU, the file's dtype.
+  void read_slices_into(const std::string& name, const std::vector<SliceRange>& ranges,
+                        const Tensor& dst) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
 

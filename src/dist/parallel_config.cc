@@ -11,6 +11,9 @@ void add_parallel_keys(ConfigSchema& s) {
   s.add_int("parallel.etp", 0, "expert tensor-parallel size (0 = parallel.tp)");
   s.add_int("parallel.pp", 1, "pipeline-parallel size");
   s.add_int("parallel.dp", 0, "data-parallel size (0 = world / (tp × cp × pp))");
+  s.add_bool("parallel.sp", false,
+             "sequence parallel: norms and residual stream split over the tp ranks along the "
+             "tokens (needs parallel.tp > 1)");
   s.add_string("parallel.order", "tp-cp-ep-dp-pp",
                "rank order of the mesh dimensions, first varies fastest (Megatron's)");
   s.add_float("parallel.timeout_s", 300,
@@ -31,6 +34,9 @@ ParallelConfig parallel_config(const Config& c) {
   p.mesh.pp = get("parallel.pp");
   p.mesh.dp = get("parallel.dp");
   p.mesh.order = c.get_string("parallel.order");
+  p.sequence_parallel = c.get_bool("parallel.sp");
+  if (p.sequence_parallel && p.mesh.tp < 2)
+    fail("parallel.sp=true needs parallel.tp > 1 (it splits the tensor-parallel group's rows)");
   p.timeout_s = c.get_float("parallel.timeout_s");
   if (!(p.timeout_s > 0)) fail("parallel.timeout_s must be positive, got {}", p.timeout_s);
   return p;

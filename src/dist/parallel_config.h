@@ -9,6 +9,9 @@ namespace nk::dist {
 
 struct ParallelConfig {
   MeshSpec mesh;
+  // Sequence parallelism (parallel.sp): the norms and residual stream split
+  // over the tp group along the tokens (needs tp > 1).
+  bool sequence_parallel = false;
   double timeout_s = 300;  // every collective and point-to-point wait, in seconds
 };
 

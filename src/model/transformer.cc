@@ -59,6 +59,25 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
   return plan;
 }
 
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
+  if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
+  if (tp == 1) return;
+  const std::pair<const char*, int64_t> split[] = {{"model.n_head", cfg.n_head},
+                                                   {"model.n_kv_head", cfg.n_kv_head},
+                                                   {"model.d_ff", cfg.d_ff},
+                                                   {"model.vocab_size", cfg.vocab_size}};
+  for (const auto& [key, value] : split) {
+    if (value % tp == 0) continue;
+    if (std::string(key) == "model.vocab_size")
+      fail(
+          "model.vocab_size = {} is not divisible by parallel.tp = {} (the vocabulary is split "
+          "over the tensor-parallel ranks): pad it, e.g. model.vocab_size={}",
+          value, tp, (value + 128 * tp - 1) / (128 * tp) * (128 * tp));
+    fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
+         key, value, tp);
+  }
+}
+
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
                                     FrozenWeights frozen_weights, const QuantPlan& quant) {
   NK_CHECK(quant.empty() || frozen_weights == FrozenWeights::Quantized,
@@ -80,15 +99,21 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
 
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
                          const std::vector<std::string>& frozen, Device device,
-                         FrozenWeights frozen_weights, const QuantPlan& quant)
+                         FrozenWeights frozen_weights, const QuantPlan& quant,
+                         nn::TensorParallel tp)
     : cfg_(cfg),
       compute_(compute),
       device_(device),
       frozen_weights_(frozen_weights),
-      layout_(layout_for(cfg, frozen, frozen_weights, quant)) {
+      tp_(tp),
+      global_layout_(layout_for(cfg, frozen, frozen_weights, quant)) {
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
+  check_tensor_parallel(cfg_, tp_.size());
+  if (tp_.active() && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
+    fail("tensor parallelism needs a model without adapters, its frozen weights held as masters");
+  layout_ = tp_.active() ? global_layout_.shard(tp_.size()) : global_layout_;
   // f32 masters: every parameter, or only the trainable ones (in f32 compute
   // the frozen dense ones too: their compute copy is the master).
   const int64_t masters = frozen_weights == FrozenWeights::Master ? layout_.total()
@@ -114,17 +139,25 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
     nf4_[p.name] = q;
   }
   // Each parameter draws from its own stream so that adding a parameter does
-  // not change the others' initial values.
-  std::vector<float> host;
+  // not change the others' initial values. A tensor-parallel rank draws the
+  // whole parameter and keeps its shard.
+  std::vector<float> host, whole;
   for (size_t i = 0; init != ParamInit::Zeros && i < layout_.params().size(); ++i) {
+    const ParamInfo& g = global_layout_.params()[i];
     const ParamInfo& p = layout_.params()[i];
     if (init == ParamInit::Adapters && !p.adapter) continue;
-    host.assign(size_t(p.numel()), p.init == Init::Ones ? 1.f : 0.f);
+    whole.assign(size_t(g.numel()), g.init == Init::Ones ? 1.f : 0.f);
     Rng rng(seed * 1000003ull + i);
-    if (p.init == Init::Normal)
-      for (auto& v : host) v = float(rng.normal() * p.init_std);
-    if (p.init == Init::Uniform)
-      for (auto& v : host) v = float((2 * rng.uniform() - 1) * p.init_std);
+    if (g.init == Init::Normal)
+      for (auto& v : whole) v = float(rng.normal() * g.init_std);
+    if (g.init == Init::Uniform)
+      for (auto& v : whole) v = float((2 * rng.uniform() - 1) * g.init_std);
+    if (tp_.active()) {
+      host.resize(size_t(p.numel()));
+      extract_shard(g, tp_.rank(), tp_.size(), sizeof(float), whole.data(), host.data());
+    } else {
+      host.swap(whole);
+    }
     if (has_master(p))
       ops::copy_from_host(ParamLayout::view(params_, p), host.data());
     else if (device_ == kHost)  // no second f32 copy of (say) a 1 GiB embedding table
@@ -304,6 +337,16 @@ void Transformer::bind_views() {
     if (auto it = bottlenecks.find(base); it != bottlenecks.end()) lin.bottleneck = it->second;
     return lin;
   };
+  // Tensor parallel: this rank's heads, MLP units and vocabulary rows; a
+  // row-parallel layer's bias is added once, by tp rank 0, before the group
+  // sums its partial outputs (the other ranks hold it and its gradient).
+  const int64_t t = tp_.size();
+  auto row_parallel = [&](nn::Linear lin) {
+    if (tp_.rank() != 0) lin.b = Tensor();
+    return lin;
+  };
+  embed_.tp = tp_;
+  embed_.vocab_start = tp_.rank() * (cfg_.vocab_size / t);
   embed_.wte = w("wte");
   embed_.wte_q = q("wte");
   if (std::vector<ops::QuantWeight> r = runs("wte"); !r.empty()) embed_.wte_quant = r[0];
@@ -316,15 +359,17 @@ void Transformer::bind_views() {
     b.norm1 = norm(L(l, "ln1"));
     b.norm2 = norm(L(l, "ln2"));
     b.attn.qkv = adapted(L(l, "attn.qkv"));
-    b.attn.proj = adapted(L(l, "attn.proj"));
-    b.attn.n_head = cfg_.n_head;
-    b.attn.n_kv_head = cfg_.n_kv_head;
+    b.attn.proj = row_parallel(adapted(L(l, "attn.proj")));
+    b.attn.n_head = cfg_.n_head / t;
+    b.attn.n_kv_head = cfg_.n_kv_head / t;
+    b.attn.tp = tp_;
     b.attn.head_dim = cfg_.head_dim();
     b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
     b.mlp.up = adapted(L(l, "mlp.up"));
-    b.mlp.down = adapted(L(l, "mlp.down"));
+    b.mlp.down = row_parallel(adapted(L(l, "mlp.down")));
     b.mlp.swiglu = spec.swiglu;
+    b.mlp.tp = tp_;
     blocks_.push_back(b);
   }
   prompt_ = nn::Prompt();
@@ -345,6 +390,24 @@ void Transformer::bind_views() {
   } else {
     head_ = linear("lm_head");
   }
+  loss_.tp = tp_;
+  loss_.vocab_start = embed_.vocab_start;
+  loss_.ignore_index = kIgnoreIndex;
+}
+
+std::vector<Tensor> Transformer::sequence_parallel_grads() const {
+  std::vector<Tensor> out;
+  if (!tp_.sp()) return out;
+  auto add = [&](const nn::Norm& n) {
+    for (const Tensor& g : {n.dw, n.db})
+      if (g.defined()) out.push_back(g);
+  };
+  for (const Block& b : blocks_) {
+    add(b.norm1);
+    add(b.norm2);
+  }
+  add(norm_f_);
+  return out;
 }
 
 std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers, int64_t n_layer) {
@@ -364,39 +427,57 @@ std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers,
 }
 
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
-                         Device device, std::vector<Recompute> plan)
+                         Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
   if (training) recompute = std::move(plan);
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
-  int64_t C = c.d_model, HD = c.n_head * c.head_dim(), up = c.mlp_up_dim();
-  auto alloc = [&](Shape shape, DType t) {
-    Tensor x = Tensor::empty(std::move(shape), t, device);
+  check_tensor_parallel(c, tp.size());
+  NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
+  if (tp.sp() && (B * T) % tp.size())
+    fail(
+        "sequence parallelism: a micro-batch of {} x {} tokens does not split evenly over "
+        "parallel.tp = {} ranks",
+        B, T, tp.size());
+  // This rank's share of the heads, MLP units and vocabulary (all of them at tp 1).
+  const int64_t t = tp.size(), C = c.d_model, HD = c.n_head * c.head_dim() / t,
+                up = c.mlp_up_dim() / t, F = c.d_ff / t, V = c.vocab_size / t;
+  auto alloc = [&](Shape shape, DType dtype) {
+    Tensor x = Tensor::empty(std::move(shape), dtype, device);
     bytes_ += int64_t(x.nbytes());
     return x;
   };
   auto act = [&](int64_t X) { return alloc({B, T, X}, dt); };
-  auto stat = [&]() { return alloc({B * T}, DType::F32); };
-  for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(act(C));
+  // Outside the tensor-parallel region: this rank's rows under sequence parallelism.
+  const int64_t R = tp.local_rows(B * T);
+  auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
+  auto stat = [&]() { return alloc({R}, DType::F32); };
+  for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(region());
   // One layer's buffers; `cheap`: with the norms' and the activation's outputs
   // (a selective layer takes those from `shared`).
   Layer shared;
+  if (tp.sp()) {
+    full_x = act(C);
+    full_y = act(C);
+  }
   auto layer = [&](bool cheap) {
     Layer y;
-    y.res_mid = act(C);
-    y.ln1 = cheap ? act(C) : shared.ln1;
-    y.ln2 = cheap ? act(C) : shared.ln2;
+    y.res_mid = region();
+    y.ln1 = cheap ? region() : shared.ln1;
+    y.ln2 = cheap ? region() : shared.ln2;
     y.mean1 = stat();
     y.rstd1 = stat();
     y.mean2 = stat();
     y.rstd2 = stat();
-    y.attn.qkv = act(c.qkv_dim());
+    y.attn.qkv = act(c.qkv_dim() / t);
     y.attn.out = act(HD);
-    y.attn.lse = alloc({B, c.n_head, T}, DType::F32);
+    y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
     y.mlp.h = act(up);
-    y.mlp.a = cheap ? act(c.d_ff) : shared.mlp.a;
+    y.mlp.a = cheap ? act(F) : shared.mlp.a;
+    y.attn.full_x = y.mlp.full_x = full_x;
+    y.attn.full_y = y.mlp.full_y = full_y;
     return y;
   };
   // Inference keeps one layer's activations and reuses it for every layer;
@@ -410,9 +491,9 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   if (any_full) {
     shared = layer(true);
   } else if (any_selective) {
-    shared.ln1 = act(C);
-    shared.ln2 = act(C);
-    shared.mlp.a = act(c.d_ff);
+    shared.ln1 = region();
+    shared.ln2 = region();
+    shared.mlp.a = act(F);
   }
   for (int64_t l = 0; l < saved_layers; ++l) {
     const Recompute r = recompute_of(l);
@@ -465,26 +546,27 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
                             &prompt.dh, &prompt.da, &prompt.dp_c, &prompt.dtab})
       bytes_ += t->defined() ? int64_t(t->nbytes()) : 0;
   }
-  lnf = act(C);
+  lnf = region();
   meanf = stat();
   rstdf = stat();
-  tmp = act(C);
+  tmp = region();
   // Logits are produced in row chunks so that [B*T, V] never exists at once.
   // Chunks hold at most ~32M logits (64 MiB in bf16) and are equal-sized, so
   // the head's products keep a large M and K (the dW product sums over rows).
-  int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / c.vocab_size);
+  int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / V);
   int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
   chunk = (B * T + n_chunks - 1) / n_chunks;
-  logits = alloc({chunk, c.vocab_size}, dt);
+  logits = alloc({chunk, V}, dt);
   losses = alloc({B * T}, DType::F32);
+  if (tp.active()) ce_stats = alloc({nn::VocabCrossEntropy::stats_size(chunk)}, DType::F32);
   host_losses.resize(size_t(B * T));
   if (training) {
-    dres = act(C);
-    dln = act(C);
-    dattn.dqkv = act(c.qkv_dim());
+    dres = region();
+    dln = region();
+    dattn.dqkv = act(c.qkv_dim() / t);
     dattn.dout = act(HD);
     dmlp.dh = act(up);
-    dmlp.da = act(c.d_ff);
+    dmlp.da = act(F);
   }
 }
 
@@ -522,7 +604,7 @@ void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved
 void Transformer::embed_forward(Activations& a, const Tensor& tokens,
                                 const PackedBatchInfo* packed) {
   check_shape(tokens, {a.B, a.T}, "tokens");
-  embed_.forward(a.res[0], tokens, packed_tensors(packed).second);
+  embed_.forward(a.res[0], tokens, packed_tensors(packed).second, a.full_x);
   // Packed rows: the prompt goes before each row's first document (the
   // trainer gives p-tuning one sample per row).
   if (prompt_.active()) place_prompt(nn::rows(a.res[0]), a.B, a.T, a.prompt);
@@ -571,20 +653,20 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   int64_t N = a.B * a.T;
   int64_t valid = ops::count_not_equal(targets, kIgnoreIndex);
   float row_scale = valid ? grad_scale / float(valid) : 0.f;
-  Tensor x = nn::rows(a.lnf), dx = backward ? nn::rows(a.dln) : Tensor();
+  // The head is column-parallel over the vocabulary: every row in, this
+  // rank's columns of the logits out.
+  Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
+  Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
   Tensor tg = targets.view({N});
   for (int64_t r = 0; r < N; r += a.chunk) {
     int64_t n = std::min(a.chunk, N - r);
     Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
     head_.forward(logits, xr);
-    if (backward) {
-      ops::cross_entropy_forward_backward(a.losses.narrow0(r, n), logits, logits, tg.narrow0(r, n),
-                                          kIgnoreIndex, row_scale);
-      head_.backward(dx.narrow0(r, n), logits, xr);
-    } else {
-      ops::cross_entropy_forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), kIgnoreIndex);
-    }
+    loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, row_scale,
+                  a.ce_stats);
+    if (backward) head_.backward(dx.narrow0(r, n), logits, xr);
   }
+  if (backward) tp_.enter_backward(a.dln, a.full_y);
   ops::copy_to_host(a.losses, a.host_losses.data());
   double sum = 0;
   for (float v : a.host_losses) sum += v;
@@ -638,7 +720,7 @@ void Transformer::embed_backward(Activations& a, const Tensor& tokens,
     }
     if (trained) prompt_.backward(a.prompt);
   }
-  embed_.backward(a.dres, tokens, packed_tensors(packed).second);
+  embed_.backward(a.dres, tokens, packed_tensors(packed).second, a.full_x);
 }
 
 float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
@@ -663,6 +745,7 @@ float Transformer::forward_backward(Activations& a, const Tensor& tokens, const 
 
 void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits,
                                      const PackedBatchInfo* packed) {
+  NK_CHECK(!tp_.active(), "forward_all_logits: the logits are split under tensor parallelism");
   int64_t N = a.B * a.T;
   check_shape(logits, {N, cfg_.vocab_size}, "logits");
   forward_body(a, tokens, packed);
@@ -675,6 +758,7 @@ void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tenso
 }
 
 void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits) {
+  NK_CHECK(!tp_.active(), "forward_last_logits: the logits are split under tensor parallelism");
   check_shape(logits, {a.B, cfg_.vocab_size}, "logits");
   forward_body(a, tokens, nullptr);
   // Gather the last position of each sequence, then one small head product.
@@ -687,6 +771,7 @@ void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tens
 }
 
 void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
+  NK_CHECK(!tp_.active(), "forward_cached: inference under tensor parallelism is not supported");
   const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
   const int64_t M = kc.shape().table_width(), Q = int64_t(st.block_table.size()) / M;
   NK_CHECK(N > 0 && N <= kc.max_tokens(),
@@ -714,7 +799,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   const nn::AdapterActs ad = kc.adapters
                                  ? nn::AdapterActs{kc.lora_h, kc.adapters.get(), kc.adapter_stats}
                                  : nn::AdapterActs{};
-  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad};
+  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   if (prompt_.active()) {
     const int64_t n = prompt_.n();

@@ -14,6 +14,7 @@
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "nn/attention.h"
+#include "nn/cross_entropy.h"
 #include "nn/embedding.h"
 #include "nn/mlp.h"
 #include "nn/norm.h"
@@ -83,6 +84,12 @@ using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
 // are not a multiple of the type's block.
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 
+// Refuses a tensor-parallel size that does not divide the model: nk::Error
+// naming the model.* key and the numbers (query heads, key/value heads, MLP
+// units, vocabulary rows are split over the tp ranks), before anything is
+// allocated.
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
+
 class Transformer {
  public:
   // compute: f32 or bf16. frozen: names of parameters that get no gradient
@@ -93,10 +100,15 @@ class Transformer {
   // frozen_weights: how the frozen parameters are held (FrozenWeights).
   // quant: with FrozenWeights::Quantized, the parameters held quantised
   // (each frozen, 2-d); empty otherwise.
+  // tp: the tensor-parallel group (nn/tensor_parallel.h); with more than one
+  // rank this process holds its shards of the parameters (layout() is their
+  // layout, global_layout() the whole model's) with the initial values of
+  // the same slices of a one-process model of the same seed. Needs
+  // FrozenWeights::Master and no adapters.
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
               ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
               Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master,
-              const QuantPlan& quant = {});
+              const QuantPlan& quant = {}, nn::TensorParallel tp = {});
   // The layout such a model has, without allocating it (parameter names).
   static ParamLayout layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen = {},
                                 FrozenWeights frozen_weights = FrozenWeights::Master,
@@ -105,7 +117,16 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
   Device device() const { return device_; }
+  // This process's parameters: the whole model's, or under tensor
+  // parallelism its shards (ParamLayout::shard), named as the whole ones.
   const ParamLayout& layout() const { return layout_; }
+  // The whole model's parameters (layout() without tensor parallelism).
+  const ParamLayout& global_layout() const { return global_layout_; }
+  const nn::TensorParallel& tensor_parallel() const { return tp_; }
+  // Under sequence parallelism, the gradients that are partial sums over
+  // this rank's rows (the norms' weights and biases): the trainer adds them
+  // over the tp group once per step. Empty otherwise.
+  std::vector<Tensor> sequence_parallel_grads() const;
   FrozenWeights frozen_weights() const { return frozen_weights_; }
   // f32 master weights: [layout().total()] with FrozenWeights::Master, else
   // the parameters that have one (has_master), from offset 0.
@@ -213,7 +234,8 @@ class Transformer {
   DType compute_;
   Device device_;
   FrozenWeights frozen_weights_;
-  ParamLayout layout_;
+  nn::TensorParallel tp_;
+  ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;
   std::map<std::string, ops::Nf4Weight> nf4_;                   // the NF4 parameters, by name
   std::map<std::string, std::vector<ops::QuantWeight>> quant_;  // block-quantised, by name
@@ -221,7 +243,8 @@ class Transformer {
   nn::Embedding embed_;
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
-  nn::Linear head_;    // shares embed_.wte when tied
+  nn::Linear head_;    // shares embed_.wte when tied; vocabulary-parallel under tp
+  nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
 };
@@ -229,21 +252,26 @@ class Transformer {
 // Every activation of one (B, T) micro-batch, allocated once. recompute
 // (training; empty: none): per layer, what it keeps (Recompute); layers that
 // recompute share one set of buffers for what they drop, so the plan
-// shrinks the workspace itself.
+// shrinks the workspace itself. tp: the model's tensor-parallel group: the
+// buffers inside its region hold this rank's heads, MLP units and
+// vocabulary columns, and under sequence parallelism those outside (the
+// residual stream, the norms) this rank's rows, [B·T/t, C].
 class Activations {
  public:
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
-              Device device = kHost, std::vector<Recompute> recompute = {});
-  // For `model`: its config, compute dtype and device.
+              Device device = kHost, std::vector<Recompute> recompute = {},
+              const nn::TensorParallel& tp = {});
+  // For `model`: its config, compute dtype, device and tensor-parallel group.
   Activations(const Transformer& model, int64_t B, int64_t T, bool training,
               std::vector<Recompute> recompute = {})
       : Activations(model.config(), model.compute_dtype(), B, T, training, model.device(),
-                    std::move(recompute)) {}
+                    std::move(recompute), model.tensor_parallel()) {}
   int64_t B, T;
   // Bytes of every buffer this workspace allocated (shared ones once).
   int64_t bytes() const { return bytes_; }
   // The residual stream entering layer l [B, T, C] (l = n_layer: the last
-  // block's output): what a pipeline stage sends forward.
+  // block's output; this rank's rows under sequence parallelism): what a
+  // pipeline stage sends forward.
   Tensor residual(int64_t l) const;
   // d loss / d residual stream [B, T, C] at the current stage boundary: what
   // a pipeline stage sends backward.
@@ -267,6 +295,8 @@ class Activations {
   Tensor tmp;        // [B, T, C] block outputs before the residual add
   Tensor logits;     // [chunk, V] one row-chunk of logits / dlogits
   Tensor losses;     // f32 [B*T]
+  Tensor ce_stats;   // f32 vocabulary-parallel cross-entropy scratch (tensor parallel)
+  Tensor full_x, full_y;  // [B, T, C] sequence-parallel scratch (nn/tensor_parallel.h)
   Tensor dres, dln;  // [B, T, C]
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;

@@ -2,8 +2,14 @@
 // flash-style grouped-query attention, output projection. For packed rows,
 // cu_seqlens i32[B, S+1] keeps attention inside each document and positions
 // i32[B, T] restart the rotary angle per document; both undefined otherwise.
+//
+// Tensor parallel (nn/tensor_parallel.h): qkv is column-parallel (this
+// rank's share of the query heads and of the key/value heads, whole heads),
+// proj row-parallel; n_head and n_kv_head are then this rank's counts. Under
+// sequence parallelism x, y and dx are this rank's rows [N/t, C].
 #pragma once
 #include "nn/linear.h"
+#include "nn/tensor_parallel.h"
 
 namespace nk::nn {
 
@@ -12,12 +18,14 @@ struct SelfAttention {
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   int64_t window = 0;  // sliding window (each token sees the last `window` positions); 0: all
   Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
+  TensorParallel tp;
 
   struct Saved {
     Tensor qkv;                               // [B, T, (Hq + 2 Hkv) D], q and k already rotated
     Tensor out;                               // [B, T, Hq D]
     Tensor lse;                               // f32 [B, Hq, T]
     AdapterActs qkv_adapters, proj_adapters;  // the adapters' (undefined without)
+    Tensor full_x, full_y;  // sequence parallel: [B, T, C] scratch shared by every layer
   };
   struct Scratch {
     Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
@@ -26,13 +34,14 @@ struct SelfAttention {
   // x [B, T, C] -> y [B, T, C]
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
-    qkv.forward(s.qkv, x, s.qkv_adapters);
+    qkv.forward(s.qkv, tp.enter(x, s.full_x), s.qkv_adapters);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
     ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
-    proj.forward(y, s.out, s.proj_adapters);
+    proj.forward(tp.exit_buffer(y, s.full_y), s.out, s.proj_adapters);
+    tp.exit(y, s.full_y);
   }
   // Inference over a paged KV cache: x [N, C] new tokens of any sequences,
   // token n of block-table row seqs[n] at position positions[n] (i32 [1, N]
@@ -55,14 +64,15 @@ struct SelfAttention {
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
-    proj.backward(g.dout, dy, s.out, s.proj_adapters);
+    proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
     ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
                             window);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, 0, /*inverse=*/true);
-    qkv.backward(dx, g.dqkv, x, s.qkv_adapters);
+    qkv.backward(tp.enter_grad(dx, s.full_y), g.dqkv, tp.enter(x, s.full_x), s.qkv_adapters);
+    tp.enter_backward(dx, s.full_y);
   }
 };
 

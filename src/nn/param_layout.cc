@@ -1,6 +1,7 @@
 #include "nn/param_layout.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/limits.h"
 
@@ -82,6 +83,63 @@ Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part) {
   }
   s[size_t(dim)] = extent;
   return s;
+}
+
+namespace {
+
+// Each range of rank r's shard: the whole's bytes and the shard's, copied one way or the other.
+void copy_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const char* whole,
+                char* shard, bool to_shard) {
+  const Shape local = shard_shape(p, n);
+  const int64_t inner = p.numel() / p.shape[0];  // elements per row of the whole
+  for (const SliceRange& r : shard_ranges(p, rank, n)) {
+    if (r.dim == 0) {
+      const size_t bytes = size_t(r.len * inner) * elem;
+      const char* src = to_shard ? whole + size_t(r.start * inner) * elem
+                                 : shard + size_t(r.local_start * inner) * elem;
+      char* dst = to_shard ? shard + size_t(r.local_start * inner) * elem
+                           : const_cast<char*>(whole) + size_t(r.start * inner) * elem;
+      std::memcpy(dst, src, bytes);
+      continue;
+    }
+    // Columns [start, start + len) of every row: a row-parallel weight.
+    const int64_t cols = p.shape[1], lcols = local[1];
+    for (int64_t i = 0; i < p.shape[0]; ++i) {
+      char* w = const_cast<char*>(whole) + size_t(i * cols + r.start) * elem;
+      char* sh = shard + size_t(i * lcols + r.local_start) * elem;
+      if (to_shard)
+        std::memcpy(sh, w, size_t(r.len) * elem);
+      else
+        std::memcpy(w, sh, size_t(r.len) * elem);
+    }
+  }
+}
+
+}  // namespace
+
+void extract_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* whole,
+                   void* shard) {
+  copy_shard(p, rank, n, elem, static_cast<const char*>(whole), static_cast<char*>(shard), true);
+}
+
+void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* shard,
+                  void* whole) {
+  copy_shard(p, rank, n, elem, static_cast<const char*>(whole),
+             const_cast<char*>(static_cast<const char*>(shard)), false);
+}
+
+ParamLayout ParamLayout::shard(int64_t n) const {
+  NK_CHECK(final_, "ParamLayout::shard before finalize");
+  ParamLayout out;
+  for (const ParamInfo& p : params_) {
+    ParamOptions o = param_options(p);
+    for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
+    out.add(p.name, shard_shape(p, n), p.init, p.init_std, o);
+    if (!p.trainable) out.freeze(p.name);
+    if (p.quantized) out.quantize(p.name);
+  }
+  out.finalize();
+  return out;
 }
 
 void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std,

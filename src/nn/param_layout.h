@@ -85,6 +85,14 @@ std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n
                                      const std::string& part = "");
 // The shape of rank r's shard of `p` (of `part`) under n-way splitting.
 Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part = "");
+// Host copies between a parameter's whole value (p's global shape, row-major,
+// `elem` bytes per element) and rank r's shard of it under n-way splitting
+// (shard_shape, row-major): a tensor-parallel rank's initial values and
+// loads (extract), a gather for checkpoints and exports (insert).
+void extract_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* whole,
+                   void* shard);
+void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* shard,
+                  void* whole);
 
 class ParamLayout {
  public:
@@ -113,6 +121,12 @@ class ParamLayout {
   int64_t trainable_end() const { return trainable_end_; }
   int64_t dense_end() const { return dense_end_; }  // total() when nothing is quantised
   int64_t count() const;  // elements actually used by parameters (no padding)
+
+  // The layout of one rank's shards under n-way tensor parallelism (of a
+  // finalized layout): every parameter at its shard_shape, each fused part at
+  // its share, in the same order with the same trainable and quantised
+  // flags. nk::Error naming the parameter when n does not divide it.
+  ParamLayout shard(int64_t n) const;
 
   // The view of `p` inside `flat` (a 1-d buffer of total() elements, any dtype).
   static Tensor view(const Tensor& flat, const ParamInfo& p);

@@ -25,7 +25,7 @@ void check_table(const char* op, const Tensor& t, const char* name, int64_t C, i
 }  // namespace
 
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       const Tensor& positions) {
+                       const Tensor& positions, int64_t vocab_start) {
   const char* op = "embedding_forward";
   const Device dev = device_of(op, {{&out, "out"},
                                     {&tokens, "tokens"},
@@ -41,11 +41,11 @@ void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, cons
     check_table(op, wpe, "wpe", C, positions.defined() ? 0 : T);
     check_dtype(wpe, wte.dtype(), "wpe");
   }
-  NK_KERNEL(embedding_forward, dev)(out, tokens, wte, wpe, positions);
+  NK_KERNEL(embedding_forward, dev)(out, tokens, wte, wpe, positions, vocab_start);
 }
 
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
-                        const Tensor& positions) {
+                        const Tensor& positions, int64_t vocab_start) {
   const char* op = "embedding_backward";
   const Device dev = device_of(op, {{&dwte, "dwte", kOptional},
                                     {&dwpe, "dwpe", kOptional},
@@ -66,7 +66,7 @@ void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tens
     check_dtype(dwpe, DType::F32, "dwpe");
   }
   if (!dwte.defined() && !dwpe.defined()) return;
-  NK_KERNEL(embedding_backward, dev)(dwte, dwpe, dout, tokens, positions);
+  NK_KERNEL(embedding_backward, dev)(dwte, dwpe, dout, tokens, positions, vocab_start);
 }
 
 }  // namespace nk::ops

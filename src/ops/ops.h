@@ -62,12 +62,17 @@ int64_t count_nonfinite(const Tensor& x);
 // or positions[n] when positions i32[B,T] is defined (packed rows restart at 0
 // per document). tokens i32[B,T]; wte T[V,C]; wpe T[maxT,C] or undefined; out
 // T[B,T,C]. Throws nk::Error naming the token if an id is outside [0, V).
+// vocab_start >= 0: wte is one shard of a vocabulary split over ranks (its
+// rows are ids [vocab_start, vocab_start + V)); other ids read a zero row
+// (Megatron's vocabulary-parallel embedding, summed over the shards next);
+// only negative ids are refused then.
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       const Tensor& positions = Tensor());
+                       const Tensor& positions = Tensor(), int64_t vocab_start = -1);
 // dwte[tok[n],:] += dout[n,:]; dwpe[pos(n),:] += dout[n,:]. dwte/dwpe f32;
-// either may be undefined (not computed). Deterministic (no atomics).
+// either may be undefined (not computed). Deterministic (no atomics). With
+// vocab_start >= 0, ids outside the shard add nothing to dwte.
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
-                        const Tensor& positions = Tensor());
+                        const Tensor& positions = Tensor(), int64_t vocab_start = -1);
 
 // ---- normalisation ---- x,y T[N,C]; w,b T[C]; mean,rstd f32[N] saved for backward.
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,

@@ -65,11 +65,13 @@ namespace {
 
 // Rank 0's part of a save: the weights, the optimizer moments when they are
 // held whole, and the small files.
-CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& model, AdamW& opt,
+// m, v: AdamW's moments laid out as the trainable parameters (with_moments).
+CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& model,
+                                       const Tensor& m, const Tensor& v, int64_t optimizer_steps,
                                        const TrainerState& state, const ParamLayout& trainable,
                                        bool with_moments) {
-  NK_CHECK(opt.steps_done() == state.optimizer_steps,
-           "save_train_checkpoint: optimizer at update {}, state says {}", opt.steps_done(),
+  NK_CHECK(optimizer_steps == state.optimizer_steps,
+           "save_train_checkpoint: optimizer at update {}, state says {}", optimizer_steps,
            state.optimizer_steps);
   const ParamLayout& layout = model.layout();
   CheckpointContents c;
@@ -79,16 +81,16 @@ CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& mode
   c.model = flat_tensors(whole ? layout : trainable, model.params(), "");
   describe_flat_tensors(c, whole ? layout : trainable, "");
   if (with_moments) {
-    NK_CHECK(opt.state_mirrors_arenas() && opt.state_size() == layout.trainable_end(),
+    NK_CHECK(m.numel() == layout.trainable_end() && v.numel() == layout.trainable_end(),
              "save_train_checkpoint: the optimizer state ({} elements) is not laid out like the "
              "model's {} trainable elements",
-             opt.state_size(), layout.trainable_end());
-    c.optimizer = flat_tensors(trainable, opt.m(), kExpAvg);
-    for (auto& t : flat_tensors(trainable, opt.v(), kExpAvgSq)) c.optimizer.push_back(std::move(t));
+             m.numel(), layout.trainable_end());
+    c.optimizer = flat_tensors(trainable, m, kExpAvg);
+    for (auto& t : flat_tensors(trainable, v, kExpAvgSq)) c.optimizer.push_back(std::move(t));
     for (const char* prefix : {kExpAvg, kExpAvgSq}) describe_flat_tensors(c, trainable, prefix);
   }
   c.optimizer_metadata = {{"optimizer", "adamw"},
-                          {"optimizer_steps", std::to_string(opt.steps_done())}};
+                          {"optimizer_steps", std::to_string(optimizer_steps)}};
   if (const std::string frozen = frozen_list(layout); !frozen.empty())
     c.optimizer_metadata[kFrozen] = frozen;
   c.text_files["trainer_state.json"] = trainer_state_to_json(state);
@@ -177,10 +179,19 @@ void read_pieces(const CheckpointReader& r, const std::vector<CheckpointReader::
 
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
                                   const TrainerState& state) {
+  NK_CHECK(opt.state_mirrors_arenas(),
+           "save_train_checkpoint: the optimizer state is not laid out like the model's");
+  return save_train_checkpoint(cfg, model, opt.m(), opt.v(), opt.steps_done(), state);
+}
+
+std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, const Tensor& m,
+                                  const Tensor& v, int64_t optimizer_steps,
+                                  const TrainerState& state) {
   const ParamLayout trainable = trainable_layout(model.layout());
-  return save_checkpoint(cfg.checkpoint_root(),
-                         checkpoint_contents(cfg, model, opt, state, trainable, true),
-                         cfg.keep_checkpoints);
+  return save_checkpoint(
+      cfg.checkpoint_root(),
+      checkpoint_contents(cfg, model, m, v, optimizer_steps, state, trainable, true),
+      cfg.keep_checkpoints);
 }
 
 std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
@@ -242,7 +253,9 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
       records.push_back(std::move(r));
   std::string dir = (std::filesystem::path(root) / checkpoint_name(state.step)).string();
   if (group.rank() == 0) {
-    CheckpointContents c = checkpoint_contents(cfg, model, opt, state, trainable, false);
+    CheckpointContents c =
+        checkpoint_contents(cfg, model, Tensor(), Tensor(), opt.steps_done(), state, trainable,
+                            false);
     if (shard_weights) c.model.clear();  // in the model shards
     dir = finish_shared_checkpoint(root, tmp, c, records, cfg.keep_checkpoints);
   }
@@ -250,7 +263,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
   return dir;
 }
 
-LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg) {
+LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                            const nn::TensorParallel& tp) {
   CheckpointReader r = CheckpointReader::open(dir);
   LoadedTrainCheckpoint out;
   out.dir = dir;
@@ -265,11 +279,22 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   const bool whole = cfg.frozen_weights == FrozenWeights::Master;
   out.model = !whole && !cfg.init_from.empty()
                   ? load_run_model(cfg, cfg.init_from, "train.init_from")
-                  : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
-                                                  whole ? ParamInit::Zeros : ParamInit::Random,
-                                                  cfg.frozen, kHost, cfg.frozen_weights);
+                  : std::make_unique<Transformer>(
+                        cfg.model, cfg.dtype, cfg.seed, whole ? ParamInit::Zeros : ParamInit::Random,
+                        cfg.frozen, kHost, cfg.frozen_weights, QuantPlan(), tp);
   const ParamLayout& layout = out.model->layout();
-  if (!whole) {
+  // Tensor parallel: the checkpoint holds whole tensors (whatever layout
+  // saved it); this rank reads its slices of them.
+  const ParamLayout& global = out.model->global_layout();
+  if (tp.active() && (!r.model_shards().empty() || !r.optimizer_shards().empty()))
+    fail(
+        "checkpoint '{}' was saved with parallel.shard (its state in per-rank pieces); loading "
+        "it under parallel.tp = {} is not supported yet: resume it without tensor parallelism",
+        dir, tp.size());
+  if (tp.active()) {
+    read_flat_tensor_shards(r.model(), global, "", layout, tp.rank(), tp.size(),
+                            out.model->params());
+  } else if (!whole) {
     const ParamLayout trainable = trainable_layout(layout);
     Tensor masters = out.model->params().narrow0(0, trainable.total());
     read_flat_tensors(r.model(), trainable, "", masters);
@@ -306,7 +331,15 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   const ParamLayout trainable = trainable_layout(layout);
   out.exp_avg = Tensor::zeros({trainable.total()}, DType::F32);
   out.exp_avg_sq = Tensor::zeros({trainable.total()}, DType::F32);
-  if (r.optimizer_shards().empty()) {
+  if (tp.active()) {
+    SafetensorsFile opt = r.optimizer();
+    check_meta(opt);
+    const ParamLayout global_trainable = trainable_layout(global);
+    read_flat_tensor_shards(opt, global_trainable, kExpAvg, trainable, tp.rank(), tp.size(),
+                            out.exp_avg);
+    read_flat_tensor_shards(opt, global_trainable, kExpAvgSq, trainable, tp.rank(), tp.size(),
+                            out.exp_avg_sq);
+  } else if (r.optimizer_shards().empty()) {
     SafetensorsFile opt = r.optimizer();
     check_meta(opt);
     read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg);

@@ -31,6 +31,12 @@ std::string imported_base_dir(const TrainConfig& cfg);
 // random base from the seed.
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, AdamW& opt,
                                   const TrainerState& state);
+// The same with the moments given (f32, laid out as model's trainable
+// parameters) and the optimizer's update count: a tensor-parallel run's
+// writer saves the whole model gathered from the ranks' shards.
+std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, const Tensor& m,
+                                  const Tensor& v, int64_t optimizer_steps,
+                                  const TrainerState& state);
 
 // The same for a run whose optimizer state is sharded over `group` (ZeRO-1):
 // every rank of the group calls it; each writes its own moments as
@@ -55,7 +61,11 @@ struct LoadedTrainCheckpoint {
 // Verifies DIR (checksums) and loads it for a run configured by `cfg`:
 // nk::Error naming the file for a missing or corrupt file, naming the tensor
 // and both shapes for a checkpoint of another model, naming train.freeze for
-// one that froze other parameters.
-LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg);
+// one that froze other parameters. tp: the run's tensor-parallel group; a
+// rank of one reads only its slices of the whole tensors (any checkpoint not
+// saved in ZeRO/FSDP pieces), so a checkpoint of any tensor-parallel size
+// resumes under any other.
+LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                            const nn::TensorParallel& tp = {});
 
 }  // namespace nk

@@ -11,14 +11,34 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  const std::pair<const char*, int> model_parallel[] = {{"parallel.tp", mesh.tp()},
-                                                        {"parallel.cp", mesh.cp()},
+  const std::pair<const char*, int> model_parallel[] = {{"parallel.cp", mesh.cp()},
                                                         {"parallel.pp", mesh.pp()},
-                                                        {"parallel.ep", mesh.ep()},
-                                                        {"parallel.etp", mesh.etp()}};
+                                                        {"parallel.ep", mesh.ep()}};
   for (const auto& [key, size] : model_parallel)
     if (size != 1)
-      fail("{} = {}: nekton train runs data parallel only for now (set it to 1)", key, size);
+      fail("{} = {}: nekton train runs tensor and data parallel only for now (set it to 1)", key,
+           size);
+  if (mesh.etp() != mesh.tp())
+    fail("parallel.etp = {}: there are no expert layers to split yet (leave it 0: parallel.tp)",
+         mesh.etp());
+  if (mesh.tp() > 1) {
+    check_tensor_parallel(cfg.model, mesh.tp());
+    const char* unsupported = cfg.model.has_adapters()          ? "peft.method (adapters)"
+                              : !cfg.data.sft_path.empty()      ? "data.sft_path (fine-tuning)"
+                              : cfg.ddp.shard != parallel::Shard::None ? "parallel.shard"
+                              : !cfg.init_from.empty()          ? "train.init_from"
+                              : cfg.frozen_weights != FrozenWeights::Master
+                                  ? "train.frozen_weights"
+                                  : nullptr;
+    if (unsupported)
+      fail("parallel.tp = {}: {} under tensor parallelism is not supported yet", mesh.tp(),
+           unsupported);
+  }
+  if (cfg.parallel.sequence_parallel && cfg.seq_len % mesh.tp())
+    fail(
+        "parallel.sp=true: train.seq_len = {} is not divisible by parallel.tp = {} (the tokens "
+        "are split over the tensor-parallel ranks)",
+        cfg.seq_len, mesh.tp());
   const int64_t dp = mesh.dp(), B = cfg.micro_batch;
   if (cfg.global_batch % (dp * B))
     fail(

@@ -1,14 +1,16 @@
 // The processes of a multi-process training run and the checks that refuse an
 // impossible layout before any work starts. Today `nekton train` does data
-// parallelism only (parallel/distributed_data_parallel.h): every rank reads its
+// parallelism (parallel/distributed_data_parallel.h): every rank reads its
 // own slice of each global batch and holds the whole model, or with
 // parallel.shard its shard of the optimizer state (ZeRO-1) or of the weights
-// too (FSDP).
+// too (FSDP); and tensor parallelism, optionally with sequence parallelism
+// (nn/tensor_parallel.h), within each data-parallel replica.
 #pragma once
 #include <cstdint>
 
 #include "dist/mesh.h"
 #include "dist/process_groups.h"
+#include "model/transformer.h"
 #include "train/train_config.h"
 
 namespace nk {
@@ -19,6 +21,12 @@ struct TrainParallel {
   const dist::Mesh* mesh = nullptr;
   dist::ProcessGroups* groups = nullptr;
   bool active() const { return mesh != nullptr && mesh->world_size() > 1; }
+  int64_t world() const { return mesh ? mesh->world_size() : 1; }
+  // The model's tensor-parallel group (size 1: none); sp: parallel.sp.
+  nn::TensorParallel tensor_parallel(bool sp) const {
+    if (!mesh || mesh->tp() == 1) return {};
+    return {&groups->get("tp"), sp};
+  }
   int64_t dp() const { return mesh ? mesh->dp() : 1; }
   int64_t dp_rank() const { return mesh ? mesh->rank_in("dp") : 0; }
   // The rank that prints the step log and writes metrics, checkpoints and the model.
@@ -27,7 +35,9 @@ struct TrainParallel {
 
 // The mesh of `world` processes for cfg.parallel, checked for training:
 // nk::Error naming the keys when the world size does not fit the layout, a
-// model-parallel size other than 1 is asked for (not supported yet), or
+// model-parallel size other than tp is asked for (not supported yet), tp
+// does not divide the model's heads, MLP or vocabulary (or with parallel.sp
+// train.seq_len) or comes with what it does not support yet, or
 // train.global_batch is not a multiple of dp × train.micro_batch.
 dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank);
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh);

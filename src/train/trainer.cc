@@ -11,6 +11,7 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
+#include "parallel/tensor_parallel.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -114,7 +115,13 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   }
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
-                                           cfg_.frozen, cfg_.device, cfg_.frozen_weights);
+                                           cfg_.frozen, cfg_.device, cfg_.frozen_weights,
+                                           QuantPlan(), tensor_parallel());
+  if (tensor_parallel().active())
+    NK_INFO("tensor parallel: {}{}; each rank holds {:.2f}M of the {:.2f}M parameters",
+            par_.mesh->describe(), tensor_parallel().sp() ? ", sequence parallel" : "",
+            double(model_->layout().count()) / 1e6,
+            double(model_->global_layout().count()) / 1e6);
   if (par_.active()) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
@@ -208,7 +215,7 @@ void Trainer::resume() {
 }
 
 void Trainer::resume_checkpoint(const std::string& dir) {
-  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_);
+  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_, tensor_parallel());
   const TrainerState& saved = c.state;
   check_resume_data(saved, cfg_, "checkpoint '" + dir + "'");
   if (saved.step > cfg_.steps)
@@ -267,6 +274,11 @@ void Trainer::resume_legacy() {
   if (saved.step > cfg_.steps)
     fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
          cfg_.steps);
+  if (tensor_parallel().active())
+    fail(
+        "train.resume_from: '{}' is an exported model, not a checkpoint; resuming it under "
+        "parallel.tp > 1 is not supported (resume a checkpoint folder)",
+        cfg_.resume_from);
   model_ = load_run_model(cfg_, model_dir, "train.resume_from");
   state_.step = saved.step;
   state_.consumed_samples = saved.consumed_samples;
@@ -280,7 +292,7 @@ void Trainer::resume_legacy() {
 
 void Trainer::check_weights_finite() const {
   const int64_t bad = ops::count_nonfinite(model_->params());
-  const bool any = ddp_ ? ddp_->max_over_group(bad > 0 ? 1 : 0) > 0 : bad > 0;
+  const bool any = max_over_ranks(bad > 0 ? 1 : 0) > 0;
   if (!any) return;
   std::string where = "on another rank";
   for (const ParamInfo& p : model_->layout().params())
@@ -300,6 +312,17 @@ void Trainer::save_checkpoint_now() {
   if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
   check_weights_finite();
   std::string dir;
+  if (tensor_parallel().active()) {  // the whole model, gathered from the ranks' shards
+    std::unique_ptr<Transformer> whole = gather_whole_model();
+    const Tensor m = parallel::gather_tensor_parallel(*model_, opt_->m());
+    const Tensor v = parallel::gather_tensor_parallel(*model_, opt_->v());
+    if (par_.writes())
+      dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
+    par_.groups->get("world").barrier();  // installed before any rank goes on
+    saved_step_ = state_.step;
+    if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
+    return;
+  }
   if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
                                         ddp_->shards_master());
@@ -315,6 +338,28 @@ void Trainer::save_checkpoint_now() {
 }
 
 Trainer::~Trainer() = default;
+
+nn::TensorParallel Trainer::tensor_parallel() const {
+  return par_.tensor_parallel(cfg_.parallel.sequence_parallel);
+}
+
+int Trainer::max_over_ranks(int v) const {
+  if (!par_.active()) return v;
+  Tensor t = Tensor::empty({1}, DType::I32);
+  *t.data<int32_t>() = v;
+  par_.groups->get("world").all_reduce(t, dist::ReduceOp::Max);
+  return *t.data<int32_t>();
+}
+
+std::unique_ptr<Transformer> Trainer::gather_whole_model() {
+  const Tensor params = parallel::gather_tensor_parallel(*model_, model_->params());
+  if (!par_.writes()) return nullptr;
+  auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
+                                             cfg_.frozen);
+  ops::convert(whole->params(), params);
+  whole->sync_compute_params();
+  return whole;
+}
 
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
@@ -448,7 +493,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // every micro-batch, whatever its own clock says.
       if (m > 0) {
         const int want = seconds_since(t0) >= kDropStepAfter ? stop_signal() : 0;
-        if (const int sig = ddp_ ? ddp_->max_over_group(want) : want; sig != 0) {
+        if (const int sig = max_over_ranks(want); sig != 0) {
           loader.set_consumed_samples(step_first);
           return stop(sig,
                       fmt::format("during step {} (dropped: it is redone on resume)", step + 1));
@@ -476,9 +521,16 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       loss = ddp_->sum_over_group(loss);
       loader.set_consumed_samples(step_first + B * accum);
     }
+    // Sequence parallel: the norms' gradients are sums over each rank's rows.
+    parallel::reduce_sequence_parallel_grads(*model_);
     // The grads arena holds the trainable parameters only: frozen ones neither
-    // count towards the norm nor get clipped.
-    double norm = std::sqrt(ddp_ ? ddp_->grad_norm_squared() : ops::sum_squares(model_->grads()));
+    // count towards the norm nor get clipped. Tensor parallel: each rank's
+    // shards, the replicated parameters once.
+    double norm = std::sqrt(
+        tensor_parallel().active() ? parallel::tensor_parallel_grad_norm_squared(*model_,
+                                                                                 model_->grads())
+        : ddp_                     ? ddp_->grad_norm_squared()
+                                   : ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
@@ -495,7 +547,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     double dt = seconds_since(t0);
     s.step_ms = dt * 1e3;
     s.tokens_per_s = double(B * T * accum) / dt;
-    s.mfu = flops_per_step / dt / (peak * double(dp));
+    s.mfu = flops_per_step / dt / (peak * double(par_.world()));
     s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
@@ -534,19 +586,23 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (metrics) metrics->write(record);
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
-    const int sig = ddp_ ? ddp_->max_over_group(stop_signal()) : stop_signal();
+    const int sig = max_over_ranks(stop_signal());
     if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
   if (saved_step_ != state_.step) save_checkpoint_now();
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
+  // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
+  std::unique_ptr<Transformer> whole;
+  if (tensor_parallel().active()) whole = gather_whole_model();
   if (!par_.writes()) return;
+  Transformer& exported = whole ? *whole : *model_;
   std::string model_dir = cfg_.out_dir + "/model";
   // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
   if (whole_model) {
-    save_model(model_dir, *model_);
+    save_model(model_dir, exported);
     save_trainer_state(trainer_state_path(model_dir), state_);
   }
   // The adapter alone, for PEFT, vLLM or generate.adapter.

@@ -94,6 +94,13 @@ class Trainer {
   std::optional<LoadedTrainCheckpoint>
       resumed_;  // moments read by resume(), until make_optimizer()
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
+  // The model's tensor-parallel group (size 1 without).
+  nn::TensorParallel tensor_parallel() const;
+  // A host int's max over every rank (agreement on signals and bad weights).
+  int max_over_ranks(int v) const;
+  // Tensor parallel: the whole model gathered from the ranks' shards, on the
+  // writing rank (null on the others). Collective.
+  std::unique_ptr<Transformer> gather_whole_model();
   std::vector<StepStats> history_;
   int64_t saved_step_ = -1;  // the step of the newest checkpoint in OUT_DIR/checkpoints
   int stopped_by_ = 0;

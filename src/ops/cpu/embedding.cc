@@ -14,6 +14,7 @@ namespace {
 
 struct EmbDims {
   int64_t B, T, C, V;
+  int64_t v0 = 0;  // the first id of a vocabulary shard: ids outside [v0, v0 + V) read zeros
 };
 
 // pos: explicit position per token [B*T], or nullptr for n % T.
@@ -24,8 +25,14 @@ void embedding_fwd(T* out, const int32_t* tok, const T* wte, const T* wpe, const
   parallel_for(d.B * d.T, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t n = r0; n < r1; ++n) {
-                   const T* e = wte + int64_t(tok[n]) * C;
+                   const int64_t id = int64_t(tok[n]) - d.v0;
                    T* o = out + n * C;
+                   if (id < 0 || id >= d.V) {  // another shard's token
+                     const T* p = wpe ? wpe + (pos ? int64_t(pos[n]) : n % d.T) * C : nullptr;
+                     for (int64_t c = 0; c < C; ++c) o[c] = p ? p[c] : store<T>(0.f);
+                     continue;
+                   }
+                   const T* e = wte + id * C;
                    if (wpe) {
                      const T* p = wpe + (pos ? int64_t(pos[n]) : n % d.T) * C;
                      for (int64_t c = 0; c < C; ++c) o[c] = store<T>(load(e[c]) + load(p[c]));
@@ -46,8 +53,8 @@ void embedding_bwd(float* dwte, float* dwpe, const T* dout, const int32_t* tok, 
     parallel_for(C, 64, [&](int64_t c0, int64_t c1) {
       for (int64_t n = 0; n < N; ++n) {
         const T* o = dout + n * C;
-        if (dwte) {
-          float* g = dwte + int64_t(tok[n]) * C;
+        if (const int64_t id = int64_t(tok[n]) - d.v0; dwte && id >= 0 && id < d.V) {
+          float* g = dwte + id * C;
           for (int64_t c = c0; c < c1; ++c) g[c] += load(o[c]);
         }
         if (!dwpe || !pos) continue;
@@ -81,12 +88,14 @@ const int32_t* check_positions(const char* op, const Tensor& positions, const Em
 }  // namespace
 
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       const Tensor& positions) {
-  const EmbDims d{tokens.dim(0), tokens.dim(1), wte.dim(1), wte.dim(0)};
-  // Token ids come from data files: a bad one is the user's error, not ours.
+                       const Tensor& positions, int64_t vocab_start) {
+  const EmbDims d{tokens.dim(0), tokens.dim(1), wte.dim(1), wte.dim(0),
+                  std::max<int64_t>(vocab_start, 0)};
+  // Token ids come from data files: a bad one is the user's error, not ours
+  // (a shard sees ids of the whole vocabulary: only negative ones are wrong).
   const int32_t* tok = tokens.data<int32_t>();
   for (int64_t n = 0; n < d.B * d.T; ++n) {
-    if (tok[n] < 0 || tok[n] >= d.V)
+    if (tok[n] < 0 || (vocab_start < 0 && tok[n] >= d.V))
       fail(
           "embedding: token id {} at position {} (batch {}, t {}) is outside the vocabulary "
           "[0, {})",
@@ -102,11 +111,12 @@ void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, cons
 }
 
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
-                        const Tensor& positions) {
+                        const Tensor& positions, int64_t vocab_start) {
   // V is only known (and only needed, to index dwte) when dwte is computed.
-  const EmbDims d{tokens.dim(0), tokens.dim(1), dout.dim(2), dwte.defined() ? dwte.dim(0) : 0};
+  const EmbDims d{tokens.dim(0), tokens.dim(1), dout.dim(2), dwte.defined() ? dwte.dim(0) : 0,
+                  std::max<int64_t>(vocab_start, 0)};
   const int32_t* tok = tokens.data<int32_t>();
-  for (int64_t n = 0; dwte.defined() && n < d.B * d.T; ++n)
+  for (int64_t n = 0; dwte.defined() && vocab_start < 0 && n < d.B * d.T; ++n)
     NK_CHECK(tok[n] >= 0 && tok[n] < d.V, "embedding_backward: token {} at {} outside [0, {})",
              tok[n], n, d.V);
   dispatch_float(dout.dtype(), "embedding_backward", [&](auto tag) {

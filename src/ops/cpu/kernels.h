@@ -39,9 +39,9 @@ int64_t count_not_equal(const Tensor& x, int64_t value);
 
 // ---- embeddings (embedding.cc); dwte or dwpe undefined: not computed ----
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
-                       const Tensor& positions);
+                       const Tensor& positions, int64_t vocab_start);
 void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
-                        const Tensor& positions);
+                        const Tensor& positions, int64_t vocab_start);
 
 // ---- normalisation (norm.cc); dw or db undefined: not computed ----
 void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,

@@ -1,0 +1,74 @@
+// Tensor parallelism as the nn blocks see it (Megatron's layout). A
+// column-parallel linear layer holds rows of its weight (some output
+// features: some heads, some of the MLP's inner units, some of the
+// vocabulary) and needs every rank's whole input; a row-parallel one holds
+// columns (input features) and produces partial sums that the group adds.
+// The blocks enter the tensor-parallel region before a column-parallel layer
+// and leave it after a row-parallel one; each crossing is paired with its
+// backward:
+//
+//                          forward                    backward
+//   enter   tp             identity                   all-reduce of dx
+//           tp + sp        all-gather of the rows     reduce-scatter of dx
+//   exit    tp             all-reduce                 identity
+//           tp + sp        reduce-scatter             all-gather of dy
+//
+// Under sequence parallelism (sp) the rows outside the region (norms,
+// residual adds, dropout-free elementwise work) are split over the group:
+// of a micro-batch's N = B·T rows, rank r holds [r·N/t, (r+1)·N/t), so an
+// all-gather puts them back in order. The buffers passed as `full` hold all
+// N rows ([B, T, C]); they are scratch, reused by every layer (a backward
+// gathers again rather than keeping the gathered input).
+//
+// Without a communicator (or with a group of one) every crossing is the
+// identity and the blocks are their plain selves, bit for bit.
+#pragma once
+#include "dist/communicator.h"
+
+namespace nk::nn {
+
+struct TensorParallel {
+  dist::Communicator* comm = nullptr;  // the mesh's "tp" group; null: size 1
+  bool sequence_parallel = false;
+
+  int64_t size() const { return comm ? comm->size() : 1; }
+  int64_t rank() const { return comm ? comm->rank() : 0; }
+  bool active() const { return size() > 1; }
+  bool sp() const { return sequence_parallel && active(); }
+  // The rows this rank holds outside the region, of N: N / size() under sp.
+  int64_t local_rows(int64_t N) const { return sp() ? N / size() : N; }
+
+  // Entering, forward: the input with every row: x itself, or under sp the
+  // all-gather of every rank's x [N/t, C] into full [N, C] (returned).
+  Tensor enter(const Tensor& x, const Tensor& full) const {
+    if (!sp()) return x;
+    comm->all_gather(x, full);
+    return full;
+  }
+  // Where a column-parallel layer's backward writes the input gradient (its
+  // share of it): dx, or under sp the full rows.
+  Tensor enter_grad(const Tensor& dx, const Tensor& full) const { return sp() ? full : dx; }
+  // Entering, backward: the ranks' shares in enter_grad(dx, full) summed
+  // into dx (all-reduce in place, or reduce-scatter of full into dx).
+  void enter_backward(const Tensor& dx, const Tensor& full) const {
+    if (sp())
+      comm->reduce_scatter(full, dx);
+    else if (active())
+      comm->all_reduce(dx);
+  }
+  // Where a row-parallel layer writes its partial sums: y, or under sp the full rows.
+  Tensor exit_buffer(const Tensor& y, const Tensor& full) const { return sp() ? full : y; }
+  // Leaving, forward: the partial sums in exit_buffer(y, full) added over
+  // the group into y (all-reduce, or reduce-scatter into this rank's rows).
+  void exit(const Tensor& y, const Tensor& full) const {
+    if (sp())
+      comm->reduce_scatter(full, y);
+    else if (active())
+      comm->all_reduce(y);
+  }
+  // Leaving, backward: the output gradient with every row: dy, or under sp
+  // its all-gather into full.
+  Tensor exit_backward(const Tensor& dy, const Tensor& full) const { return enter(dy, full); }
+};
+
+}  // namespace nk::nn

@@ -1,0 +1,52 @@
+#include "parallel/tensor_parallel.h"
+
+#include "ops/ops.h"
+
+namespace nk::parallel {
+
+double tensor_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads) {
+  const nn::TensorParallel& tp = model.tensor_parallel();
+  if (!tp.active()) return ops::sum_squares(grads);
+  Tensor sum = Tensor::zeros({1}, DType::F64);
+  for (const ParamInfo& p : model.layout().params()) {
+    if (!p.trainable || (p.split == Split::Replicated && tp.rank() != 0)) continue;
+    *sum.data<double>() += ops::sum_squares(ParamLayout::view(grads, p));
+  }
+  tp.comm->all_reduce(sum);
+  return *sum.data<double>();
+}
+
+void reduce_sequence_parallel_grads(const Transformer& model) {
+  for (const Tensor& g : model.sequence_parallel_grads())
+    model.tensor_parallel().comm->all_reduce(g);
+}
+
+Tensor gather_tensor_parallel(const Transformer& model, const Tensor& local) {
+  const ParamLayout &mine = model.layout(), &whole = model.global_layout();
+  const bool all = local.numel() == mine.total();
+  NK_CHECK(local.dtype() == DType::F32 && (all || local.numel() == mine.trainable_end()),
+           "gather_tensor_parallel: {} is not an arena of the model's layout", local.desc());
+  const nn::TensorParallel& tp = model.tensor_parallel();
+  Tensor out = Tensor::zeros({all ? whole.total() : whole.trainable_end()}, DType::F32);
+  Tensor host = local;
+  if (local.device() != kHost) {
+    host = Tensor::empty(local.shape(), DType::F32);
+    ops::copy_to_host(local, host.data<float>());
+  }
+  Tensor gathered = host;
+  if (tp.active()) {
+    gathered = Tensor::empty({tp.size() * host.numel()}, DType::F32);
+    tp.comm->all_gather(host, gathered);
+  }
+  for (const ParamInfo& p : whole.params()) {
+    if (!all && !p.trainable) continue;
+    const ParamInfo& q = mine.find(p.name);
+    for (int64_t r = 0; r < tp.size(); ++r)
+      insert_shard(p, r, tp.size(), sizeof(float),
+                   gathered.data<float>() + r * host.numel() + q.offset,
+                   out.data<float>() + p.offset);
+  }
+  return out;
+}
+
+}  // namespace nk::parallel
