@@ -87,6 +87,19 @@ set_tests_properties(train_cli_mpirun_np2 train_cli_nproc2 PROPERTIES
                      LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
                      PASS_REGULAR_EXPRESSION "data parallel: world 2.*step +3/3 .*saved .*model"
                      FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
+# Tensor + sequence parallel through the command line: the layout in the log,
+# the whole model exported by rank 0.
+add_test(NAME train_cli_tp2_sp
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_tp
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                 $<TARGET_FILE:nekton> train ${NK_TRAIN_CLI_ARGS} model.vocab_size=264
+                 parallel.tp=2 parallel.sp=true train.out_dir=${CMAKE_BINARY_DIR}/train_cli_tp)
+nk_timeout(t 120)
+set_tests_properties(train_cli_tp2_sp PROPERTIES
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "tensor parallel: world 2 = tp 2.*sequence parallel.*step +3/3 .*saved .*model"
+                     FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
 add_test(NAME train_cli_nproc_bad_batch
          COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}
                  train.out_dir=${CMAKE_BINARY_DIR}/train_cli_bad)

@@ -229,14 +229,16 @@ void SafetensorsFile::read_slices_into(const std::string& name,
   const size_t elem = dtype_size(e.dtype);
   const int64_t rows = e.shape[0], row = shape_numel(e.shape) / std::max<int64_t>(rows, 1);
   auto read = [&](void* to, int64_t elements, int64_t at) {
-    if (elements > 0 && !pread_all(fd_->fd, to, size_t(elements) * elem,
-                                   data_start_ + e.begin + size_t(at) * elem))
+    if (elements > 0 &&
+        !pread_all(fd_->fd, to, size_t(elements) * elem, data_start_ + e.begin + size_t(at) * elem))
       fail("{}: cannot read tensor '{}' (file truncated?)", path_, name);
   };
   char* out = static_cast<char*>(dst.raw());
   for (const SliceRange& r : ranges) {
-    NK_CHECK((r.dim == 0 || (r.dim == 1 && e.shape.size() == 2)) && r.start >= 0 &&
-                 r.start + r.len <= e.shape[size_t(r.dim)] &&
+    // The shard keeps the other dimension whole: the row size, or (columns) every row.
+    const bool whole_other = r.dim == 0 ? dst.numel() == dst.dim(0) * row : dst.dim(0) == rows;
+    NK_CHECK((r.dim == 0 || (r.dim == 1 && e.shape.size() == 2)) && whole_other && r.start >= 0 &&
+                 r.len >= 0 && r.start + r.len <= e.shape[size_t(r.dim)] && r.local_start >= 0 &&
                  r.local_start + r.len <= dst.dim(r.dim),
              "{}: slice [{}, +{}) of dim {} outside tensor '{}' {} or {}", path_, r.start, r.len,
              r.dim, name, shape_str(e.shape), dst.desc());

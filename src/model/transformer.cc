@@ -73,8 +73,8 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
           "model.vocab_size = {} is not divisible by parallel.tp = {} (the vocabulary is split "
           "over the tensor-parallel ranks): pad it, e.g. model.vocab_size={}",
           value, tp, (value + 128 * tp - 1) / (128 * tp) * (128 * tp));
-    fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
-         key, value, tp);
+    fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)", key,
+         value, tp);
   }
 }
 

@@ -243,7 +243,7 @@ class Transformer {
   nn::Embedding embed_;
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
-  nn::Linear head_;    // shares embed_.wte when tied; vocabulary-parallel under tp
+  nn::Linear head_;  // shares embed_.wte when tied; vocabulary-parallel under tp
   nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
@@ -292,12 +292,12 @@ class Activations {
   std::vector<Tensor> res;  // residual stream entering layer l; res[L] is the output
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf;
-  Tensor tmp;        // [B, T, C] block outputs before the residual add
-  Tensor logits;     // [chunk, V] one row-chunk of logits / dlogits
-  Tensor losses;     // f32 [B*T]
-  Tensor ce_stats;   // f32 vocabulary-parallel cross-entropy scratch (tensor parallel)
+  Tensor tmp;             // [B, T, C] block outputs before the residual add
+  Tensor logits;          // [chunk, V] one row-chunk of logits / dlogits
+  Tensor losses;          // f32 [B*T]
+  Tensor ce_stats;        // f32 vocabulary-parallel cross-entropy scratch (tensor parallel)
   Tensor full_x, full_y;  // [B, T, C] sequence-parallel scratch (nn/tensor_parallel.h)
-  Tensor dres, dln;  // [B, T, C]
+  Tensor dres, dln;       // [B, T, C]
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;
   nn::Prompt::Saved prompt;  // p-tuning's encoder activations (model config().prompt)

@@ -14,11 +14,11 @@
 namespace nk::nn {
 
 struct Embedding {
-  Tensor wte, wpe;       // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
-  Tensor dwte, dwpe;     // f32; undefined when frozen (not computed)
+  Tensor wte, wpe;    // compute dtype [V, C], [maxT, C] (wpe undefined with RoPE)
+  Tensor dwte, dwpe;  // f32; undefined when frozen (not computed)
   TensorParallel tp;
   int64_t vocab_start = 0;  // the first id of wte's rows (tensor parallel)
-  ops::Nf4Weight wte_q;  // the frozen table as NF4 (QLoRA) instead of wte
+  ops::Nf4Weight wte_q;     // the frozen table as NF4 (QLoRA) instead of wte
   // The frozen table block-quantised (inference; models without wpe).
   ops::QuantWeight wte_quant;
 

@@ -66,8 +66,8 @@ namespace {
 // Rank 0's part of a save: the weights, the optimizer moments when they are
 // held whole, and the small files.
 // m, v: AdamW's moments laid out as the trainable parameters (with_moments).
-CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& model,
-                                       const Tensor& m, const Tensor& v, int64_t optimizer_steps,
+CheckpointContents checkpoint_contents(const TrainConfig& cfg, Transformer& model, const Tensor& m,
+                                       const Tensor& v, int64_t optimizer_steps,
                                        const TrainerState& state, const ParamLayout& trainable,
                                        bool with_moments) {
   NK_CHECK(optimizer_steps == state.optimizer_steps,
@@ -253,9 +253,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
       records.push_back(std::move(r));
   std::string dir = (std::filesystem::path(root) / checkpoint_name(state.step)).string();
   if (group.rank() == 0) {
-    CheckpointContents c =
-        checkpoint_contents(cfg, model, Tensor(), Tensor(), opt.steps_done(), state, trainable,
-                            false);
+    CheckpointContents c = checkpoint_contents(cfg, model, Tensor(), Tensor(), opt.steps_done(),
+                                               state, trainable, false);
     if (shard_weights) c.model.clear();  // in the model shards
     dir = finish_shared_checkpoint(root, tmp, c, records, cfg.keep_checkpoints);
   }
@@ -277,11 +276,12 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   // A base held without masters is train.init_from's, read again (or the
   // random one the seed draws).
   const bool whole = cfg.frozen_weights == FrozenWeights::Master;
-  out.model = !whole && !cfg.init_from.empty()
-                  ? load_run_model(cfg, cfg.init_from, "train.init_from")
-                  : std::make_unique<Transformer>(
-                        cfg.model, cfg.dtype, cfg.seed, whole ? ParamInit::Zeros : ParamInit::Random,
-                        cfg.frozen, kHost, cfg.frozen_weights, QuantPlan(), tp);
+  out.model =
+      !whole && !cfg.init_from.empty()
+          ? load_run_model(cfg, cfg.init_from, "train.init_from")
+          : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
+                                          whole ? ParamInit::Zeros : ParamInit::Random, cfg.frozen,
+                                          kHost, cfg.frozen_weights, QuantPlan(), tp);
   const ParamLayout& layout = out.model->layout();
   // Tensor parallel: the checkpoint holds whole tensors (whatever layout
   // saved it); this rank reads its slices of them.

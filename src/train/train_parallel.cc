@@ -11,9 +11,8 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  const std::pair<const char*, int> model_parallel[] = {{"parallel.cp", mesh.cp()},
-                                                        {"parallel.pp", mesh.pp()},
-                                                        {"parallel.ep", mesh.ep()}};
+  const std::pair<const char*, int> model_parallel[] = {
+      {"parallel.cp", mesh.cp()}, {"parallel.pp", mesh.pp()}, {"parallel.ep", mesh.ep()}};
   for (const auto& [key, size] : model_parallel)
     if (size != 1)
       fail("{} = {}: nekton train runs tensor and data parallel only for now (set it to 1)", key,
@@ -23,13 +22,12 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
          mesh.etp());
   if (mesh.tp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp());
-    const char* unsupported = cfg.model.has_adapters()          ? "peft.method (adapters)"
-                              : !cfg.data.sft_path.empty()      ? "data.sft_path (fine-tuning)"
-                              : cfg.ddp.shard != parallel::Shard::None ? "parallel.shard"
-                              : !cfg.init_from.empty()          ? "train.init_from"
-                              : cfg.frozen_weights != FrozenWeights::Master
-                                  ? "train.frozen_weights"
-                                  : nullptr;
+    const char* unsupported = cfg.model.has_adapters()     ? "peft.method (adapters)"
+                              : !cfg.data.sft_path.empty() ? "data.sft_path (fine-tuning)"
+                              : cfg.ddp.shard != parallel::Shard::None      ? "parallel.shard"
+                              : !cfg.init_from.empty()                      ? "train.init_from"
+                              : cfg.frozen_weights != FrozenWeights::Master ? "train.frozen_weights"
+                                                                            : nullptr;
     if (unsupported)
       fail("parallel.tp = {}: {} under tensor parallelism is not supported yet", mesh.tp(),
            unsupported);

@@ -11,13 +11,13 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
-#include "parallel/tensor_parallel.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
 #include "data/tokenizer/tokenizer.h"
+#include "parallel/tensor_parallel.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
 
@@ -120,8 +120,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   if (tensor_parallel().active())
     NK_INFO("tensor parallel: {}{}; each rank holds {:.2f}M of the {:.2f}M parameters",
             par_.mesh->describe(), tensor_parallel().sp() ? ", sequence parallel" : "",
-            double(model_->layout().count()) / 1e6,
-            double(model_->global_layout().count()) / 1e6);
+            double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
   if (par_.active()) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
@@ -316,8 +315,7 @@ void Trainer::save_checkpoint_now() {
     std::unique_ptr<Transformer> whole = gather_whole_model();
     const Tensor m = parallel::gather_tensor_parallel(*model_, opt_->m());
     const Tensor v = parallel::gather_tensor_parallel(*model_, opt_->v());
-    if (par_.writes())
-      dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
+    if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
     par_.groups->get("world").barrier();  // installed before any rank goes on
     saved_step_ = state_.step;
     if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
@@ -526,11 +524,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped. Tensor parallel: each rank's
     // shards, the replicated parameters once.
-    double norm = std::sqrt(
-        tensor_parallel().active() ? parallel::tensor_parallel_grad_norm_squared(*model_,
-                                                                                 model_->grads())
-        : ddp_                     ? ddp_->grad_norm_squared()
-                                   : ops::sum_squares(model_->grads()));
+    double norm =
+        std::sqrt(tensor_parallel().active()
+                      ? parallel::tensor_parallel_grad_norm_squared(*model_, model_->grads())
+                  : ddp_ ? ddp_->grad_norm_squared()
+                         : ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);

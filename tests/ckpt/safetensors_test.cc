@@ -115,6 +115,30 @@ TEST_F(SafetensorsTest, MetadataRoundTrip) {
   EXPECT_EQ(SafetensorsFile::open(p).metadata(), meta);
 }
 
+// A tensor-parallel rank reads only its slices of a whole tensor: rows of
+// each fused part, or columns of every row, laid out as its shard.
+TEST_F(SafetensorsTest, ReadsSlicesOfRowsAndColumns) {
+  std::string p = path("s.safetensors");
+  Tensor whole = random_tensor({6, 4}, DType::F32, 3);
+  save_safetensors(p, {{"w", whole}});
+  SafetensorsFile f = SafetensorsFile::open(p);
+  const float* w = whole.data<float>();
+  Tensor rows = Tensor::empty({3, 4}, DType::F32);  // rows 1 and 4-5, as two parts' shares
+  f.read_slices_into("w", {{0, 1, 1, 0}, {0, 4, 2, 1}}, rows);
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(rows.data<float>()[j], w[4 + j]);
+    EXPECT_EQ(rows.data<float>()[4 + j], w[16 + j]);
+    EXPECT_EQ(rows.data<float>()[8 + j], w[20 + j]);
+  }
+  Tensor cols = Tensor::empty({6, 2}, DType::F32);  // columns 2-3
+  f.read_slices_into("w", {{1, 2, 2, 0}}, cols);
+  for (int64_t i = 0; i < 6; ++i)
+    for (int64_t j = 0; j < 2; ++j) EXPECT_EQ(cols.data<float>()[i * 2 + j], w[i * 4 + 2 + j]);
+  EXPECT_THROW(f.read_slices_into("w", {{0, 5, 2, 0}}, rows), Error);  // past the last row
+  EXPECT_THROW(f.read_slices_into("w", {{1, 0, 2, 0}}, rows), Error);  // 3 rows, not 6
+  EXPECT_THROW(f.read_slices_into("w", {{0, 0, 2, 0}}, cols), Error);  // rows of 2, not 4
+}
+
 TEST_F(SafetensorsTest, MissingTensorNamesFileAndTensor) {
   std::string p = path("x.safetensors");
   save_safetensors(p, {{"a", random_tensor({2}, DType::F32, 1)}});

@@ -106,5 +106,39 @@ TEST(ParamLayout, ShardsOfEveryModelParameterTileIt) {
   }
 }
 
+// A tensor-parallel rank's layout: each parameter at its shard shape, each
+// fused part at its share, the same order; extract and insert move a whole
+// value to a rank's shard and back (every rank's shard together rebuild it).
+TEST(ParamLayout, ShardLayoutAndCopiesRoundTrip) {
+  const ParamLayout whole = small_layout();
+  const ParamLayout half = whole.shard(2);
+  ASSERT_EQ(half.params().size(), whole.params().size());
+  EXPECT_EQ(half.find("qkv").shape, (Shape{4, 6}));
+  EXPECT_EQ(half.find("qkv").part("q").rows, 2);
+  EXPECT_EQ(half.find("qkv").part("k").row0, 2);
+  EXPECT_EQ(half.find("proj").shape, (Shape{6, 2}));
+  EXPECT_EQ(half.find("norm").shape, (Shape{6}));
+  for (const ParamInfo& p : whole.params()) {
+    std::vector<float> value(size_t(p.numel())), rebuilt(value.size(), -1.f);
+    for (size_t i = 0; i < value.size(); ++i) value[i] = float(i);
+    for (int64_t r = 0; r < 2; ++r) {
+      std::vector<float> shard(size_t(shape_numel(shard_shape(p, 2))));
+      extract_shard(p, r, 2, sizeof(float), value.data(), shard.data());
+      if (p.name == "qkv" && r == 1) {  // q rows 2-3, k row 5, v row 7 of the whole
+        EXPECT_EQ(shard[0], float(2 * 6));
+        EXPECT_EQ(shard[2 * 6], float(5 * 6));
+        EXPECT_EQ(shard[3 * 6], float(7 * 6));
+      }
+      if (p.name == "proj" && r == 1) {
+        EXPECT_EQ(shard[1], value[3]);  // columns 2-3 of row 0
+      }
+      insert_shard(p, r, 2, sizeof(float), shard.data(), rebuilt.data());
+    }
+    EXPECT_EQ(rebuilt, value) << p.name;
+  }
+  std::string e = test::error_of([&] { whole.shard(4); });
+  EXPECT_NE(e.find("qkv"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace nk

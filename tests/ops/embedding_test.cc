@@ -111,6 +111,45 @@ TEST_P(EmbeddingFast, SkippedGradientLeavesTheOtherUnchanged) {
     }
 }
 
+// A vocabulary split over shards (tensor parallelism): each shard looks up
+// the ids it holds and zeros for the others, only the first adds positions,
+// and the sum over shards is the plain lookup exactly; each shard's
+// backward fills its rows of the plain gradient and the positions' whole one.
+TEST_P(EmbeddingFast, VocabularyShardsSumToThePlainLookup) {
+  const int64_t B = 2, T = 9, C = 12, V = 12, maxT = 16, S = 3, Vs = V / S;
+  const Device d = dev();
+  Tensor tok = make({B, T}, DType::I32, token_ids(B * T, V, 41), d);
+  const Vec wte = randn(V * C, 42), wpe = randn(maxT * C, 43), dy = randn(B * T * C, 44);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor out = Tensor::empty({B, T, C}, dt, d);
+    ops::embedding_forward(out, tok, make({V, C}, dt, wte, d), make({maxT, C}, dt, wpe, d));
+    Tensor dwte = make({V, C}, DType::F32, Vec(V * C), d),
+           dwpe = make({maxT, C}, DType::F32, Vec(maxT * C), d), tdy = make({B, T, C}, dt, dy, d);
+    ops::embedding_backward(dwte, dwpe, tdy, tok);
+    Vec sum(size_t(B * T * C), 0.f);
+    for (int64_t s = 0; s < S; ++s) {
+      const Vec rows(wte.begin() + s * Vs * C, wte.begin() + (s + 1) * Vs * C);
+      Tensor o = Tensor::empty({B, T, C}, dt, d);
+      ops::embedding_forward(o, tok, make({Vs, C}, dt, rows, d),
+                             s == 0 ? make({maxT, C}, dt, wpe, d) : Tensor(), Tensor(), s * Vs);
+      const Vec v = values(o);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
+      Tensor g = make({Vs, C}, DType::F32, Vec(Vs * C), d),
+             gp = make({maxT, C}, DType::F32, Vec(maxT * C), d);
+      ops::embedding_backward(g, gp, tdy, tok, Tensor(), s * Vs);
+      const Vec whole = values(dwte);
+      EXPECT_EQ(values(g), Vec(whole.begin() + s * Vs * C, whole.begin() + (s + 1) * Vs * C))
+          << "shard " << s;
+      EXPECT_EQ(values(gp), values(dwpe)) << "shard " << s;
+    }
+    // One shard holds each token: adding zeros changes no bit (f32 sum, then
+    // one rounding to the dtype as the all-reduce does).
+    Tensor summed = make({B, T, C}, dt, sum, d);
+    EXPECT_EQ(values(summed), values(out));
+  }
+}
+
 TEST_P(EmbeddingFast, BadTokenIsAUserErrorNamingIdAndPosition) {
   const int64_t V = 10, C = 4;
   Tensor wte = make({V, C}, DType::F32, Vec(V * C), dev()),

@@ -53,8 +53,43 @@ TEST(TrainParallel, WorldSizeMustFitTheLayout) {
   e = error_of(config({"parallel.pp=2"}), 3);
   EXPECT_NE(e.find("parallel.pp"), std::string::npos) << e;
   // A layout the mesh accepts but nekton train cannot run yet.
-  e = error_of(config({"parallel.tp=2"}), 2);
-  EXPECT_NE(e.find("parallel.tp = 2"), std::string::npos) << e;
+  e = error_of(config({"parallel.cp=2"}), 2);
+  EXPECT_NE(e.find("parallel.cp = 2"), std::string::npos) << e;
+}
+
+// Tensor parallelism splits heads, key/value heads, MLP units and the
+// vocabulary: a size that does not divide one of them is refused before any
+// work, naming the key and both numbers (and, for the vocabulary, a padded size).
+TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
+  const std::vector<std::string> tiny = {"model.preset=llama-tiny", "model.vocab_size=264",
+                                         "train.seq_len=32"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), tiny.begin(), tiny.end());
+    return config(extra);
+  };
+  EXPECT_EQ(error_of(with({"parallel.tp=2"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "parallel.sp=true"}), 4), "");  // dp 2 × tp 2
+  std::string e = error_of(with({"parallel.tp=4"}), 4);  // llama-tiny: 2 kv heads
+  EXPECT_NE(e.find("model.n_kv_head = 2 is not divisible by parallel.tp = 4"), std::string::npos)
+      << e;
+  e = error_of(with({"parallel.tp=2", "model.n_head=6", "model.n_kv_head=3"}), 2);
+  EXPECT_NE(e.find("model.n_head = 6"), std::string::npos) << e;
+  e = error_of(with({"parallel.tp=2", "model.d_ff=175"}), 2);
+  EXPECT_NE(e.find("model.d_ff = 175"), std::string::npos) << e;
+  e = error_of(with({"parallel.tp=2", "model.vocab_size=257"}), 2);
+  EXPECT_NE(e.find("model.vocab_size = 257 is not divisible by parallel.tp = 2"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("model.vocab_size=512"), std::string::npos) << e;  // a multiple of 128 × tp
+  // Sequence parallelism splits each sequence's tokens over the tp ranks.
+  e = error_of(with({"parallel.tp=2", "parallel.sp=true", "train.seq_len=31"}), 2);
+  EXPECT_NE(e.find("train.seq_len = 31 is not divisible by parallel.tp = 2"), std::string::npos)
+      << e;
+  EXPECT_THROW(with({"parallel.sp=true"}), Error);  // needs tp > 1
+  // What tensor parallelism does not support yet is named.
+  e = error_of(with({"parallel.tp=2", "parallel.shard=optimizer"}), 4);
+  EXPECT_NE(e.find("parallel.shard under tensor parallelism"), std::string::npos) << e;
+  e = error_of(with({"parallel.tp=2", "peft.method=lora"}), 2);
+  EXPECT_NE(e.find("peft.method"), std::string::npos) << e;
 }
 
 }  // namespace

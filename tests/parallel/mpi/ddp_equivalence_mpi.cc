@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "equivalence_util.h"
 #include "parallel/sharded_weights.h"
 #include "parallel_env.h"
 #include "train/trainer.h"
@@ -42,21 +43,9 @@ class DataParallel : public ::testing::Test {
     rank_ = mpi().rank();
     mesh_ = std::make_unique<dist::Mesh>(world_, rank_, dist::MeshSpec{});
     groups_ = std::make_unique<dist::ProcessGroups>(mpi().make_groups(*mesh_, 120));
-    base_ = fs::path(NK_BINARY_DIR) / "parallel_mpi" /
-            (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_np" +
-             std::to_string(world_));
-    corpus_ = fs::path(NK_BINARY_DIR) / "parallel_mpi" / "corpus.txt";
-    if (rank_ == 0) {
-      fs::remove_all(base_);
-      fs::create_directories(base_);
-      if (!fs::exists(corpus_)) {
-        std::ofstream o(corpus_.string() + ".tmp");
-        for (int i = 0; i < 400; ++i)
-          o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
-        o.close();
-        fs::rename(corpus_.string() + ".tmp", corpus_);
-      }
-    }
+    const test::RunDirs dirs = test::prepare_run_dirs("parallel_mpi", world_, rank_);
+    base_ = dirs.base;
+    corpus_ = dirs.corpus;
     groups_->get("world").barrier();
   }
 
@@ -165,41 +154,9 @@ class DataParallel : public ::testing::Test {
         EXPECT_EQ(dp_batches[s][size_t(m)], ref_batches[s][size_t(m * dp + rank_)])
             << "step " << s + 1 << " micro-batch " << m;
     }
-    // The weights: per tensor (or fused part), the relative difference in the
-    // 2-norm, ||a - b|| / ||a||. Not per element: Adam divides each gradient
-    // element by its own running magnitude, so an element whose micro-batch
-    // contributions nearly cancel carries the relative rounding of that
-    // cancellation (order of additions) into its step, far above 1e-5 of its
-    // own size yet negligible in the tensor. The key bias is left out: its
-    // true gradient is zero (a constant added to every key shifts all of a
-    // query's scores alike, and softmax ignores that), so its computed
-    // gradient is rounding noise that Adam turns into steps of size lr in
-    // either run; it is only checked to stay within a few such steps.
-    for (const ParamInfo& p : ref.model().layout().params()) {
-      std::vector<std::string> parts;
-      for (const ParamPart& part : p.parts) parts.push_back(part.name);
-      if (parts.empty()) parts.push_back("");
-      for (const std::string& part : parts) {
-        Tensor a = part.empty() ? ParamLayout::view(ref.model().params(), p)
-                                : ParamLayout::part_view(ref.model().params(), p, part);
-        Tensor b = part.empty() ? ParamLayout::view(ddp.model().params(), p)
-                                : ParamLayout::part_view(ddp.model().params(), p, part);
-        double norm = 0, diff = 0, dmax = 0;
-        for (int64_t k = 0; k < a.numel(); ++k) {
-          double x = a.data<float>()[k], d = x - b.data<float>()[k];
-          norm += x * x;
-          diff += d * d;
-          dmax = std::max(dmax, std::abs(d));
-        }
-        const std::string what = p.name + (part.empty() ? "" : " part " + part);
-        if (part == "k" && p.name.ends_with("attn.qkv.bias"))
-          EXPECT_LE(dmax, 10 * 3e-3) << what;
-        else
-          EXPECT_LE(std::sqrt(diff), param_tol * std::sqrt(norm))
-              << what << ": |diff| " << std::sqrt(diff) << " of |w| " << std::sqrt(norm)
-              << ", max elementwise " << dmax;
-      }
-    }
+    // The weights: per tensor (or fused part), the relative difference in the 2-norm.
+    test::expect_weights_close(ref.model().layout(), ref.model().params(), ddp.model().params(),
+                               param_tol);
     EXPECT_EQ(ddp.state().consumed_samples, ref.state().consumed_samples);
     // ZeRO-1: this rank holds the moments of its blocks only, and the blocks
     // of all ranks add up to the whole state of one process.

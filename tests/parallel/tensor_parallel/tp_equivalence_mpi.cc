@@ -14,8 +14,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
+#include "core/rng.h"
+#include "equivalence_util.h"
+#include "nn/cross_entropy.h"
+#include "ops/ops.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel_env.h"
 #include "train/trainer.h"
@@ -49,21 +52,9 @@ class TensorParallel : public ::testing::Test {
     rank_ = mpi().rank();
     world_mesh_ = std::make_unique<dist::Mesh>(world_, rank_, dist::MeshSpec{});
     world_groups_ = std::make_unique<dist::ProcessGroups>(mpi().make_groups(*world_mesh_, 120));
-    base_ = fs::path(NK_BINARY_DIR) / "tensor_parallel_mpi" /
-            (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_np" +
-             std::to_string(world_));
-    corpus_ = fs::path(NK_BINARY_DIR) / "tensor_parallel_mpi" / "corpus.txt";
-    if (rank_ == 0) {
-      fs::remove_all(base_);
-      fs::create_directories(base_);
-      if (!fs::exists(corpus_)) {
-        std::ofstream o(corpus_.string() + ".tmp");
-        for (int i = 0; i < 400; ++i)
-          o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
-        o.close();
-        fs::rename(corpus_.string() + ".tmp", corpus_);
-      }
-    }
+    const test::RunDirs dirs = test::prepare_run_dirs("tensor_parallel_mpi", world_, rank_);
+    base_ = dirs.base;
+    corpus_ = dirs.corpus;
     barrier();
   }
   void barrier() { world_groups_->get("world").barrier(); }
@@ -73,27 +64,28 @@ class TensorParallel : public ::testing::Test {
   TrainConfig config(const Recipe& r, const std::string& out, int tp, int64_t dp,
                      const std::vector<std::string>& extra = {}) {
     const int64_t B = 2;
-    std::vector<std::string> o = {"model.preset=" + r.preset,
-                                  "model.n_layer=2",
-                                  "model.d_model=64",
-                                  "model.n_head=" + std::to_string(r.n_head),
-                                  "model.d_ff=128",
-                                  "model.vocab_size=264",  // bytes, padded to a multiple of 8
-                                  "data.path=" + corpus_.string(),
-                                  "train.micro_batch=" + std::to_string(B),
-                                  "train.global_batch=" + std::to_string(B * r.accum * dp),
-                                  "train.seq_len=32",
-                                  "train.steps=10",
-                                  "train.lr=3e-3",
-                                  "train.warmup_steps=2",
-                                  "train.val_every=0",
-                                  "train.log_every=100",
-                                  "train.peak_tflops=1",
-                                  "train.grad_clip=1.0",
-                                  "train.out_dir=" + out,
-                                  "train.dtype=f32",
-                                  "parallel.tp=" + std::to_string(tp),
-                                  std::string("parallel.sp=") + (r.sp && tp > 1 ? "true" : "false")};
+    std::vector<std::string> o = {
+        "model.preset=" + r.preset,
+        "model.n_layer=2",
+        "model.d_model=64",
+        "model.n_head=" + std::to_string(r.n_head),
+        "model.d_ff=128",
+        "model.vocab_size=264",  // bytes, padded to a multiple of 8
+        "data.path=" + corpus_.string(),
+        "train.micro_batch=" + std::to_string(B),
+        "train.global_batch=" + std::to_string(B * r.accum * dp),
+        "train.seq_len=32",
+        "train.steps=10",
+        "train.lr=3e-3",
+        "train.warmup_steps=2",
+        "train.val_every=0",
+        "train.log_every=100",
+        "train.peak_tflops=1",
+        "train.grad_clip=1.0",
+        "train.out_dir=" + out,
+        "train.dtype=f32",
+        "parallel.tp=" + std::to_string(tp),
+        std::string("parallel.sp=") + (r.sp && tp > 1 ? "true" : "false")};
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=" + std::to_string(r.n_kv_head));
     o.insert(o.end(), r.extra.begin(), r.extra.end());
     o.insert(o.end(), extra.begin(), extra.end());
@@ -117,34 +109,6 @@ class TensorParallel : public ::testing::Test {
   // The whole weights of a (tensor-parallel) trainer, gathered on every rank.
   static Tensor whole_weights(Trainer& t) {
     return parallel::gather_tensor_parallel(t.model(), t.model().params());
-  }
-
-  // Per tensor (or fused part) the relative difference in the 2-norm (see
-  // the data-parallel test for why not per element, and for the key bias).
-  static void expect_same_weights(const ParamLayout& layout, const Tensor& a, const Tensor& b,
-                                  double tol, const std::string& what) {
-    for (const ParamInfo& p : layout.params()) {
-      std::vector<std::string> parts;
-      for (const ParamPart& part : p.parts) parts.push_back(part.name);
-      if (parts.empty()) parts.push_back("");
-      for (const std::string& part : parts) {
-        Tensor x = part.empty() ? ParamLayout::view(a, p) : ParamLayout::part_view(a, p, part);
-        Tensor y = part.empty() ? ParamLayout::view(b, p) : ParamLayout::part_view(b, p, part);
-        double norm = 0, diff = 0, dmax = 0;
-        for (int64_t k = 0; k < x.numel(); ++k) {
-          const double u = x.data<float>()[k], d = u - y.data<float>()[k];
-          norm += u * u;
-          diff += d * d;
-          dmax = std::max(dmax, std::abs(d));
-        }
-        const std::string name = what + " " + p.name + (part.empty() ? "" : " part " + part);
-        if (part == "k" && p.name.ends_with("attn.qkv.bias"))
-          EXPECT_LE(dmax, 10 * 3e-3) << name;
-        else
-          EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm))
-              << name << ": |diff| " << std::sqrt(diff) << " of |w| " << std::sqrt(norm);
-      }
-    }
   }
 
   static void expect_same_losses(const Trainer& ref, const Trainer& t, size_t first, double tol,
@@ -171,8 +135,8 @@ class TensorParallel : public ::testing::Test {
     t.run();
     ASSERT_EQ(ref.history().size(), 10u);
     expect_same_losses(ref, t, 0, kF32, "tp");
-    expect_same_weights(ref.model().layout(), ref.model().params(), whole_weights(t), kF32,
-                        "tp");
+    test::expect_weights_close(ref.model().layout(), ref.model().params(), whole_weights(t), kF32,
+                               "tp ");
     // Rank 0 exported the whole model: the reference's weights.
     barrier();
     if (rank_ == 0) {
@@ -186,6 +150,51 @@ class TensorParallel : public ::testing::Test {
   std::unique_ptr<dist::ProcessGroups> world_groups_;
   fs::path base_, corpus_;
 };
+
+// Vocabulary-parallel cross-entropy against the plain one over the whole
+// logits, forward and backward, with ignored targets and a padded
+// vocabulary (264 ids, the targets below 257): each rank holds its columns.
+// Tolerance: the shards' sums of exponentials are added in another order,
+// so the log-sum-exp (an f32 of magnitude up to ~16 here, last bit ~1e-6)
+// can differ in its last bits: relative 1e-6 on the loss, and on each
+// gradient entry exp(x - lse) the same relative error (2e-6 allowed, plus
+// 1e-9 absolute for the zeros of ignored rows).
+TEST_F(TensorParallel, VocabCrossEntropyEqualsThePlainOne) {
+  const int64_t N = 37, V = 264, real = 257, Vs = V / world_;
+  Rng rng(7);
+  Tensor logits = Tensor::empty({N, V}, DType::F32), targets = Tensor::empty({N}, DType::I32);
+  for (int64_t i = 0; i < N * V; ++i) logits.data<float>()[i] = float(3 * rng.normal());
+  for (int64_t i = 0; i < N; ++i)
+    targets.data<int32_t>()[i] = i % 5 == 3 ? -100 : int32_t(rng.below(uint64_t(real)));
+  const float scale = 0.25f;
+  Tensor losses = Tensor::empty({N}, DType::F32), dlogits = Tensor::empty({N, V}, DType::F32);
+  ops::cross_entropy_forward_backward(losses, dlogits, logits, targets, -100, scale);
+
+  nn::VocabCrossEntropy ce;
+  ce.tp = {&world_groups_->get("world"), false};
+  ce.vocab_start = rank_ * Vs;
+  Tensor stats = Tensor::empty({nn::VocabCrossEntropy::stats_size(N)}, DType::F32);
+  for (bool backward : {false, true}) {
+    Tensor mine = Tensor::empty({N, Vs}, DType::F32), l = Tensor::empty({N}, DType::F32);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < Vs; ++j)
+        mine.data<float>()[i * Vs + j] = logits.data<float>()[i * V + ce.vocab_start + j];
+    ce.forward(l, mine, targets, backward, scale, stats);
+    for (int64_t i = 0; i < N; ++i) {
+      const float want = losses.data<float>()[i];
+      EXPECT_NEAR(l.data<float>()[i], want, 1e-6 * std::abs(want)) << "row " << i;
+      if (targets.data<int32_t>()[i] == -100) {
+        EXPECT_EQ(l.data<float>()[i], 0.f);
+      }
+    }
+    for (int64_t i = 0; backward && i < N; ++i)
+      for (int64_t j = 0; j < Vs; ++j)
+        ASSERT_NEAR(mine.data<float>()[i * Vs + j],
+                    dlogits.data<float>()[i * V + ce.vocab_start + j],
+                    2e-6 * std::abs(dlogits.data<float>()[i * V + ce.vocab_start + j]) + 1e-9)
+            << "row " << i << " id " << ce.vocab_start + j;
+  }
+}
 
 TEST_F(TensorParallel, Gpt2Tp2) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
@@ -207,7 +216,8 @@ TEST_F(TensorParallel, LlamaTp2SequenceParallel) {
 // recompute.
 TEST_F(TensorParallel, LlamaTp2TiedSelectiveRecompute) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
-  check(recipe("llama-tiny", 2, true, 1, 4, 2, {"model.tied_embeddings=true", "train.recompute=selective"}));
+  check(recipe("llama-tiny", 2, true, 1, 4, 2,
+               {"model.tied_embeddings=true", "train.recompute=selective"}));
 }
 TEST_F(TensorParallel, LlamaTp4GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";

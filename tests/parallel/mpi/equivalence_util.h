@@ -1,0 +1,79 @@
+// What the multi-process equivalence tests (data parallel, tensor parallel)
+// share: each test's fresh folder and the corpus they train on, and the
+// per-tensor comparison of two runs' weights.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "nn/param_layout.h"
+
+namespace nk::test {
+
+struct RunDirs {
+  std::filesystem::path base;    // BINARY_DIR/<suite>/<test>_np<world>, empty
+  std::filesystem::path corpus;  // BINARY_DIR/<suite>/corpus.txt
+};
+// Rank 0 empties `base` and writes the corpus once; the caller then waits on
+// a barrier before any rank uses them.
+inline RunDirs prepare_run_dirs(const std::string& suite, int world, int rank) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(NK_BINARY_DIR) / suite;
+  RunDirs d{root / (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+                    "_np" + std::to_string(world)),
+            root / "corpus.txt"};
+  if (rank != 0) return d;
+  fs::remove_all(d.base);
+  fs::create_directories(d.base);
+  if (!fs::exists(d.corpus)) {
+    std::ofstream o(d.corpus.string() + ".tmp");
+    for (int i = 0; i < 400; ++i)
+      o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
+    o.close();
+    fs::rename(d.corpus.string() + ".tmp", d.corpus);
+  }
+  return d;
+}
+
+// The weights `a` and `b` (f32 arenas of `layout`): per tensor (or fused
+// part), the relative difference in the 2-norm, ||a - b|| / ||a|| <= tol.
+// Not per element: Adam divides each gradient element by its own running
+// magnitude, so an element whose micro-batch contributions nearly cancel
+// carries the relative rounding of that cancellation (order of additions)
+// into its step, far above 1e-5 of its own size yet negligible in the
+// tensor. The key bias is left out: its true gradient is zero (a constant
+// added to every key shifts all of a query's scores alike, and softmax
+// ignores that), so its computed gradient is rounding noise that Adam turns
+// into steps of size lr in either run; it is only checked to stay within a
+// few such steps.
+inline void expect_weights_close(const ParamLayout& layout, const Tensor& a, const Tensor& b,
+                                 double tol, const std::string& what = "") {
+  for (const ParamInfo& p : layout.params()) {
+    std::vector<std::string> parts;
+    for (const ParamPart& part : p.parts) parts.push_back(part.name);
+    if (parts.empty()) parts.push_back("");
+    for (const std::string& part : parts) {
+      Tensor x = part.empty() ? ParamLayout::view(a, p) : ParamLayout::part_view(a, p, part);
+      Tensor y = part.empty() ? ParamLayout::view(b, p) : ParamLayout::part_view(b, p, part);
+      double norm = 0, diff = 0, dmax = 0;
+      for (int64_t k = 0; k < x.numel(); ++k) {
+        const double u = x.data<float>()[k], d = u - y.data<float>()[k];
+        norm += u * u;
+        diff += d * d;
+        dmax = std::max(dmax, std::abs(d));
+      }
+      const std::string name = what + p.name + (part.empty() ? "" : " part " + part);
+      if (part == "k" && p.name.ends_with("attn.qkv.bias"))
+        EXPECT_LE(dmax, 10 * 3e-3) << name;
+      else
+        EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm))
+            << name << ": |diff| " << std::sqrt(diff) << " of |w| " << std::sqrt(norm)
+            << ", max elementwise " << dmax;
+    }
+  }
+}
+
+}  // namespace nk::test
