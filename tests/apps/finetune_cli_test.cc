@@ -342,7 +342,11 @@ TEST_F(Finetune, PTuningTrainsItsPrompt) {
       << r.out;
   const std::vector<double> losses = test::logged_losses(out + "/metrics.jsonl");
   ASSERT_EQ(losses.size(), 100u);
-  EXPECT_LT(losses.back(), 0.6 * losses.front()) << r.out;
+  // The mean of the last ten steps: at lr 1e-2 single steps swing by ~0.1
+  // with the hardware's rounding (AVX2 and AVX-512 kernels differ).
+  double tail = 0;
+  for (size_t i = 90; i < 100; ++i) tail += losses[i] / 10;
+  EXPECT_LT(tail, 0.6 * losses.front()) << r.out;
   nlohmann::json cfg = json::parse(test::read_file(out + "/adapter/adapter_config.json"));
   EXPECT_EQ(cfg["peft_type"], "P_TUNING");
   EXPECT_EQ(cfg["num_virtual_tokens"], 8);

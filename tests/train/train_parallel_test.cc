@@ -72,8 +72,8 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   std::string e = error_of(with({"parallel.tp=4"}), 4);  // llama-tiny: 2 kv heads
   EXPECT_NE(e.find("model.n_kv_head = 2 is not divisible by parallel.tp = 4"), std::string::npos)
       << e;
-  e = error_of(with({"parallel.tp=2", "model.n_head=6", "model.n_kv_head=3"}), 2);
-  EXPECT_NE(e.find("model.n_head = 6"), std::string::npos) << e;
+  e = error_of(with({"parallel.tp=4", "model.n_head=6", "model.d_model=96"}), 4);
+  EXPECT_NE(e.find("model.n_head = 6 is not divisible by parallel.tp = 4"), std::string::npos) << e;
   e = error_of(with({"parallel.tp=2", "model.d_ff=175"}), 2);
   EXPECT_NE(e.find("model.d_ff = 175"), std::string::npos) << e;
   e = error_of(with({"parallel.tp=2", "model.vocab_size=257"}), 2);

@@ -117,7 +117,7 @@ KILLED_RC=$rc KILLED_MS=$ELAPSED_MS
 # out after parallel.timeout_s, names the group, the operation and the missing
 # rank, and ends the job (MPI_Abort).
 signal_rank1 peer_timeout "$WORK/run2" STOP
-grep -Eq "nekton rank 0: .*group 'dp-cp' [a-z_]+ #[0-9]+ timed out after $PEER_TIMEOUT_S.0 s: missing rank 1" \
+grep -Eq "nekton rank 0: .*group '(dp-cp|world)' [a-z_]+ #[0-9]+ timed out after $PEER_TIMEOUT_S.0 s: missing rank 1" \
   "$WORK/peer_timeout.log" ||
   fail "rank 0 did not report the missing rank 1 with its group and operation"
 
