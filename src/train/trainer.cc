@@ -121,7 +121,8 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     NK_INFO("tensor parallel: {}{}; each rank holds {:.2f}M of the {:.2f}M parameters",
             par_.mesh->describe(), tensor_parallel().sp() ? ", sequence parallel" : "",
             double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
-  if (par_.active()) {
+  if (par_.active() &&
+      par_.dp() > 1) {  // data parallel (a pure tensor-parallel run has no replicas)
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
