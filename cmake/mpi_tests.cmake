@@ -59,13 +59,21 @@ gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi 
 # Multi-process tests of src/parallel (tests/parallel/mpi), labelled "mpi":
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
 #                                        (GoogleTest inside every rank)
-#   tensor_parallel_mpi_np2, _np4        tensor (and sequence) parallel, alone and
-#                                        with data parallel, against one process
+#   tensor_parallel_mpi_np2, _np4, _np8  tensor (and sequence) and pipeline parallel,
+#                                        alone, together and with data parallel,
+#                                        against one process; resharding checkpoints
 #                                        (tests/parallel/tensor_parallel)
 nk_mpi_gtest(parallel_mpi parallel/mpi nk_train 300)
 nk_mpi_gtest(tensor_parallel_mpi parallel/tensor_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_tensor_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
+# DP2 × TP2 × PP2: 8 ranks on 2 cores (labelled many_ranks as well).
+add_test(NAME tensor_parallel_mpi_np8
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 8 --oversubscribe
+                 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_tensor_parallel_mpi> ${MPIEXEC_POSTFLAGS})
+nk_timeout(t 600)
+set_tests_properties(tensor_parallel_mpi_np8 PROPERTIES LABELS "mpi;many_ranks" TIMEOUT ${t}
+                     ENVIRONMENT "${NK_MPI_ENV}")
 
 # `nekton train` under mpirun and through --nproc (labelled "mpi"): only rank 0
 # prints the step log; an impossible batch is refused before mpirun starts.
@@ -98,7 +106,20 @@ nk_timeout(t 120)
 set_tests_properties(train_cli_tp2_sp PROPERTIES
                      LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
                      PASS_REGULAR_EXPRESSION
-                     "tensor parallel: world 2 = tp 2.*sequence parallel.*step +3/3 .*saved .*model"
+                     "model parallel: world 2 = tp 2.*sequence parallel.*step +3/3 .*saved .*model"
+                     FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
+# Pipeline x tensor parallel through the command line, validation included.
+add_test(NAME train_cli_pp2_tp2
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_pp
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
+                 $<TARGET_FILE:nekton> train ${NK_TRAIN_CLI_ARGS} model.vocab_size=264
+                 parallel.tp=2 parallel.pp=2 train.val_every=3
+                 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_pp)
+nk_timeout(t 120)
+set_tests_properties(train_cli_pp2_tp2 PROPERTIES
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "pipeline stage 0 of 2: layers \\[0, 1\\), embedding .1F1B.*step +3/3 .*val .*saved .*model"
                      FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
 add_test(NAME train_cli_nproc_bad_batch
          COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}

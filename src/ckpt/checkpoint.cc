@@ -516,9 +516,9 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == local.total(),
            "read_flat_tensor_shards: flat buffer {} does not match the layout", flat.desc());
   check_flat_tensors(file, layout, prefix);
-  for (const ParamInfo& p : layout.params())
-    file.read_slices_into(prefix + p.name, shard_ranges(p, rank, n),
-                          ParamLayout::view(flat, local.find(p.name)));
+  for (const ParamInfo& p : local.params())
+    file.read_slices_into(prefix + p.name, shard_ranges(layout.find(p.name), rank, n),
+                          ParamLayout::view(flat, p));
 }
 
 }  // namespace nk

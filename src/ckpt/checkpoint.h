@@ -155,9 +155,11 @@ std::string recover_checkpoint_root(const std::string& root);
 // before reading any: nk::Error naming the file, the tensor and both shapes.
 void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
                        const std::string& prefix, Tensor& flat);
-// The same for rank `rank` of an n-way tensor-parallel model: the file holds
-// `layout`'s whole tensors (checked as above), `flat` is laid out by
-// layout.shard(n) (`local`), and only this rank's slices are read.
+// The same for rank `rank` of an n-way tensor-parallel model, or a pipeline
+// stage: the file holds `layout`'s whole tensors (checked as above), `flat`
+// is laid out by `local` (some of them, each split n ways:
+// ParamLayout::subset, ParamLayout::shard), and only this rank's slices of
+// those are read.
 void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
                              const std::string& prefix, const ParamLayout& local, int64_t rank,
                              int64_t n, Tensor& flat);

@@ -14,6 +14,8 @@ void add_parallel_keys(ConfigSchema& s) {
   s.add_bool("parallel.sp", false,
              "sequence parallel: norms and residual stream split over the tp ranks along the "
              "tokens (needs parallel.tp > 1)");
+  s.add_string("parallel.pp_layout", "",
+               "layers per pipeline stage, comma-separated (e.g. 2,4,4,2; empty: an even split)");
   s.add_string("parallel.order", "tp-cp-ep-dp-pp",
                "rank order of the mesh dimensions, first varies fastest (Megatron's)");
   s.add_float("parallel.timeout_s", 300,
@@ -35,6 +37,24 @@ ParallelConfig parallel_config(const Config& c) {
   p.mesh.dp = get("parallel.dp");
   p.mesh.order = c.get_string("parallel.order");
   p.sequence_parallel = c.get_bool("parallel.sp");
+  const std::string layout = c.get_string("parallel.pp_layout");
+  for (size_t at = 0; !layout.empty() && at <= layout.size();) {
+    const size_t comma = std::min(layout.find(',', at), layout.size());
+    const std::string item = layout.substr(at, comma - at);
+    size_t used = 0;
+    int64_t n = -1;
+    try {
+      n = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || n < 0)
+      fail("parallel.pp_layout: '{}' is not a count of layers (expected e.g. 2,4,4,2)", item);
+    p.pp_layout.push_back(n);
+    at = comma + 1;
+  }
+  if (!p.pp_layout.empty() && int64_t(p.pp_layout.size()) != p.mesh.pp)
+    fail("parallel.pp_layout lists {} stages, parallel.pp = {}", p.pp_layout.size(), p.mesh.pp);
   if (p.sequence_parallel && p.mesh.tp < 2)
     fail("parallel.sp=true needs parallel.tp > 1 (it splits the tensor-parallel group's rows)");
   p.timeout_s = c.get_float("parallel.timeout_s");

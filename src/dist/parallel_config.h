@@ -2,7 +2,9 @@
 // collective timeout. A recipe's schema (train, later others) declares them with
 // add_parallel_keys and reads them back with parallel_config.
 #pragma once
+#include <vector>
 #include "core/config.h"
+
 #include "dist/mesh.h"
 
 namespace nk::dist {
@@ -12,6 +14,8 @@ struct ParallelConfig {
   // Sequence parallelism (parallel.sp): the norms and residual stream split
   // over the tp group along the tokens (needs tp > 1).
   bool sequence_parallel = false;
+  // Layers per pipeline stage, in order (parallel.pp_layout); empty: even.
+  std::vector<int64_t> pp_layout;
   double timeout_s = 300;  // every collective and point-to-point wait, in seconds
 };
 

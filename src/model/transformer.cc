@@ -59,6 +59,17 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
   return plan;
 }
 
+bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const {
+  if (name == "wte") return embedding || (head && cfg.tied_embeddings);
+  if (name == "wpe") return embedding;
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return head;
+  if (name.starts_with("h.")) {
+    const int64_t l = std::stoll(name.substr(2, name.find('.', 2) - 2));
+    return l >= first && l < end(cfg);
+  }
+  return true;  // adapters' and the prompt's: only with the whole model
+}
+
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
@@ -100,20 +111,30 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
                          const std::vector<std::string>& frozen, Device device,
                          FrozenWeights frozen_weights, const QuantPlan& quant,
-                         nn::TensorParallel tp)
+                         nn::TensorParallel tp, PipelineStage stage)
     : cfg_(cfg),
       compute_(compute),
       device_(device),
       frozen_weights_(frozen_weights),
       tp_(tp),
+      stage_(stage),
       global_layout_(layout_for(cfg, frozen, frozen_weights, quant)) {
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
   check_tensor_parallel(cfg_, tp_.size());
-  if (tp_.active() && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
-    fail("tensor parallelism needs a model without adapters, its frozen weights held as masters");
-  layout_ = tp_.active() ? global_layout_.shard(tp_.size()) : global_layout_;
+  const bool whole = stage_.whole(cfg_);
+  NK_CHECK(
+      0 <= stage_.first && stage_.first <= stage_.end(cfg_) && stage_.end(cfg_) <= cfg_.n_layer,
+      "pipeline stage: layers [{}, {}) of {}", stage_.first, stage_.end(cfg_), cfg_.n_layer);
+  if ((tp_.active() || !whole) && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
+    fail(
+        "tensor and pipeline parallelism need a model without adapters, its frozen weights held "
+        "as masters");
+  layout_ =
+      whole ? global_layout_
+            : global_layout_.subset([&](const ParamInfo& p) { return stage_.holds(cfg_, p.name); });
+  if (tp_.active()) layout_ = layout_.shard(tp_.size());
   // f32 masters: every parameter, or only the trainable ones (in f32 compute
   // the frozen dense ones too: their compute copy is the master).
   const int64_t masters = frozen_weights == FrozenWeights::Master ? layout_.total()
@@ -141,22 +162,23 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values. A tensor-parallel rank draws the
   // whole parameter and keeps its shard.
-  std::vector<float> host, whole;
-  for (size_t i = 0; init != ParamInit::Zeros && i < layout_.params().size(); ++i) {
+  std::vector<float> host, whole_value;
+  for (size_t i = 0; init != ParamInit::Zeros && i < global_layout_.params().size(); ++i) {
     const ParamInfo& g = global_layout_.params()[i];
-    const ParamInfo& p = layout_.params()[i];
+    if (!layout_.has(g.name)) continue;  // another pipeline stage's
+    const ParamInfo& p = layout_.find(g.name);
     if (init == ParamInit::Adapters && !p.adapter) continue;
-    whole.assign(size_t(g.numel()), g.init == Init::Ones ? 1.f : 0.f);
+    whole_value.assign(size_t(g.numel()), g.init == Init::Ones ? 1.f : 0.f);
     Rng rng(seed * 1000003ull + i);
     if (g.init == Init::Normal)
-      for (auto& v : whole) v = float(rng.normal() * g.init_std);
+      for (auto& v : whole_value) v = float(rng.normal() * g.init_std);
     if (g.init == Init::Uniform)
-      for (auto& v : whole) v = float((2 * rng.uniform() - 1) * g.init_std);
+      for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
     if (tp_.active()) {
       host.resize(size_t(p.numel()));
-      extract_shard(g, tp_.rank(), tp_.size(), sizeof(float), whole.data(), host.data());
+      extract_shard(g, tp_.rank(), tp_.size(), sizeof(float), whole_value.data(), host.data());
     } else {
-      host.swap(whole);
+      host.swap(whole_value);
     }
     if (has_master(p))
       ops::copy_from_host(ParamLayout::view(params_, p), host.data());
@@ -345,17 +367,24 @@ void Transformer::bind_views() {
     if (tp_.rank() != 0) lin.b = Tensor();
     return lin;
   };
+  embed_ = nn::Embedding();
   embed_.tp = tp_;
   embed_.vocab_start = tp_.rank() * (cfg_.vocab_size / t);
-  embed_.wte = w("wte");
-  embed_.wte_q = q("wte");
-  if (std::vector<ops::QuantWeight> r = runs("wte"); !r.empty()) embed_.wte_quant = r[0];
-  embed_.dwte = g("wte");
+  if (layout_.has("wte")) {  // a pipeline stage without the embedding nor a tied head has none
+    embed_.wte = w("wte");
+    embed_.wte_q = q("wte");
+    if (std::vector<ops::QuantWeight> r = runs("wte"); !r.empty()) embed_.wte_quant = r[0];
+    embed_.dwte = g("wte");
+  }
   embed_.wpe = maybe("wpe", false);
   embed_.dwpe = maybe("wpe", true);
   blocks_.clear();
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     Block b;
+    if (l < stage_.first || l >= stage_.end(cfg_)) {  // another pipeline stage's
+      blocks_.push_back(b);
+      continue;
+    }
     b.norm1 = norm(L(l, "ln1"));
     b.norm2 = norm(L(l, "ln2"));
     b.attn.qkv = adapted(L(l, "attn.qkv"));
@@ -380,14 +409,15 @@ void Transformer::bind_views() {
     for (size_t i = 0; i < mlp.size() && cfg_.prompt.encoder_hidden > 0; ++i)
       prompt_.mlp[i] = linear(mlp[i]);
   }
-  norm_f_ = norm("ln_f");
-  if (cfg_.tied_embeddings) {
-    head_ = nn::Linear();
+  norm_f_ = nn::Norm();
+  head_ = nn::Linear();
+  if (stage_.head) norm_f_ = norm("ln_f");
+  if (stage_.head && cfg_.tied_embeddings) {
     head_.w = embed_.wte;
     head_.wq = embed_.wte_q;
     if (embed_.wte_quant.defined()) head_.wquant = {embed_.wte_quant};
     head_.dw = embed_.dwte;
-  } else {
+  } else if (stage_.head) {
     head_ = linear("lm_head");
   }
   loss_.tp = tp_;
@@ -402,7 +432,7 @@ std::vector<Tensor> Transformer::sequence_parallel_grads() const {
     for (const Tensor& g : {n.dw, n.db})
       if (g.defined()) out.push_back(g);
   };
-  for (const Block& b : blocks_) {
+  for (const Block& b : blocks_) {  // (another pipeline stage's blocks hold nothing)
     add(b.norm1);
     add(b.norm2);
   }
@@ -427,7 +457,8 @@ std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers,
 }
 
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
-                         Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp)
+                         Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp,
+                         const PipelineStage& stage)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
@@ -454,7 +485,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   const int64_t R = tp.local_rows(B * T);
   auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
   auto stat = [&]() { return alloc({R}, DType::F32); };
-  for (int64_t l = 0; l <= c.n_layer; ++l) res.push_back(region());
+  // A pipeline stage: its layers' buffers only (the others stay undefined).
+  const int64_t first = stage.first, last = stage.end(c);
+  NK_CHECK(stage.whole(c) || training, "Activations: inference over a pipeline stage");
+  for (int64_t l = 0; l <= c.n_layer; ++l)
+    res.push_back(l >= first && l <= last ? region() : Tensor());
   // One layer's buffers; `cheap`: with the norms' and the activation's outputs
   // (a selective layer takes those from `shared`).
   Layer shared;
@@ -497,7 +532,10 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
   for (int64_t l = 0; l < saved_layers; ++l) {
     const Recompute r = recompute_of(l);
-    layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
+    if (training && (l < first || l >= last))
+      layers.emplace_back();
+    else
+      layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
   }
   // Adapters: what each adapted linear layer keeps for its backward (LoRA's
   // x A^T of each part, a bottleneck's input, hidden and norm statistics),
@@ -556,10 +594,12 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / V);
   int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
   chunk = (B * T + n_chunks - 1) / n_chunks;
-  logits = alloc({chunk, V}, dt);
-  losses = alloc({B * T}, DType::F32);
-  if (tp.active()) ce_stats = alloc({nn::VocabCrossEntropy::stats_size(chunk)}, DType::F32);
-  host_losses.resize(size_t(B * T));
+  if (stage.head) {  // the last pipeline stage's (every stage's without pipelining)
+    logits = alloc({chunk, V}, dt);
+    losses = alloc({B * T}, DType::F32);
+    if (tp.active()) ce_stats = alloc({nn::VocabCrossEntropy::stats_size(chunk)}, DType::F32);
+    host_losses.resize(size_t(B * T));
+  }
   if (training) {
     dres = region();
     dln = region();
@@ -604,6 +644,7 @@ void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved
 void Transformer::embed_forward(Activations& a, const Tensor& tokens,
                                 const PackedBatchInfo* packed) {
   check_shape(tokens, {a.B, a.T}, "tokens");
+  NK_CHECK(stage_.embedding, "embed_forward: this pipeline stage holds no embedding");
   embed_.forward(a.res[0], tokens, packed_tensors(packed).second, a.full_x);
   // Packed rows: the prompt goes before each row's first document (the
   // trainer gives p-tuning one sample per row).
@@ -612,8 +653,9 @@ void Transformer::embed_forward(Activations& a, const Tensor& tokens,
 
 void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
                                  const PackedBatchInfo* packed) {
-  NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
-           "blocks_forward: layers [{}, {}) of {}", first, last, blocks_.size());
+  NK_CHECK(stage_.first <= first && first <= last && last <= stage_.end(cfg_),
+           "blocks_forward: layers [{}, {}) of this stage's [{}, {})", first, last, stage_.first,
+           stage_.end(cfg_));
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = first; l < last; ++l) layer_forward(a, l, cu, pos, true);
@@ -638,6 +680,7 @@ void Transformer::final_norm_forward(Activations& a) {
 
 void Transformer::forward_body(Activations& a, const Tensor& tokens,
                                const PackedBatchInfo* packed) {
+  NK_CHECK(stage_.whole(cfg_), "the whole forward on one pipeline stage");
   embed_forward(a, tokens, packed);
   blocks_forward(a, 0, int64_t(blocks_.size()), packed);
   final_norm_forward(a);
@@ -648,6 +691,7 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
 float Transformer::head_loss(Activations& a, const Tensor& targets, bool backward,
                              float grad_scale) {
   check_shape(targets, {a.B, a.T}, "targets");
+  NK_CHECK(stage_.head, "head_loss: this pipeline stage holds no head");
   NK_CHECK(!backward || a.dres.defined(), "head_loss: backward needs training activations");
   final_norm_forward(a);
   int64_t N = a.B * a.T;
@@ -682,8 +726,9 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
                                   const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
            "blocks_backward needs training activations");
-  NK_CHECK(0 <= first && first <= last && last <= int64_t(blocks_.size()),
-           "blocks_backward: layers [{}, {}) of {}", first, last, blocks_.size());
+  NK_CHECK(stage_.first <= first && first <= last && last <= stage_.end(cfg_),
+           "blocks_backward: layers [{}, {}) of this stage's [{}, {})", first, last, stage_.first,
+           stage_.end(cfg_));
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = last - 1; l >= first; --l) {
@@ -707,6 +752,7 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
 void Transformer::embed_backward(Activations& a, const Tensor& tokens,
                                  const PackedBatchInfo* packed) {
   NK_CHECK(a.dres.defined(), "embed_backward needs training activations");
+  NK_CHECK(stage_.embedding, "embed_backward: this pipeline stage holds no embedding");
   if (prompt_.active()) {
     // The virtual positions' gradient, summed over the rows, is the
     // prompt's; their tokens get none.
@@ -771,6 +817,7 @@ void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tens
 }
 
 void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
+  NK_CHECK(stage_.whole(cfg_), "forward_cached on one pipeline stage");
   NK_CHECK(!tp_.active(), "forward_cached: inference under tensor parallelism is not supported");
   const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
   const int64_t M = kc.shape().table_width(), Q = int64_t(st.block_table.size()) / M;

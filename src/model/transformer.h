@@ -84,6 +84,22 @@ using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
 // are not a multiple of the type's block.
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 
+// The part of the model one pipeline stage holds (parallel/pipeline_parallel.h):
+// layers [first, last), the token (and position) embedding on the first
+// stage, the final norm and the head on the last; with tied embeddings the
+// last stage holds the token table too, for its head (kept equal to the
+// first stage's: their gradients are summed). The default is the whole model.
+struct PipelineStage {
+  int64_t first = 0, last = -1;  // -1: model.n_layer
+  bool embedding = true, head = true;
+  // Whether the stage holds parameter `name` of a model of cfg.
+  bool holds(const ModelConfig& cfg, const std::string& name) const;
+  int64_t end(const ModelConfig& cfg) const { return last < 0 ? cfg.n_layer : last; }
+  bool whole(const ModelConfig& cfg) const {
+    return first == 0 && end(cfg) == cfg.n_layer && embedding && head;
+  }
+};
+
 // Refuses a tensor-parallel size that does not divide the model: nk::Error
 // naming the model.* key and the numbers (query heads, key/value heads, MLP
 // units, vocabulary rows are split over the tp ranks), before anything is
@@ -105,10 +121,13 @@ class Transformer {
   // layout, global_layout() the whole model's) with the initial values of
   // the same slices of a one-process model of the same seed. Needs
   // FrozenWeights::Master and no adapters.
+  // stage: the pipeline stage this process runs (PipelineStage); its
+  // parameters alone are held (layout()), with the initial values the whole
+  // model would give them. Needs FrozenWeights::Master and no adapters.
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
               ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
               Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master,
-              const QuantPlan& quant = {}, nn::TensorParallel tp = {});
+              const QuantPlan& quant = {}, nn::TensorParallel tp = {}, PipelineStage stage = {});
   // The layout such a model has, without allocating it (parameter names).
   static ParamLayout layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen = {},
                                 FrozenWeights frozen_weights = FrozenWeights::Master,
@@ -117,12 +136,14 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
   Device device() const { return device_; }
-  // This process's parameters: the whole model's, or under tensor
-  // parallelism its shards (ParamLayout::shard), named as the whole ones.
+  // This process's parameters: the whole model's, or its pipeline stage's
+  // and under tensor parallelism its shards of them (ParamLayout::shard),
+  // named as the whole ones.
   const ParamLayout& layout() const { return layout_; }
-  // The whole model's parameters (layout() without tensor parallelism).
+  // The whole model's parameters (layout() of one process).
   const ParamLayout& global_layout() const { return global_layout_; }
   const nn::TensorParallel& tensor_parallel() const { return tp_; }
+  const PipelineStage& stage() const { return stage_; }
   // Under sequence parallelism, the gradients that are partial sums over
   // this rank's rows (the norms' weights and biases): the trainer adds them
   // over the tp group once per step. Empty otherwise.
@@ -235,6 +256,7 @@ class Transformer {
   Device device_;
   FrozenWeights frozen_weights_;
   nn::TensorParallel tp_;
+  PipelineStage stage_;
   ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;
   std::map<std::string, ops::Nf4Weight> nf4_;                   // the NF4 parameters, by name
@@ -258,14 +280,15 @@ class Transformer {
 // residual stream, the norms) this rank's rows, [B·T/t, C].
 class Activations {
  public:
+  // stage: only its layers' buffers (and the head's on the last stage).
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
               Device device = kHost, std::vector<Recompute> recompute = {},
-              const nn::TensorParallel& tp = {});
-  // For `model`: its config, compute dtype, device and tensor-parallel group.
+              const nn::TensorParallel& tp = {}, const PipelineStage& stage = {});
+  // For `model`: its config, compute dtype, device, tensor-parallel group and stage.
   Activations(const Transformer& model, int64_t B, int64_t T, bool training,
               std::vector<Recompute> recompute = {})
       : Activations(model.config(), model.compute_dtype(), B, T, training, model.device(),
-                    std::move(recompute), model.tensor_parallel()) {}
+                    std::move(recompute), model.tensor_parallel(), model.stage()) {}
   int64_t B, T;
   // Bytes of every buffer this workspace allocated (shared ones once).
   int64_t bytes() const { return bytes_; }

@@ -128,10 +128,14 @@ void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, cons
              const_cast<char*>(static_cast<const char*>(shard)), false);
 }
 
-ParamLayout ParamLayout::shard(int64_t n) const {
-  NK_CHECK(final_, "ParamLayout::shard before finalize");
+namespace {
+
+// The parameters `keep` accepts, each split n ways.
+ParamLayout derived_layout(const std::vector<ParamInfo>& params, int64_t n,
+                           const std::function<bool(const ParamInfo&)>& keep) {
   ParamLayout out;
-  for (const ParamInfo& p : params_) {
+  for (const ParamInfo& p : params) {
+    if (!keep(p)) continue;
     ParamOptions o = param_options(p);
     for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
     out.add(p.name, shard_shape(p, n), p.init, p.init_std, o);
@@ -140,6 +144,18 @@ ParamLayout ParamLayout::shard(int64_t n) const {
   }
   out.finalize();
   return out;
+}
+
+}  // namespace
+
+ParamLayout ParamLayout::shard(int64_t n) const {
+  NK_CHECK(final_, "ParamLayout::shard before finalize");
+  return derived_layout(params_, n, [](const ParamInfo&) { return true; });
+}
+
+ParamLayout ParamLayout::subset(const std::function<bool(const ParamInfo&)>& keep) const {
+  NK_CHECK(final_, "ParamLayout::subset before finalize");
+  return derived_layout(params_, 1, keep);
 }
 
 void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std,

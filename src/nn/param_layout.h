@@ -11,6 +11,7 @@
 // row-parallel weights on dim 1, vocabulary-parallel embeddings on dim 0,
 // norms and row-parallel biases replicated).
 #pragma once
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -127,6 +128,9 @@ class ParamLayout {
   // its share, in the same order with the same trainable and quantised
   // flags. nk::Error naming the parameter when n does not divide it.
   ParamLayout shard(int64_t n) const;
+  // The parameters `keep` accepts (a pipeline stage's), in the same order
+  // with the same flags, laid out afresh (of a finalized layout).
+  ParamLayout subset(const std::function<bool(const ParamInfo&)>& keep) const;
 
   // The view of `p` inside `flat` (a 1-d buffer of total() elements, any dtype).
   static Tensor view(const Tensor& flat, const ParamInfo& p);

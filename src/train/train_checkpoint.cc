@@ -263,7 +263,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
 }
 
 LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg,
-                                            const nn::TensorParallel& tp) {
+                                            const nn::TensorParallel& tp,
+                                            const PipelineStage& stage) {
   CheckpointReader r = CheckpointReader::open(dir);
   LoadedTrainCheckpoint out;
   out.dir = dir;
@@ -281,17 +282,18 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
           ? load_run_model(cfg, cfg.init_from, "train.init_from")
           : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                           whole ? ParamInit::Zeros : ParamInit::Random, cfg.frozen,
-                                          kHost, cfg.frozen_weights, QuantPlan(), tp);
+                                          kHost, cfg.frozen_weights, QuantPlan(), tp, stage);
   const ParamLayout& layout = out.model->layout();
-  // Tensor parallel: the checkpoint holds whole tensors (whatever layout
-  // saved it); this rank reads its slices of them.
+  // Tensor or pipeline parallel: the checkpoint holds whole tensors
+  // (whatever layout saved it); this rank reads its slices of its stage's.
   const ParamLayout& global = out.model->global_layout();
-  if (tp.active() && (!r.model_shards().empty() || !r.optimizer_shards().empty()))
+  const bool pieces = tp.active() || !stage.whole(cfg.model);
+  if (pieces && (!r.model_shards().empty() || !r.optimizer_shards().empty()))
     fail(
         "checkpoint '{}' was saved with parallel.shard (its state in per-rank pieces); loading "
-        "it under parallel.tp = {} is not supported yet: resume it without tensor parallelism",
-        dir, tp.size());
-  if (tp.active()) {
+        "it under tensor or pipeline parallelism is not supported yet: resume it without them",
+        dir);
+  if (pieces) {
     read_flat_tensor_shards(r.model(), global, "", layout, tp.rank(), tp.size(),
                             out.model->params());
   } else if (!whole) {
@@ -331,7 +333,7 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   const ParamLayout trainable = trainable_layout(layout);
   out.exp_avg = Tensor::zeros({trainable.total()}, DType::F32);
   out.exp_avg_sq = Tensor::zeros({trainable.total()}, DType::F32);
-  if (tp.active()) {
+  if (pieces) {
     SafetensorsFile opt = r.optimizer();
     check_meta(opt);
     const ParamLayout global_trainable = trainable_layout(global);

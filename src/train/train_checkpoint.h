@@ -61,11 +61,13 @@ struct LoadedTrainCheckpoint {
 // Verifies DIR (checksums) and loads it for a run configured by `cfg`:
 // nk::Error naming the file for a missing or corrupt file, naming the tensor
 // and both shapes for a checkpoint of another model, naming train.freeze for
-// one that froze other parameters. tp: the run's tensor-parallel group; a
-// rank of one reads only its slices of the whole tensors (any checkpoint not
-// saved in ZeRO/FSDP pieces), so a checkpoint of any tensor-parallel size
-// resumes under any other.
+// one that froze other parameters. tp, stage: the run's tensor-parallel
+// group and pipeline stage; such a rank reads only its stage's parameters
+// and of them its slices (of any checkpoint not saved in ZeRO/FSDP pieces),
+// so a checkpoint of any tensor- or pipeline-parallel layout resumes under
+// any other.
 LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainConfig& cfg,
-                                            const nn::TensorParallel& tp = {});
+                                            const nn::TensorParallel& tp = {},
+                                            const PipelineStage& stage = {});
 
 }  // namespace nk

@@ -1,6 +1,7 @@
 #include "train/train_parallel.h"
 
 #include "core/error.h"
+#include "parallel/pipeline_parallel.h"
 
 namespace nk {
 
@@ -11,16 +12,19 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  const std::pair<const char*, int> model_parallel[] = {
-      {"parallel.cp", mesh.cp()}, {"parallel.pp", mesh.pp()}, {"parallel.ep", mesh.ep()}};
-  for (const auto& [key, size] : model_parallel)
+  const std::pair<const char*, int> unsupported_sizes[] = {{"parallel.cp", mesh.cp()},
+                                                           {"parallel.ep", mesh.ep()}};
+  for (const auto& [key, size] : unsupported_sizes)
     if (size != 1)
-      fail("{} = {}: nekton train runs tensor and data parallel only for now (set it to 1)", key,
-           size);
+      fail(
+          "{} = {}: nekton train runs tensor, pipeline and data parallel only for now (set it to "
+          "1)",
+          key, size);
   if (mesh.etp() != mesh.tp())
     fail("parallel.etp = {}: there are no expert layers to split yet (leave it 0: parallel.tp)",
          mesh.etp());
-  if (mesh.tp() > 1) {
+  if (mesh.pp() > 1) parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout);
+  if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp());
     const char* unsupported = cfg.model.has_adapters()     ? "peft.method (adapters)"
                               : !cfg.data.sft_path.empty() ? "data.sft_path (fine-tuning)"
@@ -29,8 +33,10 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
                               : cfg.frozen_weights != FrozenWeights::Master ? "train.frozen_weights"
                                                                             : nullptr;
     if (unsupported)
-      fail("parallel.tp = {}: {} under tensor parallelism is not supported yet", mesh.tp(),
-           unsupported);
+      fail(
+          "parallel.tp = {}, parallel.pp = {}: {} under tensor or pipeline parallelism is not "
+          "supported yet",
+          mesh.tp(), mesh.pp(), unsupported);
   }
   if (cfg.parallel.sequence_parallel && cfg.seq_len % mesh.tp())
     fail(

@@ -22,10 +22,16 @@ struct TrainParallel {
   dist::ProcessGroups* groups = nullptr;
   bool active() const { return mesh != nullptr && mesh->world_size() > 1; }
   int64_t world() const { return mesh ? mesh->world_size() : 1; }
+  int64_t pp() const { return mesh ? mesh->pp() : 1; }
   // The model's tensor-parallel group (size 1: none); sp: parallel.sp.
   nn::TensorParallel tensor_parallel(bool sp) const {
     if (!mesh || mesh->tp() == 1) return {};
     return {&groups->get("tp"), sp};
+  }
+  // Group `name` of a multi-process run; null for one process, or when this
+  // rank is in none of that name (the embedding group skips middle stages).
+  dist::Communicator* group(const char* name) const {
+    return mesh && groups->has(name) ? &groups->get(name) : nullptr;
   }
   int64_t dp() const { return mesh ? mesh->dp() : 1; }
   int64_t dp_rank() const { return mesh ? mesh->rank_in("dp") : 0; }

@@ -17,7 +17,7 @@
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
 #include "data/tokenizer/tokenizer.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/model_parallel.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
 
@@ -116,13 +116,25 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   if (!model_)
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device, cfg_.frozen_weights,
-                                           QuantPlan(), tensor_parallel());
-  if (tensor_parallel().active())
-    NK_INFO("tensor parallel: {}{}; each rank holds {:.2f}M of the {:.2f}M parameters",
+                                           QuantPlan(), tensor_parallel(), pipeline_stage());
+  if (model_parallel()) {
+    const PipelineStage& st = model_->stage();
+    NK_INFO("model parallel: {}{}{}; this rank holds {:.2f}M of the {:.2f}M parameters",
             par_.mesh->describe(), tensor_parallel().sp() ? ", sequence parallel" : "",
+            par_.pp() > 1
+                ? fmt::format(", pipeline stage {} of {}: layers [{}, {}){}{} (1F1B)",
+                              par_.mesh->rank_in("pp"), par_.pp(), st.first, st.end(cfg_.model),
+                              st.embedding ? ", embedding" : "", st.head ? ", head and loss" : "")
+                : "",
             double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
-  if (par_.active() &&
-      par_.dp() > 1) {  // data parallel (a pure tensor-parallel run has no replicas)
+  }
+  if (par_.pp() > 1)
+    pipe_ = std::make_unique<parallel::PipelineParallel>(
+        *model_, par_.groups->get("pp"), par_.group("embedding"), cfg_.micro_batch, cfg_.seq_len,
+        recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
+  // Data parallel over whole replicas (a pure model-parallel run has none);
+  // under pipelining the gradients are summed after the step instead.
+  if (par_.active() && par_.dp() > 1 && !pipe_) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
                                                                cfg_.ddp);
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
@@ -215,7 +227,7 @@ void Trainer::resume() {
 }
 
 void Trainer::resume_checkpoint(const std::string& dir) {
-  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_, tensor_parallel());
+  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_, tensor_parallel(), pipeline_stage());
   const TrainerState& saved = c.state;
   check_resume_data(saved, cfg_, "checkpoint '" + dir + "'");
   if (saved.step > cfg_.steps)
@@ -274,10 +286,10 @@ void Trainer::resume_legacy() {
   if (saved.step > cfg_.steps)
     fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
          cfg_.steps);
-  if (tensor_parallel().active())
+  if (model_parallel())
     fail(
         "train.resume_from: '{}' is an exported model, not a checkpoint; resuming it under "
-        "parallel.tp > 1 is not supported (resume a checkpoint folder)",
+        "parallel.tp or parallel.pp > 1 is not supported (resume a checkpoint folder)",
         cfg_.resume_from);
   model_ = load_run_model(cfg_, model_dir, "train.resume_from");
   state_.step = saved.step;
@@ -312,10 +324,10 @@ void Trainer::save_checkpoint_now() {
   if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
   check_weights_finite();
   std::string dir;
-  if (tensor_parallel().active()) {  // the whole model, gathered from the ranks' shards
+  if (model_parallel()) {  // the whole model, gathered from the ranks' pieces
     std::unique_ptr<Transformer> whole = gather_whole_model();
-    const Tensor m = parallel::gather_tensor_parallel(*model_, opt_->m());
-    const Tensor v = parallel::gather_tensor_parallel(*model_, opt_->v());
+    const Tensor m = parallel::gather_model(*model_, opt_->m(), par_.group("pp"));
+    const Tensor v = parallel::gather_model(*model_, opt_->v(), par_.group("pp"));
     if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
     par_.groups->get("world").barrier();  // installed before any rank goes on
     saved_step_ = state_.step;
@@ -342,6 +354,12 @@ nn::TensorParallel Trainer::tensor_parallel() const {
   return par_.tensor_parallel(cfg_.parallel.sequence_parallel);
 }
 
+PipelineStage Trainer::pipeline_stage() const {
+  if (par_.pp() == 1) return {};
+  return parallel::pipeline_stage(cfg_.model, par_.pp(), par_.mesh->rank_in("pp"),
+                                  cfg_.parallel.pp_layout);
+}
+
 int Trainer::max_over_ranks(int v) const {
   if (!par_.active()) return v;
   Tensor t = Tensor::empty({1}, DType::I32);
@@ -351,7 +369,7 @@ int Trainer::max_over_ranks(int v) const {
 }
 
 std::unique_ptr<Transformer> Trainer::gather_whole_model() {
-  const Tensor params = parallel::gather_tensor_parallel(*model_, model_->params());
+  const Tensor params = parallel::gather_model(*model_, model_->params(), par_.group("pp"));
   if (!par_.writes()) return nullptr;
   auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
                                              cfg_.frozen);
@@ -362,7 +380,8 @@ std::unique_ptr<Transformer> Trainer::gather_whole_model() {
 
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
-  Activations acts(*model_, cfg_.micro_batch, cfg_.seq_len, false);
+  std::optional<Activations> acts;  // pipeline parallel: the schedule's
+  if (!pipe_) acts.emplace(*model_, cfg_.micro_batch, cfg_.seq_len, false);
   // The same valid samples at every validation, so the figures compare.
   DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
   DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device(), data_.valid->max_segments());
@@ -370,8 +389,9 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
     batch.load(loader);
     batch.upload();
-    sum += ddp_ ? ddp_->forward_loss(acts, batch.tokens, batch.targets)
-                : model_->forward_loss(acts, batch.tokens, batch.targets, batch.packing());
+    sum += pipe_  ? pipe_->forward_loss(batch.tokens, batch.targets)
+           : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets)
+                  : model_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing());
   }
   return sum / double(cfg_.val_batches);
 }
@@ -452,13 +472,24 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         weights / 1048576.0, grads / 1048576.0, state / 1048576.0,
         (weights + grads + state) / double(m.layout().count()));
   }
-  Activations acts(*model_, B, T, true,
-                   recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
-  NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts.bytes()) / 1048576.0,
-          cfg_.recompute == "none"
-              ? ""
-              : fmt::format(" ({} recompute of {} layers)", cfg_.recompute,
-                            cfg_.recompute_layers ? cfg_.recompute_layers : cfg_.model.n_layer));
+  // Pipeline parallel: the schedule holds its stage's activations, one set
+  // per micro-batch in flight.
+  std::optional<Activations> acts;
+  if (!pipe_)
+    acts.emplace(*model_, B, T, true,
+                 recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
+  const std::string recompute_note =
+      cfg_.recompute == "none"
+          ? ""
+          : fmt::format(" ({} recompute of {} layers)", cfg_.recompute,
+                        cfg_.recompute_layers ? cfg_.recompute_layers : cfg_.model.n_layer);
+  if (pipe_)
+    NK_INFO("activations {:.1f} MiB per micro-batch in flight, {} in flight on this stage{}",
+            double(pipe_->activation_bytes()) / double(pipe_->in_flight()) / 1048576.0,
+            pipe_->in_flight(), recompute_note);
+  else
+    NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
+            recompute_note);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
@@ -467,6 +498,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   // Data parallel: this rank runs accum / dp of the step's micro-batches.
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
+  // Pipeline parallel: all of them, loaded before the step's schedule runs.
+  std::vector<DeviceBatch> pp_batches;
+  std::vector<Tensor> pp_tokens, pp_targets;
+  for (int64_t m = 0; pipe_ && m < local_accum; ++m) {
+    pp_batches.emplace_back(B, T, model_->device());
+    pp_tokens.push_back(pp_batches.back().tokens);
+    pp_targets.push_back(pp_batches.back().targets);
+  }
   auto t_start = Clock::now();
   const int64_t first_step = state_.step;
   stopped_by_ = 0;
@@ -481,9 +520,37 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
     model_->zero_grads();
-    double loss = 0, comm_s = 0;
+    double loss = 0, comm_s = 0, pp_wait_s = 0;
     const int64_t step_first = loader.consumed_samples();
-    for (int64_t m = 0; m < local_accum; ++m) {
+    if (pipe_) {
+      // The stages run this rank's micro-batches in one 1F1B schedule
+      // (signals are agreed on after the step); then the tied table's two
+      // copies and the data-parallel replicas sum their gradients.
+      for (int64_t m = 0; m < local_accum; ++m) {
+        if (dp > 1)
+          loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
+        pp_batches[size_t(m)].load(loader);
+        if (on_batch_)
+          on_batch_(step + 1, pp_batches[size_t(m)].host_tokens,
+                    pp_batches[size_t(m)].host_targets);
+        pp_batches[size_t(m)].upload();
+      }
+      loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum)) / double(accum);
+      pp_wait_s = pipe_->take_wait_seconds();
+      pipe_->reduce_embedding_grads();
+      if (dp > 1) {
+        dist::Communicator& replicas = par_.groups->get("dp-cp");
+        const auto t_comm = Clock::now();
+        replicas.all_reduce(model_->grads());
+        comm_s = seconds_since(t_comm);
+        Tensor sum = Tensor::empty({1}, DType::F64);
+        *sum.data<double>() = loss;
+        replicas.all_reduce(sum);
+        loss = *sum.data<double>();
+        loader.set_consumed_samples(step_first + B * accum);
+      }
+    }
+    for (int64_t m = 0; !pipe_ && m < local_accum; ++m) {
       // A step of many micro-batches (a huge train.global_batch) does not
       // hold a signal for long: once it has run kDropStepAfter, the signal
       // stops it after the current micro-batch, and the unfinished step is
@@ -509,9 +576,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // Dropout masks (LoRA's) from the seed, step and micro-batch: a resumed run redraws them.
       model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
                                uint64_t(m));
-      loss += (ddp_ ? ddp_->forward_backward(acts, batch.tokens, batch.targets, scale,
+      loss += (ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale,
                                              m == local_accum - 1)
-                    : model_->forward_backward(acts, batch.tokens, batch.targets, scale,
+                    : model_->forward_backward(*acts, batch.tokens, batch.targets, scale,
                                                batch.packing())) /
               double(accum);
     }
@@ -523,13 +590,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // Sequence parallel: the norms' gradients are sums over each rank's rows.
     parallel::reduce_sequence_parallel_grads(*model_);
     // The grads arena holds the trainable parameters only: frozen ones neither
-    // count towards the norm nor get clipped. Tensor parallel: each rank's
-    // shards, the replicated parameters once.
-    double norm =
-        std::sqrt(tensor_parallel().active()
-                      ? parallel::tensor_parallel_grad_norm_squared(*model_, model_->grads())
-                  : ddp_ ? ddp_->grad_norm_squared()
-                         : ops::sum_squares(model_->grads()));
+    // count towards the norm nor get clipped. Model parallel: each rank's
+    // pieces, the replicated parameters and the tied table once.
+    double norm = std::sqrt(model_parallel() ? parallel::model_parallel_grad_norm_squared(
+                                                   *model_, model_->grads(), par_.group("tp-pp"))
+                            : ddp_ ? ddp_->grad_norm_squared()
+                                   : ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
@@ -581,7 +647,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         {"step_ms", s.step_ms},
         {"peak_mem_bytes", double(s.peak_bytes)},
         {"peak_rss_bytes", double(peak_rss_bytes())}};
-    if (ddp_) record.emplace_back("comm_ms", s.comm_ms);
+    if (ddp_ || (pipe_ && dp > 1)) record.emplace_back("comm_ms", s.comm_ms);
+    // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
+    if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);
     if (metrics) metrics->write(record);
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
@@ -593,7 +661,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
   // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
   std::unique_ptr<Transformer> whole;
-  if (tensor_parallel().active()) whole = gather_whole_model();
+  if (model_parallel()) whole = gather_whole_model();
   if (!par_.writes()) return;
   Transformer& exported = whole ? *whole : *model_;
   std::string model_dir = cfg_.out_dir + "/model";

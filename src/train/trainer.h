@@ -11,6 +11,7 @@
 #include "core/output_lock.h"
 #include "data/dataset/data_loader.h"
 #include "parallel/distributed_data_parallel.h"
+#include "parallel/pipeline_parallel.h"
 #include "train/adamw.h"
 #include "train/train_checkpoint.h"
 #include "train/train_config.h"
@@ -94,8 +95,14 @@ class Trainer {
   std::optional<LoadedTrainCheckpoint>
       resumed_;  // moments read by resume(), until make_optimizer()
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
+  // Pipeline parallel: the schedule over this rank's stage (null without).
+  std::unique_ptr<parallel::PipelineParallel> pipe_;
   // The model's tensor-parallel group (size 1 without).
   nn::TensorParallel tensor_parallel() const;
+  // This rank's pipeline stage (the whole model without pipelining).
+  PipelineStage pipeline_stage() const;
+  // Whether the model is split over ranks (tensor or pipeline parallel).
+  bool model_parallel() const { return tensor_parallel().active() || par_.pp() > 1; }
   // A host int's max over every rank (agreement on signals and bad weights).
   int max_over_ranks(int v) const;
   // Tensor parallel: the whole model gathered from the ranks' shards, on the

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "parallel/pipeline_parallel.h"
 
 namespace nk {
 namespace {
@@ -87,9 +88,40 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   EXPECT_THROW(with({"parallel.sp=true"}), Error);  // needs tp > 1
   // What tensor parallelism does not support yet is named.
   e = error_of(with({"parallel.tp=2", "parallel.shard=optimizer"}), 4);
-  EXPECT_NE(e.find("parallel.shard under tensor parallelism"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel.shard under tensor or pipeline parallelism"), std::string::npos) << e;
   e = error_of(with({"parallel.tp=2", "peft.method=lora"}), 2);
   EXPECT_NE(e.find("peft.method"), std::string::npos) << e;
+}
+
+// Pipeline stages split the layers evenly, or as parallel.pp_layout lists;
+// a split that does not fit is refused naming the key and the numbers.
+TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"model.preset=llama-tiny", "model.n_layer=4", "train.seq_len=32"});
+    return config(extra);
+  };
+  EXPECT_EQ(error_of(with({"parallel.pp=2"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.pp_layout=1,3"}), 2), "");
+  EXPECT_EQ(
+      error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.sp=true", "model.vocab_size=264"}),
+               8),
+      "");
+  std::string e = error_of(with({"parallel.pp=3"}), 3);
+  EXPECT_NE(e.find("model.n_layer = 4 is not divisible by parallel.pp = 3"), std::string::npos)
+      << e;
+  e = error_of(with({"parallel.pp=2", "parallel.pp_layout=1,2"}), 2);
+  EXPECT_NE(e.find("parallel.pp_layout: the stages' layers add up to 3, model.n_layer = 4"),
+            std::string::npos)
+      << e;
+  EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=1,x"}), Error);
+  EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=4"}), Error);  // one stage of two
+  const ModelConfig m = with({}).model;
+  const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
+  EXPECT_EQ(mid.first, 2);
+  EXPECT_EQ(mid.last, 3);
+  EXPECT_FALSE(mid.embedding || mid.head);
+  EXPECT_TRUE(parallel::pipeline_stage(m, 4, 0, {0, 2, 1, 1}).embedding);
+  EXPECT_TRUE(parallel::pipeline_stage(m, 4, 3, {0, 2, 1, 1}).head);
 }
 
 }  // namespace

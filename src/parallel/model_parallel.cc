@@ -1,18 +1,22 @@
-#include "parallel/tensor_parallel.h"
+#include "parallel/model_parallel.h"
 
 #include "ops/ops.h"
 
 namespace nk::parallel {
 
-double tensor_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads) {
-  const nn::TensorParallel& tp = model.tensor_parallel();
-  if (!tp.active()) return ops::sum_squares(grads);
+bool owns(const Transformer& model, const ParamInfo& p) {
+  if (p.split == Split::Replicated && model.tensor_parallel().rank() != 0) return false;
+  return !(p.name == "wte" && !model.stage().embedding);
+}
+
+double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads,
+                                        dist::Communicator* model_parallel) {
+  if (!model_parallel || model_parallel->size() == 1) return ops::sum_squares(grads);
   Tensor sum = Tensor::zeros({1}, DType::F64);
-  for (const ParamInfo& p : model.layout().params()) {
-    if (!p.trainable || (p.split == Split::Replicated && tp.rank() != 0)) continue;
-    *sum.data<double>() += ops::sum_squares(ParamLayout::view(grads, p));
-  }
-  tp.comm->all_reduce(sum);
+  for (const ParamInfo& p : model.layout().params())
+    if (p.trainable && owns(model, p))
+      *sum.data<double>() += ops::sum_squares(ParamLayout::view(grads, p));
+  model_parallel->all_reduce(sum);
   return *sum.data<double>();
 }
 
@@ -21,11 +25,11 @@ void reduce_sequence_parallel_grads(const Transformer& model) {
     model.tensor_parallel().comm->all_reduce(g);
 }
 
-Tensor gather_tensor_parallel(const Transformer& model, const Tensor& local) {
+Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp) {
   const ParamLayout &mine = model.layout(), &whole = model.global_layout();
   const bool all = local.numel() == mine.total();
   NK_CHECK(local.dtype() == DType::F32 && (all || local.numel() == mine.trainable_end()),
-           "gather_tensor_parallel: {} is not an arena of the model's layout", local.desc());
+           "gather_model: {} is not an arena of the model's layout", local.desc());
   const nn::TensorParallel& tp = model.tensor_parallel();
   Tensor out = Tensor::zeros({all ? whole.total() : whole.trainable_end()}, DType::F32);
   Tensor host = local;
@@ -38,14 +42,17 @@ Tensor gather_tensor_parallel(const Transformer& model, const Tensor& local) {
     gathered = Tensor::empty({tp.size() * host.numel()}, DType::F32);
     tp.comm->all_gather(host, gathered);
   }
+  const bool pipelined = pp && pp->size() > 1;
   for (const ParamInfo& p : whole.params()) {
-    if (!all && !p.trainable) continue;
+    if ((!all && !p.trainable) || !mine.has(p.name)) continue;
     const ParamInfo& q = mine.find(p.name);
+    if (pipelined && p.name == "wte" && !model.stage().embedding) continue;  // the tied copy
     for (int64_t r = 0; r < tp.size(); ++r)
       insert_shard(p, r, tp.size(), sizeof(float),
                    gathered.data<float>() + r * host.numel() + q.offset,
                    out.data<float>() + p.offset);
   }
+  if (pipelined) pp->all_reduce(out);  // each parameter is non-zero on one stage only
   return out;
 }
 

@@ -1,0 +1,38 @@
+// What a tensor- or pipeline-parallel run needs around the model once per
+// step or save (the layers' own communication is in nn/tensor_parallel.h
+// and parallel/pipeline_parallel.h): the gradient norm over the model's
+// pieces, the sequence-parallel gradients summed, and the pieces gathered
+// into the whole model for checkpoints and exports.
+#pragma once
+#include "model/transformer.h"
+
+namespace nk::parallel {
+
+// Whether this process counts p in whole-model sums (the norm, a gather):
+// each tensor-parallel shard counts, a parameter replicated over tp on tp
+// rank 0 only, and a tied token table on the first pipeline stage only (the
+// last stage's is a copy).
+bool owns(const Transformer& model, const ParamInfo& p);
+
+// Squared 2-norm of the whole model's gradient in `grads` (model.grads() or
+// the same layout): this process's owned parameters, summed over
+// `model_parallel` (the mesh's "tp-pp" group; null: one process holds the
+// model, and this is ops::sum_squares(grads)). Collective.
+double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads,
+                                        dist::Communicator* model_parallel);
+
+// Adds model.sequence_parallel_grads() over the tp group (each rank holds
+// its rows' part of them). Once per step, after the backward; nothing
+// without sequence parallelism. Collective.
+void reduce_sequence_parallel_grads(const Transformer& model);
+
+// The whole model's values of a flat f32 arena that tensor and pipeline
+// parallelism split: `local` laid out by model.layout() (all of it, or its
+// trainable parameters: the optimizer moments) is gathered over the tp
+// group, then summed over `pp` (the pipeline group, each stage adding the
+// parameters it owns; null: no pipeline), into a new tensor laid out by
+// model.global_layout() (total() or trainable_end() elements), on every
+// rank. Collective.
+Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp);
+
+}  // namespace nk::parallel
