@@ -62,7 +62,6 @@ PipelineParallel::PipelineParallel(Transformer& model, dist::Communicator& pp,
       last_(model.stage().end(model.config())) {
   for (int64_t k = 0; k < stages_ - stage_; ++k)
     acts_.push_back(std::make_unique<Activations>(model_, B, T, true, recompute));
-  sending_.resize(acts_.size());
 }
 
 int64_t PipelineParallel::activation_bytes() const {
@@ -71,31 +70,36 @@ int64_t PipelineParallel::activation_bytes() const {
   return n;
 }
 
-void PipelineParallel::wait_sends(int64_t slot) {
+void PipelineParallel::wait_sends() {
   WaitTimer timer{wait_s_};
-  for (dist::WorkPtr& w : sending_[size_t(slot)]) w->wait();
-  sending_[size_t(slot)].clear();
+  for (dist::WorkPtr& w : sending_) w->wait();
+  sending_.clear();
+}
+
+void PipelineParallel::receive(const Tensor& x, int src, int tag) {
+  dist::WorkPtr r = pp_.recv_async(x, src, tag);
+  wait_sends();
+  WaitTimer timer{wait_s_};
+  r->wait();
 }
 
 // Micro-batch forward in `slot`: the stage's input (embedded tokens, or the
 // previous stage's output), its layers, then the loss (last stage; with
 // backward its gradient too, as the fused head does) or the send onward.
+// (A slot is reused only after its backward, whose receive completed every
+// send from it.)
 void PipelineParallel::forward(int64_t slot, const Tensor& tokens, const Tensor& targets,
                                bool backward, float grad_scale, double& loss) {
   Activations& a = *acts_[size_t(slot)];
-  wait_sends(slot);  // its buffers are about to be written again
   if (stage_ == 0)
     model_.embed_forward(a, tokens);
-  else {
-    WaitTimer timer{wait_s_};
-    pp_.recv(a.residual(first_), int(stage_ - 1), kForwardTag);
-  }
+  else
+    receive(a.residual(first_), int(stage_ - 1), kForwardTag);
   model_.blocks_forward(a, first_, last_);
   if (stage_ == stages_ - 1)
     loss += model_.head_loss(a, targets, backward, grad_scale);
   else
-    sending_[size_t(slot)].push_back(
-        pp_.send_async(a.residual(last_), int(stage_ + 1), kForwardTag));
+    sending_.push_back(pp_.send_async(a.residual(last_), int(stage_ + 1), kForwardTag));
 }
 
 // Micro-batch backward in `slot`: the gradient of the stage's output (from
@@ -103,16 +107,12 @@ void PipelineParallel::forward(int64_t slot, const Tensor& tokens, const Tensor&
 // into the embedding (first stage) or sent to the previous stage.
 void PipelineParallel::backward(int64_t slot, const Tensor& tokens) {
   Activations& a = *acts_[size_t(slot)];
-  if (stage_ < stages_ - 1) {
-    WaitTimer timer{wait_s_};
-    pp_.recv(a.residual_grad(), int(stage_ + 1), kBackwardTag);
-  }
+  if (stage_ < stages_ - 1) receive(a.residual_grad(), int(stage_ + 1), kBackwardTag);
   model_.blocks_backward(a, first_, last_);
   if (stage_ == 0)
     model_.embed_backward(a, tokens);
   else
-    sending_[size_t(slot)].push_back(
-        pp_.send_async(a.residual_grad(), int(stage_ - 1), kBackwardTag));
+    sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ - 1), kBackwardTag));
 }
 
 double PipelineParallel::from_last_stage(double v) {
@@ -138,7 +138,7 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
     backward(i % P, tokens[size_t(i)]);
   }
   for (int64_t i = m - warmup; i < m; ++i) backward(i % P, tokens[size_t(i)]);
-  for (int64_t k = 0; k < P; ++k) wait_sends(k);
+  wait_sends();
   WaitTimer timer{wait_s_};  // the loss from the last stage: every stage waits for it
   return from_last_stage(loss);
 }
@@ -146,7 +146,7 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
 double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   double loss = 0;
   forward(0, tokens, targets, false, 0.f, loss);
-  wait_sends(0);
+  wait_sends();
   return from_last_stage(loss);
 }
 

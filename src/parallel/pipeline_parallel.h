@@ -1,10 +1,16 @@
 // Pipeline parallelism: the layers split into stages over the mesh's "pp"
 // group (each process holds its stage's parameters: PipelineStage), every
 // micro-batch's residual stream sent forward from stage to stage and its
-// gradient backward, point to point and non-blocking, in Megatron's 1F1B
-// order: stage s of p runs min(p - s - 1, m) forwards first (warm-up),
-// then alternates one forward and one backward, then finishes the
-// backwards, so it holds at most p - s micro-batches' activations at once.
+// gradient backward, point to point, in Megatron's 1F1B order: stage s of p
+// runs min(p - s - 1, m) forwards first (warm-up), then alternates one
+// forward and one backward, then finishes the backwards, so it holds at
+// most p - s micro-batches' activations at once.
+//
+// Transfers: a send is posted without waiting, and completed together with
+// the stage's next receive (Megatron's send_forward_recv_backward and
+// send_backward_recv_forward): MPI moves a large message only while both
+// sides are inside MPI, so a send left pending across the next layer's
+// compute would hold the neighbour up for that long.
 //
 // The first stage reads the tokens and runs the embedding, the last the
 // final norm, the head and the loss; the step's loss reaches every stage.
@@ -68,7 +74,9 @@ class PipelineParallel {
   void forward(int64_t slot, const Tensor& tokens, const Tensor& targets, bool backward,
                float grad_scale, double& loss);
   void backward(int64_t slot, const Tensor& tokens);
-  void wait_sends(int64_t slot);
+  // Receives x from group rank `src`, completing every pending send meanwhile.
+  void receive(const Tensor& x, int src, int tag);
+  void wait_sends();
   double from_last_stage(double v);
 
   Transformer& model_;
@@ -76,7 +84,7 @@ class PipelineParallel {
   dist::Communicator* embedding_;
   int64_t stage_, stages_, first_, last_;
   std::vector<std::unique_ptr<Activations>> acts_;   // one per micro-batch in flight
-  std::vector<std::vector<dist::WorkPtr>> sending_;  // per slot: its pending sends
+  std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
   double wait_s_ = 0;
 };
 
