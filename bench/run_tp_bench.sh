@@ -33,10 +33,10 @@ c += f", first stage waits {sum(pp)/len(pp):.0f} ms" if pp else ""
 print(f"RESULT {sys.argv[2]}: {ms:.0f} ms/step, {2048/ms*1000:.0f} tokens/s{c}")
 PY
 }
-[ -n "${ONLY:-}" ] || run one $BIN train
-[ -n "${ONLY:-}" ] || run dp2 mpirun -np 2 $BIN train
-[ -n "${ONLY:-}" ] || run tp2 mpirun -np 2 $BIN train parallel.tp=2
-[ -n "${ONLY:-}" ] || run tp2_sp mpirun -np 2 $BIN train parallel.tp=2 parallel.sp=true
-[ -n "${ONLY:-}" ] || run pp2 mpirun -np 2 $BIN train parallel.pp=2
+run one $BIN train
+run dp2 mpirun -np 2 $BIN train
+run tp2 mpirun -np 2 $BIN train parallel.tp=2
+run tp2_sp mpirun -np 2 $BIN train parallel.tp=2 parallel.sp=true
+run pp2 mpirun -np 2 $BIN train parallel.pp=2
 run pp2_9_3 mpirun -np 2 $BIN train parallel.pp=2 parallel.pp_layout=9,3
 rm -rf "$out"
