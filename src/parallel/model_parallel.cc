@@ -1,5 +1,7 @@
 #include "parallel/model_parallel.h"
 
+#include <algorithm>
+
 #include "ops/ops.h"
 
 namespace nk::parallel {
@@ -9,14 +11,30 @@ bool owns(const Transformer& model, const ParamInfo& p) {
   return !(p.name == "wte" && !model.stage().embedding);
 }
 
+double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t begin,
+                         int64_t end) {
+  double sum = 0;
+  for (const ParamInfo& p : model.layout().params()) {
+    const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
+    if (p.trainable && hi > lo && owns(model, p))
+      sum += ops::sum_squares(grads.narrow0(lo, hi - lo));
+  }
+  return sum;
+}
+
 double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads,
-                                        dist::Communicator* model_parallel) {
-  if (!model_parallel || model_parallel->size() == 1) return ops::sum_squares(grads);
+                                        dist::Communicator* model_parallel,
+                                        const std::vector<std::pair<int64_t, int64_t>>* owned,
+                                        dist::Communicator* data_parallel) {
+  if (!owned && (!model_parallel || model_parallel->size() == 1)) return ops::sum_squares(grads);
   Tensor sum = Tensor::zeros({1}, DType::F64);
-  for (const ParamInfo& p : model.layout().params())
-    if (p.trainable && owns(model, p))
-      *sum.data<double>() += ops::sum_squares(ParamLayout::view(grads, p));
-  model_parallel->all_reduce(sum);
+  if (owned)
+    for (const auto& [begin, end] : *owned)
+      *sum.data<double>() += owned_sum_squares(model, grads, begin, end);
+  else
+    *sum.data<double>() = owned_sum_squares(model, grads, 0, grads.numel());
+  if (data_parallel) data_parallel->all_reduce(sum);
+  if (model_parallel) model_parallel->all_reduce(sum);
   return *sum.data<double>();
 }
 

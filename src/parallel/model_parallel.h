@@ -14,12 +14,19 @@ namespace nk::parallel {
 // last stage's is a copy).
 bool owns(const Transformer& model, const ParamInfo& p);
 
-// Squared 2-norm of the whole model's gradient in `grads` (model.grads() or
-// the same layout): this process's owned parameters, summed over
-// `model_parallel` (the mesh's "tp-pp" group; null: one process holds the
-// model, and this is ops::sum_squares(grads)). Collective.
-double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads,
-                                        dist::Communicator* model_parallel);
+// The sum of squares of `grads` (model.grads() or the same layout) over
+// the elements [begin, end) of the parameters this process owns.
+double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t begin, int64_t end);
+
+// Squared 2-norm of the whole model's gradient in `grads`: this process's
+// owned parameters, summed over `model_parallel` (the mesh's "tp-pp" group;
+// null: one process holds the model, and this is ops::sum_squares(grads)).
+// A distributed optimizer's rank counts only its blocks, `owned` (ranges of
+// the arena), and sums over `data_parallel` first. Collective.
+double model_parallel_grad_norm_squared(
+    const Transformer& model, const Tensor& grads, dist::Communicator* model_parallel,
+    const std::vector<std::pair<int64_t, int64_t>>* owned = nullptr,
+    dist::Communicator* data_parallel = nullptr);
 
 // Adds model.sequence_parallel_grads() over the tp group (each rank holds
 // its rows' part of them). Once per step, after the backward; nothing

@@ -28,7 +28,10 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     check_tensor_parallel(cfg.model, mesh.tp());
     const char* unsupported = cfg.model.has_adapters()     ? "peft.method (adapters)"
                               : !cfg.data.sft_path.empty() ? "data.sft_path (fine-tuning)"
-                              : cfg.ddp.shard != parallel::Shard::None      ? "parallel.shard"
+                              : cfg.ddp.shard == parallel::Shard::Full
+                                  ? "parallel.shard=full (FSDP)"
+                              : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1
+                                  ? "parallel.shard with parallel.pp"
                               : !cfg.init_from.empty()                      ? "train.init_from"
                               : cfg.frozen_weights != FrozenWeights::Master ? "train.frozen_weights"
                                                                             : nullptr;

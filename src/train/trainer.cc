@@ -326,8 +326,8 @@ void Trainer::save_checkpoint_now() {
   std::string dir;
   if (model_parallel()) {  // the whole model, gathered from the ranks' pieces
     std::unique_ptr<Transformer> whole = gather_whole_model();
-    const Tensor m = parallel::gather_model(*model_, opt_->m(), par_.group("pp"));
-    const Tensor v = parallel::gather_model(*model_, opt_->v(), par_.group("pp"));
+    const Tensor m = parallel::gather_model(*model_, replica_state(opt_->m()), par_.group("pp"));
+    const Tensor v = parallel::gather_model(*model_, replica_state(opt_->v()), par_.group("pp"));
     if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
     par_.groups->get("world").barrier();  // installed before any rank goes on
     saved_step_ = state_.step;
@@ -350,6 +350,18 @@ void Trainer::save_checkpoint_now() {
 
 Trainer::~Trainer() = default;
 
+double Trainer::model_parallel_grad_norm_squared() {
+  if (!ddp_ || !ddp_->sharded())
+    return parallel::model_parallel_grad_norm_squared(*model_, model_->grads(),
+                                                      par_.group("tp-pp"));
+  // A distributed optimizer: this rank's blocks, summed over the replicas too.
+  std::vector<std::pair<int64_t, int64_t>> owned;
+  for (const parallel::ShardPiece& p : ddp_->optimizer_pieces())
+    if (p.own_end > p.own_begin) owned.emplace_back(p.own_begin, p.own_end);
+  return parallel::model_parallel_grad_norm_squared(*model_, model_->grads(), par_.group("tp-pp"),
+                                                    &owned, &ddp_->group());
+}
+
 nn::TensorParallel Trainer::tensor_parallel() const {
   return par_.tensor_parallel(cfg_.parallel.sequence_parallel);
 }
@@ -368,8 +380,37 @@ int Trainer::max_over_ranks(int v) const {
   return *t.data<int32_t>();
 }
 
+Tensor Trainer::replica_state(const Tensor& state) {
+  if (!ddp_ || !ddp_->sharded()) return state;
+  // Each data-parallel rank holds its blocks of every trainable group; the
+  // blocks tile the arena, so a sum over the ranks puts them together.
+  Tensor out = Tensor::zeros({model_->layout().trainable_end()}, DType::F32);
+  for (size_t i = 0; i < opt_->groups().size(); ++i) {
+    const ParamGroup& g = opt_->groups()[i];
+    if (!g.trainable || g.shard_size() == 0) continue;
+    ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
+                 state.narrow0(opt_->state_offset(i), g.shard_size()));
+  }
+  ddp_->group().all_reduce(out);
+  return out;
+}
+
+Tensor Trainer::replica_weights() {
+  if (!ddp_ || !ddp_->shards_master()) return model_->params();
+  Tensor out = Tensor::zeros({model_->params().numel()}, DType::F32);
+  for (const ParamGroup& g : opt_->groups())
+    if (g.trainable && g.shard_size() > 0)
+      ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
+                   model_->params().narrow0(g.shard_begin, g.shard_size()));
+  ddp_->group().all_reduce(out);
+  const int64_t n = model_->layout().trainable_end(), frozen = out.numel() - n;
+  if (frozen > 0)  // whole on every rank
+    ops::convert(out.narrow0(n, frozen), model_->params().narrow0(n, frozen));
+  return out;
+}
+
 std::unique_ptr<Transformer> Trainer::gather_whole_model() {
-  const Tensor params = parallel::gather_model(*model_, model_->params(), par_.group("pp"));
+  const Tensor params = parallel::gather_model(*model_, replica_weights(), par_.group("pp"));
   if (!par_.writes()) return nullptr;
   auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
                                              cfg_.frozen);
@@ -592,10 +633,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped. Model parallel: each rank's
     // pieces, the replicated parameters and the tied table once.
-    double norm = std::sqrt(model_parallel() ? parallel::model_parallel_grad_norm_squared(
-                                                   *model_, model_->grads(), par_.group("tp-pp"))
-                            : ddp_ ? ddp_->grad_norm_squared()
-                                   : ops::sum_squares(model_->grads()));
+    double norm = std::sqrt(model_parallel() ? model_parallel_grad_norm_squared()
+                            : ddp_           ? ddp_->grad_norm_squared()
+                                             : ops::sum_squares(model_->grads()));
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);

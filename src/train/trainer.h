@@ -105,9 +105,18 @@ class Trainer {
   bool model_parallel() const { return tensor_parallel().active() || par_.pp() > 1; }
   // A host int's max over every rank (agreement on signals and bad weights).
   int max_over_ranks(int v) const;
-  // Tensor parallel: the whole model gathered from the ranks' shards, on the
+  // Model parallel: the whole model gathered from the ranks' pieces, on the
   // writing rank (null on the others). Collective.
   std::unique_ptr<Transformer> gather_whole_model();
+  // This rank's model piece whole across its data-parallel replicas: the
+  // f32 master weights, or an optimizer moment (opt_->m() or v()) laid out
+  // as the trainable parameters; under a distributed optimizer (ZeRO-1)
+  // put together from every replica's blocks (collective), else the arena
+  // itself.
+  Tensor replica_weights();
+  Tensor replica_state(const Tensor& state);
+  // The squared gradient norm of a model-parallel run (parallel/model_parallel).
+  double model_parallel_grad_norm_squared();
   std::vector<StepStats> history_;
   int64_t saved_step_ = -1;  // the step of the newest checkpoint in OUT_DIR/checkpoints
   int stopped_by_ = 0;

@@ -87,8 +87,11 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
       << e;
   EXPECT_THROW(with({"parallel.sp=true"}), Error);  // needs tp > 1
   // What tensor parallelism does not support yet is named.
-  e = error_of(with({"parallel.tp=2", "parallel.shard=optimizer"}), 4);
-  EXPECT_NE(e.find("parallel.shard under tensor or pipeline parallelism"), std::string::npos) << e;
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "parallel.shard=optimizer"}), 4), "");  // ZeRO-1 × TP
+  e = error_of(with({"parallel.tp=2", "parallel.shard=full"}), 4);
+  EXPECT_NE(e.find("parallel.shard=full (FSDP) under tensor or pipeline parallelism"),
+            std::string::npos)
+      << e;
   e = error_of(with({"parallel.tp=2", "peft.method=lora"}), 2);
   EXPECT_NE(e.find("peft.method"), std::string::npos) << e;
 }
@@ -115,6 +118,8 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
       << e;
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=1,x"}), Error);
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=4"}), Error);  // one stage of two
+  e = error_of(with({"parallel.pp=2", "parallel.shard=optimizer"}), 4);
+  EXPECT_NE(e.find("parallel.shard with parallel.pp"), std::string::npos) << e;
   const ModelConfig m = with({}).model;
   const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
   EXPECT_EQ(mid.first, 2);

@@ -36,18 +36,9 @@ struct Recipe {
   std::string freeze = "";     // train.freeze
 };
 
-class DataParallel : public ::testing::Test {
+class DataParallel : public test::RankTest {
  protected:
-  void SetUp() override {
-    world_ = mpi().world_size();
-    rank_ = mpi().rank();
-    mesh_ = std::make_unique<dist::Mesh>(world_, rank_, dist::MeshSpec{});
-    groups_ = std::make_unique<dist::ProcessGroups>(mpi().make_groups(*mesh_, 120));
-    const test::RunDirs dirs = test::prepare_run_dirs("parallel_mpi", world_, rank_);
-    base_ = dirs.base;
-    corpus_ = dirs.corpus;
-    groups_->get("world").barrier();
-  }
+  void SetUp() override { set_up("parallel_mpi"); }
 
   TrainConfig config(const Recipe& r, const std::string& out, int64_t dp,
                      const std::vector<std::string>& extra = {}) {
@@ -240,11 +231,6 @@ class DataParallel : public ::testing::Test {
                           {"train.resume_from=" + ckpt.string()}));
     expect_continues(*whole, single, tol, what + " -> one process");
   }
-
-  int world_ = 1, rank_ = 0;
-  std::unique_ptr<dist::Mesh> mesh_;
-  std::unique_ptr<dist::ProcessGroups> groups_;
-  fs::path base_, corpus_;
 };
 
 constexpr double kF32 = 1e-5;

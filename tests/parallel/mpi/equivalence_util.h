@@ -1,6 +1,7 @@
-// What the multi-process equivalence tests (data parallel, tensor parallel)
-// share: each test's fresh folder and the corpus they train on, and the
-// per-tensor comparison of two runs' weights.
+// What the multi-process equivalence tests (data parallel, tensor and
+// pipeline parallel) share: the fixture of every rank, each test's fresh
+// folder and the corpus they train on, and the per-tensor comparison of two
+// runs' weights.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -9,7 +10,12 @@
 #include <fstream>
 #include <string>
 
+#include <memory>
+
+#include "dist/mesh.h"
+#include "dist/process_groups.h"
 #include "nn/param_layout.h"
+#include "parallel_env.h"
 
 namespace nk::test {
 
@@ -37,6 +43,29 @@ inline RunDirs prepare_run_dirs(const std::string& suite, int world, int rank) {
   }
   return d;
 }
+
+// A test on every rank of the world: its rank, the one-dimensional mesh's
+// groups ("world" for barriers), and the test's fresh folder and corpus.
+class RankTest : public ::testing::Test {
+ protected:
+  // suite: the folder under BINARY_DIR.
+  void set_up(const std::string& suite) {
+    world_ = mpi().world_size();
+    rank_ = mpi().rank();
+    mesh_ = std::make_unique<dist::Mesh>(world_, rank_, dist::MeshSpec{});
+    groups_ = std::make_unique<dist::ProcessGroups>(mpi().make_groups(*mesh_, 120));
+    const RunDirs dirs = prepare_run_dirs(suite, world_, rank_);
+    base_ = dirs.base;
+    corpus_ = dirs.corpus;
+    barrier();
+  }
+  void barrier() { groups_->get("world").barrier(); }
+
+  int world_ = 1, rank_ = 0;
+  std::unique_ptr<dist::Mesh> mesh_;
+  std::unique_ptr<dist::ProcessGroups> groups_;
+  std::filesystem::path base_, corpus_;
+};
 
 // The weights `a` and `b` (f32 arenas of `layout`): per tensor (or fused
 // part), the relative difference in the 2-norm, ||a - b|| / ||a|| <= tol.
