@@ -83,8 +83,8 @@ class PipelineParallel {
   dist::Communicator& pp_;
   dist::Communicator* embedding_;
   int64_t stage_, stages_, first_, last_;
-  std::vector<std::unique_ptr<Activations>> acts_;   // one per micro-batch in flight
-  std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
+  std::vector<std::unique_ptr<Activations>> acts_;  // one per micro-batch in flight
+  std::vector<dist::WorkPtr> sending_;              // posted, not yet complete
   double wait_s_ = 0;
 };
 
