@@ -14,6 +14,9 @@ void add_parallel_keys(ConfigSchema& s) {
   s.add_bool("parallel.sp", false,
              "sequence parallel: norms and residual stream split over the tp ranks along the "
              "tokens (needs parallel.tp > 1)");
+  s.add_int("parallel.vp", 1,
+            "virtual pipeline stages per rank: the interleaved 1F1B schedule (needs parallel.pp > "
+            "1)");
   s.add_string("parallel.pp_layout", "",
                "layers per pipeline stage, comma-separated (e.g. 2,4,4,2; empty: an even split)");
   s.add_string("parallel.order", "tp-cp-ep-dp-pp",
@@ -53,6 +56,10 @@ ParallelConfig parallel_config(const Config& c) {
     p.pp_layout.push_back(n);
     at = comma + 1;
   }
+  p.vp = c.get_int("parallel.vp");
+  if (p.vp < 1 || p.vp > 1024) fail("parallel.vp = {} is out of range [1, 1024]", p.vp);
+  if (p.vp > 1 && p.mesh.pp < 2)
+    fail("parallel.vp = {} needs parallel.pp > 1 (virtual stages of a pipeline)", p.vp);
   if (!p.pp_layout.empty() && int64_t(p.pp_layout.size()) != p.mesh.pp)
     fail("parallel.pp_layout lists {} stages, parallel.pp = {}", p.pp_layout.size(), p.mesh.pp);
   if (p.sequence_parallel && p.mesh.tp < 2)

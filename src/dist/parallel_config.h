@@ -16,6 +16,8 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   // Layers per pipeline stage, in order (parallel.pp_layout); empty: even.
   std::vector<int64_t> pp_layout;
+  // Virtual pipeline stages per rank (parallel.vp): the interleaved schedule.
+  int64_t vp = 1;
   double timeout_s = 300;  // every collective and point-to-point wait, in seconds
 };
 

@@ -64,8 +64,7 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   if (name == "wpe") return embedding;
   if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return head;
   if (name.starts_with("h.")) {
-    const int64_t l = std::stoll(name.substr(2, name.find('.', 2) - 2));
-    return l >= first && l < end(cfg);
+    return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
   }
   return true;  // adapters' and the prompt's: only with the whole model
 }
@@ -124,9 +123,9 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
            dtype_name(compute));
   check_tensor_parallel(cfg_, tp_.size());
   const bool whole = stage_.whole(cfg_);
-  NK_CHECK(
-      0 <= stage_.first && stage_.first <= stage_.end(cfg_) && stage_.end(cfg_) <= cfg_.n_layer,
-      "pipeline stage: layers [{}, {}) of {}", stage_.first, stage_.end(cfg_), cfg_.n_layer);
+  for (const auto& [first, last] : stage_.ranges(cfg_))
+    NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
+             "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
   if ((tp_.active() || !whole) && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
     fail(
         "tensor and pipeline parallelism need a model without adapters, its frozen weights held "
@@ -381,7 +380,7 @@ void Transformer::bind_views() {
   blocks_.clear();
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     Block b;
-    if (l < stage_.first || l >= stage_.end(cfg_)) {  // another pipeline stage's
+    if (!stage_.holds_layer(cfg_, l)) {  // another pipeline stage's
       blocks_.push_back(b);
       continue;
     }
@@ -486,10 +485,12 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
   auto stat = [&]() { return alloc({R}, DType::F32); };
   // A pipeline stage: its layers' buffers only (the others stay undefined).
-  const int64_t first = stage.first, last = stage.end(c);
   NK_CHECK(stage.whole(c) || training, "Activations: inference over a pipeline stage");
-  for (int64_t l = 0; l <= c.n_layer; ++l)
-    res.push_back(l >= first && l <= last ? region() : Tensor());
+  for (int64_t l = 0; l <= c.n_layer; ++l) {  // res[l]: the input of layer l (or the output)
+    bool used = false;
+    for (const auto& [first, last] : stage.ranges(c)) used = used || (l >= first && l <= last);
+    res.push_back(used ? region() : Tensor());
+  }
   // One layer's buffers; `cheap`: with the norms' and the activation's outputs
   // (a selective layer takes those from `shared`).
   Layer shared;
@@ -532,7 +533,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
   for (int64_t l = 0; l < saved_layers; ++l) {
     const Recompute r = recompute_of(l);
-    if (training && (l < first || l >= last))
+    if (training && !stage.holds_layer(c, l))
       layers.emplace_back();
     else
       layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
@@ -653,9 +654,11 @@ void Transformer::embed_forward(Activations& a, const Tensor& tokens,
 
 void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
                                  const PackedBatchInfo* packed) {
-  NK_CHECK(stage_.first <= first && first <= last && last <= stage_.end(cfg_),
-           "blocks_forward: layers [{}, {}) of this stage's [{}, {})", first, last, stage_.first,
-           stage_.end(cfg_));
+  NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
+           "blocks_forward: layers [{}, {}) of {}", first, last, cfg_.n_layer);
+  for (int64_t l = first; l < last; ++l)
+    NK_CHECK(stage_.holds_layer(cfg_, l), "blocks_forward: layer {} is another pipeline stage's",
+             l);
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = first; l < last; ++l) layer_forward(a, l, cu, pos, true);
@@ -726,9 +729,11 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
                                   const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
            "blocks_backward needs training activations");
-  NK_CHECK(stage_.first <= first && first <= last && last <= stage_.end(cfg_),
-           "blocks_backward: layers [{}, {}) of this stage's [{}, {})", first, last, stage_.first,
-           stage_.end(cfg_));
+  NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
+           "blocks_backward: layers [{}, {}) of {}", first, last, cfg_.n_layer);
+  for (int64_t l = first; l < last; ++l)
+    NK_CHECK(stage_.holds_layer(cfg_, l), "blocks_backward: layer {} is another pipeline stage's",
+             l);
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
   for (int64_t l = last - 1; l >= first; --l) {

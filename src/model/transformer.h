@@ -84,19 +84,30 @@ using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
 // are not a multiple of the type's block.
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 
-// The part of the model one pipeline stage holds (parallel/pipeline_parallel.h):
-// layers [first, last), the token (and position) embedding on the first
-// stage, the final norm and the head on the last; with tied embeddings the
-// last stage holds the token table too, for its head (kept equal to the
-// first stage's: their gradients are summed). The default is the whole model.
+// The part of the model one pipeline rank holds (parallel/pipeline_parallel.h):
+// its layer ranges (one, or with the interleaved schedule one per virtual
+// stage, its model chunks), the token (and position) embedding on the first
+// rank, the final norm and the head on the last; with tied embeddings the
+// last rank holds the token table too, for its head (kept equal to the first
+// rank's: their gradients are summed). The default is the whole model.
 struct PipelineStage {
-  int64_t first = 0, last = -1;  // -1: model.n_layer
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // [first, last) each, in order; empty: all
   bool embedding = true, head = true;
+  // The layer ranges: chunks, or the whole model's one.
+  std::vector<std::pair<int64_t, int64_t>> ranges(const ModelConfig& cfg) const {
+    if (chunks.empty()) return {{0, cfg.n_layer}};
+    return chunks;
+  }
+  bool holds_layer(const ModelConfig& cfg, int64_t l) const {
+    for (const auto& [first, last] : ranges(cfg))
+      if (l >= first && l < last) return true;
+    return false;
+  }
   // Whether the stage holds parameter `name` of a model of cfg.
   bool holds(const ModelConfig& cfg, const std::string& name) const;
-  int64_t end(const ModelConfig& cfg) const { return last < 0 ? cfg.n_layer : last; }
   bool whole(const ModelConfig& cfg) const {
-    return first == 0 && end(cfg) == cfg.n_layer && embedding && head;
+    const auto r = ranges(cfg);
+    return r.size() == 1 && r[0].first == 0 && r[0].second == cfg.n_layer && embedding && head;
   }
 };
 

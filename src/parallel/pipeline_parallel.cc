@@ -3,12 +3,13 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace nk::parallel {
 
 namespace {
-constexpr int kForwardTag = 11;   // activations, stage s -> s + 1
-constexpr int kBackwardTag = 12;  // their gradients, stage s + 1 -> s
+constexpr int kForwardTag = 11;   // activations, stage s -> s + 1 (and the last -> 0)
+constexpr int kBackwardTag = 12;  // their gradients, the other way
 
 // Adds the seconds from construction to destruction to `into`.
 struct WaitTimer {
@@ -21,8 +22,25 @@ struct WaitTimer {
 }  // namespace
 
 PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
-                             const std::vector<int64_t>& layers) {
+                             const std::vector<int64_t>& layers, int64_t vp) {
   NK_CHECK(pp >= 1 && rank >= 0 && rank < pp, "pipeline_stage: rank {} of {}", rank, pp);
+  if (vp < 1) fail("parallel.vp = {} must be at least 1", vp);
+  PipelineStage s;
+  s.embedding = rank == 0;
+  s.head = rank == pp - 1;
+  if (vp > 1) {
+    if (!layers.empty())
+      fail("parallel.pp_layout with parallel.vp = {}: the interleaved schedule splits evenly", vp);
+    if (cfg.n_layer % (pp * vp))
+      fail(
+          "model.n_layer = {} is not divisible by parallel.pp × parallel.vp = {} × {} (each "
+          "virtual stage runs as many layers)",
+          cfg.n_layer, pp, vp);
+    const int64_t n = cfg.n_layer / (pp * vp);
+    for (int64_t c = 0; c < vp; ++c)
+      s.chunks.emplace_back((c * pp + rank) * n, (c * pp + rank + 1) * n);
+    return s;
+  }
   std::vector<int64_t> counts = layers;
   if (counts.empty()) {
     if (cfg.n_layer % pp)
@@ -42,11 +60,9 @@ PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
   if (sum != cfg.n_layer)
     fail("parallel.pp_layout: the stages' layers add up to {}, model.n_layer = {}", sum,
          cfg.n_layer);
-  PipelineStage s;
-  for (int64_t r = 0; r < rank; ++r) s.first += counts[size_t(r)];
-  s.last = s.first + counts[size_t(rank)];
-  s.embedding = rank == 0;
-  s.head = rank == pp - 1;
+  int64_t first = 0;
+  for (int64_t r = 0; r < rank; ++r) first += counts[size_t(r)];
+  s.chunks = {{first, first + counts[size_t(rank)]}};
   return s;
 }
 
@@ -56,17 +72,68 @@ PipelineParallel::PipelineParallel(Transformer& model, dist::Communicator& pp,
     : model_(model),
       pp_(pp),
       embedding_(embedding),
+      B_(B),
+      T_(T),
+      recompute_(recompute),
       stage_(pp.rank()),
       stages_(pp.size()),
-      first_(model.stage().first),
-      last_(model.stage().end(model.config())) {
-  for (int64_t k = 0; k < stages_ - stage_; ++k)
-    acts_.push_back(std::make_unique<Activations>(model_, B, T, true, recompute));
+      chunks_(model.stage().ranges(model.config())) {
+  state_.resize(chunks_.size());
+  // One set per chunk now (the log's figure); more as micro-batches come in flight.
+  for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) {
+    acts(c, -1);
+    release(c, -1);
+  }
+}
+
+int64_t PipelineParallel::warmup_steps(int64_t m) const {
+  const int64_t p = stages_, v = int64_t(chunks_.size()), total = m * v;
+  if (v == 1) return std::min(p - stage_ - 1, m);
+  return m == p ? total : std::min((p - stage_ - 1) * 2 + (v - 1) * p, total);
+}
+
+int64_t PipelineParallel::max_in_flight(int64_t m) const {
+  return std::min(warmup_steps(m) + 1, m * int64_t(chunks_.size()));
+}
+
+Activations& PipelineParallel::acts(int64_t chunk, int64_t j) {
+  Chunk& st = state_[size_t(chunk)];
+  for (auto& [mb, a] : st.busy)
+    if (mb == j) return *a;
+  std::unique_ptr<Activations> a;
+  if (!st.free.empty()) {
+    if (chunks_.size() > 1) wait_sends();  // a send from it may still be pending
+    a = std::move(st.free.back());
+    st.free.pop_back();
+  } else {
+    PipelineStage part;
+    part.chunks = {chunks_[size_t(chunk)]};
+    part.embedding = first_chunk(chunk);
+    part.head = last_chunk(chunk);
+    a = std::make_unique<Activations>(model_.config(), model_.compute_dtype(), B_, T_, true,
+                                      model_.device(), recompute_, model_.tensor_parallel(), part);
+  }
+  st.busy.emplace_back(j, std::move(a));
+  return *st.busy.back().second;
+}
+
+void PipelineParallel::release(int64_t chunk, int64_t j) {
+  Chunk& st = state_[size_t(chunk)];
+  for (size_t i = 0; i < st.busy.size(); ++i)
+    if (st.busy[i].first == j) {
+      st.free.push_back(std::move(st.busy[i].second));
+      st.busy.erase(st.busy.begin() + int64_t(i));
+      return;
+    }
+  NK_CHECK(false, "PipelineParallel: micro-batch {} of chunk {} is not in flight", j, chunk);
 }
 
 int64_t PipelineParallel::activation_bytes() const {
   int64_t n = 0;
-  for (const auto& a : acts_) n += a->bytes();
+  for (const Chunk& st : state_) {
+    for (const auto& a : st.free) n += a->bytes();
+    for (const auto& [j, a] : st.busy) n += a->bytes();
+  }
   return n;
 }
 
@@ -76,6 +143,46 @@ void PipelineParallel::wait_sends() {
   sending_.clear();
 }
 
+void PipelineParallel::take(std::map<std::pair<int64_t, int64_t>, Posted>& from, int64_t chunk,
+                            int64_t j, const Tensor& x, int src, int tag) {
+  auto it = from.find({chunk, j});
+  if (it == from.end()) return receive(x, src, tag);
+  {
+    WaitTimer timer{wait_s_};
+    it->second.work->wait();
+  }
+  ops::convert(x, it->second.buffer);
+  from.erase(it);
+}
+
+void PipelineParallel::post_receives(int64_t m) {
+  // In schedule order: messages from one rank with one tag match the
+  // receives in the order they were posted.
+  const int64_t p = stages_, v = int64_t(chunks_.size()), total = m * v;
+  const int prev = int(stage_ > 0 ? stage_ - 1 : stages_ - 1);
+  const int next = int(stage_ < stages_ - 1 ? stage_ + 1 : 0);
+  const auto chunk_of = [&](int64_t k) { return (k % (p * v)) / p; };
+  const auto mb_of = [&](int64_t k) { return (k / (p * v)) * p + k % p; };
+  for (int64_t k = 0; k < total; ++k) {
+    const int64_t c = chunk_of(k), j = mb_of(k);
+    if (first_chunk(c)) continue;
+    const Tensor like = acts(c, j).residual(chunks_[size_t(c)].first);
+    release(c, j);
+    Posted& in = inputs_[{c, j}];
+    in.buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    in.work = pp_.recv_async(in.buffer, prev, kForwardTag);
+  }
+  for (int64_t k = 0; k < total; ++k) {
+    const int64_t c = v - 1 - chunk_of(k), j = mb_of(k);
+    if (last_chunk(c)) continue;
+    const Tensor like = acts(c, j).residual_grad();
+    release(c, j);
+    Posted& g = grads_[{c, j}];
+    g.buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    g.work = pp_.recv_async(g.buffer, next, kBackwardTag);
+  }
+}
+
 void PipelineParallel::receive(const Tensor& x, int src, int tag) {
   dist::WorkPtr r = pp_.recv_async(x, src, tag);
   wait_sends();
@@ -83,36 +190,47 @@ void PipelineParallel::receive(const Tensor& x, int src, int tag) {
   r->wait();
 }
 
-// Micro-batch forward in `slot`: the stage's input (embedded tokens, or the
-// previous stage's output), its layers, then the loss (last stage; with
+// Chunk `chunk` of micro-batch j, forward: its input (embedded tokens, or the
+// previous virtual stage's output: the previous rank's, or the last rank's
+// previous chunk's), its layers, then the loss (the model's last chunk; with
 // backward its gradient too, as the fused head does) or the send onward.
-// (A slot is reused only after its backward, whose receive completed every
-// send from it.)
-void PipelineParallel::forward(int64_t slot, const Tensor& tokens, const Tensor& targets,
-                               bool backward, float grad_scale, double& loss) {
-  Activations& a = *acts_[size_t(slot)];
-  if (stage_ == 0)
+void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
+                               const Tensor& targets, bool backward, float grad_scale,
+                               double& loss) {
+  const auto [first, last] = chunks_[size_t(chunk)];
+  Activations& a = acts(chunk, j);
+  if (first_chunk(chunk))
     model_.embed_forward(a, tokens);
   else
-    receive(a.residual(first_), int(stage_ - 1), kForwardTag);
-  model_.blocks_forward(a, first_, last_);
-  if (stage_ == stages_ - 1)
+    take(inputs_, chunk, j, a.residual(first), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
+         kForwardTag);
+  model_.blocks_forward(a, first, last);
+  if (last_chunk(chunk))
     loss += model_.head_loss(a, targets, backward, grad_scale);
   else
-    sending_.push_back(pp_.send_async(a.residual(last_), int(stage_ + 1), kForwardTag));
+    sending_.push_back(
+        pp_.send_async(a.residual(last), int(stage_ < stages_ - 1 ? stage_ + 1 : 0), kForwardTag));
 }
 
-// Micro-batch backward in `slot`: the gradient of the stage's output (from
-// the loss, or received from the next stage) back through its layers, then
-// into the embedding (first stage) or sent to the previous stage.
-void PipelineParallel::backward(int64_t slot, const Tensor& tokens) {
-  Activations& a = *acts_[size_t(slot)];
-  if (stage_ < stages_ - 1) receive(a.residual_grad(), int(stage_ + 1), kBackwardTag);
-  model_.blocks_backward(a, first_, last_);
-  if (stage_ == 0)
+// Backward of chunk `chunk` of micro-batch j: the gradient of its output (from
+// the loss, or received from the next virtual stage) back through its layers,
+// then into the embedding (the model's first chunk) or sent back. Its
+// activations are free again after (a pending send from them completes with
+// this rank's next receive, before any forward but the first chunk's, which
+// sends nothing backward, writes them).
+void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) {
+  const auto [first, last] = chunks_[size_t(chunk)];
+  Activations& a = acts(chunk, j);
+  if (!last_chunk(chunk))
+    take(grads_, chunk, j, a.residual_grad(), int(stage_ < stages_ - 1 ? stage_ + 1 : 0),
+         kBackwardTag);
+  model_.blocks_backward(a, first, last);
+  if (first_chunk(chunk))
     model_.embed_backward(a, tokens);
   else
-    sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ - 1), kBackwardTag));
+    sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
+                                      kBackwardTag));
+  release(chunk, j);
 }
 
 double PipelineParallel::from_last_stage(double v) {
@@ -124,29 +242,42 @@ double PipelineParallel::from_last_stage(double v) {
 
 double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
                                           const std::vector<Tensor>& targets, float grad_scale) {
-  const int64_t m = int64_t(tokens.size());
+  const int64_t m = int64_t(tokens.size()), p = stages_, v = int64_t(chunks_.size());
   NK_CHECK(m > 0 && int64_t(targets.size()) == m, "PipelineParallel: {} tokens, {} targets", m,
            targets.size());
-  const int64_t P = int64_t(acts_.size());
-  const int64_t warmup = std::min(stages_ - stage_ - 1, m);
+  NK_CHECK(v == 1 || m % p == 0,
+           "PipelineParallel: the interleaved schedule needs micro-batches in multiples of {}", p);
+  // Virtual step k: its chunk (forward order; backward runs them in reverse)
+  // and micro-batch.
+  const auto chunk_of = [&](int64_t k) { return v == 1 ? 0 : (k % (p * v)) / p; };
+  const auto mb_of = [&](int64_t k) { return v == 1 ? k : (k / (p * v)) * p + k % p; };
+  const int64_t total = m * v, warmup = warmup_steps(m);
+  if (v > 1) post_receives(m);
   double loss = 0;
-  for (int64_t i = 0; i < warmup; ++i)
-    forward(i % P, tokens[size_t(i)], targets[size_t(i)], true, grad_scale, loss);
-  for (int64_t i = 0; i < m - warmup; ++i) {  // steady state: one forward, one backward
-    const int64_t j = warmup + i;
-    forward(j % P, tokens[size_t(j)], targets[size_t(j)], true, grad_scale, loss);
-    backward(i % P, tokens[size_t(i)]);
+  auto F = [&](int64_t k) {
+    const int64_t j = mb_of(k);
+    forward(chunk_of(k), j, tokens[size_t(j)], targets[size_t(j)], true, grad_scale, loss);
+  };
+  auto Bk = [&](int64_t k) { backward(v - 1 - chunk_of(k), mb_of(k), tokens[size_t(mb_of(k))]); };
+  for (int64_t k = 0; k < warmup; ++k) F(k);
+  for (int64_t i = 0; i < total - warmup; ++i) {  // steady state: one forward, one backward
+    F(warmup + i);
+    Bk(i);
   }
-  for (int64_t i = m - warmup; i < m; ++i) backward(i % P, tokens[size_t(i)]);
+  for (int64_t i = total - warmup; i < total; ++i) Bk(i);
   wait_sends();
+  NK_CHECK(inputs_.empty() && grads_.empty(), "PipelineParallel: {} posted receives unused",
+           inputs_.size() + grads_.size());
   WaitTimer timer{wait_s_};  // the loss from the last stage: every stage waits for it
   return from_last_stage(loss);
 }
 
 double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& targets) {
   double loss = 0;
-  forward(0, tokens, targets, false, 0.f, loss);
+  for (int64_t c = 0; c < int64_t(chunks_.size()); ++c)
+    forward(c, 0, tokens, targets, false, 0.f, loss);
   wait_sends();
+  for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) release(c, 0);
   return from_last_stage(loss);
 }
 
@@ -154,10 +285,6 @@ void PipelineParallel::reduce_embedding_grads() {
   if (!embedding_ || embedding_->size() < 2 || !model_.config().tied_embeddings) return;
   const ParamInfo& p = model_.layout().find("wte");
   if (p.trainable) embedding_->all_reduce(ParamLayout::view(model_.grads(), p));
-}
-
-bool PipelineParallel::counts_in_norm(const ParamInfo& p) const {
-  return !(p.name == "wte" && !model_.stage().embedding);
 }
 
 }  // namespace nk::parallel

@@ -6,19 +6,33 @@
 // forward and one backward, then finishes the backwards, so it holds at
 // most p - s micro-batches' activations at once.
 //
+// Interleaved (v virtual stages per rank, parallel.vp): the layers are cut
+// into p·v chunks and rank s holds chunks s, s + p, s + 2p, ...; a
+// micro-batch passes every rank v times (the last rank's output goes on to
+// rank 0's next chunk). Megatron's interleaved 1F1B order: forward step k
+// runs chunk (k mod pv) / p of micro-batch (k / pv)·p + k mod p (backward
+// steps the chunks in reverse), after a warm-up of (p - s - 1)·2 + (v - 1)·p
+// forward steps (all of them when m = p). The bubble shrinks from (p - 1)/m
+// to (p - 1)/(v·m) of the work; m must be a multiple of p.
+//
 // Transfers: a send is posted without waiting, and completed together with
 // the stage's next receive (Megatron's send_forward_recv_backward and
 // send_backward_recv_forward): MPI moves a large message only while both
 // sides are inside MPI, so a send left pending across the next layer's
-// compute would hold the neighbour up for that long.
+// compute would hold the neighbour up for that long. The interleaved order
+// does not pair each send with the neighbour's next receive, so there
+// every receive of the step is posted at its start, into a buffer of its
+// own (one residual stream per chunk and micro-batch), and a send can
+// always complete.
 //
-// The first stage reads the tokens and runs the embedding, the last the
+// The first rank reads the tokens and runs the embedding, the last the
 // final norm, the head and the loss; the step's loss reaches every stage.
-// With tied embeddings the last stage holds a copy of the token table for
+// With tied embeddings the last rank holds a copy of the token table for
 // its head, initialised alike; reduce_embedding_grads() sums the two
-// stages' gradients of it (the "embedding" group), so both copies take
-// the same update and stay equal.
+// ranks' gradients of it (the "embedding" group), so both copies take the
+// same update and stay equal.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -29,23 +43,25 @@ namespace nk::parallel {
 
 // The stage of pipeline rank `rank` of `pp` for a model of cfg: the layers
 // split evenly, or as `layers` says (layers per stage, in order, summing to
-// cfg.n_layer: parallel.pp_layout; a stage may have none). nk::Error naming
-// the key and the numbers when they do not fit.
+// cfg.n_layer: parallel.pp_layout; a stage may have none); with vp > 1
+// virtual stages per rank, vp even chunks of n_layer / (pp·vp) layers each.
+// nk::Error naming the key and the numbers when they do not fit.
 PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
-                             const std::vector<int64_t>& layers = {});
+                             const std::vector<int64_t>& layers = {}, int64_t vp = 1);
 
 class PipelineParallel {
  public:
   // pp: the pipeline group (stage = group rank); embedding: the first and
   // last stages' group, for tied embeddings (null otherwise). Activations
-  // for micro-batches of B x T are made for the at most p - s in flight
-  // (recompute: the run's plan). The model and groups must outlive this.
+  // for micro-batches of B x T are made as micro-batches come in flight
+  // (recompute: the run's plan) and kept for the next step. The model and
+  // groups must outlive this.
   PipelineParallel(Transformer& model, dist::Communicator& pp, dist::Communicator* embedding,
                    int64_t B, int64_t T, const std::vector<Recompute>& recompute);
 
   // One step over the micro-batches tokens[i], targets[i] (i32 [B, T]; the
-  // first stage reads the tokens, the last the targets), in 1F1B order;
-  // gradients ACCUMULATE d(loss_i * grad_scale)/d params as
+  // first stage reads the tokens, the last the targets), in (interleaved)
+  // 1F1B order; gradients ACCUMULATE d(loss_i * grad_scale)/d params as
   // Transformer::forward_backward does. Returns the sum of the
   // micro-batches' mean losses, on every stage. Collective over pp.
   double forward_backward(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets,
@@ -55,12 +71,13 @@ class PipelineParallel {
   // Tied embeddings: the token table's gradient summed over the first and
   // last stages (once per step, after the backward). Nothing otherwise.
   void reduce_embedding_grads();
-  // Whether p's gradient counts in the global norm on this stage (the last
-  // stage's copy of a tied token table does not: the first stage's counts).
-  bool counts_in_norm(const ParamInfo& p) const;
   // Bytes of the activation workspaces this stage keeps.
   int64_t activation_bytes() const;
-  int64_t in_flight() const { return int64_t(acts_.size()); }
+  // The schedule's warm-up forwards over m micro-batches on this stage, and
+  // the most chunk activations it then holds at once (the warm-up and one).
+  int64_t warmup_steps(int64_t m) const;
+  int64_t max_in_flight(int64_t m) const;
+  int64_t chunks() const { return int64_t(chunks_.size()); }
   // Seconds this stage waited on its neighbours (received activations or
   // gradients, completed sends) since the last call: the pipeline's bubble
   // plus the transfers it did not overlap.
@@ -71,21 +88,49 @@ class PipelineParallel {
   }
 
  private:
-  void forward(int64_t slot, const Tensor& tokens, const Tensor& targets, bool backward,
+  // One chunk of micro-batch j: forward (with the loss on the model's last
+  // chunk) or backward, with its transfers.
+  void forward(int64_t chunk, int64_t j, const Tensor& tokens, const Tensor& targets, bool backward,
                float grad_scale, double& loss);
-  void backward(int64_t slot, const Tensor& tokens);
+  void backward(int64_t chunk, int64_t j, const Tensor& tokens);
   // Receives x from group rank `src`, completing every pending send meanwhile.
   void receive(const Tensor& x, int src, int tag);
   void wait_sends();
   double from_last_stage(double v);
+  // The activations of micro-batch j in `chunk` (taken from the chunk's free
+  // ones, or made), and their release after its backward.
+  Activations& acts(int64_t chunk, int64_t j);
+  void release(int64_t chunk, int64_t j);
+  bool first_chunk(int64_t chunk) const { return stage_ == 0 && chunk == 0; }
+  bool last_chunk(int64_t chunk) const {
+    return stage_ == stages_ - 1 && chunk == int64_t(chunks_.size()) - 1;
+  }
 
   Transformer& model_;
   dist::Communicator& pp_;
   dist::Communicator* embedding_;
-  int64_t stage_, stages_, first_, last_;
-  std::vector<std::unique_ptr<Activations>> acts_;  // one per micro-batch in flight
-  std::vector<dist::WorkPtr> sending_;              // posted, not yet complete
+  int64_t B_, T_;
+  std::vector<Recompute> recompute_;
+  int64_t stage_, stages_;
+  std::vector<std::pair<int64_t, int64_t>> chunks_;  // this rank's layer ranges
+  struct Chunk {
+    std::vector<std::unique_ptr<Activations>> free;
+    std::vector<std::pair<int64_t, std::unique_ptr<Activations>>> busy;  // by micro-batch
+  };
+  std::vector<Chunk> state_;
+  std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
   double wait_s_ = 0;
+  // Interleaved: the step's receives, posted at its start, by (chunk, micro-batch).
+  struct Posted {
+    Tensor buffer;
+    dist::WorkPtr work;
+  };
+  std::map<std::pair<int64_t, int64_t>, Posted> inputs_, grads_;
+  // Takes the posted receive of (chunk, j) from `from` into x (interleaved),
+  // or receives it now; then x holds the message.
+  void take(std::map<std::pair<int64_t, int64_t>, Posted>& from, int64_t chunk, int64_t j,
+            const Tensor& x, int src, int tag);
+  void post_receives(int64_t m);
 };
 
 }  // namespace nk::parallel

@@ -23,7 +23,14 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (mesh.etp() != mesh.tp())
     fail("parallel.etp = {}: there are no expert layers to split yet (leave it 0: parallel.tp)",
          mesh.etp());
-  if (mesh.pp() > 1) parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout);
+  if (mesh.pp() > 1)
+    parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
+  if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())
+    fail(
+        "parallel.vp = {}: the interleaved schedule needs each data-parallel rank's micro-batches "
+        "per step (train.global_batch / (dp × train.micro_batch) = {} / ({} × {})) to be a "
+        "multiple of parallel.pp = {}",
+        cfg.parallel.vp, cfg.global_batch, mesh.dp(), cfg.micro_batch, mesh.pp());
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp());
     const char* unsupported = cfg.model.has_adapters()     ? "peft.method (adapters)"

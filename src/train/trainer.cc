@@ -119,12 +119,16 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
                                            QuantPlan(), tensor_parallel(), pipeline_stage());
   if (model_parallel()) {
     const PipelineStage& st = model_->stage();
+    std::string layers;
+    for (const auto& [first, last] : st.ranges(cfg_.model))
+      layers += fmt::format("{}[{}, {})", layers.empty() ? "" : " ", first, last);
     NK_INFO("model parallel: {}{}{}; this rank holds {:.2f}M of the {:.2f}M parameters",
             par_.mesh->describe(), tensor_parallel().sp() ? ", sequence parallel" : "",
             par_.pp() > 1
-                ? fmt::format(", pipeline stage {} of {}: layers [{}, {}){}{} (1F1B)",
-                              par_.mesh->rank_in("pp"), par_.pp(), st.first, st.end(cfg_.model),
-                              st.embedding ? ", embedding" : "", st.head ? ", head and loss" : "")
+                ? fmt::format(", pipeline stage {} of {}: layers {}{}{} ({})",
+                              par_.mesh->rank_in("pp"), par_.pp(), layers,
+                              st.embedding ? ", embedding" : "", st.head ? ", head and loss" : "",
+                              st.ranges(cfg_.model).size() > 1 ? "interleaved 1F1B" : "1F1B")
                 : "",
             double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
   }
@@ -369,7 +373,7 @@ nn::TensorParallel Trainer::tensor_parallel() const {
 PipelineStage Trainer::pipeline_stage() const {
   if (par_.pp() == 1) return {};
   return parallel::pipeline_stage(cfg_.model, par_.pp(), par_.mesh->rank_in("pp"),
-                                  cfg_.parallel.pp_layout);
+                                  cfg_.parallel.pp_layout, cfg_.parallel.vp);
 }
 
 int Trainer::max_over_ranks(int v) const {
@@ -525,9 +529,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           : fmt::format(" ({} recompute of {} layers)", cfg_.recompute,
                         cfg_.recompute_layers ? cfg_.recompute_layers : cfg_.model.n_layer);
   if (pipe_)
-    NK_INFO("activations {:.1f} MiB per micro-batch in flight, {} in flight on this stage{}",
-            double(pipe_->activation_bytes()) / double(pipe_->in_flight()) / 1048576.0,
-            pipe_->in_flight(), recompute_note);
+    NK_INFO(
+        "activations {:.1f} MiB per micro-batch and model chunk; this stage holds at most {} "
+        "at once{}",
+        double(pipe_->activation_bytes()) / double(pipe_->chunks()) / 1048576.0,
+        pipe_->max_in_flight(accum / par_.dp()), recompute_note);
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);

@@ -122,11 +122,22 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
   EXPECT_NE(e.find("parallel.shard with parallel.pp"), std::string::npos) << e;
   const ModelConfig m = with({}).model;
   const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
-  EXPECT_EQ(mid.first, 2);
-  EXPECT_EQ(mid.last, 3);
+  EXPECT_EQ(mid.chunks, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}}));
   EXPECT_FALSE(mid.embedding || mid.head);
   EXPECT_TRUE(parallel::pipeline_stage(m, 4, 0, {0, 2, 1, 1}).embedding);
   EXPECT_TRUE(parallel::pipeline_stage(m, 4, 3, {0, 2, 1, 1}).head);
+  // Interleaved: rank 1 of 2 with 2 virtual stages holds layers 1 and 3.
+  EXPECT_EQ(parallel::pipeline_stage(m, 2, 1, {}, 2).chunks,
+            (std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {3, 4}}));
+  e = error_of(with({"parallel.pp=2", "parallel.vp=4"}), 2);
+  EXPECT_NE(e.find("model.n_layer = 4 is not divisible by parallel.pp × parallel.vp = 2 × 4"),
+            std::string::npos)
+      << e;
+  EXPECT_THROW(with({"parallel.vp=2"}), Error);  // needs a pipeline
+  // Each rank's micro-batches in multiples of pp: 8 / (1 × 4) = 2 works, 12 / 4 = 3 does not.
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.vp=2", "train.global_batch=8"}), 2), "");
+  e = error_of(with({"parallel.pp=2", "parallel.vp=2", "train.global_batch=12"}), 2);
+  EXPECT_NE(e.find("the interleaved schedule needs"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -102,8 +102,12 @@ class TensorParallel : public test::RankTest {
         std::string("parallel.sp=") + (r.sp && tp > 1 ? "true" : "false")};
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=" + std::to_string(r.n_kv_head));
     const bool one_process = tp == 1 && pp == 1;  // the reference: no parallel.* extras
-    for (const std::string& e : r.extra)
-      if (!one_process || !e.starts_with("parallel.")) o.push_back(e);
+    for (const std::string& e : r.extra) {
+      const bool pipeline_only =
+          e.starts_with("parallel.vp=") || e.starts_with("parallel.pp_layout=");
+      if ((one_process && e.starts_with("parallel.")) || (pp == 1 && pipeline_only)) continue;
+      o.push_back(e);
+    }
     o.insert(o.end(), extra.begin(), extra.end());
     ConfigSchema s = train_schema();
     return train_config_from(Config::load(s, "", o));
@@ -349,6 +353,27 @@ TEST_F(TensorParallel, LlamaPp2UnevenLayoutRecompute) {
   check(pipelined("llama-tiny", 2, 1, false, 3,
                   {"parallel.pp_layout=1,3", "train.recompute=full", "train.val_every=5"}));
 }
+// The interleaved schedule: 2 virtual stages per rank (a micro-batch
+// passes each rank twice; the tied table on rank 0's first chunk and the
+// last rank's last chunk).
+TEST_F(TensorParallel, Gpt2Pp2Interleaved) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(pipelined("gpt-tiny", 2, 1, false, 4, {"parallel.vp=2"}));
+}
+TEST_F(TensorParallel, LlamaPp2InterleavedMicroBatchesEqualStages) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.vp=2", "train.val_every=5"}));
+}
+TEST_F(TensorParallel, LlamaPp4Interleaved) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  Recipe r = pipelined("llama-tiny", 4, 1, false, 8, {"parallel.vp=2"});
+  r.n_layer = 8;
+  check(r);
+}
+TEST_F(TensorParallel, Gpt2Tp2Pp2Interleaved) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(pipelined("gpt-tiny", 2, 2, true, 4, {"parallel.vp=2"}));
+}
 TEST_F(TensorParallel, Gpt2Pp4EmbeddingOnlyFirstStage) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check(pipelined("gpt-tiny", 4, 1, false, 6, {"parallel.pp_layout=0,2,1,1"}));
@@ -398,6 +423,10 @@ TEST_F(TensorParallel, ReshardDp2Zero1Tp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   reshard(recipe("llama-tiny", 2, true, 1, 8, 4, {"parallel.shard=optimizer"}), {2, 1},
           {{1, 1}, {4, 1}});
+}
+TEST_F(TensorParallel, ReshardInterleaved) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  reshard(pipelined("llama-tiny", 2, 1, false, 4, {"parallel.vp=2"}), {1, 2}, {{1, 1}, {2, 1}});
 }
 TEST_F(TensorParallel, ReshardTp2Pp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
