@@ -166,19 +166,27 @@ void PipelineParallel::post_receives(int64_t m) {
   for (int64_t k = 0; k < total; ++k) {
     const int64_t c = chunk_of(k), j = mb_of(k);
     if (first_chunk(c)) continue;
-    const Tensor like = acts(c, j).residual(chunks_[size_t(c)].first);
-    release(c, j);
+    Tensor& buffer = input_buffers_[{c, j}];
+    if (!buffer.defined()) {
+      const Tensor like = acts(c, j).residual(chunks_[size_t(c)].first);
+      release(c, j);
+      buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    }
     Posted& in = inputs_[{c, j}];
-    in.buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    in.buffer = buffer;
     in.work = pp_.recv_async(in.buffer, prev, kForwardTag);
   }
   for (int64_t k = 0; k < total; ++k) {
     const int64_t c = v - 1 - chunk_of(k), j = mb_of(k);
     if (last_chunk(c)) continue;
-    const Tensor like = acts(c, j).residual_grad();
-    release(c, j);
+    Tensor& buffer = grad_buffers_[{c, j}];
+    if (!buffer.defined()) {
+      const Tensor like = acts(c, j).residual_grad();
+      release(c, j);
+      buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    }
     Posted& g = grads_[{c, j}];
-    g.buffer = Tensor::empty(like.shape(), like.dtype(), like.device());
+    g.buffer = buffer;
     g.work = pp_.recv_async(g.buffer, next, kBackwardTag);
   }
 }

@@ -22,8 +22,8 @@
 // compute would hold the neighbour up for that long. The interleaved order
 // does not pair each send with the neighbour's next receive, so there
 // every receive of the step is posted at its start, into a buffer of its
-// own (one residual stream per chunk and micro-batch), and a send can
-// always complete.
+// own (one residual stream per chunk and micro-batch, kept across steps),
+// and a send can always complete.
 //
 // The first rank reads the tokens and runs the embedding, the last the
 // final norm, the head and the loss; the step's loss reaches every stage.
@@ -126,6 +126,8 @@ class PipelineParallel {
     dist::WorkPtr work;
   };
   std::map<std::pair<int64_t, int64_t>, Posted> inputs_, grads_;
+  // Their buffers, kept for the next step (the loop allocates nothing after its first step).
+  std::map<std::pair<int64_t, int64_t>, Tensor> input_buffers_, grad_buffers_;
   // Takes the posted receive of (chunk, j) from `from` into x (interleaved),
   // or receives it now; then x holds the message.
   void take(std::map<std::pair<int64_t, int64_t>, Posted>& from, int64_t chunk, int64_t j,
