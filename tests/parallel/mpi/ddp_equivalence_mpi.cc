@@ -49,22 +49,14 @@ class DataParallel : public test::RankTest {
         "model.d_model=64",
         "model.n_head=4",
         "model.d_ff=128",
-        "data.path=" + corpus_.string(),
-        "train.micro_batch=" + std::to_string(B),
-        "train.global_batch=" + std::to_string(B * r.accum * dp),
-        "train.seq_len=32",
-        "train.steps=10",
-        "train.lr=3e-3",
-        "train.warmup_steps=2",
         "train.val_every=" + std::to_string(r.val_every),
         "train.val_batches=2",
-        "train.log_every=100",
-        "train.peak_tflops=1",
         "train.out_dir=" + out,
         std::string("train.dtype=") + dtype_name(r.dtype),
         "parallel.bucket_mb=" + std::to_string(r.bucket_mb),
         std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false"),
         "parallel.shard=" + r.shard};
+    for (std::string& c : common_options(B, B * r.accum * dp)) o.push_back(std::move(c));
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
     if (!r.freeze.empty()) o.push_back("train.freeze=" + r.freeze);
     o.insert(o.end(), extra.begin(), extra.end());

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <memory>
 
@@ -60,6 +61,19 @@ class RankTest : public ::testing::Test {
     barrier();
   }
   void barrier() { groups_->get("world").barrier(); }
+  // What every recipe of these suites shares: the corpus, and 10 steps of
+  // micro-batches of B rows of 32 tokens at lr 3e-3.
+  std::vector<std::string> common_options(int64_t B, int64_t global_batch) const {
+    return {"data.path=" + corpus_.string(),
+            "train.micro_batch=" + std::to_string(B),
+            "train.global_batch=" + std::to_string(global_batch),
+            "train.seq_len=32",
+            "train.steps=10",
+            "train.lr=3e-3",
+            "train.warmup_steps=2",
+            "train.log_every=100",
+            "train.peak_tflops=1"};
+  }
 
   int world_ = 1, rank_ = 0;
   std::unique_ptr<dist::Mesh> mesh_;

@@ -84,22 +84,14 @@ class TensorParallel : public test::RankTest {
         "model.n_head=" + std::to_string(r.n_head),
         "model.d_ff=128",
         "model.vocab_size=264",  // bytes, padded to a multiple of 8
-        "data.path=" + corpus_.string(),
-        "train.micro_batch=" + std::to_string(B),
-        "train.global_batch=" + std::to_string(B * r.accum * dp),
-        "train.seq_len=32",
-        "train.steps=10",
-        "train.lr=3e-3",
-        "train.warmup_steps=2",
         "train.val_every=0",
-        "train.log_every=100",
-        "train.peak_tflops=1",
         "train.grad_clip=1.0",
         "train.out_dir=" + out,
         "train.dtype=f32",
         "parallel.tp=" + std::to_string(tp),
         "parallel.pp=" + std::to_string(pp),
         std::string("parallel.sp=") + (r.sp && tp > 1 ? "true" : "false")};
+    for (std::string& c : common_options(B, B * r.accum * dp)) o.push_back(std::move(c));
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=" + std::to_string(r.n_kv_head));
     const bool one_process = tp == 1 && pp == 1;  // the reference: no parallel.* extras
     for (const std::string& e : r.extra) {
