@@ -50,25 +50,25 @@ struct TensorParallel {
   Tensor enter_grad(const Tensor& dx, const Tensor& full) const { return sp() ? full : dx; }
   // Entering, backward: the ranks' shares in enter_grad(dx, full) summed
   // into dx (all-reduce in place, or reduce-scatter of full into dx).
-  void enter_backward(const Tensor& dx, const Tensor& full) const {
-    if (sp())
-      comm->reduce_scatter(full, dx);
-    else if (active())
-      comm->all_reduce(dx);
-  }
+  void enter_backward(const Tensor& dx, const Tensor& full) const { sum_partials(dx, full); }
   // Where a row-parallel layer writes its partial sums: y, or under sp the full rows.
   Tensor exit_buffer(const Tensor& y, const Tensor& full) const { return sp() ? full : y; }
   // Leaving, forward: the partial sums in exit_buffer(y, full) added over
   // the group into y (all-reduce, or reduce-scatter into this rank's rows).
-  void exit(const Tensor& y, const Tensor& full) const {
-    if (sp())
-      comm->reduce_scatter(full, y);
-    else if (active())
-      comm->all_reduce(y);
-  }
+  void exit(const Tensor& y, const Tensor& full) const { sum_partials(y, full); }
   // Leaving, backward: the output gradient with every row: dy, or under sp
   // its all-gather into full.
   Tensor exit_backward(const Tensor& dy, const Tensor& full) const { return enter(dy, full); }
+
+ private:
+  // Every rank's partial values of x (x itself, or under sp all N rows in
+  // full) summed into x (this rank's rows under sp).
+  void sum_partials(const Tensor& x, const Tensor& full) const {
+    if (sp())
+      comm->reduce_scatter(full, x);
+    else if (active())
+      comm->all_reduce(x);
+  }
 };
 
 }  // namespace nk::nn
