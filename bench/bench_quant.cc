@@ -243,10 +243,11 @@ void run_shape(Shape2 s, int reps, size_t cold_mib) {
 // Both paths of the product timed apart for N = 1 .. max (hot weights).
 void sweep(Shape2 s, int reps, int64_t max_n) {
   const Tensor w32 = random_tensor({s.out, s.in}, DType::F32, 1, 0.02);
-  fmt::print("[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN\n", s.out,
-             s.in, nk::num_threads());
+  fmt::print(
+      "[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN / VNNI tiles\n",
+      s.out, s.in, nk::num_threads());
   fmt::print("{:>4}", "N");
-  for (QuantType t : kTypes) fmt::print(" {:>15}", ops::quant_type_name(t));
+  for (QuantType t : kTypes) fmt::print(" {:>20}", ops::quant_type_name(t));
   fmt::print("\n");
   std::vector<ops::QuantWeight> qs;
   for (QuantType t : kTypes) {
@@ -262,7 +263,12 @@ void sweep(Shape2 s, int reps, int64_t max_n) {
           best_of(reps, [&] { ops::cpu::quant_linear_direct(y, x, q, Tensor()); });
       const double panels =
           best_of(reps, [&] { ops::cpu::quant_linear_panels(y, x, q, Tensor()); });
-      fmt::print(" {:7.3f}/{:7.3f}", direct * 1e3, panels * 1e3);
+      if (ops::cpu::quant_gemm_available(q.type, s.in)) {
+        const double gemm = best_of(reps, [&] { ops::cpu::quant_linear_gemm(y, x, q, Tensor()); });
+        fmt::print(" {:6.3f}/{:6.3f}/{:6.3f}", direct * 1e3, panels * 1e3, gemm * 1e3);
+      } else {
+        fmt::print(" {:6.3f}/{:6.3f}/{:>6}", direct * 1e3, panels * 1e3, "-");
+      }
     }
     fmt::print("\n");
   }

@@ -12,6 +12,7 @@
 
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "ops/cpu/quant_blocks.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
@@ -567,11 +568,12 @@ int64_t odd_in(QuantType t) {
 // quant_linear_forward against (1) the dense op, linear_forward, on the
 // dequantised weight (f32; for bf16 x, x widened to f32 and y rounded, since
 // the kernel uses the weight's values in f32) within the x-rounding bound
-// plus f32 slack, and (2) tighter: the direct kernel (N <= 3, below the
-// threshold of any type) against the product with x quantised as it does,
-// the panel path (N >= 17, above it) against the dense product, to 1e-5 of
-// the output's scale (f32 sums of ~in/32 block products reordered) + 1 bf16
-// ulp for bf16. W8A16 quantises nothing: always to the dense product.
+// plus f32 slack, and (2) tighter: the direct kernel and the VNNI tiles
+// against the product with x quantised as they do, the panel path against
+// the dense product, to 1e-5 of the output's scale (f32 sums of ~in/32 block
+// products reordered) + 1 bf16 ulp for bf16. W8A16 quantises nothing: always
+// to the dense product. Which path N takes depends on the build (the tiles
+// need AVX-512 VNNI); N = 1, 3, 17, 64 cover each path of either build.
 void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
   const int64_t in = odd_in(t), out = 203;
   SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N << " "
@@ -594,14 +596,15 @@ void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
   Tensor b32 = bias ? Tensor::empty({out}, DType::F32) : Tensor();
   if (bias) ops::convert(b32, b);
   ops::linear_forward(y32, x32, wd, b32);
+  const bool panels = ops::cpu::quant_linear_path(t, in, N) == ops::cpu::QuantPath::Panels;
   std::vector<double> slack = r.bound;
-  if (plain_x(t) || N >= 17) slack.clear();
+  if (plain_x(t) || panels) slack.clear();
   expect_within(got, values(y32), slack, 2e-5, b16, "y vs linear_forward");
 
   // (2) the tight references.
-  if (plain_x(t) || N >= 17)
+  if (plain_x(t) || panels)
     expect_within(got, r.exact, {}, 1e-5, b16, "y vs dense product");
-  else if (N <= 3)
+  else
     expect_within(got, r.replayed, {}, 1e-5, b16, "y vs product with x quantised");
 }
 
@@ -651,10 +654,10 @@ TEST(QuantLinear, Bf16WithF32Bias) {
   }
 }
 
-// The direct kernel gives the same y, bit for bit, with 1 and 2 threads:
-// each output is summed by one thread in a fixed order. The panel path's
-// product is oneDNN's, whose f32 blocking follows the thread count (as
-// linear_forward's does): the same within f32 reordering.
+// The direct kernel and the VNNI tiles give the same y, bit for bit, with 1
+// and 2 threads: each output is summed by one thread in a fixed order. The
+// panel path's product is oneDNN's, whose f32 blocking follows the thread
+// count (as linear_forward's does): the same within f32 reordering.
 TEST(QuantLinear, SameResultOnAnyThreadCount) {
   const int saved = num_threads();
   for (QuantType t : kAllTypes) {
@@ -669,13 +672,41 @@ TEST(QuantLinear, SameResultOnAnyThreadCount) {
         ys.push_back(Tensor::empty({N, 301}, DType::F32));
         ops::quant_linear_forward(ys.back(), x, q, Tensor());
       }
-      if (N <= 3)
+      if (ops::cpu::quant_linear_path(t, 1024, N) != ops::cpu::QuantPath::Panels)
         EXPECT_TRUE(bytes_of(ys[0]) == bytes_of(ys[1]));
       else
         expect_within(values(ys[1]), values(ys[0]), {}, 1e-6, false, "y");
     }
   }
   set_num_threads(saved);
+}
+
+// The VNNI tiles sum the same integers as the direct kernel (x quantised
+// the same way), so the two agree to f32 reordering (1e-5 of y's scale, 1
+// bf16 ulp for bf16) at every row count, including passes of 1..8 rows, 203
+// outputs (a last group of 11 of 16 rows) and widths off the 512-value tiles.
+TEST(QuantLinear, VnniTilesAgreeWithTheDirectKernel) {
+  uint64_t seed = 900;
+  int checked = 0;
+  for (QuantType t : kAllTypes) {
+    const int64_t in = odd_in(t) / 32 * 32, out = 203;
+    if (!ops::cpu::quant_gemm_available(t, in)) continue;
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), seed += 10, 0.04)));
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int64_t N : {1, 2, 7, 8, 9, 16, 33}) {
+        SCOPED_TRACE(::testing::Message()
+                     << ops::quant_type_name(t) << " N=" << N << " " << dtype_name(dt));
+        const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + uint64_t(N)));
+        const Tensor b = make({out}, dt, randn(size_t(out), seed + 1));
+        Tensor tiles = Tensor::empty({N, out}, dt), direct = Tensor::empty({N, out}, dt);
+        ops::cpu::quant_linear_gemm(tiles, x, q, b);
+        ops::cpu::quant_linear_direct(direct, x, q, b);
+        expect_within(values(tiles), values(direct), {}, 1e-5, dt == DType::BF16, "tiles");
+        ++checked;
+      }
+  }
+  if (checked == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
 }
 
 // A NaN or infinity in x makes y non-finite, as in the dense product, on

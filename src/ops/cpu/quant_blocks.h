@@ -119,16 +119,34 @@ T* scratch(std::vector<char>& buf, size_t count) {
 
 // ---- entry points between the kernel files ----
 
+// q[0, n) <- x quantised to int8 with one scale d (returned): d = max |x| /
+// 127, q the nearest-even rounding of x / d (0 where d = 0); a NaN or
+// infinity in x gives d = NaN and q = 0, so products stay non-finite.
+float quantize_x_block(const float* x, int64_t n, int8_t* q);
+// x ([.., k], f32 or bf16) as f32: its data, or its values widened into buf.
+const float* rows_as_f32(const Tensor& x, std::vector<char>& buf);
+
 // values [0, n) of one row of q's weight (row bytes at `row`), in f32 exactly
 // as the layout defines them; `scale` is the row's scale for W8A16/W8A8.
 void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, float* out);
 
-// The two paths of quant_linear_forward (also called by bench_quant's
+// The paths of quant_linear_forward (also called by bench_quant's
 // --sweep, which times them apart to place the threshold). y[N, out] =
 // x[N, in] W^T + b; x and y f32 or bf16 (y x's dtype), b undefined, f32 or
 // x's dtype. Direct: reads W's blocks (quant_dot.cc); panels: dequantises
 // panels of W and runs oneDNN's product (quant_linear.cc).
 void quant_linear_direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
 void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
+// The third, for many rows where the build targets AVX-512 VNNI
+// (quant_gemm.cc): W unpacked once per call into byte tiles of 16 rows and
+// summed with vpdpbusd, x quantised as the direct kernel quantises it.
+// quant_gemm_available says whether it serves type t at width in (false in
+// builds without VNNI, where quant_linear_gemm is an nk::Error).
+bool quant_gemm_available(QuantType t, int64_t in);
+void quant_linear_gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
+// The path quant_linear_forward takes for n rows of x against a weight of
+// type t and width in.
+enum class QuantPath { Direct, Gemm, Panels };
+QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n);
 
 }  // namespace nk::ops::cpu

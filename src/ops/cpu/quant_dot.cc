@@ -31,6 +31,52 @@
 #endif
 
 namespace nk::ops::cpu {
+
+// quantize_x_block (quant_blocks.h). The AVX2 path computes the same f32
+// quotients as the plain one, so both agree bit for bit.
+float quantize_x_block(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.f, nonfinite = 0.f;  // nonfinite: sum of x * 0, NaN iff some x is not finite
+  int64_t i = 0;
+#ifdef NK_QUANT_AVX2
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, abs_mask));
+    vbad = _mm256_add_ps(vbad, _mm256_mul_ps(v, _mm256_setzero_ps()));
+  }
+  alignas(32) float lanes[8], bad[8];
+  _mm256_store_ps(lanes, vmax);
+  _mm256_store_ps(bad, vbad);
+  for (int k = 0; k < 8; ++k) {
+    amax = std::max(amax, lanes[k]);
+    nonfinite += bad[k];
+  }
+#endif
+  for (; i < n; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    nonfinite += x[i] * 0.f;
+  }
+  const float d = nonfinite == 0.f ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
+  if (!(d > 0.f)) {
+    std::memset(q, 0, size_t(n));
+    return d;
+  }
+  i = 0;
+#ifdef NK_QUANT_AVX2
+  const __m256 vd = _mm256_set1_ps(d);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vd),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_cvtps_epi32(r)),
+                                      _mm256_extracti128_si256(_mm256_cvtps_epi32(r), 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w, w));
+  }
+#endif
+  for (; i < n; ++i) q[i] = int8_t(std::clamp(std::nearbyint(x[i] / d), -127.f, 127.f));
+  return d;
+}
+
 namespace {
 
 constexpr int kRowGroup = 4;  // weight rows sharing each x block load
@@ -96,53 +142,6 @@ QuantRow xrow_at(char* base, int64_t in, int64_t blocks) {
   return r;
 }
 
-// q[0, n) = nearest-even rounding of x / d, d = max|x| / 127 (0: q = 0).
-// The AVX2 path computes the same f32 quotients, so both agree bit for bit.
-// A NaN or infinity in x gives d = NaN (and q = 0), so the products' outputs
-// are NaN as the dense product's would be, not quietly finite.
-float quantize_block(const float* x, int64_t n, int8_t* q) {
-  float amax = 0.f, nonfinite = 0.f;  // nonfinite: sum of x * 0, NaN iff some x is not finite
-  int64_t i = 0;
-#ifdef NK_QUANT_AVX2
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, abs_mask));
-    vbad = _mm256_add_ps(vbad, _mm256_mul_ps(v, _mm256_setzero_ps()));
-  }
-  alignas(32) float lanes[8], bad[8];
-  _mm256_store_ps(lanes, vmax);
-  _mm256_store_ps(bad, vbad);
-  for (int k = 0; k < 8; ++k) {
-    amax = std::max(amax, lanes[k]);
-    nonfinite += bad[k];
-  }
-#endif
-  for (; i < n; ++i) {
-    amax = std::max(amax, std::fabs(x[i]));
-    nonfinite += x[i] * 0.f;
-  }
-  const float d = nonfinite == 0.f ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
-  if (!(d > 0.f)) {
-    std::memset(q, 0, size_t(n));
-    return d;
-  }
-  i = 0;
-#ifdef NK_QUANT_AVX2
-  const __m256 vd = _mm256_set1_ps(d);
-  for (; i + 8 <= n; i += 8) {
-    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), vd),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_cvtps_epi32(r)),
-                                      _mm256_extracti128_si256(_mm256_cvtps_epi32(r), 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w, w));
-  }
-#endif
-  for (; i < n; ++i) q[i] = int8_t(std::clamp(std::nearbyint(x[i] / d), -127.f, 127.f));
-  return d;
-}
-
 // Q4_0's views of q: qpair and quad8 (QuantRow). A last unpaired block keeps
 // its order (lo, hi).
 void q4_0_x_layout(const QuantRow& r, int64_t in) {
@@ -166,7 +165,7 @@ void quantize_x_row(QuantType t, const float* x, int64_t in, const QuantRow& r) 
   const XKind k = x_kind(t);
   const int64_t block = k == XKind::Blocks32 ? kQK : k == XKind::Blocks256 ? kQKK : in;
   for (int64_t b = 0; b < in / block; ++b)
-    r.d[b] = quantize_block(x + b * block, block, r.q + b * block);
+    r.d[b] = quantize_x_block(x + b * block, block, r.q + b * block);
   if (t == QuantType::Q8_0 || t == QuantType::W8A8)
     for (int64_t i = 0; i < in; ++i) r.aq[i] = uint8_t(std::abs(int(r.q[i])));
   if (t == QuantType::Q4_0) q4_0_x_layout(r, in);
@@ -349,16 +348,6 @@ void dot_rows(QuantType t, const uint8_t* w, size_t rb, const QuantRow* xq, cons
   }
 }
 
-// x as f32 rows: x itself, or its bf16 rows widened into g_xf.
-const float* x_as_f32(const Tensor& x) {
-  if (x.dtype() == DType::F32) return x.data<float>();
-  const int64_t n = x.numel();
-  float* out = scratch<float>(g_xf, size_t(n));
-  const bf16* src = x.data<bf16>();
-  for (int64_t i = 0; i < n; ++i) out[i] = load(src[i]);
-  return out;
-}
-
 // One call's work: y's rows [o0, o0 + 4) of every x row per row group.
 template <typename T>
 struct Direct {
@@ -424,7 +413,7 @@ void direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   job.N = rows_of(x);
   job.in = w.cols();
   job.out = w.rows();
-  job.xf = x_as_f32(x);
+  job.xf = rows_as_f32(x, g_xf);
   const XKind kind = x_kind(job.t);
   job.blocks = kind == XKind::Blocks32    ? job.in / kQK
                : kind == XKind::Blocks256 ? job.in / kQKK

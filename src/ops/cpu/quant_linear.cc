@@ -1,8 +1,10 @@
 // Quantised weights on the CPU, part 2: quant_linear_forward. Few rows of x
 // (decode) take the direct kernel of quant_dot.cc, which reads W's blocks;
-// more rows (prefill) dequantise a panel of W's rows at a time (~kPanelBytes
-// of f32) into a scratch buffer and run oneDNN's f32 product on it, as the
-// NF4 products do. Both paths hold no dense copy of W; the scratch buffers
+// more rows (batched decode, prefill) take the integer tiles of
+// quant_gemm.cc where the build has AVX-512 VNNI, and otherwise (or for
+// W8A16 and F16) dequantise a panel of W's rows at a time (~kPanelBytes of
+// f32) into a scratch buffer and run oneDNN's f32 product on it, as the NF4
+// products do. No path holds a dense copy of W; the scratch buffers
 // grow to the largest size seen and are never shrunk.
 #include <algorithm>
 
@@ -26,23 +28,22 @@ int64_t direct_rows_max(QuantType t) {
   return t == QuantType::W8A16 || t == QuantType::F16 ? 12 : 16;
 }
 
+// Rows of x from which the VNNI tiles (where the build has them) beat the
+// direct kernel: their unpacking costs about one direct row, and each further
+// row costs a quarter of the direct kernel's (bench_quant --sweep, [2048 x
+// 2048], 2 threads of a 2-core AVX-512 machine: faster from N = 2 for q8_0,
+// q4_0 and w8a8, from N = 5 for the K types, whose direct kernel is the
+// cheapest per row). Above it they beat the panels at every N measured (to
+// 64: 2.8x for q4_0).
+int64_t gemm_rows_min(QuantType t) {
+  return 2;
+}
+
 // Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs
 // it (the NF4 products' choice; not re-tuned here).
 constexpr size_t kPanelBytes = size_t(1) << 20;
 
 std::vector<char> g_panel, g_product, g_xf, g_bias;
-
-// f32 view of a [n, k] tensor: itself, or its bf16 values widened into buf.
-const float* as_f32(const Tensor& t, std::vector<char>& buf) {
-  if (t.dtype() == DType::F32) return t.data<float>();
-  const int64_t n = t.numel();
-  float* out = scratch<float>(buf, size_t(n));
-  const bf16* src = t.data<bf16>();
-  parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = load(src[i]);
-  });
-  return out;
-}
 
 // Rows [o0, o0 + p) of W in f32 into panel [p, in].
 void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
@@ -72,8 +73,8 @@ void store_columns(T* y, int64_t ld, int64_t o0, const float* prod, int64_t n, i
 template <typename T>
 void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
-  const float* xf = as_f32(x, g_xf);
-  const float* bias = b.defined() ? as_f32(b, g_bias) : nullptr;
+  const float* xf = rows_as_f32(x, g_xf);
+  const float* bias = b.defined() ? rows_as_f32(b, g_bias) : nullptr;
   const int64_t rows =
       std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
   float* panel = scratch<float>(g_panel, size_t(rows * in));
@@ -92,6 +93,17 @@ void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
 
 }  // namespace
 
+const float* rows_as_f32(const Tensor& t, std::vector<char>& buf) {
+  if (t.dtype() == DType::F32) return t.data<float>();
+  const int64_t n = t.numel();
+  float* out = scratch<float>(buf, size_t(n));
+  const bf16* src = t.data<bf16>();
+  parallel_for(n, 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = load(src[i]);
+  });
+  return out;
+}
+
 void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   if (x.dtype() == DType::F32)
     by_panels<float>(y, x, w, b);
@@ -99,11 +111,21 @@ void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const 
     by_panels<bf16>(y, x, w, b);
 }
 
+QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n) {
+  if (quant_gemm_available(t, in))
+    return n < gemm_rows_min(t) ? QuantPath::Direct : QuantPath::Gemm;
+  return n <= direct_rows_max(t) ? QuantPath::Direct : QuantPath::Panels;
+}
+
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
-  if (rows_of(x) <= direct_rows_max(w.type))
-    quant_linear_direct(y, x, w, b);
-  else
-    quant_linear_panels(y, x, w, b);
+  switch (quant_linear_path(w.type, w.cols(), rows_of(x))) {
+    case QuantPath::Direct:
+      return quant_linear_direct(y, x, w, b);
+    case QuantPath::Gemm:
+      return quant_linear_gemm(y, x, w, b);
+    case QuantPath::Panels:
+      return quant_linear_panels(y, x, w, b);
+  }
 }
 
 }  // namespace nk::ops::cpu

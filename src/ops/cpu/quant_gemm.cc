@@ -1,0 +1,462 @@
+// Quantised weights on the CPU, part 4: the integer product for many rows of
+// x (batched decode and prefill) on AVX-512 VNNI, y[N, out] = x[N, in] W^T + b.
+//
+// The direct kernel (quant_dot.cc) sums each (weight row, x row) pair on its
+// own, so every x row costs the unpacking and the horizontal work again; with
+// 16 rows it is compute-bound. Here W is cut into sub-blocks of 16 weight
+// rows by one scale's run of values (32; 16 for Q6_K) and each sub-block is
+// unpacked once per call into a tile of unsigned bytes laid out for vpdpbusd:
+//
+//   tile[k4][r][j] = u of weight row r at value 4 k4 + j   (16 rows x 4 bytes = one zmm)
+//
+// so that one vpdpbusd of tile[k4] with 4 bytes of an x row broadcast to all
+// lanes adds 4 products to each of the 16 rows' sums. After a sub-block, lane
+// r holds S_r = sum u_r q over it (q: x quantised, int8, as the direct kernel
+// quantises it), and the sub-block's part of y is
+//
+//   dx (a_r (S_r - k T) - b_r T)            T = sum q over the sub-block
+//
+// with the weight's values w = a_r (u - k) - b_r: Q8_0 u = q + 128 (k 128, a
+// = d); Q4_0 u = q (k 8, a = d); Q4_K u = q (a = d sc, b = dmin m); Q6_K u = q
+// (k 32, a = d sc); W8A8 u = q + 128 (k 128, a = 1, the row scale applied at
+// the end). k T is an integer, so S starts from -k T; b T (Q4_K) is one more
+// FMA. Each y value is summed in f32 across sub-blocks in a fixed order by
+// one thread, so y does not depend on the thread count; it equals the direct
+// kernel's y up to the order of the f32 sums (the integers are the same).
+//
+// Work: threads take groups of 16 weight rows; a group's tiles (16 x in
+// bytes, in L1/L2) are unpacked once and met by x in passes of up to 8 rows,
+// whose 8 i32 sums and 8 f32 accumulators stay in registers.
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (`__Y = __Y`),
+// which its own -Wmaybe-uninitialized flags once inlined: off in this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/float_io.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/quant_blocks.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define NK_QUANT_VNNI 1
+#include <immintrin.h>
+#endif
+
+namespace nk::ops::cpu {
+
+#ifdef NK_QUANT_VNNI
+
+bool quant_gemm_available(QuantType t, int64_t in) {
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::Q4_0:
+    case QuantType::Q4_K:
+    case QuantType::Q6_K:
+      return true;
+    case QuantType::W8A8:
+      return in % 32 == 0;
+    case QuantType::W8A16:
+    case QuantType::F16:
+      break;
+  }
+  return false;
+}
+
+namespace {
+
+constexpr int kLanes = 16;  // weight rows per group: one i32 / f32 lane each
+constexpr int kPass = 8;    // x rows per pass over a group's tiles
+
+// Values per sub-block (one weight scale's run).
+int sub_width(QuantType t) {
+  return t == QuantType::Q6_K ? 16 : 32;
+}
+// k of w = a (u - k) - b: the offset of the unsigned bytes.
+int32_t offset_k(QuantType t) {
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::W8A8:
+      return 128;
+    case QuantType::Q4_0:
+      return 8;
+    case QuantType::Q6_K:
+      return 32;
+    default:
+      return 0;
+  }
+}
+// Values per x scale: the blocks the direct kernel quantises x in.
+int64_t x_block(QuantType t, int64_t in) {
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::Q4_0:
+      return kQK;
+    case QuantType::Q4_K:
+    case QuantType::Q6_K:
+      return kQKK;
+    default:
+      return in;
+  }
+}
+
+inline __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+
+// z[k] lane r = bytes [4 k, 4 k + 4) of the 16 at row r + off (k < 4), row
+// r at p + r rb: a 16 x 4 transpose of 4-byte words. B_i holds rows i, i + 4,
+// i + 8, i + 12 in its four 128-bit lanes; two rounds of unpacks gather word
+// k of rows 4 L .. 4 L + 3 into lane L.
+inline void transpose16x4(const uint8_t* p, size_t rb, size_t off, __m512i* z) {
+  __m512i b[4];
+  const uint8_t* q = p + off;
+  for (int i = 0; i < 4; ++i, q += rb) {
+    __m512i v = _mm512_zextsi128_si512(load128(q));
+    v = _mm512_inserti32x4(v, load128(q + 4 * rb), 1);
+    v = _mm512_inserti32x4(v, load128(q + 8 * rb), 2);
+    b[i] = _mm512_inserti32x4(v, load128(q + 12 * rb), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(b[0], b[1]), t1 = _mm512_unpackhi_epi32(b[0], b[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(b[2], b[3]), t3 = _mm512_unpackhi_epi32(b[2], b[3]);
+  z[0] = _mm512_unpacklo_epi64(t0, t2);
+  z[1] = _mm512_unpackhi_epi64(t0, t2);
+  z[2] = _mm512_unpacklo_epi64(t1, t3);
+  z[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+// The same for 32 bytes: z[0..8).
+inline void transpose16x8(const uint8_t* p, size_t rb, size_t off, __m512i* z) {
+  transpose16x4(p, rb, off, z);
+  transpose16x4(p, rb, off + 16, z + 4);
+}
+
+inline void store_tile(uint8_t* tile, int k4, __m512i v) {
+  _mm512_store_si512(reinterpret_cast<__m512i*>(tile + 64 * k4), v);
+}
+
+// The f16 values at p + r rb + off (r < 16) in f32 lanes: 16 two-byte copies
+// and one conversion (a gather was slower).
+inline __m512 halves(const uint8_t* p, size_t rb, size_t off) {
+  alignas(32) uint16_t h[kLanes];
+  for (int r = 0; r < kLanes; ++r) std::memcpy(&h[r], p + r * rb + off, 2);
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+}
+// Byte j of each 4-byte lane as f32, unsigned or signed.
+inline __m512 byte_u(__m512i w, int j) {
+  return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(w, 8 * j), _mm512_set1_epi32(255)));
+}
+inline __m512 byte_s(__m512i w, int j) {
+  return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(w, 24 - 8 * j), 24));
+}
+
+// A group's unpacked weights: tiles [nsub][W / 4][16][4] u8, a and b [nsub][16] f32.
+struct Tiles {
+  uint8_t* u;
+  float* a;
+  float* b;  // Q4_K only
+};
+
+// Unpacks values [v0, v1) (whole blocks) of the 16 rows at p + r rb (row
+// bytes as stored) into out, its first sub-block at tile 0. (Prefetching the next group's bytes,
+// spread over this group's unpacking, was tried and was 5% slower: the hardware prefetchers keep
+// up.)
+void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, const Tiles& out) {
+  const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8(char(0x80));
+  __m512i z[24];
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::Q4_0: {
+      const bool q8 = t == QuantType::Q8_0;
+      const size_t bb = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      for (int64_t s = v0 / kQK; s < v1 / kQK; ++s) {
+        const int64_t i = s - v0 / kQK;
+        uint8_t* tile = out.u + i * 512;
+        if (q8) {
+          transpose16x8(p, rb, size_t(s) * bb + 2, z);
+          for (int k = 0; k < 8; ++k) store_tile(tile, k, _mm512_xor_si512(z[k], flip));
+        } else {
+          transpose16x4(p, rb, size_t(s) * bb + 2, z);
+          for (int k = 0; k < 4; ++k) {
+            store_tile(tile, k, _mm512_and_si512(z[k], m4));
+            store_tile(tile, k + 4, _mm512_and_si512(_mm512_srli_epi16(z[k], 4), m4));
+          }
+        }
+        _mm512_store_ps(out.a + i * kLanes, halves(p, rb, size_t(s) * bb));
+      }
+      return;
+    }
+    case QuantType::W8A8:
+      for (int64_t s = v0 / 32; s < v1 / 32; ++s) {
+        const int64_t i = s - v0 / 32;
+        transpose16x8(p, rb, size_t(s) * 32, z);
+        for (int k = 0; k < 8; ++k) store_tile(out.u + i * 512, k, _mm512_xor_si512(z[k], flip));
+        for (int r = 0; r < kLanes; ++r) out.a[i * kLanes + r] = 1.f;
+      }
+      return;
+    case QuantType::Q4_K:
+      for (int64_t b = v0 / kQKK; b < v1 / kQKK; ++b) {
+        const int64_t i = b - v0 / kQKK;
+        const size_t base = size_t(b) * sizeof(BlockQ4_K);
+        for (int c = 0; c < 4; ++c) {
+          transpose16x8(p, rb, base + offsetof(BlockQ4_K, qs) + 32 * size_t(c), z);
+          uint8_t* lo = out.u + (8 * i + 2 * c) * 512;
+          for (int k = 0; k < 8; ++k) {
+            store_tile(lo, k, _mm512_and_si512(z[k], m4));
+            store_tile(lo + 512, k, _mm512_and_si512(_mm512_srli_epi16(z[k], 4), m4));
+          }
+        }
+        // The block's first 16 bytes transposed: word 0 is d | dmin << 16,
+        // words 1-3 the 12 scale bytes, decoded 4 codes a word (q4k_scales).
+        transpose16x4(p, rb, base, z);
+        const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
+                      b45 = _mm512_set1_epi32(0x30303030);
+        const __m512i sc[2] = {_mm512_and_si512(z[1], lo6),
+                               _mm512_or_si512(_mm512_and_si512(z[3], lo4),
+                                               _mm512_and_si512(_mm512_srli_epi32(z[1], 2), b45))};
+        const __m512i mn[2] = {_mm512_and_si512(z[2], lo6),
+                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(z[3], 4), lo4),
+                                               _mm512_and_si512(_mm512_srli_epi32(z[2], 2), b45))};
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(z[0]));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(z[0], 16)));
+        for (int j = 0; j < 8; ++j) {
+          _mm512_store_ps(out.a + (8 * i + j) * kLanes, _mm512_mul_ps(d, byte_u(sc[j / 4], j % 4)));
+          _mm512_store_ps(out.b + (8 * i + j) * kLanes,
+                          _mm512_mul_ps(dmin, byte_u(mn[j / 4], j % 4)));
+        }
+      }
+      return;
+    case QuantType::Q6_K:
+      // Sub-block s = 16 b + 8 h + 2 k + (l >= 16) holds values 32 k + l of
+      // half h (layout in ops/quant.h); its words 4 j' .. of the 32 values
+      // 32 k .. are z words j = 4 (l >= 16) + j'.
+      for (int64_t b = v0 / kQKK; b < v1 / kQKK; ++b) {
+        const int64_t i = b - v0 / kQKK;
+        const size_t base = size_t(b) * sizeof(BlockQ6_K);
+        for (int h = 0; h < 2; ++h) {
+          transpose16x8(p, rb, base + 64 * size_t(h), z);                                 // ql0
+          transpose16x8(p, rb, base + 64 * size_t(h) + 32, z + 8);                        // ql1
+          transpose16x8(p, rb, base + offsetof(BlockQ6_K, qh) + 32 * size_t(h), z + 16);  // qh
+          const __m512i bits45 = _mm512_set1_epi8(0x30);
+          for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < 8; ++j) {
+              const __m512i ql = z[(k & 1) * 8 + j], qh = z[16 + j];
+              const __m512i lo = _mm512_and_si512(k < 2 ? ql : _mm512_srli_epi16(ql, 4), m4);
+              const __m512i hb = k == 0   ? _mm512_slli_epi16(qh, 4)
+                                 : k == 1 ? _mm512_slli_epi16(qh, 2)
+                                 : k == 2 ? qh
+                                          : _mm512_srli_epi16(qh, 2);
+              const int64_t s = 16 * i + 8 * h + 2 * k + j / 4;
+              store_tile(out.u + s * 256, j % 4, _mm512_or_si512(lo, _mm512_and_si512(hb, bits45)));
+            }
+        }
+        // The 16 signed scales transposed, 4 a word.
+        transpose16x4(p, rb, base + offsetof(BlockQ6_K, scales), z);
+        const __m512 d = halves(p, rb, base + offsetof(BlockQ6_K, d));
+        for (int j = 0; j < 16; ++j)
+          _mm512_store_ps(out.a + (16 * i + j) * kLanes, _mm512_mul_ps(d, byte_s(z[j / 4], j % 4)));
+      }
+      return;
+    case QuantType::W8A16:
+    case QuantType::F16:
+      break;
+  }
+}
+
+// x prepared once per call: q (int8 [N, in]) and per row and sub-block s the
+// start of S (-k T), dx, and dx T (Q4_K).
+struct XPrep {
+  const int8_t* q;
+  const int32_t* start;
+  const float* dx;
+  const float* dxt;
+};
+
+// C x rows (n0 ..) against a group's tiles: acc[c] lane r = y[n0 + c, row r].
+// C x rows (n0 ..) against a step's tiles (sub-blocks s0 .. s0 + ns of the
+// row, tile i = s - s0): acc[c] lane r += the step's part of y[n0 + c, row r].
+template <int C, int W, bool B>
+void pass(const Tiles& t, int64_t s0, int64_t ns, const XPrep& x, int64_t nsub, int64_t in,
+          int64_t n0, float* acc_mem) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_load_ps(acc_mem + c * kLanes);
+  for (int64_t i = 0; i < ns; ++i) {
+    const int64_t s = s0 + i;
+    __m512i sum[C];
+    for (int c = 0; c < C; ++c) sum[c] = _mm512_set1_epi32(x.start[(n0 + c) * nsub + s]);
+    const uint8_t* tile = t.u + i * (W * 16);
+    for (int k = 0; k < W / 4; ++k) {
+      const __m512i u = _mm512_load_si512(reinterpret_cast<const __m512i*>(tile + 64 * k));
+      for (int c = 0; c < C; ++c) {
+        int32_t xw;
+        std::memcpy(&xw, x.q + (n0 + c) * in + s * W + 4 * k, 4);
+        sum[c] = _mm512_dpbusd_epi32(sum[c], u, _mm512_set1_epi32(xw));
+      }
+    }
+    const __m512 a = _mm512_load_ps(t.a + i * kLanes);
+    for (int c = 0; c < C; ++c) {
+      const __m512 ad = _mm512_mul_ps(a, _mm512_set1_ps(x.dx[(n0 + c) * nsub + s]));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[c]), ad, acc[c]);
+    }
+    if constexpr (B) {
+      const __m512 b = _mm512_load_ps(t.b + i * kLanes);
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm512_fnmadd_ps(b, _mm512_set1_ps(x.dxt[(n0 + c) * nsub + s]), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_store_ps(acc_mem + c * kLanes, acc[c]);
+}
+
+template <typename T>
+struct Gemm {
+  QuantType t;
+  int64_t N, in, out, nsub;
+  XPrep x;
+  const uint8_t* w;
+  size_t rb;
+  const float* wscale;
+  const float* bias_f32;
+  const T* bias_t;
+  T* y;
+
+  // y[n, o0 .. o0 + rows) <- acc (scale, bias, one rounding).
+  void store(int64_t n, int64_t o0, int64_t rows, const float* acc) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = o0 + r;
+      float s = acc[r];
+      if (wscale) s *= wscale[o];
+      if (bias_f32) s += bias_f32[o];
+      if (bias_t) s += load(bias_t[o]);
+      y[n * out + o] = cpu::store<T>(s);
+    }
+  }
+
+  // Every x row against one step's tiles, kPass rows at a time.
+  template <int W, bool B>
+  void step(const Tiles& tl, int64_t s0, int64_t ns, float* acc) const {
+    int64_t n = 0;
+    for (; n + kPass <= N; n += kPass)
+      pass<kPass, W, B>(tl, s0, ns, x, nsub, in, n, acc + n * kLanes);
+    float* a = acc + n * kLanes;
+    switch (N - n) {
+      case 7:
+        return pass<7, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 6:
+        return pass<6, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 5:
+        return pass<5, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 4:
+        return pass<4, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 3:
+        return pass<3, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 2:
+        return pass<2, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      case 1:
+        return pass<1, W, B>(tl, s0, ns, x, nsub, in, n, a);
+      default:
+        return;
+    }
+  }
+
+  void groups(int64_t g0, int64_t g1) const {
+    // Per-thread buffers (parallel_for's threads are the pool's, each with
+    // its own), grown as needed: one step's tiles, y's sums for the group,
+    // and the last group's rows padded to 16.
+    thread_local std::vector<char> tbuf, abuf, last;
+    const int W = sub_width(t);
+    const size_t ub = size_t(nsub * W * kLanes), fb = size_t(nsub * kLanes);
+    float* fl = scratch<float>(tbuf, ub / 4 + 2 * fb);
+    const Tiles tl{reinterpret_cast<uint8_t*>(fl), fl + ub / 4, fl + ub / 4 + fb};
+    float* acc = scratch<float>(abuf, size_t(N * kLanes));
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t o0 = g * kLanes, n_rows = std::min<int64_t>(kLanes, out - o0);
+      const uint8_t* p = w + size_t(o0) * rb;
+      if (n_rows < kLanes) {  // rows past the end: copies of the last, not stored
+        uint8_t* pad = scratch<uint8_t>(last, kLanes * rb);
+        for (int r = 0; r < kLanes; ++r)
+          std::memcpy(pad + r * rb, p + std::min<int64_t>(r, n_rows - 1) * rb, rb);
+        p = pad;
+      }
+      std::fill(acc, acc + N * kLanes, 0.f);
+      unpack(t, p, rb, 0, in, tl);
+      if (t == QuantType::Q6_K)
+        step<16, false>(tl, 0, nsub, acc);
+      else if (t == QuantType::Q4_K)
+        step<32, true>(tl, 0, nsub, acc);
+      else
+        step<32, false>(tl, 0, nsub, acc);
+      for (int64_t n = 0; n < N; ++n) store(n, o0, n_rows, acc + n * kLanes);
+    }
+  }
+};
+
+std::vector<char> g_xf, g_xq, g_start, g_dx, g_dxt;
+
+template <typename T>
+void gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  Gemm<T> job;
+  job.t = w.type;
+  job.N = rows_of(x);
+  job.in = w.cols();
+  job.out = w.rows();
+  const int W = sub_width(job.t);
+  const int64_t N = job.N, in = job.in, nsub = in / W, xb = x_block(job.t, in);
+  job.nsub = nsub;
+  const float* xf = rows_as_f32(x, g_xf);
+  int8_t* q = scratch<int8_t>(g_xq, size_t(N * in));
+  int32_t* start = scratch<int32_t>(g_start, size_t(N * nsub));
+  float* dx = scratch<float>(g_dx, size_t(N * nsub));
+  float* dxt = scratch<float>(g_dxt, size_t(N * nsub));
+  const int32_t k = offset_k(job.t);
+  parallel_for(N, std::max<int64_t>(1, 16384 / in), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      int8_t* qn = q + n * in;
+      for (int64_t b0 = 0; b0 < in; b0 += xb) {
+        const float d = quantize_x_block(xf + n * in + b0, xb, qn + b0);
+        for (int64_t s = b0 / W; s < (b0 + xb) / W; ++s) {
+          int32_t sum = 0;
+          for (int i = 0; i < W; ++i) sum += qn[s * W + i];
+          start[n * nsub + s] = -k * sum;
+          dx[n * nsub + s] = d;
+          dxt[n * nsub + s] = d * float(sum);
+        }
+      }
+    }
+  });
+  job.x = XPrep{q, start, dx, dxt};
+  job.w = w.data.data<uint8_t>();
+  job.rb = w.row_bytes();
+  job.wscale = w.scale.defined() ? w.scale.data<float>() : nullptr;
+  const bool bias_f32 = b.defined() && b.dtype() == DType::F32;
+  job.bias_f32 = bias_f32 ? b.data<float>() : nullptr;
+  job.bias_t = b.defined() && !bias_f32 ? b.data<T>() : nullptr;
+  job.y = y.data<T>();
+  const int64_t groups = (job.out + kLanes - 1) / kLanes;
+  const Gemm<T>* j = &job;
+  parallel_for(groups, 1, [j](int64_t g0, int64_t g1) { j->groups(g0, g1); });
+}
+
+}  // namespace
+
+void quant_linear_gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  if (x.dtype() == DType::F32)
+    gemm<float>(y, x, w, b);
+  else
+    gemm<bf16>(y, x, w, b);
+}
+
+#else  // no AVX-512 VNNI: quant_linear_forward never takes this path
+
+bool quant_gemm_available(QuantType, int64_t) {
+  return false;
+}
+void quant_linear_gemm(Tensor, const Tensor&, const QuantWeight& w, const Tensor&) {
+  throw Error(std::string("quant_linear_gemm: ") + quant_type_name(w.type) +
+              " needs AVX-512 VNNI, which this build does not target");
+}
+
+#endif
+
+}  // namespace nk::ops::cpu
