@@ -46,8 +46,8 @@ using nk::Tensor;
 namespace ops = nk::ops;
 using ops::QuantType;
 
-constexpr QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_0,  QuantType::Q4_K,
-                                QuantType::Q6_K, QuantType::W8A16, QuantType::W8A8};
+constexpr QuantType kTypes[] = {QuantType::Q8_0,  QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K,
+                                QuantType::W8A16, QuantType::W8A8, QuantType::F16};
 
 Tensor random_tensor(const nk::Shape& shape, DType t, uint64_t seed, double std) {
   Tensor f = Tensor::empty(shape, DType::F32);
