@@ -112,8 +112,10 @@ TEST_F(ImportFixture, F32RoundTripIsExactWithTokenizer) {
 
 // Each type's logits against a dense model on the same dequantised weights:
 // they differ by the kernels' quantisation of the activations to 8-bit
-// blocks on the decode path (prompts of 1 and 3 tokens; longer ones take the
-// prefill path, which multiplies the dequantised weights). And every matrix
+// blocks (prompts of 1, 3 and all tokens: the direct kernel for 1; the VNNI
+// tiles for more where the build has them, else the direct kernel for 3 and
+// the dequantised panels, which quantise nothing, for the whole prompt).
+// And every matrix
 // against the original's, by the type's rounding (a misplaced row would be
 // off by about 1.4).
 TEST_F(ImportFixture, EveryTypeComputesItsWeights) {

@@ -52,8 +52,9 @@ void check(bool llama, ops::QuantType type, DType compute, double tol) {
   Transformer src(c, DType::F32, 7);
   auto q = quantized_copy(src, type, compute);
   auto d = dense_copy(*q, compute);
-  // 11 tokens take the kernels' prefill path (dequantised panels); 1 and 3
-  // the decode path (blocks read directly, activations quantised).
+  // 1 token takes the direct kernel (blocks read directly, activations
+  // quantised); 3 and 11 the VNNI tiles where the build has them (activations
+  // quantised too), else the direct kernel and the dequantised panels.
   const std::vector<int32_t> toks = {1, 5, 9, 200, 33, 7, 7, 120, 255, 0, 64};
   double err = 0;
   for (size_t n : {size_t(1), size_t(3), toks.size()}) {
@@ -73,14 +74,14 @@ void check(bool llama, ops::QuantType type, DType compute, double tol) {
 }
 
 // Tolerances relative to the logits' RMS: W8A16 multiplies x as given, so
-// only the order of f32 sums differs (1e-5). On the decode path W8A8 and the
-// ggml types round x to 8-bit blocks first (per token, per 32 values, per
-// 256 for the k-quants): an error of the size q8_0's rounding of the weights
-// makes, which this random two-layer model amplifies to 5-8e-2 of the logits'
-// RMS (measured; q8_0 weights against the source: 6e-2). Bound 0.12; the op
-// tests check the kernels tightly against the same rounding done in double.
-// In bf16 the dense reference's weights are its bf16 compute copy (rounded
-// by 2^-9 relative), which the model amplifies to about 4e-2: W8A16 0.1.
+// only the order of f32 sums differs (1e-5). On the direct kernel and the
+// VNNI tiles W8A8 and the ggml types round x to 8-bit blocks first (per
+// token, per 32 values, per 256 for the k-quants on the direct kernel): an error of the size q8_0's
+// rounding of the weights makes, which this random two-layer model amplifies to 5-8e-2 of the
+// logits' RMS (measured; q8_0 weights against the source: 6e-2). Bound 0.12; the op tests check the
+// kernels tightly against the same rounding done in double. In bf16 the dense reference's weights
+// are its bf16 compute copy (rounded by 2^-9 relative), which the model amplifies to about 4e-2:
+// W8A16 0.1.
 TEST(QuantizedModel, W8A16) {
   check(true, ops::QuantType::W8A16, DType::F32, 1e-5);
   check(false, ops::QuantType::W8A16, DType::F32, 1e-5);

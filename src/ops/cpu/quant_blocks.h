@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/cpu/float_io.h"
 #include "ops/quant.h"
 
 #if defined(__F16C__)
@@ -117,6 +118,30 @@ T* scratch(std::vector<char>& buf, size_t count) {
   return reinterpret_cast<T*>((p + 63) & ~uintptr_t(63));
 }
 
+// y's side of a product y[N, out] (T = f32 or bf16): the W8 row scales, the
+// bias (undefined, f32 or T) and one rounding to T, for the direct kernel and
+// the VNNI tiles alike.
+template <typename T>
+struct QuantOut {
+  T* y;
+  int64_t out;
+  const float* wscale;  // W8 row scales, or null
+  const float* bias_f32;
+  const T* bias_t;
+  QuantOut(Tensor& yt, const QuantWeight& w, const Tensor& b)
+      : y(yt.data<T>()),
+        out(w.rows()),
+        wscale(w.scale.defined() ? w.scale.data<float>() : nullptr),
+        bias_f32(b.defined() && b.dtype() == DType::F32 ? b.data<float>() : nullptr),
+        bias_t(b.defined() && b.dtype() != DType::F32 ? b.data<T>() : nullptr) {}
+  void store(int64_t n, int64_t o, float v) const {
+    if (wscale) v *= wscale[o];
+    if (bias_f32) v += bias_f32[o];
+    if (bias_t) v += load(bias_t[o]);
+    y[n * out + o] = cpu::store<T>(v);
+  }
+};
+
 // ---- entry points between the kernel files ----
 
 // q[0, n) <- x quantised to int8 with one scale d (returned): d = max |x| /
@@ -139,7 +164,8 @@ void quant_linear_direct(Tensor y, const Tensor& x, const QuantWeight& w, const 
 void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
 // The third, for many rows where the build targets AVX-512 VNNI
 // (quant_gemm.cc): W unpacked once per call into byte tiles of 16 rows and
-// summed with vpdpbusd, x quantised as the direct kernel quantises it.
+// summed with vpdpbusd, x quantised to 8 bits in blocks of 32 (W8A8: per
+// row).
 // quant_gemm_available says whether it serves type t at width in (false in
 // builds without VNNI, where quant_linear_gemm is an nk::Error).
 bool quant_gemm_available(QuantType t, int64_t in);

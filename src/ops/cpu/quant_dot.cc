@@ -354,6 +354,7 @@ void dot_rows(QuantType t, const uint8_t* w, size_t rb, const QuantRow* xq, cons
 // One call's work: y's rows [o0, o0 + 4) of every x row per row group.
 template <typename T>
 struct Direct {
+  explicit Direct(QuantOut<T> o) : y(o) {}
   QuantType t;
   int64_t N, in, out, blocks;
   const float* xf;  // [N, in]
@@ -361,18 +362,8 @@ struct Direct {
   size_t xrb;
   const uint8_t* w;  // weight rows, rb bytes apart
   size_t rb;
-  const float* wscale;  // W8 row scales, or null
-  const float* bias_f32;
-  const T* bias_t;
-  T* y;
+  QuantOut<T> y;
   int64_t ahead, x_rows;
-
-  void store(int64_t n, int64_t o, float v) const {  // scale, bias, one rounding
-    if (wscale) v *= wscale[o];
-    if (bias_f32) v += bias_f32[o];
-    if (bias_t) v += load(bias_t[o]);
-    y[n * out + o] = cpu::store<T>(v);
-  }
 
   void groups(int64_t g0, int64_t g1, int64_t count) const {
     QuantRow xq[kXRows];
@@ -402,7 +393,7 @@ struct Direct {
             for (int64_t j = 0; j < c; ++j)
               dot_rows<1, 1>(t, wr + r * rb, rb, xq + j, xr + j, in, v + r * c + j, nullptr);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < c; ++j) store(n + j, o0 + r, v[r * c + j]);
+          for (int64_t j = 0; j < c; ++j) y.store(n + j, o0 + r, v[r * c + j]);
         n += c;
       }
     }
@@ -411,7 +402,7 @@ struct Direct {
 
 template <typename T>
 void direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
-  Direct<T> job;
+  Direct<T> job(QuantOut<T>(y, w, b));
   job.t = w.type;
   job.N = rows_of(x);
   job.in = w.cols();
@@ -429,11 +420,6 @@ void direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   job.xbase = xbase;
   job.w = w.data.data<uint8_t>();
   job.rb = w.row_bytes();
-  job.wscale = w.scale.defined() ? w.scale.data<float>() : nullptr;
-  const bool bias_f32 = b.defined() && b.dtype() == DType::F32;
-  job.bias_f32 = bias_f32 ? b.data<float>() : nullptr;
-  job.bias_t = b.defined() && !bias_f32 ? b.data<T>() : nullptr;
-  job.y = y.data<T>();
   job.ahead = prefetch_groups(kRowGroup * job.rb);
   job.x_rows = x_rows_per_pass(job.t);
   const int64_t groups = (job.out + kRowGroup - 1) / kRowGroup;
