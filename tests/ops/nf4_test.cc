@@ -231,27 +231,6 @@ TEST(Nf4, DequantizesAnyRange) {
 
 // ---- the fused products against the dense ops ----
 
-// |got - want| <= slack(want) + rel * max|want|, the first few failures shown.
-void expect_near_each(const std::vector<double>& got, const std::vector<double>& want,
-                      bool bf16_ulp, double rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0;
-  for (double v : want) scale = std::max(scale, std::fabs(v));
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double lim = rel * scale;
-    if (bf16_ulp) {  // one bf16 ulp at the larger of the two: 2^(e - 8) for |v| in [2^(e-1), 2^e)
-      int e = 0;
-      std::frexp(std::max(std::fabs(got[i]), std::fabs(want[i])), &e);
-      lim += std::ldexp(1.0, e - 8);
-    }
-    if (!(std::fabs(got[i] - want[i]) <= lim) && ++bad <= 5)
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i] << " (limit "
-                    << lim << ")";
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " differ";
-}
-
 struct Dims {
   int64_t n, in, out;
 };
@@ -275,13 +254,13 @@ void check_products(Dims d, DType t, bool bias, uint64_t seed) {
   ops::nf4_linear_forward(y, x, q, b);
   ops::linear_forward(y_ref, x, w, b);
   const bool ulp = t == DType::BF16;
-  expect_near_each(values(y), values(y_ref), ulp, 1e-5, "y");
+  expect_close(values(y), values(y_ref), {1e-5, 0}, "y", {}, ulp);
 
   const Tensor dy = make({d.n, d.out}, t, randn(size_t(d.n * d.out), seed + 3));
   Tensor dx = Tensor::empty({d.n, d.in}, t), dx_ref = Tensor::empty({d.n, d.in}, t);
   ops::nf4_linear_backward_input(dx, dy, q);
   ops::linear_backward(dx_ref, Tensor(), Tensor(), dy, x, w);
-  expect_near_each(values(dx), values(dx_ref), ulp, 1e-5, "dx");
+  expect_close(values(dx), values(dx_ref), {1e-5, 0}, "dx", {}, ulp);
 }
 
 // Shapes off the panels' edges (out = 200 and in = 96 fit one panel; 1000 x
@@ -313,7 +292,7 @@ TEST(Nf4, LinearBf16WithF32BiasAndNoNewPrimitives) {
          y_ref = Tensor::empty({d.n, d.out}, DType::BF16);
   ops::nf4_linear_forward(y, x, q, b);
   ops::linear_forward(y_ref, x, dequantized(q, DType::BF16), b);
-  expect_near_each(values(y), values(y_ref), true, 1e-5, "y");
+  expect_close(values(y), values(y_ref), {1e-5, 0}, "y", {}, true);
   Tensor dx = Tensor::empty({d.n, d.in}, DType::BF16);
   ops::nf4_linear_backward_input(dx, y, q);
   const size_t cached = ops::cpu::dnnl_matmul_cache_size();

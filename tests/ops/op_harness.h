@@ -169,15 +169,25 @@ inline Tol tol_for(DType t) {
 }
 
 // Every element: |got - want| <= abs + rel * max|want| (scale-aware, as a
-// relative error of the whole tensor); reports the first few mismatches.
+// relative error of the whole tensor), plus slack[i] where given (a bound of
+// element i's own, e.g. a rounding error replayed in double) and, with
+// bf16_ulp, one bf16 ulp of the larger of the two (an output rounded once to
+// bf16: 2^(e - 8) for |v| in [2^(e-1), 2^e)); reports the first few
+// mismatches.
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol,
-                         const char* what) {
+                         const char* what, const std::vector<double>& slack = {},
+                         bool bf16_ulp = false) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = 0;
   for (double w : want) scale = std::max(scale, std::fabs(w));
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    double lim = tol.abs + tol.rel * scale;
+    double lim = tol.abs + tol.rel * scale + (slack.empty() ? 0 : slack[i]);
+    if (bf16_ulp) {
+      int e = 0;
+      std::frexp(std::max(std::fabs(got[i]), std::fabs(want[i])), &e);
+      lim += std::ldexp(1.0, e - 8);
+    }
     if (!(std::fabs(got[i] - want[i]) <= lim)) {
       if (++bad <= 5)
         ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << want[i]

@@ -97,9 +97,9 @@ int32_t offset_k(QuantType t) {
 // Values per x scale: blocks of 32 (W8A8: the row). The direct kernel
 // quantises x for the K types in blocks of 256, as llama.cpp's Q8_K; here x's
 // scale is applied per sub-block anyway, so 32 costs nothing and rounds x
-// finer (prefill and batched decode through the K types came within 0.12 of
-// the logits' RMS of the dense product only just with 256 on a random model:
-// 0.122 and 0.123 for q6_k and q4_k_m in gguf_import_test).
+// finer. (With 256, prefill through q6_k and q4_k_m weights in
+// gguf_import_test was 0.122 and 0.123 of the logits' RMS off the dense
+// product, over its 0.12 bound; with 32, 0.074 and 0.083.)
 int64_t x_block(QuantType t, int64_t in) {
   return t == QuantType::W8A8 ? in : kQK;
 }
@@ -160,11 +160,10 @@ struct Tiles {
   float* b;  // Q4_K only
 };
 
-// Unpacks values [v0, v1) (whole blocks) of the 16 rows at p + r rb (row
-// bytes as stored) into out, its first sub-block at tile 0. (Prefetching the next group's bytes,
-// spread over this group's unpacking, was tried and was 5% slower: the hardware prefetchers keep
-// up.)
-void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, const Tiles& out) {
+// Unpacks the `in` values of the 16 rows at p + r rb (row bytes as stored)
+// into out. (The next group is read ahead by pass, during the products:
+// prefetching while unpacking made a batched decode step 5% slower.)
+void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& out) {
   const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8(char(0x80));
   __m512i z[24];
   switch (t) {
@@ -172,9 +171,8 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
     case QuantType::Q4_0: {
       const bool q8 = t == QuantType::Q8_0;
       const size_t bb = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
-      for (int64_t s = v0 / kQK; s < v1 / kQK; ++s) {
-        const int64_t i = s - v0 / kQK;
-        uint8_t* tile = out.u + i * 512;
+      for (int64_t s = 0; s < in / kQK; ++s) {
+        uint8_t* tile = out.u + s * 512;
         if (q8) {
           transpose16x8(p, rb, size_t(s) * bb + 2, z);
           for (int k = 0; k < 8; ++k) store_tile(tile, k, _mm512_xor_si512(z[k], flip));
@@ -185,25 +183,23 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
             store_tile(tile, k + 4, _mm512_and_si512(_mm512_srli_epi16(z[k], 4), m4));
           }
         }
-        _mm512_store_ps(out.a + i * kLanes, halves(p, rb, size_t(s) * bb));
+        _mm512_store_ps(out.a + s * kLanes, halves(p, rb, size_t(s) * bb));
       }
       return;
     }
     case QuantType::W8A8:
-      for (int64_t s = v0 / 32; s < v1 / 32; ++s) {
-        const int64_t i = s - v0 / 32;
+      for (int64_t s = 0; s < in / 32; ++s) {
         transpose16x8(p, rb, size_t(s) * 32, z);
-        for (int k = 0; k < 8; ++k) store_tile(out.u + i * 512, k, _mm512_xor_si512(z[k], flip));
-        for (int r = 0; r < kLanes; ++r) out.a[i * kLanes + r] = 1.f;
+        for (int k = 0; k < 8; ++k) store_tile(out.u + s * 512, k, _mm512_xor_si512(z[k], flip));
+        _mm512_store_ps(out.a + s * kLanes, _mm512_set1_ps(1.f));
       }
       return;
     case QuantType::Q4_K:
-      for (int64_t b = v0 / kQKK; b < v1 / kQKK; ++b) {
-        const int64_t i = b - v0 / kQKK;
+      for (int64_t b = 0; b < in / kQKK; ++b) {
         const size_t base = size_t(b) * sizeof(BlockQ4_K);
         for (int c = 0; c < 4; ++c) {
           transpose16x8(p, rb, base + offsetof(BlockQ4_K, qs) + 32 * size_t(c), z);
-          uint8_t* lo = out.u + (8 * i + 2 * c) * 512;
+          uint8_t* lo = out.u + (8 * b + 2 * c) * 512;
           for (int k = 0; k < 8; ++k) {
             store_tile(lo, k, _mm512_and_si512(z[k], m4));
             store_tile(lo + 512, k, _mm512_and_si512(_mm512_srli_epi16(z[k], 4), m4));
@@ -223,8 +219,8 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(z[0]));
         const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(z[0], 16)));
         for (int j = 0; j < 8; ++j) {
-          _mm512_store_ps(out.a + (8 * i + j) * kLanes, _mm512_mul_ps(d, byte_u(sc[j / 4], j % 4)));
-          _mm512_store_ps(out.b + (8 * i + j) * kLanes,
+          _mm512_store_ps(out.a + (8 * b + j) * kLanes, _mm512_mul_ps(d, byte_u(sc[j / 4], j % 4)));
+          _mm512_store_ps(out.b + (8 * b + j) * kLanes,
                           _mm512_mul_ps(dmin, byte_u(mn[j / 4], j % 4)));
         }
       }
@@ -233,8 +229,7 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
       // Sub-block s = 16 b + 8 h + 2 k + (l >= 16) holds values 32 k + l of
       // half h (layout in ops/quant.h); its words 4 j' .. of the 32 values
       // 32 k .. are z words j = 4 (l >= 16) + j'.
-      for (int64_t b = v0 / kQKK; b < v1 / kQKK; ++b) {
-        const int64_t i = b - v0 / kQKK;
+      for (int64_t b = 0; b < in / kQKK; ++b) {
         const size_t base = size_t(b) * sizeof(BlockQ6_K);
         for (int h = 0; h < 2; ++h) {
           transpose16x8(p, rb, base + 64 * size_t(h), z);                                 // ql0
@@ -249,7 +244,7 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
                                  : k == 1 ? _mm512_slli_epi16(qh, 2)
                                  : k == 2 ? qh
                                           : _mm512_srli_epi16(qh, 2);
-              const int64_t s = 16 * i + 8 * h + 2 * k + j / 4;
+              const int64_t s = 16 * b + 8 * h + 2 * k + j / 4;
               store_tile(out.u + s * 256, j % 4, _mm512_or_si512(lo, _mm512_and_si512(hb, bits45)));
             }
         }
@@ -257,7 +252,7 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
         transpose16x4(p, rb, base + offsetof(BlockQ6_K, scales), z);
         const __m512 d = halves(p, rb, base + offsetof(BlockQ6_K, d));
         for (int j = 0; j < 16; ++j)
-          _mm512_store_ps(out.a + (16 * i + j) * kLanes, _mm512_mul_ps(d, byte_s(z[j / 4], j % 4)));
+          _mm512_store_ps(out.a + (16 * b + j) * kLanes, _mm512_mul_ps(d, byte_s(z[j / 4], j % 4)));
       }
       return;
     case QuantType::W8A16:
@@ -267,7 +262,7 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t v0, int64_t v1, co
 }
 
 // x prepared once per call: q (int8 [N, in]) and per row and sub-block s the
-// start of S (-k T), dx, and dx T (Q4_K).
+// start of S (-k T), dx, and dx T (read by Q4_K only).
 struct XPrep {
   const int8_t* q;
   const int32_t* start;
@@ -348,7 +343,7 @@ struct Gemm {
 
   void groups(int64_t g0, int64_t g1) const {
     // Per-thread buffers (parallel_for's threads are the pool's, each with
-    // its own), grown as needed: one step's tiles, y's sums for the group,
+    // its own), grown as needed: a group's tiles, its sums for every x row,
     // and the last group's rows padded to 16.
     thread_local std::vector<char> tbuf, abuf, last;
     const size_t ub = size_t(in * kLanes), fb = size_t(nsub * kLanes);
@@ -365,7 +360,7 @@ struct Gemm {
         p = pad;
       }
       std::fill(acc, acc + N * kLanes, 0.f);
-      unpack(t, p, rb, 0, in, tl);
+      unpack(t, p, rb, in, tl);
       // The next group of this thread's, when whole (the padded last is not).
       const uint8_t* pf = g + 1 < g1 && o0 + 2 * kLanes <= out ? p + kLanes * rb : nullptr;
       if (t == QuantType::Q6_K)

@@ -24,22 +24,23 @@ namespace {
 // ([2048 x 2048], 1 and 2 threads of a 2-core AVX2 machine): the direct
 // kernels were faster up to N = 16..24 for the types that quantise x and up
 // to 12..14 for W8A16 (f32 FMAs). F16, 4 x rows a pass, on a 2-core AVX-512
-// machine: faster to N = 32 (1.61 against 1.79 ms there, 0.81 against 1.22
+// machine: faster to N = 32 (1.61 against 1.80 ms there, 0.81 against 1.17
 // at 16). Where the VNNI tiles exist they take over from N = 2 instead.
 int64_t direct_rows_max(QuantType t) {
   if (t == QuantType::F16) return 32;
   return t == QuantType::W8A16 ? 12 : 16;
 }
 
-// Rows of x from which the VNNI tiles (where the build has them) beat the
-// direct kernel: their unpacking costs about one direct row, and each further
-// row costs a quarter of the direct kernel's (bench_quant --sweep, [2048 x
-// 2048], 2 threads of a 2-core AVX-512 machine: faster from N = 2 for q8_0,
-// q4_0 and w8a8, from N = 5 for the K types, whose direct kernel is the
-// cheapest per row). Above it they beat the panels at every N measured (to
-// 64: 2.8x for q4_0).
+// Rows of x from which the VNNI tiles (where the build has them) take over
+// from the direct kernel: unpacking a group costs about one direct row, and
+// each further row a third to a half of a direct one. bench_quant --sweep,
+// [2048 x 2048], 2 threads of a 2-core AVX-512 machine (ms, direct / tiles):
+// at N = 2 q8_0 0.127 / 0.109, q4_0 0.104 / 0.099, q4_k 0.093 / 0.089, q6_k
+// about even (0.097 / 0.113 and 0.126 / 0.112 in two runs), w8a8 0.075 /
+// 0.093 (it catches up at N = 3: 0.108 / 0.098). Above it the tiles beat
+// the panels at every N measured (to 64: 3.0x for q4_0).
 int64_t gemm_rows_min(QuantType t) {
-  return 2;
+  return t == QuantType::W8A8 ? 3 : 2;
 }
 
 // Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs

@@ -1,0 +1,286 @@
+// Quantised products (ops::quant_linear_forward and its three CPU paths,
+// ops/cpu/quant_blocks.h): against references with the activation's
+// quantisation replayed in double and against the dense op, on every row
+// count, thread count and dtype, and with non-finite x. CPU only.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/cpu/quant_blocks.h"
+#include "ops/op_harness.h"
+#include "ops/ops.h"
+#include "ops/quant.h"
+#include "quant_test_util.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using namespace test;        // make, randn, values
+using namespace quant_test;  // kAllTypes, quantized, dequantized, ...
+
+// The types whose products take x as it is (no 8-bit rounding of x).
+bool plain_x(QuantType t) {
+  return t == QuantType::W8A16 || t == QuantType::F16;
+}
+
+// The kernel's quantisation of one block of x: d = max|x| / 127 in f32,
+// q = nearest-even rounding of x / d in f32.
+void quantize_x_block(const double* x, int64_t n, double& d, std::vector<double>& q) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(float(x[i])));
+  const float df = amax / 127.f;
+  d = df;
+  q.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) q[size_t(i)] = df == 0.f ? 0.0 : std::nearbyint(float(x[i]) / df);
+}
+
+// Values per x scale on a path: blocks of 32 for Q8_0 and Q4_0; for the K
+// types 256 on the direct kernel (llama.cpp's Q8_K) and 32 on the VNNI tiles
+// (which apply x's scale per sub-block anyway); W8A8 a scale per row; W8A16
+// and F16 do not quantise x.
+int64_t x_block(QuantType t, int64_t in, ops::cpu::QuantPath path) {
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::Q4_0:
+      return 32;
+    case QuantType::Q4_K:
+    case QuantType::Q6_K:
+      return path == ops::cpu::QuantPath::Gemm ? 32 : 256;
+    default:
+      return in;
+  }
+}
+
+// y[n, o] in double from the dequantised weight wd [out, in] and x [N, in]:
+// `exact` the dense product, `replayed` with x quantised as the kernel does,
+// `bound` |W| . (x's rounding error) <= sum_i |w_i| d_b(i) / 2, the most the
+// two can differ by.
+struct Refs {
+  std::vector<double> exact, replayed, bound;
+};
+Refs references(QuantType t, const std::vector<double>& wd, const std::vector<double>& x,
+                const std::vector<double>& bias, int64_t N, int64_t in, int64_t out,
+                std::optional<ops::cpu::QuantPath> path = {}) {  // default: the path N rows take
+  Refs r;
+  const int64_t blk = x_block(t, in, path.value_or(ops::cpu::quant_linear_path(t, in, N)));
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> xq(static_cast<size_t>(in)), xd(static_cast<size_t>(in));
+    for (int64_t b0 = 0; b0 < in; b0 += blk) {
+      double d;
+      std::vector<double> q;
+      quantize_x_block(&x[size_t(n * in + b0)], blk, d, q);
+      for (int64_t i = 0; i < blk; ++i) {
+        xq[size_t(b0 + i)] = plain_x(t) ? x[size_t(n * in + b0 + i)] : d * q[size_t(i)];
+        xd[size_t(b0 + i)] = plain_x(t) ? 0.0 : d;
+      }
+    }
+    for (int64_t o = 0; o < out; ++o) {
+      double e = bias.empty() ? 0 : bias[size_t(o)], p = e, bnd = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        const double w = wd[size_t(o * in + i)];
+        e += w * x[size_t(n * in + i)];
+        p += w * xq[size_t(i)];
+        bnd += std::fabs(w) * xd[size_t(i)] / 2;
+      }
+      r.exact.push_back(e);
+      r.replayed.push_back(p);
+      r.bound.push_back(bnd);
+    }
+  }
+  return r;
+}
+
+// A width per type off every internal tiling: not a multiple of 64 values
+// (Q8_0/Q4_0: 37 blocks), of 512 (K types: 5 super-blocks), or of 32 (W8).
+int64_t odd_in(QuantType t) {
+  switch (t) {
+    case QuantType::Q8_0:
+    case QuantType::Q4_0:
+      return 32 * 37;
+    case QuantType::Q4_K:
+    case QuantType::Q6_K:
+      return 256 * 5;
+    default:
+      return 1001;
+  }
+}
+
+// quant_linear_forward against (1) the dense op, linear_forward, on the
+// dequantised weight (f32; for bf16 x, x widened to f32 and y rounded, since
+// the kernel uses the weight's values in f32) within the x-rounding bound
+// plus f32 slack, and (2) tighter: the direct kernel and the VNNI tiles
+// against the product with x quantised as they do, the panel path against
+// the dense product, to 1e-5 of the output's scale (f32 sums of ~in/32 block
+// products reordered) + 1 bf16 ulp for bf16. W8A16 quantises nothing: always
+// to the dense product. Which path N takes depends on the build (the tiles
+// need AVX-512 VNNI); N = 1, 3, 17, 64 cover each path of either build.
+void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
+  const int64_t in = odd_in(t), out = 203;
+  SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N << " "
+                                    << dtype_name(dt) << " bias=" << bias << " in=" << in);
+  const ops::QuantWeight q = quantized(
+      t, f32_tensor({out, in}, gaussian(size_t(out * in), seed, 1 / std::sqrt(double(in)))));
+  const Tensor wd = dequantized(q);
+  const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + 1));
+  const Tensor b = bias ? make({out}, dt, randn(size_t(out), seed + 2)) : Tensor();
+  Tensor y = Tensor::empty({N, out}, dt);
+  ops::quant_linear_forward(y, x, q, b);
+  const std::vector<double> got = values(y);
+  const Refs r =
+      references(t, values(wd), values(x), bias ? values(b) : std::vector<double>{}, N, in, out);
+  const bool b16 = dt == DType::BF16;
+
+  // (1) linear_forward on the dequantised weight in f32.
+  Tensor x32 = Tensor::empty({N, in}, DType::F32), y32 = Tensor::empty({N, out}, DType::F32);
+  ops::convert(x32, x);
+  Tensor b32 = bias ? Tensor::empty({out}, DType::F32) : Tensor();
+  if (bias) ops::convert(b32, b);
+  ops::linear_forward(y32, x32, wd, b32);
+  const bool panels = ops::cpu::quant_linear_path(t, in, N) == ops::cpu::QuantPath::Panels;
+  std::vector<double> slack = r.bound;
+  if (plain_x(t) || panels) slack.clear();
+  expect_close(got, values(y32), {2e-5, 0}, "y vs linear_forward", slack, b16);
+
+  // (2) the tight references.
+  if (plain_x(t) || panels)
+    expect_close(got, r.exact, {1e-5, 0}, "y vs dense product", {}, b16);
+  else
+    expect_close(got, r.replayed, {1e-5, 0}, "y vs product with x quantised", {}, b16);
+}
+
+TEST(QuantLinear, MatchesReferencesF32) {
+  uint64_t seed = 100;
+  for (QuantType t : kAllTypes)
+    for (int64_t N : {1, 3, 17, 64}) check_linear(t, N, DType::F32, N != 3, seed += 10);
+}
+
+TEST(QuantLinear, MatchesReferencesBF16) {
+  uint64_t seed = 500;
+  for (QuantType t : kAllTypes)
+    for (int64_t N : {1, 3, 17, 64}) check_linear(t, N, DType::BF16, N != 17, seed += 10);
+}
+
+// Every N from 1 to 20 against the dense product within the x-rounding
+// bound: whatever the threshold between the paths, both agree with it.
+TEST(QuantLinear, EveryRowCountAgreesWithTheDenseProduct) {
+  const int64_t in = 512, out = 37;
+  for (QuantType t : kAllTypes) {
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), 7, 0.05)));
+    const std::vector<double> wd = values(dequantized(q));
+    for (int64_t N = 1; N <= 20; ++N) {
+      SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N);
+      const Tensor x = make({N, in}, DType::F32, randn(size_t(N * in), uint64_t(N)));
+      Tensor y = Tensor::empty({N, out}, DType::F32);
+      ops::quant_linear_forward(y, x, q, Tensor());
+      const Refs r = references(t, wd, values(x), {}, N, in, out);
+      expect_close(values(y), r.exact, {2e-5, 0}, "y", r.bound, false);
+    }
+  }
+}
+
+// A bf16 layer with an f32 bias, as linear_forward allows.
+TEST(QuantLinear, Bf16WithF32Bias) {
+  for (int64_t N : {2, 40}) {
+    const ops::QuantWeight q =
+        quantized(QuantType::Q4_K, f32_tensor({64, 512}, gaussian(64 * 512, 9, 0.04)));
+    const Tensor x = make({N, 512}, DType::BF16, randn(size_t(N * 512), 10));
+    const Tensor b = make({64}, DType::F32, randn(64, 11));
+    Tensor y = Tensor::empty({N, 64}, DType::BF16);
+    ops::quant_linear_forward(y, x, q, b);
+    const Refs r =
+        references(QuantType::Q4_K, values(dequantized(q)), values(x), values(b), N, 512, 64);
+    expect_close(values(y), r.exact, {2e-5, 0}, "y", r.bound, true);
+  }
+}
+
+// The direct kernel and the VNNI tiles give the same y, bit for bit, with 1
+// and 2 threads: each output is summed by one thread in a fixed order. The
+// panel path's product is oneDNN's, whose f32 blocking follows the thread
+// count (as linear_forward's does): the same within f32 reordering.
+TEST(QuantLinear, SameResultOnAnyThreadCount) {
+  const int saved = num_threads();
+  for (QuantType t : kAllTypes) {
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({301, 1024}, gaussian(301 * 1024, 12, 0.03)));
+    for (int64_t N : {1, 3, 33}) {
+      SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N);
+      const Tensor x = make({N, 1024}, DType::F32, randn(size_t(N * 1024), 13));
+      std::vector<Tensor> ys;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        ys.push_back(Tensor::empty({N, 301}, DType::F32));
+        ops::quant_linear_forward(ys.back(), x, q, Tensor());
+      }
+      if (ops::cpu::quant_linear_path(t, 1024, N) != ops::cpu::QuantPath::Panels)
+        EXPECT_TRUE(bytes_of(ys[0]) == bytes_of(ys[1]));
+      else
+        expect_close(values(ys[1]), values(ys[0]), {1e-6, 0}, "y");
+    }
+  }
+  set_num_threads(saved);
+}
+
+// The VNNI tiles called directly at every row count (1 included, which
+// quant_linear_forward leaves to the direct kernel), against the product with
+// x quantised as they do, to f32 reordering (1e-5 of y's scale, 1 bf16 ulp
+// for bf16): passes of 1..8 rows, 203 outputs (a last group of 11 of 16
+// rows), widths off the 512-value tiles. For Q8_0, Q4_0 and W8A8 they sum
+// the very integers of the direct kernel, so the two agree to the same
+// tolerance.
+TEST(QuantLinear, VnniTilesMatchTheirReferenceAndTheDirectKernel) {
+  uint64_t seed = 900;
+  int checked = 0;
+  for (QuantType t : kAllTypes) {
+    const int64_t in = odd_in(t) / 32 * 32, out = 203;
+    if (!ops::cpu::quant_gemm_available(t, in)) continue;
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), seed += 10, 0.04)));
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int64_t N : {1, 2, 7, 8, 9, 16, 33}) {
+        SCOPED_TRACE(::testing::Message()
+                     << ops::quant_type_name(t) << " N=" << N << " " << dtype_name(dt));
+        const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + uint64_t(N)));
+        const Tensor b = make({out}, dt, randn(size_t(out), seed + 1));
+        Tensor tiles = Tensor::empty({N, out}, dt), direct = Tensor::empty({N, out}, dt);
+        ops::cpu::quant_linear_gemm(tiles, x, q, b);
+        const bool b16 = dt == DType::BF16;
+        const Refs r = references(t, values(dequantized(q)), values(x), values(b), N, in, out,
+                                  ops::cpu::QuantPath::Gemm);
+        expect_close(values(tiles), r.replayed, {1e-5, 0}, "tiles vs product with x quantised", {},
+                     b16);
+        if (t != QuantType::Q4_K && t != QuantType::Q6_K) {
+          ops::cpu::quant_linear_direct(direct, x, q, b);
+          expect_close(values(tiles), values(direct), {1e-5, 0}, "tiles vs direct kernel", {}, b16);
+        }
+        ++checked;
+      }
+  }
+  if (checked == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
+}
+
+// A NaN or infinity in x makes y non-finite, as in the dense product, on
+// both paths (the 8-bit quantisation of x must not hide it).
+TEST(QuantLinear, NonFiniteXGivesNonFiniteY) {
+  for (QuantType t : kAllTypes) {
+    const ops::QuantWeight q = quantized(t, f32_tensor({8, 512}, gaussian(8 * 512, 16, 0.05)));
+    for (int64_t N : {1, 20})
+      for (float bad : {NAN, INFINITY}) {
+        std::vector<double> xv = randn(size_t(N * 512), 17);
+        xv[size_t((N - 1) * 512 + 300)] = bad;
+        Tensor y = Tensor::empty({N, 8}, DType::F32);
+        ops::quant_linear_forward(y, make({N, 512}, DType::F32, xv), q, Tensor());
+        const std::vector<double> got = values(y);
+        for (int64_t o = 0; o < 8; ++o)
+          EXPECT_FALSE(std::isfinite(got[size_t((N - 1) * 8 + o)]))
+              << ops::quant_type_name(t) << " N=" << N << " x " << bad << " y[" << o << "]";
+      }
+  }
+}
+
+}  // namespace
+}  // namespace nk
