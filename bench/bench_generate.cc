@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     GgufLoadOptions o;
     o.compute = dt;
     owned = std::move(load_gguf_model(preset, o).model);
+    owned->pack_quant_weights();  // as nekton generate and serve load it
   } else {
     owned = std::make_unique<Transformer>(model_preset(preset), dt, 1);
   }

@@ -202,10 +202,13 @@ void run_shape(Shape2 s, int reps, size_t cold_mib) {
   const Tensor w32 = random_tensor({s.out, s.in}, DType::F32, 1, 0.02);
   Tensor w16 = Tensor::empty({s.out, s.in}, DType::BF16);
   ops::convert(w16, w32);
-  std::vector<ops::QuantWeight> qs;
+  std::vector<ops::QuantWeight> qs, packed;
   for (QuantType t : kTypes) {
     qs.push_back(ops::QuantWeight::empty(t, {s.out, s.in}));
     ops::quant_quantize(qs.back(), w32);
+    packed.push_back(ops::QuantWeight::empty(t, {s.out, s.in}));
+    ops::quant_quantize(packed.back(), w32);
+    if (!ops::quant_pack(packed.back())) packed.back() = ops::QuantWeight();
   }
   for (int64_t n : {int64_t(1), int64_t(128)}) {
     for (size_t mib : n == 1 ? std::vector<size_t>{0, cold_mib} : std::vector<size_t>{0}) {
@@ -244,30 +247,39 @@ void run_shape(Shape2 s, int reps, size_t cold_mib) {
 void sweep(Shape2 s, int reps, int64_t max_n) {
   const Tensor w32 = random_tensor({s.out, s.in}, DType::F32, 1, 0.02);
   fmt::print(
-      "[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN / VNNI tiles\n",
+      "[{} x {}] threads {}: ms of the direct kernel / dequantised panels + oneDNN / VNNI tiles / "
+      "VNNI tiles on the packed weight\n",
       s.out, s.in, nk::num_threads());
   fmt::print("{:>4}", "N");
-  for (QuantType t : kTypes) fmt::print(" {:>20}", ops::quant_type_name(t));
+  for (QuantType t : kTypes) fmt::print(" {:>27}", ops::quant_type_name(t));
   fmt::print("\n");
-  std::vector<ops::QuantWeight> qs;
+  std::vector<ops::QuantWeight> qs, packed;
   for (QuantType t : kTypes) {
     qs.push_back(ops::QuantWeight::empty(t, {s.out, s.in}));
     ops::quant_quantize(qs.back(), w32);
+    packed.push_back(ops::QuantWeight::empty(t, {s.out, s.in}));
+    ops::quant_quantize(packed.back(), w32);
+    if (!ops::quant_pack(packed.back())) packed.back() = ops::QuantWeight();
   }
   for (int64_t n = 1; n <= max_n; n += n < 8 ? 1 : n < 16 ? 2 : 4) {
     const Tensor x = random_tensor({n, s.in}, DType::F32, 2, 1.0);
     Tensor y = Tensor::empty({n, s.out}, DType::F32);
     fmt::print("{:4}", n);
-    for (const ops::QuantWeight& q : qs) {
+    for (size_t i = 0; i < qs.size(); ++i) {
+      const ops::QuantWeight& q = qs[i];
       const double direct =
           best_of(reps, [&] { ops::cpu::quant_linear_direct(y, x, q, Tensor()); });
       const double panels =
           best_of(reps, [&] { ops::cpu::quant_linear_panels(y, x, q, Tensor()); });
       if (ops::cpu::quant_gemm_available(q.type, s.in)) {
         const double gemm = best_of(reps, [&] { ops::cpu::quant_linear_gemm(y, x, q, Tensor()); });
-        fmt::print(" {:6.3f}/{:6.3f}/{:6.3f}", direct * 1e3, panels * 1e3, gemm * 1e3);
+        const double pk = !packed[i].defined() ? 0 : best_of(reps, [&] {
+          ops::cpu::quant_linear_gemm(y, x, packed[i], Tensor());
+        });
+        fmt::print(" {:6.3f}/{:6.3f}/{:6.3f}/{:6.3f}", direct * 1e3, panels * 1e3, gemm * 1e3,
+                   pk * 1e3);
       } else {
-        fmt::print(" {:6.3f}/{:6.3f}/{:>6}", direct * 1e3, panels * 1e3, "-");
+        fmt::print(" {:6.3f}/{:6.3f}/{:>6}/{:>6}", direct * 1e3, panels * 1e3, "-", "-");
       }
     }
     fmt::print("\n");

@@ -59,6 +59,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
       throw e.with_context(P + ".model");
     }
     r.model = std::move(g.model);
+    r.model->pack_quant_weights();  // for this device's decode kernels (ops::quant_pack)
     r.gguf = true;
     r.gguf_chat_template = g.chat_template;
     r.name = g.name;
@@ -90,6 +91,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
     r.model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros, all, kHost,
                                             FrozenWeights::Quantized, plan);
     load_weights(*r.model, k.model, false, k.allow_nonfinite);
+    r.model->pack_quant_weights();
     return r;
   }
   r.model = load_model(k.model, compute, k.allow_nonfinite);

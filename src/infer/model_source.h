@@ -28,8 +28,10 @@ struct ModelSourceKeys {
   bool allow_nonfinite = false;
 };
 
-// nk::Error naming the key for a missing model, an unknown quantize type, a
-// quantize or adapter with a GGUF file, or an adapter over a quantised model.
+// The model for inference, its block-quantised weights packed for the
+// device's decode kernels (Transformer::pack_quant_weights). nk::Error
+// naming the key for a missing model, an unknown quantize type, a quantize
+// or adapter with a GGUF file, or an adapter over a quantised model.
 RunnableModel load_runnable_model(const ModelSourceKeys& k);
 
 // The tokenizer `spec` names, else the one saved with the model in

@@ -224,6 +224,14 @@ std::vector<ops::QuantWeight>& Transformer::quant_parts(const std::string& name)
   return it->second;
 }
 
+int64_t Transformer::pack_quant_weights() {
+  int64_t n = 0;
+  for (auto& [name, runs] : quant_)
+    for (ops::QuantWeight& q : runs) n += ops::quant_pack(q) ? 1 : 0;
+  if (n > 0) bind_views();  // the blocks hold copies of the QuantWeights: given the new layout
+  return n;
+}
+
 void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
   check_shape(src, p.shape, p.name.c_str());
   if (p.quantized) {

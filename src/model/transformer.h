@@ -179,6 +179,12 @@ class Transformer {
   // (a loader copies a file's blocks into their data). nk::Error if `name`
   // is not one.
   std::vector<ops::QuantWeight>& quant_parts(const std::string& name);
+  // For inference once the weights are loaded: reorders the block-quantised
+  // storage into the layout the device's kernels read fastest
+  // (ops::quant_pack) and returns how many runs it packed. The weights'
+  // values stay the same (param_f32, set_param and exports see no
+  // difference); decode products then take the packed kernels.
+  int64_t pack_quant_weights();
   // p-tuning's prompt P [virtual tokens, C] in f32 (host memory): the
   // encoder's output, or the table. Needs config().prompt.
   Tensor prompt_f32() const;

@@ -131,6 +131,20 @@ void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {
   pick_kernel(op, dev, &cpu::quant_dequantize)(out, q, row0);
 }
 
+bool quant_pack(QuantWeight& q) {
+  const char* op = "quant_pack";
+  const Device dev = check_quant(op, q, "q");
+  if (q.layout == QuantLayout::Packed16) return true;
+  return pick_kernel(op, dev, &cpu::quant_pack)(q);
+}
+QuantWeight quant_unpacked(const QuantWeight& q) {
+  const char* op = "quant_unpacked";
+  const Device dev = check_quant(op, q, "q");
+  if (q.layout == QuantLayout::Rows) return q;
+  QuantWeight out = QuantWeight::empty(q.type, q.shape, dev);
+  pick_kernel(op, dev, &cpu::quant_unpack)(out, q);
+  return out;
+}
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   const char* op = "quant_linear_forward";
   const Device dev = check_quant(op, w, "w");

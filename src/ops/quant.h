@@ -36,6 +36,14 @@ namespace nk::ops {
 
 enum class QuantType : uint8_t { Q8_0, Q4_0, Q4_K, Q6_K, W8A16, W8A8, F16 };
 
+// How a weight's bytes are ordered in `data`. Rows: row by row, as above (what
+// files hold). Packed16 (quant_pack): the same bytes, for rows in groups of
+// 16, interleaved so that a kernel reads 16 rows' values with one load: each
+// row's bytes are cut into units (a block's f16 scale: 2 bytes; everything
+// else: 4-byte words) and the unit at byte o of the 16 rows of group g sits,
+// row by row, at byte 16 o of the group (which starts at g 16 row_bytes).
+enum class QuantLayout : uint8_t { Rows, Packed16 };
+
 // "q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8", "f16".
 const char* quant_type_name(QuantType t);
 // nk::Error listing the names otherwise.
@@ -51,6 +59,7 @@ struct QuantWeight {
   Shape shape;   // [out, in]
   Tensor data;   // u8 [out * quant_row_bytes(type, in)]
   Tensor scale;  // f32 [out] for W8A16 and W8A8; undefined otherwise
+  QuantLayout layout = QuantLayout::Rows;
   // Uninitialised storage (nk::Error naming the shape when it is not 2-d or
   // in is not a multiple of the type's block).
   static QuantWeight empty(QuantType type, const Shape& shape, Device device = kHost);
@@ -73,12 +82,25 @@ void quant_quantize(QuantWeight& q, const Tensor& w);
 // back in f32 (each value exactly the layout's formula) then rounded to
 // out's dtype.
 void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0 = 0);
+// Reorders q's bytes in place into the layout its device's kernels read
+// fastest, and returns whether it did: on the CPU, Packed16 for the types the
+// AVX-512 VNNI tiles serve (q8_0, q4_0, q4_k, q6_k; w8a8 with in a multiple
+// of 32) when the build has them and the rows are a multiple of 16; every
+// product then takes the tiles, one row of x included. Every op accepts
+// both layouts and gives the same values (quant_quantize writes the layout q
+// has). A copy of q made before shares its bytes but not its layout: make
+// copies after packing. Packing a packed weight does nothing.
+bool quant_pack(QuantWeight& q);
+// q's weight in the row layout: q itself when it has it, else an unpacked copy.
+QuantWeight quant_unpacked(const QuantWeight& q);
 // y[N,out] = x[N,in] @ W^T + b, W = q's weight; x, y f32 or bf16 (the same
 // dtype), b undefined or of x's dtype. For few rows (decode) the kernel
 // reads q's blocks directly; the ggml types and W8A8 quantise x per row
 // (8-bit blocks, as llama.cpp's Q8_0 and Q8_K) and sum integer products.
-// For many rows (prefill) it dequantises panels of W and runs the dense
-// product. Equals linear_forward on quant_dequantize(q) within the error of
+// For more rows, integer tiles of 16 weight rows where the CPU has AVX-512
+// VNNI (and for every row count once q is packed), else dequantised panels
+// of W and the dense product (ops/cpu/quant_blocks.h: quant_linear_path).
+// Equals linear_forward on quant_dequantize(q) within the error of
 // quantising x (none for W8A16).
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
 // quant_linear_forward over W stored as runs of rows (each its own type,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "full_logits.h"
 #include "model/arch.h"
@@ -32,6 +33,10 @@ std::unique_ptr<Transformer> dense_copy(const Transformer& q, DType compute) {
     d->set_param(p, q.param_f32(q.layout().find(p.name)));
   d->sync_compute_params();
   return d;
+}
+
+std::string bytes_of(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.raw()), t.nbytes());
 }
 
 double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -96,6 +101,64 @@ TEST(QuantizedModel, BlockTypes) {
        {ops::QuantType::Q8_0, ops::QuantType::Q4_0, ops::QuantType::Q4_K, ops::QuantType::Q6_K})
     check(true, t, DType::F32, 0.12);
   check(true, ops::QuantType::Q4_K, DType::BF16, 0.12);
+}
+
+// pack_quant_weights (as generate and serve load a model) changes the
+// storage's order, not the model: every parameter reads back bit for bit,
+// the weights take the same bytes, and the logits of several tokens (the
+// VNNI tiles before and after) are the same bit for bit. One token moves from
+// the direct kernel to the tiles: Q8_0 and Q4_0 sum the same integers
+// (f32 sums reordered: 1e-5 of the logits' RMS); the K types' tiles round x
+// in blocks of 32 where the direct kernel used 256, so the model stays
+// within QuantizedModel's 0.12 of the dense logits. set_param after packing
+// writes the packed layout. Without VNNI nothing is packed.
+TEST(QuantizedModel, PackingChangesTheStorageNotTheModel) {
+  ModelConfig c = test::tiny_config(true, 256, 32);
+  c.d_model = 256;
+  c.d_ff = 512;
+  c.init_std = 0.05;
+  Transformer src(c, DType::F32, 7);
+  const std::vector<int32_t> one = {9}, many = {1, 5, 9, 200, 33, 7, 7, 120, 255, 0, 64};
+  for (ops::QuantType t :
+       {ops::QuantType::Q8_0, ops::QuantType::Q4_0, ops::QuantType::Q4_K, ops::QuantType::Q6_K}) {
+    SCOPED_TRACE(ops::quant_type_name(t));
+    auto q = quantized_copy(src, t, DType::F32);
+    auto d = dense_copy(*q, DType::F32);
+    const std::vector<float> one_rows = test::full_logits(*q, one),
+                             many_rows = test::full_logits(*q, many);
+    std::vector<Tensor> params;
+    for (const ParamInfo& p : q->layout().params()) params.push_back(q->param_f32(p));
+    const size_t bytes = q->weight_bytes();
+    const int64_t packed = q->pack_quant_weights();
+    if (packed == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
+    int64_t runs = 0;  // every run of whole groups of 16 rows is packed
+    for (const ParamInfo& p : q->layout().params())
+      if (p.quantized)
+        for (const ops::QuantWeight& w : q->quant_parts(p.name)) {
+          EXPECT_EQ(w.layout == ops::QuantLayout::Packed16, w.rows() % 16 == 0) << p.name;
+          runs += w.layout == ops::QuantLayout::Packed16;
+        }
+    EXPECT_EQ(packed, runs);
+    EXPECT_EQ(q->weight_bytes(), bytes);
+    size_t i = 0;
+    for (const ParamInfo& p : q->layout().params())
+      EXPECT_EQ(bytes_of(q->param_f32(p)), bytes_of(params[i++])) << p.name;
+    EXPECT_EQ(test::full_logits(*q, many), many_rows);
+    const std::vector<float> one_packed = test::full_logits(*q, one);
+    if (t == ops::QuantType::Q8_0 || t == ops::QuantType::Q4_0) {
+      EXPECT_LE(rel_max_diff(one_packed, one_rows), 1e-5);
+    }
+    EXPECT_LE(rel_max_diff(one_packed, test::full_logits(*d, one)), 0.12);
+
+    // set_param into the packed storage: the same model as into rows.
+    Transformer src2(c, DType::F32, 8);
+    auto rows2 = quantized_copy(src2, t, DType::F32);
+    for (const ParamInfo& p : q->layout().params())
+      q->set_param(p, src2.param_f32(src2.layout().find(p.name)));
+    for (const ParamInfo& p : q->layout().params())
+      EXPECT_EQ(bytes_of(q->param_f32(p)), bytes_of(rows2->param_f32(p))) << p.name;
+    EXPECT_EQ(test::full_logits(*q, many), test::full_logits(*rows2, many));
+  }
 }
 
 TEST(QuantizedModel, RowsNotAMultipleOfTheBlockAreNamed) {

@@ -263,6 +263,41 @@ TEST(QuantLinear, VnniTilesMatchTheirReferenceAndTheDirectKernel) {
   if (checked == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
 }
 
+// A packed weight (ops::quant_pack) takes the tiles for every row count, its
+// tiles made where they lie (or unpacked once, Q6_K above 8 rows): y is the
+// row layout's tiles' y bit for bit (the same integer sums and f32 steps),
+// for passes of 1..8 rows, two whole passes and more, both dtypes and 1 or 2
+// threads, so it meets their reference (VnniTilesMatch... above) as well.
+TEST(QuantLinear, PackedWeightsGiveTheTilesYBitForBit) {
+  uint64_t seed = 950;
+  int checked = 0;
+  for (QuantType t : kAllTypes) {
+    const int64_t in = odd_in(t) / 32 * 32, out = 208;
+    const ops::QuantWeight rows =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), seed += 10, 0.04)));
+    ops::QuantWeight packed = copy_of(rows);
+    if (!ops::quant_pack(packed)) continue;
+    const int saved = num_threads();
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (DType dt : {DType::F32, DType::BF16})
+        for (int64_t N : {1, 2, 5, 8, 9, 16, 17, 33}) {
+          SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N << " "
+                                            << dtype_name(dt) << " threads=" << threads);
+          const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + uint64_t(N)));
+          const Tensor b = make({out}, dt, randn(size_t(out), seed + 1));
+          Tensor want = Tensor::empty({N, out}, dt), got = Tensor::empty({N, out}, dt);
+          ops::cpu::quant_linear_gemm(want, x, rows, b);
+          ops::quant_linear_forward(got, x, packed, b);
+          EXPECT_EQ(bytes_of(got), bytes_of(want));
+          ++checked;
+        }
+    }
+    set_num_threads(saved);
+  }
+  if (checked == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
+}
+
 // A NaN or infinity in x makes y non-finite, as in the dense product, on
 // both paths (the 8-bit quantisation of x must not hide it).
 TEST(QuantLinear, NonFiniteXGivesNonFiniteY) {

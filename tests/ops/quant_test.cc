@@ -421,6 +421,97 @@ TEST(Quant, DequantizesRowRangesInBothDtypes) {
   }
 }
 
+// ---- the packed layout (QuantLayout::Packed16) ----
+
+// Bytes of the unit at byte o of a row, from ops/quant.h's words: a block's
+// f16 scale (Q8_0, Q4_0: bytes 0-1; Q6_K: 208-209) is a unit of 2, the rest
+// 4-byte words.
+size_t unit_at(QuantType t, size_t o) {
+  if (t == QuantType::Q8_0) return o % 34 < 2 ? 2 : 4;
+  if (t == QuantType::Q4_0) return o % 18 < 2 ? 2 : 4;
+  if (t == QuantType::Q6_K) return o % 210 >= 208 ? 2 : 4;
+  return 4;
+}
+
+// The packed bytes as ops/quant.h defines them, from the row layout's.
+std::string packed_as_documented(QuantType t, const std::string& rows, size_t rb) {
+  std::string out(rows.size(), '\0');
+  for (size_t g = 0; g < rows.size() / (16 * rb); ++g)
+    for (size_t o = 0, u; o < rb; o += u) {
+      u = unit_at(t, o);
+      for (size_t r = 0; r < 16; ++r)
+        out.replace(g * 16 * rb + 16 * o + r * u, u, rows, (g * 16 + r) * rb + o, u);
+    }
+  return out;
+}
+
+// quant_pack reorders the bytes as documented, in place, for the types the
+// VNNI tiles serve; every op then reads the same values as from the rows:
+// dequantised rows (any range, both dtypes) and embedding rows bit for bit,
+// quant_unpacked gives the rows back, and quant_quantize into a packed
+// weight writes the packed bytes of the same quantisation. (Products:
+// quant_linear_test.cc.)
+TEST(Quant, PackedLayoutHoldsTheSameValues) {
+  int packed_types = 0;
+  for (QuantType t : kAllTypes) {
+    SCOPED_TRACE(ops::quant_type_name(t));
+    const int64_t out = 48, in = 512;
+    const Tensor w = f32_tensor({out, in}, gaussian(size_t(out * in), 40));
+    const ops::QuantWeight rows = quantized(t, w);
+    ops::QuantWeight q = quantized(t, w);
+    const void* storage = q.data.raw();
+    if (!ops::quant_pack(q)) {
+      EXPECT_EQ(q.layout, ops::QuantLayout::Rows);
+      EXPECT_EQ(bytes_of(q.data), bytes_of(rows.data));
+      continue;
+    }
+    ++packed_types;
+    EXPECT_EQ(q.layout, ops::QuantLayout::Packed16);
+    EXPECT_EQ(q.data.raw(), storage);  // in place
+    EXPECT_EQ(bytes_of(q.data), packed_as_documented(t, bytes_of(rows.data), rows.row_bytes()));
+    EXPECT_NE(bytes_of(q.data), bytes_of(rows.data));
+    EXPECT_TRUE(ops::quant_pack(q));  // again: nothing changes
+    EXPECT_EQ(bytes_of(q.data), packed_as_documented(t, bytes_of(rows.data), rows.row_bytes()));
+
+    for (DType dt : {DType::F32, DType::BF16}) {
+      EXPECT_EQ(bytes_of(dequantized(q, dt)), bytes_of(dequantized(rows, dt)));
+      Tensor a = Tensor::empty({7, in}, dt), b = Tensor::empty({7, in}, dt);
+      ops::quant_dequantize(a, q, 21);
+      ops::quant_dequantize(b, rows, 21);
+      EXPECT_EQ(bytes_of(a), bytes_of(b));
+      const std::vector<int32_t> tok = {0, 47, 16, 15, 31, 3};
+      Tensor ea = Tensor::empty({6, in}, dt), eb = Tensor::empty({6, in}, dt);
+      ops::quant_embedding_forward(ea, make_i32({6}, tok), q);
+      ops::quant_embedding_forward(eb, make_i32({6}, tok), rows);
+      EXPECT_EQ(bytes_of(ea), bytes_of(eb));
+    }
+    const ops::QuantWeight back = ops::quant_unpacked(q);
+    EXPECT_EQ(back.layout, ops::QuantLayout::Rows);
+    EXPECT_EQ(bytes_of(back.data), bytes_of(rows.data));
+    if (rows.scale.defined()) {
+      EXPECT_EQ(bytes_of(back.scale), bytes_of(rows.scale));
+    }
+
+    const Tensor w2 = f32_tensor({out, in}, gaussian(size_t(out * in), 41));
+    ops::quant_quantize(q, w2);
+    EXPECT_EQ(q.layout, ops::QuantLayout::Packed16);
+    EXPECT_EQ(bytes_of(q.data),
+              packed_as_documented(t, bytes_of(quantized(t, w2).data), rows.row_bytes()));
+  }
+  if (packed_types == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
+  // q8_0, q4_0, q4_k, q6_k, w8a8 (512 a multiple of 32); not w8a16 nor f16.
+  EXPECT_EQ(packed_types, 5);
+}
+
+// Rows that do not fill groups of 16 stay in the row layout.
+TEST(Quant, PackLeavesRowsNotAMultipleOf16) {
+  ops::QuantWeight q = quantized(QuantType::Q4_0, f32_tensor({40, 256}, gaussian(40 * 256, 42)));
+  const std::string before = bytes_of(q.data);
+  EXPECT_FALSE(ops::quant_pack(q));
+  EXPECT_EQ(q.layout, ops::QuantLayout::Rows);
+  EXPECT_EQ(bytes_of(q.data), before);
+}
+
 // ---- embedding ----
 
 TEST(QuantEmbedding, GathersDequantisedRows) {

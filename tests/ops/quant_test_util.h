@@ -36,6 +36,15 @@ inline ops::QuantWeight quantized(QuantType t, const Tensor& w) {
   return q;
 }
 
+// A copy with storage of its own.
+inline ops::QuantWeight copy_of(const ops::QuantWeight& q) {
+  ops::QuantWeight c = ops::QuantWeight::empty(q.type, q.shape);
+  std::memcpy(c.data.raw(), q.data.raw(), q.data.nbytes());
+  if (q.scale.defined()) std::memcpy(c.scale.raw(), q.scale.raw(), q.scale.nbytes());
+  c.layout = q.layout;
+  return c;
+}
+
 inline Tensor dequantized(const ops::QuantWeight& q, DType dtype = DType::F32) {
   Tensor out = Tensor::empty(q.shape, dtype);
   ops::quant_dequantize(out, q);

@@ -70,6 +70,10 @@ void quant_quantize(QuantWeight& q, const Tensor& w);
 void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0);
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
 void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte);
+// ops/quant.h's quant_pack, in place (true when packed); quant_unpack: rows
+// (q's shape, row layout) <- a packed q's bytes and scale.
+bool quant_pack(QuantWeight& q);
+void quant_unpack(QuantWeight& rows, const QuantWeight& q);
 
 // ---- activations (activation.cc) ----
 void gelu_forward(Tensor y, const Tensor& x);

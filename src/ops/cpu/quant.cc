@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/parallel.h"
@@ -474,7 +475,8 @@ void dequant_w8(const int8_t* q, float scale, int64_t n, float* y) {
 // 16-bit T.
 template <typename T>
 void dequant_row_as(const QuantWeight& q, int64_t r, T* out) {
-  const uint8_t* row = q.data.data<uint8_t>() + size_t(r) * q.row_bytes();
+  thread_local std::vector<uint8_t> buf;
+  const uint8_t* row = quant_row(q, r, buf);
   const float scale = q.scale.defined() ? q.scale.data<float>()[r] : 0.f;
   const int64_t in = q.cols();
   if constexpr (std::is_same_v<T, float>) {
@@ -504,6 +506,15 @@ void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, T* out)
   parallel_for(n, std::max<int64_t>(1, 16384 / C), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) dequant_row_as(q, tok[t], out + t * C);
   });
+}
+
+// The 16 rows at `rows` (row_bytes rb apart) into one packed group at out.
+void pack_group(QuantType t, const uint8_t* rows, size_t rb, uint8_t* out) {
+  for (size_t off = 0, u; off < rb; off += u) {
+    u = packed_unit(t, off);
+    for (int64_t i = 0; i < kPackRows; ++i)
+      std::memcpy(out + kPackRows * off + size_t(i) * u, rows + size_t(i) * rb + off, u);
+  }
 }
 
 }  // namespace
@@ -545,14 +556,66 @@ void quant_quantize(QuantWeight& q, const Tensor& w) {
   check_quantisable(q.type, src, rows, in);
   uint8_t* dst = q.data.data<uint8_t>();
   float* scale = q.scale.defined() ? q.scale.data<float>() : nullptr;
-  const size_t row_bytes = q.row_bytes();
+  const size_t rb = q.row_bytes();
+  if (q.layout == QuantLayout::Packed16) {  // a group's rows, then packed in place
+    parallel_for(rows / kPackRows, 1, [&](int64_t g0, int64_t g1) {
+      thread_local std::vector<uint8_t> tmp;
+      tmp.resize(kPackRows * rb);
+      for (int64_t g = g0; g < g1; ++g) {
+        for (int64_t r = g * kPackRows, i = 0; i < kPackRows; ++r, ++i)
+          quantize_row(q.type, src + r * in, in, tmp.data() + i * rb, scale ? scale + r : nullptr);
+        pack_group(q.type, tmp.data(), rb, dst + g * kPackRows * rb);
+      }
+    });
+    return;
+  }
   // The K types search per sub-block: a few rows a chunk balance the threads.
   const int64_t grain = std::max<int64_t>(1, 4096 / in);
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      quantize_row(q.type, src + r * in, in, dst + size_t(r) * row_bytes,
-                   scale ? scale + r : nullptr);
+      quantize_row(q.type, src + r * in, in, dst + size_t(r) * rb, scale ? scale + r : nullptr);
   });
+}
+
+const uint8_t* quant_row(const QuantWeight& q, int64_t r, std::vector<uint8_t>& buf) {
+  const size_t rb = q.row_bytes();
+  const uint8_t* data = q.data.data<uint8_t>();
+  if (q.layout == QuantLayout::Rows) return data + size_t(r) * rb;
+  buf.resize(rb);
+  const uint8_t* g = data + size_t(r / kPackRows) * kPackRows * rb;
+  const int64_t i = r % kPackRows;
+  for (size_t off = 0, u; off < rb; off += u) {
+    u = packed_unit(q.type, off);
+    std::memcpy(buf.data() + off, g + kPackRows * off + size_t(i) * u, u);
+  }
+  return buf.data();
+}
+
+bool quant_pack(QuantWeight& q) {
+  if (!quant_gemm_available(q.type, q.cols()) || q.rows() % kPackRows != 0) return false;
+  const size_t rb = q.row_bytes();
+  uint8_t* data = q.data.data<uint8_t>();
+  parallel_for(q.rows() / kPackRows, 1, [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<uint8_t> tmp;
+    tmp.resize(kPackRows * rb);
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* grp = data + g * kPackRows * rb;
+      std::memcpy(tmp.data(), grp, tmp.size());
+      pack_group(q.type, tmp.data(), rb, grp);
+    }
+  });
+  q.layout = QuantLayout::Packed16;
+  return true;
+}
+
+void quant_unpack(QuantWeight& rows, const QuantWeight& q) {
+  const size_t rb = q.row_bytes();
+  uint8_t* dst = rows.data.data<uint8_t>();
+  parallel_for(q.rows(), std::max<int64_t>(1, 65536 / int64_t(rb)), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<uint8_t> buf;
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + size_t(r) * rb, quant_row(q, r, buf), rb);
+  });
+  if (q.scale.defined()) std::memcpy(rows.scale.raw(), q.scale.raw(), q.scale.nbytes());
 }
 
 void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {

@@ -155,6 +155,28 @@ const float* rows_as_f32(const Tensor& x, std::vector<char>& buf);
 // as the layout defines them; `scale` is the row's scale for W8A16/W8A8.
 void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, float* out);
 
+// ---- the packed layout (QuantLayout::Packed16, ops/quant.h) ----
+
+constexpr int64_t kPackRows = 16;
+// Bytes of the unit at byte `off` of a row of type t: 2 for a block's f16
+// scale (Q8_0 and Q4_0: the block's first two bytes, Q6_K: its last two),
+// 4 for everything else.
+inline size_t packed_unit(QuantType t, size_t off) {
+  switch (t) {
+    case QuantType::Q8_0:
+      return off % sizeof(BlockQ8_0) < 2 ? 2 : 4;
+    case QuantType::Q4_0:
+      return off % sizeof(BlockQ4_0) < 2 ? 2 : 4;
+    case QuantType::Q6_K:
+      return off % sizeof(BlockQ6_K) >= offsetof(BlockQ6_K, d) ? 2 : 4;
+    default:
+      return 4;
+  }
+}
+// Row r of q in the row layout: a pointer into q.data, or, for a packed q,
+// its bytes gathered into buf (grown to row_bytes).
+const uint8_t* quant_row(const QuantWeight& q, int64_t r, std::vector<uint8_t>& buf);
+
 // The paths of quant_linear_forward (also called by bench_quant's
 // --sweep, which times them apart to place the threshold). y[N, out] =
 // x[N, in] W^T + b; x and y f32 or bf16 (y x's dtype), b undefined, f32 or
@@ -172,7 +194,9 @@ bool quant_gemm_available(QuantType t, int64_t in);
 void quant_linear_gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
 // The path quant_linear_forward takes for n rows of x against a weight of
 // type t and width in.
+// (A packed weight takes the tiles for every n.)
 enum class QuantPath { Direct, Gemm, Panels };
-QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n);
+QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n,
+                            QuantLayout layout = QuantLayout::Rows);
 
 }  // namespace nk::ops::cpu

@@ -433,6 +433,9 @@ void direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
 }  // namespace
 
 void quant_linear_direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  NK_CHECK(w.layout == QuantLayout::Rows,
+           "quant_linear_direct: the {} weight {} is packed; the direct kernel reads rows",
+           quant_type_name(w.type), shape_str(w.shape));
   if (x.dtype() == DType::F32)
     direct<float>(y, x, w, b);
   else

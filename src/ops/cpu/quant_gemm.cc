@@ -28,7 +28,15 @@
 //
 // Work: threads take groups of 16 weight rows; a group's tiles (16 x in
 // bytes, in L1/L2) are unpacked once and met by x in passes of up to 8 rows,
-// whose 8 i32 sums and 8 f32 accumulators stay in registers.
+// whose 8 i32 sums and 8 f32 accumulators stay in registers; x's rows are
+// interleaved by pass (XPrep), so a pass reads its rows' words side by side.
+//
+// A weight packed at load (ops::quant_pack, QuantLayout::Packed16) already
+// holds each group's 16 rows in lane order: its tiles are made where they
+// lie, a load and a mask or two each, as a pass needs them (PackedTiles), so
+// nothing is transposed nor written out, and one x row (decode at batch 1)
+// takes this kernel too. Only Q6_K's tiles, which take 6 operations each to
+// make, are still unpacked once per call for more than one pass.
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (`__Y = __Y`),
 // which its own -Wmaybe-uninitialized flags once inlined: off in this file
@@ -140,11 +148,38 @@ inline void store_tile(uint8_t* tile, int k4, __m512i v) {
 
 // The f16 values at p + r rb + off (r < 16) in f32 lanes: 16 two-byte copies
 // and one conversion (a gather was slower).
-inline __m512 halves(const uint8_t* p, size_t rb, size_t off) {
+inline __m512 halves16(const uint8_t* p, size_t rb, size_t off) {
   alignas(32) uint16_t h[kLanes];
   for (int r = 0; r < kLanes; ++r) std::memcpy(&h[r], p + r * rb + off, 2);
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
 }
+// Where unpack reads a group's 16 rows. words4(off, z): z[k] lane r = the
+// 4 bytes at row offset off + 4 k of row r (k < 4); words8: k < 8;
+// halves(off): the f16 at row offset off of each row, in f32 lanes.
+// The row layout (row r at p + r rb), transposed on the fly:
+struct RowSource {
+  const uint8_t* p;
+  size_t rb;
+  void words4(size_t off, __m512i* z) const { transpose16x4(p, rb, off, z); }
+  void words8(size_t off, __m512i* z) const { transpose16x8(p, rb, off, z); }
+  __m512 halves(size_t off) const { return halves16(p, rb, off); }
+};
+// The packed layout (QuantLayout::Packed16, the group at p): the unit at row
+// offset off of the 16 rows is at p + 16 off, already in lane order.
+struct PackedSource {
+  const uint8_t* p;
+  void words4(size_t off, __m512i* z) const {
+    for (int k = 0; k < 4; ++k) z[k] = _mm512_loadu_si512(p + 16 * off + 64 * size_t(k));
+  }
+  void words8(size_t off, __m512i* z) const {
+    words4(off, z);
+    words4(off + 16, z + 4);
+  }
+  __m512 halves(size_t off) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 * off)));
+  }
+};
+
 // Byte j of each 4-byte lane as f32, unsigned or signed.
 inline __m512 byte_u(__m512i w, int j) {
   return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(w, 8 * j), _mm512_set1_epi32(255)));
@@ -160,10 +195,13 @@ struct Tiles {
   float* b;  // Q4_K only
 };
 
-// Unpacks the `in` values of the 16 rows at p + r rb (row bytes as stored)
-// into out. (The next group is read ahead by pass, during the products:
-// prefetching while unpacking made a batched decode step 5% slower.)
-void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& out) {
+// Unpacks the `in` values of a group's 16 rows (read from src) into out: the
+// scales a and b, and with `tiles` the tiles u too (a packed group's tiles
+// are read where they lie instead: PackedTiles). (The next group is read
+// ahead by pass, during the products: prefetching while unpacking made a
+// batched decode step 5% slower.)
+template <typename Src>
+void unpack(QuantType t, const Src& src, int64_t in, const Tiles& out, bool tiles) {
   const __m512i m4 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8(char(0x80));
   __m512i z[24];
   switch (t) {
@@ -173,32 +211,34 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& o
       const size_t bb = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
       for (int64_t s = 0; s < in / kQK; ++s) {
         uint8_t* tile = out.u + s * 512;
-        if (q8) {
-          transpose16x8(p, rb, size_t(s) * bb + 2, z);
+        if (tiles && q8) {
+          src.words8(size_t(s) * bb + 2, z);
           for (int k = 0; k < 8; ++k) store_tile(tile, k, _mm512_xor_si512(z[k], flip));
-        } else {
-          transpose16x4(p, rb, size_t(s) * bb + 2, z);
+        } else if (tiles) {
+          src.words4(size_t(s) * bb + 2, z);
           for (int k = 0; k < 4; ++k) {
             store_tile(tile, k, _mm512_and_si512(z[k], m4));
             store_tile(tile, k + 4, _mm512_and_si512(_mm512_srli_epi16(z[k], 4), m4));
           }
         }
-        _mm512_store_ps(out.a + s * kLanes, halves(p, rb, size_t(s) * bb));
+        _mm512_store_ps(out.a + s * kLanes, src.halves(size_t(s) * bb));
       }
       return;
     }
     case QuantType::W8A8:
       for (int64_t s = 0; s < in / 32; ++s) {
-        transpose16x8(p, rb, size_t(s) * 32, z);
-        for (int k = 0; k < 8; ++k) store_tile(out.u + s * 512, k, _mm512_xor_si512(z[k], flip));
+        if (tiles) {
+          src.words8(size_t(s) * 32, z);
+          for (int k = 0; k < 8; ++k) store_tile(out.u + s * 512, k, _mm512_xor_si512(z[k], flip));
+        }
         _mm512_store_ps(out.a + s * kLanes, _mm512_set1_ps(1.f));
       }
       return;
     case QuantType::Q4_K:
       for (int64_t b = 0; b < in / kQKK; ++b) {
         const size_t base = size_t(b) * sizeof(BlockQ4_K);
-        for (int c = 0; c < 4; ++c) {
-          transpose16x8(p, rb, base + offsetof(BlockQ4_K, qs) + 32 * size_t(c), z);
+        for (int c = 0; c < 4 && tiles; ++c) {
+          src.words8(base + offsetof(BlockQ4_K, qs) + 32 * size_t(c), z);
           uint8_t* lo = out.u + (8 * b + 2 * c) * 512;
           for (int k = 0; k < 8; ++k) {
             store_tile(lo, k, _mm512_and_si512(z[k], m4));
@@ -207,7 +247,7 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& o
         }
         // The block's first 16 bytes transposed: word 0 is d | dmin << 16,
         // words 1-3 the 12 scale bytes, decoded 4 codes a word (q4k_scales).
-        transpose16x4(p, rb, base, z);
+        src.words4(base, z);
         const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
                       b45 = _mm512_set1_epi32(0x30303030);
         const __m512i sc[2] = {_mm512_and_si512(z[1], lo6),
@@ -231,10 +271,10 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& o
       // 32 k .. are z words j = 4 (l >= 16) + j'.
       for (int64_t b = 0; b < in / kQKK; ++b) {
         const size_t base = size_t(b) * sizeof(BlockQ6_K);
-        for (int h = 0; h < 2; ++h) {
-          transpose16x8(p, rb, base + 64 * size_t(h), z);                                 // ql0
-          transpose16x8(p, rb, base + 64 * size_t(h) + 32, z + 8);                        // ql1
-          transpose16x8(p, rb, base + offsetof(BlockQ6_K, qh) + 32 * size_t(h), z + 16);  // qh
+        for (int h = 0; h < 2 && tiles; ++h) {
+          src.words8(base + 64 * size_t(h), z);                                 // ql0
+          src.words8(base + 64 * size_t(h) + 32, z + 8);                        // ql1
+          src.words8(base + offsetof(BlockQ6_K, qh) + 32 * size_t(h), z + 16);  // qh
           const __m512i bits45 = _mm512_set1_epi8(0x30);
           for (int k = 0; k < 4; ++k)
             for (int j = 0; j < 8; ++j) {
@@ -249,8 +289,8 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& o
             }
         }
         // The 16 signed scales transposed, 4 a word.
-        transpose16x4(p, rb, base + offsetof(BlockQ6_K, scales), z);
-        const __m512 d = halves(p, rb, base + offsetof(BlockQ6_K, d));
+        src.words4(base + offsetof(BlockQ6_K, scales), z);
+        const __m512 d = src.halves(base + offsetof(BlockQ6_K, d));
         for (int j = 0; j < 16; ++j)
           _mm512_store_ps(out.a + (16 * b + j) * kLanes, _mm512_mul_ps(d, byte_s(z[j / 4], j % 4)));
       }
@@ -261,13 +301,111 @@ void unpack(QuantType t, const uint8_t* p, size_t rb, int64_t in, const Tiles& o
   }
 }
 
-// x prepared once per call: q (int8 [N, in]) and per row and sub-block s the
-// start of S (-k T), dx, and dx T (read by Q4_K only).
+// x prepared once per call, for passes of P rows (P = N up to kPass, else
+// kPass): its rows in blocks of P, each block's values interleaved, so that
+// a pass finds the x words (and scales) of its rows side by side: q (i32
+// words of 4 int8 values) at ((n / P) (in / 4) + w) P + n % P, and per row
+// and sub-block s the start of S (-k T), dx and dx T (read by Q4_K only) at
+// ((n / P) nsub + s) P + n % P.
 struct XPrep {
-  const int8_t* q;
+  const int32_t* q;
   const int32_t* start;
   const float* dx;
   const float* dxt;
+};
+
+// Where a pass finds its tiles: sub(s) for sub-block s, then (k) for step
+// k < W / 4. BufTiles: unpacked into a buffer (Tiles::u); PackedTiles<T>:
+// made from a packed group's bytes (at p) as they are read, a load and a
+// mask or two each, so that a group met by one pass is never written out.
+struct BufTiles {
+  const uint8_t* u;
+  int64_t stride;  // bytes per sub-block: W * 16
+  struct Sub {
+    const uint8_t* t;
+    __m512i operator()(int k) const {
+      return _mm512_load_si512(reinterpret_cast<const __m512i*>(t + 64 * k));
+    }
+  };
+  Sub sub(int64_t s) const { return {u + s * stride}; }
+};
+
+inline __m512i load_group(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+inline __m128i shift_count(int n) {
+  return _mm_cvtsi32_si128(n);
+}
+
+template <QuantType T>
+struct PackedTiles;
+// Q8_0 and W8A8: the signed bytes flipped to unsigned (u = q + 128).
+template <>
+struct PackedTiles<QuantType::Q8_0> {
+  const uint8_t* p;
+  size_t block, head;  // bytes per block of a row, bytes before its values
+  struct Sub {
+    const uint8_t* q;
+    __m512i operator()(int k) const {
+      return _mm512_xor_si512(load_group(q + 64 * k), _mm512_set1_epi8(char(0x80)));
+    }
+  };
+  Sub sub(int64_t s) const { return {p + kLanes * (size_t(s) * block + head)}; }
+};
+template <>
+struct PackedTiles<QuantType::Q4_0> {
+  const uint8_t* p;
+  struct Sub {
+    const uint8_t* q;
+    __m512i operator()(int k) const {  // values 4 k ..: low nibbles of words k < 4, then high
+      const __m512i v = load_group(q + 64 * (k & 3));
+      return _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(15));
+    }
+  };
+  Sub sub(int64_t s) const { return {p + kLanes * (size_t(s) * sizeof(BlockQ4_0) + 2)}; }
+};
+template <>
+struct PackedTiles<QuantType::Q4_K> {
+  const uint8_t* p;
+  struct Sub {  // sub-block j of a block: 32 bytes of qs at 32 (j / 2), nibble j % 2
+    const uint8_t* q;
+    __m128i shift;
+    __m512i operator()(int k) const {
+      return _mm512_and_si512(_mm512_srl_epi16(load_group(q + 64 * k), shift),
+                              _mm512_set1_epi8(15));
+    }
+  };
+  Sub sub(int64_t s) const {
+    const int64_t b = s / 8, j = s % 8;
+    return {
+        p + kLanes * (size_t(b) * sizeof(BlockQ4_K) + offsetof(BlockQ4_K, qs) + 32 * size_t(j / 2)),
+        shift_count(4 * int(j % 2))};
+  }
+};
+template <>
+struct PackedTiles<QuantType::Q6_K> {
+  const uint8_t* p;
+  // Sub-block s = 16 b + 8 h + 2 c + i (unpack's Q6_K case): words 4 i + k
+  // of ql (nibble c / 2) at 64 h + 32 (c % 2) and of qh (bits 2 c) at 32 h;
+  // the two high bits reach bits 4-5 by a left then a right shift.
+  struct Sub {
+    const uint8_t *ql, *qh;
+    __m128i lo, left, right;
+    __m512i operator()(int k) const {
+      const __m512i l =
+          _mm512_and_si512(_mm512_srl_epi16(load_group(ql + 64 * k), lo), _mm512_set1_epi8(15));
+      const __m512i h = _mm512_srl_epi16(_mm512_sll_epi16(load_group(qh + 64 * k), left), right);
+      return _mm512_or_si512(l, _mm512_and_si512(h, _mm512_set1_epi8(0x30)));
+    }
+  };
+  Sub sub(int64_t s) const {
+    const int64_t b = s / 16, h = (s / 8) % 2, c = (s / 2) % 4, i = s % 2;
+    const size_t base = size_t(b) * sizeof(BlockQ6_K);
+    return {p + kLanes * (base + 64 * size_t(h) + 32 * size_t(c % 2) + 16 * size_t(i)),
+            p + kLanes * (base + offsetof(BlockQ6_K, qh) + 32 * size_t(h) + 16 * size_t(i)),
+            shift_count(4 * int(c / 2)), shift_count(c < 2 ? 4 - 2 * int(c) : 0),
+            shift_count(c < 2 ? 0 : 2 * int(c) - 4)};
+  }
 };
 
 // C x rows (n0 ..) against a group's tiles: acc[c] lane r += y[n0 + c, row r].
@@ -278,9 +416,9 @@ struct XPrep {
 // it the unpacking of each group waited on memory (a third of a batched
 // decode step), and prefetching during the unpacking itself only added
 // instructions.
-template <int C, int W, bool B>
-void pass(const Tiles& t, const XPrep& x, int64_t nsub, int64_t in, int64_t n0, float* acc_mem,
-          const uint8_t* pf, size_t pf_bytes) {
+template <int C, int W, bool B, int P, typename Src>
+void pass(const Src& tiles, const Tiles& t, const XPrep& x, int64_t nsub, int64_t in, int64_t n0,
+          float* acc_mem, const uint8_t* pf, size_t pf_bytes) {
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_load_ps(acc_mem + c * kLanes);
   for (int64_t s = 0; s < nsub; ++s) {
@@ -290,26 +428,26 @@ void pass(const Tiles& t, const XPrep& x, int64_t nsub, int64_t in, int64_t n0, 
       for (size_t off = (lo + 63) & ~size_t(63); off < hi; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T1);
     }
+    const int64_t xs = (n0 / P * nsub + s) * P;  // this block's sub-block s
+    const int32_t* xq = x.q + (n0 / P * (in / 4) + s * (W / 4)) * P;
     __m512i sum[C];
-    for (int c = 0; c < C; ++c) sum[c] = _mm512_set1_epi32(x.start[(n0 + c) * nsub + s]);
-    const uint8_t* tile = t.u + s * (W * 16);
+    for (int c = 0; c < C; ++c) sum[c] = _mm512_set1_epi32(x.start[xs + c]);
+    const auto sub = tiles.sub(s);
+#pragma GCC unroll 8
     for (int k = 0; k < W / 4; ++k) {
-      const __m512i u = _mm512_load_si512(reinterpret_cast<const __m512i*>(tile + 64 * k));
-      for (int c = 0; c < C; ++c) {
-        int32_t xw;
-        std::memcpy(&xw, x.q + (n0 + c) * in + s * W + 4 * k, 4);
-        sum[c] = _mm512_dpbusd_epi32(sum[c], u, _mm512_set1_epi32(xw));
-      }
+      const __m512i u = sub(k);
+      for (int c = 0; c < C; ++c)
+        sum[c] = _mm512_dpbusd_epi32(sum[c], u, _mm512_set1_epi32(xq[k * P + c]));
     }
     const __m512 a = _mm512_load_ps(t.a + s * kLanes);
     for (int c = 0; c < C; ++c) {
-      const __m512 ad = _mm512_mul_ps(a, _mm512_set1_ps(x.dx[(n0 + c) * nsub + s]));
+      const __m512 ad = _mm512_mul_ps(a, _mm512_set1_ps(x.dx[xs + c]));
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[c]), ad, acc[c]);
     }
     if constexpr (B) {
       const __m512 b = _mm512_load_ps(t.b + s * kLanes);
       for (int c = 0; c < C; ++c)
-        acc[c] = _mm512_fnmadd_ps(b, _mm512_set1_ps(x.dxt[(n0 + c) * nsub + s]), acc[c]);
+        acc[c] = _mm512_fnmadd_ps(b, _mm512_set1_ps(x.dxt[xs + c]), acc[c]);
     }
   }
   for (int c = 0; c < C; ++c) _mm512_store_ps(acc_mem + c * kLanes, acc[c]);
@@ -323,22 +461,37 @@ struct Gemm {
   XPrep x;
   const uint8_t* w;
   size_t rb;
+  bool packed;  // QuantLayout::Packed16
   QuantOut<T> y;
 
-  // Every x row against a group's tiles, kPass rows at a time (the last
-  // pass C < kPass rows), the first pass reading the next group's bytes (pf,
-  // or null).
-  template <int W, bool B, int C = kPass>
-  void tail(int64_t c, int64_t n, float* acc, const Tiles& tl, const uint8_t* pf) const {
-    if (c == C) return pass<C, W, B>(tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
-    if constexpr (C > 1) tail<W, B, C - 1>(c, n, acc, tl, pf);
+  // Every x row against a group's tiles (from src), kPass rows at a time
+  // (the last pass C < kPass rows), the first pass reading the next group's
+  // bytes (pf, or null). One: N <= kPass (x's blocks of N rows, XPrep).
+  template <int W, bool B, bool One, typename Src, int C = kPass>
+  void tail(const Src& src, int64_t c, int64_t n, float* acc, const Tiles& tl,
+            const uint8_t* pf) const {
+    if (c == C)
+      return pass < C, W, B,
+             One ? C : kPass > (src, tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
+    if constexpr (C > 1) tail<W, B, One, Src, C - 1>(src, c, n, acc, tl, pf);
   }
-  template <int W, bool B>
-  void all_x(const Tiles& tl, float* acc, const uint8_t* pf) const {
+  template <int W, bool B, typename Src>
+  void all_x(const Src& src, const Tiles& tl, float* acc, const uint8_t* pf) const {
+    if (N <= kPass) return tail<W, B, true>(src, N, 0, acc, tl, pf);
     int64_t n = 0;
     for (; n + kPass <= N; n += kPass, pf = nullptr)
-      pass<kPass, W, B>(tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
-    if (n < N) tail<W, B>(N - n, n, acc, tl, pf);
+      pass<kPass, W, B, kPass>(src, tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
+    if (n < N) tail<W, B, false>(src, N - n, n, acc, tl, pf);
+  }
+  // The group's tiles from src, by type.
+  template <typename Src>
+  void by_type(const Src& src, const Tiles& tl, float* acc, const uint8_t* pf) const {
+    if (t == QuantType::Q6_K)
+      all_x<16, false>(src, tl, acc, pf);
+    else if (t == QuantType::Q4_K)
+      all_x<32, true>(src, tl, acc, pf);
+    else
+      all_x<32, false>(src, tl, acc, pf);
   }
 
   void groups(int64_t g0, int64_t g1) const {
@@ -349,6 +502,15 @@ struct Gemm {
     const size_t ub = size_t(in * kLanes), fb = size_t(nsub * kLanes);
     float* fl = scratch<float>(tbuf, ub / 4 + 2 * fb);
     const Tiles tl{reinterpret_cast<uint8_t*>(fl), fl + ub / 4, fl + ub / 4 + fb};
+    const BufTiles buf{tl.u, (t == QuantType::Q6_K ? 16 : 32) * kLanes};
+    // A packed group is read in place, its tiles made as they are needed
+    // (again in every pass), except Q6_K's for more than one pass: unpacked
+    // once then (no transposes: loads, masks and stores). bench_quant
+    // --sweep, [2048 x 2048], 2 threads, ms (rows unpacked / packed and
+    // unpacked / packed in place): q4_0 N = 16 0.344 / 0.318 / 0.262, N = 32
+    // 0.617 / 0.581 / 0.508; q6_k N = 16 0.382 / 0.366 / 0.352, N = 32 0.694
+    // / 0.672 / 0.745 (its tiles take 6 operations each to make).
+    const bool in_place = packed && (t != QuantType::Q6_K || N <= kPass);
     float* acc = scratch<float>(abuf, size_t(N * kLanes));
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t o0 = g * kLanes, n_rows = std::min<int64_t>(kLanes, out - o0);
@@ -360,15 +522,36 @@ struct Gemm {
         p = pad;
       }
       std::fill(acc, acc + N * kLanes, 0.f);
-      unpack(t, p, rb, in, tl);
       // The next group of this thread's, when whole (the padded last is not).
       const uint8_t* pf = g + 1 < g1 && o0 + 2 * kLanes <= out ? p + kLanes * rb : nullptr;
-      if (t == QuantType::Q6_K)
-        all_x<16, false>(tl, acc, pf);
-      else if (t == QuantType::Q4_K)
-        all_x<32, true>(tl, acc, pf);
-      else
-        all_x<32, false>(tl, acc, pf);
+      if (!packed) {
+        unpack(t, RowSource{p, rb}, in, tl, true);
+        by_type(buf, tl, acc, pf);
+      } else if (!in_place) {  // whole groups (quant_pack asks for rows in 16s)
+        unpack(t, PackedSource{p}, in, tl, true);
+        by_type(buf, tl, acc, pf);
+      } else {
+        unpack(t, PackedSource{p}, in, tl, false);
+        switch (t) {
+          case QuantType::Q8_0:
+            by_type(PackedTiles<QuantType::Q8_0>{p, sizeof(BlockQ8_0), 2}, tl, acc, pf);
+            break;
+          case QuantType::W8A8:
+            by_type(PackedTiles<QuantType::Q8_0>{p, 32, 0}, tl, acc, pf);
+            break;
+          case QuantType::Q4_0:
+            by_type(PackedTiles<QuantType::Q4_0>{p}, tl, acc, pf);
+            break;
+          case QuantType::Q4_K:
+            by_type(PackedTiles<QuantType::Q4_K>{p}, tl, acc, pf);
+            break;
+          case QuantType::Q6_K:
+            by_type(PackedTiles<QuantType::Q6_K>{p}, tl, acc, pf);
+            break;
+          default:
+            break;
+        }
+      }
       for (int64_t n = 0; n < N; ++n)
         for (int64_t r = 0; r < n_rows; ++r) y.store(n, o0 + r, acc[n * kLanes + r]);
     }
@@ -388,29 +571,36 @@ void gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   const int64_t N = job.N, in = job.in, nsub = in / W, xb = x_block(job.t, in);
   job.nsub = nsub;
   const float* xf = rows_as_f32(x, g_xf);
-  int8_t* q = scratch<int8_t>(g_xq, size_t(N * in));
-  int32_t* start = scratch<int32_t>(g_start, size_t(N * nsub));
-  float* dx = scratch<float>(g_dx, size_t(N * nsub));
-  float* dxt = scratch<float>(g_dxt, size_t(N * nsub));
+  const int64_t P = std::min<int64_t>(N, kPass), NP = (N + P - 1) / P * P;  // XPrep's blocks
+  int32_t* q = scratch<int32_t>(g_xq, size_t(NP * in / 4));
+  int32_t* start = scratch<int32_t>(g_start, size_t(NP * nsub));
+  float* dx = scratch<float>(g_dx, size_t(NP * nsub));
+  float* dxt = scratch<float>(g_dxt, size_t(NP * nsub));
   const int32_t k = offset_k(job.t);
   parallel_for(N, std::max<int64_t>(1, 16384 / in), [&](int64_t n0, int64_t n1) {
+    thread_local std::vector<char> row;
+    int8_t* qn = scratch<int8_t>(row, size_t(in));
     for (int64_t n = n0; n < n1; ++n) {
-      int8_t* qn = q + n * in;
+      const int64_t blk = n / P, lane = n % P;
       for (int64_t b0 = 0; b0 < in; b0 += xb) {
         const float d = quantize_x_block(xf + n * in + b0, xb, qn + b0);
         for (int64_t s = b0 / W; s < (b0 + xb) / W; ++s) {
           int32_t sum = 0;
           for (int i = 0; i < W; ++i) sum += qn[s * W + i];
-          start[n * nsub + s] = -k * sum;
-          dx[n * nsub + s] = d;
-          dxt[n * nsub + s] = d * float(sum);
+          const int64_t at = (blk * nsub + s) * P + lane;
+          start[at] = -k * sum;
+          dx[at] = d;
+          dxt[at] = d * float(sum);
         }
       }
+      for (int64_t w = 0; w < in / 4; ++w)
+        std::memcpy(q + (blk * (in / 4) + w) * P + lane, qn + 4 * w, 4);
     }
   });
   job.x = XPrep{q, start, dx, dxt};
   job.w = w.data.data<uint8_t>();
   job.rb = w.row_bytes();
+  job.packed = w.layout == QuantLayout::Packed16;
   const int64_t groups = (job.out + kLanes - 1) / kLanes;
   const Gemm<T>* j = &job;
   parallel_for(groups, 1, [j](int64_t g0, int64_t g1) { j->groups(g0, g1); });

@@ -1,7 +1,8 @@
 // Quantised weights on the CPU, part 2: quant_linear_forward. Few rows of x
 // (decode) take the direct kernel of quant_dot.cc, which reads W's blocks;
 // more rows (batched decode, prefill) take the integer tiles of
-// quant_gemm.cc where the build has AVX-512 VNNI, and otherwise (or for
+// quant_gemm.cc where the build has AVX-512 VNNI (every row count for a
+// weight packed by quant_pack), and otherwise (or for
 // W8A16 and F16) dequantise a panel of W's rows at a time (~kPanelBytes of
 // f32) into a scratch buffer and run oneDNN's f32 product on it, as the NF4
 // products do. No path holds a dense copy of W; the scratch buffers
@@ -52,13 +53,12 @@ std::vector<char> g_panel, g_product, g_xf, g_bias;
 // Rows [o0, o0 + p) of W in f32 into panel [p, in].
 void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
   const int64_t in = w.cols();
-  const uint8_t* data = w.data.data<uint8_t>();
   const float* scale = w.scale.defined() ? w.scale.data<float>() : nullptr;
-  const size_t rb = w.row_bytes();
   parallel_for(p, std::max<int64_t>(1, 8192 / in), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<uint8_t> buf;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = o0 + r;
-      quant_dequant_row(w.type, data + size_t(o) * rb, scale ? scale[o] : 0.f, in, panel + r * in);
+      quant_dequant_row(w.type, quant_row(w, o, buf), scale ? scale[o] : 0.f, in, panel + r * in);
     }
   });
 }
@@ -115,14 +115,15 @@ void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const 
     by_panels<bf16>(y, x, w, b);
 }
 
-QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n) {
+QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n, QuantLayout layout) {
+  if (layout == QuantLayout::Packed16) return QuantPath::Gemm;
   if (quant_gemm_available(t, in))
     return n < gemm_rows_min(t) ? QuantPath::Direct : QuantPath::Gemm;
   return n <= direct_rows_max(t) ? QuantPath::Direct : QuantPath::Panels;
 }
 
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
-  switch (quant_linear_path(w.type, w.cols(), rows_of(x))) {
+  switch (quant_linear_path(w.type, w.cols(), rows_of(x), w.layout)) {
     case QuantPath::Direct:
       return quant_linear_direct(y, x, w, b);
     case QuantPath::Gemm:
