@@ -470,9 +470,8 @@ struct Gemm {
   template <int W, bool B, bool One, typename Src, int C = kPass>
   void tail(const Src& src, int64_t c, int64_t n, float* acc, const Tiles& tl,
             const uint8_t* pf) const {
-    if (c == C)
-      return pass < C, W, B,
-             One ? C : kPass > (src, tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
+    constexpr int P = One ? C : kPass;
+    if (c == C) return pass<C, W, B, P>(src, tl, x, nsub, in, n, acc + n * kLanes, pf, kLanes * rb);
     if constexpr (C > 1) tail<W, B, One, Src, C - 1>(src, c, n, acc, tl, pf);
   }
   template <int W, bool B, typename Src>
@@ -506,10 +505,10 @@ struct Gemm {
     // A packed group is read in place, its tiles made as they are needed
     // (again in every pass), except Q6_K's for more than one pass: unpacked
     // once then (no transposes: loads, masks and stores). bench_quant
-    // --sweep, [2048 x 2048], 2 threads, ms (rows unpacked / packed and
-    // unpacked / packed in place): q4_0 N = 16 0.344 / 0.318 / 0.262, N = 32
-    // 0.617 / 0.581 / 0.508; q6_k N = 16 0.382 / 0.366 / 0.352, N = 32 0.694
-    // / 0.672 / 0.745 (its tiles take 6 operations each to make).
+    // --sweep, [2048 x 2048], 2 threads, N = 16, ms: q4_0 from the rows
+    // 0.280, packed in place 0.216; q6_k from the rows 0.314-0.333, packed in
+    // place 0.356-0.360 (its tiles take 6 operations each to make), packed
+    // and unpacked once 0.300.
     const bool in_place = packed && (t != QuantType::Q6_K || N <= kPass);
     float* acc = scratch<float>(abuf, size_t(N * kLanes));
     for (int64_t g = g0; g < g1; ++g) {
