@@ -508,13 +508,24 @@ void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, T* out)
   });
 }
 
-// The 16 rows at `rows` (row_bytes rb apart) into one packed group at out.
-void pack_group(QuantType t, const uint8_t* rows, size_t rb, uint8_t* out) {
-  for (size_t off = 0, u; off < rb; off += u) {
-    u = packed_unit(t, off);
-    for (int64_t i = 0; i < kPackRows; ++i)
-      std::memcpy(out + kPackRows * off + size_t(i) * u, rows + size_t(i) * rb + off, u);
-  }
+// q's bytes, in the row layout, reordered in place into the packed one,
+// a group of 16 rows at a time.
+void pack_groups(QuantWeight& q) {
+  const size_t rb = q.row_bytes();
+  uint8_t* data = q.data.data<uint8_t>();
+  parallel_for(q.rows() / kPackRows, 1, [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<uint8_t> rows;
+    rows.resize(kPackRows * rb);
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* grp = data + g * kPackRows * rb;
+      std::memcpy(rows.data(), grp, rows.size());
+      for (size_t off = 0, u; off < rb; off += u) {
+        u = packed_unit(q.type, off);
+        for (int64_t i = 0; i < kPackRows; ++i)
+          std::memcpy(grp + kPackRows * off + size_t(i) * u, rows.data() + size_t(i) * rb + off, u);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -557,24 +568,13 @@ void quant_quantize(QuantWeight& q, const Tensor& w) {
   uint8_t* dst = q.data.data<uint8_t>();
   float* scale = q.scale.defined() ? q.scale.data<float>() : nullptr;
   const size_t rb = q.row_bytes();
-  if (q.layout == QuantLayout::Packed16) {  // a group's rows, then packed in place
-    parallel_for(rows / kPackRows, 1, [&](int64_t g0, int64_t g1) {
-      thread_local std::vector<uint8_t> tmp;
-      tmp.resize(kPackRows * rb);
-      for (int64_t g = g0; g < g1; ++g) {
-        for (int64_t r = g * kPackRows, i = 0; i < kPackRows; ++r, ++i)
-          quantize_row(q.type, src + r * in, in, tmp.data() + i * rb, scale ? scale + r : nullptr);
-        pack_group(q.type, tmp.data(), rb, dst + g * kPackRows * rb);
-      }
-    });
-    return;
-  }
   // The K types search per sub-block: a few rows a chunk balance the threads.
   const int64_t grain = std::max<int64_t>(1, 4096 / in);
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       quantize_row(q.type, src + r * in, in, dst + size_t(r) * rb, scale ? scale + r : nullptr);
   });
+  if (q.layout == QuantLayout::Packed16) pack_groups(q);  // written as rows, then reordered
 }
 
 const uint8_t* quant_row(const QuantWeight& q, int64_t r, std::vector<uint8_t>& buf) {
@@ -593,17 +593,7 @@ const uint8_t* quant_row(const QuantWeight& q, int64_t r, std::vector<uint8_t>& 
 
 bool quant_pack(QuantWeight& q) {
   if (!quant_gemm_available(q.type, q.cols()) || q.rows() % kPackRows != 0) return false;
-  const size_t rb = q.row_bytes();
-  uint8_t* data = q.data.data<uint8_t>();
-  parallel_for(q.rows() / kPackRows, 1, [&](int64_t g0, int64_t g1) {
-    thread_local std::vector<uint8_t> tmp;
-    tmp.resize(kPackRows * rb);
-    for (int64_t g = g0; g < g1; ++g) {
-      uint8_t* grp = data + g * kPackRows * rb;
-      std::memcpy(tmp.data(), grp, tmp.size());
-      pack_group(q.type, tmp.data(), rb, grp);
-    }
-  });
+  pack_groups(q);
   q.layout = QuantLayout::Packed16;
   return true;
 }

@@ -1,0 +1,41 @@
+// Transformer's block-quantised storage (FrozenWeights::Quantized): the
+// whole-model plan, the runs a loader fills, and their packing for
+// inference.
+#include "model/transformer.h"
+
+#include "model/arch.h"
+
+namespace nk {
+
+QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
+  const ParamLayout layout = model_layout(cfg);
+  const bool dense_wte = layout.has("wpe");
+  QuantPlan plan;
+  for (const ParamInfo& p : layout.params()) {
+    if (p.shape.size() != 2 || p.adapter || p.name == "wpe" || (dense_wte && p.name == "wte") ||
+        p.name == kPromptTable)
+      continue;
+    if (p.shape[1] % ops::quant_block(type) != 0)
+      fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
+           ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],
+           ops::quant_block(type));
+    plan[p.name] = {{p.shape[0], type}};
+  }
+  return plan;
+}
+
+std::vector<ops::QuantWeight>& Transformer::quant_parts(const std::string& name) {
+  auto it = quant_.find(name);
+  if (it == quant_.end()) fail("parameter '{}' is not block-quantised", name);
+  return it->second;
+}
+
+int64_t Transformer::pack_quant_weights() {
+  int64_t n = 0;
+  for (auto& [name, runs] : quant_)
+    for (ops::QuantWeight& q : runs) n += ops::quant_pack(q) ? 1 : 0;
+  if (n > 0) bind_views();  // the blocks hold copies of the QuantWeights: given the new layout
+  return n;
+}
+
+}  // namespace nk
