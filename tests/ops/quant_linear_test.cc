@@ -118,8 +118,9 @@ int64_t odd_in(QuantType t) {
 // products reordered) + 1 bf16 ulp for bf16. W8A16 quantises nothing: always
 // to the dense product. Which path N takes depends on the build (the tiles
 // need AVX-512 VNNI); N = 1, 3, 17, 64 cover each path of either build.
-void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed) {
-  const int64_t in = odd_in(t), out = 203;
+void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed, int64_t in = 0) {
+  if (in == 0) in = odd_in(t);
+  const int64_t out = 203;
   SCOPED_TRACE(::testing::Message() << ops::quant_type_name(t) << " N=" << N << " "
                                     << dtype_name(dt) << " bias=" << bias << " in=" << in);
   const ops::QuantWeight q = quantized(
@@ -162,6 +163,15 @@ TEST(QuantLinear, MatchesReferencesBF16) {
   uint64_t seed = 500;
   for (QuantType t : kAllTypes)
     for (int64_t N : {1, 3, 17, 64}) check_linear(t, N, DType::BF16, N != 17, seed += 10);
+}
+
+// The f16 kernel reads one x row's weights row by row up to 4096 values a
+// row, R rows at once beyond (ops/cpu/quant_dot_avx2.h): rows past 4096,
+// with a tail of 9 values, take the other loop.
+TEST(QuantLinear, LongF16RowsMatchTheReferences) {
+  uint64_t seed = 900;
+  for (int64_t N : {1, 2}) check_linear(QuantType::F16, N, DType::F32, true, seed += 10, 4105);
+  check_linear(QuantType::F16, 1, DType::BF16, false, seed += 10, 4105);
 }
 
 // Every N from 1 to 20 against the dense product within the x-rounding

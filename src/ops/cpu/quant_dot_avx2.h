@@ -299,6 +299,17 @@ void dot_w8a8(const uint8_t* w, size_t rb, const QuantRow* x, int64_t in, float*
   }
 }
 
+// The halves [i, in) of one row dotted with x, in scalar f32.
+inline float f16_tail(const uint8_t* wr, const float* x, int64_t i, int64_t in) {
+  float s = 0;
+  for (; i < in; ++i) {
+    uint16_t h;
+    std::memcpy(&h, wr + 2 * i, 2);
+    s += f16_to_f32(f16{h}) * x[i];
+  }
+  return s;
+}
+
 // W8A16: sum q x in f32, x as given (f32 rows xf[c]).
 template <int R, int C>
 void dot_w8a16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
@@ -326,14 +337,45 @@ void dot_w8a16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, 
 }
 
 // F16: sum w x in f32, the halves widened 8 at a time (F16C), x as given.
+// One x row (batch 1) is bound by memory: rows of up to 4096 halves are then
+// read one after another, each from start to end, as one stream per thread
+// reads this machine's memory faster than R rows side by side. Longer rows,
+// and several x rows, take R rows at once: R rows share each x load, and a
+// long row's x (f32) no longer fits L1 beside the weights. No software
+// prefetch for one x row: it slowed that loop (BENCHMARKS.md, f16 decode).
+inline float dot_f16_row(const uint8_t* wr, const float* x, int64_t in) {
+  constexpr int U = 4;  // accumulators: the FMAs' latency hidden
+  __m256 acc[1][U];
+  zero(acc);
+  int64_t i = 0;
+  for (; i + 8 * U <= in; i += 8 * U)
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = i + 8 * u;
+      const __m256 q =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 2 * k)));
+      acc[0][u] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + k), acc[0][u]);
+    }
+  for (; i + 8 <= in; i += 8) {
+    const __m256 q = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 2 * i)));
+    acc[0][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + i), acc[0][0]);
+  }
+  const __m256 a =
+      _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[0][1]), _mm256_add_ps(acc[0][2], acc[0][3]));
+  return hsum(a) + f16_tail(wr, x, i, in);
+}
+
 template <int R, int C>
 void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
              const uint8_t* pf) {
+  if (C == 1 && in <= 4096) {
+    for (int r = 0; r < R; ++r) out[r] = dot_f16_row(w + r * rb, xf[0], in);
+    return;
+  }
   __m256 acc[R][C];
   zero(acc);
   int64_t i = 0;
   for (; i + 8 <= in; i += 8) {
-    prefetch_span(pf, size_t(2 * i) * R, size_t(2 * i + 16) * R);
+    if (C > 1) prefetch_span(pf, size_t(2 * i) * R, size_t(2 * i + 16) * R);
     for (int r = 0; r < R; ++r) {
       const __m256 q =
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * rb + 2 * i)));
@@ -342,15 +384,8 @@ void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, fl
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      float s = hsum(acc[r][c]);
-      for (int64_t j = i; j < in; ++j) {
-        uint16_t h;
-        std::memcpy(&h, w + r * rb + 2 * j, 2);
-        s += f16_to_f32(f16{h}) * xf[c][j];
-      }
-      out[r * C + c] = s;
-    }
+    for (int c = 0; c < C; ++c)
+      out[r * C + c] = hsum(acc[r][c]) + f16_tail(w + r * rb, xf[c], i, in);
 }
 
 }  // namespace nk::ops::cpu::quant_avx2
