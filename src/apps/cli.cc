@@ -80,6 +80,8 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
       if (n.empty() || *end != '\0' || v < 1 || v > 1 << 20)
         fail("--nproc needs a process count >= 1, got '{}'", n);
       a.nproc = int(v);
+    } else if (s == "--print-config") {
+      a.print_config = true;
     } else if (s == "--allow-nonfinite") {
       a.allow_nonfinite = true;
     } else if (s == "--show-sample" || s.rfind("--show-sample=", 0) == 0) {
@@ -92,8 +94,8 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
     } else if (s.rfind("--", 0) == 0) {
       fail(
           "unknown option '{}' (options are --config FILE, --help, --nproc N for train, "
-          "--show-sample N for finetune and --allow-nonfinite for generate and eval; settings "
-          "are key=value)",
+          "--print-config for train and finetune, --show-sample N for finetune and "
+          "--allow-nonfinite for generate and eval; settings are key=value)",
           s);
     } else if (s.find('=') == std::string::npos) {
       fail("argument '{}' is not a key=value setting", s);
@@ -125,6 +127,9 @@ int run_cli(int argc, char** argv) {
     CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
     if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0)
       fail("--nproc is an option of nekton train only");
+    if (a.print_config && std::strcmp(argv[1], "train") != 0 &&
+        std::strcmp(argv[1], "finetune") != 0)
+      fail("--print-config is an option of nekton train and finetune only");
     if (a.show_sample >= 0 && std::strcmp(argv[1], "finetune") != 0)
       fail("--show-sample is an option of nekton finetune only");
     if (a.allow_nonfinite && std::strcmp(argv[1], "generate") != 0)

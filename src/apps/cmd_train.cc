@@ -37,18 +37,54 @@ int train_under_mpi(TrainConfig cfg, int* argc, char*** argv) {
 }
 }  // namespace
 
+// --print-config: the settings as resolved (defaults < --config < key=value),
+// then the model they build, each size derived from an overridden one marked
+// with its rule.
+int print_config(const Config& c, const TrainConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  fmt::print("# settings (defaults < --config < key=value)\n{}", c.to_yaml());
+  fmt::print(
+      "# the model these settings build (model.preset={}); sizes derived from overridden "
+      "ones are marked\nmodel_built:\n",
+      c.get_string("model.preset"));
+  auto line = [&](const std::string& key, const std::string& value) {
+    std::string note;
+    for (const DerivedField& d : m.derived)
+      if (d.key == "model." + key) note = "  # derived: " + d.rule;
+    fmt::print("  {}: {}{}\n", key, value, note);
+  };
+  line("arch", m.arch);
+  for (auto [key, v] :
+       std::initializer_list<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
+                                                              {"max_seq_len", m.max_seq_len},
+                                                              {"n_layer", m.n_layer},
+                                                              {"n_head", m.n_head},
+                                                              {"n_kv_head", m.n_kv_head},
+                                                              {"d_model", m.d_model},
+                                                              {"head_dim", m.head_dim()},
+                                                              {"d_ff", m.d_ff},
+                                                              {"sliding_window", m.sliding_window}})
+    line(key, std::to_string(v));
+  line("tied_embeddings", m.tied_embeddings ? "true" : "false");
+  return 0;
+}
+
 int cmd_train(const CommandArgs& a) {
   ConfigSchema schema = train_schema();
   if (a.help) {
-    fmt::print("usage: nekton train [--nproc N] [--config FILE.yaml] [key=value ...]\n\n{}",
-               schema.help());
+    fmt::print(
+        "usage: nekton train [--nproc N] [--config FILE.yaml] [--print-config] [key=value "
+        "...]\n\n{}",
+        schema.help());
     fmt::print(
         "\nData parallel: nekton train --nproc N ... (one host), or mpirun -np N nekton train\n"
         "... (or srun); every rank reads its share of train.global_batch, which must be a\n"
         "multiple of N x train.micro_batch.\n");
     return 0;
   }
-  TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
+  const Config c = Config::load(schema, a.config_path, a.overrides);
+  TrainConfig cfg = train_config_from(c);
+  if (a.print_config) return print_config(c, cfg);
   if (a.nproc > 0 && !dist::launched_by_mpi()) {
     // Checked here first, so a layout that cannot work fails before mpirun starts.
     train_mesh(cfg, a.nproc, 0);
@@ -104,13 +140,16 @@ int cmd_finetune(const CommandArgs& a) {
   ConfigSchema schema = train_schema();
   if (a.help) {
     fmt::print(
-        "usage: nekton finetune [--config FILE.yaml] [--show-sample N] [key=value ...]\n\n"
+        "usage: nekton finetune [--config FILE.yaml] [--show-sample N] [--print-config] "
+        "[key=value ...]\n\n"
         "Supervised fine-tuning: train's keys, with data.sft_path (JSONL conversations or\n"
         "prompt/answer records) and usually train.init_from (the model to start from).\n\n{}",
         schema.help());
     return 0;
   }
-  TrainConfig cfg = train_config_from(Config::load(schema, a.config_path, a.overrides));
+  const Config c = Config::load(schema, a.config_path, a.overrides);
+  TrainConfig cfg = train_config_from(c);
+  if (a.print_config) return print_config(c, cfg);
   if (!cfg.data.sft())
     fail("data.sft_path: nekton finetune needs the conversations to train on (JSONL)");
   if (a.show_sample >= 0) return show_sample(cfg, a.show_sample);

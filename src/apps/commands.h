@@ -19,6 +19,9 @@ struct CommandArgs {
   // --allow-nonfinite (generate, eval): load weights holding NaN or Inf with a
   // warning instead of refusing them, to inspect a broken model.
   bool allow_nonfinite = false;
+  // --print-config (train, finetune): print the settings and the model they
+  // build, with the derived sizes marked, then exit.
+  bool print_config = false;
   int64_t show_sample = -1;  // --show-sample N (finetune): print sample N as rendered, then exit
   // Every argument after the command name, as given: for commands that parse
   // their own positional arguments and options (tokenizer).

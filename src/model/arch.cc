@@ -38,6 +38,17 @@ const Architecture& find_architecture(const std::string& name) {
        fmt::join(architecture_names(), ", "));
 }
 
+int64_t Architecture::derived_d_ff(const ModelConfig& preset, int64_t d_model,
+                                   std::string& rule) const {
+  int64_t multiple = 1;
+  while (multiple < 256 && preset.d_ff % (2 * multiple) == 0) multiple *= 2;
+  // ceil(d_ff / d_model x d_model'), then up to the multiple; exact in integers.
+  const int64_t scaled = (preset.d_ff * d_model + preset.d_model - 1) / preset.d_model;
+  rule = fmt::format("the preset's {} / {} of d_model, rounded up to a multiple of {}", preset.d_ff,
+                     preset.d_model, multiple);
+  return (scaled + multiple - 1) / multiple * multiple;
+}
+
 void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
   decoder_params(p, c, block());
 }

@@ -74,6 +74,13 @@ class Architecture {
   // Checks beyond the shared ones of ModelConfig::validate; nk::Error naming
   // prefix + key.
   virtual void validate(const ModelConfig& c, const std::string& prefix) const {}
+  // The MLP size this family gives a model of width d_model that is derived
+  // from `preset` (model.d_model overridden, model.d_ff not): by default the
+  // Llama-style rule, the preset's d_ff / d_model ratio (which carries Meta's
+  // 8/3 and ffn_dim_multiplier) rounded up to the preset's multiple (the
+  // largest power of two up to 256 that divides its d_ff, Meta's multiple_of).
+  // Sets `rule` to the rule in words, for --print-config.
+  virtual int64_t derived_d_ff(const ModelConfig& preset, int64_t d_model, std::string& rule) const;
 
   // ---- parameters ----
   // Adds the parameters (names, shapes, initialisation, fused parts, tensor-

@@ -88,11 +88,53 @@ ModelConfig model_preset(const std::string& name) {
   return it->second;
 }
 
+namespace {
+
+// The sizes that follow from overridden ones (bind_model_keys' comment), each
+// recorded in m.derived. nk::Error naming the key when the preset's
+// proportions do not fit the value given.
+void derive_sizes(ModelConfig& m, const ModelConfig& preset, bool width, bool heads, bool kv_heads,
+                  bool ffn) {
+  m.derived.clear();
+  if (width && !heads) {
+    const int64_t hd = preset.head_dim();
+    if (m.d_model % hd != 0)
+      fail(
+          "model.d_model: {} is not a multiple of the preset's head size {} ({} / {} heads); "
+          "set model.n_head too",
+          m.d_model, hd, preset.d_model, preset.n_head);
+    m.n_head = m.d_model / hd;
+    m.derived.push_back({"model.n_head", fmt::format("d_model / {}, the preset's head size", hd)});
+  }
+  if ((width || heads) && !kv_heads && m.n_head != preset.n_head) {
+    const int64_t group = preset.n_head / preset.n_kv_head;
+    if (m.n_head % group != 0)
+      fail(
+          "model.n_head: {} heads do not split into the preset's groups of {} query heads per "
+          "key/value head; set model.n_kv_head too",
+          m.n_head, group);
+    m.n_kv_head = m.n_head / group;
+    m.derived.push_back(
+        {"model.n_kv_head",
+         group == 1
+             ? std::string("n_head, as the preset's (multi-head attention)")
+             : fmt::format("n_head / {}, the preset's query heads per key/value head", group)});
+  }
+  if (width && !ffn) {
+    std::string rule;
+    m.d_ff = m.architecture().derived_d_ff(preset, m.d_model, rule);
+    m.derived.push_back({"model.d_ff", rule});
+  }
+}
+
+}  // namespace
+
 void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   // Every key but the preset overrides the preset when set to a non-default value.
+  ModelConfig preset;  // the preset's own sizes, for the derived ones
   b.bind_with<std::string>("model.preset", "gpt-tiny",
                            fmt::format("named model: {}", fmt::join(model_preset_names(), ", ")),
-                           [&](const std::string& name) { m = model_preset(name); });
+                           [&](const std::string& name) { preset = m = model_preset(name); });
   b.bind_unless("model.arch", m.arch, "",
                 fmt::format("override: architecture ({})", fmt::join(architecture_names(), ", ")));
   b.bind_unless("model.vocab_size", m.vocab_size, 0,
@@ -100,11 +142,17 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.max_seq_len", m.max_seq_len, 0,
                 "override: longest sequence (positions) the model supports");
   b.bind_unless("model.n_layer", m.n_layer, 0, "override: transformer layers");
-  b.bind_unless("model.n_head", m.n_head, 0, "override: attention heads");
+  const bool heads = b.bind_unless("model.n_head", m.n_head, 0,
+                                   "override: attention heads (0 = d_model / the preset's head "
+                                   "size when d_model is set)");
   bool kv_heads = b.bind_unless("model.n_kv_head", m.n_kv_head, 0,
-                                "override: key/value heads (grouped-query attention)");
-  b.bind_unless("model.d_model", m.d_model, 0, "override: hidden size");
-  b.bind_unless("model.d_ff", m.d_ff, 0, "override: MLP inner size");
+                                "override: key/value heads (grouped-query attention; 0 = "
+                                "the preset's query heads per key/value head when n_head "
+                                "changes)");
+  const bool width = b.bind_unless("model.d_model", m.d_model, 0, "override: hidden size");
+  const bool ffn = b.bind_unless("model.d_ff", m.d_ff, 0,
+                                 "override: MLP inner size (0 = the family's rule from "
+                                 "d_model when d_model is set)");
   b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
   b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
   b.bind_unless("model.sliding_window", m.sliding_window, -1,
@@ -150,6 +198,7 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.rope_scaling.mscale_all_dim", rs.mscale_all_dim, 0.0,
                 "override: yarn's mscale_all_dim (DeepSeek)");
   if (!b.reading()) return;
+  derive_sizes(m, preset, width, heads, kv_heads, ffn);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.
   if (m.architecture().block().learned_positions && !kv_heads) m.n_kv_head = m.n_head;
   m.validate();

@@ -12,6 +12,12 @@ namespace nk {
 
 class Architecture;
 
+// A model field that bind_model_keys recomputed from the overridden ones.
+struct DerivedField {
+  std::string key;   // "model.d_ff"
+  std::string rule;  // how, in words
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // a registered architecture (model/arch.h): gpt2, llama, ...
   int64_t vocab_size = 50257;
@@ -38,6 +44,9 @@ struct ModelConfig {
   Ia3Config ia3;
   BottleneckConfig bottleneck;
   PromptConfig prompt;
+  // The fields bind_model_keys derived from overridden ones (for nekton
+  // train --print-config); not saved with the model.
+  std::vector<DerivedField> derived;
   bool has_adapters() const {
     return lora.enabled() || ia3.enabled() || bottleneck.enabled() || prompt.enabled();
   }
@@ -64,8 +73,13 @@ ModelConfig model_preset(const std::string& name);  // nk::Error listing presets
 std::vector<std::string> model_preset_names();
 
 // Config keys "model.*": `model.preset` picks a preset, every other key
-// overrides it when set to a non-default value. A reading binder leaves `m`
-// the resolved, validated model.
+// overrides it when set to a non-default value. Sizes that follow from an
+// overridden one are derived unless set too, keeping the preset's
+// proportions: model.d_model gives n_head (the preset's head size), and
+// through it n_kv_head (the preset's query heads per key/value head), and
+// d_ff (the family's rule, Architecture::derived_d_ff); model.n_head gives
+// n_kv_head. A reading binder leaves `m` the resolved, validated model, its
+// `derived` listing what was derived.
 void bind_model_keys(ConfigBinder& b, ModelConfig& m);
 ConfigSchema model_schema();  // the model.* keys alone
 ModelConfig model_config_from(const Config& cfg);

@@ -50,6 +50,32 @@ TEST(Cli, HelpListsCommandsAndKeys) {
   EXPECT_NE(r.out.find("0.0006"), std::string::npos) << "default of train.lr shown";
 }
 
+// --print-config prints the settings and the model they build, each derived
+// size with its rule, and trains nothing.
+TEST(Cli, PrintConfigShowsTheDerivedSizes) {
+  fs::path d = tmp("print");
+  const std::string out = (d / "out").string();
+  RunResult r = run_nekton(
+      "train --print-config model.preset=gpt2-124m model.d_model=512 "
+      "data.path=" +
+      corpus(d) + " train.out_dir=" + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* want : {"lr: 0.0006", "model_built:", "  d_model: 512\n",
+                           "  n_head: 8  # derived: d_model / 64, the preset's head size",
+                           "  d_ff: 2048  # derived: 4 d_model (GPT-2's n_inner)",
+                           "  head_dim: 64\n", "  n_layer: 12\n"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  r = run_nekton("finetune --print-config model.preset=llama-1b model.n_head=16 data.sft_path=x");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("  n_kv_head: 4  # derived: n_head / 4"), std::string::npos) << r.out;
+  r = run_nekton("generate --print-config");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--print-config is an option of nekton train and finetune only"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(Cli, TrainThenGenerate) {
   fs::path d = tmp("ok");
   RunResult r = run_nekton(std::string("train ") + kTiny + "data.path=" + corpus(d) +

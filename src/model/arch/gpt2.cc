@@ -39,6 +39,12 @@ class Gpt2 final : public Architecture {
     r["gpt-tiny"] = tiny;
   }
 
+  // GPT-2's MLP is 4 d_model wide (Hugging Face's n_inner default).
+  int64_t derived_d_ff(const ModelConfig&, int64_t d_model, std::string& rule) const override {
+    rule = "4 d_model (GPT-2's n_inner)";
+    return 4 * d_model;
+  }
+
   void validate(const ModelConfig& c, const std::string& p) const override {
     if (c.n_kv_head != c.n_head)
       fail("{}n_kv_head: gpt2 uses multi-head attention (n_kv_head must equal n_head)", p);
