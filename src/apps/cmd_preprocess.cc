@@ -34,6 +34,9 @@ struct PreprocessKeys {
           "invalid UTF-8 in a record: error (a bad record), or replace (with U+FFFD)"}},
         [&](ConfigBinder& d) { data.bind(d); });
     b.bind("preprocess.append_eod", opt.append_eod, "end-of-document token after each document");
+    b.bind("preprocess.prepend_bos", opt.prepend_bos,
+           "the tokenizer's beginning-of-document token (<s>, <|begin_of_text|>) before each "
+           "document");
     b.bind("preprocess.workers", opt.workers, "tokenizing threads (0 = all cores)");
     b.bind("preprocess.skip_bad", opt.skip_bad,
            "skip and count bad records (bad JSON, missing key, non-string, bad UTF-8)");

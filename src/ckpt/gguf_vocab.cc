@@ -100,8 +100,10 @@ GgufVocab from_bpe(const BpeTokenizer& bpe) {
     v.types[id] = kTokControl;
   }
   v.merges = bpe_merges(bv.tokens);
-  // GPT-2's convention: <|endoftext|> begins and ends a document.
-  v.bos = v.eos = bpe.eod_id();
+  // The vocabulary's own BOS (Llama 3's <|begin_of_text|>), else GPT-2's
+  // convention: <|endoftext|> begins and ends a document.
+  v.eos = bpe.eod_id();
+  v.bos = bpe.bos_id() >= 0 ? bpe.bos_id() : v.eos;
   return v;
 }
 

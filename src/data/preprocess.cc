@@ -66,7 +66,7 @@ void tokenize_block(const Job& job, const PreprocessOptions& opt, const Tokenize
   r.input_done = job.input_done;
   r.text_bytes = int64_t(all.size());
   r.tokens.reserve(all.size() / 4);  // a first guess; pooled vectors already hold more
-  int32_t eod = tok.eod_id();
+  const int32_t eod = tok.eod_id(), bos = tok.bos_id();
   size_t pos = 0;
   int64_t line_no = job.block.first_line;
   for (; pos < all.size(); ++line_no) {
@@ -94,9 +94,12 @@ void tokenize_block(const Job& job, const PreprocessOptions& opt, const Tokenize
       if (!opt.skip_bad) return;  // the run stops at this record
       continue;
     }
-    size_t before = r.tokens.size();
+    const size_t before = r.tokens.size();
+    if (opt.prepend_bos) r.tokens.push_back(bos);
+    const size_t text_at = r.tokens.size();
     tok.encode(text, r.tokens);
-    if (r.tokens.size() == before) {
+    if (r.tokens.size() == text_at) {  // an empty document: no BOS alone either
+      r.tokens.resize(before);
       ++r.empty;
       continue;
     }
@@ -314,6 +317,12 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
   if (opt.append_eod && tok->eod_id() < 0)
     fail("preprocess: tokenizer '{}' has no end-of-document token; set append_eod=false",
          opt.tokenizer);
+  if (opt.prepend_bos && tok->bos_id() < 0)
+    fail(
+        "preprocess.prepend_bos: tokenizer '{}' has no beginning-of-document (BOS) token (a "
+        "SentencePiece model's <s>, or the bos_token of a Hugging Face tokenizer_config.json); "
+        "leave prepend_bos=false",
+        opt.tokenizer);
   PreprocessProgress prog;
   for (auto& path : opt.inputs) prog.input_bytes_total += JsonlReader(path).file_bytes();
 

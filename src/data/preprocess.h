@@ -1,6 +1,8 @@
 // JSONL (plain or zstd) to a Megatron indexed dataset, as Megatron's
 // tools/preprocess_data.py does with --append-eod: one document per line, the
-// text of one string field, tokenized, followed by the end-of-document id.
+// text of one string field, tokenized, followed by the end-of-document id
+// (and, with prepend_bos, after the tokenizer's BOS id, as Llama-family
+// pretraining data starts each document).
 //
 // A pipeline in bounded memory: one reader thread cuts the input into blocks
 // of whole lines, `workers` threads parse and tokenize blocks in parallel, and
@@ -22,6 +24,7 @@ struct PreprocessOptions {
   std::string tokenizer = "bytes";  // a load_tokenizer() spec
   std::string output_prefix;        // writes output_prefix.bin and output_prefix.idx
   bool append_eod = true;           // eod_id() after each document
+  bool prepend_bos = false;         // bos_id() before each document (Llama-family data)
   int workers = 0;                  // tokenizing threads; <= 0: all cores
   // A bad record (invalid JSON, missing key, non-string field, invalid UTF-8)
   // stops the run with an nk::Error naming file:line unless skip_bad is set,

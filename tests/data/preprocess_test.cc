@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "data/dataset/megatron_index.h"
 #include "data/jsonl_reader.h"
+#include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
 #include "test_util.h"
@@ -314,6 +315,50 @@ TEST(Preprocess, WithoutEodAndOtherKeyAndOneWorker) {
   preprocess_jsonl(opt, nullptr);
   test::NumpyDataset ds = read_with_numpy(dir / "out");
   EXPECT_EQ(ds.sequences, expected({"first", "\xC3\xA9\xF0\x9F\x98\x80"}, "bytes", false));
+}
+
+// prepend_bos: the first token of every document is the tokenizer's BOS,
+// and the documents otherwise equal those without it (empty ones are still
+// dropped, BOS and all).
+TEST(Preprocess, PrependBosPutsTheTokenizersBosFirst) {
+  TempDir dir("nk_pre");
+  BpeVocab v;  // bytes, with GPT-2's <|endoftext|> and Llama 3's <|begin_of_text|>
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(std::string(1, char(b)));
+  v.pattern = R"(\S+|\s+)";
+  v.specials = {{"<|endoftext|>", 256}, {"<|begin_of_text|>", 257}};
+  v.bos = "<|begin_of_text|>";
+  v.name = "bytes_with_bos";
+  save_bpe_tokenizer(v, dir / "tok");
+  auto docs = random_texts(3, 200);
+  docs.insert(docs.begin() + 5, "");
+  test::write_file(dir / "a.jsonl", to_jsonl(docs));
+  auto opt = options({dir / "a.jsonl"}, dir / "plain");
+  opt.tokenizer = dir / "tok";
+  preprocess_jsonl(opt, nullptr);
+  opt.output_prefix = dir / "bos";
+  opt.prepend_bos = true;
+  const PreprocessStats st = preprocess_jsonl(opt, nullptr);
+  const test::NumpyDataset plain = read_with_numpy(dir / "plain"),
+                           bos = read_with_numpy(dir / "bos");
+  ASSERT_EQ(bos.sequences.size(), plain.sequences.size());
+  ASSERT_EQ(bos.sequences.size(), docs.size() - 1);
+  EXPECT_EQ(st.documents, int64_t(docs.size() - 1));
+  for (size_t i = 0; i < bos.sequences.size(); ++i) {
+    ASSERT_GE(bos.sequences[i].size(), 3u) << "document " << i;
+    EXPECT_EQ(bos.sequences[i][0], 257) << "document " << i;
+    EXPECT_EQ(std::vector<int32_t>(bos.sequences[i].begin() + 1, bos.sequences[i].end()),
+              plain.sequences[i])
+        << "document " << i;
+    EXPECT_EQ(bos.sequences[i].back(), 256) << "document " << i;  // the EOD still last
+  }
+  // A tokenizer without a BOS: an error naming the key, and no output.
+  opt.tokenizer = "bytes";
+  opt.output_prefix = dir / "none";
+  const std::string e = error_of([&] { preprocess_jsonl(opt, nullptr); });
+  EXPECT_TRUE(contains(e, "preprocess.prepend_bos: tokenizer 'bytes' has no beginning-of-document"))
+      << e;
+  EXPECT_FALSE(fs::exists(dir / "none.bin"));
+  EXPECT_FALSE(fs::exists(dir / "none.idx"));
 }
 
 TEST(Preprocess, EmptyDocumentsAndBlankLinesAreDropped) {

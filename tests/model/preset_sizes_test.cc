@@ -57,8 +57,8 @@ TEST(PresetSizes, DModelAloneDerivesHeadsAndMlpByTheFamilyRule) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.preset);
-    const ModelConfig m = from({"model.preset=" + c.preset, "model.d_model=" +
-                                                                std::to_string(c.d_model)});
+    const ModelConfig m =
+        from({"model.preset=" + c.preset, "model.d_model=" + std::to_string(c.d_model)});
     EXPECT_EQ(m.d_model, c.d_model);
     EXPECT_EQ(m.n_head, c.n_head);
     EXPECT_EQ(m.n_kv_head, c.n_kv_head);
@@ -71,7 +71,8 @@ TEST(PresetSizes, DModelAloneDerivesHeadsAndMlpByTheFamilyRule) {
   for (const std::string& p : model_preset_names()) {
     SCOPED_TRACE(p);
     const ModelConfig want = model_preset(p);
-    const ModelConfig m = from({"model.preset=" + p, "model.d_model=" + std::to_string(want.d_model)});
+    const ModelConfig m =
+        from({"model.preset=" + p, "model.d_model=" + std::to_string(want.d_model)});
     EXPECT_EQ(m.n_head, want.n_head);
     EXPECT_EQ(m.n_kv_head, want.n_kv_head);
     EXPECT_EQ(m.d_ff, want.d_ff);
@@ -79,14 +80,15 @@ TEST(PresetSizes, DModelAloneDerivesHeadsAndMlpByTheFamilyRule) {
 }
 
 TEST(PresetSizes, FieldsSetTooAreKept) {
-  ModelConfig m = from({"model.preset=llama-1b", "model.d_model=1024", "model.n_head=8",
-                        "model.d_ff=3000"});
+  ModelConfig m =
+      from({"model.preset=llama-1b", "model.d_model=1024", "model.n_head=8", "model.d_ff=3000"});
   EXPECT_EQ(m.n_head, 8);
   EXPECT_EQ(m.n_kv_head, 2);  // the preset's groups of 4
   EXPECT_EQ(m.d_ff, 3000);
   EXPECT_TRUE(rule_of(m, "model.n_head").empty());
   EXPECT_TRUE(rule_of(m, "model.d_ff").empty());
-  EXPECT_TRUE(contains(rule_of(m, "model.n_kv_head"), "n_head / 4")) << rule_of(m, "model.n_kv_head");
+  EXPECT_TRUE(contains(rule_of(m, "model.n_kv_head"), "n_head / 4"))
+      << rule_of(m, "model.n_kv_head");
 
   m = from({"model.preset=llama-1b", "model.d_model=1024", "model.n_kv_head=16"});
   EXPECT_EQ(m.n_head, 16);

@@ -399,6 +399,7 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
   meta["name"] = v.name;
   meta["pattern"] = v.pattern;
   if (!v.eod.empty()) meta["eod"] = v.eod;
+  if (!v.bos.empty()) meta["bos"] = v.bos;
   meta["specials"] = nlohmann::ordered_json::array();
   for (const auto& [text, id] : v.specials)
     meta["specials"].push_back({{"text", text}, {"id", id}});
@@ -422,6 +423,7 @@ BpeVocab load_nekton_dir(const fs::path& d, const nlohmann::json& meta, const fs
   v.pattern = field("pattern");
   v.name = field("name");
   if (meta.contains("eod")) v.eod = field("eod");
+  if (meta.contains("bos")) v.bos = field("bos");
   v.specials.clear();
   if (!meta.contains("specials") || !meta["specials"].is_array())
     fail("{}: expected an array 'specials'", meta_path.string());

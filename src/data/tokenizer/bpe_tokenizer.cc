@@ -58,10 +58,14 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
            specials_[i - 1].first, text, id);
     vocab_size_ = std::max(vocab_size_, int64_t(id) + 1);
     if (text == (vocab_.eod.empty() ? "<|endoftext|>" : vocab_.eod)) eod_id_ = id;
+    if (!vocab_.bos.empty() && text == vocab_.bos) bos_id_ = id;
   }
   if (!vocab_.eod.empty() && eod_id_ < 0)
     fail("BPE vocabulary '{}': the end-of-document token '{}' is not a special token", name,
          vocab_.eod);
+  if (!vocab_.bos.empty() && bos_id_ < 0)
+    fail("BPE vocabulary '{}': the beginning-of-document token '{}' is not a special token", name,
+         vocab_.bos);
   special_text_.assign(size_t(vocab_size_), nullptr);
   for (const auto& [text, id] : specials_) special_text_[size_t(id)] = &text;
 }

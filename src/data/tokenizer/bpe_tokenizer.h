@@ -31,6 +31,8 @@ class BpeTokenizer : public Tokenizer {
   std::string token_bytes(int32_t id) const override;
   // The vocabulary's eod special, else <|endoftext|>; -1 if it has neither.
   int32_t eod_id() const override { return eod_id_; }
+  // The vocabulary's bos special; -1 if it names none.
+  int32_t bos_id() const override { return bos_id_; }
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
 
   const BpeVocab& vocab() const { return vocab_; }
@@ -51,6 +53,7 @@ class BpeTokenizer : public Tokenizer {
   std::vector<const std::string*> special_text_;           // by id - tokens.size(), may be null
   int64_t vocab_size_ = 0;
   int32_t eod_id_ = -1;
+  int32_t bos_id_ = -1;
   uint64_t id_;  // unique per instance: keys the per-thread piece cache
 };
 

@@ -38,6 +38,8 @@ struct BpeVocab {
   std::vector<std::pair<std::string, int32_t>> specials;
   // The special that ends a document (eod_id()); empty: <|endoftext|>, if a special.
   std::string eod;
+  // The special that begins a document (bos_id()); empty: none.
+  std::string bos;
   std::string name;  // "gpt2", "cl100k_base", ... or the file it came from
 };
 

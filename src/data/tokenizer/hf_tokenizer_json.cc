@@ -179,25 +179,46 @@ std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const st
   return out;
 }
 
-// The end-of-document token: tokenizer_config.json's eos_token (a string, or
-// an AddedToken object with "content"), else <|endoftext|> (BpeTokenizer's
-// default, left empty) or Llama 3's <|end_of_text|>.
+bool is_added(const std::vector<AddedToken>& added, const std::string& s) {
+  return std::any_of(added.begin(), added.end(),
+                     [&](const AddedToken& a) { return a.content == s; });
+}
+
+// tokenizer_config.json's `key` (eos_token, bos_token): a string, or an
+// AddedToken object with "content", which must be an added token; "" when
+// the config has none.
+std::string config_token(const json& config, const char* key, const std::string& config_path,
+                         const std::vector<AddedToken>& added, const std::string& file) {
+  const json& tok = member(config, key);
+  const json& text = tok.is_object() ? member(tok, "content") : tok;
+  if (text.is_string() && !text.get<std::string>().empty()) {
+    const std::string s = text.get<std::string>();
+    if (!is_added(added, s))
+      fail("{}: {} '{}' is not one of {}'s added_tokens", config_path, key, s, file);
+    return s;
+  }
+  if (!text.is_null()) fail("{}: {} must be a string or {{\"content\": ...}}", config_path, key);
+  return "";
+}
+
+// The end-of-document token: tokenizer_config.json's eos_token, else
+// <|endoftext|> (BpeTokenizer's default, left empty) or Llama 3's
+// <|end_of_text|>.
 std::string eod_token(const json& config, const std::string& config_path,
                       const std::vector<AddedToken>& added, const std::string& file) {
-  auto is_added = [&](const std::string& s) {
-    return std::any_of(added.begin(), added.end(),
-                       [&](const AddedToken& a) { return a.content == s; });
-  };
-  const json& eos = member(config, "eos_token");
-  const json& text = eos.is_object() ? member(eos, "content") : eos;
-  if (text.is_string() && !text.get<std::string>().empty()) {
-    if (!is_added(text.get<std::string>()))
-      fail("{}: eos_token '{}' is not one of {}'s added_tokens", config_path,
-           text.get<std::string>(), file);
-    return text.get<std::string>();
-  }
-  if (!text.is_null()) fail("{}: eos_token must be a string or {{\"content\": ...}}", config_path);
-  return !is_added("<|endoftext|>") && is_added("<|end_of_text|>") ? "<|end_of_text|>" : "";
+  const std::string eos = config_token(config, "eos_token", config_path, added, file);
+  if (!eos.empty()) return eos;
+  return !is_added(added, "<|endoftext|>") && is_added(added, "<|end_of_text|>") ? "<|end_of_text|>"
+                                                                                 : "";
+}
+
+// The beginning-of-document token: tokenizer_config.json's bos_token, else
+// Llama 3's <|begin_of_text|> when it is an added token, else none.
+std::string bos_token(const json& config, const std::string& config_path,
+                      const std::vector<AddedToken>& added, const std::string& file) {
+  const std::string bos = config_token(config, "bos_token", config_path, added, file);
+  if (!bos.empty()) return bos;
+  return is_added(added, "<|begin_of_text|>") ? "<|begin_of_text|>" : "";
 }
 
 void check_model_options(const json& m, const std::string& file) {
@@ -351,6 +372,7 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
 
   for (const AddedToken& a : added) v.specials.emplace_back(a.content, a.id);
   v.eod = eod_token(config, config_path, added, file);
+  v.bos = bos_token(config, config_path, added, file);
   return v;
 }
 

@@ -28,8 +28,9 @@ namespace nk {
 // The vocabulary of `tokenizer_json`, read from `path` (named in errors).
 // `tokenizer_config` is the parsed tokenizer_config.json beside it, or null:
 // its eos_token, which must be one of the added tokens, becomes the eod;
-// without one, <|endoftext|> or else <|end_of_text|> (Llama 3's). The name is
-// `path`; callers may replace it.
+// without one, <|endoftext|> or else <|end_of_text|> (Llama 3's). Its
+// bos_token likewise becomes the bos; without one, <|begin_of_text|> if
+// added, else none. The name is `path`; callers may replace it.
 BpeVocab hf_bpe_vocab(const nlohmann::json& tokenizer_json, const std::string& path,
                       const nlohmann::json& tokenizer_config = nullptr,
                       const std::string& config_path = "tokenizer_config.json");

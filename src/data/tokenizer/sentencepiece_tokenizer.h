@@ -56,7 +56,7 @@ class SentencePieceTokenizer : public Tokenizer {
   // The piece exactly as stored in the model ("▁the", "<0x0A>", "<s>").
   std::string piece(int32_t id) const;
   int32_t eod_id() const override;  // </s> (eos_id), -1 if the model has none
-  int32_t bos_id() const;           // <s>, -1 if none
+  int32_t bos_id() const override;  // <s>, -1 if none
   int32_t unk_id() const;
   int32_t pad_id() const;  // -1 if none
   // The piece's score (log probability for unigram, minus the merge order for BPE).

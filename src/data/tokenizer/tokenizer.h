@@ -37,6 +37,9 @@ class Tokenizer {
   virtual std::string token_bytes(int32_t id) const = 0;
   // End-of-document id that preprocess appends after each document; -1 if none.
   virtual int32_t eod_id() const = 0;
+  // Beginning-of-document id (Llama's <s>, Llama 3's <|begin_of_text|>) that
+  // preprocess.prepend_bos puts first; -1 if the tokenizer has none.
+  virtual int32_t bos_id() const { return -1; }
   // Special tokens as (text, id), in id order.
   virtual std::vector<std::pair<std::string, int32_t>> special_tokens() const { return {}; }
 

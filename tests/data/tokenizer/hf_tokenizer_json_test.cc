@@ -183,6 +183,7 @@ TEST(HfTokenizerJson, Llama3StyleMatchesHuggingFace) {
   EXPECT_EQ(tok->kind(), "bpe");
   EXPECT_EQ(tok->vocab_size(), 100256 + 3 + 256);
   EXPECT_EQ(tok->eod_id(), 100260);  // tokenizer_config.json's eos_token <|end_of_text|>
+  EXPECT_EQ(tok->bos_id(), 100259);  // <|begin_of_text|>
   const auto specials = tok->special_tokens();
   ASSERT_EQ(specials.size(), 256u);
   EXPECT_EQ(specials[0], (std::pair<std::string, int32_t>{"<|begin_of_text|>", 100259}));
@@ -330,6 +331,21 @@ TEST(HfTokenizerJson, SmallFolderLoads) {
   save_bpe_tokenizer(dynamic_cast<const BpeTokenizer&>(*eot).vocab(), saved);
   EXPECT_EQ(load_tokenizer(saved)->eod_id(), 260);
 
+  // The BOS: tokenizer_config.json's bos_token, else Llama 3's
+  // <|begin_of_text|> when added, else none; a saved folder keeps it.
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_EQ(load_tokenizer(write_folder("bos_named", j, {{"bos_token", "<|eot_id|>"}}))->bos_id(),
+            260);
+  json with_bos = small_tokenizer();
+  with_bos["added_tokens"].push_back(
+      {{"id", 260}, {"content", "<|begin_of_text|>"}, {"special", true}, {"normalized", false}});
+  auto bos = load_tokenizer(write_folder("bos_default", with_bos));
+  EXPECT_EQ(bos->bos_id(), 260);
+  EXPECT_EQ(bos->eod_id(), 259);
+  const std::string saved_bos = work().fresh("saved_bos").string();
+  save_bpe_tokenizer(dynamic_cast<const BpeTokenizer&>(*bos).vocab(), saved_bos);
+  EXPECT_EQ(load_tokenizer(saved_bos)->bos_id(), 260);
+
   // Without ignore_merges: loads when merging each token's bytes gives it.
   j = small_tokenizer();
   j["model"]["ignore_merges"] = false;
@@ -465,6 +481,8 @@ TEST(HfTokenizerJson, RefusedInputsNameTheFileAndKey) {
                        "tokenizer_config.json: eos_token '<|nope|>' is not one of"));
   EXPECT_TRUE(contains(error_with("/version", "1.0", {{"eos_token", 5}}),
                        "tokenizer_config.json: eos_token must be a string"));
+  EXPECT_TRUE(contains(error_with("/version", "1.0", {{"bos_token", "<s>"}}),
+                       "tokenizer_config.json: bos_token '<s>' is not one of"));
   // Not JSON at all.
   dir = work().fresh("bad").string();
   test::write_file(dir + "/tokenizer.json", "{\"model\": ");
