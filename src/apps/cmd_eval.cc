@@ -1,11 +1,14 @@
 // `nekton eval perplexity`: sliding-window perplexity of a saved model on a
-// text file or an indexed dataset (infer/perplexity.h).
+// text file or an indexed dataset; `nekton eval logprobs`: the same tokens'
+// log-probabilities one by one, with the top-K alternatives
+// (infer/perplexity.h).
 #include <fmt/format.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/token_json.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
 #include "core/config_bind.h"
@@ -13,6 +16,7 @@
 #include "data/dataset/indexed_dataset.h"
 #include "data/dataset/text_dataset.h"
 #include "data/tokenizer/tokenizer.h"
+#include "infer/model_source.h"
 #include "infer/perplexity.h"
 
 namespace nk {
@@ -20,9 +24,9 @@ namespace nk {
 namespace {
 
 struct EvalKeys {
-  std::string model, text, data_prefix, tokenizer, dtype = "f32", output;
+  std::string model, text, data_prefix, tokenizer, dtype = "f32", output, format = "text";
   PerplexityOptions ppl;
-  int64_t max_tokens = 0;
+  int64_t max_tokens = 0, top_k = 0;
 
   void bind(ConfigBinder& b) {
     b.bind("eval.model", model, "saved model folder (config.json + model.safetensors)");
@@ -36,7 +40,10 @@ struct EvalKeys {
            "tokens between window starts, in [1, window] (-1 = window: disjoint chunks)");
     b.bind("eval.max_tokens", max_tokens, "score only the first N tokens (0 = all)");
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
-    b.bind("eval.output", output, "also write the result as JSON to this file");
+    b.bind("eval.output", output,
+           "also write the result as JSON to this file (logprobs: the JSONL lines)");
+    b.bind("eval.top_k", top_k, "logprobs: the K most likely tokens at each position too");
+    b.bind("eval.format", format, "logprobs: text (a line per token) or jsonl");
   }
 };
 
@@ -74,6 +81,47 @@ std::vector<int32_t> load_tokens(const EvalKeys& k) {
   return ids;
 }
 
+// What both evaluations read: the keys, the tokens to score and the model.
+struct EvalInputs {
+  EvalKeys k;
+  std::vector<int32_t> ids;
+  std::unique_ptr<Transformer> model;
+};
+
+EvalInputs eval_inputs(const CommandArgs& a, const ConfigSchema& schema) {
+  EvalInputs in;
+  EvalKeys& k = in.k;
+  Config c = Config::load(schema, a.config_path, a.overrides);
+  ConfigReader reader(c);
+  k.bind(reader);
+  if (k.model.empty()) fail("eval.model: no model folder given (eval.model=DIR)");
+  if (k.max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", k.max_tokens);
+  if (k.ppl.window < 0) fail("eval.window: must be >= 0, got {}", k.ppl.window);
+  in.ids = load_tokens(k);
+  if (in.ids.size() < 2) {
+    const char* key = k.max_tokens > 0 && k.max_tokens < 2 ? "eval.max_tokens"
+                      : k.text.empty()                     ? "eval.data_prefix"
+                                                           : "eval.text";
+    fail("{}: {} token(s) to score; scoring needs at least 2", key, in.ids.size());
+  }
+  in.model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite);
+  return in;
+}
+
+// Logs the windows done every 5 s.
+std::function<void(int64_t, int64_t)> window_log() {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>(t0);
+  return [t0, last](int64_t done, int64_t total) {
+    auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - *last).count() < 5 && done < total) return;
+    *last = now;
+    double s = std::chrono::duration<double>(now - t0).count();
+    NK_INFO("eval: window {}/{} ({:.0f} s, ETA {:.0f} s)", done, total, s,
+            s / double(done) * double(total - done));
+  };
+}
+
 int eval_perplexity(const CommandArgs& a) {
   ConfigSchema schema = schema_of([](ConfigBinder& b) { EvalKeys().bind(b); });
   if (a.help) {
@@ -85,33 +133,12 @@ int eval_perplexity(const CommandArgs& a) {
         schema.help());
     return 0;
   }
-  EvalKeys k;
-  Config c = Config::load(schema, a.config_path, a.overrides);
-  ConfigReader reader(c);
-  k.bind(reader);
-  const std::string& dir = k.model;
-  if (dir.empty()) fail("eval.model: no model folder given (eval.model=DIR)");
-  if (k.max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", k.max_tokens);
+  EvalInputs in = eval_inputs(a, schema);
+  const EvalKeys& k = in.k;
   const PerplexityOptions& opt = k.ppl;
-  if (opt.window < 0) fail("eval.window: must be >= 0, got {}", opt.window);
-  std::vector<int32_t> ids = load_tokens(k);
-  if (ids.size() < 2) {
-    const char* key = k.max_tokens > 0 && k.max_tokens < 2 ? "eval.max_tokens"
-                      : k.text.empty()                     ? "eval.data_prefix"
-                                                           : "eval.text";
-    fail("{}: {} token(s) to score; perplexity needs at least 2", key, ids.size());
-  }
-  auto model = load_model(dir, parse_dtype(k.dtype), a.allow_nonfinite);
+  auto& model = in.model;
   auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  PerplexityResult r = evaluate_perplexity(*model, ids, opt, [&](int64_t done, int64_t total) {
-    auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last).count() < 5 && done < total) return;
-    last = now;
-    double s = std::chrono::duration<double>(now - t0).count();
-    NK_INFO("eval: window {}/{} ({:.0f} s, ETA {:.0f} s)", done, total, s,
-            s / double(done) * double(total - done));
-  });
+  PerplexityResult r = evaluate_perplexity(*model, in.ids, opt, window_log());
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("tokens scored {}\nwindows {}\nmean loss {:.6f} nats/token\nperplexity {:.4f}\n",
              r.tokens_scored, r.windows, r.mean_loss, r.perplexity);
@@ -131,20 +158,59 @@ int eval_perplexity(const CommandArgs& a) {
   return 0;
 }
 
+int eval_logprobs(const CommandArgs& a) {
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { EvalKeys().bind(b); });
+  if (a.help) {
+    fmt::print(
+        "usage: nekton eval logprobs eval.model=DIR (eval.text=FILE | eval.data_prefix=PREFIX)"
+        " [eval.top_k=K] [eval.format=text|jsonl] [key=value ...]\n\n"
+        "The log-probability of every token after the first given the ones before it (the\n"
+        "windows of `eval perplexity`), with the K most likely tokens at each position.\n\n{}",
+        schema.help());
+    return 0;
+  }
+  EvalInputs in = eval_inputs(a, schema);
+  const EvalKeys& k = in.k;
+  if (k.format != "text" && k.format != "jsonl")
+    fail("eval.format: must be text or jsonl, got '{}'", k.format);
+  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
+  const std::vector<ScoredToken> scores =
+      token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_log());
+  std::string jsonl;
+  double sum = 0;
+  for (const ScoredToken& s : scores) {
+    nlohmann::ordered_json j;
+    j["position"] = s.position;
+    j = logprob_json(std::move(j), *tok, s.id, s.logprob, s.top);
+    jsonl += j.dump() + "\n";
+    sum += s.logprob;
+    if (k.format == "text") fmt::print("{}\n", logprob_line(s.position, j));
+  }
+  if (k.format == "jsonl")
+    fmt::print("{}", jsonl);
+  else
+    fmt::print("tokens scored {}\nsum logprob {:.6f}\nmean loss {:.6f} nats/token\n", scores.size(),
+               sum, -sum / double(scores.size()));
+  if (!k.output.empty()) write_file_atomic(k.output, jsonl);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_eval(const CommandArgs& a) {
   const std::vector<std::string>& args = a.args;
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     fmt::print(
-        "usage: nekton eval perplexity [--config FILE.yaml] [key=value ...] [--help]\n\n"
-        "  perplexity   sliding-window perplexity on a text file or an indexed dataset\n");
+        "usage: nekton eval perplexity|logprobs [--config FILE.yaml] [key=value ...] [--help]\n\n"
+        "  perplexity   sliding-window perplexity on a text file or an indexed dataset\n"
+        "  logprobs     each token's log-probability (and the top-K alternatives)\n");
     return args.empty() ? 1 : 0;
   }
-  if (args[0] != "perplexity") fail("eval: unknown evaluation '{}' (known: perplexity)", args[0]);
+  if (args[0] != "perplexity" && args[0] != "logprobs")
+    fail("eval: unknown evaluation '{}' (known: perplexity, logprobs)", args[0]);
   CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
   if (sub.nproc > 0) fail("--nproc is an option of nekton train only");
-  return eval_perplexity(sub);
+  return args[0] == "perplexity" ? eval_perplexity(sub) : eval_logprobs(sub);
 }
 
 }  // namespace nk

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "apps/commands.h"
+#include "apps/token_json.h"
 #include "ckpt/model_io.h"
 #include "core/config_bind.h"
 #include "core/limits.h"
@@ -19,7 +20,8 @@ namespace {
 
 struct GenerateKeys {
   std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32", quantize;
-  int64_t batch_size = 8, max_tokens = 200;
+  std::string format = "text";
+  int64_t batch_size = 8, max_tokens = 200, logprobs = -1;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
 
@@ -52,8 +54,32 @@ struct GenerateKeys {
     b.bind("generate.ignore_eos", ignore_eos, "keep going past the end-of-document token");
     b.bind("generate.dtype", dtype, "compute precision: f32 or bf16");
     b.bind("generate.quantize", quantize, kQuantizeKeyDoc);
+    b.bind("generate.logprobs", logprobs,
+           "print each generated token's id, text and log-probability, with this many most "
+           "likely alternatives (0: none; -1: off)");
+    b.bind("generate.format", format,
+           "text, or jsonl: one JSON line per generated token (with generate.logprobs)");
   }
 };
+
+// Each generated token's id, text and log-probability (the model's raw
+// distribution), with the top alternatives: a table per prompt, or a JSON
+// line per token.
+void print_logprobs(const std::vector<GenerationResult>& res, const Tokenizer& tok, bool jsonl) {
+  for (size_t i = 0; i < res.size(); ++i) {
+    const GenerationResult& r = res[i];
+    if (!jsonl) fmt::print("=== logprobs, prompt {} ===\n", i);
+    for (size_t s = 0; s < r.tokens.size(); ++s) {
+      nlohmann::ordered_json j;
+      j["prompt"] = i;
+      j["step"] = s;
+      std::vector<std::pair<int32_t, double>> top;
+      for (const TokenLogprob& t : r.top_logprobs[s]) top.emplace_back(t.token, t.logprob);
+      j = logprob_json(std::move(j), tok, r.tokens[s], r.logprobs[s], top);
+      fmt::print("{}\n", jsonl ? j.dump() : logprob_line(int64_t(s), j));
+    }
+  }
+}
 
 // A repeatable key's values: `key=[...]` (a JSON list of strings) gives its
 // items, anything else is one value.
@@ -173,6 +199,15 @@ int cmd_generate(const CommandArgs& a) {
   const int64_t max_tokens = k.max_tokens, batch = k.batch_size;
   if (max_tokens < 0) fail("generate.max_tokens: must be >= 0, got {}", max_tokens);
   if (batch < 1) fail("generate.batch_size: must be >= 1, got {}", batch);
+  if (k.logprobs < -1 || k.logprobs > kMaxTopLogprobs)
+    fail("generate.logprobs: must be in [-1, {}], got {}", kMaxTopLogprobs, k.logprobs);
+  if (k.format != "text" && k.format != "jsonl")
+    fail("generate.format: must be text or jsonl, got '{}'", k.format);
+  if (k.format == "jsonl" && k.logprobs < 0)
+    fail(
+        "generate.format: jsonl lists the tokens with their log-probabilities; set "
+        "generate.logprobs too");
+  const bool jsonl = k.format == "jsonl";
   check_limit("", "generate.max_tokens", max_tokens, limits::kSeqLen, "positions");
   check_limit("", "generate.batch_size", batch, limits::kBatch, "sequences");
   if (stops.empty() && !k.stop.empty()) add_values("generate.stop", k.stop, stops);
@@ -203,11 +238,13 @@ int cmd_generate(const CommandArgs& a) {
     reqs[i].stop_at_eos = !k.ignore_eos;
     reqs[i].sampling = sc;
     reqs[i].sampling.seed = sc.seed + i;
+    reqs[i].logprobs = k.logprobs >= 0;
+    reqs[i].top_logprobs = std::max<int64_t>(k.logprobs, 0);
   }
   Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())));
   std::vector<int64_t> ids;  // prompt i is id i
   for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
-  const bool stream = ids.size() == 1;
+  const bool stream = ids.size() == 1 && !jsonl;
   if (stream) {
     fmt::print("{}", prompts[0]);
     std::fflush(stdout);
@@ -224,11 +261,12 @@ int cmd_generate(const CommandArgs& a) {
   for (auto& r : res) n_tok += int64_t(r.tokens.size());
   if (stream) {
     fmt::print("\n");
-  } else {
+  } else if (!jsonl) {
     for (size_t i = 0; i < res.size(); ++i)
       fmt::print("=== prompt {} ({} tokens, {}) ===\n{}{}\n", i, res[i].tokens.size(),
                  finish_reason_name(res[i].finish), prompts[i], res[i].text);
   }
+  if (k.logprobs >= 0) print_logprobs(res, *tok, jsonl);
   std::fflush(stdout);
   fmt::print(stderr, "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s]\n", res.size(), n_tok,
              secs, secs > 0 ? double(n_tok) / secs : 0.0);

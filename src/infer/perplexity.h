@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "model/transformer.h"
@@ -36,5 +37,21 @@ struct PerplexityResult {
 PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32_t>& tokens,
                                      const PerplexityOptions& opt,
                                      const std::function<void(int64_t, int64_t)>& on_window = {});
+
+// One scored token: log p(x_t | x_<t) in nats, and the top_k most likely ids
+// at that position with theirs, most likely first (ties: the lower id).
+struct ScoredToken {
+  int64_t position = 0;  // t
+  int32_t id = 0;        // x_t
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;
+};
+
+// Every x_t with t >= 1, scored with evaluate_perplexity's windows, from the
+// model's logits (log-softmax in double): the loglikelihood primitive of
+// evaluation harnesses. Same errors as evaluate_perplexity.
+std::vector<ScoredToken> token_logprobs(
+    Transformer& model, const std::vector<int32_t>& tokens, const PerplexityOptions& opt,
+    int64_t top_k, const std::function<void(int64_t, int64_t)>& on_window = {});
 
 }  // namespace nk

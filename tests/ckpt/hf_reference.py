@@ -14,6 +14,9 @@ written with struct + numpy, and the models are a few lines of torch.
   hf_reference.py write HF_DIR SPEC.json REF.safetensors
       writes a random model in HF layout as SPEC.json asks, and its logits on a
       random batch plus a greedy continuation into REF.safetensors
+  hf_reference.py logprobs HF_DIR IDS.json K
+      prints each token's log-probability after the ones before it, and the K
+      most likely ids at each position, as JSON
   hf_reference.py check HF_DIR NEKTON.safetensors TOL
       recomputes the logits (and greedy continuation) of the tokens in
       NEKTON.safetensors from the HF folder; exits 1 if they differ by more
@@ -406,6 +409,23 @@ def check(d, results_path, tol):
     return 0
 
 
+def logprobs(d, ids_path, k):
+    """Prints, per position t >= 1 of the ids in IDS.json, log p(x_t | x_<t)
+    and the k most likely ids (float64 log-softmax of the logits), as JSON."""
+    model = HfModel(d)
+    with open(ids_path) as f:
+        ids = json.load(f)
+    lp = torch.log_softmax(model.logits(np.array([ids]))[:-1], dim=-1)
+    out = []
+    for t in range(1, len(ids)):
+        row = lp[t - 1]
+        top = torch.topk(row, k).indices.tolist() if k else []
+        out.append({"logprob": row[ids[t]].item(), "top": top,
+                    "top_logprobs": [row[i].item() for i in top]})
+    print(json.dumps(out))
+    return 0
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "write":
         with open(sys.argv[3]) as f:
@@ -414,6 +434,8 @@ def main():
         return 0
     if len(sys.argv) == 5 and sys.argv[1] == "check":
         return check(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    if len(sys.argv) == 5 and sys.argv[1] == "logprobs":
+        return logprobs(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     print(__doc__)
     return 2
 
