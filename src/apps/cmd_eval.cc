@@ -42,7 +42,8 @@ struct EvalKeys {
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
     b.bind("eval.output", output,
            "also write the result as JSON to this file (logprobs: the JSONL lines)");
-    b.bind("eval.top_k", top_k, "logprobs: the K most likely tokens at each position too");
+    b.bind("eval.top_k", top_k,
+           "logprobs: the K most likely tokens at each position too (at most 20)");
     b.bind("eval.format", format, "logprobs: text (a line per token) or jsonl");
   }
 };

@@ -73,9 +73,7 @@ void print_logprobs(const std::vector<GenerationResult>& res, const Tokenizer& t
       nlohmann::ordered_json j;
       j["prompt"] = i;
       j["step"] = s;
-      std::vector<std::pair<int32_t, double>> top;
-      for (const TokenLogprob& t : r.top_logprobs[s]) top.emplace_back(t.token, t.logprob);
-      j = logprob_json(std::move(j), tok, r.tokens[s], r.logprobs[s], top);
+      j = logprob_json(std::move(j), tok, r.tokens[s], r.logprobs[s], r.top_logprobs[s]);
       fmt::print("{}\n", jsonl ? j.dump() : logprob_line(int64_t(s), j));
     }
   }

@@ -43,10 +43,13 @@ int train_under_mpi(TrainConfig cfg, int* argc, char*** argv) {
 int print_config(const Config& c, const TrainConfig& cfg) {
   const ModelConfig& m = cfg.model;
   fmt::print("# settings (defaults < --config < key=value)\n{}", c.to_yaml());
+  const std::string from = cfg.init_from.empty()
+                               ? "model.preset=" + c.get_string("model.preset")
+                               : "train.init_from=" + cfg.init_from + "'s config.json";
   fmt::print(
-      "# the model these settings build (model.preset={}); sizes derived from overridden "
-      "ones are marked\nmodel_built:\n",
-      c.get_string("model.preset"));
+      "# the model these settings build ({}); sizes derived from overridden ones are "
+      "marked\nmodel_built:\n",
+      from);
   auto line = [&](const std::string& key, const std::string& value) {
     std::string note;
     for (const DerivedField& d : m.derived)

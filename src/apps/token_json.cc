@@ -22,17 +22,16 @@ void put_token_json(nlohmann::ordered_json& j, const Tokenizer& tok, int32_t id)
 }
 
 nlohmann::ordered_json logprob_json(nlohmann::ordered_json j, const Tokenizer& tok, int32_t id,
-                                    double logprob,
-                                    const std::vector<std::pair<int32_t, double>>& top) {
+                                    double logprob, const std::vector<TokenLogprob>& top) {
   j["id"] = id;
   put_token_json(j, tok, id);
   j["logprob"] = logprob;
   j["top_logprobs"] = nlohmann::ordered_json::array();
-  for (const auto& [t, lp] : top) {
+  for (const TokenLogprob& t : top) {
     nlohmann::ordered_json a;
-    a["id"] = t;
-    put_token_json(a, tok, t);
-    a["logprob"] = lp;
+    a["id"] = t.token;
+    put_token_json(a, tok, t.token);
+    a["logprob"] = t.logprob;
     j["top_logprobs"].push_back(std::move(a));
   }
   return j;

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "data/tokenizer/tokenizer.h"
+#include "infer/sampler.h"
 
 namespace nk {
 
@@ -20,8 +20,7 @@ void put_token_json(nlohmann::ordered_json& j, const Tokenizer& tok, int32_t id)
 // One scored token as JSON, after the given fields: {..., "id", "token",
 // "bytes", "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}]}.
 nlohmann::ordered_json logprob_json(nlohmann::ordered_json j, const Tokenizer& tok, int32_t id,
-                                    double logprob,
-                                    const std::vector<std::pair<int32_t, double>>& top);
+                                    double logprob, const std::vector<TokenLogprob>& top);
 // The same as one line of a table: `index id "text" logprob` and the top ones.
 std::string logprob_line(int64_t index, const nlohmann::ordered_json& j);
 

@@ -51,30 +51,6 @@ size_t utf8_boundary(const std::string& text, size_t begin, size_t end) {
   return end;
 }
 
-// The log-probability of `token` under softmax(logits), and the k most
-// likely tokens (largest logit first, ties by lower id) appended to `top`
-// with theirs. The log-sum-exp is shifted by the max and summed in double.
-float raw_logprobs(const float* l, int64_t V, int32_t token, int64_t k,
-                   std::vector<TokenLogprob>& top) {
-  const double mx = *std::max_element(l, l + V);
-  double sum = 0;
-  for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
-  const double lse = mx + std::log(sum);
-  // Insertion into the sorted list top[first:], at most k long: one compare
-  // per token for all but the few that enter it.
-  const size_t first = top.size(), cap = size_t(std::max<int64_t>(k, 0));
-  for (int64_t i = 0; i < V && cap > 0; ++i) {
-    const bool full = top.size() - first == cap;
-    if (full && !(l[i] > l[top.back().token])) continue;
-    if (!full) top.emplace_back();
-    size_t j = top.size() - 1;
-    for (; j > first && l[i] > l[top[j - 1].token]; --j) top[j] = top[j - 1];
-    top[j].token = int32_t(i);
-  }
-  for (size_t j = first; j < top.size(); ++j) top[j].logprob = float(double(l[top[j].token]) - lse);
-  return float(double(l[token]) - lse);
-}
-
 }  // namespace
 
 size_t streamable_end(const std::string& text, size_t from, const std::vector<std::string>& stop) {
@@ -371,7 +347,7 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
     std::span<const TokenLogprob> top;
     if (s.req.logprobs) {
       const size_t first = top_.size();
-      logprob = raw_logprobs(l, V, token, s.req.top_logprobs, top_);
+      logprob = float(raw_logprobs(l, V, token, s.req.top_logprobs, top_));
       top = std::span<const TokenLogprob>(top_).subspan(first);
     }
     accept(s, token, logprob, top);

@@ -26,17 +26,6 @@
 
 namespace nk {
 
-// A token and its log-probability under the model's raw next-token
-// distribution (log_softmax of the logits before penalties, temperature or
-// filtering: what OpenAI reports, vLLM's "raw_logprobs").
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-};
-
-// Most top_logprobs a request may ask for (OpenAI's limit).
-inline constexpr int64_t kMaxTopLogprobs = 20;
-
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // at least one id
   int64_t max_new_tokens = 64;

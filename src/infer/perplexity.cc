@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <numeric>
 
 #include "ops/ops.h"
 
@@ -99,11 +98,10 @@ std::vector<ScoredToken> token_logprobs(Transformer& model, const std::vector<in
                                         const std::function<void(int64_t, int64_t)>& on_window) {
   const Windows w(model, tokens, opt);
   const int64_t vocab = model.config().vocab_size;
-  if (top_k < 0 || top_k > vocab)
-    fail("eval.top_k: {} must be in [0, the vocabulary size {}]", top_k, vocab);
+  if (top_k < 0 || top_k > std::min(kMaxTopLogprobs, vocab))
+    fail("eval.top_k: {} must be in [0, {}]", top_k, std::min(kMaxTopLogprobs, vocab));
   std::vector<ScoredToken> out;
   std::vector<float> rows;
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
   w.each(
       model, tokens,
       [&](Activations& acts, const Tensor& x, int64_t b, int64_t n, int64_t done) {
@@ -114,21 +112,11 @@ std::vector<ScoredToken> token_logprobs(Transformer& model, const std::vector<in
         for (int64_t i = 0; i < n; ++i) {
           const int64_t t = b + 1 + i;
           if (t < done) continue;
-          const float* z = rows.data() + (w.V + i) * vocab;  // predicts x_t
-          double mx = z[0], sum = 0;
-          for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, double(z[v]));
-          for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(z[v]) - mx);
-          const double lse = mx + std::log(sum);
           ScoredToken r;
           r.position = t;
           r.id = tokens[size_t(t)];
-          r.logprob = double(z[r.id]) - lse;
-          std::iota(order.begin(), order.end(), 0);
-          std::partial_sort(
-              order.begin(), order.begin() + top_k, order.end(),
-              [&](int32_t p, int32_t q) { return z[p] > z[q] || (z[p] == z[q] && p < q); });
-          for (int64_t j = 0; j < top_k; ++j)
-            r.top.emplace_back(order[size_t(j)], double(z[order[size_t(j)]]) - lse);
+          // Row V + i predicts x_t.
+          r.logprob = raw_logprobs(rows.data() + (w.V + i) * vocab, vocab, r.id, top_k, r.top);
           out.push_back(std::move(r));
         }
       },

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "infer/sampler.h"
 #include "model/transformer.h"
 
 namespace nk {
@@ -44,7 +45,7 @@ struct ScoredToken {
   int64_t position = 0;  // t
   int32_t id = 0;        // x_t
   double logprob = 0;
-  std::vector<std::pair<int32_t, double>> top;
+  std::vector<TokenLogprob> top;
 };
 
 // Every x_t with t >= 1, scored with evaluate_perplexity's windows, from the

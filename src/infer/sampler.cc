@@ -101,4 +101,25 @@ int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t>
   return cand_[keep - 1].second;
 }
 
+double raw_logprobs(const float* l, int64_t V, int32_t token, int64_t k,
+                    std::vector<TokenLogprob>& top) {
+  const double mx = *std::max_element(l, l + V);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
+  const double lse = mx + std::log(sum);
+  // Insertion into the sorted list top[first:], at most k long: one compare
+  // per token for all but the few that enter it.
+  const size_t first = top.size(), cap = size_t(std::max<int64_t>(k, 0));
+  for (int64_t i = 0; i < V && cap > 0; ++i) {
+    const bool full = top.size() - first == cap;
+    if (full && !(l[i] > l[top.back().token])) continue;
+    if (!full) top.emplace_back();
+    size_t j = top.size() - 1;
+    for (; j > first && l[i] > l[top[j - 1].token]; --j) top[j] = top[j - 1];
+    top[j].token = int32_t(i);
+  }
+  for (size_t j = first; j < top.size(); ++j) top[j].logprob = float(double(l[top[j].token]) - lse);
+  return double(l[token]) - lse;
+}
+
 }  // namespace nk

@@ -11,6 +11,25 @@
 
 namespace nk {
 
+// A token and its log-probability under the model's raw next-token
+// distribution (log_softmax of the logits before penalties, temperature or
+// filtering: what OpenAI reports, vLLM's "raw_logprobs").
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// Most top alternatives a request (or eval logprobs) may ask for: OpenAI's
+// limit, and raw_logprobs' insertion keeps k small.
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
+// The log-probability of `token` under softmax(logits[V]), and the k most
+// likely tokens (largest logit first, ties by lower id) appended to `top`
+// with theirs. The log-sum-exp is shifted by the max and summed in double.
+// The Generator's logprobs and eval logprobs (infer/perplexity.h).
+double raw_logprobs(const float* logits, int64_t V, int32_t token, int64_t k,
+                    std::vector<TokenLogprob>& top);
+
 struct SamplingConfig {
   double temperature = 1.0;  // 0 = greedy
   int64_t top_k = 0;         // 0 = off

