@@ -105,8 +105,9 @@ GgufFile::Value read_value(Cursor& c, uint32_t type, const std::string& what) {
     c.bad(fmt::format("{} is an array of arrays, which Nekton does not read", what));
   const uint64_t n = c.get<uint64_t>(what + " (array length)");
   if (n > kMaxCount) c.bad(fmt::format("{} claims {} elements", what, n));
+  // No reserve(n): n comes from the file, and a short file claiming many
+  // elements must fail when they run out, not allocate n up front (fuzz_gguf).
   std::vector<GgufFile::Scalar> v;
-  v.reserve(size_t(n));
   for (uint64_t i = 0; i < n; ++i) v.push_back(read_scalar(c, elem, what));
   return v;
 }
