@@ -2,16 +2,25 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build quickstart test bench format format-check clean san-configure san-build sanitize-test fuzz
+.PHONY: setup setup-test build quickstart test bench format format-check clean san-configure san-build sanitize-test fuzz
 
+# What building and running need (scripts/setup.sh); setup-test adds what only
+# the tests, sanitizers, fuzzers and format check use.
 setup:
 	@bash scripts/setup.sh
 
-build: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+setup-test:
+	@bash scripts/setup.sh --test
+
+# Everything: the nekton binary, the tests and the benchmarks.
+build: setup-test
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_TESTS=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-quickstart: build
+# The nekton binary alone, without GoogleTest (a later `make test` builds the rest).
+quickstart: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target nekton
 	./$(BUILD)/bin/nekton quickstart
 
 test: build
@@ -30,7 +39,7 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0
 
-san-configure: setup
+san-configure: setup-test
 	@CXX=clang++ cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_SANITIZE=ON \
 	  -DNK_FUZZ=ON -DNK_WITH_NCCL=OFF -DNK_BENCH=OFF >/dev/null
 
@@ -49,8 +58,8 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')
 
 # What CI runs first: fails, naming each file and line, where `make format`
-# would change anything (setup installs clang-format on a fresh machine).
-format-check: setup
+# would change anything (setup-test installs clang-format on a fresh machine).
+format-check: setup-test
 	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cc' '*.cpp')
 
 clean:

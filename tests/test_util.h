@@ -100,12 +100,12 @@ inline std::vector<double> logged_losses(const std::string& metrics_jsonl) {
 }
 
 // The set-up fetches the reference tokenizers, vocabularies and llama.cpp
-// (scripts/fetch_assets.sh) and installs Python's torch: their absence is a
+// (scripts/fetch_assets.sh --test) and installs Python's torch: their absence is a
 // broken set-up, so it fails the test rather than skipping it.
 #define NK_REQUIRE_ASSET(present, what)                       \
   if (!(present))                                             \
   GTEST_FAIL() << (what)                                      \
-               << " is missing: run scripts/fetch_assets.sh " \
+               << " is missing: run scripts/setup.sh --test " \
                   "(the set-up of `make test` runs it)"
 
 // The nekton binary of this build.

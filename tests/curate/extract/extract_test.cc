@@ -369,7 +369,7 @@ TEST(ExtractPythonDocs, TokenF1AgainstTheSourceText) {
   // A missing reference is a broken set-up: fail, never skip.
   if (!fs::exists(fs::path(kPyDocs) / "_sources"))
     GTEST_FAIL() << "Debian's python3.11-doc is missing (" << kPyDocs
-                 << "/_sources): run scripts/setup.sh, which installs it";
+                 << "/_sources): run scripts/setup.sh --test, which installs it";
   std::vector<std::pair<std::string, std::string>> pages;  // html, source
   for (const auto& e : fs::recursive_directory_iterator(kPyDocs)) {
     if (!e.is_regular_file() || e.path().extension() != ".html") continue;
