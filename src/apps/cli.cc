@@ -45,6 +45,10 @@ const std::map<std::string, Command>& commands() {
        {cmd_curate,
         "clean, filter and deduplicate text (JSONL, text, HTML, LaTeX) into curated JSONL shards",
         true}},
+      {"estimate",
+       {cmd_estimate,
+        "memory per rank, FLOPs and step time of a training recipe, before it runs; what fits",
+        true}},
       {"eval", {cmd_eval, "evaluate a saved model (perplexity on text or a dataset)", true}},
   };
   return m;

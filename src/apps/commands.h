@@ -48,6 +48,7 @@ int cmd_curate(const CommandArgs& a);    // uses only a.args: [train-classifier]
 int cmd_import(const CommandArgs& a);    // import hf ...      (uses only a.args)
 int cmd_export(const CommandArgs& a);    // export hf|gguf ... (uses only a.args)
 int cmd_quantize(const CommandArgs& a);  // quantize MODEL OUT.gguf ... (uses only a.args)
+int cmd_estimate(const CommandArgs& a);  // [--config F] [key=value ...] [--json] ... (a.args)
 
 // The subcommands cmd_import/cmd_export dispatch to; args[0] is the format
 // ("hf", "gguf"), the rest are its own positional arguments and options.

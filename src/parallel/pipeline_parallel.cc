@@ -86,14 +86,22 @@ PipelineParallel::PipelineParallel(Transformer& model, dist::Communicator& pp,
   }
 }
 
+int64_t pipeline_warmup_steps(int64_t p, int64_t stage, int64_t v, int64_t m) {
+  const int64_t total = m * v;
+  if (v == 1) return std::min(p - stage - 1, m);
+  return m == p ? total : std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+}
+
+int64_t pipeline_max_in_flight(int64_t p, int64_t stage, int64_t v, int64_t m) {
+  return std::min(pipeline_warmup_steps(p, stage, v, m) + 1, m * v);
+}
+
 int64_t PipelineParallel::warmup_steps(int64_t m) const {
-  const int64_t p = stages_, v = int64_t(chunks_.size()), total = m * v;
-  if (v == 1) return std::min(p - stage_ - 1, m);
-  return m == p ? total : std::min((p - stage_ - 1) * 2 + (v - 1) * p, total);
+  return pipeline_warmup_steps(stages_, stage_, int64_t(chunks_.size()), m);
 }
 
 int64_t PipelineParallel::max_in_flight(int64_t m) const {
-  return std::min(warmup_steps(m) + 1, m * int64_t(chunks_.size()));
+  return pipeline_max_in_flight(stages_, stage_, int64_t(chunks_.size()), m);
 }
 
 Activations& PipelineParallel::acts(int64_t chunk, int64_t j) {

@@ -49,6 +49,12 @@ namespace nk::parallel {
 PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
                              const std::vector<int64_t>& layers = {}, int64_t vp = 1);
 
+// The (interleaved) 1F1B schedule of stage `stage` of p with v model chunks
+// per rank over m micro-batches: its warm-up forwards, and the most chunk
+// activations it holds at once (the warm-up and one).
+int64_t pipeline_warmup_steps(int64_t p, int64_t stage, int64_t v, int64_t m);
+int64_t pipeline_max_in_flight(int64_t p, int64_t stage, int64_t v, int64_t m);
+
 class PipelineParallel {
  public:
   // pp: the pipeline group (stage = group rank); embedding: the first and

@@ -108,7 +108,7 @@ ConfigSchema train_schema() {
   return s;
 }
 
-TrainConfig train_config_from(const Config& c) {
+TrainConfig train_config_from(const Config& c, bool needs_data) {
   TrainConfig t;
   ConfigReader r(c);
   t.bind(r);
@@ -143,7 +143,8 @@ TrainConfig train_config_from(const Config& c) {
     if (v <= 0) fail("{}: must be positive, got {}", key, v);
     check_limit("", key, v, limit, what);
   };
-  t.data.check_training_source();
+  if (needs_data || t.data.indexed() || !t.data.path.empty() || t.data.sft())
+    t.data.check_training_source();
   positive("train.micro_batch", t.micro_batch);
   positive("train.seq_len", t.seq_len, limits::kSeqLen, "positions");
   positive("train.global_batch", t.global_batch);

@@ -74,6 +74,7 @@ struct TrainConfig {
 
 ConfigSchema train_schema();
 // Checks every value (nk::Error naming the key) and resolves defaults.
-TrainConfig train_config_from(const Config& cfg);
+// needs_data false: a recipe may name no training data (nekton estimate).
+TrainConfig train_config_from(const Config& cfg, bool needs_data = true);
 
 }  // namespace nk

@@ -1,0 +1,291 @@
+// `nekton estimate`: memory per rank, FLOPs and step time of a training
+// recipe before it runs (train/estimate.h); --measure runs two steps and
+// prints what they used beside each figure; --budget answers what fits.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "apps/commands.h"
+#include "core/atomic_file.h"
+#include "core/log.h"
+#include "data/dataset/text_dataset.h"
+#include "train/estimate.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: nekton estimate [--config RECIPE.yaml] [key=value ...] [--nproc N] [--json]\n"
+    "                       [--measure] [--budget GIB] [--rates FILE | --no-time]\n\n"
+    "Memory per rank (weights, gradients, optimizer state, activations, workspaces), FLOPs\n"
+    "per step and predicted step time of the `nekton train` recipe the settings give.\n"
+    "  --nproc N    processes (default: parallel.tp x parallel.pp x parallel.dp)\n"
+    "  --json       the estimate as JSON on stdout\n"
+    "  --measure    also run two training steps (one process) and print what they used\n"
+    "  --budget G   what fits in G GiB per rank: the largest micro-batch for each\n"
+    "               train.recompute policy, and the cheapest policy at this micro-batch\n"
+    "  --rates F    this machine's GEMM, attention and memory rates (JSON); default: the\n"
+    "               cache (NEKTON_CACHE or ~/.cache/nekton/rates.json), measured once\n"
+    "  --no-time    no step-time prediction (nothing measured)\n";
+
+struct EstimateArgs {
+  CommandArgs common;
+  int64_t world = 0;
+  bool json = false, measure = false, time = true;
+  double budget_gib = 0;
+  std::string rates;
+};
+
+double number_arg(const std::vector<std::string>& args, size_t& i, const std::string& flag) {
+  if (i + 1 >= args.size()) fail("{} needs a value", flag);
+  const std::string& v = args[++i];
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x > 0)) fail("{} needs a positive number, got '{}'", flag, v);
+  return x;
+}
+
+EstimateArgs parse(const std::vector<std::string>& args) {
+  EstimateArgs e;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& s = args[i];
+    if (s == "--json") {
+      e.json = true;
+    } else if (s == "--measure") {
+      e.measure = true;
+    } else if (s == "--no-time") {
+      e.time = false;
+    } else if (s == "--budget") {
+      e.budget_gib = number_arg(args, i, s);
+    } else if (s == "--nproc") {
+      const double n = number_arg(args, i, s);
+      if (n != double(int64_t(n)) || n > (1 << 20)) fail("--nproc needs a process count >= 1");
+      e.world = int64_t(n);
+    } else if (s == "--rates") {
+      if (i + 1 >= args.size()) fail("--rates needs a file name");
+      e.rates = args[++i];
+    } else {
+      rest.push_back(s);
+    }
+  }
+  e.common = parse_command_args(rest);
+  if (!e.rates.empty() && !e.time) fail("--rates and --no-time exclude each other");
+  return e;
+}
+
+std::string mib(double bytes) {
+  return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+}
+
+// The rates for cfg: --rates FILE as given (nk::Error if it lacks one), else
+// the cache's entry for this machine, completed by measuring and saved back.
+MachineRates rates_for(const TrainConfig& cfg, const std::string& file) {
+  if (!file.empty())
+    return MachineRates::from_json(parse_json_object(read_text_file(file), file), file);
+  const std::string path = rates_cache_path();
+  nlohmann::json cache = nlohmann::json::object();
+  if (fs::exists(path)) {
+    try {
+      cache = parse_json_object(read_text_file(path), path);
+    } catch (const Error& e) {
+      NK_WARN("{}; measuring again", e.what());
+    }
+  }
+  const std::string machine = rates_machine(cfg);
+  MachineRates r;
+  if (cache.contains(machine)) r = MachineRates::from_json(cache[machine], path + ": " + machine);
+  const size_t before = r.gemm.size() + r.attention.size();
+  measure_missing_rates(cfg, r);
+  if (r.gemm.size() + r.attention.size() != before || !cache.contains(machine)) {
+    cache[r.machine] = r.to_json();
+    fs::create_directories(fs::path(path).parent_path());
+    write_file_atomic(path, cache.dump(1) + "\n");
+  }
+  return r;
+}
+
+struct Measured {
+  double persistent = 0;   // weights, gradients, optimizer state as allocated
+  double activations = 0;  // the step's planned activation workspace (Activations::bytes)
+  double peak = 0;         // Nekton tensors' peak over the steps
+  double rss = 0;          // the process's peak RSS
+  double step_s = 0;       // mean over the steps after the first
+};
+
+// Two steps after a warm-up one of the recipe, on one process, in a
+// temporary folder.
+Measured measure(TrainConfig cfg) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("nekton-estimate-{}", ::getpid());
+  struct Remove {
+    fs::path d;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } remove{dir};
+  cfg.out_dir = dir.string();
+  cfg.metrics_file = (dir / "metrics.jsonl").string();
+  cfg.steps = 3;
+  cfg.val_every = 0;
+  cfg.save_every = 0;
+  cfg.resume = "never";
+  cfg.lr.warmup_steps = 0;
+  cfg.lr.decay_steps = 0;
+  Trainer trainer(cfg);
+  Measured m;
+  Transformer& model = trainer.model();
+  const bool copy = model.compute_params().raw() != model.params().raw();
+  m.persistent = double(model.params().nbytes()) +
+                 (copy ? double(model.compute_params().nbytes()) : 0.0) +
+                 double(model.grads().nbytes()) + 8.0 * double(trainer.optimizer().state_size());
+  trainer.run();
+  const auto& h = trainer.history();
+  for (size_t i = 0; i < h.size(); ++i) {
+    m.peak = std::max(m.peak, double(h[i].peak_bytes));
+    if (i > 0) m.step_s += h[i].step_ms / 1000.0 / double(h.size() - 1);
+  }
+  m.activations =
+      double(Activations(model, cfg.micro_batch, cfg.seq_len, true,
+                         recompute_plan(cfg.recompute, cfg.recompute_layers, cfg.model.n_layer))
+                 .bytes());
+  m.rss = double(peak_rss_bytes());
+  return m;
+}
+
+// What fits in `budget` bytes per rank: the largest micro-batch of each
+// policy (one micro-batch per step and rank), and the first policy, cheapest
+// in compute, that fits the recipe's micro-batch.
+nlohmann::json what_fits(const TrainConfig& cfg, int64_t world, double budget) {
+  nlohmann::json out = {{"budget_bytes", budget},
+                        {"largest_micro_batch", nlohmann::json::object()}};
+  std::string cheapest;
+  for (const char* policy : {"none", "selective", "full"}) {
+    auto total = [&](int64_t mb) {
+      TrainConfig c = cfg;
+      c.recompute = policy;
+      c.micro_batch = mb;
+      c.global_batch = mb * (cfg.global_batch / cfg.micro_batch);
+      return double(estimate_training(c, world, nullptr).peak().total());
+    };
+    int64_t lo = 0, hi = 1;
+    while (hi <= (1 << 20) && total(hi) <= budget) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      (total(mid) <= budget ? lo : hi) = mid;
+    }
+    out["largest_micro_batch"][policy] = lo;
+    if (cheapest.empty() && total(cfg.micro_batch) <= budget) cheapest = policy;
+  }
+  out["cheapest_recompute"] = cheapest.empty() ? nlohmann::json() : nlohmann::json(cheapest);
+  return out;
+}
+
+}  // namespace
+
+int cmd_estimate(const CommandArgs& raw) {
+  if (std::find(raw.args.begin(), raw.args.end(), "--help") != raw.args.end() ||
+      std::find(raw.args.begin(), raw.args.end(), "-h") != raw.args.end()) {
+    fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n", kUsage);
+    return 0;
+  }
+  const EstimateArgs a = parse(raw.args);
+  const Config c = Config::load(train_schema(), a.common.config_path, a.common.overrides);
+  const TrainConfig cfg = train_config_from(c, false);  // data only for --measure
+  std::optional<MachineRates> rates;
+  if (a.time) rates = rates_for(cfg, a.rates);
+  const TrainEstimate e = estimate_training(cfg, a.world, rates ? &*rates : nullptr);
+  std::optional<Measured> m;
+  if (a.measure) {
+    if (cfg.data.path.empty() && !cfg.data.indexed() && !cfg.data.sft())
+      fail("--measure trains two steps: give it data (data.path=TEXT_FILE or data.prefix=...)");
+    if (e.world != 1)
+      fail("--measure runs one process; this layout has {} (parallel.* and --nproc)", e.world);
+    if (!a.json) set_log_level(LogLevel::Warn);
+    m = measure(cfg);
+  }
+  nlohmann::json fits;
+  if (a.budget_gib > 0) fits = what_fits(cfg, a.world, a.budget_gib * 1073741824.0);
+
+  if (a.json) {
+    nlohmann::json j = estimate_json(e);
+    if (rates) j["rates"] = rates->to_json();
+    if (m)
+      j["measured"] = {{"persistent_bytes", m->persistent},
+                       {"activation_workspace_bytes", m->activations},
+                       {"peak_tensor_bytes", m->peak},
+                       {"peak_rss_bytes", m->rss},
+                       {"step_seconds", m->step_s}};
+    if (!fits.is_null()) j["fits"] = fits;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  const ModelConfig& mc = cfg.model;
+  const RankEstimate& r = e.peak();
+  fmt::print(
+      "{} model, {} layers, {:.2f}M parameters; {} compute; micro-batch {} x {} tokens, {} "
+      "per step; train.recompute={}{}\n",
+      mc.arch, mc.n_layer, double(e.params) / 1e6, dtype_name(cfg.dtype), cfg.micro_batch,
+      cfg.seq_len, cfg.grad_accum(), cfg.recompute,
+      cfg.recompute_layers ? fmt::format(" (first {} layers)", cfg.recompute_layers) : "");
+  fmt::print("world {} (dp {}, tp {}{}, pp {}); the rank that needs the most: stage {}\n\n",
+             e.world, e.dp, e.tp, cfg.parallel.sequence_parallel ? " with sp" : "", e.pp, r.stage);
+  const bool meas = m.has_value();
+  fmt::print("{:<46} {:>12}{}\n", "memory per rank", "estimate", meas ? "     measured" : "");
+  auto row = [&](const std::string& what, double est, std::optional<double> got = {}) {
+    fmt::print("{:<46} {:>12}{}\n", what, mib(est),
+               got ? fmt::format(" {:>12}", mib(*got)) : std::string());
+  };
+  row("  weights (f32 masters, compute copy)", double(r.weight_bytes));
+  row("  gradients (f32)", double(r.grad_bytes));
+  row("  optimizer state (AdamW moments, f32)", double(r.optimizer_bytes));
+  if (meas)
+    row("  = weights, gradients and optimizer state",
+        double(r.weight_bytes + r.grad_bytes + r.optimizer_bytes), m->persistent);
+  row(fmt::format("  activations ({} micro-batch{} in flight)", r.in_flight,
+                  r.in_flight == 1 ? "" : "es"),
+      double(r.activation_bytes()));
+  row("  workspaces (logits chunk, backward scratch)", double(r.workspace_bytes()));
+  if (meas)
+    row("  = activations and workspaces (planned)",
+        double(r.activation_bytes() + r.workspace_bytes()), m->activations);
+  row("  total of Nekton's tensors", double(r.total()),
+      meas ? std::optional(m->peak) : std::nullopt);
+  if (meas)
+    fmt::print("{:<46} {:>12} {:>12}\n", "  process peak RSS (libraries, allocator slack)", "",
+               mib(m->rss));
+  fmt::print("\nFLOPs per step (Megatron's formula): {:.3e}", e.flops_per_step);
+  if (e.recompute_flops > 0)
+    fmt::print(", recompute adds {:.3e} ({:.1f}%)", e.recompute_flops,
+               100.0 * e.recompute_flops / e.flops_per_step);
+  fmt::print("\n");
+  if (rates) {
+    fmt::print(
+        "step time, predicted: {:.3f} s (GEMMs {:.3f}, attention {:.3f}, memory-bound {:.3f}){}\n",
+        e.step.total(), e.step.gemm_s, e.step.attention_s, e.step.memory_s,
+        meas ? fmt::format("; measured {:.3f} s ({:+.1f}%)", m->step_s,
+                           100.0 * (e.step.total() - m->step_s) / m->step_s)
+             : "");
+    fmt::print("  rates of {} (--rates, or {})\n", rates->machine,
+               a.rates.empty() ? rates_cache_path() : a.rates);
+  }
+  if (!fits.is_null()) {
+    fmt::print("\nwithin {} GiB per rank: largest micro-batch", a.budget_gib);
+    for (const char* p : {"none", "selective", "full"})
+      fmt::print(" {} {}", p, fits["largest_micro_batch"][p].get<int64_t>());
+    fmt::print("; at micro-batch {}: {}\n", cfg.micro_batch,
+               fits["cheapest_recompute"].is_null()
+                   ? "nothing fits"
+                   : "train.recompute=" + fits["cheapest_recompute"].get<std::string>());
+  }
+  return 0;
+}
+
+}  // namespace nk

@@ -1,0 +1,373 @@
+#include "train/estimate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/parallel.h"
+#include "data/dataset/text_dataset.h"
+#include "model/arch.h"
+#include "nn/cross_entropy.h"
+#include "ops/ops.h"
+#include "parallel/pipeline_parallel.h"
+#include "train/train_parallel.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
+                                 const std::vector<Recompute>& recompute, int64_t tp, bool sp,
+                                 const PipelineStage& stage) {
+  const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
+  // This rank's heads, MLP units and vocabulary; R: its rows of the tensors
+  // outside the tensor-parallel region (all of them without sp).
+  const int64_t Q = c.qkv_dim() / tp, HD = c.n_head * c.head_dim() / tp, U = c.mlp_up_dim() / tp,
+                F = c.d_ff / tp, H = c.n_head / tp, V = c.vocab_size / tp, R = sp ? N / tp : N;
+  // One layer, per Recompute. "cheap": the norms' outputs and the MLP
+  // activation's, which a selective layer recomputes.
+  const int64_t stats = 4 * R * 4;  // the two norms' mean and rstd, f32
+  const int64_t kept = R * C * s + stats + N * (Q + HD + U) * s + 4 * B * H * T;  // + lse
+  const int64_t cheap = 2 * R * C * s + N * F * s;
+  ActivationBytes a;
+  bool any_full = false, any_selective = false;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!stage.holds_layer(c, l)) continue;
+    const Recompute r = recompute.empty() ? Recompute::None : recompute[size_t(l)];
+    any_full |= r == Recompute::Full;
+    any_selective |= r == Recompute::Selective;
+    if (r != Recompute::Full) a.saved += kept + (r == Recompute::None ? cheap : 0);
+  }
+  // The layers that recompute share one set of what they drop.
+  if (any_full)
+    a.saved += kept + cheap;
+  else if (any_selective)
+    a.saved += cheap;
+  // The residual stream entering each of the stage's layers, and its output.
+  int64_t inputs = 0;
+  for (int64_t l = 0; l <= c.n_layer; ++l) {
+    bool used = false;
+    for (const auto& [first, last] : stage.ranges(c)) used = used || (l >= first && l <= last);
+    inputs += used ? 1 : 0;
+  }
+  a.saved += inputs * R * C * s;
+  // Workspaces: the final norm (with its statistics) and the block output;
+  // one row-chunk of logits (as Activations sizes it) and the losses on the
+  // head's stage; the backward's gradients of the residual stream, of a
+  // norm's output and of one layer's tensors; sp's gathered input and output.
+  a.workspace += 2 * R * C * s + 2 * R * 4;
+  if (stage.head) {
+    const int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / V);
+    const int64_t chunks = (N + max_rows - 1) / max_rows, chunk = (N + chunks - 1) / chunks;
+    a.workspace += chunk * V * s + 4 * N;
+    if (tp > 1) a.workspace += 4 * nn::VocabCrossEntropy::stats_size(chunk);
+  }
+  a.workspace += 2 * R * C * s + N * (Q + HD + U + F) * s;
+  if (sp) a.workspace += 2 * N * C * s;
+  return a;
+}
+
+// ---- rates ----
+
+nlohmann::json MachineRates::to_json() const {
+  return {{"machine", machine}, {"bandwidth", bandwidth}, {"gemm", gemm}, {"attention", attention}};
+}
+
+MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string& what) {
+  MachineRates r;
+  try {
+    r.machine = j.value("machine", "");
+    r.bandwidth = j.value("bandwidth", 0.0);
+    if (j.contains("gemm")) r.gemm = j.at("gemm").get<std::map<std::string, double>>();
+    if (j.contains("attention"))
+      r.attention = j.at("attention").get<std::map<std::string, double>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a rates object ({})", what, e.what());
+  }
+  return r;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The best of a few timed runs of `f` after one warm-up, at least `min_s`
+// seconds in all (and no more than 20 runs).
+template <class F>
+double best_seconds(F&& f, double min_s = 0.3) {
+  f();
+  double best = 1e30, spent = 0;
+  for (int i = 0; i < 20 && (i < 2 || spent < min_s); ++i) {
+    auto t0 = Clock::now();
+    f();
+    const double dt = seconds_since(t0);
+    best = std::min(best, dt);
+    spent += dt;
+  }
+  return best;
+}
+
+// Rates are measured with at most this many rows: larger products run at
+// the same rate, and a 128k-token head at full size would take seconds.
+constexpr int64_t kRateRows = 1024;
+
+struct Gemm {
+  int64_t M, K, N;
+  double count;  // how many such products one micro-batch runs on this rank
+  bool layer;    // a block's (recomputed with it), not the head's
+};
+
+std::string gemm_key(DType dt, const Gemm& g) {
+  return fmt::format("{} {}x{}x{}", dtype_name(dt), std::min(g.M, kRateRows), g.K, g.N);
+}
+
+std::string attention_key(DType dt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  return fmt::format("{} {}x{}x{}/{}x{}", dtype_name(dt), B, T, H, Hkv, D);
+}
+
+int64_t layers_on(const ModelConfig& c, const PipelineStage& stage) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) n += stage.holds_layer(c, l) ? 1 : 0;
+  return n;
+}
+
+// The linear layers of one micro-batch on one rank of `stage`.
+std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage& stage) {
+  const ModelConfig& c = cfg.model;
+  const int64_t N = cfg.micro_batch * cfg.seq_len, C = c.d_model, layers = layers_on(c, stage);
+  std::vector<Gemm> g = {{N, C, c.qkv_dim() / tp, double(layers), true},
+                         {N, c.n_head * c.head_dim() / tp, C, double(layers), true},
+                         {N, C, c.mlp_up_dim() / tp, double(layers), true},
+                         {N, c.d_ff / tp, C, double(layers), true}};
+  if (stage.head) g.push_back({N, C, c.vocab_size / tp, 1.0, false});
+  return g;
+}
+
+std::string cpu_name() {
+  std::string cpu = "unknown CPU";
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  return cpu;
+}
+
+// Attention's FLOPs over one micro-batch, forward and backward, as Megatron
+// counts them (4·T·heads·head_dim per token and layer forward, 3x with the
+// backward; the causal mask's skipped half is in the measured rate).
+double attention_flops(const ModelConfig& c, int64_t B, int64_t T, int64_t tp) {
+  return 3.0 * 4.0 * double(B) * double(T) * double(T) * double(c.n_head / tp) *
+         double(c.head_dim());
+}
+
+}  // namespace
+
+std::string rates_machine(const TrainConfig& cfg) {
+  if (cfg.threads > 0) set_num_threads(int(cfg.threads));
+  return fmt::format("{}, {} threads", cpu_name(), num_threads());
+}
+
+std::string rates_cache_path() {
+  if (const char* d = std::getenv("NEKTON_CACHE"); d && *d)
+    return (fs::path(d) / "rates.json").string();
+  const char* home = std::getenv("HOME");
+  return (fs::path(home && *home ? home : "/tmp") / ".cache" / "nekton" / "rates.json").string();
+}
+
+void measure_missing_rates(const TrainConfig& cfg, MachineRates& r) {
+  r.machine = rates_machine(cfg);
+  const DType dt = cfg.dtype;
+  const Device dev = cfg.device;
+  const ModelConfig& c = cfg.model;
+  const int64_t tp = std::max(1, cfg.parallel.mesh.tp);
+  for (const Gemm& g : gemms(cfg, tp, PipelineStage{})) {
+    const std::string key = gemm_key(dt, g);
+    if (r.gemm.count(key)) continue;
+    const int64_t M = std::min(g.M, kRateRows);
+    Tensor x = Tensor::empty({M, g.K}, dt, dev), w = Tensor::empty({g.N, g.K}, dt, dev);
+    Tensor y = Tensor::empty({M, g.N}, dt, dev), dx = Tensor::empty({M, g.K}, dt, dev);
+    Tensor dw = Tensor::empty({g.N, g.K}, DType::F32, dev);
+    for (Tensor* t : {&x, &w, &y, &dw}) ops::fill(*t, 0.01f);
+    const double s = best_seconds([&] {
+      ops::linear_forward(y, x, w, Tensor());
+      ops::linear_backward(dx, dw, Tensor(), y, x, w);
+    });
+    r.gemm[key] = 6.0 * double(M) * double(g.K) * double(g.N) / s;
+  }
+  const int64_t B = cfg.micro_batch, T = cfg.seq_len, H = c.n_head / tp, Hkv = c.n_kv_head / tp,
+                D = c.head_dim();
+  const std::string akey = attention_key(dt, B, T, H, Hkv, D);
+  if (!r.attention.count(akey)) {
+    Tensor qkv = Tensor::empty({B, T, (H + 2 * Hkv) * D}, dt, dev);
+    Tensor out = Tensor::empty({B, T, H * D}, dt, dev), lse = Tensor::empty({B, H, T}, DType::F32);
+    Tensor dqkv = Tensor::empty(qkv.shape(), dt, dev), dout = Tensor::empty(out.shape(), dt, dev);
+    ops::fill(qkv, 0.01f);
+    ops::fill(dout, 0.01f);
+    const double s = best_seconds([&] {
+      ops::attention_forward(out, lse, qkv, H, Hkv);
+      ops::attention_backward(dqkv, dout, qkv, out, lse, H, Hkv);
+    });
+    r.attention[akey] = attention_flops(c, B, T, tp) / s;
+  }
+  if (r.bandwidth <= 0) {
+    const int64_t n = int64_t(1) << 26;  // 256 MiB of f32
+    Tensor a = Tensor::empty({n}, DType::F32, dev), b = Tensor::empty({n}, DType::F32, dev);
+    ops::fill(a, 1.f);
+    ops::fill(b, 0.f);
+    const double s = best_seconds([&] { ops::convert(b, a); });
+    r.bandwidth = 2.0 * 4.0 * double(n) / s;
+  }
+}
+
+const RankEstimate& TrainEstimate::peak() const {
+  return *std::max_element(
+      stages.begin(), stages.end(),
+      [](const RankEstimate& a, const RankEstimate& b) { return a.total() < b.total(); });
+}
+
+TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const MachineRates* rates) {
+  TrainEstimate e;
+  const dist::MeshSpec& spec = cfg.parallel.mesh;
+  const int64_t model_par = int64_t(spec.tp) * spec.cp * spec.pp;
+  if (world <= 0) world = model_par * std::max(1, spec.dp);
+  const dist::Mesh mesh = train_mesh(cfg, int(world), 0);  // nk::Error naming the parallel.* keys
+  e.world = world;
+  e.dp = mesh.dp();
+  e.tp = mesh.tp();
+  e.pp = mesh.pp();
+  const ModelConfig& c = cfg.model;
+  const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
+  e.params = whole.count();
+  const ParamLayout layout = e.tp > 1 ? whole.shard(e.tp) : whole;
+  const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
+  const std::vector<Recompute> plan =
+      recompute_plan(cfg.recompute, cfg.recompute_layers, c.n_layer);
+  const int64_t B = cfg.micro_batch, T = cfg.seq_len;
+  const int64_t local_accum = cfg.grad_accum() / e.dp;
+  const parallel::Shard shard = cfg.ddp.shard;
+  for (int64_t s = 0; s < e.pp; ++s) {
+    const PipelineStage stage =
+        e.pp > 1 ? parallel::pipeline_stage(c, e.pp, s, cfg.parallel.pp_layout, cfg.parallel.vp)
+                 : PipelineStage{};
+    RankEstimate r;
+    r.stage = s;
+    // Weights: an f32 master for every parameter that has one (all with
+    // FrozenWeights::Master, else the trainable ones), a compute copy in
+    // bf16 up to the quantised ones, and QLoRA's NF4 storage.
+    int64_t masters = 0, dense = 0, trainable = 0, nf4 = 0;
+    for (const ParamInfo& p : layout.params()) {
+      if (e.pp > 1 && !stage.holds(c, p.name)) continue;
+      const int64_t n = p.numel();
+      r.params += n;
+      if (p.trainable || cfg.frozen_weights == FrozenWeights::Master) masters += n;
+      if (p.trainable) trainable += n;
+      if (p.quantized) {
+        const int64_t blocks = (n + ops::kNf4Block - 1) / ops::kNf4Block;
+        nf4 += (n + 1) / 2 + blocks +
+               4 * ((blocks + ops::kNf4ScaleBlock - 1) / ops::kNf4ScaleBlock) + 4;
+      } else {
+        dense += n;
+      }
+    }
+    // FSDP keeps 1/dp of the weights resident (and the unit in use);
+    // ZeRO-1 and FSDP shard the optimizer state.
+    const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
+    const double state_share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
+    r.weight_bytes = int64_t(double(4 * masters + (bf16 ? 2 * dense : 0)) * weight_share) + nf4;
+    r.grad_bytes = 4 * trainable;
+    r.optimizer_bytes = int64_t(8.0 * double(trainable) * state_share);
+    r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T, plan, e.tp, sp, stage);
+    r.in_flight =
+        e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
+    e.stages.push_back(r);
+  }
+  const int64_t tokens = B * T * cfg.grad_accum();
+  e.flops_per_step = c.train_flops(tokens, T);
+  if (!rates) return e;
+  // One rank's step: its micro-batches (local_accum, plus the pipeline's
+  // fill and drain) through the first stage, then the optimizer over its
+  // state. Communication is not modelled.
+  const PipelineStage stage =
+      e.pp > 1 ? parallel::pipeline_stage(c, e.pp, 0, cfg.parallel.pp_layout, cfg.parallel.vp)
+               : PipelineStage{};
+  const double mbs = double(local_accum + e.pp - 1);
+  const int64_t layers = layers_on(c, stage);
+  int64_t full = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    full += stage.holds_layer(c, l) && plan[size_t(l)] == Recompute::Full ? 1 : 0;
+  auto rate = [&](const std::map<std::string, double>& m, const std::string& key) {
+    auto it = m.find(key);
+    if (it == m.end() || !(it->second > 0)) fail("rates: no measured rate for '{}'", key);
+    return it->second;
+  };
+  // A fully recomputing layer runs its forward again: 2 of its 6 FLOPs per
+  // multiply-add (attention: a third of its fwd + bwd).
+  for (const Gemm& g : gemms(cfg, e.tp, stage)) {
+    const double mkn = double(g.M) * double(g.K) * double(g.N);
+    const double again = g.layer ? 2.0 * mkn * double(full) : 0.0;
+    e.recompute_flops += mbs * again;
+    e.step.gemm_s +=
+        mbs * (6.0 * mkn * g.count + again) / rate(rates->gemm, gemm_key(cfg.dtype, g));
+  }
+  const double att = attention_flops(c, B, T, e.tp);
+  e.recompute_flops += mbs * att / 3.0 * double(full);
+  e.step.attention_s = mbs * att * (double(layers) + double(full) / 3.0) /
+                       rate(rates->attention, attention_key(cfg.dtype, B, T, c.n_head / e.tp,
+                                                            c.n_kv_head / e.tp, c.head_dim()));
+  // Memory-bound work: each layer's elementwise passes (norms, rotary,
+  // residual adds, the MLP activation) read and write about its tensors
+  // twice in the forward and twice in the backward; the loss reads and
+  // writes the logits three times; the optimizer reads the master, gradient
+  // and both moments of its state and writes all but the gradient (and the
+  // bf16 copy); the gradients are zeroed once per step.
+  const RankEstimate& r = e.stages[0];
+  const double s = double(dtype_size(cfg.dtype)), N = double(B * T);
+  const double layer_bytes =
+      N * s * double(6 * c.d_model + (c.qkv_dim() + c.mlp_up_dim() + c.d_ff) / e.tp);
+  const double logits = stage.head ? 3.0 * N * s * double(c.vocab_size / e.tp) : 0.0;
+  const double state = double(r.optimizer_bytes) / 8.0, grads = double(r.grad_bytes);
+  const double opt = state * (bf16 ? 30.0 : 28.0) + grads;
+  e.step.memory_s = (mbs * (4.0 * layer_bytes * double(layers) + logits) + opt) / rates->bandwidth;
+  return e;
+}
+
+nlohmann::json estimate_json(const TrainEstimate& e) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const RankEstimate& r : e.stages)
+    stages.push_back({{"stage", r.stage},
+                      {"params", r.params},
+                      {"weight_bytes", r.weight_bytes},
+                      {"grad_bytes", r.grad_bytes},
+                      {"optimizer_bytes", r.optimizer_bytes},
+                      {"activation_bytes", r.activation_bytes()},
+                      {"workspace_bytes", r.workspace_bytes()},
+                      {"activation_bytes_per_micro_batch", r.per_micro_batch.saved},
+                      {"workspace_bytes_per_micro_batch", r.per_micro_batch.workspace},
+                      {"micro_batches_in_flight", r.in_flight},
+                      {"total_bytes", r.total()}});
+  return {{"world", e.world},
+          {"dp", e.dp},
+          {"tp", e.tp},
+          {"pp", e.pp},
+          {"params", e.params},
+          {"stages", stages},
+          {"peak_total_bytes", e.peak().total()},
+          {"flops_per_step", e.flops_per_step},
+          {"recompute_flops", e.recompute_flops},
+          {"step_seconds",
+           {{"gemm", e.step.gemm_s},
+            {"attention", e.step.attention_s},
+            {"memory", e.step.memory_s},
+            {"total", e.step.total()}}}};
+}
+
+}  // namespace nk

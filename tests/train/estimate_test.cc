@@ -1,0 +1,189 @@
+// `nekton estimate` (train/estimate.h) against what the step really
+// allocates: the activation formula against the planned workspace
+// (Activations::bytes) for every recompute policy, GPT-2 and Llama shapes,
+// f32 and bf16, two sequence lengths and a pipeline stage; the weights,
+// gradients and optimizer state against the arenas; the total against the
+// measured tensor peak of real steps.
+#include "train/estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/allocator.h"
+#include "parallel/pipeline_parallel.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_nekton;
+
+std::string corpus_path() {
+  fs::path p = fs::path(NK_BINARY_DIR) / "estimate_corpus.txt";
+  if (!fs::exists(p)) {
+    std::ofstream o(p);
+    for (int i = 0; i < 400; ++i)
+      o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
+  }
+  return p.string();
+}
+
+TrainConfig recipe(const std::vector<std::string>& extra) {
+  std::vector<std::string> o = {"data.path=" + corpus_path(), "data.tokenizer=bytes",
+                                "train.log_every=100", "train.val_every=0", "train.peak_tflops=1"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return train_config_from(Config::load(train_schema(), "", o));
+}
+
+// Three shapes of two families, each at its own vocabulary and head layout.
+const std::vector<std::vector<std::string>> kShapes = {
+    {"model.preset=gpt-tiny", "model.n_layer=3"},
+    {"model.preset=llama-tiny", "model.n_layer=3", "model.vocab_size=1000"},
+    {"model.preset=gpt-tiny", "model.d_model=384", "model.n_layer=2", "model.vocab_size=3000"}};
+
+TEST(Estimate, ActivationsEqualThePlannedWorkspace) {
+  for (const auto& shape : kShapes)
+    for (const char* dt : {"f32", "bf16"})
+      for (int64_t T : {64, 128})
+        for (const char* policy : {"none", "selective", "full"})
+          for (int64_t layers : {int64_t(0), int64_t(1)}) {
+            std::vector<std::string> o = shape;
+            o.push_back(std::string("train.dtype=") + dt);
+            o.push_back(std::string("train.recompute=") + policy);
+            o.push_back("train.recompute_layers=" + std::to_string(layers));
+            TrainConfig cfg = recipe(o);
+            const std::vector<Recompute> plan = recompute_plan(policy, layers, cfg.model.n_layer);
+            const Activations planned(cfg.model, cfg.dtype, 3, T, true, kHost, plan);
+            EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 3, T, plan).total(), planned.bytes())
+                << fmt::format("{} {} T={} {} first {} layers", shape[0], dt, T, policy, layers);
+          }
+}
+
+TEST(Estimate, ActivationsOfAPipelineStageEqualItsWorkspace) {
+  TrainConfig cfg = recipe({"model.preset=llama-tiny", "model.n_layer=4", "train.dtype=bf16"});
+  for (int64_t s = 0; s < 2; ++s)
+    for (const char* policy : {"none", "full"}) {
+      const PipelineStage stage = parallel::pipeline_stage(cfg.model, 2, s);
+      const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
+      const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan, {}, stage);
+      EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 1, false, stage).total(),
+                planned.bytes())
+          << "stage " << s << " " << policy;
+    }
+}
+
+TEST(Estimate, RecomputeShrinksActivationsInOrder) {
+  auto saved = [](const char* policy) {
+    TrainConfig cfg = recipe({"model.preset=gpt-tiny", std::string("train.recompute=") + policy});
+    return estimate_training(cfg, 1, nullptr).peak().per_micro_batch.saved;
+  };
+  EXPECT_GT(saved("none"), saved("selective"));
+  EXPECT_GT(saved("selective"), saved("full"));
+}
+
+// The persistent state exactly, and the whole step's tensors within 10% of
+// the peak measured over real steps (what the estimate leaves out: the
+// batch's token ids, the RoPE table, a gradient-norm scalar or two).
+TEST(Estimate, MatchesTheMeasuredPeaks) {
+  const fs::path base = fs::path(NK_BINARY_DIR) / "estimate_runs";
+  for (size_t i = 0; i < kShapes.size(); ++i)
+    for (int64_t T : {64, 128})
+      for (const char* policy : {"none", "selective", "full"}) {
+        const std::string out = (base / fmt::format("{}_{}_{}", i, T, policy)).string();
+        fs::remove_all(out);
+        std::vector<std::string> o = kShapes[i];
+        for (std::string kv :
+             {"train.dtype=bf16", "train.micro_batch=4", "train.global_batch=4", "train.steps=2"})
+          o.push_back(kv);
+        o.push_back("train.seq_len=" + std::to_string(T));
+        o.push_back(std::string("train.recompute=") + policy);
+        o.push_back("train.out_dir=" + out);
+        TrainConfig cfg = recipe(o);
+        const TrainEstimate e = estimate_training(cfg, 1, nullptr);
+        const RankEstimate& r = e.peak();
+        const std::string what = fmt::format("shape {} T={} {}", i, T, policy);
+        Trainer t(cfg);
+        Transformer& m = t.model();
+        EXPECT_EQ(r.weight_bytes, int64_t(m.weight_bytes())) << what;
+        EXPECT_EQ(r.grad_bytes, int64_t(m.grads().nbytes())) << what;
+        EXPECT_EQ(r.optimizer_bytes, 8 * t.optimizer().state_size()) << what;
+        EXPECT_EQ(e.params, m.layout().count()) << what;
+        Allocator::get(kHost).reset_peak();  // the peak of this run's steps, not an earlier run's
+        t.run();
+        size_t peak = 0;
+        for (const StepStats& s : t.history()) peak = std::max(peak, s.peak_bytes);
+        EXPECT_NEAR(double(r.total()), double(peak), 0.10 * double(peak)) << what;
+        fs::remove_all(out);
+      }
+}
+
+TEST(Estimate, ShardingDividesTheOptimizerStateAndPipelineStagesHoldTheirLayers) {
+  TrainConfig one =
+      recipe({"model.preset=gpt-tiny", "train.micro_batch=2", "train.global_batch=8"});
+  const TrainEstimate e1 = estimate_training(one, 1, nullptr);
+  TrainConfig zero = recipe({"model.preset=gpt-tiny", "train.micro_batch=2", "train.global_batch=8",
+                             "parallel.shard=optimizer"});
+  const TrainEstimate e4 = estimate_training(zero, 4, nullptr);
+  EXPECT_EQ(e4.dp, 4);
+  EXPECT_EQ(e4.peak().optimizer_bytes, e1.peak().optimizer_bytes / 4);
+  EXPECT_EQ(e4.peak().weight_bytes, e1.peak().weight_bytes);
+
+  TrainConfig pp = recipe({"model.preset=gpt-tiny", "model.n_layer=4", "train.micro_batch=2",
+                           "train.global_batch=8", "parallel.pp=2"});
+  const TrainEstimate ep = estimate_training(pp, 2, nullptr);
+  ASSERT_EQ(ep.stages.size(), 2u);
+  // 1F1B: the first stage holds two micro-batches in flight, the last one.
+  EXPECT_EQ(ep.stages[0].in_flight, 2);
+  EXPECT_EQ(ep.stages[1].in_flight, 1);
+  EXPECT_EQ(ep.stages[0].params + ep.stages[1].params,
+            Transformer::layout_for(pp.model).count() +
+                (pp.model.tied_embeddings ? pp.model.vocab_size * pp.model.d_model : 0));
+}
+
+TEST(EstimateCli, PrintsJsonAndWhatFits) {
+  const std::string cfg = "model.preset=gpt-tiny data.tokenizer=bytes data.path=" + corpus_path();
+  const auto r = run_nekton("estimate --no-time --json --budget 0.1 " + cfg, false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_GT(j["peak_total_bytes"].get<double>(), 0);
+  EXPECT_GT(j["flops_per_step"].get<double>(), 0);
+  // The largest micro-batch that fits does, and one more does not.
+  const auto& fits = j["fits"]["largest_micro_batch"];
+  for (const char* p : {"none", "selective", "full"}) {
+    const int64_t mb = fits[p].get<int64_t>();
+    ASSERT_GT(mb, 0) << p;
+    for (int64_t m : {mb, mb + 1}) {
+      const auto e = run_nekton(
+          fmt::format("estimate --no-time --json {} train.recompute={} train.micro_batch={} "
+                      "train.global_batch={}",
+                      cfg, p, m, m),
+          false);
+      ASSERT_EQ(e.code, 0) << e.out;
+      const double total = nlohmann::json::parse(e.out.substr(e.out.find('{')))["peak_total_bytes"];
+      EXPECT_EQ(total <= 0.1 * 1073741824.0, m == mb) << p << " micro-batch " << m;
+    }
+  }
+  EXPECT_GE(fits["full"].get<int64_t>(), fits["none"].get<int64_t>());
+}
+
+TEST(EstimateCli, BadInputIsAnErrorNamingIt) {
+  auto r = run_nekton("estimate --no-time model.n_layr=3");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("model.n_layr"), std::string::npos) << r.out;
+  r = run_nekton("estimate --no-time --budget -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+  r = run_nekton("estimate --no-time --nproc 3 parallel.tp=2");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("parallel"), std::string::npos) << r.out;
+  r = run_nekton("estimate --rates /nonexistent/rates.json");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("/nonexistent/rates.json"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace nk
