@@ -237,6 +237,10 @@ int cmd_estimate(const CommandArgs& raw) {
       cfg.recompute_layers ? fmt::format(" (first {} layers)", cfg.recompute_layers) : "");
   fmt::print("world {} (dp {}, tp {}{}, pp {}); the rank that needs the most: stage {}\n\n",
              e.world, e.dp, e.tp, cfg.parallel.sequence_parallel ? " with sp" : "", e.pp, r.stage);
+  if (mc.has_adapters())
+    fmt::print(
+        "note: the adapters' (peft.*) own activation buffers are not in the estimate; their "
+        "weights, gradients and optimizer state are\n\n");
   const bool meas = m.has_value();
   fmt::print("{:<46} {:>12}{}\n", "memory per rank", "estimate", meas ? "     measured" : "");
   auto row = [&](const std::string& what, double est, std::optional<double> got = {}) {

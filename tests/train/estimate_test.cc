@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/allocator.h"
+#include "dist/communicator.h"
 #include "parallel/pipeline_parallel.h"
 #include "test_util.h"
 #include "train/trainer.h"
@@ -74,6 +75,63 @@ TEST(Estimate, ActivationsOfAPipelineStageEqualItsWorkspace) {
                 planned.bytes())
           << "stage " << s << " " << policy;
     }
+}
+
+// A tensor-parallel group of `n` that only sizes buffers: Activations asks
+// it for its size, never for a collective.
+class SizeOnlyGroup final : public dist::Communicator {
+ public:
+  explicit SizeOnlyGroup(int n) : Communicator("tp", ranks(n), 0, 1.0) {}
+
+ private:
+  static std::vector<int> ranks(int n) {
+    std::vector<int> r(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) r[size_t(i)] = i;
+    return r;
+  }
+  [[noreturn]] static dist::WorkPtr no() { fail("SizeOnlyGroup: no collectives"); }
+  dist::WorkPtr do_all_reduce(const Tensor&, dist::ReduceOp) override { no(); }
+  dist::WorkPtr do_reduce_scatter(const Tensor&, const Tensor&, dist::ReduceOp) override { no(); }
+  dist::WorkPtr do_all_gather(const Tensor&, const Tensor&) override { no(); }
+  dist::WorkPtr do_all_to_all(const Tensor&, const Tensor&) override { no(); }
+  dist::WorkPtr do_all_to_allv(const Tensor&, std::vector<int64_t>, const Tensor&,
+                               std::vector<int64_t>) override {
+    no();
+  }
+  dist::WorkPtr do_reduce_scatter_v(const Tensor&, std::vector<int64_t>, dist::ReduceOp) override {
+    no();
+  }
+  dist::WorkPtr do_all_gather_v(const Tensor&, std::vector<int64_t>) override { no(); }
+  dist::WorkPtr do_broadcast(const Tensor&, int) override { no(); }
+  dist::WorkPtr do_send(const Tensor&, int, int) override { no(); }
+  dist::WorkPtr do_recv(const Tensor&, int, int) override { no(); }
+  dist::WorkPtr do_barrier() override { no(); }
+};
+
+TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
+  int cases = 0;
+  for (const auto& shape : kShapes)
+    for (int tp : {2, 4})
+      for (bool sp : {false, true})
+        for (const char* policy : {"none", "selective", "full"}) {
+          std::vector<std::string> o = shape;
+          o.push_back("train.dtype=bf16");
+          TrainConfig cfg = recipe(o);
+          try {
+            check_tensor_parallel(cfg.model, tp);
+          } catch (const Error&) {
+            continue;  // heads, MLP or vocabulary that tp does not divide
+          }
+          ++cases;
+          SizeOnlyGroup group(tp);
+          const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
+          const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan,
+                                    nn::TensorParallel{&group, sp});
+          EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, tp, sp).total(),
+                    planned.bytes())
+              << fmt::format("{} tp={} sp={} {}", shape[0], tp, sp, policy);
+        }
+  EXPECT_GE(cases, 12);
 }
 
 TEST(Estimate, RecomputeShrinksActivationsInOrder) {
