@@ -117,6 +117,40 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
   }
 }
 
+// The tokenizer as tokenizer.ggml.* metadata, and the chat template beside
+// the model as llama.cpp's converter stores it; returns the GGUF tokenizer
+// model ("llama", "gpt2"). llama.cpp refuses to load a GGUF without a
+// tokenizer, so a model that has none is an error saying how to give one.
+std::string add_tokenizer(GgufWriter& w, const std::string& model_dir, const ModelConfig& c,
+                          const std::string& given) {
+  const std::string spec = given.empty() ? stored_tokenizer(model_dir) : given;
+  if (spec.empty())
+    fail(
+        "model '{}' has no tokenizer stored with it (no tokenizer.txt), and llama.cpp cannot "
+        "load a GGUF without one: pass --tokenizer SPEC with the tokenizer the model was trained "
+        "with (a SentencePiece FILE.model, a GPT-2 BPE folder with encoder.json + vocab.bpe, a "
+        "folder from `nekton tokenizer train --type bpe`, a FILE.tiktoken, or a name: gpt2, "
+        "cl100k_base, bytes, ...)",
+        model_dir);
+  const std::string what = given.empty()
+                               ? fmt::format("model '{}': stored tokenizer '{}'", model_dir, spec)
+                               : fmt::format("--tokenizer '{}'", spec);
+  GgufVocab v;
+  try {
+    v = gguf_vocab(*load_tokenizer(spec), c.vocab_size);
+  } catch (const Error& e) {
+    throw e.with_context(what);
+  }
+  add_gguf_vocab(w, v);
+  const fs::path tc = fs::path(model_dir) / "tokenizer_config.json";
+  if (fs::exists(tc)) {
+    const nlohmann::json j = nlohmann::json::parse(read_text_file(tc.string()), nullptr, false);
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      w.add_string("tokenizer.chat_template", j["chat_template"].get<std::string>());
+  }
+  return v.model;
+}
+
 }  // namespace
 
 const std::vector<std::string>& gguf_recipes() {
@@ -175,7 +209,11 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
         "model '{}' uses sliding-window attention ({} positions); llama.cpp's {} architecture "
         "has none, so the GGUF would compute other results",
         model_dir, c.sliding_window, ga);
-  if (c.head_dim() % 2 != 0)
+  // llama.cpp reads rotary keys only for rotary architectures, and the norm
+  // epsilon under the key of the block's norm.
+  const BlockSpec spec = arch.block();
+  const bool rotary = !spec.learned_positions;
+  if (rotary && c.head_dim() % 2 != 0)
     fail("model '{}': head_dim {} is odd; rotary embeddings need an even one", model_dir,
          c.head_dim());
 
@@ -194,41 +232,20 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_u32(ga + ".feed_forward_length", uint32_t(c.d_ff));
   w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
   w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
-  w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
-  w.add_f32(ga + ".attention.layer_norm_rms_epsilon", float(c.norm_eps));
-  w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
+  w.add_f32(ga + "." + gguf_norm_eps_key(spec), float(c.norm_eps));
+  if (rotary) {
+    w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
+    w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
+  }
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
-  add_rope_scaling(w, ga, c, arch, model_dir);
+  if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
 
   // The tokenizer before the weights: its errors are cheaper to find.
-  if (opt.tokenizer) {
-    std::string spec = stored_tokenizer(model_dir);
-    if (spec.empty())
-      fail(
-          "model '{}' has no tokenizer stored with it (no tokenizer.txt): llama.cpp needs one "
-          "to run the GGUF; pass --no-tokenizer to export the weights alone",
-          model_dir);
-    std::unique_ptr<Tokenizer> tok;
-    try {
-      tok = load_tokenizer(spec);
-    } catch (const Error& e) {
-      throw e.with_context(fmt::format("model '{}': tokenizer '{}'", model_dir, spec));
-    }
-    GgufVocab v = gguf_vocab(*tok, c.vocab_size);
-    add_gguf_vocab(w, v);
-    result.tokenizer = v.model;
-    // The chat template beside the model, as llama.cpp's converter stores it.
-    const fs::path tc = fs::path(model_dir) / "tokenizer_config.json";
-    if (fs::exists(tc)) {
-      const nlohmann::json j = nlohmann::json::parse(read_text_file(tc.string()), nullptr, false);
-      if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
-        w.add_string("tokenizer.chat_template", j["chat_template"].get<std::string>());
-    }
-  }
+  result.tokenizer = add_tokenizer(w, model_dir, c, opt.tokenizer);
 
   std::unique_ptr<Transformer> model = load_model(model_dir, DType::F32, opt.allow_nonfinite);
   Transformer* m = model.get();
-  // 1-d tensors (norms) stay f32, as llama.cpp's converter stores them.
+  // 1-d tensors (norms, biases) stay f32, as llama.cpp's converter stores them.
   for (const ExternalTensor& e : arch.gguf_tensors(c)) {
     const ParamInfo& p = m->layout().find(e.param);
     Shape shape = p.shape;

@@ -1,10 +1,12 @@
 // A saved model folder (ckpt/model_io.h) as one GGUF file that llama.cpp
 // loads: the architecture's GGUF name and hyper-parameters (`<arch>.*`, from
-// Architecture::gguf_arch), the tokenizer stored with the model
-// (ckpt/gguf_vocab.h) with the chat template of the folder's
-// tokenizer_config.json (tokenizer.chat_template) when it has one, and the weights under
-// llama.cpp's tensor names, which each architecture maps (Architecture::gguf_tensors). For the
-// Llama family (Llama, Qwen2, Mistral):
+// Architecture::gguf_arch; rotary keys only for rotary positions, the norm
+// epsilon under the key of the block's norm), a tokenizer (ckpt/gguf_vocab.h:
+// the one stored with the model, or any load_tokenizer() spec given instead)
+// with the chat template of the folder's tokenizer_config.json
+// (tokenizer.chat_template) when it has one, and the weights under llama.cpp's
+// tensor names, which each architecture maps (Architecture::gguf_tensors). For
+// the Llama family (Llama, Qwen2, Mistral):
 //   wte                -> token_embd.weight          [V, C]
 //   h.N.ln1.weight     -> blk.N.attn_norm.weight     [C]      (always f32)
 //   h.N.attn.qkv       -> blk.N.attn_{q,k,v}.weight  q, k rows permuted (rope_heads)
@@ -14,8 +16,13 @@
 //   h.N.mlp.down       -> blk.N.ffn_down.weight
 //   ln_f.weight        -> output_norm.weight         [C]      (always f32)
 //   lm_head.weight     -> output.weight              (absent when tied)
+// For GPT-2 (llama.cpp's "gpt2"): wpe -> position_embd.weight [T, C], the
+// fused QKV whole as blk.N.attn_qkv.{weight,bias} (rows [q; k; v]), the
+// MLP as blk.N.ffn_{up,down}, and every norm and projection with its bias
+// (`.bias` beside `.weight`).
 // A model llama.cpp would run differently (a sliding window shorter than the
-// context) is refused rather than written.
+// context) is refused rather than written, and so is one without a tokenizer
+// (llama.cpp refuses to load a GGUF that has none).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,7 +40,7 @@ const std::vector<std::string>& gguf_recipes();
 void check_gguf_recipe(const std::string& recipe);
 // The type of GGUF tensor `name` of `shape` under `recipe` in a model of
 // n_layer layers, tied or not:
-//   - 1-d tensors (norms) f32;
+//   - 1-d tensors (norms, biases) f32;
 //   - the output projection (token_embd when tied) q6_k under every 4-bit
 //     recipe, as llama.cpp;
 //   - q4_k_m: q6_k for attn_v and ffn_down in layers i with i < n/8,
@@ -46,21 +53,25 @@ GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, co
                           int64_t n_layer, bool tied);
 
 struct GgufExportOptions {
-  std::string type = "f16";      // a recipe (gguf_recipes); 1-D norm weights stay f32
-  std::string name;              // general.name; "" = the model folder's name
-  bool tokenizer = true;         // false: no tokenizer.ggml.* metadata
+  std::string type = "f16";  // a recipe (gguf_recipes); 1-D tensors stay f32
+  std::string name;          // general.name; "" = the model folder's name
+  // A load_tokenizer() spec to write instead of the model's stored tokenizer;
+  // "" = the stored one.
+  std::string tokenizer;
   bool allow_nonfinite = false;  // export weights holding NaN or Inf (with a warning)
 };
 
 struct GgufExportResult {
   int64_t tensors = 0;
-  std::string tokenizer;  // "llama", "gpt2" or "" (none)
+  std::string tokenizer;  // "llama" or "gpt2"; "" for a requantised GGUF input that has none
 };
 
-// Writes OUT atomically. nk::Error (and OUT untouched) for a model that is
-// not Llama-family, an unreadable model (naming the file), a model without a
-// stored tokenizer when opt.tokenizer, a tokenizer without a GGUF form, or a
-// recipe that is none of gguf_recipes().
+// Writes OUT atomically. nk::Error (and OUT untouched) for an architecture
+// without a GGUF form, an unreadable model (naming the file), no tokenizer
+// (none stored and none in opt.tokenizer: the message says to pass
+// --tokenizer SPEC), a tokenizer without a GGUF form or with more ids than
+// the model's vocab_size (naming the spec), or a recipe that is none of
+// gguf_recipes().
 GgufExportResult export_gguf(const std::string& model_dir, const std::string& out_path,
                              const GgufExportOptions& opt);
 

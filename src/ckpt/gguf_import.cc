@@ -177,12 +177,16 @@ ModelConfig gguf_model_config(const GgufFile& f) {
                     ? positive(f, k + "attention.head_count_kv", limits::kHeads)
                     : c.n_head;
   c.max_seq_len = positive(f, k + "context_length", limits::kSeqLen);
-  c.norm_eps = f.get_float(k + "attention.layer_norm_rms_epsilon", 1e-5);
-  c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
+  // The keys follow the block, as in export: the epsilon under its norm's
+  // key, rotary settings only for rotary positions.
+  const BlockSpec spec = arch.block();
+  const bool rotary = !spec.learned_positions;
+  c.norm_eps = f.get_float(k + gguf_norm_eps_key(spec), 1e-5);
+  if (rotary) c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
   if (c.d_model % c.n_head)
     fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
          k, c.n_head, k, c.d_model);
-  if (c.head_dim() % 2 != 0)
+  if (rotary && c.head_dim() % 2 != 0)
     fail(
         "GGUF '{}': head size {} ({}embedding_length / head_count) is odd; rotary embeddings "
         "need an even one",
@@ -203,7 +207,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     fail("GGUF '{}': {}vocab_size = {} but token_embd.weight has {} rows", f.path(), k,
          f.get_int(k + "vocab_size"), c.vocab_size);
   c.tied_embeddings = f.find("output.weight") == nullptr;
-  read_rope_scaling(f, ga, c);
+  if (rotary) read_rope_scaling(f, ga, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -251,12 +255,13 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
               arch.display_name());
   }
 
-  // The plan: 2-d parameters whose pieces are all block-quantised or F16
-  // stay so, in runs of consecutive pieces of one type.
+  // The plan: weight matrices that may be held so (block_quantizable: not
+  // GPT-2's learned positions, say) and whose pieces are all block-quantised
+  // or F16 stay so, in runs of consecutive pieces of one type.
   QuantPlan plan;
   for (auto& [name, ps] : pieces) {
     std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
-    bool quantized = opt.keep_quantized;
+    bool quantized = opt.keep_quantized && block_quantizable(layout, layout.find(name));
     for (const Piece& p : ps) quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() == 2;
     if (!quantized) continue;
     std::vector<QuantRun> runs;

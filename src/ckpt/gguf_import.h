@@ -1,8 +1,11 @@
 // Loading a GGUF file of the Llama family (llama.cpp's "llama" and "qwen2"
-// architectures: Llama 1-3, Mistral without a sliding window, Qwen2) as a
-// Nekton model that runs directly, as llama.cpp would run it:
+// architectures: Llama 1-3, Mistral without a sliding window, Qwen2) or of
+// GPT-2 (llama.cpp's "gpt2") as a Nekton model that runs directly, as
+// llama.cpp would run it:
 //   - the hyper-parameters from `<arch>.*` metadata, RoPE scaling included
-//     (linear, yarn, and llama3's rope_freqs.weight recognised as such);
+//     (linear, yarn, and llama3's rope_freqs.weight recognised as such; no
+//     rotary keys for GPT-2's learned positions, and its epsilon under
+//     layer_norm_epsilon);
 //   - tensors under llama.cpp's names (the inverse of ckpt/gguf_export.h's
 //     table): q and k rows put back from llama.cpp's rotary order, q/k/v and
 //     gate/up fused into Nekton's parameters;
@@ -10,7 +13,9 @@
 //     F16, Q8_0, Q4_0, Q4_K and Q6_K matrices kept as they are (ops/quant.h:
 //     the products read them directly), their rows moved as raw bytes, so
 //     nothing is requantised; a fused parameter whose parts differ in type (Q4_K_M's
-//     attn_v) is held as runs of rows (model/transformer.h QuantPlan);
+//     attn_v) is held as runs of rows (model/transformer.h QuantPlan); what
+//     the model cannot hold so (learned positions, and the token embedding
+//     beside them) is decoded dense;
 //   - the tokenizer from tokenizer.ggml.* (ckpt/gguf_tokenizer.h) and the
 //     chat template from tokenizer.chat_template.
 // Every file error names the file and the key or tensor.

@@ -33,7 +33,8 @@ std::string pre_tokenizer_name(const std::string& pattern) {
   if (pattern == openai_pattern("o200k_base")) return "gpt-4o";
   fail(
       "the BPE tokenizer's pre-tokenizer regex is none that llama.cpp implements (GPT-2's, "
-      "cl100k_base's = Llama 3's, o200k_base's): {}; export with --no-tokenizer",
+      "cl100k_base's = Llama 3's, o200k_base's): {}; pass --tokenizer SPEC with one that has a "
+      "GGUF form",
       pattern);
 }
 
@@ -49,7 +50,7 @@ GgufVocab from_sentencepiece(const SentencePieceTokenizer& sp) {
   if (sp.model_type() != "bpe")
     fail(
         "SentencePiece model '{}' is of type {}; llama.cpp's SentencePiece tokenizer (\"llama\") "
-        "implements BPE models only; export with --no-tokenizer",
+        "implements BPE models only; pass --tokenizer SPEC with one that has a GGUF form",
         sp.path(), sp.model_type());
   GgufVocab v;
   v.model = "llama";
@@ -155,10 +156,15 @@ GgufVocab gguf_vocab(const Tokenizer& tok, int64_t model_vocab_size) {
   else if (tok.kind() == "bytes")
     v = from_bytes();
   else
-    fail("tokenizer of kind '{}' has no GGUF equivalent; export with --no-tokenizer", tok.kind());
+    fail(
+        "tokenizer of kind '{}' has no GGUF equivalent; pass --tokenizer SPEC with one that has "
+        "(SentencePiece BPE, byte-level BPE, bytes)",
+        tok.kind());
   if (int64_t(v.tokens.size()) > model_vocab_size)
-    fail("the tokenizer has {} ids, more than the model's vocab_size {}", v.tokens.size(),
-         model_vocab_size);
+    fail(
+        "the tokenizer has {} ids, more than the model's vocab_size {} (not the tokenizer the "
+        "model was trained with?)",
+        v.tokens.size(), model_vocab_size);
   pad_to(v, model_vocab_size);
   return v;
 }

@@ -53,6 +53,10 @@ void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
   decoder_params(p, c, block());
 }
 
+std::string gguf_norm_eps_key(const BlockSpec& spec) {
+  return spec.rms_norm ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon";
+}
+
 ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen,
                          const std::vector<std::string>& quantized) {
   c.validate();  // bounded shapes (core/limits.h) before anything is sized from them

@@ -149,5 +149,9 @@ std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qk
 // rope_permute: q and k weight rows in llama.cpp's "llama" rotary order.
 std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,
                                                      bool rope_permute);
+// The `<gguf_arch>.` metadata key llama.cpp reads the norms' epsilon from,
+// which follows the norm: attention.layer_norm_rms_epsilon for RMSNorm,
+// attention.layer_norm_epsilon for LayerNorm (gpt2).
+std::string gguf_norm_eps_key(const BlockSpec& spec);
 
 }  // namespace nk

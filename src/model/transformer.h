@@ -83,6 +83,11 @@ using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
 // dense then; so does a tied head). nk::Error naming a matrix whose rows
 // are not a multiple of the type's block.
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
+// Whether parameter p of `layout` may be held block-quantised: a weight
+// matrix that is neither an adapter's, p-tuning's table nor learned
+// positions, and the token embedding only without learned positions (the
+// quantised embedding lookup adds none).
+bool block_quantizable(const ParamLayout& layout, const ParamInfo& p);
 
 // The part of the model one pipeline rank holds (parallel/pipeline_parallel.h):
 // its layer ranges (one, or with the interleaved schedule one per virtual

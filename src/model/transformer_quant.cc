@@ -7,14 +7,16 @@
 
 namespace nk {
 
+bool block_quantizable(const ParamLayout& layout, const ParamInfo& p) {
+  return p.shape.size() == 2 && !p.adapter && p.name != "wpe" && p.name != kPromptTable &&
+         !(p.name == "wte" && layout.has("wpe"));
+}
+
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
   const ParamLayout layout = model_layout(cfg);
-  const bool dense_wte = layout.has("wpe");
   QuantPlan plan;
   for (const ParamInfo& p : layout.params()) {
-    if (p.shape.size() != 2 || p.adapter || p.name == "wpe" || (dense_wte && p.name == "wte") ||
-        p.name == kPromptTable)
-      continue;
+    if (!block_quantizable(layout, p)) continue;
     if (p.shape[1] % ops::quant_block(type) != 0)
       fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
            ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],

@@ -43,7 +43,7 @@ struct ExportCase {
   }
   std::vector<std::string> args(const std::string& model, const std::string& out) const {
     if (kind == "hf") return {"export", "hf", model, out, "--overwrite"};
-    return {"export", "gguf", model, out, "--no-tokenizer"};
+    return {"export", "gguf", model, out, "--tokenizer", "bytes"};
   }
 };
 

@@ -216,11 +216,12 @@ TEST_F(HostileInput, NonFiniteWeightsAreRefusedByEveryReader) {
   EXPECT_TRUE(contains(r.out, want)) << r.out;
   EXPECT_FALSE(fs::exists(d_ / "out_hf"));
 
-  // GGUF export (Llama-family models only).
+  // GGUF export.
   auto llama = std::make_unique<Transformer>(model_preset("llama-tiny"), DType::F32, 1);
   ParamLayout::view(llama->params(), llama->layout().find("ln_f.weight")).data<float>()[0] = NAN;
   save_model(d_ / "nan_llama", *llama);
-  r = bounded_nekton("export gguf --no-tokenizer " + (d_ / "nan_llama") + " " + (d_ / "out.gguf"));
+  r = bounded_nekton("export gguf --tokenizer bytes " + (d_ / "nan_llama") + " " +
+                     (d_ / "out.gguf"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "tensor 'ln_f.weight' has 1 non-finite values")) << r.out;
   EXPECT_FALSE(fs::exists(d_ / "out.gguf"));

@@ -83,7 +83,7 @@ TEST(TokenizerCli, OptionsHaveDocsAndAMisspeltOneNamesTheNearest) {
            {"tokenizer info --help", {"tokenizer info options:", "--count INT", "(default 10)"}},
            {"tokenizer decode --help", {"--input STRING", "--output STRING"}},
            {"tokenizer train --help", {"--vocab-size INT", "--input STRING", "(one or more)"}},
-           {"export gguf --help", {"--name STRING", "general.name", "--no-tokenizer"}},
+           {"export gguf --help", {"--name STRING", "general.name", "--tokenizer STRING"}},
            {"import hf --help", {"--dtype STRING", "(default f32)", "--overwrite"}},
            {"curate train-classifier --help", {"--epoch INT", "(default 5)"}}}) {
     RunResult r = run_nekton(c.help);

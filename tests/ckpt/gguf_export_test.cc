@@ -1,7 +1,9 @@
 // `nekton export gguf`: the writer's encodings, the rotary row permutation,
 // every exported tensor and tokenizer array checked by an independent Python
-// reader written from the GGUF spec (tests/ckpt/gguf_reader.py), and the
-// command's errors (each leaves no output behind).
+// reader written from the GGUF spec (tests/ckpt/gguf_reader.py) for Llama and
+// GPT-2 models with the stored tokenizer or one given by --tokenizer, GPT-2
+// files loaded back by the importer, and the command's errors (each leaves
+// no output behind).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/gguf_export.h"
+#include "ckpt/gguf_import.h"
 #include "ckpt/gguf_reader.h"
 #include "ckpt/gguf_vocab.h"
 #include "ckpt/gguf_writer.h"
@@ -144,52 +147,54 @@ TEST(GgufVocab, BpeBosIsTheVocabularysOwnElseItsEndOfText) {
 
 // ---- whole exports, read back by tests/ckpt/gguf_reader.py
 
+// What the Python reader checks the file's tokenizer against: each id's
+// bytes, the specials and the BOS/EOS (and SentencePiece's unk and scores).
 void write_expect(const std::string& path, const std::string& type, const std::string& name,
-                  const Tokenizer* tok, const std::string& gguf_model) {
-  nlohmann::json j = {{"type", type}, {"name", name}};
-  if (!tok) {
-    j["tokenizer"] = nullptr;
+                  const Tokenizer& tok, const std::string& gguf_model) {
+  nlohmann::json j = {{"type", type}, {"name", name}, {"tokenizer", gguf_model}};
+  std::vector<std::string> bytes_hex;
+  auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok);
+  for (int32_t id = 0; id < int32_t(tok.vocab_size()); ++id) {
+    bool hole = bpe && size_t(id) < bpe->vocab().tokens.size() && bpe->vocab().tokens[id].empty();
+    bytes_hex.push_back(hole ? "" : hex(tok.token_bytes(id)));
+  }
+  j["token_bytes_hex"] = bytes_hex;
+  std::vector<int32_t> specials;
+  for (auto& [text, id] : tok.special_tokens()) specials.push_back(id);
+  j["specials"] = specials;
+  j["eos"] = tok.eod_id();
+  if (auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tok)) {
+    j["bos"] = sp->bos_id();
+    j["unk"] = sp->unk_id();
+    std::vector<float> scores;
+    for (int32_t id = 0; id < int32_t(sp->vocab_size()); ++id) scores.push_back(sp->score(id));
+    j["scores"] = scores;
   } else {
-    j["tokenizer"] = gguf_model;
-    std::vector<std::string> bytes_hex;
-    auto* bpe = dynamic_cast<const BpeTokenizer*>(tok);
-    for (int32_t id = 0; id < int32_t(tok->vocab_size()); ++id) {
-      bool hole = bpe && size_t(id) < bpe->vocab().tokens.size() && bpe->vocab().tokens[id].empty();
-      bytes_hex.push_back(hole ? "" : hex(tok->token_bytes(id)));
-    }
-    j["token_bytes_hex"] = bytes_hex;
-    std::vector<int32_t> specials;
-    for (auto& [text, id] : tok->special_tokens()) specials.push_back(id);
-    j["specials"] = specials;
-    j["eos"] = tok->eod_id();
-    if (auto* sp = dynamic_cast<const SentencePieceTokenizer*>(tok)) {
-      j["bos"] = sp->bos_id();
-      j["unk"] = sp->unk_id();
-      std::vector<float> scores;
-      for (int32_t id = 0; id < int32_t(sp->vocab_size()); ++id) scores.push_back(sp->score(id));
-      j["scores"] = scores;
-    } else {
-      j["bos"] = tok->eod_id();
-    }
+    // The vocabulary's own BOS, else GPT-2's <|endoftext|> begins as it ends.
+    j["bos"] = tok.bos_id() >= 0 ? tok.bos_id() : tok.eod_id();
   }
   write_file(path, j.dump());
 }
 
-// Exports `model_dir` with the CLI and checks the file with the Python reader.
-void export_and_read(const TempDir& dir, const std::string& model_dir, const std::string& type,
-                     const std::string& spec, const std::string& gguf_model) {
-  SCOPED_TRACE(type + " " + (spec.empty() ? "no tokenizer" : spec));
+// Exports `model_dir` with the CLI (`flags` added) and checks the file with
+// the Python reader, its tokenizer against `spec`'s (the model's stored one,
+// or the one `flags` give). Returns the file.
+std::string export_and_read(const TempDir& dir, const std::string& model_dir,
+                            const std::string& type, const std::string& spec,
+                            const std::string& gguf_model, const std::string& flags = "") {
+  SCOPED_TRACE(type + " " + spec + " " + flags);
   std::string out = dir / ("model-" + type + ".gguf"), expect = dir / "expect.json";
-  auto r = run_nekton(fmt::format("export gguf {} {} --type {} --name tiny-{}{}", model_dir, out,
-                                  type, type, spec.empty() ? " --no-tokenizer" : ""));
-  ASSERT_EQ(r.code, 0) << r.out;
-  std::unique_ptr<Tokenizer> tok = spec.empty() ? nullptr : load_tokenizer(spec);
-  write_expect(expect, type, "tiny-" + type, tok.get(), gguf_model);
+  auto r = run_nekton(fmt::format("export gguf {} {} --type {} --name tiny-{} {}", model_dir, out,
+                                  type, type, flags));
+  EXPECT_EQ(r.code, 0) << r.out;
+  if (r.code != 0) return out;
+  write_expect(expect, type, "tiny-" + type, *load_tokenizer(spec), gguf_model);
   auto py = run_command(fmt::format("/usr/bin/python3 {}/tests/ckpt/gguf_reader.py {} {} {}",
                                     NK_SOURCE_DIR, out, model_dir, expect));
   EXPECT_EQ(py.code, 0) << py.out;
-  std::cout << "[" << type << ", " << (spec.empty() ? "no tokenizer" : gguf_model) << "] "
+  std::cout << "[" << type << ", " << gguf_model << (flags.empty() ? "" : ", " + flags) << "] "
             << py.out;
+  return out;
 }
 
 TEST(GgufExport, SentencePieceModelEveryTypeMatchesIndependentReader) {
@@ -215,12 +220,152 @@ TEST(GgufExport, Gpt2BpeTiedModelMatchesIndependentReader) {
   for (const char* type : {"f16", "q8_0"}) export_and_read(dir, model, type, "gpt2", "gpt2");
 }
 
-TEST(GgufExport, BytesTokenizerAndNoTokenizer) {
+TEST(GgufExport, BytesTokenizer) {
   TempDir dir("gguf_bytes");
   std::string model = dir / "model";
   save_tiny_model(model, tiny_llama(257, false), 13, "bytes");
   export_and_read(dir, model, "f32", "bytes", "gpt2");
-  export_and_read(dir, model, "q8_0", "", "");
+  export_and_read(dir, model, "q8_0", "bytes", "gpt2");
+}
+
+// --tokenizer SPEC: any tokenizer Nekton reads goes in (SentencePiece, a
+// trained BPE folder, its .tiktoken file, bytes) for a model that has none
+// stored, and replaces a stored one; the reader checks every token, the
+// specials and the BOS/EOS ids.
+TEST(GgufExport, TokenizerSpecAttachesAnyTokenizer) {
+  TempDir dir("gguf_tok_spec");
+  std::string spm = train_small_spm(dir, 400);
+  std::string bpe = train_small_bpe(dir, 380, "gpt2");  // 379 tokens + <|endoftext|>
+  std::string model = dir / "model";
+  save_tiny_model(model, tiny_llama(416, false), 14, "");
+  std::string out = export_and_read(dir, model, "f32", spm, "llama", "--tokenizer " + spm);
+  auto f = GgufFile::open(out);
+  auto sp = SentencePieceTokenizer::open(spm);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(f->get_strings("tokenizer.ggml.tokens").size(), 416u);  // padded to vocab_size
+  EXPECT_EQ(f->get_int("tokenizer.ggml.bos_token_id"), sp->bos_id());
+  EXPECT_EQ(f->get_int("tokenizer.ggml.eos_token_id"), sp->eod_id());
+
+  out = export_and_read(dir, model, "q8_0", bpe, "gpt2", "--tokenizer " + bpe);
+  f = GgufFile::open(out);
+  auto tok = load_tokenizer(bpe);
+  ASSERT_EQ(tok->vocab_size(), 380);
+  const int32_t eot = tok->eod_id();
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), "gpt-2");
+  const std::vector<std::string> tokens = f->get_strings("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 416u);
+  EXPECT_EQ(tokens[size_t(eot)], "<|endoftext|>");
+  EXPECT_EQ(f->get_ints("tokenizer.ggml.token_type")[size_t(eot)], kTokControl);
+  EXPECT_EQ(f->get_int("tokenizer.ggml.bos_token_id"), eot);
+  EXPECT_EQ(f->get_int("tokenizer.ggml.eos_token_id"), eot);
+
+  export_and_read(dir, model, "f32", bpe + "/vocab.tiktoken", "gpt2",
+                  "--tokenizer " + bpe + "/vocab.tiktoken");
+  // A stored tokenizer is replaced by the one given.
+  save_tiny_model(model, tiny_llama(416, false), 14, "bytes");
+  export_and_read(dir, model, "f16", spm, "llama", "--tokenizer " + spm);
+  export_and_read(dir, model, "f16", "bytes", "gpt2");
+}
+
+// llama.cpp's "gpt2": its tensor names (fused attn_qkv, position_embd, a
+// bias beside every norm and projection weight; output.weight only when
+// untied) and keys (layer_norm_epsilon, no rotary keys), checked tensor by
+// tensor by the Python reader.
+TEST(GgufExport, Gpt2ModelMatchesIndependentReader) {
+  TempDir dir("gguf_gpt2");
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    std::string model = dir / (tied ? "tied" : "untied");
+    save_tiny_model(model, tiny_gpt2(257, tied), tied ? 15 : 16, "bytes");
+    for (const char* type : {"f32", "f16", "q8_0"}) {
+      std::string out = export_and_read(dir, model, type, "bytes", "gpt2");
+      auto f = GgufFile::open(out);
+      EXPECT_EQ(f->get_string("general.architecture"), "gpt2");
+      EXPECT_EQ(f->get_int("gpt2.context_length"), 64);
+      EXPECT_FLOAT_EQ(float(f->get_float("gpt2.attention.layer_norm_epsilon")), 1e-5f);
+      EXPECT_FALSE(f->has("gpt2.attention.layer_norm_rms_epsilon"));
+      EXPECT_FALSE(f->has("gpt2.rope.freq_base"));
+      EXPECT_FALSE(f->has("gpt2.rope.dimension_count"));
+      EXPECT_EQ(f->tensor("position_embd.weight").shape, (Shape{64, 64}));
+      EXPECT_EQ(f->tensor("blk.1.attn_qkv.weight").shape, (Shape{3 * 64, 64}));
+      EXPECT_EQ(f->tensor("blk.1.attn_qkv.bias").shape, (Shape{3 * 64}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_up.bias").shape, (Shape{256}));
+      EXPECT_EQ(f->tensor("output_norm.bias").type, uint32_t(GgmlType::F32));
+      EXPECT_EQ(f->find("output.weight") != nullptr, !tied);
+      EXPECT_EQ(f->find("blk.0.attn_q.weight"), nullptr);
+    }
+  }
+}
+
+// f32 GPT-2 export, then GGUF import: every parameter back bit for bit, the
+// same logits, and `generate` runs the file. f16: the matrices kept at 2
+// bytes but the learned positions (and the token embedding beside them)
+// decoded dense, which the model needs.
+TEST(GgufExport, Gpt2RoundTripsThroughImport) {
+  TempDir dir("gguf_gpt2_import");
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    std::string model = dir / (tied ? "tied" : "untied");
+    ModelConfig c = tiny_gpt2(257, tied);
+    c.norm_eps = 1e-6;  // not the importer's default
+    save_tiny_model(model, c, tied ? 17 : 18, "bytes");
+    std::string gguf = dir / "m.gguf";
+    RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", model, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    GgufModel g = load_gguf_model(gguf);
+    auto original = load_model(model, DType::F32);
+    const ModelConfig& got = g.model->config();
+    EXPECT_EQ(got.arch, "gpt2");
+    EXPECT_EQ(got.n_layer, c.n_layer);
+    EXPECT_EQ(got.d_model, c.d_model);
+    EXPECT_EQ(got.n_head, c.n_head);
+    EXPECT_EQ(got.d_ff, c.d_ff);
+    EXPECT_EQ(got.max_seq_len, c.max_seq_len);
+    EXPECT_EQ(got.vocab_size, c.vocab_size);
+    EXPECT_EQ(got.tied_embeddings, tied);
+    EXPECT_FLOAT_EQ(float(got.norm_eps), float(c.norm_eps));
+    ASSERT_EQ(g.model->layout().params().size(), original->layout().params().size());
+    for (const ParamInfo& p : original->layout().params()) {
+      Tensor want = original->param_f32(p),
+             back = g.model->param_f32(g.model->layout().find(p.name));
+      EXPECT_EQ(0, std::memcmp(want.data<float>(), back.data<float>(), size_t(p.numel()) * 4))
+          << p.name;
+    }
+    ASSERT_TRUE(g.tokenizer);
+    const std::vector<int32_t> prompt = g.tokenizer->encode("The model writes a file.");
+    EXPECT_EQ(prompt, load_tokenizer("bytes")->encode("The model writes a file."));
+    const int64_t T = int64_t(prompt.size());
+    auto logits = [&](Transformer& m) {
+      Activations acts(m, 1, T, false);
+      Tensor tok = Tensor::empty({1, T}, DType::I32);
+      std::copy(prompt.begin(), prompt.end(), tok.data<int32_t>());
+      Tensor out = Tensor::empty({T, c.vocab_size}, DType::F32);
+      m.forward_all_logits(acts, tok, out);
+      return std::vector<float>(out.data<float>(), out.data<float>() + T * c.vocab_size);
+    };
+    const std::vector<float> want = logits(*original);
+    EXPECT_EQ(logits(*g.model), want);
+
+    r = run_nekton(fmt::format("export gguf {} {} --type f16", model, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    GgufModel h = load_gguf_model(gguf);
+    EXPECT_EQ(h.model->frozen_weights(), FrozenWeights::Quantized);
+    const std::vector<float> half = logits(*h.model);
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err = std::max(err, double(std::fabs(half[i] - want[i])));
+      scale = std::max(scale, double(std::fabs(want[i])));
+    }
+    EXPECT_LE(err, 1e-2 * scale);
+
+    r = run_nekton(
+        fmt::format("generate generate.model={} generate.prompt=Hello generate.max_tokens=4 "
+                    "generate.temperature=0",
+                    gguf));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "Hello")) << r.out;
+  }
 }
 
 // ---- the command's errors: exit 1, a message naming the problem, no output
@@ -243,18 +388,9 @@ TEST(GgufExportCli, Help) {
   RunResult r = run_nekton("export gguf --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(contains(r.out, "--type") && contains(r.out, "q8_0") &&
-              contains(r.out, "--no-tokenizer"))
+              contains(r.out, "--tokenizer SPEC") && contains(r.out, "GPT-2"))
       << r.out;
-}
-
-TEST(GgufExportCli, Gpt2ModelIsRefused) {
-  CliCase t;
-  ModelConfig c = tiny_llama(257, true);
-  c.arch = "gpt2";
-  c.n_kv_head = c.n_head;
-  save_tiny_model(t.dir / "gpt2m", c, 1, "bytes");
-  t.expect_error(t.dir / "gpt2m" + " " + t.out,
-                 {"GGUF export does not support the GPT-2 architecture", "gpt2m", "is gpt2"});
+  EXPECT_FALSE(contains(r.out, "--no-tokenizer")) << r.out;
 }
 
 // RoPE scaling llama.cpp would not apply as Nekton does: refused, not
@@ -286,14 +422,35 @@ TEST(GgufExportCli, RopeScalingLlamaCppCannotReadIsRefused) {
   EXPECT_EQ(t.run(t.dir / "y2" + " " + t.out).code, 0);
 }
 
-TEST(GgufExportCli, MissingTokenizerNeedsFlag) {
+// llama.cpp refuses to load a GGUF without a tokenizer, so no such file is
+// written: a model with none stored needs --tokenizer, which the message
+// says, and --no-tokenizer is refused saying why. A tokenizer larger than
+// the vocabulary, or one that cannot be opened, is named.
+TEST(GgufExportCli, NoTokenizerIsRefusedSayingHowToGiveOne) {
   CliCase t;
   std::string m = t.dir / "m";
   save_tiny_model(m, tiny_llama(257, false), 2, "");
-  t.expect_error(m + " " + t.out, {"no tokenizer", "--no-tokenizer"});
-  RunResult r = t.run(m + " " + t.out + " --no-tokenizer");
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "tokenizer none")) << r.out;
+  t.expect_error(m + " " + t.out, {"model '" + m + "' has no tokenizer stored",
+                                   "llama.cpp cannot load a GGUF without one", "--tokenizer SPEC",
+                                   "FILE.model", "gpt2"});
+  t.expect_error(m + " " + t.out + " --no-tokenizer",
+                 {"--no-tokenizer is no longer accepted",
+                  "llama.cpp cannot load a GGUF without a tokenizer", "--tokenizer SPEC"});
+  std::string spm = train_small_spm(t.dir, 400);
+  t.expect_error(m + " " + t.out + " --tokenizer " + spm,
+                 {"--tokenizer '" + spm + "'", "400 ids", "vocab_size 257"});
+  t.expect_error(m + " " + t.out + " --tokenizer " + (t.dir / "nowhere"),
+                 {"--tokenizer '" + (t.dir / "nowhere") + "'", "not a tokenizer file or folder"});
+  RunResult r = t.run(m + " " + t.out + " --tokenizer bytes");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "tokenizer gpt2")) << r.out;
+  // A GGUF input keeps its own tokenizer.
+  RunResult q = run_nekton(
+      fmt::format("quantize {} {} --tokenizer bytes", t.out, std::string(t.dir / "q.gguf")));
+  EXPECT_EQ(q.code, 1) << q.out;
+  EXPECT_TRUE(contains(q.out, "--tokenizer") && contains(q.out, "a GGUF input keeps its metadata"))
+      << q.out;
+  EXPECT_FALSE(std::filesystem::exists(t.dir / "q.gguf"));
 }
 
 TEST(GgufExportCli, UnreadableModelNamesTheFile) {

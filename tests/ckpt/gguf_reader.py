@@ -6,16 +6,19 @@ came from.
 usage: gguf_reader.py FILE.gguf MODEL_DIR EXPECT.json
 
 EXPECT.json: {"type": "f32"|"f16"|"bf16"|"q8_0", "name": str,
-              "tokenizer": "llama"|"gpt2"|null,
+              "tokenizer": "llama"|"gpt2",
               "token_bytes_hex": [hex of Tokenizer::token_bytes(id), ...],
               "specials": [ids], "bos": id, "eos": id, "unk": id}
 
-Checks: header, metadata types and values, tensor infos (dims, types,
+Checks: header, metadata types and values (llama.cpp's keys for the model's
+architecture: "llama" with rotary keys and the RMS norm epsilon, "gpt2"
+with the LayerNorm epsilon and no rotary keys), tensor infos (dims, types,
 alignment, no overlap, inside the file), every tensor against
-MODEL_DIR/model.safetensors after undoing the q/k permutation and the
-q|k|v and gate|up splits (f32 exact; f16/bf16 equal to the round-to-nearest-
-even of the f32 weight; q8_0 within half the block's stored scale), and the
-tokenizer arrays (each token spells the bytes Nekton's tokenizer gives it).
+MODEL_DIR/model.safetensors (llama: after undoing the q/k permutation and
+the q|k|v and gate|up splits; gpt2: fused attn_qkv, learned positions and
+every bias) (f32 exact; f16/bf16 equal to the round-to-nearest-even of the
+f32 weight; q8_0 within half the block's stored scale), and the tokenizer
+arrays (each token spells the bytes Nekton's tokenizer gives it).
 Prints one line per check group with the measured differences; exits 1 on
 any failure.
 """
@@ -184,23 +187,31 @@ def main():
     # ---- metadata
     C, L, H, KV = cfg["d_model"], cfg["n_layer"], cfg["n_head"], cfg["n_kv_head"]
     F, V, hd = cfg["d_ff"], cfg["vocab_size"], cfg["d_model"] // cfg["n_head"]
+    arch = cfg["arch"]
+    check(arch in ("llama", "gpt2"), f"this reader checks llama and gpt2 exports, not {arch}")
     u32, f32, string = 4, 6, 8
     want = {
-        "general.architecture": (string, "llama"),
+        "general.architecture": (string, arch),
         "general.name": (string, expect["name"]),
         "general.file_type": (u32, FILE_TYPES[expect["type"]]),
         "general.alignment": (u32, 32),
-        "llama.context_length": (u32, cfg["max_seq_len"]),
-        "llama.embedding_length": (u32, C),
-        "llama.block_count": (u32, L),
-        "llama.feed_forward_length": (u32, F),
-        "llama.attention.head_count": (u32, H),
-        "llama.attention.head_count_kv": (u32, KV),
-        "llama.rope.dimension_count": (u32, hd),
-        "llama.vocab_size": (u32, V),
-        "llama.rope.freq_base": (f32, cfg["rope_theta"]),
-        "llama.attention.layer_norm_rms_epsilon": (f32, cfg["norm_eps"]),
+        f"{arch}.context_length": (u32, cfg["max_seq_len"]),
+        f"{arch}.embedding_length": (u32, C),
+        f"{arch}.block_count": (u32, L),
+        f"{arch}.feed_forward_length": (u32, F),
+        f"{arch}.attention.head_count": (u32, H),
+        f"{arch}.attention.head_count_kv": (u32, KV),
+        f"{arch}.vocab_size": (u32, V),
     }
+    if arch == "llama":
+        want["llama.rope.dimension_count"] = (u32, hd)
+        want["llama.rope.freq_base"] = (f32, cfg["rope_theta"])
+        want["llama.attention.layer_norm_rms_epsilon"] = (f32, cfg["norm_eps"])
+    else:
+        # llama.cpp's gpt2 loader reads the LayerNorm epsilon; no rotary keys.
+        want["gpt2.attention.layer_norm_epsilon"] = (f32, cfg["norm_eps"])
+        for key in kv:
+            check(".rope." not in key and "rms" not in key, f"{key} in a gpt2 export")
     for key, (vtype, value) in want.items():
         check(key in kv, f"missing key {key}")
         if key not in kv:
@@ -227,7 +238,18 @@ def main():
     ref = {"token_embd.weight": weights["wte"], "output_norm.weight": weights["ln_f.weight"]}
     if not cfg["tied_embeddings"]:
         ref["output.weight"] = weights["lm_head.weight"]
-    for l in range(L):
+    if arch == "gpt2":
+        # llama.cpp's gpt2 tensors: one fused qkv ([q; k; v] rows), every bias.
+        ref["position_embd.weight"] = weights["wpe"]
+        ref["output_norm.bias"] = weights["ln_f.bias"]
+        for l in range(L):
+            h, b = f"h.{l}.", f"blk.{l}."
+            for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv", "attn_qkv"),
+                                 ("attn.proj", "attn_output"), ("ln2", "ffn_norm"),
+                                 ("mlp.up", "ffn_up"), ("mlp.down", "ffn_down")):
+                for w in ("weight", "bias"):
+                    ref[f"{b}{theirs}.{w}"] = weights[f"{h}{ours}.{w}"]
+    for l in range(L if arch == "llama" else 0):
         h, b = f"h.{l}.", f"blk.{l}."
         qkv, up = weights[h + "attn.qkv.weight"], weights[h + "mlp.up.weight"]
         ref[b + "attn_norm.weight"] = weights[h + "ln1.weight"]
@@ -292,12 +314,9 @@ def main():
                               if expect["type"] == "q8_0" else ""))
 
     # ---- tokenizer
-    tk = expect.get("tokenizer")
-    if tk is None:
-        check(not any(k.startswith("tokenizer.") for k in kv),
-              "tokenizer metadata present in a --no-tokenizer export")
-        print("tokenizer: none (as expected)")
-    else:
+    tk = expect["tokenizer"]
+    check("tokenizer.ggml.model" in kv, "no tokenizer metadata (llama.cpp cannot load the file)")
+    if "tokenizer.ggml.model" in kv:
         check(kv.get("tokenizer.ggml.model") == tk, f"tokenizer.ggml.model = "
               f"{kv.get('tokenizer.ggml.model')!r}, expected {tk!r}")
         _, etype, tokens = kv["tokenizer.ggml.tokens"]

@@ -1,5 +1,5 @@
-// Shared by the GGUF export tests: tiny saved Llama models with a tokenizer
-// stored beside them, and the files the Python reader and llama.cpp use.
+// Shared by the GGUF export tests: tiny saved Llama and GPT-2 models with a
+// tokenizer stored beside them, and the files the Python reader and llama.cpp use.
 #pragma once
 #include <fmt/format.h>
 
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "ckpt/model_io.h"
+#include "data/tokenizer/bpe_files.h"
+#include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
@@ -34,9 +36,18 @@ inline ModelConfig tiny_llama(int64_t vocab, bool tied) {
   return c;
 }
 
-// Saves a model with random weights to `dir` (norm weights random around 1,
-// so a norm written under the wrong name shows) and stores `tokenizer_spec`
-// with it unless it is empty.
+// A GPT-2 model of the same size (multi-head attention, MLP 4 d_model).
+inline ModelConfig tiny_gpt2(int64_t vocab, bool tied) {
+  ModelConfig c = tiny_llama(vocab, tied);
+  c.arch = "gpt2";
+  c.n_kv_head = c.n_head;
+  c.d_ff = 4 * c.d_model;
+  return c;
+}
+
+// Saves a model with random weights to `dir` (every 1-d parameter, norm
+// weights and biases, random around 1, so one written under the wrong name
+// shows) and stores `tokenizer_spec` with it unless it is empty.
 inline void save_tiny_model(const std::string& dir, const ModelConfig& c, uint64_t seed,
                             const std::string& tokenizer_spec) {
   Transformer m(c, DType::F32, seed);
@@ -91,6 +102,21 @@ inline std::string train_small_spm(const TempDir& dir, int64_t vocab) {
   o.num_threads = 1;
   write_file(path, train_sentencepiece(o));
   return path;
+}
+
+// A byte-level BPE vocabulary (as `nekton tokenizer train --type bpe` makes
+// one: <|endoftext|> after the merges) trained on sample_text with OpenAI
+// encoding `pattern`'s regex, saved to DIR/NAME; returns the folder.
+inline std::string train_small_bpe(const TempDir& dir, int64_t vocab, const std::string& pattern,
+                                   const std::string& name = "bpe") {
+  std::string corpus = dir / "bpe_corpus.txt", out = dir / name;
+  write_file(corpus, sample_text(100000));
+  BpeTrainOptions o;
+  o.vocab_size = vocab;
+  o.pattern = openai_pattern(pattern);
+  o.threads = 1;
+  save_bpe_tokenizer(train_bpe_from_files({corpus}, o), out);
+  return out;
 }
 
 inline std::string hex(const std::string& bytes) {

@@ -108,7 +108,7 @@ TEST(HfMistral, GgufExportRefusesAWindow) {
   Transformer model(c, DType::F32, 1);
   save_model(tmp / "model", model);
   RunResult r =
-      run_nekton("export gguf " + (tmp / "model") + " " + (tmp / "m.gguf") + " --no-tokenizer");
+      run_nekton("export gguf " + (tmp / "model") + " " + (tmp / "m.gguf") + " --tokenizer bytes");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "sliding-window attention (64 positions)")) << r.out;
   EXPECT_FALSE(fs::exists(tmp / "m.gguf"));

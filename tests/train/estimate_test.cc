@@ -17,21 +17,15 @@
 #include "test_util.h"
 #include "train/trainer.h"
 
+#include "train/corpus.h"
+
 namespace nk {
 namespace {
 
 namespace fs = std::filesystem;
 using test::run_nekton;
 
-std::string corpus_path() {
-  fs::path p = fs::path(NK_BINARY_DIR) / "estimate_corpus.txt";
-  if (!fs::exists(p)) {
-    std::ofstream o(p);
-    for (int i = 0; i < 400; ++i)
-      o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
-  }
-  return p.string();
-}
+using test::corpus_path;
 
 TrainConfig recipe(const std::vector<std::string>& extra) {
   std::vector<std::string> o = {"data.path=" + corpus_path(), "data.tokenizer=bytes",

@@ -8,21 +8,14 @@
 
 #include "ckpt/model_io.h"
 
+#include "train/corpus.h"
+
 namespace nk {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A small corpus of real text (the GCIDE dictionary is installed by setup).
-std::string corpus_path() {
-  fs::path p = fs::path(NK_BINARY_DIR) / "test_corpus.txt";
-  if (!fs::exists(p)) {
-    std::ofstream o(p);
-    for (int i = 0; i < 400; ++i)
-      o << "The quick brown fox " << i << " jumps over the lazy dog. Water is wet.\n";
-  }
-  return p.string();
-}
+using test::corpus_path;
 
 // `out` is emptied first: a folder left by an earlier run would be resumed.
 TrainConfig tiny(const std::string& out, DType dt, const std::string& preset = "gpt-tiny") {

@@ -1,6 +1,8 @@
 // GPT-2: LayerNorm with biases, GELU MLP, learned positions, biases on every
 // projection, multi-head attention. Hugging Face's GPT2LMHeadModel stores its
 // projections as Conv1D ([in, out]), so every matrix is transposed there.
+// llama.cpp's "gpt2" keeps the fused QKV projection as one tensor whose rows
+// are [q; k; v], as Nekton's are, and every matrix [out, in] as Nekton does.
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -129,6 +131,33 @@ class Gpt2 final : public Architecture {
   }
   std::string hf_tensor_prefix() const override { return "transformer."; }
   DType hf_default_dtype() const override { return DType::F32; }  // as GPT-2's are published
+
+  std::string gguf_arch() const override { return "gpt2"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    std::vector<ExternalTensor> out;
+    auto one = [&](const std::string& param, const std::string& name) {
+      out.push_back({name, param, "", false, 0});
+    };
+    auto with_bias = [&](const std::string& param, const std::string& name) {
+      one(param + ".weight", name + ".weight");
+      one(param + ".bias", name + ".bias");
+    };
+    one("wte", "token_embd.weight");
+    one("wpe", "position_embd.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
+      with_bias(h + "ln1", b + "attn_norm");
+      with_bias(h + "attn.qkv", b + "attn_qkv");
+      with_bias(h + "attn.proj", b + "attn_output");
+      with_bias(h + "ln2", b + "ffn_norm");
+      with_bias(h + "mlp.up", b + "ffn_up");
+      with_bias(h + "mlp.down", b + "ffn_down");
+    }
+    with_bias("ln_f", "output_norm");
+    // Tied: llama.cpp falls back to token_embd for the output projection.
+    if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+    return out;
+  }
 };
 
 }  // namespace
