@@ -4,7 +4,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
+#include <type_traits>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
@@ -100,6 +103,228 @@ void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const Adam
   }
   dispatch_float(param_copy.dtype(), "adamw_step", [&](auto tag) {
     adamw_kernel(pp, pg, pm, pv, param_copy.data<decltype(tag)>(), n, k);
+  });
+}
+
+}  // namespace nk::ops::cpu
+
+// ---- adamw_step_mixed: the optimizer state in reduced precision ----
+namespace nk::ops::cpu {
+namespace {
+
+// A bf16 master and the 16 bits its f32 value lost (TransformerEngine's
+// "param remainders"): hi is the f32 pattern rounded to nearest with ties
+// away from zero (adding half a bf16 ulp to the magnitude's bit pattern), so
+// whether hi was rounded up is the remainder's top bit, and hi with the
+// remainder gives the f32 pattern back exactly. Round-to-nearest-even could
+// not be undone: on a tie the remainder would not say which way hi went.
+inline float join_master(uint16_t hi, uint16_t lo) {
+  uint32_t u = (uint32_t(hi) << 16) | lo;
+  if (lo & 0x8000u) u -= 0x10000u;
+  return std::bit_cast<float>(u);
+}
+inline void split_master(float x, uint16_t& hi, uint16_t& lo) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  lo = uint16_t(u);
+  hi = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u)  // NaN stays NaN
+                                       : uint16_t((u + 0x8000u) >> 16);
+}
+
+enum class MasterKind { F32, Bf16Remainder, Bf16Plain };
+
+struct MixedBuffers {
+  float* master32 = nullptr;      // MasterKind::F32
+  uint16_t* master16 = nullptr;   // bf16 bits, the other kinds
+  uint16_t* remainder = nullptr;  // Bf16Remainder
+  const float* g = nullptr;
+};
+
+// f16 moments: m is stored as m / sm and v as sqrt(v) / sv. sqrt(v) has the
+// dynamic range of |g| rather than its square (v of a gradient of 1e-4 is
+// 1e-8, below f16's smallest normal 6e-5), and a per-tensor power-of-two
+// scale, chosen each step from the new values' largest magnitude, puts that
+// largest one in [2^14, 2^15): no overflow (f16 max 65504), values down to
+// 2^-29 of the largest keep f16's 11 bits, to 2^-39 some of them; powers of
+// two make the scaling itself exact. bf16 has f32's exponent range, so bf16
+// moments are m and v as they are.
+struct MomentScales {
+  float m = 1.f, v = 1.f;          // read: the stored values' scales
+  float inv_m = 1.f, inv_v = 1.f;  // write: 1 / the new scales
+};
+
+template <typename M>
+inline void load_moments(const M* m, const M* v, int64_t i, const MomentScales& s, float& mi,
+                         float& vi) {
+  if constexpr (std::is_same_v<M, f16>) {
+    mi = load(m[i]) * s.m;
+    const float r = load(v[i]) * s.v;
+    vi = r * r;
+  } else {
+    mi = load(m[i]);
+    vi = load(v[i]);
+  }
+}
+
+template <typename M>
+inline void store_moments(M* m, M* v, int64_t i, const MomentScales& s, float mi, float vi) {
+  if constexpr (std::is_same_v<M, f16>) {
+    m[i] = store<f16>(mi * s.inv_m);
+    v[i] = store<f16>(std::sqrt(vi) * s.inv_v);
+  } else {
+    m[i] = store<M>(mi);
+    v[i] = store<M>(vi);
+  }
+}
+
+inline void atomic_max(std::atomic<uint32_t>& a, float x) {
+  // Non-negative floats order as their bit patterns.
+  uint32_t b = std::bit_cast<uint32_t>(x), cur = a.load(std::memory_order_relaxed);
+  while (b > cur && !a.compare_exchange_weak(cur, b, std::memory_order_relaxed)) {
+  }
+}
+
+// One pass over [0, n). maxes != nullptr: only measure the new moments'
+// largest |m| and sqrt(v) (f16's first pass); else update and store.
+template <typename M, MasterKind K, typename C>
+void mixed_pass(const MixedBuffers& b, M* m, M* v, C* copy, int64_t n, const AdamConsts& k,
+                const MomentScales& s, std::atomic<uint32_t>* maxes) {
+  parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
+    float max_m = 0.f, max_r = 0.f;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float gi = b.g[i] * k.gs;
+      float mi, vi;
+      load_moments(m, v, i, s, mi, vi);
+      mi = k.b1 * mi + (1.f - k.b1) * gi;
+      vi = k.b2 * vi + (1.f - k.b2) * gi * gi;
+      if (maxes) {
+        max_m = std::max(max_m, std::fabs(mi));
+        max_r = std::max(max_r, std::sqrt(vi));
+        continue;
+      }
+      float p;
+      if constexpr (K == MasterKind::F32)
+        p = b.master32[i];
+      else if constexpr (K == MasterKind::Bf16Remainder)
+        p = join_master(b.master16[i], b.remainder[i]);
+      else
+        p = load(bf16{b.master16[i]});
+      p = p * k.decay - k.lr * (mi * k.rbc1) / (std::sqrt(vi) * k.rbc2_sqrt + k.eps);
+      store_moments(m, v, i, s, mi, vi);
+      if constexpr (K == MasterKind::F32) {
+        b.master32[i] = p;
+        if (copy) copy[i] = store<C>(p);
+      } else if constexpr (K == MasterKind::Bf16Remainder) {
+        split_master(p, b.master16[i], b.remainder[i]);
+      } else {
+        b.master16[i] = store<bf16>(p).bits;
+      }
+    }
+    if (maxes) {
+      atomic_max(maxes[0], max_m);
+      atomic_max(maxes[1], max_r);
+    }
+  });
+}
+
+// The power of two putting `largest` in [2^14, 2^15) (1 for 0, inf or NaN:
+// a non-finite moment stays so and the trainer's check reports it).
+float f16_moment_scale(float largest) {
+  if (!(largest > 0.f) || !std::isfinite(largest)) return 1.f;
+  return std::ldexp(1.f, std::max(std::ilogb(largest) - 14, -126));
+}
+
+template <typename M, MasterKind K, typename C>
+void mixed_step(const MixedBuffers& b, M* m, M* v, C* copy, float* scales, int64_t n,
+                const AdamConsts& k) {
+  MomentScales s;
+  if constexpr (std::is_same_v<M, f16>) {
+    s.m = scales[0];
+    s.v = scales[1];
+    std::atomic<uint32_t> maxes[2] = {0u, 0u};
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, maxes);
+    const float new_m = f16_moment_scale(std::bit_cast<float>(maxes[0].load()));
+    const float new_v = f16_moment_scale(std::bit_cast<float>(maxes[1].load()));
+    s.inv_m = 1.f / new_m;
+    s.inv_v = 1.f / new_v;
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, nullptr);
+    scales[0] = new_m;
+    scales[1] = new_v;
+  } else {
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, nullptr);
+  }
+}
+
+}  // namespace
+
+void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
+                      Tensor scales, const AdamWParams& p, Tensor param_copy) {
+  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
+  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
+  const AdamConsts k{p.lr,
+                     p.beta1,
+                     p.beta2,
+                     p.eps,
+                     float(1.0 - double(p.lr) * double(p.weight_decay)),
+                     float(1.0 / bc1),
+                     float(1.0 / std::sqrt(bc2)),
+                     p.grad_scale};
+  MixedBuffers b;
+  b.g = grad.data<float>();
+  MasterKind kind = MasterKind::F32;
+  if (master.dtype() == DType::F32) {
+    b.master32 = master.data<float>();
+  } else {
+    b.master16 = reinterpret_cast<uint16_t*>(master.raw());
+    kind = remainder.defined() ? MasterKind::Bf16Remainder : MasterKind::Bf16Plain;
+    if (remainder.defined()) b.remainder = reinterpret_cast<uint16_t*>(remainder.raw());
+  }
+  float* sc = scales.defined() ? scales.data<float>() : nullptr;
+  const int64_t n = master.numel();
+  dispatch_float(m.dtype(), "adamw_step_mixed", [&](auto mtag) {
+    using M = decltype(mtag);
+    M *pm = m.data<M>(), *pv = v.data<M>();
+    switch (kind) {
+      case MasterKind::F32:
+        if (!param_copy.defined()) {
+          mixed_step<M, MasterKind::F32, float>(b, pm, pv, nullptr, sc, n, k);
+          return;
+        }
+        dispatch_float(param_copy.dtype(), "adamw_step_mixed", [&](auto ctag) {
+          using C = decltype(ctag);
+          mixed_step<M, MasterKind::F32, C>(b, pm, pv, param_copy.data<C>(), sc, n, k);
+        });
+        return;
+      case MasterKind::Bf16Remainder:
+        mixed_step<M, MasterKind::Bf16Remainder, float>(b, pm, pv, nullptr, sc, n, k);
+        return;
+      case MasterKind::Bf16Plain:
+        mixed_step<M, MasterKind::Bf16Plain, float>(b, pm, pv, nullptr, sc, n, k);
+        return;
+    }
+  });
+}
+
+void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32) {
+  const float* x = f32.data<float>();
+  auto* h = reinterpret_cast<uint16_t*>(hi.raw());
+  auto* r = remainder.defined() ? reinterpret_cast<uint16_t*>(remainder.raw()) : nullptr;
+  parallel_for(f32.numel(), 1 << 16, [&](int64_t lo, int64_t e) {
+    for (int64_t i = lo; i < e; ++i) {
+      uint16_t a, b;
+      split_master(x[i], a, b);
+      h[i] = a;
+      if (r) r[i] = b;
+    }
+  });
+}
+
+void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder) {
+  float* x = f32.data<float>();
+  const auto* h = reinterpret_cast<const uint16_t*>(hi.raw());
+  const auto* r =
+      remainder.defined() ? reinterpret_cast<const uint16_t*>(remainder.raw()) : nullptr;
+  parallel_for(f32.numel(), 1 << 16, [&](int64_t lo, int64_t e) {
+    for (int64_t i = lo; i < e; ++i) x[i] = r ? join_master(h[i], r[i]) : load(bf16{h[i]});
   });
 }
 
