@@ -184,6 +184,21 @@ void Transformer::sync_compute_params() {
     ops::convert(compute_params_.narrow0(0, params_.numel()), params_);
 }
 
+void Transformer::release_masters() {
+  NK_CHECK(compute_ == DType::BF16, "release_masters: a {} model's masters are its weights",
+           dtype_name(compute_));
+  params_ = Tensor::empty({0}, DType::F32, device_);
+}
+
+void Transformer::adopt_masters(Tensor masters) {
+  NK_CHECK(compute_ == DType::BF16 && masters.dtype() == DType::F32 && masters.ndim() == 1 &&
+               masters.is_contiguous() && masters.numel() <= layout_.dense_end() &&
+               masters.device() == device_,
+           "adopt_masters: {} for a {} model of {} dense elements", masters.desc(),
+           dtype_name(compute_), layout_.dense_end());
+  params_ = std::move(masters);
+}
+
 Tensor Transformer::param_f32(const ParamInfo& p) const {
   if (has_master(p)) return ParamLayout::view(params_, p);
   Tensor out = Tensor::empty(p.shape, DType::F32, device_);

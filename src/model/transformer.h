@@ -192,6 +192,13 @@ class Transformer {
   size_t weight_bytes() const;
   // Call after changing params() other than through the optimizer's fused copy.
   void sync_compute_params();
+  // A bf16 model whose optimizer keeps the masters itself (optim.master_dtype
+  // = bf16: the compute copy plus a compensation buffer): frees the f32
+  // masters, so that has_master() is false and param_f32() reads the compute
+  // copy. adopt_masters(f32 [n]) puts masters back (what a checkpoint save or
+  // export reads), n at most layout().dense_end(); the compute copy is not touched.
+  void release_masters();
+  void adopt_masters(Tensor masters);
   void zero_grads();
   // The seed of the next forward/backward's dropout masks (LoRA's); the
   // trainer sets one per micro-batch, so a resumed run draws the same.
