@@ -329,13 +329,13 @@ void Trainer::check_weights_finite() const {
   const bool any = max_over_ranks(bad > 0 ? 1 : 0) > 0;
   if (!any) return;
   std::string where = "on another rank";
-  for (const ParamInfo& p : model_->layout().params())
-    if (p.offset + p.numel() > w.numel()) {
-      continue;
-    } else if (int64_t n = ops::count_nonfinite(ParamLayout::view(w, p)); n > 0) {
+  for (const ParamInfo& p : model_->layout().params()) {
+    if (p.offset + p.numel() > w.numel()) continue;  // held apart from the arena
+    if (int64_t n = ops::count_nonfinite(ParamLayout::view(w, p)); n > 0) {
       where = fmt::format("{} of this rank's {} in '{}'", n, bad, p.name);
       break;
     }
+  }
   std::string last = find_latest_checkpoint(cfg_.checkpoint_root());
   fail(
       "step {}: the update left non-finite weights (NaN or Inf; {}), so nothing was saved; the "

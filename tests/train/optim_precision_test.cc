@@ -402,5 +402,35 @@ TEST(OptimPrecision, CheckpointRoundTripAcrossDtypes) {
   }
 }
 
+// Resume is exact with every choice: the checkpoint holds the bf16 moments
+// as they are, f16 ones as exact f32 values (the same scales come back), and
+// a bf16 master as its exact f32 value, which splits back into the same
+// weights and remainder.
+TEST(OptimPrecision, ResumeIsExactWithEveryChoice) {
+  const fs::path base = fs::path(NK_BINARY_DIR) / "optim_resume";
+  const std::vector<std::vector<std::string>> choices = {
+      {"optim.moment_dtype=bf16", "optim.master_dtype=bf16"},
+      {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.master_compensation=false"},
+      {"optim.moment_dtype=f16"},
+      {"optim.moment_dtype=f16", "optim.master_dtype=bf16"}};
+  for (const auto& keys : choices) {
+    Trainer straight(tiny((base / "straight").string(), keys));
+    straight.run();
+    TrainConfig cfg = tiny((base / "split").string(), keys);
+    cfg.exit_at_step = 5;
+    Trainer first(cfg);
+    first.run();
+    cfg.exit_at_step = 0;
+    Trainer second(cfg);
+    second.run();
+    std::vector<double> joined = losses(first), rest = losses(second);
+    joined.insert(joined.end(), rest.begin(), rest.end());
+    EXPECT_EQ(joined, losses(straight)) << keys.back();
+    EXPECT_EQ(f32_values(second.optimizer().masters_f32()),
+              f32_values(straight.optimizer().masters_f32()))
+        << keys.back();
+  }
+}
+
 }  // namespace
 }  // namespace nk
