@@ -1,6 +1,7 @@
-// AdamW kernel over flat f32 buffers (arguments checked by ops/adamw.cc), one
-// pass (PyTorch semantics), optionally writing the new params in the compute
-// dtype at the same time.
+// AdamW kernels (arguments checked by ops/adamw.cc), one pass (PyTorch
+// semantics): over flat f32 buffers, optionally writing the new params in the
+// compute dtype at the same time; and adamw_step_mixed, the same step with
+// its state in bf16/f16 and a bf16 master with its remainder.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -185,11 +186,147 @@ inline void atomic_max(std::atomic<uint32_t>& a, float x) {
 
 // One pass over [0, n). maxes != nullptr: only measure the new moments'
 // largest |m| and sqrt(v) (f16's first pass); else update and store.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define NK_ADAMW_MIXED_AVX512 1
+// GCC 12's intrinsics (slli/srli, cvtepu16, sqrt, max) start from
+// _mm512_undefined_*(), which -Wmaybe-uninitialized flags once inlined here
+// (clang has no such warning).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// 16 lanes of 16-bit values <-> f32 lanes of their bits (u32) or values.
+inline __m512i load_u16(const void* p, __mmask16 k) {
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p));
+}
+inline void store_u16(void* p, __mmask16 k, __m512i u) {
+  _mm256_mask_storeu_epi16(p, k, _mm512_cvtepi32_epi16(u));
+}
+inline __m512 widen_bf16(__m512i u) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+// store<bf16>'s rounding (nearest even, NaN kept quiet), 16 lanes.
+inline __m512i round_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(r, nan,
+                               _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+
+template <typename M>
+inline __m512 load_moment(const M* p, int64_t i, __mmask16 k) {
+  if constexpr (std::is_same_v<M, float>)
+    return _mm512_maskz_loadu_ps(k, p + i);
+  else if constexpr (std::is_same_v<M, bf16>)
+    return widen_bf16(load_u16(p + i, k));
+  else
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p + i));
+}
+
+template <typename M>
+inline void store_moment(M* p, int64_t i, __mmask16 k, __m512 x) {
+  if constexpr (std::is_same_v<M, float>)
+    _mm512_mask_storeu_ps(p + i, k, x);
+  else if constexpr (std::is_same_v<M, bf16>)
+    store_u16(p + i, k, round_bf16(x));
+  else
+    _mm256_mask_storeu_epi16(p + i, k,
+                             _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// mixed_pass's loop over [lo, hi), 16 lanes at a time; the tail is masked so
+// every element takes the same instructions whatever the chunking.
+template <typename M, MasterKind K, typename C>
+void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t hi,
+                 const AdamConsts& k, const MomentScales& s, bool measure, float& max_m,
+                 float& max_r) {
+  const __m512 gs = _mm512_set1_ps(k.gs), b1 = _mm512_set1_ps(k.b1), b2 = _mm512_set1_ps(k.b2);
+  const __m512 c1 = _mm512_set1_ps(1.f - k.b1), c2 = _mm512_set1_ps(1.f - k.b2);
+  const __m512 decay = _mm512_set1_ps(k.decay), lr = _mm512_set1_ps(k.lr);
+  const __m512 rbc1 = _mm512_set1_ps(k.rbc1), rbc2 = _mm512_set1_ps(k.rbc2_sqrt);
+  const __m512 eps = _mm512_set1_ps(k.eps);
+  const __m512 sm = _mm512_set1_ps(s.m), sv = _mm512_set1_ps(s.v);
+  const __m512 inv_m = _mm512_set1_ps(s.inv_m), inv_v = _mm512_set1_ps(s.inv_v);
+  __m512 vmax_m = _mm512_setzero_ps(), vmax_r = _mm512_setzero_ps();
+  for (int64_t i = lo; i < hi; i += 16) {
+    const __mmask16 mk = hi - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hi - i)) - 1);
+    const __m512 gi = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, b.g + i), gs);
+    __m512 mi = load_moment(m, i, mk), vi = load_moment(v, i, mk);
+    if constexpr (std::is_same_v<M, f16>) {  // m / sm and sqrt(v) / sv stored
+      mi = _mm512_mul_ps(mi, sm);
+      vi = _mm512_mul_ps(vi, sv);
+      vi = _mm512_mul_ps(vi, vi);
+    }
+    mi = _mm512_fmadd_ps(b1, mi, _mm512_mul_ps(c1, gi));
+    vi = _mm512_fmadd_ps(b2, vi, _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+    const __m512 root = _mm512_sqrt_ps(vi);
+    if (measure) {
+      vmax_m = _mm512_max_ps(vmax_m, _mm512_abs_ps(mi));
+      vmax_r = _mm512_max_ps(vmax_r, root);
+      continue;
+    }
+    __m512 p;
+    if constexpr (K == MasterKind::F32) {
+      p = _mm512_maskz_loadu_ps(mk, b.master32 + i);
+    } else if constexpr (K == MasterKind::Bf16Remainder) {
+      const __m512i h = load_u16(b.master16 + i, mk), r = load_u16(b.remainder + i, mk);
+      __m512i u = _mm512_or_si512(_mm512_slli_epi32(h, 16), r);
+      const __mmask16 up = _mm512_test_epi32_mask(r, _mm512_set1_epi32(0x8000));
+      u = _mm512_mask_sub_epi32(u, up, u, _mm512_set1_epi32(0x10000));
+      p = _mm512_castsi512_ps(u);
+    } else {
+      p = widen_bf16(load_u16(b.master16 + i, mk));
+    }
+    const __m512 den = _mm512_fmadd_ps(root, rbc2, eps);
+    const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, _mm512_mul_ps(mi, rbc1)), den);
+    p = _mm512_fmsub_ps(p, decay, step);
+    if constexpr (std::is_same_v<M, f16>) {
+      store_moment(m, i, mk, _mm512_mul_ps(mi, inv_m));
+      store_moment(v, i, mk, _mm512_mul_ps(root, inv_v));
+    } else {
+      store_moment(m, i, mk, mi);
+      store_moment(v, i, mk, vi);
+    }
+    if constexpr (K == MasterKind::F32) {
+      _mm512_mask_storeu_ps(b.master32 + i, mk, p);
+      if (copy) store_moment(copy, i, mk, p);
+    } else if constexpr (K == MasterKind::Bf16Remainder) {
+      const __m512i u = _mm512_castps_si512(p);
+      const __m512i lo16 = _mm512_and_si512(u, _mm512_set1_epi32(0xffff));
+      __m512i hi16 = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+          _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+      hi16 = _mm512_mask_mov_epi32(
+          hi16, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      store_u16(b.master16 + i, mk, hi16);
+      store_u16(b.remainder + i, mk, lo16);
+    } else {
+      store_u16(b.master16 + i, mk, round_bf16(p));
+    }
+  }
+  if (measure) {
+    max_m = std::max(max_m, _mm512_reduce_max_ps(vmax_m));
+    max_r = std::max(max_r, _mm512_reduce_max_ps(vmax_r));
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 template <typename M, MasterKind K, typename C>
 void mixed_pass(const MixedBuffers& b, M* m, M* v, C* copy, int64_t n, const AdamConsts& k,
                 const MomentScales& s, std::atomic<uint32_t>* maxes) {
   parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
     float max_m = 0.f, max_r = 0.f;
+#ifdef NK_ADAMW_MIXED_AVX512
+    mixed_range<M, K, C>(b, m, v, copy, lo, hi, k, s, maxes != nullptr, max_m, max_r);
+    hi = lo;  // done
+#endif
     for (int64_t i = lo; i < hi; ++i) {
       const float gi = b.g[i] * k.gs;
       float mi, vi;
