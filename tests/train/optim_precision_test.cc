@@ -338,8 +338,9 @@ TEST(OptimPrecision, TwoHundredStepsFollowF32Curve) {
       "f16 moments %.4f\n",
       worst(comp, 150), worst(plain, 150), worst(f16, 150));
   EXPECT_LT(worst(comp, 150), 0.01);
-  // f16 moments (f32 master) measured 0.0096 here: per-step losses near 0.15 make the
-  // relative figure noisy, so it is held to 2%.
+  // Measured: compensated 0.0084 (AVX-512 kernel) / 0.0065 (plain C++ loop), f16 moments
+  // 0.0066 / 0.0096; per-step losses near 0.15 make the relative figure noisy, so
+  // f16 moments, beyond what the issue asks, are held to 2%.
   EXPECT_LT(worst(f16, 150), 0.02);
   EXPECT_LT(ref.back(), ref.front() - 1.0);  // it learned
 }
