@@ -4,13 +4,16 @@
 #   scripts/setup.sh         building and running (`make quickstart`)
 #   scripts/setup.sh --test  also what only the tests, sanitizers, fuzzers and
 #                            format check use (`make test`)
+#   --list (after either): print the Debian packages, one a line, and stop
 set -euo pipefail
-test_too=0
-case "${1:-}" in
-  "") ;;
-  --test) test_too=1 ;;
-  *) echo "usage: scripts/setup.sh [--test]" >&2; exit 2 ;;
-esac
+test_too=0 list=0
+for a in "$@"; do
+  case "$a" in
+    --test) test_too=1 ;;
+    --list) list=1 ;;
+    *) echo "usage: scripts/setup.sh [--test] [--list]" >&2; exit 2 ;;
+  esac
+done
 
 # Building and running: the compiler, CMake, the libraries every subsystem
 # links (shared/DESIGN.md), Open MPI (src/dist, and mpirun to launch ranks) and
@@ -35,6 +38,10 @@ test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-nump
            fortunes-pl fortunes-cs python3.11-doc clang libclang-rt-14-dev libomp-14-dev llvm
            clang-format iproute2 procps)
 [ "$test_too" = 1 ] && pkgs+=("${test_pkgs[@]}")
+if [ "$list" = 1 ]; then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -21,6 +21,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "ops/ops.h"
 
 namespace nk {
 
@@ -488,8 +489,9 @@ void check_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
     if (e.shape != p.shape)
       fail("{}: tensor '{}' has shape {} in the checkpoint, but this model's is {}", file.path(),
            name, shape_str(e.shape), shape_str(p.shape));
-    if (e.dtype != DType::F32)
-      fail("{}: tensor '{}' is {}, expected F32", file.path(), name, dtype_name(e.dtype));
+    // bf16: AdamW moments saved as optim.moment_dtype=bf16 holds them.
+    if (e.dtype != DType::F32 && e.dtype != DType::BF16)
+      fail("{}: tensor '{}' is {}, expected F32 or BF16", file.path(), name, dtype_name(e.dtype));
   }
   for (const SafetensorsEntry& e : file.entries())
     if (starts_with(e.name, prefix.c_str()) && !wanted.count(e.name))
@@ -506,8 +508,17 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == layout.total(),
            "read_flat_tensors: flat buffer {} does not match the layout", flat.desc());
   check_flat_tensors(file, layout, prefix);
-  for (const ParamInfo& p : layout.params())
-    file.read_into(prefix + p.name, ParamLayout::view(flat, p));
+  for (const ParamInfo& p : layout.params()) {
+    const std::string name = prefix + p.name;
+    const DType stored = file.entry(name).dtype;
+    if (stored == DType::F32) {
+      file.read_into(name, ParamLayout::view(flat, p));
+      continue;
+    }
+    Tensor t = Tensor::empty(p.shape, stored);  // widened exactly into f32
+    file.read_into(name, t);
+    ops::convert(ParamLayout::view(flat, p), t);
+  }
 }
 
 void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
@@ -516,9 +527,18 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == local.total(),
            "read_flat_tensor_shards: flat buffer {} does not match the layout", flat.desc());
   check_flat_tensors(file, layout, prefix);
-  for (const ParamInfo& p : local.params())
-    file.read_slices_into(prefix + p.name, shard_ranges(layout.find(p.name), rank, n),
-                          ParamLayout::view(flat, p));
+  for (const ParamInfo& p : local.params()) {
+    const std::string name = prefix + p.name;
+    const DType stored = file.entry(name).dtype;
+    const auto ranges = shard_ranges(layout.find(p.name), rank, n);
+    if (stored == DType::F32) {
+      file.read_slices_into(name, ranges, ParamLayout::view(flat, p));
+      continue;
+    }
+    Tensor t = Tensor::empty(p.shape, stored);
+    file.read_slices_into(name, ranges, t);
+    ops::convert(ParamLayout::view(flat, p), t);
+  }
 }
 
 }  // namespace nk

@@ -150,7 +150,8 @@ std::string find_latest_checkpoint(const std::string& root);
 std::string recover_checkpoint_root(const std::string& root);
 
 // Reads file tensors `prefix + p.name` for every parameter of `layout` into the
-// matching views of `flat` (f32 [layout.total()]). Checks every tensor's
+// matching views of `flat` (f32 [layout.total()]; f32 or bf16 tensors in the
+// file, bf16 ones widened: optim.moment_dtype=bf16 moments). Checks every tensor's
 // presence, dtype and shape, and that the file holds no other `prefix` tensors,
 // before reading any: nk::Error naming the file, the tensor and both shapes.
 void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,

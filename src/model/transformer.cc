@@ -184,6 +184,21 @@ void Transformer::sync_compute_params() {
     ops::convert(compute_params_.narrow0(0, params_.numel()), params_);
 }
 
+void Transformer::release_masters() {
+  NK_CHECK(compute_ == DType::BF16, "release_masters: a {} model's masters are its weights",
+           dtype_name(compute_));
+  params_ = Tensor::empty({0}, DType::F32, device_);
+}
+
+void Transformer::adopt_masters(Tensor masters) {
+  NK_CHECK(compute_ == DType::BF16 && masters.dtype() == DType::F32 && masters.ndim() == 1 &&
+               masters.is_contiguous() && masters.numel() <= layout_.dense_end() &&
+               masters.device() == device_,
+           "adopt_masters: {} for a {} model of {} dense elements", masters.desc(),
+           dtype_name(compute_), layout_.dense_end());
+  params_ = std::move(masters);
+}
+
 Tensor Transformer::param_f32(const ParamInfo& p) const {
   if (has_master(p)) return ParamLayout::view(params_, p);
   Tensor out = Tensor::empty(p.shape, DType::F32, device_);
@@ -588,6 +603,44 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   }
 }
 
+std::vector<SavedActivation> Activations::saved(int64_t l) const {
+  std::vector<SavedActivation> out;
+  const bool training = dres.defined();
+  if (!training || l < 0 || l >= int64_t(layers.size()) || !res[size_t(l)].defined()) return out;
+  const Layer& y = layers[size_t(l)];
+  auto add = [&](const char* name, const Tensor& t) {
+    if (t.defined()) out.push_back({name, t});
+  };
+  add("res", res[size_t(l)]);
+  const Recompute r = recompute_of(l);
+  if (r == Recompute::Full) return out;  // the rest is the shared set it recomputes
+  add("res_mid", y.res_mid);
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"mean1", &y.mean1},
+                         {"rstd1", &y.rstd1},
+                         {"mean2", &y.mean2},
+                         {"rstd2", &y.rstd2},
+                         {"attn.qkv", &y.attn.qkv},
+                         {"attn.out", &y.attn.out},
+                         {"attn.lse", &y.attn.lse},
+                         {"mlp.h", &y.mlp.h}})
+    add(name, *t);
+  if (r == Recompute::None) {
+    add("ln1", y.ln1);
+    add("ln2", y.ln2);
+    add("mlp.a", y.mlp.a);
+  }
+  for (auto [name, acts] :
+       {std::pair<std::string, const nn::AdapterActs*>{"attn.qkv_adapters", &y.attn.qkv_adapters},
+        {"attn.proj_adapters", &y.attn.proj_adapters},
+        {"mlp.up_adapters", &y.mlp.up_adapters},
+        {"mlp.down_adapters", &y.mlp.down_adapters}}) {
+    if (!acts->defined()) continue;
+    if (acts->h.defined()) out.push_back({name + ".h", acts->h});
+    if (acts->stats.defined()) out.push_back({name + ".stats", acts->stats});
+  }
+  return out;
+}
+
 Tensor Activations::residual(int64_t l) const {
   NK_CHECK(l >= 0 && l < int64_t(res.size()), "Activations::residual({}) of {} layers", l,
            res.size() - 1);
@@ -638,7 +691,10 @@ void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
              l);
   const auto [cu, pos] = packed_tensors(packed);
   if (a.adapters) a.adapters->seed = dropout_seed_;
-  for (int64_t l = first; l < last; ++l) layer_forward(a, l, cu, pos, true);
+  for (int64_t l = first; l < last; ++l) {
+    layer_forward(a, l, cu, pos, true);
+    if (a.observer_ && a.dres.defined()) a.observer_->forward_done(a, l);
+  }
 }
 
 void Transformer::layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos,
@@ -716,6 +772,7 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
   for (int64_t l = last - 1; l >= first; --l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[size_t(l)];
+    if (a.observer_) a.observer_->backward_next(a, l);
     // What the layer's forward dropped, recomputed from what it kept: the
     // same kernels on the same inputs, so the same bits.
     if (a.recompute_of(l) == Recompute::Full) layer_forward(a, l, cu, pos, false);

@@ -197,6 +197,13 @@ class Transformer {
   size_t weight_bytes() const;
   // Call after changing params() other than through the optimizer's fused copy.
   void sync_compute_params();
+  // A bf16 model whose optimizer keeps the masters itself (optim.master_dtype
+  // = bf16: the compute copy plus a compensation buffer): frees the f32
+  // masters, so that has_master() is false and param_f32() reads the compute
+  // copy. adopt_masters(f32 [n]) puts masters back (what a checkpoint save or
+  // export reads), n at most layout().dense_end(); the compute copy is not touched.
+  void release_masters();
+  void adopt_masters(Tensor masters);
   void zero_grads();
   // The seed of the next forward/backward's dropout masks (LoRA's); the
   // trainer sets one per micro-batch, so a resumed run draws the same.
@@ -293,6 +300,32 @@ class Transformer {
   uint64_t dropout_seed_ = 0;
 };
 
+// One tensor a training layer keeps from its forward for its backward, and
+// only for it: layer l's input (res[l], written before layer l's forward)
+// and what layer l's forward writes for its own backward. Between the end of
+// layer l's forward (ActivationObserver::forward_done) and the start of its
+// backward (backward_next) nothing reads or writes it, so a policy may move
+// it elsewhere (offload to host memory, compress) and put it back. Buffers
+// several layers share (what recomputing layers drop, scratch) are not such
+// tensors.
+struct SavedActivation {
+  std::string name;  // "res", "ln1", "attn.qkv", "mlp.h", "mlp.up_adapters.h", ...
+  Tensor tensor;
+};
+
+class Activations;
+// Told where each training layer's saved tensors (Activations::saved) begin
+// and end their idle time, from blocks_forward and blocks_backward; the
+// hook an activation offload policy needs, outside the model code.
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  // Layer l's forward is done (its output written): its saved tensors idle.
+  virtual void forward_done(Activations& a, int64_t l) = 0;
+  // Layer l's backward (or its recompute) starts: they must hold their values.
+  virtual void backward_next(Activations& a, int64_t l) = 0;
+};
+
 // Every activation of one (B, T) micro-batch, allocated once. recompute
 // (training; empty: none): per layer, what it keeps (Recompute); layers that
 // recompute share one set of buffers for what they drop, so the plan
@@ -321,6 +354,15 @@ class Activations {
   // d loss / d residual stream [B, T, C] at the current stage boundary: what
   // a pipeline stage sends backward.
   Tensor residual_grad() const { return dres; }
+  // The tensors training layer l keeps for its backward alone (SavedActivation),
+  // per its Recompute: all of its own with none, without the norms' and the
+  // MLP activation's outputs with selective, its input alone with full.
+  // Empty for inference or a layer of another pipeline stage.
+  std::vector<SavedActivation> saved(int64_t l) const;
+  // Where layers report their saved tensors' idle time (null: nowhere). Not
+  // owned; it must outlive the steps that use this workspace.
+  void set_observer(ActivationObserver* o) { observer_ = o; }
+  ActivationObserver* observer() const { return observer_; }
 
  private:
   friend class Transformer;
@@ -350,6 +392,7 @@ class Activations {
   int64_t chunk = 0;
   std::vector<Recompute> recompute;  // [n_layer] in training, else empty
   int64_t bytes_ = 0;
+  ActivationObserver* observer_ = nullptr;
   Recompute recompute_of(int64_t l) const {
     return recompute.empty() ? Recompute::None : recompute[size_t(l)];
   }

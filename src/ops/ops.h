@@ -298,5 +298,22 @@ struct AdamWParams {
 // in its dtype in the same pass (the compute-dtype weights).
 void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
                 Tensor param_copy = Tensor());
+// The same step with its state in reduced precision (train/adamw.h's
+// optim.* keys); everything is computed in f32 and rounded once on store.
+// master: f32 [n] (param_copy as above), or bf16 [n], the compute weights
+// themselves (param_copy undefined). remainder: with a bf16 master, the low
+// 16 bits its f32 value lost (a bf16-typed 16-bit container; bf16_master_split)
+// or undefined for a plain bf16 master that rounds every update away.
+// m, v: f32, bf16 (round to nearest even) or f16 [n], one dtype. f16 holds
+// m / scales[0] and sqrt(v) / scales[1], scales (f32 [2], updated in place)
+// powers of two putting the largest magnitude at most 2^15 (see the kernel).
+void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
+                      Tensor scales, const AdamWParams& p, Tensor param_copy = Tensor());
+// A bf16 master with its remainder (f32 [n] <-> bf16 [n] + 16-bit [n]):
+// hi is the f32 value rounded to nearest (ties away from zero) and the
+// remainder its low 16 bits, so join(split(x)) == x bit for bit; a remainder
+// undefined joins as zero (a plain bf16 master).
+void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32);
+void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder);
 
 }  // namespace nk::ops

@@ -1,6 +1,7 @@
 #include "train/adamw.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace nk {
 
@@ -46,11 +47,132 @@ AdamW::AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConf
   for (size_t i = 1; i < by_begin.size(); ++i)
     NK_CHECK(by_begin[i - 1]->end <= by_begin[i]->begin, "AdamW: groups '{}' and '{}' overlap",
              by_begin[i - 1]->name, by_begin[i]->name);
+  const OptimPrecision& pr = cfg_.precision;
+  NK_CHECK(pr.moments == DType::F32 || pr.moments == DType::BF16 || pr.moments == DType::F16,
+           "AdamW: moments in {}", dtype_name(pr.moments));
+  if (pr.grads != DType::F32)
+    fail("optim.grad_dtype={} is not implemented yet", dtype_name(pr.grads));
   // The moments live beside the weights they update.
-  m_ = Tensor::empty({state}, DType::F32, arenas_.params.device());
-  v_ = Tensor::empty({state}, DType::F32, arenas_.params.device());
+  const Device dev = arenas_.params.device();
+  m_ = Tensor::empty({state}, pr.moments, dev);
+  v_ = Tensor::empty({state}, pr.moments, dev);
   ops::fill(m_, 0.f);
   ops::fill(v_, 0.f);
+  if (pr.moments == DType::F16) {
+    scales_ = Tensor::empty({int64_t(groups_.size()) * 2}, DType::F32, dev);
+    ops::fill(scales_, 1.f);
+  }
+  n_params_ = n;
+  if (pr.master == DType::F32) return;
+  NK_CHECK(pr.master == DType::BF16, "AdamW: master weights in {}", dtype_name(pr.master));
+  if (!arenas_.compute.defined() || arenas_.compute.dtype() != DType::BF16)
+    fail("optim.master_dtype=bf16 needs train.dtype=bf16 (the bf16 weights are the master)");
+  // The remainder of each f32 master; from now on the compute arena and it are the master.
+  if (pr.compensation) {
+    remainder_ = Tensor::empty({state}, DType::BF16, dev);
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
+      if (!g.trainable || g.shard_size() == 0) continue;
+      ops::bf16_master_split(arenas_.compute.narrow0(g.shard_begin, g.shard_size()),
+                             remainder_.narrow0(state_offset_[i], g.shard_size()),
+                             arenas_.params.narrow0(g.shard_begin, g.shard_size()));
+    }
+  }
+  arenas_.params = Tensor();  // no view keeps the f32 arena the caller frees
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t n = int64_t(m_.nbytes() + v_.nbytes());
+  if (scales_.defined()) n += int64_t(scales_.nbytes());
+  if (remainder_.defined()) n += int64_t(remainder_.nbytes());
+  return n;
+}
+
+Tensor AdamW::masters_f32() const {
+  if (!master_in_compute()) return arenas_.params;
+  Tensor out = Tensor::empty({n_params_}, DType::F32, arenas_.compute.device());
+  ops::convert(out, arenas_.compute);
+  if (remainder_.defined())
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
+      if (!g.trainable || g.shard_size() == 0) continue;
+      ops::bf16_master_join(out.narrow0(g.shard_begin, g.shard_size()),
+                            arenas_.compute.narrow0(g.shard_begin, g.shard_size()),
+                            remainder_.narrow0(state_offset_[i], g.shard_size()));
+    }
+  return out;
+}
+
+namespace {
+
+// f16 moments are host-side here (the only backend); x *= s, or (x s)^2 for sqrt(v).
+void unscale(Tensor t, float s, bool square) {
+  NK_CHECK(t.on_host(), "AdamW: f16 moments on {} are not supported", device_name(t.device()));
+  float* x = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) x[i] = square ? (x[i] * s) * (x[i] * s) : x[i] * s;
+}
+
+// The kernel's f16 scale for the largest magnitude (ops/cpu/adamw.cc).
+float f16_scale(float largest) {
+  if (!(largest > 0.f) || !std::isfinite(largest)) return 1.f;
+  return std::ldexp(1.f, std::max(std::ilogb(largest) - 14, -126));
+}
+
+}  // namespace
+
+Tensor AdamW::m_f32() const {
+  if (m_.dtype() == DType::F32) return m_;
+  Tensor out = Tensor::empty({m_.numel()}, DType::F32, m_.device());
+  ops::convert(out, m_);
+  if (scales_.defined())
+    for (size_t i = 0; i < groups_.size(); ++i)
+      if (groups_[i].trainable && groups_[i].shard_size() > 0)
+        unscale(out.narrow0(state_offset_[i], groups_[i].shard_size()),
+                scales_.data<float>()[2 * i], false);
+  return out;
+}
+
+Tensor AdamW::v_f32() const {
+  if (v_.dtype() == DType::F32) return v_;
+  Tensor out = Tensor::empty({v_.numel()}, DType::F32, v_.device());
+  ops::convert(out, v_);
+  if (scales_.defined())
+    for (size_t i = 0; i < groups_.size(); ++i)
+      if (groups_[i].trainable && groups_[i].shard_size() > 0)
+        unscale(out.narrow0(state_offset_[i], groups_[i].shard_size()),
+                scales_.data<float>()[2 * i + 1], true);
+  return out;
+}
+
+void AdamW::store_moments(size_t i, const Tensor& m, const Tensor& v) {
+  const int64_t len = groups_[i].shard_size();
+  Tensor sm = m_.narrow0(state_offset_[i], len), sv = v_.narrow0(state_offset_[i], len);
+  if (!scales_.defined()) {  // f32 or bf16 (rounded to nearest even)
+    ops::convert(sm, m);
+    ops::convert(sv, v);
+    return;
+  }
+  // f16: m / scale and sqrt(v) / scale, the scales as the kernel picks them.
+  NK_CHECK(m.on_host() && v.on_host(), "AdamW: f16 moments on {} are not supported",
+           device_name(m.device()));
+  std::vector<float> a(static_cast<size_t>(len)), r(static_cast<size_t>(len));
+  float max_m = 0.f, max_r = 0.f;
+  const float *pm = m.data<float>(), *pv = v.data<float>();
+  for (int64_t j = 0; j < len; ++j) {
+    a[size_t(j)] = pm[j];
+    r[size_t(j)] = std::sqrt(std::max(pv[j], 0.f));
+    max_m = std::max(max_m, std::fabs(pm[j]));
+    max_r = std::max(max_r, r[size_t(j)]);
+  }
+  float* scales = scales_.data<float>() + 2 * i;
+  scales[0] = f16_scale(max_m);
+  scales[1] = f16_scale(max_r);
+  for (int64_t j = 0; j < len; ++j) {
+    a[size_t(j)] /= scales[0];
+    r[size_t(j)] /= scales[1];
+  }
+  ops::convert(sm, Tensor::from_blob(a.data(), {len}, DType::F32));
+  ops::convert(sv, Tensor::from_blob(r.data(), {len}, DType::F32));
 }
 
 AdamW::AdamW(Transformer& model, const AdamWConfig& cfg)
@@ -67,14 +189,21 @@ bool AdamW::state_mirrors_arenas() const {
   return true;
 }
 
-void AdamW::load_state(Tensor m, Tensor v, int64_t steps_done) {
+void AdamW::load_state(const Tensor& m, const Tensor& v, int64_t steps_done) {
   for (const Tensor* t : {&m, &v})
     NK_CHECK(t->dtype() == DType::F32 && t->shape() == m_.shape() && t->is_contiguous(),
              "AdamW::load_state: moment {} does not match {}", t->desc(), m_.desc());
   NK_CHECK(steps_done >= 0, "AdamW::load_state: negative step count {}", steps_done);
-  m_ = std::move(m);
-  v_ = std::move(v);
   step_ = steps_done;
+  if (m_.dtype() == DType::F32) {
+    m_ = m;
+    v_ = v;
+    return;
+  }
+  for (size_t i = 0; i < groups_.size(); ++i)
+    if (groups_[i].trainable && groups_[i].shard_size() > 0)
+      store_moments(i, m.narrow0(state_offset_[i], groups_[i].shard_size()),
+                    v.narrow0(state_offset_[i], groups_[i].shard_size()));
 }
 
 void AdamW::load_arena_state(const Tensor& m, const Tensor& v, int64_t steps_done) {
@@ -87,10 +216,8 @@ void AdamW::load_arena_state(const Tensor& m, const Tensor& v, int64_t steps_don
   for (size_t i = 0; i < groups_.size(); ++i) {
     const ParamGroup& g = groups_[i];
     if (!g.trainable || g.shard_size() == 0) continue;
-    ops::convert(m_.narrow0(state_offset_[i], g.shard_size()),
-                 m.narrow0(g.shard_begin, g.shard_size()));
-    ops::convert(v_.narrow0(state_offset_[i], g.shard_size()),
-                 v.narrow0(g.shard_begin, g.shard_size()));
+    store_moments(i, m.narrow0(g.shard_begin, g.shard_size()),
+                  v.narrow0(g.shard_begin, g.shard_size()));
   }
   step_ = steps_done;
 }
@@ -110,8 +237,17 @@ void AdamW::step(double lr, float grad_scale) {
                        grad_scale};
     auto arena = [&](const Tensor& t) { return t.narrow0(g.shard_begin, len); };
     auto state = [&](const Tensor& t) { return t.narrow0(state_offset_[i], len); };
-    ops::adamw_step(arena(arenas_.params), arena(arenas_.grads), state(m_), state(v_), p,
-                    arenas_.compute.defined() ? arena(arenas_.compute) : Tensor());
+    const Tensor copy = arenas_.compute.defined() ? arena(arenas_.compute) : Tensor();
+    if (!cfg_.precision.reduced()) {
+      ops::adamw_step(arena(arenas_.params), arena(arenas_.grads), state(m_), state(v_), p, copy);
+      continue;
+    }
+    const bool in_compute = master_in_compute();
+    ops::adamw_step_mixed(in_compute ? copy : arena(arenas_.params),
+                          remainder_.defined() ? state(remainder_) : Tensor(), arena(arenas_.grads),
+                          state(m_), state(v_),
+                          scales_.defined() ? scales_.narrow0(2 * int64_t(i), 2) : Tensor(), p,
+                          in_compute ? Tensor() : copy);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "nn/cross_entropy.h"
 #include "ops/ops.h"
 #include "parallel/pipeline_parallel.h"
+#include "train/param_groups.h"
 #include "train/train_parallel.h"
 
 namespace nk {
@@ -279,12 +280,22 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       }
     }
     // FSDP keeps 1/dp of the weights resident (and the unit in use);
-    // ZeRO-1 and FSDP shard the optimizer state.
+    // ZeRO-1 and FSDP shard the optimizer state. optim.*: moments of 4 or 2
+    // bytes each (f16 ones with two f32 scales per parameter group); a bf16
+    // master is the compute copy, with a 2-byte remainder per trainable
+    // parameter in the optimizer's state unless uncompensated, and no f32 arena.
+    const OptimPrecision& pr = cfg.adamw.precision;
     const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
     const double state_share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
-    r.weight_bytes = int64_t(double(4 * masters + (bf16 ? 2 * dense : 0)) * weight_share) + nf4;
+    const int64_t f32_masters = pr.master == DType::F32 ? 4 * masters : 0;
+    r.weight_bytes = int64_t(double(f32_masters + (bf16 ? 2 * dense : 0)) * weight_share) + nf4;
     r.grad_bytes = 4 * trainable;
-    r.optimizer_bytes = int64_t(8.0 * double(trainable) * state_share);
+    const int64_t per_state =
+        2 * int64_t(dtype_size(pr.moments)) + (pr.master == DType::BF16 && pr.compensation ? 2 : 0);
+    r.optimizer_bytes = int64_t(double(per_state * trainable) * state_share);
+    if (pr.moments == DType::F16)
+      r.optimizer_bytes +=
+          8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());
     r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T, plan, e.tp, sp, stage);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
@@ -334,8 +345,16 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const double layer_bytes =
       N * s * double(6 * c.d_model + (c.qkv_dim() + c.mlp_up_dim() + c.d_ff) / e.tp);
   const double logits = stage.head ? 3.0 * N * s * double(c.vocab_size / e.tp) : 0.0;
-  const double state = double(r.optimizer_bytes) / 8.0, grads = double(r.grad_bytes);
-  const double opt = state * (bf16 ? 30.0 : 28.0) + grads;
+  // Per state element: the f32 step reads 16 bytes and writes 12 (and a
+  // 2-byte bf16 copy); with reduced moments or a bf16 master the same
+  // reads and writes at their sizes.
+  const OptimPrecision& pr = cfg.adamw.precision;
+  const double share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
+  const double mom = double(dtype_size(pr.moments)), state = double(r.grad_bytes) / 4.0 * share;
+  const double master = pr.master == DType::F32 ? 8.0 : (pr.compensation ? 8.0 : 4.0);
+  const double opt =
+      state * (master + 4.0 + 4.0 * mom + (bf16 && pr.master == DType::F32 ? 2.0 : 0.0)) +
+      double(r.grad_bytes);
   e.step.memory_s = (mbs * (4.0 * layer_bytes * double(layers) + logits) + opt) / rates->bandwidth;
   return e;
 }

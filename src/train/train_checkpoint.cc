@@ -181,7 +181,11 @@ std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, Ad
                                   const TrainerState& state) {
   NK_CHECK(opt.state_mirrors_arenas(),
            "save_train_checkpoint: the optimizer state is not laid out like the model's");
-  return save_train_checkpoint(cfg, model, opt.m(), opt.v(), opt.steps_done(), state);
+  // bf16 moments are saved as they are (the file's dtype says so; a load widens them);
+  // f16 ones, held scaled, as their f32 values (exact: f16 times a power of two).
+  const bool as_stored = opt.m().dtype() != DType::F16;
+  return save_train_checkpoint(cfg, model, as_stored ? opt.m() : opt.m_f32(),
+                               as_stored ? opt.v() : opt.v_f32(), opt.steps_done(), state);
 }
 
 std::string save_train_checkpoint(const TrainConfig& cfg, Transformer& model, const Tensor& m,
@@ -212,6 +216,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
   weights.file = checkpoint_shard_file("model", group.rank(), group.size());
   weights.metadata = {{"format", "nekton-checkpoint"}, {"step", std::to_string(state.step)}};
   std::vector<std::pair<std::string, Tensor>> sq;
+  // The pieces in f32, whatever optim.moment_dtype holds (read_pieces reads f32).
+  const Tensor m = opt.m_f32(), v = opt.v_f32();
   for (size_t i = 0; i < opt.groups().size(); ++i) {
     const ParamGroup& g = opt.groups()[i];
     if (!g.trainable || g.shard_size() == 0) continue;
@@ -225,8 +231,8 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
       FlatPiece piece{p.shape, lo - p.offset, hi - p.offset};
       shard.pieces[kExpAvg + p.name] = piece;
       shard.pieces[kExpAvgSq + p.name] = piece;
-      shard.tensors.emplace_back(kExpAvg + p.name, opt.m().narrow0(at, hi - lo));
-      sq.emplace_back(kExpAvgSq + p.name, opt.v().narrow0(at, hi - lo));
+      shard.tensors.emplace_back(kExpAvg + p.name, m.narrow0(at, hi - lo));
+      sq.emplace_back(kExpAvgSq + p.name, v.narrow0(at, hi - lo));
       weights.pieces[p.name] = piece;  // the master weights this rank updates
       weights.tensors.emplace_back(p.name, model.params().narrow0(lo, hi - lo));
     }

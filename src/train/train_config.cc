@@ -99,6 +99,33 @@ void TrainConfig::bind(ConfigBinder& b) {
          "stop after this step, saving a checkpoint and the model (0 = run all train.steps)");
   b.bind("train.metrics_file", metrics_file, "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
   b.bind("train.peak_tflops", peak_tflops, "hardware peak for MFU (0 = measure the GEMM peak)");
+  OptimPrecision& pr = adamw.precision;
+  auto dtype_key = [&](const char* key, DType& field, std::vector<DType> allowed, const char* doc) {
+    b.bind_with<std::string>(key, dtype_name(field), doc,
+                             [&field, key, allowed](const std::string& s) {
+                               std::string names;
+                               for (DType d : allowed) {
+                                 if (s == dtype_name(d)) {
+                                   field = d;
+                                   return;
+                                 }
+                                 names += (names.empty() ? "" : ", ") + std::string(dtype_name(d));
+                               }
+                               fail("{}: '{}' is not one of {}", key, s, names);
+                             });
+  };
+  dtype_key("optim.master_dtype", pr.master, {DType::F32, DType::BF16},
+            "master weights: f32 (an f32 copy beside the bf16 weights) or bf16 (train.dtype=bf16 "
+            "only: the bf16 weights are the master, with optim.master_compensation's remainder "
+            "instead of the f32 copy)");
+  b.bind("optim.master_compensation", pr.compensation,
+         "with optim.master_dtype=bf16: keep the 16 bits each update rounds away, so the master is "
+         "f32-exact (false: plain bf16 master weights, which drift)");
+  dtype_key("optim.moment_dtype", pr.moments, {DType::F32, DType::BF16, DType::F16},
+            "AdamW moments: f32, bf16 (rounded to nearest even) or f16 (m and sqrt(v), each with a "
+            "per-tensor power-of-two scale); the update is computed in f32");
+  dtype_key("optim.grad_dtype", pr.grads, {DType::F32, DType::BF16},
+            "gradient accumulation dtype: f32 (bf16 is not implemented yet)");
 }
 
 ConfigSchema train_schema() {
@@ -170,6 +197,14 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   if (!(t.adamw.eps > 0)) fail("train.eps: must be positive");
   if (t.adamw.weight_decay < 0) fail("train.weight_decay: must be >= 0");
   if (t.grad_clip < 0) fail("train.grad_clip: must be >= 0");
+  const OptimPrecision& pr = t.adamw.precision;
+  if (pr.master == DType::BF16 && t.dtype != DType::BF16)
+    fail(
+        "optim.master_dtype: bf16 needs train.dtype=bf16 (with train.dtype={} the weights the "
+        "kernels read are the f32 master)",
+        dtype_name(t.dtype));
+  if (pr.grads != DType::F32)
+    fail("optim.grad_dtype: bf16 is not implemented yet (gradients accumulate in f32)");
   const std::string& m = t.peft.method;
   if (m != "none" && m != "lora" && m != "qlora" && m != "ia3" && m != "adapter" && m != "p_tuning")
     fail("peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got '{}'", m);

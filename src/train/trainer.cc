@@ -268,11 +268,27 @@ void Trainer::make_optimizer() {
   std::vector<ParamGroup> groups =
       default_param_groups(model_->layout(), cfg_.adamw.weight_decay, model_->params().numel());
   if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
+  if (cfg_.adamw.precision.master != DType::F32 && (par_.active() || ddp_ || pipe_))
+    fail(
+        "optim.master_dtype=bf16 runs in one process for now (parallel.* asks for {} processes); "
+        "use optim.master_dtype=f32",
+        par_.active() ? par_.mesh->world_size() : 1);
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
+  // A bf16 master: the compute weights and the optimizer's remainder hold it now.
+  if (opt_->master_in_compute()) model_->release_masters();
   if (resumed_) {
     opt_->load_arena_state(resumed_->exp_avg, resumed_->exp_avg_sq, state_.optimizer_steps);
     resumed_.reset();
   }
+}
+
+Trainer::MastersOnLoan::MastersOnLoan(Transformer& model, const AdamW* opt)
+    : model_(opt && opt->master_in_compute() ? &model : nullptr) {
+  if (model_) model_->adopt_masters(opt->masters_f32());
+}
+
+Trainer::MastersOnLoan::~MastersOnLoan() {
+  if (model_) model_->release_masters();
 }
 
 void Trainer::resume_legacy() {
@@ -307,15 +323,19 @@ void Trainer::resume_legacy() {
 }
 
 void Trainer::check_weights_finite() const {
-  const int64_t bad = ops::count_nonfinite(model_->params());
+  // A bf16 master is the compute copy (its remainder cannot make it non-finite).
+  const Tensor& w = opt_ && opt_->master_in_compute() ? model_->compute_params() : model_->params();
+  const int64_t bad = ops::count_nonfinite(w);
   const bool any = max_over_ranks(bad > 0 ? 1 : 0) > 0;
   if (!any) return;
   std::string where = "on another rank";
-  for (const ParamInfo& p : model_->layout().params())
-    if (int64_t n = ops::count_nonfinite(ParamLayout::view(model_->params(), p)); n > 0) {
+  for (const ParamInfo& p : model_->layout().params()) {
+    if (p.offset + p.numel() > w.numel()) continue;  // held apart from the arena
+    if (int64_t n = ops::count_nonfinite(ParamLayout::view(w, p)); n > 0) {
       where = fmt::format("{} of this rank's {} in '{}'", n, bad, p.name);
       break;
     }
+  }
   std::string last = find_latest_checkpoint(cfg_.checkpoint_root());
   fail(
       "step {}: the update left non-finite weights (NaN or Inf; {}), so nothing was saved; the "
@@ -330,8 +350,10 @@ void Trainer::save_checkpoint_now() {
   std::string dir;
   if (model_parallel()) {  // the whole model, gathered from the ranks' pieces
     std::unique_ptr<Transformer> whole = gather_whole_model();
-    const Tensor m = parallel::gather_model(*model_, replica_state(opt_->m()), par_.group("pp"));
-    const Tensor v = parallel::gather_model(*model_, replica_state(opt_->v()), par_.group("pp"));
+    const Tensor m =
+        parallel::gather_model(*model_, replica_state(opt_->m_f32()), par_.group("pp"));
+    const Tensor v =
+        parallel::gather_model(*model_, replica_state(opt_->v_f32()), par_.group("pp"));
     if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
     par_.groups->get("world").barrier();  // installed before any rank goes on
     saved_step_ = state_.step;
@@ -342,6 +364,7 @@ void Trainer::save_checkpoint_now() {
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
                                         ddp_->shards_master());
   } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
+    MastersOnLoan masters(*model_, opt_.get());
     dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
   } else {
     saved_step_ = state_.step;
@@ -510,7 +533,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           m.frozen_weights() == FrozenWeights::Nf4 ? "NF4 (QLoRA)" : dtype_name(m.compute_dtype()),
           weights / 1048576.0);
     }
-    const double grads = double(m.grads().nbytes()), state = 8.0 * double(opt_->state_size());
+    const double grads = double(m.grads().nbytes()), state = double(opt_->state_bytes());
     NK_INFO(
         "memory per rank: weights {:.1f} MiB resident, gradients {:.1f} MiB, optimizer state "
         "{:.1f} MiB ({:.2f} bytes per parameter)",
@@ -715,6 +738,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
   if (whole_model) {
+    MastersOnLoan masters(*model_, whole ? nullptr : opt_.get());
     save_model(model_dir, exported);
     save_trainer_state(trainer_state_path(model_dir), state_);
   }

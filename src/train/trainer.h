@@ -67,6 +67,19 @@ class Trainer {
   double evaluate();  // mean validation loss over val_batches micro-batches
 
  private:
+  // optim.master_dtype=bf16: for its lifetime the model holds f32 masters again
+  // (the optimizer's exact ones), what a checkpoint save or the export reads;
+  // nothing with an f32 master (opt null or not master_in_compute).
+  class MastersOnLoan {
+   public:
+    MastersOnLoan(Transformer& model, const AdamW* opt);
+    ~MastersOnLoan();
+    MastersOnLoan(const MastersOnLoan&) = delete;
+    MastersOnLoan& operator=(const MastersOnLoan&) = delete;
+
+   private:
+    Transformer* model_;
+  };
   void resume();         // from train.resume_from or OUT_DIR/checkpoints, if any
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);

@@ -17,7 +17,7 @@
 namespace nk::test {
 
 struct ParitySteps {
-  AdamWConfig adamw{.weight_decay = 0.1};
+  AdamWConfig adamw{.weight_decay = 0.1, .precision = {}};
   double lr = 1e-2, clip = 1.0;
   int64_t steps = 5;
 

@@ -5,7 +5,10 @@
 // workspace itself; bad settings name the key.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "core/rng.h"
 #include "model/tiny_config.h"
@@ -40,7 +43,8 @@ struct Result {
 
 // Two micro-batches accumulated into the gradients (the second reuses the
 // workspace, as the trainer does).
-Result run(const ModelConfig& c, DType dt, const std::vector<Recompute>& plan) {
+Result run(const ModelConfig& c, DType dt, const std::vector<Recompute>& plan,
+           ActivationObserver* observer = nullptr) {
   const int64_t B = 2, T = 12;
   Transformer m(c, dt, 5);
   if (c.lora.enabled()) {  // B away from zero, so every adapter gradient is live
@@ -54,6 +58,7 @@ Result run(const ModelConfig& c, DType dt, const std::vector<Recompute>& plan) {
     m.sync_compute_params();
   }
   Activations a(m, B, T, true, plan);
+  a.set_observer(observer);
   m.zero_grads();
   float loss = 0;
   for (uint64_t mb = 0; mb < 2; ++mb) {
@@ -101,6 +106,79 @@ TEST(Recompute, EachPlanShrinksTheWorkspace) {
     const int64_t N = 2 * 12, per_layer = N * (2 * c.d_model + c.d_ff) * 4;
     EXPECT_EQ(none - selective, 2 * per_layer) << c.arch;
   }
+}
+
+// An offload policy written against Activations::saved and the observer
+// alone: after layer l's forward its saved tensors go to a host stash and
+// are overwritten with NaN; before its backward they come back. The
+// gradients stay the same bits, so nothing reads them while away: the
+// lifetimes the plan states are the true ones.
+class PoisoningOffload final : public ActivationObserver {
+ public:
+  void forward_done(Activations& a, int64_t l) override {
+    EXPECT_EQ(stash_.count(l), 0u) << "layer " << l << " forwarded twice";
+    auto& kept = stash_[l];
+    for (const SavedActivation& s : a.saved(l)) {
+      std::vector<float> v(size_t(s.tensor.numel()));
+      Tensor f32 = Tensor::empty(s.tensor.shape(), DType::F32);
+      ops::convert(f32, s.tensor);
+      ops::copy_to_host(f32, v.data());
+      kept.push_back(std::move(v));
+      ops::fill(s.tensor, NAN);
+      offloaded += int64_t(s.tensor.nbytes());
+      names.insert(s.name);
+    }
+    forwards.push_back(l);
+  }
+  void backward_next(Activations& a, int64_t l) override {
+    auto it = stash_.find(l);
+    ASSERT_NE(it, stash_.end()) << "layer " << l << " backward before its forward";
+    const std::vector<SavedActivation> saved = a.saved(l);
+    ASSERT_EQ(saved.size(), it->second.size());
+    for (size_t i = 0; i < saved.size(); ++i) {
+      Tensor f32 = Tensor::empty(saved[i].tensor.shape(), DType::F32);
+      ops::copy_from_host(f32, it->second[i].data());
+      ops::convert(saved[i].tensor, f32);
+    }
+    stash_.erase(it);
+    backwards.push_back(l);
+  }
+  std::vector<int64_t> forwards, backwards;
+  std::set<std::string> names;
+  int64_t offloaded = 0;
+
+ private:
+  std::map<int64_t, std::vector<std::vector<float>>> stash_;
+};
+
+TEST(Recompute, SavedTensorsCanBeOffloadedBetweenForwardAndBackward) {
+  for (bool llama : {false, true})
+    for (bool lora : {false, true})
+      for (DType dt : {DType::F32, DType::BF16}) {
+        const ModelConfig c = config(llama, lora);
+        SCOPED_TRACE(testing::Message() << c.arch << (lora ? " LoRA " : " ") << dtype_name(dt));
+        const Result want = run(c, dt, {});
+        for (const auto& [policy, layers] : std::vector<std::pair<std::string, int64_t>>{
+                 {"none", 0}, {"selective", 0}, {"full", 0}, {"selective", 1}}) {
+          PoisoningOffload offload;
+          const Result got = run(c, dt, recompute_plan(policy, layers, c.n_layer), &offload);
+          EXPECT_EQ(got.loss, want.loss) << policy << " " << layers;
+          ASSERT_EQ(got.grads.size(), want.grads.size());
+          EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * 4))
+              << policy << " " << layers;
+          // Two micro-batches, each layer's forward then, in reverse, its backward.
+          EXPECT_EQ(offload.forwards, (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
+          EXPECT_EQ(offload.backwards, (std::vector<int64_t>{2, 1, 0, 2, 1, 0}));
+          EXPECT_TRUE(offload.names.count("res"));
+          if (policy == "none") {
+            EXPECT_TRUE(offload.names.count("ln1") && offload.names.count("mlp.a"));
+            EXPECT_EQ(offload.names.count("mlp.up_adapters.h"), lora ? 1u : 0u);
+          }
+          if (policy == "full") {
+            EXPECT_EQ(offload.names, std::set<std::string>{"res"});
+          }
+        }
+      }
 }
 
 TEST(Recompute, BadSettingsNameTheKey) {

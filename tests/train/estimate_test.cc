@@ -162,7 +162,7 @@ TEST(Estimate, MatchesTheMeasuredPeaks) {
         Transformer& m = t.model();
         EXPECT_EQ(r.weight_bytes, int64_t(m.weight_bytes())) << what;
         EXPECT_EQ(r.grad_bytes, int64_t(m.grads().nbytes())) << what;
-        EXPECT_EQ(r.optimizer_bytes, 8 * t.optimizer().state_size()) << what;
+        EXPECT_EQ(r.optimizer_bytes, t.optimizer().state_bytes()) << what;
         EXPECT_EQ(e.params, m.layout().count()) << what;
         Allocator::get(kHost).reset_peak();  // the peak of this run's steps, not an earlier run's
         t.run();
@@ -171,6 +171,28 @@ TEST(Estimate, MatchesTheMeasuredPeaks) {
         EXPECT_NEAR(double(r.total()), double(peak), 0.10 * double(peak)) << what;
         fs::remove_all(out);
       }
+}
+
+// optim.*: the weights and the optimizer's state as the trainer allocates
+// them, for every choice of moments and master.
+TEST(Estimate, OptimizerPrecisionBytesAreExact) {
+  for (std::vector<std::string> optim :
+       {std::vector<std::string>{"optim.moment_dtype=bf16"},
+        {"optim.moment_dtype=f16"},
+        {"optim.master_dtype=bf16", "optim.moment_dtype=bf16"},
+        {"optim.master_dtype=bf16", "optim.master_compensation=false"}}) {
+    const std::string out = (fs::path(NK_BINARY_DIR) / "estimate_optim").string();
+    fs::remove_all(out);
+    std::vector<std::string> o = {"model.preset=llama-tiny", "train.dtype=bf16",
+                                  "train.out_dir=" + out};
+    o.insert(o.end(), optim.begin(), optim.end());
+    TrainConfig cfg = recipe(o);
+    const RankEstimate r = estimate_training(cfg, 1, nullptr).peak();
+    Trainer t(cfg);
+    EXPECT_EQ(r.weight_bytes, int64_t(t.model().weight_bytes())) << optim[0];
+    EXPECT_EQ(r.optimizer_bytes, t.optimizer().state_bytes()) << optim[0];
+    EXPECT_EQ(r.grad_bytes, int64_t(t.model().grads().nbytes())) << optim[0];
+  }
 }
 
 TEST(Estimate, ShardingDividesTheOptimizerStateAndPipelineStagesHoldTheirLayers) {

@@ -95,7 +95,7 @@ std::string without_newer_keys(const std::string& yaml) {
         "sft_path", "sft_valid_path", "chat_template", "loss_on",    "pack",      "overlong",
         "shuffle",  "messages_key",   "input_key",     "output_key", "system_key"};
     const std::string key = line.substr(2, line.find(':') - 2);
-    if (section == "parallel:" || section == "peft:" ||
+    if (section == "parallel:" || section == "peft:" || section == "optim:" ||
         (section == "train:" && line == "  device: \"cpu\"") ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers")) ||

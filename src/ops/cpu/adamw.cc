@@ -1,10 +1,14 @@
-// AdamW kernel over flat f32 buffers (arguments checked by ops/adamw.cc), one
-// pass (PyTorch semantics), optionally writing the new params in the compute
-// dtype at the same time.
+// AdamW kernels (arguments checked by ops/adamw.cc), one pass (PyTorch
+// semantics): over flat f32 buffers, optionally writing the new params in the
+// compute dtype at the same time; and adamw_step_mixed, the same step with
+// its state in bf16/f16 and a bf16 master with its remainder.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
+#include <type_traits>
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
@@ -100,6 +104,364 @@ void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const Adam
   }
   dispatch_float(param_copy.dtype(), "adamw_step", [&](auto tag) {
     adamw_kernel(pp, pg, pm, pv, param_copy.data<decltype(tag)>(), n, k);
+  });
+}
+
+}  // namespace nk::ops::cpu
+
+// ---- adamw_step_mixed: the optimizer state in reduced precision ----
+namespace nk::ops::cpu {
+namespace {
+
+// A bf16 master and the 16 bits its f32 value lost (TransformerEngine's
+// "param remainders"): hi is the f32 pattern rounded to nearest with ties
+// away from zero (adding half a bf16 ulp to the magnitude's bit pattern), so
+// whether hi was rounded up is the remainder's top bit, and hi with the
+// remainder gives the f32 pattern back exactly. Round-to-nearest-even could
+// not be undone: on a tie the remainder would not say which way hi went.
+inline float join_master(uint16_t hi, uint16_t lo) {
+  uint32_t u = (uint32_t(hi) << 16) | lo;
+  if (lo & 0x8000u) u -= 0x10000u;
+  return std::bit_cast<float>(u);
+}
+inline void split_master(float x, uint16_t& hi, uint16_t& lo) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  lo = uint16_t(u);
+  hi = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u)  // NaN stays NaN
+                                       : uint16_t((u + 0x8000u) >> 16);
+}
+
+enum class MasterKind { F32, Bf16Remainder, Bf16Plain };
+
+struct MixedBuffers {
+  float* master32 = nullptr;      // MasterKind::F32
+  uint16_t* master16 = nullptr;   // bf16 bits, the other kinds
+  uint16_t* remainder = nullptr;  // Bf16Remainder
+  const float* g = nullptr;
+};
+
+// f16 moments: m is stored as m / sm and v as sqrt(v) / sv. sqrt(v) has the
+// dynamic range of |g| rather than its square (v of a gradient of 1e-4 is
+// 1e-8, below f16's smallest normal 6e-5), and a per-tensor power-of-two
+// scale, chosen each step from the new values' largest magnitude, puts that
+// largest one in [2^14, 2^15): no overflow (f16 max 65504), values down to
+// 2^-29 of the largest keep f16's 11 bits, to 2^-39 some of them; powers of
+// two make the scaling itself exact. bf16 has f32's exponent range, so bf16
+// moments are m and v as they are.
+struct MomentScales {
+  float m = 1.f, v = 1.f;          // read: the stored values' scales
+  float inv_m = 1.f, inv_v = 1.f;  // write: 1 / the new scales
+};
+
+template <typename M>
+inline void load_moments(const M* m, const M* v, int64_t i, const MomentScales& s, float& mi,
+                         float& vi) {
+  if constexpr (std::is_same_v<M, f16>) {
+    mi = load(m[i]) * s.m;
+    const float r = load(v[i]) * s.v;
+    vi = r * r;
+  } else {
+    mi = load(m[i]);
+    vi = load(v[i]);
+  }
+}
+
+template <typename M>
+inline void store_moments(M* m, M* v, int64_t i, const MomentScales& s, float mi, float vi) {
+  if constexpr (std::is_same_v<M, f16>) {
+    m[i] = store<f16>(mi * s.inv_m);
+    v[i] = store<f16>(std::sqrt(vi) * s.inv_v);
+  } else {
+    m[i] = store<M>(mi);
+    v[i] = store<M>(vi);
+  }
+}
+
+inline void atomic_max(std::atomic<uint32_t>& a, float x) {
+  // Non-negative floats order as their bit patterns.
+  uint32_t b = std::bit_cast<uint32_t>(x), cur = a.load(std::memory_order_relaxed);
+  while (b > cur && !a.compare_exchange_weak(cur, b, std::memory_order_relaxed)) {
+  }
+}
+
+// One pass over [0, n). maxes != nullptr: only measure the new moments'
+// largest |m| and sqrt(v) (f16's first pass); else update and store.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define NK_ADAMW_MIXED_AVX512 1
+// GCC 12's intrinsics (slli/srli, cvtepu16, sqrt, max) start from
+// _mm512_undefined_*(), which -Wmaybe-uninitialized flags once inlined here
+// (clang has no such warning).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// 16 lanes of 16-bit values <-> f32 lanes of their bits (u32) or values.
+inline __m512i load_u16(const void* p, __mmask16 k) {
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p));
+}
+inline void store_u16(void* p, __mmask16 k, __m512i u) {
+  _mm256_mask_storeu_epi16(p, k, _mm512_cvtepi32_epi16(u));
+}
+inline __m512 widen_bf16(__m512i u) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+// store<bf16>'s rounding (nearest even, NaN kept quiet), 16 lanes.
+inline __m512i round_bf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(r, nan,
+                               _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+
+template <typename M>
+inline __m512 load_moment(const M* p, int64_t i, __mmask16 k) {
+  if constexpr (std::is_same_v<M, float>)
+    return _mm512_maskz_loadu_ps(k, p + i);
+  else if constexpr (std::is_same_v<M, bf16>)
+    return widen_bf16(load_u16(p + i, k));
+  else
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p + i));
+}
+
+template <typename M>
+inline void store_moment(M* p, int64_t i, __mmask16 k, __m512 x) {
+  if constexpr (std::is_same_v<M, float>)
+    _mm512_mask_storeu_ps(p + i, k, x);
+  else if constexpr (std::is_same_v<M, bf16>)
+    store_u16(p + i, k, round_bf16(x));
+  else
+    _mm256_mask_storeu_epi16(p + i, k,
+                             _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// mixed_pass's loop over [lo, hi), 16 lanes at a time; the tail is masked so
+// every element takes the same instructions whatever the chunking.
+template <typename M, MasterKind K, typename C>
+void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t hi,
+                 const AdamConsts& k, const MomentScales& s, bool measure, float& max_m,
+                 float& max_r) {
+  const __m512 gs = _mm512_set1_ps(k.gs), b1 = _mm512_set1_ps(k.b1), b2 = _mm512_set1_ps(k.b2);
+  const __m512 c1 = _mm512_set1_ps(1.f - k.b1), c2 = _mm512_set1_ps(1.f - k.b2);
+  const __m512 decay = _mm512_set1_ps(k.decay), lr = _mm512_set1_ps(k.lr);
+  const __m512 rbc1 = _mm512_set1_ps(k.rbc1), rbc2 = _mm512_set1_ps(k.rbc2_sqrt);
+  const __m512 eps = _mm512_set1_ps(k.eps);
+  const __m512 sm = _mm512_set1_ps(s.m), sv = _mm512_set1_ps(s.v);
+  const __m512 inv_m = _mm512_set1_ps(s.inv_m), inv_v = _mm512_set1_ps(s.inv_v);
+  __m512 vmax_m = _mm512_setzero_ps(), vmax_r = _mm512_setzero_ps();
+  for (int64_t i = lo; i < hi; i += 16) {
+    const __mmask16 mk = hi - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hi - i)) - 1);
+    const __m512 gi = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, b.g + i), gs);
+    __m512 mi = load_moment(m, i, mk), vi = load_moment(v, i, mk);
+    if constexpr (std::is_same_v<M, f16>) {  // m / sm and sqrt(v) / sv stored
+      mi = _mm512_mul_ps(mi, sm);
+      vi = _mm512_mul_ps(vi, sv);
+      vi = _mm512_mul_ps(vi, vi);
+    }
+    mi = _mm512_fmadd_ps(b1, mi, _mm512_mul_ps(c1, gi));
+    vi = _mm512_fmadd_ps(b2, vi, _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+    const __m512 root = _mm512_sqrt_ps(vi);
+    if (measure) {
+      vmax_m = _mm512_max_ps(vmax_m, _mm512_abs_ps(mi));
+      vmax_r = _mm512_max_ps(vmax_r, root);
+      continue;
+    }
+    __m512 p;
+    if constexpr (K == MasterKind::F32) {
+      p = _mm512_maskz_loadu_ps(mk, b.master32 + i);
+    } else if constexpr (K == MasterKind::Bf16Remainder) {
+      const __m512i h = load_u16(b.master16 + i, mk), r = load_u16(b.remainder + i, mk);
+      __m512i u = _mm512_or_si512(_mm512_slli_epi32(h, 16), r);
+      const __mmask16 up = _mm512_test_epi32_mask(r, _mm512_set1_epi32(0x8000));
+      u = _mm512_mask_sub_epi32(u, up, u, _mm512_set1_epi32(0x10000));
+      p = _mm512_castsi512_ps(u);
+    } else {
+      p = widen_bf16(load_u16(b.master16 + i, mk));
+    }
+    const __m512 den = _mm512_fmadd_ps(root, rbc2, eps);
+    const __m512 step = _mm512_div_ps(_mm512_mul_ps(lr, _mm512_mul_ps(mi, rbc1)), den);
+    p = _mm512_fmsub_ps(p, decay, step);
+    if constexpr (std::is_same_v<M, f16>) {
+      store_moment(m, i, mk, _mm512_mul_ps(mi, inv_m));
+      store_moment(v, i, mk, _mm512_mul_ps(root, inv_v));
+    } else {
+      store_moment(m, i, mk, mi);
+      store_moment(v, i, mk, vi);
+    }
+    if constexpr (K == MasterKind::F32) {
+      _mm512_mask_storeu_ps(b.master32 + i, mk, p);
+      if (copy) store_moment(copy, i, mk, p);
+    } else if constexpr (K == MasterKind::Bf16Remainder) {
+      const __m512i u = _mm512_castps_si512(p);
+      const __m512i lo16 = _mm512_and_si512(u, _mm512_set1_epi32(0xffff));
+      __m512i hi16 = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x8000)), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+          _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+      hi16 = _mm512_mask_mov_epi32(
+          hi16, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      store_u16(b.master16 + i, mk, hi16);
+      store_u16(b.remainder + i, mk, lo16);
+    } else {
+      store_u16(b.master16 + i, mk, round_bf16(p));
+    }
+  }
+  if (measure) {
+    max_m = std::max(max_m, _mm512_reduce_max_ps(vmax_m));
+    max_r = std::max(max_r, _mm512_reduce_max_ps(vmax_r));
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+template <typename M, MasterKind K, typename C>
+void mixed_pass(const MixedBuffers& b, M* m, M* v, C* copy, int64_t n, const AdamConsts& k,
+                const MomentScales& s, std::atomic<uint32_t>* maxes) {
+  parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
+    float max_m = 0.f, max_r = 0.f;
+#ifdef NK_ADAMW_MIXED_AVX512
+    mixed_range<M, K, C>(b, m, v, copy, lo, hi, k, s, maxes != nullptr, max_m, max_r);
+    hi = lo;  // done
+#endif
+    for (int64_t i = lo; i < hi; ++i) {
+      const float gi = b.g[i] * k.gs;
+      float mi, vi;
+      load_moments(m, v, i, s, mi, vi);
+      mi = k.b1 * mi + (1.f - k.b1) * gi;
+      vi = k.b2 * vi + (1.f - k.b2) * gi * gi;
+      if (maxes) {
+        max_m = std::max(max_m, std::fabs(mi));
+        max_r = std::max(max_r, std::sqrt(vi));
+        continue;
+      }
+      float p;
+      if constexpr (K == MasterKind::F32)
+        p = b.master32[i];
+      else if constexpr (K == MasterKind::Bf16Remainder)
+        p = join_master(b.master16[i], b.remainder[i]);
+      else
+        p = load(bf16{b.master16[i]});
+      p = p * k.decay - k.lr * (mi * k.rbc1) / (std::sqrt(vi) * k.rbc2_sqrt + k.eps);
+      store_moments(m, v, i, s, mi, vi);
+      if constexpr (K == MasterKind::F32) {
+        b.master32[i] = p;
+        if (copy) copy[i] = store<C>(p);
+      } else if constexpr (K == MasterKind::Bf16Remainder) {
+        split_master(p, b.master16[i], b.remainder[i]);
+      } else {
+        b.master16[i] = store<bf16>(p).bits;
+      }
+    }
+    if (maxes) {
+      atomic_max(maxes[0], max_m);
+      atomic_max(maxes[1], max_r);
+    }
+  });
+}
+
+// The power of two putting `largest` in [2^14, 2^15) (1 for 0, inf or NaN:
+// a non-finite moment stays so and the trainer's check reports it).
+float f16_moment_scale(float largest) {
+  if (!(largest > 0.f) || !std::isfinite(largest)) return 1.f;
+  return std::ldexp(1.f, std::max(std::ilogb(largest) - 14, -126));
+}
+
+template <typename M, MasterKind K, typename C>
+void mixed_step(const MixedBuffers& b, M* m, M* v, C* copy, float* scales, int64_t n,
+                const AdamConsts& k) {
+  MomentScales s;
+  if constexpr (std::is_same_v<M, f16>) {
+    s.m = scales[0];
+    s.v = scales[1];
+    std::atomic<uint32_t> maxes[2] = {0u, 0u};
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, maxes);
+    const float new_m = f16_moment_scale(std::bit_cast<float>(maxes[0].load()));
+    const float new_v = f16_moment_scale(std::bit_cast<float>(maxes[1].load()));
+    s.inv_m = 1.f / new_m;
+    s.inv_v = 1.f / new_v;
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, nullptr);
+    scales[0] = new_m;
+    scales[1] = new_v;
+  } else {
+    mixed_pass<M, K, C>(b, m, v, copy, n, k, s, nullptr);
+  }
+}
+
+}  // namespace
+
+void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
+                      Tensor scales, const AdamWParams& p, Tensor param_copy) {
+  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
+  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
+  const AdamConsts k{p.lr,
+                     p.beta1,
+                     p.beta2,
+                     p.eps,
+                     float(1.0 - double(p.lr) * double(p.weight_decay)),
+                     float(1.0 / bc1),
+                     float(1.0 / std::sqrt(bc2)),
+                     p.grad_scale};
+  MixedBuffers b;
+  b.g = grad.data<float>();
+  MasterKind kind = MasterKind::F32;
+  if (master.dtype() == DType::F32) {
+    b.master32 = master.data<float>();
+  } else {
+    b.master16 = reinterpret_cast<uint16_t*>(master.raw());
+    kind = remainder.defined() ? MasterKind::Bf16Remainder : MasterKind::Bf16Plain;
+    if (remainder.defined()) b.remainder = reinterpret_cast<uint16_t*>(remainder.raw());
+  }
+  float* sc = scales.defined() ? scales.data<float>() : nullptr;
+  const int64_t n = master.numel();
+  dispatch_float(m.dtype(), "adamw_step_mixed", [&](auto mtag) {
+    using M = decltype(mtag);
+    M *pm = m.data<M>(), *pv = v.data<M>();
+    switch (kind) {
+      case MasterKind::F32:
+        if (!param_copy.defined()) {
+          mixed_step<M, MasterKind::F32, float>(b, pm, pv, nullptr, sc, n, k);
+          return;
+        }
+        dispatch_float(param_copy.dtype(), "adamw_step_mixed", [&](auto ctag) {
+          using C = decltype(ctag);
+          mixed_step<M, MasterKind::F32, C>(b, pm, pv, param_copy.data<C>(), sc, n, k);
+        });
+        return;
+      case MasterKind::Bf16Remainder:
+        mixed_step<M, MasterKind::Bf16Remainder, float>(b, pm, pv, nullptr, sc, n, k);
+        return;
+      case MasterKind::Bf16Plain:
+        mixed_step<M, MasterKind::Bf16Plain, float>(b, pm, pv, nullptr, sc, n, k);
+        return;
+    }
+  });
+}
+
+void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32) {
+  const float* x = f32.data<float>();
+  auto* h = reinterpret_cast<uint16_t*>(hi.raw());
+  auto* r = remainder.defined() ? reinterpret_cast<uint16_t*>(remainder.raw()) : nullptr;
+  parallel_for(f32.numel(), 1 << 16, [&](int64_t lo, int64_t e) {
+    for (int64_t i = lo; i < e; ++i) {
+      uint16_t a, b;
+      split_master(x[i], a, b);
+      h[i] = a;
+      if (r) r[i] = b;
+    }
+  });
+}
+
+void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder) {
+  float* x = f32.data<float>();
+  const auto* h = reinterpret_cast<const uint16_t*>(hi.raw());
+  const auto* r =
+      remainder.defined() ? reinterpret_cast<const uint16_t*>(remainder.raw()) : nullptr;
+  parallel_for(f32.numel(), 1 << 16, [&](int64_t lo, int64_t e) {
+    for (int64_t i = lo; i < e; ++i) x[i] = r ? join_master(h[i], r[i]) : load(bf16{h[i]});
   });
 }
 

@@ -124,5 +124,9 @@ void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Te
 // ---- optimizer (adamw.cc) ----
 void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
                 Tensor param_copy);
+void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
+                      Tensor scales, const AdamWParams& p, Tensor param_copy);
+void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32);
+void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder);
 
 }  // namespace nk::ops::cpu

@@ -30,10 +30,11 @@ struct Recipe {
   DType dtype = DType::F32;
   int64_t accum = 1;  // micro-batches per rank per step
   bool overlap = true;
-  double bucket_mb = 0.02;     // small: several buckets on the tiny models
-  std::string shard = "none";  // parallel.shard
-  int64_t val_every = 0;       // train.val_every (validation through the DP layer)
-  std::string freeze = "";     // train.freeze
+  double bucket_mb = 0.02;      // small: several buckets on the tiny models
+  std::string shard = "none";   // parallel.shard
+  int64_t val_every = 0;        // train.val_every (validation through the DP layer)
+  std::string freeze = "";      // train.freeze
+  std::string moments = "f32";  // optim.moment_dtype
 };
 
 class DataParallel : public test::RankTest {
@@ -55,7 +56,8 @@ class DataParallel : public test::RankTest {
         std::string("train.dtype=") + dtype_name(r.dtype),
         "parallel.bucket_mb=" + std::to_string(r.bucket_mb),
         std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false"),
-        "parallel.shard=" + r.shard};
+        "parallel.shard=" + r.shard,
+        "optim.moment_dtype=" + r.moments};
     for (std::string& c : common_options(B, B * r.accum * dp)) o.push_back(std::move(c));
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
     if (!r.freeze.empty()) o.push_back("train.freeze=" + r.freeze);
@@ -278,6 +280,18 @@ TEST_F(DataParallel, Zero1LlamaOneBucketNoOverlap) {
 // bf16 compute: the tolerances of plain DP in bf16, for the same reason.
 TEST_F(DataParallel, Zero1Gpt2Bf16GradAccumulation) {
   check({"gpt-tiny", DType::BF16, 2, true, 0.02, "optimizer", 5}, 1e-3, 1.0 / 256);
+}
+
+// ZeRO-1 with the moments in bf16 or scaled f16 (optim.moment_dtype), one
+// process rounding its moments alike: the gradients' summation order moves a
+// moment across a bf16 (f16) rounding boundary now and then, a step of one
+// ulp of the moment (2^-8 relative), which the weights feel as lr 2^-8 on
+// that element: the bf16-compute tolerances cover it.
+TEST_F(DataParallel, Zero1Gpt2Bf16Moments) {
+  check({"gpt-tiny", DType::F32, 2, true, 0.02, "optimizer", 0, "", "bf16"}, 1e-3, 1.0 / 256);
+}
+TEST_F(DataParallel, Zero1LlamaF16Moments) {
+  check({"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer", 0, "", "f16"}, 1e-3, 1.0 / 256);
 }
 
 // FSDP: the weights sharded too, each stage's gathered before it runs (GPT-2's
