@@ -3,11 +3,15 @@
 // prints what they used beside each figure; --budget answers what fits.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 
 #include "apps/commands.h"
+#include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "data/dataset/text_dataset.h"
@@ -137,8 +141,19 @@ Measured measure(TrainConfig cfg) {
   cfg.val_every = 0;
   cfg.save_every = 0;
   cfg.resume = "never";
+  cfg.peak_tflops = 1;  // no GEMM-peak probe: its matrices would count in the peak
   cfg.lr.warmup_steps = 0;
   cfg.lr.decay_steps = 0;
+  // The run's log goes to stderr: stdout carries the estimate (--json).
+  struct StdoutToStderr {
+    int saved;
+    StdoutToStderr() : saved((std::fflush(stdout), ::dup(1))) { ::dup2(2, 1); }
+    ~StdoutToStderr() {
+      std::fflush(stdout);
+      ::dup2(saved, 1);
+      ::close(saved);
+    }
+  } to_stderr;
   Trainer trainer(cfg);
   Measured m;
   Transformer& model = trainer.model();
@@ -146,6 +161,7 @@ Measured measure(TrainConfig cfg) {
   m.persistent = double(model.params().nbytes()) +
                  (copy ? double(model.compute_params().nbytes()) : 0.0) +
                  double(model.grads().nbytes()) + 8.0 * double(trainer.optimizer().state_size());
+  Allocator::get(cfg.device).reset_peak();  // the steps' peak, not building the model's
   trainer.run();
   const auto& h = trainer.history();
   for (size_t i = 0; i < h.size(); ++i) {

@@ -244,6 +244,29 @@ TEST(EstimateCli, PrintsJsonAndWhatFits) {
   EXPECT_GE(fits["full"].get<int64_t>(), fits["none"].get<int64_t>());
 }
 
+// --measure trains two steps and puts its figures beside the estimate; with
+// --json stdout is the JSON alone (the run's log goes to stderr).
+TEST(EstimateCli, MeasureGivesPureJsonWithTheMeasuredPeak) {
+  const auto r = run_nekton(
+      "estimate --no-time --measure --json model.preset=gpt-tiny data.tokenizer=bytes "
+      "train.seq_len=64 train.micro_batch=2 train.global_batch=2 data.path=" +
+          corpus_path(),
+      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const double est = j["peak_total_bytes"], got = j["measured"]["peak_tensor_bytes"];
+  EXPECT_NEAR(est, got, 0.10 * got);
+  EXPECT_EQ(j["measured"]["persistent_bytes"].get<double>(),
+            double(j["stages"][0]["weight_bytes"].get<int64_t>() +
+                   j["stages"][0]["grad_bytes"].get<int64_t>() +
+                   j["stages"][0]["optimizer_bytes"].get<int64_t>()));
+  EXPECT_GT(j["measured"]["step_seconds"].get<double>(), 0);
+  const auto no_data = run_nekton("estimate --no-time --measure model.preset=gpt-tiny");
+  EXPECT_NE(no_data.code, 0);
+  EXPECT_TRUE(test::contains(no_data.out, "--measure trains two steps: give it data"))
+      << no_data.out;
+}
+
 TEST(EstimateCli, BadInputIsAnErrorNamingIt) {
   auto r = run_nekton("estimate --no-time model.n_layr=3");
   EXPECT_NE(r.code, 0);
