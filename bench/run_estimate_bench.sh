@@ -17,7 +17,8 @@ export NEKTON_CACHE=${NEKTON_CACHE:-$(mktemp -d)}
 shapes=(
   "model.preset=gpt2-124m model.n_layer=4|512|4"
   "model.preset=gpt2-124m model.n_layer=4|1024|2"
-  "model.preset=llama-tiny model.d_model=512 model.n_layer=6 model.vocab_size=32000|512|4"
+  "model.preset=llama-tiny model.d_model=512 model.n_layer=6 model.vocab_size=32000 model.max_seq_len=1024|512|4"
+  "model.preset=llama-1b model.n_layer=2|512|1"
 )
 echo "$NK_DTYPE, $THREADS threads; rates cached in $NEKTON_CACHE"
 echo "| shape | T x B | recompute | tensors est / measured | step s est / measured | est / measured |"
