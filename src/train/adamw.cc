@@ -120,27 +120,18 @@ float f16_scale(float largest) {
 
 }  // namespace
 
-Tensor AdamW::m_f32() const {
-  if (m_.dtype() == DType::F32) return m_;
-  Tensor out = Tensor::empty({m_.numel()}, DType::F32, m_.device());
-  ops::convert(out, m_);
+// A stored moment's values in f32: itself when f32, else widened and, for
+// f16, unscaled group by group (scale `which` of each group's two; sqrt:
+// the stored value is sqrt(v)).
+Tensor AdamW::moment_f32(const Tensor& stored, int which, bool sqrt) const {
+  if (stored.dtype() == DType::F32) return stored;
+  Tensor out = Tensor::empty({stored.numel()}, DType::F32, stored.device());
+  ops::convert(out, stored);
   if (scales_.defined())
     for (size_t i = 0; i < groups_.size(); ++i)
       if (groups_[i].trainable && groups_[i].shard_size() > 0)
         unscale(out.narrow0(state_offset_[i], groups_[i].shard_size()),
-                scales_.data<float>()[2 * i], false);
-  return out;
-}
-
-Tensor AdamW::v_f32() const {
-  if (v_.dtype() == DType::F32) return v_;
-  Tensor out = Tensor::empty({v_.numel()}, DType::F32, v_.device());
-  ops::convert(out, v_);
-  if (scales_.defined())
-    for (size_t i = 0; i < groups_.size(); ++i)
-      if (groups_[i].trainable && groups_[i].shard_size() > 0)
-        unscale(out.narrow0(state_offset_[i], groups_[i].shard_size()),
-                scales_.data<float>()[2 * i + 1], true);
+                scales_.data<float>()[2 * i + size_t(which)], sqrt);
   return out;
 }
 

@@ -77,8 +77,8 @@ class AdamW {
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
   // The moments' values in f32 [state_size()] (m_ and v_ themselves when f32).
-  Tensor m_f32() const;
-  Tensor v_f32() const;
+  Tensor m_f32() const { return moment_f32(m_, 0, false); }
+  Tensor v_f32() const { return moment_f32(v_, 1, true); }
 
  private:
   ParamArenas arenas_;
@@ -91,6 +91,7 @@ class AdamW {
   int64_t n_params_ = 0;
   // Writes f32 moment values into group i's stored shard (rounded; f16 picks new scales).
   void store_moments(size_t i, const Tensor& m, const Tensor& v);
+  Tensor moment_f32(const Tensor& stored, int which, bool sqrt) const;
   int64_t step_ = 0;
 };
 

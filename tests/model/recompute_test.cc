@@ -69,22 +69,36 @@ Result run(const ModelConfig& c, DType dt, const std::vector<Recompute>& plan,
   return {loss, host(m.grads()), a.bytes()};
 }
 
-TEST(Recompute, SameGradientsBitForBit) {
+using Plans = std::vector<std::pair<std::string, int64_t>>;  // train.recompute, _layers
+
+// GPT-2 and Llama, with LoRA and without, f32 and bf16: each plan's run
+// beside the run that keeps everything (`want`).
+template <class Check>
+void for_each_plan(const Plans& plans, Check&& check) {
   for (bool llama : {false, true})
     for (bool lora : {false, true})
       for (DType dt : {DType::F32, DType::BF16}) {
         const ModelConfig c = config(llama, lora);
         SCOPED_TRACE(testing::Message() << c.arch << (lora ? " LoRA " : " ") << dtype_name(dt));
         const Result want = run(c, dt, {});
-        for (const auto& [policy, layers] : std::vector<std::pair<std::string, int64_t>>{
-                 {"none", 0}, {"selective", 0}, {"full", 0}, {"full", 2}, {"selective", 1}}) {
-          const Result got = run(c, dt, recompute_plan(policy, layers, c.n_layer));
-          EXPECT_EQ(got.loss, want.loss) << policy << " " << layers;
-          ASSERT_EQ(got.grads.size(), want.grads.size());
-          EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * 4))
-              << policy << " " << layers;
+        for (const auto& [policy, layers] : plans) {
+          SCOPED_TRACE(testing::Message() << policy << " " << layers);
+          check(c, dt, recompute_plan(policy, layers, c.n_layer), policy, lora, want);
         }
       }
+}
+
+void expect_same_bits(const Result& got, const Result& want) {
+  EXPECT_EQ(got.loss, want.loss);
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * 4));
+}
+
+TEST(Recompute, SameGradientsBitForBit) {
+  for_each_plan(
+      {{"none", 0}, {"selective", 0}, {"full", 0}, {"full", 2}, {"selective", 1}},
+      [](const ModelConfig& c, DType dt, const std::vector<Recompute>& plan, const std::string&,
+         bool, const Result& want) { expect_same_bits(run(c, dt, plan), want); });
 }
 
 // Selective drops the norms' and the activation's outputs of every layer
@@ -152,33 +166,23 @@ class PoisoningOffload final : public ActivationObserver {
 };
 
 TEST(Recompute, SavedTensorsCanBeOffloadedBetweenForwardAndBackward) {
-  for (bool llama : {false, true})
-    for (bool lora : {false, true})
-      for (DType dt : {DType::F32, DType::BF16}) {
-        const ModelConfig c = config(llama, lora);
-        SCOPED_TRACE(testing::Message() << c.arch << (lora ? " LoRA " : " ") << dtype_name(dt));
-        const Result want = run(c, dt, {});
-        for (const auto& [policy, layers] : std::vector<std::pair<std::string, int64_t>>{
-                 {"none", 0}, {"selective", 0}, {"full", 0}, {"selective", 1}}) {
-          PoisoningOffload offload;
-          const Result got = run(c, dt, recompute_plan(policy, layers, c.n_layer), &offload);
-          EXPECT_EQ(got.loss, want.loss) << policy << " " << layers;
-          ASSERT_EQ(got.grads.size(), want.grads.size());
-          EXPECT_EQ(0, std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * 4))
-              << policy << " " << layers;
-          // Two micro-batches, each layer's forward then, in reverse, its backward.
-          EXPECT_EQ(offload.forwards, (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
-          EXPECT_EQ(offload.backwards, (std::vector<int64_t>{2, 1, 0, 2, 1, 0}));
-          EXPECT_TRUE(offload.names.count("res"));
-          if (policy == "none") {
-            EXPECT_TRUE(offload.names.count("ln1") && offload.names.count("mlp.a"));
-            EXPECT_EQ(offload.names.count("mlp.up_adapters.h"), lora ? 1u : 0u);
-          }
-          if (policy == "full") {
-            EXPECT_EQ(offload.names, std::set<std::string>{"res"});
-          }
-        }
-      }
+  for_each_plan({{"none", 0}, {"selective", 0}, {"full", 0}, {"selective", 1}},
+                [](const ModelConfig& c, DType dt, const std::vector<Recompute>& plan,
+                   const std::string& policy, bool lora, const Result& want) {
+                  PoisoningOffload offload;
+                  expect_same_bits(run(c, dt, plan, &offload), want);
+                  // Two micro-batches, each layer's forward then, in reverse, its backward.
+                  EXPECT_EQ(offload.forwards, (std::vector<int64_t>{0, 1, 2, 0, 1, 2}));
+                  EXPECT_EQ(offload.backwards, (std::vector<int64_t>{2, 1, 0, 2, 1, 0}));
+                  EXPECT_TRUE(offload.names.count("res"));
+                  if (policy == "none") {
+                    EXPECT_TRUE(offload.names.count("ln1") && offload.names.count("mlp.a"));
+                    EXPECT_EQ(offload.names.count("mlp.up_adapters.h"), lora ? 1u : 0u);
+                  }
+                  if (policy == "full") {
+                    EXPECT_EQ(offload.names, std::set<std::string>{"res"});
+                  }
+                });
 }
 
 TEST(Recompute, BadSettingsNameTheKey) {

@@ -22,6 +22,20 @@ struct AdamConsts {
   float lr, b1, b2, eps, decay, rbc1, rbc2_sqrt, gs;
 };
 
+// Bias corrections in double: 1 - b2^t is tiny early and needs the digits.
+AdamConsts adam_consts(const AdamWParams& p) {
+  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
+  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
+  return {p.lr,
+          p.beta1,
+          p.beta2,
+          p.eps,
+          float(1.0 - double(p.lr) * double(p.weight_decay)),
+          float(1.0 / bc1),
+          float(1.0 / std::sqrt(bc2)),
+          p.grad_scale};
+}
+
 [[maybe_unused]] float adamw_one(float* p, const float* g, float* m, float* v, int64_t i,
                                  const AdamConsts& k) {
   float gi = g[i] * k.gs;
@@ -84,17 +98,7 @@ void adamw_kernel(float* p, const float* g, float* m, float* v, C* copy, int64_t
 
 void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
                 Tensor param_copy) {
-  // Bias corrections in double: 1 - b2^t is tiny early and needs the digits.
-  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
-  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
-  AdamConsts k{p.lr,
-               p.beta1,
-               p.beta2,
-               p.eps,
-               float(1.0 - double(p.lr) * double(p.weight_decay)),
-               float(1.0 / bc1),
-               float(1.0 / std::sqrt(bc2)),
-               p.grad_scale};
+  const AdamConsts k = adam_consts(p);
   float *pp = param.data<float>(), *pm = m.data<float>(), *pv = v.data<float>();
   const float* pg = grad.data<float>();
   const int64_t n = param.numel();
@@ -395,16 +399,7 @@ void mixed_step(const MixedBuffers& b, M* m, M* v, C* copy, float* scales, int64
 
 void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
                       Tensor scales, const AdamWParams& p, Tensor param_copy) {
-  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
-  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
-  const AdamConsts k{p.lr,
-                     p.beta1,
-                     p.beta2,
-                     p.eps,
-                     float(1.0 - double(p.lr) * double(p.weight_decay)),
-                     float(1.0 / bc1),
-                     float(1.0 / std::sqrt(bc2)),
-                     p.grad_scale};
+  const AdamConsts k = adam_consts(p);
   MixedBuffers b;
   b.g = grad.data<float>();
   MasterKind kind = MasterKind::F32;
