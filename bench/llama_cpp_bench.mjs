@@ -1,5 +1,5 @@
 // llama.cpp's speed on a GGUF file, through the prebuilt CPU build that the
-// npm package node-llama-cpp ships (scripts/fetch_assets.sh installs it):
+// npm package node-llama-cpp ships (scripts/fetch_assets.sh --test installs it):
 //   pp   prompt processing: PROMPT random tokens evaluated in one call, tokens/s
 //   tg   decode at batch 1: NEW greedy tokens after that prompt, tokens/s
 //        (time after the first generated token, over NEW - 1 steps)

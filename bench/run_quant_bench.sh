@@ -4,7 +4,7 @@
 #   prompt processing tokens/s and batch-1 decode tokens/s, then aggregate
 #   tokens/s with S sequences at once (Nekton: the Generator, the server's
 #   engine; llama.cpp: one context of S sequences, batched per step).
-# llama.cpp is node-llama-cpp's prebuilt CPU build (scripts/fetch_assets.sh).
+# llama.cpp is node-llama-cpp's prebuilt CPU build (scripts/fetch_assets.sh --test).
 # Usage: bash bench/run_quant_bench.sh [threads] [types] [parallel] [dir]
 #   e.g. bash bench/run_quant_bench.sh 2 "f16 q8_0 q4_0 q4_k_m" "4 16 64" /tmp/qb
 # The GGUF files are made once in DIR (save_random_model + nekton quantize).

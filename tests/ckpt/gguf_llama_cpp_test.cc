@@ -1,5 +1,5 @@
 // GGUF exports run in llama.cpp itself: the prebuilt CPU library that the npm
-// package node-llama-cpp ships (scripts/fetch_assets.sh), driven from Node by
+// package node-llama-cpp ships (scripts/fetch_assets.sh --test), driven from Node by
 // tests/ckpt/llama_cpp_eval.mjs. llama.cpp's logits after every prompt token,
 // its greedy continuation and its tokenization of text are compared with
 // Nekton's on the same weights. Skipped when the package is not fetched.

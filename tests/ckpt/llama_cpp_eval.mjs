@@ -1,5 +1,5 @@
 // Runs a GGUF file through llama.cpp (the prebuilt CPU build that the npm
-// package node-llama-cpp ships; scripts/fetch_assets.sh installs it) and
+// package node-llama-cpp ships; scripts/fetch_assets.sh --test installs it) and
 // prints JSON for the GGUF export tests:
 //   logits     f32 logits after each prompt token (llama.cpp's own forward pass)
 //   greedy     N_GEN tokens continuing the prompt, each the argmax of llama.cpp's logits

@@ -1,5 +1,5 @@
 // Drives a running `nekton serve` with OpenAI's official JavaScript client
-// (npm `openai`, fetched by scripts/fetch_assets.sh) for tests/serve/serve_e2e_test.cc.
+// (npm `openai`, fetched by scripts/fetch_assets.sh --test) for tests/serve/serve_e2e_test.cc.
 //   node openai_client.mjs NODE_MODULES BASE_URL MODEL MODE
 // MODE:
 //   api    chat and completions, streamed and not, stop strings, n = 2 with

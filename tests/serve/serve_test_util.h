@@ -161,7 +161,7 @@ inline std::string greedy_generate(const std::string& model, const std::string& 
   return r.out.substr(prompt.size(), r.out.size() - prompt.size() - 1);
 }
 
-// The npm packages of scripts/fetch_assets.sh.
+// The npm packages of scripts/fetch_assets.sh --test.
 inline std::string npm_modules() {
   return assets_dir() + "/npm/node_modules";
 }
