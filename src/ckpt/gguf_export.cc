@@ -232,11 +232,10 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_u32(ga + ".feed_forward_length", uint32_t(c.d_ff));
   w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
   w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
+  // (In the order earlier exports wrote them: a Llama file stays byte-identical.)
+  if (rotary) w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
   w.add_f32(ga + "." + gguf_norm_eps_key(spec), float(c.norm_eps));
-  if (rotary) {
-    w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
-    w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
-  }
+  if (rotary) w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
   if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
 

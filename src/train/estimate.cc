@@ -6,9 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/atomic_file.h"
 #include "core/parallel.h"
-#include "data/dataset/text_dataset.h"
 #include "model/arch.h"
 #include "nn/cross_entropy.h"
 #include "ops/ops.h"
@@ -93,12 +91,6 @@ MachineRates MachineRates::from_json(const nlohmann::json& j, const std::string&
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // The best of a few timed runs of `f` after one warm-up, at least `min_s`
 // seconds in all (and no more than 20 runs).
 template <class F>
@@ -106,9 +98,9 @@ double best_seconds(F&& f, double min_s = 0.3) {
   f();
   double best = 1e30, spent = 0;
   for (int i = 0; i < 20 && (i < 2 || spent < min_s); ++i) {
-    auto t0 = Clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     f();
-    const double dt = seconds_since(t0);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::min(best, dt);
     spent += dt;
   }

@@ -1,0 +1,229 @@
+// The activation workspace of the training and inference steps
+// (Activations, model/transformer.h): its plan of buffers per recompute
+// policy, tensor-parallel split and pipeline stage, and the tensors each
+// layer keeps for its backward.
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+
+namespace nk {
+
+std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers, int64_t n_layer) {
+  Recompute r = Recompute::None;
+  if (policy == "selective")
+    r = Recompute::Selective;
+  else if (policy == "full")
+    r = Recompute::Full;
+  else if (policy != "none")
+    fail("train.recompute: expected none, selective or full, got '{}'", policy);
+  if (layers < 0 || layers > n_layer)
+    fail("train.recompute_layers: {} is not in [0, model.n_layer = {}] (0: every layer)", layers,
+         n_layer);
+  std::vector<Recompute> plan(size_t(n_layer), Recompute::None);
+  for (int64_t l = 0; l < (layers ? layers : n_layer); ++l) plan[size_t(l)] = r;
+  return plan;
+}
+
+Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
+                         Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp,
+                         const PipelineStage& stage)
+    : B(B_), T(T_) {
+  if (T > c.max_seq_len)
+    fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
+  if (training) recompute = std::move(plan);
+  NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
+           "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
+  check_tensor_parallel(c, tp.size());
+  NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
+  if (tp.sp() && (B * T) % tp.size())
+    fail(
+        "sequence parallelism: a micro-batch of {} x {} tokens does not split evenly over "
+        "parallel.tp = {} ranks",
+        B, T, tp.size());
+  // This rank's share of the heads, MLP units and vocabulary (all of them at tp 1).
+  const int64_t t = tp.size(), C = c.d_model, HD = c.n_head * c.head_dim() / t,
+                up = c.mlp_up_dim() / t, F = c.d_ff / t, V = c.vocab_size / t;
+  auto alloc = [&](Shape shape, DType dtype) {
+    Tensor x = Tensor::empty(std::move(shape), dtype, device);
+    bytes_ += int64_t(x.nbytes());
+    return x;
+  };
+  auto act = [&](int64_t X) { return alloc({B, T, X}, dt); };
+  // Outside the tensor-parallel region: this rank's rows under sequence parallelism.
+  const int64_t R = tp.local_rows(B * T);
+  auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
+  auto stat = [&]() { return alloc({R}, DType::F32); };
+  // A pipeline stage: its layers' buffers only (the others stay undefined).
+  NK_CHECK(stage.whole(c) || training, "Activations: inference over a pipeline stage");
+  for (int64_t l = 0; l <= c.n_layer; ++l) {  // res[l]: the input of layer l (or the output)
+    bool used = false;
+    for (const auto& [first, last] : stage.ranges(c)) used = used || (l >= first && l <= last);
+    res.push_back(used ? region() : Tensor());
+  }
+  // One layer's buffers; `cheap`: with the norms' and the activation's outputs
+  // (a selective layer takes those from `shared`).
+  Layer shared;
+  if (tp.sp()) {
+    full_x = act(C);
+    full_y = act(C);
+  }
+  auto layer = [&](bool cheap) {
+    Layer y;
+    y.res_mid = region();
+    y.ln1 = cheap ? region() : shared.ln1;
+    y.ln2 = cheap ? region() : shared.ln2;
+    y.mean1 = stat();
+    y.rstd1 = stat();
+    y.mean2 = stat();
+    y.rstd2 = stat();
+    y.attn.qkv = act(c.qkv_dim() / t);
+    y.attn.out = act(HD);
+    y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
+    y.mlp.h = act(up);
+    y.mlp.a = cheap ? act(F) : shared.mlp.a;
+    y.attn.full_x = y.mlp.full_x = full_x;
+    y.attn.full_y = y.mlp.full_y = full_y;
+    return y;
+  };
+  // Inference keeps one layer's activations and reuses it for every layer;
+  // in training, layers that recompute share what they drop.
+  const int64_t saved_layers = training ? c.n_layer : 1;
+  bool any_full = false, any_selective = false;
+  for (Recompute r : recompute) {
+    any_full |= r == Recompute::Full;
+    any_selective |= r == Recompute::Selective;
+  }
+  if (any_full) {
+    shared = layer(true);
+  } else if (any_selective) {
+    shared.ln1 = region();
+    shared.ln2 = region();
+    shared.mlp.a = act(F);
+  }
+  for (int64_t l = 0; l < saved_layers; ++l) {
+    const Recompute r = recompute_of(l);
+    if (training && !stage.holds_layer(c, l))
+      layers.emplace_back();
+    else
+      layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
+  }
+  // Adapters: what each adapted linear layer keeps for its backward (LoRA's
+  // x A^T of each part, a bottleneck's input, hidden and norm statistics),
+  // per layer, and one scratch they all share.
+  const AdapterSizes s = adapter_sizes(c);
+  adapters = make_adapter_scratch(c, s, B * T, dt, device, training);
+  if (adapters) {
+    for (const Tensor* t :
+         {&adapters->z, &adapters->dh, &adapters->dx, &adapters->xd, &adapters->base})
+      bytes_ += t->defined() ? int64_t(t->nbytes()) : 0;
+    auto flat = [&](int64_t n, DType t) { return n ? alloc({n * B * T}, t) : Tensor(); };
+    // Inference reuses one layer's buffers for all, and the fully recomputing
+    // layers share one set: each sized for the most of the layers it serves.
+    std::optional<std::array<nn::AdapterActs, 4>> full_set;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const bool full = recompute_of(int64_t(l)) == Recompute::Full;
+      std::array<nn::AdapterActs, 4> set;
+      if (full && full_set) {
+        set = *full_set;
+      } else {
+        std::array<int64_t, 4> saved = s.saved[l], saved_f32 = s.saved_f32[l];
+        std::array<bool, 4> adapted = s.adapted[l];
+        for (size_t o = 0; o < s.adapted.size(); ++o) {
+          if (training && !(full && recompute_of(int64_t(o)) == Recompute::Full)) continue;
+          for (size_t i = 0; i < 4; ++i) {
+            saved[i] = std::max(saved[i], s.saved[o][i]);
+            saved_f32[i] = std::max(saved_f32[i], s.saved_f32[o][i]);
+            adapted[i] = adapted[i] || s.adapted[o][i];
+          }
+        }
+        for (size_t i = 0; i < 4; ++i)
+          if (adapted[i])
+            set[i] =
+                nn::AdapterActs{flat(saved[i], dt), adapters.get(), flat(saved_f32[i], DType::F32)};
+        if (full) full_set = set;
+      }
+      layers[l].attn.qkv_adapters = set[0];
+      layers[l].attn.proj_adapters = set[1];
+      layers[l].mlp.up_adapters = set[2];
+      layers[l].mlp.down_adapters = set[3];
+    }
+  }
+  if (c.prompt.enabled()) {
+    prompt = nn::Prompt::saved_for(c.prompt.virtual_tokens, C, c.prompt.encoder_hidden, dt, device);
+    for (const Tensor* t : {&prompt.h1, &prompt.a1, &prompt.h2, &prompt.a2, &prompt.out, &prompt.dp,
+                            &prompt.dh, &prompt.da, &prompt.dp_c, &prompt.dtab})
+      bytes_ += t->defined() ? int64_t(t->nbytes()) : 0;
+  }
+  lnf = region();
+  meanf = stat();
+  rstdf = stat();
+  tmp = region();
+  // Logits are produced in row chunks so that [B*T, V] never exists at once.
+  // Chunks hold at most ~32M logits (64 MiB in bf16) and are equal-sized, so
+  // the head's products keep a large M and K (the dW product sums over rows).
+  int64_t max_rows = std::max<int64_t>(256, (int64_t(1) << 25) / V);
+  int64_t n_chunks = (B * T + max_rows - 1) / max_rows;
+  chunk = (B * T + n_chunks - 1) / n_chunks;
+  if (stage.head) {  // the last pipeline stage's (every stage's without pipelining)
+    logits = alloc({chunk, V}, dt);
+    losses = alloc({B * T}, DType::F32);
+    if (tp.active()) ce_stats = alloc({nn::VocabCrossEntropy::stats_size(chunk)}, DType::F32);
+    host_losses.resize(size_t(B * T));
+  }
+  if (training) {
+    dres = region();
+    dln = region();
+    dattn.dqkv = act(c.qkv_dim() / t);
+    dattn.dout = act(HD);
+    dmlp.dh = act(up);
+    dmlp.da = act(F);
+  }
+}
+
+std::vector<SavedActivation> Activations::saved(int64_t l) const {
+  std::vector<SavedActivation> out;
+  const bool training = dres.defined();
+  if (!training || l < 0 || l >= int64_t(layers.size()) || !res[size_t(l)].defined()) return out;
+  const Layer& y = layers[size_t(l)];
+  auto add = [&](const char* name, const Tensor& t) {
+    if (t.defined()) out.push_back({name, t});
+  };
+  add("res", res[size_t(l)]);
+  const Recompute r = recompute_of(l);
+  if (r == Recompute::Full) return out;  // the rest is the shared set it recomputes
+  add("res_mid", y.res_mid);
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"mean1", &y.mean1},
+                         {"rstd1", &y.rstd1},
+                         {"mean2", &y.mean2},
+                         {"rstd2", &y.rstd2},
+                         {"attn.qkv", &y.attn.qkv},
+                         {"attn.out", &y.attn.out},
+                         {"attn.lse", &y.attn.lse},
+                         {"mlp.h", &y.mlp.h}})
+    add(name, *t);
+  if (r == Recompute::None) {
+    add("ln1", y.ln1);
+    add("ln2", y.ln2);
+    add("mlp.a", y.mlp.a);
+  }
+  for (auto [name, acts] :
+       {std::pair<std::string, const nn::AdapterActs*>{"attn.qkv_adapters", &y.attn.qkv_adapters},
+        {"attn.proj_adapters", &y.attn.proj_adapters},
+        {"mlp.up_adapters", &y.mlp.up_adapters},
+        {"mlp.down_adapters", &y.mlp.down_adapters}}) {
+    if (!acts->defined()) continue;
+    if (acts->h.defined()) out.push_back({name + ".h", acts->h});
+    if (acts->stats.defined()) out.push_back({name + ".stats", acts->stats});
+  }
+  return out;
+}
+
+Tensor Activations::residual(int64_t l) const {
+  NK_CHECK(l >= 0 && l < int64_t(res.size()), "Activations::residual({}) of {} layers", l,
+           res.size() - 1);
+  return res[size_t(l)];
+}
+
+}  // namespace nk
