@@ -55,12 +55,12 @@ fuzz: san-configure
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SAN_BUILD)
 
 format:
-	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp')
+	clang-format -i $$(git ls-files '*.h' '*.cc' '*.cpp' '*.cu' '*.cuh')
 
 # What CI runs first: fails, naming each file and line, where `make format`
 # would change anything (setup-test installs clang-format on a fresh machine).
 format-check: setup-test
-	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cc' '*.cpp')
+	clang-format --dry-run --Werror $$(git ls-files '*.h' '*.cc' '*.cpp' '*.cu' '*.cuh')
 
 clean:
 	rm -rf $(BUILD)

@@ -3,6 +3,9 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#ifdef NK_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 namespace nk {
 
@@ -19,24 +22,48 @@ Device parse_device(const std::string& name, const std::string& key) {
   else
     fail("{}: unknown device '{}' (expected cpu or cuda)", key, name);
   if (!device_available(d))
-    fail("{}: device '{}' is not available in this build (built without CUDA)", key, name);
+    fail("{}: device '{}' is not available: {}", key, name, why_unavailable(d));
   return d;
 }
 
 bool device_available(Device d) {
+#ifdef NK_WITH_CUDA
+  if (d == Device::CUDA) {
+    static const bool has_gpu = cuda::device_count() > 0;
+    return has_gpu;
+  }
+#endif
   return d == Device::CPU;
 }
 
+std::string why_unavailable(Device d) {
+  if (device_available(d)) return "";
+#ifdef NK_WITH_CUDA
+  return "this machine has no visible CUDA GPU";
+#else
+  return "this build has no CUDA backend (built without nvcc or with -DNK_WITH_CUDA=OFF)";
+#endif
+}
+
 Allocator& Allocator::get(Device d) {
-  static Allocator cpu;
-  if (!device_available(d)) fail("device '{}' is not available in this build", device_name(d));
-  return cpu;
+  static Allocator cpu(Device::CPU);
+  if (d == Device::CPU) return cpu;
+  if (!device_available(d))
+    fail("device '{}' is not available: {}", device_name(d), why_unavailable(d));
+  static Allocator gpu(Device::CUDA);
+  return gpu;
 }
 
 void* Allocator::allocate(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-  if (rounded && !p) fail("out of memory allocating {} bytes", bytes);
+  void* p = nullptr;
+#ifdef NK_WITH_CUDA
+  if (device_ == Device::CUDA) p = cuda::allocate(bytes);
+#endif
+  if (device_ == Device::CPU) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    if (rounded && !p) fail("out of memory allocating {} bytes", bytes);
+  }
   size_t now = live_.fetch_add(bytes) + bytes;
   size_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
@@ -45,7 +72,10 @@ void* Allocator::allocate(size_t bytes) {
 }
 
 void Allocator::deallocate(void* p, size_t bytes) {
-  std::free(p);
+#ifdef NK_WITH_CUDA
+  if (device_ == Device::CUDA) cuda::deallocate(p);
+#endif
+  if (device_ == Device::CPU) std::free(p);
   live_.fetch_sub(bytes);
 }
 

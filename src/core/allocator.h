@@ -21,15 +21,23 @@ constexpr Device kHost = Device::CPU;
 // The device named `name` ("cpu", "cuda") for config key `key`: nk::Error
 // naming the key for an unknown name or a device this build or machine lacks.
 Device parse_device(const std::string& name, const std::string& key);
-// Whether this build can allocate on `d` (CPU always; CUDA once its backend lands).
+// Whether this process can allocate on `d`: the CPU always; CUDA in a build
+// with the CUDA backend (NK_WITH_CUDA) on a machine with a visible GPU.
 bool device_available(Device d);
+// Why `d` is not available ("" when it is), for error messages.
+std::string why_unavailable(Device d);
 
+// Host memory is 64-byte aligned from the C library; CUDA memory comes from
+// the device's stream-ordered caching pool (core/cuda/runtime.h), so a block
+// freed by one op is reused by the next without a device synchronisation.
+// live and peak count the bytes tensors hold; the CUDA pool's reserved bytes
+// (held from the driver, cached ones included) are cuda::reserved_bytes().
 class Allocator {
  public:
-  // The allocator for `d`; throws nk::Error for a device this build lacks.
+  // The allocator for `d`; throws nk::Error for a device this process lacks.
   static Allocator& get(Device d);
 
-  void* allocate(size_t bytes);  // 64-byte aligned; throws nk::Error when out of memory
+  void* allocate(size_t bytes);  // throws nk::Error when out of memory
   void deallocate(void* p, size_t bytes);
 
   size_t live_bytes() const { return live_.load(); }
@@ -37,6 +45,8 @@ class Allocator {
   void reset_peak() { peak_.store(live_.load()); }
 
  private:
+  explicit Allocator(Device d) : device_(d) {}
+  Device device_;
   std::atomic<size_t> live_{0}, peak_{0};
 };
 

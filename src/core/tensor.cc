@@ -1,4 +1,7 @@
 #include "core/tensor.h"
+#ifdef NK_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 #include <fmt/ranges.h>
 
@@ -47,8 +50,13 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  NK_CHECK(device == kHost, "zeros on {}", device_name(device));
   Tensor t = empty(shape, dtype, device);
+#ifdef NK_WITH_CUDA
+  if (device == Device::CUDA) {
+    cuda::memset_zero(t.raw(), t.nbytes());
+    return t;
+  }
+#endif
   std::memset(t.raw(), 0, t.nbytes());
   return t;
 }

@@ -1,0 +1,21 @@
+#!/bin/bash
+# Packs CUDA-built binaries with the shared libraries they need (all but the C
+# library, the driver and the CUDA toolkit's own, which the GPU machine has)
+# into DIR/bundle.tar.gz, for a GPU machine that lacks Debian's libraries:
+#   scripts/cuda_bundle.sh DIR BINARY...
+# There: tar xzf DIR/bundle.tar.gz -C /tmp/nk && scripts/cuda_device_check.sh
+set -euo pipefail
+out=$1
+shift
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$out"
+skip='^(linux-vdso|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas|libnccl\.so)'
+for b in "$@"; do
+  cp "$b" "$stage/bin/"
+  ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ $skip ]] || cp -L "$path" "$stage/lib/$name"
+  done
+done
+tar czf "$out/bundle.tar.gz" -C "$stage" bin lib
+du -h "$out/bundle.tar.gz"

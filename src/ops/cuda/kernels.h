@@ -1,0 +1,117 @@
+// The CUDA backend's kernels (src/ops/cuda/*.cu), one per public op of ops.h
+// under the same name as the CPU's (ops/cpu/kernels.h), reached through
+// NK_KERNEL when the op's tensors live on Device::CUDA. Every kernel runs on
+// the compute stream (core/cuda/runtime.h) and returns without waiting for
+// the device, except those that hand a value or bytes to the host.
+// Semantics and layouts are ops.h's; like the CPU kernels they check what
+// they read from tensor memory (token ids, targets, positions) on the device
+// and report a bad one as an nk::Error.
+//
+// Absent on CUDA (their fronts call the CPU kernel alone, so a CUDA tensor
+// gets "no kernel for device 'cuda'"): the NF4 and int8/int4 quantised
+// weights of ops/quant.h and the NF4 ops of ops.h.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace nk::ops {
+struct AdamWParams;
+}  // namespace nk::ops
+
+namespace nk::ops::cuda {
+
+// ---- copies and conversions (elementwise.cu) ----
+void convert(Tensor dst, const Tensor& src);
+void fill(Tensor dst, float value);
+void copy_to_host(const Tensor& src, float* dst);
+void copy_from_host(Tensor dst, const float* src);
+void accumulate(Tensor dst, const Tensor& src);
+void add(Tensor y, const Tensor& a, const Tensor& b);
+double sum_squares(const Tensor& x);
+void scale(Tensor x, float s);
+int64_t count_nonfinite(const Tensor& x);
+void add_columns(Tensor y, const Tensor& z, int64_t col0, float s);
+void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s);
+void dropout(Tensor y, const Tensor& x, float p, uint64_t seed);
+void scale_columns(Tensor y, const Tensor& l, int64_t col0);
+void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b);
+void copy_bytes_from_host(Tensor dst, const void* src);
+void copy_bytes_to_host(const Tensor& src, void* dst);
+int64_t count_not_equal(const Tensor& x, int64_t value);
+
+// ---- embeddings (embedding.cu); dwte or dwpe undefined: not computed ----
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       const Tensor& positions, int64_t vocab_start);
+void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tensor& tokens,
+                        const Tensor& positions, int64_t vocab_start);
+
+// ---- normalisation (norm.cu); dw or db undefined: not computed ----
+void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, const Tensor& w,
+                       const Tensor& b, float eps);
+void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps);
+void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd);
+
+// ---- linear (linear.cu); dx, dw or db undefined: not computed ----
+void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b);
+void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w);
+
+// ---- activations (activation.cu) ----
+void gelu_forward(Tensor y, const Tensor& x);
+void gelu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void silu_forward(Tensor y, const Tensor& x);
+void silu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void relu_forward(Tensor y, const Tensor& x);
+void relu_backward(Tensor dx, const Tensor& dy, const Tensor& x);
+void swiglu_forward(Tensor y, const Tensor& gu);
+void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
+
+// ---- rotary embedding (rope.cu) ----
+// Fills table f32[maxT, D].
+void rope_table(Tensor table, double theta);
+// Both ops::rope_inplace overloads: positions i32[B,T] when defined, else pos0 + t.
+void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
+                  const Tensor& positions, bool inverse);
+
+// ---- attention (attention.cu, kv_attention.cu) ----
+void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window);
+void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
+                        const Tensor& cu_seqlens, int64_t window);
+void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
+                    const Tensor& block_table, const Tensor& seqs, const Tensor& positions);
+void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                      int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
+                      const Tensor& positions, int64_t window);
+
+// ---- softmax cross-entropy (cross_entropy.cu) ----
+void cross_entropy_forward(Tensor losses, const Tensor& logits, const Tensor& targets,
+                           int64_t ignore_index);
+void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor& logits,
+                                    const Tensor& targets, int64_t ignore_index, float grad_scale);
+
+// ---- vocabulary-parallel cross-entropy (cross_entropy_shard.cu) ----
+void cross_entropy_shard_stats(Tensor row_max, Tensor sumexp, Tensor target_logit,
+                               const Tensor& logits, const Tensor& targets, int64_t vocab_start);
+void cross_entropy_rescale_stats(Tensor row_max, Tensor sumexp, const Tensor& global_max);
+void cross_entropy_shard_finish(Tensor losses, Tensor lse, const Tensor& row_max,
+                                const Tensor& sumexp, const Tensor& target_logit,
+                                const Tensor& targets, int64_t ignore_index);
+void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                                  const Tensor& lse, int64_t vocab_start, int64_t ignore_index,
+                                  float grad_scale);
+
+// ---- optimizer (adamw.cu) ----
+void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p,
+                Tensor param_copy);
+void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
+                      Tensor scales, const AdamWParams& p, Tensor param_copy);
+void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32);
+void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder);
+
+}  // namespace nk::ops::cuda

@@ -1,0 +1,214 @@
+// Linear layer kernels on CUDA (arguments checked by ops/linear.cc): the three
+// products go through cuBLASLt with fp32 accumulation (bf16 operands on the
+// tensor cores; f32 operands in exact fp32, not TF32, so f32 runs match the
+// CPU to accumulation order), the forward bias fused as the GEMM's epilogue
+// where cuBLASLt offers one; the bias gradient is our own deterministic
+// column sum.
+//
+// cuBLASLt is column-major; a row-major [R, C] matrix is its column-major
+// transpose [C, R] with leading dimension C, so each row-major product
+// Y = A @ B is computed as the column-major Y^T = B^T @ A^T.
+#include <cublasLt.h>
+
+#include <mutex>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/kernels.h"
+#include "ops/shapes.h"
+
+namespace nk::ops::cuda {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* call, const char* file, int line) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt error {} ({}) in {} at {}:{}", int(s), cublasLtGetStatusString(s), call, file,
+         line);
+}
+#define NK_CUBLAS_CHECK(call) check_lt((call), #call, __FILE__, __LINE__)
+
+// The process's cuBLASLt handle and GEMM workspace (32 MiB, as cuBLAS
+// recommends for Hopper).
+struct Lt {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = size_t(32) << 20;
+};
+
+Lt& lt() {
+  static Lt l;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    NK_CUBLAS_CHECK(cublasLtCreate(&l.handle));
+    l.workspace = nk::cuda::allocate(l.workspace_bytes);
+  });
+  return l;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    default:
+      NK_CHECK(false, "linear: no cuBLASLt type for {}", dtype_name(t));
+  }
+  return CUDA_R_32F;
+}
+
+// Owners of the cuBLASLt descriptors of one call.
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  Layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+    NK_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
+};
+
+// Column-major D[m, n] = alpha * op(A) @ op(B) + beta * C (C = D), with op
+// transposing when the flag is set; A is [m, k] after op, B [k, n]. `bias`
+// (a device vector of m in `bias_t`) is added to every column by the
+// epilogue when given. Returns false, having done nothing, when cuBLASLt has
+// no algorithm for the bias epilogue with these types (the caller adds the
+// bias itself).
+bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, DType at,
+          int64_t lda, const void* b, DType bt, int64_t ldb, void* d, DType dt, int64_t ldd,
+          float beta, const void* bias = nullptr, DType bias_t = DType::F32) {
+  Lt& l = lt();
+  cublasLtMatmulDesc_t desc = nullptr;
+  NK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  struct DescGuard {
+    cublasLtMatmulDesc_t d;
+    ~DescGuard() { cublasLtMatmulDescDestroy(d); }
+  } guard{desc};
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bct = cuda_type(bias_t);
+    NK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)));
+    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bct,
+                                                   sizeof(bct)));
+  }
+  // Stored shapes: op(A) is [m, k], so A is stored [k, m] when transposed.
+  Layout la(at, trans_a ? k : m, trans_a ? m : k, lda);
+  Layout lb(bt, trans_b ? n : k, trans_b ? k : n, ldb);
+  Layout ld(dt, m, n, ldd);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  NK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &l.workspace_bytes, sizeof(l.workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(l.handle, desc, la.l, lb.l, ld.l, ld.l,
+                                                           pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+    if (bias) return false;
+    fail("linear: cuBLASLt has no algorithm for a {}x{}x{} product of {} and {} into {}", m, n, k,
+         dtype_name(at), dtype_name(bt), dtype_name(dt));
+  }
+  NK_CUBLAS_CHECK(hs);
+  const float alpha = 1.f;
+  NK_CUBLAS_CHECK(cublasLtMatmul(l.handle, desc, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l,
+                                 &heur.algo, l.workspace, l.workspace_bytes, nk::cuda::stream()));
+  return true;
+}
+
+// y [N, out] += b [out] broadcast over rows.
+template <typename T, typename B>
+__global__ void add_bias_kernel(T* y, const B* b, int64_t n, int64_t out) {
+  NK_GRID_STRIDE(i, n * out) {
+    y[i] = store<T>(load(y[i]) + load(b[i % out]));
+  }
+}
+
+// Column sums of dy [N, out] in fixed row blocks: partial [blocks, out] <-
+// sum over each block's rows in order; then db [out] += the partials summed
+// over blocks in order. Deterministic whatever the launch.
+constexpr int64_t kRowBlock = 256;
+
+template <typename T>
+__global__ void column_partial_kernel(float* partial, const T* dy, int64_t n, int64_t out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= out) return;
+  const int64_t r0 = int64_t(blockIdx.y) * kRowBlock, r1 = min(n, r0 + kRowBlock);
+  float s = 0.f;
+  for (int64_t r = r0; r < r1; ++r) s += load(dy[r * out + c]);
+  partial[int64_t(blockIdx.y) * out + c] = s;
+}
+
+__global__ void column_finish_kernel(float* db, const float* partial, int64_t blocks, int64_t out) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= out) return;
+  float s = 0.f;
+  for (int64_t b = 0; b < blocks; ++b) s += partial[b * out + c];
+  db[c] += s;
+}
+
+template <typename T>
+void column_sum_accumulate(float* db, const T* dy, int64_t n, int64_t out) {
+  const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
+  Tensor partial = Tensor::empty({blocks, out}, DType::F32, Device::CUDA);
+  const unsigned cols = unsigned((out + kThreads - 1) / kThreads);
+  column_partial_kernel<<<dim3(cols, unsigned(blocks)), kThreads, 0, nk::cuda::stream()>>>(
+      partial.data<float>(), dy, n, out);
+  NK_CUDA_LAUNCHED("column_partial_kernel");
+  column_finish_kernel<<<cols, kThreads, 0, nk::cuda::stream()>>>(db, partial.data<float>(), blocks,
+                                                                  out);
+  NK_CUDA_LAUNCHED("column_finish_kernel");
+}
+
+}  // namespace
+
+// y [N, out] = x [N, in] @ w [out, in]^T + b [out]
+// column-major: y^T [out, N] = (w^T stored [in, out])^T @ x^T [in, N]
+void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
+  const DType t = x.dtype();
+  const void* bias = b.defined() ? b.raw() : nullptr;
+  if (gemm(true, false, out, n, in, w.raw(), t, in, x.raw(), t, in, y.raw(), t, out, 0.f, bias,
+           b.defined() ? b.dtype() : DType::F32))
+    return;
+  gemm(true, false, out, n, in, w.raw(), t, in, x.raw(), t, in, y.raw(), t, out, 0.f);
+  dispatch_float(t, "linear_forward", [&](auto yt) {
+    using T = decltype(yt);
+    dispatch_float(b.dtype(), "linear_forward", [&](auto bt) {
+      using B = decltype(bt);
+      add_bias_kernel<<<blocks_for(n * out), kThreads, 0, nk::cuda::stream()>>>(
+          y.data<T>(), b.data<B>(), n, out);
+      NK_CUDA_LAUNCHED("add_bias_kernel");
+    });
+  });
+}
+
+void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
+                     const Tensor& w) {
+  const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
+  const DType t = x.dtype();
+  if (dx.defined())  // dx [N, in] = dy [N, out] @ w [out, in]; col-major dx^T = w^T @ dy^T
+    gemm(false, false, in, n, out, w.raw(), t, in, dy.raw(), t, out, dx.raw(), t, in, 0.f);
+  if (dw.defined())  // dw [out, in] += dy^T @ x; col-major dw^T [in, out] += x^T [in, N] @ dy [N,
+                     // out]
+    gemm(false, true, in, out, n, x.raw(), t, in, dy.raw(), t, out, dw.raw(), DType::F32, in, 1.f);
+  if (db.defined()) {
+    dispatch_float(t, "linear_backward", [&](auto tag) {
+      using T = decltype(tag);
+      column_sum_accumulate(db.data<float>(), dy.data<T>(), n, out);
+    });
+  }
+}
+
+}  // namespace nk::ops::cuda
