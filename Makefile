@@ -29,7 +29,7 @@ test: build
 bench: build
 	bash bench/run_train_bench.sh
 
-# The hardening build (clang): ASan + UBSan on everything, libFuzzer
+# The hardening build (clang, CPU only): ASan + UBSan on everything, libFuzzer
 # harnesses from tests/fuzz. `make sanitize-test` runs the whole suite in it,
 # stopping a test at its first report; `make fuzz` runs each harness for
 # FUZZ_SECONDS (see README, Fuzzing).
@@ -41,7 +41,7 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
 
 san-configure: setup-test
 	@CXX=clang++ cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DNK_SANITIZE=ON \
-	  -DNK_FUZZ=ON -DNK_WITH_NCCL=OFF -DNK_BENCH=OFF >/dev/null
+	  -DNK_FUZZ=ON -DNK_WITH_NCCL=OFF -DNK_WITH_CUDA=OFF -DNK_BENCH=OFF >/dev/null
 
 san-build: san-configure
 	@cmake --build $(SAN_BUILD) -j $(JOBS)

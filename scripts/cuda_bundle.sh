@@ -17,5 +17,7 @@ for b in "$@"; do
     [[ $name =~ $skip ]] || cp -L "$path" "$stage/lib/$name"
   done
 done
-tar czf "$out/bundle.tar.gz" -C "$stage" bin lib
+# The tests open files under the build folder compiled into them (NK_BINARY_DIR).
+dirname "$(readlink -f "$1")" >"$stage/binary_dir"
+tar czf "$out/bundle.tar.gz" -C "$stage" bin lib binary_dir
 du -h "$out/bundle.tar.gz"

@@ -1,19 +1,22 @@
 #!/bin/bash
 # The GPU checks of the CUDA backend, in one run on a machine with a GPU and
 # the CUDA toolkit but none of Debian's libraries (the device machines this
-# project is lent): unpacks the bundle that scripts/cuda_bundle.sh made here,
-# then runs
+# project is lent): unpacks the bundle that scripts/cuda_bundle.sh made here
+# (test_ops, test_core, test_train, nekton, bench_cuda_ops), then runs
 #   1. every op test on the cuda backend against the CPU reference (test_ops),
-#      and the runtime tests (test_core's CudaRuntime);
-#   2. compute-sanitizer's memcheck over the op tests;
-#   3. `nekton train` of a tiny Llama on cuda and on the CPU, f32 and bf16,
-#      printing both loss curves.
+#      the runtime tests (test_core) and whole training runs on cuda against
+#      the CPU and across a checkpoint resume (test_train's CudaTraining);
+#   2. `nekton train` on cuda through the command line (checkpoint and export);
+#   3. with NK_BENCH=1: bench_cuda_ops, and bench/run_cuda_train_bench.sh
+#      (GPT-2 124M, Nekton against PyTorch on the same card);
+#   4. unless NK_SKIP_SANITIZER=1: compute-sanitizer's memcheck over the op tests.
 # Usage: scripts/cuda_device_check.sh BUNDLE_DIR [OUT_DIR]
 set -uo pipefail
 bundle=$1
 out=${2:-${OUT:-/tmp/nk_out}}
 mkdir -p "$out" /tmp/nk
 tar xzf "$bundle/bundle.tar.gz" -C /tmp/nk
+mkdir -p "$(cat /tmp/nk/binary_dir)"  # the tests' NK_BINARY_DIR, as on the machine that built them
 # The toolkit's and NCCL's libraries, wherever this machine keeps them.
 libdirs=""
 for n in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
@@ -25,23 +28,27 @@ export OMP_NUM_THREADS=8
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 B=/tmp/nk/bin
 
-echo "== 1. op tests on cuda, runtime tests"
-"$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 2>&1 | tee "$out/test_ops_cuda.log" | tail -80
-"$B/test_core" --gtest_filter='Cuda*' 2>&1 | tee "$out/test_core_cuda.log" | tail -25
+echo "== 1. op tests on cuda, runtime tests, training on cuda against the cpu"
+"$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 2>&1 | tee "$out/test_ops_cuda.log" | tail -40
+"$B/test_core" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tee "$out/test_core_cuda.log" | tail -8
+"$B/test_train" --gtest_filter='CudaTraining*' 2>&1 | tee "$out/test_train_cuda.log" | tail -25
 
-if [ "${NK_SKIP_SANITIZER:-0}" != 1 ]; then
-  echo "== 2. compute-sanitizer memcheck over the op tests"
-  timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$B/test_ops" \
-    --gtest_filter='*/cuda' --gtest_brief=1 >"$out/memcheck.log" 2>&1
-  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED" "$out/memcheck.log" | head -20
+echo "== 2. nekton train on cuda from the command line"
+"$B/nekton" train --config configs/llama_tiny.yaml data.path=README.md data.max_bytes=200000 \
+  train.steps=10 train.log_every=5 train.val_every=5 train.micro_batch=8 train.global_batch=8 \
+  train.device=cuda train.out_dir=/tmp/run_cuda >"$out/train_cli_cuda.log" 2>&1
+echo "exit $?"; tail -4 "$out/train_cli_cuda.log"
+
+if [ "${NK_BENCH:-0}" = 1 ]; then
+  echo "== 3. benchmarks"
+  "$B/bench_cuda_ops" 2>&1 | tee "$out/bench_cuda_ops.log"
+  [ "${NK_BENCH_TORCH:-1}" = 1 ] && torch=1 || torch=0
+  NK_TORCH=$torch bash bench/run_cuda_train_bench.sh "$B/nekton" 12 2>&1 | tee "$out/cuda_train_bench.log" | tail -12
 fi
 
-echo "== 3. nekton train, tiny Llama, cuda vs cpu"
-for dt in f32 bf16; do
-  for dev in cuda cpu; do
-    "$B/nekton" train --config configs/llama_tiny.yaml data.path=README.md data.max_bytes=200000 \
-      train.steps=20 train.log_every=5 train.val_every=0 train.micro_batch=8 train.global_batch=8 \
-      train.dtype=$dt train.device=$dev train.out_dir=/tmp/run_${dt}_$dev >"$out/train_${dt}_$dev.log" 2>&1
-    echo "$dt $dev exit $?"; grep -E "step +[0-9]+|error|Error" "$out/train_${dt}_$dev.log" | head -8
-  done
-done
+if [ "${NK_SKIP_SANITIZER:-0}" != 1 ]; then
+  echo "== 4. compute-sanitizer memcheck over the op tests"
+  timeout "${NK_SANITIZER_SECONDS:-150}" compute-sanitizer --tool memcheck --print-limit 20 \
+    "$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 >"$out/memcheck.log" 2>&1
+  echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$out/memcheck.log" | head -20
+fi

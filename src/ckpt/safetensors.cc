@@ -12,6 +12,8 @@
 #include <optional>
 #include <set>
 
+#include "ops/ops.h"
+
 namespace nk {
 
 static_assert(std::endian::native == std::endian::little,
@@ -210,19 +212,29 @@ Tensor SafetensorsFile::get(const std::string& name) const {
 
 void SafetensorsFile::read_into(const std::string& name, const Tensor& dst) const {
   const SafetensorsEntry& e = entry(name);
-  if (!dst.defined() || !dst.on_host() || !dst.is_contiguous() || dst.dtype() != e.dtype ||
+  if (!dst.defined() || !dst.is_contiguous() || dst.dtype() != e.dtype ||
       dst.numel() != shape_numel(e.shape))
     fail("{}: tensor '{}' is {}{}, cannot be read into {}", path_, name,
          safetensors_dtype_name(e.dtype), shape_str(e.shape), dst.desc());
-  if (e.end > e.begin && !pread_all(fd_->fd, dst.raw(), e.end - e.begin, data_start_ + e.begin))
+  // A device tensor is read through a host copy of its own size.
+  const Tensor host = dst.on_host() ? dst : Tensor::empty(dst.shape(), dst.dtype());
+  if (e.end > e.begin && !pread_all(fd_->fd, host.raw(), e.end - e.begin, data_start_ + e.begin))
     fail("{}: cannot read tensor '{}' (file truncated?)", path_, name);
+  if (!dst.on_host()) ops::copy_bytes_from_host(dst, host.raw());
 }
 
 void SafetensorsFile::read_slices_into(const std::string& name,
                                        const std::vector<SliceRange>& ranges,
-                                       const Tensor& dst) const {
+                                       const Tensor& device_dst) const {
   const SafetensorsEntry& e = entry(name);
-  NK_CHECK(dst.defined() && dst.on_host() && dst.is_contiguous() && dst.dtype() == e.dtype &&
+  // A device tensor is read through a host copy holding its current contents
+  // (the slices may cover part of it).
+  Tensor dst = device_dst;
+  if (device_dst.defined() && !device_dst.on_host()) {
+    dst = Tensor::empty(device_dst.shape(), device_dst.dtype());
+    ops::copy_bytes_to_host(device_dst, dst.raw());
+  }
+  NK_CHECK(dst.defined() && dst.is_contiguous() && dst.dtype() == e.dtype &&
                !e.shape.empty() && dst.ndim() == int64_t(e.shape.size()),
            "{}: tensor '{}' {} cannot be read into {}", path_, name, shape_str(e.shape),
            dst.desc());
@@ -249,6 +261,7 @@ void SafetensorsFile::read_slices_into(const std::string& name,
     for (int64_t i = 0; i < rows; ++i)
       read(out + size_t(i * dst.dim(1) + r.local_start) * elem, r.len, i * row + r.start);
   }
+  if (!device_dst.on_host()) ops::copy_bytes_from_host(device_dst, dst.raw());
 }
 
 void save_safetensors(const std::string& path,
@@ -262,8 +275,8 @@ void save_safetensors(const std::string& path,
   }
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    NK_CHECK(t.defined() && t.on_host() && t.is_contiguous(),
-             "tensor '{}' must be a defined, contiguous host tensor", name);
+    NK_CHECK(t.defined() && t.is_contiguous(), "tensor '{}' must be a defined, contiguous tensor",
+             name);
     NK_CHECK(!name.empty() && name != "__metadata__" && !header.contains(name),
              "bad or repeated tensor name '{}'", name);
     ojson entry = ojson::object();
@@ -288,8 +301,17 @@ void save_safetensors(const std::string& path,
   AtomicFileWriter w(path);
   w.write(len_le, 8);
   w.write(text.data(), text.size());
-  for (const auto& [name, t] : tensors)
-    if (t.nbytes() > 0) w.write(t.raw(), t.nbytes());
+  for (const auto& [name, t] : tensors) {
+    if (t.nbytes() == 0) continue;
+    if (t.on_host()) {
+      w.write(t.raw(), t.nbytes());
+      continue;
+    }
+    // A device tensor goes through a host copy, one tensor at a time.
+    const Tensor host = Tensor::empty(t.shape(), t.dtype());
+    ops::copy_bytes_to_host(t, host.raw());
+    w.write(host.raw(), host.nbytes());
+  }
   w.commit();
 }
 

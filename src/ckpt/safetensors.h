@@ -34,12 +34,14 @@ class SafetensorsFile {
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   const SafetensorsEntry& entry(const std::string& name) const;  // nk::Error if missing
   Tensor get(const std::string& name) const;                     // CPU copy in the file's dtype
-  // Reads tensor `name` straight into `dst` (contiguous CPU, same dtype and
-  // element count); nk::Error naming the file and tensor otherwise.
+  // Reads tensor `name` into `dst` (contiguous, same dtype and element count;
+  // straight from the file on the CPU, through a host copy on a device);
+  // nk::Error naming the file and tensor otherwise.
   void read_into(const std::string& name, const Tensor& dst) const;
   // Reads only `ranges` of tensor `name` (a tensor-parallel rank's slices of
   // it, nn/param_layout.h's shard_ranges; dim 0 or, for a 2-d tensor, dim 1)
-  // into `dst`, laid out as the shard: contiguous CPU, the file's dtype.
+  // into `dst`, laid out as the shard: contiguous, the file's dtype (a device
+  // tensor through a host copy).
   void read_slices_into(const std::string& name, const std::vector<SliceRange>& ranges,
                         const Tensor& dst) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -55,8 +57,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes atomically (see AtomicFileWriter); tensors must be CPU and contiguous,
-// and their data is laid out in the given order.
+// Writes atomically (see AtomicFileWriter); tensors must be contiguous (a
+// device tensor is copied to the host one at a time), and their data is laid
+// out in the given order.
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

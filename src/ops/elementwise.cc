@@ -114,6 +114,10 @@ void copy_bytes_to_host(const Tensor& src, void* dst) {
   NK_KERNEL(copy_bytes_to_host, device_of("copy_bytes_to_host", {{&src, "src"}}))(src, dst);
 }
 
+void synchronize(Device device) {
+  NK_KERNEL(synchronize, device)();
+}
+
 Tensor to_device(const Tensor& host, Device device) {
   NK_CHECK(host.on_host() && host.is_contiguous(), "to_device: {} is not dense host memory",
            host.desc());

@@ -286,6 +286,9 @@ void upload(Tensor dst, const Tensor& src);
 // Number of entries of an i32 tensor that differ from `value` (e.g. targets
 // that are not the ignore index).
 int64_t count_not_equal(const Tensor& x, int64_t value);
+// Waits until the work queued on `device` is done (ops on a GPU return before
+// their kernels finish; the CPU's are done when they return). For timing.
+void synchronize(Device device);
 
 // ---- optimizer ----
 struct AdamWParams {

@@ -19,6 +19,7 @@ size_t page_size() {
 
 size_t resident_bytes(const Tensor& t) {
   if (!t.defined() || t.nbytes() == 0) return 0;
+  if (!t.on_host()) return t.nbytes();  // device memory is never paged out
   const size_t page = page_size();
   const uintptr_t begin = reinterpret_cast<uintptr_t>(t.raw()) / page * page;
   const uintptr_t end = reinterpret_cast<uintptr_t>(t.raw()) + t.nbytes();

@@ -3,6 +3,11 @@
 // out T[B,T,Hq*D]; lse f32[B,Hq,T]; dqkv like qkv. T is f32 or bf16, fp32 inside.
 // Head dims up to kMaxHeadDim (256); larger ones are refused.
 //
+// bf16 with head dims 32, 64 and 128 (16-byte aligned tensors) goes to the
+// tensor-core kernels of flash_attention.cu, after the cu_seqlens check and
+// the `starts` expansion below (the one copy of both); everything else runs
+// the CUDA-core kernels of this file:
+//
 // Forward: one block of 4 warps per (batch, query head, tile of 16 query rows),
 // each warp owning 4 rows. Key tiles of 32 rows (k and v of the head's kv head,
 // converted to fp32) stream through shared memory, shared by the tile's rows;
@@ -37,6 +42,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/flash_attention.h"
 #include "ops/cuda/kernels.h"
 
 namespace nk::ops::cuda {
@@ -538,6 +544,10 @@ void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_he
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
   const Tensor starts = first_keys(cu_seqlens, window, d);
   if (d.B * d.T == 0) return;
+  if (flash_attention_supported(qkv.dtype(), d.D, {&out, &qkv})) {
+    flash_attention_forward(out, lse, qkv, d.Hq, d.Hkv, starts);
+    return;
+  }
   const int32_t* st = starts.defined() ? starts.data<int32_t>() : nullptr;
   const float scale = 1.f / std::sqrt(float(d.D));
   const dim3 grid(row_tiles(d.T, kRowTile), unsigned(d.Hq), unsigned(d.B));
@@ -561,6 +571,10 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
   const Tensor starts = first_keys(cu_seqlens, window, d);
   if (d.B * d.T == 0) return;
+  if (flash_attention_supported(qkv.dtype(), d.D, {&dqkv, &dout, &qkv, &out})) {
+    flash_attention_backward(dqkv, dout, qkv, out, lse, d.Hq, d.Hkv, starts);
+    return;
+  }
   const int32_t* st = starts.defined() ? starts.data<int32_t>() : nullptr;
   const float scale = 1.f / std::sqrt(float(d.D));
   cudaStream_t stream = nk::cuda::stream();

@@ -374,4 +374,8 @@ int64_t count_not_equal(const Tensor& x, int64_t value) {
                                        "count_not_equal partial_sums_kernel"));
 }
 
+void synchronize() {
+  nk::cuda::synchronize();
+}
+
 }  // namespace nk::ops::cuda

@@ -39,6 +39,7 @@ void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b);
 void copy_bytes_from_host(Tensor dst, const void* src);
 void copy_bytes_to_host(const Tensor& src, void* dst);
 int64_t count_not_equal(const Tensor& x, int64_t value);
+void synchronize();
 
 // ---- embeddings (embedding.cu); dwte or dwpe undefined: not computed ----
 void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,

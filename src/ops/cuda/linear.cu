@@ -171,6 +171,41 @@ void column_sum_accumulate(float* db, const T* dy, int64_t n, int64_t out) {
   NK_CUDA_LAUNCHED("column_finish_kernel");
 }
 
+// A row-major [rows, cols] matrix as cuBLASLt's fast kernels want it: each
+// row starting 16-byte aligned. A matrix whose rows are (a vocabulary of
+// 50257 columns) is given to the GEMM as a copy with padded rows: an input is
+// copied in; an output is written there and copied back by finish() (with
+// beta = 1 its current value is copied in first). Measured on an H200: the
+// GPT-2 LM head (16384 x 768 x 50257) ran at 80 TFLOP/s on the odd rows.
+class AlignedRows {
+ public:
+  AlignedRows(void* p, int64_t rows, int64_t cols, DType t, bool copy_in)
+      : p_(p), rows_(rows), cols_(cols), elem_(dtype_size(t)), ld_(cols) {
+    if ((size_t(cols) * elem_) % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
+    const int64_t per16 = int64_t(16 / elem_);
+    ld_ = (cols + per16 - 1) / per16 * per16;
+    pad_ = Tensor::empty({rows, ld_}, t, Device::CUDA);
+    if (copy_in) copy(pad_.raw(), size_t(ld_) * elem_, p_, size_t(cols_) * elem_);
+  }
+  void* ptr() const { return pad_.defined() ? pad_.raw() : p_; }
+  int64_t ld() const { return ld_; }
+  void finish() {
+    if (pad_.defined()) copy(p_, size_t(cols_) * elem_, pad_.raw(), size_t(ld_) * elem_);
+  }
+
+ private:
+  void copy(void* dst, size_t dpitch, const void* src, size_t spitch) const {
+    if (rows_ == 0) return;
+    NK_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, size_t(cols_) * elem_, size_t(rows_),
+                                    cudaMemcpyDeviceToDevice, nk::cuda::stream()));
+  }
+  void* p_;
+  int64_t rows_, cols_;
+  size_t elem_;
+  int64_t ld_;
+  Tensor pad_;
+};
+
 }  // namespace
 
 // y [N, out] = x [N, in] @ w [out, in]^T + b [out]
@@ -178,11 +213,16 @@ void column_sum_accumulate(float* db, const T* dy, int64_t n, int64_t out) {
 void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b) {
   const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
   const DType t = x.dtype();
+  AlignedRows ya(y.raw(), n, out, t, false), xa(x.raw(), n, in, t, true);
+  AlignedRows wa(w.raw(), out, in, t, true);
   const void* bias = b.defined() ? b.raw() : nullptr;
-  if (gemm(true, false, out, n, in, w.raw(), t, in, x.raw(), t, in, y.raw(), t, out, 0.f, bias,
-           b.defined() ? b.dtype() : DType::F32))
-    return;
-  gemm(true, false, out, n, in, w.raw(), t, in, x.raw(), t, in, y.raw(), t, out, 0.f);
+  const bool fused = gemm(true, false, out, n, in, wa.ptr(), t, wa.ld(), xa.ptr(), t, xa.ld(),
+                          ya.ptr(), t, ya.ld(), 0.f, bias, b.defined() ? b.dtype() : DType::F32);
+  if (!fused)
+    gemm(true, false, out, n, in, wa.ptr(), t, wa.ld(), xa.ptr(), t, xa.ld(), ya.ptr(), t, ya.ld(),
+         0.f);
+  ya.finish();
+  if (fused || !b.defined()) return;
   dispatch_float(t, "linear_forward", [&](auto yt) {
     using T = decltype(yt);
     dispatch_float(b.dtype(), "linear_forward", [&](auto bt) {
@@ -198,11 +238,21 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
                      const Tensor& w) {
   const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
   const DType t = x.dtype();
-  if (dx.defined())  // dx [N, in] = dy [N, out] @ w [out, in]; col-major dx^T = w^T @ dy^T
-    gemm(false, false, in, n, out, w.raw(), t, in, dy.raw(), t, out, dx.raw(), t, in, 0.f);
-  if (dw.defined())  // dw [out, in] += dy^T @ x; col-major dw^T [in, out] += x^T [in, N] @ dy [N,
-                     // out]
-    gemm(false, true, in, out, n, x.raw(), t, in, dy.raw(), t, out, dw.raw(), DType::F32, in, 1.f);
+  if (dx.defined() || dw.defined()) {
+    AlignedRows dya(dy.raw(), n, out, t, true);
+    if (dx.defined()) {  // dx [N, in] = dy [N, out] @ w [out, in]; col-major dx^T = w^T @ dy^T
+      AlignedRows dxa(dx.raw(), n, in, t, false), wa(w.raw(), out, in, t, true);
+      gemm(false, false, in, n, out, wa.ptr(), t, wa.ld(), dya.ptr(), t, dya.ld(), dxa.ptr(), t,
+           dxa.ld(), 0.f);
+      dxa.finish();
+    }
+    if (dw.defined()) {  // dw [out, in] += dy^T @ x; col-major dw^T [in, out] += x^T @ dy [N, out]
+      AlignedRows dwa(dw.raw(), out, in, DType::F32, true), xa(x.raw(), n, in, t, true);
+      gemm(false, true, in, out, n, xa.ptr(), t, xa.ld(), dya.ptr(), t, dya.ld(), dwa.ptr(),
+           DType::F32, dwa.ld(), 1.f);
+      dwa.finish();
+    }
+  }
   if (db.defined()) {
     dispatch_float(t, "linear_backward", [&](auto tag) {
       using T = decltype(tag);
