@@ -9,7 +9,9 @@
 #   2. `nekton train` on cuda through the command line (checkpoint and export);
 #   3. with NK_BENCH=1: bench_cuda_ops, and bench/run_cuda_train_bench.sh
 #      (GPT-2 124M, Nekton against PyTorch on the same card);
-#   4. unless NK_SKIP_SANITIZER=1: compute-sanitizer's memcheck over the op tests.
+#   4. with NK_DIAG=1: compute-sanitizer's initcheck over the resume test and
+#      racecheck over the attention tests;
+#   5. unless NK_SKIP_SANITIZER=1: compute-sanitizer's memcheck over the op tests.
 # Usage: scripts/cuda_device_check.sh BUNDLE_DIR [OUT_DIR]
 set -uo pipefail
 bundle=$1
@@ -44,6 +46,16 @@ if [ "${NK_BENCH:-0}" = 1 ]; then
   "$B/bench_cuda_ops" 2>&1 | tee "$out/bench_cuda_ops.log"
   [ "${NK_BENCH_TORCH:-1}" = 1 ] && torch=1 || torch=0
   NK_TORCH=$torch bash bench/run_cuda_train_bench.sh "$B/nekton" 12 2>&1 | tee "$out/cuda_train_bench.log" | tail -12
+fi
+
+if [ "${NK_DIAG:-0}" = 1 ]; then
+  echo "== diagnosis: initcheck over the resume test, racecheck over the attention tests"
+  timeout 150 compute-sanitizer --tool initcheck --print-limit 10 "$B/test_train" \
+    --gtest_filter='CudaTraining.Resumes*' >"$out/initcheck.log" 2>&1
+  echo "initcheck exit $?"; grep -E "ERROR SUMMARY|Uninitialized|at 0x|by thread|FAILED|PASSED" "$out/initcheck.log" | head -30
+  timeout 120 compute-sanitizer --tool racecheck --print-limit 10 "$B/test_ops" \
+    --gtest_filter='*Attention*/cuda' --gtest_brief=1 >"$out/racecheck.log" 2>&1
+  echo "racecheck exit $?"; grep -E "ERROR SUMMARY|hazard|FAILED|PASSED" "$out/racecheck.log" | head -20
 fi
 
 if [ "${NK_SKIP_SANITIZER:-0}" != 1 ]; then

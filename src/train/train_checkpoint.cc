@@ -288,7 +288,7 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
           ? load_run_model(cfg, cfg.init_from, "train.init_from")
           : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                           whole ? ParamInit::Zeros : ParamInit::Random, cfg.frozen,
-                                          kHost, cfg.frozen_weights, QuantPlan(), tp, stage);
+                                          cfg.device, cfg.frozen_weights, QuantPlan(), tp, stage);
   const ParamLayout& layout = out.model->layout();
   // Tensor or pipeline parallel: the checkpoint holds whole tensors
   // (whatever layout saved it); this rank reads its slices of its stage's.
@@ -337,8 +337,8 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
           frozen_list(layout).empty() ? "nothing" : frozen_list(layout));
   };
   const ParamLayout trainable = trainable_layout(layout);
-  out.exp_avg = Tensor::zeros({trainable.total()}, DType::F32);
-  out.exp_avg_sq = Tensor::zeros({trainable.total()}, DType::F32);
+  out.exp_avg = Tensor::zeros({trainable.total()}, DType::F32, cfg.device);
+  out.exp_avg_sq = Tensor::zeros({trainable.total()}, DType::F32, cfg.device);
   if (pieces) {
     SafetensorsFile opt = r.optimizer();
     check_meta(opt);

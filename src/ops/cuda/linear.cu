@@ -171,20 +171,28 @@ void column_sum_accumulate(float* db, const T* dy, int64_t n, int64_t out) {
   NK_CUDA_LAUNCHED("column_finish_kernel");
 }
 
-// A row-major [rows, cols] matrix as cuBLASLt's fast kernels want it: each
-// row starting 16-byte aligned. A matrix whose rows are (a vocabulary of
-// 50257 columns) is given to the GEMM as a copy with padded rows: an input is
-// copied in; an output is written there and copied back by finish() (with
-// beta = 1 its current value is copied in first). Measured on an H200: the
-// GPT-2 LM head (16384 x 768 x 50257) ran at 80 TFLOP/s on the odd rows.
-class AlignedRows {
+// A row-major [rows, cols] matrix as cuBLASLt's fast kernels want it: both
+// dimensions multiples of 8 and rows 16-byte aligned. Where they are not (a
+// vocabulary of 50257), the GEMM gets a zero-padded [rows_p, cols_p] copy:
+// an input is copied in (its padding zeros, so padded k-terms add nothing);
+// an output is computed there and its [rows, cols] part copied back by
+// finish() (with beta = 1 its current value is copied in first). Measured
+// on an H200, GPT-2's LM head (16384 x 768 x 50257) ran at 86 TFLOP/s with
+// the odd dimension, nanoGPT's reason to pad its vocabulary to 50304.
+int64_t round8(int64_t v) {
+  return (v + 7) / 8 * 8;
+}
+
+// Rows are padded too where they are a GEMM dimension (a weight's `out`),
+// not where they are the batch (pad_rows false).
+class Padded {
  public:
-  AlignedRows(void* p, int64_t rows, int64_t cols, DType t, bool copy_in)
-      : p_(p), rows_(rows), cols_(cols), elem_(dtype_size(t)), ld_(cols) {
-    if ((size_t(cols) * elem_) % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
-    const int64_t per16 = int64_t(16 / elem_);
-    ld_ = (cols + per16 - 1) / per16 * per16;
-    pad_ = Tensor::empty({rows, ld_}, t, Device::CUDA);
+  Padded(void* p, int64_t rows, int64_t cols, DType t, bool copy_in, bool pad_rows)
+      : p_(p), rows_(rows), cols_(cols), elem_(dtype_size(t)), ld_(round8(cols)) {
+    const int64_t rows_p = pad_rows ? round8(rows) : rows;
+    if (rows_p == rows && ld_ == cols && reinterpret_cast<uintptr_t>(p) % 16 == 0) return;
+    pad_ = copy_in ? Tensor::zeros({rows_p, ld_}, t, Device::CUDA)
+                   : Tensor::empty({rows_p, ld_}, t, Device::CUDA);
     if (copy_in) copy(pad_.raw(), size_t(ld_) * elem_, p_, size_t(cols_) * elem_);
   }
   void* ptr() const { return pad_.defined() ? pad_.raw() : p_; }
@@ -195,7 +203,7 @@ class AlignedRows {
 
  private:
   void copy(void* dst, size_t dpitch, const void* src, size_t spitch) const {
-    if (rows_ == 0) return;
+    if (rows_ == 0 || cols_ == 0) return;
     NK_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, size_t(cols_) * elem_, size_t(rows_),
                                     cudaMemcpyDeviceToDevice, nk::cuda::stream()));
   }
@@ -210,18 +218,26 @@ class AlignedRows {
 
 // y [N, out] = x [N, in] @ w [out, in]^T + b [out]
 // column-major: y^T [out, N] = (w^T stored [in, out])^T @ x^T [in, N]
+// (padded: out_p = round8(out) rows of w, in_p = round8(in) columns, zeros.)
 void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b) {
   const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
   const DType t = x.dtype();
-  AlignedRows ya(y.raw(), n, out, t, false), xa(x.raw(), n, in, t, true);
-  AlignedRows wa(w.raw(), out, in, t, true);
+  Padded wp(w.raw(), out, in, t, true, true), xp(x.raw(), n, in, t, true, false);
+  Padded yp(y.raw(), n, out, t, false, false);
+  const int64_t out_p = round8(out), in_p = round8(in), n_p = n;
+  Tensor bias_pad;
   const void* bias = b.defined() ? b.raw() : nullptr;
-  const bool fused = gemm(true, false, out, n, in, wa.ptr(), t, wa.ld(), xa.ptr(), t, xa.ld(),
-                          ya.ptr(), t, ya.ld(), 0.f, bias, b.defined() ? b.dtype() : DType::F32);
+  if (b.defined() && out_p != out) {
+    bias_pad = Tensor::zeros({out_p}, b.dtype(), Device::CUDA);
+    nk::cuda::copy_on_device(bias_pad.raw(), b.raw(), b.nbytes());
+    bias = bias_pad.raw();
+  }
+  const bool fused = gemm(true, false, out_p, n_p, in_p, wp.ptr(), t, wp.ld(), xp.ptr(), t, xp.ld(),
+                          yp.ptr(), t, yp.ld(), 0.f, bias, b.defined() ? b.dtype() : DType::F32);
   if (!fused)
-    gemm(true, false, out, n, in, wa.ptr(), t, wa.ld(), xa.ptr(), t, xa.ld(), ya.ptr(), t, ya.ld(),
-         0.f);
-  ya.finish();
+    gemm(true, false, out_p, n_p, in_p, wp.ptr(), t, wp.ld(), xp.ptr(), t, xp.ld(), yp.ptr(), t,
+         yp.ld(), 0.f);
+  yp.finish();
   if (fused || !b.defined()) return;
   dispatch_float(t, "linear_forward", [&](auto yt) {
     using T = decltype(yt);
@@ -239,18 +255,19 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
   const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
   const DType t = x.dtype();
   if (dx.defined() || dw.defined()) {
-    AlignedRows dya(dy.raw(), n, out, t, true);
+    Padded dyp(dy.raw(), n, out, t, true, false);
+    const int64_t out_p = dyp.ld(), in_p = round8(in);
     if (dx.defined()) {  // dx [N, in] = dy [N, out] @ w [out, in]; col-major dx^T = w^T @ dy^T
-      AlignedRows dxa(dx.raw(), n, in, t, false), wa(w.raw(), out, in, t, true);
-      gemm(false, false, in, n, out, wa.ptr(), t, wa.ld(), dya.ptr(), t, dya.ld(), dxa.ptr(), t,
-           dxa.ld(), 0.f);
-      dxa.finish();
+      Padded dxp(dx.raw(), n, in, t, false, false), wp(w.raw(), out, in, t, true, true);
+      gemm(false, false, in_p, n, out_p, wp.ptr(), t, wp.ld(), dyp.ptr(), t, dyp.ld(), dxp.ptr(), t,
+           dxp.ld(), 0.f);
+      dxp.finish();
     }
     if (dw.defined()) {  // dw [out, in] += dy^T @ x; col-major dw^T [in, out] += x^T @ dy [N, out]
-      AlignedRows dwa(dw.raw(), out, in, DType::F32, true), xa(x.raw(), n, in, t, true);
-      gemm(false, true, in, out, n, xa.ptr(), t, xa.ld(), dya.ptr(), t, dya.ld(), dwa.ptr(),
-           DType::F32, dwa.ld(), 1.f);
-      dwa.finish();
+      Padded dwp(dw.raw(), out, in, DType::F32, true, true), xp(x.raw(), n, in, t, true, false);
+      gemm(false, true, in_p, out_p, n, xp.ptr(), t, xp.ld(), dyp.ptr(), t, dyp.ld(), dwp.ptr(),
+           DType::F32, dwp.ld(), 1.f);
+      dwp.finish();
     }
   }
   if (db.defined()) {
