@@ -2,10 +2,11 @@
 # The GPU checks of the CUDA backend, in one run on a machine with a GPU and
 # the CUDA toolkit but none of Debian's libraries (the device machines this
 # project is lent): unpacks the bundle that scripts/cuda_bundle.sh made here
-# (test_ops, test_core, test_train, nekton, bench_cuda_ops), then runs
+# (test_ops, test_core, test_train, test_apps, nekton, bench_cuda_ops), then runs
 #   1. every op test on the cuda backend against the CPU reference (test_ops),
 #      the runtime tests (test_core) and whole training runs on cuda against
-#      the CPU and across a checkpoint resume (test_train's CudaTraining);
+#      the CPU and across a checkpoint resume (test_train's CudaTraining),
+#      generate and eval on cuda against the CPU (test_apps' CudaCli);
 #   2. `nekton train` on cuda through the command line (checkpoint and export);
 #   3. with NK_BENCH=1: bench_cuda_ops, and bench/run_cuda_train_bench.sh
 #      (GPT-2 124M, Nekton against PyTorch on the same card);
@@ -18,7 +19,10 @@ bundle=$1
 out=${2:-${OUT:-/tmp/nk_out}}
 mkdir -p "$out" /tmp/nk
 tar xzf "$bundle/bundle.tar.gz" -C /tmp/nk
-mkdir -p "$(cat /tmp/nk/binary_dir)"  # the tests' NK_BINARY_DIR, as on the machine that built them
+# The tests' NK_BINARY_DIR, as on the machine that built them, with the
+# nekton binary where the command-line tests run it.
+bindir=$(cat /tmp/nk/binary_dir)
+mkdir -p "$bindir/bin" && ln -sf /tmp/nk/bin/nekton "$bindir/bin/nekton"
 # The toolkit's and NCCL's libraries, wherever this machine keeps them.
 libdirs=""
 for n in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
@@ -34,6 +38,7 @@ echo "== 1. op tests on cuda, runtime tests, training on cuda against the cpu"
 "$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 2>&1 | tee "$out/test_ops_cuda.log" | tail -40
 "$B/test_core" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tee "$out/test_core_cuda.log" | tail -8
 "$B/test_train" --gtest_filter='CudaTraining*' 2>&1 | tee "$out/test_train_cuda.log" | tail -25
+"$B/test_apps" --gtest_filter='CudaCli*' 2>&1 | tee "$out/test_apps_cuda.log" | tail -25
 
 echo "== 2. nekton train on cuda from the command line"
 "$B/nekton" train --config configs/llama_tiny.yaml data.path=README.md data.max_bytes=200000 \

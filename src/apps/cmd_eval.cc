@@ -27,6 +27,7 @@ struct EvalKeys {
   std::string model, text, data_prefix, tokenizer, dtype = "f32", output, format = "text";
   PerplexityOptions ppl;
   int64_t max_tokens = 0, top_k = 0;
+  Device device = kHost;
 
   void bind(ConfigBinder& b) {
     b.bind("eval.model", model, "saved model folder (config.json + model.safetensors)");
@@ -40,6 +41,10 @@ struct EvalKeys {
            "tokens between window starts, in [1, window] (-1 = window: disjoint chunks)");
     b.bind("eval.max_tokens", max_tokens, "score only the first N tokens (0 = all)");
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind_with<std::string>(
+        "eval.device", device_name(device),
+        "where the model runs: cpu, or cuda (a build with the CUDA backend on a machine with a GPU)",
+        [&](const std::string& s) { device = parse_device(s, "eval.device"); });
     b.bind("eval.output", output,
            "also write the result as JSON to this file (logprobs: the JSONL lines)");
     b.bind("eval.top_k", top_k,
@@ -105,7 +110,7 @@ EvalInputs eval_inputs(const CommandArgs& a, const ConfigSchema& schema) {
                                                            : "eval.text";
     fail("{}: {} token(s) to score; scoring needs at least 2", key, in.ids.size());
   }
-  in.model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite);
+  in.model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite, k.device);
   return in;
 }
 

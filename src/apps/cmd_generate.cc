@@ -24,6 +24,7 @@ struct GenerateKeys {
   int64_t batch_size = 8, max_tokens = 200, logprobs = -1;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
+  Device device = kHost;
 
   void bind(ConfigBinder& b) {
     b.bind("generate.model", model,
@@ -53,6 +54,11 @@ struct GenerateKeys {
     b.bind("generate.stop", stop, "stop string; repeat the key (or give a JSON list) for several");
     b.bind("generate.ignore_eos", ignore_eos, "keep going past the end-of-document token");
     b.bind("generate.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind_with<std::string>(
+        "generate.device", device_name(device),
+        "where the model and its KV cache live: cpu, or cuda (a dense model folder, in a build with "
+        "the CUDA backend on a machine with a GPU)",
+        [&](const std::string& s) { device = parse_device(s, "generate.device"); });
     b.bind("generate.quantize", quantize, kQuantizeKeyDoc);
     b.bind("generate.logprobs", logprobs,
            "print each generated token's id, text and log-probability, with this many most "
@@ -225,7 +231,8 @@ int cmd_generate(const CommandArgs& a) {
                                               .dtype = k.dtype,
                                               .quantize = k.quantize,
                                               .adapter = k.adapter,
-                                              .allow_nonfinite = a.allow_nonfinite});
+                                              .allow_nonfinite = a.allow_nonfinite,
+                                              .device = k.device});
   std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
   std::unique_ptr<Transformer> model = std::move(loaded.model);
   std::vector<GenerationRequest> reqs(prompts.size());

@@ -221,13 +221,14 @@ void load_weights(Transformer& model, const std::string& dir, bool keep_adapters
 }
 
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
-                                        bool allow_nonfinite) {
+                                        bool allow_nonfinite, Device device) {
   ModelConfig cfg = read_model_config(dir);
   // Check every tensor against the layout before allocating the model, so a
   // config.json that claims more than the file holds allocates nothing.
   check_model_file(SafetensorsFile::open((fs::path(dir) / "model.safetensors").string()),
                    model_layout(cfg), false);
-  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros);
+  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros,
+                                             std::vector<std::string>{}, device);
   load_weights(*model, dir, false, allow_nonfinite);
   return model;
 }

@@ -21,7 +21,7 @@ void save_model(const std::string& dir, Transformer& model);
 // with the configured shape and finite (nk::Error naming the file and tensor
 // otherwise, before the model's memory is allocated for a shape mismatch).
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
-                                        bool allow_nonfinite = false);
+                                        bool allow_nonfinite = false, Device device = kHost);
 // DIR/config.json (nk::Error naming the file).
 ModelConfig read_model_config(const std::string& dir);
 // The model's name as a folder: DIR's last component ("runs/model/" and

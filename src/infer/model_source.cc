@@ -40,6 +40,15 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
       throw e.with_context(P + ".quantize");
     }
   }
+  if (k.device != kHost) {
+    const char* why = is_gguf_path(k.model) ? "a GGUF file's block-quantised weights"
+                      : quantize            ? "quantised weights"
+                      : !k.adapter.empty()  ? "attaching an adapter"
+                                            : nullptr;
+    if (why)
+      fail("{}.device: {} run on the CPU only; {}.device=cuda takes a dense model folder", P, why,
+           P);
+  }
   RunnableModel r;
   if (is_gguf_path(k.model)) {
     if (quantize)
@@ -94,7 +103,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
     r.model->pack_quant_weights();
     return r;
   }
-  r.model = load_model(k.model, compute, k.allow_nonfinite);
+  r.model = load_model(k.model, compute, k.allow_nonfinite, k.device);
   if (!k.adapter.empty()) {
     try {
       r.model = attach_peft_adapter(*r.model, k.adapter);

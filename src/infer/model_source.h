@@ -26,12 +26,15 @@ struct ModelSourceKeys {
   std::string quantize;  // "" or none, w8a16, w8a8, q8_0, q4_0, q4_k, q6_k (folders only)
   std::string adapter;   // a PEFT adapter folder (dense folders only)
   bool allow_nonfinite = false;
+  Device device = kHost;  // where the model runs (PREFIX.device): cuda for dense folders only
 };
 
 // The model for inference, its block-quantised weights packed for the
 // device's decode kernels (Transformer::pack_quant_weights). nk::Error
 // naming the key for a missing model, an unknown quantize type, a quantize
-// or adapter with a GGUF file, or an adapter over a quantised model.
+// or adapter with a GGUF file, an adapter over a quantised model, or a
+// device other than the CPU for a GGUF file, a quantised model or an adapter
+// (their kernels and the adapter merge are CPU-only).
 RunnableModel load_runnable_model(const ModelSourceKeys& k);
 
 // The tokenizer `spec` names, else the one saved with the model in

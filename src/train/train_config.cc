@@ -22,8 +22,8 @@ void TrainConfig::bind(ConfigBinder& b) {
                                fail("train.dtype: expected bf16 or f32, got '{}'", s);
                            });
   b.bind_with<std::string>("train.device", device_name(device),
-                           "where the model, optimizer state and activations live: cpu (cuda "
-                           "needs a build with the CUDA backend)",
+                           "where the model, optimizer state and activations live: cpu, or cuda "
+                           "(a build with the CUDA backend on a machine with a GPU)",
                            [&](const std::string& s) { device = parse_device(s, "train.device"); });
   b.bind("train.micro_batch", micro_batch, "sequences per forward/backward pass");
   b.bind("train.seq_len", seq_len, "tokens per sequence");

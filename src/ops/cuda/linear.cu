@@ -10,7 +10,9 @@
 // Y = A @ B is computed as the column-major Y^T = B^T @ A^T.
 #include <cublasLt.h>
 
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
@@ -58,15 +60,71 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// Owners of the cuBLASLt descriptors of one call.
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  Layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
-    NK_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
-  }
-  ~Layout() { cublasLtMatrixLayoutDestroy(l); }
+// One GEMM shape's cuBLASLt descriptors and chosen algorithm, made at its
+// first call and kept: the heuristic query costs tens of microseconds of host
+// time, paid once per shape instead of per call. The key is everything the
+// descriptors hold except the pointers (the bias pointer is set per call).
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;  // false: cuBLASLt has no algorithm for it
 };
+using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, DType, int64_t, DType, int64_t,
+                           DType, int64_t, bool, bool, DType>;
+
+cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  NK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  return l;
+}
+
+Plan make_plan(const PlanKey& key) {
+  const auto [trans_a, trans_b, m, n, k, at, lda, bt, ldb, dt, ldd, accumulate, has_bias, bias_t] =
+      key;
+  Lt& l = lt();
+  Plan p;
+  NK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (has_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bct = cuda_type(bias_t);
+    NK_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bct, sizeof(bct)));
+  }
+  // Stored shapes: op(A) is [m, k], so A is stored [k, m] when transposed.
+  p.la = make_layout(at, trans_a ? k : m, trans_a ? m : k, lda);
+  p.lb = make_layout(bt, trans_b ? n : k, trans_b ? k : n, ldb);
+  p.ld = make_layout(dt, m, n, ldd);
+  cublasLtMatmulPreference_t pref = nullptr;
+  NK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  NK_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &l.workspace_bytes, sizeof(l.workspace_bytes)));
+  // Operands are 16-byte aligned (Padded below), not more: parameter views
+  // sit at any multiple of 8 elements in their arena.
+  const uint32_t align = 16;
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    NK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(l.handle, p.desc, p.la, p.lb, p.ld, p.ld,
+                                                           pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_NOT_SUPPORTED) NK_CUBLAS_CHECK(hs);
+  p.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  p.algo = heur.algo;
+  return p;
+}
 
 // Column-major D[m, n] = alpha * op(A) @ op(B) + beta * C (C = D), with op
 // transposing when the flag is set; A is [m, k] after op, B [k, n]. `bias`
@@ -77,53 +135,27 @@ struct Layout {
 bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, DType at,
           int64_t lda, const void* b, DType bt, int64_t ldb, void* d, DType dt, int64_t ldd,
           float beta, const void* bias = nullptr, DType bias_t = DType::F32) {
-  Lt& l = lt();
-  cublasLtMatmulDesc_t desc = nullptr;
-  NK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  struct DescGuard {
-    cublasLtMatmulDesc_t d;
-    ~DescGuard() { cublasLtMatmulDescDestroy(d); }
-  } guard{desc};
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  NK_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  NK_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bct = cuda_type(bias_t);
-    NK_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof(bias)));
-    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bct,
-                                                   sizeof(bct)));
-  }
-  // Stored shapes: op(A) is [m, k], so A is stored [k, m] when transposed.
-  Layout la(at, trans_a ? k : m, trans_a ? m : k, lda);
-  Layout lb(bt, trans_b ? n : k, trans_b ? k : n, ldb);
-  Layout ld(dt, m, n, ldd);
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  NK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  NK_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &l.workspace_bytes, sizeof(l.workspace_bytes)));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(l.handle, desc, la.l, lb.l, ld.l, ld.l,
-                                                           pref, 1, &heur, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+  static std::mutex mu;
+  static std::map<PlanKey, Plan> plans;
+  const PlanKey key{trans_a,     trans_b,         m,     n, k, at, lda, bt, ldb, dt, ldd,
+                    beta != 0.f, bias != nullptr, bias_t};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  const Plan& p = it->second;
+  if (!p.ok) {
     if (bias) return false;
     fail("linear: cuBLASLt has no algorithm for a {}x{}x{} product of {} and {} into {}", m, n, k,
          dtype_name(at), dtype_name(bt), dtype_name(dt));
   }
-  NK_CUBLAS_CHECK(hs);
+  if (bias)
+    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)));
+  Lt& l = lt();
   const float alpha = 1.f;
-  NK_CUBLAS_CHECK(cublasLtMatmul(l.handle, desc, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l,
-                                 &heur.algo, l.workspace, l.workspace_bytes, nk::cuda::stream()));
+  NK_CUBLAS_CHECK(cublasLtMatmul(l.handle, p.desc, &alpha, a, p.la, b, p.lb, &beta, d, p.ld, d,
+                                 p.ld, &p.algo, l.workspace, l.workspace_bytes,
+                                 nk::cuda::stream()));
   return true;
 }
 
