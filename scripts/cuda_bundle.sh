@@ -1,9 +1,10 @@
 #!/bin/bash
 # Packs CUDA-built binaries with the shared libraries they need (all but the C
 # library, the driver and the CUDA toolkit's own, which the GPU machine has)
-# into DIR/bundle.tar.gz, for a GPU machine that lacks Debian's libraries:
+# into DIR/bundle.tar.xz (xz: the device tool carries 64 MiB), for a GPU
+# machine that lacks Debian's libraries:
 #   scripts/cuda_bundle.sh DIR BINARY...
-# There: tar xzf DIR/bundle.tar.gz -C /tmp/nk && scripts/cuda_device_check.sh
+# There: scripts/cuda_device_check.sh DIR
 set -euo pipefail
 out=$1
 shift
@@ -17,7 +18,8 @@ for b in "$@"; do
     [[ $name =~ $skip ]] || cp -L "$path" "$stage/lib/$name"
   done
 done
-# The tests open files under the build folder compiled into them (NK_BINARY_DIR).
-dirname "$(readlink -f "$1")" >"$stage/binary_dir"
-tar czf "$out/bundle.tar.gz" -C "$stage" bin lib binary_dir
-du -h "$out/bundle.tar.gz"
+# The tests open files under the build folder compiled into them: NK_BINARY_DIR,
+# else the folder of the first binary.
+echo "${NK_BINARY_DIR:-$(dirname "$(readlink -f "$1")")}" >"$stage/binary_dir"
+XZ_OPT=-T0 tar cJf "$out/bundle.tar.xz" -C "$stage" bin lib binary_dir
+du -h "$out/bundle.tar.xz"

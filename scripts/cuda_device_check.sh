@@ -18,7 +18,15 @@ set -uo pipefail
 bundle=$1
 out=${2:-${OUT:-/tmp/nk_out}}
 mkdir -p "$out" /tmp/nk
-tar xzf "$bundle/bundle.tar.gz" -C /tmp/nk
+# bundle.tar.xz: binaries and libraries; overlay.tar.xz (optional): other
+# builds of some binaries over them (a variant checked in the same call).
+# Python's tarfile where tar has no xz.
+unpack() {
+  tar xJf "$1" -C /tmp/nk 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$1" /tmp/nk
+}
+[ -f "$bundle/bundle.tar.xz" ] && unpack "$bundle/bundle.tar.xz"
+[ -f "$bundle/overlay.tar.xz" ] && unpack "$bundle/overlay.tar.xz"
 # The tests' NK_BINARY_DIR, as on the machine that built them, with the
 # nekton binary where the command-line tests run it.
 bindir=$(cat /tmp/nk/binary_dir)
@@ -38,7 +46,7 @@ echo "== 1. op tests on cuda, runtime tests, training on cuda against the cpu"
 "$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 2>&1 | tee "$out/test_ops_cuda.log" | tail -40
 "$B/test_core" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tee "$out/test_core_cuda.log" | tail -8
 "$B/test_train" --gtest_filter='CudaTraining*' 2>&1 | tee "$out/test_train_cuda.log" | tail -25
-"$B/test_apps" --gtest_filter='CudaCli*' 2>&1 | tee "$out/test_apps_cuda.log" | tail -25
+[ -x "$B/test_apps" ] && "$B/test_apps" --gtest_filter='CudaCli*' 2>&1 | tee "$out/test_apps_cuda.log" | tail -25
 
 echo "== 2. nekton train on cuda from the command line"
 "$B/nekton" train --config configs/llama_tiny.yaml data.path=README.md data.max_bytes=200000 \
@@ -66,6 +74,6 @@ fi
 if [ "${NK_SKIP_SANITIZER:-0}" != 1 ]; then
   echo "== 4. compute-sanitizer memcheck over the op tests"
   timeout "${NK_SANITIZER_SECONDS:-150}" compute-sanitizer --tool memcheck --print-limit 20 \
-    "$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 >"$out/memcheck.log" 2>&1
+    "$B/test_ops" --gtest_filter="${NK_SANITIZER_FILTER:-*/cuda}" --gtest_brief=1 >"$out/memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$out/memcheck.log" | head -20
 fi

@@ -43,7 +43,8 @@ struct EvalKeys {
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
     b.bind_with<std::string>(
         "eval.device", device_name(device),
-        "where the model runs: cpu, or cuda (a build with the CUDA backend on a machine with a GPU)",
+        "where the model runs: cpu, or cuda (a build with the CUDA backend on a machine with a "
+        "GPU)",
         [&](const std::string& s) { device = parse_device(s, "eval.device"); });
     b.bind("eval.output", output,
            "also write the result as JSON to this file (logprobs: the JSONL lines)");

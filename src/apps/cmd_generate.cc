@@ -56,7 +56,8 @@ struct GenerateKeys {
     b.bind("generate.dtype", dtype, "compute precision: f32 or bf16");
     b.bind_with<std::string>(
         "generate.device", device_name(device),
-        "where the model and its KV cache live: cpu, or cuda (a dense model folder, in a build with "
+        "where the model and its KV cache live: cpu, or cuda (a dense model folder, in a build "
+        "with "
         "the CUDA backend on a machine with a GPU)",
         [&](const std::string& s) { device = parse_device(s, "generate.device"); });
     b.bind("generate.quantize", quantize, kQuantizeKeyDoc);

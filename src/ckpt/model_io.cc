@@ -220,8 +220,8 @@ void load_weights(Transformer& model, const std::string& dir, bool keep_adapters
   }
 }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
-                                        bool allow_nonfinite, Device device) {
+std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute, bool allow_nonfinite,
+                                        Device device) {
   ModelConfig cfg = read_model_config(dir);
   // Check every tensor against the layout before allocating the model, so a
   // config.json that claims more than the file holds allocates nothing.

@@ -234,8 +234,8 @@ void SafetensorsFile::read_slices_into(const std::string& name,
     dst = Tensor::empty(device_dst.shape(), device_dst.dtype());
     ops::copy_bytes_to_host(device_dst, dst.raw());
   }
-  NK_CHECK(dst.defined() && dst.is_contiguous() && dst.dtype() == e.dtype &&
-               !e.shape.empty() && dst.ndim() == int64_t(e.shape.size()),
+  NK_CHECK(dst.defined() && dst.is_contiguous() && dst.dtype() == e.dtype && !e.shape.empty() &&
+               dst.ndim() == int64_t(e.shape.size()),
            "{}: tensor '{}' {} cannot be read into {}", path_, name, shape_str(e.shape),
            dst.desc());
   const size_t elem = dtype_size(e.dtype);

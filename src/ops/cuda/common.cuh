@@ -61,6 +61,79 @@ __device__ __forceinline__ f16 store<f16>(float v) {
   return f16{__half_as_ushort(__float2half_rn(v))};
 }
 
+// ---- vectors: up to 16 bytes per load or store ----
+
+// Elements of T in 16 bytes: 4 f32, 8 bf16 or f16.
+template <typename T>
+constexpr int kVec = int(16 / sizeof(T));
+
+// VEC consecutive elements of T moved as one access of sizeof(T) * VEC bytes
+// (at most 16): the address must be aligned to that size (vec_aligned).
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T e[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T* p) {
+  static_assert(sizeof(T) * VEC <= 16, "a pack is at most 16 bytes");
+  return *reinterpret_cast<const Pack<T, VEC>*>(p);
+}
+template <typename T, int VEC>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& v) {
+  static_assert(sizeof(T) * VEC <= 16, "a pack is at most 16 bytes");
+  *reinterpret_cast<Pack<T, VEC>*>(p) = v;
+}
+
+// Elements per access when moving VEC of them: VEC, or 16 bytes' worth when
+// VEC of T are more (8 f32 go as two 16-byte accesses).
+template <typename T, int VEC>
+constexpr int kPiece = VEC < kVec<T> ? VEC : kVec<T>;
+
+// f [VEC] <- the VEC elements of T at p as floats (load's rounding), and back
+// (store's); p aligned as vec_aligned<T, VEC> says.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(float (&f)[VEC], const T* p) {
+  constexpr int P = kPiece<T, VEC>;
+  static_assert(VEC % P == 0, "VEC is a power of two");
+#pragma unroll
+  for (int h = 0; h < VEC; h += P) {
+    const Pack<T, P> v = load_pack<T, P>(p + h);
+#pragma unroll
+    for (int i = 0; i < P; ++i) f[h + i] = load(v.e[i]);
+  }
+}
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
+  constexpr int P = kPiece<T, VEC>;
+  static_assert(VEC % P == 0, "VEC is a power of two");
+#pragma unroll
+  for (int h = 0; h < VEC; h += P) {
+    Pack<T, P> v;
+#pragma unroll
+    for (int i = 0; i < P; ++i) v.e[i] = store<T>(f[h + i]);
+    store_pack<T, P>(p + h, v);
+  }
+}
+
+// Whether p may be read or written VEC elements of T at a time by load_vec,
+// store_vec (and load_pack, store_pack when sizeof(T) * VEC <= 16): aligned
+// to the size of one access. A null pointer is.
+template <typename T, int VEC>
+inline bool vec_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kPiece<T, VEC>) == 0;
+}
+
+// Multiprocessors of this process's device (nk::cuda::device()), read once.
+inline int sm_count() {
+  static const int n = [] {
+    int c = 0;
+    NK_CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, nk::cuda::device()));
+    return c > 0 ? c : 1;
+  }();
+  return n;
+}
+
 constexpr int kThreads = 256;
 
 // Blocks for a grid-stride loop over n elements (at most a few waves).

@@ -1,7 +1,9 @@
 // Copies, conversions, elementwise arithmetic and whole-tensor reductions on
 // CUDA (arguments checked by ops/elementwise.cc; CPU twins in
 // ops/cpu/elementwise.cc and ops/cpu/host_int.cc). Elementwise kernels are
-// grid-stride loops in fp32; reductions that return a value to the host sum
+// grid-stride loops in fp32; add, accumulate and scale move VEC elements per
+// thread and step (16-byte accesses) when every pointer is aligned for them,
+// the n % VEC left over one per thread; reductions that return a value to the host sum
 // per-block partials over a grid that depends only on the element count, then
 // the partials in block order in one block: the same result on every run.
 #include <algorithm>
@@ -32,22 +34,61 @@ __global__ void fill_kernel(T* dst, float value, int64_t n) {
   NK_GRID_STRIDE(i, n) dst[i] = v;
 }
 
-// dst D[n] += src S[n]
-template <typename D, typename S>
+// The elements [n - n % VEC, n) left over by a loop over whole vectors: one
+// per thread of the grid's first ones; calls fn(i) for this thread's, if any.
+template <int VEC, typename Fn>
+__device__ __forceinline__ void vec_tail(int64_t n, Fn&& fn) {
+  const int64_t i = n / VEC * VEC + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (VEC > 1 && i < n) fn(i);
+}
+
+// Blocks for a grid-stride loop over the n / VEC vectors of n elements (at least one block, for
+// the tail).
+template <int VEC>
+unsigned vec_blocks(int64_t n) {
+  return blocks_for(std::max<int64_t>(n / VEC, 1));
+}
+
+// dst D[n] += src S[n]; VEC elements per thread and step (the dst may be src: each
+// element is read before it is written, by the same thread)
+template <typename D, typename S, int VEC>
 __global__ void accumulate_kernel(D* dst, const S* src, int64_t n) {
-  NK_GRID_STRIDE(i, n) dst[i] = store<D>(load(dst[i]) + load(src[i]));
+  NK_GRID_STRIDE(i, n / VEC) {
+    float d[VEC], s[VEC];
+    load_vec<D, VEC>(d, dst + i * VEC);
+    load_vec<S, VEC>(s, src + i * VEC);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) d[e] += s[e];
+    store_vec<D, VEC>(dst + i * VEC, d);
+  }
+  vec_tail<VEC>(n, [&](int64_t i) { dst[i] = store<D>(load(dst[i]) + load(src[i])); });
 }
 
-// y T[n] <- a T[n] + b T[n] (y may alias a or b)
-template <typename T>
+// y T[n] <- a T[n] + b T[n] (y may alias a or b); VEC elements per thread and step
+template <typename T, int VEC>
 __global__ void add_kernel(T* y, const T* a, const T* b, int64_t n) {
-  NK_GRID_STRIDE(i, n) y[i] = store<T>(load(a[i]) + load(b[i]));
+  NK_GRID_STRIDE(i, n / VEC) {
+    float va[VEC], vb[VEC];
+    load_vec<T, VEC>(va, a + i * VEC);
+    load_vec<T, VEC>(vb, b + i * VEC);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) va[e] += vb[e];
+    store_vec<T, VEC>(y + i * VEC, va);
+  }
+  vec_tail<VEC>(n, [&](int64_t i) { y[i] = store<T>(load(a[i]) + load(b[i])); });
 }
 
-// x T[n] *= s
-template <typename T>
+// x T[n] *= s; VEC elements per thread and step
+template <typename T, int VEC>
 __global__ void scale_kernel(T* x, float s, int64_t n) {
-  NK_GRID_STRIDE(i, n) x[i] = store<T>(load(x[i]) * s);
+  NK_GRID_STRIDE(i, n / VEC) {
+    float v[VEC];
+    load_vec<T, VEC>(v, x + i * VEC);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] *= s;
+    store_vec<T, VEC>(x + i * VEC, v);
+  }
+  vec_tail<VEC>(n, [&](int64_t i) { x[i] = store<T>(load(x[i]) * s); });
 }
 
 // y T[N, M] columns [col0, col0 + m) += s * z T[N, m]
@@ -255,8 +296,14 @@ void accumulate(Tensor dst, const Tensor& src) {
     using D = decltype(dt);
     dispatch_float(src.dtype(), "accumulate", [&](auto st) {
       using S = decltype(st);
-      accumulate_kernel<D, S>
-          <<<blocks_for(n), kThreads, 0, stream()>>>(dst.data<D>(), src.data<S>(), n);
+      // 16 bytes of the wider type per access: 4 when either is f32, else 8
+      constexpr int V = kVec<D> < kVec<S> ? kVec<D> : kVec<S>;
+      if (vec_aligned<D, V>(dst.raw()) && vec_aligned<S, V>(src.raw()))
+        accumulate_kernel<D, S, V>
+            <<<vec_blocks<V>(n), kThreads, 0, stream()>>>(dst.data<D>(), src.data<S>(), n);
+      else
+        accumulate_kernel<D, S, 1>
+            <<<blocks_for(n), kThreads, 0, stream()>>>(dst.data<D>(), src.data<S>(), n);
       NK_CUDA_LAUNCHED("accumulate_kernel");
     });
   });
@@ -267,8 +314,13 @@ void add(Tensor y, const Tensor& a, const Tensor& b) {
   if (n == 0) return;
   dispatch_float(y.dtype(), "add", [&](auto tag) {
     using T = decltype(tag);
-    add_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream()>>>(y.data<T>(), a.data<T>(), b.data<T>(), n);
+    constexpr int V = kVec<T>;
+    if (vec_aligned<T, V>(y.raw()) && vec_aligned<T, V>(a.raw()) && vec_aligned<T, V>(b.raw()))
+      add_kernel<T, V>
+          <<<vec_blocks<V>(n), kThreads, 0, stream()>>>(y.data<T>(), a.data<T>(), b.data<T>(), n);
+    else
+      add_kernel<T, 1>
+          <<<blocks_for(n), kThreads, 0, stream()>>>(y.data<T>(), a.data<T>(), b.data<T>(), n);
     NK_CUDA_LAUNCHED("add_kernel");
   });
 }
@@ -288,7 +340,11 @@ void scale(Tensor x, float s) {
   if (n == 0) return;
   dispatch_float(x.dtype(), "scale", [&](auto tag) {
     using T = decltype(tag);
-    scale_kernel<T><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), s, n);
+    constexpr int V = kVec<T>;
+    if (vec_aligned<T, V>(x.raw()))
+      scale_kernel<T, V><<<vec_blocks<V>(n), kThreads, 0, stream()>>>(x.data<T>(), s, n);
+    else
+      scale_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream()>>>(x.data<T>(), s, n);
     NK_CUDA_LAUNCHED("scale_kernel");
   });
 }

@@ -6,13 +6,18 @@
 //
 // The backward is deterministic without float atomics, and sums in the CPU's
 // order: the rows n of dout are stably radix-sorted by the gradient row they
-// add to (cub), and one thread per (run of equal rows, column) adds that run's
+// add to (cub), and one thread per (run of equal rows, column vector) adds that run's
 // rows in order of n, so every element of dwte (dwpe) gets the same float
 // additions, in the same order, as on the CPU.
+//
+// Rows move VEC columns per thread (16-byte accesses of the table's dtype;
+// dwte/dwpe as VEC floats) when C is a multiple of 16 bytes' worth and every
+// pointer is aligned for it, else one column per thread.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 #include <optional>
 
 #include "ops/cuda/common.cuh"
@@ -38,23 +43,36 @@ __device__ __forceinline__ bool failed(const int64_t* a, const int64_t* b) {
 }
 
 // out T[N, C] <- wte T[V, C] rows tok[n] - v0 (a zero row outside [0, V): another
-// shard's id) + wpe T[maxT, C] rows pos ? pos[n] : n % T (when wpe is given)
-template <typename T>
+// shard's id) + wpe T[maxT, C] rows pos ? pos[n] : n % T (when wpe is given);
+// VEC columns per thread and step (C a multiple of VEC)
+template <typename T, int VEC>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tok, const T* wte, const T* wpe,
                                          const int32_t* pos, int64_t N, int64_t T_, int64_t C,
                                          int64_t V, int64_t v0, const int64_t* bad_tok,
                                          const int64_t* bad_pos) {
   if (failed(bad_tok, bad_pos)) return;
-  NK_GRID_STRIDE(i, N * C) {
-    const int64_t n = i / C, c = i % C;
+  const int64_t cv = C / VEC;
+  NK_GRID_STRIDE(i, N * cv) {
+    const int64_t n = i / cv, c = (i - n * cv) * VEC;
     const int64_t id = int64_t(tok[n]) - v0;
     const bool here = id >= 0 && id < V;
+    Pack<T, VEC> o;
     if (wpe) {
-      const T p = wpe[(pos ? int64_t(pos[n]) : n % T_) * C + c];
-      out[i] = here ? store<T>(load(wte[id * C + c]) + load(p)) : p;
+      const Pack<T, VEC> p = load_pack<T, VEC>(wpe + (pos ? int64_t(pos[n]) : n % T_) * C + c);
+      if (here) {
+        const Pack<T, VEC> e = load_pack<T, VEC>(wte + id * C + c);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) o.e[k] = store<T>(load(e.e[k]) + load(p.e[k]));
+      } else {
+        o = p;
+      }
+    } else if (here) {
+      o = load_pack<T, VEC>(wte + id * C + c);
     } else {
-      out[i] = here ? wte[id * C + c] : store<T>(0.f);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) o.e[k] = store<T>(0.f);
     }
+    store_pack<T, VEC>(out + n * C + c, o);
   }
 }
 
@@ -69,35 +87,89 @@ __global__ void row_keys_kernel(uint32_t* keys, int32_t* rows, const int32_t* id
   }
 }
 
+// Rows added per batch of independent loads in the backward's ordered sums.
+constexpr int kSumBatch = 4;
+
 // dw f32[R, C] += dout T[N, C] rows, given keys u32[N] sorted (stably) and rows i32[N]
-// in that order: the thread of (the first k of a run of equal keys < R, column c) adds
-// dout[rows[k], c], dout[rows[k + 1], c], ... of its run, in order, to dw[key, c].
-template <typename T>
+// in that order: the thread of (the first k of a run of equal keys < R, columns
+// [c, c + VEC)) adds dout[rows[k], c..], dout[rows[k + 1], c..], ... of its run, in
+// order, to dw[key, c..] (C a multiple of VEC). Rows are loaded kSumBatch at a time
+// and added in order.
+template <typename T, int VEC>
 __global__ void scatter_sorted_kernel(float* dw, const T* dout, const uint32_t* keys,
                                       const int32_t* rows, int64_t N, int64_t C, uint32_t R,
                                       const int64_t* bad_a, const int64_t* bad_b) {
   if (failed(bad_a, bad_b)) return;
-  NK_GRID_STRIDE(i, N * C) {
-    const int64_t k = i / C, c = i % C;
+  const int64_t cv = C / VEC;
+  NK_GRID_STRIDE(i, N * cv) {
+    const int64_t k = i / cv, c = (i - k * cv) * VEC;
     const uint32_t key = keys[k];
     if (key >= R || (k > 0 && keys[k - 1] == key)) continue;
+    int64_t end = k + 1;  // the run is [k, end)
+    while (end < N && keys[end] == key) ++end;
     float* g = dw + int64_t(key) * C + c;
-    float acc = *g;
-    for (int64_t j = k; j < N && keys[j] == key; ++j) acc += load(dout[int64_t(rows[j]) * C + c]);
-    *g = acc;
+    float acc[VEC];
+    load_vec<float, VEC>(acc, g);
+    int64_t j = k;
+    for (; j + kSumBatch <= end; j += kSumBatch) {
+      float d[kSumBatch][VEC];
+#pragma unroll
+      for (int b = 0; b < kSumBatch; ++b)
+        load_vec<T, VEC>(d[b], dout + int64_t(rows[j + b]) * C + c);
+#pragma unroll
+      for (int b = 0; b < kSumBatch; ++b)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] += d[b][e];
+    }
+    for (; j < end; ++j) {
+      float d[VEC];
+      load_vec<T, VEC>(d, dout + int64_t(rows[j]) * C + c);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] += d[e];
+    }
+    store_vec<float, VEC>(g, acc);
   }
 }
 
-// dwpe f32[T, C] += dout T[B, T, C] summed over b in order
-template <typename T>
+// dwpe f32[T, C] += dout T[B, T, C] summed over b in order; VEC columns per thread
+// and step (C a multiple of VEC), kSumBatch rows loaded at a time
+template <typename T, int VEC>
 __global__ void position_grad_kernel(float* dwpe, const T* dout, int64_t B, int64_t T_, int64_t C,
                                      const int64_t* bad_a, const int64_t* bad_b) {
   if (failed(bad_a, bad_b)) return;
-  NK_GRID_STRIDE(i, T_ * C) {
-    float acc = dwpe[i];
-    for (int64_t b = 0; b < B; ++b) acc += load(dout[b * T_ * C + i]);
-    dwpe[i] = acc;
+  const int64_t TC = T_ * C;
+  NK_GRID_STRIDE(i, TC / VEC) {
+    float acc[VEC];
+    load_vec<float, VEC>(acc, dwpe + i * VEC);
+    int64_t b = 0;
+    for (; b + kSumBatch <= B; b += kSumBatch) {
+      float d[kSumBatch][VEC];
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u) load_vec<T, VEC>(d[u], dout + (b + u) * TC + i * VEC);
+#pragma unroll
+      for (int u = 0; u < kSumBatch; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] += d[u][e];
+    }
+    for (; b < B; ++b) {
+      float d[VEC];
+      load_vec<T, VEC>(d, dout + b * TC + i * VEC);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] += d[e];
+    }
+    store_vec<float, VEC>(dwpe + i * VEC, acc);
   }
+}
+
+// Whether rows of C elements of the table dtype T (and of the f32 gradient `grad`)
+// may move kVec<T> columns at a time through all of `ptrs` (T) and grad (f32).
+template <typename T>
+bool rows_vectorised(int64_t C, std::initializer_list<const void*> ptrs, const float* grad) {
+  constexpr int V = kVec<T>;
+  if (C % V != 0 || !vec_aligned<float, V>(grad)) return false;
+  for (const void* p : ptrs)
+    if (!vec_aligned<T, V>(p)) return false;
+  return true;
 }
 
 // dw f32[R, C] += dout T[N, C] row n into row ids[n] - v0 (ids outside [v0, v0 + R) add
@@ -125,8 +197,13 @@ void scatter_rows(float* dw, int64_t R, const T* dout, const int32_t* ids, int64
   NK_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw(), temp_bytes, ki, ko, ri, ro, int(N), 0,
                                                 end_bit, stream));
   if (C == 0) return;
-  scatter_sorted_kernel<T><<<blocks_for(N * C), kThreads, 0, stream>>>(dw, dout, ko, ro, N, C,
-                                                                       uint32_t(R), bad_a, bad_b);
+  constexpr int V = kVec<T>;
+  if (rows_vectorised<T>(C, {dout}, dw))
+    scatter_sorted_kernel<T, V><<<blocks_for(N * (C / V)), kThreads, 0, stream>>>(
+        dw, dout, ko, ro, N, C, uint32_t(R), bad_a, bad_b);
+  else
+    scatter_sorted_kernel<T, 1><<<blocks_for(N * C), kThreads, 0, stream>>>(
+        dw, dout, ko, ro, N, C, uint32_t(R), bad_a, bad_b);
   NK_CUDA_LAUNCHED("scatter_sorted_kernel");
 }
 
@@ -161,9 +238,16 @@ void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte, cons
   if (C > 0) {
     dispatch_float(wte.dtype(), "embedding_forward", [&](auto tag) {
       using T = decltype(tag);
-      embedding_forward_kernel<T><<<blocks_for(N * C), kThreads, 0, stream>>>(
-          out.data<T>(), tok, wte.data<T>(), wpe.defined() ? wpe.data<T>() : nullptr, pos, N, T_, C,
-          V, v0, flag_of(tok_err), flag_of(pos_err));
+      constexpr int VEC = kVec<T>;
+      const T* wp = wpe.defined() ? wpe.data<T>() : nullptr;
+      if (rows_vectorised<T>(C, {out.raw(), wte.raw(), wp}, nullptr))
+        embedding_forward_kernel<T, VEC><<<blocks_for(N * (C / VEC)), kThreads, 0, stream>>>(
+            out.data<T>(), tok, wte.data<T>(), wp, pos, N, T_, C, V, v0, flag_of(tok_err),
+            flag_of(pos_err));
+      else
+        embedding_forward_kernel<T, 1><<<blocks_for(N * C), kThreads, 0, stream>>>(
+            out.data<T>(), tok, wte.data<T>(), wp, pos, N, T_, C, V, v0, flag_of(tok_err),
+            flag_of(pos_err));
       NK_CUDA_LAUNCHED("embedding_forward_kernel");
     });
   }
@@ -209,8 +293,14 @@ void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tens
     if (pos) {
       scatter_rows(dwpe.data<float>(), max_t, d, pos, 0, N, C, bad_tok, bad_pos);
     } else if (T_ * C > 0) {
-      position_grad_kernel<T><<<blocks_for(T_ * C), kThreads, 0, stream>>>(dwpe.data<float>(), d, B,
-                                                                           T_, C, bad_tok, bad_pos);
+      constexpr int VEC = kVec<T>;
+      float* gp = dwpe.data<float>();
+      if (rows_vectorised<T>(C, {d}, gp))
+        position_grad_kernel<T, VEC>
+            <<<blocks_for(T_ * C / VEC), kThreads, 0, stream>>>(gp, d, B, T_, C, bad_tok, bad_pos);
+      else
+        position_grad_kernel<T, 1>
+            <<<blocks_for(T_ * C), kThreads, 0, stream>>>(gp, d, B, T_, C, bad_tok, bad_pos);
       NK_CUDA_LAUNCHED("position_grad_kernel");
     }
   });

@@ -10,6 +10,7 @@
 // Y = A @ B is computed as the column-major Y^T = B^T @ A^T.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -70,8 +71,11 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   bool ok = false;  // false: cuBLASLt has no algorithm for it
 };
+// The last entry is the bias pointer's alignment (the largest power of two
+// up to 256 dividing its address; 0 without a bias): the heuristic sees that
+// pointer, so a plan is only reused for a bias aligned the same way.
 using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, DType, int64_t, DType, int64_t,
-                           DType, int64_t, bool, bool, DType>;
+                           DType, int64_t, bool, bool, DType, uintptr_t>;
 
 cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
@@ -79,9 +83,9 @@ cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t 
   return l;
 }
 
-Plan make_plan(const PlanKey& key) {
-  const auto [trans_a, trans_b, m, n, k, at, lda, bt, ldb, dt, ldd, accumulate, has_bias, bias_t] =
-      key;
+Plan make_plan(const PlanKey& key, const void* bias) {
+  const auto [trans_a, trans_b, m, n, k, at, lda, bt, ldb, dt, ldd, accumulate, has_bias, bias_t,
+              bias_align] = key;
   Lt& l = lt();
   Plan p;
   NK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -98,6 +102,8 @@ Plan make_plan(const PlanKey& key) {
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                    &bct, sizeof(bct)));
+    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof(bias)));
   }
   // Stored shapes: op(A) is [m, k], so A is stored [k, m] when transposed.
   p.la = make_layout(at, trans_a ? k : m, trans_a ? m : k, lda);
@@ -108,20 +114,17 @@ Plan make_plan(const PlanKey& key) {
   NK_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &l.workspace_bytes, sizeof(l.workspace_bytes)));
-  // Operands are 16-byte aligned (Padded below), not more: parameter views
-  // sit at any multiple of 8 elements in their arena.
-  const uint32_t align = 16;
-  for (auto attr :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    NK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(l.handle, p.desc, p.la, p.lb, p.ld, p.ld,
                                                            pref, 1, &heur, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (hs != CUBLAS_STATUS_NOT_SUPPORTED) NK_CUBLAS_CHECK(hs);
   p.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  // Without a bias, no algorithm is an error (gemm says which product);
+  // with one, any refusal of the epilogue (seen on an H200: "unsupported
+  // value" for some shapes with a minimum-alignment preference) falls back
+  // to the product plus our bias kernel.
+  if (!has_bias && hs != CUBLAS_STATUS_NOT_SUPPORTED) NK_CUBLAS_CHECK(hs);
   p.algo = heur.algo;
   return p;
 }
@@ -137,11 +140,13 @@ bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const voi
           float beta, const void* bias = nullptr, DType bias_t = DType::F32) {
   static std::mutex mu;
   static std::map<PlanKey, Plan> plans;
-  const PlanKey key{trans_a,     trans_b,         m,     n, k, at, lda, bt, ldb, dt, ldd,
-                    beta != 0.f, bias != nullptr, bias_t};
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(bias);
+  const uintptr_t bias_align = addr ? std::min<uintptr_t>(256, addr & (~addr + 1)) : 0;
+  const PlanKey key{trans_a,     trans_b,         m,      n,         k, at, lda, bt, ldb, dt, ldd,
+                    beta != 0.f, bias != nullptr, bias_t, bias_align};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(key, bias)).first;
   const Plan& p = it->second;
   if (!p.ok) {
     if (bias) return false;
