@@ -5,27 +5,10 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/dtype_dispatch.h"
 #include "ops/shapes.h"
 
 namespace nk::ops::cpu {
-
-// Calls fn(T{}) with T the storage type of `dt` (f32, bf16, f16).
-template <typename Fn>
-void dispatch_float(DType dt, const char* op, Fn&& fn) {
-  switch (dt) {
-    case DType::F32:
-      fn(float{});
-      break;
-    case DType::BF16:
-      fn(bf16{});
-      break;
-    case DType::F16:
-      fn(f16{});
-      break;
-    default:
-      NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
-  }
-}
 
 // Loads/stores written without branches so loops over them auto-vectorize.
 inline float load(float v) {

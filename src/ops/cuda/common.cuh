@@ -10,28 +10,12 @@
 
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
+#include "ops/dtype_dispatch.h"
 
 namespace nk::ops::cuda {
 
-// Calls fn(T{}) with T the storage type of `dt` (float, bf16, f16: the host
-// structs, whose 16 bits the device loads and stores below read and write).
-template <typename Fn>
-void dispatch_float(DType dt, const char* op, Fn&& fn) {
-  switch (dt) {
-    case DType::F32:
-      fn(float{});
-      break;
-    case DType::BF16:
-      fn(bf16{});
-      break;
-    case DType::F16:
-      fn(f16{});
-      break;
-    default:
-      NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
-  }
-}
-
+// dispatch_float (ops/dtype_dispatch.h) hands kernels the host structs bf16
+// and f16, whose 16 bits the device loads and stores below read and write.
 __device__ __forceinline__ float load(float v) {
   return v;
 }
