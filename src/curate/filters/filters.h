@@ -105,7 +105,10 @@ struct AlphaWordsRule {
 struct StopWordsRule {
   int64_t min_stop_words = 2;
   std::vector<std::string> words;  // `stop_words:` override (lowercase); empty: built-in lists
-  std::string default_language = "en";
+  // The list for documents without a `language` label; "" (the default):
+  // such documents are not checked (counted, with one warning), since an
+  // assumed English list removes nearly all text in other languages.
+  std::string default_language;
   void read(StageConfig& c);
   Reason check(const Document& d, TextView& v, Counters& c) const;
 };

@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <array>
+#include <mutex>
 
+#include "core/log.h"
 #include "curate/filters/filters.h"
 #include "curate/words.h"
 
@@ -348,14 +350,18 @@ void StopWordsRule::read(StageConfig& c) {
     if (!lower_into(w, buf, len)) c.fail_key("stop_words", fmt::format("word too long: '{}'", w));
     w.assign(buf.data(), len);
   }
-  c.bind("default_language", default_language, "stop words for documents without a language");
+  c.bind("default_language", default_language,
+         "stop words for documents without a language label (default none: such documents pass "
+         "unchecked, counted as stop_words_no_language; set it only for a corpus in one language)");
   default_language = base_language(default_language);
 }
 
 // Occurrences count (datatrove: sum(w in stop_words for w in words)), compared
 // case-insensitively. The list is `stop_words` if given, else the built-in list
 // of doc.meta["language"] (default_language when absent); a language without a
-// list passes and is counted as "stop_words_no_list".
+// list passes and is counted as "stop_words_no_list"; a document with neither
+// a label nor a default_language passes and is counted as
+// "stop_words_no_language", with one warning per process.
 Reason StopWordsRule::check(const Document& d, TextView& v, Counters& counts) const {
   std::vector<std::string_view> own;
   const std::vector<std::string_view>* list = nullptr;
@@ -367,6 +373,21 @@ Reason StopWordsRule::check(const Document& d, TextView& v, Counters& counts) co
     auto it = d.meta.find("language");
     lang = it != d.meta.end() && it->is_string() ? base_language(it->get<std::string>())
                                                  : default_language;
+    if (lang.empty()) {
+      // A document without words has no stop words in any language.
+      if (v.words().empty())
+        return min_stop_words > 0 ? Reason(fmt::format("stop_words 0 < {}", min_stop_words))
+                                  : Reason{};
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        NK_WARN(
+            "stop_words: documents without a language label are not checked (counted as "
+            "stop_words_no_language); run language_id before this stage, or set "
+            "default_language for a corpus in one language");
+      });
+      ++counts["stop_words_no_language"];
+      return {};
+    }
     for (const StopList& l : builtin_stop_lists())
       if (l.lang == lang) list = &l.words;
     if (!list) {

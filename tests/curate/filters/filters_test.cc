@@ -164,8 +164,8 @@ TEST(FilterAlphaWords, FractionOfWordsWithALetter) {
 
 TEST(FilterStopWords, PerLanguageListsAndOverride) {
   auto s = test_stage::make_stage("type: stop_words");
-  EXPECT_TRUE(kept(*s, "The cat and dog"));  // case-insensitive: the, and
-  EXPECT_EQ(reason(*s, "The cat, a dog"), "stop_words 1 < 2 (en)");
+  EXPECT_TRUE(kept(*s, "The cat and dog", "en"));  // case-insensitive: the, and
+  EXPECT_EQ(reason(*s, "The cat, a dog", "en"), "stop_words 1 < 2 (en)");
   EXPECT_TRUE(kept(*s, "Der Hund und die Katze", "de"));
   EXPECT_EQ(reason(*s, "The dog and the cat", "de"), "stop_words 0 < 2 (de)");
   EXPECT_TRUE(kept(*s, "Le chien et le chat", "fr-FR"));
@@ -180,6 +180,26 @@ TEST(FilterStopWords, PerLanguageListsAndOverride) {
       test_stage::make_stage("{type: stop_words, stop_words: [Koira, kissa], min_stop_words: 2}");
   EXPECT_TRUE(kept(*own, "koira ja KISSA", "fi"));
   EXPECT_FALSE(kept(*own, "The cat and the dog", "en"));
+}
+
+// Without a language label no language is assumed: English's list would
+// remove nearly every document in another language. Such a document passes
+// unchecked and is counted, unless default_language names its list.
+TEST(FilterStopWords, UnlabelledDocumentsAreNotJudgedAsEnglish) {
+  auto s = test_stage::make_stage("type: stop_words");
+  const std::string spanish = "El perro come en la casa con su familia todos los días.";
+  const std::string english_poor = "The cat, a dog";
+  for (const std::string& text : {spanish, english_poor}) {
+    Out o = run(*s, text);
+    EXPECT_TRUE(o.v.keep) << text;
+    EXPECT_EQ(o.counts["stop_words_no_language"], 1) << text;
+  }
+  EXPECT_EQ(reason(*s, spanish, "en"), "stop_words 0 < 2 (en)");  // a label still decides
+  auto en = test_stage::make_stage("{type: stop_words, default_language: en}");
+  EXPECT_EQ(reason(*en, english_poor), "stop_words 1 < 2 (en)");
+  EXPECT_EQ(reason(*en, spanish), "stop_words 0 < 2 (en)");
+  auto es = test_stage::make_stage("{type: stop_words, default_language: es}");
+  EXPECT_TRUE(kept(*es, spanish));
 }
 
 // ---- Gopher repetition ----------------------------------------------------------
@@ -429,7 +449,7 @@ TEST(FilterBundles, GopherQualityAndRepetition) {
   std::string rep = english_article(1) + "\n\n" + english_article(1);
   EXPECT_TRUE(contains(reason(*r, rep), "duplicate_paragraph")) << reason(*r, rep);
   // Keys of the single-rule stages work in the bundle.
-  auto loose = test_stage::make_stage("{type: gopher_quality, min_words: 3}");
+  auto loose = test_stage::make_stage("{type: gopher_quality, min_words: 3, default_language: en}");
   EXPECT_TRUE(contains(reason(*loose, "Too short to keep."), "stop_words 1 < 2"));
 }
 
