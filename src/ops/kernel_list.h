@@ -56,8 +56,6 @@ void swiglu_forward(Tensor y, const Tensor& gu);
 void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
 
 // ---- rotary embedding ----
-// Fills table f32[maxT, D].
-void rope_table(Tensor table, double theta);
 // Both ops::rope_inplace overloads: positions i32[B,T] when defined, else pos0 + t.
 void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
                   const Tensor& positions, bool inverse);

@@ -26,7 +26,8 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
   NK_CHECK(max_t >= 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0,
            "rope_table: max_t {}, head_dim {} (must be even), theta {}", max_t, head_dim, theta);
   Tensor t = Tensor::empty({max_t, head_dim}, DType::F32);
-  NK_KERNEL(rope_table, t.device())(t, theta);
+  // Built in host memory (ops::to_device moves it): the CPU kernel alone.
+  pick_kernel("rope_table", t.device(), &cpu::rope_table)(t, theta);
   return t;
 }
 

@@ -128,10 +128,6 @@ size_t reserved_bytes() {
   return pool_attr(cudaMemPoolAttrReservedMemCurrent);
 }
 
-size_t reserved_peak_bytes() {
-  return pool_attr(cudaMemPoolAttrReservedMemHigh);
-}
-
 void release_cached() {
   synchronize();
   NK_CUDA_CHECK(cudaMemPoolTrimTo(state().pool, 0));

@@ -46,9 +46,8 @@ void synchronize();
 // the driver once and retrying.
 void* allocate(size_t bytes);
 void deallocate(void* p);
-// Bytes the pool holds from the driver (in use plus cached), and the most it held.
+// Bytes the pool holds from the driver (in use plus cached).
 size_t reserved_bytes();
-size_t reserved_peak_bytes();
 // Returns the pool's unused cached memory to the driver.
 void release_cached();
 

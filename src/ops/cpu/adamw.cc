@@ -11,30 +11,13 @@
 #include <type_traits>
 
 #include "core/parallel.h"
+#include "ops/adamw_step.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
 namespace nk::ops::cpu {
 namespace {
-
-struct AdamConsts {
-  float lr, b1, b2, eps, decay, rbc1, rbc2_sqrt, gs;
-};
-
-// Bias corrections in double: 1 - b2^t is tiny early and needs the digits.
-AdamConsts adam_consts(const AdamWParams& p) {
-  const double bc1 = 1.0 - std::pow(double(p.beta1), double(p.step));
-  const double bc2 = 1.0 - std::pow(double(p.beta2), double(p.step));
-  return {p.lr,
-          p.beta1,
-          p.beta2,
-          p.eps,
-          float(1.0 - double(p.lr) * double(p.weight_decay)),
-          float(1.0 / bc1),
-          float(1.0 / std::sqrt(bc2)),
-          p.grad_scale};
-}
 
 [[maybe_unused]] float adamw_one(float* p, const float* g, float* m, float* v, int64_t i,
                                  const AdamConsts& k) {
@@ -134,15 +117,6 @@ inline void split_master(float x, uint16_t& hi, uint16_t& lo) {
   hi = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t((u >> 16) | 0x40u)  // NaN stays NaN
                                        : uint16_t((u + 0x8000u) >> 16);
 }
-
-enum class MasterKind { F32, Bf16Remainder, Bf16Plain };
-
-struct MixedBuffers {
-  float* master32 = nullptr;      // MasterKind::F32
-  uint16_t* master16 = nullptr;   // bf16 bits, the other kinds
-  uint16_t* remainder = nullptr;  // Bf16Remainder
-  const float* g = nullptr;
-};
 
 // f16 moments: m is stored as m / sm and v as sqrt(v) / sv. sqrt(v) has the
 // dynamic range of |g| rather than its square (v of a gradient of 1e-4 is
@@ -395,45 +369,24 @@ void mixed_step(const MixedBuffers& b, M* m, M* v, C* copy, float* scales, int64
   }
 }
 
+// adamw_step_mixed's instantiations (ops/adamw_step.h picks one).
+struct MixedStep {
+  float* scales;
+  int64_t n;
+  AdamConsts k;
+  template <typename M, MasterKind K, typename C>
+  void run(const MixedBuffers& b, M* m, M* v, C* copy) const {
+    mixed_step<M, K, C>(b, m, v, copy, scales, n, k);
+  }
+};
+
 }  // namespace
 
 void adamw_step_mixed(Tensor master, Tensor remainder, const Tensor& grad, Tensor m, Tensor v,
                       Tensor scales, const AdamWParams& p, Tensor param_copy) {
-  const AdamConsts k = adam_consts(p);
-  MixedBuffers b;
-  b.g = grad.data<float>();
-  MasterKind kind = MasterKind::F32;
-  if (master.dtype() == DType::F32) {
-    b.master32 = master.data<float>();
-  } else {
-    b.master16 = reinterpret_cast<uint16_t*>(master.raw());
-    kind = remainder.defined() ? MasterKind::Bf16Remainder : MasterKind::Bf16Plain;
-    if (remainder.defined()) b.remainder = reinterpret_cast<uint16_t*>(remainder.raw());
-  }
-  float* sc = scales.defined() ? scales.data<float>() : nullptr;
   const int64_t n = master.numel();
-  dispatch_float(m.dtype(), "adamw_step_mixed", [&](auto mtag) {
-    using M = decltype(mtag);
-    M *pm = m.data<M>(), *pv = v.data<M>();
-    switch (kind) {
-      case MasterKind::F32:
-        if (!param_copy.defined()) {
-          mixed_step<M, MasterKind::F32, float>(b, pm, pv, nullptr, sc, n, k);
-          return;
-        }
-        dispatch_float(param_copy.dtype(), "adamw_step_mixed", [&](auto ctag) {
-          using C = decltype(ctag);
-          mixed_step<M, MasterKind::F32, C>(b, pm, pv, param_copy.data<C>(), sc, n, k);
-        });
-        return;
-      case MasterKind::Bf16Remainder:
-        mixed_step<M, MasterKind::Bf16Remainder, float>(b, pm, pv, nullptr, sc, n, k);
-        return;
-      case MasterKind::Bf16Plain:
-        mixed_step<M, MasterKind::Bf16Plain, float>(b, pm, pv, nullptr, sc, n, k);
-        return;
-    }
-  });
+  const MixedStep step{scales.defined() ? scales.data<float>() : nullptr, n, adam_consts(p)};
+  dispatch_adamw_mixed(master, remainder, grad, m, v, param_copy, step);
 }
 
 void bf16_master_split(Tensor hi, Tensor remainder, const Tensor& f32) {

@@ -39,4 +39,8 @@ void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight
 bool quant_pack(QuantWeight& q);
 void quant_unpack(QuantWeight& rows, const QuantWeight& q);
 
+// ---- rotary table (rope.cc); the table is built in host memory only ----
+// Fills table f32[maxT, D].
+void rope_table(Tensor table, double theta);
+
 }  // namespace nk::ops::cpu

@@ -9,7 +9,8 @@
 //
 // Absent on CUDA (their fronts call the CPU kernel alone, so a CUDA tensor
 // gets "no kernel for device 'cuda'"): the NF4 and int8/int4 quantised
-// weights of ops/quant.h and the NF4 ops of ops.h.
+// weights of ops/quant.h, the NF4 ops of ops.h, and rope_table (the table is
+// built in host memory and moved with ops::to_device).
 #pragma once
 #include <cstdint>
 

@@ -11,18 +11,6 @@
 namespace nk::ops::cuda {
 namespace {
 
-// table f32[maxT, D] <- [cos(t f_i) | sin(t f_i)], f_i = theta^(-2i/D), angles in double
-// (positions reach 1e5+, where fp32 angles lose digits)
-__global__ void rope_table_kernel(float* table, int64_t max_t, int64_t D, double theta) {
-  const int64_t half = D / 2;
-  NK_GRID_STRIDE(i, max_t * half) {
-    const int64_t t = i / half, k = i % half;
-    const double a = double(t) * pow(theta, -2.0 * double(k) / double(D));
-    table[t * D + k] = float(cos(a));
-    table[t * D + half + k] = float(sin(a));
-  }
-}
-
 // Reports positions pos i32[n] outside [0, max_t).
 __global__ void check_positions_kernel(const int32_t* pos, int64_t n, int64_t max_t,
                                        DeviceError err) {
@@ -52,14 +40,6 @@ __global__ void rope_kernel(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H
 }
 
 }  // namespace
-
-void rope_table(Tensor table, double theta) {
-  const int64_t max_t = table.dim(0), D = table.dim(1);
-  if (max_t * (D / 2) == 0) return;
-  rope_table_kernel<<<blocks_for(max_t * (D / 2)), kThreads, 0, nk::cuda::stream()>>>(
-      table.data<float>(), max_t, D, theta);
-  NK_CUDA_LAUNCHED("rope_table_kernel");
-}
 
 void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
                   const Tensor& positions, bool inverse) {
