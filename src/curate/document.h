@@ -71,6 +71,14 @@ class GlobalStage {
   // After the last batch: the documents to remove, sorted by index. Results must
   // depend only on the documents and their order, never on thread timing.
   virtual std::vector<Removal> finish(Counters& counts) = 0;
+  // Results that outlive the run (the dedup stages' save_state): right after
+  // finish(), save(dir) writes them into `dir`, an empty folder of the run's
+  // work area that lasts until the run ends, also across a resume; once the
+  // run's output is complete, publish(dir) puts them in place. On a resumed
+  // run whose stage had finished before the kill, only publish() is called,
+  // on a stage object that never ran; `dir` may then be gone (published).
+  virtual void save(const std::string& dir) { (void)dir; }
+  virtual void publish(const std::string& dir) { (void)dir; }
 };
 
 }  // namespace nk::curate

@@ -395,6 +395,99 @@ stages:
   std::printf("reruns that resumed finished work: %d of 3\n", resumed_runs);
 }
 
+// Incremental dedup across crawls (exact_dedup and fuzzy_dedup with
+// save_state / load_state): crawl B curated against crawl A's saved state
+// keeps and removes exactly the B documents one run over A then B does, with
+// the same reasons; a kill -9 of the B run and a rerun give the same output
+// and the same saved state as an uninterrupted run.
+TEST(CurateCli, IncrementalDedupAcrossCrawlsMatchesOneJointRun) {
+  TempDir dir("nk_curate_incr");
+  std::mt19937 rng(3);
+  for (const char* crawl : {"a", "b"}) {
+    for (int s = 0; s < 2; ++s) {
+      std::string jl;
+      for (int i = 0; i < 400; ++i) {
+        int topic = int(rng() % 900);  // repeats within and across crawls
+        std::string text = para(topic) + para(topic + 7);
+        if (rng() % 3 == 0) text += " And one more remark.";  // a near-duplicate
+        jl += json({{"id", fmt::format("{}{}-{}", crawl, s, i)}, {"text", text}}).dump() + "\n";
+      }
+      fs::create_directories(dir / fmt::format("in/{}", crawl));
+      test::write_file(dir / fmt::format("in/{}/{:02d}.jsonl", crawl, s), jl);
+    }
+  }
+  auto cfg = [&](const std::string& name, const std::string& paths, const std::string& exact_keys,
+                 const std::string& fuzzy_keys) {
+    test::write_file(dir / (name + ".yaml"),
+                     fmt::format(R"(input:
+  paths: [{0}]
+output:
+  dir: {1}
+batch_mb: 1
+progress: none
+stages:
+  - type: clean
+  - {{type: exact_dedup{2}}}
+  - {{type: fuzzy_dedup, char_ngrams: 10{3}}}
+)",
+                                 paths, dir / name, exact_keys, fuzzy_keys));
+    return std::vector<std::string>{"curate", "--config", dir / (name + ".yaml")};
+  };
+  auto run_ok = [&](const std::vector<std::string>& args) {
+    auto r = test::run_nekton(args[0] + " " + args[1] + " " + args[2]);
+    EXPECT_EQ(r.code, 0) << r.out;
+  };
+  const std::string in_a = dir / "in/a", in_b = dir / "in/b";
+  run_ok(cfg("joint", in_a + ", " + in_b, "", ""));
+  run_ok(cfg("crawl_a", in_a, ", save_state: " + dir / "state/exact_a",
+             ", save_state: " + dir / "state/fuzzy_a"));
+  auto b_args =
+      cfg("crawl_b", in_b,
+          ", load_state: " + dir / "state/exact_a" + ", save_state: " + dir / "state/exact_b",
+          ", load_state: " + dir / "state/fuzzy_a" + ", save_state: " + dir / "state/fuzzy_b");
+  run_ok(b_args);
+  for (const char* st : {"exact_a", "fuzzy_a", "exact_b", "fuzzy_b"})
+    EXPECT_TRUE(fs::exists(dir / fmt::format("state/{}/state.json", st))) << st;
+
+  // B's documents, kept and removed, as the joint run decided them.
+  auto of_b = [](const std::vector<json>& recs) {
+    std::vector<json> out;
+    for (const json& r : recs)
+      if (r["id"].get<std::string>()[0] == 'b') out.push_back(r);
+    return out;
+  };
+  auto kept = all_records(dir / "crawl_b", "data");
+  auto removed = all_records(dir / "crawl_b", "removed");
+  EXPECT_EQ(kept, of_b(all_records(dir / "joint", "data")));
+  EXPECT_EQ(removed, of_b(all_records(dir / "joint", "removed")));
+  int against_a = 0, fuzzy = 0;
+  for (const json& r : removed) {
+    std::string reason = r["reason"].get<std::string>();
+    against_a += contains(reason, "'a");
+    fuzzy += r["removed_by"] == "fuzzy_dedup";
+  }
+  EXPECT_GT(against_a, 100) << "few B documents removed as duplicates of crawl A's";
+  EXPECT_GT(fuzzy, 20) << "few near-duplicates removed";
+
+  // Killed once at a random point, then rerun: same output, same state.
+  auto want_out = output_files(dir / "crawl_b");
+  auto want_state = output_files(dir / "state/fuzzy_b");
+  fs::remove_all(dir / "state/exact_b");
+  fs::remove_all(dir / "state/fuzzy_b");
+  auto args =
+      cfg("crawl_b2", in_b,
+          ", load_state: " + dir / "state/exact_a" + ", save_state: " + dir / "state/exact_b",
+          ", load_state: " + dir / "state/fuzzy_a" + ", save_state: " + dir / "state/fuzzy_b");
+  pid_t pid = test::spawn_nekton(args, dir / "b2.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 400));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  run_ok(args);
+  EXPECT_EQ(output_files(dir / "crawl_b2"), want_out);
+  EXPECT_EQ(output_files(dir / "state/fuzzy_b"), want_state);
+}
+
 // Input folders are walked through symbolic links. A loop (a link back into
 // its own path, or a link that resolves to itself) is named in a warning and
 // skipped, and the run goes on; a folder reached twice is read once. An input

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "curate/dedup/union_find.h"
@@ -70,6 +71,81 @@ void check_order(uint64_t first, uint64_t next, const char* stage) {
   NK_CHECK(first == next, "{}: batch starts at document {}, expected {}", stage, first, next);
 }
 
+// The settings a saved state must share with the stage that loads it.
+nlohmann::json exact_params(const ExactDedupOptions& o) {
+  return {{"normalize", o.normalize}};
+}
+
+nlohmann::json fuzzy_params(const FuzzyDedupOptions& o) {
+  const MinHashParams& m = o.minhash;
+  return {{"shingles", m.kind == ShingleKind::kChars ? "chars" : "words"},
+          {"ngram", m.ngram},
+          {"num_bands", m.num_bands},
+          {"rows_per_band", m.rows_per_band},
+          {"seed", m.seed},
+          {"jaccard_threshold", o.jaccard_threshold}};
+}
+
+// With save_state: one head file per partition, written by the one thread
+// that visits the partition.
+std::vector<AppendFile> head_files(const std::string& dir, uint32_t parts) {
+  std::vector<AppendFile> f;
+  for (uint32_t p = 0; p < parts; ++p) f.emplace_back(fmt::format("{}/heads-{:05d}.bin", dir, p));
+  return f;
+}
+
+// The heads, renumbered as nodes, into DIR/records.bin; how many. R's
+// `index_field` member holds the document index (with `high` bits above it
+// kept as they are).
+template <class R, class Remap>
+uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, Remap remap) {
+  AppendFile out(dir + "/records.bin");
+  uint64_t n = 0;
+  for (AppendFile& h : heads) {
+    h.flush();
+    if (h.size() == 0) continue;
+    spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
+      const R* r = static_cast<const R*>(p);
+      for (size_t i = 0; i < k; ++i) {
+        R x = r[i];
+        remap(x);
+        out.append(&x, sizeof(R));
+      }
+      n += k;
+    });
+  }
+  out.flush();
+  return n;
+}
+
+// The ids (and optionally sets) of the nodes, in node order.
+void write_node_logs(const NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
+                     const std::string& dir) {
+  IndexedLog out_ids(dir, "ids"), out_sets;
+  if (sets) out_sets = IndexedLog(dir, "sets");
+  for (uint64_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes.has(i)) continue;
+    out_ids.append(ids.get(i));
+    if (sets) out_sets.append(sets->get(i));
+  }
+  out_ids.flush();
+  if (sets) out_sets.flush();
+}
+
+void publish_state(const std::string& staged, const std::string& dest) {
+  if (dest.empty() || !std::filesystem::exists(staged + "/state.json")) return;
+  std::filesystem::path parent = std::filesystem::path(dest).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  // Copied beside DEST first: the work area may be on another file system.
+  std::string tmp = temporary_path(dest);
+  std::filesystem::remove_all(tmp, ec);
+  std::filesystem::copy(staged, tmp, std::filesystem::copy_options::recursive, ec);
+  if (ec) fail("save_state '{}': cannot write '{}': {}", dest, tmp, ec.message());
+  install_folder(tmp, dest);
+  std::filesystem::remove_all(staged, ec);
+}
+
 }  // namespace
 
 void normalize_for_dedup(std::string_view text, std::string& out) {
@@ -111,7 +187,22 @@ void ExactDedup::begin(const std::string& work_dir) {
   std::filesystem::create_directories(dir_);
   spill_ = PartitionedSpill<Record>(dir_, opt_.partitions, budget_bytes(opt_.memory_mb));
   ids_ = IndexedLog(dir_, "ids");
-  next_ = 0;
+  next_ = base_ = seen_ = 0;
+  if (opt_.load_state.empty()) return;
+  DedupState st =
+      open_dedup_state(opt_.load_state, "exact_dedup", exact_params(opt_), sizeof(Record));
+  read_state_records(st, "records.bin", sizeof(Record), [&](const void* p, size_t n) {
+    const Record* r = static_cast<const Record*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      if (r[i].index >= st.nodes)
+        fail("dedup state '{}': records.bin names node {} of {} (damaged)", st.dir, r[i].index,
+             st.nodes);
+      spill_.add(r[i]);
+    }
+  });
+  read_state_log(st, "ids", [&](std::string_view id) { ids_.append(id); });
+  base_ = st.nodes;
+  seen_ = st.documents;
 }
 
 void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
@@ -129,7 +220,7 @@ void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
       } else {
         h = XXH3_128bits(t.data(), t.size());
       }
-      recs[size_t(i)] = {h.low64, h.high64, first + uint64_t(i)};
+      recs[size_t(i)] = {h.low64, h.high64, base_ + first + uint64_t(i)};
     }
   });
   for (size_t i = 0; i < docs.size(); ++i) {
@@ -142,6 +233,11 @@ void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
 std::vector<Removal> ExactDedup::finish(Counters& counts) {
   ids_.flush();
   uint32_t parts = spill_.parts();
+  const bool saving = !opt_.save_state.empty();
+  if (saving) {
+    nodes_ = std::make_unique<NodeSet>(base_ + next_);
+    heads_ = head_files(dir_, parts);
+  }
   // Per partition: (removed index, kept index).
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> found(parts);
   std::vector<int64_t> groups(parts, 0);
@@ -164,6 +260,10 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
                 ++j;
               }
               groups[size_t(p)] += j > i + 1;
+              if (saving) {
+                nodes_->add(r[i].index);
+                heads_[size_t(p)].append(&r[i], sizeof(Record));
+              }
               i = j;
             }
           },
@@ -185,13 +285,35 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
   want.erase(std::unique(want.begin(), want.end()), want.end());
   std::vector<std::string> ids = read_ids(ids_, want);
 
+  // A state's nodes are distinct texts: only this run's documents can be
+  // removed (at base_ + their index).
   std::vector<Removal> out;
   out.reserve(all.size());
-  for (auto& [removed, kept] : all)
-    out.push_back({removed, fmt::format("exact duplicate of '{}'", id_of(want, ids, kept))});
+  for (auto& [removed, kept] : all) {
+    NK_CHECK(removed >= base_, "exact_dedup: a loaded state node {} is a duplicate", removed);
+    out.push_back(
+        {removed - base_, fmt::format("exact duplicate of '{}'", id_of(want, ids, kept))});
+  }
   counts["duplicate_groups"] += dup_groups;
   counts["bytes_spilled"] += int64_t(spilled + ids_.bytes());
+  if (base_ > 0) counts["state_documents"] += int64_t(seen_);
   return out;
+}
+
+void ExactDedup::save(const std::string& dir) {
+  if (opt_.save_state.empty()) return;
+  nodes_->rank();
+  DedupState st;
+  st.records =
+      write_records<Record>(heads_, dir, [&](Record& r) { r.index = nodes_->node(r.index); });
+  write_node_logs(*nodes_, ids_, nullptr, dir);
+  st.nodes = nodes_->count();
+  st.documents = seen_ + next_;
+  write_dedup_state_header(dir, "exact_dedup", exact_params(opt_), st);
+}
+
+void ExactDedup::publish(const std::string& dir) {
+  publish_state(dir, opt_.save_state);
 }
 
 // ---------------------------------------------------------------------------
@@ -203,13 +325,47 @@ void FuzzyDedup::begin(const std::string& work_dir) {
   spill_ = PartitionedSpill<Record>(dir_, opt_.partitions, budget_bytes(opt_.memory_mb));
   ids_ = IndexedLog(dir_, "ids");
   if (opt_.jaccard_threshold > 0) sets_ = IndexedLog(dir_, "sets");
-  next_ = 0;
+  next_ = base_ = seen_ = 0;
+  state_nodes_.clear();
+  if (opt_.load_state.empty()) return;
+  DedupState st =
+      open_dedup_state(opt_.load_state, "fuzzy_dedup", fuzzy_params(opt_), sizeof(Record));
+  if (st.nodes > uint64_t(UINT32_MAX))
+    fail("dedup state '{}': {} nodes, more than {}", st.dir, st.nodes, uint64_t(UINT32_MAX));
+  read_state_records(st, "records.bin", sizeof(Record), [&](const void* p, size_t n) {
+    const Record* r = static_cast<const Record*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t node = r[i].band_doc & kIndexMask, band = r[i].band_doc >> kIndexBits;
+      if (node >= st.nodes || band >= uint64_t(opt_.minhash.num_bands))
+        fail("dedup state '{}': records.bin names node {} band {} (damaged)", st.dir, node, band);
+      spill_.add(r[i]);
+    }
+  });
+  state_nodes_.resize(st.nodes);
+  uint64_t at = 0;
+  read_state_records(st, "nodes.bin", sizeof(Node), [&](const void* p, size_t n) {
+    if (at + n > st.nodes)
+      fail("dedup state '{}': nodes.bin holds more than {} nodes", st.dir, st.nodes);
+    std::memcpy(state_nodes_.data() + at, p, n * sizeof(Node));
+    at += n;
+  });
+  if (at != st.nodes)
+    fail("dedup state '{}': nodes.bin holds {} nodes, state.json says {}", st.dir, at, st.nodes);
+  for (uint64_t i = 0; i < st.nodes; ++i)
+    if (state_nodes_[i].root > i || (state_nodes_[i].root == i && state_nodes_[i].size == 0))
+      fail("dedup state '{}': nodes.bin entry {} is damaged", st.dir, i);
+  read_state_log(st, "ids", [&](std::string_view id) { ids_.append(id); });
+  if (opt_.jaccard_threshold > 0)
+    read_state_log(st, "sets", [&](std::string_view set) { sets_.append(set.data(), set.size()); });
+  base_ = st.nodes;
+  seen_ = st.documents;
 }
 
 void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
   check_order(first, next_, "fuzzy_dedup");
-  if (first + docs.size() > uint64_t(UINT32_MAX))
-    fail("fuzzy_dedup: more than {} documents", uint64_t(UINT32_MAX));
+  if (base_ + first + docs.size() > uint64_t(UINT32_MAX))
+    fail("fuzzy_dedup: more than {} documents{}", uint64_t(UINT32_MAX),
+         base_ ? " (with the loaded state's)" : "");
   const int k = hasher_.num_hashes(), bands = opt_.minhash.num_bands;
   const bool keep_sets = opt_.jaccard_threshold > 0;
   std::vector<uint64_t> buckets(docs.size() * size_t(bands));
@@ -230,7 +386,7 @@ void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
     }
   });
   for (size_t i = 0; i < docs.size(); ++i) {
-    uint64_t index = first + i;
+    uint64_t index = base_ + first + i;
     for (int band = 0; band < bands; ++band)
       spill_.add(
           {buckets[i * size_t(bands) + size_t(band)], (uint64_t(band) << kIndexBits) | index});
@@ -243,10 +399,18 @@ void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
 std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   ids_.flush();
   if (opt_.jaccard_threshold > 0) sets_.flush();
-  const uint64_t n = next_;
-  ParallelUnionFind uf(n);
+  const uint64_t n = base_ + next_;
+  uf_ = std::make_unique<ParallelUnionFind>(n);
+  ParallelUnionFind& uf = *uf_;
+  // A loaded state's clusters, as they were.
+  for (uint64_t i = 0; i < base_; ++i) uf.unite(uint32_t(i), state_nodes_[i].root);
   const uint32_t parts = spill_.parts();
   const double threshold = opt_.jaccard_threshold;
+  const bool saving = !opt_.save_state.empty();
+  if (saving) {
+    nodes_ = std::make_unique<NodeSet>(n);
+    heads_ = head_files(dir_, parts);
+  }
   struct Tally {
     int64_t shared_buckets = 0, candidates = 0, rejected = 0;
     uint64_t split = 0;
@@ -279,10 +443,14 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
               while (j < r.size() && r[j].bucket == r[i].bucket &&
                      (r[j].band_doc >> kIndexBits) == band)
                 ++j;
+              uint32_t head = uint32_t(r[i].band_doc & kIndexMask);
+              if (saving) {
+                nodes_->add(head);
+                heads_[size_t(p)].append(&r[i], sizeof(Record));
+              }
               if (j > i + 1) {
                 ++t.shared_buckets;
                 // Every member is paired with the bucket's first (lowest) one.
-                uint32_t head = uint32_t(r[i].band_doc & kIndexMask);
                 std::vector<uint32_t> head_set;
                 if (threshold > 0) head_set = set_of(head);
                 for (size_t m = i + 1; m < j; ++m) {
@@ -320,26 +488,40 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   });
   std::vector<std::pair<uint32_t, uint32_t>> all;
   for (auto& m : moved) all.insert(all.end(), m.begin(), m.end());
-  std::vector<uint64_t> roots;
-  for (auto& [doc, root] : all) roots.push_back(root);
-  std::sort(roots.begin(), roots.end());
-  // Cluster size = 1 + members that point at the root.
-  std::vector<uint64_t> want;
-  std::vector<uint32_t> size;
-  for (size_t i = 0; i < roots.size();) {
+  // A cluster's size: its root's weight plus its members' (1 for a document
+  // of this run; for a loaded state's nodes, the documents they stand for).
+  std::vector<std::pair<uint64_t, uint64_t>> root_weight;
+  root_weight.reserve(all.size());
+  for (auto& [doc, root] : all) root_weight.emplace_back(root, weight(doc));
+  std::sort(root_weight.begin(), root_weight.end());
+  roots_.clear();
+  root_sizes_.clear();
+  for (size_t i = 0; i < root_weight.size();) {
     size_t j = i;
-    while (j < roots.size() && roots[j] == roots[i]) ++j;
-    want.push_back(roots[i]);
-    size.push_back(uint32_t(j - i + 1));
+    uint64_t size = weight(root_weight[i].first);
+    for (; j < root_weight.size() && root_weight[j].first == root_weight[i].first; ++j)
+      size += root_weight[j].second;
+    roots_.push_back(root_weight[i].first);
+    root_sizes_.push_back(size);
     i = j;
   }
+  // Only this run's documents are removed; a state's nodes were decided
+  // before.
+  std::vector<uint64_t> want;
+  for (auto& [doc, root] : all)
+    if (doc >= base_) want.push_back(root);
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
   std::vector<std::string> ids = read_ids(ids_, want);
 
   std::vector<Removal> out;
-  out.reserve(all.size());
   for (auto& [doc, root] : all) {
+    if (doc < base_) continue;
     size_t at = size_t(std::lower_bound(want.begin(), want.end(), uint64_t(root)) - want.begin());
-    out.push_back({doc, fmt::format("near-duplicate of '{}' (cluster of {})", ids[at], size[at])});
+    size_t k =
+        size_t(std::lower_bound(roots_.begin(), roots_.end(), uint64_t(root)) - roots_.begin());
+    out.push_back({doc - base_,
+                   fmt::format("near-duplicate of '{}' (cluster of {})", ids[at], root_sizes_[k])});
   }
   Tally sum;
   for (const Tally& t : tally) {
@@ -354,7 +536,41 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   counts["pairs_rejected_by_jaccard"] += sum.rejected;
   counts["bytes_spilled"] +=
       int64_t(spill_.bytes_spilled() + sum.split + ids_.bytes() + sets_.bytes());
+  if (base_ > 0) counts["state_documents"] += int64_t(seen_);
   return out;
+}
+
+void FuzzyDedup::save(const std::string& dir) {
+  if (opt_.save_state.empty()) return;
+  NodeSet& nodes = *nodes_;
+  nodes.rank();
+  DedupState st;
+  st.records = write_records<Record>(heads_, dir, [&](Record& r) {
+    r.band_doc = (r.band_doc & ~kIndexMask) | nodes.node(r.band_doc & kIndexMask);
+  });
+  // Every node's root is a node: a cluster's root is the lowest member of
+  // some bucket (the one that joined it to the rest), or the node itself.
+  AppendFile out(dir + "/nodes.bin");
+  for (uint64_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes.has(i)) continue;
+    uint32_t root = uf_->find(uint32_t(i));
+    Node node{uint32_t(nodes.node(root)), 0};
+    if (root == i) {
+      auto it = std::lower_bound(roots_.begin(), roots_.end(), i);
+      node.size = uint32_t(it != roots_.end() && *it == i ? root_sizes_[size_t(it - roots_.begin())]
+                                                          : weight(i));
+    }
+    out.append(&node, sizeof(node));
+  }
+  out.flush();
+  write_node_logs(nodes, ids_, opt_.jaccard_threshold > 0 ? &sets_ : nullptr, dir);
+  st.nodes = nodes.count();
+  st.documents = seen_ + next_;
+  write_dedup_state_header(dir, "fuzzy_dedup", fuzzy_params(opt_), st);
+}
+
+void FuzzyDedup::publish(const std::string& dir) {
+  publish_state(dir, opt_.save_state);
 }
 
 // ---------------------------------------------------------------------------
@@ -372,6 +588,16 @@ void read_partitions(StageConfig& c, uint32_t& p) {
   if (p < 1 || p > 65536) c.fail_key("partitions", fmt::format("must be 1..65536, got {}", p));
 }
 
+void read_state_keys(StageConfig& c, std::string& load, std::string& save) {
+  c.bind("load_state", load,
+         "a state folder an earlier run saved: documents duplicating what it has seen are removed");
+  c.bind("save_state", save,
+         "folder to save this stage's state in at the end of the run (all documents seen, "
+         "the loaded state's too)");
+  if (!load.empty() && !std::filesystem::is_directory(load))
+    c.fail_key("load_state", fmt::format("no such folder '{}'", load));
+}
+
 // Binds an int key that must be in 1..max; whether it was given.
 bool read_positive(StageConfig& c, const std::string& key, int& field, int max,
                    const std::string& doc) {
@@ -387,6 +613,7 @@ ExactDedupOptions exact_dedup_options(StageConfig& c) {
   c.bind("normalize", o.normalize, "compare texts with case and whitespace normalised");
   read_memory_mb(c, o.memory_mb);
   read_partitions(c, o.partitions);
+  read_state_keys(c, o.load_state, o.save_state);
   return o;
 }
 
@@ -419,20 +646,21 @@ FuzzyDedupOptions fuzzy_dedup_options(StageConfig& c) {
     c.fail_key("jaccard_threshold", fmt::format("must be in [0, 1], got {}", o.jaccard_threshold));
   read_memory_mb(c, o.memory_mb);
   read_partitions(c, o.partitions);
+  read_state_keys(c, o.load_state, o.save_state);
   return o;
 }
 
 void register_dedup_stages(StageRegistry& r) {
   r.add({"exact_dedup",
          "remove documents whose (normalized) text equals an earlier one's; keys: normalize "
-         "(true), memory_mb (1024), partitions (64)",
+         "(true), memory_mb (1024), partitions (64), load_state, save_state",
          nullptr, [](StageConfig& c) -> std::unique_ptr<GlobalStage> {
            return std::make_unique<ExactDedup>(exact_dedup_options(c));
          }});
   r.add({"fuzzy_dedup",
          "remove near-duplicates by MinHash LSH; keys: preset (nemo|fineweb), char_ngrams, "
          "word_ngrams, num_bands, rows_per_band, seed, jaccard_threshold (0 = off), memory_mb "
-         "(1024), partitions (64)",
+         "(1024), partitions (64), load_state, save_state",
          nullptr, [](StageConfig& c) -> std::unique_ptr<GlobalStage> {
            return std::make_unique<FuzzyDedup>(fuzzy_dedup_options(c));
          }});

@@ -14,6 +14,12 @@
 // hash, so every group of equal hashes (exact) or every LSH bucket (fuzzy) is
 // in one partition; finish() reads partitions on all threads, each at most
 // memory_mb / threads bytes (a larger one is split again by other hash bits).
+//
+// Incremental runs (dedup_state.h): `load_state: DIR` numbers the state's
+// nodes 0 .. M-1 before this run's documents (M + i internally, i in the
+// runner's order), so a node is always the lowest of its group and the same
+// finish() decides; removals are reported for this run's documents alone.
+// `save_state: DIR` writes the nodes of everything seen, old and new.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,8 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#include "curate/dedup/dedup_state.h"
 #include "curate/dedup/minhash.h"
 #include "curate/dedup/spill.h"
+#include "curate/dedup/union_find.h"
 #include "curate/document.h"
 #include "curate/stage_config.h"
 
@@ -36,6 +44,7 @@ struct ExactDedupOptions {
   bool normalize = true;
   double memory_mb = 1024;  // records held in memory before spilling
   uint32_t partitions = 64;
+  std::string load_state, save_state;  // folders (dedup_state.h); empty: none
 };
 
 class ExactDedup : public GlobalStage {
@@ -44,6 +53,8 @@ class ExactDedup : public GlobalStage {
   void begin(const std::string& work_dir) override;
   void add_batch(uint64_t first, const std::vector<Document>& docs) override;
   std::vector<Removal> finish(Counters& counts) override;
+  void save(const std::string& dir) override;
+  void publish(const std::string& dir) override;
 
   struct Record {
     uint64_t lo, hi, index;
@@ -53,9 +64,13 @@ class ExactDedup : public GlobalStage {
  private:
   ExactDedupOptions opt_;
   std::string dir_;
-  uint64_t next_ = 0;
+  uint64_t base_ = 0;  // nodes of the loaded state (they come first)
+  uint64_t seen_ = 0;  // documents the loaded state has seen
+  uint64_t next_ = 0;  // this run's documents so far
   PartitionedSpill<Record> spill_;
   IndexedLog ids_;
+  std::unique_ptr<NodeSet> nodes_;  // with save_state: the first of each group
+  std::vector<AppendFile> heads_;   // with save_state: per partition, those records
 };
 
 struct FuzzyDedupOptions {
@@ -63,6 +78,7 @@ struct FuzzyDedupOptions {
   double jaccard_threshold = 0;  // > 0: verify candidate pairs exactly
   double memory_mb = 1024;
   uint32_t partitions = 64;
+  std::string load_state, save_state;  // folders (dedup_state.h); empty: none
 };
 
 class FuzzyDedup : public GlobalStage {
@@ -71,20 +87,41 @@ class FuzzyDedup : public GlobalStage {
   void begin(const std::string& work_dir) override;
   void add_batch(uint64_t first, const std::vector<Document>& docs) override;
   std::vector<Removal> finish(Counters& counts) override;
+  void save(const std::string& dir) override;
+  void publish(const std::string& dir) override;
 
   // One document's bucket in one band; 40 bits of index, 24 of band.
   struct Record {
     uint64_t bucket, band_doc;
     uint64_t partition_key() const { return bucket; }
   };
+  // A loaded state's node: its cluster's root node, and for a root the
+  // cluster's size (0 for others).
+  struct Node {
+    uint32_t root, size;
+  };
 
  private:
+  // How many documents x stands for in a cluster's size: a state's root its
+  // whole cluster seen before, another state node none (its root counts it).
+  uint64_t weight(uint64_t x) const {
+    if (x >= base_) return 1;
+    return state_nodes_[x].root == x ? state_nodes_[x].size : 0;
+  }
+
   FuzzyDedupOptions opt_;
   MinHasher hasher_;
   std::string dir_;
-  uint64_t next_ = 0;
+  uint64_t base_ = 0, seen_ = 0, next_ = 0;  // as ExactDedup's
   PartitionedSpill<Record> spill_;
   IndexedLog ids_, sets_;
+  std::vector<Node> state_nodes_;  // of the loaded state
+  // After finish(), for save(): the clusters (root, size) and the heads.
+  std::unique_ptr<ParallelUnionFind> uf_;
+  std::vector<uint64_t> roots_;
+  std::vector<uint64_t> root_sizes_;
+  std::unique_ptr<NodeSet> nodes_;
+  std::vector<AppendFile> heads_;
 };
 
 // Options from a pipeline stage's keys (nk::Error naming a bad key).

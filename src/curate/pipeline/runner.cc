@@ -135,6 +135,8 @@ class Runner {
 
  private:
   fs::path seg_dir(size_t k) const { return work_ / fmt::format("seg{}", k); }
+  // Global stage k's results that outlive the run (GlobalStage::save).
+  fs::path state_dir(size_t k) const { return work_ / fmt::format("global{}.state", k); }
   void prepare();
   void run_global(size_t k);
   ShardStats process_shard(size_t k, size_t i);
@@ -281,6 +283,11 @@ void Runner::run_global(size_t k) {
     done_bytes = base + ws.bytes;
   }
   std::vector<Removal> removals = seg.global->finish(st.counts);
+  const fs::path keep = state_dir(k);
+  fs::remove_all(keep, ec);
+  fs::create_directories(keep, ec);
+  if (ec) fail("cannot create '{}': {}", keep.string(), ec.message());
+  seg.global->save(keep.string());
   report_progress(label, total, total, st.bytes_in, int64_t(index), t0, true);
   st.docs_in = int64_t(index);
   st.removed = int64_t(removals.size());
@@ -606,6 +613,9 @@ CurateReport Runner::run() {
     for (StageStats& s : seg_stats) report_.stages.push_back(std::move(s));
   }
   report_.removed_docs = report_.input_docs - report_.output_docs;
+  // What outlives the run goes in place once the output is complete (and
+  // before report.json, which marks the run finished).
+  for (size_t k = 1; k < segs_.size(); ++k) segs_[k].global->publish(state_dir(k).string());
   write_json(out_ / "report.json", report_.to_json());
   fs::remove_all(work_, ec);
   report_.wall_seconds = since(t0);

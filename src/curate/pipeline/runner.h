@@ -14,7 +14,9 @@
 //   report.json                per stage: documents in/kept/removed, time, counters
 //   .work/                     while running: per-segment shard outputs, a
 //                              done-file per finished shard, global stages'
-//                              decisions. A rerun skips what is done (resume).
+//                              decisions and what they save to publish at the
+//                              end (GlobalStage::save, globalK.state/). A rerun
+//                              skips what is done (resume).
 #pragma once
 #include <functional>
 #include <string>

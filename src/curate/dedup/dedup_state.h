@@ -1,0 +1,82 @@
+// The saved state of a dedup stage: `save_state: DIR` writes it at the end of
+// a run, and a later run given `load_state: DIR` deduplicates its documents
+// against everything the state has seen, without reading those documents
+// again, so that a corpus can grow crawl by crawl. What a run with the state
+// removes is what one run over all the old documents followed by the new ones
+// removes from the new ones (tests/curate/dedup/dedup_state_test.cc).
+//
+// A state keeps only its *nodes*: the documents a new one can still be
+// matched against. exact_dedup's nodes are the first document of each
+// distinct text; fuzzy_dedup's are the lowest document of each LSH bucket
+// (every cluster's root is one). Nodes are numbered in document order.
+//
+//   DIR/state.json  {"format": "nekton-dedup-state", "version": 1,
+//                    "stage": "exact_dedup" | "fuzzy_dedup",
+//                    "params": {...settings that decide the result},
+//                    "documents": N seen in all runs, "nodes": M, "records": R}
+//   DIR/records.bin R records, the stage's own Record type, indexed by node:
+//                   exact {u64 hash lo, u64 hash hi, u64 node},
+//                   fuzzy {u64 bucket, u64 band << 40 | node}, one per bucket
+//   DIR/ids.bin, ids.idx    each node's document id (spill.h's IndexedLog)
+//   DIR/nodes.bin   fuzzy: per node {u32 root node, u32 cluster size}; the
+//                   size counts every document of the cluster seen so far
+//   DIR/sets.bin, sets.idx  fuzzy with jaccard_threshold > 0: each node's
+//                   sorted distinct shingle hashes (u32)
+//
+// state.json is written last; the folder is put in place whole
+// (install_folder) once the run's output is complete, so DIR is always a
+// complete state or the previous one.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nk::curate {
+
+struct DedupState {
+  std::string dir;
+  uint64_t documents = 0, nodes = 0, records = 0;
+};
+
+// Opens DIR's state and checks it was written by `stage` with the same
+// `params`, and that its files hold what state.json says. nk::Error naming
+// the folder, the file or the setting that differs.
+DedupState open_dedup_state(const std::string& dir, const std::string& stage,
+                            const nlohmann::json& params, size_t record_bytes);
+
+// fn(records, count) over FILE's fixed-size records, in order.
+void read_state_records(const DedupState& s, const std::string& file, size_t record_bytes,
+                        const std::function<void(const void*, size_t)>& fn);
+
+// fn(entry) over the IndexedLog NAME (ids, sets), which must hold s.nodes
+// entries; nk::Error naming the file when it does not.
+void read_state_log(const DedupState& s, const std::string& name,
+                    const std::function<void(std::string_view)>& fn);
+
+// Writes DIR/state.json (after every other file of the state).
+void write_dedup_state_header(const std::string& dir, const std::string& stage,
+                              const nlohmann::json& params, const DedupState& counts);
+
+// A set of node indices over documents 0 .. n-1, and each member's rank
+// (its node number): node numbers keep document order.
+class NodeSet {
+ public:
+  explicit NodeSet(uint64_t n) : words_((n + 63) / 64), n_(n) {}
+  void add(uint64_t i);  // thread-safe
+  bool has(uint64_t i) const { return (words_[i >> 6] >> (i & 63)) & 1; }
+  void rank();                     // after the last add(): fills the ranks
+  uint64_t node(uint64_t i) const;  // rank of a member (after rank())
+  uint64_t count() const { return count_; }
+  uint64_t size() const { return n_; }
+
+ private:
+  std::vector<uint64_t> words_;
+  std::vector<uint64_t> before_;  // members in the words before each word
+  uint64_t n_ = 0, count_ = 0;
+};
+
+}  // namespace nk::curate
