@@ -158,3 +158,12 @@ set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_
                      train_sigterm_resume PROPERTIES
                      LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 set_tests_properties(train_multihost_netns PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
+
+# `nekton curate` under mpirun (tests/apps/mpi/curate_ranks.sh), labelled "mpi":
+# 1, 2 and 4 ranks write the same bytes; a SIGKILLed rank ends the job and the
+# rerun resumes to them; settings that run on one process only are refused.
+add_test(NAME curate_ranks
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/curate_ranks.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+nk_timeout(t 300)
+set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")

@@ -6,10 +6,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
+#include <thread>
+
 #include "apps/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "curate/pipeline/runner.h"
 #include "curate/stages.h"
+#include "dist/mesh.h"
+#include "dist/mpi/launch_env.h"
+#include "dist/mpi/runtime.h"
 
 namespace nk {
 
@@ -35,6 +43,7 @@ void print_curate_help() {
       "  workers: 0              # threads (0: all cores)\n"
       "  batch_mb: 16            # documents processed together (bounds memory)\n"
       "  progress: auto          # auto, bar, log, none\n"
+      "  timeout_s: 1800         # under mpirun: a rank's wait for the others at a collective\n"
       "  stages:                 # in order; each `- type: NAME` plus its keys\n"
       "    - type: clean\n"
       "    - {{type: word_count, min_words: 50}}\n\n"
@@ -76,12 +85,37 @@ int cmd_curate(const CommandArgs& a) {
       std::fflush(stderr);
     };
   curate::CurateReport r;
+  // Under mpirun/srun: the ranks share the shards and exchange the global
+  // stages' records; rank 0 writes the output and prints. An error on any
+  // rank ends the job, naming the rank, rather than leaving the others
+  // waiting until the timeout.
+  std::optional<dist::MpiRuntime> mpi;
+  std::optional<dist::ProcessGroups> groups;
+  std::optional<curate::Ranks> ranks;
+  if (dist::launched_by_mpi()) {
+    mpi.emplace();
+    if (mpi->rank() != 0) {
+      set_log_level(LogLevel::Warn);
+      opt.progress = nullptr;
+    }
+    if (cfg.workers == 0 && dist::local_world_size() > 1)  // share this host's cores
+      cfg.workers =
+          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size());
+  }
   try {
+    if (mpi) {
+      groups.emplace(mpi->make_groups(dist::Mesh(mpi->world_size(), mpi->rank(), dist::MeshSpec{}),
+                                      cfg.timeout_s));
+      ranks.emplace(&groups->get("dp"));
+      opt.ranks = &*ranks;
+    }
     r = curate::run_pipeline(cfg, opt);
-  } catch (...) {
+  } catch (const std::exception& e) {
     if (bar_open) fmt::print(stderr, "\n");
+    if (mpi) mpi->abort(e.what());
     throw;
   }
+  if (mpi && mpi->rank() != 0) return 0;
   if (r.shards == 0) {
     fmt::print("{} is already complete (see {}/report.json)\n", cfg.output_dir, cfg.output_dir);
     return 0;

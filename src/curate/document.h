@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "curate/ranks.h"
+
 namespace nk::curate {
 
 struct Document {
@@ -63,6 +65,14 @@ class GlobalStage {
   // Once, before the first batch. `work_dir` is an existing empty folder the
   // stage may spill to; the runner removes it afterwards.
   virtual void begin(const std::string& work_dir) = 0;
+  // Called before begin() when the run spans several ranks (curate/ranks.h):
+  // this rank's batches start at document `first` of the global order, other
+  // ranks add the rest, and finish() is collective, returning every rank's
+  // removals on each. False: the stage runs on one process only.
+  virtual bool set_ranks(const Ranks* ranks, uint64_t first) {
+    (void)ranks, (void)first;
+    return false;
+  }
   // Documents first .. first + docs.size() - 1 of the global order. Batches come
   // in increasing order, from one thread; the stage may parallelise inside
   // (nk::parallel_for). Memory the stage keeps per document must be small and

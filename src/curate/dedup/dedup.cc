@@ -71,6 +71,95 @@ void check_order(uint64_t first, uint64_t next, const char* stage) {
   NK_CHECK(first == next, "{}: batch starts at document {}, expected {}", stage, first, next);
 }
 
+// Across ranks: partition p of every rank's spill goes whole to rank
+// p % size, one partition per rank per round (so each rank holds about one
+// partition at a time); fn(p, records) runs on its owner.
+template <class R>
+void exchange_partitions(const PartitionedSpill<R>& spill, const Ranks& ranks,
+                         const std::function<void(uint32_t, std::vector<R>&)>& fn) {
+  const uint32_t parts = spill.parts(), n = uint32_t(ranks.size());
+  for (uint32_t r0 = 0; r0 < parts; r0 += n) {
+    std::vector<std::string> send(n);
+    for (uint32_t j = 0; j < n && r0 + j < parts; ++j) {
+      uint64_t unused = 0;
+      spill.visit(
+          r0 + j, UINT64_MAX,
+          [&](std::vector<R>& recs) {
+            send[j].append(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(R));
+          },
+          &unused);
+    }
+    std::vector<std::string> got = ranks.exchange(send);
+    const uint32_t mine = r0 + uint32_t(ranks.rank());
+    if (mine >= parts) continue;
+    std::vector<R> all;
+    for (const std::string& g : got) {
+      size_t at = all.size();
+      all.resize(at + g.size() / sizeof(R));
+      std::memcpy(all.data() + at, g.data(), g.size());
+    }
+    fn(mine, all);
+  }
+}
+
+// Every rank's trivially copyable items, in rank order.
+template <class T>
+std::vector<T> gather_all(const Ranks& ranks, const std::vector<T>& mine) {
+  std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T));
+  std::vector<T> out;
+  for (const std::string& g : ranks.all_gather(bytes)) {
+    size_t at = out.size();
+    out.resize(at + g.size() / sizeof(T));
+    std::memcpy(static_cast<void*>(out.data() + at), g.data(), g.size());
+  }
+  return out;
+}
+
+// The ids of documents `want` (sorted, distinct indices of the global
+// order). This rank's log holds documents [start, start + log.count()); with
+// ranks, each reads its own and they are gathered.
+std::vector<std::string> gather_ids(const IndexedLog& log, uint64_t start,
+                                    const std::vector<uint64_t>& want, const Ranks* ranks) {
+  if (!ranks) {
+    NK_CHECK(start == 0, "ids from document {} without ranks", start);
+    return read_ids(log, want);
+  }
+  auto lo = std::lower_bound(want.begin(), want.end(), start);
+  auto hi = std::lower_bound(want.begin(), want.end(), start + log.count());
+  std::vector<uint64_t> local;
+  for (auto it = lo; it != hi; ++it) local.push_back(*it - start);
+  std::vector<std::string> mine = read_ids(log, local);
+  std::string bytes;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    uint64_t head[2] = {local[i] + start, mine[i].size()};
+    bytes.append(reinterpret_cast<const char*>(head), sizeof(head));
+    bytes += mine[i];
+  }
+  std::vector<std::string> ids(want.size());
+  for (const std::string& g : ranks->all_gather(bytes)) {
+    for (size_t at = 0; at < g.size();) {
+      uint64_t head[2];
+      std::memcpy(head, g.data() + at, sizeof(head));
+      at += sizeof(head);
+      auto it = std::lower_bound(want.begin(), want.end(), head[0]);
+      NK_CHECK(it != want.end() && *it == head[0], "id of document {} not asked for", head[0]);
+      ids[size_t(it - want.begin())] = g.substr(at, head[1]);
+      at += head[1];
+    }
+  }
+  return ids;
+}
+
+// A dedup stage across ranks: what it refuses there, naming the key.
+bool check_across(const char* stage, const std::string& load, const std::string& save,
+                  double jaccard) {
+  if (!load.empty() || !save.empty())
+    fail("{}: load_state and save_state run on one process only (not under mpirun yet)", stage);
+  if (jaccard > 0)
+    fail("{}: jaccard_threshold > 0 runs on one process only (not under mpirun yet)", stage);
+  return true;
+}
+
 // The settings a saved state must share with the stage that loads it.
 nlohmann::json exact_params(const ExactDedupOptions& o) {
   return {{"normalize", o.normalize}};
@@ -206,7 +295,7 @@ void ExactDedup::begin(const std::string& work_dir) {
 }
 
 void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
-  check_order(first, next_, "exact_dedup");
+  check_order(first, start_ + next_, "exact_dedup");
   std::vector<Record> recs(docs.size());
   parallel_for_checked(int64_t(docs.size()), 64, [&](int64_t b, int64_t e) {
     thread_local std::string norm;
@@ -242,34 +331,37 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> found(parts);
   std::vector<int64_t> groups(parts, 0);
   std::vector<uint64_t> split(parts, 0);
-  uint64_t limit = per_thread_bytes(opt_.memory_mb);
-  parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) {
-      spill_.visit(
-          uint32_t(p), limit,
-          [&](std::vector<Record>& r) {
-            std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
-              if (x.lo != y.lo) return x.lo < y.lo;
-              if (x.hi != y.hi) return x.hi < y.hi;
-              return x.index < y.index;
-            });
-            for (size_t i = 0; i < r.size();) {
-              size_t j = i + 1;
-              while (j < r.size() && r[j].lo == r[i].lo && r[j].hi == r[i].hi) {
-                found[size_t(p)].emplace_back(r[j].index, r[i].index);
-                ++j;
-              }
-              groups[size_t(p)] += j > i + 1;
-              if (saving) {
-                nodes_->add(r[i].index);
-                heads_[size_t(p)].append(&r[i], sizeof(Record));
-              }
-              i = j;
-            }
-          },
-          &split[size_t(p)]);
+  auto group = [&](uint32_t p, std::vector<Record>& r) {
+    std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
+      if (x.lo != y.lo) return x.lo < y.lo;
+      if (x.hi != y.hi) return x.hi < y.hi;
+      return x.index < y.index;
+    });
+    for (size_t i = 0; i < r.size();) {
+      size_t j = i + 1;
+      while (j < r.size() && r[j].lo == r[i].lo && r[j].hi == r[i].hi) {
+        found[p].emplace_back(r[j].index, r[i].index);
+        ++j;
+      }
+      groups[p] += j > i + 1;
+      if (saving) {
+        nodes_->add(r[i].index);
+        heads_[p].append(&r[i], sizeof(Record));
+      }
+      i = j;
     }
-  });
+  };
+  if (ranks_) {
+    exchange_partitions<Record>(spill_, *ranks_, group);
+  } else {
+    uint64_t limit = per_thread_bytes(opt_.memory_mb);
+    parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p)
+        spill_.visit(
+            uint32_t(p), limit, [&](std::vector<Record>& r) { group(uint32_t(p), r); },
+            &split[size_t(p)]);
+    });
+  }
   std::vector<std::pair<uint64_t, uint64_t>> all;
   int64_t dup_groups = 0;
   uint64_t spilled = spill_.bytes_spilled();
@@ -278,12 +370,16 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
     dup_groups += groups[p];
     spilled += split[p];
   }
+  if (ranks_) {
+    all = gather_all(*ranks_, all);
+    dup_groups = ranks_->sum(dup_groups);
+  }
   std::sort(all.begin(), all.end());
   std::vector<uint64_t> want;
   for (auto& [removed, kept] : all) want.push_back(kept);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = read_ids(ids_, want);
+  std::vector<std::string> ids = gather_ids(ids_, start_, want, ranks_);
 
   // A state's nodes are distinct texts: only this run's documents can be
   // removed (at base_ + their index).
@@ -294,10 +390,18 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
     out.push_back(
         {removed - base_, fmt::format("exact duplicate of '{}'", id_of(want, ids, kept))});
   }
+  int64_t spill_bytes = int64_t(spilled + ids_.bytes());
   counts["duplicate_groups"] += dup_groups;
-  counts["bytes_spilled"] += int64_t(spilled + ids_.bytes());
+  counts["bytes_spilled"] += ranks_ ? ranks_->sum(spill_bytes) : spill_bytes;
   if (base_ > 0) counts["state_documents"] += int64_t(seen_);
   return out;
+}
+
+bool ExactDedup::set_ranks(const Ranks* ranks, uint64_t first) {
+  check_across("exact_dedup", opt_.load_state, opt_.save_state, 0);
+  ranks_ = ranks;
+  start_ = first;
+  return true;
 }
 
 void ExactDedup::save(const std::string& dir) {
@@ -362,7 +466,7 @@ void FuzzyDedup::begin(const std::string& work_dir) {
 }
 
 void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
-  check_order(first, next_, "fuzzy_dedup");
+  check_order(first, start_ + next_, "fuzzy_dedup");
   if (base_ + first + docs.size() > uint64_t(UINT32_MAX))
     fail("fuzzy_dedup: more than {} documents{}", uint64_t(UINT32_MAX),
          base_ ? " (with the loaded state's)" : "");
@@ -399,7 +503,8 @@ void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
 std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   ids_.flush();
   if (opt_.jaccard_threshold > 0) sets_.flush();
-  const uint64_t n = base_ + next_;
+  // Across ranks every rank holds the union-find of all documents.
+  const uint64_t n = ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : base_ + next_;
   uf_ = std::make_unique<ParallelUnionFind>(n);
   ParallelUnionFind& uf = *uf_;
   // A loaded state's clusters, as they were.
@@ -424,54 +529,65 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     return s;
   };
 
-  parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) {
-      Tally& t = tally[size_t(p)];
-      spill_.visit(
-          uint32_t(p), limit,
-          [&](std::vector<Record>& r) {
-            // (band, bucket, index): a bucket's members are adjacent, lowest first.
-            std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
-              uint64_t bx = x.band_doc >> kIndexBits, by = y.band_doc >> kIndexBits;
-              if (bx != by) return bx < by;
-              if (x.bucket != y.bucket) return x.bucket < y.bucket;
-              return x.band_doc < y.band_doc;
-            });
-            for (size_t i = 0; i < r.size();) {
-              size_t j = i + 1;
-              uint64_t band = r[i].band_doc >> kIndexBits;
-              while (j < r.size() && r[j].bucket == r[i].bucket &&
-                     (r[j].band_doc >> kIndexBits) == band)
-                ++j;
-              uint32_t head = uint32_t(r[i].band_doc & kIndexMask);
-              if (saving) {
-                nodes_->add(head);
-                heads_[size_t(p)].append(&r[i], sizeof(Record));
-              }
-              if (j > i + 1) {
-                ++t.shared_buckets;
-                // Every member is paired with the bucket's first (lowest) one.
-                std::vector<uint32_t> head_set;
-                if (threshold > 0) head_set = set_of(head);
-                for (size_t m = i + 1; m < j; ++m) {
-                  uint32_t doc = uint32_t(r[m].band_doc & kIndexMask);
-                  ++t.candidates;
-                  if (threshold > 0) {
-                    std::vector<uint32_t> s = set_of(doc);
-                    if (jaccard(head_set.data(), head_set.size(), s.data(), s.size()) < threshold) {
-                      ++t.rejected;
-                      continue;
-                    }
-                  }
-                  uf.unite(head, doc);
-                }
-              }
-              i = j;
+  // Across ranks, the documents this rank's unions touched, to share.
+  std::vector<std::vector<uint32_t>> touched(ranks_ ? parts : 0);
+  auto group = [&](uint32_t p, std::vector<Record>& r) {
+    Tally& t = tally[p];
+    // (band, bucket, index): a bucket's members are adjacent, lowest first.
+    std::sort(r.begin(), r.end(), [](const Record& x, const Record& y) {
+      uint64_t bx = x.band_doc >> kIndexBits, by = y.band_doc >> kIndexBits;
+      if (bx != by) return bx < by;
+      if (x.bucket != y.bucket) return x.bucket < y.bucket;
+      return x.band_doc < y.band_doc;
+    });
+    for (size_t i = 0; i < r.size();) {
+      size_t j = i + 1;
+      uint64_t band = r[i].band_doc >> kIndexBits;
+      while (j < r.size() && r[j].bucket == r[i].bucket && (r[j].band_doc >> kIndexBits) == band)
+        ++j;
+      uint32_t head = uint32_t(r[i].band_doc & kIndexMask);
+      if (saving) {
+        nodes_->add(head);
+        heads_[p].append(&r[i], sizeof(Record));
+      }
+      if (j > i + 1) {
+        ++t.shared_buckets;
+        // Every member is paired with the bucket's first (lowest) one.
+        std::vector<uint32_t> head_set;
+        if (threshold > 0) head_set = set_of(head);
+        for (size_t m = i + 1; m < j; ++m) {
+          uint32_t doc = uint32_t(r[m].band_doc & kIndexMask);
+          ++t.candidates;
+          if (threshold > 0) {
+            std::vector<uint32_t> s = set_of(doc);
+            if (jaccard(head_set.data(), head_set.size(), s.data(), s.size()) < threshold) {
+              ++t.rejected;
+              continue;
             }
-          },
-          &t.split);
+          }
+          uf.unite(head, doc);
+          if (ranks_) touched[p].insert(touched[p].end(), {head, doc});
+        }
+      }
+      i = j;
     }
-  });
+  };
+  if (ranks_) {
+    exchange_partitions<Record>(spill_, *ranks_, group);
+    // Each touched document with its root here; uniting every rank's pairs
+    // gives every rank the components of all the unions.
+    std::vector<std::pair<uint32_t, uint32_t>> mine;
+    for (auto& tp : touched)
+      for (uint32_t d : tp) mine.emplace_back(d, uf.find(d));
+    for (auto& [d, root] : gather_all(*ranks_, mine)) uf.unite(d, root);
+  } else {
+    parallel_for_checked(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p)
+        spill_.visit(
+            uint32_t(p), limit, [&](std::vector<Record>& r) { group(uint32_t(p), r); },
+            &tally[size_t(p)].split);
+    });
+  }
 
   // Roots are final once every union is done; (index, root) of every
   // non-root, in index order (chunks are contiguous and appended in order).
@@ -512,7 +628,7 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     if (doc >= base_) want.push_back(root);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = read_ids(ids_, want);
+  std::vector<std::string> ids = gather_ids(ids_, start_, want, ranks_);
 
   std::vector<Removal> out;
   for (auto& [doc, root] : all) {
@@ -530,14 +646,26 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     sum.rejected += t.rejected;
     sum.split += t.split;
   }
+  int64_t spilled = int64_t(spill_.bytes_spilled() + sum.split + ids_.bytes() + sets_.bytes());
+  if (ranks_) {
+    sum.shared_buckets = ranks_->sum(sum.shared_buckets);
+    sum.candidates = ranks_->sum(sum.candidates);
+    spilled = ranks_->sum(spilled);
+  }
   counts["clusters"] += int64_t(want.size());
   counts["shared_buckets"] += sum.shared_buckets;
   counts["candidate_pairs"] += sum.candidates;
   counts["pairs_rejected_by_jaccard"] += sum.rejected;
-  counts["bytes_spilled"] +=
-      int64_t(spill_.bytes_spilled() + sum.split + ids_.bytes() + sets_.bytes());
+  counts["bytes_spilled"] += spilled;
   if (base_ > 0) counts["state_documents"] += int64_t(seen_);
   return out;
+}
+
+bool FuzzyDedup::set_ranks(const Ranks* ranks, uint64_t first) {
+  check_across("fuzzy_dedup", opt_.load_state, opt_.save_state, opt_.jaccard_threshold);
+  ranks_ = ranks;
+  start_ = first;
+  return true;
 }
 
 void FuzzyDedup::save(const std::string& dir) {

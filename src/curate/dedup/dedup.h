@@ -53,6 +53,7 @@ class ExactDedup : public GlobalStage {
   void begin(const std::string& work_dir) override;
   void add_batch(uint64_t first, const std::vector<Document>& docs) override;
   std::vector<Removal> finish(Counters& counts) override;
+  bool set_ranks(const Ranks* ranks, uint64_t first) override;
   void save(const std::string& dir) override;
   void publish(const std::string& dir) override;
 
@@ -64,6 +65,8 @@ class ExactDedup : public GlobalStage {
  private:
   ExactDedupOptions opt_;
   std::string dir_;
+  const Ranks* ranks_ = nullptr;  // across ranks: this one\'s documents start at start_
+  uint64_t start_ = 0;
   uint64_t base_ = 0;  // nodes of the loaded state (they come first)
   uint64_t seen_ = 0;  // documents the loaded state has seen
   uint64_t next_ = 0;  // this run's documents so far
@@ -87,6 +90,7 @@ class FuzzyDedup : public GlobalStage {
   void begin(const std::string& work_dir) override;
   void add_batch(uint64_t first, const std::vector<Document>& docs) override;
   std::vector<Removal> finish(Counters& counts) override;
+  bool set_ranks(const Ranks* ranks, uint64_t first) override;
   void save(const std::string& dir) override;
   void publish(const std::string& dir) override;
 
@@ -112,7 +116,9 @@ class FuzzyDedup : public GlobalStage {
   FuzzyDedupOptions opt_;
   MinHasher hasher_;
   std::string dir_;
-  uint64_t base_ = 0, seen_ = 0, next_ = 0;  // as ExactDedup's
+  const Ranks* ranks_ = nullptr;  // as ExactDedup's
+  uint64_t start_ = 0;
+  uint64_t base_ = 0, seen_ = 0, next_ = 0;
   PartitionedSpill<Record> spill_;
   IndexedLog ids_, sets_;
   std::vector<Node> state_nodes_;  // of the loaded state

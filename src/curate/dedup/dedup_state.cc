@@ -72,8 +72,8 @@ DedupState open_dedup_state(const std::string& dir, const std::string& stage,
   }
   uint64_t rec = size_of(dir + "/records.bin", s);
   if (rec != s.records * record_bytes)
-    fail("dedup state '{}': records.bin has {} bytes, state.json says {} records of {} bytes",
-         dir, rec, s.records, record_bytes);
+    fail("dedup state '{}': records.bin has {} bytes, state.json says {} records of {} bytes", dir,
+         rec, s.records, record_bytes);
   uint64_t idx = size_of(dir + "/ids.idx", s);
   if (idx != s.nodes * sizeof(uint64_t))
     fail("dedup state '{}': ids.idx has {} bytes, state.json says {} nodes", dir, idx, s.nodes);
@@ -89,8 +89,8 @@ void read_state_log(const DedupState& s, const std::string& name,
                     const std::function<void(std::string_view)>& fn) {
   const std::string idx = s.dir + "/" + name + ".idx", bin = s.dir + "/" + name + ".bin";
   if (size_of(idx, s) != s.nodes * sizeof(uint64_t))
-    fail("dedup state '{}': {} has {} bytes, state.json says {} nodes", s.dir, idx,
-         size_of(idx, s), s.nodes);
+    fail("dedup state '{}': {} has {} bytes, state.json says {} nodes", s.dir, idx, size_of(idx, s),
+         s.nodes);
   const uint64_t data_bytes = size_of(bin, s);
   std::ifstream data(bin, std::ios::binary);
   if (!data) fail("dedup state '{}': cannot open '{}'", s.dir, bin);
@@ -113,17 +113,17 @@ void read_state_log(const DedupState& s, const std::string& name,
 
 void write_dedup_state_header(const std::string& dir, const std::string& stage,
                               const nlohmann::json& params, const DedupState& counts) {
-  nlohmann::json j = {{"format", kFormat},           {"version", kVersion},
-                      {"stage", stage},              {"params", params},
-                      {"documents", counts.documents}, {"nodes", counts.nodes},
-                      {"records", counts.records}};
+  nlohmann::json j = {
+      {"format", kFormat},        {"version", kVersion},           {"stage", stage},
+      {"params", params},         {"documents", counts.documents}, {"nodes", counts.nodes},
+      {"records", counts.records}};
   write_file_atomic(dir + "/state.json", j.dump(1) + "\n");
 }
 
 void NodeSet::add(uint64_t i) {
   NK_CHECK(i < n_, "node {} of {}", i, n_);
-  std::atomic_ref<uint64_t>(words_[i >> 6]).fetch_or(uint64_t(1) << (i & 63),
-                                                     std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(words_[i >> 6])
+      .fetch_or(uint64_t(1) << (i & 63), std::memory_order_relaxed);
 }
 
 void NodeSet::rank() {

@@ -68,7 +68,7 @@ class NodeSet {
   explicit NodeSet(uint64_t n) : words_((n + 63) / 64), n_(n) {}
   void add(uint64_t i);  // thread-safe
   bool has(uint64_t i) const { return (words_[i >> 6] >> (i & 63)) & 1; }
-  void rank();                     // after the last add(): fills the ranks
+  void rank();                      // after the last add(): fills the ranks
   uint64_t node(uint64_t i) const;  // rank of a member (after rank())
   uint64_t count() const { return count_; }
   uint64_t size() const { return n_; }

@@ -32,6 +32,8 @@ void bind_pipeline(YamlKeys& k, PipelineConfig& c) {
   k.bind("workers", c.workers, "threads (0: all cores)");
   k.bind("batch_mb", c.batch_mb, "documents processed together (bounds memory)");
   k.bind("progress", c.progress, "auto, bar, log, none");
+  k.bind("timeout_s", c.timeout_s,
+         "under mpirun: seconds a rank waits for the others at a collective before it fails");
 }
 
 }  // namespace
@@ -86,6 +88,7 @@ PipelineConfig load_pipeline_config(const std::string& path,
   if (c.input.paths.empty()) fail("{}: missing input.paths (files or folders to curate)", path);
   if (c.output_dir.empty()) fail("{}: missing output.dir (where the curated shards go)", path);
   if (c.batch_mb < 1) fail("{}: batch_mb must be >= 1", mark(path, root["batch_mb"]));
+  if (!(c.timeout_s > 0)) fail("{}: timeout_s must be > 0", mark(path, root["timeout_s"]));
   if (c.progress != "auto" && c.progress != "bar" && c.progress != "log" && c.progress != "none")
     fail("{}: progress: expected auto, bar, log or none, got '{}'", path, c.progress);
 

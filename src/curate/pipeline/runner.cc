@@ -129,6 +129,7 @@ class Runner {
   Runner(const PipelineConfig& cfg, const RunOptions& opt) : cfg_(cfg), opt_(opt) {
     out_ = cfg.output_dir;
     work_ = out_ / ".work";
+    if (opt.ranks) ranks_ = *opt.ranks;
   }
 
   CurateReport run();
@@ -138,14 +139,27 @@ class Runner {
   // Global stage k's results that outlive the run (GlobalStage::save).
   fs::path state_dir(size_t k) const { return work_ / fmt::format("global{}.state", k); }
   void prepare();
+  void prepare_output();  // rank 0: the lock, the work folder, pipeline.json
   void run_global(size_t k);
+  // Across ranks: global stage k learns its ranks (nk::Error if it cannot).
+  void join_ranks(size_t k, uint64_t first);
   ShardStats process_shard(size_t k, size_t i);
   void assemble();
   void report_progress(const std::string& label, int64_t done, int64_t total, int64_t bytes,
                        int64_t docs, Clock::time_point t0, bool final);
 
+  bool mine(size_t i) const { return i >= my_.first && i < my_.second; }
+  // Documents of segment k's output (what global stage k + 1 reads) before shard i.
+  int64_t docs_before(size_t k, size_t i) const {
+    int64_t n = 0;
+    for (size_t j = 0; j < i; ++j) n += docs_out_[k][j];
+    return n;
+  }
+
   const PipelineConfig& cfg_;
   const RunOptions& opt_;
+  Ranks ranks_;                   // alone unless opt.ranks
+  std::pair<size_t, size_t> my_;  // this rank's shards [first, last)
   fs::path out_, work_;
   std::vector<Shard> shards_;
   std::vector<Segment> segs_;
@@ -159,6 +173,19 @@ class Runner {
 
 void Runner::prepare() {
   shards_ = plan_shards(cfg_.input);
+  my_ = ranks_.block(shards_.size());
+  if (ranks_.rank() == 0) prepare_output();
+  // Rank 0 has made (or checked) the work folder; every other rank must see
+  // it: the shards one rank writes are read by the others.
+  ranks_.barrier();
+  if (ranks_.rank() != 0 && !fs::exists(work_ / "pipeline.json"))
+    fail(
+        "rank {}: output.dir '{}' is not visible here: under mpirun every rank must see the "
+        "same output folder (a shared file system)",
+        ranks_.rank(), out_.string());
+}
+
+void Runner::prepare_output() {
   for (const Shard& s : shards_)
     if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);  // opens or throws
   // The plan as a JSON list, built by hand: file names are bytes, not always
@@ -238,11 +265,25 @@ InputOptions work_input_options() {
   return o;
 }
 
+void Runner::join_ranks(size_t k, uint64_t first) {
+  Segment& seg = segs_[k];
+  if (!seg.global->set_ranks(&ranks_, first))
+    fail("stage '{}' ({}) runs on one process only, not under mpirun", seg.global_name,
+         seg.global_type);
+}
+
 void Runner::run_global(size_t k) {
   Segment& seg = segs_[k];
   const fs::path done = work_ / fmt::format("global{}.done.json", k);
   if (fs::exists(done)) return;
-  const fs::path spill = work_ / fmt::format("global{}.spill", k);
+  fs::path spill = work_ / fmt::format("global{}.spill", k);
+  // Across ranks each reads its own shards, which start at document `first`
+  // of the global order, and the stage's finish() exchanges records.
+  const uint64_t first = uint64_t(docs_before(k - 1, my_.first));
+  if (!ranks_.alone()) {
+    spill /= fmt::format("rank{}", ranks_.rank());
+    join_ranks(k, first);
+  }
   std::error_code ec;
   fs::remove_all(spill, ec);
   fs::create_directories(spill, ec);
@@ -256,13 +297,13 @@ void Runner::run_global(size_t k) {
   seg.global->begin(spill.string());
   const InputOptions wopt = work_input_options();
   int64_t total = 0, done_bytes = 0;
-  for (size_t i = 0; i < shards_.size(); ++i)
+  for (size_t i = my_.first; i < my_.second; ++i)
     total += int64_t(fs::file_size(seg_dir(k - 1) / (shard_name(i) + ".jsonl")));
-  uint64_t index = 0;
+  uint64_t index = first;
   std::vector<InputRecord> recs;
   std::vector<Document> docs;
   const std::string label = fmt::format("[{}]", seg.global_name);
-  for (size_t i = 0; i < shards_.size(); ++i) {
+  for (size_t i = my_.first; i < my_.second; ++i) {
     Shard ws = work_shard(seg_dir(k - 1) / (shard_name(i) + ".jsonl"));
     ShardReader reader(ws, wopt);
     int64_t base = done_bytes;
@@ -277,25 +318,33 @@ void Runner::run_global(size_t k) {
       }
       seg.global->add_batch(index, docs);
       index += docs.size();
-      report_progress(label, base + reader.bytes_done(), total, st.bytes_in, int64_t(index), t0,
-                      false);
+      report_progress(label, base + reader.bytes_done(), total, st.bytes_in, int64_t(index - first),
+                      t0, false);
     }
     done_bytes = base + ws.bytes;
   }
   std::vector<Removal> removals = seg.global->finish(st.counts);
+  report_progress(label, total, total, st.bytes_in, int64_t(index - first), t0, true);
+  st.docs_in = ranks_.sum(int64_t(index - first));
+  st.bytes_in = ranks_.sum(st.bytes_in);
+  st.removed = int64_t(removals.size());
+  st.seconds = ranks_.sum(int64_t(since(t0) * num_threads() * 1e6)) / 1e6;
+  for (size_t j = 0; j < removals.size(); ++j) {
+    NK_CHECK(removals[j].index < uint64_t(st.docs_in) &&
+                 (j == 0 || removals[j - 1].index < removals[j].index),
+             "stage '{}': removals must be sorted, unique and in range", seg.global_name);
+  }
+  if (ranks_.rank() != 0) {
+    // Rank 0 writes what every rank decided alike.
+    ranks_.barrier();
+    fs::remove_all(spill, ec);
+    return;
+  }
   const fs::path keep = state_dir(k);
   fs::remove_all(keep, ec);
   fs::create_directories(keep, ec);
   if (ec) fail("cannot create '{}': {}", keep.string(), ec.message());
   seg.global->save(keep.string());
-  report_progress(label, total, total, st.bytes_in, int64_t(index), t0, true);
-  st.docs_in = int64_t(index);
-  st.removed = int64_t(removals.size());
-  st.seconds = since(t0) * num_threads();
-  for (size_t j = 0; j < removals.size(); ++j) {
-    NK_CHECK(removals[j].index < index && (j == 0 || removals[j - 1].index < removals[j].index),
-             "stage '{}': removals must be sorted, unique and in range", seg.global_name);
-  }
   {
     AtomicFileWriter w((work_ / fmt::format("global{}.removals.jsonl", k)).string());
     std::string buf;
@@ -312,7 +361,8 @@ void Runner::run_global(size_t k) {
     w.commit();
   }
   write_json(done, stats_json(st));
-  fs::remove_all(spill, ec);
+  ranks_.barrier();
+  fs::remove_all(ranks_.alone() ? spill : spill.parent_path(), ec);
 }
 
 // A global stage's removals (sorted by index), read forward once per segment:
@@ -383,9 +433,7 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
     ws = work_shard(seg_dir(k - 1) / (name + ".jsonl"));
     src = &ws;
     iopt = &wopt;
-    int64_t first = 0;
-    for (size_t j = 0; j < i; ++j) first += docs_out_[k - 1][j];
-    drop = removals_->take(first, docs_out_[k - 1][i]);
+    drop = removals_->take(docs_before(k - 1, i), docs_out_[k - 1][i]);
   }
 
   AtomicFileWriter out((dir / (name + ".jsonl")).string());
@@ -539,13 +587,18 @@ CurateReport Runner::run() {
   // Every stage is built (models loaded, keys checked) before anything is
   // written: a configuration mistake leaves no output behind.
   segs_ = build_segments(cfg_);
+  // A global stage that cannot run across ranks is refused before any work.
+  if (!ranks_.alone())
+    for (size_t k = 1; k < segs_.size(); ++k) join_ranks(k, 0);
   // report.json is written last, after every shard is in place: it marks a
   // finished run (a kill while .work/ was being removed leaves only scratch).
   if (fs::exists(out_ / "report.json")) {
-    lock_.emplace(out_.string(), LockAt::Inside);
-    std::error_code ec;
-    fs::remove_all(work_, ec);
-    remove_stale_temporaries_of(out_.string(), true);
+    if (ranks_.rank() == 0) {
+      lock_.emplace(out_.string(), LockAt::Inside);
+      std::error_code ec;
+      fs::remove_all(work_, ec);
+      remove_stale_temporaries_of(out_.string(), true);
+    }
     NK_INFO("curate: '{}' is complete (report.json); nothing to do", out_.string());
     report_.wall_seconds = since(t0);
     report_.errors.clear();
@@ -562,7 +615,7 @@ CurateReport Runner::run() {
       removals_ =
           std::make_unique<RemovalCursor>(work_ / fmt::format("global{}.removals.jsonl", k));
     }
-    for (size_t i = 0; i < shards_.size(); ++i) {
+    for (size_t i = my_.first; i < my_.second; ++i) {
       const fs::path done = seg_dir(k) / (shard_name(i) + ".done.json");
       if (fs::exists(done)) {
         all[k][i] = load_shard_stats(done);
@@ -572,10 +625,24 @@ CurateReport Runner::run() {
       }
       docs_out_[k][i] = all[k][i].docs_out;
     }
+    // The other ranks' shards of this segment, from their done-files.
+    ranks_.barrier();
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      if (mine(i)) continue;
+      all[k][i] = load_shard_stats(seg_dir(k) / (shard_name(i) + ".done.json"));
+      docs_out_[k][i] = all[k][i].docs_out;
+    }
     // The previous segment's kept documents are no longer needed.
     if (k > 0)
-      for (size_t i = 0; i < shards_.size(); ++i)
+      for (size_t i = my_.first; i < my_.second; ++i)
         fs::remove(seg_dir(k - 1) / (shard_name(i) + ".jsonl"), ec);
+  }
+  report_.resumed_shards = int(ranks_.sum(report_.resumed_shards));
+  if (ranks_.rank() != 0) {
+    // Rank 0 assembles the output; the others wait until it is complete.
+    ranks_.barrier();
+    report_.wall_seconds = since(t0);
+    return report_;
   }
   assemble();
 
@@ -619,6 +686,7 @@ CurateReport Runner::run() {
   write_json(out_ / "report.json", report_.to_json());
   fs::remove_all(work_, ec);
   report_.wall_seconds = since(t0);
+  ranks_.barrier();
   return report_;
 }
 

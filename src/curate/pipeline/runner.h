@@ -23,6 +23,7 @@
 
 #include "curate/pipeline/config.h"
 #include "curate/pipeline/report.h"
+#include "curate/ranks.h"
 
 namespace nk::curate {
 
@@ -31,6 +32,12 @@ struct RunOptions {
   // and MB/s) at most every progress_every_s; `final` on a segment's end.
   std::function<void(const std::string& line, bool final)> progress;
   double progress_every_s = 0.25;
+  // Under mpirun: the ranks of the run (curate/ranks.h). Each curates a
+  // contiguous block of the shards; global stages exchange their records;
+  // rank 0 alone takes the output lock and writes removals, the output
+  // folders and report.json. OUT must be on a file system every rank sees.
+  // The output is the same bytes for any number of ranks.
+  const Ranks* ranks = nullptr;
 };
 
 CurateReport run_pipeline(const PipelineConfig& cfg, const RunOptions& opt);

@@ -58,8 +58,7 @@ std::vector<Document> named(const std::string& prefix, const std::vector<std::st
 // What the joint run over crawls[0..] removes from crawl `k`, renumbered
 // from 0 within it.
 std::vector<Removal> joint_removals_of(const std::string& yaml,
-                                       const std::vector<std::vector<Document>>& crawls,
-                                       size_t k) {
+                                       const std::vector<std::vector<Document>>& crawls, size_t k) {
   std::vector<Document> all;
   uint64_t first = 0;
   for (size_t c = 0; c < crawls.size(); ++c) {
@@ -185,9 +184,8 @@ TEST(DedupState, StateForOtherSettingsIsRefusedNamingTheSetting) {
   e = load("type: exact_dedup\nnormalize: false\nload_state: " + ex + "\n");
   EXPECT_TRUE(contains(e, "normalize true")) << e;
   // A folder that is not there is the stage key's error, before any run.
-  e = error_of([&] {
-    test_stage::make_global_stage("type: exact_dedup\nload_state: " + (dir / "none"));
-  });
+  e = error_of(
+      [&] { test_stage::make_global_stage("type: exact_dedup\nload_state: " + (dir / "none")); });
   EXPECT_TRUE(contains(e, "load_state")) << e;
   EXPECT_TRUE(contains(e, "no such folder")) << e;
 }
@@ -195,9 +193,7 @@ TEST(DedupState, StateForOtherSettingsIsRefusedNamingTheSetting) {
 TEST(DedupState, DamagedStateIsRefusedNamingTheFile) {
   TempDir dir("nk_dedup_state");
   const std::string yaml = "type: fuzzy_dedup\njaccard_threshold: 0.8\n";
-  auto fresh = [&](const std::string& name) {
-    return write_state(yaml, dir / name);
-  };
+  auto fresh = [&](const std::string& name) { return write_state(yaml, dir / name); };
   auto load = [&](const std::string& st) {
     return error_of([&] { run(yaml + "load_state: " + st + "\n", named("n", {"some text"})); });
   };
