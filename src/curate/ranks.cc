@@ -35,8 +35,8 @@ std::vector<std::string> Ranks::exchange(const std::vector<std::string>& send) c
   char dummy_in = 0, dummy_out = 0;
   comm_->all_to_allv(
       Tensor::from_blob(flat.empty() ? &dummy_in : flat.data(), {int64_t(flat.size())}, DType::U8),
-      send_rows,
-      Tensor::from_blob(in.empty() ? &dummy_out : in.data(), {total}, DType::U8), recv_rows);
+      send_rows, Tensor::from_blob(in.empty() ? &dummy_out : in.data(), {total}, DType::U8),
+      recv_rows);
   std::vector<std::string> out(static_cast<size_t>(n));
   size_t at = 0;
   for (int j = 0; j < n; ++j) {

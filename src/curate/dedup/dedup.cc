@@ -151,13 +151,9 @@ std::vector<std::string> gather_ids(const IndexedLog& log, uint64_t start,
 }
 
 // A dedup stage across ranks: what it refuses there, naming the key.
-bool check_across(const char* stage, const std::string& load, const std::string& save,
-                  double jaccard) {
+void check_across(const char* stage, const std::string& load, const std::string& save) {
   if (!load.empty() || !save.empty())
     fail("{}: load_state and save_state run on one process only (not under mpirun yet)", stage);
-  if (jaccard > 0)
-    fail("{}: jaccard_threshold > 0 runs on one process only (not under mpirun yet)", stage);
-  return true;
 }
 
 // The settings a saved state must share with the stage that loads it.
@@ -398,7 +394,7 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
 }
 
 bool ExactDedup::set_ranks(const Ranks* ranks, uint64_t first) {
-  check_across("exact_dedup", opt_.load_state, opt_.save_state, 0);
+  check_across("exact_dedup", opt_.load_state, opt_.save_state);
   ranks_ = ranks;
   start_ = first;
   return true;
@@ -529,8 +525,10 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     return s;
   };
 
-  // Across ranks, the documents this rank's unions touched, to share.
+  // Across ranks, the documents this rank's unions touched, to share, and the
+  // candidate pairs whose Jaccard check needs sets other ranks hold.
   std::vector<std::vector<uint32_t>> touched(ranks_ ? parts : 0);
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> unchecked(ranks_ ? parts : 0);
   auto group = [&](uint32_t p, std::vector<Record>& r) {
     Tally& t = tally[p];
     // (band, bucket, index): a bucket's members are adjacent, lowest first.
@@ -554,10 +552,14 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
         ++t.shared_buckets;
         // Every member is paired with the bucket's first (lowest) one.
         std::vector<uint32_t> head_set;
-        if (threshold > 0) head_set = set_of(head);
+        if (threshold > 0 && !ranks_) head_set = set_of(head);
         for (size_t m = i + 1; m < j; ++m) {
           uint32_t doc = uint32_t(r[m].band_doc & kIndexMask);
           ++t.candidates;
+          if (threshold > 0 && ranks_) {
+            unchecked[p].emplace_back(head, doc);
+            continue;
+          }
           if (threshold > 0) {
             std::vector<uint32_t> s = set_of(doc);
             if (jaccard(head_set.data(), head_set.size(), s.data(), s.size()) < threshold) {
@@ -574,6 +576,19 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   };
   if (ranks_) {
     exchange_partitions<Record>(spill_, *ranks_, group);
+    if (threshold > 0) {
+      std::vector<std::pair<uint32_t, uint32_t>> pairs;
+      for (auto& u : unchecked) pairs.insert(pairs.end(), u.begin(), u.end());
+      std::vector<uint8_t> ok = check_jaccard_across(pairs);
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        if (!ok[i]) {
+          ++tally[0].rejected;
+          continue;
+        }
+        uf.unite(pairs[i].first, pairs[i].second);
+        touched[0].insert(touched[0].end(), {pairs[i].first, pairs[i].second});
+      }
+    }
     // Each touched document with its root here; uniting every rank's pairs
     // gives every rank the components of all the unions.
     std::vector<std::pair<uint32_t, uint32_t>> mine;
@@ -650,6 +665,7 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   if (ranks_) {
     sum.shared_buckets = ranks_->sum(sum.shared_buckets);
     sum.candidates = ranks_->sum(sum.candidates);
+    sum.rejected = ranks_->sum(sum.rejected);
     spilled = ranks_->sum(spilled);
   }
   counts["clusters"] += int64_t(want.size());
@@ -661,8 +677,71 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   return out;
 }
 
+std::vector<uint8_t> FuzzyDedup::check_jaccard_across(
+    const std::vector<std::pair<uint32_t, uint32_t>>& pairs) const {
+  // Which rank holds which documents' sets: rank q documents [at[q], at[q + 1]).
+  const int n = ranks_->size();
+  std::vector<uint64_t> at = gather_all(*ranks_, std::vector<uint64_t>{start_});
+  at.push_back(UINT64_MAX);
+  auto owner = [&](uint32_t d) {
+    return int(std::upper_bound(at.begin(), at.end() - 1, uint64_t(d)) - at.begin()) - 1;
+  };
+  // In rounds of kChunk pairs, as many rounds on every rank.
+  constexpr size_t kChunk = size_t(1) << 18;
+  uint64_t rounds = 0;
+  for (uint64_t c :
+       gather_all(*ranks_, std::vector<uint64_t>{(pairs.size() + kChunk - 1) / kChunk}))
+    rounds = std::max(rounds, c);
+  std::vector<uint8_t> ok(pairs.size(), 0);
+  for (uint64_t round = 0; round < rounds; ++round) {
+    size_t lo = std::min(pairs.size(), size_t(round) * kChunk);
+    size_t hi = std::min(pairs.size(), lo + kChunk);
+    std::vector<uint32_t> need;
+    for (size_t i = lo; i < hi; ++i) need.insert(need.end(), {pairs[i].first, pairs[i].second});
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+    // Ask each owner for its documents' sets: u32 ids, answered as
+    // {u32 id, u32 count, count x u32} each.
+    std::vector<std::string> ask(static_cast<size_t>(n));
+    for (uint32_t d : need)
+      ask[size_t(owner(d))].append(reinterpret_cast<const char*>(&d), sizeof(d));
+    std::vector<std::string> asked = ranks_->exchange(ask), answer(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      const std::string& req = asked[size_t(q)];
+      for (size_t k = 0; k + sizeof(uint32_t) <= req.size(); k += sizeof(uint32_t)) {
+        uint32_t d;
+        std::memcpy(&d, req.data() + k, sizeof(d));
+        std::string set = sets_.get(uint64_t(d) - start_);
+        uint32_t head[2] = {d, uint32_t(set.size() / sizeof(uint32_t))};
+        answer[size_t(q)].append(reinterpret_cast<const char*>(head), sizeof(head));
+        answer[size_t(q)] += set;
+      }
+    }
+    std::vector<std::vector<uint32_t>> sets(need.size());
+    for (const std::string& a : ranks_->exchange(answer)) {
+      for (size_t k = 0; k < a.size();) {
+        uint32_t head[2];
+        std::memcpy(head, a.data() + k, sizeof(head));
+        k += sizeof(head);
+        size_t slot = size_t(std::lower_bound(need.begin(), need.end(), head[0]) - need.begin());
+        sets[slot].resize(head[1]);
+        std::memcpy(sets[slot].data(), a.data() + k, head[1] * sizeof(uint32_t));
+        k += head[1] * sizeof(uint32_t);
+      }
+    }
+    auto set_of = [&](uint32_t d) -> const std::vector<uint32_t>& {
+      return sets[size_t(std::lower_bound(need.begin(), need.end(), d) - need.begin())];
+    };
+    for (size_t i = lo; i < hi; ++i) {
+      const auto &a = set_of(pairs[i].first), &b = set_of(pairs[i].second);
+      ok[i] = jaccard(a.data(), a.size(), b.data(), b.size()) >= opt_.jaccard_threshold;
+    }
+  }
+  return ok;
+}
+
 bool FuzzyDedup::set_ranks(const Ranks* ranks, uint64_t first) {
-  check_across("fuzzy_dedup", opt_.load_state, opt_.save_state, opt_.jaccard_threshold);
+  check_across("fuzzy_dedup", opt_.load_state, opt_.save_state);
   ranks_ = ranks;
   start_ = first;
   return true;

@@ -106,6 +106,10 @@ class FuzzyDedup : public GlobalStage {
   };
 
  private:
+  // Across ranks: whether each candidate pair passes jaccard_threshold, the
+  // sets fetched from the ranks holding them (collective).
+  std::vector<uint8_t> check_jaccard_across(
+      const std::vector<std::pair<uint32_t, uint32_t>>& pairs) const;
   // How many documents x stands for in a cluster's size: a state's root its
   // whole cluster seen before, another state node none (its root counts it).
   uint64_t weight(uint64_t x) const {

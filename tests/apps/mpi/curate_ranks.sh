@@ -5,7 +5,8 @@
 # and spill sizes. The corpus plants exact and near duplicates across shards
 # that land on different ranks. A rank SIGKILLed mid-run ends the job
 # non-zero; the rerun resumes and gives the same bytes again. Settings that
-# run on one process only are refused, naming the stage and key.
+# run on one process only (a saved dedup state) are refused, naming the stage
+# and key.
 #
 # usage: curate_ranks.sh REPO BUILD
 set -euo pipefail
@@ -65,17 +66,19 @@ stages:
   - type: clean
   - type: exact_dedup
   - {type: word_count, min_words: 20}
+  - {type: fuzzy_dedup, name: fuzzy_checked, char_ngrams: 12, jaccard_threshold: 0.86}
   - {type: fuzzy_dedup, char_ngrams: 12, partitions: 7}
   - {type: exact_dedup, name: exact_again, normalize: false}
 YAML
 
-run() {  # run LABEL NP (0: no mpirun)
+run() {  # run LABEL NP [MPIRUN OPTIONS...] (NP 0: no mpirun)
   local label=$1 np=$2 rc=0
+  shift 2
   if ((np == 0)); then
     timeout -k 5 "$JOB_LIMIT_S" "$NEKTON" curate --config "$WORK/pipeline.yaml" \
       "output.dir=$WORK/$label" >"$WORK/$label.log" 2>&1 || rc=$?
   else
-    timeout -k 5 "$JOB_LIMIT_S" mpirun -np "$np" --oversubscribe "$NEKTON" curate \
+    timeout -k 5 "$JOB_LIMIT_S" mpirun -np "$np" --oversubscribe "$@" "$NEKTON" curate \
       --config "$WORK/pipeline.yaml" "output.dir=$WORK/$label" >"$WORK/$label.log" 2>&1 || rc=$?
   fi
   ((rc == 0)) || fail "the $label run exited with status $rc"
@@ -96,11 +99,18 @@ same_output() {  # same_output REF OTHER
 run one 0
 removed=$(grep -c . "$WORK"/one/removed/*.jsonl | awk -F: '{s += $2} END {print s}')
 fuzzy=$(cat "$WORK"/one/removed/*.jsonl | grep -c '"removed_by": *"fuzzy_dedup"' || true)
-((removed > 1500 && fuzzy > 500)) || fail "too few duplicates planted: $removed removed, $fuzzy fuzzy"
+checked=$(cat "$WORK"/one/removed/*.jsonl | grep -c '"removed_by": *"fuzzy_checked"' || true)
+rejected=$(grep -A20 '"name": "fuzzy_checked"' "$WORK/one/report.json" |
+  sed -n 's/.*"pairs_rejected_by_jaccard": \([0-9]*\).*/\1/p' | head -1)
+((removed > 1500 && fuzzy > 30 && checked > 1000 && ${rejected:-0} > 100)) ||
+  fail "too few duplicates planted: $removed removed, $checked checked and $fuzzy unchecked near-duplicates, ${rejected:-no} pairs rejected by the Jaccard check"
 run two 2
 same_output "$WORK/one" "$WORK/two"
 run four 4
 same_output "$WORK/one" "$WORK/four"
+# Over TCP alone, as between hosts.
+run two_tcp 2 --mca btl self,tcp
+same_output "$WORK/one" "$WORK/two_tcp"
 
 # Rank 1 SIGKILLed once the first global stage has started: the job ends
 # non-zero, naming the dead process; the rerun resumes to the same bytes.
@@ -138,13 +148,13 @@ run killed 2
 same_output "$WORK/one" "$WORK/killed"
 
 # Refused across ranks, before any work: a saved dedup state, a Jaccard check.
-sed 's/partitions: 7}/partitions: 7, jaccard_threshold: 0.8}/' "$WORK/pipeline.yaml" >"$WORK/jaccard.yaml"
+sed "s|partitions: 7}|partitions: 7, save_state: $WORK/state}|" "$WORK/pipeline.yaml" >"$WORK/state.yaml"
 rc=0
 timeout -k 5 "$JOB_LIMIT_S" mpirun -np 2 --oversubscribe "$NEKTON" curate \
-  --config "$WORK/jaccard.yaml" "output.dir=$WORK/refused" >"$WORK/refused.log" 2>&1 || rc=$?
-((rc != 0)) || fail "jaccard_threshold across ranks was not refused"
-grep -q "fuzzy_dedup: jaccard_threshold > 0 runs on one process only" "$WORK/refused.log" ||
+  --config "$WORK/state.yaml" "output.dir=$WORK/refused" >"$WORK/refused.log" 2>&1 || rc=$?
+((rc != 0)) || fail "save_state across ranks was not refused"
+grep -q "fuzzy_dedup: load_state and save_state run on one process only" "$WORK/refused.log" ||
   fail "the refusal does not name the key (refused.log)"
 [[ ! -e $WORK/refused/.work/seg0 ]] || fail "the refused run did work before refusing"
 
-pass "1, 2 and 4 ranks write the same bytes ($removed removed, $fuzzy near-duplicates); a killed rank (killed: $killed) ends the job and the rerun resumes to the same bytes; jaccard_threshold across ranks is refused"
+pass "1, 2 and 4 ranks (and 2 over TCP alone) write the same bytes ($removed removed; near-duplicates: $checked after the Jaccard check, which rejected $rejected pairs, and $fuzzy more); a killed rank (killed: $killed) ends the job and the rerun resumes to the same bytes; save_state across ranks is refused"
