@@ -28,6 +28,8 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # sentencepiece (spm_encode, spm_train), fasttext: the reference tools;
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
 # python3.11-doc: HTML pages with their source text, for the extraction test;
+# debian-reference-en: DocBook HTML with tables of linked package names, for the
+# extraction test's recall against a naive all-text extraction;
 # clang, libclang-rt-14-dev (ASan, UBSan, libFuzzer), libomp-14-dev (clang's
 # OpenMP), llvm (llvm-symbolizer, for reports' stack traces): the sanitized
 # build of `make sanitize-test` and `make fuzz`; clang-format: `make format-check`;
@@ -35,8 +37,8 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # tests/apps/mpi scripts.
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy sentencepiece
            fasttext fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it
-           fortunes-pl fortunes-cs python3.11-doc clang libclang-rt-14-dev libomp-14-dev llvm
-           clang-format iproute2 procps)
+           fortunes-pl fortunes-cs python3.11-doc debian-reference-en clang libclang-rt-14-dev
+           libomp-14-dev llvm clang-format iproute2 procps)
 [ "$test_too" = 1 ] && pkgs+=("${test_pkgs[@]}")
 if [ "$list" = 1 ]; then
   printf '%s\n' "${pkgs[@]}"

@@ -27,10 +27,11 @@ std::set<std::string> packages(const std::string& flags) {
   return out;
 }
 
-const char* kTestOnly[] = {"python3-torch", "python3-numpy", "python3.11-doc", "fortunes",
-                           "fortunes-de",   "libgtest-dev",  "libgmock-dev",   "libbenchmark-dev",
-                           "clang",         "llvm",          "clang-format",   "sentencepiece",
-                           "fasttext"};
+const char* kTestOnly[] = {"python3-torch", "python3-numpy",      "python3.11-doc",
+                           "fortunes",      "fortunes-de",        "libgtest-dev",
+                           "libgmock-dev",  "libbenchmark-dev",   "clang",
+                           "llvm",          "clang-format",       "sentencepiece",
+                           "fasttext",      "debian-reference-en"};
 
 TEST(SetupScript, QuickstartInstallsNoTestOnlyPackage) {
   const std::set<std::string> run = packages(""), test = packages("--test");

@@ -271,39 +271,34 @@ bool is_dropped_tag(GumboTag t) {
   }
 }
 
-// Lists, tables and generic containers are dropped as a whole when they are
-// mostly links (a menu); paragraph-like blocks on their own.
-bool is_link_checked(GumboTag t) {
-  switch (t) {
-    case GUMBO_TAG_UL:
-    case GUMBO_TAG_OL:
-    case GUMBO_TAG_DL:
-    case GUMBO_TAG_MENU:
-    case GUMBO_TAG_DIR:
-    case GUMBO_TAG_TABLE:
-    case GUMBO_TAG_DIV:
-    case GUMBO_TAG_P:
-    case GUMBO_TAG_LI:
-    case GUMBO_TAG_DT:
-    case GUMBO_TAG_DD:
-    case GUMBO_TAG_TD:
-    case GUMBO_TAG_TH:
-    case GUMBO_TAG_TR:
-      return true;
-    default:
-      return false;
-  }
+// Where link density is judged (the rest of the rule is in Extractor::judged):
+// lists and tables as a whole, since a menu is a list or table of links; a
+// paragraph or div in running text on its own. A list item is judged with its
+// list (a short link-labelled item inside content stays), and a data table's
+// rows and cells with their table, so that its package-name column does not
+// vanish from its rows.
+bool is_list(GumboTag t) {
+  return t == GUMBO_TAG_UL || t == GUMBO_TAG_OL || t == GUMBO_TAG_DL || t == GUMBO_TAG_MENU ||
+         t == GUMBO_TAG_DIR;
+}
+bool is_list_item(GumboTag t) {
+  return t == GUMBO_TAG_LI || t == GUMBO_TAG_DT || t == GUMBO_TAG_DD;
+}
+bool is_cell(GumboTag t) {
+  return t == GUMBO_TAG_TD || t == GUMBO_TAG_TH;
 }
 
 // Whole id/class tokens and the '-'/'_'-separated parts of tokens that mark
-// page furniture ("main-nav", "cookie_banner", "sphinxsidebar").
+// page furniture ("main-nav", "cookie_banner", "sphinxsidebar"; DocBook's
+// "navheader" and "navfooter", the previous/next tables of its manuals).
 constexpr std::string_view kBoilerplateParts[] = {
     "nav",           "navbar",    "navigation",  "menu",       "menubar",     "sidebar",
     "sphinxsidebar", "footer",    "header",      "breadcrumb", "breadcrumbs", "related",
     "cookie",        "cookies",   "consent",     "banner",     "advert",      "advertisement",
     "ads",           "ad",        "adsbygoogle", "share",      "sharing",     "social",
     "skiplink",      "popup",     "newsletter",  "masthead",   "toolbar",     "pagination",
-    "pager",         "sponsored", "promo",       "topbar",     "navbox"};
+    "pager",         "sponsored", "promo",       "topbar",     "navbox",      "navheader",
+    "navfooter"};
 
 bool is_boilerplate_part(std::string_view part) {
   for (std::string_view b : kBoilerplateParts)
@@ -325,7 +320,10 @@ bool names_boilerplate(const char* value, size_t max_parts) {
     if (len == 0 || len >= sizeof(buf)) continue;
     for (size_t k = 0; k < len; ++k) buf[k] = lower(tok[k]);
     std::string_view token(buf, len);
-    if (token == "skip-link" || token == "skip-to-content" || is_boilerplate_part(token))
+    // "toc" (a table of contents: DocBook, MediaWiki) only whole: Sphinx's
+    // "toc-backref" is a heading's own link.
+    if (token == "skip-link" || token == "skip-to-content" || token == "toc" ||
+        is_boilerplate_part(token))
       return true;
     size_t parts = 1;
     for (size_t k = 0; k < len; ++k) parts += token[k] == '-' || token[k] == '_';
@@ -416,10 +414,71 @@ bool is_boilerplate_role(const char* role) {
   return false;
 }
 
+bool lower_equals(const char* s, std::string_view lower_word) {
+  size_t n = std::strlen(s);
+  if (n != lower_word.size()) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (lower(s[i]) != lower_word[i]) return false;
+  return true;
+}
+
+bool is_heading(GumboTag t) {
+  return t == GUMBO_TAG_H1 || t == GUMBO_TAG_H2 || t == GUMBO_TAG_H3 || t == GUMBO_TAG_H4 ||
+         t == GUMBO_TAG_H5 || t == GUMBO_TAG_H6;
+}
+
+const GumboVector& kids_of(const GumboNode* n) {
+  return n->v.element.children;
+}
+GumboTag tag_of(const GumboNode* n) {
+  return n->type == GUMBO_NODE_ELEMENT ? n->v.element.tag : GUMBO_TAG_UNKNOWN;
+}
+
+// A data table, as opposed to a layout table: at least two rows of two or
+// more cells, no cell holding a table or a heading of its own (a page laid
+// out in a table) and no role="presentation". Looks at the table's own rows
+// and its cells' children only, so every node is looked at by one table:
+// linear in the page.
+bool is_data_table(const GumboNode* table, const char* role) {
+  if (role && (lower_equals(role, "presentation") || lower_equals(role, "none"))) return false;
+  int rows_of_cells = 0;
+  auto row = [&](const GumboNode* tr) {
+    int cells = 0;
+    const GumboVector& tk = kids_of(tr);
+    for (unsigned k = 0; k < tk.length; ++k) {
+      const auto* cell = static_cast<const GumboNode*>(tk.data[k]);
+      if (!is_cell(tag_of(cell))) continue;
+      ++cells;
+      const GumboVector& ck = kids_of(cell);
+      for (unsigned m = 0; m < ck.length; ++m) {
+        GumboTag t = tag_of(static_cast<const GumboNode*>(ck.data[m]));
+        if (t == GUMBO_TAG_TABLE || is_heading(t)) return false;
+      }
+    }
+    rows_of_cells += cells >= 2;
+    return true;
+  };
+  const GumboVector& kids = kids_of(table);
+  for (unsigned i = 0; i < kids.length; ++i) {
+    const auto* c = static_cast<const GumboNode*>(kids.data[i]);
+    GumboTag t = tag_of(c);
+    if (t == GUMBO_TAG_TR) {
+      if (!row(c)) return false;
+    } else if (t == GUMBO_TAG_TBODY || t == GUMBO_TAG_THEAD || t == GUMBO_TAG_TFOOT) {
+      const GumboVector& rk = kids_of(c);
+      for (unsigned j = 0; j < rk.length; ++j) {
+        const auto* tr = static_cast<const GumboNode*>(rk.data[j]);
+        if (tag_of(tr) == GUMBO_TAG_TR && !row(tr)) return false;
+      }
+    }
+  }
+  return rows_of_cells >= 2;
+}
+
 // ---------------------------------------------------------------------------
 // The walk: iterative (no recursion, whatever the depth), emitting into the
-// Writer; a link-checked element remembers where its output began so that it
-// can take it back.
+// Writer; an element remembers where its output began so that it can take
+// it back when it is judged link-dense (and a cell, to measure itself).
 
 struct Frame {
   const GumboNode* node;
@@ -429,7 +488,14 @@ struct Frame {
   int64_t chars = 0, link_chars = 0;
   int pending_break = 0;
   char pending_sep = 0;
-  bool link = false;  // an <a href>
+  bool link = false;        // an <a href>
+  bool judged = false;      // dropped at its end when link-dense
+  bool introduced = false;  // a list or div after text ending in ':' (kept)
+  bool data = false;        // a data table (is_data_table)
+  // A table's rows with a non-empty <td>, and those of them that also have a
+  // text cell (a non-empty cell that is not link-dense); the open row's flags.
+  int rows = 0, text_rows = 0;
+  bool row_td = false, row_text = false;
 };
 
 class Extractor {
@@ -440,6 +506,8 @@ class Extractor {
     w_ = Writer{};
     w_.out.reserve(4096);
     stack_.clear();
+    tables_.clear();
+    stats_ = HtmlExtractStats{};
     enter(root);
     while (!stack_.empty()) {
       Frame& f = stack_.back();
@@ -458,6 +526,8 @@ class Extractor {
       out.pop_back();
     return out;
   }
+
+  const HtmlExtractStats& stats() const { return stats_; }
 
  private:
   static const GumboVector* children(const GumboNode* n) {
@@ -479,6 +549,46 @@ class Extractor {
       if (a.cls && names_boilerplate(a.cls, 8)) return true;
     }
     return false;
+  }
+
+  bool dense(int64_t chars, int64_t links) const {
+    return chars > 0 && double(links) > opt_.max_link_density * double(chars);
+  }
+
+  // Whether the text written so far ends in a colon (ASCII or full-width):
+  // "For example:" before a list of linked names makes it part of the prose.
+  // Looks back over at most 64 spaces (a <pre> may end in any number).
+  bool after_colon() const {
+    const std::string& o = w_.out;
+    size_t i = o.size(), stop = o.size() > 64 ? o.size() - 64 : 0;
+    while (i > stop && Writer::is_space(o[i - 1])) --i;
+    if (i > 0 && o[i - 1] == ':') return true;
+    return i >= 3 && o.compare(i - 3, 3, "\xEF\xBC\x9A") == 0;  // U+FF1A
+  }
+
+  // Whether `t`, entered now, is judged on its own link density. Lists are
+  // judged as a whole wherever they are (a list of links is a menu) unless
+  // running text introduces them ("For example:", see leave()); list items
+  // never on their own (a short link-labelled item stays with its list). A
+  // data table is judged as a whole (see leave()), nothing inside it but
+  // lists; a layout table, its rows and cells each, as any container. A
+  // paragraph or div only in running text: inside a list item or a data
+  // table its list or table judges it.
+  bool judged(GumboTag t) const {
+    if (is_list(t)) return true;
+    if (data_depth_ > 0) return false;
+    switch (t) {
+      case GUMBO_TAG_TABLE:
+      case GUMBO_TAG_TR:
+      case GUMBO_TAG_TD:
+      case GUMBO_TAG_TH:
+        return true;
+      case GUMBO_TAG_P:
+      case GUMBO_TAG_DIV:
+        return item_depth_ == 0;
+      default:
+        return false;
+    }
   }
 
   // Break level before and after a block element.
@@ -539,13 +649,22 @@ class Extractor {
     Frame f{n};
     if (is_block(t)) w_.block(break_level(t));
     if ((t == GUMBO_TAG_TD || t == GUMBO_TAG_TH) && n->index_within_parent > 0) w_.separate('\t');
-    if (is_link_checked(t)) {
-      f.out_size = w_.out.size();
-      f.chars = w_.chars;
-      f.link_chars = w_.link_chars;
-      f.pending_break = w_.pending_break;
-      f.pending_sep = w_.pending_sep;
+    f.out_size = w_.out.size();
+    f.chars = w_.chars;
+    f.link_chars = w_.link_chars;
+    f.pending_break = w_.pending_break;
+    f.pending_sep = w_.pending_sep;
+    if (t == GUMBO_TAG_TABLE) f.data = is_data_table(n, a.role);
+    f.judged = judged(t);
+    f.introduced = f.judged && (is_list(t) || t == GUMBO_TAG_DIV) && after_colon();
+    if (t == GUMBO_TAG_TABLE) {
+      tables_.push_back(stack_.size());  // the index f gets below
+      data_depth_ += f.data;
+    } else if (t == GUMBO_TAG_TR && !tables_.empty()) {
+      Frame& table = stack_[tables_.back()];
+      table.row_td = table.row_text = false;
     }
+    if (is_list_item(t)) ++item_depth_;
     if (t == GUMBO_TAG_A && a.href) {
       ++w_.link_depth;
       f.link = true;
@@ -571,23 +690,54 @@ class Extractor {
     if (t == GUMBO_TAG_UL || t == GUMBO_TAG_OL || t == GUMBO_TAG_DL || t == GUMBO_TAG_TABLE)
       --list_depth_;
     if (t == GUMBO_TAG_ARTICLE || t == GUMBO_TAG_MAIN) --article_depth_;
-    if (is_link_checked(t)) {
-      int64_t chars = w_.chars - f.chars, links = w_.link_chars - f.link_chars;
-      if (chars > 0 && double(links) > opt_.max_link_density * double(chars)) {
+    if (is_list_item(t)) --item_depth_;
+    int64_t chars = w_.chars - f.chars, links = w_.link_chars - f.link_chars;
+    // A cell and a row tell their table what they hold (before any rollback).
+    if (!tables_.empty() && (is_cell(t) || t == GUMBO_TAG_TR)) {
+      Frame& table = stack_[tables_.back()];
+      if (t == GUMBO_TAG_TR) {
+        table.rows += table.row_td;
+        table.text_rows += table.row_td && table.row_text;
+      } else if (chars > 0) {
+        table.row_td |= t == GUMBO_TAG_TD;
+        table.row_text |= !dense(chars, links);
+      }
+    }
+    if (t == GUMBO_TAG_TABLE) {
+      tables_.pop_back();
+      data_depth_ -= f.data;
+    }
+    if (f.judged && dense(chars, links)) {
+      // A data table goes only when it is a table of links: most of its rows
+      // (with a <td>) have no text cell. Rows that mix link cells (a package
+      // name, a version) and text cells (a description) are data.
+      if (f.data && f.rows > 0 && 2 * f.text_rows >= f.rows) {
+        ++stats_.link_tables_kept;
+      } else if (f.introduced) {
+        ++stats_.link_lists_kept;
+      } else {
         w_.out.resize(f.out_size);
         w_.chars = f.chars;
         w_.link_chars = f.link_chars;
         w_.pending_break = f.pending_break;
         w_.pending_sep = f.pending_sep;
+        ++stats_.link_blocks_dropped;
       }
     }
+    // A kept data table is content to the blocks around it: its link text no
+    // longer counts against them (a div holding only the table stays too).
+    if (f.data && w_.link_depth == 0) w_.link_chars = f.link_chars;
     if (is_block(t)) w_.block(break_level(t));
   }
 
   const HtmlExtractOptions& opt_;
   Writer w_;
   std::vector<Frame> stack_;
+  std::vector<size_t> tables_;  // indices in stack_ of the open tables
+  HtmlExtractStats stats_;
   int list_depth_ = 0;
+  int data_depth_ = 0;  // open data tables
+  int item_depth_ = 0;  // open list items (li, dt, dd)
   int article_depth_ = 0;
 };
 
@@ -597,7 +747,9 @@ struct OutputDeleter {
 
 }  // namespace
 
-std::string html_to_text(std::string_view html, const HtmlExtractOptions& opt) {
+std::string html_to_text(std::string_view html, const HtmlExtractOptions& opt,
+                         HtmlExtractStats* stats) {
+  if (stats) *stats = HtmlExtractStats{};
   if (html.empty()) return {};
   std::string shallow;
   if (scan_depth(html, nullptr) > kMaxDepth) {
@@ -610,7 +762,10 @@ std::string html_to_text(std::string_view html, const HtmlExtractOptions& opt) {
   std::unique_ptr<GumboOutput, OutputDeleter> doc(
       gumbo_parse_with_options(&go, html.data(), html.size()));
   if (!doc) return {};
-  return Extractor(opt).run(doc->document);
+  Extractor ex(opt);
+  std::string text = ex.run(doc->document);
+  if (stats) *stats = ex.stats();
+  return text;
 }
 
 // ---------------------------------------------------------------------------
@@ -621,7 +776,7 @@ namespace {
 // Converts documents whose meta "format" is `format` or absent.
 class ExtractStage : public DocStage {
  public:
-  using Convert = std::string (*)(std::string_view, const HtmlExtractOptions&);
+  using Convert = std::string (*)(std::string_view, const HtmlExtractOptions&, HtmlExtractStats*);
   ExtractStage(std::string format, std::string label, Convert convert, HtmlExtractOptions opt,
                int64_t min_chars)
       : format_(std::move(format)),
@@ -634,8 +789,12 @@ class ExtractStage : public DocStage {
     auto f = doc.meta.find("format");
     if (f != doc.meta.end() && !(f->is_string() && f->get<std::string>() == format_))
       return Verdict::kept();
-    doc.text = convert_(doc.text, opt_);
+    HtmlExtractStats st;
+    doc.text = convert_(doc.text, opt_, &st);
     counts["extracted"] += 1;
+    if (st.link_blocks_dropped) counts["link_dense_blocks_dropped"] += st.link_blocks_dropped;
+    if (st.link_tables_kept) counts["link_dense_tables_kept"] += st.link_tables_kept;
+    if (st.link_lists_kept) counts["link_dense_lists_kept"] += st.link_lists_kept;
     if (doc.text.empty()) return Verdict::removed("no text extracted from " + label_);
     if (min_chars_ > 1) {
       int64_t n = int64_t(utf8_length(doc.text));
@@ -653,10 +812,10 @@ class ExtractStage : public DocStage {
   int64_t min_chars_;
 };
 
-std::string convert_html(std::string_view s, const HtmlExtractOptions& o) {
-  return html_to_text(s, o);
+std::string convert_html(std::string_view s, const HtmlExtractOptions& o, HtmlExtractStats* st) {
+  return html_to_text(s, o, st);
 }
-std::string convert_latex(std::string_view s, const HtmlExtractOptions&) {
+std::string convert_latex(std::string_view s, const HtmlExtractOptions&, HtmlExtractStats*) {
   return latex_to_text(s);
 }
 

@@ -70,8 +70,18 @@ void scan_url_credentials(std::string_view t, std::vector<PiiMatch>& out) {
 
 // ---- E-mail addresses -------------------------------------------------------------
 
+// Letters, digits, "._%+-" and the apostrophe (o'brien@, d'angelo@). RFC
+// 5322's atext allows more ("!#$&*/=?^`{|}~"), but in text those join an
+// address to what precedes it far more often than they belong to it: GNU
+// ChangeLogs' "2020-05-11T00:40:14Z!karl@...", procmail's ".*debian-user-
+// request@...", a URL query's "?to=a@...", LaTeX's "\email{a@...}".
 inline bool is_local_char(char c) {
-  return is_alnum(c) || c == '.' || c == '_' || c == '%' || c == '+' || c == '-';
+  return is_alnum(c) || c == '.' || c == '_' || c == '%' || c == '+' || c == '-' || c == '\'';
+}
+// A local part starts with a letter, digit or '_' as found in running text:
+// a quote before it belongs to the sentence ('bob@x.org').
+inline bool starts_local_part(char c) {
+  return is_alnum(c) || c == '_';
 }
 inline bool is_domain_char(char c) {
   return is_alnum(c) || c == '-' || c == '.';
@@ -87,7 +97,7 @@ void scan_emails(std::string_view t, std::vector<PiiMatch>& out) {
     size_t next = e;
     // A local part longer than 64 or glued to a letter of another script is no address.
     bool ok = a - s <= 64 && (s == 0 || !is_wordish(t[s - 1]));
-    while (s < a && t[s] == '.') ++s;
+    while (s < a && !starts_local_part(t[s])) ++s;
     ok = ok && s < a && t[a - 1] != '.';
     // The domain: labels of letters, digits and inner hyphens; a trailing '.'
     // or '-' belongs to the sentence; the last label is 2+ letters.
@@ -269,6 +279,136 @@ bool match_intl_phone(std::string_view t, size_t i, size_t& end) {
   return true;
 }
 
+// National numbers written without a '+': the trunk prefix and digit groups
+// of each country's usual format, nothing looser (a leading 0 or 8, a group
+// in parentheses, fixed group lengths), so that dates, prices, ISBNs and
+// version numbers stay out.
+//   UK  020 7946 0958, 0161 496 0123, 07700 900123, (020) 7946 0958: 11 digits
+//   DE  030 12345678, 030/1234567, 0171 1234567, (089) 1234567: an area code
+//       of 3 to 5 digits (0 first), 5 to 8 more
+//   FR  01 23 45 67 89, 06.12.34.56.78: five pairs, 0 first
+//   JP  03-1234-5678, 090-1234-5678: 10 or 11 digits in three dashed groups
+//   BR  (11) 91234-5678, (21) 2345-6789
+//   RU  8 (495) 123-45-67, 8 912 345 67 89, (495) 123-45-67
+struct DigitGroup {
+  size_t begin = 0, len = 0;  // the digits
+  bool paren = false;
+  char sep = 0;  // the separator before it: ' ', '-', '.', '/' (0 for none)
+};
+
+// Reads up to 6 groups of 1 to 8 digits from i: the first two may be in
+// parentheses, each later one follows one separator (after a ')' the space
+// may be missing). Bounded: at most 6 x 11 bytes.
+size_t read_groups(std::string_view t, size_t i, DigitGroup* g) {
+  size_t n = 0, j = i;
+  while (n < 6) {
+    DigitGroup d;
+    size_t k = j;
+    if (n > 0) {
+      char c = k < t.size() ? t[k] : 0;
+      if (c == ' ' || c == '-' || c == '.' || c == '/') {
+        d.sep = c;
+        ++k;
+      } else if (!g[n - 1].paren) {
+        break;
+      }
+    }
+    if (n < 2 && k < t.size() && t[k] == '(') {
+      d.paren = true;
+      ++k;
+    }
+    size_t len = digits_at(t, k, 8);
+    if (len == 0 || len > 8) break;
+    d.begin = k;
+    d.len = len;
+    k += len;
+    if (d.paren) {
+      if (k >= t.size() || t[k] != ')') break;
+      ++k;
+    }
+    g[n++] = d;
+    j = k;
+  }
+  return n;
+}
+
+// The end of group `g` (past its ')').
+inline size_t group_end(const DigitGroup& g) {
+  return g.begin + g.len + (g.paren ? 1 : 0);
+}
+
+inline bool seps_in(const DigitGroup* g, size_t from, size_t n, std::string_view allowed) {
+  for (size_t k = from; k < n; ++k)
+    if (allowed.find(g[k].sep) == std::string_view::npos) return false;
+  return true;
+}
+
+// Whether groups g[0..n) are one of the formats above.
+bool national_format(std::string_view t, const DigitGroup* g, size_t n) {
+  auto len = [&](size_t k) { return g[k].len; };
+  auto digit = [&](size_t k, size_t at) { return t[g[k].begin + at]; };
+  // A trunk prefix 0 and a non-zero digit after it: 0N...
+  auto trunk = [&](size_t k) { return digit(k, 0) == '0' && len(k) >= 2 && digit(k, 1) != '0'; };
+  size_t total = 0;
+  for (size_t k = 0; k < n; ++k) total += len(k);
+  for (size_t k = 1; k < n; ++k)
+    if (g[k].paren) {
+      // Only RU's "8 (495) ...": the code after a lone 8.
+      if (k != 1 || len(0) != 1 || digit(0, 0) != '8') return false;
+    }
+  // After a ')' comes a space or nothing; elsewhere one separator.
+  for (size_t k = 1; k < n; ++k)
+    if (g[k - 1].paren ? (g[k].sep != ' ' && g[k].sep != 0) : g[k].sep == 0) return false;
+  bool first_paren = g[0].paren;
+  // FR: 0N ## ## ## ##, one separator throughout.
+  if (n == 5 && !first_paren && trunk(0) && len(0) == 2 && len(1) == 2 && len(2) == 2 &&
+      len(3) == 2 && len(4) == 2 && seps_in(g, 1, n, std::string_view(&g[1].sep, 1)) &&
+      g[1].sep != '/')
+    return true;
+  // JP: 0N..-####-####, 10 or 11 digits, dashes.
+  if (n == 3 && !first_paren && trunk(0) && len(0) <= 5 && len(1) <= 4 && len(2) == 4 &&
+      (total == 10 || total == 11) && seps_in(g, 1, n, "-"))
+    return true;
+  // UK: 11 digits, 0N first: 3+4+4, 4+3+4, 5+6, 5+3+3; spaces or dashes.
+  if (trunk(0) && total == 11 && seps_in(g, 1, n, " -") &&
+      ((n == 3 && ((len(0) == 3 && len(1) == 4) || (len(0) == 4 && len(1) == 3) ||
+                   (len(0) == 5 && len(1) == 3))) ||
+       (n == 2 && len(0) == 5)))
+    return true;
+  // DE: area code 0N. (3 to 5 digits), then 5 to 8 digits; space, '/' or '-'.
+  if (n == 2 && trunk(0) && len(0) >= 3 && len(0) <= 5 && len(1) >= 5 && len(1) <= 8 &&
+      (first_paren || seps_in(g, 1, n, " /-")))
+    return true;
+  // BR: (NN) ####-#### or (NN) 9####-####.
+  if (n == 3 && first_paren && len(0) == 2 && digit(0, 0) != '0' && digit(0, 1) != '0' &&
+      (len(1) == 4 || (len(1) == 5 && digit(1, 0) == '9')) && len(2) == 4 && g[2].sep == '-')
+    return true;
+  // RU: [8] (N##) ###-##-## or 8 N## ### ## ##; spaces or dashes.
+  size_t r = n == 5 && len(0) == 1 && digit(0, 0) == '8' && !first_paren ? 1 : 0;
+  if (n - r == 4 && len(r) == 3 && digit(r, 0) != '0' && len(r + 1) == 3 && len(r + 2) == 2 &&
+      len(r + 3) == 2 && seps_in(g, r + 2, n, r == 0 ? "-" : " -") && (r == 1 || first_paren) &&
+      (g[r].paren || r == 1))
+    return true;
+  return false;
+}
+
+// The longest prefix of the groups at i that is a national number and ends
+// where a number may end.
+bool match_national_phone(std::string_view t, size_t i, size_t& end) {
+  char c = t[i];
+  if (c != '0' && c != '8' && c != '(') return false;
+  DigitGroup g[6];
+  size_t n = read_groups(t, i, g);
+  for (size_t k = n; k >= 2; --k) {
+    size_t e = group_end(g[k - 1]);
+    if (number_end(t, e) && national_format(t, g, k)) {
+      end = e;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Four dotted decimal octets, each 0..255 without leading zeros.
 bool match_ipv4(std::string_view t, size_t i, size_t& end) {
   size_t j = i;
@@ -289,9 +429,65 @@ bool match_ipv4(std::string_view t, size_t i, size_t& end) {
   return true;
 }
 
+// A section number, not an address: after a word that names one ("section
+// 6.2.4.1", "§ 6.2.4.1", "version 1.2.3.4"), or opening a line (after
+// indentation or Markdown's '#', '>', '*') with parts 1 to 99 and followed by
+// '.', ')' or a capitalised title ("6.2.4.1. The configuration"); an address
+// has a 0 or a part over 99 far more often (10.0.0.1, 192.168.1.1). Elsewhere
+// it stays an address: "see 10.0.0.1." at a sentence's end, "10.1.2.3 gw".
+// Debian Reference's text has 6 such headings, Python's reST sources a
+// "section 6.4.4.2", 46 MB of Debian changelogs and the fortunes 25 versions
+// ("Standards-Version 3.9.6.0") and sections; none of them lost an address.
+bool is_section_number(std::string_view t, size_t i, size_t end) {
+  // The word before: up to 12 letters (and a '.'), then spaces.
+  size_t k = i;
+  while (k > 0 && i - k < 3 && (t[k - 1] == ' ' || t[k - 1] == '\t')) --k;
+  size_t word_end = k;
+  if (word_end < i) {
+    if (k > 0 && t[k - 1] == '.') --k;
+    while (k > 0 && word_end - k < 13 && is_alpha(t[k - 1])) --k;
+    std::string word;
+    for (size_t j = k; j < word_end; ++j) word.push_back(char(t[j] | 0x20));
+    static constexpr std::string_view kWords[] = {
+        "section", "sections",  "sec.",    "chapter",  "ch.",   "clause", "article",
+        "art.",    "paragraph", "para.",   "appendix", "annex", "figure", "fig.",
+        "table",   "step",      "version", "release",  "rule",  "part"};
+    if (k == 0 || !is_wordish(t[k - 1]))
+      for (std::string_view w : kWords)
+        if (word == w) return true;
+  }
+  if (word_end >= 2 && t[word_end - 2] == '\xC2' && t[word_end - 1] == '\xA7')
+    return true;  // "§ 6.2.4.1" ("§6.2.4.1" never starts a number)
+  // Opening a line.
+  k = i;
+  while (k > 0 && i - k < 16 &&
+         (t[k - 1] == ' ' || t[k - 1] == '\t' || t[k - 1] == '#' || t[k - 1] == '>' ||
+          t[k - 1] == '*'))
+    --k;
+  if (k > 0 && t[k - 1] != '\n') return false;
+  for (size_t j = i; j < end;) {
+    size_t n = digits_at(t, j, 3);
+    if (t[j] == '0' || n > 2) return false;
+    j += n + 1;
+  }
+  if (end == t.size()) return false;
+  char c = t[end];
+  if (c == '.' || c == ')') return true;
+  if (c != ' ' && c != '\t') return false;
+  size_t j = end;
+  while (j < t.size() && j - end < 4 && (t[j] == ' ' || t[j] == '\t')) ++j;
+  // A title: an upper-case letter, or a letter of another script.
+  return j < t.size() && ((t[j] >= 'A' && t[j] <= 'Z') || static_cast<unsigned char>(t[j]) >= 0xC0);
+}
+
 void scan_numbers(std::string_view t, uint32_t mask, std::vector<PiiMatch>& out) {
   auto on = [&](PiiType p) { return (mask >> unsigned(p)) & 1u; };
   size_t i = 0;
+  // After a '(' that opened no match, one may start at the digit inside it
+  // ("(020 7946 0958)"), but not an IPv4 address: there its look-alikes, a
+  // version after a name ("dpkg (1.16.4.3)", every changelog entry), are far
+  // more common than addresses.
+  size_t after_paren = std::string_view::npos;
   while (i < t.size()) {
     char c = t[i];
     if (!(is_digit(c) || c == '+' || c == '(') || !number_boundary(t, i)) {
@@ -303,10 +499,15 @@ void scan_numbers(std::string_view t, uint32_t mask, std::vector<PiiMatch>& out)
       out.push_back({i, end, PiiType::CreditCard});
     } else if (is_digit(c) && on(PiiType::Ssn) && match_ssn(t, i, end)) {
       out.push_back({i, end, PiiType::Ssn});
-    } else if (on(PiiType::Phone) && (match_na_phone(t, i, end) || match_intl_phone(t, i, end))) {
+    } else if (on(PiiType::Phone) && (match_na_phone(t, i, end) || match_intl_phone(t, i, end) ||
+                                      match_national_phone(t, i, end))) {
       out.push_back({i, end, PiiType::Phone});
-    } else if (is_digit(c) && on(PiiType::IpAddress) && match_ipv4(t, i, end)) {
+    } else if (is_digit(c) && i != after_paren && on(PiiType::IpAddress) && match_ipv4(t, i, end) &&
+               !is_section_number(t, i, end)) {
       out.push_back({i, end, PiiType::IpAddress});
+    } else if (c == '(') {
+      after_paren = ++i;
+      continue;
     } else {
       // Skip the rest of this number: no match can start inside it.
       ++i;

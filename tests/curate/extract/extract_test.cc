@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <gumbo.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -80,6 +81,8 @@ TEST(ExtractHtml, NonContentElementsAreDropped) {
 TEST(ExtractHtml, BoilerplateByClassIdRoleAndVisibility) {
   const char* dropped[] = {
       "<div class='main-nav'>x</div>",
+      "<div class='toc'>x</div>",
+      "<div class='navheader'>x</div>",
       "<div id='cookie-banner'>x</div>",
       "<div class='sphinxsidebar'>x</div>",
       "<div class='foo Footer'>x</div>",
@@ -98,9 +101,13 @@ TEST(ExtractHtml, BoilerplateByClassIdRoleAndVisibility) {
   // Words that only contain a boilerplate token, long heading-made ids and
   // sections' ids are content.
   const char* kept[] = {
-      "<div class='navigator-guide'>x</div>", "<div class='download'>x</div>",
-      "<div class='loaded'>x</div>",          "<div id='edit-menu-shell-and-editor'>x</div>",
-      "<section id='menu'>x</section>",       "<div class='headerlink-free'>x</div>",
+      "<div class='navigator-guide'>x</div>",
+      "<div class='download'>x</div>",
+      "<div class='loaded'>x</div>",
+      "<div id='edit-menu-shell-and-editor'>x</div>",
+      "<section id='menu'>x</section>",
+      "<div class='headerlink-free'>x</div>",
+      "<h2><a class='toc-backref' href='#id1'>x</a></h2>",
   };
   for (const char* k : kept) EXPECT_EQ(H(std::string("<p>keep</p>") + k), "keep\n\nx") << k;
 }
@@ -120,6 +127,108 @@ TEST(ExtractHtml, LinkHeavyBlocksAreDropped) {
   HtmlExtractOptions no_classes;
   no_classes.drop_boilerplate_classes = false;
   EXPECT_EQ(html_to_text("<div class='sidebar'>side</div>", no_classes), "side");
+}
+
+// Link density is judged on lists and tables as a whole, never on one cell
+// of a data table: Debian Reference's package tables link the name, popcon
+// and size of each package, and judging cell by cell took those columns out
+// of every row (issue 15).
+TEST(ExtractHtml, DataTablesKeepTheirLinkCells) {
+  const std::string packages =
+      "<table>"
+      "<tr><td><a href='p/less'>less</a></td><td><a href='q/less'>V:262, I:999</a></td>"
+      "<td><a href='s/less'>289</a></td><td>pager</td></tr>"
+      "<tr><td><a href='p/most'>most</a></td><td><a href='q/most'>V:1, I:7</a></td>"
+      "<td><a href='s/most'>200</a></td><td>a pager</td></tr>"
+      "<tr><td><a href='p/pv'>pv</a></td><td><a href='q/pv'>V:4, I:62</a></td>"
+      "<td><a href='s/pv'>42</a></td><td><a href='m/pv'>See pv(1)</a></td></tr></table>";
+  HtmlExtractStats st;
+  // Most of it is link text (0.79), but every row but one has a text cell.
+  EXPECT_EQ(html_to_text(packages, {}, &st),
+            "less\tV:262, I:999\t289\tpager\n"
+            "most\tV:1, I:7\t200\ta pager\n"
+            "pv\tV:4, I:62\t42\tSee pv(1)");
+  EXPECT_EQ(st.link_tables_kept, 1);
+  EXPECT_EQ(st.link_blocks_dropped, 0);
+  // A wrapper around the kept table does not take it back either.
+  EXPECT_TRUE(contains(H("<div>" + packages + "</div>"), "less\tV:262, I:999\t289\tpager"));
+  // A header row, cells holding paragraphs (DocBook's informal tables; a
+  // paragraph is a line of its own, as everywhere).
+  EXPECT_EQ(H("<table><thead><tr><th>package</th><th>description</th></tr></thead><tbody>"
+              "<tr><td><p><a href='p/mc'>mc</a></p></td><td><p><a href='s/mc'>See 1.3</a></p></td>"
+              "</tr><tr><td><a href='p/vim'>vim</a></td><td>an editor</td></tr></tbody></table>"),
+            "package\tdescription\n\nmc\nSee 1.3\nvim\tan editor");
+  // A table of links only is a menu; so is a layout table's column of links,
+  // judged cell by cell as before (one row: not a data table).
+  EXPECT_EQ(html_to_text("<table><tr><td><a href='/a'>About</a></td><td><a href='/b'>Contact</a>"
+                         "</td></tr><tr><td><a href='/c'>Privacy</a></td><td><a href='/d'>Terms"
+                         "</a></td></tr></table><p>Body.</p>",
+                         {}, &st),
+            "Body.");
+  EXPECT_EQ(st.link_blocks_dropped, 1);
+  EXPECT_EQ(st.link_tables_kept, 0);
+  EXPECT_EQ(H("<table><tr><td><a href='/'>Home</a><br><a href='/news'>News</a></td>"
+              "<td><p>The article sits in the second cell.</p></td></tr></table>"),
+            "The article sits in the second cell.");
+  // Two rows of two cells, but one cell holds a table of its own: a layout.
+  EXPECT_EQ(H("<table><tr><td><a href='/'>Home</a></td><td>Site</td></tr><tr>"
+              "<td><a href='/news'>News</a></td><td><table><tr><td>Inner text</td></tr></table>"
+              "</td></tr></table>"),
+            "Site\n\nInner text");
+}
+
+// A list is judged as a whole, not item by item: a short link-labelled item
+// among text items stays, and so does a list of links that the running text
+// introduces with a colon; a list of links on its own is still a menu.
+TEST(ExtractHtml, ListsAreJudgedAsAWhole) {
+  EXPECT_EQ(H("<ul><li>Open the file in an editor,</li><li><a href='https://www.vim.org/'>Vim"
+              "</a></li><li>then save it and restart the daemon.</li></ul>"),
+            "Open the file in an editor,\nVim\nthen save it and restart the daemon.");
+  HtmlExtractStats st;
+  EXPECT_EQ(html_to_text("<p>The LSM framework hosts, for example:</p><div><ul>"
+                         "<li><p><a href='https://en.wikipedia.org/wiki/AppArmor'>AppArmor</a></p>"
+                         "</li><li><p><a href='https://en.wikipedia.org/wiki/SELinux'>SELinux</a>"
+                         "</p></li></ul></div><p>Each tightens the model.</p>",
+                         {}, &st),
+            "The LSM framework hosts, for example:\n\nAppArmor\nSELinux\n\nEach tightens the "
+            "model.");
+  EXPECT_EQ(st.link_lists_kept, 2);  // the list and the div around it
+  EXPECT_EQ(H("<p>全文如下：</p><ul><li><a href='a'>第一章</a></li></ul>"), "全文如下：\n\n第一章");
+  EXPECT_EQ(H("<p>Some text.</p><ul><li><a href='/a'>Home</a></li><li><a href='/b'>Blog</a></li>"
+              "</ul>"),
+            "Some text.");
+  // Introduced, but inside a block of links: the block still goes.
+  EXPECT_EQ(H("<p>Body text of the page.</p><div><a href='/f'>Follow us</a>: <ul><li>"
+              "<a href='/t'>Mastodon</a></li><li><a href='/r'>RSS</a></li></ul></div>"),
+            "Body text of the page.");
+}
+
+// A page with the usual furniture: only the article and its data table stay.
+TEST(ExtractHtml, MenusAndFootersStillGoAroundDataTables) {
+  const std::string page =
+      "<html><body><div id='top'><ul><li><a href='/'>Home</a></li><li><a href='/docs'>Docs</a>"
+      "</li><li><a href='/blog'>Blog</a></li></ul></div>"
+      "<div class='navheader'><table><tr><th colspan='3'>Chapter 9. System tips</th></tr><tr>"
+      "<td><a href='ch08.html'>Prev</a></td><td></td><td><a href='ch10.html'>Next</a></td></tr>"
+      "</table></div>"
+      "<div class='toc'><p><strong>Table of Contents</strong></p><dl><dt><a href='#s1'>9.1. The"
+      " console tips</a></dt><dt><a href='#s2'>9.2. Customizing vim</a></dt></dl></div>"
+      "<h1>9.1. The console tips</h1><p>These packages help at the console.</p>"
+      "<table><thead><tr><th>package</th><th>popcon</th><th>description</th></tr></thead><tbody>"
+      "<tr><td><a href='p/mc'>mc</a></td><td><a href='q/mc'>V:54</a></td><td>See <a href='#mc'>"
+      "Section 1.3</a></td></tr><tr><td><a href='p/screen'>screen</a></td><td><a href='q/s'>"
+      "V:71</a></td><td>terminal multiplexer</td></tr></tbody></table>"
+      "<div class='navfooter'><table><tr><td><a href='ch08.html'>Prev</a></td><td></td>"
+      "<td><a href='ch10.html'>Next</a></td></tr><tr><td>Chapter 8. I18N</td><td><a href="
+      "'index.html'>Home</a></td><td>Chapter 10. Data management</td></tr></table></div>"
+      "<table><tr><td><a href='/a'>About</a></td><td><a href='/c'>Contact</a></td></tr><tr><td>"
+      "<a href='/p'>Privacy</a></td><td><a href='/t'>Terms</a></td></tr></table>"
+      "<div class='site-footer'>Copyright 2024 Example. <a href='/imprint'>Imprint</a></div>"
+      "</body></html>";
+  EXPECT_EQ(H(page),
+            "9.1. The console tips\n\nThese packages help at the console.\n\n"
+            "package\tpopcon\tdescription\n\nmc\tV:54\tSee Section 1.3\n"
+            "screen\tV:71\tterminal multiplexer");
 }
 
 TEST(ExtractHtml, BadInputNeverBreaksIt) {
@@ -297,6 +406,19 @@ TEST(ExtractStages, HtmlToTextFollowsTheFormat) {
   EXPECT_EQ(v.reason, "no text extracted from HTML");
   EXPECT_EQ(counts["extracted"], 3);
 
+  // The link-density rule's counters.
+  Counters links;
+  Document menu{"g",
+                "<p>Text.</p><ul><li><a href='/'>Home</a></li></ul><p>Such as:</p><ul><li>"
+                "<a href='a'>A</a></li></ul><table><tr><td><a href='x'>x</a></td><td>text "
+                "</td></tr><tr><td><a href='yyyyyyyyyyyyyyyyyy'>yyyyyyyyyyyyyyyyyy</a></td>"
+                "<td>t</td></tr></table>"};
+  EXPECT_TRUE(s->apply(menu, links).keep);
+  EXPECT_EQ(menu.text, "Text.\n\nSuch as:\n\nA\n\nx\ttext\nyyyyyyyyyyyyyyyyyy\tt");
+  EXPECT_EQ(links["link_dense_blocks_dropped"], 1);
+  EXPECT_EQ(links["link_dense_lists_kept"], 1);
+  EXPECT_EQ(links["link_dense_tables_kept"], 1);
+
   auto min = test_stage::make_stage("type: html_to_text\nmin_chars: 5");
   Document shortdoc{"e", "<p>abcd</p>"}, ok{"f", "<p>abcde</p>"};
   v = min->apply(shortdoc, counts);
@@ -422,6 +544,126 @@ TEST(ExtractPythonDocs, TokenF1AgainstTheSourceText) {
     }
   }
   EXPECT_GE(f1, 0.9);
+}
+
+// ---------------------------------------------------------------------------
+// Extraction measured on Debian Reference (debian-reference-en), whose tables
+// of packages link each package's name, popcon and size: against a naive
+// extraction, every text node of the page but those of script and style.
+
+constexpr const char* kDebianReference = "/usr/share/debian-reference";
+
+bool is_inline_tag(GumboTag t) {
+  switch (t) {
+    case GUMBO_TAG_A:
+    case GUMBO_TAG_B:
+    case GUMBO_TAG_I:
+    case GUMBO_TAG_EM:
+    case GUMBO_TAG_STRONG:
+    case GUMBO_TAG_CODE:
+    case GUMBO_TAG_SPAN:
+    case GUMBO_TAG_SUP:
+    case GUMBO_TAG_SUB:
+    case GUMBO_TAG_SMALL:
+    case GUMBO_TAG_TT:
+    case GUMBO_TAG_KBD:
+    case GUMBO_TAG_VAR:
+    case GUMBO_TAG_SAMP:
+    case GUMBO_TAG_ABBR:
+    case GUMBO_TAG_ACRONYM:
+    case GUMBO_TAG_CITE:
+    case GUMBO_TAG_Q:
+    case GUMBO_TAG_U:
+    case GUMBO_TAG_S:
+    case GUMBO_TAG_FONT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// DocBook's navigation: the table of contents and the previous/next tables.
+bool is_docbook_navigation(const GumboElement& e) {
+  for (unsigned k = 0; k < e.attributes.length; ++k) {
+    const auto* a = static_cast<const GumboAttribute*>(e.attributes.data[k]);
+    if (std::string_view(a->name) == "class") {
+      std::string_view v = a->value;
+      return v == "toc" || v == "navheader" || v == "navfooter";
+    }
+  }
+  return false;
+}
+
+// The naive extraction: all text, a space after each element that is not
+// inline. With `content_only`, without DocBook's navigation and the <head>
+// (the <title> repeats the first heading): what a perfect extractor keeps.
+void naive_text(const GumboNode* n, bool content_only, std::string& out) {
+  if (n->type == GUMBO_NODE_TEXT || n->type == GUMBO_NODE_WHITESPACE ||
+      n->type == GUMBO_NODE_CDATA) {
+    out += n->v.text.text;
+    return;
+  }
+  const GumboVector* kids = nullptr;
+  if (n->type == GUMBO_NODE_DOCUMENT) {
+    kids = &n->v.document.children;
+  } else if (n->type == GUMBO_NODE_ELEMENT) {
+    const GumboElement& e = n->v.element;
+    if (e.tag == GUMBO_TAG_SCRIPT || e.tag == GUMBO_TAG_STYLE) return;
+    if (content_only && (e.tag == GUMBO_TAG_HEAD || is_docbook_navigation(e))) return;
+    kids = &e.children;
+  }
+  if (!kids) return;
+  for (unsigned i = 0; i < kids->length; ++i)
+    naive_text(static_cast<const GumboNode*>(kids->data[i]), content_only, out);
+  if (n->type == GUMBO_NODE_ELEMENT && !is_inline_tag(n->v.element.tag)) out += ' ';
+}
+
+TEST(ExtractDebianReference, RecallWithinTwoPointsOfNaiveTextWithoutNavigation) {
+  // A missing reference is a broken set-up: fail, never skip.
+  if (!fs::exists(fs::path(kDebianReference) / "ch09.en.html"))
+    GTEST_FAIL() << "Debian's debian-reference-en is missing (" << kDebianReference
+                 << "): run scripts/setup.sh --test, which installs it";
+  std::vector<std::string> pages;
+  for (const auto& e : fs::directory_iterator(kDebianReference)) {
+    std::string name = e.path().filename().string();
+    // index.en.html is the book's table of contents: navigation only.
+    if (name.ends_with(".en.html") && name != "index.en.html") pages.push_back(e.path().string());
+  }
+  std::sort(pages.begin(), pages.end());
+  ASSERT_GE(pages.size(), 14u);  // preface, 12 chapters, appendix
+  Overlap all_content, all_naive;
+  for (const std::string& page : pages) {
+    std::string html = test::read_file(page);
+    HtmlExtractStats st;
+    Bag got = bag_of(html_to_text(html, {}, &st));
+    GumboOutput* doc = gumbo_parse_with_options(&kGumboDefaultOptions, html.data(), html.size());
+    std::string content, naive;
+    naive_text(doc->document, true, content);
+    naive_text(doc->document, false, naive);
+    gumbo_destroy_output(&kGumboDefaultOptions, doc);
+    // Recall of the content's words: the naive extraction has 1 (it keeps
+    // everything); ours must be within 2 points of it.
+    Overlap c = overlap(got, bag_of(content)), n = overlap(got, bag_of(naive));
+    double recall = double(c.common) / double(c.source);
+    EXPECT_GE(recall, 0.98) << page;
+    // And the navigation stays out: words beyond the content's are at most
+    // 0.2% of the text (the previous/next tables and the contents' heading
+    // alone are more on the shorter chapters).
+    EXPECT_LE(double(c.extracted - c.common), 0.002 * double(c.extracted)) << page;
+    std::printf(
+        "%s: recall %.4f of the content, %.4f of all text; %ld words beyond the "
+        "content; %ld link-dense tables kept\n",
+        fs::path(page).filename().c_str(), recall, double(n.common) / double(n.source),
+        long(c.extracted - c.common), long(st.link_tables_kept));
+    for (auto [sum, o] : {std::pair{&all_content, c}, std::pair{&all_naive, n}}) {
+      sum->extracted += o.extracted;
+      sum->source += o.source;
+      sum->common += o.common;
+    }
+  }
+  std::printf("debian-reference: %zu pages; recall %.4f of the content, %.4f of all text\n",
+              pages.size(), double(all_content.common) / double(all_content.source),
+              double(all_naive.common) / double(all_naive.source));
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // stage registry and YAML as a pipeline file would build it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -119,11 +122,126 @@ TEST(FilterMeanWordLength, UnspacedScriptsAreLeftOutByDefault) {
   EXPECT_EQ(o.counts["mean_word_length_unspaced"], 1);
   EXPECT_TRUE(kept(*s, "ภาษาไทยเขียนติดกันโดยไม่เว้นวรรค"));
   EXPECT_TRUE(kept(*s, "私は東京に住んでいます。"));
-  // Mixed text: only the spaced words are measured ("ab" -> 2 < 3).
-  EXPECT_EQ(reason(*s, "我们今天去北京 ab ab"), "mean_word_length 2 < 3");
+  // Mostly Latin: only the spaced words are measured ("ab" -> 2 < 3).
+  EXPECT_EQ(reason(*s, "我们 ab ab ab ab"), "mean_word_length 2 < 3");
   auto all = test_stage::make_stage("{type: mean_word_length, count_unspaced_scripts: true}");
   std::string r = reason(*all, zh);
   EXPECT_TRUE(contains(r, "mean_word_length ") && contains(r, " < 3")) << r;
+}
+
+// The translations (msgstr) of a gettext catalogue (.mo, little-endian), the
+// header entry left out; a plural's forms joined by newlines.
+std::vector<std::string> mo_translations(const std::string& path) {
+  std::string b = nk::test::read_file(path);
+  auto u32 = [&](size_t at) {
+    uint32_t v = 0;
+    if (at + 4 <= b.size()) std::memcpy(&v, b.data() + at, 4);
+    return v;
+  };
+  std::vector<std::string> out;
+  if (u32(0) != 0x950412de) return out;
+  uint32_t n = u32(8), originals = u32(12), translations = u32(16);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t len = u32(translations + 8 * i), at = u32(translations + 8 * i + 4);
+    if (u32(originals + 8 * i) == 0 || size_t(at) + len > b.size()) continue;  // the header
+    std::string t = b.substr(at, len);
+    std::replace(t.begin(), t.end(), '\0', '\n');
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Code points of the words in unspaced scripts, and of all words.
+std::pair<size_t, size_t> unspaced_share(const std::string& text) {
+  size_t unspaced = 0, all = 0;
+  for (std::string_view w : words_of(text)) {
+    size_t i = 0, n = utf8_length(w);
+    all += n;
+    if (is_unspaced_script(next_code_point(w, i))) unspaced += n;
+  }
+  return {unspaced, all};
+}
+
+bool has_latin_or_digit_word(const std::string& text) {
+  for (std::string_view w : words_of(text))
+    if (static_cast<unsigned char>(w[0]) < 0x80) return true;
+  return false;
+}
+
+// Chinese, Japanese and Thai prose with a few Latin or digit tokens ("%lu",
+// "apt", "2.0", an escape's "33m") was judged by those tokens alone, and
+// removed as too short (or too long) a mean; a document mostly in unspaced
+// scripts is now exempt, as one with no spaced word at all was. Real text:
+// apt's and dpkg's own translations (every Debian system has them) and the
+// Chinese fortunes (fortunes-zh: Debian's Code of Conduct, Tang poems).
+TEST(FilterMeanWordLength, UnspacedProseWithAFewLatinTokensIsExempt) {
+  const std::string locale = "/usr/share/locale/";
+  const std::string fortunes = "/usr/share/games/fortunes/";
+  if (!std::filesystem::exists(locale + "th/LC_MESSAGES/dpkg.mo") ||
+      !std::filesystem::exists(fortunes + "chinese"))
+    GTEST_FAIL() << "apt's and dpkg's translations or fortunes-zh are missing: run "
+                    "scripts/setup.sh --test";
+  auto s = test_stage::make_stage("type: mean_word_length");
+  struct Corpus {
+    std::string name;
+    std::vector<std::string> docs;
+  };
+  std::vector<Corpus> corpora;
+  for (const char* lang : {"zh_CN", "ja", "th"}) {
+    Corpus c{lang, {}};
+    for (const char* pkg : {"apt", "dpkg"})
+      for (std::string& t : mo_translations(locale + lang + "/LC_MESSAGES/" + pkg + ".mo"))
+        if (utf8_length(t) >= 40) c.docs.push_back(std::move(t));
+    corpora.push_back(std::move(c));
+  }
+  Corpus zh{"fortunes-zh", {}};
+  for (const char* f : {"chinese", "tang300", "song100"}) {
+    std::string all = nk::test::read_file(fortunes + f);
+    size_t at = 0;
+    while (at < all.size()) {
+      size_t end = all.find("\n%\n", at);
+      if (end == std::string::npos) end = all.size();
+      zh.docs.push_back(all.substr(at, end - at));
+      at = end + 3;
+    }
+  }
+  corpora.push_back(std::move(zh));
+  for (const Corpus& c : corpora) {
+    size_t mostly_unspaced = 0, with_latin = 0, exempt = 0, removed = 0;
+    std::string first_removed;
+    for (const std::string& d : c.docs) {
+      auto [unspaced, all] = unspaced_share(d);
+      if (all == 0 || 2 * unspaced < all) continue;
+      ++mostly_unspaced;
+      with_latin += has_latin_or_digit_word(d);
+      Out o = run(*s, d);
+      if (!o.v.keep && removed++ == 0) first_removed = o.v.reason + ":\n" + d;
+      exempt += o.counts["mean_word_length_unspaced"];
+    }
+    std::printf(
+        "%s: %zu documents mostly in unspaced scripts, %zu of them with Latin or digit "
+        "tokens; %zu removed\n",
+        c.name.c_str(), mostly_unspaced, with_latin, removed);
+    EXPECT_EQ(removed, 0u) << c.name << ", the first: " << first_removed;
+    EXPECT_EQ(exempt, mostly_unspaced) << c.name;
+    EXPECT_GE(with_latin, 20u) << c.name;  // the case at hand is there
+  }
+}
+
+// A document mostly in a spaced script is measured on its spaced words, a
+// few Chinese characters or a Japanese name left out.
+TEST(FilterMeanWordLength, SpacedProseWithAFewChineseCharactersIsJudged) {
+  auto s = test_stage::make_stage("type: mean_word_length");
+  std::string en =
+      "The delegation visited Beijing (北京) and Shanghai (上海) last spring, meeting "
+      "engineers who maintain the regional railway signalling systems.";
+  Out o = run(*s, en);
+  EXPECT_TRUE(o.v.keep) << o.v.reason;
+  EXPECT_EQ(o.counts["mean_word_length_unspaced"], 0);
+  // Short tokens with a name in kanji: still too short a mean.
+  EXPECT_EQ(reason(*s, "a b c d e f 東京 g h i j"), "mean_word_length 1 < 3");
+  // Long tokens: still too long.
+  EXPECT_EQ(reason(*s, words(8, 12) + " 中文"), "mean_word_length 12 > 10");
 }
 
 TEST(FilterSymbolWordRatio, HashesAndEllipsesPerWord) {
