@@ -47,11 +47,18 @@ const char* OutputRails::name(int rail) {
 }
 
 int OutputRails::scan(std::string_view text, size_t from, std::vector<Match>& out) const {
-  if (pii_mask_)
-    for (const curate::PiiMatch& m : curate::find_pii(text.substr(from), pii_mask_))
-      out.push_back({from + m.begin, from + m.end, kPii, false,
-                     pii_placeholder_.empty() ? curate::pii_placeholder(m.type)
-                                              : std::string_view(pii_placeholder_)});
+  if (pii_mask_) {
+    // The scanner judges a match by the text before it (a number opening a
+    // line is a section, not an address): it starts kPiiContext characters
+    // earlier, and what ends before `from` is left to the earlier scans.
+    constexpr size_t kPiiContext = 32;
+    const size_t at = back_chars(text, from, kPiiContext);
+    for (const curate::PiiMatch& m : curate::find_pii(text.substr(at), pii_mask_))
+      if (at + m.end > from)
+        out.push_back({at + m.begin, at + m.end, kPii, false,
+                       pii_placeholder_.empty() ? curate::pii_placeholder(m.type)
+                                                : std::string_view(pii_placeholder_)});
+  }
   std::vector<TextSpan> spans;
   for (int rail : {kWords, kRegex}) {
     spans.clear();

@@ -448,6 +448,23 @@ TEST_F(GuardrailsTest, StreamFilterMatchesWholeTextAtEverySplit) {
   EXPECT_EQ(f.push("bc"), "aa");
 }
 
+// The PII scanner looks before a match (a section number opening a line is
+// not an address, one after text is): a stream scanned from just before a
+// match, with spaces there, must still see the text before it.
+TEST_F(GuardrailsTest, StreamedPiiSeesTheTextBeforeAMatch) {
+  // Window 16: an address fits; the 20 spaces before it do not.
+  OutputRails rails(config("output:\n  pii: [ip_address]\n  window: 16\n"));
+  const std::string gap(20, ' ');
+  for (const std::string& t :
+       {"gw" + gap + "12.13.14.15 Router", "6.2.4.1. Title\nsee" + gap + "10.1.2.3 Router"}) {
+    const auto want = whole(rails, t);
+    EXPECT_TRUE(want.first.find("<IP_ADDRESS>") != std::string::npos) << t;
+    std::vector<std::string> bytes;
+    for (char c : t) bytes.push_back(std::string(1, c));
+    EXPECT_EQ(streamed(rails, bytes), want) << t;
+  }
+}
+
 // With blocked_action refuse, a blocked word ends the answer: nothing of it
 // is ever released, and streaming refuses exactly when the whole text does.
 TEST_F(GuardrailsTest, RefusingOutputRail) {
