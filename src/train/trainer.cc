@@ -273,11 +273,17 @@ void Trainer::make_optimizer() {
   std::vector<ParamGroup> groups =
       default_param_groups(model_->layout(), cfg_.adamw.weight_decay, model_->params().numel());
   if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
-  if (cfg_.adamw.precision.master != DType::F32 && (par_.active() || ddp_ || pipe_))
+  // Plain data parallelism keeps the whole optimizer on every rank, each
+  // updating its bf16 master alike from the same all-reduced gradients.
+  // Sharded or model-parallel layouts hold masters in pieces: not yet.
+  const bool plain_dp =
+      !pipe_ && (!ddp_ || !ddp_->sharded()) && (!par_.mesh || par_.mesh->world_size() == par_.dp());
+  if (cfg_.adamw.precision.master != DType::F32 && !plain_dp)
     fail(
-        "optim.master_dtype=bf16 runs in one process for now (parallel.* asks for {} processes); "
-        "use optim.master_dtype=f32",
-        par_.active() ? par_.mesh->world_size() : 1);
+        "optim.master_dtype=bf16 runs with plain data parallelism only for now (parallel.* asks "
+        "for {} processes with {}); use optim.master_dtype=f32",
+        par_.world(),
+        ddp_ && ddp_->sharded() ? "a sharded parallel.shard" : "tensor or pipeline parallelism");
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
   // A bf16 master: the compute weights and the optimizer's remainder hold it now.
   if (opt_->master_in_compute()) model_->release_masters();

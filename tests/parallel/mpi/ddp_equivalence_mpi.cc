@@ -35,6 +35,7 @@ struct Recipe {
   int64_t val_every = 0;        // train.val_every (validation through the DP layer)
   std::string freeze = "";      // train.freeze
   std::string moments = "f32";  // optim.moment_dtype
+  std::string master = "f32";   // optim.master_dtype
 };
 
 class DataParallel : public test::RankTest {
@@ -57,7 +58,8 @@ class DataParallel : public test::RankTest {
         "parallel.bucket_mb=" + std::to_string(r.bucket_mb),
         std::string("parallel.overlap_grad_reduce=") + (r.overlap ? "true" : "false"),
         "parallel.shard=" + r.shard,
-        "optim.moment_dtype=" + r.moments};
+        "optim.moment_dtype=" + r.moments,
+        "optim.master_dtype=" + r.master};
     for (std::string& c : common_options(B, B * r.accum * dp)) o.push_back(std::move(c));
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=2");
     if (!r.freeze.empty()) o.push_back("train.freeze=" + r.freeze);
@@ -140,8 +142,13 @@ class DataParallel : public test::RankTest {
             << "step " << s + 1 << " micro-batch " << m;
     }
     // The weights: per tensor (or fused part), the relative difference in the 2-norm.
-    test::expect_weights_close(ref.model().layout(), ref.model().params(), ddp.model().params(),
-                               param_tol);
+    // A bf16 master lives in the optimizer: the f32 arena is freed, on both.
+    if (r.master == "bf16") {
+      EXPECT_EQ(ref.model().params().numel(), 0);
+      EXPECT_EQ(ddp.model().params().numel(), 0);
+    }
+    test::expect_weights_close(ref.model().layout(), ref.optimizer().masters_f32(),
+                               ddp.optimizer().masters_f32(), param_tol);
     EXPECT_EQ(ddp.state().consumed_samples, ref.state().consumed_samples);
     // ZeRO-1: this rank holds the moments of its blocks only, and the blocks
     // of all ranks add up to the whole state of one process.
@@ -292,6 +299,38 @@ TEST_F(DataParallel, Zero1Gpt2Bf16Moments) {
 }
 TEST_F(DataParallel, Zero1LlamaF16Moments) {
   check({"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer", 0, "", "f16"}, 1e-3, 1.0 / 256);
+}
+
+// A bf16 master with its compensating remainder (optim.master_dtype=bf16),
+// plain data parallelism: every rank updates the whole master alike from the
+// all-reduced gradients. The bf16-compute tolerances, for the same reason.
+TEST_F(DataParallel, Gpt2Bf16MasterGradAccumulation) {
+  Recipe r{"gpt-tiny", DType::BF16, 2};
+  r.master = "bf16";
+  check(r, 1e-3, 1.0 / 256);
+}
+TEST_F(DataParallel, LlamaBf16MasterBf16Moments) {
+  Recipe r{"llama-tiny", DType::BF16, 1};
+  r.master = "bf16";
+  r.moments = "bf16";
+  check(r, 1e-3, 1.0 / 256);
+}
+
+// Sharded optimizer state holds the master in pieces: refused, naming why.
+TEST_F(DataParallel, Bf16MasterUnderZero1IsRefused) {
+  Recipe r{"gpt-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
+  r.master = "bf16";
+  dist::Mesh mesh = train_mesh(config(r, "unused", world_), world_, rank_);
+  TrainParallel par{&mesh, groups_.get()};
+  std::string err;
+  try {
+    Trainer t(config(r, (base_ / "refused").string(), world_), par);
+    t.run();
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("plain data parallelism only"), std::string::npos) << err;
+  EXPECT_NE(err.find("sharded parallel.shard"), std::string::npos) << err;
 }
 
 // FSDP: the weights sharded too, each stage's gathered before it runs (GPT-2's
