@@ -20,7 +20,7 @@ done
 # GCIDE, the dictionary `nekton quickstart` trains on.
 pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-json3-dev
       libfmt-dev zlib1g-dev libpcre2-dev libsentencepiece-dev libzstd-dev zstd libsimdjson-dev
-      libxxhash-dev libicu-dev libgumbo-dev libfasttext-dev libopenmpi-dev openmpi-bin
+      libxxhash-dev libicu-dev libgumbo-dev libuchardet-dev libfasttext-dev libopenmpi-dev openmpi-bin
       libcpp-httplib-dev dict-gcide)
 # Test-only:
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;

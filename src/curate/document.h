@@ -23,7 +23,9 @@ struct Document {
   std::string id;    // from the input's id field, or "<file>:<line>" / the file's path
   std::string text;  // valid UTF-8 (the runner rejects or repairs anything else first)
   // Labels stages add ("language", "language_score", "quality_score", ...), and
-  // for files read from folders "source" and "format" ("html", "latex", "text").
+  // for files read from folders "source" and "format" ("html", "latex", "text");
+  // WARC records add "url", "date", "source" (FILE@OFFSET), "charset",
+  // "charset_from" and "format" (input.h).
   // Written to the output record after the input's own fields.
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
 };

@@ -4,7 +4,7 @@ small valid inputs of each format, after the fixtures of the unit tests, so
 that the fuzzers start from inputs that get past the first checks. Rerun it
 after changing a format; findings' inputs are added to the folders by hand.
 SentencePiece's seed is trained with spm_train (Debian's sentencepiece)."""
-import json, os, struct, subprocess, sys, tempfile, base64
+import base64, gzip, json, os, struct, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
 from hf_reference import bytes_to_unicode  # GPT-2's byte alphabet
@@ -111,6 +111,35 @@ put("html", "article", """<!DOCTYPE html><html><head><title>T</title><style>p{}<
 <footer>(c) 2024</footer><script>var x = 1;</script></body></html>
 """)
 put("html", "broken", "<p>unclosed <b>bold <i>nest</p><table><td>cell<tr>&#x1F600; &bogus; \xff")
+
+
+def warc_record(version, wtype, uri, block, content_type="application/http; msgtype=response"):
+    head = (f"WARC/{version}\r\nWARC-Type: {wtype}\r\nWARC-Record-ID: <urn:uuid:{wtype}-{len(block)}>\r\n"
+            f"WARC-Date: 2024-03-01T12:00:00Z\r\nWARC-Target-URI: {uri}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(block)}\r\n\r\n").encode()
+    return head + block + b"\r\n\r\n"
+
+
+def http(status, content_type, body, extra=b""):
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n".encode() + extra +
+            f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+cp1251 = "<html><body><p>Привет, мир. Летним утром старый рыбак вышел из дома.</p></body></html>".encode("cp1251")
+sjis = "<meta charset=shift_jis><p>朝早く、私は駅まで歩いて行きました。</p>".encode("shift_jis")
+warc_recs = [
+    warc_record("1.0", "warcinfo", "", b"software: seeds\r\n", "application/warc-fields"),
+    warc_record("1.0", "request", "<http://a/>", b"GET / HTTP/1.1\r\n\r\n", "application/http; msgtype=request"),
+    warc_record("1.0", "response", "<http://a/>", http("200 OK", "text/html; charset=windows-1251", cp1251)),
+    warc_record("1.1", "response", "http://b/", http("200 OK", "text/html", sjis)),
+    warc_record("1.1", "response", "http://c/", http("200 OK", "text/html", b"3\r\n<p>\r\n2\r\nhi\r\n0\r\n\r\n",
+                                                      b"Transfer-Encoding: chunked\r\n")),
+    warc_record("1.1", "response", "http://d/", http("404 Not Found", "text/html", b"<p>gone</p>")),
+    warc_record("1.1", "conversion", "http://e/", "Простой текст WET.".encode(), "text/plain"),
+]
+put("warc", "plain", b"".join(warc_recs))
+put("warc", "gzip_per_record", b"".join(gzip.compress(r, mtime=0) for r in warc_recs))
+put("warc", "gzip_whole", gzip.compress(b"".join(warc_recs), mtime=0))
 
 put("latex", "article", r"""\documentclass{article}
 \usepackage{amsmath}

@@ -19,8 +19,9 @@ std::string mark(const std::string& file, const YAML::Node& n) {
 void bind_pipeline(YamlKeys& k, PipelineConfig& c) {
   InputOptions& in = c.input;
   k.bind("input.paths", in.paths,
-         "JSONL (plain or zstd) files; folders of .html, .tex, .txt files (one document each)");
-  k.bind("input.format", in.format, "auto (by extension), jsonl, text, html, latex");
+         "JSONL (plain or zstd) and WARC/WET (plain or gzip) files; folders of .html, .tex, .txt "
+         "files (one document each)");
+  k.bind("input.format", in.format, "auto (by extension), jsonl, text, html, latex, warc, wet");
   k.bind("input.text_key", in.text_key, "JSONL field with the text");
   k.bind("input.id_key", in.id_key, "JSONL field with the id (missing ids become FILE:LINE)");
   k.bind("input.files_per_shard", in.files_per_shard, "document files per output shard");

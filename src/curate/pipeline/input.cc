@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "curate/pipeline/charset.h"
 #include "data/utf8.h"
 
 namespace nk::curate {
@@ -28,6 +30,10 @@ const char* source_format_name(SourceFormat f) {
       return "html";
     case SourceFormat::Latex:
       return "latex";
+    case SourceFormat::Warc:
+      return "warc";
+    case SourceFormat::Wet:
+      return "wet";
   }
   return "?";
 }
@@ -48,6 +54,10 @@ bool format_by_name(const std::string& path, SourceFormat& f) {
   for (const char* e : {".html", ".htm", ".xhtml"})
     if (ends_with(p, e)) return f = SourceFormat::Html, true;
   if (ends_with(p, ".tex")) return f = SourceFormat::Latex, true;
+  for (const char* e : {".warc", ".warc.gz"})
+    if (ends_with(p, e)) return f = SourceFormat::Warc, true;
+  for (const char* e : {".wet", ".wet.gz"})
+    if (ends_with(p, e)) return f = SourceFormat::Wet, true;
   for (const char* e : {".txt", ".text", ".md", ".rst"})
     if (ends_with(p, e)) return f = SourceFormat::Text, true;
   return false;
@@ -58,7 +68,9 @@ SourceFormat forced_format(const std::string& name) {
   if (name == "text") return SourceFormat::Text;
   if (name == "html") return SourceFormat::Html;
   if (name == "latex") return SourceFormat::Latex;
-  fail("input.format: expected auto, jsonl, text, html or latex, got '{}'", name);
+  if (name == "warc") return SourceFormat::Warc;
+  if (name == "wet") return SourceFormat::Wet;
+  fail("input.format: expected auto, jsonl, text, html, latex, warc or wet, got '{}'", name);
 }
 
 int64_t file_size_of(const std::string& path) {
@@ -241,7 +253,15 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
       for (Shard& s : split_jsonl(path, opt.shard_mb << 20)) shards.push_back(std::move(s));
       continue;
     }
-    if (shards.empty() || shards.back().format == SourceFormat::Jsonl ||
+    if (f == SourceFormat::Warc || f == SourceFormat::Wet) {
+      Shard s;
+      s.format = f;
+      s.files.emplace_back(path, f);
+      s.bytes = file_size_of(path);
+      shards.push_back(std::move(s));
+      continue;
+    }
+    if (shards.empty() || shards.back().format != SourceFormat::Text ||
         int64_t(shards.back().files.size()) >= opt.files_per_shard) {
       shards.emplace_back();
       shards.back().format = SourceFormat::Text;  // a group of document files
@@ -251,15 +271,6 @@ std::vector<Shard> plan_shards(const InputOptions& opt) {
   }
   return shards;
 }
-
-ShardReader::ShardReader(const Shard& shard, const InputOptions& opt) : shard_(shard), opt_(opt) {
-  if (shard.format == SourceFormat::Jsonl) {
-    jsonl_ = std::make_unique<JsonlReader>(shard.files.at(0).first);
-    if (shard.offset >= 0) jsonl_->restrict_to(shard.offset, shard.bytes, shard.first_line);
-  }
-}
-
-ShardReader::~ShardReader() = default;
 
 namespace {
 
@@ -333,6 +344,7 @@ void read_document_file(const std::string& path, SourceFormat f, const InputOpti
 
 bool ShardReader::next(std::vector<InputRecord>& out, size_t batch_bytes) {
   out.clear();
+  if (warc_) return next_warc(out, batch_bytes);
   if (jsonl_) {
     LineBlock block;
     if (!jsonl_->read_block(block, batch_bytes)) return false;
@@ -374,6 +386,257 @@ bool ShardReader::next(std::vector<InputRecord>& out, size_t batch_bytes) {
     }
   });
   bytes_done_ += int64_t(bytes);
+  return true;
+}
+
+namespace {
+
+// A WARC record chosen for a document, decoded in parallel.
+struct WarcItem {
+  enum Kind { Html, Text, Bad } kind = Bad;
+  std::string where, id, url, date, error;
+  std::string block;
+  HttpResponse http;    // Html
+  std::string charset;  // Text: the WARC Content-Type's charset parameter
+};
+
+// Blocks larger than this are skipped (counted as warc_skipped_too_large);
+// bodies that decode (gzip content coding) to more are bad records.
+constexpr int64_t kMaxWarcBlock = int64_t(64) << 20;
+// Bytes of a response block searched for the end of its HTTP header.
+constexpr size_t kMaxHttpHead = size_t(64) << 10;
+
+std::string lower_ascii(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return s;
+}
+
+// The media type of a Content-Type value, lower case, without parameters.
+std::string media_type(const std::string& ct) {
+  std::string t = lower_ascii(ct.substr(0, ct.find(';')));
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.pop_back();
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.erase(0, 1);
+  return t;
+}
+
+void decode_warc_item(WarcItem& it, const InputOptions& opt, InputRecord& r, CharsetFrom& from,
+                      bool& unusable) {
+  r.where = it.where;
+  r.bytes = int64_t(it.block.size());
+  r.doc.id = !it.id.empty() ? it.id : !it.url.empty() ? it.url : it.where;
+  if (it.kind == WarcItem::Bad) {
+    r.ok = false;
+    r.error = it.error;
+    r.doc.id = it.where;
+    return;
+  }
+  std::string_view bytes = it.block;
+  std::string body;
+  const bool html = it.kind == WarcItem::Html;
+  std::string declared = it.charset;
+  if (html) {
+    bytes.remove_prefix(std::min(it.http.body_offset, bytes.size()));
+    if (!it.http.transfer_encoding.empty() || !it.http.content_encoding.empty()) {
+      std::string why;
+      if (!decode_http_body(bytes, it.http, body, why, size_t(kMaxWarcBlock))) {
+        r.ok = false;
+        r.error = why;
+        return;
+      }
+      bytes = body;
+    }
+    declared = charset_param(it.http.content_type);
+  }
+  DecodedText d = decode_to_utf8(bytes, declared, html);
+  from = d.from;
+  unusable = d.declared_unusable;
+  if (d.lossy) {
+    if (opt.invalid_utf8 == "skip") {
+      r.ok = false;
+      r.error =
+          fmt::format("bytes not valid in charset {} ({})", d.charset, charset_from_name(d.from));
+      return;
+    }
+    r.repaired = true;
+  }
+  r.doc.text = std::move(d.text);
+  r.doc.meta = {{"url", it.url},
+                {"date", it.date},
+                {"source", it.where},
+                {"charset", d.charset},
+                {"charset_from", charset_from_name(d.from)},
+                {"format", html ? "html" : "text"}};
+}
+
+}  // namespace
+
+namespace {
+
+// The records of one batch, read (sequentially: decompression and parsing)
+// ahead of their decoding.
+struct WarcBatch {
+  std::vector<WarcItem> items;
+  Counters counts;
+  bool done = false;           // the file's end was reached
+  int64_t bytes_consumed = 0;  // of the file, after the batch
+};
+
+WarcBatch read_warc_batch(WarcReader& rd, size_t batch_bytes, int64_t& warnings) {
+  WarcBatch out;
+  Counters& counts = out.counts;
+  std::vector<WarcItem>& items = out.items;
+  size_t bytes = 0;
+  auto bad = [&](const std::string& where, const std::string& error) {
+    WarcItem it;
+    it.where = where;
+    it.error = "corrupt WARC record: " + error;
+    ++counts["warc_corrupt_records"];
+    if (warnings < 10)
+      NK_WARN("curate: {}: {} (record skipped)", where, error);
+    else if (warnings == 10)
+      NK_WARN("curate: {}: further damaged records are listed in removed/ only",
+              escape_invalid_utf8(rd.path()));
+    ++warnings;
+    items.push_back(std::move(it));
+  };
+  // Skips the current block, or reports the damage found in it.
+  auto skip = [&](const WarcHeader& h, const std::string& counter) {
+    std::string error;
+    if (!rd.skip_block(error)) return bad(h.where, error);
+    ++counts[counter];
+  };
+  while (bytes < batch_bytes) {
+    WarcHeader h;
+    std::string error, where;
+    WarcReader::Next st = rd.next(h, error, where);
+    if (st == WarcReader::Next::End) {
+      out.done = true;
+      break;
+    }
+    if (st == WarcReader::Next::Corrupt) {
+      bad(where, error);
+      continue;
+    }
+    ++counts["warc_records"];
+    bytes += 512;  // a skipped record still costs its header
+    const std::string type = lower_ascii(h.type());
+    WarcItem it;
+    if (type == "response") {
+      if (media_type(h.get("Content-Type")) != "application/http") {
+        skip(h, "warc_skipped_non_html");  // dns:, ftp: and other non-HTTP responses
+        continue;
+      }
+      std::string_view head = rd.peek_block(kMaxHttpHead);
+      if (!parse_http_head(head, it.http)) {
+        std::string damage;
+        const bool intact = rd.skip_block(damage);
+        bad(h.where, intact ? "malformed HTTP response header" : damage);
+        continue;
+      }
+      if (it.http.status < 200 || it.http.status > 299) {
+        skip(h, "warc_skipped_status");
+        continue;
+      }
+      std::string mt = media_type(it.http.content_type);
+      if (mt.empty()) mt = media_type(h.get("WARC-Identified-Payload-Type"));
+      if (mt != "text/html" && mt != "application/xhtml+xml") {
+        skip(h, "warc_skipped_non_html");
+        continue;
+      }
+      const std::string& ce = it.http.content_encoding;
+      if (!(ce.empty() || ce == "identity" || ce == "none" || ce == "gzip" || ce == "x-gzip" ||
+            ce == "deflate")) {
+        skip(h, "warc_skipped_content_encoding");
+        continue;
+      }
+      it.kind = WarcItem::Html;
+    } else if (type == "conversion") {
+      it.kind = WarcItem::Text;
+      it.charset = charset_param(h.get("Content-Type"));
+    } else {
+      static const std::set<std::string> kTypes = {"warcinfo", "request",  "metadata",
+                                                   "revisit",  "resource", "continuation"};
+      skip(h, kTypes.count(type) ? "warc_skipped_" + type : "warc_skipped_other_type");
+      continue;
+    }
+    if (h.content_length > kMaxWarcBlock) {
+      skip(h, "warc_skipped_too_large");
+      continue;
+    }
+    if (!rd.read_block(it.block, error)) {
+      bad(h.where, error);
+      continue;
+    }
+    if (!h.get("WARC-Truncated").empty()) ++counts["warc_truncated_payload"];
+    it.where = h.where;
+    it.id = h.record_id();
+    it.url = h.target_uri();
+    it.date = h.get("WARC-Date");
+    bytes += it.block.size();
+    items.push_back(std::move(it));
+  }
+  out.bytes_consumed = rd.bytes_consumed();
+  return out;
+}
+
+}  // namespace
+
+// A WARC shard: the reader, and the next batch being read by a thread of its
+// own while the current one is decoded and goes through the stages (the
+// decompression is sequential; this overlaps it with everything else).
+struct ShardReader::WarcState {
+  std::unique_ptr<WarcReader> reader;
+  int64_t warnings = 0;
+  bool done = false;
+  std::future<WarcBatch> ahead;  // declared after `reader`, so it is joined first
+};
+
+ShardReader::~ShardReader() = default;
+
+ShardReader::ShardReader(const Shard& shard, const InputOptions& opt) : shard_(shard), opt_(opt) {
+  if (shard.format == SourceFormat::Jsonl) {
+    jsonl_ = std::make_unique<JsonlReader>(shard.files.at(0).first);
+    if (shard.offset >= 0) jsonl_->restrict_to(shard.offset, shard.bytes, shard.first_line);
+  }
+  if (shard.format == SourceFormat::Warc || shard.format == SourceFormat::Wet) {
+    warc_ = std::make_unique<WarcState>();
+    warc_->reader = std::make_unique<WarcReader>(shard.files.at(0).first);
+  }
+}
+
+bool ShardReader::next_warc(std::vector<InputRecord>& out, size_t batch_bytes) {
+  WarcState& w = *warc_;
+  if (w.done && !w.ahead.valid()) return false;
+  WarcBatch b =
+      w.ahead.valid() ? w.ahead.get() : read_warc_batch(*w.reader, batch_bytes, w.warnings);
+  if (!b.done) {
+    WarcReader* rd = w.reader.get();
+    int64_t* warnings = &w.warnings;
+    w.ahead = std::async(std::launch::async, [rd, batch_bytes, warnings] {
+      return read_warc_batch(*rd, batch_bytes, *warnings);
+    });
+  }
+  w.done = b.done;
+  for (const auto& [k, v] : b.counts) counts_[k] += v;
+  std::vector<WarcItem>& items = b.items;
+  out.resize(items.size());
+  std::vector<CharsetFrom> from(items.size(), CharsetFrom::Default);
+  std::vector<char> unusable(items.size(), 0);
+  parallel_for(int64_t(items.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      bool u = false;
+      decode_warc_item(items[size_t(i)], opt_, out[size_t(i)], from[size_t(i)], u);
+      unusable[size_t(i)] = u;
+    }
+  });
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].kind == WarcItem::Bad || !out[i].ok) continue;
+    ++counts_[std::string("charset_") + charset_from_name(from[i])];
+    if (unusable[i]) ++counts_["charset_declared_unusable"];
+    if (out[i].repaired) ++counts_["charset_lossy"];
+  }
+  bytes_done_ = b.bytes_consumed;
   return true;
 }
 

@@ -24,6 +24,8 @@ nlohmann::ordered_json CurateReport::to_json() const {
                   {"mb_per_s_per_core", s.seconds > 0 ? double(s.bytes_in) / 1e6 / s.seconds : 0.0},
                   {"counts", counts}});
   }
+  ojson ic = ojson::object();
+  for (const auto& [k, v] : input_counts) ic[k] = v;
   return {{"shards", shards},
           {"input_docs", input_docs},
           {"output_docs", output_docs},
@@ -32,13 +34,19 @@ nlohmann::ordered_json CurateReport::to_json() const {
           {"bad_records", bad_records},
           {"empty_docs", empty_docs},
           {"utf8_repaired", utf8_repaired},
+          {"input_counts", ic},
           {"stages", st},
           {"errors", errors}};
 }
 
 std::string CurateReport::table() const {
-  std::string s = fmt::format("{:<28} {:>10} {:>10} {:>10} {:>9} {:>10}\n", "stage", "in", "kept",
-                              "removed", "time", "MB/s/core");
+  std::string s;
+  if (!input_counts.empty()) {
+    s += "input\n";
+    for (const auto& [k, v] : input_counts) s += fmt::format("  {:<26} {:>10}\n", k, v);
+  }
+  s += fmt::format("{:<28} {:>10} {:>10} {:>10} {:>9} {:>10}\n", "stage", "in", "kept", "removed",
+                   "time", "MB/s/core");
   for (const StageStats& st : stages) {
     s += fmt::format("{:<28} {:>10} {:>10} {:>10} {:>8.2f}s {:>10.1f}\n",
                      st.name + (st.global ? "*" : ""), st.docs_in, st.docs_in - st.removed,

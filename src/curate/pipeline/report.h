@@ -28,6 +28,11 @@ struct CurateReport {
   int64_t empty_docs = 0;      // empty or whitespace-only documents (in removed/)
   int64_t utf8_repaired = 0;   // records kept with invalid UTF-8 replaced by U+FFFD
   int64_t resumed_shards = 0;  // shard-segments found done and skipped
+  // The input readers' counts: WARC records skipped by kind
+  // ("warc_skipped_request", "warc_skipped_non_html", ...), damaged ones
+  // ("warc_corrupt_records", also in bad_records), and where the charsets of
+  // pages came from ("charset_header", "charset_meta", "charset_detected", ...).
+  Counters input_counts;
   std::vector<StageStats> stages;
   double wall_seconds = 0;          // of this invocation
   std::vector<std::string> errors;  // e.g. a corrupt zstd stream: file, offset

@@ -76,6 +76,7 @@ struct ShardStats {
   int64_t docs_in = 0, docs_out = 0, bad = 0, empty = 0, repaired = 0, bytes_in = 0;
   std::vector<StageStats> stages;  // the segment's: its global removals first, then doc stages
   std::vector<std::string> errors;
+  Counters input_counts;  // the input reader's (WARC records skipped by kind, charsets)
 };
 
 ojson stats_json(const StageStats& s) {
@@ -186,8 +187,11 @@ void Runner::prepare() {
 }
 
 void Runner::prepare_output() {
-  for (const Shard& s : shards_)
-    if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);  // opens or throws
+  for (const Shard& s : shards_) {  // each opens or throws
+    if (s.format == SourceFormat::Jsonl) JsonlReader check(s.files[0].first);
+    if (s.format == SourceFormat::Warc || s.format == SourceFormat::Wet)
+      WarcReader check(s.files[0].first);
+  }
   // The plan as a JSON list, built by hand: file names are bytes, not always
   // UTF-8, and every byte must count towards the hash.
   std::string plan = "[";
@@ -445,8 +449,10 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
   const std::string label =
       fmt::format("[{} {}/{}]", k == 0 ? "input" : seg.global_name, i + 1, shards_.size());
   int64_t text_bytes = 0;
+  std::unique_ptr<ShardReader> reader_ptr;
   try {
-    ShardReader reader(*src, *iopt);
+    reader_ptr = std::make_unique<ShardReader>(*src, *iopt);
+    ShardReader& reader = *reader_ptr;
     while (reader.next(recs, size_t(cfg_.batch_mb) << 20)) {
       const int64_t n = int64_t(recs.size());
       std::vector<int> removed_at(size_t(n), -1);  // stage index that removed it; -2: input
@@ -531,11 +537,14 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
     ss.errors.push_back(escape_invalid_utf8(e.what()));  // it may name a file that is not UTF-8
     NK_WARN("curate: {}", e.what());
   }
+  if (reader_ptr) ss.input_counts = reader_ptr->counts();
   report_progress(label, src->bytes, src->bytes, text_bytes, ss.docs_in, t0, true);
   removed.commit();
   out.commit();
   ojson st = ojson::array();
   for (const StageStats& s : ss.stages) st.push_back(stats_json(s));
+  ojson ic = ojson::object();
+  for (const auto& [key, v] : ss.input_counts) ic[key] = v;
   write_json(dir / (name + ".done.json"), {{"docs_in", ss.docs_in},
                                            {"docs_out", ss.docs_out},
                                            {"bad", ss.bad},
@@ -543,7 +552,8 @@ ShardStats Runner::process_shard(size_t k, size_t i) {
                                            {"repaired", ss.repaired},
                                            {"bytes_in", ss.bytes_in},
                                            {"stages", st},
-                                           {"errors", ss.errors}});
+                                           {"errors", ss.errors},
+                                           {"input_counts", ic}});
   return ss;
 }
 
@@ -558,6 +568,8 @@ ShardStats load_shard_stats(const fs::path& done) {
   ss.bytes_in = j.at("bytes_in").get<int64_t>();
   for (const auto& s : j.at("stages")) ss.stages.push_back(stats_from(s));
   for (const auto& e : j.at("errors")) ss.errors.push_back(e.get<std::string>());
+  if (j.contains("input_counts"))
+    for (const auto& [k, v] : j.at("input_counts").items()) ss.input_counts[k] = v.get<int64_t>();
   return ss;
 }
 
@@ -667,6 +679,7 @@ CurateReport Runner::run() {
         report_.bad_records += ss.bad;
         report_.empty_docs += ss.empty;
         report_.utf8_repaired += ss.repaired;
+        for (const auto& [key, v] : ss.input_counts) report_.input_counts[key] += v;
       }
       if (k + 1 == segs_.size()) report_.output_docs += ss.docs_out;
       for (const std::string& e : ss.errors) report_.errors.push_back(e);
