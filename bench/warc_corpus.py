@@ -29,7 +29,7 @@ def page(doc_id, text, rng):
     nav = "".join(f'<li><a href="/s/{rng.randint(0, 999)}">Section {i}</a></li>' for i in range(8))
     return (
         f"<!DOCTYPE html><html><head><title>{doc_id}</title>{{meta}}</head><body>"
-        f'<nav><ul>{nav}</ul></nav><div class="content"><h1>Entry {doc_id}</h1>\n{paras}</div>'
+        f'<nav><ul>{nav}</ul></nav><div class="content"><h1>{html.escape(" ".join(text.split()[:4]))}</h1>\n{paras}</div>'
         f'<footer><a href="/about">About</a> | <a href="/privacy">Privacy</a> | '
         f"Copyright 2024 Example Dictionary</footer></body></html>\n"
     )
