@@ -84,7 +84,8 @@ class GlobalStage {
   // depend only on the documents and their order, never on thread timing.
   virtual std::vector<Removal> finish(Counters& counts) = 0;
   // Results that outlive the run (the dedup stages' save_state): right after
-  // finish(), save(dir) writes them into `dir`, an empty folder of the run's
+  // finish(), save(dir) writes them into `dir` (across ranks, every rank
+  // calls it and rank 0 writes), an empty folder of the run's
   // work area that lasts until the run ends, also across a resume; once the
   // run's output is complete, publish(dir) puts them in place. On a resumed
   // run whose stage had finished before the kill, only publish() is called,

@@ -150,12 +150,6 @@ std::vector<std::string> gather_ids(const IndexedLog& log, uint64_t start,
   return ids;
 }
 
-// A dedup stage across ranks: what it refuses there, naming the key.
-void check_across(const char* stage, const std::string& load, const std::string& save) {
-  if (!load.empty() || !save.empty())
-    fail("{}: load_state and save_state run on one process only (not under mpirun yet)", stage);
-}
-
 // The settings a saved state must share with the stage that loads it.
 nlohmann::json exact_params(const ExactDedupOptions& o) {
   return {{"normalize", o.normalize}};
@@ -179,11 +173,43 @@ std::vector<AppendFile> head_files(const std::string& dir, uint32_t parts) {
   return f;
 }
 
-// The heads, renumbered as nodes, into DIR/records.bin; how many. R's
-// `index_field` member holds the document index (with `high` bits above it
-// kept as they are).
+// The heads, renumbered as nodes, into DIR/records.bin; how many (0 on
+// ranks other than 0: across ranks every rank sends its partitions' heads to
+// rank 0, which writes them in partition order, as one process does).
 template <class R, class Remap>
-uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, Remap remap) {
+uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, Remap remap,
+                       const Ranks* ranks) {
+  if (ranks) {
+    std::string mine;
+    for (AppendFile& h : heads) {
+      h.flush();
+      if (h.size() == 0) continue;
+      spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
+        mine.append(static_cast<const char*>(p), k * sizeof(R));
+      });
+    }
+    std::vector<std::string> send(size_t(ranks->size()));
+    send[0] = std::move(mine);
+    std::vector<std::string> got = ranks->exchange(send);
+    if (ranks->rank() != 0) return 0;
+    std::vector<R> all;
+    for (const std::string& g : got) {
+      size_t at = all.size();
+      all.resize(at + g.size() / sizeof(R));
+      std::memcpy(static_cast<void*>(all.data() + at), g.data(), g.size());
+    }
+    const uint32_t parts = uint32_t(heads.size());
+    std::stable_sort(all.begin(), all.end(), [&](const R& a, const R& b) {
+      return partition_of(a.partition_key(), 0, parts) < partition_of(b.partition_key(), 0, parts);
+    });
+    AppendFile out(dir + "/records.bin");
+    for (R& r : all) {
+      remap(r);
+      out.append(&r, sizeof(R));
+    }
+    out.flush();
+    return all.size();
+  }
   AppendFile out(dir + "/records.bin");
   uint64_t n = 0;
   for (AppendFile& h : heads) {
@@ -203,18 +229,67 @@ uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, R
   return n;
 }
 
-// The ids (and optionally sets) of the nodes, in node order.
-void write_node_logs(const NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
-                     const std::string& dir) {
+// Entries `want` (sorted internal indices) of the logs of every rank, on
+// rank 0 (each rank's log holds [log_base, log_base + count)); empty
+// elsewhere. Alone: read from `log` (log_base 0).
+std::vector<std::string> fetch_to_root(const IndexedLog& log, uint64_t log_base,
+                                       const std::vector<uint64_t>& want, const Ranks* ranks) {
+  if (!ranks) return read_ids(log, want);
+  auto lo = std::lower_bound(want.begin(), want.end(), log_base);
+  auto hi = std::lower_bound(want.begin(), want.end(), log_base + log.count());
+  std::vector<uint64_t> local;
+  for (auto it = lo; it != hi; ++it) local.push_back(*it - log_base);
+  std::vector<std::string> mine = read_ids(log, local);
+  std::string bytes;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    uint64_t head[2] = {local[i] + log_base, mine[i].size()};
+    bytes.append(reinterpret_cast<const char*>(head), sizeof(head));
+    bytes += mine[i];
+  }
+  std::vector<std::string> send(size_t(ranks->size()));
+  send[0] = std::move(bytes);
+  std::vector<std::string> got = ranks->exchange(send);
+  std::vector<std::string> out;
+  if (ranks->rank() != 0) return out;
+  out.resize(want.size());
+  for (const std::string& g : got)
+    for (size_t at = 0; at < g.size();) {
+      uint64_t head[2];
+      std::memcpy(head, g.data() + at, sizeof(head));
+      at += sizeof(head);
+      auto it = std::lower_bound(want.begin(), want.end(), head[0]);
+      NK_CHECK(it != want.end() && *it == head[0], "entry {} not asked for", head[0]);
+      out[size_t(it - want.begin())] = g.substr(at, head[1]);
+      at += head[1];
+    }
+  return out;
+}
+
+// The ids (and optionally sets) of the nodes, in node order (on rank 0).
+void write_node_logs(NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
+                     const std::string& dir, uint64_t log_base, const Ranks* ranks) {
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < nodes.size(); ++i)
+    if (nodes.has(i)) want.push_back(i);
+  std::vector<std::string> id = fetch_to_root(ids, log_base, want, ranks), set;
+  if (sets) set = fetch_to_root(*sets, log_base, want, ranks);
+  if (ranks && ranks->rank() != 0) return;
   IndexedLog out_ids(dir, "ids"), out_sets;
   if (sets) out_sets = IndexedLog(dir, "sets");
-  for (uint64_t i = 0; i < nodes.size(); ++i) {
-    if (!nodes.has(i)) continue;
-    out_ids.append(ids.get(i));
-    if (sets) out_sets.append(sets->get(i));
+  for (size_t k = 0; k < want.size(); ++k) {
+    out_ids.append(id[k]);
+    if (sets) out_sets.append(set[k]);
   }
   out_ids.flush();
   if (sets) out_sets.flush();
+}
+
+// Across ranks: every rank's nodes in each rank's set.
+void merge_nodes(NodeSet& nodes, const Ranks* ranks) {
+  if (!ranks) return;
+  std::vector<uint64_t>& w = nodes.words();
+  std::vector<uint64_t> all = gather_all(*ranks, w);
+  for (size_t i = 0; i < all.size(); ++i) w[i % w.size()] |= all[i];
 }
 
 void publish_state(const std::string& staged, const std::string& dest) {
@@ -273,9 +348,18 @@ void ExactDedup::begin(const std::string& work_dir) {
   spill_ = PartitionedSpill<Record>(dir_, opt_.partitions, budget_bytes(opt_.memory_mb));
   ids_ = IndexedLog(dir_, "ids");
   next_ = base_ = seen_ = 0;
+  log_base_ = ranks_ && ranks_->rank() != 0 ? start_ : 0;
   if (opt_.load_state.empty()) return;
   DedupState st =
       open_dedup_state(opt_.load_state, "exact_dedup", exact_params(opt_), sizeof(Record));
+  base_ = st.nodes;
+  seen_ = st.documents;
+  // Across ranks rank 0 holds the state's records and ids (its log starts
+  // with the nodes); the others' logs start after them.
+  if (ranks_ && ranks_->rank() != 0) {
+    log_base_ = base_ + start_;
+    return;
+  }
   read_state_records(st, "records.bin", sizeof(Record), [&](const void* p, size_t n) {
     const Record* r = static_cast<const Record*>(p);
     for (size_t i = 0; i < n; ++i) {
@@ -286,8 +370,6 @@ void ExactDedup::begin(const std::string& work_dir) {
     }
   });
   read_state_log(st, "ids", [&](std::string_view id) { ids_.append(id); });
-  base_ = st.nodes;
-  seen_ = st.documents;
 }
 
 void ExactDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
@@ -319,8 +401,9 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
   ids_.flush();
   uint32_t parts = spill_.parts();
   const bool saving = !opt_.save_state.empty();
+  const uint64_t n = base_ + (ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : next_);
   if (saving) {
-    nodes_ = std::make_unique<NodeSet>(base_ + next_);
+    nodes_ = std::make_unique<NodeSet>(n);
     heads_ = head_files(dir_, parts);
   }
   // Per partition: (removed index, kept index).
@@ -375,7 +458,7 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
   for (auto& [removed, kept] : all) want.push_back(kept);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = gather_ids(ids_, start_, want, ranks_);
+  std::vector<std::string> ids = gather_ids(ids_, log_base_, want, ranks_);
 
   // A state's nodes are distinct texts: only this run's documents can be
   // removed (at base_ + their index).
@@ -394,7 +477,6 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
 }
 
 bool ExactDedup::set_ranks(const Ranks* ranks, uint64_t first) {
-  check_across("exact_dedup", opt_.load_state, opt_.save_state);
   ranks_ = ranks;
   start_ = first;
   return true;
@@ -402,13 +484,15 @@ bool ExactDedup::set_ranks(const Ranks* ranks, uint64_t first) {
 
 void ExactDedup::save(const std::string& dir) {
   if (opt_.save_state.empty()) return;
+  merge_nodes(*nodes_, ranks_);
   nodes_->rank();
   DedupState st;
-  st.records =
-      write_records<Record>(heads_, dir, [&](Record& r) { r.index = nodes_->node(r.index); });
-  write_node_logs(*nodes_, ids_, nullptr, dir);
+  st.records = write_records<Record>(
+      heads_, dir, [&](Record& r) { r.index = nodes_->node(r.index); }, ranks_);
+  write_node_logs(*nodes_, ids_, nullptr, dir, log_base_, ranks_);
   st.nodes = nodes_->count();
-  st.documents = seen_ + next_;
+  st.documents = seen_ + (ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : next_);
+  if (ranks_ && ranks_->rank() != 0) return;
   write_dedup_state_header(dir, "exact_dedup", exact_params(opt_), st);
 }
 
@@ -426,21 +510,27 @@ void FuzzyDedup::begin(const std::string& work_dir) {
   ids_ = IndexedLog(dir_, "ids");
   if (opt_.jaccard_threshold > 0) sets_ = IndexedLog(dir_, "sets");
   next_ = base_ = seen_ = 0;
+  log_base_ = ranks_ && ranks_->rank() != 0 ? start_ : 0;
   state_nodes_.clear();
   if (opt_.load_state.empty()) return;
   DedupState st =
       open_dedup_state(opt_.load_state, "fuzzy_dedup", fuzzy_params(opt_), sizeof(Record));
   if (st.nodes > uint64_t(UINT32_MAX))
     fail("dedup state '{}': {} nodes, more than {}", st.dir, st.nodes, uint64_t(UINT32_MAX));
-  read_state_records(st, "records.bin", sizeof(Record), [&](const void* p, size_t n) {
-    const Record* r = static_cast<const Record*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t node = r[i].band_doc & kIndexMask, band = r[i].band_doc >> kIndexBits;
-      if (node >= st.nodes || band >= uint64_t(opt_.minhash.num_bands))
-        fail("dedup state '{}': records.bin names node {} band {} (damaged)", st.dir, node, band);
-      spill_.add(r[i]);
-    }
-  });
+  // Across ranks every rank holds the nodes' clusters (for the union-find of
+  // all documents) and rank 0 the records, ids and sets, as ExactDedup.
+  const bool holder = !ranks_ || ranks_->rank() == 0;
+  if (!holder) log_base_ = st.nodes + start_;
+  if (holder)
+    read_state_records(st, "records.bin", sizeof(Record), [&](const void* p, size_t n) {
+      const Record* r = static_cast<const Record*>(p);
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t node = r[i].band_doc & kIndexMask, band = r[i].band_doc >> kIndexBits;
+        if (node >= st.nodes || band >= uint64_t(opt_.minhash.num_bands))
+          fail("dedup state '{}': records.bin names node {} band {} (damaged)", st.dir, node, band);
+        spill_.add(r[i]);
+      }
+    });
   state_nodes_.resize(st.nodes);
   uint64_t at = 0;
   read_state_records(st, "nodes.bin", sizeof(Node), [&](const void* p, size_t n) {
@@ -454,11 +544,12 @@ void FuzzyDedup::begin(const std::string& work_dir) {
   for (uint64_t i = 0; i < st.nodes; ++i)
     if (state_nodes_[i].root > i || (state_nodes_[i].root == i && state_nodes_[i].size == 0))
       fail("dedup state '{}': nodes.bin entry {} is damaged", st.dir, i);
+  base_ = st.nodes;
+  seen_ = st.documents;
+  if (!holder) return;
   read_state_log(st, "ids", [&](std::string_view id) { ids_.append(id); });
   if (opt_.jaccard_threshold > 0)
     read_state_log(st, "sets", [&](std::string_view set) { sets_.append(set.data(), set.size()); });
-  base_ = st.nodes;
-  seen_ = st.documents;
 }
 
 void FuzzyDedup::add_batch(uint64_t first, const std::vector<Document>& docs) {
@@ -500,7 +591,7 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
   ids_.flush();
   if (opt_.jaccard_threshold > 0) sets_.flush();
   // Across ranks every rank holds the union-find of all documents.
-  const uint64_t n = ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : base_ + next_;
+  const uint64_t n = base_ + (ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : next_);
   uf_ = std::make_unique<ParallelUnionFind>(n);
   ParallelUnionFind& uf = *uf_;
   // A loaded state's clusters, as they were.
@@ -643,7 +734,7 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     if (doc >= base_) want.push_back(root);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = gather_ids(ids_, start_, want, ranks_);
+  std::vector<std::string> ids = gather_ids(ids_, log_base_, want, ranks_);
 
   std::vector<Removal> out;
   for (auto& [doc, root] : all) {
@@ -681,7 +772,7 @@ std::vector<uint8_t> FuzzyDedup::check_jaccard_across(
     const std::vector<std::pair<uint32_t, uint32_t>>& pairs) const {
   // Which rank holds which documents' sets: rank q documents [at[q], at[q + 1]).
   const int n = ranks_->size();
-  std::vector<uint64_t> at = gather_all(*ranks_, std::vector<uint64_t>{start_});
+  std::vector<uint64_t> at = gather_all(*ranks_, std::vector<uint64_t>{log_base_});
   at.push_back(UINT64_MAX);
   auto owner = [&](uint32_t d) {
     return int(std::upper_bound(at.begin(), at.end() - 1, uint64_t(d)) - at.begin()) - 1;
@@ -711,7 +802,7 @@ std::vector<uint8_t> FuzzyDedup::check_jaccard_across(
       for (size_t k = 0; k + sizeof(uint32_t) <= req.size(); k += sizeof(uint32_t)) {
         uint32_t d;
         std::memcpy(&d, req.data() + k, sizeof(d));
-        std::string set = sets_.get(uint64_t(d) - start_);
+        std::string set = sets_.get(uint64_t(d) - log_base_);
         uint32_t head[2] = {d, uint32_t(set.size() / sizeof(uint32_t))};
         answer[size_t(q)].append(reinterpret_cast<const char*>(head), sizeof(head));
         answer[size_t(q)] += set;
@@ -741,7 +832,6 @@ std::vector<uint8_t> FuzzyDedup::check_jaccard_across(
 }
 
 bool FuzzyDedup::set_ranks(const Ranks* ranks, uint64_t first) {
-  check_across("fuzzy_dedup", opt_.load_state, opt_.save_state);
   ranks_ = ranks;
   start_ = first;
   return true;
@@ -750,11 +840,19 @@ bool FuzzyDedup::set_ranks(const Ranks* ranks, uint64_t first) {
 void FuzzyDedup::save(const std::string& dir) {
   if (opt_.save_state.empty()) return;
   NodeSet& nodes = *nodes_;
+  merge_nodes(nodes, ranks_);
   nodes.rank();
   DedupState st;
-  st.records = write_records<Record>(heads_, dir, [&](Record& r) {
-    r.band_doc = (r.band_doc & ~kIndexMask) | nodes.node(r.band_doc & kIndexMask);
-  });
+  st.records = write_records<Record>(
+      heads_, dir,
+      [&](Record& r) {
+        r.band_doc = (r.band_doc & ~kIndexMask) | nodes.node(r.band_doc & kIndexMask);
+      },
+      ranks_);
+  write_node_logs(nodes, ids_, opt_.jaccard_threshold > 0 ? &sets_ : nullptr, dir, log_base_,
+                  ranks_);
+  st.documents = seen_ + (ranks_ ? uint64_t(ranks_->sum(int64_t(next_))) : next_);
+  if (ranks_ && ranks_->rank() != 0) return;
   // Every node's root is a node: a cluster's root is the lowest member of
   // some bucket (the one that joined it to the rest), or the node itself.
   AppendFile out(dir + "/nodes.bin");
@@ -770,9 +868,7 @@ void FuzzyDedup::save(const std::string& dir) {
     out.append(&node, sizeof(node));
   }
   out.flush();
-  write_node_logs(nodes, ids_, opt_.jaccard_threshold > 0 ? &sets_ : nullptr, dir);
   st.nodes = nodes.count();
-  st.documents = seen_ + next_;
   write_dedup_state_header(dir, "fuzzy_dedup", fuzzy_params(opt_), st);
 }
 

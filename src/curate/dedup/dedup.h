@@ -65,11 +65,12 @@ class ExactDedup : public GlobalStage {
  private:
   ExactDedupOptions opt_;
   std::string dir_;
-  const Ranks* ranks_ = nullptr;  // across ranks: this one\'s documents start at start_
+  const Ranks* ranks_ = nullptr;  // across ranks: this one's documents start at start_
   uint64_t start_ = 0;
-  uint64_t base_ = 0;  // nodes of the loaded state (they come first)
-  uint64_t seen_ = 0;  // documents the loaded state has seen
-  uint64_t next_ = 0;  // this run's documents so far
+  uint64_t log_base_ = 0;  // the internal index of ids_'s first entry
+  uint64_t base_ = 0;      // nodes of the loaded state (they come first)
+  uint64_t seen_ = 0;      // documents the loaded state has seen
+  uint64_t next_ = 0;      // this run's documents so far
   PartitionedSpill<Record> spill_;
   IndexedLog ids_;
   std::unique_ptr<NodeSet> nodes_;  // with save_state: the first of each group
@@ -121,7 +122,7 @@ class FuzzyDedup : public GlobalStage {
   MinHasher hasher_;
   std::string dir_;
   const Ranks* ranks_ = nullptr;  // as ExactDedup's
-  uint64_t start_ = 0;
+  uint64_t start_ = 0, log_base_ = 0;
   uint64_t base_ = 0, seen_ = 0, next_ = 0;
   PartitionedSpill<Record> spill_;
   IndexedLog ids_, sets_;

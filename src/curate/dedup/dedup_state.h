@@ -72,6 +72,8 @@ class NodeSet {
   uint64_t node(uint64_t i) const;  // rank of a member (after rank())
   uint64_t count() const { return count_; }
   uint64_t size() const { return n_; }
+  // The membership bits, 64 documents a word (to merge the sets of ranks).
+  std::vector<uint64_t>& words() { return words_; }
 
  private:
   std::vector<uint64_t> words_;

@@ -338,17 +338,21 @@ void Runner::run_global(size_t k) {
                  (j == 0 || removals[j - 1].index < removals[j].index),
              "stage '{}': removals must be sorted, unique and in range", seg.global_name);
   }
+  // What outlives the run: saved by every rank together, into rank 0's folder.
+  const fs::path keep = state_dir(k);
+  if (ranks_.rank() == 0) {
+    fs::remove_all(keep, ec);
+    fs::create_directories(keep, ec);
+    if (ec) fail("cannot create '{}': {}", keep.string(), ec.message());
+  }
+  ranks_.barrier();
+  seg.global->save(keep.string());
   if (ranks_.rank() != 0) {
     // Rank 0 writes what every rank decided alike.
     ranks_.barrier();
     fs::remove_all(spill, ec);
     return;
   }
-  const fs::path keep = state_dir(k);
-  fs::remove_all(keep, ec);
-  fs::create_directories(keep, ec);
-  if (ec) fail("cannot create '{}': {}", keep.string(), ec.message());
-  seg.global->save(keep.string());
   {
     AtomicFileWriter w((work_ / fmt::format("global{}.removals.jsonl", k)).string());
     std::string buf;
