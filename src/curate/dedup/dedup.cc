@@ -115,39 +115,50 @@ std::vector<T> gather_all(const Ranks& ranks, const std::vector<T>& mine) {
   return out;
 }
 
-// The ids of documents `want` (sorted, distinct indices of the global
-// order). This rank's log holds documents [start, start + log.count()); with
-// ranks, each reads its own and they are gathered.
-std::vector<std::string> gather_ids(const IndexedLog& log, uint64_t start,
-                                    const std::vector<uint64_t>& want, const Ranks* ranks) {
+// Entries `want` (sorted, distinct internal indices) of the logs of every
+// rank, each rank's log holding [log_base, log_base + count): on every rank
+// (`everywhere`), or on rank 0 alone (empty elsewhere). Alone: read from
+// `log` (log_base 0).
+std::vector<std::string> log_entries(const IndexedLog& log, uint64_t log_base,
+                                     const std::vector<uint64_t>& want, const Ranks* ranks,
+                                     bool everywhere) {
   if (!ranks) {
-    NK_CHECK(start == 0, "ids from document {} without ranks", start);
+    NK_CHECK(log_base == 0, "log entries from {} without ranks", log_base);
     return read_ids(log, want);
   }
-  auto lo = std::lower_bound(want.begin(), want.end(), start);
-  auto hi = std::lower_bound(want.begin(), want.end(), start + log.count());
+  auto lo = std::lower_bound(want.begin(), want.end(), log_base);
+  auto hi = std::lower_bound(want.begin(), want.end(), log_base + log.count());
   std::vector<uint64_t> local;
-  for (auto it = lo; it != hi; ++it) local.push_back(*it - start);
+  for (auto it = lo; it != hi; ++it) local.push_back(*it - log_base);
   std::vector<std::string> mine = read_ids(log, local);
+  // {u64 index, u64 length, bytes} each.
   std::string bytes;
   for (size_t i = 0; i < mine.size(); ++i) {
-    uint64_t head[2] = {local[i] + start, mine[i].size()};
+    uint64_t head[2] = {local[i] + log_base, mine[i].size()};
     bytes.append(reinterpret_cast<const char*>(head), sizeof(head));
     bytes += mine[i];
   }
-  std::vector<std::string> ids(want.size());
-  for (const std::string& g : ranks->all_gather(bytes)) {
+  std::vector<std::string> got;
+  if (everywhere) {
+    got = ranks->all_gather(bytes);
+  } else {
+    std::vector<std::string> send(size_t(ranks->size()));
+    send[0] = std::move(bytes);
+    got = ranks->exchange(send);
+    if (ranks->rank() != 0) return {};
+  }
+  std::vector<std::string> out(want.size());
+  for (const std::string& g : got)
     for (size_t at = 0; at < g.size();) {
       uint64_t head[2];
       std::memcpy(head, g.data() + at, sizeof(head));
       at += sizeof(head);
       auto it = std::lower_bound(want.begin(), want.end(), head[0]);
-      NK_CHECK(it != want.end() && *it == head[0], "id of document {} not asked for", head[0]);
-      ids[size_t(it - want.begin())] = g.substr(at, head[1]);
+      NK_CHECK(it != want.end() && *it == head[0], "entry {} was not asked for", head[0]);
+      out[size_t(it - want.begin())] = g.substr(at, head[1]);
       at += head[1];
     }
-  }
-  return ids;
+  return out;
 }
 
 // The settings a saved state must share with the stage that loads it.
@@ -229,50 +240,14 @@ uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, R
   return n;
 }
 
-// Entries `want` (sorted internal indices) of the logs of every rank, on
-// rank 0 (each rank's log holds [log_base, log_base + count)); empty
-// elsewhere. Alone: read from `log` (log_base 0).
-std::vector<std::string> fetch_to_root(const IndexedLog& log, uint64_t log_base,
-                                       const std::vector<uint64_t>& want, const Ranks* ranks) {
-  if (!ranks) return read_ids(log, want);
-  auto lo = std::lower_bound(want.begin(), want.end(), log_base);
-  auto hi = std::lower_bound(want.begin(), want.end(), log_base + log.count());
-  std::vector<uint64_t> local;
-  for (auto it = lo; it != hi; ++it) local.push_back(*it - log_base);
-  std::vector<std::string> mine = read_ids(log, local);
-  std::string bytes;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    uint64_t head[2] = {local[i] + log_base, mine[i].size()};
-    bytes.append(reinterpret_cast<const char*>(head), sizeof(head));
-    bytes += mine[i];
-  }
-  std::vector<std::string> send(size_t(ranks->size()));
-  send[0] = std::move(bytes);
-  std::vector<std::string> got = ranks->exchange(send);
-  std::vector<std::string> out;
-  if (ranks->rank() != 0) return out;
-  out.resize(want.size());
-  for (const std::string& g : got)
-    for (size_t at = 0; at < g.size();) {
-      uint64_t head[2];
-      std::memcpy(head, g.data() + at, sizeof(head));
-      at += sizeof(head);
-      auto it = std::lower_bound(want.begin(), want.end(), head[0]);
-      NK_CHECK(it != want.end() && *it == head[0], "entry {} not asked for", head[0]);
-      out[size_t(it - want.begin())] = g.substr(at, head[1]);
-      at += head[1];
-    }
-  return out;
-}
-
 // The ids (and optionally sets) of the nodes, in node order (on rank 0).
 void write_node_logs(NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
                      const std::string& dir, uint64_t log_base, const Ranks* ranks) {
   std::vector<uint64_t> want;
   for (uint64_t i = 0; i < nodes.size(); ++i)
     if (nodes.has(i)) want.push_back(i);
-  std::vector<std::string> id = fetch_to_root(ids, log_base, want, ranks), set;
-  if (sets) set = fetch_to_root(*sets, log_base, want, ranks);
+  std::vector<std::string> id = log_entries(ids, log_base, want, ranks, false), set;
+  if (sets) set = log_entries(*sets, log_base, want, ranks, false);
   if (ranks && ranks->rank() != 0) return;
   IndexedLog out_ids(dir, "ids"), out_sets;
   if (sets) out_sets = IndexedLog(dir, "sets");
@@ -458,7 +433,7 @@ std::vector<Removal> ExactDedup::finish(Counters& counts) {
   for (auto& [removed, kept] : all) want.push_back(kept);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = gather_ids(ids_, log_base_, want, ranks_);
+  std::vector<std::string> ids = log_entries(ids_, log_base_, want, ranks_, true);
 
   // A state's nodes are distinct texts: only this run's documents can be
   // removed (at base_ + their index).
@@ -734,7 +709,7 @@ std::vector<Removal> FuzzyDedup::finish(Counters& counts) {
     if (doc >= base_) want.push_back(root);
   std::sort(want.begin(), want.end());
   want.erase(std::unique(want.begin(), want.end()), want.end());
-  std::vector<std::string> ids = gather_ids(ids_, log_base_, want, ranks_);
+  std::vector<std::string> ids = log_entries(ids_, log_base_, want, ranks_, true);
 
   std::vector<Removal> out;
   for (auto& [doc, root] : all) {
