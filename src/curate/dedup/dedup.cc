@@ -15,6 +15,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "curate/dedup/dedup_common.h"
 #include "curate/dedup/union_find.h"
 #include "curate/stages.h"
 
@@ -25,23 +26,6 @@ namespace {
 constexpr uint64_t kIndexBits = 40;
 constexpr uint64_t kIndexMask = (uint64_t(1) << kIndexBits) - 1;
 
-// nk::parallel_for, with an exception thrown inside a chunk carried out of the
-// OpenMP region and rethrown here.
-void parallel_for_checked(int64_t n, int64_t grain,
-                          const std::function<void(int64_t, int64_t)>& fn) {
-  std::mutex mu;
-  std::exception_ptr err;
-  parallel_for(n, grain, [&](int64_t b, int64_t e) {
-    try {
-      fn(b, e);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!err) err = std::current_exception();
-    }
-  });
-  if (err) std::rethrow_exception(err);
-}
-
 uint64_t budget_bytes(double memory_mb) {
   return std::max<uint64_t>(uint64_t(memory_mb * 1024 * 1024), 1);
 }
@@ -49,15 +33,6 @@ uint64_t budget_bytes(double memory_mb) {
 // The largest partition one of the finish() threads may hold.
 uint64_t per_thread_bytes(double memory_mb) {
   return std::max<uint64_t>(budget_bytes(memory_mb) / uint64_t(std::max(1, num_threads())), 1);
-}
-
-// The ids of documents `want` (sorted, distinct), read back from the log.
-std::vector<std::string> read_ids(const IndexedLog& log, const std::vector<uint64_t>& want) {
-  std::vector<std::string> ids(want.size());
-  parallel_for_checked(int64_t(want.size()), 256, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) ids[size_t(i)] = log.get(want[size_t(i)]);
-  });
-  return ids;
 }
 
 const std::string& id_of(const std::vector<uint64_t>& want, const std::vector<std::string>& ids,
@@ -69,96 +44,6 @@ const std::string& id_of(const std::vector<uint64_t>& want, const std::vector<st
 
 void check_order(uint64_t first, uint64_t next, const char* stage) {
   NK_CHECK(first == next, "{}: batch starts at document {}, expected {}", stage, first, next);
-}
-
-// Across ranks: partition p of every rank's spill goes whole to rank
-// p % size, one partition per rank per round (so each rank holds about one
-// partition at a time); fn(p, records) runs on its owner.
-template <class R>
-void exchange_partitions(const PartitionedSpill<R>& spill, const Ranks& ranks,
-                         const std::function<void(uint32_t, std::vector<R>&)>& fn) {
-  const uint32_t parts = spill.parts(), n = uint32_t(ranks.size());
-  for (uint32_t r0 = 0; r0 < parts; r0 += n) {
-    std::vector<std::string> send(n);
-    for (uint32_t j = 0; j < n && r0 + j < parts; ++j) {
-      uint64_t unused = 0;
-      spill.visit(
-          r0 + j, UINT64_MAX,
-          [&](std::vector<R>& recs) {
-            send[j].append(reinterpret_cast<const char*>(recs.data()), recs.size() * sizeof(R));
-          },
-          &unused);
-    }
-    std::vector<std::string> got = ranks.exchange(send);
-    const uint32_t mine = r0 + uint32_t(ranks.rank());
-    if (mine >= parts) continue;
-    std::vector<R> all;
-    for (const std::string& g : got) {
-      size_t at = all.size();
-      all.resize(at + g.size() / sizeof(R));
-      std::memcpy(all.data() + at, g.data(), g.size());
-    }
-    fn(mine, all);
-  }
-}
-
-// Every rank's trivially copyable items, in rank order.
-template <class T>
-std::vector<T> gather_all(const Ranks& ranks, const std::vector<T>& mine) {
-  std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T));
-  std::vector<T> out;
-  for (const std::string& g : ranks.all_gather(bytes)) {
-    size_t at = out.size();
-    out.resize(at + g.size() / sizeof(T));
-    std::memcpy(static_cast<void*>(out.data() + at), g.data(), g.size());
-  }
-  return out;
-}
-
-// Entries `want` (sorted, distinct internal indices) of the logs of every
-// rank, each rank's log holding [log_base, log_base + count): on every rank
-// (`everywhere`), or on rank 0 alone (empty elsewhere). Alone: read from
-// `log` (log_base 0).
-std::vector<std::string> log_entries(const IndexedLog& log, uint64_t log_base,
-                                     const std::vector<uint64_t>& want, const Ranks* ranks,
-                                     bool everywhere) {
-  if (!ranks) {
-    NK_CHECK(log_base == 0, "log entries from {} without ranks", log_base);
-    return read_ids(log, want);
-  }
-  auto lo = std::lower_bound(want.begin(), want.end(), log_base);
-  auto hi = std::lower_bound(want.begin(), want.end(), log_base + log.count());
-  std::vector<uint64_t> local;
-  for (auto it = lo; it != hi; ++it) local.push_back(*it - log_base);
-  std::vector<std::string> mine = read_ids(log, local);
-  // {u64 index, u64 length, bytes} each.
-  std::string bytes;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    uint64_t head[2] = {local[i] + log_base, mine[i].size()};
-    bytes.append(reinterpret_cast<const char*>(head), sizeof(head));
-    bytes += mine[i];
-  }
-  std::vector<std::string> got;
-  if (everywhere) {
-    got = ranks->all_gather(bytes);
-  } else {
-    std::vector<std::string> send(size_t(ranks->size()));
-    send[0] = std::move(bytes);
-    got = ranks->exchange(send);
-    if (ranks->rank() != 0) return {};
-  }
-  std::vector<std::string> out(want.size());
-  for (const std::string& g : got)
-    for (size_t at = 0; at < g.size();) {
-      uint64_t head[2];
-      std::memcpy(head, g.data() + at, sizeof(head));
-      at += sizeof(head);
-      auto it = std::lower_bound(want.begin(), want.end(), head[0]);
-      NK_CHECK(it != want.end() && *it == head[0], "entry {} was not asked for", head[0]);
-      out[size_t(it - want.begin())] = g.substr(at, head[1]);
-      at += head[1];
-    }
-  return out;
 }
 
 // The settings a saved state must share with the stage that loads it.
@@ -174,111 +59,6 @@ nlohmann::json fuzzy_params(const FuzzyDedupOptions& o) {
           {"rows_per_band", m.rows_per_band},
           {"seed", m.seed},
           {"jaccard_threshold", o.jaccard_threshold}};
-}
-
-// With save_state: one head file per partition, written by the one thread
-// that visits the partition.
-std::vector<AppendFile> head_files(const std::string& dir, uint32_t parts) {
-  std::vector<AppendFile> f;
-  for (uint32_t p = 0; p < parts; ++p) f.emplace_back(fmt::format("{}/heads-{:05d}.bin", dir, p));
-  return f;
-}
-
-// The heads, renumbered as nodes, into DIR/records.bin; how many (0 on
-// ranks other than 0: across ranks every rank sends its partitions' heads to
-// rank 0, which writes them in partition order, as one process does).
-template <class R, class Remap>
-uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, Remap remap,
-                       const Ranks* ranks) {
-  if (ranks) {
-    std::string mine;
-    for (AppendFile& h : heads) {
-      h.flush();
-      if (h.size() == 0) continue;
-      spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
-        mine.append(static_cast<const char*>(p), k * sizeof(R));
-      });
-    }
-    std::vector<std::string> send(size_t(ranks->size()));
-    send[0] = std::move(mine);
-    std::vector<std::string> got = ranks->exchange(send);
-    if (ranks->rank() != 0) return 0;
-    std::vector<R> all;
-    for (const std::string& g : got) {
-      size_t at = all.size();
-      all.resize(at + g.size() / sizeof(R));
-      std::memcpy(static_cast<void*>(all.data() + at), g.data(), g.size());
-    }
-    const uint32_t parts = uint32_t(heads.size());
-    std::stable_sort(all.begin(), all.end(), [&](const R& a, const R& b) {
-      return partition_of(a.partition_key(), 0, parts) < partition_of(b.partition_key(), 0, parts);
-    });
-    AppendFile out(dir + "/records.bin");
-    for (R& r : all) {
-      remap(r);
-      out.append(&r, sizeof(R));
-    }
-    out.flush();
-    return all.size();
-  }
-  AppendFile out(dir + "/records.bin");
-  uint64_t n = 0;
-  for (AppendFile& h : heads) {
-    h.flush();
-    if (h.size() == 0) continue;
-    spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
-      const R* r = static_cast<const R*>(p);
-      for (size_t i = 0; i < k; ++i) {
-        R x = r[i];
-        remap(x);
-        out.append(&x, sizeof(R));
-      }
-      n += k;
-    });
-  }
-  out.flush();
-  return n;
-}
-
-// The ids (and optionally sets) of the nodes, in node order (on rank 0).
-void write_node_logs(NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
-                     const std::string& dir, uint64_t log_base, const Ranks* ranks) {
-  std::vector<uint64_t> want;
-  for (uint64_t i = 0; i < nodes.size(); ++i)
-    if (nodes.has(i)) want.push_back(i);
-  std::vector<std::string> id = log_entries(ids, log_base, want, ranks, false), set;
-  if (sets) set = log_entries(*sets, log_base, want, ranks, false);
-  if (ranks && ranks->rank() != 0) return;
-  IndexedLog out_ids(dir, "ids"), out_sets;
-  if (sets) out_sets = IndexedLog(dir, "sets");
-  for (size_t k = 0; k < want.size(); ++k) {
-    out_ids.append(id[k]);
-    if (sets) out_sets.append(set[k]);
-  }
-  out_ids.flush();
-  if (sets) out_sets.flush();
-}
-
-// Across ranks: every rank's nodes in each rank's set.
-void merge_nodes(NodeSet& nodes, const Ranks* ranks) {
-  if (!ranks) return;
-  std::vector<uint64_t>& w = nodes.words();
-  std::vector<uint64_t> all = gather_all(*ranks, w);
-  for (size_t i = 0; i < all.size(); ++i) w[i % w.size()] |= all[i];
-}
-
-void publish_state(const std::string& staged, const std::string& dest) {
-  if (dest.empty() || !std::filesystem::exists(staged + "/state.json")) return;
-  std::filesystem::path parent = std::filesystem::path(dest).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  // Copied beside DEST first: the work area may be on another file system.
-  std::string tmp = temporary_path(dest);
-  std::filesystem::remove_all(tmp, ec);
-  std::filesystem::copy(staged, tmp, std::filesystem::copy_options::recursive, ec);
-  if (ec) fail("save_state '{}': cannot write '{}': {}", dest, tmp, ec.message());
-  install_folder(tmp, dest);
-  std::filesystem::remove_all(staged, ec);
 }
 
 }  // namespace

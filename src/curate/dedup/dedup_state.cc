@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "curate/dedup/dedup_common.h"
 #include "curate/dedup/spill.h"
 
 namespace nk::curate {
@@ -140,6 +141,47 @@ uint64_t NodeSet::node(uint64_t i) const {
   NK_CHECK(has(i), "document {} is not a node", i);
   uint64_t below = words_[i >> 6] & ((uint64_t(1) << (i & 63)) - 1);
   return before_[i >> 6] + uint64_t(__builtin_popcountll(below));
+}
+
+// With save_state: one head file per partition, written by the one thread
+// that visits the partition.
+std::vector<AppendFile> head_files(const std::string& dir, uint32_t parts) {
+  std::vector<AppendFile> f;
+  for (uint32_t p = 0; p < parts; ++p) f.emplace_back(fmt::format("{}/heads-{:05d}.bin", dir, p));
+  return f;
+}
+
+// The ids (and optionally sets) of the nodes, in node order (on rank 0).
+void write_node_logs(NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
+                     const std::string& dir, uint64_t log_base, const Ranks* ranks) {
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < nodes.size(); ++i)
+    if (nodes.has(i)) want.push_back(i);
+  std::vector<std::string> id = log_entries(ids, log_base, want, ranks, false), set;
+  if (sets) set = log_entries(*sets, log_base, want, ranks, false);
+  if (ranks && ranks->rank() != 0) return;
+  IndexedLog out_ids(dir, "ids"), out_sets;
+  if (sets) out_sets = IndexedLog(dir, "sets");
+  for (size_t k = 0; k < want.size(); ++k) {
+    out_ids.append(id[k]);
+    if (sets) out_sets.append(set[k]);
+  }
+  out_ids.flush();
+  if (sets) out_sets.flush();
+}
+
+void publish_state(const std::string& staged, const std::string& dest) {
+  if (dest.empty() || !std::filesystem::exists(staged + "/state.json")) return;
+  std::filesystem::path parent = std::filesystem::path(dest).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  // Copied beside DEST first: the work area may be on another file system.
+  std::string tmp = temporary_path(dest);
+  std::filesystem::remove_all(tmp, ec);
+  std::filesystem::copy(staged, tmp, std::filesystem::copy_options::recursive, ec);
+  if (ec) fail("save_state '{}': cannot write '{}': {}", dest, tmp, ec.message());
+  install_folder(tmp, dest);
+  std::filesystem::remove_all(staged, ec);
 }
 
 }  // namespace nk::curate

@@ -35,6 +35,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "curate/dedup/spill.h"
+#include "curate/ranks.h"
+
 namespace nk::curate {
 
 struct DedupState {
@@ -80,5 +83,71 @@ class NodeSet {
   std::vector<uint64_t> before_;  // members in the words before each word
   uint64_t n_ = 0, count_ = 0;
 };
+
+// With save_state: one head file per partition, written by the one thread
+// that visits the partition.
+std::vector<AppendFile> head_files(const std::string& dir, uint32_t parts);
+
+// The heads, renumbered as nodes, into DIR/records.bin; how many (0 on
+// ranks other than 0: across ranks every rank sends its partitions' heads to
+// rank 0, which writes them in partition order, as one process does).
+template <class R, class Remap>
+uint64_t write_records(std::vector<AppendFile>& heads, const std::string& dir, Remap remap,
+                       const Ranks* ranks) {
+  if (ranks) {
+    std::string mine;
+    for (AppendFile& h : heads) {
+      h.flush();
+      if (h.size() == 0) continue;
+      spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
+        mine.append(static_cast<const char*>(p), k * sizeof(R));
+      });
+    }
+    std::vector<std::string> send(size_t(ranks->size()));
+    send[0] = std::move(mine);
+    std::vector<std::string> got = ranks->exchange(send);
+    if (ranks->rank() != 0) return 0;
+    std::vector<R> all;
+    for (const std::string& g : got) {
+      size_t at = all.size();
+      all.resize(at + g.size() / sizeof(R));
+      std::memcpy(static_cast<void*>(all.data() + at), g.data(), g.size());
+    }
+    const uint32_t parts = uint32_t(heads.size());
+    std::stable_sort(all.begin(), all.end(), [&](const R& a, const R& b) {
+      return partition_of(a.partition_key(), 0, parts) < partition_of(b.partition_key(), 0, parts);
+    });
+    AppendFile out(dir + "/records.bin");
+    for (R& r : all) {
+      remap(r);
+      out.append(&r, sizeof(R));
+    }
+    out.flush();
+    return all.size();
+  }
+  AppendFile out(dir + "/records.bin");
+  uint64_t n = 0;
+  for (AppendFile& h : heads) {
+    h.flush();
+    if (h.size() == 0) continue;
+    spill_read_records(h.path(), sizeof(R), size_t(1) << 16, [&](const void* p, size_t k) {
+      const R* r = static_cast<const R*>(p);
+      for (size_t i = 0; i < k; ++i) {
+        R x = r[i];
+        remap(x);
+        out.append(&x, sizeof(R));
+      }
+      n += k;
+    });
+  }
+  out.flush();
+  return n;
+}
+
+// The ids (and optionally sets) of the nodes, in node order (on rank 0).
+void write_node_logs(NodeSet& nodes, const IndexedLog& ids, const IndexedLog* sets,
+                     const std::string& dir, uint64_t log_base, const Ranks* ranks);
+
+void publish_state(const std::string& staged, const std::string& dest);
 
 }  // namespace nk::curate
