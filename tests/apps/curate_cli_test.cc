@@ -59,6 +59,21 @@ std::string para(int i) {
       i);
 }
 
+// 80 words drawn by topic from a small vocabulary: two topics share few
+// 10-character shingles, one topic's texts are exact or near duplicates.
+std::string prose(int topic) {
+  static const char* words[] = {"river",  "valley",  "mill",    "water",  "wheel",   "stone",
+                                "bridge", "market",  "winter",  "summer", "harvest", "storm",
+                                "forest", "village", "castle",  "road",   "garden",  "letter",
+                                "church", "school",  "orchard", "meadow", "harbour", "lantern",
+                                "candle", "thread",  "copper",  "silver", "barley",  "cattle",
+                                "ferry",  "tower",   "cellar",  "chapel", "quarry",  "furnace"};
+  std::mt19937 r(uint32_t(topic) * 2654435761u + 1);
+  std::string s;
+  for (int i = 0; i < 80; ++i) s += std::string(i ? " " : "") + words[r() % std::size(words)];
+  return s + ".";
+}
+
 TEST(CurateCli, MixedInputsKeptRemovedAndReport) {
   TempDir dir("nk_curate");
   std::string jl;
@@ -408,7 +423,7 @@ TEST(CurateCli, IncrementalDedupAcrossCrawlsMatchesOneJointRun) {
       std::string jl;
       for (int i = 0; i < 400; ++i) {
         int topic = int(rng() % 900);  // repeats within and across crawls
-        std::string text = para(topic) + para(topic + 7);
+        std::string text = prose(topic);
         if (rng() % 3 == 0) text += " And one more remark.";  // a near-duplicate
         jl += json({{"id", fmt::format("{}{}-{}", crawl, s, i)}, {"text", text}}).dump() + "\n";
       }
@@ -468,6 +483,9 @@ stages:
   }
   EXPECT_GT(against_a, 100) << "few B documents removed as duplicates of crawl A's";
   EXPECT_GT(fuzzy, 20) << "few near-duplicates removed";
+  EXPECT_GT(kept.size(), 100u) << "few B documents kept";
+  std::printf("crawl B: %zu kept, %zu removed (%d against crawl A, %d near-duplicates)\n",
+              kept.size(), removed.size(), against_a, fuzzy);
 
   // Killed once at a random point, then rerun: same output, same state.
   auto want_out = output_files(dir / "crawl_b");
@@ -621,6 +639,41 @@ TEST(CurateCli, BusyOutputFolderFailsNamingThePid) {
   auto r = test::run_nekton("curate --config " + dir / "p.yaml");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(test::leftover_files(dir / "out"), std::vector<std::string>{});
+}
+
+// A run killed before its plan (.work/pipeline.json) landed left its lock file
+// and a work folder holding at most a temporary: the rerun starts afresh and
+// writes what an untouched folder gets. Anything else there is still refused.
+TEST(CurateCli, RunKilledBeforeItsPlanLandedStartsAfresh) {
+  TempDir dir("nk_curate_early_kill");
+  std::string jl;
+  for (int i = 0; i < 20; ++i) jl += json({{"text", para(i % 7)}}).dump() + "\n";
+  test::write_file(dir / "in.jsonl", jl);
+  auto run = [&](const std::string& out) {
+    test::write_file(dir / "p.yaml", "input:\n  paths: [" + dir / "in.jsonl" +
+                                         "]\noutput:\n  dir: " + dir / out +
+                                         "\nprogress: none\nstages:\n  - type: exact_dedup\n");
+    return test::run_nekton("curate --config " + dir / "p.yaml");
+  };
+  auto r = run("ref");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* left : {"", "pipeline.json.tmp.123"}) {
+    SCOPED_TRACE(left);
+    fs::remove_all(dir / "out");
+    fs::create_directories(dir / "out/.work");
+    test::write_file(dir / "out/.nekton.lock", "99999999\n");
+    if (*left) test::write_file(dir / (std::string("out/.work/") + left), "{\"fingerp");
+    r = run("out");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(output_files(dir / "out"), output_files(dir / "ref"));
+  }
+  fs::remove_all(dir / "out");
+  fs::create_directories(dir / "out/.work");
+  test::write_file(dir / "out/notes.txt", "mine");
+  r = run("out");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "not an unfinished curate run")) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "out/notes.txt"));
 }
 
 }  // namespace

@@ -219,15 +219,18 @@ void Runner::prepare_output() {
           out_.string());
     lock_.emplace(out_.string(), LockAt::Inside);
   } else {
-    // A run killed right after taking the lock left only its lock file.
+    // A run killed before pipeline.json landed left at most its lock file and
+    // a work folder without pipeline.json; such a run had not started.
     const fs::path lock_name = fs::path(OutputLock::lock_file(out_.string(), LockAt::Inside));
     for (const auto& e : fs::directory_iterator(out_, ec))
-      if (e.path().filename() != lock_name.filename())
+      if (e.path().filename() != lock_name.filename() && e.path().filename() != work_.filename())
         fail(
             "output.dir '{}' already exists and is not an unfinished curate run; choose a new "
             "folder",
             out_.string());
     lock_.emplace(out_.string(), LockAt::Inside);
+    fs::remove_all(work_, ec);
+    if (ec) fail("cannot clear '{}': {}", work_.string(), ec.message());
     fs::create_directories(work_, ec);
     if (ec) fail("cannot create output.dir '{}': {}", out_.string(), ec.message());
     write_json(
