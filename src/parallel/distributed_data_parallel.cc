@@ -161,8 +161,10 @@ void DistributedDataParallel::gather_full_weights() {
   finish_param_gathers();
   if (weights_)
     weights_->gather_all_master();
-  else if (master_sharded_)
+  else if (master_sharded_ && model_.params().numel() > 0)
     gather_master(model_, comm_, buckets_);
+  // (A bf16 master kept by the optimizer has released the model's f32 arena:
+  // the trainer joins its blocks itself.)
 }
 
 void DistributedDataParallel::gather_params() {

@@ -91,6 +91,8 @@ class DistributedDataParallel {
   void finish_param_gathers();
   // The whole f32 master weights on every rank again where they are sharded
   // (the final model export; collective), and every pending gather finished.
+  // A model whose f32 arena is released (a bf16 master the optimizer keeps)
+  // has only the gathers finished.
   void gather_full_weights();
 
   // Blocking reductions of one host number over the group (the step's loss,

@@ -272,15 +272,19 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       }
     }
     // FSDP keeps 1/dp of the weights resident (and the unit in use);
-    // ZeRO-1 and FSDP shard the optimizer state. optim.*: moments of 4 or 2
-    // bytes each (f16 ones with two f32 scales per parameter group); a bf16
-    // master is the compute copy, with a 2-byte remainder per trainable
-    // parameter in the optimizer's state unless uncompensated, and no f32 arena.
+    // ZeRO-1 with bf16 compute keeps 1/dp of the trainable f32 masters
+    // (the frozen ones stay whole); ZeRO-1 and FSDP shard the optimizer
+    // state. optim.*: moments of 4 or 2 bytes each (f16 ones with two f32
+    // scales per parameter group); a bf16 master is the compute copy, with a
+    // 2-byte remainder per trainable parameter in the optimizer's state
+    // unless uncompensated, and no f32 arena.
     const OptimPrecision& pr = cfg.adamw.precision;
     const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
     const double state_share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
-    const int64_t f32_masters = pr.master == DType::F32 ? 4 * masters : 0;
-    r.weight_bytes = int64_t(double(f32_masters + (bf16 ? 2 * dense : 0)) * weight_share) + nf4;
+    double f32_masters = pr.master == DType::F32 ? 4.0 * double(masters) : 0;
+    if (pr.master == DType::F32 && bf16 && shard == parallel::Shard::Optimizer)
+      f32_masters = 4.0 * (double(trainable) / double(e.dp) + double(masters - trainable));
+    r.weight_bytes = int64_t((f32_masters + (bf16 ? 2.0 * double(dense) : 0)) * weight_share) + nf4;
     r.grad_bytes = 4 * trainable;
     const int64_t per_state =
         2 * int64_t(dtype_size(pr.moments)) + (pr.master == DType::BF16 && pr.compensation ? 2 : 0);

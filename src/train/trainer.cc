@@ -62,6 +62,23 @@ struct DeviceBatch {
   PackedBatchInfo packed;
 };
 
+// Each data-parallel rank's blocks of the trainable f32 weights `blocks`
+// (the groups' shards: ZeRO-1, FSDP), summed over `group` into the whole
+// arena on every rank; the frozen ones, whole everywhere, are copied.
+Tensor join_blocks(const Tensor& blocks, const std::vector<ParamGroup>& groups,
+                   int64_t trainable_end, dist::Communicator& group) {
+  Tensor out = Tensor::zeros({blocks.numel()}, DType::F32);
+  for (const ParamGroup& g : groups)
+    if (g.trainable && g.shard_size() > 0)
+      ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
+                   blocks.narrow0(g.shard_begin, g.shard_size()));
+  group.all_reduce(out);
+  const int64_t frozen = out.numel() - trainable_end;
+  if (frozen > 0)
+    ops::convert(out.narrow0(trainable_end, frozen), blocks.narrow0(trainable_end, frozen));
+  return out;
+}
+
 }  // namespace
 
 double measure_gemm_peak(DType dtype, Device device) {
@@ -274,28 +291,40 @@ void Trainer::make_optimizer() {
       default_param_groups(model_->layout(), cfg_.adamw.weight_decay, model_->params().numel());
   if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
   // Plain data parallelism keeps the whole optimizer on every rank, each
-  // updating its bf16 master alike from the same all-reduced gradients.
-  // Sharded or model-parallel layouts hold masters in pieces: not yet.
-  const bool plain_dp =
-      !pipe_ && (!ddp_ || !ddp_->sharded()) && (!par_.mesh || par_.mesh->world_size() == par_.dp());
-  if (cfg_.adamw.precision.master != DType::F32 && !plain_dp)
+  // updating its bf16 master alike from the same all-reduced gradients;
+  // ZeRO-1 splits it, each rank's optimizer holding the remainders of its
+  // blocks. FSDP (weights gathered per stage) and model-parallel layouts: not yet.
+  const bool data_parallel_only = !pipe_ && (!par_.mesh || par_.mesh->world_size() == par_.dp());
+  const bool fsdp = ddp_ && ddp_->shards_weights();
+  if (cfg_.adamw.precision.master != DType::F32 && (!data_parallel_only || fsdp))
     fail(
-        "optim.master_dtype=bf16 runs with plain data parallelism only for now (parallel.* asks "
-        "for {} processes with {}); use optim.master_dtype=f32",
-        par_.world(),
-        ddp_ && ddp_->sharded() ? "a sharded parallel.shard" : "tensor or pipeline parallelism");
+        "optim.master_dtype=bf16 runs with plain data parallelism or parallel.shard=optimizer "
+        "only for now (parallel.* asks for {} processes with {}); use optim.master_dtype=f32",
+        par_.world(), fsdp ? "parallel.shard=full" : "tensor or pipeline parallelism");
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
   // A bf16 master: the compute weights and the optimizer's remainder hold it now.
-  if (opt_->master_in_compute()) model_->release_masters();
+  if (opt_->master_in_compute()) {
+    model_->release_masters();
+    // ZeRO-1: each block's bf16 part as its owner split it (rounded to nearest,
+    // ties away), where the others rounded their f32 copy to nearest even.
+    if (ddp_ && ddp_->sharded()) {
+      ddp_->gather_params();
+      ddp_->finish_param_gathers();
+    }
+  }
   if (resumed_) {
     opt_->load_arena_state(resumed_->exp_avg, resumed_->exp_avg_sq, state_.optimizer_steps);
     resumed_.reset();
   }
 }
 
-Trainer::MastersOnLoan::MastersOnLoan(Transformer& model, const AdamW* opt)
+Trainer::MastersOnLoan::MastersOnLoan(Transformer& model, const AdamW* opt,
+                                      dist::Communicator* join)
     : model_(opt && opt->master_in_compute() ? &model : nullptr) {
-  if (model_) model_->adopt_masters(opt->masters_f32());
+  if (!model_) return;
+  Tensor masters = opt->masters_f32();
+  if (join) masters = join_blocks(masters, opt->groups(), model.layout().trainable_end(), *join);
+  model_->adopt_masters(std::move(masters));
 }
 
 Trainer::MastersOnLoan::~MastersOnLoan() {
@@ -371,7 +400,8 @@ void Trainer::save_checkpoint_now() {
     if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
     return;
   }
-  if (ddp_ && ddp_->sharded()) {  // every rank writes its optimizer shard
+  if (ddp_ && ddp_->sharded()) {                 // every rank writes its optimizer shard
+    MastersOnLoan masters(*model_, opt_.get());  // the blocks it writes are its own
     dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
                                         ddp_->shards_master());
   } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
@@ -435,16 +465,8 @@ Tensor Trainer::replica_state(const Tensor& state) {
 
 Tensor Trainer::replica_weights() {
   if (!ddp_ || !ddp_->shards_master()) return model_->params();
-  Tensor out = Tensor::zeros({model_->params().numel()}, DType::F32);
-  for (const ParamGroup& g : opt_->groups())
-    if (g.trainable && g.shard_size() > 0)
-      ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
-                   model_->params().narrow0(g.shard_begin, g.shard_size()));
-  ddp_->group().all_reduce(out);
-  const int64_t n = model_->layout().trainable_end(), frozen = out.numel() - n;
-  if (frozen > 0)  // whole on every rank
-    ops::convert(out.narrow0(n, frozen), model_->params().narrow0(n, frozen));
-  return out;
+  return join_blocks(model_->params(), opt_->groups(), model_->layout().trainable_end(),
+                     ddp_->group());
 }
 
 std::unique_ptr<Transformer> Trainer::gather_whole_model() {
@@ -742,14 +764,17 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
   std::unique_ptr<Transformer> whole;
   if (model_parallel()) whole = gather_whole_model();
-  if (!par_.writes()) return;
-  Transformer& exported = whole ? *whole : *model_;
-  std::string model_dir = cfg_.out_dir + "/model";
   // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
+  // A bf16 master sharded by ZeRO-1 is joined on every rank (collective).
+  dist::Communicator* join = ddp_ && ddp_->sharded() ? &ddp_->group() : nullptr;
+  std::optional<MastersOnLoan> masters;
+  if (whole_model && !whole && (join || par_.writes())) masters.emplace(*model_, opt_.get(), join);
+  if (!par_.writes()) return;
+  Transformer& exported = whole ? *whole : *model_;
+  std::string model_dir = cfg_.out_dir + "/model";
   if (whole_model) {
-    MastersOnLoan masters(*model_, whole ? nullptr : opt_.get());
     save_model(model_dir, exported);
     save_trainer_state(trainer_state_path(model_dir), state_);
   }

@@ -196,15 +196,29 @@ TEST(Estimate, OptimizerPrecisionBytesAreExact) {
 }
 
 TEST(Estimate, ShardingDividesTheOptimizerStateAndPipelineStagesHoldTheirLayers) {
-  TrainConfig one =
-      recipe({"model.preset=gpt-tiny", "train.micro_batch=2", "train.global_batch=8"});
+  TrainConfig one = recipe(
+      {"model.preset=gpt-tiny", "train.micro_batch=2", "train.global_batch=8", "train.dtype=f32"});
   const TrainEstimate e1 = estimate_training(one, 1, nullptr);
   TrainConfig zero = recipe({"model.preset=gpt-tiny", "train.micro_batch=2", "train.global_batch=8",
-                             "parallel.shard=optimizer"});
+                             "train.dtype=f32", "parallel.shard=optimizer"});
   const TrainEstimate e4 = estimate_training(zero, 4, nullptr);
   EXPECT_EQ(e4.dp, 4);
   EXPECT_EQ(e4.peak().optimizer_bytes, e1.peak().optimizer_bytes / 4);
   EXPECT_EQ(e4.peak().weight_bytes, e1.peak().weight_bytes);
+  // f32 compute: the masters are the weights the kernels read, whole on every
+  // rank. bf16 compute: ZeRO-1 keeps this rank's blocks of the f32 masters
+  // (the DDP tests bound what stays resident); with a bf16 master their
+  // remainders are optimizer state, sharded too.
+  const std::vector<std::string> bf16 = {"model.preset=gpt-tiny", "train.micro_batch=2",
+                                         "train.global_batch=8", "train.dtype=bf16",
+                                         "parallel.shard=optimizer"};
+  const int64_t n = Transformer::layout_for(one.model).count();
+  EXPECT_EQ(estimate_training(recipe(bf16), 4, nullptr).peak().weight_bytes, 4 * n / 4 + 2 * n);
+  std::vector<std::string> master = bf16;
+  master.push_back("optim.master_dtype=bf16");
+  const RankEstimate m4 = estimate_training(recipe(master), 4, nullptr).peak();
+  EXPECT_EQ(m4.weight_bytes, 2 * n);
+  EXPECT_EQ(m4.optimizer_bytes, (4 + 4 + 2) * n / 4);
 
   TrainConfig pp = recipe({"model.preset=gpt-tiny", "model.n_layer=4", "train.micro_batch=2",
                            "train.global_batch=8", "parallel.pp=2"});

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "ckpt/model_io.h"
 #include "equivalence_util.h"
 #include "parallel/sharded_weights.h"
 #include "parallel_env.h"
@@ -148,7 +149,7 @@ class DataParallel : public test::RankTest {
       EXPECT_EQ(ddp.model().params().numel(), 0);
     }
     test::expect_weights_close(ref.model().layout(), ref.optimizer().masters_f32(),
-                               ddp.optimizer().masters_f32(), param_tol);
+                               whole_masters(ddp), param_tol);
     EXPECT_EQ(ddp.state().consumed_samples, ref.state().consumed_samples);
     // ZeRO-1: this rank holds the moments of its blocks only, and the blocks
     // of all ranks add up to the whole state of one process.
@@ -168,6 +169,37 @@ class DataParallel : public test::RankTest {
       EXPECT_TRUE(fs::exists(base_ / "dp" / "metrics.jsonl"));
       EXPECT_TRUE(fs::exists(base_ / "dp" / "model" / "model.safetensors"));
     }
+    // The exported model is the exact f32 master, every rank's blocks of it
+    // under ZeRO-1 with a bf16 master.
+    const Tensor want = whole_masters(ddp);
+    if (rank_ == 0 && r.master == "bf16") {
+      auto exported = load_model((base_ / "dp" / "model").string(), DType::F32);
+      const Tensor& got = exported->params();
+      ASSERT_EQ(got.numel(), want.numel());
+      EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), size_t(got.numel()) * 4), 0);
+    }
+  }
+
+  // The exact f32 masters of the whole model: a ZeRO-1 rank's optimizer holds
+  // those of its blocks only (the rest of masters_f32() is its bf16 copy), so
+  // every rank's blocks are summed in (collective).
+  Tensor whole_masters(const Trainer& t) {
+    const Tensor own = t.optimizer().masters_f32();
+    bool sharded = false;
+    for (const ParamGroup& g : t.optimizer().groups())
+      sharded |= g.trainable && g.shard_size() != g.end - g.begin;
+    Tensor out = Tensor::zeros({own.numel()}, DType::F32);
+    for (const ParamGroup& g : t.optimizer().groups())
+      if (g.trainable && g.shard_size() > 0)
+        std::memcpy(out.data<float>() + g.shard_begin, own.data<float>() + g.shard_begin,
+                    size_t(g.shard_size()) * 4);
+    if (!sharded) return own;
+    groups_->get("world").all_reduce(out);
+    for (const ParamGroup& g : t.optimizer().groups())  // frozen: whole on every rank
+      if (!g.trainable)
+        std::memcpy(out.data<float>() + g.begin, own.data<float>() + g.begin,
+                    size_t(g.end - g.begin) * 4);
+    return out;
   }
 
   static Recipe with_shard(Recipe r, const std::string& shard) {
@@ -207,8 +239,9 @@ class DataParallel : public test::RankTest {
         EXPECT_LE(std::abs(a - b), tol * std::abs(a)) << what << " step " << 6 + i;
       }
     }
-    if (tol == 0) {
-      const Tensor &a = whole.model().params(), &b = t.model().params();
+    if (tol == 0) {  // this rank's masters (the exact ones of its blocks under ZeRO-1)
+      const Tensor a = whole.optimizer().masters_f32(), b = t.optimizer().masters_f32();
+      ASSERT_EQ(a.numel(), b.numel()) << what;
       EXPECT_EQ(std::memcmp(a.data<float>(), b.data<float>(), size_t(a.numel()) * 4), 0) << what;
     }
   }
@@ -316,9 +349,23 @@ TEST_F(DataParallel, LlamaBf16MasterBf16Moments) {
   check(r, 1e-3, 1.0 / 256);
 }
 
-// Sharded optimizer state holds the master in pieces: refused, naming why.
-TEST_F(DataParallel, Bf16MasterUnderZero1IsRefused) {
-  Recipe r{"gpt-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
+// ZeRO-1: each rank's optimizer keeps the remainders of its blocks and
+// updates their bf16 part, which the weight gathers spread.
+TEST_F(DataParallel, Zero1Gpt2Bf16MasterGradAccumulation) {
+  Recipe r{"gpt-tiny", DType::BF16, 2, true, 0.02, "optimizer"};
+  r.master = "bf16";
+  check(r, 1e-3, 1.0 / 256);
+}
+TEST_F(DataParallel, Zero1LlamaBf16MasterBf16Moments) {
+  Recipe r{"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
+  r.master = "bf16";
+  r.moments = "bf16";
+  check(r, 1e-3, 1.0 / 256);
+}
+
+// FSDP gathers the weights stage by stage: a bf16 master there is refused, naming why.
+TEST_F(DataParallel, Bf16MasterUnderFsdpIsRefused) {
+  Recipe r{"gpt-tiny", DType::BF16, 1, true, 0.02, "full"};
   r.master = "bf16";
   dist::Mesh mesh = train_mesh(config(r, "unused", world_), world_, rank_);
   TrainParallel par{&mesh, groups_.get()};
@@ -329,8 +376,11 @@ TEST_F(DataParallel, Bf16MasterUnderZero1IsRefused) {
   } catch (const Error& e) {
     err = e.what();
   }
-  EXPECT_NE(err.find("plain data parallelism only"), std::string::npos) << err;
-  EXPECT_NE(err.find("sharded parallel.shard"), std::string::npos) << err;
+  EXPECT_NE(err.find("optim.master_dtype=bf16 runs with plain data parallelism or "
+                     "parallel.shard=optimizer only"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("parallel.shard=full"), std::string::npos) << err;
 }
 
 // FSDP: the weights sharded too, each stage's gathered before it runs (GPT-2's
@@ -415,6 +465,12 @@ TEST_F(DataParallel, Zero1CheckpointReshards) {
 TEST_F(DataParallel, Zero1Bf16CheckpointHoldsMasterPieces) {
   check_weight_pieces_resume({"llama-tiny", DType::BF16, 1, true, 0.02, "optimizer"}, 1e-3,
                              "ZeRO-1 bf16");
+}
+TEST_F(DataParallel, Zero1Bf16MasterCheckpointHoldsMasterPieces) {
+  Recipe r{"gpt-tiny", DType::BF16, 1, true, 0.02, "optimizer"};
+  r.master = "bf16";
+  r.moments = "bf16";
+  check_weight_pieces_resume(r, 1e-3, "ZeRO-1 bf16 master");
 }
 TEST_F(DataParallel, FsdpCheckpointReshards) {
   check_weight_pieces_resume({"gpt-tiny", DType::F32, 2, true, 0.02, "full"}, kF32, "FSDP");
