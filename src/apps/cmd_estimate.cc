@@ -160,7 +160,7 @@ Measured measure(TrainConfig cfg) {
   const bool copy = model.compute_params().raw() != model.params().raw();
   m.persistent = double(model.params().nbytes()) +
                  (copy ? double(model.compute_params().nbytes()) : 0.0) +
-                 double(model.grads().nbytes()) + 8.0 * double(trainer.optimizer().state_size());
+                 double(model.grad_bytes()) + double(trainer.optimizer().state_bytes());
   Allocator::get(cfg.device).reset_peak();  // the steps' peak, not building the model's
   trainer.run();
   const auto& h = trainer.history();
@@ -263,9 +263,17 @@ int cmd_estimate(const CommandArgs& raw) {
     fmt::print("{:<46} {:>12}{}\n", what, mib(est),
                got ? fmt::format(" {:>12}", mib(*got)) : std::string());
   };
-  row("  weights (f32 masters, compute copy)", double(r.weight_bytes));
-  row("  gradients (f32)", double(r.grad_bytes));
-  row("  optimizer state (AdamW moments, f32)", double(r.optimizer_bytes));
+  const OptimPrecision& pr = cfg.adamw.precision;
+  const bool bf16_master = pr.master == DType::BF16;
+  row(bf16_master               ? "  weights (bf16, the master)"
+      : cfg.dtype == DType::F32 ? "  weights (f32 masters)"
+                                : "  weights (f32 masters, bf16 copy)",
+      double(r.weight_bytes));
+  row(pr.grads == DType::BF16 ? "  gradients (bf16, f32 staging)" : "  gradients (f32)",
+      double(r.grad_bytes));
+  row(fmt::format("  optimizer state (moments {}{})", dtype_name(pr.moments),
+                  bf16_master && pr.compensation ? ", remainder" : ""),
+      double(r.optimizer_bytes));
   if (meas)
     row("  = weights, gradients and optimizer state",
         double(r.weight_bytes + r.grad_bytes + r.optimizer_bytes), m->persistent);

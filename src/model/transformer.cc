@@ -266,6 +266,63 @@ size_t Transformer::weight_bytes() const {
 
 void Transformer::zero_grads() {
   ops::fill(grads_, 0.f);
+  if (grad_stage_.defined()) ops::fill(grad_stage_, 0.f);
+}
+
+int64_t GradStaging::unit_of(const ModelConfig& cfg, const std::string& name) {
+  if (name.starts_with("h.")) return std::stoll(name.substr(2, name.find('.', 2) - 2));
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return cfg.n_layer;
+  return cfg.n_layer + 1;  // wte, wpe, the prompt
+}
+
+GradStaging plan_grad_staging(const ModelConfig& cfg, const ParamLayout& layout) {
+  GradStaging g;
+  g.units.resize(size_t(cfg.n_layer + 2));
+  std::vector<int64_t> size(g.units.size(), 0);
+  auto add = [&](const ParamInfo& p, int64_t unit) {
+    g.units[size_t(unit)].push_back({p.offset, size[size_t(unit)], p.numel(), p.name});
+    size[size_t(unit)] += p.numel();
+  };
+  for (const ParamInfo& p : layout.params()) {
+    if (!p.trainable) continue;
+    add(p, GradStaging::unit_of(cfg, p.name));
+    if (p.name == "wte" && cfg.tied_embeddings) add(p, cfg.n_layer);  // the tied head's use
+  }
+  g.elems = *std::max_element(size.begin(), size.end());
+  return g;
+}
+
+void Transformer::set_grad_dtype(DType dtype) {
+  NK_CHECK(dtype == DType::F32 || dtype == DType::BF16, "gradients in {}", dtype_name(dtype));
+  staging_ = GradStaging();
+  grad_stage_ = Tensor();
+  if (dtype == DType::BF16) {
+    if (tp_.active() || !stage_.whole(cfg_))
+      fail("optim.grad_dtype=bf16: tensor and pipeline parallel layouts are not supported yet");
+    staging_ = plan_grad_staging(cfg_, layout_);
+    grad_stage_ = Tensor::empty({staging_.elems}, DType::F32, device_);
+  }
+  grads_ = Tensor::empty({layout_.trainable_end()}, dtype, device_);
+  zero_grads();
+  bind_views();
+}
+
+Tensor Transformer::grad_view(const ParamInfo& p, int64_t unit) const {
+  if (!grad_stage_.defined()) return ParamLayout::view(grads_, p);
+  for (const GradStaging::Span& s : staging_.units[size_t(unit)])
+    if (s.name == p.name) return grad_stage_.narrow0(s.stage, s.n).view(p.shape);
+  NK_CHECK(false, "grad_view: '{}' has no gradient in backward stage {}", p.name, unit);
+  return Tensor();
+}
+
+void Transformer::flush_grads(int64_t unit) {
+  if (!grad_stage_.defined()) return;
+  int64_t used = 0;
+  for (const GradStaging::Span& s : staging_.units[size_t(unit)]) {
+    ops::accumulate(grads_.narrow0(s.grad, s.n), grad_stage_.narrow0(s.stage, s.n));
+    used = std::max(used, s.stage + s.n);
+  }
+  if (used > 0) ops::fill(grad_stage_.narrow0(0, used), 0.f);
 }
 
 void Transformer::bind_views() {
@@ -284,7 +341,7 @@ void Transformer::bind_views() {
   };
   auto g = [&](const std::string& n) {
     const ParamInfo& p = layout_.find(n);
-    return p.trainable ? ParamLayout::view(grads_, p) : Tensor();
+    return p.trainable ? grad_view(p, GradStaging::unit_of(cfg_, n)) : Tensor();
   };
   auto maybe = [&](const std::string& n, bool grad) {
     if (!layout_.has(n)) return Tensor();
@@ -407,7 +464,7 @@ void Transformer::bind_views() {
     head_.w = embed_.wte;
     head_.wq = embed_.wte_q;
     if (embed_.wte_quant.defined()) head_.wquant = {embed_.wte_quant};
-    head_.dw = embed_.dwte;
+    if (embed_.dwte.defined()) head_.dw = grad_view(layout_.find("wte"), head_unit());
   } else if (stage_.head) {
     head_ = linear("lm_head");
   }
@@ -538,6 +595,7 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
     // dres carries d loss / d residual stream from the top down.
     ops::fill(a.dres, 0.f);
     norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+    flush_grads(head_unit());
   }
   return valid ? float(sum / double(valid)) : 0.f;
 }
@@ -569,6 +627,7 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
     b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
     b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
     b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
+    flush_grads(l);
   }
 }
 
@@ -590,6 +649,7 @@ void Transformer::embed_backward(Activations& a, const Tensor& tokens,
     if (trained) prompt_.backward(a.prompt);
   }
   embed_.backward(a.dres, tokens, packed_tensors(packed).second, a.full_x);
+  flush_grads(embed_unit());
 }
 
 float Transformer::forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,

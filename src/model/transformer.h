@@ -122,6 +122,22 @@ struct PipelineStage {
 // allocated.
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
 
+// optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
+// in the order units[0..n_layer) the layers, units[n_layer] the head with
+// the final norm (and the tied embedding's head use), units[n_layer + 1] the
+// embeddings with the prompt; each stage's trainable parameters placed one
+// after another in a staging buffer of `elems` f32 values, the largest stage.
+struct GradStaging {
+  struct Span {
+    int64_t grad, stage, n;  // grads()[grad, grad + n) <- staging[stage, stage + n)
+    std::string name;
+  };
+  std::vector<std::vector<Span>> units;
+  int64_t elems = 0;
+  static int64_t unit_of(const ModelConfig& cfg, const std::string& name);
+};
+GradStaging plan_grad_staging(const ModelConfig& cfg, const ParamLayout& layout);
+
 class Transformer {
  public:
   // compute: f32 or bf16. frozen: names of parameters that get no gradient
@@ -168,7 +184,20 @@ class Transformer {
   // f32 master weights: [layout().total()] with FrozenWeights::Master, else
   // the parameters that have one (has_master), from offset 0.
   Tensor& params() { return params_; }
-  Tensor& grads() { return grads_; }  // f32 [layout().trainable_end()]
+  Tensor& grads() { return grads_; }  // f32 or bf16 [layout().trainable_end()]
+  // Gradients accumulated in bf16 (optim.grad_dtype=bf16, 2 bytes each):
+  // grads() becomes bf16 and every backward stage (the head with the final
+  // norm, each layer, the embeddings with the prompt) writes its gradients
+  // in f32 into one staging buffer the size of the largest stage, added into
+  // grads() (each value rounded once, to nearest even) as the stage ends.
+  // A whole model on one device (no tensor or pipeline split); zeroes the
+  // gradients and rebinds the views. F32 goes back to the f32 arena.
+  void set_grad_dtype(DType dtype);
+  DType grad_dtype() const { return grads_.dtype(); }
+  // Bytes the gradients take: the arena, and the staging buffer of bf16 ones.
+  size_t grad_bytes() const {
+    return grads_.nbytes() + (grad_stage_.defined() ? grad_stage_.nbytes() : 0);
+  }
   // Compute-dtype weights (aliases params() in f32 mode), up to
   // layout().dense_end(): the NF4 ones are held apart.
   const Tensor& compute_params() const { return compute_params_; }
@@ -276,6 +305,11 @@ class Transformer {
   // res[l + 1] when `output` (a recompute needs only the former).
   void layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos, bool output);
   void bind_views();
+  int64_t head_unit() const { return cfg_.n_layer; }
+  int64_t embed_unit() const { return cfg_.n_layer + 1; }
+  // p's gradient as stage `unit` writes it: its view of grads(), or of the staging buffer.
+  Tensor grad_view(const ParamInfo& p, int64_t unit) const;
+  void flush_grads(int64_t unit);  // bf16 gradients: staging -> grads(), staging zeroed
   // Rows [b T, b T + n) of x [B*T, C], for each b, <- the prompt P [n, C]
   // plus learned positions 0..n-1.
   void place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const;
@@ -288,7 +322,9 @@ class Transformer {
   PipelineStage stage_;
   ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;
-  std::map<std::string, ops::Nf4Weight> nf4_;                   // the NF4 parameters, by name
+  GradStaging staging_;                        // bf16 gradients only
+  Tensor grad_stage_;                          // f32 [staging_.elems], bf16 gradients only
+  std::map<std::string, ops::Nf4Weight> nf4_;  // the NF4 parameters, by name
   std::map<std::string, std::vector<ops::QuantWeight>> quant_;  // block-quantised, by name
   Tensor rope_;
   nn::Embedding embed_;

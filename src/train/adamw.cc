@@ -19,7 +19,12 @@ AdamW::AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConf
   check_arena(arenas_.params, "params");
   const int64_t n = arenas_.params.numel();
   const int64_t n_grads = arenas_.grads.defined() ? arenas_.grads.numel() : 0;
-  if (arenas_.grads.defined()) check_arena(arenas_.grads, "grads");
+  if (arenas_.grads.defined()) {
+    NK_CHECK(arenas_.grads.dtype() == cfg_.precision.grads && arenas_.grads.ndim() == 1 &&
+                 arenas_.grads.is_contiguous(),
+             "AdamW: grads arena {} is not a flat {} buffer (optim.grad_dtype)",
+             arenas_.grads.desc(), dtype_name(cfg_.precision.grads));
+  }
   NK_CHECK(!arenas_.compute.defined() || arenas_.compute.numel() == n,
            "AdamW: compute arena {} does not match params {}", arenas_.compute.desc(),
            arenas_.params.desc());
@@ -50,10 +55,15 @@ AdamW::AdamW(ParamArenas arenas, std::vector<ParamGroup> groups, const AdamWConf
   const OptimPrecision& pr = cfg_.precision;
   NK_CHECK(pr.moments == DType::F32 || pr.moments == DType::BF16 || pr.moments == DType::F16,
            "AdamW: moments in {}", dtype_name(pr.moments));
-  if (pr.grads != DType::F32)
-    fail("optim.grad_dtype={} is not implemented yet", dtype_name(pr.grads));
+  NK_CHECK(pr.grads == DType::F32 || pr.grads == DType::BF16, "AdamW: gradients in {}",
+           dtype_name(pr.grads));
+  // f16 moments pick their scales over a whole group in one call: not chunk by chunk.
+  if (pr.grads == DType::BF16 && pr.moments == DType::F16)
+    fail("optim.grad_dtype=bf16 does not go with optim.moment_dtype=f16 yet; use bf16 or f32");
   // The moments live beside the weights they update.
   const Device dev = arenas_.params.device();
+  if (pr.grads == DType::BF16 && n_grads > 0)
+    grad_f32_ = Tensor::empty({std::min(kGradChunk, n_grads)}, DType::F32, dev);
   m_ = Tensor::empty({state}, pr.moments, dev);
   v_ = Tensor::empty({state}, pr.moments, dev);
   ops::fill(m_, 0.f);
@@ -85,6 +95,7 @@ int64_t AdamW::state_bytes() const {
   int64_t n = int64_t(m_.nbytes() + v_.nbytes());
   if (scales_.defined()) n += int64_t(scales_.nbytes());
   if (remainder_.defined()) n += int64_t(remainder_.nbytes());
+  if (grad_f32_.defined()) n += int64_t(grad_f32_.nbytes());
   return n;
 }
 
@@ -226,19 +237,32 @@ void AdamW::step(double lr, float grad_scale) {
                        float(g.weight_decay),
                        step_,
                        grad_scale};
-    auto arena = [&](const Tensor& t) { return t.narrow0(g.shard_begin, len); };
-    auto state = [&](const Tensor& t) { return t.narrow0(state_offset_[i], len); };
-    const Tensor copy = arenas_.compute.defined() ? arena(arenas_.compute) : Tensor();
-    if (!cfg_.precision.reduced()) {
-      ops::adamw_step(arena(arenas_.params), arena(arenas_.grads), state(m_), state(v_), p, copy);
+    // Elements [at, at + n) of the group's shard, with their f32 gradients.
+    auto update = [&](int64_t at, int64_t n, const Tensor& grad) {
+      auto arena = [&](const Tensor& t) { return t.narrow0(g.shard_begin + at, n); };
+      auto state = [&](const Tensor& t) { return t.narrow0(state_offset_[i] + at, n); };
+      const Tensor copy = arenas_.compute.defined() ? arena(arenas_.compute) : Tensor();
+      if (!cfg_.precision.reduced()) {
+        ops::adamw_step(arena(arenas_.params), grad, state(m_), state(v_), p, copy);
+        return;
+      }
+      const bool in_compute = master_in_compute();
+      ops::adamw_step_mixed(in_compute ? copy : arena(arenas_.params),
+                            remainder_.defined() ? state(remainder_) : Tensor(), grad, state(m_),
+                            state(v_),
+                            scales_.defined() ? scales_.narrow0(2 * int64_t(i), 2) : Tensor(), p,
+                            in_compute ? Tensor() : copy);
+    };
+    if (!grad_f32_.defined()) {
+      update(0, len, arenas_.grads.narrow0(g.shard_begin, len));
       continue;
     }
-    const bool in_compute = master_in_compute();
-    ops::adamw_step_mixed(in_compute ? copy : arena(arenas_.params),
-                          remainder_.defined() ? state(remainder_) : Tensor(), arena(arenas_.grads),
-                          state(m_), state(v_),
-                          scales_.defined() ? scales_.narrow0(2 * int64_t(i), 2) : Tensor(), p,
-                          in_compute ? Tensor() : copy);
+    for (int64_t at = 0; at < len; at += grad_f32_.numel()) {
+      const int64_t n = std::min(grad_f32_.numel(), len - at);
+      Tensor grad = grad_f32_.narrow0(0, n);
+      ops::convert(grad, arenas_.grads.narrow0(g.shard_begin + at, n));
+      update(at, n, grad);
+    }
   }
 }
 

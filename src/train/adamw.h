@@ -20,7 +20,9 @@ struct OptimPrecision {
   DType master = DType::F32;
   bool compensation = true;
   DType moments = DType::F32;  // f32, bf16, or f16 with per-tensor scales
-  DType grads = DType::F32;    // only f32 so far
+  // The gradient arena: f32, or bf16 (Transformer::set_grad_dtype; the step
+  // widens it chunk by chunk, kGradChunk elements at a time).
+  DType grads = DType::F32;
   bool reduced() const { return master != DType::F32 || moments != DType::F32; }
 };
 
@@ -31,6 +33,8 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // bf16 gradients are widened to f32 this many at a time (a scratch of its size).
+  static constexpr int64_t kGradChunk = 1 << 18;
   // Updates the owned shard of every trainable group of `arenas`, in list
   // order. cfg.weight_decay is not used here: each group has its own.
   // InternalError (groups come from code) for a group outside the arenas,
@@ -47,8 +51,9 @@ class AdamW {
   const std::vector<ParamGroup>& groups() const { return groups_; }
   // Elements of m and v: the owned shards of the trainable groups, in list order.
   int64_t state_size() const { return m_.numel(); }
-  // Bytes the optimizer's own state takes: moments, f16 scales and a bf16
-  // master's remainder (the weights and the f32 master arena are the model's).
+  // Bytes the optimizer's own state takes: moments, f16 scales, a bf16
+  // master's remainder and bf16 gradients' f32 scratch (the weights and the
+  // f32 master arena are the model's).
   int64_t state_bytes() const;
   const OptimPrecision& precision() const { return cfg_.precision; }
   // optim.master_dtype=bf16: the master lives in the compute arena (plus the
@@ -88,6 +93,7 @@ class AdamW {
   Tensor m_, v_;
   Tensor scales_;     // f16 moments: f32 [groups, 2], m's and sqrt(v)'s scale per group
   Tensor remainder_;  // compensated bf16 master: the low 16 bits, [state_size()]
+  Tensor grad_f32_;   // bf16 gradients: f32 [at most kGradChunk], one chunk widened
   int64_t n_params_ = 0;
   // Writes f32 moment values into group i's stored shard (rounded; f16 picks new scales).
   void store_moments(size_t i, const Tensor& m, const Tensor& v);

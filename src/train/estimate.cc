@@ -285,10 +285,16 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     if (pr.master == DType::F32 && bf16 && shard == parallel::Shard::Optimizer)
       f32_masters = 4.0 * (double(trainable) / double(e.dp) + double(masters - trainable));
     r.weight_bytes = int64_t((f32_masters + (bf16 ? 2.0 * double(dense) : 0)) * weight_share) + nf4;
-    r.grad_bytes = 4 * trainable;
+    // bf16 gradients: 2 bytes each, plus the f32 staging of the largest
+    // backward stage and the optimizer's f32 scratch of one chunk.
+    const bool bf16_grads = pr.grads == DType::BF16;
+    r.grad_bytes =
+        bf16_grads ? 2 * trainable + 4 * plan_grad_staging(c, layout).elems : 4 * trainable;
     const int64_t per_state =
         2 * int64_t(dtype_size(pr.moments)) + (pr.master == DType::BF16 && pr.compensation ? 2 : 0);
     r.optimizer_bytes = int64_t(double(per_state * trainable) * state_share);
+    if (bf16_grads && trainable > 0)
+      r.optimizer_bytes += 4 * std::min(AdamW::kGradChunk, trainable);
     if (pr.moments == DType::F16)
       r.optimizer_bytes +=
           8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());

@@ -125,7 +125,9 @@ void TrainConfig::bind(ConfigBinder& b) {
             "AdamW moments: f32, bf16 (rounded to nearest even) or f16 (m and sqrt(v), each with a "
             "per-tensor power-of-two scale); the update is computed in f32");
   dtype_key("optim.grad_dtype", pr.grads, {DType::F32, DType::BF16},
-            "gradient accumulation dtype: f32 (bf16 is not implemented yet)");
+            "the gradient arena: f32, or bf16 (2 bytes per parameter; each backward stage "
+            "adds its f32 gradients into it, rounded once; needs train.dtype=bf16, one "
+            "process on the CPU)");
 }
 
 ConfigSchema train_schema() {
@@ -203,8 +205,17 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
         "optim.master_dtype: bf16 needs train.dtype=bf16 (with train.dtype={} the weights the "
         "kernels read are the f32 master)",
         dtype_name(t.dtype));
-  if (pr.grads != DType::F32)
-    fail("optim.grad_dtype: bf16 is not implemented yet (gradients accumulate in f32)");
+  if (pr.grads == DType::BF16) {
+    if (t.dtype != DType::BF16)
+      fail("optim.grad_dtype: bf16 needs train.dtype=bf16 (train.dtype={})", dtype_name(t.dtype));
+    if (pr.moments == DType::F16)
+      fail(
+          "optim.grad_dtype: bf16 does not go with optim.moment_dtype=f16 yet (f16 moments "
+          "pick their scales over a whole group); use optim.moment_dtype=bf16 or f32");
+    if (t.device != kHost)
+      fail("optim.grad_dtype: bf16 runs on the CPU only for now (train.device={})",
+           device_name(t.device));
+  }
   const std::string& m = t.peft.method;
   if (m != "none" && m != "lora" && m != "qlora" && m != "ia3" && m != "adapter" && m != "p_tuning")
     fail("peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got '{}'", m);

@@ -139,6 +139,22 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device, cfg_.frozen_weights,
                                            QuantPlan(), tensor_parallel(), pipeline_stage());
+  if (cfg_.adamw.precision.grads != DType::F32) {
+    // Every layer of the parallel paths reduces f32 gradient buckets today.
+    if (par_.active())
+      fail(
+          "optim.grad_dtype=bf16 runs on one process for now (parallel.* asks for {} "
+          "processes); use optim.grad_dtype=f32",
+          par_.world());
+    model_->set_grad_dtype(cfg_.adamw.precision.grads);
+    const double f32 = 4.0 * double(model_->layout().trainable_end());
+    if (double(model_->grad_bytes()) >= f32)
+      NK_WARN(
+          "optim.grad_dtype=bf16 saves nothing on this model: its bf16 gradients with the f32 "
+          "staging of its largest backward stage take {:.1f} MiB, "
+          "f32 gradients {:.1f} MiB",
+          double(model_->grad_bytes()) / 1048576.0, f32 / 1048576.0);
+  }
   if (model_parallel()) {
     const PipelineStage& st = model_->stage();
     std::string layers;
@@ -566,7 +582,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           m.frozen_weights() == FrozenWeights::Nf4 ? "NF4 (QLoRA)" : dtype_name(m.compute_dtype()),
           weights / 1048576.0);
     }
-    const double grads = double(m.grads().nbytes()), state = double(opt_->state_bytes());
+    const double grads = double(m.grad_bytes()), state = double(opt_->state_bytes());
     NK_INFO(
         "memory per rank: weights {:.1f} MiB resident, gradients {:.1f} MiB, optimizer state "
         "{:.1f} MiB ({:.2f} bytes per parameter)",

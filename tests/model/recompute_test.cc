@@ -24,15 +24,7 @@ using test::host;
 using test::random_ids;
 
 ModelConfig config(bool llama, bool lora) {
-  ModelConfig c = test::tiny_config(llama, 61, 16);
-  c.n_layer = 3;
-  if (lora) {
-    c.lora.rank = 4;
-    c.lora.alpha = 8;
-    c.lora.dropout = 0.2;
-    c.lora.target_modules = {"all-linear"};
-  }
-  return c;
+  return test::three_layer_config(llama, lora, 0.2);
 }
 
 struct Result {

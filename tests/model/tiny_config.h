@@ -21,4 +21,18 @@ inline ModelConfig tiny_config(bool llama, int64_t vocab_size, int64_t max_seq_l
   return c;
 }
 
+// tiny_config with 3 layers (vocabulary 61, 16 positions), optionally LoRA
+// rank 4 on every linear layer: the gradient tests' model.
+inline ModelConfig three_layer_config(bool llama, bool lora, double lora_dropout = 0) {
+  ModelConfig c = tiny_config(llama, 61, 16);
+  c.n_layer = 3;
+  if (lora) {
+    c.lora.rank = 4;
+    c.lora.alpha = 8;
+    c.lora.dropout = lora_dropout;
+    c.lora.target_modules = {"all-linear"};
+  }
+  return c;
+}
+
 }  // namespace nk::test

@@ -173,14 +173,15 @@ TEST(Estimate, MatchesTheMeasuredPeaks) {
       }
 }
 
-// optim.*: the weights and the optimizer's state as the trainer allocates
-// them, for every choice of moments and master.
+// optim.*: the weights, gradients and the optimizer's state as the trainer
+// allocates them, for every choice of moments, master and gradients.
 TEST(Estimate, OptimizerPrecisionBytesAreExact) {
   for (std::vector<std::string> optim :
        {std::vector<std::string>{"optim.moment_dtype=bf16"},
         {"optim.moment_dtype=f16"},
         {"optim.master_dtype=bf16", "optim.moment_dtype=bf16"},
-        {"optim.master_dtype=bf16", "optim.master_compensation=false"}}) {
+        {"optim.master_dtype=bf16", "optim.master_compensation=false"},
+        {"optim.grad_dtype=bf16", "optim.master_dtype=bf16", "optim.moment_dtype=bf16"}}) {
     const std::string out = (fs::path(NK_BINARY_DIR) / "estimate_optim").string();
     fs::remove_all(out);
     std::vector<std::string> o = {"model.preset=llama-tiny", "train.dtype=bf16",
@@ -191,7 +192,7 @@ TEST(Estimate, OptimizerPrecisionBytesAreExact) {
     Trainer t(cfg);
     EXPECT_EQ(r.weight_bytes, int64_t(t.model().weight_bytes())) << optim[0];
     EXPECT_EQ(r.optimizer_bytes, t.optimizer().state_bytes()) << optim[0];
-    EXPECT_EQ(r.grad_bytes, int64_t(t.model().grads().nbytes())) << optim[0];
+    EXPECT_EQ(r.grad_bytes, int64_t(t.model().grad_bytes())) << optim[0];
   }
 }
 

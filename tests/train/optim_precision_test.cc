@@ -246,8 +246,17 @@ TEST(OptimPrecision, ConfigErrorsNameTheKey) {
                              "optim.master_dtype: 'f16' is not one of f32, bf16"));
   EXPECT_TRUE(test::contains(error_of({"optim.master_dtype=bf16", "train.dtype=f32"}),
                              "optim.master_dtype: bf16 needs train.dtype=bf16"));
-  EXPECT_TRUE(test::contains(error_of({"optim.grad_dtype=bf16"}),
-                             "optim.grad_dtype: bf16 is not implemented yet"));
+  EXPECT_TRUE(test::contains(error_of({"optim.grad_dtype=bf16", "train.dtype=f32"}),
+                             "optim.grad_dtype: bf16 needs train.dtype=bf16"));
+  EXPECT_TRUE(test::contains(error_of({"optim.grad_dtype=bf16", "optim.moment_dtype=f16"}),
+                             "optim.grad_dtype: bf16 does not go with optim.moment_dtype=f16"));
+  EXPECT_TRUE(test::contains(error_of({"optim.grad_dtype=f16"}),
+                             "optim.grad_dtype: 'f16' is not one of f32, bf16"));
+  if (device_available(Device::CUDA)) {  // (without a GPU, train.device=cuda is refused first)
+    EXPECT_TRUE(test::contains(error_of({"optim.grad_dtype=bf16", "train.device=cuda"}),
+                               "optim.grad_dtype: bf16 runs on the CPU only for now"))
+        << error_of({"optim.grad_dtype=bf16", "train.device=cuda"});
+  }
   const TrainConfig d = tiny((fs::path(NK_BINARY_DIR) / "optim_default").string(), {});
   EXPECT_EQ(d.adamw.precision.master, DType::F32);
   EXPECT_EQ(d.adamw.precision.moments, DType::F32);
@@ -269,6 +278,7 @@ TEST(OptimPrecision, StateBytesPerParameter) {
     const char* name;
     std::vector<std::string> keys;
     double optimizer, master;  // bytes per trainable parameter
+    double grads = 4;          // the arena's (bf16: plus the f32 staging, printed)
   };
   const std::vector<Case> cases = {
       {"f32 master, f32 moments (default)", {}, 8, 4},
@@ -281,7 +291,12 @@ TEST(OptimPrecision, StateBytesPerParameter) {
       {"bf16 master plain, bf16 moments",
        {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.master_compensation=false"},
        4,
-       0}};
+       0},
+      {"bf16 master + remainder, bf16 moments, bf16 grads",
+       {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.grad_dtype=bf16"},
+       6,
+       0,
+       2}};
   for (const Case& c : cases) {
     Trainer t(tiny((base / "run").string(), c.keys, 1));
     t.run();
@@ -289,9 +304,11 @@ TEST(OptimPrecision, StateBytesPerParameter) {
     const double opt = double(t.optimizer().state_bytes()) / n;
     const double master = double(t.model().params().nbytes()) / n;
     const double weights = double(t.model().compute_params().nbytes()) / n;
-    const double grads = double(t.model().grads().nbytes()) / n;
-    EXPECT_NEAR(opt, c.optimizer, 0.01) << c.name;  // f16: + 8 bytes of scales per group
+    const double grads = double(t.model().grad_bytes()) / n;
+    const double scratch = c.grads == 2 ? double(4 * std::min<int64_t>(AdamW::kGradChunk, n)) : 0;
+    EXPECT_NEAR(opt - scratch / n, c.optimizer, 0.01) << c.name;  // f16: + 8 bytes per group
     EXPECT_EQ(master, c.master) << c.name;
+    EXPECT_EQ(double(t.model().grads().nbytes()) / n, c.grads) << c.name;
     std::printf(
         "%-40s bf16 weights %.2f + f32 master %.2f + grads %.2f + optimizer %.3f = %.3f "
         "bytes/param\n",
@@ -316,6 +333,8 @@ TEST(OptimPrecision, TwoHundredStepsFollowF32Curve) {
       "plain",
       {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.master_compensation=false"});
   const std::vector<double> f16 = run("f16", {"optim.moment_dtype=f16"});
+  const std::vector<double> grads =
+      run("grads", {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.grad_dtype=bf16"});
   ASSERT_EQ(ref.size(), 200u);
   auto worst = [&](const std::vector<double>& l, size_t from) {
     double w = 0;
@@ -327,17 +346,22 @@ TEST(OptimPrecision, TwoHundredStepsFollowF32Curve) {
     for (size_t i = l.size() - 50; i < l.size(); ++i) s += l[i];
     return s / 50;
   };
-  std::printf("step   f32-state  bf16m+bf16master(comp)  bf16m+bf16master(plain)  f16m\n");
+  std::printf(
+      "step   f32-state  bf16m+bf16master(comp)  bf16m+bf16master(plain)  f16m     "
+      "comp+bf16grads\n");
   for (size_t i : {0, 9, 49, 99, 149, 199})
-    std::printf("%4zu   %.4f     %.4f                  %.4f                   %.4f\n", i + 1,
-                ref[i], comp[i], plain[i], f16[i]);
-  std::printf("mean loss of steps 151-200: f32 %.4f, compensated %.4f, plain %.4f, f16 %.4f\n",
-              mean_last(ref), mean_last(comp), mean_last(plain), mean_last(f16));
+    std::printf("%4zu   %.4f     %.4f                  %.4f                   %.4f   %.4f\n", i + 1,
+                ref[i], comp[i], plain[i], f16[i], grads[i]);
+  std::printf(
+      "mean loss of steps 151-200: f32 %.4f, compensated %.4f, plain %.4f, f16 %.4f, "
+      "compensated + bf16 grads %.4f\n",
+      mean_last(ref), mean_last(comp), mean_last(plain), mean_last(f16), mean_last(grads));
   std::printf(
       "max relative loss difference to f32, steps 151-200: compensated %.4f, plain %.4f, "
-      "f16 moments %.4f\n",
-      worst(comp, 150), worst(plain, 150), worst(f16, 150));
+      "f16 moments %.4f, compensated + bf16 grads %.4f\n",
+      worst(comp, 150), worst(plain, 150), worst(f16, 150), worst(grads, 150));
   EXPECT_LT(worst(comp, 150), 0.01);
+  EXPECT_LT(worst(grads, 150), 0.01);  // measured 0.0075
   // Measured: compensated 0.0084 (AVX-512 kernel) / 0.0065 (plain C++ loop), f16 moments
   // 0.0066 / 0.0096; per-step losses near 0.15 make the relative figure noisy, so
   // f16 moments, beyond what the issue asks, are held to 2%.
@@ -413,7 +437,8 @@ TEST(OptimPrecision, ResumeIsExactWithEveryChoice) {
       {"optim.moment_dtype=bf16", "optim.master_dtype=bf16"},
       {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.master_compensation=false"},
       {"optim.moment_dtype=f16"},
-      {"optim.moment_dtype=f16", "optim.master_dtype=bf16"}};
+      {"optim.moment_dtype=f16", "optim.master_dtype=bf16"},
+      {"optim.moment_dtype=bf16", "optim.master_dtype=bf16", "optim.grad_dtype=bf16"}};
   for (const auto& keys : choices) {
     Trainer straight(tiny((base / "straight").string(), keys));
     straight.run();
