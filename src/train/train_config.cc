@@ -126,8 +126,8 @@ void TrainConfig::bind(ConfigBinder& b) {
             "per-tensor power-of-two scale); the update is computed in f32");
   dtype_key("optim.grad_dtype", pr.grads, {DType::F32, DType::BF16},
             "the gradient arena: f32, or bf16 (2 bytes per parameter; each backward stage "
-            "adds its f32 gradients into it, rounded once; needs train.dtype=bf16, one "
-            "process on the CPU)");
+            "adds its f32 gradients into it, rounded once; needs train.dtype=bf16, on the CPU, "
+            "without tensor or pipeline parallelism)");
 }
 
 ConfigSchema train_schema() {

@@ -140,11 +140,12 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
                                            cfg_.frozen, cfg_.device, cfg_.frozen_weights,
                                            QuantPlan(), tensor_parallel(), pipeline_stage());
   if (cfg_.adamw.precision.grads != DType::F32) {
-    // Every layer of the parallel paths reduces f32 gradient buckets today.
-    if (par_.active())
+    // Data parallelism reduces the bf16 buckets as they are (MPI sums them
+    // widened to f32 and rounds once); the model-parallel layouts: not yet.
+    if (model_parallel())
       fail(
-          "optim.grad_dtype=bf16 runs on one process for now (parallel.* asks for {} "
-          "processes); use optim.grad_dtype=f32",
+          "optim.grad_dtype=bf16 runs without tensor and pipeline parallelism for now "
+          "(parallel.* asks for {} processes with them); use optim.grad_dtype=f32",
           par_.world());
     model_->set_grad_dtype(cfg_.adamw.precision.grads);
     const double f32 = 4.0 * double(model_->layout().trainable_end());

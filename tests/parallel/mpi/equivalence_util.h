@@ -92,8 +92,11 @@ class RankTest : public ::testing::Test {
 // ignores that), so its computed gradient is rounding noise that Adam turns
 // into steps of size lr in either run; it is only checked to stay within a
 // few such steps.
-inline void expect_weights_close(const ParamLayout& layout, const Tensor& a, const Tensor& b,
-                                 double tol, const std::string& what = "") {
+// Calls fn(name, ||a - b||, ||a||, max |a - b|) for every tensor (or fused
+// part) of `layout` in the arenas a and b, the key bias (see below) aside.
+template <class Fn>
+void for_each_weight_distance(const ParamLayout& layout, const Tensor& a, const Tensor& b, Fn&& fn,
+                              const std::string& what = "") {
   for (const ParamInfo& p : layout.params()) {
     std::vector<std::string> parts;
     for (const ParamPart& part : p.parts) parts.push_back(part.name);
@@ -112,11 +115,29 @@ inline void expect_weights_close(const ParamLayout& layout, const Tensor& a, con
       if (part == "k" && p.name.ends_with("attn.qkv.bias"))
         EXPECT_LE(dmax, 10 * 3e-3) << name;
       else
-        EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm))
-            << name << ": |diff| " << std::sqrt(diff) << " of |w| " << std::sqrt(norm)
-            << ", max elementwise " << dmax;
+        fn(name, std::sqrt(diff), std::sqrt(norm), dmax);
     }
   }
+}
+
+inline void expect_weights_close(const ParamLayout& layout, const Tensor& a, const Tensor& b,
+                                 double tol, const std::string& what = "") {
+  for_each_weight_distance(
+      layout, a, b,
+      [&](const std::string& name, double diff, double norm, double dmax) {
+        EXPECT_LE(diff, tol * norm)
+            << name << ": |diff| " << diff << " of |w| " << norm << ", max elementwise " << dmax;
+      },
+      what);
+}
+
+// The largest ||a - b|| / ||a|| over the tensors (and fused parts).
+inline double max_weight_distance(const ParamLayout& layout, const Tensor& a, const Tensor& b) {
+  double worst = 0;
+  for_each_weight_distance(layout, a, b, [&](const std::string&, double diff, double norm, double) {
+    worst = std::max(worst, diff / std::max(norm, 1e-30));
+  });
+  return worst;
 }
 
 }  // namespace nk::test

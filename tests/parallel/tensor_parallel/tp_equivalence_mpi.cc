@@ -401,6 +401,29 @@ TEST_F(TensorParallel, Gpt2Dp2Tp2Pp2) {
   check(pipelined("gpt-tiny", 2, 2, false, 2));
 }
 
+// bf16 masters and bf16 gradients are not under tensor or pipeline
+// parallelism yet: each is refused with the key and the layout named.
+TEST_F(TensorParallel, Bf16MasterAndGradientsAreRefused) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const Recipe r = pp > 1 ? pipelined("gpt-tiny", pp) : recipe("gpt-tiny", tp);
+    for (const char* key : {"optim.master_dtype=bf16", "optim.grad_dtype=bf16"}) {
+      const TrainConfig cfg =
+          config(r, (base_ / "refused").string(), tp, pp, 1, {"train.dtype=bf16", key});
+      Layout l = layout(cfg);
+      std::string err;
+      try {
+        Trainer t(cfg, l.par());
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      const std::string name = std::string(key).substr(0, std::string(key).find('=')) + "=bf16";
+      EXPECT_NE(err.find(name + " runs "), std::string::npos) << key << " tp " << tp << ": " << err;
+      EXPECT_NE(err.find("tensor"), std::string::npos) << err;
+    }
+  }
+}
+
 // Resharding: a checkpoint saved under one layout resumes under others on
 // the unbroken run's losses.
 TEST_F(TensorParallel, ReshardTensorParallel) {
