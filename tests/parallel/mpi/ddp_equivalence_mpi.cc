@@ -401,8 +401,9 @@ TEST_F(DataParallel, Bf16MasterUnderFsdpIsRefused) {
 
 // bf16 gradients (optim.grad_dtype=bf16): each rank accumulates its
 // micro-batches into its bf16 arena and the buckets are summed (widened to
-// f32 by MPI, rounded once); against one process with bf16 gradients, the
-// bf16-compute tolerances: the two round at different points.
+// f32 by MPI, rounded once); against one process with bf16 gradients: the
+// loss within the bf16-compute tolerance, the weights within twice what bf16
+// gradients move them from f32 ones (check: the two round at other points).
 TEST_F(DataParallel, Gpt2Bf16GradsGradAccumulation) {
   Recipe r{"gpt-tiny", DType::BF16, 2};
   r.grads = "bf16";
