@@ -113,7 +113,19 @@ void ShardedWeights::release(int64_t unit) {
 void ShardedWeights::gather_all_master() {
   for (size_t k = 0; k < buckets_.size(); ++k)
     if (state_[k] == State::Pending) work_[k]->wait();
-  gather_master(model_, comm_, buckets_);
+  if (model_.params().numel() > 0) {
+    gather_master(model_, comm_, buckets_);
+  } else {  // a bf16 master the optimizer keeps: the compute blocks are its bf16 part
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      if (state_[k] == State::Released) {
+        const GradBucket& b = buckets_[k];
+        work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
+                                            shard_counts(b, comm_.size()));
+        state_[k] = State::Pending;
+      }
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      if (state_[k] == State::Pending) work_[k]->wait();
+  }
   std::fill(state_.begin(), state_.end(), State::Resident);
 }
 

@@ -309,15 +309,13 @@ void Trainer::make_optimizer() {
   if (ddp_ && ddp_->sharded()) groups = shard_param_groups(groups, ddp_->optimizer_pieces());
   // Plain data parallelism keeps the whole optimizer on every rank, each
   // updating its bf16 master alike from the same all-reduced gradients;
-  // ZeRO-1 splits it, each rank's optimizer holding the remainders of its
-  // blocks. FSDP (weights gathered per stage) and model-parallel layouts: not yet.
-  const bool data_parallel_only = !pipe_ && (!par_.mesh || par_.mesh->world_size() == par_.dp());
-  const bool fsdp = ddp_ && ddp_->shards_weights();
-  if (cfg_.adamw.precision.master != DType::F32 && (!data_parallel_only || fsdp))
+  // ZeRO-1 and FSDP split it, each rank's optimizer holding the remainders
+  // of its blocks. Model-parallel layouts: not yet.
+  if (cfg_.adamw.precision.master != DType::F32 && model_parallel())
     fail(
-        "optim.master_dtype=bf16 runs with plain data parallelism or parallel.shard=optimizer "
-        "only for now (parallel.* asks for {} processes with {}); use optim.master_dtype=f32",
-        par_.world(), fsdp ? "parallel.shard=full" : "tensor or pipeline parallelism");
+        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism for now "
+        "(parallel.* asks for {} processes with them); use optim.master_dtype=f32",
+        par_.world());
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
   // A bf16 master: the compute weights and the optimizer's remainder hold it now.
   if (opt_->master_in_compute()) {
