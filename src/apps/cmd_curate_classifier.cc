@@ -12,7 +12,7 @@ namespace nk {
 
 namespace {
 
-const char* kUsage =
+const char* kClassifierUsage =
     "usage: nekton curate train-classifier --input FILE.jsonl --output MODEL.bin [options]\n"
     "\n"
     "Trains a fastText classifier (e.g. high vs low quality) on labelled JSONL (plain or\n"
@@ -45,13 +45,13 @@ int cmd_curate_train_classifier(const std::vector<std::string>& args) {
   cl.bind("--valid-fraction", o.valid_fraction, "part held out for evaluation, in [0, 1)");
   cl.bind("--seed", o.seed, "seed of the split and of fastText");
   if (cl.help()) {
-    fmt::print("{}", cl.help_text(kUsage));
+    fmt::print("{}", cl.help_text(kClassifierUsage));
     return 0;
   }
   std::vector<std::string> pos = cl.finish();
   if (!pos.empty()) fail("{}: unexpected argument '{}' (see --help)", cmd, pos[0]);
   if (o.input.empty() || o.output.empty()) {
-    fmt::print(stderr, "{}", kUsage);
+    fmt::print(stderr, "{}", kClassifierUsage);
     fail("{}: --input and --output are required", cmd);
   }
   curate::ClassifierTrainReport r = curate::train_quality_classifier(o);

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kEstimateUsage =
     "usage: nekton estimate [--config RECIPE.yaml] [key=value ...] [--nproc N] [--json]\n"
     "                       [--measure] [--budget GIB] [--rates FILE | --no-time]\n\n"
     "Memory per rank (weights, gradients, optimizer state, activations, workspaces), FLOPs\n"
@@ -209,7 +209,7 @@ nlohmann::json what_fits(const TrainConfig& cfg, int64_t world, double budget) {
 int cmd_estimate(const CommandArgs& raw) {
   if (std::find(raw.args.begin(), raw.args.end(), "--help") != raw.args.end() ||
       std::find(raw.args.begin(), raw.args.end(), "-h") != raw.args.end()) {
-    fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n", kUsage);
+    fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n", kEstimateUsage);
     return 0;
   }
   const EstimateArgs a = parse(raw.args);

@@ -15,7 +15,7 @@ namespace nk {
 
 namespace {
 
-const char* kUsage =
+const char* kExportGgufUsage =
     "usage: nekton export gguf MODEL_DIR OUT.gguf [--type TYPE] [--name NAME] [--tokenizer SPEC]\n"
     "       nekton quantize MODEL_DIR|IN.gguf OUT.gguf [--type TYPE] [--allow-requantize] ...\n"
     "                          (the same, --type q4_k_m by default; a GGUF input is written\n"
@@ -61,7 +61,7 @@ int run_export(const std::string& command, const std::vector<std::string>& args,
   cl.bind("--allow-requantize", allow_requantize,
           "a GGUF input whose matrices are already block-quantised is quantised again");
   if (cl.help()) {
-    fmt::print("{}", cl.help_text(kUsage));
+    fmt::print("{}", cl.help_text(kExportGgufUsage));
     return 0;
   }
   // Gone: llama.cpp refuses to load a GGUF without tokenizer metadata.

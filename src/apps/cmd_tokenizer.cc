@@ -32,7 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kUsage =
+const char* kTokenizerUsage =
     "usage: nekton tokenizer <subcommand> [arguments] [--help]\n"
     "\n"
     "subcommands:\n"
@@ -121,7 +121,7 @@ std::unique_ptr<Tokenizer> open_spec(const std::vector<std::string>& pos, const 
 
 // `tokenizer SUB --help`: the usage, then SUB's options.
 int print_help(const CommandLine& cl) {
-  fmt::print("{}", cl.help_text(kUsage));
+  fmt::print("{}", cl.help_text(kTokenizerUsage));
   return 0;
 }
 
@@ -390,7 +390,7 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
 int cmd_tokenizer(const CommandArgs& a) {
   const auto& args = a.args;
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    fmt::print("{}", kUsage);
+    fmt::print("{}", kTokenizerUsage);
     return args.empty() ? 1 : 0;
   }
   const std::string& sub = args[0];

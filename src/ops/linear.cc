@@ -2,20 +2,10 @@
 // device's kernel.
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+#include "ops/shapes.h"
 
 namespace nk::ops {
 namespace {
-
-bool is_compute_dtype(DType t) {
-  return t == DType::F32 || t == DType::BF16;
-}
-
-// Rows of a [..., C] tensor (leading dims flattened), checking the last dim.
-int64_t rows_checked(const Tensor& t, int64_t c, const char* name) {
-  NK_CHECK(t.ndim() >= 1 && t.dim(-1) == c, "linear: {} is {}, last dim should be {}", name,
-           t.desc(), c);
-  return rows_of(t);
-}
 
 // w [out, in] in x's compute dtype; returns N.
 int64_t check_x_w(const Tensor& x, const Tensor& w) {
@@ -23,7 +13,7 @@ int64_t check_x_w(const Tensor& x, const Tensor& w) {
   NK_CHECK(w.dim(0) > 0 && w.dim(1) > 0, "linear: empty weight {}", w.desc());
   NK_CHECK(is_compute_dtype(x.dtype()), "linear: x is {}", x.desc());
   check_dtype(w, x.dtype(), "linear w");
-  return rows_checked(x, w.dim(1), "x");
+  return rows_checked("linear", x, w.dim(1), "x");
 }
 
 // A parameter gradient f32 of `shape`, or undefined: not computed.
@@ -39,7 +29,8 @@ void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b)
   const Device dev =
       device_of("linear_forward", {{&y, "y"}, {&x, "x"}, {&w, "w"}, {&b, "b", kOptional}});
   const int64_t n = check_x_w(x, w), out = w.dim(0);
-  NK_CHECK(rows_checked(y, out, "y") == n, "linear: y {} does not match x {}", y.desc(), x.desc());
+  NK_CHECK(rows_checked("linear", y, out, "y") == n, "linear: y {} does not match x {}", y.desc(),
+           x.desc());
   check_dtype(y, x.dtype(), "linear y");
   if (b.defined()) {
     check_shape(b, {out}, "linear b");
@@ -58,8 +49,8 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
                                                    {&x, "x"},
                                                    {&w, "w"}});
   const int64_t n = check_x_w(x, w), out = w.dim(0), in = w.dim(1);
-  NK_CHECK(rows_checked(dy, out, "dy") == n, "linear: dy {} does not match x {}", dy.desc(),
-           x.desc());
+  NK_CHECK(rows_checked("linear", dy, out, "dy") == n, "linear: dy {} does not match x {}",
+           dy.desc(), x.desc());
   check_dtype(dy, x.dtype(), "linear dy");
   if (dx.defined()) {
     check_shape(dx, x.shape(), "linear dx");

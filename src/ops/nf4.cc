@@ -9,6 +9,7 @@
 
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+#include "ops/shapes.h"
 
 namespace nk::ops {
 
@@ -96,17 +97,6 @@ Device check_nf4(const char* op, const Nf4Weight& q, const char* name) {
              "{}: {}.{} is {}, expected {}[{}] for an NF4 weight of shape {}", op, name, p.part,
              p.t.desc(), dtype_name(p.dtype), p.numel, shape_str(q.shape));
   return dev;
-}
-
-bool is_compute_dtype(DType t) {
-  return t == DType::F32 || t == DType::BF16;
-}
-
-// Rows of a [..., C] tensor (leading dims flattened), checking the last dim.
-int64_t rows_checked(const char* op, const Tensor& t, int64_t c, const char* name) {
-  NK_CHECK(t.ndim() >= 1 && t.dim(-1) == c, "{}: {} is {}, last dim should be {}", op, name,
-           t.desc(), c);
-  return rows_of(t);
 }
 
 // An NF4 linear weight [out, in].

@@ -5,6 +5,7 @@
 #include "ops/quant.h"
 
 #include "ops/dispatch.h"
+#include "ops/shapes.h"
 
 namespace nk::ops {
 namespace {
@@ -31,17 +32,6 @@ const TypeInfo& info(QuantType t) {
 
 bool has_scale(QuantType t) {
   return t == QuantType::W8A16 || t == QuantType::W8A8;
-}
-
-bool is_compute_dtype(DType t) {
-  return t == DType::F32 || t == DType::BF16;
-}
-
-// Rows of a [..., C] tensor (leading dims flattened), checking the last dim.
-int64_t rows_checked(const char* op, const Tensor& t, int64_t c, const char* name) {
-  NK_CHECK(t.ndim() >= 1 && t.dim(-1) == c, "{}: {} is {}, last dim should be {}", op, name,
-           t.desc(), c);
-  return rows_of(t);
 }
 
 // q is a defined [out, in] weight whose data (and scale) have the sizes of

@@ -54,9 +54,11 @@ TEST(SetupScript, MakeQuickstartBuildsTheBinaryAloneWithoutTheTestSetup) {
   EXPECT_FALSE(contains(r.out, "--test")) << r.out;
   EXPECT_TRUE(contains(r.out, "-DNK_TESTS=OFF")) << r.out;
   EXPECT_TRUE(contains(r.out, "--target nekton")) << r.out;
+  EXPECT_TRUE(contains(r.out, "-DCMAKE_UNITY_BUILD=ON")) << r.out;
   const auto t = run_command(fmt::format("make -n -C {} test", NK_SOURCE_DIR));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_TRUE(contains(t.out, "scripts/setup.sh --test")) << t.out;
+  EXPECT_TRUE(contains(t.out, "-DCMAKE_UNITY_BUILD=OFF")) << t.out;
 }
 
 TEST(SetupScript, AnUnknownOptionIsRefused) {

@@ -25,8 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kLabelPrefix = "__label__";
-
 // Removes the file at `path` when it goes out of scope, unless released.
 class TempFile {
  public:

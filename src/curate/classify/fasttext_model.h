@@ -15,6 +15,9 @@ class FastText;
 
 namespace nk::curate {
 
+// fastText's label prefix: a model's labels and a training line's tags start with it.
+inline constexpr std::string_view kLabelPrefix = "__label__";
+
 // The first four bytes of every fastText model (FASTTEXT_FILEFORMAT_MAGIC_INT32).
 inline constexpr int32_t kFastTextMagic = 793712314;
 

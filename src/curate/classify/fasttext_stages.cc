@@ -17,8 +17,6 @@ namespace nk::curate {
 
 namespace {
 
-constexpr std::string_view kLabelPrefix = "__label__";
-
 std::string without_prefix(std::string_view label) {
   if (label.starts_with(kLabelPrefix)) label.remove_prefix(kLabelPrefix.size());
   return std::string(label);

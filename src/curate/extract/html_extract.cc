@@ -131,7 +131,7 @@ int scan_depth(std::string_view s, std::string* out) {
 // Output with HTML's whitespace rules: runs of spaces inside a block become
 // one space, block boundaries become "\n" or "\n\n", nothing trails.
 
-struct Writer : ParagraphWriter {
+struct HtmlWriter : ParagraphWriter {
   int64_t chars = 0;  // non-space bytes written, and those inside <a href>
   int64_t link_chars = 0;
   int link_depth = 0;
@@ -477,7 +477,7 @@ bool is_data_table(const GumboNode* table, const char* role) {
 
 // ---------------------------------------------------------------------------
 // The walk: iterative (no recursion, whatever the depth), emitting into the
-// Writer; an element remembers where its output began so that it can take
+// HtmlWriter; an element remembers where its output began so that it can take
 // it back when it is judged link-dense (and a cell, to measure itself).
 
 struct Frame {
@@ -503,7 +503,7 @@ class Extractor {
   explicit Extractor(const HtmlExtractOptions& opt) : opt_(opt) {}
 
   std::string run(const GumboNode* root) {
-    w_ = Writer{};
+    w_ = HtmlWriter{};
     w_.out.reserve(4096);
     stack_.clear();
     tables_.clear();
@@ -561,7 +561,7 @@ class Extractor {
   bool after_colon() const {
     const std::string& o = w_.out;
     size_t i = o.size(), stop = o.size() > 64 ? o.size() - 64 : 0;
-    while (i > stop && Writer::is_space(o[i - 1])) --i;
+    while (i > stop && HtmlWriter::is_space(o[i - 1])) --i;
     if (i > 0 && o[i - 1] == ':') return true;
     return i >= 3 && o.compare(i - 3, 3, "\xEF\xBC\x9A") == 0;  // U+FF1A
   }
@@ -731,7 +731,7 @@ class Extractor {
   }
 
   const HtmlExtractOptions& opt_;
-  Writer w_;
+  HtmlWriter w_;
   std::vector<Frame> stack_;
   std::vector<size_t> tables_;  // indices in stack_ of the open tables
   HtmlExtractStats stats_;

@@ -21,7 +21,7 @@ inline bool is_letter(char c) {
 
 // Paragraph-aware output: source whitespace becomes one space, blank lines
 // and block boundaries "\n\n", line breaks "\n"; nothing trails.
-struct Writer : ParagraphWriter {
+struct LatexWriter : ParagraphWriter {
   void text(std::string_view t) {
     if (t.empty()) return;
     flush();
@@ -850,7 +850,7 @@ class Converter {
   std::string_view s_;
   size_t i_ = 0;
   int nesting_;
-  Writer w_;
+  LatexWriter w_;
   std::vector<char> groups_;  // 'n' plain, 'h' section title
   std::vector<List> lists_;
   bool marks_ = false;  // combining marks written: the output needs NFC

@@ -9,18 +9,11 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/strings.h"
 #include "data/dataset/text_dataset.h"
 
 namespace nk {
 namespace {
-
-// Jinja's `trim` filter and Python's str.strip() (ASCII white space).
-std::string trim(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
 
 // Segments under construction.
 struct Out {

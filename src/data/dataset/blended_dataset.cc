@@ -5,15 +5,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strings.h"
 
 namespace nk {
-
-namespace {
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\n"), e = s.find_last_not_of(" \t\n");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-}  // namespace
 
 BlendSpec parse_blend(const std::string& text, const std::string& key) {
   std::vector<std::string> items;

@@ -7,10 +7,7 @@
 
 namespace nk::dist::mpi {
 
-namespace {
-
-constexpr int kProbeTag = 1, kAnswerTag = 2;
-
+// The wire messages (named outside the anonymous namespace: Outgoing holds them).
 struct ProbeMsg {
   uint32_t id;
 };
@@ -22,6 +19,10 @@ struct AnswerMsg {
   char group[48];
   char op[24];
 };
+
+namespace {
+
+constexpr int kProbeTag = 1, kAnswerTag = 2;
 
 void copy_name(char* dst, size_t cap, const std::string& src) {
   size_t n = std::min(cap - 1, src.size());

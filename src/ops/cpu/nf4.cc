@@ -123,7 +123,7 @@ T* scratch(std::vector<char>& buf, int64_t count) {
   return reinterpret_cast<T*>((p + 63) & ~uintptr_t(63));
 }
 
-std::vector<char> g_panel, g_product;  // the dequantised panel; its product
+std::vector<char> g_nf4_panel, g_nf4_product;  // the dequantised panel; its product
 
 // Lines of a panel (rows or columns of W) of `line_bytes` each: a multiple of
 // kNf4Block near kPanelBytes, at least kNf4Block, at most `lines`.
@@ -148,8 +148,8 @@ void linear_fwd(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b) 
   const Nf4View q(w);
   const DType t = x.dtype();
   const int64_t rows = panel_lines(out, in * int64_t(sizeof(T)));
-  T* panel = scratch<T>(g_panel, rows * in);
-  T* prod = rows < out ? scratch<T>(g_product, n * rows) : y.data<T>();
+  T* panel = scratch<T>(g_nf4_panel, rows * in);
+  T* prod = rows < out ? scratch<T>(g_nf4_product, n * rows) : y.data<T>();
   for (int64_t o0 = 0; o0 < out; o0 += rows) {
     const int64_t p = std::min(rows, out - o0);
     dequant_parallel(q, o0 * in, p * in, panel);
@@ -174,8 +174,8 @@ void linear_bwd_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) {
   const Nf4View q(w);
   const DType t = dy.dtype();
   const int64_t cols = panel_lines(in, out * int64_t(sizeof(T)));
-  T* panel = scratch<T>(g_panel, out * cols);
-  T* prod = cols < in ? scratch<T>(g_product, n * cols) : dx.data<T>();
+  T* panel = scratch<T>(g_nf4_panel, out * cols);
+  T* prod = cols < in ? scratch<T>(g_nf4_product, n * cols) : dx.data<T>();
   for (int64_t k0 = 0; k0 < in; k0 += cols) {
     const int64_t kb = std::min(cols, in - k0);
     parallel_for(out, std::max<int64_t>(1, 4096 / kb), [&](int64_t r0, int64_t r1) {

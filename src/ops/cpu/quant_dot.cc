@@ -101,7 +101,7 @@ int64_t prefetch_groups(size_t group_bytes) {
 
 // Scratch: x rows in f32 (bf16 x) and quantised. Like the other kernels'
 // scratch buffers these assume one caller thread at a time.
-std::vector<char> g_xf, g_xq;
+std::vector<char> g_dot_xf, g_dot_xq;
 
 // ---- quantising x ----
 
@@ -407,13 +407,13 @@ void direct(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   job.N = rows_of(x);
   job.in = w.cols();
   job.out = w.rows();
-  job.xf = rows_as_f32(x, g_xf);
+  job.xf = rows_as_f32(x, g_dot_xf);
   const XKind kind = x_kind(job.t);
   job.blocks = kind == XKind::Blocks32    ? job.in / kQK
                : kind == XKind::Blocks256 ? job.in / kQKK
                                           : 1;
   job.xrb = xrow_bytes(job.in, job.blocks);
-  char* xbase = kind == XKind::None ? nullptr : scratch<char>(g_xq, size_t(job.N) * job.xrb);
+  char* xbase = kind == XKind::None ? nullptr : scratch<char>(g_dot_xq, size_t(job.N) * job.xrb);
   for (int64_t n = 0; n < job.N && xbase; ++n)
     quantize_x_row(job.t, job.xf + n * job.in, job.in,
                    xrow_at(xbase + n * job.xrb, job.in, job.blocks));

@@ -557,7 +557,7 @@ struct Gemm {
   }
 };
 
-std::vector<char> g_xf, g_xq, g_start, g_dx, g_dxt;
+std::vector<char> g_gemm_xf, g_gemm_xq, g_gemm_start, g_gemm_dx, g_gemm_dxt;
 
 template <typename T>
 void gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
@@ -569,12 +569,12 @@ void gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   const int W = sub_width(job.t);
   const int64_t N = job.N, in = job.in, nsub = in / W, xb = x_block(job.t, in);
   job.nsub = nsub;
-  const float* xf = rows_as_f32(x, g_xf);
+  const float* xf = rows_as_f32(x, g_gemm_xf);
   const int64_t P = std::min<int64_t>(N, kPass), NP = (N + P - 1) / P * P;  // XPrep's blocks
-  int32_t* q = scratch<int32_t>(g_xq, size_t(NP * in / 4));
-  int32_t* start = scratch<int32_t>(g_start, size_t(NP * nsub));
-  float* dx = scratch<float>(g_dx, size_t(NP * nsub));
-  float* dxt = scratch<float>(g_dxt, size_t(NP * nsub));
+  int32_t* q = scratch<int32_t>(g_gemm_xq, size_t(NP * in / 4));
+  int32_t* start = scratch<int32_t>(g_gemm_start, size_t(NP * nsub));
+  float* dx = scratch<float>(g_gemm_dx, size_t(NP * nsub));
+  float* dxt = scratch<float>(g_gemm_dxt, size_t(NP * nsub));
   const int32_t k = offset_k(job.t);
   parallel_for(N, std::max<int64_t>(1, 16384 / in), [&](int64_t n0, int64_t n1) {
     thread_local std::vector<char> row;

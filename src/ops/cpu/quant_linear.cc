@@ -48,7 +48,7 @@ int64_t gemm_rows_min(QuantType t) {
 // it (the NF4 products' choice; not re-tuned here).
 constexpr size_t kPanelBytes = size_t(1) << 20;
 
-std::vector<char> g_panel, g_product, g_xf, g_bias;
+std::vector<char> g_lin_panel, g_lin_product, g_lin_xf, g_lin_bias;
 
 // Rows [o0, o0 + p) of W in f32 into panel [p, in].
 void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
@@ -77,13 +77,13 @@ void store_columns(T* y, int64_t ld, int64_t o0, const float* prod, int64_t n, i
 template <typename T>
 void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
   const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
-  const float* xf = rows_as_f32(x, g_xf);
-  const float* bias = b.defined() ? rows_as_f32(b, g_bias) : nullptr;
+  const float* xf = rows_as_f32(x, g_lin_xf);
+  const float* bias = b.defined() ? rows_as_f32(b, g_lin_bias) : nullptr;
   const int64_t rows =
       std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
-  float* panel = scratch<float>(g_panel, size_t(rows * in));
+  float* panel = scratch<float>(g_lin_panel, size_t(rows * in));
   const bool direct_out = std::is_same_v<T, float> && rows == out;
-  float* prod = direct_out ? y.data<float>() : scratch<float>(g_product, size_t(n * rows));
+  float* prod = direct_out ? y.data<float>() : scratch<float>(g_lin_product, size_t(n * rows));
   for (int64_t o0 = 0; o0 < out; o0 += rows) {
     const int64_t p = std::min(rows, out - o0);
     dequant_panel(w, o0, p, panel);
