@@ -81,14 +81,16 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
   }
 }
 
+void ShardedWeights::start_gather(size_t k) {
+  if (state_[k] != State::Released) return;
+  const GradBucket& b = buckets_[k];
+  work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
+                                      shard_counts(b, comm_.size()));
+  state_[k] = State::Pending;
+}
+
 void ShardedWeights::prefetch(int64_t unit) {
-  for (size_t k : units_[size_t(unit)]) {
-    if (state_[k] != State::Released) continue;
-    const GradBucket& b = buckets_[k];
-    work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
-                                        shard_counts(b, comm_.size()));
-    state_[k] = State::Pending;
-  }
+  for (size_t k : units_[size_t(unit)]) start_gather(k);
 }
 
 void ShardedWeights::gather(int64_t unit) {
@@ -116,13 +118,7 @@ void ShardedWeights::gather_all_master() {
   if (model_.params().numel() > 0) {
     gather_master(model_, comm_, buckets_);
   } else {  // a bf16 master the optimizer keeps: the compute blocks are its bf16 part
-    for (size_t k = 0; k < buckets_.size(); ++k)
-      if (state_[k] == State::Released) {
-        const GradBucket& b = buckets_[k];
-        work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
-                                            shard_counts(b, comm_.size()));
-        state_[k] = State::Pending;
-      }
+    for (size_t k = 0; k < buckets_.size(); ++k) start_gather(k);
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (state_[k] == State::Pending) work_[k]->wait();
   }

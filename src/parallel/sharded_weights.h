@@ -50,7 +50,8 @@ class ShardedWeights {
   // Releases the other ranks' blocks of `unit`.
   void release(int64_t unit);
   // The whole f32 master and compute weights on every rank (the final model
-  // export); they stay resident.
+  // export); they stay resident. A bf16 master the optimizer keeps (the f32
+  // arena released): the compute weights alone, its bf16 part.
   void gather_all_master();
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -63,6 +64,7 @@ class ShardedWeights {
   enum class State { Released, Pending, Resident };
   std::vector<State> state_;         // per bucket
   std::vector<dist::WorkPtr> work_;  // per bucket: its pending gather
+  void start_gather(size_t k);       // bucket k's compute weights, if released
 };
 
 }  // namespace nk::parallel

@@ -782,7 +782,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
-  // A bf16 master sharded by ZeRO-1 is joined on every rank (collective).
+  // A bf16 master sharded by ZeRO-1 or FSDP is joined on every rank (collective).
   dist::Communicator* join = ddp_ && ddp_->sharded() ? &ddp_->group() : nullptr;
   std::optional<MastersOnLoan> masters;
   if (whole_model && !whole && (join || par_.writes())) masters.emplace(*model_, opt_.get(), join);

@@ -70,7 +70,7 @@ class Trainer {
   // optim.master_dtype=bf16: for its lifetime the model holds f32 masters again
   // (the optimizer's exact ones), what a checkpoint save or the export reads;
   // nothing with an f32 master (opt null or not master_in_compute). Under
-  // ZeRO-1 a rank's optimizer holds the exact masters of its blocks only:
+  // ZeRO-1 and FSDP a rank's optimizer holds the exact masters of its blocks only:
   // with `join` (the data-parallel group; collective) every rank's blocks are
   // put together, so each holds the whole model's.
   class MastersOnLoan {
