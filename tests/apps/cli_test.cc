@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 #include <vector>
 
 #include "data/dataset/indexed_dataset.h"
@@ -222,6 +223,29 @@ TEST(Cli, QuickstartPipelineThenGenerate) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
   EXPECT_EQ(fs::last_write_time(out + "/tokenizer/vocab.tiktoken"), stamp);
+}
+
+// configs/quickstart.yaml is the quickstart's training step for `nekton train`:
+// it must give the very settings `nekton quickstart` trains with (the list its
+// --help prints), with the data paths the quickstart writes.
+TEST(Cli, QuickstartConfigFileIsTheRecipe) {
+  auto help = test::run_nekton("quickstart --help");
+  ASSERT_EQ(help.code, 0) << help.out;
+  std::string recipe;
+  const size_t from = help.out.find("trains with:\n");
+  ASSERT_NE(from, std::string::npos) << help.out;
+  std::istringstream lines(help.out.substr(from + 13));
+  for (std::string line; std::getline(lines, line) && line.starts_with("  ");)
+    recipe += " " + line.substr(2);
+  ASSERT_NE(recipe.find("train.steps="), std::string::npos) << help.out;
+  auto from_yaml = test::run_nekton("train --print-config --config " + std::string(NK_SOURCE_DIR) +
+                                    "/configs/quickstart.yaml");
+  auto from_recipe = test::run_nekton("train --print-config" + recipe +
+                                      " data.prefix=runs/quickstart/data/gcide_text_document"
+                                      " data.tokenizer=runs/quickstart/tokenizer");
+  ASSERT_EQ(from_yaml.code, 0) << from_yaml.out;
+  ASSERT_EQ(from_recipe.code, 0) << from_recipe.out;
+  EXPECT_EQ(from_yaml.out, from_recipe.out);
 }
 
 }  // namespace
