@@ -235,8 +235,10 @@ TEST(Cli, QuickstartConfigFileIsTheRecipe) {
   const size_t from = help.out.find("trains with:\n");
   ASSERT_NE(from, std::string::npos) << help.out;
   std::istringstream lines(help.out.substr(from + 13));
-  for (std::string line; std::getline(lines, line) && line.starts_with("  ");)
-    recipe += " " + line.substr(2);
+  for (std::string line; std::getline(lines, line) && line.starts_with("  ");) {
+    recipe += ' ';
+    recipe.append(line, 2);
+  }
   ASSERT_NE(recipe.find("train.steps="), std::string::npos) << help.out;
   auto from_yaml = test::run_nekton("train --print-config --config " + std::string(NK_SOURCE_DIR) +
                                     "/configs/quickstart.yaml");
