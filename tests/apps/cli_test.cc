@@ -232,9 +232,10 @@ TEST(Cli, QuickstartConfigFileIsTheRecipe) {
   auto help = test::run_nekton("quickstart --help");
   ASSERT_EQ(help.code, 0) << help.out;
   std::string recipe;
-  const size_t from = help.out.find("trains with:\n");
+  const std::string intro = "trains with:\n";  // then one "  key=value" line each
+  const size_t from = help.out.find(intro);
   ASSERT_NE(from, std::string::npos) << help.out;
-  std::istringstream lines(help.out.substr(from + 13));
+  std::istringstream lines(help.out.substr(from + intro.size()));
   for (std::string line; std::getline(lines, line) && line.starts_with("  ");) {
     recipe += ' ';
     recipe.append(line, 2);

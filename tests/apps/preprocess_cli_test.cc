@@ -171,18 +171,20 @@ TEST(PreprocessCli, KillNineThenRerunLeavesNoTemporaries) {
       pid_t pid = test::spawn_nekton(args(prefix), dir / (prefix + ".log"));
       ASSERT_GT(pid, 0);
       const fs::path tmp = dir / (prefix + ".bin.tmp." + std::to_string(pid));
-      if (kill == 0) {  // at a random moment of the run
+      bool reaped = false;  // the run ended before the kill (its pid may be reused)
+      if (kill == 0) {      // at a random moment of the run
         std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
       } else {  // once it writes its output (a loaded machine may start it late)
         const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while (!fs::exists(tmp) && std::chrono::steady_clock::now() < give_up &&
-               ::waitpid(pid, nullptr, WNOHANG) == 0)
+               !(reaped = ::waitpid(pid, nullptr, WNOHANG) == pid))
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        std::this_thread::sleep_for(std::chrono::duration<double>(when(rng) / 8));
+        if (!reaped) std::this_thread::sleep_for(std::chrono::duration<double>(when(rng) / 8));
       }
-      ::kill(pid, SIGKILL);
-      int st = 0;
-      ::waitpid(pid, &st, 0);
+      if (!reaped) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
       left += fs::exists(tmp);
     }
     std::vector<std::string> a = args(prefix);
