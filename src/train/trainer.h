@@ -87,6 +87,10 @@ class Trainer {
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);
   void save_checkpoint_now();
+  // After the last step: the whole model (gathered under FSDP, tensor and
+  // pipeline parallelism) to OUT_DIR/model with the tokenizer, and the
+  // adapter alone for PEFT runs; rank 0 writes (trainer_save.cc).
+  void export_final();
   // nk::Error before any save when an update left NaN or Inf in the weights
   // (on any rank), naming the first such tensor: a non-finite model is never
   // written, so the newest checkpoint stays the last good one.
