@@ -21,8 +21,12 @@ void validate(const SamplingConfig& c) {
     fail("frequency_penalty: must be in [-2, 2], got {}", c.frequency_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t> prompt,
+int32_t Sampler::sample(const float* logits, int64_t row, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
+  // The padding ids past the tokenizer's vocabulary are masked by leaving
+  // them out: everything below sees V = the real ids only.
+  const int64_t V = vocab_ > 0 ? std::min(row, vocab_) : row;
+  NK_CHECK(V > 0, "Sampler: {} logits for a vocabulary of {}", row, vocab_);
   const bool repeat = cfg_.repetition_penalty != 1.0 && (!prompt.empty() || !generated.empty());
   const bool counts =
       (cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0) && !generated.empty();

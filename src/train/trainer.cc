@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/model_vocab.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -178,9 +179,17 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     } catch (const Error& e) {
       throw e.with_context("data.tokenizer");
     }
-    if (tok->vocab_size() > cfg_.model.vocab_size)
-      fail("model.vocab_size: {} is smaller than the vocabulary of data.tokenizer '{}' ({})",
-           cfg_.model.vocab_size, cfg_.data.tokenizer, tok->vocab_size());
+    // The model's rows against the tokenizer's ids (ckpt/model_vocab.h):
+    // fewer is an error naming both, more are padding (logged).
+    const bool init = !cfg_.init_from.empty();
+    try {
+      check_model_vocab(cfg_.model.vocab_size,
+                        init ? fmt::format("model folder '{}' of train.init_from", cfg_.init_from)
+                             : fmt::format("model.vocab_size = {}", cfg_.model.vocab_size),
+                        tok->vocab_size(), fmt::format("data.tokenizer '{}'", cfg_.data.tokenizer));
+    } catch (const Error& e) {
+      throw e.with_context(init ? "train.init_from" : "model.vocab_size");
+    }
   }
   // Token ids beyond the vocabulary (data made with another tokenizer) are
   // caught here on the first micro-batch, before anything is written; the
