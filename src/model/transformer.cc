@@ -98,13 +98,22 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
   Tensor tg = targets.view({N});
+  // [n, head_rows_] logits in the chunk buffer (fewer columns than it has on a
+  // rank whose share ends in vocabulary padding; none on one holding only
+  // padding, whose partial dx is then zero).
+  const int64_t cols = head_rows_;
   for (int64_t r = 0; r < N; r += a.chunk) {
     int64_t n = std::min(a.chunk, N - r);
-    Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
-    head_.forward(logits, xr);
+    Tensor logits, xr = x.narrow0(r, n);
+    if (cols == a.logits.dim(1))
+      logits = a.logits.narrow0(0, n);
+    else if (cols > 0)
+      logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+    if (logits.defined()) head_.forward(logits, xr);
     loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, row_scale,
                   a.ce_stats);
-    if (backward) head_.backward(dx.narrow0(r, n), logits, xr);
+    if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
+    if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
   }
   if (backward) tp_.enter_backward(a.dln, a.full_y);
   ops::copy_to_host(a.losses, a.host_losses.data());

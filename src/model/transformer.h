@@ -331,6 +331,9 @@ class Transformer {
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
   nn::Linear head_;  // shares embed_.wte when tied; vocabulary-parallel under tp
+  // The head's rows this rank scores: its share of the vocabulary less the
+  // padding (bind_views); the logits' columns.
+  int64_t head_rows_ = 0;
   nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
