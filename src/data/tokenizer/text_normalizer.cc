@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/pretokenizer.h"
+#include "data/utf8.h"
 
 namespace nk {
 
@@ -307,7 +308,8 @@ std::unique_ptr<TextNormalizer> TextNormalizer::from_json(const json& j, const s
 }
 
 std::string TextNormalizer::normalize(std::string_view text) const {
-  std::string s(text);
+  // Invalid UTF-8 repaired as the tokenizers repair it (U+FFFD per maximal subpart).
+  std::string s = find_invalid_utf8(text) < 0 ? std::string(text) : replace_invalid_utf8(text);
   for (const auto& step : steps_) s = step->apply(s);
   return s;
 }

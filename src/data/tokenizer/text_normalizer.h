@@ -40,7 +40,8 @@ class TextNormalizer {
                                                    const std::string& where = "normalizer");
   ~TextNormalizer();
 
-  // `text`, valid UTF-8, normalized (valid UTF-8). Thread-safe.
+  // `text` normalized (valid UTF-8; invalid input is first repaired with one
+  // U+FFFD per maximal ill-formed subpart, as the tokenizers do). Thread-safe.
   std::string normalize(std::string_view text) const;
 
   struct Step;

@@ -263,6 +263,50 @@ TEST(HfTokenizerJson, FolderKinds) {
   EXPECT_EQ(back->eod_id(), 259);
 }
 
+// Llama 2's tokenizer.json as Hugging Face converts it (Prepend + Replace
+// normalizer, no pre-tokenizer, byte fallback, pieces spelled with "▁"): read
+// from the tokenizer.model beside it; alone it is refused, naming the key.
+TEST(HfTokenizerJson, SentencePieceStyleBpeWithoutModelIsRefused) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  vocab["\u2581"] = 259, vocab["a"] = 260, vocab["\u2581a"] = 261;
+  json added = json::array();
+  for (int id = 0; id < 3; ++id)
+    added.push_back({{"id", id},
+                     {"content", id == 0   ? "<unk>"
+                                 : id == 1 ? "<s>"
+                                           : "</s>"},
+                     {"normalized", false},
+                     {"special", true}});
+  const json llama2 = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", true},
+        {"fuse_unk", true},
+        {"unk_token", "<unk>"},
+        {"vocab", vocab},
+        {"merges", {"\u2581 a"}}}}};
+  const std::string dir = write_folder("llama2_json", llama2);
+  const std::string e = error_of([&] { load_tokenizer(dir); });
+  EXPECT_TRUE(contains(e, "tokenizer.json: model.byte_fallback is true")) << e;
+  EXPECT_TRUE(contains(e, "tokenizer.model")) << e;
+  EXPECT_EQ(error_of([&] { load_tokenizer(dir + "/tokenizer.json"); }), e);
+}
+
 // The folder's tokenizer.json named as a file is the folder; a tokenizer JSON
 // under another name is read with the tokenizer_config.json beside it; either
 // is kept with a model with that config.
@@ -433,6 +477,22 @@ TEST(HfTokenizerJson, Cli) {
   ASSERT_EQ(outs[0].size(), 2u);
   // The decomposed é is composed (NFC) into the bytes C3 A9 before merging.
   EXPECT_EQ(outs[0][0], (std::vector<int32_t>{257, 258, ' ', 0xC3, 0xA9, 259}));
+  // Training with data.tokenizer=DIR/tokenizer.json keeps it with the model,
+  // and generation reopens it from there.
+  test::write_file(dir + "/c.txt", std::string(2000, ' ') + "abc ab abd e\u0301 ");
+  test::RunResult t = test::run_nekton(
+      "train model.preset=gpt-tiny model.vocab_size=260 model.n_layer=1 model.d_model=32 "
+      "model.n_head=2 "
+      "model.d_ff=64 train.micro_batch=2 train.seq_len=16 train.global_batch=2 train.steps=2 "
+      "train.val_every=0 train.peak_tflops=1 data.path=" +
+      dir + "/c.txt data.tokenizer=" + dir + "/tokenizer.json train.out_dir=" + dir + "/run");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(stored_tokenizer(dir + "/run/model"), dir + "/run/model/tokenizer/tokenizer.json");
+  t = test::run_nekton("generate generate.model=" + dir +
+                       "/run/model generate.prompt=abc generate.max_tokens=4 "
+                       "generate.temperature=0");
+  EXPECT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(t.out.rfind("abc", 0), 0u) << t.out;
   test::RunResult r;
   r = test::run_nekton("tokenizer info " + dir);
   EXPECT_EQ(r.code, 0) << r.out;

@@ -111,6 +111,19 @@ TEST(TextNormalizer, BertNormalizer) {
             " \u3400  \U0002A6DF \U0002B820 \U0002F800 \u4dc0");
 }
 
+TEST(TextNormalizer, InvalidUtf8IsRepairedFirst) {
+  const json all = seq({{{"type", "NFKC"}},
+                        {{"type", "Lowercase"}},
+                        {{"type", "StripAccents"}},
+                        {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+                        {{"type", "Replace"}, {"pattern", {{"Regex", "\\s"}}}, {"content", "_"}},
+                        {{"type", "BertNormalizer"}, {"clean_text", false}}});
+  EXPECT_EQ(normalize(all,
+                      " A\xff\xe2\x82"
+                      "B e\xcc\x81 \xed\xa0\x80"),
+            "a\ufffd\ufffdb_e_\ufffd\ufffd\ufffd");
+}
+
 TEST(TextNormalizer, NullAndEmptySequenceAreNone) {
   EXPECT_EQ(TextNormalizer::from_json(nullptr, "f"), nullptr);
   EXPECT_EQ(TextNormalizer::from_json(seq(json::array()), "f"), nullptr);
