@@ -29,8 +29,8 @@ std::unique_ptr<Transformer> initial_model(const TrainConfig& cfg, bool frozen_c
   TrainConfig c = cfg;
   if (frozen_copy) {
     c.frozen.clear();
-    for (const ParamInfo& p : Transformer::layout_for(cfg.model).params())
-      c.frozen.push_back(p.name);
+    const ParamLayout layout = Transformer::layout_for(cfg.model);
+    for (const ParamInfo& p : layout.params()) c.frozen.push_back(p.name);
     if (c.frozen_weights == FrozenWeights::Master && cfg.dtype == DType::BF16)
       c.frozen_weights = FrozenWeights::Compute;
   }

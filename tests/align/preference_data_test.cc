@@ -57,11 +57,14 @@ TEST(PreferenceData, StandardForm) {
 
 TEST(PreferenceData, ConversationalFormsRenderWithTheTemplate) {
   Fixture f;
+  PreferenceDataOptions o;
+  o.max_length = 256;
   const PreferenceData d = f.read(
       R"({"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "yes"}], "rejected": [{"role": "assistant", "content": "no"}]})"
       "\n"
       R"({"chosen": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}], "rejected": [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "no"}]})"
-      "\n");
+      "\n",
+      o);
   ASSERT_EQ(d.examples(), 2);
   EXPECT_EQ(f.text(d, 0), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyes<|im_end|>\n");
   EXPECT_EQ(f.trained_text(d, 0), "yes<|im_end|>");
