@@ -57,7 +57,7 @@ struct PreferenceData {
   // predicts it (completion tokens only); the prompt's length.
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<uint8_t>> trained;
-  std::vector<uint8_t> desirable;  // per example (KTO); paired: all 1
+  std::vector<uint8_t> desirable;  // per example (KTO); empty for pairs
   std::vector<int64_t> line;       // per example: its line in `path`
   int64_t truncated = 0;           // examples cut to fit
   int64_t examples() const { return int64_t(line.size()); }
