@@ -50,7 +50,10 @@ void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
     NK_CHECK(stage_.holds_layer(cfg_, l), "blocks_forward: layer {} is another pipeline stage's",
              l);
   const auto [cu, pos] = packed_tensors(packed);
-  if (a.adapters) a.adapters->seed = dropout_seed_;
+  if (a.adapters) {
+    a.adapters->seed = dropout_seed_;
+    a.adapters->off = !adapters_on_;
+  }
   for (int64_t l = first; l < last; ++l) {
     layer_forward(a, l, cu, pos, true);
     if (a.observer_ && a.dres.defined()) a.observer_->forward_done(a, l);
@@ -82,6 +85,25 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
   final_norm_forward(a);
 }
 
+// Rows [r, r + n) of the head and cross-entropy: the logits [n,
+// head_scored_rows_] in the chunk buffer (fewer columns than it has on a rank
+// whose share of the vocabulary ends in padding; none on one holding only
+// padding, whose partial dx is then zero), the losses, and with backward dx
+// and the head's weight gradient.
+void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg,
+                             int64_t r, int64_t n, bool backward, float scale) {
+  const int64_t cols = head_scored_rows_;
+  Tensor logits, xr = x.narrow0(r, n);
+  if (cols == a.logits.dim(1))
+    logits = a.logits.narrow0(0, n);
+  else if (cols > 0)
+    logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+  if (logits.defined()) head_.forward(logits, xr);
+  loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, scale, a.ce_stats);
+  if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
+  if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
+}
+
 // LM head and cross-entropy in row chunks; with backward, also d lnf and the
 // head's weight gradient chunk by chunk, then the final norm's backward.
 float Transformer::head_loss(Activations& a, const Tensor& targets, bool backward,
@@ -98,23 +120,8 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
   Tensor tg = targets.view({N});
-  // [n, head_rows_] logits in the chunk buffer (fewer columns than it has on a
-  // rank whose share ends in vocabulary padding; none on one holding only
-  // padding, whose partial dx is then zero).
-  const int64_t cols = head_rows_;
-  for (int64_t r = 0; r < N; r += a.chunk) {
-    int64_t n = std::min(a.chunk, N - r);
-    Tensor logits, xr = x.narrow0(r, n);
-    if (cols == a.logits.dim(1))
-      logits = a.logits.narrow0(0, n);
-    else if (cols > 0)
-      logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
-    if (logits.defined()) head_.forward(logits, xr);
-    loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, row_scale,
-                  a.ce_stats);
-    if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
-    if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
-  }
+  for (int64_t r = 0; r < N; r += a.chunk)
+    head_chunk(a, x, dx, tg, r, std::min(a.chunk, N - r), backward, row_scale);
   if (backward) tp_.enter_backward(a.dln, a.full_y);
   ops::copy_to_host(a.losses, a.host_losses.data());
   double sum = 0;
@@ -128,6 +135,52 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   return valid ? float(sum / double(valid)) : 0.f;
 }
 
+void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,
+                            double* row_nll) {
+  check_shape(targets, {a.B, a.T}, "targets");
+  NK_CHECK(stage_.head, "head_rows: this pipeline stage holds no head");
+  const bool backward = scale != nullptr;
+  NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
+  NK_CHECK(!tp_.sp(), "head_rows: per-row sums under sequence parallelism");
+  final_norm_forward(a);
+  const int64_t T = a.T;
+  Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
+  Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
+  Tensor tg = targets.view({a.B * T});
+  // Chunks never cross a row, so each row's gradient takes its own scale.
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t r = b * T; r < (b + 1) * T; r += a.chunk) {
+      const int64_t n = std::min(a.chunk, (b + 1) * T - r);
+      head_chunk(a, x, dx, tg, r, n, backward, backward ? scale[b] : 0.f);
+    }
+  if (row_nll) {
+    ops::copy_to_host(a.losses, a.host_losses.data());
+    for (int64_t b = 0; b < a.B; ++b) {
+      double sum = 0;  // ignored targets' losses are 0
+      for (int64_t t = 0; t < T; ++t) sum += a.host_losses[size_t(b * T + t)];
+      row_nll[b] = sum;
+    }
+  }
+  if (!backward) return;
+  tp_.enter_backward(a.dln, a.full_y);
+  ops::fill(a.dres, 0.f);
+  norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+  flush_grads(head_unit());
+}
+
+void Transformer::head_row_nll(Activations& a, const Tensor& targets, std::span<double> row_nll) {
+  NK_CHECK(int64_t(row_nll.size()) == a.B, "head_row_nll: {} sums for {} rows", row_nll.size(),
+           a.B);
+  head_rows(a, targets, nullptr, row_nll.data());
+}
+
+void Transformer::head_row_backward(Activations& a, const Tensor& targets,
+                                    std::span<const float> row_scale) {
+  NK_CHECK(int64_t(row_scale.size()) == a.B, "head_row_backward: {} scales for {} rows",
+           row_scale.size(), a.B);
+  head_rows(a, targets, row_scale.data(), nullptr);
+}
+
 void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
                                   const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),
@@ -137,8 +190,12 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
   for (int64_t l = first; l < last; ++l)
     NK_CHECK(stage_.holds_layer(cfg_, l), "blocks_backward: layer {} is another pipeline stage's",
              l);
+  NK_CHECK(adapters_on_, "blocks_backward: the adapters are switched off (set_adapters_enabled)");
   const auto [cu, pos] = packed_tensors(packed);
-  if (a.adapters) a.adapters->seed = dropout_seed_;
+  if (a.adapters) {
+    a.adapters->seed = dropout_seed_;
+    a.adapters->off = false;
+  }
   for (int64_t l = last - 1; l >= first; --l) {
     const Block& b = blocks_[size_t(l)];
     Activations::Layer& y = a.layers[size_t(l)];

@@ -473,12 +473,12 @@ void Transformer::bind_views() {
   // real rows, so the padding's logits never exist, the cross-entropy's
   // softmax is over vocab_size ids exactly as in one process, and the zero
   // padding rows get no gradient and stay zero. A rank holding padding only
-  // scores nothing (head_rows_ = 0).
-  head_rows_ =
+  // scores nothing (head_scored_rows_ = 0).
+  head_scored_rows_ =
       std::clamp<int64_t>(cfg_.vocab_size - embed_.vocab_start, 0, cfg_.padded_vocab_size(t) / t);
-  if (stage_.head && tp_.active() && head_rows_ < cfg_.padded_vocab_size(t) / t) {
-    head_.w = head_.w.narrow0(0, head_rows_);
-    if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_rows_);
+  if (stage_.head && tp_.active() && head_scored_rows_ < cfg_.padded_vocab_size(t) / t) {
+    head_.w = head_.w.narrow0(0, head_scored_rows_);
+    if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_scored_rows_);
   }
   loss_.tp = tp_;
   loss_.vocab_start = embed_.vocab_start;

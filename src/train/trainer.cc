@@ -86,8 +86,16 @@ double measure_gemm_peak(DType dtype, Device device) {
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
-Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(par) {
+Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
+                 std::shared_ptr<TrainObjective> objective)
+    : cfg_(cfg),
+      par_(par),
+      objective_(objective ? std::move(objective) : std::make_shared<LmObjective>()),
+      custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
+  if (custom_objective_ && par_.active())
+    fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
+         par_.world());
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -101,7 +109,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     if (std::filesystem::is_directory(cfg_.checkpoint_root()))
       remove_stale_temporaries(cfg_.checkpoint_root());
   }
-  data_ = build_train_data(cfg_);
+  data_ = objective_->data(cfg_);
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
@@ -274,9 +282,13 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
     batch.load(loader);
     batch.upload();
+    const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
     sum += pipe_  ? pipe_->forward_loss(batch.tokens, batch.targets)
            : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets)
-                  : model_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing());
+                  : objective_->eval_micro_batch(
+                        *model_, *acts,
+                        MicroBatch{batch.tokens, batch.targets, batch.host_tokens,
+                                   batch.host_targets, batch.packing(), first});
   }
   return sum / double(cfg_.val_batches);
 }
@@ -377,6 +389,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);
+  objective_->prepare(*model_, state_.step == 0);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
@@ -454,6 +467,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       }
       if (ddp_)
         loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
+      const int64_t first_sample = loader.consumed_samples();
       batch.load(loader);
       if (on_batch_) on_batch_(step + 1, batch.host_tokens, batch.host_targets);
       batch.upload();
@@ -465,8 +479,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                uint64_t(m));
       loss += (ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale,
                                              m == local_accum - 1)
-                    : model_->forward_backward(*acts, batch.tokens, batch.targets, scale,
-                                               batch.packing())) /
+                    : objective_->train_micro_batch(
+                          *model_, *acts,
+                          MicroBatch{batch.tokens, batch.targets, batch.host_tokens,
+                                     batch.host_targets, batch.packing(), first_sample},
+                          scale)) /
               double(accum);
     }
     if (ddp_) {
@@ -501,8 +518,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.mfu = flops_per_step / dt / (peak * double(par_.world()));
     s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
-    if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
+    // The objective's own figures (preference rewards, ...), for the log and the record.
+    const ObjectiveMetrics figures = objective_->take_metrics(false);
+    ObjectiveMetrics val_figures;
+    if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
       s.val_loss = evaluate();
+      val_figures = objective_->take_metrics(true);
+    }
     history_.push_back(s);
     state_.step = s.step;
     state_.consumed_samples = loader.consumed_samples();
@@ -515,6 +537,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
+      for (const auto& [name, v] : figures) val += fmt::format(" | {} {:.4f}", name, v);
       fmt::print(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
           "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
@@ -533,6 +556,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         {"step_ms", s.step_ms},
         {"peak_mem_bytes", double(s.peak_bytes)},
         {"peak_rss_bytes", double(peak_rss_bytes())}};
+    for (const auto& [name, v] : figures) record.emplace_back(name, v);
+    for (const auto& [name, v] : val_figures) record.emplace_back("val_" + name, v);
     if (ddp_ || (pipe_ && dp > 1)) record.emplace_back("comm_ms", s.comm_ms);
     // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
     if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);

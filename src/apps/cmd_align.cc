@@ -1,0 +1,143 @@
+// `nekton align`: preference optimisation (src/align) through the Trainer.
+#include <fmt/format.h>
+
+#include "align/align_config.h"
+#include "align/preference_objective.h"
+#include "apps/commands.h"
+#include "core/log.h"
+#include "dist/mpi/launch_env.h"
+#include "train/trainer.h"
+
+namespace nk {
+
+namespace {
+
+ConfigSchema align_schema() {
+  return schema_of([](ConfigBinder& b) {
+    TrainConfig().bind(b);
+    AlignConfig().bind(b);
+  });
+}
+
+// A template the data may not need (standard records): its error is given
+// by the first conversational record that does, naming that record.
+class MissingTemplate : public ChatTemplate {
+ public:
+  explicit MissingTemplate(std::string why) : why_(std::move(why)) {}
+  std::string name() const override { return "(none)"; }
+  std::string jinja() const override { return ""; }
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>&, const ChatSpecials&,
+                                  bool) const override {
+    fail("{}", why_);
+  }
+
+ private:
+  std::string why_;
+};
+
+}  // namespace
+
+int cmd_align(const CommandArgs& a) {
+  ConfigSchema schema = align_schema();
+  if (a.help) {
+    fmt::print(
+        "usage: nekton align [--config FILE.yaml] [--print-config] [key=value ...]\n\n"
+        "Preference optimisation from preference JSONL (align.data_path), usually from a\n"
+        "fine-tuned model (train.init_from: a Nekton or Hugging Face model folder):\n"
+        "  align.method=dpo    DPO (align.loss_type sigmoid, robust, hinge, ipo; cDPO with\n"
+        "                      align.label_smoothing, RPO with align.rpo_alpha)\n"
+        "  align.method=ipo    DPO with loss_type=ipo;  align.method=hinge: loss_type=hinge\n"
+        "  align.method=kto    KTO on unpaired {{prompt, completion, label}} records\n"
+        "  align.method=orpo   ORPO (no reference model)\n"
+        "  align.method=simpo  SimPO (no reference model)\n"
+        "The reference (DPO, KTO): the base with its adapters off under peft.method, else\n"
+        "log-probabilities precomputed once into OUT_DIR (align.reference). train.micro_batch\n"
+        "and train.global_batch count rows, two per pair (KTO: per example), so both are even.\n"
+        "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
+        "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n\n{}",
+        schema.help());
+    return 0;
+  }
+  const Config c = Config::load(schema, a.config_path, a.overrides);
+  TrainConfig cfg = train_config_from(c, false);
+  AlignConfig ac;
+  {
+    ConfigReader r(c);
+    ac.bind(r);
+  }
+  if (a.print_config) return print_config(c, cfg);
+  ac.check(cfg.peft.adapters());
+  if (a.nproc > 0 || dist::launched_by_mpi())
+    fail("nekton align runs on one process for now (data parallel alignment comes later)");
+  const dist::MeshSpec& m = cfg.parallel.mesh;
+  if (m.tp * m.cp * m.ep * m.pp * std::max(m.dp, 1) > 1)
+    fail(
+        "parallel.*: nekton align runs on one process for now; set parallel.tp, cp, ep, pp and "
+        "dp to 1");
+  const DataConfig& dc = cfg.data;
+  if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
+    fail(
+        "data.{}: nekton align reads preference JSONL from align.data_path, not data.path, "
+        "data.prefix, data.blend or data.sft_path",
+        dc.sft()             ? "sft_path"
+        : !dc.path.empty()   ? "path"
+        : !dc.prefix.empty() ? "prefix"
+                             : "blend");
+  if (cfg.peft.method == "p_tuning")
+    fail("peft.method: p_tuning does not align yet (its virtual tokens have no 'off' switch)");
+  if (cfg.micro_batch % 2 || cfg.global_batch % 2)
+    fail(
+        "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "
+        "example), so both must be even",
+        cfg.micro_batch, cfg.global_batch);
+  if (cfg.data.tokenizer.empty()) cfg.data.tokenizer = "bytes";
+  ac.data.max_length = cfg.seq_len;
+  ac.data.kto_group = cfg.micro_batch / 2;
+  if (ac.data.max_prompt_length >= cfg.seq_len)
+    fail("align.max_prompt_length: {} leaves no room for a completion in train.seq_len = {}",
+         ac.data.max_prompt_length, cfg.seq_len);
+
+  // Everything is read and checked before the Trainer writes anything.
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = load_tokenizer(cfg.data.tokenizer);
+  } catch (const Error& e) {
+    throw e.with_context("data.tokenizer");
+  }
+  std::unique_ptr<MissingTemplate> missing;
+  const ChatTemplate* tmpl = nullptr;
+  try {
+    tmpl = &chat_template_for(cfg.data.chat_template, cfg.init_from);
+  } catch (const Error& e) {
+    missing = std::make_unique<MissingTemplate>(
+        fmt::format("a chat record needs a template: data.chat_template: {}", e.what()));
+    tmpl = missing.get();
+  }
+  ChatSpecials specials;
+  if (tok->eod_id() >= 0) specials.eos = tok->token_bytes(tok->eod_id());
+  for (const auto& [text, id] : tok->special_tokens())
+    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") specials.bos = text;
+  auto read = [&](const std::string& path, const char* key) {
+    try {
+      return std::make_shared<const PreferenceData>(
+          read_preference_jsonl(path, *tok, *tmpl, specials, ac.data));
+    } catch (const Error& e) {
+      throw e.with_context(key);
+    }
+  };
+  auto train = read(ac.data_path, "align.data_path");
+  std::shared_ptr<const PreferenceData> valid;
+  if (!ac.valid_path.empty()) valid = read(ac.valid_path, "align.valid_path");
+  for (const PreferenceData* d : {train.get(), valid.get()})
+    if (d && d->truncated > 0)
+      NK_WARN("{} (longer than train.seq_len = {}; align.max_prompt_length = {})", d->summary(),
+              cfg.seq_len, ac.data.max_prompt_length);
+  cfg.extra_data_signature = ac.signature();
+  auto objective =
+      std::make_shared<PreferenceObjective>(cfg, ac, train, valid, std::max(0, tok->eod_id()));
+  Trainer trainer(cfg, {}, objective);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace nk
