@@ -41,10 +41,11 @@ MPI=(mpirun --oversubscribe -np)
 run one "$NK" align "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
 run dp4 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}"
+run nproc2 "$NK" align --nproc 2 "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ||
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 nproc2 zero1 fsdp ||
   fail "a data-parallel DPO run differs from one process"
 for r in dp2 dp4 zero1 fsdp; do
   cmp -s "$WORK/one/reference_logps.json" "$WORK/$r/reference_logps.json" ||

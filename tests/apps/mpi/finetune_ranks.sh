@@ -40,13 +40,14 @@ MPI=(mpirun --oversubscribe -np)
 run one "$NK" finetune "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}"
 run dp4 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}"
+run nproc2 "$NK" finetune --nproc 2 "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=full
 run tp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2
 run tp2sp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2 parallel.sp=true
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp tp2 tp2sp ||
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp ||
   fail "a parallel run differs from one process"
 # Unpacked rows (one sample per row, padded) too.
 run one_rows "$NK" finetune "${ARGS[@]}" data.pack=false
