@@ -173,8 +173,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # the exported weights within 1e-5.
 #   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
-#   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP; copy reference,
-#                    KTO, SimPO; the same reference_logps.json; parallel.tp refused
+#   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
+#                    reference, KTO (and under TP2), SimPO; the same
+#                    reference_logps.json; parallel.sp and parallel.pp refused
 foreach(script finetune_ranks align_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}

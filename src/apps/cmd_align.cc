@@ -77,11 +77,11 @@ int cmd_align(const CommandArgs& a) {
   if (a.print_config) return print_config(c, cfg);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.tp * m.cp * m.ep * m.pp > 1)
+  if (m.cp * m.ep * m.pp > 1 || cfg.parallel.sequence_parallel)
     fail(
-        "parallel.tp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data "
-        "parallelism only for now (tp {}, cp {}, ep {}, pp {}); set them to 1",
-        m.tp, m.cp, m.ep, m.pp);
+        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and "
+        "tensor parallelism only for now (sp {}, cp {}, ep {}, pp {}); set them to 1 (sp false)",
+        cfg.parallel.sequence_parallel, m.cp, m.ep, m.pp);
   if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
     fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;

@@ -94,17 +94,19 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
       objective_(objective ? std::move(objective) : std::make_shared<LmObjective>()),
       custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
-  // Another objective runs under data parallelism through its staged form;
-  // tensor, context, expert and pipeline parallelism would split its per-row
-  // sums over ranks.
+  // Another objective runs under data parallelism through its staged form,
+  // and under tensor parallelism as it is (every tp rank sums whole rows:
+  // the vocabulary-parallel loss is reduced over them); sequence, context,
+  // expert and pipeline parallelism would split its per-row sums over ranks.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
-  if (custom_objective_ && par_.active() && par_.world() != par_.dp())
+  if (custom_objective_ && par_.active() &&
+      (par_.world() != par_.dp() * par_.mesh->tp() || cfg_.parallel.sequence_parallel))
     fail(
-        "parallel.tp, parallel.cp, parallel.ep, parallel.pp: this objective trains under data "
-        "parallelism only for now (parallel.* lays {} processes out as {})",
-        par_.world(), par_.mesh->describe());
+        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: this objective trains under data "
+        "and tensor parallelism only for now (parallel.* lays {} processes out as {}{})",
+        par_.world(), par_.mesh->describe(), cfg_.parallel.sequence_parallel ? " with sp" : "");
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -398,16 +400,18 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);
-  if (ddp_) {
+  if (par_.active()) {
     ObjectiveRanks ranks;
     ranks.writes = par_.writes();
-    ranks.whole_model = !ddp_->shards_weights();
-    ranks.sum_over_ranks = [this](std::span<double> v) {
-      Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
-      std::copy(v.begin(), v.end(), t.data<double>());
-      ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
-      std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
-    };
+    ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    // Tensor-parallel ranks hold the same figures: summed over the replicas only.
+    if (ddp_)
+      ranks.sum_over_ranks = [this](std::span<double> v) {
+        Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
+        std::copy(v.begin(), v.end(), t.data<double>());
+        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
+      };
     objective_->set_ranks(std::move(ranks));
   }
   objective_->prepare(*model_, state_.step == 0);
