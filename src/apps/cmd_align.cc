@@ -62,8 +62,9 @@ int cmd_align(const CommandArgs& a) {
         "and train.global_batch count rows, two per pair (KTO: per example), so both are even.\n"
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
-        "Data parallel: --nproc N (one host) or mpirun -np N nekton align ..., with\n"
-        "parallel.shard=optimizer (ZeRO-1) or full (FSDP); every rank reads whole pairs.\n\n{}",
+        "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp; every\n"
+        "rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
@@ -82,6 +83,11 @@ int cmd_align(const CommandArgs& a) {
         "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and "
         "tensor parallelism only for now (sp {}, cp {}, ep {}, pp {}); set them to 1 (sp false)",
         cfg.parallel.sequence_parallel, m.cp, m.ep, m.pp);
+  if (m.tp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
+    fail(
+        "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
+        "--nproc N or under mpirun",
+        m.tp, m.dp);
   if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
     fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;
