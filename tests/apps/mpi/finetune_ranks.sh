@@ -2,8 +2,8 @@
 # `nekton finetune` over several processes equals one process (issue 37,
 # item 8): packed SFT rows with varying numbers of trained tokens per
 # micro-batch, 10 steps, under plain data parallelism (2 and 4 ranks), ZeRO-1,
-# FSDP, tensor parallelism (with and without sequence parallelism) and
-# unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
+# FSDP, tensor parallelism (with and without sequence parallelism), FSDP
+# from train.init_from and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
 # the ranks add the same gradients in another order). Pipeline parallelism
 # is refused, naming parallel.pp.
 #   tests/apps/mpi/finetune_ranks.sh REPO BUILD
@@ -28,7 +28,8 @@ PY
 ARGS=(model.preset=llama-tiny model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=2
       model.d_ff=128 model.vocab_size=264 data.sft_path=$WORK/sft.jsonl data.chat_template=plain
       data.pack=true train.dtype=f32 train.micro_batch=2 train.seq_len=64 train.global_batch=8
-      train.steps=10 train.lr=3e-3 train.warmup_steps=0 train.val_every=0 train.peak_tflops=1
+      train.steps=10 train.lr=3e-3 train.warmup_steps=0 train.peak_tflops=1
+      data.sft_valid_path=$WORK/sft.jsonl train.val_every=5 train.val_batches=2
       train.threads=1 parallel.bucket_mb=0.05 parallel.timeout_s=60)
 run() {
   local out=$1
@@ -49,6 +50,12 @@ grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data p
 grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp ||
   fail "a parallel run differs from one process"
+# From a saved model (train.init_from, the usual fine-tuning), under FSDP.
+run one_init "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" train.steps=5
+run fsdp_init "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" \
+  train.steps=5 parallel.shard=full
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one_init fsdp_init ||
+  fail "train.init_from: FSDP differs from one process"
 # Unpacked rows (one sample per row, padded) too.
 run one_rows "$NK" finetune "${ARGS[@]}" data.pack=false
 run dp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.shard=optimizer
