@@ -60,6 +60,8 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
   }
   // Not yet computed (or for other data or another model): a fresh run's
   // policy is the initial model; a resumed one builds that model again.
+  // FSDP's ranks hold pieces of the weights: they build the initial model whole.
+  fresh = fresh && ranks_.whole_model;
   std::unique_ptr<Transformer> initial;
   if (!fresh) initial = initial_model(cfg_, true);
   Transformer& ref = fresh ? model : *initial;
@@ -72,7 +74,8 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
   r.train = compute_sequence_logps(ref, *train_, cfg_.micro_batch);
   if (valid_) r.valid = compute_sequence_logps(ref, *valid_, cfg_.micro_batch);
   ref.set_adapters_enabled(adapters_on);
-  save_reference_logps(path, r);
+  // Data parallel: every rank computes every sequence alike; rank 0 keeps them.
+  if (ranks_.writes) save_reference_logps(path, r);
   ref_train_ = std::move(r.train);
   ref_valid_ = std::move(r.valid);
   computed_reference_ = true;
@@ -81,6 +84,35 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
 
 double PreferenceObjective::run(Transformer& model, Activations& a, const MicroBatch& batch,
                                 float grad_scale, bool train) {
+  std::vector<double> ref_logp;
+  if (align_.loss.needs_reference() && align_.reference_source == ReferenceSource::AdapterOff) {
+    // Before the policy's forward, whose activations the backward reads.
+    ref_logp.resize(size_t(a.B));
+    model.set_adapters_enabled(false);
+    sequence_logps(model, a, batch.tokens, batch.targets, ref_logp);
+    model.set_adapters_enabled(true);
+  }
+  const int64_t L = model.config().n_layer;
+  model.embed_forward(a, batch.tokens);
+  model.blocks_forward(a, 0, L);
+  const double loss = head(model, a, batch, grad_scale, train, std::move(ref_logp));
+  if (train) {
+    model.blocks_backward(a, 0, L);
+    model.embed_backward(a, batch.tokens);
+  }
+  return loss;
+}
+
+double PreferenceObjective::head_micro_batch(Transformer& model, Activations& a,
+                                             const MicroBatch& batch, float grad_scale,
+                                             bool train) {
+  NK_CHECK(!align_.loss.needs_reference() || align_.reference_source != ReferenceSource::AdapterOff,
+           "PreferenceObjective: align.reference=adapter_off has no staged form");
+  return head(model, a, batch, grad_scale, train, {});
+}
+
+double PreferenceObjective::head(Transformer& model, Activations& a, const MicroBatch& batch,
+                                 float grad_scale, bool train, std::vector<double> ref_logp) {
   const int64_t B = a.B, T = a.T;
   const PreferenceDataset& ds = train ? *train_ : *valid_;
   PreferenceBatch pb;
@@ -96,6 +128,7 @@ double PreferenceObjective::run(Transformer& model, Activations& a, const MicroB
       pb.desirable.push_back(
           ds.data().desirable[size_t(ds.sequence_of(batch.first_sample + b) / 2)]);
   if (align_.loss.needs_reference()) {
+    pb.ref_logp = std::move(ref_logp);
     pb.ref_logp.resize(size_t(B));
     switch (align_.reference_source) {
       case ReferenceSource::Precompute: {
@@ -104,11 +137,7 @@ double PreferenceObjective::run(Transformer& model, Activations& a, const MicroB
           pb.ref_logp[size_t(b)] = table[size_t(ds.sequence_of(batch.first_sample + b))];
         break;
       }
-      case ReferenceSource::AdapterOff:
-        // Before the policy's forward, whose activations the backward reads.
-        model.set_adapters_enabled(false);
-        sequence_logps(model, a, batch.tokens, batch.targets, pb.ref_logp);
-        model.set_adapters_enabled(true);
+      case ReferenceSource::AdapterOff:  // run() computed them before the policy's forward
         break;
       case ReferenceSource::Copy:
         if (!ref_acts_ || ref_acts_->B != B)
@@ -117,16 +146,16 @@ double PreferenceObjective::run(Transformer& model, Activations& a, const MicroB
         break;
     }
   }
+  // The policy's log-probabilities from the forward the caller ran.
   pb.logp.resize(size_t(B));
-  sequence_logps(model, a, batch.tokens, batch.targets, pb.logp);
+  model.head_row_nll(a, batch.targets, pb.logp);
+  for (double& v : pb.logp) v = -v;
   const PreferenceLossResult r = preference_loss(align_.loss, pb);
   if (train) {
     // d loss / d (row NLL) = -d loss / d logp, times the loop's scale.
     std::vector<float> scale(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) scale[size_t(b)] = float(-r.dlogp[size_t(b)] * grad_scale);
     model.head_row_backward(a, batch.targets, scale);
-    model.blocks_backward(a, 0, model.config().n_layer);
-    model.embed_backward(a, batch.tokens);
   }
   Sums& s = train ? train_sums_ : eval_sums_;
   const PreferenceFigures& f = r.figures;
@@ -156,6 +185,34 @@ double PreferenceObjective::eval_micro_batch(Transformer& model, Activations& a,
 
 ObjectiveMetrics PreferenceObjective::take_metrics(bool eval) {
   Sums& s = eval ? eval_sums_ : train_sums_;
+  if (!eval) {
+    // Data parallel: the sums of every rank's micro-batches (the validation
+    // ones are every rank's alike).
+    PreferenceFigures& f = s.f;
+    std::vector<double> v = {f.chosen_reward_sum,
+                             f.rejected_reward_sum,
+                             f.chosen_logp_sum,
+                             f.rejected_logp_sum,
+                             double(f.chosen),
+                             double(f.rejected),
+                             f.correct,
+                             f.kl,
+                             f.nll,
+                             double(s.batches),
+                             double(s.pairs)};
+    ranks_.sum_over_ranks(v);
+    f.chosen_reward_sum = v[0];
+    f.rejected_reward_sum = v[1];
+    f.chosen_logp_sum = v[2];
+    f.rejected_logp_sum = v[3];
+    f.chosen = int64_t(v[4]);
+    f.rejected = int64_t(v[5]);
+    f.correct = v[6];
+    f.kl = v[7];
+    f.nll = v[8];
+    s.batches = int64_t(v[9]);
+    s.pairs = int64_t(v[10]);
+  }
   ObjectiveMetrics m;
   if (s.batches == 0) return m;
   const PreferenceFigures& f = s.f;

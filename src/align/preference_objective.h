@@ -33,6 +33,11 @@ class PreferenceObjective : public TrainObjective {
   // rewards/accuracies (paired), logps/chosen, logps/rejected, kl (KTO),
   // nll_loss (with an NLL term).
   ObjectiveMetrics take_metrics(bool eval) override;
+  // Data parallel: the reference precomputed or a frozen copy (adapter_off
+  // needs adapters, which train on one process).
+  bool staged() const override { return true; }
+  double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                          float grad_scale, bool train) override;
 
   // Whether prepare() computed the reference pass (false: read back or none).
   bool computed_reference() const { return computed_reference_; }
@@ -40,6 +45,10 @@ class PreferenceObjective : public TrainObjective {
  private:
   double run(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
              bool train);
+  // After the policy's forward: the loss, its head backward (`train`) and
+  // the figures. ref_logp: the reference's, when run() computed them.
+  double head(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
+              bool train, std::vector<double> ref_logp);
   TrainConfig cfg_;
   AlignConfig align_;
   std::shared_ptr<const PreferenceData> train_data_, valid_data_;

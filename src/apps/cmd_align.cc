@@ -1,11 +1,16 @@
 // `nekton align`: preference optimisation (src/align) through the Trainer.
 #include <fmt/format.h>
 
+#include <optional>
+#include <thread>
 #include "align/align_config.h"
 #include "align/preference_objective.h"
+
 #include "apps/commands.h"
+#include "apps/mpirun_launch.h"
 #include "core/log.h"
 #include "dist/mpi/launch_env.h"
+#include "dist/mpi/runtime.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -35,13 +40,15 @@ class MissingTemplate : public ChatTemplate {
   std::string why_;
 };
 
+int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi);
+
 }  // namespace
 
 int cmd_align(const CommandArgs& a) {
   ConfigSchema schema = align_schema();
   if (a.help) {
     fmt::print(
-        "usage: nekton align [--config FILE.yaml] [--print-config] [key=value ...]\n\n"
+        "usage: nekton align [--nproc N] [--config FILE.yaml] [--print-config] [key=value ...]\n\n"
         "Preference optimisation from preference JSONL (align.data_path), usually from a\n"
         "fine-tuned model (train.init_from: a Nekton or Hugging Face model folder):\n"
         "  align.method=dpo    DPO (align.loss_type sigmoid, robust, hinge, ipo; cDPO with\n"
@@ -54,7 +61,10 @@ int cmd_align(const CommandArgs& a) {
         "log-probabilities precomputed once into OUT_DIR (align.reference). train.micro_batch\n"
         "and train.global_batch count rows, two per pair (KTO: per example), so both are even.\n"
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
-        "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n\n{}",
+        "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
+        "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp; every\n"
+        "rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
@@ -67,13 +77,19 @@ int cmd_align(const CommandArgs& a) {
   }
   if (a.print_config) return print_config(c, cfg);
   ac.check(cfg.peft.adapters());
-  if (a.nproc > 0 || dist::launched_by_mpi())
-    fail("nekton align runs on one process for now (data parallel alignment comes later)");
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.tp * m.cp * m.ep * m.pp * std::max(m.dp, 1) > 1)
+  if (m.cp * m.ep * m.pp > 1 || cfg.parallel.sequence_parallel)
     fail(
-        "parallel.*: nekton align runs on one process for now; set parallel.tp, cp, ep, pp and "
-        "dp to 1");
+        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and "
+        "tensor parallelism only for now (sp {}, cp {}, ep {}, pp {}); set them to 1 (sp false)",
+        cfg.parallel.sequence_parallel, m.cp, m.ep, m.pp);
+  if (m.tp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
+    fail(
+        "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
+        "--nproc N or under mpirun",
+        m.tp, m.dp);
+  if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
+    fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(
@@ -90,6 +106,38 @@ int cmd_align(const CommandArgs& a) {
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "
         "example), so both must be even",
         cfg.micro_batch, cfg.global_batch);
+  if (a.nproc > 0 && !dist::launched_by_mpi()) {
+    train_mesh(cfg, a.nproc, 0);  // a layout that cannot work fails before mpirun starts
+    std::vector<std::string> args = {"align"};
+    if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
+    args.insert(args.end(), a.overrides.begin(), a.overrides.end());
+    exec_mpirun(a.nproc, args);
+  }
+  // Under mpirun/srun: every rank reads the data and runs a data-parallel
+  // Trainer; any rank's error ends the job, naming the rank.
+  std::optional<dist::MpiRuntime> mpi;
+  if (dist::launched_by_mpi()) mpi.emplace();
+  try {
+    return align_run(cfg, ac, mpi ? &*mpi : nullptr);
+  } catch (const std::exception& e) {
+    if (!mpi) throw;
+    mpi->abort(e.what());
+  }
+  return 0;
+}
+
+namespace {
+int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
+  std::optional<dist::Mesh> mesh;
+  std::optional<dist::ProcessGroups> groups;
+  if (mpi) {
+    if (mpi->rank() != 0) set_log_level(LogLevel::Warn);  // rank 0 logs the run
+    mesh.emplace(train_mesh(cfg, mpi->world_size(), mpi->rank()));
+    if (cfg.threads == 0 && dist::local_world_size() > 1)  // share this host's cores
+      cfg.threads =
+          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size());
+    groups.emplace(mpi->make_groups(*mesh, cfg.parallel.timeout_s));
+  }
   if (cfg.data.tokenizer.empty()) cfg.data.tokenizer = "bytes";
   ac.data.max_length = cfg.seq_len;
   ac.data.kto_group = cfg.micro_batch / 2;
@@ -135,9 +183,10 @@ int cmd_align(const CommandArgs& a) {
   cfg.extra_data_signature = ac.signature();
   auto objective =
       std::make_shared<PreferenceObjective>(cfg, ac, train, valid, std::max(0, tok->eod_id()));
-  Trainer trainer(cfg, {}, objective);
+  Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{}, objective);
   trainer.run();
   return 0;
 }
+}  // namespace
 
 }  // namespace nk

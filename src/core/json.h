@@ -20,7 +20,8 @@ namespace nk {
 // `a.b[2]`, "" at the top) and what, never the JSON library's internal
 // wording ("[json.exception.parse_error.101] ...").
 struct JsonFault {
-  size_t byte = 0, line = 1, column = 1;
+  size_t byte = 0, line = 1, column = 1;  // byte: 1-based, as line and column
+  size_t token_size = 0;                  // of a number too large, else 0
   std::string path;
   std::string what;  // "the number 1e400 is beyond a double's range", "syntax error ..."
   // "LINE:COLUMN (key 'PATH'): WHAT", for messages that put the file before it.

@@ -4,12 +4,14 @@
 // export in trainer_save.cc.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_vocab.h"
@@ -93,9 +95,19 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
       objective_(objective ? std::move(objective) : std::make_shared<LmObjective>()),
       custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
-  if (custom_objective_ && par_.active())
+  // Another objective runs under data parallelism through its staged form,
+  // and under tensor parallelism as it is (every tp rank sums whole rows:
+  // the vocabulary-parallel loss is reduced over them); sequence, context,
+  // expert and pipeline parallelism would split its per-row sums over ranks.
+  if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
+  if (custom_objective_ && par_.active() &&
+      (par_.world() != par_.dp() * par_.mesh->tp() || cfg_.parallel.sequence_parallel))
+    fail(
+        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: this objective trains under data "
+        "and tensor parallelism only for now (parallel.* lays {} processes out as {}{})",
+        par_.world(), par_.mesh->describe(), cfg_.parallel.sequence_parallel ? " with sp" : "");
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -117,10 +129,14 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
     fail(
         "peft.method: adapters train on one process for now (its data-parallel equivalence is not "
         "tested yet)");
-  if (par_.active() && data_.train->max_segments() > 0)
+  // The pipeline schedule carries no packed rows' boundaries yet; data and
+  // tensor parallelism pass them on (DistributedDataParallel, every tp rank
+  // reading the whole micro-batch).
+  if (par_.pp() > 1 && data_.train->max_segments() > 0)
     fail(
-        "data.sft_path: fine-tuning runs on one process for now (data parallel over packed rows "
-        "is not there yet)");
+        "data.sft_path: fine-tuning does not run under pipeline parallelism yet (parallel.pp = "
+        "{}); use parallel.tp or data parallelism",
+        par_.pp());
   import_hf_base();
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
@@ -283,12 +299,16 @@ double Trainer::evaluate() {
     batch.load(loader);
     batch.upload();
     const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
-    sum += pipe_  ? pipe_->forward_loss(batch.tokens, batch.targets)
-           : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets)
-                  : objective_->eval_micro_batch(
-                        *model_, *acts,
-                        MicroBatch{batch.tokens, batch.targets, batch.host_tokens,
-                                   batch.host_targets, batch.packing(), first});
+    const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
+                        batch.host_targets, batch.packing(), first};
+    sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets)
+           : ddp_ && custom_objective_
+               ? ddp_->forward_head(
+                     *acts, batch.tokens,
+                     [&] { return objective_->head_micro_batch(*model_, *acts, mb, 0.f, false); },
+                     batch.packing())
+           : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing())
+                  : objective_->eval_micro_batch(*model_, *acts, mb);
   }
   return sum / double(cfg_.val_batches);
 }
@@ -389,6 +409,20 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);
+  if (par_.active()) {
+    ObjectiveRanks ranks;
+    ranks.writes = par_.writes();
+    ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    // Tensor-parallel ranks hold the same figures: summed over the replicas only.
+    if (ddp_)
+      ranks.sum_over_ranks = [this](std::span<double> v) {
+        Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
+        std::copy(v.begin(), v.end(), t.data<double>());
+        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
+      };
+    objective_->set_ranks(std::move(ranks));
+  }
   objective_->prepare(*model_, state_.step == 0);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
@@ -477,14 +511,22 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // Dropout masks (LoRA's) from the seed, step and micro-batch: a resumed run redraws them.
       model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
                                uint64_t(m));
-      loss += (ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale,
-                                             m == local_accum - 1)
-                    : objective_->train_micro_batch(
-                          *model_, *acts,
-                          MicroBatch{batch.tokens, batch.targets, batch.host_tokens,
-                                     batch.host_targets, batch.packing(), first_sample},
-                          scale)) /
-              double(accum);
+      const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
+                          batch.host_targets, batch.packing(), first_sample};
+      const bool reduce = m == local_accum - 1;
+      // Data parallel: DistributedDataParallel runs the stages (its weight
+      // gathers and gradient reductions between them), another objective
+      // its head.
+      loss +=
+          (ddp_ && custom_objective_
+               ? ddp_->forward_backward(
+                     *acts, batch.tokens, reduce,
+                     [&] { return objective_->head_micro_batch(*model_, *acts, mb, scale, true); },
+                     batch.packing())
+           : ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale, reduce,
+                                           batch.packing())
+                  : objective_->train_micro_batch(*model_, *acts, mb, scale)) /
+          double(accum);
     }
     if (ddp_) {
       comm_s = ddp_->wait_grads();
