@@ -20,6 +20,29 @@ TEST(Sampler, GreedyPicksTheLargestLogit) {
   EXPECT_EQ(s.sample(kLogits.data(), 5), 1);
 }
 
+// Issue 44, item 11: NaN logits (an adapter whose scaling overflowed) once
+// gave a repeated token with logprob -nan and exit 0.
+TEST(Sampler, NonFiniteLogitsAreAnErrorNotAToken) {
+  for (float bad : {NAN, INFINITY}) {
+    std::vector<float> l = kLogits;
+    l[3] = bad;
+    for (double temperature : {0.0, 1.0}) {
+      Sampler s({temperature, 0, 1.0, 1});
+      try {
+        s.sample(l.data(), 5);
+        ADD_FAILURE() << "sampled from " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the model's logits are not finite (id 3"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  std::vector<float> masked = kLogits;
+  masked[1] = -INFINITY;  // a mask, not an overflow
+  EXPECT_EQ(Sampler({0.0, 0, 1.0, 1}).sample(masked.data(), 5), 4);
+}
+
 TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
   Sampler k1({1.0, 1, 1.0, 3}), p0({1.0, 0, 1e-6, 3});
   for (int i = 0; i < 50; ++i) {
