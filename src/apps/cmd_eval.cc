@@ -20,6 +20,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "infer/model_source.h"
 #include "infer/perplexity.h"
+#include "infer/sampler.h"
 
 namespace nk {
 
@@ -107,6 +108,11 @@ EvalInputs eval_inputs(const CommandArgs& a, const ConfigSchema& schema) {
   if (k.model.empty()) fail("eval.model: no model folder given (eval.model=DIR)");
   if (k.max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", k.max_tokens);
   if (k.ppl.window < 0) fail("eval.window: must be >= 0, got {}", k.ppl.window);
+  // The settings first, before anything is read: a typo is told at once.
+  if (k.format != "text" && k.format != "jsonl")
+    fail("eval.format: must be text or jsonl, got '{}'", k.format);
+  if (k.top_k < 0 || k.top_k > kMaxTopLogprobs)
+    fail("eval.top_k: {} must be in [0, {}]", k.top_k, kMaxTopLogprobs);
   in.tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
   in.ids = load_tokens(k, *in.tok);
   if (in.ids.size() < 2) {
@@ -196,8 +202,6 @@ int eval_logprobs(const CommandArgs& a) {
   }
   EvalInputs in = eval_inputs(a, schema);
   const EvalKeys& k = in.k;
-  if (k.format != "text" && k.format != "jsonl")
-    fail("eval.format: must be text or jsonl, got '{}'", k.format);
   const Tokenizer& tok = *in.tok;
   const std::vector<ScoredToken> scores =
       token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_log(),

@@ -128,7 +128,7 @@ nlohmann::json parse_json(const std::string& text, const std::string& where) {
   }
   const std::optional<JsonFault> f = json_fault(text);
   if (!f) fail("{}: not valid JSON", where);  // the two parsers disagree: never seen
-  fail("{}:{}:{}: not valid JSON (byte {}{}): {}", where, f->line, f->column, f->byte,
+  fail("{}:{}: not valid JSON (column {}, byte {}{}): {}", where, f->line, f->column, f->byte,
        f->path.empty() ? std::string() : ", key '" + f->path + "'", f->what);
 }
 

@@ -30,9 +30,9 @@ struct JsonFault {
 // nullopt when `text` is valid JSON.
 std::optional<JsonFault> json_fault(std::string_view text);
 
-// nk::Error "WHERE:LINE:COLUMN: not valid JSON (key 'n_layer'): the number
-// 1e400 is beyond a double's range" on a syntax error, and on a number beyond
-// a double's range (json_fault).
+// nk::Error "WHERE:LINE: not valid JSON (column C, byte B, key 'n_layer'): the
+// number 1e400 is beyond a double's range" on a syntax error, and on a number
+// beyond a double's range (json_fault).
 nlohmann::json parse_json(const std::string& text, const std::string& where);
 // As parse_json, and nk::Error "WHERE: expected a JSON object" unless it is one.
 nlohmann::json parse_json_object(const std::string& text, const std::string& where);
