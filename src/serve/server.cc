@@ -168,7 +168,7 @@ void OpenAIServer::routes() {
         check_model(ctx, r.model);
         std::vector<int32_t> ids;
         if (r.chat)
-          ids = chat_prompt_ids(ctx, r.messages, r.add_generation_prompt);
+          ids = chat_prompt_ids(ctx, r.messages, r.add_generation_prompt, r.tools);
         else
           ctx.tok.encode_with_specials(r.prompt, ids);
         send_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_len}});
