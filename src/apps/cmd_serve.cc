@@ -130,7 +130,7 @@ int cmd_serve(const CommandArgs& raw) {
   const std::shared_ptr<const ChatTemplate> tmpl = pick_chat_template(k, loaded, no_template);
 
   ServeMetrics metrics;
-  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics);
+  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics, loaded.end_ids);
   ServeContext ctx{*model,      *tok,
                    tmpl.get(),  chat_specials(*tok, loaded.gguf ? "" : k.model),
                    no_template, k.model_name.empty() ? loaded.name : k.model_name,

@@ -94,12 +94,15 @@ TEST(ChatTemplateCli, ImportedModelsOwnTemplateFinetunesAndServes) {
   test::write_json(hf + "/tokenizer.json", tokenizer_json());
   test::write_json(hf + "/tokenizer_config.json",
                    {{"chat_template", kTemplate}, {"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  // Its end-of-turn ids: </s> and <|user|> (a turn that starts ends the answer).
+  test::write_json(hf + "/generation_config.json", {{"eos_token_id", {257, 258}}});
 
   const std::string nk = d / "chat_nk";
   auto r = test::run_nekton("import hf " + hf + " " + nk);
   ASSERT_EQ(r.code, 0) << r.out;
   ASSERT_TRUE(fs::exists(nk + "/tokenizer/tokenizer_config.json")) << r.out;
   ASSERT_FALSE(fs::exists(nk + "/tokenizer_config.json"));
+  EXPECT_TRUE(fs::exists(nk + "/generation_config.json")) << "generation_config.json is kept";
 
   // What Hugging Face renders: the conversation for training, and the first
   // question with the generation prompt for serving.
@@ -141,6 +144,9 @@ TEST(ChatTemplateCli, ImportedModelsOwnTemplateFinetunesAndServes) {
                        std::string(d / "ft"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "chat template jinja")) << r.out;
+  // The tuned model keeps the template, the special tokens and the stop ids.
+  for (const char* f : {"/model/tokenizer/tokenizer_config.json", "/model/generation_config.json"})
+    EXPECT_TRUE(fs::exists(std::string(d / "ft") + f)) << f;
 
   // serve: /tokenize renders the chat prompt as Hugging Face does.
   test::ServerProcess server(nk, {}, d / "serve.log");

@@ -20,7 +20,7 @@ ScopePtr child(const ScopePtr& parent) {
 }
 
 void set(const ScopePtr& scope, const std::string& name, Value v) {
-  scope->vars[name] = std::move(v);
+  scope->set(name, std::move(v));
 }
 
 // utils.slice of the reference: Python's slicing, but for a negative step a
@@ -77,11 +77,19 @@ void find_special(const Node* n, bool& kwargs, bool& varargs) {
 }  // namespace
 
 const Value* Scope::find(const std::string& name) const {
-  for (const Scope* s = this; s; s = s->parent.get()) {
-    const auto it = s->vars.find(name);
-    if (it != s->vars.end()) return &it->second;
-  }
+  for (const Scope* s = this; s; s = s->parent.get())
+    for (const auto& [k, v] : s->vars)
+      if (k == name) return &v;
   return nullptr;
+}
+
+void Scope::set(const std::string& name, Value v) {
+  for (auto& [k, old] : vars)
+    if (k == name) {
+      old = std::move(v);
+      return;
+    }
+  vars.emplace_back(name, std::move(v));
 }
 
 struct Interpreter::Depth {
@@ -232,6 +240,7 @@ void Interpreter::exec_for(const Node& n, const ScopePtr& env, std::string& out)
   }
   bool none_ran = true;
   const int64_t len = int64_t(items.size());
+  std::string text;
   for (int64_t i = 0; i < len; ++i) {
     Object loop;
     loop.items = {{"index", Value::integer(i + 1)},
@@ -247,7 +256,7 @@ void Interpreter::exec_for(const Node& n, const ScopePtr& env, std::string& out)
     bind(scope, *items[size_t(i)]);
     // As in the reference, an iteration's text counts only when its body
     // ran to the end: break and continue drop what it wrote.
-    std::string text;
+    text.clear();
     const Flow f = exec_block(n.body, scope, text);
     if (f == Flow::Break) break;
     if (f == Flow::Continue) continue;
@@ -359,6 +368,7 @@ Value Interpreter::call(const Value& fn, CallArgs& args, const ScopePtr& caller_
   try {
     Value v = fn.fn->call(args);
     call_scope_ = std::move(saved);
+    if (v.is_list()) steps_ += int64_t(v.list().size());  // range(): building it costs its length
     return v;
   } catch (...) {
     call_scope_ = std::move(saved);

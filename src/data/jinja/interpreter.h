@@ -13,23 +13,27 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "data/jinja/ast.h"
 
 namespace nk::jinja {
 
+// A scope's variables; templates set few per scope, so a list searched
+// linearly beats a hash map here.
 struct Scope {
   std::shared_ptr<Scope> parent;
-  std::unordered_map<std::string, Value> vars;
+  std::vector<std::pair<std::string, Value>> vars;
   const Value* find(const std::string& name) const;
+  void set(const std::string& name, Value v);
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
 class Interpreter {
  public:
-  static constexpr int64_t kMaxSteps = 20'000'000;
+  // Far beyond a real chat template's needs (every node evaluated is a
+  // step; building a list costs its length).
+  static constexpr int64_t kMaxSteps = 5'000'000;
   static constexpr int kMaxDepth = 600;
   static constexpr size_t kMaxText = size_t(64) << 20;
 

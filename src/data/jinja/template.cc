@@ -26,11 +26,11 @@ void Template::fail(const std::string& message, uint32_t pos, bool raised) const
 
 std::string Template::render(const nlohmann::ordered_json& context) const {
   auto globals = std::make_shared<Scope>();
-  for (auto& [k, v] : builtin_globals()) globals->vars[k] = std::move(v);
+  for (auto& [k, v] : builtin_globals()) globals->set(k, std::move(v));
   if (!context.is_null() && !context.is_object())
     throw Error(name_ + ": the variables to render with must be a JSON object");
   for (auto it = context.begin(); !context.is_null() && it != context.end(); ++it)
-    globals->vars[it.key()] = Value::from_json(it.value());
+    globals->set(it.key(), Value::from_json(it.value()));
   try {
     Interpreter in;
     return in.run(program_, globals);
