@@ -4,7 +4,8 @@
 // `nekton finetune --show-sample` renders a conversation with that template
 // and trains the answers; `nekton serve` answers /v1/chat/completions with
 // it, tools included, and its /tokenize gives the ids of Hugging Face's own
-// rendering (@huggingface/jinja) of the conversation.
+// rendering (@huggingface/jinja) of the conversation; so does a GGUF
+// exported from the imported folder.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -181,6 +182,20 @@ TEST(ChatTemplateCli, ImportedModelsOwnTemplateFinetunesAndServes) {
   load_tokenizer(nk + "/tokenizer")
       ->encode_with_specials("<s>[TOOLS] get_weather\n" + prompt.substr(3), with_tools);
   EXPECT_EQ(json::parse(tt->body)["tokens"].get<std::vector<int32_t>>(), with_tools);
+  server.stop();
+
+  // A GGUF exported from the imported folder carries the template (read from
+  // tokenizer/) as tokenizer.chat_template, and serves with it.
+  const std::string gguf = d / "chat.gguf";
+  r = test::run_nekton("export gguf " + nk + " " + gguf);
+  ASSERT_EQ(r.code, 0) << r.out;
+  test::ServerProcess from_gguf(gguf, {}, d / "serve_gguf.log");
+  ASSERT_GT(from_gguf.port(), 0) << from_gguf.log();
+  EXPECT_TRUE(contains(from_gguf.log(), "chat template jinja (" + gguf)) << from_gguf.log();
+  auto g = from_gguf.client().Post("/tokenize", ojson{{"messages", first_turn}}.dump(),
+                                   "application/json");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(json::parse(g->body)["tokens"].get<std::vector<int32_t>>(), want) << g->body;
 }
 
 }  // namespace
