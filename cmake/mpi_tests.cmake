@@ -167,3 +167,19 @@ add_test(NAME curate_ranks
                  ${CMAKE_BINARY_DIR})
 nk_timeout(t 300)
 set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
+
+# `nekton finetune` and `nekton align` over several processes against one
+# (tests/apps/mpi), labelled "mpi": every step's loss (align: its figures) and
+# the exported weights within 1e-5.
+#   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
+#                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
+#   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
+#                    reference, KTO (and under TP2), SimPO; the same
+#                    reference_logps.json; parallel.sp and parallel.pp refused
+foreach(script finetune_ranks align_ranks)
+  add_test(NAME ${script}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_BINARY_DIR})
+  nk_timeout(t 300)
+  set_tests_properties(${script} PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
+endforeach()

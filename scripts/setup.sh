@@ -16,14 +16,16 @@ for a in "$@"; do
 done
 
 # Building and running: the compiler, CMake, the libraries every subsystem
-# links (shared/DESIGN.md), Open MPI (src/dist, and mpirun to launch ranks) and
+# links (shared/DESIGN.md; libboost-dev: Boost.Beast and Asio, headers only,
+# for `nekton serve`), Open MPI (src/dist, and mpirun to launch ranks) and
 # GCIDE, the dictionary `nekton quickstart` trains on.
 pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-json3-dev
       libfmt-dev zlib1g-dev libpcre2-dev libsentencepiece-dev libzstd-dev zstd libsimdjson-dev
       libxxhash-dev libicu-dev libgumbo-dev libuchardet-dev libfasttext-dev libopenmpi-dev openmpi-bin
-      libcpp-httplib-dev dict-gcide)
+      libboost-dev dict-gcide)
 # Test-only:
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;
+# libcpp-httplib-dev: the HTTP client of tests/serve;
 # python3-torch, python3-numpy: the PyTorch references of the numeric tests;
 # sentencepiece (spm_encode, spm_train), fasttext: the reference tools;
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
@@ -35,7 +37,7 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # build of `make sanitize-test` and `make fuzz`; clang-format: `make format-check`;
 # iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
 # tests/apps/mpi scripts.
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev python3-torch python3-numpy sentencepiece
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-torch python3-numpy sentencepiece
            fasttext fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it
            fortunes-pl fortunes-cs python3.11-doc debian-reference-en clang libclang-rt-14-dev
            libomp-14-dev llvm clang-format iproute2 procps)

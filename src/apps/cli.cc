@@ -27,6 +27,9 @@ const std::map<std::string, Command>& commands() {
       {"train", {cmd_train, "pretrain a GPT-2 or Llama model (text file or indexed datasets)"}},
       {"finetune",
        {cmd_finetune, "supervised fine-tuning on chat or prompt/answer JSONL (data.sft_path)"}},
+      {"align",
+       {cmd_align,
+        "preference optimisation: DPO, IPO, KTO, ORPO, SimPO on preference JSONL (align.*)"}},
       {"import", {cmd_import, "import hf DIR OUT: a Hugging Face Llama/GPT-2 model", true}},
       {"export",
        {cmd_export, "export hf CKPT DIR | export gguf CKPT FILE: Hugging Face or llama.cpp", true}},
@@ -129,11 +132,12 @@ int run_cli(int argc, char** argv) {
       return it->second.run(a);
     }
     CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
-    if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0)
-      fail("--nproc is an option of nekton train only");
+    if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0 &&
+        std::strcmp(argv[1], "finetune") != 0 && std::strcmp(argv[1], "align") != 0)
+      fail("--nproc is an option of nekton train, finetune and align only");
     if (a.print_config && std::strcmp(argv[1], "train") != 0 &&
-        std::strcmp(argv[1], "finetune") != 0)
-      fail("--print-config is an option of nekton train and finetune only");
+        std::strcmp(argv[1], "align") != 0 && std::strcmp(argv[1], "finetune") != 0)
+      fail("--print-config is an option of nekton train, finetune and align only");
     if (a.show_sample >= 0 && std::strcmp(argv[1], "finetune") != 0)
       fail("--show-sample is an option of nekton finetune only");
     if (a.allow_nonfinite && std::strcmp(argv[1], "generate") != 0)

@@ -216,7 +216,7 @@ int cmd_eval(const CommandArgs& a) {
   if (args[0] != "perplexity" && args[0] != "logprobs")
     fail("eval: unknown evaluation '{}' (known: perplexity, logprobs)", args[0]);
   CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
-  if (sub.nproc > 0) fail("--nproc is an option of nekton train only");
+  if (sub.nproc > 0) fail("--nproc is an option of nekton train, finetune and align only");
   return args[0] == "perplexity" ? eval_perplexity(sub) : eval_logprobs(sub);
 }
 

@@ -27,9 +27,13 @@ namespace nk {
 
 namespace {
 
-// How long in-flight requests may run on after a stop signal before they
-// are cut off (503 for those not streaming).
-constexpr auto kShutdownGrace = std::chrono::seconds(10);
+// A stop signal ends the process within kShutdownLimit: requests in flight
+// may run on for kShutdownGrace, then they are cut off (503 for those not
+// streaming, an error event for streams) and get kCutOffWait to write that;
+// then every connection closes, whether its client reads or not.
+constexpr auto kShutdownLimit = std::chrono::seconds(10);
+constexpr auto kShutdownGrace = std::chrono::milliseconds(8500);
+constexpr auto kCutOffWait = std::chrono::milliseconds(400);
 
 void check_keys(const ServeConfig& k) {
   if (k.model.empty()) fail("serve.model: no model folder given (serve.model=DIR or --model DIR)");
@@ -41,7 +45,11 @@ void check_keys(const ServeConfig& k) {
   in("serve.prefill_chunk", k.prefill_chunk, 1, limits::kSeqLen);
   in("serve.max_model_len", k.max_model_len, 0, limits::kSeqLen);
   in("serve.max_body_mb", k.max_body_mb, 1, 1 << 20);
-  in("serve.max_connections", k.max_connections, 1, 1 << 16);
+  in("serve.max_connections", k.max_connections, 1, 1 << 20);
+  in("serve.header_timeout_s", k.header_timeout_s, 1, 3600);
+  in("serve.body_timeout_s", k.body_timeout_s, 1, 3600);
+  in("serve.idle_timeout_s", k.idle_timeout_s, 1, 3600);
+  in("serve.write_timeout_s", k.write_timeout_s, 1, 3600);
   in("serve.default_max_tokens", k.default_max_tokens, 0, limits::kSeqLen);
   in("serve.block_size", k.block_size, 1, 1 << 16);
   in("serve.kv_memory_mb", k.kv_memory_mb, 0, int64_t(1) << 40);
@@ -105,7 +113,7 @@ int cmd_serve(const CommandArgs& raw) {
         "(streaming with server-sent events or not), GET /v1/models, /health and /metrics\n"
         "(Prometheus), POST /tokenize and /detokenize. SIGINT or SIGTERM stops it after the\n"
         "requests in flight (at most {} s).\n\n{}",
-        kShutdownGrace.count(), schema.help());
+        kShutdownLimit.count(), schema.help());
     return 0;
   }
   Config c = Config::load(schema, a.config_path, a.overrides);
@@ -140,8 +148,17 @@ int cmd_serve(const CommandArgs& raw) {
 
   // A client that goes away mid-write must not end the process.
   ::signal(SIGPIPE, SIG_IGN);
-  OpenAIServer server(ctx, k.max_body_mb << 20, k.max_connections);
+  HttpLimits limits;
+  limits.max_body = k.max_body_mb << 20;
+  limits.max_connections = k.max_connections;
+  limits.header_timeout = std::chrono::seconds(k.header_timeout_s);
+  limits.body_timeout = std::chrono::seconds(k.body_timeout_s);
+  limits.idle_timeout = std::chrono::seconds(k.idle_timeout_s);
+  limits.write_timeout = std::chrono::seconds(k.write_timeout_s);
+  OpenAIServer server(ctx, limits);
   const int port = server.bind(k.host, int(k.port));
+  // Before the startup line: a server that cannot serve says so and exits.
+  server.start();
   if (rails)
     fmt::print(stderr, "nekton serve: guardrails {}: {}\n", k.guardrails, rails->describe());
   fmt::print(stderr,
@@ -169,9 +186,10 @@ int cmd_serve(const CommandArgs& raw) {
     if (server.in_flight() > 0) {
       fmt::print(stderr, "nekton serve: cutting off {} requests\n", server.in_flight());
       engine.stop();
-      // Their answers end at once, unless a client does not read (writes
-      // time out after 30 s): the listener is closed regardless.
-      for (int i = 0; i < 100 && server.in_flight() > 0; ++i)
+      // Their answers end at once, but for clients that do not read: those
+      // connections close with the rest.
+      const auto cut = std::chrono::steady_clock::now() + kCutOffWait;
+      while (server.in_flight() > 0 && std::chrono::steady_clock::now() < cut)
         cv.wait_for(lock, std::chrono::milliseconds(20));
     }
     server.stop();

@@ -64,8 +64,8 @@ const char* kTokenizerUsage =
     "SPEC: \"bytes\" (one id per byte + end-of-text), gpt2 | r50k_base | p50k_base |\n"
     "cl100k_base | o200k_base (OpenAI's, from the fetched assets), FILE.tiktoken, a\n"
     "folder with encoder.json + vocab.bpe, saved by `train --type bpe`, or with Hugging\n"
-    "Face's tokenizer.json of a byte-level BPE (Llama 3, GPT-2), or FILE.model\n"
-    "(SentencePiece).\n"
+    "Face's tokenizer.json of a byte-level BPE (Llama 3, Qwen2, GPT-2; or the path of\n"
+    "that tokenizer.json, or FILE.json), or FILE.model (SentencePiece).\n"
     "Encoded text never gets <s>/</s> added; preprocess appends the end-of-document id.\n";
 
 std::string read_input(const std::string& path) {

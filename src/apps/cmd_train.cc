@@ -143,7 +143,8 @@ int cmd_finetune(const CommandArgs& a) {
   ConfigSchema schema = train_schema();
   if (a.help) {
     fmt::print(
-        "usage: nekton finetune [--config FILE.yaml] [--show-sample N] [--print-config] "
+        "usage: nekton finetune [--nproc N] [--config FILE.yaml] [--show-sample N] "
+        "[--print-config] "
         "[key=value ...]\n\n"
         "Supervised fine-tuning: train's keys, with data.sft_path (JSONL conversations or\n"
         "prompt/answer records) and usually train.init_from (the model to start from).\n\n{}",
@@ -156,10 +157,14 @@ int cmd_finetune(const CommandArgs& a) {
   if (!cfg.data.sft())
     fail("data.sft_path: nekton finetune needs the conversations to train on (JSONL)");
   if (a.show_sample >= 0) return show_sample(cfg, a.show_sample);
-  if (a.nproc > 0 || dist::launched_by_mpi())
-    fail(
-        "nekton finetune runs on one process for now (data parallel fine-tuning is not there "
-        "yet)");
+  if (a.nproc > 0 && !dist::launched_by_mpi()) {
+    train_mesh(cfg, a.nproc, 0);  // a layout that cannot work fails before mpirun starts
+    std::vector<std::string> args = {"finetune"};
+    if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
+    args.insert(args.end(), a.overrides.begin(), a.overrides.end());
+    exec_mpirun(a.nproc, args);
+  }
+  if (dist::launched_by_mpi()) return train_under_mpi(cfg, nullptr, nullptr);
   Trainer trainer(cfg);
   trainer.run();
   return 0;

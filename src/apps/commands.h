@@ -8,6 +8,7 @@
 #include "infer/model_source.h"
 #include "infer/sampler.h"
 #include "model/transformer.h"
+#include "train/train_config.h"
 
 namespace nk {
 
@@ -38,6 +39,7 @@ void print_sample(Transformer& model, const Tokenizer& tok, const std::string& p
 
 int cmd_train(const CommandArgs& a);
 int cmd_finetune(const CommandArgs& a);
+int cmd_align(const CommandArgs& a);
 int cmd_generate(const CommandArgs& a);
 int cmd_serve(const CommandArgs& a);  // uses only a.args (--model DIR, then as parse_command_args)
 int cmd_quickstart(const CommandArgs& a);
@@ -49,6 +51,9 @@ int cmd_import(const CommandArgs& a);    // import hf ...      (uses only a.args
 int cmd_export(const CommandArgs& a);    // export hf|gguf ... (uses only a.args)
 int cmd_quantize(const CommandArgs& a);  // quantize MODEL OUT.gguf ... (uses only a.args)
 int cmd_estimate(const CommandArgs& a);  // [--config F] [key=value ...] [--json] ... (a.args)
+
+// --print-config of train, finetune and align (cmd_train.cc).
+int print_config(const Config& c, const TrainConfig& cfg);
 
 // The subcommands cmd_import/cmd_export dispatch to; args[0] is the format
 // ("hf", "gguf"), the rest are its own positional arguments and options.

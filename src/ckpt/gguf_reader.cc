@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <cstring>
 #include <limits>
 
@@ -21,6 +22,10 @@ namespace {
 constexpr uint64_t kMaxString = uint64_t(1) << 30;
 constexpr uint64_t kMaxCount = uint64_t(1) << 28;
 constexpr uint32_t kMaxDims = 4;
+// The largest dimension and element count a tensor may claim (2^40, 2^42):
+// beyond any real model, and small enough that sizes in bytes cannot overflow.
+constexpr uint64_t kMaxDim = uint64_t(1) << 40;
+constexpr int64_t kMaxElements = int64_t(1) << 42;
 
 // A cursor over the mapped header; every read is bounds-checked.
 class Cursor {
@@ -221,12 +226,20 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
     const std::string what = "tensor '" + t.name + "'";
     const uint32_t dims = c.get<uint32_t>(what + " dimensions");
     if (dims == 0 || dims > kMaxDims) c.bad(fmt::format("{} has {} dimensions", what, dims));
+    // ggml's order (ne[0] the row length); the whole shape is read before it
+    // is judged, so a message names the dimension that is wrong.
+    std::vector<uint64_t> raw_ne(dims);
+    for (uint32_t d = 0; d < dims; ++d) raw_ne[d] = c.get<uint64_t>(what + " shape");
     std::vector<int64_t> ne(dims);
     int64_t numel = 1;
     for (uint32_t d = 0; d < dims; ++d) {
-      const uint64_t v = c.get<uint64_t>(what + " shape");
-      if (v == 0 || v > (uint64_t(1) << 40) || numel > (int64_t(1) << 42) / int64_t(v))
-        c.bad(fmt::format("{} has an implausible dimension {}", what, v));
+      const uint64_t v = raw_ne[d];
+      if (v == 0 || v > kMaxDim)
+        c.bad(fmt::format("{} has an implausible dimension ne[{}] = {} (ggml shape [{}])", what, d,
+                          v, fmt::join(raw_ne, ", ")));
+      if (numel > kMaxElements / int64_t(v))
+        c.bad(fmt::format("{} has ggml shape [{}]: more than {} elements", what,
+                          fmt::join(raw_ne, ", "), kMaxElements));
       ne[d] = int64_t(v);
       numel *= int64_t(v);
     }

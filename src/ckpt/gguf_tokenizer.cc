@@ -157,6 +157,17 @@ std::unique_ptr<Tokenizer> gguf_tokenizer(const GgufFile& f) {
   if (!f.has("tokenizer.ggml.model")) return nullptr;
   const std::string model = f.get_string("tokenizer.ggml.model");
   const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  // The special ids must name tokens of the file's own vocabulary (llama.cpp
+  // falls back to a default id with a warning; a wrong id is a broken file).
+  for (const char* key : {"bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id",
+                          "sep_token_id", "eot_token_id", "eom_token_id"}) {
+    const std::string name = std::string("tokenizer.ggml.") + key;
+    if (!f.has(name)) continue;
+    const int64_t id = f.get_int(name, -1);
+    if (id < 0 || id >= int64_t(tokens.size()))
+      fail("GGUF '{}': {} = {} is outside the vocabulary (tokenizer.ggml.tokens has {} tokens)",
+           f.path(), name, id, tokens.size());
+  }
   if (model == "llama") return sentencepiece_from(f, tokens);
   if (model == "gpt2") return bpe_from(f, tokens);
   fail("GGUF '{}': tokenizer.ggml.model '{}' is not supported (llama, gpt2)", f.path(), model);

@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "core/log.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -86,6 +87,15 @@ std::vector<std::string> module_list(const json& j, const std::string& where, co
   return out;
 }
 
+// PEFT's fan_in_fan_out for this architecture's modules: true where they are
+// GPT-2's Conv1D, which stores [in, out].
+bool fan_in_fan_out(const ModelConfig& c) {
+  for (const ExternalTensor& e :
+       c.architecture().hf_tensors(c, c.architecture().hf_tensor_prefix()))
+    if (e.transposed) return true;
+  return false;
+}
+
 }  // namespace
 
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
@@ -136,6 +146,18 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
       fail("{}: 'bias' = \"{}\" is not supported (LoRA without bias training: \"none\")", where,
            bias);
     info.lora.target_modules = module_list(j, where, "target_modules", true);
+    // PEFT corrects a fan_in_fan_out that does not fit the module (nn.Linear
+    // or Conv1D) with a warning; the adapter's tensors are the same either way.
+    if (j.contains("fan_in_fan_out") && !j.at("fan_in_fan_out").is_null()) {
+      if (!j.at("fan_in_fan_out").is_boolean())
+        fail("{}: 'fan_in_fan_out' must be true or false, got {}", where,
+             j.at("fan_in_fan_out").dump());
+      const bool given = j.at("fan_in_fan_out").get<bool>(), fits = fan_in_fan_out(base);
+      if (given != fits)
+        NK_WARN("{}: 'fan_in_fan_out' is {} but {}'s modules are {}: applied as {} (as PEFT does)",
+                where, given, base.architecture().display_name(),
+                fits ? "Conv1D ([in, out])" : "nn.Linear ([out, in])", fits);
+    }
   } else if (info.type == "P_TUNING" || info.type == "PROMPT_TUNING") {
     info.prompt.virtual_tokens = integer("num_virtual_tokens", limits::kSeqLen);
     if (j.contains("token_dim") && !j.at("token_dim").is_null() &&
@@ -249,12 +271,7 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
     std::sort(m.begin(), m.end());
     return m.size() == 1 && m[0] == "all-linear" ? json("all-linear") : json(m);
   };
-  const bool transposed = [&] {  // GPT-2's Conv1D stores [in, out]: PEFT's fan_in_fan_out
-    for (const ExternalTensor& e :
-         c.architecture().hf_tensors(c, c.architecture().hf_tensor_prefix()))
-      if (e.transposed) return true;
-    return false;
-  }();
+  const bool transposed = fan_in_fan_out(c);
   json j = json::object();
   j["base_model_name_or_path"] = base_model;
   j["fan_in_fan_out"] = transposed;

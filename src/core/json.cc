@@ -3,23 +3,128 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace nk {
 
-nlohmann::json parse_json(const std::string& text, const std::string& where) {
-  auto line_of = [&](size_t byte) {
-    size_t upto = std::min(text.size(), byte);
-    return 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(upto), '\n'));
+namespace {
+
+// Follows the SAX events to know which key or array element is being read
+// when the parser gives up.
+class PathTracker : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::optional<JsonFault> fault;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    stack_.push_back({true, "", 0});
+    return true;
+  }
+  bool key(string_t& k) override {
+    stack_.back().key = k;
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    return value();
+  }
+  bool start_array(std::size_t) override {
+    stack_.push_back({false, "", 0});
+    return true;
+  }
+  bool end_array() override {
+    stack_.pop_back();
+    return value();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& e) override {
+    JsonFault f;
+    f.byte = position;
+    f.path = path();
+    const std::string what = e.what();
+    if (e.id == 406) {
+      f.what = fmt::format("the number {} is beyond a double's range", token);
+    } else {
+      // "[json.exception.parse_error.101] parse error at line 1, column 5:
+      // syntax error while parsing value - invalid literal; last read: 'x'":
+      // the part after the position, less the echo of the bytes read.
+      std::string m = what.substr(std::min(what.find("] ") + 2, what.size()));
+      if (size_t colon = m.find(": "); m.starts_with("parse error") && colon != std::string::npos)
+        m = m.substr(colon + 2);
+      f.what = m.substr(0, m.find("; last read"));
+    }
+    fault = f;
+    return false;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::string key;
+    size_t index;  // arrays: values read so far (the one being read is this one)
   };
+  // A value ended: the array it was in moves to its next element.
+  bool value() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+    return true;
+  }
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : stack_) {
+      if (!f.object)
+        p += fmt::format("[{}]", f.index);
+      else if (!f.key.empty())
+        p += (p.empty() ? "" : ".") + f.key;
+    }
+    return p;
+  }
+  std::vector<Frame> stack_;
+};
+
+}  // namespace
+
+std::string JsonFault::describe() const {
+  return fmt::format("{}:{}{}: {}", line, column,
+                     path.empty() ? std::string() : fmt::format(" (key '{}')", path), what);
+}
+
+std::optional<JsonFault> json_fault(std::string_view text) {
+  PathTracker t;
+  nlohmann::json::sax_parse(text, &t);
+  if (!t.fault) return std::nullopt;
+  JsonFault f = *t.fault;
+  // The parser's position is a count of bytes read (one past the byte it
+  // stopped at); the line and column are those of that byte.
+  const size_t at = std::min(text.size(), f.byte > 0 ? f.byte - 1 : 0);
+  f.line = 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(at), '\n'));
+  size_t start = 0;
+  if (at > 0) {
+    const size_t nl = text.rfind('\n', at - 1);
+    start = nl == std::string_view::npos ? 0 : nl + 1;
+  }
+  f.column = at - start + 1;
+  return f;
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& where) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}:{}: not valid JSON (byte {}): {}", where, line_of(e.byte), e.byte, e.what());
-  } catch (const nlohmann::json::exception& e) {
-    // out_of_range.406: a number no double holds; nlohmann gives no position.
-    fail("{}: not valid JSON: {}", where, e.what());
+  } catch (const nlohmann::json::exception&) {
+    // A syntax error, or out_of_range.406 (a number no double holds, for
+    // which nlohmann gives no position): told again with where and what.
   }
+  const std::optional<JsonFault> f = json_fault(text);
+  if (!f) fail("{}: not valid JSON", where);  // the two parsers disagree: never seen
+  fail("{}:{}:{}: not valid JSON (byte {}{}): {}", where, f->line, f->column, f->byte,
+       f->path.empty() ? std::string() : ", key '" + f->path + "'", f->what);
 }
 
 nlohmann::json parse_json_object(const std::string& text, const std::string& where) {

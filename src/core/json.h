@@ -6,15 +6,32 @@
 // this; the simdjson readers of JSONL follow it too).
 #pragma once
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/limits.h"
 
 namespace nk {
 
-// nk::Error "WHERE:LINE: not valid JSON (byte N): ..." on a syntax error, and
-// on a number beyond a double's range (1e400).
+// Why a JSON text does not parse, in a user's words: where (1-based line and
+// column, the byte offset, the key or index being read as a path like
+// `a.b[2]`, "" at the top) and what, never the JSON library's internal
+// wording ("[json.exception.parse_error.101] ...").
+struct JsonFault {
+  size_t byte = 0, line = 1, column = 1;
+  std::string path;
+  std::string what;  // "the number 1e400 is beyond a double's range", "syntax error ..."
+  // "LINE:COLUMN (key 'PATH'): WHAT", for messages that put the file before it.
+  std::string describe() const;
+};
+// nullopt when `text` is valid JSON.
+std::optional<JsonFault> json_fault(std::string_view text);
+
+// nk::Error "WHERE:LINE:COLUMN: not valid JSON (key 'n_layer'): the number
+// 1e400 is beyond a double's range" on a syntax error, and on a number beyond
+// a double's range (json_fault).
 nlohmann::json parse_json(const std::string& text, const std::string& where);
 // As parse_json, and nk::Error "WHERE: expected a JSON object" unless it is one.
 nlohmann::json parse_json_object(const std::string& text, const std::string& where);

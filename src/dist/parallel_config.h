@@ -1,10 +1,10 @@
 // The parallel.* config keys that dist owns: the mesh sizes, its order and the
-// collective timeout. A recipe's schema (train, later others) declares them with
-// add_parallel_keys and reads them back with parallel_config.
+// collective timeout. A recipe binds them with ParallelConfig::bind like any
+// other settings (core/config_bind.h) and checks them with check().
 #pragma once
 #include <vector>
-#include "core/config.h"
 
+#include "core/config_bind.h"
 #include "dist/mesh.h"
 
 namespace nk::dist {
@@ -19,11 +19,15 @@ struct ParallelConfig {
   // Virtual pipeline stages per rank (parallel.vp): the interleaved schedule.
   int64_t vp = 1;
   double timeout_s = 300;  // every collective and point-to-point wait, in seconds
+
+  void bind(ConfigBinder& b);
+  // nk::Error naming the key for a value out of range or two keys that do
+  // not go together (layout checks that need the world size come later, from
+  // Mesh).
+  void check() const;
 };
 
-void add_parallel_keys(ConfigSchema& schema);
-// Throws nk::Error naming the key for a value out of range (layout checks that
-// need the world size come later, from Mesh).
+// The keys as a recipe reads them: bound from `config`, then checked.
 ParallelConfig parallel_config(const Config& config);
 
 }  // namespace nk::dist

@@ -257,6 +257,14 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
     check_limit("", prefix + "lora_rank", l.rank, limits::kHidden, "ranks");
     if (!(l.alpha > 0) || !std::isfinite(l.alpha))
       fail("{}lora_alpha: must be a positive number, got {}", prefix, l.alpha);
+    // PEFT's scalings are about 0.5 to 64 in practice; far beyond, the
+    // adapted layers' outputs overflow and every logit is NaN.
+    if (l.scale() > kMaxLoraScale)
+      fail(
+          "{}lora_alpha: {} gives a LoRA scaling ({}) of {}, beyond {}: the adapted layers' "
+          "outputs would overflow",
+          prefix, l.alpha, l.rslora ? "lora_alpha / sqrt(r)" : "lora_alpha / r", l.scale(),
+          kMaxLoraScale);
     if (!(l.dropout >= 0 && l.dropout < 1))
       fail("{}lora_dropout: must be in [0, 1), got {}", prefix, l.dropout);
     if (l.target_modules.empty()) fail("{}target_modules: names no module to adapt", prefix);
@@ -385,6 +393,11 @@ std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
       ops::scale_columns(b, l, 0);
     }
   }
+  // Finite adapters can still overflow when folded in: a merged model with
+  // NaN or Inf is never handed on.
+  for (const ParamInfo& p : out->layout().params())
+    if (const int64_t bad = ops::count_nonfinite(ParamLayout::view(dst, p)); bad > 0)
+      fail("merging the adapters left {} non-finite values (NaN or Inf) in '{}'", bad, p.name);
   out->sync_compute_params();
   return out;
 }

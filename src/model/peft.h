@@ -36,6 +36,9 @@ struct ModelConfig;
 class ParamLayout;
 class Transformer;
 
+// The largest LoRA scaling (lora_alpha / r, or / sqrt(r)) a model takes.
+inline constexpr double kMaxLoraScale = 1e4;
+
 struct LoraConfig {
   int64_t rank = 0;  // r; 0: no adapters
   double alpha = 16;

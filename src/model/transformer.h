@@ -9,6 +9,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -237,6 +238,12 @@ class Transformer {
   // The seed of the next forward/backward's dropout masks (LoRA's); the
   // trainer sets one per micro-batch, so a resumed run draws the same.
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  // Adapters (LoRA, IA3, bottleneck) on or off for the next forwards. Off,
+  // every adapted layer computes its base layer alone, so the model is its
+  // base bit for bit: a preference objective's reference without a second
+  // copy. A backward needs them on.
+  void set_adapters_enabled(bool on) { adapters_on_ = on; }
+  bool adapters_enabled() const { return adapters_on_; }
 
   // Mean loss over non-ignored targets; with backward, gradients ACCUMULATE
   // d(loss * grad_scale)/d params. tokens, targets: i32 [B, T]. packed:
@@ -267,6 +274,17 @@ class Transformer {
   // loss; with backward, writes d residual(n_layer) (scaled by grad_scale)
   // into a.residual_grad() and accumulates the head's and norm's gradients.
   float head_loss(Activations& a, const Tensor& targets, bool backward, float grad_scale);
+  // Objectives over whole sequences (preference optimisation) need each
+  // row's log-probability and a gradient weight per row. row_nll [B]: the
+  // final norm, head and cross-entropy over a.residual(n_layer), row by row,
+  // row_nll[b] = the sum of -log p(target) over row b's non-ignored targets
+  // (0 for a row without any).
+  void head_row_nll(Activations& a, const Tensor& targets, std::span<double> row_nll);
+  // The backward of sum_b row_scale[b] * row_nll[b] over the activations of
+  // the last forward: recomputes the head's logits row by row (the blocks
+  // are not run again), writes d residual(n_layer) into a.residual_grad()
+  // and accumulates the head's and final norm's gradients. row_scale [B].
+  void head_row_backward(Activations& a, const Tensor& targets, std::span<const float> row_scale);
   // d residual(last) -> d residual(first), in a.residual_grad(); accumulates
   // the blocks' parameter gradients. Needs training activations.
   void blocks_backward(Activations& a, int64_t first, int64_t last,
@@ -301,6 +319,9 @@ class Transformer {
   };
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
+  // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
+  // (when given) receives the per-row sums.
+  void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll);
   // Layer l's forward from a.residual(l): its saved activations, and
   // res[l + 1] when `output` (a recompute needs only the former).
   void layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos, bool output);
@@ -334,6 +355,7 @@ class Transformer {
   nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
+  bool adapters_on_ = true;
 };
 
 // One tensor a training layer keeps from its forward for its backward, and

@@ -34,6 +34,9 @@ struct AdapterScratch {
   Tensor base;           // IA3 on outputs, training: [N * max rows], a part's unscaled output
   uint64_t seed = 0;     // this micro-batch's dropout seed
   bool training = true;  // dropout applies, and forwards keep what a backward reads
+  // Forwards skip every adapter (the base model's output, bit for bit): a
+  // preference objective's reference without a second copy. No backward then.
+  bool off = false;
 };
 
 // rows x cols of a flat workspace from element `at` on.

@@ -33,12 +33,15 @@ struct Linear {
   void forward(Tensor y, const Tensor& x, const AdapterActs& ad = {}) const {
     check_adapters(ad);
     Tensor y2 = rows(y), x2 = rows(x);
+    // Adapters switched off (AdapterScratch::off): exactly the base layer.
+    const bool on = !ad.defined() || !ad.work->off;
     if (wq.defined())
       ops::nf4_linear_forward(y2, x2, wq, b);
     else if (!wquant.empty())
       ops::quant_linear_forward_runs(y2, x2, wquant, b);
     else
-      ops::linear_forward(y2, ia3.active() ? ia3.input(x2, ad) : x2, w, b);
+      ops::linear_forward(y2, on && ia3.active() ? ia3.input(x2, ad) : x2, w, b);
+    if (!on) return;
     if (ia3.active()) ia3.scale_output(y2);
     if (lora.active()) lora.forward(y2, x2, ad);
     if (bottleneck.active()) bottleneck.forward(y2, ad);
@@ -47,6 +50,7 @@ struct Linear {
   // trains its scales with W frozen (dw, db undefined).
   void backward(Tensor dx, const Tensor& dy, const Tensor& x, const AdapterActs& ad = {}) const {
     check_adapters(ad);
+    NK_CHECK(!ad.defined() || !ad.work->off, "Linear: a backward with the adapters switched off");
     Tensor dx2 = dx.defined() ? rows(dx) : dx, dy2 = rows(dy), x2 = rows(x);
     NK_CHECK(wquant.empty(), "Linear: a block-quantised weight has no backward (inference only)");
     if (wq.defined()) {

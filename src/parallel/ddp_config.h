@@ -1,10 +1,10 @@
 // The parallel.* keys that data parallelism owns (the mesh's own keys are
-// dist's: dist/parallel_config.h). A recipe declares them with add_ddp_keys
-// beside dist::add_parallel_keys and reads them back with ddp_config.
+// dist's: dist/parallel_config.h). A recipe binds them with DdpConfig::bind
+// beside dist::ParallelConfig::bind and checks them with check().
 #pragma once
 #include <cstdint>
 
-#include "core/config.h"
+#include "core/config_bind.h"
 
 namespace nk::parallel {
 
@@ -24,10 +24,12 @@ struct DdpConfig {
   bool overlap_grad_reduce = true;
   Shard shard = Shard::None;
   int64_t bucket_elems() const;  // bucket_mb in f32 elements, at least 1
+
+  void bind(ConfigBinder& b);
+  void check() const;  // nk::Error naming the key for a value out of range
 };
 
-void add_ddp_keys(ConfigSchema& schema);
-// nk::Error naming the key for a value out of range.
+// The keys as a recipe reads them: bound from `config`, then checked.
 DdpConfig ddp_config(const Config& config);
 
 }  // namespace nk::parallel

@@ -72,11 +72,8 @@ void DistributedDataParallel::staged_forward(Activations& a, const Tensor& token
 float DistributedDataParallel::forward_loss(Activations& a, const Tensor& tokens,
                                             const Tensor& targets, const PackedBatchInfo* packed) {
   if (!weights_ && params_pending_ == 0) return model_.forward_loss(a, tokens, targets, packed);
-  staged_forward(a, tokens, packed);
-  use(kHeadStage, -1);
-  float loss = model_.head_loss(a, targets, false, 0.f);
-  done(kHeadStage);
-  return loss;
+  return float(forward_head(
+      a, tokens, [&] { return double(model_.head_loss(a, targets, false, 0.f)); }, packed));
 }
 
 void DistributedDataParallel::launch_ready(int64_t stage) {
@@ -100,6 +97,23 @@ float DistributedDataParallel::forward_backward(Activations& a, const Tensor& to
                                                 bool reduce, const PackedBatchInfo* packed) {
   if (!reduce && !weights_ && params_pending_ == 0)
     return model_.forward_backward(a, tokens, targets, grad_scale, packed);
+  return float(forward_backward(
+      a, tokens, reduce, [&] { return double(model_.head_loss(a, targets, true, grad_scale)); },
+      packed));
+}
+
+double DistributedDataParallel::forward_head(Activations& a, const Tensor& tokens,
+                                             const HeadFn& head, const PackedBatchInfo* packed) {
+  staged_forward(a, tokens, packed);
+  use(kHeadStage, -1);
+  const double v = head();
+  done(kHeadStage);
+  return v;
+}
+
+double DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens, bool reduce,
+                                                 const HeadFn& head,
+                                                 const PackedBatchInfo* packed) {
   NK_CHECK(!reduce || (pending_.empty() && next_bucket_ == 0),
            "DistributedDataParallel: wait_grads() before the next reducing micro-batch");
   const bool overlap = reduce && cfg_.overlap_grad_reduce;
@@ -108,7 +122,7 @@ float DistributedDataParallel::forward_backward(Activations& a, const Tensor& to
   // (and the weight gathers of FSDP and ZeRO-1 before each stage).
   staged_forward(a, tokens, packed);
   use(kHeadStage, L > 0 ? block_stage(L, L - 1) : -1);
-  float loss = model_.head_loss(a, targets, true, grad_scale);
+  const double loss = head();
   done(kHeadStage);
   if (overlap) launch_ready(kHeadStage);
   for (int64_t l = L - 1; l >= 0; --l) {

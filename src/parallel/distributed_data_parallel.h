@@ -35,6 +35,7 @@
 // start their all-reduce, and the pending ones are polled so MPI progresses
 // them while the next stage computes. Model code knows nothing of this.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,18 @@ class DistributedDataParallel {
   // by the time this returns; wait_grads() finishes them.
   float forward_backward(Activations& a, const Tensor& tokens, const Tensor& targets,
                          float grad_scale, bool reduce, const PackedBatchInfo* packed = nullptr);
+  // The same with another loss (a TrainObjective's staged form): the
+  // embedding and blocks run forward here, then `head` with the head's
+  // weights resident: its forwards, its loss and its backward
+  // (Transformer::head_row_backward or head_loss), leaving d loss / d residual
+  // in a.dres; then the blocks' and embedding's backward here, starting the
+  // bucket reductions as above. Returns what `head` returns.
+  using HeadFn = std::function<double()>;
+  double forward_backward(Activations& a, const Tensor& tokens, bool reduce, const HeadFn& head,
+                          const PackedBatchInfo* packed = nullptr);
+  // Without gradients: the forward, then `head` (forwards only).
+  double forward_head(Activations& a, const Tensor& tokens, const HeadFn& head,
+                      const PackedBatchInfo* packed = nullptr);
   // Waits for every started bucket. Seconds spent waiting here and, under
   // ZeRO-1 and FSDP, for weight gathers in this step's forward and backward
   // passes: the exposed (not overlapped) communication of the step.

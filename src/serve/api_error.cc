@@ -1,5 +1,7 @@
 #include "serve/api_error.h"
 
+#include "serve/sse.h"
+
 namespace nk {
 
 ApiError::ApiError(int status, std::string message, std::string param, std::string code,
@@ -19,6 +21,13 @@ nlohmann::json ApiError::to_json() const {
                 {"type", type_},
                 {"param", param_.empty() ? json(nullptr) : json(param_)},
                 {"code", code_.empty() ? json(nullptr) : json(code_)}}}};
+}
+
+HttpResponse ApiError::response() const {
+  HttpResponse r;
+  r.status = status_;
+  r.body = dump_json(to_json());
+  return r;
 }
 
 }  // namespace nk

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "serve/http_message.h"
+
 namespace nk {
 
 class ApiError : public std::runtime_error {
@@ -21,6 +23,8 @@ class ApiError : public std::runtime_error {
   // "invalid_request_error" for 4xx, "server_error" for 5xx unless given.
   const std::string& type() const { return type_; }
   nlohmann::json to_json() const;
+  // The HTTP response: to_json() with status().
+  HttpResponse response() const;
 
  private:
   int status_;

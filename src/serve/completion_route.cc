@@ -3,6 +3,7 @@
 #include <atomic>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "data/chat/sft_data.h"
@@ -16,9 +17,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// How long a stream waits for tokens before it looks whether its client is
-// still there (an SSE comment line, which clients skip).
-constexpr auto kStreamPoll = std::chrono::milliseconds(200);
+// A stream with nothing to say for this long writes an SSE comment line
+// (which clients skip), to find out whether its client is still there.
 constexpr auto kKeepAliveAfter = std::chrono::seconds(2);
 // Most sequences (prompts x n) one request may submit.
 constexpr int64_t kMaxSequences = 1024;
@@ -76,6 +76,7 @@ struct StreamState {
   int64_t open = 0;                             // choices not finished
   bool started = false, over = false, gone = false;
   ServeClock::time_point last_write;
+  std::shared_ptr<RequestTally> tally;
   std::shared_ptr<void> hold;  // released with the stream
 };
 
@@ -152,49 +153,89 @@ std::string stream_start(StreamState& s) {
 void client_gone(StreamState& s) {
   if (s.gone || s.open == 0) return;
   s.gone = true;
-  request_tally().completion_tokens = completion_tokens(s.choices);
+  s.tally->completion_tokens = completion_tokens(s.choices);
   s.ctx->engine.cancel(*s.channel);
   s.ctx->metrics.disconnects.inc();
 }
 
-bool stream_step(StreamState& s, httplib::DataSink& sink) {
-  std::string out;
-  if (!s.started) {
-    s.started = true;
-    out = stream_start(s);
-  }
-  std::vector<StreamEvent> events;
+// Moves every event the channel holds to `out`, never waiting; the
+// request's error when the engine failed it (after the events before it).
+std::optional<ApiError> take_events(RequestChannel& ch, std::vector<StreamEvent>& out) {
   try {
-    s.channel->wait(events, kStreamPoll);
-    for (const StreamEvent& e : events) out += chunks_for(s, e);
-    if (s.open == 0) {
-      const int64_t done = completion_tokens(s.choices);
-      request_tally().completion_tokens = done;
-      if (s.p.req.include_usage)
-        out += sse_event(usage_chunk(s.head, s.p.req.kind == ApiKind::Chat,
-                                     usage_json(s.p.prompt_tokens, done)));
-      out += sse_done();
-      s.over = true;
+    for (size_t before = out.size() + 1; out.size() != before;) {
+      before = out.size();
+      ch.wait(out, std::chrono::milliseconds(0));
     }
   } catch (const ApiError& e) {
-    // Mid-stream the status is sent already: the error goes as an event,
-    // which OpenAI's clients raise as an APIError.
-    out += sse_event(e.to_json()) + sse_done();
-    s.over = true;
-    s.open = 0;
+    return e;
   }
-  const ServeClock::time_point now = ServeClock::now();
-  if (out.empty() && now - s.last_write >= kKeepAliveAfter) out = sse_keepalive();
-  if (!out.empty()) {
-    if (!sink.write(out.data(), out.size())) {
-      client_gone(s);
-      return false;
-    }
-    s.last_write = now;
-  }
-  if (s.over) sink.done();
-  return true;
+  return std::nullopt;
 }
+
+// A streamed answer: the head at once, then the chunks of the events as the
+// engine sends them, then [DONE] (or an error event).
+class StreamAnswer : public ResponseSource {
+ public:
+  explicit StreamAnswer(std::shared_ptr<StreamState> s) : s_(std::move(s)) {}
+  ~StreamAnswer() override { s_->channel->on_ready(nullptr); }
+
+  void start(std::function<void()> wake) override { s_->channel->on_ready(std::move(wake)); }
+
+  bool poll(ResponseWriter& w) override {
+    StreamState& s = *s_;
+    std::string out;
+    if (!s.started) {
+      s.started = true;
+      HttpResponse head;
+      head.content_type = "text/event-stream";
+      head.headers.emplace_back("Cache-Control", "no-cache");
+      w.start_stream(std::move(head));
+      out = stream_start(s);
+    }
+    std::vector<StreamEvent> events;
+    const std::optional<ApiError> failed = take_events(*s.channel, events);
+    try {
+      for (const StreamEvent& e : events) out += chunks_for(s, e);
+      if (failed) throw *failed;
+      if (s.open == 0) {
+        const int64_t done = completion_tokens(s.choices);
+        s.tally->completion_tokens = done;
+        if (s.p.req.include_usage)
+          out += sse_event(usage_chunk(s.head, s.p.req.kind == ApiKind::Chat,
+                                       usage_json(s.p.prompt_tokens, done)));
+        out += sse_done();
+        s.over = true;
+      }
+    } catch (const ApiError& e) {
+      // Mid-stream the status is sent already: the error goes as an event,
+      // which OpenAI's clients raise as an APIError.
+      out += sse_event(e.to_json()) + sse_done();
+      s.tally->completion_tokens = completion_tokens(s.choices);
+      s.over = true;
+      s.open = 0;
+    }
+    const ServeClock::time_point now = ServeClock::now();
+    if (out.empty() && now - s.last_write >= kKeepAliveAfter) out = sse_keepalive();
+    if (!out.empty()) {
+      w.write(std::move(out));
+      s.last_write = now;
+    }
+    if (s.over) {
+      s.channel->on_ready(nullptr);
+      w.end();
+    }
+    return s.over;
+  }
+
+  // The connection ended first (the client went away, or did not read).
+  void abandon() override {
+    s_->channel->on_ready(nullptr);
+    if (!s_->over) client_gone(*s_);
+  }
+
+ private:
+  std::shared_ptr<StreamState> s_;
+};
 
 // The rails' output filters of a request's choices (none without output rails).
 std::vector<OutputFilter> output_filters(const ServeContext& ctx, size_t n) {
@@ -205,7 +246,7 @@ std::vector<OutputFilter> output_filters(const ServeContext& ctx, size_t n) {
 // A request an input rail refused: every choice is the refusal with
 // finish_reason content_filter (the model does not run), or a 400 with
 // on_input: error.
-void answer_refusal(const ServeContext& ctx, const PreparedCompletion& p, httplib::Response& res) {
+HttpResponse answer_refusal(const ServeContext& ctx, const PreparedCompletion& p) {
   const Guardrails& g = *ctx.guardrails;
   const bool chat = p.req.kind == ApiKind::Chat;
   if (g.input_error())
@@ -223,8 +264,9 @@ void answer_refusal(const ServeContext& ctx, const PreparedCompletion& p, httpli
     json body = chat ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
                      : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
     for (json& c : body["choices"]) c["finish_reason"] = kContentFilter;
-    res.set_content(dump_json(body), "application/json");
-    return;
+    HttpResponse r;
+    r.body = dump_json(body);
+    return r;
   }
   const bool with_usage = p.req.include_usage;
   std::string out;
@@ -243,9 +285,110 @@ void answer_refusal(const ServeContext& ctx, const PreparedCompletion& p, httpli
   }
   if (with_usage) out += sse_event(usage_chunk(head, chat, usage));
   out += sse_done();
-  res.set_header("Cache-Control", "no-cache");
-  res.set_content(out, "text/event-stream");
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  r.body = std::move(out);
+  return r;
 }
+
+// A whole (non-streamed) answer: the events folded as they come, the JSON
+// sent once every choice has ended.
+class WholeAnswer : public ResponseSource {
+ public:
+  WholeAnswer(const ServeContext& ctx, PreparedCompletion p, std::shared_ptr<RequestChannel> ch,
+              std::shared_ptr<RequestTally> tally, std::shared_ptr<void> hold)
+      : ctx_(ctx),
+        p_(std::move(p)),
+        channel_(std::move(ch)),
+        tally_(std::move(tally)),
+        hold_(std::move(hold)),
+        choices_(channel_->sequences()),
+        early_(output_filters(ctx, choices_.size())),
+        ended_(choices_.size(), 0),
+        open_(choices_.size()) {}
+  ~WholeAnswer() override { channel_->on_ready(nullptr); }
+
+  void start(std::function<void()> wake) override { channel_->on_ready(std::move(wake)); }
+
+  bool poll(ResponseWriter& w) override {
+    std::vector<StreamEvent> events;
+    const std::optional<ApiError> failed = take_events(*channel_, events);
+    for (const StreamEvent& e : events) fold_event(e);
+    if (failed) {
+      channel_->on_ready(nullptr);
+      w.send(failed->response());
+      return true;
+    }
+    if (open_ > 0) return false;
+    channel_->on_ready(nullptr);
+    w.send(finish());
+    return true;
+  }
+
+  // The connection closed before the answer was ready (the server stops):
+  // its sequences end.
+  void abandon() override {
+    channel_->on_ready(nullptr);
+    if (open_ > 0) ctx_.engine.cancel(*channel_);
+  }
+
+ private:
+  void fold_event(const StreamEvent& e) {
+    const size_t i = size_t(e.choice);
+    if (ended_[i]) return;
+    fold(choices_[i], e, p_.req.logprobs);
+    bool ends = e.finished;
+    // With output rails, a filter per choice sees the answer as it comes
+    // only to stop a refused one early; the whole answer is checked at the
+    // end.
+    if (!early_.empty()) {
+      early_[i].push(e.piece);
+      if (early_[i].refused() && !ends) {
+        ctx_.engine.cancel(channel_, e.choice);
+        ends = true;
+      }
+    }
+    if (ends) {
+      ended_[i] = 1;
+      --open_;
+    }
+  }
+
+  HttpResponse finish() {
+    const size_t n = choices_.size();
+    std::vector<char> refused(n, 0);
+    for (size_t i = 0; i < early_.size(); ++i) {
+      OutputFilter whole(ctx_.guardrails->output());
+      std::string text = whole.whole(choices_[i].text);
+      const OutputFilter& seen = early_[i].refused() ? early_[i] : whole;
+      refused[i] = seen.refused();
+      choices_[i].text = refused[i] ? ctx_.guardrails->refusal() : std::move(text);
+      ctx_.guardrails->count_output(seen, ctx_.metrics);
+    }
+    const ResponseHead head = response_head(ctx_, p_.req.kind);
+    const json usage = usage_json(p_.prompt_tokens, completion_tokens(choices_));
+    tally_->completion_tokens = completion_tokens(choices_);
+    json body = p_.req.kind == ApiKind::Chat
+                    ? chat_completion(head, ctx_.tok, choices_, p_.req.logprobs, usage)
+                    : text_completion(head, ctx_.tok, choices_, p_.req.logprobs, p_.prefix, usage);
+    for (size_t i = 0; i < n; ++i)
+      if (refused[i]) body["choices"][i]["finish_reason"] = kContentFilter;
+    HttpResponse r;
+    r.body = dump_json(body);
+    return r;
+  }
+
+  const ServeContext& ctx_;
+  PreparedCompletion p_;
+  std::shared_ptr<RequestChannel> channel_;
+  std::shared_ptr<RequestTally> tally_;
+  std::shared_ptr<void> hold_;  // released with the answer
+  std::vector<ChoiceOutput> choices_;
+  std::vector<OutputFilter> early_;
+  std::vector<char> ended_;  // per choice: finished, or refused early
+  size_t open_;              // choices not ended
+};
 
 }  // namespace
 
@@ -349,88 +492,40 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
   return p;
 }
 
-void answer_completion(const ServeContext& ctx, PreparedCompletion p,
-                       ServeClock::time_point arrival, httplib::Response& res,
-                       std::shared_ptr<void> hold) {
-  request_tally().prompt_tokens = p.prompt_tokens;
+HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
+                            ServeClock::time_point arrival, std::shared_ptr<RequestTally> tally,
+                            std::shared_ptr<void> hold) {
+  tally->prompt_tokens = p.prompt_tokens;
+  HttpReply reply;
   if (ctx.guardrails)
     if (const InputVerdict v = ctx.guardrails->check_input(ctx, p.req)) {
       fmt::print(stderr, "nekton serve: guardrail {} refused a request ({})\n", v.rail, v.detail);
-      answer_refusal(ctx, p, res);
-      return;
+      reply.response = answer_refusal(ctx, p);
+      return reply;
     }
   const size_t n = p.sequences.size();
   auto channel = ctx.engine.submit(std::move(p.sequences), arrival);
-  if (p.req.stream) {
-    auto s = std::make_shared<StreamState>();
-    s->ctx = &ctx;
-    s->p = std::move(p);
-    s->head = response_head(ctx, s->p.req.kind);
-    s->channel = channel;
-    s->choices.resize(n);
-    s->sent_tokens.assign(n, 0);
-    s->sent_bytes.assign(n, 0);
-    s->filters = output_filters(ctx, n);
-    s->ended.assign(n, 0);
-    s->open = int64_t(n);
-    s->last_write = ServeClock::now();
-    s->hold = std::move(hold);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [s](size_t, httplib::DataSink& sink) { return stream_step(*s, sink); },
-        [s](bool success) {
-          // The connection ended before the stream did (a failed write the
-          // provider did not see, or the server stopping).
-          if (!success || !s->over) client_gone(*s);
-        });
-    return;
+  if (!p.req.stream) {
+    reply.later = std::make_shared<WholeAnswer>(ctx, std::move(p), std::move(channel),
+                                                std::move(tally), std::move(hold));
+    return reply;
   }
-  std::vector<ChoiceOutput> choices(n);
-  // With output rails, a filter per choice sees the answer as it comes only
-  // to stop a refused one early; the whole answer is checked at the end.
-  std::vector<OutputFilter> early = output_filters(ctx, n);
-  std::vector<char> ended(n, 0);
-  size_t open = n;
-  std::vector<StreamEvent> events;
-  while (open > 0) {
-    events.clear();
-    channel->wait(events, std::chrono::milliseconds(500));  // throws the request's error
-    for (const StreamEvent& e : events) {
-      const size_t i = size_t(e.choice);
-      if (ended[i]) continue;
-      fold(choices[i], e, p.req.logprobs);
-      bool ends = e.finished;
-      if (!early.empty()) {
-        early[i].push(e.piece);
-        if (early[i].refused() && !ends) {
-          ctx.engine.cancel(channel, e.choice);
-          ends = true;
-        }
-      }
-      if (ends) {
-        ended[i] = 1;
-        --open;
-      }
-    }
-  }
-  std::vector<char> refused(n, 0);
-  for (size_t i = 0; i < early.size(); ++i) {
-    OutputFilter whole(ctx.guardrails->output());
-    std::string text = whole.whole(choices[i].text);
-    const OutputFilter& seen = early[i].refused() ? early[i] : whole;
-    refused[i] = seen.refused();
-    choices[i].text = refused[i] ? ctx.guardrails->refusal() : std::move(text);
-    ctx.guardrails->count_output(seen, ctx.metrics);
-  }
-  const ResponseHead head = response_head(ctx, p.req.kind);
-  const json usage = usage_json(p.prompt_tokens, completion_tokens(choices));
-  request_tally().completion_tokens = completion_tokens(choices);
-  json body = p.req.kind == ApiKind::Chat
-                  ? chat_completion(head, ctx.tok, choices, p.req.logprobs, usage)
-                  : text_completion(head, ctx.tok, choices, p.req.logprobs, p.prefix, usage);
-  for (size_t i = 0; i < n; ++i)
-    if (refused[i]) body["choices"][i]["finish_reason"] = kContentFilter;
-  res.set_content(dump_json(body), "application/json");
+  auto s = std::make_shared<StreamState>();
+  s->ctx = &ctx;
+  s->p = std::move(p);
+  s->head = response_head(ctx, s->p.req.kind);
+  s->channel = channel;
+  s->choices.resize(n);
+  s->sent_tokens.assign(n, 0);
+  s->sent_bytes.assign(n, 0);
+  s->filters = output_filters(ctx, n);
+  s->ended.assign(n, 0);
+  s->open = int64_t(n);
+  s->last_write = ServeClock::now();
+  s->tally = std::move(tally);
+  s->hold = std::move(hold);
+  reply.later = std::make_shared<StreamAnswer>(std::move(s));
+  return reply;
 }
 
 }  // namespace nk

@@ -2,16 +2,16 @@
 // rendered (chat template) and tokenized, checked against the context,
 // submitted to the engine as one sequence per prompt and choice (prompt i's
 // choice j is choices[i * n + j], seed + j), and answered whole or streamed
-// as server-sent events. A streaming client that goes away cancels its
-// sequences at once.
+// as server-sent events. Either way the answer is a ResponseSource that the
+// connection polls as the engine's tokens come (no thread waits for them). A
+// streaming client that goes away cancels its sequences at once.
 #pragma once
-#include <httplib.h>
-
 #include <memory>
 #include <string_view>
 #include <vector>
 
 #include "infer/generate.h"
+#include "serve/http_message.h"
 #include "serve/openai_request.h"
 #include "serve/request_channel.h"
 #include "serve/serve_context.h"
@@ -30,12 +30,14 @@ struct PreparedCompletion {
 // cannot be served.
 PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view body, ApiKind kind);
 
-// Submits the request and fills `res` (JSON, or an event stream that the
-// server writes as tokens come). `hold` is kept until the answer is written
-// (a stream's last byte).
-void answer_completion(const ServeContext& ctx, PreparedCompletion p,
-                       ServeClock::time_point arrival, httplib::Response& res,
-                       std::shared_ptr<void> hold = nullptr);
+// Submits the request; the reply answers it (JSON once every choice has
+// ended, or an event stream as tokens come), or at once when an input
+// guardrail refuses it. `tally` gets its token counts for the log line;
+// `hold` is kept until the answer is written (a stream's last byte) or
+// abandoned.
+HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
+                            ServeClock::time_point arrival, std::shared_ptr<RequestTally> tally,
+                            std::shared_ptr<void> hold = nullptr);
 
 // The prompt ids of a conversation: rendered by the template (with the
 // request's tools, null for none) with the assistant's header appended,

@@ -172,14 +172,14 @@ json parse_body(std::string_view body) {
       throw ApiError(400, fmt::format("The request body holds invalid UTF-8 (or a lone UTF-16 "
                                       "surrogate escape) in a string, near byte {}",
                                       e.byte));
-    // nlohmann's message, less its prefix and the "last read" echo of the
-    // bytes (which may be anything).
-    std::string msg = what.substr(std::min(what.find("] ") + 2, what.size()));
-    msg = msg.substr(0, msg.find("; last read"));
-    throw ApiError(400, "The request body is not valid JSON: " + msg);
-  } catch (const json::exception& e) {
-    // A number beyond a double's range (1e400).
-    throw ApiError(400, std::string("The request body is not valid JSON: ") + e.what());
+    const std::optional<JsonFault> f = json_fault(body);
+    throw ApiError(400, "The request body is not valid JSON: " +
+                            (f ? f->describe() : std::string("syntax error")));
+  } catch (const json::exception&) {
+    // A number beyond a double's range (1e400), named with its key.
+    const std::optional<JsonFault> f = json_fault(body);
+    throw ApiError(400, "The request body is not valid JSON: " +
+                            (f ? f->describe() : std::string("a number out of range")));
   }
 }
 

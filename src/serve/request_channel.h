@@ -1,11 +1,13 @@
 // The tokens of one HTTP request's sequences, passed from the engine thread
-// (which owns the Generator) to the HTTP thread answering the request.
+// (which owns the Generator) to the HTTP side answering the request: a thread
+// that blocks in wait(), or a connection that on_ready() wakes.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,9 +39,14 @@ class RequestChannel {
   int64_t sequences() const { return sequences_; }
   ServeClock::time_point arrival() const { return arrival_; }
 
-  // HTTP side: waits up to `timeout` for events and moves them to the end of
-  // `out`. Throws the request's error once the engine has failed it.
+  // HTTP side: waits up to `timeout` (0: not at all) for events and moves
+  // them to the end of `out`. Throws the request's error once the engine has
+  // failed it and every event before the failure has been taken.
   void wait(std::vector<StreamEvent>& out, std::chrono::milliseconds timeout);
+  // HTTP side, for a reader that does not block: `f` is called whenever
+  // events or the error arrive (on the engine thread; at once when some are
+  // already waiting); null removes it. `f` must be cheap and never throw.
+  void on_ready(std::function<void()> f);
   // Asks the engine to end the request's sequences (the client is gone).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -59,6 +66,7 @@ class RequestChannel {
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
   std::optional<ApiError> error_;
+  std::function<void()> ready_;  // (mu_)
 };
 
 }  // namespace nk

@@ -18,7 +18,8 @@ struct ServeConfig {
   int64_t prefill_chunk = 256;  // prompt tokens one step may carry
   int64_t max_model_len = 0;    // positions per sequence; 0 = model.max_seq_len
   int64_t max_body_mb = 8;
-  int64_t max_connections = 128;   // HTTP worker threads
+  int64_t max_connections = 1024;  // HTTP connections open at once
+  int64_t header_timeout_s = 10, body_timeout_s = 60, idle_timeout_s = 30, write_timeout_s = 30;
   int64_t default_max_tokens = 0;  // 0 = up to the context
   int64_t block_size = 16;         // paged KV cache: positions per block
   int64_t kv_memory_mb = 0;        // 0 = enough for max_batch full-length sequences
@@ -48,7 +49,19 @@ struct ServeConfig {
            "positions per sequence, prompt and completion together (0: the model's max_seq_len)");
     b.bind("serve.max_body_mb", max_body_mb, "largest request body in MiB (larger: 413)");
     b.bind("serve.max_connections", max_connections,
-           "HTTP worker threads: connections served at once (each streaming response holds one)");
+           "HTTP connections open at once (idle, being read or answered); one more is answered "
+           "503 and closed");
+    b.bind("serve.header_timeout_s", header_timeout_s,
+           "seconds a request's line and headers may take from its first byte (slower: 408 and "
+           "the connection closes)");
+    b.bind("serve.body_timeout_s", body_timeout_s,
+           "seconds a request's body may take after its head (slower: 408 and the connection "
+           "closes)");
+    b.bind("serve.idle_timeout_s", idle_timeout_s,
+           "seconds a kept-alive connection may wait for its next request before it closes");
+    b.bind("serve.write_timeout_s", write_timeout_s,
+           "seconds each write of a response may take: a client that stops reading loses its "
+           "connection (and its stream's sequences are cancelled)");
     b.bind("serve.default_max_tokens", default_max_tokens,
            "max_tokens of a request that gives none (0: up to the context, as vLLM)");
     b.bind("serve.block_size", block_size, "paged KV cache block size in positions");

@@ -29,10 +29,9 @@ struct ServeContext {
   const Guardrails* guardrails = nullptr;  // null: none (serve/guardrails.h)
 };
 
-// Token counts of the request being answered on this thread, for its log line.
+// Token counts of one request, for its log line.
 struct RequestTally {
   int64_t prompt_tokens = 0, completion_tokens = 0;
 };
-RequestTally& request_tally();  // thread-local
 
 }  // namespace nk

@@ -128,13 +128,12 @@ void TrainConfig::bind(ConfigBinder& b) {
             "the gradient arena: f32, or bf16 (2 bytes per parameter; each backward stage "
             "adds its f32 gradients into it, rounded once; needs train.dtype=bf16, on the CPU, "
             "without tensor or pipeline parallelism)");
+  parallel.bind(b);
+  ddp.bind(b);
 }
 
 ConfigSchema train_schema() {
-  ConfigSchema s = schema_of([](ConfigBinder& b) { TrainConfig().bind(b); });
-  dist::add_parallel_keys(s);
-  parallel::add_ddp_keys(s);
-  return s;
+  return schema_of([](ConfigBinder& b) { TrainConfig().bind(b); });
 }
 
 TrainConfig train_config_from(const Config& c, bool needs_data) {
@@ -162,8 +161,8 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   if (t.lr.decay_steps == 0) t.lr.decay_steps = t.steps;
   if (t.metrics_file.empty()) t.metrics_file = t.out_dir + "/metrics.jsonl";
   t.config_yaml = c.to_yaml();
-  t.parallel = dist::parallel_config(c);
-  t.ddp = parallel::ddp_config(c);
+  t.parallel.check();
+  t.ddp.check();
 
   // Positive and bounded (core/limits.h), so a typo like 2^62 is an error,
   // not a run that never ends.

@@ -1,5 +1,6 @@
 // The `nekton train` recipe: every key with its default and one-line doc.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct TrainConfig {
   std::string metrics_file;      // default: out_dir/metrics.jsonl
   double peak_tflops = 0;        // 0: measure the GEMM peak at start
   std::string config_yaml;       // the resolved config, saved in every checkpoint
+  // Settings of a command above train (align.*) that decide the samples or
+  // the loss, by key: part of the data signature a resume checks.
+  std::map<std::string, std::string> extra_data_signature;
   // parallel.*: the process layout (dist) and data parallelism's buckets.
   dist::ParallelConfig parallel;
   parallel::DdpConfig ddp;

@@ -33,8 +33,9 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
         cfg.parallel.vp, cfg.global_batch, mesh.dp(), cfg.micro_batch, mesh.pp());
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp());
-    const char* unsupported = cfg.model.has_adapters()     ? "peft.method (adapters)"
-                              : !cfg.data.sft_path.empty() ? "data.sft_path (fine-tuning)"
+    const char* unsupported = cfg.model.has_adapters() ? "peft.method (adapters)"
+                              : !cfg.data.sft_path.empty() && mesh.pp() > 1
+                                  ? "data.sft_path (fine-tuning) with parallel.pp"
                               : cfg.ddp.shard == parallel::Shard::Full
                                   ? "parallel.shard=full (FSDP)"
                               : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1

@@ -1,22 +1,24 @@
+// The Trainer's set-up and step loop: data, model, optimizer and parallel
+// layout, then each step's micro-batches, clipping, update, validation, logs
+// and metrics. Resume is in trainer_resume.cc; checkpoints and the final
+// export in trainer_save.cc.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/hf_io.h"
-#include "ckpt/model_io.h"
-#include "ckpt/peft_adapter.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
-#include "data/tokenizer/tokenizer.h"
 #include "parallel/model_parallel.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
@@ -62,23 +64,6 @@ struct DeviceBatch {
   PackedBatchInfo packed;
 };
 
-// Each data-parallel rank's blocks of the trainable f32 weights `blocks`
-// (the groups' shards: ZeRO-1, FSDP), summed over `group` into the whole
-// arena on every rank; the frozen ones, whole everywhere, are copied.
-Tensor join_blocks(const Tensor& blocks, const std::vector<ParamGroup>& groups,
-                   int64_t trainable_end, dist::Communicator& group) {
-  Tensor out = Tensor::zeros({blocks.numel()}, DType::F32);
-  for (const ParamGroup& g : groups)
-    if (g.trainable && g.shard_size() > 0)
-      ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
-                   blocks.narrow0(g.shard_begin, g.shard_size()));
-  group.all_reduce(out);
-  const int64_t frozen = out.numel() - trainable_end;
-  if (frozen > 0)
-    ops::convert(out.narrow0(trainable_end, frozen), blocks.narrow0(trainable_end, frozen));
-  return out;
-}
-
 }  // namespace
 
 double measure_gemm_peak(DType dtype, Device device) {
@@ -102,8 +87,26 @@ double measure_gemm_peak(DType dtype, Device device) {
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
-Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(par) {
+Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
+                 std::shared_ptr<TrainObjective> objective)
+    : cfg_(cfg),
+      par_(par),
+      objective_(objective ? std::move(objective) : std::make_shared<LmObjective>()),
+      custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
+  // Another objective runs under data parallelism through its staged form,
+  // and under tensor parallelism as it is (every tp rank sums whole rows:
+  // the vocabulary-parallel loss is reduced over them); sequence, context,
+  // expert and pipeline parallelism would split its per-row sums over ranks.
+  if (custom_objective_ && par_.active() && !objective_->staged())
+    fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
+         par_.world());
+  if (custom_objective_ && par_.active() &&
+      (par_.world() != par_.dp() * par_.mesh->tp() || cfg_.parallel.sequence_parallel))
+    fail(
+        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: this objective trains under data "
+        "and tensor parallelism only for now (parallel.* lays {} processes out as {}{})",
+        par_.world(), par_.mesh->describe(), cfg_.parallel.sequence_parallel ? " with sp" : "");
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -117,7 +120,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     if (std::filesystem::is_directory(cfg_.checkpoint_root()))
       remove_stale_temporaries(cfg_.checkpoint_root());
   }
-  data_ = build_train_data(cfg_);
+  data_ = objective_->data(cfg_);
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
@@ -125,10 +128,14 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
     fail(
         "peft.method: adapters train on one process for now (its data-parallel equivalence is not "
         "tested yet)");
-  if (par_.active() && data_.train->max_segments() > 0)
+  // The pipeline schedule carries no packed rows' boundaries yet; data and
+  // tensor parallelism pass them on (DistributedDataParallel, every tp rank
+  // reading the whole micro-batch).
+  if (par_.pp() > 1 && data_.train->max_segments() > 0)
     fail(
-        "data.sft_path: fine-tuning runs on one process for now (data parallel over packed rows "
-        "is not there yet)");
+        "data.sft_path: fine-tuning does not run under pipeline parallelism yet (parallel.pp = "
+        "{}); use parallel.tp or data parallelism",
+        par_.pp());
   import_hf_base();
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
@@ -209,100 +216,6 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par) : cfg_(cfg), par_(pa
   }
 }
 
-void Trainer::import_hf_base() {
-  if (cfg_.init_from.empty() || !is_hf_model_folder(cfg_.init_from)) return;
-  const std::string base = imported_base_dir(cfg_);
-  if (par_.writes() && !std::filesystem::exists(base + "/config.json")) {
-    // A base held in bf16 alone (or NF4) needs no more than bf16 on disk.
-    HfImportOptions o;
-    o.storage = cfg_.dtype == DType::BF16 && cfg_.frozen_weights != FrozenWeights::Master
-                    ? DType::BF16
-                    : DType::F32;
-    const HfImportReport r = import_hf(cfg_.init_from, base, o);
-    NK_INFO(
-        "train.init_from: imported the Hugging Face model {} ({}, {:.2f}M parameters, {}) into {}",
-        cfg_.init_from, r.architecture, double(r.n_params) / 1e6, dtype_name(o.storage), base);
-  }
-  if (par_.active()) par_.groups->get("world").barrier();
-}
-
-void Trainer::resume() {
-  namespace fs = std::filesystem;
-  const std::string own_root = cfg_.checkpoint_root();
-  const bool own_has = !list_checkpoints(own_root).empty();
-  if (cfg_.resume_from.empty()) {
-    if (!own_has) return;
-    if (cfg_.resume == "never")
-      fail(
-          "train.resume=never: train.out_dir already holds checkpoints in '{}'; choose another "
-          "train.out_dir, remove that folder, or set train.resume=auto to continue from it",
-          own_root);
-    // Rank 0 repairs what a killed save left; the others then find the same
-    // newest checkpoint (never two processes removing each other's files).
-    std::string dir;
-    if (par_.writes()) dir = recover_checkpoint_root(own_root);
-    if (par_.active()) par_.groups->get("world").barrier();
-    if (!par_.writes()) dir = find_latest_checkpoint(own_root);
-    resume_checkpoint(dir);
-    saved_step_ = state_.step;
-    return;
-  }
-  // train.resume_from: a checkpoint folder, a run's OUT_DIR with checkpoints,
-  // or (runs from before full checkpoints) an OUT_DIR or model/ folder.
-  const fs::path from(cfg_.resume_from);
-  std::string dir;
-  if (fs::exists(from / "manifest.json") || checkpoint_step(from.string()) >= 0) {
-    dir = from.string();
-    CheckpointReader::open(dir);  // an explicit folder must verify: no fallback
-  } else if (!list_checkpoints((from / "checkpoints").string()).empty()) {
-    dir = find_latest_checkpoint((from / "checkpoints").string());
-  }
-  std::error_code ec;
-  bool same_root = !dir.empty() && fs::equivalent(fs::path(dir).parent_path(), own_root, ec) && !ec;
-  if (own_has && !same_root)
-    fail(
-        "train.resume_from: train.out_dir already holds checkpoints of another run in '{}'; "
-        "resuming '{}' into it would mix two runs: choose a fresh train.out_dir",
-        own_root, cfg_.resume_from);
-  if (dir.empty()) return resume_legacy();
-  resume_checkpoint(dir);
-  if (same_root) saved_step_ = state_.step;
-}
-
-void Trainer::resume_checkpoint(const std::string& dir) {
-  LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_, tensor_parallel(), pipeline_stage());
-  const TrainerState& saved = c.state;
-  check_resume_data(saved, cfg_, "checkpoint '" + dir + "'");
-  if (saved.step > cfg_.steps)
-    fail("checkpoint '{}' is at step {}, beyond train.steps = {}", dir, saved.step, cfg_.steps);
-  for (const auto& [name, value] : rng_streams(cfg_, saved.consumed_samples)) {
-    auto it = saved.rng.find(name);
-    if (it == saved.rng.end() || it->second != value)
-      fail("checkpoint '{}': random stream {} is {} there but {} here", dir, name,
-           it == saved.rng.end() ? std::string("missing") : std::to_string(it->second), value);
-  }
-  const LrSchedule &a = saved.lr, &b = cfg_.lr;
-  if (a.lr != b.lr || a.min_lr != b.min_lr || a.warmup_steps != b.warmup_steps ||
-      a.decay_steps != b.decay_steps)
-    NK_WARN(
-        "checkpoint '{}': the LR schedule changed (lr {} -> {}, min_lr {} -> {}, warmup {} -> "
-        "{}, decay_steps {} -> {}); the run continues on the new one",
-        dir, a.lr, b.lr, a.min_lr, b.min_lr, a.warmup_steps, b.warmup_steps, a.decay_steps,
-        b.decay_steps);
-  // Everything read and checked: swap it in (the moments once the optimizer
-  // exists, which under parallel.shard=optimizer needs the data-parallel plan).
-  model_ = std::move(c.model);
-  opt_.reset();
-  state_.step = saved.step;
-  state_.consumed_samples = saved.consumed_samples;
-  state_.optimizer_steps = saved.optimizer_steps;
-  state_.last_lr = saved.last_lr;
-  state_.rng = rng_streams(cfg_, saved.consumed_samples);
-  NK_INFO("resuming from checkpoint {} at step {} ({} samples consumed)", dir, state_.step,
-          state_.consumed_samples);
-  resumed_ = std::move(c);
-}
-
 void Trainer::make_optimizer() {
   std::vector<ParamGroup> groups =
       default_param_groups(model_->layout(), cfg_.adamw.weight_decay, model_->params().numel());
@@ -331,104 +244,6 @@ void Trainer::make_optimizer() {
     opt_->load_arena_state(resumed_->exp_avg, resumed_->exp_avg_sq, state_.optimizer_steps);
     resumed_.reset();
   }
-}
-
-Trainer::MastersOnLoan::MastersOnLoan(Transformer& model, const AdamW* opt,
-                                      dist::Communicator* join)
-    : model_(opt && opt->master_in_compute() ? &model : nullptr) {
-  if (!model_) return;
-  Tensor masters = opt->masters_f32();
-  if (join) masters = join_blocks(masters, opt->groups(), model.layout().trainable_end(), *join);
-  model_->adopt_masters(std::move(masters));
-}
-
-Trainer::MastersOnLoan::~MastersOnLoan() {
-  if (model_) model_->release_masters();
-}
-
-void Trainer::resume_legacy() {
-  // train.resume_from names a run's OUT_DIR, or its model folder directly.
-  namespace fs = std::filesystem;
-  std::string model_dir = cfg_.resume_from;
-  if (!fs::exists(trainer_state_path(model_dir)) && fs::exists(fs::path(model_dir) / "model"))
-    model_dir = (fs::path(model_dir) / "model").string();
-  std::string state_path = trainer_state_path(model_dir);
-  if (!fs::exists(state_path))
-    fail("train.resume_from: no trainer state in '{}' (expected {} or a checkpoints/ folder)",
-         cfg_.resume_from, state_path);
-  TrainerState saved = load_trainer_state(state_path);
-  check_resume_data(saved, cfg_, "train.resume_from '" + state_path + "'");
-  if (saved.step > cfg_.steps)
-    fail("train.resume_from: the saved run is at step {}, beyond train.steps = {}", saved.step,
-         cfg_.steps);
-  if (model_parallel())
-    fail(
-        "train.resume_from: '{}' is an exported model, not a checkpoint; resuming it under "
-        "parallel.tp or parallel.pp > 1 is not supported (resume a checkpoint folder)",
-        cfg_.resume_from);
-  model_ = load_run_model(cfg_, model_dir, "train.resume_from");
-  state_.step = saved.step;
-  state_.consumed_samples = saved.consumed_samples;
-  state_.rng = rng_streams(cfg_, saved.consumed_samples);
-  NK_WARN(
-      "resuming from the exported model {} at step {} ({} samples consumed): it holds no "
-      "optimizer state, so AdamW starts from zero moments and the run will not match an "
-      "uninterrupted one",
-      model_dir, state_.step, state_.consumed_samples);
-}
-
-void Trainer::check_weights_finite() const {
-  // A bf16 master is the compute copy (its remainder cannot make it non-finite).
-  const Tensor& w = opt_ && opt_->master_in_compute() ? model_->compute_params() : model_->params();
-  const int64_t bad = ops::count_nonfinite(w);
-  const bool any = max_over_ranks(bad > 0 ? 1 : 0) > 0;
-  if (!any) return;
-  std::string where = "on another rank";
-  for (const ParamInfo& p : model_->layout().params()) {
-    if (p.offset + p.numel() > w.numel()) continue;  // held apart from the arena
-    if (int64_t n = ops::count_nonfinite(ParamLayout::view(w, p)); n > 0) {
-      where = fmt::format("{} of this rank's {} in '{}'", n, bad, p.name);
-      break;
-    }
-  }
-  std::string last = find_latest_checkpoint(cfg_.checkpoint_root());
-  fail(
-      "step {}: the update left non-finite weights (NaN or Inf; {}), so nothing was saved; the "
-      "last good checkpoint is {} (lower train.lr or set train.grad_clip, then resume)",
-      state_.step, where, last.empty() ? "none" : "'" + last + "'");
-}
-
-void Trainer::save_checkpoint_now() {
-  auto t0 = Clock::now();
-  if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
-  check_weights_finite();
-  std::string dir;
-  if (model_parallel()) {  // the whole model, gathered from the ranks' pieces
-    std::unique_ptr<Transformer> whole = gather_whole_model();
-    const Tensor m =
-        parallel::gather_model(*model_, replica_state(opt_->m_f32()), par_.group("pp"));
-    const Tensor v =
-        parallel::gather_model(*model_, replica_state(opt_->v_f32()), par_.group("pp"));
-    if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
-    par_.groups->get("world").barrier();  // installed before any rank goes on
-    saved_step_ = state_.step;
-    if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
-    return;
-  }
-  if (ddp_ && ddp_->sharded()) {                 // every rank writes its optimizer shard
-    MastersOnLoan masters(*model_, opt_.get());  // the blocks it writes are its own
-    dir = save_sharded_train_checkpoint(cfg_, *model_, *opt_, state_, ddp_->group(),
-                                        ddp_->shards_master());
-  } else if (par_.writes()) {  // the rest is replicated: rank 0 writes it
-    MastersOnLoan masters(*model_, opt_.get());
-    dir = save_train_checkpoint(cfg_, *model_, *opt_, state_);
-  } else {
-    saved_step_ = state_.step;
-    return;
-  }
-  saved_step_ = state_.step;
-  if (!par_.writes()) return;
-  NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
 }
 
 Trainer::~Trainer() = default;
@@ -463,37 +278,6 @@ int Trainer::max_over_ranks(int v) const {
   return *t.data<int32_t>();
 }
 
-Tensor Trainer::replica_state(const Tensor& state) {
-  if (!ddp_ || !ddp_->sharded()) return state;
-  // Each data-parallel rank holds its blocks of every trainable group; the
-  // blocks tile the arena, so a sum over the ranks puts them together.
-  Tensor out = Tensor::zeros({model_->layout().trainable_end()}, DType::F32);
-  for (size_t i = 0; i < opt_->groups().size(); ++i) {
-    const ParamGroup& g = opt_->groups()[i];
-    if (!g.trainable || g.shard_size() == 0) continue;
-    ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
-                 state.narrow0(opt_->state_offset(i), g.shard_size()));
-  }
-  ddp_->group().all_reduce(out);
-  return out;
-}
-
-Tensor Trainer::replica_weights() {
-  if (!ddp_ || !ddp_->shards_master()) return model_->params();
-  return join_blocks(model_->params(), opt_->groups(), model_->layout().trainable_end(),
-                     ddp_->group());
-}
-
-std::unique_ptr<Transformer> Trainer::gather_whole_model() {
-  const Tensor params = parallel::gather_model(*model_, replica_weights(), par_.group("pp"));
-  if (!par_.writes()) return nullptr;
-  auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
-                                             cfg_.frozen);
-  ops::convert(whole->params(), params);
-  whole->sync_compute_params();
-  return whole;
-}
-
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
   std::optional<Activations> acts;  // pipeline parallel: the schedule's
@@ -505,9 +289,17 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
     batch.load(loader);
     batch.upload();
-    sum += pipe_  ? pipe_->forward_loss(batch.tokens, batch.targets)
-           : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets)
-                  : model_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing());
+    const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
+    const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
+                        batch.host_targets, batch.packing(), first};
+    sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets)
+           : ddp_ && custom_objective_
+               ? ddp_->forward_head(
+                     *acts, batch.tokens,
+                     [&] { return objective_->head_micro_batch(*model_, *acts, mb, 0.f, false); },
+                     batch.packing())
+           : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing())
+                  : objective_->eval_micro_batch(*model_, *acts, mb);
   }
   return sum / double(cfg_.val_batches);
 }
@@ -608,6 +400,21 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);
+  if (par_.active()) {
+    ObjectiveRanks ranks;
+    ranks.writes = par_.writes();
+    ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    // Tensor-parallel ranks hold the same figures: summed over the replicas only.
+    if (ddp_)
+      ranks.sum_over_ranks = [this](std::span<double> v) {
+        Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
+        std::copy(v.begin(), v.end(), t.data<double>());
+        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
+      };
+    objective_->set_ranks(std::move(ranks));
+  }
+  objective_->prepare(*model_, state_.step == 0);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
@@ -685,6 +492,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       }
       if (ddp_)
         loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
+      const int64_t first_sample = loader.consumed_samples();
       batch.load(loader);
       if (on_batch_) on_batch_(step + 1, batch.host_tokens, batch.host_targets);
       batch.upload();
@@ -694,11 +502,22 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // Dropout masks (LoRA's) from the seed, step and micro-batch: a resumed run redraws them.
       model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
                                uint64_t(m));
-      loss += (ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale,
-                                             m == local_accum - 1)
-                    : model_->forward_backward(*acts, batch.tokens, batch.targets, scale,
-                                               batch.packing())) /
-              double(accum);
+      const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
+                          batch.host_targets, batch.packing(), first_sample};
+      const bool reduce = m == local_accum - 1;
+      // Data parallel: DistributedDataParallel runs the stages (its weight
+      // gathers and gradient reductions between them), another objective
+      // its head.
+      loss +=
+          (ddp_ && custom_objective_
+               ? ddp_->forward_backward(
+                     *acts, batch.tokens, reduce,
+                     [&] { return objective_->head_micro_batch(*model_, *acts, mb, scale, true); },
+                     batch.packing())
+           : ddp_ ? ddp_->forward_backward(*acts, batch.tokens, batch.targets, scale, reduce,
+                                           batch.packing())
+                  : objective_->train_micro_batch(*model_, *acts, mb, scale)) /
+          double(accum);
     }
     if (ddp_) {
       comm_s = ddp_->wait_grads();
@@ -732,8 +551,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.mfu = flops_per_step / dt / (peak * double(par_.world()));
     s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
-    if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps))
+    // The objective's own figures (preference rewards, ...), for the log and the record.
+    const ObjectiveMetrics figures = objective_->take_metrics(false);
+    ObjectiveMetrics val_figures;
+    if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
       s.val_loss = evaluate();
+      val_figures = objective_->take_metrics(true);
+    }
     history_.push_back(s);
     state_.step = s.step;
     state_.consumed_samples = loader.consumed_samples();
@@ -746,6 +570,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
+      for (const auto& [name, v] : figures) val += fmt::format(" | {} {:.4f}", name, v);
       fmt::print(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
           "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",
@@ -764,6 +589,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         {"step_ms", s.step_ms},
         {"peak_mem_bytes", double(s.peak_bytes)},
         {"peak_rss_bytes", double(peak_rss_bytes())}};
+    for (const auto& [name, v] : figures) record.emplace_back(name, v);
+    for (const auto& [name, v] : val_figures) record.emplace_back("val_" + name, v);
     if (ddp_ || (pipe_ && dp > 1)) record.emplace_back("comm_ms", s.comm_ms);
     // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
     if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);
@@ -775,45 +602,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
   if (saved_step_ != state_.step) save_checkpoint_now();
-  if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
-  // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
-  std::unique_ptr<Transformer> whole;
-  if (model_parallel()) whole = gather_whole_model();
-  // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
-  // result is its adapter.
-  const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
-  // A bf16 master sharded by ZeRO-1 or FSDP is joined on every rank (collective).
-  dist::Communicator* join = ddp_ && ddp_->sharded() ? &ddp_->group() : nullptr;
-  std::optional<MastersOnLoan> masters;
-  if (whole_model && !whole && (join || par_.writes())) masters.emplace(*model_, opt_.get(), join);
-  if (!par_.writes()) return;
-  Transformer& exported = whole ? *whole : *model_;
-  std::string model_dir = cfg_.out_dir + "/model";
-  if (whole_model) {
-    save_model(model_dir, exported);
-    save_trainer_state(trainer_state_path(model_dir), state_);
-  }
-  // The adapter alone, for PEFT, vLLM or generate.adapter.
-  if (cfg_.model.has_adapters()) {
-    const std::string adapter_dir = cfg_.out_dir + "/adapter";
-    save_peft_adapter(adapter_dir, *model_, cfg_.init_from);
-    if (cfg_.model.bottleneck.enabled())
-      NK_INFO("saved the bottleneck adapters in Nekton's format (PEFT has none) to {}",
-              adapter_dir);
-    else
-      NK_INFO("saved the {} adapter in Hugging Face PEFT's format to {}",
-              adapter_method(cfg_.model), adapter_dir);
-  }
-  if (!whole_model) return;
-  if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
-  // The base's generation_config.json (its end-of-turn ids): the tuned
-  // model stops where the base did.
-  if (const std::string gc = cfg_.init_from + "/generation_config.json";
-      !cfg_.init_from.empty() && std::filesystem::is_regular_file(gc))
-    std::filesystem::copy_file(gc, model_dir + "/generation_config.json",
-                               std::filesystem::copy_options::overwrite_existing);
-  NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
-          state_.consumed_samples);
+  export_final();
 }
 
 }  // namespace nk

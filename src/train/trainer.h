@@ -16,6 +16,7 @@
 #include "train/train_checkpoint.h"
 #include "train/train_config.h"
 #include "train/train_data.h"
+#include "train/train_objective.h"
 #include "train/train_parallel.h"
 #include "train/trainer_state.h"
 
@@ -44,7 +45,10 @@ class Trainer {
   // checkpoints (with parallel.shard every rank also writes its shard). A
   // checkpoint of any layout resumes under any other. nk::Error naming the
   // keys for a layout it cannot train.
-  explicit Trainer(const TrainConfig& cfg, TrainParallel par = {});
+  // `objective`: what each micro-batch minimises (train_objective.h); null:
+  // language modelling (LmObjective). Another objective runs on one process.
+  explicit Trainer(const TrainConfig& cfg, TrainParallel par = {},
+                   std::shared_ptr<TrainObjective> objective = nullptr);
   ~Trainer();
   // Runs the steps from state().step to train.steps (or train.exit_at_step);
   // `on_step` (optional) sees every step's figures. Writes OUT_DIR/metrics.jsonl
@@ -87,6 +91,10 @@ class Trainer {
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);
   void save_checkpoint_now();
+  // After the last step: the whole model (gathered under FSDP, tensor and
+  // pipeline parallelism) to OUT_DIR/model with the tokenizer, and the
+  // adapter alone for PEFT runs; rank 0 writes (trainer_save.cc).
+  void export_final();
   // nk::Error before any save when an update left NaN or Inf in the weights
   // (on any rank), naming the first such tensor: a non-finite model is never
   // written, so the newest checkpoint stays the last good one.
@@ -103,6 +111,8 @@ class Trainer {
   // to the end of run(): a second run on the same folder fails at once
   // instead of mixing in.
   std::optional<OutputLock> out_lock_;
+  std::shared_ptr<TrainObjective> objective_;
+  bool custom_objective_ = false;
   TrainData data_;
   TrainerState state_;
   BatchObserver on_batch_;

@@ -32,6 +32,7 @@ std::map<std::string, std::string> data_signature(const TrainConfig& cfg) {
   m["train.seed"] = std::to_string(cfg.seed);
   m["train.global_batch"] = std::to_string(cfg.global_batch);
   m["num_samples"] = std::to_string(cfg.steps * cfg.global_batch);
+  for (const auto& [key, value] : cfg.extra_data_signature) m[key] = value;
   return m;
 }
 

@@ -336,6 +336,46 @@ TEST_F(ImportFixture, BadFilesNameTheProblem) {
   EXPECT_NE(e.find("'blk.0.ffn_gate.weight' is of type q5_k"), std::string::npos) << e;
 }
 
+// Issue 44, item 12: a special token id outside the vocabulary ran with exit 0,
+// and a dimension of 2^40 was reported as the other dimension's value.
+TEST_F(ImportFixture, MetadataIdsAndDimensionsAreCheckedNamingTheField) {
+  const std::string bytes = read_file(exported("q8_0"));
+  // A u32 metadata value: its key, the value type (4 bytes), the value.
+  auto patch_u32 = [&](std::string b, const std::string& key, uint32_t v) {
+    size_t at = b.find(key);
+    EXPECT_NE(at, std::string::npos) << key;
+    std::memcpy(b.data() + at + key.size() + 4, &v, 4);
+    return b;
+  };
+  const std::string eos = dir / "eos.gguf";
+  write_file(eos, patch_u32(bytes, "tokenizer.ggml.eos_token_id", 99999));
+  std::string e = expect_error(eos);
+  EXPECT_TRUE(contains(e,
+                       "tokenizer.ggml.eos_token_id = 99999 is outside the vocabulary "
+                       "(tokenizer.ggml.tokens has 400 tokens)"))
+      << e;
+  RunResult r = run_nekton("generate generate.model=" + eos + " generate.prompt=a");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "eos_token_id = 99999")) << r.out;
+
+  // ne[0] of one matrix (after its name: n_dims u32, then ne[0] u64).
+  auto patch_dim = [&](uint64_t v) {
+    std::string b = bytes;
+    const std::string name = "blk.0.ffn_gate.weight";
+    size_t at = b.find(name);
+    EXPECT_NE(at, std::string::npos);
+    std::memcpy(b.data() + at + name.size() + 4, &v, 8);
+    const std::string path = dir / ("dim" + std::to_string(v) + ".gguf");
+    write_file(path, b);
+    return expect_error(path);
+  };
+  e = patch_dim(uint64_t(1) << 40);
+  EXPECT_TRUE(contains(e, "tensor 'blk.0.ffn_gate.weight' has ggml shape [1099511627776, 512]"))
+      << e;
+  e = patch_dim(uint64_t(1) << 41);
+  EXPECT_TRUE(contains(e, "implausible dimension ne[0] = 2199023255552")) << e;
+}
+
 TEST_F(ImportFixture, GenerateAndServeTakeTheFile) {
   const std::string gguf = exported("q8_0");
   RunResult r = run_nekton(

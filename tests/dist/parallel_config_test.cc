@@ -8,9 +8,7 @@ namespace nk::dist {
 namespace {
 
 ConfigSchema schema() {
-  ConfigSchema s;
-  add_parallel_keys(s);
-  return s;
+  return schema_of([](ConfigBinder& b) { ParallelConfig().bind(b); });
 }
 
 TEST(ParallelConfig, DefaultsAreOneProcessPerReplica) {
@@ -42,6 +40,21 @@ TEST(ParallelConfig, BadValuesNameTheKey) {
   EXPECT_TRUE(test::contains(bad("parallel.timeout_s=0"), "parallel.timeout_s must be positive"));
   EXPECT_TRUE(test::contains(bad("parallel.tp=-2"), "parallel.tp = -2 is out of range"));
   EXPECT_TRUE(test::contains(bad("parallel.tpp=2"), "parallel.tp"));
+  EXPECT_TRUE(test::contains(bad("parallel.pp_layout=2,x"), "parallel.pp_layout: 'x'"));
+  EXPECT_TRUE(test::contains(bad("parallel.vp=2"), "parallel.vp = 2 needs parallel.pp > 1"));
+  EXPECT_TRUE(test::contains(bad("parallel.tp=99999999999"), "parallel.tp"));
+}
+
+TEST(ParallelConfig, PipelineLayoutRoundTripsThroughTheBinder) {
+  auto p = parallel_config(
+      Config::load(schema(), "", {"parallel.pp=4", "parallel.pp_layout=2,4,4,2", "parallel.vp=2"}));
+  EXPECT_EQ(p.pp_layout, (std::vector<int64_t>{2, 4, 4, 2}));
+  EXPECT_EQ(p.vp, 2);
+  // The schema a filled config declares shows its values as defaults
+  // (what --print-config writes).
+  ConfigSchema s = schema_of([&](ConfigBinder& b) { p.bind(b); });
+  EXPECT_EQ(p.pp_layout, (std::vector<int64_t>{2, 4, 4, 2}));
+  EXPECT_EQ(parallel_config(Config::defaults(s)).pp_layout, p.pp_layout);
 }
 
 }  // namespace

@@ -73,6 +73,29 @@ put("gpt2_vocab", "gpt2_style", json.dumps(encoder).encode() + SEP + vocab_bpe.e
 meta = {"type": "bpe", "name": "fuzz", "pattern": r"'s|'t| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+",
         "specials": [{"text": "<|endoftext|>", "id": len(tokens)}], "files": {"ranks": "vocab.tiktoken"}}
 put("tokenizer_json", "nekton_bpe", json.dumps(meta, indent=2).encode() + SEP + tiktoken.encode())
+# Hugging Face's tokenizer.json of the same vocabulary, with every normalizer
+# (the second file, vocab.tiktoken, is not read for it).
+hf_normalizer = {"type": "Sequence", "normalizers": [
+    {"type": "NFC"}, {"type": "NFKD"}, {"type": "StripAccents"}, {"type": "Lowercase"},
+    {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "},
+    {"type": "Replace", "pattern": {"String": "ll"}, "content": "l"},
+    {"type": "Strip", "strip_left": True, "strip_right": False},
+    {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+     "strip_accents": None, "lowercase": False},
+    {"type": "Prepend", "prepend": " "}]}
+hf_tokenizer = {
+    "version": "1.0",
+    "added_tokens": [{"id": len(tokens), "content": "<|endoftext|>", "single_word": False,
+                      "lstrip": False, "rstrip": False, "normalized": False, "special": True},
+                     {"id": len(tokens) + 1, "content": "Hello", "single_word": False,
+                      "lstrip": False, "rstrip": False, "normalized": True, "special": False}],
+    "normalizer": hf_normalizer,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "dropout": None, "byte_fallback": False, "ignore_merges": False,
+              "vocab": {spell(t): i for i, t in enumerate(tokens)},
+              "merges": [f"{spell(a)} {spell(b)}" for a, b in MERGES]}}
+put("tokenizer_json", "hf_normalizers", json.dumps(hf_tokenizer, indent=1).encode() + SEP)
 
 # Megatron .idx/.bin: 3 sequences in 2 documents, u16 and i32 tokens.
 def indexed(code, size, seqs, doc_idx):

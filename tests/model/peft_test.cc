@@ -606,6 +606,49 @@ TEST_F(PeftFiles, BadAdaptersAreClearErrors) {
   EXPECT_TRUE(contains(error_of(d_ / "nothing"), "cannot read")) << error_of(d_ / "nothing");
 }
 
+// Issue 44, item 11: lora_alpha 1e30 once loaded and made every logit NaN
+// (generate printed logprob -nan with exit 0); fan_in_fan_out true on a Llama
+// adapter was taken silently.
+TEST_F(PeftFiles, ScalingsThatOverflowAreRefusedNamingTheKey) {
+  std::string e = error_of(edited("huge", [](auto& j) { j["lora_alpha"] = 1e30; }));
+  EXPECT_TRUE(contains(e, "adapter_config.json")) << e;
+  EXPECT_TRUE(contains(e,
+                       "lora_alpha: 1e+30 gives a LoRA scaling (lora_alpha / r) of 2.5e+29, "
+                       "beyond 10000"))
+      << e;
+  e = error_of(edited("rs", [](auto& j) {
+    j["lora_alpha"] = 1e6;
+    j["use_rslora"] = true;
+  }));
+  EXPECT_TRUE(contains(e, "(lora_alpha / sqrt(r)) of 500000")) << e;
+  EXPECT_EQ(error_of(edited("fine", [](auto& j) { j["lora_alpha"] = 4e4; })), "no error");
+  EXPECT_TRUE(contains(error_of(edited("neg", [](auto& j) { j["lora_alpha"] = -1; })),
+                       "lora_alpha: must be a positive number, got -1"));
+  EXPECT_TRUE(contains(error_of(edited("fifo", [](auto& j) { j["fan_in_fan_out"] = "yes"; })),
+                       "'fan_in_fan_out' must be true or false, got \"yes\""));
+  // Llama's modules are nn.Linear: PEFT applies fan_in_fan_out=true as false,
+  // with a warning, and so does Nekton (the tensors are the same).
+  const std::string dir = edited("fifo_true", [](auto& j) { j["fan_in_fan_out"] = true; });
+  testing::internal::CaptureStderr();
+  const std::string e2 = error_of(dir);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(e2, "no error");
+  EXPECT_TRUE(contains(err, "'fan_in_fan_out' is true but Llama's modules are nn.Linear")) << err;
+}
+
+// Finite adapters whose product overflows when folded into the base.
+TEST(Lora, MergeRefusesWeightsThatOverflow) {
+  Transformer base(tiny(true), DType::F32, 3);
+  auto m = with_lora(base, lora({"q_proj"}, 4, 16), 0.1f);
+  const ParamInfo& b = m->layout().find("h.0.attn.qkv.lora_b.q");
+  const ParamInfo& a = m->layout().find("h.0.attn.qkv.lora_a.q");
+  ops::fill(ParamLayout::view(m->params(), b), 3e18f);
+  ops::fill(ParamLayout::view(m->params(), a), 3e18f);
+  m->sync_compute_params();
+  EXPECT_TRUE(contains(test::error_of([&] { merge_adapters(*m); }), "merging the adapters left"))
+      << test::error_of([&] { merge_adapters(*m); });
+}
+
 // Dropout on the adapters' input: none when evaluating, the same mask for
 // the same seed, another for another, and a gradient that is the derivative
 // of the loss under that mask (central differences, fp32: 2e-2 relative).

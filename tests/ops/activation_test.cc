@@ -64,6 +64,7 @@ Vec activation_inputs(int64_t n, uint64_t seed) {
 class ActivationFast : public BackendTest {};
 NK_INSTANTIATE_BACKENDS(ActivationFast);
 
+NK_COVERS(ActivationFast, GeluMatchesReference, gelu_forward, gelu_backward);
 TEST_P(ActivationFast, GeluMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {1, 15, 1000, 70001}) {
@@ -82,6 +83,8 @@ TEST_P(ActivationFast, GeluMatchesReference) {
   }
 }
 
+NK_COVERS(ActivationFast, SiluAndReluMatchReference, silu_forward, silu_backward, relu_forward,
+          relu_backward);
 TEST_P(ActivationFast, SiluAndReluMatchReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {1, 15, 1000, 70001}) {
@@ -112,6 +115,7 @@ TEST_P(ActivationFast, SiluAndReluMatchReference) {
   }
 }
 
+NK_COVERS(ActivationFast, SwigluMatchesReference, swiglu_forward, swiglu_backward);
 TEST_P(ActivationFast, SwigluMatchesReference) {
   struct S {
     int64_t N, F;

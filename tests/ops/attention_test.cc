@@ -109,6 +109,7 @@ const Case kCases[] = {
     {1, 70, 3, 1, 20},   // D not a multiple of the vector width, group 3
 };
 
+NK_COVERS(AttentionFast, MatchesReferenceF32, attention_forward, attention_backward);
 TEST_P(AttentionFast, MatchesReferenceF32) {
   for (const Case& c : kCases) check_fast(dev(), c, DType::F32);
 }

@@ -202,6 +202,7 @@ std::vector<Case> all_cases() {
   return v;
 }
 
+NK_COVERS(AttentionVarlenFast, MatchesReferenceF32, attention_forward, attention_backward);
 TEST_P(AttentionVarlenFast, MatchesReferenceF32) {
   for (const Case& c : all_cases()) check_fast(dev(), c, DType::F32);
 }

@@ -170,6 +170,7 @@ void check_fast(Device dev, DType dt) {
     }
 }
 
+NK_COVERS(AttentionWindowFast, MatchesReferenceF32, attention_forward, attention_backward);
 TEST_P(AttentionWindowFast, MatchesReferenceF32) {
   check_fast(dev(), DType::F32);
 }

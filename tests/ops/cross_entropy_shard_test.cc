@@ -92,6 +92,8 @@ void check_split(Device dev, DType dt, const std::vector<int64_t>& bounds) {
   }
 }
 
+NK_COVERS(CrossEntropyShard, ShardsCombineToTheWholeVocabulary, cross_entropy_shard_stats,
+          cross_entropy_rescale_stats, cross_entropy_shard_finish, cross_entropy_shard_backward);
 TEST_P(CrossEntropyShard, ShardsCombineToTheWholeVocabulary) {
   for (DType dt : {DType::F32, DType::BF16}) {
     check_split(dev(), dt, {0, 37});

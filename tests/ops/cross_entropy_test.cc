@@ -83,6 +83,8 @@ void check_fast(Device dev, int64_t N, int64_t V, DType dt) {
   EXPECT_EQ(values(losses3), values(losses2));
 }
 
+NK_COVERS(CrossEntropyFast, MatchesReference, cross_entropy_forward,
+          cross_entropy_forward_backward);
 TEST_P(CrossEntropyFast, MatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     check_fast(dev(), 1, 1, dt);

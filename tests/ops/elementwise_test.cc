@@ -5,9 +5,13 @@
 #include <limits>
 
 #include "core/parallel.h"
+#include "core/rng.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 #include "ops/ref/elementwise.h"
+#ifdef NK_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
 
 namespace nk {
 namespace {
@@ -30,6 +34,7 @@ Vec conversion_inputs(int64_t n) {
 class Elementwise : public BackendTest {};
 NK_INSTANTIATE_BACKENDS(Elementwise);
 
+NK_COVERS(Elementwise, ConvertMatchesScalarRounding, convert);
 TEST_P(Elementwise, ConvertMatchesScalarRounding) {
   for (int64_t n : kSizes) {
     Vec x = rounded(conversion_inputs(n), DType::F32);
@@ -55,6 +60,7 @@ TEST_P(Elementwise, ConvertKeepsNaN) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(to_host(dst).data<bf16>()[0])));
 }
 
+NK_COVERS(Elementwise, FillAndHostCopies, fill, copy_from_host, copy_to_host);
 TEST_P(Elementwise, FillAndHostCopies) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     const int64_t n = 1001;
@@ -71,6 +77,7 @@ TEST_P(Elementwise, FillAndHostCopies) {
   }
 }
 
+NK_COVERS(Elementwise, AddAccumulateScaleMatchReference, add, accumulate, scale);
 TEST_P(Elementwise, AddAccumulateScaleMatchReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : kSizes) {
@@ -98,6 +105,7 @@ TEST_P(Elementwise, AddAccumulateScaleMatchReference) {
 
 // LoRA's column blocks: a part's output added into, and its gradient taken
 // out of, the columns of a fused output.
+NK_COVERS(Elementwise, ColumnBlocksMatchReference, add_columns, copy_columns);
 TEST_P(Elementwise, ColumnBlocksMatchReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     const int64_t N = 37, M = 24, m = 7, col0 = 9;
@@ -116,6 +124,7 @@ TEST_P(Elementwise, ColumnBlocksMatchReference) {
 }
 
 // IA3's column scaling and its gradient's column sums.
+NK_COVERS(Elementwise, ColumnScalingMatchesReference, scale_columns, column_dot);
 TEST_P(Elementwise, ColumnScalingMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     const int64_t N = 301, M = 24, m = 7, col0 = 9;
@@ -135,6 +144,7 @@ TEST_P(Elementwise, ColumnScalingMatchesReference) {
 // The mask is the reference's, drops about p of the elements, and is the same
 // on a second call with the seed (how the backward re-applies it); another
 // seed draws another mask.
+NK_COVERS(Elementwise, DropoutMaskIsSeededAndMatchesReference, dropout);
 TEST_P(Elementwise, DropoutMaskIsSeededAndMatchesReference) {
   const int64_t n = 100003;
   const float p = 0.25f;
@@ -158,6 +168,7 @@ TEST_P(Elementwise, DropoutMaskIsSeededAndMatchesReference) {
   EXPECT_THROW(ops::dropout(ty, tx, 1.f, 1), InternalError);
 }
 
+NK_COVERS(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant, sum_squares);
 TEST_P(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {
@@ -178,6 +189,7 @@ TEST_P(Elementwise, SumSquaresMatchesReferenceAndIsThreadCountInvariant) {
 
 // NaN and both infinities count, in every float dtype, wherever they sit in a
 // tensor that the threads split; the largest finite values do not.
+NK_COVERS(Elementwise, CountNonfiniteMatchesReference, count_nonfinite);
 TEST_P(Elementwise, CountNonfiniteMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     for (int64_t n : {int64_t(1), int64_t(33), int64_t(200001)}) {
@@ -197,6 +209,7 @@ TEST_P(Elementwise, CountNonfiniteMatchesReference) {
 }
 
 // Raw byte copies both ways keep every bit, whatever the dtype.
+NK_COVERS(Elementwise, ByteCopiesRoundTrip, copy_bytes_from_host, copy_bytes_to_host);
 TEST_P(Elementwise, ByteCopiesRoundTrip) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::I32}) {
     const Tensor src = make({3, 5}, dt, randn(15, 6, 100.0));
@@ -206,6 +219,50 @@ TEST_P(Elementwise, ByteCopiesRoundTrip) {
     ops::copy_bytes_to_host(t, back.data());
     EXPECT_EQ(std::memcmp(back.data(), src.raw(), src.nbytes()), 0) << dtype_name(dt);
   }
+}
+
+// Token ids against a value (the ignore index, a real id, one that no
+// int32 equals), over sizes that split into several blocks and threads;
+// exact against a plain host count.
+NK_COVERS(Elementwise, CountNotEqualMatchesHostCount, count_not_equal);
+TEST_P(Elementwise, CountNotEqualMatchesHostCount) {
+  for (int64_t n : {int64_t(1), int64_t(33), int64_t(70001), int64_t(3000001)}) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    Rng r(static_cast<uint64_t>(n));
+    for (auto& id : ids) id = r.below(4) == 0 ? -100 : int32_t(r.below(50));
+    const Tensor t = make_i32({n}, ids, dev());
+    for (int64_t value : {int64_t(-100), int64_t(7), int64_t(1) << 40}) {
+      int64_t want = 0;
+      for (int32_t id : ids) want += id != value;
+      EXPECT_EQ(ops::count_not_equal(t, value), want) << "n=" << n << " value=" << value;
+    }
+  }
+  const Tensor targets = make_i32({2, 3}, {5, -100, 5, 5, 0, -100}, dev());  // [B, T]
+  EXPECT_EQ(ops::count_not_equal(targets, 5), 3);
+}
+
+// Work queued on the device is done when synchronize returns: on CUDA the
+// compute stream has nothing left to run (the ops return before their
+// kernels finish), and the results are the host's f32 products exactly.
+NK_COVERS(Elementwise, SynchronizeWaitsForQueuedWork, synchronize);
+TEST_P(Elementwise, SynchronizeWaitsForQueuedWork) {
+  const int64_t n = int64_t(1) << 22;
+  const Vec x = rounded(randn(n, 31), DType::F32);
+  Tensor t = make({n}, DType::F32, x, dev());
+  for (int k = 0; k < 8; ++k) ops::scale(t, 1.5f);
+  ops::synchronize(dev());
+#ifdef NK_WITH_CUDA
+  if (dev() == Device::CUDA) {
+    EXPECT_EQ(cudaStreamQuery(::nk::cuda::stream()), cudaSuccess);
+  }
+#endif
+  Vec want(x);
+  for (double& w : want) {
+    float v = float(w);
+    for (int k = 0; k < 8; ++k) v *= 1.5f;
+    w = v;
+  }
+  expect_close(values(t), want, {0, 0}, "x * 1.5^8");
 }
 
 // A host batch reaches the device through to_device/upload: a copy that keeps

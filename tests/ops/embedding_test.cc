@@ -74,6 +74,7 @@ void embedding_vs_ref(Device dev, DType dt, int64_t B, int64_t T, int64_t C, int
   expect_close(values(tdwpe), dwpe, tol_for(DType::F32), "dwpe");
 }
 
+NK_COVERS(EmbeddingFast, MatchesReference, embedding_forward, embedding_backward);
 TEST_P(EmbeddingFast, MatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (bool wpe : {true, false}) {

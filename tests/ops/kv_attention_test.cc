@@ -84,6 +84,7 @@ Case ragged(int64_t Hq, int64_t Hkv, int64_t D, int64_t block_size = 0) {
   return c;
 }
 
+NK_COVERS(KvAttention, MatchesReferenceF32, kv_cache_store, attention_cached);
 TEST_P(KvAttention, MatchesReferenceF32) {
   for (int64_t B : {0, 1, 16, 64}) {
     SCOPED_TRACE(::testing::Message() << "block size " << B);

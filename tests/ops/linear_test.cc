@@ -75,6 +75,7 @@ void check_against_reference(Device dev, Shape3 s, DType t, bool bias, bool want
 
 const Shape3 kShapes[] = {{1, 3, 5}, {1, 64, 32}, {3, 5, 7}, {37, 129, 65}, {128, 256, 96}};
 
+NK_COVERS(Linear, MatchesReferenceF32, linear_forward, linear_backward);
 TEST_P(Linear, MatchesReferenceF32) {
   uint64_t seed = 1;
   for (Shape3 s : kShapes)

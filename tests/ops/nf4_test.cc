@@ -193,6 +193,7 @@ TEST(Nf4, QuantizeIsTheSameOnAnyThreadCount) {
 
 // ---- reading back ----
 
+NK_COVERS(Nf4, DequantizesAnyRange, nf4_quantize, nf4_dequantize);
 TEST(Nf4, DequantizesAnyRange) {
   const int64_t n = 64 * 300 + 13;
   std::vector<float> w(static_cast<size_t>(n));
@@ -268,6 +269,8 @@ void check_products(Dims d, DType t, bool bias, uint64_t seed) {
 const Dims kDims[] = {
     {1, 96, 200}, {37, 96, 200}, {37, 1100, 1000}, {1, 2048, 3000}, {37, 2048, 3000}};
 
+NK_COVERS(Nf4, LinearMatchesDenseOnDequantisedWeightF32, nf4_linear_forward,
+          nf4_linear_backward_input);
 TEST(Nf4, LinearMatchesDenseOnDequantisedWeightF32) {
   uint64_t seed = 10;
   for (Dims d : kDims)
@@ -306,6 +309,7 @@ TEST(Nf4, LinearBf16WithF32BiasAndNoNewPrimitives) {
 
 // ---- embedding ----
 
+NK_COVERS(Nf4, EmbeddingEqualsDenseEmbeddingOfDequantisedTable, nf4_embedding_forward);
 TEST(Nf4, EmbeddingEqualsDenseEmbeddingOfDequantisedTable) {
   const int64_t B = 2, T = 5, V = 50, maxT = 8;
   std::vector<int32_t> tok(size_t(B * T)), pos(size_t(B * T));

@@ -131,6 +131,7 @@ void layernorm_vs_ref(Device dev, DType dt, Sizes s, bool with_bias) {
   if (!with_bias) expect_close(values(tdb), rounded(db0, DType::F32), {0, 0}, "db untouched");
 }
 
+NK_COVERS(NormFast, LayerNormMatchesReference, layernorm_forward, layernorm_backward);
 TEST_P(NormFast, LayerNormMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16})
     for (Sizes s : kSizes) {
@@ -161,6 +162,7 @@ void rmsnorm_vs_ref(Device dev, DType dt, Sizes s) {
   expect_close(values(tdw), dw, {1e-4, 1e-4}, "dw");  // f32 sums, as for LayerNorm
 }
 
+NK_COVERS(NormFast, RmsNormMatchesReference, rmsnorm_forward, rmsnorm_backward);
 TEST_P(NormFast, RmsNormMatchesReference) {
   for (DType dt : {DType::F32, DType::BF16})
     for (Sizes s : kSizes) rmsnorm_vs_ref(dev(), dt, s);

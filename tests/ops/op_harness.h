@@ -7,7 +7,9 @@
 // `backends()` (TEST_P on a fixture derived from BackendTest, instantiated by
 // NK_INSTANTIATE_BACKENDS) that builds its inputs on dev() and compares the
 // backend's result with the reference in ops/ref/: a new backend runs every op
-// test by being added to backends().
+// test by being added to backends(). Each case names the kernels it covers
+// (NK_COVERS, ops/kernel_cases.h); kernel_coverage_test.cc proves that every
+// kernel of ops/kernel_list.h has such a case.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -19,6 +21,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/kernel_cases.h"
 #include "ops/ops.h"
 
 namespace nk {

@@ -153,6 +153,7 @@ void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed, in
     expect_close(got, r.replayed, {1e-5, 0}, "y vs product with x quantised", {}, b16);
 }
 
+NK_COVERS(QuantLinear, MatchesReferencesF32, quant_linear_forward);
 TEST(QuantLinear, MatchesReferencesF32) {
   uint64_t seed = 100;
   for (QuantType t : kAllTypes)

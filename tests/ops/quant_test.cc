@@ -321,6 +321,7 @@ std::vector<float> rule_case() {
   return w;
 }
 
+NK_COVERS(Quant, Q8_0AndQ4_0AreTheirRulesByteForByte, quant_quantize);
 TEST(Quant, Q8_0AndQ4_0AreTheirRulesByteForByte) {
   const std::vector<float> w = rule_case();
   const Tensor t = f32_tensor({8, 256}, w);
@@ -408,6 +409,7 @@ TEST(Quant, W8ScalesAndZeroRows) {
   EXPECT_EQ(s[1], 0.f);
 }
 
+NK_COVERS(Quant, DequantizesRowRangesInBothDtypes, quant_dequantize);
 TEST(Quant, DequantizesRowRangesInBothDtypes) {
   for (QuantType type : kAllTypes) {
     SCOPED_TRACE(ops::quant_type_name(type));
@@ -451,6 +453,7 @@ std::string packed_as_documented(QuantType t, const std::string& rows, size_t rb
 // quant_unpacked gives the rows back, and quant_quantize into a packed
 // weight writes the packed bytes of the same quantisation. (Products:
 // quant_linear_test.cc.)
+NK_COVERS(Quant, PackedLayoutHoldsTheSameValues, quant_pack, quant_unpack);
 TEST(Quant, PackedLayoutHoldsTheSameValues) {
   int packed_types = 0;
   for (QuantType t : kAllTypes) {
@@ -514,6 +517,7 @@ TEST(Quant, PackLeavesRowsNotAMultipleOf16) {
 
 // ---- embedding ----
 
+NK_COVERS(QuantEmbedding, GathersDequantisedRows, quant_embedding_forward);
 TEST(QuantEmbedding, GathersDequantisedRows) {
   const int64_t V = 20, C = 512;
   for (QuantType t : kAllTypes) {

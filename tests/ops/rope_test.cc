@@ -13,6 +13,7 @@ namespace {
 using namespace test;  // the op harness: make, randn, expect_close, ...
 using Vec = std::vector<double>;
 
+NK_COVERS(Rope, TableMatchesDirectFormula, rope_table);
 TEST(Rope, TableMatchesDirectFormula) {
   const int64_t T = 300, D = 12;
   const double theta = 10000;
@@ -85,6 +86,7 @@ void rope_vs_ref(Device dev, DType dt, int64_t B, int64_t T, int64_t W, int64_t 
     for (int64_t c = H * D; c < W; ++c) ASSERT_EQ(got[r * W + c], x[r * W + c]) << r << "," << c;
 }
 
+NK_COVERS(RopeFast, MatchesReference, rope_inplace);
 TEST_P(RopeFast, MatchesReference) {
   for (DType dt : {DType::F32, DType::BF16}) {
     for (bool inv : {false, true}) {

@@ -117,7 +117,10 @@ TEST(OpenAIRequest, MalformedBodies) {
     EXPECT_EQ(r.status, 400) << body;
     EXPECT_EQ(r.param, "") << body;
     EXPECT_NE(r.message.find("not valid JSON"), std::string::npos) << body << ": " << r.message;
+    EXPECT_EQ(r.message.find("json.exception"), std::string::npos) << body << ": " << r.message;
   }
+  EXPECT_NE(chat_refusal("{\"a\": 1e400}").message.find("(key 'a'): the number 1e400"),
+            std::string::npos);
   const Refusal arr = chat_refusal("[1]");
   EXPECT_EQ(arr.status, 400);
   EXPECT_NE(arr.message.find("JSON object"), std::string::npos) << arr.message;

@@ -98,6 +98,7 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   int port() const { return port_; }  // 0: it did not start (see log())
+  pid_t pid() const { return pid_; }  // -1 once it has exited
   // A client of it with timeouts, so a test never hangs on a stuck server.
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);

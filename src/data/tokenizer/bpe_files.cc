@@ -16,6 +16,7 @@
 #include "data/tokenizer/bpe_merge.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer_json.h"
+#include "data/tokenizer/text_normalizer.h"
 
 namespace nk {
 
@@ -400,9 +401,15 @@ void save_bpe_tokenizer(const BpeVocab& v, const std::string& dir) {
   meta["pattern"] = v.pattern;
   if (!v.eod.empty()) meta["eod"] = v.eod;
   if (!v.bos.empty()) meta["bos"] = v.bos;
+  if (!v.normalizer.empty())
+    meta["normalizer"] = nlohmann::ordered_json::parse(v.normalizer);  // Hugging Face's JSON
   meta["specials"] = nlohmann::ordered_json::array();
-  for (const auto& [text, id] : v.specials)
-    meta["specials"].push_back({{"text", text}, {"id", id}});
+  for (const auto& [text, id] : v.specials) {
+    nlohmann::ordered_json s = {{"text", text}, {"id", id}};
+    const auto& n = v.normalized_specials;
+    if (std::find(n.begin(), n.end(), id) != n.end()) s["normalized"] = true;
+    meta["specials"].push_back(s);
+  }
   meta["files"] = files;
   write_file_atomic(fs::path(dir) / "tokenizer.json", meta.dump(2) + "\n");
 }
@@ -424,6 +431,10 @@ BpeVocab load_nekton_dir(const fs::path& d, const nlohmann::json& meta, const fs
   v.name = field("name");
   if (meta.contains("eod")) v.eod = field("eod");
   if (meta.contains("bos")) v.bos = field("bos");
+  if (meta.contains("normalizer")) {
+    const nlohmann::json& n = meta["normalizer"];
+    v.normalizer = TextNormalizer::from_json(n, meta_path.string()) ? n.dump() : "";
+  }
   v.specials.clear();
   if (!meta.contains("specials") || !meta["specials"].is_array())
     fail("{}: expected an array 'specials'", meta_path.string());
@@ -434,8 +445,20 @@ BpeVocab load_nekton_dir(const fs::path& d, const nlohmann::json& meta, const fs
     v.specials.emplace_back(
         s["text"].get<std::string>(),
         int32_t(json_int(s["id"], meta_path.string(), "specials.id", 0, limits::kVocab - 1)));
+    if (s.contains("normalized") && s["normalized"] == true)
+      v.normalized_specials.push_back(v.specials.back().second);
   }
   return v;
+}
+
+// Hugging Face's tokenizer.json `meta` (read from meta_path), with the
+// tokenizer_config.json beside it when there is one.
+BpeVocab load_hf_json(const nlohmann::json& meta, const fs::path& meta_path) {
+  const fs::path config_path = meta_path.parent_path() / "tokenizer_config.json";
+  nlohmann::json config;
+  if (fs::exists(config_path))
+    config = parse_json(read_file(config_path.string()), config_path.string());
+  return hf_bpe_vocab(meta, meta_path.string(), config, config_path.string());
 }
 
 // The BPE vocabulary of folder `dir` (the kinds load_bpe_dir lists) into `v`;
@@ -452,11 +475,7 @@ bool read_bpe_dir(const std::string& dir, BpeVocab& v) {
   // Hugging Face's tokenizer.json; beside a tokenizer.model it describes the
   // SentencePiece model (Llama 2, Mistral), which the factory opens instead.
   if (!meta.is_null() && !fs::exists(d / "tokenizer.model")) {
-    const fs::path config_path = d / "tokenizer_config.json";
-    nlohmann::json config;
-    if (fs::exists(config_path))
-      config = parse_json(read_file(config_path.string()), config_path.string());
-    v = hf_bpe_vocab(meta, meta_path.string(), config, config_path.string());
+    v = load_hf_json(meta, meta_path);
     v.name = dir;
     return true;
   }
@@ -504,6 +523,25 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
     std::string known = is_openai_encoding(stem) ? stem : "";
     v.pattern = openai_pattern(known.empty() ? "cl100k_base" : known);
     if (!known.empty()) v.specials = openai_specials(known);
+    return std::make_unique<BpeTokenizer>(std::move(v));
+  } else if (spec.ends_with(".json") && fs::is_regular_file(spec)) {
+    // A tokenizer JSON under another name than tokenizer.json (which the
+    // factory reads as its folder): Hugging Face's, or Nekton's with its files.
+    const fs::path meta_path(spec);
+    const nlohmann::json meta = parse_json(read_file(spec), spec);
+    if (is_nekton_meta(meta)) {
+      if (meta["type"] != "bpe")
+        fail("{}: a Nekton tokenizer of type {}, not a BPE", spec, meta["type"].dump());
+      v = load_nekton_dir(meta_path.parent_path(), meta, meta_path);
+    } else if (meta.is_object() && meta.contains("model")) {
+      v = load_hf_json(meta, meta_path);
+      v.name = spec;
+    } else {
+      fail(
+          "{}: not a tokenizer file: neither Hugging Face's tokenizer.json (no \"model\") nor "
+          "Nekton's (no \"type\")",
+          spec);
+    }
     return std::make_unique<BpeTokenizer>(std::move(v));
   } else if (fs::is_directory(spec)) {
     if (read_bpe_dir(spec, v)) return std::make_unique<BpeTokenizer>(std::move(v));

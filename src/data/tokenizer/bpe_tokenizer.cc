@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "data/tokenizer/text_normalizer.h"
 #include "data/utf8.h"
 
 namespace nk {
@@ -68,7 +70,25 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab)
          vocab_.bos);
   special_text_.assign(size_t(vocab_size_), nullptr);
   for (const auto& [text, id] : specials_) special_text_[size_t(id)] = &text;
+
+  if (!vocab_.normalizer.empty())
+    normalizer_ = TextNormalizer::from_json(
+        parse_json(vocab_.normalizer, fmt::format("BPE vocabulary '{}': normalizer", name)), name);
+  for (const auto& [text, id] : specials_) {
+    const auto& n = vocab_.normalized_specials;
+    if (std::find(n.begin(), n.end(), id) == n.end()) {
+      raw_specials_.emplace_back(text, id);
+      continue;
+    }
+    std::string matched = normalizer_ ? normalizer_->normalize(text) : text;
+    if (!matched.empty()) normalized_specials_.emplace_back(std::move(matched), id);
+  }
+  for (int32_t id : vocab_.normalized_specials)
+    if (id < 0 || id >= vocab_size_ || !special_text_[size_t(id)])
+      fail("BPE vocabulary '{}': normalized special {} is not a special token", name, id);
 }
+
+BpeTokenizer::~BpeTokenizer() = default;
 
 const std::string* BpeTokenizer::bytes_of(int32_t id) const {
   if (id < 0 || id >= vocab_size_) return nullptr;
@@ -99,8 +119,21 @@ void BpeTokenizer::encode_valid(std::string_view text, std::vector<int32_t>& out
 }
 
 void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
-  if (find_invalid_utf8(text) < 0) return encode_valid(text, out);
-  encode_valid(replace_invalid_utf8(text), out);
+  std::string fixed;
+  if (find_invalid_utf8(text) >= 0) {
+    fixed = replace_invalid_utf8(text);
+    text = fixed;
+  }
+  if (!normalizer_) return encode_valid(text, out);
+  encode_valid(normalizer_->normalize(text), out);
+}
+
+void BpeTokenizer::encode_run(std::string_view text, std::vector<int32_t>& out) const {
+  if (!normalizer_ && normalized_specials_.empty()) return encode_valid(text, out);
+  const std::string normalized = normalizer_ ? normalizer_->normalize(text) : std::string(text);
+  split_on_specials(
+      normalized, normalized_specials_, [&](std::string_view t) { encode_valid(t, out); },
+      [&](int32_t id) { out.push_back(id); });
 }
 
 void BpeTokenizer::encode_with_specials(std::string_view text, std::vector<int32_t>& out) const {
@@ -110,7 +143,7 @@ void BpeTokenizer::encode_with_specials(std::string_view text, std::vector<int32
     text = fixed;
   }
   split_on_specials(
-      text, specials_, [&](std::string_view t) { encode_valid(t, out); },
+      text, raw_specials_, [&](std::string_view t) { encode_run(t, out); },
       [&](int32_t id) { out.push_back(id); });
 }
 

@@ -36,6 +36,13 @@ struct BpeVocab {
   std::string pattern;
   // Special tokens (text, id): ids at or above tokens.size(), or holes.
   std::vector<std::pair<std::string, int32_t>> specials;
+  // Hugging Face's normalizer (tokenizer.json's "normalizer", as JSON text),
+  // applied to the text between specials before pre-tokenizing; empty: none.
+  std::string normalizer;
+  // The ids of the specials matched in the normalized text (Hugging Face's
+  // added tokens with normalized: true); the others are matched in the raw
+  // text first, as Hugging Face's AddedVocabulary does.
+  std::vector<int32_t> normalized_specials;
   // The special that ends a document (eod_id()); empty: <|endoftext|>, if a special.
   std::string eod;
   // The special that begins a document (bos_id()); empty: none.

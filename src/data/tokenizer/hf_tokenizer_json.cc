@@ -9,6 +9,7 @@
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_merge.h"
 #include "data/tokenizer/pretokenizer.h"
+#include "data/tokenizer/text_normalizer.h"
 
 namespace nk {
 
@@ -45,15 +46,10 @@ bool flag(const json& obj, const char* key, bool absent, const std::string& wher
   return v.get<bool>();
 }
 
-void check_normalizer(const json& n, const std::string& file) {
-  if (n.is_null()) return;
-  const std::string type = type_of(n, "normalizer", file);
-  const json& list = member(n, "normalizers");
-  if (type == "Sequence" && list.is_array() && list.empty()) return;
-  fail(
-      "{}: normalizer.type '{}' is not supported: Nekton's byte-level BPE reads text as it is "
-      "(normalizer null)",
-      file, type);
+// The normalizer's JSON text for BpeVocab ("" when none), checked here so
+// that an error names this file and the JSON path of the step.
+std::string normalizer_text(const json& n, const std::string& file) {
+  return TextNormalizer::from_json(n, file, "normalizer") ? n.dump() : "";
 }
 
 // ByteLevel's options; whether it splits with GPT-2's pattern itself (use_regex).
@@ -154,6 +150,7 @@ std::string pre_tokenizer_pattern(const json& pt, const std::string& file) {
 struct AddedToken {
   std::string content;
   int32_t id;
+  bool normalized;  // matched in the normalized text, after the others
 };
 
 std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const std::string& file) {
@@ -174,7 +171,10 @@ std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const st
              file, where, key, content.get<std::string>());
     for (size_t j = 0; j < out.size(); ++j)
       if (out[j].id == id) fail("{}: {}: id {} is also added_tokens[{}]'s", file, where, id, j);
-    out.push_back({content.get<std::string>(), int32_t(id)});
+    // Hugging Face's default: special tokens are matched as written.
+    const bool special = flag(a, "special", false, where, file);
+    out.push_back(
+        {content.get<std::string>(), int32_t(id), flag(a, "normalized", !special, where, file)});
   }
   return out;
 }
@@ -237,8 +237,10 @@ void check_model_options(const json& m, const std::string& file) {
          member(m, "dropout").dump());
   if (flag(m, "byte_fallback", false, "model", file))
     fail(
-        "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral), which "
-        "Nekton reads from tokenizer.model",
+        "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral, Gemma: "
+        "pieces spelled with '\u2581', byte fallback), which Nekton reads from the "
+        "tokenizer.model that ships beside it; a tokenizer.json of this kind without one is not "
+        "supported",
         file);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json& v = member(m, key);
@@ -254,13 +256,14 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
   const json& m = member(j, "model");
   if (!m.is_object()) fail("{}: model must be an object", file);
   check_model_options(m, file);
-  check_normalizer(member(j, "normalizer"), file);
+  const std::string normalizer = normalizer_text(member(j, "normalizer"), file);
   const json& decoder = member(j, "decoder");
   if (!decoder.is_null() && type_of(decoder, "decoder", file) != "ByteLevel")
     fail("{}: decoder.type '{}' is not supported: a byte-level BPE decodes with ByteLevel", file,
          type_of(decoder, "decoder", file));
   BpeVocab v;
   v.pattern = pre_tokenizer_pattern(member(j, "pre_tokenizer"), file);
+  v.normalizer = normalizer;
   v.name = file;
 
   const json& vocab = member(m, "vocab");
@@ -370,7 +373,10 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
     }
   }
 
-  for (const AddedToken& a : added) v.specials.emplace_back(a.content, a.id);
+  for (const AddedToken& a : added) {
+    v.specials.emplace_back(a.content, a.id);
+    if (a.normalized) v.normalized_specials.push_back(a.id);
+  }
   v.eod = eod_token(config, config_path, added, file);
   v.bos = bos_token(config, config_path, added, file);
   return v;

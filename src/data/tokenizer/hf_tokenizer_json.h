@@ -5,7 +5,10 @@
 //   pre_tokenizer  ByteLevel {use_regex: true} (GPT-2's pattern), or a Sequence
 //               of Split {pattern: {Regex}, behavior: "Isolated"} then ByteLevel
 //               {use_regex: false} (Llama 3's)
-//   added_tokens   the special tokens (matched in the text before any splitting)
+//   normalizer     null, or the normalizers of text_normalizer.h (Qwen2's NFC)
+//   added_tokens   the special tokens: those with normalized false (special
+//               ones, by default) matched in the raw text, the others in the
+//               normalized text between them (Hugging Face's AddedVocabulary)
 // and tokenizer_config.json's eos_token as the end-of-document token.
 //
 // BpeTokenizer merges by the id of the merged token (tiktoken's rule) and

@@ -101,6 +101,11 @@ PreTokenizer::PreTokenizer(std::string pattern) : pattern_(std::move(pattern)) {
   re_->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
 
+bool PreTokenizer::can_match_empty() const {
+  uint32_t min_length = 0;
+  return pcre2_pattern_info(re_->code, PCRE2_INFO_MINLENGTH, &min_length) != 0 || min_length == 0;
+}
+
 PreTokenizer::~PreTokenizer() = default;
 PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;

@@ -44,6 +44,9 @@ class PreTokenizer {
   PreTokenizer& operator=(PreTokenizer&&) noexcept;
 
   const std::string& pattern() const { return pattern_; }
+  // Whether PCRE2 finds a match of the pattern possible in an empty subject
+  // (its minimum match length is 0: `\s*`, `\b`, `(?=x)`).
+  bool can_match_empty() const;
 
   // Calls fn(piece) for each match of the pattern in `text`, left to right.
   // Bytes no match covers are skipped and empty matches yield nothing, as in

@@ -47,6 +47,11 @@ std::string assets_dir() {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<ByteTokenizer>();
+  // A path to a folder's tokenizer.json: the folder, read as when it is named
+  // (with the tokenizer_config.json, or the tokenizer.model, beside it).
+  const std::filesystem::path file(spec);
+  if (file.filename() == "tokenizer.json" && std::filesystem::is_regular_file(file))
+    return load_tokenizer(file.has_parent_path() ? file.parent_path().string() : ".");
   if (auto bpe = open_bpe_tokenizer(spec)) return bpe;
   if (spec.ends_with(".model")) return SentencePieceTokenizer::open(spec);
   // A Hugging Face tokenizer folder of a SentencePiece model (Llama 1/2, Mistral).
@@ -71,6 +76,15 @@ void store_tokenizer(const std::string& spec, const std::string& model_dir) {
     } else {
       fs::copy_file(spec, dst / fs::path(spec).filename());
       recorded = "./tokenizer/" + fs::path(spec).filename().string();
+      // A tokenizer JSON is read with files beside it: the config (eos and
+      // bos), the vocabulary of a Nekton one, the model it describes.
+      if (spec.ends_with(".json"))
+        for (const char* name : {"tokenizer_config.json", "tokenizer.model", "vocab.tiktoken",
+                                 "encoder.json", "vocab.bpe"}) {
+          const fs::path beside = fs::path(spec).parent_path() / name;
+          if (fs::is_regular_file(beside) && !fs::exists(dst / name))
+            fs::copy_file(beside, dst / name);
+        }
     }
   }
   write_file_atomic((fs::path(model_dir) / "tokenizer.txt").string(), recorded + "\n");

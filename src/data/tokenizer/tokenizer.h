@@ -73,6 +73,10 @@ void split_on_specials(std::string_view text,
 //                                              hf_tokenizer_json.h), or a folder
 //                                              with tokenizer.model
 //                                              (SentencePiece, as HF ships it)
+//   DIR/tokenizer.json                         the same as DIR
+//   FILE.json                                  a tokenizer.json under another
+//                                              name (Hugging Face's, with the
+//                                              tokenizer_config.json beside it)
 //   FILE.tiktoken                              tiktoken rank file (cl100k pattern
 //                                              unless the name says otherwise)
 //   FILE.model                                 SentencePiece model
@@ -80,7 +84,8 @@ void split_on_specials(std::string_view text,
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
 // Keeps the tokenizer with a saved model so that generation decodes with it:
-// files (a .model, a .tiktoken, a saved BPE folder) are copied into
+// files (a .model, a .tiktoken, a saved BPE folder; a tokenizer JSON with its
+// tokenizer_config.json) are copied into
 // MODEL_DIR/tokenizer/ and MODEL_DIR/tokenizer.txt records the spec to reopen
 // (relative to MODEL_DIR when it starts with "./"); names are recorded as is.
 void store_tokenizer(const std::string& spec, const std::string& model_dir);

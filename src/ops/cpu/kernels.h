@@ -4,8 +4,9 @@
 // those documented in ops.h; a kernel checks only what it reads from tensor
 // memory (token ids, targets, positions, slots, cu_seqlens), which the front
 // cannot see. The list is ops/kernel_list.h, shared with the CUDA backend
-// (ops/cuda/kernels.h); the NF4 and block-quantised kernels below are the
-// CPU's alone.
+// (ops/cuda/kernels.h); the NF4 and block-quantised kernels and rope_table
+// are the CPU's alone (ops/cpu/cpu_only_kernel_list.h). Both lists are
+// X-macro lists, expanded here as declarations.
 #pragma once
 #include <cstdint>
 
@@ -19,28 +20,10 @@ struct QuantWeight;
 
 namespace nk::ops::cpu {
 
+#define NK_KERNEL_DECL(ret, name, params) ret name params;
 #include "ops/kernel_list.h"
 
-// ---- NF4 (nf4.cc) ----
-void nf4_quantize(Nf4Weight& q, const Tensor& w);
-void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start);
-void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b);
-void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w);
-void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
-                           const Tensor& wpe, const Tensor& positions);
-
-// ---- quantised weights (quant.cc, quant_linear.cc, quant_dot.cc) ----
-void quant_quantize(QuantWeight& q, const Tensor& w);
-void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0);
-void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b);
-void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte);
-// ops/quant.h's quant_pack, in place (true when packed); quant_unpack: rows
-// (q's shape, row layout) <- a packed q's bytes and scale.
-bool quant_pack(QuantWeight& q);
-void quant_unpack(QuantWeight& rows, const QuantWeight& q);
-
-// ---- rotary table (rope.cc); the table is built in host memory only ----
-// Fills table f32[maxT, D].
-void rope_table(Tensor table, double theta);
+#define NK_KERNEL_DECL(ret, name, params) ret name params;
+#include "ops/cpu/cpu_only_kernel_list.h"
 
 }  // namespace nk::ops::cpu

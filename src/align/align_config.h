@@ -1,0 +1,39 @@
+// The align.* keys of `nekton align` (beside every train.*, model.*, peft.*
+// and data.tokenizer/chat_template key of the training recipe), named as
+// TRL's DPOConfig, KTOConfig, ORPOConfig and CPOConfig name them.
+#pragma once
+#include <map>
+#include <string>
+
+#include "align/preference_data.h"
+#include "align/preference_loss.h"
+#include "core/config_bind.h"
+
+namespace nk {
+
+// Where the reference log-probabilities come from (DPO, KTO).
+enum class ReferenceSource {
+  Precompute,  // one pass of the initial model over the data before training, kept in OUT_DIR
+  Copy,        // a frozen second copy of the initial model, run beside the policy
+  AdapterOff,  // the policy with its adapters switched off (LoRA, IA3, bottleneck)
+};
+
+struct AlignConfig {
+  std::string method = "dpo";  // dpo | ipo | hinge | kto | orpo | simpo
+  std::string loss_type = "sigmoid";
+  std::string reference = "auto";
+  PreferenceLossConfig loss;
+  std::string data_path, valid_path;
+  bool shuffle = true;
+  PreferenceDataOptions data;
+
+  void bind(ConfigBinder& b);
+  // Resolved after binding: nk::Error naming the key for a bad value.
+  // `adapters`: the policy trains adapters (peft.method) over a frozen base.
+  void check(bool adapters);
+  ReferenceSource reference_source = ReferenceSource::Precompute;
+  // The settings a resume must find unchanged, by key.
+  std::map<std::string, std::string> signature() const;
+};
+
+}  // namespace nk

@@ -1,0 +1,497 @@
+// The Transformer's weights: the parameter layout, construction and
+// initialisation, the arenas (masters, bf16 compute copy, gradients with their
+// bf16 staging) and the views every block reads; PipelineStage and tensor
+// parallel checks. The step is in transformer.cc, cached decode in
+// transformer_decode.cc.
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include "core/rng.h"
+#include "model/arch.h"
+#include "model/rope.h"
+
+namespace nk {
+
+namespace {
+
+std::string L(int64_t l, const char* name) {
+  return fmt::format("h.{}.{}", l, name);
+}
+
+// Zeroed storage for p's runs (zeros read back as zeros in every format).
+// nk::Error naming p when the runs do not cover its rows in whole fused parts.
+std::vector<ops::QuantWeight> quant_storage(const ParamInfo& p, const std::vector<QuantRun>& runs,
+                                            Device device) {
+  if (p.shape.size() != 2) fail("quantised parameter '{}' is not a matrix", p.name);
+  std::vector<ops::QuantWeight> out;
+  int64_t row = 0;
+  for (const QuantRun& r : runs) {
+    bool at_part = p.parts.empty() ? row == 0 : false;
+    for (const ParamPart& part : p.parts) at_part |= part.row0 == row;
+    if (!at_part || r.rows <= 0)
+      fail("quantised parameter '{}': a run of {} rows at row {} does not start a fused part",
+           p.name, r.rows, row);
+    ops::QuantWeight q = ops::QuantWeight::empty(r.type, {r.rows, p.shape[1]}, device);
+    q.data = Tensor::zeros(q.data.shape(), q.data.dtype(), device);
+    if (q.scale.defined()) q.scale = Tensor::zeros(q.scale.shape(), q.scale.dtype(), device);
+    out.push_back(q);
+    row += r.rows;
+  }
+  if (row != p.shape[0])
+    fail("quantised parameter '{}': runs cover {} of its {} rows", p.name, row, p.shape[0]);
+  return out;
+}
+
+}  // namespace
+
+bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const {
+  if (name == "wte") return embedding || (head && cfg.tied_embeddings);
+  if (name == "wpe") return embedding;
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return head;
+  if (name.starts_with("h.")) {
+    return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
+  }
+  return true;  // adapters' and the prompt's: only with the whole model
+}
+
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
+  if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
+  if (tp == 1) return;
+  const std::pair<const char*, int64_t> split[] = {{"model.n_head", cfg.n_head},
+                                                   {"model.n_kv_head", cfg.n_kv_head},
+                                                   {"model.d_ff", cfg.d_ff},
+                                                   {"model.vocab_size", cfg.vocab_size}};
+  for (const auto& [key, value] : split) {
+    if (value % tp == 0) continue;
+    if (std::string(key) == "model.vocab_size")
+      fail(
+          "model.vocab_size = {} is not divisible by parallel.tp = {} (the vocabulary is split "
+          "over the tensor-parallel ranks): pad it, e.g. model.vocab_size={}",
+          value, tp, (value + 128 * tp - 1) / (128 * tp) * (128 * tp));
+    fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)", key,
+         value, tp);
+  }
+}
+
+ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
+                                    FrozenWeights frozen_weights, const QuantPlan& quant) {
+  NK_CHECK(quant.empty() || frozen_weights == FrozenWeights::Quantized,
+           "a QuantPlan without FrozenWeights::Quantized");
+  if (frozen_weights == FrozenWeights::Quantized) {
+    std::vector<std::string> names;
+    for (const auto& [name, runs] : quant) names.push_back(name);
+    return model_layout(cfg, frozen, names);
+  }
+  ParamLayout layout = model_layout(cfg, frozen);
+  if (frozen_weights != FrozenWeights::Nf4) return layout;
+  // QLoRA's base: every frozen weight matrix but learned positions.
+  std::vector<std::string> quantized;
+  for (const ParamInfo& p : layout.params())
+    if (!p.trainable && !p.adapter && p.shape.size() == 2 && p.name != "wpe")
+      quantized.push_back(p.name);
+  return model_layout(cfg, frozen, quantized);
+}
+
+Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
+                         const std::vector<std::string>& frozen, Device device,
+                         FrozenWeights frozen_weights, const QuantPlan& quant,
+                         nn::TensorParallel tp, PipelineStage stage)
+    : cfg_(cfg),
+      compute_(compute),
+      device_(device),
+      frozen_weights_(frozen_weights),
+      tp_(tp),
+      stage_(stage),
+      global_layout_(layout_for(cfg, frozen, frozen_weights, quant)) {
+  // model_layout validated cfg (bounded shapes) before sizing anything.
+  NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
+           dtype_name(compute));
+  check_tensor_parallel(cfg_, tp_.size());
+  const bool whole = stage_.whole(cfg_);
+  for (const auto& [first, last] : stage_.ranges(cfg_))
+    NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
+             "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
+  if ((tp_.active() || !whole) && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
+    fail(
+        "tensor and pipeline parallelism need a model without adapters, its frozen weights held "
+        "as masters");
+  layout_ =
+      whole ? global_layout_
+            : global_layout_.subset([&](const ParamInfo& p) { return stage_.holds(cfg_, p.name); });
+  if (tp_.active()) layout_ = layout_.shard(tp_.size());
+  // f32 masters: every parameter, or only the trainable ones (in f32 compute
+  // the frozen dense ones too: their compute copy is the master).
+  const int64_t masters = frozen_weights == FrozenWeights::Master ? layout_.total()
+                          : compute == DType::F32                 ? layout_.dense_end()
+                                                                  : layout_.trainable_end();
+  params_ = Tensor::empty({masters}, DType::F32, device_);
+  grads_ = Tensor::empty({layout_.trainable_end()}, DType::F32, device_);
+  ops::fill(params_, 0.f);
+  zero_grads();
+  compute_params_ =
+      compute == DType::F32 ? params_ : Tensor::empty({layout_.dense_end()}, compute, device_);
+  if (compute_params_.raw() != params_.raw()) ops::fill(compute_params_, 0.f);
+  for (const ParamInfo& p : layout_.params()) {
+    if (!p.quantized) continue;
+    if (frozen_weights == FrozenWeights::Quantized) {
+      quant_[p.name] = quant_storage(p, quant.at(p.name), device_);
+      continue;
+    }
+    // All-zero storage reads back as zeros (scale and offset 0) until set.
+    ops::Nf4Weight q = ops::Nf4Weight::empty(p.shape, device_);
+    for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
+      *t = Tensor::zeros(t->shape(), t->dtype(), device_);
+    nf4_[p.name] = q;
+  }
+  // Each parameter draws from its own stream so that adding a parameter does
+  // not change the others' initial values. A tensor-parallel rank draws the
+  // whole parameter and keeps its shard.
+  std::vector<float> host, whole_value;
+  for (size_t i = 0; init != ParamInit::Zeros && i < global_layout_.params().size(); ++i) {
+    const ParamInfo& g = global_layout_.params()[i];
+    if (!layout_.has(g.name)) continue;  // another pipeline stage's
+    const ParamInfo& p = layout_.find(g.name);
+    if (init == ParamInit::Adapters && !p.adapter) continue;
+    whole_value.assign(size_t(g.numel()), g.init == Init::Ones ? 1.f : 0.f);
+    Rng rng(seed * 1000003ull + i);
+    if (g.init == Init::Normal)
+      for (auto& v : whole_value) v = float(rng.normal() * g.init_std);
+    if (g.init == Init::Uniform)
+      for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
+    if (tp_.active()) {
+      host.resize(size_t(p.numel()));
+      extract_shard(g, tp_.rank(), tp_.size(), sizeof(float), whole_value.data(), host.data());
+    } else {
+      host.swap(whole_value);
+    }
+    if (has_master(p))
+      ops::copy_from_host(ParamLayout::view(params_, p), host.data());
+    else if (device_ == kHost)  // no second f32 copy of (say) a 1 GiB embedding table
+      set_param(p, Tensor::from_blob(host.data(), p.shape, DType::F32));
+    else
+      set_param(p, ops::to_device(Tensor::from_blob(host.data(), p.shape, DType::F32), device_));
+  }
+  sync_compute_params();
+  const BlockSpec spec = cfg_.architecture().block();
+  // One table for training and the KV-cache path; scaled as the config says (model/rope.h).
+  if (!spec.learned_positions)
+    rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta,
+                                      cfg_.rope_scaling, cfg_.max_seq_len),
+                           device_);
+  bind_views();
+}
+
+void Transformer::sync_compute_params() {
+  if (compute_params_.raw() != params_.raw())
+    ops::convert(compute_params_.narrow0(0, params_.numel()), params_);
+}
+
+void Transformer::release_masters() {
+  NK_CHECK(compute_ == DType::BF16, "release_masters: a {} model's masters are its weights",
+           dtype_name(compute_));
+  params_ = Tensor::empty({0}, DType::F32, device_);
+}
+
+void Transformer::adopt_masters(Tensor masters) {
+  NK_CHECK(compute_ == DType::BF16 && masters.dtype() == DType::F32 && masters.ndim() == 1 &&
+               masters.is_contiguous() && masters.numel() <= layout_.dense_end() &&
+               masters.device() == device_,
+           "adopt_masters: {} for a {} model of {} dense elements", masters.desc(),
+           dtype_name(compute_), layout_.dense_end());
+  params_ = std::move(masters);
+}
+
+Tensor Transformer::param_f32(const ParamInfo& p) const {
+  if (has_master(p)) return ParamLayout::view(params_, p);
+  Tensor out = Tensor::empty(p.shape, DType::F32, device_);
+  if (p.quantized && quant_.count(p.name)) {
+    int64_t row = 0;
+    for (const ops::QuantWeight& q : quant_.at(p.name)) {
+      ops::quant_dequantize(out.narrow0(row, q.rows()), q);
+      row += q.rows();
+    }
+  } else if (p.quantized) {
+    ops::nf4_dequantize(out, nf4_.at(p.name));
+  } else {
+    ops::convert(out, ParamLayout::view(compute_params_, p));
+  }
+  return out;
+}
+
+void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
+  check_shape(src, p.shape, p.name.c_str());
+  if (p.quantized) {
+    Tensor f = src;
+    if (src.dtype() != DType::F32) {
+      f = Tensor::empty(p.shape, DType::F32, device_);
+      ops::convert(f, src);
+    }
+    if (auto it = quant_.find(p.name); it != quant_.end()) {
+      int64_t row = 0;
+      for (ops::QuantWeight& q : it->second) {
+        ops::quant_quantize(q, f.narrow0(row, q.rows()));
+        row += q.rows();
+      }
+      return;
+    }
+    ops::nf4_quantize(nf4_.at(p.name), f);
+    return;
+  }
+  if (has_master(p)) ops::convert(ParamLayout::view(params_, p), src);
+  if (compute_params_.raw() != params_.raw() || !has_master(p))
+    ops::convert(ParamLayout::view(compute_params_, p),
+                 has_master(p) ? ParamLayout::view(params_, p) : src);
+}
+
+Tensor Transformer::prompt_f32() const {
+  NK_CHECK(prompt_.active(), "prompt_f32: the model has no p-tuning prompt");
+  const PromptConfig& pc = cfg_.prompt;
+  nn::Prompt::Saved s =
+      nn::Prompt::saved_for(pc.virtual_tokens, cfg_.d_model, pc.encoder_hidden, compute_, device_);
+  const Tensor p = prompt_.forward(s);
+  Tensor f = Tensor::empty(p.shape(), DType::F32, device_);
+  ops::convert(f, p);
+  if (device_ == kHost) return f;
+  Tensor out = Tensor::empty(p.shape(), DType::F32);
+  ops::copy_to_host(f, out.data<float>());
+  return out;
+}
+
+size_t Transformer::weight_bytes() const {
+  size_t n = params_.nbytes();
+  if (compute_params_.raw() != params_.raw()) n += compute_params_.nbytes();
+  for (const auto& [name, q] : nf4_) n += q.nbytes();
+  for (const auto& [name, runs] : quant_)
+    for (const ops::QuantWeight& q : runs) n += q.nbytes();
+  return n;
+}
+
+void Transformer::zero_grads() {
+  ops::fill(grads_, 0.f);
+  if (grad_stage_.defined()) ops::fill(grad_stage_, 0.f);
+}
+
+int64_t GradStaging::unit_of(const ModelConfig& cfg, const std::string& name) {
+  if (name.starts_with("h.")) return std::stoll(name.substr(2, name.find('.', 2) - 2));
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return cfg.n_layer;
+  return cfg.n_layer + 1;  // wte, wpe, the prompt
+}
+
+GradStaging plan_grad_staging(const ModelConfig& cfg, const ParamLayout& layout) {
+  GradStaging g;
+  g.units.resize(size_t(cfg.n_layer + 2));
+  std::vector<int64_t> size(g.units.size(), 0);
+  auto add = [&](const ParamInfo& p, int64_t unit) {
+    g.units[size_t(unit)].push_back({p.offset, size[size_t(unit)], p.numel(), p.name});
+    size[size_t(unit)] += p.numel();
+  };
+  for (const ParamInfo& p : layout.params()) {
+    if (!p.trainable) continue;
+    add(p, GradStaging::unit_of(cfg, p.name));
+    if (p.name == "wte" && cfg.tied_embeddings) add(p, cfg.n_layer);  // the tied head's use
+  }
+  g.elems = *std::max_element(size.begin(), size.end());
+  return g;
+}
+
+void Transformer::set_grad_dtype(DType dtype) {
+  NK_CHECK(dtype == DType::F32 || dtype == DType::BF16, "gradients in {}", dtype_name(dtype));
+  staging_ = GradStaging();
+  grad_stage_ = Tensor();
+  if (dtype == DType::BF16) {
+    if (tp_.active() || !stage_.whole(cfg_))
+      fail("optim.grad_dtype=bf16: tensor and pipeline parallel layouts are not supported yet");
+    staging_ = plan_grad_staging(cfg_, layout_);
+    grad_stage_ = Tensor::empty({staging_.elems}, DType::F32, device_);
+  }
+  grads_ = Tensor::empty({layout_.trainable_end()}, dtype, device_);
+  zero_grads();
+  bind_views();
+}
+
+Tensor Transformer::grad_view(const ParamInfo& p, int64_t unit) const {
+  if (!grad_stage_.defined()) return ParamLayout::view(grads_, p);
+  for (const GradStaging::Span& s : staging_.units[size_t(unit)])
+    if (s.name == p.name) return grad_stage_.narrow0(s.stage, s.n).view(p.shape);
+  NK_CHECK(false, "grad_view: '{}' has no gradient in backward stage {}", p.name, unit);
+  return Tensor();
+}
+
+void Transformer::flush_grads(int64_t unit) {
+  if (!grad_stage_.defined()) return;
+  int64_t used = 0;
+  for (const GradStaging::Span& s : staging_.units[size_t(unit)]) {
+    ops::accumulate(grads_.narrow0(s.grad, s.n), grad_stage_.narrow0(s.stage, s.n));
+    used = std::max(used, s.stage + s.n);
+  }
+  if (used > 0) ops::fill(grad_stage_.narrow0(0, used), 0.f);
+}
+
+void Transformer::bind_views() {
+  const BlockSpec spec = cfg_.architecture().block();
+  auto w = [&](const std::string& n) {
+    const ParamInfo& p = layout_.find(n);
+    return p.quantized ? Tensor() : ParamLayout::view(compute_params_, p);
+  };
+  auto q = [&](const std::string& n) {
+    auto it = nf4_.find(n);
+    return it == nf4_.end() ? ops::Nf4Weight() : it->second;
+  };
+  auto runs = [&](const std::string& n) {
+    auto it = quant_.find(n);
+    return it == quant_.end() ? std::vector<ops::QuantWeight>() : it->second;
+  };
+  auto g = [&](const std::string& n) {
+    const ParamInfo& p = layout_.find(n);
+    return p.trainable ? grad_view(p, GradStaging::unit_of(cfg_, n)) : Tensor();
+  };
+  auto maybe = [&](const std::string& n, bool grad) {
+    if (!layout_.has(n)) return Tensor();
+    return grad ? g(n) : w(n);
+  };
+  auto linear = [&](const std::string& base) {
+    nn::Linear lin;
+    lin.w = w(base + ".weight");
+    lin.wq = q(base + ".weight");
+    lin.wquant = runs(base + ".weight");
+    lin.dw = g(base + ".weight");
+    lin.b = maybe(base + ".bias", false);
+    lin.db = maybe(base + ".bias", true);
+    return lin;
+  };
+  auto norm = [&](const std::string& base) {
+    nn::Norm n;
+    n.rms = spec.rms_norm;
+    n.eps = float(cfg_.norm_eps);
+    n.w = w(base + ".weight");
+    n.dw = g(base + ".weight");
+    n.b = maybe(base + ".bias", false);
+    n.db = maybe(base + ".bias", true);
+    return n;
+  };
+  // Adapters (model/peft.h): each LoRA target's A and B, each IA3 scale, on its layer.
+  std::map<std::string, nn::Lora> loras;
+  for (const AdaptedModule& t : lora_targets(cfg_)) {
+    nn::Lora& lo = loras[t.linear];
+    lo.rank = cfg_.lora.rank;
+    lo.scale = float(cfg_.lora.scale());
+    lo.dropout = float(cfg_.lora.dropout);
+    lo.id = loras.size();
+    lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), t.col0});
+  }
+  std::map<std::string, nn::Ia3> ia3s;
+  for (const AdaptedModule& t : ia3_targets(cfg_)) {
+    nn::Ia3& s = ia3s[t.linear];
+    if (t.feedforward) {
+      s.in = w(t.ia3_name());
+      s.din = g(t.ia3_name());
+    } else {
+      s.out.push_back({w(t.ia3_name()), g(t.ia3_name()), t.col0});
+    }
+  }
+  std::map<std::string, nn::Bottleneck> bottlenecks;
+  for (const AdaptedModule& t : bottleneck_targets(cfg_)) {
+    nn::Bottleneck& a = bottlenecks[t.linear];
+    a.ln_w = w(t.adapter_name("ln.weight"));
+    a.ln_b = w(t.adapter_name("ln.bias"));
+    a.w_in = w(t.adapter_name("linear_in.weight"));
+    a.w_out = w(t.adapter_name("linear_out.weight"));
+    a.dln_w = g(t.adapter_name("ln.weight"));
+    a.dln_b = g(t.adapter_name("ln.bias"));
+    a.dw_in = g(t.adapter_name("linear_in.weight"));
+    a.dw_out = g(t.adapter_name("linear_out.weight"));
+    a.eps = float(kBottleneckNormEps);
+  }
+  auto adapted = [&](const std::string& base) {
+    nn::Linear lin = linear(base);
+    if (auto it = loras.find(base); it != loras.end()) lin.lora = it->second;
+    if (auto it = ia3s.find(base); it != ia3s.end()) lin.ia3 = it->second;
+    if (auto it = bottlenecks.find(base); it != bottlenecks.end()) lin.bottleneck = it->second;
+    return lin;
+  };
+  // Tensor parallel: this rank's heads, MLP units and vocabulary rows; a
+  // row-parallel layer's bias is added once, by tp rank 0, before the group
+  // sums its partial outputs (the other ranks hold it and its gradient).
+  const int64_t t = tp_.size();
+  auto row_parallel = [&](nn::Linear lin) {
+    if (tp_.rank() != 0) lin.b = Tensor();
+    return lin;
+  };
+  embed_ = nn::Embedding();
+  embed_.tp = tp_;
+  embed_.vocab_start = tp_.rank() * (cfg_.vocab_size / t);
+  if (layout_.has("wte")) {  // a pipeline stage without the embedding nor a tied head has none
+    embed_.wte = w("wte");
+    embed_.wte_q = q("wte");
+    if (std::vector<ops::QuantWeight> r = runs("wte"); !r.empty()) embed_.wte_quant = r[0];
+    embed_.dwte = g("wte");
+  }
+  embed_.wpe = maybe("wpe", false);
+  embed_.dwpe = maybe("wpe", true);
+  blocks_.clear();
+  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
+    Block b;
+    if (!stage_.holds_layer(cfg_, l)) {  // another pipeline stage's
+      blocks_.push_back(b);
+      continue;
+    }
+    b.norm1 = norm(L(l, "ln1"));
+    b.norm2 = norm(L(l, "ln2"));
+    b.attn.qkv = adapted(L(l, "attn.qkv"));
+    b.attn.proj = row_parallel(adapted(L(l, "attn.proj")));
+    b.attn.n_head = cfg_.n_head / t;
+    b.attn.n_kv_head = cfg_.n_kv_head / t;
+    b.attn.tp = tp_;
+    b.attn.head_dim = cfg_.head_dim();
+    b.attn.window = cfg_.sliding_window;
+    b.attn.rope = rope_;
+    b.mlp.up = adapted(L(l, "mlp.up"));
+    b.mlp.down = row_parallel(adapted(L(l, "mlp.down")));
+    b.mlp.swiglu = spec.swiglu;
+    b.mlp.tp = tp_;
+    blocks_.push_back(b);
+  }
+  prompt_ = nn::Prompt();
+  if (cfg_.prompt.enabled()) {
+    prompt_.table = w(kPromptTable);
+    prompt_.dtable = g(kPromptTable);
+    const std::vector<std::string> mlp = prompt_encoder_layers();
+    for (size_t i = 0; i < mlp.size() && cfg_.prompt.encoder_hidden > 0; ++i)
+      prompt_.mlp[i] = linear(mlp[i]);
+  }
+  norm_f_ = nn::Norm();
+  head_ = nn::Linear();
+  if (stage_.head) norm_f_ = norm("ln_f");
+  if (stage_.head && cfg_.tied_embeddings) {
+    head_.w = embed_.wte;
+    head_.wq = embed_.wte_q;
+    if (embed_.wte_quant.defined()) head_.wquant = {embed_.wte_quant};
+    if (embed_.dwte.defined()) head_.dw = grad_view(layout_.find("wte"), head_unit());
+  } else if (stage_.head) {
+    head_ = linear("lm_head");
+  }
+  loss_.tp = tp_;
+  loss_.vocab_start = embed_.vocab_start;
+  loss_.ignore_index = kIgnoreIndex;
+}
+
+std::vector<Tensor> Transformer::sequence_parallel_grads() const {
+  std::vector<Tensor> out;
+  if (!tp_.sp()) return out;
+  auto add = [&](const nn::Norm& n) {
+    for (const Tensor& g : {n.dw, n.db})
+      if (g.defined()) out.push_back(g);
+  };
+  for (const Block& b : blocks_) {  // (another pipeline stage's blocks hold nothing)
+    add(b.norm1);
+    add(b.norm2);
+  }
+  add(norm_f_);
+  return out;
+}
+
+}  // namespace nk

@@ -1,0 +1,18 @@
+#include "train/train_objective.h"
+
+namespace nk {
+
+TrainData LmObjective::data(const TrainConfig& cfg) {
+  return build_train_data(cfg);
+}
+
+double LmObjective::train_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                                      float grad_scale) {
+  return model.forward_backward(a, batch.tokens, batch.targets, grad_scale, batch.packed);
+}
+
+double LmObjective::eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) {
+  return model.forward_loss(a, batch.tokens, batch.targets, batch.packed);
+}
+
+}  // namespace nk

@@ -1,0 +1,93 @@
+// What the Trainer minimises, one micro-batch at a time: the seam between the
+// training loop (data order, accumulation, clipping, AdamW, checkpoints,
+// resume, metrics, signals, export) and the loss. The default is the language
+// model's token-mean cross-entropy (Transformer::forward_backward); the
+// preference objectives of src/align supply their own, so a higher layer
+// plugs in without the loop knowing it.
+#pragma once
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/transformer.h"
+#include "train/train_data.h"
+
+namespace nk {
+
+// One micro-batch as the loop loaded it: i32 [B, T] on the model's device,
+// their host copies, the packed rows' boundaries (or null) and the dataset
+// index of row 0's sample (row b is sample first_sample + b).
+struct MicroBatch {
+  const Tensor& tokens;
+  const Tensor& targets;
+  const Tensor& host_tokens;
+  const Tensor& host_targets;
+  const PackedBatchInfo* packed = nullptr;
+  int64_t first_sample = 0;
+};
+
+// Named figures for the log line and metrics.jsonl ("rewards/chosen", ...).
+using ObjectiveMetrics = std::vector<std::pair<std::string, double>>;
+
+// Where the objective runs, given by the Trainer before prepare(). One
+// process: the defaults. Data parallel: `writes` on rank 0 only; `whole_model`
+// false where the model's weights are sharded (FSDP), so prepare() must not run
+// it; `sum_over_ranks` sums numbers over the data-parallel ranks in place
+// (collective: every rank calls it at the same point).
+struct ObjectiveRanks {
+  bool writes = true;
+  bool whole_model = true;
+  std::function<void(std::span<double>)> sum_over_ranks = [](std::span<double>) {};
+};
+
+class TrainObjective {
+ public:
+  virtual ~TrainObjective() = default;
+  void set_ranks(ObjectiveRanks r) { ranks_ = std::move(r); }
+  // The datasets to read (the default objective: build_train_data(cfg)).
+  virtual TrainData data(const TrainConfig& cfg) = 0;
+  // Once before the first step of run(), with the model as built or resumed
+  // (`fresh`: no step taken yet, so it holds the initial weights) and
+  // OUT_DIR created: work the objective does before training.
+  virtual void prepare(Transformer& /*model*/, bool /*fresh*/) {}
+  // Forward, loss and backward of one training micro-batch: gradients
+  // ACCUMULATE d(loss * grad_scale) / d params. Returns the micro-batch loss.
+  virtual double train_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                                   float grad_scale) = 0;
+  // The loss of one validation micro-batch (a forward only).
+  virtual double eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) = 0;
+  // The figures gathered since the last call (training micro-batches, or
+  // with `eval` the validation ones), averaged; cleared. None by default.
+  // Training figures are means over every rank's micro-batches (collective
+  // under data parallelism); validation ones: every rank reads the same.
+  virtual ObjectiveMetrics take_metrics(bool /*eval*/) { return {}; }
+
+  // The staged form data parallelism runs (DistributedDataParallel, whose
+  // hooks gather weights and start gradient reductions between the stages):
+  // a micro-batch after the caller ran the embedding and blocks forward;
+  // `train` ends with the head's backward (Transformer::head_row_backward),
+  // leaving a.dres for the caller's blocks and embedding backward. Returns
+  // the loss. Objectives without it (staged() false) run on one process.
+  virtual bool staged() const { return false; }
+  virtual double head_micro_batch(Transformer& /*model*/, Activations& /*a*/,
+                                  const MicroBatch& /*batch*/, float /*grad_scale*/,
+                                  bool /*train*/) {
+    fail("this training objective has no staged form (it runs on one process)");
+  }
+
+ protected:
+  ObjectiveRanks ranks_;
+};
+
+// Language modelling: the mean cross-entropy over the non-ignored targets.
+class LmObjective : public TrainObjective {
+ public:
+  TrainData data(const TrainConfig& cfg) override;
+  double train_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                           float grad_scale) override;
+  double eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) override;
+};
+
+}  // namespace nk

@@ -1,0 +1,172 @@
+// Every preference loss and its gradient against an independent float64
+// PyTorch reference (tests/align/preference_reference.py, from the papers'
+// and TRL's formulas): a tiny Llama and a tiny GPT-2, one micro-batch of
+// preference rows through PreferenceObjective (the path `nekton align`
+// runs), 5 AdamW steps with clipping; every step's loss and every final
+// weight within 1e-4 relative (per tensor, max |ours - torch| / max |torch|).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "align/preference_objective.h"
+#include "ckpt/model_io.h"
+#include "ckpt/safetensors.h"
+#include "core/atomic_file.h"
+#include "core/rng.h"
+#include "data/dataset/data_loader.h"
+#include "model/parity_steps.h"
+#include "model/tiny_config.h"
+#include "tensor_util.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Two examples of random tokens: prompts of 3-5 tokens, completions of
+// different lengths, the rows padded to T = 16.
+std::shared_ptr<PreferenceData> random_pairs(int64_t vocab, bool kto) {
+  auto d = std::make_shared<PreferenceData>();
+  d->path = "random";
+  Rng rng(11);
+  const int64_t lens[4][3] = {{4, 6, 9}, {3, 11, 5}, {5, 7, 7}, {3, 9, 4}};
+  for (int e = 0; e < 2; ++e) {
+    std::vector<int32_t> prompt;
+    for (int64_t k = 0; k < lens[e][0]; ++k) prompt.push_back(int32_t(rng.below(uint64_t(vocab))));
+    for (int side = 0; side < 2; ++side) {
+      std::vector<int32_t> t = prompt;
+      std::vector<uint8_t> m(prompt.size(), 0);
+      for (int64_t k = 0; k < lens[e][1 + side]; ++k) {
+        t.push_back(int32_t(rng.below(uint64_t(vocab))));
+        m.push_back(1);
+      }
+      d->tokens.push_back(t);
+      d->trained.push_back(m);
+    }
+    d->line.push_back(e + 1);
+    if (kto) d->desirable.push_back(e == 0);
+  }
+  return d;
+}
+
+struct Method {
+  std::string name, method, loss_type = "sigmoid";
+  double beta = 0.1, label_smoothing = 0, rpo_alpha = 0, simpo_gamma = 0.5, cpo_alpha = 0;
+  double desirable_weight = 1, undesirable_weight = 1;
+};
+
+void run_parity(const ModelConfig& mc, const Method& m, const std::string& tag) {
+  const int64_t B = 4, T = 16;
+  const fs::path dir = fs::path(NK_BINARY_DIR) / "align_parity" / (tag + "_" + m.name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrainConfig cfg;
+  cfg.model = mc;
+  cfg.dtype = DType::F32;
+  cfg.seq_len = T;
+  cfg.micro_batch = cfg.global_batch = B;
+  cfg.seed = 42;
+  cfg.out_dir = (dir / "run").string();
+  fs::create_directories(cfg.out_dir);
+  AlignConfig ac;
+  ac.method = m.method;
+  ac.loss_type = m.loss_type;
+  ac.loss.beta = m.beta;
+  ac.loss.label_smoothing = m.label_smoothing;
+  ac.loss.rpo_alpha = m.rpo_alpha;
+  ac.loss.simpo_gamma = m.simpo_gamma;
+  ac.loss.cpo_alpha = m.cpo_alpha;
+  ac.loss.desirable_weight = m.desirable_weight;
+  ac.loss.undesirable_weight = m.undesirable_weight;
+  ac.data_path = "random";
+  ac.shuffle = false;
+  ac.check(false);
+  const bool kto = ac.loss.method == PreferenceMethod::Kto;
+  auto data = random_pairs(mc.vocab_size, kto);
+
+  Transformer model(mc, DType::F32, cfg.seed);
+  save_model((dir / "model").string(), model);
+  PreferenceObjective obj(cfg, ac, data, nullptr, 0);
+  const TrainData td = obj.data(cfg);
+  DataLoader loader(td.train, B, mc.vocab_size);
+  Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+  Tensor pos = Tensor::empty({B, T}, DType::I32), cu = Tensor::empty({B, 2}, DType::I32);
+  loader.next(tokens, targets, pos, cu);
+  std::vector<std::pair<std::string, Tensor>> batch = {{"tokens", tokens}, {"targets", targets}};
+  if (kto) batch.emplace_back("labels", test::f32_tensor({1.f, 0.f}));
+  save_safetensors((dir / "batch.safetensors").string(), batch);
+  write_file_atomic(
+      (dir / "settings.json").string(),
+      fmt::format(R"({{"method": "{}", "loss_type": "{}", "beta": {}, "label_smoothing": {},
+ "rpo_alpha": {}, "simpo_gamma": {}, "cpo_alpha": {}, "desirable_weight": {},
+ "undesirable_weight": {}}})",
+                  ac.method, ac.loss_type, m.beta, m.label_smoothing, m.rpo_alpha, m.simpo_gamma,
+                  m.cpo_alpha, m.desirable_weight, m.undesirable_weight));
+
+  obj.prepare(model, true);
+  Activations acts(model, B, T, true);
+  // AdamW divides each gradient by its own running size, so a weight whose
+  // gradient is tiny (0 in exact arithmetic, as GPT-2's key biases: softmax
+  // ignores a shift of every score) takes a step set by f32 rounding noise:
+  // +-lr / 2 with eps = 1e-8. The weights would then compare noise. With
+  // eps = 1e-3 a gradient's rounding error moves a weight by at most
+  // lr x error / eps, and the comparison checks the gradients themselves
+  // (they reach 6e-3 here, so the larger ones still take Adam's steps).
+  test::ParitySteps ps;
+  ps.adamw.eps = 1e-3;
+  AdamW opt(model, ps.adamw);
+  std::vector<float> losses;
+  for (int64_t s = 0; s < ps.steps; ++s) {
+    model.zero_grads();
+    losses.push_back(float(
+        obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
+    const double norm = std::sqrt(ops::sum_squares(model.grads()));
+    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
+  }
+  write_file_atomic((dir / "optim.json").string(),
+                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
+ "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
+                                ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
+                                ps.adamw.weight_decay, ps.clip, ps.steps));
+  std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", test::f32_tensor(losses)}};
+  for (const ParamInfo& p : model.layout().params()) {
+    Tensor w = Tensor::empty(p.shape, DType::F32);
+    ops::convert(w, ParamLayout::view(model.params(), p));
+    out.emplace_back("weight." + p.name, w);
+  }
+  save_safetensors((dir / "nekton.safetensors").string(), out);
+  test::expect_python_reference_passes("align/preference_reference.py", dir, tag + " " + m.name);
+}
+
+std::vector<Method> methods() {
+  return {
+      {.name = "dpo_cdpo_rpo", .method = "dpo", .label_smoothing = 0.1, .rpo_alpha = 0.5},
+      {.name = "dpo_robust", .method = "dpo", .loss_type = "robust", .label_smoothing = 0.2},
+      {.name = "hinge", .method = "hinge", .beta = 0.05},  // the hinge stays active
+      {.name = "ipo", .method = "ipo"},
+      {.name = "kto", .method = "kto", .desirable_weight = 1.0, .undesirable_weight = 1.5},
+      {.name = "orpo", .method = "orpo"},
+      {.name = "simpo", .method = "simpo", .beta = 2.0, .cpo_alpha = 0.3},
+  };
+}
+
+class PreferenceParity : public ::testing::TestWithParam<Method> {};
+
+TEST_P(PreferenceParity, TinyLlama) {
+  ModelConfig c = test::tiny_config(true, 97, 32);
+  c.init_std = 0.02;
+  run_parity(c, GetParam(), "llama");
+}
+
+TEST_P(PreferenceParity, TinyGpt2) {
+  ModelConfig c = test::tiny_config(false, 97, 32);
+  c.init_std = 0.02;
+  run_parity(c, GetParam(), "gpt2");
+}
+
+INSTANTIATE_TEST_SUITE_P(Losses, PreferenceParity, ::testing::ValuesIn(methods()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace nk

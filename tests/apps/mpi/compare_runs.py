@@ -1,0 +1,54 @@
+# Compares runs of the tests/apps/mpi scripts with a one-process run:
+#   compare_runs.py WORK REFERENCE RUN...
+# Each RUN's metrics.jsonl losses (and figures, when logged) must equal the
+# reference's at every step within 1e-5 (relative; absolute below 1), and its exported
+# OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32).
+import json
+import struct
+import sys
+
+import numpy as np
+
+
+def records(run):
+    return {r["step"]: r for r in map(json.loads, open(f"{run}/metrics.jsonl"))}
+
+
+def weights(run):
+    with open(f"{run}/model/model.safetensors", "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", (run, name, t["dtype"])
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype=np.float32)
+    return out
+
+
+work, ref, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+want = records(f"{work}/{ref}")
+want_w = weights(f"{work}/{ref}")
+keys = sorted({k for r in want.values() for k in r
+               if k.removeprefix("val_") in ("loss", "kl", "nll_loss") or "/" in k})
+for run in runs:
+    got = records(f"{work}/{run}")
+    assert sorted(got) == sorted(want), (run, sorted(got), sorted(want))
+    for s in sorted(want):
+        for k in keys:
+            a, b = got[s].get(k), want[s].get(k)
+            if b is None or b != b:  # not logged at this step (NaN)
+                assert a is None or a != a, f"{run} step {s} {k}: {a}, one process none"
+                continue
+            # Relative, or absolute below 1: the rewards are beta times a
+            # difference of log-probabilities some 100 times larger.
+            rel = abs(a - b) / max(abs(b), 1.0)
+            assert rel <= 1e-5, f"{run} step {s} {k}: {a} vs one process {b} (relative {rel:.2e})"
+    got_w = weights(f"{work}/{run}")
+    assert sorted(got_w) == sorted(want_w), (run, sorted(set(got_w) ^ set(want_w)))
+    worst = max(float(np.max(np.abs(got_w[n] - want_w[n]))) for n in want_w)
+    assert worst <= 1e-5, f"{run}: final weights differ from one process by {worst:.2e}"
+    print(f"{run}: {len(want)} steps ({', '.join(keys)}) within 1e-5, weights within {worst:.1e}")
