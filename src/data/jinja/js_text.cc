@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 
 #include "core/error.h"
 
@@ -271,17 +270,23 @@ void json_quote(std::string_view s, bool ensure_ascii, std::string& out) {
 }
 
 int locale_compare(std::string_view a, std::string_view b) {
-  static std::once_flag once;
-  static UCollator* coll = nullptr;
-  std::call_once(once, [] {
-    UErrorCode status = U_ZERO_ERROR;
-    coll = ucol_open("", &status);
-    if (U_FAILURE(status)) coll = nullptr;
-  });
-  if (!coll) return a.compare(b);
+  // One collator per thread: a UCollator is not to be shared while in use.
+  struct Collator {
+    UCollator* c = nullptr;
+    Collator() {
+      UErrorCode status = U_ZERO_ERROR;
+      c = ucol_open("", &status);
+      if (U_FAILURE(status)) c = nullptr;
+    }
+    ~Collator() {
+      if (c) ucol_close(c);
+    }
+  };
+  thread_local const Collator coll;
+  if (!coll.c) return a.compare(b);
   UErrorCode status = U_ZERO_ERROR;
   const UCollationResult r =
-      ucol_strcollUTF8(coll, a.data(), int32_t(a.size()), b.data(), int32_t(b.size()), &status);
+      ucol_strcollUTF8(coll.c, a.data(), int32_t(a.size()), b.data(), int32_t(b.size()), &status);
   if (U_FAILURE(status)) return a.compare(b);
   return r == UCOL_LESS ? -1 : r == UCOL_GREATER ? 1 : 0;
 }
