@@ -4,12 +4,14 @@
 // (infer/perplexity.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
 #include "apps/token_json.h"
 #include "ckpt/model_io.h"
+#include "ckpt/model_vocab.h"
 #include "core/atomic_file.h"
 #include "core/config_bind.h"
 #include "core/log.h"
@@ -18,6 +20,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "infer/model_source.h"
 #include "infer/perplexity.h"
+#include "infer/sampler.h"
 
 namespace nk {
 
@@ -54,7 +57,7 @@ struct EvalKeys {
   }
 };
 
-std::vector<int32_t> load_tokens(const EvalKeys& k) {
+std::vector<int32_t> load_tokens(const EvalKeys& k, const Tokenizer& tok) {
   if (k.text.empty() == k.data_prefix.empty())
     fail("eval.text: give exactly one of eval.text=FILE and eval.data_prefix=PREFIX");
   std::vector<int32_t> ids;
@@ -76,22 +79,23 @@ std::vector<int32_t> load_tokens(const EvalKeys& k) {
     }
     return ids;
   }
-  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
   std::string bytes;
   try {
     bytes = read_text_file(k.text);
   } catch (const Error& e) {
     throw e.with_context("eval.text");
   }
-  tok->encode(bytes, ids);
+  tok.encode(bytes, ids);
   if (k.max_tokens > 0 && int64_t(ids.size()) > k.max_tokens) ids.resize(size_t(k.max_tokens));
   return ids;
 }
 
-// What both evaluations read: the keys, the tokens to score and the model.
+// What both evaluations read: the keys, the tokens to score, the tokenizer
+// and the model.
 struct EvalInputs {
   EvalKeys k;
   std::vector<int32_t> ids;
+  std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Transformer> model;
 };
 
@@ -104,12 +108,32 @@ EvalInputs eval_inputs(const CommandArgs& a, const ConfigSchema& schema) {
   if (k.model.empty()) fail("eval.model: no model folder given (eval.model=DIR)");
   if (k.max_tokens < 0) fail("eval.max_tokens: must be >= 0, got {}", k.max_tokens);
   if (k.ppl.window < 0) fail("eval.window: must be >= 0, got {}", k.ppl.window);
-  in.ids = load_tokens(k);
+  // The settings first, before anything is read: a typo is told at once.
+  if (k.format != "text" && k.format != "jsonl")
+    fail("eval.format: must be text or jsonl, got '{}'", k.format);
+  if (k.top_k < 0 || k.top_k > kMaxTopLogprobs)
+    fail("eval.top_k: {} must be in [0, {}]", k.top_k, kMaxTopLogprobs);
+  in.tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
+  in.ids = load_tokens(k, *in.tok);
   if (in.ids.size() < 2) {
     const char* key = k.max_tokens > 0 && k.max_tokens < 2 ? "eval.max_tokens"
                       : k.text.empty()                     ? "eval.data_prefix"
                                                            : "eval.text";
     fail("{}: {} token(s) to score; scoring needs at least 2", key, in.ids.size());
+  }
+  // Before the weights are read: a model with fewer rows than the tokenizer
+  // has ids is the wrong pairing; more are padding (ckpt/model_vocab.h).
+  // Token ids read from eval.data_prefix with no tokenizer named or saved
+  // need none (bytes is only the default for printing them).
+  const bool implicit = k.tokenizer.empty() && stored_tokenizer(k.model).empty();
+  if (!k.text.empty() || !implicit) {
+    try {
+      check_model_vocab(read_model_config(k.model).vocab_size,
+                        fmt::format("model folder '{}'", k.model), in.tok->vocab_size(),
+                        tokenizer_source(k.tokenizer, k.model, "eval.tokenizer"));
+    } catch (const Error& e) {
+      throw e.with_context("eval.model");
+    }
   }
   in.model = load_model(k.model, parse_dtype(k.dtype), a.allow_nonfinite, k.device);
   return in;
@@ -178,17 +202,16 @@ int eval_logprobs(const CommandArgs& a) {
   }
   EvalInputs in = eval_inputs(a, schema);
   const EvalKeys& k = in.k;
-  if (k.format != "text" && k.format != "jsonl")
-    fail("eval.format: must be text or jsonl, got '{}'", k.format);
-  std::unique_ptr<Tokenizer> tok = load_model_tokenizer(k.tokenizer, k.model, "eval.tokenizer");
+  const Tokenizer& tok = *in.tok;
   const std::vector<ScoredToken> scores =
-      token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_log());
+      token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_log(),
+                     std::min(tok.vocab_size(), in.model->config().vocab_size));
   std::string jsonl;
   double sum = 0;
   for (const ScoredToken& s : scores) {
     nlohmann::ordered_json j;
     j["position"] = s.position;
-    j = logprob_json(std::move(j), *tok, s.id, s.logprob, s.top);
+    j = logprob_json(std::move(j), tok, s.id, s.logprob, s.top);
     jsonl += j.dump() + "\n";
     sum += s.logprob;
     if (k.format == "text") fmt::print("{}\n", logprob_line(s.position, j));

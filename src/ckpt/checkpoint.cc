@@ -531,11 +531,16 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
     const std::string name = prefix + p.name;
     const DType stored = file.entry(name).dtype;
     const auto ranges = shard_ranges(layout.find(p.name), rank, n);
+    // A shard ending in vocabulary padding: the slices leave the padding rows zero.
+    int64_t held = 0;
+    for (const SliceRange& r : ranges) held += r.len;
+    const bool padded = ranges.empty() || (ranges[0].dim == 0 && held < p.shape[0]);
     if (stored == DType::F32) {
+      if (padded) ops::fill(ParamLayout::view(flat, p), 0.f);
       file.read_slices_into(name, ranges, ParamLayout::view(flat, p));
       continue;
     }
-    Tensor t = Tensor::empty(p.shape, stored);
+    Tensor t = padded ? Tensor::zeros(p.shape, stored) : Tensor::empty(p.shape, stored);
     file.read_slices_into(name, ranges, t);
     ops::convert(ParamLayout::view(flat, p), t);
   }

@@ -87,6 +87,13 @@ GgufVocab from_sentencepiece(const SentencePieceTokenizer& sp) {
 
 GgufVocab from_bpe(const BpeTokenizer& bpe) {
   const BpeVocab& bv = bpe.vocab();
+  // llama.cpp's gpt2 tokenizer applies no normalizer: the file would encode
+  // other ids than the model was trained on.
+  if (!bv.normalizer.empty())
+    fail(
+        "the BPE tokenizer '{}' has a normalizer ({}) that llama.cpp's GGUF tokenizer does not "
+        "apply; pass --tokenizer SPEC with one that has a GGUF form",
+        bv.name, bv.normalizer);
   GgufVocab v;
   v.model = "gpt2";
   v.pre = pre_tokenizer_name(bv.pattern);

@@ -52,6 +52,7 @@ class PathTracker : public nlohmann::json_sax<nlohmann::json> {
     const std::string what = e.what();
     if (e.id == 406) {
       f.what = fmt::format("the number {} is beyond a double's range", token);
+      f.token_size = token.size();
     } else {
       // "[json.exception.parse_error.101] parse error at line 1, column 5:
       // syntax error while parsing value - invalid literal; last read: 'x'":
@@ -101,9 +102,13 @@ std::optional<JsonFault> json_fault(std::string_view text) {
   nlohmann::json::sax_parse(text, &t);
   if (!t.fault) return std::nullopt;
   JsonFault f = *t.fault;
-  // The parser's position is a count of bytes read (one past the byte it
-  // stopped at); the line and column are those of that byte.
-  const size_t at = std::min(text.size(), f.byte > 0 ? f.byte - 1 : 0);
+  // f.byte holds the parser's count of bytes read; the place named is the
+  // first byte of the offending token (a number too large), else the byte the
+  // parser stopped at.
+  const size_t read = std::min(text.size(), f.byte);
+  const size_t at =
+      read >= f.token_size && f.token_size > 0 ? read - f.token_size : (read > 0 ? read - 1 : 0);
+  f.byte = at + 1;
   f.line = 1 + size_t(std::count(text.begin(), text.begin() + ptrdiff_t(at), '\n'));
   size_t start = 0;
   if (at > 0) {
@@ -123,7 +128,7 @@ nlohmann::json parse_json(const std::string& text, const std::string& where) {
   }
   const std::optional<JsonFault> f = json_fault(text);
   if (!f) fail("{}: not valid JSON", where);  // the two parsers disagree: never seen
-  fail("{}:{}:{}: not valid JSON (byte {}{}): {}", where, f->line, f->column, f->byte,
+  fail("{}:{}: not valid JSON (column {}, byte {}{}): {}", where, f->line, f->column, f->byte,
        f->path.empty() ? std::string() : ", key '" + f->path + "'", f->what);
 }
 

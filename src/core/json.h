@@ -20,7 +20,8 @@ namespace nk {
 // `a.b[2]`, "" at the top) and what, never the JSON library's internal
 // wording ("[json.exception.parse_error.101] ...").
 struct JsonFault {
-  size_t byte = 0, line = 1, column = 1;
+  size_t byte = 0, line = 1, column = 1;  // byte: 1-based, as line and column
+  size_t token_size = 0;                  // of a number too large, else 0
   std::string path;
   std::string what;  // "the number 1e400 is beyond a double's range", "syntax error ..."
   // "LINE:COLUMN (key 'PATH'): WHAT", for messages that put the file before it.
@@ -29,9 +30,9 @@ struct JsonFault {
 // nullopt when `text` is valid JSON.
 std::optional<JsonFault> json_fault(std::string_view text);
 
-// nk::Error "WHERE:LINE:COLUMN: not valid JSON (key 'n_layer'): the number
-// 1e400 is beyond a double's range" on a syntax error, and on a number beyond
-// a double's range (json_fault).
+// nk::Error "WHERE:LINE: not valid JSON (column C, byte B, key 'n_layer'): the
+// number 1e400 is beyond a double's range" on a syntax error, and on a number
+// beyond a double's range (json_fault).
 nlohmann::json parse_json(const std::string& text, const std::string& where);
 // As parse_json, and nk::Error "WHERE: expected a JSON object" unless it is one.
 nlohmann::json parse_json_object(const std::string& text, const std::string& where);

@@ -72,13 +72,31 @@ struct Generator::Sequence {
   size_t stop_len = 0;                      // longest stop string
   size_t emitted = 0;                       // bytes of text passed on in events
   bool done = false;
-  explicit Sequence(const SamplingConfig& c) : sampler(c) {}
+  Sequence(const SamplingConfig& c, int64_t vocab) : sampler(c, vocab) {}
 };
+
+namespace {
+
+// The ids sampled and reported: the tokenizer's (Sampler: a model's rows past
+// them are padding), or every row of the model without a tokenizer.
+int64_t token_vocab(const Transformer& model, const Tokenizer* tok) {
+  const int64_t V = model.config().vocab_size;
+  if (!tok) return V;
+  if (tok->vocab_size() > V)
+    fail(
+        "generate: the tokenizer has {} ids, more than the model's vocabulary of {} rows (not "
+        "the model's tokenizer?)",
+        tok->vocab_size(), V);
+  return tok->vocab_size();
+}
+
+}  // namespace
 
 Generator::Generator(Transformer& model, const Tokenizer* tok, int64_t batch_size,
                      int64_t prefill_chunk, int64_t max_len)
     : model_(model),
       tok_(tok),
+      vocab_(token_vocab(model, tok)),
       batch_(batch_size),
       chunk_(prefill_chunk),
       auto_size_(max_len == 0) {
@@ -94,6 +112,7 @@ Generator::Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<S
                      int64_t batch_size)
     : model_(model),
       tok_(tok),
+      vocab_(token_vocab(model, tok)),
       batch_(batch_size),
       chunk_(0),
       auto_size_(false),
@@ -109,9 +128,13 @@ void Generator::check(const GenerationRequest& r, const std::string& name) const
   const ModelConfig& c = model_.config();
   if (r.prompt.empty()) fail("generate: {} is empty", name);
   for (size_t j = 0; j < r.prompt.size(); ++j)
-    if (r.prompt[j] < 0 || r.prompt[j] >= c.vocab_size)
-      fail("generate: {}: token {} at position {} is outside the vocabulary of {}", name,
-           r.prompt[j], j, c.vocab_size);
+    if (r.prompt[j] < 0 || r.prompt[j] >= vocab_)
+      fail("generate: {}: token {} at position {} is outside the vocabulary of {}{}", name,
+           r.prompt[j], j, vocab_,
+           vocab_ < c.vocab_size
+               ? fmt::format(" (the tokenizer's; ids from {} to the model's {} are padding)",
+                             vocab_, c.vocab_size)
+               : "");
   // p-tuning's virtual tokens come first and take positions too.
   const int64_t n = int64_t(r.prompt.size()) + c.prompt.virtual_tokens;
   const std::string virt =
@@ -141,7 +164,7 @@ void Generator::check(const GenerationRequest& r, const std::string& name) const
 
 int64_t Generator::submit(GenerationRequest r) {
   check(r, fmt::format("prompt {}", next_id_));
-  auto s = std::make_unique<Sequence>(r.sampling);
+  auto s = std::make_unique<Sequence>(r.sampling, vocab_);
   s->id = next_id_++;
   // The model gives positions below the virtual count the prompt's
   // embeddings, whatever their ids (model/transformer.h).
@@ -348,7 +371,7 @@ std::span<const TokenEvent> Generator::step(const LogitsCallback& on_logits) {
     std::span<const TokenLogprob> top;
     if (s.req.logprobs) {
       const size_t first = top_.size();
-      logprob = float(raw_logprobs(l, V, token, s.req.top_logprobs, top_));
+      logprob = float(raw_logprobs(l, vocab_, token, s.req.top_logprobs, top_));
       top = std::span<const TokenLogprob>(top_).subspan(first);
     }
     accept(s, token, logprob, top);

@@ -8,7 +8,9 @@
 // attention over the cached prefixes.
 //
 // Each request has its own Sampler (seeded from its SamplingConfig), so its
-// tokens do not depend on which other requests share its steps.
+// tokens do not depend on which other requests share its steps. With a
+// tokenizer, only its ids are sampled, reported in logprobs or accepted in
+// prompts: a model's rows past them are vocabulary padding (Sampler).
 #pragma once
 #include <deque>
 #include <functional>
@@ -62,7 +64,8 @@ struct GenerationResult {
 // of a stop string and end on a whole UTF-8 character. Pieces concatenate to
 // GenerationResult::text; the last call of a request flushes what was held.
 using TokenCallback = std::function<void(int64_t seq, int32_t token, std::string_view piece)>;
-// Sees each request's next-token logits (V floats) before sampling; for tests.
+// Sees each request's next-token logits (V floats: every row of the model,
+// padding included) before sampling; for tests.
 using LogitsCallback = std::function<void(int64_t seq, const float* logits, int64_t V)>;
 
 // How far text may be streamed when bytes [0, from) are out already: its end,
@@ -97,7 +100,9 @@ struct TokenEvent {
 // Cache memory is reached only through a SequenceCache (infer/sequence_cache.h).
 class Generator {
  public:
-  // tok may be null (then no stop strings or eod; texts stay empty).
+  // tok may be null (then no stop strings or eod; texts stay empty, and every
+  // id of the model may be sampled). nk::Error when tok has more ids than
+  // the model has rows.
   // batch_size: sequences decoded together. prefill_chunk: prompt tokens one
   // step may carry (bounds the workspace). max_len: cache positions per
   // sequence; 0 sizes the cache (a SlotCache) for the requests at hand
@@ -171,6 +176,7 @@ class Generator {
 
   Transformer& model_;
   const Tokenizer* tok_;
+  int64_t vocab_;  // ids sampled: the tokenizer's, or the model's without one
   std::vector<int32_t> end_ids_;  // besides the eod
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)

@@ -8,6 +8,7 @@
 
 #include "ckpt/gguf_import.h"
 #include "ckpt/model_io.h"
+#include "ckpt/model_vocab.h"
 #include "ckpt/peft_adapter.h"
 #include "core/error.h"
 #include "model/arch.h"
@@ -49,6 +50,30 @@ std::vector<int32_t> generation_end_ids(const std::string& model_dir, const Toke
   }
   return out;
 }
+
+std::string tokenizer_source(const std::string& spec, const std::string& model_dir,
+                             const std::string& key) {
+  if (!spec.empty()) return fmt::format("{} '{}'", key, spec);
+  const std::string stored = model_dir.empty() ? "" : stored_tokenizer(model_dir);
+  if (!stored.empty()) return fmt::format("the tokenizer saved with the model, '{}'", stored);
+  return "the bytes tokenizer, the default when the model has none";
+}
+
+namespace {
+
+// The model's and tokenizer's vocabularies agree (ckpt/model_vocab.h).
+void check_vocab(int64_t model_vocab, const Tokenizer& tok, const ModelSourceKeys& k,
+                 const std::string& tok_source) {
+  const std::string model_source =
+      fmt::format("{} '{}'", is_gguf_path(k.model) ? "GGUF file" : "model folder", k.model);
+  try {
+    check_model_vocab(model_vocab, model_source, tok.vocab_size(), tok_source);
+  } catch (const Error& e) {
+    throw e.with_context(k.prefix + ".model");
+  }
+}
+
+}  // namespace
 
 RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   const std::string& P = k.prefix;
@@ -103,11 +128,17 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
       fail("{}.model: GGUF '{}' has no tokenizer (tokenizer.ggml.*): name one with {}.tokenizer", P,
            k.model, P);
     }
+    check_vocab(r.model->config().vocab_size, *r.tokenizer, k,
+                k.tokenizer.empty() ? "the GGUF's tokenizer.ggml.*"
+                                    : tokenizer_source(k.tokenizer, "", P + ".tokenizer"));
     return r;
   }
   r.tokenizer = load_model_tokenizer(k.tokenizer, k.model, P + ".tokenizer");
   r.name = model_folder_name(k.model);
-  r.end_ids = generation_end_ids(k.model, *r.tokenizer, read_model_config(k.model).vocab_size);
+  // Before the weights are read: a mismatch fails at once.
+  const int64_t vocab = read_model_config(k.model).vocab_size;
+  check_vocab(vocab, *r.tokenizer, k, tokenizer_source(k.tokenizer, k.model, P + ".tokenizer"));
+  r.end_ids = generation_end_ids(k.model, *r.tokenizer, vocab);
   if (quantize) {
     if (!k.adapter.empty())
       fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);

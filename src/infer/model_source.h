@@ -34,8 +34,10 @@ struct ModelSourceKeys {
 };
 
 // The model for inference, its block-quantised weights packed for the
-// device's decode kernels (Transformer::pack_quant_weights). nk::Error
-// naming the key for a missing model, an unknown quantize type, a quantize
+// device's decode kernels (Transformer::pack_quant_weights), its vocabulary
+// checked against the tokenizer's (ckpt/model_vocab.h: fewer rows than the
+// tokenizer has ids is an error naming PREFIX.model, more are padding,
+// logged). nk::Error naming the key for a missing model, an unknown quantize type, a quantize
 // or adapter with a GGUF file, an adapter over a quantised model, or a
 // device other than the CPU for a GGUF file, a quantised model or an adapter
 // (their kernels and the adapter merge are CPU-only).
@@ -52,6 +54,10 @@ std::vector<int32_t> generation_end_ids(const std::string& model_dir, const Toke
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
                                                 const std::string& model_dir,
                                                 const std::string& key);
+// Where load_model_tokenizer takes the tokenizer from, in words for messages
+// ("KEY 'SPEC'", "the tokenizer saved with the model, 'SPEC'", ...).
+std::string tokenizer_source(const std::string& spec, const std::string& model_dir,
+                             const std::string& key);
 
 // The doc line of `PREFIX.quantize`.
 extern const char* const kQuantizeKeyDoc;

@@ -95,11 +95,19 @@ PerplexityResult evaluate_perplexity(Transformer& model, const std::vector<int32
 
 std::vector<ScoredToken> token_logprobs(Transformer& model, const std::vector<int32_t>& tokens,
                                         const PerplexityOptions& opt, int64_t top_k,
-                                        const std::function<void(int64_t, int64_t)>& on_window) {
+                                        const std::function<void(int64_t, int64_t)>& on_window,
+                                        int64_t tokens_vocab) {
   const Windows w(model, tokens, opt);
   const int64_t vocab = model.config().vocab_size;
-  if (top_k < 0 || top_k > std::min(kMaxTopLogprobs, vocab))
-    fail("eval.top_k: {} must be in [0, {}]", top_k, std::min(kMaxTopLogprobs, vocab));
+  NK_CHECK(tokens_vocab >= 0 && tokens_vocab <= vocab,
+           "token_logprobs: a vocabulary of {} ids for a model of {} rows", tokens_vocab, vocab);
+  const int64_t real = tokens_vocab > 0 ? tokens_vocab : vocab;  // the ids scored and listed
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= real)
+      fail("eval: token {} at position {} is outside the tokenizer's vocabulary ({})", tokens[i], i,
+           real);
+  if (top_k < 0 || top_k > std::min(kMaxTopLogprobs, real))
+    fail("eval.top_k: {} must be in [0, {}]", top_k, std::min(kMaxTopLogprobs, real));
   std::vector<ScoredToken> out;
   std::vector<float> rows;
   w.each(
@@ -116,7 +124,7 @@ std::vector<ScoredToken> token_logprobs(Transformer& model, const std::vector<in
           r.position = t;
           r.id = tokens[size_t(t)];
           // Row V + i predicts x_t.
-          r.logprob = raw_logprobs(rows.data() + (w.V + i) * vocab, vocab, r.id, top_k, r.top);
+          r.logprob = raw_logprobs(rows.data() + (w.V + i) * vocab, real, r.id, top_k, r.top);
           out.push_back(std::move(r));
         }
       },

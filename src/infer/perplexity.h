@@ -50,9 +50,13 @@ struct ScoredToken {
 
 // Every x_t with t >= 1, scored with evaluate_perplexity's windows, from the
 // model's logits (log-softmax in double): the loglikelihood primitive of
-// evaluation harnesses. Same errors as evaluate_perplexity.
-std::vector<ScoredToken> token_logprobs(
-    Transformer& model, const std::vector<int32_t>& tokens, const PerplexityOptions& opt,
-    int64_t top_k, const std::function<void(int64_t, int64_t)>& on_window = {});
+// evaluation harnesses. vocab: the tokenizer's ids (0: every row of the
+// model); a padded model's rows past them are no tokens (Sampler), so they
+// are neither in the softmax nor among the top, as generation reports them.
+// Same errors as evaluate_perplexity, and for a token outside vocab.
+std::vector<ScoredToken> token_logprobs(Transformer& model, const std::vector<int32_t>& tokens,
+                                        const PerplexityOptions& opt, int64_t top_k,
+                                        const std::function<void(int64_t, int64_t)>& on_window = {},
+                                        int64_t vocab = 0);
 
 }  // namespace nk

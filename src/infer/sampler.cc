@@ -21,8 +21,20 @@ void validate(const SamplingConfig& c) {
     fail("frequency_penalty: must be in [-2, 2], got {}", c.frequency_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t V, std::span<const int32_t> prompt,
+int32_t Sampler::sample(const float* logits, int64_t row, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
+  // The padding ids past the tokenizer's vocabulary are masked by leaving
+  // them out: everything below sees V = the real ids only.
+  const int64_t V = vocab_ > 0 ? std::min(row, vocab_) : row;
+  NK_CHECK(V > 0, "Sampler: {} logits for a vocabulary of {}", row, vocab_);
+  // A NaN or +Inf logit means the model overflowed (weights or an adapter's
+  // scaling): an error, never a token drawn from garbage (-Inf is a mask).
+  for (int64_t i = 0; i < V; ++i)
+    if (std::isnan(logits[i]) || logits[i] == INFINITY)
+      fail(
+          "the model's logits are not finite (id {} has {}): its weights or adapters overflow; "
+          "nothing was sampled",
+          i, logits[i]);
   const bool repeat = cfg_.repetition_penalty != 1.0 && (!prompt.empty() || !generated.empty());
   const bool counts =
       (cfg_.presence_penalty != 0 || cfg_.frequency_penalty != 0) && !generated.empty();

@@ -26,7 +26,9 @@ inline constexpr int64_t kMaxTopLogprobs = 20;
 // The log-probability of `token` under softmax(logits[V]), and the k most
 // likely tokens (largest logit first, ties by lower id) appended to `top`
 // with theirs. The log-sum-exp is shifted by the max and summed in double.
-// The Generator's logprobs and eval logprobs (infer/perplexity.h).
+// The Generator's logprobs and eval logprobs (infer/perplexity.h), which pass
+// the tokenizer's vocabulary as V: a padded model's rows past it (see
+// Sampler) are not tokens, so they are neither listed nor in the softmax.
 double raw_logprobs(const float* logits, int64_t V, int32_t token, int64_t k,
                     std::vector<TokenLogprob>& top);
 
@@ -55,19 +57,29 @@ void validate(const SamplingConfig& c);
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {}
+  // vocab: the tokenizer's ids [0, vocab), added and special tokens included;
+  // 0: every id of the logits. A model's vocabulary is often padded past its
+  // tokenizer's (Megatron pads to a multiple of 128 x tp, and so do most
+  // Hugging Face checkpoints): those ids are no tokens, so their logits count
+  // as -inf before everything else, as vLLM and Megatron drop them: greedy,
+  // temperature, top-k, top-p, min-p and the penalties see the first vocab
+  // logits only, and no padding id is ever sampled.
+  explicit Sampler(const SamplingConfig& cfg, int64_t vocab = 0)
+      : cfg_(cfg), rng_(cfg.seed), vocab_(vocab) {}
   // logits: V floats (host memory), not modified. prompt and generated: the
   // sequence's ids so far, split where generation began; repetition_penalty
   // looks at both, presence and frequency penalties at `generated` only.
   // Ties in greedy mode pick the lowest id. With every penalty off, neither
-  // span is read.
+  // span is read. Returns an id below min(V, vocab).
   int32_t sample(const float* logits, int64_t V, std::span<const int32_t> prompt = {},
                  std::span<const int32_t> generated = {});
   const SamplingConfig& config() const { return cfg_; }
+  int64_t vocab() const { return vocab_; }
 
  private:
   SamplingConfig cfg_;
   Rng rng_;
+  int64_t vocab_ = 0;
   std::vector<float> work_;
   std::vector<uint8_t> seen_;
   std::vector<int32_t> count_;  // [V], all zero between calls

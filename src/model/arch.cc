@@ -75,6 +75,8 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
   const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
   const int64_t C = c.d_model, D = c.head_dim(), Q = c.n_head * D, KV = c.n_kv_head * D;
   const ParamOptions rows{Split::Rows, {}}, cols{Split::Cols, {}};
+  // Vocabulary-parallel tables, padded under tensor parallelism (ModelConfig::padded_vocab_size).
+  const ParamOptions vocab{Split::Rows, {}, false, c.make_vocab_size_divisible_by};
   const ParamOptions qkv{Split::Rows, {{"q", Q}, {"k", KV}, {"v", KV}}};
   const ParamOptions up =
       spec.swiglu ? ParamOptions{Split::Rows, {{"gate", c.d_ff}, {"up", c.d_ff}}} : rows;
@@ -83,7 +85,7 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add(base + ".weight", {C}, Init::Ones);
     if (!spec.rms_norm) p.add(base + ".bias", {C}, Init::Zeros);
   };
-  p.add("wte", {c.vocab_size, C}, Init::Normal, std, rows);
+  p.add("wte", {c.vocab_size, C}, Init::Normal, std, vocab);
   if (spec.learned_positions) p.add("wpe", {c.max_seq_len, C}, Init::Normal, std);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     norm(L(l, "ln1"));
@@ -98,7 +100,7 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     if (spec.proj_bias) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
   }
   norm("ln_f");
-  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, rows);
+  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, vocab);
 }
 
 // ---- HfConfigReader ----

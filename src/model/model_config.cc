@@ -18,6 +18,10 @@ int64_t ModelConfig::mlp_up_dim() const {
   return architecture().block().swiglu ? 2 * d_ff : d_ff;
 }
 
+int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
+  return padded_rows(vocab_size, make_vocab_size_divisible_by, tp);
+}
+
 void ModelConfig::validate(const std::string& p) const {
   const Architecture* a = nullptr;
   try {
@@ -37,6 +41,7 @@ void ModelConfig::validate(const std::string& p) const {
   shape("n_kv_head", n_kv_head, limits::kHeads, "heads");
   shape("d_model", d_model, limits::kHidden, "hidden units");
   shape("d_ff", d_ff, limits::kFfn, "MLP units");
+  shape("make_vocab_size_divisible_by", make_vocab_size_divisible_by, limits::kVocab, "token ids");
   if (d_model % n_head)
     fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
   if (n_head % n_kv_head)
@@ -155,6 +160,9 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
                                  "d_model when d_model is set)");
   b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
   b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
+  b.bind("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by,
+         "under parallel.tp > 1, pad the embedding and head with zero rows (never scored) to a "
+         "multiple of this x tp, as Megatron does; checkpoints and exports keep vocab_size rows");
   b.bind_unless("model.sliding_window", m.sliding_window, -1,
                 "override: sliding-window attention over this many positions (0 = full; -1 = "
                 "preset's)");

@@ -35,6 +35,12 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
+  // Megatron's --make-vocab-size-divisible-by: under tensor parallelism the
+  // embedding and head are padded with zero rows to a multiple of this x tp
+  // (padded_vocab_size), which the cross-entropy never scores. Not saved
+  // with a model: a layout choice (checkpoints and exports hold vocab_size
+  // rows), so a run at one tp resumes at any other.
+  int64_t make_vocab_size_divisible_by = 128;
   // Parameter-efficient adapters (model/peft.h), one method at most: on the
   // blocks' linear layers LoRA's (rank 0: none), IA3's (no targets: none) or
   // bottleneck adapters (dim 0: none); or p-tuning's virtual tokens (0:
@@ -57,6 +63,11 @@ struct ModelConfig {
   int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
   // Rows of the MLP's up projection: d_ff, or 2 d_ff for SwiGLU's [gate | up].
   int64_t mlp_up_dim() const;
+  // The embedding's and head's rows under tp-way tensor parallelism:
+  // vocab_size rounded up to a multiple of make_vocab_size_divisible_by x tp,
+  // each rank holding padded / tp of them; vocab_size itself at tp = 1 (one
+  // process never pads, so its runs and files are what they always were).
+  int64_t padded_vocab_size(int64_t tp) const;
   // Throws nk::Error naming the config key of an impossible value.
   void validate(const std::string& prefix = "model.") const;
   // Megatron's FLOP count for one training step over `tokens` tokens of

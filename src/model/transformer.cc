@@ -85,6 +85,25 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
   final_norm_forward(a);
 }
 
+// Rows [r, r + n) of the head and cross-entropy: the logits [n,
+// head_scored_rows_] in the chunk buffer (fewer columns than it has on a rank
+// whose share of the vocabulary ends in padding; none on one holding only
+// padding, whose partial dx is then zero), the losses, and with backward dx
+// and the head's weight gradient.
+void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg,
+                             int64_t r, int64_t n, bool backward, float scale) {
+  const int64_t cols = head_scored_rows_;
+  Tensor logits, xr = x.narrow0(r, n);
+  if (cols == a.logits.dim(1))
+    logits = a.logits.narrow0(0, n);
+  else if (cols > 0)
+    logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+  if (logits.defined()) head_.forward(logits, xr);
+  loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, scale, a.ce_stats);
+  if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
+  if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
+}
+
 // LM head and cross-entropy in row chunks; with backward, also d lnf and the
 // head's weight gradient chunk by chunk, then the final norm's backward.
 float Transformer::head_loss(Activations& a, const Tensor& targets, bool backward,
@@ -101,14 +120,8 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
   Tensor tg = targets.view({N});
-  for (int64_t r = 0; r < N; r += a.chunk) {
-    int64_t n = std::min(a.chunk, N - r);
-    Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
-    head_.forward(logits, xr);
-    loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, row_scale,
-                  a.ce_stats);
-    if (backward) head_.backward(dx.narrow0(r, n), logits, xr);
-  }
+  for (int64_t r = 0; r < N; r += a.chunk)
+    head_chunk(a, x, dx, tg, r, std::min(a.chunk, N - r), backward, row_scale);
   if (backward) tp_.enter_backward(a.dln, a.full_y);
   ops::copy_to_host(a.losses, a.host_losses.data());
   double sum = 0;
@@ -138,11 +151,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   for (int64_t b = 0; b < a.B; ++b)
     for (int64_t r = b * T; r < (b + 1) * T; r += a.chunk) {
       const int64_t n = std::min(a.chunk, (b + 1) * T - r);
-      Tensor logits = a.logits.narrow0(0, n), xr = x.narrow0(r, n);
-      head_.forward(logits, xr);
-      loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward,
-                    backward ? scale[b] : 0.f, a.ce_stats);
-      if (backward) head_.backward(dx.narrow0(r, n), logits, xr);
+      head_chunk(a, x, dx, tg, r, n, backward, backward ? scale[b] : 0.f);
     }
   if (row_nll) {
     ops::copy_to_host(a.losses, a.host_losses.data());

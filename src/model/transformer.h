@@ -322,6 +322,9 @@ class Transformer {
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
   // (when given) receives the per-row sums.
   void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll);
+  // One chunk of rows of the head and cross-entropy (head_loss, head_rows).
+  void head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg, int64_t r,
+                  int64_t n, bool backward, float scale);
   // Layer l's forward from a.residual(l): its saved activations, and
   // res[l + 1] when `output` (a recompute needs only the former).
   void layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos, bool output);
@@ -352,6 +355,9 @@ class Transformer {
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
   nn::Linear head_;  // shares embed_.wte when tied; vocabulary-parallel under tp
+  // The head's rows this rank scores: its share of the vocabulary less the
+  // padding (bind_views); the logits' columns.
+  int64_t head_scored_rows_ = 0;
   nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;

@@ -61,20 +61,14 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
-  const std::pair<const char*, int64_t> split[] = {{"model.n_head", cfg.n_head},
-                                                   {"model.n_kv_head", cfg.n_kv_head},
-                                                   {"model.d_ff", cfg.d_ff},
-                                                   {"model.vocab_size", cfg.vocab_size}};
-  for (const auto& [key, value] : split) {
-    if (value % tp == 0) continue;
-    if (std::string(key) == "model.vocab_size")
-      fail(
-          "model.vocab_size = {} is not divisible by parallel.tp = {} (the vocabulary is split "
-          "over the tensor-parallel ranks): pad it, e.g. model.vocab_size={}",
-          value, tp, (value + 128 * tp - 1) / (128 * tp) * (128 * tp));
-    fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)", key,
-         value, tp);
-  }
+  // The vocabulary needs no divisibility: its rows are padded
+  // (ModelConfig::padded_vocab_size).
+  const std::pair<const char*, int64_t> split[] = {
+      {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
+  for (const auto& [key, value] : split)
+    if (value % tp)
+      fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
+           key, value, tp);
 }
 
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
@@ -423,7 +417,8 @@ void Transformer::bind_views() {
   };
   embed_ = nn::Embedding();
   embed_.tp = tp_;
-  embed_.vocab_start = tp_.rank() * (cfg_.vocab_size / t);
+  // Every rank holds padded / t rows; ids from vocab_size on are padding.
+  embed_.vocab_start = tp_.rank() * (cfg_.padded_vocab_size(t) / t);
   if (layout_.has("wte")) {  // a pipeline stage without the embedding nor a tied head has none
     embed_.wte = w("wte");
     embed_.wte_q = q("wte");
@@ -473,6 +468,17 @@ void Transformer::bind_views() {
     if (embed_.dwte.defined()) head_.dw = grad_view(layout_.find("wte"), head_unit());
   } else if (stage_.head) {
     head_ = linear("lm_head");
+  }
+  // Vocabulary padding (tensor parallel): the head scores only this rank's
+  // real rows, so the padding's logits never exist, the cross-entropy's
+  // softmax is over vocab_size ids exactly as in one process, and the zero
+  // padding rows get no gradient and stay zero. A rank holding padding only
+  // scores nothing (head_scored_rows_ = 0).
+  head_scored_rows_ =
+      std::clamp<int64_t>(cfg_.vocab_size - embed_.vocab_start, 0, cfg_.padded_vocab_size(t) / t);
+  if (stage_.head && tp_.active() && head_scored_rows_ < cfg_.padded_vocab_size(t) / t) {
+    head_.w = head_.w.narrow0(0, head_scored_rows_);
+    if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_scored_rows_);
   }
   loss_.tp = tp_;
   loss_.vocab_start = embed_.vocab_start;

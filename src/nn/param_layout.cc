@@ -35,10 +35,19 @@ int64_t share(const ParamInfo& p, int64_t extent, int64_t n, const std::string& 
 
 }  // namespace
 
+int64_t padded_rows(int64_t rows, int64_t multiple, int64_t n) {
+  NK_CHECK(rows >= 0 && multiple >= 0 && n >= 1, "padded_rows: {} rows, multiple {}, {} ranks",
+           rows, multiple, n);
+  if (n == 1 || multiple == 0) return rows;
+  const int64_t m = checked_mul(multiple, n, "vocabulary padding");
+  return checked_mul((rows + m - 1) / m, m, "vocabulary padding");
+}
+
 ParamOptions param_options(const ParamInfo& p) {
   ParamOptions o;
   o.split = p.split;
   o.adapter = p.adapter;
+  o.pad_multiple = p.pad_multiple;
   for (const ParamPart& q : p.parts) o.parts.emplace_back(q.name, q.rows);
   return o;
 }
@@ -55,6 +64,14 @@ std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n
     return {{1, rank * s, s, 0}};
   }
   const int64_t ways = p.split == Split::Rows ? n : 1, r = p.split == Split::Rows ? rank : 0;
+  if (p.pad_multiple > 0 && ways > 1) {
+    NK_CHECK(!one && p.parts.empty(), "shard_ranges: padded parameter '{}' with fused parts",
+             p.name);
+    const int64_t s = padded_rows(p.shape[0], p.pad_multiple, ways) / ways;
+    const int64_t len = std::clamp<int64_t>(p.shape[0] - r * s, 0, s);
+    if (len == 0) return {};
+    return {{0, r * s, len, 0}};
+  }
   if (one) {
     const int64_t s = share(p, one->rows, ways, "part '" + one->name + "' rows");
     return {{0, one->row0 + r * s, s, 0}};
@@ -75,6 +92,10 @@ std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n
 
 Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part) {
   Shape s = p.shape;
+  if (p.pad_multiple > 0 && p.split == Split::Rows && n > 1 && part.empty()) {
+    s[0] = padded_rows(p.shape[0], p.pad_multiple, n) / n;
+    return s;
+  }
   int64_t extent = 0;
   int dim = 0;
   for (const SliceRange& r : shard_ranges(p, 0, n, part)) {
@@ -92,7 +113,13 @@ void copy_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const 
                 char* shard, bool to_shard) {
   const Shape local = shard_shape(p, n);
   const int64_t inner = p.numel() / p.shape[0];  // elements per row of the whole
-  for (const SliceRange& r : shard_ranges(p, rank, n)) {
+  const std::vector<SliceRange> ranges = shard_ranges(p, rank, n);
+  if (to_shard && p.pad_multiple > 0 && p.split == Split::Rows && n > 1) {
+    // The rows past the real ones (vocabulary padding) are zero.
+    const int64_t real = ranges.empty() ? 0 : ranges[0].len;
+    std::memset(shard + size_t(real * inner) * elem, 0, size_t((local[0] - real) * inner) * elem);
+  }
+  for (const SliceRange& r : ranges) {
     if (r.dim == 0) {
       const size_t bytes = size_t(r.len * inner) * elem;
       const char* src = to_shard ? whole + size_t(r.start * inner) * elem
@@ -138,6 +165,7 @@ ParamLayout derived_layout(const std::vector<ParamInfo>& params, int64_t n,
     if (!keep(p)) continue;
     ParamOptions o = param_options(p);
     for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
+    if (n > 1) o.pad_multiple = 0;  // a shard holds its padding; it is not split again
     out.add(p.name, shard_shape(p, n), p.init, p.init_std, o);
     if (!p.trainable) out.freeze(p.name);
     if (p.quantized) out.quantize(p.name);
@@ -173,6 +201,11 @@ void ParamLayout::add(const std::string& name, const Shape& shape, Init init, fl
   p.decay = shape.size() >= 2;
   p.split = opt.split;
   p.adapter = opt.adapter;
+  p.pad_multiple = opt.pad_multiple;
+  NK_CHECK(opt.pad_multiple >= 0 &&
+               (opt.pad_multiple == 0 || (opt.split == Split::Rows && opt.parts.empty())),
+           "parameter {}: vocabulary padding ({}) needs an unfused row split", name,
+           opt.pad_multiple);
   int64_t row = 0;
   for (const auto& [part, rows] : opt.parts) {
     p.parts.push_back({part, row, rows});

@@ -52,6 +52,14 @@ struct ParamInfo {
   // share of q, of k and of v), so the heads stay whole on each rank.
   std::vector<ParamPart> parts;
   bool adapter = false;  // a PEFT adapter's (LoRA, IA3), not the base model's
+  // Vocabulary padding (the embedding and head, Split::Rows, no parts): under
+  // n > 1-way splitting dim 0 is padded with zero rows to a multiple of
+  // pad_multiple x n (Megatron's make_vocab_size_divisible_by), so every rank
+  // holds padded_rows / n rows; the last ranks' shards end in (or are all)
+  // padding. The padding is in no whole value: shard_ranges never name it,
+  // extract_shard zeroes it, checkpoints and exports hold shape[0] rows. 0:
+  // not padded (n must divide the rows).
+  int64_t pad_multiple = 0;
   // Frozen and stored quantised (QLoRA's NF4), outside the flat buffers: its
   // offset is past dense_end() and no flat buffer holds it.
   bool quantized = false;
@@ -64,8 +72,15 @@ struct ParamOptions {
   Split split = Split::Replicated;
   // (name, rows) of each fused part along dim 0; the rows must sum to shape[0].
   std::vector<std::pair<std::string, int64_t>> parts;
-  bool adapter = false;  // see ParamInfo::adapter
+  bool adapter = false;      // see ParamInfo::adapter
+  int64_t pad_multiple = 0;  // see ParamInfo::pad_multiple
 };
+
+// Rows of a parameter of `rows` rows padded for n-way splitting to a
+// multiple of `multiple` x n (ParamInfo::pad_multiple); `rows` itself when
+// n = 1 or multiple = 0. One process never pads: its runs, checkpoints and
+// exports stay what they were.
+int64_t padded_rows(int64_t rows, int64_t multiple, int64_t n);
 
 // The options `p` was added with (to copy it into another layout).
 ParamOptions param_options(const ParamInfo& p);
@@ -81,7 +96,10 @@ struct SliceRange {
 // "rank r of n of part k of tensor t": the global ranges a shard holds. part
 // = "" for the whole parameter (every part's share, in order, for a fused
 // one). n = 1 gives the whole parameter (or part) as one range. nk::Error if
-// the split does not divide the parameter (or each part) evenly.
+// the split does not divide the parameter (or each part) evenly. A padded
+// parameter's rank holds [r s, r s + s) of the padded rows, s = padded / n:
+// the range is cut at shape[0] (empty, no range at all, for a rank holding
+// padding only).
 std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
                                      const std::string& part = "");
 // The shape of rank r's shard of `p` (of `part`) under n-way splitting.
@@ -89,7 +107,8 @@ Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part = "");
 // Host copies between a parameter's whole value (p's global shape, row-major,
 // `elem` bytes per element) and rank r's shard of it under n-way splitting
 // (shard_shape, row-major): a tensor-parallel rank's initial values and
-// loads (extract), a gather for checkpoints and exports (insert).
+// loads (extract, which zeroes the shard's padding rows), a gather for
+// checkpoints and exports (insert, which drops them).
 void extract_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* whole,
                    void* shard);
 void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, const void* shard,

@@ -22,10 +22,11 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
                                  const std::vector<Recompute>& recompute, int64_t tp, bool sp,
                                  const PipelineStage& stage) {
   const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
-  // This rank's heads, MLP units and vocabulary; R: its rows of the tensors
-  // outside the tensor-parallel region (all of them without sp).
+  // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
+  // tensors outside the tensor-parallel region (all of them without sp).
   const int64_t Q = c.qkv_dim() / tp, HD = c.n_head * c.head_dim() / tp, U = c.mlp_up_dim() / tp,
-                F = c.d_ff / tp, H = c.n_head / tp, V = c.vocab_size / tp, R = sp ? N / tp : N;
+                F = c.d_ff / tp, H = c.n_head / tp, V = c.padded_vocab_size(tp) / tp,
+                R = sp ? N / tp : N;
   // One layer, per Recompute. "cheap": the norms' outputs and the MLP
   // activation's, which a selective layer recomputes.
   const int64_t stats = 4 * R * 4;  // the two norms' mean and rstd, f32
@@ -139,7 +140,10 @@ std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage&
                          {N, c.n_head * c.head_dim() / tp, C, double(layers), true},
                          {N, C, c.mlp_up_dim() / tp, double(layers), true},
                          {N, c.d_ff / tp, C, double(layers), true}};
-  if (stage.head) g.push_back({N, C, c.vocab_size / tp, 1.0, false});
+  // The head's product over the most real ids a rank scores: its share of
+  // the padded vocabulary (rank 0's), no padding.
+  const int64_t scored = std::min(c.vocab_size, c.padded_vocab_size(tp) / tp);
+  if (stage.head) g.push_back({N, C, scored, 1.0, false});
   return g;
 }
 
@@ -346,7 +350,9 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const double s = double(dtype_size(cfg.dtype)), N = double(B * T);
   const double layer_bytes =
       N * s * double(6 * c.d_model + (c.qkv_dim() + c.mlp_up_dim() + c.d_ff) / e.tp);
-  const double logits = stage.head ? 3.0 * N * s * double(c.vocab_size / e.tp) : 0.0;
+  const double logits =
+      stage.head ? 3.0 * N * s * double(std::min(c.vocab_size, c.padded_vocab_size(e.tp) / e.tp))
+                 : 0.0;
   // Per state element: the f32 step reads 16 bytes and writes 12 (and a
   // 2-byte bf16 copy); with reduced moments or a bf16 master the same
   // reads and writes at their sizes.

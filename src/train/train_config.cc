@@ -141,6 +141,8 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   ConfigReader r(c);
   t.bind(r);
   if (!t.init_from.empty()) {
+    // The saved model's shape, with this run's layout choice (not saved).
+    const int64_t divisible_by = t.model.make_vocab_size_divisible_by;
     const std::string cfg_path = t.init_from + "/config.json";
     if (!std::filesystem::exists(cfg_path))
       fail("train.init_from: '{}' is not a saved model folder (no config.json)", t.init_from);
@@ -153,6 +155,7 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
       t.model = model_config_from_json(read_text_file(cfg_path), cfg_path);
       if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
     }
+    t.model.make_vocab_size_divisible_by = divisible_by;
   }
   if (t.data.tokenizer.empty() && (!t.data.path.empty() || t.data.sft()))
     t.data.tokenizer = "bytes";

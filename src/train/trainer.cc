@@ -14,6 +14,7 @@
 #include <span>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/model_vocab.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/parallel.h"
@@ -202,9 +203,17 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
     } catch (const Error& e) {
       throw e.with_context("data.tokenizer");
     }
-    if (tok->vocab_size() > cfg_.model.vocab_size)
-      fail("model.vocab_size: {} is smaller than the vocabulary of data.tokenizer '{}' ({})",
-           cfg_.model.vocab_size, cfg_.data.tokenizer, tok->vocab_size());
+    // The model's rows against the tokenizer's ids (ckpt/model_vocab.h):
+    // fewer is an error naming both, more are padding (logged).
+    const bool init = !cfg_.init_from.empty();
+    try {
+      check_model_vocab(cfg_.model.vocab_size,
+                        init ? fmt::format("model folder '{}' of train.init_from", cfg_.init_from)
+                             : fmt::format("model.vocab_size = {}", cfg_.model.vocab_size),
+                        tok->vocab_size(), fmt::format("data.tokenizer '{}'", cfg_.data.tokenizer));
+    } catch (const Error& e) {
+      throw e.with_context(init ? "train.init_from" : "model.vocab_size");
+    }
   }
   // Token ids beyond the vocabulary (data made with another tokenizer) are
   // caught here on the first micro-batch, before anything is written; the

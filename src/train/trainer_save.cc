@@ -18,10 +18,6 @@ namespace nk {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 // Each data-parallel rank's blocks of the trainable f32 weights `blocks`
 // (the groups' shards: ZeRO-1, FSDP), summed over `group` into the whole
 // arena on every rank; the frozen ones, whole everywhere, are copied.
@@ -76,7 +72,10 @@ void Trainer::check_weights_finite() const {
 }
 
 void Trainer::save_checkpoint_now() {
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [t0] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
   check_weights_finite();
   std::string dir;
@@ -89,7 +88,7 @@ void Trainer::save_checkpoint_now() {
     if (par_.writes()) dir = save_train_checkpoint(cfg_, *whole, m, v, opt_->steps_done(), state_);
     par_.groups->get("world").barrier();  // installed before any rank goes on
     saved_step_ = state_.step;
-    if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
+    if (par_.writes()) NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds());
     return;
   }
   if (ddp_ && ddp_->sharded()) {                 // every rank writes its optimizer shard
@@ -105,7 +104,7 @@ void Trainer::save_checkpoint_now() {
   }
   saved_step_ = state_.step;
   if (!par_.writes()) return;
-  NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds_since(t0));
+  NK_INFO("saved checkpoint {} ({:.2f} s)", dir, seconds());
 }
 
 Tensor Trainer::replica_state(const Tensor& state) {

@@ -72,7 +72,7 @@ TEST(Cli, PrintConfigShowsTheDerivedSizes) {
   EXPECT_NE(r.out.find("  n_kv_head: 4  # derived: n_head / 4"), std::string::npos) << r.out;
   r = run_nekton("generate --print-config");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("--print-config is an option of nekton train and finetune only"),
+  EXPECT_NE(r.out.find("--print-config is an option of nekton train, finetune and align only"),
             std::string::npos)
       << r.out;
 }

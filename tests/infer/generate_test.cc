@@ -214,5 +214,67 @@ TEST(Generate, BadRequestsAreErrors) {
   EXPECT_TRUE(test::contains(test::error_of([&] { gen.run({r}); }), "need a tokenizer"));
 }
 
+// A model of 300 rows over the byte tokenizer's 257 ids (vocabulary
+// padding, as Megatron and most Hugging Face checkpoints have): hot sampling
+// over many tokens never gives a padding id, the top logprobs never list one
+// and the logprobs are the softmax over the tokenizer's ids; without a
+// tokenizer the same requests do sample padding ids (the test could fail).
+// A tokenizer with more ids than the model has rows is refused.
+TEST(Generate, PaddingIdsAreNeverSampledNorListed) {
+  Transformer m(test::tiny_config(false, 300, 64), DType::F32, 4);
+  auto tok = load_tokenizer("bytes");
+  const int64_t real = tok->vocab_size();
+  ASSERT_EQ(real, 257);
+  std::vector<GenerationRequest> reqs;
+  for (uint64_t i = 0; i < 4; ++i) {
+    GenerationRequest r = greedy(random_tokens(5, 10 + i, real), 60);
+    r.sampling.temperature = i == 0 ? 0.0 : 3.0;
+    r.sampling.seed = i;
+    r.stop_at_eos = false;
+    r.logprobs = true;
+    r.top_logprobs = kMaxTopLogprobs;
+    reqs.push_back(r);
+  }
+  Generator gen(m, tok.get(), 4);
+  std::vector<std::vector<float>> seen(reqs.size());
+  const std::vector<GenerationResult> res =
+      gen.run(reqs, {}, [&](int64_t i, const float* l, int64_t V) {
+        EXPECT_EQ(V, 300);
+        seen[size_t(i)].assign(l, l + V);  // the last step's
+      });
+  int64_t sampled = 0;
+  for (size_t i = 0; i < res.size(); ++i) {
+    ASSERT_EQ(res[i].tokens.size(), 60u) << i;
+    for (size_t t = 0; t < res[i].tokens.size(); ++t) {
+      EXPECT_LT(res[i].tokens[t], real) << i << " step " << t;
+      for (const TokenLogprob& x : res[i].top_logprobs[t]) EXPECT_LT(x.token, real);
+      ++sampled;
+    }
+    // The last token's logprob: log_softmax over the tokenizer's ids only.
+    const std::vector<float>& l = seen[i];
+    double mx = -INFINITY, z = 0;
+    for (int64_t v = 0; v < real; ++v) mx = std::max(mx, double(l[size_t(v)]));
+    for (int64_t v = 0; v < real; ++v) z += std::exp(double(l[size_t(v)]) - mx);
+    EXPECT_NEAR(res[i].logprobs.back(), double(l[size_t(res[i].tokens.back())]) - mx - std::log(z),
+                1e-5);
+  }
+  EXPECT_EQ(sampled, 240);
+  // The same requests without a tokenizer: every row is a token.
+  for (GenerationRequest& r : reqs) r.logprobs = false, r.top_logprobs = 0;
+  Generator raw(m, nullptr, 4);
+  int64_t padding = 0;
+  for (const GenerationResult& r : raw.run(reqs))
+    for (int32_t t : r.tokens) padding += t >= real;
+  EXPECT_GT(padding, 0);
+  // Prompts hold tokens only.
+  EXPECT_TRUE(test::contains(test::error_of([&] {
+                               gen.run({greedy({1, 280}, 3)});
+                             }),
+                             "token 280 at position 1 is outside the vocabulary of 257"));
+  Transformer small(test::tiny_config(false, 200, 64), DType::F32, 4);
+  EXPECT_TRUE(test::contains(test::error_of([&] { Generator g(small, tok.get(), 1); }),
+                             "the tokenizer has 257 ids, more than the model's vocabulary of 200"));
+}
+
 }  // namespace
 }  // namespace nk

@@ -20,6 +20,29 @@ TEST(Sampler, GreedyPicksTheLargestLogit) {
   EXPECT_EQ(s.sample(kLogits.data(), 5), 1);
 }
 
+// Issue 44, item 11: NaN logits (an adapter whose scaling overflowed) once
+// gave a repeated token with logprob -nan and exit 0.
+TEST(Sampler, NonFiniteLogitsAreAnErrorNotAToken) {
+  for (float bad : {NAN, INFINITY}) {
+    std::vector<float> l = kLogits;
+    l[3] = bad;
+    for (double temperature : {0.0, 1.0}) {
+      Sampler s({temperature, 0, 1.0, 1});
+      try {
+        s.sample(l.data(), 5);
+        ADD_FAILURE() << "sampled from " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the model's logits are not finite (id 3"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  std::vector<float> masked = kLogits;
+  masked[1] = -INFINITY;  // a mask, not an overflow
+  EXPECT_EQ(Sampler({0.0, 0, 1.0, 1}).sample(masked.data(), 5), 4);
+}
+
 TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
   Sampler k1({1.0, 1, 1.0, 3}), p0({1.0, 0, 1e-6, 3});
   for (int i = 0; i < 50; ++i) {
@@ -232,6 +255,48 @@ TEST(Sampler, ValidateNamesTheOption) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace nk
+
+namespace nk {
+namespace {
+
+// A model whose vocabulary is padded past its tokenizer's: the padding ids
+// (5..7 here, the tokenizer has 5) hold the largest logits and are never
+// sampled, greedy included, whatever the filters and penalties (a penalty
+// never lifts them either); over the real ids the draws are those of the
+// unpadded logits, the same seed giving the same tokens.
+TEST(Sampler, PaddingIdsPastTheVocabularyAreNeverSampled) {
+  std::vector<float> padded = kLogits;
+  padded.insert(padded.end(), {50.f, 9.f, 40.f});
+  const int64_t V = int64_t(padded.size()), real = int64_t(kLogits.size());
+  const std::vector<int32_t> prompt = {5, 6, 7, 1}, generated = {7, 7, 6, 1, 1};
+  std::vector<SamplingConfig> configs = {
+      {0.0, 0, 1.0, 1},                        // greedy
+      {1.0, 0, 1.0, 2},                        // temperature
+      {5.0, 3, 1.0, 3},                        // top-k
+      {3.0, 0, 0.9, 4},                        // top-p
+      {2.0, 0, 1.0, 5, 0.01},                  // min-p
+      {1.0, 0, 1.0, 6, 0.0, 0.2},              // repetition penalty
+      {1.0, 0, 1.0, 7, 0.0, 1.0, -2.0, -2.0},  // negative penalties
+      {0.0, 0, 1.0, 8, 0.0, 1.0, 2.0, 2.0}};   // penalties, greedy
+  for (size_t c = 0; c < configs.size(); ++c) {
+    SCOPED_TRACE(c);
+    Sampler masked(configs[c], real), plain(configs[c]);
+    for (int i = 0; i < 300; ++i) {
+      const int32_t id = masked.sample(padded.data(), V, prompt, generated);
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, real);
+      // The unpadded logits, with the padding ids left out of the context too.
+      EXPECT_EQ(id, plain.sample(kLogits.data(), real, std::span(prompt).subspan(3),
+                                 std::span(generated).subspan(3)));
+    }
+  }
+  EXPECT_EQ(Sampler({0.0, 0, 1.0, 1}, real).sample(padded.data(), V), 1);
+  // Without the tokenizer's size every row is a token: the padding wins.
+  EXPECT_EQ(Sampler({0.0, 0, 1.0, 1}).sample(padded.data(), V), 5);
 }
 
 }  // namespace

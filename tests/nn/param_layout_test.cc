@@ -140,5 +140,62 @@ TEST(ParamLayout, ShardLayoutAndCopiesRoundTrip) {
   EXPECT_NE(e.find("qkv"), std::string::npos) << e;
 }
 
+// Vocabulary padding (Megatron's make_vocab_size_divisible_by): 257 rows
+// split 2 ways are 512 (256 a rank), 4 ways 512 (128 a rank: rank 2 holds
+// row 256 alone, rank 3 padding only); the ranges name real rows only,
+// extract zeroes the padding and insert drops it; one process never pads.
+TEST(ParamLayout, VocabularyPaddingUnderTensorParallelism) {
+  EXPECT_EQ(padded_rows(257, 128, 1), 257);
+  EXPECT_EQ(padded_rows(257, 128, 2), 512);
+  EXPECT_EQ(padded_rows(257, 128, 4), 512);
+  EXPECT_EQ(padded_rows(256, 128, 2), 256);
+  EXPECT_EQ(padded_rows(257, 1, 2), 258);
+  EXPECT_EQ(padded_rows(257, 0, 2), 257);
+  ParamLayout l;
+  l.add("wte", {257, 3}, Init::Normal, 0.02f, {Split::Rows, {}, false, 128});
+  l.finalize();
+  const ParamInfo& p = l.find("wte");
+  EXPECT_EQ(shard_shape(p, 1), (Shape{257, 3}));
+  EXPECT_EQ(shard_shape(p, 2), (Shape{256, 3}));
+  EXPECT_EQ(shard_shape(p, 4), (Shape{128, 3}));
+  ASSERT_EQ(shard_ranges(p, 1, 2).size(), 1u);
+  EXPECT_EQ(shard_ranges(p, 1, 2)[0].start, 256);
+  EXPECT_EQ(shard_ranges(p, 1, 2)[0].len, 1);
+  EXPECT_EQ(shard_ranges(p, 2, 4)[0].len, 1);
+  EXPECT_TRUE(shard_ranges(p, 3, 4).empty());
+  EXPECT_EQ(shard_ranges(p, 0, 1)[0].len, 257);
+  std::vector<float> value(257 * 3);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = float(i + 1);
+  for (int64_t n : {2, 4}) {
+    const int64_t share = shard_shape(p, n)[0];
+    std::vector<float> rebuilt(value.size(), 0.f);
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> shard(size_t(share * 3), -7.f);  // stale contents
+      extract_shard(p, r, n, sizeof(float), value.data(), shard.data());
+      for (int64_t row = 0; row < share; ++row)
+        for (int64_t j = 0; j < 3; ++j) {
+          const int64_t id = r * share + row;
+          EXPECT_EQ(shard[size_t(row * 3 + j)], id < 257 ? value[size_t(id * 3 + j)] : 0.f)
+              << "rank " << r << " of " << n << " row " << row;
+        }
+      insert_shard(p, r, n, sizeof(float), shard.data(), rebuilt.data());
+    }
+    EXPECT_EQ(rebuilt, value) << n;
+    const ParamLayout sharded = l.shard(n);
+    EXPECT_EQ(sharded.find("wte").shape, (Shape{share, 3}));
+    EXPECT_EQ(sharded.find("wte").pad_multiple, 0);  // a shard is not split again
+  }
+  // Models pad their token table and untied head.
+  const ParamLayout m = model_layout(test::tiny_config(true, 257, 16));
+  EXPECT_EQ(m.find("wte").pad_multiple, 128);
+  EXPECT_EQ(m.find("lm_head.weight").pad_multiple, 128);
+  EXPECT_EQ(m.shard(2).find("lm_head.weight").shape[0], 256);
+  EXPECT_EQ(m.find("h.0.attn.qkv.weight").pad_multiple, 0);
+  ParamLayout fused;
+  EXPECT_THROW(
+      fused.add("x", {4, 2}, Init::Zeros, 0.f, {Split::Rows, {{"a", 2}, {"b", 2}}, false, 8}),
+      std::exception);
+}
+
 }  // namespace
 }  // namespace nk

@@ -114,7 +114,7 @@ TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
           try {
             check_tensor_parallel(cfg.model, tp);
           } catch (const Error&) {
-            continue;  // heads, MLP or vocabulary that tp does not divide
+            continue;  // heads or MLP that tp does not divide (the vocabulary is padded)
           }
           ++cases;
           SizeOnlyGroup group(tp);
@@ -231,6 +231,26 @@ TEST(Estimate, ShardingDividesTheOptimizerStateAndPipelineStagesHoldTheirLayers)
   EXPECT_EQ(ep.stages[0].params + ep.stages[1].params,
             Transformer::layout_for(pp.model).count() +
                 (pp.model.tied_embeddings ? pp.model.vocab_size * pp.model.d_model : 0));
+}
+
+// Under tensor parallelism each rank holds its share of the padded
+// vocabulary (ModelConfig::padded_vocab_size): 257 ids at tp 2 are 512 rows,
+// 256 a rank, against 258 (129 a rank) with model.make_vocab_size_divisible_by=1.
+TEST(Estimate, TensorParallelCountsTheVocabularyPadding) {
+  auto at = [](const std::string& divisible_by) {
+    return recipe({"model.preset=gpt-tiny", "model.vocab_size=257", "train.micro_batch=2",
+                   "train.global_batch=2", "parallel.tp=2",
+                   "model.make_vocab_size_divisible_by=" + divisible_by});
+  };
+  const TrainConfig megatron = at("128"), least = at("1");
+  const TrainEstimate e = estimate_training(megatron, 2, nullptr),
+                      e1 = estimate_training(least, 2, nullptr);
+  const ParamLayout shard = Transformer::layout_for(megatron.model).shard(2);
+  EXPECT_EQ(shard.find("wte").shape[0], 256);
+  EXPECT_EQ(e.peak().params, shard.count());
+  const int64_t C = megatron.model.d_model, tied = megatron.model.tied_embeddings ? 1 : 2;
+  EXPECT_EQ(e.peak().params - e1.peak().params, tied * (256 - 129) * C);
+  EXPECT_EQ(e.params, e1.params);  // the whole model: 257 rows either way
 }
 
 TEST(EstimateCli, PrintsJsonAndWhatFits) {

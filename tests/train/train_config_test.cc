@@ -84,7 +84,7 @@ const char* kSavedBefore =
 // The resolved config without the keys added after kSavedBefore was written
 // (train.device; the parallel.* section of data-parallel training; fine-tuning's
 // data.sft_* group and train.init_from; activation recompute's
-// train.recompute*), which
+// train.recompute*; model.make_vocab_size_divisible_by), which
 // read back at their defaults: everything else must keep its text and order.
 std::string without_newer_keys(const std::string& yaml) {
   std::string out, line, section;
@@ -97,6 +97,7 @@ std::string without_newer_keys(const std::string& yaml) {
     const std::string key = line.substr(2, line.find(':') - 2);
     if (section == "parallel:" || section == "peft:" || section == "optim:" ||
         (section == "train:" && line == "  device: \"cpu\"") ||
+        (section == "model:" && key == "make_vocab_size_divisible_by") ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers")) ||
         (section == "data:" && fine_tuning.count(key)))

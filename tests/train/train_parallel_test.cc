@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/pipeline_parallel.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
@@ -59,8 +60,8 @@ TEST(TrainParallel, WorldSizeMustFitTheLayout) {
 }
 
 // Tensor parallelism splits heads, key/value heads, MLP units and the
-// vocabulary: a size that does not divide one of them is refused before any
-// work, naming the key and both numbers (and, for the vocabulary, a padded size).
+// vocabulary: a size that does not divide heads or MLP units is refused
+// before any work, naming the key and both numbers; the vocabulary is padded.
 TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   const std::vector<std::string> tiny = {"model.preset=llama-tiny", "model.vocab_size=264",
                                          "train.seq_len=32"};
@@ -77,10 +78,16 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   EXPECT_NE(e.find("model.n_head = 6 is not divisible by parallel.tp = 4"), std::string::npos) << e;
   e = error_of(with({"parallel.tp=2", "model.d_ff=175"}), 2);
   EXPECT_NE(e.find("model.d_ff = 175"), std::string::npos) << e;
-  e = error_of(with({"parallel.tp=2", "model.vocab_size=257"}), 2);
-  EXPECT_NE(e.find("model.vocab_size = 257 is not divisible by parallel.tp = 2"), std::string::npos)
+  // The vocabulary is padded instead (Megatron's make_vocab_size_divisible_by).
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "model.vocab_size=257"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "model.vocab_size=257",
+                           "model.make_vocab_size_divisible_by=1"}),
+                     2),
+            "");
+  e = test::error_of([&] { with({"parallel.tp=2", "model.make_vocab_size_divisible_by=0"}); });
+  EXPECT_NE(e.find("model.make_vocab_size_divisible_by: must be positive, got 0"),
+            std::string::npos)
       << e;
-  EXPECT_NE(e.find("model.vocab_size=512"), std::string::npos) << e;  // a multiple of 128 × tp
   // Sequence parallelism splits each sequence's tokens over the tp ranks.
   e = error_of(with({"parallel.tp=2", "parallel.sp=true", "train.seq_len=31"}), 2);
   EXPECT_NE(e.find("train.seq_len = 31 is not divisible by parallel.tp = 2"), std::string::npos)

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "ckpt/safetensors.h"
 #include "core/rng.h"
 #include "equivalence_util.h"
 #include "nn/cross_entropy.h"
@@ -53,6 +54,9 @@ struct Recipe {
   std::vector<std::string> extra = {};
   int pp = 1;
   int64_t n_layer = 2;
+  // 264: the bytes padded to a multiple of 8; under tp the layout pads it
+  // further (model.make_vocab_size_divisible_by).
+  int64_t vocab = 264;
 };
 
 Recipe recipe(const std::string& preset, int tp = 2, bool sp = false, int64_t accum = 1,
@@ -83,7 +87,7 @@ class TensorParallel : public test::RankTest {
         "model.d_model=64",
         "model.n_head=" + std::to_string(r.n_head),
         "model.d_ff=128",
-        "model.vocab_size=264",  // bytes, padded to a multiple of 8
+        "model.vocab_size=" + std::to_string(r.vocab),
         "train.val_every=0",
         "train.grad_clip=1.0",
         "train.out_dir=" + out,
@@ -169,11 +173,27 @@ class TensorParallel : public test::RankTest {
                                  "gradient of step 1: ");
     test::expect_weights_close(ref.model().layout(), ref.model().params(), whole_weights(t, l),
                                kTenSteps, "after step 10: ");
-    // Rank 0 exported the whole model and the last checkpoint.
+    // Rank 0 exported the whole model and the last checkpoint, holding the
+    // vocabulary's rows and no padding.
     barrier();
     if (rank_ == 0) {
       EXPECT_TRUE(fs::exists(base_ / "mp" / "model" / "model.safetensors"));
       EXPECT_TRUE(fs::exists(base_ / "mp" / "checkpoints" / "step_00000010" / "manifest.json"));
+      expect_vocab_rows((base_ / "mp" / "model" / "model.safetensors").string(), r.vocab);
+      if (!zero)  // (a distributed optimizer's checkpoint may hold the weights in pieces)
+        expect_vocab_rows(
+            (base_ / "mp" / "checkpoints" / "step_00000010" / "model.safetensors").string(),
+            r.vocab);
+    }
+  }
+
+  // The token table (and an untied head) in `file` have `vocab` rows.
+  static void expect_vocab_rows(const std::string& file, int64_t vocab) {
+    ASSERT_TRUE(fs::exists(file)) << file;
+    SafetensorsFile f = SafetensorsFile::open(file);
+    for (const char* name : {"wte", "lm_head.weight"}) {
+      if (!f.has(name)) continue;
+      EXPECT_EQ(f.entry(name).shape[0], vocab) << file << " " << name;
     }
   }
 
@@ -288,6 +308,77 @@ TEST_F(TensorParallel, VocabCrossEntropyEqualsThePlainOne) {
         ASSERT_NEAR(mine.data<float>()[i * Vs + j],
                     dlogits.data<float>()[i * V + ce.vocab_start + j],
                     2e-6 * std::abs(dlogits.data<float>()[i * V + ce.vocab_start + j]) + 1e-9)
+            << "row " << i << " id " << ce.vocab_start + j;
+  }
+}
+
+// Vocabulary padding: the bytes tokenizer's 257 ids under TP2 (512 rows:
+// rank 1 holds id 256 and 255 zero rows) and TP4 (rank 2 holds id 256 alone,
+// rank 3 padding only), the head's padding never scored, so the losses and
+// weights are one process's (check also reads 257 rows back from the export
+// and the checkpoint).
+TEST_F(TensorParallel, Gpt2Tp2Vocab257) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  Recipe r = recipe("gpt-tiny");
+  r.vocab = 257;
+  check(r);
+}
+TEST_F(TensorParallel, LlamaTp2UntiedSequenceParallelVocab257) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  Recipe r = recipe("llama-tiny", 2, true, 2);
+  r.vocab = 257;
+  check(r);
+}
+TEST_F(TensorParallel, LlamaTp4Vocab257) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  Recipe r = recipe("llama-tiny", 4, false, 1, 8, 4);
+  r.vocab = 257;
+  check(r);
+}
+// model.make_vocab_size_divisible_by=1: the least padding, 257 -> 258 rows.
+TEST_F(TensorParallel, Gpt2Tp2Vocab257DivisibleByOne) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  Recipe r = recipe("gpt-tiny", 2, false, 1, 4, 2, {"model.make_vocab_size_divisible_by=1"});
+  r.vocab = 257;
+  check(r);
+}
+
+// The same over a padded vocabulary (Megatron's layout): 257 ids in shares of
+// padded_rows(257, 128, world) / world columns, each rank passing only its
+// real columns (fewer than its share on the rank holding id 256, none past
+// it: undefined logits), against the plain cross-entropy over the 257
+// columns. The padding is no column of the softmax at all.
+TEST_F(TensorParallel, VocabCrossEntropyOverAPaddedVocabulary) {
+  const int64_t N = 29, real = 257, share = padded_rows(real, 128, world_) / world_;
+  Rng rng(8);
+  Tensor logits = Tensor::empty({N, real}, DType::F32), targets = Tensor::empty({N}, DType::I32);
+  for (int64_t i = 0; i < N * real; ++i) logits.data<float>()[i] = float(3 * rng.normal());
+  for (int64_t i = 0; i < N; ++i)
+    targets.data<int32_t>()[i] = i % 7 == 2 ? -100 : int32_t(rng.below(uint64_t(real)));
+  const float scale = 0.5f;
+  Tensor losses = Tensor::empty({N}, DType::F32), dlogits = Tensor::empty({N, real}, DType::F32);
+  ops::cross_entropy_forward_backward(losses, dlogits, logits, targets, -100, scale);
+  nn::VocabCrossEntropy ce;
+  ce.tp = {&groups_->get("world"), false};
+  ce.vocab_start = rank_ * share;
+  const int64_t cols = std::clamp<int64_t>(real - ce.vocab_start, 0, share);
+  Tensor stats = Tensor::empty({nn::VocabCrossEntropy::stats_size(N)}, DType::F32);
+  for (bool backward : {false, true}) {
+    Tensor mine = cols ? Tensor::empty({N, cols}, DType::F32) : Tensor(),
+           l = Tensor::empty({N}, DType::F32);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        mine.data<float>()[i * cols + j] = logits.data<float>()[i * real + ce.vocab_start + j];
+    ce.forward(l, mine, targets, backward, scale, stats);
+    for (int64_t i = 0; i < N; ++i) {
+      const float want = losses.data<float>()[i];
+      EXPECT_NEAR(l.data<float>()[i], want, 1e-6 * std::abs(want)) << "row " << i;
+    }
+    for (int64_t i = 0; backward && i < N; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        ASSERT_NEAR(mine.data<float>()[i * cols + j],
+                    dlogits.data<float>()[i * real + ce.vocab_start + j],
+                    2e-6 * std::abs(dlogits.data<float>()[i * real + ce.vocab_start + j]) + 1e-9)
             << "row " << i << " id " << ce.vocab_start + j;
   }
 }
@@ -430,6 +521,14 @@ TEST_F(TensorParallel, Bf16MasterAndGradientsAreRefused) {
 TEST_F(TensorParallel, ReshardTensorParallel) {
   if (world_ > 4) GTEST_SKIP() << "2 or 4 ranks";
   reshard(recipe("llama-tiny", world_, true, 1, 8, 4), {world_, 1}, {{1, 1}});
+}
+// A padded vocabulary's checkpoint holds its 257 rows: TP2 (or TP4) resumes
+// at one process and one process at TP2 (or TP4), on the unbroken run.
+TEST_F(TensorParallel, ReshardTensorParallelVocab257) {
+  if (world_ > 4) GTEST_SKIP() << "2 or 4 ranks";
+  Recipe r = recipe("llama-tiny", world_, false, 1, 8, 4);
+  r.vocab = 257;
+  reshard(r, {world_, 1}, {{1, 1}});
 }
 TEST_F(TensorParallel, ReshardPipeline) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
