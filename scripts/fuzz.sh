@@ -26,6 +26,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/sanitize/lsan.supp:
 fixtures() {
   case $1 in
     yaml_config) echo "$root"/configs/*.yaml ;;
+    jinja) echo "$root"/tests/data/chat/templates/*.jinja ;;
   esac
 }
 

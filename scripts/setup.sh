@@ -25,7 +25,7 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
       libboost-dev dict-gcide)
 # Test-only:
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;
-# libcpp-httplib-dev: the HTTP client of tests/serve;
+# libcpp-httplib-dev: the HTTP client of tests/serve and tests/apps;
 # python3-torch, python3-numpy: the PyTorch references of the numeric tests;
 # sentencepiece (spm_encode, spm_train), fasttext: the reference tools;
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;

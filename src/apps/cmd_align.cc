@@ -9,6 +9,7 @@
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
 #include "core/log.h"
+#include "data/chat/chat_config.h"
 #include "dist/mpi/launch_env.h"
 #include "dist/mpi/runtime.h"
 #include "train/trainer.h"
@@ -31,8 +32,10 @@ class MissingTemplate : public ChatTemplate {
   explicit MissingTemplate(std::string why) : why_(std::move(why)) {}
   std::string name() const override { return "(none)"; }
   std::string jinja() const override { return ""; }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>&, const ChatSpecials&,
-                                  bool) const override {
+
+ protected:
+  std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>&, const ChatSpecials&, bool,
+                                       const nlohmann::ordered_json&) const override {
     fail("{}", why_);
   }
 
@@ -152,19 +155,16 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
   } catch (const Error& e) {
     throw e.with_context("data.tokenizer");
   }
-  std::unique_ptr<MissingTemplate> missing;
-  const ChatTemplate* tmpl = nullptr;
+  std::shared_ptr<const ChatTemplate> tmpl;
   try {
-    tmpl = &chat_template_for(cfg.data.chat_template, cfg.init_from);
+    tmpl = chat_template_for(cfg.data.chat_template, cfg.init_from);
   } catch (const Error& e) {
-    missing = std::make_unique<MissingTemplate>(
+    tmpl = std::make_shared<MissingTemplate>(
         fmt::format("a chat record needs a template: data.chat_template: {}", e.what()));
-    tmpl = missing.get();
   }
-  ChatSpecials specials;
-  if (tok->eod_id() >= 0) specials.eos = tok->token_bytes(tok->eod_id());
-  for (const auto& [text, id] : tok->special_tokens())
-    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") specials.bos = text;
+  // The tokenizer's bos and eos, and the special tokens the model's
+  // tokenizer_config.json names (for a Jinja template).
+  const ChatSpecials specials = chat_specials(*tok, cfg.init_from);
   auto read = [&](const std::string& path, const char* key) {
     try {
       return std::make_shared<const PreferenceData>(

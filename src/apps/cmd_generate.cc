@@ -248,7 +248,8 @@ int cmd_generate(const CommandArgs& a) {
     reqs[i].top_logprobs = std::max<int64_t>(k.logprobs, 0);
   }
   Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())));
-  std::vector<int64_t> ids;  // prompt i is id i
+  gen.set_end_ids(loaded.end_ids);  // generation_config.json's other end-of-turn ids
+  std::vector<int64_t> ids;         // prompt i is id i
   for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
   const bool stream = ids.size() == 1 && !jsonl;
   if (stream) {

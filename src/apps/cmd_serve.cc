@@ -17,6 +17,7 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "data/chat/chat_config.h"
 #include "serve/guardrails.h"
 #include "serve/serve_cache.h"
 #include "serve/serve_config.h"
@@ -54,13 +55,15 @@ void check_keys(const ServeConfig& k) {
   in("serve.kv_memory_mb", k.kv_memory_mb, 0, int64_t(1) << 40);
 }
 
-// The chat template, or null with the reason the chat route will give. A
-// GGUF's own template must be one of the built-ins.
-const ChatTemplate* pick_chat_template(const ServeConfig& k, const RunnableModel& m,
-                                       std::string& why) {
+// The chat template, or null with the reason the chat route will give: the
+// one serve.chat_template names, or the model's own (a GGUF's
+// tokenizer.chat_template; a folder's tokenizer_config.json, at the top or
+// under tokenizer/ as `nekton import hf` writes it).
+std::shared_ptr<const ChatTemplate> pick_chat_template(const ServeConfig& k, const RunnableModel& m,
+                                                       std::string& why) {
   if (k.chat_template != "auto") {
     try {
-      return &chat_template_for(k.chat_template, m.gguf ? "" : k.model);
+      return chat_template_for(k.chat_template, m.gguf ? "" : k.model);
     } catch (const Error& e) {
       throw e.with_context("serve.chat_template");
     }
@@ -68,14 +71,13 @@ const ChatTemplate* pick_chat_template(const ServeConfig& k, const RunnableModel
   try {
     if (m.gguf) {
       if (m.gguf_chat_template.empty()) fail("GGUF '{}' has no tokenizer.chat_template", k.model);
-      if (const ChatTemplate* t = match_chat_template(m.gguf_chat_template)) return t;
-      fail("GGUF '{}': its tokenizer.chat_template is none of the built-in templates", k.model);
+      return chat_template_from_jinja(m.gguf_chat_template, k.model + " tokenizer.chat_template");
     }
-    return &chat_template_for("auto", k.model);
+    return chat_template_for("auto", k.model);
   } catch (const Error& e) {
     why = fmt::format(
         "This server has no chat template ({}). Start it with serve.chat_template=NAME, NAME "
-        "one of: {}",
+        "a .jinja file or one of: {}",
         e.what(), fmt::join(chat_template_names(), ", "));
     NK_WARN("nekton serve: no chat template, /v1/chat/completions will answer 400: {}", e.what());
     return nullptr;
@@ -133,20 +135,16 @@ int cmd_serve(const CommandArgs& raw) {
   std::unique_ptr<Transformer> model = std::move(loaded.model);
   const int64_t max_len = serve_max_len(k, *model);
   std::string no_template;
-  const ChatTemplate* tmpl = pick_chat_template(k, loaded, no_template);
+  const std::shared_ptr<const ChatTemplate> tmpl = pick_chat_template(k, loaded, no_template);
 
   ServeMetrics metrics;
-  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics);
+  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics, loaded.end_ids);
   ServeContext ctx{*model,      *tok,
-                   tmpl,        {},
+                   tmpl.get(),  chat_specials(*tok, loaded.gguf ? "" : k.model),
                    no_template, k.model_name.empty() ? loaded.name : k.model_name,
                    max_len,     k.default_max_tokens,
                    engine,      metrics};
   ctx.guardrails = rails.get();
-  // The tokenizer's own strings for the template's bos and eos.
-  if (tok->eod_id() >= 0) ctx.specials.eos = tok->token_bytes(tok->eod_id());
-  for (const auto& [text, id] : tok->special_tokens())
-    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") ctx.specials.bos = text;
 
   // A client that goes away mid-write must not end the process.
   ::signal(SIGPIPE, SIG_IGN);

@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/output_lock.h"
+#include "data/chat/chat_config.h"
 #include "data/dataset/text_dataset.h"
 #include "model/arch.h"
 
@@ -142,12 +143,24 @@ std::string add_tokenizer(GgufWriter& w, const std::string& model_dir, const Mod
     throw e.with_context(what);
   }
   add_gguf_vocab(w, v);
-  const fs::path tc = fs::path(model_dir) / "tokenizer_config.json";
-  if (fs::exists(tc)) {
-    const nlohmann::json j = nlohmann::json::parse(read_text_file(tc.string()), nullptr, false);
-    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
-      w.add_string("tokenizer.chat_template", j["chat_template"].get<std::string>());
+  // The chat template, from where a model folder keeps it (DIR/ or, for an
+  // imported one, DIR/tokenizer/): the default of Hugging Face's list form,
+  // else a chat_template.jinja.
+  std::string chat_template;
+  if (const std::string tc = find_model_file(model_dir, "tokenizer_config.json"); !tc.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(read_text_file(tc), nullptr, false);
+    const nlohmann::json ct = j.is_object() ? j.value("chat_template", nlohmann::json()) : nullptr;
+    if (ct.is_string()) chat_template = ct.get<std::string>();
+    if (ct.is_array())
+      for (const auto& e : ct)
+        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+            e["template"].is_string())
+          chat_template = e["template"].get<std::string>();
   }
+  if (const std::string f = find_model_file(model_dir, "chat_template.jinja");
+      chat_template.empty() && !f.empty())
+    chat_template = read_text_file(f);
+  if (!chat_template.empty()) w.add_string("tokenizer.chat_template", chat_template);
   return v.model;
 }
 

@@ -207,6 +207,9 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
       if (meta["config"].contains(key)) hf_cfg[key] = meta["config"][key];
   write_file_atomic((out.path() / "config.json").string(), hf_cfg.dump(2) + "\n");
+  // The generation settings an import kept (stop ids, sampling defaults).
+  if (fs::is_regular_file(src / "generation_config.json"))
+    copy_one(src / "generation_config.json", out.path() / "generation_config.json");
 
   // Tokenizer files: those of MODEL_DIR/tokenizer/ (or the folder or .model
   // file tokenizer.txt names), under HF's names.

@@ -19,10 +19,11 @@ namespace nk::hf {
 
 namespace fs = std::filesystem;
 
-// Tokenizer files an HF folder may hold, copied as they are both ways.
+// Tokenizer files an HF folder may hold, copied as they are both ways (with
+// chat_template.jinja, where newer transformers keep the chat template).
 inline constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",        "tokenizer.model",         "vocab.json",       "merges.txt",
-    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"};
+    "tokenizer.json",        "tokenizer.model",         "vocab.json",        "merges.txt",
+    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja"};
 
 std::string read_text(const fs::path& path, const std::string& what);
 nlohmann::json parse_json_file(const fs::path& path, const std::string& what);

@@ -132,6 +132,10 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
   meta["tensor_prefix"] = prefix;
   meta["config"] = ojson::parse(cfg_text);
   write_file_atomic((out.path() / "hf.json").string(), meta.dump(2) + "\n");
+  // generation_config.json: its eos_token_id list ends generation (a chat
+  // model's end-of-turn tokens); kept as it is, for export too.
+  if (fs::is_regular_file(src / "generation_config.json"))
+    copy_one(src / "generation_config.json", out.path() / "generation_config.json");
 
   // Tokenizer files: staged in a folder of their own, then kept with the model
   // by store_tokenizer when Nekton can open them, else copied as they are.

@@ -33,8 +33,9 @@ void DataConfig::bind(ConfigBinder& b) {
          "records");
   b.bind("data.sft_valid_path", sft_valid_path, "fine-tuning: validation JSONL (optional)");
   b.bind("data.chat_template", chat_template,
-         "fine-tuning: chatml, llama3, llama2, mistral, gemma, phi3, plain, or auto (the one the "
-         "model's tokenizer_config.json names)");
+         "fine-tuning: auto (train.init_from's own Jinja template, from its "
+         "tokenizer_config.json), a FILE.jinja, or chatml, llama3, llama2, mistral, gemma, phi3, "
+         "plain");
   b.bind("data.loss_on", loss_on, "fine-tuning: tokens the loss covers: assistant or all");
   b.bind("data.pack", pack, "fine-tuning: pack several samples into each row");
   b.bind("data.overlong", overlong,

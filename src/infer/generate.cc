@@ -275,7 +275,8 @@ bool Generator::accept(Sequence& s, int32_t token, float logprob,
   GenerationResult& res = s.res;
   std::string& text = res.text;
   const int32_t eod = tok_ ? tok_->eod_id() : -1;
-  if (r.stop_at_eos && token == eod) {
+  if (r.stop_at_eos &&
+      (token == eod || std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end())) {
     finish(s, FinishReason::Eos);
   } else {
     s.ids.push_back(token);

@@ -127,6 +127,11 @@ class Generator {
   // first. Returns one event per sampled token. on_logits sees each sampled
   // sequence's logits (by id) before sampling. Does nothing without work.
   std::span<const TokenEvent> step(const LogitsCallback& on_logits = {});
+  // Ids that end a sequence as the tokenizer's eod does (not appended;
+  // finish Eos; not with stop_at_eos off): a chat model's other
+  // end-of-turn tokens, e.g. generation_config.json's eos_token_id list
+  // (Llama 3.1's <|eom_id|> beside <|eot_id|>). Set before submitting.
+  void set_end_ids(std::vector<int32_t> ids) { end_ids_ = std::move(ids); }
   // Ends a waiting or running sequence (finish Cancelled; its result keeps
   // the tokens and text generated so far). False, changing nothing, for an
   // unknown, released or finished id.
@@ -172,6 +177,7 @@ class Generator {
   Transformer& model_;
   const Tokenizer* tok_;
   int64_t vocab_;  // ids sampled: the tokenizer's, or the model's without one
+  std::vector<int32_t> end_ids_;  // besides the eod
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)
   std::unique_ptr<SequenceCache> cache_;  // null until a step needs it (auto size)

@@ -1,5 +1,11 @@
 #include "infer/model_source.h"
 
+#include <algorithm>
+#include <filesystem>
+
+#include "core/json.h"
+#include "data/dataset/text_dataset.h"
+
 #include "ckpt/gguf_import.h"
 #include "ckpt/model_io.h"
 #include "ckpt/model_vocab.h"
@@ -26,6 +32,23 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
   } catch (const Error& e) {
     throw e.with_context(key);
   }
+}
+
+std::vector<int32_t> generation_end_ids(const std::string& model_dir, const Tokenizer& tok,
+                                        int64_t vocab) {
+  const std::string path = model_dir + "/generation_config.json";
+  if (!std::filesystem::is_regular_file(path)) return {};
+  const nlohmann::json j = parse_json_object(read_text_file(path), path);
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return {};
+  const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id =
+        int32_t(json_int(ids[i], path, fmt::format("eos_token_id[{}]", i), 0, vocab - 1));
+    if (id != tok.eod_id() && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
+  return out;
 }
 
 std::string tokenizer_source(const std::string& spec, const std::string& model_dir,
@@ -113,8 +136,9 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   r.tokenizer = load_model_tokenizer(k.tokenizer, k.model, P + ".tokenizer");
   r.name = model_folder_name(k.model);
   // Before the weights are read: a mismatch fails at once.
-  check_vocab(read_model_config(k.model).vocab_size, *r.tokenizer, k,
-              tokenizer_source(k.tokenizer, k.model, P + ".tokenizer"));
+  const int64_t vocab = read_model_config(k.model).vocab_size;
+  check_vocab(vocab, *r.tokenizer, k, tokenizer_source(k.tokenizer, k.model, P + ".tokenizer"));
+  r.end_ids = generation_end_ids(k.model, *r.tokenizer, vocab);
   if (quantize) {
     if (!k.adapter.empty())
       fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);

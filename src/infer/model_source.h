@@ -16,6 +16,10 @@ struct RunnableModel {
   bool gguf = false;
   std::string gguf_chat_template;  // the GGUF's tokenizer.chat_template ("" if none)
   std::string name;                // the folder's name or the GGUF's general.name
+  // Ids besides the tokenizer's eod that end generation (Generator::set_end_ids):
+  // a folder's generation_config.json eos_token_id (an id or a list), as
+  // Hugging Face's generate() stops at any of them.
+  std::vector<int32_t> end_ids;
 };
 
 struct ModelSourceKeys {
@@ -38,6 +42,12 @@ struct ModelSourceKeys {
 // device other than the CPU for a GGUF file, a quantised model or an adapter
 // (their kernels and the adapter merge are CPU-only).
 RunnableModel load_runnable_model(const ModelSourceKeys& k);
+
+// generation_config.json's eos_token_id in `model_dir` (an id or a list;
+// none without the file or the key), the tokenizer's eod left out. nk::Error
+// naming the file for an id outside [0, vocab) or a value of another kind.
+std::vector<int32_t> generation_end_ids(const std::string& model_dir, const Tokenizer& tok,
+                                        int64_t vocab);
 
 // The tokenizer `spec` names, else the one saved with the model in
 // `model_dir`, else bytes; an error names `key`.

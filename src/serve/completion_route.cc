@@ -402,11 +402,12 @@ void check_model(const ServeContext& ctx, const std::string& model) {
 
 std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
                                      const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt) {
+                                     bool add_generation_prompt,
+                                     const nlohmann::ordered_json& tools) {
   if (!ctx.chat_template) throw ApiError(400, ctx.no_template, "messages");
   std::vector<ChatSegment> segments;
   try {
-    segments = ctx.chat_template->render(messages, ctx.specials, add_generation_prompt);
+    segments = ctx.chat_template->render(messages, ctx.specials, add_generation_prompt, tools);
   } catch (const Error& e) {
     throw ApiError(400,
                    fmt::format("The chat template ({}) refuses these messages: {}",
@@ -427,7 +428,7 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
   std::vector<std::string> texts;  // for echo
   const char* field = kind == ApiKind::Chat ? "messages" : "prompt";
   if (kind == ApiKind::Chat) {
-    prompts.push_back(chat_prompt_ids(ctx, r.messages));
+    prompts.push_back(chat_prompt_ids(ctx, r.messages, true, r.tools));
     texts.emplace_back();
   } else {
     for (size_t i = 0; i < r.prompts.size(); ++i) {

@@ -39,13 +39,15 @@ HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
                             ServeClock::time_point arrival, std::shared_ptr<RequestTally> tally,
                             std::shared_ptr<void> hold = nullptr);
 
-// The prompt ids of a conversation: rendered by the template with the
-// assistant's header appended, encoded with special-token strings as their
-// ids (the fine-tuning data's path). ApiError 400 when there is no template
-// or it refuses the conversation.
+// The prompt ids of a conversation: rendered by the template (with the
+// request's tools, null for none) with the assistant's header appended,
+// encoded with special-token strings as their ids (the fine-tuning data's
+// path). ApiError 400 when there is no template or it refuses the
+// conversation.
 std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
                                      const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt = true);
+                                     bool add_generation_prompt = true,
+                                     const nlohmann::ordered_json& tools = nullptr);
 
 // ApiError 404 when `model` is given and is not the served model's id.
 void check_model(const ServeContext& ctx, const std::string& model);

@@ -15,8 +15,9 @@ double seconds(ServeClock::duration d) {
 }  // namespace
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
-               int64_t batch, ServeMetrics& metrics)
+               int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids)
     : model_(model), gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
+  gen_.set_end_ids(std::move(end_ids));
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -25,8 +25,9 @@ namespace nk {
 class Engine {
  public:
   // batch: sequences decoded together; the cache must hold at least that many.
+  // end_ids: ids besides the eod that end a sequence (Generator::set_end_ids).
   Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
-         int64_t batch, ServeMetrics& metrics);
+         int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids = {});
   ~Engine();  // stop()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -183,7 +183,39 @@ json parse_body(std::string_view body) {
   }
 }
 
-std::vector<ChatMessage> parse_messages(const json& v) {
+namespace {
+
+// OpenAI's tool calls of an assistant message: [{"id", "type": "function",
+// "function": {"name", "arguments"}}, ...].
+void check_tool_calls(const json& v, const std::string& p) {
+  if (!v.is_array()) wrong_type(p, "an array", v);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string q = fmt::format("{}[{}]", p, i);
+    if (!v[i].is_object()) wrong_type(q, "an object", v[i]);
+    const auto f = v[i].find("function");
+    if (f == v[i].end() || !f->is_object())
+      bad_param(q + ".function", "'{}.function' must be an object with a name", q);
+    const auto name = f->find("name");
+    if (name == f->end()) bad_param(q + ".function.name", "missing '{}.function.name'", q);
+    string(*name, q + ".function.name");
+  }
+}
+
+// The messages' keys other than role and content, in the order sent (from
+// `ordered`, the same array parsed keeping key order).
+nlohmann::ordered_json extra_keys(const nlohmann::ordered_json& m) {
+  nlohmann::ordered_json extra;
+  for (auto it = m.begin(); it != m.end(); ++it)
+    if (it.key() == "tool_calls" || it.key() == "tool_call_id" || it.key() == "name") {
+      if (extra.is_null()) extra = nlohmann::ordered_json::object();
+      extra[it.key()] = it.value();
+    }
+  return extra;
+}
+
+}  // namespace
+
+std::vector<ChatMessage> parse_messages(const json& v, const nlohmann::ordered_json& ordered) {
   if (!v.is_array()) wrong_type("messages", "an array", v);
   if (v.empty()) bad_param("messages", "'messages' must be a non-empty array");
   std::vector<ChatMessage> out;
@@ -195,23 +227,65 @@ std::vector<ChatMessage> parse_messages(const json& v) {
     if (role == m.end()) bad_param(p + ".role", "missing required parameter: '{}.role'", p);
     std::string r = string(*role, p + ".role");
     if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant")
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
       bad_param(p + ".role",
-                "'{}.role' is '{}'; supported roles: system, developer, user, assistant", p, r);
-    const auto content = m.find("content");
-    if (content == m.end() || content->is_null())
-      bad_param(p + ".content", "missing required parameter: '{}.content'", p);
-    if (const auto calls = m.find("tool_calls"); calls != m.end())
-      refuse_unless_empty(*calls, p + ".tool_calls", "no tool calling");
+                "'{}.role' is '{}'; supported roles: system, developer, user, assistant, tool", p,
+                r);
+    const auto calls = m.find("tool_calls");
+    const bool has_calls = calls != m.end() && !calls->is_null() && !calls->empty();
+    if (calls != m.end() && !calls->is_null()) {
+      if (r != "assistant")
+        bad_param(p + ".tool_calls", "'{}.tool_calls' is for assistant messages only", p);
+      check_tool_calls(*calls, p + ".tool_calls");
+    }
+    if (const auto id = m.find("tool_call_id"); id != m.end() && !id->is_null())
+      string(*id, p + ".tool_call_id");
     if (const auto name = m.find("name"); name != m.end()) string(*name, p + ".name");
-    out.push_back({r, content_text(*content, p + ".content")});
+    const auto content = m.find("content");
+    const bool no_content = content == m.end() || content->is_null();
+    if (no_content && !has_calls)
+      bad_param(p + ".content", "missing required parameter: '{}.content'", p);
+    ChatMessage msg(r, no_content ? "" : content_text(*content, p + ".content"));
+    const nlohmann::ordered_json& om =
+        ordered.is_array() && i < ordered.size() ? ordered[i] : nlohmann::ordered_json(m);
+    msg.extra = extra_keys(om);
+    if (no_content) msg.extra["content"] = nullptr;  // only tool calls
+    out.push_back(std::move(msg));
   }
   return out;
 }
 
+namespace {
+
+// OpenAI's tools: [{"type": "function", "function": {"name", "description",
+// "parameters"}}, ...], which the chat template shows the model.
+void check_tools(const json& v) {
+  if (!v.is_array()) wrong_type("tools", "an array", v);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = fmt::format("tools[{}]", i);
+    if (!v[i].is_object()) wrong_type(p, "an object", v[i]);
+    const auto type = v[i].find("type");
+    if (type == v[i].end() || *type != "function")
+      bad_param(p + ".type", "'{}.type' must be \"function\"", p);
+    const auto f = v[i].find("function");
+    if (f == v[i].end() || !f->is_object())
+      bad_param(p + ".function", "'{}.function' must be an object with a name", p);
+    const auto name = f->find("name");
+    if (name == f->end()) bad_param(p + ".function.name", "missing '{}.function.name'", p);
+    string(*name, p + ".function.name");
+  }
+}
+
+}  // namespace
+
 CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) {
   const json j = parse_body(body);
   const bool chat = kind == ApiKind::Chat;
+  // The messages and tools as sent, keys in order: a template's tojson
+  // writes tool schemas and call arguments as given.
+  nlohmann::ordered_json ordered;
+  if (chat && (j.contains("tools") || j.contains("messages")))
+    ordered = nlohmann::ordered_json::parse(body);
   CompletionRequest r;
   r.kind = kind;
   bool have_stream_options = false, have_top_logprobs = false;
@@ -222,7 +296,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
     if (key == "model") {
       r.model = string(v, key);
     } else if (chat && key == "messages") {
-      r.messages = parse_messages(v);
+      r.messages = parse_messages(v, ordered["messages"]);
     } else if (!chat && key == "prompt") {
       r.prompts = prompts(v);
     } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
@@ -282,9 +356,18 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
     } else if (key == "logit_bias") {
       if (!v.is_object()) wrong_type(key, "an object", v);
       refuse_unless_empty(v, key, "no logit bias");
-    } else if (chat && (key == "tools" || key == "tool_choice" || key == "functions" ||
-                        key == "function_call")) {
-      if (!(key == "tool_choice" && v == "none")) refuse_unless_empty(v, key, "no tool calling");
+    } else if (chat && key == "tools") {
+      check_tools(v);
+      if (!v.empty()) r.tools = ordered["tools"];
+    } else if (chat && key == "tool_choice") {
+      if (v != "none" && v != "auto")
+        bad_param(key,
+                  "'tool_choice' {} is not supported by this server: the tools are shown to the "
+                  "model through its chat template, but its answer is neither constrained nor "
+                  "parsed into tool_calls; use \"auto\" or \"none\"",
+                  v.dump());
+    } else if (chat && (key == "functions" || key == "function_call")) {
+      refuse_unless_empty(v, key, "deprecated by OpenAI for 'tools', which this server takes");
     } else if (chat && key == "parallel_tool_calls") {
       boolean(v, key);
     } else if (chat && key == "response_format") {
@@ -316,6 +399,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
 
 TokenizeRequest parse_tokenize_request(std::string_view body) {
   const json j = parse_body(body);
+  nlohmann::ordered_json ordered;
+  if (j.contains("tools") || j.contains("messages")) ordered = nlohmann::ordered_json::parse(body);
   TokenizeRequest r;
   bool have_prompt = false;
   for (const auto& [key, v] : j.items()) {
@@ -326,8 +411,11 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
       r.prompt = string(v, key);
       have_prompt = true;
     } else if (key == "messages") {
-      r.messages = parse_messages(v);
+      r.messages = parse_messages(v, ordered["messages"]);
       r.chat = true;
+    } else if (key == "tools") {
+      check_tools(v);
+      if (!v.empty()) r.tools = ordered["tools"];
     } else if (key == "add_generation_prompt") {
       r.add_generation_prompt = boolean(v, key);
     } else if (key == "add_special_tokens") {

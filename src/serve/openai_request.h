@@ -6,9 +6,11 @@
 // vocabulary, the model name) is checked by the server.
 //
 // Fields OpenAI defines that would change the output but are not
-// implemented (tools, response_format other than text, logit_bias, suffix,
-// best_of > n) are refused rather than ignored; an unknown field is refused
-// as OpenAI does ("Unrecognized request argument supplied").
+// implemented (response_format other than text, logit_bias, suffix, best_of
+// > n, tool_choice other than auto/none) are refused rather than ignored; an
+// unknown field is refused as OpenAI does ("Unrecognized request argument
+// supplied"). Tools are shown to the model through the chat template (the
+// answer is text: it is not parsed into tool_calls).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -34,6 +36,7 @@ struct CompletionRequest {
   ApiKind kind = ApiKind::Completion;
   std::string model;                            // "" = not given
   std::vector<ChatMessage> messages;            // chat
+  nlohmann::ordered_json tools;                 // chat: the tools as sent; null: none
   std::vector<PromptInput> prompts;             // completions: at least one
   int64_t max_tokens = 0;                       // 0 = not given
   std::string max_tokens_param = "max_tokens";  // the field that gave it
@@ -57,8 +60,12 @@ nlohmann::json parse_body(std::string_view body);
 CompletionRequest parse_completion_request(std::string_view body, ApiKind kind);
 
 // OpenAI's messages: a non-empty array of {"role", "content"} with content a
-// string or a list of text parts; "developer" is taken as "system".
-std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
+// string or a list of text parts; "developer" is taken as "system"; "tool"
+// results (with tool_call_id) and assistant tool_calls (content may then be
+// null) go to the template, with name, in the key order of `ordered` (the
+// same array parsed keeping it; null: as parsed).
+std::vector<ChatMessage> parse_messages(const nlohmann::json& messages,
+                                        const nlohmann::ordered_json& ordered = nullptr);
 
 // POST /tokenize: {"prompt": TEXT} or {"messages": [...]} (and optionally
 // "model", "add_generation_prompt", "add_special_tokens").
@@ -67,6 +74,7 @@ struct TokenizeRequest {
   bool chat = false;
   std::string prompt;
   std::vector<ChatMessage> messages;
+  nlohmann::ordered_json tools;  // null: none
   bool add_generation_prompt = true;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body);

@@ -40,8 +40,8 @@ struct ServeConfig {
     b.bind("serve.model_name", model_name,
            "the model id clients name in \"model\" (default: the model folder's name)");
     b.bind("serve.chat_template", chat_template,
-           "chat template for /v1/chat/completions: auto (the one the model folder's "
-           "tokenizer_config.json holds) or a built-in name (chatml, llama3, ...)");
+           "chat template for /v1/chat/completions: auto (the model's own Jinja template, from "
+           "its tokenizer_config.json), a FILE.jinja, or a built-in name (chatml, llama3, ...)");
     b.bind("serve.max_batch", max_batch, "sequences decoded together (in-flight batching)");
     b.bind("serve.prefill_chunk", prefill_chunk,
            "prompt tokens one decode step may carry (bounds a step's workspace)");

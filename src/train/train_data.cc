@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/chat/chat_config.h"
 #include "data/chat/sft_data.h"
 #include "data/dataset/blended_dataset.h"
 #include "data/dataset/gpt_dataset.h"
@@ -128,14 +129,11 @@ SftInputs sft_inputs(const TrainConfig& cfg) {
     throw e.with_context("data.tokenizer");
   }
   try {
-    in.tmpl = &chat_template_for(dc.chat_template, cfg.init_from);
+    in.tmpl = chat_template_for(dc.chat_template, cfg.init_from);
   } catch (const Error& e) {
     throw e.with_context("data.chat_template");
   }
-  // The tokenizer's own strings for the template's bos and eos.
-  if (in.tok->eod_id() >= 0) in.specials.eos = in.tok->token_bytes(in.tok->eod_id());
-  for (const auto& [text, id] : in.tok->special_tokens())
-    if (text == "<s>" || text == "<bos>" || text == "<|begin_of_text|>") in.specials.bos = text;
+  in.specials = chat_specials(*in.tok, cfg.init_from);
   SftOptions& o = in.opt;
   o.messages_key = dc.messages_key;
   o.input_key = dc.input_key;

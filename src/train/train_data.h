@@ -25,12 +25,13 @@ struct TrainData {
 TrainData build_train_data(const TrainConfig& cfg);
 
 // What fine-tuning reads its conversations with (data.sft_path): the
-// tokenizer, the chat template (data.chat_template, or the one
-// train.init_from's tokenizer_config.json names), the tokenizer's bos and eos
-// strings, and the sample options. nk::Error naming the key.
+// tokenizer, the chat template (data.chat_template, or train.init_from's own:
+// chat_template_for), the special-token strings (the tokenizer's, and those
+// its tokenizer_config.json names), and the sample options. nk::Error naming
+// the key.
 struct SftInputs {
   std::unique_ptr<Tokenizer> tok;
-  const ChatTemplate* tmpl = nullptr;
+  std::shared_ptr<const ChatTemplate> tmpl;
   ChatSpecials specials;
   SftOptions opt;
 };

@@ -170,6 +170,12 @@ void Trainer::export_final() {
   }
   if (!whole_model) return;
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
+  // The base's generation_config.json (its end-of-turn ids): the tuned
+  // model stops where the base did.
+  if (const std::string gc = cfg_.init_from + "/generation_config.json";
+      !cfg_.init_from.empty() && std::filesystem::is_regular_file(gc))
+    std::filesystem::copy_file(gc, model_dir + "/generation_config.json",
+                               std::filesystem::copy_options::overwrite_existing);
   NK_INFO("saved {} at step {} ({} samples consumed)", model_dir, state_.step,
           state_.consumed_samples);
 }

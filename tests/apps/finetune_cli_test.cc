@@ -484,7 +484,7 @@ TEST_F(Finetune, BadSettingsAndRecordsAreClearErrors) {
   expect_error(finetune_args(out) + " data.chat_template=vicuna",
                "unknown chat template 'vicuna' (known: chatml, llama3");
   expect_error(finetune_args(out) + " data.chat_template=auto",
-               "tokenizer_config.json does not exist");
+               "/tokenizer/tokenizer_config.json exists, nor a chat_template.jinja");
   expect_error(finetune_args(out) + " data.loss_on=prompt",
                "data.loss_on: expected assistant or all, got 'prompt'");
   expect_error(finetune_args(out) + " data.path=" + data_,

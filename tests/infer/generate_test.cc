@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
+#include "infer/model_source.h"
 #include "test_util.h"
 
 #include "model/tiny_config.h"
@@ -154,6 +155,36 @@ TEST(Generate, CountingModelEosAndContextLimit) {
   // max_seq_len 64: positions 0..63 can be fed, so 60 prompt tokens leave 5.
   EXPECT_EQ(res[2].tokens.size(), 5u);
   EXPECT_EQ(res[2].finish, FinishReason::Context);
+}
+
+// A chat model's other end-of-turn ids (generation_config.json's
+// eos_token_id list) end a sequence as the eod does.
+TEST(Generate, EndIdsEndLikeTheEod) {
+  auto m = test::counting_model();
+  auto tok = load_tokenizer("bytes");
+  Generator gen(*m, tok.get(), 2);
+  gen.set_end_ids({253});
+  GenerationRequest stops = greedy({250}, 20), through = stops;
+  through.stop_at_eos = false;
+  through.max_new_tokens = 5;
+  auto res = gen.run({stops, through});
+  EXPECT_EQ(res[0].tokens, (std::vector<int32_t>{251, 252}));
+  EXPECT_EQ(res[0].finish, FinishReason::Eos);
+  EXPECT_EQ(res[1].tokens, (std::vector<int32_t>{251, 252, 253, 254, 255}));
+
+  test::TempDir d("nk_gen_config");
+  const std::string dir = d.path().string();
+  EXPECT_TRUE(generation_end_ids(dir, *tok, 257).empty());  // no file
+  test::write_file(dir + "/generation_config.json", R"({"eos_token_id": [256, 5, 7, 5]})");
+  EXPECT_EQ(generation_end_ids(dir, *tok, 257), (std::vector<int32_t>{5, 7}));  // eod left out
+  test::write_file(dir + "/generation_config.json", R"({"eos_token_id": 9, "temperature": 0.6})");
+  EXPECT_EQ(generation_end_ids(dir, *tok, 257), (std::vector<int32_t>{9}));
+  test::write_file(dir + "/generation_config.json", R"({"eos_token_id": [999]})");
+  std::string e = test::error_of([&] { generation_end_ids(dir, *tok, 257); });
+  EXPECT_TRUE(test::contains(e, dir + "/generation_config.json")) << e;
+  EXPECT_TRUE(test::contains(e, "eos_token_id[0]")) << e;
+  test::write_file(dir + "/generation_config.json", R"({"eos_token_id": "x"})");
+  EXPECT_THROW(generation_end_ids(dir, *tok, 257), Error);
 }
 
 TEST(Generate, StreamableEndHoldsStopPrefixesAndSplitCharacters) {

@@ -210,7 +210,7 @@ TEST(OpenAIRequest, MissingEmptyUnknownAndUnsupported) {
   EXPECT_EQ(chat_refusal(R"({"max_tokens": 4})").param, "messages");
   EXPECT_EQ(chat_refusal(R"({"messages": [{"content": "x"}]})").param, "messages[0].role");
   EXPECT_EQ(chat_refusal(R"({"messages": [{"role": "user"}]})").param, "messages[0].content");
-  EXPECT_EQ(chat_refusal(R"({"messages": [{"role": "tool", "content": "x"}]})").param,
+  EXPECT_EQ(chat_refusal(R"({"messages": [{"role": "function", "content": "x"}]})").param,
             "messages[0].role");
   EXPECT_EQ(completion_refusal(R"({})").param, "prompt");
   EXPECT_EQ(completion_refusal(R"({"prompt": ""})").param, "prompt");
@@ -225,8 +225,9 @@ TEST(OpenAIRequest, MissingEmptyUnknownAndUnsupported) {
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "foo": 1})").param, "foo");
   // What would change the output but is not implemented is refused, not ignored.
   for (const auto& [extra, param] : std::vector<std::pair<json, std::string>>{
-           {{{"tools", {{{"type", "function"}}}}}, "tools"},
-           {{{"tool_choice", "auto"}}, "tool_choice"},
+           {{{"tools", {{{"type", "function"}}}}}, "tools[0].function"},
+           {{{"tool_choice", "required"}}, "tool_choice"},
+           {{{"functions", {{{"name", "f"}}}}}, "functions"},
            {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
            {{{"logit_bias", {{"50256", -100}}}}, "logit_bias"},
            {{{"store", true}}, "store"},
@@ -240,6 +241,55 @@ TEST(OpenAIRequest, MissingEmptyUnknownAndUnsupported) {
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "suffix": "end"})").param, "suffix");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "best_of": 3})").param, "best_of");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "echo": true, "logprobs": 1})").param, "echo");
+}
+
+// Tools go to the chat template as sent (keys in order: a template's tojson
+// writes them so), and so do tool calls and tool results in the messages.
+TEST(OpenAIRequest, ToolsToolCallsAndToolResults) {
+  const CompletionRequest r = parse_completion_request(
+      R"({"messages": [{"role": "user", "content": "weather?"},
+          {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+          {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"zz": {}, "city": {}}}}}],
+          "tool_choice": "auto", "parallel_tool_calls": false})",
+      ApiKind::Chat);
+  EXPECT_EQ(r.tools.dump(),
+            R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+            R"("properties":{"zz":{},"city":{}}}}}])");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].extra.dump(),
+            R"({"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather",)"
+            R"("arguments":"{\"city\": \"Oslo\"}"}}],"content":null})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].extra.dump(), R"({"tool_call_id":"call_1"})");
+  // No tools, or an empty list: none.
+  EXPECT_TRUE(parse_completion_request(chat_with({{"tools", json::array()}}), ApiKind::Chat)
+                  .tools.is_null());
+  // What is malformed names the field.
+  for (
+      const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"messages": [{"role": "user", "content": null, "tool_calls": [{"function": {"name": "f"}}]}]})",
+           "messages[0].tool_calls"},
+          {R"({"messages": [{"role": "assistant", "content": null}]})", "messages[0].content"},
+          {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {}}]}]})",
+           "messages[0].tool_calls[0].function.name"},
+          {R"({"messages": [{"role": "tool", "content": "x", "tool_call_id": 5}]})",
+           "messages[0].tool_call_id"},
+          {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "x"}]})",
+           "tools[0].type"},
+          {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
+      }) {
+    const Refusal e = chat_refusal(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, param) << body << ": " << e.message;
+  }
+  const TokenizeRequest t = parse_tokenize_request(
+      R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function",
+          "function": {"name": "f"}}]})");
+  EXPECT_EQ(t.tools.dump(), R"([{"type":"function","function":{"name":"f"}}])");
 }
 
 TEST(OpenAIRequest, TokenizeAndDetokenize) {

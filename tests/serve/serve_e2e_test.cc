@@ -123,8 +123,10 @@ TEST_F(ServeE2E, BadRequestsGetOpenAIErrors) {
        "prompt", "vocabulary"},
       {"unknown field", "POST", "/v1/completions", R"({"prompt": "a", "best_off": 2})", 400,
        "best_off", "Unrecognized"},
-      {"unsupported field", "POST", "/v1/chat/completions",
-       chat + R"("tools": [{"type": "function"}]})", 400, "tools", "not supported"},
+      {"malformed tools", "POST", "/v1/chat/completions",
+       chat + R"("tools": [{"type": "function"}]})", 400, "tools[0].function", "function"},
+      {"unsupported field", "POST", "/v1/chat/completions", chat + R"("tool_choice": "required"})",
+       400, "tool_choice", "not supported"},
       {"unknown route", "GET", "/v1/nothing", "", 404, nullptr, "/v1/nothing"},
       {"wrong method", "GET", "/v1/completions", "", 405, nullptr, "POST"},
       {"detokenize outside the vocabulary", "POST", "/detokenize", R"({"tokens": [65, 300]})", 400,
@@ -153,7 +155,7 @@ TEST_F(ServeE2E, BadRequestsGetOpenAIErrors) {
   // The requests are counted by endpoint and status, once their response is
   // written (the count may lag the client by a moment: wait up to 5 s).
   const std::string c400 =
-      R"(nekton_requests_total{endpoint="/v1/chat/completions",status="400"} 7)";
+      R"(nekton_requests_total{endpoint="/v1/chat/completions",status="400"} 8)";
   const std::string c413 = R"(nekton_requests_total{endpoint="/v1/completions",status="413"} 1)";
   std::string text;
   for (int i = 0; i < 500 && !(contains(text, c400) && contains(text, c413)); ++i) {

@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/strings.h"
+#include "data/chat/chat_config.h"
+#include "data/chat/jinja_chat_template.h"
 #include "data/dataset/text_dataset.h"
 
 namespace nk {
@@ -29,6 +31,24 @@ struct Out {
   }
 };
 
+// A built-in: the published template's segments, computed directly. Extra
+// message keys mean nothing to the published templates, but a null content
+// (an assistant turn of only tool calls) is an error in all of them.
+class BuiltIn : public ChatTemplate {
+ protected:
+  virtual std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m,
+                                            const ChatSpecials& s, bool gen) const = 0;
+  std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                       bool gen, const nlohmann::ordered_json&) const final {
+    for (size_t i = 0; i < m.size(); ++i)
+      if (m[i].extra.is_object() && m[i].extra.contains("content") &&
+          !m[i].extra["content"].is_string())
+        fail("chat template {}: message {} has no text content (the template needs one)", name(),
+             i + 1);
+    return segments(m, s, gen);
+  }
+};
+
 // The check Llama 2, Mistral and Gemma's templates share.
 void require_alternation(const std::vector<ChatMessage>& m, size_t first) {
   for (size_t i = first; i < m.size(); ++i)
@@ -39,14 +59,16 @@ void require_alternation(const std::vector<ChatMessage>& m, size_t first) {
           i + 1, m[i].role);
 }
 
-class ChatML final : public ChatTemplate {
+class ChatML final : public BuiltIn {
  public:
   std::string name() const override { return "chatml"; }
   std::string jinja() const override {
     return R"({% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials&,
-                                  bool gen) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials&,
+                                    bool gen) const override {
     Out o;
     for (const ChatMessage& x : m) {
       o.text("<|im_start|>" + x.role + "\n");
@@ -58,14 +80,16 @@ class ChatML final : public ChatTemplate {
   }
 };
 
-class Llama3 final : public ChatTemplate {
+class Llama3 final : public BuiltIn {
  public:
   std::string name() const override { return "llama3"; }
   std::string jinja() const override {
     return R"({% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool gen) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool gen) const override {
     Out o;
     for (size_t i = 0; i < m.size(); ++i) {
       o.text((i == 0 ? s.bos : "") + "<|start_header_id|>" + m[i].role + "<|end_header_id|>\n\n");
@@ -76,14 +100,16 @@ class Llama3 final : public ChatTemplate {
   }
 };
 
-class Llama2 final : public ChatTemplate {
+class Llama2 final : public BuiltIn {
  public:
   std::string name() const override { return "llama2"; }
   std::string jinja() const override {
     return R"({% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool) const override {
     const bool sys = !m.empty() && m[0].role == "system";
     const size_t first = sys ? 1 : 0;
     require_alternation(m, first);
@@ -100,14 +126,16 @@ class Llama2 final : public ChatTemplate {
   }
 };
 
-class Mistral final : public ChatTemplate {
+class Mistral final : public BuiltIn {
  public:
   std::string name() const override { return "mistral"; }
   std::string jinja() const override {
     return R"({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool) const override {
     require_alternation(m, 0);
     Out o;
     o.text(s.bos);
@@ -126,14 +154,16 @@ class Mistral final : public ChatTemplate {
   }
 };
 
-class Gemma final : public ChatTemplate {
+class Gemma final : public BuiltIn {
  public:
   std::string name() const override { return "gemma"; }
   std::string jinja() const override {
     return R"({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool gen) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool gen) const override {
     if (!m.empty() && m[0].role == "system")
       fail("chat template gemma: the system role is not supported");
     require_alternation(m, 0);
@@ -150,14 +180,16 @@ class Gemma final : public ChatTemplate {
   }
 };
 
-class Phi3 final : public ChatTemplate {
+class Phi3 final : public BuiltIn {
  public:
   std::string name() const override { return "phi3"; }
   std::string jinja() const override {
     return R"({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})";
   }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool gen) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool gen) const override {
     Out o;
     for (const ChatMessage& x : m) {
       if (x.role != "system" && x.role != "user" && x.role != "assistant") continue;
@@ -170,12 +202,14 @@ class Phi3 final : public ChatTemplate {
   }
 };
 
-class Plain final : public ChatTemplate {
+class Plain final : public BuiltIn {
  public:
   std::string name() const override { return "plain"; }
   std::string jinja() const override { return ""; }
-  std::vector<ChatSegment> render(const std::vector<ChatMessage>& m, const ChatSpecials& s,
-                                  bool) const override {
+
+ protected:
+  std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
+                                    bool) const override {
     Out o;
     for (const ChatMessage& x : m) {
       if (x.role == "assistant")
@@ -238,28 +272,78 @@ const ChatTemplate* match_chat_template(const std::string& jinja) {
   return nullptr;
 }
 
-const ChatTemplate& chat_template_for(const std::string& name, const std::string& model_dir) {
-  if (!name.empty() && name != "auto") return find_chat_template(name);
+std::shared_ptr<const ChatTemplate> chat_template_from_jinja(const std::string& jinja,
+                                                             const std::string& origin) {
+  if (const ChatTemplate* t = match_chat_template(jinja))
+    return std::shared_ptr<const ChatTemplate>(t, [](const ChatTemplate*) {});  // static
+  return std::make_shared<JinjaChatTemplate>(
+      std::vector<std::pair<std::string, std::string>>{{"", jinja}}, origin);
+}
+
+namespace {
+
+// tokenizer_config.json's chat_template (a string or a list of {name,
+// template}), else a chat_template.jinja beside it; null when neither.
+std::shared_ptr<const ChatTemplate> model_chat_template(const std::string& model_dir,
+                                                        std::string& looked_in) {
+  const std::string config = find_model_file(model_dir, "tokenizer_config.json");
+  looked_in = config.empty()
+                  ? fmt::format(
+                        "neither {0}/tokenizer_config.json nor "
+                        "{0}/tokenizer/tokenizer_config.json exists, nor a "
+                        "chat_template.jinja",
+                        model_dir)
+                  : config + " has no chat_template (nor is there a chat_template.jinja)";
+  if (!config.empty()) {
+    const nlohmann::json j = parse_json_object(read_text_file(config), config);
+    const auto it = j.find("chat_template");
+    if (it != j.end() && it->is_string())
+      return chat_template_from_jinja(it->get<std::string>(), config + " chat_template");
+    if (it != j.end() && it->is_array()) {
+      std::vector<std::pair<std::string, std::string>> named;
+      for (size_t k = 0; k < it->size(); ++k) {
+        const nlohmann::json& e = (*it)[k];
+        if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+            !e.contains("template") || !e["template"].is_string())
+          fail("{}: chat_template[{}] must be {{\"name\": NAME, \"template\": JINJA}}", config, k);
+        named.emplace_back(e["name"].get<std::string>(), e["template"].get<std::string>());
+      }
+      if (named.size() == 1 && named[0].first == "default")
+        return chat_template_from_jinja(named[0].second, config + " chat_template");
+      return std::make_shared<JinjaChatTemplate>(named, config + " chat_template");
+    }
+    if (it != j.end() && !it->is_null())
+      fail("{}: chat_template must be a string or a list of {{name, template}}, not {}", config,
+           it->type_name());
+  }
+  const std::string file = find_model_file(model_dir, "chat_template.jinja");
+  if (!file.empty()) return chat_template_from_jinja(read_text_file(file), file);
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<const ChatTemplate> chat_template_for(const std::string& name,
+                                                      const std::string& model_dir) {
+  const std::string names =
+      fmt::format("{}, auto, or a .jinja file", fmt::join(chat_template_names(), ", "));
+  if (!name.empty() && name != "auto") {
+    for (const auto& t : templates())
+      if (t->name() == name)
+        return std::shared_ptr<const ChatTemplate>(t.get(), [](const ChatTemplate*) {});
+    if (std::filesystem::is_regular_file(name))
+      return chat_template_from_jinja(read_text_file(name), name);
+    if (name.ends_with(".jinja")) fail("chat template file '{}' does not exist", name);
+    fail("unknown chat template '{}' (known: {})", name, names);
+  }
   if (model_dir.empty())
     fail(
         "chat template 'auto' reads the model's tokenizer_config.json, but no model folder is "
         "given; name one of {}",
-        fmt::join(chat_template_names(), ", "));
-  const std::string path = model_dir + "/tokenizer_config.json";
-  if (!std::filesystem::exists(path))
-    fail("chat template 'auto': {} does not exist; name one of {}", path,
-         fmt::join(chat_template_names(), ", "));
-  const nlohmann::json j = parse_json_object(read_text_file(path), path);
-  if (!j.contains("chat_template") || !j["chat_template"].is_string())
-    fail("chat template 'auto': {} has no chat_template string; name one of {}", path,
-         fmt::join(chat_template_names(), ", "));
-  const ChatTemplate* t = match_chat_template(j["chat_template"].get<std::string>());
-  if (!t)
-    fail(
-        "{}: its chat_template is none of the built-in templates ({}); name the one that "
-        "renders like it",
-        path, fmt::join(chat_template_names(), ", "));
-  return *t;
+        names);
+  std::string looked_in;
+  if (auto t = model_chat_template(model_dir, looked_in)) return t;
+  fail("chat template 'auto': {}; name one of {}", looked_in, names);
 }
 
 std::string chat_text(const std::vector<ChatSegment>& segments) {

@@ -2,11 +2,15 @@
 // the text a chat model was trained on, split into segments that say which
 // characters the fine-tuning loss covers.
 //
-// Each built-in renders exactly what the model family's published Jinja
-// template (its tokenizer_config.json `chat_template`) renders with Hugging
-// Face's apply_chat_template, including the template's own refusals (roles
-// out of order, a system message where the family has none); the tests check
-// every one against @huggingface/jinja. Names:
+// A model's own template is its tokenizer_config.json `chat_template` (Jinja),
+// rendered as Hugging Face renders it (data/jinja, jinja_chat_template.h),
+// with the messages, the tools, add_generation_prompt and the special tokens.
+// Built-ins stand in for the common families' published templates and are
+// used whenever a model's template is exactly one of them (their segments
+// are exact); each renders exactly what its published Jinja renders with
+// apply_chat_template, including the template's own refusals (roles out of
+// order, a system message where the family has none); the tests check every
+// one against @huggingface/jinja. Names:
 //   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n (Qwen, OpenHermes, ...)
 //   llama3   Meta-Llama-3-8B-Instruct: <|start_header_id|>ROLE<|end_header_id|>\n\n...
 //   llama2   Llama-2-chat: [INST] with a <<SYS>> block in the first turn
@@ -19,16 +23,28 @@
 // as the template writes it and the end-of-turn marker that follows it
 // (<|im_end|>, <|eot_id|>, eos, <end_of_turn>, <|end|>), so the model learns to
 // stop; never the role headers, the system or user text, or the separators
-// after the end-of-turn marker.
+// after the end-of-turn marker. (A Jinja template's are derived from renders
+// of the conversation's prefixes: jinja_chat_template.h.)
 #pragma once
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace nk {
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content, nlohmann::ordered_json extra = nullptr)
+      : role(std::move(role)), content(std::move(content)), extra(std::move(extra)) {}
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // The message's other keys as given (tool_calls, tool_call_id, name, ...),
+  // which a Jinja template sees beside role and content; a key "content"
+  // here replaces it (null: an assistant message with only tool calls).
+  nlohmann::ordered_json extra;
 };
 
 struct ChatSegment {
@@ -38,7 +54,12 @@ struct ChatSegment {
 
 // The special-token strings the templates write (the tokenizer's own).
 struct ChatSpecials {
+  ChatSpecials() = default;
+  ChatSpecials(std::string bos, std::string eos) : bos(std::move(bos)), eos(std::move(eos)) {}
   std::string bos, eos;
+  // Other special tokens a Jinja template may name (unk_token, pad_token,
+  // ...: tokenizer_config.json's), as (variable, text).
+  std::vector<std::pair<std::string, std::string>> more;
 };
 
 class ChatTemplate {
@@ -49,10 +70,19 @@ class ChatTemplate {
   virtual std::string jinja() const = 0;
   // nk::Error, with the template's own message, for a conversation the
   // published template refuses. add_generation_prompt: end with the
-  // assistant header, as for generation.
-  virtual std::vector<ChatSegment> render(const std::vector<ChatMessage>& messages,
-                                          const ChatSpecials& specials,
-                                          bool add_generation_prompt) const = 0;
+  // assistant header, as for generation. tools: OpenAI's tool list (null:
+  // none), which only a Jinja template shows.
+  std::vector<ChatSegment> render(const std::vector<ChatMessage>& messages,
+                                  const ChatSpecials& specials, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& tools = nullptr) const {
+    return render_impl(messages, specials, add_generation_prompt, tools);
+  }
+
+ protected:
+  virtual std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>& messages,
+                                               const ChatSpecials& specials,
+                                               bool add_generation_prompt,
+                                               const nlohmann::ordered_json& tools) const = 0;
 };
 
 // The built-in named `name`; nk::Error listing the names otherwise.
@@ -63,11 +93,26 @@ std::vector<std::string> chat_template_names();
 // `chat_template`; compared ignoring white space between tags), or nullptr.
 const ChatTemplate* match_chat_template(const std::string& jinja);
 
-// The template for a model folder: `name` if not empty or "auto"; otherwise
-// the one matching DIR/tokenizer_config.json's chat_template, nk::Error when
-// the file has none or an unknown one (naming the file and listing the names:
-// never a silent fallback).
-const ChatTemplate& chat_template_for(const std::string& name, const std::string& model_dir);
+// The template for Jinja source `jinja` (`origin` names where it came from,
+// for messages): the built-in it is exactly, else the Jinja template itself.
+// nk::Error for a syntax error, naming origin, line and column.
+std::shared_ptr<const ChatTemplate> chat_template_from_jinja(const std::string& jinja,
+                                                             const std::string& origin);
+
+// The template data.chat_template / serve.chat_template names:
+//   a built-in's name      that built-in;
+//   a FILE.jinja           the Jinja in that file (a built-in if it is one);
+//   "auto" (or "")         the model folder's own: the chat_template of
+//                          DIR/tokenizer_config.json or, as `nekton import hf`
+//                          lays a model out, DIR/tokenizer/tokenizer_config.json
+//                          (a string, or Hugging Face's list of {name,
+//                          template}: "default", and "tool_use" when tools are
+//                          given), else a chat_template.jinja beside it; a
+//                          built-in when it is exactly one.
+// nk::Error naming the file when there is none or it is malformed, listing
+// the names: never a silent fallback.
+std::shared_ptr<const ChatTemplate> chat_template_for(const std::string& name,
+                                                      const std::string& model_dir);
 
 // The segments' text, concatenated: what the published template renders.
 std::string chat_text(const std::vector<ChatSegment>& segments);

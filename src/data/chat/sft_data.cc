@@ -12,11 +12,40 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::string& string_field(const json& obj, const std::string& key, const std::string& where) {
+template <class Json>
+const std::string& string_field(const Json& obj, const std::string& key, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end()) fail("{}: no \"{}\"", where, key);
   if (!it->is_string()) fail("{}: \"{}\" must be a string, not {}", where, key, it->type_name());
-  return it->get_ref<const std::string&>();
+  return it->template get_ref<const std::string&>();
+}
+
+// One message of a "messages" list: role and content, and the other keys
+// (tool_calls, tool_call_id, name, ...) for a Jinja template; an assistant
+// message with tool_calls may have a null content.
+ChatMessage message_from(const nlohmann::ordered_json& m, const std::string& at) {
+  if (!m.is_object()) fail("{}: a message must be an object with role and content", at);
+  ChatMessage x;
+  x.role = string_field(m, "role", at);
+  if (x.role != "system" && x.role != "user" && x.role != "assistant" && x.role != "tool")
+    fail("{}: role '{}' is none of system, user, assistant, tool", at, x.role);
+  const auto content = m.find("content");
+  const auto calls = m.find("tool_calls");
+  const bool has_calls = calls != m.end() && !calls->is_null();
+  if (has_calls && !calls->is_array())
+    fail("{}: \"tool_calls\" must be a list, not {}", at, calls->type_name());
+  if (content != m.end() && content->is_null() && has_calls && x.role == "assistant") {
+    x.extra = nlohmann::ordered_json::object();
+    x.extra["content"] = nullptr;
+  } else {
+    x.content = string_field(m, "content", at);
+  }
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (it.key() == "role" || it.key() == "content") continue;
+    if (x.extra.is_null()) x.extra = nlohmann::ordered_json::object();
+    x.extra[it.key()] = it.value();
+  }
+  return x;
 }
 
 // Byte ranges [begin, end) of the trained segments in their concatenation.
@@ -32,22 +61,16 @@ std::vector<std::pair<size_t, size_t>> trained_ranges(const std::vector<ChatSegm
 
 }  // namespace
 
-std::vector<ChatMessage> conversation_from_record(const json& rec, const SftOptions& opt,
-                                                  const std::string& where) {
+std::vector<ChatMessage> conversation_from_record(const nlohmann::ordered_json& rec,
+                                                  const SftOptions& opt, const std::string& where) {
   if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
   std::vector<ChatMessage> c;
   if (rec.contains(opt.messages_key)) {
-    const json& m = rec[opt.messages_key];
+    const auto& m = rec[opt.messages_key];
     if (!m.is_array() || m.empty())
       fail("{}: \"{}\" must be a non-empty array of messages", where, opt.messages_key);
-    for (size_t i = 0; i < m.size(); ++i) {
-      const std::string at = fmt::format("{}: {}[{}]", where, opt.messages_key, i);
-      if (!m[i].is_object()) fail("{}: a message must be an object with role and content", at);
-      ChatMessage x{string_field(m[i], "role", at), string_field(m[i], "content", at)};
-      if (x.role != "system" && x.role != "user" && x.role != "assistant")
-        fail("{}: role '{}' is none of system, user, assistant", at, x.role);
-      c.push_back(std::move(x));
-    }
+    for (size_t i = 0; i < m.size(); ++i)
+      c.push_back(message_from(m[i], fmt::format("{}: {}[{}]", where, opt.messages_key, i)));
   } else if (rec.contains(opt.input_key) || rec.contains(opt.output_key)) {
     if (rec.contains(opt.system_key))
       c.push_back({"system", string_field(rec, opt.system_key, where)});
@@ -98,8 +121,16 @@ SftSample tokenize_chat(const std::vector<ChatSegment>& segments, const Tokenize
 std::vector<ChatSegment> render_record(std::string_view line, const std::string& where,
                                        const ChatTemplate& tmpl, const ChatSpecials& specials,
                                        const SftOptions& opt) {
-  const std::vector<ChatMessage> conv =
-      conversation_from_record(parse_json(std::string(line), where), opt, where);
+  // In the record's own key order: a template's tojson writes tool calls and
+  // schemas as given.
+  nlohmann::ordered_json rec;
+  try {
+    rec = nlohmann::ordered_json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    parse_json(std::string(line), where);  // the error with its line and byte
+    throw;
+  }
+  const std::vector<ChatMessage> conv = conversation_from_record(rec, opt, where);
   try {
     return tmpl.render(conv, specials, false);
   } catch (const Error& e) {

@@ -2,7 +2,7 @@
 // prompt/answer form, plain or zstd) rendered with a chat template, tokenized
 // once as a whole, with a mask of the tokens the loss covers.
 //
-//   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+//   {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...]}
 //   {"input": "prompt", "output": "answer"}           (key names configurable;
 //                                                      an optional system key)
 //
@@ -41,9 +41,11 @@ struct SftOptions {
 
 // One conversation of a record; nk::Error naming `where` (FILE:LINE) and the
 // key: no messages and no input/output keys, a message that is not an object
-// with string role and content, a role other than system/user/assistant, no
-// assistant turn (nothing to learn), an empty output.
-std::vector<ChatMessage> conversation_from_record(const nlohmann::json& record,
+// with string role and content (null only beside an assistant's tool_calls),
+// a role other than system/user/assistant/tool, no assistant turn (nothing
+// to learn), an empty output. A message's other keys (tool_calls,
+// tool_call_id, name, ...) go to the template as given.
+std::vector<ChatMessage> conversation_from_record(const nlohmann::ordered_json& record,
                                                   const SftOptions& opt, const std::string& where);
 
 struct SftSample {

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/chat/jinja_chat_template.h"
+#include "data/chat/jinja_reference.h"
 #include "data/tokenizer/tokenizer.h"
 #include "test_util.h"
 
@@ -23,12 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-bool have_reference() {
-  return std::system("node --version > /dev/null 2>&1") == 0 &&
-         fs::exists(fs::path(assets_dir()) / "npm/node_modules/@huggingface/jinja/package.json");
-}
-#define REQUIRE_REFERENCE() NK_REQUIRE_ASSET(have_reference(), "node or @huggingface/jinja")
 
 // The special-token strings of each family's tokenizer.
 ChatSpecials specials_of(const std::string& name) {
@@ -68,21 +64,12 @@ json to_json(const Conversation& c) {
   return a;
 }
 
-// Renders every case with the reference; {"text"} or {"error"} each.
 json reference_render(const json& cases) {
-  test::TempDir d("nk_chat_template");
-  const std::string in = (d.path() / "cases.json").string(), out = (d.path() / "out.json").string();
-  std::ofstream(in) << cases.dump();
-  const std::string cmd = "NEKTON_ASSETS='" + assets_dir() +
-                          "' node '" NK_SOURCE_DIR "/tests/data/chat/render.js' '" + in + "' '" +
-                          out + "'";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream f(out);
-  return json::parse(f);
+  return test::jinja_reference(cases);
 }
 
 TEST(ChatTemplate, EveryBuiltInRendersAsItsPublishedJinja) {
-  REQUIRE_REFERENCE();
+  REQUIRE_JINJA_REFERENCE();
   json cases = json::array();
   struct Case {
     std::string name;
@@ -180,8 +167,9 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 }
 
 // tokenizer_config.json's chat_template picks the built-in, whatever its
-// layout (line breaks, '\n' written as a real line break); an unknown one is
-// an error naming the file, never a silent fallback.
+// layout (line breaks, '\n' written as a real line break); another template
+// is rendered as the Jinja it is; no template at all is an error naming the
+// file, never a silent fallback.
 TEST(ChatTemplate, AutoReadsTheModelsTokenizerConfig) {
   test::TempDir d("nk_chat_auto");
   const std::string dir = d.path().string(), file = dir + "/tokenizer_config.json";
@@ -191,23 +179,119 @@ TEST(ChatTemplate, AutoReadsTheModelsTokenizerConfig) {
     const std::string reflowed =
         replace_all(replace_all(t.jinja(), "%}{%", "%}\n  {%"), "\\n", "\n");
     std::ofstream(file) << json{{"chat_template", reflowed}, {"bos_token", "<s>"}}.dump();
-    EXPECT_EQ(&chat_template_for("auto", dir), &t) << name;
-    EXPECT_EQ(&chat_template_for("", dir), &t) << name;
+    EXPECT_EQ(chat_template_for("auto", dir).get(), &t) << name;
+    EXPECT_EQ(chat_template_for("", dir).get(), &t) << name;
   }
-  EXPECT_EQ(&chat_template_for("gemma", dir), &find_chat_template("gemma"));  // a name wins
+  EXPECT_EQ(chat_template_for("gemma", dir).get(), &find_chat_template("gemma"));  // a name wins
 
-  std::ofstream(file) << json{{"chat_template", "{{ messages[0]['content'] }}"}}.dump();
-  try {
-    chat_template_for("auto", dir);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(test::contains(e.what(), file)) << e.what();
-    EXPECT_TRUE(test::contains(e.what(), "none of the built-in templates")) << e.what();
-  }
+  // A template of its own: rendered as Jinja, named after the file.
+  std::ofstream(file) << json{{"chat_template", "{{ messages[0]['content'] }}!"}}.dump();
+  auto own = chat_template_for("auto", dir);
+  EXPECT_TRUE(test::contains(own->name(), file)) << own->name();
+  EXPECT_EQ(chat_text(own->render({{"user", "hi"}}, {}, true)), "hi!");
+
   std::ofstream(file) << json{{"bos_token", "<s>"}}.dump();
-  EXPECT_THROW(chat_template_for("auto", dir), Error);
+  std::string e = test::error_of([&] { chat_template_for("auto", dir); });
+  EXPECT_TRUE(test::contains(e, file + " has no chat_template")) << e;
   fs::remove(file);
-  EXPECT_THROW(chat_template_for("auto", dir), Error);
+  e = test::error_of([&] { chat_template_for("auto", dir); });
+  EXPECT_TRUE(test::contains(e, "tokenizer/tokenizer_config.json")) << e;
+  EXPECT_TRUE(test::contains(e, "chatml, llama3")) << e;
+}
+
+// Issue 44 item 7: `nekton import hf` keeps tokenizer_config.json under
+// MODEL/tokenizer/; auto reads it there (and a chat_template.jinja, where
+// newer transformers keep the template).
+TEST(ChatTemplate, AutoReadsTheTokenizerSubfolderOfAnImportedModel) {
+  test::TempDir d("nk_chat_sub");
+  const std::string dir = d.path().string();
+  fs::create_directories(dir + "/tokenizer");
+  std::ofstream(dir + "/tokenizer/tokenizer_config.json")
+      << json{{"chat_template", find_chat_template("llama3").jinja()}}.dump();
+  EXPECT_EQ(chat_template_for("auto", dir).get(), &find_chat_template("llama3"));
+  std::ofstream(dir + "/tokenizer/tokenizer_config.json") << json{{"eos_token", "</s>"}}.dump();
+  std::ofstream(dir + "/tokenizer/chat_template.jinja") << "[{{ messages | length }}]";
+  EXPECT_EQ(chat_text(chat_template_for("auto", dir)->render({{"user", "a"}}, {}, false)), "[1]");
+}
+
+// Hugging Face's list form: "default", and "tool_use" when tools are given.
+TEST(ChatTemplate, ListFormPicksToolUseWhenToolsAreGiven) {
+  test::TempDir d("nk_chat_list");
+  const std::string dir = d.path().string();
+  std::ofstream(dir + "/tokenizer_config.json") << json{
+      {"chat_template",
+       {{{"name", "default"}, {"template", "plain:{{ messages[0].content }}"}},
+        {{"name", "tool_use"},
+         {"template", "tools:{{ tools | length }}"}}}}}.dump();
+  auto t = chat_template_for("auto", dir);
+  const std::vector<ChatMessage> m = {{"user", "q"}};
+  EXPECT_EQ(chat_text(t->render(m, {}, true)), "plain:q");
+  EXPECT_EQ(chat_text(t->render(m, {}, true, nlohmann::ordered_json::parse(R"([{"a": 1}])"))),
+            "tools:1");
+  // Only a default that is a built-in: the built-in.
+  std::ofstream(dir + "/tokenizer_config.json")
+      << json{{"chat_template",
+               {{{"name", "default"}, {"template", find_chat_template("chatml").jinja()}}}}}
+             .dump();
+  EXPECT_EQ(chat_template_for("auto", dir).get(), &find_chat_template("chatml"));
+  std::ofstream(dir + "/tokenizer_config.json")
+      << json{{"chat_template", {{{"template", "x"}}}}}.dump();
+  EXPECT_TRUE(
+      test::contains(test::error_of([&] { chat_template_for("auto", dir); }), "chat_template[0]"));
+}
+
+// data.chat_template=FILE.jinja: the file's template (a built-in when it is one).
+TEST(ChatTemplate, AJinjaFileByPath) {
+  test::TempDir d("nk_chat_file");
+  const std::string f = d / "mine.jinja";
+  std::ofstream(f) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}\n";
+  auto t = chat_template_for(f, "");
+  EXPECT_EQ(chat_text(t->render({{"user", "a"}, {"assistant", "b"}}, {}, true)),
+            "<user>a<assistant>b");
+  std::ofstream(f) << find_chat_template("phi3").jinja();
+  EXPECT_EQ(chat_template_for(f, "").get(), &find_chat_template("phi3"));
+  std::ofstream(f) << "{% if %}";
+  const std::string e = test::error_of([&] { chat_template_for(f, ""); });
+  EXPECT_TRUE(test::contains(e, f + ":1:")) << e;
+  EXPECT_TRUE(test::contains(test::error_of([&] { chat_template_for(d / "none.jinja", ""); }),
+                             "does not exist"));
+  EXPECT_TRUE(
+      test::contains(test::error_of([&] { chat_template_for("vicuna", ""); }), "or a .jinja file"));
+}
+
+// The Jinja path on each built-in's published source gives the built-in's
+// segments exactly: the same text and the same trained spans, and refuses
+// what it refuses.
+TEST(ChatTemplate, JinjaSegmentsOfThePublishedSourcesAreTheBuiltIns) {
+  int compared = 0;
+  for (const std::string& name : chat_template_names()) {
+    const ChatTemplate& builtin = find_chat_template(name);
+    if (builtin.jinja().empty()) continue;
+    const JinjaChatTemplate jinja({{"", builtin.jinja()}}, name + ".jinja");
+    const ChatSpecials s = specials_of(name);
+    for (const Conversation& c : conversations())
+      for (bool gen : {false, true}) {
+        SCOPED_TRACE(name + ": " + to_json(c).dump() + (gen ? " (generation prompt)" : ""));
+        std::vector<ChatSegment> want;
+        try {
+          want = builtin.render(c, s, gen);
+        } catch (const Error&) {
+          EXPECT_THROW(jinja.render(c, s, gen), Error);
+          continue;
+        }
+        std::vector<ChatSegment> got;
+        ASSERT_NO_THROW(got = jinja.render(c, s, gen));
+        EXPECT_EQ(chat_text(got), chat_text(want));
+        if (gen) continue;  // a prompt's segments are not trained
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t k = 0; k < got.size(); ++k) {
+          EXPECT_EQ(got[k].text, want[k].text) << k;
+          EXPECT_EQ(got[k].trained, want[k].trained) << k;
+        }
+        ++compared;
+      }
+  }
+  EXPECT_GE(compared, 6 * 5);
 }
 
 }  // namespace

@@ -39,6 +39,22 @@ TEST(SftData, RecordsInChatAndPromptAnswerForm) {
   o.output_key = "answer";
   c = conversation_from_record(json::parse(R"({"question": "q", "answer": "a"})"), o, "f:3");
   EXPECT_EQ(c.size(), 2u);
+  // Tool calls and results, for a template that shows them: the other keys
+  // in their order, a null content beside tool_calls.
+  o = SftOptions();
+  c = conversation_from_record(nlohmann::ordered_json::parse(R"({"messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "1", "type": "function",
+          "function": {"name": "w", "arguments": {"z": 1, "a": 2}}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."}]})"),
+                               o, "f:4");
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[1].extra.dump(),
+            R"({"content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"w",)"
+            R"("arguments":{"z":1,"a":2}}}]})");
+  EXPECT_EQ(c[2].role, "tool");
+  EXPECT_EQ(c[2].extra.dump(), R"({"tool_call_id":"1"})");
 }
 
 TEST(SftData, BadRecordsNameTheFileLineAndKey) {
@@ -49,8 +65,16 @@ TEST(SftData, BadRecordsNameTheFileLineAndKey) {
   EXPECT_TRUE(contains(err(R"({"messages": [{"role": "user", "content": "only a question"}]})"),
                        "data.jsonl:7: the conversation has no assistant message"));
   EXPECT_TRUE(contains(err(R"({"messages": [{"role": "user", "content": "q"},
-                                            {"role": "tool", "content": "x"}]})"),
-                       "data.jsonl:7: messages[1]: role 'tool' is none of"));
+                                            {"role": "tol", "content": "x"}]})"),
+                       "data.jsonl:7: messages[1]: role 'tol' is none of system, user, "
+                       "assistant, tool"));
+  EXPECT_TRUE(contains(err(R"({"messages": [{"role": "user", "content": "q"},
+                                            {"role": "assistant", "content": null}]})"),
+                       "data.jsonl:7: messages[1]: \"content\" must be a string"));
+  EXPECT_TRUE(contains(err(R"({"messages": [{"role": "user", "content": "q"},
+                                            {"role": "assistant", "content": null,
+                                             "tool_calls": {"a": 1}}]})"),
+                       "data.jsonl:7: messages[1]: \"tool_calls\" must be a list"));
   EXPECT_TRUE(contains(err(R"({"messages": [{"role": "user", "content": 5}]})"),
                        "data.jsonl:7: messages[0]: \"content\" must be a string"));
   EXPECT_TRUE(contains(err(R"({"messages": []})"), "\"messages\" must be a non-empty array"));
