@@ -176,7 +176,7 @@ class Generator {
 
   Transformer& model_;
   const Tokenizer* tok_;
-  int64_t vocab_;  // ids sampled: the tokenizer's, or the model's without one
+  int64_t vocab_;                 // ids sampled: the tokenizer's, or the model's without one
   std::vector<int32_t> end_ids_;  // besides the eod
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)
