@@ -10,9 +10,9 @@
 namespace nk {
 namespace {
 
-constexpr char kMagic[8] = {'N', 'K', 'I', 'N', 'D', 'E', 'X', 0};
+constexpr char kCacheMagic[8] = {'N', 'K', 'I', 'N', 'D', 'E', 'X', 0};
 constexpr uint64_t kVersion = 1;
-constexpr size_t kHeaderBytes = 8 + 4 * 8;
+constexpr size_t kCacheHeaderBytes = 8 + 4 * 8;
 
 void put_u64(std::string& s, uint64_t v) {
   s.append(reinterpret_cast<const char*>(&v), 8);
@@ -81,18 +81,18 @@ bool IndexCache::load_bytes(const std::string& what, size_t elem, std::string* o
     return false;
   };
   if (read_error) return reject("read error");
-  if (bytes.size() < kHeaderBytes + 8 || std::memcmp(bytes.data(), kMagic, 8) != 0)
+  if (bytes.size() < kCacheHeaderBytes + 8 || std::memcmp(bytes.data(), kCacheMagic, 8) != 0)
     return reject("not an index file or truncated");
   if (get_u64(bytes, 8) != kVersion) return reject("unknown version");
   if (get_u64(bytes, 16) != hash_) return reject("written for other settings");
   if (get_u64(bytes, 24) != elem) return reject("wrong element size");
   uint64_t count = get_u64(bytes, 32);
-  if (count > (bytes.size() - kHeaderBytes - 8) / elem ||
-      bytes.size() != kHeaderBytes + count * elem + 8)
+  if (count > (bytes.size() - kCacheHeaderBytes - 8) / elem ||
+      bytes.size() != kCacheHeaderBytes + count * elem + 8)
     return reject(
-        fmt::format("{} bytes, expected {}", bytes.size(), kHeaderBytes + count * elem + 8));
-  const char* payload = bytes.data() + kHeaderBytes;
-  if (payload_checksum(payload, count * elem) != get_u64(bytes, kHeaderBytes + count * elem))
+        fmt::format("{} bytes, expected {}", bytes.size(), kCacheHeaderBytes + count * elem + 8));
+  const char* payload = bytes.data() + kCacheHeaderBytes;
+  if (payload_checksum(payload, count * elem) != get_u64(bytes, kCacheHeaderBytes + count * elem))
     return reject("checksum mismatch");
   out->assign(payload, count * elem);
   return true;
@@ -108,7 +108,7 @@ void IndexCache::save_bytes(const std::string& what, size_t elem, const void* da
     std::string desc_path =
         (std::filesystem::path(dir_) / (hash_hex() + "-" + kind_ + "-description.txt")).string();
     if (!std::filesystem::exists(desc_path)) write_file_atomic(desc_path, description_ + "\n");
-    std::string header(kMagic, 8);
+    std::string header(kCacheMagic, 8);
     put_u64(header, kVersion);
     put_u64(header, hash_);
     put_u64(header, elem);
