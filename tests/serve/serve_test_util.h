@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <httplib.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -31,11 +32,15 @@ namespace nk::test {
 // printable ids spread over about +-6 (LayerNorm'd hidden of width 32), so
 // greedy and sampled text are printable, the end-of-text id is as good as
 // never drawn, and sampling still varies with the seed.
+// vocab: the model's rows; past the bytes tokenizer's 257 (padding) each is
+// a printable row times 3, so that without the padding mask a padding id
+// would win almost every step; below 257, the model is smaller than its
+// tokenizer (refused at load).
 inline void save_ascii_model(const std::string& dir, int64_t max_seq_len = 2048,
-                             bool chatml_config = true) {
+                             bool chatml_config = true, int64_t vocab = 257) {
   ModelConfig c;
   c.arch = "gpt2";
-  c.vocab_size = 257;
+  c.vocab_size = vocab;
   c.max_seq_len = max_seq_len;
   c.n_layer = 2;
   c.n_head = 2;
@@ -49,8 +54,11 @@ inline void save_ascii_model(const std::string& dir, int64_t max_seq_len = 2048,
   std::vector<float> w(size_t(head.numel()), 0.f);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.f, 0.9f);
-  for (int64_t v = 32; v < 127; ++v)
+  for (int64_t v = 32; v < std::min<int64_t>(127, vocab); ++v)
     for (int64_t i = 0; i < c.d_model; ++i) w[size_t(v * c.d_model + i)] = normal(rng);
+  for (int64_t v = 257; v < vocab; ++v)
+    for (int64_t i = 0; i < c.d_model; ++i)
+      w[size_t(v * c.d_model + i)] = 3 * w[size_t((32 + v % 95) * c.d_model + i)];
   ops::copy_from_host(head, w.data());
   m.sync_compute_params();
   save_model(dir, m);

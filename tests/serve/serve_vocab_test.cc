@@ -16,40 +16,6 @@ using json = nlohmann::json;
 using test::contains;
 using test::ServerProcess;
 
-// save_ascii_model's shape with `vocab` rows: the printable ids' head rows
-// random, and the rows past the tokenizer's 257 ids (the padding) each a
-// printable row times 3, so that without the mask a padding id would win
-// almost every step.
-void save_padded_model(const std::string& dir, int64_t vocab) {
-  ModelConfig c;
-  c.arch = "gpt2";
-  c.vocab_size = vocab;
-  c.max_seq_len = 512;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_kv_head = 2;
-  c.d_model = 32;
-  c.d_ff = 64;
-  c.tied_embeddings = false;
-  c.init_std = 0.5;
-  Transformer m(c, DType::F32, 11);
-  Tensor head = ParamLayout::view(m.params(), m.layout().find("lm_head.weight"));
-  std::vector<float> w(size_t(head.numel()), 0.f);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.f, 0.9f);
-  for (int64_t v = 32; v < 127; ++v)
-    for (int64_t i = 0; i < c.d_model; ++i) w[size_t(v * c.d_model + i)] = normal(rng);
-  for (int64_t v = 257; v < vocab; ++v)
-    for (int64_t i = 0; i < c.d_model; ++i)
-      w[size_t(v * c.d_model + i)] = 3 * w[size_t((32 + v % 95) * c.d_model + i)];
-  ops::copy_from_host(head, w.data());
-  m.sync_compute_params();
-  save_model(dir, m);
-  store_tokenizer("bytes", dir);
-  test::write_file(dir + "/tokenizer_config.json",
-                   json{{"chat_template", find_chat_template("chatml").jinja()}}.dump());
-}
-
 bool printable(const std::string& s) {
   for (unsigned char ch : s)
     if (ch < 32 || ch > 126) return false;
@@ -59,7 +25,7 @@ bool printable(const std::string& s) {
 TEST(ServeVocabulary, PaddedModelAnswersEveryRequest) {
   test::TempDir d("nk_serve_vocab");
   const std::string model = d / "padded";
-  save_padded_model(model, 300);
+  test::save_ascii_model(model, 2048, true, 300);
   ServerProcess server(model, {}, d / "serve.log");
   ASSERT_GT(server.port(), 0) << server.log();
   EXPECT_TRUE(contains(server.log(), "ids 257..299 are padding")) << server.log();
@@ -104,7 +70,7 @@ TEST(ServeVocabulary, PaddedModelAnswersEveryRequest) {
 TEST(ServeVocabulary, ModelSmallerThanTheTokenizerIsRefused) {
   test::TempDir d("nk_serve_vocab_small");
   const std::string model = d / "small";
-  save_padded_model(model, 200);
+  test::save_ascii_model(model, 2048, true, 200);
   ServerProcess server(model, {}, d / "serve.log");
   EXPECT_EQ(server.port(), 0) << server.log();
   EXPECT_EQ(server.stop(SIGKILL), 1) << server.log();
