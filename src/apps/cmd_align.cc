@@ -6,6 +6,7 @@
 #include "align/align_config.h"
 #include "align/preference_objective.h"
 
+#include "apps/cmd_align_sampling.h"
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
 #include "core/log.h"
@@ -22,6 +23,7 @@ ConfigSchema align_schema() {
   return schema_of([](ConfigBinder& b) {
     TrainConfig().bind(b);
     AlignConfig().bind(b);
+    AlignSamplingConfig().bind(b);  // rs, steerlm
   });
 }
 
@@ -79,6 +81,8 @@ int cmd_align(const CommandArgs& a) {
     ac.bind(r);
   }
   if (a.print_config) return print_config(c, cfg);
+  if (ac.method == "rs") return align_rejection_sampling(a, schema, c, cfg, ac);
+  if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
   if (m.cp * m.ep * m.pp > 1 || cfg.parallel.sequence_parallel)
