@@ -1,11 +1,16 @@
 #include "align/steerlm.h"
 
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "data/chat/chat_config.h"
+#include "data/dataset/text_dataset.h"
 
 namespace nk {
 
@@ -155,6 +160,34 @@ nlohmann::json steerlm_prompt(const SteerLmSpec& spec, const std::string& attrib
     for (const auto& m : prompt) out.push_back(m);
   }
   return out;
+}
+
+std::optional<SteerLmSpec> read_steerlm_spec(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "steerlm.json").string();
+  if (model_dir.empty() || !std::filesystem::is_regular_file(path)) return std::nullopt;
+  return SteerLmSpec::from_json(parse_json_object(read_text_file(path), path), path);
+}
+
+nlohmann::json steerlm_condition(const SteerLmSpec& spec, const std::string& values,
+                                 const nlohmann::json& prompt, const std::string& key) {
+  std::vector<int64_t> v;
+  for (const auto& x : parse_attribute_string(spec, values, key)) v.push_back(*x);
+  return steerlm_prompt(spec, attribute_string(spec, v), prompt, key);
+}
+
+SteerLmSpec steerlm_spec_for(const std::string& model_dir, const std::string& values,
+                             const std::string& prompt_template, const std::string& key) {
+  std::optional<SteerLmSpec> spec = read_steerlm_spec(model_dir);
+  if (!spec) {
+    spec.emplace();
+    for (const std::string& item : split_attribute_names(values))
+      spec->names.push_back(trim(item.substr(0, item.find(':'))));
+    spec->min_value = std::numeric_limits<int32_t>::min();
+    spec->max_value = std::numeric_limits<int32_t>::max();
+  }
+  if (!prompt_template.empty()) spec->prompt_template = prompt_template;
+  spec->check(key);
+  return *spec;
 }
 
 }  // namespace nk

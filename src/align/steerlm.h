@@ -65,4 +65,21 @@ int64_t attribute_value(const SteerLmSpec& spec, double score);
 nlohmann::json steerlm_prompt(const SteerLmSpec& spec, const std::string& attributes,
                               const nlohmann::json& prompt, const std::string& where);
 
+// DIR/steerlm.json (what align.method=steerlm writes beside the trained
+// model), or nullopt without one. nk::Error naming the file if malformed.
+std::optional<SteerLmSpec> read_steerlm_spec(const std::string& model_dir);
+
+// Generation's side: `values` ("name:value,..." in any order) checked
+// against the spec (every attribute, each in range), written in the spec's
+// order with attribute_string and put into `prompt` by steerlm_prompt, just
+// as data preparation wrote the training prompts. nk::Error naming `key`.
+nlohmann::json steerlm_condition(const SteerLmSpec& spec, const std::string& values,
+                                 const nlohmann::json& prompt, const std::string& key);
+
+// The spec a model was trained with (read_steerlm_spec), else one taking the
+// names of `values` in their order with any integer value; `prompt_template`
+// ("" = the spec's, else "{attributes}") replaces the template.
+SteerLmSpec steerlm_spec_for(const std::string& model_dir, const std::string& values,
+                             const std::string& prompt_template, const std::string& key);
+
 }  // namespace nk
