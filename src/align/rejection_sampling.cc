@@ -96,7 +96,7 @@ std::vector<int64_t> select_rollouts(const std::vector<std::optional<float>>& re
 
 void score_rollouts(std::vector<PromptRollouts>& rollouts, const PreferenceRenderer& rr,
                     const SequenceScorer& score, int64_t top_n, double threshold,
-                    const std::function<std::string(size_t)>& where) {
+                    const std::function<std::string(size_t)>& where, int64_t max_len) {
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::pair<size_t, size_t>> of;  // (prompt, sample) of each sequence
   for (size_t i = 0; i < rollouts.size(); ++i) {
@@ -105,6 +105,11 @@ void score_rollouts(std::vector<PromptRollouts>& rollouts, const PreferenceRende
     for (size_t j = 0; j < r.samples.size(); ++j) {
       if (r.samples[j].empty()) continue;  // nothing to score or to learn
       seqs.push_back(render_sequence(r.prompt, r.samples[j], rr, where(i)));
+      if (max_len > 0 && int64_t(seqs.back().size()) > max_len)
+        fail(
+            "{}: sample {} with its prompt is {} tokens for the reward model, more than its "
+            "context of {} (a smaller align.max_tokens, or a reward model with a longer context)",
+            where(i), j, seqs.back().size(), max_len);
       of.emplace_back(i, j);
     }
   }

@@ -69,11 +69,12 @@ std::vector<int64_t> select_rollouts(const std::vector<std::optional<float>>& re
 
 // Renders each (prompt, sample) with the reward model's renderer, scores
 // them, fills rewards, kept, mean and max. `where(i)` names prompt i
-// (PATH:LINE: KEY) in errors.
+// (PATH:LINE: KEY) in errors: a sequence longer than max_len tokens (the
+// reward model's context; 0: no limit) is one, found before any is scored.
 void score_rollouts(std::vector<PromptRollouts>& rollouts,
                     const PreferenceRenderer& reward_renderer, const SequenceScorer& score,
                     int64_t top_n, double threshold,
-                    const std::function<std::string(size_t)>& where);
+                    const std::function<std::string(size_t)>& where, int64_t max_len = 0);
 
 // The SFT record of a kept sample (see above).
 nlohmann::ordered_json rejection_sft_record(const nlohmann::json& prompt, const std::string& sample,

@@ -28,6 +28,7 @@ class RewardScorer {
   ~RewardScorer();
 
   int64_t num_labels() const;
+  int64_t max_seq_len() const { return model_->config().max_seq_len; }
   // The labels' names (HF's id2label): num_labels of them, or none.
   const std::vector<std::string>& labels() const;
   PreferenceRenderer renderer() const { return {*tok_, *tmpl_, specials_}; }

@@ -147,8 +147,13 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
   const ChatSpecials specials = chat_specials(*policy.tokenizer, cfg.init_from);
   const PreferenceRenderer pr{*policy.tokenizer, *tmpl, specials};
   std::vector<std::vector<int32_t>> prompt_tokens;
-  for (size_t i = 0; i < p.prompts.size(); ++i)
+  const int64_t context = policy.model->config().max_seq_len;
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
     prompt_tokens.push_back(render_prompt(p.prompts[i], pr, where(i)));
+    if (int64_t(prompt_tokens.back().size()) >= context)
+      fail("{}: {} tokens leave no room for a sample in train.init_from's context of {}", where(i),
+           prompt_tokens.back().size(), context);
+  }
   const RewardScorer rm("align.reward_model", k.reward_model, cfg.data.chat_template, cfg.init_from,
                         k.scorer_dtype, cfg.device, k.score_batch);
   if (rm.num_labels() != 1)
@@ -157,7 +162,9 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
         "num_labels 1 model)",
         k.reward_model, rm.num_labels(), fmt::join(rm.labels(), ", "));
   for (size_t i = 0; i < p.prompts.size(); ++i)
-    render_prompt(p.prompts[i], rm.renderer(), where(i));
+    if (int64_t(render_prompt(p.prompts[i], rm.renderer(), where(i)).size()) >= rm.max_seq_len())
+      fail("{}: the prompt fills align.reward_model's context of {} tokens", where(i),
+           rm.max_seq_len());
 
   const nlohmann::json settings = rs_settings(cfg, ac, k, file_hash(ac.data_path));
   if (rejection_sampling_done(output, settings)) {
@@ -178,7 +185,8 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
       for (const auto& s : rm.score(seqs)) r.push_back(s.at(0));
       return r;
     };
-    score_rollouts(rollouts, rm.renderer(), score, k.rs.top_n, k.rs.threshold, where);
+    score_rollouts(rollouts, rm.renderer(), score, k.rs.top_n, k.rs.threshold, where,
+                   rm.max_seq_len());
     write_rejection_sampling(output, "align.output_path", rollouts, settings);
     NK_INFO("rejection sampling: {}; wrote {} and {}", summarize(rollouts).line(), output,
             rejection_stats_path(output));

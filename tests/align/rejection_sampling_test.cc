@@ -137,6 +137,15 @@ TEST(RejectionSampling, ScoringPicksTheHighestRewardedSample) {
   EXPECT_DOUBLE_EQ(v[0].max, 3.0);
   EXPECT_DOUBLE_EQ(v[0].mean, (1.0 + 3.0 + 2.0) / 3.0);
   EXPECT_DOUBLE_EQ(v[1].mean, (1.0 + 0 + 3.0 + 2.0) / 4.0);
+  // A sequence longer than the reward model's context: an error naming the prompt.
+  std::vector<PromptRollouts> w = two_prompts();
+  EXPECT_TRUE(contains(test::error_of([&] {
+                         score_rollouts(
+                             w, f.r, count_z, 1, -INFINITY,
+                             [](size_t i) { return fmt::format("f:{}: prompt", i); }, 4);
+                       }),
+                       "f:0: prompt: sample 0 with its prompt is 5 tokens for the reward model, "
+                       "more than its context of 4"));
   const RejectionSamplingSummary s = summarize(v);
   EXPECT_EQ(s.samples, 8);
   EXPECT_EQ(s.scored, 7);

@@ -36,6 +36,8 @@ TEST(RsCli, BadInputStopsBeforeWritingAnything) {
       dir / "mixed.jsonl",
       "{\"prompt\": \"a\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"b\"}]}\n");
   test::write_file(dir / "ok.jsonl", "{\"prompt\": \"a\"}\n");
+  test::write_file(dir / "long.jsonl",
+                   "{\"prompt\": \"a\"}\n{\"prompt\": \"" + std::string(300, 'x') + "\"}\n");
   const std::string out = dir / "run";
   auto run = [&](const std::string& data, const std::string& extra) {
     return test::run_nekton("align align.method=rs train.init_from=" + policy +
@@ -54,6 +56,9 @@ TEST(RsCli, BadInputStopsBeforeWritingAnything) {
        "align.top_n_rollouts: 3 is more than the 2 samples"},
       {"ok.jsonl", "align.reward_threshold=high", "align.reward_threshold: 'high'"},
       {"missing.jsonl", "", "align.data_path: "},
+      {"long.jsonl", "",
+       "long.jsonl:2: prompt: 300 tokens leave no room for a sample in "
+       "train.init_from's context of 256"},
   };
   for (const Case& c : cases) {
     const test::RunResult r = run(c.data, c.extra);
