@@ -31,6 +31,12 @@ std::string rendered(const SteerLmSpec& spec, const std::string& attributes) {
   return t;
 }
 
+// The system message's text: the label, then the prompt's own system text
+// (if `own`) on the next line.
+std::string system_text(const std::string& label, const std::string* own) {
+  return own ? label + "\n" + *own : label;
+}
+
 }  // namespace
 
 std::vector<std::string> helpsteer_attributes() {
@@ -152,13 +158,30 @@ nlohmann::json steerlm_prompt(const SteerLmSpec& spec, const std::string& attrib
   if (first.is_object() && first.value("role", "") == "system" && first.contains("content") &&
       first["content"].is_string()) {
     nlohmann::json sys = first;
-    sys["content"] = label + "\n" + first["content"].get<std::string>();
+    sys["content"] = system_text(label, &first["content"].get_ref<const std::string&>());
     out.push_back(sys);
     for (size_t i = 1; i < prompt.size(); ++i) out.push_back(prompt[i]);
   } else {
-    out.push_back({{"role", "system"}, {"content", label}});
+    out.push_back({{"role", "system"}, {"content", system_text(label, nullptr)}});
     for (const auto& m : prompt) out.push_back(m);
   }
+  return out;
+}
+
+std::vector<ChatMessage> steerlm_messages(const SteerLmSpec& spec, const std::string& attributes,
+                                          const std::vector<ChatMessage>& messages) {
+  const std::string label = rendered(spec, attributes);
+  std::vector<ChatMessage> out;
+  // A system message with only tool calls' null content is no text to extend.
+  const bool own = !messages.empty() && messages[0].role == "system" &&
+                   !(messages[0].extra.is_object() && messages[0].extra.contains("content"));
+  if (own) {
+    out.push_back(messages[0]);
+    out[0].content = system_text(label, &messages[0].content);
+  } else {
+    out.push_back({"system", system_text(label, nullptr)});
+  }
+  out.insert(out.end(), messages.begin() + (own ? 1 : 0), messages.end());
   return out;
 }
 

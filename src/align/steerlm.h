@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/chat/chat_template.h"
+
 namespace nk {
 
 // The attributes a model is conditioned on, in the order the string lists them.
@@ -64,6 +66,11 @@ int64_t attribute_value(const SteerLmSpec& spec, double score);
 // next line). nk::Error naming `where` for a prompt of another kind.
 nlohmann::json steerlm_prompt(const SteerLmSpec& spec, const std::string& attributes,
                               const nlohmann::json& prompt, const std::string& where);
+
+// steerlm_prompt's rule for messages as a server holds them (each one's
+// other keys kept): the same system message, built by the same function.
+std::vector<ChatMessage> steerlm_messages(const SteerLmSpec& spec, const std::string& attributes,
+                                          const std::vector<ChatMessage>& messages);
 
 // DIR/steerlm.json (what align.method=steerlm writes beside the trained
 // model), or nullopt without one. nk::Error naming the file if malformed.
