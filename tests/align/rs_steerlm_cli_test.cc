@@ -157,3 +157,22 @@ TEST(SteerLmCli, BadAttributesAreErrorsNamingTheLine) {
 
 }  // namespace
 }  // namespace nk
+
+namespace nk {
+namespace {
+
+TEST(RsCli, HelpListsTheKeys) {
+  const test::RunResult r = test::run_nekton("align --help");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* key :
+       {"align.method=rs", "align.method=steerlm", "align.reward_model",
+        "align.num_rollouts_per_prompt", "align.top_n_rollouts", "align.reward_threshold",
+        "align.rs_sft", "align.attribute_model", "align.steerlm_attributes",
+        "align.steerlm_template", "align.output_path"})
+    EXPECT_TRUE(test::contains(r.out, key)) << key;
+  const test::RunResult g = test::run_nekton("generate --help");
+  EXPECT_TRUE(test::contains(g.out, "generate.steerlm_attributes")) << g.out;
+}
+
+}  // namespace
+}  // namespace nk
