@@ -6,6 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "core/atomic_file.h"
@@ -38,7 +44,8 @@ void RejectionSamplingOptions::check() const {
 
 std::vector<std::vector<std::string>> generate_rollouts(
     Transformer& policy, const Tokenizer& tok, const std::vector<int32_t>& end_ids,
-    const std::vector<std::vector<int32_t>>& prompts, const RejectionSamplingOptions& opt) {
+    const std::vector<std::vector<int32_t>>& prompts, const RejectionSamplingOptions& opt,
+    size_t first) {
   const int64_t n = opt.num_rollouts;
   Generator gen(policy, &tok, std::min<int64_t>(opt.batch, int64_t(prompts.size()) * n));
   gen.set_end_ids(end_ids);
@@ -50,7 +57,7 @@ std::vector<std::vector<std::string>> generate_rollouts(
       r.max_new_tokens = opt.max_tokens;
       r.stop = opt.stop;
       r.sampling = opt.sampling;
-      r.sampling.seed = opt.sampling.seed + uint64_t(i) * uint64_t(n) + uint64_t(j);
+      r.sampling.seed = opt.sampling.seed + uint64_t(first + i) * uint64_t(n) + uint64_t(j);
       try {
         ids.push_back(gen.submit(std::move(r)));
       } catch (const Error& e) {
@@ -121,19 +128,78 @@ void score_rollouts(std::vector<PromptRollouts>& rollouts, const PreferenceRende
       fail("{}: sample {}: the reward model scored it {}", where(of[k].first), of[k].second, s[k]);
     rollouts[of[k].first].rewards[of[k].second] = s[k];
   }
-  for (PromptRollouts& r : rollouts) {
-    double sum = 0, mx = -INFINITY;
-    int64_t m = 0;
-    for (const auto& x : r.rewards)
-      if (x) {
-        sum += *x;
-        mx = std::max(mx, double(*x));
-        ++m;
-      }
-    r.mean = m ? sum / double(m) : NAN;
-    r.max = m ? mx : NAN;
-    r.kept = select_rollouts(r.rewards, top_n, threshold);
+  for (PromptRollouts& r : rollouts) settle_rollouts(r, top_n, threshold);
+}
+
+void settle_rollouts(PromptRollouts& r, int64_t top_n, double threshold) {
+  double sum = 0, mx = -INFINITY;
+  int64_t m = 0;
+  for (const auto& x : r.rewards)
+    if (x) {
+      sum += *x;
+      mx = std::max(mx, double(*x));
+      ++m;
+    }
+  r.mean = m ? sum / double(m) : NAN;
+  r.max = m ? mx : NAN;
+  r.kept = select_rollouts(r.rewards, top_n, threshold);
+}
+
+std::string rejection_progress_path(const std::string& output) {
+  return output + ".partial.jsonl";
+}
+
+std::vector<PromptRollouts> read_rejection_progress(const std::string& output,
+                                                    const nlohmann::json& settings,
+                                                    size_t max_prompts) {
+  std::ifstream f(rejection_progress_path(output), std::ios::binary);
+  std::vector<PromptRollouts> done;
+  std::string line;
+  if (!f || !std::getline(f, line)) return done;
+  const nlohmann::json head = nlohmann::json::parse(line, nullptr, false);
+  if (!head.is_object() || !head.contains("settings") || head["settings"] != settings) return done;
+  // A line cut by a kill does not parse: the prompts from it on are redone.
+  while (done.size() < max_prompts && std::getline(f, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("samples") || !j.contains("rewards") ||
+        !j["samples"].is_array() || !j["rewards"].is_array() ||
+        j["samples"].size() != j["rewards"].size())
+      break;
+    PromptRollouts r;
+    for (const auto& x : j["samples"]) r.samples.push_back(x.get<std::string>());
+    for (const auto& x : j["rewards"])
+      r.rewards.push_back(x.is_number() ? std::optional<float>(x.get<float>()) : std::nullopt);
+    done.push_back(std::move(r));
   }
+  return done;
+}
+
+void append_rejection_progress(const std::string& output, const nlohmann::json& settings,
+                               bool fresh, const std::vector<PromptRollouts>& done) {
+  std::string text = fresh ? nlohmann::json{{"settings", settings}}.dump() + "\n" : "";
+  for (const PromptRollouts& r : done) {
+    nlohmann::json rewards = nlohmann::json::array();
+    for (const auto& x : r.rewards) rewards.push_back(x ? nlohmann::json(*x) : nullptr);
+    text += nlohmann::json{{"samples", r.samples}, {"rewards", rewards}}.dump() + "\n";
+  }
+  const std::string path = rejection_progress_path(output);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | (fresh ? O_TRUNC : 0), 0644);
+  if (fd < 0) fail("{}: cannot write ({})", path, std::strerror(errno));
+  size_t at = 0;
+  while (at < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + at, text.size() - at);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int e = errno;
+      ::close(fd);
+      fail("{}: write failed ({})", path, std::strerror(e));
+    }
+    at += size_t(w);
+  }
+  ::fsync(fd);
+  ::close(fd);
 }
 
 nlohmann::ordered_json rejection_sft_record(const nlohmann::json& prompt, const std::string& sample,
@@ -226,6 +292,7 @@ void write_rejection_sampling(const std::string& output, const std::string& key,
   std::filesystem::remove(rejection_stats_path(output));
   write_file_atomic(output, sft);
   write_file_atomic(rejection_stats_path(output), stats);
+  std::filesystem::remove(rejection_progress_path(output));
 }
 
 bool rejection_sampling_done(const std::string& output, const nlohmann::json& settings) {

@@ -54,9 +54,11 @@ struct PromptRollouts {
 // n samples of each prompt (token ids as the policy's renderer gives them),
 // texts in request order: [prompts][n], invalid UTF-8 replaced by U+FFFD. end_ids: ids besides the
 // eod that end a sample (a chat model's end-of-turn tokens).
+// `first`: the index of prompts[0] in the whole file (its samples' seeds).
 std::vector<std::vector<std::string>> generate_rollouts(
     Transformer& policy, const Tokenizer& tok, const std::vector<int32_t>& end_ids,
-    const std::vector<std::vector<int32_t>>& prompts, const RejectionSamplingOptions& opt);
+    const std::vector<std::vector<int32_t>>& prompts, const RejectionSamplingOptions& opt,
+    size_t first = 0);
 
 // Rewards of whole sequences, one per sequence (a reward model's one label).
 using SequenceScorer =
@@ -75,6 +77,27 @@ void score_rollouts(std::vector<PromptRollouts>& rollouts,
                     const PreferenceRenderer& reward_renderer, const SequenceScorer& score,
                     int64_t top_n, double threshold,
                     const std::function<std::string(size_t)>& where, int64_t max_len = 0);
+
+// kept, mean and max of a prompt whose rewards are in.
+void settle_rollouts(PromptRollouts& r, int64_t top_n, double threshold);
+
+// An interrupted run's progress, OUTPUT.partial.jsonl: a first line
+// {"settings": ...}, then one line per finished prompt, in order,
+// {"samples": [...], "rewards": [...]}, appended and flushed to disk after
+// each chunk of prompts is scored. Samples depend only on the seed and their
+// index, so a rerun that starts after the last whole line writes what an
+// uninterrupted run would.
+std::string rejection_progress_path(const std::string& output);
+// The finished prompts' samples and rewards (at most max_prompts; line and
+// prompt left for the caller), or none when the file is missing or was made
+// with other settings.
+std::vector<PromptRollouts> read_rejection_progress(const std::string& output,
+                                                    const nlohmann::json& settings,
+                                                    size_t max_prompts);
+// Appends `done` (starting the file with the settings when `fresh`).
+// nk::Error naming the file when it cannot be written.
+void append_rejection_progress(const std::string& output, const nlohmann::json& settings,
+                               bool fresh, const std::vector<PromptRollouts>& done);
 
 // The SFT record of a kept sample (see above).
 nlohmann::ordered_json rejection_sft_record(const nlohmann::json& prompt, const std::string& sample,

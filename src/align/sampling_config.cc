@@ -50,6 +50,9 @@ void AlignSamplingConfig::bind(ConfigBinder& b) {
   b.bind("align.rollout_batch_size", rs.batch,
          "rs: sequences the generator decodes together (NeMo-Aligner "
          "rs.rollout_micro_batch_size)");
+  b.bind("align.progress_every", progress_every,
+         "rs: prompts sampled and scored per chunk; each chunk is appended to "
+         "OUTPUT.partial.jsonl, from which a rerun with the same settings resumes");
   b.bind("align.rs_sft", rs_sft,
          "rs: after writing the kept samples, fine-tune train.init_from on them (the finetune "
          "pass with data.sft_path = the written file, train.* as given)");

@@ -17,7 +17,8 @@ struct AlignSamplingConfig {
   // Rejection sampling.
   std::string reward_model;  // a sequence-classifier folder (one label)
   RejectionSamplingOptions rs;
-  bool rs_sft = false;  // fine-tune on the kept samples afterwards
+  bool rs_sft = false;          // fine-tune on the kept samples afterwards
+  int64_t progress_every = 32;  // prompts per chunk saved to OUTPUT.partial.jsonl
   // SteerLM.
   std::string attribute_model;  // a sequence-classifier folder whose labels name attributes
   std::string attributes;       // align.steerlm_attributes: "a,b,c" ("" = model's or HelpSteer's)

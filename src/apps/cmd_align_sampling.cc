@@ -122,6 +122,7 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
   align_sampling_checks(a, cfg, ac, "rs", "prompts");
   AlignSamplingConfig k = align_sampling_keys(c);
   k.rs.check();
+  if (k.progress_every < 1) fail("align.progress_every: must be >= 1, got {}", k.progress_every);
   if (k.reward_model.empty())
     fail("align.reward_model: align.method=rs scores its samples with a reward model folder");
   const std::string output =
@@ -172,21 +173,43 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
   } else {
     NK_INFO("rejection sampling: {} prompts x {} samples from {}, scored by {}", p.prompts.size(),
             k.rs.num_rollouts, cfg.init_from, k.reward_model);
-    const std::vector<std::vector<std::string>> samples =
-        generate_rollouts(*policy.model, *policy.tokenizer, policy.end_ids, prompt_tokens, k.rs);
-    std::vector<PromptRollouts> rollouts(p.prompts.size());
-    for (size_t i = 0; i < rollouts.size(); ++i) {
-      rollouts[i].line = p.file.records[i].line;
-      rollouts[i].prompt = p.prompts[i];
-      rollouts[i].samples = samples[i];
-    }
     auto score = [&](const std::vector<std::vector<int32_t>>& seqs) {
       std::vector<float> r;
       for (const auto& s : rm.score(seqs)) r.push_back(s.at(0));
       return r;
     };
-    score_rollouts(rollouts, rm.renderer(), score, k.rs.top_n, k.rs.threshold, where,
-                   rm.max_seq_len());
+    // Chunk by chunk, each appended to the progress file a rerun resumes from.
+    std::vector<PromptRollouts> rollouts =
+        read_rejection_progress(output, settings, p.prompts.size());
+    for (PromptRollouts& r : rollouts) settle_rollouts(r, k.rs.top_n, k.rs.threshold);
+    if (!rollouts.empty())
+      NK_INFO("rejection sampling: resuming after {} of {} prompts ({})", rollouts.size(),
+              p.prompts.size(), rejection_progress_path(output));
+    bool fresh = rollouts.empty();
+    const size_t chunk = size_t(k.progress_every);
+    for (size_t begin = rollouts.size(); begin < p.prompts.size(); begin += chunk) {
+      const size_t end = std::min(p.prompts.size(), begin + chunk);
+      const std::vector<std::vector<int32_t>> part(prompt_tokens.begin() + int64_t(begin),
+                                                   prompt_tokens.begin() + int64_t(end));
+      const std::vector<std::vector<std::string>> samples =
+          generate_rollouts(*policy.model, *policy.tokenizer, policy.end_ids, part, k.rs, begin);
+      std::vector<PromptRollouts> done(end - begin);
+      for (size_t i = 0; i < done.size(); ++i) {
+        done[i].prompt = p.prompts[begin + i];
+        done[i].samples = samples[i];
+      }
+      score_rollouts(
+          done, rm.renderer(), score, k.rs.top_n, k.rs.threshold,
+          [&](size_t i) { return where(begin + i); }, rm.max_seq_len());
+      append_rejection_progress(output, settings, fresh, done);
+      fresh = false;
+      rollouts.insert(rollouts.end(), done.begin(), done.end());
+      NK_INFO("rejection sampling: {}/{} prompts done", end, p.prompts.size());
+    }
+    for (size_t i = 0; i < rollouts.size(); ++i) {
+      rollouts[i].line = p.file.records[i].line;
+      rollouts[i].prompt = p.prompts[i];
+    }
     write_rejection_sampling(output, "align.output_path", rollouts, settings);
     NK_INFO("rejection sampling: {}; wrote {} and {}", summarize(rollouts).line(), output,
             rejection_stats_path(output));

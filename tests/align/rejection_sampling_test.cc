@@ -230,6 +230,37 @@ TEST(RejectionSampling, SamplesAreDeterministicForASeedWhateverTheBatch) {
   EXPECT_NE(a, c);
   // Sample j of prompt i draws from seed + i * n + j: seed 8's first sample is seed 7's second.
   EXPECT_EQ(c[0][0], a[0][1]);
+  // A chunk starting at prompt 1 draws what the whole run drew for it.
+  o.sampling.seed = 7;
+  const std::vector<std::vector<int32_t>> tail(prompts.begin() + 1, prompts.end());
+  const auto d = generate_rollouts(*m.model, *m.tokenizer, {}, tail, o, 1);
+  EXPECT_EQ(d, std::vector<std::vector<std::string>>(a.begin() + 1, a.end()));
+}
+
+TEST(RejectionSampling, ProgressIsReadBackUpToTheLastWholeLine) {
+  Fixture f;
+  std::vector<PromptRollouts> v = two_prompts();
+  score_rollouts(v, f.r, count_z, 1, -INFINITY, [](size_t i) { return fmt::format("p{}", i); });
+  const std::string out = f.dir / "rs.jsonl";
+  const json settings = {{"seed", 1}};
+  EXPECT_TRUE(read_rejection_progress(out, settings, 9).empty());  // no file
+  append_rejection_progress(out, settings, true, {v[0]});
+  append_rejection_progress(out, settings, false, {v[1]});
+  std::vector<PromptRollouts> back = read_rejection_progress(out, settings, 9);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].samples, v[1].samples);
+  EXPECT_EQ(back[0].rewards, v[0].rewards);  // the empty sample's nullopt too
+  settle_rollouts(back[1], 1, -INFINITY);
+  EXPECT_EQ(back[1].kept, v[1].kept);
+  EXPECT_EQ(read_rejection_progress(out, settings, 1).size(), 1u);
+  EXPECT_TRUE(read_rejection_progress(out, json{{"seed", 2}}, 9).empty());
+  // A line cut by a kill: the prompts from it on are redone.
+  const std::string text = test::read_file(rejection_progress_path(out));
+  test::write_file(rejection_progress_path(out), text.substr(0, text.size() - 7));
+  EXPECT_EQ(read_rejection_progress(out, settings, 9).size(), 1u);
+  // The final write removes the progress.
+  write_rejection_sampling(out, "k", v, settings);
+  EXPECT_FALSE(std::filesystem::exists(rejection_progress_path(out)));
 }
 
 TEST(RejectionSampling, PromptRecordsNameTheirLines) {
