@@ -8,12 +8,14 @@
 #include "align/prompt_records.h"
 #include "align/reward_scoring.h"
 #include "align/sampling_config.h"
+#include "ckpt/hf_io.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "data/chat/chat_config.h"
 #include "data/dataset/text_dataset.h"
 #include "dist/mpi/launch_env.h"
 #include "infer/model_source.h"
+#include "train/train_checkpoint.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -131,11 +133,21 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
   // Everything is read and checked before anything is generated or written.
   const Prompts p = read_prompts(ac.data_path, ac.data.prompt_key);
   auto where = [&](size_t i) { return p.file.where(p.file.records[i], ac.data.prompt_key); };
+  // A Hugging Face policy is imported where the SFT pass's Trainer reads it from.
+  std::string policy_dir = cfg.init_from;
+  if (is_hf_model_folder(cfg.init_from)) {
+    policy_dir = imported_base_dir(cfg);
+    if (!fs::exists(policy_dir + "/config.json")) {
+      const HfImportReport r = import_hf(cfg.init_from, policy_dir);
+      NK_INFO("train.init_from: imported the Hugging Face model {} ({}) into {}", cfg.init_from,
+              r.architecture, policy_dir);
+    }
+  }
   RunnableModel policy;
   try {
     ModelSourceKeys mk;
     mk.prefix = "align";
-    mk.model = cfg.init_from;
+    mk.model = policy_dir;
     mk.tokenizer = cfg.data.tokenizer;
     mk.dtype = cfg.dtype == DType::BF16 ? "bf16" : "f32";
     mk.device = cfg.device;
