@@ -121,6 +121,35 @@ TEST(SteerLmCli, ConditionedSftTrainsAndGenerationConditionsAlike) {
       << bad.out;
 }
 
+TEST(SteerLmCli, ChatPromptsGetTheLabelAsTheirSystemMessage) {
+  TempDir dir("nk_steerlm_chat");
+  const std::string policy = dir / "policy";
+  test::save_ascii_model(policy, 256);
+  test::write_file(
+      dir / "data.jsonl",
+      R"({"prompt": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "hi"}], "response": "hello", "label": "a:1,b:2"})"
+      "\n"
+      R"({"prompt": [{"role": "user", "content": "bye"}], "response": "ciao", "a": 0, "b": 3})"
+      "\n");
+  const std::string out = dir / "run";
+  const test::RunResult r =
+      test::run_nekton("align align.method=steerlm train.init_from=" + policy +
+                       " align.data_path=" + (dir / "data.jsonl") +
+                       " align.steerlm_attributes=a,b align.steerlm_max=3 train.out_dir=" + out +
+                       " train.dtype=f32 train.steps=1 train.seq_len=128 train.micro_batch=2 " +
+                       "train.global_batch=2 train.threads=2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "chat template chatml")) << r.out;
+  const std::vector<json> sft = read_jsonl(out + "/steerlm_sft.jsonl");
+  ASSERT_EQ(sft.size(), 2u);
+  EXPECT_EQ(sft[0]["messages"], json::parse(R"([{"role": "system", "content": "a:1,b:2\nbe kind"},
+      {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])"));
+  EXPECT_EQ(sft[1]["messages"][0], json::parse(R"({"role": "system", "content": "a:0,b:3"})"));
+  const json spec = json::parse(test::read_file(out + "/model/steerlm.json"));
+  EXPECT_EQ(spec["attributes"], json::parse(R"(["a", "b"])"));
+  EXPECT_EQ(spec["max"], 3);
+}
+
 TEST(SteerLmCli, BadAttributesAreErrorsNamingTheLine) {
   TempDir dir("nk_steerlm_bad");
   const std::string policy = dir / "policy";
