@@ -1,6 +1,7 @@
 #include "align/preference_data.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 

@@ -103,7 +103,8 @@ std::vector<int32_t> render_prompt(const nlohmann::json& prompt, const Preferenc
 // one is rendered (a string: its tokens and the end-of-document token; with
 // a chat prompt, the assistant messages as the rest of the whole
 // conversation's rendering). With a chat prompt a string completion is one
-// assistant message. prompt_tokens (if given) receives the prompt's length.
+// assistant message. Never truncated. prompt_tokens (if given) receives the
+// prompt's length.
 // nk::Error naming `where` as render_prompt, and for an empty completion, a
 // string prompt with a message completion, or a completion holding other
 // than assistant messages.
