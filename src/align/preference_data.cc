@@ -1,6 +1,8 @@
 #include "align/preference_data.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -165,7 +167,17 @@ struct Example {
   Part prompt;
   std::vector<Part> completions;  // chosen, rejected; or KTO's one
   bool desirable = true;
+  std::optional<double> margin;  // paired: the record's margin, if it has one
 };
+
+std::optional<double> margin_of(const json& rec, const PreferenceDataOptions& opt,
+                                const std::string& where) {
+  const auto it = rec.find(opt.margin_key);
+  if (it == rec.end()) return std::nullopt;
+  if (!it->is_number() || !std::isfinite(it->get<double>()))
+    fail("{}: {}: must be a finite number, not {}", where, opt.margin_key, it->dump());
+  return it->get<double>();
+}
 
 Example paired_example(const json& rec, const Inputs& in, const PreferenceDataOptions& opt,
                        const std::string& where) {
@@ -262,6 +274,7 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
     if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
     examples.push_back(opt.unpaired ? unpaired_example(rec, in, opt, where)
                                     : paired_example(rec, in, opt, where));
+    if (opt.margins) examples.back().margin = margin_of(rec, opt, where);
     lines.push_back(line_no);
   }
   if (examples.empty()) fail("{}: no preference record", path);
@@ -285,6 +298,11 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
       d.truncated += fit(e.prompt, {&e.completions[0], &e.completions[1]}, opt, where);
       add_sequence(d, e.prompt, e.completions[0], where, opt.chosen_key.c_str());
       add_sequence(d, e.prompt, e.completions[1], where, opt.rejected_key.c_str());
+      if (e.margin.has_value() != examples[0].margin.has_value())
+        fail("{}: {} \"{}\" where {}:{} has {}: margins go in every record or in none", where,
+             e.margin ? "a" : "no", opt.margin_key, path, lines[0],
+             examples[0].margin ? "one" : "none");
+      if (e.margin) d.margin.push_back(*e.margin);
       if (d.tokens[2 * i] == d.tokens[2 * i + 1])
         fail("{}: {} and {} are the same {} tokens{}: nothing to prefer", where, opt.chosen_key,
              opt.rejected_key, d.tokens[2 * i].size(),

@@ -51,6 +51,11 @@ struct PreferenceDataOptions {
   int64_t kto_group = 1;          // examples per KL rotation group (per micro-batch)
   std::string prompt_key = "prompt", chosen_key = "chosen", rejected_key = "rejected";
   std::string completion_key = "completion", label_key = "label";
+  // With `margins` (a reward model's data), paired records may hold a number
+  // by which the chosen reward must beat the rejected one (TRL's "margin"
+  // column), in every record or in none.
+  bool margins = false;
+  std::string margin_key = "margin";
 };
 
 struct PreferenceData {
@@ -60,6 +65,7 @@ struct PreferenceData {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<uint8_t>> trained;
   std::vector<uint8_t> desirable;  // per example (KTO); empty for pairs
+  std::vector<double> margin;      // per pair, when the records have margins; else empty
   std::vector<int64_t> line;       // per example: its line in `path`
   int64_t truncated = 0;           // examples cut to fit
   int64_t examples() const { return int64_t(line.size()); }

@@ -22,7 +22,7 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
     for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, comm_);
   master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
   unit_buckets_ = stage_buckets(model_.layout(), model_.config().n_layer,
-                                model_.config().tied_embeddings, buckets_);
+                                model_.config().head_tied(), buckets_);
   param_gathers_.resize(buckets_.size());
 }
 

@@ -43,8 +43,11 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
                                             const char* key) {
   const std::string dir = is_hf_model_folder(from) ? imported_base_dir(cfg) : from;
   const ModelConfig saved = read_model_config(dir);
-  // A base for this run's adapters gains them, initialised from the seed.
+  // A base for this run's adapters gains them, initialised from the seed;
+  // so does a causal LM made a sequence classifier (a reward model): its
+  // score head replaces the LM head.
   const bool add_adapters = cfg.model.has_adapters() && !saved.has_adapters();
+  const bool add_score = cfg.model.classifier() && !saved.classifier();
   ModelConfig want = cfg.model;
   if (add_adapters) {
     want.lora = LoraConfig();
@@ -52,12 +55,17 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     want.bottleneck = BottleneckConfig();
     want.prompt = PromptConfig();
   }
+  if (add_score) {
+    want.num_labels = 0;
+    want.labels.clear();
+  }
   if (model_config_to_json(saved) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
+  const bool added = add_adapters || add_score;
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
-                                         add_adapters ? ParamInit::Adapters : ParamInit::Zeros,
-                                         cfg.frozen, cfg.device, cfg.frozen_weights);
-  load_weights(*m, dir, add_adapters);
+                                         added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
+                                         cfg.device, cfg.frozen_weights);
+  load_weights(*m, dir, added);
   return m;
 }
 
