@@ -91,8 +91,6 @@ int cmd_align(const CommandArgs& a) {
         "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
         "--nproc N or under mpirun",
         m.tp, m.dp);
-  if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
-    fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(
