@@ -5,9 +5,9 @@
 # parallelism over 2 and 4 ranks, ZeRO-1 and FSDP; QLoRA (an NF4 base) under
 # DP2, ZeRO-1 and FSDP, and FSDP stopped at step 5 and resumed; IA3 under DP2
 # and FSDP; bottleneck adapters under ZeRO-1; p-tuning (unpacked rows) under
-# DP2 and FSDP. Every step's loss, the validation loss, the exported model and
-# the PEFT adapter (adapter/adapter_model.safetensors) within 1e-5 of one
-# process. Adapters under tensor and pipeline parallelism are refused, naming
+# DP2 and FSDP; `nekton train` with LoRA under FSDP. Every step's loss, the
+# validation loss, the exported model and the PEFT adapter
+# (adapter/adapter_model.safetensors) within 1e-5 of one process. Adapters under tensor and pipeline parallelism are refused, naming
 # peft.method.
 #   tests/apps/mpi/peft_finetune_ranks.sh REPO BUILD
 set -euo pipefail
@@ -57,6 +57,15 @@ run fsdp_pt "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=p_tuning data.
   parallel.shard=full
 compare one_ia3 dp2_ia3 fsdp_ia3 && compare one_adapter zero1_adapter &&
   compare one_pt dp2_pt fsdp_pt || fail "IA3, bottleneck adapters or p-tuning: a parallel run differs"
+
+# `nekton train` (pretraining data, a random base) with LoRA under FSDP.
+TRAIN=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=128
+       "data.path=$REPO/README.md" train.dtype=f32 train.micro_batch=2 train.seq_len=64
+       train.global_batch=8 train.steps=10 train.val_every=0 train.threads=1 train.peak_tflops=1
+       train.lr=1e-2 parallel.timeout_s=60 "${LORA[@]}")
+run one_train "$NK" train "${TRAIN[@]}"
+run fsdp_train "$NK" train --nproc 2 "${TRAIN[@]}" parallel.shard=full
+compare one_train fsdp_train || fail "nekton train with LoRA: FSDP differs from one process"
 
 for tp_pp in "2 1" "1 2"; do
   read -r tp pp <<<"$tp_pp"
