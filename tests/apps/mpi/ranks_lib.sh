@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the tests/apps/mpi scripts that compare `nekton finetune` and
 # `nekton align` over several processes with one (finetune_ranks.sh,
 # align_ranks.sh and their PEFT siblings); sourced after NAME is set, with
@@ -43,11 +44,11 @@ COMMON_ARGS=(model.preset=llama-tiny model.n_layer=2 model.d_model=64 model.n_he
              train.micro_batch=2 train.global_batch=8 train.steps=10 train.warmup_steps=0
              train.val_every=5 train.peak_tflops=1 train.threads=1 parallel.bucket_mb=0.05
              parallel.timeout_s=60)
-SFT_ARGS=("${COMMON_ARGS[@]}" data.sft_path=$WORK/sft.jsonl data.chat_template=plain
-          data.pack=true train.seq_len=64 train.lr=3e-3 data.sft_valid_path=$WORK/sft.jsonl
+SFT_ARGS=("${COMMON_ARGS[@]}" "data.sft_path=$WORK/sft.jsonl" data.chat_template=plain
+          data.pack=true train.seq_len=64 train.lr=3e-3 "data.sft_valid_path=$WORK/sft.jsonl"
           train.val_batches=12)
-ALIGN_ARGS=("${COMMON_ARGS[@]}" align.data_path=$WORK/pairs.jsonl
-            align.valid_path=$WORK/pairs.jsonl train.seq_len=24 train.lr=1e-3
+ALIGN_ARGS=("${COMMON_ARGS[@]}" "align.data_path=$WORK/pairs.jsonl"
+            "align.valid_path=$WORK/pairs.jsonl" train.seq_len=24 train.lr=1e-3
             train.val_batches=2)
 MPI=(mpirun --oversubscribe -np)
 
