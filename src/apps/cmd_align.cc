@@ -66,8 +66,8 @@ int cmd_align(const CommandArgs& a) {
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp; every\n"
-        "rank reads whole pairs.\n\n{}",
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp (not with\n"
+        "peft.method: adapters run data parallel); every rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
