@@ -63,8 +63,8 @@ int cmd_align(const CommandArgs& a) {
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp; every\n"
-        "rank reads whole pairs.\n\n{}",
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp (not with\n"
+        "peft.method: adapters run data parallel); every rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
@@ -98,8 +98,6 @@ int cmd_align(const CommandArgs& a) {
         "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
         "--nproc N or under mpirun",
         m.tp, m.dp);
-  if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
-    fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(

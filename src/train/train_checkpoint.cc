@@ -246,9 +246,13 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
     }
   }
   for (auto& t : sq) shard.tensors.push_back(std::move(t));
-  if (group.rank() == 0)  // frozen parameters: whole on every rank, written by rank 0
+  // Frozen parameters: whole on every rank, written by rank 0; a base held
+  // otherwise than as masters (LoRA's in bf16, QLoRA's NF4) is
+  // train.init_from's, read from there again on resume, as checkpoint_contents
+  // leaves it out.
+  if (group.rank() == 0)
     for (const ParamInfo& p : model.layout().params())
-      if (!p.trainable) {
+      if (!p.trainable && model.frozen_weights() == FrozenWeights::Master) {
         weights.pieces[p.name] = FlatPiece{p.shape, 0, p.numel()};
         weights.tensors.emplace_back(p.name,
                                      ParamLayout::view(model.params(), p).view({p.numel()}));
@@ -313,7 +317,10 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   } else if (!whole) {
     const ParamLayout trainable = trainable_layout(layout);
     Tensor masters = out.model->params().narrow0(0, trainable.total());
-    read_flat_tensors(r.model(), trainable, "", masters);
+    if (r.model_shards().empty())
+      read_flat_tensors(r.model(), trainable, "", masters);
+    else  // FSDP's: each rank's blocks of the trainable ones
+      read_pieces(r, r.model_shards(), trainable, {{"", &masters}}, [](const SafetensorsFile&) {});
     for (const ParamInfo& p : trainable.params())
       check_finite(ParamLayout::view(masters, p), "checkpoint '" + dir + "'", p.name, false);
   } else if (r.model_shards().empty()) {
