@@ -264,3 +264,40 @@ TEST(SteerLmRewardCli, AttributeModelFillsMissingValues) {
 
 }  // namespace
 }  // namespace nk
+
+namespace nk {
+namespace {
+
+// configs/align_rs.yaml and configs/align_steerlm.yaml run as written,
+// shrunk to the tests' models and two steps.
+TEST(RsRewardCli, RecipesRun) {
+  RsRun t;
+  test::write_file(t.dir / "prompts.jsonl", "{\"prompt\": \"say a\"}\n{\"prompt\": \"say b\"}\n");
+  test::write_file(
+      t.dir / "steer.jsonl",
+      R"({"prompt": "say a", "response": " aaa", "label": "helpfulness:4,correctness:3,coherence:4,complexity:1,verbosity:0"})"
+      "\n"
+      R"({"prompt": "say b", "response": " bbb", "label": "helpfulness:1,correctness:0,coherence:2,complexity:1,verbosity:4"})"
+      "\n");
+  const std::string shrink =
+      " train.seq_len=128 train.micro_batch=2 train.global_batch=2 train.steps=2 "
+      "train.warmup_steps=0 train.peak_tflops=1 train.threads=2";
+  const std::string rs = t.dir / "rs", steer = t.dir / "steer";
+  const test::RunResult r = test::run_nekton(
+      "align --config " + std::string(NK_SOURCE_DIR) + "/configs/align_rs.yaml train.init_from=" +
+      t.policy + " align.reward_model=" + t.rm + " align.data_path=" + (t.dir / "prompts.jsonl") +
+      " align.max_tokens=8 align.rs_sft=true train.out_dir=" + rs + shrink);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_jsonl(rs + "/rs_sft.jsonl").size(), 2u);
+  EXPECT_EQ(test::logged_losses(rs + "/metrics.jsonl").size(), 2u) << r.out;
+  const test::RunResult s = test::run_nekton(
+      "align --config " + std::string(NK_SOURCE_DIR) +
+      "/configs/align_steerlm.yaml train.init_from=" + t.policy +
+      " align.data_path=" + (t.dir / "steer.jsonl") + " train.out_dir=" + steer + shrink);
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_EQ(test::logged_losses(steer + "/metrics.jsonl").size(), 2u) << s.out;
+  EXPECT_TRUE(fs::exists(steer + "/model/steerlm.json"));
+}
+
+}  // namespace
+}  // namespace nk
