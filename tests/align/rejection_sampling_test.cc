@@ -13,6 +13,8 @@
 #include "align/prompt_records.h"
 #include "align/rejection_sampling.h"
 #include "data/chat/sft_data.h"
+#include "data/utf8.h"
+#include "infer/generate.h"
 #include "infer/model_source.h"
 #include "serve/serve_test_util.h"
 #include "test_util.h"
@@ -235,6 +237,48 @@ TEST(RejectionSampling, SamplesAreDeterministicForASeedWhateverTheBatch) {
   const std::vector<std::vector<int32_t>> tail(prompts.begin() + 1, prompts.end());
   const auto d = generate_rollouts(*m.model, *m.tokenizer, {}, tail, o, 1);
   EXPECT_EQ(d, std::vector<std::vector<std::string>>(a.begin() + 1, a.end()));
+}
+
+// A random model over bytes samples bytes that are no UTF-8; JSONL holds
+// UTF-8, so samples keep U+FFFD there (before: "internal error: invalid UTF-8
+// byte" from the JSON writer once every sample was drawn).
+TEST(RejectionSampling, SamplesAreValidUtf8) {
+  Fixture f;
+  ModelConfig c;
+  c.arch = "llama";
+  c.vocab_size = 257;
+  c.max_seq_len = 64;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_kv_head = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  Transformer m(c, DType::F32, 3);
+  const std::vector<std::vector<int32_t>> prompts = {render_prompt("x", f.r, "p")};
+  RejectionSamplingOptions o;
+  o.num_rollouts = 8;
+  o.max_tokens = 16;
+  // The raw samples of this model are not all UTF-8 ...
+  Generator gen(m, f.tok.get(), 8);
+  std::vector<GenerationRequest> reqs(8);
+  for (size_t j = 0; j < reqs.size(); ++j) {
+    reqs[j].prompt = prompts[0];
+    reqs[j].max_new_tokens = o.max_tokens;
+    reqs[j].sampling.seed = j;
+  }
+  bool invalid = false;
+  for (const GenerationResult& r : gen.run(reqs)) invalid |= find_invalid_utf8(r.text) >= 0;
+  ASSERT_TRUE(invalid) << "the test needs a model that samples invalid UTF-8";
+  // ... the rollouts are, and are written.
+  std::vector<PromptRollouts> v(1);
+  v[0].prompt = "x";
+  v[0].samples = generate_rollouts(m, *f.tok, {}, prompts, o)[0];
+  for (const std::string& s : v[0].samples) EXPECT_EQ(find_invalid_utf8(s), -1) << s;
+  score_rollouts(v, f.r, count_z, 8, -INFINITY, [](size_t) { return std::string("p"); });
+  write_rejection_sampling(f.dir / "u.jsonl", "k", v, json{{"seed", 0}});
+  EXPECT_EQ(read_sft_jsonl(f.dir / "u.jsonl", find_chat_template("plain"), f.specials, *f.tok, {})
+                .tokens.size(),
+            v[0].kept.size());
 }
 
 TEST(RejectionSampling, ProgressIsReadBackUpToTheLastWholeLine) {
