@@ -16,6 +16,7 @@
 
 #include "align/reward_scoring.h"
 #include "align/steerlm.h"
+#include "core/rng.h"
 #include "serve/serve_test_util.h"
 #include "test_util.h"
 
@@ -297,6 +298,91 @@ TEST(RsRewardCli, RecipesRun) {
   ASSERT_EQ(s.code, 0) << s.out;
   EXPECT_EQ(test::logged_losses(steer + "/metrics.jsonl").size(), 2u) << s.out;
   EXPECT_TRUE(fs::exists(steer + "/model/steerlm.json"));
+}
+
+}  // namespace
+}  // namespace nk
+
+namespace nk {
+namespace {
+
+// The whole pipeline on a marker: a reward model trained (align.method=rm)
+// to prefer the answer " END" to three random letters, a policy fine-tuned to
+// answer " END" about 30% of the time; best-of-8 then keeps an " END" sample
+// for every prompt that drew one.
+TEST(RsRewardCli, ATrainedRewardModelKeepsTheMarker) {
+  TempDir dir("nk_rs_marker");
+  const std::string base = dir / "base";
+  test::save_ascii_model(base, 256);
+  Rng rng(1);
+  auto letters = [&](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += char('a' + rng.below(26));
+    return s;
+  };
+  std::string pairs, sft, prompts;
+  for (int i = 0; i < 256; ++i) {
+    const std::string p = letters(3), r = letters(3);
+    pairs += fmt::format(R"({{"prompt": "say {}:", "chosen": " END", "rejected": " {}"}})"
+                         "\n",
+                         p, r);
+  }
+  for (int i = 0; i < 512; ++i) {
+    const std::string p = letters(3), r = letters(3);
+    sft += fmt::format(R"({{"input": "say {}:", "output": " {}"}})"
+                       "\n",
+                       p, rng.below(10) < 3 ? std::string("END") : r);
+  }
+  for (int i = 0; i < 16; ++i) {
+    const std::string p = letters(3);
+    prompts += fmt::format(R"({{"prompt": "say {}:"}})"
+                           "\n",
+                           p);
+  }
+  test::write_file(dir / "pairs.jsonl", pairs);
+  test::write_file(dir / "sft.jsonl", sft);
+  test::write_file(dir / "prompts.jsonl", prompts);
+  const std::string common =
+      " train.dtype=f32 train.seq_len=16 train.micro_batch=16 train.global_batch=16 "
+      "train.lr=3e-3 train.warmup_steps=0 train.threads=2 train.init_from=" +
+      base;
+  const test::RunResult rm =
+      test::run_nekton("align align.method=rm align.data_path=" + (dir / "pairs.jsonl") +
+                       " train.steps=60" + common + " train.out_dir=" + (dir / "rm"));
+  ASSERT_EQ(rm.code, 0) << rm.out;
+  const test::RunResult ft =
+      test::run_nekton("finetune data.chat_template=plain data.sft_path=" + (dir / "sft.jsonl") +
+                       " train.steps=150" + common + " train.out_dir=" + (dir / "policy"));
+  ASSERT_EQ(ft.code, 0) << ft.out;
+  const std::string out = dir / "rs";
+  const test::RunResult r = test::run_nekton(
+      "align align.method=rs train.init_from=" + (dir / "policy/model") +
+      " align.reward_model=" + (dir / "rm/model") + " align.data_path=" + (dir / "prompts.jsonl") +
+      " align.num_rollouts_per_prompt=8 align.max_tokens=6 align.seed=1 train.dtype=f32 "
+      "train.out_dir=" +
+      out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::vector<json> stats = read_jsonl(out + "/rs_sft.jsonl.stats.jsonl");
+  ASSERT_EQ(stats.size(), 17u);
+  int drew = 0, kept = 0, samples = 0, marked = 0;
+  for (size_t i = 1; i < stats.size(); ++i) {
+    bool any = false;
+    for (const auto& s : stats[i]["samples"]) {
+      const bool m = contains(s.get<std::string>(), "END");
+      any |= m;
+      marked += m;
+      ++samples;
+    }
+    drew += any;
+    const std::string best = stats[i]["samples"][stats[i]["kept"][0].get<size_t>()];
+    kept += contains(best, "END");
+    if (any) {
+      EXPECT_TRUE(contains(best, "END")) << stats[i].dump();
+    }
+  }
+  EXPECT_GE(drew, 8) << "the policy should draw the marker often";
+  EXPECT_LT(marked, samples) << "and not always";
+  EXPECT_EQ(kept, drew);
 }
 
 }  // namespace
