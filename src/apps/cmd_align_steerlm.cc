@@ -15,6 +15,8 @@
 #include "apps/cmd_align_sampling.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
+#include "data/chat/chat_config.h"
+#include "data/chat/sft_data.h"
 
 namespace nk {
 
@@ -171,8 +173,25 @@ int align_steerlm(const CommandArgs& a, const ConfigSchema& schema, const Config
   }
   const int64_t filled = am ? fill_values(recs, f, spec, *am, pk) : 0;
   std::string out;
-  for (size_t i = 0; i < recs.size(); ++i)
-    out += sft_record(spec, recs[i], f.where(f.records[i], pk)).dump() + "\n";
+  // Each record rendered as the SFT pass will render it (its template
+  // refusing a system message, say, is an error here, naming the line).
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = load_tokenizer(cfg.data.tokenizer.empty() ? "bytes" : cfg.data.tokenizer);
+  } catch (const Error& e) {
+    throw e.with_context("data.tokenizer");
+  }
+  const std::string tmpl_name =
+      !chat && (cfg.data.chat_template.empty() || cfg.data.chat_template == "auto")
+          ? "plain"
+          : cfg.data.chat_template;
+  const auto tmpl = chat_template_or_deferred(tmpl_name, cfg.init_from, "data.chat_template");
+  const ChatSpecials specials = chat_specials(*tok, cfg.init_from);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const std::string line = sft_record(spec, recs[i], f.where(f.records[i], pk)).dump();
+    render_record(line, f.where(f.records[i]), *tmpl, specials, SftOptions{});
+    out += line + "\n";
+  }
   const fs::path dir = fs::path(output).parent_path();
   if (!dir.empty()) fs::create_directories(dir);
   write_file_atomic(output, out);

@@ -148,6 +148,19 @@ TEST(SteerLmCli, ChatPromptsGetTheLabelAsTheirSystemMessage) {
   const json spec = json::parse(test::read_file(out + "/model/steerlm.json"));
   EXPECT_EQ(spec["attributes"], json::parse(R"(["a", "b"])"));
   EXPECT_EQ(spec["max"], 3);
+  // A template without a system role refuses the conditioned prompt: an error
+  // naming the line before anything is written.
+  const std::string gemma = dir / "gemma";
+  const test::RunResult g =
+      test::run_nekton("align align.method=steerlm train.init_from=" + policy +
+                       " align.data_path=" + (dir / "data.jsonl") +
+                       " align.steerlm_attributes=a,b align.steerlm_max=3 " +
+                       "data.chat_template=gemma train.out_dir=" + gemma);
+  EXPECT_NE(g.code, 0);
+  EXPECT_TRUE(
+      contains(g.out, "data.jsonl:1: chat template gemma: the system role is not supported"))
+      << g.out;
+  EXPECT_FALSE(fs::exists(gemma));
 }
 
 TEST(SteerLmCli, BadAttributesAreErrorsNamingTheLine) {
