@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/rng.h"
 #include "data/chat/sft_data.h"
 #include "data/jsonl_reader.h"
 
@@ -374,9 +373,8 @@ PreferenceDataset::PreferenceDataset(std::shared_ptr<const PreferenceData> data,
     : data_(std::move(data)),
       seq_len_(seq_len),
       pad_(pad_id),
-      seed_(seed),
-      shuffle_(shuffle),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      order_(data_->examples(), seed, shuffle) {
   NK_CHECK(data_->examples() > 0, "{}: no examples", name_);
   for (const auto& t : data_->tokens)
     NK_CHECK(int64_t(t.size()) <= seq_len_, "{}: a sequence of {} tokens in rows of {}", name_,
@@ -388,18 +386,7 @@ void PreferenceDataset::sample(int64_t, int32_t*) const {
 }
 
 int64_t PreferenceDataset::example_of(int64_t i) const {
-  const int64_t n = data_->examples(), k = i / 2, epoch = k / n, j = k % n;
-  if (!shuffle_) return j;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_) {  // Fisher-Yates with this epoch's stream
-    order_.resize(size_t(n));
-    for (int64_t x = 0; x < n; ++x) order_[size_t(x)] = x;
-    Rng rng(seed_ * 1000003u + uint64_t(epoch));
-    for (int64_t x = n - 1; x > 0; --x)
-      std::swap(order_[size_t(x)], order_[size_t(rng.below(uint64_t(x + 1)))]);
-    epoch_ = epoch;
-  }
-  return order_[size_t(j)];
+  return order_.at(i / 2);  // rows 2k, 2k + 1: the k-th example read
 }
 
 int64_t PreferenceDataset::sequence_of(int64_t i) const {

@@ -39,6 +39,7 @@
 
 #include "align/preference_loss.h"
 #include "data/chat/chat_template.h"
+#include "data/dataset/epoch_order.h"
 #include "data/dataset/sample_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 
@@ -147,12 +148,8 @@ class PreferenceDataset : public SampleDataset {
   std::shared_ptr<const PreferenceData> data_;
   int64_t seq_len_;
   int32_t pad_;
-  uint64_t seed_;
-  bool shuffle_;
   std::string name_;
-  mutable std::mutex mu_;
-  mutable int64_t epoch_ = -1;
-  mutable std::vector<int64_t> order_;
+  EpochOrder order_;  // of the examples
 };
 
 }  // namespace nk

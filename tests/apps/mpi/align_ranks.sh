@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `nekton align` under data parallelism equals one process (issue 37, item
 # 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2;
-# a frozen-copy reference, KTO and SimPO over 2 ranks. Every step's loss,
+# a frozen-copy reference, KTO and SimPO over 2 ranks; a reward model under
+# ZeRO-1 and FSDP. Every step's loss,
 # validation loss and TRL figures (rewards/*, logps/*, kl: global means over
 # the ranks' pairs) and the exported weights within 1e-5 of one process (f32),
 # 10 steps; the reference_logps.json every layout writes is the same bytes.
@@ -45,9 +46,18 @@ compare one_copy dp2_copy &&
   compare one_simpo dp2_simpo ||
   fail "copy reference, KTO or SimPO: data parallel differs from one process"
 
+# A reward model (a score head, Bradley-Terry): its staged form under ZeRO-1
+# and FSDP; tensor parallelism is refused by name.
+run one_rm "$NK" align "${ARGS[@]}" align.method=rm
+run dp2_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.shard=optimizer
+run fsdp_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.shard=full
+compare one_rm dp2_rm fsdp_rm || fail "reward model: data parallel differs from one process"
+refused tp_rm "a sequence classifier (reward model, num_labels = 1) runs without tensor" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2
+
 for bad in "parallel.tp=2 parallel.sp=true" parallel.pp=2; do
   # shellcheck disable=SC2086 # two keys in one word
   refused bad "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and tensor parallelism only" \
     "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" $bad
 done
-pass "align (DPO, copy reference, KTO, SimPO) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2 and DP2xTP2 equals one process"
+pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2 and DP2xTP2 equals one process"
