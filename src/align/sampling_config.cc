@@ -71,7 +71,8 @@ void AlignSamplingConfig::bind(ConfigBinder& b) {
          "\"helpfulness:4,correctness:3,...\"): a chat prompt's system message, a string "
          "prompt's first line");
   b.bind("align.response_key", response_key,
-         "steerlm: the response's key in a record (HelpSteer's \"response\"); values are "
+         "steerlm and rm (regression): the response's key in a record (HelpSteer's "
+         "\"response\"); values are "
          "attribute-named keys (HelpSteer) or a label string under align.label_key (NeMo's "
          "\"label\")");
   b.bind("align.steerlm_sft", steerlm_sft,
