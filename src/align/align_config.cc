@@ -157,6 +157,23 @@ void AlignConfig::check(bool adapters) {
         "ia3 or adapter); full fine-tuning takes precompute or copy");
 }
 
+void set_align_model_keys(Config& c) {
+  if (c.get_string("align.method") != "rm") return;
+  const bool regression = c.get_string("align.reward_model_type") == "regression";
+  const std::vector<std::string> attributes =
+      regression ? split_commas(c.get_string("align.steerlm_attributes"))
+                 : std::vector<std::string>{};
+  const int64_t want = attributes.empty() ? 1 : int64_t(attributes.size());
+  const int64_t n = c.get_int("model.num_labels");
+  if (n != 0 && n != want)
+    fail("model.num_labels: {} with align.method=rm, which trains {} ({})", n, want,
+         attributes.empty() ? "one reward" : "one output per align.steerlm_attributes name");
+  c.set("model.num_labels", std::to_string(want), "align.method=rm");
+  if (!attributes.empty())
+    c.set("model.labels", c.get_string("align.steerlm_attributes"),
+          "align.reward_model_type=regression");
+}
+
 std::map<std::string, std::string> AlignConfig::signature() const {
   std::map<std::string, std::string> s = {
       {"align.data_path", data_path},

@@ -8,6 +8,7 @@
 
 #include "align/preference_data.h"
 #include "align/preference_loss.h"
+#include "core/config.h"
 #include "core/config_bind.h"
 
 namespace nk {
@@ -46,5 +47,14 @@ struct AlignConfig {
   // The settings a resume must find unchanged, by key.
   std::map<std::string, std::string> signature() const;
 };
+
+// The model.* keys an align recipe implies, set in `c` (the train, align
+// and align-sampling keys) before the TrainConfig is read from it: a reward
+// model (align.method=rm) is a sequence classifier of one label, its score
+// head in place of the LM head, whatever train.init_from is; an attribute
+// model (align.reward_model_type=regression) has one output per
+// align.steerlm_attributes name, named after them. nk::Error naming
+// model.num_labels when it is set to another count.
+void set_align_model_keys(Config& c);
 
 }  // namespace nk

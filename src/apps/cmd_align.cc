@@ -21,6 +21,10 @@ namespace nk {
 
 namespace {
 
+int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi);
+
+}  // namespace
+
 ConfigSchema align_schema() {
   return schema_of([](ConfigBinder& b) {
     TrainConfig().bind(b);
@@ -28,10 +32,6 @@ ConfigSchema align_schema() {
     AlignSamplingConfig().bind(b);  // rs, steerlm
   });
 }
-
-int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi);
-
-}  // namespace
 
 int cmd_align(const CommandArgs& a) {
   ConfigSchema schema = align_schema();
@@ -73,25 +73,7 @@ int cmd_align(const CommandArgs& a) {
     return 0;
   }
   Config c = Config::load(schema, a.config_path, a.overrides);
-  // A reward model is a sequence classifier of one label (its score head in
-  // place of the LM head), whatever train.init_from is.
-  // An attribute model (align.reward_model_type=regression) has one output
-  // per align.steerlm_attributes name, named after them.
-  if (c.get_string("align.method") == "rm") {
-    const bool regression = c.get_string("align.reward_model_type") == "regression";
-    const std::vector<std::string> attributes =
-        regression ? split_commas(c.get_string("align.steerlm_attributes"))
-                   : std::vector<std::string>{};
-    const int64_t want = attributes.empty() ? 1 : int64_t(attributes.size());
-    const int64_t n = c.get_int("model.num_labels");
-    if (n != 0 && n != want)
-      fail("model.num_labels: {} with align.method=rm, which trains {} ({})", n, want,
-           attributes.empty() ? "one reward" : "one output per align.steerlm_attributes name");
-    c.set("model.num_labels", std::to_string(want), "align.method=rm");
-    if (!attributes.empty())
-      c.set("model.labels", c.get_string("align.steerlm_attributes"),
-            "align.reward_model_type=regression");
-  }
+  set_align_model_keys(c);
   TrainConfig cfg = train_config_from(c, false);
   AlignConfig ac;
   {

@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <optional>
 
+#include <yaml-cpp/yaml.h>
+
+#include "align/align_config.h"
 #include "apps/commands.h"
 #include "core/allocator.h"
 #include "core/atomic_file.h"
@@ -29,7 +32,8 @@ constexpr const char* kEstimateUsage =
     "usage: nekton estimate [--config RECIPE.yaml] [key=value ...] [--nproc N] [--json]\n"
     "                       [--measure] [--budget GIB] [--rates FILE | --no-time]\n\n"
     "Memory per rank (weights, gradients, optimizer state, activations, workspaces), FLOPs\n"
-    "per step and predicted step time of the `nekton train` recipe the settings give.\n"
+    "per step and predicted step time of the `nekton train` recipe the settings give; of an\n"
+    "align recipe (align.* keys), also the memory of each reference model choice.\n"
     "  --nproc N    processes (default: parallel.tp x parallel.pp x parallel.dp)\n"
     "  --json       the estimate as JSON on stdout\n"
     "  --measure    also run two training steps (one process) and print what they used\n"
@@ -87,6 +91,43 @@ EstimateArgs parse(const std::vector<std::string>& args) {
 
 std::string mib(double bytes) {
   return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+}
+
+// Whether the settings are an align recipe: the YAML file has an `align`
+// section or an override sets an align.* key.
+bool is_align_recipe(const CommandArgs& a) {
+  for (const std::string& o : a.overrides)
+    if (o.starts_with("align.")) return true;
+  if (a.config_path.empty()) return false;
+  try {
+    const YAML::Node n = YAML::LoadFile(a.config_path);
+    return n.IsMap() && n["align"].IsDefined();
+  } catch (const YAML::Exception&) {
+    return false;  // Config::load reported it already
+  }
+}
+
+// What each choice of align.reference costs a rank beside the policy
+// (align/reference.h): precompute, 8 bytes per sequence after one forward
+// pass over the data; copy, a frozen copy of the initial model in the
+// compute dtype and its forward-only workspace; adapter_off, nothing (a
+// forward of the policy with its adapters off per micro-batch).
+nlohmann::json align_reference(const TrainConfig& cfg, const AlignConfig& ac,
+                               const TrainEstimate& e) {
+  nlohmann::json j = {{"method", ac.method}};
+  const bool needs =
+      ac.method == "dpo" || ac.method == "ipo" || ac.method == "hinge" || ac.method == "kto";
+  j["needs_reference"] = needs;
+  if (!needs) return j;
+  j["reference"] =
+      ac.reference == "auto" ? (cfg.peft.adapters() ? "adapter_off" : "precompute") : ac.reference;
+  const int64_t copy_weights = e.params * int64_t(dtype_size(cfg.dtype));
+  const ActivationBytes fwd =
+      activation_bytes(cfg.model, cfg.dtype, cfg.micro_batch, cfg.seq_len, {}, 1, false, {}, false);
+  j["precompute"] = {{"bytes_per_sequence", 8}};
+  j["copy"] = {{"weight_bytes", copy_weights}, {"activation_bytes", fwd.total()}};
+  j["adapter_off"] = {{"bytes", 0}, {"needs_adapters", true}};
+  return j;
 }
 
 // The rates for cfg: --rates FILE as given (nk::Error if it lacks one), else
@@ -213,8 +254,16 @@ int cmd_estimate(const CommandArgs& raw) {
     return 0;
   }
   const EstimateArgs a = parse(raw.args);
-  const Config c = Config::load(train_schema(), a.common.config_path, a.common.overrides);
+  const bool align = is_align_recipe(a.common);
+  Config c = Config::load(align ? align_schema() : train_schema(), a.common.config_path,
+                          a.common.overrides);
+  if (align) set_align_model_keys(c);                   // a reward model's score head
   const TrainConfig cfg = train_config_from(c, false);  // data only for --measure
+  AlignConfig ac;
+  if (align) {
+    ConfigReader r(c);
+    ac.bind(r);
+  }
   std::optional<MachineRates> rates;
   if (a.time) rates = rates_for(cfg, a.rates);
   const TrainEstimate e = estimate_training(cfg, a.world, rates ? &*rates : nullptr);
@@ -229,6 +278,7 @@ int cmd_estimate(const CommandArgs& raw) {
   }
   nlohmann::json fits;
   if (a.budget_gib > 0) fits = what_fits(cfg, a.world, a.budget_gib * 1073741824.0);
+  const nlohmann::json reference = align ? align_reference(cfg, ac, e) : nlohmann::json();
 
   if (a.json) {
     nlohmann::json j = estimate_json(e);
@@ -240,6 +290,7 @@ int cmd_estimate(const CommandArgs& raw) {
                        {"peak_rss_bytes", m->rss},
                        {"step_seconds", m->step_s}};
     if (!fits.is_null()) j["fits"] = fits;
+    if (align) j["align"] = reference;
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -303,6 +354,32 @@ int cmd_estimate(const CommandArgs& raw) {
              : "");
     fmt::print("  rates of {} (--rates, or {})\n", rates->machine,
                a.rates.empty() ? rates_cache_path() : a.rates);
+  }
+  if (align && !reference["needs_reference"].get<bool>())
+    fmt::print("\nalign.method={}: no reference model\n", ac.method);
+  if (align && reference["needs_reference"].get<bool>()) {
+    const std::string chosen = reference["reference"];
+    auto mark = [&](const char* r) { return chosen == r ? "  <- align.reference" : ""; };
+    fmt::print(
+        "\nalign.method={}: the reference model's log-probabilities, per rank beside the "
+        "above\n",
+        ac.method);
+    fmt::print(
+        "  {:<12} {:>12}  one forward pass over the data before step 1, then 8 bytes per "
+        "sequence{}\n",
+        "precompute", mib(0), mark("precompute"));
+    fmt::print(
+        "  {:<12} {:>12}  a frozen copy: weights {} ({}), its forward's workspace {}; a "
+        "forward per micro-batch{}\n",
+        "copy",
+        mib(double(reference["copy"]["weight_bytes"].get<int64_t>() +
+                   reference["copy"]["activation_bytes"].get<int64_t>())),
+        mib(double(reference["copy"]["weight_bytes"].get<int64_t>())), dtype_name(cfg.dtype),
+        mib(double(reference["copy"]["activation_bytes"].get<int64_t>())), mark("copy"));
+    fmt::print(
+        "  {:<12} {:>12}  the policy with its adapters off (peft.method): a forward per "
+        "micro-batch{}\n",
+        "adapter_off", mib(0), mark("adapter_off"));
   }
   if (!fits.is_null()) {
     fmt::print("\nwithin {} GiB per rank: largest micro-batch", a.budget_gib);

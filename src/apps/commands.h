@@ -45,6 +45,9 @@ int cmd_serve(const CommandArgs& a);  // uses only a.args (--model DIR, then as 
 int cmd_quickstart(const CommandArgs& a);
 int cmd_tokenizer(const CommandArgs& a);  // uses only a.args
 int cmd_preprocess(const CommandArgs& a);
+// Every key of an align recipe: train's, align's and align sampling's
+// (nekton align, and nekton estimate of an align recipe).
+ConfigSchema align_schema();
 int cmd_eval(const CommandArgs& a);      // uses only a.args: perplexity key=value ...
 int eval_reward(const CommandArgs& a);   // nekton eval reward (cmd_eval_reward.cc)
 int cmd_curate(const CommandArgs& a);    // uses only a.args: [train-classifier] ...

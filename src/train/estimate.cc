@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp, bool sp,
-                                 const PipelineStage& stage) {
+                                 const PipelineStage& stage, bool training) {
   const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
   // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
   // tensors outside the tensor-parallel region (all of them without sp).
@@ -35,7 +35,8 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   const int64_t cheap = 2 * R * C * s + N * F * s;
   ActivationBytes a;
   bool any_full = false, any_selective = false;
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  // Inference keeps one layer's tensors, reused by every layer.
+  for (int64_t l = 0; l < (training ? c.n_layer : 1); ++l) {
     if (!stage.holds_layer(c, l)) continue;
     const Recompute r = recompute.empty() ? Recompute::None : recompute[size_t(l)];
     any_full |= r == Recompute::Full;
@@ -66,7 +67,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     a.workspace += chunk * V * s + 4 * N;
     if (tp > 1) a.workspace += 4 * nn::VocabCrossEntropy::stats_size(chunk);
   }
-  a.workspace += 2 * R * C * s + N * (Q + HD + U + F) * s;
+  if (training) a.workspace += 2 * R * C * s + N * (Q + HD + U + F) * s;
   if (sp) a.workspace += 2 * N * C * s;
   return a;
 }

@@ -39,10 +39,12 @@ struct ActivationBytes {
 // 18·C·s, Korthikanti's 34·h with their 2-byte s and attention dropout, less
 // its 5·a·s/h score term: Nekton's fused attention keeps only the
 // log-sum-exp). Equals Activations::bytes() for a model without adapters
-// (tests/train/estimate_test.cc).
+// (tests/train/estimate_test.cc). training false: a forward-only workspace
+// (one layer's tensors reused by every layer, no gradients; a whole model).
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp = 1,
-                                 bool sp = false, const PipelineStage& stage = {});
+                                 bool sp = false, const PipelineStage& stage = {},
+                                 bool training = true);
 
 // Rates of this machine for the step-time prediction.
 struct MachineRates {

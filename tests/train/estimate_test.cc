@@ -61,6 +61,21 @@ TEST(Estimate, ActivationsEqualThePlannedWorkspace) {
           }
 }
 
+// A forward-only workspace (a frozen reference copy's, nekton estimate's
+// alignment section).
+TEST(Estimate, ForwardOnlyActivationsEqualThePlannedWorkspace) {
+  for (const auto& shape : kShapes)
+    for (const char* dt : {"f32", "bf16"}) {
+      std::vector<std::string> o = shape;
+      o.push_back(std::string("train.dtype=") + dt);
+      TrainConfig cfg = recipe(o);
+      const Activations planned(cfg.model, cfg.dtype, 2, 64, false);
+      EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, {}, 1, false, {}, false).total(),
+                planned.bytes())
+          << shape[0] << " " << dt;
+    }
+}
+
 TEST(Estimate, ActivationsOfAPipelineStageEqualItsWorkspace) {
   TrainConfig cfg = recipe({"model.preset=llama-tiny", "model.n_layer=4", "train.dtype=bf16"});
   for (int64_t s = 0; s < 2; ++s)
@@ -280,6 +295,41 @@ TEST(EstimateCli, PrintsJsonAndWhatFits) {
     }
   }
   EXPECT_GE(fits["full"].get<int64_t>(), fits["none"].get<int64_t>());
+}
+
+// An align recipe: what each reference choice costs (a frozen copy: its
+// weights in the compute dtype and a forward-only workspace, equal to what
+// the Activations of the copy plan), the recipe's own choice marked; a
+// reward model is estimated with its score head and has no reference.
+TEST(EstimateCli, AlignRecipesCostTheirReference) {
+  const std::string dpo = fmt::format("{}/configs/align_dpo.yaml", NK_SOURCE_DIR);
+  const auto r = run_nekton(
+      "estimate --no-time --json --config " + dpo + " model.preset=llama-tiny train.seq_len=64",
+      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const nlohmann::json& a = j["align"];
+  EXPECT_EQ(a["reference"], "precompute");
+  TrainConfig cfg = recipe({"model.preset=llama-tiny", "train.dtype=bf16"});
+  ASSERT_EQ(j["params"].get<int64_t>(), Transformer::layout_for(cfg.model).count());
+  EXPECT_EQ(a["copy"]["weight_bytes"].get<int64_t>(), j["params"].get<int64_t>() * 2);
+  const Activations fwd(cfg.model, DType::BF16, 2, 64, false);
+  EXPECT_EQ(a["copy"]["activation_bytes"].get<int64_t>(), fwd.bytes());
+  const auto t = run_nekton("estimate --no-time --config " + dpo +
+                                " model.preset=llama-tiny train.seq_len=64 peft.method=lora",
+                            false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_TRUE(test::contains(t.out,
+                             "with its adapters off (peft.method): a forward per "
+                             "micro-batch  <- align.reference"))
+      << t.out;
+  const auto rm = run_nekton("estimate --no-time --json --config " + dpo +
+                                 " model.preset=llama-tiny train.seq_len=64 align.method=rm",
+                             false);
+  ASSERT_EQ(rm.code, 0) << rm.out;
+  const nlohmann::json k = nlohmann::json::parse(rm.out.substr(rm.out.find('{')));
+  EXPECT_FALSE(k["align"]["needs_reference"].get<bool>());
+  EXPECT_LT(k["params"].get<int64_t>(), j["params"].get<int64_t>());  // no LM head
 }
 
 // --measure trains two steps and puts its figures beside the estimate; with
