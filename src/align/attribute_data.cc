@@ -1,11 +1,12 @@
 #include "align/attribute_data.h"
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/json.h"
-#include "data/jsonl_reader.h"
+#include "data/json_records.h"
 
 namespace nk {
 
@@ -13,7 +14,7 @@ std::string AttributeData::summary() const {
   return fmt::format("{}: {} records, {} of {} truncated", path, records(), truncated, records());
 }
 
-AttributeData read_attribute_jsonl(const std::string& path, const PreferenceRenderer& r,
+AttributeData read_attribute_jsonl(const std::string& path, const PreferenceRenderer& rr,
                                    const std::vector<std::string>& attributes, int64_t max_length,
                                    const std::string& prompt_key, const std::string& response_key) {
   NK_CHECK(max_length >= 1 && !attributes.empty(), "read_attribute_jsonl: {} tokens, {} attributes",
@@ -21,17 +22,14 @@ AttributeData read_attribute_jsonl(const std::string& path, const PreferenceRend
   AttributeData d;
   d.path = path;
   d.attributes = attributes;
-  JsonlReader reader(path);
-  std::string_view text;
-  int64_t line = 0;
-  while (reader.read_line(text, line)) {
-    if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line);
-    const nlohmann::json rec = parse_json(std::string(text), where);
-    if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
+  const JsonRecords file = read_json_records(path);
+  for (const JsonRecord& r0 : file.records) {
+    const nlohmann::json& rec = r0.value;
+    const int64_t line = r0.line;
+    const std::string where = file.where(r0);
     for (const std::string& k : {prompt_key, response_key})
       if (!rec.contains(k)) fail("{}: no \"{}\"", where, k);
-    std::vector<int32_t> t = render_sequence(rec[prompt_key], rec[response_key], r,
+    std::vector<int32_t> t = render_sequence(rec[prompt_key], rec[response_key], rr,
                                              fmt::format("{}: {}", where, prompt_key));
     std::vector<float> v(attributes.size(), NAN);
     bool any = false;
@@ -54,7 +52,6 @@ AttributeData read_attribute_jsonl(const std::string& path, const PreferenceRend
     d.values.push_back(std::move(v));
     d.line.push_back(line);
   }
-  if (d.line.empty()) fail("{}: no attribute record", path);
   return d;
 }
 

@@ -70,27 +70,16 @@ double AttributeObjective::head_micro_batch(Transformer& model, Activations& a,
   return count > 0 ? sum / count : 0.0;
 }
 
-double AttributeObjective::run(Transformer& model, Activations& a, const MicroBatch& batch,
-                               float grad_scale, bool train) {
-  const int64_t L = model.config().n_layer;
-  model.embed_forward(a, batch.tokens);
-  model.blocks_forward(a, 0, L);
-  const double loss = head_micro_batch(model, a, batch, grad_scale, train);
-  if (train) {
-    model.blocks_backward(a, 0, L);
-    model.embed_backward(a, batch.tokens);
-  }
-  return loss;
-}
-
 double AttributeObjective::train_micro_batch(Transformer& model, Activations& a,
                                              const MicroBatch& batch, float grad_scale) {
-  return run(model, a, batch, grad_scale, true);
+  return whole_micro_batch(model, a, batch, true,
+                           [&] { return head_micro_batch(model, a, batch, grad_scale, true); });
 }
 
 double AttributeObjective::eval_micro_batch(Transformer& model, Activations& a,
                                             const MicroBatch& batch) {
-  return run(model, a, batch, 0.f, false);
+  return whole_micro_batch(model, a, batch, false,
+                           [&] { return head_micro_batch(model, a, batch, 0.f, false); });
 }
 
 ObjectiveMetrics AttributeObjective::take_metrics(bool eval) {

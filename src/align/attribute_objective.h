@@ -28,8 +28,6 @@ class AttributeObjective : public TrainObjective {
                           float grad_scale, bool train) override;
 
  private:
-  double run(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
-             bool train);
   TrainConfig cfg_;
   std::shared_ptr<const AttributeData> train_data_, valid_data_;
   std::shared_ptr<AttributeDataset> train_, valid_;

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/chat/sft_data.h"
-#include "data/jsonl_reader.h"
+#include "data/json_records.h"
 
 namespace nk {
 namespace {
@@ -263,20 +263,14 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
   const Inputs in{tok, tmpl, specials};
   std::vector<Example> examples;
   std::vector<int64_t> lines;
-  JsonlReader reader(path);
-  std::string_view line;
-  int64_t line_no = 0;
-  while (reader.read_line(line, line_no)) {
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, line_no);
-    const json rec = parse_json(std::string(line), where);
-    if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
-    examples.push_back(opt.unpaired ? unpaired_example(rec, in, opt, where)
-                                    : paired_example(rec, in, opt, where));
-    if (opt.margins) examples.back().margin = margin_of(rec, opt, where);
-    lines.push_back(line_no);
+  const JsonRecords file = read_json_records(path);
+  for (const JsonRecord& r : file.records) {
+    const std::string where = file.where(r);
+    examples.push_back(opt.unpaired ? unpaired_example(r.value, in, opt, where)
+                                    : paired_example(r.value, in, opt, where));
+    if (opt.margins) examples.back().margin = margin_of(r.value, opt, where);
+    lines.push_back(r.line);
   }
-  if (examples.empty()) fail("{}: no preference record", path);
   PreferenceData d;
   d.path = path;
   d.line = lines;

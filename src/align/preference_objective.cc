@@ -92,15 +92,9 @@ double PreferenceObjective::run(Transformer& model, Activations& a, const MicroB
     sequence_logps(model, a, batch.tokens, batch.targets, ref_logp);
     model.set_adapters_enabled(true);
   }
-  const int64_t L = model.config().n_layer;
-  model.embed_forward(a, batch.tokens);
-  model.blocks_forward(a, 0, L);
-  const double loss = head(model, a, batch, grad_scale, train, std::move(ref_logp));
-  if (train) {
-    model.blocks_backward(a, 0, L);
-    model.embed_backward(a, batch.tokens);
-  }
-  return loss;
+  return whole_micro_batch(model, a, batch, train, [&] {
+    return head(model, a, batch, grad_scale, train, std::move(ref_logp));
+  });
 }
 
 bool PreferenceObjective::adapter_off_reference() const {

@@ -32,8 +32,6 @@ class RewardObjective : public TrainObjective {
                           float grad_scale, bool train) override;
 
  private:
-  double run(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
-             bool train);
   TrainConfig cfg_;
   AlignConfig align_;
   std::shared_ptr<const PreferenceData> train_data_, valid_data_;

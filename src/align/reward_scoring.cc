@@ -9,39 +9,6 @@
 
 namespace nk {
 
-namespace {
-
-// A template the data may not need (string prompts): its error is given by
-// the first chat record that does, naming that record.
-class DeferredTemplate : public ChatTemplate {
- public:
-  explicit DeferredTemplate(std::string why) : why_(std::move(why)) {}
-  std::string name() const override { return "(none)"; }
-  std::string jinja() const override { return ""; }
-
- protected:
-  std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>&, const ChatSpecials&, bool,
-                                       const nlohmann::ordered_json&) const override {
-    fail("{}", why_);
-  }
-
- private:
-  std::string why_;
-};
-
-}  // namespace
-
-std::shared_ptr<const ChatTemplate> chat_template_or_deferred(const std::string& name,
-                                                              const std::string& model_dir,
-                                                              const std::string& key) {
-  try {
-    return chat_template_for(name, model_dir);
-  } catch (const Error& e) {
-    return std::make_shared<DeferredTemplate>(
-        fmt::format("a chat prompt needs a template: {}: {}", key, e.what()));
-  }
-}
-
 RewardScorer::RewardScorer(const std::string& key, const std::string& dir,
                            const std::string& chat_template, const std::string& policy_dir,
                            const std::string& dtype, Device device, int64_t batch)
@@ -72,7 +39,7 @@ RewardScorer::RewardScorer(const std::string& key, const std::string& dir,
   try {
     tmpl_ = chat_template_for("auto", dir);
   } catch (const Error&) {
-    tmpl_ = chat_template_or_deferred(chat_template, policy_dir, "data.chat_template");
+    tmpl_ = chat_template_if_any(chat_template, policy_dir, "data.chat_template");
   }
   specials_ = chat_specials(*tok_, dir);
 }

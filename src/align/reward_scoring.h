@@ -46,11 +46,4 @@ class RewardScorer {
   ChatSpecials specials_;
 };
 
-// The template `name` (data.chat_template) names for `model_dir`, else one
-// whose every render fails with "KEY: WHY" (a file of string prompts needs
-// none; the first chat record that does names itself in the error).
-std::shared_ptr<const ChatTemplate> chat_template_or_deferred(const std::string& name,
-                                                              const std::string& model_dir,
-                                                              const std::string& key);
-
 }  // namespace nk

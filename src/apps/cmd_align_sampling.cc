@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "align/prompt_records.h"
 #include "align/reward_scoring.h"
 #include "align/sampling_config.h"
 #include "ckpt/hf_io.h"
@@ -13,6 +12,7 @@
 #include "core/log.h"
 #include "data/chat/chat_config.h"
 #include "data/dataset/text_dataset.h"
+#include "data/json_records.h"
 #include "dist/mpi/launch_env.h"
 #include "infer/model_source.h"
 #include "train/train_checkpoint.h"
@@ -156,7 +156,7 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
     fail("train.init_from '{}': {}", cfg.init_from, e.what());
   }
   const auto tmpl =
-      chat_template_or_deferred(cfg.data.chat_template, cfg.init_from, "data.chat_template");
+      chat_template_if_any(cfg.data.chat_template, cfg.init_from, "data.chat_template");
   const ChatSpecials specials = chat_specials(*policy.tokenizer, cfg.init_from);
   const PreferenceRenderer pr{*policy.tokenizer, *tmpl, specials};
   std::vector<std::vector<int32_t>> prompt_tokens;

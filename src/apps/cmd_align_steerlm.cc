@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <optional>
 
-#include "align/prompt_records.h"
 #include "align/reward_scoring.h"
 #include "apps/cmd_align_sampling.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "data/chat/chat_config.h"
 #include "data/chat/sft_data.h"
+#include "data/json_records.h"
 
 namespace nk {
 
@@ -185,7 +185,7 @@ int align_steerlm(const CommandArgs& a, const ConfigSchema& schema, const Config
       !chat && (cfg.data.chat_template.empty() || cfg.data.chat_template == "auto")
           ? "plain"
           : cfg.data.chat_template;
-  const auto tmpl = chat_template_or_deferred(tmpl_name, cfg.init_from, "data.chat_template");
+  const auto tmpl = chat_template_if_any(tmpl_name, cfg.init_from, "data.chat_template");
   const ChatSpecials specials = chat_specials(*tok, cfg.init_from);
   for (size_t i = 0; i < recs.size(); ++i) {
     const std::string line = sft_record(spec, recs[i], f.where(f.records[i], pk)).dump();

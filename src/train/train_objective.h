@@ -89,6 +89,13 @@ class TrainObjective {
                              const StagedForward& /*forward*/) {}
 
  protected:
+  // A staged objective's micro-batch on one process: the embedding and
+  // blocks forward, `head` (its head_micro_batch: the loss, and with `train`
+  // the head's backward into a.residual_grad()), then with `train` the
+  // blocks' and embedding's backward; returns what `head` returns. What
+  // DistributedDataParallel runs in stages, in one piece.
+  static double whole_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                                  bool train, const std::function<double()>& head);
   ObjectiveRanks ranks_;
 };
 

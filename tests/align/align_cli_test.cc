@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "core/rng.h"
+#include "align/marker_pairs.h"
 #include "test_util.h"
 
 namespace nk {
@@ -22,23 +22,6 @@ namespace {
 using test::contains;
 using test::TempDir;
 namespace fs = std::filesystem;
-
-std::string letters(Rng& rng, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += char('a' + rng.below(26));
-  return s;
-}
-
-// n pairs: prompt "say XYZ:", chosen " END", rejected four random letters.
-void write_pairs(const std::string& path, int n, uint64_t seed) {
-  Rng rng(seed);
-  std::string out;
-  for (int i = 0; i < n; ++i)
-    out += fmt::format(R"({{"prompt": "say {}:", "chosen": " END", "rejected": "{}"}})"
-                       "\n",
-                       letters(rng, 3), letters(rng, 4));
-  test::write_file(path, out);
-}
 
 std::string align_args(const TempDir& dir, const std::string& out, int steps) {
   return fmt::format(
@@ -59,8 +42,8 @@ double last_value(const std::string& metrics, const std::string& key) {
 
 TEST(AlignCli, DpoLearnsThePreferenceAndGeneratesTheMarker) {
   TempDir dir("nk_align");
-  write_pairs(dir / "train.jsonl", 256, 1);
-  write_pairs(dir / "valid.jsonl", 32, 2);
+  test::write_marker_pairs(dir / "train.jsonl", 256, 1);
+  test::write_marker_pairs(dir / "valid.jsonl", 32, 2);
   const std::string out = dir / "run";
   const test::RunResult r = test::run_nekton(align_args(dir, out, 60));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -80,8 +63,8 @@ TEST(AlignCli, DpoLearnsThePreferenceAndGeneratesTheMarker) {
 
 TEST(AlignCli, SigtermAndRerunMatchAnUninterruptedRunBitForBit) {
   TempDir dir("nk_align_resume");
-  write_pairs(dir / "train.jsonl", 64, 3);
-  write_pairs(dir / "valid.jsonl", 8, 4);
+  test::write_marker_pairs(dir / "train.jsonl", 64, 3);
+  test::write_marker_pairs(dir / "valid.jsonl", 8, 4);
   const int steps = 40;
   const std::string whole = dir / "whole", cut = dir / "cut";
   const test::RunResult w = test::run_nekton(align_args(dir, whole, steps));

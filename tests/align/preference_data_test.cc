@@ -152,7 +152,7 @@ TEST(PreferenceData, BadRecordsNameFileAndLine) {
                                 "\n",
                                 k);
   EXPECT_TRUE(contains(e, "p.jsonl:2") && contains(e, "label")) << e;
-  EXPECT_TRUE(contains(f.error("\n\n"), "no preference record"));
+  EXPECT_TRUE(contains(f.error("\n\n"), "no record"));
 }
 
 }  // namespace

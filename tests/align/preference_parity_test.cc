@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "align/objective_steps.h"
 #include "align/preference_objective.h"
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
@@ -105,37 +106,7 @@ void run_parity(const ModelConfig& mc, const Method& m, const std::string& tag) 
                   m.cpo_alpha, m.desirable_weight, m.undesirable_weight));
 
   obj.prepare(model, true);
-  Activations acts(model, B, T, true);
-  // AdamW divides each gradient by its own running size, so a weight whose
-  // gradient is tiny (0 in exact arithmetic, as GPT-2's key biases: softmax
-  // ignores a shift of every score) takes a step set by f32 rounding noise:
-  // +-lr / 2 with eps = 1e-8. The weights would then compare noise. With
-  // eps = 1e-3 a gradient's rounding error moves a weight by at most
-  // lr x error / eps, and the comparison checks the gradients themselves
-  // (they reach 6e-3 here, so the larger ones still take Adam's steps).
-  test::ParitySteps ps;
-  ps.adamw.eps = 1e-3;
-  AdamW opt(model, ps.adamw);
-  std::vector<float> losses;
-  for (int64_t s = 0; s < ps.steps; ++s) {
-    model.zero_grads();
-    losses.push_back(float(
-        obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
-    const double norm = std::sqrt(ops::sum_squares(model.grads()));
-    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
-  }
-  write_file_atomic((dir / "optim.json").string(),
-                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
- "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
-                                ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
-                                ps.adamw.weight_decay, ps.clip, ps.steps));
-  std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", test::f32_tensor(losses)}};
-  for (const ParamInfo& p : model.layout().params()) {
-    Tensor w = Tensor::empty(p.shape, DType::F32);
-    ops::convert(w, ParamLayout::view(model.params(), p));
-    out.emplace_back("weight." + p.name, w);
-  }
-  save_safetensors((dir / "nekton.safetensors").string(), out);
+  test::run_objective_steps(obj, model, tokens, targets, dir);
   test::expect_python_reference_passes("align/preference_reference.py", dir, tag + " " + m.name);
 }
 

@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "model"))
 from safetensors_np import read_safetensors as read_numpy  # noqa: E402
-from torch_reference import Checks, forward  # noqa: E402
+from torch_reference import forward, objective_parity  # noqa: E402
 
 
 def read(path):
@@ -93,38 +93,21 @@ def loss_of(s, logp, ref, n_tok, labels):
 
 
 def main(folder, tol):
-    cfg = json.load(open(f"{folder}/model/config.json"))
     s = json.load(open(f"{folder}/settings.json"))
-    opt_cfg = json.load(open(f"{folder}/optim.json"))
     batch = read(f"{folder}/batch.safetensors")
-    ours = read(f"{folder}/nekton.safetensors")
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
     labels = batch["labels"] if "labels" in batch else None
-    P0 = {k: v.double() for k, v in read(f"{folder}/model/model.safetensors").items()}
-    with torch.no_grad():
-        ref, _ = row_logps(cfg, P0, tokens, targets)  # the initial model is the reference
-    P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
-    decay = [p for p in P.values() if p.dim() >= 2]
-    no_decay = [p for p in P.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
-    losses = []
-    for _ in range(opt_cfg["steps"]):
-        opt.zero_grad()
-        logp, n_tok = row_logps(cfg, P, tokens, targets)
-        loss = loss_of(s, logp, ref, n_tok, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), opt_cfg["grad_clip"])
-        opt.step()
-        losses.append(loss.item())
-    checks = Checks(tol)
-    checks.check("step losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
-    print("nekton:", ours["step_losses"].tolist())
-    print("torch: ", losses)
-    for name, p in P.items():
-        checks.check("weight " + name, ours["weight." + name].double(), p.detach())
-    checks.exit()
+
+    def make_loss(cfg, P0):
+        with torch.no_grad():
+            ref, _ = row_logps(cfg, P0, tokens, targets)  # the initial model is the reference
+
+        def loss_fn(P):
+            logp, n_tok = row_logps(cfg, P, tokens, targets)
+            return loss_of(s, logp, ref, n_tok, labels)
+        return loss_fn
+
+    objective_parity(folder, tol, make_loss)
 
 
 if __name__ == "__main__":

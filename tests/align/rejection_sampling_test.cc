@@ -10,9 +10,9 @@
 #include <filesystem>
 
 #include "align/preference_data.h"
-#include "align/prompt_records.h"
 #include "align/rejection_sampling.h"
 #include "data/chat/sft_data.h"
+#include "data/json_records.h"
 #include "data/utf8.h"
 #include "infer/generate.h"
 #include "infer/model_source.h"

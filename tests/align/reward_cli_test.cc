@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "align/marker_pairs.h"
 #include "ckpt/safetensors.h"
-#include "core/rng.h"
 #include "test_util.h"
 
 namespace nk {
@@ -21,23 +21,6 @@ namespace {
 using test::contains;
 using test::TempDir;
 namespace fs = std::filesystem;
-
-std::string letters(Rng& rng, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) s += char('a' + rng.below(26));
-  return s;
-}
-
-// n pairs: prompt "say XYZ:", chosen " END", rejected four random letters.
-void write_pairs(const std::string& path, int n, uint64_t seed) {
-  Rng rng(seed);
-  std::string out;
-  for (int i = 0; i < n; ++i)
-    out += fmt::format(R"({{"prompt": "say {}:", "chosen": " END", "rejected": "{}"}})"
-                       "\n",
-                       letters(rng, 3), letters(rng, 4));
-  test::write_file(path, out);
-}
 
 std::string rm_args(const TempDir& dir, const std::string& out, int steps) {
   return fmt::format(
@@ -57,8 +40,8 @@ double value_after(const std::string& text, const std::string& key) {
 
 TEST(RewardCli, LearnsThePairsAndExportsToHuggingFaceAndBack) {
   TempDir dir("nk_rm");
-  write_pairs(dir / "train.jsonl", 256, 1);
-  write_pairs(dir / "valid.jsonl", 32, 2);
+  test::write_marker_pairs(dir / "train.jsonl", 256, 1);
+  test::write_marker_pairs(dir / "valid.jsonl", 32, 2);
   const std::string out = dir / "run";
   const test::RunResult r = test::run_nekton(rm_args(dir, out, 40));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -104,8 +87,8 @@ TEST(RewardCli, LearnsThePairsAndExportsToHuggingFaceAndBack) {
 
 TEST(RewardCli, LoraTrainsTheScoreHeadWithTheAdapters) {
   TempDir dir("nk_rm_lora");
-  write_pairs(dir / "train.jsonl", 64, 3);
-  write_pairs(dir / "valid.jsonl", 16, 4);
+  test::write_marker_pairs(dir / "train.jsonl", 64, 3);
+  test::write_marker_pairs(dir / "valid.jsonl", 16, 4);
   const std::string out = dir / "run", one = dir / "one";
   const std::string lora = " peft.method=lora peft.lora_rank=4";
   const test::RunResult r = test::run_nekton(rm_args(dir, out, 4) + lora);
@@ -128,8 +111,8 @@ TEST(RewardCli, LoraTrainsTheScoreHeadWithTheAdapters) {
 
 TEST(RewardCli, BadSettingsAndDataAreErrorsThatWriteNothing) {
   TempDir dir("nk_rm_bad");
-  write_pairs(dir / "train.jsonl", 8, 1);
-  write_pairs(dir / "valid.jsonl", 4, 2);
+  test::write_marker_pairs(dir / "train.jsonl", 8, 1);
+  test::write_marker_pairs(dir / "valid.jsonl", 4, 2);
   const std::string out = dir / "run";
   auto refused = [&](const std::string& extra, const std::string& message) {
     const test::RunResult r = test::run_nekton(rm_args(dir, out, 2) + " " + extra);

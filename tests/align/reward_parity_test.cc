@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "align/attribute_objective.h"
+#include "align/objective_steps.h"
 #include "align/reward_objective.h"
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
@@ -92,32 +93,7 @@ void run_parity(ModelConfig mc, double center, const std::string& tag) {
   write_file_atomic((dir / "settings.json").string(), fmt::format(R"({{"center": {}}})", center));
 
   obj.prepare(model, true);
-  Activations acts(model, B, T, true);
-  // AdamW's eps as in preference_parity_test.cc: weights compare gradients,
-  // not f32 rounding noise divided by a tiny running size.
-  test::ParitySteps ps;
-  ps.adamw.eps = 1e-3;
-  AdamW opt(model, ps.adamw);
-  std::vector<float> losses;
-  for (int64_t s = 0; s < ps.steps; ++s) {
-    model.zero_grads();
-    losses.push_back(float(
-        obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
-    const double norm = std::sqrt(ops::sum_squares(model.grads()));
-    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
-  }
-  write_file_atomic((dir / "optim.json").string(),
-                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
- "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
-                                ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
-                                ps.adamw.weight_decay, ps.clip, ps.steps));
-  std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", test::f32_tensor(losses)}};
-  for (const ParamInfo& p : model.layout().params()) {
-    Tensor w = Tensor::empty(p.shape, DType::F32);
-    ops::convert(w, ParamLayout::view(model.params(), p));
-    out.emplace_back("weight." + p.name, w);
-  }
-  save_safetensors((dir / "nekton.safetensors").string(), out);
+  test::run_objective_steps(obj, model, tokens, targets, dir);
   // The metrics TRL logs, from the last step's micro-batch and beyond chance.
   const ObjectiveMetrics m = obj.take_metrics(false);
   ASSERT_EQ(m.size(), 4u);
@@ -181,30 +157,7 @@ TEST(RewardParity, TinyLlamaAttributeRegression) {
   save_safetensors((dir / "batch.safetensors").string(),
                    {{"tokens", tokens}, {"last", test::i32_tensor({B}, last)}, {"values", v}});
   write_file_atomic((dir / "settings.json").string(), R"({"regression": true})");
-  Activations acts(model, B, T, true);
-  test::ParitySteps ps;
-  ps.adamw.eps = 1e-3;
-  AdamW opt(model, ps.adamw);
-  std::vector<float> losses;
-  for (int64_t s = 0; s < ps.steps; ++s) {
-    model.zero_grads();
-    losses.push_back(float(
-        obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
-    const double norm = std::sqrt(ops::sum_squares(model.grads()));
-    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
-  }
-  write_file_atomic((dir / "optim.json").string(),
-                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
- "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
-                                ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
-                                ps.adamw.weight_decay, ps.clip, ps.steps));
-  std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", test::f32_tensor(losses)}};
-  for (const ParamInfo& p : model.layout().params()) {
-    Tensor w = Tensor::empty(p.shape, DType::F32);
-    ops::convert(w, ParamLayout::view(model.params(), p));
-    out.emplace_back("weight." + p.name, w);
-  }
-  save_safetensors((dir / "nekton.safetensors").string(), out);
+  test::run_objective_steps(obj, model, tokens, targets, dir);
   const ObjectiveMetrics m = obj.take_metrics(false);
   ASSERT_EQ(m.size(), 4u);
   EXPECT_EQ(m[0].first, "mse");

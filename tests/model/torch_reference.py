@@ -177,6 +177,33 @@ def adamw_step_losses(groups, params, loss_fn, opt_cfg):
     return losses
 
 
+def objective_parity(folder, tol, make_loss):
+    """The check of tests/align/objective_steps.h's runs: the model of
+    FOLDER/model in float64, make_loss(cfg, P0) -> loss_fn(P) (P0: the
+    initial weights, for a reference computed from them), AdamW over the
+    matrices with weight decay and the rest without, the steps of
+    FOLDER/optim.json; each step's loss and every final weight against
+    FOLDER/nekton.safetensors within `tol`; exits non-zero on a difference."""
+    cfg = json.load(open(f"{folder}/model/config.json"))
+    opt_cfg = json.load(open(f"{folder}/optim.json"))
+    ours = read_safetensors(f"{folder}/nekton.safetensors")
+    P0 = {k: v.double() for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
+    loss_fn = make_loss(cfg, P0)
+    P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
+    decay = [p for p in P.values() if p.dim() >= 2]
+    no_decay = [p for p in P.values() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
+              {"params": no_decay, "weight_decay": 0.0}]
+    losses = adamw_step_losses(groups, list(P.values()), lambda: loss_fn(P), opt_cfg)
+    checks = Checks(tol)
+    checks.check("step losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
+    print("nekton:", ours["step_losses"].tolist())
+    print("torch: ", losses)
+    for name, p in P.items():
+        checks.check("weight " + name, ours["weight." + name].double(), p.detach())
+    checks.exit()
+
+
 def check_step_losses(checks, ours, losses):
     checks.check("adamw losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
     print("nekton:", ours["step_losses"].tolist())

@@ -1,4 +1,4 @@
-#include "align/prompt_records.h"
+#include "data/json_records.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,6 @@
-// The records of a JSONL file (plain or zstd) that rejection sampling and
-// SteerLM read, each with its line, before anything is generated or written.
+// The records of a JSONL file (plain or zstd) as JSON objects, each with its
+// line, read whole before anything is generated or written (rejection
+// sampling's prompts, SteerLM's and attribute records, preference pairs).
 #pragma once
 #include <cstdint>
 #include <string>
