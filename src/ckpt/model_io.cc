@@ -42,7 +42,8 @@ std::string model_config_to_json(const ModelConfig& c) {
                 {"norm_topk_prob", c.norm_topk_prob},
                 {"score_func", c.moe_score_func},
                 {"aux_loss_coeff", c.moe_aux_loss_coeff},
-                {"z_loss_coeff", c.moe_z_loss_coeff}};
+                {"z_loss_coeff", c.moe_z_loss_coeff},
+                {"capacity_factor", c.moe_capacity_factor}};
   // Only when set, so that the files of unscaled models keep their bytes.
   if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   // A model with LoRA adapters in its weights (a fine-tuning run's).
@@ -103,6 +104,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       m.at("score_func").get_to(c.moe_score_func);
       m.at("aux_loss_coeff").get_to(c.moe_aux_loss_coeff);
       m.at("z_loss_coeff").get_to(c.moe_z_loss_coeff);
+      if (m.contains("capacity_factor")) m.at("capacity_factor").get_to(c.moe_capacity_factor);
     } catch (const json::exception& e) {
       fail(
           "{}: field 'moe' needs num_experts, num_experts_per_tok, moe_d_ff, norm_topk_prob, "

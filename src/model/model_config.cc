@@ -81,7 +81,8 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
   if (moe_score_func != "softmax" && moe_score_func != "sigmoid")
     fail("{}moe_score_func: expected softmax or sigmoid, got '{}'", p, moe_score_func);
   for (auto [key, v] : {std::pair<const char*, double>{"moe_aux_loss_coeff", moe_aux_loss_coeff},
-                        {"moe_z_loss_coeff", moe_z_loss_coeff}})
+                        {"moe_z_loss_coeff", moe_z_loss_coeff},
+                        {"moe_capacity_factor", moe_capacity_factor}})
     if (!(v >= 0) || !std::isfinite(v))
       fail("{}{}: must be a finite number >= 0, got {}", p, key, v);
   if (has_adapters())
@@ -260,6 +261,9 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
                 "preset's)");
   b.bind_unless("model.moe_z_loss_coeff", m.moe_z_loss_coeff, -1.0,
                 "override: router z-loss coefficient (-1 = preset's)");
+  b.bind_unless("model.moe_capacity_factor", m.moe_capacity_factor, -1.0,
+                "override: expert capacity factor, pairs over ceil(factor x tokens x k / experts) "
+                "per expert dropped (0 = dropless; -1 = preset's)");
   if (!b.reading()) return;
   derive_sizes(m, preset, width, heads, kv_heads, ffn);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.

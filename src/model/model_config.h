@@ -42,6 +42,10 @@ struct ModelConfig {
   int64_t moe_d_ff = 0;
   bool norm_topk_prob = true;              // renormalise the top-k scores to sum to 1
   std::string moe_score_func = "softmax";  // router scores: softmax or sigmoid
+  // > 0: each expert computes at most ceil(factor N k / E) of a forward's N
+  // tokens' pairs, the rest dropped (nn/moe.h); 0: dropless. Not applied by
+  // the cached decode.
+  double moe_capacity_factor = 0.0;
   // Training loss terms, over all MoE layers' tokens together (as HF's
   // load_balancing_loss_func): coeff x E sum_e f_e P_e (f_e: fraction of the
   // routed pairs that chose e, P_e: mean score of e) and z-coeff x the mean

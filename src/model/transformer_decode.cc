@@ -63,7 +63,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     b.norm2.forward(ln, mean, rstd, x);
     // MoE: only the experts the N tokens were routed to are read.
     if (cfg_.is_moe())
-      b.moe.forward(tmp, kc.moe, ln);
+      b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
     else
       b.mlp.forward(tmp, mlp, ln);
     ops::add(x, x, tmp);

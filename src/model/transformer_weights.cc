@@ -480,6 +480,7 @@ void Transformer::bind_views() {
       b.moe.d_ff = cfg_.expert_d_ff();
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
+      b.moe.capacity_factor = cfg_.moe_capacity_factor;
       blocks_.push_back(b);
       continue;
     }

@@ -6,7 +6,12 @@
 // pairs are sorted by expert (a counting sort on the host, stable in token
 // order), the tokens' rows gathered so that each expert's rows are
 // contiguous, one product per expert over its rows, and the weighted outputs
-// scattered back (ops/moe.h). Dropless: every pair is computed (M = N k).
+// scattered back (ops/moe.h). Dropless (capacity_factor 0): every pair is
+// computed (M = N k). With a capacity factor each expert computes at most
+// ceil(capacity_factor N k / E) pairs, the first ones in token order
+// (GShard's and Switch's dropping by position); a dropped pair adds nothing
+// to its token's output (its weight is not renormalised away) and gets no
+// gradient. The balancing loss counts the pairs as routed, before dropping.
 //
 // Weights: up [E 2F, C], expert e's fused [gate | up] at rows [2F e, 2F e +
 // 2F); down [E C, F], expert e's at rows [C e, C e + C). Gradients f32,
@@ -17,6 +22,8 @@
 // stats (ops::moe_route) in Saved::routing; backward takes d loss / d
 // balancing score per expert (balance_grad) and d loss / d lse^2 (z_grad).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -29,13 +36,15 @@ namespace nk::nn {
 // (the rows of each expert) and the router statistics, in host memory sized
 // once for N tokens.
 struct MoeRouting {
-  std::vector<int32_t> idx;    // [N k] copy of the chosen experts
-  std::vector<int32_t> src;    // [M] token row of each slot, grouped by expert
-  std::vector<int32_t> slot;   // [N k] slot of each (token, choice)
-  std::vector<int64_t> count;  // [E] slots of each expert
-  std::vector<float> stats;    // [E + 1] ops::moe_route's stats
-  std::vector<int64_t> next;   // [E] the sort's scratch
-  int64_t rows = 0;            // N of the last forward
+  std::vector<int32_t> idx;             // [N k] copy of the chosen experts
+  std::vector<int32_t> src;             // [M] token row of each slot, grouped by expert
+  std::vector<int32_t> slot;            // [N k] slot of each (token, choice)
+  std::vector<int64_t> count;           // [E] pairs routed to each expert (before dropping)
+  std::vector<int64_t> kept;            // [E] slots of each expert (after dropping)
+  int64_t slots = 0;                    // M: the kept pairs
+  std::vector<float> stats;             // [E + 1] ops::moe_route's stats
+  std::vector<int64_t> next, next_end;  // [E] the sort's scratch
+  int64_t rows = 0;                     // N of the last forward
 };
 
 struct MoE {
@@ -44,6 +53,7 @@ struct MoE {
   Tensor dup, ddown;
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
+  double capacity_factor = 0;  // 0: dropless
 
   // One forward's activations for up to N tokens (M = N k slots).
   struct Saved {
@@ -92,8 +102,10 @@ struct MoE {
     r.src.resize(size_t(M));
     r.slot.resize(size_t(N * k));
     r.count.resize(size_t(E));
+    r.kept.resize(size_t(E));
     r.stats.resize(size_t(E + 1));
     r.next.resize(size_t(E));
+    r.next_end.resize(size_t(E));
     return s;
   }
   template <typename Alloc>
@@ -112,16 +124,19 @@ struct MoE {
     return g;
   }
 
-  // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's).
-  void forward(Tensor y, const Saved& s, const Tensor& x) const {
+  // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). dropless:
+  // ignore capacity_factor (cached decode, whose few tokens per step would
+  // otherwise be dropped for another batch's sake).
+  void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
     const Tensor x2 = rows(x), y2 = rows(y);
-    const int64_t N = x2.dim(0), k = top_k, M = N * k;
+    const int64_t N = x2.dim(0);
     const Tensor logits = s.logits.narrow0(0, N), probs = s.probs.narrow0(0, N),
                  idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
                  slot = s.slot.narrow0(0, N);
     router.forward(logits, x2);
     ops::moe_route(probs, idx, w, s.stats, logits, sigmoid, norm_topk);
-    route_on_host(*s.routing, idx, N);
+    route_on_host(*s.routing, idx, N, dropless ? 0.0 : capacity_factor);
+    const int64_t M = s.routing->slots;
     ops::copy_bytes_from_host(s.src.narrow0(0, M), s.routing->src.data());
     ops::copy_bytes_from_host(slot, s.routing->slot.data());
     ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
@@ -144,7 +159,7 @@ struct MoE {
   }
   // s.a from s.h over the last forward's slots.
   void activation_forward(const Saved& s) const {
-    const int64_t M = s.routing->rows * top_k;
+    const int64_t M = s.routing->slots;
     ops::swiglu_forward(s.a.narrow0(0, M), s.h.narrow0(0, M));
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
@@ -153,7 +168,7 @@ struct MoE {
                 const std::vector<float>& balance_grad, float z_grad) const {
     const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
     const MoeRouting& r = *s.routing;
-    const int64_t N = x2.dim(0), C = x2.dim(1), M = N * top_k;
+    const int64_t N = x2.dim(0), C = x2.dim(1), M = r.slots;
     NK_CHECK(r.rows == N, "MoE backward: {} rows after a forward of {}", N, r.rows);
     const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
                  dwt = g.dweights.narrow0(0, N);
@@ -187,22 +202,33 @@ struct MoE {
   }
 
  private:
-  // The counting sort: slots grouped by expert, each group in token order.
-  void route_on_host(MoeRouting& r, const Tensor& idx, int64_t N) const {
+  // The counting sort: slots grouped by expert, each group in token order,
+  // at most `capacity` per expert (the rest dropped: slot -1).
+  void route_on_host(MoeRouting& r, const Tensor& idx, int64_t N, double cf) const {
     const int64_t k = top_k, E = n_experts;
     NK_CHECK(int64_t(r.idx.size()) >= N * k, "MoE: {} tokens for a workspace of {}", N,
              r.idx.size() / size_t(k));
     ops::copy_bytes_to_host(idx, r.idx.data());
+    const int64_t cap = cf > 0 ? int64_t(std::ceil(cf * double(N * k) / double(E))) : N * k;
     std::fill(r.count.begin(), r.count.end(), 0);
     for (int64_t i = 0; i < N * k; ++i) ++r.count[size_t(r.idx[size_t(i)])];
     std::vector<int64_t>& next = r.next;
     int64_t at = 0;
     for (int64_t e = 0; e < E; ++e) {
+      r.kept[size_t(e)] = std::min(r.count[size_t(e)], cap);
       next[size_t(e)] = at;
-      at += r.count[size_t(e)];
+      at += r.kept[size_t(e)];
     }
+    r.slots = at;
+    std::vector<int64_t>& end = r.next_end;
+    for (int64_t e = 0; e < E; ++e) end[size_t(e)] = next[size_t(e)] + r.kept[size_t(e)];
     for (int64_t i = 0; i < N * k; ++i) {
-      const int64_t pos = next[size_t(r.idx[size_t(i)])]++;
+      const size_t e = size_t(r.idx[size_t(i)]);
+      if (next[e] == end[e]) {
+        r.slot[size_t(i)] = -1;
+        continue;
+      }
+      const int64_t pos = next[e]++;
       r.src[size_t(pos)] = int32_t(i / k);
       r.slot[size_t(i)] = int32_t(pos);
     }
@@ -213,7 +239,7 @@ struct MoE {
   void experts(Fn&& fn, const MoeRouting& r) const {
     int64_t at = 0;
     for (int64_t e = 0; e < n_experts; ++e) {
-      const int64_t n = r.count[size_t(e)];
+      const int64_t n = r.kept[size_t(e)];
       if (n > 0) fn(e, at, n);
       at += n;
     }

@@ -3,12 +3,15 @@
 // the load-balancing and z-loss gradients fed in as the model feeds them:
 // the objective is sum(y * cy) + sum_e g_e stats[e] + zg stats[E]. Entries
 // whose perturbation changes some token's choice of experts (where the
-// objective is not differentiable) are skipped, and counted.
+// objective is not differentiable) are skipped, and counted. With a capacity
+// factor, the pairs past each expert's capacity (in token order) are
+// dropped: checked against the rule, and the gradient again.
 #include "nn/moe.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/rng.h"
 
@@ -24,7 +27,7 @@ struct Fixture {
   nn::MoE::Saved s;
   nn::MoE::Scratch sc;
 
-  explicit Fixture(bool sigmoid) {
+  explicit Fixture(bool sigmoid, double cf = 0) {
     Rng r(5);
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
@@ -48,6 +51,7 @@ struct Fixture {
     moe.d_ff = F;
     moe.sigmoid = sigmoid;
     moe.norm_topk = !sigmoid;
+    moe.capacity_factor = cf;
   }
   // The objective in double, and the chosen experts.
   double objective(std::vector<int32_t>* idx = nullptr) {
@@ -63,8 +67,8 @@ struct Fixture {
   }
 };
 
-void check(bool sigmoid) {
-  Fixture fx(sigmoid);
+void check(bool sigmoid, double cf = 0) {
+  Fixture fx(sigmoid, cf);
   Tensor dx = Tensor::empty({fx.N, fx.C}, DType::F32);
   Tensor dr = Tensor::zeros({fx.E, fx.C}, DType::F32);
   Tensor du = Tensor::zeros(fx.up.shape(), DType::F32),
@@ -74,6 +78,9 @@ void check(bool sigmoid) {
   fx.moe.ddown = dd;
   std::vector<int32_t> idx0;
   fx.objective(&idx0);
+  if (cf > 0) {
+    EXPECT_LT(fx.s.routing->slots, fx.N * fx.k) << "nothing dropped";
+  }
   fx.moe.backward(dx, fx.cy, fx.s, fx.sc, fx.x, fx.g, fx.zg);
   int skipped = 0, checked = 0;
   for (auto [name, w, grad] : {std::tuple<const char*, Tensor, Tensor>{"x", fx.x, dx},
@@ -111,6 +118,46 @@ TEST(MoE, BackwardMatchesFiniteDifferencesSoftmaxTopkRenormalised) {
 }
 TEST(MoE, BackwardMatchesFiniteDifferencesSigmoid) {
   check(true);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesWithTokenDropping) {
+  check(false, 0.75);
+}
+
+TEST(MoE, CapacityDropsThePairsPastEachExpertsCapacityInTokenOrder) {
+  Fixture dropless(false), big(false, 100.0), fx(false, 0.5);
+  Tensor y0 = Tensor::empty({fx.N, fx.C}, DType::F32), y1 = Tensor::empty({fx.N, fx.C}, DType::F32);
+  dropless.moe.forward(y0, dropless.s, dropless.x);
+  big.moe.forward(y1, big.s, big.x);  // a capacity no expert reaches: dropless, bit for bit
+  EXPECT_EQ(0, std::memcmp(y0.raw(), y1.raw(), y0.nbytes()));
+  Tensor y = Tensor::empty({fx.N, fx.C}, DType::F32);
+  fx.moe.forward(y, fx.s, fx.x);
+  const nn::MoeRouting& r = *fx.s.routing;
+  const int64_t cap = int64_t(std::ceil(0.5 * double(fx.N * fx.k) / double(fx.E)));
+  std::vector<int64_t> seen(size_t(fx.E), 0);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < fx.N * fx.k; ++i) {
+    const int64_t e = r.idx[size_t(i)];
+    const bool keep = seen[size_t(e)]++ < cap;
+    EXPECT_EQ(r.slot[size_t(i)] >= 0, keep) << "pair " << i;
+    kept += keep;
+  }
+  EXPECT_EQ(r.slots, kept);
+  EXPECT_LT(kept, fx.N * fx.k);
+  // Each token's output is its kept pairs' share of the dropless one's: a
+  // token with every pair dropped outputs 0, one with none dropped the same.
+  for (int64_t n = 0; n < fx.N; ++n) {
+    int64_t n_kept = 0;
+    for (int64_t j = 0; j < fx.k; ++j) n_kept += r.slot[size_t(n * fx.k + j)] >= 0;
+    for (int64_t c = 0; c < fx.C; ++c) {
+      const float got = y.data<float>()[n * fx.C + c], full = y0.data<float>()[n * fx.C + c];
+      if (n_kept == 0) {
+        EXPECT_EQ(got, 0.f) << n;
+      }
+      if (n_kept == fx.k) {
+        EXPECT_EQ(got, full) << n;
+      }
+    }
+  }
 }
 
 }  // namespace

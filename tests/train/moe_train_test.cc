@@ -117,6 +117,23 @@ TEST(MoeTrain, RecomputeGivesTheSameBits) {
   }
 }
 
+// A capacity factor drops pairs (the losses differ from dropless ones) and
+// the recomputed forward drops the same ones.
+TEST(MoeTrain, CapacityFactorTrainsAndRecomputesTheSameBits) {
+  TempDir dir("nk_moe_capacity");
+  TrainRun dropless = run(keys(dir, {"train.steps=6", "train.out_dir=" + (dir / "a")}));
+  TrainRun cap = run(keys(
+      dir, {"train.steps=6", "model.moe_capacity_factor=1.0", "train.out_dir=" + (dir / "b")}));
+  TrainRun cap_full = run(keys(dir, {"train.steps=6", "model.moe_capacity_factor=1.0",
+                                     "train.recompute=full", "train.out_dir=" + (dir / "c")}));
+  ASSERT_EQ(cap.history.size(), 6u);
+  EXPECT_NE(cap.history[0].loss, dropless.history[0].loss);
+  for (size_t i = 0; i < cap.history.size(); ++i)
+    EXPECT_EQ(cap_full.history[i].loss, cap.history[i].loss) << "step " << i + 1;
+  EXPECT_TRUE(cap_full.params == cap.params);
+  EXPECT_LT(cap.history.back().loss, cap.history.front().loss);
+}
+
 TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   TempDir dir("nk_moe_layout");
   for (auto [key, world] : {std::pair<const char*, int>{"parallel.tp=2", 2},
@@ -166,6 +183,8 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
     EXPECT_TRUE(contains(e, "model.num_experts = 4")) << e;
     EXPECT_TRUE(contains(e, "quantised")) << e;
   }
+  e = error_of([&] { quant_plan_for(c, ops::QuantType::Q4_K); });
+  EXPECT_TRUE(contains(e, "quantised")) << e;
   e = error_of([&] { Transformer m(c, DType::F32, 1, ParamInit::Zeros, {}, Device::CUDA); });
   EXPECT_TRUE(contains(e, "CPU only")) << e;
 }
