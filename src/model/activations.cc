@@ -197,6 +197,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   if (c.is_moe()) {
     moe_counts.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.num_experts), 0));
     moe_stats.assign(size_t(c.n_layer), std::vector<float>(size_t(c.num_experts + 1), 0.f));
+    moe_dropped.assign(size_t(c.n_layer), 0);
   }
 }
 

@@ -85,6 +85,7 @@ void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor&
   // Copies of equal size: no allocation.
   a.moe_counts[size_t(l)] = s.moe.routing->count;
   a.moe_stats[size_t(l)] = s.moe.routing->stats;
+  a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - s.moe.routing->slots;
 }
 
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
@@ -105,6 +106,13 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   out.aux *= double(E);
   for (int64_t l = 0; l < L; ++l) out.z += double(a.moe_stats[size_t(l)][size_t(E)]);
   out.z /= tokens;
+  const double pairs = double(a.B * a.T * cfg_.num_experts_per_tok);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::vector<int64_t>& n = a.moe_counts[size_t(l)];
+    out.load_max =
+        std::max(out.load_max, double(*std::max_element(n.begin(), n.end())) * double(E) / pairs);
+    out.dropped += double(a.moe_dropped[size_t(l)]) / (pairs * double(L));
+  }
   return out;
 }
 

@@ -321,9 +321,12 @@ class Transformer {
   // loss E sum_e f_e P_e and router z-loss, over every layer's tokens together
   // (ModelConfig::moe_aux_loss_coeff), unscaled by their coefficients. A
   // training head_loss adds coeff x each to the loss it returns and the
-  // blocks' backward adds their gradients. Zeros for a dense model.
+  // blocks' backward adds their gradients. Zeros for a dense model. Also,
+  // for the logs: load_max, the largest over layers of the busiest expert's
+  // routed pairs over the mean (1: even load), and dropped, the fraction of
+  // routed pairs the capacity factor dropped.
   struct MoeLosses {
-    double aux = 0, z = 0;
+    double aux = 0, z = 0, load_max = 0, dropped = 0;
     double total(const ModelConfig& c) const {
       return c.moe_aux_loss_coeff * aux + c.moe_z_loss_coeff * z;
     }
@@ -485,6 +488,7 @@ class Activations {
   // head_loss, which scales the MoE losses' gradients (0: none).
   std::vector<std::vector<int64_t>> moe_counts;
   std::vector<std::vector<float>> moe_stats;
+  std::vector<int64_t> moe_dropped;  // [n_layer] pairs dropped (capacity factor)
   float moe_grad_scale = 0.f;
   std::vector<float> moe_balance;  // [E] scratch of the backward
   nn::Prompt::Saved prompt;        // p-tuning's encoder activations (model config().prompt)

@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "dist/mesh.h"
 #include "test_util.h"
@@ -51,6 +53,15 @@ struct TrainRun {
   std::vector<float> params;
 };
 
+// The last line of a metrics.jsonl.
+nlohmann::json last_metrics(const std::string& path) {
+  std::istringstream in(test::read_file(path));
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return nlohmann::json::parse(last);
+}
+
 TrainRun run(const std::vector<std::string>& ov) {
   Trainer t(train_config_from(Config::load(train_schema(), "", ov)));
   t.run({});
@@ -75,6 +86,14 @@ TEST(MoeTrain, NektonTrainLowersTheLoss) {
   std::cout << "[ mixtral-tiny ] mean loss of the first 4 steps " << first << ", of the last 4 "
             << last << "\n";
   EXPECT_LT(last, first - 1.0);
+  // The MoE figures of each step: the balancing loss (k = 2 at even load),
+  // the busiest expert's load over the mean, nothing dropped.
+  const nlohmann::json m = last_metrics(dir / "out/metrics.jsonl");
+  EXPECT_GT(m["moe_aux"].get<double>(), 1.5) << m.dump();
+  EXPECT_GT(m["moe_z"].get<double>(), 0.0) << m.dump();
+  EXPECT_GE(m["moe_load_max"].get<double>(), 1.0) << m.dump();
+  EXPECT_EQ(m["moe_dropped"].get<double>(), 0.0) << m.dump();
+  EXPECT_TRUE(contains(r.out, "| moe_aux ")) << r.out;
 }
 
 class MoeResume : public ::testing::TestWithParam<const char*> {};
@@ -132,6 +151,9 @@ TEST(MoeTrain, CapacityFactorTrainsAndRecomputesTheSameBits) {
     EXPECT_EQ(cap_full.history[i].loss, cap.history[i].loss) << "step " << i + 1;
   EXPECT_TRUE(cap_full.params == cap.params);
   EXPECT_LT(cap.history.back().loss, cap.history.front().loss);
+  const double dropped = last_metrics(dir / "b/metrics.jsonl")["moe_dropped"].get<double>();
+  EXPECT_GT(dropped, 0.0);
+  EXPECT_LT(dropped, 0.5);
 }
 
 TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {

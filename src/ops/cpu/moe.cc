@@ -40,6 +40,16 @@ double scores_row(const T* l, int64_t E, bool sigmoid, double* p) {
   return lse;
 }
 
+// Per-thread scratch vector `which` of T, n elements: grown once, then reused,
+// so that a training step allocates nothing here after the first.
+template <typename T>
+std::vector<T>& scratch(int which, int64_t n) {
+  thread_local std::vector<T> bufs[3];
+  std::vector<T>& b = bufs[which];
+  b.resize(size_t(n));
+  return b;
+}
+
 int32_t check_slot(int32_t s, int64_t M, const char* op, int64_t n) {
   if (s < -1 || s >= M) fail("{}: slot {} of row {} is outside [-1, {})", op, s, n, M);
   return s;
@@ -53,13 +63,13 @@ void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Ten
   float* P = probs.data<float>();
   int32_t* I = idx.data<int32_t>();
   float* W = weights.data<float>();
-  std::vector<double> lse(static_cast<size_t>(N));
+  std::vector<double>& lse = scratch<double>(0, N);
   dispatch_float(logits.dtype(), "moe_route", [&](auto tag) {
     using T = decltype(tag);
     const T* L = logits.data<T>();
     parallel_for(N, row_grain(E), [&](int64_t r0, int64_t r1) {
-      std::vector<double> p(static_cast<size_t>(E));
-      std::vector<char> taken(static_cast<size_t>(E));
+      std::vector<double>& p = scratch<double>(1, E);
+      std::vector<char>& taken = scratch<char>(2, E);
       for (int64_t n = r0; n < r1; ++n) {
         lse[size_t(n)] = scores_row(L + n * E, E, sigmoid, p.data());
         for (int64_t e = 0; e < E; ++e) P[n * E + e] = float(p[size_t(e)]);
@@ -81,7 +91,8 @@ void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Ten
     });
   });
   // The sums in row order, so that they do not depend on the thread count.
-  std::vector<double> acc(static_cast<size_t>(E + 1), 0.0);
+  std::vector<double>& acc = scratch<double>(1, E + 1);
+  std::fill(acc.begin(), acc.end(), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     const float* p = P + n * E;
     double row = 1;
@@ -108,7 +119,8 @@ void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& ba
     const T* L = logits.data<T>();
     T* DL = dlogits.data<T>();
     parallel_for(N, row_grain(E), [&](int64_t r0, int64_t r1) {
-      std::vector<double> dp(static_cast<size_t>(E)), sm(static_cast<size_t>(E));
+      std::vector<double>& dp = scratch<double>(0, E);
+      std::vector<double>& sm = scratch<double>(1, E);
       for (int64_t n = r0; n < r1; ++n) {
         const float* p = P + n * E;
         const int32_t* sel = I + n * k;
@@ -174,7 +186,7 @@ void moe_combine(Tensor y, const Tensor& out, const Tensor& slot, const Tensor& 
     const T* O = out.data<T>();
     T* Y = y.data<T>();
     parallel_for(N, row_grain(C * k), [&](int64_t r0, int64_t r1) {
-      std::vector<float> acc(static_cast<size_t>(C));
+      std::vector<float>& acc = scratch<float>(0, C);
       for (int64_t n = r0; n < r1; ++n) {
         std::fill(acc.begin(), acc.end(), 0.f);
         for (int64_t j = 0; j < k; ++j) {
@@ -235,7 +247,7 @@ void moe_scatter(Tensor dx, const Tensor& dxs, const Tensor& slot) {
     const T* G = dxs.data<T>();
     T* D = dx.data<T>();
     parallel_for(N, row_grain(C * k), [&](int64_t r0, int64_t r1) {
-      std::vector<float> acc(static_cast<size_t>(C));
+      std::vector<float>& acc = scratch<float>(0, C);
       for (int64_t n = r0; n < r1; ++n) {
         std::fill(acc.begin(), acc.end(), 0.f);
         for (int64_t j = 0; j < k; ++j) {
