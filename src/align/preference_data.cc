@@ -1,12 +1,14 @@
 #include "align/preference_data.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/rng.h"
 #include "data/chat/sft_data.h"
 #include "data/jsonl_reader.h"
 
@@ -164,7 +166,17 @@ struct Example {
   Part prompt;
   std::vector<Part> completions;  // chosen, rejected; or KTO's one
   bool desirable = true;
+  std::optional<double> margin;  // paired: the record's margin, if it has one
 };
+
+std::optional<double> margin_of(const json& rec, const PreferenceDataOptions& opt,
+                                const std::string& where) {
+  const auto it = rec.find(opt.margin_key);
+  if (it == rec.end()) return std::nullopt;
+  if (!it->is_number() || !std::isfinite(it->get<double>()))
+    fail("{}: {}: must be a finite number, not {}", where, opt.margin_key, it->dump());
+  return it->get<double>();
+}
 
 Example paired_example(const json& rec, const Inputs& in, const PreferenceDataOptions& opt,
                        const std::string& where) {
@@ -261,6 +273,7 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
     if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
     examples.push_back(opt.unpaired ? unpaired_example(rec, in, opt, where)
                                     : paired_example(rec, in, opt, where));
+    if (opt.margins) examples.back().margin = margin_of(rec, opt, where);
     lines.push_back(line_no);
   }
   if (examples.empty()) fail("{}: no preference record", path);
@@ -284,6 +297,11 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
       d.truncated += fit(e.prompt, {&e.completions[0], &e.completions[1]}, opt, where);
       add_sequence(d, e.prompt, e.completions[0], where, opt.chosen_key.c_str());
       add_sequence(d, e.prompt, e.completions[1], where, opt.rejected_key.c_str());
+      if (e.margin.has_value() != examples[0].margin.has_value())
+        fail("{}: {} \"{}\" where {}:{} has {}: margins go in every record or in none", where,
+             e.margin ? "a" : "no", opt.margin_key, path, lines[0],
+             examples[0].margin ? "one" : "none");
+      if (e.margin) d.margin.push_back(*e.margin);
       if (d.tokens[2 * i] == d.tokens[2 * i + 1])
         fail("{}: {} and {} are the same {} tokens{}: nothing to prefer", where, opt.chosen_key,
              opt.rejected_key, d.tokens[2 * i].size(),
@@ -295,14 +313,68 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
   return d;
 }
 
+bool is_chat_prompt(const json& prompt, const std::string& where) {
+  if (prompt.is_string()) return false;
+  if (prompt.is_array()) return true;
+  fail("{}: must be a string or a list of messages, not {}", where, prompt.type_name());
+}
+
+std::vector<int32_t> render_prompt(const json& prompt, const PreferenceRenderer& r,
+                                   const std::string& where) {
+  const Inputs in{r.tok, r.tmpl, r.specials};
+  if (!is_chat_prompt(prompt, where))
+    return text_prompt(prompt.get<std::string>(), in, where).tokens;
+  const std::vector<ChatMessage> p = messages_of(prompt, where);
+  if (p.back().role != "user")
+    fail("{}[{}]: the prompt ends with a '{}' message; it must end with the user's turn", where,
+         p.size() - 1, p.back().role);
+  std::string text;
+  try {
+    text = chat_text(r.tmpl.render(p, r.specials, true));
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  std::vector<int32_t> tokens;
+  r.tok.encode_with_specials(text, tokens);
+  return tokens;
+}
+
+std::vector<int32_t> render_sequence(const json& prompt, const json& completion,
+                                     const PreferenceRenderer& r, const std::string& where,
+                                     int64_t* prompt_tokens) {
+  const Inputs in{r.tok, r.tmpl, r.specials};
+  const std::string pk = where, ck = where + " (completion)";
+  Part p, c;
+  if (!is_chat_prompt(prompt, pk)) {
+    if (!completion.is_string())
+      fail("{}: a string prompt takes a string completion, not {}", ck, completion.type_name());
+    p = text_prompt(prompt.get<std::string>(), in, pk);
+    c = text_completion(completion.get<std::string>(), in, ck);
+  } else {
+    const std::vector<ChatMessage> pm = messages_of(prompt, pk);
+    std::vector<ChatMessage> cm;
+    if (completion.is_string()) {
+      if (completion.get_ref<const std::string&>().empty()) fail("{}: the completion is empty", ck);
+      cm.push_back({"assistant", completion.get<std::string>()});
+    } else {
+      cm = messages_of(completion, ck);
+    }
+    check_chat_roles(pm, cm, pk, ck);
+    std::tie(p, c) = chat_parts(pm, cm, in, where);
+  }
+  if (prompt_tokens) *prompt_tokens = int64_t(p.tokens.size());
+  std::vector<int32_t> t = std::move(p.tokens);
+  t.insert(t.end(), c.tokens.begin(), c.tokens.end());
+  return t;
+}
+
 PreferenceDataset::PreferenceDataset(std::shared_ptr<const PreferenceData> data, int64_t seq_len,
                                      int32_t pad_id, uint64_t seed, bool shuffle, std::string name)
     : data_(std::move(data)),
       seq_len_(seq_len),
       pad_(pad_id),
-      seed_(seed),
-      shuffle_(shuffle),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      order_(data_->examples(), seed, shuffle) {
   NK_CHECK(data_->examples() > 0, "{}: no examples", name_);
   for (const auto& t : data_->tokens)
     NK_CHECK(int64_t(t.size()) <= seq_len_, "{}: a sequence of {} tokens in rows of {}", name_,
@@ -314,18 +386,7 @@ void PreferenceDataset::sample(int64_t, int32_t*) const {
 }
 
 int64_t PreferenceDataset::example_of(int64_t i) const {
-  const int64_t n = data_->examples(), k = i / 2, epoch = k / n, j = k % n;
-  if (!shuffle_) return j;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_) {  // Fisher-Yates with this epoch's stream
-    order_.resize(size_t(n));
-    for (int64_t x = 0; x < n; ++x) order_[size_t(x)] = x;
-    Rng rng(seed_ * 1000003u + uint64_t(epoch));
-    for (int64_t x = n - 1; x > 0; --x)
-      std::swap(order_[size_t(x)], order_[size_t(rng.below(uint64_t(x + 1)))]);
-    epoch_ = epoch;
-  }
-  return order_[size_t(j)];
+  return order_.at(i / 2);  // rows 2k, 2k + 1: the k-th example read
 }
 
 int64_t PreferenceDataset::sequence_of(int64_t i) const {

@@ -35,8 +35,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "align/preference_loss.h"
 #include "data/chat/chat_template.h"
+#include "data/dataset/epoch_order.h"
 #include "data/dataset/sample_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 
@@ -49,6 +52,11 @@ struct PreferenceDataOptions {
   int64_t kto_group = 1;          // examples per KL rotation group (per micro-batch)
   std::string prompt_key = "prompt", chosen_key = "chosen", rejected_key = "rejected";
   std::string completion_key = "completion", label_key = "label";
+  // With `margins` (a reward model's data), paired records may hold a number
+  // by which the chosen reward must beat the rejected one (TRL's "margin"
+  // column), in every record or in none.
+  bool margins = false;
+  std::string margin_key = "margin";
 };
 
 struct PreferenceData {
@@ -58,6 +66,7 @@ struct PreferenceData {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<uint8_t>> trained;
   std::vector<uint8_t> desirable;  // per example (KTO); empty for pairs
+  std::vector<double> margin;      // per pair, when the records have margins; else empty
   std::vector<int64_t> line;       // per example: its line in `path`
   int64_t truncated = 0;           // examples cut to fit
   int64_t examples() const { return int64_t(line.size()); }
@@ -75,6 +84,40 @@ struct PreferenceData {
 PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& tok,
                                      const ChatTemplate& tmpl, const ChatSpecials& specials,
                                      const PreferenceDataOptions& opt);
+
+// One prompt or (prompt, completion) pair rendered exactly as
+// read_preference_jsonl renders a record's: for generation from a prompt
+// (rejection sampling, SteerLM) and for scoring a completion with a reward
+// model, so both see what DPO and reward-model training see.
+struct PreferenceRenderer {
+  const Tokenizer& tok;
+  const ChatTemplate& tmpl;
+  const ChatSpecials& specials;
+};
+
+// True for a chat prompt (a list of messages), false for a string;
+// nk::Error naming `where` (PATH:LINE: KEY) for anything else.
+bool is_chat_prompt(const nlohmann::json& prompt, const std::string& where);
+
+// The prompt's tokens as a sequence's beginning: a string's tokens as they
+// are, or the messages (ending with the user's turn) rendered with the
+// generation prompt. nk::Error naming `where` (PATH:LINE: KEY) for an empty
+// or mistyped prompt, a bad message or role, or a template that refuses it.
+std::vector<int32_t> render_prompt(const nlohmann::json& prompt, const PreferenceRenderer& r,
+                                   const std::string& where);
+
+// A whole sequence: the prompt's tokens, then the completion's as a chosen
+// one is rendered (a string: its tokens and the end-of-document token; with
+// a chat prompt, the assistant messages as the rest of the whole
+// conversation's rendering). With a chat prompt a string completion is one
+// assistant message. Never truncated. prompt_tokens (if given) receives the
+// prompt's length.
+// nk::Error naming `where` as render_prompt, and for an empty completion, a
+// string prompt with a message completion, or a completion holding other
+// than assistant messages.
+std::vector<int32_t> render_sequence(const nlohmann::json& prompt, const nlohmann::json& completion,
+                                     const PreferenceRenderer& r, const std::string& where,
+                                     int64_t* prompt_tokens = nullptr);
 
 // The sequences as training rows of max_length tokens, one per row, padded
 // (targets -100): sample i is sequence 2 e + i % 2 of example e = the
@@ -105,12 +148,8 @@ class PreferenceDataset : public SampleDataset {
   std::shared_ptr<const PreferenceData> data_;
   int64_t seq_len_;
   int32_t pad_;
-  uint64_t seed_;
-  bool shuffle_;
   std::string name_;
-  mutable std::mutex mu_;
-  mutable int64_t epoch_ = -1;
-  mutable std::vector<int64_t> order_;
+  EpochOrder order_;  // of the examples
 };
 
 }  // namespace nk
