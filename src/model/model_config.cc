@@ -90,6 +90,11 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
                         {"moe_capacity_factor", moe_capacity_factor}})
     if (!(v >= 0) || !std::isfinite(v))
       fail("{}{}: must be a finite number >= 0, got {}", p, key, v);
+  if (classifier())
+    fail(
+        "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
+        "({}num_experts = {}) is not supported yet",
+        p, p, num_experts);
   if (has_adapters())
     fail(
         "peft.method: adapters (LoRA, IA3, bottleneck, p-tuning) on a Mixture-of-Experts model "

@@ -195,6 +195,12 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
   EXPECT_TRUE(contains(e, "model.num_experts")) << e;
   e = err({"model.moe_score_func=sigmoid"});
   EXPECT_TRUE(contains(e, "model.moe_score_func")) << e;
+  {
+    ModelConfig m = model_preset("mixtral-tiny");
+    m.num_labels = 1;
+    e = error_of([&] { m.validate(); });
+    EXPECT_TRUE(contains(e, "model.num_labels")) << e;
+  }
   e = err({"model.moe_aux_loss_coeff=-2"});
   EXPECT_TRUE(contains(e, "model.moe_aux_loss_coeff")) << e;
   // Quantised weights (generate.quantize, a GGUF's blocks) and another
