@@ -173,6 +173,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # the exported weights within 1e-5.
 #   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
+#   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP;
+#                    parallel.tp and parallel.ep refused
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
@@ -184,7 +186,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    ranks, ZeRO-1, FSDP; QLoRA DPO, IA3 KTO, LoRA with a
 #                    precomputed reference; adapters with parallel.tp refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
-foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks)
+foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

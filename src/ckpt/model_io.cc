@@ -35,6 +35,15 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"init_std", c.init_std}};
   // Only when set, so the config of a model without one stays as it was.
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.is_moe())
+    j["moe"] = {{"num_experts", c.num_experts},
+                {"num_experts_per_tok", c.num_experts_per_tok},
+                {"moe_d_ff", c.moe_d_ff},
+                {"norm_topk_prob", c.norm_topk_prob},
+                {"score_func", c.moe_score_func},
+                {"aux_loss_coeff", c.moe_aux_loss_coeff},
+                {"z_loss_coeff", c.moe_z_loss_coeff},
+                {"capacity_factor", c.moe_capacity_factor}};
   // A sequence classifier (reward or attribute model).
   if (c.classifier()) {
     j["num_labels"] = c.num_labels;
@@ -88,6 +97,26 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
+  if (j.contains("moe")) {
+    const json& m = j["moe"];
+    if (!m.is_object()) fail("{}: field 'moe' must be an object, got {}", where, m.dump());
+    try {
+      c.num_experts = json_int(m.at("num_experts"), where, "moe.num_experts");
+      c.num_experts_per_tok =
+          json_int(m.at("num_experts_per_tok"), where, "moe.num_experts_per_tok");
+      c.moe_d_ff = json_int(m.at("moe_d_ff"), where, "moe.moe_d_ff");
+      m.at("norm_topk_prob").get_to(c.norm_topk_prob);
+      m.at("score_func").get_to(c.moe_score_func);
+      m.at("aux_loss_coeff").get_to(c.moe_aux_loss_coeff);
+      m.at("z_loss_coeff").get_to(c.moe_z_loss_coeff);
+      if (m.contains("capacity_factor")) m.at("capacity_factor").get_to(c.moe_capacity_factor);
+    } catch (const json::exception& e) {
+      fail(
+          "{}: field 'moe' needs num_experts, num_experts_per_tok, moe_d_ff, norm_topk_prob, "
+          "score_func, aux_loss_coeff and z_loss_coeff ({})",
+          where, e.what());
+    }
+  }
   if (j.contains("num_labels")) get("num_labels", c.num_labels);
   if (j.contains("labels")) get("labels", c.labels);
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);

@@ -23,6 +23,7 @@ inline constexpr int64_t kHeads = int64_t(1) << 12;        // attention (and key
 inline constexpr int64_t kLabels = int64_t(1) << 12;       // a classifier's outputs (num_labels)
 inline constexpr int64_t kHidden = int64_t(1) << 17;       // d_model
 inline constexpr int64_t kFfn = int64_t(1) << 20;          // MLP inner size
+inline constexpr int64_t kMaxExperts = int64_t(1) << 12;   // Mixture-of-Experts experts per layer
 inline constexpr int64_t kBatch = int64_t(1) << 24;        // sequences per batch or step
 inline constexpr int64_t kBatchTokens = int64_t(1) << 32;  // tokens per micro-batch
 inline constexpr int64_t kSteps = int64_t(1) << 40;        // optimizer steps of a run

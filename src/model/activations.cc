@@ -36,6 +36,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
   check_tensor_parallel(c, tp.size());
+  NK_CHECK(!c.is_moe() || (!tp.active() && stage.whole(c)),
+           "Activations: a Mixture-of-Experts model under tensor or pipeline parallelism");
   NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
@@ -83,8 +85,13 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.qkv = act(c.qkv_dim() / t);
     y.attn.out = act(HD);
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
-    y.mlp.h = act(up);
-    y.mlp.a = cheap ? act(F) : shared.mlp.a;
+    if (c.is_moe()) {
+      y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
+                                 dt, alloc);
+    } else {
+      y.mlp.h = act(up);
+      y.mlp.a = cheap ? act(F) : shared.mlp.a;
+    }
     y.attn.full_x = y.mlp.full_x = full_x;
     y.attn.full_y = y.mlp.full_y = full_y;
     return y;
@@ -102,7 +109,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   } else if (any_selective) {
     shared.ln1 = region();
     shared.ln2 = region();
-    shared.mlp.a = act(F);
+    if (!c.is_moe()) shared.mlp.a = act(F);
   }
   for (int64_t l = 0; l < saved_layers; ++l) {
     const Recompute r = recompute_of(l);
@@ -179,8 +186,19 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dln = region();
     dattn.dqkv = act(c.qkv_dim() / t);
     dattn.dout = act(HD);
-    dmlp.dh = act(up);
-    dmlp.da = act(F);
+    if (c.is_moe()) {
+      dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
+                                  dt, alloc);
+      moe_balance.resize(size_t(c.num_experts));
+    } else {
+      dmlp.dh = act(up);
+      dmlp.da = act(F);
+    }
+  }
+  if (c.is_moe()) {
+    moe_counts.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.num_experts), 0));
+    moe_stats.assign(size_t(c.n_layer), std::vector<float>(size_t(c.num_experts + 1), 0.f));
+    moe_dropped.assign(size_t(c.n_layer), 0);
   }
 }
 
@@ -203,7 +221,17 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
                          {"attn.qkv", &y.attn.qkv},
                          {"attn.out", &y.attn.out},
                          {"attn.lse", &y.attn.lse},
-                         {"mlp.h", &y.mlp.h}})
+                         {"mlp.h", &y.mlp.h},
+                         {"moe.logits", &y.moe.logits},
+                         {"moe.probs", &y.moe.probs},
+                         {"moe.idx", &y.moe.idx},
+                         {"moe.weights", &y.moe.weights},
+                         {"moe.src", &y.moe.src},
+                         {"moe.slot", &y.moe.slot},
+                         {"moe.xs", &y.moe.xs},
+                         {"moe.h", &y.moe.h},
+                         {"moe.a", &y.moe.a},
+                         {"moe.out", &y.moe.out}})
     add(name, *t);
   if (r == Recompute::None) {
     add("ln1", y.ln1);

@@ -14,13 +14,12 @@ const Architecture& gpt2_architecture();
 const Architecture& llama_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& mistral_architecture();
+const Architecture& mixtral_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),
-      &llama_architecture(),
-      &qwen2_architecture(),
-      &mistral_architecture(),
+      &gpt2_architecture(),    &llama_architecture(),   &qwen2_architecture(),
+      &mistral_architecture(), &mixtral_architecture(),
   };
   return all;
 }
@@ -108,6 +107,10 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
     norm(L(l, "ln2"));
+    if (c.is_moe()) {
+      moe_params(p, c, l);
+      continue;
+    }
     p.add(L(l, "mlp.up.weight"), {c.mlp_up_dim(), C}, Init::Normal, std, up);
     if (spec.proj_bias) p.add(L(l, "mlp.up.bias"), {c.mlp_up_dim()}, Init::Zeros, 0.f, up);
     p.add(L(l, "mlp.down.weight"), {C, c.d_ff}, Init::Normal, out_std, cols);
@@ -118,6 +121,22 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add("score.weight", {c.num_labels, C}, Init::Normal, std);
   else if (!c.tied_embeddings)
     p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, vocab);
+}
+
+void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
+  const int64_t E = c.num_experts, C = c.d_model, F = c.expert_d_ff();
+  const float std = float(c.init_std);
+  const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
+  ParamOptions up, down;
+  for (int64_t e = 0; e < E; ++e) {
+    up.parts.push_back({fmt::format("e{}.gate", e), F});
+    up.parts.push_back({fmt::format("e{}.up", e), F});
+    down.parts.push_back({fmt::format("e{}", e), C});
+  }
+  const std::string h = fmt::format("h.{}.moe.", l);
+  p.add(h + "router.weight", {E, C}, Init::Normal, std);
+  p.add(h + "up.weight", {E * 2 * F, C}, Init::Normal, std, up);
+  p.add(h + "down.weight", {E * C, F}, Init::Normal, out_std, down);
 }
 
 // ---- HfConfigReader ----

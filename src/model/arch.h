@@ -70,6 +70,8 @@ class Architecture {
   virtual std::string name() const = 0;          // model.arch, e.g. "llama"
   virtual std::string display_name() const = 0;  // in messages, e.g. "Llama"
   virtual BlockSpec block() const = 0;
+  // Whether its blocks' MLPs are Mixture-of-Experts (ModelConfig::num_experts).
+  virtual bool moe() const { return false; }
   virtual void add_presets(std::map<std::string, ModelConfig>& presets) const = 0;
   // Checks beyond the shared ones of ModelConfig::validate; nk::Error naming
   // prefix + key.
@@ -141,6 +143,14 @@ ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& f
 // final norm, untied head. Parameter names follow Hugging Face's module paths
 // loosely ("h.L.attn.qkv.weight"); ExternalTensor maps them to exact names.
 void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec);
+
+// A MoE block's parameters (nn/moe.h), in place of the MLP's: the router
+// h.L.moe.router.weight [E, C]; the experts' fused [gate | up] projections
+// h.L.moe.up.weight [E 2F, C] (parts "e<i>.gate", "e<i>.up") and their down
+// projections h.L.moe.down.weight [E C, F] (parts "e<i>"): one tensor per
+// projection, so that each expert's rows are one contiguous block and the
+// HF tensors (one per expert and projection) map to parts.
+void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
 
 // The config.json keys of Llama-style families (Llama, Mistral, Qwen2, ...),
 // defined in arch/llama.cc for the families that reuse them: hidden_size,

@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <map>
 
 namespace nk {
@@ -62,13 +63,50 @@ void ModelConfig::validate(const std::string& p) const {
   if (a->block().learned_positions && rope_scaling.enabled())
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");
+  validate_moe(p, *a);
   a->validate(*this, p);
   validate_adapters(*this, "peft.");
 }
 
+void ModelConfig::validate_moe(const std::string& p, const Architecture& a) const {
+  if (num_experts < 0) fail("{}num_experts: must be 0 (dense) or positive, got {}", p, num_experts);
+  if (num_experts == 0 && a.moe())
+    fail("{}num_experts: {} is a Mixture-of-Experts architecture, it needs experts (got 0)", p,
+         a.display_name());
+  if (num_experts == 0) return;
+  if (!a.moe())
+    fail("{}num_experts: {} has no Mixture-of-Experts blocks (got {}; model.arch=mixtral has)", p,
+         a.display_name(), num_experts);
+  check_limit("", p + "num_experts", num_experts, limits::kMaxExperts, "experts");
+  if (num_experts_per_tok < 1 || num_experts_per_tok > num_experts)
+    fail("{}num_experts_per_tok: must be in [1, {}num_experts = {}], got {}", p, p, num_experts,
+         num_experts_per_tok);
+  if (moe_d_ff < 0) fail("{}moe_d_ff: must be 0 (model.d_ff) or positive, got {}", p, moe_d_ff);
+  check_limit("", p + "moe_d_ff", moe_d_ff, limits::kFfn, "MLP units");
+  if (moe_score_func != "softmax" && moe_score_func != "sigmoid")
+    fail("{}moe_score_func: expected softmax or sigmoid, got '{}'", p, moe_score_func);
+  for (auto [key, v] : {std::pair<const char*, double>{"moe_aux_loss_coeff", moe_aux_loss_coeff},
+                        {"moe_z_loss_coeff", moe_z_loss_coeff},
+                        {"moe_capacity_factor", moe_capacity_factor}})
+    if (!(v >= 0) || !std::isfinite(v))
+      fail("{}{}: must be a finite number >= 0, got {}", p, key, v);
+  if (classifier())
+    fail(
+        "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
+        "({}num_experts = {}) is not supported yet",
+        p, p, num_experts);
+  if (has_adapters())
+    fail(
+        "peft.method: adapters (LoRA, IA3, bottleneck, p-tuning) on a Mixture-of-Experts model "
+        "({}num_experts = {}) are not supported yet",
+        p, num_experts);
+}
+
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
   double C = double(d_model), L = double(n_layer);
-  double mlp = (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
+  // A MoE block costs its k active experts (the router's E C is negligible).
+  double mlp = is_moe() ? 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok)
+                        : (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
   double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
                      4.0 * double(T) * double(n_head * head_dim());
   double forward = L * per_layer + 2.0 * C * double(vocab_size);
@@ -218,6 +256,32 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.rope_scaling.mscale", rs.mscale, 0.0, "override: yarn's mscale (DeepSeek)");
   b.bind_unless("model.rope_scaling.mscale_all_dim", rs.mscale_all_dim, 0.0,
                 "override: yarn's mscale_all_dim (DeepSeek)");
+  b.bind_unless(
+      "model.num_experts", m.num_experts, -1,
+      "override: Mixture-of-Experts experts per layer (-1 = preset's; model.arch=mixtral)");
+  b.bind_unless("model.num_experts_per_tok", m.num_experts_per_tok, 0,
+                "override: experts each token is routed to (top-k)");
+  b.bind_unless("model.moe_d_ff", m.moe_d_ff, -1,
+                "override: each expert's MLP inner size (0 = model.d_ff; -1 = preset's)");
+  b.bind_with<std::string>("model.norm_topk_prob", "",
+                           "override: true/false, renormalise the top-k router scores (Mixtral: "
+                           "true)",
+                           [&](const std::string& t) {
+                             if (t.empty()) return;
+                             if (t != "true" && t != "false")
+                               fail("model.norm_topk_prob: expected true or false, got '{}'", t);
+                             m.norm_topk_prob = t == "true";
+                           });
+  b.bind_unless("model.moe_score_func", m.moe_score_func, std::string(),
+                "override: router scores softmax (Mixtral) or sigmoid");
+  b.bind_unless("model.moe_aux_loss_coeff", m.moe_aux_loss_coeff, -1.0,
+                "override: load-balancing loss coefficient (HF's router_aux_loss_coef; -1 = "
+                "preset's)");
+  b.bind_unless("model.moe_z_loss_coeff", m.moe_z_loss_coeff, -1.0,
+                "override: router z-loss coefficient (-1 = preset's)");
+  b.bind_unless("model.moe_capacity_factor", m.moe_capacity_factor, -1.0,
+                "override: expert capacity factor, pairs over ceil(factor x tokens x k / experts) "
+                "per expert dropped (0 = dropless; -1 = preset's)");
   if (!b.reading()) return;
   derive_sizes(m, preset, width, heads, kv_heads, ffn);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.

@@ -33,6 +33,25 @@ struct ModelConfig {
   // `sliding_window` positions, itself included; 0 = full causal attention.
   int64_t sliding_window = 0;
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
+  // Mixture of Experts (nn/moe.h; an architecture whose moe() is true,
+  // Mixtral): every block's MLP is num_experts SwiGLU experts of moe_d_ff
+  // units each (0: d_ff), each token routed to the num_experts_per_tok of
+  // highest router score. 0 experts: the dense MLP.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 2;  // top-k
+  int64_t moe_d_ff = 0;
+  bool norm_topk_prob = true;              // renormalise the top-k scores to sum to 1
+  std::string moe_score_func = "softmax";  // router scores: softmax or sigmoid
+  // > 0: each expert computes at most ceil(factor N k / E) of a forward's N
+  // tokens' pairs, the rest dropped (nn/moe.h); 0: dropless. Not applied by
+  // the cached decode.
+  double moe_capacity_factor = 0.0;
+  // Training loss terms, over all MoE layers' tokens together (as HF's
+  // load_balancing_loss_func): coeff x E sum_e f_e P_e (f_e: fraction of the
+  // routed pairs that chose e, P_e: mean score of e) and z-coeff x the mean
+  // of logsumexp(router logits)^2 (ST-MoE's router z-loss).
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = 0.0;
   bool tied_embeddings = true;
   double init_std = 0.02;
   // A sequence classifier (Hugging Face's *ForSequenceClassification): 0 is
@@ -70,6 +89,8 @@ struct ModelConfig {
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;
   int64_t head_dim() const { return d_model / n_head; }
+  bool is_moe() const { return num_experts > 0; }
+  int64_t expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
   int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
   // Rows of the MLP's up projection: d_ff, or 2 d_ff for SwiGLU's [gate | up].
   int64_t mlp_up_dim() const;
@@ -80,6 +101,7 @@ struct ModelConfig {
   int64_t padded_vocab_size(int64_t tp) const;
   // Throws nk::Error naming the config key of an impossible value.
   void validate(const std::string& prefix = "model.") const;
+  void validate_moe(const std::string& prefix, const Architecture& a) const;
   // Megatron's FLOP count for one training step over `tokens` tokens of
   // sequence length T (forward + backward = 3x forward, no recompute),
   // generalised to grouped-query attention and SwiGLU; equals

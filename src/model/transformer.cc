@@ -69,8 +69,64 @@ void Transformer::layer_forward(Activations& a, int64_t l, const Tensor& cu, con
   b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
   ops::add(y.res_mid, a.res[l], a.tmp);
   b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
-  b.mlp.forward(a.tmp, y.mlp, y.ln2);
+  ffn_forward(a, l, a.tmp, y.ln2);
   if (output) ops::add(a.res[l + 1], y.res_mid, a.tmp);
+}
+
+void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor& x) {
+  const bool training = a.layers.size() == blocks_.size();
+  const Block& b = blocks_[size_t(l)];
+  Activations::Layer& s = a.layers[training ? size_t(l) : 0];
+  if (!cfg_.is_moe()) {
+    b.mlp.forward(y, s.mlp, x);
+    return;
+  }
+  b.moe.forward(y, s.moe, x);
+  // Copies of equal size: no allocation.
+  a.moe_counts[size_t(l)] = s.moe.routing->count;
+  a.moe_stats[size_t(l)] = s.moe.routing->stats;
+  a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - s.moe.routing->slots;
+}
+
+Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
+  MoeLosses out;
+  if (!cfg_.is_moe()) return out;
+  // HF's load_balancing_loss_func over the layers' router logits
+  // concatenated: f_e and P_e are means over every layer's tokens.
+  const int64_t E = cfg_.num_experts, L = int64_t(a.moe_stats.size());
+  const double tokens = double(L) * double(a.B * a.T);
+  for (int64_t e = 0; e < E; ++e) {
+    double f = 0, p = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      f += double(a.moe_counts[size_t(l)][size_t(e)]);
+      p += double(a.moe_stats[size_t(l)][size_t(e)]);
+    }
+    out.aux += (f / tokens) * (p / tokens);
+  }
+  out.aux *= double(E);
+  for (int64_t l = 0; l < L; ++l) out.z += double(a.moe_stats[size_t(l)][size_t(E)]);
+  out.z /= tokens;
+  const double pairs = double(a.B * a.T * cfg_.num_experts_per_tok);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::vector<int64_t>& n = a.moe_counts[size_t(l)];
+    out.load_max =
+        std::max(out.load_max, double(*std::max_element(n.begin(), n.end())) * double(E) / pairs);
+    out.dropped += double(a.moe_dropped[size_t(l)]) / (pairs * double(L));
+  }
+  return out;
+}
+
+void Transformer::moe_loss_grads(const Activations& a, std::vector<float>& balance,
+                                 float& z) const {
+  const int64_t E = cfg_.num_experts, L = int64_t(a.moe_stats.size());
+  const double tokens = double(L) * double(a.B * a.T), scale = double(a.moe_grad_scale);
+  // d (coeff E sum_e f_e P_e) / d score[l, n, e] = coeff E f_e / tokens.
+  for (int64_t e = 0; e < E; ++e) {
+    double f = 0;
+    for (int64_t l = 0; l < L; ++l) f += double(a.moe_counts[size_t(l)][size_t(e)]);
+    balance[size_t(e)] = float(scale * cfg_.moe_aux_loss_coeff * double(E) * (f / tokens) / tokens);
+  }
+  z = float(scale * cfg_.moe_z_loss_coeff / tokens);
 }
 
 void Transformer::final_norm_forward(Activations& a) {
@@ -132,8 +188,11 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
     ops::fill(a.dres, 0.f);
     norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
     flush_grads(head_unit());
+    a.moe_grad_scale = grad_scale;
   }
-  return valid ? float(sum / double(valid)) : 0.f;
+  const double ce = valid ? sum / double(valid) : 0.0;
+  // Training: the objective is the cross-entropy plus the MoE losses.
+  return float(backward ? ce + moe_losses(a).total(cfg_) : ce);
 }
 
 void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,
@@ -143,6 +202,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   need_lm_head("sequence log-probabilities");
   const bool backward = scale != nullptr;
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
+  a.moe_grad_scale = 0.f;  // a sequence objective does not add the MoE losses
   NK_CHECK(!tp_.sp(), "head_rows: per-row sums under sequence parallelism");
   final_norm_forward(a);
   const int64_t T = a.T;
@@ -262,9 +322,15 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
     if (a.recompute_of(l) == Recompute::Selective) {
       b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
       b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
-      b.mlp.activation_forward(y.mlp);
+      if (!cfg_.is_moe()) b.mlp.activation_forward(y.mlp);  // a MoE layer keeps its own
     }
-    b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
+    if (cfg_.is_moe()) {
+      float zg = 0.f;
+      moe_loss_grads(a, a.moe_balance, zg);
+      b.moe.backward(a.dln, a.dres, y.moe, a.dmoe, y.ln2, a.moe_balance, zg);
+    } else {
+      b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
+    }
     b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
     b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
     b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);

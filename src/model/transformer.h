@@ -18,6 +18,7 @@
 #include "nn/cross_entropy.h"
 #include "nn/embedding.h"
 #include "nn/mlp.h"
+#include "nn/moe.h"
 #include "nn/norm.h"
 #include "nn/param_layout.h"
 #include "nn/prompt.h"
@@ -129,6 +130,11 @@ struct PipelineStage {
 // units, vocabulary rows are split over the tp ranks), before anything is
 // allocated.
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
+// Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
+// tensor (tp > 1) or pipeline parallelism (not `whole`), quantised frozen
+// weights, a device other than the CPU. nk::Error naming the key.
+void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWeights frozen_weights,
+                       Device device);
 
 // optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
 // in the order units[0..n_layer) the layers, units[n_layer] the head with
@@ -333,12 +339,35 @@ class Transformer {
 
   static constexpr int64_t kIgnoreIndex = -100;
 
+  // Mixture of Experts (config().is_moe()): the last forward's load-balancing
+  // loss E sum_e f_e P_e and router z-loss, over every layer's tokens together
+  // (ModelConfig::moe_aux_loss_coeff), unscaled by their coefficients. A
+  // training head_loss adds coeff x each to the loss it returns and the
+  // blocks' backward adds their gradients. Zeros for a dense model. Also,
+  // for the logs: load_max, the largest over layers of the busiest expert's
+  // routed pairs over the mean (1: even load), and dropped, the fraction of
+  // routed pairs the capacity factor dropped.
+  struct MoeLosses {
+    double aux = 0, z = 0, load_max = 0, dropped = 0;
+    double total(const ModelConfig& c) const {
+      return c.moe_aux_loss_coeff * aux + c.moe_z_loss_coeff * z;
+    }
+  };
+  MoeLosses moe_losses(const Activations& a) const;
+
  private:
   struct Block {
     nn::Norm norm1, norm2;
     nn::SelfAttention attn;
     nn::MLP mlp;
+    nn::MoE moe;  // in place of mlp when config().is_moe()
   };
+  // The per-expert d loss / d balancing score and d loss / d lse^2 of the
+  // MoE losses (one value for every layer), from the last forward's routing.
+  void moe_loss_grads(const Activations& a, std::vector<float>& balance, float& z) const;
+  // Layer l's feed-forward block, dense or MoE: y = ffn(x); a MoE layer's
+  // routing statistics recorded in a.moe_stats[l].
+  void ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor& x);
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
@@ -461,6 +490,7 @@ class Activations {
     Tensor ln1, ln2, mean1, rstd1, mean2, rstd2;
     nn::SelfAttention::Saved attn;
     nn::MLP::Saved mlp;
+    nn::MoE::Saved moe;  // a MoE model's, in place of mlp
   };
   // The adapters' workspace (model/peft.h), when the model has any: the
   // scratch every adapted layer shares (its seed set per forward), and per
@@ -477,7 +507,17 @@ class Activations {
   Tensor dres, dln;       // [B, T, C]
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;
-  nn::Prompt::Saved prompt;  // p-tuning's encoder activations (model config().prompt)
+  nn::MoE::Scratch dmoe;
+  // MoE: per layer, the routed pairs per expert [E] and ops::moe_route's
+  // stats [E + 1] of the last forward (kept apart from the buffers
+  // recomputing layers share), and the grad_scale of the last training
+  // head_loss, which scales the MoE losses' gradients (0: none).
+  std::vector<std::vector<int64_t>> moe_counts;
+  std::vector<std::vector<float>> moe_stats;
+  std::vector<int64_t> moe_dropped;  // [n_layer] pairs dropped (capacity factor)
+  float moe_grad_scale = 0.f;
+  std::vector<float> moe_balance;  // [E] scratch of the backward
+  nn::Prompt::Saved prompt;        // p-tuning's encoder activations (model config().prompt)
   std::vector<float> host_losses;
   int64_t chunk = 0;
   std::vector<Recompute> recompute;  // [n_layer] in training, else empty

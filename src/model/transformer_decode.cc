@@ -38,7 +38,8 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   const nn::AdapterActs ad = kc.adapters
                                  ? nn::AdapterActs{kc.lora_h, kc.adapters.get(), kc.adapter_stats}
                                  : nn::AdapterActs{};
-  nn::MLP::Saved mlp{kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
+  nn::MLP::Saved mlp;
+  if (!cfg_.is_moe()) mlp = {kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   if (prompt_.active()) {
     const int64_t n = prompt_.n();
@@ -61,7 +62,11 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
                           table, seq, pos2, ad);
     ops::add(x, x, tmp);
     b.norm2.forward(ln, mean, rstd, x);
-    b.mlp.forward(tmp, mlp, ln);
+    // MoE: only the experts the N tokens were routed to are read.
+    if (cfg_.is_moe())
+      b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
+    else
+      b.mlp.forward(tmp, mlp, ln);
     ops::add(x, x, tmp);
   }
   // The final norm and the head only for the rows whose logits are wanted,

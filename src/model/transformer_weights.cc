@@ -59,6 +59,30 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   return true;  // adapters' and the prompt's: only with the whole model
 }
 
+void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWeights frozen_weights,
+                       Device device) {
+  if (!cfg.is_moe()) return;
+  const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
+  if (tp > 1)
+    fail(
+        "{}: parallel.tp = {}: Mixture-of-Experts layers under tensor parallelism are not "
+        "supported yet (set parallel.tp=1)",
+        what, tp);
+  if (!whole)
+    fail(
+        "{}: parallel.pp: Mixture-of-Experts models under pipeline parallelism are not "
+        "supported yet (set parallel.pp=1)",
+        what);
+  if (frozen_weights == FrozenWeights::Nf4 || frozen_weights == FrozenWeights::Quantized)
+    fail(
+        "{}: quantised weights (NF4, q8_0, q4_k, ...) of a Mixture-of-Experts model are not "
+        "supported yet",
+        what);
+  if (device != kHost)
+    fail("{}: device {}: the Mixture-of-Experts kernels run on the CPU only (train.device=cpu)",
+         what, device_name(device));
+}
+
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
@@ -112,6 +136,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
            dtype_name(compute));
   check_tensor_parallel(cfg_, tp_.size());
   const bool whole = stage_.whole(cfg_);
+  check_moe_support(cfg_, tp_.size(), whole, frozen_weights, device_);
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
@@ -451,6 +476,21 @@ void Transformer::bind_views() {
     b.attn.head_dim = cfg_.head_dim();
     b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
+    if (cfg_.is_moe()) {
+      b.moe.router = linear(L(l, "moe.router"));
+      b.moe.up = w(L(l, "moe.up.weight"));
+      b.moe.dup = g(L(l, "moe.up.weight"));
+      b.moe.down = w(L(l, "moe.down.weight"));
+      b.moe.ddown = g(L(l, "moe.down.weight"));
+      b.moe.n_experts = cfg_.num_experts;
+      b.moe.top_k = cfg_.num_experts_per_tok;
+      b.moe.d_ff = cfg_.expert_d_ff();
+      b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
+      b.moe.norm_topk = cfg_.norm_topk_prob;
+      b.moe.capacity_factor = cfg_.moe_capacity_factor;
+      blocks_.push_back(b);
+      continue;
+    }
     b.mlp.up = adapted(L(l, "mlp.up"));
     b.mlp.down = row_parallel(adapted(L(l, "mlp.down")));
     b.mlp.swiglu = spec.swiglu;

@@ -31,8 +31,17 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // One layer, per Recompute. "cheap": the norms' outputs and the MLP
   // activation's, which a selective layer recomputes.
   const int64_t stats = 4 * R * 4;  // the two norms' mean and rstd, f32
-  const int64_t kept = R * C * s + stats + N * (Q + HD + U) * s + 4 * B * H * T;  // + lse
-  const int64_t cheap = 2 * R * C * s + N * F * s;
+  // A MoE layer (nn/moe.h) keeps, in place of the MLP's, its routing (logits,
+  // probs, the chosen experts and weights, the slots' sources and each
+  // pair's slot, the stats) and its N k routed rows' gathered input, up
+  // projection, activation and output, all of them under any recompute.
+  const bool moe = c.is_moe();
+  const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff();
+  const int64_t moe_kept =
+      moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 + N * K * (2 * C + 3 * Fe) * s : 0;
+  const int64_t kept =
+      R * C * s + stats + N * (Q + HD + (moe ? 0 : U)) * s + 4 * B * H * T + moe_kept;  // + lse
+  const int64_t cheap = 2 * R * C * s + (moe ? 0 : N * F * s);
   ActivationBytes a;
   bool any_full = false, any_selective = false;
   // Inference keeps one layer's tensors, reused by every layer.
@@ -67,7 +76,14 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     a.workspace += chunk * V * s + 4 * N;
     if (tp > 1) a.workspace += 4 * nn::VocabCrossEntropy::stats_size(chunk);
   }
-  if (training) a.workspace += 2 * R * C * s + N * (Q + HD + U + F) * s;
+  if (training) {
+    a.workspace += 2 * R * C * s + N * (Q + HD + (moe ? 0 : U + F)) * s;
+    // MoE backward scratch: d logits, d weights, the balancing gradient, d of
+    // the routed rows' output, input, up projection and activation, d input
+    // through the router.
+    if (moe)
+      a.workspace += N * E * s + N * K * 4 + E * 4 + N * K * (2 * C + 3 * Fe) * s + N * C * s;
+  }
   if (sp) a.workspace += 2 * N * C * s;
   return a;
 }
@@ -139,9 +155,18 @@ std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage&
   const ModelConfig& c = cfg.model;
   const int64_t N = cfg.micro_batch * cfg.seq_len, C = c.d_model, layers = layers_on(c, stage);
   std::vector<Gemm> g = {{N, C, c.qkv_dim() / tp, double(layers), true},
-                         {N, c.n_head * c.head_dim() / tp, C, double(layers), true},
-                         {N, C, c.mlp_up_dim() / tp, double(layers), true},
-                         {N, c.d_ff / tp, C, double(layers), true}};
+                         {N, c.n_head * c.head_dim() / tp, C, double(layers), true}};
+  if (c.is_moe()) {
+    // The router, and the experts' products as if over all N k routed rows
+    // at once (each expert's is a share of them).
+    const int64_t Nk = N * c.num_experts_per_tok, F = c.expert_d_ff();
+    g.insert(g.end(), {{N, C, c.num_experts, double(layers), true},
+                       {Nk, C, 2 * F, double(layers), true},
+                       {Nk, F, C, double(layers), true}});
+  } else {
+    g.insert(g.end(), {{N, C, c.mlp_up_dim() / tp, double(layers), true},
+                       {N, c.d_ff / tp, C, double(layers), true}});
+  }
   // The head's product over the most real ids a rank scores: its share of
   // the padded vocabulary (rank 0's), no padding.
   const int64_t scored = std::min(c.vocab_size, c.padded_vocab_size(tp) / tp);
@@ -350,8 +375,12 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   // bf16 copy); the gradients are zeroed once per step.
   const RankEstimate& r = e.stages[0];
   const double s = double(dtype_size(cfg.dtype)), N = double(B * T);
-  const double layer_bytes =
-      N * s * double(6 * c.d_model + (c.qkv_dim() + c.mlp_up_dim() + c.d_ff) / e.tp);
+  // (A MoE layer's feed-forward tensors: its k routed copies of each row's
+  // input, up projection, activation and output, and the router's logits.)
+  const int64_t ffn =
+      c.is_moe() ? c.num_experts_per_tok * (2 * c.d_model + 3 * c.expert_d_ff()) + c.num_experts
+                 : c.mlp_up_dim() + c.d_ff;
+  const double layer_bytes = N * s * double(6 * c.d_model + (c.qkv_dim() + ffn) / e.tp);
   const double logits =
       stage.head ? 3.0 * N * s * double(std::min(c.vocab_size, c.padded_vocab_size(e.tp) / e.tp))
                  : 0.0;

@@ -12,6 +12,24 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
+  // Mixture of Experts runs data parallel only for now: no expert, tensor,
+  // pipeline, sequence or context split of its layers.
+  if (cfg.model.is_moe()) {
+    const std::pair<const char*, int> sizes[] = {{"parallel.ep", mesh.ep()},
+                                                 {"parallel.tp", mesh.tp()},
+                                                 {"parallel.pp", mesh.pp()},
+                                                 {"parallel.cp", mesh.cp()}};
+    const char* only =
+        "a Mixture-of-Experts model (model.num_experts = {}) trains on one process or data "
+        "parallel only for now";
+    for (const auto& [key, size] : sizes)
+      if (size != 1)
+        fail("{} = {}: {} (set it to 1)", key, size,
+             fmt::format(fmt::runtime(only), cfg.model.num_experts));
+    if (cfg.parallel.sequence_parallel)
+      fail("parallel.sp = true: {} (set it to false)",
+           fmt::format(fmt::runtime(only), cfg.model.num_experts));
+  }
   const std::pair<const char*, int> unsupported_sizes[] = {{"parallel.cp", mesh.cp()},
                                                            {"parallel.ep", mesh.ep()}};
   for (const auto& [key, size] : unsupported_sizes)

@@ -458,6 +458,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     auto t0 = Clock::now();
     model_->zero_grads();
     double loss = 0, comm_s = 0, pp_wait_s = 0;
+    Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
     const int64_t step_first = loader.consumed_samples();
     if (pipe_) {
       // The stages run this rank's micro-batches in one 1F1B schedule
@@ -533,6 +534,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                            batch.packing())
                   : objective_->train_micro_batch(*model_, *acts, mb, scale)) /
           double(accum);
+      if (model_->config().is_moe()) {
+        const Transformer::MoeLosses f = model_->moe_losses(*acts);
+        const double w = 1.0 / double(local_accum);
+        moe.aux += f.aux * w;
+        moe.z += f.z * w;
+        moe.dropped += f.dropped * w;
+        moe.load_max = std::max(moe.load_max, f.load_max);
+      }
     }
     if (ddp_) {
       comm_s = ddp_->wait_grads();
@@ -567,7 +576,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
     // The objective's own figures (preference rewards, ...), for the log and the record.
-    const ObjectiveMetrics figures = objective_->take_metrics(false);
+    ObjectiveMetrics figures = objective_->take_metrics(false);
+    // Mixture of Experts: the balancing and z-losses (before their
+    // coefficients), the busiest expert's load over the mean and the dropped
+    // fraction, over this rank's micro-batches.
+    if (model_->config().is_moe() && !pipe_)
+      figures.insert(figures.end(), {{"moe_aux", moe.aux},
+                                     {"moe_z", moe.z},
+                                     {"moe_load_max", moe.load_max},
+                                     {"moe_dropped", moe.dropped}});
     ObjectiveMetrics val_figures;
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
       s.val_loss = evaluate();

@@ -2,7 +2,10 @@
 """Independent reader/writer of Hugging Face checkpoints, used by hf_test.cc.
 
 Written from Hugging Face's published conventions for LlamaForCausalLM,
-Qwen2ForCausalLM and GPT2LMHeadModel (config.json keys, parameter names,
+Qwen2ForCausalLM, MistralForCausalLM, MixtralForCausalLM and GPT2LMHeadModel
+(config.json keys, Mixtral's sparse MoE block: softmax router, top-k
+renormalised, SwiGLU experts w2(silu(w1 x) * w3 x), and its
+load_balancing_loss_func over all layers' router logits, parameter names,
 GPT-2's Conv1D weights stored [in, out], rotate-half RoPE, RoPE scaling as
 transformers' modeling_rope_utils defines the linear, llama3 and yarn types,
 Qwen2's q/k/v biases, grouped-query attention by repeating each key/value
@@ -17,6 +20,11 @@ written with struct + numpy, and the models are a few lines of torch.
   hf_reference.py logprobs HF_DIR IDS.json K
       prints each token's log-probability after the ones before it, and the K
       most likely ids at each position, as JSON
+  hf_reference.py grads HF_DIR BATCH.safetensors OUT.safetensors AUX Z
+      the training loss mean cross-entropy(tokens -> targets) + AUX x the
+      load-balancing loss + Z x the router z-loss of BATCH's tokens and
+      targets, and its gradient for every weight (autograd, float64), into
+      OUT ("loss" and the weights' names)
   hf_reference.py check HF_DIR NEKTON.safetensors TOL
       recomputes the logits (and greedy continuation) of the tokens in
       NEKTON.safetensors from the HF folder; exits 1 if they differ by more
@@ -109,9 +117,50 @@ def rope_frequencies(cfg, D):
     raise ValueError(f"rope type {kind}")
 
 
-def llama_logits(cfg, W, tokens, qkv_bias=False):
+def mixtral_moe(cfg, W, p, h, routers):
+    """Mixtral's sparse MoE block on h [B, T, C], computed densely: every
+    expert on every token, weighted by the renormalised top-k softmax scores
+    (0 for the experts a token did not choose). The router logits are
+    appended to `routers`."""
+    E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    logits = h @ W[p + "block_sparse_moe.gate.weight"].T
+    routers.append(logits.reshape(-1, E))
+    probs = torch.softmax(logits, dim=-1)
+    top_w, top_i = torch.topk(probs, k, dim=-1)
+    top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        x = f"{p}block_sparse_moe.experts.{e}."
+        weight = (top_w * (top_i == e)).sum(dim=-1, keepdim=True)
+        y = torch.nn.functional.silu(h @ W[x + "w1.weight"].T) * (h @ W[x + "w3.weight"].T)
+        out = out + weight * (y @ W[x + "w2.weight"].T)
+    return out
+
+
+def load_balancing_loss(cfg, routers):
+    """transformers' load_balancing_loss_func: E sum_e f_e P_e over every
+    layer's tokens together (f_e: the fraction of top-k choices that are e,
+    not differentiated; P_e: mean softmax score of e)."""
+    E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    logits = torch.cat(routers, dim=0)
+    probs = torch.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, k, dim=-1)
+    mask = torch.nn.functional.one_hot(chosen, E).to(probs.dtype)  # [N, k, E]
+    tokens_per_expert = mask.mean(dim=0)
+    prob_per_expert = probs.mean(dim=0)
+    return (tokens_per_expert * prob_per_expert[None]).sum() * E
+
+
+def router_z_loss(routers):
+    logits = torch.cat(routers, dim=0)
+    return torch.logsumexp(logits, dim=-1).pow(2).mean()
+
+
+def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     B, T = tokens.shape
-    mistral = cfg["architectures"][0] == "MistralForCausalLM"
+    mixtral = cfg["architectures"][0] == "MixtralForCausalLM"
+    mistral = cfg["architectures"][0] in ("MistralForCausalLM", "MixtralForCausalLM")
+    routers = [] if routers is None else routers
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
@@ -149,6 +198,9 @@ def llama_logits(cfg, W, tokens, qkv_bias=False):
         a = a.transpose(1, 2).reshape(B, T, H * D)
         x = x + a @ W[p + "self_attn.o_proj.weight"].T
         h = rms(x, W[p + "post_attention_layernorm.weight"])
+        if mixtral:
+            x = x + mixtral_moe(cfg, W, p, h, routers)
+            continue
         g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T)
         u = h @ W[p + "mlp.up_proj.weight"].T
         x = x + (g * u) @ W[p + "mlp.down_proj.weight"].T
@@ -196,7 +248,7 @@ class HfModel:
             self.cfg = json.load(f)
         arch = self.cfg["architectures"][0]
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
-                        "GPT2LMHeadModel"), arch
+                        "MixtralForCausalLM", "GPT2LMHeadModel"), arch
         if arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
@@ -267,10 +319,12 @@ def write_model(d, spec, ref_path):
         return (0.05 * rng.standard_normal(n)).astype(np.float32)
 
     T = []  # (name, array) in the order HF modules define them
-    if spec["arch"] in ("llama", "qwen2", "mistral"):
+    if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral"):
         qwen2 = spec["arch"] == "qwen2"
+        mixtral = spec["arch"] == "mixtral"
+        E, K = spec.get("experts", 4), spec.get("top_k", 2)
         classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                   "mistral": "MistralForCausalLM"}
+                   "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
         cfg = {
             "architectures": [classes[spec["arch"]]],
             "model_type": spec["arch"],
@@ -293,6 +347,10 @@ def write_model(d, spec, ref_path):
             cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L})
         elif spec["arch"] == "mistral":
             cfg["sliding_window"] = spec.get("window")
+        elif mixtral:  # as Mixtral 8x7B's config.json has them
+            cfg.update({"sliding_window": spec.get("window"), "num_local_experts": E,
+                        "num_experts_per_tok": K, "output_router_logits": False,
+                        "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0})
         else:
             cfg["attention_bias"] = False
         T.append(("model.embed_tokens.weight", mat(V, C)))
@@ -303,6 +361,17 @@ def write_model(d, spec, ref_path):
                 T.append((p + f"self_attn.{x}_proj.weight", mat(rows, C)))
                 if qwen2:  # large, as Qwen2's k biases are: a misplaced one shows
                     T.append((p + f"self_attn.{x}_proj.bias", 10 * bias(rows)))
+            if mixtral:
+                T += [
+                    (p + "self_attn.o_proj.weight", mat(C, H * D)),
+                    (p + "post_attention_layernorm.weight", gain(C)),
+                    (p + "block_sparse_moe.gate.weight", mat(E, C)),
+                ]
+                for e in range(E):
+                    x = f"{p}block_sparse_moe.experts.{e}."
+                    T += [(x + "w1.weight", mat(F, C)), (x + "w2.weight", mat(C, F)),
+                          (x + "w3.weight", mat(F, C))]
+                continue
             T += [
                 (p + "self_attn.o_proj.weight", mat(C, H * D)),
                 (p + "post_attention_layernorm.weight", gain(C)),
@@ -409,6 +478,25 @@ def check(d, results_path, tol):
     return 0
 
 
+def grads(d, batch_path, out_path, aux_coef, z_coef):
+    model = HfModel(d)
+    R = read_safetensors(batch_path)
+    tokens = torch.as_tensor(R["tokens"], dtype=torch.long)
+    targets = torch.as_tensor(R["targets"], dtype=torch.long).reshape(-1)
+    W = {k: v.clone().requires_grad_(True) for k, v in model.W.items()}
+    routers = []
+    logits = llama_logits(model.cfg, W, tokens, routers=routers)
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
+    aux = load_balancing_loss(model.cfg, routers)
+    z = router_z_loss(routers)
+    loss = ce + aux_coef * aux + z_coef * z
+    loss.backward()
+    out = [("loss", np.array([loss.item(), ce.item(), aux.item(), z.item()]))]
+    out += [(k, v.grad.numpy()) for k, v in W.items()]
+    write_safetensors(out_path, out, "F32")
+    return 0
+
+
 def logprobs(d, ids_path, k):
     """Prints, per position t >= 1 of the ids in IDS.json, log p(x_t | x_<t)
     and the k most likely ids (float64 log-softmax of the logits), as JSON."""
@@ -432,6 +520,9 @@ def main():
             spec = json.load(f)
         write_model(sys.argv[2], spec, sys.argv[4])
         return 0
+    if len(sys.argv) == 7 and sys.argv[1] == "grads":
+        return grads(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]),
+                     float(sys.argv[6]))
     if len(sys.argv) == 5 and sys.argv[1] == "check":
         return check(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     if len(sys.argv) == 5 and sys.argv[1] == "logprobs":

@@ -17,6 +17,7 @@ ModelConfig small(const Architecture& a) {
   ModelConfig c = test::tiny_config(!a.block().learned_positions, 64, 16);
   c.arch = a.name();
   if (a.block().learned_positions) c.n_kv_head = c.n_head;
+  if (a.moe()) c.num_experts = 3;  // Mixtral: experts' parts are covered too
   return c;
 }
 

@@ -98,6 +98,9 @@ std::string without_newer_keys(const std::string& yaml) {
     if (section == "parallel:" || section == "peft:" || section == "optim:" ||
         (section == "train:" && line == "  device: \"cpu\"") ||
         (section == "model:" && key == "make_vocab_size_divisible_by") ||
+        (section == "model:" &&
+         (key.starts_with("moe_") || key == "num_experts" || key == "num_experts_per_tok" ||
+          key == "norm_topk_prob" || key == "num_labels" || key == "labels")) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers")) ||
         (section == "data:" && fine_tuning.count(key)))

@@ -37,6 +37,22 @@ NK_KERNEL_DECL(void, quant_unpack, (QuantWeight& rows, const QuantWeight& q))
 // ---- rotary table (rope.cc); the table is built in host memory only ----
 // Fills table f32[maxT, D].
 NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))
+
+// ---- Mixture of Experts (ops/moe.h, moe.cc) ----
+NK_KERNEL_DECL(void, moe_route,
+               (Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
+                bool sigmoid, bool norm_topk))
+NK_KERNEL_DECL(void, moe_route_backward,
+               (Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad, float z_grad,
+                const Tensor& logits, const Tensor& probs, const Tensor& idx, bool sigmoid,
+                bool norm_topk))
+NK_KERNEL_DECL(void, moe_gather, (Tensor xs, const Tensor& x, const Tensor& src))
+NK_KERNEL_DECL(void, moe_combine,
+               (Tensor y, const Tensor& out, const Tensor& slot, const Tensor& weights))
+NK_KERNEL_DECL(void, moe_combine_backward,
+               (Tensor dout, Tensor dweights, const Tensor& dy, const Tensor& out,
+                const Tensor& slot, const Tensor& weights))
+NK_KERNEL_DECL(void, moe_scatter, (Tensor dx, const Tensor& dxs, const Tensor& slot))
 // clang-format on
 
 #undef NK_KERNEL_DECL

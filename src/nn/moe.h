@@ -1,0 +1,249 @@
+// Mixture-of-Experts feed-forward block (Mixtral's sparse MoE): a router
+// (linear, no bias) scores the E experts per token, each token goes to its
+// top k (weights: the scores, renormalised over the k when norm_topk), each
+// expert is a SwiGLU MLP, and the output is the weighted sum of the k
+// experts' outputs. Experts run as grouped products: the (token, expert)
+// pairs are sorted by expert (a counting sort on the host, stable in token
+// order), the tokens' rows gathered so that each expert's rows are
+// contiguous, one product per expert over its rows, and the weighted outputs
+// scattered back (ops/moe.h). Dropless (capacity_factor 0): every pair is
+// computed (M = N k). With a capacity factor each expert computes at most
+// ceil(capacity_factor N k / E) pairs, the first ones in token order
+// (GShard's and Switch's dropping by position); a dropped pair adds nothing
+// to its token's output (its weight is not renormalised away) and gets no
+// gradient. The balancing loss counts the pairs as routed, before dropping.
+//
+// Weights: up [E 2F, C], expert e's fused [gate | up] at rows [2F e, 2F e +
+// 2F); down [E C, F], expert e's at rows [C e, C e + C). Gradients f32,
+// accumulated; undefined when frozen.
+//
+// The load-balancing and z-losses are the model's (they sum over layers,
+// model/transformer.cc): forward leaves the per-expert routed counts and
+// stats (ops::moe_route) in Saved::routing; backward takes d loss / d
+// balancing score per expert (balance_grad) and d loss / d lse^2 (z_grad).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "nn/linear.h"
+#include "ops/moe.h"
+
+namespace nk::nn {
+
+// Host-side routing of one forward: what the grouped products need to know
+// (the rows of each expert) and the router statistics, in host memory sized
+// once for N tokens.
+struct MoeRouting {
+  std::vector<int32_t> idx;             // [N k] copy of the chosen experts
+  std::vector<int32_t> src;             // [M] token row of each slot, grouped by expert
+  std::vector<int32_t> slot;            // [N k] slot of each (token, choice)
+  std::vector<int64_t> count;           // [E] pairs routed to each expert (before dropping)
+  std::vector<int64_t> kept;            // [E] slots of each expert (after dropping)
+  int64_t slots = 0;                    // M: the kept pairs
+  std::vector<float> stats;             // [E + 1] ops::moe_route's stats
+  std::vector<int64_t> next, next_end;  // [E] the sort's scratch
+  int64_t rows = 0;                     // N of the last forward
+};
+
+struct MoE {
+  Linear router;    // w [E, C]
+  Tensor up, down;  // see above
+  Tensor dup, ddown;
+  int64_t n_experts = 0, top_k = 0, d_ff = 0;
+  bool sigmoid = false, norm_topk = true;
+  double capacity_factor = 0;  // 0: dropless
+
+  // One forward's activations for up to N tokens (M = N k slots).
+  struct Saved {
+    Tensor logits;   // T [N, E]
+    Tensor probs;    // f32 [N, E]
+    Tensor idx;      // i32 [N, k]
+    Tensor weights;  // f32 [N, k]
+    Tensor stats;    // f32 [E + 1]
+    Tensor src;      // i32 [M]
+    Tensor slot;     // i32 [N, k]
+    Tensor xs;       // T [M, C] gathered inputs
+    Tensor h;        // T [M, 2F]
+    Tensor a;        // T [M, F]
+    Tensor out;      // T [M, C] experts' outputs before weighting
+    std::shared_ptr<MoeRouting> routing;
+  };
+  struct Scratch {
+    Tensor dlogits;       // T [N, E]
+    Tensor dweights;      // f32 [N, k]
+    Tensor balance_grad;  // f32 [E]
+    Tensor dout, dxs;     // T [M, C]
+    Tensor dh;            // T [M, 2F]
+    Tensor da;            // T [M, F]
+    Tensor dx_router;     // T [N, C]
+  };
+  // Buffers for up to N tokens; alloc(shape, dtype) allocates one tensor.
+  template <typename Alloc>
+  static Saved saved_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
+                         Alloc&& alloc) {
+    Saved s;
+    const int64_t M = N * k;
+    s.logits = alloc(Shape{N, E}, dt);
+    s.probs = alloc(Shape{N, E}, DType::F32);
+    s.idx = alloc(Shape{N, k}, DType::I32);
+    s.weights = alloc(Shape{N, k}, DType::F32);
+    s.stats = alloc(Shape{E + 1}, DType::F32);
+    s.src = alloc(Shape{M}, DType::I32);
+    s.slot = alloc(Shape{N, k}, DType::I32);
+    s.xs = alloc(Shape{M, C}, dt);
+    s.h = alloc(Shape{M, 2 * F}, dt);
+    s.a = alloc(Shape{M, F}, dt);
+    s.out = alloc(Shape{M, C}, dt);
+    s.routing = std::make_shared<MoeRouting>();
+    MoeRouting& r = *s.routing;
+    r.idx.resize(size_t(N * k));
+    r.src.resize(size_t(M));
+    r.slot.resize(size_t(N * k));
+    r.count.resize(size_t(E));
+    r.kept.resize(size_t(E));
+    r.stats.resize(size_t(E + 1));
+    r.next.resize(size_t(E));
+    r.next_end.resize(size_t(E));
+    return s;
+  }
+  template <typename Alloc>
+  static Scratch scratch_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
+                             Alloc&& alloc) {
+    Scratch g;
+    const int64_t M = N * k;
+    g.dlogits = alloc(Shape{N, E}, dt);
+    g.dweights = alloc(Shape{N, k}, DType::F32);
+    g.balance_grad = alloc(Shape{E}, DType::F32);
+    g.dout = alloc(Shape{M, C}, dt);
+    g.dxs = alloc(Shape{M, C}, dt);
+    g.dh = alloc(Shape{M, 2 * F}, dt);
+    g.da = alloc(Shape{M, F}, dt);
+    g.dx_router = alloc(Shape{N, C}, dt);
+    return g;
+  }
+
+  // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). dropless:
+  // ignore capacity_factor (cached decode, whose few tokens per step would
+  // otherwise be dropped for another batch's sake).
+  void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
+    const Tensor x2 = rows(x), y2 = rows(y);
+    const int64_t N = x2.dim(0);
+    const Tensor logits = s.logits.narrow0(0, N), probs = s.probs.narrow0(0, N),
+                 idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
+                 slot = s.slot.narrow0(0, N);
+    router.forward(logits, x2);
+    ops::moe_route(probs, idx, w, s.stats, logits, sigmoid, norm_topk);
+    route_on_host(*s.routing, idx, N, dropless ? 0.0 : capacity_factor);
+    const int64_t M = s.routing->slots;
+    ops::copy_bytes_from_host(s.src.narrow0(0, M), s.routing->src.data());
+    ops::copy_bytes_from_host(slot, s.routing->slot.data());
+    ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
+    ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
+    experts(
+        [&](int64_t e, int64_t r0, int64_t n) {
+          ops::linear_forward(s.h.narrow0(r0, n), s.xs.narrow0(r0, n),
+                              up.narrow0(2 * d_ff * e, 2 * d_ff), Tensor());
+        },
+        *s.routing);
+    activation_forward(s);
+    const int64_t C = x2.dim(1);
+    experts(
+        [&](int64_t e, int64_t r0, int64_t n) {
+          ops::linear_forward(s.out.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C),
+                              Tensor());
+        },
+        *s.routing);
+    ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
+  }
+  // s.a from s.h over the last forward's slots.
+  void activation_forward(const Saved& s) const {
+    const int64_t M = s.routing->slots;
+    ops::swiglu_forward(s.a.narrow0(0, M), s.h.narrow0(0, M));
+  }
+  // dx [N, C] written; the weights' and the router's gradients accumulate.
+  // balance_grad [E] (host) and z_grad: see the file comment.
+  void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
+                const std::vector<float>& balance_grad, float z_grad) const {
+    const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
+    const MoeRouting& r = *s.routing;
+    const int64_t N = x2.dim(0), C = x2.dim(1), M = r.slots;
+    NK_CHECK(r.rows == N, "MoE backward: {} rows after a forward of {}", N, r.rows);
+    const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
+                 dwt = g.dweights.narrow0(0, N);
+    ops::moe_combine_backward(g.dout.narrow0(0, M), dwt, dy2, s.out.narrow0(0, M), slot, w);
+    experts(
+        [&](int64_t e, int64_t r0, int64_t n) {
+          ops::linear_backward(g.da.narrow0(r0, n),
+                               ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(), Tensor(),
+                               g.dout.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C));
+        },
+        r);
+    ops::swiglu_backward(g.dh.narrow0(0, M), g.da.narrow0(0, M), s.h.narrow0(0, M));
+    experts(
+        [&](int64_t e, int64_t r0, int64_t n) {
+          const int64_t F2 = 2 * d_ff;
+          ops::linear_backward(g.dxs.narrow0(r0, n),
+                               dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(), Tensor(),
+                               g.dh.narrow0(r0, n), s.xs.narrow0(r0, n), up.narrow0(F2 * e, F2));
+        },
+        r);
+    ops::moe_scatter(dx2, g.dxs.narrow0(0, M), slot);
+    NK_CHECK(int64_t(balance_grad.size()) == n_experts, "MoE backward: {} balance gradients",
+             balance_grad.size());
+    ops::copy_from_host(g.balance_grad, balance_grad.data());
+    const Tensor dlogits = g.dlogits.narrow0(0, N);
+    ops::moe_route_backward(dlogits, dwt, g.balance_grad, z_grad, s.logits.narrow0(0, N),
+                            s.probs.narrow0(0, N), s.idx.narrow0(0, N), sigmoid, norm_topk);
+    const Tensor dxr = g.dx_router.narrow0(0, N);
+    router.backward(dxr, dlogits, x2);
+    ops::accumulate(dx2, dxr);
+  }
+
+ private:
+  // The counting sort: slots grouped by expert, each group in token order,
+  // at most `capacity` per expert (the rest dropped: slot -1).
+  void route_on_host(MoeRouting& r, const Tensor& idx, int64_t N, double cf) const {
+    const int64_t k = top_k, E = n_experts;
+    NK_CHECK(int64_t(r.idx.size()) >= N * k, "MoE: {} tokens for a workspace of {}", N,
+             r.idx.size() / size_t(k));
+    ops::copy_bytes_to_host(idx, r.idx.data());
+    const int64_t cap = cf > 0 ? int64_t(std::ceil(cf * double(N * k) / double(E))) : N * k;
+    std::fill(r.count.begin(), r.count.end(), 0);
+    for (int64_t i = 0; i < N * k; ++i) ++r.count[size_t(r.idx[size_t(i)])];
+    std::vector<int64_t>& next = r.next;
+    int64_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      r.kept[size_t(e)] = std::min(r.count[size_t(e)], cap);
+      next[size_t(e)] = at;
+      at += r.kept[size_t(e)];
+    }
+    r.slots = at;
+    std::vector<int64_t>& end = r.next_end;
+    for (int64_t e = 0; e < E; ++e) end[size_t(e)] = next[size_t(e)] + r.kept[size_t(e)];
+    for (int64_t i = 0; i < N * k; ++i) {
+      const size_t e = size_t(r.idx[size_t(i)]);
+      if (next[e] == end[e]) {
+        r.slot[size_t(i)] = -1;
+        continue;
+      }
+      const int64_t pos = next[e]++;
+      r.src[size_t(pos)] = int32_t(i / k);
+      r.slot[size_t(i)] = int32_t(pos);
+    }
+    r.rows = N;
+  }
+  // fn(e, first row, rows) for every expert that received rows.
+  template <typename Fn>
+  void experts(Fn&& fn, const MoeRouting& r) const {
+    int64_t at = 0;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t n = r.kept[size_t(e)];
+      if (n > 0) fn(e, at, n);
+      at += n;
+    }
+  }
+};
+
+}  // namespace nk::nn
