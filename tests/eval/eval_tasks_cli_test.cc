@@ -1,0 +1,287 @@
+// `nekton eval tasks` against harness_reference.py, an independent float64
+// PyTorch computation of lm-evaluation-harness's definitions: on a tiny
+// random Llama over bytes, the built-in HellaSwag, ARC, PIQA, LAMBADA and
+// WikiText definitions and few-shot variants (same-split exclusion, a
+// description, multiple golds, acc_bytes) on synthetic documents in their
+// schemas; on the counting model (tests/infer/counting_model.h), a
+// generate_until task with stop sequences, regex and take_first filters and
+// exact_match options. Every prompt, every log-likelihood (within 1e-5),
+// every greedy answer and every metric with its standard error is compared.
+// Then the errors: malformed YAML, a missing field, a choice index out of
+// range, Python-only keys, a server URL; each exits non-zero, names the file
+// (and document and field), and writes nothing.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "ckpt/model_io.h"
+#include "data/tokenizer/tokenizer.h"
+#include "infer/counting_model.h"
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using test::contains;
+using test::run_nekton;
+
+const std::string kTasks = std::string(NK_SOURCE_DIR) + "/configs/eval_tasks/";
+
+class EvalTasksCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = d_.fresh("data").string();
+    random_ = d_ / "random";
+    auto m = std::make_unique<Transformer>(test::tiny_config(true, 257, 48), DType::F32, 11);
+    save_model(random_, *m);
+    store_tokenizer("bytes", random_);
+    counting_ = d_ / "counting";
+    auto c = test::counting_model();
+    save_model(counting_, *c);
+    store_tokenizer("bytes", counting_);
+  }
+  std::string word() {
+    static const char* kWords[] = {"the",  "cat",  "sat", "on",   "a",    "mat",  "dog",  "ran",
+                                   "fast", "into", "red", "barn", "café", "with", "blue", "hat"};
+    return kWords[rng_() % 16];
+  }
+  std::string words(int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) {
+      if (i) s += ' ';
+      s += word();
+    }
+    return s;
+  }
+  void write_split(const std::string& task, const std::string& split,
+                   const std::vector<Json>& docs) {
+    std::filesystem::create_directories(data_ + "/" + task);
+    std::string s;
+    for (const Json& d : docs) s += d.dump() + "\n";
+    test::write_file(data_ + "/" + task + "/" + split + ".jsonl", s);
+  }
+  std::string yaml(const std::string& name, const std::string& text) {
+    const std::string p = d_ / (name + ".yaml");
+    test::write_file(p, text);
+    return p;
+  }
+  // Runs the reference over the tasks (yaml, model) with nekton's outputs.
+  void expect_reference(const std::vector<std::pair<std::string, std::string>>& tasks,
+                        const std::string& out) {
+    Json plan = {{"data", data_},
+                 {"results", out},
+                 {"samples", out + ".samples.jsonl"},
+                 {"ll_tol", 1e-5},
+                 {"tasks", Json::array()}};
+    for (const auto& [y, m] : tasks) plan["tasks"].push_back({{"yaml", y}, {"model", m}});
+    test::write_file(d_ / "plan.json", plan.dump());
+    auto r = test::run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
+                               "/tests/eval/harness_reference.py " + (d_ / "plan.json"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::cout << r.out;
+  }
+
+  test::TempDir d_{"nk_evaltasks"};
+  std::string data_, random_, counting_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(EvalTasksCli, LoglikelihoodTasksMatchTheReference) {
+  std::vector<Json> hs, arc, piqa, lam, wiki, train;
+  for (int i = 0; i < 12; ++i) {
+    Json choices = Json::array();
+    for (int k = 0; k < 4; ++k) choices.push_back(words(1 + int(rng_() % 4)));
+    hs.push_back({{"ind", i},
+                  {"query", fmt::format("Label: {}", words(6))},
+                  {"choices", choices},
+                  {"label", std::to_string(rng_() % 4)}});
+    arc.push_back(
+        {{"id", fmt::format("q{}", i)},
+         {"question", fmt::format("{}?", words(5))},
+         {"choices", {{"text", {words(2), words(1), words(3)}}, {"label", {"A", "B", "C"}}}},
+         {"answerKey", std::string(1, char('A' + rng_() % 3))}});
+    piqa.push_back(
+        {{"goal", words(4)}, {"sol1", words(3)}, {"sol2", words(2)}, {"label", int(rng_() % 2)}});
+    lam.push_back({{"text", words(5 + int(rng_() % 6))}});
+    train.push_back(arc.back());
+  }
+  for (int i = 0; i < 4; ++i)
+    wiki.push_back({{"page", fmt::format("{} .\n\n{}", words(10 + 12 * i), words(7))}});
+  write_split("hellaswag", "validation", hs);
+  write_split("arc_easy", "test", arc);
+  write_split("piqa", "validation", piqa);
+  write_split("lambada_openai", "test", lam);
+  write_split("wikitext", "test", wiki);
+  // Few-shot from the scored split itself (the document left out of its
+  // own draw), with a description ending in a newline (Python Jinja keeps
+  // it); and from a training split, with a list of golds, acc_bytes and a
+  // block tag before a newline and an indented line (no trim_blocks or
+  // lstrip_blocks in the harness's Jinja).
+  write_split("arc_shots", "test", arc);
+  const std::string shots = yaml("arc_shots", R"(task: arc_shots
+output_type: multiple_choice
+test_split: test
+fewshot_split: test
+num_fewshot: 3
+description: "Answer about {{id}}.\n\n"
+doc_to_text: "Question: {{question}}\nAnswer:"
+doc_to_target: "{{choices.label.index(answerKey)}}"
+doc_to_choice: "{{choices.text}}"
+)");
+  std::vector<Json> multi;
+  for (int i = 0; i < 8; ++i)
+    multi.push_back({{"q", words(3)},
+                     {"golds", {int(rng_() % 3), int(rng_() % 3)}},
+                     {"opts", {words(1), fmt::format("é{}", words(1)), words(2)}}});
+  write_split("multi_gold", "validation", multi);
+  write_split("multi_gold", "train", std::vector<Json>(multi.begin(), multi.begin() + 5));
+  const std::string mg = yaml("multi_gold", R"(task: multi_gold
+output_type: multiple_choice
+training_split: train
+validation_split: validation
+num_fewshot: 2
+target_delimiter: " => "
+fewshot_delimiter: "\n"
+doc_to_text: "Q: {% if q %}{{q}}{% endif %}\n  A:"
+doc_to_target: "{{golds}}"
+doc_to_choice: opts
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+  - metric: acc_bytes
+)");
+  const std::string out = d_ / "results.json";
+  auto r = run_nekton("eval tasks eval.model=" + random_ +
+                      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext," + shots + "," +
+                      mg + " eval.data=" + data_ +
+                      " eval.batch_size=3 eval.write_out=100 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
+  const Json res = Json::parse(test::read_file(out));
+  EXPECT_EQ(res["n-shot"]["arc_shots"], 3);
+  EXPECT_EQ(res["results"]["wikitext"]["bits_per_byte_stderr,none"], "N/A");
+  expect_reference({{kTasks + "hellaswag.yaml", random_},
+                    {kTasks + "arc_easy.yaml", random_},
+                    {kTasks + "piqa.yaml", random_},
+                    {kTasks + "lambada_openai.yaml", random_},
+                    {kTasks + "wikitext.yaml", random_},
+                    {shots, random_},
+                    {mg, random_}},
+                   out);
+}
+
+TEST_F(EvalTasksCli, GenerateUntilWithFiltersMatchesTheReference) {
+  // The counting model continues a text's last byte b with b+1, b+2, ...
+  std::vector<Json> docs = {
+      {{"q", "count from /"}, {"a", "01234"}},  // stops before "5": strict match
+      {{"q", "letters @"}, {"a", "abcdefgh"}},  // ignore_case matches "ABCDEFGH"
+      {{"q", "numbers ,"}, {"a", "-./01234"}},  // punctuation and "," ignored
+      {{"q", "from 1"}, {"a", "999"}},          // no match
+      {{"q", "late +"}, {"a", ",-./01"}},
+  };
+  write_split("counting", "test", docs);
+  write_split("counting", "train", {{{"q", "shot ("}, {"a", ")*+"}}, {{"q", "x 7"}, {"a", "89"}}});
+  const std::string y = yaml("counting", R"Y(task: counting
+output_type: generate_until
+training_split: train
+test_split: test
+num_fewshot: 1
+doc_to_text: "{{q}}"
+doc_to_target: "{{a}}"
+generation_kwargs:
+  until: ["5", "Q:"]
+  max_gen_toks: 8
+metric_list:
+  - metric: exact_match
+    ignore_case: true
+    ignore_punctuation: true
+    regexes_to_ignore: [","]
+filter_list:
+  - name: raw
+    filter:
+      - function: take_first
+  - name: digits
+    filter:
+      - function: regex
+        regex_pattern: "([0-9]+)"
+      - function: take_first
+  - name: flexible
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{2,})|(-?[0-9]+)"
+      - function: take_first
+)Y");
+  const std::string out = d_ / "gen.json";
+  auto r =
+      run_nekton("eval tasks eval.model=" + counting_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                 " eval.batch_size=2 eval.write_out=5 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json res = Json::parse(test::read_file(out));
+  EXPECT_GT(res["results"]["counting"]["exact_match,raw"].get<double>(), 0.5);
+  expect_reference({{y, counting_}}, out);
+}
+
+TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
+  const std::string out = d_ / "bad.json";
+  auto run = [&](const std::string& task, const std::string& model = "") {
+    return run_nekton("eval tasks eval.model=" + (model.empty() ? random_ : model) +
+                      " eval.tasks=" + task + " eval.data=" + data_ + " eval.output=" + out);
+  };
+  // Malformed YAML: the file and line.
+  std::string y = yaml("broken", "task: broken\ndoc_to_text: [unclosed\n");
+  auto r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "broken.yaml:") && contains(r.out, "malformed YAML")) << r.out;
+  // Python the port cannot run.
+  y = yaml("py",
+           "task: py\ntest_split: test\ndoc_to_text: x\ndoc_to_target: y\n"
+           "process_docs: !function utils.process_docs\n");
+  r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "py.yaml") && contains(r.out, "process_docs")) << r.out;
+  // A document without the field a template reads.
+  write_split("piqa", "validation",
+              {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}},
+               {{"sol1", "a"}, {"sol2", "b"}, {"label", 1}}});
+  r = run("piqa");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "piqa.yaml") && contains(r.out, "validation.jsonl document 1") &&
+              contains(r.out, "doc_to_text") && contains(r.out, "'goal' is undefined"))
+      << r.out;
+  // A choice index out of range.
+  write_split("piqa", "validation",
+              {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}},
+               {{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 1}},
+               {{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 2}}});
+  r = run("piqa");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 2") && contains(r.out, "doc_to_target") &&
+              contains(r.out, "choice index 2 is out of range"))
+      << r.out;
+  // A missing data file, an unknown task, an unknown key, a server URL.
+  r = run("hellaswag");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "hellaswag/validation.jsonl")) << r.out;
+  r = run("no_such_task");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "no_such_task")) << r.out;
+  y = yaml("typo",
+           "task: typo\ntest_split: test\ndoc_to_text: x\ndoc_to_target: y\nnum_fewshots: 2\n");
+  r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "typo.yaml: num_fewshots: unknown key")) << r.out;
+  r = run("piqa", "http://localhost:8000/v1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "eval.model") && contains(r.out, "server")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".samples.jsonl"));
+}
+
+}  // namespace
+}  // namespace nk
