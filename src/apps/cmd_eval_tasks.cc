@@ -26,7 +26,7 @@ namespace {
 
 struct TaskKeys {
   std::string model, tasks, data, task_dir, tokenizer, dtype = "f32", output;
-  int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0;
+  int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0, bootstrap_iters = 100000;
   Device device = kHost;
 
   void bind(ConfigBinder& b) {
@@ -46,6 +46,8 @@ struct TaskKeys {
     b.bind("eval.write_out", write_out,
            "print the prompts of each task's first N documents; with eval.output also write "
            "them (the harness's sample log) to OUTPUT.samples.jsonl");
+    b.bind("eval.bootstrap_iters", bootstrap_iters,
+           "resamples of the bootstrap standard errors (perplexity); 0: no standard errors");
     b.bind("eval.output", output, "write the results JSON (the harness's layout) to this file");
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
     b.bind_with<std::string>(
@@ -104,6 +106,7 @@ int eval_tasks(const CommandArgs& a) {
   if (k.limit < 0) fail("eval.limit: must be >= 0, got {}", k.limit);
   if (k.write_out < 0) fail("eval.write_out: must be >= 0, got {}", k.write_out);
   if (k.num_fewshot < -1) fail("eval.num_fewshot: must be >= -1, got {}", k.num_fewshot);
+  if (k.bootstrap_iters < 0) fail("eval.bootstrap_iters: must be >= 0, got {}", k.bootstrap_iters);
   if (k.batch_size < 1) fail("eval.batch_size: must be >= 1, got {}", k.batch_size);
   // Every task file is read before the model: a bad one is told at once.
   std::vector<TaskConfig> configs;
@@ -127,7 +130,8 @@ int eval_tasks(const CommandArgs& a) {
                                {.data_dir = k.data,
                                 .num_fewshot = k.num_fewshot,
                                 .limit = k.limit,
-                                .write_out = k.write_out}));
+                                .write_out = k.write_out,
+                                .bootstrap_iters = k.bootstrap_iters}));
   }
   for (const TaskResult& r : results)
     for (const auto& s : r.samples) {
@@ -144,6 +148,7 @@ int eval_tasks(const CommandArgs& a) {
                                   {"model_args", k.model},
                                   {"batch_size", k.batch_size},
                                   {"limit", k.limit ? nlohmann::ordered_json(k.limit) : nullptr},
+                                  {"bootstrap_iters", k.bootstrap_iters},
                                   {"fewshot_seed", 1234}};
     if (k.write_out > 0) {
       std::string samples;

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "eval/py_random.h"
 
 namespace nk {
 
@@ -208,6 +209,28 @@ std::optional<double> mean_stderr(const std::vector<double>& x) {
 
 double perplexity(const std::vector<double>& ll) {
   return std::exp(-mean(ll));
+}
+
+std::optional<double> bootstrap_stderr(const std::function<double(const std::vector<double>&)>& f,
+                                       const std::vector<double>& xs, int64_t iters) {
+  const int64_t chunk = std::min<int64_t>(1000, iters), chunks = chunk > 0 ? iters / chunk : 0;
+  std::vector<double> res(static_cast<size_t>(chunks * chunk));
+  const size_t n = xs.size();
+  // Chunks are independent streams: in parallel, each into its own place.
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < chunks; ++i) {
+    PyRandom rnd(static_cast<uint64_t>(i));
+    std::vector<double> draw(n);
+    for (int64_t r = 0; r < chunk; ++r) {
+      for (size_t k = 0; k < n; ++k) draw[k] = xs[size_t(std::floor(rnd.random() * double(n)))];
+      res[size_t(i * chunk + r)] = f(draw);
+    }
+  }
+  if (res.size() < 2) return std::nullopt;
+  const double mu = mean(res);
+  double ss = 0;
+  for (double v : res) ss += (v - mu) * (v - mu);
+  return std::sqrt(ss / double(res.size() - 1));
 }
 
 double weighted_perplexity(const std::vector<std::pair<double, double>>& items) {

@@ -4,6 +4,7 @@
 // Regular expressions are Python's `re` patterns run by PCRE2 (the same on
 // the patterns task files use: classes, groups, anchors, alternation).
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +36,13 @@ double mean(const std::vector<double>& x);
 std::optional<double> mean_stderr(const std::vector<double>& x);
 // exp(-mean(loglikelihoods))
 double perplexity(const std::vector<double>& ll);
+// The harness's bootstrap standard error of f(xs) (what it reports for
+// perplexity): iters / 1000 chunks (chunk = min(1000, iters)), chunk i drawing
+// with Python's random.Random(i) `chunk` resamples rnd.choices(xs, k=n),
+// i.e. xs[floor(random() * n)] n times; the sample standard deviation of
+// f over all resamples in chunk order. nullopt for fewer than 2 resamples.
+std::optional<double> bootstrap_stderr(const std::function<double(const std::vector<double>&)>& f,
+                                       const std::vector<double>& xs, int64_t iters);
 // exp(-Σ ll / Σ units); bits_per_byte: -Σ ll / Σ bytes / ln 2.
 double weighted_perplexity(const std::vector<std::pair<double, double>>& items);
 double bits_per_byte(const std::vector<std::pair<double, double>>& items);

@@ -206,11 +206,13 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
       MetricValue v;
       v.key = ms.metric + "," + c.filters[f].name;
       v.higher_is_better = ms.higher_is_better;
+      const bool se = opt.bootstrap_iters > 0 && items[f][m].size() > 1;
       if (ms.aggregation == "mean") {
         v.value = mean(items[f][m]);
-        v.stderr_ = mean_stderr(items[f][m]);
+        if (se) v.stderr_ = mean_stderr(items[f][m]);
       } else if (ms.aggregation == "perplexity") {
-        v.value = perplexity(items[f][m]);  // its bootstrap stderr is not computed
+        v.value = perplexity(items[f][m]);
+        if (se) v.stderr_ = bootstrap_stderr(perplexity, items[f][m], opt.bootstrap_iters);
       } else if (ms.aggregation == "weighted_perplexity") {
         v.value = weighted_perplexity(pairs[f][m]);
       } else {

@@ -29,6 +29,9 @@ struct TaskRunOptions {
   int64_t num_fewshot = -1;  // -1: the task's own
   int64_t limit = 0;         // score only the first N documents (0: all)
   int64_t write_out = 0;     // keep the requests of the first N documents
+  // Resamples of the bootstrap standard errors (perplexity); 0: no standard
+  // errors at all, as the harness has it.
+  int64_t bootstrap_iters = 100000;
 };
 
 struct MetricValue {

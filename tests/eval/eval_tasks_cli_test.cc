@@ -73,11 +73,8 @@ class EvalTasksCli : public ::testing::Test {
   // Runs the reference over the tasks (yaml, model) with nekton's outputs.
   void expect_reference(const std::vector<std::pair<std::string, std::string>>& tasks,
                         const std::string& out) {
-    Json plan = {{"data", data_},
-                 {"results", out},
-                 {"samples", out + ".samples.jsonl"},
-                 {"ll_tol", 1e-5},
-                 {"tasks", Json::array()}};
+    Json plan = {{"data", data_},  {"results", out},          {"samples", out + ".samples.jsonl"},
+                 {"ll_tol", 1e-5}, {"bootstrap_iters", 3000}, {"tasks", Json::array()}};
     for (const auto& [y, m] : tasks) plan["tasks"].push_back({{"yaml", y}, {"model", m}});
     test::write_file(d_ / "plan.json", plan.dump());
     auto r = test::run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
@@ -156,10 +153,11 @@ metric_list:
   - metric: acc_bytes
 )");
   const std::string out = d_ / "results.json";
-  auto r = run_nekton("eval tasks eval.model=" + random_ +
-                      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext," + shots + "," +
-                      mg + " eval.data=" + data_ +
-                      " eval.batch_size=3 eval.write_out=100 eval.output=" + out);
+  auto r = run_nekton(
+      "eval tasks eval.model=" + random_ +
+      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext," + shots + "," + mg +
+      " eval.data=" + data_ +
+      " eval.batch_size=3 eval.write_out=100 eval.bootstrap_iters=3000 eval.output=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
   const Json res = Json::parse(test::read_file(out));
@@ -218,9 +216,9 @@ filter_list:
       - function: take_first
 )Y");
   const std::string out = d_ / "gen.json";
-  auto r =
-      run_nekton("eval tasks eval.model=" + counting_ + " eval.tasks=" + y + " eval.data=" + data_ +
-                 " eval.batch_size=2 eval.write_out=5 eval.output=" + out);
+  auto r = run_nekton(
+      "eval tasks eval.model=" + counting_ + " eval.tasks=" + y + " eval.data=" + data_ +
+      " eval.batch_size=2 eval.write_out=5 eval.bootstrap_iters=3000 eval.output=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   const Json res = Json::parse(test::read_file(out));
   EXPECT_GT(res["results"]["counting"]["exact_match,raw"].get<double>(), 0.5);
