@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "ckpt/model_io.h"
 #include "data/tokenizer/tokenizer.h"
@@ -223,6 +224,48 @@ filter_list:
   const Json res = Json::parse(test::read_file(out));
   EXPECT_GT(res["results"]["counting"]["exact_match,raw"].get<double>(), 0.5);
   expect_reference({{y, counting_}}, out);
+}
+
+// The same tasks on the model's GGUF export (f32): the same accuracies and
+// log-likelihoods (within 1e-5), through the same engine.
+TEST_F(EvalTasksCli, GgufExportScoresTheSame) {
+  std::vector<Json> hs, lam;
+  for (int i = 0; i < 8; ++i) {
+    hs.push_back({{"query", words(5)},
+                  {"choices", {words(1), words(2), words(3)}},
+                  {"label", std::to_string(rng_() % 3)}});
+    lam.push_back({{"text", words(6)}});
+  }
+  write_split("hellaswag", "validation", hs);
+  write_split("lambada_openai", "test", lam);
+  const std::string gguf = d_ / "random.gguf";
+  auto r = run_nekton("export gguf " + random_ + " " + gguf + " --type f32 --tokenizer bytes");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto scores = [&](const std::string& model, const std::string& out) {
+    auto e = run_nekton("eval tasks eval.model=" + model + " eval.tasks=hellaswag,lambada_openai " +
+                        "eval.data=" + data_ + " eval.write_out=8 eval.output=" + out);
+    EXPECT_EQ(e.code, 0) << e.out;
+    return Json::parse(test::read_file(out))["results"];
+  };
+  const Json a = scores(random_, d_ / "folder.json"), b = scores(gguf, d_ / "gguf.json");
+  EXPECT_EQ(a["hellaswag"]["acc,none"], b["hellaswag"]["acc,none"]);
+  EXPECT_EQ(a["hellaswag"]["acc_norm,none"], b["hellaswag"]["acc_norm,none"]);
+  EXPECT_EQ(a["lambada_openai"]["acc,none"], b["lambada_openai"]["acc,none"]);
+  const double pa = a["lambada_openai"]["perplexity,none"],
+               pb = b["lambada_openai"]["perplexity,none"];
+  EXPECT_NEAR(std::log(pa), std::log(pb), 1e-5);
+  auto lines = [](const std::string& path) {
+    std::vector<Json> out;
+    std::istringstream in(test::read_file(path));
+    for (std::string l; std::getline(in, l);) out.push_back(Json::parse(l));
+    return out;
+  };
+  const std::vector<Json> sa = lines(d_ / "folder.json.samples.jsonl"),
+                          sb = lines(d_ / "gguf.json.samples.jsonl");
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i)
+    for (size_t k = 0; k < sa[i]["resps"].size(); ++k)
+      EXPECT_NEAR(sa[i]["resps"][k][0].get<double>(), sb[i]["resps"][k][0].get<double>(), 1e-5);
 }
 
 TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
