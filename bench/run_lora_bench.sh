@@ -42,6 +42,14 @@
 #                10 GB for 1B); by default the script kills the nekton process
 #                it started once metrics.jsonl holds every step, since the
 #                saves come after the last timed step and add nothing here
+#   OBJECTIVE=dpo  the step of `nekton align align.method=dpo` instead of the
+#                LM loss, on both sides: micro-batches of one pair (2 rows of
+#                seq_len: a prompt of seq_len/2 - 1 random letters, completions
+#                of seq_len/2 - 1 letters and the end-of-document token), beta
+#                0.1; the reference of the LoRA rows is the base with the
+#                adapters off (a no-grad forward in every step), that of the
+#                full rows precomputed once before the first step (Nekton's
+#                align.reference=precompute, logged apart from the steps)
 #   NEKTON=path  binary (default build/bin/nekton)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +63,7 @@ NK_DTYPE=${NK_DTYPE:-bf16}
 TORCH_DTYPE=${TORCH_DTYPE:-auto}
 METHODS=${METHODS:-lora}
 NO_TORCH=${NO_TORCH:-0}
+OBJECTIVE=${OBJECTIVE:-lm}
 BIN=${NEKTON:-./build/bin/nekton}
 PY=/usr/bin/python3
 RANK=16
@@ -83,6 +92,25 @@ trap cleanup EXIT
 results=$out/results.tsv
 : >"$results"
 
+# The command each Nekton run starts with, and PyTorch's matching options.
+case $OBJECTIVE in
+  lm) nk_cmd=(train data.path=README.md train.micro_batch=1 train.global_batch=1)
+      pt_objective=(--batch 1) ;;
+  dpo)
+    $PY - "$out/pairs.jsonl" "$SEQ" <<'PY'
+import json, random, sys
+rng, half = random.Random(0), int(sys.argv[2]) // 2 - 1
+word = lambda n: "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
+with open(sys.argv[1], "w") as f:
+    for _ in range(64):
+        f.write(json.dumps({"prompt": word(half), "chosen": word(half), "rejected": word(half)}) + "\n")
+PY
+    nk_cmd=(align align.method=dpo align.beta=0.1 align.data_path=$out/pairs.jsonl
+            train.micro_batch=2 train.global_batch=2)
+    pt_objective=(--batch 2 --objective dpo --completion $(( SEQ / 2 )) --beta 0.1) ;;
+  *) echo "OBJECTIVE must be lm or dpo, not '$OBJECTIVE'" >&2; exit 2 ;;
+esac
+
 # run_nekton NAME GROUP KEY=VALUE...: one `nekton train` run, its mean tokens/s,
 # step time and peak memory appended to $results.
 run_nekton() {
@@ -90,8 +118,8 @@ run_nekton() {
   local dir=$out/$group log=$out/$group.log
   echo "== $name"
   local t0=$SECONDS
-  "$BIN" train model.preset=$PRESET data.path=README.md data.tokenizer=bytes \
-    train.dtype=$NK_DTYPE train.micro_batch=1 train.global_batch=1 train.seq_len=$SEQ \
+  "$BIN" "${nk_cmd[@]}" model.preset=$PRESET data.tokenizer=bytes \
+    train.dtype=$NK_DTYPE train.seq_len=$SEQ \
     train.steps=$STEPS train.val_every=0 train.log_every=1 train.peak_tflops=1 \
     train.threads=$THREADS train.out_dir=$dir "$@" >"$log" 2>&1 &
   nk_pid=$!
@@ -108,7 +136,7 @@ run_nekton() {
   local rc=0
   wait "$nk_pid" 2>/dev/null || rc=$?
   nk_pid=
-  grep -E '\] (model |peft: |memory per rank:|data )' "$log" || true
+  grep -E '\] (model |peft: |memory per rank:|data |align: )' "$log" || true
   grep -E '^step ' "$log" | sed 's/^/  /' || true
   local got=0
   [[ -f $dir/metrics.jsonl ]] && got=$(wc -l <"$dir/metrics.jsonl")
@@ -137,7 +165,7 @@ run_torch() {
   (( NO_TORCH )) && return 0
   echo "== $name"
   local t0=$SECONDS log=$out/torch_$group.log
-  if ! $PY bench/torch_lora_bench.py --shape $SHAPE --seq $SEQ --batch 1 --warmup 1 \
+  if ! $PY bench/torch_lora_bench.py --shape $SHAPE --seq $SEQ "${pt_objective[@]}" --warmup 1 \
       --steps $PT_STEPS --threads $THREADS --dtype $TORCH_DTYPE "$@" >"$log" 2>&1; then
     echo "torch_lora_bench.py failed; last lines:" >&2
     tail -n 20 "$log" >&2
@@ -174,7 +202,7 @@ label=$PRESET
 if (( LAYERS > 0 )); then
   lora_layers=(model.n_layer=$LAYERS); pt_layers=(--layers $LAYERS); label="$PRESET, $LAYERS layers"
 fi
-echo "LoRA r=$RANK alpha=$ALPHA all-linear, $label, batch 1 x $SEQ, $THREADS threads;" \
+echo "LoRA r=$RANK alpha=$ALPHA all-linear, $label, objective $OBJECTIVE, ${pt_objective[1]} rows x $SEQ, $THREADS threads;" \
      "Nekton $STEPS steps (mean of the last $PT_STEPS), PyTorch 1 warm-up + $PT_STEPS"
 for method in $METHODS; do
   case $method in

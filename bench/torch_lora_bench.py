@@ -21,6 +21,16 @@ overrides the storage). Use it where this PyTorch has no fast bf16 product:
 Debian's 1.13 multiplies bf16 through oneDNN only on AVX-512 CPUs and falls
 back to ~1-5 GFLOP/s elsewhere (--probe measures both).
 
+--objective dpo: the step of `nekton align align.method=dpo` instead of the
+LM loss: the batch is pairs of rows (chosen, rejected), each row's
+completion log-probability (the last --completion tokens), DPO's sigmoid
+loss -log s(beta ((c - c_ref) - (r - r_ref))). The reference log-
+probabilities: with --mode lora the same model with its adapters switched
+off (a no-grad forward first, as TRL with a PEFT model and Nekton's
+align.reference=adapter_off); with --mode full precomputed once before the
+timed steps (TRL's precompute_ref_log_probs, Nekton's align.reference=
+precompute), so a step is the policy's forward and backward alone.
+
 Both modes clip the gradient norm to --grad-clip (Nekton's default 1.0).
 Tokens are random ids over the whole vocabulary (speed does not depend on
 them). The last two lines are a parseable RESULT line and a JSON object.
@@ -70,6 +80,8 @@ def rand_weight(shape, dtype, std, gen, chunk=1 << 24):
 class LoRALinear(nn.Module):
     """y = x W^T + (x A^T B^T) * alpha / r, W frozen (lora) or trainable (full)."""
 
+    off = False  # every adapter switched off: the base model (DPO's reference)
+
     def __init__(self, n_in, n_out, gen, mode, rank, alpha, wdt, std=0.02):
         super().__init__()
         full = mode == "full"
@@ -86,7 +98,7 @@ class LoRALinear(nn.Module):
 
     def forward(self, x):
         y = F.linear(x, self.weight)
-        if self.lora:
+        if self.lora and not LoRALinear.off:
             y = y + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
         return y
 
@@ -168,15 +180,24 @@ class Llama(nn.Module):
         mask = torch.full((max_t, max_t), float("-inf")).triu(1)
         self.register_buffer("mask", mask, persistent=False)
 
+    def row_logps(self, idx, targets, completion):
+        """Each row's summed log p(target) over its last `completion` targets."""
+        logits = self.logits(idx)[:, -completion:].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        return logp.gather(-1, targets[:, -completion:].unsqueeze(-1)).squeeze(-1).sum(-1)
+
     def forward(self, idx, targets):
+        logits = self.logits(idx)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+    def logits(self, idx):
         t = idx.shape[1]
         x = F.embedding(idx, self.wte).float()  # fp32 residual stream
         cos, sin, mask = self.cos[:t], self.sin[:t], self.mask[:t, :t]
         for blk in self.blocks:
             x = blk(x, cos, sin, mask)
         head = self.wte if self.tied else self.lm_head
-        logits = F.linear(self.ln_f(x), head)  # [B, T, V], bf16 under autocast
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.linear(self.ln_f(x), head)  # [B, T, V], bf16 under autocast
 
 
 def probe():
@@ -222,6 +243,11 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--grad-clip", type=float, default=1.0, help="0 = off")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--objective", choices=["lm", "dpo"], default="lm",
+                    help="lm: cross-entropy; dpo: DPO over pairs of rows (--batch even)")
+    ap.add_argument("--completion", type=int, default=0,
+                    help="dpo: completion tokens per row (0 = seq / 2)")
+    ap.add_argument("--beta", type=float, default=0.1, help="dpo: beta")
     ap.add_argument("--probe", action="store_true",
                     help="print bf16 and fp32 GEMM GFLOP/s as JSON and exit")
     args = ap.parse_args()
@@ -260,9 +286,38 @@ def main():
     idx = torch.randint(0, s["vocab"], (args.batch, args.seq), generator=g)
     targets = torch.randint(0, s["vocab"], (args.batch, args.seq), generator=g)
 
+    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    dpo = args.objective == "dpo"
+    if dpo and args.batch % 2:
+        sys.exit("--objective dpo needs an even --batch (pairs of rows)")
+    completion = args.completion or args.seq // 2
+    ref = None
+    ref_s = 0.0
+    if dpo and args.mode == "full":  # precomputed once, before training
+        t0 = time.perf_counter()
+        with torch.no_grad(), autocast():
+            ref = model.row_logps(idx, targets, completion)
+        ref_s = time.perf_counter() - t0
+
+    def dpo_loss():
+        if args.mode == "lora":  # the base: the adapters switched off
+            LoRALinear.off = True
+            with torch.no_grad(), autocast():
+                r = model.row_logps(idx, targets, completion)
+            LoRALinear.off = False
+        else:
+            r = ref
+        with autocast():
+            logp = model.row_logps(idx, targets, completion)
+        z = (logp[0::2] - r[0::2]) - (logp[1::2] - r[1::2])
+        return -F.logsigmoid(args.beta * z).mean()
+
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
-            loss = model(idx, targets)
+        if dpo:
+            loss = dpo_loss()
+        else:
+            with autocast():
+                loss = model(idx, targets)
         loss.backward()
         if args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
@@ -272,6 +327,7 @@ def main():
 
     tokens = args.batch * args.seq
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.mode}, "
+          f"objective {args.objective}{f' (reference precomputed in {ref_s:.1f} s)' if ref is not None else ''}, "
           f"{args.dtype} compute, {str(wdt)[6:]} weights, shape {args.shape} ({s['layers']} layers), B={args.batch} T={args.seq}, "
           f"{n_total / 1e6:.2f}M params, {n_train / 1e6:.2f}M trainable, "
           f"init {init_s:.1f} s, rss {peak_rss_bytes() / 2**20:.0f} MiB", flush=True)
@@ -281,6 +337,7 @@ def main():
     rss = peak_rss_bytes()
     result = {
         "framework": "pytorch", "torch": torch.__version__, "mode": args.mode,
+        "objective": args.objective, "reference_precompute_s": ref_s,
         "dtype": args.dtype, "weights": str(wdt)[6:], "shape": args.shape, "layers": s["layers"],
         "threads": torch.get_num_threads(), "batch": args.batch, "seq": args.seq,
         "rank": args.rank, "alpha": args.alpha, "params": n_total, "trainable": n_train,
@@ -288,7 +345,7 @@ def main():
         "step_ms_min": min(times) * 1e3, "tokens_per_s": tokens / mean,
         "tokens_per_s_best": tokens / min(times), "peak_rss_bytes": rss, "final_loss": loss,
     }
-    print(f"RESULT torch {args.mode}: tokens_per_s={tokens / mean:.1f} step_ms={mean * 1e3:.1f} "
+    print(f"RESULT torch {args.mode}{' dpo' if dpo else ''}: tokens_per_s={tokens / mean:.1f} step_ms={mean * 1e3:.1f} "
           f"peak_rss_bytes={rss}")
     print(json.dumps(result))
 

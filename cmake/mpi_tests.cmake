@@ -176,7 +176,15 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
-foreach(script finetune_ranks align_ranks)
+#   peft_finetune_ranks  LoRA (with dropout) over 2 and 4 ranks, ZeRO-1, FSDP;
+#                    QLoRA under DP2, ZeRO-1, FSDP and resumed; IA3, bottleneck
+#                    adapters, p-tuning; the PEFT adapter too; adapters with
+#                    parallel.tp or parallel.pp refused
+#   peft_align_ranks LoRA DPO with align.reference=adapter_off over 2 and 4
+#                    ranks, ZeRO-1, FSDP; QLoRA DPO, IA3 KTO, LoRA with a
+#                    precomputed reference; adapters with parallel.tp refused
+# (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
+foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

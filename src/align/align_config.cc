@@ -8,7 +8,9 @@ void AlignConfig::bind(ConfigBinder& b) {
   b.bind("align.method", method,
          "dpo, ipo, hinge (DPO with that align.loss_type), kto (unpaired data), orpo or simpo "
          "(no reference model); TRL's DPOTrainer, KTOTrainer, ORPOTrainer, CPOTrainer with "
-         "loss_type=simpo; NeMo-Aligner's dpo (with preference_loss dpo, ipo)");
+         "loss_type=simpo; NeMo-Aligner's dpo (with preference_loss dpo, ipo); rm: a reward "
+         "model (a score head, Bradley-Terry on the pairs: TRL's RewardTrainer, "
+         "NeMo-Aligner's train_reward_model)");
   b.bind("align.loss_type", loss_type,
          "DPO's loss (TRL's DPOConfig.loss_type): sigmoid (DPO; cDPO with "
          "align.label_smoothing), robust (rDPO), hinge (SLiC/RSO) or ipo (IPO, log-ratios "
@@ -32,6 +34,12 @@ void AlignConfig::bind(ConfigBinder& b) {
          "KTO: weight of the desirable examples' losses (TRL desirable_weight)");
   b.bind("align.undesirable_weight", loss.undesirable_weight,
          "KTO: weight of the undesirable examples' losses (TRL undesirable_weight)");
+  b.bind("align.center_rewards_coefficient", center_rewards_coefficient,
+         "rm: add this times the mean squared sum of each pair's rewards, keeping them centred "
+         "(TRL center_rewards_coefficient; 0 = off)");
+  b.bind("align.margin_key", data.margin_key,
+         "rm: the key of a pair's margin (chosen must beat rejected by it; TRL's margin "
+         "column), read when the records have it");
   b.bind("align.reference", reference,
          "the reference log-probabilities (DPO, KTO): auto (adapter_off with peft.method, "
          "precompute otherwise), precompute (one pass of the initial model before training, "
@@ -56,6 +64,23 @@ void AlignConfig::bind(ConfigBinder& b) {
 }
 
 void AlignConfig::check(bool adapters) {
+  if (data_path.empty()) fail("align.data_path: the preference JSONL to train on");
+  if (data.max_prompt_length < 0)
+    fail("align.max_prompt_length: must be >= 0, got {}", data.max_prompt_length);
+  if (!(center_rewards_coefficient >= 0))
+    fail("align.center_rewards_coefficient: must be >= 0, got {}", center_rewards_coefficient);
+  reward_model = method == "rm";
+  data.margins = reward_model;
+  if (reward_model) {
+    if (loss_type != "sigmoid")
+      fail("align.loss_type: {} is DPO's; align.method=rm trains with the Bradley-Terry loss",
+           loss_type);
+    if (reference != "auto")
+      fail("align.reference: a reward model has no reference model (align.method=rm)");
+    return;
+  }
+  if (center_rewards_coefficient > 0)
+    fail("align.center_rewards_coefficient: a reward model's (align.method=rm), not {}'s", method);
   if (method == "ipo" || method == "hinge") {
     if (loss_type != "sigmoid" && loss_type != method)
       fail("align.loss_type: '{}' with align.method={} (which sets loss_type={})", loss_type,
@@ -84,9 +109,6 @@ void AlignConfig::check(bool adapters) {
     fail("align.rpo_alpha: DPO's; align.method={} (SimPO's NLL weight is align.cpo_alpha)", method);
   if (loss.cpo_alpha > 0 && loss.method != PreferenceMethod::Simpo)
     fail("align.cpo_alpha: SimPO's; align.method={}", method);
-  if (data_path.empty()) fail("align.data_path: the preference JSONL to train on");
-  if (data.max_prompt_length < 0)
-    fail("align.max_prompt_length: must be >= 0, got {}", data.max_prompt_length);
   data.unpaired = loss.method == PreferenceMethod::Kto;
   if (reference == "auto")
     reference_source = adapters ? ReferenceSource::AdapterOff : ReferenceSource::Precompute;
@@ -108,9 +130,10 @@ std::map<std::string, std::string> AlignConfig::signature() const {
   return {
       {"align.data_path", data_path},
       {"align.rows", fmt::format("method {}, max_prompt_length {}, keys {}/{}/{}/{}/{}, "
-                                 "shuffle {}",
+                                 "shuffle {}{}",
                                  method, data.max_prompt_length, data.prompt_key, data.chosen_key,
-                                 data.rejected_key, data.completion_key, data.label_key, shuffle)}};
+                                 data.rejected_key, data.completion_key, data.label_key, shuffle,
+                                 reward_model ? ", margin_key " + data.margin_key : "")}};
 }
 
 }  // namespace nk

@@ -19,10 +19,13 @@ enum class ReferenceSource {
 };
 
 struct AlignConfig {
-  std::string method = "dpo";  // dpo | ipo | hinge | kto | orpo | simpo
+  std::string method = "dpo";  // dpo | ipo | hinge | kto | orpo | simpo | rm
   std::string loss_type = "sigmoid";
   std::string reference = "auto";
   PreferenceLossConfig loss;
+  // align.method=rm: a reward model (Bradley-Terry on the pairs).
+  bool reward_model = false;
+  double center_rewards_coefficient = 0;
   std::string data_path, valid_path;
   bool shuffle = true;
   PreferenceDataOptions data;

@@ -1,12 +1,13 @@
 #include "align/preference_data.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/rng.h"
 #include "data/chat/sft_data.h"
 #include "data/jsonl_reader.h"
 
@@ -164,7 +165,17 @@ struct Example {
   Part prompt;
   std::vector<Part> completions;  // chosen, rejected; or KTO's one
   bool desirable = true;
+  std::optional<double> margin;  // paired: the record's margin, if it has one
 };
+
+std::optional<double> margin_of(const json& rec, const PreferenceDataOptions& opt,
+                                const std::string& where) {
+  const auto it = rec.find(opt.margin_key);
+  if (it == rec.end()) return std::nullopt;
+  if (!it->is_number() || !std::isfinite(it->get<double>()))
+    fail("{}: {}: must be a finite number, not {}", where, opt.margin_key, it->dump());
+  return it->get<double>();
+}
 
 Example paired_example(const json& rec, const Inputs& in, const PreferenceDataOptions& opt,
                        const std::string& where) {
@@ -261,6 +272,7 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
     if (!rec.is_object()) fail("{}: a record must be a JSON object", where);
     examples.push_back(opt.unpaired ? unpaired_example(rec, in, opt, where)
                                     : paired_example(rec, in, opt, where));
+    if (opt.margins) examples.back().margin = margin_of(rec, opt, where);
     lines.push_back(line_no);
   }
   if (examples.empty()) fail("{}: no preference record", path);
@@ -284,6 +296,11 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
       d.truncated += fit(e.prompt, {&e.completions[0], &e.completions[1]}, opt, where);
       add_sequence(d, e.prompt, e.completions[0], where, opt.chosen_key.c_str());
       add_sequence(d, e.prompt, e.completions[1], where, opt.rejected_key.c_str());
+      if (e.margin.has_value() != examples[0].margin.has_value())
+        fail("{}: {} \"{}\" where {}:{} has {}: margins go in every record or in none", where,
+             e.margin ? "a" : "no", opt.margin_key, path, lines[0],
+             examples[0].margin ? "one" : "none");
+      if (e.margin) d.margin.push_back(*e.margin);
       if (d.tokens[2 * i] == d.tokens[2 * i + 1])
         fail("{}: {} and {} are the same {} tokens{}: nothing to prefer", where, opt.chosen_key,
              opt.rejected_key, d.tokens[2 * i].size(),
@@ -300,9 +317,8 @@ PreferenceDataset::PreferenceDataset(std::shared_ptr<const PreferenceData> data,
     : data_(std::move(data)),
       seq_len_(seq_len),
       pad_(pad_id),
-      seed_(seed),
-      shuffle_(shuffle),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      order_(data_->examples(), seed, shuffle) {
   NK_CHECK(data_->examples() > 0, "{}: no examples", name_);
   for (const auto& t : data_->tokens)
     NK_CHECK(int64_t(t.size()) <= seq_len_, "{}: a sequence of {} tokens in rows of {}", name_,
@@ -314,18 +330,7 @@ void PreferenceDataset::sample(int64_t, int32_t*) const {
 }
 
 int64_t PreferenceDataset::example_of(int64_t i) const {
-  const int64_t n = data_->examples(), k = i / 2, epoch = k / n, j = k % n;
-  if (!shuffle_) return j;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_) {  // Fisher-Yates with this epoch's stream
-    order_.resize(size_t(n));
-    for (int64_t x = 0; x < n; ++x) order_[size_t(x)] = x;
-    Rng rng(seed_ * 1000003u + uint64_t(epoch));
-    for (int64_t x = n - 1; x > 0; --x)
-      std::swap(order_[size_t(x)], order_[size_t(rng.below(uint64_t(x + 1)))]);
-    epoch_ = epoch;
-  }
-  return order_[size_t(j)];
+  return order_.at(i / 2);  // rows 2k, 2k + 1: the k-th example read
 }
 
 int64_t PreferenceDataset::sequence_of(int64_t i) const {

@@ -37,6 +37,7 @@
 
 #include "align/preference_loss.h"
 #include "data/chat/chat_template.h"
+#include "data/dataset/epoch_order.h"
 #include "data/dataset/sample_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 
@@ -49,6 +50,11 @@ struct PreferenceDataOptions {
   int64_t kto_group = 1;          // examples per KL rotation group (per micro-batch)
   std::string prompt_key = "prompt", chosen_key = "chosen", rejected_key = "rejected";
   std::string completion_key = "completion", label_key = "label";
+  // With `margins` (a reward model's data), paired records may hold a number
+  // by which the chosen reward must beat the rejected one (TRL's "margin"
+  // column), in every record or in none.
+  bool margins = false;
+  std::string margin_key = "margin";
 };
 
 struct PreferenceData {
@@ -58,6 +64,7 @@ struct PreferenceData {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<uint8_t>> trained;
   std::vector<uint8_t> desirable;  // per example (KTO); empty for pairs
+  std::vector<double> margin;      // per pair, when the records have margins; else empty
   std::vector<int64_t> line;       // per example: its line in `path`
   int64_t truncated = 0;           // examples cut to fit
   int64_t examples() const { return int64_t(line.size()); }
@@ -105,12 +112,8 @@ class PreferenceDataset : public SampleDataset {
   std::shared_ptr<const PreferenceData> data_;
   int64_t seq_len_;
   int32_t pad_;
-  uint64_t seed_;
-  bool shuffle_;
   std::string name_;
-  mutable std::mutex mu_;
-  mutable int64_t epoch_ = -1;
-  mutable std::vector<int64_t> order_;
+  EpochOrder order_;  // of the examples
 };
 
 }  // namespace nk

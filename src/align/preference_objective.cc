@@ -85,7 +85,7 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
 double PreferenceObjective::run(Transformer& model, Activations& a, const MicroBatch& batch,
                                 float grad_scale, bool train) {
   std::vector<double> ref_logp;
-  if (align_.loss.needs_reference() && align_.reference_source == ReferenceSource::AdapterOff) {
+  if (adapter_off_reference()) {
     // Before the policy's forward, whose activations the backward reads.
     ref_logp.resize(size_t(a.B));
     model.set_adapters_enabled(false);
@@ -103,12 +103,37 @@ double PreferenceObjective::run(Transformer& model, Activations& a, const MicroB
   return loss;
 }
 
+bool PreferenceObjective::adapter_off_reference() const {
+  return align_.loss.needs_reference() && align_.reference_source == ReferenceSource::AdapterOff;
+}
+
+void PreferenceObjective::before_staged(Transformer& model, Activations& a, const MicroBatch& batch,
+                                        bool /*train*/, const StagedForward& forward) {
+  if (!adapter_off_reference()) return;
+  // run()'s reference pass, its forward staged (the weights gathered as the
+  // policy's are): the base's log-probabilities before the policy's forward.
+  staged_ref_.assign(size_t(a.B), 0.0);
+  model.set_adapters_enabled(false);
+  forward([&] {
+    model.head_row_nll(a, batch.targets, staged_ref_);
+    return 0.0;
+  });
+  model.set_adapters_enabled(true);
+  for (double& v : staged_ref_) v = -v;
+}
+
 double PreferenceObjective::head_micro_batch(Transformer& model, Activations& a,
                                              const MicroBatch& batch, float grad_scale,
                                              bool train) {
-  NK_CHECK(!align_.loss.needs_reference() || align_.reference_source != ReferenceSource::AdapterOff,
-           "PreferenceObjective: align.reference=adapter_off has no staged form");
-  return head(model, a, batch, grad_scale, train, {});
+  std::vector<double> ref_logp;
+  if (adapter_off_reference()) {
+    NK_CHECK(staged_ref_.size() == size_t(a.B),
+             "PreferenceObjective: align.reference=adapter_off: head_micro_batch without "
+             "before_staged");
+    ref_logp = std::move(staged_ref_);
+    staged_ref_.clear();
+  }
+  return head(model, a, batch, grad_scale, train, std::move(ref_logp));
 }
 
 double PreferenceObjective::head(Transformer& model, Activations& a, const MicroBatch& batch,
@@ -137,7 +162,7 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
           pb.ref_logp[size_t(b)] = table[size_t(ds.sequence_of(batch.first_sample + b))];
         break;
       }
-      case ReferenceSource::AdapterOff:  // run() computed them before the policy's forward
+      case ReferenceSource::AdapterOff:  // run() or before_staged() computed them
         break;
       case ReferenceSource::Copy:
         if (!ref_acts_ || ref_acts_->B != B)

@@ -33,9 +33,11 @@ class PreferenceObjective : public TrainObjective {
   // rewards/accuracies (paired), logps/chosen, logps/rejected, kl (KTO),
   // nll_loss (with an NLL term).
   ObjectiveMetrics take_metrics(bool eval) override;
-  // Data parallel: the reference precomputed or a frozen copy (adapter_off
-  // needs adapters, which train on one process).
+  // Data parallel: every reference; adapter_off's log-probabilities come
+  // from before_staged's forward with the adapters off.
   bool staged() const override { return true; }
+  void before_staged(Transformer& model, Activations& a, const MicroBatch& batch, bool train,
+                     const StagedForward& forward) override;
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
 
@@ -45,6 +47,7 @@ class PreferenceObjective : public TrainObjective {
  private:
   double run(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
              bool train);
+  bool adapter_off_reference() const;  // a reference, the policy with its adapters off
   // After the policy's forward: the loss, its head backward (`train`) and
   // the figures. ref_logp: the reference's, when run() computed them.
   double head(Transformer& model, Activations& a, const MicroBatch& batch, float grad_scale,
@@ -56,6 +59,9 @@ class PreferenceObjective : public TrainObjective {
   std::vector<double> ref_train_, ref_valid_;  // precomputed, by sequence
   std::unique_ptr<Transformer> ref_model_;     // reference=copy
   std::unique_ptr<Activations> ref_acts_;
+  // reference=adapter_off, staged: before_staged's log-probabilities, taken
+  // by the next head_micro_batch (empty between them).
+  std::vector<double> staged_ref_;
   bool computed_reference_ = false;
   struct Sums {
     PreferenceFigures f;

@@ -5,6 +5,7 @@
 #include <thread>
 #include "align/align_config.h"
 #include "align/preference_objective.h"
+#include "align/reward_objective.h"
 
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
@@ -25,24 +26,6 @@ ConfigSchema align_schema() {
   });
 }
 
-// A template the data may not need (standard records): its error is given
-// by the first conversational record that does, naming that record.
-class MissingTemplate : public ChatTemplate {
- public:
-  explicit MissingTemplate(std::string why) : why_(std::move(why)) {}
-  std::string name() const override { return "(none)"; }
-  std::string jinja() const override { return ""; }
-
- protected:
-  std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>&, const ChatSpecials&, bool,
-                                       const nlohmann::ordered_json&) const override {
-    fail("{}", why_);
-  }
-
- private:
-  std::string why_;
-};
-
 int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi);
 
 }  // namespace
@@ -60,18 +43,30 @@ int cmd_align(const CommandArgs& a) {
         "  align.method=kto    KTO on unpaired {{prompt, completion, label}} records\n"
         "  align.method=orpo   ORPO (no reference model)\n"
         "  align.method=simpo  SimPO (no reference model)\n"
+        "  align.method=rm     a reward model: a score head (model.num_labels=1) in place of\n"
+        "                      the LM head, Bradley-Terry on the pairs (with a \"margin\"\n"
+        "                      per pair if the records have one); exported as HF's\n"
+        "                      *ForSequenceClassification, scored by nekton eval reward\n"
         "The reference (DPO, KTO): the base with its adapters off under peft.method, else\n"
         "log-probabilities precomputed once into OUT_DIR (align.reference). train.micro_batch\n"
         "and train.global_batch count rows, two per pair (KTO: per example), so both are even.\n"
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp; every\n"
-        "rank reads whole pairs.\n\n{}",
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp (not with\n"
+        "peft.method: adapters run data parallel); every rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
-  const Config c = Config::load(schema, a.config_path, a.overrides);
+  Config c = Config::load(schema, a.config_path, a.overrides);
+  // A reward model is a sequence classifier of one label (its score head in
+  // place of the LM head), whatever train.init_from is.
+  if (c.get_string("align.method") == "rm") {
+    const int64_t n = c.get_int("model.num_labels");
+    if (n != 0 && n != 1)
+      fail("model.num_labels: {} with align.method=rm, which trains one reward (1)", n);
+    c.set("model.num_labels", "1", "align.method=rm");
+  }
   TrainConfig cfg = train_config_from(c, false);
   AlignConfig ac;
   {
@@ -91,8 +86,6 @@ int cmd_align(const CommandArgs& a) {
         "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
         "--nproc N or under mpirun",
         m.tp, m.dp);
-  if (cfg.peft.adapters() && (a.nproc > 0 || dist::launched_by_mpi()))
-    fail("peft.method: adapters train on one process for now (nekton align --nproc / mpirun)");
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(
@@ -155,13 +148,9 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
   } catch (const Error& e) {
     throw e.with_context("data.tokenizer");
   }
-  std::shared_ptr<const ChatTemplate> tmpl;
-  try {
-    tmpl = chat_template_for(cfg.data.chat_template, cfg.init_from);
-  } catch (const Error& e) {
-    tmpl = std::make_shared<MissingTemplate>(
-        fmt::format("a chat record needs a template: data.chat_template: {}", e.what()));
-  }
+  // Standard (string) records need no template.
+  const std::shared_ptr<const ChatTemplate> tmpl =
+      chat_template_if_any(cfg.data.chat_template, cfg.init_from, "data.chat_template");
   // The tokenizer's bos and eos, and the special tokens the model's
   // tokenizer_config.json names (for a Jinja template).
   const ChatSpecials specials = chat_specials(*tok, cfg.init_from);
@@ -181,8 +170,12 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
       NK_WARN("{} (longer than train.seq_len = {}; align.max_prompt_length = {})", d->summary(),
               cfg.seq_len, ac.data.max_prompt_length);
   cfg.extra_data_signature = ac.signature();
-  auto objective =
-      std::make_shared<PreferenceObjective>(cfg, ac, train, valid, std::max(0, tok->eod_id()));
+  const int32_t pad = std::max(0, tok->eod_id());
+  std::shared_ptr<TrainObjective> objective;
+  if (ac.reward_model)
+    objective = std::make_shared<RewardObjective>(cfg, ac, train, valid, pad);
+  else
+    objective = std::make_shared<PreferenceObjective>(cfg, ac, train, valid, pad);
   Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{}, objective);
   trainer.run();
   return 0;

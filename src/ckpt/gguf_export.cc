@@ -217,6 +217,11 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   if (ga.empty())
     fail("GGUF export does not support the {} architecture yet; '{}' is {} (config.json arch)",
          arch.display_name(), model_dir, c.arch);
+  if (c.classifier())
+    fail(
+        "model '{}' is a sequence classifier (num_labels = {}: a reward or attribute model); "
+        "GGUF export writes causal LMs only (export it with nekton export hf)",
+        model_dir, c.num_labels);
   if (c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
     fail(
         "model '{}' uses sliding-window attention ({} positions); llama.cpp's {} architecture "

@@ -5,6 +5,7 @@
 #include "ckpt/hf_files.h"
 #include "ckpt/hf_io.h"
 #include "core/json.h"
+#include "core/limits.h"
 
 namespace nk {
 
@@ -24,13 +25,49 @@ std::optional<DType> parse_torch_dtype(const HfConfigReader& h) {
 struct HfClass {
   std::string cls, model_type;
   const Architecture* arch;
+  bool classifier = false;  // *ForSequenceClassification
 };
 
 std::vector<HfClass> hf_classes() {
   std::vector<HfClass> all;
-  for (const Architecture* a : architectures())
+  for (const Architecture* a : architectures()) {
     for (const auto& [cls, type] : a->hf_classes()) all.push_back({cls, type, a});
+    if (std::string cls = a->hf_classifier_class(); !cls.empty())
+      all.push_back({cls, a->hf_classes().front().second, a, true});
+  }
   return all;
+}
+
+// A classifier's outputs: id2label's names in id order (num_labels of
+// them), else `num_labels`, else HF's PretrainedConfig default of 2.
+void read_labels(const HfConfigReader& h, ModelConfig& c) {
+  if (h.has("id2label")) {
+    const json& m = h.at("id2label");
+    if (!m.is_object() || m.empty())
+      h.fail_at("field 'id2label' must be an object of id -> name, got " + m.dump());
+    std::vector<std::string> names(m.size());
+    for (const auto& [id, name] : m.items()) {
+      size_t at = 0;
+      int64_t i = -1;
+      try {
+        i = std::stoll(id, &at);
+      } catch (const std::exception&) {
+      }
+      if (at != id.size() || i < 0 || i >= int64_t(names.size()) || !name.is_string() ||
+          !names[size_t(i)].empty())
+        h.fail_at(fmt::format(
+            "field 'id2label' must map the ids 0..{} to names once each, got \"{}\": {}",
+            names.size() - 1, id, name.dump()));
+      names[size_t(i)] = name.get<std::string>();
+    }
+    c.num_labels = int64_t(names.size());
+    c.labels = std::move(names);
+  } else {
+    c.num_labels = h.has("num_labels") ? h.positive("num_labels", limits::kLabels, "labels") : 2;
+  }
+  if (h.has("num_labels") && h.integer("num_labels") != c.num_labels)
+    h.fail_at(fmt::format("field 'num_labels' = {} but 'id2label' names {} labels",
+                          h.integer("num_labels"), c.num_labels));
 }
 
 }  // namespace
@@ -38,9 +75,19 @@ std::vector<HfClass> hf_classes() {
 ojson hf::config_object(const ModelConfig& c, DType dtype) {
   const Architecture& a = c.architecture();
   ojson j;
-  j["architectures"] = {a.hf_classes().front().first};
+  j["architectures"] = {c.classifier() ? a.hf_classifier_class() : a.hf_classes().front().first};
   j["model_type"] = a.hf_classes().front().second;
   a.hf_write_config(c, j);
+  if (c.classifier()) {
+    ojson id2label = ojson::object(), label2id = ojson::object();
+    for (int64_t i = 0; i < c.num_labels; ++i) {
+      const std::string name = c.labels.empty() ? fmt::format("LABEL_{}", i) : c.labels[size_t(i)];
+      id2label[std::to_string(i)] = name;
+      label2id[name] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
   j["vocab_size"] = c.vocab_size;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["initializer_range"] = c.init_std;
@@ -84,6 +131,7 @@ HfModelInfo hf_model_info_from_json(const std::string& text, const std::string& 
          where, model_type, info.architecture, known->model_type);
   info.config.arch = known->arch->name();
   known->arch->hf_read_config(h, info.config);
+  if (known->classifier) read_labels(h, info.config);
   info.torch_dtype = parse_torch_dtype(h);
   try {
     info.config.validate("");
@@ -99,7 +147,7 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
 
 std::vector<std::string> nekton_param_names(const ModelConfig& c) {
   std::vector<std::string> names;
-  for (const ExternalTensor& e : c.architecture().hf_tensors(c, ""))
+  for (const ExternalTensor& e : hf_model_tensors(c, ""))
     if (names.empty() || names.back() != e.param) names.push_back(e.param);
   return names;
 }

@@ -118,7 +118,7 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
     fail("export: dtype {} cannot store weights (use bf16, f16 or f32)", dtype_name(dtype));
   if (opt.max_shard_bytes == 0) fail("export: the maximum shard size must be positive");
 
-  const std::vector<ExternalTensor> map = arch.hf_tensors(cfg, prefix);
+  const std::vector<ExternalTensor> map = hf_model_tensors(cfg, prefix);
   const ParamLayout layout = model_layout(cfg);
   for (size_t i = 0; i < map.size() && !merged; ++i) {
     if (i > 0 && map[i].param == map[i - 1].param) continue;

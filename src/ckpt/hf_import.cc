@@ -53,7 +53,7 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
   if (!prefix.empty() && std::none_of(present.begin(), present.end(),
                                       [&](const std::string& n) { return n.starts_with(prefix); }))
     prefix = "";
-  const std::vector<ExternalTensor> map = arch.hf_tensors(cfg, prefix);
+  const std::vector<ExternalTensor> map = hf_model_tensors(cfg, prefix);
   const ParamLayout layout = model_layout(cfg);
 
   // Check every tensor before reading any.

@@ -35,6 +35,11 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"init_std", c.init_std}};
   // Only when set, so the config of a model without one stays as it was.
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  // A sequence classifier (reward or attribute model).
+  if (c.classifier()) {
+    j["num_labels"] = c.num_labels;
+    if (!c.labels.empty()) j["labels"] = c.labels;
+  }
   // Only when set, so that the files of unscaled models keep their bytes.
   if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   // A model with LoRA adapters in its weights (a fine-tuning run's).
@@ -83,6 +88,8 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
+  if (j.contains("num_labels")) get("num_labels", c.num_labels);
+  if (j.contains("labels")) get("labels", c.labels);
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
   if (j.contains("lora")) {
     const json& l = j["lora"];
@@ -190,12 +197,12 @@ ModelConfig read_model_config(const std::string& dir) {
 
 namespace {
 
-// Every tensor `layout` needs is in `file` with its shape (adapters may be
-// missing when keep_adapters), checked before any memory is sized from it.
-void check_model_file(const SafetensorsFile& file, const ParamLayout& layout, bool keep_adapters) {
+// Every tensor `layout` needs is in `file` with its shape (those a run adds
+// to a base may be missing when keep_added), checked before any memory is sized from it.
+void check_model_file(const SafetensorsFile& file, const ParamLayout& layout, bool keep_added) {
   for (const ParamInfo& p : layout.params()) {
     if (!file.has(p.name)) {
-      if (keep_adapters && p.adapter) continue;
+      if (keep_added && added_to_base(p)) continue;
       fail("{}: missing tensor '{}'", file.path(), p.name);
     }
     const auto& e = file.entry(p.name);
@@ -207,11 +214,11 @@ void check_model_file(const SafetensorsFile& file, const ParamLayout& layout, bo
 
 }  // namespace
 
-void load_weights(Transformer& model, const std::string& dir, bool keep_adapters,
+void load_weights(Transformer& model, const std::string& dir, bool keep_added,
                   bool allow_nonfinite) {
   std::string st_path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsFile file = SafetensorsFile::open(st_path);
-  check_model_file(file, model.layout(), keep_adapters);
+  check_model_file(file, model.layout(), keep_added);
   for (const ParamInfo& p : model.layout().params()) {
     if (!file.has(p.name)) continue;  // an adapter kept (checked above)
     Tensor t = file.get(p.name);

@@ -29,9 +29,10 @@ ModelConfig read_model_config(const std::string& dir);
 std::string model_folder_name(const std::string& dir);
 // Sets `model`'s parameters from DIR/model.safetensors one tensor at a time
 // (Transformer::set_param: no second copy of the model, NF4 quantised as it
-// is read), with the checks of load_model. keep_adapters: adapter parameters
-// the file lacks keep their values (a base for new adapters).
-void load_weights(Transformer& model, const std::string& dir, bool keep_adapters = false,
+// is read), with the checks of load_model. keep_added: the parameters a run
+// adds to a base (added_to_base: adapters, a classifier's score head) that
+// the file lacks keep their values.
+void load_weights(Transformer& model, const std::string& dir, bool keep_added = false,
                   bool allow_nonfinite = false);
 
 // The check every reader of weights runs (saved models, Hugging Face

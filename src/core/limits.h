@@ -20,6 +20,7 @@ inline constexpr int64_t kVocab = int64_t(1) << 22;        // token ids per voca
 inline constexpr int64_t kSeqLen = int64_t(1) << 24;       // positions per sequence (16M)
 inline constexpr int64_t kLayers = int64_t(1) << 12;       // transformer layers
 inline constexpr int64_t kHeads = int64_t(1) << 12;        // attention (and key/value) heads
+inline constexpr int64_t kLabels = int64_t(1) << 12;       // a classifier's outputs (num_labels)
 inline constexpr int64_t kHidden = int64_t(1) << 17;       // d_model
 inline constexpr int64_t kFfn = int64_t(1) << 20;          // MLP inner size
 inline constexpr int64_t kBatch = int64_t(1) << 24;        // sequences per batch or step

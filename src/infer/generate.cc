@@ -80,6 +80,7 @@ namespace {
 // The ids sampled and reported: the tokenizer's (Sampler: a model's rows past
 // them are padding), or every row of the model without a tokenizer.
 int64_t token_vocab(const Transformer& model, const Tokenizer* tok) {
+  model.need_lm_head("generate");
   const int64_t V = model.config().vocab_size;
   if (!tok) return V;
   if (tok->vocab_size() > V)

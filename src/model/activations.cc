@@ -45,7 +45,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // This rank's share of the heads, MLP units and (padded) vocabulary (all of
   // them at tp 1).
   const int64_t t = tp.size(), C = c.d_model, HD = c.n_head * c.head_dim() / t,
-                up = c.mlp_up_dim() / t, F = c.d_ff / t, V = c.padded_vocab_size(t) / t;
+                up = c.mlp_up_dim() / t, F = c.d_ff / t,
+                V = c.classifier() ? c.num_labels : c.padded_vocab_size(t) / t;
   auto alloc = [&](Shape shape, DType dtype) {
     Tensor x = Tensor::empty(std::move(shape), dtype, device);
     bytes_ += int64_t(x.nbytes());

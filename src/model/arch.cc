@@ -57,6 +57,20 @@ std::string gguf_norm_eps_key(const BlockSpec& spec) {
   return spec.rms_norm ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon";
 }
 
+std::string Architecture::hf_classifier_class() const {
+  const std::string lm = "ForCausalLM", cls = hf_classes().front().first;
+  if (!cls.ends_with(lm)) return "";
+  return cls.substr(0, cls.size() - lm.size()) + "ForSequenceClassification";
+}
+
+std::vector<ExternalTensor> hf_model_tensors(const ModelConfig& c, const std::string& prefix) {
+  std::vector<ExternalTensor> t = c.architecture().hf_tensors(c, prefix);
+  if (!c.classifier()) return t;
+  std::erase_if(t, [](const ExternalTensor& e) { return e.param == "lm_head.weight"; });
+  t.push_back({"score.weight", "score.weight", "", false, 0});
+  return t;
+}
+
 ParamLayout model_layout(const ModelConfig& c, const std::vector<std::string>& frozen,
                          const std::vector<std::string>& quantized) {
   c.validate();  // bounded shapes (core/limits.h) before anything is sized from them
@@ -100,7 +114,10 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     if (spec.proj_bias) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
   }
   norm("ln_f");
-  if (!c.tied_embeddings) p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, vocab);
+  if (c.classifier())  // HF's *ForSequenceClassification: `score`, no LM head
+    p.add("score.weight", {c.num_labels, C}, Init::Normal, std);
+  else if (!c.tied_embeddings)
+    p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, vocab);
 }
 
 // ---- HfConfigReader ----

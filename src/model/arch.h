@@ -99,6 +99,11 @@ class Architecture {
   // The HF tensors of a model, in checkpoint order, under tensor prefix `prefix`.
   virtual std::vector<ExternalTensor> hf_tensors(const ModelConfig& c,
                                                  const std::string& prefix) const = 0;
+  // The Hugging Face class of this architecture's sequence classifiers (a
+  // score head in place of the LM head: ModelConfig::num_labels), or "" if
+  // none. By default the first class's "ForCausalLM" made
+  // "ForSequenceClassification" (LlamaForSequenceClassification, ...).
+  virtual std::string hf_classifier_class() const;
   // The prefix HF checkpoints of this architecture may put before tensor names
   // ("transformer." for GPT-2); "" if none.
   virtual std::string hf_tensor_prefix() const { return ""; }
@@ -118,6 +123,11 @@ class Architecture {
 const Architecture& find_architecture(const std::string& name);
 const std::vector<const Architecture*>& architectures();
 std::vector<std::string> architecture_names();
+
+// The HF tensors of a model of c (Architecture::hf_tensors): a sequence
+// classifier's with its `score.weight` (no prefix, as HF's
+// *ForSequenceClassification names it) in place of the LM head.
+std::vector<ExternalTensor> hf_model_tensors(const ModelConfig& c, const std::string& prefix);
 
 // The finished parameter layout of a model of c's architecture, with the
 // parameters named in `frozen` frozen (see ParamLayout::freeze) and those in

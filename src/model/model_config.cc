@@ -54,6 +54,11 @@ void ModelConfig::validate(const std::string& p) const {
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
+  if (num_labels < 0)
+    fail("{}num_labels: must be 0 (a causal LM) or positive, got {}", p, num_labels);
+  check_limit("", p + "num_labels", num_labels, limits::kLabels, "labels");
+  if (!labels.empty() && int64_t(labels.size()) != num_labels)
+    fail("{}labels: {} names for num_labels = {}", p, labels.size(), num_labels);
   if (a->block().learned_positions && rope_scaling.enabled())
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");
@@ -166,6 +171,14 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.sliding_window", m.sliding_window, -1,
                 "override: sliding-window attention over this many positions (0 = full; -1 = "
                 "preset's)");
+  b.bind_unless("model.num_labels", m.num_labels, 0,
+                "a sequence classifier with this many outputs (a score head in place of the LM "
+                "head: 1 for a reward model, one per attribute for SteerLM's); 0 = a causal LM");
+  b.bind_with<std::string>("model.labels", "",
+                           "the classifier's output names, comma-separated (HF's id2label)",
+                           [&](const std::string& t) {
+                             if (!t.empty()) m.labels = split_commas(t);
+                           });
   b.bind_with<std::string>("model.tied_embeddings", "",
                            "override: true/false, share embedding and LM head",
                            [&](const std::string& t) {

@@ -35,6 +35,13 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
   bool tied_embeddings = true;
   double init_std = 0.02;
+  // A sequence classifier (Hugging Face's *ForSequenceClassification): 0 is
+  // a causal LM with its LM head; >= 1 replaces the head with `score`
+  // [num_labels, d_model], read at each sequence's last token: a reward
+  // model (1 label) or an attribute model (SteerLM: one per attribute).
+  // `labels` names them (HF's id2label), empty or num_labels of them.
+  int64_t num_labels = 0;
+  std::vector<std::string> labels;
   // Megatron's --make-vocab-size-divisible-by: under tensor parallelism the
   // embedding and head are padded with zero rows to a multiple of this x tp
   // (padded_vocab_size), which the cross-entropy never scores. Not saved
@@ -53,6 +60,9 @@ struct ModelConfig {
   // The fields bind_model_keys derived from overridden ones (for nekton
   // train --print-config); not saved with the model.
   std::vector<DerivedField> derived;
+  bool classifier() const { return num_labels > 0; }
+  // Whether the LM head is the token embedding (a classifier has no LM head).
+  bool head_tied() const { return tied_embeddings && !classifier(); }
   bool has_adapters() const {
     return lora.enabled() || ia3.enabled() || bottleneck.enabled() || prompt.enabled();
   }

@@ -110,6 +110,7 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
                              float grad_scale) {
   check_shape(targets, {a.B, a.T}, "targets");
   NK_CHECK(stage_.head, "head_loss: this pipeline stage holds no head");
+  need_lm_head("the language-model loss");
   NK_CHECK(!backward || a.dres.defined(), "head_loss: backward needs training activations");
   final_norm_forward(a);
   int64_t N = a.B * a.T;
@@ -139,6 +140,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
                             double* row_nll) {
   check_shape(targets, {a.B, a.T}, "targets");
   NK_CHECK(stage_.head, "head_rows: this pipeline stage holds no head");
+  need_lm_head("sequence log-probabilities");
   const bool backward = scale != nullptr;
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
   NK_CHECK(!tp_.sp(), "head_rows: per-row sums under sequence parallelism");
@@ -179,6 +181,60 @@ void Transformer::head_row_backward(Activations& a, const Tensor& targets,
   NK_CHECK(int64_t(row_scale.size()) == a.B, "head_row_backward: {} scales for {} rows",
            row_scale.size(), a.B);
   head_rows(a, targets, row_scale.data(), nullptr);
+}
+
+void Transformer::need_lm_head(const char* what) const {
+  if (cfg_.classifier())
+    fail(
+        "{}: a sequence classifier (num_labels = {}: a reward or attribute model) has a score "
+        "head, "
+        "not an LM head; it scores sequences (nekton eval reward) and does not generate",
+        what, cfg_.num_labels);
+}
+
+std::pair<Tensor, Tensor> Transformer::score_row(Activations& a, std::span<const int64_t> last,
+                                                 int64_t b) {
+  NK_CHECK(last[size_t(b)] >= 0 && last[size_t(b)] < a.T, "score: row {}'s last position {} of {}",
+           b, last[size_t(b)], a.T);
+  const int64_t n = cfg_.num_labels;
+  return {nn::rows(a.lnf).narrow0(b * a.T + last[size_t(b)], 1),
+          a.logits.view({-1}).narrow0(0, n).view({1, n})};
+}
+
+void Transformer::score_forward(Activations& a, std::span<const int64_t> last,
+                                std::span<float> scores) {
+  NK_CHECK(cfg_.classifier(), "score_forward: the model has no score head");
+  NK_CHECK(stage_.head && !tp_.active(), "score_forward: a whole head on one process");
+  const int64_t n = cfg_.num_labels;
+  NK_CHECK(int64_t(last.size()) == a.B && int64_t(scores.size()) == a.B * n,
+           "score_forward: {} positions and {} scores for {} rows of {} labels", last.size(),
+           scores.size(), a.B, n);
+  final_norm_forward(a);
+  for (int64_t b = 0; b < a.B; ++b) {
+    auto [x, y] = score_row(a, last, b);
+    head_.forward(y, x);
+    ops::copy_to_host(y, scores.data() + b * n);
+  }
+}
+
+void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
+                                 std::span<const float> dscores) {
+  NK_CHECK(cfg_.classifier() && a.dres.defined(),
+           "score_backward: a score head and training activations");
+  const int64_t n = cfg_.num_labels;
+  NK_CHECK(int64_t(last.size()) == a.B && int64_t(dscores.size()) == a.B * n,
+           "score_backward: {} positions and {} gradients for {} rows of {} labels", last.size(),
+           dscores.size(), a.B, n);
+  // Only the scored positions get a gradient from the head.
+  ops::fill(a.dln, 0.f);
+  for (int64_t b = 0; b < a.B; ++b) {
+    auto [x, dy] = score_row(a, last, b);
+    ops::copy_from_host(dy, dscores.data() + b * n);
+    head_.backward(nn::rows(a.dln).narrow0(b * a.T + last[size_t(b)], 1), dy, x);
+  }
+  ops::fill(a.dres, 0.f);
+  norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+  flush_grads(head_unit());
 }
 
 void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
@@ -260,6 +316,7 @@ float Transformer::forward_backward(Activations& a, const Tensor& tokens, const 
 void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tensor logits,
                                      const PackedBatchInfo* packed) {
   NK_CHECK(!tp_.active(), "forward_all_logits: the logits are split under tensor parallelism");
+  need_lm_head("logits");
   int64_t N = a.B * a.T;
   check_shape(logits, {N, cfg_.vocab_size}, "logits");
   forward_body(a, tokens, packed);
@@ -273,6 +330,7 @@ void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tenso
 
 void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tensor logits) {
   NK_CHECK(!tp_.active(), "forward_last_logits: the logits are split under tensor parallelism");
+  need_lm_head("logits");
   check_shape(logits, {a.B, cfg_.vocab_size}, "logits");
   forward_body(a, tokens, nullptr);
   // Gather the last position of each sequence, then one small head product.

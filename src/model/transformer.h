@@ -37,9 +37,10 @@ struct PackedBatchInfo {
 // Random: GPT-2/Megatron-style initialisation from the seed. Zeros: all
 // weights 0, for callers that load the weights next (no wasted init: 4.6 s
 // single-threaded for GPT-2 124M); they call sync_compute_params() after.
-// Adapters: the adapters (LoRA, IA3) from the seed, as Random would, the
-// base 0 (to be loaded).
-enum class ParamInit { Random, Zeros, Adapters };
+// Added: what a run adds to a base model folder (ParamInfo::added: adapters,
+// a classifier's score head) from the seed, as Random would, the base 0 (to
+// be loaded).
+enum class ParamInit { Random, Zeros, Added };
 
 // Activation recompute (Korthikanti et al., 2022), per layer: what its
 // forward keeps for its backward. The gradients are the same bits.
@@ -89,6 +90,12 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 // positions, and the token embedding only without learned positions (the
 // quantised embedding lookup adds none).
 bool block_quantizable(const ParamLayout& layout, const ParamInfo& p);
+// Whether a run may add p to a base model that lacks it (ParamInit::Added):
+// an adapter's parameter, or a sequence classifier's score head (a reward
+// model started from a causal LM).
+inline bool added_to_base(const ParamInfo& p) {
+  return p.adapter || p.name == "score.weight";
+}
 
 // The part of the model one pipeline rank holds (parallel/pipeline_parallel.h):
 // its layer ranges (one, or with the interleaved schedule one per virtual
@@ -285,6 +292,21 @@ class Transformer {
   // are not run again), writes d residual(n_layer) into a.residual_grad()
   // and accumulates the head's and final norm's gradients. row_scale [B].
   void head_row_backward(Activations& a, const Tensor& targets, std::span<const float> row_scale);
+  // nk::Error unless the model has an LM head (it is not a sequence
+  // classifier), naming `what` ("generation").
+  void need_lm_head(const char* what) const;
+  // A sequence classifier's head (config().classifier(): a reward or
+  // attribute model). scores [B * num_labels], row-major: the final norm and
+  // the score head at position last[b] of each row b, over a.residual(n_layer)
+  // as the caller's forward left it (HF's *ForSequenceClassification reads
+  // the last non-padding token; the caller names it).
+  void score_forward(Activations& a, std::span<const int64_t> last, std::span<float> scores);
+  // The backward of sum_b,j dscores[b * num_labels + j] * scores[b, j] over
+  // the last score_forward: writes d residual(n_layer) into
+  // a.residual_grad() and accumulates the score head's and final norm's
+  // gradients.
+  void score_backward(Activations& a, std::span<const int64_t> last,
+                      std::span<const float> dscores);
   // d residual(last) -> d residual(first), in a.residual_grad(); accumulates
   // the blocks' parameter gradients. Needs training activations.
   void blocks_backward(Activations& a, int64_t first, int64_t last,
@@ -322,6 +344,10 @@ class Transformer {
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
   // (when given) receives the per-row sums.
   void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll);
+  // Each of score_forward's rows: row b's position last[b] in a.lnf and its
+  // logits buffer, [1, C] and [1, num_labels].
+  std::pair<Tensor, Tensor> score_row(Activations& a, std::span<const int64_t> last, int64_t b);
+
   // One chunk of rows of the head and cross-entropy (head_loss, head_rows).
   void head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg, int64_t r,
                   int64_t n, bool backward, float scale);

@@ -10,6 +10,7 @@ namespace nk {
 void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
   NK_CHECK(stage_.whole(cfg_), "forward_cached on one pipeline stage");
   NK_CHECK(!tp_.active(), "forward_cached: inference under tensor parallelism is not supported");
+  need_lm_head("generation");
   const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
   const int64_t M = kc.shape().table_width(), Q = int64_t(st.block_table.size()) / M;
   NK_CHECK(N > 0 && N <= kc.max_tokens(),

@@ -49,9 +49,10 @@ std::vector<ops::QuantWeight> quant_storage(const ParamInfo& p, const std::vecto
 }  // namespace
 
 bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const {
-  if (name == "wte") return embedding || (head && cfg.tied_embeddings);
+  if (name == "wte") return embedding || (head && cfg.head_tied());
   if (name == "wpe") return embedding;
-  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return head;
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.") || name.starts_with("score."))
+    return head;
   if (name.starts_with("h.")) {
     return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
   }
@@ -61,6 +62,11 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
+  if (cfg.classifier())
+    fail(
+        "parallel.tp = {}: a sequence classifier (reward model, num_labels = {}) runs without "
+        "tensor parallelism for now",
+        tp, cfg.num_labels);
   // The vocabulary needs no divisibility: its rows are padded
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
@@ -149,7 +155,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
     const ParamInfo& g = global_layout_.params()[i];
     if (!layout_.has(g.name)) continue;  // another pipeline stage's
     const ParamInfo& p = layout_.find(g.name);
-    if (init == ParamInit::Adapters && !p.adapter) continue;
+    if (init == ParamInit::Added && !added_to_base(p)) continue;
     whole_value.assign(size_t(g.numel()), g.init == Init::Ones ? 1.f : 0.f);
     Rng rng(seed * 1000003ull + i);
     if (g.init == Init::Normal)
@@ -271,7 +277,8 @@ void Transformer::zero_grads() {
 
 int64_t GradStaging::unit_of(const ModelConfig& cfg, const std::string& name) {
   if (name.starts_with("h.")) return std::stoll(name.substr(2, name.find('.', 2) - 2));
-  if (name.starts_with("ln_f.") || name.starts_with("lm_head.")) return cfg.n_layer;
+  if (name.starts_with("ln_f.") || name.starts_with("lm_head.") || name.starts_with("score."))
+    return cfg.n_layer;
   return cfg.n_layer + 1;  // wte, wpe, the prompt
 }
 
@@ -286,7 +293,7 @@ GradStaging plan_grad_staging(const ModelConfig& cfg, const ParamLayout& layout)
   for (const ParamInfo& p : layout.params()) {
     if (!p.trainable) continue;
     add(p, GradStaging::unit_of(cfg, p.name));
-    if (p.name == "wte" && cfg.tied_embeddings) add(p, cfg.n_layer);  // the tied head's use
+    if (p.name == "wte" && cfg.head_tied()) add(p, cfg.n_layer);  // the tied head's use
   }
   g.elems = *std::max_element(size.begin(), size.end());
   return g;
@@ -461,21 +468,22 @@ void Transformer::bind_views() {
   norm_f_ = nn::Norm();
   head_ = nn::Linear();
   if (stage_.head) norm_f_ = norm("ln_f");
-  if (stage_.head && cfg_.tied_embeddings) {
+  if (stage_.head && cfg_.head_tied()) {
     head_.w = embed_.wte;
     head_.wq = embed_.wte_q;
     if (embed_.wte_quant.defined()) head_.wquant = {embed_.wte_quant};
     if (embed_.dwte.defined()) head_.dw = grad_view(layout_.find("wte"), head_unit());
   } else if (stage_.head) {
-    head_ = linear("lm_head");
+    head_ = linear(cfg_.classifier() ? "score" : "lm_head");
   }
   // Vocabulary padding (tensor parallel): the head scores only this rank's
   // real rows, so the padding's logits never exist, the cross-entropy's
   // softmax is over vocab_size ids exactly as in one process, and the zero
   // padding rows get no gradient and stay zero. A rank holding padding only
   // scores nothing (head_scored_rows_ = 0).
-  head_scored_rows_ =
-      std::clamp<int64_t>(cfg_.vocab_size - embed_.vocab_start, 0, cfg_.padded_vocab_size(t) / t);
+  head_scored_rows_ = cfg_.classifier() ? cfg_.num_labels
+                                        : std::clamp<int64_t>(cfg_.vocab_size - embed_.vocab_start,
+                                                              0, cfg_.padded_vocab_size(t) / t);
   if (stage_.head && tp_.active() && head_scored_rows_ < cfg_.padded_vocab_size(t) / t) {
     head_.w = head_.w.narrow0(0, head_scored_rows_);
     if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_scored_rows_);

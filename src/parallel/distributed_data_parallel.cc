@@ -22,7 +22,7 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
     for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, comm_);
   master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
   unit_buckets_ = stage_buckets(model_.layout(), model_.config().n_layer,
-                                model_.config().tied_embeddings, buckets_);
+                                model_.config().head_tied(), buckets_);
   param_gathers_.resize(buckets_.size());
 }
 
@@ -134,7 +134,12 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
       poll();
     }
   }
-  model_.embed_backward(a, tokens, packed);  // reads no weights: nothing to gather
+  // The embeddings' backward reads no weights, but p-tuning's prompt encoder
+  // (in the embeddings' unit) runs its backward there.
+  const bool prompt = model_.config().prompt.enabled();
+  if (prompt) use(embed_stage(L), -1);
+  model_.embed_backward(a, tokens, packed);
+  if (prompt) done(embed_stage(L));
   if (!reduce) return loss;
   launch_ready(embed_stage(L));
   NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",

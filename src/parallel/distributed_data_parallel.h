@@ -51,7 +51,9 @@ class DistributedDataParallel {
  public:
   // `grads` reduces the gradients (the "dp-cp" group); both must outlive this.
   // Collective: broadcasts group rank 0's weights, so the replicas start equal
-  // even if they were made differently.
+  // even if they were made differently. Only those with f32 masters: a frozen
+  // base held without them (bf16 or NF4 under adapters) must be the same on
+  // every rank already (train.init_from's, or drawn from the seed).
   DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg);
 
   // One micro-batch: forward, loss and backward, gradients ACCUMULATING

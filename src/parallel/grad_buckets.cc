@@ -30,6 +30,10 @@ std::vector<int64_t> grad_ready_stages(const ParamLayout& layout, int64_t n_laye
     if (l >= 0) {
       seen_block = true;
       stage[i] = block_stage(n_layer, l);
+    } else if (ps[i].name.starts_with("prompt.")) {
+      // p-tuning's prompt (its table and encoder) is laid out after the blocks,
+      // but embed_backward writes its gradient.
+      stage[i] = embed_stage(n_layer);
     } else {
       stage[i] = seen_block ? kHeadStage : embed_stage(n_layer);  // after the blocks: the head
     }

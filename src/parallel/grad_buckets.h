@@ -26,7 +26,8 @@ namespace nk::parallel {
 // after block l (blocks_backward of layer l), L + 1 after the embeddings
 // (embed_backward; a tied embedding also gets the head's gradient, so it is
 // final only here). Read from the layout's model order: the parameters before
-// the first "h.N." one are the embeddings, the ones after the last are the head.
+// the first "h.N." one are the embeddings, the ones after the last are the head,
+// except p-tuning's "prompt.*" (laid out last): the embeddings' stage.
 std::vector<int64_t> grad_ready_stages(const ParamLayout& layout, int64_t n_layer);
 inline int64_t num_backward_stages(int64_t n_layer) {
   return n_layer + 2;

@@ -298,7 +298,7 @@ double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& target
 }
 
 void PipelineParallel::reduce_embedding_grads() {
-  if (!embedding_ || embedding_->size() < 2 || !model_.config().tied_embeddings) return;
+  if (!embedding_ || embedding_->size() < 2 || !model_.config().head_tied()) return;
   const ParamInfo& p = model_.layout().find("wte");
   if (p.trainable) embedding_->all_reduce(ParamLayout::view(model_.grads(), p));
 }

@@ -68,7 +68,7 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
     : model_(model),
       comm_(comm),
       buckets_(std::move(buckets)),
-      units_(stage_buckets(model.layout(), model.config().n_layer, model.config().tied_embeddings,
+      units_(stage_buckets(model.layout(), model.config().n_layer, model.config().head_tied(),
                            buckets_)),
       state_(buckets_.size(), State::Released),
       work_(buckets_.size()) {

@@ -43,8 +43,11 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
                                             const char* key) {
   const std::string dir = is_hf_model_folder(from) ? imported_base_dir(cfg) : from;
   const ModelConfig saved = read_model_config(dir);
-  // A base for this run's adapters gains them, initialised from the seed.
+  // A base for this run's adapters gains them, initialised from the seed;
+  // so does a causal LM made a sequence classifier (a reward model): its
+  // score head replaces the LM head.
   const bool add_adapters = cfg.model.has_adapters() && !saved.has_adapters();
+  const bool add_score = cfg.model.classifier() && !saved.classifier();
   ModelConfig want = cfg.model;
   if (add_adapters) {
     want.lora = LoraConfig();
@@ -52,12 +55,17 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     want.bottleneck = BottleneckConfig();
     want.prompt = PromptConfig();
   }
+  if (add_score) {
+    want.num_labels = 0;
+    want.labels.clear();
+  }
   if (model_config_to_json(saved) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
+  const bool added = add_adapters || add_score;
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
-                                         add_adapters ? ParamInit::Adapters : ParamInit::Zeros,
-                                         cfg.frozen, cfg.device, cfg.frozen_weights);
-  load_weights(*m, dir, add_adapters);
+                                         added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
+                                         cfg.device, cfg.frozen_weights);
+  load_weights(*m, dir, added);
   return m;
 }
 
@@ -238,9 +246,13 @@ std::string save_sharded_train_checkpoint(const TrainConfig& cfg, Transformer& m
     }
   }
   for (auto& t : sq) shard.tensors.push_back(std::move(t));
-  if (group.rank() == 0)  // frozen parameters: whole on every rank, written by rank 0
+  // Frozen parameters: whole on every rank, written by rank 0; a base held
+  // otherwise than as masters (LoRA's in bf16, QLoRA's NF4) is
+  // train.init_from's, read from there again on resume, as checkpoint_contents
+  // leaves it out.
+  if (group.rank() == 0)
     for (const ParamInfo& p : model.layout().params())
-      if (!p.trainable) {
+      if (!p.trainable && model.frozen_weights() == FrozenWeights::Master) {
         weights.pieces[p.name] = FlatPiece{p.shape, 0, p.numel()};
         weights.tensors.emplace_back(p.name,
                                      ParamLayout::view(model.params(), p).view({p.numel()}));
@@ -305,7 +317,10 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   } else if (!whole) {
     const ParamLayout trainable = trainable_layout(layout);
     Tensor masters = out.model->params().narrow0(0, trainable.total());
-    read_flat_tensors(r.model(), trainable, "", masters);
+    if (r.model_shards().empty())
+      read_flat_tensors(r.model(), trainable, "", masters);
+    else  // FSDP's: each rank's blocks of the trainable ones
+      read_pieces(r, r.model_shards(), trainable, {{"", &masters}}, [](const SafetensorsFile&) {});
     for (const ParamInfo& p : trainable.params())
       check_finite(ParamLayout::view(masters, p), "checkpoint '" + dir + "'", p.name, false);
   } else if (r.model_shards().empty()) {

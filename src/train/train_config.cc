@@ -141,8 +141,11 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   ConfigReader r(c);
   t.bind(r);
   if (!t.init_from.empty()) {
-    // The saved model's shape, with this run's layout choice (not saved).
+    // The saved model's shape, with this run's layout choice (not saved)
+    // and, when given, its classifier head (a reward model from a causal LM).
     const int64_t divisible_by = t.model.make_vocab_size_divisible_by;
+    const int64_t num_labels = t.model.num_labels;
+    const std::vector<std::string> labels = t.model.labels;
     const std::string cfg_path = t.init_from + "/config.json";
     if (!std::filesystem::exists(cfg_path))
       fail("train.init_from: '{}' is not a saved model folder (no config.json)", t.init_from);
@@ -156,6 +159,15 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
       if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
     }
     t.model.make_vocab_size_divisible_by = divisible_by;
+    if (num_labels > 0) {
+      t.model.num_labels = num_labels;
+      t.model.labels = labels;
+      try {
+        t.model.validate();
+      } catch (const Error& e) {
+        throw e.with_context("train.init_from");
+      }
+    }
   }
   if (t.data.tokenizer.empty() && (!t.data.path.empty() || t.data.sft()))
     t.data.tokenizer = "bytes";
@@ -273,8 +285,10 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
     }
     validate_adapters(t.model, "peft.");
     const ParamLayout layout = Transformer::layout_for(t.model);
+    // A classifier's score head trains with the adapters (PEFT's
+    // modules_to_save for sequence classification).
     for (const ParamInfo& p : layout.params())
-      if (!p.adapter) t.frozen.push_back(p.name);
+      if (!added_to_base(p)) t.frozen.push_back(p.name);
     if (t.peft.method == "qlora")
       t.frozen_weights = FrozenWeights::Nf4;
     else if (t.dtype == DType::BF16)

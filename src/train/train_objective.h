@@ -76,6 +76,17 @@ class TrainObjective {
                                   bool /*train*/) {
     fail("this training objective has no staged form (it runs on one process)");
   }
+  // The staged form's forward without gradients: the embedding and blocks
+  // (gathering weights as the training forward does), then `head`; returns
+  // what `head` returns.
+  using StagedForward = std::function<double(const std::function<double()>& head)>;
+  // Before each staged micro-batch (training or validation): a forward of
+  // the objective's own through `forward` whose results head_micro_batch
+  // reads (a reference with the policy's adapters off). Its activations are
+  // overwritten by the policy's forward that follows. Nothing by default.
+  virtual void before_staged(Transformer& /*model*/, Activations& /*a*/,
+                             const MicroBatch& /*batch*/, bool /*train*/,
+                             const StagedForward& /*forward*/) {}
 
  protected:
   ObjectiveRanks ranks_;

@@ -125,10 +125,6 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
-  if (par_.active() && cfg_.model.has_adapters())
-    fail(
-        "peft.method: adapters train on one process for now (its data-parallel equivalence is not "
-        "tested yet)");
   // The pipeline schedule carries no packed rows' boundaries yet; data and
   // tensor parallelism pass them on (DistributedDataParallel, every tp rank
   // reading the whole micro-batch).
@@ -287,6 +283,12 @@ int Trainer::max_over_ranks(int v) const {
   return *t.data<int32_t>();
 }
 
+void Trainer::before_staged(Activations& a, const MicroBatch& mb, bool train) {
+  objective_->before_staged(*model_, a, mb, train, [&](const std::function<double()>& head) {
+    return ddp_->forward_head(a, mb.tokens, head, mb.packed);
+  });
+}
+
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
   std::optional<Activations> acts;  // pipeline parallel: the schedule's
@@ -301,6 +303,7 @@ double Trainer::evaluate() {
     const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
+    if (ddp_ && custom_objective_) before_staged(*acts, mb, false);
     sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets)
            : ddp_ && custom_objective_
                ? ddp_->forward_head(
@@ -509,11 +512,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // of each one's token-mean loss (the dp ranks' parts are summed below).
       const float scale = 1.f / float(accum);
       // Dropout masks (LoRA's) from the seed, step and micro-batch: a resumed run redraws them.
+      // Data parallel: the step's micro-batch this one is (m · dp + rank), so every
+      // micro-batch draws the mask one process would.
       model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
-                               uint64_t(m));
+                               uint64_t(ddp_ ? m * dp + dp_rank : m));
       const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                           batch.host_targets, batch.packing(), first_sample};
       const bool reduce = m == local_accum - 1;
+      if (ddp_ && custom_objective_) before_staged(*acts, mb, true);
       // Data parallel: DistributedDataParallel runs the stages (its weight
       // gathers and gradient reductions between them), another objective
       // its head.

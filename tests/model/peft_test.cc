@@ -76,8 +76,8 @@ std::vector<std::string> base_names(const ModelConfig& c) {
 std::unique_ptr<Transformer> with_adapters(Transformer& base, const ModelConfig& adapted,
                                            float spread, uint64_t seed = 5) {
   const ModelConfig& c = adapted;
-  auto m = std::make_unique<Transformer>(c, base.compute_dtype(), seed, ParamInit::Adapters,
-                                         base_names(c));
+  auto m =
+      std::make_unique<Transformer>(c, base.compute_dtype(), seed, ParamInit::Added, base_names(c));
   for (const ParamInfo& p : base.layout().params())
     ops::convert(ParamLayout::view(m->params(), m->layout().find(p.name)),
                  ParamLayout::view(base.params(), p));

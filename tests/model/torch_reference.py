@@ -125,6 +125,8 @@ def forward(cfg, P, tokens, adapter=None, embed=None):
             a = torch.nn.functional.gelu(h, approximate="tanh")
         x = x + lin(a, p + "mlp.down")
     x = norm(x, "ln_f")
+    if cfg.get("num_labels", 0) > 0:  # a sequence classifier: its score head
+        return x @ P["score.weight"].t()
     head = P["wte"] if cfg["tied_embeddings"] else P["lm_head.weight"]
     return x @ head.t()
 

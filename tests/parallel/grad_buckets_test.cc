@@ -97,6 +97,35 @@ TEST(GradBuckets, ReadyStagesFollowTheBackward) {
   EXPECT_EQ(num_backward_stages(2), 4);
 }
 
+// p-tuning's prompt is laid out after the head, but embed_backward writes its
+// gradient: a bucket reduced after the head's stage would miss it.
+TEST(GradBuckets, PromptIsFinalWithTheEmbeddings) {
+  ModelConfig c = model_preset("llama-tiny");
+  c.n_layer = 2;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.d_ff = 128;
+  c.prompt.virtual_tokens = 4;
+  c.prompt.encoder_hidden = 16;
+  std::vector<std::string> frozen;
+  const ParamLayout whole = Transformer::layout_for(c);
+  for (const ParamInfo& p : whole.params())
+    if (!p.adapter) frozen.push_back(p.name);
+  const ParamLayout layout = Transformer::layout_for(c, frozen);
+  const auto stages = grad_ready_stages(layout, 2);
+  int prompts = 0;
+  for (size_t i = 0; i < layout.params().size(); ++i)
+    if (layout.params()[i].name.starts_with("prompt.")) {
+      EXPECT_EQ(stages[i], embed_stage(2)) << layout.params()[i].name;
+      ++prompts;
+    }
+  EXPECT_EQ(prompts, 7);  // the table and the encoder's three weights and biases
+  check_plan(layout, 2, 100);
+  for (const GradBucket& b : plan_grad_buckets(layout, 2, 100, true))
+    EXPECT_EQ(b.ready_stage, embed_stage(2));  // FSDP's units: only the prompt trains
+}
+
 // One parameter per bucket (size 1): the matrices' buckets in reverse layer
 // order, each launched at its layer's stage; the tied embedding last.
 TEST(GradBuckets, OneParameterPerBucketInReverseLayerOrder) {

@@ -15,6 +15,39 @@ std::string find_model_file(const std::string& model_dir, const std::string& nam
   return "";
 }
 
+namespace {
+
+// A template the data may not need: its error is given by the first
+// conversational record that does.
+class MissingTemplate : public ChatTemplate {
+ public:
+  explicit MissingTemplate(std::string why) : why_(std::move(why)) {}
+  std::string name() const override { return "(none)"; }
+  std::string jinja() const override { return ""; }
+
+ protected:
+  std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>&, const ChatSpecials&, bool,
+                                       const nlohmann::ordered_json&) const override {
+    fail("{}", why_);
+  }
+
+ private:
+  std::string why_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ChatTemplate> chat_template_if_any(const std::string& name,
+                                                         const std::string& model_dir,
+                                                         const std::string& key) {
+  try {
+    return chat_template_for(name, model_dir);
+  } catch (const Error& e) {
+    return std::make_shared<MissingTemplate>(
+        fmt::format("a chat record needs a template: {}: {}", key, e.what()));
+  }
+}
+
 ChatSpecials chat_specials(const Tokenizer& tok, const std::string& model_dir) {
   ChatSpecials s;
   if (tok.eod_id() >= 0) s.eos = tok.token_bytes(tok.eod_id());

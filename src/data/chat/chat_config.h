@@ -20,4 +20,12 @@ std::string find_model_file(const std::string& model_dir, const std::string& nam
 // {"content": ...}), which wins. nk::Error naming the file if it is not JSON.
 ChatSpecials chat_specials(const Tokenizer& tok, const std::string& model_dir);
 
+// chat_template_for(name, model_dir) for data that may not need a template
+// (records of plain strings): when there is none, a template whose every
+// render fails with that error, prefixed by `key` ("data.chat_template: ..."),
+// so the first record that needs one names itself and the cause.
+std::shared_ptr<const ChatTemplate> chat_template_if_any(const std::string& name,
+                                                         const std::string& model_dir,
+                                                         const std::string& key);
+
 }  // namespace nk

@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/rng.h"
 #include "data/jsonl_reader.h"
 
 namespace nk {
@@ -185,7 +184,7 @@ PackedRows sft_rows(const SftData& data, int64_t seq_len, bool pack, int32_t pad
 }
 
 SftDataset::SftDataset(PackedRows rows, uint64_t seed, bool shuffle, std::string name)
-    : rows_(std::move(rows)), seed_(seed), shuffle_(shuffle), name_(std::move(name)) {
+    : rows_(std::move(rows)), name_(std::move(name)), order_(rows_.n_rows, seed, shuffle) {
   if (rows_.n_rows == 0) fail("{}: no rows", name_);
 }
 
@@ -194,18 +193,7 @@ void SftDataset::sample(int64_t, int32_t*) const {
 }
 
 int64_t SftDataset::row_of(int64_t i) const {
-  const int64_t n = rows_.n_rows, epoch = i / n, j = i % n;
-  if (!shuffle_) return j;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_) {  // Fisher-Yates with this epoch's stream
-    order_.resize(size_t(n));
-    for (int64_t k = 0; k < n; ++k) order_[size_t(k)] = k;
-    Rng rng(seed_ * 1000003u + uint64_t(epoch));
-    for (int64_t k = n - 1; k > 0; --k)
-      std::swap(order_[size_t(k)], order_[size_t(rng.below(uint64_t(k + 1)))]);
-    epoch_ = epoch;
-  }
-  return order_[size_t(j)];
+  return order_.at(i);
 }
 
 std::string SftDataset::describe(int64_t i) const {

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/chat/chat_template.h"
+#include "data/dataset/epoch_order.h"
 #include "data/dataset/packing.h"
 #include "data/dataset/sample_dataset.h"
 #include "data/tokenizer/tokenizer.h"
@@ -111,12 +112,8 @@ class SftDataset : public SampleDataset {
  private:
   int64_t row_of(int64_t i) const;  // which row sample i is
   PackedRows rows_;
-  uint64_t seed_;
-  bool shuffle_;
   std::string name_;
-  mutable std::mutex mu_;
-  mutable int64_t epoch_ = -1;  // the epoch order_ holds
-  mutable std::vector<int64_t> order_;
+  EpochOrder order_;
 };
 
 }  // namespace nk

@@ -55,6 +55,7 @@ class Gpt2 final : public Architecture {
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
     return {{"GPT2LMHeadModel", "gpt2"}};
   }
+  std::string hf_classifier_class() const override { return "GPT2ForSequenceClassification"; }
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
     c.d_model = h.positive("n_embd", limits::kHidden, "hidden units");

@@ -2,8 +2,12 @@
 #   compare_runs.py WORK REFERENCE RUN...
 # Each RUN's metrics.jsonl losses (and figures, when logged) must equal the
 # reference's at every step within 1e-5 (relative; absolute below 1), and its exported
-# OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32).
+# OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32); so
+# must its PEFT adapter OUT/adapter/adapter_model.safetensors where the
+# reference has one (and the model only where the reference has one: QLoRA
+# exports its adapter alone).
 import json
+import os
 import struct
 import sys
 
@@ -14,8 +18,8 @@ def records(run):
     return {r["step"]: r for r in map(json.loads, open(f"{run}/metrics.jsonl"))}
 
 
-def weights(run):
-    with open(f"{run}/model/model.safetensors", "rb") as f:
+def weights(path):
+    with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         head = json.loads(f.read(n))
         data = f.read()
@@ -23,7 +27,7 @@ def weights(run):
     for name, t in head.items():
         if name == "__metadata__":
             continue
-        assert t["dtype"] == "F32", (run, name, t["dtype"])
+        assert t["dtype"] == "F32", (path, name, t["dtype"])
         b, e = t["data_offsets"]
         out[name] = np.frombuffer(data[b:e], dtype=np.float32)
     return out
@@ -31,12 +35,16 @@ def weights(run):
 
 work, ref, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
 want = records(f"{work}/{ref}")
-want_w = weights(f"{work}/{ref}")
+FILES = [f for f in ("model/model.safetensors", "adapter/adapter_model.safetensors")
+         if os.path.exists(f"{work}/{ref}/{f}")]
+assert FILES, f"{ref}: neither a model nor an adapter was exported"
+want_w = {f: weights(f"{work}/{ref}/{f}") for f in FILES}
 keys = sorted({k for r in want.values() for k in r
                if k.removeprefix("val_") in ("loss", "kl", "nll_loss") or "/" in k})
 for run in runs:
     got = records(f"{work}/{run}")
     assert sorted(got) == sorted(want), (run, sorted(got), sorted(want))
+    worst_rel = 0.0
     for s in sorted(want):
         for k in keys:
             a, b = got[s].get(k), want[s].get(k)
@@ -47,8 +55,12 @@ for run in runs:
             # difference of log-probabilities some 100 times larger.
             rel = abs(a - b) / max(abs(b), 1.0)
             assert rel <= 1e-5, f"{run} step {s} {k}: {a} vs one process {b} (relative {rel:.2e})"
-    got_w = weights(f"{work}/{run}")
-    assert sorted(got_w) == sorted(want_w), (run, sorted(set(got_w) ^ set(want_w)))
-    worst = max(float(np.max(np.abs(got_w[n] - want_w[n]))) for n in want_w)
-    assert worst <= 1e-5, f"{run}: final weights differ from one process by {worst:.2e}"
-    print(f"{run}: {len(want)} steps ({', '.join(keys)}) within 1e-5, weights within {worst:.1e}")
+            worst_rel = max(worst_rel, rel)
+    worst = {}
+    for file, w in want_w.items():
+        got_w = weights(f"{work}/{run}/{file}")
+        assert sorted(got_w) == sorted(w), (run, file, sorted(set(got_w) ^ set(w)))
+        worst[file] = max(float(np.max(np.abs(got_w[n] - w[n]))) for n in w)
+        assert worst[file] <= 1e-5, f"{run}: {file} differs from one process by {worst[file]:.2e}"
+    within = ", ".join(f"{f.split('/')[0]} within {d:.1e}" for f, d in worst.items())
+    print(f"{run}: {len(want)} steps ({', '.join(keys)}) within {worst_rel:.1e}, {within}")

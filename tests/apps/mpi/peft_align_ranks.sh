@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `nekton align` with PEFT adapters over several processes equals one
+# process: from a saved base (train.init_from), 10 steps, f32. DPO with LoRA
+# and align.reference=adapter_off (the policy with its adapters off: under
+# data parallelism a staged forward of its own before the policy's) under
+# plain data parallelism over 2 and 4 ranks, ZeRO-1 and FSDP; QLoRA DPO under
+# DP2 and FSDP; KTO with IA3 (adapter_off) under ZeRO-1; DPO with LoRA and
+# align.reference=precompute under DP2. Every step's loss, validation loss and
+# TRL figures, the exported model and the PEFT adapter within 1e-5 of one
+# process. Adapters under tensor parallelism are refused, naming peft.method.
+#   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
+set -euo pipefail
+NAME=peft_align_ranks
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/ranks_lib.sh"
+
+run base "$NK" finetune "${SFT_ARGS[@]}" train.steps=3
+ARGS=("${ALIGN_ARGS[@]}" train.init_from="$WORK/base/model" train.lr=1e-2)
+
+run one_lora "$NK" align "${ARGS[@]}" peft.method=lora
+run dp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora
+run dp4_lora "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" peft.method=lora
+run zero1_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.shard=optimizer
+run fsdp_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.shard=full
+for r in one dp2; do
+  grep -q "align: reference = the policy with its adapters switched off" "$WORK/${r}_lora.log" ||
+    fail "${r}_lora: the reference is not the policy with its adapters off"
+done
+grep -q "data parallel: world 2" "$WORK/dp2_lora.log" || fail "dp2_lora did not run data parallel"
+compare one_lora dp2_lora dp4_lora zero1_lora fsdp_lora ||
+  fail "LoRA DPO (adapter_off): a parallel run differs from one process"
+
+run one_qlora "$NK" align "${ARGS[@]}" peft.method=qlora
+run dp2_qlora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=qlora
+run fsdp_qlora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=qlora parallel.shard=full
+KTO=(align.method=kto align.data_path="$WORK/kto.jsonl" align.valid_path= peft.method=ia3)
+run one_kto "$NK" align "${ARGS[@]}" "${KTO[@]}"
+run zero1_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${KTO[@]}" parallel.shard=optimizer
+run one_pre "$NK" align "${ARGS[@]}" peft.method=lora align.reference=precompute
+run dp2_pre "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora align.reference=precompute
+compare one_qlora dp2_qlora fsdp_qlora && compare one_kto zero1_kto &&
+  compare one_pre dp2_pre || fail "QLoRA DPO, IA3 KTO or a precomputed reference: a parallel run differs"
+cmp -s "$WORK/one_pre/reference_logps.json" "$WORK/dp2_pre/reference_logps.json" ||
+  fail "dp2_pre: reference_logps.json differs from one process's"
+
+refused tp2 "parallel.tp = 2, parallel.pp = 1: peft.method (adapters) under tensor or pipeline parallelism is not supported" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.tp=2
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP equals one process"

@@ -1,0 +1,74 @@
+# shellcheck shell=bash
+# Shared by the tests/apps/mpi scripts that compare `nekton finetune` and
+# `nekton align` over several processes with one (finetune_ranks.sh,
+# align_ranks.sh and their PEFT siblings); sourced after NAME is set, with
+#   REPO, NK  the source tree and the nekton binary.
+# Brings in script_lib.sh (WORK, fail, pass) and gives:
+#   SFT_ARGS    a tiny Llama fine-tuned on packed prompt/answer rows
+#               ($WORK/sft.jsonl, written here), f32, 10 steps of 4
+#               micro-batches of 2 rows, validation at steps 5 and 10
+#   ALIGN_ARGS  the same model aligned on preference pairs ($WORK/pairs.jsonl)
+#               and KTO examples ($WORK/kto.jsonl, for align.data_path=)
+#   MPI         mpirun --oversubscribe -np (then the count)
+#   run OUT CMD...             CMD with train.out_dir=$WORK/OUT, its log in
+#                              $WORK/OUT.log; fails the test if CMD fails
+#   compare REF RUN...         compare_runs.py: every RUN equals REF within 1e-5
+#   refused OUT PATTERN CMD... CMD must fail with PATTERN (grep) in its log
+# shellcheck source=script_lib.sh
+source "$REPO/tests/apps/mpi/script_lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+
+# Prompt/answer records of many lengths: each micro-batch trains a different
+# number of tokens. The validation reads 24 of the 32 packed rows: the first
+# ones (first-fit-decreasing) hold one long sample each, the later several.
+# Preference pairs (chosen: " END" once or twice) and unpaired KTO examples.
+/usr/bin/python3 - "$WORK" <<'PY'
+import json, random, sys
+r = random.Random(5)
+with open(sys.argv[1] + "/sft.jsonl", "w") as f:
+    for i in range(64):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 12)))
+        f.write(json.dumps({"input": "repeat " + w + ":", "output": " " + w * r.randint(1, 3)}) + "\n")
+r = random.Random(5)
+word = lambda n: "".join(r.choice("abcdefghij") for _ in range(r.randint(1, n)))
+with open(sys.argv[1] + "/pairs.jsonl", "w") as f, open(sys.argv[1] + "/kto.jsonl", "w") as k:
+    for i in range(40):
+        f.write(json.dumps({"prompt": f"say {word(4)}:", "chosen": " END" * r.randint(1, 2),
+                            "rejected": word(6)}) + "\n")
+        k.write(json.dumps({"prompt": f"say {word(4)}:", "completion": " END" if i % 2 else word(5),
+                            "label": bool(i % 2)}) + "\n")
+PY
+COMMON_ARGS=(model.preset=llama-tiny model.n_layer=2 model.d_model=64 model.n_head=4
+             model.n_kv_head=2 model.d_ff=128 model.vocab_size=264 train.dtype=f32
+             train.micro_batch=2 train.global_batch=8 train.steps=10 train.warmup_steps=0
+             train.val_every=5 train.peak_tflops=1 train.threads=1 parallel.bucket_mb=0.05
+             parallel.timeout_s=60)
+SFT_ARGS=("${COMMON_ARGS[@]}" "data.sft_path=$WORK/sft.jsonl" data.chat_template=plain
+          data.pack=true train.seq_len=64 train.lr=3e-3 "data.sft_valid_path=$WORK/sft.jsonl"
+          train.val_batches=12)
+ALIGN_ARGS=("${COMMON_ARGS[@]}" "align.data_path=$WORK/pairs.jsonl"
+            "align.valid_path=$WORK/pairs.jsonl" train.seq_len=24 train.lr=1e-3
+            train.val_batches=2)
+MPI=(mpirun --oversubscribe -np)
+
+run() {
+  local out=$1
+  shift
+  timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1 ||
+    fail "$out: $*"
+}
+
+compare() {
+  /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" "$@"
+}
+
+refused() {
+  local out=$1 pattern=$2
+  shift 2
+  if timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1
+  then
+    fail "$out was not refused: $*"
+  fi
+  grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: the refusal does not say '$pattern'"
+}
