@@ -11,6 +11,8 @@
 #include "core/atomic_file.h"
 #include "core/config_bind.h"
 #include "core/log.h"
+#include "data/chat/chat_config.h"
+#include "data/chat/chat_template.h"
 #include "eval/eval_model.h"
 #include "eval/results.h"
 #include "eval/task_runner.h"
@@ -26,6 +28,8 @@ namespace {
 
 struct TaskKeys {
   std::string model, tasks, data, task_dir, tokenizer, dtype = "f32", output;
+  std::string system_instruction, chat_template = "auto";
+  bool apply_chat_template = false, fewshot_as_multiturn = false;
   int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0, bootstrap_iters = 100000;
   Device device = kHost;
 
@@ -48,6 +52,15 @@ struct TaskKeys {
            "them (the harness's sample log) to OUTPUT.samples.jsonl");
     b.bind("eval.bootstrap_iters", bootstrap_iters,
            "resamples of the bootstrap standard errors (perplexity); 0: no standard errors");
+    b.bind("eval.system_instruction", system_instruction,
+           "a system prompt before each context (with the task's description after "
+           "fewshot_delimiter)");
+    b.bind("eval.apply_chat_template", apply_chat_template,
+           "render each context as a conversation with the model's chat template");
+    b.bind("eval.chat_template", chat_template,
+           "with eval.apply_chat_template: auto (the model's own), a built-in name or FILE.jinja");
+    b.bind("eval.fewshot_as_multiturn", fewshot_as_multiturn,
+           "with eval.apply_chat_template: each shot a user turn and an assistant answer");
     b.bind("eval.output", output, "write the results JSON (the harness's layout) to this file");
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
     b.bind_with<std::string>(
@@ -108,6 +121,8 @@ int eval_tasks(const CommandArgs& a) {
   if (k.num_fewshot < -1) fail("eval.num_fewshot: must be >= -1, got {}", k.num_fewshot);
   if (k.bootstrap_iters < 0) fail("eval.bootstrap_iters: must be >= 0, got {}", k.bootstrap_iters);
   if (k.batch_size < 1) fail("eval.batch_size: must be >= 1, got {}", k.batch_size);
+  if (k.fewshot_as_multiturn && !k.apply_chat_template)
+    fail("eval.fewshot_as_multiturn: needs eval.apply_chat_template=true");
   // Every task file is read before the model: a bad one is told at once.
   std::vector<TaskConfig> configs;
   for (const std::string& name : split_list(k.tasks))
@@ -122,7 +137,32 @@ int eval_tasks(const CommandArgs& a) {
                                               .adapter = "",
                                               .allow_nonfinite = a.allow_nonfinite,
                                               .device = k.device});
-  LocalEvalModel lm(*loaded.model, *loaded.tokenizer, k.batch_size, loaded.end_ids);
+  PromptStyle style;
+  style.system_instruction = k.system_instruction;
+  style.multiturn = k.fewshot_as_multiturn;
+  if (k.apply_chat_template) {
+    try {
+      if (k.chat_template == "auto" && loaded.gguf) {
+        if (loaded.gguf_chat_template.empty())
+          fail("GGUF '{}' has no tokenizer.chat_template", k.model);
+        style.chat = chat_template_from_jinja(loaded.gguf_chat_template,
+                                              k.model + " tokenizer.chat_template");
+      } else {
+        style.chat = chat_template_for(k.chat_template, loaded.gguf ? "" : k.model);
+      }
+    } catch (const Error& e) {
+      throw e.with_context("eval.chat_template");
+    }
+    if (!loaded.gguf) {
+      style.specials = chat_specials(*loaded.tokenizer, k.model);
+    } else {  // a GGUF's own: its end of text, and a BOS when it has one
+      const Tokenizer& tok = *loaded.tokenizer;
+      if (tok.eod_id() >= 0) style.specials.eos = tok.token_bytes(tok.eod_id());
+      if (tok.bos_id() >= 0) style.specials.bos = tok.token_bytes(tok.bos_id());
+    }
+  }
+  LocalEvalModel lm(*loaded.model, *loaded.tokenizer, k.batch_size, loaded.end_ids,
+                    k.apply_chat_template);
   std::vector<TaskResult> results;
   for (const TaskConfig& c : configs) {
     NK_INFO("eval: task {} ({}, {})", c.task, c.output_type, c.file);
@@ -131,7 +171,8 @@ int eval_tasks(const CommandArgs& a) {
                                 .num_fewshot = k.num_fewshot,
                                 .limit = k.limit,
                                 .write_out = k.write_out,
-                                .bootstrap_iters = k.bootstrap_iters}));
+                                .bootstrap_iters = k.bootstrap_iters,
+                                .style = style}));
   }
   for (const TaskResult& r : results)
     for (const auto& s : r.samples) {
@@ -149,6 +190,9 @@ int eval_tasks(const CommandArgs& a) {
                                   {"batch_size", k.batch_size},
                                   {"limit", k.limit ? nlohmann::ordered_json(k.limit) : nullptr},
                                   {"bootstrap_iters", k.bootstrap_iters},
+                                  {"system_instruction", k.system_instruction},
+                                  {"apply_chat_template", k.apply_chat_template},
+                                  {"fewshot_as_multiturn", k.fewshot_as_multiturn},
                                   {"fewshot_seed", 1234}};
     if (k.write_out > 0) {
       std::string samples;

@@ -12,16 +12,26 @@
 namespace nk {
 
 LocalEvalModel::LocalEvalModel(Transformer& model, const Tokenizer& tok, int64_t batch_size,
-                               std::vector<int32_t> end_ids)
+                               std::vector<int32_t> end_ids, bool specials)
     : model_(model),
       tok_(tok),
       batch_(batch_size),
       max_len_(model.config().max_seq_len - model.config().prompt.virtual_tokens),
       vocab_(std::min(tok.vocab_size(), model.config().vocab_size)),
-      end_ids_(std::move(end_ids)) {
+      end_ids_(std::move(end_ids)),
+      specials_(specials) {
   if (batch_ < 1) fail("eval.batch_size: must be >= 1, got {}", batch_);
   if (model.config().prompt.virtual_tokens)
     fail("eval.model: a p-tuned model (virtual tokens) is not supported by eval tasks");
+}
+
+std::vector<int32_t> LocalEvalModel::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  if (specials_)
+    tok_.encode_with_specials(text, ids);
+  else
+    tok_.encode(text, ids);
+  return ids;
 }
 
 int32_t LocalEvalModel::prefix_token() const {
@@ -30,13 +40,13 @@ int32_t LocalEvalModel::prefix_token() const {
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> LocalEvalModel::encode_pair(
     const std::string& context, const std::string& cont) const {
-  if (context.empty()) return {{prefix_token()}, tok_.encode(cont)};
+  if (context.empty()) return {{prefix_token()}, encode(cont)};
   // Python's rstrip(): trailing white space moves to the continuation.
   size_t keep = context.size();
   while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
   const std::string ctx = context.substr(0, keep);
   const std::string whole = ctx + context.substr(keep) + cont;
-  std::vector<int32_t> w = tok_.encode(whole), c = tok_.encode(ctx);
+  std::vector<int32_t> w = encode(whole), c = encode(ctx);
   const size_t n = std::min(c.size(), w.size());
   return {c, std::vector<int32_t>(w.begin() + int64_t(n), w.end())};
 }
@@ -142,7 +152,7 @@ std::vector<std::string> LocalEvalModel::generate_until(const std::vector<Genera
   std::vector<GenerationRequest> gens;
   for (const auto& r : reqs) {
     GenerationRequest g;
-    g.prompt = r.context.empty() ? std::vector<int32_t>{prefix_token()} : tok_.encode(r.context);
+    g.prompt = r.context.empty() ? std::vector<int32_t>{prefix_token()} : encode(r.context);
     // HFLM keeps the context's last max_length - max_gen_toks tokens.
     const int64_t room = std::max<int64_t>(1, max_len_ - r.max_gen_toks);
     if (int64_t(g.prompt.size()) > room) g.prompt.erase(g.prompt.begin(), g.prompt.end() - room);

@@ -48,8 +48,10 @@ class EvalModel {
 // padding. Generation runs through the batched Generator (infer/generate.h).
 class LocalEvalModel : public EvalModel {
  public:
+  // specials: contexts and continuations may hold special-token text (a
+  // chat template's), encoded as those tokens, as Hugging Face tokenizers do.
   LocalEvalModel(Transformer& model, const Tokenizer& tok, int64_t batch_size,
-                 std::vector<int32_t> end_ids = {});
+                 std::vector<int32_t> end_ids = {}, bool specials = false);
   std::vector<LoglikelihoodResult> loglikelihood(
       const std::vector<LoglikelihoodRequest>& reqs) override;
   std::vector<double> loglikelihood_rolling(const std::vector<std::string>& texts) override;
@@ -67,10 +69,12 @@ class LocalEvalModel : public EvalModel {
   int32_t prefix_token() const;
 
  private:
+  std::vector<int32_t> encode(const std::string& text) const;
   Transformer& model_;
   const Tokenizer& tok_;
   int64_t batch_, max_len_, vocab_;
   std::vector<int32_t> end_ids_;
+  bool specials_;
 };
 
 }  // namespace nk

@@ -15,8 +15,9 @@ void DocRef::fail_field(const std::string& field, const std::string& why) const 
   fail("{}: {} document {}: {}: {}", task->file, *file, index, field, why);
 }
 
-TaskPrompter::TaskPrompter(const TaskConfig& c)
+TaskPrompter::TaskPrompter(const TaskConfig& c, PromptStyle style)
     : c_(c),
+      style_(std::move(style)),
       text_(c.doc_to_text, c.file + ": doc_to_text", false),
       target_(c.doc_to_target, c.file + ": doc_to_target", false),
       choice_(c.doc_to_choice.value_or(""), c.file + ": doc_to_choice", false),
@@ -108,31 +109,57 @@ std::string TaskPrompter::answer(const Json& doc, const Json& t, const DocRef& a
 
 std::string TaskPrompter::context(const Json& doc, const DocRef& at,
                                   const std::vector<std::pair<const Json*, DocRef>>& shots) const {
-  std::string out;
+  std::string description;
   if (!c_.description.empty()) {
     try {
-      out = description_.render(doc, true);
+      description = description_.render(doc, true);
     } catch (const Error& e) {
       at.fail_field("description", e.what());
     }
   }
+  const std::string& inst = style_.system_instruction;
+  const std::string system = !inst.empty() && !description.empty()
+                                 ? inst + c_.fewshot_delimiter + description
+                             : !inst.empty() ? inst
+                                             : description;
   auto text_of = [&](const Json& d, const DocRef& r) {
     const Json q = text(d, r);
     if (q.is_string()) return q.get<std::string>();
     if (q.is_number_integer()) return answer(d, q, r);  // the harness indexes the choices
     r.fail_field("doc_to_text", fmt::format("{} is not text", q.dump()));
   };
+  std::string shot_text;
   for (const auto& [d, r] : shots) {
-    out += text_of(*d, r);
+    shot_text += text_of(*d, r);
     const Json t = target(*d, r);
     if (t.is_string() && t.get<std::string>().empty()) continue;
-    out += c_.target_delimiter + answer(*d, t, r) + c_.fewshot_delimiter;
+    shot_text += c_.target_delimiter + answer(*d, t, r) + c_.fewshot_delimiter;
   }
   const Json q = text(doc, at);
   if (!q.is_string())
     at.fail_field("doc_to_text",
                   fmt::format("{} is not text (multiple-input tasks are not supported)", q.dump()));
-  return out + q.get<std::string>();
+  if (!style_.chat) return system + shot_text + q.get<std::string>();
+
+  std::vector<ChatMessage> msgs;
+  if (!system.empty()) msgs.push_back({"system", system});
+  if (!shots.empty() && style_.multiturn) {
+    for (const auto& [d, r] : shots) {
+      msgs.push_back({"user", text_of(*d, r)});
+      msgs.push_back({"assistant", answer(*d, target(*d, r), r)});
+    }
+  } else if (!shots.empty()) {
+    msgs.push_back({"user", shot_text});
+  }
+  if (style_.multiturn || msgs.empty() || msgs.back().role == "system")
+    msgs.push_back({"user", q.get<std::string>()});
+  else
+    msgs.back().content += q.get<std::string>();
+  try {
+    return chat_text(style_.chat->render(msgs, style_.specials, true));
+  } catch (const Error& e) {
+    at.fail_field("chat template", e.what());
+  }
 }
 
 FewshotSampler::FewshotSampler(const TaskConfig& c, const std::vector<Json>* pool, uint64_t seed)

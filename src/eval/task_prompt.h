@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/chat/chat_template.h"
 #include "data/jinja/template.h"
 #include "eval/py_random.h"
 #include "eval/task_config.h"
@@ -30,9 +31,29 @@ struct DocRef {
   [[noreturn]] void fail_field(const std::string& field, const std::string& why) const;
 };
 
+// How a context is laid out beyond the task's own settings (the harness's
+// --system_instruction, --apply_chat_template, --fewshot_as_multiturn). With
+// a system instruction the system prompt is instruction + fewshot_delimiter +
+// description (either alone when the other is empty). Without a chat
+// template the prompt is that text followed by the shots and the question.
+// With one, the messages are: the system prompt; the shots as one user
+// message holding their text (or, multiturn, a user message and an
+// assistant answer per shot); the question appended to the last user message
+// (a new one after a system message or multiturn shots); rendered with
+// add_generation_prompt, and multiple_choice continuations lose their
+// target_delimiter.
+struct PromptStyle {
+  std::string system_instruction;
+  std::shared_ptr<const ChatTemplate> chat;  // null: plain text
+  ChatSpecials specials;
+  bool multiturn = false;
+};
+
 class TaskPrompter {
  public:
-  explicit TaskPrompter(const TaskConfig& c);
+  explicit TaskPrompter(const TaskConfig& c, PromptStyle style = {});
+  // What goes between a multiple_choice context and each choice.
+  std::string choice_delimiter() const { return style_.chat ? "" : c_.target_delimiter; }
   // A string, or (rendered digits with choices) an integer.
   nlohmann::ordered_json text(const nlohmann::ordered_json& doc, const DocRef& at) const;
   // An integer (rendered digits with choices), a list (rendered "[...]"), or a string.
@@ -52,6 +73,7 @@ class TaskPrompter {
                                  const nlohmann::ordered_json& doc, const DocRef& at,
                                  const char* field) const;
   const TaskConfig& c_;
+  PromptStyle style_;
   jinja::Template text_, target_, choice_, description_;
 };
 

@@ -53,7 +53,7 @@ std::string as_text(const Json& t) {
 TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions& opt) {
   TaskResult res;
   res.task = c.task;
-  const TaskPrompter pr(c);
+  const TaskPrompter pr(c, opt.style);
   const TaskDocs docs = load_split(c, opt.data_dir, c.eval_split());
   const int64_t n = opt.limit > 0 ? std::min<int64_t>(opt.limit, int64_t(docs.docs.size()))
                                   : int64_t(docs.docs.size());
@@ -90,8 +90,8 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
       }
       p.first = ll_reqs.size();
       for (const std::string& ch : p.choices) {
-        ll_reqs.push_back({p.context, c.target_delimiter + ch});
-        p.arguments.push_back({p.context, c.target_delimiter + ch});
+        ll_reqs.push_back({p.context, pr.choice_delimiter() + ch});
+        p.arguments.push_back({p.context, pr.choice_delimiter() + ch});
       }
       p.count = p.choices.size();
     } else if (c.output_type == "loglikelihood") {

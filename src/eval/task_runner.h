@@ -21,6 +21,7 @@
 
 #include "eval/eval_model.h"
 #include "eval/task_config.h"
+#include "eval/task_prompt.h"
 
 namespace nk {
 
@@ -32,6 +33,7 @@ struct TaskRunOptions {
   // Resamples of the bootstrap standard errors (perplexity); 0: no standard
   // errors at all, as the harness has it.
   int64_t bootstrap_iters = 100000;
+  PromptStyle style;  // system instruction, chat template
 };
 
 struct MetricValue {

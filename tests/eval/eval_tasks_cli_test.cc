@@ -73,10 +73,11 @@ class EvalTasksCli : public ::testing::Test {
   }
   // Runs the reference over the tasks (yaml, model) with nekton's outputs.
   void expect_reference(const std::vector<std::pair<std::string, std::string>>& tasks,
-                        const std::string& out) {
+                        const std::string& out, const Json& style = Json::object()) {
     Json plan = {{"data", data_},  {"results", out},          {"samples", out + ".samples.jsonl"},
                  {"ll_tol", 1e-5}, {"bootstrap_iters", 3000}, {"tasks", Json::array()}};
     for (const auto& [y, m] : tasks) plan["tasks"].push_back({{"yaml", y}, {"model", m}});
+    for (auto it = style.begin(); it != style.end(); ++it) plan[it.key()] = it.value();
     test::write_file(d_ / "plan.json", plan.dump());
     auto r = test::run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
                                "/tests/eval/harness_reference.py " + (d_ / "plan.json"));
@@ -224,6 +225,62 @@ filter_list:
   const Json res = Json::parse(test::read_file(out));
   EXPECT_GT(res["results"]["counting"]["exact_match,raw"].get<double>(), 0.5);
   expect_reference({{y, counting_}}, out);
+}
+
+// --system_instruction and --apply_chat_template (the model folder's own
+// template, from tokenizer_config.json), with the shots as one user turn or
+// as turns of their own: the same prompts and scores as the reference.
+TEST_F(EvalTasksCli, ChatTemplateAndSystemInstructionMatchTheReference) {
+  const std::string tmpl =
+      "{% for m in messages %}\n<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}\n"
+      "{% if add_generation_prompt %}<assistant>{% endif %}";
+  test::write_file(random_ + "/tokenizer_config.json", Json{{"chat_template", tmpl}}.dump());
+  std::vector<Json> docs, train;
+  for (int i = 0; i < 6; ++i)
+    docs.push_back(
+        {{"q", words(4)}, {"opts", {words(1), words(2), words(1)}}, {"label", int(rng_() % 3)}});
+  for (int i = 0; i < 4; ++i)
+    train.push_back({{"q", words(3)}, {"opts", {words(1), words(1)}}, {"label", int(rng_() % 2)}});
+  write_split("chatty", "test", docs);
+  write_split("chatty", "train", train);
+  const std::string y = yaml("chatty", R"Y(task: chatty
+output_type: multiple_choice
+training_split: train
+test_split: test
+num_fewshot: 2
+description: "Pick one."
+doc_to_text: "{{q}}?"
+doc_to_target: label
+doc_to_choice: opts
+)Y");
+  for (const bool multiturn : {false, true}) {
+    SCOPED_TRACE(multiturn);
+    const std::string out = d_ / (multiturn ? "multi.json" : "single.json");
+    auto r =
+        run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                   " 'eval.system_instruction=Be brief.' eval.apply_chat_template=true "
+                   "eval.fewshot_as_multiturn=" +
+                   (multiturn ? "true" : "false") +
+                   " eval.write_out=6 eval.bootstrap_iters=3000 eval.output=" + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "<system>Be brief.\n\nPick one.</system>")) << r.out;
+    expect_reference(
+        {{y, random_}}, out,
+        {{"system_instruction", "Be brief."}, {"chat_template", tmpl}, {"multiturn", multiturn}});
+  }
+  // A system instruction without a chat template leads the plain prompt.
+  const std::string out = d_ / "plain.json";
+  auto r =
+      run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                 " 'eval.system_instruction=Be brief.' eval.write_out=6 " +
+                 "eval.bootstrap_iters=3000 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_reference({{y, random_}}, out, {{"system_instruction", "Be brief."}});
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                 " eval.fewshot_as_multiturn=true");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "eval.fewshot_as_multiturn: needs eval.apply_chat_template"))
+      << r.out;
 }
 
 // The same tasks on the model's GGUF export (f32): the same accuracies and

@@ -12,6 +12,7 @@ and standard errors as the harness defines them.
 
 usage: harness_reference.py PLAN.json   (exits non-zero on any mismatch)
 PLAN: {"data": DIR, "results": FILE, "samples": FILE, "ll_tol": x, "bootstrap_iters": n,
+       "system_instruction": s, "chat_template": JINJA, "multiturn": bool (optional),
        "tasks": [{"yaml": FILE, "model": DIR}]}
 """
 import ast
@@ -24,6 +25,7 @@ import string
 import sys
 
 import jinja2
+import jinja2.sandbox
 import torch
 import yaml
 
@@ -102,17 +104,40 @@ class Task:
             return t
         return str(self.choices(doc)[t])
 
-    def context(self, doc):
-        out = render(self.cfg["description"], doc) if self.cfg.get("description") else ""
+    def context(self, doc, style):
+        """style: system_instruction, chat_template (Jinja source or None),
+        multiturn, as lm_eval's --system_instruction, --apply_chat_template
+        and --fewshot_as_multiturn."""
+        desc = render(self.cfg["description"], doc) if self.cfg.get("description") else ""
+        inst = style.get("system_instruction") or ""
+        system = inst + self.fd + desc if inst and desc else inst or desc
+        drawn, shots = [], ""
         if self.shots:
             n = self.shots + 1 if self.exclude else self.shots
             drawn = [x for x in self.rnd.sample(self.pool, n) if x != doc][: self.shots]
             for d in drawn:
-                out += self.text(d)
+                shots += self.text(d)
                 t = self.target(d)
                 if t != "":
-                    out += self.td + self.answer(d, t) + self.fd
-        return out + self.text(doc)
+                    shots += self.td + self.answer(d, t) + self.fd
+        q = self.text(doc)
+        if not style.get("chat_template"):
+            return system + shots + q
+        msgs = [{"role": "system", "content": system}] if system else []
+        if drawn and style.get("multiturn"):
+            for d in drawn:
+                msgs.append({"role": "user", "content": self.text(d)})
+                msgs.append({"role": "assistant", "content": self.answer(d, self.target(d))})
+        elif drawn:
+            msgs.append({"role": "user", "content": shots})
+        if style.get("multiturn") or not msgs or msgs[-1]["role"] == "system":
+            msgs.append({"role": "user", "content": q})
+        else:
+            msgs[-1]["content"] += q
+        # As transformers' apply_chat_template renders.
+        chat_env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return chat_env.from_string(style["chat_template"]).render(
+            messages=msgs, add_generation_prompt=True, bos_token="", eos_token="")
 
 
 class Model:
@@ -244,12 +269,13 @@ def main(plan_path):
         filters = c.get("filter_list") or [{"name": "none", "filter": [{"function": "take_first"}]}]
         items = {(f["name"], m["metric"]): [] for f in filters for m in metrics}
         for i, doc in enumerate(task.docs):
-            ctx = "" if task.out == "loglikelihood_rolling" else task.context(doc)
+            ctx = "" if task.out == "loglikelihood_rolling" else task.context(doc, plan)
             got = samples[(task.name, i)]
             tgt = task.target(doc)
             if task.out == "multiple_choice":
                 ch = task.choices(doc)
-                args = [[ctx, task.td + x] for x in ch]
+                td = "" if plan.get("chat_template") else task.td
+                args = [[ctx, td + x] for x in ch]
                 res = [model.loglikelihood(a, b) for a, b in args]
                 lls = [r[0] for r in res]
                 gold = tgt if isinstance(tgt, list) else [tgt]
