@@ -3,6 +3,7 @@
 // metrics and result layout.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -78,16 +79,30 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-std::string task_path(const std::string& name, const std::string& dir) {
+// A task name: a YAML path as given, else NAME.yaml anywhere under the task
+// folder, or every YAML of a folder NAME there (a group: mmlu).
+std::vector<std::string> task_paths(const std::string& name, const std::string& dir) {
   namespace fs = std::filesystem;
-  if (name.ends_with(".yaml") || name.ends_with(".yml")) return name;
-  const fs::path p = fs::path(dir.empty() ? NK_DEFAULT_TASKS_DIR : dir) / (name + ".yaml");
-  if (!fs::is_regular_file(p))
+  if (name.ends_with(".yaml") || name.ends_with(".yml")) return {name};
+  const fs::path root = dir.empty() ? NK_DEFAULT_TASKS_DIR : dir;
+  std::vector<std::string> out;
+  if (fs::is_directory(root / name)) {
+    for (const auto& e : fs::directory_iterator(root / name))
+      if (e.path().extension() == ".yaml") out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+  } else if (fs::is_directory(root)) {
+    for (const auto& e : fs::recursive_directory_iterator(root))
+      if (e.path().filename() == name + ".yaml") out.push_back(e.path().string());
+  }
+  if (out.empty())
     fail(
-        "eval.tasks: no task '{}' ({} does not exist; give a path to a task YAML, or "
-        "eval.task_dir)",
-        name, p.string());
-  return p.string();
+        "eval.tasks: no task '{}' (no {}.yaml or folder {} under {}; give a path to a task YAML, "
+        "or eval.task_dir)",
+        name, name, name, root.string());
+  if (out.size() > 1 && !fs::is_directory(root / name))
+    fail("eval.tasks: task '{}' is defined twice under {}: {}", name, root.string(),
+         fmt::join(out, ", "));
+  return out;
 }
 
 }  // namespace
@@ -126,7 +141,8 @@ int eval_tasks(const CommandArgs& a) {
   // Every task file is read before the model: a bad one is told at once.
   std::vector<TaskConfig> configs;
   for (const std::string& name : split_list(k.tasks))
-    configs.push_back(load_task_config(task_path(name, k.task_dir)));
+    for (const std::string& path : task_paths(name, k.task_dir))
+      configs.push_back(load_task_config(path));
   if (configs.empty()) fail("eval.tasks: no tasks in '{}'", k.tasks);
 
   RunnableModel loaded = load_runnable_model({.prefix = "eval",

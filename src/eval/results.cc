@@ -16,7 +16,7 @@ Json results_json(const std::vector<TaskConfig>& configs, const std::vector<Task
   for (size_t t = 0; t < results.size(); ++t) {
     const TaskResult& r = results[t];
     Json m;
-    m["alias"] = r.task;
+    m["alias"] = configs[t].alias;
     for (const MetricValue& v : r.metrics) {
       const size_t comma = v.key.find(',');
       const std::string metric = v.key.substr(0, comma), filter = v.key.substr(comma + 1);

@@ -178,7 +178,8 @@ TaskConfig load_task_config(const std::string& path) {
                                               "metadata",
                                               "should_decontaminate",
                                               "doc_to_decontamination_query",
-                                              "repeats"};
+                                              "repeats",
+                                              "task_alias"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (unsupported.count(it.key()))
       r.bad(it.key(),
@@ -192,6 +193,7 @@ TaskConfig load_task_config(const std::string& path) {
   };
   if (!j.contains("task")) r.bad("task", "missing (the task's name)");
   c.task = r.str(j["task"], "task");
+  c.alias = opt_str("task_alias").value_or(c.task);
   c.dataset_path = opt_str("dataset_path").value_or("");
   c.dataset_name = opt_str("dataset_name").value_or("");
   if (j.contains("dataset_kwargs")) {

@@ -44,9 +44,9 @@ struct FilterSpec {
 };
 
 struct TaskConfig {
-  std::string file;  // the YAML it came from, for messages
-  std::string task, dataset_path, dataset_name;
-  std::map<std::string, std::string> data_files;  // dataset_kwargs.data_files: split -> path
+  std::string file;                                     // the YAML it came from, for messages
+  std::string task, alias, dataset_path, dataset_name;  // alias: task_alias, else task
+  std::map<std::string, std::string> data_files;        // dataset_kwargs.data_files: split -> path
   std::optional<std::string> training_split, validation_split, test_split, fewshot_split;
   std::string doc_to_text, doc_to_target;
   // doc_to_choice: a field or a template (rendered to a Python list literal),

@@ -109,6 +109,18 @@ TEST_F(EvalTasksCli, LoglikelihoodTasksMatchTheReference) {
     lam.push_back({{"text", words(5 + int(rng_() % 6))}});
     train.push_back(arc.back());
   }
+  std::vector<Json> mmlu, tqa;
+  for (int i = 0; i < 6; ++i) {
+    mmlu.push_back({{"question", fmt::format("  {}?\n", words(5))},
+                    {"subject", "abstract_algebra"},
+                    {"choices", {words(1), words(2), words(1), words(3)}},
+                    {"answer", int(rng_() % 4)}});
+    tqa.push_back(
+        {{"question", fmt::format("{}?", words(4))},
+         {"mc1_targets", {{"choices", {words(3), words(2), words(4)}}, {"labels", {1, 0, 0}}}}});
+  }
+  write_split("mmlu_abstract_algebra", "test", mmlu);
+  write_split("truthfulqa_mc1", "validation", tqa);
   for (int i = 0; i < 4; ++i)
     wiki.push_back({{"page", fmt::format("{} .\n\n{}", words(10 + 12 * i), words(7))}});
   write_split("hellaswag", "validation", hs);
@@ -157,19 +169,23 @@ metric_list:
   const std::string out = d_ / "results.json";
   auto r = run_nekton(
       "eval tasks eval.model=" + random_ +
-      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext," + shots + "," + mg +
-      " eval.data=" + data_ +
+      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext,mmlu_abstract_algebra,"
+      "truthfulqa_mc1," +
+      shots + "," + mg + " eval.data=" + data_ +
       " eval.batch_size=3 eval.write_out=100 eval.bootstrap_iters=3000 eval.output=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
   const Json res = Json::parse(test::read_file(out));
   EXPECT_EQ(res["n-shot"]["arc_shots"], 3);
   EXPECT_EQ(res["results"]["wikitext"]["bits_per_byte_stderr,none"], "N/A");
+  EXPECT_EQ(res["results"]["mmlu_abstract_algebra"]["alias"], "abstract_algebra");
   expect_reference({{kTasks + "hellaswag.yaml", random_},
                     {kTasks + "arc_easy.yaml", random_},
                     {kTasks + "piqa.yaml", random_},
                     {kTasks + "lambada_openai.yaml", random_},
                     {kTasks + "wikitext.yaml", random_},
+                    {kTasks + "mmlu/mmlu_abstract_algebra.yaml", random_},
+                    {kTasks + "truthfulqa_mc1.yaml", random_},
                     {shots, random_},
                     {mg, random_}},
                    out);
@@ -366,6 +382,11 @@ TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
   r = run("hellaswag");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "hellaswag/validation.jsonl")) << r.out;
+  // A folder of tasks (a group) runs them all, in name order: the first
+  // one's data is missing here.
+  r = run("mmlu");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "mmlu_abstract_algebra/test.jsonl")) << r.out;
   r = run("no_such_task");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "no_such_task")) << r.out;

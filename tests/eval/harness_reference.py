@@ -80,6 +80,8 @@ class Task:
 
     def target(self, doc):
         t = self.cfg["doc_to_target"]
+        if isinstance(t, int):
+            return t
         if t in doc:
             return doc[t]
         s = render(t, doc)
