@@ -94,6 +94,7 @@ const std::map<std::string, MetricInfo>& metric_table() {
       {"acc", {{"multiple_choice", "loglikelihood"}, "mean", true}},
       {"acc_norm", {{"multiple_choice"}, "mean", true}},
       {"acc_bytes", {{"multiple_choice"}, "mean", true}},
+      {"acc_mutual_info", {{"multiple_choice"}, "mean", true}},
       {"perplexity", {{"loglikelihood"}, "perplexity", false}},
       {"word_perplexity", {{"loglikelihood_rolling"}, "weighted_perplexity", false}},
       {"byte_perplexity", {{"loglikelihood_rolling"}, "weighted_perplexity", false}},

@@ -66,6 +66,9 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
                : load_split(c, opt.data_dir, c.fewshot_docs_split());
   FewshotSampler sampler(c, &pool.docs);
 
+  const bool mutual_info = std::any_of(c.metrics.begin(), c.metrics.end(), [](const MetricSpec& m) {
+    return m.metric == "acc_mutual_info";
+  });
   // Every document becomes requests before the model runs: a bad one stops
   // the run before any work.
   std::vector<Prepared> prep(static_cast<size_t>(n));
@@ -94,6 +97,13 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
         p.arguments.push_back({p.context, pr.choice_delimiter() + ch});
       }
       p.count = p.choices.size();
+      // acc_mutual_info also needs each choice's unconditional log-likelihood
+      // (an empty context), asked right after the conditional ones.
+      if (mutual_info)
+        for (const std::string& ch : p.choices) {
+          ll_reqs.push_back({"", pr.choice_delimiter() + ch});
+          p.arguments.push_back({"", pr.choice_delimiter() + ch});
+        }
     } else if (c.output_type == "loglikelihood") {
       const std::string t = pr.answer(doc, p.target, at);
       p.first = ll_reqs.size();
@@ -163,6 +173,11 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
             pred = argmax([&](size_t k) { return double(code_points(p.choices[k])); });
           if (name == "acc_bytes")
             pred = argmax([&](size_t k) { return double(p.choices[k].size()); });
+          if (name == "acc_mutual_info") {
+            std::vector<double> mi(p.count);
+            for (size_t k = 0; k < p.count; ++k) mi[k] = ll[k] - lls[p.first + p.count + k].logprob;
+            pred = std::max_element(mi.begin(), mi.end()) - mi.begin();
+          }
           items[f][m].push_back(
               std::find(p.gold.begin(), p.gold.end(), pred) != p.gold.end() ? 1.0 : 0.0);
         } else if (c.output_type == "loglikelihood") {
@@ -183,7 +198,7 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
     }
     if (i < opt.write_out) {
       if (c.output_type == "multiple_choice" || c.output_type == "loglikelihood")
-        for (size_t k = 0; k < p.count; ++k)
+        for (size_t k = 0; k < p.arguments.size(); ++k)
           resps.push_back({lls[p.first + k].logprob, lls[p.first + k].greedy});
       else if (c.output_type == "loglikelihood_rolling")
         resps.push_back(rolled[p.first]);

@@ -8,7 +8,8 @@
 //
 // Per document (process_results): acc = argmax of the choices'
 // log-likelihoods is the gold index (any of a list of golds); acc_norm the
-// same of loglik / len(choice) in code points, acc_bytes in UTF-8 bytes;
+// same of loglik / len(choice) in code points, acc_bytes in UTF-8 bytes,
+// acc_mutual_info of loglik less the choice's loglik after an empty context;
 // perplexity = loglik and acc = greedy for loglikelihood; (loglik, words)
 // and (loglik, bytes) for the rolling metrics; exact_match of the filtered
 // answer against the target (its choice when the task has choices).

@@ -130,7 +130,8 @@ TEST_F(EvalTasksCli, LoglikelihoodTasksMatchTheReference) {
   write_split("wikitext", "test", wiki);
   // Few-shot from the scored split itself (the document left out of its
   // own draw), with a description ending in a newline (Python Jinja keeps
-  // it); and from a training split, with a list of golds, acc_bytes and a
+  // it); and from a training split, with a list of golds, acc_bytes,
+  // acc_mutual_info (unconditional requests after the conditional ones) and a
   // block tag before a newline and an indented line (no trim_blocks or
   // lstrip_blocks in the harness's Jinja).
   write_split("arc_shots", "test", arc);
@@ -165,6 +166,7 @@ metric_list:
   - metric: acc
   - metric: acc_norm
   - metric: acc_bytes
+  - metric: acc_mutual_info
 )");
   const std::string out = d_ / "results.json";
   auto r = run_nekton(

@@ -278,14 +278,19 @@ def main(plan_path):
                 ch = task.choices(doc)
                 td = "" if plan.get("chat_template") else task.td
                 args = [[ctx, td + x] for x in ch]
+                mi = any(m["metric"] == "acc_mutual_info" for m in metrics)
+                if mi:  # the unconditional requests follow the conditional ones
+                    args += [["", td + x] for x in ch]
                 res = [model.loglikelihood(a, b) for a, b in args]
-                lls = [r[0] for r in res]
+                lls = [r[0] for r in res][: len(ch)]
+                uncond = [r[0] for r in res][len(ch):]
                 gold = tgt if isinstance(tgt, list) else [tgt]
                 gold = [ch.index(g) if isinstance(g, str) else g for g in gold]
                 preds = {
                     "acc": max(range(len(lls)), key=lambda k: (lls[k], -k)),
                     "acc_norm": max(range(len(lls)), key=lambda k: (lls[k] / len(ch[k]), -k)),
                     "acc_bytes": max(range(len(lls)), key=lambda k: (lls[k] / len(ch[k].encode()), -k)),
+                    "acc_mutual_info": max(range(len(lls)), key=lambda k: (lls[k] - uncond[k], -k)) if mi else None,
                 }
                 for f in filters:
                     for m in metrics:
@@ -349,7 +354,7 @@ def main(plan_path):
                 else:
                     want, se = sum(xs) / len(xs), mean_stderr(xs)
                 have = out[f"{key[0]},{key[1]}"]
-                exact = name in ("acc", "acc_norm", "acc_bytes", "exact_match")
+                exact = name in ("acc", "acc_norm", "acc_bytes", "acc_mutual_info", "exact_match")
                 rel = abs(have - want) / max(abs(want), 1e-300)
                 print(f"{task.name} {key[0]},{key[1]}: nekton {have!r} reference {want!r}; stderr nekton {out.get(key[0] + '_stderr,' + key[1])!r}")
                 check(have == want if exact else rel <= 1e-5, f"{task.name} {key}: {have} want {want}")
