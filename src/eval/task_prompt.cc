@@ -71,6 +71,10 @@ std::vector<std::string> TaskPrompter::choices(const Json& doc, const DocRef& at
   } else {
     v = resolve(*c_.doc_to_choice, choice_, doc, at, "doc_to_choice");
     if (v.is_string() && !doc.contains(*c_.doc_to_choice)) {
+      const std::string& spec = *c_.doc_to_choice;
+      if (spec.find('{') == std::string::npos && spec.find('[') == std::string::npos)
+        at.fail_field("doc_to_choice",
+                      fmt::format("the document has no field '{}' (and it is no list)", spec));
       try {
         v = parse_list_literal(v.get<std::string>(), "doc_to_choice");
       } catch (const Error& e) {

@@ -181,6 +181,15 @@ metric_list:
   EXPECT_EQ(res["n-shot"]["arc_shots"], 3);
   EXPECT_EQ(res["results"]["wikitext"]["bits_per_byte_stderr,none"], "N/A");
   EXPECT_EQ(res["results"]["mmlu_abstract_algebra"]["alias"], "abstract_algebra");
+  // eval.limit scores the first N documents only.
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=piqa eval.data=" + data_ +
+                 " eval.limit=5 eval.output=" + (d_ / "limit.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Json::parse(test::read_file(d_ / "limit.json"))["n-samples"]["piqa"]["effective"], 5);
+  r = run_nekton("eval tasks --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "eval.apply_chat_template") && contains(r.out, "eval.num_fewshot"))
+      << r.out;
   expect_reference({{kTasks + "hellaswag.yaml", random_},
                     {kTasks + "arc_easy.yaml", random_},
                     {kTasks + "piqa.yaml", random_},
@@ -380,6 +389,15 @@ TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
   EXPECT_TRUE(contains(r.out, "document 2") && contains(r.out, "doc_to_target") &&
               contains(r.out, "choice index 2 is out of range"))
       << r.out;
+  // A choices field missing from a document (hellaswag reads "choices").
+  write_split("hellaswag", "validation", {{{"query", "q"}, {"label", "0"}}});
+  r = run("hellaswag");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out,
+                       "hellaswag/validation.jsonl document 0: doc_to_choice: the "
+                       "document has no field 'choices'"))
+      << r.out;
+  std::filesystem::remove_all(data_ + "/hellaswag");
   // A missing data file, an unknown task, an unknown key, a server URL.
   r = run("hellaswag");
   EXPECT_EQ(r.code, 1);
