@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "eval/py_text.h"
 #include "infer/generate.h"
 #include "infer/sampler.h"
 #include "ops/ops.h"
@@ -42,9 +43,8 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> LocalEvalModel::encode_pai
     const std::string& context, const std::string& cont) const {
   if (context.empty()) return {{prefix_token()}, encode(cont)};
   // Python's rstrip(): trailing white space moves to the continuation.
-  size_t keep = context.size();
-  while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
-  const std::string ctx = context.substr(0, keep);
+  const std::string ctx = py_rstrip(context);
+  const size_t keep = ctx.size();
   const std::string whole = ctx + context.substr(keep) + cont;
   std::vector<int32_t> w = encode(whole), c = encode(ctx);
   const size_t n = std::min(c.size(), w.size());

@@ -3,9 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/locid.h>
-#include <unicode/uchar.h>
 #include <unicode/unistr.h>
-#include <unicode/utf8.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,6 +11,7 @@
 
 #include "core/error.h"
 #include "eval/py_random.h"
+#include "eval/py_text.h"
 
 namespace nk {
 
@@ -65,34 +64,6 @@ struct Regex {
     }
   }
 };
-
-bool py_space(UChar32 c) {
-  const UCharDirection d = u_charDirection(c);
-  return u_charType(c) == U_SPACE_SEPARATOR || d == U_WHITE_SPACE_NEUTRAL ||
-         d == U_BLOCK_SEPARATOR || d == U_SEGMENT_SEPARATOR;
-}
-
-// Python's str.strip().
-std::string py_strip(const std::string& s) {
-  const auto* b = reinterpret_cast<const uint8_t*>(s.data());
-  const int32_t len = int32_t(s.size());
-  int32_t start = 0, end = len;
-  while (start < len) {
-    int32_t i = start;
-    UChar32 c;
-    U8_NEXT(b, i, len, c);
-    if (c < 0 || !py_space(c)) break;
-    start = i;
-  }
-  while (end > start) {
-    int32_t i = end;
-    UChar32 c;
-    U8_PREV(b, 0, i, c);
-    if (c < 0 || !py_space(c)) break;
-    end = i;
-  }
-  return s.substr(size_t(start), size_t(end - start));
-}
 
 std::string icu_case(const std::string& s, bool lower) {
   icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);

@@ -31,7 +31,7 @@ Json results_json(const std::vector<TaskConfig>& configs, const std::vector<Task
     cfgs[r.task] = c;
     versions[r.task] = configs[t].version;
     nshot[r.task] = r.num_fewshot;
-    nsamples[r.task] = {{"original", r.n_docs}, {"effective", r.n_docs}};
+    nsamples[r.task] = {{"original", r.n_total}, {"effective", r.n_docs}};
   }
   Json j;
   j["results"] = res;

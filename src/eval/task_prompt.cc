@@ -1,6 +1,5 @@
 #include "eval/task_prompt.h"
 
-#include <unicode/uchar.h>
 #include <unicode/utf8.h>
 
 #include <cctype>
@@ -318,33 +317,6 @@ Json parse_list_literal(const std::string& s, const std::string& what) {
   if (lp.p != s.size()) lp.bad("text after the list");
   if (!v.is_array()) lp.bad("not a list");
   return v;
-}
-
-int64_t code_points(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
-  return n;
-}
-
-int64_t count_words(const std::string& s) {
-  // Python's str.isspace: bidirectional class WS, B or S, or category Zs.
-  auto space = [](UChar32 c) {
-    const UCharDirection d = u_charDirection(c);
-    return u_charType(c) == U_SPACE_SEPARATOR || d == U_WHITE_SPACE_NEUTRAL ||
-           d == U_BLOCK_SEPARATOR || d == U_SEGMENT_SEPARATOR;
-  };
-  int64_t pieces = 1;
-  bool in_run = false;
-  const auto* b = reinterpret_cast<const uint8_t*>(s.data());
-  const int32_t len = int32_t(s.size());
-  for (int32_t i = 0; i < len;) {
-    UChar32 c;
-    U8_NEXT(b, i, len, c);
-    const bool sp = c >= 0 && space(c);
-    if (sp && !in_run) ++pieces;
-    in_run = sp;
-  }
-  return pieces;
 }
 
 }  // namespace nk

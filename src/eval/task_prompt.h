@@ -99,10 +99,4 @@ class FewshotSampler {
 // nested lists. nk::Error with `what` for anything else.
 nlohmann::ordered_json parse_list_literal(const std::string& s, const std::string& what);
 
-// Python's len(str): Unicode code points of UTF-8 text.
-int64_t code_points(const std::string& s);
-// Python's len(re.split(r"\s+", s)): the pieces between runs of Unicode
-// white space (empty ones at either end counted).
-int64_t count_words(const std::string& s);
-
 }  // namespace nk

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "eval/metrics.h"
+#include "eval/py_text.h"
 #include "eval/task_docs.h"
 #include "eval/task_prompt.h"
 
@@ -59,6 +60,7 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
                                   : int64_t(docs.docs.size());
   res.num_fewshot = opt.num_fewshot >= 0 ? opt.num_fewshot : c.num_fewshot;
   res.n_docs = n;
+  res.n_total = int64_t(docs.docs.size());
   TaskDocs pool;
   if (res.num_fewshot > 0)
     pool = c.fewshot_docs_split() == c.eval_split()

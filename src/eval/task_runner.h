@@ -47,7 +47,8 @@ struct MetricValue {
 struct TaskResult {
   std::string task;
   int64_t num_fewshot = 0;
-  int64_t n_docs = 0;
+  int64_t n_docs = 0;                // scored (eval.limit)
+  int64_t n_total = 0;               // in the split
   std::vector<MetricValue> metrics;  // in metric_list order, then filter order
   // Per written-out document: doc_id, doc, target, arguments, resps,
   // filtered_resps (the harness's sample log).

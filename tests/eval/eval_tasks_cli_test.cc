@@ -185,7 +185,9 @@ metric_list:
   r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=piqa eval.data=" + data_ +
                  " eval.limit=5 eval.output=" + (d_ / "limit.json"));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(Json::parse(test::read_file(d_ / "limit.json"))["n-samples"]["piqa"]["effective"], 5);
+  const Json limited = Json::parse(test::read_file(d_ / "limit.json"))["n-samples"]["piqa"];
+  EXPECT_EQ(limited["effective"], 5);
+  EXPECT_EQ(limited["original"], 12);
   r = run_nekton("eval tasks --help");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(contains(r.out, "eval.apply_chat_template") && contains(r.out, "eval.num_fewshot"))

@@ -1,7 +1,8 @@
 // The harness's text handling against Python's own: re.findall's shapes and
 // re.sub through PCRE2, the regex filter (group_select, multi-group matches,
 // fallback, strip), exact_match's options in their order, the word count
-// re.split(r"\s+") gives (Unicode white space), len() in code points, and
+// re.split(r"\s+") gives (Unicode white space), len() in code points,
+// strip() and rstrip() (which the context of a log-likelihood pair uses), and
 // the list literals a choice template renders, as ast.literal_eval reads
 // them.
 #include "eval/metrics.h"
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/py_text.h"
 #include "eval/task_prompt.h"
 #include "test_util.h"
 
@@ -80,14 +82,18 @@ TEST(EvalMetrics, FiltersAndExactMatch) {
 }
 
 TEST(EvalMetrics, CountsAndLiteralsAsPython) {
-  const std::vector<std::string> texts = {"a b  c",         " lead and trail ",    "",
-                                          "tab\tnew\nline", "nbsp\u00a0em\u2003x", "é中 ö"};
-  const Json want =
-      python("import json, re\nts = json.loads(" + Json(Json(texts).dump()).dump() +
-             ")\nprint(json.dumps([[len(re.split(r'\\s+', t)), len(t)] for t in ts]))\n");
+  const std::vector<std::string> texts = {"a b  c",           " lead and trail ",    "",
+                                          "tab\tnew\nline",   "nbsp\u00a0em\u2003x", "é中 ö",
+                                          "end\u00a0\u3000\n"};
+  const Json want = python(
+      "import json, re\nts = json.loads(" + Json(Json(texts).dump()).dump() +
+      ")\nprint(json.dumps([[len(re.split(r'\\s+', t)), len(t), t.strip(), t.rstrip()] for t in "
+      "ts]))\n");
   for (size_t i = 0; i < texts.size(); ++i) {
     EXPECT_EQ(count_words(texts[i]), want[i][0].get<int64_t>()) << texts[i];
     EXPECT_EQ(code_points(texts[i]), want[i][1].get<int64_t>()) << texts[i];
+    EXPECT_EQ(py_strip(texts[i]), want[i][2].get<std::string>()) << texts[i];
+    EXPECT_EQ(py_rstrip(texts[i]), want[i][3].get<std::string>()) << texts[i];
   }
   EXPECT_EQ(parse_list_literal(R"(['it\'s', "b", 3, [True, None]])", "t"),
             Json::parse(R"(["it's", "b", 3, [true, null]])"));
