@@ -95,7 +95,8 @@ results=$out/results.tsv
 # The command each Nekton run starts with, and PyTorch's matching options.
 case $OBJECTIVE in
   lm) nk_cmd=(train data.path=README.md train.micro_batch=1 train.global_batch=1)
-      pt_objective=(--batch 1) ;;
+      pt_objective=(--batch 1)
+      task="" full_name="full SFT" ;;
   dpo)
     $PY - "$out/pairs.jsonl" "$SEQ" <<'PY'
 import json, random, sys
@@ -107,7 +108,8 @@ with open(sys.argv[1], "w") as f:
 PY
     nk_cmd=(align align.method=dpo align.beta=0.1 align.data_path=$out/pairs.jsonl
             train.micro_batch=2 train.global_batch=2)
-    pt_objective=(--batch 2 --objective dpo --completion $(( SEQ / 2 )) --beta 0.1) ;;
+    pt_objective=(--batch 2 --objective dpo --completion $(( SEQ / 2 )) --beta 0.1)
+    task="DPO " full_name="DPO full, reference precomputed" ;;
   *) echo "OBJECTIVE must be lm or dpo, not '$OBJECTIVE'" >&2; exit 2 ;;
 esac
 
@@ -206,25 +208,25 @@ echo "LoRA r=$RANK alpha=$ALPHA all-linear, $label, objective $OBJECTIVE, ${pt_o
      "Nekton $STEPS steps (mean of the last $PT_STEPS), PyTorch 1 warm-up + $PT_STEPS"
 for method in $METHODS; do
   case $method in
-    lora) run_nekton "Nekton LoRA ($label, $NK_DTYPE)" lora peft.method=lora \
+    lora) run_nekton "Nekton ${task}LoRA ($label, $NK_DTYPE)" lora peft.method=lora \
             peft.target_modules=all-linear peft.lora_rank=$RANK peft.lora_alpha=$ALPHA \
             "${lora_layers[@]}" ;;
-    qlora) run_nekton "Nekton QLoRA ($label, NF4 base, $NK_DTYPE)" qlora peft.method=qlora \
+    qlora) run_nekton "Nekton ${task}QLoRA ($label, NF4 base, $NK_DTYPE)" qlora peft.method=qlora \
              peft.target_modules=all-linear peft.lora_rank=$RANK peft.lora_alpha=$ALPHA \
              "${lora_layers[@]}" ;;
-    ia3) run_nekton "Nekton IA3 ($label, PEFT's targets, $NK_DTYPE)" ia3 peft.method=ia3 \
+    ia3) run_nekton "Nekton ${task}IA3 ($label, PEFT's targets, $NK_DTYPE)" ia3 peft.method=ia3 \
            "${lora_layers[@]}" ;;
-    adapter) run_nekton "Nekton bottleneck adapters ($label, NeMo's targets, $NK_DTYPE)" adapter \
+    adapter) run_nekton "Nekton ${task}bottleneck adapters ($label, NeMo's targets, $NK_DTYPE)" adapter \
                peft.method=adapter "${lora_layers[@]}" ;;
     *) echo "METHODS: unknown method '$method' (lora, qlora, ia3, adapter)" >&2; exit 2 ;;
   esac
 done
-run_torch "PyTorch LoRA ($label, $pt_lora)" lora --mode lora --rank $RANK \
+run_torch "PyTorch ${task}LoRA ($label, $pt_lora)" lora --mode lora --rank $RANK \
   --alpha $ALPHA "${pt_layers[@]}"
 if (( FULL_LAYERS > 0 )); then
-  run_nekton "Nekton full SFT ($PRESET, $FULL_LAYERS layers, $NK_DTYPE)" full peft.method=none \
+  run_nekton "Nekton ${full_name} ($PRESET, $FULL_LAYERS layers, $NK_DTYPE)" full peft.method=none \
     model.n_layer=$FULL_LAYERS
-  run_torch "PyTorch full SFT ($PRESET, $FULL_LAYERS layers, $pt_full)" full \
+  run_torch "PyTorch ${full_name} ($PRESET, $FULL_LAYERS layers, $pt_full)" full \
     --mode full --layers $FULL_LAYERS
 fi
 

@@ -1,5 +1,7 @@
 #include "align/align_config.h"
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 
 namespace nk {
@@ -10,7 +12,10 @@ void AlignConfig::bind(ConfigBinder& b) {
          "(no reference model); TRL's DPOTrainer, KTOTrainer, ORPOTrainer, CPOTrainer with "
          "loss_type=simpo; NeMo-Aligner's dpo (with preference_loss dpo, ipo); rm: a reward "
          "model (a score head, Bradley-Terry on the pairs: TRL's RewardTrainer, "
-         "NeMo-Aligner's train_reward_model)");
+         "NeMo-Aligner's train_reward_model; with align.reward_model_type=regression SteerLM's "
+         "attribute model); "
+         "rs: rejection sampling (best-of-n by a reward model, then SFT); steerlm: SteerLM's "
+         "attribute-conditioned SFT");
   b.bind("align.loss_type", loss_type,
          "DPO's loss (TRL's DPOConfig.loss_type): sigmoid (DPO; cDPO with "
          "align.label_smoothing), robust (rDPO), hinge (SLiC/RSO) or ipo (IPO, log-ratios "
@@ -40,6 +45,10 @@ void AlignConfig::bind(ConfigBinder& b) {
   b.bind("align.margin_key", data.margin_key,
          "rm: the key of a pair's margin (chosen must beat rejected by it; TRL's margin "
          "column), read when the records have it");
+  b.bind("align.reward_model_type", reward_model_type,
+         "rm: binary_ranking (a reward model: Bradley-Terry on pairs) or regression (SteerLM's "
+         "attribute model: one output per align.steerlm_attributes name, regressed on "
+         "{prompt, response, NAME: value} records; NeMo-Aligner's reward_model_type)");
   b.bind("align.reference", reference,
          "the reference log-probabilities (DPO, KTO): auto (adapter_off with peft.method, "
          "precompute otherwise), precompute (one pass of the initial model before training, "
@@ -70,6 +79,14 @@ void AlignConfig::check(bool adapters) {
   if (!(center_rewards_coefficient >= 0))
     fail("align.center_rewards_coefficient: must be >= 0, got {}", center_rewards_coefficient);
   reward_model = method == "rm";
+  if (reward_model_type != "binary_ranking" && reward_model_type != "regression")
+    fail("align.reward_model_type: '{}' is neither binary_ranking nor regression",
+         reward_model_type);
+  if (reward_model_type == "regression" && !reward_model)
+    fail(
+        "align.reward_model_type: regression trains an attribute model with align.method=rm, "
+        "not {}",
+        method);
   data.margins = reward_model;
   if (reward_model) {
     if (loss_type != "sigmoid")
@@ -77,8 +94,22 @@ void AlignConfig::check(bool adapters) {
            loss_type);
     if (reference != "auto")
       fail("align.reference: a reward model has no reference model (align.method=rm)");
+    if (reward_model_type == "regression") {
+      if (attributes.empty()) fail("align.steerlm_attributes: no attribute to regress");
+      for (size_t i = 0; i < attributes.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          if (attributes[i] == attributes[j])
+            fail("align.steerlm_attributes: '{}' is named twice", attributes[i]);
+      if (center_rewards_coefficient > 0)
+        fail(
+            "align.center_rewards_coefficient: a pairwise reward model's; "
+            "align.reward_model_type=regression trains an attribute model");
+    } else {
+      attributes.clear();
+    }
     return;
   }
+  attributes.clear();
   if (center_rewards_coefficient > 0)
     fail("align.center_rewards_coefficient: a reward model's (align.method=rm), not {}'s", method);
   if (method == "ipo" || method == "hinge") {
@@ -127,13 +158,17 @@ void AlignConfig::check(bool adapters) {
 }
 
 std::map<std::string, std::string> AlignConfig::signature() const {
-  return {
+  std::map<std::string, std::string> s = {
       {"align.data_path", data_path},
       {"align.rows", fmt::format("method {}, max_prompt_length {}, keys {}/{}/{}/{}/{}, "
                                  "shuffle {}{}",
                                  method, data.max_prompt_length, data.prompt_key, data.chosen_key,
                                  data.rejected_key, data.completion_key, data.label_key, shuffle,
                                  reward_model ? ", margin_key " + data.margin_key : "")}};
+  if (!attributes.empty())
+    s["align.steerlm_attributes"] =
+        fmt::format("{} (response key {})", fmt::join(attributes, ","), response_key);
+  return s;
 }
 
 }  // namespace nk

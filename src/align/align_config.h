@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "align/preference_data.h"
 #include "align/preference_loss.h"
@@ -26,6 +27,13 @@ struct AlignConfig {
   // align.method=rm: a reward model (Bradley-Terry on the pairs).
   bool reward_model = false;
   double center_rewards_coefficient = 0;
+  // align.method=rm: binary_ranking (pairs) or regression (SteerLM's
+  // attribute model: one output per name in `attributes`, the
+  // align.steerlm_attributes that AlignSamplingConfig binds, set by the
+  // caller before check(); empty after it unless a regression).
+  std::string reward_model_type = "binary_ranking";
+  std::vector<std::string> attributes;
+  std::string response_key = "response";  // align.response_key (AlignSamplingConfig binds it)
   std::string data_path, valid_path;
   bool shuffle = true;
   PreferenceDataOptions data;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -310,6 +311,61 @@ PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& t
   // The KL rows' prompts were cut with their examples; a KL completion
   // longer than the room left was cut in fit too.
   return d;
+}
+
+bool is_chat_prompt(const json& prompt, const std::string& where) {
+  if (prompt.is_string()) return false;
+  if (prompt.is_array()) return true;
+  fail("{}: must be a string or a list of messages, not {}", where, prompt.type_name());
+}
+
+std::vector<int32_t> render_prompt(const json& prompt, const PreferenceRenderer& r,
+                                   const std::string& where) {
+  const Inputs in{r.tok, r.tmpl, r.specials};
+  if (!is_chat_prompt(prompt, where))
+    return text_prompt(prompt.get<std::string>(), in, where).tokens;
+  const std::vector<ChatMessage> p = messages_of(prompt, where);
+  if (p.back().role != "user")
+    fail("{}[{}]: the prompt ends with a '{}' message; it must end with the user's turn", where,
+         p.size() - 1, p.back().role);
+  std::string text;
+  try {
+    text = chat_text(r.tmpl.render(p, r.specials, true));
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  std::vector<int32_t> tokens;
+  r.tok.encode_with_specials(text, tokens);
+  return tokens;
+}
+
+std::vector<int32_t> render_sequence(const json& prompt, const json& completion,
+                                     const PreferenceRenderer& r, const std::string& where,
+                                     int64_t* prompt_tokens) {
+  const Inputs in{r.tok, r.tmpl, r.specials};
+  const std::string pk = where, ck = where + " (completion)";
+  Part p, c;
+  if (!is_chat_prompt(prompt, pk)) {
+    if (!completion.is_string())
+      fail("{}: a string prompt takes a string completion, not {}", ck, completion.type_name());
+    p = text_prompt(prompt.get<std::string>(), in, pk);
+    c = text_completion(completion.get<std::string>(), in, ck);
+  } else {
+    const std::vector<ChatMessage> pm = messages_of(prompt, pk);
+    std::vector<ChatMessage> cm;
+    if (completion.is_string()) {
+      if (completion.get_ref<const std::string&>().empty()) fail("{}: the completion is empty", ck);
+      cm.push_back({"assistant", completion.get<std::string>()});
+    } else {
+      cm = messages_of(completion, ck);
+    }
+    check_chat_roles(pm, cm, pk, ck);
+    std::tie(p, c) = chat_parts(pm, cm, in, where);
+  }
+  if (prompt_tokens) *prompt_tokens = int64_t(p.tokens.size());
+  std::vector<int32_t> t = std::move(p.tokens);
+  t.insert(t.end(), c.tokens.begin(), c.tokens.end());
+  return t;
 }
 
 PreferenceDataset::PreferenceDataset(std::shared_ptr<const PreferenceData> data, int64_t seq_len,

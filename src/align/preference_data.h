@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "align/preference_loss.h"
 #include "data/chat/chat_template.h"
 #include "data/dataset/epoch_order.h"
@@ -82,6 +84,40 @@ struct PreferenceData {
 PreferenceData read_preference_jsonl(const std::string& path, const Tokenizer& tok,
                                      const ChatTemplate& tmpl, const ChatSpecials& specials,
                                      const PreferenceDataOptions& opt);
+
+// One prompt or (prompt, completion) pair rendered exactly as
+// read_preference_jsonl renders a record's: for generation from a prompt
+// (rejection sampling, SteerLM) and for scoring a completion with a reward
+// model, so both see what DPO and reward-model training see.
+struct PreferenceRenderer {
+  const Tokenizer& tok;
+  const ChatTemplate& tmpl;
+  const ChatSpecials& specials;
+};
+
+// True for a chat prompt (a list of messages), false for a string;
+// nk::Error naming `where` (PATH:LINE: KEY) for anything else.
+bool is_chat_prompt(const nlohmann::json& prompt, const std::string& where);
+
+// The prompt's tokens as a sequence's beginning: a string's tokens as they
+// are, or the messages (ending with the user's turn) rendered with the
+// generation prompt. nk::Error naming `where` (PATH:LINE: KEY) for an empty
+// or mistyped prompt, a bad message or role, or a template that refuses it.
+std::vector<int32_t> render_prompt(const nlohmann::json& prompt, const PreferenceRenderer& r,
+                                   const std::string& where);
+
+// A whole sequence: the prompt's tokens, then the completion's as a chosen
+// one is rendered (a string: its tokens and the end-of-document token; with
+// a chat prompt, the assistant messages as the rest of the whole
+// conversation's rendering). With a chat prompt a string completion is one
+// assistant message. Never truncated. prompt_tokens (if given) receives the
+// prompt's length.
+// nk::Error naming `where` as render_prompt, and for an empty completion, a
+// string prompt with a message completion, or a completion holding other
+// than assistant messages.
+std::vector<int32_t> render_sequence(const nlohmann::json& prompt, const nlohmann::json& completion,
+                                     const PreferenceRenderer& r, const std::string& where,
+                                     int64_t* prompt_tokens = nullptr);
 
 // The sequences as training rows of max_length tokens, one per row, padded
 // (targets -100): sample i is sequence 2 e + i % 2 of example e = the

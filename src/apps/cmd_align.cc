@@ -4,9 +4,11 @@
 #include <optional>
 #include <thread>
 #include "align/align_config.h"
+#include "align/attribute_objective.h"
 #include "align/preference_objective.h"
 #include "align/reward_objective.h"
 
+#include "apps/cmd_align_sampling.h"
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
 #include "core/log.h"
@@ -23,6 +25,7 @@ ConfigSchema align_schema() {
   return schema_of([](ConfigBinder& b) {
     TrainConfig().bind(b);
     AlignConfig().bind(b);
+    AlignSamplingConfig().bind(b);  // rs, steerlm
   });
 }
 
@@ -46,7 +49,18 @@ int cmd_align(const CommandArgs& a) {
         "  align.method=rm     a reward model: a score head (model.num_labels=1) in place of\n"
         "                      the LM head, Bradley-Terry on the pairs (with a \"margin\"\n"
         "                      per pair if the records have one); exported as HF's\n"
-        "                      *ForSequenceClassification, scored by nekton eval reward\n"
+        "                      *ForSequenceClassification, scored by nekton eval reward;\n"
+        "                      with align.reward_model_type=regression: SteerLM's attribute\n"
+        "                      model, one output per align.steerlm_attributes name regressed\n"
+        "                      on {{prompt, response, NAME: value}} records\n"
+        "  align.method=rs     rejection sampling: align.num_rollouts_per_prompt samples per\n"
+        "                      prompt of align.data_path from train.init_from, scored by\n"
+        "                      align.reward_model, the best written as SFT JSONL (then\n"
+        "                      fine-tuned on with align.rs_sft=true)\n"
+        "  align.method=steerlm SteerLM: {{prompt, response, attribute values}} records (or\n"
+        "                      values from align.attribute_model) to attribute-conditioned\n"
+        "                      SFT data, then fine-tuned on; generate.steerlm_attributes asks\n"
+        "                      for values\n"
         "The reference (DPO, KTO): the base with its adapters off under peft.method, else\n"
         "log-probabilities precomputed once into OUT_DIR (align.reference). train.micro_batch\n"
         "and train.global_batch count rows, two per pair (KTO: per example), so both are even.\n"
@@ -61,11 +75,22 @@ int cmd_align(const CommandArgs& a) {
   Config c = Config::load(schema, a.config_path, a.overrides);
   // A reward model is a sequence classifier of one label (its score head in
   // place of the LM head), whatever train.init_from is.
+  // An attribute model (align.reward_model_type=regression) has one output
+  // per align.steerlm_attributes name, named after them.
   if (c.get_string("align.method") == "rm") {
+    const bool regression = c.get_string("align.reward_model_type") == "regression";
+    const std::vector<std::string> attributes =
+        regression ? split_commas(c.get_string("align.steerlm_attributes"))
+                   : std::vector<std::string>{};
+    const int64_t want = attributes.empty() ? 1 : int64_t(attributes.size());
     const int64_t n = c.get_int("model.num_labels");
-    if (n != 0 && n != 1)
-      fail("model.num_labels: {} with align.method=rm, which trains one reward (1)", n);
-    c.set("model.num_labels", "1", "align.method=rm");
+    if (n != 0 && n != want)
+      fail("model.num_labels: {} with align.method=rm, which trains {} ({})", n, want,
+           attributes.empty() ? "one reward" : "one output per align.steerlm_attributes name");
+    c.set("model.num_labels", std::to_string(want), "align.method=rm");
+    if (!attributes.empty())
+      c.set("model.labels", c.get_string("align.steerlm_attributes"),
+            "align.reward_model_type=regression");
   }
   TrainConfig cfg = train_config_from(c, false);
   AlignConfig ac;
@@ -73,7 +98,11 @@ int cmd_align(const CommandArgs& a) {
     ConfigReader r(c);
     ac.bind(r);
   }
+  ac.response_key = c.get_string("align.response_key");
+  ac.attributes = split_commas(c.get_string("align.steerlm_attributes"));
   if (a.print_config) return print_config(c, cfg);
+  if (ac.method == "rs") return align_rejection_sampling(a, schema, c, cfg, ac);
+  if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
   if (m.cp * m.ep * m.pp > 1 || cfg.parallel.sequence_parallel)
@@ -97,7 +126,8 @@ int cmd_align(const CommandArgs& a) {
                              : "blend");
   if (cfg.peft.method == "p_tuning")
     fail("peft.method: p_tuning does not align yet (its virtual tokens have no 'off' switch)");
-  if (cfg.micro_batch % 2 || cfg.global_batch % 2)
+  const bool regression = !ac.attributes.empty();
+  if (!regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
     fail(
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "
         "example), so both must be even",
@@ -162,6 +192,30 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
       throw e.with_context(key);
     }
   };
+  const int32_t pad = std::max(0, tok->eod_id());
+  if (!ac.attributes.empty()) {  // SteerLM's attribute model: one record per row
+    auto read_attributes = [&](const std::string& path, const char* key) {
+      try {
+        return std::make_shared<const AttributeData>(
+            read_attribute_jsonl(path, PreferenceRenderer{*tok, *tmpl, specials}, ac.attributes,
+                                 cfg.seq_len, ac.data.prompt_key, ac.response_key));
+      } catch (const Error& e) {
+        throw e.with_context(key);
+      }
+    };
+    auto train = read_attributes(ac.data_path, "align.data_path");
+    std::shared_ptr<const AttributeData> valid;
+    if (!ac.valid_path.empty()) valid = read_attributes(ac.valid_path, "align.valid_path");
+    for (const AttributeData* d : {train.get(), valid.get()})
+      if (d && d->truncated > 0)
+        NK_WARN("{} (longer than train.seq_len = {}: their beginning cut)", d->summary(),
+                cfg.seq_len);
+    cfg.extra_data_signature = ac.signature();
+    Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{},
+                    std::make_shared<AttributeObjective>(cfg, train, valid, pad, ac.shuffle));
+    trainer.run();
+    return 0;
+  }
   auto train = read(ac.data_path, "align.data_path");
   std::shared_ptr<const PreferenceData> valid;
   if (!ac.valid_path.empty()) valid = read(ac.valid_path, "align.valid_path");
@@ -170,7 +224,6 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
       NK_WARN("{} (longer than train.seq_len = {}; align.max_prompt_length = {})", d->summary(),
               cfg.seq_len, ac.data.max_prompt_length);
   cfg.extra_data_signature = ac.signature();
-  const int32_t pad = std::max(0, tok->eod_id());
   std::shared_ptr<TrainObjective> objective;
   if (ac.reward_model)
     objective = std::make_shared<RewardObjective>(cfg, ac, train, valid, pad);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "align/steerlm.h"
 #include "apps/commands.h"
 #include "apps/token_json.h"
 #include "ckpt/model_io.h"
@@ -21,6 +22,7 @@ namespace {
 struct GenerateKeys {
   std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32", quantize;
   std::string format = "text";
+  std::string steerlm_attributes, steerlm_template;
   int64_t batch_size = 8, max_tokens = 200, logprobs = -1;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
@@ -64,6 +66,13 @@ struct GenerateKeys {
     b.bind("generate.logprobs", logprobs,
            "print each generated token's id, text and log-probability, with this many most "
            "likely alternatives (0: none; -1: off)");
+    b.bind("generate.steerlm_attributes", steerlm_attributes,
+           "SteerLM: condition every prompt on these attribute values, \"helpfulness:4,"
+           "verbosity:1,...\" (the model's steerlm.json, written by align.method=steerlm, "
+           "names the attributes and their range; every one needs a value)");
+    b.bind("generate.steerlm_template", steerlm_template,
+           "SteerLM: how the values are written before the prompt (\"\" = the model's "
+           "steerlm.json template, else {attributes})");
     b.bind("generate.format", format,
            "text, or jsonl: one JSON line per generated token (with generate.logprobs)");
   }
@@ -226,6 +235,15 @@ int cmd_generate(const CommandArgs& a) {
   if (prompts.empty()) add_values("generate.prompt", k.prompt, prompts);
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty()) fail("generate.prompt: prompt {} is empty", i);
+  if (!k.steerlm_attributes.empty()) {  // as align.method=steerlm wrote its training prompts
+    const SteerLmSpec spec = steerlm_spec_for(dir, k.steerlm_attributes, k.steerlm_template,
+                                              "generate.steerlm_attributes");
+    for (std::string& p : prompts)
+      p = steerlm_condition(spec, k.steerlm_attributes, p, "generate.steerlm_attributes")
+              .get<std::string>();
+  } else if (!k.steerlm_template.empty()) {
+    fail("generate.steerlm_template: given without generate.steerlm_attributes");
+  }
   RunnableModel loaded = load_runnable_model({.prefix = "generate",
                                               .model = dir,
                                               .tokenizer = k.tokenizer,

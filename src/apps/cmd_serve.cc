@@ -145,6 +145,7 @@ int cmd_serve(const CommandArgs& raw) {
                    max_len,     k.default_max_tokens,
                    engine,      metrics};
   ctx.guardrails = rails.get();
+  if (!loaded.gguf) ctx.steerlm = read_steerlm_spec(k.model);
 
   // A client that goes away mid-write must not end the process.
   ::signal(SIGPIPE, SIG_IGN);

@@ -427,20 +427,42 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> texts;  // for echo
   const char* field = kind == ApiKind::Chat ? "messages" : "prompt";
+  // SteerLM: the label string, written as align.method=steerlm wrote its data.
+  std::optional<SteerLmSpec> steer;
+  std::string label;
+  if (!r.steerlm_attributes.empty()) {
+    try {
+      steer = ctx.steerlm ? *ctx.steerlm
+                          : steerlm_spec_for("", r.steerlm_attributes, "", "steerlm_attributes");
+      std::vector<int64_t> v;
+      for (const auto& x :
+           parse_attribute_string(*steer, r.steerlm_attributes, "steerlm_attributes"))
+        v.push_back(*x);
+      label = attribute_string(*steer, v);
+    } catch (const Error& e) {
+      bad_param("steerlm_attributes", "{}", e.what());
+    }
+  }
   if (kind == ApiKind::Chat) {
-    prompts.push_back(chat_prompt_ids(ctx, r.messages, true, r.tools));
+    prompts.push_back(chat_prompt_ids(
+        ctx, steer ? steerlm_messages(*steer, label, r.messages) : r.messages, true, r.tools));
     texts.emplace_back();
   } else {
     for (size_t i = 0; i < r.prompts.size(); ++i) {
       const PromptInput& in = r.prompts[i];
       std::vector<int32_t> ids = in.ids;
+      if (in.is_ids && steer)
+        bad_param("steerlm_attributes", "prompt {} is token ids; SteerLM conditions text prompts",
+                  i);
       if (in.is_ids) {
         for (int32_t id : ids)
           if (id >= vocab)
             bad_param("prompt", "prompt {}: token {} is outside the vocabulary ({} tokens)", i, id,
                       vocab);
       } else {
-        ctx.tok.encode_with_specials(in.text, ids);
+        const std::string text =
+            steer ? steerlm_prompt(*steer, label, in.text, "prompt").get<std::string>() : in.text;
+        ctx.tok.encode_with_specials(text, ids);
       }
       if (ids.empty()) bad_param("prompt", "prompt {} encodes to no tokens", i);
       texts.push_back(in.is_ids ? ctx.tok.decode(ids) : in.text);

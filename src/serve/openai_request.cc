@@ -322,6 +322,8 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
       r.seeded = true;
     } else if (key == "stop") {
       r.stop = stop_strings(v);
+    } else if (key == "steerlm_attributes") {
+      r.steerlm_attributes = string(v, key);
     } else if (key == "n") {
       r.n = integer(v, key, 1, kMaxChoices);
     } else if (key == "stream") {

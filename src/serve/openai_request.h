@@ -50,6 +50,9 @@ struct CompletionRequest {
   int64_t top_logprobs = 0;
   bool echo = false;        // completions: the prompt text starts each choice
   bool ignore_eos = false;  // vLLM's extension
+  // SteerLM's attribute values "name:value,..." (our extension; "" = none):
+  // the prompt is conditioned on them as align.method=steerlm's data was.
+  std::string steerlm_attributes;
 };
 
 // The body as a JSON object; ApiError 400 for malformed JSON, invalid UTF-8

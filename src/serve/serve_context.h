@@ -2,8 +2,11 @@
 // template, the engine, the metrics and the guardrails. Read-only after
 // start-up but for the engine and the metrics, which are thread-safe.
 #pragma once
+#include <optional>
+
 #include <cstdint>
 #include <string>
+#include "align/steerlm.h"
 
 #include "data/chat/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
@@ -27,6 +30,9 @@ struct ServeContext {
   Engine& engine;
   ServeMetrics& metrics;
   const Guardrails* guardrails = nullptr;  // null: none (serve/guardrails.h)
+  // The model folder's steerlm.json (align/steerlm.h), for requests with
+  // steerlm_attributes; without one they name the attributes themselves.
+  std::optional<SteerLmSpec> steerlm = std::nullopt;
 };
 
 // Token counts of one request, for its log line.

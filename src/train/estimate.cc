@@ -25,7 +25,8 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
   // tensors outside the tensor-parallel region (all of them without sp).
   const int64_t Q = c.qkv_dim() / tp, HD = c.n_head * c.head_dim() / tp, U = c.mlp_up_dim() / tp,
-                F = c.d_ff / tp, H = c.n_head / tp, V = c.padded_vocab_size(tp) / tp,
+                F = c.d_ff / tp, H = c.n_head / tp,
+                V = c.classifier() ? c.num_labels : c.padded_vocab_size(tp) / tp,
                 R = sp ? N / tp : N;
   // One layer, per Recompute. "cheap": the norms' outputs and the MLP
   // activation's, which a selective layer recomputes.

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 
+#include "align/attribute_objective.h"
 #include "align/reward_objective.h"
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
@@ -131,6 +132,84 @@ TEST(RewardParity, TinyLlamaWithMargins) {
 
 TEST(RewardParity, TinyGpt2Centred) {
   run_parity(test::tiny_config(false, 97, 32), 0.01, "gpt2");
+}
+
+// SteerLM's attribute model: three outputs regressed on their labelled
+// values (NaN: unlabelled, out of the loss), four rows of their own records.
+TEST(RewardParity, TinyLlamaAttributeRegression) {
+  const int64_t B = 4, T = 16;
+  ModelConfig mc = test::tiny_config(true, 97, 32);
+  mc.num_labels = 3;
+  mc.labels = {"helpfulness", "correctness", "verbosity"};
+  const fs::path dir = fs::path(NK_BINARY_DIR) / "reward_parity" / "attributes";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrainConfig cfg;
+  cfg.model = mc;
+  cfg.dtype = DType::F32;
+  cfg.seq_len = T;
+  cfg.micro_batch = cfg.global_batch = B;
+  cfg.seed = 42;
+  auto data = std::make_shared<AttributeData>();
+  data->path = "random";
+  data->attributes = mc.labels;
+  Rng rng(9);
+  const float values[4][3] = {{3, 1, NAN}, {0.5f, NAN, 2}, {4, 2, 1}, {NAN, 3, 0}};
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> t;
+    for (int k = 0; k < 6 + 2 * r; ++k) t.push_back(int32_t(rng.below(97)));
+    data->tokens.push_back(t);
+    data->values.push_back(std::vector<float>(values[r], values[r] + 3));
+    data->line.push_back(r + 1);
+  }
+  Transformer model(mc, DType::F32, cfg.seed);
+  save_model((dir / "model").string(), model);
+  AttributeObjective obj(cfg, data, nullptr, 0, false);
+  const TrainData td = obj.data(cfg);
+  DataLoader loader(td.train, B, mc.vocab_size);
+  Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+  Tensor pos = Tensor::empty({B, T}, DType::I32), cu = Tensor::empty({B, 2}, DType::I32);
+  loader.next(tokens, targets, pos, cu);
+  std::vector<int32_t> last;
+  std::vector<float> flat;
+  for (int r = 0; r < 4; ++r) {
+    last.push_back(int32_t(data->tokens[size_t(r)].size()) - 1);
+    flat.insert(flat.end(), values[r], values[r] + 3);
+  }
+  Tensor v = Tensor::empty({B, 3}, DType::F32);
+  std::copy(flat.begin(), flat.end(), v.data<float>());
+  save_safetensors((dir / "batch.safetensors").string(),
+                   {{"tokens", tokens}, {"last", test::i32_tensor({B}, last)}, {"values", v}});
+  write_file_atomic((dir / "settings.json").string(), R"({"regression": true})");
+  Activations acts(model, B, T, true);
+  test::ParitySteps ps;
+  ps.adamw.eps = 1e-3;
+  AdamW opt(model, ps.adamw);
+  std::vector<float> losses;
+  for (int64_t s = 0; s < ps.steps; ++s) {
+    model.zero_grads();
+    losses.push_back(float(
+        obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
+    const double norm = std::sqrt(ops::sum_squares(model.grads()));
+    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
+  }
+  write_file_atomic((dir / "optim.json").string(),
+                    fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
+ "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
+                                ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
+                                ps.adamw.weight_decay, ps.clip, ps.steps));
+  std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", test::f32_tensor(losses)}};
+  for (const ParamInfo& p : model.layout().params()) {
+    Tensor w = Tensor::empty(p.shape, DType::F32);
+    ops::convert(w, ParamLayout::view(model.params(), p));
+    out.emplace_back("weight." + p.name, w);
+  }
+  save_safetensors((dir / "nekton.safetensors").string(), out);
+  const ObjectiveMetrics m = obj.take_metrics(false);
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(m[0].first, "mse");
+  EXPECT_EQ(m[3].first, "mse/verbosity");
+  test::expect_python_reference_passes("align/reward_reference.py", dir, "attributes");
 }
 
 // The score head replaces the LM head: no lm_head, a [1, C] score.weight

@@ -12,6 +12,12 @@ final weight differs by more than the tolerance.
 
   r_b   = score head(final norm(h))[b, last_b]
   loss  = mean_i -log s(r_2i - r_2i+1 - m_i) + center * mean_i (r_2i + r_2i+1)^2
+
+With "regression" in the settings (SteerLM's attribute model, NeMo-Aligner's
+regression reward model): one output per attribute, every row its own
+record, and the mean squared error over the labelled values (NaN: none):
+
+  loss  = mean over labelled (b, j) of (s_bj - y_bj)^2
 """
 import json
 import os
@@ -31,9 +37,14 @@ def read(path):
     return {k: torch.tensor(v) for k, v in read_numpy(path).items()}
 
 
-def rewards(cfg, P, tokens, last):
-    out = forward(cfg, P, tokens)  # [B, T, 1]
-    return out[torch.arange(tokens.shape[0]), last, 0]
+def scores(cfg, P, tokens, last):
+    out = forward(cfg, P, tokens)  # [B, T, labels]
+    return out[torch.arange(tokens.shape[0]), last]  # [B, labels]
+
+
+def mse(s, values):
+    mask = ~torch.isnan(values)
+    return ((s - torch.nan_to_num(values)) ** 2)[mask].mean()
 
 
 def loss_of(r, margins, center):
@@ -51,7 +62,9 @@ def main(folder, tol):
     batch = read(f"{folder}/batch.safetensors")
     ours = read(f"{folder}/nekton.safetensors")
     tokens, last = batch["tokens"].long(), batch["last"].long()
-    margins = batch["margins"].double()
+    regression = s.get("regression", False)
+    margins = None if regression else batch["margins"].double()
+    values = batch["values"].double() if regression else None
     P0 = {k: v.double() for k, v in read(f"{folder}/model/model.safetensors").items()}
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
     decay = [p for p in P.values() if p.dim() >= 2]
@@ -62,7 +75,8 @@ def main(folder, tol):
     losses = []
     for _ in range(opt_cfg["steps"]):
         opt.zero_grad()
-        loss = loss_of(rewards(cfg, P, tokens, last), margins, s["center"])
+        out = scores(cfg, P, tokens, last)
+        loss = mse(out, values) if regression else loss_of(out[:, 0], margins, s["center"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(P.values()), opt_cfg["grad_clip"])
         opt.step()

@@ -41,7 +41,10 @@ const std::vector<std::vector<std::string>> kShapes = {
     {"model.preset=gpt-tiny", "model.d_model=384", "model.n_layer=2", "model.vocab_size=3000"}};
 
 TEST(Estimate, ActivationsEqualThePlannedWorkspace) {
-  for (const auto& shape : kShapes)
+  // A reward model besides: a score head of one label, not the vocabulary's logits.
+  std::vector<std::vector<std::string>> shapes = kShapes;
+  shapes.push_back({"model.preset=llama-tiny", "model.n_layer=2", "model.num_labels=1"});
+  for (const auto& shape : shapes)
     for (const char* dt : {"f32", "bf16"})
       for (int64_t T : {64, 128})
         for (const char* policy : {"none", "selective", "full"})
