@@ -27,6 +27,7 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;
 # libcpp-httplib-dev: the HTTP client of tests/serve and tests/apps;
 # python3-torch, python3-numpy: the PyTorch references of the numeric tests;
+# python3-jinja2, python3-yaml: the lm-evaluation-harness reference of tests/eval;
 # sentencepiece (spm_encode, spm_train), fasttext: the reference tools;
 # fortunes-*: multilingual text for the tokenizer parity and language id tests;
 # python3.11-doc: HTML pages with their source text, for the extraction test;
@@ -37,7 +38,8 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # build of `make sanitize-test` and `make fuzz`; clang-format: `make format-check`;
 # iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
 # tests/apps/mpi scripts.
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-torch python3-numpy sentencepiece
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-torch python3-numpy
+           python3-jinja2 python3-yaml sentencepiece
            fasttext fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it
            fortunes-pl fortunes-cs python3.11-doc debian-reference-en clang libclang-rt-14-dev
            libomp-14-dev llvm clang-format iproute2 procps)

@@ -231,18 +231,20 @@ int cmd_eval(const CommandArgs& a) {
   const std::vector<std::string>& args = a.args;
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     fmt::print(
-        "usage: nekton eval perplexity|logprobs|reward [--config FILE.yaml] [key=value ...] "
-        "[--help]\n\n"
+        "usage: nekton eval perplexity|logprobs|reward|tasks [--config FILE.yaml] "
+        "[key=value ...] [--help]\n\n"
         "  perplexity   sliding-window perplexity on a text file or an indexed dataset\n"
         "  logprobs     each token's log-probability (and the top-K alternatives)\n"
-        "  reward       a reward model's scores and accuracy on preference pairs\n");
+        "  reward       a reward model's scores and accuracy on preference pairs\n"
+        "  tasks        benchmark tasks in lm-evaluation-harness's YAML form\n");
     return args.empty() ? 1 : 0;
   }
-  if (args[0] != "perplexity" && args[0] != "logprobs" && args[0] != "reward")
-    fail("eval: unknown evaluation '{}' (known: perplexity, logprobs, reward)", args[0]);
+  if (args[0] != "perplexity" && args[0] != "logprobs" && args[0] != "reward" && args[0] != "tasks")
+    fail("eval: unknown evaluation '{}' (known: perplexity, logprobs, reward, tasks)", args[0]);
   CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
   if (sub.nproc > 0) fail("--nproc is an option of nekton train, finetune and align only");
   if (args[0] == "reward") return eval_reward(sub);
+  if (args[0] == "tasks") return eval_tasks(sub);
   return args[0] == "perplexity" ? eval_perplexity(sub) : eval_logprobs(sub);
 }
 

@@ -50,6 +50,7 @@ int cmd_preprocess(const CommandArgs& a);
 ConfigSchema align_schema();
 int cmd_eval(const CommandArgs& a);      // uses only a.args: perplexity key=value ...
 int eval_reward(const CommandArgs& a);   // nekton eval reward (cmd_eval_reward.cc)
+int eval_tasks(const CommandArgs& a);    // nekton eval tasks (cmd_eval_tasks.cc)
 int cmd_curate(const CommandArgs& a);    // uses only a.args: [train-classifier] ...
 int cmd_import(const CommandArgs& a);    // import hf ...      (uses only a.args)
 int cmd_export(const CommandArgs& a);    // export hf|gguf ... (uses only a.args)

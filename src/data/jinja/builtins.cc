@@ -635,6 +635,16 @@ Value builtin_member(const Value& v, const std::string& name) {
   if (v.is_string()) return string_member(v, name);
   if (v.is_mapping()) return object_member(v, name);
   if (v.is_list() && name == "length") return Value::integer(int64_t(v.list().size()));
+  if (v.is_list() && name == "index") {  // Python's list.index (not in the reference)
+    const Value self = v;
+    return Value::function(name, [self](CallArgs& a) {
+      const Value* x = arg(a, 0);
+      if (!x) render_fail("index() takes exactly one argument");
+      for (size_t i = 0; i < self.list().size(); ++i)
+        if (strict_equal(self.list()[i], *x)) return Value::integer(int64_t(i));
+      render_fail("{} is not in list", display(*x));
+    });
+  }
   return Value();
 }
 

@@ -2,7 +2,8 @@
 // (@huggingface/jinja) provides it:
 //   methods   strings: upper lower strip lstrip rstrip title capitalize split
 //             replace startswith endswith, .length; mappings: get items keys
-//             values dictsort; lists: .length
+//             values dictsort; lists: .length, and index(x) (Python's, which
+//             lm-evaluation-harness's task templates call; not the reference's)
 //   filters   safe tojson(indent, ensure_ascii, sort_keys, separators) length
 //             first last list reverse sort unique join default trim upper
 //             lower title capitalize indent replace int float abs string bool

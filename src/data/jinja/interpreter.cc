@@ -182,6 +182,9 @@ Interpreter::Flow Interpreter::exec(const Node& n, const ScopePtr& scope, std::s
       }
       default: {  // {{ expression }}
         const Value v = eval(n, scope);
+        if (strict_undefined && v.is_undefined())
+          render_fail("'{}' is undefined",
+                      n.kind == NodeKind::Identifier ? n.name : std::string("the expression"));
         if (!v.is_none() && !v.is_undefined()) append(out, display(v));
         return Flow::Normal;
       }

@@ -41,6 +41,11 @@ class Interpreter {
   // context. RenderError (with a position) for anything that fails.
   std::string run(const Nodes& program, ScopePtr globals);
 
+  // Printing an undefined value ({{ missing }}) is an error naming it, as
+  // Python Jinja's StrictUndefined has it (lm-evaluation-harness's task
+  // templates), instead of the reference's empty text.
+  bool strict_undefined = false;
+
  private:
   enum class Flow { Normal, Break, Continue };
   struct Depth;

@@ -29,9 +29,9 @@ bool is_space(std::string_view s, size_t i) {
 //   trim_blocks    /([#%-]})\n/g -> "$1";
 //   generation     /(\s*){%(-?)\s*(?:end)?generation\s*(-?)%}(\s*)/gs ->
 //                  the spaces kept unless that side has its "-".
-Mapped preprocess(std::string_view src) {
+Mapped preprocess(std::string_view src, bool chat) {
   Mapped m;
-  const size_t n = src.ends_with('\n') ? src.size() - 1 : src.size();
+  const size_t n = chat && src.ends_with('\n') ? src.size() - 1 : src.size();
   for (size_t i = 0; i < n; ++i) m.push(src[i], uint32_t(i));
 
   auto line_start = [](const std::string& t, size_t i) {
@@ -44,7 +44,7 @@ Mapped preprocess(std::string_view src) {
   };
   Mapped l;  // lstrip_blocks
   for (size_t i = 0; i < m.text.size();) {
-    if (line_start(m.text, i)) {
+    if (chat && line_start(m.text, i)) {
       size_t j = i;
       while (j < m.text.size() && (m.text[j] == ' ' || m.text[j] == '\t')) ++j;
       if (j > i && j + 1 < m.text.size() && m.text[j] == '{' &&
@@ -58,8 +58,8 @@ Mapped preprocess(std::string_view src) {
   for (size_t i = 0; i < l.text.size(); ++i) {
     t.push(l.text[i], l.at[i]);
     const char c = l.text[i];
-    if ((c == '#' || c == '%' || c == '-') && i + 2 < l.text.size() && l.text[i + 1] == '}' &&
-        l.text[i + 2] == '\n') {
+    if (chat && (c == '#' || c == '%' || c == '-') && i + 2 < l.text.size() &&
+        l.text[i + 1] == '}' && l.text[i + 2] == '\n') {
       t.push('}', l.at[i + 1]);
       i += 2;
     }
@@ -369,8 +369,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source) {
-  return Lexer(preprocess(source)).run();
+std::vector<Token> tokenize(std::string_view source, bool chat) {
+  return Lexer(preprocess(source, chat)).run();
 }
 
 std::pair<int, int> line_col(std::string_view source, uint32_t pos) {

@@ -49,7 +49,10 @@ struct Token {
 
 // nk::jinja::RenderError (with a position) for a malformed token: an
 // unterminated string or comment, an unknown escape, a stray character.
-std::vector<Token> tokenize(std::string_view source);
+// chat = false: Python Jinja's Environment(keep_trailing_newline=True)
+// instead (lm-evaluation-harness's task templates): no trim_blocks or
+// lstrip_blocks, and the trailing newline kept.
+std::vector<Token> tokenize(std::string_view source, bool chat = true);
 
 // 1-based line and column (in bytes) of byte offset `pos` of `source`.
 std::pair<int, int> line_col(std::string_view source, uint32_t pos);

@@ -8,10 +8,10 @@
 
 namespace nk::jinja {
 
-Template::Template(std::string source, std::string name)
+Template::Template(std::string source, std::string name, bool chat)
     : source_(std::move(source)), name_(std::move(name)) {
   try {
-    program_ = parse(tokenize(source_), uint32_t(source_.size()));
+    program_ = parse(tokenize(source_, chat), uint32_t(source_.size()));
   } catch (const RenderError& e) {
     fail(e.message, e.pos, false);
   }
@@ -24,7 +24,7 @@ void Template::fail(const std::string& message, uint32_t pos, bool raised) const
       message, raised);
 }
 
-std::string Template::render(const nlohmann::ordered_json& context) const {
+std::string Template::render(const nlohmann::ordered_json& context, bool strict_undefined) const {
   auto globals = std::make_shared<Scope>();
   for (auto& [k, v] : builtin_globals()) globals->set(k, std::move(v));
   if (!context.is_null() && !context.is_object())
@@ -33,6 +33,7 @@ std::string Template::render(const nlohmann::ordered_json& context) const {
     globals->set(it.key(), Value::from_json(it.value()));
   try {
     Interpreter in;
+    in.strict_undefined = strict_undefined;
     return in.run(program_, globals);
   } catch (const RenderError& e) {
     fail(e.message, e.pos, e.raised);

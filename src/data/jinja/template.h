@@ -31,11 +31,14 @@ class TemplateError : public Error {
 class Template {
  public:
   // TemplateError for a syntax error, naming `name`, the line and column.
-  Template(std::string source, std::string name);
+  // chat = false: Python Jinja's whitespace defaults instead of the chat
+  // template ones (see tokenize in lexer.h).
+  Template(std::string source, std::string name, bool chat = true);
   // The text for the variables of `context` (a JSON object). TemplateError
   // for a template that raises or fails, or runs past the interpreter's
   // step, depth or size bounds.
-  std::string render(const nlohmann::ordered_json& context) const;
+  // strict_undefined: printing an undefined value fails (Interpreter).
+  std::string render(const nlohmann::ordered_json& context, bool strict_undefined = false) const;
   const std::string& name() const { return name_; }
   const std::string& source() const { return source_; }
 

@@ -291,5 +291,26 @@ TEST(JinjaTemplate, RendersConcurrentlyAndRepeatedly) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// lm-evaluation-harness renders task templates with Python Jinja's
+// defaults (no trim_blocks or lstrip_blocks, the trailing newline kept) and
+// StrictUndefined, and ARC's calls list.index: chat = false and
+// strict_undefined give exactly that, and the chat settings stay as they were.
+TEST(JinjaTemplate, PythonJinjaSettingsForTaskTemplates) {
+  const ojson ctx = {{"x", 1}, {"labels", {"A", "B", "C"}}, {"key", "B"}};
+  const std::string src = "a {% if x %}b{% endif %}\n  {% if x %}c{% endif %}\n";
+  EXPECT_EQ(Template(src, "t", false).render(ctx), "a b\n  c\n");
+  EXPECT_EQ(Template(src, "t").render(ctx), "a bc");
+  EXPECT_EQ(Template("{{ labels.index(key) }}", "t", false).render(ctx), "1");
+  EXPECT_TRUE(contains(error_of("{{ labels.index('Z') }}", ctx), "is not in list"));
+  EXPECT_EQ(Template("[{{ missing }}]", "t", false).render(ctx), "[]");
+  try {
+    Template("line\n{{ missing }}", "t", false).render(ctx, true);
+    ADD_FAILURE() << "an undefined value printed under strict_undefined";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "t:2:") && contains(e.what(), "'missing' is undefined"))
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace nk::jinja

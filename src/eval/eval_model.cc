@@ -1,0 +1,172 @@
+#include "eval/eval_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "eval/py_text.h"
+#include "infer/generate.h"
+#include "infer/sampler.h"
+#include "ops/ops.h"
+
+namespace nk {
+
+LocalEvalModel::LocalEvalModel(Transformer& model, const Tokenizer& tok, int64_t batch_size,
+                               std::vector<int32_t> end_ids, bool specials)
+    : model_(model),
+      tok_(tok),
+      batch_(batch_size),
+      max_len_(model.config().max_seq_len - model.config().prompt.virtual_tokens),
+      vocab_(std::min(tok.vocab_size(), model.config().vocab_size)),
+      end_ids_(std::move(end_ids)),
+      specials_(specials) {
+  if (batch_ < 1) fail("eval.batch_size: must be >= 1, got {}", batch_);
+  if (model.config().prompt.virtual_tokens)
+    fail("eval.model: a p-tuned model (virtual tokens) is not supported by eval tasks");
+}
+
+std::vector<int32_t> LocalEvalModel::encode(const std::string& text) const {
+  std::vector<int32_t> ids;
+  if (specials_)
+    tok_.encode_with_specials(text, ids);
+  else
+    tok_.encode(text, ids);
+  return ids;
+}
+
+int32_t LocalEvalModel::prefix_token() const {
+  return tok_.bos_id() >= 0 ? tok_.bos_id() : tok_.eod_id();
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> LocalEvalModel::encode_pair(
+    const std::string& context, const std::string& cont) const {
+  if (context.empty()) return {{prefix_token()}, encode(cont)};
+  // Python's rstrip(): trailing white space moves to the continuation.
+  const std::string ctx = py_rstrip(context);
+  const size_t keep = ctx.size();
+  const std::string whole = ctx + context.substr(keep) + cont;
+  std::vector<int32_t> w = encode(whole), c = encode(ctx);
+  const size_t n = std::min(c.size(), w.size());
+  return {c, std::vector<int32_t>(w.begin() + int64_t(n), w.end())};
+}
+
+std::vector<LoglikelihoodResult> LocalEvalModel::score(const std::vector<TokenRequest>& reqs) {
+  const int64_t V = model_.config().vocab_size;
+  std::vector<LoglikelihoodResult> out(reqs.size());
+  std::vector<size_t> order(reqs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return reqs[a].input.size() > reqs[b].input.size(); });
+  std::vector<float> rows;
+  std::vector<TokenLogprob> top;
+  const int64_t logit_cap = (int64_t(1) << 30) / int64_t(sizeof(float));
+  for (size_t at = 0; at < order.size();) {
+    const int64_t T = std::max<int64_t>(1, int64_t(reqs[order[at]].input.size()));
+    const int64_t fit = std::max<int64_t>(1, logit_cap / (T * V));
+    const int64_t B = std::min<int64_t>({batch_, fit, int64_t(order.size() - at)});
+    std::vector<int32_t> x(size_t(B * T), 0);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& in = reqs[order[at + size_t(b)]].input;
+      std::copy(in.begin(), in.end(), x.begin() + b * T);
+    }
+    Tensor xt = Tensor::empty({B, T}, DType::I32, model_.device());
+    ops::copy_bytes_from_host(xt, x.data());
+    Activations acts(model_, B, T, false);
+    Tensor logits = Tensor::empty({B * T, V}, DType::F32, model_.device());
+    model_.forward_all_logits(acts, xt, logits);
+    rows.resize(size_t(B * T * V));
+    ops::copy_bytes_to_host(logits, rows.data());
+    for (int64_t b = 0; b < B; ++b) {
+      const TokenRequest& r = reqs[order[at + size_t(b)]];
+      LoglikelihoodResult& res = out[order[at + size_t(b)]];
+      res.greedy = true;
+      const int64_t n = int64_t(r.input.size()), k = int64_t(r.cont.size());
+      for (int64_t i = 0; i < k; ++i) {
+        const float* row = rows.data() + (b * T + n - k + i) * V;
+        const int32_t id = r.cont[size_t(i)];
+        top.clear();
+        res.logprob += raw_logprobs(row, vocab_, id, 0, top);
+        const int64_t best = std::max_element(row, row + vocab_) - row;
+        res.greedy = res.greedy && best == id;
+      }
+    }
+    at += size_t(B);
+  }
+  return out;
+}
+
+std::vector<LoglikelihoodResult> LocalEvalModel::loglikelihood(
+    const std::vector<LoglikelihoodRequest>& reqs) {
+  std::vector<TokenRequest> toks;
+  for (const auto& r : reqs) {
+    auto [ctx, cont] = encode_pair(r.context, r.continuation);
+    std::vector<int32_t> whole = ctx;
+    whole.insert(whole.end(), cont.begin(), cont.end());
+    if (int64_t(whole.size()) > max_len_ + 1)
+      whole.erase(whole.begin(), whole.end() - (max_len_ + 1));
+    if (int64_t(cont.size()) > int64_t(whole.size()) - 1)
+      fail("eval: a continuation of {} tokens does not fit the model's context of {}", cont.size(),
+           max_len_);
+    whole.pop_back();
+    toks.push_back({std::move(whole), std::move(cont)});
+  }
+  return score(toks);
+}
+
+std::vector<double> LocalEvalModel::loglikelihood_rolling(const std::vector<std::string>& texts) {
+  // The harness's windows (context_len 1): the first predicts tokens [0, m)
+  // from the prefix token and tokens [0, m-1); each next one predicts up to
+  // max_len further tokens from the max_len tokens before its last target.
+  std::vector<TokenRequest> windows;
+  std::vector<size_t> owner;
+  const int64_t L = max_len_;
+  for (size_t t = 0; t < texts.size(); ++t) {
+    const std::vector<int32_t> ids = tok_.encode(texts[t]);
+    const int64_t n = int64_t(ids.size());
+    if (n == 0) continue;
+    const int64_t first = std::min(L, n);
+    TokenRequest w;
+    w.input.push_back(prefix_token());
+    w.input.insert(w.input.end(), ids.begin(), ids.begin() + first - 1);
+    w.cont.assign(ids.begin(), ids.begin() + first);
+    windows.push_back(std::move(w));
+    owner.push_back(t);
+    for (int64_t done = first; done < n;) {
+      const int64_t len = std::min(n - done, L), end = done + len;
+      TokenRequest r;
+      r.input.assign(ids.begin() + (end - L - 1), ids.begin() + (end - 1));
+      r.cont.assign(ids.begin() + done, ids.begin() + end);
+      windows.push_back(std::move(r));
+      owner.push_back(t);
+      done = end;
+    }
+  }
+  const std::vector<LoglikelihoodResult> s = score(windows);
+  std::vector<double> out(texts.size(), 0.0);
+  for (size_t i = 0; i < s.size(); ++i) out[owner[i]] += s[i].logprob;
+  return out;
+}
+
+std::vector<std::string> LocalEvalModel::generate_until(const std::vector<GenerateRequest>& reqs) {
+  std::vector<GenerationRequest> gens;
+  for (const auto& r : reqs) {
+    GenerationRequest g;
+    g.prompt = r.context.empty() ? std::vector<int32_t>{prefix_token()} : encode(r.context);
+    // HFLM keeps the context's last max_length - max_gen_toks tokens.
+    const int64_t room = std::max<int64_t>(1, max_len_ - r.max_gen_toks);
+    if (int64_t(g.prompt.size()) > room) g.prompt.erase(g.prompt.begin(), g.prompt.end() - room);
+    g.max_new_tokens = std::min(r.max_gen_toks, max_len_ - int64_t(g.prompt.size()));
+    for (const auto& s : r.until)
+      if (!s.empty()) g.stop.push_back(s);
+    g.sampling.temperature = 0;
+    gens.push_back(std::move(g));
+  }
+  Generator gen(model_, &tok_, batch_);
+  gen.set_end_ids(end_ids_);
+  std::vector<std::string> out;
+  for (GenerationResult& r : gen.run(gens)) out.push_back(std::move(r.text));
+  return out;
+}
+
+}  // namespace nk

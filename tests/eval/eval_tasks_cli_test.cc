@@ -1,0 +1,428 @@
+// `nekton eval tasks` against harness_reference.py, an independent float64
+// PyTorch computation of lm-evaluation-harness's definitions: on a tiny
+// random Llama over bytes, the built-in HellaSwag, ARC, PIQA, LAMBADA and
+// WikiText definitions and few-shot variants (same-split exclusion, a
+// description, multiple golds, acc_bytes) on synthetic documents in their
+// schemas; on the counting model (tests/infer/counting_model.h), a
+// generate_until task with stop sequences, regex and take_first filters and
+// exact_match options. Every prompt, every log-likelihood (within 1e-5),
+// every greedy answer and every metric with its standard error is compared.
+// Then the errors: malformed YAML, a missing field, a choice index out of
+// range, Python-only keys, a server URL; each exits non-zero, names the file
+// (and document and field), and writes nothing.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "ckpt/model_io.h"
+#include "data/tokenizer/tokenizer.h"
+#include "infer/counting_model.h"
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using test::contains;
+using test::run_nekton;
+
+const std::string kTasks = std::string(NK_SOURCE_DIR) + "/configs/eval_tasks/";
+
+class EvalTasksCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = d_.fresh("data").string();
+    random_ = d_ / "random";
+    auto m = std::make_unique<Transformer>(test::tiny_config(true, 257, 48), DType::F32, 11);
+    save_model(random_, *m);
+    store_tokenizer("bytes", random_);
+    counting_ = d_ / "counting";
+    auto c = test::counting_model();
+    save_model(counting_, *c);
+    store_tokenizer("bytes", counting_);
+  }
+  std::string word() {
+    static const char* kWords[] = {"the",  "cat",  "sat", "on",   "a",    "mat",  "dog",  "ran",
+                                   "fast", "into", "red", "barn", "café", "with", "blue", "hat"};
+    return kWords[rng_() % 16];
+  }
+  std::string words(int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) {
+      if (i) s += ' ';
+      s += word();
+    }
+    return s;
+  }
+  void write_split(const std::string& task, const std::string& split,
+                   const std::vector<Json>& docs) {
+    std::filesystem::create_directories(data_ + "/" + task);
+    std::string s;
+    for (const Json& d : docs) s += d.dump() + "\n";
+    test::write_file(data_ + "/" + task + "/" + split + ".jsonl", s);
+  }
+  std::string yaml(const std::string& name, const std::string& text) {
+    const std::string p = d_ / (name + ".yaml");
+    test::write_file(p, text);
+    return p;
+  }
+  // Runs the reference over the tasks (yaml, model) with nekton's outputs.
+  void expect_reference(const std::vector<std::pair<std::string, std::string>>& tasks,
+                        const std::string& out, const Json& style = Json::object()) {
+    Json plan = {{"data", data_},  {"results", out},          {"samples", out + ".samples.jsonl"},
+                 {"ll_tol", 1e-5}, {"bootstrap_iters", 3000}, {"tasks", Json::array()}};
+    for (const auto& [y, m] : tasks) plan["tasks"].push_back({{"yaml", y}, {"model", m}});
+    for (auto it = style.begin(); it != style.end(); ++it) plan[it.key()] = it.value();
+    test::write_file(d_ / "plan.json", plan.dump());
+    auto r = test::run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
+                               "/tests/eval/harness_reference.py " + (d_ / "plan.json"));
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::cout << r.out;
+  }
+
+  test::TempDir d_{"nk_evaltasks"};
+  std::string data_, random_, counting_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(EvalTasksCli, LoglikelihoodTasksMatchTheReference) {
+  std::vector<Json> hs, arc, piqa, lam, wiki, train;
+  for (int i = 0; i < 12; ++i) {
+    Json choices = Json::array();
+    for (int k = 0; k < 4; ++k) choices.push_back(words(1 + int(rng_() % 4)));
+    hs.push_back({{"ind", i},
+                  {"query", fmt::format("Label: {}", words(6))},
+                  {"choices", choices},
+                  {"label", std::to_string(rng_() % 4)}});
+    arc.push_back(
+        {{"id", fmt::format("q{}", i)},
+         {"question", fmt::format("{}?", words(5))},
+         {"choices", {{"text", {words(2), words(1), words(3)}}, {"label", {"A", "B", "C"}}}},
+         {"answerKey", std::string(1, char('A' + rng_() % 3))}});
+    piqa.push_back(
+        {{"goal", words(4)}, {"sol1", words(3)}, {"sol2", words(2)}, {"label", int(rng_() % 2)}});
+    lam.push_back({{"text", words(5 + int(rng_() % 6))}});
+    train.push_back(arc.back());
+  }
+  std::vector<Json> mmlu, tqa;
+  for (int i = 0; i < 6; ++i) {
+    mmlu.push_back({{"question", fmt::format("  {}?\n", words(5))},
+                    {"subject", "abstract_algebra"},
+                    {"choices", {words(1), words(2), words(1), words(3)}},
+                    {"answer", int(rng_() % 4)}});
+    tqa.push_back(
+        {{"question", fmt::format("{}?", words(4))},
+         {"mc1_targets", {{"choices", {words(3), words(2), words(4)}}, {"labels", {1, 0, 0}}}}});
+  }
+  write_split("mmlu_abstract_algebra", "test", mmlu);
+  write_split("truthfulqa_mc1", "validation", tqa);
+  for (int i = 0; i < 4; ++i)
+    wiki.push_back({{"page", fmt::format("{} .\n\n{}", words(10 + 12 * i), words(7))}});
+  write_split("hellaswag", "validation", hs);
+  write_split("arc_easy", "test", arc);
+  write_split("piqa", "validation", piqa);
+  write_split("lambada_openai", "test", lam);
+  write_split("wikitext", "test", wiki);
+  // Few-shot from the scored split itself (the document left out of its
+  // own draw), with a description ending in a newline (Python Jinja keeps
+  // it); and from a training split, with a list of golds, acc_bytes,
+  // acc_mutual_info (unconditional requests after the conditional ones) and a
+  // block tag before a newline and an indented line (no trim_blocks or
+  // lstrip_blocks in the harness's Jinja).
+  write_split("arc_shots", "test", arc);
+  const std::string shots = yaml("arc_shots", R"(task: arc_shots
+output_type: multiple_choice
+test_split: test
+fewshot_split: test
+num_fewshot: 3
+description: "Answer about {{id}}.\n\n"
+doc_to_text: "Question: {{question}}\nAnswer:"
+doc_to_target: "{{choices.label.index(answerKey)}}"
+doc_to_choice: "{{choices.text}}"
+)");
+  std::vector<Json> multi;
+  for (int i = 0; i < 8; ++i)
+    multi.push_back({{"q", words(3)},
+                     {"golds", {int(rng_() % 3), int(rng_() % 3)}},
+                     {"opts", {words(1), fmt::format("é{}", words(1)), words(2)}}});
+  write_split("multi_gold", "validation", multi);
+  write_split("multi_gold", "train", std::vector<Json>(multi.begin(), multi.begin() + 5));
+  const std::string mg = yaml("multi_gold", R"(task: multi_gold
+output_type: multiple_choice
+training_split: train
+validation_split: validation
+num_fewshot: 2
+target_delimiter: " => "
+fewshot_delimiter: "\n"
+doc_to_text: "Q: {% if q %}{{q}}{% endif %}\n  A:"
+doc_to_target: "{{golds}}"
+doc_to_choice: opts
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+  - metric: acc_bytes
+  - metric: acc_mutual_info
+)");
+  const std::string out = d_ / "results.json";
+  auto r = run_nekton(
+      "eval tasks eval.model=" + random_ +
+      " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext,mmlu_abstract_algebra,"
+      "truthfulqa_mc1," +
+      shots + "," + mg + " eval.data=" + data_ +
+      " eval.batch_size=3 eval.write_out=100 eval.bootstrap_iters=3000 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
+  const Json res = Json::parse(test::read_file(out));
+  EXPECT_EQ(res["n-shot"]["arc_shots"], 3);
+  EXPECT_EQ(res["results"]["wikitext"]["bits_per_byte_stderr,none"], "N/A");
+  EXPECT_EQ(res["results"]["mmlu_abstract_algebra"]["alias"], "abstract_algebra");
+  // eval.limit scores the first N documents only.
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=piqa eval.data=" + data_ +
+                 " eval.limit=5 eval.output=" + (d_ / "limit.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json limited = Json::parse(test::read_file(d_ / "limit.json"))["n-samples"]["piqa"];
+  EXPECT_EQ(limited["effective"], 5);
+  EXPECT_EQ(limited["original"], 12);
+  r = run_nekton("eval tasks --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "eval.apply_chat_template") && contains(r.out, "eval.num_fewshot"))
+      << r.out;
+  expect_reference({{kTasks + "hellaswag.yaml", random_},
+                    {kTasks + "arc_easy.yaml", random_},
+                    {kTasks + "piqa.yaml", random_},
+                    {kTasks + "lambada_openai.yaml", random_},
+                    {kTasks + "wikitext.yaml", random_},
+                    {kTasks + "mmlu/mmlu_abstract_algebra.yaml", random_},
+                    {kTasks + "truthfulqa_mc1.yaml", random_},
+                    {shots, random_},
+                    {mg, random_}},
+                   out);
+}
+
+TEST_F(EvalTasksCli, GenerateUntilWithFiltersMatchesTheReference) {
+  // The counting model continues a text's last byte b with b+1, b+2, ...
+  std::vector<Json> docs = {
+      {{"q", "count from /"}, {"a", "01234"}},  // stops before "5": strict match
+      {{"q", "letters @"}, {"a", "abcdefgh"}},  // ignore_case matches "ABCDEFGH"
+      {{"q", "numbers ,"}, {"a", "-./01234"}},  // punctuation and "," ignored
+      {{"q", "from 1"}, {"a", "999"}},          // no match
+      {{"q", "late +"}, {"a", ",-./01"}},
+  };
+  write_split("counting", "test", docs);
+  write_split("counting", "train", {{{"q", "shot ("}, {"a", ")*+"}}, {{"q", "x 7"}, {"a", "89"}}});
+  const std::string y = yaml("counting", R"Y(task: counting
+output_type: generate_until
+training_split: train
+test_split: test
+num_fewshot: 1
+doc_to_text: "{{q}}"
+doc_to_target: "{{a}}"
+generation_kwargs:
+  until: ["5", "Q:"]
+  max_gen_toks: 8
+metric_list:
+  - metric: exact_match
+    ignore_case: true
+    ignore_punctuation: true
+    regexes_to_ignore: [","]
+filter_list:
+  - name: raw
+    filter:
+      - function: take_first
+  - name: digits
+    filter:
+      - function: regex
+        regex_pattern: "([0-9]+)"
+      - function: take_first
+  - name: flexible
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{2,})|(-?[0-9]+)"
+      - function: take_first
+)Y");
+  const std::string out = d_ / "gen.json";
+  auto r = run_nekton(
+      "eval tasks eval.model=" + counting_ + " eval.tasks=" + y + " eval.data=" + data_ +
+      " eval.batch_size=2 eval.write_out=5 eval.bootstrap_iters=3000 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json res = Json::parse(test::read_file(out));
+  EXPECT_GT(res["results"]["counting"]["exact_match,raw"].get<double>(), 0.5);
+  expect_reference({{y, counting_}}, out);
+}
+
+// --system_instruction and --apply_chat_template (the model folder's own
+// template, from tokenizer_config.json), with the shots as one user turn or
+// as turns of their own: the same prompts and scores as the reference.
+TEST_F(EvalTasksCli, ChatTemplateAndSystemInstructionMatchTheReference) {
+  const std::string tmpl =
+      "{% for m in messages %}\n<{{ m.role }}>{{ m.content }}</{{ m.role }}>\n{% endfor %}\n"
+      "{% if add_generation_prompt %}<assistant>{% endif %}";
+  test::write_file(random_ + "/tokenizer_config.json", Json{{"chat_template", tmpl}}.dump());
+  std::vector<Json> docs, train;
+  for (int i = 0; i < 6; ++i)
+    docs.push_back(
+        {{"q", words(4)}, {"opts", {words(1), words(2), words(1)}}, {"label", int(rng_() % 3)}});
+  for (int i = 0; i < 4; ++i)
+    train.push_back({{"q", words(3)}, {"opts", {words(1), words(1)}}, {"label", int(rng_() % 2)}});
+  write_split("chatty", "test", docs);
+  write_split("chatty", "train", train);
+  const std::string y = yaml("chatty", R"Y(task: chatty
+output_type: multiple_choice
+training_split: train
+test_split: test
+num_fewshot: 2
+description: "Pick one."
+doc_to_text: "{{q}}?"
+doc_to_target: label
+doc_to_choice: opts
+)Y");
+  for (const bool multiturn : {false, true}) {
+    SCOPED_TRACE(multiturn);
+    const std::string out = d_ / (multiturn ? "multi.json" : "single.json");
+    auto r =
+        run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                   " 'eval.system_instruction=Be brief.' eval.apply_chat_template=true "
+                   "eval.fewshot_as_multiturn=" +
+                   (multiturn ? "true" : "false") +
+                   " eval.write_out=6 eval.bootstrap_iters=3000 eval.output=" + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "<system>Be brief.\n\nPick one.</system>")) << r.out;
+    expect_reference(
+        {{y, random_}}, out,
+        {{"system_instruction", "Be brief."}, {"chat_template", tmpl}, {"multiturn", multiturn}});
+  }
+  // A system instruction without a chat template leads the plain prompt.
+  const std::string out = d_ / "plain.json";
+  auto r =
+      run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                 " 'eval.system_instruction=Be brief.' eval.write_out=6 " +
+                 "eval.bootstrap_iters=3000 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_reference({{y, random_}}, out, {{"system_instruction", "Be brief."}});
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
+                 " eval.fewshot_as_multiturn=true");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "eval.fewshot_as_multiturn: needs eval.apply_chat_template"))
+      << r.out;
+}
+
+// The same tasks on the model's GGUF export (f32): the same accuracies and
+// log-likelihoods (within 1e-5), through the same engine.
+TEST_F(EvalTasksCli, GgufExportScoresTheSame) {
+  std::vector<Json> hs, lam;
+  for (int i = 0; i < 8; ++i) {
+    hs.push_back({{"query", words(5)},
+                  {"choices", {words(1), words(2), words(3)}},
+                  {"label", std::to_string(rng_() % 3)}});
+    lam.push_back({{"text", words(6)}});
+  }
+  write_split("hellaswag", "validation", hs);
+  write_split("lambada_openai", "test", lam);
+  const std::string gguf = d_ / "random.gguf";
+  auto r = run_nekton("export gguf " + random_ + " " + gguf + " --type f32 --tokenizer bytes");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto scores = [&](const std::string& model, const std::string& out) {
+    auto e = run_nekton("eval tasks eval.model=" + model + " eval.tasks=hellaswag,lambada_openai " +
+                        "eval.data=" + data_ + " eval.write_out=8 eval.output=" + out);
+    EXPECT_EQ(e.code, 0) << e.out;
+    return Json::parse(test::read_file(out))["results"];
+  };
+  const Json a = scores(random_, d_ / "folder.json"), b = scores(gguf, d_ / "gguf.json");
+  EXPECT_EQ(a["hellaswag"]["acc,none"], b["hellaswag"]["acc,none"]);
+  EXPECT_EQ(a["hellaswag"]["acc_norm,none"], b["hellaswag"]["acc_norm,none"]);
+  EXPECT_EQ(a["lambada_openai"]["acc,none"], b["lambada_openai"]["acc,none"]);
+  const double pa = a["lambada_openai"]["perplexity,none"],
+               pb = b["lambada_openai"]["perplexity,none"];
+  EXPECT_NEAR(std::log(pa), std::log(pb), 1e-5);
+  auto lines = [](const std::string& path) {
+    std::vector<Json> out;
+    std::istringstream in(test::read_file(path));
+    for (std::string l; std::getline(in, l);) out.push_back(Json::parse(l));
+    return out;
+  };
+  const std::vector<Json> sa = lines(d_ / "folder.json.samples.jsonl"),
+                          sb = lines(d_ / "gguf.json.samples.jsonl");
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i)
+    for (size_t k = 0; k < sa[i]["resps"].size(); ++k)
+      EXPECT_NEAR(sa[i]["resps"][k][0].get<double>(), sb[i]["resps"][k][0].get<double>(), 1e-5);
+}
+
+TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
+  const std::string out = d_ / "bad.json";
+  auto run = [&](const std::string& task, const std::string& model = "") {
+    return run_nekton("eval tasks eval.model=" + (model.empty() ? random_ : model) +
+                      " eval.tasks=" + task + " eval.data=" + data_ + " eval.output=" + out);
+  };
+  // Malformed YAML: the file and line.
+  std::string y = yaml("broken", "task: broken\ndoc_to_text: [unclosed\n");
+  auto r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "broken.yaml:") && contains(r.out, "malformed YAML")) << r.out;
+  // Python the port cannot run.
+  y = yaml("py",
+           "task: py\ntest_split: test\ndoc_to_text: x\ndoc_to_target: y\n"
+           "process_docs: !function utils.process_docs\n");
+  r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "py.yaml") && contains(r.out, "process_docs")) << r.out;
+  // A document without the field a template reads.
+  write_split("piqa", "validation",
+              {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}},
+               {{"sol1", "a"}, {"sol2", "b"}, {"label", 1}}});
+  r = run("piqa");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "piqa.yaml") && contains(r.out, "validation.jsonl document 1") &&
+              contains(r.out, "doc_to_text") && contains(r.out, "'goal' is undefined"))
+      << r.out;
+  // A choice index out of range.
+  write_split("piqa", "validation",
+              {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}},
+               {{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 1}},
+               {{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 2}}});
+  r = run("piqa");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 2") && contains(r.out, "doc_to_target") &&
+              contains(r.out, "choice index 2 is out of range"))
+      << r.out;
+  // A choices field missing from a document (hellaswag reads "choices").
+  write_split("hellaswag", "validation", {{{"query", "q"}, {"label", "0"}}});
+  r = run("hellaswag");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out,
+                       "hellaswag/validation.jsonl document 0: doc_to_choice: the "
+                       "document has no field 'choices'"))
+      << r.out;
+  std::filesystem::remove_all(data_ + "/hellaswag");
+  // A missing data file, an unknown task, an unknown key, a server URL.
+  r = run("hellaswag");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "hellaswag/validation.jsonl")) << r.out;
+  // A folder of tasks (a group) runs them all, in name order: the first
+  // one's data is missing here.
+  r = run("mmlu");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "mmlu_abstract_algebra/test.jsonl")) << r.out;
+  r = run("no_such_task");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "no_such_task")) << r.out;
+  y = yaml("typo",
+           "task: typo\ntest_split: test\ndoc_to_text: x\ndoc_to_target: y\nnum_fewshots: 2\n");
+  r = run(y);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "typo.yaml: num_fewshots: unknown key")) << r.out;
+  r = run("piqa", "http://localhost:8000/v1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "eval.model") && contains(r.out, "server")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".samples.jsonl"));
+}
+
+}  // namespace
+}  // namespace nk
