@@ -117,11 +117,22 @@ TEST(AttributeCli, LearnsTheAttributesAndExportsTheirNames) {
   EXPECT_TRUE(contains(sft, R"("label":"helpfulness:0,verbosity:1")")) << sft;
   EXPECT_TRUE(contains(sft, R"("label":"helpfulness:3,verbosity:2")")) << sft;
 
-  // Pairs are ranked by a reward model's one output, not by two attributes.
+  // nekton eval reward scores each record, one score per attribute; pairs
+  // are ranked by a reward model's one output, not by two attributes.
   const test::RunResult e = test::run_nekton("eval reward eval.model=" + out +
-                                             "/model eval.data=" + (dir / "valid.jsonl"));
-  EXPECT_NE(e.code, 0);
-  EXPECT_TRUE(contains(e.out, "has 2 outputs")) << e.out;
+                                                 "/model eval.data=" + (dir / "valid.jsonl") +
+                                                 " eval.output=" + (dir / "scores.jsonl"),
+                                             false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(contains(e.out, "responses 32")) << e.out;
+  EXPECT_TRUE(contains(e.out, "mean verbosity ")) << e.out;
+  EXPECT_TRUE(contains(test::read_file(dir / "scores.jsonl"), R"("scores":{"helpfulness":)"));
+  test::write_file(dir / "pairs.jsonl", R"({"prompt": "rate:", "chosen": "a!", "rejected": "b"})"
+                                        "\n");
+  const test::RunResult p = test::run_nekton("eval reward eval.model=" + out +
+                                             "/model eval.data=" + (dir / "pairs.jsonl"));
+  EXPECT_NE(p.code, 0);
+  EXPECT_TRUE(contains(p.out, "has 2 outputs")) << p.out;
 }
 
 TEST(AttributeCli, BadRecordsAndSettingsWriteNothing) {

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "align/marker_pairs.h"
 #include "ckpt/safetensors.h"
@@ -55,6 +56,37 @@ TEST(RewardCli, LearnsThePairsAndExportsToHuggingFaceAndBack) {
   EXPECT_TRUE(contains(e.out, "pairs 32")) << e.out;
   EXPECT_GT(value_after(e.out, "accuracy "), 0.9) << e.out;
   EXPECT_GT(value_after(e.out, "mean margin "), 0) << e.out;
+
+  // One response at a time: the marker scores above random letters.
+  test::write_file(dir / "responses.jsonl", R"({"prompt": "say qrs:", "response": " END"})"
+                                            "\n"
+                                            R"({"prompt": "say qrs:", "response": "xkcd"})"
+                                            "\n");
+  const test::RunResult one = test::run_nekton("eval reward eval.model=" + out +
+                                                   "/model eval.data=" + (dir / "responses.jsonl") +
+                                                   " eval.output=" + (dir / "one.jsonl"),
+                                               false);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_TRUE(contains(one.out, "responses 2")) << one.out;
+  {
+    std::istringstream in(test::read_file(dir / "one.jsonl"));
+    std::string l1, l2;
+    std::getline(in, l1);
+    std::getline(in, l2);
+    EXPECT_GT(nlohmann::json::parse(l1)["score"].get<double>(),
+              nlohmann::json::parse(l2)["score"].get<double>())
+        << l1 << " " << l2;
+  }
+
+  // A record without its prompt names its line, and nothing is written.
+  test::write_file(dir / "responses.jsonl", R"({"response": " END"})"
+                                            "\n");
+  const test::RunResult bad = test::run_nekton("eval reward eval.model=" + out +
+                                               "/model eval.data=" + (dir / "responses.jsonl") +
+                                               " eval.output=" + (dir / "bad.jsonl"));
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(contains(bad.out, "responses.jsonl:1: no \"prompt\"")) << bad.out;
+  EXPECT_FALSE(fs::exists(dir / "bad.jsonl"));
 
   // Hugging Face's sequence classifier, and back.
   ASSERT_EQ(test::run_nekton("export hf " + out + "/model " + (dir / "hf") + " --dtype f32").code,
