@@ -4,17 +4,49 @@
 // read them: DIR/optim.json (the optimizer's settings) and
 // DIR/nekton.safetensors (each step's loss, every final weight).
 #pragma once
+#include <array>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <vector>
 
+#include "align/preference_data.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
+#include "core/rng.h"
 #include "model/parity_steps.h"
 #include "tensor_util.h"
 #include "train/adamw.h"
 #include "train/train_objective.h"
 
 namespace nk::test {
+
+// `pairs` examples of random tokens over `vocab` from `seed`: example e's
+// prompt of lens[e][0] tokens, then its two completions of lens[e][1] and
+// lens[e][2] tokens (the loss on those), as read_preference_jsonl lays
+// them out (sequences 2e, 2e + 1), lines 1, 2, ...
+inline std::shared_ptr<PreferenceData> random_preference_data(
+    int64_t vocab, const std::vector<std::array<int64_t, 3>>& lens, uint64_t seed) {
+  auto d = std::make_shared<PreferenceData>();
+  d->path = "random";
+  Rng rng(seed);
+  for (size_t e = 0; e < lens.size(); ++e) {
+    std::vector<int32_t> prompt;
+    for (int64_t k = 0; k < lens[e][0]; ++k) prompt.push_back(int32_t(rng.below(uint64_t(vocab))));
+    for (int side = 0; side < 2; ++side) {
+      std::vector<int32_t> t = prompt;
+      std::vector<uint8_t> m(prompt.size(), 0);
+      for (int64_t k = 0; k < lens[e][size_t(1 + side)]; ++k) {
+        t.push_back(int32_t(rng.below(uint64_t(vocab))));
+        m.push_back(1);
+      }
+      d->tokens.push_back(t);
+      d->trained.push_back(m);
+    }
+    d->line.push_back(int64_t(e) + 1);
+  }
+  return d;
+}
 
 inline void run_objective_steps(TrainObjective& obj, Transformer& model, const Tensor& tokens,
                                 const Tensor& targets, const std::filesystem::path& dir) {

@@ -32,26 +32,8 @@ namespace fs = std::filesystem;
 // Three pairs of random tokens with margins: prompts of 3-5 tokens,
 // completions of different lengths, the rows padded to T = 16.
 std::shared_ptr<PreferenceData> random_pairs(int64_t vocab) {
-  auto d = std::make_shared<PreferenceData>();
-  d->path = "random";
-  Rng rng(5);
-  const int64_t lens[3][3] = {{4, 6, 9}, {3, 11, 5}, {5, 7, 7}};
-  for (int e = 0; e < 3; ++e) {
-    std::vector<int32_t> prompt;
-    for (int64_t k = 0; k < lens[e][0]; ++k) prompt.push_back(int32_t(rng.below(uint64_t(vocab))));
-    for (int side = 0; side < 2; ++side) {
-      std::vector<int32_t> t = prompt;
-      std::vector<uint8_t> m(prompt.size(), 0);
-      for (int64_t k = 0; k < lens[e][1 + side]; ++k) {
-        t.push_back(int32_t(rng.below(uint64_t(vocab))));
-        m.push_back(1);
-      }
-      d->tokens.push_back(t);
-      d->trained.push_back(m);
-    }
-    d->line.push_back(e + 1);
-    d->margin.push_back(0.25 * e);
-  }
+  auto d = test::random_preference_data(vocab, {{4, 6, 9}, {3, 11, 5}, {5, 7, 7}}, 5);
+  d->margin = {0.0, 0.25, 0.5};
   return d;
 }
 
