@@ -115,12 +115,20 @@ bool is_align_recipe(const CommandArgs& a) {
 nlohmann::json align_reference(const TrainConfig& cfg, const AlignConfig& ac,
                                const TrainEstimate& e) {
   nlohmann::json j = {{"method", ac.method}};
-  const bool needs =
-      ac.method == "dpo" || ac.method == "ipo" || ac.method == "hinge" || ac.method == "kto";
+  // The method and reference as nekton align resolves them (AlignConfig::
+  // check; the data is not read here). rs and steerlm train by SFT.
+  AlignConfig r = ac;
+  bool needs = false;
+  if (ac.method != "rs" && ac.method != "steerlm") {
+    if (r.data_path.empty()) r.data_path = "(not read by estimate)";
+    r.check(cfg.peft.adapters());
+    needs = !r.reward_model && r.loss.needs_reference();
+  }
   j["needs_reference"] = needs;
   if (!needs) return j;
-  j["reference"] =
-      ac.reference == "auto" ? (cfg.peft.adapters() ? "adapter_off" : "precompute") : ac.reference;
+  j["reference"] = r.reference_source == ReferenceSource::AdapterOff ? "adapter_off"
+                   : r.reference_source == ReferenceSource::Copy     ? "copy"
+                                                                     : "precompute";
   const int64_t copy_weights = e.params * int64_t(dtype_size(cfg.dtype));
   const ActivationBytes fwd =
       activation_bytes(cfg.model, cfg.dtype, cfg.micro_batch, cfg.seq_len, {}, 1, false, {}, false);

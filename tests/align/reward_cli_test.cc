@@ -3,7 +3,8 @@
 // random letters) ranks held-out pairs above 0.9; `nekton eval reward`
 // scores them alike; the model exports as Hugging Face's
 // LlamaForSequenceClassification (score.weight, id2label) and imports back
-// with the same scores; LoRA trains the score head with the adapters; a
+// with the same scores; generate, serve, perplexity and GGUF export refuse
+// it by name; LoRA trains the score head with the adapters; a
 // reward model is refused where an LM is needed, and bad settings and data
 // are clear errors that write nothing.
 #include <gtest/gtest.h>
@@ -111,6 +112,14 @@ TEST(RewardCli, LearnsThePairsAndExportsToHuggingFaceAndBack) {
       test::run_nekton("generate generate.model=" + out + "/model generate.prompt=hi");
   EXPECT_NE(g.code, 0);
   EXPECT_TRUE(contains(g.out, "a sequence classifier (num_labels = 1")) << g.out;
+  const test::RunResult sv = test::run_nekton("serve --model " + out + "/model serve.port=0");
+  EXPECT_NE(sv.code, 0);
+  EXPECT_TRUE(contains(sv.out, "a sequence classifier (num_labels = 1")) << sv.out;
+  test::write_file(dir / "text.txt", "say abc: END\n");
+  const test::RunResult pp = test::run_nekton("eval perplexity eval.model=" + out +
+                                              "/model eval.text=" + (dir / "text.txt"));
+  EXPECT_NE(pp.code, 0);
+  EXPECT_TRUE(contains(pp.out, "a sequence classifier (num_labels = 1")) << pp.out;
   const test::RunResult x = test::run_nekton("export gguf " + out + "/model " + (dir / "m.gguf"));
   EXPECT_NE(x.code, 0);
   EXPECT_TRUE(contains(x.out, "is a sequence classifier")) << x.out;
