@@ -416,6 +416,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     ObjectiveRanks ranks;
     ranks.writes = par_.writes();
     ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    ranks.dp = par_.dp();
+    ranks.dp_rank = par_.dp_rank();
     // Tensor-parallel ranks hold the same figures: summed over the replicas only.
     if (ddp_)
       ranks.sum_over_ranks = [this](std::span<double> v) {
@@ -456,6 +458,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
 
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
+    if (objective_->online()) {
+      if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the whole updated model on every rank
+      objective_->before_step(*model_, step);
+    }
     model_->zero_grads();
     double loss = 0, comm_s = 0, pp_wait_s = 0;
     Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
