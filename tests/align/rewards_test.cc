@@ -340,6 +340,19 @@ TEST(RewardsConfig, KeysAreNektonAligns) {
                                        "align.reward_timeout_s=2.5", "align.reward_model=/rm"});
   EXPECT_EQ(r.accuracy.extract, "boxed");
   EXPECT_EQ(r.timeout_s, 2.5);
+  // A recipe nests them.
+  test::TempDir dir("nk_rewards_yaml");
+  test::write_file(dir / "r.yaml",
+                   "align:\n  reward_funcs: accuracy,format\n  reward_weights: 1,0.1\n"
+                   "  reward_accuracy:\n    extract: marker\n    marker: 'Answer:'\n");
+  const Config c = Config::load(align_schema(), dir / "r.yaml", {});
+  RewardsConfig y;
+  ConfigReader reader(c);
+  y.bind(reader);
+  y.check();
+  EXPECT_EQ(y.accuracy.extract, "marker");
+  EXPECT_EQ(y.accuracy.marker, "Answer:");
+  EXPECT_EQ(y.weight_values, (std::vector<double>{1, 0.1}));
 }
 
 }  // namespace
