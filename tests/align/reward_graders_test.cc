@@ -5,6 +5,7 @@
 // connection, a bad status, a bad body, a hang).
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -96,8 +97,18 @@ for line in sys.stdin:
 
 TEST(CommandReward, AGraderThatDoesNotReadItsInputStillAnswers) {
   // 2 MB of input to a grader that never reads it: the write ends (EPIPE,
-  // no SIGPIPE), its answer counts.
-  RewardSet set = command_set("printf '0.5\\n0.25\\n'");
+  // no SIGPIPE), its answer counts. SIGPIPE's default action (nekton align
+  // does not ignore it; another test may have) would end this process.
+  struct DefaultSigpipe {
+    struct sigaction old {};
+    DefaultSigpipe() {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGPIPE, &dfl, &old);
+    }
+    ~DefaultSigpipe() { sigaction(SIGPIPE, &old, nullptr); }
+  } dfl;
+  RewardSet set = command_set("exec 0<&-; printf '0.5\\n0.25\\n'; sleep 0.2");
   Batch b({json::object(), json::object()}, {std::string(1 << 20, 'a'), std::string(1 << 20, 'b')});
   EXPECT_EQ(set.score(b.in).total, (std::vector<double>{0.5, 0.25}));
   EXPECT_TRUE(no_children());
