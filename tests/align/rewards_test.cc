@@ -4,8 +4,12 @@
 // and parts.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+
 #include "align/rewards/answer_match.h"
 #include "align/rewards/reward_set.h"
+#include "align/rewards/reward_tally.h"
 #include "apps/commands.h"
 #include "test_util.h"
 
@@ -353,6 +357,33 @@ TEST(RewardsConfig, KeysAreNektonAligns) {
   EXPECT_EQ(y.accuracy.extract, "marker");
   EXPECT_EQ(y.accuracy.marker, "Answer:");
   EXPECT_EQ(y.weight_values, (std::vector<double>{1, 0.1}));
+}
+
+TEST(RewardTally, GivesTrlsFiguresFromSumsThatRanksAdd) {
+  RewardScores a, b;
+  a.total = {1.5, -0.5};
+  a.parts = {{"accuracy", 1, true, {1, 0}}, {"format", 0.5, false, {1, -1}}};
+  b.total = {2, 0};
+  b.parts = {{"accuracy", 1, true, {1, 1}}, {"format", 0.5, false, {2, -2}}};
+  RewardTally one, rank0, rank1;
+  one.add(a);
+  one.add(b);
+  rank0.add(a);
+  rank1.add(b);
+  for (size_t i = 0; i < rank0.sums().size(); ++i) rank0.sums()[i] += rank1.sums()[i];
+  EXPECT_EQ(rank0.sums(), one.sums());
+  std::map<std::string, double> f;
+  for (auto& [k, v] : rank0.figures()) f[k] = v;
+  ASSERT_EQ(f.size(), 7u);
+  EXPECT_DOUBLE_EQ(f["reward"], 0.75);
+  // Population std of {1.5, -0.5, 2, 0}: mean 0.75, squares' mean 1.625.
+  EXPECT_DOUBLE_EQ(f["reward_std"], std::sqrt(1.625 - 0.5625));
+  EXPECT_DOUBLE_EQ(f["rewards/accuracy/mean"], 0.75);
+  EXPECT_DOUBLE_EQ(f["rewards/accuracy/std"], std::sqrt(0.75 - 0.5625));
+  EXPECT_DOUBLE_EQ(f["rewards/format/mean"], 0);
+  EXPECT_DOUBLE_EQ(f["rewards/format/std"], std::sqrt(2.5));
+  EXPECT_DOUBLE_EQ(f["accuracy"], 0.75);
+  EXPECT_TRUE(RewardTally().figures().empty());
 }
 
 }  // namespace
