@@ -123,6 +123,7 @@ TEST(CommandReward, ACrashNamesTheCommandTheStatusAndStderr) {
   RewardSet killed = command_set("kill -SEGV $$");
   e = error_of(killed, b.in);
   EXPECT_TRUE(contains(e, "killed by signal 11 (Segmentation fault)")) << e;
+  EXPECT_TRUE(killed.score({}).total.empty());  // an empty batch runs nothing
   RewardSet missing = command_set("/no/such/grader --x");
   e = error_of(missing, b.in);
   EXPECT_TRUE(contains(e, "exited with status 127")) << e;

@@ -180,6 +180,7 @@ CommandResult run_command(const std::string& key, const std::string& command,
 }
 
 std::vector<double> CommandReward::score(std::span<const RewardInput> in) {
+  if (in.empty()) return {};  // no process for nothing
   const std::string name = fmt::format("align.reward_command '{}'", command_);
   std::string input;
   for (const RewardInput& x : in)

@@ -97,6 +97,7 @@ HttpReward::HttpReward(std::string url, std::chrono::milliseconds timeout)
     : url_(std::move(url)), parsed_(parse_http_url("align.reward_url", url_)), timeout_(timeout) {}
 
 std::vector<double> HttpReward::score(std::span<const RewardInput> in) {
+  if (in.empty()) return {};  // no request for nothing
   const std::string name = fmt::format("align.reward_url '{}'", url_);
   nlohmann::json inputs = nlohmann::json::array();
   for (const RewardInput& x : in) inputs.push_back(grader_input(x));
