@@ -5,7 +5,8 @@
 //           fields, "prompt", "completion", "completion_tokens", "truncated"),
 //           then end of file
 //   stdout  one line per rollout, in order: a number or {"reward": x}
-// The data reaches it only through stdin (never the command line). It must
+// The data reaches it only through stdin (never the command line); what it
+// leaves running in its process group when it exits is killed. It must
 // exit 0 within the timeout: a non-zero status, a signal, a hang (its whole
 // process group is killed at the deadline and reaped), a wrong count of
 // lines or a line that is not a number is an nk::Error naming the command,
