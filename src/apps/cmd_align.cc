@@ -7,6 +7,7 @@
 #include "align/attribute_objective.h"
 #include "align/preference_objective.h"
 #include "align/reward_objective.h"
+#include "align/rewards/rewards_config.h"
 
 #include "apps/cmd_align_sampling.h"
 #include "apps/commands.h"
@@ -30,6 +31,7 @@ ConfigSchema align_schema() {
     TrainConfig().bind(b);
     AlignConfig().bind(b);
     AlignSamplingConfig().bind(b);  // rs, steerlm
+    RewardsConfig().bind(b);        // grpo, rloo
   });
 }
 
