@@ -11,6 +11,7 @@
 
 #include "align/preference_data.h"
 #include "align/reference.h"
+#include "align/rewards/reward_tally.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/dataset/dp_slice.h"
@@ -178,7 +179,7 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
   }
   gen_seconds_ += seconds_since(t0);
   // This rank's completions scored.
-  std::vector<OnlineSample> to_score(own.size());
+  std::vector<RewardInput> to_score(own.size());
   for (size_t j = 0; j < own.size(); ++j) {
     GenerationResult& g = results[j];
     if (g.finish == FinishReason::Eos) g.tokens.push_back(last[j]);  // trained on: it stops
@@ -189,20 +190,21 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
     to_score[j].completion = g.text;
     to_score[j].completion_tokens = int64_t(g.tokens.size());
     to_score[j].truncated = g.finish == FinishReason::Length || g.finish == FinishReason::Context;
+    to_score[j].where = prompts_->records.file.where(prompts_->records.file.records[p]);
   }
   const auto t1 = Clock::now();
-  OnlineScores sc = scorer_(to_score);
+  RewardScores sc = scorer_(to_score);
   score_seconds_ += seconds_since(t1);
   NK_CHECK(sc.total.size() == own.size(), "reward functions: {} scores for {} completions",
            sc.total.size(), own.size());
-  if (part_names_.empty()) {
-    for (const auto& [name, v] : sc.parts) part_names_.push_back(name);
-    verifiable_ = sc.verifiable;
+  if (parts_.empty()) {
+    for (const RewardScores::Part& q : sc.parts)
+      parts_.push_back({q.name, q.weight, q.verifiable, {}});
   }
-  NK_CHECK(sc.parts.size() == part_names_.size(), "reward functions: {} parts, {} before",
-           sc.parts.size(), part_names_.size());
+  NK_CHECK(sc.parts.size() == parts_.size(), "reward functions: {} parts, {} before",
+           sc.parts.size(), parts_.size());
   // Every rank's completions summed in: [length, truncated, total, parts..., tokens...].
-  const int64_t P = int64_t(part_names_.size()), W = 3 + P + s.max_tokens + 1;
+  const int64_t P = int64_t(parts_.size()), W = 3 + P + s.max_tokens + 1;
   std::vector<double> v(size_t(K * W), 0.0);
   for (size_t j = 0; j < own.size(); ++j) {
     double* row = v.data() + own[j] * W;
@@ -213,11 +215,9 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
     row[1] = to_score[j].truncated;
     row[2] = sc.total[j];
     if (!std::isfinite(sc.total[j]))
-      fail("reward functions: a non-finite reward {} for the completion of prompt {} ({})",
-           sc.total[j], prompt_of[size_t(own[j])],
-           prompts_->records.file.where(
-               prompts_->records.file.records[size_t(prompt_of[size_t(own[j])])]));
-    for (int64_t q = 0; q < P; ++q) row[3 + q] = sc.parts[size_t(q)].second[j];
+      fail("reward functions: a non-finite reward {} for the completion of {}", sc.total[j],
+           to_score[j].where);
+    for (int64_t q = 0; q < P; ++q) row[3 + q] = sc.parts[size_t(q)].values[j];
     for (size_t t = 0; t < g.tokens.size(); ++t) row[3 + P + int64_t(t)] = g.tokens[t];
   }
   ranks_.sum_over_ranks(v);
@@ -276,9 +276,8 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
     for (size_t q = 0; q < parts.size(); ++q) parts[q].push_back(spare_parts[q][i]);
     filled += int64_t(i % size_t(G) == 0);
   }
-  for (size_t q = 0; q < part_names_.size(); ++q)
-    r->parts.emplace_back(part_names_[q], std::move(parts[q]));
-  r->verifiable = verifiable_;
+  r->parts = parts_;
+  for (size_t q = 0; q < parts_.size(); ++q) r->parts[q].values = std::move(parts[q]);
   const auto t0 = Clock::now();
   finish_round(model, *r);
   const double logp_s = seconds_since(t0);
@@ -287,31 +286,19 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
   ObjectiveMetrics& m = round_metrics_;
   m.clear();
   const double n = double(r->samples.size());
-  double sum = 0, sum2 = 0, len = 0, max_len = 0, clipped = 0, group_std = 0;
+  double sum = 0, len = 0, max_len = 0, clipped = 0;
   for (const Rollout& x : r->samples) {
     sum += x.reward;
-    sum2 += x.reward * x.reward;
     len += double(x.completion());
     max_len = std::max(max_len, double(x.completion()));
     clipped += x.truncated;
   }
-  for (int64_t g = 0; g < P; ++g) {
-    double gm = 0, gv = 0;
-    for (int64_t i = g * G; i < (g + 1) * G; ++i) gm += r->samples[size_t(i)].reward;
-    gm /= double(G);
-    for (int64_t i = g * G; i < (g + 1) * G; ++i)
-      gv += (r->samples[size_t(i)].reward - gm) * (r->samples[size_t(i)].reward - gm);
-    group_std += std::sqrt(gv / double(G - 1));
-  }
-  m.emplace_back("reward", sum / n);
-  m.emplace_back("reward_std", group_std / double(P));
-  for (const auto& [name, v] : r->parts) {
-    double s = 0;
-    for (double x : v) s += x;
-    const bool verifiable =
-        std::find(r->verifiable.begin(), r->verifiable.end(), name) != r->verifiable.end();
-    m.emplace_back(fmt::format("{}/{}", verifiable ? "accuracy" : "rewards", name), s / n);
-  }
+  RewardScores all;  // the whole round's, as the tally reads a batch
+  for (const Rollout& x : r->samples) all.total.push_back(x.reward);
+  all.parts = r->parts;
+  RewardTally tally;
+  tally.add(all);
+  m = tally.figures();
   m.emplace_back("completions/mean_length", len / n);
   m.emplace_back("completions/max_length", max_len);
   m.emplace_back("completions/clipped_ratio", clipped / n);
@@ -324,7 +311,6 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
   m.emplace_back("time/score_s", score_seconds_);
   m.emplace_back("time/logps_s", logp_s);
   m.emplace_back("gen/tokens_per_s", gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0);
-  (void)sum2;
   NK_INFO(
       "align: round {}: {} completions, reward {:.4f}, mean length {:.1f}; generated {} tokens "
       "in {:.2f} s ({:.0f} tokens/s, this rank), scored in {:.2f} s",
@@ -539,7 +525,7 @@ void OnlineObjective::log_completions(const RolloutRound& r) {
         tok_->decode(std::span<const int32_t>(x.tokens).subspan(size_t(x.prompt_len)));
     j["reward"] = x.reward;
     j["advantage"] = x.advantage;
-    for (const auto& [name, v] : r.parts) j["rewards"][name] = v[k];
+    for (const RewardScores::Part& q : r.parts) j["rewards"][q.name] = q.values[k];
     j["truncated"] = x.truncated;
     const std::string line =
         j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

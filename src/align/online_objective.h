@@ -28,28 +28,16 @@
 #include "align/align_config.h"
 #include "align/online_config.h"
 #include "align/prompt_data.h"
+#include "align/rewards/reward_input.h"
 #include "align/rollouts.h"
 #include "data/tokenizer/tokenizer.h"
 #include "train/train_objective.h"
 
 namespace nk {
 
-// One completion to score, and what the scores are.
-struct OnlineSample {
-  const nlohmann::json* record = nullptr;  // the prompt's whole record
-  const nlohmann::json* prompt = nullptr;  // its prompt: a string or messages
-  std::string completion;                  // the text, cut before a stop string
-  int64_t completion_tokens = 0;
-  bool truncated = false;  // ended by align.max_tokens
-};
-struct OnlineScores {
-  std::vector<double> total;  // [n]
-  // Each function's unweighted values [n], by name; the same names for any
-  // n (0 included).
-  std::vector<std::pair<std::string, std::vector<double>>> parts;
-  std::vector<std::string> verifiable;  // parts scoring right (1) or wrong (0)
-};
-using OnlineScorer = std::function<OnlineScores(std::span<const OnlineSample>)>;
+// The reward functions' scores of this rank's completions (RewardSet::score;
+// the same parts, by name, for any number of inputs, none included).
+using OnlineScorer = std::function<RewardScores(std::span<const RewardInput>)>;
 
 // The prompts, rendered (chat prompts with the generation prompt) and cut
 // to their last max_prompt_length tokens.
@@ -79,10 +67,10 @@ class OnlineObjective : public TrainObjective {
   bool staged() const override { return true; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
-  // reward (mean, std, per function; accuracy for verifiable ones),
-  // completion length, clip ratios, kl, entropy (the sampled tokens' mean
-  // -log p), and the round's generation, scoring and log-probability times
-  // (on the step that made the round).
+  // reward, reward_std, rewards/NAME/mean and /std, accuracy (RewardTally's
+  // figures over the round), frac_reward_zero_std, completion length, clip ratios, kl, entropy (the
+  // sampled tokens' mean -log p), and the round's generation, scoring and log-probability times (on
+  // the step that made the round).
   ObjectiveMetrics take_metrics(bool eval) override;
 
   // The current round (tests), and one made elsewhere: its samples with
@@ -120,7 +108,7 @@ class OnlineObjective : public TrainObjective {
   std::shared_ptr<RolloutDataset> dataset_;
   std::shared_ptr<RolloutRound> round_;
   std::unique_ptr<Transformer> ref_model_;  // reference=copy
-  std::vector<std::string> part_names_, verifiable_;
+  std::vector<RewardScores::Part> parts_;   // the reward functions (names, weights), no values
 
   struct Sums {  // this rank's training tokens since the last take_metrics
     double tokens = 0, kl = 0, low = 0, high = 0, nll = 0;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "align/rewards/reward_input.h"
 #include "data/dataset/sample_dataset.h"
 
 namespace nk {
@@ -36,9 +37,8 @@ struct Rollout {
 struct RolloutRound {
   int64_t index = -1;
   std::vector<Rollout> samples;  // R, group-major
-  // Each reward function's values (unweighted), by name, [R] each.
-  std::vector<std::pair<std::string, std::vector<double>>> parts;
-  std::vector<std::string> verifiable;  // the parts that are right/wrong checks (accuracy)
+  // Each reward function's values (unweighted), [R] each.
+  std::vector<RewardScores::Part> parts;
 };
 
 struct RolloutSchedule {
