@@ -213,8 +213,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   }
   // Token ids beyond the vocabulary (data made with another tokenizer) are
   // caught here on the first micro-batch, before anything is written; the
-  // loader checks every later sample as it reads it.
-  if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
+  // loader checks every later sample as it reads it. (An online objective's
+  // samples do not exist before its first step.)
+  if (!objective_->online() && state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
     DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
     probe.set_consumed_samples(state_.consumed_samples);
     DeviceBatch(cfg_.micro_batch, cfg_.seq_len, kHost, data_.train->max_segments()).load(probe);

@@ -1,0 +1,176 @@
+// OnlineObjective's rounds: the generator decodes from the policy's live
+// weights (a weight changed between two rounds changes what the next round
+// samples: no copy, no stale cache), rounds are the same for a seed, a
+// round file written mid-way reads back as it was, and a reward function
+// that fails is an error naming it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "align/online_objective.h"
+#include "align/preference_data.h"
+#include "data/chat/chat_template.h"
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct OnlineSetup {
+  TrainConfig cfg;
+  OnlineRlConfig rl;
+  std::shared_ptr<OnlinePrompts> prompts;
+  std::shared_ptr<Tokenizer> tok;
+};
+
+OnlineSetup setup(const std::string& out_dir) {
+  OnlineSetup s;
+  s.cfg.model = test::tiny_config(true, 257, 32);
+  s.cfg.dtype = DType::F32;
+  s.cfg.seq_len = 16;
+  s.cfg.micro_batch = 4;
+  s.cfg.global_batch = 8;
+  s.cfg.seed = 3;
+  s.cfg.out_dir = out_dir;
+  RejectionSamplingOptions rs;
+  rs.num_rollouts = 4;
+  rs.max_tokens = 5;
+  rs.sampling.temperature = 1.0;
+  rs.sampling.seed = 11;
+  s.rl.ppo_epochs = 2;
+  s.rl.check("grpo", "grpo", rs, 8, 4, 16, 8);
+  s.tok = std::shared_ptr<Tokenizer>(load_tokenizer("bytes"));
+  s.prompts = std::make_shared<OnlinePrompts>();
+  s.prompts->records.file.path = "prompts.jsonl";
+  for (const char* p : {"Q:ab=", "Q:cd=", "Q:ef=", "Q:gh="}) {
+    s.prompts->records.file.records.push_back(
+        {int64_t(s.prompts->tokens.size()) + 1, nlohmann::json{{"prompt", p}}});
+    s.prompts->records.prompts.push_back(p);
+    s.prompts->tokens.push_back(s.tok->encode(p));
+  }
+  return s;
+}
+
+// One part, "starts_z": 1 when the completion starts with 'z'.
+RewardScores starts_z(std::span<const RewardInput> in) {
+  RewardScores s;
+  RewardScores::Part p{"starts_z", 1.0, true, {}};
+  for (const RewardInput& x : in) {
+    p.values.push_back(!x.completion.empty() && x.completion[0] == 'z' ? 1.0 : 0.0);
+    s.total.push_back(p.values.back());
+  }
+  s.parts.push_back(std::move(p));
+  return s;
+}
+
+TEST(OnlineObjective, RoundsSampleFromTheLiveWeights) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+  obj.prepare(model, true);
+  const int64_t U = s.rl.rounds_steps;
+  ASSERT_EQ(U, 2);  // 4 prompts x 4 over a global batch of 8, twice
+  obj.before_step(model, 0);
+  auto r0 = obj.round();
+  ASSERT_EQ(r0->samples.size(), 8u);
+  obj.before_step(model, 1);  // the same round: nothing generated
+  EXPECT_EQ(obj.round(), r0);
+  // The optimizer's kind of change: the weights the policy holds replaced
+  // in place (here by another initialisation's). The next round must be
+  // what a generator over those weights draws, not over the old ones.
+  Transformer other(s.cfg.model, DType::F32, s.cfg.seed + 6);
+  ops::convert(model.params(), other.params());
+  model.sync_compute_params();
+  obj.before_step(model, 2);
+  auto r1 = obj.round();
+  EXPECT_EQ(r1->index, 1);
+  auto round1_over = [&](Transformer& m) {
+    OnlineObjective fresh(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+    fresh.prepare(m, true);
+    fresh.before_step(m, 2);
+    return fresh.round();
+  };
+  Transformer old_weights(s.cfg.model, DType::F32, s.cfg.seed);
+  auto want = round1_over(other), stale = round1_over(old_weights);
+  int64_t differ = 0;
+  for (size_t k = 0; k < r1->samples.size(); ++k) {
+    EXPECT_EQ(r1->samples[k].tokens, want->samples[k].tokens) << k;
+    differ += r1->samples[k].tokens != stale->samples[k].tokens;
+  }
+  EXPECT_GT(differ, 4) << "the old weights would have drawn the same round";
+}
+
+TEST(OnlineObjective, RoundsAreTheSameForASeedAndReadBackMidRound) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  auto round_of = [&](const std::string& out) {
+    OnlineSetup t = s;
+    t.cfg.out_dir = out;
+    Transformer model(t.cfg.model, DType::F32, t.cfg.seed);
+    OnlineObjective obj(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+    obj.prepare(model, true);
+    obj.before_step(model, 0);
+    return obj.round();
+  };
+  auto a = round_of((dir.path() / "a").string()), b = round_of((dir.path() / "b").string());
+  ASSERT_EQ(a->samples.size(), b->samples.size());
+  for (size_t k = 0; k < a->samples.size(); ++k) {
+    EXPECT_EQ(a->samples[k].tokens, b->samples[k].tokens) << k;
+    EXPECT_EQ(a->samples[k].old_logp, b->samples[k].old_logp) << k;
+  }
+  // A run resumed at step 1 (mid-round) reads round 0 back from its file.
+  Transformer other(s.cfg.model, DType::F32, s.cfg.seed + 5);  // weights that would sample others
+  OnlineSetup t = s;
+  t.cfg.out_dir = (dir.path() / "a").string();
+  OnlineObjective resumed(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+  resumed.prepare(other, false);
+  resumed.before_step(other, 1);
+  auto c = resumed.round();
+  for (size_t k = 0; k < a->samples.size(); ++k) {
+    EXPECT_EQ(a->samples[k].tokens, c->samples[k].tokens) << k;
+    EXPECT_EQ(a->samples[k].old_logp, c->samples[k].old_logp) << k;
+    EXPECT_EQ(a->samples[k].advantage, c->samples[k].advantage) << k;
+  }
+  // Without the file the resume is an error naming it, not a silent regeneration.
+  fs::remove_all(dir.path() / "b" / "rollouts");
+  t.cfg.out_dir = (dir.path() / "b").string();
+  OnlineObjective lost(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+  lost.prepare(other, false);
+  EXPECT_THROW(
+      {
+        try {
+          lost.before_step(other, 1);
+        } catch (const Error& e) {
+          EXPECT_TRUE(test::contains(e.what(), "round-0.rank-0.bin")) << e.what();
+          EXPECT_TRUE(test::contains(e.what(), "mid-way through round 0")) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+TEST(OnlineObjective, ANonFiniteRewardNamesTheRecord) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  auto bad = [](std::span<const RewardInput> in) {
+    RewardScores r = starts_z(in);
+    if (!r.total.empty()) r.total.back() = NAN;
+    return r;
+  };
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, bad, ReferenceSource::Copy);
+  obj.prepare(model, true);
+  try {
+    obj.before_step(model, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "prompts.jsonl:")) << e.what();
+    EXPECT_TRUE(test::contains(e.what(), "non-finite")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nk
