@@ -185,8 +185,12 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   peft_align_ranks LoRA DPO with align.reference=adapter_off over 2 and 4
 #                    ranks, ZeRO-1, FSDP; QLoRA DPO, IA3 KTO, LoRA with a
 #                    precomputed reference; adapters with parallel.tp refused
+#   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
+#                    and a command grader; resumed mid-round; RLOO over 2 ranks;
+#                    parallel.tp and FSDP refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
-foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks)
+foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
+               online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

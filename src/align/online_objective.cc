@@ -307,10 +307,11 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
     m.emplace_back("dynamic_sampling/batches", double(made));
     m.emplace_back("dynamic_sampling/filled_groups", double(filled));
   }
-  m.emplace_back("time/generate_s", gen_seconds_);
-  m.emplace_back("time/score_s", score_seconds_);
-  m.emplace_back("time/logps_s", logp_s);
-  m.emplace_back("gen/tokens_per_s", gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0);
+  m.emplace_back("generate_s", gen_seconds_);
+  m.emplace_back("score_s", score_seconds_);
+  m.emplace_back("logps_s", logp_s);
+  m.emplace_back("generate_tokens_per_s",
+                 gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0);
   NK_INFO(
       "align: round {}: {} completions, reward {:.4f}, mean length {:.1f}; generated {} tokens "
       "in {:.2f} s ({:.0f} tokens/s, this rank), scored in {:.2f} s",
@@ -378,7 +379,7 @@ void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
            r.samples.size(), schedule_.samples);
   const bool rloo_kl = rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0;
   const bool need_ref = rl_.loss.kl_coef > 0;
-  const bool need_old = schedule_.steps > 1 || rloo_kl;
+  const bool need_old = needs_old_logps();
   std::vector<const Rollout*> rows;
   const std::vector<int64_t> own = own_samples();
   for (int64_t k : own) rows.push_back(&r.samples[size_t(k)]);
@@ -414,6 +415,12 @@ void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
   for (size_t k = 0; k < r.samples.size(); ++k) r.samples[k].advantage = adv[k];
 }
 
+bool OnlineObjective::needs_old_logps() const {
+  // Several updates a round: later ones are off-policy. RLOO's KL penalty
+  // reads the sampling policy's log-probabilities.
+  return schedule_.steps > 1 || (rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0);
+}
+
 void OnlineObjective::set_round(Transformer& model, std::shared_ptr<RolloutRound> round) {
   round_ = std::move(round);
   finish_round(model, *round_);
@@ -437,7 +444,7 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   const int64_t B = a.B, T = a.T, GB = cfg_.global_batch;
   std::vector<float> nll(size_t(B * T));
   model.head_token_nll(a, batch.targets, nll);
-  const bool need_old = !round_->samples.empty() && !round_->samples[0].old_logp.empty();
+  const bool need_old = needs_old_logps();
   const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
   auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
   // The step's completion tokens (dapo's denominator), over every rank's samples.

@@ -91,7 +91,9 @@ class OnlineObjective : public TrainObjective {
   // Advantages, and the old and reference log-probabilities of this rank's
   // training samples.
   void finish_round(Transformer& model, RolloutRound& r);
-  std::vector<int64_t> own_samples() const;  // this rank's round indices, ascending
+  std::vector<int64_t> own_samples() const;
+  bool needs_old_logps()
+      const;  // the round's policy's log-probabilities  // this rank's round indices, ascending
   void token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
                    std::vector<std::vector<float>>& out);
   void log_completions(const RolloutRound& r);
