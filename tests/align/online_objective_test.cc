@@ -9,7 +9,10 @@
 
 #include "align/online_objective.h"
 #include "align/preference_data.h"
+#include "core/allocator.h"
 #include "data/chat/chat_template.h"
+#include "data/dataset/data_loader.h"
+#include "infer/generate.h"
 #include "model/tiny_config.h"
 #include "test_util.h"
 
@@ -170,6 +173,79 @@ TEST(OnlineObjective, ANonFiniteRewardNamesTheRecord) {
     EXPECT_TRUE(test::contains(e.what(), "prompts.jsonl:")) << e.what();
     EXPECT_TRUE(test::contains(e.what(), "non-finite")) << e.what();
   }
+}
+
+// A GRPO step over a LoRA policy holds no second model: its peak (the
+// round's generation over the live weights, the old and reference passes,
+// one training micro-batch) stays within 1.3x a plain generate of the same
+// requests plus the training micro-batch's own workspace. A frozen copy as
+// the reference (what a full fine-tune needs) adds its weights and breaks it.
+TEST(OnlineObjective, ALoraStepHoldsNoSecondModel) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  s.cfg.model.d_model = 256;
+  s.cfg.model.d_ff = 512;
+  s.cfg.model.lora.rank = 8;
+  s.cfg.model.lora.alpha = 16;
+  s.cfg.model.lora.target_modules = {"all-linear"};
+  s.rl.kl_coef = 0.05;
+  s.rl.loss.kl_coef = 0.05;
+  std::vector<std::string> frozen;
+  const ParamLayout layout = Transformer::layout_for(s.cfg.model);
+  for (const ParamInfo& p : layout.params())
+    if (!p.adapter) frozen.push_back(p.name);
+  s.cfg.frozen = frozen;
+  Allocator& alloc = Allocator::get(kHost);
+  auto grpo_step = [&](ReferenceSource ref) {
+    Transformer model(s.cfg.model, DType::F32, s.cfg.seed, ParamInit::Random, frozen);
+    const size_t live = alloc.live_bytes();
+    alloc.reset_peak();
+    OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ref);
+    obj.prepare(model, true);
+    obj.before_step(model, 0);
+    DataLoader loader(obj.data(s.cfg).train, s.cfg.micro_batch, s.cfg.model.vocab_size);
+    const int64_t B = s.cfg.micro_batch, T = s.cfg.seq_len;
+    Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+    loader.next(tokens, targets);
+    const size_t before_train = alloc.peak_bytes();
+    alloc.reset_peak();
+    const size_t live_train = alloc.live_bytes();
+    {
+      Activations a(model, B, T, true);
+      obj.train_micro_batch(model, a, MicroBatch{tokens, targets, tokens, targets}, 1.f);
+    }
+    const size_t train_ws = alloc.peak_bytes() - live_train;
+    return std::pair{std::max(before_train, alloc.peak_bytes()) - live,
+                     std::pair{train_ws, model.weight_bytes()}};
+  };
+  // The same requests through a plain Generator over the same model.
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed, ParamInit::Random, frozen);
+  std::vector<GenerationRequest> requests;
+  for (int64_t k = 0; k < s.rl.samples; ++k) {  // the round's: 2 prompts x 4
+    GenerationRequest q;
+    q.prompt = s.prompts->tokens[size_t(k / 4)];
+    q.max_new_tokens = s.rl.sampling.max_tokens;
+    q.sampling.seed = uint64_t(k);
+    requests.push_back(q);
+  }
+  const size_t live = alloc.live_bytes();
+  alloc.reset_peak();
+  {
+    Generator gen(model, s.tok.get(), s.rl.sampling.batch);
+    gen.run(requests);
+  }
+  const size_t gen_ws = alloc.peak_bytes() - live;
+  const auto [lora_peak, ws] = grpo_step(ReferenceSource::AdapterOff);
+  const auto [train_ws, weights] = ws;
+  const double bound = 1.3 * double(gen_ws) + double(train_ws);
+  std::printf(
+      "generate %zu B, training micro-batch %zu B, GRPO step %zu B (bound %.0f), weights %zu B\n",
+      gen_ws, train_ws, lora_peak, bound, weights);
+  EXPECT_LE(double(lora_peak), bound) << "generate " << gen_ws << " B, training micro-batch "
+                                      << train_ws << " B, weights " << weights << " B";
+  const auto [copy_peak, ws2] = grpo_step(ReferenceSource::Copy);
+  EXPECT_GT(double(copy_peak), bound)
+      << "the check cannot see a second model of " << weights << " B";
 }
 
 }  // namespace
