@@ -80,7 +80,9 @@ void check(bool zero_router) {
   auto seconds = std::make_shared<double>(0.0);
   ep.ep = {&groups.get("ep"), seconds};
   const int64_t received = run(ep, W, y1, dx1, g1);
-  if (zero_router) EXPECT_EQ(received, rank == 0 ? int64_t(W) * N * k : 0);
+  if (zero_router) {
+    EXPECT_EQ(received, rank == 0 ? int64_t(W) * N * k : 0);
+  }
 
   expect_near(y1, y0, "y");
   expect_near(dx1, dx0, "dx");
@@ -93,8 +95,9 @@ void check(bool zero_router) {
   expect_near(g1[1], g0[1], "up gradient of this rank's experts", e0 * 2 * F * C, El * 2 * F * C);
   expect_near(g1[2], g0[2], "down gradient of this rank's experts", e0 * C * F, El * C * F);
   for (int64_t i = 0; i < g1[1].numel(); ++i)
-    if (i < e0 * 2 * F * C || i >= (e0 + El) * 2 * F * C)
+    if (i < e0 * 2 * F * C || i >= (e0 + El) * 2 * F * C) {
       ASSERT_EQ(g1[1].data<float>()[i], 0.f) << "another rank's expert, element " << i;
+    }
   EXPECT_GT(*seconds, 0.0);
 }
 
