@@ -2,7 +2,8 @@
 # `nekton train` of a Mixture-of-Experts model (mixtral-tiny) over several
 # processes equals one process: plain data parallelism (2 and 4 ranks),
 # ZeRO-1 and FSDP, expert parallelism (EP2 on 2 ranks, EP2 x DP2 on 4, EP2
-# with ZeRO-1 and with FSDP), 10 steps in f32, every step's loss and the
+# with ZeRO-1, with FSDP, with full recompute and with a capacity factor),
+# 10 steps in f32, every step's loss and the
 # exported weights within 1e-5 (each rank's micro-batch routes its own tokens
 # and adds its own load-balancing and z-losses, as one process's
 # micro-batches do under gradient accumulation; under EP the experts run on
@@ -52,6 +53,16 @@ grep -q "resuming from checkpoint" "$WORK/ep2to1.log" || fail "ep2to1 did not re
 run oneto2 "$NK" train "${ARGS[@]}" train.exit_at_step=5
 run oneto2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2
 grep -q "resuming from checkpoint" "$WORK/oneto2.log" || fail "oneto2 did not resume"
+# Full recompute (each recomputed forward dispatches again) and a capacity
+# factor (each rank drops its own pairs before dispatch) under EP2.
+run onefull "$NK" train "${ARGS[@]}" train.recompute=full
+run ep2full "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" train.recompute=full parallel.ep=2
+run onecap "$NK" train "${ARGS[@]}" model.moe_capacity_factor=1.0
+run ep2cap "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" model.moe_capacity_factor=1.0 parallel.ep=2
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull ep2full ||
+  fail "EP2 with full recompute differs from one process"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onecap ep2cap ||
+  fail "EP2 with a capacity factor differs from one process"
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q "expert parallel: world 4 = .* ep 2 × edp 2" "$WORK/ep2dp2.log" ||
   fail "ep2dp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2dp2.log")"
@@ -78,4 +89,4 @@ refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal cou
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP equals one process; EP2 checkpoints resume on one process and back; TP and PP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor equals one process; EP2 checkpoints resume on one process and back; TP and PP refused"
