@@ -3,7 +3,7 @@
 # processes equals one process: plain data parallelism (2 and 4 ranks),
 # ZeRO-1 and FSDP, expert parallelism (EP2 on 2 ranks, EP2 x DP2 on 4, EP2
 # with ZeRO-1, with FSDP, with full recompute and with a capacity factor),
-# 10 steps in f32, every step's loss and the
+# 10 steps in f32 (and packed SFT rows through nekton finetune under EP2), every step's loss and the
 # exported weights within 1e-5 (each rank's micro-batch routes its own tokens
 # and adds its own load-balancing and z-losses, as one process's
 # micro-batches do under gradient accumulation; under EP the experts run on
@@ -63,6 +63,24 @@ run ep2cap "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" model.moe_capacity_factor=1.0 
   fail "EP2 with full recompute differs from one process"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onecap ep2cap ||
   fail "EP2 with a capacity factor differs from one process"
+# Packed SFT rows (nekton finetune) under EP2.
+/usr/bin/python3 - "$WORK/sft.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 12)))
+        f.write(json.dumps({"input": "repeat " + w + ":", "output": " " + w * r.randint(1, 3)}) + "\n")
+PY
+SFT=(model.preset=mixtral-tiny model.vocab_size=264 "data.sft_path=$WORK/sft.jsonl"
+     data.chat_template=plain data.pack=true train.seq_len=64 train.lr=3e-3
+     "data.sft_valid_path=$WORK/sft.jsonl" train.val_batches=4 train.dtype=f32 train.micro_batch=2
+     train.global_batch=8 train.steps=6 train.warmup_steps=0 train.val_every=3 train.peak_tflops=1
+     train.threads=1 parallel.timeout_s=60)
+run sft1 "$NK" finetune "${SFT[@]}"
+run sftep2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" parallel.ep=2
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" sft1 sftep2 ||
+  fail "fine-tuning under EP2 differs from one process"
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q "expert parallel: world 4 = .* ep 2 × edp 2" "$WORK/ep2dp2.log" ||
   fail "ep2dp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2dp2.log")"
@@ -89,4 +107,4 @@ refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal cou
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor equals one process; EP2 checkpoints resume on one process and back; TP and PP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor and EP2 fine-tuning equal one process; EP2 checkpoints resume on one process and back; TP and PP refused"
