@@ -42,8 +42,10 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "now (set it to 1)",
         mesh.cp());
   if (mesh.etp() != mesh.tp())
-    fail("parallel.etp = {}: there are no expert layers to split yet (leave it 0: parallel.tp)",
-         mesh.etp());
+    fail(
+        "parallel.etp = {}: expert tensor parallelism (each expert split over ranks) is not "
+        "supported yet (leave it 0: parallel.tp)",
+        mesh.etp());
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())

@@ -184,6 +184,10 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
       Config::load(train_schema(), "", keys(dir, {"parallel.ep=4", "model.num_experts=6"})));
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.ep = 4: model.num_experts = 6 does not split")) << e;
+  cfg = train_config_from(
+      Config::load(train_schema(), "", keys(dir, {"parallel.ep=2", "parallel.etp=2"})));
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.etp = 2: expert tensor parallelism")) << e;
 }
 
 TEST(MoeTrain, UnsupportedModelsAreRefused) {
