@@ -189,6 +189,13 @@ class Transformer {
   // The whole model's parameters (layout() of one process).
   const ParamLayout& global_layout() const { return global_layout_; }
   const nn::TensorParallel& tensor_parallel() const { return tp_; }
+  // Expert parallelism (nn/expert_parallel.h): every MoE layer computes its
+  // experts [r E/ep, (r+1) E/ep) for the tokens of the whole "ep" group. The
+  // weights stay whole on every rank (all experts; their gradients are
+  // nonzero only for this rank's experts until the data-parallel sum).
+  // Set before making Activations (they size the exchanges' buffers).
+  void set_expert_parallel(const nn::ExpertParallel& ep);
+  const nn::ExpertParallel& expert_parallel() const { return ep_; }
   const PipelineStage& stage() const { return stage_; }
   // Under sequence parallelism, the gradients that are partial sums over
   // this rank's rows (the norms' weights and biases): the trainer adds them
@@ -417,6 +424,7 @@ class Transformer {
   Device device_;
   FrozenWeights frozen_weights_;
   nn::TensorParallel tp_;
+  nn::ExpertParallel ep_;
   PipelineStage stage_;
   ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;
@@ -475,14 +483,18 @@ class ActivationObserver {
 class Activations {
  public:
   // stage: only its layers' buffers (and the head's on the last stage).
+  // expert_ranks: the expert-parallel size (a MoE layer's products then run
+  // over up to expert_ranks times its own rows, nn/moe.h).
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
               Device device = kHost, std::vector<Recompute> recompute = {},
-              const nn::TensorParallel& tp = {}, const PipelineStage& stage = {});
-  // For `model`: its config, compute dtype, device, tensor-parallel group and stage.
+              const nn::TensorParallel& tp = {}, const PipelineStage& stage = {},
+              int64_t expert_ranks = 1);
+  // For `model`: its config, compute dtype, device, tensor- and expert-parallel groups and stage.
   Activations(const Transformer& model, int64_t B, int64_t T, bool training,
               std::vector<Recompute> recompute = {})
       : Activations(model.config(), model.compute_dtype(), B, T, training, model.device(),
-                    std::move(recompute), model.tensor_parallel(), model.stage()) {}
+                    std::move(recompute), model.tensor_parallel(), model.stage(),
+                    model.expert_parallel().size()) {}
   int64_t B, T;
   // Bytes of every buffer this workspace allocated (shared ones once).
   int64_t bytes() const { return bytes_; }

@@ -160,6 +160,14 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
           "f32 gradients {:.1f} MiB",
           double(model_->grad_bytes()) / 1048576.0, f32 / 1048576.0);
   }
+  if (par_.active() && par_.mesh->ep() > 1) {
+    a2a_seconds_ = std::make_shared<double>(0.0);
+    model_->set_expert_parallel({&par_.groups->get("ep"), a2a_seconds_});
+    NK_INFO(
+        "expert parallel: {}; each rank computes {} of the {} experts of every MoE layer for its "
+        "ep group's tokens (all-to-all dispatch and combine)",
+        par_.mesh->describe(), cfg_.model.num_experts / par_.mesh->ep(), cfg_.model.num_experts);
+  }
   if (model_parallel()) {
     const PipelineStage& st = model_->stage();
     std::string layers;
@@ -465,6 +473,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     }
     model_->zero_grads();
     double loss = 0, comm_s = 0, pp_wait_s = 0;
+    if (a2a_seconds_) *a2a_seconds_ = 0;
     Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
     const int64_t step_first = loader.consumed_samples();
     if (pipe_) {
@@ -592,6 +601,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                      {"moe_z", moe.z},
                                      {"moe_load_max", moe.load_max},
                                      {"moe_dropped", moe.dropped}});
+    // Expert parallel: the MoE layers' all-to-alls, forward and backward
+    // (recomputes included), and their share of the step.
+    if (a2a_seconds_)
+      figures.insert(figures.end(),
+                     {{"a2a_ms", *a2a_seconds_ * 1e3}, {"a2a_share", *a2a_seconds_ / dt}});
     ObjectiveMetrics val_figures;
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
       s.val_loss = evaluate();

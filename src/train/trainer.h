@@ -126,6 +126,8 @@ class Trainer {
   std::optional<LoadedTrainCheckpoint>
       resumed_;  // moments read by resume(), until make_optimizer()
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
+  // Expert parallel: seconds in the MoE layers' all-to-alls (null without).
+  std::shared_ptr<double> a2a_seconds_;
   // Pipeline parallel: the schedule over this rank's stage (null without).
   std::unique_ptr<parallel::PipelineParallel> pipe_;
   // The model's tensor-parallel group (size 1 without).
