@@ -175,6 +175,48 @@ TEST(OnlineObjective, ANonFiniteRewardNamesTheRecord) {
   }
 }
 
+// DAPO's dynamic sampling: groups whose rewards are all equal (here every
+// completion of two of the four prompts scores 1) are dropped and further
+// batches of prompts generated until the round holds groups of unequal
+// rewards only; without it those groups stay, with zero advantages.
+TEST(OnlineObjective, DynamicSamplingKeepsGroupsOfUnequalRewards) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  auto scorer = [](std::span<const RewardInput> in) {
+    RewardScores r;
+    RewardScores::Part p{"mixed", 1.0, false, {}};
+    for (const RewardInput& x : in) {
+      const std::string prompt = x.prompt->get<std::string>();
+      const bool flat = prompt == "Q:ab=" || prompt == "Q:cd=";
+      const double odd = x.completion.empty() ? 0.0 : double(uint8_t(x.completion[0]) % 2);
+      p.values.push_back(flat ? 1.0 : odd);
+      r.total.push_back(p.values.back());
+    }
+    r.parts.push_back(std::move(p));
+    return r;
+  };
+  auto flat_groups = [&](bool dynamic) {
+    OnlineSetup t = s;
+    t.rl.dynamic_sampling = dynamic;
+    t.rl.dynamic_sampling_max_batches = 6;
+    Transformer model(t.cfg.model, DType::F32, t.cfg.seed);
+    OnlineObjective obj(t.cfg, t.rl, t.prompts, t.tok, {}, scorer, ReferenceSource::Copy);
+    obj.prepare(model, true);
+    obj.before_step(model, 0);
+    int64_t flat = 0;
+    const auto& r = obj.round()->samples;
+    for (size_t g = 0; g < r.size(); g += 4) {
+      bool same = true;
+      for (size_t i = g; i < g + 4; ++i) same = same && r[i].reward == r[g].reward;
+      flat += same;
+      for (size_t i = g; same && i < g + 4; ++i) EXPECT_EQ(r[i].advantage, 0.0);
+    }
+    return flat;
+  };
+  EXPECT_GT(flat_groups(false), 0);  // the data has flat groups to drop
+  EXPECT_EQ(flat_groups(true), 0);
+}
+
 // A GRPO step over a LoRA policy holds no second model: its peak (the
 // round's generation over the live weights, the old and reference passes,
 // one training micro-batch) stays within 1.3x a plain generate of the same

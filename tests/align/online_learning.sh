@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# GRPO learns a verifiable task that the format alone cannot solve (issue 38):
+# a tiny Llama over bytes is fine-tuned on the answer FORMAT only (prompts
+# "Q:abc" answered by a random letter of a..h, then the end of the
+# document), so it answers held-out prompts right 1 time in 8. The task: the
+# letter after the prompt's last one (h wraps to a). GRPO with an accuracy
+# reward (the whole completion must be the one right letter) then raises the
+# held-out accuracy (greedy, `nekton eval tasks` exact_match on 100 words
+# never seen in training) by at least 30 points; the same with a LoRA policy.
+#   tests/align/online_learning.sh REPO BUILD
+set -euo pipefail
+NAME=online_learning
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/script_lib.sh"
+export OMP_NUM_THREADS=2
+/usr/bin/python3 - "$WORK" <<'PY'
+import itertools, json, os, random, sys
+w = sys.argv[1]
+r = random.Random(1)
+L = "abcdefgh"
+words = ["".join(p) for p in itertools.product(L, repeat=3)]
+r.shuffle(words)
+held, train = words[:100], words[100:]
+succ = lambda c: L[(L.index(c) + 1) % len(L)]
+with open(f"{w}/sft.jsonl", "w") as f:
+    for i in range(1000):
+        f.write(json.dumps({"input": "Q:" + r.choice(train), "output": r.choice(L)}) + "\n")
+with open(f"{w}/prompts.jsonl", "w") as f:
+    for t in train:
+        f.write(json.dumps({"prompt": "Q:" + t, "answer": succ(t[-1])}) + "\n")
+os.makedirs(f"{w}/data/successor")
+with open(f"{w}/data/successor/test.jsonl", "w") as f:
+    for t in held:
+        f.write(json.dumps({"prompt": "Q:" + t, "answer": succ(t[-1])}) + "\n")
+with open(f"{w}/successor.yaml", "w") as f:
+    f.write("""task: successor
+dataset_path: successor
+output_type: generate_until
+test_split: test
+doc_to_text: "{{prompt}}"
+doc_to_target: "{{answer}}"
+target_delimiter: ""
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+generation_kwargs:
+  until: ["Q:"]
+  do_sample: false
+  max_gen_toks: 2
+num_fewshot: 0
+""")
+PY
+MODEL=(model.arch=llama model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4
+       model.d_ff=128 model.vocab_size=257 model.max_seq_len=32 data.tokenizer=bytes
+       data.chat_template=plain train.seq_len=12 train.peak_tflops=1)
+run() {
+  local out=$1
+  shift
+  timeout $((600 * ${NK_TIME_SCALE:-1})) "$@" >"$WORK/$out.log" 2>&1 || fail "$out: $*"
+}
+accuracy() {  # the held-out exact match of model folder $1
+  run "eval_$2" "$NK" eval tasks "eval.model=$1" "eval.tasks=$WORK/successor.yaml" \
+    "eval.data=$WORK/data" "eval.output=$WORK/$2.json"
+  /usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']['successor'];
+print([v for k, v in r.items() if k.startswith('exact_match') and 'stderr' not in k][0])" \
+    "$WORK/$2.json"
+}
+run sft "$NK" finetune "${MODEL[@]}" "data.sft_path=$WORK/sft.jsonl" train.micro_batch=32 \
+  train.global_batch=32 train.steps=40 train.lr=3e-3 "train.out_dir=$WORK/sft"
+GRPO=(align.method=grpo "train.init_from=$WORK/sft/model" "${MODEL[@]}"
+      "align.data_path=$WORK/prompts.jsonl" align.max_prompt_length=8 align.max_tokens=2
+      align.num_generations=8 align.reward_funcs=accuracy align.reward_accuracy.extract=regex
+      "align.reward_accuracy.pattern=^([a-z])$" align.reward_accuracy.compare=exact
+      align.reward_accuracy.reference=as_is train.micro_batch=64 train.global_batch=128
+      train.steps=300 train.lr=3e-3 train.log_every=50)
+run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo"
+run lora "$NK" align "${GRPO[@]}" peft.method=lora peft.target_modules=all-linear peft.lora_rank=16 peft.lora_alpha=32 \
+  train.lr=1e-2 "train.out_dir=$WORK/lora"
+before=$(accuracy "$WORK/sft/model" sft)
+after=$(accuracy "$WORK/grpo/model" grpo)
+lora=$(accuracy "$WORK/lora/model" lora)
+echo "held-out accuracy: format-only SFT $before, GRPO $after, GRPO with LoRA $lora"
+/usr/bin/python3 -c "import sys; b, a, l = map(float, sys.argv[1:]);
+sys.exit(0 if a >= b + 0.30 and l >= b + 0.30 else 1)" "$before" "$after" "$lora" ||
+  fail "GRPO did not raise the held-out accuracy by 30 points ($before -> $after, LoRA $lora)"
+pass "GRPO raised the held-out accuracy from $before to $after (LoRA: $lora)"
