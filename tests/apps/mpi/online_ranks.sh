@@ -9,7 +9,9 @@
 # log-probabilities from the round's policy) with a frozen-copy reference
 # for the KL. ZeRO-1 and `--nproc 2` too. A run stopped after step 3
 # (mid-way through round 1) resumes from its checkpoint and the round's file
-# to the same figures and weights; RLOO over 2 ranks; tensor parallelism and
+# to the same figures and weights, as does one resumed after its command
+# grader crashed (an error naming it; the last checkpoint stands); RLOO over
+# 2 ranks; tensor parallelism and
 # FSDP are refused, naming the keys.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
@@ -58,8 +60,28 @@ run one_rloo "$NK" align "${ARGS[@]}" align.method=rloo
 run dp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo
 compare one_rloo dp2_rloo || fail "RLOO: data parallel differs from one process"
 
+# A grader that crashes in round 2 (its 3rd call) stops the run with an error
+# naming the command and its exit status; the checkpoint of step 4 stands and
+# a rerun with a working grader resumes from it to the whole run's numbers.
+cat >"$WORK/flaky.sh" <<SH
+#!/bin/sh
+n=\$(cat "$WORK/calls" 2>/dev/null || echo 0); echo \$((n + 1)) >"$WORK/calls"
+if [ "\$n" = 2 ]; then echo "grader broke" >&2; exit 7; fi
+exec /usr/bin/python3 "$WORK/grader.py"
+SH
+chmod +x "$WORK/flaky.sh"
+if timeout 120 "$NK" align "${ARGS[@]}" "align.reward_command=$WORK/flaky.sh" train.save_every=2 \
+  train.out_dir="$WORK/flaky" >"$WORK/flaky.log" 2>&1; then
+  fail "a crashing grader did not stop the run"
+fi
+grep -q "flaky.sh" "$WORK/flaky.log" && grep -q "grader broke" "$WORK/flaky.log" ||
+  fail "the error does not name the grader and its stderr"
+ls -d "$WORK/flaky/checkpoints/step_00000004" >/dev/null || fail "the step-4 checkpoint is gone"
+run flaky "$NK" align "${ARGS[@]}" train.save_every=2
+compare one flaky || fail "the run resumed after the grader's crash differs from the whole one"
+
 refused tp "align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
 refused fsdp "align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round, and RLOO under DP2 equal one process"
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, and RLOO under DP2 equal one process"
