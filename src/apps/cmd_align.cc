@@ -13,6 +13,7 @@
 #include "apps/cmd_align_sampling.h"
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
+#include "apps/run_ranks.h"
 #include "core/log.h"
 #include "data/chat/chat_config.h"
 #include "dist/mpi/launch_env.h"
@@ -158,16 +159,8 @@ int cmd_align(const CommandArgs& a) {
 
 namespace {
 int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
-  std::optional<dist::Mesh> mesh;
-  std::optional<dist::ProcessGroups> groups;
-  if (mpi) {
-    if (mpi->rank() != 0) set_log_level(LogLevel::Warn);  // rank 0 logs the run
-    mesh.emplace(train_mesh(cfg, mpi->world_size(), mpi->rank()));
-    if (cfg.threads == 0 && dist::local_world_size() > 1)  // share this host's cores
-      cfg.threads =
-          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size());
-    groups.emplace(mpi->make_groups(*mesh, cfg.parallel.timeout_s));
-  }
+  std::optional<RunRanks> ranks;
+  if (mpi) ranks.emplace(cfg, *mpi);
   if (cfg.data.tokenizer.empty()) cfg.data.tokenizer = "bytes";
   ac.data.max_length = cfg.seq_len;
   ac.data.kto_group = cfg.micro_batch / 2;
@@ -215,7 +208,7 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
         NK_WARN("{} (longer than train.seq_len = {}: their beginning cut)", d->summary(),
                 cfg.seq_len);
     cfg.extra_data_signature = ac.signature();
-    Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{},
+    Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{},
                     std::make_shared<AttributeObjective>(cfg, train, valid, pad, ac.shuffle));
     trainer.run();
     return 0;
@@ -233,7 +226,7 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
     objective = std::make_shared<RewardObjective>(cfg, ac, train, valid, pad);
   else
     objective = std::make_shared<PreferenceObjective>(cfg, ac, train, valid, pad);
-  Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{}, objective);
+  Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
   trainer.run();
   return 0;
 }

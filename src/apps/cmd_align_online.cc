@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <optional>
-#include <thread>
 
 #include "align/align_config.h"
 #include "align/online_config.h"
@@ -14,9 +13,9 @@
 #include "align/rewards/reward_set.h"
 #include "align/sampling_config.h"
 #include "apps/commands.h"
+#include "apps/run_ranks.h"
 #include "core/log.h"
 #include "data/chat/chat_config.h"
-#include "dist/mpi/launch_env.h"
 #include "dist/mpi/runtime.h"
 #include "infer/model_source.h"
 #include "train/trainer.h"
@@ -41,16 +40,8 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   if (!ac.valid_path.empty())
     fail("align.valid_path: align.method={} has no validation pass yet", ac.method);
   cfg.val_every = 0;  // no validation pass yet (held-out prompts are README's "not yet")
-  std::optional<dist::Mesh> mesh;
-  std::optional<dist::ProcessGroups> groups;
-  if (mpi) {
-    if (mpi->rank() != 0) set_log_level(LogLevel::Warn);  // rank 0 logs the run
-    mesh.emplace(train_mesh(cfg, mpi->world_size(), mpi->rank()));
-    if (cfg.threads == 0 && dist::local_world_size() > 1)  // share this host's cores
-      cfg.threads =
-          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size());
-    groups.emplace(mpi->make_groups(*mesh, cfg.parallel.timeout_s));
-  }
+  std::optional<RunRanks> ranks;
+  if (mpi) ranks.emplace(cfg, *mpi);
 
   // Everything is read and checked before the Trainer writes anything.
   std::shared_ptr<Tokenizer> tok =
@@ -80,7 +71,7 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
       fmt::format("{} weights {}", rc.funcs, rc.weights);
   auto objective = std::make_shared<OnlineObjective>(cfg, rl, prompts, tok, end_ids, scorer,
                                                      ac.reference_source);
-  Trainer trainer(cfg, mpi ? TrainParallel{&*mesh, &*groups} : TrainParallel{}, objective);
+  Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
   trainer.run();
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
+#include "apps/run_ranks.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "data/jsonl_reader.h"
@@ -21,14 +22,8 @@ namespace {
 int train_under_mpi(TrainConfig cfg, int* argc, char*** argv) {
   dist::MpiRuntime mpi(argc, argv);
   try {
-    if (mpi.rank() != 0) set_log_level(LogLevel::Warn);  // rank 0 logs the run
-    // Refused before any work: a world size or batch the layout cannot use.
-    dist::Mesh mesh = train_mesh(cfg, mpi.world_size(), mpi.rank());
-    if (cfg.threads == 0 && dist::local_world_size() > 1)  // share this host's cores
-      cfg.threads =
-          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size());
-    dist::ProcessGroups groups = mpi.make_groups(mesh, cfg.parallel.timeout_s);
-    Trainer trainer(cfg, TrainParallel{&mesh, &groups});
+    RunRanks ranks(cfg, mpi);
+    Trainer trainer(cfg, ranks.parallel());
     trainer.run();
   } catch (const std::exception& e) {
     mpi.abort(e.what());

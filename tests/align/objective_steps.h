@@ -17,6 +17,7 @@
 #include "model/parity_steps.h"
 #include "tensor_util.h"
 #include "train/adamw.h"
+#include "train/train_config.h"
 #include "train/train_objective.h"
 
 namespace nk::test {
@@ -46,6 +47,24 @@ inline std::shared_ptr<PreferenceData> random_preference_data(
     d->line.push_back(int64_t(e) + 1);
   }
   return d;
+}
+
+// A fresh DIR and the one-process f32 recipe the parity tests train: one
+// micro-batch of B rows of T tokens per step, seed 42, OUT_DIR = DIR/run
+// (created).
+inline TrainConfig parity_train_config(const ModelConfig& mc, int64_t B, int64_t T,
+                                       const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  TrainConfig cfg;
+  cfg.model = mc;
+  cfg.dtype = DType::F32;
+  cfg.seq_len = T;
+  cfg.micro_batch = cfg.global_batch = B;
+  cfg.seed = 42;
+  cfg.out_dir = (dir / "run").string();
+  std::filesystem::create_directories(cfg.out_dir);
+  return cfg;
 }
 
 inline void run_objective_steps(TrainObjective& obj, Transformer& model, const Tensor& tokens,

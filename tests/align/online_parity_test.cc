@@ -36,16 +36,7 @@ struct Case {
 void run_parity(const ModelConfig& mc, const Case& k, const std::string& tag) {
   const int64_t P = 2, G = 4, B = P * G, T = 16, max_tokens = 10;
   const fs::path dir = fs::path(NK_BINARY_DIR) / "align_parity" / (tag + "_" + k.name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrainConfig cfg;
-  cfg.model = mc;
-  cfg.dtype = DType::F32;
-  cfg.seq_len = T;
-  cfg.micro_batch = cfg.global_batch = B;
-  cfg.seed = 42;
-  cfg.out_dir = (dir / "run").string();
-  fs::create_directories(cfg.out_dir);
+  TrainConfig cfg = test::parity_train_config(mc, B, T, dir);
   RejectionSamplingOptions rs;
   rs.num_rollouts = G;
   rs.max_tokens = max_tokens;

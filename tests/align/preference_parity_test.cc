@@ -42,16 +42,7 @@ struct Method {
 void run_parity(const ModelConfig& mc, const Method& m, const std::string& tag) {
   const int64_t B = 4, T = 16;
   const fs::path dir = fs::path(NK_BINARY_DIR) / "align_parity" / (tag + "_" + m.name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrainConfig cfg;
-  cfg.model = mc;
-  cfg.dtype = DType::F32;
-  cfg.seq_len = T;
-  cfg.micro_batch = cfg.global_batch = B;
-  cfg.seed = 42;
-  cfg.out_dir = (dir / "run").string();
-  fs::create_directories(cfg.out_dir);
+  TrainConfig cfg = test::parity_train_config(mc, B, T, dir);
   AlignConfig ac;
   ac.method = m.method;
   ac.loss_type = m.loss_type;

@@ -41,15 +41,7 @@ void run_parity(ModelConfig mc, double center, const std::string& tag) {
   const int64_t B = 6, T = 16;
   mc.num_labels = 1;
   const fs::path dir = fs::path(NK_BINARY_DIR) / "reward_parity" / tag;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrainConfig cfg;
-  cfg.model = mc;
-  cfg.dtype = DType::F32;
-  cfg.seq_len = T;
-  cfg.micro_batch = cfg.global_batch = B;
-  cfg.seed = 42;
-  cfg.out_dir = (dir / "run").string();
+  TrainConfig cfg = test::parity_train_config(mc, B, T, dir);
   AlignConfig ac;
   ac.method = "rm";
   ac.center_rewards_coefficient = center;
