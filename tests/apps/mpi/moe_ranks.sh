@@ -5,7 +5,8 @@
 # weights within 1e-5 (each rank's micro-batch routes its own tokens and adds
 # its own load-balancing and z-losses, as one process's micro-batches do
 # under gradient accumulation). Tensor and expert parallelism are refused,
-# naming their keys.
+# naming their keys. DeepSeek-style routing with aux-loss-free balancing
+# (the expert loads summed over the ranks) equals one process too.
 #   tests/apps/mpi/moe_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_ranks
@@ -41,6 +42,19 @@ grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data p
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ||
   fail "a data-parallel run differs from one process"
 
+# DeepSeek-style routing: sigmoid scores, groups, scaling, the sequence-wise
+# balancing loss, a dense first layer and aux-loss-free balancing, whose
+# expert loads are summed over the ranks before the bias moves: the same
+# biases, losses and weights as one process.
+DS=(model.moe_score_func=sigmoid model.num_experts=8 model.moe_n_group=4 model.moe_topk_group=2
+    model.moe_routed_scaling=2.5 model.moe_aux_loss_type=seq model.moe_aux_loss_coeff=0.01
+    model.moe_first_dense_layers=1 model.n_layer=3 model.moe_bias_update_rate=0.01)
+run ds_one "$NK" train "${ARGS[@]}" "${DS[@]}"
+run ds_dp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}"
+run ds_zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.shard=optimizer
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" ds_one ds_dp2 ds_zero1 ||
+  fail "a data-parallel run with DeepSeek routing and bias balancing differs from one process"
+
 for key in parallel.tp parallel.ep; do
   if "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" $key=2 train.out_dir="$WORK/$key" \
     >"$WORK/$key.log" 2>&1; then
@@ -49,4 +63,4 @@ for key in parallel.tp parallel.ep; do
   grep -q "$key = 2: a Mixture-of-Experts model (model.num_experts = 4) trains on one process or data parallel only" \
     "$WORK/$key.log" || fail "the refusal does not name $key: $(tail -3 "$WORK/$key.log")"
 done
-pass "MoE training under DP (2, 4 ranks), ZeRO-1 and FSDP equals one process; TP and EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1 and FSDP equals one process (DeepSeek routing and aux-loss-free balancing too); TP and EP refused"
