@@ -1,9 +1,10 @@
 // DeepSeek-style routing in training: aux-loss-free balancing (the expert
 // score-correction bias moved after each step) brings a skewed router to
-// within 10 % of even load; a model with sigmoid scores, groups, scaling,
-// the bias, the sequence-wise balancing loss and a leading dense layer
-// trains, logs each layer's expert load and resumes bit for bit (bias
-// included).
+// within 10 % of even load; the sequence-wise balancing loss's gradient
+// through the model equals finite differences; a model with sigmoid
+// scores, groups, scaling, the bias, the sequence-wise loss and a leading
+// dense layer trains, logs each layer's expert load, resumes bit for bit
+// (bias included) and recomputes the same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -272,6 +273,16 @@ TEST(MoeBalance, DeepSeekRoutingTrainsLogsAndResumesExactly) {
     EXPECT_EQ(joined[i].grad_norm, straight.history[i].grad_norm) << "step " << i + 1;
   }
   EXPECT_TRUE(tail.params == straight.params);
+  // Recomputing the layers (the dense one too) gives the same bits.
+  for (const char* policy : {"full", "selective"}) {
+    SCOPED_TRACE(policy);
+    const TrainRun r =
+        run(with(std::string("recompute_") + policy, {std::string("train.recompute=") + policy}));
+    ASSERT_EQ(r.history.size(), straight.history.size());
+    for (size_t i = 0; i < r.history.size(); ++i)
+      EXPECT_EQ(r.history[i].loss, straight.history[i].loss) << "step " << i + 1;
+    EXPECT_TRUE(r.params == straight.params);
+  }
 }
 
 }  // namespace
