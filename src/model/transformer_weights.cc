@@ -498,6 +498,7 @@ void Transformer::bind_views() {
         const ParamInfo& p = layout_.find(L(l, "moe.score_bias"));
         b.moe.bias = has_master(p) ? ParamLayout::view(params_, p) : w(p.name);
       }
+      b.moe.ep = ep_;
       blocks_.push_back(b);
       continue;
     }
