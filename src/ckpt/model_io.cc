@@ -43,7 +43,14 @@ std::string model_config_to_json(const ModelConfig& c) {
                 {"score_func", c.moe_score_func},
                 {"aux_loss_coeff", c.moe_aux_loss_coeff},
                 {"z_loss_coeff", c.moe_z_loss_coeff},
-                {"capacity_factor", c.moe_capacity_factor}};
+                {"capacity_factor", c.moe_capacity_factor},
+                {"aux_loss_type", c.moe_aux_loss_type},
+                {"n_group", c.moe_n_group},
+                {"topk_group", c.moe_topk_group},
+                {"routed_scaling", c.moe_routed_scaling},
+                {"score_bias", c.has_score_bias()},
+                {"bias_update_rate", c.moe_bias_update_rate},
+                {"first_dense_layers", c.moe_first_dense_layers}};
   // A sequence classifier (reward or attribute model).
   if (c.classifier()) {
     j["num_labels"] = c.num_labels;
@@ -110,6 +117,17 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       m.at("aux_loss_coeff").get_to(c.moe_aux_loss_coeff);
       m.at("z_loss_coeff").get_to(c.moe_z_loss_coeff);
       if (m.contains("capacity_factor")) m.at("capacity_factor").get_to(c.moe_capacity_factor);
+      // DeepSeek-style routing (absent from older files: Mixtral's).
+      if (m.contains("aux_loss_type")) m.at("aux_loss_type").get_to(c.moe_aux_loss_type);
+      if (m.contains("n_group")) c.moe_n_group = json_int(m.at("n_group"), where, "moe.n_group");
+      if (m.contains("topk_group"))
+        c.moe_topk_group = json_int(m.at("topk_group"), where, "moe.topk_group");
+      if (m.contains("routed_scaling")) m.at("routed_scaling").get_to(c.moe_routed_scaling);
+      if (m.contains("score_bias")) m.at("score_bias").get_to(c.moe_score_bias);
+      if (m.contains("bias_update_rate")) m.at("bias_update_rate").get_to(c.moe_bias_update_rate);
+      if (m.contains("first_dense_layers"))
+        c.moe_first_dense_layers =
+            json_int(m.at("first_dense_layers"), where, "moe.first_dense_layers");
     } catch (const json::exception& e) {
       fail(
           "{}: field 'moe' needs num_experts, num_experts_per_tok, moe_d_ff, norm_topk_prob, "

@@ -73,7 +73,13 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     full_x = act(C);
     full_y = act(C);
   }
-  auto layer = [&](bool cheap) {
+  // A MoE model with leading dense layers (moe_first_dense_layers) holds
+  // both kinds; a buffer shared by layers (inference's one layer, full
+  // recompute's) has both. The sequence-wise balancing loss keeps the
+  // router's statistics per sequence.
+  const bool any_dense = !c.is_moe() || c.moe_first_dense_layers > 0;
+  const int64_t segments = c.is_moe() && c.moe_aux_loss_type == "seq" ? B : 1;
+  auto layer = [&](bool cheap, int64_t l) {
     Layer y;
     y.res_mid = region();
     y.ln1 = cheap ? region() : shared.ln1;
@@ -85,10 +91,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.qkv = act(c.qkv_dim() / t);
     y.attn.out = act(HD);
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
-    if (c.is_moe()) {
+    // l < 0: a layer's buffers that any layer may use.
+    if (c.is_moe() && (l < 0 || c.moe_layer(l)))
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                 dt, alloc, expert_ranks);
-    } else {
+                                 dt, alloc, expert_ranks, segments);
+    if (l < 0 ? any_dense : !c.moe_layer(l)) {
       y.mlp.h = act(up);
       y.mlp.a = cheap ? act(F) : shared.mlp.a;
     }
@@ -105,18 +112,19 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     any_selective |= r == Recompute::Selective;
   }
   if (any_full) {
-    shared = layer(true);
+    shared = layer(true, -1);
   } else if (any_selective) {
     shared.ln1 = region();
     shared.ln2 = region();
-    if (!c.is_moe()) shared.mlp.a = act(F);
+    if (any_dense) shared.mlp.a = act(F);
   }
   for (int64_t l = 0; l < saved_layers; ++l) {
     const Recompute r = recompute_of(l);
     if (training && !stage.holds_layer(c, l))
       layers.emplace_back();
     else
-      layers.push_back(r == Recompute::Full ? shared : layer(r == Recompute::None));
+      layers.push_back(r == Recompute::Full ? shared
+                                            : layer(r == Recompute::None, training ? l : -1));
   }
   // Adapters: what each adapted linear layer keeps for its backward (LoRA's
   // x A^T of each part, a bottleneck's input, hidden and norm statistics),
@@ -188,16 +196,22 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dattn.dout = act(HD);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                  dt, alloc, expert_ranks);
-      moe_balance.resize(size_t(c.num_experts));
-    } else {
+                                  dt, alloc, expert_ranks, segments);
+      moe_balance.resize(size_t(segments * c.num_experts));
+    }
+    if (any_dense) {
       dmlp.dh = act(up);
       dmlp.da = act(F);
     }
   }
   if (c.is_moe()) {
     moe_counts.assign(size_t(c.n_layer), std::vector<int64_t>(size_t(c.num_experts), 0));
-    moe_stats.assign(size_t(c.n_layer), std::vector<float>(size_t(c.num_experts + 1), 0.f));
+    moe_stats.assign(size_t(c.n_layer),
+                     std::vector<float>(size_t(segments * (c.num_experts + 1)), 0.f));
+    moe_segments = segments;
+    if (c.moe_aux_loss_type == "seq")
+      moe_seq_counts.assign(size_t(c.n_layer),
+                            std::vector<int64_t>(size_t(segments * c.num_experts), 0));
     moe_dropped.assign(size_t(c.n_layer), 0);
   }
 }

@@ -107,7 +107,7 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
     norm(L(l, "ln2"));
-    if (c.is_moe()) {
+    if (c.moe_layer(l)) {
       moe_params(p, c, l);
       continue;
     }
@@ -137,6 +137,11 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
   p.add(h + "router.weight", {E, C}, Init::Normal, std);
   p.add(h + "up.weight", {E * 2 * F, C}, Init::Normal, std, up);
   p.add(h + "down.weight", {E * C, F}, Init::Normal, out_std, down);
+  // DeepSeek-V3's score-correction bias: moved by the trainer, not the optimizer.
+  if (c.has_score_bias()) {
+    p.add(h + "score_bias", {E}, Init::Zeros);
+    p.freeze(h + "score_bias");
+  }
 }
 
 // ---- HfConfigReader ----

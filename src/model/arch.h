@@ -149,7 +149,9 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
 // h.L.moe.up.weight [E 2F, C] (parts "e<i>.gate", "e<i>.up") and their down
 // projections h.L.moe.down.weight [E C, F] (parts "e<i>"): one tensor per
 // projection, so that each expert's rows are one contiguous block and the
-// HF tensors (one per expert and projection) map to parts.
+// HF tensors (one per expert and projection) map to parts. With
+// c.has_score_bias(), h.L.moe.score_bias [E] (zeros, frozen: the trainer's
+// aux-loss-free balancing moves it, ModelConfig::moe_bias_update_rate).
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
 
 // The config.json keys of Llama-style families (Llama, Mistral, Qwen2, ...),

@@ -39,10 +39,10 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   qkv = Tensor::empty({R, c.qkv_dim()}, dt, device);
   att = Tensor::empty({R, c.n_head * D}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
-  if (c.is_moe()) {
+  if (c.is_moe())
     moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt,
                              [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); });
-  } else {
+  if (!c.is_moe() || c.moe_first_dense_layers > 0) {  // dense layers
     h = Tensor::empty({R, up}, dt, device);
     a = Tensor::empty({R, c.d_ff}, dt, device);
   }

@@ -87,9 +87,25 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
     fail("{}moe_score_func: expected softmax or sigmoid, got '{}'", p, moe_score_func);
   for (auto [key, v] : {std::pair<const char*, double>{"moe_aux_loss_coeff", moe_aux_loss_coeff},
                         {"moe_z_loss_coeff", moe_z_loss_coeff},
-                        {"moe_capacity_factor", moe_capacity_factor}})
+                        {"moe_capacity_factor", moe_capacity_factor},
+                        {"moe_bias_update_rate", moe_bias_update_rate}})
     if (!(v >= 0) || !std::isfinite(v))
       fail("{}{}: must be a finite number >= 0, got {}", p, key, v);
+  if (moe_aux_loss_type != "global" && moe_aux_loss_type != "seq")
+    fail("{}moe_aux_loss_type: expected global or seq, got '{}'", p, moe_aux_loss_type);
+  if (moe_n_group < 1 || num_experts % moe_n_group != 0)
+    fail("{}moe_n_group: must divide {}num_experts = {}, got {}", p, p, num_experts, moe_n_group);
+  if (moe_topk_group < 1 || moe_topk_group > moe_n_group)
+    fail("{}moe_topk_group: must be in [1, {}moe_n_group = {}], got {}", p, p, moe_n_group,
+         moe_topk_group);
+  if (num_experts_per_tok > moe_topk_group * (num_experts / moe_n_group))
+    fail("{}num_experts_per_tok: {} exceeds the {} experts of {}moe_topk_group = {} groups", p,
+         num_experts_per_tok, moe_topk_group * (num_experts / moe_n_group), p, moe_topk_group);
+  if (!(moe_routed_scaling > 0) || !std::isfinite(moe_routed_scaling))
+    fail("{}moe_routed_scaling: must be a finite number > 0, got {}", p, moe_routed_scaling);
+  if (moe_first_dense_layers < 0 || moe_first_dense_layers >= n_layer)
+    fail("{}moe_first_dense_layers: must be in [0, {}n_layer = {}), got {}", p, p, n_layer,
+         moe_first_dense_layers);
   if (classifier())
     fail(
         "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
@@ -104,9 +120,15 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
 
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
   double C = double(d_model), L = double(n_layer);
-  // A MoE block costs its k active experts (the router's E C is negligible).
-  double mlp = is_moe() ? 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok)
-                        : (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
+  // A MoE block costs its k active experts (the router's E C is negligible);
+  // the first moe_first_dense_layers blocks a dense MLP (per layer: the mean).
+  const double dense = (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
+  double mlp = dense;
+  if (is_moe()) {
+    const double moe = 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok);
+    const double fd = double(moe_first_dense_layers);
+    mlp = (fd * dense + (L - fd) * moe) / L;
+  }
   double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
                      4.0 * double(T) * double(n_head * head_dim());
   double forward = L * per_layer + 2.0 * C * double(vocab_size);
@@ -282,6 +304,32 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.moe_capacity_factor", m.moe_capacity_factor, -1.0,
                 "override: expert capacity factor, pairs over ceil(factor x tokens x k / experts) "
                 "per expert dropped (0 = dropless; -1 = preset's)");
+  b.bind_unless("model.moe_aux_loss_type", m.moe_aux_loss_type, std::string(),
+                "override: balancing loss over the batch (global) or per sequence (seq, "
+                "DeepSeek-V3)");
+  b.bind_unless("model.moe_n_group", m.moe_n_group, 0,
+                "override: expert groups of group-limited routing (DeepSeek-V3's n_group; 0 = "
+                "preset's)");
+  b.bind_unless("model.moe_topk_group", m.moe_topk_group, 0,
+                "override: groups each token's experts come from (topk_group; 0 = preset's)");
+  b.bind_unless("model.moe_routed_scaling", m.moe_routed_scaling, 0.0,
+                "override: factor of the routed experts' weights (routed_scaling_factor; 0 = "
+                "preset's)");
+  b.bind_with<std::string>("model.moe_score_bias", "",
+                           "override: true/false, an expert score-correction bias that chooses "
+                           "(DeepSeek-V3's e_score_correction_bias)",
+                           [&](const std::string& t) {
+                             if (t.empty()) return;
+                             if (t != "true" && t != "false")
+                               fail("model.moe_score_bias: expected true or false, got '{}'", t);
+                             m.moe_score_bias = t == "true";
+                           });
+  b.bind_unless("model.moe_bias_update_rate", m.moe_bias_update_rate, -1.0,
+                "override: aux-loss-free balancing, the bias step per optimizer step (0 = off; "
+                "-1 = preset's)");
+  b.bind_unless("model.moe_first_dense_layers", m.moe_first_dense_layers, int64_t(-1),
+                "override: leading layers with a dense MLP of model.d_ff (first_k_dense_replace; "
+                "-1 = preset's)");
   if (!b.reading()) return;
   derive_sizes(m, preset, width, heads, kv_heads, ffn);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.

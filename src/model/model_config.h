@@ -52,6 +52,31 @@ struct ModelConfig {
   // of logsumexp(router logits)^2 (ST-MoE's router z-loss).
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
+  // The balancing loss's form: "global" (above) or "seq", DeepSeek-V3's
+  // sequence-wise loss: per layer and sequence, coeff x E / k sum_e f_e P_e
+  // (f_e: pairs of the sequence routed to e over its tokens, P_e: mean
+  // balancing score of e over its tokens), averaged over layers and
+  // sequences.
+  std::string moe_aux_loss_type = "global";
+  // DeepSeek-V3's routing (ops::MoeRouteSpec): the experts in moe_n_group
+  // groups, each token's top-k taken from its moe_topk_group best groups
+  // (a group's score: the sum of its two best choice scores); the weights
+  // times moe_routed_scaling (routed_scaling_factor).
+  int64_t moe_n_group = 1;
+  int64_t moe_topk_group = 1;
+  double moe_routed_scaling = 1.0;
+  // An expert score-correction bias per MoE layer (h.L.moe.score_bias [E],
+  // HF's e_score_correction_bias), added to the scores for choosing only.
+  // Aux-loss-free balancing (DeepSeek-V3 2.1.2) moves it after every
+  // optimizer step by rate x sign(mean load - load_e), the loads counted over
+  // the step's tokens (all data-parallel ranks'); 0: not moved. A rate > 0
+  // implies the bias. It is model state (checkpoints, exports), never the
+  // optimizer's.
+  bool moe_score_bias = false;
+  double moe_bias_update_rate = 0.0;
+  // DeepSeek's first_k_dense_replace: layers [0, k) have a dense SwiGLU MLP
+  // of d_ff units, the rest are MoE.
+  int64_t moe_first_dense_layers = 0;
   bool tied_embeddings = true;
   double init_std = 0.02;
   // A sequence classifier (Hugging Face's *ForSequenceClassification): 0 is
@@ -90,6 +115,9 @@ struct ModelConfig {
   const Architecture& architecture() const;
   int64_t head_dim() const { return d_model / n_head; }
   bool is_moe() const { return num_experts > 0; }
+  // Whether layer l's MLP is Mixture-of-Experts (else dense).
+  bool moe_layer(int64_t l) const { return is_moe() && l >= moe_first_dense_layers; }
+  bool has_score_bias() const { return is_moe() && (moe_score_bias || moe_bias_update_rate > 0); }
   int64_t expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
   int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }
   // Rows of the MLP's up projection: d_ff, or 2 d_ff for SwiGLU's [gate | up].

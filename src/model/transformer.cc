@@ -77,15 +77,30 @@ void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor&
   const bool training = a.layers.size() == blocks_.size();
   const Block& b = blocks_[size_t(l)];
   Activations::Layer& s = a.layers[training ? size_t(l) : 0];
-  if (!cfg_.is_moe()) {
+  if (!cfg_.moe_layer(l)) {
     b.mlp.forward(y, s.mlp, x);
     return;
   }
   b.moe.forward(y, s.moe, x);
   // Copies of equal size: no allocation.
-  a.moe_counts[size_t(l)] = s.moe.routing->count;
-  a.moe_stats[size_t(l)] = s.moe.routing->stats;
-  a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - s.moe.routing->slots;
+  const nn::MoeRouting& r = *s.moe.routing;
+  a.moe_counts[size_t(l)] = r.count;
+  a.moe_stats[size_t(l)] = r.stats;
+  a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - r.slots;
+  if (!a.moe_seq_counts.empty()) {  // the sequence-wise loss's counts, per sequence
+    const int64_t k = cfg_.num_experts_per_tok, E = cfg_.num_experts;
+    std::vector<int64_t>& n = a.moe_seq_counts[size_t(l)];
+    std::fill(n.begin(), n.end(), 0);
+    for (int64_t i = 0; i < a.B * a.T * k; ++i) ++n[size_t((i / k / a.T) * E + r.idx[size_t(i)])];
+  }
+}
+
+void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
+  if (ep.active() && (!cfg_.is_moe() || cfg_.num_experts % ep.size()))
+    fail("parallel.ep = {}: model.num_experts = {} does not split into equal counts over the ranks",
+         ep.size(), cfg_.num_experts);
+  ep_ = ep;
+  for (Block& b : blocks_) b.moe.ep = ep;
 }
 
 void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
@@ -99,23 +114,40 @@ void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   MoeLosses out;
   if (!cfg_.is_moe()) return out;
-  // HF's load_balancing_loss_func over the layers' router logits
-  // concatenated: f_e and P_e are means over every layer's tokens.
-  const int64_t E = cfg_.num_experts, L = int64_t(a.moe_stats.size());
+  // The MoE layers [L0, n_layer) (the first ones may be dense).
+  const int64_t E = cfg_.num_experts, L0 = cfg_.moe_first_dense_layers,
+                k = cfg_.num_experts_per_tok;
+  const int64_t L = int64_t(a.moe_stats.size()) - L0, S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T);
-  for (int64_t e = 0; e < E; ++e) {
-    double f = 0, p = 0;
-    for (int64_t l = 0; l < L; ++l) {
-      f += double(a.moe_counts[size_t(l)][size_t(e)]);
-      p += double(a.moe_stats[size_t(l)][size_t(e)]);
+  if (cfg_.moe_aux_loss_type == "seq") {
+    // DeepSeek-V3's sequence-wise loss: per layer and sequence E / (k T)
+    // sum_e count_e (P_e / T), averaged over both.
+    for (int64_t l = L0; l < L0 + L; ++l)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t e = 0; e < E; ++e)
+          out.aux += double(a.moe_seq_counts[size_t(l)][size_t(s * E + e)]) *
+                     double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + e)]);
+    out.aux *= double(E) / (double(k) * double(T) * double(T) * double(L) * double(S));
+  } else {
+    // HF's load_balancing_loss_func over the layers' router logits
+    // concatenated: f_e and P_e are means over every layer's tokens.
+    for (int64_t e = 0; e < E; ++e) {
+      double f = 0, p = 0;
+      for (int64_t l = L0; l < L0 + L; ++l) {
+        f += double(a.moe_counts[size_t(l)][size_t(e)]);
+        for (int64_t s = 0; s < S; ++s)
+          p += double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + e)]);
+      }
+      out.aux += (f / tokens) * (p / tokens);
     }
-    out.aux += (f / tokens) * (p / tokens);
+    out.aux *= double(E);
   }
-  out.aux *= double(E);
-  for (int64_t l = 0; l < L; ++l) out.z += double(a.moe_stats[size_t(l)][size_t(E)]);
+  for (int64_t l = L0; l < L0 + L; ++l)
+    for (int64_t s = 0; s < S; ++s)
+      out.z += double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + E)]);
   out.z /= tokens;
-  const double pairs = double(a.B * a.T * cfg_.num_experts_per_tok);
-  for (int64_t l = 0; l < L; ++l) {
+  const double pairs = double(a.B * a.T * k);
+  for (int64_t l = L0; l < L0 + L; ++l) {
     const std::vector<int64_t>& n = a.moe_counts[size_t(l)];
     out.load_max =
         std::max(out.load_max, double(*std::max_element(n.begin(), n.end())) * double(E) / pairs);
@@ -124,15 +156,27 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   return out;
 }
 
-void Transformer::moe_loss_grads(const Activations& a, std::vector<float>& balance,
+void Transformer::moe_loss_grads(const Activations& a, int64_t layer, std::vector<float>& balance,
                                  float& z) const {
-  const int64_t E = cfg_.num_experts, L = int64_t(a.moe_stats.size());
+  const int64_t E = cfg_.num_experts, L0 = cfg_.moe_first_dense_layers,
+                k = cfg_.num_experts_per_tok;
+  const int64_t L = int64_t(a.moe_stats.size()) - L0, S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T), scale = double(a.moe_grad_scale);
-  // d (coeff E sum_e f_e P_e) / d score[l, n, e] = coeff E f_e / tokens.
-  for (int64_t e = 0; e < E; ++e) {
-    double f = 0;
-    for (int64_t l = 0; l < L; ++l) f += double(a.moe_counts[size_t(l)][size_t(e)]);
-    balance[size_t(e)] = float(scale * cfg_.moe_aux_loss_coeff * double(E) * (f / tokens) / tokens);
+  if (cfg_.moe_aux_loss_type == "seq") {
+    // d aux / d score[l, n, e] (n in sequence s) = E count_{l,s,e} / (k T^2 L S).
+    const double c = scale * cfg_.moe_aux_loss_coeff * double(E) /
+                     (double(k) * double(T) * double(T) * double(L) * double(S));
+    for (int64_t i = 0; i < S * E; ++i)
+      balance[size_t(i)] = float(c * double(a.moe_seq_counts[size_t(layer)][size_t(i)]));
+  } else {
+    // d (coeff E sum_e f_e P_e) / d score[l, n, e] = coeff E f_e / tokens,
+    // the same for every row.
+    for (int64_t e = 0; e < E; ++e) {
+      double f = 0;
+      for (int64_t l = L0; l < L0 + L; ++l) f += double(a.moe_counts[size_t(l)][size_t(e)]);
+      const float g = float(scale * cfg_.moe_aux_loss_coeff * double(E) * (f / tokens) / tokens);
+      for (int64_t s = 0; s < S; ++s) balance[size_t(s * E + e)] = g;
+    }
   }
   z = float(scale * cfg_.moe_z_loss_coeff / tokens);
 }
@@ -366,11 +410,11 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
     if (a.recompute_of(l) == Recompute::Selective) {
       b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
       b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
-      if (!cfg_.is_moe()) b.mlp.activation_forward(y.mlp);  // a MoE layer keeps its own
+      if (!cfg_.moe_layer(l)) b.mlp.activation_forward(y.mlp);  // a MoE layer keeps its own
     }
-    if (cfg_.is_moe()) {
+    if (cfg_.moe_layer(l)) {
       float zg = 0.f;
-      moe_loss_grads(a, a.moe_balance, zg);
+      moe_loss_grads(a, l, a.moe_balance, zg);
       b.moe.backward(a.dln, a.dres, y.moe, a.dmoe, y.ln2, a.moe_balance, zg);
     } else {
       b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);

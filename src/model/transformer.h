@@ -381,11 +381,12 @@ class Transformer {
     nn::Norm norm1, norm2;
     nn::SelfAttention attn;
     nn::MLP mlp;
-    nn::MoE moe;  // in place of mlp when config().is_moe()
+    nn::MoE moe;  // in place of mlp when config().moe_layer(l)
   };
   // The per-expert d loss / d balancing score and d loss / d lse^2 of the
   // MoE losses (one value for every layer), from the last forward's routing.
-  void moe_loss_grads(const Activations& a, std::vector<float>& balance, float& z) const;
+  // balance [S E]: layer l's (the sequence-wise loss's differ per layer).
+  void moe_loss_grads(const Activations& a, int64_t l, std::vector<float>& balance, float& z) const;
   // Layer l's feed-forward block, dense or MoE: y = ffn(x); a MoE layer's
   // routing statistics recorded in a.moe_stats[l].
   void ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor& x);
@@ -514,6 +515,9 @@ class Activations {
   // owned; it must outlive the steps that use this workspace.
   void set_observer(ActivationObserver* o) { observer_ = o; }
   ActivationObserver* observer() const { return observer_; }
+  // MoE: per layer, the pairs the last forward routed to each expert [E]
+  // (zeros for a dense layer).
+  const std::vector<std::vector<int64_t>>& expert_counts() const { return moe_counts; }
 
  private:
   friend class Transformer;
@@ -547,8 +551,13 @@ class Activations {
   std::vector<std::vector<int64_t>> moe_counts;
   std::vector<std::vector<float>> moe_stats;
   std::vector<int64_t> moe_dropped;  // [n_layer] pairs dropped (capacity factor)
+  // The sequence-wise balancing loss (moe_aux_loss_type seq): the stats are
+  // per sequence (moe_segments = B; else 1), and moe_seq_counts[l] [B E]
+  // counts each sequence's routed pairs per expert (empty unless seq).
+  int64_t moe_segments = 1;
+  std::vector<std::vector<int64_t>> moe_seq_counts;
   float moe_grad_scale = 0.f;
-  std::vector<float> moe_balance;  // [E] scratch of the backward
+  std::vector<float> moe_balance;  // [moe_segments E] scratch of the backward
   nn::Prompt::Saved prompt;        // p-tuning's encoder activations (model config().prompt)
   std::vector<float> host_losses;
   int64_t chunk = 0;

@@ -39,7 +39,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
                                  ? nn::AdapterActs{kc.lora_h, kc.adapters.get(), kc.adapter_stats}
                                  : nn::AdapterActs{};
   nn::MLP::Saved mlp;
-  if (!cfg_.is_moe()) mlp = {kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
+  if (kc.h.defined()) mlp = {kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
   if (prompt_.active()) {
     const int64_t n = prompt_.n();
@@ -63,7 +63,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     ops::add(x, x, tmp);
     b.norm2.forward(ln, mean, rstd, x);
     // MoE: only the experts the N tokens were routed to are read.
-    if (cfg_.is_moe())
+    if (cfg_.moe_layer(int64_t(l)))
       b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
     else
       b.mlp.forward(tmp, mlp, ln);

@@ -219,6 +219,7 @@ void Transformer::release_masters() {
   NK_CHECK(compute_ == DType::BF16, "release_masters: a {} model's masters are its weights",
            dtype_name(compute_));
   params_ = Tensor::empty({0}, DType::F32, device_);
+  bind_views();  // (a MoE score bias read its master)
 }
 
 void Transformer::adopt_masters(Tensor masters) {
@@ -476,7 +477,7 @@ void Transformer::bind_views() {
     b.attn.head_dim = cfg_.head_dim();
     b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
-    if (cfg_.is_moe()) {
+    if (cfg_.moe_layer(l)) {
       b.moe.router = linear(L(l, "moe.router"));
       b.moe.up = w(L(l, "moe.up.weight"));
       b.moe.dup = g(L(l, "moe.up.weight"));
@@ -488,6 +489,15 @@ void Transformer::bind_views() {
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
       b.moe.capacity_factor = cfg_.moe_capacity_factor;
+      b.moe.n_group = cfg_.moe_n_group;
+      b.moe.topk_group = cfg_.moe_topk_group;
+      b.moe.scaling = cfg_.moe_routed_scaling;
+      // The score bias from its f32 master where there is one: the choice
+      // reads it unrounded (DeepSeek keeps it in f32; its steps are small).
+      if (cfg_.has_score_bias()) {
+        const ParamInfo& p = layout_.find(L(l, "moe.score_bias"));
+        b.moe.bias = has_master(p) ? ParamLayout::view(params_, p) : w(p.name);
+      }
       b.moe.ep = ep_;
       blocks_.push_back(b);
       continue;

@@ -26,6 +26,14 @@
 // model/transformer.cc): forward leaves the per-expert routed counts and
 // stats (ops::moe_route) in Saved::routing; backward takes d loss / d
 // balancing score per expert (balance_grad) and d loss / d lse^2 (z_grad).
+// With Saved::segments = S > 1 (the sequence-wise balancing loss) the stats
+// and balance_grad are per segment of N / S consecutive rows: [S, E + 1] and
+// [S, E].
+//
+// DeepSeek-V3's routing (ops::MoeRouteSpec): group-limited top-k, a scaling
+// of the weights, and `bias` [E], the expert score-correction bias that only
+// chooses (aux-loss-free balancing: the trainer moves it after each step;
+// it has no gradient).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -48,7 +56,7 @@ struct MoeRouting {
   std::vector<int64_t> count;           // [E] pairs routed to each expert (before dropping)
   std::vector<int64_t> kept;            // [E] slots of each expert (after dropping)
   int64_t slots = 0;                    // M: the kept pairs
-  std::vector<float> stats;             // [E + 1] ops::moe_route's stats
+  std::vector<float> stats;             // [S (E + 1)] ops::moe_route's stats
   std::vector<int64_t> next, next_end;  // [E] the sort's scratch
   int64_t rows = 0;                     // N of the last forward
 };
@@ -59,6 +67,18 @@ struct MoE {
   Tensor dup, ddown;
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
+  int64_t n_group = 1, topk_group = 1;  // group-limited routing (ops::MoeRouteSpec)
+  double scaling = 1.0;                 // routed_scaling_factor
+  Tensor bias;                          // [E] e_score_correction_bias (undefined: none)
+  ops::MoeRouteSpec spec() const {
+    ops::MoeRouteSpec r;
+    r.sigmoid = sigmoid;
+    r.norm_topk = norm_topk;
+    r.n_group = n_group;
+    r.topk_group = topk_group;
+    r.scaling = scaling;
+    return r;
+  }
   double capacity_factor = 0;  // 0: dropless
   ExpertParallel ep;           // the expert-parallel group (size 1: none)
 
@@ -68,7 +88,7 @@ struct MoE {
     Tensor probs;    // f32 [N, E]
     Tensor idx;      // i32 [N, k]
     Tensor weights;  // f32 [N, k]
-    Tensor stats;    // f32 [E + 1]
+    Tensor stats;    // f32 [E + 1], or [S, E + 1] per segment
     Tensor src;      // i32 [M]
     Tensor slot;     // i32 [N, k]
     Tensor xs;       // T [M, C] gathered inputs
@@ -76,6 +96,7 @@ struct MoE {
     Tensor a;        // T [R, F]
     Tensor out;      // T [M, C] experts' outputs before weighting
     std::shared_ptr<MoeRouting> routing;
+    int64_t segments = 1;  // S: the stats' segments of the N rows
     // Expert parallel (R = ep M rows; else xe is xs, ye is out, R = M):
     Tensor xe, ye;  // T [R, C] this rank's experts' inputs and outputs, by expert
     Tensor stage;   // T [R, C] scratch of the exchanges
@@ -84,7 +105,7 @@ struct MoE {
   struct Scratch {
     Tensor dlogits;       // T [N, E]
     Tensor dweights;      // f32 [N, k]
-    Tensor balance_grad;  // f32 [E]
+    Tensor balance_grad;  // f32 [E], or [S, E]
     Tensor dout, dxs;     // T [M, C]
     Tensor dh;            // T [R, 2F]
     Tensor da;            // T [R, F]
@@ -93,17 +114,19 @@ struct MoE {
     Tensor stage;         // T [R, C] expert parallel
   };
   // Buffers for up to N tokens; alloc(shape, dtype) allocates one tensor.
-  // ep: the expert-parallel size.
+  // ep: the expert-parallel size; segments: see the file comment (a
+  // forward's N must be a multiple).
   template <typename Alloc>
   static Saved saved_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
-                         Alloc&& alloc, int64_t ep = 1) {
+                         Alloc&& alloc, int64_t ep = 1, int64_t segments = 1) {
     Saved s;
     const int64_t M = N * k, R = ep * M;
     s.logits = alloc(Shape{N, E}, dt);
     s.probs = alloc(Shape{N, E}, DType::F32);
     s.idx = alloc(Shape{N, k}, DType::I32);
     s.weights = alloc(Shape{N, k}, DType::F32);
-    s.stats = alloc(Shape{E + 1}, DType::F32);
+    s.stats = alloc(segments > 1 ? Shape{segments, E + 1} : Shape{E + 1}, DType::F32);
+    s.segments = segments;
     s.src = alloc(Shape{M}, DType::I32);
     s.slot = alloc(Shape{N, k}, DType::I32);
     s.xs = alloc(Shape{M, C}, dt);
@@ -125,19 +148,19 @@ struct MoE {
     r.slot.resize(size_t(N * k));
     r.count.resize(size_t(E));
     r.kept.resize(size_t(E));
-    r.stats.resize(size_t(E + 1));
+    r.stats.resize(size_t(segments * (E + 1)));
     r.next.resize(size_t(E));
     r.next_end.resize(size_t(E));
     return s;
   }
   template <typename Alloc>
   static Scratch scratch_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
-                             Alloc&& alloc, int64_t ep = 1) {
+                             Alloc&& alloc, int64_t ep = 1, int64_t segments = 1) {
     Scratch g;
     const int64_t M = N * k, R = ep * M;
     g.dlogits = alloc(Shape{N, E}, dt);
     g.dweights = alloc(Shape{N, k}, DType::F32);
-    g.balance_grad = alloc(Shape{E}, DType::F32);
+    g.balance_grad = alloc(segments > 1 ? Shape{segments, E} : Shape{E}, DType::F32);
     g.dout = alloc(Shape{M, C}, dt);
     g.dxs = alloc(Shape{M, C}, dt);
     g.dh = alloc(Shape{R, 2 * F}, dt);
@@ -163,7 +186,7 @@ struct MoE {
                  idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
                  slot = s.slot.narrow0(0, N);
     router.forward(logits, x2);
-    ops::moe_route(probs, idx, w, s.stats, logits, sigmoid, norm_topk);
+    ops::moe_route(probs, idx, w, s.stats, logits, bias, spec());
     route_on_host(*s.routing, idx, N, dropless ? 0.0 : capacity_factor);
     const int64_t M = s.routing->slots;
     ops::copy_bytes_from_host(s.src.narrow0(0, M), s.routing->src.data());
@@ -183,7 +206,7 @@ struct MoE {
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
-  // balance_grad [E] (host) and z_grad: see the file comment.
+  // balance_grad [E] or [S E] (host) and z_grad: see the file comment.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const std::vector<float>& balance_grad, float z_grad) const {
     const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
@@ -204,12 +227,13 @@ struct MoE {
       ep.combine(xc, g.dxe, g.dxs.narrow0(0, M), g.stage);
     }
     ops::moe_scatter(dx2, g.dxs.narrow0(0, M), slot);
-    NK_CHECK(int64_t(balance_grad.size()) == n_experts, "MoE backward: {} balance gradients",
-             balance_grad.size());
+    NK_CHECK(int64_t(balance_grad.size()) == g.balance_grad.numel(),
+             "MoE backward: {} balance gradients for {}", balance_grad.size(),
+             g.balance_grad.desc());
     ops::copy_from_host(g.balance_grad, balance_grad.data());
     const Tensor dlogits = g.dlogits.narrow0(0, N);
     ops::moe_route_backward(dlogits, dwt, g.balance_grad, z_grad, s.logits.narrow0(0, N),
-                            s.probs.narrow0(0, N), s.idx.narrow0(0, N), sigmoid, norm_topk);
+                            s.probs.narrow0(0, N), s.idx.narrow0(0, N), spec());
     const Tensor dxr = g.dx_router.narrow0(0, N);
     router.backward(dxr, dlogits, x2);
     ops::accumulate(dx2, dxr);

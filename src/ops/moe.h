@@ -9,29 +9,56 @@
 // gradients written. CPU kernels only (ops/cpu/cpu_only_kernel_list.h): a
 // tensor on another device gets "no kernel for device".
 #pragma once
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace nk::ops {
 
+// How moe_route chooses the k experts of a row and weighs them; the
+// defaults are Mixtral's.
+struct MoeRouteSpec {
+  bool sigmoid = false;   // scores: softmax (Mixtral, Qwen-MoE) or sigmoid (DeepSeek-V3)
+  bool norm_topk = true;  // weights divided by the k scores' sum (Qwen's norm_topk_prob)
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group): the E experts
+  // in n_group equal groups of consecutive ids; a group's score is the sum of
+  // its two largest choice scores (the one when a group holds one expert);
+  // the topk_group groups of largest score are kept (ties to the lower
+  // group) and the k experts are chosen among theirs. 1 / 1: all experts.
+  int64_t n_group = 1, topk_group = 1;
+  double scaling = 1.0;  // routed_scaling_factor: the weights' factor, after the normalisation
+};
+
 // Router scores and the top-k choice, per row of logits T[N, E]:
-//  probs f32[N, E]: softmax(logits) (sigmoid = false; Mixtral, Qwen-MoE) or
-//    sigmoid(logits) (sigmoid = true; DeepSeek-V3);
-//  idx i32[N, k]: the k experts of largest score, in descending order (ties
-//    to the lower expert);
-//  weights f32[N, k]: their scores, divided by the scores' sum when
-//    norm_topk (Mixtral always; Qwen's norm_topk_prob);
-//  stats f32[E + 1]: stats[e] = sum over rows of the balancing score of e
+//  probs f32[N, E]: softmax(logits) (spec.sigmoid false) or sigmoid(logits);
+//  idx i32[N, k]: the k experts of largest choice score (probs + bias; the
+//    score alone when bias is undefined) among the kept groups, in
+//    descending order (ties to the lower expert). bias f32 or T [E] is
+//    DeepSeek-V3's e_score_correction_bias: it decides the choice only;
+//  weights f32[N, k]: their probs (unbiased), divided by their sum when
+//    norm_topk, times spec.scaling;
+//  stats f32[S, E + 1] (or [E + 1]: S = 1), the rows in S equal segments of
+//    consecutive rows (S sequences: the sequence-wise balancing loss):
+//    stats[s, e] = sum over the segment's rows of the balancing score of e
 //    (softmax: probs; sigmoid: probs divided by the row's sum of probs), the
-//    P_e of the load-balancing loss before the mean; stats[E] = sum over rows
-//    of logsumexp(logits row)^2, the router z-loss before the mean.
+//    P_e of the load-balancing loss before the mean; stats[s, E] = sum over
+//    its rows of logsumexp(logits row)^2, the router z-loss before the mean.
 //    Deterministic (rows summed in order).
+void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
+               const Tensor& bias, const MoeRouteSpec& spec);
+// Mixtral-style routing (no bias, no groups, no scaling).
 void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
                bool sigmoid, bool norm_topk);
 // dlogits T[N, E] (written) = d loss / d logits, from dweights f32[N, k]
-// (d loss / d weights), balance_grad f32[E] (d loss / d balancing score of
-// expert e, the same for every row: the load-balancing loss's) and z_grad
-// (d loss / d logsumexp(row)^2, the same for every row: the z-loss's).
-// probs and idx are moe_route's for these logits.
+// (d loss / d weights), balance_grad f32[S, E] or [E] (d loss / d balancing
+// score of expert e, the same for every row of segment s, as moe_route's
+// stats: the load-balancing loss's) and z_grad (d loss / d
+// logsumexp(row)^2, the same for every row: the z-loss's). probs and idx are
+// moe_route's for these logits and spec (the bias has no gradient: it only
+// chose idx).
+void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad,
+                        float z_grad, const Tensor& logits, const Tensor& probs, const Tensor& idx,
+                        const MoeRouteSpec& spec);
 void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad,
                         float z_grad, const Tensor& logits, const Tensor& probs, const Tensor& idx,
                         bool sigmoid, bool norm_topk);

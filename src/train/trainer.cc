@@ -21,6 +21,7 @@
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
 #include "parallel/model_parallel.h"
+#include "train/expert_balance.h"
 #include "train/metrics.h"
 #include "train/train_checkpoint.h"
 
@@ -446,6 +447,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   // Data parallel: this rank runs accum / dp of the step's micro-batches.
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
+  // MoE: [n_layer E] pairs routed per expert over a step's micro-batches.
+  std::vector<double> expert_load;
+  if (model_->config().is_moe() && !pipe_)
+    expert_load.assign(size_t(cfg_.model.n_layer * cfg_.model.num_experts), 0.0);
   // Pipeline parallel: all of them, loaded before the step's schedule runs.
   std::vector<DeviceBatch> pp_batches;
   std::vector<Tensor> pp_tokens, pp_targets;
@@ -475,6 +480,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     double loss = 0, comm_s = 0, pp_wait_s = 0;
     if (a2a_seconds_) *a2a_seconds_ = 0;
     Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
+    std::fill(expert_load.begin(), expert_load.end(), 0.0);
     const int64_t step_first = loader.consumed_samples();
     if (pipe_) {
       // The stages run this rank's micro-batches in one 1F1B schedule
@@ -557,6 +563,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         moe.z += f.z * w;
         moe.dropped += f.dropped * w;
         moe.load_max = std::max(moe.load_max, f.load_max);
+        add_expert_load(*acts, expert_load);
       }
     }
     if (ddp_) {
@@ -579,6 +586,17 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     double lr = cfg_.lr.at(step);
     opt.step(lr, clip);
     if (ddp_) ddp_->gather_params();  // ZeRO-1: waited for by the next forward
+    // Mixture of Experts: the step's expert loads over every rank's tokens,
+    // which move the score-correction bias (aux-loss-free balancing).
+    if (!expert_load.empty()) {
+      if (ddp_) {
+        Tensor t = Tensor::empty({int64_t(expert_load.size())}, DType::F64);
+        std::copy(expert_load.begin(), expert_load.end(), t.data<double>());
+        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        std::copy(t.data<double>(), t.data<double>() + expert_load.size(), expert_load.begin());
+      }
+      update_expert_bias(*model_, expert_load);
+    }
 
     StepStats s;
     s.step = step + 1;
@@ -601,6 +619,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                      {"moe_z", moe.z},
                                      {"moe_load_max", moe.load_max},
                                      {"moe_dropped", moe.dropped}});
+    // Per MoE layer, the busiest expert's tokens over the mean, over the step.
+    if (!expert_load.empty()) {
+      const std::vector<double> per_layer = expert_load_max(model_->config(), expert_load);
+      for (size_t l = 0; l < per_layer.size(); ++l)
+        if (model_->config().moe_layer(int64_t(l)))
+          figures.emplace_back(fmt::format("moe_load_max.l{}", l), per_layer[l]);
+    }
     // Expert parallel: the MoE layers' all-to-alls, forward and backward
     // (recomputes included), and their share of the step.
     if (a2a_seconds_)

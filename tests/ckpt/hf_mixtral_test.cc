@@ -176,6 +176,42 @@ TEST(HfMixtral, KvCacheGenerationEqualsRecompute) {
   }
 }
 
+// The same with DeepSeek-V3's routing (sigmoid, groups, a nonzero score
+// bias, scaling) and a leading dense layer: decode takes each layer's kind.
+TEST(HfMixtral, DeepSeekRoutingKvCacheGenerationEqualsRecompute) {
+  ModelConfig c = model_preset("mixtral-tiny");
+  c.n_layer = 3;
+  c.vocab_size = 97;
+  c.init_std = 0.3;
+  c.num_experts = 8;
+  c.moe_score_func = "sigmoid";
+  c.moe_n_group = 4;
+  c.moe_topk_group = 2;
+  c.moe_routed_scaling = 2.5;
+  c.moe_score_bias = true;
+  c.moe_first_dense_layers = 1;
+  Transformer model(c, DType::F32, 11);
+  for (int64_t l = 1; l < c.n_layer; ++l) {
+    const ParamInfo& p = model.layout().find(fmt::format("h.{}.moe.score_bias", l));
+    Tensor b = Tensor::empty({c.num_experts}, DType::F32);
+    for (int64_t e = 0; e < c.num_experts; ++e) b.data<float>()[e] = 0.05f * float((e * 5) % 7);
+    model.set_param(p, b);
+  }
+  EXPECT_FALSE(model.layout().has("h.0.moe.router.weight"));
+  EXPECT_TRUE(model.layout().has("h.0.mlp.up.weight"));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back(int32_t((i * 29 + 3) % 97));
+  const std::vector<int32_t> want = greedy(model, prompt, 12);
+  Generator gen(model, nullptr, 2, /*prefill_chunk=*/7);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_new_tokens = 12;
+  req.sampling.temperature = 0;
+  const int64_t id = gen.submit(req);
+  while (!gen.finished(id)) gen.step();
+  EXPECT_EQ(gen.result(id).tokens, want);
+}
+
 TEST(HfMixtral, GgufExportIsRefused) {
   TempDir tmp("nk_hf_mixtral");
   Transformer model(model_preset("mixtral-tiny"), DType::F32, 1);

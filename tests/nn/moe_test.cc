@@ -5,7 +5,8 @@
 // whose perturbation changes some token's choice of experts (where the
 // objective is not differentiable) are skipped, and counted. With a capacity
 // factor, the pairs past each expert's capacity (in token order) are
-// dropped: checked against the rule, and the gradient again.
+// dropped: checked against the rule, and the gradient again. DeepSeek-V3's
+// routing (groups, the choice-only bias, the scaling) too.
 #include "nn/moe.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +28,9 @@ struct Fixture {
   nn::MoE::Saved s;
   nn::MoE::Scratch sc;
 
-  explicit Fixture(bool sigmoid, double cf = 0) {
+  // deepseek: DeepSeek-V3's routing, two groups of which one is kept, a
+  // score bias and a scaling of the weights.
+  explicit Fixture(bool sigmoid, double cf = 0, bool deepseek = false) {
     Rng r(5);
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
@@ -52,6 +55,13 @@ struct Fixture {
     moe.sigmoid = sigmoid;
     moe.norm_topk = !sigmoid;
     moe.capacity_factor = cf;
+    if (deepseek) {
+      moe.n_group = 2;
+      moe.topk_group = 1;
+      moe.scaling = 2.5;
+      moe.norm_topk = true;
+      moe.bias = randn({E}, 0.1);
+    }
   }
   // The objective in double, and the chosen experts.
   double objective(std::vector<int32_t>* idx = nullptr) {
@@ -67,8 +77,8 @@ struct Fixture {
   }
 };
 
-void check(bool sigmoid, double cf = 0) {
-  Fixture fx(sigmoid, cf);
+void check(bool sigmoid, double cf = 0, bool deepseek = false) {
+  Fixture fx(sigmoid, cf, deepseek);
   Tensor dx = Tensor::empty({fx.N, fx.C}, DType::F32);
   Tensor dr = Tensor::zeros({fx.E, fx.C}, DType::F32);
   Tensor du = Tensor::zeros(fx.up.shape(), DType::F32),
@@ -115,6 +125,9 @@ void check(bool sigmoid, double cf = 0) {
 
 TEST(MoE, BackwardMatchesFiniteDifferencesSoftmaxTopkRenormalised) {
   check(false);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesDeepSeekRouting) {
+  check(true, 0, true);
 }
 TEST(MoE, BackwardMatchesFiniteDifferencesSigmoid) {
   check(true);

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "ops/moe.h"
 #include "ops/op_harness.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
@@ -25,35 +27,63 @@ struct RouteRef {
   std::vector<int> idx;
 };
 
-// ops/moe.h's routing, written again in double.
-RouteRef route_ref(const std::vector<double>& l, int64_t N, int64_t E, int64_t k, bool sigmoid,
-                   bool norm) {
+// ops/moe.h's routing, written again in double: spec's groups, bias (empty:
+// none) and scaling; stats per segment of N / S rows.
+RouteRef route_ref(const std::vector<double>& l, int64_t N, int64_t E, int64_t k,
+                   const ops::MoeRouteSpec& spec, const std::vector<double>& bias = {},
+                   int64_t S = 1) {
   RouteRef r;
-  r.stats.assign(size_t(E + 1), 0.0);
+  r.stats.assign(size_t(S * (E + 1)), 0.0);
+  const int64_t G = spec.n_group, per = E / G;
   for (int64_t n = 0; n < N; ++n) {
     const double* x = &l[size_t(n * E)];
     double mx = *std::max_element(x, x + E), s = 0;
     for (int64_t e = 0; e < E; ++e) s += std::exp(x[e] - mx);
     const double lse = mx + std::log(s);
-    std::vector<double> p(static_cast<size_t>(E));
+    std::vector<double> p(static_cast<size_t>(E)), c(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      p[size_t(e)] = spec.sigmoid ? 1 / (1 + std::exp(-x[e])) : std::exp(x[e] - lse);
+      c[size_t(e)] = p[size_t(e)] + (bias.empty() ? 0.0 : bias[size_t(e)]);
+    }
+    // Groups by the sum of their two best choice scores, the best kept.
+    std::vector<double> gs(static_cast<size_t>(G));
+    for (int64_t g = 0; g < G; ++g) {
+      std::vector<double> v(c.begin() + g * per, c.begin() + (g + 1) * per);
+      std::sort(v.rbegin(), v.rend());
+      gs[size_t(g)] = v[0] + (per > 1 ? v[1] : 0.0);
+    }
+    std::vector<int> gorder(static_cast<size_t>(G));
+    std::iota(gorder.begin(), gorder.end(), 0);
+    std::stable_sort(gorder.begin(), gorder.end(),
+                     [&](int a, int b) { return gs[size_t(a)] > gs[size_t(b)]; });
+    std::vector<int> order;
     for (int64_t e = 0; e < E; ++e)
-      p[size_t(e)] = sigmoid ? 1 / (1 + std::exp(-x[e])) : std::exp(x[e] - lse);
-    std::vector<int> order(static_cast<size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
+      if (std::find(gorder.begin(), gorder.begin() + spec.topk_group, int(e / per)) !=
+          gorder.begin() + spec.topk_group)
+        order.push_back(int(e));
     std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
+                     [&](int a, int b) { return c[size_t(a)] > c[size_t(b)]; });
     double z = 0;
     for (int64_t j = 0; j < k; ++j) z += p[size_t(order[size_t(j)])];
     for (int64_t j = 0; j < k; ++j) {
       r.idx.push_back(order[size_t(j)]);
-      r.weights.push_back(p[size_t(order[size_t(j)])] / (norm ? z : 1.0));
+      r.weights.push_back(p[size_t(order[size_t(j)])] / (spec.norm_topk ? z : 1.0) * spec.scaling);
     }
-    const double row = sigmoid ? std::accumulate(p.begin(), p.end(), 0.0) : 1.0;
-    for (int64_t e = 0; e < E; ++e) r.stats[size_t(e)] += p[size_t(e)] / row;
-    r.stats[size_t(E)] += lse * lse;
+    const double row = spec.sigmoid ? std::accumulate(p.begin(), p.end(), 0.0) : 1.0;
+    double* st = &r.stats[size_t((n / (N / S)) * (E + 1))];
+    for (int64_t e = 0; e < E; ++e) st[e] += p[size_t(e)] / row;
+    st[E] += lse * lse;
     r.probs.insert(r.probs.end(), p.begin(), p.end());
   }
   return r;
+}
+
+RouteRef route_ref(const std::vector<double>& l, int64_t N, int64_t E, int64_t k, bool sigmoid,
+                   bool norm) {
+  ops::MoeRouteSpec spec;
+  spec.sigmoid = sigmoid;
+  spec.norm_topk = norm;
+  return route_ref(l, N, E, k, spec);
 }
 
 TEST(MoeRoute, ScoresTopkAndStatsMatchDouble) {
@@ -128,6 +158,155 @@ TEST(MoeRoute, BackwardMatchesFiniteDifferences) {
     }
 }
 NK_COVERS(MoeRoute, BackwardMatchesFiniteDifferences, moe_route_backward);
+
+// DeepSeek-V3's routing (groups, the score-correction bias, the scaling,
+// per-segment statistics) against an independent float64 PyTorch router
+// (tests/ops/moe_route_reference.py) within 1e-5.
+TEST(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
+  const int64_t N = 12, E = 16, k = 4;
+  struct Case {
+    bool sigmoid, norm;
+    int64_t groups, keep, segments;
+    double scaling;
+    bool bias;
+  };
+  const std::vector<Case> cases = {{true, true, 4, 2, 3, 2.5, true},
+                                   {true, false, 8, 3, 1, 1.0, true},
+                                   {false, true, 4, 1, 2, 16.0, false},
+                                   {false, false, 1, 1, 4, 1.0, true},
+                                   {true, true, 16, 4, 1, 1.5, true}};
+  test::TempDir dir("nk_moe_route_ref");
+  nlohmann::json in = nlohmann::json::array();
+  std::vector<std::vector<double>> got_probs, got_w, got_stats, got_idx;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::vector<double> l = test::rounded(randn(size_t(N * E), 31 + i, 1.5), DType::F32);
+    std::vector<double> bias;
+    if (c.bias) bias = test::rounded(randn(size_t(E), 41 + i, 0.05), DType::F32);
+    ops::MoeRouteSpec spec;
+    spec.sigmoid = c.sigmoid;
+    spec.norm_topk = c.norm;
+    spec.n_group = c.groups;
+    spec.topk_group = c.keep;
+    spec.scaling = c.scaling;
+    Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
+           w = Tensor::empty({N, k}, DType::F32),
+           stats = Tensor::empty({c.segments, E + 1}, DType::F32);
+    ops::moe_route(probs, idx, w, stats, make({N, E}, DType::F32, l),
+                   c.bias ? make({E}, DType::F32, bias) : Tensor(), spec);
+    got_probs.push_back(values(probs));
+    got_w.push_back(values(w));
+    got_stats.push_back(values(stats));
+    got_idx.push_back(values(idx));
+    in.push_back({{"N", N},
+                  {"E", E},
+                  {"k", k},
+                  {"n_group", c.groups},
+                  {"topk_group", c.keep},
+                  {"segments", c.segments},
+                  {"sigmoid", c.sigmoid},
+                  {"norm_topk", c.norm},
+                  {"scaling", c.scaling},
+                  {"bias", bias},
+                  {"logits", l}});
+  }
+  test::write_file(dir / "in.json", in.dump());
+  const test::RunResult py =
+      test::run_command("/usr/bin/python3 " NK_SOURCE_DIR "/tests/ops/moe_route_reference.py " +
+                        (dir / "in.json") + " " + (dir / "out.json"));
+  ASSERT_EQ(py.code, 0) << py.out;
+  const nlohmann::json out = nlohmann::json::parse(test::read_file(dir / "out.json"));
+  ASSERT_EQ(out.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(fmt::format("case {}", i));
+    expect_close(got_probs[i], out[i]["probs"].get<std::vector<double>>(), {1e-5, 1e-7}, "probs");
+    expect_close(got_w[i], out[i]["weights"].get<std::vector<double>>(), {1e-5, 1e-7}, "weights");
+    expect_close(got_stats[i], out[i]["stats"].get<std::vector<double>>(), {1e-5, 1e-6}, "stats");
+    const std::vector<int> ref_idx = out[i]["idx"].get<std::vector<int>>();
+    ASSERT_EQ(ref_idx.size(), got_idx[i].size());
+    for (size_t j = 0; j < ref_idx.size(); ++j) EXPECT_EQ(int(got_idx[i][j]), ref_idx[j]) << j;
+  }
+}
+
+// The bias chooses an expert its score alone would not; the weight is the
+// unbiased score. The groups keep the chosen experts inside the best groups.
+TEST(MoeRoute, BiasChoosesAndGroupsLimit) {
+  ops::MoeRouteSpec spec;
+  spec.sigmoid = true;
+  spec.norm_topk = false;
+  Tensor probs = Tensor::empty({1, 4}, DType::F32), idx = Tensor::empty({1, 2}, DType::I32),
+         w = Tensor::empty({1, 2}, DType::F32), stats = Tensor::empty({5}, DType::F32);
+  const Tensor logits = make({1, 4}, DType::F32, {2.0, 1.0, 0.0, -1.0});
+  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0, 0.9}), spec);
+  // 0.27 + 0.9 leads 0.88 and beats 0.73.
+  EXPECT_EQ(idx.data<int32_t>()[0], 3);
+  EXPECT_EQ(idx.data<int32_t>()[1], 0);
+  EXPECT_NEAR(w.data<float>()[0], 1 / (1 + std::exp(1.0)), 1e-7);
+  // Two groups {0, 1} {2, 3}, one kept: the first (0.88 + 0.73 > 0.5 + 0.27).
+  spec.n_group = 2;
+  spec.topk_group = 1;
+  ops::moe_route(probs, idx, w, stats, logits, Tensor(), spec);
+  EXPECT_EQ(idx.data<int32_t>()[0], 0);
+  EXPECT_EQ(idx.data<int32_t>()[1], 1);
+  // Group scores use the biased scores: the bias moves the kept group.
+  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0.5, 0.5}), spec);
+  EXPECT_EQ(idx.data<int32_t>()[0], 2);
+  EXPECT_EQ(idx.data<int32_t>()[1], 3);
+  // k beyond the kept groups' experts, groups that do not divide E: errors.
+  spec.topk_group = 1;
+  Tensor idx3 = Tensor::empty({1, 3}, DType::I32), w3 = Tensor::empty({1, 3}, DType::F32);
+  EXPECT_ANY_THROW(ops::moe_route(probs, idx3, w3, stats, logits, Tensor(), spec));
+  spec.n_group = 3;
+  EXPECT_ANY_THROW(ops::moe_route(probs, idx, w, stats, logits, Tensor(), spec));
+}
+
+// The router's backward with groups, bias, scaling and per-segment
+// balancing gradients (the sequence-wise loss's) against finite differences.
+TEST(MoeRoute, DeepSeekBackwardMatchesFiniteDifferences) {
+  const int64_t N = 6, E = 8, k = 3, S = 3;
+  for (bool sigmoid : {false, true})
+    for (bool norm : {false, true}) {
+      SCOPED_TRACE(fmt::format("sigmoid={} norm={}", sigmoid, norm));
+      ops::MoeRouteSpec spec;
+      spec.sigmoid = sigmoid;
+      spec.norm_topk = norm;
+      spec.n_group = 4;
+      spec.topk_group = 2;
+      spec.scaling = 2.5;
+      const std::vector<double> l = test::rounded(randn(size_t(N * E), 51, 1.2), DType::F32);
+      const std::vector<double> bias = test::rounded(randn(size_t(E), 52, 0.1), DType::F32);
+      const std::vector<double> dw = test::rounded(randn(size_t(N * k), 53), DType::F32);
+      const std::vector<double> g = test::rounded(randn(size_t(S * E), 54), DType::F32);
+      const double zg = 0.25;
+      Tensor logits = make({N, E}, DType::F32, l);
+      Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
+             w = Tensor::empty({N, k}, DType::F32), stats = Tensor::empty({S, E + 1}, DType::F32);
+      ops::moe_route(probs, idx, w, stats, logits, make({E}, DType::F32, bias), spec);
+      Tensor dl = Tensor::empty({N, E}, DType::F32);
+      ops::moe_route_backward(dl, make({N, k}, DType::F32, dw), make({S, E}, DType::F32, g),
+                              float(zg), logits, probs, idx, spec);
+      auto objective = [&](const std::vector<double>& x) {
+        const RouteRef r = route_ref(x, N, E, k, spec, bias, S);
+        double f = 0;
+        for (size_t i = 0; i < dw.size(); ++i) f += dw[i] * r.weights[i];
+        for (int64_t s = 0; s < S; ++s) {
+          for (int64_t e = 0; e < E; ++e)
+            f += g[size_t(s * E + e)] * r.stats[size_t(s * (E + 1) + e)];
+          f += zg * r.stats[size_t(s * (E + 1) + E)];
+        }
+        return f;
+      };
+      std::vector<double> fd(l.size());
+      const double h = 1e-6;
+      for (size_t i = 0; i < l.size(); ++i) {
+        std::vector<double> a = l, b = l;
+        a[i] += h;
+        b[i] -= h;
+        fd[i] = (objective(a) - objective(b)) / (2 * h);
+      }
+      expect_close(values(dl), fd, {1e-5, 1e-6}, "dlogits");
+    }
+}
 
 TEST(MoeTokens, GatherCombineScatterMatchHost) {
   const int64_t N = 4, C = 3, k = 2, M = 7;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dist/mesh.h"
+#include "model/arch.h"
 #include "test_util.h"
 #include "train/train_parallel.h"
 #include "train/trainer.h"
@@ -203,8 +204,35 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
   EXPECT_TRUE(contains(e, "model.num_experts_per_tok")) << e;
   e = err({"model.arch=llama", "model.num_experts=4"});
   EXPECT_TRUE(contains(e, "model.num_experts")) << e;
-  e = err({"model.moe_score_func=sigmoid"});
+  e = err({"model.moe_score_func=tanh"});
   EXPECT_TRUE(contains(e, "model.moe_score_func")) << e;
+  // DeepSeek-style routing's keys, each checked by name.
+  for (const char* bad :
+       {"model.moe_n_group=3", "model.moe_topk_group=3", "model.moe_routed_scaling=-1",
+        "model.moe_bias_update_rate=-0.1", "model.moe_aux_loss_type=token",
+        "model.moe_first_dense_layers=2", "model.moe_score_bias=maybe"}) {
+    std::vector<std::string> extra = {bad};
+    if (std::string(bad).starts_with("model.moe_topk_group"))
+      extra.push_back("model.moe_n_group=2");
+    e = err(extra);
+    const std::string key(bad, std::string(bad).find('='));
+    EXPECT_TRUE(contains(e, key)) << bad << ": " << e;
+  }
+  // A group-limited top-k needs k experts in the kept groups.
+  e = err({"model.moe_n_group=4", "model.moe_topk_group=1"});
+  EXPECT_TRUE(contains(e, "model.num_experts_per_tok")) << e;
+  // HF's Mixtral has none of DeepSeek's routing: export refuses it by key.
+  {
+    ModelConfig m = model_preset("mixtral-tiny");
+    m.moe_score_func = "sigmoid";
+    nlohmann::ordered_json j;
+    e = error_of([&] { m.architecture().hf_write_config(m, j); });
+    EXPECT_TRUE(contains(e, "model.moe_score_func")) << e;
+    m = model_preset("mixtral-tiny");
+    m.moe_bias_update_rate = 0.001;
+    e = error_of([&] { m.architecture().hf_write_config(m, j); });
+    EXPECT_TRUE(contains(e, "model.moe_score_bias")) << e;
+  }
   {
     ModelConfig m = model_preset("mixtral-tiny");
     m.num_labels = 1;

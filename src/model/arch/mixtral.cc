@@ -61,9 +61,21 @@ class Mixtral final : public Architecture {
     r["mixtral-8x7b"] = c;
   }
 
-  void validate(const ModelConfig& c, const std::string& p) const override {
+  // Nekton trains a Mixtral-style model with any routing (DeepSeek-V3's
+  // sigmoid scores, groups, bias, scaling, leading dense layers); HF's
+  // MixtralForCausalLM has none of them, so export refuses them by key.
+  void check_hf_routing(const ModelConfig& c) const {
+    const char* why = "Hugging Face's MixtralForCausalLM has no such setting";
     if (c.moe_score_func != "softmax")
-      fail("{}moe_score_func: Mixtral's router scores are softmax, got '{}'", p, c.moe_score_func);
+      fail("model.moe_score_func = {}: Mixtral's router scores are softmax ({})", c.moe_score_func,
+           why);
+    if (c.moe_n_group != 1) fail("model.moe_n_group = {}: {}", c.moe_n_group, why);
+    if (c.moe_routed_scaling != 1.0)
+      fail("model.moe_routed_scaling = {}: {}", c.moe_routed_scaling, why);
+    if (c.has_score_bias()) fail("model.moe_score_bias: an expert score bias: {}", why);
+    if (c.moe_first_dense_layers != 0)
+      fail("model.moe_first_dense_layers = {}: {}", c.moe_first_dense_layers, why);
+    if (!c.norm_topk_prob) fail("model.norm_topk_prob = false: {}", why);
   }
 
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
@@ -95,6 +107,7 @@ class Mixtral final : public Architecture {
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
+    check_hf_routing(c);
     hf_write_llama_style(c, j);
     j["intermediate_size"] = c.expert_d_ff();
     j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)

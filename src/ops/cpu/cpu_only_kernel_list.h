@@ -41,11 +41,11 @@ NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))
 // ---- Mixture of Experts (ops/moe.h, moe.cc) ----
 NK_KERNEL_DECL(void, moe_route,
                (Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
-                bool sigmoid, bool norm_topk))
+                const Tensor& bias, const MoeRouteSpec& spec))
 NK_KERNEL_DECL(void, moe_route_backward,
                (Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad, float z_grad,
-                const Tensor& logits, const Tensor& probs, const Tensor& idx, bool sigmoid,
-                bool norm_topk))
+                const Tensor& logits, const Tensor& probs, const Tensor& idx,
+                const MoeRouteSpec& spec))
 NK_KERNEL_DECL(void, moe_gather, (Tensor xs, const Tensor& x, const Tensor& src))
 NK_KERNEL_DECL(void, moe_combine,
                (Tensor y, const Tensor& out, const Tensor& slot, const Tensor& weights))

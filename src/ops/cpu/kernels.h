@@ -14,6 +14,7 @@
 
 namespace nk::ops {
 struct AdamWParams;
+struct MoeRouteSpec;
 struct Nf4Weight;
 struct QuantWeight;
 }  // namespace nk::ops

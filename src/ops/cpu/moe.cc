@@ -1,6 +1,7 @@
 // Mixture-of-Experts routing and token movement kernels (arguments checked
 // by ops/moe.cc; semantics in ops/moe.h). The router's per-row arithmetic is
 // in double: E is small and the scores decide which experts run.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/moe.h"
 
 namespace nk::ops::cpu {
 namespace {
@@ -44,7 +46,7 @@ double scores_row(const T* l, int64_t E, bool sigmoid, double* p) {
 // so that a training step allocates nothing here after the first.
 template <typename T>
 std::vector<T>& scratch(int which, int64_t n) {
-  thread_local std::vector<T> bufs[3];
+  thread_local std::vector<T> bufs[5];
   std::vector<T>& b = bufs[which];
   b.resize(size_t(n));
   return b;
@@ -58,61 +60,105 @@ int32_t check_slot(int32_t s, int64_t M, const char* op, int64_t n) {
 }  // namespace
 
 void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
-               bool sigmoid, bool norm_topk) {
+               const Tensor& bias, const MoeRouteSpec& spec) {
   const int64_t N = logits.dim(0), E = logits.dim(1), k = idx.dim(1);
+  const int64_t S = stats.ndim() == 2 ? stats.dim(0) : 1, rows_per_seg = N / S;
+  const bool sigmoid = spec.sigmoid;
   float* P = probs.data<float>();
   int32_t* I = idx.data<int32_t>();
   float* W = weights.data<float>();
   std::vector<double>& lse = scratch<double>(0, N);
+  // The choice's bias, read once (f32 or the logits' dtype).
+  std::vector<double>& bias_d = scratch<double>(3, E);
+  std::fill(bias_d.begin(), bias_d.end(), 0.0);
+  if (bias.defined())
+    dispatch_float(bias.dtype(), "moe_route", [&](auto tag) {
+      using B = decltype(tag);
+      for (int64_t e = 0; e < E; ++e) bias_d[size_t(e)] = double(load(bias.data<B>()[e]));
+    });
+  const int64_t G = spec.n_group, per_group = E / G;
   dispatch_float(logits.dtype(), "moe_route", [&](auto tag) {
     using T = decltype(tag);
     const T* L = logits.data<T>();
     parallel_for(N, row_grain(E), [&](int64_t r0, int64_t r1) {
       std::vector<double>& p = scratch<double>(1, E);
+      std::vector<double>& c = scratch<double>(2, E);
+      std::vector<double>& gs = scratch<double>(4, G);
       std::vector<char>& taken = scratch<char>(2, E);
+      std::vector<char>& kept = scratch<char>(3, G);
       for (int64_t n = r0; n < r1; ++n) {
         lse[size_t(n)] = scores_row(L + n * E, E, sigmoid, p.data());
-        for (int64_t e = 0; e < E; ++e) P[n * E + e] = float(p[size_t(e)]);
+        for (int64_t e = 0; e < E; ++e) {
+          P[n * E + e] = float(p[size_t(e)]);
+          c[size_t(e)] = p[size_t(e)] + bias_d[size_t(e)];
+        }
+        // Group-limited: the experts of groups not kept are taken already.
         std::fill(taken.begin(), taken.end(), 0);
+        if (G > 1) {
+          for (int64_t g = 0; g < G; ++g) {
+            double m1 = -INFINITY, m2 = -INFINITY;
+            for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+              const double v = c[size_t(e)];
+              if (v > m1) {
+                m2 = m1;
+                m1 = v;
+              } else if (v > m2) {
+                m2 = v;
+              }
+            }
+            gs[size_t(g)] = per_group > 1 ? m1 + m2 : m1;
+          }
+          std::fill(kept.begin(), kept.end(), 0);
+          for (int64_t j = 0; j < spec.topk_group; ++j) {
+            int64_t best = -1;
+            for (int64_t g = 0; g < G; ++g)
+              if (!kept[size_t(g)] && (best < 0 || gs[size_t(g)] > gs[size_t(best)])) best = g;
+            kept[size_t(best)] = 1;
+          }
+          for (int64_t e = 0; e < E; ++e) taken[size_t(e)] = !kept[size_t(e / per_group)];
+        }
         double sum = 0;
         for (int64_t j = 0; j < k; ++j) {
           int64_t best = -1;
           for (int64_t e = 0; e < E; ++e)
-            if (!taken[size_t(e)] && (best < 0 || p[size_t(e)] > p[size_t(best)])) best = e;
+            if (!taken[size_t(e)] && (best < 0 || c[size_t(e)] > c[size_t(best)])) best = e;
           taken[size_t(best)] = 1;
           I[n * k + j] = int32_t(best);
           sum += p[size_t(best)];
         }
         for (int64_t j = 0; j < k; ++j) {
           const double w = p[size_t(I[n * k + j])];
-          W[n * k + j] = float(norm_topk ? w / sum : w);
+          W[n * k + j] = float((spec.norm_topk ? w / sum : w) * spec.scaling);
         }
       }
     });
   });
   // The sums in row order, so that they do not depend on the thread count.
-  std::vector<double>& acc = scratch<double>(1, E + 1);
+  std::vector<double>& acc = scratch<double>(1, S * (E + 1));
   std::fill(acc.begin(), acc.end(), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     const float* p = P + n * E;
+    double* a = acc.data() + (n / rows_per_seg) * (E + 1);
     double row = 1;
     if (sigmoid) {
       row = 0;
       for (int64_t e = 0; e < E; ++e) row += p[e];
     }
-    for (int64_t e = 0; e < E; ++e) acc[size_t(e)] += double(p[e]) / row;
-    acc[size_t(E)] += lse[size_t(n)] * lse[size_t(n)];
+    for (int64_t e = 0; e < E; ++e) a[e] += double(p[e]) / row;
+    a[E] += lse[size_t(n)] * lse[size_t(n)];
   }
-  float* S = stats.data<float>();
-  for (int64_t e = 0; e <= E; ++e) S[e] = float(acc[size_t(e)]);
+  float* St = stats.data<float>();
+  for (int64_t i = 0; i < S * (E + 1); ++i) St[i] = float(acc[size_t(i)]);
 }
 
 void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad,
                         float z_grad, const Tensor& logits, const Tensor& probs, const Tensor& idx,
-                        bool sigmoid, bool norm_topk) {
+                        const MoeRouteSpec& spec) {
   const int64_t N = logits.dim(0), E = logits.dim(1), k = idx.dim(1);
+  const int64_t S = balance_grad.ndim() == 2 ? balance_grad.dim(0) : 1, rows_per_seg = N / S;
+  const bool sigmoid = spec.sigmoid, norm_topk = spec.norm_topk;
   const float *P = probs.data<float>(), *DW = dweights.data<float>(),
-              *G = balance_grad.data<float>();
+              *GB = balance_grad.data<float>();
   const int32_t* I = idx.data<int32_t>();
   dispatch_float(logits.dtype(), "moe_route_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -125,17 +171,18 @@ void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& ba
         const float* p = P + n * E;
         const int32_t* sel = I + n * k;
         const float* dw = DW + n * k;
+        const float* G = GB + (n / rows_per_seg) * E;
         std::fill(dp.begin(), dp.end(), 0.0);
-        // weights w_j = p_sel_j / Z (Z = sum of the selected, or 1).
+        // weights w_j = scaling p_sel_j / Z (Z = sum of the selected, or 1).
         double Z = 1, wdw = 0;
         if (norm_topk) {
           Z = 0;
           for (int64_t j = 0; j < k; ++j) Z += p[sel[j]];
-          for (int64_t j = 0; j < k; ++j) wdw += double(dw[j]) * p[sel[j]] / Z;
+          for (int64_t j = 0; j < k; ++j) wdw += spec.scaling * double(dw[j]) * p[sel[j]] / Z;
         }
         for (int64_t j = 0; j < k; ++j) {
           if (sel[j] < 0 || sel[j] >= E) fail("moe_route_backward: expert {} of row {}", sel[j], n);
-          dp[size_t(sel[j])] += (double(dw[j]) - wdw) / Z;
+          dp[size_t(sel[j])] += (spec.scaling * double(dw[j]) - wdw) / Z;
         }
         // The balancing score: p itself (softmax) or p / sum p (sigmoid).
         if (sigmoid) {

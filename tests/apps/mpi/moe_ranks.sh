@@ -11,6 +11,9 @@
 # saved on one process resumes under EP2, both to the same 10 steps. Tensor
 # and pipeline parallelism are refused for MoE, naming their keys, and so is
 # an expert split that does not divide the experts or a non-MoE model.
+# DeepSeek-style routing with aux-loss-free balancing (the expert loads
+# summed over the ranks before the bias moves) equals one process too, under
+# DP, ZeRO-1 and EP2.
 #   tests/apps/mpi/moe_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_ranks
@@ -88,6 +91,20 @@ grep -q '"a2a_ms"' "$WORK/ep2/metrics.jsonl" || fail "ep2 logs no a2a_ms"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ep2 ep2dp2 \
   ep2zero1 ep2fsdp ep2to1 oneto2 || fail "a data- or expert-parallel run differs from one process"
 
+# DeepSeek-style routing: sigmoid scores, groups, scaling, the sequence-wise
+# balancing loss, a dense first layer and aux-loss-free balancing, whose
+# expert loads are summed over the ranks before the bias moves: the same
+# biases, losses and weights as one process.
+DS=(model.moe_score_func=sigmoid model.num_experts=8 model.moe_n_group=4 model.moe_topk_group=2
+    model.moe_routed_scaling=2.5 model.moe_aux_loss_type=seq model.moe_aux_loss_coeff=0.01
+    model.moe_first_dense_layers=1 model.n_layer=3 model.moe_bias_update_rate=0.01)
+run ds_one "$NK" train "${ARGS[@]}" "${DS[@]}"
+run ds_dp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}"
+run ds_zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.shard=optimizer
+run ds_ep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep=2
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" ds_one ds_dp2 ds_zero1 ds_ep2 ||
+  fail "a data-parallel run with DeepSeek routing and bias balancing differs from one process"
+
 for key in parallel.tp parallel.pp; do
   if "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" $key=2 train.out_dir="$WORK/$key" \
     >"$WORK/$key.log" 2>&1; then
@@ -107,4 +124,4 @@ refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal cou
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor and EP2 fine-tuning equal one process; EP2 checkpoints resume on one process and back; TP and PP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1 and EP2 too); EP2 checkpoints resume on one process and back; TP and PP refused"
