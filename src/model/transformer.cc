@@ -103,14 +103,6 @@ void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
   for (Block& b : blocks_) b.moe.ep = ep;
 }
 
-void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
-  if (ep.active() && (!cfg_.is_moe() || cfg_.num_experts % ep.size()))
-    fail("parallel.ep = {}: model.num_experts = {} does not split into equal counts over the ranks",
-         ep.size(), cfg_.num_experts);
-  ep_ = ep;
-  for (Block& b : blocks_) b.moe.ep = ep;
-}
-
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   MoeLosses out;
   if (!cfg_.is_moe()) return out;

@@ -63,8 +63,8 @@ void scale_columns(F* y, const F* l, int64_t N, int64_t M, int64_t m, int64_t co
 }
 
 // y[n, j] *= s[n]; y [N, M], s [N].
-template <typename F>
-void scale_rows(F* y, const float* s, int64_t N, int64_t M) {
+template <typename F, typename S>
+void scale_rows(F* y, const S* s, int64_t N, int64_t M) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < M; ++j) y[n * M + j] *= F(s[n]);
 }
