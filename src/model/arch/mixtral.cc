@@ -64,6 +64,9 @@ class Mixtral final : public Architecture {
   void validate(const ModelConfig& c, const std::string& p) const override {
     if (c.moe_score_func != "softmax")
       fail("{}moe_score_func: Mixtral's router scores are softmax, got '{}'", p, c.moe_score_func);
+    if (c.moe_shared_d_ff != 0)
+      fail("{}moe_shared_d_ff: Mixtral has no shared expert (got {}; model.arch=qwen2_moe has)", p,
+           c.moe_shared_d_ff);
   }
 
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
