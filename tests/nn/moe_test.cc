@@ -5,13 +5,16 @@
 // whose perturbation changes some token's choice of experts (where the
 // objective is not differentiable) are skipped, and counted. With a capacity
 // factor, the pairs past each expert's capacity (in token order) are
-// dropped: checked against the rule, and the gradient again.
+// dropped: checked against the rule, and the gradient again. With a shared
+// expert (ungated, and behind Qwen2-MoE's sigmoid gate) its projections' and
+// gate's gradients are checked too.
 #include "nn/moe.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "core/rng.h"
 
@@ -20,14 +23,16 @@ namespace {
 
 struct Fixture {
   int64_t N = 7, C = 6, E = 4, k = 2, F = 5;
-  Tensor x, router, up, down, cy;
+  int64_t Fs = 3;
+  Tensor x, router, up, down, cy, sh_up, sh_down, sh_gate;
   std::vector<float> g, xs;
   float zg = 0.3f;
   nn::MoE moe;
   nn::MoE::Saved s;
   nn::MoE::Scratch sc;
 
-  explicit Fixture(bool sigmoid, double cf = 0) {
+  // shared: 0 none, 1 a shared expert, 2 a gated shared expert.
+  explicit Fixture(bool sigmoid, double cf = 0, int shared = 0) {
     Rng r(5);
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
@@ -52,6 +57,17 @@ struct Fixture {
     moe.sigmoid = sigmoid;
     moe.norm_topk = !sigmoid;
     moe.capacity_factor = cf;
+    if (shared == 0) return;
+    sh_up = randn({2 * Fs, C}, 0.5);
+    sh_down = randn({C, Fs}, 0.5);
+    moe.shared_d_ff = Fs;
+    moe.shared_up.w = sh_up;
+    moe.shared_down.w = sh_down;
+    if (shared == 2) {
+      sh_gate = randn({1, C}, 0.8);
+      moe.shared_gate.w = sh_gate;
+    }
+    nn::MoE::add_shared(&s, &sc, N, C, Fs, shared == 2, DType::F32, alloc);
   }
   // The objective in double, and the chosen experts.
   double objective(std::vector<int32_t>* idx = nullptr) {
@@ -67,8 +83,8 @@ struct Fixture {
   }
 };
 
-void check(bool sigmoid, double cf = 0) {
-  Fixture fx(sigmoid, cf);
+void check(bool sigmoid, double cf = 0, int shared = 0) {
+  Fixture fx(sigmoid, cf, shared);
   Tensor dx = Tensor::empty({fx.N, fx.C}, DType::F32);
   Tensor dr = Tensor::zeros({fx.E, fx.C}, DType::F32);
   Tensor du = Tensor::zeros(fx.up.shape(), DType::F32),
@@ -76,6 +92,16 @@ void check(bool sigmoid, double cf = 0) {
   fx.moe.router.dw = dr;
   fx.moe.dup = du;
   fx.moe.ddown = dd;
+  std::vector<std::tuple<const char*, Tensor, Tensor>> params = {
+      {"x", fx.x, dx}, {"router", fx.router, dr}, {"up", fx.up, du}, {"down", fx.down, dd}};
+  for (auto [name, w, lin] :
+       {std::tuple<const char*, Tensor, nn::Linear*>{"shared_up", fx.sh_up, &fx.moe.shared_up},
+        {"shared_down", fx.sh_down, &fx.moe.shared_down},
+        {"shared_gate", fx.sh_gate, &fx.moe.shared_gate}}) {
+    if (!w.defined()) continue;
+    lin->dw = Tensor::zeros(w.shape(), DType::F32);
+    params.push_back({name, w, lin->dw});
+  }
   std::vector<int32_t> idx0;
   fx.objective(&idx0);
   if (cf > 0) {
@@ -83,10 +109,7 @@ void check(bool sigmoid, double cf = 0) {
   }
   fx.moe.backward(dx, fx.cy, fx.s, fx.sc, fx.x, fx.g, fx.zg);
   int skipped = 0, checked = 0;
-  for (auto [name, w, grad] : {std::tuple<const char*, Tensor, Tensor>{"x", fx.x, dx},
-                               {"router", fx.router, dr},
-                               {"up", fx.up, du},
-                               {"down", fx.down, dd}}) {
+  for (auto [name, w, grad] : params) {
     double scale = 0;
     for (int64_t i = 0; i < grad.numel(); ++i)
       scale = std::max(scale, std::fabs(double(grad.data<float>()[i])));
@@ -109,8 +132,8 @@ void check(bool sigmoid, double cf = 0) {
     }
   }
   EXPECT_GT(checked, 10 * skipped + 100) << "too few entries keep their routing";
-  std::cout << "[ moe sigmoid=" << sigmoid << " ] " << checked << " entries checked, " << skipped
-            << " skipped (routing changed)\n";
+  std::cout << "[ moe sigmoid=" << sigmoid << " shared=" << shared << " ] " << checked
+            << " entries checked, " << skipped << " skipped (routing changed)\n";
 }
 
 TEST(MoE, BackwardMatchesFiniteDifferencesSoftmaxTopkRenormalised) {
@@ -121,6 +144,13 @@ TEST(MoE, BackwardMatchesFiniteDifferencesSigmoid) {
 }
 TEST(MoE, BackwardMatchesFiniteDifferencesWithTokenDropping) {
   check(false, 0.75);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesWithASharedExpert) {
+  check(false, 0, 1);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesWithAGatedSharedExpert) {
+  check(false, 0, 2);
+  check(true, 0, 2);
 }
 
 TEST(MoE, CapacityDropsThePairsPastEachExpertsCapacityInTokenOrder) {
