@@ -53,7 +53,9 @@ TEST_P(HfQwen, ImportMatchesReference) {
   EXPECT_EQ(rep.architecture, q.hf_class);
   EXPECT_EQ(rep.config.arch, q.arch);
   const std::string arch = q.arch;
-  if (arch != "qwen2_moe") EXPECT_EQ(rep.config.head_dim(), 16);
+  if (arch != "qwen2_moe") {
+    EXPECT_EQ(rep.config.head_dim(), 16);
+  }
   if (arch != "qwen3") {
     EXPECT_EQ(rep.config.num_experts, 4);
     EXPECT_EQ(rep.config.expert_d_ff(), 24);
@@ -105,7 +107,9 @@ TEST_P(HfQwen, ExportReproducesEverySourceTensor) {
                             "mlp_only_layers",
                             "attention_bias",
                             "use_sliding_window"})
-      if (in.contains(key)) EXPECT_EQ(back[key], in[key]) << key;
+      if (in.contains(key)) {
+        EXPECT_EQ(back[key], in[key]) << key;
+      }
     // The reference reads the export.
     auto model = load_model(tmp / (name + "_nk"), DType::F32);
     write_nekton_results(*model, tmp / (name + ".nekton.safetensors"));
@@ -158,18 +162,31 @@ TEST_P(HfQwen, LossAndGradientsMatchReferenceAutograd) {
     EXPECT_NEAR(ml.z, want_loss[3], 1e-5 * want_loss[3]);
   }
   double worst = 0;
-  int64_t n = 0;
+  int64_t n = 0, unused = 0;
+  auto max_abs = [](const Tensor& t) {
+    double m = 0;
+    for (float v : floats(t)) m = std::max(m, double(std::abs(v)));
+    return m;
+  };
   for (const ExternalTensor& e : c.architecture().hf_tensors(c, "")) {
     const ParamInfo& p = model->layout().find(e.param);
     Tensor g = e.part.empty() ? ParamLayout::view(model->grads(), p)
                               : ParamLayout::part_view(model->grads(), p, e.part);
-    const double rel = max_rel_diff(g, ref.get(e.name));
+    const Tensor want = ref.get(e.name);
+    ++n;
+    if (max_abs(want) == 0) {  // an expert no token chose: no gradient either side
+      EXPECT_EQ(max_abs(g), 0.0) << e.name;
+      ++unused;
+      continue;
+    }
+    const double rel = max_rel_diff(g, want);
     worst = std::max(worst, rel);
     EXPECT_LT(rel, 1e-4) << e.name;
-    ++n;
   }
-  std::cout << "[ " << q.arch << " ] gradients of " << n
-            << " tensors: worst max relative difference " << worst << "\n";
+  std::cout << "[ " << q.arch << " ] gradients of " << n << " tensors (" << unused
+            << " of experts no token chose: zero both sides): worst "
+            << "max relative difference " << worst << "\n";
+  EXPECT_LT(unused, n / 4);
 }
 
 // Generation with the KV cache (prefill in chunks, then token by token) gives
@@ -184,7 +201,8 @@ TEST_P(HfQwen, KvCacheGenerationEqualsRecompute) {
     Transformer model(c, dt, 11);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 20; ++i) prompt.push_back(int32_t((i * 29 + 3) % 97));
-    std::vector<int32_t> want = greedy(model, prompt, 12);
+    std::vector<int32_t> want;
+    if (dt == DType::F32) want = greedy(model, prompt, 12);
     Generator gen(model, nullptr, 2, /*prefill_chunk=*/7);
     GenerationRequest req;
     req.prompt = prompt;
