@@ -155,14 +155,17 @@ void derive_sizes(ModelConfig& m, const ModelConfig& preset, bool width, bool he
                   bool ffn) {
   m.derived.clear();
   if (width && !heads) {
-    const int64_t hd = preset.head_dim();
+    // The preset's width per head: its head size, or with a head size of
+    // its own (model.head_dim, kept) d_model / n_head all the same.
+    const int64_t hd = preset.d_model / preset.n_head;
+    const char* what = preset.attn_head_dim > 0 ? "width per head" : "head size";
     if (m.d_model % hd != 0)
       fail(
-          "model.d_model: {} is not a multiple of the preset's head size {} ({} / {} heads); "
+          "model.d_model: {} is not a multiple of the preset's {} {} ({} / {} heads); "
           "set model.n_head too",
-          m.d_model, hd, preset.d_model, preset.n_head);
+          m.d_model, what, hd, preset.d_model, preset.n_head);
     m.n_head = m.d_model / hd;
-    m.derived.push_back({"model.n_head", fmt::format("d_model / {}, the preset's head size", hd)});
+    m.derived.push_back({"model.n_head", fmt::format("d_model / {}, the preset's {}", hd, what)});
   }
   if ((width || heads) && !kv_heads && m.n_head != preset.n_head) {
     const int64_t group = preset.n_head / preset.n_kv_head;
