@@ -29,7 +29,7 @@ std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers,
 
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
                          Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp,
-                         const PipelineStage& stage)
+                         const PipelineStage& stage, int64_t expert_ranks)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
@@ -92,7 +92,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
           nn::SelfAttention::qk_acts_for(B * T, c.n_head, c.n_kv_head, c.head_dim(), dt, alloc);
     if (c.is_moe()) {
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                 dt, alloc);
+                                 dt, alloc, expert_ranks);
       if (c.moe_shared_d_ff > 0)
         nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
                             dt, alloc);
@@ -197,7 +197,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     if (qk_norm) dattn.dqk = act(HD);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                  dt, alloc);
+                                  dt, alloc, expert_ranks);
       if (c.moe_shared_d_ff > 0) {
         nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
                             dt, alloc);
@@ -256,6 +256,7 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
                          {"moe.gate_probs", &y.moe.gate_probs},
                          {"moe.gate_w", &y.moe.gate_w}})
     add(name, *t);
+  if (y.moe.exchange) add("moe.xe", y.moe.xe);  // expert parallel: the experts' own inputs
   if (r == Recompute::None) {
     add("ln1", y.ln1);
     add("ln2", y.ln2);

@@ -503,6 +503,7 @@ void Transformer::bind_views() {
         b.moe.shared_down = linear(L(l, "moe.shared_down"));
         if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
+      b.moe.ep = ep_;
       blocks_.push_back(b);
       continue;
     }
