@@ -35,6 +35,7 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"init_std", c.init_std}};
   // Only when set, so the config of a model without one stays as it was.
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.attn_head_dim > 0) j["head_dim"] = c.attn_head_dim;
   if (c.is_moe())
     j["moe"] = {{"num_experts", c.num_experts},
                 {"num_experts_per_tok", c.num_experts_per_tok},
@@ -51,6 +52,10 @@ std::string model_config_to_json(const ModelConfig& c) {
                 {"score_bias", c.has_score_bias()},
                 {"bias_update_rate", c.moe_bias_update_rate},
                 {"first_dense_layers", c.moe_first_dense_layers}};
+  if (c.moe_shared_d_ff > 0) {
+    j["moe"]["shared_d_ff"] = c.moe_shared_d_ff;
+    j["moe"]["shared_expert_gate"] = c.moe_shared_expert_gate;
+  }
   // A sequence classifier (reward or attribute model).
   if (c.classifier()) {
     j["num_labels"] = c.num_labels;
@@ -104,6 +109,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
+  if (j.contains("head_dim")) get("head_dim", c.attn_head_dim);
   if (j.contains("moe")) {
     const json& m = j["moe"];
     if (!m.is_object()) fail("{}: field 'moe' must be an object, got {}", where, m.dump());
@@ -128,6 +134,10 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       if (m.contains("first_dense_layers"))
         c.moe_first_dense_layers =
             json_int(m.at("first_dense_layers"), where, "moe.first_dense_layers");
+      if (m.contains("shared_d_ff"))
+        c.moe_shared_d_ff = json_int(m.at("shared_d_ff"), where, "moe.shared_d_ff");
+      if (m.contains("shared_expert_gate"))
+        m.at("shared_expert_gate").get_to(c.moe_shared_expert_gate);
     } catch (const json::exception& e) {
       fail(
           "{}: field 'moe' needs num_experts, num_experts_per_tok, moe_d_ff, norm_topk_prob, "

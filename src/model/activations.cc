@@ -2,6 +2,7 @@
 // (Activations, model/transformer.h): its plan of buffers per recompute
 // policy, tensor-parallel split and pipeline stage, and the tensors each
 // layer keeps for its backward.
+#include "model/arch.h"
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -79,6 +80,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // router's statistics per sequence.
   const bool any_dense = !c.is_moe() || c.moe_first_dense_layers > 0;
   const int64_t segments = c.is_moe() && c.moe_aux_loss_type == "seq" ? B : 1;
+  const bool qk_norm = c.architecture().block().qk_norm;
   auto layer = [&](bool cheap, int64_t l) {
     Layer y;
     y.res_mid = region();
@@ -91,10 +93,17 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.qkv = act(c.qkv_dim() / t);
     y.attn.out = act(HD);
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
+    if (qk_norm)
+      y.attn.qk =
+          nn::SelfAttention::qk_acts_for(B * T, c.n_head, c.n_kv_head, c.head_dim(), dt, alloc);
     // l < 0: a layer's buffers that any layer may use.
-    if (c.is_moe() && (l < 0 || c.moe_layer(l)))
+    if (c.is_moe() && (l < 0 || c.moe_layer(l))) {
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
                                  dt, alloc, expert_ranks, segments);
+      if (c.moe_shared_d_ff > 0)
+        nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
+                            dt, alloc);
+    }
     if (l < 0 ? any_dense : !c.moe_layer(l)) {
       y.mlp.h = act(up);
       y.mlp.a = cheap ? act(F) : shared.mlp.a;
@@ -194,9 +203,14 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dln = region();
     dattn.dqkv = act(c.qkv_dim() / t);
     dattn.dout = act(HD);
+    if (qk_norm) dattn.dqk = act(HD);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
                                   dt, alloc, expert_ranks, segments);
+      if (c.moe_shared_d_ff > 0) {
+        nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
+                            dt, alloc);
+      }
       moe_balance.resize(size_t(segments * c.num_experts));
     }
     if (any_dense) {
@@ -245,7 +259,17 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
                          {"moe.xs", &y.moe.xs},
                          {"moe.h", &y.moe.h},
                          {"moe.a", &y.moe.a},
-                         {"moe.out", &y.moe.out}})
+                         {"moe.out", &y.moe.out},
+                         {"attn.q_raw", &y.attn.qk.q_raw},
+                         {"attn.k_raw", &y.attn.qk.k_raw},
+                         {"attn.q_rstd", &y.attn.qk.q_rstd},
+                         {"attn.k_rstd", &y.attn.qk.k_rstd},
+                         {"moe.sh_h", &y.moe.sh_h},
+                         {"moe.sh_a", &y.moe.sh_a},
+                         {"moe.sh_out", &y.moe.sh_out},
+                         {"moe.gate_logits", &y.moe.gate_logits},
+                         {"moe.gate_probs", &y.moe.gate_probs},
+                         {"moe.gate_w", &y.moe.gate_w}})
     add(name, *t);
   if (y.moe.exchange) add("moe.xe", y.moe.xe);  // expert parallel: the experts' own inputs
   if (r == Recompute::None) {

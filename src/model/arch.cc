@@ -15,11 +15,15 @@ const Architecture& llama_architecture();
 const Architecture& qwen2_architecture();
 const Architecture& mistral_architecture();
 const Architecture& mixtral_architecture();
+const Architecture& qwen3_architecture();
+const Architecture& qwen2_moe_architecture();
+const Architecture& qwen3_moe_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),    &llama_architecture(),   &qwen2_architecture(),
-      &mistral_architecture(), &mixtral_architecture(),
+      &gpt2_architecture(),      &llama_architecture(),     &qwen2_architecture(),
+      &mistral_architecture(),   &mixtral_architecture(),   &qwen3_architecture(),
+      &qwen2_moe_architecture(), &qwen3_moe_architecture(),
   };
   return all;
 }
@@ -104,6 +108,10 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     norm(L(l, "ln1"));
     p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std, qkv);
     if (spec.qkv_bias) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros, 0.f, qkv);
+    if (spec.qk_norm) {
+      p.add(L(l, "attn.q_norm.weight"), {D}, Init::Ones);
+      p.add(L(l, "attn.k_norm.weight"), {D}, Init::Ones);
+    }
     p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
     norm(L(l, "ln2"));
@@ -142,6 +150,107 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
     p.add(h + "score_bias", {E}, Init::Zeros);
     p.freeze(h + "score_bias");
   }
+  if (c.moe_shared_d_ff > 0) {
+    const int64_t Fs = c.moe_shared_d_ff;
+    p.add(h + "shared_up.weight", {2 * Fs, C}, Init::Normal, std,
+          ParamOptions{Split::Rows, {{"gate", Fs}, {"up", Fs}}});
+    p.add(h + "shared_down.weight", {C, Fs}, Init::Normal, out_std);
+    if (c.moe_shared_expert_gate) p.add(h + "shared_gate.weight", {1, C}, Init::Normal, std);
+  }
+}
+
+namespace {
+
+// Layer l's MoE tensors, Nekton params under h ("h.L."), HF names under m
+// ("model.layers.L.").
+void qwen_moe_layer_tensors(const ModelConfig& c, const std::string& h, const std::string& m,
+                            std::vector<ExternalTensor>& out) {
+  const std::string x = m + "mlp.";
+  out.push_back({x + "gate.weight", h + "moe.router.weight", "", false, 0});
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    const std::string ex = fmt::format("{}experts.{}.", x, e);
+    out.push_back({ex + "gate_proj.weight", h + "moe.up.weight", fmt::format("e{}.gate", e)});
+    out.push_back({ex + "up_proj.weight", h + "moe.up.weight", fmt::format("e{}.up", e)});
+  }
+  for (int64_t e = 0; e < c.num_experts; ++e)
+    out.push_back({fmt::format("{}experts.{}.down_proj.weight", x, e), h + "moe.down.weight",
+                   fmt::format("e{}", e)});
+  if (c.moe_shared_d_ff == 0) return;
+  out.push_back({x + "shared_expert.gate_proj.weight", h + "moe.shared_up.weight", "gate"});
+  out.push_back({x + "shared_expert.up_proj.weight", h + "moe.shared_up.weight", "up"});
+  out.push_back({x + "shared_expert.down_proj.weight", h + "moe.shared_down.weight", ""});
+  if (c.moe_shared_expert_gate)
+    out.push_back({x + "shared_expert_gate.weight", h + "moe.shared_gate.weight", ""});
+}
+
+}  // namespace
+
+std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
+                                                const std::vector<ExternalTensor>& dense) {
+  std::vector<ExternalTensor> out;
+  const std::string ln2 = "ln2.weight";
+  for (const ExternalTensor& t : dense) {
+    if (t.param.find(".mlp.") != std::string::npos) continue;  // no dense MLP here
+    out.push_back(t);
+    if (!t.param.ends_with(ln2)) continue;
+    qwen_moe_layer_tensors(c, t.param.substr(0, t.param.size() - ln2.size()),
+                           t.name.substr(0, t.name.find("post_attention_layernorm")), out);
+  }
+  return out;
+}
+
+void hf_read_qwen_moe(const HfConfigReader& h, ModelConfig& c, bool shared_expert) {
+  c.num_experts = h.positive("num_experts", limits::kMaxExperts, "experts");
+  c.num_experts_per_tok = h.positive("num_experts_per_tok", limits::kMaxExperts, "experts");
+  if (c.num_experts_per_tok > c.num_experts)
+    h.fail_at(fmt::format("'num_experts_per_tok' = {} exceeds 'num_experts' = {}",
+                          c.num_experts_per_tok, c.num_experts));
+  c.moe_d_ff = h.positive("moe_intermediate_size", limits::kFfn, "MLP units");
+  c.norm_topk_prob = h.boolean("norm_topk_prob", false);
+  c.moe_score_func = "softmax";
+  c.moe_aux_loss_coeff = 0.001;
+  if (h.has("router_aux_loss_coef")) {
+    const nlohmann::json& v = h.at("router_aux_loss_coef");
+    if (!v.is_number() || !(v.get<double>() >= 0))
+      h.fail_at("field 'router_aux_loss_coef' must be a number >= 0, got " + v.dump());
+    c.moe_aux_loss_coeff = v.get<double>();
+  }
+  // HF makes layer l dense when l is in mlp_only_layers or (l + 1) is not a
+  // multiple of decoder_sparse_step; Nekton's MoE models are MoE in every layer.
+  if (h.integer("decoder_sparse_step", 1) != 1)
+    h.unsupported("decoder_sparse_step",
+                  "dense layers between the MoE ones are not supported yet (1: every layer MoE)");
+  if (h.has("mlp_only_layers")) {
+    const nlohmann::json& v = h.at("mlp_only_layers");
+    if (!v.is_array()) h.fail_at("field 'mlp_only_layers' must be a list, got " + v.dump());
+    if (!v.empty())
+      h.unsupported("mlp_only_layers",
+                    "dense layers in a MoE model are not supported yet (only [] is)");
+  }
+  if (h.boolean("use_sliding_window", false))
+    h.unsupported("use_sliding_window", "sliding-window attention is not supported");
+  c.moe_shared_d_ff = 0;
+  c.moe_shared_expert_gate = false;
+  if (shared_expert) {
+    c.moe_shared_d_ff = h.positive("shared_expert_intermediate_size", limits::kFfn, "MLP units");
+    c.moe_shared_expert_gate = true;
+  }
+}
+
+void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool shared_expert) {
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = c.n_layer;
+  j["attention_dropout"] = 0.0;
+  j["decoder_sparse_step"] = 1;
+  j["moe_intermediate_size"] = c.expert_d_ff();
+  if (shared_expert) j["shared_expert_intermediate_size"] = c.moe_shared_d_ff;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["num_experts"] = c.num_experts;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = c.moe_aux_loss_coeff;
+  j["mlp_only_layers"] = nlohmann::ordered_json::array();
 }
 
 // ---- HfConfigReader ----

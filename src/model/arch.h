@@ -28,6 +28,9 @@ struct BlockSpec {
   bool learned_positions = false;  // a wpe table (GPT-2), else rotary embeddings
   bool qkv_bias = false;           // bias on the fused QKV projection
   bool proj_bias = false;          // biases on the attention output and both MLP projections
+  // Per-head RMSNorms on q and k before the rotation (Qwen3): weights
+  // h.L.attn.q_norm.weight and h.L.attn.k_norm.weight [head_dim].
+  bool qk_norm = false;
 };
 
 // One tensor of an external checkpoint (HF or GGUF) and where it lives in
@@ -149,7 +152,11 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
 // h.L.moe.up.weight [E 2F, C] (parts "e<i>.gate", "e<i>.up") and their down
 // projections h.L.moe.down.weight [E C, F] (parts "e<i>"): one tensor per
 // projection, so that each expert's rows are one contiguous block and the
-// HF tensors (one per expert and projection) map to parts. With
+// HF tensors (one per expert and projection) map to parts. With a shared
+// expert (ModelConfig::moe_shared_d_ff) also h.L.moe.shared_up.weight
+// [2Fs, C] (parts "gate", "up"), h.L.moe.shared_down.weight [C, Fs] and with
+// its gate h.L.moe.shared_gate.weight [1, C]. With
+
 // c.has_score_bias(), h.L.moe.score_bias [E] (zeros, frozen: the trainer's
 // aux-loss-free balancing moves it, ModelConfig::moe_bias_update_rate).
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
@@ -159,14 +166,33 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
 // intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads (default: the heads), vocab_size,
 // max_position_embeddings, rms_norm_eps (1e-6), tie_word_embeddings (false),
-// initializer_range, head_dim (must be hidden_size / heads), hidden_act
-// (silu), rope_theta and rope_scaling (model/rope.h), with their checks.
-void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c);
+// initializer_range, head_dim (must be hidden_size / heads unless
+// any_head_dim: then ModelConfig::attn_head_dim), hidden_act (silu),
+// rope_theta and rope_scaling (model/rope.h), with their checks.
+void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c, bool any_head_dim = false);
 // The same keys written back, in the order Llama's config.json has them.
 void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j);
 // Llama-style HF tensor names (model.layers.L.self_attn.q_proj.weight, ...),
-// with the q/k/v biases when qkv_bias.
-std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias);
+// with the q/k/v biases when qkv_bias, and self_attn.q_norm / k_norm when
+// qk_norm (Qwen3).
+std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias,
+                                                   bool qk_norm = false);
+// The config.json keys of the Qwen MoE families besides the Llama-style
+// ones: num_experts, num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob (default false, as both HF classes have it),
+// router_aux_loss_coef (0.001), decoder_sparse_step and mlp_only_layers
+// (every layer must be a MoE one: nk::Error naming the key otherwise),
+// use_sliding_window (false only), and with a shared expert (Qwen2-MoE)
+// shared_expert_intermediate_size (the shared expert is then gated).
+void hf_read_qwen_moe(const HfConfigReader& h, ModelConfig& c, bool shared_expert);
+void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool shared_expert);
+// The HF tensors of a Qwen-MoE model (Qwen2MoeForCausalLM,
+// Qwen3MoeForCausalLM): `dense`, the Llama-style ones, with each layer's
+// MLP replaced by its MoE block's after the post-attention norm: mlp.gate
+// (the router), mlp.experts.e.{gate,up,down}_proj and, with a shared
+// expert, mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate.
+std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
+                                                const std::vector<ExternalTensor>& dense);
 // llama.cpp's names of the same tensors (blk.L.attn_q.weight, ...);
 // rope_permute: q and k weight rows in llama.cpp's "llama" rotary order.
 std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,

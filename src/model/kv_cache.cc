@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include "model/arch.h"
+
 #include <algorithm>
 
 #include "ops/ops.h"
@@ -39,9 +41,14 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   qkv = Tensor::empty({R, c.qkv_dim()}, dt, device);
   att = Tensor::empty({R, c.n_head * D}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
-  if (c.is_moe())
-    moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt,
-                             [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); });
+  auto mk = [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); };
+  if (c.architecture().block().qk_norm)
+    qk = nn::SelfAttention::qk_acts_for(R, c.n_head, c.n_kv_head, D, dt, mk);
+  if (c.is_moe()) {
+    moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt, mk);
+    if (c.moe_shared_d_ff > 0)
+      nn::MoE::add_shared(&moe, nullptr, R, C, c.moe_shared_d_ff, c.moe_shared_expert_gate, dt, mk);
+  }
   if (!c.is_moe() || c.moe_first_dense_layers > 0) {  // dense layers
     h = Tensor::empty({R, up}, dt, device);
     a = Tensor::empty({R, c.d_ff}, dt, device);

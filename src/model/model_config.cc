@@ -43,8 +43,12 @@ void ModelConfig::validate(const std::string& p) const {
   shape("d_model", d_model, limits::kHidden, "hidden units");
   shape("d_ff", d_ff, limits::kFfn, "MLP units");
   shape("make_vocab_size_divisible_by", make_vocab_size_divisible_by, limits::kVocab, "token ids");
-  if (d_model % n_head)
-    fail("{}n_head: {} heads do not divide {}d_model = {}", p, n_head, p, d_model);
+  if (attn_head_dim < 0)
+    fail("{}head_dim: must be 0 (d_model / n_head) or positive, got {}", p, attn_head_dim);
+  check_limit("", p + "head_dim", attn_head_dim, limits::kHidden, "units");
+  if (attn_head_dim == 0 && d_model % n_head)
+    fail("{}n_head: {} heads do not divide {}d_model = {} (or set {}head_dim)", p, n_head, p,
+         d_model, p);
   if (n_head % n_kv_head)
     fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
   if (!a->block().learned_positions && head_dim() % 2)
@@ -83,6 +87,11 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
          num_experts_per_tok);
   if (moe_d_ff < 0) fail("{}moe_d_ff: must be 0 (model.d_ff) or positive, got {}", p, moe_d_ff);
   check_limit("", p + "moe_d_ff", moe_d_ff, limits::kFfn, "MLP units");
+  if (moe_shared_d_ff < 0)
+    fail("{}moe_shared_d_ff: must be 0 (no shared expert) or positive, got {}", p, moe_shared_d_ff);
+  check_limit("", p + "moe_shared_d_ff", moe_shared_d_ff, limits::kFfn, "MLP units");
+  if (moe_shared_expert_gate && moe_shared_d_ff == 0)
+    fail("{}moe_shared_expert_gate: a gate needs a shared expert ({}moe_shared_d_ff > 0)", p, p);
   if (moe_score_func != "softmax" && moe_score_func != "sigmoid")
     fail("{}moe_score_func: expected softmax or sigmoid, got '{}'", p, moe_score_func);
   for (auto [key, v] : {std::pair<const char*, double>{"moe_aux_loss_coeff", moe_aux_loss_coeff},
@@ -120,12 +129,14 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
 
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
   double C = double(d_model), L = double(n_layer);
-  // A MoE block costs its k active experts (the router's E C is negligible);
-  // the first moe_first_dense_layers blocks a dense MLP (per layer: the mean).
+  // A MoE block costs its k active experts and its shared expert (the
+  // router's E C is negligible); the first moe_first_dense_layers blocks a
+  // dense MLP (per layer: the mean).
   const double dense = (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
   double mlp = dense;
   if (is_moe()) {
-    const double moe = 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok);
+    const double moe = 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok) +
+                       3.0 * C * double(moe_shared_d_ff);
     const double fd = double(moe_first_dense_layers);
     mlp = (fd * dense + (L - fd) * moe) / L;
   }
@@ -167,14 +178,17 @@ void derive_sizes(ModelConfig& m, const ModelConfig& preset, bool width, bool he
                   bool ffn) {
   m.derived.clear();
   if (width && !heads) {
-    const int64_t hd = preset.head_dim();
+    // The preset's width per head: its head size, or with a head size of
+    // its own (model.head_dim, kept) d_model / n_head all the same.
+    const int64_t hd = preset.d_model / preset.n_head;
+    const char* what = preset.attn_head_dim > 0 ? "width per head" : "head size";
     if (m.d_model % hd != 0)
       fail(
-          "model.d_model: {} is not a multiple of the preset's head size {} ({} / {} heads); "
+          "model.d_model: {} is not a multiple of the preset's {} {} ({} / {} heads); "
           "set model.n_head too",
-          m.d_model, hd, preset.d_model, preset.n_head);
+          m.d_model, what, hd, preset.d_model, preset.n_head);
     m.n_head = m.d_model / hd;
-    m.derived.push_back({"model.n_head", fmt::format("d_model / {}, the preset's head size", hd)});
+    m.derived.push_back({"model.n_head", fmt::format("d_model / {}, the preset's {}", hd, what)});
   }
   if ((width || heads) && !kv_heads && m.n_head != preset.n_head) {
     const int64_t group = preset.n_head / preset.n_kv_head;
@@ -223,6 +237,8 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   const bool ffn = b.bind_unless("model.d_ff", m.d_ff, 0,
                                  "override: MLP inner size (0 = the family's rule from "
                                  "d_model when d_model is set)");
+  b.bind_unless("model.head_dim", m.attn_head_dim, -1,
+                "override: attention head size (0 = d_model / n_head; -1 = preset's)");
   b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
   b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
   b.bind("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by,
@@ -285,6 +301,19 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
                 "override: experts each token is routed to (top-k)");
   b.bind_unless("model.moe_d_ff", m.moe_d_ff, -1,
                 "override: each expert's MLP inner size (0 = model.d_ff; -1 = preset's)");
+  b.bind_unless("model.moe_shared_d_ff", m.moe_shared_d_ff, -1,
+                "override: the shared expert's MLP inner size, every token's besides its routed "
+                "experts (0 = none; -1 = preset's)");
+  b.bind_with<std::string>(
+      "model.moe_shared_expert_gate", "",
+      "override: true/false, scale the shared expert's output by "
+      "sigmoid(x . w) (Qwen2-MoE: true)",
+      [&](const std::string& t) {
+        if (t.empty()) return;
+        if (t != "true" && t != "false")
+          fail("model.moe_shared_expert_gate: expected true or false, got '{}'", t);
+        m.moe_shared_expert_gate = t == "true";
+      });
   b.bind_with<std::string>("model.norm_topk_prob", "",
                            "override: true/false, renormalise the top-k router scores (Mixtral: "
                            "true)",

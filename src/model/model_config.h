@@ -27,6 +27,10 @@ struct ModelConfig {
   int64_t n_kv_head = 12;  // < n_head: grouped-query attention
   int64_t d_model = 768;
   int64_t d_ff = 3072;  // MLP inner size (per branch for SwiGLU)
+  // Attention head size; 0: d_model / n_head. Qwen3 sets it apart (its
+  // n_head x head_dim need not be d_model: q and the output projection are
+  // then [n_head head_dim, d_model] and [d_model, n_head head_dim]).
+  int64_t attn_head_dim = 0;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   // Sliding-window attention (Mistral): each token attends to the last
@@ -40,6 +44,13 @@ struct ModelConfig {
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 2;  // top-k
   int64_t moe_d_ff = 0;
+  // A shared expert (nn/moe.h) every token goes through besides its routed
+  // ones: one SwiGLU MLP of moe_shared_d_ff units (0: none; DeepSeek's
+  // n_shared_experts x moe_intermediate_size, Qwen2-MoE's
+  // shared_expert_intermediate_size), its output scaled by sigmoid(x . w)
+  // (w [1, C]) when moe_shared_expert_gate (Qwen2-MoE).
+  int64_t moe_shared_d_ff = 0;
+  bool moe_shared_expert_gate = false;
   bool norm_topk_prob = true;              // renormalise the top-k scores to sum to 1
   std::string moe_score_func = "softmax";  // router scores: softmax or sigmoid
   // > 0: each expert computes at most ceil(factor N k / E) of a forward's N
@@ -113,7 +124,7 @@ struct ModelConfig {
 
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;
-  int64_t head_dim() const { return d_model / n_head; }
+  int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   bool is_moe() const { return num_experts > 0; }
   // Whether layer l's MLP is Mixture-of-Experts (else dense).
   bool moe_layer(int64_t l) const { return is_moe() && l >= moe_first_dense_layers; }

@@ -95,6 +95,11 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
       {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
+  if (cfg.architecture().block().qk_norm)
+    fail(
+        "parallel.tp = {}: model.arch = {}: attention with q/k norms under tensor parallelism is "
+        "not supported yet (set parallel.tp=1)",
+        tp, cfg.arch);
   for (const auto& [key, value] : split)
     if (value % tp)
       fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
@@ -477,6 +482,10 @@ void Transformer::bind_views() {
     b.attn.head_dim = cfg_.head_dim();
     b.attn.window = cfg_.sliding_window;
     b.attn.rope = rope_;
+    if (spec.qk_norm) {
+      b.attn.q_norm = norm(L(l, "attn.q_norm"));
+      b.attn.k_norm = norm(L(l, "attn.k_norm"));
+    }
     if (cfg_.moe_layer(l)) {
       b.moe.router = linear(L(l, "moe.router"));
       b.moe.up = w(L(l, "moe.up.weight"));
@@ -497,6 +506,12 @@ void Transformer::bind_views() {
       if (cfg_.has_score_bias()) {
         const ParamInfo& p = layout_.find(L(l, "moe.score_bias"));
         b.moe.bias = has_master(p) ? ParamLayout::view(params_, p) : w(p.name);
+      }
+      if (cfg_.moe_shared_d_ff > 0) {
+        b.moe.shared_d_ff = cfg_.moe_shared_d_ff;
+        b.moe.shared_up = linear(L(l, "moe.shared_up"));
+        b.moe.shared_down = linear(L(l, "moe.shared_down"));
+        if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
       b.moe.ep = ep_;
       blocks_.push_back(b);

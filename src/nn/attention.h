@@ -7,8 +7,16 @@
 // rank's share of the query heads and of the key/value heads, whole heads),
 // proj row-parallel; n_head and n_kv_head are then this rank's counts. Under
 // sequence parallelism x, y and dx are this rank's rows [N/t, C].
+//
+// q/k norms (Qwen3): q_norm and k_norm, when their weights are defined, are
+// RMSNorms over each head's D values of q and of k (weight [D], shared by
+// the heads), applied after the projection and before the rotation. They
+// work on the q and k columns of the fused QKV rows through column copies
+// (ops::copy_columns, ops::add_columns), so every backend that has those
+// runs them.
 #pragma once
 #include "nn/linear.h"
+#include "nn/norm.h"
 #include "nn/tensor_parallel.h"
 
 namespace nk::nn {
@@ -19,6 +27,15 @@ struct SelfAttention {
   int64_t window = 0;  // sliding window (each token sees the last `window` positions); 0: all
   Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
   TensorParallel tp;
+  Norm q_norm, k_norm;  // RMSNorms over each head's D values (weights undefined: none)
+
+  // What the q/k norms keep: q and k before the norm and their inverse RMS.
+  struct QkActs {
+    Tensor q_raw, k_raw;    // [N, Hq D], [N, Hkv D]
+    Tensor q_rstd, k_rstd;  // f32 [N Hq], [N Hkv]
+    bool defined() const { return q_raw.defined(); }
+  };
+  bool qk_norm() const { return q_norm.w.defined(); }
 
   struct Saved {
     Tensor qkv;                               // [B, T, (Hq + 2 Hkv) D], q and k already rotated
@@ -26,15 +43,25 @@ struct SelfAttention {
     Tensor lse;                               // f32 [B, Hq, T]
     AdapterActs qkv_adapters, proj_adapters;  // the adapters' (undefined without)
     Tensor full_x, full_y;  // sequence parallel: [B, T, C] scratch shared by every layer
+    QkActs qk;              // with q/k norms
   };
   struct Scratch {
     Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
+    Tensor dqk;         // with q/k norms: [B, T, Hq D]
   };
+  // QkActs for N rows; alloc(shape, dtype) allocates one tensor.
+  template <typename Alloc>
+  static QkActs qk_acts_for(int64_t N, int64_t Hq, int64_t Hkv, int64_t D, DType dt,
+                            Alloc&& alloc) {
+    return {alloc(Shape{N, Hq * D}, dt), alloc(Shape{N, Hkv * D}, dt),
+            alloc(Shape{N * Hq}, DType::F32), alloc(Shape{N * Hkv}, DType::F32)};
+  }
 
   // x [B, T, C] -> y [B, T, C]
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
     qkv.forward(s.qkv, tp.enter(x, s.full_x), s.qkv_adapters);
+    if (qk_norm()) qk_norm_forward(rows(s.qkv), s.qk, rows(s.out));
     if (rope.defined() && positions.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
@@ -51,8 +78,10 @@ struct SelfAttention {
   // adapters' scratch (undefined without).
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
                       Tensor v_cache, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, const AdapterActs& ad = {}) const {
+                      const Tensor& positions, const AdapterActs& ad = {},
+                      const QkActs& qk = {}) const {
     qkv.forward(qkv_buf, x, ad);
+    if (qk_norm()) qk_norm_forward(qkv_buf, qk, out_buf);
     if (rope.defined())
       ops::rope_inplace(qkv_buf.view({1, qkv_buf.dim(0), qkv_buf.dim(1)}), n_head + n_kv_head,
                         head_dim, rope, positions);
@@ -71,8 +100,51 @@ struct SelfAttention {
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, 0, /*inverse=*/true);
+    if (qk_norm()) qk_norm_backward(rows(g.dqkv), s.qk, rows(g.dout), rows(g.dqk));
     qkv.backward(tp.enter_grad(dx, s.full_y), g.dqkv, tp.enter(x, s.full_x), s.qkv_adapters);
     tp.enter_backward(dx, s.full_y);
+  }
+
+ private:
+  // The first N n values of contiguous t as [N n / D, D]: N rows of n
+  // values, one head of D values per row of the result.
+  static Tensor heads(const Tensor& t, int64_t N, int64_t n, int64_t D) {
+    return t.view({-1}).narrow0(0, N * n).view({N * n / D, D});
+  }
+  // The q and k columns of qkv2 [N, (Hq + 2 Hkv) D] normalised in place;
+  // scratch [N, >= Hq D] (the attention output, not yet written).
+  void qk_norm_forward(const Tensor& qkv2, const QkActs& a, const Tensor& scratch) const {
+    NK_CHECK(a.defined(), "SelfAttention: q/k norms without their activations");
+    const int64_t N = qkv2.dim(0), D = head_dim;
+    for (int p = 0; p < 2; ++p) {
+      const Norm& norm = p == 0 ? q_norm : k_norm;
+      const int64_t n = (p == 0 ? n_head : n_kv_head) * D, col0 = p == 0 ? 0 : n_head * D;
+      const Tensor raw = (p == 0 ? a.q_raw : a.k_raw).narrow0(0, N);
+      const Tensor rstd = (p == 0 ? a.q_rstd : a.k_rstd).narrow0(0, N * n / D);
+      ops::copy_columns(raw, qkv2, col0, 1.f);
+      norm.forward(heads(scratch, N, n, D), Tensor(), rstd, heads(raw, N, n, D));
+      // The columns set to the normalised values: x - x is exactly 0.
+      ops::add_columns(qkv2, raw, col0, -1.f);
+      ops::add_columns(qkv2, heads(scratch, N, n, D).view({N, n}), col0, 1.f);
+    }
+  }
+  // dqkv2's q and k columns, d loss / d normalised values, made d loss / d
+  // raw values; the norms' weight gradients accumulate. scratch, dqk [N, >= Hq D].
+  void qk_norm_backward(const Tensor& dqkv2, const QkActs& a, const Tensor& scratch,
+                        const Tensor& dqk) const {
+    const int64_t N = dqkv2.dim(0), D = head_dim;
+    for (int p = 0; p < 2; ++p) {
+      const Norm& norm = p == 0 ? q_norm : k_norm;
+      const int64_t n = (p == 0 ? n_head : n_kv_head) * D, col0 = p == 0 ? 0 : n_head * D;
+      const Tensor raw = (p == 0 ? a.q_raw : a.k_raw).narrow0(0, N);
+      const Tensor rstd = (p == 0 ? a.q_rstd : a.k_rstd).narrow0(0, N * n / D);
+      const Tensor dy = heads(scratch, N, n, D), dx = heads(dqk, N, n, D);
+      ops::copy_columns(dy.view({N, n}), dqkv2, col0, 1.f);
+      ops::fill(dx, 0.f);  // rmsnorm_backward accumulates into dx
+      norm.backward(dx, dy, heads(raw, N, n, D), Tensor(), rstd);
+      ops::add_columns(dqkv2, dy.view({N, n}), col0, -1.f);
+      ops::add_columns(dqkv2, dx.view({N, n}), col0, 1.f);
+    }
   }
 };
 

@@ -34,6 +34,13 @@
 // of the weights, and `bias` [E], the expert score-correction bias that only
 // chooses (aux-loss-free balancing: the trainer moves it after each step;
 // it has no gradient).
+//
+// Shared expert (Qwen2-MoE, DeepSeek): with shared.d_ff > 0 every token also
+// goes through one SwiGLU MLP of that width, added to the routed experts'
+// sum; with a shared gate (Qwen2-MoE's shared_expert_gate, w [1, C]) scaled
+// by sigmoid(x . w) first. The gate is a one-expert sigmoid router, so it
+// runs on ops::moe_route (E = k = 1, not renormalised) and its product with
+// the shared output on ops::moe_combine (slot n for token n).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -80,7 +87,11 @@ struct MoE {
     return r;
   }
   double capacity_factor = 0;  // 0: dropless
-  ExpertParallel ep;           // the expert-parallel group (size 1: none)
+  // The shared expert (see the file comment); shared_d_ff 0: none. Its up
+  // [2 Fs, C] is a fused [gate | up]; gate.w undefined: no gate.
+  Linear shared_up, shared_down, shared_gate;
+  int64_t shared_d_ff = 0;
+  ExpertParallel ep;  // the expert-parallel group (size 1: none)
 
   // One forward's activations for up to N tokens (M = N k slots).
   struct Saved {
@@ -97,6 +108,11 @@ struct MoE {
     Tensor out;      // T [M, C] experts' outputs before weighting
     std::shared_ptr<MoeRouting> routing;
     int64_t segments = 1;  // S: the stats' segments of the N rows
+    // The shared expert's (undefined without): its activations like
+    // nn::MLP's, its output before the gate, and the gate's routing.
+    Tensor sh_h, sh_a, sh_out;                                     // T [N, 2Fs], [N, Fs], [N, C]
+    Tensor gate_logits, gate_probs, gate_idx, gate_w, gate_stats;  // [N, 1] each, f32 [2]
+    Tensor gate_slot, gate_y;                                      // i32 [N, 1]: n; T [N, C]
     // Expert parallel (R = ep M rows; else xe is xs, ye is out, R = M):
     Tensor xe, ye;  // T [R, C] this rank's experts' inputs and outputs, by expert
     Tensor stage;   // T [R, C] scratch of the exchanges
@@ -110,9 +126,45 @@ struct MoE {
     Tensor dh;            // T [R, 2F]
     Tensor da;            // T [R, F]
     Tensor dx_router;     // T [N, C]
-    Tensor dye, dxe;      // T [R, C] expert parallel (else dout, dxs)
-    Tensor stage;         // T [R, C] expert parallel
+    // The shared expert's (undefined without).
+    Tensor sh_dout, sh_dh, sh_da;                // T [N, C], [N, 2Fs], [N, Fs]
+    Tensor gate_dw, gate_dlogits, gate_balance;  // f32 [N, 1], T [N, 1], f32 [1] zero
+    Tensor dye, dxe;                             // T [R, C] expert parallel (else dout, dxs)
+    Tensor stage;                                // T [R, C] expert parallel
   };
+  // The shared expert's buffers in s and g (either may be null) for up to
+  // N tokens; gate: with a shared gate.
+  template <typename Alloc>
+  static void add_shared(Saved* s, Scratch* g, int64_t N, int64_t C, int64_t Fs, bool gate,
+                         DType dt, Alloc&& alloc) {
+    if (s) {
+      s->sh_h = alloc(Shape{N, 2 * Fs}, dt);
+      s->sh_a = alloc(Shape{N, Fs}, dt);
+      s->sh_out = alloc(Shape{N, C}, dt);
+    }
+    if (s && gate) {
+      s->gate_logits = alloc(Shape{N, 1}, dt);
+      s->gate_probs = alloc(Shape{N, 1}, DType::F32);
+      s->gate_idx = alloc(Shape{N, 1}, DType::I32);
+      s->gate_w = alloc(Shape{N, 1}, DType::F32);
+      s->gate_stats = alloc(Shape{2}, DType::F32);
+      s->gate_slot = alloc(Shape{N, 1}, DType::I32);
+      s->gate_y = alloc(Shape{N, C}, dt);
+      std::vector<int32_t> iota(static_cast<size_t>(N));
+      for (int64_t n = 0; n < N; ++n) iota[size_t(n)] = int32_t(n);
+      ops::copy_bytes_from_host(s->gate_slot, iota.data());
+    }
+    if (!g) return;
+    g->sh_dout = alloc(Shape{N, C}, dt);
+    g->sh_dh = alloc(Shape{N, 2 * Fs}, dt);
+    g->sh_da = alloc(Shape{N, Fs}, dt);
+    if (gate) {
+      g->gate_dw = alloc(Shape{N, 1}, DType::F32);
+      g->gate_dlogits = alloc(Shape{N, 1}, dt);
+      g->gate_balance = alloc(Shape{1}, DType::F32);
+      ops::fill(g->gate_balance, 0.f);
+    }
+  }
   // Buffers for up to N tokens; alloc(shape, dtype) allocates one tensor.
   // ep: the expert-parallel size; segments: see the file comment (a
   // forward's N must be a multiple).
@@ -204,6 +256,7 @@ struct MoE {
       ep.combine(xc, s.ye, s.out.narrow0(0, M), s.stage);
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
+    if (shared_d_ff > 0) shared_forward(y2, s, x2);
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
   // balance_grad [E] or [S E] (host) and z_grad: see the file comment.
@@ -237,9 +290,55 @@ struct MoE {
     const Tensor dxr = g.dx_router.narrow0(0, N);
     router.backward(dxr, dlogits, x2);
     ops::accumulate(dx2, dxr);
+    if (shared_d_ff > 0) shared_backward(dx2, dy2, s, g, x2);
   }
 
  private:
+  // y2 [N, C] += (sigmoid(x2 . gate) x) shared(x2).
+  void shared_forward(const Tensor& y2, const Saved& s, const Tensor& x2) const {
+    const int64_t N = x2.dim(0);
+    NK_CHECK(s.sh_h.defined() && s.sh_h.dim(0) >= N, "MoE: shared expert without its activations");
+    const Tensor h = s.sh_h.narrow0(0, N), a = s.sh_a.narrow0(0, N), out = s.sh_out.narrow0(0, N);
+    shared_up.forward(h, x2);
+    ops::swiglu_forward(a, h);
+    shared_down.forward(out, a);
+    if (!shared_gate.w.defined()) {
+      ops::accumulate(y2, out);
+      return;
+    }
+    const Tensor gl = s.gate_logits.narrow0(0, N), gw = s.gate_w.narrow0(0, N),
+                 gy = s.gate_y.narrow0(0, N);
+    shared_gate.forward(gl, x2);
+    ops::moe_route(s.gate_probs.narrow0(0, N), s.gate_idx.narrow0(0, N), gw, s.gate_stats, gl,
+                   /*sigmoid=*/true, /*norm_topk=*/false);
+    ops::moe_combine(gy, out, s.gate_slot.narrow0(0, N), gw);
+    ops::accumulate(y2, gy);
+  }
+  // dx2 [N, C] += the shared expert's (and gate's) input gradient; their
+  // weights' gradients accumulate.
+  void shared_backward(const Tensor& dx2, const Tensor& dy2, const Saved& s, const Scratch& g,
+                       const Tensor& x2) const {
+    const int64_t N = x2.dim(0);
+    const Tensor dxr = g.dx_router.narrow0(0, N);
+    Tensor dout = dy2;
+    if (shared_gate.w.defined()) {
+      const Tensor dw = g.gate_dw.narrow0(0, N), dl = g.gate_dlogits.narrow0(0, N);
+      dout = g.sh_dout.narrow0(0, N);
+      ops::moe_combine_backward(dout, dw, dy2, s.sh_out.narrow0(0, N), s.gate_slot.narrow0(0, N),
+                                s.gate_w.narrow0(0, N));
+      ops::moe_route_backward(dl, dw, g.gate_balance, 0.f, s.gate_logits.narrow0(0, N),
+                              s.gate_probs.narrow0(0, N), s.gate_idx.narrow0(0, N),
+                              /*sigmoid=*/true, /*norm_topk=*/false);
+      shared_gate.backward(dxr, dl, x2);
+      ops::accumulate(dx2, dxr);
+    }
+    const Tensor da = g.sh_da.narrow0(0, N), dh = g.sh_dh.narrow0(0, N);
+    shared_down.backward(da, dout, s.sh_a.narrow0(0, N));
+    ops::swiglu_backward(dh, da, s.sh_h.narrow0(0, N));
+    shared_up.backward(dxr, dh, x2);
+    ops::accumulate(dx2, dxr);
+  }
+
   // The counting sort: slots grouped by expert, each group in token order,
   // at most `capacity` per expert (the rest dropped: slot -1).
   void route_on_host(MoeRouting& r, const Tensor& idx, int64_t N, double cf) const {

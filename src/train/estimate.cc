@@ -45,8 +45,18 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
                                      N * K * 2 * C * s + Re * 3 * Fe * s + ep_rows +
                                      (ep > 1 ? 16 * E + 8 * Re : 0)
                                : 0;
-  const int64_t kept =
-      R * C * s + stats + N * (Q + HD + (moe ? 0 : U)) * s + 4 * B * H * T + moe_kept;  // + lse
+  // A shared expert keeps its up projection, activation and output; its gate
+  // the gate's routing (logits, probs, index, weight, slot, stats) and the
+  // gated output.
+  const int64_t Fs = moe ? c.moe_shared_d_ff : 0;
+  const bool gate = Fs > 0 && c.moe_shared_expert_gate;
+  const int64_t shared_kept =
+      N * (3 * Fs + (Fs > 0 ? C : 0)) * s + (gate ? N * s + 4 * N * 4 + 2 * 4 + N * C * s : 0);
+  // q/k norms (Qwen3) keep q and k before the norm and their inverse RMS.
+  const int64_t QK = c.architecture().block().qk_norm ? (c.n_head + c.n_kv_head) / tp : 0;
+  const int64_t qk_kept = N * QK * c.head_dim() * s + N * QK * 4;
+  const int64_t kept = R * C * s + stats + N * (Q + HD + (moe ? 0 : U)) * s + 4 * B * H * T +
+                       moe_kept + shared_kept + qk_kept;  // + lse
   const int64_t cheap = 2 * R * C * s + (moe ? 0 : N * F * s);
   ActivationBytes a;
   bool any_full = false, any_selective = false;
@@ -90,6 +100,10 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     if (moe)
       a.workspace +=
           N * E * s + N * K * 4 + E * 4 + N * K * 2 * C * s + Re * 3 * Fe * s + N * C * s + ep_rows;
+    // The shared expert's: d output (before the gate), d up projection and
+    // activation; the gate's d weight, d logit and zero balancing gradient.
+    if (Fs > 0) a.workspace += N * (C + 3 * Fs) * s + (gate ? N * 4 + N * s + 4 : 0);
+    if (QK > 0) a.workspace += N * HD * s;  // d q, k through the norms
   }
   if (sp) a.workspace += 2 * N * C * s;
   return a;
@@ -170,6 +184,10 @@ std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage&
     g.insert(g.end(), {{N, C, c.num_experts, double(layers), true},
                        {Nk, C, 2 * F, double(layers), true},
                        {Nk, F, C, double(layers), true}});
+    // The shared expert over every row, and its gate.
+    if (const int64_t Fs = c.moe_shared_d_ff; Fs > 0)
+      g.insert(g.end(), {{N, C, 2 * Fs, double(layers), true}, {N, Fs, C, double(layers), true}});
+    if (c.moe_shared_expert_gate) g.push_back({N, C, 1, double(layers), true});
   } else {
     g.insert(g.end(), {{N, C, c.mlp_up_dim() / tp, double(layers), true},
                        {N, c.d_ff / tp, C, double(layers), true}});

@@ -2,9 +2,13 @@
 """Independent reader/writer of Hugging Face checkpoints, used by hf_test.cc.
 
 Written from Hugging Face's published conventions for LlamaForCausalLM,
-Qwen2ForCausalLM, MistralForCausalLM, MixtralForCausalLM and GPT2LMHeadModel
+Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM,
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and GPT2LMHeadModel
 (config.json keys, Mixtral's sparse MoE block: softmax router, top-k
-renormalised, SwiGLU experts w2(silu(w1 x) * w3 x), and its
+renormalised, SwiGLU experts w2(silu(w1 x) * w3 x); the Qwen MoE blocks:
+the same with top-k renormalised only when norm_topk_prob, and Qwen2-MoE's
+shared expert scaled by sigmoid(shared_expert_gate x); Qwen3's RMSNorm of
+each head of q and k before RoPE and head_dim apart from hidden / heads; and its
 load_balancing_loss_func over all layers' router logits, parameter names,
 GPT-2's Conv1D weights stored [in, out], rotate-half RoPE, RoPE scaling as
 transformers' modeling_rope_utils defines the linear, llama3 and yarn types,
@@ -137,11 +141,40 @@ def mixtral_moe(cfg, W, p, h, routers):
     return out
 
 
+def qwen_moe(cfg, W, p, h, routers):
+    """Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock on h [B, T, C],
+    densely: softmax router, top-k (renormalised when norm_topk_prob), every
+    expert on every token weighted by its score or 0; plus, when the
+    checkpoint has one, the shared expert times sigmoid(shared_expert_gate h)."""
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    m = p + "mlp."
+    logits = h @ W[m + "gate.weight"].T
+    routers.append(logits.reshape(-1, E))
+    probs = torch.softmax(logits, dim=-1)
+    top_w, top_i = torch.topk(probs, k, dim=-1)
+    if cfg.get("norm_topk_prob", False):
+        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+
+    def mlp(x, pre):
+        g = torch.nn.functional.silu(x @ W[pre + "gate_proj.weight"].T)
+        return (g * (x @ W[pre + "up_proj.weight"].T)) @ W[pre + "down_proj.weight"].T
+
+    out = torch.zeros_like(h)
+    for e in range(E):
+        weight = (top_w * (top_i == e)).sum(dim=-1, keepdim=True)
+        out = out + weight * mlp(h, f"{m}experts.{e}.")
+    if m + "shared_expert.gate_proj.weight" in W:
+        gate = torch.sigmoid(h @ W[m + "shared_expert_gate.weight"].T)
+        out = out + gate * mlp(h, m + "shared_expert.")
+    return out
+
+
 def load_balancing_loss(cfg, routers):
     """transformers' load_balancing_loss_func: E sum_e f_e P_e over every
     layer's tokens together (f_e: the fraction of top-k choices that are e,
     not differentiated; P_e: mean softmax score of e)."""
-    E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    E = cfg.get("num_local_experts") or cfg["num_experts"]
+    k = cfg["num_experts_per_tok"]
     logits = torch.cat(routers, dim=0)
     probs = torch.softmax(logits, dim=-1)
     _, chosen = torch.topk(probs, k, dim=-1)
@@ -158,13 +191,16 @@ def router_z_loss(routers):
 
 def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     B, T = tokens.shape
-    mixtral = cfg["architectures"][0] == "MixtralForCausalLM"
-    mistral = cfg["architectures"][0] in ("MistralForCausalLM", "MixtralForCausalLM")
+    arch = cfg["architectures"][0]
+    mixtral = arch == "MixtralForCausalLM"
+    mistral = arch in ("MistralForCausalLM", "MixtralForCausalLM")
+    qwen_moe_block = arch in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+    qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
     routers = [] if routers is None else routers
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
-    D = C // H
+    D = cfg.get("head_dim") or C // H
     eps = cfg.get("rms_norm_eps", 1e-6)
 
     def rms(x, w):
@@ -186,8 +222,12 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = proj(h, p + "self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
-        k = proj(h, p + "self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        q = proj(h, p + "self_attn.q_proj").view(B, T, H, D)
+        k = proj(h, p + "self_attn.k_proj").view(B, T, KV, D)
+        if qk_norm:  # Qwen3: RMSNorm over each head's D values
+            q = rms(q, W[p + "self_attn.q_norm.weight"])
+            k = rms(k, W[p + "self_attn.k_norm.weight"])
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = proj(h, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -200,6 +240,9 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         if mixtral:
             x = x + mixtral_moe(cfg, W, p, h, routers)
+            continue
+        if qwen_moe_block:
+            x = x + qwen_moe(cfg, W, p, h, routers)
             continue
         g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T)
         u = h @ W[p + "mlp.up_proj.weight"].T
@@ -242,17 +285,21 @@ def gpt2_logits(cfg, W, tokens):
     return x @ head.T
 
 
+QKV_BIAS = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")
+
+
 class HfModel:
     def __init__(self, d):
         with open(os.path.join(d, "config.json")) as f:
             self.cfg = json.load(f)
         arch = self.cfg["architectures"][0]
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
-                        "MixtralForCausalLM", "GPT2LMHeadModel"), arch
+                        "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
+                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"), arch
         if arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
-            qkv_bias = arch == "Qwen2ForCausalLM"
+            qkv_bias = arch in QKV_BIAS
             self.fn = lambda cfg, W, tokens: llama_logits(cfg, W, tokens, qkv_bias)
         # float64: the reference's own rounding stays far below the tolerance.
         self.W = {k: torch.tensor(v, dtype=torch.float64) for k, v in read_hf_weights(d).items()}
@@ -305,7 +352,7 @@ def write_model(d, spec, ref_path):
     V, P, L = spec["vocab"], spec["ctx"], spec["layers"]
     C, H = spec["hidden"], spec["heads"]
     KV, F = spec.get("kv_heads", H), spec["ffn"]
-    D = C // H
+    D = spec.get("head_dim") or C // H
     tied = spec["tied"]
     std = spec.get("std", 0.15)
 
@@ -319,12 +366,18 @@ def write_model(d, spec, ref_path):
         return (0.05 * rng.standard_normal(n)).astype(np.float32)
 
     T = []  # (name, array) in the order HF modules define them
-    if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral"):
-        qwen2 = spec["arch"] == "qwen2"
+    if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
+                        "qwen3_moe"):
+        qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
         mixtral = spec["arch"] == "mixtral"
+        qwen_moe_block = spec["arch"] in ("qwen2_moe", "qwen3_moe")
+        qk_norm = spec["arch"] in ("qwen3", "qwen3_moe")
         E, K = spec.get("experts", 4), spec.get("top_k", 2)
+        FE, FS = spec.get("moe_ffn", F), spec.get("shared_ffn", 0)
         classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                   "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
+                   "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+                   "qwen3": "Qwen3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                   "qwen3_moe": "Qwen3MoeForCausalLM"}
         cfg = {
             "architectures": [classes[spec["arch"]]],
             "model_type": spec["arch"],
@@ -343,7 +396,23 @@ def write_model(d, spec, ref_path):
             "bos_token_id": 1,
             "eos_token_id": 2,
         }
-        if qwen2:  # as Qwen2's published configs have them
+        if spec.get("head_dim"):
+            cfg["head_dim"] = D
+        if qwen_moe_block:  # as Qwen1.5-MoE's and Qwen3-30B-A3B's config.json have them
+            cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L,
+                        "decoder_sparse_step": 1, "moe_intermediate_size": FE,
+                        "num_experts": E, "num_experts_per_tok": K,
+                        "norm_topk_prob": spec.get("norm_topk", False),
+                        "output_router_logits": False, "router_aux_loss_coef": 0.001,
+                        "mlp_only_layers": []})
+            if spec["arch"] == "qwen2_moe":
+                cfg["shared_expert_intermediate_size"] = FS
+            else:
+                cfg["attention_bias"] = False
+        elif spec["arch"] == "qwen3":
+            cfg.update({"attention_bias": False, "use_sliding_window": False,
+                        "sliding_window": None, "max_window_layers": L})
+        elif qwen2:  # as Qwen2's published configs have them
             cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L})
         elif spec["arch"] == "mistral":
             cfg["sliding_window"] = spec.get("window")
@@ -361,6 +430,25 @@ def write_model(d, spec, ref_path):
                 T.append((p + f"self_attn.{x}_proj.weight", mat(rows, C)))
                 if qwen2:  # large, as Qwen2's k biases are: a misplaced one shows
                     T.append((p + f"self_attn.{x}_proj.bias", 10 * bias(rows)))
+            if qk_norm:
+                T += [(p + "self_attn.q_norm.weight", gain(D)),
+                      (p + "self_attn.k_norm.weight", gain(D))]
+            if qwen_moe_block:
+                T += [
+                    (p + "self_attn.o_proj.weight", mat(C, H * D)),
+                    (p + "post_attention_layernorm.weight", gain(C)),
+                    (p + "mlp.gate.weight", mat(E, C)),
+                ]
+                for e in range(E):
+                    x = f"{p}mlp.experts.{e}."
+                    T += [(x + "gate_proj.weight", mat(FE, C)), (x + "up_proj.weight", mat(FE, C)),
+                          (x + "down_proj.weight", mat(C, FE))]
+                if FS:
+                    x = p + "mlp.shared_expert."
+                    T += [(x + "gate_proj.weight", mat(FS, C)), (x + "up_proj.weight", mat(FS, C)),
+                          (x + "down_proj.weight", mat(C, FS)),
+                          (p + "mlp.shared_expert_gate.weight", mat(1, C))]
+                continue
             if mixtral:
                 T += [
                     (p + "self_attn.o_proj.weight", mat(C, H * D)),
@@ -485,10 +573,12 @@ def grads(d, batch_path, out_path, aux_coef, z_coef):
     targets = torch.as_tensor(R["targets"], dtype=torch.long).reshape(-1)
     W = {k: v.clone().requires_grad_(True) for k, v in model.W.items()}
     routers = []
-    logits = llama_logits(model.cfg, W, tokens, routers=routers)
+    qkv_bias = model.cfg["architectures"][0] in QKV_BIAS
+    logits = llama_logits(model.cfg, W, tokens, qkv_bias, routers=routers)
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
-    aux = load_balancing_loss(model.cfg, routers)
-    z = router_z_loss(routers)
+    zero = torch.zeros((), dtype=torch.float64)  # a dense model has no router
+    aux = load_balancing_loss(model.cfg, routers) if routers else zero
+    z = router_z_loss(routers) if routers else zero
     loss = ce + aux_coef * aux + z_coef * z
     loss.backward()
     out = [("loss", np.array([loss.item(), ce.item(), aux.item(), z.item()]))]

@@ -18,6 +18,14 @@ ModelConfig small(const Architecture& a) {
   c.arch = a.name();
   if (a.block().learned_positions) c.n_kv_head = c.n_head;
   if (a.moe()) c.num_experts = 3;  // Mixtral: experts' parts are covered too
+  // A shared expert (and its gate) as the family's presets have one.
+  for (const std::string& name : model_preset_names()) {
+    const ModelConfig p = model_preset(name);
+    if (p.arch != a.name()) continue;
+    c.moe_shared_d_ff = p.moe_shared_d_ff > 0 ? 24 : 0;
+    c.moe_shared_expert_gate = p.moe_shared_expert_gate;
+    break;
+  }
   return c;
 }
 

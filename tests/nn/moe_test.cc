@@ -6,13 +6,16 @@
 // objective is not differentiable) are skipped, and counted. With a capacity
 // factor, the pairs past each expert's capacity (in token order) are
 // dropped: checked against the rule, and the gradient again. DeepSeek-V3's
-// routing (groups, the choice-only bias, the scaling) too.
+// routing (groups, the choice-only bias, the scaling) too. With a shared
+// expert (ungated, and behind Qwen2-MoE's sigmoid gate) its projections' and
+// gate's gradients are checked too.
 #include "nn/moe.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "core/rng.h"
 
@@ -21,7 +24,8 @@ namespace {
 
 struct Fixture {
   int64_t N = 7, C = 6, E = 4, k = 2, F = 5;
-  Tensor x, router, up, down, cy;
+  int64_t Fs = 3;
+  Tensor x, router, up, down, cy, sh_up, sh_down, sh_gate;
   std::vector<float> g, xs;
   float zg = 0.3f;
   nn::MoE moe;
@@ -29,8 +33,9 @@ struct Fixture {
   nn::MoE::Scratch sc;
 
   // deepseek: DeepSeek-V3's routing, two groups of which one is kept, a
-  // score bias and a scaling of the weights.
-  explicit Fixture(bool sigmoid, double cf = 0, bool deepseek = false) {
+  // score bias and a scaling of the weights. shared: 0 none, 1 a shared
+  // expert, 2 a gated shared expert.
+  explicit Fixture(bool sigmoid, double cf = 0, bool deepseek = false, int shared = 0) {
     Rng r(5);
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
@@ -62,6 +67,17 @@ struct Fixture {
       moe.norm_topk = true;
       moe.bias = randn({E}, 0.1);
     }
+    if (shared == 0) return;
+    sh_up = randn({2 * Fs, C}, 0.5);
+    sh_down = randn({C, Fs}, 0.5);
+    moe.shared_d_ff = Fs;
+    moe.shared_up.w = sh_up;
+    moe.shared_down.w = sh_down;
+    if (shared == 2) {
+      sh_gate = randn({1, C}, 0.8);
+      moe.shared_gate.w = sh_gate;
+    }
+    nn::MoE::add_shared(&s, &sc, N, C, Fs, shared == 2, DType::F32, alloc);
   }
   // The objective in double, and the chosen experts.
   double objective(std::vector<int32_t>* idx = nullptr) {
@@ -77,8 +93,8 @@ struct Fixture {
   }
 };
 
-void check(bool sigmoid, double cf = 0, bool deepseek = false) {
-  Fixture fx(sigmoid, cf, deepseek);
+void check(bool sigmoid, double cf = 0, bool deepseek = false, int shared = 0) {
+  Fixture fx(sigmoid, cf, deepseek, shared);
   Tensor dx = Tensor::empty({fx.N, fx.C}, DType::F32);
   Tensor dr = Tensor::zeros({fx.E, fx.C}, DType::F32);
   Tensor du = Tensor::zeros(fx.up.shape(), DType::F32),
@@ -86,6 +102,16 @@ void check(bool sigmoid, double cf = 0, bool deepseek = false) {
   fx.moe.router.dw = dr;
   fx.moe.dup = du;
   fx.moe.ddown = dd;
+  std::vector<std::tuple<const char*, Tensor, Tensor>> params = {
+      {"x", fx.x, dx}, {"router", fx.router, dr}, {"up", fx.up, du}, {"down", fx.down, dd}};
+  for (auto [name, w, lin] :
+       {std::tuple<const char*, Tensor, nn::Linear*>{"shared_up", fx.sh_up, &fx.moe.shared_up},
+        {"shared_down", fx.sh_down, &fx.moe.shared_down},
+        {"shared_gate", fx.sh_gate, &fx.moe.shared_gate}}) {
+    if (!w.defined()) continue;
+    lin->dw = Tensor::zeros(w.shape(), DType::F32);
+    params.push_back({name, w, lin->dw});
+  }
   std::vector<int32_t> idx0;
   fx.objective(&idx0);
   if (cf > 0) {
@@ -93,10 +119,7 @@ void check(bool sigmoid, double cf = 0, bool deepseek = false) {
   }
   fx.moe.backward(dx, fx.cy, fx.s, fx.sc, fx.x, fx.g, fx.zg);
   int skipped = 0, checked = 0;
-  for (auto [name, w, grad] : {std::tuple<const char*, Tensor, Tensor>{"x", fx.x, dx},
-                               {"router", fx.router, dr},
-                               {"up", fx.up, du},
-                               {"down", fx.down, dd}}) {
+  for (auto [name, w, grad] : params) {
     double scale = 0;
     for (int64_t i = 0; i < grad.numel(); ++i)
       scale = std::max(scale, std::fabs(double(grad.data<float>()[i])));
@@ -119,8 +142,8 @@ void check(bool sigmoid, double cf = 0, bool deepseek = false) {
     }
   }
   EXPECT_GT(checked, 10 * skipped + 100) << "too few entries keep their routing";
-  std::cout << "[ moe sigmoid=" << sigmoid << " ] " << checked << " entries checked, " << skipped
-            << " skipped (routing changed)\n";
+  std::cout << "[ moe sigmoid=" << sigmoid << " shared=" << shared << " ] " << checked
+            << " entries checked, " << skipped << " skipped (routing changed)\n";
 }
 
 TEST(MoE, BackwardMatchesFiniteDifferencesSoftmaxTopkRenormalised) {
@@ -134,6 +157,13 @@ TEST(MoE, BackwardMatchesFiniteDifferencesSigmoid) {
 }
 TEST(MoE, BackwardMatchesFiniteDifferencesWithTokenDropping) {
   check(false, 0.75);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesWithASharedExpert) {
+  check(false, 0, false, 1);
+}
+TEST(MoE, BackwardMatchesFiniteDifferencesWithAGatedSharedExpert) {
+  check(false, 0, false, 2);
+  check(true, 0, false, 2);
 }
 
 TEST(MoE, CapacityDropsThePairsPastEachExpertsCapacityInTokenOrder) {

@@ -45,6 +45,10 @@ TEST(Estimate, ActivationsEqualThePlannedWorkspace) {
   // A reward model besides: a score head of one label, not the vocabulary's logits.
   std::vector<std::vector<std::string>> shapes = kShapes;
   shapes.push_back({"model.preset=llama-tiny", "model.n_layer=2", "model.num_labels=1"});
+  // Shared experts (gated), q/k norms and heads of their own size.
+  shapes.push_back({"model.preset=qwen2-moe-tiny", "model.n_layer=2"});
+  shapes.push_back({"model.preset=qwen3-moe-tiny", "model.n_layer=2"});
+  shapes.push_back({"model.preset=qwen3-tiny", "model.n_layer=2"});
   for (const auto& shape : shapes)
     for (const char* dt : {"f32", "bf16"})
       for (int64_t T : {64, 128})

@@ -90,7 +90,7 @@ class Llama final : public Architecture {
 
 }  // namespace
 
-void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c) {
+void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c, bool any_head_dim) {
   c.d_model = h.positive("hidden_size", limits::kHidden, "hidden units");
   c.d_ff = h.positive("intermediate_size", limits::kFfn, "MLP units");
   c.n_layer = h.positive("num_hidden_layers", limits::kLayers, "layers");
@@ -104,13 +104,18 @@ void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c) {
   rope_from_hf_config(h.object(), h.where(), c.rope_theta, c.rope_scaling);
   c.tied_embeddings = h.boolean("tie_word_embeddings", false);
   c.init_std = h.number("initializer_range", 0.02);
-  if (c.d_model % c.n_head)
+  const bool head_dim_given = any_head_dim && h.has("head_dim");
+  if (!head_dim_given && c.d_model % c.n_head)
     h.fail_at(fmt::format("'num_attention_heads' = {} does not divide 'hidden_size' = {}", c.n_head,
                           c.d_model));
   if (c.n_head % c.n_kv_head)
     h.fail_at(fmt::format("'num_key_value_heads' = {} does not divide 'num_attention_heads' = {}",
                           c.n_kv_head, c.n_head));
-  if (h.has("head_dim") && h.integer("head_dim") != c.d_model / c.n_head)
+  c.attn_head_dim = 0;
+  if (head_dim_given) {
+    const int64_t d = h.positive("head_dim", limits::kHidden, "units");
+    if (c.d_model % c.n_head || d != c.d_model / c.n_head) c.attn_head_dim = d;
+  } else if (h.has("head_dim") && h.integer("head_dim") != c.d_model / c.n_head)
     h.unsupported("head_dim", fmt::format("Nekton needs hidden_size / num_attention_heads = {}",
                                           c.d_model / c.n_head));
   if (h.string("hidden_act", "silu") != "silu")
@@ -131,7 +136,8 @@ void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["rope_scaling"] = rope_scaling_to_hf(c.rope_scaling);
 }
 
-std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias) {
+std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias,
+                                                   bool qk_norm) {
   std::vector<ExternalTensor> out;
   auto one = [&](const std::string& param, const std::string& hf, const std::string& part = "") {
     out.push_back({hf, param, part, false, 0});
@@ -145,6 +151,10 @@ std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qk
       for (const char* x : {"q", "k", "v"})
         if (w[0] == 'w' || qkv_bias)
           one(h + "attn.qkv." + w, m + "self_attn." + x + "_proj." + w, x);
+    if (qk_norm) {
+      one(h + "attn.q_norm.weight", m + "self_attn.q_norm.weight");
+      one(h + "attn.k_norm.weight", m + "self_attn.k_norm.weight");
+    }
     one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
     one(h + "ln2.weight", m + "post_attention_layernorm.weight");
     one(h + "mlp.up.weight", m + "mlp.gate_proj.weight", "gate");

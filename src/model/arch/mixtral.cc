@@ -78,6 +78,12 @@ class Mixtral final : public Architecture {
     if (!c.norm_topk_prob) fail("model.norm_topk_prob = false: {}", why);
   }
 
+  void validate(const ModelConfig& c, const std::string& p) const override {
+    if (c.moe_shared_d_ff != 0)
+      fail("{}moe_shared_d_ff: Mixtral has no shared expert (got {}; model.arch=qwen2_moe has)", p,
+           c.moe_shared_d_ff);
+  }
+
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
     return {{"MixtralForCausalLM", "mixtral"}};
   }
