@@ -17,6 +17,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -107,6 +108,7 @@ class EvalServer : public ::testing::Test {
     const std::vector<Json> sa = read_jsonl(local + ".samples.jsonl"),
                             sb = read_jsonl(served + ".samples.jsonl");
     ASSERT_EQ(sa.size(), sb.size());
+    double worst = 0;  // largest log-likelihood difference
     for (size_t i = 0; i < sa.size(); ++i) {
       const Json &ra = sa[i]["resps"], &rb = sb[i]["resps"];
       ASSERT_EQ(ra.size(), rb.size()) << sa[i].dump();
@@ -114,15 +116,20 @@ class EvalServer : public ::testing::Test {
       for (size_t k = 0; k < ra.size(); ++k) {
         if (ra[k].is_array()) {  // (loglik, greedy)
           EXPECT_NEAR(ra[k][0].get<double>(), rb[k][0].get<double>(), 1e-5) << sa[i].dump();
+          worst = std::max(worst, std::abs(ra[k][0].get<double>() - rb[k][0].get<double>()));
           EXPECT_EQ(ra[k][1], rb[k][1]) << sa[i].dump();
         } else if (ra[k].is_number()) {
           EXPECT_NEAR(ra[k].get<double>(), rb[k].get<double>(), 1e-5) << sa[i].dump();
+          worst = std::max(worst, std::abs(ra[k].get<double>() - rb[k].get<double>()));
         } else {
           EXPECT_EQ(ra[k], rb[k]) << sa[i].dump();
         }
       }
       EXPECT_EQ(sa[i].value("filtered_resps", Json()), sb[i].value("filtered_resps", Json()));
     }
+    std::cout << sa.size()
+              << " documents; largest log-likelihood difference, folder vs server: " << worst
+              << "\n";
   }
 
   test::TempDir d_{"nk_evalserver"};
