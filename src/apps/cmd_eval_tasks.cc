@@ -1,6 +1,6 @@
 // `nekton eval tasks`: benchmark tasks in lm-evaluation-harness's YAML form
-// (eval/) on a model folder or a GGUF file, with the harness's prompts,
-// metrics and result layout.
+// (eval/) on a model folder, a GGUF file or a running OpenAI-compatible
+// server, with the harness's prompts, metrics and result layout.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "data/chat/chat_template.h"
 #include "eval/eval_model.h"
 #include "eval/results.h"
+#include "eval/server_eval_model.h"
 #include "eval/task_runner.h"
 #include "infer/model_source.h"
 
@@ -29,13 +30,16 @@ namespace {
 
 struct TaskKeys {
   std::string model, tasks, data, task_dir, tokenizer, dtype = "f32", output;
-  std::string system_instruction, chat_template = "auto";
+  std::string system_instruction, chat_template = "auto", prefix_text;
   bool apply_chat_template = false, fewshot_as_multiturn = false;
   int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0, bootstrap_iters = 100000;
+  double timeout_s = 600;
   Device device = kHost;
 
   void bind(ConfigBinder& b) {
-    b.bind("eval.model", model, "saved model folder or FILE.gguf (a server URL is not supported)");
+    b.bind("eval.model", model,
+           "saved model folder, FILE.gguf, or a server's http://HOST:PORT[/v1] (its "
+           "/v1/completions with echo and logprobs)");
     b.bind("eval.tasks", tasks,
            "comma-separated tasks: names of YAML files in eval.task_dir, or paths to task YAMLs");
     b.bind("eval.data", data,
@@ -64,6 +68,10 @@ struct TaskKeys {
            "with eval.apply_chat_template: each shot a user turn and an assistant answer");
     b.bind("eval.output", output, "write the results JSON (the harness's layout) to this file");
     b.bind("eval.dtype", dtype, "compute precision: f32 or bf16");
+    b.bind("eval.timeout_s", timeout_s, "with a server URL: seconds each request may take");
+    b.bind("eval.prefix_text", prefix_text,
+           "with a server URL: the text of the model's end-of-text (or BOS) token, sent for an "
+           "empty context (loglikelihood_rolling, acc_mutual_info)");
     b.bind_with<std::string>(
         "eval.device", device_name(device), "where the model runs: cpu, or cuda",
         [&](const std::string& s) { device = parse_device(s, "eval.device"); });
@@ -105,57 +113,18 @@ std::vector<std::string> task_paths(const std::string& name, const std::string& 
   return out;
 }
 
-}  // namespace
-
-int eval_tasks(const CommandArgs& a) {
-  ConfigSchema schema = schema_of([](ConfigBinder& b) { TaskKeys().bind(b); });
-  if (a.help) {
-    fmt::print(
-        "usage: nekton eval tasks eval.model=DIR|FILE.gguf eval.tasks=a,b eval.data=DIR "
-        "[key=value ...]\n\n"
-        "Benchmark tasks defined as lm-evaluation-harness defines them (YAML: doc_to_text,\n"
-        "doc_to_target, doc_to_choice, output_type, metric_list, filter_list, ...), scored\n"
-        "with the harness's prompts, few-shot draw (seed 1234), metrics and standard errors.\n\n{}",
-        schema.help());
-    return 0;
-  }
-  Config cfg = Config::load(schema, a.config_path, a.overrides);
-  ConfigReader reader(cfg);
-  TaskKeys k;
-  k.bind(reader);
-  if (k.model.empty()) fail("eval.model: no model given (eval.model=DIR or FILE.gguf)");
-  if (k.model.find("://") != std::string::npos)
-    fail(
-        "eval.model: '{}': a server back end (completions with logprobs) is not supported yet; "
-        "give the model folder or GGUF file",
-        k.model);
-  if (k.tasks.empty()) fail("eval.tasks: no tasks given (eval.tasks=NAME[,NAME...])");
-  if (k.data.empty()) fail("eval.data: no data folder given (eval.data=DIR)");
-  if (k.limit < 0) fail("eval.limit: must be >= 0, got {}", k.limit);
-  if (k.write_out < 0) fail("eval.write_out: must be >= 0, got {}", k.write_out);
-  if (k.num_fewshot < -1) fail("eval.num_fewshot: must be >= -1, got {}", k.num_fewshot);
-  if (k.bootstrap_iters < 0) fail("eval.bootstrap_iters: must be >= 0, got {}", k.bootstrap_iters);
-  if (k.batch_size < 1) fail("eval.batch_size: must be >= 1, got {}", k.batch_size);
-  if (k.fewshot_as_multiturn && !k.apply_chat_template)
-    fail("eval.fewshot_as_multiturn: needs eval.apply_chat_template=true");
-  // Every task file is read before the model: a bad one is told at once.
-  std::vector<TaskConfig> configs;
-  for (const std::string& name : split_list(k.tasks))
-    for (const std::string& path : task_paths(name, k.task_dir))
-      configs.push_back(load_task_config(path));
-  if (configs.empty()) fail("eval.tasks: no tasks in '{}'", k.tasks);
-
-  RunnableModel loaded = load_runnable_model({.prefix = "eval",
-                                              .model = k.model,
-                                              .tokenizer = k.tokenizer,
-                                              .dtype = k.dtype,
-                                              .quantize = "",
-                                              .adapter = "",
-                                              .allow_nonfinite = a.allow_nonfinite,
-                                              .device = k.device});
-  PromptStyle style;
-  style.system_instruction = k.system_instruction;
-  style.multiturn = k.fewshot_as_multiturn;
+// The model folder or GGUF file, and the chat template's part of `style`
+// (with eval.apply_chat_template).
+std::unique_ptr<EvalModel> load_local(const TaskKeys& k, const CommandArgs& a,
+                                      RunnableModel& loaded, PromptStyle& style) {
+  loaded = load_runnable_model({.prefix = "eval",
+                                .model = k.model,
+                                .tokenizer = k.tokenizer,
+                                .dtype = k.dtype,
+                                .quantize = "",
+                                .adapter = "",
+                                .allow_nonfinite = a.allow_nonfinite,
+                                .device = k.device});
   if (k.apply_chat_template) {
     try {
       if (k.chat_template == "auto" && loaded.gguf) {
@@ -177,12 +146,68 @@ int eval_tasks(const CommandArgs& a) {
       if (tok.bos_id() >= 0) style.specials.bos = tok.token_bytes(tok.bos_id());
     }
   }
-  LocalEvalModel lm(*loaded.model, *loaded.tokenizer, k.batch_size, loaded.end_ids,
-                    k.apply_chat_template);
+  return std::make_unique<LocalEvalModel>(*loaded.model, *loaded.tokenizer, k.batch_size,
+                                          loaded.end_ids, k.apply_chat_template);
+}
+
+}  // namespace
+
+int eval_tasks(const CommandArgs& a) {
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { TaskKeys().bind(b); });
+  if (a.help) {
+    fmt::print(
+        "usage: nekton eval tasks eval.model=DIR|FILE.gguf|URL eval.tasks=a,b eval.data=DIR "
+        "[key=value ...]\n\n"
+        "Benchmark tasks defined as lm-evaluation-harness defines them (YAML: doc_to_text,\n"
+        "doc_to_target, doc_to_choice, output_type, metric_list, filter_list, ...), scored\n"
+        "with the harness's prompts, few-shot draw (seed 1234), metrics and standard errors.\n\n{}",
+        schema.help());
+    return 0;
+  }
+  Config cfg = Config::load(schema, a.config_path, a.overrides);
+  ConfigReader reader(cfg);
+  TaskKeys k;
+  k.bind(reader);
+  if (k.model.empty()) fail("eval.model: no model given (eval.model=DIR, FILE.gguf or URL)");
+  const bool server = k.model.find("://") != std::string::npos;
+  if (server && k.apply_chat_template)
+    fail(
+        "eval.apply_chat_template: not with a server URL ('{}'): the chat template is the "
+        "model folder's; evaluate the folder itself",
+        k.model);
+  if (!(k.timeout_s > 0)) fail("eval.timeout_s: must be > 0, got {}", k.timeout_s);
+  if (k.tasks.empty()) fail("eval.tasks: no tasks given (eval.tasks=NAME[,NAME...])");
+  if (k.data.empty()) fail("eval.data: no data folder given (eval.data=DIR)");
+  if (k.limit < 0) fail("eval.limit: must be >= 0, got {}", k.limit);
+  if (k.write_out < 0) fail("eval.write_out: must be >= 0, got {}", k.write_out);
+  if (k.num_fewshot < -1) fail("eval.num_fewshot: must be >= -1, got {}", k.num_fewshot);
+  if (k.bootstrap_iters < 0) fail("eval.bootstrap_iters: must be >= 0, got {}", k.bootstrap_iters);
+  if (k.batch_size < 1) fail("eval.batch_size: must be >= 1, got {}", k.batch_size);
+  if (k.fewshot_as_multiturn && !k.apply_chat_template)
+    fail("eval.fewshot_as_multiturn: needs eval.apply_chat_template=true");
+  // Every task file is read before the model: a bad one is told at once.
+  std::vector<TaskConfig> configs;
+  for (const std::string& name : split_list(k.tasks))
+    for (const std::string& path : task_paths(name, k.task_dir))
+      configs.push_back(load_task_config(path));
+  if (configs.empty()) fail("eval.tasks: no tasks in '{}'", k.tasks);
+
+  std::unique_ptr<EvalModel> lm;
+  RunnableModel loaded;
+  PromptStyle style;
+  style.system_instruction = k.system_instruction;
+  style.multiturn = k.fewshot_as_multiturn;
+  if (server) {
+    lm = std::make_unique<ServerEvalModel>(k.model, k.batch_size,
+                                           std::chrono::milliseconds(int64_t(k.timeout_s * 1000)),
+                                           k.prefix_text);
+  } else {
+    lm = load_local(k, a, loaded, style);
+  }
   std::vector<TaskResult> results;
   for (const TaskConfig& c : configs) {
     NK_INFO("eval: task {} ({}, {})", c.task, c.output_type, c.file);
-    results.push_back(run_task(c, lm,
+    results.push_back(run_task(c, *lm,
                                {.data_dir = k.data,
                                 .num_fewshot = k.num_fewshot,
                                 .limit = k.limit,

@@ -252,7 +252,7 @@ HttpResponse answer_refusal(const ServeContext& ctx, const PreparedCompletion& p
   if (g.input_error())
     throw ApiError(400, "The request was refused by the server's guardrails.",
                    chat ? "messages" : "prompt", kContentFilter);
-  const size_t n = p.sequences.size();
+  const size_t n = p.prefix.size();  // a choice each
   const ResponseHead head = response_head(ctx, p.req.kind);
   const json usage = usage_json(p.prompt_tokens, 0);
   if (!p.req.stream) {
@@ -290,6 +290,29 @@ HttpResponse answer_refusal(const ServeContext& ctx, const PreparedCompletion& p
   r.headers.emplace_back("Cache-Control", "no-cache");
   r.body = std::move(out);
   return r;
+}
+
+// prompt_logprobs of each prompt (scored once when repeated for n > 1), by
+// one forward each on the engine's thread.
+std::vector<json> score_prompts(const ServeContext& ctx,
+                                const std::vector<std::vector<int32_t>>& prompts, int64_t top) {
+  const int64_t vocab = std::min(ctx.model.config().vocab_size, ctx.tok.vocab_size());
+  std::vector<json> out(prompts.size());
+  ctx.engine
+      .run_job([&](Transformer& model) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          if (i > 0 && prompts[i] == prompts[i - 1]) {
+            out[i] = out[i - 1];
+            continue;
+          }
+          std::vector<ScoredToken> scored;
+          if (prompts[i].size() >= 2)
+            scored = token_logprobs(model, prompts[i], {}, top, {}, vocab);
+          out[i] = prompt_logprobs(ctx.tok, prompts[i], scored);
+        }
+      })
+      .get();
+  return out;
 }
 
 // A whole (non-streamed) answer: the events folded as they come, the JSON
@@ -371,7 +394,8 @@ class WholeAnswer : public ResponseSource {
     tally_->completion_tokens = completion_tokens(choices_);
     json body = p_.req.kind == ApiKind::Chat
                     ? chat_completion(head, ctx_.tok, choices_, p_.req.logprobs, usage)
-                    : text_completion(head, ctx_.tok, choices_, p_.req.logprobs, p_.prefix, usage);
+                    : text_completion(head, ctx_.tok, choices_, p_.req.logprobs, p_.prefix, usage,
+                                      p_.echoed);
     for (size_t i = 0; i < n; ++i)
       if (refused[i]) body["choices"][i]["finish_reason"] = kContentFilter;
     HttpResponse r;
@@ -476,7 +500,8 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
   const int64_t virt = ctx.model.config().prompt.virtual_tokens;
   for (const auto& ids : prompts) {
     const int64_t n = int64_t(ids.size()) + virt;
-    if (n >= ctx.max_len)
+    // A prompt scored alone (max_tokens 0) may fill the context.
+    if (r.prompt_only ? n > ctx.max_len : n >= ctx.max_len)
       bad_param(field,
                 "This model's maximum context length is {} tokens. However, your {} has {} "
                 "tokens, which leaves no room for a completion. Please shorten it.",
@@ -496,6 +521,9 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
   const uint64_t seed = r.seeded ? r.sampling.seed : random_u64();
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int64_t j = 0; j < r.n; ++j) {
+      p.prefix.push_back(r.echo ? texts[i] : std::string());
+      if (r.echo && r.logprobs) p.echo_ids.push_back(prompts[i]);
+      if (r.prompt_only) continue;
       GenerationRequest g;
       g.prompt = prompts[i];
       const int64_t room = ctx.max_len - int64_t(g.prompt.size()) - virt;
@@ -509,7 +537,6 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
       g.logprobs = r.logprobs;
       g.top_logprobs = r.top_logprobs;
       p.sequences.push_back(std::move(g));
-      p.prefix.push_back(r.echo ? texts[i] : std::string());
     }
   return p;
 }
@@ -525,6 +552,16 @@ HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
       reply.response = answer_refusal(ctx, p);
       return reply;
     }
+  if (!p.echo_ids.empty()) p.echoed = score_prompts(ctx, p.echo_ids, p.req.top_logprobs);
+  if (p.req.prompt_only) {
+    const std::vector<ChoiceOutput> none(p.prefix.size());
+    HttpResponse r;
+    r.body =
+        dump_json(text_completion(response_head(ctx, p.req.kind), ctx.tok, none, p.req.logprobs,
+                                  p.prefix, usage_json(p.prompt_tokens, 0), p.echoed));
+    reply.response = std::move(r);
+    return reply;
+  }
   const size_t n = p.sequences.size();
   auto channel = ctx.engine.submit(std::move(p.sequences), arrival);
   if (!p.req.stream) {

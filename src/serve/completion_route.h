@@ -23,7 +23,11 @@ struct PreparedCompletion {
   CompletionRequest req;
   std::vector<GenerationRequest> sequences;
   std::vector<std::string> prefix;  // per choice: the echoed prompt text, else ""
-  int64_t prompt_tokens = 0;        // usage: each prompt counted once
+  // With echo and logprobs, per choice: its prompt's ids, scored by
+  // answer_completion into `echoed` (prompt_logprobs).
+  std::vector<std::vector<int32_t>> echo_ids;
+  std::vector<nlohmann::json> echoed;
+  int64_t prompt_tokens = 0;  // usage: each prompt counted once
 };
 
 // ApiError (400 naming the field, 404 for another model) for a request that
@@ -32,8 +36,10 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
 
 // Submits the request; the reply answers it (JSON once every choice has
 // ended, or an event stream as tokens come), or at once when an input
-// guardrail refuses it. `tally` gets its token counts for the log line;
-// `hold` is kept until the answer is written (a stream's last byte) or
+// guardrail refuses it or it asks for no completion (max_tokens 0). An
+// echoed prompt's log-probabilities come from one full forward of it on the
+// engine's thread (infer/perplexity.h's token_logprobs), the caller waiting. `tally` gets its token
+// counts for the log line; `hold` is kept until the answer is written (a stream's last byte) or
 // abandoned.
 HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
                             ServeClock::time_point arrival, std::shared_ptr<RequestTally> tally,

@@ -300,8 +300,10 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
     } else if (!chat && key == "prompt") {
       r.prompts = prompts(v);
     } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
-      r.max_tokens = integer(v, key, 1, INT32_MAX);
+      // 0 (completions with echo): the prompt alone, scored.
+      r.max_tokens = integer(v, key, chat ? 1 : 0, INT32_MAX);
       r.max_tokens_param = key;
+      r.prompt_only = r.max_tokens == 0;
     } else if (key == "temperature") {
       s.temperature = number(v, key, 0, 2);
     } else if (key == "top_p") {
@@ -394,8 +396,14 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
     bad_param("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
   if (best_of && best_of != r.n)
     bad_param("best_of", "'best_of' must equal 'n' here (no ranking of extra samples)");
-  if (r.echo && r.logprobs)
-    bad_param("echo", "'echo' with 'logprobs' is not supported (no prompt log-probabilities)");
+  if (r.prompt_only && !r.echo)
+    bad_param("max_tokens", "'max_tokens' 0 asks for no completion: it needs 'echo' set to true");
+  if (r.prompt_only && r.stream)
+    bad_param("stream", "'stream' with 'max_tokens' 0: there is nothing to stream");
+  if (r.echo && r.logprobs && r.stream)
+    bad_param("stream",
+              "'stream' with 'echo' and 'logprobs' is not supported (the prompt's "
+              "log-probabilities come whole)");
   return r;
 }
 

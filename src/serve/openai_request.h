@@ -38,7 +38,8 @@ struct CompletionRequest {
   std::vector<ChatMessage> messages;            // chat
   nlohmann::ordered_json tools;                 // chat: the tools as sent; null: none
   std::vector<PromptInput> prompts;             // completions: at least one
-  int64_t max_tokens = 0;                       // 0 = not given
+  int64_t max_tokens = 0;                       // 0 = not given (or prompt_only)
+  bool prompt_only = false;                     // completions: max_tokens 0 with echo
   std::string max_tokens_param = "max_tokens";  // the field that gave it
   SamplingConfig sampling;
   bool seeded = false;  // sampling.seed was given
@@ -48,7 +49,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
   int64_t top_logprobs = 0;
-  bool echo = false;        // completions: the prompt text starts each choice
+  // completions: the prompt text starts each choice; with logprobs, its
+  // tokens come first in the logprobs, scored by the model (the first null).
+  bool echo = false;
   bool ignore_eos = false;  // vLLM's extension
   // SteerLM's attribute values "name:value,..." (our extension; "" = none):
   // the prompt is conditioned on them as align.method=steerlm's data was.

@@ -71,6 +71,31 @@ json completion_logprobs(const Tokenizer& tok, const ChoiceOutput& c, size_t fro
       {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
+json prompt_logprobs(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                     const std::vector<ScoredToken>& scored) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t offset = 0;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const std::string s = tok.token_bytes(ids[t]);
+    tokens.push_back(s);
+    offs.push_back(offset);
+    offset += s.size();
+    if (t == 0 || t - 1 >= scored.size()) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    const ScoredToken& x = scored[t - 1];
+    lps.push_back(x.logprob);
+    json top = json::object();
+    for (const TokenLogprob& k : x.top) top[tok.token_bytes(k.token)] = k.logprob;
+    top[s] = x.logprob;
+    tops.push_back(top);
+  }
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
 json chat_completion(const ResponseHead& h, const Tokenizer& tok,
                      const std::vector<ChoiceOutput>& choices, bool logprobs, const json& usage) {
   json list = json::array();
@@ -95,15 +120,25 @@ json chat_completion(const ResponseHead& h, const Tokenizer& tok,
 
 json text_completion(const ResponseHead& h, const Tokenizer& tok,
                      const std::vector<ChoiceOutput>& choices, bool logprobs,
-                     const std::vector<std::string>& prefix, const json& usage) {
+                     const std::vector<std::string>& prefix, const json& usage,
+                     const std::vector<json>& echoed) {
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
     const std::string& pre = i < prefix.size() ? prefix[i] : std::string();
+    json lp = nullptr;
+    if (logprobs) {
+      lp = completion_logprobs(tok, c, 0, c.tokens.size(), pre.size());
+      if (i < echoed.size()) {
+        json whole = echoed[i];
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          for (json& x : lp[k]) whole[k].push_back(std::move(x));
+        lp = std::move(whole);
+      }
+    }
     list.push_back({{"index", i},
                     {"text", pre + c.text},
-                    {"logprobs",
-                     logprobs ? completion_logprobs(tok, c, 0, c.tokens.size(), 0) : json(nullptr)},
+                    {"logprobs", lp},
                     {"finish_reason", openai_finish_reason(c.finish)}});
   }
   return {{"id", h.id},

@@ -14,6 +14,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "infer/generate.h"
+#include "infer/perplexity.h"
 
 namespace nk {
 
@@ -50,14 +51,24 @@ nlohmann::json chat_logprob_entries(const Tokenizer& tok, const ChoiceOutput& c,
 nlohmann::json completion_logprobs(const Tokenizer& tok, const ChoiceOutput& c, size_t from,
                                    size_t to, size_t offset);
 
+// Completions' logprobs object of an echoed prompt: its tokens, each's
+// log-probability given those before it (the first null: nothing predicts
+// it), its top_logprobs (the `top` most likely and the token itself; the
+// first null) and text_offset from 0. scored[t - 1] scores ids[t].
+nlohmann::json prompt_logprobs(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                               const std::vector<ScoredToken>& scored);
+
 // Whole responses. logprobs: whether the request asked for them.
 nlohmann::json chat_completion(const ResponseHead& h, const Tokenizer& tok,
                                const std::vector<ChoiceOutput>& choices, bool logprobs,
                                const nlohmann::json& usage);
 // prefix[i]: text that starts choice i (the prompt, with echo), else "".
+// echoed[i] (when given): choice i's prompt_logprobs, which its completion's
+// logprobs continue (text_offset past the prefix).
 nlohmann::json text_completion(const ResponseHead& h, const Tokenizer& tok,
                                const std::vector<ChoiceOutput>& choices, bool logprobs,
-                               const std::vector<std::string>& prefix, const nlohmann::json& usage);
+                               const std::vector<std::string>& prefix, const nlohmann::json& usage,
+                               const std::vector<nlohmann::json>& echoed = {});
 
 // Streamed chunks. delta: {"role": ..., "content": ...}, either optional;
 // logprobs and finish null when absent; usage (with include_usage) null on

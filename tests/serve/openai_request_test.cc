@@ -240,7 +240,20 @@ TEST(OpenAIRequest, MissingEmptyUnknownAndUnsupported) {
   }
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "suffix": "end"})").param, "suffix");
   EXPECT_EQ(completion_refusal(R"({"prompt": "a", "best_of": 3})").param, "best_of");
-  EXPECT_EQ(completion_refusal(R"({"prompt": "a", "echo": true, "logprobs": 1})").param, "echo");
+  // The prompt's log-probabilities (echo with logprobs) come whole: not
+  // streamed; max_tokens 0 (the prompt alone) only with echo.
+  EXPECT_EQ(
+      completion_refusal(R"({"prompt": "a", "echo": true, "logprobs": 1, "stream": true})").param,
+      "stream");
+  EXPECT_EQ(completion_refusal(R"({"prompt": "a", "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(
+      completion_refusal(R"({"prompt": "a", "max_tokens": 0, "echo": true, "stream": true})").param,
+      "stream");
+  EXPECT_EQ(chat_refusal(chat_with({{"max_tokens", 0}})).param, "max_tokens");
+  const CompletionRequest r = parse_completion_request(
+      R"({"prompt": "a", "echo": true, "logprobs": 2, "max_tokens": 0})", ApiKind::Completion);
+  EXPECT_TRUE(r.echo && r.logprobs && r.prompt_only);
+  EXPECT_EQ(r.top_logprobs, 2);
 }
 
 // Tools go to the chat template as sent (keys in order: a template's tojson
