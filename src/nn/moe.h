@@ -15,7 +15,10 @@
 //
 // Weights: up [E 2F, C], expert e's fused [gate | up] at rows [2F e, 2F e +
 // 2F); down [E C, F], expert e's at rows [C e, C e + C). Gradients f32,
-// accumulated; undefined when frozen.
+// accumulated; undefined when frozen. Held block-quantised (inference
+// only: up_q and down_q, one list of runs per expert, slices of the stacked
+// weight's bytes) each expert's product reads only its own blocks, so a
+// decode step reads the k routed experts' weights and no other's.
 //
 // The load-balancing and z-losses are the model's (they sum over layers,
 // model/transformer.cc): forward leaves the per-expert routed counts and
@@ -51,6 +54,9 @@ struct MoE {
   Linear router;    // w [E, C]
   Tensor up, down;  // see above
   Tensor dup, ddown;
+  // Block-quantised experts (ops/quant.h; up and down undefined then): expert
+  // e's rows of up and of down as runs (ops::quant_slice_rows).
+  std::vector<std::vector<ops::QuantWeight>> up_q, down_q;
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
   double capacity_factor = 0;  // 0: dropless
@@ -143,16 +149,24 @@ struct MoE {
     ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
     experts(
         [&](int64_t e, int64_t r0, int64_t n) {
-          ops::linear_forward(s.h.narrow0(r0, n), s.xs.narrow0(r0, n),
-                              up.narrow0(2 * d_ff * e, 2 * d_ff), Tensor());
+          if (!up_q.empty())
+            ops::quant_linear_forward_runs(s.h.narrow0(r0, n), s.xs.narrow0(r0, n), up_q[size_t(e)],
+                                           Tensor());
+          else
+            ops::linear_forward(s.h.narrow0(r0, n), s.xs.narrow0(r0, n),
+                                up.narrow0(2 * d_ff * e, 2 * d_ff), Tensor());
         },
         *s.routing);
     activation_forward(s);
     const int64_t C = x2.dim(1);
     experts(
         [&](int64_t e, int64_t r0, int64_t n) {
-          ops::linear_forward(s.out.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C),
-                              Tensor());
+          if (!down_q.empty())
+            ops::quant_linear_forward_runs(s.out.narrow0(r0, n), s.a.narrow0(r0, n),
+                                           down_q[size_t(e)], Tensor());
+          else
+            ops::linear_forward(s.out.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C),
+                                Tensor());
         },
         *s.routing);
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
@@ -169,6 +183,8 @@ struct MoE {
     const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
     const MoeRouting& r = *s.routing;
     const int64_t N = x2.dim(0), C = x2.dim(1), M = r.slots;
+    NK_CHECK(up_q.empty() && down_q.empty(),
+             "MoE: block-quantised experts have no backward (inference only)");
     NK_CHECK(r.rows == N, "MoE backward: {} rows after a forward of {}", N, r.rows);
     const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
                  dwt = g.dweights.narrow0(0, N);
