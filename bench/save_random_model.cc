@@ -4,7 +4,7 @@
 // bench/run_moe_quant_bench.sh). Usage:
 //   save_random_model PRESET DIR [TOKENIZER [KEY=INT ...]]
 // (tokenizer default: bytes); each KEY=INT sets that config.json key of the
-// preset (d_model=1024 num_experts=8 ...).
+// preset (d_model=1024 moe.num_experts=8 ...).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -27,9 +27,14 @@ int main(int argc, char** argv) {
       for (int i = 4; i < argc; ++i) {
         const std::string kv = argv[i];
         const size_t eq = kv.find('=');
-        if (eq == std::string::npos || !j.contains(kv.substr(0, eq)))
+        // KEY or OBJECT.KEY (moe.num_experts), as config.json nests them.
+        const std::string key = kv.substr(0, std::min(eq, kv.size()));
+        const size_t dot = key.find('.');
+        nlohmann::json& obj = dot == std::string::npos ? j : j[key.substr(0, dot)];
+        const std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
+        if (eq == std::string::npos || !obj.is_object() || !obj.contains(leaf))
           nk::fail("'{}' is not KEY=INT with KEY a config.json key", kv);
-        j[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
+        obj[leaf] = std::stoll(kv.substr(eq + 1));
       }
       c = nk::model_config_from_json(j.dump(), "overrides");
     }
