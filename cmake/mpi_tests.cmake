@@ -173,8 +173,10 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # the exported weights within 1e-5.
 #   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
-#   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP;
-#                    parallel.tp and parallel.ep refused
+#   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP,
+#                    EP2, EP2xDP2, EP2 with ZeRO-1, FSDP, full recompute and
+#                    a capacity factor; EP2 checkpoints
+#                    resumed on one process and back; parallel.tp/pp refused
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
@@ -185,11 +187,18 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   peft_align_ranks LoRA DPO with align.reference=adapter_off over 2 and 4
 #                    ranks, ZeRO-1, FSDP; QLoRA DPO, IA3 KTO, LoRA with a
 #                    precomputed reference; adapters with parallel.tp refused
+#   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
+#                    and a command grader; resumed mid-round; RLOO over 2 ranks;
+#                    parallel.tp and FSDP refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
-foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks)
+foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
+               online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
   nk_timeout(t 300)
   set_tests_properties(${script} PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 endforeach()
+# moe_ranks runs some twenty short trainings (2 to 4 ranks each).
+nk_timeout(t 600)
+set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})

@@ -15,11 +15,14 @@ void AlignConfig::bind(ConfigBinder& b) {
          "NeMo-Aligner's train_reward_model; with align.reward_model_type=regression SteerLM's "
          "attribute model); "
          "rs: rejection sampling (best-of-n by a reward model, then SFT); steerlm: SteerLM's "
-         "attribute-conditioned SFT");
+         "attribute-conditioned SFT; grpo, rloo: online RL from prompts, the policy generating "
+         "as it trains (TRL's GRPOTrainer, RLOOTrainer)");
   b.bind("align.loss_type", loss_type,
          "DPO's loss (TRL's DPOConfig.loss_type): sigmoid (DPO; cDPO with "
          "align.label_smoothing), robust (rDPO), hinge (SLiC/RSO) or ipo (IPO, log-ratios "
-         "divided by completion lengths as TRL)");
+         "divided by completion lengths as TRL); grpo and rloo: grpo (each sequence's token "
+         "mean, then the mean; the default there), dr_grpo (sum / (sequences x "
+         "max_completion_length)) or dapo (token-level)");
   b.bind("align.beta", loss.beta,
          "beta: the reward scale, DPO's KL penalty (TRL beta; NeMo-Aligner "
          "dpo.ref_policy_kl_penalty); IPO's tau; KTO's beta; ORPO's lambda; SimPO's beta");
@@ -112,6 +115,19 @@ void AlignConfig::check(bool adapters) {
   attributes.clear();
   if (center_rewards_coefficient > 0)
     fail("align.center_rewards_coefficient: a reward model's (align.method=rm), not {}'s", method);
+  if (online()) {  // the loss settings are OnlineRlConfig's; the reference is the KL's
+    if (reference == "auto" || reference == (adapters ? "adapter_off" : "copy"))
+      reference_source = adapters ? ReferenceSource::AdapterOff : ReferenceSource::Copy;
+    else if (reference == "copy")
+      reference_source = ReferenceSource::Copy;
+    else
+      fail(
+          "align.reference: '{}' with align.method={}: the KL's reference scores each round's "
+          "new completions, so it is the policy with its adapters off (adapter_off, with "
+          "peft.method) or a frozen copy (copy)",
+          reference, method);
+    return;
+  }
   if (method == "ipo" || method == "hinge") {
     if (loss_type != "sigmoid" && loss_type != method)
       fail("align.loss_type: '{}' with align.method={} (which sets loss_type={})", loss_type,

@@ -8,10 +8,11 @@
 namespace nk {
 
 void AlignSamplingConfig::bind(ConfigBinder& b) {
-  b.bind("align.reward_model", reward_model,
-         "rs: the reward model folder (a sequence classifier, num_labels 1, e.g. trained by "
-         "align.method=rm or imported from *ForSequenceClassification) scoring each (prompt, "
-         "sample)");
+  b.bind(
+      "align.reward_model", reward_model,
+      "rs, and the model reward of grpo/rloo (align.reward_funcs=model): the reward model folder "
+      "(a sequence classifier, num_labels 1, e.g. trained by align.method=rm or imported from "
+      "*ForSequenceClassification) scoring each (prompt, sample)");
   b.bind("align.num_rollouts_per_prompt", rs.num_rollouts,
          "rs: samples drawn per prompt, n of best-of-n (NeMo-Aligner rs.num_rollouts_per_prompt)");
   b.bind("align.top_n_rollouts", rs.top_n,
@@ -82,9 +83,10 @@ void AlignSamplingConfig::bind(ConfigBinder& b) {
          "rs, steerlm: the SFT JSONL written (\"\" = train.out_dir/rs_sft.jsonl or "
          "steerlm_sft.jsonl), with OUTPUT.stats.jsonl beside it");
   b.bind("align.scorer_dtype", scorer_dtype,
-         "rs, steerlm: the reward or attribute model's compute precision: f32 or bf16");
+         "rs, steerlm, the model reward: the reward or attribute model's compute precision: f32 "
+         "or bf16");
   b.bind("align.score_batch_size", score_batch,
-         "rs, steerlm: sequences per reward or attribute model forward");
+         "rs, steerlm, the model reward: sequences per reward or attribute model forward");
 }
 
 }  // namespace nk

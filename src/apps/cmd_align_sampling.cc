@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "align/prompt_data.h"
 #include "align/reward_scoring.h"
 #include "align/sampling_config.h"
 #include "ckpt/hf_io.h"
@@ -60,33 +61,6 @@ void align_sft_pass(const CommandArgs& a, const ConfigSchema& schema, const std:
 
 namespace {
 
-struct Prompts {
-  JsonRecords file;
-  std::vector<nlohmann::json> prompts;
-  bool chat = false;
-};
-
-// Every record's prompt, all strings or all chat messages.
-Prompts read_prompts(const std::string& path, const std::string& key) {
-  Prompts p;
-  try {
-    p.file = read_json_records(path);
-  } catch (const Error& e) {
-    throw e.with_context("align.data_path");
-  }
-  for (const JsonRecord& r : p.file.records) {
-    const nlohmann::json& v = record_field(p.file, r, key);
-    const bool chat = is_chat_prompt(v, p.file.where(r, key));
-    if (p.prompts.empty()) p.chat = chat;
-    if (chat != p.chat)
-      fail("{}: a {} prompt where {} holds {}: a prompts file holds one kind", p.file.where(r, key),
-           chat ? "chat" : "string", p.file.where(p.file.records[0], key),
-           p.chat ? "chat messages" : "a string");
-    p.prompts.push_back(v);
-  }
-  return p;
-}
-
 nlohmann::json rs_settings(const TrainConfig& cfg, const AlignConfig& ac,
                            const AlignSamplingConfig& k, const std::string& data_hash) {
   const RejectionSamplingOptions& o = k.rs;
@@ -131,7 +105,7 @@ int align_rejection_sampling(const CommandArgs& a, const ConfigSchema& schema, c
       k.output_path.empty() ? (fs::path(cfg.out_dir) / "rs_sft.jsonl").string() : k.output_path;
 
   // Everything is read and checked before anything is generated or written.
-  const Prompts p = read_prompts(ac.data_path, ac.data.prompt_key);
+  const PromptRecords p = read_prompt_records(ac.data_path, ac.data.prompt_key);
   auto where = [&](size_t i) { return p.file.where(p.file.records[i], ac.data.prompt_key); };
   // A Hugging Face policy is imported where the SFT pass's Trainer reads it from.
   std::string policy_dir = cfg.init_from;

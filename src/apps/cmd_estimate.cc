@@ -312,6 +312,13 @@ int cmd_estimate(const CommandArgs& raw) {
       cfg.recompute_layers ? fmt::format(" (first {} layers)", cfg.recompute_layers) : "");
   fmt::print("world {} (dp {}, tp {}{}, pp {}); the rank that needs the most: stage {}\n\n",
              e.world, e.dp, e.tp, cfg.parallel.sequence_parallel ? " with sp" : "", e.pp, r.stage);
+  if (mc.is_moe())
+    fmt::print(
+        "experts: {:.2f}M parameters; parallel.ep {}: each rank computes {} of the {} experts of "
+        "every MoE layer ({:.2f}M parameters; the weights stay whole on every rank, in the "
+        "weights below); expert all-to-all {} sent per rank per step\n\n",
+        double(e.expert_params) / 1e6, e.ep, mc.num_experts / e.ep, mc.num_experts,
+        double(e.expert_params_computed) / 1e6, mib(double(e.a2a_bytes_per_step)));
   if (mc.has_adapters())
     fmt::print(
         "note: the adapters' (peft.*) own activation buffers are not in the estimate; their "

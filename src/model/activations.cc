@@ -28,7 +28,7 @@ std::vector<Recompute> recompute_plan(const std::string& policy, int64_t layers,
 
 Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_, bool training,
                          Device device, std::vector<Recompute> plan, const nn::TensorParallel& tp,
-                         const PipelineStage& stage)
+                         const PipelineStage& stage, int64_t expert_ranks)
     : B(B_), T(T_) {
   if (T > c.max_seq_len)
     fail("sequence length {} exceeds model.max_seq_len = {}", T, c.max_seq_len);
@@ -87,7 +87,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
     if (c.is_moe()) {
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                 dt, alloc);
+                                 dt, alloc, expert_ranks);
     } else {
       y.mlp.h = act(up);
       y.mlp.a = cheap ? act(F) : shared.mlp.a;
@@ -188,7 +188,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dattn.dout = act(HD);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                  dt, alloc);
+                                  dt, alloc, expert_ranks);
       moe_balance.resize(size_t(c.num_experts));
     } else {
       dmlp.dh = act(up);
@@ -233,6 +233,7 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
                          {"moe.a", &y.moe.a},
                          {"moe.out", &y.moe.out}})
     add(name, *t);
+  if (y.moe.exchange) add("moe.xe", y.moe.xe);  // expert parallel: the experts' own inputs
   if (r == Recompute::None) {
     add("ln1", y.ln1);
     add("ln2", y.ln2);

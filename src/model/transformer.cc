@@ -88,6 +88,14 @@ void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor&
   a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - s.moe.routing->slots;
 }
 
+void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
+  if (ep.active() && (!cfg_.is_moe() || cfg_.num_experts % ep.size()))
+    fail("parallel.ep = {}: model.num_experts = {} does not split into equal counts over the ranks",
+         ep.size(), cfg_.num_experts);
+  ep_ = ep;
+  for (Block& b : blocks_) b.moe.ep = ep;
+}
+
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   MoeLosses out;
   if (!cfg_.is_moe()) return out;
@@ -147,7 +155,8 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
 // padding, whose partial dx is then zero), the losses, and with backward dx
 // and the head's weight gradient.
 void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg,
-                             int64_t r, int64_t n, bool backward, float scale) {
+                             int64_t r, int64_t n, bool backward, float scale,
+                             const Tensor& row_scale) {
   const int64_t cols = head_scored_rows_;
   Tensor logits, xr = x.narrow0(r, n);
   if (cols == a.logits.dim(1))
@@ -155,7 +164,14 @@ void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, 
   else if (cols > 0)
     logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
   if (logits.defined()) head_.forward(logits, xr);
-  loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, scale, a.ce_stats);
+  // A temperature t: the loss of logits / t, whose gradient with respect to
+  // the logits carries another 1 / t.
+  const float inv_t = 1.f / logit_temperature_;
+  if (logits.defined() && inv_t != 1.f) ops::scale(logits, inv_t);
+  loss_.forward(a.losses.narrow0(r, n), logits, tg.narrow0(r, n), backward, scale * inv_t,
+                a.ce_stats);
+  if (backward && logits.defined() && row_scale.defined())
+    ops::scale_rows(logits, row_scale.narrow0(r, n));
   if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
   if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
 }
@@ -196,11 +212,11 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
 }
 
 void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,
-                            double* row_nll) {
+                            double* row_nll, const float* token_scale, float* token_nll) {
   check_shape(targets, {a.B, a.T}, "targets");
   NK_CHECK(stage_.head, "head_rows: this pipeline stage holds no head");
   need_lm_head("sequence log-probabilities");
-  const bool backward = scale != nullptr;
+  const bool backward = scale != nullptr || token_scale != nullptr;
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
   a.moe_grad_scale = 0.f;  // a sequence objective does not add the MoE losses
   NK_CHECK(!tp_.sp(), "head_rows: per-row sums under sequence parallelism");
@@ -209,12 +225,21 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   Tensor dx = backward ? nn::rows(tp_.enter_grad(a.dln, a.full_y)) : Tensor();
   Tensor tg = targets.view({a.B * T});
-  // Chunks never cross a row, so each row's gradient takes its own scale.
-  for (int64_t b = 0; b < a.B; ++b)
-    for (int64_t r = b * T; r < (b + 1) * T; r += a.chunk) {
-      const int64_t n = std::min(a.chunk, (b + 1) * T - r);
-      head_chunk(a, x, dx, tg, r, n, backward, backward ? scale[b] : 0.f);
-    }
+  if (token_scale) {  // a weight per position: chunks may cross rows
+    const int64_t N = a.B * T;
+    Tensor w = Tensor::empty({N}, DType::F32, device_);
+    ops::copy_from_host(w, token_scale);
+    for (int64_t r = 0; r < N; r += a.chunk)
+      head_chunk(a, x, dx, tg, r, std::min(a.chunk, N - r), true, 1.f, w);
+  } else {
+    // Chunks never cross a row, so each row's gradient takes its own scale.
+    for (int64_t b = 0; b < a.B; ++b)
+      for (int64_t r = b * T; r < (b + 1) * T; r += a.chunk) {
+        const int64_t n = std::min(a.chunk, (b + 1) * T - r);
+        head_chunk(a, x, dx, tg, r, n, backward, backward ? scale[b] : 0.f);
+      }
+  }
+  if (token_nll) ops::copy_to_host(a.losses, token_nll);
   if (row_nll) {
     ops::copy_to_host(a.losses, a.host_losses.data());
     for (int64_t b = 0; b < a.B; ++b) {
@@ -241,6 +266,25 @@ void Transformer::head_row_backward(Activations& a, const Tensor& targets,
   NK_CHECK(int64_t(row_scale.size()) == a.B, "head_row_backward: {} scales for {} rows",
            row_scale.size(), a.B);
   head_rows(a, targets, row_scale.data(), nullptr);
+}
+
+void Transformer::head_token_nll(Activations& a, const Tensor& targets,
+                                 std::span<float> token_nll) {
+  NK_CHECK(int64_t(token_nll.size()) == a.B * a.T, "head_token_nll: {} values for {} positions",
+           token_nll.size(), a.B * a.T);
+  head_rows(a, targets, nullptr, nullptr, nullptr, token_nll.data());
+}
+
+void Transformer::head_token_backward(Activations& a, const Tensor& targets,
+                                      std::span<const float> token_scale) {
+  NK_CHECK(int64_t(token_scale.size()) == a.B * a.T,
+           "head_token_backward: {} scales for {} positions", token_scale.size(), a.B * a.T);
+  head_rows(a, targets, nullptr, nullptr, token_scale.data(), nullptr);
+}
+
+void Transformer::set_logit_temperature(float t) {
+  NK_CHECK(t > 0 && std::isfinite(t), "set_logit_temperature: {}", t);
+  logit_temperature_ = t;
 }
 
 void Transformer::need_lm_head(const char* what) const {

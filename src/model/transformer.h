@@ -190,6 +190,13 @@ class Transformer {
   // The whole model's parameters (layout() of one process).
   const ParamLayout& global_layout() const { return global_layout_; }
   const nn::TensorParallel& tensor_parallel() const { return tp_; }
+  // Expert parallelism (nn/expert_parallel.h): every MoE layer computes its
+  // experts [r E/ep, (r+1) E/ep) for the tokens of the whole "ep" group. The
+  // weights stay whole on every rank (all experts; their gradients are
+  // nonzero only for this rank's experts until the data-parallel sum).
+  // Set before making Activations (they size the exchanges' buffers).
+  void set_expert_parallel(const nn::ExpertParallel& ep);
+  const nn::ExpertParallel& expert_parallel() const { return ep_; }
   const PipelineStage& stage() const { return stage_; }
   // Under sequence parallelism, the gradients that are partial sums over
   // this rank's rows (the norms' weights and biases): the trainer adds them
@@ -299,6 +306,20 @@ class Transformer {
   // are not run again), writes d residual(n_layer) into a.residual_grad()
   // and accumulates the head's and final norm's gradients. row_scale [B].
   void head_row_backward(Activations& a, const Tensor& targets, std::span<const float> row_scale);
+  // Per-token objectives (online RL: GRPO's clipped ratios) need each
+  // position's log-probability and a gradient weight per position.
+  // token_nll [B * T]: -log p(target) at each position (0 where ignored).
+  void head_token_nll(Activations& a, const Tensor& targets, std::span<float> token_nll);
+  // The backward of sum_i token_scale[i] * token_nll[i] over the last
+  // forward's activations (the head recomputed, as head_row_backward).
+  void head_token_backward(Activations& a, const Tensor& targets,
+                           std::span<const float> token_scale);
+  // The softmax temperature of the log-probabilities head_row_nll,
+  // head_token_nll and their backwards compute: log softmax(logits / t), the
+  // distribution a sampler at temperature t draws from (online RL scores its
+  // samples with the temperature that drew them). 1 by default; > 0.
+  void set_logit_temperature(float t);
+  float logit_temperature() const { return logit_temperature_; }
   // nk::Error unless the model has an LM head (it is not a sequence
   // classifier), naming `what` ("generation").
   void need_lm_head(const char* what) const;
@@ -372,15 +393,20 @@ class Transformer {
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
-  // (when given) receives the per-row sums.
-  void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll);
+  // (when given) receives the per-row sums. The per-token forms: token_scale
+  // [B * T] (a backward, scale null) and token_nll [B * T] receive and give
+  // per-position values.
+  void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll,
+                 const float* token_scale = nullptr, float* token_nll = nullptr);
   // Each of score_forward's rows: row b's position last[b] in a.lnf and its
   // logits buffer, [1, C] and [1, num_labels].
   std::pair<Tensor, Tensor> score_row(Activations& a, std::span<const int64_t> last, int64_t b);
 
   // One chunk of rows of the head and cross-entropy (head_loss, head_rows).
+  // row_scale (defined: f32 [rows of x] on the device): each row's logit
+  // gradients also scaled by its own weight.
   void head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg, int64_t r,
-                  int64_t n, bool backward, float scale);
+                  int64_t n, bool backward, float scale, const Tensor& row_scale = {});
   // Layer l's forward from a.residual(l): its saved activations, and
   // res[l + 1] when `output` (a recompute needs only the former).
   void layer_forward(Activations& a, int64_t l, const Tensor& cu, const Tensor& pos, bool output);
@@ -399,6 +425,7 @@ class Transformer {
   Device device_;
   FrozenWeights frozen_weights_;
   nn::TensorParallel tp_;
+  nn::ExpertParallel ep_;
   PipelineStage stage_;
   ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;
@@ -414,6 +441,7 @@ class Transformer {
   // The head's rows this rank scores: its share of the vocabulary less the
   // padding (bind_views); the logits' columns.
   int64_t head_scored_rows_ = 0;
+  float logit_temperature_ = 1.f;  // set_logit_temperature
   nn::VocabCrossEntropy loss_;
   nn::Prompt prompt_;  // p-tuning's virtual tokens; inactive without
   uint64_t dropout_seed_ = 0;
@@ -456,14 +484,18 @@ class ActivationObserver {
 class Activations {
  public:
   // stage: only its layers' buffers (and the head's on the last stage).
+  // expert_ranks: the expert-parallel size (a MoE layer's products then run
+  // over up to expert_ranks times its own rows, nn/moe.h).
   Activations(const ModelConfig& cfg, DType compute, int64_t B, int64_t T, bool training,
               Device device = kHost, std::vector<Recompute> recompute = {},
-              const nn::TensorParallel& tp = {}, const PipelineStage& stage = {});
-  // For `model`: its config, compute dtype, device, tensor-parallel group and stage.
+              const nn::TensorParallel& tp = {}, const PipelineStage& stage = {},
+              int64_t expert_ranks = 1);
+  // For `model`: its config, compute dtype, device, tensor- and expert-parallel groups and stage.
   Activations(const Transformer& model, int64_t B, int64_t T, bool training,
               std::vector<Recompute> recompute = {})
       : Activations(model.config(), model.compute_dtype(), B, T, training, model.device(),
-                    std::move(recompute), model.tensor_parallel(), model.stage()) {}
+                    std::move(recompute), model.tensor_parallel(), model.stage(),
+                    model.expert_parallel().size()) {}
   int64_t B, T;
   // Bytes of every buffer this workspace allocated (shared ones once).
   int64_t bytes() const { return bytes_; }

@@ -496,6 +496,7 @@ void Transformer::bind_views() {
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
       b.moe.capacity_factor = cfg_.moe_capacity_factor;
+      b.moe.ep = ep_;
       blocks_.push_back(b);
       continue;
     }

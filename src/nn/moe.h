@@ -20,6 +20,11 @@
 // weight's bytes) each expert's product reads only its own blocks, so a
 // decode step reads the k routed experts' weights and no other's.
 //
+// Expert parallelism (ep, nn/expert_parallel.h): the gathered rows go to the
+// ranks of their experts and come back computed; this rank runs only its
+// E/ep experts' products, over every rank's rows for them (R of them, at
+// most ep N k: the buffers of the products are sized for that).
+//
 // The load-balancing and z-losses are the model's (they sum over layers,
 // model/transformer.cc): forward leaves the per-expert routed counts and
 // stats (ops::moe_route) in Saved::routing; backward takes d loss / d
@@ -30,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "nn/expert_parallel.h"
 #include "nn/linear.h"
 #include "ops/moe.h"
 
@@ -60,6 +66,7 @@ struct MoE {
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
   double capacity_factor = 0;  // 0: dropless
+  ExpertParallel ep;           // the expert-parallel group (size 1: none)
 
   // One forward's activations for up to N tokens (M = N k slots).
   struct Saved {
@@ -71,26 +78,33 @@ struct MoE {
     Tensor src;      // i32 [M]
     Tensor slot;     // i32 [N, k]
     Tensor xs;       // T [M, C] gathered inputs
-    Tensor h;        // T [M, 2F]
-    Tensor a;        // T [M, F]
+    Tensor h;        // T [R, 2F]
+    Tensor a;        // T [R, F]
     Tensor out;      // T [M, C] experts' outputs before weighting
     std::shared_ptr<MoeRouting> routing;
+    // Expert parallel (R = ep M rows; else xe is xs, ye is out, R = M):
+    Tensor xe, ye;  // T [R, C] this rank's experts' inputs and outputs, by expert
+    Tensor stage;   // T [R, C] scratch of the exchanges
+    std::shared_ptr<ExpertExchange> exchange;  // null without expert parallelism
   };
   struct Scratch {
     Tensor dlogits;       // T [N, E]
     Tensor dweights;      // f32 [N, k]
     Tensor balance_grad;  // f32 [E]
     Tensor dout, dxs;     // T [M, C]
-    Tensor dh;            // T [M, 2F]
-    Tensor da;            // T [M, F]
+    Tensor dh;            // T [R, 2F]
+    Tensor da;            // T [R, F]
     Tensor dx_router;     // T [N, C]
+    Tensor dye, dxe;      // T [R, C] expert parallel (else dout, dxs)
+    Tensor stage;         // T [R, C] expert parallel
   };
   // Buffers for up to N tokens; alloc(shape, dtype) allocates one tensor.
+  // ep: the expert-parallel size.
   template <typename Alloc>
   static Saved saved_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
-                         Alloc&& alloc) {
+                         Alloc&& alloc, int64_t ep = 1) {
     Saved s;
-    const int64_t M = N * k;
+    const int64_t M = N * k, R = ep * M;
     s.logits = alloc(Shape{N, E}, dt);
     s.probs = alloc(Shape{N, E}, DType::F32);
     s.idx = alloc(Shape{N, k}, DType::I32);
@@ -99,9 +113,17 @@ struct MoE {
     s.src = alloc(Shape{M}, DType::I32);
     s.slot = alloc(Shape{N, k}, DType::I32);
     s.xs = alloc(Shape{M, C}, dt);
-    s.h = alloc(Shape{M, 2 * F}, dt);
-    s.a = alloc(Shape{M, F}, dt);
+    s.h = alloc(Shape{R, 2 * F}, dt);
+    s.a = alloc(Shape{R, F}, dt);
     s.out = alloc(Shape{M, C}, dt);
+    s.xe = s.xs;
+    s.ye = s.out;
+    if (ep > 1) {
+      s.xe = alloc(Shape{R, C}, dt);
+      s.ye = alloc(Shape{R, C}, dt);
+      s.stage = alloc(Shape{R, C}, dt);
+      s.exchange = ExpertExchange::make(R, E, alloc);
+    }
     s.routing = std::make_shared<MoeRouting>();
     MoeRouting& r = *s.routing;
     r.idx.resize(size_t(N * k));
@@ -116,17 +138,24 @@ struct MoE {
   }
   template <typename Alloc>
   static Scratch scratch_for(int64_t N, int64_t C, int64_t E, int64_t k, int64_t F, DType dt,
-                             Alloc&& alloc) {
+                             Alloc&& alloc, int64_t ep = 1) {
     Scratch g;
-    const int64_t M = N * k;
+    const int64_t M = N * k, R = ep * M;
     g.dlogits = alloc(Shape{N, E}, dt);
     g.dweights = alloc(Shape{N, k}, DType::F32);
     g.balance_grad = alloc(Shape{E}, DType::F32);
     g.dout = alloc(Shape{M, C}, dt);
     g.dxs = alloc(Shape{M, C}, dt);
-    g.dh = alloc(Shape{M, 2 * F}, dt);
-    g.da = alloc(Shape{M, F}, dt);
+    g.dh = alloc(Shape{R, 2 * F}, dt);
+    g.da = alloc(Shape{R, F}, dt);
     g.dx_router = alloc(Shape{N, C}, dt);
+    g.dye = g.dout;
+    g.dxe = g.dxs;
+    if (ep > 1) {
+      g.dye = alloc(Shape{R, C}, dt);
+      g.dxe = alloc(Shape{R, C}, dt);
+      g.stage = alloc(Shape{R, C}, dt);
+    }
     return g;
   }
 
@@ -147,34 +176,17 @@ struct MoE {
     ops::copy_bytes_from_host(slot, s.routing->slot.data());
     ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
     ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
-    experts(
-        [&](int64_t e, int64_t r0, int64_t n) {
-          if (!up_q.empty())
-            ops::quant_linear_forward_runs(s.h.narrow0(r0, n), s.xs.narrow0(r0, n), up_q[size_t(e)],
-                                           Tensor());
-          else
-            ops::linear_forward(s.h.narrow0(r0, n), s.xs.narrow0(r0, n),
-                                up.narrow0(2 * d_ff * e, 2 * d_ff), Tensor());
-        },
-        *s.routing);
-    activation_forward(s);
-    const int64_t C = x2.dim(1);
-    experts(
-        [&](int64_t e, int64_t r0, int64_t n) {
-          if (!down_q.empty())
-            ops::quant_linear_forward_runs(s.out.narrow0(r0, n), s.a.narrow0(r0, n),
-                                           down_q[size_t(e)], Tensor());
-          else
-            ops::linear_forward(s.out.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C),
-                                Tensor());
-        },
-        *s.routing);
+    if (!ep.active()) {
+      experts_forward(s.xs, s.h, s.a, s.out, s.routing->kept, 0);
+    } else {
+      check_expert_parallel(s.exchange.get());
+      const ExpertExchange& xc = *s.exchange;
+      ep.plan(*s.exchange, s.routing->kept);
+      ep.dispatch(xc, s.xs.narrow0(0, M), s.xe, s.stage);
+      experts_forward(s.xe, s.h, s.a, s.ye, xc.local_rows, ep.first_expert(n_experts));
+      ep.combine(xc, s.ye, s.out.narrow0(0, M), s.stage);
+    }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
-  }
-  // s.a from s.h over the last forward's slots.
-  void activation_forward(const Saved& s) const {
-    const int64_t M = s.routing->slots;
-    ops::swiglu_forward(s.a.narrow0(0, M), s.h.narrow0(0, M));
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
   // balance_grad [E] (host) and z_grad: see the file comment.
@@ -182,29 +194,23 @@ struct MoE {
                 const std::vector<float>& balance_grad, float z_grad) const {
     const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
     const MoeRouting& r = *s.routing;
-    const int64_t N = x2.dim(0), C = x2.dim(1), M = r.slots;
+    const int64_t N = x2.dim(0), M = r.slots;
     NK_CHECK(up_q.empty() && down_q.empty(),
              "MoE: block-quantised experts have no backward (inference only)");
     NK_CHECK(r.rows == N, "MoE backward: {} rows after a forward of {}", N, r.rows);
     const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
                  dwt = g.dweights.narrow0(0, N);
     ops::moe_combine_backward(g.dout.narrow0(0, M), dwt, dy2, s.out.narrow0(0, M), slot, w);
-    experts(
-        [&](int64_t e, int64_t r0, int64_t n) {
-          ops::linear_backward(g.da.narrow0(r0, n),
-                               ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(), Tensor(),
-                               g.dout.narrow0(r0, n), s.a.narrow0(r0, n), down.narrow0(C * e, C));
-        },
-        r);
-    ops::swiglu_backward(g.dh.narrow0(0, M), g.da.narrow0(0, M), s.h.narrow0(0, M));
-    experts(
-        [&](int64_t e, int64_t r0, int64_t n) {
-          const int64_t F2 = 2 * d_ff;
-          ops::linear_backward(g.dxs.narrow0(r0, n),
-                               dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(), Tensor(),
-                               g.dh.narrow0(r0, n), s.xs.narrow0(r0, n), up.narrow0(F2 * e, F2));
-        },
-        r);
+    if (!ep.active()) {
+      experts_backward(g.dxs, g.dh, g.da, g.dout, s.xs, s.h, s.a, r.kept, 0);
+    } else {
+      // The outputs' gradients go where the inputs went; the inputs' come back.
+      const ExpertExchange& xc = *s.exchange;
+      ep.dispatch(xc, g.dout.narrow0(0, M), g.dye, g.stage);
+      experts_backward(g.dxe, g.dh, g.da, g.dye, s.xe, s.h, s.a, xc.local_rows,
+                       ep.first_expert(n_experts));
+      ep.combine(xc, g.dxe, g.dxs.narrow0(0, M), g.stage);
+    }
     ops::moe_scatter(dx2, g.dxs.narrow0(0, M), slot);
     NK_CHECK(int64_t(balance_grad.size()) == n_experts, "MoE backward: {} balance gradients",
              balance_grad.size());
@@ -250,15 +256,62 @@ struct MoE {
     }
     r.rows = N;
   }
-  // fn(e, first row, rows) for every expert that received rows.
+  // The grouped products: rows[j] rows of xs [sum rows, C] for expert
+  // first + j, in order -> out (h, a: the SwiGLU's input and output).
+  void experts_forward(const Tensor& xs, const Tensor& h, const Tensor& a, const Tensor& out,
+                       const std::vector<int64_t>& rows, int64_t first) const {
+    const int64_t C = xs.dim(1), F2 = 2 * d_ff;
+    each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      if (!up_q.empty())
+        ops::quant_linear_forward_runs(h.narrow0(r0, n), xs.narrow0(r0, n), up_q[size_t(e)],
+                                       Tensor());
+      else
+        ops::linear_forward(h.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2), Tensor());
+    });
+    const int64_t R = total(rows);
+    if (R > 0) ops::swiglu_forward(a.narrow0(0, R), h.narrow0(0, R));
+    each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      if (!down_q.empty())
+        ops::quant_linear_forward_runs(out.narrow0(r0, n), a.narrow0(r0, n), down_q[size_t(e)],
+                                       Tensor());
+      else
+        ops::linear_forward(out.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C), Tensor());
+    });
+  }
+  // Its backward: dxs written from dout; the experts' weight gradients accumulate.
+  void experts_backward(const Tensor& dxs, const Tensor& dh, const Tensor& da, const Tensor& dout,
+                        const Tensor& xs, const Tensor& h, const Tensor& a,
+                        const std::vector<int64_t>& rows, int64_t first) const {
+    const int64_t C = xs.dim(1), F2 = 2 * d_ff;
+    each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      ops::linear_backward(da.narrow0(r0, n), ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(),
+                           Tensor(), dout.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C));
+    });
+    const int64_t R = total(rows);
+    if (R > 0) ops::swiglu_backward(dh.narrow0(0, R), da.narrow0(0, R), h.narrow0(0, R));
+    each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      ops::linear_backward(dxs.narrow0(r0, n), dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(),
+                           Tensor(), dh.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2));
+    });
+  }
+  // fn(expert, first row, rows) for every expert first + j with rows[j] > 0.
   template <typename Fn>
-  void experts(Fn&& fn, const MoeRouting& r) const {
+  static void each_expert(const std::vector<int64_t>& rows, int64_t first, Fn&& fn) {
     int64_t at = 0;
-    for (int64_t e = 0; e < n_experts; ++e) {
-      const int64_t n = r.kept[size_t(e)];
-      if (n > 0) fn(e, at, n);
-      at += n;
+    for (size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] > 0) fn(first + int64_t(j), at, rows[j]);
+      at += rows[j];
     }
+  }
+  static int64_t total(const std::vector<int64_t>& rows) {
+    int64_t n = 0;
+    for (int64_t r : rows) n += r;
+    return n;
+  }
+  void check_expert_parallel(const ExpertExchange* x) const {
+    NK_CHECK(x != nullptr, "MoE: expert parallel over {} ranks with buffers for one", ep.size());
+    NK_CHECK(n_experts % ep.size() == 0, "MoE: {} experts over {} expert-parallel ranks", n_experts,
+             ep.size());
   }
 };
 

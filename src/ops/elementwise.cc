@@ -90,6 +90,14 @@ void dropout(Tensor y, const Tensor& x, float p, uint64_t seed) {
   NK_KERNEL(dropout, dev)(y, x, p, seed);
 }
 
+void scale_rows(Tensor y, const Tensor& s) {
+  const Device dev = device_of("scale_rows", {{&y, "y"}, {&s, "s"}});
+  NK_CHECK(y.ndim() == 2 && s.ndim() == 1 && s.dim(0) == y.dim(0), "scale_rows: y {}, s {}",
+           y.desc(), s.desc());
+  NK_CHECK(s.dtype() == DType::F32, "scale_rows: s {} is not f32", s.desc());
+  NK_KERNEL(scale_rows, dev)(y, s);
+}
+
 void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
   const Device dev = device_of("scale_columns", {{&y, "y"}, {&l, "l"}});
   NK_CHECK(y.ndim() == 2 && l.ndim() == 1 && col0 >= 0 && col0 + l.dim(0) <= y.dim(1),

@@ -30,6 +30,7 @@ NK_KERNEL_DECL(void, add_columns, (Tensor y, const Tensor& z, int64_t col0, floa
 NK_KERNEL_DECL(void, copy_columns, (Tensor z, const Tensor& y, int64_t col0, float s))
 NK_KERNEL_DECL(void, dropout, (Tensor y, const Tensor& x, float p, uint64_t seed))
 NK_KERNEL_DECL(void, scale_columns, (Tensor y, const Tensor& l, int64_t col0))
+NK_KERNEL_DECL(void, scale_rows, (Tensor y, const Tensor& s))
 NK_KERNEL_DECL(void, column_dot, (Tensor dl, const Tensor& a, int64_t col0, const Tensor& b))
 NK_KERNEL_DECL(void, copy_bytes_from_host, (Tensor dst, const void* src))
 NK_KERNEL_DECL(void, copy_bytes_to_host, (const Tensor& src, void* dst))

@@ -45,6 +45,9 @@ void copy_columns(Tensor z, const Tensor& y, int64_t col0, float s);
 // y[:, col0 + j] *= l[j] for j < m (IA3's learned scaling of some output
 // columns, or of every input column). y [N, M], l [m] in y's dtype.
 void scale_columns(Tensor y, const Tensor& l, int64_t col0);
+// y[n, :] *= s[n]: a weight per row (a per-token gradient weight on the
+// cross-entropy's logit gradients). y [N, M] f32 or bf16, s f32 [N].
+void scale_rows(Tensor y, const Tensor& s);
 // dl[j] += sum_n a[n, col0 + j] * b[n, j]: IA3's scale gradient. dl f32 [m]
 // accumulates; a [N, M], b [N, m] in one dtype. Deterministic.
 void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b);

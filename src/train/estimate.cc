@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp, bool sp,
-                                 const PipelineStage& stage, bool training) {
+                                 const PipelineStage& stage, bool training, int64_t ep) {
   const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
   // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
   // tensors outside the tensor-parallel region (all of them without sp).
@@ -35,10 +35,16 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // probs, the chosen experts and weights, the slots' sources and each
   // pair's slot, the stats) and its N k routed rows' gathered input, up
   // projection, activation and output, all of them under any recompute.
+  // Expert parallel: the products run over up to Re = ep N k received rows,
+  // which the experts' inputs, outputs and the exchange's staging hold too
+  // (with the exchange's two row permutations and counts).
   const bool moe = c.is_moe();
   const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff();
-  const int64_t moe_kept =
-      moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 + N * K * (2 * C + 3 * Fe) * s : 0;
+  const int64_t Re = ep * N * K, ep_rows = ep > 1 ? 3 * Re * C * s : 0;
+  const int64_t moe_kept = moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 +
+                                     N * K * 2 * C * s + Re * 3 * Fe * s + ep_rows +
+                                     (ep > 1 ? 16 * E + 8 * Re : 0)
+                               : 0;
   const int64_t kept =
       R * C * s + stats + N * (Q + HD + (moe ? 0 : U)) * s + 4 * B * H * T + moe_kept;  // + lse
   const int64_t cheap = 2 * R * C * s + (moe ? 0 : N * F * s);
@@ -82,7 +88,8 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     // the routed rows' output, input, up projection and activation, d input
     // through the router.
     if (moe)
-      a.workspace += N * E * s + N * K * 4 + E * 4 + N * K * (2 * C + 3 * Fe) * s + N * C * s;
+      a.workspace +=
+          N * E * s + N * K * 4 + E * 4 + N * K * 2 * C * s + Re * 3 * Fe * s + N * C * s + ep_rows;
   }
   if (sp) a.workspace += 2 * N * C * s;
   return a;
@@ -268,6 +275,7 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.dp = mesh.dp();
   e.tp = mesh.tp();
   e.pp = mesh.pp();
+  e.ep = mesh.ep();
   const ModelConfig& c = cfg.model;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
@@ -329,13 +337,29 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     if (pr.moments == DType::F16)
       r.optimizer_bytes +=
           8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());
-    r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T, plan, e.tp, sp, stage);
+    r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T, plan, e.tp, sp, stage, true, e.ep);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);
   }
   const int64_t tokens = B * T * cfg.grad_accum();
   e.flops_per_step = c.train_flops(tokens, T);
+  if (c.is_moe()) {
+    // Expert parallel: each MoE layer's micro-batch sends its N k routed rows
+    // out and back in the forward, and their gradients the same way in the
+    // backward (a fully recomputed layer's forward once more); with even
+    // routing (ep - 1) / ep of them leave the rank.
+    for (const ParamInfo& p : whole.params())
+      if (p.name.find(".moe.up.") != std::string::npos ||
+          p.name.find(".moe.down.") != std::string::npos)
+        e.expert_params += p.numel();
+    e.expert_params_computed = e.expert_params / e.ep;
+    int64_t full = 0;
+    for (Recompute r : plan) full += r == Recompute::Full ? 1 : 0;
+    const double rows = double(B * T * c.num_experts_per_tok) * double(e.ep - 1) / double(e.ep);
+    e.a2a_bytes_per_step = int64_t(double(local_accum) * double(4 * c.n_layer + 2 * full) * rows *
+                                   double(c.d_model) * double(dtype_size(cfg.dtype)));
+  }
   if (!rates) return e;
   // One rank's step: its micro-batches (local_accum, plus the pipeline's
   // fill and drain) through the first stage, then the optimizer over its
@@ -416,7 +440,11 @@ nlohmann::json estimate_json(const TrainEstimate& e) {
           {"dp", e.dp},
           {"tp", e.tp},
           {"pp", e.pp},
+          {"ep", e.ep},
           {"params", e.params},
+          {"expert_params", e.expert_params},
+          {"expert_params_computed_per_rank", e.expert_params_computed},
+          {"a2a_bytes_per_step_per_rank", e.a2a_bytes_per_step},
           {"stages", stages},
           {"peak_total_bytes", e.peak().total()},
           {"flops_per_step", e.flops_per_step},

@@ -44,7 +44,7 @@ struct ActivationBytes {
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp = 1,
                                  bool sp = false, const PipelineStage& stage = {},
-                                 bool training = true);
+                                 bool training = true, int64_t ep = 1);
 
 // Rates of this machine for the step-time prediction.
 struct MachineRates {
@@ -76,8 +76,13 @@ struct StepTime {
 };
 
 struct TrainEstimate {
-  int64_t world = 1, dp = 1, tp = 1, pp = 1;
-  int64_t params = 0;                // the whole model's
+  int64_t world = 1, dp = 1, tp = 1, pp = 1, ep = 1;
+  int64_t params = 0;  // the whole model's
+  // MoE: the experts' weights (whole model), the share each rank computes
+  // (1/ep: its experts; the weights themselves are held whole on every rank
+  // for now, in weight_bytes), and the bytes one rank sends in the expert
+  // all-to-alls of a step (even routing; 0 without expert parallelism).
+  int64_t expert_params = 0, expert_params_computed = 0, a2a_bytes_per_step = 0;
   std::vector<RankEstimate> stages;  // [pp]
   double flops_per_step = 0;         // Megatron's formula, whole step, all ranks
   double recompute_flops = 0;        // the forward work the recompute policy adds

@@ -39,6 +39,7 @@ using ObjectiveMetrics = std::vector<std::pair<std::string, double>>;
 struct ObjectiveRanks {
   bool writes = true;
   bool whole_model = true;
+  int64_t dp = 1, dp_rank = 0;  // the data-parallel replicas and this rank's place among them
   std::function<void(std::span<double>)> sum_over_ranks = [](std::span<double>) {};
 };
 
@@ -58,6 +59,14 @@ class TrainObjective {
                                    float grad_scale) = 0;
   // The loss of one validation micro-batch (a forward only).
   virtual double eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) = 0;
+  // Online objectives (RL) make their data as they train. true: the Trainer
+  // calls before_step at the start of every step (0-based), before the
+  // step's micro-batches are loaded, with the model holding the weights the
+  // last update left on every rank (collective under data parallelism), and
+  // checkpoint_saved after each checkpoint of `step` steps is written.
+  virtual bool online() const { return false; }
+  virtual void before_step(Transformer& /*model*/, int64_t /*step*/) {}
+  virtual void checkpoint_saved(int64_t /*step*/) {}
   // The figures gathered since the last call (training micro-batches, or
   // with `eval` the validation ones), averaged; cleared. None by default.
   // Training figures are means over every rank's micro-batches (collective

@@ -12,16 +12,14 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  // Mixture of Experts runs data parallel only for now: no expert, tensor,
-  // pipeline, sequence or context split of its layers.
+  // Mixture of Experts runs data and expert parallel only for now: no
+  // tensor, pipeline, sequence or context split of its layers.
   if (cfg.model.is_moe()) {
-    const std::pair<const char*, int> sizes[] = {{"parallel.ep", mesh.ep()},
-                                                 {"parallel.tp", mesh.tp()},
-                                                 {"parallel.pp", mesh.pp()},
-                                                 {"parallel.cp", mesh.cp()}};
+    const std::pair<const char*, int> sizes[] = {
+        {"parallel.tp", mesh.tp()}, {"parallel.pp", mesh.pp()}, {"parallel.cp", mesh.cp()}};
     const char* only =
-        "a Mixture-of-Experts model (model.num_experts = {}) trains on one process or data "
-        "parallel only for now";
+        "a Mixture-of-Experts model (model.num_experts = {}) trains on one process, data "
+        "parallel or expert parallel (parallel.ep) only for now";
     for (const auto& [key, size] : sizes)
       if (size != 1)
         fail("{} = {}: {} (set it to 1)", key, size,
@@ -29,18 +27,25 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     if (cfg.parallel.sequence_parallel)
       fail("parallel.sp = true: {} (set it to false)",
            fmt::format(fmt::runtime(only), cfg.model.num_experts));
-  }
-  const std::pair<const char*, int> unsupported_sizes[] = {{"parallel.cp", mesh.cp()},
-                                                           {"parallel.ep", mesh.ep()}};
-  for (const auto& [key, size] : unsupported_sizes)
-    if (size != 1)
+    if (cfg.model.num_experts % mesh.ep())
       fail(
-          "{} = {}: nekton train runs tensor, pipeline and data parallel only for now (set it to "
-          "1)",
-          key, size);
+          "parallel.ep = {}: model.num_experts = {} does not split into equal counts over the "
+          "expert-parallel ranks",
+          mesh.ep(), cfg.model.num_experts);
+  } else if (mesh.ep() != 1) {
+    fail("parallel.ep = {}: the model has no experts (model.num_experts = 0); set it to 1",
+         mesh.ep());
+  }
+  if (mesh.cp() != 1)
+    fail(
+        "parallel.cp = {}: nekton train runs tensor, pipeline, data and expert parallel only for "
+        "now (set it to 1)",
+        mesh.cp());
   if (mesh.etp() != mesh.tp())
-    fail("parallel.etp = {}: there are no expert layers to split yet (leave it 0: parallel.tp)",
-         mesh.etp());
+    fail(
+        "parallel.etp = {}: expert tensor parallelism (each expert split over ranks) is not "
+        "supported yet (leave it 0: parallel.tp)",
+        mesh.etp());
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())

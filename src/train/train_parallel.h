@@ -4,7 +4,9 @@
 // own slice of each global batch and holds the whole model, or with
 // parallel.shard its shard of the optimizer state (ZeRO-1) or of the weights
 // too (FSDP); and tensor parallelism, optionally with sequence parallelism
-// (nn/tensor_parallel.h), within each data-parallel replica.
+// (nn/tensor_parallel.h), within each data-parallel replica; and for a
+// Mixture-of-Experts model expert parallelism (parallel.ep, carved out of the
+// data-parallel ranks: nn/expert_parallel.h).
 #pragma once
 #include <cstdint>
 

@@ -160,6 +160,14 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
           "f32 gradients {:.1f} MiB",
           double(model_->grad_bytes()) / 1048576.0, f32 / 1048576.0);
   }
+  if (par_.active() && par_.mesh->ep() > 1) {
+    a2a_seconds_ = std::make_shared<double>(0.0);
+    model_->set_expert_parallel({&par_.groups->get("ep"), a2a_seconds_});
+    NK_INFO(
+        "expert parallel: {}; each rank computes {} of the {} experts of every MoE layer for its "
+        "ep group's tokens (all-to-all dispatch and combine)",
+        par_.mesh->describe(), cfg_.model.num_experts / par_.mesh->ep(), cfg_.model.num_experts);
+  }
   if (model_parallel()) {
     const PipelineStage& st = model_->stage();
     std::string layers;
@@ -213,8 +221,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   }
   // Token ids beyond the vocabulary (data made with another tokenizer) are
   // caught here on the first micro-batch, before anything is written; the
-  // loader checks every later sample as it reads it.
-  if (state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
+  // loader checks every later sample as it reads it. (An online objective's
+  // samples do not exist before its first step.)
+  if (!objective_->online() && state_.consumed_samples + cfg_.micro_batch <= data_.train->size()) {
     DataLoader probe(data_.train, cfg_.micro_batch, cfg_.model.vocab_size);
     probe.set_consumed_samples(state_.consumed_samples);
     DeviceBatch(cfg_.micro_batch, cfg_.seq_len, kHost, data_.train->max_segments()).load(probe);
@@ -416,6 +425,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     ObjectiveRanks ranks;
     ranks.writes = par_.writes();
     ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    ranks.dp = par_.dp();
+    ranks.dp_rank = par_.dp_rank();
     // Tensor-parallel ranks hold the same figures: summed over the replicas only.
     if (ddp_)
       ranks.sum_over_ranks = [this](std::span<double> v) {
@@ -456,8 +467,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
 
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
+    if (objective_->online()) {
+      if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the whole updated model on every rank
+      objective_->before_step(*model_, step);
+    }
     model_->zero_grads();
     double loss = 0, comm_s = 0, pp_wait_s = 0;
+    if (a2a_seconds_) *a2a_seconds_ = 0;
     Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
     const int64_t step_first = loader.consumed_samples();
     if (pipe_) {
@@ -585,6 +601,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                      {"moe_z", moe.z},
                                      {"moe_load_max", moe.load_max},
                                      {"moe_dropped", moe.dropped}});
+    // Expert parallel: the MoE layers' all-to-alls, forward and backward
+    // (recomputes included), and their share of the step.
+    if (a2a_seconds_)
+      figures.insert(figures.end(),
+                     {{"a2a_ms", *a2a_seconds_ * 1e3}, {"a2a_share", *a2a_seconds_ / dt}});
     ObjectiveMetrics val_figures;
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
       s.val_loss = evaluate();

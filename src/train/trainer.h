@@ -93,7 +93,9 @@ class Trainer {
   void resume();         // from train.resume_from or OUT_DIR/checkpoints, if any
   void resume_legacy();  // from an exported model/ folder: weights and data position
   void resume_checkpoint(const std::string& dir);
+  // A checkpoint of state_.step, then the objective told of it.
   void save_checkpoint_now();
+  void save_checkpoint_files();
   // After the last step: the whole model (gathered under FSDP, tensor and
   // pipeline parallelism) to OUT_DIR/model with the tokenizer, and the
   // adapter alone for PEFT runs; rank 0 writes (trainer_save.cc).
@@ -124,6 +126,8 @@ class Trainer {
   std::optional<LoadedTrainCheckpoint>
       resumed_;  // moments read by resume(), until make_optimizer()
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;  // null for one process
+  // Expert parallel: seconds in the MoE layers' all-to-alls (null without).
+  std::shared_ptr<double> a2a_seconds_;
   // Pipeline parallel: the schedule over this rank's stage (null without).
   std::unique_ptr<parallel::PipelineParallel> pipe_;
   // The model's tensor-parallel group (size 1 without).

@@ -72,6 +72,11 @@ void Trainer::check_weights_finite() const {
 }
 
 void Trainer::save_checkpoint_now() {
+  save_checkpoint_files();
+  objective_->checkpoint_saved(state_.step);
+}
+
+void Trainer::save_checkpoint_files() {
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [t0] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -137,9 +137,13 @@ TEST(AlignCli, BadDataStopsBeforeWritingAnything) {
 TEST(AlignCli, HelpListsTheAlignKeys) {
   const test::RunResult r = test::run_nekton("align --help");
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* key : {"align.method", "align.loss_type", "align.beta", "align.label_smoothing",
-                          "align.rpo_alpha", "align.simpo_gamma", "align.reference",
-                          "align.max_prompt_length", "peft.method", "train.init_from"})
+  for (const char* key :
+       {"align.method", "align.loss_type", "align.beta", "align.label_smoothing", "align.rpo_alpha",
+        "align.simpo_gamma", "align.reference", "align.max_prompt_length", "peft.method",
+        "train.init_from", "align.reward_funcs", "align.reward_weights",
+        "align.reward_accuracy.extract", "align.reward_format.pattern",
+        "align.reward_length.cache_tokens", "align.reward_command", "align.reward_url",
+        "align.reward_timeout_s"})
     EXPECT_TRUE(contains(r.out, key)) << key;
 }
 

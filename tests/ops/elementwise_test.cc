@@ -141,6 +141,21 @@ TEST_P(Elementwise, ColumnScalingMatchesReference) {
   }
 }
 
+// A weight per row (per-token gradient weights on the logit gradients).
+NK_COVERS(Elementwise, RowScalingMatchesReference, scale_rows);
+TEST_P(Elementwise, RowScalingMatchesReference) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const int64_t N = 37, M = 301;
+    Vec y = rounded(randn(N * M, 31), dt), s = randn(N, 32);
+    Tensor ty = make({N, M}, dt, y, dev()), ts = make({N}, DType::F32, s, dev());
+    ops::scale_rows(ty, ts);
+    ref::scale_rows(y.data(), s.data(), N, M);
+    expect_close(values(ty), y, tol_for(dt), "scale_rows");
+  }
+  Tensor y = Tensor::empty({4, 8}, DType::F32, dev()), s = Tensor::empty({3}, DType::F32, dev());
+  EXPECT_THROW(ops::scale_rows(y, s), InternalError);  // 3 weights for 4 rows
+}
+
 // The mask is the reference's, drops about p of the elements, and is the same
 // on a second call with the seed (how the backward re-applies it); another
 // seed draws another mask.

@@ -148,6 +148,35 @@ TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
   EXPECT_GE(cases, 12);
 }
 
+// Expert parallel: the MoE products sized for ep N k received rows, and the
+// exchange's buffers; the expert all-to-all bytes of a step.
+TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
+  for (int64_t ep : {2, 4})
+    for (const char* policy : {"none", "selective", "full"}) {
+      TrainConfig cfg = recipe(kShapes.back());
+      const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
+      const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan, {}, {}, ep);
+      EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 1, false, {}, true, ep).total(),
+                planned.bytes())
+          << "ep=" << ep << " " << policy;
+    }
+  std::vector<std::string> o = kShapes.back();
+  for (const char* k : {"parallel.ep=2", "train.micro_batch=2", "train.seq_len=64",
+                        "train.global_batch=8", "train.dtype=f32"})
+    o.push_back(k);
+  const TrainConfig cfg = recipe(o);
+  const TrainEstimate e = estimate_training(cfg, 2, nullptr);
+  EXPECT_EQ(e.ep, 2);
+  EXPECT_GT(e.expert_params, 0);
+  EXPECT_EQ(e.expert_params_computed, e.expert_params / 2);
+  // 2 micro-batches per rank, 3 layers, 4 exchanges of 128 tokens x top-2
+  // rows of d_model f32 values, half of them to the other rank.
+  const ModelConfig& c = cfg.model;
+  EXPECT_EQ(e.a2a_bytes_per_step,
+            2 * 4 * c.n_layer * (128 * c.num_experts_per_tok / 2) * c.d_model * 4);
+  EXPECT_EQ(estimate_training(recipe(kShapes.back()), 1, nullptr).a2a_bytes_per_step, 0);
+}
+
 TEST(Estimate, RecomputeShrinksActivationsInOrder) {
   auto saved = [](const char* policy) {
     TrainConfig cfg = recipe({"model.preset=gpt-tiny", std::string("train.recompute=") + policy});

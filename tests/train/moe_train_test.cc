@@ -160,7 +160,6 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   TempDir dir("nk_moe_layout");
   for (auto [key, world] : {std::pair<const char*, int>{"parallel.tp=2", 2},
                             {"parallel.pp=2", 2},
-                            {"parallel.ep=2", 2},
                             {"parallel.cp=2", 2}}) {
     SCOPED_TRACE(key);
     TrainConfig cfg =
@@ -178,6 +177,17 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   cfg.parallel.mesh.tp = 1;  // sp alone
   std::string e = error_of([&] { check_train_layout(cfg, dist::Mesh(1, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.sp = true")) << e;
+  // Expert parallel: runs when ep divides the experts (and dp); else named.
+  cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.ep=2"})));
+  EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
+  cfg = train_config_from(
+      Config::load(train_schema(), "", keys(dir, {"parallel.ep=4", "model.num_experts=6"})));
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.ep = 4: model.num_experts = 6 does not split")) << e;
+  cfg = train_config_from(
+      Config::load(train_schema(), "", keys(dir, {"parallel.ep=2", "parallel.etp=2"})));
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.etp = 2: expert tensor parallelism")) << e;
 }
 
 TEST(MoeTrain, UnsupportedModelsAreRefused) {

@@ -207,6 +207,19 @@ void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
   });
 }
 
+void scale_rows(Tensor y, const Tensor& s) {
+  dispatch_float(y.dtype(), "scale_rows", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t M = y.dim(1);
+    T* py = y.data<T>();
+    const float* ps = s.data<float>();
+    for_column_block(y.dim(0), M, [&](int64_t n, int64_t j) {
+      T& d = py[n * M + j];
+      d = store<T>(load(d) * ps[n]);
+    });
+  });
+}
+
 // Columns in parallel, rows summed in order: the same sums for any thread count.
 void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b) {
   dispatch_float(a.dtype(), "column_dot", [&](auto tag) {

@@ -123,6 +123,15 @@ __global__ void scale_columns_kernel(T* y, const T* l, int64_t N, int64_t M, int
   }
 }
 
+// y T[N, M] rows *= s f32[N]
+template <typename T>
+__global__ void scale_rows_kernel(T* y, const float* s, int64_t N, int64_t M) {
+  NK_GRID_STRIDE(i, N * M) {
+    T& d = y[i];
+    d = store<T>(load(d) * s[i / M]);
+  }
+}
+
 // y T[n] <- x T[n] * keep(seed, i) / (1 - p) (y may alias x)
 template <typename T>
 __global__ void dropout_kernel(T* y, const T* x, int64_t n, float p, float keep_scale,
@@ -401,6 +410,17 @@ void scale_columns(Tensor y, const Tensor& l, int64_t col0) {
     scale_columns_kernel<T>
         <<<blocks_for(N * m), kThreads, 0, stream()>>>(y.data<T>(), l.data<T>(), N, M, m, col0);
     NK_CUDA_LAUNCHED("scale_columns_kernel");
+  });
+}
+
+void scale_rows(Tensor y, const Tensor& s) {
+  const int64_t N = y.dim(0), M = y.dim(1);
+  if (N * M == 0) return;
+  dispatch_float(y.dtype(), "scale_rows", [&](auto tag) {
+    using T = decltype(tag);
+    scale_rows_kernel<T>
+        <<<blocks_for(N * M), kThreads, 0, stream()>>>(y.data<T>(), s.data<float>(), N, M);
+    NK_CUDA_LAUNCHED("scale_rows_kernel");
   });
 }
 

@@ -62,6 +62,13 @@ void scale_columns(F* y, const F* l, int64_t N, int64_t M, int64_t m, int64_t co
     for (int64_t j = 0; j < m; ++j) y[n * M + col0 + j] *= l[j];
 }
 
+// y[n, j] *= s[n]; y [N, M], s [N].
+template <typename F>
+void scale_rows(F* y, const float* s, int64_t N, int64_t M) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < M; ++j) y[n * M + j] *= F(s[n]);
+}
+
 // dl[j] += sum_n a[n, col0 + j] * b[n, j]; a [N, M], b [N, m].
 template <typename F>
 void column_dot(F* dl, const F* a, const F* b, int64_t N, int64_t M, int64_t m, int64_t col0) {

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # `nekton train` of a Mixture-of-Experts model (mixtral-tiny) over several
 # processes equals one process: plain data parallelism (2 and 4 ranks),
-# ZeRO-1 and FSDP, 10 steps in f32, every step's loss and the exported
-# weights within 1e-5 (each rank's micro-batch routes its own tokens and adds
-# its own load-balancing and z-losses, as one process's micro-batches do
-# under gradient accumulation). Tensor and expert parallelism are refused,
-# naming their keys.
+# ZeRO-1 and FSDP, expert parallelism (EP2 on 2 ranks, EP2 x DP2 on 4, EP2
+# with ZeRO-1, with FSDP, with full recompute and with a capacity factor),
+# 10 steps in f32 (and packed SFT rows through nekton finetune under EP2), every step's loss and the
+# exported weights within 1e-5 (each rank's micro-batch routes its own tokens
+# and adds its own load-balancing and z-losses, as one process's
+# micro-batches do under gradient accumulation; under EP the experts run on
+# their ranks). A checkpoint saved under EP2 resumes on one process and one
+# saved on one process resumes under EP2, both to the same 10 steps. Tensor
+# and pipeline parallelism are refused for MoE, naming their keys, and so is
+# an expert split that does not divide the experts or a non-MoE model.
 #   tests/apps/mpi/moe_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_ranks
@@ -37,16 +42,69 @@ run dp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}"
 run dp4 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.shard=full
+run ep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2
+run ep2dp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2
+run ep2zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer
+run ep2fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+# Saved under EP2 at step 5, resumed on one process; and the other way round.
+run ep2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 train.exit_at_step=5
+run ep2to1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2to1.log" || fail "ep2to1 did not resume"
+run oneto2 "$NK" train "${ARGS[@]}" train.exit_at_step=5
+run oneto2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2
+grep -q "resuming from checkpoint" "$WORK/oneto2.log" || fail "oneto2 did not resume"
+# Full recompute (each recomputed forward dispatches again) and a capacity
+# factor (each rank drops its own pairs before dispatch) under EP2.
+run onefull "$NK" train "${ARGS[@]}" train.recompute=full
+run ep2full "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" train.recompute=full parallel.ep=2
+run onecap "$NK" train "${ARGS[@]}" model.moe_capacity_factor=1.0
+run ep2cap "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" model.moe_capacity_factor=1.0 parallel.ep=2
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull ep2full ||
+  fail "EP2 with full recompute differs from one process"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onecap ep2cap ||
+  fail "EP2 with a capacity factor differs from one process"
+# Packed SFT rows (nekton finetune) under EP2.
+/usr/bin/python3 - "$WORK/sft.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 12)))
+        f.write(json.dumps({"input": "repeat " + w + ":", "output": " " + w * r.randint(1, 3)}) + "\n")
+PY
+SFT=(model.preset=mixtral-tiny model.vocab_size=264 "data.sft_path=$WORK/sft.jsonl"
+     data.chat_template=plain data.pack=true train.seq_len=64 train.lr=3e-3
+     "data.sft_valid_path=$WORK/sft.jsonl" train.val_batches=4 train.dtype=f32 train.micro_batch=2
+     train.global_batch=8 train.steps=6 train.warmup_steps=0 train.val_every=3 train.peak_tflops=1
+     train.threads=1 parallel.timeout_s=60)
+run sft1 "$NK" finetune "${SFT[@]}"
+run sftep2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" parallel.ep=2
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" sft1 sftep2 ||
+  fail "fine-tuning under EP2 differs from one process"
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ||
-  fail "a data-parallel run differs from one process"
+grep -q "expert parallel: world 4 = .* ep 2 × edp 2" "$WORK/ep2dp2.log" ||
+  fail "ep2dp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2dp2.log")"
+grep -q '"a2a_ms"' "$WORK/ep2/metrics.jsonl" || fail "ep2 logs no a2a_ms"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ep2 ep2dp2 \
+  ep2zero1 ep2fsdp ep2to1 oneto2 || fail "a data- or expert-parallel run differs from one process"
 
-for key in parallel.tp parallel.ep; do
+for key in parallel.tp parallel.pp; do
   if "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" $key=2 train.out_dir="$WORK/$key" \
     >"$WORK/$key.log" 2>&1; then
     fail "$key=2 was not refused"
   fi
-  grep -q "$key = 2: a Mixture-of-Experts model (model.num_experts = 4) trains on one process or data parallel only" \
+  grep -q "$key = 2: a Mixture-of-Experts model (model.num_experts = 4) trains on one process, data parallel or expert parallel (parallel.ep) only" \
     "$WORK/$key.log" || fail "the refusal does not name $key: $(tail -3 "$WORK/$key.log")"
 done
-pass "MoE training under DP (2, 4 ranks), ZeRO-1 and FSDP equals one process; TP and EP refused"
+refuse() {
+  local out=$1 pattern=$2
+  shift 2
+  if "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1; then fail "$out was not refused"; fi
+  grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: no '$pattern': $(tail -3 "$WORK/$out.log")"
+}
+refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal counts" \
+  "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" model.num_experts=3 parallel.ep=4
+refuse dense_ep "parallel.ep = 2: the model has no experts" \
+  "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
+  train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor and EP2 fine-tuning equal one process; EP2 checkpoints resume on one process and back; TP and PP refused"

@@ -1,0 +1,547 @@
+#include "align/online_objective.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "align/preference_data.h"
+#include "align/reference.h"
+#include "align/rewards/reward_tally.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/dataset/dp_slice.h"
+#include "data/dataset/epoch_order.h"
+#include "infer/generate.h"
+#include "infer/paged_cache.h"
+
+namespace nk {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+OnlinePrompts render_online_prompts(PromptRecords records, const PreferenceRenderer& renderer,
+                                    const std::string& key, int64_t max_prompt_length) {
+  OnlinePrompts p;
+  p.records = std::move(records);
+  for (size_t i = 0; i < p.records.prompts.size(); ++i) {
+    std::vector<int32_t> t = render_prompt(p.records.prompts[i], renderer,
+                                           p.records.file.where(p.records.file.records[i], key));
+    if (int64_t(t.size()) > max_prompt_length) {  // keep the end, as TRL cuts prompts
+      t.erase(t.begin(), t.end() - max_prompt_length);
+      ++p.truncated;
+    }
+    p.tokens.push_back(std::move(t));
+  }
+  if (p.tokens.empty()) fail("align.data_path: '{}' holds no prompt", p.records.file.path);
+  return p;
+}
+
+OnlineObjective::OnlineObjective(const TrainConfig& cfg, const OnlineRlConfig& rl,
+                                 std::shared_ptr<const OnlinePrompts> prompts,
+                                 std::shared_ptr<Tokenizer> tok, std::vector<int32_t> end_ids,
+                                 OnlineScorer scorer, ReferenceSource reference)
+    : cfg_(cfg),
+      rl_(rl),
+      prompts_(std::move(prompts)),
+      tok_(std::move(tok)),
+      end_ids_(std::move(end_ids)),
+      scorer_(std::move(scorer)),
+      reference_(reference) {
+  NK_CHECK(rl_.samples > 0 && rl_.rounds_steps > 0, "OnlineObjective: an unchecked config");
+  schedule_.samples = rl_.samples;
+  schedule_.global_batch = cfg_.global_batch;
+  schedule_.steps = rl_.rounds_steps;
+  dataset_ = std::make_shared<RolloutDataset>(
+      schedule_, cfg_.seq_len, std::max(0, tok_->eod_id()),
+      fmt::format("rollouts of '{}'", prompts_->records.file.path));
+}
+
+TrainData OnlineObjective::data(const TrainConfig&) {
+  TrainData d;
+  d.train = dataset_;
+  const RejectionSamplingOptions& s = rl_.sampling;
+  d.summary = fmt::format(
+      "align.method={}; {} prompts from '{}'{}; rounds of {} prompts x {} generations (up to {} "
+      "tokens each), {} optimizer steps each",
+      rl_.loss.algorithm == RlAlgorithm::Rloo ? "rloo" : "grpo", prompts_->tokens.size(),
+      prompts_->records.file.path,
+      prompts_->truncated ? fmt::format(" ({} cut to their last tokens)", prompts_->truncated) : "",
+      rl_.rollout_prompts, s.num_rollouts, s.max_tokens, rl_.rounds_steps);
+  return d;
+}
+
+void OnlineObjective::prepare(Transformer& model, bool /*fresh*/) {
+  model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
+  if (rl_.loss.kl_coef == 0) {
+    NK_INFO("align: no reference model (align.kl_coef = 0)");
+    return;
+  }
+  if (reference_ == ReferenceSource::Copy) {
+    ref_model_ = initial_model(cfg_, true);
+    ref_model_->set_logit_temperature(float(rl_.sampling.sampling.temperature));
+    NK_INFO("align: reference = a frozen copy of the initial model ({:.1f} MiB of weights)",
+            double(ref_model_->weight_bytes()) / 1048576.0);
+  } else {
+    NK_CHECK(reference_ == ReferenceSource::AdapterOff, "OnlineObjective: reference {}",
+             int(reference_));
+    NK_INFO("align: reference = the policy with its adapters switched off (its base)");
+  }
+}
+
+std::string OnlineObjective::round_key() const {
+  std::string k;
+  for (const auto& [key, v] : rl_.signature()) k += key + "=" + v + ";";
+  return k + fmt::format("seed={};prompts={};T={};GB={};B={}", cfg_.seed,
+                         prompts_->records.file.path, cfg_.seq_len, cfg_.global_batch,
+                         cfg_.micro_batch);
+}
+
+void OnlineObjective::before_step(Transformer& model, int64_t step) {
+  const int64_t r = schedule_.round_of_step(step);
+  if (round_ && round_->index == r) return;
+  const std::string path = rollout_round_path(cfg_.out_dir, r, ranks_.dp_rank);
+  if (step != schedule_.first_step(r)) {
+    // Resumed mid-way through a round: the weights that made it are gone, so
+    // its rollouts come back from the file written when it was made.
+    std::shared_ptr<RolloutRound> loaded = load_rollout_round(path, round_key());
+    if (!loaded || loaded->index != r)
+      fail(
+          "{}: resuming at step {}, mid-way through round {} (steps {}-{}), needs the round's "
+          "rollouts, written when it was made; it is missing or was made with other settings",
+          path, step + 1, r, schedule_.first_step(r) + 1, schedule_.first_step(r + 1));
+    round_ = loaded;
+    dataset_->set_round(round_);
+    NK_INFO("align: round {} read back from {}", r, path);
+    return;
+  }
+  round_ = make_round(model, r);
+  dataset_->set_round(round_);
+  if (schedule_.steps > 1) save_rollout_round(path, round_key(), *round_);
+}
+
+void OnlineObjective::checkpoint_saved(int64_t step) {
+  prune_rollout_rounds(cfg_.out_dir, schedule_.round_of_step(step), ranks_.dp_rank);
+}
+
+OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64_t first,
+                                                       int64_t n) {
+  const RejectionSamplingOptions& s = rl_.sampling;
+  const int64_t G = s.num_rollouts, dp = ranks_.dp, rank = ranks_.dp_rank, K = n * G;
+  const EpochOrder order(int64_t(prompts_->tokens.size()), cfg_.seed, true);
+  std::vector<int64_t> own, prompt_of(static_cast<size_t>(K));
+  std::vector<GenerationRequest> requests;
+  for (int64_t k = 0; k < K; ++k) {
+    prompt_of[size_t(k)] = order.at(first + k / G);
+    if (k % dp != rank) continue;
+    own.push_back(k);
+    GenerationRequest q;
+    q.prompt = prompts_->tokens[size_t(prompt_of[size_t(k)])];
+    q.max_new_tokens = s.max_tokens;
+    q.stop = s.stop;
+    q.sampling = s.sampling;
+    q.sampling.seed = s.sampling.seed + uint64_t(first + k / G) * uint64_t(G) + uint64_t(k % G);
+    requests.push_back(std::move(q));
+  }
+  // The generator over the live weights, its cache made for this batch.
+  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(s.batch, int64_t(own.size())));
+  const int64_t max_len = cfg_.seq_len;
+  PagedCacheOptions o;
+  o.block_size = 16;
+  o.max_len = max_len;
+  o.max_seqs = batch;
+  o.max_tokens = batch + 256;
+  o.blocks = rl_.kv_cache_mb > 0
+                 ? PagedCache::blocks_for_memory(model.config(), model.compute_dtype(),
+                                                 o.block_size, rl_.kv_cache_mb)
+                 : batch * ((max_len + o.block_size - 1) / o.block_size);
+  std::vector<GenerationResult> results;
+  std::vector<int32_t> last(requests.size(), -1);
+  const auto t0 = Clock::now();
+  if (!requests.empty()) {
+    Generator gen(
+        model, tok_.get(),
+        std::make_unique<PagedCache>(model.config(), model.compute_dtype(), o, model.device()),
+        batch);
+    gen.set_end_ids(end_ids_);
+    results = gen.run(requests,
+                      [&](int64_t i, int32_t token, std::string_view) { last[size_t(i)] = token; });
+  }
+  gen_seconds_ += seconds_since(t0);
+  // This rank's completions scored.
+  std::vector<RewardInput> to_score(own.size());
+  for (size_t j = 0; j < own.size(); ++j) {
+    GenerationResult& g = results[j];
+    if (g.finish == FinishReason::Eos) g.tokens.push_back(last[j]);  // trained on: it stops
+    gen_tokens_ += int64_t(g.tokens.size());
+    const size_t p = size_t(prompt_of[size_t(own[j])]);
+    to_score[j].record = &prompts_->records.file.records[p].value;
+    to_score[j].prompt = &prompts_->records.prompts[p];
+    to_score[j].completion = g.text;
+    to_score[j].completion_tokens = int64_t(g.tokens.size());
+    to_score[j].truncated = g.finish == FinishReason::Length || g.finish == FinishReason::Context;
+    to_score[j].where = prompts_->records.file.where(prompts_->records.file.records[p]);
+  }
+  const auto t1 = Clock::now();
+  RewardScores sc = scorer_(to_score);
+  score_seconds_ += seconds_since(t1);
+  NK_CHECK(sc.total.size() == own.size(), "reward functions: {} scores for {} completions",
+           sc.total.size(), own.size());
+  if (parts_.empty()) {
+    for (const RewardScores::Part& q : sc.parts)
+      parts_.push_back({q.name, q.weight, q.verifiable, {}});
+  }
+  NK_CHECK(sc.parts.size() == parts_.size(), "reward functions: {} parts, {} before",
+           sc.parts.size(), parts_.size());
+  // Every rank's completions summed in: [length, truncated, total, parts..., tokens...].
+  const int64_t P = int64_t(parts_.size()), W = 3 + P + s.max_tokens + 1;
+  std::vector<double> v(size_t(K * W), 0.0);
+  for (size_t j = 0; j < own.size(); ++j) {
+    double* row = v.data() + own[j] * W;
+    const GenerationResult& g = results[j];
+    NK_CHECK(int64_t(g.tokens.size()) <= s.max_tokens + 1, "a completion of {} tokens",
+             g.tokens.size());
+    row[0] = double(g.tokens.size());
+    row[1] = to_score[j].truncated;
+    row[2] = sc.total[j];
+    if (!std::isfinite(sc.total[j]))
+      fail("reward functions: a non-finite reward {} for the completion of {}", sc.total[j],
+           to_score[j].where);
+    for (int64_t q = 0; q < P; ++q) row[3 + q] = sc.parts[size_t(q)].values[j];
+    for (size_t t = 0; t < g.tokens.size(); ++t) row[3 + P + int64_t(t)] = g.tokens[t];
+  }
+  ranks_.sum_over_ranks(v);
+  Batch b;
+  b.parts.assign(size_t(P), std::vector<double>(size_t(K)));
+  for (int64_t k = 0; k < K; ++k) {
+    const double* row = v.data() + k * W;
+    Rollout r;
+    r.prompt = prompt_of[size_t(k)];
+    r.tokens = prompts_->tokens[size_t(r.prompt)];
+    r.prompt_len = int64_t(r.tokens.size());
+    for (int64_t t = 0; t < int64_t(row[0]); ++t) r.tokens.push_back(int32_t(row[3 + P + t]));
+    r.truncated = row[1] != 0;
+    r.reward = row[2];
+    for (int64_t q = 0; q < P; ++q) b.parts[size_t(q)][size_t(k)] = row[3 + q];
+    b.samples.push_back(std::move(r));
+  }
+  return b;
+}
+
+std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, int64_t round) {
+  const int64_t P = rl_.rollout_prompts, G = rl_.sampling.num_rollouts;
+  const int64_t batches = rl_.dynamic_sampling ? rl_.dynamic_sampling_max_batches : 1;
+  gen_seconds_ = score_seconds_ = 0;
+  gen_tokens_ = 0;
+  auto r = std::make_shared<RolloutRound>();
+  r->index = round;
+  std::vector<std::vector<double>> parts;
+  std::vector<Rollout> spare;  // dynamic sampling: groups of equal rewards, in order
+  std::vector<std::vector<double>> spare_parts;
+  int64_t made = 0, zero_std = 0, total_groups = 0;
+  for (int64_t b = 0; b < batches && int64_t(r->samples.size()) < P * G; ++b) {
+    Batch bt = generate_batch(model, (round * batches + b) * P, P);
+    ++made;
+    if (parts.empty()) parts.assign(bt.parts.size(), {});
+    if (spare_parts.empty()) spare_parts.assign(bt.parts.size(), {});
+    std::vector<double> rewards;
+    for (const Rollout& x : bt.samples) rewards.push_back(x.reward);
+    const std::vector<bool> varied = groups_with_variance(rewards, G);
+    for (int64_t g = 0; g < P; ++g) {
+      ++total_groups;
+      zero_std += !varied[size_t(g)];
+      const bool keep = !rl_.dynamic_sampling || varied[size_t(g)];
+      const bool room = int64_t(r->samples.size()) < P * G;
+      for (int64_t i = g * G; i < (g + 1) * G; ++i) {
+        std::vector<Rollout>& to = keep && room ? r->samples : spare;
+        std::vector<std::vector<double>>& to_parts = keep && room ? parts : spare_parts;
+        to.push_back(std::move(bt.samples[size_t(i)]));
+        for (size_t q = 0; q < bt.parts.size(); ++q) to_parts[q].push_back(bt.parts[q][size_t(i)]);
+      }
+    }
+  }
+  int64_t filled = 0;
+  for (size_t i = 0; int64_t(r->samples.size()) < P * G; ++i) {  // dynamic sampling ran out
+    r->samples.push_back(std::move(spare[i]));
+    for (size_t q = 0; q < parts.size(); ++q) parts[q].push_back(spare_parts[q][i]);
+    filled += int64_t(i % size_t(G) == 0);
+  }
+  r->parts = parts_;
+  for (size_t q = 0; q < parts_.size(); ++q) r->parts[q].values = std::move(parts[q]);
+  const auto t0 = Clock::now();
+  finish_round(model, *r);
+  const double logp_s = seconds_since(t0);
+
+  // The round's figures (every rank holds the whole round).
+  ObjectiveMetrics& m = round_metrics_;
+  m.clear();
+  const double n = double(r->samples.size());
+  double sum = 0, len = 0, max_len = 0, clipped = 0;
+  for (const Rollout& x : r->samples) {
+    sum += x.reward;
+    len += double(x.completion());
+    max_len = std::max(max_len, double(x.completion()));
+    clipped += x.truncated;
+  }
+  RewardScores all;  // the whole round's, as the tally reads a batch
+  for (const Rollout& x : r->samples) all.total.push_back(x.reward);
+  all.parts = r->parts;
+  RewardTally tally;
+  tally.add(all);
+  m = tally.figures();
+  m.emplace_back("completions/mean_length", len / n);
+  m.emplace_back("completions/max_length", max_len);
+  m.emplace_back("completions/clipped_ratio", clipped / n);
+  m.emplace_back("frac_reward_zero_std", double(zero_std) / double(total_groups));
+  if (rl_.dynamic_sampling) {
+    m.emplace_back("dynamic_sampling/batches", double(made));
+    m.emplace_back("dynamic_sampling/filled_groups", double(filled));
+  }
+  m.emplace_back("generate_s", gen_seconds_);
+  m.emplace_back("score_s", score_seconds_);
+  m.emplace_back("logps_s", logp_s);
+  m.emplace_back("generate_tokens_per_s",
+                 gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0);
+  NK_INFO(
+      "align: round {}: {} completions, reward {:.4f}, mean length {:.1f}; generated {} tokens "
+      "in {:.2f} s ({:.0f} tokens/s, this rank), scored in {:.2f} s",
+      round, r->samples.size(), sum / n, len / n, gen_tokens_, gen_seconds_,
+      gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0, score_seconds_);
+  if (rl_.log_completions_every > 0 && round % rl_.log_completions_every == 0 && ranks_.writes)
+    log_completions(*r);
+  return r;
+}
+
+std::vector<int64_t> OnlineObjective::own_samples() const {
+  const int64_t GB = cfg_.global_batch, B = cfg_.micro_batch;
+  const int64_t local = cfg_.grad_accum() / ranks_.dp;
+  std::vector<int64_t> own;
+  for (int64_t u = 0; u < schedule_.samples / GB; ++u)
+    for (int64_t m = 0; m < local; ++m) {
+      const int64_t first = dp_micro_batch_first_sample(u * GB, m, ranks_.dp, ranks_.dp_rank, B);
+      for (int64_t k = first; k < first + B; ++k) own.push_back(k);
+    }
+  std::sort(own.begin(), own.end());
+  return own;
+}
+
+void OnlineObjective::token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
+                                  std::vector<std::vector<float>>& out) {
+  const int64_t B = cfg_.micro_batch, T = cfg_.seq_len;
+  out.assign(rows.size(), {});
+  if (rows.empty()) return;
+  Activations a(model, B, T, false);
+  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  std::vector<float> nll(size_t(B * T));
+  Tensor tt = Tensor::empty({B, T}, DType::I32, model.device()),
+         tg = Tensor::empty({B, T}, DType::I32, model.device());
+  const int32_t pad = std::max(0, tok_->eod_id());
+  for (size_t first = 0; first < rows.size(); first += size_t(B)) {
+    for (int64_t b = 0; b < B; ++b) {
+      const size_t i = first + size_t(b);
+      int32_t* tk = tokens.data() + b * T;
+      int32_t* tr = targets.data() + b * T;
+      if (i < rows.size()) {
+        rollout_row(*rows[i], T, pad, tk, tr);
+      } else {
+        std::fill(tk, tk + T, pad);
+        std::fill(tr, tr + T, -100);
+      }
+    }
+    ops::copy_bytes_from_host(tt, tokens.data());
+    ops::copy_bytes_from_host(tg, targets.data());
+    model.embed_forward(a, tt);
+    model.blocks_forward(a, 0, model.config().n_layer);
+    model.head_token_nll(a, tg, nll);
+    for (int64_t b = 0; b < B && first + size_t(b) < rows.size(); ++b) {
+      const Rollout& r = *rows[first + size_t(b)];
+      std::vector<float>& o = out[first + size_t(b)];
+      o.resize(size_t(r.completion()));
+      for (int64_t c = 0; c < r.completion(); ++c)  // position prompt_len - 1 + c predicts it
+        o[size_t(c)] = -nll[size_t(b * T + r.prompt_len - 1 + c)];
+    }
+  }
+}
+
+void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
+  const int64_t G = rl_.sampling.num_rollouts;
+  NK_CHECK(int64_t(r.samples.size()) == schedule_.samples, "a round of {} completions, not {}",
+           r.samples.size(), schedule_.samples);
+  const bool rloo_kl = rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0;
+  const bool need_ref = rl_.loss.kl_coef > 0;
+  const bool need_old = needs_old_logps();
+  std::vector<const Rollout*> rows;
+  const std::vector<int64_t> own = own_samples();
+  for (int64_t k : own) rows.push_back(&r.samples[size_t(k)]);
+  std::vector<std::vector<float>> lp;
+  if (need_old) {
+    token_logps(model, rows, lp);
+    for (size_t j = 0; j < own.size(); ++j) r.samples[size_t(own[j])].old_logp = std::move(lp[j]);
+  }
+  if (need_ref) {
+    if (ref_model_) {
+      token_logps(*ref_model_, rows, lp);
+    } else {
+      const bool on = model.adapters_enabled();
+      model.set_adapters_enabled(false);
+      token_logps(model, rows, lp);
+      model.set_adapters_enabled(on);
+    }
+    for (size_t j = 0; j < own.size(); ++j) r.samples[size_t(own[j])].ref_logp = std::move(lp[j]);
+  }
+  std::vector<double> rewards;
+  for (const Rollout& x : r.samples) rewards.push_back(x.reward);
+  if (rloo_kl) {  // RLOO: the sequence's KL (k1, the sampling policy's) taken off its reward
+    std::vector<double> kl(r.samples.size(), 0.0);
+    for (int64_t k : own) {
+      const Rollout& x = r.samples[size_t(k)];
+      for (size_t c = 0; c < x.old_logp.size(); ++c)
+        kl[size_t(k)] += double(x.old_logp[c]) - double(x.ref_logp[c]);
+    }
+    ranks_.sum_over_ranks(kl);
+    for (size_t k = 0; k < rewards.size(); ++k) rewards[k] -= rl_.loss.kl_coef * kl[k];
+  }
+  const std::vector<double> adv = rl_advantages(rl_.loss, rewards, G);
+  for (size_t k = 0; k < r.samples.size(); ++k) r.samples[k].advantage = adv[k];
+}
+
+bool OnlineObjective::needs_old_logps() const {
+  // Several updates a round: later ones are off-policy. RLOO's KL penalty
+  // reads the sampling policy's log-probabilities.
+  return schedule_.steps > 1 || (rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0);
+}
+
+void OnlineObjective::set_round(Transformer& model, std::shared_ptr<RolloutRound> round) {
+  round_ = std::move(round);
+  finish_round(model, *round_);
+  dataset_->set_round(round_);
+}
+
+double OnlineObjective::train_micro_batch(Transformer& model, Activations& a,
+                                          const MicroBatch& batch, float grad_scale) {
+  return whole_micro_batch(model, a, batch, true,
+                           [&] { return head_micro_batch(model, a, batch, grad_scale, true); });
+}
+
+double OnlineObjective::eval_micro_batch(Transformer&, Activations&, const MicroBatch&) {
+  NK_CHECK(false, "online RL has no validation micro-batches");
+  return 0;
+}
+
+double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
+                                         const MicroBatch& batch, float grad_scale, bool train) {
+  NK_CHECK(train, "online RL has no validation micro-batches");
+  const int64_t B = a.B, T = a.T, GB = cfg_.global_batch;
+  std::vector<float> nll(size_t(B * T));
+  model.head_token_nll(a, batch.targets, nll);
+  const bool need_old = needs_old_logps();
+  const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+  auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
+  // The step's completion tokens (dapo's denominator), over every rank's samples.
+  double step_tokens = 0;
+  if (rl_.loss.loss_type == RlLossType::Dapo) {
+    const int64_t s0 = batch.first_sample / GB * GB;
+    for (int64_t i = s0; i < s0 + GB; ++i) {
+      const Rollout& r = dataset_->rollout(i);
+      if (!masked(r)) step_tokens += double(r.completion());
+    }
+  }
+  const double accum = double(cfg_.grad_accum());
+  std::vector<float> scale(size_t(B * T), 0.f);
+  const int32_t* tg = batch.host_targets.data<int32_t>();
+  double loss = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const Rollout& r = dataset_->rollout(batch.first_sample + b);
+    if (masked(r) || r.completion() == 0) continue;
+    NK_CHECK(!need_old || int64_t(r.old_logp.size()) == r.completion(),
+             "online RL: sample {} has no old log-probabilities on this rank",
+             batch.first_sample + b);
+    double w = 0;  // the weight of each of its token terms in the step's loss
+    switch (rl_.loss.loss_type) {
+      case RlLossType::Grpo:
+        w = 1.0 / (double(r.completion()) * double(GB));
+        break;
+      case RlLossType::DrGrpo:
+        w = 1.0 / (double(GB) * double(rl_.sampling.max_tokens));
+        break;
+      case RlLossType::Dapo:
+        w = step_tokens > 0 ? 1.0 / step_tokens : 0.0;
+        break;
+    }
+    for (int64_t c = 0; c < r.completion(); ++c) {
+      const int64_t t = r.prompt_len - 1 + c;
+      NK_CHECK(tg[b * T + t] == r.tokens[size_t(t + 1)], "online RL: row {} position {}", b, t);
+      const double logp = -double(nll[size_t(b * T + t)]);
+      const double old = need_old ? double(r.old_logp[size_t(c)]) : logp;
+      const double ref = with_ref ? double(r.ref_logp[size_t(c)]) : 0.0;
+      const RlTokenTerm term = rl_token_term(rl_.loss, logp, old, ref, with_ref, r.advantage);
+      loss += w * term.loss;
+      // d loss / d nll = -d loss / d logp, with the loop's scale (1 / accum).
+      scale[size_t(b * T + t)] = float(-term.dlogp * w * accum * double(grad_scale));
+      sums_.tokens += 1;
+      sums_.kl += term.kl;
+      sums_.low += term.low_clipped;
+      sums_.high += term.high_clipped;
+      sums_.nll += -logp;
+    }
+  }
+  model.head_token_backward(a, batch.targets, scale);
+  return loss * accum;
+}
+
+ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {
+  ObjectiveMetrics m;
+  if (eval) return m;
+  std::vector<double> v = {sums_.tokens, sums_.kl, sums_.low, sums_.high, sums_.nll};
+  ranks_.sum_over_ranks(v);
+  sums_ = Sums();
+  if (v[0] > 0) {
+    if (rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo)
+      m.emplace_back("kl", v[1] / v[0]);
+    m.emplace_back("clip_ratio/low_mean", v[2] / v[0]);
+    m.emplace_back("clip_ratio/high_mean", v[3] / v[0]);
+    m.emplace_back("clip_ratio/region_mean", (v[2] + v[3]) / v[0]);
+    m.emplace_back("entropy", v[4] / v[0]);
+  }
+  m.insert(m.end(), round_metrics_.begin(), round_metrics_.end());
+  round_metrics_.clear();
+  return m;
+}
+
+void OnlineObjective::log_completions(const RolloutRound& r) {
+  const std::string path = (std::filesystem::path(cfg_.out_dir) / "completions.jsonl").string();
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) fail("{}: cannot append: {}", path, std::strerror(errno));
+  for (size_t k = 0; k < r.samples.size(); ++k) {
+    const Rollout& x = r.samples[k];
+    nlohmann::ordered_json j;
+    j["round"] = r.index;
+    j["step"] = schedule_.first_step(r.index) + 1;
+    j["prompt"] = prompts_->records.prompts[size_t(x.prompt)];
+    j["completion"] =
+        tok_->decode(std::span<const int32_t>(x.tokens).subspan(size_t(x.prompt_len)));
+    j["reward"] = x.reward;
+    j["advantage"] = x.advantage;
+    for (const RewardScores::Part& q : r.parts) j["rewards"][q.name] = q.values[k];
+    j["truncated"] = x.truncated;
+    const std::string line =
+        j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), f) != line.size()) {
+      std::fclose(f);
+      fail("{}: cannot append: {}", path, std::strerror(errno));
+    }
+  }
+  if (std::fclose(f) != 0) fail("{}: cannot append: {}", path, std::strerror(errno));
+}
+
+}  // namespace nk

@@ -1,0 +1,130 @@
+// Online RL (align.method=grpo, rloo) as a TrainObjective: the Trainer's loop,
+// resume, checkpoints and export, with the data made as it trains. At the
+// first step of each round (rollouts.h) the objective
+//   1. generates the round's completions with the batched Generator over the
+//      policy's live weights (the Transformer the optimizer updates: no copy,
+//      no weight sync; a fresh paged KV cache each round, so no cached prefix
+//      outlives the weights it was computed with), each data-parallel rank
+//      the completions k with k % dp = rank, seeded per (prompt position,
+//      generation), so any layout draws the same ones;
+//   2. scores its completions (the reward functions), and the ranks sum
+//      every completion's tokens, flags and rewards, so each holds the whole
+//      round (advantages are normalised over whole groups);
+//   3. computes the old policy's (when the round makes several steps) and
+//      the reference's per-token log-probabilities of the completions this
+//      rank trains on (reference: the policy with its adapters off, or a
+//      frozen copy; none with align.kl_coef = 0 under GRPO);
+// then every micro-batch runs the policy's forward, rl_loss.h's per-token
+// terms and the head's per-token backward.
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "align/align_config.h"
+#include "align/online_config.h"
+#include "align/prompt_data.h"
+#include "align/rewards/reward_input.h"
+#include "align/rollouts.h"
+#include "data/tokenizer/tokenizer.h"
+#include "train/train_objective.h"
+
+namespace nk {
+
+// The reward functions' scores of this rank's completions (RewardSet::score;
+// the same parts, by name, for any number of inputs, none included).
+using OnlineScorer = std::function<RewardScores(std::span<const RewardInput>)>;
+
+// The prompts, rendered (chat prompts with the generation prompt) and cut
+// to their last max_prompt_length tokens.
+struct OnlinePrompts {
+  PromptRecords records;
+  std::vector<std::vector<int32_t>> tokens;
+  int64_t truncated = 0;
+};
+
+class OnlineObjective : public TrainObjective {
+ public:
+  // tok: the policy's tokenizer; end_ids: ids besides its eod that end a
+  // completion (a chat model's end-of-turn tokens). reference: where the
+  // reference log-probabilities come from when align.kl_coef > 0
+  // (AdapterOff or Copy).
+  OnlineObjective(const TrainConfig& cfg, const OnlineRlConfig& rl,
+                  std::shared_ptr<const OnlinePrompts> prompts, std::shared_ptr<Tokenizer> tok,
+                  std::vector<int32_t> end_ids, OnlineScorer scorer, ReferenceSource reference);
+  TrainData data(const TrainConfig& cfg) override;
+  void prepare(Transformer& model, bool fresh) override;
+  bool online() const override { return true; }
+  void before_step(Transformer& model, int64_t step) override;
+  void checkpoint_saved(int64_t step) override;
+  double train_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                           float grad_scale) override;
+  double eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) override;
+  bool staged() const override { return true; }
+  double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
+                          float grad_scale, bool train) override;
+  // reward, reward_std, rewards/NAME/mean and /std, accuracy (RewardTally's
+  // figures over the round), frac_reward_zero_std, completion length, clip ratios, kl, entropy (the
+  // sampled tokens' mean -log p), and the round's generation, scoring and log-probability times (on
+  // the step that made the round).
+  ObjectiveMetrics take_metrics(bool eval) override;
+
+  // The current round (tests), and one made elsewhere: its samples with
+  // rewards set; advantages, old and reference log-probabilities computed
+  // here (fixed rollouts for the loss's parity test).
+  std::shared_ptr<const RolloutRound> round() const { return round_; }
+  void set_round(Transformer& model, std::shared_ptr<RolloutRound> round);
+
+ private:
+  std::shared_ptr<RolloutRound> make_round(Transformer& model, int64_t round);
+  // One batch of prompt positions [first, first + n) of the stream: this
+  // rank's completions generated and scored, then every rank's summed in.
+  struct Batch {
+    std::vector<Rollout> samples;  // n x G
+    std::vector<std::vector<double>> parts;
+  };
+  Batch generate_batch(Transformer& model, int64_t first, int64_t n);
+  // Advantages, and the old and reference log-probabilities of this rank's
+  // training samples.
+  void finish_round(Transformer& model, RolloutRound& r);
+  std::vector<int64_t> own_samples() const;
+  bool needs_old_logps()
+      const;  // the round's policy's log-probabilities  // this rank's round indices, ascending
+  void token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
+                   std::vector<std::vector<float>>& out);
+  void log_completions(const RolloutRound& r);
+  std::string round_key() const;
+
+  TrainConfig cfg_;
+  OnlineRlConfig rl_;
+  std::shared_ptr<const OnlinePrompts> prompts_;
+  std::shared_ptr<Tokenizer> tok_;
+  std::vector<int32_t> end_ids_;
+  OnlineScorer scorer_;
+  ReferenceSource reference_;
+  RolloutSchedule schedule_;
+  std::shared_ptr<RolloutDataset> dataset_;
+  std::shared_ptr<RolloutRound> round_;
+  std::unique_ptr<Transformer> ref_model_;  // reference=copy
+  std::vector<RewardScores::Part> parts_;   // the reward functions (names, weights), no values
+
+  struct Sums {  // this rank's training tokens since the last take_metrics
+    double tokens = 0, kl = 0, low = 0, high = 0, nll = 0;
+  };
+  Sums sums_;
+  ObjectiveMetrics round_metrics_;              // the round made since the last take_metrics
+  double gen_seconds_ = 0, score_seconds_ = 0;  // this rank's, for the round being made
+  int64_t gen_tokens_ = 0;
+};
+
+// The prompts of `records` rendered with `renderer`, cut to their last
+// max_prompt_length tokens (counted).
+struct PreferenceRenderer;
+OnlinePrompts render_online_prompts(PromptRecords records, const PreferenceRenderer& renderer,
+                                    const std::string& key, int64_t max_prompt_length);
+
+}  // namespace nk

@@ -1,0 +1,183 @@
+#include "align/rollouts.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+RolloutDataset::RolloutDataset(RolloutSchedule schedule, int64_t seq_len, int32_t pad_id,
+                               std::string name)
+    : schedule_(schedule), seq_len_(seq_len), pad_(pad_id), name_(std::move(name)) {
+  NK_CHECK(schedule_.steps > 0 && schedule_.global_batch > 0 &&
+               schedule_.samples % schedule_.global_batch == 0,
+           "RolloutDataset: {} completions in steps of {}", schedule_.samples,
+           schedule_.global_batch);
+}
+
+void RolloutDataset::sample(int64_t, int32_t*) const {
+  NK_CHECK(false, "RolloutDataset holds rows: read them with row()");
+}
+
+std::string RolloutDataset::describe(int64_t i) const {
+  return fmt::format("{}, round {} completion {}", name_, schedule_.round_of_sample(i),
+                     schedule_.index_of_sample(i));
+}
+
+const Rollout& RolloutDataset::rollout(int64_t i) const {
+  const int64_t round = schedule_.round_of_sample(i);
+  NK_CHECK(round_ && round_->index == round, "RolloutDataset: sample {} is round {}'s, {} is set",
+           i, round, round_ ? round_->index : -1);
+  const int64_t k = schedule_.index_of_sample(i);
+  NK_CHECK(k < int64_t(round_->samples.size()), "RolloutDataset: completion {} of {}", k,
+           round_->samples.size());
+  return round_->samples[size_t(k)];
+}
+
+void RolloutDataset::row(int64_t i, int32_t* tokens, int32_t* targets, int32_t* positions,
+                         int32_t* cu_seqlens) const {
+  rollout_row(rollout(i), seq_len_, pad_, tokens, targets);
+  for (int64_t t = 0; positions && t < seq_len_; ++t) positions[t] = int32_t(t);
+  if (cu_seqlens) {
+    const int64_t T = seq_len_;
+    cu_seqlens[0] = 0;
+    cu_seqlens[1] = int32_t(T);
+  }
+}
+
+void rollout_row(const Rollout& r, int64_t T, int32_t pad_id, int32_t* tokens, int32_t* targets) {
+  const int64_t n = int64_t(r.tokens.size());
+  NK_CHECK(n <= T, "rollout_row: a sequence of {} tokens in rows of {}", n, T);
+  for (int64_t t = 0; t < T; ++t) {
+    tokens[t] = t < n ? r.tokens[size_t(t)] : pad_id;
+    // Position t predicts token t + 1: a completion token's.
+    targets[t] = t + 1 >= r.prompt_len && t + 1 < n ? r.tokens[size_t(t + 1)] : -100;
+  }
+}
+
+std::string rollout_round_path(const std::string& out_dir, int64_t round, int64_t rank) {
+  return (fs::path(out_dir) / "rollouts" / fmt::format("round-{}.rank-{}.bin", round, rank))
+      .string();
+}
+
+namespace {
+
+constexpr char kMagic[8] = {'N', 'K', 'R', 'O', 'L', 'L', '1', '\n'};
+
+template <class T>
+void put(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <class T>
+void put_vec(std::string& s, const std::vector<T>& v) {
+  put<int64_t>(s, int64_t(v.size()));
+  s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+struct Reader {
+  const std::string& s;
+  const std::string& path;
+  size_t at = 0;
+  void need(size_t n) const {
+    if (s.size() - at < n)
+      fail("{}: a rollouts file cut short (byte {} of {})", path, at, s.size());
+  }
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, s.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_vec() {
+    const int64_t n = get<int64_t>();
+    if (n < 0 || uint64_t(n) > (s.size() - at) / sizeof(T))
+      fail("{}: a rollouts file with a bad length {} at byte {}", path, n, at);
+    std::vector<T> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), s.data() + at, size_t(n) * sizeof(T));
+    at += size_t(n) * sizeof(T);
+    return v;
+  }
+};
+
+}  // namespace
+
+void save_rollout_round(const std::string& path, const std::string& key, const RolloutRound& r) {
+  std::string s(kMagic, sizeof(kMagic));
+  put_vec(s, std::vector<char>(key.begin(), key.end()));
+  put<int64_t>(s, r.index);
+  put<int64_t>(s, int64_t(r.samples.size()));
+  for (const Rollout& x : r.samples) {
+    put<int64_t>(s, x.prompt);
+    put_vec(s, x.tokens);
+    put<int64_t>(s, x.prompt_len);
+    put<uint8_t>(s, x.truncated);
+    put<double>(s, x.reward);
+    put<double>(s, x.advantage);
+    put_vec(s, x.old_logp);
+    put_vec(s, x.ref_logp);
+  }
+  fs::create_directories(fs::path(path).parent_path());
+  write_file_atomic(path, s);
+}
+
+std::shared_ptr<RolloutRound> load_rollout_round(const std::string& path, const std::string& key) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return nullptr;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string s = ss.str();
+  if (s.size() < sizeof(kMagic) || std::memcmp(s.data(), kMagic, sizeof(kMagic)) != 0)
+    fail("{}: not a Nekton rollouts file", path);
+  Reader in{s, path, sizeof(kMagic)};
+  const std::vector<char> k = in.get_vec<char>();
+  if (std::string(k.begin(), k.end()) != key) return nullptr;
+  auto r = std::make_shared<RolloutRound>();
+  r->index = in.get<int64_t>();
+  const int64_t n = in.get<int64_t>();
+  if (n < 0 || n > int64_t(s.size())) fail("{}: a rollouts file with {} samples", path, n);
+  r->samples.resize(size_t(n));
+  for (Rollout& x : r->samples) {
+    x.prompt = in.get<int64_t>();
+    x.tokens = in.get_vec<int32_t>();
+    x.prompt_len = in.get<int64_t>();
+    x.truncated = in.get<uint8_t>() != 0;
+    x.reward = in.get<double>();
+    x.advantage = in.get<double>();
+    x.old_logp = in.get_vec<float>();
+    x.ref_logp = in.get_vec<float>();
+    if (x.prompt_len < 1 || x.prompt_len > int64_t(x.tokens.size()))
+      fail("{}: a sample with a prompt of {} of its {} tokens", path, x.prompt_len,
+           x.tokens.size());
+  }
+  if (in.at != s.size()) fail("{}: {} bytes after the last sample", path, s.size() - in.at);
+  return r;
+}
+
+void prune_rollout_rounds(const std::string& out_dir, int64_t round, int64_t rank) {
+  const fs::path dir = fs::path(out_dir) / "rollouts";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  const std::string suffix = fmt::format(".rank-{}.bin", rank);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("round-", 0) != 0 || name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string num = name.substr(6, name.size() - 6 - suffix.size());
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::stoll(num) < round) fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace nk

@@ -1,0 +1,252 @@
+// OnlineObjective's rounds: the generator decodes from the policy's live
+// weights (a weight changed between two rounds changes what the next round
+// samples: no copy, no stale cache), rounds are the same for a seed, a
+// round file written mid-way reads back as it was, and a reward function
+// that fails is an error naming it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "align/online_objective.h"
+#include "align/preference_data.h"
+#include "core/allocator.h"
+#include "data/chat/chat_template.h"
+#include "data/dataset/data_loader.h"
+#include "infer/generate.h"
+#include "model/tiny_config.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct OnlineSetup {
+  TrainConfig cfg;
+  OnlineRlConfig rl;
+  std::shared_ptr<OnlinePrompts> prompts;
+  std::shared_ptr<Tokenizer> tok;
+};
+
+OnlineSetup setup(const std::string& out_dir) {
+  OnlineSetup s;
+  s.cfg.model = test::tiny_config(true, 257, 32);
+  s.cfg.dtype = DType::F32;
+  s.cfg.seq_len = 16;
+  s.cfg.micro_batch = 4;
+  s.cfg.global_batch = 8;
+  s.cfg.seed = 3;
+  s.cfg.out_dir = out_dir;
+  RejectionSamplingOptions rs;
+  rs.num_rollouts = 4;
+  rs.max_tokens = 5;
+  rs.sampling.temperature = 1.0;
+  rs.sampling.seed = 11;
+  s.rl.ppo_epochs = 2;
+  s.rl.check("grpo", "grpo", rs, 8, 4, 16, 8);
+  s.tok = std::shared_ptr<Tokenizer>(load_tokenizer("bytes"));
+  s.prompts = std::make_shared<OnlinePrompts>();
+  s.prompts->records.file.path = "prompts.jsonl";
+  for (const char* p : {"Q:ab=", "Q:cd=", "Q:ef=", "Q:gh="}) {
+    s.prompts->records.file.records.push_back(
+        {int64_t(s.prompts->tokens.size()) + 1, nlohmann::json{{"prompt", p}}});
+    s.prompts->records.prompts.push_back(p);
+    s.prompts->tokens.push_back(s.tok->encode(p));
+  }
+  return s;
+}
+
+// One part, "starts_z": 1 when the completion starts with 'z'.
+RewardScores starts_z(std::span<const RewardInput> in) {
+  RewardScores s;
+  RewardScores::Part p{"starts_z", 1.0, true, {}};
+  for (const RewardInput& x : in) {
+    p.values.push_back(!x.completion.empty() && x.completion[0] == 'z' ? 1.0 : 0.0);
+    s.total.push_back(p.values.back());
+  }
+  s.parts.push_back(std::move(p));
+  return s;
+}
+
+TEST(OnlineObjective, RoundsSampleFromTheLiveWeights) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+  obj.prepare(model, true);
+  const int64_t U = s.rl.rounds_steps;
+  ASSERT_EQ(U, 2);  // 4 prompts x 4 over a global batch of 8, twice
+  obj.before_step(model, 0);
+  auto r0 = obj.round();
+  ASSERT_EQ(r0->samples.size(), 8u);
+  obj.before_step(model, 1);  // the same round: nothing generated
+  EXPECT_EQ(obj.round(), r0);
+  // The optimizer's kind of change: the weights the policy holds replaced
+  // in place (here by another initialisation's). The next round must be
+  // what a generator over those weights draws, not over the old ones.
+  Transformer other(s.cfg.model, DType::F32, s.cfg.seed + 6);
+  ops::convert(model.params(), other.params());
+  model.sync_compute_params();
+  obj.before_step(model, 2);
+  auto r1 = obj.round();
+  EXPECT_EQ(r1->index, 1);
+  auto round1_over = [&](Transformer& m) {
+    OnlineObjective fresh(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+    fresh.prepare(m, true);
+    fresh.before_step(m, 2);
+    return fresh.round();
+  };
+  Transformer old_weights(s.cfg.model, DType::F32, s.cfg.seed);
+  auto want = round1_over(other), stale = round1_over(old_weights);
+  int64_t differ = 0;
+  for (size_t k = 0; k < r1->samples.size(); ++k) {
+    EXPECT_EQ(r1->samples[k].tokens, want->samples[k].tokens) << k;
+    differ += r1->samples[k].tokens != stale->samples[k].tokens;
+  }
+  EXPECT_GT(differ, 4) << "the old weights would have drawn the same round";
+}
+
+TEST(OnlineObjective, RoundsAreTheSameForASeedAndReadBackMidRound) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  auto round_of = [&](const std::string& out) {
+    OnlineSetup t = s;
+    t.cfg.out_dir = out;
+    Transformer model(t.cfg.model, DType::F32, t.cfg.seed);
+    OnlineObjective obj(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+    obj.prepare(model, true);
+    obj.before_step(model, 0);
+    return obj.round();
+  };
+  auto a = round_of((dir.path() / "a").string()), b = round_of((dir.path() / "b").string());
+  ASSERT_EQ(a->samples.size(), b->samples.size());
+  for (size_t k = 0; k < a->samples.size(); ++k) {
+    EXPECT_EQ(a->samples[k].tokens, b->samples[k].tokens) << k;
+    EXPECT_EQ(a->samples[k].old_logp, b->samples[k].old_logp) << k;
+  }
+  // A run resumed at step 1 (mid-round) reads round 0 back from its file.
+  Transformer other(s.cfg.model, DType::F32, s.cfg.seed + 5);  // weights that would sample others
+  OnlineSetup t = s;
+  t.cfg.out_dir = (dir.path() / "a").string();
+  OnlineObjective resumed(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+  resumed.prepare(other, false);
+  resumed.before_step(other, 1);
+  auto c = resumed.round();
+  for (size_t k = 0; k < a->samples.size(); ++k) {
+    EXPECT_EQ(a->samples[k].tokens, c->samples[k].tokens) << k;
+    EXPECT_EQ(a->samples[k].old_logp, c->samples[k].old_logp) << k;
+    EXPECT_EQ(a->samples[k].advantage, c->samples[k].advantage) << k;
+  }
+  // Without the file the resume is an error naming it, not a silent regeneration.
+  fs::remove_all(dir.path() / "b" / "rollouts");
+  t.cfg.out_dir = (dir.path() / "b").string();
+  OnlineObjective lost(t.cfg, t.rl, t.prompts, t.tok, {}, starts_z, ReferenceSource::Copy);
+  lost.prepare(other, false);
+  EXPECT_THROW(
+      {
+        try {
+          lost.before_step(other, 1);
+        } catch (const Error& e) {
+          EXPECT_TRUE(test::contains(e.what(), "round-0.rank-0.bin")) << e.what();
+          EXPECT_TRUE(test::contains(e.what(), "mid-way through round 0")) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+TEST(OnlineObjective, ANonFiniteRewardNamesTheRecord) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  auto bad = [](std::span<const RewardInput> in) {
+    RewardScores r = starts_z(in);
+    if (!r.total.empty()) r.total.back() = NAN;
+    return r;
+  };
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, bad, ReferenceSource::Copy);
+  obj.prepare(model, true);
+  try {
+    obj.before_step(model, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(test::contains(e.what(), "prompts.jsonl:")) << e.what();
+    EXPECT_TRUE(test::contains(e.what(), "non-finite")) << e.what();
+  }
+}
+
+// A GRPO step over a LoRA policy holds no second model: its peak (the
+// round's generation over the live weights, the old and reference passes,
+// one training micro-batch) stays within 1.3x a plain generate of the same
+// requests plus the training micro-batch's own workspace. A frozen copy as
+// the reference (what a full fine-tune needs) adds its weights and breaks it.
+TEST(OnlineObjective, ALoraStepHoldsNoSecondModel) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  s.cfg.model.d_model = 256;
+  s.cfg.model.d_ff = 512;
+  s.cfg.model.lora.rank = 8;
+  s.cfg.model.lora.alpha = 16;
+  s.cfg.model.lora.target_modules = {"all-linear"};
+  s.rl.kl_coef = 0.05;
+  s.rl.loss.kl_coef = 0.05;
+  std::vector<std::string> frozen;
+  const ParamLayout layout = Transformer::layout_for(s.cfg.model);
+  for (const ParamInfo& p : layout.params())
+    if (!p.adapter) frozen.push_back(p.name);
+  s.cfg.frozen = frozen;
+  Allocator& alloc = Allocator::get(kHost);
+  auto grpo_step = [&](ReferenceSource ref) {
+    Transformer model(s.cfg.model, DType::F32, s.cfg.seed, ParamInit::Random, frozen);
+    const size_t live = alloc.live_bytes();
+    alloc.reset_peak();
+    OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ref);
+    obj.prepare(model, true);
+    obj.before_step(model, 0);
+    DataLoader loader(obj.data(s.cfg).train, s.cfg.micro_batch, s.cfg.model.vocab_size);
+    const int64_t B = s.cfg.micro_batch, T = s.cfg.seq_len;
+    Tensor tokens = Tensor::empty({B, T}, DType::I32), targets = Tensor::empty({B, T}, DType::I32);
+    loader.next(tokens, targets);
+    const size_t before_train = alloc.peak_bytes();
+    alloc.reset_peak();
+    const size_t live_train = alloc.live_bytes();
+    {
+      Activations a(model, B, T, true);
+      obj.train_micro_batch(model, a, MicroBatch{tokens, targets, tokens, targets}, 1.f);
+    }
+    const size_t train_ws = alloc.peak_bytes() - live_train;
+    return std::pair{std::max(before_train, alloc.peak_bytes()) - live,
+                     std::pair{train_ws, model.weight_bytes()}};
+  };
+  // The same requests through a plain Generator over the same model.
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed, ParamInit::Random, frozen);
+  std::vector<GenerationRequest> requests;
+  for (int64_t k = 0; k < s.rl.samples; ++k) {  // the round's: 2 prompts x 4
+    GenerationRequest q;
+    q.prompt = s.prompts->tokens[size_t(k / 4)];
+    q.max_new_tokens = s.rl.sampling.max_tokens;
+    q.sampling.seed = uint64_t(k);
+    requests.push_back(q);
+  }
+  const size_t live = alloc.live_bytes();
+  alloc.reset_peak();
+  {
+    Generator gen(model, s.tok.get(), s.rl.sampling.batch);
+    gen.run(requests);
+  }
+  const size_t gen_ws = alloc.peak_bytes() - live;
+  const auto [lora_peak, ws] = grpo_step(ReferenceSource::AdapterOff);
+  const auto [train_ws, weights] = ws;
+  const double bound = 1.3 * double(gen_ws) + double(train_ws);
+  std::printf(
+      "generate %zu B, training micro-batch %zu B, GRPO step %zu B (bound %.0f), weights %zu B\n",
+      gen_ws, train_ws, lora_peak, bound, weights);
+  EXPECT_LE(double(lora_peak), bound) << "generate " << gen_ws << " B, training micro-batch "
+                                      << train_ws << " B, weights " << weights << " B";
+  const auto [copy_peak, ws2] = grpo_step(ReferenceSource::Copy);
+  EXPECT_GT(double(copy_peak), bound)
+      << "the check cannot see a second model of " << weights << " B";
+}
+
+}  // namespace
+}  // namespace nk

@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""Independent float64 PyTorch reference of Nekton's online RL losses (GRPO,
+RLOO), used by online_parity_test.cc. From a folder: a tiny model, fixed
+rollouts (rows of prompt + completion tokens, targets on the completion), each
+rollout's reward and group, and the settings; the advantages computed here
+from the rewards, the policy (tests/model/torch_reference.py) in float64 at
+the sampling temperature, old and reference log-probabilities from the
+initial weights and a reference model's (FOLDER/ref, detached), the loss written from the published formulas,
+its gradient by autograd and 5 AdamW steps; exits non-zero if a step's loss
+or a final weight differs by more than the tolerance.
+
+  GRPO  A_i = (r_i - mean_g) / (std_g + 1e-4)   (torch.std: unbiased)
+        scale_rewards=batch: std over every reward; none: not divided
+  RLOO  A_i = r_i - mean of the group's others; with kl_coef the reward
+        first loses kl_coef * sum_t (old_t - ref_t)
+  per token: rho = exp(logp - old)
+        l = -min(rho A, clamp(rho, 1 - eps_low, 1 + eps_high) A)
+            + beta (exp(ref - logp) - (ref - logp) - 1)   (GRPO, beta > 0)
+  grpo     mean over sequences of the token mean
+  dr_grpo  sum / (sequences * max_completion_length)
+  dapo     sum / tokens
+"""
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "model"))
+from safetensors_np import read_safetensors as read_numpy  # noqa: E402
+from torch_reference import forward, objective_parity  # noqa: E402
+
+
+def read(path):
+    return {k: torch.tensor(v) for k, v in read_numpy(path).items()}
+
+
+def token_logps(cfg, P, tokens, targets, temperature):
+    logits = forward(cfg, P, tokens) / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+
+
+def advantages(s, rewards):
+    G = s["G"]
+    r = rewards.view(-1, G)
+    if s["algorithm"] == "rloo":
+        others = (r.sum(1, keepdim=True) - r) / (G - 1)
+        return (r - others).reshape(-1)
+    a = r - r.mean(1, keepdim=True)
+    if s["scale_rewards"] == "group":
+        a = a / (r.std(1, keepdim=True) + 1e-4)
+    a = a.reshape(-1)
+    if s["scale_rewards"] == "batch":
+        a = a / (rewards.std() + 1e-4)
+    return a
+
+
+def main(folder, tol):
+    s = json.load(open(f"{folder}/settings.json"))
+    batch = read(f"{folder}/batch.safetensors")
+    tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    rewards = batch["rewards"].double()
+    mask = (targets != -100).double()
+    lo, hi, beta = 1 - s["epsilon_low"], 1 + s["epsilon_high"], s["kl_coef"]
+
+    def make_loss(cfg, P0):
+        with torch.no_grad():
+            old = token_logps(cfg, P0, tokens, targets, s["temperature"])
+            R = {k: v.double() for k, v in read(f"{folder}/ref/model.safetensors").items()}
+            ref = token_logps(cfg, R, tokens, targets, s["temperature"])
+            r = rewards.clone()
+            if s["algorithm"] == "rloo" and beta > 0:
+                r = r - beta * ((old - ref) * mask).sum(-1)
+            A = advantages(s, r).unsqueeze(-1)
+
+        def loss_fn(P):
+            logp = token_logps(cfg, P, tokens, targets, s["temperature"])
+            rho = torch.exp(logp - old)
+            per = -torch.min(rho * A, torch.clamp(rho, lo, hi) * A)
+            if s["algorithm"] == "grpo" and beta > 0:
+                d = ref - logp
+                per = per + beta * (torch.exp(d) - d - 1)
+            per = per * mask
+            n = mask.sum(-1)
+            if s["loss_type"] == "grpo":
+                return (per.sum(-1) / n).mean()
+            if s["loss_type"] == "dr_grpo":
+                return per.sum() / (per.shape[0] * s["max_tokens"])
+            return per.sum() / mask.sum()
+        return loss_fn
+
+    objective_parity(folder, tol, make_loss)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 1e-4)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Online RL (`nekton align align.method=grpo`, issue 38) under data
+# parallelism equals one process: each rank generates its share of a round's
+# completions (seeded per prompt and generation, so the same ones), scores
+# them with the reward functions (a length penalty and a command grader run
+# by every rank) and the ranks sum the round in; the advantages, every
+# step's loss and figures and the exported weights within 1e-5 of one
+# process (f32), 6 steps of two-step rounds (align.ppo_epochs=2: old
+# log-probabilities from the round's policy) with a frozen-copy reference
+# for the KL. ZeRO-1 and `--nproc 2` too. A run stopped after step 3
+# (mid-way through round 1) resumes from its checkpoint and the round's file
+# to the same figures and weights; RLOO over 2 ranks; tensor parallelism and
+# FSDP are refused, naming the keys.
+#   tests/apps/mpi/online_ranks.sh REPO BUILD
+set -euo pipefail
+NAME=online_ranks
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/ranks_lib.sh"
+cleanup() { if [[ -n ${KEEP:-} ]]; then rm -rf "$KEEP"; cp -r "$WORK" "$KEEP"; fi; }
+/usr/bin/python3 - "$WORK" <<'PY'
+import json, random, sys
+r = random.Random(7)
+with open(sys.argv[1] + "/prompts.jsonl", "w") as f:
+    for i in range(24):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 6)))
+        f.write(json.dumps({"prompt": f"say {w}:", "answer": w}) + "\n")
+with open(sys.argv[1] + "/grader.py", "w") as f:
+    f.write("import json, sys\n"
+            "for line in sys.stdin:\n"
+            "    c = json.loads(line)['completion']\n"
+            "    print(len(set(c)) / 10.0)\n")
+PY
+ARGS=("${COMMON_ARGS[@]}" align.method=grpo "align.data_path=$WORK/prompts.jsonl"
+      align.max_prompt_length=12 align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2
+      align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
+      align.reward_weights=0.5,1 "align.reward_command=/usr/bin/python3 $WORK/grader.py"
+      align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
+      train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2)
+run one "$NK" align "${ARGS[@]}"
+run dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
+run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
+run nproc2 "$NK" align --nproc 2 "${ARGS[@]}"
+grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
+grep -q '"clip_ratio/region_mean"' "$WORK/one/metrics.jsonl" || fail "no clip figures logged"
+compare one dp2 zero1 nproc2 || fail "a data-parallel GRPO run differs from one process"
+
+# Stopped after step 3, mid-way through round 1 (steps 3-4): resumed from the
+# checkpoint and the round's rollouts file, it ends where the whole run did.
+run part "$NK" align "${ARGS[@]}" train.exit_at_step=3
+ls "$WORK/part/rollouts/round-1.rank-0.bin" >/dev/null || fail "no round file for round 1"
+cp -r "$WORK/part" "$WORK/resumed"
+run resumed "$NK" align "${ARGS[@]}"
+grep -q "round 1 read back" "$WORK/resumed.log" || fail "the resume did not read round 1 back"
+compare one resumed || fail "the resumed GRPO run differs from the whole one"
+
+run one_rloo "$NK" align "${ARGS[@]}" align.method=rloo
+run dp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo
+compare one_rloo dp2_rloo || fail "RLOO: data parallel differs from one process"
+
+refused tp "align.method=grpo generates with the whole policy on every rank" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
+refused fsdp "align.method=grpo generates with the whole policy on every rank" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round, and RLOO under DP2 equal one process"
