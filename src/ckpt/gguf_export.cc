@@ -118,6 +118,21 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
   }
 }
 
+// A Mixture-of-Experts model's router as llama.cpp's "llama" graph runs it:
+// softmax scores, the top expert_used_count renormalised. Other routers
+// would compute other results there, so they are refused.
+void add_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                 const std::string& dir) {
+  if (c.moe_score_func != "softmax" || !c.norm_topk_prob)
+    fail(
+        "model '{}': GGUF export of a Mixture-of-Experts router with moe_score_func = {} and "
+        "norm_topk_prob = {} is not supported (llama.cpp's {} architecture renormalises the top-k "
+        "of softmax scores)",
+        dir, c.moe_score_func, c.norm_topk_prob, ga);
+  w.add_u32(ga + ".expert_count", uint32_t(c.num_experts));
+  w.add_u32(ga + ".expert_used_count", uint32_t(c.num_experts_per_tok));
+}
+
 // The tokenizer as tokenizer.ggml.* metadata, and the chat template beside
 // the model as llama.cpp's converter stores it; returns the GGUF tokenizer
 // model ("llama", "gpt2"). llama.cpp refuses to load a GGUF without a
@@ -179,16 +194,23 @@ void check_gguf_recipe(const std::string& recipe) {
 }
 
 GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, const Shape& shape,
-                          int64_t n_layer, bool tied) {
+                          int64_t n_layer, bool tied, int64_t n_expert) {
   check_gguf_recipe(recipe);
-  if (shape.size() < 2) return GgmlType::F32;
+  if (shape.size() < 2 || ends_with(name, ".ffn_gate_inp.weight")) return GgmlType::F32;
   GgmlType t = parse_ggml_type(recipe == "q4_k_m" ? "q4_k" : recipe);
   const bool four_bit = t == GgmlType::Q4_0 || t == GgmlType::Q4_K;
   const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
   if (four_bit && output) t = GgmlType::Q6_K;
   if (recipe == "q4_k_m" &&
-      (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+      (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight") ||
+       ends_with(name, ".ffn_down_exps.weight")) &&
       more_bits(layer_of(name), n_layer))
+    t = GgmlType::Q6_K;
+  const bool quantized = ggml_is_quantized(t);
+  if (n_expert == 8 && quantized &&
+      (ends_with(name, ".attn_v.weight") || ends_with(name, ".attn_k.weight")))
+    t = GgmlType::Q8_0;
+  if (n_expert == 8 && recipe == "q4_k_m" && ends_with(name, ".attn_output.weight"))
     t = GgmlType::Q6_K;
   const int64_t row = shape.back();
   if (row % ggml_block(t) != 0 && (t == GgmlType::Q4_K || t == GgmlType::Q6_K)) t = GgmlType::Q8_0;
@@ -247,7 +269,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_u32(ga + ".context_length", uint32_t(c.max_seq_len));
   w.add_u32(ga + ".embedding_length", uint32_t(c.d_model));
   w.add_u32(ga + ".block_count", uint32_t(c.n_layer));
-  w.add_u32(ga + ".feed_forward_length", uint32_t(c.d_ff));
+  // llama.cpp's "llama" graph sizes the experts by feed_forward_length.
+  w.add_u32(ga + ".feed_forward_length", uint32_t(c.is_moe() ? c.expert_d_ff() : c.d_ff));
   w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
   w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
   // (In the order earlier exports wrote them: a Llama file stays byte-identical.)
@@ -256,6 +279,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   if (rotary) w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
   if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
+  if (c.is_moe()) add_experts(w, ga, c, model_dir);
 
   // The tokenizer before the weights: its errors are cheaper to find.
   result.tokenizer = add_tokenizer(w, model_dir, c, opt.tokenizer);
@@ -266,23 +290,37 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   for (const ExternalTensor& e : arch.gguf_tensors(c)) {
     const ParamInfo& p = m->layout().find(e.param);
     Shape shape = p.shape;
-    int64_t row0 = 0;
-    if (!e.part.empty()) {
-      row0 = p.part(e.part).row0;
+    // The first row of each slice: one, or one per expert of a stacked tensor.
+    std::vector<int64_t> row0 = {0};
+    if (e.experts > 0) {
+      row0.clear();
+      for (int64_t x = 0; x < e.experts; ++x) {
+        const ParamPart& part = p.part(fmt::format(fmt::runtime(e.part), x));
+        row0.push_back(part.row0);
+        shape = {e.experts, part.rows, p.shape[1]};
+      }
+    } else if (!e.part.empty()) {
+      row0[0] = p.part(e.part).row0;
       shape[0] = p.part(e.part).rows;
     }
-    const int64_t rows = shape[0], in = shape.size() > 1 ? shape[1] : 1;
+    const int64_t rows = shape.size() > 2 ? shape[1] : shape[0];
+    const int64_t in = shape.size() > 1 ? shape.back() : 1;
     const int64_t heads = e.rope_heads;
-    w.add_tensor(e.name, shape,
-                 gguf_tensor_type(opt.type, e.name, shape, c.n_layer, c.tied_embeddings),
-                 [m, &p, row0, rows, in, heads](std::vector<float>& out) {
-                   const float* src = ParamLayout::view(m->params(), p).data<float>() + row0 * in;
-                   out.resize(size_t(rows * in));
-                   if (heads > 0)
-                     permute_rope_rows(src, out.data(), heads, rows / heads, in);
-                   else
-                     std::copy(src, src + rows * in, out.begin());
-                 });
+    w.add_tensor(
+        e.name, shape,
+        gguf_tensor_type(opt.type, e.name, shape, c.n_layer, c.tied_embeddings, c.num_experts),
+        [m, &p, row0, rows, in, heads](std::vector<float>& out) {
+          const float* base = ParamLayout::view(m->params(), p).data<float>();
+          out.resize(size_t(row0.size() * rows * in));
+          for (size_t x = 0; x < row0.size(); ++x) {
+            const float* src = base + row0[x] * in;
+            float* dst = out.data() + x * size_t(rows * in);
+            if (heads > 0)
+              permute_rope_rows(src, dst, heads, rows / heads, in);
+            else
+              std::copy(src, src + rows * in, dst);
+          }
+        });
   }
 
   w.write(out_path);
@@ -301,6 +339,7 @@ GgufExportResult requantize_gguf(const std::string& in_path, const std::string& 
   const std::string ga = f->get_string("general.architecture", "");
   const int64_t n_layer = f->get_int(ga + ".block_count", 0);
   const bool tied = f->find("output.weight") == nullptr;
+  const int64_t n_expert = f->get_int(ga + ".expert_count", 0);
   GgufWriter w;
   for (const GgufFile::RawKv& kv : f->raw_metadata()) {
     if (kv.key == "general.file_type" || kv.key == "general.quantization_version" ||
@@ -323,7 +362,7 @@ GgufExportResult requantize_gguf(const std::string& in_path, const std::string& 
           "GGUF '{}': tensor '{}' is already {}; quantising it again loses more than once "
           "(--allow-requantize to do it anyway)",
           in_path, t.name, ggml_type_number_name(t.type));
-    const GgmlType type = gguf_tensor_type(recipe, t.name, t.shape, n_layer, tied);
+    const GgmlType type = gguf_tensor_type(recipe, t.name, t.shape, n_layer, tied, n_expert);
     const GgufFile::TensorInfo* src = &t;
     w.add_tensor(t.name, t.shape, type, [src](std::vector<float>& out) {
       const int64_t in = src->shape.back(), rows = shape_numel(src->shape) / in;

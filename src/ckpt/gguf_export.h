@@ -5,7 +5,9 @@
 // the one stored with the model, or any load_tokenizer() spec given instead)
 // with the chat template of the folder's tokenizer_config.json
 // (tokenizer.chat_template) when it has one, and the weights under llama.cpp's
-// tensor names, which each architecture maps (Architecture::gguf_tensors). For
+// tensor names, which each architecture maps (Architecture::gguf_tensors;
+// Mixtral's experts as llama.cpp's stacked 3-d tensors, model/arch/mixtral.cc,
+// with <arch>.expert_count and expert_used_count). For
 // the Llama family (Llama, Qwen2, Mistral):
 //   wte                -> token_embd.weight          [V, C]
 //   h.N.ln1.weight     -> blk.N.attn_norm.weight     [C]      (always f32)
@@ -46,11 +48,16 @@ void check_gguf_recipe(const std::string& recipe);
 //   - q4_k_m: q6_k for attn_v and ffn_down in layers i with i < n/8,
 //     i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's use_more_bits), q4_k
 //     elsewhere;
+//   - a Mixture-of-Experts router (ffn_gate_inp) f32, as llama.cpp's
+//     converter and quantiser keep it; ffn_down_exps as ffn_down;
+//   - with n_expert == 8 (Mixtral), as llama.cpp: attn_k and attn_v q8_0
+//     under every block-quantised recipe, and q4_k_m's attn_output q6_k
+//     (llama.cpp's q5_k, which Nekton lacks: the next type with more bits);
 //   - rows not a multiple of a type's block fall back: k-quants to q8_0,
 //     then q4_0 and q8_0 to f16 (llama.cpp falls back to its q5 types,
 //     which Nekton lacks).
 GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, const Shape& shape,
-                          int64_t n_layer, bool tied);
+                          int64_t n_layer, bool tied, int64_t n_expert = 0);
 
 struct GgufExportOptions {
   std::string type = "f16";  // a recipe (gguf_recipes); 1-D tensors stay f32

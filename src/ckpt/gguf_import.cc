@@ -23,12 +23,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The architecture of general.architecture `ga`: among those that write it,
+// the Mixture-of-Experts one when the file has <ga>.expert_count > 0 (a
+// Mixtral in llama.cpp's "llama"), else the dense one of that name.
 const Architecture& architecture_for(const GgufFile& f, const std::string& ga) {
+  const bool moe = f.get_int(ga + ".expert_count", 0) > 0;
   const Architecture* found = nullptr;
   for (const Architecture* a : architectures()) {
-    if (a->gguf_arch() != ga) continue;
+    if (a->gguf_arch() != ga || a->moe() != moe) continue;
     if (!found || a->name() == ga) found = a;  // "llama" is Llama's, not Mistral's
   }
+  if (!found && moe)
+    fail(
+        "GGUF '{}': {}.expert_count = {}: Nekton has no Mixture-of-Experts model for "
+        "general.architecture '{}'",
+        f.path(), ga, f.get_int(ga + ".expert_count"), ga);
   if (!found) {
     std::vector<std::string> known;
     for (const Architecture* a : architectures())
@@ -121,20 +130,23 @@ void read_rope_scaling(const GgufFile& f, const std::string& ga, ModelConfig& c)
   c.rope_scaling.validate("GGUF " + k);
 }
 
-// One tensor of the file and where its rows go in a Nekton parameter.
+// Rows of one tensor of the file and where they go in a Nekton parameter
+// (a stacked expert tensor gives one piece per expert, from file row
+// file_row0 on).
 struct Piece {
   const GgufFile::TensorInfo* t;
   int64_t row0, rows;
   int64_t rope_heads;
+  int64_t file_row0 = 0;
 };
 
 // Row r of the parameter's piece comes from file row src_row(r): the inverse
 // of permute_rope_rows (the exporter moved old row h D + s D/2 + j to h D + 2j + s).
 int64_t src_row(const Piece& p, int64_t r) {
-  if (p.rope_heads == 0) return r;
+  if (p.rope_heads == 0) return p.file_row0 + r;
   const int64_t D = p.rows / p.rope_heads, half = D / 2;
   const int64_t h = r / D, rem = r % D, s = rem / half, j = rem % half;
-  return h * D + 2 * j + s;
+  return p.file_row0 + h * D + 2 * j + s;
 }
 
 // Block formats and F16 matrices are kept as they are (F16 at its 2 bytes,
@@ -147,7 +159,7 @@ bool kept(GgmlType t) {
 // 1-d piece is one row of p.rows values).
 void decode_rows(const Piece& p, int64_t in, float* dst) {
   if (p.t->shape.size() == 1) return gguf_decode_rows(*p.t, 0, 1, dst);
-  if (p.rope_heads == 0) return gguf_decode_rows(*p.t, 0, p.rows, dst);  // rows in place: one call
+  if (p.rope_heads == 0) return gguf_decode_rows(*p.t, p.file_row0, p.rows, dst);  // one call
   for (int64_t r = 0; r < p.rows; ++r) gguf_decode_rows(*p.t, src_row(p, r), 1, dst + r * in);
 }
 
@@ -208,6 +220,15 @@ ModelConfig gguf_model_config(const GgufFile& f) {
          f.get_int(k + "vocab_size"), c.vocab_size);
   c.tied_embeddings = f.find("output.weight") == nullptr;
   if (rotary) read_rope_scaling(f, ga, c);
+  if (arch.moe()) {
+    // llama.cpp's "llama" router: softmax, the top expert_used_count
+    // renormalised; the experts sized by feed_forward_length.
+    c.num_experts = positive(f, k + "expert_count", limits::kMaxExperts);
+    c.num_experts_per_tok = positive(f, k + "expert_used_count", c.num_experts);
+    c.moe_d_ff = c.d_ff;
+    c.moe_score_func = "softmax";
+    c.norm_topk_prob = true;
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -230,6 +251,25 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     const ParamInfo& p = layout.find(e.param);
     Shape want = p.shape;
     int64_t row0 = 0;
+    if (e.experts > 0) {
+      // One piece per expert: slice x of [experts, rows, in] is part x.
+      std::vector<Piece> slices;
+      for (int64_t x = 0; x < e.experts; ++x) {
+        const ParamPart& part = p.part(fmt::format(fmt::runtime(e.part), x));
+        want = {e.experts, part.rows, p.shape[1]};
+        slices.push_back({&t, part.row0, part.rows, 0, x * part.rows});
+      }
+      if (t.shape != want)
+        fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
+             shape_str(t.shape), shape_str(want), e.param);
+      if (!t.known)
+        fail(
+            "GGUF '{}': tensor '{}' is of type {}, which Nekton does not load (f32, f16, bf16, "
+            "q8_0, q4_0, q4_k, q6_k)",
+            path, e.name, ggml_type_number_name(t.type));
+      for (const Piece& pc : slices) pieces[e.param].push_back(pc);
+      continue;
+    }
     if (!e.part.empty()) {
       row0 = p.part(e.part).row0;
       want[0] = p.part(e.part).rows;
@@ -262,7 +302,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   for (auto& [name, ps] : pieces) {
     std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
     bool quantized = opt.keep_quantized && block_quantizable(layout, layout.find(name));
-    for (const Piece& p : ps) quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() == 2;
+    for (const Piece& p : ps) quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2;
     if (!quantized) continue;
     std::vector<QuantRun> runs;
     for (const Piece& p : ps) {

@@ -41,6 +41,10 @@ struct ExternalTensor {
   std::string part;         // fused part ("q"), or "" for the whole parameter
   bool transposed = false;  // stored [in, out] (GPT-2's Conv1D)
   int64_t rope_heads = 0;   // > 0: rows permuted to llama.cpp's rotary order over so many heads
+  // > 0 (GGUF's expert tensors): a 3-d tensor [experts, rows, in] whose
+  // slice e is the part named `part` with "{}" replaced by e (llama.cpp's
+  // ffn_{gate,up,down}_exps stack the experts of a layer).
+  int64_t experts = 0;
 };
 
 // A reader over an HF config.json object whose errors name the file and key.

@@ -131,8 +131,9 @@ struct PipelineStage {
 // allocated.
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
-// tensor (tp > 1) or pipeline parallelism (not `whole`), quantised frozen
-// weights, a device other than the CPU. nk::Error naming the key.
+// tensor (tp > 1) or pipeline parallelism (not `whole`), NF4 frozen weights
+// (block-quantised ones are supported, for inference), a device other than
+// the CPU. nk::Error naming the key.
 void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWeights frozen_weights,
                        Device device);
 

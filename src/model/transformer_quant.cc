@@ -17,7 +17,9 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
   const ParamLayout layout = model_layout(cfg);
   QuantPlan plan;
   for (const ParamInfo& p : layout.params()) {
-    if (!block_quantizable(layout, p)) continue;
+    // A Mixture-of-Experts router stays dense, as llama.cpp keeps
+    // ffn_gate_inp: small, and its scores pick the experts.
+    if (!block_quantizable(layout, p) || p.name.ends_with(".moe.router.weight")) continue;
     if (p.shape[1] % ops::quant_block(type) != 0)
       fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
            ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],
@@ -35,8 +37,17 @@ std::vector<ops::QuantWeight>& Transformer::quant_parts(const std::string& name)
 
 int64_t Transformer::pack_quant_weights() {
   int64_t n = 0;
-  for (auto& [name, runs] : quant_)
+  for (auto& [name, runs] : quant_) {
+    // Experts are slices of a stacked weight (nn/moe.h): packed only when
+    // every expert and run starts on a group of 16 rows.
+    int64_t per_expert = 0;
+    if (name.ends_with(".moe.up.weight")) per_expert = 2 * cfg_.expert_d_ff();
+    if (name.ends_with(".moe.down.weight")) per_expert = cfg_.d_model;
+    bool aligned = per_expert % 16 == 0;
+    for (const ops::QuantWeight& q : runs) aligned &= per_expert == 0 || q.rows() % 16 == 0;
+    if (!aligned) continue;
     for (ops::QuantWeight& q : runs) n += ops::quant_pack(q) ? 1 : 0;
+  }
   if (n > 0) bind_views();  // the blocks hold copies of the QuantWeights: given the new layout
   return n;
 }

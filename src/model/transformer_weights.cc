@@ -73,10 +73,10 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWei
         "{}: parallel.pp: Mixture-of-Experts models under pipeline parallelism are not "
         "supported yet (set parallel.pp=1)",
         what);
-  if (frozen_weights == FrozenWeights::Nf4 || frozen_weights == FrozenWeights::Quantized)
+  if (frozen_weights == FrozenWeights::Nf4)
     fail(
-        "{}: quantised weights (NF4, q8_0, q4_k, ...) of a Mixture-of-Experts model are not "
-        "supported yet",
+        "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
+        "with q8_0, q4_k, ... weights is)",
         what);
   if (device != kHost)
     fail("{}: device {}: the Mixture-of-Experts kernels run on the CPU only (train.device=cpu)",
@@ -492,6 +492,14 @@ void Transformer::bind_views() {
       b.moe.dup = g(L(l, "moe.up.weight"));
       b.moe.down = w(L(l, "moe.down.weight"));
       b.moe.ddown = g(L(l, "moe.down.weight"));
+      // Quantised experts: each expert's rows of the stacked runs.
+      const std::vector<ops::QuantWeight> up_runs = runs(L(l, "moe.up.weight")),
+                                          down_runs = runs(L(l, "moe.down.weight"));
+      for (int64_t e = 0; e < cfg_.num_experts && !up_runs.empty(); ++e)
+        b.moe.up_q.push_back(
+            ops::quant_slice_rows(up_runs, 2 * cfg_.expert_d_ff() * e, 2 * cfg_.expert_d_ff()));
+      for (int64_t e = 0; e < cfg_.num_experts && !down_runs.empty(); ++e)
+        b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, cfg_.d_model * e, cfg_.d_model));
       b.moe.n_experts = cfg_.num_experts;
       b.moe.top_k = cfg_.num_experts_per_tok;
       b.moe.d_ff = cfg_.expert_d_ff();

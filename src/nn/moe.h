@@ -15,7 +15,10 @@
 //
 // Weights: up [E 2F, C], expert e's fused [gate | up] at rows [2F e, 2F e +
 // 2F); down [E C, F], expert e's at rows [C e, C e + C). Gradients f32,
-// accumulated; undefined when frozen.
+// accumulated; undefined when frozen. Held block-quantised (inference
+// only: up_q and down_q, one list of runs per expert, slices of the stacked
+// weight's bytes) each expert's product reads only its own blocks, so a
+// decode step reads the k routed experts' weights and no other's.
 //
 // Expert parallelism (ep, nn/expert_parallel.h): the gathered rows go to the
 // ranks of their experts and come back computed; this rank runs only its
@@ -72,6 +75,9 @@ struct MoE {
   Linear router;    // w [E, C]
   Tensor up, down;  // see above
   Tensor dup, ddown;
+  // Block-quantised experts (ops/quant.h; up and down undefined then): expert
+  // e's rows of up and of down as runs (ops::quant_slice_rows).
+  std::vector<std::vector<ops::QuantWeight>> up_q, down_q;
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
   int64_t n_group = 1, topk_group = 1;  // group-limited routing (ops::MoeRouteSpec)
@@ -265,6 +271,8 @@ struct MoE {
     const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
     const MoeRouting& r = *s.routing;
     const int64_t N = x2.dim(0), M = r.slots;
+    NK_CHECK(up_q.empty() && down_q.empty(),
+             "MoE: block-quantised experts have no backward (inference only)");
     NK_CHECK(r.rows == N, "MoE backward: {} rows after a forward of {}", N, r.rows);
     const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
                  dwt = g.dweights.narrow0(0, N);
@@ -377,12 +385,20 @@ struct MoE {
                        const std::vector<int64_t>& rows, int64_t first) const {
     const int64_t C = xs.dim(1), F2 = 2 * d_ff;
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
-      ops::linear_forward(h.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2), Tensor());
+      if (!up_q.empty())
+        ops::quant_linear_forward_runs(h.narrow0(r0, n), xs.narrow0(r0, n), up_q[size_t(e)],
+                                       Tensor());
+      else
+        ops::linear_forward(h.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2), Tensor());
     });
     const int64_t R = total(rows);
     if (R > 0) ops::swiglu_forward(a.narrow0(0, R), h.narrow0(0, R));
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
-      ops::linear_forward(out.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C), Tensor());
+      if (!down_q.empty())
+        ops::quant_linear_forward_runs(out.narrow0(r0, n), a.narrow0(r0, n), down_q[size_t(e)],
+                                       Tensor());
+      else
+        ops::linear_forward(out.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C), Tensor());
     });
   }
   // Its backward: dxs written from dout; the experts' weight gradients accumulate.

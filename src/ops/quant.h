@@ -107,6 +107,13 @@ void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const
 // concatenated along out): each run writes its columns of y.
 void quant_linear_forward_runs(Tensor y, const Tensor& x, const std::vector<QuantWeight>& runs,
                                const Tensor& b);
+// Rows [row0, row0 + n) of a weight stored as runs (concatenated along out)
+// as runs of their own, sharing the bytes (no copy): a Mixture-of-Experts
+// layer's experts are slices of one stacked weight. A packed run
+// (QuantLayout::Packed16) is sliced at multiples of 16 rows only
+// (nk::Error otherwise, as for a range outside the runs).
+std::vector<QuantWeight> quant_slice_rows(const std::vector<QuantWeight>& runs, int64_t row0,
+                                          int64_t n);
 // out[.., C] <- rows `tokens` (i32) of the table q [V, C] dequantised, in
 // out's dtype (f32 or bf16). nk::Error naming a token outside [0, V).
 void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte);

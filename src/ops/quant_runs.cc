@@ -37,4 +37,29 @@ void quant_linear_forward_runs(Tensor y, const Tensor& x, const std::vector<Quan
   NK_CHECK(c0 == out, "quant_linear_forward_runs: runs of {} rows for y {}", c0, y.desc());
 }
 
+std::vector<QuantWeight> quant_slice_rows(const std::vector<QuantWeight>& runs, int64_t row0,
+                                          int64_t n) {
+  std::vector<QuantWeight> out;
+  int64_t start = 0, total = 0;
+  for (const QuantWeight& q : runs) total += q.rows();
+  NK_CHECK(row0 >= 0 && n > 0 && row0 + n <= total,
+           "quant_slice_rows: rows [{}, {}) of a weight of {} rows", row0, row0 + n, total);
+  for (const QuantWeight& q : runs) {
+    const int64_t a = std::max(row0, start), b = std::min(row0 + n, start + q.rows());
+    if (a < b) {
+      const int64_t r0 = a - start, r = b - a;
+      NK_CHECK(q.layout == QuantLayout::Rows || (r0 % 16 == 0 && r % 16 == 0),
+               "quant_slice_rows: rows [{}, {}) of a weight packed in groups of 16 rows", a, b);
+      QuantWeight s = q;
+      s.shape = {r, q.cols()};
+      const int64_t rb = int64_t(q.row_bytes());
+      s.data = q.data.narrow0(r0 * rb, r * rb);
+      if (q.scale.defined()) s.scale = q.scale.narrow0(r0, r);
+      out.push_back(s);
+    }
+    start += q.rows();
+  }
+  return out;
+}
+
 }  // namespace nk::ops

@@ -38,6 +38,11 @@ void expect_covers(const ModelConfig& c, const std::vector<ExternalTensor>& map,
   for (const ExternalTensor& e : map) {
     ASSERT_TRUE(l.has(e.param)) << what << ": " << e.name << " -> " << e.param;
     const ParamInfo& p = l.find(e.param);
+    if (e.experts > 0) {  // a stacked GGUF expert tensor: part e.part with "{}" = 0..experts-1
+      for (int64_t x = 0; x < e.experts; ++x)
+        rows[e.param] += p.part(fmt::format(fmt::runtime(e.part), x)).rows;
+      continue;
+    }
     rows[e.param] += e.part.empty() ? p.shape[0] : p.part(e.part).rows;
   }
   for (const ParamInfo& p : l.params())

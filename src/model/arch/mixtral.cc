@@ -8,8 +8,12 @@
 // (moe_params in arch.h), whose parts those tensors are. The load-balancing
 // loss coefficient is router_aux_loss_coef (applied by Nekton's training
 // whatever output_router_logits says); router_jitter_noise is a training
-// noise Nekton does not add (ignored). GGUF export is refused: llama.cpp's
-// expert tensors are not written yet.
+// noise Nekton does not add (ignored). In GGUF, llama.cpp runs Mixtral as
+// its "llama" architecture with llama.expert_count and
+// llama.expert_used_count set (softmax router, top-k renormalised), the
+// router as blk.L.ffn_gate_inp.weight [E, C] and the experts stacked per
+// layer and projection: ffn_gate_exps and ffn_up_exps [E, F, C],
+// ffn_down_exps [E, C, F].
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -151,6 +155,27 @@ class Mixtral final : public Architecture {
     return out;
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Mixtral's are published
+
+  std::string gguf_arch() const override { return "llama"; }
+  bool gguf_rope_freqs() const override { return true; }
+  // Llama's attention and norms; in place of the dense MLP the router and
+  // the three stacked expert tensors (ExternalTensor::experts).
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    std::vector<ExternalTensor> out;
+    for (const ExternalTensor& t : llama_style_gguf_tensors(c, false, true)) {
+      if (t.param.find(".mlp.") != std::string::npos) continue;
+      out.push_back(t);
+      if (!t.param.ends_with("ln2.weight")) continue;
+      const std::string h = t.param.substr(0, t.param.size() - std::string("ln2.weight").size());
+      const std::string b = t.name.substr(0, t.name.size() - std::string("ffn_norm.weight").size());
+      const int64_t E = c.num_experts;
+      out.push_back({b + "ffn_gate_inp.weight", h + "moe.router.weight", "", false, 0});
+      out.push_back({b + "ffn_gate_exps.weight", h + "moe.up.weight", "e{}.gate", false, 0, E});
+      out.push_back({b + "ffn_up_exps.weight", h + "moe.up.weight", "e{}.up", false, 0, E});
+      out.push_back({b + "ffn_down_exps.weight", h + "moe.down.weight", "e{}", false, 0, E});
+    }
+    return out;
+  }
 };
 
 }  // namespace
