@@ -314,9 +314,9 @@ int cmd_estimate(const CommandArgs& raw) {
              e.world, e.dp, e.tp, cfg.parallel.sequence_parallel ? " with sp" : "", e.pp, r.stage);
   if (mc.is_moe())
     fmt::print(
-        "experts: {:.2f}M parameters; parallel.ep {}: each rank computes {} of the {} experts of "
-        "every MoE layer ({:.2f}M parameters; the weights stay whole on every rank, in the "
-        "weights below); expert all-to-all {} sent per rank per step\n\n",
+        "experts: {:.2f}M parameters; parallel.ep {}: each rank holds and computes {} of the {} "
+        "experts of every MoE layer ({:.2f}M parameters, with their gradients and optimizer "
+        "state: in the figures below); expert all-to-all {} sent per rank per step\n\n",
         double(e.expert_params) / 1e6, e.ep, mc.num_experts / e.ep, mc.num_experts,
         double(e.expert_params_computed) / 1e6, mib(double(e.a2a_bytes_per_step)));
   if (mc.has_adapters())

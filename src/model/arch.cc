@@ -135,7 +135,8 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
   const int64_t E = c.num_experts, C = c.d_model, F = c.expert_d_ff();
   const float std = float(c.init_std);
   const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
-  ParamOptions up, down;
+  // Split over the expert-parallel group by whole experts (ParamLayout::shard_experts).
+  ParamOptions up{Split::Experts, {}}, down{Split::Experts, {}};
   for (int64_t e = 0; e < E; ++e) {
     up.parts.push_back({fmt::format("e{}.gate", e), F});
     up.parts.push_back({fmt::format("e{}.up", e), F});

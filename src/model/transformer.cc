@@ -99,7 +99,10 @@ void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
   if (ep.active() && (!cfg_.is_moe() || cfg_.num_experts % ep.size()))
     fail("parallel.ep = {}: model.num_experts = {} does not split into equal counts over the ranks",
          ep.size(), cfg_.num_experts);
+  NK_CHECK(!experts_split_ || (ep.size() == ep_.size() && ep.rank() == ep_.rank()),
+           "set_expert_parallel: the experts are split over {} ranks already", ep_.size());
   ep_ = ep;
+  if (ep_.active() && !experts_split_) split_experts();
   for (Block& b : blocks_) b.moe.ep = ep;
 }
 

@@ -191,11 +191,16 @@ class Transformer {
   const ParamLayout& global_layout() const { return global_layout_; }
   const nn::TensorParallel& tensor_parallel() const { return tp_; }
   // Expert parallelism (nn/expert_parallel.h): every MoE layer computes its
-  // experts [r E/ep, (r+1) E/ep) for the tokens of the whole "ep" group. The
-  // weights stay whole on every rank (all experts; their gradients are
-  // nonzero only for this rank's experts until the data-parallel sum).
-  // Set before making Activations (they size the exchanges' buffers).
+  // experts [r E/ep, (r+1) E/ep) for the tokens of the whole "ep" group, and
+  // holds only theirs: the first call with ep > 1 re-lays the model out by
+  // ParamLayout::shard_experts (layout() then holds the MoE up/down tensors'
+  // rows of this rank's experts, global_layout() all of them), keeping the
+  // values it had (so the split equals the slice of one process's model) and
+  // zeroing the gradients. Set before the optimizer, data parallelism and
+  // Activations are made (they size themselves from the layout).
   void set_expert_parallel(const nn::ExpertParallel& ep);
+  // Whether layout() holds only this rank's experts (set_expert_parallel).
+  bool experts_split() const { return experts_split_; }
   const nn::ExpertParallel& expert_parallel() const { return ep_; }
   const PipelineStage& stage() const { return stage_; }
   // Under sequence parallelism, the gradients that are partial sums over
@@ -427,6 +432,8 @@ class Transformer {
   FrozenWeights frozen_weights_;
   nn::TensorParallel tp_;
   nn::ExpertParallel ep_;
+  bool experts_split_ = false;
+  void split_experts();  // see set_expert_parallel
   PipelineStage stage_;
   ParamLayout global_layout_, layout_;
   Tensor params_, grads_, compute_params_;

@@ -215,6 +215,41 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   bind_views();
 }
 
+void Transformer::split_experts() {
+  NK_CHECK(
+      !tp_.active() && stage_.whole(cfg_) && quant_.empty() && nf4_.empty(),
+      "split_experts: expert parallelism of a tensor- or pipeline-parallel or quantised model");
+  const ParamLayout local = layout_.shard_experts(ep_.size());
+  const int64_t masters = frozen_weights_ == FrozenWeights::Master ? local.total()
+                          : compute_ == DType::F32                 ? local.dense_end()
+                                                                   : local.trainable_end();
+  Tensor params = Tensor::zeros({masters}, DType::F32, device_);
+  Tensor compute =
+      compute_ == DType::F32 ? params : Tensor::zeros({local.dense_end()}, compute_, device_);
+  // Each parameter's values as they were; of an expert tensor, this rank's rows.
+  for (const ParamInfo& q : local.params()) {
+    const ParamInfo& p = layout_.find(q.name);
+    const int64_t row0 = p.split == Split::Experts ? ep_.rank() * q.shape[0] : 0;
+    auto mine = [&](const Tensor& flat) {
+      return ParamLayout::view(flat, p).narrow0(row0, q.shape[0]);
+    };
+    if (has_master(p)) ops::convert(ParamLayout::view(params, q), mine(params_));
+    if (compute.raw() != params.raw())
+      ops::convert(ParamLayout::view(compute, q), mine(compute_params_));
+  }
+  layout_ = local;
+  params_ = params;
+  compute_params_ = compute;
+  grads_ = Tensor::empty({layout_.trainable_end()}, grads_.dtype(), device_);
+  if (grad_stage_.defined()) {
+    staging_ = plan_grad_staging(cfg_, layout_);
+    grad_stage_ = Tensor::empty({staging_.elems}, DType::F32, device_);
+  }
+  zero_grads();
+  experts_split_ = true;
+  bind_views();
+}
+
 void Transformer::sync_compute_params() {
   if (compute_params_.raw() != params_.raw())
     ops::convert(compute_params_.narrow0(0, params_.numel()), params_);

@@ -19,6 +19,9 @@
 // only: up_q and down_q, one list of runs per expert, slices of the stacked
 // weight's bytes) each expert's product reads only its own blocks, so a
 // decode step reads the k routed experts' weights and no other's.
+// Under expert parallelism up and down
+// may hold only this rank's E/ep experts ([E/ep 2F, C], [E/ep C, F], local
+// expert j at j's rows): the split layout a trainer uses.
 //
 // Expert parallelism (ep, nn/expert_parallel.h): the gathered rows go to the
 // ranks of their experts and come back computed; this rank runs only its
@@ -258,7 +261,7 @@ struct MoE {
       const ExpertExchange& xc = *s.exchange;
       ep.plan(*s.exchange, s.routing->kept);
       ep.dispatch(xc, s.xs.narrow0(0, M), s.xe, s.stage);
-      experts_forward(s.xe, s.h, s.a, s.ye, xc.local_rows, ep.first_expert(n_experts));
+      experts_forward(s.xe, s.h, s.a, s.ye, xc.local_rows, first_held_expert());
       ep.combine(xc, s.ye, s.out.narrow0(0, M), s.stage);
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
@@ -284,7 +287,7 @@ struct MoE {
       const ExpertExchange& xc = *s.exchange;
       ep.dispatch(xc, g.dout.narrow0(0, M), g.dye, g.stage);
       experts_backward(g.dxe, g.dh, g.da, g.dye, s.xe, s.h, s.a, xc.local_rows,
-                       ep.first_expert(n_experts));
+                       first_held_expert());
       ep.combine(xc, g.dxe, g.dxs.narrow0(0, M), g.stage);
     }
     ops::moe_scatter(dx2, g.dxs.narrow0(0, M), slot);
@@ -430,6 +433,17 @@ struct MoE {
     int64_t n = 0;
     for (int64_t r : rows) n += r;
     return n;
+  }
+  // The index in up/down of this rank's first expert: its global index when
+  // they hold all E experts, 0 when they hold only its E/ep (the split
+  // layout, ParamLayout::shard_experts).
+  int64_t first_held_expert() const {
+    const int64_t held = up.dim(0) / (2 * d_ff);
+    if (held == n_experts) return ep.first_expert(n_experts);
+    NK_CHECK(held == ep.local_experts(n_experts) && down.dim(0) == held * up.dim(1),
+             "MoE: up holds {} experts, neither all {} nor this rank's {}", held, n_experts,
+             ep.local_experts(n_experts));
+    return 0;
   }
   void check_expert_parallel(const ExpertExchange* x) const {
     NK_CHECK(x != nullptr, "MoE: expert parallel over {} ranks with buffers for one", ep.size());

@@ -15,6 +15,8 @@ const char* split_name(Split s) {
       return "rows";
     case Split::Cols:
       return "cols";
+    case Split::Experts:
+      return "experts";
   }
   return "?";
 }
@@ -62,6 +64,16 @@ std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n
              p.name);
     const int64_t s = share(p, p.shape[1], n, "columns");
     return {{1, rank * s, s, 0}};
+  }
+  if (p.split == Split::Experts) {
+    // Whole fused parts (or rows) in n contiguous blocks.
+    const int64_t units = p.parts.empty() ? p.shape[0] : int64_t(p.parts.size());
+    const int64_t s = share(p, units, n, p.parts.empty() ? "rows" : "fused parts");
+    if (p.parts.empty()) return {{0, rank * s, s, 0}};
+    const ParamPart &first = p.parts[size_t(rank * s)], &last = p.parts[size_t(rank * s + s - 1)];
+    if (!one) return {{0, first.row0, last.row0 + last.rows - first.row0, 0}};
+    if (one->row0 < first.row0 || one->row0 > last.row0) return {};  // another rank's
+    return {{0, one->row0, one->rows, one->row0 - first.row0}};
   }
   const int64_t ways = p.split == Split::Rows ? n : 1, r = p.split == Split::Rows ? rank : 0;
   if (p.pad_multiple > 0 && ways > 1) {
@@ -157,13 +169,16 @@ void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, cons
 
 namespace {
 
-// The parameters `keep` accepts, each split n ways.
-ParamLayout derived_layout(const std::vector<ParamInfo>& params, int64_t n,
+// The parameters `keep` accepts, each split ways(p) ways.
+ParamLayout derived_layout(const std::vector<ParamInfo>& params,
+                           const std::function<int64_t(const ParamInfo&)>& ways,
                            const std::function<bool(const ParamInfo&)>& keep) {
   ParamLayout out;
   for (const ParamInfo& p : params) {
     if (!keep(p)) continue;
+    const int64_t n = ways(p);
     ParamOptions o = param_options(p);
+    if (p.split == Split::Experts && n > 1) o.parts.clear();  // this rank's experts only
     for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
     if (n > 1) o.pad_multiple = 0;  // a shard holds its padding; it is not split again
     out.add(p.name, shard_shape(p, n), p.init, p.init_std, o);
@@ -178,12 +193,21 @@ ParamLayout derived_layout(const std::vector<ParamInfo>& params, int64_t n,
 
 ParamLayout ParamLayout::shard(int64_t n) const {
   NK_CHECK(final_, "ParamLayout::shard before finalize");
-  return derived_layout(params_, n, [](const ParamInfo&) { return true; });
+  return derived_layout(
+      params_, [n](const ParamInfo&) { return n; }, [](const ParamInfo&) { return true; });
+}
+
+ParamLayout ParamLayout::shard_experts(int64_t n) const {
+  NK_CHECK(final_, "ParamLayout::shard_experts before finalize");
+  return derived_layout(
+      params_, [n](const ParamInfo& p) { return p.split == Split::Experts ? n : int64_t(1); },
+      [](const ParamInfo&) { return true; });
 }
 
 ParamLayout ParamLayout::subset(const std::function<bool(const ParamInfo&)>& keep) const {
   NK_CHECK(final_, "ParamLayout::subset before finalize");
-  return derived_layout(params_, 1, keep);
+  return derived_layout(
+      params_, [](const ParamInfo&) { return int64_t(1); }, keep);
 }
 
 void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std,

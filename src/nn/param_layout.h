@@ -29,6 +29,9 @@ enum class Split {
   Replicated,  // every rank holds all of it
   Rows,        // dim 0: column-parallel weight/bias, vocabulary-parallel embedding
   Cols,        // dim 1: row-parallel weight
+  // dim 0 in n contiguous blocks of whole fused parts (a MoE layer's experts
+  // over the expert-parallel group: rank r holds experts [r E/n, (r+1) E/n))
+  Experts,
 };
 const char* split_name(Split s);  // "replicated", "rows", "cols"
 
@@ -147,6 +150,10 @@ class ParamLayout {
   // its share, in the same order with the same trainable and quantised
   // flags. nk::Error naming the parameter when n does not divide it.
   ParamLayout shard(int64_t n) const;
+  // The layout of one rank's parameters under n-way expert parallelism: the
+  // Split::Experts parameters at their shard_shape (without fused parts: a
+  // rank's parts are other experts than another's), the rest whole.
+  ParamLayout shard_experts(int64_t n) const;
   // The parameters `keep` accepts (a pipeline stage's), in the same order
   // with the same flags, laid out afresh (of a finalized layout).
   ParamLayout subset(const std::function<bool(const ParamInfo&)>& keep) const;

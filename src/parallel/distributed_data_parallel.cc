@@ -7,13 +7,34 @@
 namespace nk::parallel {
 
 DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Communicator& grads,
-                                                 const DdpConfig& cfg)
+                                                 const DdpConfig& cfg,
+                                                 dist::Communicator* expert_grads,
+                                                 dist::Communicator* expert_norm)
     : model_(model),
       comm_(grads),
       cfg_(cfg),
       buckets_(plan_grad_buckets(model.layout(), model.config().n_layer, cfg.bucket_elems(),
                                  cfg.shard == Shard::Full)) {
-  comm_.broadcast(model_.params(), 0);
+  if (model_.experts_split()) {
+    NK_CHECK(expert_grads && expert_norm,
+             "DistributedDataParallel: split experts without the expert-dp and ep groups");
+    if (cfg_.shard != Shard::None)
+      fail(
+          "parallel.shard = {}: ZeRO-1 and FSDP do not shard expert-parallel weights yet "
+          "(parallel.ep = {} holds each rank's experts only); set parallel.shard=none or "
+          "parallel.ep=1",
+          cfg_.shard == Shard::Full ? "full" : "optimizer", model_.expert_parallel().size());
+    expert_grads_ = expert_grads;
+    expert_norm_ = expert_norm;
+    // The replicas of each parameter: every dp rank, or for an expert tensor
+    // the ranks holding the same experts.
+    for (const ParamInfo& p : model_.layout().params())
+      if (model_.has_master(p))
+        (p.split == Split::Experts ? *expert_grads_ : comm_)
+            .broadcast(model_.params().narrow0(p.offset, p.numel()), 0);
+  } else {
+    comm_.broadcast(model_.params(), 0);
+  }
   model_.sync_compute_params();
   const bool bf16_master = model_.compute_params().raw() != model_.params().raw();
   if (cfg_.shard == Shard::Full)
@@ -84,7 +105,8 @@ void DistributedDataParallel::launch_ready(int64_t stage) {
     Tensor grads = model_.grads().narrow0(b.begin, b.numel());
     pending_.push_back(sharded()
                            ? comm_.reduce_scatter_v_async(grads, shard_counts(b, comm_.size()))
-                           : comm_.all_reduce_async(grads, dist::ReduceOp::Sum));
+                           : (b.experts && expert_grads_ ? *expert_grads_ : comm_)
+                                 .all_reduce_async(grads, dist::ReduceOp::Sum));
   }
 }
 
@@ -168,7 +190,19 @@ std::vector<ShardPiece> DistributedDataParallel::optimizer_pieces() const {
 
 double DistributedDataParallel::grad_norm_squared() {
   NK_CHECK(pending_.empty(), "DistributedDataParallel: grad_norm_squared() before wait_grads()");
-  if (!sharded()) return ops::sum_squares(model_.grads());
+  if (!sharded() && !expert_norm_) return ops::sum_squares(model_.grads());
+  if (!sharded()) {
+    // Split experts: every rank of the ep group holds other experts; the
+    // rest is the same on every rank.
+    double dense = 0;
+    Tensor experts = Tensor::zeros({1}, DType::F64);
+    for (const GradBucket& b : buckets_) {
+      const double s = ops::sum_squares(model_.grads().narrow0(b.begin, b.numel()));
+      (b.experts ? *experts.data<double>() : dense) += s;
+    }
+    expert_norm_->all_reduce(experts);
+    return dense + *experts.data<double>();
+  }
   double local = 0;
   for (const ShardPiece& p : optimizer_pieces())
     if (p.own_end > p.own_begin)

@@ -54,7 +54,15 @@ class DistributedDataParallel {
   // even if they were made differently. Only those with f32 masters: a frozen
   // base held without them (bf16 or NF4 under adapters) must be the same on
   // every rank already (train.init_from's, or drawn from the seed).
-  DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg);
+  // A model whose experts are split (Transformer::experts_split) also takes
+  // the expert-data-parallel group (Megatron's "expert-dp": the ranks holding
+  // the same experts), which reduces and broadcasts the experts' buckets, and
+  // the "ep" group, over which the experts' part of the gradient norm sums.
+  // ZeRO-1 and FSDP do not shard split experts yet: nk::Error naming
+  // parallel.shard and parallel.ep.
+  DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg,
+                          dist::Communicator* expert_grads = nullptr,
+                          dist::Communicator* expert_norm = nullptr);
 
   // One micro-batch: forward, loss and backward, gradients ACCUMULATING
   // d(loss * grad_scale)/d params as Transformer::forward_backward does (bit
@@ -131,6 +139,8 @@ class DistributedDataParallel {
 
   Transformer& model_;
   dist::Communicator& comm_;
+  dist::Communicator* expert_grads_ = nullptr;  // "expert-dp" (split experts only)
+  dist::Communicator* expert_norm_ = nullptr;   // "ep" (split experts only)
   DdpConfig cfg_;
   std::vector<GradBucket> buckets_;
   std::unique_ptr<ShardedWeights> weights_;  // FSDP only

@@ -70,6 +70,10 @@ std::vector<GradBucket> plan_grad_buckets(const ParamLayout& layout, int64_t n_l
     // Crossing from the vectors' region into the matrices' starts a new bucket.
     if (!cur.params.empty() && region_end(off) != region_end(ps[cur.params.back()].offset)) close();
     if (stage_aligned && !cur.params.empty() && stage[i] != cur.ready_stage) close();
+    // Experts' gradients reduce over another group than the rest (expert parallelism).
+    const bool expert = ps[i].split == Split::Experts;
+    if (!cur.params.empty() && expert != cur.experts) close();
+    cur.experts = expert;
     if (cur.params.empty()) {
       // The bucket runs to the next bucket's start, or its region's end.
       cur.end = buckets.empty() || region_end(off) != region_end(buckets.back().begin)

@@ -10,7 +10,9 @@
 // last layer to the first, the order the backward produces gradients), whole
 // parameters are added until a bucket holds at least `bucket_elems` elements,
 // and then it is cut. A parameter larger than that is a bucket of its own;
-// parameters are never split. Buckets tile [0, trainable_end) exactly: padding
+// parameters are never split. A bucket holds experts' parameters
+// (Split::Experts: under expert parallelism they are reduced over the
+// expert-data-parallel group) or none. Buckets tile [0, trainable_end) exactly: padding
 // between parameters belongs to the bucket of the parameter before it.
 #pragma once
 #include <cstdint>
@@ -44,6 +46,7 @@ constexpr int64_t kHeadStage = 0;
 struct GradBucket {
   int64_t begin = 0, end = 0;  // elements [begin, end) of the gradient arena
   int64_t ready_stage = 0;     // max of its parameters' grad_ready_stages
+  bool experts = false;        // its parameters are MoE experts' (Split::Experts), or none are
   std::vector<size_t> params;  // indices into layout.params(), by descending offset
   int64_t numel() const { return end - begin; }
 };

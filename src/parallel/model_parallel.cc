@@ -49,6 +49,11 @@ Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communi
   NK_CHECK(local.dtype() == DType::F32 && (all || local.numel() == mine.trainable_end()),
            "gather_model: {} is not an arena of the model's layout", local.desc());
   const nn::TensorParallel& tp = model.tensor_parallel();
+  // The group whose pieces make the whole: tp, or ep for split experts (a
+  // MoE model has no tensor parallelism), where only the experts are pieces.
+  const bool experts = model.experts_split();
+  dist::Communicator* comm = experts ? model.expert_parallel().comm : tp.comm;
+  const int64_t n = experts ? model.expert_parallel().size() : tp.size();
   Tensor out = Tensor::zeros({all ? whole.total() : whole.trainable_end()}, DType::F32);
   Tensor host = local;
   if (local.device() != kHost) {
@@ -56,21 +61,39 @@ Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communi
     ops::copy_to_host(local, host.data<float>());
   }
   Tensor gathered = host;
-  if (tp.active()) {
-    gathered = Tensor::empty({tp.size() * host.numel()}, DType::F32);
-    tp.comm->all_gather(host, gathered);
+  if (n > 1) {
+    gathered = Tensor::empty({n * host.numel()}, DType::F32);
+    comm->all_gather(host, gathered);
   }
   const bool pipelined = pp && pp->size() > 1;
   for (const ParamInfo& p : whole.params()) {
     if ((!all && !p.trainable) || !mine.has(p.name)) continue;
     const ParamInfo& q = mine.find(p.name);
     if (pipelined && p.name == "wte" && !model.stage().embedding) continue;  // the tied copy
-    for (int64_t r = 0; r < tp.size(); ++r)
-      insert_shard(p, r, tp.size(), sizeof(float),
-                   gathered.data<float>() + r * host.numel() + q.offset,
+    const int64_t ways = experts && p.split != Split::Experts ? 1 : n;       // the rest: rank 0's
+    for (int64_t r = 0; r < ways; ++r)
+      insert_shard(p, r, ways, sizeof(float), gathered.data<float>() + r * host.numel() + q.offset,
                    out.data<float>() + p.offset);
   }
   if (pipelined) pp->all_reduce(out);  // each parameter is non-zero on one stage only
+  return out;
+}
+
+Tensor local_arena(const Transformer& model, const Tensor& whole) {
+  const ParamLayout &mine = model.layout(), &global = model.global_layout();
+  const bool all = whole.numel() == global.total();
+  NK_CHECK(whole.dtype() == DType::F32 && whole.device() == kHost &&
+               (all || whole.numel() == global.trainable_end()),
+           "local_arena: {} is not a host arena of the whole model's layout", whole.desc());
+  const nn::ExpertParallel& ep = model.expert_parallel();
+  const int64_t n = model.experts_split() ? ep.size() : 1;
+  Tensor out = Tensor::zeros({all ? mine.total() : mine.trainable_end()}, DType::F32);
+  for (const ParamInfo& p : global.params()) {
+    if ((!all && !p.trainable) || !mine.has(p.name)) continue;
+    const int64_t ways = p.split == Split::Experts ? n : 1;
+    extract_shard(p, ways > 1 ? ep.rank() : 0, ways, sizeof(float), whole.data<float>() + p.offset,
+                  out.data<float>() + mine.find(p.name).offset);
+  }
   return out;
 }
 

@@ -40,6 +40,15 @@ void reduce_sequence_parallel_grads(const Transformer& model);
 // parameters it owns; null: no pipeline), into a new tensor laid out by
 // model.global_layout() (total() or trainable_end() elements), on every
 // rank. Collective.
+// Split experts (Transformer::experts_split): the same over the ep group,
+// the experts' tensors put together from every rank's rows, the rest taken
+// from ep rank 0's (equal on every rank).
 Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp);
+
+// Its inverse for split experts: this rank's arena (model.layout(): all of
+// it, or its trainable parameters) of a whole model's host f32 arena laid out
+// by model.global_layout() (a resumed checkpoint's optimizer moments). Other
+// models: the same values. Not collective.
+Tensor local_arena(const Transformer& model, const Tensor& whole);
 
 }  // namespace nk::parallel

@@ -297,7 +297,11 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const ModelConfig& c = cfg.model;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
-  const ParamLayout layout = e.tp > 1 ? whole.shard(e.tp) : whole;
+  // Tensor parallel: each rank's shards; expert parallel (a MoE model has no
+  // tensor parallelism): each rank's experts, the rest whole.
+  const ParamLayout layout = e.tp > 1   ? whole.shard(e.tp)
+                             : e.ep > 1 ? whole.shard_experts(e.ep)
+                                        : whole;
   const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
   const std::vector<Recompute> plan =
       recompute_plan(cfg.recompute, cfg.recompute_layers, c.n_layer);

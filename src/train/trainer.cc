@@ -144,6 +144,18 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
     model_ = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Random,
                                            cfg_.frozen, cfg_.device, cfg_.frozen_weights,
                                            QuantPlan(), tensor_parallel(), pipeline_stage());
+  // Before the gradient dtype, data parallelism and the optimizer: the
+  // experts' split changes the layout they are sized from.
+  if (par_.active() && par_.mesh->ep() > 1) {
+    a2a_seconds_ = std::make_shared<double>(0.0);
+    model_->set_expert_parallel({&par_.groups->get("ep"), a2a_seconds_});
+    NK_INFO(
+        "expert parallel: {}; each rank holds and computes {} of the {} experts of every MoE "
+        "layer for its ep group's tokens (all-to-all dispatch and combine): {:.2f}M of the "
+        "{:.2f}M parameters",
+        par_.mesh->describe(), cfg_.model.num_experts / par_.mesh->ep(), cfg_.model.num_experts,
+        double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
+  }
   if (cfg_.adamw.precision.grads != DType::F32) {
     // Data parallelism reduces the bf16 buckets as they are (MPI sums them
     // widened to f32 and rounds once); the model-parallel layouts: not yet.
@@ -160,14 +172,6 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
           "staging of its largest backward stage take {:.1f} MiB, "
           "f32 gradients {:.1f} MiB",
           double(model_->grad_bytes()) / 1048576.0, f32 / 1048576.0);
-  }
-  if (par_.active() && par_.mesh->ep() > 1) {
-    a2a_seconds_ = std::make_shared<double>(0.0);
-    model_->set_expert_parallel({&par_.groups->get("ep"), a2a_seconds_});
-    NK_INFO(
-        "expert parallel: {}; each rank computes {} of the {} experts of every MoE layer for its "
-        "ep group's tokens (all-to-all dispatch and combine)",
-        par_.mesh->describe(), cfg_.model.num_experts / par_.mesh->ep(), cfg_.model.num_experts);
   }
   if (model_parallel()) {
     const PipelineStage& st = model_->stage();
@@ -191,8 +195,11 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   // Data parallel over whole replicas (a pure model-parallel run has none);
   // under pipelining the gradients are summed after the step instead.
   if (par_.active() && par_.dp() > 1 && !pipe_) {
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, par_.groups->get("dp-cp"),
-                                                               cfg_.ddp);
+    const bool split = model_->experts_split();
+    ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+        *model_, par_.groups->get("dp-cp"), cfg_.ddp,
+        split ? &par_.groups->get("expert-dp") : nullptr,
+        split ? &par_.groups->get("ep") : nullptr);
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
             parallel::describe_buckets(ddp_->buckets()),
             cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward",
@@ -239,9 +246,9 @@ void Trainer::make_optimizer() {
   // updating its bf16 master alike from the same all-reduced gradients;
   // ZeRO-1 and FSDP split it, each rank's optimizer holding the remainders
   // of its blocks. Model-parallel layouts: not yet.
-  if (cfg_.adamw.precision.master != DType::F32 && model_parallel())
+  if (cfg_.adamw.precision.master != DType::F32 && pieces_model())
     fail(
-        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism for now "
+        "optim.master_dtype=bf16 runs without tensor, pipeline and expert parallelism for now "
         "(parallel.* asks for {} processes with them); use optim.master_dtype=f32",
         par_.world());
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
@@ -256,6 +263,11 @@ void Trainer::make_optimizer() {
     }
   }
   if (resumed_) {
+    // Saved whole: under expert parallelism this rank's experts' moments.
+    if (model_->experts_split()) {
+      resumed_->exp_avg = parallel::local_arena(*model_, resumed_->exp_avg);
+      resumed_->exp_avg_sq = parallel::local_arena(*model_, resumed_->exp_avg_sq);
+    }
     opt_->load_arena_state(resumed_->exp_avg, resumed_->exp_avg_sq, state_.optimizer_steps);
     resumed_.reset();
   }

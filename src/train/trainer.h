@@ -136,6 +136,9 @@ class Trainer {
   PipelineStage pipeline_stage() const;
   // Whether the model is split over ranks (tensor or pipeline parallel).
   bool model_parallel() const { return tensor_parallel().active() || par_.pp() > 1; }
+  // Each rank holds a piece of the model: model parallel, or split experts
+  // (saves and exports gather the whole).
+  bool pieces_model() const { return model_parallel() || (model_ && model_->experts_split()); }
   // A host int's max over every rank (agreement on signals and bad weights).
   int max_over_ranks(int v) const;
   // Model parallel: the whole model gathered from the ranks' pieces, on the

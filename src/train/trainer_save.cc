@@ -84,7 +84,7 @@ void Trainer::save_checkpoint_files() {
   if (ddp_) ddp_->finish_param_gathers();  // the weights it writes
   check_weights_finite();
   std::string dir;
-  if (model_parallel()) {  // the whole model, gathered from the ranks' pieces
+  if (pieces_model()) {  // the whole model, gathered from the ranks' pieces
     std::unique_ptr<Transformer> whole = gather_whole_model();
     const Tensor m =
         parallel::gather_model(*model_, replica_state(opt_->m_f32()), par_.group("pp"));
@@ -147,7 +147,7 @@ void Trainer::export_final() {
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
   // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
   std::unique_ptr<Transformer> whole;
-  if (model_parallel()) whole = gather_whole_model();
+  if (pieces_model()) whole = gather_whole_model();
   // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;

@@ -140,6 +140,51 @@ TEST(ParamLayout, ShardLayoutAndCopiesRoundTrip) {
   EXPECT_NE(e.find("qkv"), std::string::npos) << e;
 }
 
+// Expert parallelism (ParamLayout::shard_experts): a MoE tensor of 4 experts
+// of 2 fused parts (gate, up) each split 2 ways holds experts 0-1 on rank 0
+// and 2-3 on rank 1, each as whole contiguous rows; the other parameters,
+// tensor-parallel splits included, stay whole.
+TEST(ParamLayout, ShardExpertsSplitsWholeExpertsOnly) {
+  ParamLayout l;
+  ParamOptions up{Split::Experts, {}};
+  for (int e = 0; e < 4; ++e) {
+    up.parts.push_back({"e" + std::to_string(e) + ".gate", 3});
+    up.parts.push_back({"e" + std::to_string(e) + ".up", 3});
+  }
+  l.add("up", {4 * 6, 5}, Init::Normal, 0.02f, up);
+  l.add("down", {4 * 5, 3}, Init::Normal, 0.02f, {Split::Experts, {}});
+  l.add("qkv", {8, 5}, Init::Normal, 0.02f, {Split::Rows, {{"q", 4}, {"k", 2}, {"v", 2}}});
+  l.add("norm", {5}, Init::Ones);
+  l.finalize();
+  const ParamLayout half = l.shard_experts(2);
+  EXPECT_EQ(half.find("up").shape, (Shape{12, 5}));
+  EXPECT_TRUE(half.find("up").parts.empty());
+  EXPECT_EQ(half.find("down").shape, (Shape{10, 3}));
+  EXPECT_EQ(half.find("qkv").shape, (Shape{8, 5}));
+  EXPECT_EQ(half.find("norm").shape, (Shape{5}));
+  const ParamInfo& p = l.find("up");
+  auto r = shard_ranges(p, 1, 2);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].start, 12);
+  EXPECT_EQ(r[0].len, 12);
+  EXPECT_TRUE(shard_ranges(p, 0, 2, "e2.up").empty());  // rank 1's expert
+  auto e3 = shard_ranges(p, 1, 2, "e3.gate");
+  ASSERT_EQ(e3.size(), 1u);
+  EXPECT_EQ(e3[0].start, 18);
+  EXPECT_EQ(e3[0].local_start, 6);
+  std::vector<float> value(size_t(p.numel())), rebuilt(value.size(), -1.f);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = float(i);
+  for (int64_t k = 0; k < 2; ++k) {
+    std::vector<float> shard(size_t(shape_numel(shard_shape(p, 2))));
+    extract_shard(p, k, 2, sizeof(float), value.data(), shard.data());
+    EXPECT_EQ(shard[0], value[size_t(k * 12 * 5)]);
+    insert_shard(p, k, 2, sizeof(float), shard.data(), rebuilt.data());
+  }
+  EXPECT_EQ(rebuilt, value);
+  std::string e = test::error_of([&] { l.shard_experts(3); });
+  EXPECT_NE(e.find("'up'"), std::string::npos) << e;
+}
+
 // Vocabulary padding (Megatron's make_vocab_size_divisible_by): 257 rows
 // split 2 ways are 512 (256 a rank), 4 ways 512 (128 a rank: rank 2 holds
 // row 256 alone, rank 3 padding only); the ranges name real rows only,

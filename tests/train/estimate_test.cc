@@ -173,6 +173,17 @@ TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
   EXPECT_EQ(e.ep, 2);
   EXPECT_GT(e.expert_params, 0);
   EXPECT_EQ(e.expert_params_computed, e.expert_params / 2);
+  // Each rank holds its half of the experts: the same world without
+  // parallel.ep holds all of them, 4 bytes more each of f32 master,
+  // gradient and both moments.
+  std::vector<std::string> dp_only = o;
+  std::erase(dp_only, std::string("parallel.ep=2"));
+  const TrainEstimate d = estimate_training(recipe(dp_only), 2, nullptr);
+  const int64_t other = e.expert_params / 2;
+  EXPECT_EQ(e.peak().params, d.peak().params - other);
+  EXPECT_EQ(e.peak().weight_bytes, d.peak().weight_bytes - 4 * other);
+  EXPECT_EQ(e.peak().grad_bytes, d.peak().grad_bytes - 4 * other);
+  EXPECT_EQ(e.peak().optimizer_bytes, d.peak().optimizer_bytes - 8 * other);
   // 2 micro-batches per rank, 3 layers, 4 exchanges of 128 tokens x top-2
   // rows of d_model f32 values, half of them to the other rank.
   const ModelConfig& c = cfg.model;

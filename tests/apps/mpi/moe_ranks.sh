@@ -2,14 +2,16 @@
 # `nekton train` of a Mixture-of-Experts model (mixtral-tiny) over several
 # processes equals one process: plain data parallelism (2 and 4 ranks),
 # ZeRO-1 and FSDP, expert parallelism (EP2 on 2 ranks, EP2 x DP2 on 4, EP2
-# with ZeRO-1, with FSDP, with full recompute and with a capacity factor),
+# with full recompute and with a capacity factor; each rank holding only its
+# experts' weights, their gradients summed over the expert-dp group),
 # 10 steps in f32 (and packed SFT rows through nekton finetune under EP2), every step's loss and the
 # exported weights within 1e-5 (each rank's micro-batch routes its own tokens
 # and adds its own load-balancing and z-losses, as one process's
 # micro-batches do under gradient accumulation; under EP the experts run on
 # their ranks). A checkpoint saved under EP2 resumes on one process and one
 # saved on one process resumes under EP2, both to the same 10 steps. Tensor
-# and pipeline parallelism are refused for MoE, naming their keys, and so is
+# and pipeline parallelism are refused for MoE, naming their keys, and so are
+# ZeRO-1 and FSDP under EP, and so is
 # an expert split that does not divide the experts or a non-MoE model.
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
 # summed over the ranks before the bias moves) equals one process too, under
@@ -47,8 +49,6 @@ run zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.shard=full
 run ep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2
 run ep2dp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2
-run ep2zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer
-run ep2fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
 # Saved under EP2 at step 5, resumed on one process; and the other way round.
 run ep2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 train.exit_at_step=5
 run ep2to1 "$NK" train "${ARGS[@]}"
@@ -88,8 +88,16 @@ grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data p
 grep -q "expert parallel: world 4 = .* ep 2 × edp 2" "$WORK/ep2dp2.log" ||
   fail "ep2dp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2dp2.log")"
 grep -q '"a2a_ms"' "$WORK/ep2/metrics.jsonl" || fail "ep2 logs no a2a_ms"
+# Each rank holds its 2 of the 4 experts of every layer: fewer parameters
+# than the whole model's.
+/usr/bin/python3 - "$WORK/ep2.log" <<'PY' || fail "ep2 does not hold half the experts: $(grep -m1 'expert parallel' "$WORK/ep2.log")"
+import re, sys
+m = re.search(r"holds and computes 2 of the 4 experts .*: ([0-9.]+)M of the ([0-9.]+)M parameters",
+              open(sys.argv[1]).read())
+sys.exit(0 if m and float(m.group(1)) < float(m.group(2)) else 1)
+PY
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one dp2 dp4 zero1 fsdp ep2 ep2dp2 \
-  ep2zero1 ep2fsdp ep2to1 oneto2 || fail "a data- or expert-parallel run differs from one process"
+  ep2to1 oneto2 || fail "a data- or expert-parallel run differs from one process"
 
 # DeepSeek-style routing: sigmoid scores, groups, scaling, the sequence-wise
 # balancing loss, a dense first layer and aux-loss-free balancing, whose
@@ -121,7 +129,12 @@ refuse() {
 }
 refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal counts" \
   "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" model.num_experts=3 parallel.ep=4
+# ZeRO-1 and FSDP do not shard split experts yet: refused, naming the keys.
+for shard in optimizer full; do
+  refuse "ep2$shard" "parallel.shard = $shard: ZeRO-1 and FSDP do not shard expert-parallel weights yet (parallel.ep = 2" \
+    "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=$shard
+done
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2, EP2 with ZeRO-1/FSDP/full recompute/capacity factor and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1 and EP2 too); EP2 checkpoints resume on one process and back; TP and PP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1 and EP2 too); EP2 checkpoints resume on one process and back; TP, PP and ZeRO-1/FSDP under EP refused"

@@ -99,6 +99,36 @@ void check(bool zero_router) {
       ASSERT_EQ(g1[1].data<float>()[i], 0.f) << "another rank's expert, element " << i;
     }
   EXPECT_GT(*seconds, 0.0);
+
+  // The split layout (Transformer::set_expert_parallel): up and down hold
+  // only this rank's experts' rows, indexed locally; the same outputs and,
+  // for those rows, the same gradients.
+  nn::MoE split = ep;
+  split.up = plain.up.narrow0(e0 * 2 * F, El * 2 * F);
+  split.down = plain.down.narrow0(e0 * C, El * C);
+  Tensor y2, dx2;
+  std::vector<Tensor> g2;
+  run(split, W, y2, dx2, g2);
+  expect_near(y2, y0, "y (split experts)");
+  expect_near(dx2, dx0, "dx (split experts)");
+  expect_near(g2[0], g0[0], "router gradient (split experts)");
+  ASSERT_EQ(g2[1].numel(), El * 2 * F * C);
+  ASSERT_EQ(g2[2].numel(), El * C * F);
+  expect_near(g2[1], g0[1].narrow0(e0 * 2 * F, El * 2 * F), "up gradient (split experts)");
+  expect_near(g2[2], g0[2].narrow0(e0 * C, El * C), "down gradient (split experts)");
+  // Rows of another count of experts are refused, naming the counts.
+  if (W == 1) return;
+  nn::MoE wrong = ep;
+  wrong.up = plain.up.narrow0(0, (E - 1) * 2 * F);
+  wrong.down = plain.down.narrow0(0, (E - 1) * C);
+  Tensor y3, dx3;
+  std::vector<Tensor> g3;
+  try {
+    run(wrong, W, y3, dx3, g3);
+    ADD_FAILURE() << "up of " << E - 1 << " experts was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("neither all"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ExpertParallel, DispatchCombineEqualsOneProcessWithUnevenCounts) {
