@@ -6,7 +6,8 @@
 # letter after the prompt's last one (h wraps to a). GRPO with an accuracy
 # reward (the whole completion must be the one right letter) then raises the
 # held-out accuracy (greedy, `nekton eval tasks` exact_match on 100 words
-# never seen in training) by at least 30 points; the same with a LoRA policy.
+# never seen in training) by at least 30 points. (A LoRA policy, all-linear
+# r=16 at lr 1e-2, stayed at 0 on the same budget: not claimed yet.)
 #   tests/align/online_learning.sh REPO BUILD
 set -euo pipefail
 NAME=online_learning
