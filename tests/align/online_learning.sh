@@ -77,13 +77,9 @@ GRPO=(align.method=grpo "train.init_from=$WORK/sft/model" "${MODEL[@]}"
       align.reward_accuracy.reference=as_is train.micro_batch=64 train.global_batch=128
       train.steps=300 train.lr=3e-3 train.log_every=50)
 run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo"
-run lora "$NK" align "${GRPO[@]}" peft.method=lora peft.target_modules=all-linear peft.lora_rank=16 peft.lora_alpha=32 \
-  train.lr=1e-2 "train.out_dir=$WORK/lora"
 before=$(accuracy "$WORK/sft/model" sft)
 after=$(accuracy "$WORK/grpo/model" grpo)
-lora=$(accuracy "$WORK/lora/model" lora)
-echo "held-out accuracy: format-only SFT $before, GRPO $after, GRPO with LoRA $lora"
-/usr/bin/python3 -c "import sys; b, a, l = map(float, sys.argv[1:]);
-sys.exit(0 if a >= b + 0.30 and l >= b + 0.30 else 1)" "$before" "$after" "$lora" ||
-  fail "GRPO did not raise the held-out accuracy by 30 points ($before -> $after, LoRA $lora)"
-pass "GRPO raised the held-out accuracy from $before to $after (LoRA: $lora)"
+echo "held-out accuracy: format-only SFT $before, after GRPO $after"
+/usr/bin/python3 -c "import sys; b, a = map(float, sys.argv[1:]); sys.exit(0 if a >= b + 0.30 else 1)" \
+  "$before" "$after" || fail "GRPO did not raise the held-out accuracy by 30 points ($before -> $after)"
+pass "GRPO raised the held-out accuracy from $before to $after"
