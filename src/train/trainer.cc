@@ -248,7 +248,8 @@ void Trainer::make_optimizer() {
   // of its blocks. Model-parallel layouts: not yet.
   if (cfg_.adamw.precision.master != DType::F32 && pieces_model())
     fail(
-        "optim.master_dtype=bf16 runs without tensor, pipeline and expert parallelism for now "
+        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism (and expert "
+        "parallelism) for now "
         "(parallel.* asks for {} processes with them); use optim.master_dtype=f32",
         par_.world());
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
