@@ -80,8 +80,10 @@ TEST_F(Responses, TextCompletionLogprobsAndEcho) {
   EXPECT_EQ(j["object"], "text_completion");
   const json& c = j["choices"][0];
   EXPECT_EQ(c["text"], "say hi");
+  // With echo the offsets index the returned text, the prompt's 4 bytes first
+  // (OpenAI's legacy completions, vLLM).
   EXPECT_EQ(c["logprobs"], json::parse(R"({"tokens":["h","i"],"token_logprobs":[-0.5,-1.0],
-      "top_logprobs":[{"h":-0.5,"x":-1.5},{"i":-1.0,"j":-1.25}],"text_offset":[0,1]})"));
+      "top_logprobs":[{"h":-0.5,"x":-1.5},{"i":-1.0,"j":-1.25}],"text_offset":[4,5]})"));
   // A slice starts its offsets where the bytes before it end.
   EXPECT_EQ(completion_logprobs(*tok_, choice(), 1, 2, 7)["text_offset"], json::parse("[7]"));
 }
