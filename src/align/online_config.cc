@@ -49,7 +49,7 @@ void OnlineRlConfig::bind(ConfigBinder& b) {
 
 void OnlineRlConfig::check(const std::string& method, const std::string& loss_type,
                            const RejectionSamplingOptions& rs, int64_t global_batch,
-                           int64_t micro_batch, int64_t seq_len, int64_t max_prompt_length) {
+                           int64_t seq_len, int64_t max_prompt_length) {
   sampling = rs;
   loss.algorithm = method == "rloo" ? RlAlgorithm::Rloo : RlAlgorithm::Grpo;
   loss.loss_type =
@@ -98,7 +98,6 @@ void OnlineRlConfig::check(const std::string& method, const std::string& loss_ty
         "align.rollout_prompts: {} prompts x {} generations = {} completions is not a whole "
         "number of train.global_batch = {}",
         rollout_prompts, G, samples, global_batch);
-  (void)micro_batch;
   if (ppo_epochs < 1) fail("align.ppo_epochs: must be >= 1, got {}", ppo_epochs);
   rounds_steps = ppo_epochs * (samples / global_batch);
   if (dynamic_sampling && loss.algorithm != RlAlgorithm::Grpo)

@@ -44,8 +44,8 @@ struct OnlineRlConfig {
   // reads as grpo); nk::Error naming the key for a bad value or a batch that
   // does not divide.
   void check(const std::string& method, const std::string& loss_type,
-             const RejectionSamplingOptions& rs, int64_t global_batch, int64_t micro_batch,
-             int64_t seq_len, int64_t max_prompt_length);
+             const RejectionSamplingOptions& rs, int64_t global_batch, int64_t seq_len,
+             int64_t max_prompt_length);
   // What a resumed run must find unchanged.
   std::map<std::string, std::string> signature() const;
 };

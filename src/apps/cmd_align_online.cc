@@ -33,8 +33,7 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
     rl.bind(r);
     rc.bind(r);
   }
-  rl.check(ac.method, ac.loss_type, k.rs, cfg.global_batch, cfg.micro_batch, cfg.seq_len,
-           ac.data.max_prompt_length);
+  rl.check(ac.method, ac.loss_type, k.rs, cfg.global_batch, cfg.seq_len, ac.data.max_prompt_length);
   if (ac.data_path.empty())
     fail("align.data_path: the prompts (JSONL) for align.method={}", ac.method);
   if (!ac.valid_path.empty())

@@ -43,7 +43,7 @@ OnlineSetup setup(const std::string& out_dir) {
   rs.sampling.temperature = 1.0;
   rs.sampling.seed = 11;
   s.rl.ppo_epochs = 2;
-  s.rl.check("grpo", "grpo", rs, 8, 4, 16, 8);
+  s.rl.check("grpo", "grpo", rs, 8, 16, 8);
   s.tok = std::shared_ptr<Tokenizer>(load_tokenizer("bytes"));
   s.prompts = std::make_shared<OnlinePrompts>();
   s.prompts->records.file.path = "prompts.jsonl";

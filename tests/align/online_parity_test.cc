@@ -47,7 +47,7 @@ void run_parity(const ModelConfig& mc, const Case& k, const std::string& tag) {
   rl.epsilon_high = k.epsilon_high;
   rl.kl_coef = k.kl_coef;
   rl.ppo_epochs = 5;
-  rl.check(k.algorithm, k.loss_type, rs, B, B, T, 6);
+  rl.check(k.algorithm, k.loss_type, rs, B, T, 6);
 
   // Fixed rollouts: each group's prompt (3-5 tokens), completions of 2-10
   // tokens, rewards with ties (a group of equal rewards has advantages 0).

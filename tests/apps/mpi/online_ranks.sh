@@ -51,6 +51,8 @@ compare one dp2 zero1 nproc2 || fail "a data-parallel GRPO run differs from one 
 # checkpoint and the round's rollouts file, it ends where the whole run did.
 run part "$NK" align "${ARGS[@]}" train.exit_at_step=3
 ls "$WORK/part/rollouts/round-1.rank-0.bin" >/dev/null || fail "no round file for round 1"
+# The checkpoint of step 3 is round 1's: round 0's file is no longer needed.
+[[ ! -e "$WORK/part/rollouts/round-0.rank-0.bin" ]] || fail "round 0's file outlived the checkpoint"
 cp -r "$WORK/part" "$WORK/resumed"
 run resumed "$NK" align "${ARGS[@]}"
 grep -q "round 1 read back" "$WORK/resumed.log" || fail "the resume did not read round 1 back"
