@@ -15,8 +15,8 @@ void AlignConfig::bind(ConfigBinder& b) {
          "NeMo-Aligner's train_reward_model; with align.reward_model_type=regression SteerLM's "
          "attribute model); "
          "rs: rejection sampling (best-of-n by a reward model, then SFT); steerlm: SteerLM's "
-         "attribute-conditioned SFT; grpo, rloo: online RL from prompts, the policy generating "
-         "as it trains (TRL's GRPOTrainer, RLOOTrainer)");
+         "attribute-conditioned SFT; grpo, rloo, ppo: online RL from prompts, the policy "
+         "generating as it trains (TRL's GRPOTrainer, RLOOTrainer, PPOTrainer)");
   b.bind("align.loss_type", loss_type,
          "DPO's loss (TRL's DPOConfig.loss_type): sigmoid (DPO; cDPO with "
          "align.label_smoothing), robust (rDPO), hinge (SLiC/RSO) or ipo (IPO, log-ratios "

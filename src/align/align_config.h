@@ -43,7 +43,7 @@ struct AlignConfig {
   // Resolved after binding: nk::Error naming the key for a bad value.
   // `adapters`: the policy trains adapters (peft.method) over a frozen base.
   void check(bool adapters);
-  bool online() const { return method == "grpo" || method == "rloo"; }
+  bool online() const { return method == "grpo" || method == "rloo" || method == "ppo"; }
   ReferenceSource reference_source = ReferenceSource::Precompute;
   // The settings a resume must find unchanged, by key.
   std::map<std::string, std::string> signature() const;

@@ -23,6 +23,16 @@ void OnlineRlConfig::bind(ConfigBinder& b) {
   b.bind("align.kl_coef", kl_coef,
          "grpo: beta of the k3 KL to the reference in the loss (TRL GRPO beta; 0 = no "
          "reference model at all); rloo: of the KL penalty subtracted from the reward");
+  b.alias("align.cliprange", "align.epsilon");
+  b.bind("align.gamma", loss.gamma, "ppo: GAE's discount per token (TRL gamma)");
+  b.bind("align.lam", loss.lam, "ppo: GAE's lambda (TRL lam)");
+  b.bind("align.cliprange_value", loss.cliprange_value,
+         "ppo: the value head's prediction clipped to the round's value +- this in the value "
+         "loss (TRL cliprange_value)");
+  b.bind("align.vf_coef", loss.vf_coef, "ppo: the value loss's weight (TRL vf_coef)");
+  b.bind("align.whiten_rewards", loss.whiten_rewards,
+         "ppo: whiten the per-token rewards over the round, keeping their mean (TRL "
+         "whiten_rewards)");
   b.bind("align.rollout_prompts", rollout_prompts,
          "grpo, rloo: prompts per round of generation (0 = train.global_batch / "
          "num_generations); the round's completions make rollout_prompts x num_generations / "
@@ -51,12 +61,25 @@ void OnlineRlConfig::check(const std::string& method, const std::string& loss_ty
                            const RejectionSamplingOptions& rs, int64_t global_batch,
                            int64_t seq_len, int64_t max_prompt_length) {
   sampling = rs;
-  loss.algorithm = method == "rloo" ? RlAlgorithm::Rloo : RlAlgorithm::Grpo;
-  loss.loss_type =
-      parse_rl_loss_type(loss_type == "sigmoid" ? "grpo" : loss_type, "align.loss_type");
+  loss.algorithm = method == "rloo"  ? RlAlgorithm::Rloo
+                   : method == "ppo" ? RlAlgorithm::Ppo
+                                     : RlAlgorithm::Grpo;
+  const bool ppo = loss.algorithm == RlAlgorithm::Ppo;
+  // PPO's default aggregation is TRL's masked mean over the step's tokens.
+  loss.loss_type = parse_rl_loss_type(loss_type == "sigmoid" ? (ppo ? "dapo" : "grpo") : loss_type,
+                                      "align.loss_type");
   loss.scale_rewards = parse_reward_scaling(scale_rewards, "align.scale_rewards");
-  if (loss.algorithm == RlAlgorithm::Rloo && scale_rewards != "group")
-    fail("align.scale_rewards: GRPO's; RLOO's advantages are leave-one-out differences");
+  if (loss.algorithm != RlAlgorithm::Grpo && scale_rewards != "group")
+    fail(
+        "align.scale_rewards: GRPO's; RLOO's advantages are leave-one-out differences, PPO's "
+        "are GAE's, whitened over the round");
+  if (!(loss.gamma >= 0 && loss.gamma <= 1))
+    fail("align.gamma: must be in [0, 1], got {}", loss.gamma);
+  if (!(loss.lam >= 0 && loss.lam <= 1)) fail("align.lam: must be in [0, 1], got {}", loss.lam);
+  if (!(loss.cliprange_value > 0) || !std::isfinite(loss.cliprange_value))
+    fail("align.cliprange_value: must be > 0, got {}", loss.cliprange_value);
+  if (!(loss.vf_coef >= 0) || !std::isfinite(loss.vf_coef))
+    fail("align.vf_coef: must be >= 0, got {}", loss.vf_coef);
   if (!(epsilon > 0 && epsilon < 1)) fail("align.epsilon: must be in (0, 1), got {}", epsilon);
   if (!(epsilon_high >= 0)) fail("align.epsilon_high: must be >= 0, got {}", epsilon_high);
   loss.epsilon_low = epsilon;
@@ -65,7 +88,8 @@ void OnlineRlConfig::check(const std::string& method, const std::string& loss_ty
     fail("align.kl_coef: must be >= 0, got {}", kl_coef);
   loss.kl_coef = kl_coef;
   const int64_t G = rs.num_rollouts;
-  if (G < 2)
+  if (G < 1) fail("align.num_generations: must be >= 1, got {}", G);
+  if (G < 2 && !ppo)
     fail(
         "align.num_generations: {} with align.method={}: advantages compare a prompt's samples "
         "with each other, so at least 2",
@@ -113,13 +137,15 @@ std::map<std::string, std::string> OnlineRlConfig::signature() const {
   const RejectionSamplingOptions& s = sampling;
   return {{"align.online",
            fmt::format("{} loss {} scale {} eps {}/{} kl {} G {} prompts {} epochs {} "
-                       "max_tokens {} T {} top_k {} top_p {} seed {} stop {} mask {} dyn {}/{}",
-                       loss.algorithm == RlAlgorithm::Rloo ? "rloo" : "grpo",
-                       rl_loss_type_name(loss.loss_type), scale_rewards, loss.epsilon_low,
-                       loss.epsilon_high, kl_coef, s.num_rollouts, rollout_prompts, ppo_epochs,
-                       s.max_tokens, s.sampling.temperature, s.sampling.top_k, s.sampling.top_p,
-                       s.sampling.seed, s.stop.empty() ? "" : s.stop[0], mask_truncated,
-                       dynamic_sampling, dynamic_sampling_max_batches)}};
+                       "max_tokens {} T {} top_k {} top_p {} seed {} stop {} mask {} dyn {}/{} "
+                       "gae {}/{} vclip {} vf {} whiten {}",
+                       rl_algorithm_name(loss.algorithm), rl_loss_type_name(loss.loss_type),
+                       scale_rewards, loss.epsilon_low, loss.epsilon_high, kl_coef, s.num_rollouts,
+                       rollout_prompts, ppo_epochs, s.max_tokens, s.sampling.temperature,
+                       s.sampling.top_k, s.sampling.top_p, s.sampling.seed,
+                       s.stop.empty() ? "" : s.stop[0], mask_truncated, dynamic_sampling,
+                       dynamic_sampling_max_batches, loss.gamma, loss.lam, loss.cliprange_value,
+                       loss.vf_coef, loss.whiten_rewards)}};
 }
 
 }  // namespace nk

@@ -74,14 +74,15 @@ TrainData OnlineObjective::data(const TrainConfig&) {
   d.summary = fmt::format(
       "align.method={}; {} prompts from '{}'{}; rounds of {} prompts x {} generations (up to {} "
       "tokens each), {} optimizer steps each",
-      rl_.loss.algorithm == RlAlgorithm::Rloo ? "rloo" : "grpo", prompts_->tokens.size(),
-      prompts_->records.file.path,
+      rl_algorithm_name(rl_.loss.algorithm), prompts_->tokens.size(), prompts_->records.file.path,
       prompts_->truncated ? fmt::format(" ({} cut to their last tokens)", prompts_->truncated) : "",
       rl_.rollout_prompts, s.num_rollouts, s.max_tokens, rl_.rounds_steps);
   return d;
 }
 
 void OnlineObjective::prepare(Transformer& model, bool /*fresh*/) {
+  NK_CHECK(rl_.loss.algorithm != RlAlgorithm::Ppo || model.config().value_head,
+           "align.method=ppo: the policy has no value head");
   model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
   if (rl_.loss.kl_coef == 0) {
     NK_INFO("align: no reference model (align.kl_coef = 0)");
@@ -279,7 +280,7 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
   r->parts = parts_;
   for (size_t q = 0; q < parts_.size(); ++q) r->parts[q].values = std::move(parts[q]);
   const auto t0 = Clock::now();
-  finish_round(model, *r);
+  const ObjectiveMetrics extra = finish_round(model, *r);
   const double logp_s = seconds_since(t0);
 
   // The round's figures (every rank holds the whole round).
@@ -302,11 +303,13 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
   m.emplace_back("completions/mean_length", len / n);
   m.emplace_back("completions/max_length", max_len);
   m.emplace_back("completions/clipped_ratio", clipped / n);
-  m.emplace_back("frac_reward_zero_std", double(zero_std) / double(total_groups));
+  if (G > 1)  // PPO's single generations have no groups
+    m.emplace_back("frac_reward_zero_std", double(zero_std) / double(total_groups));
   if (rl_.dynamic_sampling) {
     m.emplace_back("dynamic_sampling/batches", double(made));
     m.emplace_back("dynamic_sampling/filled_groups", double(filled));
   }
+  m.insert(m.end(), extra.begin(), extra.end());
   m.emplace_back("generate_s", gen_seconds_);
   m.emplace_back("score_s", score_seconds_);
   m.emplace_back("logps_s", logp_s);
@@ -336,9 +339,12 @@ std::vector<int64_t> OnlineObjective::own_samples() const {
 }
 
 void OnlineObjective::token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
-                                  std::vector<std::vector<float>>& out) {
+                                  std::vector<std::vector<float>>& out,
+                                  std::vector<std::vector<float>>* values) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len;
   out.assign(rows.size(), {});
+  if (values) values->assign(rows.size(), {});
+  std::vector<float> v(values ? size_t(B * T) : 0);
   if (rows.empty()) return;
   Activations a(model, B, T, false);
   std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
@@ -363,17 +369,22 @@ void OnlineObjective::token_logps(Transformer& model, const std::vector<const Ro
     model.embed_forward(a, tt);
     model.blocks_forward(a, 0, model.config().n_layer);
     model.head_token_nll(a, tg, nll);
+    if (values) model.value_forward(a, v);
     for (int64_t b = 0; b < B && first + size_t(b) < rows.size(); ++b) {
       const Rollout& r = *rows[first + size_t(b)];
       std::vector<float>& o = out[first + size_t(b)];
       o.resize(size_t(r.completion()));
       for (int64_t c = 0; c < r.completion(); ++c)  // position prompt_len - 1 + c predicts it
         o[size_t(c)] = -nll[size_t(b * T + r.prompt_len - 1 + c)];
+      if (!values) continue;
+      std::vector<float>& ov = (*values)[first + size_t(b)];
+      ov.assign(v.begin() + b * T + r.prompt_len - 1,
+                v.begin() + b * T + r.prompt_len - 1 + r.completion());
     }
   }
 }
 
-void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
+ObjectiveMetrics OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
   const int64_t G = rl_.sampling.num_rollouts;
   NK_CHECK(int64_t(r.samples.size()) == schedule_.samples, "a round of {} completions, not {}",
            r.samples.size(), schedule_.samples);
@@ -383,10 +394,15 @@ void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
   std::vector<const Rollout*> rows;
   const std::vector<int64_t> own = own_samples();
   for (int64_t k : own) rows.push_back(&r.samples[size_t(k)]);
-  std::vector<std::vector<float>> lp;
+  const bool ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
+  std::vector<std::vector<float>> lp, values;
   if (need_old) {
-    token_logps(model, rows, lp);
-    for (size_t j = 0; j < own.size(); ++j) r.samples[size_t(own[j])].old_logp = std::move(lp[j]);
+    token_logps(model, rows, lp, ppo ? &values : nullptr);
+    for (size_t j = 0; j < own.size(); ++j) {
+      Rollout& x = r.samples[size_t(own[j])];
+      x.old_logp = std::move(lp[j]);
+      if (ppo) x.old_value = std::move(values[j]);
+    }
   }
   if (need_ref) {
     if (ref_model_) {
@@ -399,6 +415,7 @@ void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
     }
     for (size_t j = 0; j < own.size(); ++j) r.samples[size_t(own[j])].ref_logp = std::move(lp[j]);
   }
+  if (ppo) return ppo_advantages(r, own);
   std::vector<double> rewards;
   for (const Rollout& x : r.samples) rewards.push_back(x.reward);
   if (rloo_kl) {  // RLOO: the sequence's KL (k1, the sampling policy's) taken off its reward
@@ -413,12 +430,91 @@ void OnlineObjective::finish_round(Transformer& model, RolloutRound& r) {
   }
   const std::vector<double> adv = rl_advantages(rl_.loss, rewards, G);
   for (size_t k = 0; k < r.samples.size(); ++k) r.samples[k].advantage = adv[k];
+  return {};
+}
+
+ObjectiveMetrics OnlineObjective::ppo_advantages(RolloutRound& r, const std::vector<int64_t>& own) {
+  const RlLossConfig& c = rl_.loss;
+  const bool with_ref = c.kl_coef > 0;
+  auto trained = [&](const Rollout& x) {
+    return x.completion() > 0 && !(rl_.mask_truncated && x.truncated);
+  };
+  // Per-token rewards: -kl_coef x k1 KL, the score on the last token.
+  std::vector<std::vector<double>> rewards(own.size());
+  std::vector<double> sums(5, 0.0);  // sequences, KL sums, and the rewards' moments
+  for (size_t j = 0; j < own.size(); ++j) {
+    const Rollout& x = r.samples[size_t(own[j])];
+    std::vector<double>& rw = rewards[j];
+    rw.assign(size_t(x.completion()), 0.0);
+    double kl = 0;
+    for (int64_t t = 0; t < x.completion() && with_ref; ++t) {
+      const double k1 = double(x.old_logp[size_t(t)]) - double(x.ref_logp[size_t(t)]);
+      kl += k1;
+      rw[size_t(t)] = -c.kl_coef * k1;
+    }
+    if (!rw.empty()) rw.back() += x.reward;
+    sums[0] += 1;
+    sums[1] += kl;
+    if (!trained(x)) continue;
+    for (double v : rw) {
+      sums[2] += 1;
+      sums[3] += v;
+      sums[4] += v * v;
+    }
+  }
+  ranks_.sum_over_ranks(sums);
+  const Moments reward_moments{sums[2], sums[3], sums[4]};
+  // GAE over each sequence, then the advantages' moments over the round.
+  std::vector<double> adv_sums(3, 0.0);
+  std::vector<std::vector<double>> adv(own.size()), ret(own.size());
+  for (size_t j = 0; j < own.size(); ++j) {
+    Rollout& x = r.samples[size_t(own[j])];
+    std::vector<double>& rw = rewards[j];
+    if (c.whiten_rewards && reward_moments.n >= 2)
+      for (double& v : rw) v = reward_moments.whiten(v, false);
+    const std::vector<double> values(x.old_value.begin(), x.old_value.end());
+    adv[j].assign(rw.size(), 0.0);
+    ret[j].assign(rw.size(), 0.0);
+    gae(rw, values, c.gamma, c.lam, adv[j], ret[j]);
+    if (!trained(x)) continue;
+    for (double v : adv[j]) {
+      adv_sums[0] += 1;
+      adv_sums[1] += v;
+      adv_sums[2] += v * v;
+    }
+  }
+  ranks_.sum_over_ranks(adv_sums);
+  const Moments adv_moments{adv_sums[0], adv_sums[1], adv_sums[2]};
+  for (size_t j = 0; j < own.size(); ++j) {
+    Rollout& x = r.samples[size_t(own[j])];
+    x.token_adv.resize(adv[j].size());
+    x.returns.resize(ret[j].size());
+    for (size_t t = 0; t < adv[j].size(); ++t) {
+      x.token_adv[t] = float(adv_moments.n >= 2 ? adv_moments.whiten(adv[j][t], true) : 0.0);
+      x.returns[t] = float(ret[j][t]);
+    }
+  }
+  // TRL's objective/ figures: per-sequence KL sums, their penalty, and the
+  // score less it.
+  const double kl = sums[0] > 0 ? sums[1] / sums[0] : 0.0;
+  double score = 0;
+  for (const Rollout& x : r.samples) score += x.reward;
+  score /= double(r.samples.size());
+  ObjectiveMetrics m;
+  if (with_ref) {
+    m.emplace_back("objective/kl", kl);
+    m.emplace_back("objective/non_score_reward", -c.kl_coef * kl);
+  }
+  m.emplace_back("objective/rlhf_reward", score - c.kl_coef * kl);
+  return m;
 }
 
 bool OnlineObjective::needs_old_logps() const {
   // Several updates a round: later ones are off-policy. RLOO's KL penalty
-  // reads the sampling policy's log-probabilities.
-  return schedule_.steps > 1 || (rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0);
+  // reads the sampling policy's log-probabilities; PPO's values come from
+  // the same pass.
+  return schedule_.steps > 1 || rl_.loss.algorithm == RlAlgorithm::Ppo ||
+         (rl_.loss.algorithm == RlAlgorithm::Rloo && rl_.loss.kl_coef > 0);
 }
 
 void OnlineObjective::set_round(Transformer& model, std::shared_ptr<RolloutRound> round) {
@@ -446,7 +542,10 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   model.head_token_nll(a, batch.targets, nll);
   const bool need_old = needs_old_logps();
   const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+  const bool ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
   auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
+  std::vector<float> values(ppo ? size_t(B * T) : 0), value_grad(values.size(), 0.f);
+  if (ppo) model.value_forward(a, values);
   // The step's completion tokens (dapo's denominator), over every rank's samples.
   double step_tokens = 0;
   if (rl_.loss.loss_type == RlLossType::Dapo) {
@@ -466,6 +565,8 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
     NK_CHECK(!need_old || int64_t(r.old_logp.size()) == r.completion(),
              "online RL: sample {} has no old log-probabilities on this rank",
              batch.first_sample + b);
+    NK_CHECK(!ppo || int64_t(r.token_adv.size()) == r.completion(),
+             "ppo: sample {} has no advantages on this rank", batch.first_sample + b);
     double w = 0;  // the weight of each of its token terms in the step's loss
     switch (rl_.loss.loss_type) {
       case RlLossType::Grpo:
@@ -484,10 +585,22 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
       const double logp = -double(nll[size_t(b * T + t)]);
       const double old = need_old ? double(r.old_logp[size_t(c)]) : logp;
       const double ref = with_ref ? double(r.ref_logp[size_t(c)]) : 0.0;
-      const RlTokenTerm term = rl_token_term(rl_.loss, logp, old, ref, with_ref, r.advantage);
+      const double adv = ppo ? double(r.token_adv[size_t(c)]) : r.advantage;
+      const RlTokenTerm term = rl_token_term(rl_.loss, logp, old, ref, with_ref, adv);
       loss += w * term.loss;
       // d loss / d nll = -d loss / d logp, with the loop's scale (1 / accum).
       scale[size_t(b * T + t)] = float(-term.dlogp * w * accum * double(grad_scale));
+      if (ppo) {
+        const RlValueTerm vt =
+            ppo_value_term(rl_.loss, double(values[size_t(b * T + t)]),
+                           double(r.old_value[size_t(c)]), double(r.returns[size_t(c)]));
+        const double vw = w * rl_.loss.vf_coef;
+        loss += vw * vt.loss;
+        value_grad[size_t(b * T + t)] = float(vt.dvalue * vw * accum * double(grad_scale));
+        sums_.pg += term.loss;
+        sums_.vf += vt.loss;
+        sums_.vclip += vt.clipped;
+      }
       sums_.tokens += 1;
       sums_.kl += term.kl;
       sums_.low += term.low_clipped;
@@ -495,14 +608,15 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
       sums_.nll += -logp;
     }
   }
-  model.head_token_backward(a, batch.targets, scale);
+  model.head_token_backward(a, batch.targets, scale, value_grad);
   return loss * accum;
 }
 
 ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {
   ObjectiveMetrics m;
   if (eval) return m;
-  std::vector<double> v = {sums_.tokens, sums_.kl, sums_.low, sums_.high, sums_.nll};
+  std::vector<double> v = {sums_.tokens, sums_.kl, sums_.low, sums_.high,
+                           sums_.nll,    sums_.pg, sums_.vf,  sums_.vclip};
   ranks_.sum_over_ranks(v);
   sums_ = Sums();
   if (v[0] > 0) {
@@ -512,6 +626,11 @@ ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {
     m.emplace_back("clip_ratio/high_mean", v[3] / v[0]);
     m.emplace_back("clip_ratio/region_mean", (v[2] + v[3]) / v[0]);
     m.emplace_back("entropy", v[4] / v[0]);
+    if (rl_.loss.algorithm == RlAlgorithm::Ppo) {  // TRL's loss/policy_avg, loss/value_avg, ...
+      m.emplace_back("loss/policy", v[5] / v[0]);
+      m.emplace_back("loss/value", v[6] / v[0]);
+      m.emplace_back("val/clipfrac", v[7] / v[0]);
+    }
   }
   m.insert(m.end(), round_metrics_.begin(), round_metrics_.end());
   round_metrics_.clear();
@@ -531,7 +650,8 @@ void OnlineObjective::log_completions(const RolloutRound& r) {
     j["completion"] =
         tok_->decode(std::span<const int32_t>(x.tokens).subspan(size_t(x.prompt_len)));
     j["reward"] = x.reward;
-    j["advantage"] = x.advantage;
+    if (rl_.loss.algorithm != RlAlgorithm::Ppo)
+      j["advantage"] = x.advantage;  // PPO's are per token
     for (const RewardScores::Part& q : r.parts) j["rewards"][q.name] = q.values[k];
     j["truncated"] = x.truncated;
     const std::string line =

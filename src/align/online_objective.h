@@ -88,14 +88,21 @@ class OnlineObjective : public TrainObjective {
     std::vector<std::vector<double>> parts;
   };
   Batch generate_batch(Transformer& model, int64_t first, int64_t n);
-  // Advantages, and the old and reference log-probabilities of this rank's
-  // training samples.
-  void finish_round(Transformer& model, RolloutRound& r);
+  // Advantages, and the old and reference log-probabilities (PPO: values)
+  // of this rank's training samples; figures of the round's besides the
+  // rewards' (PPO's objective/ ones).
+  ObjectiveMetrics finish_round(Transformer& model, RolloutRound& r);
   std::vector<int64_t> own_samples() const;
   bool needs_old_logps()
       const;  // the round's policy's log-probabilities  // this rank's round indices, ascending
+  // Each row's completion tokens' log-probabilities, and with `values` the
+  // value head's value at each (the state before the token).
   void token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
-                   std::vector<std::vector<float>>& out);
+                   std::vector<std::vector<float>>& out,
+                   std::vector<std::vector<float>>* values = nullptr);
+  // PPO: per-token rewards (the KL penalty, the score at the end), GAE over
+  // the round's values, advantages whitened over every rank's samples.
+  ObjectiveMetrics ppo_advantages(RolloutRound& r, const std::vector<int64_t>& own);
   void log_completions(const RolloutRound& r);
   std::string round_key() const;
 
@@ -114,6 +121,7 @@ class OnlineObjective : public TrainObjective {
 
   struct Sums {  // this rank's training tokens since the last take_metrics
     double tokens = 0, kl = 0, low = 0, high = 0, nll = 0;
+    double pg = 0, vf = 0, vclip = 0;  // PPO's policy and value losses, clipped values
   };
   Sums sums_;
   ObjectiveMetrics round_metrics_;              // the round made since the last take_metrics

@@ -33,6 +33,18 @@ const char* rl_loss_type_name(RlLossType t) {
   return "?";
 }
 
+const char* rl_algorithm_name(RlAlgorithm a) {
+  switch (a) {
+    case RlAlgorithm::Grpo:
+      return "grpo";
+    case RlAlgorithm::Rloo:
+      return "rloo";
+    case RlAlgorithm::Ppo:
+      return "ppo";
+  }
+  return "?";
+}
+
 namespace {
 
 double mean_of(std::span<const double> v) {
@@ -88,6 +100,44 @@ std::vector<bool> groups_with_variance(std::span<const double> rewards, int64_t 
     keep.push_back(std::any_of(r.begin(), r.end(), [&](double x) { return x != r[0]; }));
   }
   return keep;
+}
+
+void gae(std::span<const double> rewards, std::span<const double> values, double gamma, double lam,
+         std::span<double> advantages, std::span<double> returns) {
+  const size_t n = rewards.size();
+  NK_CHECK(values.size() == n && advantages.size() == n && returns.size() == n,
+           "gae: {} rewards, {} values", n, values.size());
+  double next_value = 0, next_adv = 0;
+  for (size_t t = n; t-- > 0;) {
+    const double delta = rewards[t] + gamma * next_value - values[t];
+    advantages[t] = delta + gamma * lam * next_adv;
+    returns[t] = advantages[t] + values[t];
+    next_value = values[t];
+    next_adv = advantages[t];
+  }
+}
+
+double Moments::whiten(double x, bool shift_mean) const {
+  NK_CHECK(n >= 2, "whitening over {} values", n);
+  const double mean = sum / n;
+  const double var = std::max(0.0, (sumsq - n * mean * mean) / (n - 1));
+  const double w = (x - mean) / std::sqrt(var + 1e-8);
+  return shift_mean ? w : w + mean;
+}
+
+RlValueTerm ppo_value_term(const RlLossConfig& c, double v, double v_old, double ret) {
+  RlValueTerm t;
+  const double vc = std::clamp(v, v_old - c.cliprange_value, v_old + c.cliprange_value);
+  const double a = v - ret, b = vc - ret;
+  if (a * a >= b * b) {
+    t.loss = 0.5 * a * a;
+    t.dvalue = a;
+  } else {  // the clipped value's: no gradient where the clip holds it
+    t.loss = 0.5 * b * b;
+    t.dvalue = v == vc ? b : 0.0;
+    t.clipped = true;
+  }
+  return t;
 }
 
 RlTokenTerm rl_token_term(const RlLossConfig& c, double logp, double old_logp, double ref_logp,

@@ -70,7 +70,7 @@ std::string rollout_round_path(const std::string& out_dir, int64_t round, int64_
 
 namespace {
 
-constexpr char kMagic[8] = {'N', 'K', 'R', 'O', 'L', 'L', '1', '\n'};
+constexpr char kMagic[8] = {'N', 'K', 'R', 'O', 'L', 'L', '2', '\n'};
 
 template <class T>
 void put(std::string& s, const T& v) {
@@ -126,6 +126,9 @@ void save_rollout_round(const std::string& path, const std::string& key, const R
     put<double>(s, x.advantage);
     put_vec(s, x.old_logp);
     put_vec(s, x.ref_logp);
+    put_vec(s, x.old_value);
+    put_vec(s, x.token_adv);
+    put_vec(s, x.returns);
   }
   fs::create_directories(fs::path(path).parent_path());
   write_file_atomic(path, s);
@@ -156,9 +159,17 @@ std::shared_ptr<RolloutRound> load_rollout_round(const std::string& path, const 
     x.advantage = in.get<double>();
     x.old_logp = in.get_vec<float>();
     x.ref_logp = in.get_vec<float>();
+    x.old_value = in.get_vec<float>();
+    x.token_adv = in.get_vec<float>();
+    x.returns = in.get_vec<float>();
     if (x.prompt_len < 1 || x.prompt_len > int64_t(x.tokens.size()))
       fail("{}: a sample with a prompt of {} of its {} tokens", path, x.prompt_len,
            x.tokens.size());
+    for (const std::vector<float>* v :
+         {&x.old_logp, &x.ref_logp, &x.old_value, &x.token_adv, &x.returns})
+      if (!v->empty() && int64_t(v->size()) != x.completion())
+        fail("{}: a sample with {} per-token values for its {} completion tokens", path, v->size(),
+             x.completion());
   }
   if (in.at != s.size()) fail("{}: {} bytes after the last sample", path, s.size() - in.at);
   return r;

@@ -31,6 +31,10 @@ struct Rollout {
   // samples only (empty where not needed or not this rank's): the round's
   // policy's (ppo_epochs > 1 or several steps a round) and the reference's.
   std::vector<float> old_logp, ref_logp;
+  // PPO's, per completion token of this rank's training samples: the value
+  // head's values when the round was made, the whitened GAE advantages and
+  // the returns.
+  std::vector<float> old_value, token_adv, returns;
   int64_t completion() const { return int64_t(tokens.size()) - prompt_len; }
 };
 

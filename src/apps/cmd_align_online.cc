@@ -1,4 +1,4 @@
-// `nekton align align.method=grpo|rloo`: online RL from a prompts file. Every
+// `nekton align align.method=grpo|rloo|ppo`: online RL from a prompts file. Every
 // rank reads the prompts, builds the reward functions and a data-parallel
 // Trainer over OnlineObjective (src/align/online_objective.h), which
 // generates each round's completions with the policy's live weights.
@@ -39,6 +39,8 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   if (!ac.valid_path.empty())
     fail("align.valid_path: align.method={} has no validation pass yet", ac.method);
   cfg.val_every = 0;  // no validation pass yet (held-out prompts are README's "not yet")
+  // PPO's critic: a value head on the policy's trunk, added to the base.
+  if (ac.method == "ppo") cfg.model.value_head = true;
   std::optional<RunRanks> ranks;
   if (mpi) ranks.emplace(cfg, *mpi);
 

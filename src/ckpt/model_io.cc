@@ -61,6 +61,7 @@ std::string model_config_to_json(const ModelConfig& c) {
     j["num_labels"] = c.num_labels;
     if (!c.labels.empty()) j["labels"] = c.labels;
   }
+  if (c.value_head) j["value_head"] = true;  // a PPO policy's
   // Only when set, so that the files of unscaled models keep their bytes.
   if (c.rope_scaling.enabled()) j["rope_scaling"] = rope_scaling_to_json(c.rope_scaling);
   // A model with LoRA adapters in its weights (a fine-tuning run's).
@@ -147,6 +148,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   }
   if (j.contains("num_labels")) get("num_labels", c.num_labels);
   if (j.contains("labels")) get("labels", c.labels);
+  if (j.contains("value_head")) get("value_head", c.value_head);
   if (j.contains("rope_scaling")) c.rope_scaling = rope_scaling_from_json(j["rope_scaling"], where);
   if (j.contains("lora")) {
     const json& l = j["lora"];

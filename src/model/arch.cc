@@ -129,6 +129,10 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add("score.weight", {c.num_labels, C}, Init::Normal, std);
   else if (!c.tied_embeddings)
     p.add("lm_head.weight", {c.vocab_size, C}, Init::Normal, std, vocab);
+  if (c.value_head) {  // a linear layer's start, as TRL's ValueHead
+    p.add("value_head.weight", {1, C}, Init::Normal, std);
+    p.add("value_head.bias", {1}, Init::Zeros);
+  }
 }
 
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {

@@ -64,6 +64,8 @@ void ModelConfig::validate(const std::string& p) const {
   check_limit("", p + "num_labels", num_labels, limits::kLabels, "labels");
   if (!labels.empty() && int64_t(labels.size()) != num_labels)
     fail("{}labels: {} names for num_labels = {}", p, labels.size(), num_labels);
+  if (value_head && classifier())
+    fail("{}num_labels: a sequence classifier has no LM head for a value head to go beside", p);
   if (a->block().learned_positions && rope_scaling.enabled())
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");

@@ -97,6 +97,12 @@ struct ModelConfig {
   // `labels` names them (HF's id2label), empty or num_labels of them.
   int64_t num_labels = 0;
   std::vector<std::string> labels;
+  // A value head beside the LM head (PPO's critic on the policy's trunk, as
+  // TRL's AutoModelForCausalLMWithValueHead): `value_head.weight` [1,
+  // d_model] and `value_head.bias` [1] over the final norm's output, one
+  // value per position. Not a model.* key: align.method=ppo adds it; HF and
+  // GGUF exports leave it out (the policy alone).
+  bool value_head = false;
   // Megatron's --make-vocab-size-divisible-by: under tensor parallelism the
   // embedding and head are padded with zero rows to a multiple of this x tp
   // (padded_vocab_size), which the cross-entropy never scores. Not saved
@@ -118,6 +124,13 @@ struct ModelConfig {
   bool classifier() const { return num_labels > 0; }
   // Whether the LM head is the token embedding (a classifier has no LM head).
   bool head_tied() const { return tied_embeddings && !classifier(); }
+  // Whether a parameter is the head stage's (the final norm, LM, score or
+  // value head): a pipeline's last stage holds it, its gradient is the
+  // head's backward unit.
+  static bool head_param(const std::string& name) {
+    return name.starts_with("ln_f.") || name.starts_with("lm_head.") ||
+           name.starts_with("score.") || name.starts_with("value_head.");
+  }
   bool has_adapters() const {
     return lora.enabled() || ia3.enabled() || bottleneck.enabled() || prompt.enabled();
   }

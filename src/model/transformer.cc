@@ -251,7 +251,8 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
 }
 
 void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,
-                            double* row_nll, const float* token_scale, float* token_nll) {
+                            double* row_nll, const float* token_scale, float* token_nll,
+                            const float* value_grad) {
   check_shape(targets, {a.B, a.T}, "targets");
   NK_CHECK(stage_.head, "head_rows: this pipeline stage holds no head");
   need_lm_head("sequence log-probabilities");
@@ -289,6 +290,16 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   }
   if (!backward) return;
   tp_.enter_backward(a.dln, a.full_y);
+  if (value_grad) {  // d lnf += dv w; the value head's own gradients accumulate
+    const int64_t N = a.B * T;
+    Tensor dv = Tensor::empty({N, 1}, DType::F32, device_);
+    ops::copy_from_host(dv, value_grad);
+    Tensor dy = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
+    ops::convert(dy, dv);
+    Tensor dx_v = Tensor::empty({N, cfg_.d_model}, a.dln.dtype(), device_);
+    value_.backward(dx_v, dy, nn::rows(a.lnf));
+    ops::accumulate(nn::rows(a.dln), dx_v);
+  }
   ops::fill(a.dres, 0.f);
   norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
   flush_grads(head_unit());
@@ -315,10 +326,28 @@ void Transformer::head_token_nll(Activations& a, const Tensor& targets,
 }
 
 void Transformer::head_token_backward(Activations& a, const Tensor& targets,
-                                      std::span<const float> token_scale) {
+                                      std::span<const float> token_scale,
+                                      std::span<const float> value_grad) {
   NK_CHECK(int64_t(token_scale.size()) == a.B * a.T,
            "head_token_backward: {} scales for {} positions", token_scale.size(), a.B * a.T);
-  head_rows(a, targets, nullptr, nullptr, token_scale.data(), nullptr);
+  NK_CHECK(value_grad.empty() || (cfg_.value_head && int64_t(value_grad.size()) == a.B * a.T),
+           "head_token_backward: {} value gradients for {} positions (value head: {})",
+           value_grad.size(), a.B * a.T, cfg_.value_head);
+  head_rows(a, targets, nullptr, nullptr, token_scale.data(), nullptr,
+            value_grad.empty() ? nullptr : value_grad.data());
+}
+
+void Transformer::value_forward(Activations& a, std::span<float> values) {
+  NK_CHECK(cfg_.value_head && stage_.head && !tp_.active(),
+           "value_forward: a value head, whole on one process");
+  const int64_t N = a.B * a.T;
+  NK_CHECK(int64_t(values.size()) == N, "value_forward: {} values for {} positions", values.size(),
+           N);
+  Tensor y = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
+  value_.forward(y, nn::rows(a.lnf));
+  Tensor v = Tensor::empty({N, 1}, DType::F32, device_);
+  ops::convert(v, y);
+  ops::copy_to_host(v, values.data());
 }
 
 void Transformer::set_logit_temperature(float t) {

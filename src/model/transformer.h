@@ -92,10 +92,10 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
 // quantised embedding lookup adds none).
 bool block_quantizable(const ParamLayout& layout, const ParamInfo& p);
 // Whether a run may add p to a base model that lacks it (ParamInit::Added):
-// an adapter's parameter, or a sequence classifier's score head (a reward
-// model started from a causal LM).
+// an adapter's parameter, a sequence classifier's score head (a reward
+// model started from a causal LM) or a value head (PPO's).
 inline bool added_to_base(const ParamInfo& p) {
-  return p.adapter || p.name == "score.weight";
+  return p.adapter || p.name == "score.weight" || p.name.starts_with("value_head.");
 }
 
 // The part of the model one pipeline rank holds (parallel/pipeline_parallel.h):
@@ -317,8 +317,15 @@ class Transformer {
   void head_token_nll(Activations& a, const Tensor& targets, std::span<float> token_nll);
   // The backward of sum_i token_scale[i] * token_nll[i] over the last
   // forward's activations (the head recomputed, as head_row_backward).
+  // value_grad (config().value_head; empty: none) [B * T] adds the backward
+  // of sum_i value_grad[i] * values[i] over value_forward's values.
   void head_token_backward(Activations& a, const Tensor& targets,
-                           std::span<const float> token_scale);
+                           std::span<const float> token_scale,
+                           std::span<const float> value_grad = {});
+  // The value head (config().value_head) at every position: values [B * T]
+  // = value_head . lnf + bias over the final norm's output, as the last
+  // head_token_nll left it (call that first, on the same activations).
+  void value_forward(Activations& a, std::span<float> values);
   // The softmax temperature of the log-probabilities head_row_nll,
   // head_token_nll and their backwards compute: log softmax(logits / t), the
   // distribution a sampler at temperature t draws from (online RL scores its
@@ -403,7 +410,8 @@ class Transformer {
   // [B * T] (a backward, scale null) and token_nll [B * T] receive and give
   // per-position values.
   void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll,
-                 const float* token_scale = nullptr, float* token_nll = nullptr);
+                 const float* token_scale = nullptr, float* token_nll = nullptr,
+                 const float* value_grad = nullptr);
   // Each of score_forward's rows: row b's position last[b] in a.lnf and its
   // logits buffer, [1, C] and [1, num_labels].
   std::pair<Tensor, Tensor> score_row(Activations& a, std::span<const int64_t> last, int64_t b);
@@ -445,7 +453,8 @@ class Transformer {
   nn::Embedding embed_;
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
-  nn::Linear head_;  // shares embed_.wte when tied; vocabulary-parallel under tp
+  nn::Linear head_;   // shares embed_.wte when tied; vocabulary-parallel under tp
+  nn::Linear value_;  // config().value_head: [1, C] and its bias
   // The head's rows this rank scores: its share of the vocabulary less the
   // padding (bind_views); the logits' columns.
   int64_t head_scored_rows_ = 0;

@@ -9,7 +9,7 @@ namespace nk {
 
 bool block_quantizable(const ParamLayout& layout, const ParamInfo& p) {
   return p.shape.size() == 2 && !p.adapter && p.name != "wpe" && p.name != kPromptTable &&
-         !(p.name == "wte" && layout.has("wpe"));
+         !(p.name == "wte" && layout.has("wpe")) && !p.name.starts_with("value_head.");
 }
 
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {

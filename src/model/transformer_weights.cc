@@ -51,8 +51,7 @@ std::vector<ops::QuantWeight> quant_storage(const ParamInfo& p, const std::vecto
 bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const {
   if (name == "wte") return embedding || (head && cfg.head_tied());
   if (name == "wpe") return embedding;
-  if (name.starts_with("ln_f.") || name.starts_with("lm_head.") || name.starts_with("score."))
-    return head;
+  if (ModelConfig::head_param(name)) return head;
   if (name.starts_with("h.")) {
     return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
   }
@@ -343,8 +342,7 @@ void Transformer::zero_grads() {
 
 int64_t GradStaging::unit_of(const ModelConfig& cfg, const std::string& name) {
   if (name.starts_with("h.")) return std::stoll(name.substr(2, name.find('.', 2) - 2));
-  if (name.starts_with("ln_f.") || name.starts_with("lm_head.") || name.starts_with("score."))
-    return cfg.n_layer;
+  if (ModelConfig::head_param(name)) return cfg.n_layer;
   return cfg.n_layer + 1;  // wte, wpe, the prompt
 }
 
@@ -576,7 +574,9 @@ void Transformer::bind_views() {
   }
   norm_f_ = nn::Norm();
   head_ = nn::Linear();
+  value_ = nn::Linear();
   if (stage_.head) norm_f_ = norm("ln_f");
+  if (stage_.head && cfg_.value_head) value_ = linear("value_head");
   if (stage_.head && cfg_.head_tied()) {
     head_.w = embed_.wte;
     head_.wq = embed_.wte_q;

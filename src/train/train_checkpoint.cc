@@ -45,9 +45,10 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
   const ModelConfig saved = read_model_config(dir);
   // A base for this run's adapters gains them, initialised from the seed;
   // so does a causal LM made a sequence classifier (a reward model): its
-  // score head replaces the LM head.
+  // score head replaces the LM head; so does a PPO policy's value head.
   const bool add_adapters = cfg.model.has_adapters() && !saved.has_adapters();
   const bool add_score = cfg.model.classifier() && !saved.classifier();
+  const bool add_value = cfg.model.value_head && !saved.value_head;
   ModelConfig want = cfg.model;
   if (add_adapters) {
     want.lora = LoraConfig();
@@ -59,9 +60,10 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     want.num_labels = 0;
     want.labels.clear();
   }
+  if (add_value) want.value_head = false;
   if (model_config_to_json(saved) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
-  const bool added = add_adapters || add_score;
+  const bool added = add_adapters || add_score || add_value;
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                          added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
                                          cfg.device, cfg.frozen_weights);

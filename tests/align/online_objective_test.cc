@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "align/online_objective.h"
 #include "align/preference_data.h"
@@ -288,6 +289,64 @@ TEST(OnlineObjective, ALoraStepHoldsNoSecondModel) {
   const auto [copy_peak, ws2] = grpo_step(ReferenceSource::Copy);
   EXPECT_GT(double(copy_peak), bound)
       << "the check cannot see a second model of " << weights << " B";
+}
+
+}  // namespace
+}  // namespace nk
+
+namespace nk {
+namespace {
+
+// Each bad align.* value of online RL is an nk::Error naming its key (and
+// PPO's single generation per prompt is allowed, GRPO's is not).
+TEST(OnlineRlConfig, BadValuesNameTheirKey) {
+  struct Bad {
+    std::string method;
+    std::function<void(OnlineRlConfig&, RejectionSamplingOptions&)> set;
+    std::string key;
+    std::string loss_type = "sigmoid";
+  };
+  auto nothing = [](OnlineRlConfig&, RejectionSamplingOptions&) {};
+  const std::vector<Bad> bad = {
+      {"grpo", [](auto& c, auto&) { c.epsilon = 0; }, "align.epsilon"},
+      {"grpo", [](auto& c, auto&) { c.epsilon_high = -1; }, "align.epsilon_high"},
+      {"grpo", [](auto& c, auto&) { c.kl_coef = -0.1; }, "align.kl_coef"},
+      {"grpo", [](auto&, auto& s) { s.num_rollouts = 1; }, "align.num_generations"},
+      {"ppo", [](auto&, auto& s) { s.num_rollouts = 0; }, "align.num_generations"},
+      {"grpo", [](auto&, auto& s) { s.sampling.temperature = 0; }, "align.temperature"},
+      {"grpo", [](auto&, auto& s) { s.max_tokens = 30; }, "train.seq_len"},
+      {"grpo", [](auto& c, auto&) { c.rollout_prompts = 3; }, "align.rollout_prompts"},
+      {"grpo", [](auto& c, auto&) { c.ppo_epochs = 0; }, "align.ppo_epochs"},
+      {"grpo", [](auto& c, auto&) { c.scale_rewards = "rank"; }, "align.scale_rewards"},
+      {"grpo", nothing, "align.loss_type", "ipo"},
+      {"rloo", [](auto& c, auto&) { c.dynamic_sampling = true; }, "align.dynamic_sampling"},
+      {"ppo", [](auto& c, auto&) { c.scale_rewards = "batch"; }, "align.scale_rewards"},
+      {"ppo", [](auto& c, auto&) { c.loss.gamma = 1.5; }, "align.gamma"},
+      {"ppo", [](auto& c, auto&) { c.loss.lam = -0.1; }, "align.lam"},
+      {"ppo", [](auto& c, auto&) { c.loss.cliprange_value = 0; }, "align.cliprange_value"},
+      {"ppo", [](auto& c, auto&) { c.loss.vf_coef = -1; }, "align.vf_coef"},
+      {"grpo", [](auto& c, auto&) { c.kv_cache_mb = -1; }, "align.kv_cache_mb"},
+  };
+  for (const Bad& b : bad) {
+    OnlineRlConfig c;
+    RejectionSamplingOptions s;
+    s.num_rollouts = 4;
+    s.max_tokens = 8;
+    b.set(c, s);
+    try {
+      c.check(b.method, b.loss_type, s, 8, 24, 8);
+      ADD_FAILURE() << b.key << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_TRUE(test::contains(e.what(), b.key)) << b.key << ": " << e.what();
+    }
+  }
+  OnlineRlConfig c;
+  RejectionSamplingOptions s;
+  s.num_rollouts = 1;
+  s.max_tokens = 8;
+  c.check("ppo", "sigmoid", s, 8, 24, 8);         // one generation per prompt
+  EXPECT_EQ(c.loss.loss_type, RlLossType::Dapo);  // TRL PPO's token-level mean
+  EXPECT_EQ(c.rollout_prompts, 8);
 }
 
 }  // namespace

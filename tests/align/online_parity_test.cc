@@ -1,4 +1,4 @@
-// GRPO's and RLOO's losses and gradients against an independent float64
+// GRPO's, RLOO's and PPO's losses and gradients against an independent float64
 // PyTorch reference (tests/align/online_reference.py, from the published
 // formulas): a tiny Llama and a tiny GPT-2, fixed rollouts (2 prompts x 4
 // generations of random tokens with random rewards) through OnlineObjective
@@ -6,6 +6,8 @@
 // so the 5 AdamW steps reuse the round: the ratios move off 1 and clip, the
 // old log-probabilities are the round's; a reference model other than the
 // policy (a frozen copy of another initialisation) makes the KL terms live.
+// PPO's policies carry a value head: its values, GAE, whitening and the
+// clipped value loss are in the reference too.
 // Every step's loss and every final weight within 1e-4 relative.
 #include <gtest/gtest.h>
 
@@ -31,9 +33,13 @@ namespace fs = std::filesystem;
 struct Case {
   std::string name, algorithm = "grpo", loss_type = "grpo", scale_rewards = "group";
   double kl_coef = 0, epsilon = 0.2, epsilon_high = 0, temperature = 1.0;
+  // PPO's
+  double gamma = 1, lam = 0.95, cliprange_value = 0.2, vf_coef = 0.1;
+  bool whiten_rewards = false;
 };
 
-void run_parity(const ModelConfig& mc, const Case& k, const std::string& tag) {
+void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
+  mc.value_head = k.algorithm == "ppo";
   const int64_t P = 2, G = 4, B = P * G, T = 16, max_tokens = 10;
   const fs::path dir = fs::path(NK_BINARY_DIR) / "align_parity" / (tag + "_" + k.name);
   TrainConfig cfg = test::parity_train_config(mc, B, T, dir);
@@ -47,6 +53,11 @@ void run_parity(const ModelConfig& mc, const Case& k, const std::string& tag) {
   rl.epsilon_high = k.epsilon_high;
   rl.kl_coef = k.kl_coef;
   rl.ppo_epochs = 5;
+  rl.loss.gamma = k.gamma;
+  rl.loss.lam = k.lam;
+  rl.loss.cliprange_value = k.cliprange_value;
+  rl.loss.vf_coef = k.vf_coef;
+  rl.loss.whiten_rewards = k.whiten_rewards;
   rl.check(k.algorithm, k.loss_type, rs, B, T, 6);
 
   // Fixed rollouts: each group's prompt (3-5 tokens), completions of 2-10
@@ -97,9 +108,11 @@ void run_parity(const ModelConfig& mc, const Case& k, const std::string& tag) {
       (dir / "settings.json").string(),
       fmt::format(R"({{"algorithm": "{}", "loss_type": "{}", "scale_rewards": "{}",
  "G": {}, "kl_coef": {}, "epsilon_low": {}, "epsilon_high": {}, "temperature": {},
- "max_tokens": {}}})",
-                  k.algorithm, k.loss_type, k.scale_rewards, G, k.kl_coef, rl.loss.epsilon_low,
-                  rl.loss.epsilon_high, k.temperature, max_tokens));
+ "max_tokens": {}, "gamma": {}, "lam": {}, "cliprange_value": {}, "vf_coef": {},
+ "whiten_rewards": {}}})",
+                  k.algorithm, rl_loss_type_name(rl.loss.loss_type), k.scale_rewards, G, k.kl_coef,
+                  rl.loss.epsilon_low, rl.loss.epsilon_high, k.temperature, max_tokens, k.gamma,
+                  k.lam, k.cliprange_value, k.vf_coef, k.whiten_rewards));
   test::run_objective_steps(obj, model, tokens, targets, dir);
   test::expect_python_reference_passes("align/online_reference.py", dir, tag + " " + k.name);
 }
@@ -115,6 +128,19 @@ std::vector<Case> cases() {
        .epsilon_high = 0.28,
        .temperature = 0.7},
       {.name = "rloo_kl", .algorithm = "rloo", .kl_coef = 0.05, .epsilon = 0.1},
+      // PPO: TRL's defaults (token-level mean), then GAE with discounting,
+      // whitened rewards, a tight value clip and a heavier value loss.
+      {.name = "ppo_kl", .algorithm = "ppo", .loss_type = "sigmoid", .kl_coef = 0.05},
+      {.name = "ppo_gae_whiten_vclip",
+       .algorithm = "ppo",
+       .kl_coef = 0.1,
+       .epsilon = 0.1,
+       .temperature = 0.8,
+       .gamma = 0.9,
+       .lam = 0.8,
+       .cliprange_value = 0.02,
+       .vf_coef = 0.5,
+       .whiten_rewards = true},
   };
 }
 

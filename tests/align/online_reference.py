@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Independent float64 PyTorch reference of Nekton's online RL losses (GRPO,
-RLOO), used by online_parity_test.cc. From a folder: a tiny model, fixed
+RLOO, PPO), used by online_parity_test.cc. From a folder: a tiny model, fixed
 rollouts (rows of prompt + completion tokens, targets on the completion), each
 rollout's reward and group, and the settings; the advantages computed here
 from the rewards, the policy (tests/model/torch_reference.py) in float64 at
@@ -19,6 +19,12 @@ or a final weight differs by more than the tolerance.
   grpo     mean over sequences of the token mean
   dr_grpo  sum / (sequences * max_completion_length)
   dapo     sum / tokens
+  PPO   value head v_t = ln_f(x_t) . w + b at each completion token's state;
+        per-token reward -kl_coef (old - ref), the score added at the last
+        token (optionally whitened over the batch, mean kept); GAE(gamma,
+        lambda) with the initial weights' values, returns = A + V; A whitened
+        (unbiased variance, + 1e-8); loss per token: the clipped policy term
+        + vf_coef 0.5 max((v - R)^2, (clamp(v, V - c, V + c) - R)^2)
 """
 import json
 import os
@@ -41,6 +47,42 @@ def token_logps(cfg, P, tokens, targets, temperature):
     logits = forward(cfg, P, tokens) / temperature
     logp = torch.log_softmax(logits, dim=-1)
     return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+
+
+def token_logps_values(cfg, P, tokens, targets, temperature):
+    logits, x = forward(cfg, P, tokens, with_hidden=True)
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    v = (x @ P["value_head.weight"].t()).squeeze(-1) + P["value_head.bias"]
+    return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1), v
+
+
+def whiten(x, mask, shift_mean):
+    n = mask.sum()
+    mean = (x * mask).sum() / n
+    var = (((x - mean) ** 2) * mask).sum() / n * n / (n - 1)
+    w = (x - mean) * torch.rsqrt(var + 1e-8)
+    return w if shift_mean else w + mean
+
+
+def ppo_targets(s, rewards, old, ref, values, mask):
+    """Whitened GAE advantages and returns [B, T] on the completion tokens."""
+    B, T = mask.shape
+    rw = -s["kl_coef"] * (old - ref) * mask
+    for b in range(B):
+        last = int(mask[b].nonzero().max())
+        rw[b, last] += rewards[b]
+    if s["whiten_rewards"]:
+        rw = whiten(rw, mask, False) * mask
+    adv = torch.zeros(B, T, dtype=torch.float64)
+    for b in range(B):
+        idx = mask[b].nonzero().flatten().tolist()
+        nxt_v, nxt_a = 0.0, 0.0
+        for t in reversed(idx):
+            delta = rw[b, t] + s["gamma"] * nxt_v - values[b, t]
+            adv[b, t] = delta + s["gamma"] * s["lam"] * nxt_a
+            nxt_v, nxt_a = values[b, t], adv[b, t]
+    ret = adv + values
+    return whiten(adv, mask, True) * mask, ret
 
 
 def advantages(s, rewards):
@@ -66,7 +108,31 @@ def main(folder, tol):
     mask = (targets != -100).double()
     lo, hi, beta = 1 - s["epsilon_low"], 1 + s["epsilon_high"], s["kl_coef"]
 
+    def make_ppo_loss(cfg, P0):
+        with torch.no_grad():
+            old, vold = token_logps_values(cfg, P0, tokens, targets, s["temperature"])
+            R = {k: v.double() for k, v in read(f"{folder}/ref/model.safetensors").items()}
+            ref = token_logps(cfg, R, tokens, targets, s["temperature"])
+            A, ret = ppo_targets(s, rewards, old, ref, vold, mask)
+        cv = s["cliprange_value"]
+
+        def loss_fn(P):
+            logp, v = token_logps_values(cfg, P, tokens, targets, s["temperature"])
+            rho = torch.exp(logp - old)
+            pg = torch.max(-A * rho, -A * torch.clamp(rho, lo, hi))
+            vc = vold + torch.clamp(v - vold, -cv, cv)
+            vf = 0.5 * torch.max((v - ret) ** 2, (vc - ret) ** 2)
+            per = (pg + s["vf_coef"] * vf) * mask
+            if s["loss_type"] == "grpo":
+                return (per.sum(-1) / mask.sum(-1)).mean()
+            if s["loss_type"] == "dr_grpo":
+                return per.sum() / (per.shape[0] * s["max_tokens"])
+            return per.sum() / mask.sum()
+        return loss_fn
+
     def make_loss(cfg, P0):
+        if s["algorithm"] == "ppo":
+            return make_ppo_loss(cfg, P0)
         with torch.no_grad():
             old = token_logps(cfg, P0, tokens, targets, s["temperature"])
             R = {k: v.double() for k, v in read(f"{folder}/ref/model.safetensors").items()}

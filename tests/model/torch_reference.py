@@ -64,8 +64,8 @@ def rope(cfg, D):
     return inv / factor * ramp + inv * (1 - ramp), rs.get("attention_factor") or 0.1 * math.log(factor) + 1
 
 
-def forward(cfg, P, tokens, adapter=None, embed=None):
-    """Logits [B, T, V]. `adapter`, if given, is a function (name, x, base) ->
+def forward(cfg, P, tokens, adapter=None, embed=None, with_hidden=False):
+    """Logits [B, T, V] (with_hidden: and the final norm's output [B, T, C]). `adapter`, if given, is a function (name, x, base) ->
     the output of linear `name` (e.g. "h.0.attn.qkv") for input x, where
     base(x) is the plain layer's: how PEFT's adapters wrap a layer. `embed`,
     if given, maps the token embeddings [B, T, C] to the model's input
@@ -128,7 +128,7 @@ def forward(cfg, P, tokens, adapter=None, embed=None):
     if cfg.get("num_labels", 0) > 0:  # a sequence classifier: its score head
         return x @ P["score.weight"].t()
     head = P["wte"] if cfg["tied_embeddings"] else P["lm_head.weight"]
-    return x @ head.t()
+    return (x @ head.t(), x) if with_hidden else x @ head.t()
 
 
 def rel_err(got, want):

@@ -11,7 +11,7 @@
 # (mid-way through round 1) resumes from its checkpoint and the round's file
 # to the same figures and weights, as does one resumed after its command
 # grader crashed (an error naming it; the last checkpoint stands); RLOO over
-# 2 ranks; tensor parallelism and
+# 2 ranks; PPO over 2 ranks and resumed mid-round; tensor parallelism and
 # FSDP are refused, naming the keys.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
@@ -62,6 +62,20 @@ run one_rloo "$NK" align "${ARGS[@]}" align.method=rloo
 run dp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo
 compare one_rloo dp2_rloo || fail "RLOO: data parallel differs from one process"
 
+# PPO (a value head, GAE, whitening over the round): 2 ranks equal one
+# process, and a run stopped mid-round resumes from the round's file (the
+# values, advantages and returns in it) to the same numbers.
+PPO=("${ARGS[@]}" align.method=ppo align.whiten_rewards=true align.gamma=0.95)
+run one_ppo "$NK" align "${PPO[@]}"
+grep -q '"loss/value"' "$WORK/one_ppo/metrics.jsonl" || fail "PPO logged no value loss"
+grep -q '"value_head": true' "$WORK/one_ppo/model/config.json" || fail "PPO's model has no value head"
+run dp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}"
+run part_ppo "$NK" align "${PPO[@]}" train.exit_at_step=3
+cp -r "$WORK/part_ppo" "$WORK/resumed_ppo"
+run resumed_ppo "$NK" align "${PPO[@]}"
+grep -q "round 1 read back" "$WORK/resumed_ppo.log" || fail "the PPO resume did not read round 1 back"
+compare one_ppo dp2_ppo resumed_ppo || fail "PPO: data parallel or a resumed run differs from one process"
+
 # A grader that crashes in round 2 (its 3rd call) stops the run with an error
 # naming the command and its exit status; the checkpoint of step 4 stands and
 # a rerun with a working grader resumes from it to the whole run's numbers.
@@ -86,4 +100,4 @@ refused tp "align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
 refused fsdp "align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, and RLOO under DP2 equal one process"
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process"
