@@ -168,12 +168,41 @@ metric_list:
   - metric: acc_bytes
   - metric: acc_mutual_info
 )");
+  // Winogrande (multiple inputs): each choice a partial context, one shared
+  // continuation, the gold doc_to_text's index; the built-in definition, and
+  // a few-shot variant (inferred multiple-input, shots written with their
+  // gold context) with acc_norm over the contexts' lengths.
+  std::vector<Json> wino, wino_train;
+  for (int i = 0; i < 10; ++i) {
+    const std::string head = words(3 + int(rng_() % 3)) + " ";
+    Json d = {{"gold", int(rng_() % 2)},
+              {"contexts", {head + words(1), head + words(2)}},
+              {"continuation", words(2 + int(rng_() % 3)) + "."}};
+    (i < 7 ? wino : wino_train).push_back(d);
+  }
+  write_split("winogrande", "validation", wino);
+  write_split("winogrande", "train", wino_train);
+  write_split("wino_shots", "validation", wino);
+  write_split("wino_shots", "train", wino_train);
+  const std::string ws = yaml("wino_shots", R"(task: wino_shots
+output_type: multiple_choice
+training_split: train
+validation_split: validation
+num_fewshot: 2
+description: "Fill in.\n"
+doc_to_text: "{{gold}}"
+doc_to_target: continuation
+doc_to_choice: contexts
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+)");
   const std::string out = d_ / "results.json";
   auto r = run_nekton(
       "eval tasks eval.model=" + random_ +
       " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext,mmlu_abstract_algebra,"
-      "truthfulqa_mc1," +
-      shots + "," + mg + " eval.data=" + data_ +
+      "truthfulqa_mc1,winogrande," +
+      shots + "," + mg + "," + ws + " eval.data=" + data_ +
       " eval.batch_size=3 eval.write_out=100 eval.bootstrap_iters=3000 eval.output=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
@@ -200,7 +229,9 @@ metric_list:
                     {kTasks + "mmlu/mmlu_abstract_algebra.yaml", random_},
                     {kTasks + "truthfulqa_mc1.yaml", random_},
                     {shots, random_},
-                    {mg, random_}},
+                    {mg, random_},
+                    {kTasks + "winogrande.yaml", random_},
+                    {ws, random_}},
                    out);
 }
 
@@ -391,6 +422,30 @@ TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
   EXPECT_TRUE(contains(r.out, "document 2") && contains(r.out, "doc_to_target") &&
               contains(r.out, "choice index 2 is out of range"))
       << r.out;
+  // Winogrande: a gold context index out of range names doc_to_text; a
+  // document whose doc_to_text is not an index after one that is.
+  write_split("winogrande", "validation",
+              {{{"gold", 1}, {"contexts", {"a", "b"}}, {"continuation", "c"}},
+               {{"gold", 2}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "winogrande.yaml") &&
+              contains(r.out,
+                       "winogrande/validation.jsonl document 1: doc_to_text: choice "
+                       "index 2 is out of range"))
+      << r.out;
+  write_split("winogrande", "validation",
+              {{{"gold", 1}, {"contexts", {"a", "b"}}, {"continuation", "c"}},
+               {{"gold", "b"}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 1: doc_to_text: \"b\" is not a context's index")) << r.out;
+  // multiple_inputs: true where doc_to_text is text.
+  write_split("winogrande", "validation",
+              {{{"gold", "a"}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 0: doc_to_text: multiple_inputs is true")) << r.out;
   // A choices field missing from a document (hellaswag reads "choices").
   write_split("hellaswag", "validation", {{{"query", "q"}, {"label", "0"}}});
   r = run("hellaswag");

@@ -67,6 +67,9 @@ class Task:
         self.pool = load(fs) if self.shots else []
         self.exclude = c.get("fewshot_split") == c.get("test_split")
         self.rnd = random.Random(1234)
+        # The harness's Task: multiple-input (Winogrande) when the first
+        # scored document's doc_to_text is an int and the task has choices.
+        self.multiple_input = self.out == "multiple_choice" and isinstance(self.text(self.docs[0]), int)
 
     def field(self, key, doc):
         return doc[key] if key in doc else None
@@ -118,10 +121,13 @@ class Task:
             n = self.shots + 1 if self.exclude else self.shots
             drawn = [x for x in self.rnd.sample(self.pool, n) if x != doc][: self.shots]
             for d in drawn:
-                shots += self.text(d)
+                q = self.text(d)
+                shots += self.choices(d)[q] if isinstance(q, int) else q
                 t = self.target(d)
                 if t != "":
                     shots += self.td + self.answer(d, t) + self.fd
+        if self.multiple_input:  # the labeled examples; each choice appended
+            return system + shots
         q = self.text(doc)
         if not style.get("chat_template"):
             return system + shots + q
@@ -277,7 +283,11 @@ def main(plan_path):
             if task.out == "multiple_choice":
                 ch = task.choices(doc)
                 td = "" if plan.get("chat_template") else task.td
-                args = [[ctx, td + x] for x in ch]
+                if task.multiple_input:
+                    args = [[ctx + x, td + str(tgt)] for x in ch]
+                    tgt = task.text(doc)
+                else:
+                    args = [[ctx, td + x] for x in ch]
                 mi = any(m["metric"] == "acc_mutual_info" for m in metrics)
                 if mi:  # the unconditional requests follow the conditional ones
                     args += [["", td + x] for x in ch]
