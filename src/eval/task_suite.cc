@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -214,7 +215,11 @@ SuiteResult run_suite(const TaskSuite& suite, EvalModel& model, const TaskRunOpt
   SuiteResult r;
   for (const TaskConfig& c : suite.tasks) {
     NK_INFO("eval: task {} ({}, {})", c.task, c.output_type, c.file);
+    const auto t0 = std::chrono::steady_clock::now();
     r.tasks.push_back(run_task(c, model, opt));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    NK_INFO("eval: task {}: {} documents in {:.2f} s ({:.3f} documents/s)", c.task,
+            r.tasks.back().n_docs, s, double(r.tasks.back().n_docs) / s);
   }
   r.groups = aggregate_groups(suite, r.tasks);
   return r;
