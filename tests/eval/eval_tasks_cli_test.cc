@@ -303,6 +303,20 @@ aggregate_metric_list:
   expect_reference(
       {{dir + "/t_a.yaml", random_}, {dir + "/t_b.yaml", random_}, {dir + "/t_c.yaml", random_}},
       out, with_dir({{"groups", {"outer", "inner"}}}));
+  // A task of one document has no standard error ("N/A"), so neither has a
+  // group over it.
+  task("t_one", "", 1);
+  test::write_file(dir + "/g_na.yaml",
+                   "group: g_na\ntask: [t_a, t_one]\naggregate_metric_list:\n"
+                   "  - metric: acc\n    weight_by_size: true\n");
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                 " eval.tasks=g_na eval.data=" + data_ +
+                 " eval.write_out=100 eval.output=" + (d_ / "na.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Json::parse(test::read_file(d_ / "na.json"))["groups"]["g_na"]["acc_stderr,none"],
+            "N/A");
+  expect_reference({{dir + "/t_a.yaml", random_}, {dir + "/t_one.yaml", random_}}, d_ / "na.json",
+                   with_dir({{"groups", {"g_na"}}}));
   // A tag alone runs its tasks with no group row.
   r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
                  " eval.tasks=other_tag eval.data=" + data_ + " eval.output=" + (d_ / "tag.json"));
