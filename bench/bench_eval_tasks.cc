@@ -8,12 +8,16 @@
 // (threads from OMP_NUM_THREADS; context and continuation lengths vary by
 // up to a quarter per document, as real prompts do). Prints both rates, the
 // ratio and the largest log-likelihood difference between the two runs.
+//   bench_eval_tasks --save PRESET DIR
+// writes the same randomly initialised PRESET (vocab 257, f32) with the byte
+// tokenizer as a model folder, for timing `nekton eval tasks` end to end.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 
+#include "ckpt/model_io.h"
 #include "core/rng.h"
 #include "data/tokenizer/tokenizer.h"
 #include "eval/eval_model.h"
@@ -22,6 +26,16 @@ using namespace nk;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--save") {
+    ModelConfig cfg = model_preset(argv[2]);
+    cfg.vocab_size = 257;
+    Transformer model(cfg, DType::F32, 1);
+    save_model(argv[3], model);
+    store_tokenizer("bytes", argv[3]);
+    fmt::print("{} (vocab 257): {:.3f}B parameters in {}\n", argv[2],
+               double(model.layout().count()) / 1e9, argv[3]);
+    return 0;
+  }
   if (argc < 7) {
     fmt::print(stderr, "usage: bench_eval_tasks PRESET BATCH DOCS CHOICES CONTEXT CONTINUATION\n");
     return 1;

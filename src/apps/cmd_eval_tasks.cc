@@ -18,11 +18,8 @@
 #include "eval/results.h"
 #include "eval/server_eval_model.h"
 #include "eval/task_runner.h"
+#include "eval/task_suite.h"
 #include "infer/model_source.h"
-
-#ifndef NK_DEFAULT_TASKS_DIR
-#define NK_DEFAULT_TASKS_DIR "configs/eval_tasks"
-#endif
 
 namespace nk {
 
@@ -41,7 +38,8 @@ struct TaskKeys {
            "saved model folder, FILE.gguf, or a server's http://HOST:PORT[/v1] (its "
            "/v1/completions with echo and logprobs)");
     b.bind("eval.tasks", tasks,
-           "comma-separated tasks: names of YAML files in eval.task_dir, or paths to task YAMLs");
+           "comma-separated tasks, groups (mmlu) or tags: names in eval.task_dir, or paths to "
+           "task or group YAMLs");
     b.bind("eval.data", data,
            "folder of the tasks' documents: TASK/SPLIT.jsonl, or the "
            "task's dataset_kwargs.data_files relative to it");
@@ -84,32 +82,6 @@ std::vector<std::string> split_list(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-// A task name: a YAML path as given, else NAME.yaml anywhere under the task
-// folder, or every YAML of a folder NAME there (a group: mmlu).
-std::vector<std::string> task_paths(const std::string& name, const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (name.ends_with(".yaml") || name.ends_with(".yml")) return {name};
-  const fs::path root = dir.empty() ? NK_DEFAULT_TASKS_DIR : dir;
-  std::vector<std::string> out;
-  if (fs::is_directory(root / name)) {
-    for (const auto& e : fs::directory_iterator(root / name))
-      if (e.path().extension() == ".yaml") out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-  } else if (fs::is_directory(root)) {
-    for (const auto& e : fs::recursive_directory_iterator(root))
-      if (e.path().filename() == name + ".yaml") out.push_back(e.path().string());
-  }
-  if (out.empty())
-    fail(
-        "eval.tasks: no task '{}' (no {}.yaml or folder {} under {}; give a path to a task YAML, "
-        "or eval.task_dir)",
-        name, name, name, root.string());
-  if (out.size() > 1 && !fs::is_directory(root / name))
-    fail("eval.tasks: task '{}' is defined twice under {}: {}", name, root.string(),
-         fmt::join(out, ", "));
   return out;
 }
 
@@ -185,12 +157,8 @@ int eval_tasks(const CommandArgs& a) {
   if (k.batch_size < 1) fail("eval.batch_size: must be >= 1, got {}", k.batch_size);
   if (k.fewshot_as_multiturn && !k.apply_chat_template)
     fail("eval.fewshot_as_multiturn: needs eval.apply_chat_template=true");
-  // Every task file is read before the model: a bad one is told at once.
-  std::vector<TaskConfig> configs;
-  for (const std::string& name : split_list(k.tasks))
-    for (const std::string& path : task_paths(name, k.task_dir))
-      configs.push_back(load_task_config(path));
-  if (configs.empty()) fail("eval.tasks: no tasks in '{}'", k.tasks);
+  // Every task and group file is read before the model: a bad one is told at once.
+  const TaskSuite suite = load_suite(split_list(k.tasks), k.task_dir);
 
   std::unique_ptr<EvalModel> lm;
   RunnableModel loaded;
@@ -204,17 +172,14 @@ int eval_tasks(const CommandArgs& a) {
   } else {
     lm = load_local(k, a, loaded, style);
   }
-  std::vector<TaskResult> results;
-  for (const TaskConfig& c : configs) {
-    NK_INFO("eval: task {} ({}, {})", c.task, c.output_type, c.file);
-    results.push_back(run_task(c, *lm,
-                               {.data_dir = k.data,
-                                .num_fewshot = k.num_fewshot,
-                                .limit = k.limit,
-                                .write_out = k.write_out,
-                                .bootstrap_iters = k.bootstrap_iters,
-                                .style = style}));
-  }
+  const SuiteResult sr = run_suite(suite, *lm,
+                                   {.data_dir = k.data,
+                                    .num_fewshot = k.num_fewshot,
+                                    .limit = k.limit,
+                                    .write_out = k.write_out,
+                                    .bootstrap_iters = k.bootstrap_iters,
+                                    .style = style});
+  const std::vector<TaskResult>& results = sr.tasks;
   for (const TaskResult& r : results)
     for (const auto& s : r.samples) {
       fmt::print(
@@ -224,7 +189,7 @@ int eval_tasks(const CommandArgs& a) {
       fmt::print("target string or answer choice index (starting on next line):\n{}\n\n",
                  s["target"].is_string() ? s["target"].get<std::string>() : s["target"].dump());
     }
-  fmt::print("{}", results_table(configs, results));
+  fmt::print("{}", results_table(suite, results, sr.groups));
   if (!k.output.empty()) {
     nlohmann::ordered_json run = {{"model", "nekton"},
                                   {"model_args", k.model},
@@ -246,7 +211,7 @@ int eval_tasks(const CommandArgs& a) {
         }
       write_file_atomic(k.output + ".samples.jsonl", samples);
     }
-    write_file_atomic(k.output, results_json(configs, results, run).dump(2) + "\n");
+    write_file_atomic(k.output, results_json(suite, results, sr.groups, run).dump(2) + "\n");
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 #include "apps/commands.h"
 #include "apps/mpirun_launch.h"
 #include "apps/run_ranks.h"
+#include "apps/train_eval_tasks.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "data/jsonl_reader.h"
@@ -24,6 +25,7 @@ int train_under_mpi(TrainConfig cfg, int* argc, char*** argv) {
   try {
     RunRanks ranks(cfg, mpi);
     Trainer trainer(cfg, ranks.parallel());
+    attach_eval_tasks(trainer, cfg);
     trainer.run();
   } catch (const std::exception& e) {
     mpi.abort(e.what());
@@ -93,6 +95,7 @@ int cmd_train(const CommandArgs& a) {
   }
   if (dist::launched_by_mpi()) return train_under_mpi(cfg, nullptr, nullptr);
   Trainer trainer(cfg);
+  attach_eval_tasks(trainer, cfg);
   // Stopped by SIGTERM/SIGINT after saving a checkpoint is a clean exit (0), so
   // schedulers do not count a preempted job as failed; a rerun resumes.
   trainer.run();
@@ -161,6 +164,7 @@ int cmd_finetune(const CommandArgs& a) {
   }
   if (dist::launched_by_mpi()) return train_under_mpi(cfg, nullptr, nullptr);
   Trainer trainer(cfg);
+  attach_eval_tasks(trainer, cfg);
   trainer.run();
   return 0;
 }

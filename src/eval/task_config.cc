@@ -180,7 +180,8 @@ TaskConfig load_task_config(const std::string& path) {
                                               "should_decontaminate",
                                               "doc_to_decontamination_query",
                                               "repeats",
-                                              "task_alias"};
+                                              "task_alias",
+                                              "multiple_inputs"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (unsupported.count(it.key()))
       r.bad(it.key(),
@@ -195,6 +196,9 @@ TaskConfig load_task_config(const std::string& path) {
   if (!j.contains("task")) r.bad("task", "missing (the task's name)");
   c.task = r.str(j["task"], "task");
   c.alias = opt_str("task_alias").value_or(c.task);
+  if (j.contains("tag")) c.tags = r.strings(j["tag"], "tag");
+  if (j.contains("multiple_inputs"))
+    c.multiple_inputs = r.boolean(j["multiple_inputs"], "multiple_inputs");
   c.dataset_path = opt_str("dataset_path").value_or("");
   c.dataset_name = opt_str("dataset_name").value_or("");
   if (j.contains("dataset_kwargs")) {
@@ -252,6 +256,8 @@ TaskConfig load_task_config(const std::string& path) {
           fmt::format("'{}' is not one of {}", c.output_type, fmt::join(kOutputTypes, ", ")));
   if (c.output_type == "multiple_choice" && !c.has_choices())
     r.bad("doc_to_choice", "missing: a multiple_choice task needs its choices");
+  if (c.multiple_inputs.value_or(false) && c.output_type != "multiple_choice")
+    r.bad("multiple_inputs", "only a multiple_choice task has multiple inputs (contexts)");
   if (j.contains("metric_list")) {
     const Json& ml = j["metric_list"];
     if (!ml.is_array()) r.bad("metric_list", "must be a list");

@@ -61,6 +61,12 @@ struct TaskConfig {
   std::vector<FilterSpec> filters;  // at least one ("none": take the first response)
   std::vector<std::string> until;
   int64_t max_gen_toks = 256;
+  // multiple_inputs (the harness's newer spelling of what it infers): the
+  // choices are contexts and doc_to_text the gold one's index; nullopt: as
+  // the harness infers it, from whether the first scored document's
+  // doc_to_text is an index.
+  std::optional<bool> multiple_inputs;
+  std::vector<std::string> tags;   // tag: the tag names a group's task list may use
   nlohmann::ordered_json version;  // metadata.version, or null
   nlohmann::ordered_json raw;      // the YAML as read, for the results' "configs"
 

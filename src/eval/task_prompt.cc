@@ -110,8 +110,16 @@ std::string TaskPrompter::answer(const Json& doc, const Json& t, const DocRef& a
                 fmt::format("{} is not text (and the task has no choices to index)", t.dump()));
 }
 
-std::string TaskPrompter::context(const Json& doc, const DocRef& at,
-                                  const std::vector<std::pair<const Json*, DocRef>>& shots) const {
+std::string TaskPrompter::text_of(const Json& d, const DocRef& r) const {
+  const Json q = text(d, r);
+  if (q.is_string()) return q.get<std::string>();
+  if (q.is_number_integer()) return answer(d, q, r);  // the harness indexes the choices
+  r.fail_field("doc_to_text", fmt::format("{} is not text", q.dump()));
+}
+
+std::pair<std::string, std::string> TaskPrompter::preamble(
+    const Json& doc, const DocRef& at,
+    const std::vector<std::pair<const Json*, DocRef>>& shots) const {
   std::string description;
   if (!c_.description.empty()) {
     try {
@@ -125,12 +133,6 @@ std::string TaskPrompter::context(const Json& doc, const DocRef& at,
                                  ? inst + c_.fewshot_delimiter + description
                              : !inst.empty() ? inst
                                              : description;
-  auto text_of = [&](const Json& d, const DocRef& r) {
-    const Json q = text(d, r);
-    if (q.is_string()) return q.get<std::string>();
-    if (q.is_number_integer()) return answer(d, q, r);  // the harness indexes the choices
-    r.fail_field("doc_to_text", fmt::format("{} is not text", q.dump()));
-  };
   std::string shot_text;
   for (const auto& [d, r] : shots) {
     shot_text += text_of(*d, r);
@@ -138,10 +140,29 @@ std::string TaskPrompter::context(const Json& doc, const DocRef& at,
     if (t.is_string() && t.get<std::string>().empty()) continue;
     shot_text += c_.target_delimiter + answer(*d, t, r) + c_.fewshot_delimiter;
   }
+  return {system, shot_text};
+}
+
+std::string TaskPrompter::labeled_examples(
+    const Json& doc, const DocRef& at,
+    const std::vector<std::pair<const Json*, DocRef>>& shots) const {
+  if (style_.chat)
+    at.fail_field("doc_to_text",
+                  "a multiple-input task (doc_to_text an index into contexts) is not supported "
+                  "with eval.apply_chat_template");
+  const auto [system, shot_text] = preamble(doc, at, shots);
+  return system + shot_text;
+}
+
+std::string TaskPrompter::context(const Json& doc, const DocRef& at,
+                                  const std::vector<std::pair<const Json*, DocRef>>& shots) const {
+  const auto [system, shot_text] = preamble(doc, at, shots);
   const Json q = text(doc, at);
   if (!q.is_string())
     at.fail_field("doc_to_text",
-                  fmt::format("{} is not text (multiple-input tasks are not supported)", q.dump()));
+                  fmt::format("{} is not text (an index only where the first scored document's is, "
+                              "making the task multiple-input)",
+                              q.dump()));
   if (!style_.chat) return system + shot_text + q.get<std::string>();
 
   std::vector<ChatMessage> msgs;

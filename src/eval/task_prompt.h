@@ -67,8 +67,20 @@ class TaskPrompter {
   std::string context(
       const nlohmann::ordered_json& doc, const DocRef& at,
       const std::vector<std::pair<const nlohmann::ordered_json*, DocRef>>& shots) const;
+  // A multiple-input task's (Winogrande's) context without the question:
+  // description + shots, each shot's text its gold context (the choice its
+  // doc_to_text indexes). Each choice (a partial context) is appended to it.
+  // nk::Error with a chat template (not supported for these tasks).
+  std::string labeled_examples(
+      const nlohmann::ordered_json& doc, const DocRef& at,
+      const std::vector<std::pair<const nlohmann::ordered_json*, DocRef>>& shots) const;
 
  private:
+  // The system prompt (instruction and description) and the shots' text.
+  std::pair<std::string, std::string> preamble(
+      const nlohmann::ordered_json& doc, const DocRef& at,
+      const std::vector<std::pair<const nlohmann::ordered_json*, DocRef>>& shots) const;
+  std::string text_of(const nlohmann::ordered_json& doc, const DocRef& at) const;
   nlohmann::ordered_json resolve(const std::string& spec, const jinja::Template& t,
                                  const nlohmann::ordered_json& doc, const DocRef& at,
                                  const char* field) const;

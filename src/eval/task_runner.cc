@@ -26,23 +26,25 @@ struct Prepared {
   Json arguments = Json::array();
 };
 
-int64_t choice_index(const Json& t, const std::vector<std::string>& choices, const DocRef& at) {
+// `field`: where the gold came from (doc_to_target, or a multiple-input
+// task's doc_to_text).
+int64_t choice_index(const Json& t, const std::vector<std::string>& choices, const DocRef& at,
+                     const char* field = "doc_to_target") {
   if (t.is_number_integer()) {
     const int64_t i = t.get<int64_t>();
     if (i < 0 || i >= int64_t(choices.size()))
-      at.fail_field("doc_to_target", fmt::format("choice index {} is out of range (the document "
-                                                 "has {} choices)",
-                                                 i, choices.size()));
+      at.fail_field(field, fmt::format("choice index {} is out of range (the document "
+                                       "has {} choices)",
+                                       i, choices.size()));
     return i;
   }
   if (t.is_string()) {
     auto it = std::find(choices.begin(), choices.end(), t.get<std::string>());
     if (it == choices.end())
-      at.fail_field("doc_to_target", fmt::format("{} is not one of the choices", t.dump()));
+      at.fail_field(field, fmt::format("{} is not one of the choices", t.dump()));
     return it - choices.begin();
   }
-  at.fail_field("doc_to_target",
-                fmt::format("{} is neither a choice index nor a choice", t.dump()));
+  at.fail_field(field, fmt::format("{} is neither a choice index nor a choice", t.dump()));
 }
 
 std::string as_text(const Json& t) {
@@ -71,6 +73,21 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
   const bool mutual_info = std::any_of(c.metrics.begin(), c.metrics.end(), [](const MetricSpec& m) {
     return m.metric == "acc_mutual_info";
   });
+  // The harness makes a multiple_choice task multiple-input (Winogrande: the
+  // choices are contexts, the continuation shared) when the first document's
+  // doc_to_text is an index rather than text.
+  bool multiple_input = false;
+  if (c.output_type == "multiple_choice" && n > 0) {
+    const DocRef at0{&c, &docs.file, 0};
+    multiple_input = pr.text(docs.docs[0], at0).is_number_integer();
+    if (c.multiple_inputs && *c.multiple_inputs != multiple_input)
+      at0.fail_field("doc_to_text",
+                     *c.multiple_inputs
+                         ? "multiple_inputs is true but doc_to_text is not an index of a context"
+                         : "multiple_inputs is false but doc_to_text is an index");
+    if (multiple_input && mutual_info)
+      fail("{}: metric_list: acc_mutual_info is not defined for a multiple-input task", c.file);
+  }
   // Every document becomes requests before the model runs: a bad one stops
   // the run before any work.
   std::vector<Prepared> prep(static_cast<size_t>(n));
@@ -84,8 +101,29 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
     for (int64_t k : sampler.draw(doc, res.num_fewshot))
       shots.push_back({&pool.docs[size_t(k)], DocRef{&c, &pool.file, k}});
     Prepared& p = prep[size_t(i)];
-    p.context = c.output_type == "loglikelihood_rolling" ? "" : pr.context(doc, at, shots);
     p.target = pr.target(doc, at);
+    if (multiple_input) {
+      // (labeled examples + each context, target_delimiter + the shared
+      // continuation); the gold is doc_to_text's index.
+      const Json q = pr.text(doc, at);
+      if (!q.is_number_integer())
+        at.fail_field("doc_to_text",
+                      fmt::format("{} is not a context's index (the task is multiple-input: "
+                                  "document 0's is one)",
+                                  q.dump()));
+      p.context = pr.labeled_examples(doc, at, shots);
+      p.choices = pr.choices(doc, at);
+      p.gold.push_back(choice_index(q, p.choices, at, "doc_to_text"));
+      const std::string cont = pr.choice_delimiter() + as_text(p.target);
+      p.first = ll_reqs.size();
+      for (const std::string& ctx : p.choices) {
+        ll_reqs.push_back({p.context + ctx, cont});
+        p.arguments.push_back({p.context + ctx, cont});
+      }
+      p.count = p.choices.size();
+      continue;
+    }
+    p.context = c.output_type == "loglikelihood_rolling" ? "" : pr.context(doc, at, shots);
     if (c.output_type == "multiple_choice") {
       p.choices = pr.choices(doc, at);
       if (p.target.is_array()) {

@@ -81,6 +81,22 @@ void TrainConfig::bind(ConfigBinder& b) {
   b.bind("train.val_every", val_every, "validation loss every N steps (0 = never)");
   b.bind("train.val_batches", val_batches, "micro-batches per validation");
   b.bind("train.log_every", log_every, "log line every N steps");
+  b.bind("train.eval_tasks", eval.tasks,
+         "benchmark tasks, groups or tags (as nekton eval tasks' eval.tasks) run on the live "
+         "model during training, logged as eval/TASK/METRIC");
+  b.bind("train.eval_tasks_every", eval.every,
+         "with train.eval_tasks: every N steps and at the last (0 = the last step only)");
+  b.bind("train.eval_data", eval.data, "with train.eval_tasks: the tasks' documents (eval.data)");
+  b.bind("train.eval_task_dir", eval.task_dir,
+         "with train.eval_tasks: folder of task YAMLs (default: the built-in ones)");
+  b.bind(
+      "train.eval_tokenizer", eval.tokenizer,
+      "with train.eval_tasks: the tokenizer for the prompts (default: data.tokenizer, or bytes)");
+  b.bind("train.eval_limit", eval.limit,
+         "with train.eval_tasks: score only each task's first N documents (0 = all)");
+  b.bind("train.eval_num_fewshot", eval.num_fewshot,
+         "with train.eval_tasks: few-shot examples per prompt (-1 = each task's own)");
+  b.bind("train.eval_batch_size", eval.batch_size, "with train.eval_tasks: requests per forward");
   b.bind("train.out_dir", out_dir, "output folder: model/, metrics.jsonl");
   b.bind("train.init_from", init_from,
          "a saved model folder to start from (fine-tuning): its config replaces model.*, its "
@@ -307,6 +323,13 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   }
   recompute_plan(t.recompute, t.recompute_layers, t.model.n_layer);  // checks both keys
   if (t.val_every < 0) fail("train.val_every: must be >= 0");
+  if (t.eval.every < 0) fail("train.eval_tasks_every: must be >= 0, got {}", t.eval.every);
+  if (t.eval.limit < 0) fail("train.eval_limit: must be >= 0, got {}", t.eval.limit);
+  if (t.eval.num_fewshot < -1)
+    fail("train.eval_num_fewshot: must be >= -1, got {}", t.eval.num_fewshot);
+  if (t.eval.batch_size < 1) fail("train.eval_batch_size: must be >= 1, got {}", t.eval.batch_size);
+  if (!t.eval.tasks.empty() && t.eval.data.empty())
+    fail("train.eval_data: train.eval_tasks needs the tasks' documents (train.eval_data=DIR)");
   if (t.out_dir.empty()) fail("train.out_dir: must not be empty");
   if (t.save_every < 0) fail("train.save_every: must be >= 0, got {}", t.save_every);
   positive("train.keep_checkpoints", t.keep_checkpoints, limits::kSteps, "checkpoints");

@@ -29,6 +29,17 @@ struct PeftConfig {
   bool lora_kind() const { return method == "lora" || method == "qlora"; }
 };
 
+// train.eval_*: benchmark tasks (nekton eval tasks' definitions) run on the
+// live model during training, logged as eval/TASK/METRIC.
+struct TrainEvalTasks {
+  std::string tasks;      // comma-separated tasks, groups or tags ("": none)
+  int64_t every = 0;      // every N steps and at the last (0: the last only)
+  std::string data;       // the tasks' documents (eval.data)
+  std::string task_dir;   // "": the built-in configs/eval_tasks
+  std::string tokenizer;  // "": data.tokenizer (bytes when that is empty)
+  int64_t limit = 0, num_fewshot = -1, batch_size = 8;
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
@@ -52,6 +63,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t threads = 0;
   int64_t val_every = 50, val_batches = 4, log_every = 1;
+  TrainEvalTasks eval;
   std::string out_dir = "runs/train";
   std::string init_from;    // a model folder to start from (fine-tuning): its config and weights
   std::string resume_from;  // a previous run's OUT_DIR, a checkpoint folder or a model/ folder

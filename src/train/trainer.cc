@@ -339,6 +339,15 @@ double Trainer::evaluate() {
   return sum / double(cfg_.val_batches);
 }
 
+void Trainer::set_step_evaluator(StepEvaluator f) {
+  if (pieces_model() || (ddp_ && ddp_->shards_weights()))
+    fail(
+        "train.eval_tasks: needs the whole model on every process; not with tensor, pipeline "
+        "or expert parallelism or parallel.shard=full (evaluate the saved checkpoints with "
+        "nekton eval tasks instead)");
+  step_eval_ = std::move(f);
+}
+
 void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // The run's end (finished, stopped or failed) frees OUT_DIR: a finished
   // Trainer kept for its history must not block a rerun in this process.
@@ -649,6 +658,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       s.val_loss = evaluate();
       val_figures = objective_->take_metrics(true);
     }
+    const bool eval_step = step_eval_ && ((cfg_.eval.every > 0 && s.step % cfg_.eval.every == 0) ||
+                                          s.step == cfg_.steps);
+    if (eval_step) {
+      const auto eval_figures = step_eval_(s.step);
+      figures.insert(figures.end(), eval_figures.begin(), eval_figures.end());
+    }
     history_.push_back(s);
     state_.step = s.step;
     state_.consumed_samples = loader.consumed_samples();
@@ -656,8 +671,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     state_.last_lr = lr;
     state_.rng = rng_streams(cfg_, state_.consumed_samples);
 
-    if (par_.writes() &&
-        (s.step % cfg_.log_every == 0 || s.step == last_step || !std::isnan(s.val_loss))) {
+    if (par_.writes() && (s.step % cfg_.log_every == 0 || s.step == last_step ||
+                          !std::isnan(s.val_loss) || eval_step)) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);

@@ -64,6 +64,14 @@ class Trainer {
   using BatchObserver =
       std::function<void(int64_t step, const Tensor& inputs, const Tensor& targets)>;
   void set_batch_observer(BatchObserver f) { on_batch_ = std::move(f); }
+  // Runs on the steps train.eval_tasks names (every train.eval_tasks_every
+  // steps and the last), on every rank (each holds the whole model; no
+  // collective inside, so no rank waits past the timeout on another), after
+  // the validation; its figures join the step's log line and metrics record.
+  // nk::Error naming train.eval_tasks when the model is split over ranks
+  // (tensor, pipeline or expert parallel, FSDP).
+  using StepEvaluator = std::function<std::vector<std::pair<std::string, double>>(int64_t step)>;
+  void set_step_evaluator(StepEvaluator f);
   const TrainerState& state() const { return state_; }
   Transformer& model() { return *model_; }
   const AdamW& optimizer() const { return *opt_; }
@@ -121,6 +129,7 @@ class Trainer {
   TrainData data_;
   TrainerState state_;
   BatchObserver on_batch_;
+  StepEvaluator step_eval_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<AdamW> opt_;
   std::optional<LoadedTrainCheckpoint>

@@ -168,12 +168,41 @@ metric_list:
   - metric: acc_bytes
   - metric: acc_mutual_info
 )");
+  // Winogrande (multiple inputs): each choice a partial context, one shared
+  // continuation, the gold doc_to_text's index; the built-in definition, and
+  // a few-shot variant (inferred multiple-input, shots written with their
+  // gold context) with acc_norm over the contexts' lengths.
+  std::vector<Json> wino, wino_train;
+  for (int i = 0; i < 10; ++i) {
+    const std::string head = words(3 + int(rng_() % 3)) + " ";
+    Json d = {{"gold", int(rng_() % 2)},
+              {"contexts", {head + words(1), head + words(2)}},
+              {"continuation", words(2 + int(rng_() % 3)) + "."}};
+    (i < 7 ? wino : wino_train).push_back(d);
+  }
+  write_split("winogrande", "validation", wino);
+  write_split("winogrande", "train", wino_train);
+  write_split("wino_shots", "validation", wino);
+  write_split("wino_shots", "train", wino_train);
+  const std::string ws = yaml("wino_shots", R"(task: wino_shots
+output_type: multiple_choice
+training_split: train
+validation_split: validation
+num_fewshot: 2
+description: "Fill in.\n"
+doc_to_text: "{{gold}}"
+doc_to_target: continuation
+doc_to_choice: contexts
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+)");
   const std::string out = d_ / "results.json";
   auto r = run_nekton(
       "eval tasks eval.model=" + random_ +
       " eval.tasks=hellaswag,arc_easy,piqa,lambada_openai,wikitext,mmlu_abstract_algebra,"
-      "truthfulqa_mc1," +
-      shots + "," + mg + " eval.data=" + data_ +
+      "truthfulqa_mc1,winogrande," +
+      shots + "," + mg + "," + ws + " eval.data=" + data_ +
       " eval.batch_size=3 eval.write_out=100 eval.bootstrap_iters=3000 eval.output=" + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "|hellaswag")) << r.out;
@@ -200,8 +229,160 @@ metric_list:
                     {kTasks + "mmlu/mmlu_abstract_algebra.yaml", random_},
                     {kTasks + "truthfulqa_mc1.yaml", random_},
                     {shots, random_},
-                    {mg, random_}},
+                    {mg, random_},
+                    {kTasks + "winogrande.yaml", random_},
+                    {ws, random_}},
                    out);
+}
+
+// Groups: a group of a tag's tasks (plain mean) inside a group weighted by
+// size, in a task folder of their own; then the built-in mmlu (four
+// category groups over the 57 subjects' tags). Every group's value and
+// pooled standard error against the reference's hand computation from its
+// own per-task figures; the results' hierarchy (aliases, groups,
+// group_subtasks) and the Groups table.
+TEST_F(EvalTasksCli, GroupsMatchTheReference) {
+  const std::string dir = d_.fresh("tasks").string();
+  auto task = [&](const std::string& name, const std::string& extra, int n) {
+    std::vector<Json> docs;
+    for (int i = 0; i < n; ++i)
+      docs.push_back(
+          {{"q", words(4)}, {"opts", {words(1), words(2), words(1)}}, {"label", int(rng_() % 3)}});
+    write_split(name, "test", docs);
+    test::write_file(dir + "/" + name + ".yaml",
+                     "task: " + name + "\n" + extra +
+                         "output_type: multiple_choice\ntest_split: test\n"
+                         "doc_to_text: \"{{q}}?\"\ndoc_to_target: label\ndoc_to_choice: opts\n");
+  };
+  task("t_a", "tag: pair_tasks\n", 5);
+  task("t_b", "tag: [pair_tasks, other_tag]\n", 8);
+  task("t_c", "", 3);
+  test::write_file(dir + "/inner.yaml", R"(group: inner
+task: [pair_tasks]
+aggregate_metric_list:
+  - metric: acc
+    weight_by_size: false
+  - metric: acc_norm
+    aggregation: mean
+metadata:
+  version: 3
+)");
+  std::filesystem::create_directories(dir + "/groups");
+  test::write_file(dir + "/groups/outer.yaml", R"(group: outer
+group_alias: Outer
+task:
+  - t_c
+  - inner
+aggregate_metric_list:
+  - metric: acc
+    weight_by_size: true
+    filter_list: [none]
+)");
+  const std::string out = d_ / "groups.json";
+  auto r =
+      run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                 " eval.tasks=outer eval.data=" + data_ + " eval.write_out=100 eval.output=" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "|Groups") && contains(r.out, "|Outer ") &&
+              contains(r.out, "| - inner|") && contains(r.out, "|  - t_a"))
+      << r.out;
+  const Json res = Json::parse(test::read_file(out));
+  EXPECT_EQ(res["results"]["outer"]["alias"], "Outer");
+  EXPECT_EQ(res["results"]["inner"]["alias"], " - inner");
+  EXPECT_EQ(res["results"]["t_b"]["alias"], "  - t_b");
+  EXPECT_EQ(res["results"]["t_c"]["alias"], " - t_c");
+  EXPECT_EQ(res["groups"]["inner"]["alias"], " - inner");
+  EXPECT_EQ(res["group_subtasks"]["outer"], Json({"inner", "t_c"}));
+  EXPECT_EQ(res["group_subtasks"]["inner"], Json({"t_a", "t_b"}));
+  EXPECT_EQ(res["versions"]["inner"], 3.0);
+  EXPECT_FALSE(res["groups"]["outer"].contains("acc_norm,none"));
+  auto with_dir = [&](Json plan) {
+    plan["task_dir"] = dir;
+    return plan;
+  };
+  expect_reference(
+      {{dir + "/t_a.yaml", random_}, {dir + "/t_b.yaml", random_}, {dir + "/t_c.yaml", random_}},
+      out, with_dir({{"groups", {"outer", "inner"}}}));
+  // A task of one document has no standard error ("N/A"), so neither has a
+  // group over it.
+  task("t_one", "", 1);
+  test::write_file(dir + "/g_na.yaml",
+                   "group: g_na\ntask: [t_a, t_one]\naggregate_metric_list:\n"
+                   "  - metric: acc\n    weight_by_size: true\n");
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                 " eval.tasks=g_na eval.data=" + data_ +
+                 " eval.write_out=100 eval.output=" + (d_ / "na.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(Json::parse(test::read_file(d_ / "na.json"))["groups"]["g_na"]["acc_stderr,none"],
+            "N/A");
+  expect_reference({{dir + "/t_a.yaml", random_}, {dir + "/t_one.yaml", random_}}, d_ / "na.json",
+                   with_dir({{"groups", {"g_na"}}}));
+  // A tag alone runs its tasks with no group row.
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                 " eval.tasks=other_tag eval.data=" + data_ + " eval.output=" + (d_ / "tag.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "|Groups")) << r.out;
+  EXPECT_TRUE(Json::parse(test::read_file(d_ / "tag.json"))["results"].contains("t_b"));
+
+  // The built-in mmlu: 57 subjects of 2 to 4 documents.
+  std::vector<std::pair<std::string, std::string>> subjects;
+  for (const auto& e : std::filesystem::directory_iterator(kTasks + "mmlu")) {
+    const std::string f = e.path().filename().string();
+    if (!f.starts_with("mmlu_")) continue;
+    const std::string name = f.substr(0, f.size() - 5);
+    std::vector<Json> docs;
+    for (int i = 0, n = 2 + int(rng_() % 3); i < n; ++i)
+      docs.push_back({{"question", words(4) + "?"},
+                      {"subject", name.substr(5)},
+                      {"choices", {words(1), words(2), words(1), words(1)}},
+                      {"answer", int(rng_() % 4)}});
+    write_split(name, "test", docs);
+    subjects.push_back({e.path().string(), random_});
+  }
+  ASSERT_EQ(subjects.size(), 57u);
+  const std::string mout = d_ / "mmlu.json";
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=mmlu eval.data=" + data_ +
+                 " eval.write_out=100 eval.output=" + mout);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json mres = Json::parse(test::read_file(mout));
+  EXPECT_EQ(mres["groups"].size(), 5u);
+  EXPECT_EQ(mres["results"]["mmlu_stem"]["alias"], " - stem");
+  EXPECT_EQ(mres["results"]["mmlu_anatomy"]["alias"], "  - anatomy");
+  EXPECT_EQ(mres["group_subtasks"]["mmlu"].size(), 4u);
+  EXPECT_EQ(mres["group_subtasks"]["mmlu_stem"].size(), 19u);
+  Json plan = {
+      {"task_dir", kTasks},
+      {"groups", {"mmlu", "mmlu_stem", "mmlu_other", "mmlu_social_sciences", "mmlu_humanities"}}};
+  expect_reference(subjects, mout, plan);
+
+  // Errors name the group file and key.
+  auto bad = [&](const std::string& file, const std::string& text) {
+    test::write_file(dir + "/" + file + ".yaml", text);
+    return run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                      " eval.tasks=" + file + " eval.data=" + data_);
+  };
+  r = bad("g_unknown", "group: g_unknown\ntask: [t_a, no_such]\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "g_unknown.yaml: task: 'no_such': no task, group or tag 'no_such'"))
+      << r.out;
+  r = bad("g_metric", "group: g_metric\ntask: [t_a]\naggregate_metric_list:\n  - metric: f1\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out,
+                       "g_metric.yaml: aggregate_metric_list[0]: none of the group's "
+                       "tasks reports 'f1,none'"))
+      << r.out;
+  r = bad("g_inline", "group: g_inline\ntask:\n  - task: x\n    doc_to_text: y\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "g_inline.yaml: task[0]: an inline task definition")) << r.out;
+  r = bad("g_self", "group: g_self\ntask: [t_a, g_self]\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "g_self.yaml: task: group 'g_self' holds itself")) << r.out;
+  r = bad("g_agg",
+          "group: g_agg\ntask: [t_a]\naggregate_metric_list:\n  - metric: acc\n"
+          "    aggregation: median\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "g_agg.yaml: aggregate_metric_list[0].aggregation: 'median'"))
+      << r.out;
 }
 
 TEST_F(EvalTasksCli, GenerateUntilWithFiltersMatchesTheReference) {
@@ -391,6 +572,30 @@ TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
   EXPECT_TRUE(contains(r.out, "document 2") && contains(r.out, "doc_to_target") &&
               contains(r.out, "choice index 2 is out of range"))
       << r.out;
+  // Winogrande: a gold context index out of range names doc_to_text; a
+  // document whose doc_to_text is not an index after one that is.
+  write_split("winogrande", "validation",
+              {{{"gold", 1}, {"contexts", {"a", "b"}}, {"continuation", "c"}},
+               {{"gold", 2}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "winogrande.yaml") &&
+              contains(r.out,
+                       "winogrande/validation.jsonl document 1: doc_to_text: choice "
+                       "index 2 is out of range"))
+      << r.out;
+  write_split("winogrande", "validation",
+              {{{"gold", 1}, {"contexts", {"a", "b"}}, {"continuation", "c"}},
+               {{"gold", "b"}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 1: doc_to_text: \"b\" is not a context's index")) << r.out;
+  // multiple_inputs: true where doc_to_text is text.
+  write_split("winogrande", "validation",
+              {{{"gold", "a"}, {"contexts", {"a", "b"}}, {"continuation", "c"}}});
+  r = run("winogrande");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "document 0: doc_to_text: multiple_inputs is true")) << r.out;
   // A choices field missing from a document (hellaswag reads "choices").
   write_split("hellaswag", "validation", {{{"query", "q"}, {"label", "0"}}});
   r = run("hellaswag");
@@ -404,8 +609,8 @@ TEST_F(EvalTasksCli, BadTasksAndDocumentsAreNamedAndWriteNothing) {
   r = run("hellaswag");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "hellaswag/validation.jsonl")) << r.out;
-  // A folder of tasks (a group) runs them all, in name order: the first
-  // one's data is missing here.
+  // The mmlu group runs its subjects (stem's first, as its YAML lists the
+  // categories): the first one's data is missing here.
   r = run("mmlu");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "mmlu_abstract_algebra/test.jsonl")) << r.out;

@@ -13,7 +13,8 @@ and standard errors as the harness defines them.
 usage: harness_reference.py PLAN.json   (exits non-zero on any mismatch)
 PLAN: {"data": DIR, "results": FILE, "samples": FILE, "ll_tol": x, "bootstrap_iters": n,
        "system_instruction": s, "chat_template": JINJA, "multiturn": bool (optional),
-       "tasks": [{"yaml": FILE, "model": DIR}]}
+       "tasks": [{"yaml": FILE, "model": DIR}],
+       "task_dir": DIR, "groups": [NAME, ...] (optional: group scores to check)}
 """
 import ast
 import json
@@ -67,6 +68,9 @@ class Task:
         self.pool = load(fs) if self.shots else []
         self.exclude = c.get("fewshot_split") == c.get("test_split")
         self.rnd = random.Random(1234)
+        # The harness's Task: multiple-input (Winogrande) when the first
+        # scored document's doc_to_text is an int and the task has choices.
+        self.multiple_input = self.out == "multiple_choice" and isinstance(self.text(self.docs[0]), int)
 
     def field(self, key, doc):
         return doc[key] if key in doc else None
@@ -118,10 +122,13 @@ class Task:
             n = self.shots + 1 if self.exclude else self.shots
             drawn = [x for x in self.rnd.sample(self.pool, n) if x != doc][: self.shots]
             for d in drawn:
-                shots += self.text(d)
+                q = self.text(d)
+                shots += self.choices(d)[q] if isinstance(q, int) else q
                 t = self.target(d)
                 if t != "":
                     shots += self.td + self.answer(d, t) + self.fd
+        if self.multiple_input:  # the labeled examples; each choice appended
+            return system + shots
         q = self.text(doc)
         if not style.get("chat_template"):
             return system + shots + q
@@ -252,6 +259,65 @@ def mean_stderr(xs):
     return math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1)) / math.sqrt(len(xs))
 
 
+def group_files(task_dir):
+    """name -> parsed YAML for groups and tasks; tag -> [task names]."""
+    defined, tags = {}, {}
+    for root, _, files in os.walk(task_dir):
+        for f in files:
+            if not f.endswith(".yaml"):
+                continue
+            y = yaml.safe_load(open(os.path.join(root, f)))
+            if "group" in y and isinstance(y.get("task"), list):
+                defined[y["group"]] = y
+            else:
+                defined[y["task"]] = y
+                for t in ([y["tag"]] if isinstance(y.get("tag"), str) else y.get("tag") or []):
+                    tags.setdefault(t, []).append(y["task"])
+    return defined, tags
+
+
+def leaf_tasks(name, defined, tags):
+    if name in tags:
+        return list(tags[name])
+    y = defined[name]
+    if "group" not in y:
+        return [name]
+    out = []
+    for t in y["task"]:
+        out += [x for x in leaf_tasks(t, defined, tags) if x not in out]
+    return out
+
+
+def check_groups(plan, results, mine):
+    """lm-evaluation-harness's group scores by hand: over every task below
+    the group (subgroups flattened), the mean weighted by documents (or not),
+    and the pooled standard error sqrt(sum((n-1) se^2 n) / (N - k) / N)."""
+    defined, tags = group_files(plan["task_dir"])
+    for g in plan["groups"]:
+        y = defined[g]
+        leaves = leaf_tasks(g, defined, tags)
+        for am in y.get("aggregate_metric_list") or []:
+            filters = am.get("filter_list", "none")
+            for f in [filters] if isinstance(filters, str) else filters:
+                key = f"{am['metric']},{f}"
+                got = [mine[(t, key)] for t in leaves if (t, key) in mine]
+                vals, ses, ns = [v for v, _, _ in got], [e for _, e, _ in got], [n for _, _, n in got]
+                w = ns if am.get("weight_by_size", False) else [1] * len(ns)
+                want = sum(v * x for v, x in zip(vals, w)) / sum(w)
+                if "N/A" in ses:
+                    se = "N/A"
+                else:
+                    N = sum(ns)
+                    se = math.sqrt(sum((n - 1) * e * e * n for n, e in zip(ns, ses)) / (N - len(ns)) / N)
+                have = results[g][key]
+                hse = results[g][f"{am['metric']}_stderr,{f}"]
+                print(f"group {g} {key} over {len(got)} tasks ({sum(ns)} documents): nekton {have!r} "
+                      f"reference {want!r}; stderr nekton {hse!r} reference {se!r}")
+                check(abs(have - want) <= 1e-12, f"group {g} {key}: {have} want {want}")
+                check(hse == se if se == "N/A" else abs(hse - se) <= 1e-12,
+                      f"group {g} {key} stderr: {hse} want {se}")
+
+
 def main(plan_path):
     plan = json.load(open(plan_path))
     results = json.load(open(plan["results"]))["results"]
@@ -261,6 +327,7 @@ def main(plan_path):
         samples[(s["task"], s["doc_id"])] = s
     tol = plan.get("ll_tol", 1e-5)
     worst = 0.0
+    mine = {}  # (task, "metric,filter") -> (value, stderr, documents), this script's own
     for spec in plan["tasks"]:
         task, model = Task(spec["yaml"], plan["data"]), Model(spec["model"])
         c = task.cfg
@@ -277,7 +344,11 @@ def main(plan_path):
             if task.out == "multiple_choice":
                 ch = task.choices(doc)
                 td = "" if plan.get("chat_template") else task.td
-                args = [[ctx, td + x] for x in ch]
+                if task.multiple_input:
+                    args = [[ctx + x, td + str(tgt)] for x in ch]
+                    tgt = task.text(doc)
+                else:
+                    args = [[ctx, td + x] for x in ch]
                 mi = any(m["metric"] == "acc_mutual_info" for m in metrics)
                 if mi:  # the unconditional requests follow the conditional ones
                     args += [["", td + x] for x in ch]
@@ -353,6 +424,7 @@ def main(plan_path):
                     want, se = ppl(xs), bootstrap_stderr(ppl, xs, plan["bootstrap_iters"])
                 else:
                     want, se = sum(xs) / len(xs), mean_stderr(xs)
+                mine[(task.name, f"{key[0]},{key[1]}")] = (want, se, len(xs))
                 have = out[f"{key[0]},{key[1]}"]
                 exact = name in ("acc", "acc_norm", "acc_bytes", "acc_mutual_info", "exact_match")
                 rel = abs(have - want) / max(abs(want), 1e-300)
@@ -362,6 +434,8 @@ def main(plan_path):
                 se_tol = 1e-12 if name != "perplexity" else 1e-5 * abs(se)
                 check((hse == se) if se == "N/A" else abs(hse - se) <= se_tol,
                       f"{task.name} {key} stderr: {hse} want {se}")
+    if plan.get("groups"):
+        check_groups(plan, results, mine)
     print(f"largest |loglik difference| {worst:.3g}")
     if failures:
         sys.exit(1)

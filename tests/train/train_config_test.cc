@@ -84,7 +84,8 @@ const char* kSavedBefore =
 // The resolved config without the keys added after kSavedBefore was written
 // (train.device; the parallel.* section of data-parallel training; fine-tuning's
 // data.sft_* group and train.init_from; activation recompute's
-// train.recompute*; model.make_vocab_size_divisible_by; model.head_dim), which
+// train.recompute*; model.make_vocab_size_divisible_by; model.head_dim;
+// train.eval_*), which
 // read back at their defaults: everything else must keep its text and order.
 std::string without_newer_keys(const std::string& yaml) {
   std::string out, line, section;
@@ -101,8 +102,8 @@ std::string without_newer_keys(const std::string& yaml) {
         (section == "model:" && (key.starts_with("moe_") || key == "num_experts" ||
                                  key == "num_experts_per_tok" || key == "norm_topk_prob" ||
                                  key == "num_labels" || key == "labels" || key == "head_dim")) ||
-        (section == "train:" &&
-         (key == "init_from" || key == "recompute" || key == "recompute_layers")) ||
+        (section == "train:" && (key == "init_from" || key == "recompute" ||
+                                 key == "recompute_layers" || key.starts_with("eval_"))) ||
         (section == "data:" && fine_tuning.count(key)))
       continue;
     out += line + "\n";

@@ -1,0 +1,57 @@
+// A group of tasks as lm-evaluation-harness's group YAML defines one (its
+// GroupConfig): `group` (the name), `group_alias`, `task` (the names of
+// tasks, groups or tags it holds), `aggregate_metric_list` and
+// `metadata.version`. A group with an aggregate_metric_list scores each
+// listed metric over every task below it (subgroups flattened, as the
+// harness's consolidate_group_results collects them):
+//
+//   value  = Σ m_i n_i / Σ n_i   (weight_by_size; else the plain mean of m_i)
+//   stderr = sqrt(Σ (n_i - 1) se_i² n_i / (Σ n_i - k) / Σ n_i)   (pooled; "N/A"
+//            when any task's is)
+//
+// over the k tasks that report the metric, n_i their scored documents.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nk {
+
+// One entry of aggregate_metric_list (the harness's AggMetricConfig).
+struct AggregateMetric {
+  std::string metric;
+  bool weight_by_size = false;                  // the harness's default
+  std::vector<std::string> filters = {"none"};  // filter_list
+};
+
+struct GroupConfig {
+  std::string file, group, alias;  // alias: group_alias, else group
+  std::vector<std::string> tasks;  // as the YAML lists them
+  // nullopt: no aggregate_metric_list (a group that only gathers tasks).
+  std::optional<std::vector<AggregateMetric>> aggregate;
+  nlohmann::ordered_json version;  // metadata.version, or null
+};
+
+// Whether a YAML file is a group (it has a top-level `group` key with a
+// `task` list); false for a task file or one that does not parse.
+bool is_group_file(const std::string& path);
+
+// Reads a group YAML. nk::Error naming the file and key for malformed YAML,
+// a missing group or task list, an inline task definition, an unknown key,
+// or an aggregation other than mean.
+GroupConfig load_group_config(const std::string& path);
+
+// One metric of a group over its tasks' values, standard errors (nullopt:
+// "N/A") and sizes, as above.
+struct Pooled {
+  double value = 0;
+  std::optional<double> stderr_;
+};
+Pooled aggregate_metric(const std::vector<double>& values,
+                        const std::vector<std::optional<double>>& stderrs,
+                        const std::vector<int64_t>& sizes, bool weight_by_size);
+
+}  // namespace nk
