@@ -6,11 +6,14 @@
 # letter after the prompt's last one (h wraps to a). GRPO with an accuracy
 # reward (the whole completion must be the one right letter) then raises the
 # held-out accuracy (greedy, `nekton eval tasks` exact_match on 100 words
-# never seen in training) by at least 30 points. (A LoRA policy, all-linear
-# r=16 at lr 1e-2, stayed at 0 on the same budget: not claimed yet.)
-#   tests/align/online_learning.sh REPO BUILD
+# never seen in training) by at least 30 points.
+# With `lora`: the same for a LoRA policy (all-linear, r 16) on a wider model
+# (4 layers of 256: on the 2 x 64 one LoRA cannot learn the task even by
+# plain fine-tuning on the right answers, 200 steps; full weights do in 40).
+#   tests/align/online_learning.sh REPO BUILD [lora]
 set -euo pipefail
-NAME=online_learning
+MODE=${3:-full}
+NAME=online_learning_$MODE
 REPO=$1
 NK=$2/bin/nekton
 source "$REPO/tests/apps/mpi/script_lib.sh"
@@ -53,8 +56,15 @@ generation_kwargs:
 num_fewshot: 0
 """)
 PY
-MODEL=(model.arch=llama model.n_layer=2 model.d_model=64 model.n_head=4 model.n_kv_head=4
-       model.d_ff=128 model.vocab_size=257 model.max_seq_len=32 data.tokenizer=bytes
+WIDTH=(model.n_layer=2 model.d_model=64 model.d_ff=128)
+STEPS=(train.steps=300 train.lr=3e-3)
+PEFT=()
+if [[ $MODE == lora ]]; then
+  WIDTH=(model.n_layer=4 model.d_model=256 model.d_ff=512)
+  STEPS=(train.steps=100 train.lr=5e-3)
+  PEFT=(peft.method=lora peft.lora_rank=16 peft.target_modules=all-linear)
+fi
+MODEL=(model.arch=llama "${WIDTH[@]}" model.n_head=4 model.n_kv_head=4 model.vocab_size=257 model.max_seq_len=32 data.tokenizer=bytes
        data.chat_template=plain train.seq_len=12 train.peak_tflops=1)
 run() {
   local out=$1
@@ -75,11 +85,11 @@ GRPO=(align.method=grpo "train.init_from=$WORK/sft/model" "${MODEL[@]}"
       align.num_generations=8 align.reward_funcs=accuracy align.reward_accuracy.extract=regex
       "align.reward_accuracy.pattern=^([a-z])$" align.reward_accuracy.compare=exact
       align.reward_accuracy.reference=as_is train.micro_batch=64 train.global_batch=128
-      train.steps=300 train.lr=3e-3 train.log_every=50)
+      "${STEPS[@]}" "${PEFT[@]}" train.log_every=50)
 run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo"
 before=$(accuracy "$WORK/sft/model" sft)
 after=$(accuracy "$WORK/grpo/model" grpo)
 echo "held-out accuracy: format-only SFT $before, after GRPO $after"
 /usr/bin/python3 -c "import sys; b, a = map(float, sys.argv[1:]); sys.exit(0 if a >= b + 0.30 else 1)" \
   "$before" "$after" || fail "GRPO did not raise the held-out accuracy by 30 points ($before -> $after)"
-pass "GRPO raised the held-out accuracy from $before to $after"
+pass "GRPO ($MODE) raised the held-out accuracy from $before to $after"
