@@ -95,6 +95,25 @@ TEST(MoeTrain, NektonTrainLowersTheLoss) {
   EXPECT_GE(m["moe_load_max"].get<double>(), 1.0) << m.dump();
   EXPECT_EQ(m["moe_dropped"].get<double>(), 0.0) << m.dump();
   EXPECT_TRUE(contains(r.out, "| moe_aux ")) << r.out;
+  // At log steps (the last one here), each layer's tokens per expert over
+  // the step: 4 x 16 tokens x 2 experts each, whose busiest over the mean is
+  // the layer's moe_load_max; not in the step log line, nor in the records
+  // of other steps.
+  for (int l = 0; l < 2; ++l) {
+    const nlohmann::json& n = m[fmt::format("moe_tokens.l{}", l)];
+    ASSERT_TRUE(n.is_array()) << m.dump();
+    ASSERT_EQ(n.size(), 8u) << m.dump();
+    double sum = 0, most = 0;
+    for (const nlohmann::json& v : n) {
+      sum += v.get<double>();
+      most = std::max(most, v.get<double>());
+    }
+    EXPECT_EQ(sum, 4 * 16 * 2) << m.dump();
+    EXPECT_NEAR(most / (sum / 8), m[fmt::format("moe_load_max.l{}", l)].get<double>(), 1e-9);
+  }
+  EXPECT_FALSE(contains(r.out, "moe_tokens")) << r.out;
+  const std::string text = test::read_file(dir / "out/metrics.jsonl");
+  EXPECT_FALSE(contains(text.substr(0, text.find('\n')), "moe_tokens")) << text;
 }
 
 class MoeResume : public ::testing::TestWithParam<const char*> {};
