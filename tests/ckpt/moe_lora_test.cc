@@ -54,7 +54,8 @@ json moe_spec(const std::string& arch) {
 // train_router, the routers).
 std::vector<std::string> frozen_names(const ModelConfig& c) {
   std::vector<std::string> out;
-  for (const ParamInfo& p : Transformer::layout_for(c).params())
+  const ParamLayout layout = Transformer::layout_for(c);
+  for (const ParamInfo& p : layout.params())
     if (!p.adapter && !(c.lora.train_router && p.name.ends_with(".moe.router.weight")))
       out.push_back(p.name);
   return out;
@@ -101,7 +102,7 @@ TEST_P(MoeLora, MatchesPeftReferenceAndRoundTrips) {
   const std::vector<PeftTensor> tensors = peft_tensors(c);
   int64_t experts = 0;
   for (const AdaptedModule& t : lora_targets(c)) experts += adapted_expert(t) >= 0;
-  EXPECT_GE(experts, 2 * 4 * 3) << "every expert's three projections in both layers";
+  EXPECT_GE(experts, 2 * 4 * 2) << "every expert's adapted projections in both layers";
 
   // The adapter in PEFT's format: its names and modules_to_save.
   const std::string adapter = tmp / "adapter";
@@ -145,9 +146,15 @@ TEST_P(MoeLora, MatchesPeftReferenceAndRoundTrips) {
   EXPECT_NEAR(loss, want[0], 1e-5 * std::abs(want[0]));
   double worst = 0;
   for (const PeftTensor& t : tensors) {
-    const double rel =
-        max_rel_diff(ParamLayout::view(model->grads(), model->layout().find(t.param)).view(t.shape),
-                     ref.get(t.name));
+    const Tensor ours =
+        ParamLayout::view(model->grads(), model->layout().find(t.param)).view(t.shape);
+    const Tensor want_grad = ref.get(t.name);
+    // An expert no token was routed to has no gradient, here and there.
+    if (ops::sum_squares(want_grad) == 0) {
+      EXPECT_EQ(ops::sum_squares(ours), 0) << t.name;
+      continue;
+    }
+    const double rel = max_rel_diff(ours, want_grad);
     worst = std::max(worst, rel);
     EXPECT_LT(rel, 1e-4) << t.name;
   }
