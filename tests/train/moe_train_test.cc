@@ -102,14 +102,14 @@ TEST(MoeTrain, NektonTrainLowersTheLoss) {
   for (int l = 0; l < 2; ++l) {
     const nlohmann::json& n = m[fmt::format("moe_tokens.l{}", l)];
     ASSERT_TRUE(n.is_array()) << m.dump();
-    ASSERT_EQ(n.size(), 8u) << m.dump();
+    ASSERT_EQ(n.size(), 4u) << m.dump();  // mixtral-tiny: 4 experts
     double sum = 0, most = 0;
     for (const nlohmann::json& v : n) {
       sum += v.get<double>();
       most = std::max(most, v.get<double>());
     }
     EXPECT_EQ(sum, 4 * 16 * 2) << m.dump();
-    EXPECT_NEAR(most / (sum / 8), m[fmt::format("moe_load_max.l{}", l)].get<double>(), 1e-9);
+    EXPECT_NEAR(most / (sum / 4), m[fmt::format("moe_load_max.l{}", l)].get<double>(), 1e-9);
   }
   EXPECT_FALSE(contains(r.out, "moe_tokens")) << r.out;
   const std::string text = test::read_file(dir / "out/metrics.jsonl");
