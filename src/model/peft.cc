@@ -87,13 +87,10 @@ std::vector<bool> select(const std::vector<AdaptedModule>& all,
             "{}: '{}' names a Mixture-of-Experts router ({}), which takes no adapter; "
             "peft.train_router=true trains the routers whole",
             key, target, module);
-    std::vector<std::string> names;  // the short names of layer 0's modules
-    for (const AdaptedModule& t : all) {
-      const std::string name = t.module.substr(t.module.rfind('.') + 1);
-      if (t.linear.starts_with("h.0.") &&
-          std::find(names.begin(), names.end(), name) == names.end())
-        names.push_back(name);
-    }
+    std::vector<std::string> names;  // the short names of layer 0's modules (expert 0's)
+    for (const AdaptedModule& t : all)
+      if (t.linear.starts_with("h.0.") && adapted_expert(t) <= 0)
+        names.push_back(t.module.substr(t.module.rfind('.') + 1));
     fail(
         "{}: '{}' matches no linear layer of this {} model (its modules: {}; Megatron's names: "
         "linear_qkv, linear_proj, linear_fc1, linear_fc2; or all-linear)",
