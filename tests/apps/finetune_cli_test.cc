@@ -179,6 +179,20 @@ TEST_F(Finetune, LoraLearnsToReverseWords) {
   EXPECT_EQ(correct_answers(d_ / "merged", "generate.tokenizer=bytes"), after);
 }
 
+// A random 4-expert Mixtral over bytes, saved once per test in d_/moe_base.
+std::string moe_base(const test::TempDir& d) {
+  const std::string base = d / "moe_base";
+  if (fs::exists(base)) return base;
+  ModelConfig c = model_preset("mixtral-tiny");
+  c.vocab_size = 257;
+  c.max_seq_len = 64;
+  c.init_std = 0.1;
+  Transformer m(c, DType::F32, 3);
+  save_model(base, m);
+  store_tokenizer("bytes", base);
+  return base;
+}
+
 // LoRA on a Mixture-of-Experts model (a random 4-expert Mixtral over
 // bytes): each expert's w1/w2/w3 adapted, the routers trained
 // (peft.train_router), the rest frozen; the loss falls, the experts stay
@@ -186,16 +200,7 @@ TEST_F(Finetune, LoraLearnsToReverseWords) {
 // saved adapter (PEFT's names, the routers as modules_to_save) answers as
 // the run's model does, before and after merging.
 TEST_F(Finetune, MoeLoraLowersTheLossAndReloads) {
-  const std::string base = d_ / "moe_base", out = d_ / "moe_lora";
-  {
-    ModelConfig c = model_preset("mixtral-tiny");
-    c.vocab_size = 257;
-    c.max_seq_len = 64;
-    c.init_std = 0.1;
-    Transformer m(c, DType::F32, 3);
-    save_model(base, m);
-    store_tokenizer("bytes", base);
-  }
+  const std::string base = moe_base(d_), out = d_ / "moe_lora";
   std::string args = lora_args(base, out) +
                      " peft.target_modules=q_proj,v_proj,w1,w2,w3 peft.train_router=true "
                      "train.steps=30 train.lr=1e-2 peft.lora_rank=8 peft.lora_alpha=16";
@@ -248,6 +253,25 @@ TEST_F(Finetune, MoeLoraLowersTheLossAndReloads) {
   expect_failure(lora_args(base_, d_ / "gpt2_router") + " peft.train_router=true",
                  "peft.train_router: the model has no Mixture-of-Experts router",
                  d_ / "gpt2_router");
+}
+
+// MoE LoRA over a bf16-only base with the routers trained and adapter
+// dropout, stopped after step 3 and rerun: the same adapter (routers
+// included) and model bytes as 6 steps in one go.
+TEST_F(Finetune, MoeLoraResumesExactly) {
+  const std::string base = moe_base(d_), a = d_ / "ma", b = d_ / "mb";
+  const std::string args =
+      " train.dtype=bf16 train.steps=6 peft.lora_dropout=0.1 peft.train_router=true "
+      "peft.target_modules=q_proj,w1,w2,w3";
+  auto r = test::run_nekton(lora_args(base, a) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  for (const char* f : {"/model/model.safetensors", "/adapter/adapter_model.safetensors"})
+    EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
 }
 
 // With adapter dropout, stopped after step 3 and rerun: the same weights as
