@@ -304,6 +304,15 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
   const LoraConfig& l = c.lora;
   if (int(l.enabled()) + c.ia3.enabled() + c.bottleneck.enabled() + c.prompt.enabled() > 1)
     fail("{}method: a model takes one kind of adapter (LoRA, IA3, bottleneck or p-tuning)", prefix);
+  // Before any target is matched: a MoE model's experts take LoRA only.
+  if (c.is_moe() && (c.ia3.enabled() || c.bottleneck.enabled() || c.prompt.enabled()))
+    fail(
+        "peft.method: {} on a Mixture-of-Experts model (model.num_experts = {}) are not supported "
+        "yet (LoRA is: peft.method=lora)",
+        c.ia3.enabled()          ? "IA3 adapters"
+        : c.bottleneck.enabled() ? "bottleneck adapters"
+                                 : "p-tuning",
+        c.num_experts);
   if (l.enabled()) {
     check_limit("", prefix + "lora_rank", l.rank, limits::kHidden, "ranks");
     if (!(l.alpha > 0) || !std::isfinite(l.alpha))

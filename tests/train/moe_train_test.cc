@@ -208,6 +208,12 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
       Config::load(train_schema(), "", keys(dir, {"parallel.ep=2", "parallel.etp=2"})));
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.etp = 2: expert tensor parallelism")) << e;
+  // Adapters under expert parallelism are not split yet.
+  cfg = train_config_from(
+      Config::load(train_schema(), "",
+                   keys(dir, {"parallel.ep=2", "peft.method=lora", "peft.target_modules=w1"})));
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.ep = 2: adapters (peft.method)")) << e;
 }
 
 TEST(MoeTrain, UnsupportedModelsAreRefused) {
@@ -216,9 +222,11 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
     return error_of(
         [&] { Trainer t(train_config_from(Config::load(train_schema(), "", keys(dir, extra)))); });
   };
-  std::string e = err({"peft.method=lora"});
-  EXPECT_TRUE(contains(e, "peft.method")) << e;
-  EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
+  // LoRA trains on MoE models (tests/ckpt/moe_lora_test.cc); the other adapters do not yet.
+  std::string e = err({"peft.method=ia3", "peft.target_modules=k_proj"});
+  EXPECT_TRUE(contains(e, "peft.method: IA3 adapters on a Mixture-of-Experts model")) << e;
+  e = err({"peft.method=adapter"});
+  EXPECT_TRUE(contains(e, "peft.method: bottleneck adapters on a Mixture-of-Experts model")) << e;
   e = err({"model.num_experts_per_tok=5"});
   EXPECT_TRUE(contains(e, "model.num_experts_per_tok")) << e;
   e = err({"model.arch=llama", "model.num_experts=4"});
