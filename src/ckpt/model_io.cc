@@ -71,6 +71,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                  {"dropout", c.lora.dropout},
                  {"rslora", c.lora.rslora},
                  {"target_modules", c.lora.target_modules}};
+  if (c.lora.train_router) j["lora"]["train_router"] = true;  // only when set: the bytes stay
   if (c.ia3.enabled())
     j["ia3"] = {{"target_modules", c.ia3.target_modules},
                 {"feedforward_modules", c.ia3.feedforward_modules}};
@@ -159,6 +160,7 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       l.at("dropout").get_to(c.lora.dropout);
       l.at("rslora").get_to(c.lora.rslora);
       l.at("target_modules").get_to(c.lora.target_modules);
+      if (l.contains("train_router")) l.at("train_router").get_to(c.lora.train_router);
     } catch (const json::exception& e) {
       fail("{}: field 'lora' needs rank, alpha, dropout, rslora and target_modules ({})", where,
            e.what());

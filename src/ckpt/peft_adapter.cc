@@ -36,6 +36,28 @@ void refuse_option(const json& j, const std::string& where, const char* key, con
   fail("{}: '{}' = {} is not supported ({})", where, key, v.dump(), what);
 }
 
+// The routers peft.train_router trains: their layout names and Hugging
+// Face module paths (not Qwen2-MoE's shared_expert_gate).
+std::vector<std::pair<std::string, std::string>> trained_routers(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& r : router_modules(c))
+    if (r.first.ends_with(".moe.router.weight")) out.push_back(r);
+  return out;
+}
+
+// PEFT's modules_to_save for the routers: the module's name within a layer
+// ("block_sparse_moe.gate", "mlp.gate"), which PEFT matches as a suffix of
+// each module's path (so Qwen2-MoE's mlp.shared_expert_gate is not one).
+std::string router_module_name(const ModelConfig& c) {
+  const std::vector<std::pair<std::string, std::string>> r = trained_routers(c);
+  NK_CHECK(!r.empty(), "router_module_name: no router");
+  const std::string& m = r.front().second;  // model.layers.0.block_sparse_moe.gate
+  const std::string layers = "layers.";
+  const size_t at = m.find(layers);
+  NK_CHECK(at != std::string::npos, "router module '{}' is not under layers.N", m);
+  return m.substr(m.find('.', at + layers.size()) + 1);
+}
+
 }  // namespace
 
 std::vector<PeftTensor> peft_tensors(const ModelConfig& c) {
@@ -46,6 +68,11 @@ std::vector<PeftTensor> peft_tensors(const ModelConfig& c) {
     out.push_back({m + ".lora_A.weight", t.a_name(), {r, t.in}});
     out.push_back({m + ".lora_B.weight", t.b_name(), {t.rows, r}});
   }
+  // The trained routers as PEFT saves modules_to_save: the module's own
+  // tensor names under base_model.model.
+  if (c.lora.enabled() && c.lora.train_router)
+    for (const auto& [param, module] : trained_routers(c))
+      out.push_back({"base_model.model." + module + ".weight", param, {c.num_experts, c.d_model}});
   for (const AdaptedModule& t : ia3_targets(c))
     out.push_back({"base_model.model." + t.module + ".ia3_l", t.ia3_name(),
                    t.feedforward ? Shape{1, t.in} : Shape{t.rows, 1}});
@@ -127,7 +154,24 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
         "{}: 'peft_type' is {}, Nekton reads LORA, IA3, P_TUNING and PROMPT_TUNING adapters "
         "(and its own BOTTLENECK_ADAPTER)",
         where, j.contains("peft_type") ? j.at("peft_type").dump() : "missing");
-  refuse_option(j, where, "modules_to_save", "adapter weights only");
+  // modules_to_save: a MoE model's routers alone (peft.train_router).
+  bool routers_saved = false;
+  if (j.contains("modules_to_save") && j.at("modules_to_save").is_array() &&
+      !j.at("modules_to_save").empty() && base.is_moe()) {
+    const std::string router = router_module_name(base);
+    for (const json& m : j.at("modules_to_save"))
+      if (!m.is_string() ||
+          !(m.get<std::string>() == router || router.ends_with("." + m.get<std::string>()) ||
+            m.get<std::string>() == "gate"))
+        fail(
+            "{}: 'modules_to_save' = {} is not supported (adapter weights, and a "
+            "Mixture-of-Experts "
+            "model's routers: [\"{}\"])",
+            where, j.at("modules_to_save").dump(), router);
+    routers_saved = true;
+  } else {
+    refuse_option(j, where, "modules_to_save", "adapter weights only");
+  }
   refuse_option(j, where, "layers_to_transform", "every layer is adapted");
   if (info.type == "LORA") {
     if (!j.contains("r")) fail("{}: missing field 'r'", where);
@@ -146,6 +190,7 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
       fail("{}: 'bias' = \"{}\" is not supported (LoRA without bias training: \"none\")", where,
            bias);
     info.lora.target_modules = module_list(j, where, "target_modules", true);
+    info.lora.train_router = routers_saved;
     // PEFT corrects a fan_in_fan_out that does not fit the module (nn.Linear
     // or Conv1D) with a warning; the adapter's tensors are the same either way.
     if (j.contains("fan_in_fan_out") && !j.at("fan_in_fan_out").is_null()) {
@@ -182,6 +227,8 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
     info.ia3.feedforward_modules = module_list(j, where, "feedforward_modules", false);
     if (info.ia3.target_modules.empty()) fail("{}: 'target_modules' is empty", where);
   }
+  if (routers_saved && info.type != "LORA")
+    fail("{}: 'modules_to_save' (the routers) is read with LoRA adapters only", where);
   info.base_model = str("base_model_name_or_path", "");
   ModelConfig c = base;
   c.lora = info.lora;
@@ -258,7 +305,9 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
     Tensor f32 = Tensor::empty(p.shape, DType::F32), host = Tensor::empty(t.shape, dtype);
     // p-tuning's prompt: the encoder's output, as PEFT saves it.
     const bool encoded = t.param == kPromptTable && c.prompt.encoder_hidden > 0;
-    ops::copy_to_host(encoded ? model.prompt_f32() : ParamLayout::view(params, p),
+    ops::copy_to_host(encoded               ? model.prompt_f32()
+                      : model.has_master(p) ? ParamLayout::view(params, p)
+                                            : model.param_f32(p),
                       f32.data<float>());
     ops::convert(host, f32.view(t.shape));
     tensors.emplace_back(t.name, host);
@@ -277,6 +326,7 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
   j["fan_in_fan_out"] = transposed;
   j["inference_mode"] = true;
   j["modules_to_save"] = nullptr;
+  if (c.lora.enabled() && c.lora.train_router) j["modules_to_save"] = {router_module_name(c)};
   j["revision"] = nullptr;
   j["task_type"] = "CAUSAL_LM";
   if (c.prompt.enabled()) {  // PEFT's PromptEncoderConfig, as saved after training
@@ -300,6 +350,16 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
     j["target_modules"] = modules(c.bottleneck.target_modules);
   } else {
     j["target_modules"] = modules(c.lora.enabled() ? c.lora.target_modules : c.ia3.target_modules);
+    // PEFT's all-linear would adapt a MoE model's routers too; the modules
+    // Nekton adapted are written by name instead (each a suffix PEFT matches).
+    if (c.is_moe() && j["target_modules"] == "all-linear") {
+      std::vector<std::string> names;
+      for (const AdaptedModule& t : lora_targets(c))
+        names.push_back(t.module.substr(t.module.rfind('.') + 1));
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      j["target_modules"] = names;
+    }
   }
   if (c.lora.enabled()) {
     j["alpha_pattern"] = json::object();

@@ -147,24 +147,25 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     auto flat = [&](int64_t n, DType t) { return n ? alloc({n * B * T}, t) : Tensor(); };
     // Inference reuses one layer's buffers for all, and the fully recomputing
     // layers share one set: each sized for the most of the layers it serves.
-    std::optional<std::array<nn::AdapterActs, 4>> full_set;
+    using Set = std::array<nn::AdapterActs, kAdapterSlots>;
+    std::optional<Set> full_set;
     for (size_t l = 0; l < layers.size(); ++l) {
       const bool full = recompute_of(int64_t(l)) == Recompute::Full;
-      std::array<nn::AdapterActs, 4> set;
+      Set set;
       if (full && full_set) {
         set = *full_set;
       } else {
-        std::array<int64_t, 4> saved = s.saved[l], saved_f32 = s.saved_f32[l];
-        std::array<bool, 4> adapted = s.adapted[l];
+        std::array<int64_t, kAdapterSlots> saved = s.saved[l], saved_f32 = s.saved_f32[l];
+        std::array<bool, kAdapterSlots> adapted = s.adapted[l];
         for (size_t o = 0; o < s.adapted.size(); ++o) {
           if (training && !(full && recompute_of(int64_t(o)) == Recompute::Full)) continue;
-          for (size_t i = 0; i < 4; ++i) {
+          for (size_t i = 0; i < kAdapterSlots; ++i) {
             saved[i] = std::max(saved[i], s.saved[o][i]);
             saved_f32[i] = std::max(saved_f32[i], s.saved_f32[o][i]);
             adapted[i] = adapted[i] || s.adapted[o][i];
           }
         }
-        for (size_t i = 0; i < 4; ++i)
+        for (size_t i = 0; i < kAdapterSlots; ++i)
           if (adapted[i])
             set[i] =
                 nn::AdapterActs{flat(saved[i], dt), adapters.get(), flat(saved_f32[i], DType::F32)};
@@ -174,6 +175,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
       layers[l].attn.proj_adapters = set[1];
       layers[l].mlp.up_adapters = set[2];
       layers[l].mlp.down_adapters = set[3];
+      // A MoE layer: its experts' in the MLP's slots, its shared expert's.
+      layers[l].moe.up_adapters = set[2];
+      layers[l].moe.down_adapters = set[3];
+      layers[l].moe.shared_up_adapters = set[4];
+      layers[l].moe.shared_down_adapters = set[5];
     }
   }
   if (c.prompt.enabled()) {
@@ -281,7 +287,9 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
        {std::pair<std::string, const nn::AdapterActs*>{"attn.qkv_adapters", &y.attn.qkv_adapters},
         {"attn.proj_adapters", &y.attn.proj_adapters},
         {"mlp.up_adapters", &y.mlp.up_adapters},
-        {"mlp.down_adapters", &y.mlp.down_adapters}}) {
+        {"mlp.down_adapters", &y.mlp.down_adapters},
+        {"moe.shared_up_adapters", &y.moe.shared_up_adapters},
+        {"moe.shared_down_adapters", &y.moe.shared_down_adapters}}) {
     if (!acts->defined()) continue;
     if (acts->h.defined()) out.push_back({name + ".h", acts->h});
     if (acts->stats.defined()) out.push_back({name + ".stats", acts->stats});

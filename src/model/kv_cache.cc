@@ -70,6 +70,9 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   }
   if (saved) lora_h = Tensor::empty({saved * R}, dt, device);
   if (saved_f32) adapter_stats = Tensor::empty({saved_f32 * R}, DType::F32, device);
+  if (c.is_moe() && adapters)  // the experts' adapters (any layer's: one at a time)
+    moe.up_adapters = moe.down_adapters = moe.shared_up_adapters = moe.shared_down_adapters =
+        nn::AdapterActs{lora_h, adapters.get(), adapter_stats};
   if (c.prompt.enabled())
     prompt = nn::Prompt::saved_for(c.prompt.virtual_tokens, C, c.prompt.encoder_hidden, dt, device);
 }

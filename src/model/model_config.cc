@@ -122,10 +122,13 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
         "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
         "({}num_experts = {}) is not supported yet",
         p, p, num_experts);
-  if (has_adapters())
+  if (has_adapters() && !lora.enabled())
     fail(
-        "peft.method: adapters (LoRA, IA3, bottleneck, p-tuning) on a Mixture-of-Experts model "
-        "({}num_experts = {}) are not supported yet",
+        "peft.method: {} on a Mixture-of-Experts model ({}num_experts = {}) are not supported "
+        "yet (LoRA is: peft.method=lora)",
+        ia3.enabled()          ? "IA3 adapters"
+        : bottleneck.enabled() ? "bottleneck adapters"
+                               : "p-tuning",
         p, num_experts);
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "core/limits.h"
 #include "model/arch.h"
@@ -14,9 +16,16 @@ namespace {
 
 // Megatron's name of a Nekton linear layer ("" for none of the four).
 std::string megatron_name(const std::string& linear) {
-  const char* names[] = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+  const char* names[] = {"linear_qkv", "linear_proj", "linear_fc1",
+                         "linear_fc2", "linear_fc1",  "linear_fc2"};
   const int slot = adapter_linear_slot(linear);
   return slot < 0 ? "" : names[slot];
+}
+
+// A MoE layer's router or shared-expert gate: linear layers of the block
+// that take no adapter.
+bool is_router(const std::string& param) {
+  return param.ends_with(".moe.router.weight") || param.ends_with(".moe.shared_gate.weight");
 }
 
 bool matches(const std::string& target, const AdaptedModule& t) {
@@ -50,6 +59,17 @@ std::vector<AdaptedModule> adaptable_modules(const ModelConfig& c) {
   return out;
 }
 
+// The Hugging Face module paths of c's routers (and shared-expert gates).
+std::vector<std::pair<std::string, std::string>> routers_of(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!c.is_moe()) return out;
+  const Architecture& arch = c.architecture();
+  for (const ExternalTensor& e : arch.hf_tensors(c, arch.hf_tensor_prefix()))
+    if (is_router(e.param) && e.name.ends_with(".weight"))
+      out.push_back({e.param, e.name.substr(0, e.name.size() - 7)});
+  return out;
+}
+
 // The modules `targets` select (each must select one); `key` names the
 // setting in errors.
 std::vector<bool> select(const std::vector<AdaptedModule>& all,
@@ -61,9 +81,16 @@ std::vector<bool> select(const std::vector<AdaptedModule>& all,
     for (size_t i = 0; i < all.size(); ++i)
       if (matches(target, all[i])) chosen[i] = any = true;
     if (any) continue;
-    std::vector<std::string> names;  // the short names of layer 0's modules
+    for (const auto& [param, module] : routers_of(c))
+      if (target == module || module.ends_with("." + target))
+        fail(
+            "{}: '{}' names a Mixture-of-Experts router ({}), which takes no adapter; "
+            "peft.train_router=true trains the routers whole",
+            key, target, module);
+    std::vector<std::string> names;  // the short names of layer 0's modules (expert 0's)
     for (const AdaptedModule& t : all)
-      if (t.linear.starts_with("h.0.")) names.push_back(t.module.substr(t.module.rfind('.') + 1));
+      if (t.linear.starts_with("h.0.") && adapted_expert(t) <= 0)
+        names.push_back(t.module.substr(t.module.rfind('.') + 1));
     fail(
         "{}: '{}' matches no linear layer of this {} model (its modules: {}; Megatron's names: "
         "linear_qkv, linear_proj, linear_fc1, linear_fc2; or all-linear)",
@@ -186,7 +213,21 @@ int adapter_linear_slot(const std::string& linear) {
   const char* suffixes[] = {".attn.qkv", ".attn.proj", ".mlp.up", ".mlp.down"};
   for (int i = 0; i < 4; ++i)
     if (linear.ends_with(suffixes[i])) return i;
+  // A MoE layer has no dense MLP: its experts take the MLP's slots.
+  const char* moe[] = {".moe.up", ".moe.down", ".moe.shared_up", ".moe.shared_down"};
+  for (int i = 0; i < 4; ++i)
+    if (linear.ends_with(moe[i])) return 2 + i;
   return -1;
+}
+
+int64_t adapted_expert(const AdaptedModule& t) {
+  if (!t.linear.ends_with(".moe.up") && !t.linear.ends_with(".moe.down")) return -1;
+  return std::stoll(t.part.substr(
+      1, t.part.find('.') == std::string::npos ? std::string::npos : t.part.find('.') - 1));
+}
+
+std::vector<std::pair<std::string, std::string>> router_modules(const ModelConfig& c) {
+  return routers_of(c);
 }
 
 AdapterSizes adapter_sizes(const ModelConfig& c) {
@@ -194,9 +235,9 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
   if (!c.lora.enabled() && !c.ia3.enabled() && !c.bottleneck.enabled()) return s;
   s.rank = c.lora.rank;
   s.dim = c.bottleneck.dim;
-  s.saved.assign(size_t(c.n_layer), {0, 0, 0, 0});
-  s.saved_f32.assign(size_t(c.n_layer), {0, 0, 0, 0});
-  s.adapted.assign(size_t(c.n_layer), {false, false, false, false});
+  s.saved.assign(size_t(c.n_layer), {});
+  s.saved_f32.assign(size_t(c.n_layer), {});
+  s.adapted.assign(size_t(c.n_layer), {});
   auto note = [&](const AdaptedModule& t) {
     const size_t l = size_t(layer_of(t.linear)), slot = size_t(adapter_linear_slot(t.linear));
     s.adapted[l][slot] = true;
@@ -205,9 +246,18 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
     s.max_out = std::max(s.max_out, t.out);
     return std::pair{l, slot};
   };
+  // The experts' modules: per token, k rows of the most parts any one
+  // expert of the layer has.
+  std::map<std::tuple<size_t, size_t, int64_t>, int64_t> expert_parts;
   for (const AdaptedModule& t : lora_targets(c)) {
     auto [l, slot] = note(t);
-    s.saved[l][slot] += s.rank;
+    if (const int64_t e = adapted_expert(t); e >= 0) {
+      const int64_t parts = ++expert_parts[{l, slot, e}];
+      s.saved[l][slot] = std::max(s.saved[l][slot], c.num_experts_per_tok * parts * s.rank);
+      s.row_factor = c.num_experts_per_tok;
+    } else {
+      s.saved[l][slot] += s.rank;
+    }
   }
   for (const AdaptedModule& t : ia3_targets(c)) note(t);
   for (const AdaptedModule& t : bottleneck_targets(c)) {
@@ -223,6 +273,7 @@ std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
                                                          DType dtype, Device device,
                                                          bool training) {
   if (!s.any()) return nullptr;
+  rows *= s.row_factor;
   auto flat = [&](int64_t n) { return Tensor::empty({rows * n}, dtype, device); };
   auto w = std::make_unique<nn::AdapterScratch>();
   w->training = training;
@@ -253,6 +304,15 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
   const LoraConfig& l = c.lora;
   if (int(l.enabled()) + c.ia3.enabled() + c.bottleneck.enabled() + c.prompt.enabled() > 1)
     fail("{}method: a model takes one kind of adapter (LoRA, IA3, bottleneck or p-tuning)", prefix);
+  // Before any target is matched: a MoE model's experts take LoRA only.
+  if (c.is_moe() && (c.ia3.enabled() || c.bottleneck.enabled() || c.prompt.enabled()))
+    fail(
+        "peft.method: {} on a Mixture-of-Experts model (model.num_experts = {}) are not supported "
+        "yet (LoRA is: peft.method=lora)",
+        c.ia3.enabled()          ? "IA3 adapters"
+        : c.bottleneck.enabled() ? "bottleneck adapters"
+                                 : "p-tuning",
+        c.num_experts);
   if (l.enabled()) {
     check_limit("", prefix + "lora_rank", l.rank, limits::kHidden, "ranks");
     if (!(l.alpha > 0) || !std::isfinite(l.alpha))
@@ -268,6 +328,9 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
     if (!(l.dropout >= 0 && l.dropout < 1))
       fail("{}lora_dropout: must be in [0, 1), got {}", prefix, l.dropout);
     if (l.target_modules.empty()) fail("{}target_modules: names no module to adapt", prefix);
+    if (l.train_router && !c.is_moe())
+      fail("{}train_router: the model has no Mixture-of-Experts router (model.num_experts = 0)",
+           prefix);
   }
   if (c.bottleneck.enabled()) {
     check_limit("", prefix + "adapter_dim", c.bottleneck.dim, limits::kHidden, "channels");

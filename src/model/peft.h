@@ -18,6 +18,15 @@
 // (self_attn.q_proj, mlp.c_proj), Megatron's linear_qkv, linear_proj,
 // linear_fc1, linear_fc2, or all-linear (every linear layer of the blocks;
 // never the LM head).
+//
+// Mixture of Experts: each expert's projections are modules of their own
+// (Mixtral's block_sparse_moe.experts.E.w1/w3/w2, Qwen-MoE's
+// mlp.experts.E.gate_proj/up_proj/down_proj, and mlp.shared_expert.*), each
+// with its own A and B as PEFT gives each expert's nn.Linear; Megatron's
+// linear_fc1 and linear_fc2 name the experts' too. The routers (and
+// Qwen2-MoE's shared_expert_gate) take no adapter: LoraConfig::train_router
+// trains them whole. all-linear adapts every expert but not the routers
+// (PEFT's all-linear would give them LoRA too).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -45,6 +54,9 @@ struct LoraConfig {
   double dropout = 0;   // on the adapters' input, in training
   bool rslora = false;  // scale alpha / sqrt(r) (rank-stabilised) instead of alpha / r
   std::vector<std::string> target_modules;
+  // Mixture of Experts: the routers' weights train with the adapters (frozen
+  // otherwise, as every base weight); PEFT saves them as modules_to_save.
+  bool train_router = false;
   bool enabled() const { return rank > 0; }
   double scale() const;
 };
@@ -114,24 +126,39 @@ std::vector<AdaptedModule> lora_targets(const ModelConfig& c);
 std::vector<AdaptedModule> ia3_targets(const ModelConfig& c);
 std::vector<AdaptedModule> bottleneck_targets(const ModelConfig& c);  // whole layers only
 
+// The linear layers of a block an adapter may be on (adapter_linear_slot):
+// attn.qkv, attn.proj, mlp.up (a MoE layer: its experts' up), mlp.down
+// (the experts' down), a MoE layer's shared expert's up and down.
+inline constexpr size_t kAdapterSlots = 6;
+
 // The sizes adapter workspaces are planned from: per layer, whether each of
-// its linear layers (attn.qkv, attn.proj, mlp.up, mlp.down) has adapters and
+// its linear layers (kAdapterSlots) has adapters and
 // what it keeps from its forward for its backward, per token: compute-dtype
 // values (LoRA: parts x r, each part's x A^T; a bottleneck: out + dim, its
 // input and W_in's output) and f32 ones (a bottleneck's LayerNorm mean and
-// rstd: 2); and the largest part, input and output.
+// rstd: 2); and the largest part, input and output. A MoE layer's experts
+// see each token k times (its k experts' rows), so theirs count k rows per
+// token, and the shared scratch is planned for row_factor (k, or 1) rows
+// per token.
 struct AdapterSizes {
-  int64_t rank = 0, dim = 0, max_rows = 0, max_in = 0, max_out = 0;
-  std::vector<std::array<int64_t, 4>> saved, saved_f32;  // [n_layer]
-  std::vector<std::array<bool, 4>> adapted;              // [n_layer]
+  int64_t rank = 0, dim = 0, max_rows = 0, max_in = 0, max_out = 0, row_factor = 1;
+  std::vector<std::array<int64_t, kAdapterSlots>> saved, saved_f32;  // [n_layer]
+  std::vector<std::array<bool, kAdapterSlots>> adapted;              // [n_layer]
   bool any() const { return max_in > 0; }
 };
 AdapterSizes adapter_sizes(const ModelConfig& c);
-// Which of the four a linear layer's name is ("h.3.mlp.up": 2), or -1.
+// Which slot a linear layer's name is ("h.3.mlp.up": 2, "h.3.moe.shared_down":
+// 5), or -1.
 int adapter_linear_slot(const std::string& linear);
+// The expert of an experts' module's part ("e3.gate", "e3": 3), or -1.
+int64_t adapted_expert(const AdaptedModule& t);
+// The routers' parameters LoraConfig::train_router trains, with their
+// Hugging Face module paths ("h.0.moe.router.weight",
+// "model.layers.0.block_sparse_moe.gate"), in layer order.
+std::vector<std::pair<std::string, std::string>> router_modules(const ModelConfig& c);
 
 // The scratch every adapted layer of a forward (and backward, `training`)
-// over up to `rows` tokens shares; null for a model without adapters.
+// over up to `rows` tokens (s.row_factor rows each) shares; null for a model without adapters.
 // s: adapter_sizes(c).
 std::unique_ptr<nn::AdapterScratch> make_adapter_scratch(const ModelConfig& c,
                                                          const AdapterSizes& s, int64_t rows,

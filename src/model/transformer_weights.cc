@@ -439,14 +439,24 @@ void Transformer::bind_views() {
     return n;
   };
   // Adapters (model/peft.h): each LoRA target's A and B, each IA3 scale, on its layer.
+  // A MoE layer's experts: one nn::Lora per expert (experts_lora[linear][e]),
+  // its parts' columns within the expert's own output.
   std::map<std::string, nn::Lora> loras;
+  std::map<std::string, std::vector<nn::Lora>> experts_lora;
   for (const AdaptedModule& t : lora_targets(cfg_)) {
-    nn::Lora& lo = loras[t.linear];
+    const int64_t e = adapted_expert(t);
+    nn::Lora& lo = e < 0 ? loras[t.linear] : [&]() -> nn::Lora& {
+      std::vector<nn::Lora>& v = experts_lora[t.linear];
+      v.resize(size_t(cfg_.num_experts));
+      return v[size_t(e)];
+    }();
+    if (lo.parts.empty()) lo.id = loras.size() + 1000003ull * experts_lora.size() + uint64_t(e + 1);
     lo.rank = cfg_.lora.rank;
     lo.scale = float(cfg_.lora.scale());
     lo.dropout = float(cfg_.lora.dropout);
-    lo.id = loras.size();
-    lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), t.col0});
+    const int64_t expert_rows = t.out / cfg_.num_experts;  // up: 2F, down: C
+    const int64_t col0 = e < 0 ? t.col0 : t.col0 - expert_rows * e;
+    lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), col0});
   }
   std::map<std::string, nn::Ia3> ia3s;
   for (const AdaptedModule& t : ia3_targets(cfg_)) {
@@ -550,11 +560,15 @@ void Transformer::bind_views() {
       }
       if (cfg_.moe_shared_d_ff > 0) {
         b.moe.shared_d_ff = cfg_.moe_shared_d_ff;
-        b.moe.shared_up = linear(L(l, "moe.shared_up"));
-        b.moe.shared_down = linear(L(l, "moe.shared_down"));
+        b.moe.shared_up = adapted(L(l, "moe.shared_up"));
+        b.moe.shared_down = adapted(L(l, "moe.shared_down"));
         if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
       b.moe.ep = ep_;
+      if (auto it = experts_lora.find(L(l, "moe.up")); it != experts_lora.end())
+        b.moe.up_lora = it->second;
+      if (auto it = experts_lora.find(L(l, "moe.down")); it != experts_lora.end())
+        b.moe.down_lora = it->second;
       blocks_.push_back(b);
       continue;
     }

@@ -47,6 +47,13 @@
 // by sigmoid(x . w) first. The gate is a one-expert sigmoid router, so it
 // runs on ops::moe_route (E = k = 1, not renormalised) and its product with
 // the shared output on ops::moe_combine (slot n for token n).
+//
+// LoRA (nn/adapters.h, model/peft.h): each expert may carry its own adapters
+// on its up (its gate and up parts, each its own A and B) and down
+// products, applied to the rows it received; the shared expert's are on its
+// Linear layers. Their activations are Saved's *_adapters: an expert's rows
+// [r0, r0 + n) keep theirs at [r0 S, (r0 + n) S) of up_adapters.h (S: the
+// most parts x rank of any expert's adapters).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -101,6 +108,8 @@ struct MoE {
   Linear shared_up, shared_down, shared_gate;
   int64_t shared_d_ff = 0;
   ExpertParallel ep;  // the expert-parallel group (size 1: none)
+  // Each expert's LoRA ([E], or empty: none) on its up and down products.
+  std::vector<Lora> up_lora, down_lora;
 
   // One forward's activations for up to N tokens (M = N k slots).
   struct Saved {
@@ -126,6 +135,8 @@ struct MoE {
     Tensor xe, ye;  // T [R, C] this rank's experts' inputs and outputs, by expert
     Tensor stage;   // T [R, C] scratch of the exchanges
     std::shared_ptr<ExpertExchange> exchange;  // null without expert parallelism
+    // LoRA's (undefined without): the experts' up and down, the shared expert's.
+    AdapterActs up_adapters, down_adapters, shared_up_adapters, shared_down_adapters;
   };
   struct Scratch {
     Tensor dlogits;       // T [N, E]
@@ -255,13 +266,13 @@ struct MoE {
     ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
     ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
     if (!ep.active()) {
-      experts_forward(s.xs, s.h, s.a, s.out, s.routing->kept, 0);
+      experts_forward(s.xs, s.h, s.a, s.out, s.routing->kept, 0, s);
     } else {
       check_expert_parallel(s.exchange.get());
       const ExpertExchange& xc = *s.exchange;
       ep.plan(*s.exchange, s.routing->kept);
       ep.dispatch(xc, s.xs.narrow0(0, M), s.xe, s.stage);
-      experts_forward(s.xe, s.h, s.a, s.ye, xc.local_rows, first_held_expert());
+      experts_forward(s.xe, s.h, s.a, s.ye, xc.local_rows, first_held_expert(), s);
       ep.combine(xc, s.ye, s.out.narrow0(0, M), s.stage);
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
@@ -281,13 +292,13 @@ struct MoE {
                  dwt = g.dweights.narrow0(0, N);
     ops::moe_combine_backward(g.dout.narrow0(0, M), dwt, dy2, s.out.narrow0(0, M), slot, w);
     if (!ep.active()) {
-      experts_backward(g.dxs, g.dh, g.da, g.dout, s.xs, s.h, s.a, r.kept, 0);
+      experts_backward(g.dxs, g.dh, g.da, g.dout, s.xs, s.h, s.a, r.kept, 0, s);
     } else {
       // The outputs' gradients go where the inputs went; the inputs' come back.
       const ExpertExchange& xc = *s.exchange;
       ep.dispatch(xc, g.dout.narrow0(0, M), g.dye, g.stage);
-      experts_backward(g.dxe, g.dh, g.da, g.dye, s.xe, s.h, s.a, xc.local_rows,
-                       first_held_expert());
+      experts_backward(g.dxe, g.dh, g.da, g.dye, s.xe, s.h, s.a, xc.local_rows, first_held_expert(),
+                       s);
       ep.combine(xc, g.dxe, g.dxs.narrow0(0, M), g.stage);
     }
     ops::moe_scatter(dx2, g.dxs.narrow0(0, M), slot);
@@ -310,9 +321,9 @@ struct MoE {
     const int64_t N = x2.dim(0);
     NK_CHECK(s.sh_h.defined() && s.sh_h.dim(0) >= N, "MoE: shared expert without its activations");
     const Tensor h = s.sh_h.narrow0(0, N), a = s.sh_a.narrow0(0, N), out = s.sh_out.narrow0(0, N);
-    shared_up.forward(h, x2);
+    shared_up.forward(h, x2, s.shared_up_adapters);
     ops::swiglu_forward(a, h);
-    shared_down.forward(out, a);
+    shared_down.forward(out, a, s.shared_down_adapters);
     if (!shared_gate.w.defined()) {
       ops::accumulate(y2, out);
       return;
@@ -344,9 +355,9 @@ struct MoE {
       ops::accumulate(dx2, dxr);
     }
     const Tensor da = g.sh_da.narrow0(0, N), dh = g.sh_dh.narrow0(0, N);
-    shared_down.backward(da, dout, s.sh_a.narrow0(0, N));
+    shared_down.backward(da, dout, s.sh_a.narrow0(0, N), s.shared_down_adapters);
     ops::swiglu_backward(dh, da, s.sh_h.narrow0(0, N));
-    shared_up.backward(dxr, dh, x2);
+    shared_up.backward(dxr, dh, x2, s.shared_up_adapters);
     ops::accumulate(dx2, dxr);
   }
 
@@ -385,39 +396,65 @@ struct MoE {
   // The grouped products: rows[j] rows of xs [sum rows, C] for expert
   // first + j, in order -> out (h, a: the SwiGLU's input and output).
   void experts_forward(const Tensor& xs, const Tensor& h, const Tensor& a, const Tensor& out,
-                       const std::vector<int64_t>& rows, int64_t first) const {
+                       const std::vector<int64_t>& rows, int64_t first, const Saved& s) const {
     const int64_t C = xs.dim(1), F2 = 2 * d_ff;
+    const bool up_ad = lora_on(up_lora, s.up_adapters),
+               down_ad = lora_on(down_lora, s.down_adapters);
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      const Tensor he = h.narrow0(r0, n), xe = xs.narrow0(r0, n);
       if (!up_q.empty())
-        ops::quant_linear_forward_runs(h.narrow0(r0, n), xs.narrow0(r0, n), up_q[size_t(e)],
-                                       Tensor());
+        ops::quant_linear_forward_runs(he, xe, up_q[size_t(e)], Tensor());
       else
-        ops::linear_forward(h.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2), Tensor());
+        ops::linear_forward(he, xe, up.narrow0(F2 * e, F2), Tensor());
+      if (up_ad && up_lora[size_t(e)].active())
+        up_lora[size_t(e)].forward(he, xe, expert_acts(up_lora, s.up_adapters, r0, n));
     });
     const int64_t R = total(rows);
     if (R > 0) ops::swiglu_forward(a.narrow0(0, R), h.narrow0(0, R));
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
+      const Tensor oe = out.narrow0(r0, n), ae = a.narrow0(r0, n);
       if (!down_q.empty())
-        ops::quant_linear_forward_runs(out.narrow0(r0, n), a.narrow0(r0, n), down_q[size_t(e)],
-                                       Tensor());
+        ops::quant_linear_forward_runs(oe, ae, down_q[size_t(e)], Tensor());
       else
-        ops::linear_forward(out.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C), Tensor());
+        ops::linear_forward(oe, ae, down.narrow0(C * e, C), Tensor());
+      if (down_ad && down_lora[size_t(e)].active())
+        down_lora[size_t(e)].forward(oe, ae, expert_acts(down_lora, s.down_adapters, r0, n));
     });
+  }
+  // Whether the experts' LoRA `lora` applies with activations ad (switched
+  // off: the base experts alone).
+  static bool lora_on(const std::vector<Lora>& lora, const AdapterActs& ad) {
+    if (lora.empty()) return false;
+    NK_CHECK(ad.defined(), "MoE: experts' adapters without their activations");
+    return !ad.work->off;
+  }
+  // Expert rows [r0, r0 + n)'s slice of the experts' adapter activations.
+  static AdapterActs expert_acts(const std::vector<Lora>& lora, const AdapterActs& ad, int64_t r0,
+                                 int64_t n) {
+    int64_t stride = 0;  // the most values one row keeps: parts x rank
+    for (const Lora& l : lora) stride = std::max(stride, int64_t(l.parts.size()) * l.rank);
+    return AdapterActs{ad.h.narrow0(r0 * stride, n * stride), ad.work, ad.stats};
   }
   // Its backward: dxs written from dout; the experts' weight gradients accumulate.
   void experts_backward(const Tensor& dxs, const Tensor& dh, const Tensor& da, const Tensor& dout,
                         const Tensor& xs, const Tensor& h, const Tensor& a,
-                        const std::vector<int64_t>& rows, int64_t first) const {
+                        const std::vector<int64_t>& rows, int64_t first, const Saved& s) const {
     const int64_t C = xs.dim(1), F2 = 2 * d_ff;
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
-      ops::linear_backward(da.narrow0(r0, n), ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(),
-                           Tensor(), dout.narrow0(r0, n), a.narrow0(r0, n), down.narrow0(C * e, C));
+      const Tensor dae = da.narrow0(r0, n), doe = dout.narrow0(r0, n), ae = a.narrow0(r0, n);
+      ops::linear_backward(dae, ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(), Tensor(), doe,
+                           ae, down.narrow0(C * e, C));
+      if (!down_lora.empty() && down_lora[size_t(e)].active())
+        down_lora[size_t(e)].backward(dae, doe, ae, expert_acts(down_lora, s.down_adapters, r0, n));
     });
     const int64_t R = total(rows);
     if (R > 0) ops::swiglu_backward(dh.narrow0(0, R), da.narrow0(0, R), h.narrow0(0, R));
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
-      ops::linear_backward(dxs.narrow0(r0, n), dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(),
-                           Tensor(), dh.narrow0(r0, n), xs.narrow0(r0, n), up.narrow0(F2 * e, F2));
+      const Tensor dxe = dxs.narrow0(r0, n), dhe = dh.narrow0(r0, n), xe = xs.narrow0(r0, n);
+      ops::linear_backward(dxe, dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(), Tensor(), dhe,
+                           xe, up.narrow0(F2 * e, F2));
+      if (!up_lora.empty() && up_lora[size_t(e)].active())
+        up_lora[size_t(e)].backward(dxe, dhe, xe, expert_acts(up_lora, s.up_adapters, r0, n));
     });
   }
   // fn(expert, first row, rows) for every expert first + j with rows[j] > 0.

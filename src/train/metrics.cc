@@ -22,12 +22,17 @@ MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
 
-void MetricsWriter::write(const std::vector<std::pair<std::string, double>>& fields) {
+void MetricsWriter::write(const std::vector<std::pair<std::string, double>>& fields,
+                          const std::vector<std::pair<std::string, std::vector<double>>>& arrays) {
+  auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string("null"); };
   std::string line = "{";
-  for (size_t i = 0; i < fields.size(); ++i) {
-    double v = fields[i].second;
-    std::string num = std::isfinite(v) ? fmt::format("{}", v) : "null";
-    line += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, num);
+  for (size_t i = 0; i < fields.size(); ++i)
+    line += fmt::format("{}\"{}\": {}", i ? ", " : "", fields[i].first, num(fields[i].second));
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    line += fmt::format("{}\"{}\": [", fields.empty() && i == 0 ? "" : ", ", arrays[i].first);
+    for (size_t j = 0; j < arrays[i].second.size(); ++j)
+      line += (j ? ", " : "") + num(arrays[i].second[j]);
+    line += "]";
   }
   line += "}\n";
   std::fputs(line.c_str(), f_);

@@ -16,8 +16,10 @@ class MetricsWriter {
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
-  // {"k": v, ...} with numbers printed at full precision.
-  void write(const std::vector<std::pair<std::string, double>>& fields);
+  // {"k": v, ...} with numbers printed at full precision; then each of
+  // `arrays` as "k": [v, ...].
+  void write(const std::vector<std::pair<std::string, double>>& fields,
+             const std::vector<std::pair<std::string, std::vector<double>>>& arrays = {});
 
  private:
   FILE* f_ = nullptr;

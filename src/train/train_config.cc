@@ -66,6 +66,9 @@ void TrainConfig::bind(ConfigBinder& b) {
          "(linear_qkv, linear_proj, linear_fc1, linear_fc2) or all-linear; default: linear_qkv "
          "for LoRA, PEFT's for IA3 (k_proj, v_proj, down_proj; GPT-2: c_attn, mlp.c_proj), "
          "NeMo's for adapters (linear_proj, linear_fc2)");
+  b.bind("peft.train_router", peft.lora.train_router,
+         "Mixture of Experts with LoRA: train the routers' weights with the adapters (saved as "
+         "PEFT's modules_to_save); false: frozen, as every base weight");
   b.bind("peft.feedforward_modules", peft.feedforward_modules,
          "IA3: the target modules scaled on their input rather than their output (with the "
          "default targets: down_proj; GPT-2: mlp.c_proj)");
@@ -249,6 +252,11 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   const std::string& m = t.peft.method;
   if (m != "none" && m != "lora" && m != "qlora" && m != "ia3" && m != "adapter" && m != "p_tuning")
     fail("peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got '{}'", m);
+  if (t.peft.lora.train_router && m != "lora")
+    fail(
+        "peft.train_router: trains the routers beside LoRA adapters only (peft.method=lora), "
+        "got peft.method={}",
+        m);
   if (t.peft.adapters()) {
     if (!t.freeze.empty())
       fail("train.freeze: not used with peft.method={}, which freezes every base weight",
@@ -303,8 +311,11 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
     const ParamLayout layout = Transformer::layout_for(t.model);
     // A classifier's score head trains with the adapters (PEFT's
     // modules_to_save for sequence classification).
+    // peft.train_router: the routers too.
     for (const ParamInfo& p : layout.params())
-      if (!added_to_base(p)) t.frozen.push_back(p.name);
+      if (!added_to_base(p) &&
+          !(t.model.lora.train_router && p.name.ends_with(".moe.router.weight")))
+        t.frozen.push_back(p.name);
     if (t.peft.method == "qlora")
       t.frozen_weights = FrozenWeights::Nf4;
     else if (t.dtype == DType::BF16)

@@ -32,6 +32,11 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
           "parallel.ep = {}: model.num_experts = {} does not split into equal counts over the "
           "expert-parallel ranks",
           mesh.ep(), cfg.model.num_experts);
+    if (mesh.ep() > 1 && cfg.model.has_adapters())
+      fail(
+          "parallel.ep = {}: adapters (peft.method) on a Mixture-of-Experts model run on one "
+          "process or data parallel only for now (set parallel.ep=1)",
+          mesh.ep());
   } else if (mesh.ep() != 1) {
     fail("parallel.ep = {}: the model has no experts (model.num_experts = 0); set it to 1",
          mesh.ep());

@@ -372,12 +372,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     const LoraConfig& l = cfg_.model.lora;
     if (l.enabled())
       NK_INFO(
-          "peft: LoRA r={} alpha={}{}{} on {} modules ({}); base frozen, {:.2f}M parameters "
+          "peft: LoRA r={} alpha={}{}{} on {} modules ({}); base frozen{}, {:.2f}M parameters "
           "trainable ({:.2f}%)",
           l.rank, l.alpha, l.rslora ? " (rsLoRA)" : "",
           l.dropout > 0 ? fmt::format(" dropout {}", l.dropout) : "",
           lora_targets(cfg_.model).size(), fmt::join(l.target_modules, ","),
-          double(trainable) / 1e6, 100.0 * double(trainable) / double(model_->layout().count()));
+          l.train_router ? " but the routers (peft.train_router)" : "", double(trainable) / 1e6,
+          100.0 * double(trainable) / double(model_->layout().count()));
     else if (const Ia3Config& a = cfg_.model.ia3; a.enabled())
       NK_INFO(
           "peft: IA3 on {} modules ({}; feedforward: {}); base frozen, {:.4f}M parameters "
@@ -700,7 +701,19 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (ddp_ || (pipe_ && dp > 1)) record.emplace_back("comm_ms", s.comm_ms);
     // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
     if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);
-    if (metrics) metrics->write(record);
+    // At log steps, each MoE layer's tokens per expert over the step
+    // (routed pairs before dropping, every rank's): "moe_tokens.lL": [E].
+    std::vector<std::pair<std::string, std::vector<double>>> arrays;
+    if (!expert_load.empty() && (s.step % cfg_.log_every == 0 || s.step == last_step)) {
+      const size_t E = size_t(model_->config().num_experts);
+      for (int64_t l = 0; l < model_->config().n_layer; ++l)
+        if (model_->config().moe_layer(l))
+          arrays.emplace_back(
+              fmt::format("moe_tokens.l{}", l),
+              std::vector<double>(expert_load.begin() + ptrdiff_t(size_t(l) * E),
+                                  expert_load.begin() + ptrdiff_t(size_t(l + 1) * E)));
+    }
+    if (metrics) metrics->write(record, arrays);
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
     const int sig = max_over_ranks(stop_signal());

@@ -14,6 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
 #include "data/tokenizer/tokenizer.h"
+#include "model/arch.h"
 #include "model/transformer.h"
 #include "test_util.h"
 
@@ -176,6 +177,101 @@ TEST_F(Finetune, LoraLearnsToReverseWords) {
   r = test::run_nekton("import hf " + std::string(d_ / "hf") + " " + std::string(d_ / "merged"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(correct_answers(d_ / "merged", "generate.tokenizer=bytes"), after);
+}
+
+// A random 4-expert Mixtral over bytes, saved once per test in d_/moe_base.
+std::string moe_base(const test::TempDir& d) {
+  const std::string base = d / "moe_base";
+  if (fs::exists(base)) return base;
+  ModelConfig c = model_preset("mixtral-tiny");
+  c.vocab_size = 257;
+  c.max_seq_len = 64;
+  c.init_std = 0.1;
+  Transformer m(c, DType::F32, 3);
+  save_model(base, m);
+  store_tokenizer("bytes", base);
+  return base;
+}
+
+// LoRA on a Mixture-of-Experts model (a random 4-expert Mixtral over
+// bytes): each expert's w1/w2/w3 adapted, the routers trained
+// (peft.train_router), the rest frozen; the loss falls, the experts stay
+// the base's bit for bit while the routers move, and the base with the
+// saved adapter (PEFT's names, the routers as modules_to_save) answers as
+// the run's model does, before and after merging.
+TEST_F(Finetune, MoeLoraLowersTheLossAndReloads) {
+  const std::string base = moe_base(d_), out = d_ / "moe_lora";
+  std::string args = lora_args(base, out) +
+                     " peft.target_modules=q_proj,v_proj,w1,w2,w3 peft.train_router=true "
+                     "train.steps=30 train.lr=1e-2 peft.lora_rank=8 peft.lora_alpha=16";
+  auto r = test::run_nekton(args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "peft: LoRA r=8 alpha=16 on 28 modules")) << r.out;
+  const std::vector<double> losses = test::logged_losses(out + "/metrics.jsonl");
+  ASSERT_EQ(losses.size(), 30u);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    first += losses[i] / 5;
+    last += losses[losses.size() - 1 - i] / 5;
+  }
+  std::cout << "[ moe lora ] mean loss of the first 5 steps " << first << ", of the last 5 " << last
+            << "\n";
+  EXPECT_LT(last, first * 0.8) << r.out;
+  const SafetensorsFile tuned = SafetensorsFile::open(out + "/model/model.safetensors"),
+                        orig = SafetensorsFile::open(base + "/model.safetensors");
+  for (const SafetensorsEntry& e : orig.entries()) {
+    Tensor a = tuned.get(e.name), b = orig.get(e.name);
+    const bool same = std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+    EXPECT_EQ(same, !e.name.ends_with(".moe.router.weight")) << e.name;
+  }
+  const SafetensorsFile adapter = SafetensorsFile::open(out + "/adapter/adapter_model.safetensors");
+  EXPECT_TRUE(
+      adapter.has("base_model.model.model.layers.1.block_sparse_moe.experts.3.w2.lora_A.weight"));
+  EXPECT_TRUE(adapter.has("base_model.model.model.layers.0.block_sparse_moe.gate.weight"));
+  const json cfg = json::parse(test::read_file(out + "/adapter/adapter_config.json"));
+  EXPECT_EQ(cfg["modules_to_save"], json::array({"block_sparse_moe.gate"})) << cfg.dump();
+
+  const int right = correct_answers(out + "/model");
+  const std::string answers = last_answers_;
+  EXPECT_EQ(correct_answers(base, "generate.adapter=" + out + "/adapter"), right);
+  EXPECT_EQ(last_answers_, answers);
+  // f32: Mixtral's default export dtype is bf16, whose rounding may flip an answer.
+  r = test::run_nekton("export hf " + out + "/model " + std::string(d_ / "moe_hf") +
+                       " --merge-lora --dtype f32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton("import hf " + std::string(d_ / "moe_hf") + " " +
+                       std::string(d_ / "moe_merged"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(correct_answers(d_ / "moe_merged", "generate.tokenizer=bytes"), right);
+  EXPECT_EQ(last_answers_, answers);
+
+  // What stays refused names its key.
+  expect_failure(lora_args(base, d_ / "moe_ia3") + " peft.method=ia3 peft.target_modules=k_proj",
+                 "IA3 adapters on a Mixture-of-Experts model", d_ / "moe_ia3");
+  expect_failure(lora_args(base, d_ / "moe_gate") + " peft.target_modules=gate",
+                 "peft.target_modules: 'gate' names a Mixture-of-Experts router", d_ / "moe_gate");
+  expect_failure(lora_args(base_, d_ / "gpt2_router") + " peft.train_router=true",
+                 "peft.train_router: the model has no Mixture-of-Experts router",
+                 d_ / "gpt2_router");
+}
+
+// MoE LoRA over a bf16-only base with the routers trained and adapter
+// dropout, stopped after step 3 and rerun: the same adapter (routers
+// included) and model bytes as 6 steps in one go.
+TEST_F(Finetune, MoeLoraResumesExactly) {
+  const std::string base = moe_base(d_), a = d_ / "ma", b = d_ / "mb";
+  const std::string args =
+      " train.dtype=bf16 train.steps=6 peft.lora_dropout=0.1 peft.train_router=true "
+      "peft.target_modules=q_proj,w1,w2,w3";
+  auto r = test::run_nekton(lora_args(base, a) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_nekton(lora_args(base, b) + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  for (const char* f : {"/model/model.safetensors", "/adapter/adapter_model.safetensors"})
+    EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
 }
 
 // With adapter dropout, stopped after step 3 and rerun: the same weights as
