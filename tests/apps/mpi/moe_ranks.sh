@@ -132,12 +132,15 @@ run ds_ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep
 # routing records travel with the activations, so the last stage's loss
 # holds every layer's balancing and z-losses and every stage's balancing
 # gradient sees every layer's counts. PP2 (2 ranks), EP2 with PP2 (4 ranks:
-# each stage's experts split over ep), DP2 with PP2; the same losses,
+# each stage's experts split over ep), DP2 with PP2, EP2 x DP2 x PP2 (8
+# ranks); the same losses,
 # weights and MoE figures (moe_aux, moe_z, moe_load_max) as one process;
 # checkpoints of PP2 and of EP2 x PP2 resume on one process.
 run pp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2
 run ep2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
 run dp2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2
+# 8 ranks: each stage's experts split over ep 2 and summed over edp 2.
+run ep2dp2pp2 "${MPI[@]}" 8 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
 run pp2full "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2 train.recompute=full
 run pp2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2 train.exit_at_step=5
 run pp2to1 "$NK" train "${ARGS[@]}"
@@ -148,7 +151,7 @@ run ep2pp2to1 "$NK" train "${ARGS[@]}"
 grep -q "resuming from checkpoint" "$WORK/ep2pp2to1.log" || fail "ep2pp2to1 did not resume"
 grep -q "expert parallel: world 4 = .*pp 2" "$WORK/ep2pp2.log" ||
   fail "ep2pp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2pp2.log")"
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one pp2 ep2pp2 dp2pp2 pp2to1 \
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one pp2 ep2pp2 dp2pp2 ep2dp2pp2 pp2to1 \
   ep2pp2to1 || fail "a pipeline-parallel MoE run differs from one process"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull pp2full ||
   fail "PP2 with full recompute differs from one process"
@@ -200,4 +203,4 @@ refuse ep2full "parallel.shard = full: FSDP does not shard expert-parallel weigh
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; TP and FSDP under EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; TP and FSDP under EP refused"
