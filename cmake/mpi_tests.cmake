@@ -174,9 +174,11 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
 #   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP,
-#                    EP2, EP2xDP2, EP2 with ZeRO-1, FSDP, full recompute and
-#                    a capacity factor; EP2 checkpoints
-#                    resumed on one process and back; parallel.tp/pp refused
+#                    EP2, EP2xDP2, EP2 with full recompute and a capacity
+#                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
+#                    with PP2; EP2, PP2, EP2xPP2 and EP2xDP2 ZeRO-1
+#                    checkpoints resumed on one process; parallel.tp and FSDP
+#                    under EP refused
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
@@ -199,6 +201,6 @@ foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks m
   nk_timeout(t 300)
   set_tests_properties(${script} PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 endforeach()
-# moe_ranks runs some twenty short trainings (2 to 4 ranks each).
-nk_timeout(t 600)
+# moe_ranks runs some forty short trainings (2 to 4 ranks each).
+nk_timeout(t 1200)
 set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <type_traits>
 
 namespace nk {
 
@@ -37,8 +38,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
   check_tensor_parallel(c, tp.size());
-  NK_CHECK(!c.is_moe() || (!tp.active() && stage.whole(c)),
-           "Activations: a Mixture-of-Experts model under tensor or pipeline parallelism");
+  NK_CHECK(!c.is_moe() || !tp.active(),
+           "Activations: a Mixture-of-Experts model under tensor parallelism");
   NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
@@ -94,8 +95,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.out = act(HD);
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
     if (qk_norm)
-      y.attn.qk =
-          nn::SelfAttention::qk_acts_for(B * T, c.n_head, c.n_kv_head, c.head_dim(), dt, alloc);
+      y.attn.qk = nn::SelfAttention::qk_acts_for(B * T, c.n_head / t, c.n_kv_head / t, c.head_dim(),
+                                                 dt, alloc);
     // l < 0: a layer's buffers that any layer may use.
     if (c.is_moe() && (l < 0 || c.moe_layer(l))) {
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
@@ -234,6 +235,53 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
                             std::vector<int64_t>(size_t(segments * c.num_experts), 0));
     moe_dropped.assign(size_t(c.n_layer), 0);
   }
+}
+
+// Per layer: counts [E], stats [S (E + 1)], dropped, seq counts [S E] (seq
+// only); then the gradient scale.
+int64_t Activations::moe_record_size() const {
+  int64_t n = 1;
+  for (size_t l = 0; l < moe_counts.size(); ++l)
+    n += int64_t(moe_counts[l].size() + moe_stats[l].size()) + 1 +
+         (moe_seq_counts.empty() ? 0 : int64_t(moe_seq_counts[l].size()));
+  return n;
+}
+
+void Activations::write_moe_record(std::span<double> out) const {
+  NK_CHECK(int64_t(out.size()) == moe_record_size(), "write_moe_record: {} values for {}",
+           out.size(), moe_record_size());
+  size_t at = 0;
+  auto put = [&](const auto& v) {
+    for (auto x : v) out[at++] = double(x);
+  };
+  for (size_t l = 0; l < moe_counts.size(); ++l) {
+    put(moe_counts[l]);
+    put(moe_stats[l]);
+    out[at++] = double(moe_dropped[l]);
+    if (!moe_seq_counts.empty()) put(moe_seq_counts[l]);
+  }
+  out[at] = double(moe_grad_scale);
+}
+
+void Activations::read_moe_record(std::span<const double> in, int64_t first, int64_t last) {
+  NK_CHECK(int64_t(in.size()) == moe_record_size(), "read_moe_record: {} values for {}", in.size(),
+           moe_record_size());
+  size_t at = 0;
+  auto get = [&](auto& v, bool keep) {
+    for (auto& x : v) {
+      if (!keep) x = static_cast<std::remove_reference_t<decltype(x)>>(in[at]);
+      ++at;
+    }
+  };
+  for (size_t l = 0; l < moe_counts.size(); ++l) {
+    const bool mine = int64_t(l) >= first && int64_t(l) < last;
+    get(moe_counts[l], mine);
+    get(moe_stats[l], mine);
+    if (!mine) moe_dropped[l] = int64_t(in[at]);
+    ++at;
+    if (!moe_seq_counts.empty()) get(moe_seq_counts[l], mine);
+  }
+  moe_grad_scale = float(in[at]);
 }
 
 std::vector<SavedActivation> Activations::saved(int64_t l) const {

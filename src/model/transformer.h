@@ -131,10 +131,10 @@ struct PipelineStage {
 // allocated.
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
-// tensor (tp > 1) or pipeline parallelism (not `whole`), NF4 frozen weights
-// (block-quantised ones are supported, for inference), a device other than
-// the CPU. nk::Error naming the key.
-void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWeights frozen_weights,
+// tensor parallelism (tp > 1), NF4 frozen weights (block-quantised ones are
+// supported, for inference), a device other than the CPU. nk::Error naming
+// the key.
+void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
                        Device device);
 
 // optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
@@ -535,6 +535,16 @@ class Activations {
   // MoE: per layer, the pairs the last forward routed to each expert [E]
   // (zeros for a dense layer).
   const std::vector<std::vector<int64_t>>& expert_counts() const { return moe_counts; }
+  // MoE under pipeline parallelism: every layer's routing record (counts,
+  // stats, dropped pairs, per-sequence counts) and the MoE losses' gradient
+  // scale as f64 values (exact: the counts are far below 2^53), for a stage
+  // to hand on what its layers routed: forward, so that the last stage's
+  // losses cover every layer; backward, so that each stage's balancing
+  // gradient sees every layer's counts (HF's loss couples the layers).
+  // read_moe_record takes every layer but [first, last), this chunk's own.
+  int64_t moe_record_size() const;
+  void write_moe_record(std::span<double> out) const;
+  void read_moe_record(std::span<const double> in, int64_t first, int64_t last);
 
  private:
   friend class Transformer;

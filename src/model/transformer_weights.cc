@@ -58,7 +58,7 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   return true;  // adapters' and the prompt's: only with the whole model
 }
 
-void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWeights frozen_weights,
+void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
                        Device device) {
   if (!cfg.is_moe()) return;
   const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
@@ -67,11 +67,6 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, bool whole, FrozenWei
         "{}: parallel.tp = {}: Mixture-of-Experts layers under tensor parallelism are not "
         "supported yet (set parallel.tp=1)",
         what, tp);
-  if (!whole)
-    fail(
-        "{}: parallel.pp: Mixture-of-Experts models under pipeline parallelism are not "
-        "supported yet (set parallel.pp=1)",
-        what);
   if (frozen_weights == FrozenWeights::Nf4)
     fail(
         "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
@@ -140,7 +135,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
            dtype_name(compute));
   check_tensor_parallel(cfg_, tp_.size());
   const bool whole = stage_.whole(cfg_);
-  check_moe_support(cfg_, tp_.size(), whole, frozen_weights, device_);
+  check_moe_support(cfg_, tp_.size(), frozen_weights, device_);
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
@@ -215,9 +210,8 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
 }
 
 void Transformer::split_experts() {
-  NK_CHECK(
-      !tp_.active() && stage_.whole(cfg_) && quant_.empty() && nf4_.empty(),
-      "split_experts: expert parallelism of a tensor- or pipeline-parallel or quantised model");
+  NK_CHECK(!tp_.active() && quant_.empty() && nf4_.empty(),
+           "split_experts: expert parallelism of a tensor-parallel or quantised model");
   const ParamLayout local = layout_.shard_experts(ep_.size());
   const int64_t masters = frozen_weights_ == FrozenWeights::Master ? local.total()
                           : compute_ == DType::F32                 ? local.dense_end()

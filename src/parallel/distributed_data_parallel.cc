@@ -18,12 +18,12 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   if (model_.experts_split()) {
     NK_CHECK(expert_grads && expert_norm,
              "DistributedDataParallel: split experts without the expert-dp and ep groups");
-    if (cfg_.shard != Shard::None)
+    if (cfg_.shard == Shard::Full)
       fail(
-          "parallel.shard = {}: ZeRO-1 and FSDP do not shard expert-parallel weights yet "
-          "(parallel.ep = {} holds each rank's experts only); set parallel.shard=none or "
-          "parallel.ep=1",
-          cfg_.shard == Shard::Full ? "full" : "optimizer", model_.expert_parallel().size());
+          "parallel.shard = full: FSDP does not shard expert-parallel weights yet "
+          "(parallel.ep = {} holds each rank's experts only); set parallel.shard=optimizer "
+          "(ZeRO-1), none, or parallel.ep=1",
+          model_.expert_parallel().size());
     expert_grads_ = expert_grads;
     expert_norm_ = expert_norm;
     // The replicas of each parameter: every dp rank, or for an expert tensor
@@ -40,7 +40,7 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   if (cfg_.shard == Shard::Full)
     weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_);
   if (cfg_.shard == Shard::Optimizer && bf16_master)
-    for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, comm_);
+    for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, group_of(b));
   master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
   unit_buckets_ = stage_buckets(model_.layout(), model_.config().n_layer,
                                 model_.config().head_tied(), buckets_);
@@ -103,10 +103,9 @@ void DistributedDataParallel::launch_ready(int64_t stage) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready_stage <= stage) {
     const GradBucket& b = buckets_[next_bucket_++];
     Tensor grads = model_.grads().narrow0(b.begin, b.numel());
-    pending_.push_back(sharded()
-                           ? comm_.reduce_scatter_v_async(grads, shard_counts(b, comm_.size()))
-                           : (b.experts && expert_grads_ ? *expert_grads_ : comm_)
-                                 .all_reduce_async(grads, dist::ReduceOp::Sum));
+    dist::Communicator& c = group_of(b);
+    pending_.push_back(sharded() ? c.reduce_scatter_v_async(grads, shard_counts(b, c.size()))
+                                 : c.all_reduce_async(grads, dist::ReduceOp::Sum));
   }
 }
 
@@ -184,8 +183,14 @@ int DistributedDataParallel::max_over_group(int v) {
 }
 
 std::vector<ShardPiece> DistributedDataParallel::optimizer_pieces() const {
-  if (sharded()) return owned_shards(buckets_, comm_.size(), comm_.rank());
-  return owned_shards(buckets_, 1, 0);
+  if (!sharded()) return owned_shards(buckets_, 1, 0);
+  std::vector<ShardPiece> out;  // bucket by bucket: each over its own group
+  for (const GradBucket& b : buckets_) {
+    const dist::Communicator& c = group_of(b);
+    const std::vector<ShardPiece> one = owned_shards({b}, c.size(), c.rank());
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
 }
 
 double DistributedDataParallel::grad_norm_squared() {
@@ -203,6 +208,9 @@ double DistributedDataParallel::grad_norm_squared() {
     expert_norm_->all_reduce(experts);
     return dense + *experts.data<double>();
   }
+  // ZeRO-1: the dp ranks' owned blocks partition the dense gradient, and
+  // (split experts) the expert-dp ranks' blocks each ep rank's experts', so
+  // the sum over the dp group (ep x expert-dp ranks) counts everything once.
   double local = 0;
   for (const ShardPiece& p : optimizer_pieces())
     if (p.own_end > p.own_begin)
@@ -215,7 +223,7 @@ void DistributedDataParallel::gather_full_weights() {
   if (weights_)
     weights_->gather_all_master();
   else if (master_sharded_ && model_.params().numel() > 0)
-    gather_master(model_, comm_, buckets_);
+    gather_master(model_, comm_, buckets_, expert_grads_);
   // (A bf16 master kept by the optimizer has released the model's f32 arena:
   // the trainer joins its blocks itself.)
 }
@@ -228,8 +236,9 @@ void DistributedDataParallel::gather_params() {
   // its master blocks, as a full conversion would round them).
   for (size_t k = 0; k < buckets_.size(); ++k) {
     const GradBucket& b = buckets_[k];
-    param_gathers_[k] = comm_.all_gather_v_async(
-        model_.compute_params().narrow0(b.begin, b.numel()), shard_counts(b, comm_.size()));
+    dist::Communicator& c = group_of(b);
+    param_gathers_[k] = c.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
+                                             shard_counts(b, c.size()));
     ++params_pending_;
   }
 }

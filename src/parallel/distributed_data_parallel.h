@@ -58,8 +58,10 @@ class DistributedDataParallel {
   // the expert-data-parallel group (Megatron's "expert-dp": the ranks holding
   // the same experts), which reduces and broadcasts the experts' buckets, and
   // the "ep" group, over which the experts' part of the gradient norm sums.
-  // ZeRO-1 and FSDP do not shard split experts yet: nk::Error naming
-  // parallel.shard and parallel.ep.
+  // ZeRO-1 shards the experts' buckets over the expert-dp group (each
+  // rank's optimizer holds its block of its own experts' state) and the
+  // rest over the dp group. FSDP does not shard split experts yet: nk::Error
+  // naming parallel.shard and parallel.ep.
   DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg,
                           dist::Communicator* expert_grads = nullptr,
                           dist::Communicator* expert_norm = nullptr);
@@ -125,6 +127,8 @@ class DistributedDataParallel {
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   dist::Communicator& group() { return comm_; }
+  // Split experts: the expert-dp group their buckets reduce over (else null).
+  dist::Communicator* expert_group() const { return expert_grads_; }
 
  private:
   void launch_ready(int64_t stage);  // starts the buckets that become final at `stage`
@@ -141,6 +145,10 @@ class DistributedDataParallel {
   dist::Communicator& comm_;
   dist::Communicator* expert_grads_ = nullptr;  // "expert-dp" (split experts only)
   dist::Communicator* expert_norm_ = nullptr;   // "ep" (split experts only)
+  // The group bucket b is reduced (and under ZeRO-1 sharded) over.
+  dist::Communicator& group_of(const GradBucket& b) const {
+    return b.experts && expert_grads_ ? *expert_grads_ : comm_;
+  }
   DdpConfig cfg_;
   std::vector<GradBucket> buckets_;
   std::unique_ptr<ShardedWeights> weights_;  // FSDP only

@@ -1,6 +1,7 @@
 #include "parallel/model_parallel.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "ops/ops.h"
 
@@ -11,15 +12,55 @@ bool owns(const Transformer& model, const ParamInfo& p) {
   return !(p.name == "wte" && !model.stage().embedding);
 }
 
-double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t begin,
-                         int64_t end) {
+namespace {
+// owned_sum_squares of the experts' tensors (experts true) or of the rest.
+double owned_sum_squares_of(const Transformer& model, const Tensor& grads, int64_t begin,
+                            int64_t end, std::optional<bool> experts) {
   double sum = 0;
   for (const ParamInfo& p : model.layout().params()) {
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
+    if (experts && *experts != (p.split == Split::Experts)) continue;
     if (p.trainable && hi > lo && owns(model, p))
       sum += ops::sum_squares(grads.narrow0(lo, hi - lo));
   }
   return sum;
+}
+}  // namespace
+
+double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t begin,
+                         int64_t end) {
+  return owned_sum_squares_of(model, grads, begin, end, std::nullopt);
+}
+
+void reduce_replica_grads(Transformer& model, dist::Communicator& dense,
+                          dist::Communicator* experts) {
+  const Tensor grads = model.grads();
+  if (!model.experts_split()) return dense.all_reduce(grads);
+  // Runs of neighbouring trainable parameters of one kind, one all-reduce each.
+  int64_t begin = 0, end = 0;
+  bool kind = false;
+  auto flush = [&] {
+    if (end > begin) {
+      dist::Communicator* c = kind ? experts : &dense;
+      if (c && c->size() > 1) c->all_reduce(grads.narrow0(begin, end - begin));
+    }
+    begin = end;
+  };
+  std::vector<const ParamInfo*> ps;
+  for (const ParamInfo& p : model.layout().params())
+    if (p.trainable) ps.push_back(&p);
+  std::sort(ps.begin(), ps.end(),
+            [](const ParamInfo* a, const ParamInfo* b) { return a->offset < b->offset; });
+  for (const ParamInfo* p : ps) {
+    const bool e = p->split == Split::Experts;
+    if (e != kind || p->offset != end) {
+      flush();
+      begin = end = p->offset;
+      kind = e;
+    }
+    end = p->offset + p->numel();
+  }
+  flush();
 }
 
 double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& grads,
@@ -28,7 +69,14 @@ double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& 
                                         dist::Communicator* data_parallel) {
   if (!owned && (!model_parallel || model_parallel->size() == 1)) return ops::sum_squares(grads);
   Tensor sum = Tensor::zeros({1}, DType::F64);
-  if (owned)
+  if (!owned && model.experts_split()) {
+    // Every ep rank's experts, each rank's share of the rest.
+    Tensor experts = Tensor::zeros({1}, DType::F64);
+    *experts.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), true);
+    model.expert_parallel().comm->all_reduce(experts);
+    *sum.data<double>() =
+        owned_sum_squares_of(model, grads, 0, grads.numel(), false) + *experts.data<double>();
+  } else if (owned)
     for (const auto& [begin, end] : *owned)
       *sum.data<double>() += owned_sum_squares(model, grads, begin, end);
   else
@@ -45,9 +93,21 @@ void reduce_sequence_parallel_grads(const Transformer& model) {
 
 Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp) {
   const ParamLayout &mine = model.layout(), &whole = model.global_layout();
-  const bool all = local.numel() == mine.total();
+  bool all = local.numel() == mine.total();
   NK_CHECK(local.dtype() == DType::F32 && (all || local.numel() == mine.trainable_end()),
            "gather_model: {} is not an arena of the model's layout", local.desc());
+  // A stage without frozen parameters cannot tell the two apart: the stages
+  // agree (the whole model's frozen ones are on some stage).
+  if (pp && pp->size() > 1) {
+    Tensor says = Tensor::zeros({2}, DType::I32);  // [surely all, surely trainable]
+    const bool plain = mine.total() == mine.trainable_end();
+    says.data<int32_t>()[0] = all && !plain;
+    says.data<int32_t>()[1] = !all && !plain;
+    pp->all_reduce(says, dist::ReduceOp::Max);
+    NK_CHECK(!(says.data<int32_t>()[0] && says.data<int32_t>()[1]),
+             "gather_model: the pipeline stages pass arenas of different kinds");
+    if (says.data<int32_t>()[0] || says.data<int32_t>()[1]) all = says.data<int32_t>()[0] != 0;
+  }
   const nn::TensorParallel& tp = model.tensor_parallel();
   // The group whose pieces make the whole: tp, or ep for split experts (a
   // MoE model has no tensor parallelism), where only the experts are pieces.

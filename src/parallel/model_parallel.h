@@ -22,11 +22,23 @@ double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t 
 // owned parameters, summed over `model_parallel` (the mesh's "tp-pp" group;
 // null: one process holds the model, and this is ops::sum_squares(grads)).
 // A distributed optimizer's rank counts only its blocks, `owned` (ranges of
-// the arena), and sums over `data_parallel` first. Collective.
+// the arena), and sums over `data_parallel` first. Split experts
+// (Transformer::experts_split, without `owned`): the experts' tensors are
+// summed over the ep group too (each of its ranks holds other experts).
+// Collective.
 double model_parallel_grad_norm_squared(
     const Transformer& model, const Tensor& grads, dist::Communicator* model_parallel,
     const std::vector<std::pair<int64_t, int64_t>>* owned = nullptr,
     dist::Communicator* data_parallel = nullptr);
+
+// Sums the gradients over the data-parallel replicas after a pipelined step
+// (`dense`: the mesh's "dp-cp" group): every parameter's over `dense`, or,
+// with split experts (Transformer::experts_split), the experts' tensors over
+// `experts` (the "expert-dp" group: the ranks holding the same experts;
+// null or a group of one: nothing to sum) and the rest over `dense`.
+// Collective.
+void reduce_replica_grads(Transformer& model, dist::Communicator& dense,
+                          dist::Communicator* experts);
 
 // Adds model.sequence_parallel_grads() over the tp group (each rank holds
 // its rows' part of them). Once per step, after the backward; nothing

@@ -1,6 +1,8 @@
 #include "parallel/pipeline_parallel.h"
 
+#include <algorithm>
 #include <chrono>
+#include <span>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -8,8 +10,10 @@
 namespace nk::parallel {
 
 namespace {
-constexpr int kForwardTag = 11;   // activations, stage s -> s + 1 (and the last -> 0)
-constexpr int kBackwardTag = 12;  // their gradients, the other way
+constexpr int kForwardTag = 11;      // activations, stage s -> s + 1 (and the last -> 0)
+constexpr int kBackwardTag = 12;     // their gradients, the other way
+constexpr int kMoeForwardTag = 13;   // MoE routing records, with the activations
+constexpr int kMoeBackwardTag = 14;  // and with their gradients
 
 // Adds the seconds from construction to destruction to `into`.
 struct WaitTimer {
@@ -77,7 +81,10 @@ PipelineParallel::PipelineParallel(Transformer& model, dist::Communicator& pp,
       recompute_(recompute),
       stage_(pp.rank()),
       stages_(pp.size()),
-      chunks_(model.stage().ranges(model.config())) {
+      chunks_(model.stage().ranges(model.config())),
+      moe_(model.config().is_moe()) {
+  NK_CHECK(!moe_ || chunks_.size() == 1,
+           "PipelineParallel: a Mixture-of-Experts model under the interleaved schedule");
   state_.resize(chunks_.size());
   // One set per chunk now (the log's figure); more as micro-batches come in flight.
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) {
@@ -119,7 +126,8 @@ Activations& PipelineParallel::acts(int64_t chunk, int64_t j) {
     part.embedding = first_chunk(chunk);
     part.head = last_chunk(chunk);
     a = std::make_unique<Activations>(model_.config(), model_.compute_dtype(), B_, T_, true,
-                                      model_.device(), recompute_, model_.tensor_parallel(), part);
+                                      model_.device(), recompute_, model_.tensor_parallel(), part,
+                                      model_.expert_parallel().size());
   }
   st.busy.emplace_back(j, std::move(a));
   return *st.busy.back().second;
@@ -220,12 +228,63 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
   else
     take(inputs_, chunk, j, a.residual(first), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
          kForwardTag);
+  if (moe_ && !first_chunk(chunk)) receive_moe_record(a, false, int(stage_ - 1), first, last);
   model_.blocks_forward(a, first, last);
-  if (last_chunk(chunk))
+  if (last_chunk(chunk)) {
     loss += model_.head_loss(a, targets, backward, grad_scale);
-  else
+    if (moe_ && backward) {  // every layer's routing is in a's record now
+      const Transformer::MoeLosses f = model_.moe_losses(a);
+      moe_losses_.aux += f.aux;
+      moe_losses_.z += f.z;
+      moe_losses_.dropped += f.dropped;
+      moe_losses_.load_max = std::max(moe_losses_.load_max, f.load_max);
+      const auto& counts = a.expert_counts();
+      for (size_t l = 0; l < counts.size(); ++l)
+        for (size_t e = 0; e < counts[l].size(); ++e)
+          expert_load_[l * counts[l].size() + e] += double(counts[l][e]);
+    }
+  } else {
     sending_.push_back(
         pp_.send_async(a.residual(last), int(stage_ < stages_ - 1 ? stage_ + 1 : 0), kForwardTag));
+    if (moe_) send_moe_record(a, false, int(stage_ + 1));
+  }
+}
+
+void PipelineParallel::send_moe_record(Activations& a, bool backward, int dst) {
+  auto& [fwd, bwd] = records_[&a];
+  Tensor& r = backward ? bwd : fwd;
+  if (!r.defined()) r = Tensor::empty({a.moe_record_size()}, DType::F64);
+  a.write_moe_record(std::span<double>(r.data<double>(), size_t(r.numel())));
+  sending_.push_back(pp_.send_async(r, dst, backward ? kMoeBackwardTag : kMoeForwardTag));
+}
+
+void PipelineParallel::receive_moe_record(Activations& a, bool backward, int src, int64_t first,
+                                          int64_t last) {
+  auto& [fwd, bwd] = records_[&a];
+  Tensor& r = backward ? bwd : fwd;
+  if (!r.defined()) r = Tensor::empty({a.moe_record_size()}, DType::F64);
+  receive(r, src, backward ? kMoeBackwardTag : kMoeForwardTag);
+  a.read_moe_record(std::span<const double>(r.data<double>(), size_t(r.numel())), first, last);
+}
+
+// The last stage's MoE figures of the step on every stage (the others add zeros).
+void PipelineParallel::moe_from_last_stage(int64_t m) {
+  const size_t n = expert_load_.size();
+  Tensor t = Tensor::zeros({int64_t(n + 4)}, DType::F64);
+  double* v = t.data<double>();
+  if (stage_ == stages_ - 1) {
+    std::copy(expert_load_.begin(), expert_load_.end(), v);
+    v[n] = moe_losses_.aux / double(m);
+    v[n + 1] = moe_losses_.z / double(m);
+    v[n + 2] = moe_losses_.dropped / double(m);
+    v[n + 3] = moe_losses_.load_max;
+  }
+  pp_.all_reduce(t);
+  std::copy(v, v + n, expert_load_.begin());
+  moe_losses_.aux = v[n];
+  moe_losses_.z = v[n + 1];
+  moe_losses_.dropped = v[n + 2];
+  moe_losses_.load_max = v[n + 3];
 }
 
 // Backward of chunk `chunk` of micro-batch j: the gradient of its output (from
@@ -237,15 +296,19 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
 void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) {
   const auto [first, last] = chunks_[size_t(chunk)];
   Activations& a = acts(chunk, j);
-  if (!last_chunk(chunk))
+  if (!last_chunk(chunk)) {
     take(grads_, chunk, j, a.residual_grad(), int(stage_ < stages_ - 1 ? stage_ + 1 : 0),
          kBackwardTag);
+    if (moe_) receive_moe_record(a, true, int(stage_ + 1), first, last);
+  }
   model_.blocks_backward(a, first, last);
-  if (first_chunk(chunk))
+  if (first_chunk(chunk)) {
     model_.embed_backward(a, tokens);
-  else
+  } else {
     sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
                                       kBackwardTag));
+    if (moe_) send_moe_record(a, true, int(stage_ - 1));
+  }
   release(chunk, j);
 }
 
@@ -270,6 +333,10 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   const int64_t total = m * v, warmup = warmup_steps(m);
   if (v > 1) post_receives(m);
   double loss = 0;
+  if (moe_) {
+    moe_losses_ = {};
+    expert_load_.assign(size_t(model_.config().n_layer * model_.config().num_experts), 0.0);
+  }
   auto F = [&](int64_t k) {
     const int64_t j = mb_of(k);
     forward(chunk_of(k), j, tokens[size_t(j)], targets[size_t(j)], true, grad_scale, loss);
@@ -285,6 +352,7 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   NK_CHECK(inputs_.empty() && grads_.empty(), "PipelineParallel: {} posted receives unused",
            inputs_.size() + grads_.size());
   WaitTimer timer{wait_s_};  // the loss from the last stage: every stage waits for it
+  if (moe_) moe_from_last_stage(m);
   return from_last_stage(loss);
 }
 

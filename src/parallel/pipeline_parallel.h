@@ -31,6 +31,15 @@
 // its head, initialised alike; reduce_embedding_grads() sums the two
 // ranks' gradients of it (the "embedding" group), so both copies take the
 // same update and stay equal.
+//
+// Mixture of Experts: a stage's layers route the tokens, but the balancing
+// loss (HF's form) couples every layer's counts, and the last stage reports
+// the loss. So each Activations' routing record (Activations::moe_record)
+// travels with the residual stream: forward, each stage adding its layers',
+// so that the last stage's loss and figures cover every layer; backward,
+// the whole record, so that every stage's balancing gradient sees every
+// layer's counts (and the losses' gradient scale). The interleaved schedule
+// does not carry it yet.
 #pragma once
 #include <map>
 #include <memory>
@@ -84,6 +93,12 @@ class PipelineParallel {
   int64_t warmup_steps(int64_t m) const;
   int64_t max_in_flight(int64_t m) const;
   int64_t chunks() const { return int64_t(chunks_.size()); }
+  // MoE: the last forward_backward's losses and figures (the mean over its
+  // micro-batches; load_max their largest) and its routed pairs per layer
+  // and expert [n_layer E], summed over its micro-batches: the last stage's,
+  // on every stage.
+  const Transformer::MoeLosses& moe_losses() const { return moe_losses_; }
+  const std::vector<double>& expert_load() const { return expert_load_; }
   // Seconds this stage waited on its neighbours (received activations or
   // gradients, completed sends) since the last call: the pipeline's bubble
   // plus the transfers it did not overlap.
@@ -103,6 +118,11 @@ class PipelineParallel {
   void receive(const Tensor& x, int src, int tag);
   void wait_sends();
   double from_last_stage(double v);
+  // MoE: the routing record of a (forward or backward message) to `dst`, and
+  // from `src` into a (every layer but [first, last)).
+  void send_moe_record(Activations& a, bool backward, int dst);
+  void receive_moe_record(Activations& a, bool backward, int src, int64_t first, int64_t last);
+  void moe_from_last_stage(int64_t m);
   // The activations of micro-batch j in `chunk` (taken from the chunk's free
   // ones, or made), and their release after its backward.
   Activations& acts(int64_t chunk, int64_t j);
@@ -125,6 +145,12 @@ class PipelineParallel {
   };
   std::vector<Chunk> state_;
   std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
+  bool moe_ = false;
+  // f64 records per Activations: forward's and backward's (a backward
+  // receive may be posted while the forward send is pending).
+  std::map<const Activations*, std::pair<Tensor, Tensor>> records_;
+  Transformer::MoeLosses moe_losses_;
+  std::vector<double> expert_load_;
   double wait_s_ = 0;
   // Interleaved: the step's receives, posted at its start, by (chunk, micro-batch).
   struct Posted {

@@ -54,11 +54,13 @@ void release_other_blocks(const Tensor& arena, const GradBucket& b,
 }
 
 void gather_master(Transformer& model, dist::Communicator& comm,
-                   const std::vector<GradBucket>& buckets) {
+                   const std::vector<GradBucket>& buckets, dist::Communicator* experts) {
   std::vector<dist::WorkPtr> all;
-  for (const GradBucket& b : buckets)
-    all.push_back(comm.all_gather_v_async(model.params().narrow0(b.begin, b.numel()),
-                                          shard_counts(b, comm.size())));
+  for (const GradBucket& b : buckets) {
+    dist::Communicator& c = b.experts && experts ? *experts : comm;
+    all.push_back(c.all_gather_v_async(model.params().narrow0(b.begin, b.numel()),
+                                       shard_counts(b, c.size())));
+  }
   for (auto& w : all) w->wait();
   model.sync_compute_params();
 }

@@ -32,8 +32,9 @@ size_t resident_bytes(const Tensor& t);
 void release_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm);
 // All-gathers every bucket's blocks of the f32 master weights (collective) and
 // refreshes the compute copy: the whole model on every rank again.
+// Split experts: their buckets over `experts` (the expert-dp group) instead.
 void gather_master(Transformer& model, dist::Communicator& comm,
-                   const std::vector<GradBucket>& buckets);
+                   const std::vector<GradBucket>& buckets, dist::Communicator* experts = nullptr);
 
 class ShardedWeights {
  public:

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "core/parallel.h"
 #include "model/arch.h"
@@ -317,13 +318,14 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // Weights: an f32 master for every parameter that has one (all with
     // FrozenWeights::Master, else the trainable ones), a compute copy in
     // bf16 up to the quantised ones, and QLoRA's NF4 storage.
-    int64_t masters = 0, dense = 0, trainable = 0, nf4 = 0;
+    int64_t masters = 0, dense = 0, trainable = 0, nf4 = 0, expert_trainable = 0;
     for (const ParamInfo& p : layout.params()) {
       if (e.pp > 1 && !stage.holds(c, p.name)) continue;
       const int64_t n = p.numel();
       r.params += n;
       if (p.trainable || cfg.frozen_weights == FrozenWeights::Master) masters += n;
       if (p.trainable) trainable += n;
+      if (p.trainable && e.ep > 1 && p.split == Split::Experts) expert_trainable += n;
       if (p.quantized) {
         const int64_t blocks = (n + ops::kNf4Block - 1) / ops::kNf4Block;
         nf4 += (n + 1) / 2 + blocks +
@@ -339,12 +341,19 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // scales per parameter group); a bf16 master is the compute copy, with a
     // 2-byte remainder per trainable parameter in the optimizer's state
     // unless uncompensated, and no f32 arena.
+    // Under expert parallelism ZeRO-1 shards the experts' part over the
+    // expert-dp ranks (dp / ep of them: those holding the same experts).
     const OptimPrecision& pr = cfg.adamw.precision;
     const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
-    const double state_share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
+    const double edp = double(e.dp / e.ep);
+    const double sharded_trainable =
+        double(trainable - expert_trainable) / double(e.dp) + double(expert_trainable) / edp;
+    const double state_share = shard == parallel::Shard::None || trainable == 0
+                                   ? 1.0
+                                   : sharded_trainable / double(trainable);
     double f32_masters = pr.master == DType::F32 ? 4.0 * double(masters) : 0;
     if (pr.master == DType::F32 && bf16 && shard == parallel::Shard::Optimizer)
-      f32_masters = 4.0 * (double(trainable) / double(e.dp) + double(masters - trainable));
+      f32_masters = 4.0 * (sharded_trainable + double(masters - trainable));
     r.weight_bytes = int64_t((f32_masters + (bf16 ? 2.0 * double(dense) : 0)) * weight_share) + nf4;
     // bf16 gradients: 2 bytes each, plus the f32 staging of the largest
     // backward stage and the optimizer's f32 scratch of one chunk.
@@ -376,10 +385,23 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
           p.name.find(".moe.down.") != std::string::npos)
         e.expert_params += p.numel();
     e.expert_params_computed = e.expert_params / e.ep;
-    int64_t full = 0;
-    for (Recompute r : plan) full += r == Recompute::Full ? 1 : 0;
+    // Per rank: the MoE layers of its stage (the busiest one under pipeline
+    // parallelism).
+    int64_t layers = 0, full = 0;
+    for (int64_t s = 0; s < e.pp; ++s) {
+      const PipelineStage st =
+          e.pp > 1 ? parallel::pipeline_stage(c, e.pp, s, cfg.parallel.pp_layout, cfg.parallel.vp)
+                   : PipelineStage{};
+      int64_t n = 0, f = 0;
+      for (int64_t l = 0; l < c.n_layer; ++l)
+        if (c.moe_layer(l) && st.holds_layer(c, l)) {
+          ++n;
+          f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
+        }
+      if (n > layers) std::tie(layers, full) = std::pair(n, f);
+    }
     const double rows = double(B * T * c.num_experts_per_tok) * double(e.ep - 1) / double(e.ep);
-    e.a2a_bytes_per_step = int64_t(double(local_accum) * double(4 * c.n_layer + 2 * full) * rows *
+    e.a2a_bytes_per_step = int64_t(double(local_accum) * double(4 * layers + 2 * full) * rows *
                                    double(c.d_model) * double(dtype_size(cfg.dtype)));
   }
   if (!rates) return e;

@@ -22,7 +22,8 @@ void update_expert_bias(Transformer& model, const std::vector<double>& load) {
   std::vector<float> b(static_cast<size_t>(E));
   Tensor dst = Tensor::empty({E}, DType::F32, model.device());
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (!c.moe_layer(l)) continue;
+    // A pipeline stage moves its own layers' biases.
+    if (!c.moe_layer(l) || !model.stage().holds_layer(c, l)) continue;
     const ParamInfo& p = model.layout().find(fmt::format("h.{}.moe.score_bias", l));
     if (!model.has_master(p))
       fail(

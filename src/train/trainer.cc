@@ -472,7 +472,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
   // MoE: [n_layer E] pairs routed per expert over a step's micro-batches.
   std::vector<double> expert_load;
-  if (model_->config().is_moe() && !pipe_)
+  if (model_->config().is_moe())
     expert_load.assign(size_t(cfg_.model.n_layer * cfg_.model.num_experts), 0.0);
   // Pipeline parallel: all of them, loaded before the step's schedule runs.
   std::vector<DeviceBatch> pp_batches;
@@ -521,10 +521,16 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum)) / double(accum);
       pp_wait_s = pipe_->take_wait_seconds();
       pipe_->reduce_embedding_grads();
+      if (model_->config().is_moe()) {  // the last stage's, over every layer
+        moe = pipe_->moe_losses();
+        expert_load = pipe_->expert_load();
+      }
       if (dp > 1) {
         dist::Communicator& replicas = par_.groups->get("dp-cp");
         const auto t_comm = Clock::now();
-        replicas.all_reduce(model_->grads());
+        // Split experts: their gradients over the ranks holding the same experts.
+        parallel::reduce_replica_grads(
+            *model_, replicas, model_->experts_split() ? &par_.groups->get("expert-dp") : nullptr);
         comm_s = seconds_since(t_comm);
         Tensor sum = Tensor::empty({1}, DType::F64);
         *sum.data<double>() = loss;
@@ -612,10 +618,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // Mixture of Experts: the step's expert loads over every rank's tokens,
     // which move the score-correction bias (aux-loss-free balancing).
     if (!expert_load.empty()) {
-      if (ddp_) {
+      if (ddp_ || (pipe_ && dp > 1)) {
         Tensor t = Tensor::empty({int64_t(expert_load.size())}, DType::F64);
         std::copy(expert_load.begin(), expert_load.end(), t.data<double>());
-        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        (ddp_ ? ddp_->group() : par_.groups->get("dp-cp")).all_reduce(t, dist::ReduceOp::Sum);
         std::copy(t.data<double>(), t.data<double>() + expert_load.size(), expert_load.begin());
       }
       update_expert_bias(*model_, expert_load);
@@ -637,7 +643,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // Mixture of Experts: the balancing and z-losses (before their
     // coefficients), the busiest expert's load over the mean and the dropped
     // fraction, over this rank's micro-batches.
-    if (model_->config().is_moe() && !pipe_)
+    if (model_->config().is_moe())
       figures.insert(figures.end(), {{"moe_aux", moe.aux},
                                      {"moe_z", moe.z},
                                      {"moe_load_max", moe.load_max},

@@ -18,17 +18,35 @@ namespace nk {
 
 namespace {
 
+// Whether arena element `at` belongs to a split expert tensor (Split::Experts).
+bool is_expert_element(const ParamLayout& layout, int64_t at) {
+  for (const ParamInfo& p : layout.params())
+    if (at >= p.offset && at < p.offset + p.numel()) return p.split == Split::Experts;
+  return false;
+}
+
 // Each data-parallel rank's blocks of the trainable f32 weights `blocks`
 // (the groups' shards: ZeRO-1, FSDP), summed over `group` into the whole
 // arena on every rank; the frozen ones, whole everywhere, are copied.
+// Split experts (`experts`: the expert-dp group, layout: the model's): the
+// experts' blocks tile each ep rank's own experts, so they are summed over
+// `experts` instead (a group's shard lies in one bucket: all experts' or none).
 Tensor join_blocks(const Tensor& blocks, const std::vector<ParamGroup>& groups,
-                   int64_t trainable_end, dist::Communicator& group) {
+                   int64_t trainable_end, dist::Communicator& group,
+                   dist::Communicator* experts = nullptr, const ParamLayout* layout = nullptr) {
   Tensor out = Tensor::zeros({blocks.numel()}, DType::F32);
+  Tensor ex = experts ? Tensor::zeros({blocks.numel()}, DType::F32) : Tensor();
   for (const ParamGroup& g : groups)
-    if (g.trainable && g.shard_size() > 0)
-      ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
+    if (g.trainable && g.shard_size() > 0) {
+      const bool expert = experts && is_expert_element(*layout, g.shard_begin);
+      ops::convert((expert ? ex : out).narrow0(g.shard_begin, g.shard_size()),
                    blocks.narrow0(g.shard_begin, g.shard_size()));
+    }
   group.all_reduce(out);
+  if (experts) {
+    experts->all_reduce(ex);
+    ops::accumulate(out, ex);
+  }
   const int64_t frozen = out.numel() - trainable_end;
   if (frozen > 0)
     ops::convert(out.narrow0(trainable_end, frozen), blocks.narrow0(trainable_end, frozen));
@@ -115,7 +133,8 @@ void Trainer::save_checkpoint_files() {
 Tensor Trainer::replica_state(const Tensor& state) {
   if (!ddp_ || !ddp_->sharded()) return state;
   // Each data-parallel rank holds its blocks of every trainable group; the
-  // blocks tile the arena, so a sum over the ranks puts them together.
+  // blocks tile the arena, so a sum over the ranks puts them together (split
+  // experts': over the expert-dp ranks, see join_blocks).
   Tensor out = Tensor::zeros({model_->layout().trainable_end()}, DType::F32);
   for (size_t i = 0; i < opt_->groups().size(); ++i) {
     const ParamGroup& g = opt_->groups()[i];
@@ -123,14 +142,14 @@ Tensor Trainer::replica_state(const Tensor& state) {
     ops::convert(out.narrow0(g.shard_begin, g.shard_size()),
                  state.narrow0(opt_->state_offset(i), g.shard_size()));
   }
-  ddp_->group().all_reduce(out);
-  return out;
+  return join_blocks(out, opt_->groups(), out.numel(), ddp_->group(), ddp_->expert_group(),
+                     &model_->layout());
 }
 
 Tensor Trainer::replica_weights() {
   if (!ddp_ || !ddp_->shards_master()) return model_->params();
   return join_blocks(model_->params(), opt_->groups(), model_->layout().trainable_end(),
-                     ddp_->group());
+                     ddp_->group(), ddp_->expert_group(), &model_->layout());
 }
 
 std::unique_ptr<Transformer> Trainer::gather_whole_model() {

@@ -190,6 +190,19 @@ TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
   EXPECT_EQ(e.a2a_bytes_per_step,
             2 * 4 * c.n_layer * (128 * c.num_experts_per_tok / 2) * c.d_model * 4);
   EXPECT_EQ(estimate_training(recipe(kShapes.back()), 1, nullptr).a2a_bytes_per_step, 0);
+  // ZeRO-1 under EP2 x DP2 (4 ranks): the experts' moments over the 2
+  // expert-dp ranks holding them, the rest over all 4.
+  std::vector<std::string> z = o;
+  z.push_back("parallel.shard=optimizer");
+  const TrainEstimate s = estimate_training(recipe(z), 4, nullptr);
+  const int64_t mine = e.expert_params / 2, rest = s.peak().params - mine;
+  EXPECT_NEAR(double(s.peak().optimizer_bytes), 8.0 * (double(rest) / 4 + double(mine) / 2), 8.0);
+  // Pipelined (2 stages of 2 and 1 layers): a rank exchanges its own stage's
+  // layers' rows, the busier stage's 2 here.
+  std::vector<std::string> pp = o;
+  for (const char* k : {"parallel.pp=2", "parallel.pp_layout=2,1"}) pp.push_back(k);
+  EXPECT_EQ(estimate_training(recipe(pp), 4, nullptr).a2a_bytes_per_step,
+            2 * 4 * 2 * (128 * c.num_experts_per_tok / 2) * c.d_model * 4);
 }
 
 TEST(Estimate, RecomputeShrinksActivationsInOrder) {

@@ -179,7 +179,6 @@ TEST(MoeTrain, CapacityFactorTrainsAndRecomputesTheSameBits) {
 TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   TempDir dir("nk_moe_layout");
   for (auto [key, world] : {std::pair<const char*, int>{"parallel.tp=2", 2},
-                            {"parallel.pp=2", 2},
                             {"parallel.cp=2", 2}}) {
     SCOPED_TRACE(key);
     TrainConfig cfg =
@@ -197,6 +196,13 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   cfg.parallel.mesh.tp = 1;  // sp alone
   std::string e = error_of([&] { check_train_layout(cfg, dist::Mesh(1, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.sp = true")) << e;
+  // Pipeline parallel: the 1F1B schedule runs; the interleaved one is named.
+  cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.pp=2"})));
+  EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
+  cfg = train_config_from(
+      Config::load(train_schema(), "", keys(dir, {"parallel.pp=2", "parallel.vp=2"})));
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.vp = 2: a Mixture-of-Experts model")) << e;
   // Expert parallel: runs when ep divides the experts (and dp); else named.
   cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.ep=2"})));
   EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
@@ -272,10 +278,10 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
   // before anything is allocated; block-quantised ones (generate.quantize,
   // a GGUF's blocks) are not (tests/model/quantized_moe_test.cc).
   ModelConfig c = model_preset("mixtral-tiny");
-  e = error_of([&] { check_moe_support(c, 1, true, FrozenWeights::Nf4, kHost); });
+  e = error_of([&] { check_moe_support(c, 1, FrozenWeights::Nf4, kHost); });
   EXPECT_TRUE(contains(e, "model.num_experts = 4")) << e;
   EXPECT_TRUE(contains(e, "NF4")) << e;
-  check_moe_support(c, 1, true, FrozenWeights::Quantized, kHost);
+  check_moe_support(c, 1, FrozenWeights::Quantized, kHost);
   e = error_of([&] { Transformer m(c, DType::F32, 1, ParamInit::Zeros, {}, Device::CUDA); });
   EXPECT_TRUE(contains(e, "CPU only")) << e;
 }

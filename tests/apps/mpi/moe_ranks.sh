@@ -9,13 +9,17 @@
 # and adds its own load-balancing and z-losses, as one process's
 # micro-batches do under gradient accumulation; under EP the experts run on
 # their ranks). A checkpoint saved under EP2 resumes on one process and one
-# saved on one process resumes under EP2, both to the same 10 steps. Tensor
-# and pipeline parallelism are refused for MoE, naming their keys, and so are
-# ZeRO-1 and FSDP under EP, and so is
-# an expert split that does not divide the experts or a non-MoE model.
+# saved on one process resumes under EP2, both to the same 10 steps. ZeRO-1
+# under EP2 and EP2 x DP2 (the experts' optimizer state sharded over the
+# expert-dp ranks). Pipeline parallelism: PP2, DP2 x PP2, EP2 with PP2 (4
+# ranks), PP2 with full recompute, the same losses, weights and MoE figures;
+# PP2 and EP2 x PP2 checkpoints resume on one process. Tensor parallelism is
+# refused for MoE, naming its key, and so is FSDP under EP, and so is an
+# expert split that does not divide the experts or a non-MoE model.
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
 # summed over the ranks before the bias moves) equals one process too, under
-# DP, ZeRO-1 and EP2.
+# DP, ZeRO-1, EP2, ZeRO-1 under EP2 x DP2, PP2 and EP2 with PP2 (uneven
+# stages, one without MoE layers).
 #   tests/apps/mpi/moe_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_ranks
@@ -110,15 +114,66 @@ run ds_one "$NK" train "${ARGS[@]}" "${DS[@]}"
 run ds_dp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}"
 run ds_zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.shard=optimizer
 run ds_ep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep=2
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" ds_one ds_dp2 ds_zero1 ds_ep2 ||
+# Pipelined: the dense first layer and one MoE layer on stage 0, the last MoE
+# layer on stage 1; the sequence-wise loss and each stage's biases moved by
+# the loads of its own layers.
+run ds_pp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.pp=2 parallel.pp_layout=2,1
+# Stage 0 only the dense layer (no experts, no frozen bias: the checkpoint's
+# gather agrees on the arenas' kind over the stages).
+run ds_ep2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.pp=2 \
+  parallel.pp_layout=1,2 parallel.ep=2
+run ds_ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep=2 \
+  parallel.shard=optimizer
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" ds_one ds_dp2 ds_zero1 ds_ep2 ds_pp2 \
+  ds_ep2pp2 ds_ep2dp2zero1 ||
   fail "a data-parallel run with DeepSeek routing and bias balancing differs from one process"
 
-for key in parallel.tp parallel.pp; do
+# Pipeline parallel (1F1B): each stage routes its own layers' tokens; the
+# routing records travel with the activations, so the last stage's loss
+# holds every layer's balancing and z-losses and every stage's balancing
+# gradient sees every layer's counts. PP2 (2 ranks), EP2 with PP2 (4 ranks:
+# each stage's experts split over ep), DP2 with PP2, EP2 x DP2 x PP2 (8
+# ranks); the same losses,
+# weights and MoE figures (moe_aux, moe_z, moe_load_max) as one process;
+# checkpoints of PP2 and of EP2 x PP2 resume on one process.
+run pp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2
+run ep2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
+run dp2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2
+# 8 ranks: each stage's experts split over ep 2 and summed over edp 2.
+run ep2dp2pp2 "${MPI[@]}" 8 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
+run pp2full "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2 train.recompute=full
+run pp2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2 train.exit_at_step=5
+run pp2to1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/pp2to1.log" || fail "pp2to1 did not resume"
+run ep2pp2to1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2 \
+  train.exit_at_step=5
+run ep2pp2to1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2pp2to1.log" || fail "ep2pp2to1 did not resume"
+grep -q "expert parallel: world 4 = .*pp 2" "$WORK/ep2pp2.log" ||
+  fail "ep2pp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2pp2.log")"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one pp2 ep2pp2 dp2pp2 ep2dp2pp2 pp2to1 \
+  ep2pp2to1 || fail "a pipeline-parallel MoE run differs from one process"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull pp2full ||
+  fail "PP2 with full recompute differs from one process"
+# The MoE figures: the last stage's, over every layer (rank 0 logs them;
+# under DP they cover its replica's micro-batches only, so PP2 alone).
+/usr/bin/python3 - "$WORK" one pp2 pp2to1 <<'PY' || fail "the pipelined MoE figures differ from one process"
+import json, sys
+work, ref, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+rec = lambda r: [json.loads(l) for l in open(f"{work}/{r}/metrics.jsonl")]
+want = rec(ref)
+for run in runs:
+    for a, b in zip(rec(run), want):
+        for k in ("moe_aux", "moe_z", "moe_load_max", "moe_load_max.l1"):
+            assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
+PY
+
+for key in parallel.tp; do
   if "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" $key=2 train.out_dir="$WORK/$key" \
     >"$WORK/$key.log" 2>&1; then
     fail "$key=2 was not refused"
   fi
-  grep -q "$key = 2: a Mixture-of-Experts model (model.num_experts = 4) trains on one process, data parallel or expert parallel (parallel.ep) only" \
+  grep -q "$key = 2: a Mixture-of-Experts model (model.num_experts = 4) trains on one process, data, expert (parallel.ep) or pipeline parallel (parallel.pp) only" \
     "$WORK/$key.log" || fail "the refusal does not name $key: $(tail -3 "$WORK/$key.log")"
 done
 refuse() {
@@ -129,12 +184,23 @@ refuse() {
 }
 refuse ep4 "parallel.ep = 4: model.num_experts = 3 does not split into equal counts" \
   "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" model.num_experts=3 parallel.ep=4
-# ZeRO-1 and FSDP do not shard split experts yet: refused, naming the keys.
-for shard in optimizer full; do
-  refuse "ep2$shard" "parallel.shard = $shard: ZeRO-1 and FSDP do not shard expert-parallel weights yet (parallel.ep = 2" \
-    "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=$shard
-done
+# ZeRO-1 under EP: the experts' optimizer state sharded over the expert-dp
+# ranks, the rest over dp. EP2 (2 ranks: experts unsharded, the rest over 2)
+# and EP2 x DP2 (4 ranks: each expert's state over 2), the same as one
+# process; a checkpoint of EP2 x DP2 with ZeRO-1 resumes on one process.
+run ep2zero1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer
+run ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer
+run ep2dp2zero1to1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer \
+  train.exit_at_step=5
+run ep2dp2zero1to1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2dp2zero1to1.log" || fail "ep2dp2zero1to1 did not resume"
+grep -q "optimizer state sharded (ZeRO-1)" "$WORK/ep2dp2zero1.log" || fail "ep2dp2zero1 is not ZeRO-1"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one ep2zero1 ep2dp2zero1 \
+  ep2dp2zero1to1 || fail "ZeRO-1 under expert parallelism differs from one process"
+# FSDP does not shard split experts yet: refused, naming the keys.
+refuse ep2full "parallel.shard = full: FSDP does not shard expert-parallel weights yet (parallel.ep = 2" \
+  "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1 and EP2 too); EP2 checkpoints resume on one process and back; TP, PP and ZeRO-1/FSDP under EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; TP and FSDP under EP refused"
