@@ -1,5 +1,7 @@
 #include "ckpt/gguf_export.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -118,6 +120,36 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
   }
 }
 
+// DeepSeek-V3's routing as llama.cpp reads it from the metadata
+// (Architecture::gguf_deepseek_routing): the gating function, the top-k
+// renormalised or not, the routed scaling, the groups, leading dense layers
+// and an ungated shared expert of whole experts' widths.
+void add_deepseek_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                          const std::string& dir) {
+  if (!c.moe_dense_layers.empty())
+    fail(
+        "model '{}': moe_dense_layers = {}: llama.cpp's {} architecture has dense layers only "
+        "before the first MoE one (leading_dense_block_count)",
+        dir, fmt::join(c.moe_dense_layers, ","), ga);
+  if (c.moe_shared_d_ff == 0 || c.moe_shared_d_ff % c.expert_d_ff() || c.moe_shared_expert_gate)
+    fail(
+        "model '{}': moe_shared_d_ff = {} (gate {}): llama.cpp's {} architecture has an ungated "
+        "shared expert of expert_shared_count x {} units",
+        dir, c.moe_shared_d_ff, c.moe_shared_expert_gate, ga, c.expert_d_ff());
+  w.add_u32(ga + ".leading_dense_block_count", uint32_t(c.moe_first_dense_layers));
+  w.add_u32(ga + ".expert_feed_forward_length", uint32_t(c.expert_d_ff()));
+  w.add_u32(ga + ".expert_count", uint32_t(c.num_experts));
+  w.add_u32(ga + ".expert_used_count", uint32_t(c.num_experts_per_tok));
+  w.add_u32(ga + ".expert_shared_count", uint32_t(c.moe_shared_d_ff / c.expert_d_ff()));
+  w.add_f32(ga + ".expert_weights_scale", float(c.moe_routed_scaling));
+  w.add_bool(ga + ".expert_weights_norm", c.norm_topk_prob);
+  w.add_u32(ga + ".expert_gating_func", c.moe_score_func == "sigmoid" ? 2 : 1);
+  if (c.moe_n_group > 1) {
+    w.add_u32(ga + ".expert_group_count", uint32_t(c.moe_n_group));
+    w.add_u32(ga + ".expert_group_used_count", uint32_t(c.moe_topk_group));
+  }
+}
+
 // A Mixture-of-Experts model's router as llama.cpp's graph for `ga` runs it:
 // softmax scores, the top expert_used_count renormalised or not as that
 // graph does (Architecture::gguf_norm_topk), every layer a MoE one. Other
@@ -125,6 +157,7 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
 // experts' widths go where that graph reads them (gguf_expert_ff_keys).
 void add_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
                  const Architecture& arch, const std::string& dir) {
+  if (arch.gguf_deepseek_routing()) return add_deepseek_experts(w, ga, c, dir);
   const bool norm = arch.gguf_norm_topk();
   if (c.moe_score_func != "softmax" || c.norm_topk_prob != norm || c.moe_n_group != 1 ||
       c.moe_routed_scaling != 1.0 || c.has_score_bias())

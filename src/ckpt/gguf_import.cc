@@ -168,6 +168,30 @@ std::string lower(std::string s) {
   return s;
 }
 
+// DeepSeek-V3's routing from the metadata, as llama.cpp reads it
+// (Architecture::gguf_deepseek_routing); the score bias where the first MoE
+// layer has exp_probs_b.bias.
+void read_deepseek_routing(const GgufFile& f, const std::string& k, ModelConfig& c) {
+  c.moe_first_dense_layers = f.get_int(k + "leading_dense_block_count", 0);
+  if (c.moe_first_dense_layers < 0 || c.moe_first_dense_layers >= c.n_layer)
+    fail("GGUF '{}': {}leading_dense_block_count = {} is not in [0, {})", f.path(), k,
+         c.moe_first_dense_layers, c.n_layer);
+  c.moe_shared_d_ff = f.get_int(k + "expert_shared_count", 0) * c.moe_d_ff;
+  c.moe_shared_expert_gate = false;
+  const int64_t gating = f.get_int(k + "expert_gating_func", 1);
+  if (gating != 1 && gating != 2)
+    fail("GGUF '{}': {}expert_gating_func = {} is not supported (1 softmax, 2 sigmoid)", f.path(),
+         k, gating);
+  c.moe_score_func = gating == 2 ? "sigmoid" : "softmax";
+  c.norm_topk_prob = f.get_bool(k + "expert_weights_norm", false);
+  const double scale = f.get_float(k + "expert_weights_scale", 0.0);
+  c.moe_routed_scaling = scale == 0.0 ? 1.0 : scale;  // llama.cpp: 0 and 1 leave the weights
+  c.moe_n_group = f.get_int(k + "expert_group_count", 1);
+  c.moe_topk_group = f.get_int(k + "expert_group_used_count", 1);
+  c.moe_score_bias =
+      f.find(fmt::format("blk.{}.exp_probs_b.bias", c.moe_first_dense_layers)) != nullptr;
+}
+
 }  // namespace
 
 bool is_gguf_path(const std::string& path) {
@@ -237,13 +261,14 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.moe_d_ff = c.d_ff;
     if (arch.gguf_expert_ff_keys()) {
       c.moe_d_ff = positive(f, k + "expert_feed_forward_length", limits::kFfn);
-      if (f.find("blk.0.ffn_gate_shexp.weight")) {
+      if (!arch.gguf_deepseek_routing() && f.find("blk.0.ffn_gate_shexp.weight")) {
         c.moe_shared_d_ff = positive(f, k + "expert_shared_feed_forward_length", limits::kFfn);
         c.moe_shared_expert_gate = f.find("blk.0.ffn_gate_inp_shexp.weight") != nullptr;
       }
     }
     c.moe_score_func = "softmax";
     c.norm_topk_prob = arch.gguf_norm_topk();
+    if (arch.gguf_deepseek_routing()) read_deepseek_routing(f, k, c);
   }
   try {
     c.validate();

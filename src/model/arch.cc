@@ -225,6 +225,7 @@ std::vector<ExternalTensor> moe_gguf_tensors(const ModelConfig& c,
     out.push_back({b + "ffn_gate_exps.weight", h + "moe.up.weight", "e{}.gate", false, 0, E});
     out.push_back({b + "ffn_up_exps.weight", h + "moe.up.weight", "e{}.up", false, 0, E});
     out.push_back({b + "ffn_down_exps.weight", h + "moe.down.weight", "e{}", false, 0, E});
+    if (c.has_score_bias()) out.push_back({b + "exp_probs_b.bias", h + "moe.score_bias", ""});
     if (c.moe_shared_d_ff == 0) continue;
     if (c.moe_shared_expert_gate)
       out.push_back(

@@ -137,6 +137,13 @@ class Architecture {
   // MLP's, or by feed_forward_length ("llama").
   virtual bool gguf_norm_topk() const { return true; }
   virtual bool gguf_expert_ff_keys() const { return false; }
+  // Whether that graph reads DeepSeek-V3's routing from the metadata
+  // ("dots1"): expert_gating_func (1 softmax, 2 sigmoid), expert_weights_norm
+  // (the top-k renormalised), expert_weights_scale (routed scaling),
+  // expert_group_count / expert_group_used_count, the score bias as
+  // blk.L.exp_probs_b.bias, leading_dense_block_count dense layers and an
+  // ungated shared expert of expert_shared_count x the experts' width.
+  virtual bool gguf_deepseek_routing() const { return false; }
 };
 
 // The registry. nk::Error listing the known names.
@@ -217,8 +224,9 @@ std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool 
 // `dense` (llama_style_gguf_tensors) with each MoE layer's MLP (ModelConfig::
 // moe_layer) replaced by llama.cpp's MoE tensors after its ffn_norm: the
 // router blk.L.ffn_gate_inp [E, C], the experts stacked as ffn_gate_exps
-// and ffn_up_exps [E, F, C] and ffn_down_exps [E, C, F], and with a shared
-// expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp [C].
+// and ffn_up_exps [E, F, C] and ffn_down_exps [E, C, F], with a score bias
+// exp_probs_b.bias [E], and with a shared expert ffn_{gate,up,down}_shexp
+// and its gate ffn_gate_inp_shexp [C].
 std::vector<ExternalTensor> moe_gguf_tensors(const ModelConfig& c,
                                              const std::vector<ExternalTensor>& dense);
 // The `<gguf_arch>.` metadata key llama.cpp reads the norms' epsilon from,

@@ -458,5 +458,78 @@ TEST_F(MoeGguf, QwenMoeTiedHeadAndRefusedRouters) {
   }
 }
 
+// dots.llm1 in llama.cpp's dots1 layout: the routing in the metadata
+// (leading_dense_block_count, expert_gating_func 2 = sigmoid,
+// expert_weights_norm, expert_weights_scale, expert_shared_count, the
+// groups), the dense first layer's ffn_{gate,up,down}, the MoE layers'
+// exp_probs_b.bias and ungated ffn_*_shexp; the f32 file imports back bit
+// for bit; a q4_k_m file loads with its experts' blocks kept and generates.
+// Dense layers other than leading ones, and fewer key/value heads than
+// query heads (llama.cpp's dots1 has none), are refused naming the key.
+TEST_F(MoeGguf, Dots1LayoutRoundTripAndQuantized) {
+  ModelConfig c = model_preset("dots1-tiny");
+  c.vocab_size = 416;
+  c.max_seq_len = 64;
+  c.d_model = 256;
+  c.d_ff = 256;
+  c.moe_d_ff = 256;
+  c.moe_shared_d_ff = 512;
+  c.n_kv_head = c.n_head;
+  c.init_std = 0.05;
+  save_tiny_model(dir / "dots1", c, 94, spm);
+  const std::string gguf = dir / "dots1.gguf";
+  RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", dir / "dots1", gguf));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto f = GgufFile::open(gguf);
+  EXPECT_EQ(f->get_string("general.architecture"), "dots1");
+  EXPECT_EQ(f->get_int("dots1.leading_dense_block_count"), 1);
+  EXPECT_EQ(f->get_int("dots1.expert_gating_func"), 2);
+  EXPECT_EQ(f->get_int("dots1.expert_shared_count"), 2);
+  EXPECT_EQ(f->get_int("dots1.expert_group_count"), 4);
+  EXPECT_EQ(f->get_int("dots1.expert_group_used_count"), 2);
+  EXPECT_TRUE(f->get_bool("dots1.expert_weights_norm"));
+  EXPECT_FLOAT_EQ(float(f->get_float("dots1.expert_weights_scale")), 2.5f);
+  EXPECT_EQ(f->tensor("blk.0.ffn_gate.weight").shape, (Shape{256, 256}));
+  EXPECT_EQ(f->find("blk.0.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(f->tensor("blk.1.exp_probs_b.bias").shape, (Shape{8}));
+  EXPECT_EQ(f->tensor("blk.1.ffn_gate_exps.weight").shape, (Shape{8, 256, 256}));
+  EXPECT_EQ(f->tensor("blk.1.ffn_down_shexp.weight").shape, (Shape{256, 512}));
+  EXPECT_EQ(f->find("blk.1.ffn_gate_inp_shexp.weight"), nullptr);
+  auto original = load_model(dir / "dots1", DType::F32);
+  GgufModel g = load_gguf_model(gguf);
+  for (const ParamInfo& p : original->layout().params()) {
+    Tensor x = original->param_f32(p), y = g.model->param_f32(g.model->layout().find(p.name));
+    ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << p.name;
+  }
+  EXPECT_EQ(logits_of(*original, prompt), logits_of(*g.model, prompt));
+
+  const std::string q = dir / "dots1-q4_k_m.gguf";
+  r = run_nekton(fmt::format("quantize {} {} --type q4_k_m", dir / "dots1", q));
+  ASSERT_EQ(r.code, 0) << r.out;
+  GgufModel gq = load_gguf_model(q);
+  EXPECT_TRUE(gq.model->layout().find("h.2.moe.up.weight").quantized);
+  EXPECT_TRUE(gq.model->layout().find("h.0.mlp.up.weight").quantized);
+  r = run_nekton(
+      fmt::format("generate generate.model={} generate.prompt=Hello generate.max_tokens=8 "
+                  "generate.temperature=0",
+                  q));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Hello"), std::string::npos) << r.out;
+
+  c.moe_first_dense_layers = 0;
+  c.moe_dense_layers = {1};
+  save_tiny_model(dir / "dots1-mid", c, 95, spm);
+  r = run_nekton(fmt::format("export gguf {} {}", dir / "dots1-mid", dir / "mid.gguf"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("moe_dense_layers = 1"), std::string::npos) << r.out;
+  c = model_preset("dots1-tiny");  // grouped-query attention: 2 key/value heads
+  c.vocab_size = 416;
+  save_tiny_model(dir / "dots1-gqa", c, 96, spm);
+  r = run_nekton(fmt::format("export gguf {} {}", dir / "dots1-gqa", dir / "gqa.gguf"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("model.n_kv_head = 2"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "gqa.gguf"));
+}
+
 }  // namespace
 }  // namespace nk

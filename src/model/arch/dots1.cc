@@ -17,7 +17,10 @@
 // mlp.{gate,up,down}_proj. The published config has no auxiliary loss:
 // Nekton trains it with aux-loss-free balancing if asked
 // (model.moe_bias_update_rate), the bias moving as DeepSeek-V3's.
-// Sliding-window layers are refused.
+// Sliding-window layers are refused. In GGUF it is llama.cpp's "dots1":
+// Qwen3's attention tensors, the dense layers' ffn_{gate,up,down}, the MoE
+// layers' router, stacked experts, exp_probs_b.bias and ffn_*_shexp, with
+// the routing in the metadata (Architecture::gguf_deepseek_routing).
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -184,6 +187,24 @@ class Dots1 final : public Architecture {
     return out;
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as dots.llm1 is published
+
+  std::string gguf_arch() const override { return "dots1"; }
+  bool gguf_expert_ff_keys() const override { return true; }
+  bool gguf_deepseek_routing() const override { return true; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    // llama.cpp's dots1 sizes attn_k and attn_v by the query heads (dots.llm1
+    // has 32 of each).
+    if (c.n_kv_head != c.n_head)
+      fail(
+          "model.n_kv_head = {}: llama.cpp's dots1 architecture has as many key/value heads as "
+          "query heads (model.n_head = {})",
+          c.n_kv_head, c.n_head);
+    std::vector<ExternalTensor> t =
+        moe_gguf_tensors(c, llama_style_gguf_tensors(c, false, false, /*qk_norm=*/true));
+    // llama.cpp's dots1 requires output.weight: a tied head goes there too.
+    if (c.tied_embeddings) t.push_back({"output.weight", "wte", "", false, 0});
+    return t;
+  }
 };
 
 }  // namespace
