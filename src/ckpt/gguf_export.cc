@@ -1,5 +1,7 @@
 #include "ckpt/gguf_export.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -118,19 +120,66 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
   }
 }
 
-// A Mixture-of-Experts model's router as llama.cpp's "llama" graph runs it:
-// softmax scores, the top expert_used_count renormalised. Other routers
-// would compute other results there, so they are refused.
-void add_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
-                 const std::string& dir) {
-  if (c.moe_score_func != "softmax" || !c.norm_topk_prob)
+// DeepSeek-V3's routing as llama.cpp reads it from the metadata
+// (Architecture::gguf_deepseek_routing): the gating function, the top-k
+// renormalised or not, the routed scaling, the groups, leading dense layers
+// and an ungated shared expert of whole experts' widths.
+void add_deepseek_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                          const std::string& dir) {
+  if (!c.moe_dense_layers.empty())
     fail(
-        "model '{}': GGUF export of a Mixture-of-Experts router with moe_score_func = {} and "
-        "norm_topk_prob = {} is not supported (llama.cpp's {} architecture renormalises the top-k "
-        "of softmax scores)",
-        dir, c.moe_score_func, c.norm_topk_prob, ga);
+        "model '{}': moe_dense_layers = {}: llama.cpp's {} architecture has dense layers only "
+        "before the first MoE one (leading_dense_block_count)",
+        dir, fmt::join(c.moe_dense_layers, ","), ga);
+  if (c.moe_shared_d_ff == 0 || c.moe_shared_d_ff % c.expert_d_ff() || c.moe_shared_expert_gate)
+    fail(
+        "model '{}': moe_shared_d_ff = {} (gate {}): llama.cpp's {} architecture has an ungated "
+        "shared expert of expert_shared_count x {} units",
+        dir, c.moe_shared_d_ff, c.moe_shared_expert_gate, ga, c.expert_d_ff());
+  w.add_u32(ga + ".leading_dense_block_count", uint32_t(c.moe_first_dense_layers));
+  w.add_u32(ga + ".expert_feed_forward_length", uint32_t(c.expert_d_ff()));
   w.add_u32(ga + ".expert_count", uint32_t(c.num_experts));
   w.add_u32(ga + ".expert_used_count", uint32_t(c.num_experts_per_tok));
+  w.add_u32(ga + ".expert_shared_count", uint32_t(c.moe_shared_d_ff / c.expert_d_ff()));
+  w.add_f32(ga + ".expert_weights_scale", float(c.moe_routed_scaling));
+  w.add_bool(ga + ".expert_weights_norm", c.norm_topk_prob);
+  w.add_u32(ga + ".expert_gating_func", c.moe_score_func == "sigmoid" ? 2 : 1);
+  if (c.moe_n_group > 1) {
+    w.add_u32(ga + ".expert_group_count", uint32_t(c.moe_n_group));
+    w.add_u32(ga + ".expert_group_used_count", uint32_t(c.moe_topk_group));
+  }
+}
+
+// A Mixture-of-Experts model's router as llama.cpp's graph for `ga` runs it:
+// softmax scores, the top expert_used_count renormalised or not as that
+// graph does (Architecture::gguf_norm_topk), every layer a MoE one. Other
+// routers would compute other results there, so they are refused. The
+// experts' widths go where that graph reads them (gguf_expert_ff_keys).
+void add_experts(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                 const Architecture& arch, const std::string& dir) {
+  if (arch.gguf_deepseek_routing()) return add_deepseek_experts(w, ga, c, dir);
+  const bool norm = arch.gguf_norm_topk();
+  if (c.moe_score_func != "softmax" || c.norm_topk_prob != norm || c.moe_n_group != 1 ||
+      c.moe_routed_scaling != 1.0 || c.has_score_bias())
+    fail(
+        "model '{}': GGUF export of a Mixture-of-Experts router with moe_score_func = {}, "
+        "norm_topk_prob = {}, moe_n_group = {}, moe_routed_scaling = {}, moe_score_bias = {} is "
+        "not supported (llama.cpp's {} architecture {} the top-k of softmax scores, ungrouped, "
+        "unscaled, without a bias)",
+        dir, c.moe_score_func, c.norm_topk_prob, c.moe_n_group, c.moe_routed_scaling,
+        c.has_score_bias(), ga, norm ? "renormalises" : "does not renormalise");
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (!c.moe_layer(l))
+      fail(
+          "model '{}': layer {} has a dense MLP (moe_first_dense_layers / moe_dense_layers); "
+          "llama.cpp's {} architecture has Mixture-of-Experts blocks in every layer",
+          dir, l, ga);
+  w.add_u32(ga + ".expert_count", uint32_t(c.num_experts));
+  w.add_u32(ga + ".expert_used_count", uint32_t(c.num_experts_per_tok));
+  if (!arch.gguf_expert_ff_keys()) return;
+  w.add_u32(ga + ".expert_feed_forward_length", uint32_t(c.expert_d_ff()));
+  if (c.moe_shared_d_ff > 0)
+    w.add_u32(ga + ".expert_shared_feed_forward_length", uint32_t(c.moe_shared_d_ff));
 }
 
 // The tokenizer as tokenizer.ggml.* metadata, and the chat template beside
@@ -203,7 +252,7 @@ GgmlType gguf_tensor_type(const std::string& recipe, const std::string& name, co
   if (four_bit && output) t = GgmlType::Q6_K;
   if (recipe == "q4_k_m" &&
       (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight") ||
-       ends_with(name, ".ffn_down_exps.weight")) &&
+       ends_with(name, ".ffn_down_exps.weight") || ends_with(name, ".ffn_down_shexp.weight")) &&
       more_bits(layer_of(name), n_layer))
     t = GgmlType::Q6_K;
   const bool quantized = ggml_is_quantized(t);
@@ -269,8 +318,10 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_u32(ga + ".context_length", uint32_t(c.max_seq_len));
   w.add_u32(ga + ".embedding_length", uint32_t(c.d_model));
   w.add_u32(ga + ".block_count", uint32_t(c.n_layer));
-  // llama.cpp's "llama" graph sizes the experts by feed_forward_length.
-  w.add_u32(ga + ".feed_forward_length", uint32_t(c.is_moe() ? c.expert_d_ff() : c.d_ff));
+  // llama.cpp's "llama" graph sizes the experts by feed_forward_length (the
+  // Qwen MoE ones by expert_feed_forward_length: add_experts).
+  const bool experts_ff = c.is_moe() && !arch.gguf_expert_ff_keys();
+  w.add_u32(ga + ".feed_forward_length", uint32_t(experts_ff ? c.expert_d_ff() : c.d_ff));
   w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
   w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
   // (In the order earlier exports wrote them: a Llama file stays byte-identical.)
@@ -279,7 +330,12 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   if (rotary) w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
   if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
-  if (c.is_moe()) add_experts(w, ga, c, model_dir);
+  if (c.is_moe()) add_experts(w, ga, c, arch, model_dir);
+  // A head size apart from d_model / n_head (Qwen3's), as llama.cpp reads it.
+  if (c.head_dim() * c.n_head != c.d_model) {
+    w.add_u32(ga + ".attention.key_length", uint32_t(c.head_dim()));
+    w.add_u32(ga + ".attention.value_length", uint32_t(c.head_dim()));
+  }
 
   // The tokenizer before the weights: its errors are cheaper to find.
   result.tokenizer = add_tokenizer(w, model_dir, c, opt.tokenizer);
@@ -302,6 +358,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     } else if (!e.part.empty()) {
       row0[0] = p.part(e.part).row0;
       shape[0] = p.part(e.part).rows;
+    } else if (e.flat) {
+      shape = {p.numel()};  // [1, in] as [in]
     }
     const int64_t rows = shape.size() > 2 ? shape[1] : shape[0];
     const int64_t in = shape.size() > 1 ? shape.back() : 1;

@@ -6,8 +6,11 @@
 // with the chat template of the folder's tokenizer_config.json
 // (tokenizer.chat_template) when it has one, and the weights under llama.cpp's
 // tensor names, which each architecture maps (Architecture::gguf_tensors;
-// Mixtral's experts as llama.cpp's stacked 3-d tensors, model/arch/mixtral.cc,
-// with <arch>.expert_count and expert_used_count). For
+// the experts of Mixtral, Qwen2-MoE and Qwen3-MoE as llama.cpp's stacked
+// 3-d tensors, arch.h moe_gguf_tensors, with <arch>.expert_count,
+// expert_used_count and, for qwen2moe/qwen3moe, expert_feed_forward_length
+// and expert_shared_feed_forward_length; a head size apart from
+// d_model / n_head as attention.key_length and value_length). For
 // the Llama family (Llama, Qwen2, Mistral):
 //   wte                -> token_embd.weight          [V, C]
 //   h.N.ln1.weight     -> blk.N.attn_norm.weight     [C]      (always f32)
@@ -49,7 +52,7 @@ void check_gguf_recipe(const std::string& recipe);
 //     i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's use_more_bits), q4_k
 //     elsewhere;
 //   - a Mixture-of-Experts router (ffn_gate_inp) f32, as llama.cpp's
-//     converter and quantiser keep it; ffn_down_exps as ffn_down;
+//     converter and quantiser keep it; ffn_down_exps and ffn_down_shexp as ffn_down;
 //   - with n_expert == 8 (Mixtral), as llama.cpp: attn_k and attn_v q8_0
 //     under every block-quantised recipe, and q4_k_m's attn_output q6_k
 //     (llama.cpp's q5_k, which Nekton lacks: the next type with more bits);

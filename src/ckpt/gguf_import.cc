@@ -168,6 +168,30 @@ std::string lower(std::string s) {
   return s;
 }
 
+// DeepSeek-V3's routing from the metadata, as llama.cpp reads it
+// (Architecture::gguf_deepseek_routing); the score bias where the first MoE
+// layer has exp_probs_b.bias.
+void read_deepseek_routing(const GgufFile& f, const std::string& k, ModelConfig& c) {
+  c.moe_first_dense_layers = f.get_int(k + "leading_dense_block_count", 0);
+  if (c.moe_first_dense_layers < 0 || c.moe_first_dense_layers >= c.n_layer)
+    fail("GGUF '{}': {}leading_dense_block_count = {} is not in [0, {})", f.path(), k,
+         c.moe_first_dense_layers, c.n_layer);
+  c.moe_shared_d_ff = f.get_int(k + "expert_shared_count", 0) * c.moe_d_ff;
+  c.moe_shared_expert_gate = false;
+  const int64_t gating = f.get_int(k + "expert_gating_func", 1);
+  if (gating != 1 && gating != 2)
+    fail("GGUF '{}': {}expert_gating_func = {} is not supported (1 softmax, 2 sigmoid)", f.path(),
+         k, gating);
+  c.moe_score_func = gating == 2 ? "sigmoid" : "softmax";
+  c.norm_topk_prob = f.get_bool(k + "expert_weights_norm", false);
+  const double scale = f.get_float(k + "expert_weights_scale", 0.0);
+  c.moe_routed_scaling = scale == 0.0 ? 1.0 : scale;  // llama.cpp: 0 and 1 leave the weights
+  c.moe_n_group = f.get_int(k + "expert_group_count", 1);
+  c.moe_topk_group = f.get_int(k + "expert_group_used_count", 1);
+  c.moe_score_bias =
+      f.find(fmt::format("blk.{}.exp_probs_b.bias", c.moe_first_dense_layers)) != nullptr;
+}
+
 }  // namespace
 
 bool is_gguf_path(const std::string& path) {
@@ -195,18 +219,24 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   const bool rotary = !spec.learned_positions;
   c.norm_eps = f.get_float(k + gguf_norm_eps_key(spec), 1e-5);
   if (rotary) c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
-  if (c.d_model % c.n_head)
+  // A head size apart from embedding_length / head_count (Qwen3's) comes
+  // as attention.key_length (and value_length, which must equal it).
+  if (f.has(k + "attention.key_length")) {
+    const int64_t d = positive(f, k + "attention.key_length", limits::kHidden);
+    if (c.d_model % c.n_head || d != c.d_model / c.n_head) c.attn_head_dim = d;
+  }
+  if (c.attn_head_dim == 0 && c.d_model % c.n_head)
     fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
          k, c.n_head, k, c.d_model);
   if (rotary && c.head_dim() % 2 != 0)
     fail(
-        "GGUF '{}': head size {} ({}embedding_length / head_count) is odd; rotary embeddings "
-        "need an even one",
+        "GGUF '{}': head size {} ({}attention.key_length, or embedding_length / head_count) is "
+        "odd; rotary embeddings need an even one",
         f.path(), c.head_dim(), k);
-  for (const char* key : {"rope.dimension_count", "attention.key_length", "attention.value_length"})
+  for (const char* key : {"rope.dimension_count", "attention.value_length"})
     if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
-      fail("GGUF '{}': {}{} = {}; Nekton needs embedding_length / head_count = {}", f.path(), k,
-           key, f.get_int(k + key), c.head_dim());
+      fail("GGUF '{}': {}{} = {}; Nekton needs the head size {}", f.path(), k, key,
+           f.get_int(k + key), c.head_dim());
   if (f.has(k + "attention.sliding_window"))
     fail("GGUF '{}': {}attention.sliding_window is not supported by the {} architecture here",
          f.path(), k, ga);
@@ -221,13 +251,24 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.tied_embeddings = f.find("output.weight") == nullptr;
   if (rotary) read_rope_scaling(f, ga, c);
   if (arch.moe()) {
-    // llama.cpp's "llama" router: softmax, the top expert_used_count
-    // renormalised; the experts sized by feed_forward_length.
+    // The router as llama.cpp's graph for ga runs it: softmax, the top
+    // expert_used_count renormalised or not (Architecture::gguf_norm_topk);
+    // the experts sized by feed_forward_length ("llama") or by
+    // expert_feed_forward_length, with a gated shared expert of
+    // expert_shared_feed_forward_length where the file has its tensors.
     c.num_experts = positive(f, k + "expert_count", limits::kMaxExperts);
     c.num_experts_per_tok = positive(f, k + "expert_used_count", c.num_experts);
     c.moe_d_ff = c.d_ff;
+    if (arch.gguf_expert_ff_keys()) {
+      c.moe_d_ff = positive(f, k + "expert_feed_forward_length", limits::kFfn);
+      if (!arch.gguf_deepseek_routing() && f.find("blk.0.ffn_gate_shexp.weight")) {
+        c.moe_shared_d_ff = positive(f, k + "expert_shared_feed_forward_length", limits::kFfn);
+        c.moe_shared_expert_gate = f.find("blk.0.ffn_gate_inp_shexp.weight") != nullptr;
+      }
+    }
     c.moe_score_func = "softmax";
-    c.norm_topk_prob = true;
+    c.norm_topk_prob = arch.gguf_norm_topk();
+    if (arch.gguf_deepseek_routing()) read_deepseek_routing(f, k, c);
   }
   try {
     c.validate();
@@ -274,6 +315,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
       row0 = p.part(e.part).row0;
       want[0] = p.part(e.part).rows;
     }
+    if (e.flat) want = {p.numel()};  // [1, in] stored as [in]
     if (t.shape != want)
       fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
            shape_str(t.shape), shape_str(want), e.param);
@@ -285,7 +327,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     if (e.rope_heads > 0 && want[0] % (2 * e.rope_heads) != 0)
       fail("GGUF '{}': tensor '{}' has {} rows, not whole heads of even size", path, e.name,
            want[0]);
-    pieces[e.param].push_back({&t, row0, want[0], e.rope_heads});
+    pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads});
   }
   for (const auto& t : f.tensors()) {
     bool used = t.name == "rope_freqs.weight";

@@ -1,7 +1,8 @@
-// Loading a GGUF file of the Llama family (llama.cpp's "llama" and "qwen2"
-// architectures: Llama 1-3, Mistral without a sliding window, Qwen2; a
-// "llama" file with llama.expert_count > 0 as Mixtral, its stacked
-// ffn_*_exps tensors one piece per expert) or of GPT-2 (llama.cpp's "gpt2")
+// Loading a GGUF file of the Llama family (llama.cpp's "llama", "qwen2",
+// "qwen3", "qwen2moe", "qwen3moe" and "dots1" architectures: Llama 1-3,
+// Mistral without a sliding window, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE,
+// dots.llm1; a "llama" file with llama.expert_count > 0 as Mixtral, its
+// stacked ffn_*_exps tensors one piece per expert) or of GPT-2 (llama.cpp's "gpt2")
 // as a Nekton model that runs directly, as llama.cpp would run it:
 //   - the hyper-parameters from `<arch>.*` metadata, RoPE scaling included
 //     (linear, yarn, and llama3's rope_freqs.weight recognised as such; no

@@ -52,6 +52,7 @@ std::string model_config_to_json(const ModelConfig& c) {
                 {"score_bias", c.has_score_bias()},
                 {"bias_update_rate", c.moe_bias_update_rate},
                 {"first_dense_layers", c.moe_first_dense_layers}};
+  if (!c.moe_dense_layers.empty()) j["moe"]["dense_layers"] = c.moe_dense_layers;
   if (c.moe_shared_d_ff > 0) {
     j["moe"]["shared_d_ff"] = c.moe_shared_d_ff;
     j["moe"]["shared_expert_gate"] = c.moe_shared_expert_gate;
@@ -136,6 +137,13 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
       if (m.contains("first_dense_layers"))
         c.moe_first_dense_layers =
             json_int(m.at("first_dense_layers"), where, "moe.first_dense_layers");
+      if (m.contains("dense_layers")) {
+        const json& d = m.at("dense_layers");
+        if (!d.is_array())
+          fail("{}: field 'moe.dense_layers' must be a list, got {}", where, d.dump());
+        for (const json& x : d)
+          c.moe_dense_layers.push_back(json_int(x, where, "moe.dense_layers"));
+      }
       if (m.contains("shared_d_ff"))
         c.moe_shared_d_ff = json_int(m.at("shared_d_ff"), where, "moe.shared_d_ff");
       if (m.contains("shared_expert_gate"))

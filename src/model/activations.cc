@@ -75,11 +75,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     full_x = act(C);
     full_y = act(C);
   }
-  // A MoE model with leading dense layers (moe_first_dense_layers) holds
+  // A MoE model with dense layers (moe_first_dense_layers, moe_dense_layers) holds
   // both kinds; a buffer shared by layers (inference's one layer, full
   // recompute's) has both. The sequence-wise balancing loss keeps the
   // router's statistics per sequence.
-  const bool any_dense = !c.is_moe() || c.moe_first_dense_layers > 0;
+  const bool any_dense = c.has_dense_layers();
   const int64_t segments = c.is_moe() && c.moe_aux_loss_type == "seq" ? B : 1;
   const bool qk_norm = c.architecture().block().qk_norm;
   auto layer = [&](bool cheap, int64_t l) {

@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/json.h"
@@ -18,12 +19,13 @@ const Architecture& mixtral_architecture();
 const Architecture& qwen3_architecture();
 const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
+const Architecture& dots1_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &gpt2_architecture(),      &llama_architecture(),     &qwen2_architecture(),
       &mistral_architecture(),   &mixtral_architecture(),   &qwen3_architecture(),
-      &qwen2_moe_architecture(), &qwen3_moe_architecture(),
+      &qwen2_moe_architecture(), &qwen3_moe_architecture(), &dots1_architecture(),
   };
   return all;
 }
@@ -194,12 +196,47 @@ std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
                                                 const std::vector<ExternalTensor>& dense) {
   std::vector<ExternalTensor> out;
   const std::string ln2 = "ln2.weight";
+  auto layer_of = [](const std::string& param) {
+    return std::stoll(param.substr(2, param.find('.', 2) - 2));
+  };
   for (const ExternalTensor& t : dense) {
-    if (t.param.find(".mlp.") != std::string::npos) continue;  // no dense MLP here
+    const bool mlp = t.param.find(".mlp.") != std::string::npos;
+    if (mlp && c.moe_layer(layer_of(t.param))) continue;  // the MoE block's instead
     out.push_back(t);
-    if (!t.param.ends_with(ln2)) continue;
+    if (!t.param.ends_with(ln2) || !c.moe_layer(layer_of(t.param))) continue;
     qwen_moe_layer_tensors(c, t.param.substr(0, t.param.size() - ln2.size()),
                            t.name.substr(0, t.name.find("post_attention_layernorm")), out);
+  }
+  return out;
+}
+
+std::vector<ExternalTensor> moe_gguf_tensors(const ModelConfig& c,
+                                             const std::vector<ExternalTensor>& dense) {
+  std::vector<ExternalTensor> out;
+  const std::string ln2 = "ln2.weight", ffn_norm = "ffn_norm.weight";
+  auto layer_of = [](const std::string& param) {
+    return std::stoll(param.substr(2, param.find('.', 2) - 2));
+  };
+  for (const ExternalTensor& t : dense) {
+    const bool mlp = t.param.find(".mlp.") != std::string::npos;
+    if (mlp && c.moe_layer(layer_of(t.param))) continue;  // the MoE block's instead
+    out.push_back(t);
+    if (!t.param.ends_with(ln2) || !c.moe_layer(layer_of(t.param))) continue;
+    const std::string h = t.param.substr(0, t.param.size() - ln2.size());
+    const std::string b = t.name.substr(0, t.name.size() - ffn_norm.size());
+    const int64_t E = c.num_experts;
+    out.push_back({b + "ffn_gate_inp.weight", h + "moe.router.weight", "", false, 0});
+    out.push_back({b + "ffn_gate_exps.weight", h + "moe.up.weight", "e{}.gate", false, 0, E});
+    out.push_back({b + "ffn_up_exps.weight", h + "moe.up.weight", "e{}.up", false, 0, E});
+    out.push_back({b + "ffn_down_exps.weight", h + "moe.down.weight", "e{}", false, 0, E});
+    if (c.has_score_bias()) out.push_back({b + "exp_probs_b.bias", h + "moe.score_bias", ""});
+    if (c.moe_shared_d_ff == 0) continue;
+    if (c.moe_shared_expert_gate)
+      out.push_back(
+          {b + "ffn_gate_inp_shexp.weight", h + "moe.shared_gate.weight", "", false, 0, 0, true});
+    out.push_back({b + "ffn_gate_shexp.weight", h + "moe.shared_up.weight", "gate", false, 0});
+    out.push_back({b + "ffn_up_shexp.weight", h + "moe.shared_up.weight", "up", false, 0});
+    out.push_back({b + "ffn_down_shexp.weight", h + "moe.shared_down.weight", "", false, 0});
   }
   return out;
 }
@@ -220,18 +257,30 @@ void hf_read_qwen_moe(const HfConfigReader& h, ModelConfig& c, bool shared_exper
       h.fail_at("field 'router_aux_loss_coef' must be a number >= 0, got " + v.dump());
     c.moe_aux_loss_coeff = v.get<double>();
   }
-  // HF makes layer l dense when l is in mlp_only_layers or (l + 1) is not a
-  // multiple of decoder_sparse_step; Nekton's MoE models are MoE in every layer.
-  if (h.integer("decoder_sparse_step", 1) != 1)
-    h.unsupported("decoder_sparse_step",
-                  "dense layers between the MoE ones are not supported yet (1: every layer MoE)");
+  // HF makes layer l dense (an MLP of intermediate_size) when l is in
+  // mlp_only_layers or (l + 1) is not a multiple of decoder_sparse_step.
+  const int64_t step = h.integer("decoder_sparse_step", 1);
+  if (step < 1)
+    h.fail_at(fmt::format("field 'decoder_sparse_step' must be positive, got {}", step));
+  std::vector<int64_t> only;
   if (h.has("mlp_only_layers")) {
     const nlohmann::json& v = h.at("mlp_only_layers");
     if (!v.is_array()) h.fail_at("field 'mlp_only_layers' must be a list, got " + v.dump());
-    if (!v.empty())
-      h.unsupported("mlp_only_layers",
-                    "dense layers in a MoE model are not supported yet (only [] is)");
+    for (const nlohmann::json& x : v) {
+      const int64_t l = json_int(x, h.where(), "mlp_only_layers");
+      if (l < 0 || l >= c.n_layer)
+        h.fail_at(
+            fmt::format("field 'mlp_only_layers' names layer {}, not in [0, {})", l, c.n_layer));
+      only.push_back(l);
+    }
   }
+  c.moe_first_dense_layers = 0;
+  c.moe_dense_layers.clear();
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (std::find(only.begin(), only.end(), l) != only.end() || (l + 1) % step != 0)
+      c.moe_dense_layers.push_back(l);
+  if (int64_t(c.moe_dense_layers.size()) == c.n_layer)
+    h.fail_at("every layer is dense (decoder_sparse_step, mlp_only_layers): no MoE layer");
   if (h.boolean("use_sliding_window", false))
     h.unsupported("use_sliding_window", "sliding-window attention is not supported");
   c.moe_shared_d_ff = 0;
@@ -247,7 +296,7 @@ void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool sha
   j["sliding_window"] = nullptr;
   j["max_window_layers"] = c.n_layer;
   j["attention_dropout"] = 0.0;
-  j["decoder_sparse_step"] = 1;
+  j["decoder_sparse_step"] = 1;  // the dense layers listed in mlp_only_layers
   j["moe_intermediate_size"] = c.expert_d_ff();
   if (shared_expert) j["shared_expert_intermediate_size"] = c.moe_shared_d_ff;
   j["num_experts_per_tok"] = c.num_experts_per_tok;
@@ -255,7 +304,10 @@ void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool sha
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["output_router_logits"] = false;
   j["router_aux_loss_coef"] = c.moe_aux_loss_coeff;
-  j["mlp_only_layers"] = nlohmann::ordered_json::array();
+  nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (!c.moe_layer(l)) dense.push_back(l);
+  j["mlp_only_layers"] = dense;
 }
 
 // ---- HfConfigReader ----

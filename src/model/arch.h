@@ -45,6 +45,9 @@ struct ExternalTensor {
   // slice e is the part named `part` with "{}" replaced by e (llama.cpp's
   // ffn_{gate,up,down}_exps stack the experts of a layer).
   int64_t experts = 0;
+  // A [1, in] parameter stored as a 1-d tensor [in] (llama.cpp's
+  // ffn_gate_inp_shexp, Qwen2-MoE's shared-expert gate).
+  bool flat = false;
 };
 
 // A reader over an HF config.json object whose errors name the file and key.
@@ -126,6 +129,21 @@ class Architecture {
   // Whether llama.cpp's graph for gguf_arch() reads `rope_freqs.weight`
   // (per-pair frequency divisors: how llama3 RoPE scaling reaches llama.cpp).
   virtual bool gguf_rope_freqs() const { return false; }
+  // How llama.cpp's graph for gguf_arch() runs a MoE block: whether it
+  // renormalises the top-k softmax scores ("llama", "qwen3moe": yes;
+  // "qwen2moe": no), and whether it sizes the experts by
+  // <arch>.expert_feed_forward_length (and a shared expert by
+  // expert_shared_feed_forward_length), feed_forward_length being the dense
+  // MLP's, or by feed_forward_length ("llama").
+  virtual bool gguf_norm_topk() const { return true; }
+  virtual bool gguf_expert_ff_keys() const { return false; }
+  // Whether that graph reads DeepSeek-V3's routing from the metadata
+  // ("dots1"): expert_gating_func (1 softmax, 2 sigmoid), expert_weights_norm
+  // (the top-k renormalised), expert_weights_scale (routed scaling),
+  // expert_group_count / expert_group_used_count, the score bias as
+  // blk.L.exp_probs_b.bias, leading_dense_block_count dense layers and an
+  // ungated shared expert of expert_shared_count x the experts' width.
+  virtual bool gguf_deepseek_routing() const { return false; }
 };
 
 // The registry. nk::Error listing the known names.
@@ -185,22 +203,32 @@ std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qk
 // ones: num_experts, num_experts_per_tok, moe_intermediate_size,
 // norm_topk_prob (default false, as both HF classes have it),
 // router_aux_loss_coef (0.001), decoder_sparse_step and mlp_only_layers
-// (every layer must be a MoE one: nk::Error naming the key otherwise),
+// (the layers they make dense, an MLP of intermediate_size, go to
+// ModelConfig::moe_dense_layers; export writes step 1 and lists them all),
 // use_sliding_window (false only), and with a shared expert (Qwen2-MoE)
 // shared_expert_intermediate_size (the shared expert is then gated).
 void hf_read_qwen_moe(const HfConfigReader& h, ModelConfig& c, bool shared_expert);
 void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool shared_expert);
 // The HF tensors of a Qwen-MoE model (Qwen2MoeForCausalLM,
-// Qwen3MoeForCausalLM): `dense`, the Llama-style ones, with each layer's
-// MLP replaced by its MoE block's after the post-attention norm: mlp.gate
+// Qwen3MoeForCausalLM): `dense`, the Llama-style ones, with each MoE
+// layer's MLP replaced by its MoE block's after the post-attention norm: mlp.gate
 // (the router), mlp.experts.e.{gate,up,down}_proj and, with a shared
 // expert, mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate.
 std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
                                                 const std::vector<ExternalTensor>& dense);
 // llama.cpp's names of the same tensors (blk.L.attn_q.weight, ...);
-// rope_permute: q and k weight rows in llama.cpp's "llama" rotary order.
+// rope_permute: q and k weight rows in llama.cpp's "llama" rotary order;
+// qk_norm: blk.L.attn_q_norm / attn_k_norm (Qwen3).
 std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,
-                                                     bool rope_permute);
+                                                     bool rope_permute, bool qk_norm = false);
+// `dense` (llama_style_gguf_tensors) with each MoE layer's MLP (ModelConfig::
+// moe_layer) replaced by llama.cpp's MoE tensors after its ffn_norm: the
+// router blk.L.ffn_gate_inp [E, C], the experts stacked as ffn_gate_exps
+// and ffn_up_exps [E, F, C] and ffn_down_exps [E, C, F], with a score bias
+// exp_probs_b.bias [E], and with a shared expert ffn_{gate,up,down}_shexp
+// and its gate ffn_gate_inp_shexp [C].
+std::vector<ExternalTensor> moe_gguf_tensors(const ModelConfig& c,
+                                             const std::vector<ExternalTensor>& dense);
 // The `<gguf_arch>.` metadata key llama.cpp reads the norms' epsilon from,
 // which follows the norm: attention.layer_norm_rms_epsilon for RMSNorm,
 // attention.layer_norm_epsilon for LayerNorm (gpt2).

@@ -49,7 +49,7 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
     if (c.moe_shared_d_ff > 0)
       nn::MoE::add_shared(&moe, nullptr, R, C, c.moe_shared_d_ff, c.moe_shared_expert_gate, dt, mk);
   }
-  if (!c.is_moe() || c.moe_first_dense_layers > 0) {  // dense layers
+  if (c.has_dense_layers()) {
     h = Tensor::empty({R, up}, dt, device);
     a = Tensor::empty({R, c.d_ff}, dt, device);
   }

@@ -117,6 +117,17 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
   if (moe_first_dense_layers < 0 || moe_first_dense_layers >= n_layer)
     fail("{}moe_first_dense_layers: must be in [0, {}n_layer = {}), got {}", p, p, n_layer,
          moe_first_dense_layers);
+  for (size_t i = 0; i < moe_dense_layers.size(); ++i) {
+    const int64_t l = moe_dense_layers[i];
+    if (l < 0 || l >= n_layer)
+      fail("{}moe_dense_layers: layer {} is not in [0, {}n_layer = {})", p, l, p, n_layer);
+    if (i > 0 && l <= moe_dense_layers[i - 1])
+      fail("{}moe_dense_layers: layers must be ascending without repeats, got {} after {}", p, l,
+           moe_dense_layers[i - 1]);
+  }
+  if (n_moe_layers() == 0)
+    fail("{}moe_dense_layers: every layer is dense ({}num_experts = {} needs a MoE layer)", p, p,
+         num_experts);
   if (classifier())
     fail(
         "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
@@ -132,17 +143,23 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
         p, num_experts);
 }
 
+int64_t ModelConfig::n_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l) n += moe_layer(l) ? 1 : 0;
+  return n;
+}
+
 double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
   double C = double(d_model), L = double(n_layer);
   // A MoE block costs its k active experts and its shared expert (the
-  // router's E C is negligible); the first moe_first_dense_layers blocks a
-  // dense MLP (per layer: the mean).
+  // router's E C is negligible); the dense layers (moe_first_dense_layers,
+  // moe_dense_layers) a dense MLP (per layer: the mean).
   const double dense = (architecture().block().swiglu ? 3.0 : 2.0) * C * double(d_ff);
   double mlp = dense;
   if (is_moe()) {
     const double moe = 3.0 * C * double(expert_d_ff()) * double(num_experts_per_tok) +
                        3.0 * C * double(moe_shared_d_ff);
-    const double fd = double(moe_first_dense_layers);
+    const double fd = double(n_layer - n_moe_layers());
     mlp = (fd * dense + (L - fd) * moe) / L;
   }
   double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
@@ -364,6 +381,26 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   b.bind_unless("model.moe_first_dense_layers", m.moe_first_dense_layers, int64_t(-1),
                 "override: leading layers with a dense MLP of model.d_ff (first_k_dense_replace; "
                 "-1 = preset's)");
+  b.bind_with<std::string>(
+      "model.moe_dense_layers", "",
+      "override: comma-separated layers with a dense MLP of model.d_ff among the MoE ones "
+      "(Qwen-MoE's mlp_only_layers; 'none' for none)",
+      [&](const std::string& t) {
+        if (t.empty()) return;
+        m.moe_dense_layers.clear();
+        if (t == "none") return;
+        size_t at = 0;
+        while (at <= t.size()) {
+          const size_t end = std::min(t.find(',', at), t.size());
+          const std::string item = t.substr(at, end - at);
+          char* stop = nullptr;
+          const long long v = std::strtoll(item.c_str(), &stop, 10);
+          if (item.empty() || *stop != '\0')
+            fail("model.moe_dense_layers: expected comma-separated layer numbers, got '{}'", t);
+          m.moe_dense_layers.push_back(v);
+          at = end + 1;
+        }
+      });
   if (!b.reading()) return;
   derive_sizes(m, preset, width, heads, kv_heads, ffn);
   // Multi-head architectures (learned positions: GPT-2) follow n_head.

@@ -1,5 +1,6 @@
 // Model hyper-parameters and the registry of named architectures.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ struct ModelConfig {
   // DeepSeek's first_k_dense_replace: layers [0, k) have a dense SwiGLU MLP
   // of d_ff units, the rest are MoE.
   int64_t moe_first_dense_layers = 0;
+  // More layers with a dense MLP of d_ff units, anywhere (ascending, no
+  // repeats; Qwen-MoE's mlp_only_layers and decoder_sparse_step).
+  std::vector<int64_t> moe_dense_layers;
   bool tied_embeddings = true;
   double init_std = 0.02;
   // A sequence classifier (Hugging Face's *ForSequenceClassification): 0 is
@@ -140,7 +144,13 @@ struct ModelConfig {
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   bool is_moe() const { return num_experts > 0; }
   // Whether layer l's MLP is Mixture-of-Experts (else dense).
-  bool moe_layer(int64_t l) const { return is_moe() && l >= moe_first_dense_layers; }
+  bool moe_layer(int64_t l) const {
+    return is_moe() && l >= moe_first_dense_layers &&
+           !std::binary_search(moe_dense_layers.begin(), moe_dense_layers.end(), l);
+  }
+  // The MoE layers' count; whether some layers are dense.
+  int64_t n_moe_layers() const;
+  bool has_dense_layers() const { return !is_moe() || n_moe_layers() < n_layer; }
   bool has_score_bias() const { return is_moe() && (moe_score_bias || moe_bias_update_rate > 0); }
   int64_t expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
   int64_t qkv_dim() const { return (n_head + 2 * n_kv_head) * head_dim(); }

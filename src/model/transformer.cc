@@ -109,15 +109,17 @@ void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   MoeLosses out;
   if (!cfg_.is_moe()) return out;
-  // The MoE layers [L0, n_layer) (the first ones may be dense).
-  const int64_t E = cfg_.num_experts, L0 = cfg_.moe_first_dense_layers,
-                k = cfg_.num_experts_per_tok;
-  const int64_t L = int64_t(a.moe_stats.size()) - L0, S = a.moe_segments, T = a.B * a.T / S;
+  // The MoE layers (cfg_.moe_layer; the others are dense).
+  const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < int64_t(a.moe_stats.size()); ++l)
+    if (cfg_.moe_layer(l)) moe.push_back(l);
+  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T);
   if (cfg_.moe_aux_loss_type == "seq") {
     // DeepSeek-V3's sequence-wise loss: per layer and sequence E / (k T)
     // sum_e count_e (P_e / T), averaged over both.
-    for (int64_t l = L0; l < L0 + L; ++l)
+    for (int64_t l : moe)
       for (int64_t s = 0; s < S; ++s)
         for (int64_t e = 0; e < E; ++e)
           out.aux += double(a.moe_seq_counts[size_t(l)][size_t(s * E + e)]) *
@@ -128,7 +130,7 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
     // concatenated: f_e and P_e are means over every layer's tokens.
     for (int64_t e = 0; e < E; ++e) {
       double f = 0, p = 0;
-      for (int64_t l = L0; l < L0 + L; ++l) {
+      for (int64_t l : moe) {
         f += double(a.moe_counts[size_t(l)][size_t(e)]);
         for (int64_t s = 0; s < S; ++s)
           p += double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + e)]);
@@ -137,12 +139,12 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
     }
     out.aux *= double(E);
   }
-  for (int64_t l = L0; l < L0 + L; ++l)
+  for (int64_t l : moe)
     for (int64_t s = 0; s < S; ++s)
       out.z += double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + E)]);
   out.z /= tokens;
   const double pairs = double(a.B * a.T * k);
-  for (int64_t l = L0; l < L0 + L; ++l) {
+  for (int64_t l : moe) {
     const std::vector<int64_t>& n = a.moe_counts[size_t(l)];
     out.load_max =
         std::max(out.load_max, double(*std::max_element(n.begin(), n.end())) * double(E) / pairs);
@@ -153,9 +155,11 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
 
 void Transformer::moe_loss_grads(const Activations& a, int64_t layer, std::vector<float>& balance,
                                  float& z) const {
-  const int64_t E = cfg_.num_experts, L0 = cfg_.moe_first_dense_layers,
-                k = cfg_.num_experts_per_tok;
-  const int64_t L = int64_t(a.moe_stats.size()) - L0, S = a.moe_segments, T = a.B * a.T / S;
+  const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < int64_t(a.moe_stats.size()); ++l)
+    if (cfg_.moe_layer(l)) moe.push_back(l);
+  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T), scale = double(a.moe_grad_scale);
   if (cfg_.moe_aux_loss_type == "seq") {
     // d aux / d score[l, n, e] (n in sequence s) = E count_{l,s,e} / (k T^2 L S).
@@ -168,7 +172,7 @@ void Transformer::moe_loss_grads(const Activations& a, int64_t layer, std::vecto
     // the same for every row.
     for (int64_t e = 0; e < E; ++e) {
       double f = 0;
-      for (int64_t l = L0; l < L0 + L; ++l) f += double(a.moe_counts[size_t(l)][size_t(e)]);
+      for (int64_t l : moe) f += double(a.moe_counts[size_t(l)][size_t(e)]);
       const float g = float(scale * cfg_.moe_aux_loss_coeff * double(E) * (f / tokens) / tokens);
       for (int64_t s = 0; s < S; ++s) balance[size_t(s * E + e)] = g;
     }

@@ -18,8 +18,11 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
   QuantPlan plan;
   for (const ParamInfo& p : layout.params()) {
     // A Mixture-of-Experts router stays dense, as llama.cpp keeps
-    // ffn_gate_inp: small, and its scores pick the experts.
-    if (!block_quantizable(layout, p) || p.name.ends_with(".moe.router.weight")) continue;
+    // ffn_gate_inp: small, and its scores pick the experts; so does the
+    // shared expert's one-row gate (llama.cpp's 1-d ffn_gate_inp_shexp).
+    if (!block_quantizable(layout, p) || p.name.ends_with(".moe.router.weight") ||
+        p.name.ends_with(".moe.shared_gate.weight"))
+      continue;
     if (p.shape[1] % ops::quant_block(type) != 0)
       fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
            ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],

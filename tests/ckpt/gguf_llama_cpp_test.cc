@@ -609,5 +609,84 @@ TEST_F(LlamaCpp, MixtralLogitsAndGreedy) {
   EXPECT_TRUE(within);
 }
 
+// llama.cpp's qwen3 graph (dense): no biases, RMSNorms over each head of q
+// and k before the NEOX rotation, a head size (qwen3.attention.key_length)
+// apart from d_model / n_head; and its qwen3moe and qwen2moe graphs: the
+// router ffn_gate_inp, the experts stacked in ffn_{gate,up,down}_exps, the
+// top-k renormalised (qwen3moe) or not (qwen2moe), and Qwen2-MoE's shared
+// expert ffn_{gate,up,down}_shexp behind the sigmoid of ffn_gate_inp_shexp.
+// Logits at every prompt position within the Llama test's tolerances (f32:
+// same arithmetic up to order; f16: llama.cpp rounds activations to f16)
+// and the same greedy continuation; the f32 files imported back compute
+// the exported models' logits exactly.
+TEST_F(LlamaCpp, QwenMoeAndQwen3LogitsAndGreedy) {
+  TempDir dir("gguf_qwen_moe");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  struct Case {
+    const char* preset;
+    bool tied;
+    uint64_t seed;
+  };
+  for (const Case& k : {Case{"qwen3-tiny", true, 81}, Case{"qwen3-moe-tiny", false, 82},
+                        Case{"qwen2-moe-tiny", false, 83}, Case{"qwen3-moe-tiny", true, 84}}) {
+    SCOPED_TRACE(k.preset);
+    ModelConfig c = model_preset(k.preset);
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.tied_embeddings = k.tied;
+    c.init_std = 0.15;
+    const std::string name = fmt::format("{}-{}", k.preset, k.tied ? "tied" : "untied");
+    const std::string model_dir = dir / name;
+    save_tiny_model(model_dir, c, k.seed, spm);
+    expect_llama_cpp_agrees(dir, model_dir, name + "-f16", prompt, GgmlType::F16, 2e-2);
+    auto want = expect_llama_cpp_agrees(dir, model_dir, name + "-f32", prompt, GgmlType::F32, 1e-4);
+    GgufModel back = load_gguf_model(dir / (name + "-f32.gguf"));
+    EXPECT_EQ(back.model->config().arch, c.arch);
+    EXPECT_EQ(back.model->config().head_dim(), c.head_dim());
+    EXPECT_EQ(back.model->config().moe_shared_d_ff, c.moe_shared_d_ff);
+    EXPECT_EQ(nekton_logits(*back.model, prompt), want);
+  }
+}
+
+// llama.cpp's dots1 graph: Qwen3's attention, a leading dense layer, then
+// DeepSeek-V3's routing from the metadata (sigmoid gating, the score bias
+// exp_probs_b.bias choosing, the top-k renormalised and scaled by
+// expert_weights_scale) and an ungated shared expert; ungrouped and with
+// 4 groups of 2 (expert_group_count, expert_group_used_count). As many
+// key/value heads as query heads (llama.cpp's dots1 sizes attn_k and attn_v
+// so; export refuses others). Tolerances as the Qwen ones'.
+TEST_F(LlamaCpp, Dots1LogitsAndGreedy) {
+  TempDir dir("gguf_dots1");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  for (int64_t groups : {1, 4}) {
+    SCOPED_TRACE(groups);
+    ModelConfig c = model_preset("dots1-tiny");
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.moe_n_group = groups;
+    c.moe_topk_group = groups == 1 ? 1 : 2;
+    c.n_kv_head = c.n_head;  // llama.cpp's dots1 has no grouped-query attention
+    c.init_std = 0.15;
+    const std::string name = fmt::format("dots1-g{}", groups);
+    const std::string model_dir = dir / name;
+    save_tiny_model(model_dir, c, 85 + uint64_t(groups), spm);
+    expect_llama_cpp_agrees(dir, model_dir, name + "-f16", prompt, GgmlType::F16, 2e-2);
+    auto want = expect_llama_cpp_agrees(dir, model_dir, name + "-f32", prompt, GgmlType::F32, 1e-4);
+    GgufModel back = load_gguf_model(dir / (name + "-f32.gguf"));
+    const ModelConfig& b = back.model->config();
+    EXPECT_EQ(b.arch, "dots1");
+    EXPECT_EQ(b.moe_first_dense_layers, 1);
+    EXPECT_EQ(b.moe_n_group, groups);
+    EXPECT_EQ(b.moe_shared_d_ff, c.moe_shared_d_ff);
+    EXPECT_DOUBLE_EQ(b.moe_routed_scaling, 2.5);
+    EXPECT_TRUE(b.has_score_bias());
+    EXPECT_EQ(nekton_logits(*back.model, prompt), want);
+  }
+}
+
 }  // namespace
 }  // namespace nk

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "ckpt/gguf_export.h"
 #include "ckpt/gguf_import.h"
@@ -263,6 +264,271 @@ TEST_F(MoeGguf, ExpertsOfAnArchitectureWithoutMoeAreRefused) {
   }
   EXPECT_NE(e.find("qwen2.expert_count = 4"), std::string::npos) << e;
   EXPECT_NE(e.find(bad), std::string::npos) << e;
+}
+
+// Qwen2-MoE (shared expert, gated), Qwen3-MoE and dense Qwen3 with rows of
+// 256 (k-quants' block); the Qwen3 ones with heads of 128 over d_model 256
+// (4 x 128 = 512: a head size apart from d_model / n_head, as Qwen3's).
+ModelConfig quant_qwen(const std::string& preset) {
+  ModelConfig c = model_preset(preset);
+  c.vocab_size = 416;
+  c.max_seq_len = 64;
+  c.d_model = 256;
+  c.d_ff = 256;
+  if (c.is_moe()) c.moe_d_ff = 256;
+  if (c.moe_shared_d_ff > 0) c.moe_shared_d_ff = 512;
+  if (c.attn_head_dim > 0) c.attn_head_dim = 128;  // 4 heads x 128 = 512, not 256
+  c.init_std = 0.05;
+  return c;
+}
+
+// llama.cpp's qwen2moe, qwen3moe and qwen3 layouts: the architecture names,
+// the experts' widths under expert_feed_forward_length and
+// expert_shared_feed_forward_length (feed_forward_length the dense MLP's),
+// the head size as attention.key_length, the q/k norms as attn_q_norm /
+// attn_k_norm [head_dim], the shared expert as ffn_{gate,up,down}_shexp and
+// its gate as the 1-d ffn_gate_inp_shexp [C]; an f32 file imported back
+// gives every parameter bit for bit, and the same logits.
+TEST_F(MoeGguf, QwenLayoutsAndF32RoundTripIsExact) {
+  struct Case {
+    const char* preset;
+    const char* ga;
+  };
+  for (const Case& k : {Case{"qwen2-moe-tiny", "qwen2moe"}, Case{"qwen3-moe-tiny", "qwen3moe"},
+                        Case{"qwen3-tiny", "qwen3"}}) {
+    SCOPED_TRACE(k.preset);
+    const ModelConfig c = quant_qwen(k.preset);
+    const std::string model_dir = dir / k.preset, gguf = dir / (std::string(k.preset) + ".gguf");
+    save_tiny_model(model_dir, c, 90, spm);
+    RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", model_dir, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = GgufFile::open(gguf);
+    const std::string ga = k.ga;
+    EXPECT_EQ(f->get_string("general.architecture"), ga);
+    EXPECT_EQ(f->get_int(ga + ".feed_forward_length"), 256);
+    const int64_t D = c.head_dim(), Q = c.n_head * D, KV = c.n_kv_head * D;
+    EXPECT_EQ(f->tensor("blk.1.attn_q.weight").shape, (Shape{Q, 256}));
+    EXPECT_EQ(f->tensor("blk.1.attn_k.weight").shape, (Shape{KV, 256}));
+    EXPECT_EQ(f->tensor("blk.1.attn_output.weight").shape, (Shape{256, Q}));
+    if (c.arch != "qwen2_moe") {
+      EXPECT_EQ(f->get_int(ga + ".attention.key_length"), 128);
+      EXPECT_EQ(f->get_int(ga + ".attention.value_length"), 128);
+      EXPECT_EQ(f->tensor("blk.1.attn_q_norm.weight").shape, (Shape{128}));
+      EXPECT_EQ(f->tensor("blk.1.attn_k_norm.weight").shape, (Shape{128}));
+      EXPECT_EQ(f->find("blk.1.attn_q.bias"), nullptr);
+    } else {
+      EXPECT_FALSE(f->has(ga + ".attention.key_length"));
+      EXPECT_EQ(f->tensor("blk.1.attn_q.bias").shape, (Shape{256}));
+    }
+    if (c.is_moe()) {
+      EXPECT_EQ(f->get_int(ga + ".expert_count"), c.num_experts);
+      EXPECT_EQ(f->get_int(ga + ".expert_used_count"), 2);
+      EXPECT_EQ(f->get_int(ga + ".expert_feed_forward_length"), 256);
+      const int64_t E = c.num_experts;
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_inp.weight").shape, (Shape{E, 256}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_exps.weight").shape, (Shape{E, 256, 256}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_down_exps.weight").shape, (Shape{E, 256, 256}));
+      EXPECT_EQ(f->find("blk.0.ffn_gate.weight"), nullptr);
+    } else {
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate.weight").shape, (Shape{256, 256}));
+    }
+    if (c.moe_shared_d_ff > 0) {
+      EXPECT_EQ(f->get_int(ga + ".expert_shared_feed_forward_length"), 512);
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_inp_shexp.weight").shape, (Shape{256}));
+      EXPECT_EQ(GgmlType(f->tensor("blk.1.ffn_gate_inp_shexp.weight").type), GgmlType::F32);
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_shexp.weight").shape, (Shape{512, 256}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_up_shexp.weight").shape, (Shape{512, 256}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_down_shexp.weight").shape, (Shape{256, 512}));
+    } else {
+      EXPECT_EQ(f->find("blk.1.ffn_gate_shexp.weight"), nullptr);
+    }
+    auto original = load_model(model_dir, DType::F32);
+    GgufModel g = load_gguf_model(gguf);
+    const ModelConfig& b = g.model->config();
+    EXPECT_EQ(b.arch, c.arch);
+    EXPECT_EQ(b.head_dim(), c.head_dim());
+    EXPECT_EQ(b.num_experts, c.num_experts);
+    EXPECT_EQ(b.expert_d_ff(), c.expert_d_ff());
+    EXPECT_EQ(b.moe_shared_d_ff, c.moe_shared_d_ff);
+    EXPECT_EQ(b.moe_shared_expert_gate, c.moe_shared_expert_gate);
+    EXPECT_EQ(b.norm_topk_prob, c.norm_topk_prob);
+    EXPECT_EQ(b.tied_embeddings, c.tied_embeddings);
+    for (const ParamInfo& p : original->layout().params()) {
+      Tensor x = original->param_f32(p), y = g.model->param_f32(g.model->layout().find(p.name));
+      ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << p.name;
+    }
+    EXPECT_EQ(logits_of(*original, prompt), logits_of(*g.model, prompt));
+  }
+}
+
+// Each block type's Qwen-MoE file (nekton quantize), imported with its
+// blocks kept, against a dense model on the same weights (top-all routing,
+// as EveryTypeComputesItsWeights): the experts and the shared expert held
+// in blocks, the router and the shared expert's gate f32; generate runs the
+// q4_k_m file, and a model folder with generate.quantize=q8_0 and q4_k.
+TEST_F(MoeGguf, QwenMoeQuantizedFilesAndGenerate) {
+  for (const char* preset : {"qwen2-moe-tiny", "qwen3-moe-tiny"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = quant_qwen(preset);
+    c.num_experts_per_tok = c.num_experts;
+    const std::string model_dir = dir / (std::string(preset) + "-all");
+    save_tiny_model(model_dir, c, 91, spm);
+    for (const char* type : {"q8_0", "q4_k", "q4_k_m"}) {
+      SCOPED_TRACE(type);
+      const std::string gguf = dir / fmt::format("{}-{}.gguf", preset, type);
+      RunResult r = run_nekton(fmt::format("quantize {} {} --type {}", model_dir, gguf, type));
+      ASSERT_EQ(r.code, 0) << r.out;
+      auto f = GgufFile::open(gguf);
+      EXPECT_EQ(GgmlType(f->tensor("blk.0.ffn_gate_inp.weight").type), GgmlType::F32);
+      GgufModel g = load_gguf_model(gguf);
+      EXPECT_TRUE(g.model->layout().find("h.0.moe.up.weight").quantized);
+      EXPECT_FALSE(g.model->layout().find("h.0.moe.router.weight").quantized);
+      if (c.moe_shared_d_ff > 0) {
+        EXPECT_TRUE(g.model->layout().find("h.1.moe.shared_down.weight").quantized);
+        EXPECT_FALSE(g.model->layout().find("h.1.moe.shared_gate.weight").quantized);
+      }
+      g.model->pack_quant_weights();  // as generate and serve load it
+      auto dense = dense_copy(*g.model);
+      double err = 0;
+      for (size_t n : {size_t(1), size_t(3), prompt.size()}) {
+        const std::vector<int32_t> t(prompt.begin(), prompt.begin() + long(n));
+        err = std::max(err, rel_max_diff(logits_of(*g.model, t), logits_of(*dense, t)));
+      }
+      std::cout << fmt::format("[{} gguf {}] max |logit diff| / RMS vs dense {:.3g}\n", preset,
+                               type, err);
+      EXPECT_LE(err, 0.12);
+      if (std::string(type) == "q4_k_m") {
+        r = run_nekton(
+            fmt::format("generate generate.model={} generate.prompt=Hello generate.max_tokens=8 "
+                        "generate.temperature=0",
+                        gguf));
+        EXPECT_EQ(r.code, 0) << r.out;
+        EXPECT_NE(r.out.find("Hello"), std::string::npos) << r.out;
+      }
+    }
+    for (const char* q : {"q8_0", "q4_k"}) {
+      RunResult r = run_nekton(
+          fmt::format("generate generate.model={} generate.prompt=Hello generate.max_tokens=8 "
+                      "generate.temperature=0 generate.quantize={}",
+                      model_dir, q));
+      EXPECT_EQ(r.code, 0) << q << ": " << r.out;
+      EXPECT_NE(r.out.find("Hello"), std::string::npos) << r.out;
+    }
+  }
+}
+
+// A tied Qwen2-MoE head goes to output.weight as well (llama.cpp's qwen2moe
+// requires it) and comes back as an untied model with the same values; a
+// router llama.cpp's graph would run otherwise is refused naming its keys:
+// Qwen2-MoE renormalising its top-k, Qwen3-MoE not, a layer with a dense
+// MLP among MoE ones.
+TEST_F(MoeGguf, QwenMoeTiedHeadAndRefusedRouters) {
+  ModelConfig c = quant_qwen("qwen2-moe-tiny");
+  c.tied_embeddings = true;
+  save_tiny_model(dir / "tied", c, 92, spm);
+  RunResult r =
+      run_nekton(fmt::format("export gguf {} {} --type f32", dir / "tied", dir / "t.gguf"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto original = load_model(dir / "tied", DType::F32);
+  GgufModel g = load_gguf_model(dir / "t.gguf");
+  EXPECT_FALSE(g.model->config().tied_embeddings);
+  EXPECT_EQ(logits_of(*original, prompt), logits_of(*g.model, prompt));
+
+  struct Bad {
+    const char* preset;
+    std::function<void(ModelConfig&)> edit;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"qwen2-moe-tiny", [](ModelConfig& m) { m.norm_topk_prob = true; },
+                           "norm_topk_prob = true"},
+                       Bad{"qwen3-moe-tiny", [](ModelConfig& m) { m.norm_topk_prob = false; },
+                           "norm_topk_prob = false"},
+                       Bad{"qwen3-moe-tiny", [](ModelConfig& m) { m.moe_first_dense_layers = 1; },
+                           "layer 0 has a dense MLP"}}) {
+    SCOPED_TRACE(b.says);
+    ModelConfig m = quant_qwen(b.preset);
+    b.edit(m);
+    const std::string d = dir / "bad", out = dir / "bad.gguf";
+    std::filesystem::remove_all(d);
+    save_tiny_model(d, m, 93, spm);
+    r = run_nekton(fmt::format("export gguf {} {}", d, out));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.out.find(b.says), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
+// dots.llm1 in llama.cpp's dots1 layout: the routing in the metadata
+// (leading_dense_block_count, expert_gating_func 2 = sigmoid,
+// expert_weights_norm, expert_weights_scale, expert_shared_count, the
+// groups), the dense first layer's ffn_{gate,up,down}, the MoE layers'
+// exp_probs_b.bias and ungated ffn_*_shexp; the f32 file imports back bit
+// for bit; a q4_k_m file loads with its experts' blocks kept and generates.
+// Dense layers other than leading ones, and fewer key/value heads than
+// query heads (llama.cpp's dots1 has none), are refused naming the key.
+TEST_F(MoeGguf, Dots1LayoutRoundTripAndQuantized) {
+  ModelConfig c = model_preset("dots1-tiny");
+  c.vocab_size = 416;
+  c.max_seq_len = 64;
+  c.d_model = 256;
+  c.d_ff = 256;
+  c.moe_d_ff = 256;
+  c.moe_shared_d_ff = 512;
+  c.n_kv_head = c.n_head;
+  c.init_std = 0.05;
+  save_tiny_model(dir / "dots1", c, 94, spm);
+  const std::string gguf = dir / "dots1.gguf";
+  RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", dir / "dots1", gguf));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto f = GgufFile::open(gguf);
+  EXPECT_EQ(f->get_string("general.architecture"), "dots1");
+  EXPECT_EQ(f->get_int("dots1.leading_dense_block_count"), 1);
+  EXPECT_EQ(f->get_int("dots1.expert_gating_func"), 2);
+  EXPECT_EQ(f->get_int("dots1.expert_shared_count"), 2);
+  EXPECT_EQ(f->get_int("dots1.expert_group_count"), 4);
+  EXPECT_EQ(f->get_int("dots1.expert_group_used_count"), 2);
+  EXPECT_TRUE(f->get_bool("dots1.expert_weights_norm"));
+  EXPECT_FLOAT_EQ(float(f->get_float("dots1.expert_weights_scale")), 2.5f);
+  EXPECT_EQ(f->tensor("blk.0.ffn_gate.weight").shape, (Shape{256, 256}));
+  EXPECT_EQ(f->find("blk.0.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(f->tensor("blk.1.exp_probs_b.bias").shape, (Shape{8}));
+  EXPECT_EQ(f->tensor("blk.1.ffn_gate_exps.weight").shape, (Shape{8, 256, 256}));
+  EXPECT_EQ(f->tensor("blk.1.ffn_down_shexp.weight").shape, (Shape{256, 512}));
+  EXPECT_EQ(f->find("blk.1.ffn_gate_inp_shexp.weight"), nullptr);
+  auto original = load_model(dir / "dots1", DType::F32);
+  GgufModel g = load_gguf_model(gguf);
+  for (const ParamInfo& p : original->layout().params()) {
+    Tensor x = original->param_f32(p), y = g.model->param_f32(g.model->layout().find(p.name));
+    ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << p.name;
+  }
+  EXPECT_EQ(logits_of(*original, prompt), logits_of(*g.model, prompt));
+
+  const std::string q = dir / "dots1-q4_k_m.gguf";
+  r = run_nekton(fmt::format("quantize {} {} --type q4_k_m", dir / "dots1", q));
+  ASSERT_EQ(r.code, 0) << r.out;
+  GgufModel gq = load_gguf_model(q);
+  EXPECT_TRUE(gq.model->layout().find("h.2.moe.up.weight").quantized);
+  EXPECT_TRUE(gq.model->layout().find("h.0.mlp.up.weight").quantized);
+  r = run_nekton(
+      fmt::format("generate generate.model={} generate.prompt=Hello generate.max_tokens=8 "
+                  "generate.temperature=0",
+                  q));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Hello"), std::string::npos) << r.out;
+
+  c.moe_first_dense_layers = 0;
+  c.moe_dense_layers = {1};
+  save_tiny_model(dir / "dots1-mid", c, 95, spm);
+  r = run_nekton(fmt::format("export gguf {} {}", dir / "dots1-mid", dir / "mid.gguf"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("moe_dense_layers = 1"), std::string::npos) << r.out;
+  c = model_preset("dots1-tiny");  // grouped-query attention: 2 key/value heads
+  c.vocab_size = 416;
+  save_tiny_model(dir / "dots1-gqa", c, 96, spm);
+  r = run_nekton(fmt::format("export gguf {} {}", dir / "dots1-gqa", dir / "gqa.gguf"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("model.n_kv_head = 2"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "gqa.gguf"));
 }
 
 }  // namespace

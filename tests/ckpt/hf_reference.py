@@ -3,11 +3,15 @@
 
 Written from Hugging Face's published conventions for LlamaForCausalLM,
 Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM,
-Qwen2MoeForCausalLM, Qwen3MoeForCausalLM and GPT2LMHeadModel
-(config.json keys, Mixtral's sparse MoE block: softmax router, top-k
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Dots1ForCausalLM and
+GPT2LMHeadModel (config.json keys, Mixtral's sparse MoE block: softmax router, top-k
 renormalised, SwiGLU experts w2(silu(w1 x) * w3 x); the Qwen MoE blocks:
 the same with top-k renormalised only when norm_topk_prob, and Qwen2-MoE's
-shared expert scaled by sigmoid(shared_expert_gate x); Qwen3's RMSNorm of
+shared expert scaled by sigmoid(shared_expert_gate x) and its dense layers
+(mlp_only_layers, decoder_sparse_step); dots.llm1's DeepSeek-V3 block:
+sigmoid scores, group-limited top-k on the scores plus
+e_score_correction_bias, routed_scaling_factor, an ungated shared expert,
+first_k_dense_replace dense layers; Qwen3's RMSNorm of
 each head of q and k before RoPE and head_dim apart from hidden / heads; and its
 load_balancing_loss_func over all layers' router logits, parameter names,
 GPT-2's Conv1D weights stored [in, out], rotate-half RoPE, RoPE scaling as
@@ -141,6 +145,14 @@ def mixtral_moe(cfg, W, p, h, routers):
     return out
 
 
+def qwen_sparse_layer(cfg, l):
+    """Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: layer l has the sparse
+    block unless it is in mlp_only_layers or (l + 1) is not a multiple of
+    decoder_sparse_step (then a dense MLP of intermediate_size)."""
+    step = cfg.get("decoder_sparse_step", 1)
+    return l not in cfg.get("mlp_only_layers", []) and cfg["num_experts"] > 0 and (l + 1) % step == 0
+
+
 def qwen_moe(cfg, W, p, h, routers):
     """Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock on h [B, T, C],
     densely: softmax router, top-k (renormalised when norm_topk_prob), every
@@ -169,6 +181,42 @@ def qwen_moe(cfg, W, p, h, routers):
     return out
 
 
+def dots1_moe(cfg, W, p, h):
+    """Dots1MoE (DeepSeek-V3's block) on h [B, T, C], densely: scores
+    sigmoid(router h); choice = scores + e_score_correction_bias; each group
+    of E / n_group experts scored by the sum of its two best choices, the
+    topk_group best groups kept (the others' choices set to 0), the top k
+    choices taken; their unbiased scores, divided by their sum (+ 1e-20) when
+    norm_topk_prob, times routed_scaling_factor, weight the experts; plus the
+    shared experts' MLP of n_shared_experts x moe_intermediate_size."""
+    E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    G, TG = cfg["n_group"], cfg["topk_group"]
+    m = p + "mlp."
+    x = h.reshape(-1, h.shape[-1])
+    scores = torch.sigmoid(x @ W[m + "gate.weight"].T)
+    choice = scores + W[m + "gate.e_score_correction_bias"][None]
+    group_scores = choice.view(-1, G, E // G).topk(2, dim=-1)[0].sum(dim=-1)
+    group_idx = group_scores.topk(TG, dim=-1)[1]
+    group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1.0)
+    keep = group_mask[:, :, None].expand(-1, G, E // G).reshape(-1, E)
+    top_i = choice.masked_fill(keep == 0, 0.0).topk(k, dim=-1)[1]
+    top_w = scores.gather(1, top_i)
+    if cfg.get("norm_topk_prob", False):
+        top_w = top_w / (top_w.sum(dim=-1, keepdim=True) + 1e-20)
+    top_w = top_w * cfg.get("routed_scaling_factor", 1.0)
+
+    def mlp(y, pre):
+        g = torch.nn.functional.silu(y @ W[pre + "gate_proj.weight"].T)
+        return (g * (y @ W[pre + "up_proj.weight"].T)) @ W[pre + "down_proj.weight"].T
+
+    out = torch.zeros_like(x)
+    for e in range(E):
+        weight = (top_w * (top_i == e)).sum(dim=-1, keepdim=True)
+        out = out + weight * mlp(x, f"{m}experts.{e}.")
+    out = out + mlp(x, m + "shared_experts.")
+    return out.view(h.shape)
+
+
 def load_balancing_loss(cfg, routers):
     """transformers' load_balancing_loss_func: E sum_e f_e P_e over every
     layer's tokens together (f_e: the fraction of top-k choices that are e,
@@ -195,7 +243,8 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     mixtral = arch == "MixtralForCausalLM"
     mistral = arch in ("MistralForCausalLM", "MixtralForCausalLM")
     qwen_moe_block = arch in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
-    qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+    qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM")
+    dots1 = arch == "Dots1ForCausalLM"
     routers = [] if routers is None else routers
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
@@ -241,8 +290,11 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
         if mixtral:
             x = x + mixtral_moe(cfg, W, p, h, routers)
             continue
-        if qwen_moe_block:
+        if qwen_moe_block and qwen_sparse_layer(cfg, l):
             x = x + qwen_moe(cfg, W, p, h, routers)
+            continue
+        if dots1 and l >= cfg.get("first_k_dense_replace", 0):
+            x = x + dots1_moe(cfg, W, p, h)
             continue
         g = torch.nn.functional.silu(h @ W[p + "mlp.gate_proj.weight"].T)
         u = h @ W[p + "mlp.up_proj.weight"].T
@@ -295,7 +347,7 @@ class HfModel:
         arch = self.cfg["architectures"][0]
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
                         "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
-                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"), arch
+                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM"), arch
         if arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
@@ -367,17 +419,19 @@ def write_model(d, spec, ref_path):
 
     T = []  # (name, array) in the order HF modules define them
     if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
-                        "qwen3_moe"):
+                        "qwen3_moe", "dots1"):
         qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
         mixtral = spec["arch"] == "mixtral"
         qwen_moe_block = spec["arch"] in ("qwen2_moe", "qwen3_moe")
-        qk_norm = spec["arch"] in ("qwen3", "qwen3_moe")
+        qk_norm = spec["arch"] in ("qwen3", "qwen3_moe", "dots1")
+        dots1 = spec["arch"] == "dots1"
+        first_dense = spec.get("first_dense", 1)
         E, K = spec.get("experts", 4), spec.get("top_k", 2)
         FE, FS = spec.get("moe_ffn", F), spec.get("shared_ffn", 0)
         classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                    "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
                    "qwen3": "Qwen3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                   "qwen3_moe": "Qwen3MoeForCausalLM"}
+                   "qwen3_moe": "Qwen3MoeForCausalLM", "dots1": "Dots1ForCausalLM"}
         cfg = {
             "architectures": [classes[spec["arch"]]],
             "model_type": spec["arch"],
@@ -400,15 +454,26 @@ def write_model(d, spec, ref_path):
             cfg["head_dim"] = D
         if qwen_moe_block:  # as Qwen1.5-MoE's and Qwen3-30B-A3B's config.json have them
             cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L,
-                        "decoder_sparse_step": 1, "moe_intermediate_size": FE,
+                        "decoder_sparse_step": spec.get("sparse_step", 1),
+                        "moe_intermediate_size": FE,
                         "num_experts": E, "num_experts_per_tok": K,
                         "norm_topk_prob": spec.get("norm_topk", False),
                         "output_router_logits": False, "router_aux_loss_coef": 0.001,
-                        "mlp_only_layers": []})
+                        "mlp_only_layers": spec.get("mlp_only", [])})
             if spec["arch"] == "qwen2_moe":
                 cfg["shared_expert_intermediate_size"] = FS
             else:
                 cfg["attention_bias"] = False
+        elif dots1:  # as dots.llm1's config.json has them
+            cfg.update({"attention_bias": False, "attention_dropout": 0.0,
+                        "sliding_window": None, "max_window_layers": L,
+                        "moe_intermediate_size": FE, "n_routed_experts": E,
+                        "n_shared_experts": spec.get("shared_experts", 2),
+                        "num_experts_per_tok": K, "n_group": spec.get("groups", 1),
+                        "topk_group": spec.get("topk_groups", 1),
+                        "norm_topk_prob": spec.get("norm_topk", True),
+                        "routed_scaling_factor": spec.get("scaling", 1.0),
+                        "first_k_dense_replace": first_dense})
         elif spec["arch"] == "qwen3":
             cfg.update({"attention_bias": False, "use_sliding_window": False,
                         "sliding_window": None, "max_window_layers": L})
@@ -433,7 +498,23 @@ def write_model(d, spec, ref_path):
             if qk_norm:
                 T += [(p + "self_attn.q_norm.weight", gain(D)),
                       (p + "self_attn.k_norm.weight", gain(D))]
-            if qwen_moe_block:
+            if dots1 and l >= first_dense:
+                NS = spec.get("shared_experts", 2) * FE
+                T += [
+                    (p + "self_attn.o_proj.weight", mat(C, H * D)),
+                    (p + "post_attention_layernorm.weight", gain(C)),
+                    (p + "mlp.gate.weight", mat(E, C)),
+                    (p + "mlp.gate.e_score_correction_bias", 2 * bias(E)),
+                ]
+                for e in range(E):
+                    x = f"{p}mlp.experts.{e}."
+                    T += [(x + "gate_proj.weight", mat(FE, C)), (x + "up_proj.weight", mat(FE, C)),
+                          (x + "down_proj.weight", mat(C, FE))]
+                x = p + "mlp.shared_experts."
+                T += [(x + "gate_proj.weight", mat(NS, C)), (x + "up_proj.weight", mat(NS, C)),
+                      (x + "down_proj.weight", mat(C, NS))]
+                continue
+            if qwen_moe_block and qwen_sparse_layer(cfg, l):
                 T += [
                     (p + "self_attn.o_proj.weight", mat(C, H * D)),
                     (p + "post_attention_layernorm.weight", gain(C)),

@@ -1,4 +1,4 @@
-// A Mixture-of-Experts model (Mixtral) with block-quantised weights
+// A Mixture-of-Experts model (Mixtral; Qwen2-MoE and Qwen3-MoE) with block-quantised weights
 // (FrozenWeights::Quantized, quant_plan_for as generate.quantize makes it):
 // the experts are held in the ggml block formats and the router stays dense,
 // as llama.cpp keeps ffn_gate_inp; the logits equal a dense model's on the
@@ -146,6 +146,48 @@ TEST(QuantizedMoe, OneTokenReadsOnlyTheRoutedExpertsBlocks) {
       EXPECT_EQ(read, c.num_experts_per_tok) << "layer " << l;
     }
     EXPECT_EQ(test::full_logits(*q, one), clean);
+  }
+}
+
+// Qwen2-MoE (a shared expert behind a sigmoid gate, q/k/v biases, top-k not
+// renormalised) and Qwen3-MoE (q/k norms, heads of 128 over d_model 256)
+// with block weights, as generate.quantize makes them: the routed and the
+// shared experts in blocks, the router and the shared expert's one-row gate
+// dense (llama.cpp's f32 ffn_gate_inp and 1-d ffn_gate_inp_shexp); logits
+// against a dense model on the same weights within the bound above (every
+// token to all experts, as above).
+TEST(QuantizedMoe, QwenMoeBlockTypesAgainstDense) {
+  for (const char* preset : {"qwen2-moe-tiny", "qwen3-moe-tiny"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = model_preset(preset);
+    c.d_model = 256;
+    c.d_ff = 256;
+    c.moe_d_ff = 256;
+    if (c.moe_shared_d_ff > 0) c.moe_shared_d_ff = 256;
+    if (c.attn_head_dim > 0) c.attn_head_dim = 128;
+    c.num_experts_per_tok = c.num_experts;
+    c.init_std = 0.05;
+    Transformer src(c, DType::F32, 9);
+    for (ops::QuantType t : {ops::QuantType::Q8_0, ops::QuantType::Q4_K}) {
+      SCOPED_TRACE(ops::quant_type_name(t));
+      auto q = quantized_copy(src, t);
+      EXPECT_TRUE(q->layout().find("h.1.moe.up.weight").quantized);
+      EXPECT_FALSE(q->layout().find("h.1.moe.router.weight").quantized);
+      if (c.moe_shared_d_ff > 0) {
+        EXPECT_TRUE(q->layout().find("h.1.moe.shared_up.weight").quantized);
+        EXPECT_TRUE(q->layout().find("h.1.moe.shared_down.weight").quantized);
+        EXPECT_FALSE(q->layout().find("h.1.moe.shared_gate.weight").quantized);
+      }
+      auto d = dense_copy(*q);
+      double err = 0;
+      for (size_t n : {size_t(1), size_t(3), kToks.size()}) {
+        const std::vector<int32_t> tk(kToks.begin(), kToks.begin() + long(n));
+        err = std::max(err, rel_max_diff(test::full_logits(*q, tk), test::full_logits(*d, tk)));
+      }
+      std::printf("[%s %s] max |quantised - dense on its weights| / RMS = %.3g\n", preset,
+                  ops::quant_type_name(t), err);
+      EXPECT_LE(err, 0.12);
+    }
   }
 }
 

@@ -167,7 +167,7 @@ std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qk
 }
 
 std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool qkv_bias,
-                                                     bool rope_permute) {
+                                                     bool rope_permute, bool qk_norm) {
   std::vector<ExternalTensor> out;
   auto one = [&](const std::string& param, const std::string& name, const std::string& part = "",
                  int64_t rope_heads = 0) {
@@ -183,6 +183,10 @@ std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool 
       one(h + "attn.qkv." + w, b + "attn_q." + w, "q", permute ? c.n_head : 0);
       one(h + "attn.qkv." + w, b + "attn_k." + w, "k", permute ? c.n_kv_head : 0);
       one(h + "attn.qkv." + w, b + "attn_v." + w, "v");
+    }
+    if (qk_norm) {
+      one(h + "attn.q_norm.weight", b + "attn_q_norm.weight");
+      one(h + "attn.k_norm.weight", b + "attn_k_norm.weight");
     }
     one(h + "attn.proj.weight", b + "attn_output.weight");
     one(h + "ln2.weight", b + "ffn_norm.weight");

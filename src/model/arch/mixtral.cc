@@ -14,6 +14,8 @@
 // router as blk.L.ffn_gate_inp.weight [E, C] and the experts stacked per
 // layer and projection: ffn_gate_exps and ffn_up_exps [E, F, C],
 // ffn_down_exps [E, C, F].
+#include <fmt/ranges.h>
+
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -79,6 +81,8 @@ class Mixtral final : public Architecture {
     if (c.has_score_bias()) fail("model.moe_score_bias: an expert score bias: {}", why);
     if (c.moe_first_dense_layers != 0)
       fail("model.moe_first_dense_layers = {}: {}", c.moe_first_dense_layers, why);
+    if (!c.moe_dense_layers.empty())
+      fail("model.moe_dense_layers = {}: {}", fmt::join(c.moe_dense_layers, ","), why);
     if (!c.norm_topk_prob) fail("model.norm_topk_prob = false: {}", why);
   }
 
@@ -161,20 +165,7 @@ class Mixtral final : public Architecture {
   // Llama's attention and norms; in place of the dense MLP the router and
   // the three stacked expert tensors (ExternalTensor::experts).
   std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
-    std::vector<ExternalTensor> out;
-    for (const ExternalTensor& t : llama_style_gguf_tensors(c, false, true)) {
-      if (t.param.find(".mlp.") != std::string::npos) continue;
-      out.push_back(t);
-      if (!t.param.ends_with("ln2.weight")) continue;
-      const std::string h = t.param.substr(0, t.param.size() - std::string("ln2.weight").size());
-      const std::string b = t.name.substr(0, t.name.size() - std::string("ffn_norm.weight").size());
-      const int64_t E = c.num_experts;
-      out.push_back({b + "ffn_gate_inp.weight", h + "moe.router.weight", "", false, 0});
-      out.push_back({b + "ffn_gate_exps.weight", h + "moe.up.weight", "e{}.gate", false, 0, E});
-      out.push_back({b + "ffn_up_exps.weight", h + "moe.up.weight", "e{}.up", false, 0, E});
-      out.push_back({b + "ffn_down_exps.weight", h + "moe.down.weight", "e{}", false, 0, E});
-    }
-    return out;
+    return moe_gguf_tensors(c, llama_style_gguf_tensors(c, false, true));
   }
 };
 

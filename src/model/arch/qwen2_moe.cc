@@ -1,5 +1,5 @@
 // Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention (biases on q,
-// k and v) with a sparse Mixture-of-Experts MLP in every layer: a router
+// k and v) with a sparse Mixture-of-Experts MLP in its MoE layers: a router
 // without bias over num_experts SwiGLU experts of moe_intermediate_size,
 // softmax scores, each token's top num_experts_per_tok (renormalised only
 // when norm_topk_prob, false in the published models), plus a shared expert
@@ -7,11 +7,15 @@
 // by sigmoid(shared_expert_gate x) (nn/moe.h). Hugging Face's
 // Qwen2MoeForCausalLM names them model.layers.L.mlp.gate,
 // mlp.experts.e.{gate,up,down}_proj, mlp.shared_expert.{gate,up,down}_proj
-// and mlp.shared_expert_gate; intermediate_size is the dense MLP's of
-// mlp_only_layers, kept for the export (Nekton's MoE models have no dense
-// layers: decoder_sparse_step other than 1 and a non-empty mlp_only_layers
-// are refused). GGUF export is refused: llama.cpp's expert tensors are not
-// written yet.
+// and mlp.shared_expert_gate; intermediate_size is the dense MLP's of the
+// layers mlp_only_layers and decoder_sparse_step make dense
+// (ModelConfig::moe_dense_layers). In GGUF it is llama.cpp's "qwen2moe": Qwen2's attention
+// tensors (q/k/v biases, rows unpermuted), the router ffn_gate_inp, the
+// stacked ffn_{gate,up,down}_exps, the shared expert's ffn_{gate,up,down}_shexp
+// and its gate ffn_gate_inp_shexp [C] (1-d); the widths as
+// expert_feed_forward_length and expert_shared_feed_forward_length.
+// llama.cpp's graph never renormalises the top-k (norm_topk_prob = true is
+// refused) and needs output.weight (a tied head is written there too).
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -100,6 +104,17 @@ class Qwen2Moe final : public Architecture {
     return qwen_moe_hf_tensors(c, llama_style_hf_tensors(c, true));
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Qwen's are published
+
+  std::string gguf_arch() const override { return "qwen2moe"; }
+  bool gguf_norm_topk() const override { return false; }
+  bool gguf_expert_ff_keys() const override { return true; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    std::vector<ExternalTensor> t = moe_gguf_tensors(c, llama_style_gguf_tensors(c, true, false));
+    // llama.cpp's qwen2moe requires output.weight: a tied head goes there as
+    // well (imported back, an untied model with the same values).
+    if (c.tied_embeddings) t.push_back({"output.weight", "wte", "", false, 0});
+    return t;
+  }
 };
 
 }  // namespace

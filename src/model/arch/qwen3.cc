@@ -6,8 +6,10 @@
 // Hugging Face's Qwen3ForCausalLM names its tensors as Llama does, plus
 // self_attn.q_norm / k_norm. config.json's head_dim defaults to 128 as
 // Qwen3Config's does. Sliding-window attention (use_sliding_window: true)
-// is refused. GGUF export is refused: llama.cpp's "qwen3" tensors (its
-// attn_q_norm, attn_k_norm) are not written yet.
+// is refused. In GGUF it is llama.cpp's "qwen3": Qwen2's names (q and k rows
+// unpermuted: NEOX rotation, as Hugging Face's) without biases, plus
+// blk.L.attn_q_norm / attn_k_norm [head_dim], the head size as
+// qwen3.attention.key_length and value_length.
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -89,6 +91,11 @@ class Qwen3 final : public Architecture {
     return llama_style_hf_tensors(c, false, /*qk_norm=*/true);
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Qwen3's are published
+
+  std::string gguf_arch() const override { return "qwen3"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    return llama_style_gguf_tensors(c, false, false, /*qk_norm=*/true);
+  }
 };
 
 }  // namespace

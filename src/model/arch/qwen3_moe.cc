@@ -1,15 +1,19 @@
 // Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen3's attention (no biases,
 // per-head RMSNorms on q and k before the rotation, a head size of its own)
-// with a sparse Mixture-of-Experts MLP in every layer: a router without
+// with a sparse Mixture-of-Experts MLP in its MoE layers: a router without
 // bias over num_experts SwiGLU experts of moe_intermediate_size, softmax
 // scores, each token's top num_experts_per_tok renormalised when
 // norm_topk_prob (true in the published models; Qwen3MoeConfig's default
 // is false), no shared expert. Hugging Face's Qwen3MoeForCausalLM names
 // them as Qwen2-MoE does (mlp.gate, mlp.experts.e.{gate,up,down}_proj);
 // head_dim defaults to hidden_size / num_attention_heads. Dense layers
-// (decoder_sparse_step other than 1, a non-empty mlp_only_layers) and
-// sliding-window attention are refused. GGUF export is refused: llama.cpp's
-// expert and q/k norm tensors are not written yet.
+// (mlp_only_layers, decoder_sparse_step other than 1) have an MLP of
+// intermediate_size (ModelConfig::moe_dense_layers); sliding-window
+// attention is refused. In GGUF it is llama.cpp's
+// "qwen3moe": Qwen3's attention tensors (attn_q_norm, attn_k_norm), the
+// router ffn_gate_inp and the stacked ffn_{gate,up,down}_exps, the experts'
+// width as qwen3moe.expert_feed_forward_length; llama.cpp's graph always
+// renormalises the top-k (norm_topk_prob = false is refused).
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -96,6 +100,12 @@ class Qwen3Moe final : public Architecture {
     return qwen_moe_hf_tensors(c, llama_style_hf_tensors(c, false, /*qk_norm=*/true));
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as Qwen's are published
+
+  std::string gguf_arch() const override { return "qwen3moe"; }
+  bool gguf_expert_ff_keys() const override { return true; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    return moe_gguf_tensors(c, llama_style_gguf_tensors(c, false, false, /*qk_norm=*/true));
+  }
 };
 
 }  // namespace
