@@ -178,8 +178,8 @@ TEST(MoeTrain, CapacityFactorTrainsAndRecomputesTheSameBits) {
 
 TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   TempDir dir("nk_moe_layout");
-  for (auto [key, world] : {std::pair<const char*, int>{"parallel.tp=2", 2},
-                            {"parallel.cp=2", 2}}) {
+  for (auto [key, world] :
+       {std::pair<const char*, int>{"parallel.tp=2", 2}, {"parallel.cp=2", 2}}) {
     SCOPED_TRACE(key);
     TrainConfig cfg =
         train_config_from(Config::load(train_schema(), "", keys(dir, {std::string(key)})));
