@@ -28,7 +28,7 @@ namespace {
 struct TaskKeys {
   std::string model, tasks, data, task_dir, tokenizer, dtype = "f32", output;
   std::string system_instruction, chat_template = "auto", prefix_text;
-  bool apply_chat_template = false, fewshot_as_multiturn = false;
+  bool apply_chat_template = false, fewshot_as_multiturn = false, share_prefixes = true;
   int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0, bootstrap_iters = 100000;
   double timeout_s = 600;
   Device device = kHost;
@@ -50,6 +50,10 @@ struct TaskKeys {
     b.bind("eval.limit", limit, "score only each task's first N documents (0: all)");
     b.bind("eval.batch_size", batch_size,
            "requests per forward (and sequences generated together)");
+    b.bind("eval.share_prefixes", share_prefixes,
+           "a model folder or GGUF: compute each context once for all its continuations (a "
+           "question's choices) over the paged KV cache's prefix cache; false: every request's "
+           "whole row");
     b.bind("eval.write_out", write_out,
            "print the prompts of each task's first N documents; with eval.output also write "
            "them (the harness's sample log) to OUTPUT.samples.jsonl");
@@ -118,8 +122,10 @@ std::unique_ptr<EvalModel> load_local(const TaskKeys& k, const CommandArgs& a,
       if (tok.bos_id() >= 0) style.specials.bos = tok.token_bytes(tok.bos_id());
     }
   }
-  return std::make_unique<LocalEvalModel>(*loaded.model, *loaded.tokenizer, k.batch_size,
-                                          loaded.end_ids, k.apply_chat_template);
+  auto m = std::make_unique<LocalEvalModel>(*loaded.model, *loaded.tokenizer, k.batch_size,
+                                            loaded.end_ids, k.apply_chat_template);
+  m->set_share_prefixes(k.share_prefixes);
+  return m;
 }
 
 }  // namespace

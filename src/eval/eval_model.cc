@@ -1,12 +1,14 @@
 #include "eval/eval_model.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "eval/py_text.h"
 #include "infer/generate.h"
+#include "infer/paged_cache.h"
 #include "infer/sampler.h"
 #include "ops/ops.h"
 
@@ -51,7 +53,130 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> LocalEvalModel::encode_pai
   return {c, std::vector<int32_t>(w.begin() + int64_t(n), w.end())};
 }
 
+namespace {
+
+// Adds a continuation token's log-probability under one row of logits to
+// res, and whether it is the row's argmax.
+void add_token(LoglikelihoodResult& res, const float* row, int64_t vocab, int32_t id,
+               std::vector<TokenLogprob>& top) {
+  top.clear();
+  res.logprob += raw_logprobs(row, vocab, id, 0, top);
+  res.greedy = res.greedy && std::max_element(row, row + vocab) - row == id;
+}
+
+}  // namespace
+
+std::vector<LoglikelihoodResult> LocalEvalModel::score_shared(
+    const std::vector<TokenRequest>& reqs) {
+  const int64_t V = model_.config().vocab_size, bs = 16;
+  std::vector<LoglikelihoodResult> out(reqs.size());
+  // Groups of requests with one context (the input before the row that
+  // predicts the continuation's first token), longest first.
+  std::map<std::vector<int32_t>, std::vector<size_t>> by_context;
+  int64_t max_n = 1;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const TokenRequest& r = reqs[i];
+    const int64_t n = int64_t(r.input.size()), k = int64_t(r.cont.size());
+    NK_CHECK(k <= n, "eval: {} continuation tokens after an input of {}", k, n);
+    out[i].greedy = true;
+    if (k == 0) continue;
+    max_n = std::max(max_n, n);
+    by_context[std::vector<int32_t>(r.input.begin(), r.input.begin() + (n - k + 1))].push_back(i);
+  }
+  std::vector<const std::vector<size_t>*> groups;
+  for (const auto& [ctx, g] : by_context) groups.push_back(&g);
+  auto longest = [&](const std::vector<size_t>* g) {
+    int64_t n = 0;
+    for (size_t i : *g) n = std::max(n, int64_t(reqs[i].input.size()));
+    return n;
+  };
+  std::stable_sort(groups.begin(), groups.end(),
+                   [&](auto* a, auto* b) { return longest(a) > longest(b); });
+  // One cache for the call: a wave's sequences and its primed contexts,
+  // whose full blocks stay in the prefix cache after they close.
+  const int64_t per_seq = (max_n + bs - 1) / bs + 1;
+  PagedCacheOptions o;
+  o.block_size = bs;
+  o.max_len = max_n;
+  o.max_seqs = batch_;
+  o.max_tokens = batch_ * max_n;
+  o.blocks = 2 * batch_ * per_seq + 4;
+  o.watermark = 0;
+  PagedCache cache(model_.config(), model_.compute_dtype(), o, model_.device());
+  StepBuffer step;
+  std::vector<float> host;
+  std::vector<TokenLogprob> top;
+  shared_tokens_ = 0;
+  for (size_t g = 0; g < groups.size();) {
+    // A wave: whole groups up to batch_ requests (a larger group alone, in
+    // parts).
+    std::vector<size_t> wave;
+    std::vector<const std::vector<size_t>*> primed;
+    while (g < groups.size() &&
+           (wave.empty() || int64_t(wave.size() + groups[g]->size()) <= batch_)) {
+      const std::vector<size_t>& grp = *groups[g];
+      if (grp.size() > 1) primed.push_back(&grp);
+      wave.insert(wave.end(), grp.begin(), grp.end());
+      ++g;
+    }
+    // Each shared context once, its full blocks then in the prefix cache.
+    step.clear();
+    std::vector<int32_t> handles;
+    for (const std::vector<size_t>* grp : primed) {
+      const TokenRequest& r = reqs[grp->front()];
+      const int64_t c = int64_t(r.input.size() - r.cont.size()) + 1;
+      if (c < bs || int64_t(handles.size()) == batch_) continue;
+      const std::span<const int32_t> ids(r.input.data(), size_t(c));
+      const SequenceCache::Opened op = cache.open(c, ids);
+      if (op.handle == SequenceCache::kNoRoom) continue;
+      NK_CHECK(cache.append(op.handle, op.cached, ids.subspan(size_t(op.cached)), step),
+               "eval: no cache room for a context of {} tokens", c);
+      handles.push_back(op.handle);
+    }
+    if (!step.tokens.empty()) {
+      step.logit_rows = {int32_t(step.tokens.size() - 1)};
+      cache.forward(model_, step, Tensor::empty({1, V}, DType::F32, model_.device()));
+    }
+    for (int32_t h : handles) cache.close(h);
+    // Then every request over its context's cached blocks: its tail and
+    // continuation computed, a logit row at each continuation token's.
+    for (size_t at = 0; at < wave.size(); at += size_t(batch_)) {
+      step.clear();
+      handles.clear();
+      std::vector<std::pair<size_t, int64_t>> rows;  // request, its first logit row
+      for (size_t j = at; j < std::min(wave.size(), at + size_t(batch_)); ++j) {
+        const TokenRequest& r = reqs[wave[j]];
+        const int64_t n = int64_t(r.input.size()), k = int64_t(r.cont.size());
+        const SequenceCache::Opened op =
+            cache.open(n, std::span<const int32_t>(r.input.data(), size_t(n - k + 1)));
+        NK_CHECK(op.handle != SequenceCache::kNoRoom && op.cached <= n - k,
+                 "eval: no cache room for a request of {} tokens", n);
+        shared_tokens_ += op.cached;
+        const size_t base = step.tokens.size();
+        NK_CHECK(cache.append(op.handle, op.cached,
+                              std::span<const int32_t>(r.input).subspan(size_t(op.cached)), step),
+                 "eval: no cache room for a request of {} tokens", n);
+        rows.push_back({wave[j], int64_t(step.logit_rows.size())});
+        for (int64_t i = 0; i < k; ++i)
+          step.logit_rows.push_back(int32_t(base + size_t(n - k - op.cached + i)));
+        handles.push_back(op.handle);
+      }
+      const int64_t R = int64_t(step.logit_rows.size());
+      Tensor logits = Tensor::empty({R, V}, DType::F32, model_.device());
+      cache.forward(model_, step, logits);
+      host.resize(size_t(R * V));
+      ops::copy_bytes_to_host(logits, host.data());
+      for (const auto& [i, first] : rows)
+        for (size_t t = 0; t < reqs[i].cont.size(); ++t)
+          add_token(out[i], host.data() + (first + int64_t(t)) * V, vocab_, reqs[i].cont[t], top);
+      for (int32_t h : handles) cache.close(h);
+    }
+  }
+  return out;
+}
+
 std::vector<LoglikelihoodResult> LocalEvalModel::score(const std::vector<TokenRequest>& reqs) {
+  if (share_prefixes_) return score_shared(reqs);
   const int64_t V = model_.config().vocab_size;
   std::vector<LoglikelihoodResult> out(reqs.size());
   std::vector<size_t> order(reqs.size());
@@ -82,14 +207,8 @@ std::vector<LoglikelihoodResult> LocalEvalModel::score(const std::vector<TokenRe
       LoglikelihoodResult& res = out[order[at + size_t(b)]];
       res.greedy = true;
       const int64_t n = int64_t(r.input.size()), k = int64_t(r.cont.size());
-      for (int64_t i = 0; i < k; ++i) {
-        const float* row = rows.data() + (b * T + n - k + i) * V;
-        const int32_t id = r.cont[size_t(i)];
-        top.clear();
-        res.logprob += raw_logprobs(row, vocab_, id, 0, top);
-        const int64_t best = std::max_element(row, row + vocab_) - row;
-        res.greedy = res.greedy && best == id;
-      }
+      for (int64_t i = 0; i < k; ++i)
+        add_token(res, rows.data() + (b * T + n - k + i) * V, vocab_, r.cont[size_t(i)], top);
     }
     at += size_t(B);
   }

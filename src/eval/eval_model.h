@@ -45,7 +45,12 @@ class EvalModel {
 // Requests are sorted longest first and scored batch_size at a time (fewer
 // when a batch's logits would pass 1 GiB) by one forward of right-padded
 // rows: a causal model's logits at a row's real positions do not see its
-// padding. Generation runs through the batched Generator (infer/generate.h).
+// padding. With shared prefixes (the default) requests are instead grouped
+// by context (a question's choices) and scored over the paged KV cache
+// (infer/paged_cache.h): each group's context is computed once, its full
+// blocks found by the prefix cache for every choice, which computes only
+// its tail and continuation. Generation runs through the batched Generator
+// (infer/generate.h).
 class LocalEvalModel : public EvalModel {
  public:
   // specials: contexts and continuations may hold special-token text (a
@@ -56,6 +61,11 @@ class LocalEvalModel : public EvalModel {
       const std::vector<LoglikelihoodRequest>& reqs) override;
   std::vector<double> loglikelihood_rolling(const std::vector<std::string>& texts) override;
   std::vector<std::string> generate_until(const std::vector<GenerateRequest>& reqs) override;
+  // eval.share_prefixes: false scores every request's whole row.
+  void set_share_prefixes(bool on) { share_prefixes_ = on; }
+  // Context tokens the last loglikelihood calls took from the prefix cache
+  // instead of computing them.
+  int64_t shared_prefix_tokens() const { return shared_tokens_; }
 
   // The last input_len - cont.size() + 1 .. input_len positions of `input`
   // predict `cont`.
@@ -63,6 +73,8 @@ class LocalEvalModel : public EvalModel {
     std::vector<int32_t> input, cont;
   };
   std::vector<LoglikelihoodResult> score(const std::vector<TokenRequest>& reqs);
+  // score() over the paged KV cache, each context computed once.
+  std::vector<LoglikelihoodResult> score_shared(const std::vector<TokenRequest>& reqs);
   // (context, continuation) token ids as the harness encodes the pair.
   std::pair<std::vector<int32_t>, std::vector<int32_t>> encode_pair(const std::string& context,
                                                                     const std::string& cont) const;
@@ -75,6 +87,8 @@ class LocalEvalModel : public EvalModel {
   int64_t batch_, max_len_, vocab_;
   std::vector<int32_t> end_ids_;
   bool specials_;
+  bool share_prefixes_ = true;
+  int64_t shared_tokens_ = 0;
 };
 
 }  // namespace nk
