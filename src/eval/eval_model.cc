@@ -55,6 +55,9 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> LocalEvalModel::encode_pai
 
 namespace {
 
+// The most logits (f32) one scoring forward holds: 1 GiB.
+constexpr int64_t kLogitCap = (int64_t(1) << 30) / int64_t(sizeof(float));
+
 // Adds a continuation token's log-probability under one row of logits to
 // res, and whether it is the row's argmax.
 void add_token(LoglikelihoodResult& res, const float* row, int64_t vocab, int32_t id,
@@ -83,15 +86,16 @@ std::vector<LoglikelihoodResult> LocalEvalModel::score_shared(
     max_n = std::max(max_n, n);
     by_context[std::vector<int32_t>(r.input.begin(), r.input.begin() + (n - k + 1))].push_back(i);
   }
-  std::vector<const std::vector<size_t>*> groups;
-  for (const auto& [ctx, g] : by_context) groups.push_back(&g);
-  auto longest = [&](const std::vector<size_t>* g) {
+  std::vector<std::pair<int64_t, const std::vector<size_t>*>> sized;  // longest input, group
+  for (const auto& [ctx, g] : by_context) {
     int64_t n = 0;
-    for (size_t i : *g) n = std::max(n, int64_t(reqs[i].input.size()));
-    return n;
-  };
-  std::stable_sort(groups.begin(), groups.end(),
-                   [&](auto* a, auto* b) { return longest(a) > longest(b); });
+    for (size_t i : g) n = std::max(n, int64_t(reqs[i].input.size()));
+    sized.push_back({n, &g});
+  }
+  std::stable_sort(sized.begin(), sized.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const std::vector<size_t>*> groups;
+  for (const auto& s : sized) groups.push_back(s.second);
   // One cache for the call: a wave's sequences and its primed contexts,
   // whose full blocks stay in the prefix cache after they close.
   const int64_t per_seq = (max_n + bs - 1) / bs + 1;
@@ -139,12 +143,19 @@ std::vector<LoglikelihoodResult> LocalEvalModel::score_shared(
     }
     for (int32_t h : handles) cache.close(h);
     // Then every request over its context's cached blocks: its tail and
-    // continuation computed, a logit row at each continuation token's.
-    for (size_t at = 0; at < wave.size(); at += size_t(batch_)) {
+    // continuation computed, a logit row at each continuation token's; at
+    // most batch_ requests a forward, and fewer when their logits would
+    // pass 1 GiB (rolling windows' long continuations).
+    for (size_t at = 0; at < wave.size();) {
       step.clear();
       handles.clear();
       std::vector<std::pair<size_t, int64_t>> rows;  // request, its first logit row
-      for (size_t j = at; j < std::min(wave.size(), at + size_t(batch_)); ++j) {
+      size_t end = at;
+      for (int64_t R = 0; end < wave.size() && int64_t(end - at) < batch_; ++end) {
+        R += int64_t(reqs[wave[end]].cont.size());
+        if (end > at && R > kLogitCap / V) break;
+      }
+      for (size_t j = at; j < end; ++j) {
         const TokenRequest& r = reqs[wave[j]];
         const int64_t n = int64_t(r.input.size()), k = int64_t(r.cont.size());
         const SequenceCache::Opened op =
@@ -170,6 +181,7 @@ std::vector<LoglikelihoodResult> LocalEvalModel::score_shared(
         for (size_t t = 0; t < reqs[i].cont.size(); ++t)
           add_token(out[i], host.data() + (first + int64_t(t)) * V, vocab_, reqs[i].cont[t], top);
       for (int32_t h : handles) cache.close(h);
+      at = end;
     }
   }
   return out;
@@ -185,10 +197,9 @@ std::vector<LoglikelihoodResult> LocalEvalModel::score(const std::vector<TokenRe
                    [&](size_t a, size_t b) { return reqs[a].input.size() > reqs[b].input.size(); });
   std::vector<float> rows;
   std::vector<TokenLogprob> top;
-  const int64_t logit_cap = (int64_t(1) << 30) / int64_t(sizeof(float));
   for (size_t at = 0; at < order.size();) {
     const int64_t T = std::max<int64_t>(1, int64_t(reqs[order[at]].input.size()));
-    const int64_t fit = std::max<int64_t>(1, logit_cap / (T * V));
+    const int64_t fit = std::max<int64_t>(1, kLogitCap / (T * V));
     const int64_t B = std::min<int64_t>({batch_, fit, int64_t(order.size() - at)});
     std::vector<int32_t> x(size_t(B * T), 0);
     for (int64_t b = 0; b < B; ++b) {

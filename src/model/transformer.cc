@@ -17,6 +17,14 @@ std::pair<Tensor, Tensor> packed_tensors(const PackedBatchInfo* packed) {
   return {packed->cu_seqlens, packed->position_ids};
 }
 
+// The MoE layers among [0, n) (the others are dense: cfg.moe_layer).
+std::vector<int64_t> moe_layers(const ModelConfig& cfg, int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < n; ++l)
+    if (cfg.moe_layer(l)) out.push_back(l);
+  return out;
+}
+
 }  // namespace
 
 void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const {
@@ -111,9 +119,7 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   if (!cfg_.is_moe()) return out;
   // The MoE layers (cfg_.moe_layer; the others are dense).
   const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
-  std::vector<int64_t> moe;
-  for (int64_t l = 0; l < int64_t(a.moe_stats.size()); ++l)
-    if (cfg_.moe_layer(l)) moe.push_back(l);
+  const std::vector<int64_t> moe = moe_layers(cfg_, int64_t(a.moe_stats.size()));
   const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T);
   if (cfg_.moe_aux_loss_type == "seq") {
@@ -156,9 +162,7 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
 void Transformer::moe_loss_grads(const Activations& a, int64_t layer, std::vector<float>& balance,
                                  float& z) const {
   const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
-  std::vector<int64_t> moe;
-  for (int64_t l = 0; l < int64_t(a.moe_stats.size()); ++l)
-    if (cfg_.moe_layer(l)) moe.push_back(l);
+  const std::vector<int64_t> moe = moe_layers(cfg_, int64_t(a.moe_stats.size()));
   const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
   const double tokens = double(L) * double(a.B * a.T), scale = double(a.moe_grad_scale);
   if (cfg_.moe_aux_loss_type == "seq") {

@@ -10,10 +10,12 @@
 
 #include "align/online_objective.h"
 #include "align/preference_data.h"
+#include "ckpt/model_io.h"
 #include "core/allocator.h"
 #include "data/chat/chat_template.h"
 #include "data/dataset/data_loader.h"
 #include "infer/generate.h"
+#include "model/arch.h"
 #include "model/tiny_config.h"
 #include "test_util.h"
 
@@ -347,6 +349,34 @@ TEST(OnlineRlConfig, BadValuesNameTheirKey) {
   c.check("ppo", "sigmoid", s, 8, 24, 8);         // one generation per prompt
   EXPECT_EQ(c.loss.loss_type, RlLossType::Dapo);  // TRL PPO's token-level mean
   EXPECT_EQ(c.rollout_prompts, 8);
+}
+
+}  // namespace
+}  // namespace nk
+
+namespace nk {
+namespace {
+
+// PPO's value head is a parameter of the policy's checkpoints but not of
+// the model it exports or quantises: no HF tensor maps to it and a
+// whole-model quantisation plan leaves it (and only it, of the matrices)
+// dense; its config round-trips through config.json.
+TEST(ValueHead, InTheLayoutNotInExportsOrQuantisation) {
+  ModelConfig c = test::tiny_config(true, 257, 32);
+  c.d_ff = 64;  // rows of q8_0 blocks
+  c.value_head = true;
+  const ParamLayout layout = model_layout(c);
+  ASSERT_TRUE(layout.has("value_head.weight"));
+  EXPECT_EQ(layout.find("value_head.weight").shape, (std::vector<int64_t>{1, c.d_model}));
+  EXPECT_TRUE(layout.has("value_head.bias"));
+  for (const ExternalTensor& e : hf_model_tensors(c, "model."))
+    EXPECT_FALSE(e.param.starts_with("value_head.")) << e.name;
+  const QuantPlan plan = quant_plan_for(c, ops::QuantType::Q8_0);
+  EXPECT_FALSE(plan.count("value_head.weight"));
+  EXPECT_TRUE(plan.count("h.0.attn.qkv.weight"));
+  EXPECT_TRUE(model_config_from_json(model_config_to_json(c), "config.json").value_head);
+  c.value_head = false;
+  EXPECT_FALSE(model_config_from_json(model_config_to_json(c), "config.json").value_head);
 }
 
 }  // namespace
