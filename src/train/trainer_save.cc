@@ -8,7 +8,9 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
+#include "core/atomic_file.h"
 #include "core/log.h"
+#include "data/chat/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "parallel/model_parallel.h"
 #include "train/train_checkpoint.h"
@@ -194,6 +196,12 @@ void Trainer::export_final() {
   }
   if (!whole_model) return;
   if (!cfg_.data.tokenizer.empty()) store_tokenizer(cfg_.data.tokenizer, model_dir);
+  // A template named by data.chat_template (a built-in or a file) is kept with
+  // the tuned model, so that generate and serve (template auto) format chats
+  // as it was trained; it takes precedence over the base's own.
+  if (!cfg_.data.chat_template.empty() && cfg_.data.chat_template != "auto")
+    write_file_atomic(model_dir + "/chat_template.jinja",
+                      chat_template_for(cfg_.data.chat_template, cfg_.init_from)->jinja());
   // The base's generation_config.json (its end-of-turn ids): the tuned
   // model stops where the base did.
   if (const std::string gc = cfg_.init_from + "/generation_config.json";

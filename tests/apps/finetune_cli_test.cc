@@ -13,6 +13,7 @@
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
+#include "data/chat/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/arch.h"
 #include "model/transformer.h"
@@ -357,6 +358,23 @@ TEST_F(Finetune, StartsFromAHuggingFaceFolder) {
               test::read_file(b + "/adapter/adapter_model.safetensors"))
         << dtype;
   }
+}
+
+// A template named by data.chat_template is kept with the tuned model, so that
+// generate and serve, whose template is auto, format chats as it was trained
+// (the base has no template of its own here: serve would answer 400).
+TEST_F(Finetune, KeepsTheChatTemplateItTrainedWith) {
+  const std::string out = d_ / "keeps_template";
+  auto r = test::run_nekton(finetune_args(out) + " train.steps=1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::read_file(out + "/model/chat_template.jinja"),
+            find_chat_template("plain").jinja());
+  EXPECT_EQ(chat_template_for("auto", out + "/model").get(), &find_chat_template("plain"));
+  // Tuning it again needs no template named.
+  r = test::run_nekton("finetune train.init_from=" + out + "/model data.sft_path=" + data_ +
+                       " train.seq_len=64 train.steps=1 train.val_every=0 train.out_dir=" +
+                       std::string(d_ / "keeps_template_2"));
+  EXPECT_EQ(r.code, 0) << r.out;
 }
 
 // IA3 (PEFT's GPT-2 defaults: c_attn's output, mlp.c_proj's input): only the

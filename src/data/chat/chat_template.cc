@@ -205,7 +205,11 @@ class Phi3 final : public BuiltIn {
 class Plain final : public BuiltIn {
  public:
   std::string name() const override { return "plain"; }
-  std::string jinja() const override { return ""; }
+  // The same in Jinja, kept with a model tuned on it (chat_template.jinja).
+  std::string jinja() const override {
+    return "{% for message in messages %}{{ message['content'] }}"
+           "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}";
+  }
 
  protected:
   std::vector<ChatSegment> segments(const std::vector<ChatMessage>& m, const ChatSpecials& s,
@@ -282,10 +286,15 @@ std::shared_ptr<const ChatTemplate> chat_template_from_jinja(const std::string& 
 
 namespace {
 
-// tokenizer_config.json's chat_template (a string or a list of {name,
-// template}), else a chat_template.jinja beside it; null when neither.
+// A chat_template.jinja (where newer transformers save the template, and
+// nekton finetune the one it trained with), which takes precedence over
+// tokenizer_config.json's chat_template as in transformers' from_pretrained;
+// else that chat_template (a string or a list of {name, template}); null
+// when neither.
 std::shared_ptr<const ChatTemplate> model_chat_template(const std::string& model_dir,
                                                         std::string& looked_in) {
+  const std::string file = find_model_file(model_dir, "chat_template.jinja");
+  if (!file.empty()) return chat_template_from_jinja(read_text_file(file), file);
   const std::string config = find_model_file(model_dir, "tokenizer_config.json");
   looked_in = config.empty()
                   ? fmt::format(
@@ -316,8 +325,6 @@ std::shared_ptr<const ChatTemplate> model_chat_template(const std::string& model
       fail("{}: chat_template must be a string or a list of {{name, template}}, not {}", config,
            it->type_name());
   }
-  const std::string file = find_model_file(model_dir, "chat_template.jinja");
-  if (!file.empty()) return chat_template_from_jinja(read_text_file(file), file);
   return nullptr;
 }
 

@@ -102,13 +102,14 @@ std::shared_ptr<const ChatTemplate> chat_template_from_jinja(const std::string& 
 // The template data.chat_template / serve.chat_template names:
 //   a built-in's name      that built-in;
 //   a FILE.jinja           the Jinja in that file (a built-in if it is one);
-//   "auto" (or "")         the model folder's own: the chat_template of
+//   "auto" (or "")         the model folder's own: a chat_template.jinja in
+//                          DIR or DIR/tokenizer (it takes precedence, as in
+//                          transformers), else the chat_template of
 //                          DIR/tokenizer_config.json or, as `nekton import hf`
 //                          lays a model out, DIR/tokenizer/tokenizer_config.json
 //                          (a string, or Hugging Face's list of {name,
 //                          template}: "default", and "tool_use" when tools are
-//                          given), else a chat_template.jinja beside it; a
-//                          built-in when it is exactly one.
+//                          given); a built-in when it is exactly one.
 // nk::Error naming the file when there is none or it is malformed, listing
 // the names: never a silent fallback.
 std::shared_ptr<const ChatTemplate> chat_template_for(const std::string& name,

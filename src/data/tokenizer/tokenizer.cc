@@ -61,6 +61,22 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   fail("tokenizer '{}': unknown name and not a tokenizer file or folder", spec);
 }
 
+namespace {
+
+// A model's own files, which a tokenizer folder that is a whole Hugging Face
+// model folder also holds: the weights (gigabytes), their index and the
+// model's config.json. None is read to load a tokenizer.
+bool model_file(const std::filesystem::path& p) {
+  static const char* kWeights[] = {".safetensors", ".bin", ".pt",   ".pth",     ".gguf",
+                                   ".ckpt",        ".h5",  ".onnx", ".msgpack", ".npz"};
+  const std::string name = p.filename().string(), ext = p.extension().string();
+  for (const char* w : kWeights)
+    if (ext == w) return true;
+  return name == "config.json" || name.ends_with(".index.json");
+}
+
+}  // namespace
+
 void store_tokenizer(const std::string& spec, const std::string& model_dir) {
   namespace fs = std::filesystem;
   std::string recorded = spec;
@@ -71,7 +87,8 @@ void store_tokenizer(const std::string& spec, const std::string& model_dir) {
     fs::create_directories(dst);
     if (fs::is_directory(spec)) {
       for (auto& e : fs::directory_iterator(spec))
-        if (e.is_regular_file()) fs::copy_file(e.path(), dst / e.path().filename());
+        if (e.is_regular_file() && !model_file(e.path()))
+          fs::copy_file(e.path(), dst / e.path().filename());
       recorded = "./tokenizer";
     } else {
       fs::copy_file(spec, dst / fs::path(spec).filename());

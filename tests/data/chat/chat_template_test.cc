@@ -80,7 +80,7 @@ TEST(ChatTemplate, EveryBuiltInRendersAsItsPublishedJinja) {
   const auto convs = conversations();
   for (const std::string& name : chat_template_names()) {
     const ChatTemplate& t = find_chat_template(name);
-    if (t.jinja().empty()) continue;  // plain: no published template
+    if (t.jinja().empty()) continue;
     const ChatSpecials s = specials_of(name);
     for (size_t c = 0; c < convs.size(); ++c)
       for (bool gen : {false, true}) {
@@ -212,6 +212,12 @@ TEST(ChatTemplate, AutoReadsTheTokenizerSubfolderOfAnImportedModel) {
   std::ofstream(dir + "/tokenizer/tokenizer_config.json") << json{{"eos_token", "</s>"}}.dump();
   std::ofstream(dir + "/tokenizer/chat_template.jinja") << "[{{ messages | length }}]";
   EXPECT_EQ(chat_text(chat_template_for("auto", dir)->render({{"user", "a"}}, {}, false)), "[1]");
+  // Both: chat_template.jinja wins, as transformers' from_pretrained lets it
+  // (nekton finetune writes the template it trained with there).
+  std::ofstream(dir + "/tokenizer/tokenizer_config.json")
+      << json{{"chat_template", find_chat_template("llama3").jinja()}}.dump();
+  std::ofstream(dir + "/chat_template.jinja") << find_chat_template("chatml").jinja();
+  EXPECT_EQ(chat_template_for("auto", dir).get(), &find_chat_template("chatml"));
 }
 
 // Hugging Face's list form: "default", and "tool_use" when tools are given.

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -261,6 +262,26 @@ TEST(HfTokenizerJson, FolderKinds) {
   auto back = load_tokenizer(stored_tokenizer(model));
   EXPECT_EQ(back->encode("abc ab"), (std::vector<int32_t>{257, 258}));
   EXPECT_EQ(back->eod_id(), 259);
+}
+
+// Fine-tuning from a Hugging Face model folder names that folder as the
+// tokenizer: the model kept with the result gets its tokenizer files, not a
+// second copy of the base's weights (gigabytes) and config.json.
+TEST(HfTokenizerJson, StoredFromAModelFolderKeepsOnlyTokenizerFiles) {
+  const std::string dir = write_folder("hf_model", small_tokenizer());
+  test::write_file(dir + "/tokenizer_config.json", R"({"eos_token": "<|end_of_text|>"})");
+  for (const char* name : {"config.json", "model.safetensors", "model-00001-of-00002.safetensors",
+                           "model.safetensors.index.json", "pytorch_model.bin"})
+    test::write_file(dir + "/" + name, "weights");
+  const std::string model = work().fresh("model_from_hf").string();
+  store_tokenizer(dir, model);
+  std::vector<std::string> kept;
+  for (auto& e : std::filesystem::directory_iterator(model + "/tokenizer"))
+    kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(load_tokenizer(stored_tokenizer(model))->encode("abc ab"),
+            (std::vector<int32_t>{257, 258}));
 }
 
 // Llama 2's tokenizer.json as Hugging Face converts it (Prepend + Replace
