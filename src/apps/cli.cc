@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -16,6 +17,7 @@ namespace {
 struct Command {
   int (*run)(const CommandArgs&);
   const char* summary;
+  const char* guide;      // the page of docs/ for the user of this command
   bool own_args = false;  // parses CommandArgs::args itself (positional arguments)
 };
 
@@ -23,36 +25,51 @@ const std::map<std::string, Command>& commands() {
   static const std::map<std::string, Command> m = {
       {"quickstart",
        {cmd_quickstart,
-        "the whole pipeline on the GCIDE dictionary: BPE tokenizer, preprocess, train, sample"}},
-      {"train", {cmd_train, "pretrain a GPT-2 or Llama model (text file or indexed datasets)"}},
+        "the whole pipeline on the GCIDE dictionary: BPE tokenizer, preprocess, train, sample",
+        "docs/getting-started.md"}},
+      {"train",
+       {cmd_train,
+        "pretrain a model (GPT-2, Llama, Mistral, Qwen, MoE) on text or indexed datasets",
+        "docs/pretraining.md"}},
       {"finetune",
-       {cmd_finetune, "supervised fine-tuning on chat or prompt/answer JSONL (data.sft_path)"}},
+       {cmd_finetune, "supervised fine-tuning on chat or prompt/answer JSONL, full or PEFT",
+        "docs/finetuning.md"}},
       {"align",
        {cmd_align,
-        "preference optimisation: DPO, IPO, KTO, ORPO, SimPO on preference JSONL (align.*)"}},
-      {"import", {cmd_import, "import hf DIR OUT: a Hugging Face Llama/GPT-2 model", true}},
+        "reward models, DPO/IPO/KTO/ORPO/SimPO, SteerLM, rejection sampling, GRPO/RLOO/PPO",
+        "docs/alignment.md"}},
+      {"import",
+       {cmd_import, "import hf DIR OUT: a Hugging Face model (Llama, Mistral, Qwen, GPT-2, MoE)",
+        "docs/interop.md", true}},
       {"export",
-       {cmd_export, "export hf CKPT DIR | export gguf CKPT FILE: Hugging Face or llama.cpp", true}},
-      {"generate", {cmd_generate, "sample text from a saved model or a GGUF file"}},
+       {cmd_export, "export hf CKPT DIR | export gguf CKPT FILE: Hugging Face or llama.cpp",
+        "docs/interop.md", true}},
+      {"generate",
+       {cmd_generate, "sample text from a saved model or a GGUF file", "docs/inference.md"}},
       {"quantize",
        {cmd_quantize, "quantize MODEL OUT.gguf --type q4_k_m|q4_0|q8_0|...: llama.cpp's formats",
-        true}},
+        "docs/interop.md", true}},
       {"serve",
        {cmd_serve, "an OpenAI-compatible HTTP server (chat, completions, streaming, metrics)",
-        true}},
+        "docs/inference.md", true}},
       {"tokenizer",
        {cmd_tokenizer,
-        "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)", true}},
-      {"preprocess", {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx"}},
+        "inspect, encode/decode with, or train a tokenizer (info|encode|decode|train)",
+        "docs/data.md", true}},
+      {"preprocess",
+       {cmd_preprocess, "tokenize JSONL (plain or zstd) into a Megatron .bin/.idx",
+        "docs/data.md"}},
       {"curate",
        {cmd_curate,
         "clean, filter and deduplicate text (JSONL, text, HTML, LaTeX) into curated JSONL shards",
-        true}},
+        "docs/curation.md", true}},
       {"estimate",
        {cmd_estimate,
         "memory per rank, FLOPs and step time of a training recipe, before it runs; what fits",
-        true}},
-      {"eval", {cmd_eval, "evaluate a saved model (perplexity on text or a dataset)", true}},
+        "docs/memory.md", true}},
+      {"eval",
+       {cmd_eval, "evaluate a model: benchmark tasks, perplexity, log-probabilities, rewards",
+        "docs/evaluation.md", true}},
   };
   return m;
 }
@@ -63,7 +80,15 @@ void print_usage() {
       "usage: nekton <command> [--config FILE.yaml] [key.sub=value ...] [--help]\n\n"
       "commands:\n");
   for (auto& [name, c] : commands()) fmt::print("  {:<12} {}\n", name, c.summary);
-  fmt::print("\n`nekton <command> --help` lists every config key with its default.\n");
+  fmt::print(
+      "\n`nekton <command> --help` lists every config key with its default.\n"
+      "Guides (in the Nekton repository): docs/getting-started.md, then one per task.\n");
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
 }
 
 }  // namespace
@@ -125,6 +150,11 @@ int run_cli(int argc, char** argv) {
       fmt::print(stderr, "error: unknown command '{}'\n\n", argv[1]);
       print_usage();
       return 1;
+    }
+    // Each command's help starts with the guide for its user.
+    if (asks_for_help(argc, argv)) {
+      fmt::print("Guide: {}\n\n", it->second.guide);
+      std::fflush(stdout);
     }
     if (it->second.own_args) {
       CommandArgs a;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -259,6 +260,31 @@ std::string count(double x) {
                     : fmt::format("{:.0f}", x);
 }
 
+// The folders of an output path that do not exist yet (data/ in
+// data/corpus_text_document), made as nekton train makes its out_dir, and
+// removed again, while still empty, unless the run succeeds: a failed run
+// leaves nothing behind.
+class MissingFolders {
+ public:
+  explicit MissingFolders(const std::filesystem::path& dir) {
+    for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p);
+         p = p.parent_path())
+      made_.push_back(p);
+    if (!made_.empty()) std::filesystem::create_directories(dir);
+  }
+  ~MissingFolders() {
+    std::error_code ec;
+    if (!keep_)
+      for (const auto& p : made_)  // innermost first; remove() leaves a folder with files
+        if (!std::filesystem::remove(p, ec)) break;
+  }
+  void keep() { keep_ = true; }
+
+ private:
+  std::vector<std::filesystem::path> made_;
+  bool keep_ = false;
+};
+
 }  // namespace
 
 double PreprocessStats::text_mb_per_s() const {
@@ -309,6 +335,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
   check_options(opt);
+  MissingFolders folders(std::filesystem::path(opt.output_prefix).parent_path());
   // PREFIX.lock: one run writes PREFIX.bin/.idx at a time, so whatever
   // temporaries of them are found belong to a killed run.
   OutputLock lock(opt.output_prefix, LockAt::Beside);
@@ -418,6 +445,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,
     }
   }
   out.finish();
+  folders.keep();
   st.documents = out.documents();
   st.tokens = out.tokens();
   st.seconds = seconds();

@@ -253,3 +253,28 @@ TEST(Cli, QuickstartConfigFileIsTheRecipe) {
 
 }  // namespace
 }  // namespace nk
+
+namespace {
+
+// Issue 45: `nekton --help` names the guides, and each command's help opens
+// with the page of docs/ for its user, a page that exists.
+TEST(CliGuides, EveryCommandsHelpNamesItsGuide) {
+  const RunResult top = run_nekton("--help");
+  ASSERT_EQ(top.code, 0) << top.out;
+  EXPECT_NE(top.out.find("docs/getting-started.md"), std::string::npos) << top.out;
+  std::istringstream lines(top.out.substr(top.out.find("commands:")));
+  std::string line;
+  std::getline(lines, line);
+  int commands = 0;
+  while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+    const std::string name = line.substr(2, line.find(' ', 2) - 2);
+    const RunResult r = run_nekton(name + " --help");
+    ASSERT_EQ(r.out.rfind("Guide: docs/", 0), 0u) << name << ": " << r.out.substr(0, 200);
+    const std::string page = r.out.substr(7, r.out.find('\n') - 7);
+    EXPECT_TRUE(fs::is_regular_file(fs::path(NK_SOURCE_DIR) / page)) << name << ": " << page;
+    ++commands;
+  }
+  EXPECT_GE(commands, 14);
+}
+
+}  // namespace

@@ -417,6 +417,24 @@ TEST(Preprocess, BadRecordStopsTheRunNamingFileAndLineAndLeavesNoOutput) {
   }
 }
 
+// A prefix in folders that do not exist yet gets them, as nekton train makes
+// its out_dir; a run that fails leaves none of them behind.
+TEST(Preprocess, MakesTheOutputFoldersAndRemovesThemWhenItFails) {
+  TempDir dir("nk_pre_dirs");
+  std::vector<std::string> good;
+  const std::string in = dir / "in.jsonl";
+  test::write_file(in, with_bad_lines(bad_cases()[0].line, good));
+  std::string e =
+      error_of([&] { preprocess_jsonl(options({in}, dir / "data/new/corpus"), nullptr); });
+  EXPECT_TRUE(contains(e, in + ":23:")) << e;
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"in.jsonl"});
+  PreprocessOptions o = options({in}, dir / "data/new/corpus");
+  o.skip_bad = true;
+  preprocess_jsonl(o, nullptr);
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "data/new/corpus.bin"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir / "data/new/corpus.idx"));
+}
+
 TEST(Preprocess, SkipBadCountsEachCauseAndKeepsEveryGoodRecord) {
   for (auto& c : bad_cases()) {
     TempDir dir("nk_pre");
