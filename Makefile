@@ -37,7 +37,7 @@ bench: build
 # The hardening build (clang, CPU only): ASan + UBSan on everything, libFuzzer
 # harnesses from tests/fuzz. `make sanitize-test` runs the whole suite in it,
 # stopping a test at its first report; `make fuzz` runs each harness for
-# FUZZ_SECONDS (see README, Fuzzing).
+# FUZZ_SECONDS (see docs/ARCHITECTURE.md, Sanitizers and fuzzing).
 SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 20
 SAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \

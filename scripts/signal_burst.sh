@@ -5,7 +5,7 @@
 #   scripts/signal_burst.sh [NEKTON] [RUNS]
 # Each run trains gpt-tiny on a small text corpus (micro-batch 1, so the
 # time is spent in many small GEMMs) and gets 300 SIGTERMs 10 ms apart from
-# 1.5 s on. See README, "Checkpoints, resume and signals".
+# 1.5 s on. See docs/checkpoints.md.
 set -euo pipefail
 BIN=${1:-build/bin/nekton}
 RUNS=${2:-10}

@@ -38,7 +38,7 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
     fail("align.data_path: the prompts (JSONL) for align.method={}", ac.method);
   if (!ac.valid_path.empty())
     fail("align.valid_path: align.method={} has no validation pass yet", ac.method);
-  cfg.val_every = 0;  // no validation pass yet (held-out prompts are README's "not yet")
+  cfg.val_every = 0;  // no validation pass yet (README, "What is not here yet")
   // PPO's critic: a value head on the policy's trunk, added to the base.
   if (ac.method == "ppo") cfg.model.value_head = true;
   std::optional<RunRanks> ranks;

@@ -53,7 +53,7 @@ void print_curate_help() {
       "Stage types:\n");
   for (const curate::StageFactory& f : curate::stage_registry().all())
     fmt::print("  {:<22} {}{}\n", f.type, f.make_global ? "(global) " : "", f.help);
-  fmt::print("\nSee README.md (Curation) for every stage's keys and defaults.\n");
+  fmt::print("\nSee docs/curation.md for every stage's keys and defaults.\n");
 }
 
 }  // namespace
