@@ -20,12 +20,14 @@ const Architecture& qwen3_architecture();
 const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& dots1_architecture();
+const Architecture& phi3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &gpt2_architecture(),      &llama_architecture(),     &qwen2_architecture(),
       &mistral_architecture(),   &mixtral_architecture(),   &qwen3_architecture(),
       &qwen2_moe_architecture(), &qwen3_moe_architecture(), &dots1_architecture(),
+      &phi3_architecture(),
   };
   return all;
 }

@@ -419,6 +419,28 @@ TEST_F(LlamaCpp, Qwen2LogitsAndGreedy) {
   }
 }
 
+// llama.cpp's phi3 graph: the fused attn_qkv and ffn_up (gate then up) read
+// whole, NEOX rope, grouped-query attention, full attention (it ignores a
+// Phi window, so export refuses one). general.name is not "phi3": for a model
+// so named, llama.cpp's vocabulary loader looks up Phi-3's <|end|> token,
+// which the tests' small vocabulary lacks ("_Map_base::at").
+TEST_F(LlamaCpp, Phi3LogitsAndGreedy) {
+  TempDir dir("gguf_phi3");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  ModelConfig c = model_preset("phi3-tiny");
+  c.vocab_size = 416;
+  c.max_seq_len = 64;
+  c.d_ff = 96;
+  c.n_kv_head = 2;
+  c.sliding_window = 0;
+  c.init_std = 0.15;
+  std::string model_dir = dir / "phi3";
+  save_tiny_model(model_dir, c, 33, spm);
+  expect_llama_cpp_agrees(dir, model_dir, "phi3", prompt, GgmlType::F32, 1e-4, "--name tiny");
+}
+
 // Scaled RoPE as llama.cpp reads it: linear and yarn from rope.scaling.*,
 // llama3 from rope_freqs.weight. theta 100 over heads of 16 puts wavelengths
 // of 6, 11, 20, 35, 63, ... positions in every band over the prompt's ~70

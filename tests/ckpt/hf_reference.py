@@ -39,6 +39,7 @@ written with struct + numpy, and the models are a few lines of torch.
       than TOL (max |ours - ref| / max |ref|) or the continuation differs
 """
 import json
+import re
 import math
 import os
 import sys
@@ -241,7 +242,7 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     B, T = tokens.shape
     arch = cfg["architectures"][0]
     mixtral = arch == "MixtralForCausalLM"
-    mistral = arch in ("MistralForCausalLM", "MixtralForCausalLM")
+    mistral = arch in ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM")
     qwen_moe_block = arch in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
     qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM")
     dots1 = arch == "Dots1ForCausalLM"
@@ -261,6 +262,17 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     def proj(h, name):  # Qwen2: q, k, v carry biases
         y = h @ W[name + ".weight"].T
         return y + W[name + ".bias"] if qkv_bias else y
+
+    if arch == "Phi3ForCausalLM":  # fused projections, sliced as Phi3Attention and Phi3MLP do
+        W = dict(W)
+        for l in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{l}."
+            qkv = W[p + "self_attn.qkv_proj.weight"]
+            W[p + "self_attn.q_proj.weight"] = qkv[: H * D]
+            W[p + "self_attn.k_proj.weight"] = qkv[H * D : H * D + KV * D]
+            W[p + "self_attn.v_proj.weight"] = qkv[H * D + KV * D :]
+            gate, up = W[p + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
+            W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"] = gate, up
 
     inv_freq, scale = rope_frequencies(cfg, D)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
@@ -347,7 +359,8 @@ class HfModel:
         arch = self.cfg["architectures"][0]
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
                         "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
-                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM"), arch
+                        "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM",
+                        "Phi3ForCausalLM"), arch
         if arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
@@ -419,7 +432,7 @@ def write_model(d, spec, ref_path):
 
     T = []  # (name, array) in the order HF modules define them
     if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
-                        "qwen3_moe", "dots1"):
+                        "qwen3_moe", "dots1", "phi3"):
         qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
         mixtral = spec["arch"] == "mixtral"
         qwen_moe_block = spec["arch"] in ("qwen2_moe", "qwen3_moe")
@@ -431,7 +444,8 @@ def write_model(d, spec, ref_path):
         classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                    "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
                    "qwen3": "Qwen3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                   "qwen3_moe": "Qwen3MoeForCausalLM", "dots1": "Dots1ForCausalLM"}
+                   "qwen3_moe": "Qwen3MoeForCausalLM", "dots1": "Dots1ForCausalLM",
+                   "phi3": "Phi3ForCausalLM"}
         cfg = {
             "architectures": [classes[spec["arch"]]],
             "model_type": spec["arch"],
@@ -481,6 +495,10 @@ def write_model(d, spec, ref_path):
             cfg.update({"use_sliding_window": False, "sliding_window": P, "max_window_layers": L})
         elif spec["arch"] == "mistral":
             cfg["sliding_window"] = spec.get("window")
+        elif spec["arch"] == "phi3":  # as Phi-3-mini-4k-instruct's config.json has them
+            cfg.update({"sliding_window": spec.get("window"), "attention_bias": False,
+                        "original_max_position_embeddings": P, "attention_dropout": 0.0,
+                        "embd_pdrop": 0.0, "resid_pdrop": 0.0, "pad_token_id": 0})
         elif mixtral:  # as Mixtral 8x7B's config.json has them
             cfg.update({"sliding_window": spec.get("window"), "num_local_experts": E,
                         "num_experts_per_tok": K, "output_router_logits": False,
@@ -548,6 +566,20 @@ def write_model(d, spec, ref_path):
                 (p + "mlp.up_proj.weight", mat(F, C)),
                 (p + "mlp.down_proj.weight", mat(C, F)),
             ]
+        if spec["arch"] == "phi3":  # Phi-3 stores q|k|v and gate|up fused, in that order
+            fused, parts = [], {}
+            for name, a in T:
+                m = re.match(r"(.*)\.(self_attn\.[qkv]_proj|mlp\.(gate|up)_proj)\.weight$", name)
+                if not m:
+                    fused.append((name, a))
+                    continue
+                attn = m.group(2).startswith("self_attn")
+                key = m.group(1) + (".self_attn.qkv_proj.weight" if attn else ".mlp.gate_up_proj.weight")
+                if key not in parts:
+                    parts[key] = []
+                    fused.append((key, None))
+                parts[key].append(a)
+            T = [(n, a if a is not None else np.concatenate(parts[n], 0)) for n, a in fused]
         T.append(("model.norm.weight", gain(C)))
         if not tied or spec.get("lm_head_copy"):
             T.append(("lm_head.weight", T[0][1].copy() if tied else mat(V, C)))

@@ -1,0 +1,139 @@
+// Phi-3 (Phi3ForCausalLM: Phi-3-mini/small/medium, Phi-3.5-mini, Phi-4):
+// Llama's block (RMSNorm, SwiGLU, rotate-half RoPE, grouped-query attention,
+// no biases) whose Hugging Face checkpoints store the attention's q, k, v as
+// one fused qkv_proj [(H + 2 KV) D, C] and the MLP's gate and up as one
+// gate_up_proj [2 F, C], gate first: exactly Nekton's fused qkv and
+// [gate | up] parameters, so each maps whole. Phi-3-mini-4k attends within a
+// sliding window (sliding_window 2047), honoured as Mistral's is
+// (ModelConfig::sliding_window). LongRoPE scaling (the 128k models'
+// rope_scaling "longrope"/"su" with per-pair short and long factors) and a
+// partial rotary factor (Phi-4-mini) are refused by name for now.
+//
+// llama.cpp's "phi3" graph reads the same fused tensors (attn_qkv, and
+// ffn_up holding gate then up) with NEOX rotation, so GGUF keeps the rows as
+// they are. It disables Phi's sliding window, so export refuses a window
+// shorter than the context, as for the other families.
+#include "core/limits.h"
+#include "model/arch.h"
+
+namespace nk {
+namespace {
+
+class Phi3 final : public Architecture {
+ public:
+  std::string name() const override { return "phi3"; }
+  std::string display_name() const override { return "Phi-3"; }
+  BlockSpec block() const override {
+    BlockSpec s;
+    s.rms_norm = true;
+    s.swiglu = true;
+    return s;
+  }
+
+  void add_presets(std::map<std::string, ModelConfig>& r) const override {
+    ModelConfig c;
+    c.arch = "phi3";
+    c.tied_embeddings = false;
+    c.norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    // For tests, over bytes: a window shorter than the context, as Phi-3-mini-4k.
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    c.d_model = 64;
+    c.d_ff = 176;
+    c.vocab_size = 257;
+    c.max_seq_len = 256;
+    c.sliding_window = 127;
+    r["phi3-tiny"] = c;
+    // Phi-3-mini-4k-instruct's published shape (3.8B).
+    c.n_layer = 32;
+    c.n_head = 32;
+    c.n_kv_head = 32;
+    c.d_model = 3072;
+    c.d_ff = 8192;
+    c.vocab_size = 32064;
+    c.max_seq_len = 4096;
+    c.sliding_window = 2047;
+    r["phi3-mini"] = c;
+  }
+
+  std::vector<std::pair<std::string, std::string>> hf_classes() const override {
+    return {{"Phi3ForCausalLM", "phi3"}};
+  }
+
+  void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
+    hf_read_llama_style(h, c);
+    if (h.boolean("attention_bias", false))
+      h.unsupported("attention_bias", "attention projections without biases only");
+    if (h.has("partial_rotary_factor") && h.number("partial_rotary_factor", 1.0) != 1.0)
+      h.unsupported("partial_rotary_factor",
+                    "rotary embeddings over the whole head only (factor 1.0)");
+    // null or absent: full attention; a window covering the context is too.
+    c.sliding_window =
+        h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
+    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+  }
+
+  void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
+    hf_write_llama_style(c, j);
+    j["original_max_position_embeddings"] = c.max_seq_len;
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                               : nlohmann::ordered_json(nullptr);
+    j["attention_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    j["resid_pdrop"] = 0.0;
+  }
+
+  std::vector<ExternalTensor> hf_tensors(const ModelConfig& c, const std::string&) const override {
+    std::vector<ExternalTensor> out;
+    auto one = [&](const std::string& param, const std::string& hf) {
+      out.push_back({hf, param, "", false, 0});
+    };
+    one("wte", "model.embed_tokens.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string h = fmt::format("h.{}.", l), m = fmt::format("model.layers.{}.", l);
+      one(h + "ln1.weight", m + "input_layernorm.weight");
+      one(h + "attn.qkv.weight", m + "self_attn.qkv_proj.weight");  // [q | k | v] rows
+      one(h + "attn.proj.weight", m + "self_attn.o_proj.weight");
+      one(h + "ln2.weight", m + "post_attention_layernorm.weight");
+      one(h + "mlp.up.weight", m + "mlp.gate_up_proj.weight");  // [gate | up] rows
+      one(h + "mlp.down.weight", m + "mlp.down_proj.weight");
+    }
+    one("ln_f.weight", "model.norm.weight");
+    if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
+    return out;
+  }
+  DType hf_default_dtype() const override { return DType::BF16; }  // as Phi-3's are published
+
+  std::string gguf_arch() const override { return "phi3"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    std::vector<ExternalTensor> out;
+    auto one = [&](const std::string& param, const std::string& name) {
+      out.push_back({name, param, "", false, 0});
+    };
+    one("wte", "token_embd.weight");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
+      one(h + "ln1.weight", b + "attn_norm.weight");
+      one(h + "attn.qkv.weight", b + "attn_qkv.weight");
+      one(h + "attn.proj.weight", b + "attn_output.weight");
+      one(h + "ln2.weight", b + "ffn_norm.weight");
+      one(h + "mlp.up.weight", b + "ffn_up.weight");  // gate then up, as llama.cpp splits it
+      one(h + "mlp.down.weight", b + "ffn_down.weight");
+    }
+    one("ln_f.weight", "output_norm.weight");
+    if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
+    return out;
+  }
+};
+
+}  // namespace
+
+const Architecture& phi3_architecture() {
+  static const Phi3 a;
+  return a;
+}
+
+}  // namespace nk
