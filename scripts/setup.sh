@@ -17,12 +17,13 @@ done
 
 # Building and running: the compiler, CMake, the libraries every subsystem
 # links (shared/DESIGN.md; libboost-dev: Boost.Beast and Asio, headers only,
-# for `nekton serve`), Open MPI (src/dist, and mpirun to launch ranks) and
-# GCIDE, the dictionary `nekton quickstart` trains on.
+# for `nekton serve`), Open MPI (src/dist, and mpirun to launch ranks),
+# GCIDE, the dictionary `nekton quickstart` trains on, and cairo with a font
+# (libcairo2-dev, fonts-dejavu-core) for `nekton plot`'s PNG and SVG charts.
 pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-json3-dev
       libfmt-dev zlib1g-dev libpcre2-dev libsentencepiece-dev libzstd-dev zstd libsimdjson-dev
       libxxhash-dev libicu-dev libgumbo-dev libuchardet-dev libfasttext-dev libopenmpi-dev openmpi-bin
-      libboost-dev dict-gcide)
+      libboost-dev dict-gcide libcairo2-dev fonts-dejavu-core)
 # Test-only:
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;
 # libcpp-httplib-dev: the HTTP client of tests/serve and tests/apps;

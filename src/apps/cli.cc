@@ -52,6 +52,9 @@ const std::map<std::string, Command>& commands() {
        {cmd_estimate,
         "memory per rank, FLOPs and step time of a training recipe, before it runs; what fits",
         true}},
+      {"plot",
+       {cmd_plot, "draw loss and validation curves of runs' metrics.jsonl side by side (PNG, SVG)",
+        true}},
       {"eval", {cmd_eval, "evaluate a saved model (perplexity on text or a dataset)", true}},
   };
   return m;

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/metrics_series.h"
+#include "apps/plot_chart.h"
 #include "ckpt/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
@@ -180,6 +182,14 @@ int cmd_quickstart(const CommandArgs& a) {
   if (!h.empty())
     fmt::print("\nloss {:.3f} -> {:.3f} over {} steps; model saved in {}/model\n", h.front().loss,
                h.back().loss, h.size(), cfg.out_dir);
+  // The curves to look at (nekton plot draws the same, for several runs).
+  RunMetrics run = read_run_metrics(cfg.metrics_file);
+  ChartOptions chart;
+  chart.metrics = {"loss"};
+  if (run.series.count("val_loss")) chart.metrics.push_back("val_loss");
+  const std::string png = cfg.out_dir + "/loss.png";
+  draw_chart({run}, chart, png);
+  fmt::print("loss curves: {} (nekton plot {} [OTHER_RUN...] --out FILE.png)\n", png, cfg.out_dir);
   fmt::print("try: nekton generate generate.model={}/model generate.prompt=\"Water\"\n\n",
              cfg.out_dir);
   fmt::print("sample:\n");
