@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "curate/pipeline/runner.h"
 #include "data/dataset/text_dataset.h"
 #include "data/preprocess.h"
@@ -126,7 +127,13 @@ QuickstartData prepare_data(const std::string& out_dir) {
       o.pattern = openai_pattern("cl100k_base");
       o.name = "gcide-bpe-4k";
       auto t0 = std::chrono::steady_clock::now();
-      BpeVocab v = train_bpe(count_pieces({text}, o.pattern, 0), o);
+      Progress bar("quickstart: BPE", ProgressMode::Auto);
+      BpeVocab v =
+          train_bpe(count_pieces({text}, o.pattern, 0), o, [&](int64_t done, int64_t want) {
+            if (done == 1) bar.start(double(want), "merges");
+            bar.set_done(double(done));
+          });
+      bar.finish();
       save_bpe_tokenizer(v, d.tokenizer);
       NK_INFO("quickstart: trained a {}-token BPE vocabulary in {:.1f} s -> {}", kVocab,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -50,6 +50,16 @@ void Progress::start(double total, std::string unit) {
 void Progress::advance(double n) {
   std::lock_guard<std::mutex> lock(mu_);
   done_ += n;
+  maybe_draw();
+}
+
+void Progress::set_done(double done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = done;
+  maybe_draw();
+}
+
+void Progress::maybe_draw() {
   if (mode_ == ProgressMode::None) return;
   const auto now = Clock::now();
   if (std::chrono::duration<double>(now - last_).count() < every_s_) return;
@@ -63,7 +73,7 @@ void Progress::advance(double n) {
 void Progress::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   done_ = std::max(done_, total_);  // padding or rounding left out of the counts
-  if (mode_ == ProgressMode::Bar) draw(counted_text(), true);
+  if (mode_ == ProgressMode::Bar && total_ > 0) draw(counted_text(), true);
 }
 
 void Progress::show(const std::string& text, bool final) {

@@ -42,7 +42,8 @@ class Progress {
 
   // Counted work: `total` units named `unit` ("B": shown as MB and MB/s).
   void start(double total, std::string unit);
-  void advance(double n);  // thread-safe; draws when every_s() has passed
+  void advance(double n);      // thread-safe; draws when every_s() has passed
+  void set_done(double done);  // as advance, to an absolute count
   // The work is done: the last bar line, at 100 %, with its newline; no line
   // in Log mode (the command prints its own summary).
   void finish();
@@ -56,6 +57,7 @@ class Progress {
 
  private:
   void draw(const std::string& text, bool final);  // mu_ held
+  void maybe_draw();                               // mu_ held
   std::string counted_text() const;
   std::string label_;
   ProgressMode mode_;

@@ -89,5 +89,20 @@ TEST(ProgressCli, QuantizeShowsABarOnATerminalAndNothingInAPipe) {
   EXPECT_TRUE(contains(import.out, "\rimport hf [")) << import.out;
 }
 
+TEST(ProgressCli, BpeTrainingCountsItsMerges) {
+  TempDir dir("nk_progress");
+  const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
+  auto tty = run_in_pty({"tokenizer", "train", "--type", "bpe", "--input", readme, "--vocab-size",
+                         "400", "--out", dir / "a"});
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\rtokenizer train [")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "/143 merges")) << tty.out;  // 400 - 256 bytes - 1 special
+  auto pipe = test::run_nekton("tokenizer train --type bpe --input " + readme +
+                               " --vocab-size 400 --out " + (dir / "b"));
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "tokenizer train [")) << pipe.out;
+  EXPECT_EQ(test::read_file(dir / "a/vocab.tiktoken"), test::read_file(dir / "b/vocab.tiktoken"));
+}
+
 }  // namespace
 }  // namespace nk
