@@ -6,10 +6,11 @@
 #   - `srun -n 2 --mpi=pmix nekton train` (Open MPI's direct launch through
 #     PMIx) under data parallelism (DP2) and tensor parallelism (TP2): every
 #     step's loss, gradient norm and validation loss equal, as text, the same
-#     run under mpirun;
+#     run under mpirun; rank 0 alone writes the TensorBoard event file;
 #   - an sbatch job (--requeue) sent SIGTERM by `scancel --signal=TERM` stops
 #     after a step with a checkpoint; `scontrol requeue` runs the batch script
-#     again, which resumes from it and ends on an uninterrupted run's losses.
+#     again, which resumes from it and ends on an uninterrupted run's losses,
+#     its TensorBoard file continuing the step axis once.
 # SKIPPED (with the reason) where the cluster cannot start: not root, the
 # packages missing (scripts/setup.sh --test installs them), or a daemon that
 # does not come up.
@@ -128,6 +129,14 @@ ARGS=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 mode
       model.vocab_size=264 "data.path=$REPO/README.md" train.dtype=f32 train.micro_batch=2
       train.seq_len=32 train.global_batch=8 train.steps=6 train.val_every=3 train.val_batches=2
       train.peak_tflops=1 train.threads=1 parallel.bucket_mb=0.05 parallel.timeout_s=60)
+# The run's one TensorBoard event file read back against its metrics.jsonl
+# (tests/train/tfevents_check.py: CRCs, steps, every scalar).
+tensorboard_check() {
+  local files=("$WORK/$1"/events.out.tfevents.*)
+  ((${#files[@]} == 1)) || fail "$1: ${#files[@]} TensorBoard event files, expected one"
+  /usr/bin/python3 "$REPO/tests/train/tfevents_check.py" "${files[0]}" "$WORK/$1/metrics.jsonl" \
+    >"$WORK/$1.tfevents.log" 2>&1 || fail "$1: the event file: $(cat "$WORK/$1.tfevents.log")"
+}
 # step, loss, gradient norm and validation loss of a run, as text
 figures() { /usr/bin/python3 -c 'import json, sys
 for line in open(sys.argv[1]):
@@ -149,6 +158,8 @@ for layout in dp tp; do
                 <(figures "$WORK/${layout}_srun/metrics.jsonl")); then
     fail "$layout: srun's figures differ from mpirun's:"$'\n'"$d"
   fi
+  # Rank 0 alone writes the TensorBoard file: one, equal to metrics.jsonl.
+  tensorboard_check "${layout}_srun"
   # Rank 0 alone prints the step log: once, not twice.
   (($(grep -c '^step     6/6' "$WORK/${layout}_srun.log") == 1)) || fail "$layout: step log not printed once"
 done
@@ -199,4 +210,5 @@ grep -q "resuming from checkpoint .*$step" "$WORK/job.log" || fail "the requeued
 if ! d=$(diff <(figures "$WORK/reference/metrics.jsonl") <(figures "$WORK/job/metrics.jsonl")); then
   fail "the requeued job's losses differ from an uninterrupted run's:"$'\n'"$d"
 fi
+tensorboard_check job  # the step axis continued once across the requeue
 pass "srun -n 2 --mpi=pmix equals mpirun under DP2 and TP2; scancel --signal=TERM stopped job $job after step $((10#${step#step_})) with a checkpoint and the requeued job resumed onto the uninterrupted run's $STEPS losses"
