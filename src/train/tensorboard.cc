@@ -178,11 +178,12 @@ std::vector<int64_t> event_file_steps(const std::string& path, size_t* valid_byt
   return steps;
 }
 
-EventFileWriter::EventFileWriter(const std::string& dir, int64_t resume_step) {
+EventFileWriter::EventFileWriter(const std::string& dir, int64_t resume_step, bool owned) {
   std::vector<fs::path> old;
   std::error_code ec;
+  // A folder the run does not own: its event files are other runs'.
   for (const auto& e : fs::directory_iterator(dir.empty() ? "." : dir, ec))
-    if (e.is_regular_file() && is_event_file(e.path())) old.push_back(e.path());
+    if (owned && e.is_regular_file() && is_event_file(e.path())) old.push_back(e.path());
   std::sort(old.begin(), old.end());
   if (resume_step > 0 && !old.empty()) {
     // Names carry the start time: the newest is this run's.

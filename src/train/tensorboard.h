@@ -21,13 +21,16 @@ namespace nk {
 
 class EventFileWriter {
  public:
-  // In `dir`: for a fresh run (resume_step == 0) removes the event files a
-  // previous run left there (as metrics.jsonl is rewritten) and starts
-  // events.out.tfevents.<unix time>.<host>; for a resumed one appends to the
-  // newest existing file after dropping its records past `resume_step` and a
-  // torn or corrupt tail (atomic rewrite), so the step axis continues once.
-  // nk::Error naming the file when it cannot be written.
-  EventFileWriter(const std::string& dir, int64_t resume_step);
+  // In `dir`, when the run owns it (`owned`: its OUT_DIR): for a fresh run
+  // (resume_step == 0) removes the event files a previous run left there (as
+  // metrics.jsonl is rewritten) and starts events.out.tfevents.<unix
+  // time>.<host>; for a resumed one appends to the newest existing file after
+  // dropping its records past `resume_step` and a torn or corrupt tail
+  // (atomic rewrite), so the step axis continues once. In a folder it does not
+  // own (train.metrics_file elsewhere, perhaps shared) it touches no existing
+  // file and always starts a new one. nk::Error naming the file when it cannot
+  // be written.
+  EventFileWriter(const std::string& dir, int64_t resume_step, bool owned = true);
   ~EventFileWriter();
   EventFileWriter(const EventFileWriter&) = delete;
   EventFileWriter& operator=(const EventFileWriter&) = delete;

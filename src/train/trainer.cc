@@ -364,8 +364,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (par_.writes()) metrics.emplace(cfg_.metrics_file, state_.step > 0);
   // TensorBoard: the same scalars, the step axis continuing on resume.
   std::optional<EventFileWriter> events;
-  if (par_.writes() && cfg_.tensorboard)
-    events.emplace(std::filesystem::path(cfg_.metrics_file).parent_path().string(), state_.step);
+  if (par_.writes() && cfg_.tensorboard) {
+    const std::string dir = std::filesystem::path(cfg_.metrics_file).parent_path().string();
+    std::error_code ec;  // only OUT_DIR's own event files are replaced or appended to
+    events.emplace(dir, state_.step,
+                   std::filesystem::equivalent(dir.empty() ? "." : dir, cfg_.out_dir, ec));
+  }
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12
                                      : measure_gemm_peak(cfg_.dtype, model_->device());
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",

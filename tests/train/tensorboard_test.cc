@@ -155,5 +155,19 @@ TEST(TensorBoard, AFreshRunReplacesThePreviousFile) {
   expect_matches_metrics(dir / "b");
 }
 
+TEST(TensorBoard, AFolderTheRunDoesNotOwnKeepsOtherFiles) {
+  TempDir dir("nk_tb");
+  // metrics files of several runs in one shared folder: each run its own event file.
+  fs::create_directories(dir / "shared");
+  const std::string other = dir / "shared/events.out.tfevents.1000000000.other";
+  test::write_file(other, "another run's events");
+  Trainer(tiny(dir, {"train.out_dir=" + (dir / "run"), "train.steps=2",
+                     "train.metrics_file=" + (dir / "shared/run.jsonl")}))
+      .run();
+  EXPECT_EQ(test::read_file(other), "another run's events");
+  EXPECT_EQ(event_files(dir / "shared").size(), 2u);
+  EXPECT_TRUE(event_files(dir / "run").empty());
+}
+
 }  // namespace
 }  // namespace nk
