@@ -39,7 +39,10 @@ done
 # shellcheck source=script_lib.sh
 source "$(dirname "$0")/script_lib.sh"
 
-# The cluster: its daemons' pids, stopped (then waited for) on any exit.
+# The cluster: its daemons (under `timeout`, which passes signals on), stopped
+# and waited for on any exit; should this script be killed outright (a
+# SIGKILL runs no trap), they still end within DAEMON_LIMIT_S.
+DAEMON_LIMIT_S=$((5 * LIMIT_S))
 DAEMONS=()
 cleanup() {
   local pid
@@ -107,15 +110,15 @@ cluster_logs() {
   done
   return 0
 }
-munged --foreground --socket="$C/munge.sock" --key-file="$C/munge.key" \
+timeout -k 5 "$DAEMON_LIMIT_S" munged --foreground --socket="$C/munge.sock" --key-file="$C/munge.key" \
   --pid-file="$C/munged.pid" --log-file="$C/munged.log" --seed-file="$C/munge.seed" --force \
   >/dev/null 2>&1 &
 DAEMONS+=($!)
 for _ in $(seq 100); do [[ -S $C/munge.sock ]] && break; sleep 0.1; done
 [[ -S $C/munge.sock ]] || { cluster_logs; skip "munged did not start"; }
-slurmctld -D -i >"$C/slurmctld.out" 2>&1 &
+timeout -k 5 "$DAEMON_LIMIT_S" slurmctld -D -i >"$C/slurmctld.out" 2>&1 &
 DAEMONS+=($!)
-slurmd -D -N nk1 >"$C/slurmd.out" 2>&1 &
+timeout -k 5 "$DAEMON_LIMIT_S" slurmd -D -N nk1 >"$C/slurmd.out" 2>&1 &
 DAEMONS+=($!)
 up=0
 for _ in $(seq 150); do
