@@ -159,6 +159,18 @@ set_tests_properties(train_multihost_netns train_rank_kill_resume train_reshard_
                      LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 set_tests_properties(train_multihost_netns PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED:")
 
+# `nekton train` under a real Slurm (tests/apps/mpi/slurm_srun.sh, labelled
+# "mpi"): the script starts a one-node cluster of its own (munged, slurmctld,
+# slurmd on 127.0.0.1; Debian's slurm-wlm and munge) and stops it; srun -n 2
+# --mpi=pmix equals mpirun under DP2 and TP2, and a job stopped by scancel
+# --signal=TERM resumes exactly when requeued. Skipped where Slurm cannot start.
+add_test(NAME train_slurm_srun
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/slurm_srun.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+nk_timeout(t 400)
+set_tests_properties(train_slurm_srun PROPERTIES LABELS mpi TIMEOUT ${t}
+                     ENVIRONMENT "${NK_MPI_ENV}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+
 # `nekton curate` under mpirun (tests/apps/mpi/curate_ranks.sh), labelled "mpi":
 # 1, 2 and 4 ranks write the same bytes; a SIGKILLed rank ends the job and the
 # rerun resumes to them; settings that run on one process only are refused.

@@ -17,12 +17,13 @@ done
 
 # Building and running: the compiler, CMake, the libraries every subsystem
 # links (shared/DESIGN.md; libboost-dev: Boost.Beast and Asio, headers only,
-# for `nekton serve`), Open MPI (src/dist, and mpirun to launch ranks) and
-# GCIDE, the dictionary `nekton quickstart` trains on.
+# for `nekton serve`), Open MPI (src/dist, and mpirun to launch ranks),
+# GCIDE, the dictionary `nekton quickstart` trains on, and cairo with a font
+# (libcairo2-dev, fonts-dejavu-core) for `nekton plot`'s PNG and SVG charts.
 pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-json3-dev
       libfmt-dev zlib1g-dev libpcre2-dev libsentencepiece-dev libzstd-dev zstd libsimdjson-dev
       libxxhash-dev libicu-dev libgumbo-dev libuchardet-dev libfasttext-dev libopenmpi-dev openmpi-bin
-      libboost-dev dict-gcide)
+      libboost-dev dict-gcide libcairo2-dev fonts-dejavu-core)
 # Test-only:
 # libgtest-dev, libgmock-dev: GoogleTest; libbenchmark-dev: bench/;
 # libcpp-httplib-dev: the HTTP client of tests/serve and tests/apps;
@@ -37,12 +38,17 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # OpenMP), llvm (llvm-symbolizer, for reports' stack traces): the sanitized
 # build of `make sanitize-test` and `make fuzz`; clang-format: `make format-check`;
 # iproute2, procps: `ip netns` (two hosts as network namespaces) and pgrep in the
-# tests/apps/mpi scripts.
+# tests/apps/mpi scripts;
+# protobuf-compiler, python3-protobuf: tests/train's independent reader of the
+# TensorBoard event files (TensorBoard's Event message compiled by protoc);
+# slurm-wlm, munge: the one-node Slurm cluster tests/apps/mpi/slurm_srun.sh
+# starts to launch `nekton train` with srun and sbatch.
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-torch python3-numpy
            python3-jinja2 python3-yaml sentencepiece
            fasttext fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it
            fortunes-pl fortunes-cs python3.11-doc debian-reference-en clang libclang-rt-14-dev
-           libomp-14-dev llvm clang-format iproute2 procps)
+           libomp-14-dev llvm clang-format iproute2 procps protobuf-compiler python3-protobuf
+           slurm-wlm munge)
 [ "$test_too" = 1 ] && pkgs+=("${test_pkgs[@]}")
 if [ "$list" = 1 ]; then
   printf '%s\n' "${pkgs[@]}"

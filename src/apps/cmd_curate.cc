@@ -1,6 +1,5 @@
 // nekton curate --config pipeline.yaml [key=value ...]
 // nekton curate train-classifier --input FILE.jsonl --output MODEL.bin ...
-#include <unistd.h>
 
 #include <cstdio>
 
@@ -13,6 +12,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "curate/pipeline/runner.h"
 #include "curate/stages.h"
 #include "dist/mesh.h"
@@ -70,21 +70,12 @@ int cmd_curate(const CommandArgs& a) {
     fail("curate: --config PIPELINE.yaml is required (see nekton curate --help)");
   curate::PipelineConfig cfg = curate::load_pipeline_config(c.config_path, c.overrides);
 
-  std::string mode = cfg.progress;
-  if (mode == "auto") mode = ::isatty(STDERR_FILENO) ? "bar" : "log";
+  // Curate's lines name their stage; rank 0 alone shows them (below).
+  Progress bar("curate", parse_progress_mode(cfg.progress, "progress"));
   curate::RunOptions opt;
-  opt.progress_every_s = mode == "bar" ? 0.25 : 10.0;
-  bool bar_open = false;
-  if (mode != "none")
-    opt.progress = [&](const std::string& line, bool final) {
-      if (mode == "bar") {
-        fmt::print(stderr, "\r{}\x1b[K{}", line, final ? "\n" : "");
-        bar_open = !final;
-      } else {
-        fmt::print(stderr, "[info] curate {}\n", line);
-      }
-      std::fflush(stderr);
-    };
+  opt.progress_every_s = bar.every_s();
+  if (bar.mode() != ProgressMode::None)
+    opt.progress = [&](const std::string& line, bool final) { bar.show(line, final); };
   curate::CurateReport r;
   // Under mpirun/srun: the ranks share the shards and exchange the global
   // stages' records; rank 0 writes the output and prints. An error on any
@@ -112,7 +103,7 @@ int cmd_curate(const CommandArgs& a) {
     }
     r = curate::run_pipeline(cfg, opt);
   } catch (const std::exception& e) {
-    if (bar_open) fmt::print(stderr, "\n");
+    bar.end_line();
     if (mpi) mpi->abort(e.what());
     throw;
   }

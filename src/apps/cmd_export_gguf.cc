@@ -10,6 +10,7 @@
 #include "ckpt/gguf_export.h"
 #include "ckpt/gguf_import.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace nk {
 
@@ -60,6 +61,9 @@ int run_export(const std::string& command, const std::vector<std::string>& args,
           "default: the one stored with the model");
   cl.bind("--allow-requantize", allow_requantize,
           "a GGUF input whose matrices are already block-quantised is quantised again");
+  std::string progress = "auto";
+  cl.bind("--progress", progress,
+          "auto (an updating line on a terminal, else a log line every 10 s), bar, log or none");
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kExportGgufUsage));
     return 0;
@@ -86,9 +90,11 @@ int run_export(const std::string& command, const std::vector<std::string>& args,
         "keeps its metadata",
         command);
   if (!gguf_in && allow_requantize) fail("{}: --allow-requantize applies to a GGUF input", command);
+  Progress bar(command, parse_progress_mode(progress, command + ": --progress"));
+  opt.progress = &bar;
   GgufExportResult r;
   try {
-    r = gguf_in ? requantize_gguf(dir, out, opt.type, allow_requantize)
+    r = gguf_in ? requantize_gguf(dir, out, opt.type, allow_requantize, &bar)
                 : export_gguf(dir, out, opt);
   } catch (const Error& e) {
     throw e.with_context(command);

@@ -10,6 +10,7 @@
 #include "apps/commands.h"
 #include "ckpt/hf_io.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace nk {
 
@@ -60,6 +61,9 @@ std::string human_bytes(uint64_t bytes) {
   return fmt::format("{:.2f} GB", double(bytes) / 1e9);
 }
 
+constexpr const char* kProgressDoc =
+    "auto (an updating line on a terminal, else a log line every 10 s), bar, log or none";
+
 }  // namespace
 
 int cmd_import_hf(const std::vector<std::string>& args) {
@@ -74,6 +78,8 @@ int cmd_import_hf(const std::vector<std::string>& args) {
   cl.bind("--overwrite", opt.overwrite, "replace OUT_DIR if it exists and is not empty");
   cl.bind("--allow-nonfinite", opt.allow_nonfinite,
           "write weights holding NaN or Inf (with a warning) instead of refusing them");
+  std::string progress = "auto";
+  cl.bind("--progress", progress, kProgressDoc);
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kImportUsage));
     return 0;
@@ -83,6 +89,8 @@ int cmd_import_hf(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}", kImportUsage);
     fail("{}: expected HF_DIR and OUT_DIR, got {} argument(s)", cmd, pos.size());
   }
+  Progress bar(cmd, parse_progress_mode(progress, "import hf: --progress"));
+  opt.progress = &bar;
   HfImportReport r = import_hf(pos[0], pos[1], opt);
   const ModelConfig& c = r.config;
   fmt::print(
@@ -122,6 +130,8 @@ int cmd_export_hf(const std::vector<std::string>& args) {
           "merge the model's adapters, LoRA or IA3 (or --adapter's), into the weights");
   cl.bind("--adapter", opt.adapter,
           "a LoRA or IA3 adapter folder in PEFT's format to merge into MODEL_DIR's weights");
+  std::string progress = "auto";
+  cl.bind("--progress", progress, kProgressDoc);
   if (cl.help()) {
     fmt::print("{}", cl.help_text(kExportUsage));
     return 0;
@@ -131,6 +141,8 @@ int cmd_export_hf(const std::vector<std::string>& args) {
     fmt::print(stderr, "{}", kExportUsage);
     fail("{}: expected MODEL_DIR and OUT_DIR, got {} argument(s)", cmd, pos.size());
   }
+  Progress bar(cmd, parse_progress_mode(progress, "export hf: --progress"));
+  opt.progress = &bar;
   HfExportReport r = export_hf(pos[0], pos[1], opt);
   fmt::print("exported {} to {}: {} tensor bytes as {} in {} file(s)\n", pos[0], pos[1],
              human_bytes(r.total_bytes), dtype_name(r.dtype), r.weight_files.size());

@@ -1,5 +1,4 @@
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <functional>
@@ -7,6 +6,7 @@
 #include "apps/commands.h"
 #include "core/config_bind.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "data/data_config.h"
 #include "data/preprocess.h"
 
@@ -99,31 +99,16 @@ int cmd_preprocess(const CommandArgs& a) {
     fail("data.prefix: no output given (data.prefix=PREFIX, or preprocess.output_prefix=PREFIX)");
   opt.tokenizer = k.data.tokenizer.empty() ? "bytes" : k.data.tokenizer;
   opt.invalid_utf8 = k.data.replace_invalid_utf8 ? "replace" : "error";
-  std::string mode = k.progress;
-  if (mode == "auto") mode = ::isatty(STDERR_FILENO) ? "bar" : "log";
-  if (mode != "bar" && mode != "log" && mode != "none")
-    fail("preprocess.progress: must be auto, bar, log or none, got '{}'", mode);
-  opt.progress_every_s = mode == "bar" ? 0.25 : 10.0;
-
-  bool bar_shown = false;
-  auto progress = [&](const PreprocessProgress& p) {
-    if (mode == "bar") {
-      fmt::print(stderr, "\r{}\x1b[K{}", format_progress(p), p.finished ? "\n" : "");
-      bar_shown = !p.finished;
-    } else if (mode == "log" && !p.finished) {
-      fmt::print(stderr, "[info] preprocess {}\n", format_progress(p));
-    }
-    std::fflush(stderr);
-  };
+  Progress bar("preprocess", parse_progress_mode(k.progress, "preprocess.progress"));
+  opt.progress_every_s = bar.every_s();
   std::function<void(const PreprocessProgress&)> callback;
-  if (mode != "none") callback = progress;
+  // Log mode: no final line, the summary below says it all.
+  if (bar.mode() != ProgressMode::None)
+    callback = [&](const PreprocessProgress& p) {
+      if (!p.finished || bar.mode() == ProgressMode::Bar) bar.show(format_progress(p), p.finished);
+    };
   PreprocessStats st;
-  try {
-    st = preprocess_jsonl(opt, callback);
-  } catch (...) {
-    if (bar_shown) fmt::print(stderr, "\n");  // the error goes on a line of its own
-    throw;
-  }
+  st = preprocess_jsonl(opt, callback);  // on an error, bar's destructor ends its line
   fmt::print("wrote {0}.bin and {0}.idx: {1}", opt.output_prefix, st.summary());
   return 0;
 }

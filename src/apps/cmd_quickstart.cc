@@ -4,9 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/metrics_series.h"
+#include "apps/plot_chart.h"
 #include "ckpt/checkpoint.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "curate/pipeline/runner.h"
 #include "data/dataset/text_dataset.h"
 #include "data/preprocess.h"
@@ -124,7 +127,13 @@ QuickstartData prepare_data(const std::string& out_dir) {
       o.pattern = openai_pattern("cl100k_base");
       o.name = "gcide-bpe-4k";
       auto t0 = std::chrono::steady_clock::now();
-      BpeVocab v = train_bpe(count_pieces({text}, o.pattern, 0), o);
+      Progress bar("quickstart: BPE", ProgressMode::Auto);
+      BpeVocab v =
+          train_bpe(count_pieces({text}, o.pattern, 0), o, [&](int64_t done, int64_t want) {
+            if (done == 1) bar.start(double(want), "merges");
+            bar.set_done(double(done));
+          });
+      bar.finish();
       save_bpe_tokenizer(v, d.tokenizer);
       NK_INFO("quickstart: trained a {}-token BPE vocabulary in {:.1f} s -> {}", kVocab,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
@@ -180,6 +189,14 @@ int cmd_quickstart(const CommandArgs& a) {
   if (!h.empty())
     fmt::print("\nloss {:.3f} -> {:.3f} over {} steps; model saved in {}/model\n", h.front().loss,
                h.back().loss, h.size(), cfg.out_dir);
+  // The curves to look at (nekton plot draws the same, for several runs).
+  RunMetrics run = read_run_metrics(cfg.metrics_file);
+  ChartOptions chart;
+  chart.metrics = {"loss"};
+  if (run.series.count("val_loss")) chart.metrics.push_back("val_loss");
+  const std::string png = cfg.out_dir + "/loss.png";
+  draw_chart({run}, chart, png);
+  fmt::print("loss curves: {} (nekton plot {} [OTHER_RUN...] --out FILE.png)\n", png, cfg.out_dir);
   fmt::print("try: nekton generate generate.model={}/model generate.prompt=\"Water\"\n\n",
              cfg.out_dir);
   fmt::print("sample:\n");

@@ -20,6 +20,7 @@
 #include "apps/commands.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "data/dataset/text_dataset.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_trainer.h"
@@ -279,6 +280,7 @@ struct TrainArgs {
   std::vector<std::string> inputs;
   int64_t vocab_size = 0, max_bytes = 0;
   int threads = 0;
+  std::string progress = "auto";
   SentencePieceTrainOptions sp;
   BpeTrainOptions bpe;
 
@@ -299,6 +301,9 @@ struct TrainArgs {
             "cl100k_base's)");
     cl.bind("--min-frequency", bpe.min_frequency, "bpe: stop before merging a rarer pair");
     cl.bind("--max-bytes", max_bytes, "bpe: read at most this many bytes (0 = all)");
+    cl.bind("--progress", progress,
+            "bpe: the merges done, auto (an updating line on a terminal, else a log line every "
+            "10 s), bar, log or none");
   }
   // --input, --out (named `out_kind` in the message) and --vocab-size are given.
   void require(const CommandLine& cl, const char* out_kind) const {
@@ -325,7 +330,15 @@ int train_bpe_command(const CommandLine& cl, TrainArgs& t) {
   o.name = fs::path(out).filename().string();
   if (o.name.empty()) o.name = fs::path(out).parent_path().filename().string();
   auto t0 = std::chrono::steady_clock::now();
-  BpeVocab v = train_bpe_from_files(t.inputs, o, t.max_bytes);
+  BpeVocab v;
+  {
+    Progress bar("tokenizer train", parse_progress_mode(t.progress, "tokenizer train: --progress"));
+    v = train_bpe_from_files(t.inputs, o, t.max_bytes, [&](int64_t done, int64_t want) {
+      if (done == 1) bar.start(double(want), "merges");
+      bar.set_done(double(done));
+    });
+    bar.finish();
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   save_bpe_tokenizer(v, out);
   fmt::print("trained bpe tokenizer: {} tokens ({} merges) in {:.1f} s\nwrote {}\n",

@@ -381,13 +381,14 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
         });
   }
 
-  w.write(out_path);
+  w.write(out_path, opt.progress);
   result.tensors = w.tensor_count();
   return result;
 }
 
 GgufExportResult requantize_gguf(const std::string& in_path, const std::string& out_path,
-                                 const std::string& recipe, bool allow_requantize) {
+                                 const std::string& recipe, bool allow_requantize,
+                                 Progress* progress) {
   check_gguf_recipe(recipe);
   if (fs::exists(out_path) && fs::exists(in_path) && fs::equivalent(in_path, out_path))
     fail("'{}': the output would replace the input", out_path);
@@ -428,7 +429,7 @@ GgufExportResult requantize_gguf(const std::string& in_path, const std::string& 
       gguf_decode_rows(*src, 0, rows, out.data());
     });
   }
-  w.write(out_path);
+  w.write(out_path, progress);
   GgufExportResult r;
   r.tensors = w.tensor_count();
   r.tokenizer = f->get_string("tokenizer.ggml.model", "");

@@ -69,6 +69,7 @@ struct GgufExportOptions {
   // "" = the stored one.
   std::string tokenizer;
   bool allow_nonfinite = false;  // export weights holding NaN or Inf (with a warning)
+  Progress* progress = nullptr;  // the tensors' bytes as they are encoded and written
 };
 
 struct GgufExportResult {
@@ -93,7 +94,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
 // twice loses more than once). Writes OUT atomically; nk::Error naming the
 // file and tensor for a type Nekton does not read.
 GgufExportResult requantize_gguf(const std::string& in_path, const std::string& out_path,
-                                 const std::string& recipe, bool allow_requantize);
+                                 const std::string& recipe, bool allow_requantize,
+                                 Progress* progress = nullptr);
 
 // Nekton's rotary embedding rotates the two halves of each head (Hugging
 // Face's rotate-half); llama.cpp's "llama" rope rotates adjacent pairs (Meta's

@@ -8,6 +8,7 @@
 #include "core/atomic_file.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "ops/quant.h"
 
 namespace nk {
@@ -199,7 +200,7 @@ void GgufWriter::add_tensor(const std::string& name, const Shape& shape, GgmlTyp
   data_bytes_ = align_up(data_bytes_ + bytes, alignment_);
 }
 
-void GgufWriter::write(const std::string& path) const {
+void GgufWriter::write(const std::string& path, Progress* progress) const {
   std::string head;
   head += "GGUF";
   put<uint32_t>(head, kVersion);
@@ -220,6 +221,7 @@ void GgufWriter::write(const std::string& path) const {
   std::vector<float> values;
   std::string bytes;
   uint64_t at = 0;  // bytes of the data section written so far
+  if (progress) progress->start(double(data_bytes_), "B");
   for (const TensorEntry& t : tensors_) {
     values.clear();
     t.produce(values);
@@ -230,11 +232,13 @@ void GgufWriter::write(const std::string& path) const {
     NK_CHECK(bytes.size() == t.offset - at + t.bytes, "tensor '{}' encoded to {} bytes", t.name,
              bytes.size());
     out.write(bytes.data(), bytes.size());
+    if (progress) progress->advance(double(t.offset + t.bytes - at));
     at = t.offset + t.bytes;
   }
   std::string tail(data_bytes_ - at, '\0');
   out.write(tail.data(), tail.size());
   out.commit();
+  if (progress) progress->finish();
 }
 
 }  // namespace nk

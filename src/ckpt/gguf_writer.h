@@ -19,6 +19,8 @@
 
 namespace nk {
 
+class Progress;
+
 // GGUF metadata value types (gguf_metadata_value_type in the spec).
 enum GgufValueType : uint32_t {
   kGgufU8 = 0,
@@ -100,7 +102,8 @@ class GgufWriter {
 
   // Writes the file atomically (core/atomic_file.h): on any error PATH is left
   // as it was. nk::Error naming the tensor whose producer gives the wrong count.
-  void write(const std::string& path) const;
+  // `progress` (optional): the data section's bytes as each tensor is encoded.
+  void write(const std::string& path, Progress* progress = nullptr) const;
 
   int64_t tensor_count() const { return int64_t(tensors_.size()); }
 

@@ -7,6 +7,7 @@
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
 #include "core/atomic_file.h"
+#include "core/progress.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
@@ -161,6 +162,7 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
   std::map<std::string, std::string> placed;
   std::string cached_name;
   Tensor cached;  // the Nekton tensor the last part came from, f32
+  if (opt.progress) opt.progress->start(double(total), "B");
   for (size_t s = 0; s < shards.size(); ++s) {
     std::string name = shards.size() == 1 ? "model.safetensors"
                                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
@@ -190,10 +192,12 @@ HfExportReport export_hf(const std::string& model_dir, const std::string& out_di
             e.name, e.param, over, dtype_name(dtype));
       tensors.emplace_back(e.name, t);
       placed[e.name] = name;
+      if (opt.progress) opt.progress->advance(double(o.bytes));
     }
     save_safetensors((out.path() / name).string(), tensors, {{"format", "pt"}});
     rep.weight_files.push_back(name);
   }
+  if (opt.progress) opt.progress->finish();
   if (shards.size() > 1) {
     ojson index;
     index["metadata"] = {{"total_size", total}};

@@ -6,6 +6,7 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
+#include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
 
@@ -85,6 +86,12 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
   // external tensors (one, or one per fused part).
   std::vector<std::pair<std::string, Tensor>> tensors;
   int64_t n_params = 0;
+  if (opt.progress) {
+    double total = 0;
+    for (const ExternalTensor& e : map)
+      total += double(w.entry(e.name).end - w.entry(e.name).begin);
+    opt.progress->start(total, "B");
+  }
   for (size_t i = 0; i < map.size();) {
     const ParamInfo& p = layout.find(map[i].param);
     Tensor dst = Tensor::empty(p.shape, DType::F32);
@@ -97,6 +104,7 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
         ops::convert(rows, transposed(t, DType::F32));
       else
         ops::convert(rows, t);
+      if (opt.progress) opt.progress->advance(double(w.entry(e.name).end - w.entry(e.name).begin));
     }
     n_params += dst.numel();
     tensors.emplace_back(p.name, converted(dst, opt.storage));
@@ -120,6 +128,7 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
   for (const SafetensorsFile& f : w.files()) rep.weight_files.push_back(f.path());
   rep.source_dtype = dtypes.size() == 1 ? short_dtype(*dtypes.begin()) : "mixed";
 
+  if (opt.progress) opt.progress->finish();
   StagedDir out(clean_dir(out_dir), opt.overwrite, src);
   save_safetensors((out.path() / "model.safetensors").string(), tensors, {{"format", "nekton"}});
   tensors.clear();

@@ -40,6 +40,8 @@
 
 namespace nk {
 
+class Progress;
+
 // An HF config.json mapped to a ModelConfig. Supported: LlamaForCausalLM and
 // MistralForCausalLM (model_type llama/mistral, without attention/MLP biases,
 // a sliding window shorter than the context, or another activation than
@@ -68,6 +70,7 @@ struct HfImportOptions {
   bool overwrite = false;  // replace a non-empty OUT_DIR
   // Import tensors holding NaN or Inf (with a warning) instead of refusing.
   bool allow_nonfinite = false;
+  Progress* progress = nullptr;  // the source tensors' bytes as they are read
 };
 
 struct HfImportReport {
@@ -105,6 +108,7 @@ struct HfExportOptions {
   // into the weights. A model with adapters is refused without merge_adapters.
   bool merge_adapters = false;
   std::string adapter;
+  Progress* progress = nullptr;  // the exported tensors' bytes as they are converted
 };
 
 struct HfExportReport {

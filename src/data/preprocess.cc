@@ -14,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/output_lock.h"
+#include "core/progress.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/jsonl_reader.h"
 #include "data/tokenizer/tokenizer.h"
@@ -248,12 +249,6 @@ std::string mb(int64_t bytes) {
   return fmt::format("{:.1f} MB", double(bytes) / 1e6);
 }
 
-std::string duration(double s) {
-  int64_t t = int64_t(s + 0.5);
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
-                   : fmt::format("{}:{:02}", t / 60, t % 60);
-}
-
 std::string count(double x) {
   return x >= 1e6   ? fmt::format("{:.1f}M", x / 1e6)
          : x >= 1e4 ? fmt::format("{:.1f}k", x / 1e3)
@@ -316,18 +311,14 @@ std::string format_progress(const PreprocessProgress& p, int bar_width) {
                     ? std::min(1.0, double(p.input_bytes_done) / double(p.input_bytes_total))
                     : 0.0;
   if (p.finished) frac = 1.0;
-  int filled = int(frac * bar_width + 0.5);
-  std::string bar(size_t(bar_width) + 2, '.');
-  bar.front() = '[';
-  bar.back() = ']';
-  std::fill_n(bar.begin() + 1, filled, '#');
   double secs = std::max(p.seconds, 1e-9);
   std::string eta = p.finished ? "done"
-                    : frac > 0 ? duration(p.seconds * (1.0 - frac) / frac)
+                    : frac > 0 ? format_eta(p.seconds * (1.0 - frac) / frac)
                                : "?";
-  return fmt::format("{} {:5.1f}%  {}/{}  {:.1f} MB/s  {} docs/s  ETA {}", bar, frac * 100.0,
-                     mb(p.input_bytes_done), mb(p.input_bytes_total),
-                     double(p.text_bytes) / 1e6 / secs, count(double(p.documents) / secs), eta);
+  return fmt::format("{} {:5.1f}%  {}/{}  {:.1f} MB/s  {} docs/s  ETA {}",
+                     progress_bar(frac, bar_width), frac * 100.0, mb(p.input_bytes_done),
+                     mb(p.input_bytes_total), double(p.text_bytes) / 1e6 / secs,
+                     count(double(p.documents) / secs), eta);
 }
 
 PreprocessStats preprocess_jsonl(const PreprocessOptions& opt,

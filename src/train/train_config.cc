@@ -117,6 +117,9 @@ void TrainConfig::bind(ConfigBinder& b) {
   b.bind("train.exit_at_step", exit_at_step,
          "stop after this step, saving a checkpoint and the model (0 = run all train.steps)");
   b.bind("train.metrics_file", metrics_file, "JSONL metrics path (default: OUT_DIR/metrics.jsonl)");
+  b.bind("train.tensorboard", tensorboard,
+         "also write the metrics' scalars as a TensorBoard event file "
+         "(events.out.tfevents.*) beside train.metrics_file");
   b.bind("train.peak_tflops", peak_tflops, "hardware peak for MFU (0 = measure the GEMM peak)");
   OptimPrecision& pr = adamw.precision;
   auto dtype_key = [&](const char* key, DType& field, std::vector<DType> allowed, const char* doc) {

@@ -72,6 +72,7 @@ struct TrainConfig {
   int64_t save_every = 0;        // checkpoint every N steps (0 = only at the end)
   int64_t keep_checkpoints = 3;  // newest checkpoints kept under OUT_DIR/checkpoints
   std::string metrics_file;      // default: out_dir/metrics.jsonl
+  bool tensorboard = true;       // TensorBoard event file beside metrics_file
   double peak_tflops = 0;        // 0: measure the GEMM peak at start
   std::string config_yaml;       // the resolved config, saved in every checkpoint
   // Settings of a command above train (align.*) that decide the samples or

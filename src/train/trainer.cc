@@ -23,6 +23,7 @@
 #include "parallel/model_parallel.h"
 #include "train/expert_balance.h"
 #include "train/metrics.h"
+#include "train/tensorboard.h"
 #include "train/train_checkpoint.h"
 
 namespace nk {
@@ -361,6 +362,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (state_.step > 0 && par_.writes()) keep_metrics_through_step(cfg_.metrics_file, state_.step);
   std::optional<MetricsWriter> metrics;
   if (par_.writes()) metrics.emplace(cfg_.metrics_file, state_.step > 0);
+  // TensorBoard: the same scalars, the step axis continuing on resume.
+  std::optional<EventFileWriter> events;
+  if (par_.writes() && cfg_.tensorboard) {
+    const std::string dir = std::filesystem::path(cfg_.metrics_file).parent_path().string();
+    std::error_code ec;  // only OUT_DIR's own event files are replaced or appended to
+    events.emplace(dir, state_.step,
+                   std::filesystem::equivalent(dir.empty() ? "." : dir, cfg_.out_dir, ec));
+  }
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12
                                      : measure_gemm_peak(cfg_.dtype, model_->device());
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
@@ -720,6 +729,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                                   expert_load.begin() + ptrdiff_t(size_t(l + 1) * E)));
     }
     if (metrics) metrics->write(record, arrays);
+    if (events) events->add_scalars(s.step, {record.begin() + 1, record.end()});  // all but step
     if (on_step) on_step(s);
     // Every rank stops after the same step, whichever of them got the signal.
     const int sig = max_over_ranks(stop_signal());

@@ -204,6 +204,9 @@ TEST(Cli, QuickstartPipelineThenGenerate) {
   EXPECT_NE(r.out.find("trained a 4096-token BPE vocabulary"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step     3/3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sample:\nWater"), std::string::npos) << r.out;
+  // The loss curves as a PNG (nekton plot's chart).
+  EXPECT_NE(r.out.find("loss curves: " + out + "/loss.png"), std::string::npos) << r.out;
+  EXPECT_EQ(test::read_file(out + "/loss.png").substr(0, 8), "\x89PNG\r\n\x1a\n");
   auto ds = IndexedDataset::open(out + "/data/gcide_text_document");
   EXPECT_GT(ds->num_documents(), 100000);  // one per dictionary entry
   auto tok = load_tokenizer(stored_tokenizer(out + "/model"));

@@ -85,7 +85,7 @@ const char* kSavedBefore =
 // (train.device; the parallel.* section of data-parallel training; fine-tuning's
 // data.sft_* group and train.init_from; activation recompute's
 // train.recompute*; model.make_vocab_size_divisible_by; model.head_dim;
-// train.eval_*), which
+// train.eval_*; train.tensorboard), which
 // read back at their defaults: everything else must keep its text and order.
 std::string without_newer_keys(const std::string& yaml) {
   std::string out, line, section;
@@ -102,8 +102,9 @@ std::string without_newer_keys(const std::string& yaml) {
         (section == "model:" && (key.starts_with("moe_") || key == "num_experts" ||
                                  key == "num_experts_per_tok" || key == "norm_topk_prob" ||
                                  key == "num_labels" || key == "labels" || key == "head_dim")) ||
-        (section == "train:" && (key == "init_from" || key == "recompute" ||
-                                 key == "recompute_layers" || key.starts_with("eval_"))) ||
+        (section == "train:" &&
+         (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
+          key.starts_with("eval_") || key == "tensorboard")) ||
         (section == "data:" && fine_tuning.count(key)))
       continue;
     out += line + "\n";

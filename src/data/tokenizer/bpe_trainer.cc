@@ -88,7 +88,8 @@ PieceCounts count_pieces(const std::vector<std::string_view>& texts, const std::
 }
 
 BpeVocab train_bpe_from_files(const std::vector<std::string>& files, const BpeTrainOptions& opt,
-                              int64_t max_bytes) {
+                              int64_t max_bytes,
+                              const std::function<void(int64_t, int64_t)>& on_merge) {
   if (files.empty()) fail("BPE training: no input files");
   std::vector<std::string> contents;
   std::vector<std::string_view> views;
@@ -104,7 +105,7 @@ BpeVocab train_bpe_from_files(const std::vector<std::string>& files, const BpeTr
   PieceCounts counts = count_pieces(views, o.pattern, opt.threads);
   NK_INFO("BPE training: {} distinct pieces; merging up to vocab_size {}", counts.size(),
           opt.vocab_size);
-  return train_bpe(counts, o);
+  return train_bpe(counts, o, on_merge);
 }
 
 BpeVocab train_bpe(const PieceCounts& counts, const BpeTrainOptions& opt,

@@ -40,7 +40,9 @@ BpeVocab train_bpe(const PieceCounts& counts, const BpeTrainOptions& opt,
 
 // Reads the files (plain, .gz or .dz; at most max_bytes in all, 0 = no limit),
 // counts and trains. nk::Error naming a file that cannot be read.
+// `on_merge` as train_bpe's.
 BpeVocab train_bpe_from_files(const std::vector<std::string>& files, const BpeTrainOptions& opt,
-                              int64_t max_bytes = 0);
+                              int64_t max_bytes = 0,
+                              const std::function<void(int64_t, int64_t)>& on_merge = {});
 
 }  // namespace nk

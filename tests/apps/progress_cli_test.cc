@@ -1,0 +1,108 @@
+// Long commands' progress: an updating line when stderr is a terminal (a
+// pseudo-terminal here), nothing of it in a pipe (the command's summary only).
+#include <gtest/gtest.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "ckpt/model_io.h"
+#include "model/transformer.h"
+#include "test_util.h"
+
+namespace nk {
+namespace {
+
+using test::contains;
+using test::TempDir;
+
+// nekton `args` with stdout and stderr on a pseudo-terminal: what it printed
+// and its exit status.
+test::RunResult run_in_pty(const std::vector<std::string>& args) {
+  int master = -1;
+  pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) {
+    std::vector<std::string> full = {test::nekton_bin()};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(master, buf, sizeof buf);
+    if (n > 0) {
+      out.append(buf, size_t(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // EIO: the child closed the terminal
+    }
+  }
+  ::close(master);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(ProgressCli, QuantizeShowsABarOnATerminalAndNothingInAPipe) {
+  TempDir dir("nk_progress");
+  ModelConfig c = model_preset("llama-tiny");
+  c.n_layer = 2;
+  Transformer model(c, DType::F32, 5);
+  save_model(dir / "model", model);
+  auto tty = run_in_pty(
+      {"quantize", dir / "model", dir / "a.gguf", "--type", "q8_0", "--tokenizer", "bytes"});
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\rquantize [")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "100.0%")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "ETA done")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "wrote " + (dir / "a.gguf"))) << tty.out;
+
+  auto pipe = test::run_nekton("quantize " + (dir / "model") + " " + (dir / "b.gguf") +
+                               " --type q8_0 --tokenizer bytes");
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_TRUE(contains(pipe.out, "wrote " + (dir / "b.gguf"))) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "\r")) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "quantize [")) << pipe.out;
+  EXPECT_EQ(test::read_file(dir / "a.gguf"), test::read_file(dir / "b.gguf"));
+
+  // Forced off on a terminal; a bad mode is named.
+  auto off = run_in_pty({"export", "hf", dir / "model", dir / "hf", "--progress", "none"});
+  ASSERT_EQ(off.code, 0) << off.out;
+  EXPECT_FALSE(contains(off.out, "export hf [")) << off.out;  // (the terminal adds \r to \n)
+  auto bad =
+      test::run_nekton("import hf " + (dir / "hf") + " " + (dir / "back") + " --progress fancy");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(contains(bad.out,
+                       "import hf: --progress: expected auto, bar, log or none, got "
+                       "'fancy'"))
+      << bad.out;
+  auto import = run_in_pty({"import", "hf", dir / "hf", dir / "back"});
+  ASSERT_EQ(import.code, 0) << import.out;
+  EXPECT_TRUE(contains(import.out, "\rimport hf [")) << import.out;
+}
+
+TEST(ProgressCli, BpeTrainingCountsItsMerges) {
+  TempDir dir("nk_progress");
+  const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
+  auto tty = run_in_pty({"tokenizer", "train", "--type", "bpe", "--input", readme, "--vocab-size",
+                         "400", "--out", dir / "a"});
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\rtokenizer train [")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "/143 merges")) << tty.out;  // 400 - 256 bytes - 1 special
+  auto pipe = test::run_nekton("tokenizer train --type bpe --input " + readme +
+                               " --vocab-size 400 --out " + (dir / "b"));
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "tokenizer train [")) << pipe.out;
+  EXPECT_EQ(test::read_file(dir / "a/vocab.tiktoken"), test::read_file(dir / "b/vocab.tiktoken"));
+}
+
+}  // namespace
+}  // namespace nk
