@@ -194,6 +194,11 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
 void hf_read_llama_style(const HfConfigReader& h, ModelConfig& c, bool any_head_dim = false);
 // The same keys written back, in the order Llama's config.json has them.
 void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j);
+// sliding_window as Mistral, Mixtral and Phi-3 have it (ModelConfig::
+// sliding_window): null or absent is full attention, and so is a window
+// covering max_position_embeddings; written back as null then.
+void hf_read_sliding_window(const HfConfigReader& h, ModelConfig& c);
+void hf_write_sliding_window(const ModelConfig& c, nlohmann::ordered_json& j);
 // Llama-style HF tensor names (model.layers.L.self_attn.q_proj.weight, ...),
 // with the q/k/v biases when qkv_bias, and self_attn.q_norm / k_norm when
 // qk_norm (Qwen3).

@@ -136,6 +136,17 @@ void hf_write_llama_style(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["rope_scaling"] = rope_scaling_to_hf(c.rope_scaling);
 }
 
+void hf_read_sliding_window(const HfConfigReader& h, ModelConfig& c) {
+  c.sliding_window =
+      h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
+  if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+}
+
+void hf_write_sliding_window(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                             : nlohmann::ordered_json(nullptr);
+}
+
 std::vector<ExternalTensor> llama_style_hf_tensors(const ModelConfig& c, bool qkv_bias,
                                                    bool qk_norm) {
   std::vector<ExternalTensor> out;

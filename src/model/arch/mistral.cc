@@ -5,7 +5,6 @@
 // honour it. Hugging Face's MistralForCausalLM names its tensors as Llama does;
 // llama.cpp runs Mistral as its "llama" architecture, which has no sliding
 // window, so GGUF export refuses a window shorter than the context.
-#include "core/limits.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -55,16 +54,12 @@ class Mistral final : public Architecture {
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
     hf_read_llama_style(h, c);
-    // null or absent: full attention; a window covering the context is too.
-    c.sliding_window =
-        h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
-    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+    hf_read_sliding_window(h, c);
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
     hf_write_llama_style(c, j);
-    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
-                                               : nlohmann::ordered_json(nullptr);
+    hf_write_sliding_window(c, j);
     j["attention_dropout"] = 0.0;
   }
 

@@ -98,9 +98,7 @@ class Mixtral final : public Architecture {
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
     hf_read_llama_style(h, c);
-    c.sliding_window =
-        h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
-    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+    hf_read_sliding_window(h, c);
     c.num_experts = h.positive("num_local_experts", limits::kMaxExperts, "experts");
     c.num_experts_per_tok = h.positive("num_experts_per_tok", limits::kMaxExperts, "experts");
     if (c.num_experts_per_tok > c.num_experts)
@@ -124,8 +122,7 @@ class Mixtral final : public Architecture {
     check_hf_routing(c);
     hf_write_llama_style(c, j);
     j["intermediate_size"] = c.expert_d_ff();
-    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
-                                               : nlohmann::ordered_json(nullptr);
+    hf_write_sliding_window(c, j);
     j["attention_dropout"] = 0.0;
     j["num_local_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.num_experts_per_tok;

@@ -13,7 +13,6 @@
 // ffn_up holding gate then up) with NEOX rotation, so GGUF keeps the rows as
 // they are. It disables Phi's sliding window, so export refuses a window
 // shorter than the context, as for the other families.
-#include "core/limits.h"
 #include "model/arch.h"
 
 namespace nk {
@@ -69,17 +68,13 @@ class Phi3 final : public Architecture {
     if (h.has("partial_rotary_factor") && h.number("partial_rotary_factor", 1.0) != 1.0)
       h.unsupported("partial_rotary_factor",
                     "rotary embeddings over the whole head only (factor 1.0)");
-    // null or absent: full attention; a window covering the context is too.
-    c.sliding_window =
-        h.has("sliding_window") ? h.positive("sliding_window", INT64_MAX, "positions") : 0;
-    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;
+    hf_read_sliding_window(h, c);
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
     hf_write_llama_style(c, j);
     j["original_max_position_embeddings"] = c.max_seq_len;
-    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
-                                               : nlohmann::ordered_json(nullptr);
+    hf_write_sliding_window(c, j);
     j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
     j["embd_pdrop"] = 0.0;
