@@ -5,7 +5,8 @@
 // (merged through the log-sum-exp), must give the whole sequence's causal
 // attention (ops::attention_forward) at those tokens; the blocks' backward
 // shares, the keys' and values' summed over every rank's queries, its
-// gradients. GQA and a sliding window included. Tolerance: fp32 sums in a
+// gradients. GQA, a sliding window, and chunks shorter and longer than the
+// kernel's tiles included. Tolerance: fp32 sums in a
 // different order, 1e-5 relative to each tensor's largest value.
 #include <gtest/gtest.h>
 
@@ -22,10 +23,11 @@ namespace {
 
 struct Case {
   int64_t cp, Hq, Hkv, window;
+  int64_t c = 5;  // tokens per chunk
 };
 
 void check_ring(const Case& k) {
-  const int64_t B = 2, c = 5, T = 2 * k.cp * c, D = 8, Tl = 2 * c;
+  const int64_t B = 2, c = k.c, T = 2 * k.cp * c, D = 8, Tl = 2 * c;
   const int64_t C = (k.Hq + 2 * k.Hkv) * D, OC = k.Hq * D, KC = 2 * k.Hkv * D;
   SCOPED_TRACE(::testing::Message()
                << "cp " << k.cp << " Hq " << k.Hq << " Hkv " << k.Hkv << " window " << k.window);
@@ -106,7 +108,10 @@ NK_COVERS(AttentionBlock, RingMatchesWholeSequence, attention_block_forward,
           attention_block_backward);
 TEST(AttentionBlock, RingMatchesWholeSequence) {
   for (const Case& k : {Case{1, 2, 2, 0}, Case{2, 4, 4, 0}, Case{2, 4, 2, 0}, Case{4, 4, 1, 0},
-                        Case{4, 6, 2, 0}, Case{2, 4, 2, 7}, Case{4, 4, 2, 3}})
+                        Case{4, 6, 2, 0}, Case{2, 4, 2, 7}, Case{4, 4, 2, 3},
+                        // Chunks longer than the kernel's 64-token tiles: tiles wholly
+                        // visible, wholly hidden and straddling a chunk's edge.
+                        Case{2, 4, 2, 0, 80}, Case{2, 2, 1, 100, 80}})
     check_ring(k);
 }
 
