@@ -11,7 +11,8 @@
 // the cp ranks' tokens.
 //
 // Run with 2 ranks (CP2: GPT-2's learned positions, Llama's rotary ones with
-// grouped-query attention) and 4 (CP4 with GQA, CP2 × DP2, CP2 × TP2).
+// grouped-query attention, a sliding window with full recompute) and 4 (CP4 with GQA, CP2 × DP2,
+// CP2 × TP2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,6 +117,13 @@ TEST_F(ContextParallel, Gpt2Cp2LearnedPositions) {
 TEST_F(ContextParallel, LlamaCp2GroupedQuery) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
   check({"llama-tiny", 2, 1, 4, 2, 2});
+}
+// A sliding window shorter than the row and crossing the chunks' edges
+// (chunks of 8 tokens, window 12), and full recompute (the ring runs again
+// in the backward).
+TEST_F(ContextParallel, LlamaCp2SlidingWindowFullRecompute) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"llama-tiny", 2, 1, 4, 2, 1, {"model.sliding_window=12", "train.recompute=full"}});
 }
 TEST_F(ContextParallel, LlamaCp4GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
