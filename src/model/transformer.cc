@@ -9,11 +9,11 @@ namespace nk {
 
 namespace {
 
-// The packed rows' document starts and positions (both undefined without).
+// The packed rows' document starts and positions (both undefined without;
+// positions alone: one document per row at explicit positions).
 std::pair<Tensor, Tensor> packed_tensors(const PackedBatchInfo* packed) {
   if (!packed) return {};
-  NK_CHECK(packed->cu_seqlens.defined() && packed->position_ids.defined(),
-           "PackedBatchInfo needs both cu_seqlens and position_ids");
+  NK_CHECK(packed->position_ids.defined(), "PackedBatchInfo needs position_ids");
   return {packed->cu_seqlens, packed->position_ids};
 }
 
@@ -112,6 +112,11 @@ void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
   ep_ = ep;
   if (ep_.active() && !experts_split_) split_experts();
   for (Block& b : blocks_) b.moe.ep = ep;
+}
+
+void Transformer::set_context_parallel(const nn::ContextParallel& cp) {
+  cp_ = cp;
+  for (Block& b : blocks_) b.attn.cp = cp;
 }
 
 Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
@@ -233,7 +238,8 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
   NK_CHECK(!backward || a.dres.defined(), "head_loss: backward needs training activations");
   final_norm_forward(a);
   int64_t N = a.B * a.T;
-  int64_t valid = ops::count_not_equal(targets, kIgnoreIndex);
+  // Context parallel: the row's targets are spread over the cp group.
+  int64_t valid = cp_.total(ops::count_not_equal(targets, kIgnoreIndex));
   float row_scale = valid ? grad_scale / float(valid) : 0.f;
   // The head is column-parallel over the vocabulary: every row in, this
   // rank's columns of the logits out.

@@ -29,7 +29,9 @@ class Activations;
 
 // Several documents packed into each row (data/packing.h): attention stays
 // inside each document and positions (learned or rotary) restart at 0 at each
-// document start. Both tensors are required.
+// document start. position_ids is required; cu_seqlens may be undefined
+// (one document per row at explicit positions: a context-parallel rank's
+// chunks at their global positions, nn/context_parallel.h).
 struct PackedBatchInfo {
   Tensor cu_seqlens;    // i32 [B, S+1] per-row document starts, see ops::attention_forward
   Tensor position_ids;  // i32 [B, T], each < max_seq_len
@@ -199,6 +201,14 @@ class Transformer {
   // zeroing the gradients. Set before the optimizer, data parallelism and
   // Activations are made (they size themselves from the layout).
   void set_expert_parallel(const nn::ExpertParallel& ep);
+  // Context parallelism (nn/context_parallel.h): every layer's attention
+  // runs as ring attention over the "cp" group, and the loss's count of
+  // target tokens is the group's (each rank's loss is its tokens' share of
+  // the row mean; summed over the group, one process's). The caller passes
+  // this rank's local tokens with their global positions
+  // (PackedBatchInfo::position_ids) and makes Activations of T / cp tokens.
+  void set_context_parallel(const nn::ContextParallel& cp);
+  const nn::ContextParallel& context_parallel() const { return cp_; }
   // Whether layout() holds only this rank's experts (set_expert_parallel).
   bool experts_split() const { return experts_split_; }
   const nn::ExpertParallel& expert_parallel() const { return ep_; }
@@ -440,6 +450,7 @@ class Transformer {
   FrozenWeights frozen_weights_;
   nn::TensorParallel tp_;
   nn::ExpertParallel ep_;
+  nn::ContextParallel cp_;
   bool experts_split_ = false;
   void split_experts();  // see set_expert_parallel
   PipelineStage stage_;

@@ -8,6 +8,10 @@
 // proj row-parallel; n_head and n_kv_head are then this rank's counts. Under
 // sequence parallelism x, y and dx are this rank's rows [N/t, C].
 //
+// Context parallel (nn/context_parallel.h): x, y and dx are this rank's
+// local tokens (two chunks of the sequence), positions their global
+// positions, and the attention is the ring's over every rank's keys.
+//
 // q/k norms (Qwen3): q_norm and k_norm, when their weights are defined, are
 // RMSNorms over each head's D values of q and of k (weight [D], shared by
 // the heads), applied after the projection and before the rotation. They
@@ -15,6 +19,7 @@
 // (ops::copy_columns, ops::add_columns), so every backend that has those
 // runs them.
 #pragma once
+#include "nn/context_parallel.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
 #include "nn/tensor_parallel.h"
@@ -27,6 +32,7 @@ struct SelfAttention {
   int64_t window = 0;  // sliding window (each token sees the last `window` positions); 0: all
   Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
   TensorParallel tp;
+  ContextParallel cp;
   Norm q_norm, k_norm;  // RMSNorms over each head's D values (weights undefined: none)
 
   // What the q/k norms keep: q and k before the norm and their inverse RMS.
@@ -66,7 +72,7 @@ struct SelfAttention {
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
-    ops::attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
+    cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
     proj.forward(tp.exit_buffer(y, s.full_y), s.out, s.proj_adapters);
     tp.exit(y, s.full_y);
   }
@@ -94,8 +100,8 @@ struct SelfAttention {
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
-    ops::attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
-                            window);
+    cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
+                          window);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())

@@ -208,6 +208,32 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
                         const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
 
+// ---- attention of local queries to one block of keys and values ----
+// Context parallelism's ring attention (nn/context_parallel.h): a rank's
+// queries meet the key/value blocks of every rank in turn, each block's
+// softmax merged into a running result through the log-sum-exp.
+// qkv T[B,Tq,(Hq+2*Hkv)*D] (its q heads are read), kv T[B,Tk,2*Hkv*D] (k
+// heads then v heads per token), qpos and kpos i32[Tq], i32[Tk]: the tokens'
+// global positions (the same for every row). Query i sees key j iff
+// kpos[j] <= qpos[i], and with window > 0 also qpos[i] - kpos[j] < window
+// (ops::attention_forward's mask on the global positions). Scale 1/sqrt(D).
+// out f32[B,Tq,Hq*D] (normalised) and lse f32[B,Hq,Tq] are the running
+// result: start them at 0 and -inf; after the call they are the softmax over
+// the keys seen so far and this block's (lse' = log(e^lse + e^lse_block)). A
+// query that sees no key of the block is left as it was. CPU only.
+void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
+                             const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
+                             int64_t n_kv_heads, int64_t window = 0);
+// One block's share of the backward, given the FINAL out T[B,Tq,Hq*D] and
+// lse (after every block): dq f32[B,Tq,Hq*D] (d loss / d q, the rotated
+// query as stored in qkv) and dkv f32[B,Tk,2*Hkv*D] (d k, d v) accumulate.
+// dout T[B,Tq,Hq*D]. Summed over the blocks, the gradients of
+// attention_forward over the whole sequence.
+void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
+                              const Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
+                              int64_t n_kv_heads, int64_t window = 0);
+
 // ---- attention over a KV cache (inference) ----
 // The cache of one layer is k_cache, v_cache T[NB, Hkv, B, D]: NB blocks of B
 // positions, each kv head's positions in a block contiguous (a decode step

@@ -368,7 +368,9 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     if (pr.moments == DType::F16)
       r.optimizer_bytes +=
           8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());
-    r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T, plan, e.tp, sp, stage, true, e.ep);
+    // Context parallel: each rank's activations hold its T / cp tokens.
+    r.per_micro_batch =
+        activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage, true, e.ep);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);

@@ -5,6 +5,35 @@
 
 namespace nk {
 
+namespace {
+
+// Context parallelism (nn/context_parallel.h) trains a dense decoder's
+// language-model loss over unpacked rows, alone, with data parallelism
+// (gradients over dp-cp) and with tensor parallelism; what it does not
+// support yet is refused here, naming the key.
+void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
+  const int cp = mesh.cp();
+  if (cfg.seq_len % (2 * cp))
+    fail(
+        "parallel.cp = {}: train.seq_len = {} is not a multiple of 2 × parallel.cp = {} (each "
+        "row is cut into 2·cp equal chunks)",
+        cp, cfg.seq_len, 2 * cp);
+  const char* unsupported = mesh.pp() > 1 ? "parallel.pp (pipeline parallelism)"
+                            : cfg.ddp.shard != parallel::Shard::None
+                                ? "parallel.shard (ZeRO-1 / FSDP)"
+                            : !cfg.data.sft_path.empty() ? "data.sft_path (packed or padded rows)"
+                            : cfg.model.has_adapters()   ? "peft.method (adapters)"
+                            : cfg.device != kHost ? "train.device (only the CPU has the ring "
+                                                    "attention kernel)"
+                            : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"
+                                                             : nullptr;
+  if (unsupported)
+    fail("parallel.cp = {}: {} under context parallelism is not supported yet (set parallel.cp=1)",
+         cp, unsupported);
+}
+
+}  // namespace
+
 dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
   dist::Mesh mesh(world, rank, cfg.parallel.mesh);
   check_train_layout(cfg, mesh);
@@ -49,11 +78,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     fail("parallel.ep = {}: the model has no experts (model.num_experts = 0); set it to 1",
          mesh.ep());
   }
-  if (mesh.cp() != 1)
-    fail(
-        "parallel.cp = {}: nekton train runs tensor, pipeline, data and expert parallel only for "
-        "now (set it to 1)",
-        mesh.cp());
+  if (mesh.cp() != 1) check_context_parallel(cfg, mesh);
   if (mesh.etp() != mesh.tp())
     fail(
         "parallel.etp = {}: expert tensor parallelism (each expert split over ranks) is not "

@@ -6,7 +6,9 @@
 // too (FSDP); and tensor parallelism, optionally with sequence parallelism
 // (nn/tensor_parallel.h), within each data-parallel replica; and for a
 // Mixture-of-Experts model expert parallelism (parallel.ep, carved out of the
-// data-parallel ranks: nn/expert_parallel.h).
+// data-parallel ranks: nn/expert_parallel.h); and context parallelism
+// (nn/context_parallel.h: each sequence split over the "cp" group, ring
+// attention, gradients summed over "dp-cp").
 #pragma once
 #include <cstdint>
 
@@ -35,6 +37,13 @@ struct TrainParallel {
   dist::Communicator* group(const char* name) const {
     return mesh && groups->has(name) ? &groups->get(name) : nullptr;
   }
+  // The model's context-parallel group (nn/context_parallel.h; size 1: none).
+  nn::ContextParallel context_parallel() const {
+    if (!mesh || mesh->cp() == 1) return {};
+    return {&groups->get("cp")};
+  }
+  int64_t cp() const { return mesh ? mesh->cp() : 1; }
+  int64_t cp_rank() const { return mesh ? mesh->rank_in("cp") : 0; }
   int64_t dp() const { return mesh ? mesh->dp() : 1; }
   int64_t dp_rank() const { return mesh ? mesh->rank_in("dp") : 0; }
   // The rank that prints the step log and writes metrics, checkpoints and the model.

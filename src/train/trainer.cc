@@ -20,6 +20,7 @@
 #include "core/parallel.h"
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
+#include "parallel/context_parallel_batch.h"
 #include "parallel/model_parallel.h"
 #include "train/expert_balance.h"
 #include "train/metrics.h"
@@ -41,19 +42,41 @@ double seconds_since(Clock::time_point t) {
 // tensors themselves and upload() copies nothing. Rows of packed samples
 // (fine-tuning, S = the most segments in a row > 0) also carry positions
 // [B, T] and segment starts [B, S + 1]: the model's PackedBatchInfo.
+// Context parallel (cp > 1, parallel/context_parallel_batch.h): the loader
+// fills the whole rows, and tokens and targets are this cp rank's chunks of
+// them (T / cp each) with their global positions.
 struct DeviceBatch {
-  DeviceBatch(int64_t B, int64_t T, Device device, int64_t S = 0)
-      : host_tokens(Tensor::empty({B, T}, DType::I32)),
-        host_targets(Tensor::empty({B, T}, DType::I32)),
+  DeviceBatch(int64_t B, int64_t T, Device device, int64_t S = 0, int64_t cp = 1,
+              int64_t cp_rank = 0)
+      : host_tokens(Tensor::empty({B, T / cp}, DType::I32)),
+        host_targets(Tensor::empty({B, T / cp}, DType::I32)),
         tokens(ops::to_device(host_tokens, device)),
-        targets(ops::to_device(host_targets, device)) {
+        targets(ops::to_device(host_targets, device)),
+        cp(cp),
+        cp_rank(cp_rank) {
+    if (cp > 1) {
+      NK_CHECK(S == 0, "context parallel: packed rows");
+      full_tokens = Tensor::empty({B, T}, DType::I32);
+      full_targets = Tensor::empty({B, T}, DType::I32);
+      Tensor pos = Tensor::empty({B, T / cp}, DType::I32);
+      parallel::cp_local_positions(pos, cp_rank, cp);
+      packed.position_ids = ops::to_device(pos, device);
+    }
     if (S == 0) return;
     host_positions = Tensor::empty({B, T}, DType::I32);
     host_cu = Tensor::empty({B, S + 1}, DType::I32);
     packed.position_ids = ops::to_device(host_positions, device);
     packed.cu_seqlens = ops::to_device(host_cu, device);
   }
-  void load(DataLoader& loader) { loader.next(host_tokens, host_targets, host_positions, host_cu); }
+  void load(DataLoader& loader) {
+    if (cp == 1) {
+      loader.next(host_tokens, host_targets, host_positions, host_cu);
+      return;
+    }
+    loader.next(full_tokens, full_targets, host_positions, host_cu);
+    parallel::cp_local_rows(full_tokens, host_tokens, cp_rank, cp);
+    parallel::cp_local_rows(full_targets, host_targets, cp_rank, cp);
+  }
   void upload() {
     ops::upload(tokens, host_tokens);
     ops::upload(targets, host_targets);
@@ -61,10 +84,12 @@ struct DeviceBatch {
     ops::upload(packed.position_ids, host_positions);
     ops::upload(packed.cu_seqlens, host_cu);
   }
-  const PackedBatchInfo* packing() const { return host_cu.defined() ? &packed : nullptr; }
+  const PackedBatchInfo* packing() const { return host_cu.defined() || cp > 1 ? &packed : nullptr; }
   Tensor host_tokens, host_targets, tokens, targets;
   Tensor host_positions, host_cu;
   PackedBatchInfo packed;
+  int64_t cp = 1, cp_rank = 0;
+  Tensor full_tokens, full_targets;  // context parallel: the whole rows the loader fills
 };
 
 }  // namespace
@@ -157,6 +182,19 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         par_.mesh->describe(), cfg_.model.num_experts / par_.mesh->ep(), cfg_.model.num_experts,
         double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
   }
+  if (par_.cp() > 1) {
+    model_->set_context_parallel(par_.context_parallel());
+    const ModelConfig& c = cfg_.model;
+    const int64_t tp = par_.mesh->tp();
+    const int64_t ring =
+        nn::RingScratch::bytes_for(cfg_.micro_batch, cfg_.seq_len / par_.cp(), c.n_head / tp,
+                                   c.n_kv_head / tp, c.head_dim(), cfg_.dtype);
+    NK_INFO(
+        "context parallel: {}; each rank holds {} of every row's {} tokens (chunks {} and {} of "
+        "{}), ring attention over the cp group ({:.1f} MiB of ring buffers shared by the layers)",
+        par_.mesh->describe(), cfg_.seq_len / par_.cp(), cfg_.seq_len, par_.cp_rank(),
+        2 * par_.cp() - 1 - par_.cp_rank(), 2 * par_.cp(), double(ring) / 1048576.0);
+  }
   if (cfg_.adamw.precision.grads != DType::F32) {
     // Data parallelism reduces the bf16 buckets as they are (MPI sums them
     // widened to f32 and rounds once); the model-parallel layouts: not yet.
@@ -195,7 +233,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
   // Data parallel over whole replicas (a pure model-parallel run has none);
   // under pipelining the gradients are summed after the step instead.
-  if (par_.active() && par_.dp() > 1 && !pipe_) {
+  // Context parallel ranks hold the same weights and see different tokens:
+  // their gradients are summed as the replicas' are (over "dp-cp").
+  if (par_.active() && par_.dp() * par_.cp() > 1 && !pipe_) {
     const bool split = model_->experts_split();
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
         *model_, par_.groups->get("dp-cp"), cfg_.ddp,
@@ -316,10 +356,11 @@ void Trainer::before_staged(Activations& a, const MicroBatch& mb, bool train) {
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
   std::optional<Activations> acts;  // pipeline parallel: the schedule's
-  if (!pipe_) acts.emplace(*model_, cfg_.micro_batch, cfg_.seq_len, false);
+  if (!pipe_) acts.emplace(*model_, cfg_.micro_batch, cfg_.seq_len / par_.cp(), false);
   // The same valid samples at every validation, so the figures compare.
   DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
-  DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device(), data_.valid->max_segments());
+  DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device(), data_.valid->max_segments(),
+                    par_.cp(), par_.cp_rank());
   double sum = 0;
   for (int64_t i = 0; i < cfg_.val_batches; ++i) {
     batch.load(loader);
@@ -336,6 +377,13 @@ double Trainer::evaluate() {
                      batch.packing())
            : ddp_ ? ddp_->forward_loss(*acts, batch.tokens, batch.targets, batch.packing())
                   : objective_->eval_micro_batch(*model_, *acts, mb);
+  }
+  // Context parallel: each rank's loss is its tokens' share of the mean.
+  if (par_.cp() > 1) {
+    Tensor t = Tensor::empty({1}, DType::F64);
+    *t.data<double>() = sum;
+    par_.groups->get("cp").all_reduce(t);
+    sum = *t.data<double>();
   }
   return sum / double(cfg_.val_batches);
 }
@@ -438,7 +486,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   // per micro-batch in flight.
   std::optional<Activations> acts;
   if (!pipe_)
-    acts.emplace(*model_, B, T, true,
+    acts.emplace(*model_, B, T / par_.cp(), true,
                  recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
   const std::string recompute_note =
       cfg_.recompute == "none"
@@ -475,7 +523,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);
   loader.set_consumed_samples(state_.consumed_samples);
   const int64_t last_step = cfg_.exit_at_step > 0 ? cfg_.exit_at_step : cfg_.steps;
-  DeviceBatch batch(B, T, model_->device(), data_.train->max_segments());
+  DeviceBatch batch(B, T, model_->device(), data_.train->max_segments(), par_.cp(), par_.cp_rank());
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   // Data parallel: this rank runs accum / dp of the step's micro-batches.
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;

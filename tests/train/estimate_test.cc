@@ -152,6 +152,27 @@ TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
   EXPECT_GE(cases, 12);
 }
 
+// Context parallel: each rank's workspace holds its T / cp tokens, which is
+// what the trainer plans for it (Activations of seq_len / cp).
+TEST(Estimate, ActivationsUnderContextParallelismHoldEachRanksTokens) {
+  for (int cp : {2, 4}) {
+    TrainConfig cfg = recipe({"model.preset=llama-tiny", "model.n_layer=3", "model.vocab_size=1000",
+                              "train.seq_len=64", "train.micro_batch=2", "train.global_batch=2",
+                              "parallel.cp=" + std::to_string(cp)});
+    const Activations planned(cfg.model, cfg.dtype, 2, 64 / cp, true, kHost,
+                              recompute_plan("none", 0, cfg.model.n_layer));
+    const TrainEstimate e = estimate_training(cfg, cp, nullptr);
+    EXPECT_EQ(e.stages[0].per_micro_batch.total(), planned.bytes()) << "cp " << cp;
+    EXPECT_LT(planned.bytes(),
+              estimate_training(
+                  recipe({"model.preset=llama-tiny", "model.n_layer=3", "model.vocab_size=1000",
+                          "train.seq_len=64", "train.micro_batch=2", "train.global_batch=2"}),
+                  1, nullptr)
+                  .stages[0]
+                  .per_micro_batch.total());
+  }
+}
+
 // Expert parallel: the MoE products sized for ep N k received rows, and the
 // exchange's buffers; the expert all-to-all bytes of a step.
 TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {

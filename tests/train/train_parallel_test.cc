@@ -55,8 +55,40 @@ TEST(TrainParallel, WorldSizeMustFitTheLayout) {
   e = error_of(config({"parallel.pp=2"}), 3);
   EXPECT_NE(e.find("parallel.pp"), std::string::npos) << e;
   // A layout the mesh accepts but nekton train cannot run yet.
-  e = error_of(config({"parallel.cp=2"}), 2);
-  EXPECT_NE(e.find("parallel.cp = 2"), std::string::npos) << e;
+  e = error_of(config({"parallel.cp=2", "parallel.pp=2", "model.n_layer=4"}), 4);
+  EXPECT_NE(e.find("parallel.cp = 2: parallel.pp"), std::string::npos) << e;
+}
+
+// Context parallelism cuts each row into 2·cp chunks and trains a dense
+// decoder's language-model loss over unpacked rows with data and tensor
+// parallelism; the rest is refused before any work, naming the key.
+TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"model.preset=llama-tiny", "model.vocab_size=264",
+                                 "train.seq_len=32", "train.global_batch=8"});
+    return config(extra);
+  };
+  EXPECT_EQ(error_of(with({"parallel.cp=2"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.cp=4"}), 4), "");
+  EXPECT_EQ(error_of(with({"parallel.cp=2"}), 4), "");                   // cp 2 × dp 2
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.tp=2"}), 4), "");  // cp 2 × tp 2
+  std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
+  EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
+            std::string::npos)
+      << e;
+  const std::pair<std::vector<std::string>, const char*> refused[] = {
+      {{"parallel.shard=optimizer"}, "parallel.shard"},
+      {{"data.path=", "data.sft_path=chats.jsonl"}, "data.sft_path"},
+      {{"peft.method=lora"}, "peft.method"},
+      {{"parallel.tp=2", "parallel.sp=true"}, "parallel.sp"},
+      {{"model.preset=mixtral-tiny"}, "parallel.cp = 2"}};
+  for (const auto& [extra, key] : refused) {
+    std::vector<std::string> o = {"parallel.cp=2"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    e = error_of(with(o), extra[0].starts_with("parallel.tp") ? 4 : 2);
+    EXPECT_NE(e.find(key), std::string::npos) << extra[0] << ": " << e;
+    EXPECT_NE(e.find("parallel.cp"), std::string::npos) << extra[0] << ": " << e;
+  }
 }
 
 // Tensor parallelism splits heads, key/value heads, MLP units and the

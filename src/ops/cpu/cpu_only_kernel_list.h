@@ -34,6 +34,15 @@ NK_KERNEL_DECL(void, quant_embedding_forward,
 NK_KERNEL_DECL(bool, quant_pack, (QuantWeight& q))
 NK_KERNEL_DECL(void, quant_unpack, (QuantWeight& rows, const QuantWeight& q))
 
+// ---- attention of queries to one key/value block (attention_block.cc) ----
+NK_KERNEL_DECL(void, attention_block_forward,
+               (Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv, const Tensor& qpos,
+                const Tensor& kpos, int64_t n_q_heads, int64_t n_kv_heads, int64_t window))
+NK_KERNEL_DECL(void, attention_block_backward,
+               (Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out, const Tensor& lse,
+                const Tensor& qkv, const Tensor& kv, const Tensor& qpos, const Tensor& kpos,
+                int64_t n_q_heads, int64_t n_kv_heads, int64_t window))
+
 // ---- rotary table (rope.cc); the table is built in host memory only ----
 // Fills table f32[maxT, D].
 NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))
