@@ -7,11 +7,13 @@
 # weights within 1e-5 (tests/apps/mpi/compare_runs.py):
 #   mixtral-tiny      TP2, TP2 with sequence parallelism, EP2 x TP2 (4 ranks:
 #                     tokens dispatched over ep, each expert split over tp),
-#                     EP2 x TP2 with full recompute
+#                     EP2 x TP2 with full recompute, TP2 x PP2, ZeRO-1 under
+#                     EP2 x TP2, a capacity factor under EP2 x TP2
 #   qwen2-moe-tiny    TP2 and EP2 x TP2 (its shared expert split as a dense
 #                     MLP, its gate whole), TP2 with sequence parallelism
 #   qwen3-tiny        TP2 (q/k norms per head, grouped-query attention)
 #   qwen3-moe-tiny    TP2, TP2 with sequence parallelism, EP2 x TP2
+#                     (these two: gradients at fixed weights, see below)
 # A checkpoint saved under EP2 x TP2 at step 5 resumes on one process to
 # the same 10 steps, and one saved on one process resumes under TP2.
 # Refused, naming the key: parallel.etp other than parallel.tp, an expert
@@ -76,6 +78,17 @@ run onefull "$NK" train "${MIX[@]}" train.recompute=full
 run ep2tp2full "${MPI[@]}" 4 "$NK" train "${MIX[@]}" parallel.tp=2 parallel.ep=2 \
   train.recompute=full
 compare onefull ep2tp2full
+# TP2 with PP2 (each stage's experts split over tp), ZeRO-1 under EP2 x TP2
+# (dp 2 for the dense layers, the experts' state whole: edp 1), and a
+# capacity factor under EP2 x TP2 (every tp rank drops the same pairs).
+run pp2tp2 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" parallel.tp=2 parallel.pp=2
+run ep2tp2zero1 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" parallel.tp=2 parallel.ep=2 \
+  parallel.shard=optimizer
+compare one pp2tp2 ep2tp2zero1
+run onecap "$NK" train "${MIX[@]}" model.moe_capacity_factor=1.0
+run ep2tp2cap "${MPI[@]}" 4 "$NK" train "${MIX[@]}" model.moe_capacity_factor=1.0 parallel.tp=2 \
+  parallel.ep=2
+compare onecap ep2tp2cap
 
 # Qwen2-MoE: the shared expert (its gate whole on every rank), biased q/k/v.
 run qone "$NK" train "${QWEN[@]}"
@@ -133,4 +146,4 @@ refuse order "parallel.order 'ep-tp-cp-dp-pp': the experts' tensor-parallel grou
   "${MPI[@]}" 4 "$NK" train "${MIX[@]}" parallel.tp=2 parallel.ep=2 parallel.order=ep-tp-cp-dp-pp
 refuse cp "parallel.cp = 2: a Mixture-of-Experts model" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" parallel.cp=2
-pass "MoE training under TP2, TP2 with SP, EP2xTP2 (and with full recompute) equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and qwen3-moe-tiny (q/k norms; dense qwen3-tiny under TP2 too); an EP2xTP2 checkpoint resumes on one process and a one-process one under TP2; parallel.etp != parallel.tp, an undivided expert width, a mismatched order and parallel.cp refused by key"
+pass "MoE training under TP2, TP2 with SP, EP2xTP2 (and with full recompute, ZeRO-1, a capacity factor), TP2xPP2 equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and qwen3-moe-tiny (q/k norms; dense qwen3-tiny under TP2 too); an EP2xTP2 checkpoint resumes on one process and a one-process one under TP2; parallel.etp != parallel.tp, an undivided expert width, a mismatched order and parallel.cp refused by key"
