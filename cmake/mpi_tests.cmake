@@ -203,6 +203,9 @@ foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks m
   nk_timeout(t 300)
   set_tests_properties(${script} PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}")
 endforeach()
-# moe_ranks runs some forty short trainings (2 to 4 ranks each).
+# moe_ranks runs some forty short trainings (2 to 4 ranks each), moe_tp_ranks
+# some thirty.
 nk_timeout(t 1200)
 set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})
+nk_timeout(t 600)
+set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
