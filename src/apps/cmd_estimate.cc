@@ -315,9 +315,10 @@ int cmd_estimate(const CommandArgs& raw) {
   if (mc.is_moe())
     fmt::print(
         "experts: {:.2f}M parameters; parallel.ep {}: each rank holds and computes {} of the {} "
-        "experts of every MoE layer ({:.2f}M parameters, with their gradients and optimizer "
+        "experts of every MoE layer{} ({:.2f}M parameters, with their gradients and optimizer "
         "state: in the figures below); expert all-to-all {} sent per rank per step\n\n",
         double(e.expert_params) / 1e6, e.ep, mc.num_experts / e.ep, mc.num_experts,
+        e.tp > 1 ? fmt::format(", each split over parallel.tp = {}", e.tp) : "",
         double(e.expert_params_computed) / 1e6, mib(double(e.a2a_bytes_per_step)));
   if (mc.has_adapters())
     fmt::print(

@@ -530,7 +530,7 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
   for (const ParamInfo& p : local.params()) {
     const std::string name = prefix + p.name;
     const DType stored = file.entry(name).dtype;
-    const auto ranges = shard_ranges(layout.find(p.name), rank, n);
+    const auto ranges = shard_ranges(tensor_split(layout.find(p.name)), rank, n);
     // A shard ending in vocabulary padding: the slices leave the padding rows zero.
     int64_t held = 0;
     for (const SliceRange& r : ranges) held += r.len;

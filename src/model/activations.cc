@@ -38,8 +38,6 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
   check_tensor_parallel(c, tp.size());
-  NK_CHECK(!c.is_moe() || !tp.active(),
-           "Activations: a Mixture-of-Experts model under tensor parallelism");
   NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
@@ -99,11 +97,14 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
                                                  dt, alloc);
     // l < 0: a layer's buffers that any layer may use.
     if (c.is_moe() && (l < 0 || c.moe_layer(l))) {
-      y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                 dt, alloc, expert_ranks, segments);
+      // Every row (gathered under sp), this rank's share of each expert's units.
+      y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok,
+                                 c.expert_d_ff() / t, dt, alloc, expert_ranks, segments);
       if (c.moe_shared_d_ff > 0)
-        nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
-                            dt, alloc);
+        nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff / t,
+                            c.moe_shared_expert_gate, dt, alloc);
+      y.moe.full_x = full_x;
+      y.moe.full_y = full_y;
     }
     if (l < 0 ? any_dense : !c.moe_layer(l)) {
       y.mlp.h = act(up);
@@ -212,12 +213,13 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dattn.dout = act(HD);
     if (qk_norm) dattn.dqk = act(HD);
     if (c.is_moe()) {
-      dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(),
-                                  dt, alloc, expert_ranks, segments);
+      dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok,
+                                  c.expert_d_ff() / t, dt, alloc, expert_ranks, segments);
       if (c.moe_shared_d_ff > 0) {
-        nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff, c.moe_shared_expert_gate,
-                            dt, alloc);
+        nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff / t,
+                            c.moe_shared_expert_gate, dt, alloc);
       }
+      if (tp.sp()) dmoe.dx_full = act(C);  // the input gradient's partial sums, every row
       moe_balance.resize(size_t(segments * c.num_experts));
     }
     if (any_dense) {

@@ -143,8 +143,12 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
   const int64_t E = c.num_experts, C = c.d_model, F = c.expert_d_ff();
   const float std = float(c.init_std);
   const float out_std = float(c.init_std / std::sqrt(2.0 * double(c.n_layer)));
-  // Split over the expert-parallel group by whole experts (ParamLayout::shard_experts).
+  // Split over the expert-parallel group by whole experts
+  // (ParamLayout::shard_experts), and each expert over the tensor-parallel
+  // group as a SwiGLU MLP is: gate | up by rows, down by columns.
   ParamOptions up{Split::Experts, {}}, down{Split::Experts, {}};
+  up.expert_split = Split::Rows;
+  down.expert_split = Split::Cols;
   for (int64_t e = 0; e < E; ++e) {
     up.parts.push_back({fmt::format("e{}.gate", e), F});
     up.parts.push_back({fmt::format("e{}.up", e), F});
@@ -163,7 +167,7 @@ void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
     const int64_t Fs = c.moe_shared_d_ff;
     p.add(h + "shared_up.weight", {2 * Fs, C}, Init::Normal, std,
           ParamOptions{Split::Rows, {{"gate", Fs}, {"up", Fs}}});
-    p.add(h + "shared_down.weight", {C, Fs}, Init::Normal, out_std);
+    p.add(h + "shared_down.weight", {C, Fs}, Init::Normal, out_std, ParamOptions{Split::Cols, {}});
     if (c.moe_shared_expert_gate) p.add(h + "shared_gate.weight", {1, C}, Init::Normal, std);
   }
 }

@@ -133,9 +133,9 @@ struct PipelineStage {
 // allocated.
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
-// tensor parallelism (tp > 1), NF4 frozen weights (block-quantised ones are
-// supported, for inference), a device other than the CPU. nk::Error naming
-// the key.
+// experts that tp does not divide (check_tensor_parallel), NF4 frozen
+// weights (block-quantised ones are supported, for inference), a device
+// other than the CPU. nk::Error naming the key.
 void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
                        Device device);
 
@@ -169,7 +169,9 @@ class Transformer {
   // rank this process holds its shards of the parameters (layout() is their
   // layout, global_layout() the whole model's) with the initial values of
   // the same slices of a one-process model of the same seed. Needs
-  // FrozenWeights::Master and no adapters.
+  // FrozenWeights::Master and no adapters. A MoE layer's experts are split
+  // over the same group (expert tensor parallelism with etp = tp: each
+  // expert's gate | up by rows, its down by columns; the router whole).
   // stage: the pipeline stage this process runs (PipelineStage); its
   // parameters alone are held (layout()), with the initial values the whole
   // model would give them. Needs FrozenWeights::Master and no adapters.
@@ -211,12 +213,17 @@ class Transformer {
   const nn::ContextParallel& context_parallel() const { return cp_; }
   // Whether layout() holds only this rank's experts (set_expert_parallel).
   bool experts_split() const { return experts_split_; }
+  // The layout before the experts' split: this stage's parameters, tensor
+  // parallel shards, every expert (layout() when the experts are not split).
+  const ParamLayout& unsplit_layout() const { return experts_split_ ? unsplit_layout_ : layout_; }
   const nn::ExpertParallel& expert_parallel() const { return ep_; }
   const PipelineStage& stage() const { return stage_; }
-  // Under sequence parallelism, the gradients that are partial sums over
-  // this rank's rows (the norms' weights and biases): the trainer adds them
-  // over the tp group once per step. Empty otherwise.
-  std::vector<Tensor> sequence_parallel_grads() const;
+  // Under tensor parallelism, the gradients of replicated parameters that
+  // are partial sums: over this rank's rows under sequence parallelism (the
+  // norms' weights and biases), over this rank's heads (the q/k norms'
+  // weights, Qwen3's); the trainer adds them over the tp group once per
+  // step. Empty without tensor parallelism.
+  std::vector<Tensor> tensor_parallel_partial_grads() const;
   FrozenWeights frozen_weights() const { return frozen_weights_; }
   // f32 master weights: [layout().total()] with FrozenWeights::Master, else
   // the parameters that have one (has_master), from offset 0.
@@ -454,7 +461,7 @@ class Transformer {
   bool experts_split_ = false;
   void split_experts();  // see set_expert_parallel
   PipelineStage stage_;
-  ParamLayout global_layout_, layout_;
+  ParamLayout global_layout_, layout_, unsplit_layout_;
   Tensor params_, grads_, compute_params_;
   GradStaging staging_;                        // bf16 gradients only
   Tensor grad_stage_;                          // f32 [staging_.elems], bf16 gradients only

@@ -62,11 +62,7 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_
                        Device device) {
   if (!cfg.is_moe()) return;
   const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
-  if (tp > 1)
-    fail(
-        "{}: parallel.tp = {}: Mixture-of-Experts layers under tensor parallelism are not "
-        "supported yet (set parallel.tp=1)",
-        what, tp);
+  check_tensor_parallel(cfg, tp);
   if (frozen_weights == FrozenWeights::Nf4)
     fail(
         "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
@@ -89,15 +85,20 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
       {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
-  if (cfg.architecture().block().qk_norm)
-    fail(
-        "parallel.tp = {}: model.arch = {}: attention with q/k norms under tensor parallelism is "
-        "not supported yet (set parallel.tp=1)",
-        tp, cfg.arch);
   for (const auto& [key, value] : split)
     if (value % tp)
       fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
            key, value, tp);
+  // A MoE layer's experts and shared expert are split as an MLP is (nn/moe.h).
+  if (!cfg.is_moe()) return;
+  const std::pair<const char*, int64_t> experts[] = {
+      {"model.moe_d_ff", cfg.expert_d_ff()}, {"model.moe_shared_d_ff", cfg.moe_shared_d_ff}};
+  for (const auto& [key, value] : experts)
+    if (value % tp)
+      fail(
+          "{} = {} is not divisible by parallel.tp = {} (each expert is split over the "
+          "tensor-parallel ranks, parallel.etp = parallel.tp)",
+          key, value, tp);
 }
 
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
@@ -188,7 +189,8 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
     if (tp_.active()) {
       host.resize(size_t(p.numel()));
-      extract_shard(g, tp_.rank(), tp_.size(), sizeof(float), whole_value.data(), host.data());
+      extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), whole_value.data(),
+                    host.data());
     } else {
       host.swap(whole_value);
     }
@@ -210,9 +212,10 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
 }
 
 void Transformer::split_experts() {
-  NK_CHECK(!tp_.active() && quant_.empty() && nf4_.empty(),
-           "split_experts: expert parallelism of a tensor-parallel or quantised model");
+  NK_CHECK(quant_.empty() && nf4_.empty(),
+           "split_experts: expert parallelism of a quantised model");
   const ParamLayout local = layout_.shard_experts(ep_.size());
+  unsplit_layout_ = layout_;
   const int64_t masters = frozen_weights_ == FrozenWeights::Master ? local.total()
                           : compute_ == DType::F32                 ? local.dense_end()
                                                                    : local.trainable_end();
@@ -539,7 +542,8 @@ void Transformer::bind_views() {
         b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, cfg_.d_model * e, cfg_.d_model));
       b.moe.n_experts = cfg_.num_experts;
       b.moe.top_k = cfg_.num_experts_per_tok;
-      b.moe.d_ff = cfg_.expert_d_ff();
+      b.moe.d_ff = cfg_.expert_d_ff() / t;  // this rank's share of each expert's units
+      b.moe.tp = tp_;
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
       b.moe.capacity_factor = cfg_.moe_capacity_factor;
@@ -553,9 +557,9 @@ void Transformer::bind_views() {
         b.moe.bias = has_master(p) ? ParamLayout::view(params_, p) : w(p.name);
       }
       if (cfg_.moe_shared_d_ff > 0) {
-        b.moe.shared_d_ff = cfg_.moe_shared_d_ff;
+        b.moe.shared_d_ff = cfg_.moe_shared_d_ff / t;
         b.moe.shared_up = adapted(L(l, "moe.shared_up"));
-        b.moe.shared_down = adapted(L(l, "moe.shared_down"));
+        b.moe.shared_down = row_parallel(adapted(L(l, "moe.shared_down")));
         if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
       b.moe.ep = ep_;
@@ -610,18 +614,23 @@ void Transformer::bind_views() {
   loss_.ignore_index = kIgnoreIndex;
 }
 
-std::vector<Tensor> Transformer::sequence_parallel_grads() const {
+std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
   std::vector<Tensor> out;
-  if (!tp_.sp()) return out;
+  if (!tp_.active()) return out;
   auto add = [&](const nn::Norm& n) {
     for (const Tensor& g : {n.dw, n.db})
       if (g.defined()) out.push_back(g);
   };
   for (const Block& b : blocks_) {  // (another pipeline stage's blocks hold nothing)
-    add(b.norm1);
-    add(b.norm2);
+    if (tp_.sp()) {
+      add(b.norm1);
+      add(b.norm2);
+    }
+    // A q/k norm's weight is every head's: each rank adds its own heads' part.
+    add(b.attn.q_norm);
+    add(b.attn.k_norm);
   }
-  add(norm_f_);
+  if (tp_.sp()) add(norm_f_);
   return out;
 }
 

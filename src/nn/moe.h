@@ -48,6 +48,23 @@
 // runs on ops::moe_route (E = k = 1, not renormalised) and its product with
 // the shared output on ops::moe_combine (slot n for token n).
 //
+// Tensor parallelism (tp, nn/tensor_parallel.h; Megatron-Core's expert
+// tensor parallelism with etp = tp): the block is one tensor-parallel
+// region. Every rank of the group routes the same rows (all N of them,
+// gathered under sequence parallelism) with the same, whole router, so the
+// ranks' routings, exchanges and balancing statistics are equal; each
+// expert (and the shared expert) is split as a SwiGLU MLP is: up holds this
+// rank's share of every expert's gate and up units ([E 2F/t, C] with d_ff
+// = F/t), down the same columns ([E C, F/t]). The experts' outputs, hence y,
+// are partial sums that leave the region summed over the group; in the
+// backward the combine weights' gradient (dy . out per pair, f32 [N, k]:
+// the only product of a partial output with a replicated value) is summed
+// over the group before the router's backward, so the router's gradient is
+// the whole one on every rank, and the router's (and shared gate's) input
+// gradient, equal on every rank, is added by rank 0 alone before the
+// group sums dx. With expert parallelism too each rank dispatches over its
+// ep group, whose members hold the same tp rank's shares.
+//
 // LoRA (nn/adapters.h, model/peft.h): each expert may carry its own adapters
 // on its up (its gate and up parts, each its own A and B) and down
 // products, applied to the rows it received; the shared expert's are on its
@@ -62,6 +79,7 @@
 
 #include "nn/expert_parallel.h"
 #include "nn/linear.h"
+#include "nn/tensor_parallel.h"
 #include "ops/moe.h"
 
 namespace nk::nn {
@@ -108,6 +126,7 @@ struct MoE {
   Linear shared_up, shared_down, shared_gate;
   int64_t shared_d_ff = 0;
   ExpertParallel ep;  // the expert-parallel group (size 1: none)
+  TensorParallel tp;  // the (expert) tensor-parallel group (size 1: none)
   // Each expert's LoRA ([E], or empty: none) on its up and down products.
   std::vector<Lora> up_lora, down_lora;
 
@@ -137,6 +156,7 @@ struct MoE {
     std::shared_ptr<ExpertExchange> exchange;  // null without expert parallelism
     // LoRA's (undefined without): the experts' up and down, the shared expert's.
     AdapterActs up_adapters, down_adapters, shared_up_adapters, shared_down_adapters;
+    Tensor full_x, full_y;  // sequence parallel: [N, C] scratch shared by every layer
   };
   struct Scratch {
     Tensor dlogits;       // T [N, E]
@@ -151,6 +171,7 @@ struct MoE {
     Tensor gate_dw, gate_dlogits, gate_balance;  // f32 [N, 1], T [N, 1], f32 [1] zero
     Tensor dye, dxe;                             // T [R, C] expert parallel (else dout, dxs)
     Tensor stage;                                // T [R, C] expert parallel
+    Tensor dx_full;  // T [N, C] sequence parallel: dx's partial sums over every row
   };
   // The shared expert's buffers in s and g (either may be null) for up to
   // N tokens; gate: with a shared gate.
@@ -251,8 +272,10 @@ struct MoE {
   // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). dropless:
   // ignore capacity_factor (cached decode, whose few tokens per step would
   // otherwise be dropped for another batch's sake).
+  // Under tensor parallelism x and y are the region's outside (this rank's
+  // rows [N/t, C] under sequence parallelism).
   void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
-    const Tensor x2 = rows(x), y2 = rows(y);
+    const Tensor x2 = rows(tp.enter(x, s.full_x)), y2 = rows(tp.exit_buffer(y, s.full_y));
     const int64_t N = x2.dim(0);
     const Tensor logits = s.logits.narrow0(0, N), probs = s.probs.narrow0(0, N),
                  idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
@@ -277,12 +300,15 @@ struct MoE {
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
     if (shared_d_ff > 0) shared_forward(y2, s, x2);
+    tp.exit(y, s.full_y);
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
   // balance_grad [E] or [S E] (host) and z_grad: see the file comment.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const std::vector<float>& balance_grad, float z_grad) const {
-    const Tensor x2 = rows(x), dx2 = rows(dx), dy2 = rows(dy);
+    NK_CHECK(!tp.sp() || g.dx_full.defined(), "MoE: sequence parallel without its dx buffer");
+    const Tensor dy2 = rows(tp.exit_backward(dy, s.full_y)), x2 = rows(tp.enter(x, s.full_x)),
+                 dx2 = rows(tp.enter_grad(dx, g.dx_full));
     const MoeRouting& r = *s.routing;
     const int64_t N = x2.dim(0), M = r.slots;
     NK_CHECK(up_q.empty() && down_q.empty(),
@@ -291,6 +317,7 @@ struct MoE {
     const Tensor w = s.weights.narrow0(0, N), slot = s.slot.narrow0(0, N),
                  dwt = g.dweights.narrow0(0, N);
     ops::moe_combine_backward(g.dout.narrow0(0, M), dwt, dy2, s.out.narrow0(0, M), slot, w);
+    if (tp.active()) tp.comm->all_reduce(dwt);  // out holds this rank's partial sums
     if (!ep.active()) {
       experts_backward(g.dxs, g.dh, g.da, g.dout, s.xs, s.h, s.a, r.kept, 0, s);
     } else {
@@ -311,8 +338,9 @@ struct MoE {
                             s.probs.narrow0(0, N), s.idx.narrow0(0, N), spec());
     const Tensor dxr = g.dx_router.narrow0(0, N);
     router.backward(dxr, dlogits, x2);
-    ops::accumulate(dx2, dxr);
+    if (tp.rank() == 0) ops::accumulate(dx2, dxr);  // equal on every rank: added once
     if (shared_d_ff > 0) shared_backward(dx2, dy2, s, g, x2);
+    tp.enter_backward(dx, g.dx_full);
   }
 
  private:
@@ -348,11 +376,12 @@ struct MoE {
       dout = g.sh_dout.narrow0(0, N);
       ops::moe_combine_backward(dout, dw, dy2, s.sh_out.narrow0(0, N), s.gate_slot.narrow0(0, N),
                                 s.gate_w.narrow0(0, N));
+      if (tp.active()) tp.comm->all_reduce(dw);  // sh_out holds this rank's partial sums
       ops::moe_route_backward(dl, dw, g.gate_balance, 0.f, s.gate_logits.narrow0(0, N),
                               s.gate_probs.narrow0(0, N), s.gate_idx.narrow0(0, N),
                               /*sigmoid=*/true, /*norm_topk=*/false);
       shared_gate.backward(dxr, dl, x2);
-      ops::accumulate(dx2, dxr);
+      if (tp.rank() == 0) ops::accumulate(dx2, dxr);  // equal on every rank: added once
     }
     const Tensor da = g.sh_da.narrow0(0, N), dh = g.sh_dh.narrow0(0, N);
     shared_down.backward(da, dout, s.sh_a.narrow0(0, N), s.shared_down_adapters);

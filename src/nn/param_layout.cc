@@ -50,8 +50,16 @@ ParamOptions param_options(const ParamInfo& p) {
   o.split = p.split;
   o.adapter = p.adapter;
   o.pad_multiple = p.pad_multiple;
+  o.expert_split = p.expert_split;
   for (const ParamPart& q : p.parts) o.parts.emplace_back(q.name, q.rows);
   return o;
+}
+
+ParamInfo tensor_split(const ParamInfo& p) {
+  if (p.split != Split::Experts) return p;
+  ParamInfo t = p;
+  t.split = p.expert_split;
+  return t;
 }
 
 std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
@@ -169,17 +177,21 @@ void insert_shard(const ParamInfo& p, int64_t rank, int64_t n, size_t elem, cons
 
 namespace {
 
-// The parameters `keep` accepts, each split ways(p) ways.
+// The parameters `keep` accepts, each split ways(p) ways; over the
+// tensor-parallel group (`tensor`: expert tensors by tensor_split, keeping
+// every expert's parts) or the expert-parallel one.
 ParamLayout derived_layout(const std::vector<ParamInfo>& params,
                            const std::function<int64_t(const ParamInfo&)>& ways,
-                           const std::function<bool(const ParamInfo&)>& keep) {
+                           const std::function<bool(const ParamInfo&)>& keep, bool tensor) {
   ParamLayout out;
-  for (const ParamInfo& p : params) {
-    if (!keep(p)) continue;
-    const int64_t n = ways(p);
-    ParamOptions o = param_options(p);
+  for (const ParamInfo& whole : params) {
+    if (!keep(whole)) continue;
+    const ParamInfo p = tensor ? tensor_split(whole) : whole;
+    const int64_t n = ways(whole);
+    ParamOptions o = param_options(whole);
     if (p.split == Split::Experts && n > 1) o.parts.clear();  // this rank's experts only
-    for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
+    if (p.split != Split::Cols)  // (a column split keeps each part's rows)
+      for (auto& [part, rows] : o.parts) rows = shard_shape(p, n, part)[0];
     if (n > 1) o.pad_multiple = 0;  // a shard holds its padding; it is not split again
     out.add(p.name, shard_shape(p, n), p.init, p.init_std, o);
     if (!p.trainable) out.freeze(p.name);
@@ -194,20 +206,20 @@ ParamLayout derived_layout(const std::vector<ParamInfo>& params,
 ParamLayout ParamLayout::shard(int64_t n) const {
   NK_CHECK(final_, "ParamLayout::shard before finalize");
   return derived_layout(
-      params_, [n](const ParamInfo&) { return n; }, [](const ParamInfo&) { return true; });
+      params_, [n](const ParamInfo&) { return n; }, [](const ParamInfo&) { return true; }, true);
 }
 
 ParamLayout ParamLayout::shard_experts(int64_t n) const {
   NK_CHECK(final_, "ParamLayout::shard_experts before finalize");
   return derived_layout(
       params_, [n](const ParamInfo& p) { return p.split == Split::Experts ? n : int64_t(1); },
-      [](const ParamInfo&) { return true; });
+      [](const ParamInfo&) { return true; }, false);
 }
 
 ParamLayout ParamLayout::subset(const std::function<bool(const ParamInfo&)>& keep) const {
   NK_CHECK(final_, "ParamLayout::subset before finalize");
   return derived_layout(
-      params_, [](const ParamInfo&) { return int64_t(1); }, keep);
+      params_, [](const ParamInfo&) { return int64_t(1); }, keep, false);
 }
 
 void ParamLayout::add(const std::string& name, const Shape& shape, Init init, float init_std,
@@ -226,6 +238,12 @@ void ParamLayout::add(const std::string& name, const Shape& shape, Init init, fl
   p.split = opt.split;
   p.adapter = opt.adapter;
   p.pad_multiple = opt.pad_multiple;
+  p.expert_split = opt.expert_split;
+  NK_CHECK(opt.expert_split == Split::Replicated ||
+               (opt.split == Split::Experts &&
+                (opt.expert_split == Split::Rows || opt.expert_split == Split::Cols)),
+           "parameter {}: an expert split ({}) of a {} parameter", name,
+           split_name(opt.expert_split), split_name(opt.split));
   NK_CHECK(opt.pad_multiple >= 0 &&
                (opt.pad_multiple == 0 || (opt.split == Split::Rows && opt.parts.empty())),
            "parameter {}: vocabulary padding ({}) needs an unfused row split", name,

@@ -30,7 +30,9 @@ enum class Split {
   Rows,        // dim 0: column-parallel weight/bias, vocabulary-parallel embedding
   Cols,        // dim 1: row-parallel weight
   // dim 0 in n contiguous blocks of whole fused parts (a MoE layer's experts
-  // over the expert-parallel group: rank r holds experts [r E/n, (r+1) E/n))
+  // over the expert-parallel group: rank r holds experts [r E/n, (r+1) E/n));
+  // over the tensor-parallel group each expert is split as its
+  // ParamInfo::expert_split says (tensor_split)
   Experts,
 };
 const char* split_name(Split s);  // "replicated", "rows", "cols"
@@ -55,6 +57,11 @@ struct ParamInfo {
   // share of q, of k and of v), so the heads stay whole on each rank.
   std::vector<ParamPart> parts;
   bool adapter = false;  // a PEFT adapter's (LoRA, IA3), not the base model's
+  // An expert tensor's (Split::Experts) split of every expert over the
+  // (expert) tensor-parallel group, Megatron's expert tensor parallelism:
+  // Rows (each fused part's rows: the experts' gate | up, column-parallel),
+  // Cols (the experts' down, row-parallel) or Replicated (whole experts).
+  Split expert_split = Split::Replicated;
   // Vocabulary padding (the embedding and head, Split::Rows, no parts): under
   // n > 1-way splitting dim 0 is padded with zero rows to a multiple of
   // pad_multiple x n (Megatron's make_vocab_size_divisible_by), so every rank
@@ -75,8 +82,9 @@ struct ParamOptions {
   Split split = Split::Replicated;
   // (name, rows) of each fused part along dim 0; the rows must sum to shape[0].
   std::vector<std::pair<std::string, int64_t>> parts;
-  bool adapter = false;      // see ParamInfo::adapter
-  int64_t pad_multiple = 0;  // see ParamInfo::pad_multiple
+  bool adapter = false;                    // see ParamInfo::adapter
+  int64_t pad_multiple = 0;                // see ParamInfo::pad_multiple
+  Split expert_split = Split::Replicated;  // see ParamInfo::expert_split
 };
 
 // Rows of a parameter of `rows` rows padded for n-way splitting to a
@@ -87,6 +95,13 @@ int64_t padded_rows(int64_t rows, int64_t multiple, int64_t n);
 
 // The options `p` was added with (to copy it into another layout).
 ParamOptions param_options(const ParamInfo& p);
+
+// p as the tensor-parallel group splits it: an expert tensor (Split::Experts)
+// with its expert_split in place of the expert-parallel split (its fused
+// parts, each an expert's, split one by one); any other parameter as it is.
+// The functions below split a Split::Experts parameter over the
+// expert-parallel group: pass them tensor_split(p) for the tensor-parallel one.
+ParamInfo tensor_split(const ParamInfo& p);
 
 // A contiguous block of rows/columns of one parameter: [start, start + len)
 // along `dim` of its global shape, stored at [local_start, local_start + len)
@@ -146,7 +161,8 @@ class ParamLayout {
   int64_t count() const;  // elements actually used by parameters (no padding)
 
   // The layout of one rank's shards under n-way tensor parallelism (of a
-  // finalized layout): every parameter at its shard_shape, each fused part at
+  // finalized layout): every parameter at its shard_shape (of tensor_split:
+  // expert tensors keep every expert, each at its share), each fused part at
   // its share, in the same order with the same trainable and quantised
   // flags. nk::Error naming the parameter when n does not divide it.
   ParamLayout shard(int64_t n) const;

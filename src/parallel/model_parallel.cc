@@ -25,6 +25,32 @@ double owned_sum_squares_of(const Transformer& model, const Tensor& grads, int64
   }
   return sum;
 }
+// The arena of layout `to` (its total() or trainable_end() elements, `all`)
+// put together from every rank of `comm` (n ranks; null: this one) holding
+// `local` laid out by `from`: each parameter of `to` that `from` holds from
+// its n shards as split(p) divides it (nullopt: left out; replicated: rank
+// 0's whole value). Collective over comm.
+template <typename SplitOf>
+Tensor assemble(const Tensor& local, const ParamLayout& from, const ParamLayout& to, bool all,
+                dist::Communicator* comm, int64_t n, SplitOf&& split) {
+  Tensor out = Tensor::zeros({all ? to.total() : to.trainable_end()}, DType::F32);
+  Tensor gathered = local;
+  if (n > 1) {
+    gathered = Tensor::empty({n * local.numel()}, DType::F32);
+    comm->all_gather(local, gathered);
+  }
+  for (const ParamInfo& p : to.params()) {
+    if ((!all && !p.trainable) || !from.has(p.name)) continue;
+    const std::optional<ParamInfo> s = split(p);
+    if (!s) continue;
+    const int64_t q = from.find(p.name).offset, ways = s->split == Split::Replicated ? 1 : n;
+    for (int64_t r = 0; r < ways; ++r)
+      insert_shard(*s, r, ways, sizeof(float), gathered.data<float>() + r * local.numel() + q,
+                   out.data<float>() + p.offset);
+  }
+  return out;
+}
+
 }  // namespace
 
 double owned_sum_squares(const Transformer& model, const Tensor& grads, int64_t begin,
@@ -86,8 +112,8 @@ double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& 
   return *sum.data<double>();
 }
 
-void reduce_sequence_parallel_grads(const Transformer& model) {
-  for (const Tensor& g : model.sequence_parallel_grads())
+void reduce_tensor_parallel_partial_grads(const Transformer& model) {
+  for (const Tensor& g : model.tensor_parallel_partial_grads())
     model.tensor_parallel().comm->all_reduce(g);
 }
 
@@ -108,51 +134,56 @@ Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communi
              "gather_model: the pipeline stages pass arenas of different kinds");
     if (says.data<int32_t>()[0] || says.data<int32_t>()[1]) all = says.data<int32_t>()[0] != 0;
   }
-  const nn::TensorParallel& tp = model.tensor_parallel();
-  // The group whose pieces make the whole: tp, or ep for split experts (a
-  // MoE model has no tensor parallelism), where only the experts are pieces.
-  const bool experts = model.experts_split();
-  dist::Communicator* comm = experts ? model.expert_parallel().comm : tp.comm;
-  const int64_t n = experts ? model.expert_parallel().size() : tp.size();
-  Tensor out = Tensor::zeros({all ? whole.total() : whole.trainable_end()}, DType::F32);
   Tensor host = local;
   if (local.device() != kHost) {
     host = Tensor::empty(local.shape(), DType::F32);
     ops::copy_to_host(local, host.data<float>());
   }
-  Tensor gathered = host;
-  if (n > 1) {
-    gathered = Tensor::empty({n * host.numel()}, DType::F32);
-    comm->all_gather(host, gathered);
-  }
   const bool pipelined = pp && pp->size() > 1;
-  for (const ParamInfo& p : whole.params()) {
-    if ((!all && !p.trainable) || !mine.has(p.name)) continue;
-    const ParamInfo& q = mine.find(p.name);
-    if (pipelined && p.name == "wte" && !model.stage().embedding) continue;  // the tied copy
-    const int64_t ways = experts && p.split != Split::Experts ? 1 : n;       // the rest: rank 0's
-    for (int64_t r = 0; r < ways; ++r)
-      insert_shard(p, r, ways, sizeof(float), gathered.data<float>() + r * host.numel() + q.offset,
-                   out.data<float>() + p.offset);
+  // Split experts: first every rank's experts over the ep group, into the
+  // arena of the layout they were split from (this stage's tensor-parallel
+  // shards); the rest is equal on every ep rank (rank 0's is taken).
+  const ParamLayout* held = &mine;
+  if (model.experts_split()) {
+    const ParamLayout& unsplit = model.unsplit_layout();
+    const nn::ExpertParallel& ep = model.expert_parallel();
+    host = assemble(host, *held, unsplit, all, ep.comm, ep.size(),
+                    [](const ParamInfo& p) -> std::optional<ParamInfo> {
+                      if (p.split == Split::Experts) return p;
+                      ParamInfo whole_value = p;
+                      whole_value.split = Split::Replicated;
+                      return whole_value;
+                    });
+    held = &unsplit;
   }
+  // Then the tensor-parallel shards (expert tensors by their expert split).
+  const nn::TensorParallel& tp = model.tensor_parallel();
+  Tensor out = assemble(host, *held, whole, all, tp.comm, tp.size(),
+                        [&](const ParamInfo& p) -> std::optional<ParamInfo> {
+                          // The tied head's copy of the table: the first stage's is the one.
+                          if (pipelined && p.name == "wte" && !model.stage().embedding)
+                            return std::nullopt;
+                          return tensor_split(p);
+                        });
   if (pipelined) pp->all_reduce(out);  // each parameter is non-zero on one stage only
   return out;
 }
 
-Tensor local_arena(const Transformer& model, const Tensor& whole) {
-  const ParamLayout &mine = model.layout(), &global = model.global_layout();
-  const bool all = whole.numel() == global.total();
-  NK_CHECK(whole.dtype() == DType::F32 && whole.device() == kHost &&
-               (all || whole.numel() == global.trainable_end()),
-           "local_arena: {} is not a host arena of the whole model's layout", whole.desc());
+Tensor local_arena(const Transformer& model, const Tensor& unsplit) {
+  const ParamLayout &mine = model.layout(), &from = model.unsplit_layout();
+  const bool all = unsplit.numel() == from.total();
+  NK_CHECK(unsplit.dtype() == DType::F32 && unsplit.device() == kHost &&
+               (all || unsplit.numel() == from.trainable_end()),
+           "local_arena: {} is not a host arena of the model's layout before the experts' split",
+           unsplit.desc());
   const nn::ExpertParallel& ep = model.expert_parallel();
   const int64_t n = model.experts_split() ? ep.size() : 1;
   Tensor out = Tensor::zeros({all ? mine.total() : mine.trainable_end()}, DType::F32);
-  for (const ParamInfo& p : global.params()) {
+  for (const ParamInfo& p : from.params()) {
     if ((!all && !p.trainable) || !mine.has(p.name)) continue;
     const int64_t ways = p.split == Split::Experts ? n : 1;
-    extract_shard(p, ways > 1 ? ep.rank() : 0, ways, sizeof(float), whole.data<float>() + p.offset,
-                  out.data<float>() + mine.find(p.name).offset);
+    extract_shard(p, ways > 1 ? ep.rank() : 0, ways, sizeof(float),
+                  unsplit.data<float>() + p.offset, out.data<float>() + mine.find(p.name).offset);
   }
   return out;
 }

@@ -40,10 +40,10 @@ double model_parallel_grad_norm_squared(
 void reduce_replica_grads(Transformer& model, dist::Communicator& dense,
                           dist::Communicator* experts);
 
-// Adds model.sequence_parallel_grads() over the tp group (each rank holds
-// its rows' part of them). Once per step, after the backward; nothing
-// without sequence parallelism. Collective.
-void reduce_sequence_parallel_grads(const Transformer& model);
+// Adds model.tensor_parallel_partial_grads() over the tp group (each rank
+// holds its rows' or heads' part of them). Once per step, after the
+// backward; nothing without tensor parallelism. Collective.
+void reduce_tensor_parallel_partial_grads(const Transformer& model);
 
 // The whole model's values of a flat f32 arena that tensor and pipeline
 // parallelism split: `local` laid out by model.layout() (all of it, or its
@@ -52,15 +52,17 @@ void reduce_sequence_parallel_grads(const Transformer& model);
 // parameters it owns; null: no pipeline), into a new tensor laid out by
 // model.global_layout() (total() or trainable_end() elements), on every
 // rank. Collective.
-// Split experts (Transformer::experts_split): the same over the ep group,
-// the experts' tensors put together from every rank's rows, the rest taken
-// from ep rank 0's (equal on every rank).
+// Split experts (Transformer::experts_split): first over the ep group, the
+// experts' tensors put together from every rank's rows (into the layout of
+// model.unsplit_layout()), the rest taken from ep rank 0's (equal on every
+// rank); then over tp as above (each expert from its tp shares).
 Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp);
 
-// Its inverse for split experts: this rank's arena (model.layout(): all of
-// it, or its trainable parameters) of a whole model's host f32 arena laid out
-// by model.global_layout() (a resumed checkpoint's optimizer moments). Other
-// models: the same values. Not collective.
-Tensor local_arena(const Transformer& model, const Tensor& whole);
+// The inverse of the experts' split: this rank's arena (model.layout(): all
+// of it, or its trainable parameters) of a host f32 arena laid out by
+// model.unsplit_layout() (a resumed checkpoint's optimizer moments, read
+// as this stage's tensor-parallel shards). Other models: the same values.
+// Not collective.
+Tensor local_arena(const Transformer& model, const Tensor& unsplit);
 
 }  // namespace nk::parallel

@@ -40,7 +40,9 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // which the experts' inputs, outputs and the exchange's staging hold too
   // (with the exchange's two row permutations and counts).
   const bool moe = c.is_moe();
-  const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff();
+  // Tensor parallel: each expert's (and the shared expert's) share of its
+  // units, over every row (gathered under sp).
+  const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff() / tp;
   const int64_t Re = ep * N * K, ep_rows = ep > 1 ? 3 * Re * C * s : 0;
   const int64_t moe_kept = moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 +
                                      N * K * 2 * C * s + Re * 3 * Fe * s + ep_rows +
@@ -49,7 +51,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // A shared expert keeps its up projection, activation and output; its gate
   // the gate's routing (logits, probs, index, weight, slot, stats) and the
   // gated output.
-  const int64_t Fs = moe ? c.moe_shared_d_ff : 0;
+  const int64_t Fs = moe ? c.moe_shared_d_ff / tp : 0;
   const bool gate = Fs > 0 && c.moe_shared_expert_gate;
   const int64_t shared_kept =
       N * (3 * Fs + (Fs > 0 ? C : 0)) * s + (gate ? N * s + 4 * N * 4 + 2 * 4 + N * C * s : 0);
@@ -104,7 +106,8 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     // The shared expert's: d output (before the gate), d up projection and
     // activation; the gate's d weight, d logit and zero balancing gradient.
     if (Fs > 0) a.workspace += N * (C + 3 * Fs) * s + (gate ? N * 4 + N * s + 4 : 0);
-    if (QK > 0) a.workspace += N * HD * s;  // d q, k through the norms
+    if (QK > 0) a.workspace += N * HD * s;    // d q, k through the norms
+    if (moe && sp) a.workspace += N * C * s;  // the MoE input gradient's partial sums
   }
   if (sp) a.workspace += 2 * N * C * s;
   return a;
@@ -181,12 +184,12 @@ std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage&
   if (c.is_moe()) {
     // The router, and the experts' products as if over all N k routed rows
     // at once (each expert's is a share of them).
-    const int64_t Nk = N * c.num_experts_per_tok, F = c.expert_d_ff();
+    const int64_t Nk = N * c.num_experts_per_tok, F = c.expert_d_ff() / tp;
     g.insert(g.end(), {{N, C, c.num_experts, double(layers), true},
                        {Nk, C, 2 * F, double(layers), true},
                        {Nk, F, C, double(layers), true}});
     // The shared expert over every row, and its gate.
-    if (const int64_t Fs = c.moe_shared_d_ff; Fs > 0)
+    if (const int64_t Fs = c.moe_shared_d_ff / tp; Fs > 0)
       g.insert(g.end(), {{N, C, 2 * Fs, double(layers), true}, {N, Fs, C, double(layers), true}});
     if (c.moe_shared_expert_gate) g.push_back({N, C, 1, double(layers), true});
   } else {
@@ -298,11 +301,10 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const ModelConfig& c = cfg.model;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
-  // Tensor parallel: each rank's shards; expert parallel (a MoE model has no
-  // tensor parallelism): each rank's experts, the rest whole.
-  const ParamLayout layout = e.tp > 1   ? whole.shard(e.tp)
-                             : e.ep > 1 ? whole.shard_experts(e.ep)
-                                        : whole;
+  // Tensor parallel: each rank's shards (every expert's share); expert
+  // parallel: of those, this rank's experts.
+  const ParamLayout shards = e.tp > 1 ? whole.shard(e.tp) : whole;
+  const ParamLayout layout = e.ep > 1 ? shards.shard_experts(e.ep) : shards;
   const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
   const std::vector<Recompute> plan =
       recompute_plan(cfg.recompute, cfg.recompute_layers, c.n_layer);
@@ -386,7 +388,7 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       if (p.name.find(".moe.up.") != std::string::npos ||
           p.name.find(".moe.down.") != std::string::npos)
         e.expert_params += p.numel();
-    e.expert_params_computed = e.expert_params / e.ep;
+    e.expert_params_computed = e.expert_params / (e.ep * e.tp);  // its experts' tp shares
     // Per rank: the MoE layers of its stage (the busiest one under pipeline
     // parallelism).
     int64_t layers = 0, full = 0;

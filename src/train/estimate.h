@@ -79,7 +79,7 @@ struct TrainEstimate {
   int64_t world = 1, dp = 1, tp = 1, pp = 1, ep = 1;
   int64_t params = 0;  // the whole model's
   // MoE: the experts' weights (whole model), the share each rank holds and
-  // computes (1/ep: its experts, as counted in the stages' params,
+  // computes (1/(ep tp): its experts' tensor-parallel shares, as counted in the stages' params,
   // weight_bytes, grad_bytes and optimizer_bytes), and the bytes one rank sends in the expert
   // all-to-alls of a step (even routing; 0 without expert parallelism).
   int64_t expert_params = 0, expert_params_computed = 0, a2a_bytes_per_step = 0;

@@ -1,5 +1,7 @@
 #include "train/train_parallel.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "parallel/pipeline_parallel.h"
 
@@ -32,6 +34,13 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
          cp, unsupported);
 }
 
+// Every group of that name in the mesh (each in group-rank order), sorted.
+std::vector<std::vector<int>> sorted_groups(const dist::Mesh& mesh, const char* name) {
+  std::vector<std::vector<int>> all = mesh.group(name).all;
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
 }  // namespace
 
 dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
@@ -41,21 +50,25 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  // Mixture of Experts runs data, expert and pipeline parallel (1F1B) for
-  // now: no tensor, sequence or context split of its layers.
+  // Mixture of Experts runs data, tensor (with sequence), expert and
+  // pipeline parallel (1F1B) for now: no context split of its layers.
   if (cfg.model.is_moe()) {
-    const std::pair<const char*, int> sizes[] = {{"parallel.tp", mesh.tp()},
-                                                 {"parallel.cp", mesh.cp()}};
-    const char* only =
-        "a Mixture-of-Experts model (model.num_experts = {}) trains on one process, data, "
-        "expert (parallel.ep) or pipeline parallel (parallel.pp) only for now";
-    for (const auto& [key, size] : sizes)
-      if (size != 1)
-        fail("{} = {}: {} (set it to 1)", key, size,
-             fmt::format(fmt::runtime(only), cfg.model.num_experts));
-    if (cfg.parallel.sequence_parallel)
-      fail("parallel.sp = true: {} (set it to false)",
-           fmt::format(fmt::runtime(only), cfg.model.num_experts));
+    if (mesh.cp() != 1)
+      fail(
+          "parallel.cp = {}: a Mixture-of-Experts model (model.num_experts = {}) trains on one "
+          "process, data, tensor (parallel.tp, parallel.sp), expert (parallel.ep) or pipeline "
+          "parallel (parallel.pp) only for now (set it to 1)",
+          mesh.cp(), cfg.model.num_experts);
+    // Each expert is split over the tp group itself (nn/moe.h): the expert
+    // folding's tensor-parallel groups must be the dense ones, and each ep
+    // group must hold one tp rank of each of its dp replicas.
+    if (mesh.etp() == mesh.tp() && mesh.tp() > 1 &&
+        sorted_groups(mesh, "expert-tp") != sorted_groups(mesh, "tp"))
+      fail(
+          "parallel.order '{}': the experts' tensor-parallel groups differ from the attention's "
+          "(parallel.tp = {}, parallel.ep = {}); put tp first, as the default order "
+          "tp-cp-ep-dp-pp does",
+          mesh.order(), mesh.tp(), mesh.ep());
     // The stages hand on the layers' routing records beside the residual
     // stream (parallel/pipeline_parallel.h); the interleaved schedule's
     // posted receives do not carry them yet.
@@ -79,11 +92,15 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
          mesh.ep());
   }
   if (mesh.cp() != 1) check_context_parallel(cfg, mesh);
+  // Experts split over another group than the attention's (Megatron's etp
+  // != tp: whole experts under tensor-parallel attention, or experts split
+  // over ranks that hold different tokens) are not built.
   if (mesh.etp() != mesh.tp())
     fail(
-        "parallel.etp = {}: expert tensor parallelism (each expert split over ranks) is not "
-        "supported yet (leave it 0: parallel.tp)",
-        mesh.etp());
+        "parallel.etp = {} with parallel.tp = {}: only parallel.etp = parallel.tp is supported "
+        "(each expert split over the tensor-parallel ranks, as their attention is; leave "
+        "parallel.etp 0)",
+        mesh.etp(), mesh.tp());
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())

@@ -657,8 +657,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       loss = ddp_->sum_over_group(loss);
       loader.set_consumed_samples(step_first + B * accum);
     }
-    // Sequence parallel: the norms' gradients are sums over each rank's rows.
-    parallel::reduce_sequence_parallel_grads(*model_);
+    // Tensor parallel: the gradients of replicated norms that each rank
+    // summed over its own rows (sequence parallel) or heads (q/k norms).
+    parallel::reduce_tensor_parallel_partial_grads(*model_);
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped. Model parallel: each rank's
     // pieces, the replicated parameters and the tied table once.

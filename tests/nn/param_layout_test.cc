@@ -185,6 +185,66 @@ TEST(ParamLayout, ShardExpertsSplitsWholeExpertsOnly) {
   EXPECT_NE(e.find("'up'"), std::string::npos) << e;
 }
 
+// Expert tensor parallelism (ParamInfo::expert_split): under 2-way tensor
+// parallelism every expert of a MoE tensor is kept, its gate and up parts
+// halved (Rows) or its down columns halved (Cols); the tensor-parallel shards
+// then split over 2 expert-parallel ranks by whole experts, and extract /
+// insert over both groups give back the whole value.
+TEST(ParamLayout, ExpertTensorsSplitEachExpertOverTensorParallelRanks) {
+  ParamLayout l;
+  ParamOptions up{Split::Experts, {}}, down{Split::Experts, {}};
+  up.expert_split = Split::Rows;
+  down.expert_split = Split::Cols;
+  for (int e = 0; e < 4; ++e) {
+    up.parts.push_back({"e" + std::to_string(e) + ".gate", 4});
+    up.parts.push_back({"e" + std::to_string(e) + ".up", 4});
+    down.parts.push_back({"e" + std::to_string(e), 5});
+  }
+  l.add("up", {4 * 8, 5}, Init::Normal, 0.02f, up);
+  l.add("down", {4 * 5, 4}, Init::Normal, 0.02f, down);
+  l.finalize();
+  const ParamLayout tp = l.shard(2);
+  const ParamInfo &tu = tp.find("up"), &td = tp.find("down");
+  EXPECT_EQ(tu.shape, (Shape{16, 5}));
+  EXPECT_EQ(td.shape, (Shape{20, 2}));
+  EXPECT_EQ(tu.split, Split::Experts);
+  EXPECT_EQ(tu.expert_split, Split::Rows);
+  ASSERT_EQ(tu.parts.size(), 8u);
+  EXPECT_EQ(tu.parts[3].name, "e1.up");
+  EXPECT_EQ(tu.parts[3].row0, 6);
+  EXPECT_EQ(tu.parts[3].rows, 2);
+  ASSERT_EQ(td.parts.size(), 4u);
+  EXPECT_EQ(td.parts[1].rows, 5);
+  // Each tp rank's shares of experts 2 and 3 on ep rank 1.
+  const ParamLayout both = tp.shard_experts(2);
+  EXPECT_EQ(both.find("up").shape, (Shape{8, 5}));
+  EXPECT_EQ(both.find("down").shape, (Shape{10, 2}));
+  for (const char* name : {"up", "down"}) {
+    const ParamInfo& p = l.find(name);
+    const ParamInfo& q = tp.find(name);
+    std::vector<float> value(size_t(p.numel())), rebuilt(value.size(), -1.f);
+    for (size_t i = 0; i < value.size(); ++i) value[i] = float(i);
+    for (int64_t t = 0; t < 2; ++t) {
+      std::vector<float> shard(size_t(q.numel())), mid(shard.size(), -1.f);
+      extract_shard(tensor_split(p), t, 2, sizeof(float), value.data(), shard.data());
+      for (int64_t e = 0; e < 2; ++e) {
+        std::vector<float> mine(size_t(shape_numel(shard_shape(q, 2))));
+        extract_shard(q, e, 2, sizeof(float), shard.data(), mine.data());
+        insert_shard(q, e, 2, sizeof(float), mine.data(), mid.data());
+      }
+      EXPECT_EQ(mid, shard) << name;
+      insert_shard(tensor_split(p), t, 2, sizeof(float), shard.data(), rebuilt.data());
+    }
+    EXPECT_EQ(rebuilt, value) << name;
+  }
+  // tp rank 1's up: rows 2-3 of e0.gate first (whole rows 2, 3).
+  std::vector<float> value(size_t(l.find("up").numel())), shard(size_t(tu.numel()));
+  for (size_t i = 0; i < value.size(); ++i) value[i] = float(i);
+  extract_shard(tensor_split(l.find("up")), 1, 2, sizeof(float), value.data(), shard.data());
+  EXPECT_EQ(shard[0], value[2 * 5]);
+  EXPECT_EQ(shard[2 * 5], value[6 * 5]);  // then rows 2-3 of e0.up (whole rows 6, 7)
+}
+
 // Vocabulary padding (Megatron's make_vocab_size_divisible_by): 257 rows
 // split 2 ways are 512 (256 a rank), 4 ways 512 (128 a rank: rank 2 holds
 // row 256 alone, rank 3 padding only); the ranges name real rows only,

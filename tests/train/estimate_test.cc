@@ -134,7 +134,6 @@ TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
           std::vector<std::string> o = shape;
           o.push_back("train.dtype=bf16");
           TrainConfig cfg = recipe(o);
-          if (cfg.model.is_moe()) continue;  // MoE under tensor parallelism is refused
           try {
             check_tensor_parallel(cfg.model, tp);
           } catch (const Error&) {

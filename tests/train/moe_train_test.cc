@@ -178,24 +178,29 @@ TEST(MoeTrain, CapacityFactorTrainsAndRecomputesTheSameBits) {
 
 TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   TempDir dir("nk_moe_layout");
-  for (auto [key, world] :
-       {std::pair<const char*, int>{"parallel.tp=2", 2}, {"parallel.cp=2", 2}}) {
-    SCOPED_TRACE(key);
-    TrainConfig cfg =
-        train_config_from(Config::load(train_schema(), "", keys(dir, {std::string(key)})));
-    const std::string name = std::string(key).substr(0, std::string(key).find('='));
-    std::string e = error_of([&] {
-      dist::Mesh mesh(world, 0, cfg.parallel.mesh);
-      check_train_layout(cfg, mesh);
-    });
-    EXPECT_TRUE(contains(e, name + " = 2")) << e;
-    EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
-  }
-  TrainConfig cfg = train_config_from(
-      Config::load(train_schema(), "", keys(dir, {"parallel.tp=2", "parallel.sp=true"})));
-  cfg.parallel.mesh.tp = 1;  // sp alone
-  std::string e = error_of([&] { check_train_layout(cfg, dist::Mesh(1, 0, cfg.parallel.mesh)); });
-  EXPECT_TRUE(contains(e, "parallel.sp = true")) << e;
+  auto layout_error = [&](std::vector<std::string> extra, int world) {
+    TrainConfig cfg = train_config_from(Config::load(train_schema(), "", keys(dir, extra)));
+    return error_of([&] { check_train_layout(cfg, dist::Mesh(world, 0, cfg.parallel.mesh)); });
+  };
+  std::string e = layout_error({"parallel.cp=2"}, 2);
+  EXPECT_TRUE(contains(e, "parallel.cp = 2")) << e;
+  EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
+  // Tensor parallel (each expert split over tp, etp = tp), with sp and ep:
+  // runs (tests/apps/mpi/moe_tp_ranks.sh); other expert splits are named.
+  EXPECT_EQ(layout_error({"parallel.tp=2"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.sp=true"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.ep=2"}, 4), "(no error)");
+  e = layout_error({"parallel.tp=2", "parallel.etp=1"}, 2);
+  EXPECT_TRUE(contains(e,
+                       "parallel.etp = 1 with parallel.tp = 2: only parallel.etp = "
+                       "parallel.tp is supported"))
+      << e;
+  e = layout_error({"parallel.tp=2", "model.moe_d_ff=63"}, 2);
+  EXPECT_TRUE(contains(e, "model.moe_d_ff = 63 is not divisible by parallel.tp = 2")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.ep=2", "parallel.order=ep-tp-cp-dp-pp"}, 4);
+  EXPECT_TRUE(contains(e, "parallel.order 'ep-tp-cp-dp-pp': the experts' tensor-parallel groups"))
+      << e;
+  TrainConfig cfg;
   // Pipeline parallel: the 1F1B schedule runs; the interleaved one is named.
   cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.pp=2"})));
   EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
@@ -213,7 +218,7 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   cfg = train_config_from(
       Config::load(train_schema(), "", keys(dir, {"parallel.ep=2", "parallel.etp=2"})));
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
-  EXPECT_TRUE(contains(e, "parallel.etp = 2: expert tensor parallelism")) << e;
+  EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 1")) << e;
   // Adapters under expert parallelism are not split yet.
   cfg = train_config_from(
       Config::load(train_schema(), "",
