@@ -46,7 +46,7 @@ constexpr const char* kEstimateUsage =
     "  --rates F    this machine's GEMM, attention and memory rates (JSON); default: the\n"
     "               cache (NEKTON_CACHE or ~/.cache/nekton/rates.json), measured once\n"
     "  --no-time    no step-time prediction (nothing measured)\n"
-    "  --search     the layouts of N processes (tp, pp, dp, sp, parallel.shard, micro-batch,\n"
+    "  --search     the layouts of N processes (tp, pp, dp, ep, sp, parallel.shard, micro-batch,\n"
     "               recompute) that nekton train accepts and that fit --budget, best first:\n"
     "               predicted step time with a communication term (by memory with --no-time)\n"
     "  --link-gbps G  link bandwidth of the communication term, Gbit/s (default 4: two ranks'\n"
@@ -245,25 +245,23 @@ int search(const EstimateArgs& a, const TrainConfig& cfg) {
     for (size_t i = 0; i < all.size() && i < 5; ++i) fmt::print("  {}\n", all[i].reason);
     return 1;
   }
-  fmt::print("{:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>7}\n", "#",
-             "tp", "pp", "dp", "sp", "shard", "mb", "recompute", "memory/rank", "step ms",
-             "tokens/s", "bubble");
+  fmt::print("{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>7}\n",
+             "#", "tp", "pp", "dp", "ep", "sp", "shard", "mb", "recompute", "memory/rank",
+             "step ms", "tokens/s", "bubble");
   int shown = 0;
   for (const LayoutCandidate& k : all) {
     if (!k.accepted || shown == 10) break;
-    fmt::print("{:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>6.1f}%\n",
-               ++shown, k.tp, k.pp, k.dp, k.sp ? "yes" : "no", k.shard, k.micro_batch, k.recompute,
-               mib(double(k.memory_bytes)),
-               rates ? fmt::format("{:.1f}", k.step_s() * 1000.0) : "-",
-               rates ? fmt::format("{:.0f}", k.tokens_per_s) : "-", 100.0 * k.bubble);
+    fmt::print(
+        "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>6.1f}%\n",
+        ++shown, k.tp, k.pp, k.dp, k.ep, k.sp ? "yes" : "no", k.shard, k.micro_batch, k.recompute,
+        mib(double(k.memory_bytes)), rates ? fmt::format("{:.1f}", k.step_s() * 1000.0) : "-",
+        rates ? fmt::format("{:.0f}", k.tokens_per_s) : "-", 100.0 * k.bubble);
   }
   if (rates)
     fmt::print("\nrates of {} ({}{})\n", rates->machine, path,
                measured ? fmt::format("; {} measured now", measured) : "");
   fmt::print("\nbest: nekton train --nproc {} ... {}\n", a.world,
              fmt::join(all.front().overrides, " "));
-  if (cfg.model.is_moe())
-    fmt::print("parallel.ep stays at the recipe's {} (not searched)\n", cfg.parallel.mesh.ep);
   fmt::print("{} rejected (--json lists each with its reason)\n", all.size() - size_t(accepted));
   return 0;
 }

@@ -133,75 +133,84 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
         out.push_back(base);
         continue;
       }
-      for (bool sp : {false, true}) {
-        if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
-        for (parallel::Shard shard :
-             {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
-          for (int64_t mb : divisors(cfg.global_batch / dp))
-            for (const char* policy : {"none", "selective", "full"}) {
-              LayoutCandidate k = base;
-              k.sp = sp, k.shard = shard_key(shard), k.micro_batch = mb, k.recompute = policy;
-              if (shard != parallel::Shard::None && dp == 1) {
-                k.reason = fmt::format(
-                    "parallel.shard = {}: nothing to shard with one data-parallel rank (the "
-                    "same as none)",
-                    k.shard);
+      // Expert parallelism (a Mixture-of-Experts model): carved out of the
+      // data-parallel ranks, every divisor of dp (the trainer refuses those
+      // that do not split the experts evenly); else the recipe's value.
+      const std::vector<int64_t> eps =
+          mc.is_moe() ? divisors(dp) : std::vector<int64_t>{cfg.parallel.mesh.ep};
+      for (int64_t ep : eps)
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
+          for (parallel::Shard shard :
+               {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
+            for (int64_t mb : divisors(cfg.global_batch / dp))
+              for (const char* policy : {"none", "selective", "full"}) {
+                LayoutCandidate k = base;
+                k.ep = ep, k.sp = sp, k.shard = shard_key(shard), k.micro_batch = mb,
+                k.recompute = policy;
+                if (shard != parallel::Shard::None && dp == 1) {
+                  k.reason = fmt::format(
+                      "parallel.shard = {}: nothing to shard with one data-parallel rank (the "
+                      "same as none)",
+                      k.shard);
+                  out.push_back(k);
+                  continue;
+                }
+                TrainConfig c = cfg;
+                c.parallel.mesh.tp = int(tp);
+                c.parallel.mesh.pp = int(pp);
+                c.parallel.mesh.dp = int(dp);
+                c.parallel.mesh.ep = int(ep);
+                c.parallel.sequence_parallel = sp;
+                if (!own_layout) c.parallel.vp = 1, c.parallel.pp_layout.clear();
+                c.ddp.shard = shard;
+                c.micro_batch = mb;
+                c.recompute = policy;
+                TrainEstimate e;
+                try {
+                  // The trainer's checks: the config's, then the mesh's and
+                  // the layout's (train_mesh, inside estimate_training).
+                  c.parallel.check();
+                  c.ddp.check();
+                  e = estimate_training(c, N, nullptr);
+                } catch (const Error& err) {
+                  k.reason = err.what();
+                  out.push_back(k);
+                  continue;
+                }
+                k.memory_bytes = e.peak().total();
+                if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
+                  k.reason = fmt::format("memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
+                                         double(k.memory_bytes) / 1048576.0,
+                                         opt.budget_bytes / 1073741824.0);
+                  out.push_back(k);
+                  continue;
+                }
+                k.accepted = true;
+                k.comm_bytes = comm_bytes(c, e);
+                const double m = double(c.grad_accum() / dp);
+                k.bubble = double(pp - 1) / (m + double(pp - 1));
+                if (opt.rates) {
+                  measure_missing_rates(c, *opt.rates);
+                  const TrainEstimate t = estimate_training(c, N, opt.rates);
+                  k.compute_s = t.step.total();
+                  k.comm_s = k.comm_bytes / link;
+                  k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
+                }
+                k.overrides = {fmt::format("parallel.tp={}", tp),
+                               fmt::format("parallel.pp={}", pp),
+                               fmt::format("parallel.dp={}", dp),
+                               fmt::format("parallel.sp={}", sp ? "true" : "false"),
+                               fmt::format("parallel.shard={}", k.shard),
+                               fmt::format("train.micro_batch={}", mb),
+                               fmt::format("train.recompute={}", policy)};
+                if (mc.is_moe()) k.overrides.push_back(fmt::format("parallel.ep={}", ep));
+                if (!own_layout && cfg.parallel.vp != 1) k.overrides.push_back("parallel.vp=1");
+                if (!own_layout && !cfg.parallel.pp_layout.empty())
+                  k.overrides.push_back("parallel.pp_layout=");  // an even split
                 out.push_back(k);
-                continue;
               }
-              TrainConfig c = cfg;
-              c.parallel.mesh.tp = int(tp);
-              c.parallel.mesh.pp = int(pp);
-              c.parallel.mesh.dp = int(dp);
-              c.parallel.sequence_parallel = sp;
-              if (!own_layout) c.parallel.vp = 1, c.parallel.pp_layout.clear();
-              c.ddp.shard = shard;
-              c.micro_batch = mb;
-              c.recompute = policy;
-              TrainEstimate e;
-              try {
-                // The trainer's checks: the config's, then the mesh's and
-                // the layout's (train_mesh, inside estimate_training).
-                c.parallel.check();
-                c.ddp.check();
-                e = estimate_training(c, N, nullptr);
-              } catch (const Error& err) {
-                k.reason = err.what();
-                out.push_back(k);
-                continue;
-              }
-              k.memory_bytes = e.peak().total();
-              if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
-                k.reason = fmt::format("memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
-                                       double(k.memory_bytes) / 1048576.0,
-                                       opt.budget_bytes / 1073741824.0);
-                out.push_back(k);
-                continue;
-              }
-              k.accepted = true;
-              k.comm_bytes = comm_bytes(c, e);
-              const double m = double(c.grad_accum() / dp);
-              k.bubble = double(pp - 1) / (m + double(pp - 1));
-              if (opt.rates) {
-                measure_missing_rates(c, *opt.rates);
-                const TrainEstimate t = estimate_training(c, N, opt.rates);
-                k.compute_s = t.step.total();
-                k.comm_s = k.comm_bytes / link;
-                k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
-              }
-              k.overrides = {fmt::format("parallel.tp={}", tp),
-                             fmt::format("parallel.pp={}", pp),
-                             fmt::format("parallel.dp={}", dp),
-                             fmt::format("parallel.sp={}", sp ? "true" : "false"),
-                             fmt::format("parallel.shard={}", k.shard),
-                             fmt::format("train.micro_batch={}", mb),
-                             fmt::format("train.recompute={}", policy)};
-              if (!own_layout && cfg.parallel.vp != 1) k.overrides.push_back("parallel.vp=1");
-              if (!own_layout && !cfg.parallel.pp_layout.empty())
-                k.overrides.push_back("parallel.pp_layout=");  // an even split
-              out.push_back(k);
-            }
-      }
+        }
     }
   const bool timed = opt.rates != nullptr;
   std::stable_sort(out.begin(), out.end(), [&](const LayoutCandidate& a, const LayoutCandidate& b) {

@@ -98,6 +98,33 @@ TEST(LayoutSearch, ReturnsOnlyLayoutsTrainAcceptsWithinTheBudget) {
   EXPECT_EQ(kinds, (std::set<std::string>{"budget", "heads", "layers", "fsdp+tp"}));
 }
 
+// A Mixture-of-Experts model: expert parallelism is searched over the
+// divisors of dp; tensor parallelism is refused by the trainer's rule; every
+// accepted layout trains by the trainer's checks.
+TEST(LayoutSearch, MixtureOfExpertsSearchesExpertParallelism) {
+  const std::vector<std::string> moe = {"model.preset=mixtral-tiny", "model.n_layer=2"};
+  const TrainConfig cfg = load(moe);
+  ASSERT_TRUE(cfg.model.is_moe());
+  LayoutSearchOptions opt;
+  opt.world = 4;
+  const auto all = search_layouts(cfg, opt);
+  std::set<int64_t> eps;
+  bool tp_refused = false;
+  for (const auto& k : all) {
+    if (k.accepted) {
+      eps.insert(k.ep);
+      EXPECT_EQ(k.tp, 1);
+      std::vector<std::string> o = moe;
+      o.insert(o.end(), k.overrides.begin(), k.overrides.end());
+      EXPECT_NO_THROW(train_mesh(load(o), 4, 0)) << fmt::format("{}", fmt::join(o, " "));
+    } else if (k.tp > 1 && contains(k.reason, "Mixture-of-Experts")) {
+      tp_refused = true;
+    }
+  }
+  EXPECT_TRUE(eps.count(1) && eps.count(2) && eps.count(4)) << eps.size();
+  EXPECT_TRUE(tp_refused);
+}
+
 // The winner under a smaller budget never needs more memory than the
 // winner under a larger one, ranked by memory or by (measured) time.
 TEST(LayoutSearch, SmallerBudgetNeverGivesALargerMemoryWinner) {
