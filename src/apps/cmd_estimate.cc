@@ -2,9 +2,11 @@
 // recipe before it runs (train/estimate.h); --measure runs two steps and
 // prints what they used beside each figure; --budget answers what fits.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "core/log.h"
 #include "data/dataset/text_dataset.h"
 #include "train/estimate.h"
+#include "train/layout_search.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -30,7 +33,8 @@ namespace {
 
 constexpr const char* kEstimateUsage =
     "usage: nekton estimate [--config RECIPE.yaml] [key=value ...] [--nproc N] [--json]\n"
-    "                       [--measure] [--budget GIB] [--rates FILE | --no-time]\n\n"
+    "                       [--measure] [--budget GIB] [--rates FILE | --no-time]\n"
+    "       nekton estimate --search --nproc N [--budget GIB] [--link-gbps G] [--json] ...\n\n"
     "Memory per rank (weights, gradients, optimizer state, activations, workspaces), FLOPs\n"
     "per step and predicted step time of the `nekton train` recipe the settings give; of an\n"
     "align recipe (align.* keys), also the memory of each reference model choice.\n"
@@ -41,13 +45,18 @@ constexpr const char* kEstimateUsage =
     "               train.recompute policy, and the cheapest policy at this micro-batch\n"
     "  --rates F    this machine's GEMM, attention and memory rates (JSON); default: the\n"
     "               cache (NEKTON_CACHE or ~/.cache/nekton/rates.json), measured once\n"
-    "  --no-time    no step-time prediction (nothing measured)\n";
+    "  --no-time    no step-time prediction (nothing measured)\n"
+    "  --search     the layouts of N processes (tp, pp, dp, ep, sp, parallel.shard, micro-batch,\n"
+    "               recompute) that nekton train accepts and that fit --budget, best first:\n"
+    "               predicted step time with a communication term (by memory with --no-time)\n"
+    "  --link-gbps G  link bandwidth of the communication term, Gbit/s (default 4: two ranks'\n"
+    "               shared-memory all-reduce, BENCHMARKS.md)\n";
 
 struct EstimateArgs {
   CommandArgs common;
   int64_t world = 0;
-  bool json = false, measure = false, time = true;
-  double budget_gib = 0;
+  bool json = false, measure = false, time = true, search = false;
+  double budget_gib = 0, link_gbps = kDefaultLinkGbps;
   std::string rates;
 };
 
@@ -69,6 +78,10 @@ EstimateArgs parse(const std::vector<std::string>& args) {
       e.json = true;
     } else if (s == "--measure") {
       e.measure = true;
+    } else if (s == "--search") {
+      e.search = true;
+    } else if (s == "--link-gbps") {
+      e.link_gbps = number_arg(args, i, s);
     } else if (s == "--no-time") {
       e.time = false;
     } else if (s == "--budget") {
@@ -86,6 +99,8 @@ EstimateArgs parse(const std::vector<std::string>& args) {
   }
   e.common = parse_command_args(rest);
   if (!e.rates.empty() && !e.time) fail("--rates and --no-time exclude each other");
+  if (e.search && e.world == 0) fail("--search needs the world size: --nproc N");
+  if (e.search && e.measure) fail("--search and --measure exclude each other");
   return e;
 }
 
@@ -138,31 +153,117 @@ nlohmann::json align_reference(const TrainConfig& cfg, const AlignConfig& ac,
   return j;
 }
 
+// The rate cache's JSON (empty when absent or unreadable) and this
+// machine's entry in it.
+nlohmann::json read_rate_cache(const std::string& path) {
+  if (fs::exists(path)) {
+    try {
+      return parse_json_object(read_text_file(path), path);
+    } catch (const Error& e) {
+      NK_WARN("{}; measuring again", e.what());
+    }
+  }
+  return nlohmann::json::object();
+}
+
+void write_rate_cache(const std::string& path, nlohmann::json cache, const MachineRates& r) {
+  cache[r.machine] = r.to_json();
+  fs::create_directories(fs::path(path).parent_path());
+  write_file_atomic(path, cache.dump(1) + "\n");
+}
+
 // The rates for cfg: --rates FILE as given (nk::Error if it lacks one), else
 // the cache's entry for this machine, completed by measuring and saved back.
 MachineRates rates_for(const TrainConfig& cfg, const std::string& file) {
   if (!file.empty())
     return MachineRates::from_json(parse_json_object(read_text_file(file), file), file);
   const std::string path = rates_cache_path();
-  nlohmann::json cache = nlohmann::json::object();
-  if (fs::exists(path)) {
-    try {
-      cache = parse_json_object(read_text_file(path), path);
-    } catch (const Error& e) {
-      NK_WARN("{}; measuring again", e.what());
-    }
-  }
+  const nlohmann::json cache = read_rate_cache(path);
   const std::string machine = rates_machine(cfg);
   MachineRates r;
   if (cache.contains(machine)) r = MachineRates::from_json(cache[machine], path + ": " + machine);
   const size_t before = r.gemm.size() + r.attention.size();
   measure_missing_rates(cfg, r);
-  if (r.gemm.size() + r.attention.size() != before || !cache.contains(machine)) {
-    cache[r.machine] = r.to_json();
-    fs::create_directories(fs::path(path).parent_path());
-    write_file_atomic(path, cache.dump(1) + "\n");
-  }
+  if (r.gemm.size() + r.attention.size() != before || !cache.contains(machine))
+    write_rate_cache(path, cache, r);
   return r;
+}
+
+// --search: every layout of a.world processes (train/layout_search.h); the
+// rates the candidates need are measured into the cache (not into --rates
+// FILE, which stays as given).
+int search(const EstimateArgs& a, const TrainConfig& cfg) {
+  std::optional<MachineRates> rates;
+  nlohmann::json cache;
+  const std::string path = a.rates.empty() ? rates_cache_path() : a.rates;
+  size_t before = 0;
+  if (a.time) {
+    if (!a.rates.empty()) {
+      rates = MachineRates::from_json(parse_json_object(read_text_file(a.rates), a.rates), a.rates);
+    } else {
+      cache = read_rate_cache(path);
+      const std::string machine = rates_machine(cfg);
+      rates = cache.contains(machine)
+                  ? MachineRates::from_json(cache[machine], path + ": " + machine)
+                  : MachineRates{};
+      rates->machine = machine;
+    }
+    before = rates->gemm.size() + rates->attention.size();
+  }
+  LayoutSearchOptions opt;
+  opt.world = a.world;
+  opt.budget_bytes = a.budget_gib * 1073741824.0;
+  opt.link_gbps = a.link_gbps;
+  opt.rates = rates ? &*rates : nullptr;
+  const std::vector<LayoutCandidate> all = search_layouts(cfg, opt);
+  const size_t measured = rates ? rates->gemm.size() + rates->attention.size() - before : 0;
+  if (rates && a.rates.empty() && (measured > 0 || !cache.contains(rates->machine)))
+    write_rate_cache(path, cache, *rates);
+  const auto accepted =
+      std::count_if(all.begin(), all.end(), [](const LayoutCandidate& k) { return k.accepted; });
+  if (a.json) {
+    nlohmann::json j = {{"world", a.world},         {"budget_bytes", opt.budget_bytes},
+                        {"link_gbps", a.link_gbps}, {"ranked_by", rates ? "step_time" : "memory"},
+                        {"accepted", accepted},     {"candidates", nlohmann::json::array()}};
+    for (const LayoutCandidate& k : all) j["candidates"].push_back(k.to_json());
+    if (rates) j["rates"] = rates->to_json(), j["rates_measured"] = measured;
+    fmt::print("{}\n", j.dump(2));
+    return accepted > 0 ? 0 : 1;
+  }
+  fmt::print(
+      "{} layouts of {} processes for {} ({} layers, {} heads / {} kv heads), global batch {} x "
+      "{} tokens; {} accepted{}\n",
+      all.size(), a.world, cfg.model.arch, cfg.model.n_layer, cfg.model.n_head, cfg.model.n_kv_head,
+      cfg.global_batch, cfg.seq_len, accepted,
+      a.budget_gib > 0 ? fmt::format(" within {} GiB per rank", a.budget_gib) : "");
+  fmt::print("ranked by {}\n\n",
+             rates ? fmt::format("predicted step time (compute + communication over {} Gbit/s)",
+                                 a.link_gbps)
+                   : "memory per rank (--no-time: no step time)");
+  if (accepted == 0) {
+    fmt::print("nothing fits; the first rejections:\n");
+    for (size_t i = 0; i < all.size() && i < 5; ++i) fmt::print("  {}\n", all[i].reason);
+    return 1;
+  }
+  fmt::print("{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>7}\n",
+             "#", "tp", "pp", "dp", "ep", "sp", "shard", "mb", "recompute", "memory/rank",
+             "step ms", "tokens/s", "bubble");
+  int shown = 0;
+  for (const LayoutCandidate& k : all) {
+    if (!k.accepted || shown == 10) break;
+    fmt::print(
+        "{:>3} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>5} {:>9} {:>12} {:>10} {:>10} {:>6.1f}%\n",
+        ++shown, k.tp, k.pp, k.dp, k.ep, k.sp ? "yes" : "no", k.shard, k.micro_batch, k.recompute,
+        mib(double(k.memory_bytes)), rates ? fmt::format("{:.1f}", k.step_s() * 1000.0) : "-",
+        rates ? fmt::format("{:.0f}", k.tokens_per_s) : "-", 100.0 * k.bubble);
+  }
+  if (rates)
+    fmt::print("\nrates of {} ({}{})\n", rates->machine, path,
+               measured ? fmt::format("; {} measured now", measured) : "");
+  fmt::print("\nbest: nekton train --nproc {} ... {}\n", a.world,
+             fmt::join(all.front().overrides, " "));
+  fmt::print("{} rejected (--json lists each with its reason)\n", all.size() - size_t(accepted));
+  return 0;
 }
 
 struct Measured {
@@ -272,6 +373,7 @@ int cmd_estimate(const CommandArgs& raw) {
     ConfigReader r(c);
     ac.bind(r);
   }
+  if (a.search) return search(a, cfg);
   std::optional<MachineRates> rates;
   if (a.time) rates = rates_for(cfg, a.rates);
   const TrainEstimate e = estimate_training(cfg, a.world, rates ? &*rates : nullptr);

@@ -1,0 +1,226 @@
+#include "train/layout_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "parallel/pipeline_parallel.h"
+
+namespace nk {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+const char* shard_key(parallel::Shard s) {
+  return s == parallel::Shard::Full        ? "full"
+         : s == parallel::Shard::Optimizer ? "optimizer"
+                                           : "none";
+}
+
+// Layers on each pipeline stage: the most any stage holds, and how many of
+// those recompute fully.
+std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
+  const std::vector<Recompute> plan =
+      recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
+  std::pair<int64_t, int64_t> best{0, 0};
+  for (int64_t s = 0; s < pp; ++s) {
+    const PipelineStage st =
+        pp > 1 ? parallel::pipeline_stage(c.model, pp, s, c.parallel.pp_layout, c.parallel.vp)
+               : PipelineStage{};
+    int64_t n = 0, f = 0;
+    for (int64_t l = 0; l < c.model.n_layer; ++l)
+      if (st.holds_layer(c.model, l)) {
+        ++n;
+        f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
+      }
+    if (n > best.first) best = {n, f};
+  }
+  return best;
+}
+
+// The bytes one rank moves per step (ring collectives; no overlap with
+// compute is assumed):
+//  DP: the gradients, 2 (dp-1)/dp of their bytes (all-reduce, or ZeRO-1's
+//      reduce-scatter + all-gather of the weights); FSDP 3 (dp-1)/dp (the
+//      weights are gathered for the forward and again for the backward);
+//  TP: per layer and micro-batch 4 all-reduces (2 forward, 2 backward; with
+//      sp the same bytes as reduce-scatter + all-gather), 2 more for a
+//      fully recomputed layer, each 2 (tp-1)/tp of a B x T x C activation;
+//  PP: per micro-batch the activation sent forward and its gradient sent
+//      back, B x T x C (1/tp of it with sp);
+//  MoE: the expert all-to-alls of the estimate.
+double comm_bytes(const TrainConfig& c, const TrainEstimate& e) {
+  const double s = double(dtype_size(c.dtype));
+  const double act = double(c.micro_batch * c.seq_len * c.model.d_model) * s;
+  const double m = double(c.grad_accum() / e.dp);
+  double grads = 0;
+  for (const RankEstimate& r : e.stages)
+    grads = std::max(grads, double(r.params) * double(dtype_size(c.adamw.precision.grads)));
+  double bytes = 0;
+  if (e.dp > 1)
+    bytes += (c.ddp.shard == parallel::Shard::Full ? 3.0 : 2.0) * double(e.dp - 1) / double(e.dp) *
+             grads;
+  const auto [layers, full] = busiest_stage(c, e.pp);
+  if (e.tp > 1)
+    bytes += m * double(4 * layers + 2 * full) * 2.0 * double(e.tp - 1) / double(e.tp) * act;
+  if (e.pp > 1) bytes += m * 2.0 * act / (c.parallel.sequence_parallel ? double(e.tp) : 1.0);
+  return bytes + double(e.a2a_bytes_per_step);
+}
+
+}  // namespace
+
+nlohmann::json LayoutCandidate::to_json() const {
+  nlohmann::json j = {{"tp", tp},
+                      {"pp", pp},
+                      {"dp", dp},
+                      {"ep", ep},
+                      {"sp", sp},
+                      {"shard", shard},
+                      {"micro_batch", micro_batch},
+                      {"recompute", recompute},
+                      {"accepted", accepted}};
+  if (!accepted) {
+    j["reason"] = reason;
+    if (memory_bytes > 0) j["memory_bytes"] = memory_bytes;
+    return j;
+  }
+  j["memory_bytes"] = memory_bytes;
+  j["comm_bytes"] = comm_bytes;
+  j["bubble"] = bubble;
+  j["overrides"] = overrides;
+  if (compute_s > 0)
+    j["step_seconds"] = {{"compute", compute_s}, {"comm", comm_s}, {"total", step_s()}},
+    j["tokens_per_s"] = tokens_per_s;
+  return j;
+}
+
+std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
+                                            const LayoutSearchOptions& opt) {
+  const int64_t N = opt.world;
+  if (N < 1) fail("--search needs a world size (--nproc N), got {}", N);
+  if (!(opt.link_gbps > 0)) fail("--link-gbps must be positive, got {}", opt.link_gbps);
+  const double link = opt.link_gbps * 1e9 / 8.0;  // bytes/s
+  const ModelConfig& mc = cfg.model;
+  std::vector<LayoutCandidate> out;
+  for (int64_t tp : divisors(N))
+    for (int64_t pp : divisors(N / tp)) {
+      const int64_t dp = N / (tp * pp);
+      LayoutCandidate base;
+      base.tp = tp, base.pp = pp, base.dp = dp, base.ep = cfg.parallel.mesh.ep;
+      base.micro_batch = cfg.micro_batch, base.recompute = cfg.recompute;
+      base.shard = shard_key(cfg.ddp.shard);
+      const bool own_layout = pp == cfg.parallel.mesh.pp;  // the recipe's vp and pp_layout hold
+      if (!own_layout && mc.n_layer % pp) {
+        base.reason = fmt::format(
+            "parallel.pp = {}: does not divide model.n_layer = {} (the search splits the layers "
+            "evenly)",
+            pp, mc.n_layer);
+        out.push_back(base);
+        continue;
+      }
+      if (cfg.global_batch % dp) {
+        base.reason = fmt::format(
+            "train.global_batch = {} is not a multiple of the data-parallel size {} (world {} / "
+            "(tp {} x pp {}))",
+            cfg.global_batch, dp, N, tp, pp);
+        out.push_back(base);
+        continue;
+      }
+      // Expert parallelism (a Mixture-of-Experts model): carved out of the
+      // data-parallel ranks, every divisor of dp (the trainer refuses those
+      // that do not split the experts evenly); else the recipe's value.
+      const std::vector<int64_t> eps =
+          mc.is_moe() ? divisors(dp) : std::vector<int64_t>{cfg.parallel.mesh.ep};
+      for (int64_t ep : eps)
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
+          for (parallel::Shard shard :
+               {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
+            for (int64_t mb : divisors(cfg.global_batch / dp))
+              for (const char* policy : {"none", "selective", "full"}) {
+                LayoutCandidate k = base;
+                k.ep = ep, k.sp = sp, k.shard = shard_key(shard), k.micro_batch = mb,
+                k.recompute = policy;
+                if (shard != parallel::Shard::None && dp == 1) {
+                  k.reason = fmt::format(
+                      "parallel.shard = {}: nothing to shard with one data-parallel rank (the "
+                      "same as none)",
+                      k.shard);
+                  out.push_back(k);
+                  continue;
+                }
+                TrainConfig c = cfg;
+                c.parallel.mesh.tp = int(tp);
+                c.parallel.mesh.pp = int(pp);
+                c.parallel.mesh.dp = int(dp);
+                c.parallel.mesh.ep = int(ep);
+                c.parallel.sequence_parallel = sp;
+                if (!own_layout) c.parallel.vp = 1, c.parallel.pp_layout.clear();
+                c.ddp.shard = shard;
+                c.micro_batch = mb;
+                c.recompute = policy;
+                TrainEstimate e;
+                try {
+                  // The trainer's checks: the config's, then the mesh's and
+                  // the layout's (train_mesh, inside estimate_training).
+                  c.parallel.check();
+                  c.ddp.check();
+                  e = estimate_training(c, N, nullptr);
+                } catch (const Error& err) {
+                  k.reason = err.what();
+                  out.push_back(k);
+                  continue;
+                }
+                k.memory_bytes = e.peak().total();
+                if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
+                  k.reason = fmt::format("memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
+                                         double(k.memory_bytes) / 1048576.0,
+                                         opt.budget_bytes / 1073741824.0);
+                  out.push_back(k);
+                  continue;
+                }
+                k.accepted = true;
+                k.comm_bytes = comm_bytes(c, e);
+                const double m = double(c.grad_accum() / dp);
+                k.bubble = double(pp - 1) / (m + double(pp - 1));
+                if (opt.rates) {
+                  measure_missing_rates(c, *opt.rates);
+                  const TrainEstimate t = estimate_training(c, N, opt.rates);
+                  k.compute_s = t.step.total();
+                  k.comm_s = k.comm_bytes / link;
+                  k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
+                }
+                k.overrides = {fmt::format("parallel.tp={}", tp),
+                               fmt::format("parallel.pp={}", pp),
+                               fmt::format("parallel.dp={}", dp),
+                               fmt::format("parallel.sp={}", sp ? "true" : "false"),
+                               fmt::format("parallel.shard={}", k.shard),
+                               fmt::format("train.micro_batch={}", mb),
+                               fmt::format("train.recompute={}", policy)};
+                if (mc.is_moe()) k.overrides.push_back(fmt::format("parallel.ep={}", ep));
+                if (!own_layout && cfg.parallel.vp != 1) k.overrides.push_back("parallel.vp=1");
+                if (!own_layout && !cfg.parallel.pp_layout.empty())
+                  k.overrides.push_back("parallel.pp_layout=");  // an even split
+                out.push_back(k);
+              }
+        }
+    }
+  const bool timed = opt.rates != nullptr;
+  std::stable_sort(out.begin(), out.end(), [&](const LayoutCandidate& a, const LayoutCandidate& b) {
+    if (a.accepted != b.accepted) return a.accepted;
+    if (!a.accepted) return false;
+    if (timed && a.step_s() != b.step_s()) return a.step_s() < b.step_s();
+    if (a.memory_bytes != b.memory_bytes) return a.memory_bytes < b.memory_bytes;
+    return a.comm_bytes < b.comm_bytes;
+  });
+  return out;
+}
+
+}  // namespace nk

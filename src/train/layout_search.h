@@ -1,0 +1,57 @@
+// `nekton estimate --search`: the layouts of a recipe on N processes that
+// `nekton train` accepts and that fit a memory budget per rank, ranked by
+// predicted step time (compute from train/estimate.h plus a communication
+// term), or by memory without rates. Every candidate goes through the
+// trainer's own checks (ParallelConfig::check, train_mesh), so a refused
+// layout carries the trainer's message.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "train/estimate.h"
+#include "train/train_config.h"
+
+namespace nk {
+
+// The link the communication term divides by: 4 Gbit/s, the bus bandwidth
+// of a 16 MiB all-reduce between two ranks over OpenMPI's shared memory on
+// the 2-core box (BENCHMARKS.md, "All-reduce through dist's MPI
+// communicator": 31 ms best).
+inline constexpr double kDefaultLinkGbps = 4.0;
+
+struct LayoutSearchOptions {
+  int64_t world = 1;
+  double budget_bytes = 0;  // per rank; 0: no limit
+  double link_gbps = kDefaultLinkGbps;
+  // Rates of this machine; null: no time, ranked by memory. Rates the
+  // candidates need and `rates` lacks are measured and added.
+  MachineRates* rates = nullptr;
+};
+
+struct LayoutCandidate {
+  int64_t tp = 1, pp = 1, dp = 1, ep = 1, micro_batch = 1;
+  bool sp = false;
+  std::string shard = "none", recompute = "none";
+  bool accepted = false;
+  std::string reason;        // why it was rejected (names the key or --budget)
+  int64_t memory_bytes = 0;  // the peak rank's (0 when refused before estimating)
+  // Bytes one rank moves per step: DP gradient reduction, TP all-reduces,
+  // PP activation sends, MoE all-to-alls (train/layout_search.cc).
+  double comm_bytes = 0;
+  double bubble = 0;                 // 1F1B: (pp - 1) / (m + pp - 1), already in compute_s
+  double compute_s = 0, comm_s = 0;  // 0 without rates
+  double step_s() const { return compute_s + comm_s; }
+  double tokens_per_s = 0;
+  // The key=value settings that give this layout on top of the recipe.
+  std::vector<std::string> overrides;
+  nlohmann::json to_json() const;
+};
+
+// All candidates: the accepted ones first, best first (step time, then
+// memory; without rates memory, then communication bytes), then the
+// rejected ones in enumeration order.
+std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg, const LayoutSearchOptions& opt);
+
+}  // namespace nk
