@@ -34,6 +34,12 @@ NK_KERNEL_DECL(void, quant_embedding_forward,
 NK_KERNEL_DECL(bool, quant_pack, (QuantWeight& q))
 NK_KERNEL_DECL(void, quant_unpack, (QuantWeight& rows, const QuantWeight& q))
 
+// ---- Gemma's gated GELU and soft-capping (activation.cc) ----
+NK_KERNEL_DECL(void, geglu_forward, (Tensor y, const Tensor& gu))
+NK_KERNEL_DECL(void, geglu_backward, (Tensor dgu, const Tensor& dy, const Tensor& gu))
+NK_KERNEL_DECL(void, softcap_forward, (Tensor y, const Tensor& x, float cap))
+NK_KERNEL_DECL(void, softcap_backward, (Tensor dx, const Tensor& dy, const Tensor& y, float cap))
+
 // ---- rotary table (rope.cc); the table is built in host memory only ----
 // Fills table f32[maxT, D].
 NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))
