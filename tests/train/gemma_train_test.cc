@@ -115,7 +115,7 @@ TEST(GemmaTrainRefusals, NameTheKey) {
   EXPECT_TRUE(contains(e, "model.final_logit_softcap")) << e;
   e = err("gemma3-tiny", {"model.sliding_window=0"});
   EXPECT_TRUE(contains(e, "model.sliding_window_pattern")) << e;
-  e = err("llama-tiny", {"model.rope_local_theta=100"});
+  e = err("gpt-tiny", {"model.rope_local_theta=100"});  // learned positions: no RoPE
   EXPECT_TRUE(contains(e, "model.rope_local_theta")) << e;
   // Post norms under tensor parallelism: refused before anything is built.
   e = error_of([&] { check_tensor_parallel(model_preset("gemma2-tiny"), 2); });
