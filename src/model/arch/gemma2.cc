@@ -155,15 +155,13 @@ void hf_read_gemma(const HfConfigReader& h, ModelConfig& c, bool gemma3) {
   if (h.boolean("attention_bias", false))
     h.unsupported("attention_bias", "attention projections without biases only");
   c.query_pre_attn_scalar = h.number("query_pre_attn_scalar", 256.0);
-  c.attn_logit_softcap = h.number("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
-  c.final_logit_softcap = h.number("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
-  // null: no capping (as Gemma 3's configs have it).
-  if (h.object().contains("attn_logit_softcapping") &&
-      h.object()["attn_logit_softcapping"].is_null())
-    c.attn_logit_softcap = 0.0;
-  if (h.object().contains("final_logit_softcapping") &&
-      h.object()["final_logit_softcapping"].is_null())
-    c.final_logit_softcap = 0.0;
+  // Absent: the class's default (Gemma 2 caps, Gemma 3 does not); null: none.
+  auto softcap = [&](const char* key, double def) {
+    const nlohmann::json& j = h.object();
+    return j.contains(key) && j.at(key).is_null() ? 0.0 : h.number(key, def);
+  };
+  c.attn_logit_softcap = softcap("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
+  c.final_logit_softcap = softcap("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
   c.sliding_window =
       h.has("sliding_window") ? h.positive("sliding_window", limits::kSeqLen, "positions") : 4096;
   int64_t P = gemma3 ? h.integer("sliding_window_pattern", 6) : 2;
