@@ -35,6 +35,11 @@ std::string model_config_to_json(const ModelConfig& c) {
             {"init_std", c.init_std}};
   // Only when set, so the config of a model without one stays as it was.
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.sliding_window_pattern > 0) j["sliding_window_pattern"] = c.sliding_window_pattern;
+  if (c.rope_local_theta > 0) j["rope_local_theta"] = c.rope_local_theta;
+  if (c.query_pre_attn_scalar > 0) j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  if (c.attn_logit_softcap > 0) j["attn_logit_softcap"] = c.attn_logit_softcap;
+  if (c.final_logit_softcap > 0) j["final_logit_softcap"] = c.final_logit_softcap;
   if (c.attn_head_dim > 0) j["head_dim"] = c.attn_head_dim;
   if (c.is_moe())
     j["moe"] = {{"num_experts", c.num_experts},
@@ -112,6 +117,11 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   get("tied_embeddings", c.tied_embeddings);
   if (j.contains("init_std")) get("init_std", c.init_std);
   if (j.contains("sliding_window")) get("sliding_window", c.sliding_window);
+  if (j.contains("sliding_window_pattern")) get("sliding_window_pattern", c.sliding_window_pattern);
+  if (j.contains("rope_local_theta")) get("rope_local_theta", c.rope_local_theta);
+  if (j.contains("query_pre_attn_scalar")) get("query_pre_attn_scalar", c.query_pre_attn_scalar);
+  if (j.contains("attn_logit_softcap")) get("attn_logit_softcap", c.attn_logit_softcap);
+  if (j.contains("final_logit_softcap")) get("final_logit_softcap", c.final_logit_softcap);
   if (j.contains("head_dim")) get("head_dim", c.attn_head_dim);
   if (j.contains("moe")) {
     const json& m = j["moe"];

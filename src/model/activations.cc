@@ -80,6 +80,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   const bool any_dense = c.has_dense_layers();
   const int64_t segments = c.is_moe() && c.moe_aux_loss_type == "seq" ? B : 1;
   const bool qk_norm = c.architecture().block().qk_norm;
+  const bool post_norms = c.architecture().block().post_norms;
   auto layer = [&](bool cheap, int64_t l) {
     Layer y;
     y.res_mid = region();
@@ -92,6 +93,12 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     y.attn.qkv = act(c.qkv_dim() / t);
     y.attn.out = act(HD);
     y.attn.lse = alloc({B, c.n_head / t, T}, DType::F32);
+    if (post_norms) {
+      y.attn_y = region();
+      y.mlp_y = region();
+      y.rstd3 = stat();
+      y.rstd4 = stat();
+    }
     if (qk_norm)
       y.attn.qk = nn::SelfAttention::qk_acts_for(B * T, c.n_head / t, c.n_kv_head / t, c.head_dim(),
                                                  dt, alloc);
@@ -202,6 +209,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   chunk = (B * T + n_chunks - 1) / n_chunks;
   if (stage.head) {  // the last pipeline stage's (every stage's without pipelining)
     logits = alloc({chunk, V}, dt);
+    if (training && c.final_logit_softcap > 0) capped = alloc({chunk, V}, dt);
     losses = alloc({B * T}, DType::F32);
     if (tp.active()) ce_stats = alloc({nn::VocabCrossEntropy::stats_size(chunk)}, DType::F32);
     host_losses.resize(size_t(B * T));
@@ -209,6 +217,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   if (training) {
     dres = region();
     dln = region();
+    if (post_norms) dpost = region();
     dattn.dqkv = act(c.qkv_dim() / t);
     dattn.dout = act(HD);
     if (qk_norm) dattn.dqk = act(HD);
@@ -305,6 +314,10 @@ std::vector<SavedActivation> Activations::saved(int64_t l) const {
                          {"attn.qkv", &y.attn.qkv},
                          {"attn.out", &y.attn.out},
                          {"attn.lse", &y.attn.lse},
+                         {"attn_y", &y.attn_y},
+                         {"mlp_y", &y.mlp_y},
+                         {"rstd3", &y.rstd3},
+                         {"rstd4", &y.rstd4},
                          {"mlp.h", &y.mlp.h},
                          {"moe.logits", &y.moe.logits},
                          {"moe.probs", &y.moe.probs},

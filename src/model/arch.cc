@@ -21,13 +21,15 @@ const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& dots1_architecture();
 const Architecture& phi3_architecture();
+const Architecture& gemma2_architecture();
+const Architecture& gemma3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &gpt2_architecture(),      &llama_architecture(),     &qwen2_architecture(),
       &mistral_architecture(),   &mixtral_architecture(),   &qwen3_architecture(),
       &qwen2_moe_architecture(), &qwen3_moe_architecture(), &dots1_architecture(),
-      &phi3_architecture(),
+      &phi3_architecture(),      &gemma2_architecture(),    &gemma3_architecture(),
   };
   return all;
 }
@@ -102,8 +104,10 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
   const ParamOptions up =
       spec.swiglu ? ParamOptions{Split::Rows, {{"gate", c.d_ff}, {"up", c.d_ff}}} : rows;
   auto L = [](int64_t l, const char* name) { return fmt::format("h.{}.{}", l, name); };
+  // (1 + w) norms start at w = 0: a scale of 1, as ones do for plain ones.
+  const Init gain = spec.norm_offset ? Init::Zeros : Init::Ones;
   auto norm = [&](const std::string& base) {
-    p.add(base + ".weight", {C}, Init::Ones);
+    p.add(base + ".weight", {C}, gain);
     if (!spec.rms_norm) p.add(base + ".bias", {C}, Init::Zeros);
   };
   p.add("wte", {c.vocab_size, C}, Init::Normal, std, vocab);
@@ -113,20 +117,23 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std, qkv);
     if (spec.qkv_bias) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros, 0.f, qkv);
     if (spec.qk_norm) {
-      p.add(L(l, "attn.q_norm.weight"), {D}, Init::Ones);
-      p.add(L(l, "attn.k_norm.weight"), {D}, Init::Ones);
+      p.add(L(l, "attn.q_norm.weight"), {D}, gain);
+      p.add(L(l, "attn.k_norm.weight"), {D}, gain);
     }
     p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
+    if (spec.post_norms) norm(L(l, "ln_attn_out"));
     norm(L(l, "ln2"));
     if (c.moe_layer(l)) {
       moe_params(p, c, l);
+      if (spec.post_norms) norm(L(l, "ln_mlp_out"));
       continue;
     }
     p.add(L(l, "mlp.up.weight"), {c.mlp_up_dim(), C}, Init::Normal, std, up);
     if (spec.proj_bias) p.add(L(l, "mlp.up.bias"), {c.mlp_up_dim()}, Init::Zeros, 0.f, up);
     p.add(L(l, "mlp.down.weight"), {C, c.d_ff}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "mlp.down.bias"), {C}, Init::Zeros);
+    if (spec.post_norms) norm(L(l, "ln_mlp_out"));
   }
   norm("ln_f");
   if (c.classifier())  // HF's *ForSequenceClassification: `score`, no LM head

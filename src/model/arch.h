@@ -24,13 +24,25 @@ namespace nk {
 // The per-block choices the shared nn blocks need.
 struct BlockSpec {
   bool rms_norm = false;           // RMSNorm (no bias) instead of LayerNorm (+ bias)
-  bool swiglu = false;             // SwiGLU over a fused [gate | up] projection, else GELU
+  bool swiglu = false;             // a gated MLP over a fused [gate | up] projection, else GELU
+  bool gelu_gate = false;          // the gated MLP's gate through the tanh GELU (GeGLU), not SiLU
   bool learned_positions = false;  // a wpe table (GPT-2), else rotary embeddings
   bool qkv_bias = false;           // bias on the fused QKV projection
   bool proj_bias = false;          // biases on the attention output and both MLP projections
   // Per-head RMSNorms on q and k before the rotation (Qwen3): weights
   // h.L.attn.q_norm.weight and h.L.attn.k_norm.weight [head_dim].
   bool qk_norm = false;
+  // Gemma's RMSNorms scale by (1 + w), the weights stored centred at 0
+  // (initialised to 0), computed in f32; every norm of the model, q/k norms
+  // included.
+  bool norm_offset = false;
+  // Norms on the sub-blocks' outputs too (Gemma 2 and 3): x + post(attn(ln1
+  // x)), then + post_ffn(mlp(ln2 x)); weights h.L.ln_attn_out.weight and
+  // h.L.ln_mlp_out.weight [C].
+  bool post_norms = false;
+  // The token embeddings times sqrt(d_model), the factor rounded to the
+  // compute dtype first (Gemma, as HF's normalizer).
+  bool embed_scale = false;
 };
 
 // One tensor of an external checkpoint (HF or GGUF) and where it lives in
@@ -234,6 +246,23 @@ std::vector<ExternalTensor> llama_style_gguf_tensors(const ModelConfig& c, bool 
 // and its gate ffn_gate_inp_shexp [C].
 std::vector<ExternalTensor> moe_gguf_tensors(const ModelConfig& c,
                                              const std::vector<ExternalTensor>& dense);
+// Gemma's block (model/arch/gemma2.cc; Gemma 3 adds q/k norms): GeGLU,
+// (1 + w) RMSNorms, post norms, scaled embeddings.
+BlockSpec gemma_block(bool qk_norm);
+// The config.json keys of Gemma 2 and Gemma 3's text model, defined in
+// arch/gemma2.cc: the Llama-style sizes, head_dim (default 256),
+// hidden_activation (gelu_pytorch_tanh only), query_pre_attn_scalar,
+// attn_logit_softcapping and final_logit_softcapping (null: none),
+// sliding_window, the local/global layers (layer_types, else Gemma 3's
+// sliding_window_pattern or Gemma 2's alternation), rope_theta and
+// rope_scaling, and Gemma 3's rope_local_base_freq. nk::Error naming the key.
+void hf_read_gemma(const HfConfigReader& h, ModelConfig& c, bool gemma3);
+void hf_write_gemma(const ModelConfig& c, nlohmann::ordered_json& j, bool gemma3);
+// Gemma's HF tensor names: Llama's plus post_attention_layernorm on the
+// attention's output, pre_feedforward_layernorm (Nekton's ln2),
+// post_feedforward_layernorm, and with qk_norm self_attn.q_norm / k_norm.
+std::vector<ExternalTensor> gemma_hf_tensors(const ModelConfig& c, bool qk_norm);
+
 // The `<gguf_arch>.` metadata key llama.cpp reads the norms' epsilon from,
 // which follows the norm: attention.layer_norm_rms_epsilon for RMSNorm,
 // attention.layer_norm_epsilon for LayerNorm (gpt2).

@@ -19,6 +19,10 @@ int64_t ModelConfig::mlp_up_dim() const {
   return architecture().block().swiglu ? 2 * d_ff : d_ff;
 }
 
+float ModelConfig::attn_scale() const {
+  return query_pre_attn_scalar > 0 ? float(1.0 / std::sqrt(query_pre_attn_scalar)) : 0.f;
+}
+
 int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
   return padded_rows(vocab_size, make_vocab_size_divisible_by, tp);
 }
@@ -56,6 +60,23 @@ void ModelConfig::validate(const std::string& p) const {
   if (sliding_window < 0)
     fail("{}sliding_window: must be 0 (full attention) or positive, got {}", p, sliding_window);
   check_limit("", p + "sliding_window", sliding_window, limits::kSeqLen, "positions");
+  if (sliding_window_pattern < 0)
+    fail("{}sliding_window_pattern: must be 0 (every layer windowed) or positive, got {}", p,
+         sliding_window_pattern);
+  if (sliding_window_pattern > 0 && sliding_window == 0)
+    fail("{}sliding_window_pattern: {} needs local layers ({}sliding_window > 0)", p,
+         sliding_window_pattern, p);
+  for (auto [key, v] : {std::pair<const char*, double>{"rope_local_theta", rope_local_theta},
+                        {"query_pre_attn_scalar", query_pre_attn_scalar},
+                        {"attn_logit_softcap", attn_logit_softcap},
+                        {"final_logit_softcap", final_logit_softcap}})
+    if (!(v >= 0) || !std::isfinite(v))
+      fail("{}{}: must be a finite number >= 0 (0: off), got {}", p, key, v);
+  if (rope_local_theta > 0 && (sliding_window == 0 || a->block().learned_positions))
+    fail(
+        "{}rope_local_theta: the local layers' RoPE base needs rotary local layers "
+        "({}sliding_window > 0)",
+        p, p);
   if (!(norm_eps > 0)) fail("{}norm_eps: must be positive, got {}", p, norm_eps);
   if (!(rope_theta > 0)) fail("{}rope_theta: must be positive, got {}", p, rope_theta);
   if (!(init_std > 0)) fail("{}init_std: must be positive, got {}", p, init_std);
@@ -268,6 +289,21 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
          "multiple of this x tp, as Megatron does; checkpoints and exports keep vocab_size rows");
   b.bind_unless("model.sliding_window", m.sliding_window, -1,
                 "override: sliding-window attention over this many positions (0 = full; -1 = "
+                "preset's)");
+  b.bind_unless("model.sliding_window_pattern", m.sliding_window_pattern, -1,
+                "override: with a sliding window, every this-th layer is global (full attention; "
+                "Gemma 2: 2, Gemma 3: 6); 0 = every layer windowed; -1 = preset's");
+  b.bind_unless("model.rope_local_theta", m.rope_local_theta, -1.0,
+                "override: the windowed layers' RoPE base, without rope_scaling (Gemma 3's "
+                "rope_local_base_freq; 0 = as the other layers; -1 = preset's)");
+  b.bind_unless("model.query_pre_attn_scalar", m.query_pre_attn_scalar, -1.0,
+                "override: attention scores scaled by 1/sqrt(this) (Gemma; 0 = head_dim; -1 = "
+                "preset's)");
+  b.bind_unless("model.attn_logit_softcap", m.attn_logit_softcap, -1.0,
+                "override: attention scores soft-capped to c tanh(s / c) (Gemma 2; 0 = none; -1 "
+                "= preset's)");
+  b.bind_unless("model.final_logit_softcap", m.final_logit_softcap, -1.0,
+                "override: logits soft-capped to c tanh(z / c) (Gemma 2; 0 = none; -1 = "
                 "preset's)");
   b.bind_unless("model.num_labels", m.num_labels, 0,
                 "a sequence classifier with this many outputs (a score head in place of the LM "

@@ -37,7 +37,24 @@ struct ModelConfig {
   // Sliding-window attention (Mistral): each token attends to the last
   // `sliding_window` positions, itself included; 0 = full causal attention.
   int64_t sliding_window = 0;
+  // Local and global layers (Gemma 2 and 3): with a window and a pattern P
+  // > 0, layer l is global (full causal attention) when (l + 1) % P == 0 and
+  // windowed otherwise: Gemma 2's P = 2 (even layers local), Gemma 3's 6
+  // (five local, then one global). 0: every layer windowed (Mistral).
+  int64_t sliding_window_pattern = 0;
   RopeScaling rope_scaling;  // none: plain rotary positions (model/rope.h)
+  // The windowed layers' own RoPE base, without rope_scaling (Gemma 3's
+  // rope_local_base_freq; its rope_scaling is the global layers'); 0: the
+  // windowed layers rotate as the others do.
+  double rope_local_theta = 0.0;
+  // Attention scores scaled by 1/sqrt(query_pre_attn_scalar) (Gemma); 0:
+  // 1/sqrt(head_dim).
+  double query_pre_attn_scalar = 0.0;
+  // Soft-capping (Gemma 2): attention scores s -> c tanh(s / c) before the
+  // softmax (attn_logit_softcapping) and the LM head's logits likewise
+  // (final_logit_softcapping); 0: none.
+  double attn_logit_softcap = 0.0;
+  double final_logit_softcap = 0.0;
   // Mixture of Experts (nn/moe.h; an architecture whose moe() is true,
   // Mixtral): every block's MLP is num_experts SwiGLU experts of moe_d_ff
   // units each (0: d_ff), each token routed to the num_experts_per_tok of
@@ -142,6 +159,15 @@ struct ModelConfig {
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
+  // Whether layer l is a local (windowed) one, per sliding_window_pattern;
+  // its window (0: full causal attention).
+  bool layer_local(int64_t l) const {
+    return sliding_window > 0 &&
+           !(sliding_window_pattern > 0 && (l + 1) % sliding_window_pattern == 0);
+  }
+  int64_t layer_window(int64_t l) const { return layer_local(l) ? sliding_window : 0; }
+  // The attention scores' factor: 0 for 1/sqrt(head_dim) (ops::attention_forward).
+  float attn_scale() const;
   bool is_moe() const { return num_experts > 0; }
   // Whether layer l's MLP is Mixture-of-Experts (else dense).
   bool moe_layer(int64_t l) const {

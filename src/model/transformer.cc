@@ -3,7 +3,10 @@
 // pipeline stage's layers). Weights and arenas: transformer_weights.cc.
 #include "model/transformer.h"
 
+#include "model/arch.h"
+
 #include <algorithm>
+#include <cmath>
 
 namespace nk {
 
@@ -48,6 +51,20 @@ void Transformer::embed_forward(Activations& a, const Tensor& tokens,
   // Packed rows: the prompt goes before each row's first document (the
   // trainer gives p-tuning one sample per row).
   if (prompt_.active()) place_prompt(nn::rows(a.res[0]), a.B, a.T, a.prompt);
+  // Gemma scales whatever embeddings go in, virtual tokens' included.
+  if (const float s = embed_scale(); s != 1.f) ops::scale(a.res[0], s);
+}
+
+float Transformer::embed_scale() const {
+  if (!cfg_.architecture().block().embed_scale) return 1.f;
+  // HF: torch.tensor(hidden_size ** 0.5, dtype=hidden_states.dtype).
+  const float s = float(std::sqrt(double(cfg_.d_model)));
+  return compute_ == DType::BF16 ? bf16_to_f32(f32_to_bf16(s)) : s;
+}
+
+void Transformer::cap_logits(const Tensor& logits) const {
+  if (cfg_.final_logit_softcap > 0)
+    ops::softcap_forward(logits, logits, float(cfg_.final_logit_softcap));
 }
 
 void Transformer::blocks_forward(Activations& a, int64_t first, int64_t last,
@@ -73,11 +90,15 @@ void Transformer::layer_forward(Activations& a, int64_t l, const Tensor& cu, con
   const bool training = a.layers.size() == blocks_.size();
   const Block& b = blocks_[size_t(l)];
   Activations::Layer& y = a.layers[training ? size_t(l) : 0];
+  // Post norms (Gemma): each sub-block's output y saved, norm(y) into tmp.
+  const bool post = y.attn_y.defined();
   b.norm1.forward(nn::rows(y.ln1), y.mean1, y.rstd1, nn::rows(a.res[l]));
-  b.attn.forward(a.tmp, y.attn, y.ln1, cu, pos);
+  b.attn.forward(post ? y.attn_y : a.tmp, y.attn, y.ln1, cu, pos);
+  if (post) b.post1.forward(nn::rows(a.tmp), Tensor(), y.rstd3, nn::rows(y.attn_y));
   ops::add(y.res_mid, a.res[l], a.tmp);
   b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
-  ffn_forward(a, l, a.tmp, y.ln2);
+  ffn_forward(a, l, post ? y.mlp_y : a.tmp, y.ln2);
+  if (post) b.post2.forward(nn::rows(a.tmp), Tensor(), y.rstd4, nn::rows(y.mlp_y));
   if (output) ops::add(a.res[l + 1], y.res_mid, a.tmp);
 }
 
@@ -216,6 +237,16 @@ void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, 
   else if (cols > 0)
     logits = a.logits.view({-1}).narrow0(0, n * cols).view({n, cols});
   if (logits.defined()) head_.forward(logits, xr);
+  // Soft-capped logits y = c tanh(z / c): the backward needs y.
+  const bool capped = logits.defined() && cfg_.final_logit_softcap > 0;
+  Tensor y;
+  if (capped) {
+    cap_logits(logits);
+    if (backward) {
+      y = a.capped.view({-1}).narrow0(0, logits.numel()).view(logits.shape());
+      ops::convert(y, logits);
+    }
+  }
   // A temperature t: the loss of logits / t, whose gradient with respect to
   // the logits carries another 1 / t.
   const float inv_t = 1.f / logit_temperature_;
@@ -224,6 +255,7 @@ void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, 
                 a.ce_stats);
   if (backward && logits.defined() && row_scale.defined())
     ops::scale_rows(logits, row_scale.narrow0(r, n));
+  if (backward && capped) ops::softcap_backward(logits, logits, y, float(cfg_.final_logit_softcap));
   if (backward && logits.defined()) head_.backward(dx.narrow0(r, n), logits, xr);
   if (backward && !logits.defined()) ops::fill(dx.narrow0(r, n), 0.f);
 }
@@ -450,15 +482,25 @@ void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
       b.norm2.forward(nn::rows(y.ln2), y.mean2, y.rstd2, nn::rows(y.res_mid));
       if (!cfg_.moe_layer(l)) b.mlp.activation_forward(y.mlp);  // a MoE layer keeps its own
     }
+    // Post norms: d (sub-block output) = post's backward of d residual.
+    const bool post = y.attn_y.defined();
+    auto through_post = [&](const nn::Norm& n, const Tensor& x, const Tensor& rstd) {
+      if (!post) return a.dres;
+      ops::fill(a.dpost, 0.f);  // the norm's dx accumulates
+      n.backward(nn::rows(a.dpost), nn::rows(a.dres), nn::rows(x), Tensor(), rstd);
+      return a.dpost;
+    };
+    const Tensor dmlp_y = through_post(b.post2, y.mlp_y, y.rstd4);
     if (cfg_.moe_layer(l)) {
       float zg = 0.f;
       moe_loss_grads(a, l, a.moe_balance, zg);
-      b.moe.backward(a.dln, a.dres, y.moe, a.dmoe, y.ln2, a.moe_balance, zg);
+      b.moe.backward(a.dln, dmlp_y, y.moe, a.dmoe, y.ln2, a.moe_balance, zg);
     } else {
-      b.mlp.backward(a.dln, a.dres, y.mlp, a.dmlp, y.ln2);
+      b.mlp.backward(a.dln, dmlp_y, y.mlp, a.dmlp, y.ln2);
     }
     b.norm2.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(y.res_mid), y.mean2, y.rstd2);
-    b.attn.backward(a.dln, a.dres, y.attn, a.dattn, y.ln1, cu, pos);
+    const Tensor dattn_y = through_post(b.post1, y.attn_y, y.rstd3);
+    b.attn.backward(a.dln, dattn_y, y.attn, a.dattn, y.ln1, cu, pos);
     b.norm1.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res[l]), y.mean1, y.rstd1);
     flush_grads(l);
   }
@@ -468,6 +510,7 @@ void Transformer::embed_backward(Activations& a, const Tensor& tokens,
                                  const PackedBatchInfo* packed) {
   NK_CHECK(a.dres.defined(), "embed_backward needs training activations");
   NK_CHECK(stage_.embedding, "embed_backward: this pipeline stage holds no embedding");
+  if (const float s = embed_scale(); s != 1.f) ops::scale(a.dres, s);
   if (prompt_.active()) {
     // The virtual positions' gradient, summed over the rows, is the
     // prompt's; their tokens get none.
@@ -516,6 +559,7 @@ void Transformer::forward_all_logits(Activations& a, const Tensor& tokens, Tenso
     int64_t n = std::min(a.chunk, N - r);
     Tensor chunk = a.logits.narrow0(0, n);
     head_.forward(chunk, nn::rows(a.lnf).narrow0(r, n));
+    cap_logits(chunk);
     ops::convert(logits.narrow0(r, n), chunk);
   }
 }
@@ -530,6 +574,7 @@ void Transformer::forward_last_logits(Activations& a, const Tensor& tokens, Tens
     Tensor last = nn::rows(a.lnf).narrow0(b * a.T + a.T - 1, 1);
     Tensor out = a.logits.narrow0(0, 1);
     head_.forward(out, last);
+    cap_logits(out);
     ops::convert(logits.narrow0(b, 1), out);
   }
 }

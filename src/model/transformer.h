@@ -409,6 +409,7 @@ class Transformer {
  private:
   struct Block {
     nn::Norm norm1, norm2;
+    nn::Norm post1, post2;  // on the attention's and the MLP's outputs (BlockSpec::post_norms)
     nn::SelfAttention attn;
     nn::MLP mlp;
     nn::MoE moe;  // in place of mlp when config().moe_layer(l)
@@ -422,6 +423,11 @@ class Transformer {
   void ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor& x);
   void forward_body(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
   void final_norm_forward(Activations& a);
+  // Final logit soft-capping in place (ModelConfig::final_logit_softcap; none without).
+  void cap_logits(const Tensor& logits) const;
+  // The embedding's factor (BlockSpec::embed_scale: sqrt(d_model) rounded to
+  // the compute dtype), or 1.
+  float embed_scale() const;
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
   // (when given) receives the per-row sums. The per-token forms: token_scale
   // [B * T] (a backward, scale null) and token_nll [B * T] receive and give
@@ -468,6 +474,7 @@ class Transformer {
   std::map<std::string, ops::Nf4Weight> nf4_;  // the NF4 parameters, by name
   std::map<std::string, std::vector<ops::QuantWeight>> quant_;  // block-quantised, by name
   Tensor rope_;
+  Tensor rope_local_;  // the windowed layers' table (ModelConfig::rope_local_theta), or undefined
   nn::Embedding embed_;
   std::vector<Block> blocks_;
   nn::Norm norm_f_;
@@ -569,6 +576,9 @@ class Activations {
   struct Layer {
     Tensor res_mid;  // residual after attention [B, T, C]
     Tensor ln1, ln2, mean1, rstd1, mean2, rstd2;
+    // BlockSpec::post_norms: the attention's and the MLP's outputs before
+    // their norms [B, T, C], and those norms' inverse RMS [B T].
+    Tensor attn_y, mlp_y, rstd3, rstd4;
     nn::SelfAttention::Saved attn;
     nn::MLP::Saved mlp;
     nn::MoE::Saved moe;  // a MoE model's, in place of mlp
@@ -586,6 +596,8 @@ class Activations {
   Tensor ce_stats;        // f32 vocabulary-parallel cross-entropy scratch (tensor parallel)
   Tensor full_x, full_y;  // [B, T, C] sequence-parallel scratch (nn/tensor_parallel.h)
   Tensor dres, dln;       // [B, T, C]
+  Tensor dpost;           // [B, T, C] d (a sub-block's output) under post norms
+  Tensor capped;          // [chunk, V] the soft-capped logits of a training chunk
   nn::SelfAttention::Scratch dattn;
   nn::MLP::Scratch dmlp;
   nn::MoE::Scratch dmoe;

@@ -3,6 +3,8 @@
 // the rows asked for.
 #include "model/transformer.h"
 
+#include "model/arch.h"
+
 #include <algorithm>
 
 namespace nk {
@@ -41,6 +43,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
   nn::MLP::Saved mlp;
   if (kc.h.defined()) mlp = {kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
   embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
+  const float escale = embed_scale();
   if (prompt_.active()) {
     const int64_t n = prompt_.n();
     Tensor p;  // computed once, if any token is a virtual one
@@ -55,19 +58,24 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
         ops::convert(dst, p.narrow0(at, 1));
     }
   }
+  if (escale != 1.f) ops::scale(x, escale);
+  // Post norms (Gemma): a sub-block's output norm(y) lands in ln, free by then.
+  const bool post = cfg_.architecture().block().post_norms;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
                           table, seq, pos2, ad, kc.qk);
-    ops::add(x, x, tmp);
+    if (post) b.post1.forward(ln, mean, rstd, tmp);
+    ops::add(x, x, post ? ln : tmp);
     b.norm2.forward(ln, mean, rstd, x);
     // MoE: only the experts the N tokens were routed to are read.
     if (cfg_.moe_layer(int64_t(l)))
       b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
     else
       b.mlp.forward(tmp, mlp, ln);
-    ops::add(x, x, tmp);
+    if (post) b.post2.forward(ln, mean, rstd, tmp);
+    ops::add(x, x, post ? ln : tmp);
   }
   // The final norm and the head only for the rows whose logits are wanted,
   // gathered head_rows at a time.
@@ -83,6 +91,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     norm_f_.forward(normed, kc.mean.narrow0(0, n), kc.rstd.narrow0(0, n), sel);
     Tensor out = kc.head_logits.narrow0(0, n);
     head_.forward(out, normed);
+    cap_logits(out);
     ops::convert(logits.narrow0(r, n), out);
   }
 }

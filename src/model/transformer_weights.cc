@@ -85,6 +85,11 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
       {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
+  if (cfg.architecture().block().post_norms || cfg.final_logit_softcap > 0)
+    fail(
+        "parallel.tp = {}: model.arch = {}: norms on the sub-blocks' outputs and soft-capped "
+        "logits (Gemma) under tensor parallelism are not supported yet (set parallel.tp=1)",
+        tp, cfg.arch);
   for (const auto& [key, value] : split)
     if (value % tp)
       fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
@@ -208,6 +213,11 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
     rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta,
                                       cfg_.rope_scaling, cfg_.max_seq_len),
                            device_);
+  // Gemma 3's windowed layers: their own base, unscaled.
+  if (!spec.learned_positions && cfg_.rope_local_theta > 0)
+    rope_local_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(),
+                                            cfg_.rope_local_theta, RopeScaling{}, cfg_.max_seq_len),
+                                 device_);
   bind_views();
 }
 
@@ -429,6 +439,7 @@ void Transformer::bind_views() {
     nn::Norm n;
     n.rms = spec.rms_norm;
     n.eps = float(cfg_.norm_eps);
+    n.w_offset = spec.norm_offset ? 1.f : 0.f;
     n.w = w(base + ".weight");
     n.dw = g(base + ".weight");
     n.b = maybe(base + ".bias", false);
@@ -514,14 +525,20 @@ void Transformer::bind_views() {
     }
     b.norm1 = norm(L(l, "ln1"));
     b.norm2 = norm(L(l, "ln2"));
+    if (spec.post_norms) {
+      b.post1 = norm(L(l, "ln_attn_out"));
+      b.post2 = norm(L(l, "ln_mlp_out"));
+    }
     b.attn.qkv = adapted(L(l, "attn.qkv"));
     b.attn.proj = row_parallel(adapted(L(l, "attn.proj")));
     b.attn.n_head = cfg_.n_head / t;
     b.attn.n_kv_head = cfg_.n_kv_head / t;
     b.attn.tp = tp_;
     b.attn.head_dim = cfg_.head_dim();
-    b.attn.window = cfg_.sliding_window;
-    b.attn.rope = rope_;
+    b.attn.window = cfg_.layer_window(l);
+    b.attn.scale = cfg_.attn_scale();
+    b.attn.softcap = float(cfg_.attn_logit_softcap);
+    b.attn.rope = cfg_.layer_local(l) && rope_local_.defined() ? rope_local_ : rope_;
     if (spec.qk_norm) {
       b.attn.q_norm = norm(L(l, "attn.q_norm"));
       b.attn.k_norm = norm(L(l, "attn.k_norm"));
@@ -573,6 +590,7 @@ void Transformer::bind_views() {
     b.mlp.up = adapted(L(l, "mlp.up"));
     b.mlp.down = row_parallel(adapted(L(l, "mlp.down")));
     b.mlp.swiglu = spec.swiglu;
+    b.mlp.geglu = spec.gelu_gate;
     b.mlp.tp = tp_;
     blocks_.push_back(b);
   }
@@ -625,6 +643,8 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     if (tp_.sp()) {
       add(b.norm1);
       add(b.norm2);
+      add(b.post1);
+      add(b.post2);
     }
     // A q/k norm's weight is every head's: each rank adds its own heads' part.
     add(b.attn.q_norm);

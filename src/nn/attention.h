@@ -29,8 +29,10 @@ namespace nk::nn {
 struct SelfAttention {
   Linear qkv, proj;
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
-  int64_t window = 0;  // sliding window (each token sees the last `window` positions); 0: all
-  Tensor rope;         // f32 [maxT, D] table, or undefined (learned positions)
+  int64_t window = 0;   // sliding window (each token sees the last `window` positions); 0: all
+  float scale = 0.f;    // the scores' factor; 0: 1/sqrt(head_dim)
+  float softcap = 0.f;  // scores capped to softcap tanh(s / softcap) (Gemma 2); 0: none
+  Tensor rope;          // f32 [maxT, D] table, or undefined (learned positions)
   TensorParallel tp;
   ContextParallel cp;
   Norm q_norm, k_norm;  // RMSNorms over each head's D values (weights undefined: none)
@@ -72,7 +74,8 @@ struct SelfAttention {
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope, positions);
     else if (rope.defined())
       ops::rope_inplace(s.qkv, n_head + n_kv_head, head_dim, rope);
-    cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window);
+    cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_kv_head, cu_seqlens, window, scale,
+                         softcap);
     proj.forward(tp.exit_buffer(y, s.full_y), s.out, s.proj_adapters);
     tp.exit(y, s.full_y);
   }
@@ -93,7 +96,7 @@ struct SelfAttention {
                         head_dim, rope, positions);
     ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, block_table, seqs, positions);
     ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, block_table, seqs, positions,
-                          window);
+                          window, scale, softcap);
     proj.forward(y, out_buf, ad);
   }
   // dx [B, T, C] written.
@@ -101,7 +104,7 @@ struct SelfAttention {
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
     cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
-                          window);
+                          window, scale, softcap);
     if (rope.defined() && positions.defined())
       ops::rope_inplace(g.dqkv, n_head + n_kv_head, head_dim, rope, positions, /*inverse=*/true);
     else if (rope.defined())

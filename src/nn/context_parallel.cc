@@ -22,6 +22,16 @@ void refuse_packed(const Tensor& cu_seqlens, int64_t cp) {
         cp);
 }
 
+// The ring's block kernel scores with 1/sqrt(D) and no cap.
+void refuse_scores(float scale, float softcap, int64_t cp) {
+  if (scale != 0.f || softcap != 0.f)
+    fail(
+        "parallel.cp = {}: attention with a score scale of its own (model.query_pre_attn_scalar) "
+        "or soft-capped scores (model.attn_logit_softcap), as Gemma's, is not supported under "
+        "context parallelism yet (set parallel.cp=1)",
+        cp);
+}
+
 }  // namespace
 
 void ContextParallel::prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_head) const {
@@ -55,13 +65,14 @@ void ContextParallel::prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_he
 }
 
 void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_head,
-                                        int64_t n_kv_head, const Tensor& cu_seqlens,
-                                        int64_t window) const {
+                                        int64_t n_kv_head, const Tensor& cu_seqlens, int64_t window,
+                                        float scale, float softcap) const {
   if (!active()) {
-    ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window);
+    ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
   refuse_packed(cu_seqlens, size());
+  refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -89,12 +100,14 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
 void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                                          const Tensor& out, const Tensor& lse, int64_t n_head,
                                          int64_t n_kv_head, const Tensor& cu_seqlens,
-                                         int64_t window) const {
+                                         int64_t window, float scale, float softcap) const {
   if (!active()) {
-    ops::attention_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window);
+    ops::attention_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale,
+                            softcap);
     return;
   }
   refuse_packed(cu_seqlens, size());
+  refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;

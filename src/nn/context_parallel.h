@@ -67,14 +67,17 @@ struct ContextParallel {
 
   // ops::attention_forward over the whole sequence, for this rank's queries:
   // out [B, T/cp, Hq D], lse f32 [B, Hq, T/cp] of the local tokens of qkv
-  // [B, T/cp, (Hq + 2 Hkv) D]. Packed rows (cu_seqlens) are refused under cp.
+  // [B, T/cp, (Hq + 2 Hkv) D]. Packed rows (cu_seqlens), and a score scale
+  // or soft-cap of their own (Gemma), are refused under cp.
   void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_head,
-                         int64_t n_kv_head, const Tensor& cu_seqlens, int64_t window) const;
+                         int64_t n_kv_head, const Tensor& cu_seqlens, int64_t window,
+                         float scale = 0.f, float softcap = 0.f) const;
   // ops::attention_backward: dqkv of the local tokens, the keys' and values'
   // gradients summed over every rank's queries.
   void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int64_t n_head, int64_t n_kv_head,
-                          const Tensor& cu_seqlens, int64_t window) const;
+                          const Tensor& cu_seqlens, int64_t window, float scale = 0.f,
+                          float softcap = 0.f) const;
   // n summed over the group (the loss's count of target tokens): n itself at size 1.
   int64_t total(int64_t n) const;
 

@@ -1,8 +1,7 @@
 // Feed-forward block: GELU MLP (GPT-2) or SwiGLU with a fused gate|up
-// projection (Llama). Tensor parallel (nn/tensor_parallel.h): up is
-// column-parallel (this rank's share of the gate units and of the up units),
-// down row-parallel; under sequence parallelism x, y and dx are this rank's
-// rows [N/t, C].
+// projection (Llama), or GeGLU (the gate through the tanh GELU: Gemma). Tensor parallel
+// (nn/tensor_parallel.h): up is column-parallel (this rank's share of the gate units and of the up
+// units), down row-parallel; under sequence parallelism x, y and dx are this rank's rows [N/t, C].
 #pragma once
 #include "nn/linear.h"
 #include "nn/tensor_parallel.h"
@@ -10,8 +9,9 @@
 namespace nk::nn {
 
 struct MLP {
-  Linear up, down;  // up: [F, C] (GELU) or [2F, C] (SwiGLU gate|up); down: [C, F]
-  bool swiglu = false;
+  Linear up, down;      // up: [F, C] (GELU) or [2F, C] (SwiGLU gate|up); down: [C, F]
+  bool swiglu = false;  // gated
+  bool geglu = false;   // with swiglu: the gate's activation is the tanh GELU
   TensorParallel tp;
 
   struct Saved {
@@ -32,7 +32,9 @@ struct MLP {
   }
   // s.a from s.h (also how activation recompute restores s.a).
   void activation_forward(const Saved& s) const {
-    if (swiglu)
+    if (swiglu && geglu)
+      ops::geglu_forward(rows(s.a), rows(s.h));
+    else if (swiglu)
       ops::swiglu_forward(rows(s.a), rows(s.h));
     else
       ops::gelu_forward(rows(s.a), rows(s.h));
@@ -41,7 +43,9 @@ struct MLP {
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
                 const Tensor& x) const {
     down.backward(g.da, tp.exit_backward(dy, s.full_y), s.a, s.down_adapters);
-    if (swiglu)
+    if (swiglu && geglu)
+      ops::geglu_backward(rows(g.dh), rows(g.da), rows(s.h));
+    else if (swiglu)
       ops::swiglu_backward(rows(g.dh), rows(g.da), rows(s.h));
     else
       ops::gelu_backward(rows(g.dh), rows(g.da), rows(s.h));

@@ -1,6 +1,8 @@
 // Causal grouped-query attention over packed qkv, optionally over packed rows
 // (cu_seqlens) and a sliding window: checks, then the device's kernel. The
 // document boundaries are data, checked by the kernel that reads them.
+#include <cmath>
+
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -37,22 +39,32 @@ void check_lse(const Tensor& lse, const Dims& d) {
   check_dtype(lse, DType::F32, "attention lse");
 }
 
+void check_scores(float scale, float softcap) {
+  NK_CHECK(scale >= 0 && std::isfinite(scale), "attention: scale {} must be >= 0 (0: 1/sqrt(D))",
+           scale);
+  NK_CHECK(softcap >= 0 && std::isfinite(softcap), "attention: softcap {} must be >= 0 (0: none)",
+           softcap);
+}
+
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window) {
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window, float scale,
+                       float softcap) {
   const Device dev = device_of(
       "attention_forward",
       {{&out, "out"}, {&lse, "lse"}, {&qkv, "qkv"}, {&cu_seqlens, "cu_seqlens", kOptional}});
   const Dims d = check_qkv(qkv, n_q_heads, n_kv_heads, cu_seqlens, window);
   check_out(out, qkv, d, "attention out");
   check_lse(lse, d);
-  NK_KERNEL(attention_forward, dev)(out, lse, qkv, n_q_heads, n_kv_heads, cu_seqlens, window);
+  check_scores(scale, softcap);
+  NK_KERNEL(attention_forward, dev)
+  (out, lse, qkv, n_q_heads, n_kv_heads, cu_seqlens, window, scale, softcap);
 }
 
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens, int64_t window) {
+                        const Tensor& cu_seqlens, int64_t window, float scale, float softcap) {
   const Device dev = device_of("attention_backward", {{&dqkv, "dqkv"},
                                                       {&dout, "dout"},
                                                       {&qkv, "qkv"},
@@ -65,8 +77,9 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
   check_shape(dqkv, qkv.shape(), "attention dqkv");
   check_dtype(dqkv, qkv.dtype(), "attention dqkv");
   check_lse(lse, d);
+  check_scores(scale, softcap);
   NK_KERNEL(attention_backward, dev)
-  (dqkv, dout, qkv, out, lse, n_q_heads, n_kv_heads, cu_seqlens, window);
+  (dqkv, dout, qkv, out, lse, n_q_heads, n_kv_heads, cu_seqlens, window, scale, softcap);
 }
 
 }  // namespace nk::ops

@@ -53,10 +53,10 @@ NK_KERNEL_DECL(void, layernorm_backward,
                (Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x, const Tensor& w,
                 const Tensor& mean, const Tensor& rstd))
 NK_KERNEL_DECL(void, rmsnorm_forward,
-               (Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps))
+               (Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps, float w_offset))
 NK_KERNEL_DECL(void, rmsnorm_backward,
                (Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                const Tensor& rstd))
+                const Tensor& rstd, float w_offset))
 
 // ---- linear; dx, dw or db undefined: not computed ----
 NK_KERNEL_DECL(void, linear_forward, (Tensor y, const Tensor& x, const Tensor& w, const Tensor& b))
@@ -83,18 +83,18 @@ NK_KERNEL_DECL(void, rope_inplace,
 // ---- attention ----
 NK_KERNEL_DECL(void, attention_forward,
                (Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads, int64_t n_kv_heads,
-                const Tensor& cu_seqlens, int64_t window))
+                const Tensor& cu_seqlens, int64_t window, float scale, float softcap))
 NK_KERNEL_DECL(void, attention_backward,
                (Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                 const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads, const Tensor& cu_seqlens,
-                int64_t window))
+                int64_t window, float scale, float softcap))
 NK_KERNEL_DECL(void, kv_cache_store,
                (Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
                 const Tensor& block_table, const Tensor& seqs, const Tensor& positions))
 NK_KERNEL_DECL(void, attention_cached,
                (Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                 int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
-                const Tensor& positions, int64_t window))
+                const Tensor& positions, int64_t window, float scale, float softcap))
 
 // ---- softmax cross-entropy ----
 NK_KERNEL_DECL(void, cross_entropy_forward,

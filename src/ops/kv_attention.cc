@@ -1,6 +1,8 @@
 // Attention of new tokens over a (paged) KV cache: checks, then the device's
 // kernel. Block tables, sequences and positions are data, checked by the
 // kernel that reads them.
+#include <cmath>
+
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -55,13 +57,17 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                       int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, int64_t window) {
+                      const Tensor& positions, int64_t window, float scale, float softcap) {
   NK_CHECK(out.defined(), "attention_cached: out is undefined");
   NK_CHECK(window >= 0, "attention_cached: window {} must be >= 0 (0 = full causal)", window);
+  NK_CHECK(scale >= 0 && std::isfinite(scale),
+           "attention_cached: scale {} must be >= 0 (0: 1/sqrt(D))", scale);
+  NK_CHECK(softcap >= 0 && std::isfinite(softcap),
+           "attention_cached: softcap {} must be >= 0 (0: none)", softcap);
   const Device dev = check_args("attention_cached", qkv, k_cache, v_cache, n_q_heads, block_table,
                                 seqs, positions, out);
   NK_KERNEL(attention_cached, dev)
-  (out, qkv, k_cache, v_cache, n_q_heads, block_table, seqs, positions, window);
+  (out, qkv, k_cache, v_cache, n_q_heads, block_table, seqs, positions, window, scale, softcap);
 }
 
 }  // namespace nk::ops

@@ -71,15 +71,16 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const
   NK_KERNEL(layernorm_backward, dev)(dx, dw, db, dy, x, w, mean, rstd);
 }
 
-void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps,
+                     float w_offset) {
   const char* op = "rmsnorm_forward";
   const Device dev = device_of(op, {{&y, "y"}, {&rstd, "rstd"}, {&x, "x"}, {&w, "w"}});
   check_norm_args(op, x, w, y, rstd);
-  NK_KERNEL(rmsnorm_forward, dev)(y, rstd, x, w, eps);
+  NK_KERNEL(rmsnorm_forward, dev)(y, rstd, x, w, eps, w_offset);
 }
 
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, float w_offset) {
   const char* op = "rmsnorm_backward";
   const Device dev = device_of(
       op,
@@ -87,7 +88,7 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
   check_norm_args(op, x, w, dy, rstd);
   check_dx(dx, x);
   check_param_grad(dw, x, "dw");
-  NK_KERNEL(rmsnorm_backward, dev)(dx, dw, dy, x, w, rstd);
+  NK_KERNEL(rmsnorm_backward, dev)(dx, dw, dy, x, w, rstd, w_offset);
 }
 
 }  // namespace nk::ops

@@ -84,10 +84,14 @@ void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, const Tensor& x, cons
 // (each may be undefined: not computed).
 void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
-void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps);
-// dx accumulates; dw f32 accumulates (undefined: not computed).
+// y = x rstd (w_offset + w), rstd = 1/sqrt(mean(x^2) + eps), in f32. w_offset 1:
+// Gemma's RMSNorm, whose weight is stored centred at 0 (scale 1 + w).
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps,
+                     float w_offset = 0.f);
+// dx accumulates; dw f32 accumulates (undefined: not computed). w_offset as
+// in the forward (d y / d w does not depend on it).
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                      const Tensor& rstd);
+                      const Tensor& rstd, float w_offset = 0.f);
 
 // ---- linear: y[N,out] = x[N,in] @ w[out,in]^T + b[out] ----
 // b may be undefined. x, w, y share the compute dtype (bf16 goes through
@@ -166,6 +170,15 @@ void relu_backward(Tensor dx, const Tensor& dy, const Tensor& x);  // dx may ali
 // SwiGLU over a fused [gate | up] input: gu T[N,2F]; y[n,f] = silu(gu[n,f]) * gu[n,F+f].
 void swiglu_forward(Tensor y, const Tensor& gu);
 void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
+// GeGLU with the tanh GELU (Gemma's gelu_pytorch_tanh) over the same fused
+// [gate | up] input: y[n,f] = gelu(gu[n,f]) * gu[n,F+f]. CPU only.
+void geglu_forward(Tensor y, const Tensor& gu);
+void geglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu);
+// Soft-capping (Gemma 2's final logits): y = cap tanh(x / cap), cap > 0; the
+// backward from the output, dx = dy (1 - (y / cap)^2). y may alias x, dx dy.
+// CPU only.
+void softcap_forward(Tensor y, const Tensor& x, float cap);
+void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap);
 
 // ---- rotary embedding (Hugging Face rotate-half convention) ----
 // table f32[maxT, D]: [:, :D/2] = cos(t*f_i), [:, D/2:] = sin(t*f_i), f_i = theta^(-2i/D).
@@ -201,12 +214,20 @@ void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& tab
 // keys, itself included), on top of the document constraint; 0 = full causal.
 // A window >= T is full causal (bit for bit). The fast path skips key tiles
 // wholly outside the window and masks the tiles that straddle its edge.
+//
+// scale: the scores' factor, 0 for 1/sqrt(D) (Gemma's query_pre_attn_scalar
+// q gives 1/sqrt(q)). softcap > 0 (Gemma 2's attn_logit_softcapping): each
+// scaled score s becomes softcap tanh(s / softcap) before the softmax; lse is
+// of the capped scores. A scale other than 1/sqrt(D) and a softcap are CPU only.
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
-// dqkv (same layout as qkv) is written. cu_seqlens and window as in the forward.
+                       int64_t n_kv_heads, const Tensor& cu_seqlens = Tensor(), int64_t window = 0,
+                       float scale = 0.f, float softcap = 0.f);
+// dqkv (same layout as qkv) is written. cu_seqlens, window, scale and softcap
+// as in the forward.
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens = Tensor(), int64_t window = 0);
+                        const Tensor& cu_seqlens = Tensor(), int64_t window = 0, float scale = 0.f,
+                        float softcap = 0.f);
 
 // ---- attention of local queries to one block of keys and values ----
 // Context parallelism's ring attention (nn/context_parallel.h): a rank's
@@ -254,10 +275,12 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 // k/v included, so store first); with window > 0 only at positions
 // [max(0, p - window + 1), p], p = positions[n] (as attention_forward's window).
 // Positions outside that span are ignored, whatever they hold: a reused block
-// needs no clearing. Every block a token reads must be in [0, NB).
+// needs no clearing. Every block a token reads must be in [0, NB). scale and
+// softcap as attention_forward's.
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                       int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, int64_t window = 0);
+                      const Tensor& positions, int64_t window = 0, float scale = 0.f,
+                      float softcap = 0.f);
 
 // ---- softmax cross-entropy over the vocabulary ----
 // logits T[N,V]; targets i32[N]; losses f32[N] (0 where target == ignore_index).

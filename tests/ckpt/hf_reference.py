@@ -52,6 +52,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gemma_reference  # noqa: E402  Gemma2ForCausalLM, Gemma3ForCausalLM
+
 
 
 def read_hf_weights(d):
@@ -360,8 +363,11 @@ class HfModel:
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
                         "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
                         "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM",
-                        "Phi3ForCausalLM"), arch
-        if arch == "GPT2LMHeadModel":
+                        "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"), arch
+        if gemma_reference.is_gemma(arch):
+            self.fn = lambda cfg, W, tokens: gemma_reference.gemma_logits(cfg, W, tokens,
+                                                                          rope_frequencies)
+        elif arch == "GPT2LMHeadModel":
             self.fn = gpt2_logits
         else:
             qkv_bias = arch in QKV_BIAS
@@ -431,8 +437,13 @@ def write_model(d, spec, ref_path):
         return (0.05 * rng.standard_normal(n)).astype(np.float32)
 
     T = []  # (name, array) in the order HF modules define them
-    if spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
-                        "qwen3_moe", "dots1", "phi3"):
+    if spec["arch"] in ("gemma2", "gemma3"):
+        def gain0(n):  # (1 + w) norms: w near 0
+            return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
+        cfg, T = gemma_reference.gemma_model(spec, mat, gain0)
+    elif spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
+                          "qwen3_moe", "dots1", "phi3"):
         qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
         mixtral = spec["arch"] == "mixtral"
         qwen_moe_block = spec["arch"] in ("qwen2_moe", "qwen3_moe")
@@ -687,7 +698,10 @@ def grads(d, batch_path, out_path, aux_coef, z_coef):
     W = {k: v.clone().requires_grad_(True) for k, v in model.W.items()}
     routers = []
     qkv_bias = model.cfg["architectures"][0] in QKV_BIAS
-    logits = llama_logits(model.cfg, W, tokens, qkv_bias, routers=routers)
+    if gemma_reference.is_gemma(model.cfg["architectures"][0]):
+        logits = model.fn(model.cfg, W, tokens)
+    else:
+        logits = llama_logits(model.cfg, W, tokens, qkv_bias, routers=routers)
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets)
     zero = torch.zeros((), dtype=torch.float64)  # a dense model has no router
     aux = load_balancing_loss(model.cfg, routers) if routers else zero

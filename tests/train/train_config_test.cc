@@ -99,9 +99,11 @@ std::string without_newer_keys(const std::string& yaml) {
     if (section == "parallel:" || section == "peft:" || section == "optim:" ||
         (section == "train:" && line == "  device: \"cpu\"") ||
         (section == "model:" && key == "make_vocab_size_divisible_by") ||
-        (section == "model:" && (key.starts_with("moe_") || key == "num_experts" ||
-                                 key == "num_experts_per_tok" || key == "norm_topk_prob" ||
-                                 key == "num_labels" || key == "labels" || key == "head_dim")) ||
+        (section == "model:" &&
+         (key.starts_with("moe_") || key == "num_experts" || key == "num_experts_per_tok" ||
+          key == "norm_topk_prob" || key == "num_labels" || key == "labels" || key == "head_dim" ||
+          key == "sliding_window_pattern" || key == "rope_local_theta" ||
+          key == "query_pre_attn_scalar" || key.ends_with("_softcap"))) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
           key.starts_with("eval_") || key == "tensorboard")) ||

@@ -1,6 +1,8 @@
-// GELU (tanh form), SiLU, ReLU and SwiGLU kernels (arguments checked by
+// GELU (tanh form), SiLU, ReLU, SwiGLU, GeGLU and soft-capping kernels (arguments checked by
 // ops/activation.cc), elementwise in fp32 with a vectorizable exp.
 // tanh form rewritten: 0.5 (1 + tanh u) = sigmoid(2u), which has no cancellation.
+#include <cmath>
+
 #include "core/parallel.h"
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/float_io.h"
@@ -95,6 +97,37 @@ void swiglu_bwd(T* dgu, const T* dy, const T* gu, int64_t N, int64_t F) {
                });
 }
 
+// GeGLU: y = gelu(g) u over gu T[N, 2F] = [gate | up], the tanh GELU above.
+template <typename T>
+void geglu_fwd(T* y, const T* gu, int64_t N, int64_t F) {
+  parallel_for(N, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t n = r0; n < r1; ++n) {
+                   const T *g = gu + n * 2 * F, *u = g + F;
+                   T* yr = y + n * F;
+                   for (int64_t f = 0; f < F; ++f) yr[f] = store<T>(gelu(load(g[f])) * load(u[f]));
+                 }
+               });
+}
+
+// d gate = dy u gelu'(g); d up = dy gelu(g).
+template <typename T>
+void geglu_bwd(T* dgu, const T* dy, const T* gu, int64_t N, int64_t F) {
+  parallel_for(N, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t n = r0; n < r1; ++n) {
+                   const T *g = gu + n * 2 * F, *u = g + F, *d = dy + n * F;
+                   T *dg = dgu + n * 2 * F, *du = dg + F;
+                   for (int64_t f = 0; f < F; ++f) {
+                     const float gv = load(g[f]), uv = load(u[f]), dv = load(d[f]);
+                     const float a = gelu(gv), da = gelu_grad(gv);
+                     dg[f] = store<T>(dv * uv * da);
+                     du[f] = store<T>(dv * a);
+                   }
+                 }
+               });
+}
+
 }  // namespace
 
 #define NK_UNARY_KERNELS(name)                                                         \
@@ -129,6 +162,42 @@ void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
   dispatch_float(gu.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
     swiglu_bwd(dgu.data<T>(), dy.data<T>(), gu.data<T>(), N, F);
+  });
+}
+
+void geglu_forward(Tensor y, const Tensor& gu) {
+  const int64_t N = rows_of(gu), F = gu.dim(-1) / 2;
+  dispatch_float(gu.dtype(), "geglu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    geglu_fwd(y.data<T>(), gu.data<T>(), N, F);
+  });
+}
+
+void geglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
+  const int64_t N = rows_of(gu), F = gu.dim(-1) / 2;
+  dispatch_float(gu.dtype(), "geglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    geglu_bwd(dgu.data<T>(), dy.data<T>(), gu.data<T>(), N, F);
+  });
+}
+
+// cap tanh(x / cap) in f32 (std::tanh: the logits' tails matter to the loss).
+void softcap_forward(Tensor y, const Tensor& x, float cap) {
+  dispatch_float(x.dtype(), "softcap_forward", [&](auto tag) {
+    using T = decltype(tag);
+    unary_fwd(y.data<T>(), x.data<T>(), x.numel(),
+              [cap](float v) { return cap * std::tanh(v / cap); });
+  });
+}
+
+// dx = dy (1 - (y / cap)^2), from the forward's output y.
+void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap) {
+  dispatch_float(y.dtype(), "softcap_backward", [&](auto tag) {
+    using T = decltype(tag);
+    unary_bwd(dx.data<T>(), dy.data<T>(), y.data<T>(), y.numel(), [cap](float v) {
+      const float t = v / cap;
+      return 1.f - t * t;
+    });
   });
 }
 

@@ -13,7 +13,7 @@
 // that all five tile products are plain row-major GEMMs:
 //   S^T = K Q^T,  P^T = exp(S^T - lse),  dV += P^T dO,  dP^T = V dO^T,
 //   dS^T = P^T (dP^T - Drow),  dK += dS^T Q,  dQ^T += K^T dS^T,
-// with Drow_i = rowsum(dO_i * O_i). Q is pre-scaled by 1/sqrt(D), which also
+// with Drow_i = rowsum(dO_i * O_i). Q is pre-scaled by 1/sqrt(D) (or the given scale), which also
 // gives dK its scale; dQ is scaled once when written.
 //
 // Packed rows and sliding windows: cu_seqlens and the window are expanded once
@@ -25,6 +25,10 @@
 // the first block with st[q0] past it). A tile below the diagonal that
 // straddles a boundary or the window's edge is cut to the rows and columns
 // that see anything, then masked per row.
+//
+// Soft-capping (Gemma 2): the scaled scores s become c tanh(s / c) where they
+// are visible, before the online softmax; the backward recomputes t =
+// tanh(s / c) per tile and multiplies dS by 1 - t^2.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -94,10 +98,11 @@ float online_row(float* s, int64_t valid, int64_t n, float& m, float& l) {
 }
 
 // starts: each token's first visible key [B*T], or nullptr (plain causal).
+// scale: the scores' factor; softcap > 0: capped scores.
 template <typename T>
-void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t* starts) {
+void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t* starts,
+                  float scale, float softcap) {
   const int64_t nb = d.blocks(), D = d.D;
-  const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hq * nb, 1, [&](int64_t begin, int64_t end) {
     float* q = scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock,D]; Kt; V; S
     float* o = q + kBlock * D;
@@ -137,6 +142,9 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t*
           float* si = s + i * kBlock;
           const int64_t lo = st ? std::clamp<int64_t>(st[i] - k0, c0, kn) : 0;
           std::fill(si + c0, si + lo, 0.f);
+          if (softcap > 0.f)
+            for (int64_t j = lo; j < (diag ? i + 1 : kn); ++j)
+              si[j] = softcap * std::tanh(si[j] / softcap);
           const float corr = online_row(si + lo, (diag ? i + 1 : kn) - lo, kn - lo, m[i], l[i]);
           if (corr != 1.f)
             for (int64_t c = 0; c < D; ++c) o[i * D + c] *= corr;
@@ -178,6 +186,18 @@ struct BackwardScratch {
   }
 };
 
+// With soft-capping c: S' = c tanh(S / c), P = exp(S' - lse) and
+// dS = P (dP - Drow) (1 - tanh^2), over n visible queries.
+inline void probs_and_dscores_capped(float* s, float* dp, const float* lse, const float* drow,
+                                     int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = std::tanh(s[i] / c);
+    const float p = sm::fast_exp(c * t - lse[i]);
+    s[i] = p;
+    dp[i] = p * (dp[i] - drow[i]) * (1.f - t * t);
+  }
+}
+
 // One key row of a transposed tile: s = P = exp(S - lse) and dp = dS = P (dP - Drow),
 // over n visible queries.
 inline void probs_and_dscores(float* s, float* dp, const float* lse, const float* drow, int64_t n) {
@@ -203,7 +223,7 @@ inline void probs_and_dscores(float* s, float* dp, const float* lse, const float
 // Gradients of one (query block, key block) tile into ws.dk/dv/dqt. sq: the
 // first visible keys of queries q0.. (nullptr: plain causal).
 void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int64_t D, int64_t q0,
-                   int64_t qn, int64_t k0, int64_t kn) {
+                   int64_t qn, int64_t k0, int64_t kn, float softcap) {
   float *st = w.st, *dpt = w.dpt;
   const int64_t T = w.ldt;     // leading dimension of the transposed arrays
   const bool diag = k0 == q0;  // then kn == qn and key row j sees queries i >= j
@@ -237,7 +257,10 @@ void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int6
     float* s = st + j * kBlock;
     float* dp = dpt + j * kBlock;
     for (int64_t i = 0; i < i0; ++i) s[i] = dp[i] = 0.f;
-    probs_and_dscores(s + i0, dp + i0, l + i0, dr + i0, i1 - i0);
+    if (softcap > 0.f)
+      probs_and_dscores_capped(s + i0, dp + i0, l + i0, dr + i0, i1 - i0, softcap);
+    else
+      probs_and_dscores(s + i0, dp + i0, l + i0, dr + i0, i1 - i0);
     for (int64_t i = i1; i < ncols; ++i) s[i] = dp[i] = 0.f;
   }
   if (!diag) {
@@ -262,9 +285,8 @@ void backward_tile(BackwardScratch& w, const float* lse, const int32_t* sq, int6
 
 template <typename T>
 void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                   const Dims d, const int32_t* starts) {
+                   const Dims d, const int32_t* starts, float scale, float softcap) {
   const int64_t nb = d.blocks(), D = d.D, Tn = d.T, OC = d.Hq * D;
-  const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hkv, 1, [&](int64_t begin, int64_t end) {
     BackwardScratch w(Tn, D);
     for (int64_t task = begin; task < end; ++task) {
@@ -297,7 +319,8 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
           for (int64_t qb = kb; qb < nb; ++qb) {
             const int64_t q0 = qb * kBlock;
             if (sb && sb[q0] >= k0 + kn) break;  // this and later query blocks start after the tile
-            backward_tile(w, lh, sb ? sb + q0 : nullptr, D, q0, std::min(kBlock, Tn - q0), k0, kn);
+            backward_tile(w, lh, sb ? sb + q0 : nullptr, D, q0, std::min(kBlock, Tn - q0), k0, kn,
+                          softcap);
           }
         }
         for (int64_t i = 0; i < Tn; ++i)
@@ -345,26 +368,30 @@ const int32_t* first_keys(const Tensor& cu, int64_t window, const Dims& d) {
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window) {
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window, float scale,
+                       float softcap) {
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
   const int32_t* starts = first_keys(cu_seqlens, window, d);
+  if (scale == 0.f) scale = 1.f / std::sqrt(float(d.D));
   if (qkv.dtype() == DType::F32)
-    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d, starts);
+    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), d, starts, scale,
+                 softcap);
   else
-    forward_impl(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), d, starts);
+    forward_impl(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), d, starts, scale, softcap);
 }
 
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens, int64_t window) {
+                        const Tensor& cu_seqlens, int64_t window, float scale, float softcap) {
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
   const int32_t* starts = first_keys(cu_seqlens, window, d);
+  if (scale == 0.f) scale = 1.f / std::sqrt(float(d.D));
   if (qkv.dtype() == DType::F32)
     backward_impl(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
-                  lse.data<float>(), d, starts);
+                  lse.data<float>(), d, starts, scale, softcap);
   else
     backward_impl(dqkv.data<bf16>(), dout.data<bf16>(), qkv.data<bf16>(), out.data<bf16>(),
-                  lse.data<float>(), d, starts);
+                  lse.data<float>(), d, starts, scale, softcap);
 }
 
 }  // namespace nk::ops::cpu

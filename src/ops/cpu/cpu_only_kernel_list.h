@@ -43,6 +43,12 @@ NK_KERNEL_DECL(void, attention_block_backward,
                 const Tensor& qkv, const Tensor& kv, const Tensor& qpos, const Tensor& kpos,
                 int64_t n_q_heads, int64_t n_kv_heads, int64_t window))
 
+// ---- Gemma's gated GELU and soft-capping (activation.cc) ----
+NK_KERNEL_DECL(void, geglu_forward, (Tensor y, const Tensor& gu))
+NK_KERNEL_DECL(void, geglu_backward, (Tensor dgu, const Tensor& dy, const Tensor& gu))
+NK_KERNEL_DECL(void, softcap_forward, (Tensor y, const Tensor& x, float cap))
+NK_KERNEL_DECL(void, softcap_backward, (Tensor dx, const Tensor& dy, const Tensor& y, float cap))
+
 // ---- rotary table (rope.cc); the table is built in host memory only ----
 // Fills table f32[maxT, D].
 NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))

@@ -7,9 +7,10 @@
 // token's whole visible span ([G, pos+1] fp32, or its last `window` positions;
 // grow-only per-thread scratch), then an exact two-pass softmax (max, then
 // exp-sum) and the weighted sum of v rows. Work per token is linear in its
-// span; tasks are dealt round-robin to the threads so that a prefill, whose
-// later tokens see more keys, splits evenly. The arithmetic does not depend on
-// the block size: a paged cache gives the contiguous cache's bits.
+// span (a scale other than 1/sqrt(D) and Gemma 2's soft-capping of the
+// scores go in before the softmax); tasks are dealt round-robin to the threads so that a prefill,
+// whose later tokens see more keys, splits evenly. The arithmetic does not depend on the block
+// size: a paged cache gives the contiguous cache's bits.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -124,9 +125,10 @@ void for_each_row(const T* cache, const CacheDims& d, int64_t q, int64_t kvh, in
 // under a sliding window, else 0.
 template <typename T>
 void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* seq,
-                 const int32_t* pos, int64_t window, const CacheDims& d) {
+                 const int32_t* pos, int64_t window, float scale, float softcap,
+                 const CacheDims& d) {
   const int64_t G = d.group(), D = d.D, tasks = d.N * d.Hkv;
-  const float scale = 1.f / std::sqrt(float(D));
+  if (scale == 0.f) scale = 1.f / std::sqrt(float(D));
   int64_t max_len = 0;
   for (int64_t n = 0; n < d.N; ++n) max_len = std::max<int64_t>(max_len, pos[n] + 1);
   const int64_t nt = std::min<int64_t>(num_threads(), tasks);
@@ -149,6 +151,8 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
         });
         for (int64_t g = 0; g < G; ++g) {
           float* sg = s + g * len;
+          if (softcap > 0.f)  // Gemma 2: cap tanh(s / cap) before the softmax
+            for (int64_t j = 0; j < len; ++j) sg[j] = softcap * std::tanh(sg[j] / softcap);
           const float m = sm::max_of(sg, len);
           const float inv = 1.f / sm::sum_exp_shifted(sg, len, m, sg);
           for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
@@ -184,16 +188,16 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                       int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, int64_t window) {
+                      const Tensor& positions, int64_t window, float scale, float softcap) {
   const CacheDims d =
       dims_of("attention_cached", qkv, k_cache, n_q_heads, block_table, seqs, positions);
   const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
   if (qkv.dtype() == DType::F32)
     attend_impl(out.data<float>(), qkv.data<float>(), k_cache.data<float>(), v_cache.data<float>(),
-                sq, ps, window, d);
+                sq, ps, window, scale, softcap, d);
   else
     attend_impl(out.data<bf16>(), qkv.data<bf16>(), k_cache.data<bf16>(), v_cache.data<bf16>(), sq,
-                ps, window, d);
+                ps, window, scale, softcap, d);
 }
 
 }  // namespace nk::ops::cpu

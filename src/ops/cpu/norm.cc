@@ -59,7 +59,7 @@ void layernorm_fwd(T* y, float* mean, float* rstd, const T* x, const T* w, const
 // (no centring, no mean(g) term).
 template <typename T>
 void norm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
-                 int64_t N, int64_t C) {
+                 int64_t N, int64_t C, float w_off = 0.f) {
   parallel_for(N, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t n = r0; n < r1; ++n) {
       const T *xr = x + n * C, *dyr = dy + n * C;
@@ -68,7 +68,7 @@ void norm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* mean, 
       float gm = 0, gxm = 0;
 #pragma omp simd reduction(+ : gm, gxm)
       for (int64_t c = 0; c < C; ++c) {
-        float g = load(dyr[c]) * load(w[c]);
+        float g = load(dyr[c]) * (w_off + load(w[c]));
         gm += g;
         gxm += g * (load(xr[c]) - m) * s;
       }
@@ -76,7 +76,7 @@ void norm_bwd_dx(T* dx, const T* dy, const T* x, const T* w, const float* mean, 
       gxm /= float(C);
       for (int64_t c = 0; c < C; ++c) {
         float xhat = (load(xr[c]) - m) * s;
-        float g = load(dyr[c]) * load(w[c]);
+        float g = load(dyr[c]) * (w_off + load(w[c]));
         dxr[c] = store<T>(load(dxr[c]) + s * (g - gm - xhat * gxm));
       }
     }
@@ -111,7 +111,8 @@ void norm_bwd_params(float* dw, float* db, const T* dy, const T* x, const float*
 }
 
 template <typename T>
-void rmsnorm_fwd(T* y, float* rstd, const T* x, const T* w, int64_t N, int64_t C, float eps) {
+void rmsnorm_fwd(T* y, float* rstd, const T* x, const T* w, int64_t N, int64_t C, float eps,
+                 float w_off) {
   parallel_for(N, row_grain(C), [&](int64_t r0, int64_t r1) {
     for (int64_t n = r0; n < r1; ++n) {
       const T* xr = x + n * C;
@@ -120,7 +121,7 @@ void rmsnorm_fwd(T* y, float* rstd, const T* x, const T* w, int64_t N, int64_t C
 #pragma omp simd reduction(+ : ss)
       for (int64_t c = 0; c < C; ++c) ss += load(xr[c]) * load(xr[c]);
       float s = 1.f / std::sqrt(ss / float(C) + eps);
-      for (int64_t c = 0; c < C; ++c) yr[c] = store<T>(load(xr[c]) * s * load(w[c]));
+      for (int64_t c = 0; c < C; ++c) yr[c] = store<T>(load(xr[c]) * s * (w_off + load(w[c])));
       rstd[n] = s;
     }
   });
@@ -155,21 +156,22 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const
   });
 }
 
-void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps,
+                     float w_offset) {
   const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    rmsnorm_fwd(y.data<T>(), rstd.data<float>(), x.data<T>(), w.data<T>(), d.N, d.C, eps);
+    rmsnorm_fwd(y.data<T>(), rstd.data<float>(), x.data<T>(), w.data<T>(), d.N, d.C, eps, w_offset);
   });
 }
 
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, float w_offset) {
   const Dims d = dims_of(x);
   dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
     norm_bwd_dx(dx.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(), nullptr, rstd.data<float>(),
-                d.N, d.C);
+                d.N, d.C, w_offset);
     if (dw.defined())
       norm_bwd_params(dw.data<float>(), nullptr, dy.data<T>(), x.data<T>(), nullptr,
                       rstd.data<float>(), d.N, d.C);

@@ -537,11 +537,24 @@ unsigned row_tiles(int64_t T, int tile) {
   return unsigned((T + tile - 1) / tile);
 }
 
+// The CUDA kernels score with 1/sqrt(D) and no soft-capping (Gemma's
+// query_pre_attn_scalar and attn_logit_softcapping run on the CPU).
+void check_plain_scores(const char* op, float scale, float softcap, int64_t D) {
+  if (softcap > 0.f)
+    fail("{}: soft-capped attention scores (softcap {}) are not implemented on CUDA yet", op,
+         softcap);
+  if (scale != 0.f && std::abs(scale * std::sqrt(float(D)) - 1.f) > 1e-6f)
+    fail("{}: an attention scale of {} (not 1/sqrt(head_dim {})) is not implemented on CUDA yet",
+         op, scale, D);
+}
+
 }  // namespace
 
 void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_heads,
-                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window) {
+                       int64_t n_kv_heads, const Tensor& cu_seqlens, int64_t window, float scale_in,
+                       float softcap) {
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
+  check_plain_scores("attention_forward", scale_in, softcap, d.D);
   const Tensor starts = first_keys(cu_seqlens, window, d);
   if (d.B * d.T == 0) return;
   if (flash_attention_supported(qkv.dtype(), d.D, {&out, &qkv})) {
@@ -567,8 +580,9 @@ void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_q_he
 
 void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_q_heads, int64_t n_kv_heads,
-                        const Tensor& cu_seqlens, int64_t window) {
+                        const Tensor& cu_seqlens, int64_t window, float scale_in, float softcap) {
   const Dims d = dims_of(qkv, n_q_heads, n_kv_heads);
+  check_plain_scores("attention_backward", scale_in, softcap, d.D);
   const Tensor starts = first_keys(cu_seqlens, window, d);
   if (d.B * d.T == 0) return;
   if (flash_attention_supported(qkv.dtype(), d.D, {&dqkv, &dout, &qkv, &out})) {

@@ -279,8 +279,12 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                       int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, int64_t window) {
+                      const Tensor& positions, int64_t window, float scale_in, float softcap) {
   const CacheDims d = dims_of(qkv, k_cache, n_q_heads, block_table);
+  if (softcap > 0.f ||
+      (scale_in != 0.f && std::abs(scale_in * std::sqrt(float(d.D)) - 1.f) > 1e-6f))
+    fail("attention_cached: scale {} / softcap {} (Gemma's scores) are not implemented on CUDA yet",
+         scale_in, softcap);
   if (d.D > kMaxHeadDim)
     fail("attention_cached: head_dim {} is above the CUDA kernel's limit of {}", d.D, kMaxHeadDim);
   validate("attention_cached", d, block_table, seqs, positions);

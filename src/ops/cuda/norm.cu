@@ -484,7 +484,12 @@ void layernorm_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const
   });
 }
 
-void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
+// (1 + w) RMSNorm (Gemma) runs on the CPU only for now.
+void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps,
+                     float w_offset) {
+  if (w_offset != 0.f)
+    fail("rmsnorm_forward: a weight offset ({}, Gemma's 1 + w) is not implemented on CUDA yet",
+         w_offset);
   dispatch_float(x.dtype(), "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
     norm_forward<T>(y, nullptr, rstd, x, w, nullptr, eps);
@@ -492,7 +497,10 @@ void rmsnorm_forward(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, fl
 }
 
 void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, float w_offset) {
+  if (w_offset != 0.f)
+    fail("rmsnorm_backward: a weight offset ({}, Gemma's 1 + w) is not implemented on CUDA yet",
+         w_offset);
   dispatch_float(x.dtype(), "rmsnorm_backward", [&](auto tag) {
     norm_backward<decltype(tag)>(dx, dw, Tensor(), dy, x, w, nullptr, rstd);
   });

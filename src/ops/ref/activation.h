@@ -84,4 +84,34 @@ void swiglu_backward(F* dgu, const F* dy, const F* gu, int64_t N, int64_t Fh) {
   }
 }
 
+// GeGLU (Gemma): y[n,f] = gelu(g) u with the tanh GELU; dgu written.
+template <typename F>
+void geglu_forward(F* y, const F* gu, int64_t N, int64_t Fh) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < Fh; ++f)
+      y[n * Fh + f] = gelu(gu[n * 2 * Fh + f]) * gu[n * 2 * Fh + Fh + f];
+}
+
+template <typename F>
+void geglu_backward(F* dgu, const F* dy, const F* gu, int64_t N, int64_t Fh) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < Fh; ++f) {
+      F g = gu[n * 2 * Fh + f], u = gu[n * 2 * Fh + Fh + f], d = dy[n * Fh + f];
+      dgu[n * 2 * Fh + f] = d * u * gelu_grad(g);
+      dgu[n * 2 * Fh + Fh + f] = d * gelu(g);
+    }
+}
+
+// Soft-capping: y = cap tanh(x / cap); dx = dy (1 - tanh^2(x / cap)).
+template <typename F>
+F softcap(F x, F cap) {
+  return cap * std::tanh(x / cap);
+}
+
+template <typename F>
+F softcap_grad(F x, F cap) {
+  const F t = std::tanh(x / cap);
+  return F(1) - t * t;
+}
+
 }  // namespace nk::ref

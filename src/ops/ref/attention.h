@@ -7,6 +7,10 @@
 // c_{n_cu-1} = T, the cumulative document starts (see ops::attention_forward).
 // Token t then attends only to s with doc_start(t) <= s <= t. A sliding
 // window > 0 also requires s > t - window (0: no window).
+//
+// scale: the scores' factor (0: 1/sqrt(D)); softcap > 0: each scaled score s
+// becomes softcap tanh(s / softcap) (Gemma 2), whose derivative 1 - tanh^2
+// the backward applies to dS.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -41,8 +45,9 @@ inline int64_t first_key(const int32_t* cu_row, int64_t n_cu, int64_t t, int64_t
 // out = softmax(scale * q k^T, causal) v; lse = logsumexp of the scaled scores.
 template <typename F>
 void attention_forward(F* out, F* lse, const F* qkv, const AttentionDims& d,
-                       const int32_t* cu = nullptr, int64_t n_cu = 0, int64_t window = 0) {
-  const F scale = F(1) / std::sqrt(F(d.D));
+                       const int32_t* cu = nullptr, int64_t n_cu = 0, int64_t window = 0,
+                       F scale = 0, F softcap = 0) {
+  if (scale == F(0)) scale = F(1) / std::sqrt(F(d.D));
   std::vector<F> s(d.T);
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.Hq; ++h)
@@ -55,6 +60,7 @@ void attention_forward(F* out, F* lse, const F* qkv, const AttentionDims& d,
           F acc = 0;
           for (int64_t c = 0; c < d.D; ++c) acc += q[c] * k[c];
           s[j] = acc * scale;
+          if (softcap > F(0)) s[j] = softcap * std::tanh(s[j] / softcap);
           m = std::max(m, s[j]);
         }
         F sum = 0;
@@ -77,8 +83,8 @@ void attention_forward(F* out, F* lse, const F* qkv, const AttentionDims& d,
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse,
                         const AttentionDims& d, const int32_t* cu = nullptr, int64_t n_cu = 0,
-                        int64_t window = 0) {
-  const F scale = F(1) / std::sqrt(F(d.D));
+                        int64_t window = 0, F scale = 0, F softcap = 0) {
+  if (scale == F(0)) scale = F(1) / std::sqrt(F(d.D));
   for (int64_t i = 0; i < d.B * d.T * d.row(); ++i) dqkv[i] = 0;
   for (int64_t b = 0; b < d.B; ++b)
     for (int64_t h = 0; h < d.Hq; ++h)
@@ -97,8 +103,14 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, cons
             s += q[c] * k[c];
             dp += dout[oi + c] * v[c];
           }
-          const F p = std::exp(s * scale - lse[(b * d.Hq + h) * d.T + i]);
-          const F ds = p * (dp - di) * scale;
+          F sc = s * scale, cap_grad = 1;
+          if (softcap > F(0)) {
+            const F t = std::tanh(sc / softcap);
+            sc = softcap * t;
+            cap_grad = F(1) - t * t;
+          }
+          const F p = std::exp(sc - lse[(b * d.Hq + h) * d.T + i]);
+          const F ds = p * (dp - di) * cap_grad * scale;
           for (int64_t c = 0; c < d.D; ++c) {
             dq[c] += ds * k[c];
             dqkv[kj + d.k_off(h) + c] += ds * q[c];

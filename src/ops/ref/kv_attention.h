@@ -4,7 +4,8 @@
 // table [Q, M]; out[N, Hq*D]. Position p of sequence q is in block
 // table[q*M + p/B] at offset p%B. Token n's query head h sees kv head
 // h/(Hq/Hkv) of sequence seq[n] at positions 0..pos[n], or with a sliding
-// window > 0 at max(0, pos[n] - window + 1)..pos[n].
+// window > 0 at max(0, pos[n] - window + 1)..pos[n]. scale and softcap as
+// ref::attention_forward's.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -35,8 +36,9 @@ void kv_cache_store(F* k_cache, F* v_cache, const F* qkv, const int32_t* seq, co
 
 template <typename F>
 void attention_cached(F* out, const F* qkv, const F* k_cache, const F* v_cache, const int32_t* seq,
-                      const int32_t* pos, const CacheDims& d, int64_t window = 0) {
-  const F scale = F(1) / std::sqrt(F(d.D));
+                      const int32_t* pos, const CacheDims& d, int64_t window = 0, F scale = 0,
+                      F softcap = 0) {
+  if (scale == F(0)) scale = F(1) / std::sqrt(F(d.D));
   for (int64_t n = 0; n < d.N; ++n)
     for (int64_t h = 0; h < d.Hq; ++h) {
       const int64_t kvh = h / (d.Hq / d.Hkv), len = int64_t(pos[n]) + 1;
@@ -49,6 +51,7 @@ void attention_cached(F* out, const F* qkv, const F* k_cache, const F* v_cache, 
         F acc = 0;
         for (int64_t c = 0; c < d.D; ++c) acc += q[c] * k[c];
         s[j] = acc * scale;
+        if (softcap > F(0)) s[j] = softcap * std::tanh(s[j] / softcap);
         m = std::max(m, s[j]);
       }
       F sum = 0;

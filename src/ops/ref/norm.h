@@ -47,31 +47,32 @@ void layernorm_backward(F* dx, F* dw, F* db, const F* dy, const F* x, const F* w
   }
 }
 
-// y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps).
+// y = x * rstd * (off + w) with rstd = 1/sqrt(mean(x^2) + eps) (off 1: Gemma's 1 + w).
 template <typename F>
-void rmsnorm_forward(F* y, F* rstd, const F* x, const F* w, int64_t N, int64_t C, F eps) {
+void rmsnorm_forward(F* y, F* rstd, const F* x, const F* w, int64_t N, int64_t C, F eps,
+                     F off = 0) {
   for (int64_t n = 0; n < N; ++n) {
     const F* xr = x + n * C;
     F ss = 0;
     for (int64_t c = 0; c < C; ++c) ss += xr[c] * xr[c];
     F s = F(1) / std::sqrt(ss / F(C) + eps);
-    for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * s * w[c];
+    for (int64_t c = 0; c < C; ++c) y[n * C + c] = xr[c] * s * (off + w[c]);
     rstd[n] = s;
   }
 }
 
 template <typename F>
 void rmsnorm_backward(F* dx, F* dw, const F* dy, const F* x, const F* w, const F* rstd, int64_t N,
-                      int64_t C) {
+                      int64_t C, F off = 0) {
   for (int64_t n = 0; n < N; ++n) {
     const F *xr = x + n * C, *dyr = dy + n * C;
-    // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * w.
+    // dx = rstd * (g - xhat * mean(g * xhat)) with g = dy * (off + w).
     F gxm = 0;
-    for (int64_t c = 0; c < C; ++c) gxm += dyr[c] * w[c] * xr[c] * rstd[n];
+    for (int64_t c = 0; c < C; ++c) gxm += dyr[c] * (off + w[c]) * xr[c] * rstd[n];
     gxm /= F(C);
     for (int64_t c = 0; c < C; ++c) {
       F xhat = xr[c] * rstd[n];
-      dx[n * C + c] += rstd[n] * (dyr[c] * w[c] - xhat * gxm);
+      dx[n * C + c] += rstd[n] * (dyr[c] * (off + w[c]) - xhat * gxm);
       dw[c] += dyr[c] * xhat;
     }
   }
