@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/cpu/tile_gemm.h"
@@ -59,29 +60,6 @@ Dims dims_of(const Tensor& qkv, int64_t hq, int64_t hkv) {
   return {qkv.dim(0), qkv.dim(1), hq, hkv, c / (hq + 2 * hkv), c};
 }
 
-// Grow-only per-thread scratch: no allocation after the first call at a size.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// dst[r*ldd + c] = s * src[r*lds + c] for an rows x cols block.
-template <typename T>
-void load_rows(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
-               float s = 1.f) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = s * to_f32(src[r * lds + c]);
-}
-
-// dst[c*ldd + r] = s * src[r*lds + c]: the transpose of an rows x cols block.
-template <typename T>
-void load_cols(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
-               float s = 1.f) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * to_f32(src[r * lds + c]);
-}
-
 // ---- forward ----
 
 // Online-softmax update of one query row with a tile of scores s[0, n), of
@@ -104,7 +82,8 @@ void forward_impl(T* out, float* lse, const T* qkv, const Dims d, const int32_t*
                   float scale, float softcap) {
   const int64_t nb = d.blocks(), D = d.D;
   parallel_for(d.B * d.Hq * nb, 1, [&](int64_t begin, int64_t end) {
-    float* q = scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock,D]; Kt; V; S
+    float* q =
+        attention_scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock,D]; Kt; V; S
     float* o = q + kBlock * D;
     float* kt = o + kBlock * D;  // [D, kBlock]
     float* v = kt + kBlock * D;  // [kBlock, D]
@@ -177,7 +156,7 @@ struct BackwardScratch {
   int64_t ldt;
   BackwardScratch(int64_t T, int64_t D) : ldt(T + 16) {
     const int64_t td = T * D, dt = D * ldt;
-    float* p = scratch(size_t(6 * td + 4 * dt + T + 2 * kBlock * kBlock));
+    float* p = attention_scratch(size_t(6 * td + 4 * dt + T + 2 * kBlock * kBlock));
     for (float** a : {&k, &v, &dk, &dv, &q, &dout}) *a = p, p += td;
     for (float** a : {&kt, &qt, &doutt, &dqt}) *a = p, p += dt;
     drow = p, p += T;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/softmax_math.h"
@@ -57,36 +58,14 @@ Tile tile_kind(const int32_t* qpos, int64_t qn, const int32_t* kpos, int64_t kn,
   return Tile::Masked;
 }
 
-// Grow-only per-thread scratch.
-float* scratch(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-// dst[r*ldd + c] = s * src[r*lds + c] for an rows x cols block.
-template <typename T>
-void load_rows(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
-               float s = 1.f) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = s * load(src[r * lds + c]);
-}
-
-// dst[c*ldd + r] = s * src[r*lds + c]: the transpose of an rows x cols block.
-template <typename T>
-void load_cols(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows, int64_t cols,
-               float s = 1.f) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * load(src[r * lds + c]);
-}
-
 template <typename T>
 void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const int32_t* qpos,
                   const int32_t* kpos, const Dims d, int64_t window) {
   const int64_t D = d.D, nq = (d.Tq + kBlock - 1) / kBlock;
   const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hq * nq, 1, [&](int64_t begin, int64_t end) {
-    float* q = scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock, D]; Kt; V; S
+    float* q =
+        attention_scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock, D]; Kt; V; S
     float* o = q + kBlock * D;
     float* kt = o + kBlock * D;  // [D, kBlock]
     float* v = kt + kBlock * D;  // [kBlock, D]
@@ -158,8 +137,8 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
   const int64_t ldq = Tq + 16, ldk = Tk + 16;  // transposed arrays' leading dimensions
   const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hkv, 1, [&](int64_t begin, int64_t end) {
-    float* p =
-        scratch(size_t(4 * Tk * D + D * ldk + 2 * Tq * D + 3 * D * ldq + Tq + 2 * kBlock * kBlock));
+    float* p = attention_scratch(
+        size_t(4 * Tk * D + D * ldk + 2 * Tq * D + 3 * D * ldq + Tq + 2 * kBlock * kBlock));
     float *k = p, *v = k + Tk * D, *dk = v + Tk * D, *dv = dk + Tk * D, *kt = dv + Tk * D;
     float *q = kt + D * ldk, *g = q + Tq * D, *qt = g + Tq * D, *gt = qt + D * ldq;
     float *dqt = gt + D * ldq, *drow = dqt + D * ldq, *st = drow + Tq, *dpt = st + kBlock * kBlock;
