@@ -237,7 +237,8 @@ set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
 
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
 #   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against
-#                                    one process (ring attention, GQA)
+#                                    one process (ring attention, GQA), ZeRO-1
+#                                    and FSDP over dp-cp
 nk_mpi_gtest(context_parallel_mpi parallel/context_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_context_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)

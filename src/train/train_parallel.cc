@@ -21,13 +21,12 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "row is cut into 2·cp equal chunks)",
         cp, cfg.seq_len, 2 * cp);
   const char* unsupported =
-      mesh.pp() > 1                            ? "parallel.pp (pipeline parallelism)"
-      : cfg.ddp.shard != parallel::Shard::None ? "parallel.shard (ZeRO-1 / FSDP)"
-      : !cfg.data.sft_path.empty()             ? "data.sft_path (packed or padded rows)"
-      : cfg.model.has_adapters()               ? "peft.method (adapters)"
-      : cfg.device != kHost                    ? "train.device (only the CPU has the ring "
-                                                 "attention kernel)"
-      : cfg.parallel.sequence_parallel         ? "parallel.sp (sequence parallelism)"
+      mesh.pp() > 1                    ? "parallel.pp (pipeline parallelism)"
+      : !cfg.data.sft_path.empty()     ? "data.sft_path (packed or padded rows)"
+      : cfg.model.has_adapters()       ? "peft.method (adapters)"
+      : cfg.device != kHost            ? "train.device (only the CPU has the ring "
+                                         "attention kernel)"
+      : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"
       : cfg.model.query_pre_attn_scalar > 0 || cfg.model.attn_logit_softcap > 0
           ? "model.query_pre_attn_scalar / model.attn_logit_softcap (Gemma's "
             "attention scores)"

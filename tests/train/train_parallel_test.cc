@@ -70,14 +70,15 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   };
   EXPECT_EQ(error_of(with({"parallel.cp=2"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.cp=4"}), 4), "");
-  EXPECT_EQ(error_of(with({"parallel.cp=2"}), 4), "");                   // cp 2 × dp 2
-  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.tp=2"}), 4), "");  // cp 2 × tp 2
+  EXPECT_EQ(error_of(with({"parallel.cp=2"}), 4), "");                              // cp 2 × dp 2
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.tp=2"}), 4), "");             // cp 2 × tp 2
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=optimizer"}), 2), "");  // ZeRO-1
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=full"}), 4), "");       // FSDP
   std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
   EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
             std::string::npos)
       << e;
   const std::pair<std::vector<std::string>, const char*> refused[] = {
-      {{"parallel.shard=optimizer"}, "parallel.shard"},
       {{"data.path=", "data.sft_path=chats.jsonl"}, "data.sft_path"},
       {{"peft.method=lora"}, "peft.method"},
       {{"parallel.tp=2", "parallel.sp=true"}, "parallel.sp"},

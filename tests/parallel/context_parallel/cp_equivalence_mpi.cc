@@ -11,8 +11,8 @@
 // the cp ranks' tokens.
 //
 // Run with 2 ranks (CP2: GPT-2's learned positions, Llama's rotary ones with
-// grouped-query attention, a sliding window with full recompute) and 4 (CP4 with GQA, CP2 × DP2,
-// CP2 × TP2).
+// grouped-query attention, a sliding window with full recompute, ZeRO-1 over the cp ranks) and 4
+// (CP4 with GQA, CP2 × DP2, CP2 × DP2 with FSDP, CP2 × TP2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +21,7 @@
 #include "ops/ops.h"
 #include "parallel/model_parallel.h"
 #include "parallel_env.h"
+#include "sharded_masters.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -87,8 +88,12 @@ class ContextParallel : public test::RankTest {
       }
       return parallel::gather_model(t.model(), arena, &groups->get("pp"));
     };
+    // Sharded (parallel.shard): a rank holds its own block of the summed
+    // gradients only; the steps' losses and norms and the weights after ten
+    // steps are checked.
+    const bool sharded = cfg.ddp.shard != parallel::Shard::None;
     t.run([&](const StepStats& s) {
-      if (s.step == 1) cp_grads = whole(t.model().grads());
+      if (s.step == 1 && !sharded) cp_grads = whole(t.model().grads());
     });
     ASSERT_EQ(ref.history().size(), 10u);
     ASSERT_EQ(t.history().size(), 10u);
@@ -103,10 +108,17 @@ class ContextParallel : public test::RankTest {
             << "validation at step " << a.step << ": " << a.val_loss << " vs " << b.val_loss;
       }
     }
-    test::expect_weights_close(ref.model().layout(), ref_grads, cp_grads, kF32,
-                               "gradient of step 1: ");
-    test::expect_weights_close(ref.model().layout(), ref.model().params(),
-                               whole(t.model().params()), kTenSteps, "after step 10: ");
+    if (!sharded)
+      test::expect_weights_close(ref.model().layout(), ref_grads, cp_grads, kF32,
+                                 "gradient of step 1: ");
+    const Tensor after =
+        sharded ? test::whole_masters(t, groups->get("world")) : whole(t.model().params());
+    test::expect_weights_close(ref.model().layout(), ref.model().params(), after, kTenSteps,
+                               "after step 10: ");
+    if (sharded) {  // each rank's optimizer holds about 1/(dp cp) of the state
+      const int64_t n = int64_t(world_);
+      EXPECT_LE(t.optimizer().state_size(), ref.optimizer().state_size() / n + 64 * n);
+    }
   }
 };
 
@@ -132,6 +144,16 @@ TEST_F(ContextParallel, LlamaCp4GroupedQuery) {
 TEST_F(ContextParallel, LlamaCp2Dp2GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check({"llama-tiny", 2, 1, 8, 2, 2});
+}
+// The distributed optimizer and FSDP shard over the same "dp-cp" group the
+// gradients are summed over: a CP2 run alone shards over its two cp ranks.
+TEST_F(ContextParallel, LlamaCp2ZeroOneShardsOverTheCpRanks) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"llama-tiny", 2, 1, 4, 2, 1, {"parallel.shard=optimizer"}});
+}
+TEST_F(ContextParallel, LlamaCp2Dp2Fsdp) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 1, 8, 2, 1, {"parallel.shard=full"}});
 }
 TEST_F(ContextParallel, LlamaCp2Tp2GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";

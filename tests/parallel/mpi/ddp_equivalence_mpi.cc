@@ -18,6 +18,7 @@
 #include "equivalence_util.h"
 #include "parallel/sharded_weights.h"
 #include "parallel_env.h"
+#include "sharded_masters.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -196,27 +197,7 @@ class DataParallel : public test::RankTest {
     }
   }
 
-  // The exact f32 masters of the whole model: a ZeRO-1 rank's optimizer holds
-  // those of its blocks only (the rest of masters_f32() is its bf16 copy), so
-  // every rank's blocks are summed in (collective).
-  Tensor whole_masters(const Trainer& t) {
-    const Tensor own = t.optimizer().masters_f32();
-    bool sharded = false;
-    for (const ParamGroup& g : t.optimizer().groups())
-      sharded |= g.trainable && g.shard_size() != g.end - g.begin;
-    Tensor out = Tensor::zeros({own.numel()}, DType::F32);
-    for (const ParamGroup& g : t.optimizer().groups())
-      if (g.trainable && g.shard_size() > 0)
-        std::memcpy(out.data<float>() + g.shard_begin, own.data<float>() + g.shard_begin,
-                    size_t(g.shard_size()) * 4);
-    if (!sharded) return own;
-    groups_->get("world").all_reduce(out);
-    for (const ParamGroup& g : t.optimizer().groups())  // frozen: whole on every rank
-      if (!g.trainable)
-        std::memcpy(out.data<float>() + g.begin, own.data<float>() + g.begin,
-                    size_t(g.end - g.begin) * 4);
-    return out;
-  }
+  Tensor whole_masters(const Trainer& t) { return test::whole_masters(t, groups_->get("world")); }
 
   static Recipe with_shard(Recipe r, const std::string& shard) {
     r.shard = shard;
