@@ -1,5 +1,6 @@
 #include "nn/context_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -14,12 +15,27 @@ Tensor rows2(const Tensor& t) {
   return t.view({t.dim(0) * t.dim(1), t.dim(2)});
 }
 
-void refuse_packed(const Tensor& cu_seqlens, int64_t cp) {
-  if (cu_seqlens.defined())
-    fail(
-        "parallel.cp = {}: packed rows with document boundaries (cu_seqlens) are not supported "
-        "under context parallelism yet (train without packing, or set parallel.cp=1)",
-        cp);
+// Packed rows: qstart i32 [B, T/cp] <- the document start (a global
+// position) of each of this rank's tokens, from the whole rows' cu_seqlens
+// i32 [B, S+1] (ops::attention_forward's convention); undefined without.
+void document_starts(Tensor& qstart, const Tensor& cu_seqlens, const Tensor& positions) {
+  if (!cu_seqlens.defined()) {
+    qstart = Tensor();
+    return;
+  }
+  const int64_t B = cu_seqlens.dim(0), S = cu_seqlens.dim(1) - 1, T = positions.dim(0);
+  if (!qstart.defined() || qstart.dim(0) != B || qstart.dim(1) != T)
+    qstart = Tensor::empty({B, T}, DType::I32);
+  const int32_t* pos = positions.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* cu = cu_seqlens.data<int32_t>() + b * (S + 1);
+    int32_t* out = qstart.data<int32_t>() + b * T;
+    for (int64_t t = 0; t < T; ++t) {
+      // The last start at or before the token: its document [c_k, c_k+1).
+      const int32_t* k = std::upper_bound(cu, cu + S, pos[t]);
+      out[t] = k == cu ? 0 : *(k - 1);
+    }
+  }
 }
 
 // The ring's block kernel scores with 1/sqrt(D) and no cap.
@@ -71,11 +87,11 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
-  refuse_packed(cu_seqlens, size());
   refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
+  document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
   ops::copy_columns(rows2(r.kv[0]), rows2(qkv), r.out_width, 1.f);
   ops::fill(r.out, 0.f);
   ops::fill(lse, -INFINITY);
@@ -88,7 +104,7 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_forward(r.out, lse, qkv, cur, r.positions[size_t(me)],
-                                 r.positions[size_t(owner)], n_head, n_kv_head, window);
+                                 r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart);
     if (send) {
       send->wait();
       recv->wait();
@@ -106,11 +122,11 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
                             softcap);
     return;
   }
-  refuse_packed(cu_seqlens, size());
   refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
+  document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
   const int64_t q_cols = r.out_width;
   ops::copy_columns(rows2(r.kv[0]), rows2(qkv), q_cols, 1.f);
   Tensor& dq = r.out;  // the forward's running output is free now
@@ -126,7 +142,7 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_backward(dq, dcur, dout, out, lse, qkv, cur, r.positions[size_t(me)],
-                                  r.positions[size_t(owner)], n_head, n_kv_head, window);
+                                  r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart);
     if (send) {
       send->wait();
       recv->wait();

@@ -47,6 +47,7 @@ struct RingScratch {
   Tensor dkv[2];                  // f32, the same: its gradient so far, held and arriving
   Tensor out;                     // f32 [B, T, Hq D] running output; dq in the backward
   Tensor cast_q, cast_kv;         // compute-dtype copies of dq, dkv when it is not f32
+  Tensor qstart;                  // i32 [B, T], packed rows: each local token's document start
 
   // What these buffers take for B rows of T local tokens with n_head query
   // and n_kv_head key/value heads of D values in dtype dt.
@@ -67,8 +68,9 @@ struct ContextParallel {
 
   // ops::attention_forward over the whole sequence, for this rank's queries:
   // out [B, T/cp, Hq D], lse f32 [B, Hq, T/cp] of the local tokens of qkv
-  // [B, T/cp, (Hq + 2 Hkv) D]. Packed rows (cu_seqlens), and a score scale
-  // or soft-cap of their own (Gemma), are refused under cp.
+  // [B, T/cp, (Hq + 2 Hkv) D]. Packed rows: cu_seqlens i32 [B, S+1] of the
+  // whole rows (global positions), each query seeing its own document only.
+  // A score scale or soft-cap of their own (Gemma) is refused under cp.
   void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_head,
                          int64_t n_kv_head, const Tensor& cu_seqlens, int64_t window,
                          float scale = 0.f, float softcap = 0.f) const;

@@ -11,7 +11,7 @@ struct BlockDims {
 };
 
 BlockDims check_block(const Tensor& qkv, const Tensor& kv, const Tensor& qpos, const Tensor& kpos,
-                      int64_t hq, int64_t hkv, int64_t window) {
+                      int64_t hq, int64_t hkv, int64_t window, const Tensor& qstart) {
   NK_CHECK(qkv.ndim() == 3 && kv.ndim() == 3, "attention_block: qkv {} and kv {} must be [B,T,C]",
            qkv.desc(), kv.desc());
   NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "attention_block: {} query heads, {} kv heads", hq,
@@ -28,6 +28,10 @@ BlockDims check_block(const Tensor& qkv, const Tensor& kv, const Tensor& qpos, c
   check_dtype(qpos, DType::I32, "attention_block qpos");
   check_dtype(kpos, DType::I32, "attention_block kpos");
   NK_CHECK(window >= 0, "attention_block: window {} must be >= 0 (0 = full causal)", window);
+  if (qstart.defined()) {
+    check_shape(qstart, {d.B, d.Tq}, "attention_block qstart");
+    check_dtype(qstart, DType::I32, "attention_block qstart");
+  }
   return d;
 }
 
@@ -42,20 +46,20 @@ void check_running(const Tensor& out, const Tensor& lse, const BlockDims& d) {
 
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                             int64_t n_kv_heads, int64_t window) {
+                             int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
   const Device dev = device_of(
       "attention_block_forward",
       {{&out, "out"}, {&lse, "lse"}, {&qkv, "qkv"}, {&kv, "kv"}, {&qpos, "qpos"}, {&kpos, "kpos"}});
-  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
+  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
   check_running(out, lse, d);
   pick_kernel("attention_block_forward", dev, &cpu::attention_block_forward)(
-      out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
+      out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
 }
 
 void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                              int64_t n_kv_heads, int64_t window) {
+                              int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
   const Device dev = device_of("attention_block_backward", {{&dq, "dq"},
                                                             {&dkv, "dkv"},
                                                             {&dout, "dout"},
@@ -65,7 +69,7 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                                                             {&kv, "kv"},
                                                             {&qpos, "qpos"},
                                                             {&kpos, "kpos"}});
-  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
+  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
   check_running(dq, lse, d);
   check_shape(dkv, kv.shape(), "attention_block dkv");
   check_dtype(dkv, DType::F32, "attention_block dkv");
@@ -75,7 +79,7 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
     check_dtype(*t, qkv.dtype(), name);
   }
   pick_kernel("attention_block_backward", dev, &cpu::attention_block_backward)(
-      dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
+      dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
 }
 
 }  // namespace nk::ops

@@ -237,14 +237,18 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
 // heads then v heads per token), qpos and kpos i32[Tq], i32[Tk]: the tokens'
 // global positions (the same for every row). Query i sees key j iff
 // kpos[j] <= qpos[i], and with window > 0 also qpos[i] - kpos[j] < window
-// (ops::attention_forward's mask on the global positions). Scale 1/sqrt(D).
+// (ops::attention_forward's mask on the global positions). Packed rows:
+// qstart i32[B,Tq] is each query's document start (a global position), and
+// query i of row b sees key j only if also kpos[j] >= qstart[b,i]; undefined:
+// one document per row. Scale 1/sqrt(D).
 // out f32[B,Tq,Hq*D] (normalised) and lse f32[B,Hq,Tq] are the running
 // result: start them at 0 and -inf; after the call they are the softmax over
 // the keys seen so far and this block's (lse' = log(e^lse + e^lse_block)). A
 // query that sees no key of the block is left as it was. CPU only.
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                             int64_t n_kv_heads, int64_t window = 0);
+                             int64_t n_kv_heads, int64_t window = 0,
+                             const Tensor& qstart = Tensor());
 // One block's share of the backward, given the FINAL out T[B,Tq,Hq*D] and
 // lse (after every block): dq f32[B,Tq,Hq*D] (d loss / d q, the rotated
 // query as stored in qkv) and dkv f32[B,Tk,2*Hkv*D] (d k, d v) accumulate.
@@ -253,7 +257,8 @@ void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Te
 void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                              int64_t n_kv_heads, int64_t window = 0);
+                              int64_t n_kv_heads, int64_t window = 0,
+                              const Tensor& qstart = Tensor());
 
 // ---- attention over a KV cache (inference) ----
 // The cache of one layer is k_cache, v_cache T[NB, Hkv, B, D]: NB blocks of B

@@ -22,7 +22,6 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
         cp, cfg.seq_len, 2 * cp);
   const char* unsupported =
       mesh.pp() > 1                    ? "parallel.pp (pipeline parallelism)"
-      : !cfg.data.sft_path.empty()     ? "data.sft_path (packed or padded rows)"
       : cfg.model.has_adapters()       ? "peft.method (adapters)"
       : cfg.device != kHost            ? "train.device (only the CPU has the ring "
                                          "attention kernel)"

@@ -42,9 +42,11 @@ double seconds_since(Clock::time_point t) {
 // tensors themselves and upload() copies nothing. Rows of packed samples
 // (fine-tuning, S = the most segments in a row > 0) also carry positions
 // [B, T] and segment starts [B, S + 1]: the model's PackedBatchInfo.
-// Context parallel (cp > 1, parallel/context_parallel_batch.h): the loader
-// fills the whole rows, and tokens and targets are this cp rank's chunks of
-// them (T / cp each) with their global positions.
+// Context parallel (cp > 1, parallel/context_parallel_batch.h; the CPU
+// only): the loader fills the whole rows, and tokens and targets are this cp
+// rank's chunks of them (T / cp each) with their global positions, or with
+// packed rows their positions within their documents (the whole rows'
+// cu_seqlens go to the ring attention, which masks by global position).
 struct DeviceBatch {
   DeviceBatch(int64_t B, int64_t T, Device device, int64_t S = 0, int64_t cp = 1,
               int64_t cp_rank = 0)
@@ -55,17 +57,16 @@ struct DeviceBatch {
         cp(cp),
         cp_rank(cp_rank) {
     if (cp > 1) {
-      NK_CHECK(S == 0, "context parallel: packed rows");
+      NK_CHECK(device == Device::CPU, "context parallel: the CPU only");
       full_tokens = Tensor::empty({B, T}, DType::I32);
       full_targets = Tensor::empty({B, T}, DType::I32);
-      Tensor pos = Tensor::empty({B, T / cp}, DType::I32);
-      parallel::cp_local_positions(pos, cp_rank, cp);
-      packed.position_ids = ops::to_device(pos, device);
+      packed.position_ids = Tensor::empty({B, T / cp}, DType::I32);
+      if (S == 0) parallel::cp_local_positions(packed.position_ids, cp_rank, cp);
     }
     if (S == 0) return;
     host_positions = Tensor::empty({B, T}, DType::I32);
     host_cu = Tensor::empty({B, S + 1}, DType::I32);
-    packed.position_ids = ops::to_device(host_positions, device);
+    if (cp == 1) packed.position_ids = ops::to_device(host_positions, device);
     packed.cu_seqlens = ops::to_device(host_cu, device);
   }
   void load(DataLoader& loader) {
@@ -76,12 +77,14 @@ struct DeviceBatch {
     loader.next(full_tokens, full_targets, host_positions, host_cu);
     parallel::cp_local_rows(full_tokens, host_tokens, cp_rank, cp);
     parallel::cp_local_rows(full_targets, host_targets, cp_rank, cp);
+    if (host_cu.defined())
+      parallel::cp_local_rows(host_positions, packed.position_ids, cp_rank, cp);
   }
   void upload() {
     ops::upload(tokens, host_tokens);
     ops::upload(targets, host_targets);
     if (!host_cu.defined()) return;
-    ops::upload(packed.position_ids, host_positions);
+    if (cp == 1) ops::upload(packed.position_ids, host_positions);
     ops::upload(packed.cu_seqlens, host_cu);
   }
   const PackedBatchInfo* packing() const { return host_cu.defined() || cp > 1 ? &packed : nullptr; }

@@ -42,25 +42,45 @@ Dims dims_of(const Tensor& qkv, const Tensor& kv, int64_t hq, int64_t hkv) {
   return {qkv.dim(0), qkv.dim(1), kv.dim(1), hq, hkv, c / (hq + 2 * hkv), c, kv.dim(2)};
 }
 
-// Query position qp sees key position kp.
-inline bool visible(int32_t qp, int32_t kp, int64_t window) {
-  return kp <= qp && (window == 0 || int64_t(qp) - kp < window);
-}
-
 enum class Tile { None, All, Masked };
 
-// How queries qpos[0, qn) meet keys kpos[0, kn).
-Tile tile_kind(const int32_t* qpos, int64_t qn, const int32_t* kpos, int64_t kn, int64_t window) {
-  const auto [q_lo, q_hi] = std::minmax_element(qpos, qpos + qn);
-  const auto [k_lo, k_hi] = std::minmax_element(kpos, kpos + kn);
-  if (*k_lo > *q_hi || (window > 0 && int64_t(*q_lo) - *k_hi >= window)) return Tile::None;
-  if (*k_hi <= *q_lo && (window == 0 || int64_t(*q_hi) - *k_lo < window)) return Tile::All;
-  return Tile::Masked;
-}
+// Which query/key pairs meet: the global positions qpos [Tq] and kpos [Tk],
+// the window, and with packed rows each query's document start qstart
+// [B, Tq] (null: one document per row, every start 0).
+struct Mask {
+  const int32_t *qpos, *kpos;
+  int64_t window;
+  const int32_t* qstart;
+  int64_t Tq;
+
+  // Query i of row b sees key j.
+  bool visible(int64_t b, int64_t i, int64_t j) const {
+    const int32_t qp = qpos[i], kp = kpos[j];
+    return kp <= qp && (window == 0 || int64_t(qp) - kp < window) &&
+           (!qstart || kp >= qstart[b * Tq + i]);
+  }
+  // How queries [q0, q0 + qn) of row b meet keys [k0, k0 + kn), from the
+  // extreme positions and document starts.
+  Tile tile(int64_t b, int64_t q0, int64_t qn, int64_t k0, int64_t kn) const {
+    const auto [q_lo, q_hi] = std::minmax_element(qpos + q0, qpos + q0 + qn);
+    const auto [k_lo, k_hi] = std::minmax_element(kpos + k0, kpos + k0 + kn);
+    int32_t s_lo = 0, s_hi = 0;
+    if (qstart) {
+      const int32_t* s = qstart + b * Tq + q0;
+      const auto [lo, hi] = std::minmax_element(s, s + qn);
+      s_lo = *lo;
+      s_hi = *hi;
+    }
+    if (*k_lo > *q_hi || (window > 0 && int64_t(*q_lo) - *k_hi >= window) || *k_hi < s_lo)
+      return Tile::None;
+    if (*k_hi <= *q_lo && (window == 0 || int64_t(*q_hi) - *k_lo < window) && *k_lo >= s_hi)
+      return Tile::All;
+    return Tile::Masked;
+  }
+};
 
 template <typename T>
-void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const int32_t* qpos,
-                  const int32_t* kpos, const Dims d, int64_t window) {
+void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const Mask mk, const Dims d) {
   const int64_t D = d.D, nq = (d.Tq + kBlock - 1) / kBlock;
   const float scale = 1.f / std::sqrt(float(D));
   parallel_for(d.B * d.Hq * nq, 1, [&](int64_t begin, int64_t end) {
@@ -81,7 +101,7 @@ void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const int32
       std::fill(l, l + qn, 0.f);
       for (int64_t k0 = 0; k0 < d.Tk; k0 += kBlock) {
         const int64_t kn = std::min(kBlock, d.Tk - k0);
-        const Tile kind = tile_kind(qpos + q0, qn, kpos + k0, kn, window);
+        const Tile kind = mk.tile(b, q0, qn, k0, kn);
         if (kind == Tile::None) continue;
         const T* base = kv + (b * d.Tk + k0) * d.KC;
         load_cols(kt, kBlock, base + kvh * D, d.KC, kn, D);
@@ -91,8 +111,7 @@ void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const int32
           float* si = s + i * kBlock;
           float rmax = -INFINITY;
           for (int64_t j = 0; j < kn; ++j) {
-            if (kind == Tile::Masked && !visible(qpos[q0 + i], kpos[k0 + j], window))
-              si[j] = -INFINITY;
+            if (kind == Tile::Masked && !mk.visible(b, q0 + i, k0 + j)) si[j] = -INFINITY;
             rmax = std::max(rmax, si[j]);
           }
           const float m_new = std::max(m[i], rmax);
@@ -131,8 +150,7 @@ void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const int32
 
 template <typename T>
 void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const float* lse,
-                   const T* qkv, const T* kv, const int32_t* qpos, const int32_t* kpos,
-                   const Dims d, int64_t window) {
+                   const T* qkv, const T* kv, const Mask mk, const Dims d) {
   const int64_t D = d.D, OC = d.Hq * D, Tq = d.Tq, Tk = d.Tk;
   const int64_t ldq = Tq + 16, ldk = Tk + 16;  // transposed arrays' leading dimensions
   const float scale = 1.f / std::sqrt(float(D));
@@ -170,7 +188,7 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
         for (int64_t k0 = 0; k0 < Tk; k0 += kBlock)
           for (int64_t q0 = 0; q0 < Tq; q0 += kBlock) {
             const int64_t kn = std::min(kBlock, Tk - k0), qn = std::min(kBlock, Tq - q0);
-            const Tile kind = tile_kind(qpos + q0, qn, kpos + k0, kn, window);
+            const Tile kind = mk.tile(b, q0, qn, k0, kn);
             if (kind == Tile::None) continue;
             any = true;
             tile_gemm(kn, qn, D, k + k0 * D, D, qt + q0, ldq, st, kBlock, false);
@@ -179,7 +197,7 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
               for (int64_t i = 0; i < qn; ++i) {
                 float& sv = st[j * kBlock + i];
                 float& dp = dpt[j * kBlock + i];
-                if (kind == Tile::Masked && !visible(qpos[q0 + i], kpos[k0 + j], window)) {
+                if (kind == Tile::Masked && !mk.visible(b, q0 + i, k0 + j)) {
                   sv = dp = 0.f;
                   continue;
                 }
@@ -206,33 +224,36 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
   });
 }
 
+Mask mask_of(const Tensor& qpos, const Tensor& kpos, int64_t window, const Tensor& qstart) {
+  return {qpos.data<int32_t>(), kpos.data<int32_t>(), window,
+          qstart.defined() ? qstart.data<int32_t>() : nullptr, qpos.dim(0)};
+}
+
 }  // namespace
 
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                             int64_t n_kv_heads, int64_t window) {
+                             int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
   const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads);
+  const Mask mk = mask_of(qpos, kpos, window, qstart);
   if (qkv.dtype() == DType::F32)
-    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), kv.data<float>(),
-                 qpos.data<int32_t>(), kpos.data<int32_t>(), d, window);
+    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), kv.data<float>(), mk, d);
   else
-    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<bf16>(), kv.data<bf16>(),
-                 qpos.data<int32_t>(), kpos.data<int32_t>(), d, window);
+    forward_impl(out.data<float>(), lse.data<float>(), qkv.data<bf16>(), kv.data<bf16>(), mk, d);
 }
 
 void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                              int64_t n_kv_heads, int64_t window) {
+                              int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
   const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads);
+  const Mask mk = mask_of(qpos, kpos, window, qstart);
   if (qkv.dtype() == DType::F32)
     backward_impl(dq.data<float>(), dkv.data<float>(), dout.data<float>(), out.data<float>(),
-                  lse.data<float>(), qkv.data<float>(), kv.data<float>(), qpos.data<int32_t>(),
-                  kpos.data<int32_t>(), d, window);
+                  lse.data<float>(), qkv.data<float>(), kv.data<float>(), mk, d);
   else
     backward_impl(dq.data<float>(), dkv.data<float>(), dout.data<bf16>(), out.data<bf16>(),
-                  lse.data<float>(), qkv.data<bf16>(), kv.data<bf16>(), qpos.data<int32_t>(),
-                  kpos.data<int32_t>(), d, window);
+                  lse.data<float>(), qkv.data<bf16>(), kv.data<bf16>(), mk, d);
 }
 
 }  // namespace nk::ops::cpu

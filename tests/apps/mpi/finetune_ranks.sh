@@ -2,7 +2,8 @@
 # `nekton finetune` over several processes equals one process (issue 37,
 # item 8): packed SFT rows with varying numbers of trained tokens per
 # micro-batch, 10 steps, under plain data parallelism (2 and 4 ranks), ZeRO-1,
-# FSDP, tensor parallelism (with and without sequence parallelism), FSDP
+# FSDP, tensor parallelism (with and without sequence parallelism), context
+# parallelism (CP2, CP2 × DP2; packed and padded rows), FSDP
 # from train.init_from and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
 # the ranks add the same gradients in another order). Pipeline parallelism
 # is refused, naming parallel.pp.
@@ -21,9 +22,13 @@ run zero1 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=full
 run tp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2
 run tp2sp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2 parallel.sp=true
+# Context parallel: the packed rows' documents cross the ranks' chunks.
+run cp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.cp=2
+run cp2dp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
-compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp ||
+grep -q "context parallel: world 2" "$WORK/cp2.log" || fail "cp2 did not run context parallel"
+compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 ||
   fail "a parallel run differs from one process"
 # From a saved model (train.init_from, the usual fine-tuning), under FSDP.
 run one_init "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" train.steps=5
@@ -34,9 +39,10 @@ compare one_init fsdp_init ||
 # Unpacked rows (one sample per row, padded) too.
 run one_rows "$NK" finetune "${ARGS[@]}" data.pack=false
 run dp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.shard=optimizer
-compare one_rows dp2_rows ||
+run cp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.cp=2
+compare one_rows dp2_rows cp2_rows ||
   fail "unpacked rows: data parallel differs from one process"
 
 refused pp "parallel.pp = 2: data.sft_path (fine-tuning) with parallel.pp under tensor or pipeline parallelism is not supported" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.pp=2
-pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2 and TP2+SP equals one process"
+pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2 and CP2 x DP2 equals one process"
