@@ -21,8 +21,10 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "row is cut into 2·cp equal chunks)",
         cp, cfg.seq_len, 2 * cp);
   const char* unsupported =
-      mesh.pp() > 1                    ? "parallel.pp (pipeline parallelism)"
-      : cfg.model.has_adapters()       ? "peft.method (adapters)"
+      mesh.pp() > 1                ? "parallel.pp (pipeline parallelism)"
+      : cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
+      : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
+          ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
       : cfg.device != kHost            ? "train.device (only the CPU has the ring "
                                          "attention kernel)"
       : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"

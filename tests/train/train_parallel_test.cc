@@ -75,12 +75,15 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=optimizer"}), 2), "");  // ZeRO-1
   EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=full"}), 4), "");       // FSDP
   EXPECT_EQ(error_of(with({"parallel.cp=2", "data.path=", "data.sft_path=chats.jsonl"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "peft.method=lora"}), 2), "");
   std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
   EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
             std::string::npos)
       << e;
   const std::pair<std::vector<std::string>, const char*> refused[] = {
-      {{"peft.method=lora"}, "peft.method"},
+      {{"peft.method=lora", "peft.lora_dropout=0.1"}, "peft.lora_dropout"},
+      {{"peft.method=p_tuning", "data.pack=false", "data.path=", "data.sft_path=chats.jsonl"},
+       "peft.method=p_tuning"},
       {{"parallel.tp=2", "parallel.sp=true"}, "parallel.sp"},
       {{"model.preset=mixtral-tiny"}, "parallel.cp = 2"}};
   for (const auto& [extra, key] : refused) {

@@ -1,11 +1,19 @@
 # Compares runs of the tests/apps/mpi scripts with a one-process run:
-#   compare_runs.py WORK REFERENCE RUN...
+#   compare_runs.py [--tensor-norm] WORK REFERENCE RUN...
 # Each RUN's metrics.jsonl losses (and figures, when logged) must equal the
 # reference's at every step within 1e-5 (relative; absolute below 1), and its exported
 # OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32); so
 # must its PEFT adapter OUT/adapter/adapter_model.safetensors where the
 # reference has one (and the model only where the reference has one: QLoRA
 # exports its adapter alone).
+# --tensor-norm: the weights per tensor instead, ||run - ref|| / ||ref|| <=
+# 1e-4 (2-norm), for layouts that add attention's terms in another order
+# (context parallelism's ring merges each block through the log-sum-exp).
+# Adam divides each gradient element by its own running magnitude, so the
+# few elements whose contributions nearly cancel carry that rounding into
+# whole steps of size lr; at lr 1e-2 a handful of elements in thousands
+# move by 1e-5 to 3e-5 while the tensors agree within 2e-5 and every loss
+# within 1e-7 (tests/parallel/mpi/equivalence_util.h says the same).
 import json
 import os
 import struct
@@ -33,7 +41,11 @@ def weights(path):
     return out
 
 
-work, ref, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+args = sys.argv[1:]
+tensor_norm = args[0] == "--tensor-norm"
+if tensor_norm:
+    args = args[1:]
+work, ref, runs = args[0], args[1], args[2:]
 want = records(f"{work}/{ref}")
 FILES = [f for f in ("model/model.safetensors", "adapter/adapter_model.safetensors")
          if os.path.exists(f"{work}/{ref}/{f}")]
@@ -60,7 +72,15 @@ for run in runs:
     for file, w in want_w.items():
         got_w = weights(f"{work}/{run}/{file}")
         assert sorted(got_w) == sorted(w), (run, file, sorted(set(got_w) ^ set(w)))
-        worst[file] = max(float(np.max(np.abs(got_w[n] - w[n]))) for n in w)
-        assert worst[file] <= 1e-5, f"{run}: {file} differs from one process by {worst[file]:.2e}"
-    within = ", ".join(f"{f.split('/')[0]} within {d:.1e}" for f, d in worst.items())
+        if tensor_norm:
+            worst[file] = max(float(np.linalg.norm(got_w[n] - w[n]) /
+                                    max(np.linalg.norm(w[n]), 1e-30)) for n in w)
+            assert worst[file] <= 1e-4, \
+                f"{run}: {file} differs from one process by {worst[file]:.2e} (a tensor's 2-norm)"
+        else:
+            worst[file] = max(float(np.max(np.abs(got_w[n] - w[n]))) for n in w)
+            assert worst[file] <= 1e-5, \
+                f"{run}: {file} differs from one process by {worst[file]:.2e}"
+    how = " (relative, per tensor)" if tensor_norm else ""
+    within = ", ".join(f"{f.split('/')[0]} within {d:.1e}{how}" for f, d in worst.items())
     print(f"{run}: {len(want)} steps ({', '.join(keys)}) within {worst_rel:.1e}, {within}")

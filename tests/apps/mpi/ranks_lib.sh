@@ -13,6 +13,7 @@
 #   run OUT CMD...             CMD with train.out_dir=$WORK/OUT, its log in
 #                              $WORK/OUT.log; fails the test if CMD fails
 #   compare REF RUN...         compare_runs.py: every RUN equals REF within 1e-5
+#   compare_norm REF RUN...    the same with the weights per tensor (--tensor-norm)
 #   refused OUT PATTERN CMD... CMD must fail with PATTERN (grep) in its log
 # shellcheck source=script_lib.sh
 source "$REPO/tests/apps/mpi/script_lib.sh"
@@ -61,6 +62,10 @@ run() {
 
 compare() {
   /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" "$@"
+}
+
+compare_norm() {
+  /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --tensor-norm "$WORK" "$@"
 }
 
 refused() {
