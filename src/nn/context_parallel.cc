@@ -38,16 +38,6 @@ void document_starts(Tensor& qstart, const Tensor& cu_seqlens, const Tensor& pos
   }
 }
 
-// The ring's block kernel scores with 1/sqrt(D) and no cap.
-void refuse_scores(float scale, float softcap, int64_t cp) {
-  if (scale != 0.f || softcap != 0.f)
-    fail(
-        "parallel.cp = {}: attention with a score scale of its own (model.query_pre_attn_scalar) "
-        "or soft-capped scores (model.attn_logit_softcap), as Gemma's, is not supported under "
-        "context parallelism yet (set parallel.cp=1)",
-        cp);
-}
-
 }  // namespace
 
 void ContextParallel::prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_head) const {
@@ -87,7 +77,6 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
-  refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -104,7 +93,8 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_forward(r.out, lse, qkv, cur, r.positions[size_t(me)],
-                                 r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart);
+                                 r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart,
+                                 scale, softcap);
     if (send) {
       send->wait();
       recv->wait();
@@ -122,7 +112,6 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
                             softcap);
     return;
   }
-  refuse_scores(scale, softcap, size());
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -142,7 +131,8 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_backward(dq, dcur, dout, out, lse, qkv, cur, r.positions[size_t(me)],
-                                  r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart);
+                                  r.positions[size_t(owner)], n_head, n_kv_head, window, r.qstart,
+                                  scale, softcap);
     if (send) {
       send->wait();
       recv->wait();

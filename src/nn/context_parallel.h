@@ -70,7 +70,7 @@ struct ContextParallel {
   // out [B, T/cp, Hq D], lse f32 [B, Hq, T/cp] of the local tokens of qkv
   // [B, T/cp, (Hq + 2 Hkv) D]. Packed rows: cu_seqlens i32 [B, S+1] of the
   // whole rows (global positions), each query seeing its own document only.
-  // A score scale or soft-cap of their own (Gemma) is refused under cp.
+  // scale and softcap (Gemma's) as ops::attention_forward's.
   void attention_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_head,
                          int64_t n_kv_head, const Tensor& cu_seqlens, int64_t window,
                          float scale = 0.f, float softcap = 0.f) const;

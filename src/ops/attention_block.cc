@@ -11,7 +11,8 @@ struct BlockDims {
 };
 
 BlockDims check_block(const Tensor& qkv, const Tensor& kv, const Tensor& qpos, const Tensor& kpos,
-                      int64_t hq, int64_t hkv, int64_t window, const Tensor& qstart) {
+                      int64_t hq, int64_t hkv, int64_t window, const Tensor& qstart,
+                      float softcap) {
   NK_CHECK(qkv.ndim() == 3 && kv.ndim() == 3, "attention_block: qkv {} and kv {} must be [B,T,C]",
            qkv.desc(), kv.desc());
   NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "attention_block: {} query heads, {} kv heads", hq,
@@ -28,6 +29,7 @@ BlockDims check_block(const Tensor& qkv, const Tensor& kv, const Tensor& qpos, c
   check_dtype(qpos, DType::I32, "attention_block qpos");
   check_dtype(kpos, DType::I32, "attention_block kpos");
   NK_CHECK(window >= 0, "attention_block: window {} must be >= 0 (0 = full causal)", window);
+  NK_CHECK(softcap >= 0.f, "attention_block: softcap {} must be >= 0 (0 = none)", softcap);
   if (qstart.defined()) {
     check_shape(qstart, {d.B, d.Tq}, "attention_block qstart");
     check_dtype(qstart, DType::I32, "attention_block qstart");
@@ -46,20 +48,23 @@ void check_running(const Tensor& out, const Tensor& lse, const BlockDims& d) {
 
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                             int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
+                             int64_t n_kv_heads, int64_t window, const Tensor& qstart, float scale,
+                             float softcap) {
   const Device dev = device_of(
       "attention_block_forward",
       {{&out, "out"}, {&lse, "lse"}, {&qkv, "qkv"}, {&kv, "kv"}, {&qpos, "qpos"}, {&kpos, "kpos"}});
-  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
+  const BlockDims d =
+      check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, softcap);
   check_running(out, lse, d);
   pick_kernel("attention_block_forward", dev, &cpu::attention_block_forward)(
-      out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
+      out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, scale, softcap);
 }
 
 void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                              int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
+                              int64_t n_kv_heads, int64_t window, const Tensor& qstart, float scale,
+                              float softcap) {
   const Device dev = device_of("attention_block_backward", {{&dq, "dq"},
                                                             {&dkv, "dkv"},
                                                             {&dout, "dout"},
@@ -69,7 +74,8 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                                                             {&kv, "kv"},
                                                             {&qpos, "qpos"},
                                                             {&kpos, "kpos"}});
-  const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
+  const BlockDims d =
+      check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, softcap);
   check_running(dq, lse, d);
   check_shape(dkv, kv.shape(), "attention_block dkv");
   check_dtype(dkv, DType::F32, "attention_block dkv");
@@ -79,7 +85,8 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
     check_dtype(*t, qkv.dtype(), name);
   }
   pick_kernel("attention_block_backward", dev, &cpu::attention_block_backward)(
-      dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart);
+      dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, scale,
+      softcap);
 }
 
 }  // namespace nk::ops

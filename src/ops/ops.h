@@ -240,7 +240,8 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
 // (ops::attention_forward's mask on the global positions). Packed rows:
 // qstart i32[B,Tq] is each query's document start (a global position), and
 // query i of row b sees key j only if also kpos[j] >= qstart[b,i]; undefined:
-// one document per row. Scale 1/sqrt(D).
+// one document per row. scale and softcap as ops::attention_forward's (0:
+// 1/sqrt(D), uncapped).
 // out f32[B,Tq,Hq*D] (normalised) and lse f32[B,Hq,Tq] are the running
 // result: start them at 0 and -inf; after the call they are the softmax over
 // the keys seen so far and this block's (lse' = log(e^lse + e^lse_block)). A
@@ -248,7 +249,8 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
                              int64_t n_kv_heads, int64_t window = 0,
-                             const Tensor& qstart = Tensor());
+                             const Tensor& qstart = Tensor(), float scale = 0.f,
+                             float softcap = 0.f);
 // One block's share of the backward, given the FINAL out T[B,Tq,Hq*D] and
 // lse (after every block): dq f32[B,Tq,Hq*D] (d loss / d q, the rotated
 // query as stored in qkv) and dkv f32[B,Tk,2*Hkv*D] (d k, d v) accumulate.
@@ -258,7 +260,8 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
                               int64_t n_kv_heads, int64_t window = 0,
-                              const Tensor& qstart = Tensor());
+                              const Tensor& qstart = Tensor(), float scale = 0.f,
+                              float softcap = 0.f);
 
 // ---- attention over a KV cache (inference) ----
 // The cache of one layer is k_cache, v_cache T[NB, Hkv, B, D]: NB blocks of B

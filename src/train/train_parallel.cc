@@ -28,10 +28,7 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
       : cfg.device != kHost            ? "train.device (only the CPU has the ring "
                                          "attention kernel)"
       : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"
-      : cfg.model.query_pre_attn_scalar > 0 || cfg.model.attn_logit_softcap > 0
-          ? "model.query_pre_attn_scalar / model.attn_logit_softcap (Gemma's "
-            "attention scores)"
-          : nullptr;
+                                       : nullptr;
   if (unsupported)
     fail("parallel.cp = {}: {} under context parallelism is not supported yet (set parallel.cp=1)",
          cp, unsupported);

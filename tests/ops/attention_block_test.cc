@@ -5,11 +5,11 @@
 // (merged through the log-sum-exp), must give the whole sequence's causal
 // attention (ops::attention_forward) at those tokens; the blocks' backward
 // shares, the keys' and values' summed over every rank's queries, its
-// gradients. GQA, a sliding window, packed rows (documents whose edges cross
-// the chunks', each query seeing its own document: ops::attention_forward's
-// cu_seqlens against the block op's per-query document starts), and chunks
-// shorter and longer than the kernel's tiles included. Tolerance: fp32 sums in a
-// different order, 1e-5 relative to each tensor's largest value.
+// gradients. GQA, a sliding window, Gemma's scaled and capped scores, packed rows (documents whose
+// edges cross the chunks', each query seeing its own document: ops::attention_forward's cu_seqlens
+// against the block op's per-query document starts), and chunks shorter and longer than the
+// kernel's tiles included. Tolerance: fp32 sums in a different order, 1e-5 relative to each
+// tensor's largest value.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +27,7 @@ struct Case {
   int64_t cp, Hq, Hkv, window;
   int64_t c = 5;  // tokens per chunk
   bool packed = false;
+  float scale = 0.f, softcap = 0.f;  // Gemma's scores: 0 = 1/sqrt(D), uncapped
 };
 
 void check_ring(const Case& k) {
@@ -34,7 +35,8 @@ void check_ring(const Case& k) {
   const int64_t C = (k.Hq + 2 * k.Hkv) * D, OC = k.Hq * D, KC = 2 * k.Hkv * D;
   SCOPED_TRACE(::testing::Message()
                << "cp " << k.cp << " Hq " << k.Hq << " Hkv " << k.Hkv << " window " << k.window
-               << " chunk " << k.c << (k.packed ? " packed" : ""));
+               << " chunk " << k.c << (k.packed ? " packed" : "") << " scale " << k.scale
+               << " softcap " << k.softcap);
   Tensor qkv = test::make({B, T, C}, DType::F32, test::randn(size_t(B * T * C), 7));
   Tensor dout = test::make({B, T, OC}, DType::F32, test::randn(size_t(B * T * OC), 8));
   Tensor out = Tensor::empty({B, T, OC}, DType::F32), lse = Tensor::empty({B, k.Hq, T}, DType::F32);
@@ -45,8 +47,8 @@ void check_ring(const Case& k) {
   const std::vector<int32_t> starts = {0, 3, int32_t(T / 2 + 1), int32_t(T), int32_t(T), 0,
                                        1, 1, int32_t(T - 2),     int32_t(T)};
   Tensor cu = k.packed ? test::make_i32({B, S + 1}, starts) : Tensor();
-  ops::attention_forward(out, lse, qkv, k.Hq, k.Hkv, cu, k.window);
-  ops::attention_backward(dqkv, dout, qkv, out, lse, k.Hq, k.Hkv, cu, k.window);
+  ops::attention_forward(out, lse, qkv, k.Hq, k.Hkv, cu, k.window, k.scale, k.softcap);
+  ops::attention_backward(dqkv, dout, qkv, out, lse, k.Hq, k.Hkv, cu, k.window, k.scale, k.softcap);
 
   // Each simulated rank's tokens: rows of the whole tensors at global positions.
   auto local = [&](const Tensor& whole, int64_t r, int64_t col0, int64_t w) {
@@ -90,14 +92,15 @@ void check_ring(const Case& k) {
       const int64_t o = (r - s + k.cp) % k.cp;
       ops::attention_block_forward(lo[size_t(r)], ll[size_t(r)], lq[size_t(r)], lkv[size_t(o)],
                                    pos[size_t(r)], pos[size_t(o)], k.Hq, k.Hkv, k.window,
-                                   qstart[size_t(r)]);
+                                   qstart[size_t(r)], k.scale, k.softcap);
     }
   for (int64_t r = 0; r < k.cp; ++r)
     for (int64_t s = 0; s < k.cp; ++s) {
       const int64_t o = (r - s + k.cp) % k.cp;
       ops::attention_block_backward(dq[size_t(r)], dkv[size_t(o)], ldo[size_t(r)], lo[size_t(r)],
                                     ll[size_t(r)], lq[size_t(r)], lkv[size_t(o)], pos[size_t(r)],
-                                    pos[size_t(o)], k.Hq, k.Hkv, k.window, qstart[size_t(r)]);
+                                    pos[size_t(o)], k.Hq, k.Hkv, k.window, qstart[size_t(r)],
+                                    k.scale, k.softcap);
     }
   auto scale_of = [](const Tensor& t) {
     double m = 0;
@@ -139,7 +142,11 @@ TEST(AttentionBlock, RingMatchesWholeSequence) {
         // Packed rows: documents crossing the chunks' edges, with a
         // window, and over tiles (chunks of 80 tokens).
         Case{1, 2, 2, 0, 5, true}, Case{2, 4, 2, 0, 5, true}, Case{4, 4, 1, 0, 5, true},
-        Case{2, 4, 2, 7, 5, true}, Case{2, 4, 2, 0, 80, true}, Case{4, 2, 1, 50, 80, true}})
+        Case{2, 4, 2, 7, 5, true}, Case{2, 4, 2, 0, 80, true}, Case{4, 2, 1, 50, 80, true},
+        // Gemma's scores: a scale of their own, capped (softcap 1.5 on scores
+        // of about unit size: tanh well off its linear part).
+        Case{2, 4, 2, 0, 5, false, 0.2f}, Case{2, 4, 2, 0, 5, false, 0.f, 1.5f},
+        Case{4, 4, 2, 7, 5, true, 0.3f, 1.5f}, Case{2, 4, 2, 0, 80, false, 0.25f, 2.f}})
     check_ring(k);
 }
 

@@ -15,7 +15,9 @@
 // transposed (key rows x query columns) as in attention.cc:
 //   S^T = K Q^T, P^T = exp(S^T - lse), dV += P^T dO, dP^T = V dO^T,
 //   dS^T = P^T (dP^T - Drow), dK += dS^T Q, dQ^T += K^T dS^T
-// with Drow_i = dO_i . O_i over the final output; Q pre-scaled by 1/sqrt(D).
+// with Drow_i = dO_i . O_i over the final output; Q pre-scaled by the scores'
+// factor (1/sqrt(D) unless given). Capped scores (softcap c, Gemma 2): S' =
+// c tanh(S / c) in the softmax, and dS = dS' (1 - tanh^2(S / c)).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -34,12 +36,17 @@ constexpr int64_t kBlock = 64;
 
 struct Dims {
   int64_t B, Tq, Tk, Hq, Hkv, D, C, KC;  // C: qkv's row width, KC: kv's (2 Hkv D)
+  float scale, softcap;                  // the scores' factor; > 0: capped scores
   int64_t group() const { return Hq / Hkv; }
 };
 
-Dims dims_of(const Tensor& qkv, const Tensor& kv, int64_t hq, int64_t hkv) {
-  const int64_t c = qkv.dim(2);
-  return {qkv.dim(0), qkv.dim(1), kv.dim(1), hq, hkv, c / (hq + 2 * hkv), c, kv.dim(2)};
+Dims dims_of(const Tensor& qkv, const Tensor& kv, int64_t hq, int64_t hkv, float scale,
+             float softcap) {
+  const int64_t c = qkv.dim(2), D = c / (hq + 2 * hkv);
+  return {qkv.dim(0), qkv.dim(1), kv.dim(1),
+          hq,         hkv,        D,
+          c,          kv.dim(2),  scale > 0.f ? scale : 1.f / std::sqrt(float(D)),
+          softcap};
 }
 
 enum class Tile { None, All, Masked };
@@ -82,7 +89,7 @@ struct Mask {
 template <typename T>
 void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const Mask mk, const Dims d) {
   const int64_t D = d.D, nq = (d.Tq + kBlock - 1) / kBlock;
-  const float scale = 1.f / std::sqrt(float(D));
+  const float scale = d.scale, cap = d.softcap;
   parallel_for(d.B * d.Hq * nq, 1, [&](int64_t begin, int64_t end) {
     float* q =
         attention_scratch(size_t(kBlock) * (4 * D + kBlock + 2));  // Q, O [kBlock, D]; Kt; V; S
@@ -111,6 +118,7 @@ void forward_impl(float* out, float* lse, const T* qkv, const T* kv, const Mask 
           float* si = s + i * kBlock;
           float rmax = -INFINITY;
           for (int64_t j = 0; j < kn; ++j) {
+            if (cap > 0.f) si[j] = cap * std::tanh(si[j] / cap);
             if (kind == Tile::Masked && !mk.visible(b, q0 + i, k0 + j)) si[j] = -INFINITY;
             rmax = std::max(rmax, si[j]);
           }
@@ -153,7 +161,7 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
                    const T* qkv, const T* kv, const Mask mk, const Dims d) {
   const int64_t D = d.D, OC = d.Hq * D, Tq = d.Tq, Tk = d.Tk;
   const int64_t ldq = Tq + 16, ldk = Tk + 16;  // transposed arrays' leading dimensions
-  const float scale = 1.f / std::sqrt(float(D));
+  const float scale = d.scale, cap = d.softcap;
   parallel_for(d.B * d.Hkv, 1, [&](int64_t begin, int64_t end) {
     float* p = attention_scratch(
         size_t(4 * Tk * D + D * ldk + 2 * Tq * D + 3 * D * ldq + Tq + 2 * kBlock * kBlock));
@@ -201,6 +209,12 @@ void backward_impl(float* dq, float* dkv, const T* dout, const T* out, const flo
                   sv = dp = 0.f;
                   continue;
                 }
+                if (cap > 0.f) {  // d(cap tanh(s / cap)) / ds = 1 - tanh^2
+                  const float t = std::tanh(sv / cap);
+                  sv = softmax::fast_exp(cap * t - lh[q0 + i]);
+                  dp = sv * (dp - drow[q0 + i]) * (1.f - t * t);
+                  continue;
+                }
                 sv = softmax::fast_exp(sv - lh[q0 + i]);
                 dp = sv * (dp - drow[q0 + i]);
               }
@@ -233,8 +247,9 @@ Mask mask_of(const Tensor& qpos, const Tensor& kpos, int64_t window, const Tenso
 
 void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv,
                              const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                             int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
-  const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads);
+                             int64_t n_kv_heads, int64_t window, const Tensor& qstart, float scale,
+                             float softcap) {
+  const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads, scale, softcap);
   const Mask mk = mask_of(qpos, kpos, window, qstart);
   if (qkv.dtype() == DType::F32)
     forward_impl(out.data<float>(), lse.data<float>(), qkv.data<float>(), kv.data<float>(), mk, d);
@@ -245,8 +260,9 @@ void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Te
 void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out,
                               const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                               const Tensor& qpos, const Tensor& kpos, int64_t n_q_heads,
-                              int64_t n_kv_heads, int64_t window, const Tensor& qstart) {
-  const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads);
+                              int64_t n_kv_heads, int64_t window, const Tensor& qstart, float scale,
+                              float softcap) {
+  const Dims d = dims_of(qkv, kv, n_q_heads, n_kv_heads, scale, softcap);
   const Mask mk = mask_of(qpos, kpos, window, qstart);
   if (qkv.dtype() == DType::F32)
     backward_impl(dq.data<float>(), dkv.data<float>(), dout.data<float>(), out.data<float>(),

@@ -38,11 +38,12 @@ NK_KERNEL_DECL(void, quant_unpack, (QuantWeight& rows, const QuantWeight& q))
 NK_KERNEL_DECL(void, attention_block_forward,
                (Tensor out, Tensor lse, const Tensor& qkv, const Tensor& kv, const Tensor& qpos,
                 const Tensor& kpos, int64_t n_q_heads, int64_t n_kv_heads, int64_t window,
-                const Tensor& qstart))
+                const Tensor& qstart, float scale, float softcap))
 NK_KERNEL_DECL(void, attention_block_backward,
                (Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out, const Tensor& lse,
                 const Tensor& qkv, const Tensor& kv, const Tensor& qpos, const Tensor& kpos,
-                int64_t n_q_heads, int64_t n_kv_heads, int64_t window, const Tensor& qstart))
+                int64_t n_q_heads, int64_t n_kv_heads, int64_t window, const Tensor& qstart,
+                float scale, float softcap))
 
 // ---- Gemma's gated GELU and soft-capping (activation.cc) ----
 NK_KERNEL_DECL(void, geglu_forward, (Tensor y, const Tensor& gu))

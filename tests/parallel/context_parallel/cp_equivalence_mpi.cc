@@ -145,6 +145,19 @@ TEST_F(ContextParallel, LlamaCp2Dp2GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check({"llama-tiny", 2, 1, 8, 2, 2});
 }
+// Gemma 2: a score scale of its own (query_pre_attn_scalar), capped scores
+// (a cap of 1.5, far from linear), local layers' windows crossing the chunks.
+TEST_F(ContextParallel, Gemma2Cp2CappedScoresAndWindows) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"gemma2-tiny",
+         2,
+         1,
+         4,
+         2,
+         1,
+         {"model.attn_logit_softcap=1.5", "model.query_pre_attn_scalar=20",
+          "model.sliding_window=12"}});
+}
 // The distributed optimizer and FSDP shard over the same "dp-cp" group the
 // gradients are summed over: a CP2 run alone shards over its two cp ranks.
 TEST_F(ContextParallel, LlamaCp2ZeroOneShardsOverTheCpRanks) {
