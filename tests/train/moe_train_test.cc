@@ -186,15 +186,30 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   EXPECT_TRUE(contains(e, "parallel.cp = 2")) << e;
   EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
   // Tensor parallel (each expert split over tp, etp = tp), with sp and ep:
-  // runs (tests/apps/mpi/moe_tp_ranks.sh); other expert splits are named.
+  // runs (tests/apps/mpi/moe_tp_ranks.sh); whole experts (etp = 1) too,
+  // alone, with sp, with ep over the tp ranks and with dp
+  // (tests/apps/mpi/moe_etp_ranks.sh); other expert splits are named.
   EXPECT_EQ(layout_error({"parallel.tp=2"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.sp=true"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.ep=2"}, 4), "(no error)");
-  e = layout_error({"parallel.tp=2", "parallel.etp=1"}, 2);
-  EXPECT_TRUE(contains(e,
-                       "parallel.etp = 1 with parallel.tp = 2: only parallel.etp = "
-                       "parallel.tp is supported"))
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.sp=true"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 4), "(no error)");
+  e = layout_error({"parallel.tp=4", "parallel.etp=2"}, 4);
+  EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 4: only parallel.etp = parallel.tp"))
       << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_capacity_factor=1.0"}, 2);
+  EXPECT_TRUE(contains(e, "parallel.etp = 1 with parallel.tp = 2: model.moe_capacity_factor")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_aux_loss_type=seq"}, 2);
+  EXPECT_TRUE(contains(e, "model.moe_aux_loss_type=seq")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.shard=optimizer"},
+                   4);
+  EXPECT_TRUE(contains(e, "parallel.shard (ZeRO-1 / FSDP) with parallel.ep")) << e;
+  // ep groups that split a tp group (ep after dp in the order: ep groups {0, 2}, {1, 3}).
+  e = layout_error(
+      {"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.order=tp-cp-dp-ep-pp"}, 4);
+  EXPECT_TRUE(contains(e, "is not inside one expert-parallel group")) << e;
   e = layout_error({"parallel.tp=2", "model.moe_d_ff=63"}, 2);
   EXPECT_TRUE(contains(e, "model.moe_d_ff = 63 is not divisible by parallel.tp = 2")) << e;
   e = layout_error({"parallel.tp=2", "parallel.ep=2", "parallel.order=ep-tp-cp-dp-pp"}, 4);
