@@ -150,18 +150,24 @@ Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communi
   const bool pipelined = pp && pp->size() > 1;
   // Split experts: first every rank's experts over the ep group, into the
   // arena of the layout they were split from (this stage's tensor-parallel
-  // shards); the rest is equal on every ep rank (rank 0's is taken).
+  // shards); the rest is this rank's own (equal on every ep rank, or with
+  // whole experts, parallel.etp = 1, its own tp shards: its ep group holds
+  // its tp peers).
   const ParamLayout* held = &mine;
   if (model.experts_split()) {
     const ParamLayout& unsplit = model.unsplit_layout();
     const nn::ExpertParallel& ep = model.expert_parallel();
-    host = assemble(host, *held, unsplit, all, ep.comm, ep.size(),
-                    [](const ParamInfo& p) -> std::optional<ParamInfo> {
-                      if (p.split == Split::Experts) return p;
-                      ParamInfo whole_value = p;
-                      whole_value.split = Split::Replicated;
-                      return whole_value;
-                    });
+    Tensor experts = assemble(host, *held, unsplit, all, ep.comm, ep.size(),
+                              [](const ParamInfo& p) -> std::optional<ParamInfo> {
+                                if (p.split == Split::Experts) return p;
+                                return std::nullopt;
+                              });
+    for (const ParamInfo& p : unsplit.params()) {
+      if ((!all && !p.trainable) || p.split == Split::Experts || !mine.has(p.name)) continue;
+      std::copy_n(host.data<float>() + mine.find(p.name).offset, p.numel(),
+                  experts.data<float>() + p.offset);
+    }
+    host = experts;
     held = &unsplit;
   }
   // Then the tensor-parallel shards (expert tensors by their expert split).
