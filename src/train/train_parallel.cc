@@ -97,7 +97,9 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   // Mixture of Experts runs data, tensor (with sequence), expert and
-  // pipeline parallel (1F1B) for now: no context split of its layers.
+  // pipeline parallel (1F1B or interleaved: the stages hand on the layers'
+  // routing records, parallel/pipeline_parallel.h) for now: no context split
+  // of its layers.
   if (cfg.model.is_moe()) {
     if (mesh.cp() != 1)
       fail(
@@ -115,14 +117,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
           "(parallel.tp = {}, parallel.ep = {}); put tp first, as the default order "
           "tp-cp-ep-dp-pp does",
           mesh.order(), mesh.tp(), mesh.ep());
-    // The stages hand on the layers' routing records beside the residual
-    // stream (parallel/pipeline_parallel.h); the interleaved schedule's
-    // posted receives do not carry them yet.
-    if (cfg.parallel.vp > 1)
-      fail(
-          "parallel.vp = {}: a Mixture-of-Experts model (model.num_experts = {}) runs the plain "
-          "1F1B pipeline schedule only for now (set parallel.vp=1)",
-          cfg.parallel.vp, cfg.model.num_experts);
     if (cfg.model.num_experts % mesh.ep())
       fail(
           "parallel.ep = {}: model.num_experts = {} does not split into equal counts over the "

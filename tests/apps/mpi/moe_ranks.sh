@@ -13,7 +13,9 @@
 # under EP2 and EP2 x DP2 (the experts' optimizer state sharded over the
 # expert-dp ranks). Pipeline parallelism: PP2, DP2 x PP2, EP2 with PP2 (4
 # ranks), PP2 with full recompute, the same losses, weights and MoE figures;
-# PP2 and EP2 x PP2 checkpoints resume on one process. FSDP under EP is
+# PP2 and EP2 x PP2 checkpoints resume on one process; the interleaved
+# schedule (PP2 VP2, EP2 x PP2 VP2, a PP2 VP2 checkpoint resumed on one
+# process) likewise. FSDP under EP is
 # refused, naming its key, and so is an expert split that does not divide
 # the experts or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
@@ -168,6 +170,33 @@ for run in runs:
             assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
 PY
 
+# The interleaved schedule (parallel.vp=2; 4 layers in 4 chunks, each rank
+# two): the routing records pass every chunk with the residual stream, their
+# receives posted at the step's start. PP2 VP2, EP2 x PP2 VP2 (4 ranks), a
+# PP2 VP2 checkpoint resumed on one process; the same losses, weights and
+# MoE figures as one process.
+L4=(model.n_layer=4)
+run one4 "$NK" train "${ARGS[@]}" "${L4[@]}"
+run pp2vp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2
+run ep2pp2vp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2 \
+  parallel.ep=2
+run pp2vp2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2 \
+  train.exit_at_step=5
+run pp2vp2to1 "$NK" train "${ARGS[@]}" "${L4[@]}"
+grep -q "resuming from checkpoint" "$WORK/pp2vp2to1.log" || fail "pp2vp2to1 did not resume"
+grep -q "interleaved 1F1B" "$WORK/pp2vp2.log" ||
+  fail "pp2vp2 did not run the interleaved schedule: $(grep -m1 parallel "$WORK/pp2vp2.log")"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one4 pp2vp2 ep2pp2vp2 pp2vp2to1 ||
+  fail "an interleaved pipeline-parallel MoE run differs from one process"
+/usr/bin/python3 - "$WORK" one4 pp2vp2 <<'PY' || fail "the interleaved MoE figures differ from one process"
+import json, sys
+work, ref, run = sys.argv[1:]
+rec = lambda r: [json.loads(l) for l in open(f"{work}/{r}/metrics.jsonl")]
+for a, b in zip(rec(run), rec(ref)):
+    for k in ("moe_aux", "moe_z", "moe_load_max", "moe_load_max.l3"):
+        assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
+PY
+
 refuse() {
   local out=$1 pattern=$2
   shift 2
@@ -195,4 +224,4 @@ refuse ep2full "parallel.shard = full: FSDP does not shard expert-parallel weigh
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP refused"
