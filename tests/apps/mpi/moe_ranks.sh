@@ -15,9 +15,9 @@
 # ranks), PP2 with full recompute, the same losses, weights and MoE figures;
 # PP2 and EP2 x PP2 checkpoints resume on one process; the interleaved
 # schedule (PP2 VP2, EP2 x PP2 VP2, a PP2 VP2 checkpoint resumed on one
-# process) likewise. FSDP under EP is
-# refused, naming its key, and so is an expert split that does not divide
-# the experts or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
+# process) likewise. FSDP under EP2 and EP2 x DP2 (experts sharded over
+# expert-dp), resumed on one process. Refused, naming its key: an expert
+# split that does not divide the experts, or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
 # summed over the ranks before the bias moves) equals one process too, under
 # DP, ZeRO-1, EP2, ZeRO-1 under EP2 x DP2, PP2 and EP2 with PP2 (uneven
@@ -218,10 +218,21 @@ grep -q "resuming from checkpoint" "$WORK/ep2dp2zero1to1.log" || fail "ep2dp2zer
 grep -q "optimizer state sharded (ZeRO-1)" "$WORK/ep2dp2zero1.log" || fail "ep2dp2zero1 is not ZeRO-1"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one ep2zero1 ep2dp2zero1 \
   ep2dp2zero1to1 || fail "ZeRO-1 under expert parallelism differs from one process"
-# FSDP does not shard split experts yet: refused, naming the keys.
-refuse ep2full "parallel.shard = full: FSDP does not shard expert-parallel weights yet (parallel.ep = 2" \
-  "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+# FSDP under expert parallelism: each expert tensor's weights, gradients
+# and optimizer state sharded over its expert-dp ranks (EP2 on 2 ranks: edp
+# 1, whole; EP2 x DP2 on 4: over 2), the rest over dp; an EP2 x DP2 FSDP
+# checkpoint resumed on one process.
+run ep2fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+run ep2dp2fsdp "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+run ep2dp2fsdpto1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full \
+  train.exit_at_step=5
+run ep2dp2fsdpto1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2dp2fsdpto1.log" || fail "ep2dp2fsdpto1 did not resume"
+grep -q "sharded (FSDP)" "$WORK/ep2dp2fsdp.log" ||
+  fail "ep2dp2fsdp did not run FSDP: $(grep -m1 "data parallel" "$WORK/ep2dp2fsdp.log")"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one ep2fsdp ep2dp2fsdp \
+  ep2dp2fsdpto1 || fail "FSDP under expert parallelism differs from one process"
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP2 and EP2xDP2 equals one process and resumes on one"
