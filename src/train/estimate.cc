@@ -359,14 +359,19 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // scales per parameter group); a bf16 master is the compute copy, with a
     // 2-byte remainder per trainable parameter in the optimizer's state
     // unless uncompensated, and no f32 arena.
-    // Under expert parallelism ZeRO-1 shards the experts' part over the
-    // expert-dp ranks (those holding the same experts: dp / ep of them when
-    // etp = tp).
+    // Under expert parallelism ZeRO-1 and FSDP shard the experts' part over
+    // the expert-dp ranks (those holding the same experts: dp / ep of them
+    // when etp = tp).
     const OptimPrecision& pr = cfg.adamw.precision;
-    const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
     const double edp = double(e.edp);
     const double sharded_trainable =
         double(trainable - expert_trainable) / double(e.dp) + double(expert_trainable) / edp;
+    const double weight_share =
+        shard != parallel::Shard::Full ? 1.0
+        : masters == 0
+            ? 1.0 / double(e.dp)
+            : (double(masters - expert_trainable) / double(e.dp) + double(expert_trainable) / edp) /
+                  double(masters);
     const double state_share = shard == parallel::Shard::None || trainable == 0
                                    ? 1.0
                                    : sharded_trainable / double(trainable);

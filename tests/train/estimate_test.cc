@@ -255,6 +255,12 @@ TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
   const TrainEstimate s = estimate_training(recipe(z), 4, nullptr);
   const int64_t mine = e.expert_params / 2, rest = s.peak().params - mine;
   EXPECT_NEAR(double(s.peak().optimizer_bytes), 8.0 * (double(rest) / 4 + double(mine) / 2), 8.0);
+  // FSDP under EP2 x DP2: the weights (f32 masters) likewise, the experts'
+  // over their 2 expert-dp ranks.
+  std::vector<std::string> f = o;
+  f.push_back("parallel.shard=full");
+  const TrainEstimate fs = estimate_training(recipe(f), 4, nullptr);
+  EXPECT_NEAR(double(fs.peak().weight_bytes), 4.0 * (double(rest) / 4 + double(mine) / 2), 8.0);
   // Pipelined (2 stages of 2 and 1 layers): a rank exchanges its own stage's
   // layers' rows, the busier stage's 2 here.
   std::vector<std::string> pp = o;
