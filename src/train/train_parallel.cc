@@ -67,10 +67,15 @@ void check_whole_experts(const TrainConfig& cfg, const dist::Mesh& mesh) {
           ? "model.moe_aux_loss_type=seq (the sequence-wise balancing loss)"
       : mesh.ep() > 1 && cfg.ddp.shard != parallel::Shard::None
           ? "parallel.shard (ZeRO-1 / FSDP) with parallel.ep"
-      : N % mesh.tp() ? "train.micro_batch × train.seq_len not a multiple of parallel.tp"
-                      : nullptr;
+          : nullptr;
   if (unsupported)
     fail("parallel.etp = 1 with parallel.tp = {}: {} is not supported yet", mesh.tp(), unsupported);
+  if (N % mesh.tp())
+    fail(
+        "parallel.etp = 1 with parallel.tp = {}: train.micro_batch × train.seq_len = {} × {} is "
+        "not a multiple of parallel.tp (the MoE layers' tokens are split over the "
+        "tensor-parallel ranks)",
+        mesh.tp(), cfg.micro_batch, cfg.seq_len);
   // The experts each rank's ep group computes must be other experts than
   // its tp peers' (their gradients are then whole per ep group, summed over
   // the expert-dp group alone): every tp group inside one ep group.

@@ -201,6 +201,13 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
       << e;
   e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_capacity_factor=1.0"}, 2);
   EXPECT_TRUE(contains(e, "parallel.etp = 1 with parallel.tp = 2: model.moe_capacity_factor")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "train.micro_batch=1", "train.seq_len=15",
+                    "train.global_batch=2"},
+                   2);
+  EXPECT_TRUE(contains(e,
+                       "train.micro_batch × train.seq_len = 1 × 15 is not a multiple of "
+                       "parallel.tp"))
+      << e;
   e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_aux_loss_type=seq"}, 2);
   EXPECT_TRUE(contains(e, "model.moe_aux_loss_type=seq")) << e;
   e = layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.shard=optimizer"},
