@@ -201,8 +201,10 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    EP2, EP2xDP2, EP2 with full recompute and a capacity
 #                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
-#                    with PP2; EP2, PP2, EP2xPP2 and EP2xDP2 ZeRO-1
-#                    checkpoints resumed on one process; FSDP under EP refused
+#                    with PP2, PP2 VP2 (interleaved) and EP2 x PP2 VP2, FSDP
+#                    under EP2 and EP2xDP2, bf16 masters under EP2 and ZeRO-1
+#                    EP2xDP2 (against DP2 in bf16); EP2, PP2, EP2xPP2, PP2 VP2,
+#                    EP2xDP2 ZeRO-1 and FSDP checkpoints resumed on one process
 #   moe_tp_ranks     mixtral-tiny and qwen2-moe-tiny under TP2 (and with SP),
 #                    EP2xTP2 (experts split over tp as well); an EP2xTP2
 #                    checkpoint resumed on one process; parallel.etp other
