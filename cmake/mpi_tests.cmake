@@ -201,11 +201,18 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    EP2, EP2xDP2, EP2 with full recompute and a capacity
 #                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
-#                    with PP2; EP2, PP2, EP2xPP2 and EP2xDP2 ZeRO-1
-#                    checkpoints resumed on one process; FSDP under EP refused
+#                    with PP2, PP2 VP2 (interleaved) and EP2 x PP2 VP2, FSDP
+#                    under EP2 and EP2xDP2, bf16 masters under EP2 and ZeRO-1
+#                    EP2xDP2 (against DP2 in bf16); EP2, PP2, EP2xPP2, PP2 VP2,
+#                    EP2xDP2 ZeRO-1 and FSDP checkpoints resumed on one process
 #   moe_tp_ranks     mixtral-tiny and qwen2-moe-tiny under TP2 (and with SP),
 #                    EP2xTP2 (experts split over tp as well); an EP2xTP2
-#                    checkpoint resumed on one process; parallel.etp != tp refused
+#                    checkpoint resumed on one process; parallel.etp other
+#                    than 1 and tp refused
+#   moe_etp_ranks    mixtral-tiny and qwen2-moe-tiny with whole experts under
+#                    TP2 (parallel.etp=1: the MoE layers' tokens split over
+#                    tp), with SP, EP2 over the tp ranks, EP2xDP2, PP2,
+#                    ZeRO-1; checkpoints both ways; capacity factor refused
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
@@ -221,7 +228,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    parallel.tp and FSDP refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
-               moe_tp_ranks online_ranks)
+               moe_tp_ranks moe_etp_ranks online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
@@ -234,6 +241,8 @@ nk_timeout(t 1200)
 set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
+nk_timeout(t 600)
+set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
 
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
 #   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against

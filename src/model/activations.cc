@@ -37,7 +37,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   if (training) recompute = std::move(plan);
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
-  check_tensor_parallel(c, tp.size());
+  check_tensor_parallel(c, tp.size(), tp.experts_whole);
   NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
@@ -57,6 +57,12 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   auto act = [&](int64_t X) { return alloc({B, T, X}, dt); };
   // Outside the tensor-parallel region: this rank's rows under sequence parallelism.
   const int64_t R = tp.local_rows(B * T);
+  // The experts' (and shared expert's) share of their units: all of them
+  // when they are whole on every rank (TensorParallel::experts_whole), whose
+  // MoE blocks then keep their rows in the region's scratch (full_x, full_y,
+  // dmoe.dx_full: nn/token_split.h).
+  const int64_t te = tp.experts_whole ? 1 : t;
+  const bool moe_rows = tp.active() && tp.experts_whole && c.is_moe();
   auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
   auto stat = [&]() { return alloc({R}, DType::F32); };
   // A pipeline stage: its layers' buffers only (the others stay undefined).
@@ -69,7 +75,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // One layer's buffers; `cheap`: with the norms' and the activation's outputs
   // (a selective layer takes those from `shared`).
   Layer shared;
-  if (tp.sp()) {
+  if (tp.sp() || moe_rows) {
     full_x = act(C);
     full_y = act(C);
   }
@@ -106,9 +112,9 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     if (c.is_moe() && (l < 0 || c.moe_layer(l))) {
       // Every row (gathered under sp), this rank's share of each expert's units.
       y.moe = nn::MoE::saved_for(B * T, C, c.num_experts, c.num_experts_per_tok,
-                                 c.expert_d_ff() / t, dt, alloc, expert_ranks, segments);
+                                 c.expert_d_ff() / te, dt, alloc, expert_ranks, segments);
       if (c.moe_shared_d_ff > 0)
-        nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff / t,
+        nn::MoE::add_shared(&y.moe, nullptr, B * T, C, c.moe_shared_d_ff / te,
                             c.moe_shared_expert_gate, dt, alloc);
       y.moe.full_x = full_x;
       y.moe.full_y = full_y;
@@ -223,12 +229,13 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     if (qk_norm) dattn.dqk = act(HD);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok,
-                                  c.expert_d_ff() / t, dt, alloc, expert_ranks, segments);
+                                  c.expert_d_ff() / te, dt, alloc, expert_ranks, segments);
       if (c.moe_shared_d_ff > 0) {
-        nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff / t,
+        nn::MoE::add_shared(nullptr, &dmoe, B * T, C, c.moe_shared_d_ff / te,
                             c.moe_shared_expert_gate, dt, alloc);
       }
-      if (tp.sp()) dmoe.dx_full = act(C);  // the input gradient's partial sums, every row
+      if (tp.sp() || moe_rows)
+        dmoe.dx_full = act(C);  // the input gradient's partial sums, every row
       moe_balance.resize(size_t(segments * c.num_experts));
     }
     if (any_dense) {

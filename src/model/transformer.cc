@@ -115,7 +115,7 @@ void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor&
   const nn::MoeRouting& r = *s.moe.routing;
   a.moe_counts[size_t(l)] = r.count;
   a.moe_stats[size_t(l)] = r.stats;
-  a.moe_dropped[size_t(l)] = a.B * a.T * cfg_.num_experts_per_tok - r.slots;
+  a.moe_dropped[size_t(l)] = r.dropped;
   if (!a.moe_seq_counts.empty()) {  // the sequence-wise loss's counts, per sequence
     const int64_t k = cfg_.num_experts_per_tok, E = cfg_.num_experts;
     std::vector<int64_t>& n = a.moe_seq_counts[size_t(l)];

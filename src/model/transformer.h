@@ -130,14 +130,15 @@ struct PipelineStage {
 // Refuses a tensor-parallel size that does not divide the model: nk::Error
 // naming the model.* key and the numbers (query heads, key/value heads, MLP
 // units, vocabulary rows are split over the tp ranks), before anything is
-// allocated.
-void check_tensor_parallel(const ModelConfig& cfg, int64_t tp);
+// allocated. experts_whole: a MoE layer's experts are not split over tp
+// (parallel.etp = 1, nn::TensorParallel::experts_whole).
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whole = false);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
 // experts that tp does not divide (check_tensor_parallel), NF4 frozen
 // weights (block-quantised ones are supported, for inference), a device
 // other than the CPU. nk::Error naming the key.
 void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device);
+                       Device device, bool experts_whole = false);
 
 // optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
 // in the order units[0..n_layer) the layers, units[n_layer] the head with

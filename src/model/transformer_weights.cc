@@ -59,10 +59,10 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
 }
 
 void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device) {
+                       Device device, bool experts_whole) {
   if (!cfg.is_moe()) return;
   const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
-  check_tensor_parallel(cfg, tp);
+  check_tensor_parallel(cfg, tp, experts_whole);
   if (frozen_weights == FrozenWeights::Nf4)
     fail(
         "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
@@ -73,7 +73,7 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_
          what, device_name(device));
 }
 
-void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whole) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
   if (cfg.classifier())
@@ -94,8 +94,9 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp) {
     if (value % tp)
       fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
            key, value, tp);
-  // A MoE layer's experts and shared expert are split as an MLP is (nn/moe.h).
-  if (!cfg.is_moe()) return;
+  // A MoE layer's experts and shared expert are split as an MLP is (nn/moe.h),
+  // unless they are whole on every rank (parallel.etp = 1).
+  if (!cfg.is_moe() || experts_whole) return;
   const std::pair<const char*, int64_t> experts[] = {
       {"model.moe_d_ff", cfg.expert_d_ff()}, {"model.moe_shared_d_ff", cfg.moe_shared_d_ff}};
   for (const auto& [key, value] : experts)
@@ -139,9 +140,15 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
-  check_tensor_parallel(cfg_, tp_.size());
+  check_tensor_parallel(cfg_, tp_.size(), tp_.experts_whole);
   const bool whole = stage_.whole(cfg_);
-  check_moe_support(cfg_, tp_.size(), frozen_weights, device_);
+  check_moe_support(cfg_, tp_.size(), frozen_weights, device_, tp_.experts_whole);
+  // Whole experts (parallel.etp = 1): the MoE blocks' parameters replicated
+  // over the tensor-parallel group, in the whole model's layout too (a
+  // gather takes rank 0's, equal on every rank).
+  if (tp_.active() && tp_.experts_whole)
+    global_layout_ = global_layout_.replicated(
+        [](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; });
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
@@ -559,8 +566,14 @@ void Transformer::bind_views() {
         b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, cfg_.d_model * e, cfg_.d_model));
       b.moe.n_experts = cfg_.num_experts;
       b.moe.top_k = cfg_.num_experts_per_tok;
-      b.moe.d_ff = cfg_.expert_d_ff() / t;  // this rank's share of each expert's units
-      b.moe.tp = tp_;
+      // This rank's share of each expert's units (all of them when whole:
+      // the ranks then split the block's rows, nn/token_split.h).
+      const int64_t te = tp_.experts_whole ? 1 : t;
+      b.moe.d_ff = cfg_.expert_d_ff() / te;
+      if (tp_.experts_whole)
+        b.moe.split = {tp_.comm, tp_.sequence_parallel};
+      else
+        b.moe.tp = tp_;
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
       b.moe.capacity_factor = cfg_.moe_capacity_factor;
@@ -574,9 +587,10 @@ void Transformer::bind_views() {
         b.moe.bias = has_master(p) ? ParamLayout::view(params_, p) : w(p.name);
       }
       if (cfg_.moe_shared_d_ff > 0) {
-        b.moe.shared_d_ff = cfg_.moe_shared_d_ff / t;
+        b.moe.shared_d_ff = cfg_.moe_shared_d_ff / te;
         b.moe.shared_up = adapted(L(l, "moe.shared_up"));
-        b.moe.shared_down = row_parallel(adapted(L(l, "moe.shared_down")));
+        b.moe.shared_down = adapted(L(l, "moe.shared_down"));
+        if (!tp_.experts_whole) b.moe.shared_down = row_parallel(b.moe.shared_down);
         if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
       b.moe.ep = ep_;
@@ -649,6 +663,20 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     // A q/k norm's weight is every head's: each rank adds its own heads' part.
     add(b.attn.q_norm);
     add(b.attn.k_norm);
+    // Whole experts (parallel.etp = 1): each rank's MoE block ran its own
+    // rows (nn/token_split.h), so every weight of it holds that rows' part;
+    // split experts are the ep group's, whose ranks hold different ones
+    // (each tp group lies in one ep group: train/train_parallel.cc), and
+    // reduce over the expert-dp group instead.
+    if (tp_.experts_whole && b.moe.n_experts > 0) {
+      for (const Tensor& gr :
+           {b.moe.router.dw, b.moe.router.db, b.moe.shared_up.dw, b.moe.shared_up.db,
+            b.moe.shared_down.dw, b.moe.shared_down.db, b.moe.shared_gate.dw})
+        if (gr.defined()) out.push_back(gr);
+      if (!experts_split_)
+        for (const Tensor& gr : {b.moe.dup, b.moe.ddown})
+          if (gr.defined()) out.push_back(gr);
+    }
   }
   if (tp_.sp()) add(norm_f_);
   return out;

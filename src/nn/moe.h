@@ -80,6 +80,7 @@
 #include "nn/expert_parallel.h"
 #include "nn/linear.h"
 #include "nn/tensor_parallel.h"
+#include "nn/token_split.h"
 #include "ops/moe.h"
 
 namespace nk::nn {
@@ -91,9 +92,11 @@ struct MoeRouting {
   std::vector<int32_t> idx;             // [N k] copy of the chosen experts
   std::vector<int32_t> src;             // [M] token row of each slot, grouped by expert
   std::vector<int32_t> slot;            // [N k] slot of each (token, choice)
-  std::vector<int64_t> count;           // [E] pairs routed to each expert (before dropping)
+  std::vector<int64_t> count;           // [E] pairs routed to each expert (before dropping); under
+                                        // a TokenSplit every rank's (the micro-batch's)
   std::vector<int64_t> kept;            // [E] slots of each expert (after dropping)
   int64_t slots = 0;                    // M: the kept pairs
+  int64_t dropped = 0;                  // pairs dropped (of the split group's rows: see count)
   std::vector<float> stats;             // [S (E + 1)] ops::moe_route's stats
   std::vector<int64_t> next, next_end;  // [E] the sort's scratch
   int64_t rows = 0;                     // N of the last forward
@@ -127,6 +130,11 @@ struct MoE {
   int64_t shared_d_ff = 0;
   ExpertParallel ep;  // the expert-parallel group (size 1: none)
   TensorParallel tp;  // the (expert) tensor-parallel group (size 1: none)
+  // Whole experts under tensor parallelism (parallel.etp = 1 < tp; tp is
+  // then size 1): the tp group's ranks split the block's rows instead
+  // (nn/token_split.h); the routing statistics (stats, count, dropped) are
+  // summed over it, so they are the micro-batch's on every rank.
+  TokenSplit split;
   // Each expert's LoRA ([E], or empty: none) on its up and down products.
   std::vector<Lora> up_lora, down_lora;
 
@@ -275,7 +283,10 @@ struct MoE {
   // Under tensor parallelism x and y are the region's outside (this rank's
   // rows [N/t, C] under sequence parallelism).
   void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
-    const Tensor x2 = rows(tp.enter(x, s.full_x)), y2 = rows(tp.exit_buffer(y, s.full_y));
+    const Tensor x1 = rows(tp.enter(x, s.full_x)), y1 = rows(tp.exit_buffer(y, s.full_y));
+    NK_CHECK(!split.moves() || s.full_y.defined(), "MoE: split rows without their scratch");
+    const Tensor x2 = split.enter(x1),
+                 y2 = split.exit_buffer(y1, split.moves() ? rows(s.full_y) : y1);
     const int64_t N = x2.dim(0);
     const Tensor logits = s.logits.narrow0(0, N), probs = s.probs.narrow0(0, N),
                  idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
@@ -286,6 +297,7 @@ struct MoE {
     const int64_t M = s.routing->slots;
     ops::copy_bytes_from_host(s.src.narrow0(0, M), s.routing->src.data());
     ops::copy_bytes_from_host(slot, s.routing->slot.data());
+    if (split.active()) sum_routing(s);
     ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
     ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
     if (!ep.active()) {
@@ -300,6 +312,7 @@ struct MoE {
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
     if (shared_d_ff > 0) shared_forward(y2, s, x2);
+    split.exit(y2, y1);
     tp.exit(y, s.full_y);
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
@@ -307,8 +320,11 @@ struct MoE {
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const std::vector<float>& balance_grad, float z_grad) const {
     NK_CHECK(!tp.sp() || g.dx_full.defined(), "MoE: sequence parallel without its dx buffer");
-    const Tensor dy2 = rows(tp.exit_backward(dy, s.full_y)), x2 = rows(tp.enter(x, s.full_x)),
-                 dx2 = rows(tp.enter_grad(dx, g.dx_full));
+    NK_CHECK(!split.moves() || g.dx_full.defined(), "MoE: split rows without their dx buffer");
+    const Tensor dy1 = rows(tp.exit_backward(dy, s.full_y)), x1 = rows(tp.enter(x, s.full_x)),
+                 dx1 = rows(tp.enter_grad(dx, g.dx_full));
+    const Tensor dy2 = split.exit_backward(dy1), x2 = split.enter(x1),
+                 dx2 = split.enter_grad(dx1, split.moves() ? rows(g.dx_full) : dx1);
     const MoeRouting& r = *s.routing;
     const int64_t N = x2.dim(0), M = r.slots;
     NK_CHECK(up_q.empty() && down_q.empty(),
@@ -341,6 +357,7 @@ struct MoE {
     if (tp.rank() == 0) ops::accumulate(dx2, dxr);  // equal on every rank: added once
     if (shared_d_ff > 0) shared_backward(dx2, dy2, s, g, x2);
     tp.enter_backward(dx, g.dx_full);
+    split.enter_backward(dx2, dx1);
   }
 
  private:
@@ -390,6 +407,17 @@ struct MoE {
     ops::accumulate(dx2, dxr);
   }
 
+  // Under a TokenSplit: the router's statistics (s.stats, on the device),
+  // the routed counts and the dropped pairs summed over the group.
+  void sum_routing(const Saved& s) const {
+    MoeRouting& r = *s.routing;
+    split.sum(s.stats);
+    std::vector<int64_t> n(r.count);
+    n.push_back(r.dropped);
+    split.sum(Tensor::from_blob(n.data(), Shape{int64_t(n.size())}, DType::I64));
+    std::copy(n.begin(), n.end() - 1, r.count.begin());
+    r.dropped = n.back();
+  }
   // The counting sort: slots grouped by expert, each group in token order,
   // at most `capacity` per expert (the rest dropped: slot -1).
   void route_on_host(MoeRouting& r, const Tensor& idx, int64_t N, double cf) const {
@@ -408,6 +436,7 @@ struct MoE {
       at += r.kept[size_t(e)];
     }
     r.slots = at;
+    r.dropped = N * k - at;
     std::vector<int64_t>& end = r.next_end;
     for (int64_t e = 0; e < E; ++e) end[size_t(e)] = next[size_t(e)] + r.kept[size_t(e)];
     for (int64_t i = 0; i < N * k; ++i) {

@@ -216,6 +216,16 @@ ParamLayout ParamLayout::shard_experts(int64_t n) const {
       [](const ParamInfo&) { return true; }, false);
 }
 
+ParamLayout ParamLayout::replicated(const std::function<bool(const ParamInfo&)>& which) const {
+  ParamLayout out = *this;
+  for (ParamInfo& p : out.params_) {
+    if (!which(p)) continue;
+    if (p.split != Split::Experts) p.split = Split::Replicated;
+    p.expert_split = Split::Replicated;
+  }
+  return out;
+}
+
 ParamLayout ParamLayout::subset(const std::function<bool(const ParamInfo&)>& keep) const {
   NK_CHECK(final_, "ParamLayout::subset before finalize");
   return derived_layout(

@@ -170,6 +170,11 @@ class ParamLayout {
   // Split::Experts parameters at their shard_shape (without fused parts: a
   // rank's parts are other experts than another's), the rest whole.
   ParamLayout shard_experts(int64_t n) const;
+  // The same layout (offsets, flags) with the parameters `which` accepts
+  // whole on every tensor-parallel rank: split Replicated, or for an expert
+  // tensor (Split::Experts, still split over the expert-parallel group)
+  // expert_split Replicated (parallel.etp = 1 under parallel.tp > 1).
+  ParamLayout replicated(const std::function<bool(const ParamInfo&)>& which) const;
   // The parameters `keep` accepts (a pipeline stage's), in the same order
   // with the same flags, laid out afresh (of a finalized layout).
   ParamLayout subset(const std::function<bool(const ParamInfo&)>& keep) const;

@@ -30,6 +30,10 @@ namespace nk::nn {
 struct TensorParallel {
   dist::Communicator* comm = nullptr;  // the mesh's "tp" group; null: size 1
   bool sequence_parallel = false;
+  // parallel.etp = 1 < parallel.tp: a MoE block's experts (router, shared
+  // expert) are whole on every rank, which split the block's rows instead
+  // (nn/token_split.h); the rest of the model is split as above.
+  bool experts_whole = false;
 
   int64_t size() const { return comm ? comm->size() : 1; }
   int64_t rank() const { return comm ? comm->rank() : 0; }

@@ -18,12 +18,6 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   if (model_.experts_split()) {
     NK_CHECK(expert_grads && expert_norm,
              "DistributedDataParallel: split experts without the expert-dp and ep groups");
-    if (cfg_.shard == Shard::Full)
-      fail(
-          "parallel.shard = full: FSDP does not shard expert-parallel weights yet "
-          "(parallel.ep = {} holds each rank's experts only); set parallel.shard=optimizer "
-          "(ZeRO-1), none, or parallel.ep=1",
-          model_.expert_parallel().size());
     expert_grads_ = expert_grads;
     expert_norm_ = expert_norm;
     // The replicas of each parameter: every dp rank, or for an expert tensor
@@ -38,7 +32,7 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   model_.sync_compute_params();
   const bool bf16_master = model_.compute_params().raw() != model_.params().raw();
   if (cfg_.shard == Shard::Full)
-    weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_);
+    weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_, expert_grads_);
   if (cfg_.shard == Shard::Optimizer && bf16_master)
     for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, group_of(b));
   master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);

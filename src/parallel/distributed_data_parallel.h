@@ -60,8 +60,8 @@ class DistributedDataParallel {
   // the "ep" group, over which the experts' part of the gradient norm sums.
   // ZeRO-1 shards the experts' buckets over the expert-dp group (each
   // rank's optimizer holds its block of its own experts' state) and the
-  // rest over the dp group. FSDP does not shard split experts yet: nk::Error
-  // naming parallel.shard and parallel.ep.
+  // rest over the dp group; so does FSDP with the weights themselves (each
+  // expert tensor's blocks over the expert-dp ranks).
   DistributedDataParallel(Transformer& model, dist::Communicator& grads, const DdpConfig& cfg,
                           dist::Communicator* expert_grads = nullptr,
                           dist::Communicator* expert_norm = nullptr);

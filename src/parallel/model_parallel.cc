@@ -8,19 +8,23 @@
 namespace nk::parallel {
 
 bool owns(const Transformer& model, const ParamInfo& p) {
-  if (p.split == Split::Replicated && model.tensor_parallel().rank() != 0) return false;
+  // (Whole experts, parallel.etp = 1: replicated over tp as well.)
+  if (tensor_split(p).split == Split::Replicated && model.tensor_parallel().rank() != 0)
+    return false;
   return !(p.name == "wte" && !model.stage().embedding);
 }
 
 namespace {
-// owned_sum_squares of the experts' tensors (experts true) or of the rest.
+// owned_sum_squares of the experts' tensors (experts true) or of the rest;
+// every_tp_rank: each rank counts its experts (whole split experts: its tp
+// peers hold other ones).
 double owned_sum_squares_of(const Transformer& model, const Tensor& grads, int64_t begin,
-                            int64_t end, std::optional<bool> experts) {
+                            int64_t end, std::optional<bool> experts, bool every_tp_rank = false) {
   double sum = 0;
   for (const ParamInfo& p : model.layout().params()) {
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
     if (experts && *experts != (p.split == Split::Experts)) continue;
-    if (p.trainable && hi > lo && owns(model, p))
+    if (p.trainable && hi > lo && (every_tp_rank || owns(model, p)))
       sum += ops::sum_squares(grads.narrow0(lo, hi - lo));
   }
   return sum;
@@ -96,12 +100,16 @@ double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& 
   if (!owned && (!model_parallel || model_parallel->size() == 1)) return ops::sum_squares(grads);
   Tensor sum = Tensor::zeros({1}, DType::F64);
   if (!owned && model.experts_split()) {
-    // Every ep rank's experts, each rank's share of the rest.
+    // Every ep rank's experts, each rank's share of the rest. Whole experts
+    // (parallel.etp = 1): the ep group holds every expert once, its tp
+    // peers among its ranks, so tp rank 0 alone adds the sum.
+    const nn::TensorParallel& tp = model.tensor_parallel();
+    const bool whole = tp.active() && tp.experts_whole;
     Tensor experts = Tensor::zeros({1}, DType::F64);
-    *experts.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), true);
+    *experts.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), true, whole);
     model.expert_parallel().comm->all_reduce(experts);
-    *sum.data<double>() =
-        owned_sum_squares_of(model, grads, 0, grads.numel(), false) + *experts.data<double>();
+    *sum.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), false) +
+                          (whole && tp.rank() != 0 ? 0.0 : *experts.data<double>());
   } else if (owned)
     for (const auto& [begin, end] : *owned)
       *sum.data<double>() += owned_sum_squares(model, grads, begin, end);
@@ -142,18 +150,24 @@ Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communi
   const bool pipelined = pp && pp->size() > 1;
   // Split experts: first every rank's experts over the ep group, into the
   // arena of the layout they were split from (this stage's tensor-parallel
-  // shards); the rest is equal on every ep rank (rank 0's is taken).
+  // shards); the rest is this rank's own (equal on every ep rank, or with
+  // whole experts, parallel.etp = 1, its own tp shards: its ep group holds
+  // its tp peers).
   const ParamLayout* held = &mine;
   if (model.experts_split()) {
     const ParamLayout& unsplit = model.unsplit_layout();
     const nn::ExpertParallel& ep = model.expert_parallel();
-    host = assemble(host, *held, unsplit, all, ep.comm, ep.size(),
-                    [](const ParamInfo& p) -> std::optional<ParamInfo> {
-                      if (p.split == Split::Experts) return p;
-                      ParamInfo whole_value = p;
-                      whole_value.split = Split::Replicated;
-                      return whole_value;
-                    });
+    Tensor experts = assemble(host, *held, unsplit, all, ep.comm, ep.size(),
+                              [](const ParamInfo& p) -> std::optional<ParamInfo> {
+                                if (p.split == Split::Experts) return p;
+                                return std::nullopt;
+                              });
+    for (const ParamInfo& p : unsplit.params()) {
+      if ((!all && !p.trainable) || p.split == Split::Experts || !mine.has(p.name)) continue;
+      std::copy_n(host.data<float>() + mine.find(p.name).offset, p.numel(),
+                  experts.data<float>() + p.offset);
+    }
+    host = experts;
     held = &unsplit;
   }
   // Then the tensor-parallel shards (expert tensors by their expert split).

@@ -83,8 +83,6 @@ PipelineParallel::PipelineParallel(Transformer& model, dist::Communicator& pp,
       stages_(pp.size()),
       chunks_(model.stage().ranges(model.config())),
       moe_(model.config().is_moe()) {
-  NK_CHECK(!moe_ || chunks_.size() == 1,
-           "PipelineParallel: a Mixture-of-Experts model under the interleaved schedule");
   state_.resize(chunks_.size());
   // One set per chunk now (the log's figure); more as micro-batches come in flight.
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) {
@@ -191,6 +189,7 @@ void PipelineParallel::post_receives(int64_t m) {
     Posted& in = inputs_[{c, j}];
     in.buffer = buffer;
     in.work = pp_.recv_async(in.buffer, prev, kForwardTag);
+    if (moe_) post_record(moe_inputs_, moe_input_buffers_, c, j, prev, kMoeForwardTag);
   }
   for (int64_t k = 0; k < total; ++k) {
     const int64_t c = v - 1 - chunk_of(k), j = mb_of(k);
@@ -204,7 +203,22 @@ void PipelineParallel::post_receives(int64_t m) {
     Posted& g = grads_[{c, j}];
     g.buffer = buffer;
     g.work = pp_.recv_async(g.buffer, next, kBackwardTag);
+    if (moe_) post_record(moe_grads_, moe_grad_buffers_, c, j, next, kMoeBackwardTag);
   }
+}
+
+void PipelineParallel::post_record(std::map<std::pair<int64_t, int64_t>, Posted>& to,
+                                   std::map<std::pair<int64_t, int64_t>, Tensor>& buffers,
+                                   int64_t chunk, int64_t j, int src, int tag) {
+  Tensor& buffer = buffers[{chunk, j}];
+  if (!buffer.defined()) {
+    const int64_t n = acts(chunk, j).moe_record_size();
+    release(chunk, j);
+    buffer = Tensor::empty({n}, DType::F64);
+  }
+  Posted& r = to[{chunk, j}];
+  r.buffer = buffer;
+  r.work = pp_.recv_async(r.buffer, src, tag);
 }
 
 void PipelineParallel::receive(const Tensor& x, int src, int tag) {
@@ -228,7 +242,8 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
   else
     take(inputs_, chunk, j, a.residual(first), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
          kForwardTag);
-  if (moe_ && !first_chunk(chunk)) receive_moe_record(a, false, int(stage_ - 1), first, last);
+  if (moe_ && !first_chunk(chunk))
+    receive_moe_record(a, false, int(stage_ > 0 ? stage_ - 1 : stages_ - 1), chunk, j);
   model_.blocks_forward(a, first, last);
   if (last_chunk(chunk)) {
     loss += model_.head_loss(a, targets, backward, grad_scale);
@@ -246,7 +261,7 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
   } else {
     sending_.push_back(
         pp_.send_async(a.residual(last), int(stage_ < stages_ - 1 ? stage_ + 1 : 0), kForwardTag));
-    if (moe_) send_moe_record(a, false, int(stage_ + 1));
+    if (moe_) send_moe_record(a, false, int(stage_ < stages_ - 1 ? stage_ + 1 : 0));
   }
 }
 
@@ -258,12 +273,15 @@ void PipelineParallel::send_moe_record(Activations& a, bool backward, int dst) {
   sending_.push_back(pp_.send_async(r, dst, backward ? kMoeBackwardTag : kMoeForwardTag));
 }
 
-void PipelineParallel::receive_moe_record(Activations& a, bool backward, int src, int64_t first,
-                                          int64_t last) {
+void PipelineParallel::receive_moe_record(Activations& a, bool backward, int src, int64_t chunk,
+                                          int64_t j) {
+  const auto [first, last] = chunks_[size_t(chunk)];
   auto& [fwd, bwd] = records_[&a];
   Tensor& r = backward ? bwd : fwd;
   if (!r.defined()) r = Tensor::empty({a.moe_record_size()}, DType::F64);
-  receive(r, src, backward ? kMoeBackwardTag : kMoeForwardTag);
+  // Interleaved: taken from its posted receive (else received now).
+  take(backward ? moe_grads_ : moe_inputs_, chunk, j, r, src,
+       backward ? kMoeBackwardTag : kMoeForwardTag);
   a.read_moe_record(std::span<const double>(r.data<double>(), size_t(r.numel())), first, last);
 }
 
@@ -299,7 +317,7 @@ void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) 
   if (!last_chunk(chunk)) {
     take(grads_, chunk, j, a.residual_grad(), int(stage_ < stages_ - 1 ? stage_ + 1 : 0),
          kBackwardTag);
-    if (moe_) receive_moe_record(a, true, int(stage_ + 1), first, last);
+    if (moe_) receive_moe_record(a, true, int(stage_ < stages_ - 1 ? stage_ + 1 : 0), chunk, j);
   }
   model_.blocks_backward(a, first, last);
   if (first_chunk(chunk)) {
@@ -307,7 +325,7 @@ void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) 
   } else {
     sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
                                       kBackwardTag));
-    if (moe_) send_moe_record(a, true, int(stage_ - 1));
+    if (moe_) send_moe_record(a, true, int(stage_ > 0 ? stage_ - 1 : stages_ - 1));
   }
   release(chunk, j);
 }
@@ -349,8 +367,9 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   }
   for (int64_t i = total - warmup; i < total; ++i) Bk(i);
   wait_sends();
-  NK_CHECK(inputs_.empty() && grads_.empty(), "PipelineParallel: {} posted receives unused",
-           inputs_.size() + grads_.size());
+  NK_CHECK(inputs_.empty() && grads_.empty() && moe_inputs_.empty() && moe_grads_.empty(),
+           "PipelineParallel: {} posted receives unused",
+           inputs_.size() + grads_.size() + moe_inputs_.size() + moe_grads_.size());
   WaitTimer timer{wait_s_};  // the loss from the last stage: every stage waits for it
   if (moe_) moe_from_last_stage(m);
   return from_last_stage(loss);

@@ -38,8 +38,10 @@
 // travels with the residual stream: forward, each stage adding its layers',
 // so that the last stage's loss and figures cover every layer; backward,
 // the whole record, so that every stage's balancing gradient sees every
-// layer's counts (and the losses' gradient scale). The interleaved schedule
-// does not carry it yet.
+// layer's counts (and the losses' gradient scale). Under the interleaved
+// schedule the record passes every chunk in the residual stream's order
+// (each chunk's Activations adding its layers'), its receives posted at the
+// step's start as the residual stream's are.
 #pragma once
 #include <map>
 #include <memory>
@@ -120,8 +122,14 @@ class PipelineParallel {
   double from_last_stage(double v);
   // MoE: the routing record of a (forward or backward message) to `dst`, and
   // from `src` into a (every layer but [first, last)).
+  // (chunk, j): the posted receive it is taken from (interleaved), if any.
   void send_moe_record(Activations& a, bool backward, int dst);
-  void receive_moe_record(Activations& a, bool backward, int src, int64_t first, int64_t last);
+  void receive_moe_record(Activations& a, bool backward, int src, int64_t chunk, int64_t j);
+  // Posts the routing record's receive of (chunk, j) from `src` into `to`.
+  struct Posted;
+  void post_record(std::map<std::pair<int64_t, int64_t>, Posted>& to,
+                   std::map<std::pair<int64_t, int64_t>, Tensor>& buffers, int64_t chunk, int64_t j,
+                   int src, int tag);
   void moe_from_last_stage(int64_t m);
   // The activations of micro-batch j in `chunk` (taken from the chunk's free
   // ones, or made), and their release after its backward.
@@ -160,6 +168,10 @@ class PipelineParallel {
   std::map<std::pair<int64_t, int64_t>, Posted> inputs_, grads_;
   // Their buffers, kept for the next step (the loop allocates nothing after its first step).
   std::map<std::pair<int64_t, int64_t>, Tensor> input_buffers_, grad_buffers_;
+  // MoE under the interleaved schedule: the routing records' posted
+  // receives (forward, backward) and their buffers, likewise.
+  std::map<std::pair<int64_t, int64_t>, Posted> moe_inputs_, moe_grads_;
+  std::map<std::pair<int64_t, int64_t>, Tensor> moe_input_buffers_, moe_grad_buffers_;
   // Takes the posted receive of (chunk, j) from `from` into x (interleaved),
   // or receives it now; then x holds the message.
   void take(std::map<std::pair<int64_t, int64_t>, Posted>& from, int64_t chunk, int64_t j,

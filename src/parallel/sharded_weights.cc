@@ -66,9 +66,10 @@ void gather_master(Transformer& model, dist::Communicator& comm,
 }
 
 ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
-                               std::vector<GradBucket> buckets)
+                               std::vector<GradBucket> buckets, dist::Communicator* experts)
     : model_(model),
       comm_(comm),
+      experts_(experts),
       buckets_(std::move(buckets)),
       units_(stage_buckets(model.layout(), model.config().n_layer, model.config().head_tied(),
                            buckets_)),
@@ -78,16 +79,17 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
            device_name(model.device()));
   const bool separate_master = model.compute_params().raw() != model.params().raw();
   for (const GradBucket& b : buckets_) {
-    release_other_blocks(model.compute_params(), b, comm_);
-    if (separate_master) release_other_blocks(model.params(), b, comm_);
+    release_other_blocks(model.compute_params(), b, group(b));
+    if (separate_master) release_other_blocks(model.params(), b, group(b));
   }
 }
 
 void ShardedWeights::start_gather(size_t k) {
   if (state_[k] != State::Released) return;
   const GradBucket& b = buckets_[k];
-  work_[k] = comm_.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
-                                      shard_counts(b, comm_.size()));
+  dist::Communicator& c = group(b);
+  work_[k] = c.all_gather_v_async(model_.compute_params().narrow0(b.begin, b.numel()),
+                                  shard_counts(b, c.size()));
   state_[k] = State::Pending;
 }
 
@@ -109,7 +111,7 @@ void ShardedWeights::release(int64_t unit) {
   for (size_t k : units_[size_t(unit)]) {
     NK_CHECK(state_[k] != State::Pending, "ShardedWeights: releasing bucket {} mid-gather", k);
     if (state_[k] == State::Released) continue;
-    release_other_blocks(model_.compute_params(), buckets_[k], comm_);
+    release_other_blocks(model_.compute_params(), buckets_[k], group(buckets_[k]));
     state_[k] = State::Released;
   }
 }
@@ -118,7 +120,7 @@ void ShardedWeights::gather_all_master() {
   for (size_t k = 0; k < buckets_.size(); ++k)
     if (state_[k] == State::Pending) work_[k]->wait();
   if (model_.params().numel() > 0) {
-    gather_master(model_, comm_, buckets_);
+    gather_master(model_, comm_, buckets_, experts_);
   } else {  // a bf16 master the optimizer keeps: the compute blocks are its bf16 part
     for (size_t k = 0; k < buckets_.size(); ++k) start_gather(k);
     for (size_t k = 0; k < buckets_.size(); ++k)

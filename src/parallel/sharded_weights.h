@@ -39,8 +39,12 @@ void gather_master(Transformer& model, dist::Communicator& comm,
 class ShardedWeights {
  public:
   // `buckets` must be stage-aligned (plan_grad_buckets(..., true)). Releases
-  // every other rank's blocks. model and comm must outlive this.
-  ShardedWeights(Transformer& model, dist::Communicator& comm, std::vector<GradBucket> buckets);
+  // every other rank's blocks. model and comm must outlive this. Split
+  // experts (Transformer::experts_split): their buckets are sharded over
+  // `experts` (the expert-dp group, the ranks holding the same experts)
+  // instead of comm.
+  ShardedWeights(Transformer& model, dist::Communicator& comm, std::vector<GradBucket> buckets,
+                 dist::Communicator* experts = nullptr);
 
   // A unit is a stage (grad_buckets.h: embed_stage, block_stage, kHeadStage)
   // and the buckets it reads (stage_buckets).
@@ -60,12 +64,17 @@ class ShardedWeights {
  private:
   Transformer& model_;
   dist::Communicator& comm_;
+  dist::Communicator* experts_;  // split experts' buckets (null: comm_ for every bucket)
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<size_t>> units_;  // per stage: the buckets it reads
   enum class State { Released, Pending, Resident };
   std::vector<State> state_;         // per bucket
   std::vector<dist::WorkPtr> work_;  // per bucket: its pending gather
   void start_gather(size_t k);       // bucket k's compute weights, if released
+  // The group bucket b is sharded over.
+  dist::Communicator& group(const GradBucket& b) const {
+    return b.experts && experts_ ? *experts_ : comm_;
+  }
 };
 
 }  // namespace nk::parallel

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp, bool sp,
-                                 const PipelineStage& stage, bool training, int64_t ep) {
+                                 const PipelineStage& stage, bool training, int64_t ep,
+                                 bool experts_whole) {
   const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
   // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
   // tensors outside the tensor-parallel region (all of them without sp).
@@ -41,8 +42,12 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // (with the exchange's two row permutations and counts).
   const bool moe = c.is_moe();
   // Tensor parallel: each expert's (and the shared expert's) share of its
-  // units, over every row (gathered under sp).
-  const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff() / tp;
+  // units, over every row (gathered under sp); whole experts (etp 1): all
+  // the units, the buffers sized for every row as well (a rank uses N / tp),
+  // with the region's scratch of rows (nn/token_split.h) even without sp.
+  const int64_t te = experts_whole ? 1 : tp;
+  const bool moe_rows = c.is_moe() && experts_whole && tp > 1 && !sp;
+  const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff() / te;
   const int64_t Re = ep * N * K, ep_rows = ep > 1 ? 3 * Re * C * s : 0;
   const int64_t moe_kept = moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 +
                                      N * K * 2 * C * s + Re * 3 * Fe * s + ep_rows +
@@ -51,7 +56,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // A shared expert keeps its up projection, activation and output; its gate
   // the gate's routing (logits, probs, index, weight, slot, stats) and the
   // gated output.
-  const int64_t Fs = moe ? c.moe_shared_d_ff / tp : 0;
+  const int64_t Fs = moe ? c.moe_shared_d_ff / te : 0;
   const bool gate = Fs > 0 && c.moe_shared_expert_gate;
   const int64_t shared_kept =
       N * (3 * Fs + (Fs > 0 ? C : 0)) * s + (gate ? N * s + 4 * N * 4 + 2 * 4 + N * C * s : 0);
@@ -106,10 +111,10 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
     // The shared expert's: d output (before the gate), d up projection and
     // activation; the gate's d weight, d logit and zero balancing gradient.
     if (Fs > 0) a.workspace += N * (C + 3 * Fs) * s + (gate ? N * 4 + N * s + 4 : 0);
-    if (QK > 0) a.workspace += N * HD * s;    // d q, k through the norms
-    if (moe && sp) a.workspace += N * C * s;  // the MoE input gradient's partial sums
+    if (QK > 0) a.workspace += N * HD * s;                  // d q, k through the norms
+    if (moe && (sp || moe_rows)) a.workspace += N * C * s;  // the MoE input gradient's rows
   }
-  if (sp) a.workspace += 2 * N * C * s;
+  if (sp || moe_rows) a.workspace += 2 * N * C * s;
   return a;
 }
 
@@ -298,12 +303,23 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.tp = mesh.tp();
   e.pp = mesh.pp();
   e.ep = mesh.ep();
+  e.etp = mesh.etp();
+  e.edp = mesh.edp();
   const ModelConfig& c = cfg.model;
+  // Whole experts (parallel.etp = 1 under tp): the MoE layers replicated over tp.
+  const bool experts_whole = c.is_moe() && e.tp > 1 && e.etp == 1;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
-  // Tensor parallel: each rank's shards (every expert's share); expert
-  // parallel: of those, this rank's experts.
-  const ParamLayout shards = e.tp > 1 ? whole.shard(e.tp) : whole;
+  // Tensor parallel: each rank's shards (every expert's share, or every
+  // expert whole); expert parallel: of those, this rank's experts.
+  const ParamLayout shards = e.tp == 1 ? whole
+                             : experts_whole
+                                 ? whole
+                                       .replicated([](const ParamInfo& p) {
+                                         return p.name.find(".moe.") != std::string::npos;
+                                       })
+                                       .shard(e.tp)
+                                 : whole.shard(e.tp);
   const ParamLayout layout = e.ep > 1 ? shards.shard_experts(e.ep) : shards;
   const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
   const std::vector<Recompute> plan =
@@ -343,13 +359,19 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // scales per parameter group); a bf16 master is the compute copy, with a
     // 2-byte remainder per trainable parameter in the optimizer's state
     // unless uncompensated, and no f32 arena.
-    // Under expert parallelism ZeRO-1 shards the experts' part over the
-    // expert-dp ranks (dp / ep of them: those holding the same experts).
+    // Under expert parallelism ZeRO-1 and FSDP shard the experts' part over
+    // the expert-dp ranks (those holding the same experts: dp / ep of them
+    // when etp = tp).
     const OptimPrecision& pr = cfg.adamw.precision;
-    const double weight_share = shard == parallel::Shard::Full ? 1.0 / double(e.dp) : 1.0;
-    const double edp = double(e.dp / e.ep);
+    const double edp = double(e.edp);
     const double sharded_trainable =
         double(trainable - expert_trainable) / double(e.dp) + double(expert_trainable) / edp;
+    const double weight_share =
+        shard != parallel::Shard::Full ? 1.0
+        : masters == 0
+            ? 1.0 / double(e.dp)
+            : (double(masters - expert_trainable) / double(e.dp) + double(expert_trainable) / edp) /
+                  double(masters);
     const double state_share = shard == parallel::Shard::None || trainable == 0
                                    ? 1.0
                                    : sharded_trainable / double(trainable);
@@ -371,8 +393,8 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       r.optimizer_bytes +=
           8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());
     // Context parallel: each rank's activations hold its T / cp tokens.
-    r.per_micro_batch =
-        activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage, true, e.ep);
+    r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage,
+                                         true, e.ep, experts_whole);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);
@@ -388,7 +410,7 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       if (p.name.find(".moe.up.") != std::string::npos ||
           p.name.find(".moe.down.") != std::string::npos)
         e.expert_params += p.numel();
-    e.expert_params_computed = e.expert_params / (e.ep * e.tp);  // its experts' tp shares
+    e.expert_params_computed = e.expert_params / (e.ep * e.etp);  // its experts' etp shares
     // Per rank: the MoE layers of its stage (the busiest one under pipeline
     // parallelism).
     int64_t layers = 0, full = 0;
@@ -404,7 +426,9 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
         }
       if (n > layers) std::tie(layers, full) = std::pair(n, f);
     }
-    const double rows = double(B * T * c.num_experts_per_tok) * double(e.ep - 1) / double(e.ep);
+    // Whole experts (etp 1 < tp): each tp rank routes its N / tp rows.
+    const double rows = double(B * T * c.num_experts_per_tok) * double(e.ep - 1) / double(e.ep) /
+                        double(experts_whole ? e.tp : 1);
     e.a2a_bytes_per_step = int64_t(double(local_accum) * double(4 * layers + 2 * full) * rows *
                                    double(c.d_model) * double(dtype_size(cfg.dtype)));
   }
@@ -489,6 +513,8 @@ nlohmann::json estimate_json(const TrainEstimate& e) {
           {"tp", e.tp},
           {"pp", e.pp},
           {"ep", e.ep},
+          {"etp", e.etp},
+          {"edp", e.edp},
           {"params", e.params},
           {"expert_params", e.expert_params},
           {"expert_params_computed_per_rank", e.expert_params_computed},

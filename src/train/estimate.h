@@ -41,10 +41,11 @@ struct ActivationBytes {
 // log-sum-exp). Equals Activations::bytes() for a model without adapters
 // (tests/train/estimate_test.cc). training false: a forward-only workspace
 // (one layer's tensors reused by every layer, no gradients; a whole model).
+// experts_whole: parallel.etp = 1 under tp > 1 (nn::TensorParallel::experts_whole).
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp = 1,
                                  bool sp = false, const PipelineStage& stage = {},
-                                 bool training = true, int64_t ep = 1);
+                                 bool training = true, int64_t ep = 1, bool experts_whole = false);
 
 // Rates of this machine for the step-time prediction.
 struct MachineRates {
@@ -77,9 +78,10 @@ struct StepTime {
 
 struct TrainEstimate {
   int64_t world = 1, dp = 1, tp = 1, pp = 1, ep = 1;
-  int64_t params = 0;  // the whole model's
+  int64_t etp = 1, edp = 1;  // the experts' tensor- and data-parallel sizes (parallel.etp)
+  int64_t params = 0;        // the whole model's
   // MoE: the experts' weights (whole model), the share each rank holds and
-  // computes (1/(ep tp): its experts' tensor-parallel shares, as counted in the stages' params,
+  // computes (1/(ep etp): its experts' tensor-parallel shares, as counted in the stages' params,
   // weight_bytes, grad_bytes and optimizer_bytes), and the bytes one rank sends in the expert
   // all-to-alls of a step (even routing; 0 without expert parallelism).
   int64_t expert_params = 0, expert_params_computed = 0, a2a_bytes_per_step = 0;

@@ -1,5 +1,7 @@
 #include "train/train_parallel.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -41,6 +43,52 @@ std::vector<std::vector<int>> sorted_groups(const dist::Mesh& mesh, const char* 
   return all;
 }
 
+// parallel.etp = 1 under parallel.tp > 1: each expert whole on every tp
+// rank, which split the MoE block's rows among themselves
+// (nn/token_split.h). Other expert splits (etp between 1 and tp, or experts
+// split over ranks that hold different tokens: etp > tp) are not built.
+void check_whole_experts(const TrainConfig& cfg, const dist::Mesh& mesh) {
+  if (!cfg.model.is_moe() || mesh.etp() != 1)
+    fail(
+        "parallel.etp = {} with parallel.tp = {}: only parallel.etp = parallel.tp (each expert "
+        "split over the tensor-parallel ranks, as their attention is; parallel.etp 0) or "
+        "parallel.etp = 1 (whole experts, the tp ranks splitting the MoE layers' tokens) for a "
+        "Mixture-of-Experts model is supported",
+        mesh.etp(), mesh.tp());
+  const int64_t N = cfg.micro_batch * cfg.seq_len;
+  const char* unsupported =
+      cfg.model.moe_capacity_factor > 0
+          ? "model.moe_capacity_factor (each tp rank would drop by its own share of the "
+            "micro-batch's tokens; use the dropless mode, 0)"
+      : cfg.model.moe_aux_loss_type == "seq"
+          ? "model.moe_aux_loss_type=seq (the sequence-wise balancing loss)"
+      : mesh.ep() > 1 && cfg.ddp.shard != parallel::Shard::None
+          ? "parallel.shard (ZeRO-1 / FSDP) with parallel.ep"
+          : nullptr;
+  if (unsupported)
+    fail("parallel.etp = 1 with parallel.tp = {}: {} is not supported yet", mesh.tp(), unsupported);
+  if (N % mesh.tp())
+    fail(
+        "parallel.etp = 1 with parallel.tp = {}: train.micro_batch × train.seq_len = {} × {} is "
+        "not a multiple of parallel.tp (the MoE layers' tokens are split over the "
+        "tensor-parallel ranks)",
+        mesh.tp(), cfg.micro_batch, cfg.seq_len);
+  // The experts each rank's ep group computes must be other experts than
+  // its tp peers' (their gradients are then whole per ep group, summed over
+  // the expert-dp group alone): every tp group inside one ep group.
+  if (mesh.ep() > 1)
+    for (const std::vector<int>& t : mesh.group("tp").all)
+      for (const std::vector<int>& e : mesh.group("ep").all)
+        if (std::find(e.begin(), e.end(), t[0]) != e.end())
+          for (int r : t)
+            if (std::find(e.begin(), e.end(), r) == e.end())
+              fail(
+                  "parallel.etp = 1, parallel.ep = {}, parallel.tp = {}, parallel.order '{}': "
+                  "the tensor-parallel group {} is not inside one expert-parallel group (make "
+                  "parallel.ep a multiple of parallel.tp, with tp first in the order)",
+                  mesh.ep(), mesh.tp(), mesh.order(), fmt::format("{}", fmt::join(t, ",")));
+}
+
 }  // namespace
 
 dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
@@ -51,7 +99,9 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   // Mixture of Experts runs data, tensor (with sequence), expert and
-  // pipeline parallel (1F1B) for now: no context split of its layers.
+  // pipeline parallel (1F1B or interleaved: the stages hand on the layers'
+  // routing records, parallel/pipeline_parallel.h) for now: no context split
+  // of its layers.
   if (cfg.model.is_moe()) {
     if (mesh.cp() != 1)
       fail(
@@ -69,14 +119,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
           "(parallel.tp = {}, parallel.ep = {}); put tp first, as the default order "
           "tp-cp-ep-dp-pp does",
           mesh.order(), mesh.tp(), mesh.ep());
-    // The stages hand on the layers' routing records beside the residual
-    // stream (parallel/pipeline_parallel.h); the interleaved schedule's
-    // posted receives do not carry them yet.
-    if (cfg.parallel.vp > 1)
-      fail(
-          "parallel.vp = {}: a Mixture-of-Experts model (model.num_experts = {}) runs the plain "
-          "1F1B pipeline schedule only for now (set parallel.vp=1)",
-          cfg.parallel.vp, cfg.model.num_experts);
     if (cfg.model.num_experts % mesh.ep())
       fail(
           "parallel.ep = {}: model.num_experts = {} does not split into equal counts over the "
@@ -92,15 +134,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
          mesh.ep());
   }
   if (mesh.cp() != 1) check_context_parallel(cfg, mesh);
-  // Experts split over another group than the attention's (Megatron's etp
-  // != tp: whole experts under tensor-parallel attention, or experts split
-  // over ranks that hold different tokens) are not built.
-  if (mesh.etp() != mesh.tp())
-    fail(
-        "parallel.etp = {} with parallel.tp = {}: only parallel.etp = parallel.tp is supported "
-        "(each expert split over the tensor-parallel ranks, as their attention is; leave "
-        "parallel.etp 0)",
-        mesh.etp(), mesh.tp());
+  if (mesh.etp() != mesh.tp()) check_whole_experts(cfg, mesh);
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())

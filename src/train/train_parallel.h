@@ -27,10 +27,12 @@ struct TrainParallel {
   bool active() const { return mesh != nullptr && mesh->world_size() > 1; }
   int64_t world() const { return mesh ? mesh->world_size() : 1; }
   int64_t pp() const { return mesh ? mesh->pp() : 1; }
-  // The model's tensor-parallel group (size 1: none); sp: parallel.sp.
+  // The model's tensor-parallel group (size 1: none); sp: parallel.sp. With
+  // parallel.etp = 1 the MoE blocks' experts stay whole on every tp rank
+  // (TensorParallel::experts_whole; check_train_layout refuses other etp).
   nn::TensorParallel tensor_parallel(bool sp) const {
     if (!mesh || mesh->tp() == 1) return {};
-    return {&groups->get("tp"), sp};
+    return {&groups->get("tp"), sp, mesh->etp() == 1};
   }
   // Group `name` of a multi-process run; null for one process, or when this
   // rank is in none of that name (the embedding group skips middle stages).

@@ -289,11 +289,11 @@ void Trainer::make_optimizer() {
   // Plain data parallelism keeps the whole optimizer on every rank, each
   // updating its bf16 master alike from the same all-reduced gradients;
   // ZeRO-1 and FSDP split it, each rank's optimizer holding the remainders
-  // of its blocks. Model-parallel layouts: not yet.
-  if (cfg_.adamw.precision.master != DType::F32 && pieces_model())
+  // of its blocks. Tensor and pipeline parallel layouts: not yet (expert
+  // parallelism lends the masters to its gathers: trainer_save.cc).
+  if (cfg_.adamw.precision.master != DType::F32 && model_parallel())
     fail(
-        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism (and expert "
-        "parallelism) for now "
+        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism for now "
         "(parallel.* asks for {} processes with them); use optim.master_dtype=f32",
         par_.world());
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);

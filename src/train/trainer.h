@@ -87,10 +87,12 @@ class Trainer {
   // nothing with an f32 master (opt null or not master_in_compute). Under
   // ZeRO-1 and FSDP a rank's optimizer holds the exact masters of its blocks only:
   // with `join` (the data-parallel group; collective) every rank's blocks are
-  // put together, so each holds the whole model's.
+  // put together, so each holds the whole model's (split experts' blocks
+  // over `experts`, the expert-dp group).
   class MastersOnLoan {
    public:
-    MastersOnLoan(Transformer& model, const AdamW* opt, dist::Communicator* join = nullptr);
+    MastersOnLoan(Transformer& model, const AdamW* opt, dist::Communicator* join = nullptr,
+                  dist::Communicator* experts = nullptr);
     ~MastersOnLoan();
     MastersOnLoan(const MastersOnLoan&) = delete;
     MastersOnLoan& operator=(const MastersOnLoan&) = delete;

@@ -58,11 +58,13 @@ Tensor join_blocks(const Tensor& blocks, const std::vector<ParamGroup>& groups,
 }  // namespace
 
 Trainer::MastersOnLoan::MastersOnLoan(Transformer& model, const AdamW* opt,
-                                      dist::Communicator* join)
+                                      dist::Communicator* join, dist::Communicator* experts)
     : model_(opt && opt->master_in_compute() ? &model : nullptr) {
   if (!model_) return;
   Tensor masters = opt->masters_f32();
-  if (join) masters = join_blocks(masters, opt->groups(), model.layout().trainable_end(), *join);
+  if (join)
+    masters = join_blocks(masters, opt->groups(), model.layout().trainable_end(), *join, experts,
+                          &model.layout());
   model_->adopt_masters(std::move(masters));
 }
 
@@ -105,6 +107,10 @@ void Trainer::save_checkpoint_files() {
   check_weights_finite();
   std::string dir;
   if (pieces_model()) {  // the whole model, gathered from the ranks' pieces
+    // (A bf16 master, split experts only: lent as f32, joined under ZeRO-1.)
+    const bool sharded = ddp_ && ddp_->sharded();
+    MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
+                          sharded ? ddp_->expert_group() : nullptr);
     std::unique_ptr<Transformer> whole = gather_whole_model();
     const Tensor m =
         parallel::gather_model(*model_, replica_state(opt_->m_f32()), par_.group("pp"));
@@ -166,16 +172,23 @@ std::unique_ptr<Transformer> Trainer::gather_whole_model() {
 
 void Trainer::export_final() {
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
-  // Tensor parallel: rank 0 exports the whole model, gathered from the shards.
+  // Tensor parallel: rank 0 exports the whole model, gathered from the shards
+  // (a bf16 master, split experts only, lent as f32 for it).
   std::unique_ptr<Transformer> whole;
-  if (pieces_model()) whole = gather_whole_model();
+  if (pieces_model()) {
+    const bool sharded = ddp_ && ddp_->sharded();
+    MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
+                          sharded ? ddp_->expert_group() : nullptr);
+    whole = gather_whole_model();
+  }
   // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
   // result is its adapter.
   const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
   // A bf16 master sharded by ZeRO-1 or FSDP is joined on every rank (collective).
   dist::Communicator* join = ddp_ && ddp_->sharded() ? &ddp_->group() : nullptr;
   std::optional<MastersOnLoan> masters;
-  if (whole_model && !whole && (join || par_.writes())) masters.emplace(*model_, opt_.get(), join);
+  if (whole_model && !pieces_model() && (join || par_.writes()))
+    masters.emplace(*model_, opt_.get(), join);
   if (!par_.writes()) return;
   Transformer& exported = whole ? *whole : *model_;
   std::string model_dir = cfg_.out_dir + "/model";

@@ -249,6 +249,38 @@ TEST(ParamLayout, ExpertTensorsSplitEachExpertOverTensorParallelRanks) {
 // split 2 ways are 512 (256 a rank), 4 ways 512 (128 a rank: rank 2 holds
 // row 256 alone, rank 3 padding only); the ranges name real rows only,
 // extract zeroes the padding and insert drops it; one process never pads.
+// Whole experts under tensor parallelism (parallel.etp = 1,
+// ParamLayout::replicated): the chosen parameters keep their offsets and
+// shapes, whole on every tp rank (experts still split over ep), the others
+// split as before.
+TEST(ParamLayout, ReplicatedKeepsChosenParametersWholeOverTensorParallelRanks) {
+  ParamLayout l;
+  ParamOptions up{Split::Experts, {}};
+  up.expert_split = Split::Rows;
+  for (int e = 0; e < 4; ++e) {
+    up.parts.push_back({"e" + std::to_string(e) + ".gate", 4});
+    up.parts.push_back({"e" + std::to_string(e) + ".up", 4});
+  }
+  l.add("h.0.moe.up.weight", {4 * 8, 5}, Init::Normal, 0.02f, up);
+  l.add("h.0.moe.shared_down.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
+  l.add("h.0.attn.proj.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
+  l.finalize();
+  const ParamLayout r =
+      l.replicated([](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; });
+  EXPECT_EQ(r.total(), l.total());
+  EXPECT_EQ(r.find("h.0.moe.up.weight").offset, l.find("h.0.moe.up.weight").offset);
+  EXPECT_EQ(r.find("h.0.moe.up.weight").split, Split::Experts);
+  EXPECT_EQ(tensor_split(r.find("h.0.moe.up.weight")).split, Split::Replicated);
+  EXPECT_EQ(r.find("h.0.moe.shared_down.weight").split, Split::Replicated);
+  EXPECT_EQ(r.find("h.0.attn.proj.weight").split, Split::Cols);
+  const ParamLayout tp = r.shard(2);
+  EXPECT_EQ(tp.find("h.0.moe.up.weight").shape, (Shape{32, 5}));
+  EXPECT_EQ(tp.find("h.0.moe.shared_down.weight").shape, (Shape{5, 4}));
+  EXPECT_EQ(tp.find("h.0.attn.proj.weight").shape, (Shape{5, 2}));
+  // Still split over expert-parallel ranks: 2 of the 4 experts, whole.
+  EXPECT_EQ(tp.shard_experts(2).find("h.0.moe.up.weight").shape, (Shape{16, 5}));
+}
+
 TEST(ParamLayout, VocabularyPaddingUnderTensorParallelism) {
   EXPECT_EQ(padded_rows(257, 128, 1), 257);
   EXPECT_EQ(padded_rows(257, 128, 2), 512);

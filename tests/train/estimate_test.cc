@@ -151,6 +151,44 @@ TEST(Estimate, ActivationsUnderTensorAndSequenceParallelismEqualTheWorkspace) {
   EXPECT_GE(cases, 12);
 }
 
+// Whole experts under tensor parallelism (parallel.etp = 1): every expert's
+// units on each rank, the MoE region's scratch of rows without sp; the
+// experts' weights whole per rank, the all-to-all each tp rank's tokens.
+TEST(Estimate, WholeExpertsUnderTensorParallelismEqualTheWorkspace) {
+  for (bool sp : {false, true})
+    for (const char* policy : {"none", "selective", "full"}) {
+      TrainConfig cfg = recipe(kShapes.back());
+      SizeOnlyGroup group(2);
+      const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
+      const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan,
+                                nn::TensorParallel{&group, sp, true});
+      EXPECT_EQ(
+          activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 2, sp, {}, true, 1, true).total(),
+          planned.bytes())
+          << "sp=" << sp << " " << policy;
+    }
+  std::vector<std::string> o = kShapes.back();
+  for (const char* k : {"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "train.micro_batch=2",
+                        "train.seq_len=64", "train.global_batch=8", "train.dtype=f32"})
+    o.push_back(k);
+  const TrainEstimate e = estimate_training(recipe(o), 2, nullptr);
+  EXPECT_EQ(e.etp, 1);
+  EXPECT_EQ(e.edp, 1);
+  EXPECT_EQ(e.expert_params_computed, e.expert_params / 2);  // half the experts, whole
+  // The same layout with the experts split over tp (etp 2, no ep): the same
+  // expert share per rank; each tp rank routes its 64 of the 128 tokens.
+  std::vector<std::string> split = o;
+  std::erase(split, std::string("parallel.etp=1"));
+  std::erase(split, std::string("parallel.ep=2"));
+  const TrainEstimate t = estimate_training(recipe(split), 2, nullptr);
+  EXPECT_EQ(t.etp, 2);
+  EXPECT_EQ(e.peak().params, t.peak().params);
+  const ModelConfig& c = recipe(o).model;
+  EXPECT_EQ(e.a2a_bytes_per_step,
+            4 * 4 * c.n_layer * (64 * c.num_experts_per_tok / 2) * c.d_model * 4);
+  EXPECT_EQ(estimate_json(e).at("etp"), 1);
+}
+
 // Context parallel: each rank's workspace holds its T / cp tokens, which is
 // what the trainer plans for it (Activations of seq_len / cp).
 TEST(Estimate, ActivationsUnderContextParallelismHoldEachRanksTokens) {
@@ -217,6 +255,12 @@ TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
   const TrainEstimate s = estimate_training(recipe(z), 4, nullptr);
   const int64_t mine = e.expert_params / 2, rest = s.peak().params - mine;
   EXPECT_NEAR(double(s.peak().optimizer_bytes), 8.0 * (double(rest) / 4 + double(mine) / 2), 8.0);
+  // FSDP under EP2 x DP2: the weights (f32 masters) likewise, the experts'
+  // over their 2 expert-dp ranks.
+  std::vector<std::string> f = o;
+  f.push_back("parallel.shard=full");
+  const TrainEstimate fs = estimate_training(recipe(f), 4, nullptr);
+  EXPECT_NEAR(double(fs.peak().weight_bytes), 4.0 * (double(rest) / 4 + double(mine) / 2), 8.0);
   // Pipelined (2 stages of 2 and 1 layers): a rank exchanges its own stage's
   // layers' rows, the busier stage's 2 here.
   std::vector<std::string> pp = o;

@@ -186,28 +186,47 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   EXPECT_TRUE(contains(e, "parallel.cp = 2")) << e;
   EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
   // Tensor parallel (each expert split over tp, etp = tp), with sp and ep:
-  // runs (tests/apps/mpi/moe_tp_ranks.sh); other expert splits are named.
+  // runs (tests/apps/mpi/moe_tp_ranks.sh); whole experts (etp = 1) too,
+  // alone, with sp, with ep over the tp ranks and with dp
+  // (tests/apps/mpi/moe_etp_ranks.sh); other expert splits are named.
   EXPECT_EQ(layout_error({"parallel.tp=2"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.sp=true"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.ep=2"}, 4), "(no error)");
-  e = layout_error({"parallel.tp=2", "parallel.etp=1"}, 2);
-  EXPECT_TRUE(contains(e,
-                       "parallel.etp = 1 with parallel.tp = 2: only parallel.etp = "
-                       "parallel.tp is supported"))
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.sp=true"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 4), "(no error)");
+  e = layout_error({"parallel.tp=4", "parallel.etp=2"}, 4);
+  EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 4: only parallel.etp = parallel.tp"))
       << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_capacity_factor=1.0"}, 2);
+  EXPECT_TRUE(contains(e, "parallel.etp = 1 with parallel.tp = 2: model.moe_capacity_factor")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "train.micro_batch=1", "train.seq_len=15",
+                    "train.global_batch=2"},
+                   2);
+  EXPECT_TRUE(contains(e,
+                       "train.micro_batch × train.seq_len = 1 × 15 is not a multiple of "
+                       "parallel.tp"))
+      << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_aux_loss_type=seq"}, 2);
+  EXPECT_TRUE(contains(e, "model.moe_aux_loss_type=seq")) << e;
+  e = layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.shard=optimizer"},
+                   4);
+  EXPECT_TRUE(contains(e, "parallel.shard (ZeRO-1 / FSDP) with parallel.ep")) << e;
+  // ep groups that split a tp group (ep after dp in the order: ep groups {0, 2}, {1, 3}).
+  e = layout_error(
+      {"parallel.tp=2", "parallel.etp=1", "parallel.ep=2", "parallel.order=tp-cp-dp-ep-pp"}, 4);
+  EXPECT_TRUE(contains(e, "is not inside one expert-parallel group")) << e;
   e = layout_error({"parallel.tp=2", "model.moe_d_ff=63"}, 2);
   EXPECT_TRUE(contains(e, "model.moe_d_ff = 63 is not divisible by parallel.tp = 2")) << e;
   e = layout_error({"parallel.tp=2", "parallel.ep=2", "parallel.order=ep-tp-cp-dp-pp"}, 4);
   EXPECT_TRUE(contains(e, "parallel.order 'ep-tp-cp-dp-pp': the experts' tensor-parallel groups"))
       << e;
   TrainConfig cfg;
-  // Pipeline parallel: the 1F1B schedule runs; the interleaved one is named.
+  // Pipeline parallel: the 1F1B and the interleaved schedules run
+  // (tests/apps/mpi/moe_ranks.sh).
   cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.pp=2"})));
   EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
-  cfg = train_config_from(
-      Config::load(train_schema(), "", keys(dir, {"parallel.pp=2", "parallel.vp=2"})));
-  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
-  EXPECT_TRUE(contains(e, "parallel.vp = 2: a Mixture-of-Experts model")) << e;
   // Expert parallel: runs when ep divides the experts (and dp); else named.
   cfg = train_config_from(Config::load(train_schema(), "", keys(dir, {"parallel.ep=2"})));
   EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));

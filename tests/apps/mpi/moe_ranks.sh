@@ -13,9 +13,13 @@
 # under EP2 and EP2 x DP2 (the experts' optimizer state sharded over the
 # expert-dp ranks). Pipeline parallelism: PP2, DP2 x PP2, EP2 with PP2 (4
 # ranks), PP2 with full recompute, the same losses, weights and MoE figures;
-# PP2 and EP2 x PP2 checkpoints resume on one process. FSDP under EP is
-# refused, naming its key, and so is an expert split that does not divide
-# the experts or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
+# PP2 and EP2 x PP2 checkpoints resume on one process; the interleaved
+# schedule (PP2 VP2, EP2 x PP2 VP2, a PP2 VP2 checkpoint resumed on one
+# process) likewise. FSDP under EP2 and EP2 x DP2 (experts sharded over
+# expert-dp), resumed on one process. bf16 master weights under EP2 and
+# ZeRO-1 EP2 x DP2 against DP2 in bf16 (within 1e-3), an EP2 one resumed on
+# one process exactly. Refused, naming its key: an expert
+# split that does not divide the experts, or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
 # summed over the ranks before the bias moves) equals one process too, under
 # DP, ZeRO-1, EP2, ZeRO-1 under EP2 x DP2, PP2 and EP2 with PP2 (uneven
@@ -168,6 +172,63 @@ for run in runs:
             assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
 PY
 
+# The interleaved schedule (parallel.vp=2; 4 layers in 4 chunks, each rank
+# two): the routing records pass every chunk with the residual stream, their
+# receives posted at the step's start. PP2 VP2, EP2 x PP2 VP2 (4 ranks), a
+# PP2 VP2 checkpoint resumed on one process; the same losses, weights and
+# MoE figures as one process.
+L4=(model.n_layer=4)
+run one4 "$NK" train "${ARGS[@]}" "${L4[@]}"
+run pp2vp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2
+run ep2pp2vp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2 \
+  parallel.ep=2
+run pp2vp2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${L4[@]}" parallel.pp=2 parallel.vp=2 \
+  train.exit_at_step=5
+run pp2vp2to1 "$NK" train "${ARGS[@]}" "${L4[@]}"
+grep -q "resuming from checkpoint" "$WORK/pp2vp2to1.log" || fail "pp2vp2to1 did not resume"
+grep -q "interleaved 1F1B" "$WORK/pp2vp2.log" ||
+  fail "pp2vp2 did not run the interleaved schedule: $(grep -m1 parallel "$WORK/pp2vp2.log")"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one4 pp2vp2 ep2pp2vp2 pp2vp2to1 ||
+  fail "an interleaved pipeline-parallel MoE run differs from one process"
+/usr/bin/python3 - "$WORK" one4 pp2vp2 <<'PY' || fail "the interleaved MoE figures differ from one process"
+import json, sys
+work, ref, run = sys.argv[1:]
+rec = lambda r: [json.loads(l) for l in open(f"{work}/{r}/metrics.jsonl")]
+for a, b in zip(rec(run), rec(ref)):
+    for k in ("moe_aux", "moe_z", "moe_load_max", "moe_load_max.l3"):
+        assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
+PY
+
+# bf16 master weights (optim.master_dtype=bf16, bf16 compute) under EP2 and
+# ZeRO-1 under EP2 x DP2: every step's loss within 1e-3 (relative) of DP2's
+# in bf16 (the tolerance of the bf16 data-parallel checks,
+# tests/parallel/mpi/ddp_equivalence_mpi.cc; the expert all-to-all only moves
+# rows); an EP2 checkpoint resumed on one process repeats EP2's steps 6-10
+# exactly (the masters lent as f32 to the save and joined back).
+BF=(train.dtype=bf16 optim.master_dtype=bf16)
+run bfdp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}"
+run bfep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2
+run bfep2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2 \
+  parallel.shard=optimizer
+run bfep2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2 train.exit_at_step=5
+run bfep2to1 "$NK" train "${ARGS[@]}" "${BF[@]}"
+grep -q "resuming from checkpoint" "$WORK/bfep2to1.log" || fail "bfep2to1 did not resume"
+/usr/bin/python3 - "$WORK" <<'PY' || fail "bf16 masters under expert parallelism differ"
+import json, sys
+work = sys.argv[1]
+rec = lambda r: {x["step"]: x["loss"] for x in map(json.loads, open(f"{work}/{r}/metrics.jsonl"))}
+ref, ep = rec("bfdp2"), rec("bfep2")
+assert sorted(ref) == list(range(1, 11)), sorted(ref)
+for run in ("bfep2", "bfep2zero1", "bfep2to1"):
+    got = rec(run)
+    assert sorted(got) == sorted(ref), (run, sorted(got))
+    for s in ref:
+        assert abs(got[s] - ref[s]) <= 1e-3 * abs(ref[s]), (run, s, got[s], ref[s])
+for s in range(6, 11):
+    assert rec("bfep2to1")[s] == ep[s], ("bfep2to1", s, rec("bfep2to1")[s], ep[s])
+print("bf16 masters: EP2, ZeRO-1 EP2xDP2 and an EP2 checkpoint resumed on one process agree")
+PY
+
 refuse() {
   local out=$1 pattern=$2
   shift 2
@@ -189,10 +250,21 @@ grep -q "resuming from checkpoint" "$WORK/ep2dp2zero1to1.log" || fail "ep2dp2zer
 grep -q "optimizer state sharded (ZeRO-1)" "$WORK/ep2dp2zero1.log" || fail "ep2dp2zero1 is not ZeRO-1"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one ep2zero1 ep2dp2zero1 \
   ep2dp2zero1to1 || fail "ZeRO-1 under expert parallelism differs from one process"
-# FSDP does not shard split experts yet: refused, naming the keys.
-refuse ep2full "parallel.shard = full: FSDP does not shard expert-parallel weights yet (parallel.ep = 2" \
-  "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+# FSDP under expert parallelism: each expert tensor's weights, gradients
+# and optimizer state sharded over its expert-dp ranks (EP2 on 2 ranks: edp
+# 1, whole; EP2 x DP2 on 4: over 2), the rest over dp; an EP2 x DP2 FSDP
+# checkpoint resumed on one process.
+run ep2fsdp "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+run ep2dp2fsdp "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+run ep2dp2fsdpto1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.ep=2 parallel.shard=full \
+  train.exit_at_step=5
+run ep2dp2fsdpto1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2dp2fsdpto1.log" || fail "ep2dp2fsdpto1 did not resume"
+grep -q "sharded (FSDP)" "$WORK/ep2dp2fsdp.log" ||
+  fail "ep2dp2fsdp did not run FSDP: $(grep -m1 "data parallel" "$WORK/ep2dp2fsdp.log")"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one ep2fsdp ep2dp2fsdp \
+  ep2dp2fsdpto1 || fail "FSDP under expert parallelism differs from one process"
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP refused"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP2 and EP2xDP2 equals one process and resumes on one; bf16 masters under EP2 and ZeRO-1 EP2xDP2 agree with DP2 and resume"

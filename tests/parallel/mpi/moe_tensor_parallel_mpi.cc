@@ -6,7 +6,8 @@
 // and the router's and gate's gradients must equal the one-process block's
 // on the same tokens, and each rank's weight gradients the slices of the
 // plain ones. Without and with sequence parallelism (each rank's rows of x,
-// y and dx).
+// y and dx). And the same block with whole experts on every rank
+// (parallel.etp = 1: the ranks split the rows instead, nn/token_split.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,7 +82,7 @@ void check(bool sp) {
 
   // grads: router, up, down, shared up, shared down, shared gate (zeroed).
   struct Out {
-    Tensor y, dx;
+    Tensor y, dx, stats;
     std::vector<Tensor> g;
   };
   auto run = [&](nn::MoE m, int64_t f, int64_t fs, const Tensor& xi, const Tensor& dyi) {
@@ -100,7 +101,7 @@ void check(bool sp) {
     auto s = nn::MoE::saved_for(N, C, E, k, f, DType::F32, alloc);
     auto g = nn::MoE::scratch_for(N, C, E, k, f, DType::F32, alloc);
     nn::MoE::add_shared(&s, &g, N, C, fs, true, DType::F32, alloc);
-    if (m.tp.sp()) {
+    if (m.tp.sp() || m.split.moves()) {
       s.full_x = Tensor::empty({N, C}, DType::F32);
       s.full_y = Tensor::empty({N, C}, DType::F32);
       g.dx_full = Tensor::empty({N, C}, DType::F32);
@@ -110,6 +111,7 @@ void check(bool sp) {
     m.forward(o.y, s, xi);
     std::vector<float> balance(size_t(E), 0.1f);
     m.backward(o.dx, dyi, s, g, xi, balance, 0.2f);
+    o.stats = s.stats;
     return o;
   };
   const Out one = run(plain, F, Fs, x, dy);
@@ -131,6 +133,23 @@ void check(bool sp) {
   expect_near(got.g[2], cols(one.g[2], rank * Ft, Ft), "down gradient" + how);
   expect_near(got.g[3], part_rows(one.g[3], Fs, rank * Fst, Fst), "shared up gradient" + how);
   expect_near(got.g[4], cols(one.g[4], rank * Fst, Fst), "shared down gradient" + how);
+
+  // Whole experts (parallel.etp = 1, nn/token_split.h): every rank holds the
+  // whole block and computes its own rows of the N (a slice of x without
+  // sp, its rows with it); the outputs and input gradient are the plain
+  // block's (every row without sp), the router statistics the whole N's,
+  // and the weight gradients, summed over the group, the plain ones.
+  nn::MoE whole = plain;
+  whole.split = {&groups.get("tp"), sp};
+  const Out w = run(whole, F, Fs, x.narrow0(r0, R), dy.narrow0(r0, R));
+  expect_near(w.y, one.y.narrow0(r0, R), "whole experts: y" + how);
+  expect_near(w.dx, one.dx.narrow0(r0, R), "whole experts: dx" + how);
+  expect_near(w.stats, one.stats, "whole experts: router statistics" + how);
+  const char* names[] = {"router", "up", "down", "shared up", "shared down", "shared gate"};
+  for (size_t i = 0; i < w.g.size(); ++i) {
+    groups.get("tp").all_reduce(w.g[i]);
+    expect_near(w.g[i], one.g[i], std::string("whole experts: ") + names[i] + " gradient" + how);
+  }
 }
 
 TEST(MoeTensorParallel, SplitExpertsEqualOneProcess) {
