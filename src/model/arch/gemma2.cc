@@ -268,6 +268,9 @@ std::vector<ExternalTensor> gemma_gguf_tensors(const ModelConfig& c, bool qk_nor
     norm(h + "ln_mlp_out.weight", b + "post_ffw_norm.weight");
   }
   norm("ln_f.weight", "output_norm.weight");
+  // The map covers an untied head as llama.cpp names it; export refuses one
+  // (gguf_export.cc add_gemma: llama.cpp's gemma2 graph reads the embedding).
+  if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
   return out;
 }
 
