@@ -65,7 +65,11 @@ ModelConfig read_config(const std::string& dir) {
 // default beta_fast, beta_slow and attention factor; other values are
 // refused); llama3 as a rope_freqs.weight tensor of per-pair divisors
 // theta_i / scaled theta_i, which llama.cpp's Llama graph applies to the
-// plain frequencies.
+// plain frequencies; longrope (phi3 only) as llama.cpp's converter writes
+// Phi-3's: rope_factors_long.weight and rope_factors_short.weight [D/2]
+// (per-pair divisors), rope.scaling.attn_factor and
+// rope.scaling.original_context_length; llama.cpp takes the long factors
+// when its context exceeds the original one, as Nekton does by max_seq_len.
 void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c,
                       const Architecture& arch, const std::string& dir) {
   const RopeScaling& s = c.rope_scaling;
@@ -100,6 +104,25 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
       w.add_u32(k + "original_context_length",
                 uint32_t(s.original_max_seq_len > 0 ? s.original_max_seq_len : c.max_seq_len));
       return;
+    case RopeScalingType::LongRope: {
+      if (ga != "phi3")
+        fail(
+            "model '{}': GGUF export of longrope RoPE scaling is supported for phi3 only "
+            "(llama.cpp's {} architecture reads no rope_factors_long/short)",
+            dir, ga);
+      w.add_f32(k + "attn_factor", float(rope_attention_factor(s)));
+      w.add_u32(k + "original_context_length", uint32_t(s.original_max_seq_len));
+      for (const auto& [name, list] : {std::pair{"rope_factors_long.weight", &s.long_factor},
+                                       std::pair{"rope_factors_short.weight", &s.short_factor}}) {
+        if (int64_t(list->size()) * 2 != c.head_dim())
+          fail("model '{}': longrope has {} factors; heads of {} have {} pairs", dir, list->size(),
+               c.head_dim(), c.head_dim() / 2);
+        std::vector<double> f = *list;
+        w.add_tensor(name, {int64_t(f.size())}, GgmlType::F32,
+                     [f](std::vector<float>& out) { out.assign(f.begin(), f.end()); });
+      }
+      return;
+    }
     case RopeScalingType::Llama3: {
       if (!arch.gguf_rope_freqs())
         fail(
@@ -118,6 +141,69 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
       return;
     }
   }
+}
+
+// Gemma 2 and 3 as llama.cpp's gemma2 / gemma3 graphs run them. What those
+// graphs fix rather than read is checked against the model, and a model that
+// differs is refused (the GGUF would compute other results):
+//   - the attention scale is 1/sqrt(head_dim) (1/sqrt(d_model / n_head) at
+//     the 27B's layer count, 46 for gemma2, 62 for gemma3), not read from
+//     the file: query_pre_attn_scalar must be that;
+//   - gemma2: every other layer local (layer 0 first), attention and final
+//     soft-capping always applied, from attn_logit_softcapping and
+//     final_logit_softcapping;
+//   - gemma3: five local layers then one global, the local layers' RoPE base
+//     10000 unscaled, no soft-capping;
+//   - the head tied to the embedding (gemma2 reads no output.weight).
+// The window is attention.sliding_window (Nekton's and llama.cpp's both
+// count the query itself: distance < window); Gemma 2 with every layer
+// global gets a window of the whole context.
+void add_gemma(GgufWriter& w, const std::string& ga, const ModelConfig& c, const std::string& dir) {
+  const bool g3 = ga == "gemma3";
+  const int64_t big = g3 ? 62 : 46;
+  const double scalar = double(c.n_layer == big ? c.d_model / c.n_head : c.head_dim());
+  const double qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : c.head_dim();
+  if (qpas != scalar)
+    fail(
+        "model '{}': query_pre_attn_scalar = {}: llama.cpp's {} architecture scales the "
+        "attention by 1/sqrt({}) for this shape (head_dim, or hidden / heads at {} layers) and "
+        "reads no scale from the file",
+        dir, qpas, ga, scalar, big);
+  if (!c.tied_embeddings)
+    fail("model '{}': an untied LM head: llama.cpp's {} architecture uses the embedding", dir, ga);
+  if (g3) {
+    if (c.sliding_window <= 0 || c.sliding_window_pattern != 6)
+      fail(
+          "model '{}': sliding_window = {}, sliding_window_pattern = {}: llama.cpp's gemma3 "
+          "architecture runs five local layers then a global one (pattern 6) with a window",
+          dir, c.sliding_window, c.sliding_window_pattern);
+    if (c.rope_local_theta != 10000.0)
+      fail(
+          "model '{}': rope_local_base_freq = {}: llama.cpp's gemma3 architecture fixes the "
+          "local layers' RoPE base at 10000",
+          dir, c.rope_local_theta);
+    if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0)
+      fail(
+          "model '{}': attn_logit_softcapping = {}, final_logit_softcapping = {}: llama.cpp's "
+          "gemma3 architecture with local layers caps neither",
+          dir, c.attn_logit_softcap, c.final_logit_softcap);
+    w.add_u32(ga + ".attention.sliding_window", uint32_t(c.sliding_window));
+    return;
+  }
+  if (c.sliding_window > 0 && c.sliding_window_pattern != 2)
+    fail(
+        "model '{}': sliding_window_pattern = {}: llama.cpp's gemma2 architecture alternates "
+        "local and global layers (pattern 2)",
+        dir, c.sliding_window_pattern);
+  if (c.attn_logit_softcap <= 0 || c.final_logit_softcap <= 0)
+    fail(
+        "model '{}': attn_logit_softcapping = {}, final_logit_softcapping = {}: llama.cpp's "
+        "gemma2 architecture always soft-caps both (give each a value)",
+        dir, c.attn_logit_softcap, c.final_logit_softcap);
+  w.add_u32(ga + ".attention.sliding_window",
+            uint32_t(c.sliding_window > 0 ? c.sliding_window : c.max_seq_len));
+  w.add_f32(ga + ".attn_logit_softcapping", float(c.attn_logit_softcap));
+  w.add_f32(ga + ".final_logit_softcapping", float(c.final_logit_softcap));
 }
 
 // DeepSeek-V3's routing as llama.cpp reads it from the metadata
@@ -293,7 +379,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
         "model '{}' is a sequence classifier (num_labels = {}: a reward or attribute model); "
         "GGUF export writes causal LMs only (export it with nekton export hf)",
         model_dir, c.num_labels);
-  if (c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
+  const bool gemma = ga == "gemma2" || ga == "gemma3";
+  if (!gemma && c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
     fail(
         "model '{}' uses sliding-window attention ({} positions); llama.cpp's {} architecture "
         "has none, so the GGUF would compute other results",
@@ -331,6 +418,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
   if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
   if (c.is_moe()) add_experts(w, ga, c, arch, model_dir);
+  if (gemma) add_gemma(w, ga, c, model_dir);
   // A head size apart from d_model / n_head (Qwen3's), as llama.cpp reads it.
   if (c.head_dim() * c.n_head != c.d_model) {
     w.add_u32(ga + ".attention.key_length", uint32_t(c.head_dim()));
@@ -364,10 +452,11 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
     const int64_t rows = shape.size() > 2 ? shape[1] : shape[0];
     const int64_t in = shape.size() > 1 ? shape.back() : 1;
     const int64_t heads = e.rope_heads;
+    const float add = e.add;
     w.add_tensor(
         e.name, shape,
         gguf_tensor_type(opt.type, e.name, shape, c.n_layer, c.tied_embeddings, c.num_experts),
-        [m, &p, row0, rows, in, heads](std::vector<float>& out) {
+        [m, &p, row0, rows, in, heads, add](std::vector<float>& out) {
           const float* base = ParamLayout::view(m->params(), p).data<float>();
           out.resize(size_t(row0.size() * rows * in));
           for (size_t x = 0; x < row0.size(); ++x) {
@@ -378,6 +467,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
             else
               std::copy(src, src + rows * in, dst);
           }
+          if (add != 0)
+            for (float& x : out) x += add;
         });
   }
 

@@ -25,8 +25,13 @@
 // fused QKV whole as blk.N.attn_qkv.{weight,bias} (rows [q; k; v]), the
 // MLP as blk.N.ffn_{up,down}, and every norm and projection with its bias
 // (`.bias` beside `.weight`).
+// Gemma 2 and 3 (llama.cpp's gemma2, gemma3): Llama's names with the
+// post-norms blk.N.post_attention_norm and post_ffw_norm, every norm stored
+// as 1 + w, and attention.sliding_window, attn_logit_softcapping,
+// final_logit_softcapping (gguf_export.cc add_gemma lists what llama.cpp
+// fixes and export checks).
 // A model llama.cpp would run differently (a sliding window shorter than the
-// context) is refused rather than written, and so is one without a tokenizer
+// context outside Gemma) is refused rather than written, and so is one without a tokenizer
 // (llama.cpp refuses to load a GGUF that has none).
 #pragma once
 #include <cstdint>

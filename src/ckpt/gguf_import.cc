@@ -127,6 +127,39 @@ void read_rope_scaling(const GgufFile& f, const std::string& ga, ModelConfig& c)
     std::memcpy(div.data(), t->data, t->bytes);
     c.rope_scaling = llama3_from_freq_factors(f, div, c, original);
   }
+  // LongRoPE (Phi-3's, as llama.cpp's converter writes it): the per-pair
+  // divisors as rope_factors_long / rope_factors_short, the attention factor
+  // and the original context as keys; the factor is the context over it.
+  const GgufFile::TensorInfo* lf = f.find("rope_factors_long.weight");
+  const GgufFile::TensorInfo* sf = f.find("rope_factors_short.weight");
+  if (lf || sf) {
+    if (!lf || !sf || type != "none" || f.find("rope_freqs.weight"))
+      fail(
+          "GGUF '{}': rope_factors_long.weight and rope_factors_short.weight go together, "
+          "without {}type or rope_freqs.weight",
+          f.path(), k);
+    RopeScaling s;
+    s.type = RopeScalingType::LongRope;
+    s.original_max_seq_len = original;
+    s.factor = double(c.max_seq_len) / double(original);
+    // The file's attention factor, unless it is the default for the factor
+    // (as Nekton's export writes it; kept unset then, so the model reads back
+    // as it was).
+    const double attn = f.get_float(k + "attn_factor", 0.0);
+    if (attn > 0 && std::fabs(attn - rope_attention_factor(s)) > 1e-6 * attn)
+      s.attention_factor = attn;
+    for (const auto& [t, list] : {std::pair{lf, &s.long_factor}, std::pair{sf, &s.short_factor}}) {
+      if (t->type != uint32_t(GgmlType::F32) || t->shape.size() != 1)
+        fail("GGUF '{}': {} must be a 1-d f32 tensor", f.path(), t->name);
+      std::vector<float> v(size_t(t->shape[0]));
+      std::memcpy(v.data(), t->data, v.size() * 4);
+      list->assign(v.begin(), v.end());
+      if (int64_t(v.size()) * 2 != c.head_dim())
+        fail("GGUF '{}': {} has {} factors; heads of {} have {} pairs", f.path(), t->name, v.size(),
+             c.head_dim(), c.head_dim() / 2);
+    }
+    c.rope_scaling = s;
+  }
   c.rope_scaling.validate("GGUF " + k);
 }
 
@@ -330,7 +363,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads});
   }
   for (const auto& t : f.tensors()) {
-    bool used = t.name == "rope_freqs.weight";
+    bool used = t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
+                t.name == "rope_factors_short.weight";
     for (const ExternalTensor& e : arch.gguf_tensors(c)) used |= e.name == t.name;
     if (!used)
       NK_WARN("GGUF '{}': tensor '{}' is not used by the {} model", path, t.name,

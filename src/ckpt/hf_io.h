@@ -46,7 +46,7 @@ class Progress;
 // MistralForCausalLM (model_type llama/mistral, without attention/MLP biases,
 // a sliding window shorter than the context, or another activation than
 // silu), Qwen2ForCausalLM (without sliding-window layers), each with
-// rope_scaling of type linear, llama3 or yarn (model/rope.h), and
+// rope_scaling of type linear, llama3, yarn or longrope (model/rope.h), and
 // GPT2LMHeadModel (gelu_new activation, standard attention scaling).
 // nk::Error "WHERE: ... 'KEY' ..." otherwise.
 struct HfModelInfo {

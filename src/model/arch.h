@@ -60,6 +60,9 @@ struct ExternalTensor {
   // A [1, in] parameter stored as a 1-d tensor [in] (llama.cpp's
   // ffn_gate_inp_shexp, Qwen2-MoE's shared-expert gate).
   bool flat = false;
+  // GGUF: added to every element as written (Gemma's (1 + w) norms: llama.cpp's
+  // gemma2/gemma3 graphs scale by the stored weight itself, so w + 1 is stored).
+  float add = 0;
 };
 
 // A reader over an HF config.json object whose errors name the file and key.
@@ -262,6 +265,12 @@ void hf_write_gemma(const ModelConfig& c, nlohmann::ordered_json& j, bool gemma3
 // attention's output, pre_feedforward_layernorm (Nekton's ln2),
 // post_feedforward_layernorm, and with qk_norm self_attn.q_norm / k_norm.
 std::vector<ExternalTensor> gemma_hf_tensors(const ModelConfig& c, bool qk_norm);
+// Gemma's GGUF tensor names (llama.cpp's gemma2 / gemma3): Llama's with
+// q and k rows as they are (NEOX rotation), blk.N.post_attention_norm,
+// blk.N.post_ffw_norm, with qk_norm attn_q_norm / attn_k_norm, and every norm
+// stored as 1 + w (ExternalTensor::add), the weight llama.cpp's plain RMSNorm
+// multiplies by. The head is tied (llama.cpp's gemma2 reads no output.weight).
+std::vector<ExternalTensor> gemma_gguf_tensors(const ModelConfig& c, bool qk_norm);
 
 // The `<gguf_arch>.` metadata key llama.cpp reads the norms' epsilon from,
 // which follows the norm: attention.layer_norm_rms_epsilon for RMSNorm,

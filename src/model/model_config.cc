@@ -326,7 +326,8 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
   std::string scaling;  // the type given, "" = the preset's
   b.bind_with<std::string>(
       "model.rope_scaling.type", "",
-      "override: RoPE scaling none, linear, llama3 or yarn (then the keys it uses)",
+      "override: RoPE scaling none, linear, llama3 or yarn (then the keys it uses; longrope "
+      "comes with its factor lists from config.json)",
       [&](const std::string& t) {
         if (t.empty()) return;
         scaling = t;

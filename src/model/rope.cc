@@ -20,7 +20,8 @@ using nlohmann::json;
 namespace {
 
 constexpr RopeScalingType kTypes[] = {RopeScalingType::None, RopeScalingType::Linear,
-                                      RopeScalingType::Llama3, RopeScalingType::Yarn};
+                                      RopeScalingType::Llama3, RopeScalingType::Yarn,
+                                      RopeScalingType::LongRope};
 
 // YaRN's magnitude correction for a context stretched `scale` times.
 double yarn_mscale(double scale, double mscale) {
@@ -45,6 +46,8 @@ const char* rope_scaling_type_name(RopeScalingType t) {
       return "llama3";
     case RopeScalingType::Yarn:
       return "yarn";
+    case RopeScalingType::LongRope:
+      return "longrope";
   }
   return "none";
 }
@@ -52,7 +55,8 @@ const char* rope_scaling_type_name(RopeScalingType t) {
 RopeScalingType parse_rope_scaling_type(const std::string& s, const std::string& what) {
   for (RopeScalingType t : kTypes)
     if (s == rope_scaling_type_name(t)) return t;
-  fail("{}: unknown RoPE scaling type '{}' (expected none, linear, llama3 or yarn)", what, s);
+  fail("{}: unknown RoPE scaling type '{}' (expected none, linear, llama3, yarn or longrope)", what,
+       s);
 }
 
 void RopeScaling::validate(const std::string& p) const {
@@ -65,9 +69,32 @@ void RopeScaling::validate(const std::string& p) const {
     if (!is_default)
       fail("{}{}: only {} scaling uses it, but {}type is {}", p, key, users, p, name);
   };
-  const bool llama3 = type == RopeScalingType::Llama3, yarn = type == RopeScalingType::Yarn;
+  const bool llama3 = type == RopeScalingType::Llama3, yarn = type == RopeScalingType::Yarn,
+             longrope = type == RopeScalingType::LongRope;
   if (enabled()) finite_positive("factor", factor);
-  if (!enabled()) unused("factor", factor == d.factor, "linear, llama3 or yarn");
+  if (!enabled()) unused("factor", factor == d.factor, "linear, llama3, yarn or longrope");
+  if (longrope) {
+    if (original_max_seq_len <= 0)
+      fail("{}original_max_seq_len: longrope scaling needs the original context length, got {}", p,
+           original_max_seq_len);
+    check_limit("", p + "original_max_seq_len", original_max_seq_len, limits::kSeqLen, "positions");
+    if (short_factor.empty() || short_factor.size() != long_factor.size())
+      fail(
+          "{}short_factor, {}long_factor: longrope needs two lists of one factor per pair, got {} "
+          "and {} entries",
+          p, p, short_factor.size(), long_factor.size());
+    for (const auto* list : {&short_factor, &long_factor})
+      for (double v : *list)
+        if (!(v > 0) || !std::isfinite(v))
+          fail("{}{}: every factor must be a positive number, got {}", p,
+               list == &short_factor ? "short_factor" : "long_factor", v);
+    if (!(attention_factor >= 0) || !std::isfinite(attention_factor))
+      fail("{}attention_factor: must be a positive number (or 0: unset), got {}", p,
+           attention_factor);
+  } else {
+    unused("short_factor", short_factor.empty(), "longrope");
+    unused("long_factor", long_factor.empty(), "longrope");
+  }
   if (llama3) {
     finite_positive("low_freq_factor", low_freq_factor);
     finite_positive("high_freq_factor", high_freq_factor);
@@ -94,12 +121,13 @@ void RopeScaling::validate(const std::string& p) const {
       if (!(v >= 0) || !std::isfinite(v))
         fail("{}{}: must be a positive number (or 0: unset), got {}", p, key, v);
   } else {
-    if (!llama3)
+    if (!llama3 && !longrope)
       unused("original_max_seq_len", original_max_seq_len == d.original_max_seq_len,
-             "llama3 or yarn");
+             "llama3, yarn or longrope");
     unused("beta_fast", beta_fast == d.beta_fast, "yarn");
     unused("beta_slow", beta_slow == d.beta_slow, "yarn");
-    unused("attention_factor", attention_factor == d.attention_factor, "yarn");
+    if (!longrope)
+      unused("attention_factor", attention_factor == d.attention_factor, "yarn or longrope");
     unused("mscale", mscale == d.mscale, "yarn");
     unused("mscale_all_dim", mscale_all_dim == d.mscale_all_dim, "yarn");
     unused("truncate", truncate == d.truncate, "yarn");
@@ -157,11 +185,26 @@ std::vector<double> rope_inv_freq(int64_t D, double theta, const RopeScaling& s,
       }
       break;
     }
+    case RopeScalingType::LongRope: {
+      const std::vector<double>& e =
+          max_seq_len > s.original_max_seq_len ? s.long_factor : s.short_factor;
+      if (int64_t(e.size()) != half)
+        fail("rope_scaling: longrope's {} has {} factors; a head of {} has {} pairs",
+             max_seq_len > s.original_max_seq_len ? "long_factor" : "short_factor", e.size(), D,
+             half);
+      for (int64_t i = 0; i < half; ++i) f[size_t(i)] /= e[size_t(i)];
+      break;
+    }
   }
   return f;
 }
 
 double rope_attention_factor(const RopeScaling& s) {
+  if (s.type == RopeScalingType::LongRope) {
+    if (s.attention_factor > 0) return s.attention_factor;
+    if (s.factor <= 1) return 1.0;
+    return std::sqrt(1 + std::log(s.factor) / std::log(double(s.original_max_seq_len)));
+  }
   if (s.type != RopeScalingType::Yarn) return 1.0;
   if (s.attention_factor > 0) return s.attention_factor;
   if (s.mscale > 0 && s.mscale_all_dim > 0)
@@ -220,6 +263,12 @@ void write_scaling(const RopeScaling& s, J& j, const char* type_key, const char*
     if (s.mscale_all_dim > 0) j["mscale_all_dim"] = s.mscale_all_dim;
     if (!s.truncate) j["truncate"] = false;
   }
+  if (s.type == RopeScalingType::LongRope) {
+    j[context_key] = s.original_max_seq_len;
+    if (s.attention_factor > 0) j["attention_factor"] = s.attention_factor;
+    j["short_factor"] = s.short_factor;
+    j["long_factor"] = s.long_factor;
+  }
 }
 
 }  // namespace
@@ -229,6 +278,24 @@ json rope_scaling_to_json(const RopeScaling& s) {
   write_scaling(s, j, "type", "original_max_seq_len");
   return j;
 }
+
+namespace {
+
+// longrope's short_factor / long_factor: a list of numbers.
+std::vector<double> factor_list(const json& v, const std::string& where, const std::string& key) {
+  if (!v.is_array())
+    fail("{}: field 'rope_scaling.{}' must be a list of numbers, got {}", where, key, v.dump());
+  std::vector<double> out;
+  for (const json& x : v) {
+    if (!x.is_number())
+      fail("{}: field 'rope_scaling.{}' must be a list of numbers, got entry {}", where, key,
+           x.dump());
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+}  // namespace
 
 RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) fail("{}: field 'rope_scaling' must be an object, got {}", where, j.dump());
@@ -269,6 +336,9 @@ RopeScaling rope_scaling_from_json(const json& j, const std::string& where) {
       if (!v.is_boolean())
         fail("{}: field 'rope_scaling.truncate' has the wrong type ({})", where, v.dump());
       s.truncate = v.get<bool>();
+    } else if (key == "short_factor" || key == "long_factor") {
+      s.*(key == "short_factor" ? &RopeScaling::short_factor : &RopeScaling::long_factor) =
+          factor_list(v, where, key);
     } else {
       fail("{}: unknown field 'rope_scaling.{}'", where, key);
     }
@@ -347,13 +417,41 @@ void rope_from_hf_config(const json& config, const std::string& where, double& t
     s.type = RopeScalingType::Llama3;
   } else if (name == "yarn") {
     s.type = RopeScalingType::Yarn;
+  } else if (name == "longrope" || name == "su") {
+    s.type = RopeScalingType::LongRope;
   } else {
     fail(
         "{}: unsupported '{}' = {}: RoPE scaling type '{}' is not supported (supported: "
-        "linear, llama3, yarn)",
+        "linear, llama3, yarn, longrope)",
         where, dict_key, d.dump(), name);
   }
   const char* tn = name.c_str();
+  if (s.type == RopeScalingType::LongRope) {
+    for (const char* key : {"short_factor", "long_factor"}) {
+      if (!d.contains(key)) fail("{}: 'rope_scaling' of type {} needs field '{}'", where, tn, key);
+      s.*(key[0] == 's' ? &RopeScaling::short_factor : &RopeScaling::long_factor) =
+          factor_list(d.at(key), where, key);
+    }
+    // As transformers: a top-level original_max_position_embeddings (Phi-3's)
+    // is the original context, and max_position_embeddings over it the
+    // factor; without one, the dict's original context and factor, else
+    // max_position_embeddings and a factor of 1 (no attention scaling).
+    const char* ok = "original_max_position_embeddings";
+    const int64_t max_pos = config.contains("max_position_embeddings") &&
+                                    config.at("max_position_embeddings").is_number()
+                                ? config.at("max_position_embeddings").get<int64_t>()
+                                : 0;
+    if (given(ok)) {
+      s.original_max_seq_len = json_int(config.at(ok), where, ok, 1, limits::kSeqLen);
+      s.factor = max_pos > 0 ? double(max_pos) / double(s.original_max_seq_len) : 1.0;
+    } else {
+      s.original_max_seq_len = hf_context(d, false, tn, where);
+      if (s.original_max_seq_len == 0) s.original_max_seq_len = max_pos;
+      s.factor = hf_number(d, "factor", 1.0, where);
+    }
+    s.attention_factor = hf_number(d, "attention_factor", 0, where);
+    return;
+  }
   s.factor = hf_required(d, "factor", tn, where);
   if (s.type == RopeScalingType::Llama3) {
     s.low_freq_factor = hf_required(d, "low_freq_factor", tn, where);

@@ -17,6 +17,17 @@
 //           (the pairs that turn beta_fast down to beta_slow times over the
 //           original context), and cos/sin multiplied by an attention factor
 //           (default 0.1 ln(factor) + 1, or DeepSeek's mscale ratio)
+//   longrope (Phi-3's LongRoPE, HF "longrope", formerly "su") theta_i / e_i
+//           with e the long_factor list when the model's context
+//           (max_seq_len) exceeds original_max_seq_len, else short_factor,
+//           and cos/sin multiplied by attention_factor (default
+//           sqrt(1 + ln(factor) / ln(original_max_seq_len)), 1 for factor
+//           <= 1). Hugging Face picks the list by the current sequence's
+//           length instead (longer than the original context: long); the two
+//           agree on any sequence past the original context, which is what
+//           a long-context model is run for, and Nekton's choice keeps one
+//           table for the whole KV cache (llama.cpp chooses by its context
+//           size, as Nekton does).
 // All in double; an unscaled table is bit for bit the one ops::rope_table
 // builds.
 #pragma once
@@ -29,9 +40,10 @@
 
 namespace nk {
 
-enum class RopeScalingType { None, Linear, Llama3, Yarn };
+enum class RopeScalingType { None, Linear, Llama3, Yarn, LongRope };
 
-const char* rope_scaling_type_name(RopeScalingType t);  // "none", "linear", "llama3", "yarn"
+// "none", "linear", "llama3", "yarn", "longrope"
+const char* rope_scaling_type_name(RopeScalingType t);
 // nk::Error naming `what` and the known names.
 RopeScalingType parse_rope_scaling_type(const std::string& s, const std::string& what);
 
@@ -39,15 +51,18 @@ RopeScalingType parse_rope_scaling_type(const std::string& s, const std::string&
 // at their defaults; 0 marks an optional value as unset.
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::None;
-  double factor = 1.0;                    // linear, llama3, yarn: how far the context is stretched
-  double low_freq_factor = 0;             // llama3 (Llama 3.1: 1)
-  double high_freq_factor = 0;            // llama3 (Llama 3.1: 4)
-  int64_t original_max_seq_len = 0;       // original_max_position_embeddings: llama3 (required),
-                                          // yarn (0: the model's max_seq_len)
-  double beta_fast = 32, beta_slow = 1;   // yarn: rotation counts bounding the blended pairs
-  double attention_factor = 0;            // yarn: cos/sin scale (0: from factor and mscale)
+  double factor = 1.0;          // linear, llama3, yarn, longrope: how far the context is stretched
+  double low_freq_factor = 0;   // llama3 (Llama 3.1: 1)
+  double high_freq_factor = 0;  // llama3 (Llama 3.1: 4)
+  int64_t original_max_seq_len = 0;      // original_max_position_embeddings: llama3 and
+                                         // longrope (required), yarn (0: the model's max_seq_len)
+  double beta_fast = 32, beta_slow = 1;  // yarn: rotation counts bounding the blended pairs
+  double attention_factor = 0;  // yarn, longrope: cos/sin scale (0: from factor (and mscale))
   double mscale = 0, mscale_all_dim = 0;  // yarn (DeepSeek): 0 = unset
   bool truncate = true;                   // yarn: round the blended range to whole pairs
+  // longrope: per-pair divisors of the frequencies (head_dim / 2 each), for a
+  // context within the original one (short) and past it (long).
+  std::vector<double> short_factor, long_factor;
 
   bool enabled() const { return type != RopeScalingType::None; }
   bool operator==(const RopeScaling&) const = default;
@@ -59,7 +74,8 @@ struct RopeScaling {
 // max_seq_len stands in for yarn's unset original_max_seq_len.
 std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& s,
                                   int64_t max_seq_len);
-// The factor cos and sin are multiplied by: yarn's attention factor, else 1.
+// The factor cos and sin are multiplied by: yarn's and longrope's attention
+// factor, else 1.
 double rope_attention_factor(const RopeScaling& s);
 
 // The table ops::rope_inplace reads, f32 [max_t, head_dim]: row t holds

@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "ckpt/gguf_export.h"
 #include "ckpt/gguf_import.h"
@@ -436,6 +438,84 @@ TEST(GgufExportCli, RopeScalingLlamaCppCannotReadIsRefused) {
   c.rope_scaling.beta_fast = 32;
   save_tiny_model(t.dir / "y2", c, 6, "bytes");
   EXPECT_EQ(t.run(t.dir / "y2" + " " + t.out).code, 0);
+}
+
+// Gemma: every norm stored as 1 + w under llama.cpp's names (the post-norms
+// included), the other tensors as they are, and what llama.cpp's gemma2 /
+// gemma3 graphs fix rather than read refused, naming the key (the files
+// themselves run in llama.cpp in gguf_llama_cpp_test.cc).
+TEST(GgufExportCli, GemmaNormsPlusOneAndWhatLlamaCppFixesIsRefused) {
+  CliCase t;
+  ModelConfig c = model_preset("gemma3-tiny");
+  save_tiny_model(t.dir / "g3", c, 3, "bytes");
+  ASSERT_EQ(t.run(t.dir / "g3" + " " + t.out + " --type f32").code, 0);
+  auto f = GgufFile::open(t.out);
+  EXPECT_EQ(f->get_int("gemma3.attention.sliding_window"), 32);
+  EXPECT_EQ(f->get_int("gemma3.attention.key_length"), 32);
+  EXPECT_EQ(f->find("output.weight"), nullptr);
+  auto m = load_model(t.dir / "g3", DType::F32);
+  auto param = [&](const std::string& name) {
+    const ParamInfo& p = m->layout().find(name);
+    const float* w = ParamLayout::view(m->params(), p).data<float>();
+    return std::vector<float>(w, w + p.numel());
+  };
+  auto stored = [&](const std::string& name) {
+    const GgufFile::TensorInfo& ti = f->tensor(name);
+    std::vector<float> v(size_t(shape_numel(ti.shape)));
+    const int64_t in = ti.shape.back();
+    gguf_decode_rows(ti, 0, int64_t(v.size()) / in, v.data());
+    return v;
+  };
+  for (auto [param_name, gguf_name, add] :
+       {std::tuple{"h.1.ln1.weight", "blk.1.attn_norm.weight", 1.f},
+        {"h.1.attn.q_norm.weight", "blk.1.attn_q_norm.weight", 1.f},
+        {"h.1.attn.k_norm.weight", "blk.1.attn_k_norm.weight", 1.f},
+        {"h.1.ln_attn_out.weight", "blk.1.post_attention_norm.weight", 1.f},
+        {"h.1.ln2.weight", "blk.1.ffn_norm.weight", 1.f},
+        {"h.1.ln_mlp_out.weight", "blk.1.post_ffw_norm.weight", 1.f},
+        {"ln_f.weight", "output_norm.weight", 1.f},
+        {"h.1.mlp.down.weight", "blk.1.ffn_down.weight", 0.f}}) {
+    std::vector<float> want = param(param_name), got = stored(gguf_name);
+    ASSERT_EQ(got.size(), want.size()) << gguf_name;
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i] + add) << gguf_name;
+  }
+  std::filesystem::remove(t.out);
+  struct Case {
+    const char* what;
+    const char* arch;
+    std::function<void(ModelConfig&)> edit;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"scalar",
+       "gemma2",
+       [](ModelConfig& c) { c.query_pre_attn_scalar = 64; },
+       {"query_pre_attn_scalar = 64", "gemma2"}},
+      {"untied", "gemma2", [](ModelConfig& c) { c.tied_embeddings = false; }, {"untied LM head"}},
+      {"no-cap",
+       "gemma2",
+       [](ModelConfig& c) { c.attn_logit_softcap = 0; },
+       {"attn_logit_softcapping = 0"}},
+      {"pattern",
+       "gemma3",
+       [](ModelConfig& c) { c.sliding_window_pattern = 3; },
+       {"sliding_window_pattern = 3"}},
+      {"local-base",
+       "gemma3",
+       [](ModelConfig& c) { c.rope_local_theta = 5000; },
+       {"rope_local_base_freq = 5000"}},
+      {"cap3",
+       "gemma3",
+       [](ModelConfig& c) { c.final_logit_softcap = 30; },
+       {"final_logit_softcapping = 30"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    ModelConfig e = model_preset(std::string(k.arch) + "-tiny");
+    k.edit(e);
+    save_tiny_model(t.dir / k.what, e, 3, "bytes");
+    t.expect_error(t.dir / k.what + " " + t.out, k.message);
+  }
 }
 
 // llama.cpp refuses to load a GGUF without a tokenizer, so no such file is

@@ -441,6 +441,116 @@ TEST_F(LlamaCpp, Phi3LogitsAndGreedy) {
   expect_llama_cpp_agrees(dir, model_dir, "phi3", prompt, GgmlType::F32, 1e-4, "--name tiny");
 }
 
+// llama.cpp's gemma2 and gemma3 graphs on exported random tiny Gemma models:
+// norms stored as 1 + w, post-norms, GeGLU, embeddings scaled by sqrt(d),
+// heads of 32 over a width of 64 (key_length), local layers with a window of
+// 8 over a ~25-token prompt (Gemma 2: every other layer, attention and final
+// soft-capping; Gemma 3: five local layers with their own RoPE base, then a
+// global one with rope_theta 1e6 and linear scaling 4, q/k norms). Greedy
+// tokens and the argmax at every position are equal; the logits differ by
+// up to 8.2e-3 (gemma2) and 8.5e-3 (gemma3) of their RMS (measured, seed 61),
+// so the tolerance is 1.5e-2: llama.cpp's CPU GELU rounds its input to f16 and
+// looks the result up in an f16 table (1e-3 for GPT-2's one GELU per layer,
+// gpt2 test), here in every layer of GeGLU between norms that double the
+// scale (1 + w, w around 1). The same weights with a window of 7, 9 or the
+// whole context give logits over 10x further from llama.cpp's (measured ~500x),
+// so the window, and where it ends, is what llama.cpp ran.
+TEST_F(LlamaCpp, GemmaLogitsAndGreedy) {
+  TempDir dir("gguf_gemma");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt = spm_prompt(
+      spm,
+      "Seven green birds sing songs about winter while the rain falls softly on the roofs of "
+      "the town in spring.");
+  ASSERT_GT(prompt.size(), 16u);
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    ModelConfig c = model_preset(std::string(arch) + "-tiny");
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.d_ff = 96;
+    c.sliding_window = 8;
+    c.init_std = 0.15;
+    if (std::string(arch) == "gemma3") {
+      c.rope_scaling.type = RopeScalingType::Linear;
+      c.rope_scaling.factor = 4;
+    }
+    std::string model_dir = dir / arch;
+    save_tiny_model(model_dir, c, 61, spm);
+    auto want = expect_llama_cpp_agrees(dir, model_dir, arch, prompt, GgmlType::F32, 1.5e-2);
+    // llama.cpp's logits against Nekton's for the same weights with a window
+    // one shorter, one longer, and none: each far further than the tolerance.
+    LlamaCppRun lc = run_llama_cpp(dir / (std::string(arch) + ".gguf"), prompt, 1, "");
+    const double here = compare_logits(lc.logits, want, 0).max_abs;
+    for (int64_t window : {7, 9, 64}) {
+      c.sliding_window = window;
+      save_tiny_model(dir / "other", c, 61, spm);
+      auto other = nekton_logits(*load_model(dir / "other", DType::F32), prompt);
+      const double there = compare_logits(lc.logits, other, 0).max_abs;
+      std::cout << fmt::format(
+          "[{}] window {}: llama.cpp's logits differ by {:.3g} (window 8: {:.3g})\n", arch, window,
+          there, here);
+      EXPECT_GT(there, 10 * here) << "window " << window;
+    }
+  }
+}
+
+// Phi-3's LongRoPE as llama.cpp's phi3 graph reads it: rope_factors_long /
+// rope_factors_short and rope.scaling.attn_factor. The original context is
+// 16 and llama.cpp's context (the test script's, at least 32) passes it, so
+// llama.cpp takes the long factors, as Nekton does for max_seq_len 128 > 16.
+// theta 100 over heads of 16 spreads the wavelengths over the prompt.
+TEST_F(LlamaCpp, Phi3LongRopeLogitsAndGreedy) {
+  TempDir dir("gguf_phi3_longrope");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt = spm_prompt(
+      spm,
+      "Seven green birds sing songs about winter while the rain falls softly on the roofs of "
+      "the town, and people walk slowly home in the evening light.");
+  ASSERT_GE(prompt.size(), 30u);
+  ModelConfig c = model_preset("phi3-tiny");
+  c.vocab_size = 416;
+  c.max_seq_len = 128;
+  c.d_ff = 96;
+  c.n_kv_head = 2;
+  c.sliding_window = 0;
+  c.init_std = 0.15;
+  c.rope_theta = 100;
+  c.rope_scaling.type = RopeScalingType::LongRope;
+  c.rope_scaling.factor = 8;  // max_seq_len / original, as transformers derives it
+  c.rope_scaling.original_max_seq_len = 16;
+  c.rope_scaling.short_factor = {1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8};
+  c.rope_scaling.long_factor = {1.0, 1.5, 2.2, 3.4, 5.0, 7.5, 11.0, 16.0};
+  std::string model_dir = dir / "phi3";
+  save_tiny_model(model_dir, c, 33, spm);
+  // --name tiny: llama.cpp fails to load this vocabulary in a model named
+  // "phi3" (the folder's name), as in Phi3LogitsAndGreedy.
+  auto want = expect_llama_cpp_agrees(dir, model_dir, "phi3-longrope", prompt, GgmlType::F32, 1e-4,
+                                      "--name tiny");
+  // Imported back, the file's factors and attention factor give the same logits.
+  GgufModel g = load_gguf_model(dir / "phi3-longrope.gguf");
+  // (The factor lists come back rounded to f32, as the file stores them.)
+  const RopeScaling& gs = g.model->config().rope_scaling;
+  EXPECT_EQ(gs.type, RopeScalingType::LongRope);
+  EXPECT_EQ(gs.factor, 8);
+  EXPECT_EQ(gs.original_max_seq_len, 16);
+  EXPECT_EQ(gs.attention_factor, 0) << "the default attention factor is kept implicit";
+  ASSERT_EQ(gs.long_factor.size(), c.rope_scaling.long_factor.size());
+  for (size_t i = 0; i < gs.long_factor.size(); ++i) {
+    EXPECT_EQ(gs.long_factor[i], double(float(c.rope_scaling.long_factor[i])));
+    EXPECT_EQ(gs.short_factor[i], double(float(c.rope_scaling.short_factor[i])));
+  }
+  Compared back = compare_logits(want, nekton_logits(*g.model, prompt), 1e-5 * rms(want));
+  EXPECT_LE(back.max_abs, 1e-5 * rms(want)) << "imported";
+  c.rope_scaling = RopeScaling{};
+  save_tiny_model(dir / "plain", c, 33, spm);
+  Compared moved =
+      compare_logits(want, nekton_logits(*load_model(dir / "plain", DType::F32), prompt), 0);
+  std::cout << fmt::format("[phi3-longrope] unscaled, the logits would move by up to {:.3g}\n",
+                           moved.max_abs);
+  EXPECT_GT(moved.max_abs, 100 * 1e-4 * rms(want)) << "the scaling does not matter here";
+}
+
 // Scaled RoPE as llama.cpp reads it: linear and yarn from rope.scaling.*,
 // llama3 from rope_freqs.weight. theta 100 over heads of 16 puts wavelengths
 // of 6, 11, 20, 35, 63, ... positions in every band over the prompt's ~70

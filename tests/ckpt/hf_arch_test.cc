@@ -34,14 +34,35 @@ using nlohmann::json;
 constexpr double kTol = 1e-5;
 
 json scaled_spec(const std::string& arch, const json& rope_scaling) {
-  return {{"arch", arch},      {"vocab", 97},
-          {"ctx", 64},         {"layers", 2},
-          {"hidden", 64},      {"heads", 4},
-          {"kv_heads", 2},     {"ffn", 96},
-          {"tied", false},     {"dtype", "F32"},
-          {"shards", 1},       {"seed", 3},
-          {"rope_theta", 100}, {"rope_scaling", rope_scaling},
-          {"seq", 48}};
+  json s = {{"arch", arch},      {"vocab", 97},
+            {"ctx", 64},         {"layers", 2},
+            {"hidden", 64},      {"heads", 4},
+            {"kv_heads", 2},     {"ffn", 96},
+            {"tied", false},     {"dtype", "F32"},
+            {"shards", 1},       {"seed", 3},
+            {"rope_theta", 100}, {"rope_scaling", rope_scaling},
+            {"seq", 48}};
+  // Phi-3's LongRoPE: an original context of 16 (config.json's top-level
+  // original_max_position_embeddings; factor 64 / 16 = 4, attention factor
+  // sqrt(1 + ln 4 / ln 16)) that the 48 positions pass, so that the long
+  // factors apply in both; "phi3_short" keeps the original context at 64
+  // (factor 1: the short factors, no attention scaling).
+  // The greedy check's prompt (20 tokens) is past it too: transformers
+  // chooses the factors by the sequence's length (model/rope.h).
+  if (arch == "phi3") {
+    s["original_ctx"] = rope_scaling.value("original_ctx", 16);
+    s["prompt"] = 20;
+  }
+  s["rope_scaling"].erase("original_ctx");
+  return s;
+}
+
+// Per-pair LongRoPE factors for heads of 16 (8 pairs), each pair its own.
+json longrope_scaling(const char* type, int original_ctx) {
+  return {{"type", type},
+          {"short_factor", {1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8}},
+          {"long_factor", {1.0, 1.5, 2.2, 3.4, 5.0, 7.5, 11.0, 16.0}},
+          {"original_ctx", original_ctx}};
 }
 
 json qwen2_spec() {
@@ -259,7 +280,10 @@ TEST(HfArch, RopeScalingKeys) {
   j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -2}};
   EXPECT_TRUE(contains(err(j), "rope_scaling.factor: must be a positive number")) << err(j);
   j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2}};
-  EXPECT_TRUE(contains(err(j), "C: unsupported 'rope_scaling'") && contains(err(j), "longrope"))
+  EXPECT_TRUE(contains(err(j), "'rope_scaling' of type longrope needs field 'short_factor'"))
+      << err(j);
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2}};
+  EXPECT_TRUE(contains(err(j), "C: unsupported 'rope_scaling'") && contains(err(j), "dynamic"))
       << err(j);
   j["rope_scaling"] = {{"factor", 2}};
   EXPECT_TRUE(contains(err(j), "'rope_scaling' has no 'rope_type'")) << err(j);
@@ -388,6 +412,10 @@ TEST(HfArch, ScaledImportsMatchReference) {
       {"qwen2_yarn",
        "qwen2",
        {{"factor", 4.0}, {"original_max_position_embeddings", 16}, {"type", "yarn"}}},
+      // Phi-3's LongRoPE, past the original context (long factors) and, in
+      // the older "su" spelling, within it (short factors).
+      {"phi3_longrope", "phi3", longrope_scaling("longrope", 16)},
+      {"phi3_su_short", "phi3", longrope_scaling("su", 64)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -452,7 +480,8 @@ TEST(HfArch, ScaledExportReadByReferenceAndRoundTrip) {
        {Case{"llama3", "llama", llama3_scaling()},
         Case{"yarn",
              "qwen2",
-             {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}}}}) {
+             {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}}},
+        Case{"longrope", "phi3", longrope_scaling("longrope", 16)}}) {
     SCOPED_TRACE(c.name);
     json spec = scaled_spec(c.arch, c.rope_scaling);
     spec["dtype"] = "BF16";
@@ -473,7 +502,8 @@ TEST(HfArch, ScaledExportReadByReferenceAndRoundTrip) {
     for (auto& [name, raw] : src) EXPECT_TRUE(out[name] == raw) << name;
     // The reference reads the export (its config alone says how to scale).
     auto model = load_model(tmp / (c.name + "_nk"), DType::F32);
-    write_nekton_results(*model, tmp / (c.name + ".nekton.safetensors"), 48);
+    write_nekton_results(*model, tmp / (c.name + ".nekton.safetensors"), 48,
+                         spec.value("prompt", 5));
     expect_reference_agrees(tmp / (c.name + "_back"), tmp / (c.name + ".nekton.safetensors"),
                             c.name, kTol);
   }

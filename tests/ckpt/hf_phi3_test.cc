@@ -80,9 +80,11 @@ TEST(HfPhi3, ExportReadByReferenceKeepsTheWindow) {
   EXPECT_EQ(import_hf(tmp / "hf", tmp / "back").config.sliding_window, 4);
 }
 
-// LongRoPE (the 128k models) and a partial rotary factor (Phi-4-mini) are
-// refused, naming the key; nothing is written.
-TEST(HfPhi3, LongRopeAndPartialRotaryAreRefusedByName) {
+// LongRoPE factor lists of another length than the head's pairs, and a
+// partial rotary factor (Phi-4-mini), are refused, naming the key; nothing is
+// written. (LongRoPE itself imports: hf_arch_test.cc checks it against the
+// reference past the original context.)
+TEST(HfPhi3, LongRopeOfTheWrongLengthAndPartialRotaryAreRefusedByName) {
   TempDir tmp("nk_hf_phi3");
   std::string hf = write_hf(tmp, "phi3_bad", phi3_spec(nullptr));
   json cfg = read_json(hf + "/config.json");
@@ -91,7 +93,8 @@ TEST(HfPhi3, LongRopeAndPartialRotaryAreRefusedByName) {
                               {"short_factor", json::array({1.0, 1.0})},
                               {"long_factor", json::array({2.0, 2.0})}};
   write_json(hf + "/config.json", longrope);
-  expect_import_error(hf, tmp / "out1", {"config.json", "rope_scaling", "longrope"});
+  expect_import_error(hf, tmp / "out1",
+                      {"config.json", "'rope_scaling.short_factor' has 2 factors"});
   json partial = cfg;
   partial["partial_rotary_factor"] = 0.75;
   write_json(hf + "/config.json", partial);

@@ -15,7 +15,8 @@ first_k_dense_replace dense layers; Qwen3's RMSNorm of
 each head of q and k before RoPE and head_dim apart from hidden / heads; and its
 load_balancing_loss_func over all layers' router logits, parameter names,
 GPT-2's Conv1D weights stored [in, out], rotate-half RoPE, RoPE scaling as
-transformers' modeling_rope_utils defines the linear, llama3 and yarn types,
+transformers' modeling_rope_utils defines the linear, llama3, yarn and
+longrope types (longrope's factor list chosen by the sequence's length),
 Qwen2's q/k/v biases, grouped-query attention by repeating each key/value
 head, tied input/output embeddings, sharded safetensors with
 model.safetensors.index.json), not from Nekton's code. There is no
@@ -86,15 +87,32 @@ def causal_attention(q, k, v, window=None):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def rope_frequencies(cfg, D):
+def rope_frequencies(cfg, D, T=None):
     """(inverse frequencies [D/2], cos/sin scale) as transformers' RoPE init
-    functions define them for the config's rope_scaling (float64 here)."""
+    functions define them for the config's rope_scaling (float64 here), for a
+    sequence of T positions (longrope's choice of factors)."""
     theta = cfg.get("rope_theta", 10000.0)
     rs = cfg.get("rope_scaling") or {}
     kind = rs.get("rope_type", rs.get("type", "default"))
     inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     if kind == "default":
         return inv, 1.0
+    if kind in ("longrope", "su"):
+        # Phi-3's config has a top-level original context; the factor is then
+        # max_position_embeddings over it. The long factors apply to a
+        # sequence longer than the original context (dynamic in transformers).
+        if "original_max_position_embeddings" in cfg:
+            old = cfg["original_max_position_embeddings"]
+            factor = cfg["max_position_embeddings"] / old
+        else:
+            old = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+            factor = rs.get("factor", 1.0)
+        ext = rs["long_factor"] if T is not None and T > old else rs["short_factor"]
+        inv = inv / torch.tensor(ext, dtype=torch.float64)
+        scale = rs.get("attention_factor")
+        if scale is None:
+            scale = math.sqrt(1 + math.log(factor) / math.log(old)) if factor > 1 else 1.0
+        return inv, scale
     factor = rs["factor"]
     if kind == "linear":
         return inv / factor, 1.0
@@ -277,7 +295,7 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
             gate, up = W[p + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
             W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"] = gate, up
 
-    inv_freq, scale = rope_frequencies(cfg, D)
+    inv_freq, scale = rope_frequencies(cfg, D, T)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos() * scale, emb.sin() * scale
@@ -508,7 +526,8 @@ def write_model(d, spec, ref_path):
             cfg["sliding_window"] = spec.get("window")
         elif spec["arch"] == "phi3":  # as Phi-3-mini-4k-instruct's config.json has them
             cfg.update({"sliding_window": spec.get("window"), "attention_bias": False,
-                        "original_max_position_embeddings": P, "attention_dropout": 0.0,
+                        "original_max_position_embeddings": spec.get("original_ctx", P),
+                        "attention_dropout": 0.0,
                         "embd_pdrop": 0.0, "resid_pdrop": 0.0, "pad_token_id": 0})
         elif mixtral:  # as Mixtral 8x7B's config.json has them
             cfg.update({"sliding_window": spec.get("window"), "num_local_experts": E,
@@ -664,7 +683,7 @@ def write_model(d, spec, ref_path):
     B, S = spec.get("batch", 2), spec.get("seq", 16)
     tokens = rng.integers(0, V, size=(B, S)).astype(np.int32)
     logits = model.logits(tokens).numpy().astype(np.float32)
-    prompt = tokens[0, :5].copy()
+    prompt = tokens[0, : spec.get("prompt", 5)].copy()
     greedy = np.array(model.greedy(prompt.tolist(), spec.get("new_tokens", 6)), dtype=np.int32)
     write_safetensors(
         ref_path,

@@ -120,17 +120,19 @@ inline void expect_matches_reference(const TempDir& tmp, const std::string& name
   EXPECT_EQ(got, want) << name << ": greedy continuation differs";
 }
 
-// Nekton's logits and greedy continuation of `model`, for the reference to check.
-inline void write_nekton_results(Transformer& model, const std::string& path, int64_t T = 16) {
+// Nekton's logits and greedy continuation of `model` after the first
+// `prompt_len` tokens, for the reference to check.
+inline void write_nekton_results(Transformer& model, const std::string& path, int64_t T = 16,
+                                 int64_t prompt_len = 5) {
   const int64_t B = 2, V = model.config().vocab_size;
   std::vector<int32_t> tok(B * T);
   for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 37 + 11) % size_t(V));
   Tensor tokens = i32_tensor({B, T}, tok);
-  std::vector<int32_t> prompt(tok.begin(), tok.begin() + 5);
+  std::vector<int32_t> prompt(tok.begin(), tok.begin() + prompt_len);
   std::vector<int32_t> cont = greedy(model, prompt, 6);
   save_safetensors(path, {{"tokens", tokens},
                           {"logits", logits_of(model, tokens)},
-                          {"prompt", i32_tensor({5}, prompt)},
+                          {"prompt", i32_tensor({prompt_len}, prompt)},
                           {"greedy", i32_tensor({6}, cont)}});
 }
 

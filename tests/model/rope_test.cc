@@ -177,7 +177,8 @@ TEST(Rope, ValidateNamesTheKey) {
   EXPECT_TRUE(contains(err(s), "model.rope_scaling.beta_slow:")) << err(s);
   s = RopeScaling{};
   s.factor = 2;
-  EXPECT_TRUE(contains(err(s), "model.rope_scaling.factor: only linear, llama3 or yarn")) << err(s);
+  EXPECT_TRUE(contains(err(s), "model.rope_scaling.factor: only linear, llama3, yarn or longrope"))
+      << err(s);
   EXPECT_EQ(err(yarn(4, 0)), "(no error)");
   EXPECT_EQ(err(llama3(8, 1, 4, 8192)), "(no error)");
 

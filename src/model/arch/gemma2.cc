@@ -10,9 +10,9 @@
 // every published size), and local (sliding_window) layers alternating with
 // global ones, layer 0 local. The head is tied to the embedding. This file
 // also holds the config.json keys and tensor names Gemma 3 shares
-// (hf_read_gemma, hf_write_gemma, gemma_hf_tensors). No GGUF export yet:
-// llama.cpp's gemma2 layout stores the norms as 1 + w and names the
-// post-norms apart (see docs).
+// (hf_read_gemma, hf_write_gemma, gemma_hf_tensors, gemma_gguf_tensors).
+// GGUF export writes llama.cpp's gemma2 (ckpt/gguf_export.cc add_gemma: the
+// soft-capping and window keys, and what llama.cpp's graph cannot run).
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -74,6 +74,11 @@ class Gemma2 final : public Architecture {
     return gemma_hf_tensors(c, false);
   }
   DType hf_default_dtype() const override { return DType::BF16; }
+
+  std::string gguf_arch() const override { return "gemma2"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    return gemma_gguf_tensors(c, false);
+  }
 };
 
 // Gemma's layer_types list as a pattern P (ModelConfig::sliding_window_pattern):
@@ -232,6 +237,40 @@ std::vector<ExternalTensor> gemma_hf_tensors(const ModelConfig& c, bool qk_norm)
   }
   one("ln_f.weight", "model.norm.weight");
   if (!c.tied_embeddings) one("lm_head.weight", "lm_head.weight");
+  return out;
+}
+
+std::vector<ExternalTensor> gemma_gguf_tensors(const ModelConfig& c, bool qk_norm) {
+  std::vector<ExternalTensor> out;
+  auto one = [&](const std::string& param, const std::string& name, const std::string& part = "") {
+    out.push_back({name, param, part, false, 0});
+  };
+  auto norm = [&](const std::string& param, const std::string& name) {
+    out.push_back({name, param, "", false, 0});
+    out.back().add = 1.0f;
+  };
+  one("wte", "token_embd.weight");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    std::string h = fmt::format("h.{}.", l), b = fmt::format("blk.{}.", l);
+    norm(h + "ln1.weight", b + "attn_norm.weight");
+    for (const char* x : {"q", "k", "v"})
+      one(h + "attn.qkv.weight", b + "attn_" + x + ".weight", x);
+    if (qk_norm) {
+      norm(h + "attn.q_norm.weight", b + "attn_q_norm.weight");
+      norm(h + "attn.k_norm.weight", b + "attn_k_norm.weight");
+    }
+    one(h + "attn.proj.weight", b + "attn_output.weight");
+    norm(h + "ln_attn_out.weight", b + "post_attention_norm.weight");
+    norm(h + "ln2.weight", b + "ffn_norm.weight");
+    one(h + "mlp.up.weight", b + "ffn_gate.weight", "gate");
+    one(h + "mlp.up.weight", b + "ffn_up.weight", "up");
+    one(h + "mlp.down.weight", b + "ffn_down.weight");
+    norm(h + "ln_mlp_out.weight", b + "post_ffw_norm.weight");
+  }
+  norm("ln_f.weight", "output_norm.weight");
+  // The map covers an untied head as llama.cpp names it; export refuses one
+  // (gguf_export.cc add_gemma: llama.cpp's gemma2 graph reads the embedding).
+  if (!c.tied_embeddings) one("lm_head.weight", "output.weight");
   return out;
 }
 

@@ -5,7 +5,9 @@
 // layers' own RoPE base rope_local_base_freq (10000, unscaled) while
 // rope_theta (1e6) and rope_scaling (linear 8 in the 4B and larger) are the
 // global layers', and no soft-capping unless the config sets it. The
-// multimodal Gemma3ForConditionalGeneration is not read.
+// multimodal Gemma3ForConditionalGeneration is not read. GGUF export writes
+// llama.cpp's gemma3 (model/arch/gemma2.cc gemma_gguf_tensors,
+// ckpt/gguf_export.cc add_gemma).
 #include "model/arch.h"
 
 namespace nk {
@@ -64,6 +66,11 @@ class Gemma3 final : public Architecture {
     return gemma_hf_tensors(c, true);
   }
   DType hf_default_dtype() const override { return DType::BF16; }
+
+  std::string gguf_arch() const override { return "gemma3"; }
+  std::vector<ExternalTensor> gguf_tensors(const ModelConfig& c) const override {
+    return gemma_gguf_tensors(c, true);
+  }
 };
 
 }  // namespace

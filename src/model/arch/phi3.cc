@@ -6,8 +6,11 @@
 // [gate | up] parameters, so each maps whole. Phi-3-mini-4k attends within a
 // sliding window (sliding_window 2047), honoured as Mistral's is
 // (ModelConfig::sliding_window). LongRoPE scaling (the 128k models'
-// rope_scaling "longrope"/"su" with per-pair short and long factors) and a
-// partial rotary factor (Phi-4-mini) are refused by name for now.
+// rope_scaling "longrope"/"su" with per-pair short and long factors) is read
+// as RopeScalingType::LongRope (model/rope.h: the original context is the
+// top-level original_max_position_embeddings, the factor
+// max_position_embeddings over it); a partial rotary factor (Phi-3.5-MoE,
+// Phi-4-mini) is refused by name for now.
 //
 // llama.cpp's "phi3" graph reads the same fused tensors (attn_qkv, and
 // ffn_up holding gate then up) with NEOX rotation, so GGUF keeps the rows as
@@ -69,11 +72,27 @@ class Phi3 final : public Architecture {
       h.unsupported("partial_rotary_factor",
                     "rotary embeddings over the whole head only (factor 1.0)");
     hf_read_sliding_window(h, c);
+    const RopeScaling& r = c.rope_scaling;
+    if (r.type == RopeScalingType::LongRope)
+      for (const auto& [key, list] :
+           {std::pair{"short_factor", &r.short_factor}, std::pair{"long_factor", &r.long_factor}})
+        if (int64_t(list->size()) * 2 != c.head_dim())
+          h.fail_at(
+              fmt::format("field 'rope_scaling.{}' has {} factors; heads of {} units have {} pairs",
+                          key, list->size(), c.head_dim(), c.head_dim() / 2));
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
     hf_write_llama_style(c, j);
-    j["original_max_position_embeddings"] = c.max_seq_len;
+    // LongRoPE: transformers takes the original context from the top level
+    // and the factor as max_position_embeddings over it; a factor apart from
+    // that keeps its attention scaling as an explicit attention_factor.
+    const RopeScaling& r = c.rope_scaling;
+    const bool longrope = r.type == RopeScalingType::LongRope;
+    j["original_max_position_embeddings"] = longrope ? r.original_max_seq_len : c.max_seq_len;
+    if (longrope && r.attention_factor == 0 &&
+        r.factor != double(c.max_seq_len) / double(r.original_max_seq_len))
+      j["rope_scaling"]["attention_factor"] = rope_attention_factor(r);
     hf_write_sliding_window(c, j);
     j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
