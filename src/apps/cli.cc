@@ -68,6 +68,11 @@ const std::map<std::string, Command>& commands() {
        {cmd_estimate,
         "memory per rank, FLOPs and step time of a training recipe, before it runs; what fits",
         "docs/memory.md", true}},
+      {"autoconfig",
+       {cmd_autoconfig,
+        "search the parallel layouts of a recipe on N nodes, rank them by a step time "
+        "calibrated here, measure the best",
+        "docs/memory.md", true}},
       {"plot",
        {cmd_plot, "draw loss and validation curves of runs' metrics.jsonl side by side (PNG, SVG)",
         "docs/monitoring.md", true}},
