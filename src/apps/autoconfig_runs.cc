@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/tensor.h"
 #include "dist/mpi/runtime.h"
+#include "train/step_calibration.h"
 
 namespace nk {
 
@@ -154,8 +155,11 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
 Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRates& rates,
                                               StepCalibration& cal) {
   Calibration p;
+  cal.probe_recompute = recompute_overhead(cfg);
   const int64_t G = cfg.global_batch;
-  const int64_t mb2 = divisor_at_most(G, G / 4);
+  // The second probe: as many micro-batches as it takes for their cost to
+  // stand out of the noise (every sequence its own, up to 16 per step).
+  const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
   auto probe = [&](int64_t mb, double& n, double& c, double& m) {
     TrainConfig pc = cfg;
     pc.parallel.mesh = dist::MeshSpec{};
@@ -173,7 +177,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
             {"parallel.tp=1", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
              "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
              fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
-            4);
+            8);
     if (!r.ok())
       p.failed = fmt::format("the one-process run at micro-batch {} ({}): {}", mb,
                              r.result.describe(), r.log);
@@ -195,6 +199,49 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   }
   fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
   return p;
+}
+
+void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
+                                        StepCalibration& cal) {
+  // Tensor parallel over 2 ranks, one sequence per micro-batch: the most
+  // collectives a step of the recipe can make; what its measured step takes
+  // past the model without a per-message cost is that cost, over them.
+  TrainConfig c = cfg;
+  c.parallel.mesh = dist::MeshSpec{};
+  c.parallel.mesh.tp = 2;
+  c.parallel.mesh.dp = 1;
+  c.parallel.vp = 1;
+  c.parallel.pp_layout.clear();
+  c.parallel.sequence_parallel = false;
+  c.ddp.shard = parallel::Shard::None;
+  c.micro_batch = 1;
+  StepPrediction p;
+  try {
+    c.parallel.check();
+    measure_missing_rates(c, rates);
+    StepCalibration none = cal;
+    none.link_latency_s = 0;
+    none.procs_per_node = 2;
+    none.sharing = measure_core_sharing(cal.threads, 2 * cal.threads);
+    p = predict_step(c, estimate_training(c, 2, &rates), none);
+  } catch (const Error& e) {
+    NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
+            e.what(), cal.link_latency_s * 1e6);
+    return;
+  }
+  const MeasuredRun r =
+      run("probe-tp2", 2,
+          {"parallel.tp=2", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
+           "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+           "train.micro_batch=1", fmt::format("train.threads={}", cal.threads)},
+          8);
+  if (!r.ok()) {
+    NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
+            r.result.describe(), r.log, cal.link_latency_s * 1e6);
+    return;
+  }
+  message_probe_ = {p.messages, p.total(), r.step_s};
+  cal.link_latency_s = std::max(cal.link_latency_s, (r.step_s - p.total()) / p.messages);
 }
 
 void AutoconfigRuns::calibrate_link(StepCalibration& cal) {

@@ -50,6 +50,19 @@ class AutoconfigRuns {
   // link's latency and bandwidth. Keeps cal's defaults (with a warning)
   // when the probe fails.
   void calibrate_link(StepCalibration& cal);
+  // The cost of one collective or send inside a step (the peer's
+  // scheduling, the polling wait; more than the back-to-back probe's
+  // latency where ranks share cores): a tensor-parallel run of the recipe
+  // on 2 ranks, one sequence per micro-batch, against the model without it.
+  // Raises cal.link_latency_s to it; keeps it (with a warning) when the
+  // recipe cannot run so.
+  void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // The message probe: messages per step, predicted step without their
+  // cost, measured step (zeros when it did not run).
+  struct MessageProbe {
+    double messages = 0, predicted_s = 0, measured_s = 0;
+  };
+  const MessageProbe& message_probe() const { return message_probe_; }
   // `steps` training steps of candidate k on `world` ranks of this host.
   MeasuredRun measure(const LayoutCandidate& k, int64_t world, int64_t steps);
   // The recipe with k's settings, as one YAML file for nekton train.
@@ -66,6 +79,7 @@ class AutoconfigRuns {
   std::string exe_, dir_, data_;
   double timeout_s_;
   int runs_ = 0;
+  MessageProbe message_probe_;
 };
 
 // `nekton autoconfig --probe-link` under mpirun: rank 0 prints

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -31,25 +32,26 @@ namespace {
 constexpr const char* kUsage =
     "usage: nekton autoconfig [--config RECIPE.yaml | RECIPE.yaml] [key=value ...]\n"
     "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
-    "                         [--steps S] [--timeout SEC] [--link-gbps G] [--top T]\n"
-    "                         [--out FILE.yaml] [--json]\n\n"
+    "                         [--spread] [--steps S] [--timeout SEC] [--link-gbps G]\n"
+    "                         [--top T] [--out FILE.yaml] [--json]\n\n"
     "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp,\n"
     "pp, vp, dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
     "those nekton train accepts that fit --memory per rank, and ranks them by a predicted\n"
     "step time calibrated on this machine: short probe runs of the recipe on one process\n"
     "(compute rate and per-micro-batch cost at the threads a rank gets), the ranks sharing\n"
     "the cores, and the link (an all-reduce probe between two local ranks, or --link-gbps).\n"
-    "--measure K runs the best K on this host (mpirun) for --steps steps each and prints\n"
+    "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
+    "host (mpirun) for --steps steps each, killing any past --timeout, and prints\n"
     "measured against predicted; --out writes the chosen layout (the measured best, else\n"
     "the predicted best) as a recipe: nekton train --nproc N*P --config FILE.yaml\n";
 
 struct Args {
   std::string config;
   std::vector<std::string> overrides;
-  int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 5, top = 10;
+  int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, top = 10;
   double memory_gib = 0, link_gbps = 0, timeout_s = 180;
   std::string out;
-  bool json = false;
+  bool json = false, spread = false;
 };
 
 Args parse(const std::vector<std::string>& raw) {
@@ -67,6 +69,8 @@ Args parse(const std::vector<std::string>& raw) {
           "link bandwidth in Gbit/s (default: measured by a two-rank all-reduce probe)");
   cl.bind("--top", a.top, "candidates printed");
   cl.bind("--out", a.out, "write the chosen layout as a recipe for nekton train");
+  cl.bind("--spread", a.spread,
+          "measure K candidates spread over the ranking, best to worst, instead of the best K");
   cl.bind("--json", a.json, "the search (and measurements) as JSON on stdout");
   if (cl.help()) {
     fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n",
@@ -143,13 +147,17 @@ int cmd_autoconfig(const CommandArgs& raw) {
   MachineRates rates;
   rates.machine = rates_machine(cfg);
   measure_missing_rates(cfg, rates);
-  // The compute probes: the recipe on one process.
+  // The ranks' share of the cores (measured only for this host's layout
+  // when --measure will run it; else from the core count), then the compute
+  // probes: the recipe on one process.
+  if (a.nodes == 1) cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
   const Calibration probe = runs.calibrate_compute(cfg, rates, cal);
   if (a.link_gbps > 0) {
     cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
   } else if (world > 1) {
     runs.calibrate_link(cal);
   }
+  if (world > 1 && a.nodes == 1) runs.calibrate_messages(cfg, rates, cal);
 
   LayoutSearchOptions opt;
   opt.world = world;
@@ -175,21 +183,28 @@ int cmd_autoconfig(const CommandArgs& raw) {
         smallest > 0 ? fmt::format("; the smallest needs {}", mib(double(smallest))) : "", why);
   }
 
-  std::vector<MeasuredRun> measured;
+  // The candidates to run: the best K, or with --spread K spread evenly
+  // over the ranking from the best to the worst (a grid that tests the
+  // ranking, not only its head).
+  std::vector<size_t> pick;
   const size_t K = std::min(ok.size(), size_t(a.measure));
-  for (size_t i = 0; i < K; ++i) {
-    if (!a.json) fmt::print(stderr, "measuring {}/{}: {}\n", i + 1, K, layout_name(*ok[i]));
-    measured.push_back(runs.measure(*ok[i], world, a.steps));
+  for (size_t j = 0; j < K; ++j) {
+    const size_t i = a.spread && K > 1 ? (j * (ok.size() - 1) + (K - 1) / 2) / (K - 1) : j;
+    if (pick.empty() || pick.back() != i) pick.push_back(i);
+  }
+  std::map<size_t, MeasuredRun> measured;
+  for (size_t n = 0; n < pick.size(); ++n) {
+    if (!a.json)
+      fmt::print(stderr, "measuring {}/{}: #{} {}\n", n + 1, pick.size(), pick[n] + 1,
+                 layout_name(*ok[pick[n]]));
+    measured[pick[n]] = runs.measure(*ok[pick[n]], world, a.steps);
   }
   // The chosen layout: the measured best, else the predicted best.
   size_t chosen = 0;
   double best = 0;
-  for (size_t i = 0; i < measured.size(); ++i)
-    if (measured[i].ok() && (best == 0 || measured[i].step_s < best))
-      best = measured[i].step_s, chosen = i;
-  if (!measured.empty() && best == 0)
-    fail("autoconfig: none of the {} measured runs finished; see their logs above", K);
-  if (!a.out.empty()) runs.write_recipe(a.out, *ok[chosen]);
+  for (const auto& [i, m] : measured)
+    if (m.ok() && (best == 0 || m.step_s < best)) best = m.step_s, chosen = i;
+  if (!a.out.empty() && (measured.empty() || best > 0)) runs.write_recipe(a.out, *ok[chosen]);
 
   if (a.json) {
     nlohmann::json j = {{"world", world},
@@ -198,57 +213,74 @@ int cmd_autoconfig(const CommandArgs& raw) {
                         {"budget_bytes", budget},
                         {"calibration", cal.to_json()},
                         {"probes", probe.to_json()},
+                        {"message_probe",
+                         {{"messages", runs.message_probe().messages},
+                          {"predicted_without_s", runs.message_probe().predicted_s},
+                          {"measured_s", runs.message_probe().measured_s}}},
                         {"accepted", ok.size()},
                         {"candidates", nlohmann::json::array()},
                         {"chosen", chosen}};
     for (size_t i = 0; i < ok.size(); ++i) {
       nlohmann::json k = ok[i]->to_json();
+      k["rank"] = i + 1;
       k["layout"] = layout_name(*ok[i]);
-      if (i < measured.size()) k["measured"] = measured[i].to_json(ok[i]->step_s());
+      if (measured.count(i)) k["measured"] = measured.at(i).to_json(ok[i]->step_s());
       j["candidates"].push_back(k);
     }
     fmt::print("{}\n", j.dump(2));
-    return 0;
+  } else {
+    fmt::print(
+        "{} layouts of {} processes ({} node{} x {}) for {} ({} layers, d_model {}), global batch "
+        "{} x {} tokens; {} fit {} per rank\n",
+        all.size(), world, a.nodes, a.nodes == 1 ? "" : "s", a.procs_per_node, cfg.model.arch,
+        cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(),
+        mib(budget));
+    fmt::print(
+        "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
+        "the GEMM/attention rates + {:.2f} ms per micro-batch (probes: {}); link {:.2f} GB/s, "
+        "{:.0f} us per message ({})\n\n",
+        cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
+        cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
+        cal.per_micro_batch_s * 1e3, probe.summary(), cal.link_bytes_per_s / 1e9,
+        cal.link_latency_s * 1e6,
+        a.link_gbps > 0 ? "--link-gbps"
+        : world > 1     ? "measured"
+                        : "unused");
+    const bool meas = !measured.empty();
+    fmt::print("{:>3}  {:<36} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
+               "tokens/s", meas ? "   measured ms    error" : "");
+    for (size_t i = 0; i < ok.size(); ++i) {
+      if (i >= size_t(a.top) && !measured.count(i)) continue;
+      std::string m;
+      if (measured.count(i)) {
+        const MeasuredRun& r = measured.at(i);
+        m = r.ok() ? fmt::format(" {:>14.1f} {:>+7.1f}%", r.step_s * 1e3,
+                                 100.0 * (ok[i]->step_s() - r.step_s) / r.step_s)
+                   : "  " + r.result.describe();
+      }
+      fmt::print("{:>3}  {:<36} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
+                 mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3, ok[i]->tokens_per_s, m);
+    }
+    for (const auto& [i, r] : measured)
+      if (!r.ok())
+        fmt::print("\n#{} failed ({}); the end of its log {}:\n{}", i + 1, r.result.describe(),
+                   r.log, r.log_tail);
+    if (meas && best == 0) {
+      fmt::print("\nno measured run finished\n");
+      fail("autoconfig: none of the {} measured runs finished (their logs are named above)",
+           measured.size());
+    }
+    fmt::print("\n{} best: #{} {}\n", meas ? "measured" : "predicted", chosen + 1,
+               layout_name(*ok[chosen]));
+    fmt::print("  nekton train --nproc {}{}{}{} {}\n", world,
+               a.config.empty() ? "" : " --config " + a.config, a.overrides.empty() ? "" : " ",
+               fmt::join(a.overrides, " "), fmt::join(ok[chosen]->overrides, " "));
+    if (!a.out.empty())
+      fmt::print("  written to {}: nekton train --nproc {} --config {}\n", a.out, world, a.out);
   }
-  fmt::print(
-      "{} layouts of {} processes ({} node{} x {}) for {} ({} layers, d_model {}), global batch "
-      "{} x {} tokens; {} fit {} per rank\n",
-      all.size(), world, a.nodes, a.nodes == 1 ? "" : "s", a.procs_per_node, cfg.model.arch,
-      cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(), mib(budget));
-  fmt::print(
-      "calibration: {} cores, {} thread{} per rank (oversubscription x{:.2f}); compute x{:.2f} of "
-      "the GEMM/attention rates + {:.2f} ms per micro-batch (probes: {}); link {:.2f} GB/s, "
-      "{:.0f} us per message ({})\n\n",
-      cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
-      cal.compute_scale, cal.per_micro_batch_s * 1e3, probe.summary(), cal.link_bytes_per_s / 1e9,
-      cal.link_latency_s * 1e6,
-      a.link_gbps > 0 ? "--link-gbps"
-      : world > 1     ? "measured"
-                      : "unused");
-  const bool meas = !measured.empty();
-  fmt::print("{:>3}  {:<34} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
-             "tokens/s", meas ? "   measured ms    error" : "");
-  for (size_t i = 0; i < ok.size() && (i < size_t(a.top) || i < measured.size()); ++i) {
-    std::string m;
-    if (i < measured.size())
-      m = measured[i].ok()
-              ? fmt::format(" {:>14.1f} {:>+7.1f}%", measured[i].step_s * 1e3,
-                            100.0 * (ok[i]->step_s() - measured[i].step_s) / measured[i].step_s)
-              : "  " + measured[i].result.describe();
-    fmt::print("{:>3}  {:<34} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
-               mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3, ok[i]->tokens_per_s, m);
-  }
-  for (size_t i = 0; i < measured.size(); ++i)
-    if (!measured[i].ok())
-      fmt::print("\n#{} failed ({}); the end of its log {}:\n{}", i + 1,
-                 measured[i].result.describe(), measured[i].log, measured[i].log_tail);
-  fmt::print("\n{} best: #{} {}\n", meas ? "measured" : "predicted", chosen + 1,
-             layout_name(*ok[chosen]));
-  fmt::print("  nekton train --nproc {}{} {} {}\n", world,
-             a.config.empty() ? "" : " --config " + a.config, fmt::join(a.overrides, " "),
-             fmt::join(ok[chosen]->overrides, " "));
-  if (!a.out.empty())
-    fmt::print("  written to {}: nekton train --nproc {} --config {}\n", a.out, world, a.out);
+  if (!measured.empty() && best == 0)
+    fail("autoconfig: none of the {} measured runs finished (their logs are named above)",
+         measured.size());
   return 0;
 }
 

@@ -1,13 +1,18 @@
 #include "train/step_calibration.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "parallel/pipeline_parallel.h"
 
 namespace nk {
 
 double StepCalibration::oversubscription() const {
+  if (sharing > 0) return std::max(1.0, sharing);
   return std::max(1.0, double(procs_per_node * threads) / double(std::max<int64_t>(1, cores)));
 }
 
@@ -15,11 +20,47 @@ nlohmann::json StepCalibration::to_json() const {
   return {{"cores", cores},
           {"procs_per_node", procs_per_node},
           {"threads", threads},
+          {"sharing", sharing},
           {"oversubscription", oversubscription()},
           {"compute_scale", compute_scale},
           {"per_micro_batch_s", per_micro_batch_s},
+          {"probe_recompute", probe_recompute},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
+}
+
+namespace {
+
+// A dependent chain of multiply-adds: compute-bound on one core, no memory
+// traffic, so its wall time is the share of a core its thread gets.
+double spin(int64_t iters) {
+  double x = 1.0, y = 0.999999;
+  for (int64_t i = 0; i < iters; ++i) x = x * y + 1e-9;
+  return x;
+}
+
+double wall_of(int64_t threads, int64_t iters) {
+  std::vector<std::thread> pool;
+  std::atomic<double> sink{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back([&] { sink = sink + spin(iters); });
+  for (std::thread& t : pool) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double measure_core_sharing(int64_t threads, int64_t total) {
+  if (total <= threads) return 1.0;
+  // About 40 ms per loop on a free core.
+  int64_t iters = 1 << 20;
+  while (wall_of(1, iters) < 0.04 && iters < (int64_t(1) << 34)) iters *= 2;
+  double solo = 1e30, all = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    solo = std::min(solo, wall_of(threads, iters));
+    all = std::min(all, wall_of(total, iters));
+  }
+  return all / solo;
 }
 
 void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,
@@ -63,6 +104,13 @@ std::pair<int64_t, int64_t> stage_layers(const TrainConfig& c, int64_t pp) {
 
 }  // namespace
 
+double recompute_overhead(const TrainConfig& c) {
+  const std::vector<Recompute> plan =
+      recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
+  const double full = double(std::count(plan.begin(), plan.end(), Recompute::Full));
+  return 1.0 + full / (3.0 * double(std::max<int64_t>(1, c.model.n_layer)));
+}
+
 StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
                             const StepCalibration& cal) {
   StepPrediction p;
@@ -80,7 +128,8 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   // causal split gives every rank the same attention work).
   p.compute_s = over * cal.compute_scale * e.step.total() * vp_factor / double(cp);
   p.overhead_s = over * cal.per_micro_batch_s * mbs * double(layers) /
-                 double(std::max<int64_t>(1, c.model.n_layer));
+                 double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
+                 cal.probe_recompute;
 
   // Communication, per rank and step (ring collectives, no overlap assumed):
   const double s = double(dtype_size(c.dtype));
