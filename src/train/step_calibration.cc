@@ -132,22 +132,36 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
                  cal.probe_recompute;
 
   // Communication, per rank and step (ring collectives, no overlap assumed):
-  const double s = double(dtype_size(c.dtype));
+  const double s = double(dtype_size(c.dtype));  // an activation's or compute weight's
   const double B = double(c.micro_batch), T = double(c.seq_len) / double(cp);
   const double act = B * T * double(c.model.d_model) * s;
   // Gradients: all-reduced over the dp x cp ranks that hold the same
   // weights, in buckets of parallel.bucket_mb (ZeRO-1: a reduce-scatter and
-  // an all-gather per bucket; FSDP: the weights gathered twice more).
+  // an all-gather per bucket). FSDP reduce-scatters them and all-gathers the
+  // compute weights of every bucket before each micro-batch's forward and
+  // again before its backward (parallel/sharded_weights.h).
   const int64_t red = e.dp * cp;
   if (red > 1) {
-    double grads = 0;
-    for (const RankEstimate& r : e.stages)
+    double grads = 0, params = 0;
+    for (const RankEstimate& r : e.stages) {
       grads = std::max(grads, double(r.params) * double(dtype_size(c.adamw.precision.grads)));
-    const bool full_shard = c.ddp.shard == parallel::Shard::Full;
-    p.comm_bytes += (full_shard ? 3.0 : 2.0) * double(red - 1) / double(red) * grads;
+      params = std::max(params, double(r.params));
+    }
+    const double share = double(red - 1) / double(red);
     const double buckets =
         std::max(1.0, std::ceil(grads / std::max(1.0, c.ddp.bucket_mb * 1048576.0)));
-    p.messages += buckets * (c.ddp.shard == parallel::Shard::None ? 1.0 : full_shard ? 3.0 : 2.0);
+    switch (c.ddp.shard) {
+      case parallel::Shard::None:
+        p.comm_bytes += 2.0 * share * grads, p.messages += buckets;
+        break;
+      case parallel::Shard::Optimizer:
+        p.comm_bytes += 2.0 * share * grads, p.messages += 2.0 * buckets;
+        break;
+      case parallel::Shard::Full:
+        p.comm_bytes += share * (grads + 2.0 * m * params * s);
+        p.messages += buckets * (1.0 + 2.0 * m);
+        break;
+    }
   }
   // Tensor parallel: 4 all-reduces per layer and micro-batch (2 forward, 2
   // backward; sp: as many reduce-scatters and all-gathers of the same
