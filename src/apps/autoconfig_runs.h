@@ -24,7 +24,8 @@ struct Calibration {
 struct MeasuredRun {
   ChildResult result;
   std::vector<double> steps_s;  // every step's, from metrics.jsonl
-  double step_s = 0;            // the median of the steps after the first
+  double step_s = 0;            // the fastest step after the first
+  double median_s = 0;          // the median of the steps after the first
   std::string log, log_tail;
   bool ok() const { return result.ok() && step_s > 0; }
   nlohmann::json to_json(double predicted_s) const;
@@ -52,14 +53,13 @@ class AutoconfigRuns {
   void calibrate_link(StepCalibration& cal);
   // The cost of one collective or send inside a step (the peer's
   // scheduling, the polling wait; more than the back-to-back probe's
-  // latency where ranks share cores): two tensor-parallel runs of the
-  // recipe on 2 ranks, one sequence per micro-batch and the whole batch in
-  // one, against the model without it. Raises cal.link_latency_s to it;
-  // keeps it (with a warning) when the recipe cannot run so.
+  // latency where ranks share cores): a tensor-parallel run of the recipe
+  // on 2 ranks, one sequence per micro-batch, against the model without it.
+  // Raises cal.link_latency_s to it; keeps it (with a warning) when the
+  // recipe cannot run so.
   void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
-  // The message probe's run with the most messages: messages per step,
-  // predicted step without their cost, measured step (zeros when it did
-  // not run).
+  // The message probe: messages per step, predicted step without their
+  // cost, measured step (zeros when it did not run).
   struct MessageProbe {
     double messages = 0, predicted_s = 0, measured_s = 0;
   };

@@ -247,8 +247,8 @@ int cmd_autoconfig(const CommandArgs& raw) {
         : world > 1     ? "measured"
                         : "unused");
     const bool meas = !measured.empty();
-    fmt::print("{:>3}  {:<36} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
-               "tokens/s", meas ? "   measured ms    error" : "");
+    fmt::print("{:>3}  {:<42} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
+               "tokens/s", meas ? "   best step ms    error" : "");
     for (size_t i = 0; i < ok.size(); ++i) {
       if (i >= size_t(a.top) && !measured.count(i)) continue;
       std::string m;
@@ -258,7 +258,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                  100.0 * (ok[i]->step_s() - r.step_s) / r.step_s)
                    : "  " + r.result.describe();
       }
-      fmt::print("{:>3}  {:<36} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
+      fmt::print("{:>3}  {:<42} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
                  mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3, ok[i]->tokens_per_s, m);
     }
     for (const auto& [i, r] : measured)

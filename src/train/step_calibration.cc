@@ -123,7 +123,10 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   const double mbs = m + double(e.pp - 1) / double(vp);
   const double vp_factor = mbs / (m + double(e.pp - 1));
   const auto [layers, full] = stage_layers(c, e.pp);
-  const double over = cal.oversubscription();
+  // Cores are shared only while the peers compute: in the pipeline's fill
+  // and drain the idle stages leave them to the busy one.
+  const double bubble = double(e.pp - 1) / double(vp) / mbs;
+  const double over = 1.0 + (cal.oversubscription() - 1.0) * (1.0 - bubble);
   // Context parallel: each rank computes its T / cp tokens (the balanced
   // causal split gives every rank the same attention work).
   p.compute_s = over * cal.compute_scale * e.step.total() * vp_factor / double(cp);

@@ -16,7 +16,8 @@
 //              + per_micro_batch_s x micro-batches x its layers / n_layer)
 //   + the bytes it moves / link_bytes_per_s + its messages x link_latency_s
 // with oversub = max(1, sharing), or without it max(1, ranks per host x
-// threads per rank / cores).
+// threads per rank / cores), applied to the share of the step outside the
+// pipeline's bubble (idle stages leave their cores to the busy ones).
 #pragma once
 #include <cstdint>
 
