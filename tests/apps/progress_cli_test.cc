@@ -89,6 +89,33 @@ TEST(ProgressCli, QuantizeShowsABarOnATerminalAndNothingInAPipe) {
   EXPECT_TRUE(contains(import.out, "\rimport hf [")) << import.out;
 }
 
+TEST(ProgressCli, EvalCountsItsWindowsOnATerminalOnly) {
+  TempDir dir("nk_progress");
+  ModelConfig c = model_preset("llama-tiny");
+  c.n_layer = 2;
+  Transformer model(c, DType::F32, 5);
+  save_model(dir / "model", model);
+  const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
+  const std::vector<std::string> args = {"eval",
+                                         "perplexity",
+                                         "eval.model=" + (dir / "model"),
+                                         "eval.text=" + readme,
+                                         "eval.tokenizer=bytes",
+                                         "eval.max_tokens=600",
+                                         "eval.window=64"};
+  auto tty = run_in_pty(args);
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\reval perplexity [")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "10/10 windows")) << tty.out;  // 599 predictions / 64
+  EXPECT_TRUE(contains(tty.out, "perplexity ")) << tty.out;
+  std::string cmd;
+  for (const std::string& a : args) cmd += a + " ";
+  auto pipe = test::run_nekton(cmd);
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "eval perplexity [")) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "\r")) << pipe.out;
+}
+
 TEST(ProgressCli, BpeTrainingCountsItsMerges) {
   TempDir dir("nk_progress");
   const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
