@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
@@ -15,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/config_bind.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/dataset/text_dataset.h"
 #include "data/tokenizer/tokenizer.h"
@@ -140,16 +142,15 @@ EvalInputs eval_inputs(const CommandArgs& a, const ConfigSchema& schema) {
 }
 
 // Logs the windows done every 5 s.
-std::function<void(int64_t, int64_t)> window_log() {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto last = std::make_shared<std::chrono::steady_clock::time_point>(t0);
-  return [t0, last](int64_t done, int64_t total) {
-    auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - *last).count() < 5 && done < total) return;
-    *last = now;
-    double s = std::chrono::duration<double>(now - t0).count();
-    NK_INFO("eval: window {}/{} ({:.0f} s, ETA {:.0f} s)", done, total, s,
-            s / double(done) * double(total - done));
+// The windows scored, on stderr (core/progress.h): one updating bar line on
+// a terminal, a plain line at most every 10 s elsewhere.
+std::function<void(int64_t, int64_t)> window_progress(const std::string& label) {
+  auto p = std::make_shared<Progress>(label);
+  auto started = std::make_shared<bool>(false);
+  return [p, started](int64_t done, int64_t total) {
+    if (!*started) p->start(double(total), "windows"), *started = true;
+    p->set_done(double(done));
+    if (done == total) p->finish();
   };
 }
 
@@ -169,7 +170,7 @@ int eval_perplexity(const CommandArgs& a) {
   const PerplexityOptions& opt = k.ppl;
   auto& model = in.model;
   auto t0 = std::chrono::steady_clock::now();
-  PerplexityResult r = evaluate_perplexity(*model, in.ids, opt, window_log());
+  PerplexityResult r = evaluate_perplexity(*model, in.ids, opt, window_progress("eval perplexity"));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("tokens scored {}\nwindows {}\nmean loss {:.6f} nats/token\nperplexity {:.4f}\n",
              r.tokens_scored, r.windows, r.mean_loss, r.perplexity);
@@ -204,7 +205,7 @@ int eval_logprobs(const CommandArgs& a) {
   const EvalKeys& k = in.k;
   const Tokenizer& tok = *in.tok;
   const std::vector<ScoredToken> scores =
-      token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_log(),
+      token_logprobs(*in.model, in.ids, k.ppl, k.top_k, window_progress("eval logprobs"),
                      std::min(tok.vocab_size(), in.model->config().vocab_size));
   std::string jsonl;
   double sum = 0;

@@ -1,5 +1,6 @@
 // nekton plot RUN_DIR [RUN_DIR...]: loss curves (or any logged metric) of one
-// or several training runs, side by side, as a PNG or SVG.
+// or several training runs, side by side, as a PNG, an SVG or a self-contained
+// HTML page (the SVG inline).
 #include <fmt/format.h>
 
 #include <set>
@@ -16,7 +17,8 @@ namespace nk {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: nekton plot RUN_DIR [RUN_DIR...] [--metric NAME ...] [--out FILE.png|FILE.svg]\n\n"
+    "usage: nekton plot RUN_DIR [RUN_DIR...] [--metric NAME ...]\n"
+    "                   [--out FILE.png|FILE.svg|FILE.html]\n\n"
     "Draws the curves of the runs' metrics.jsonl (train.out_dir/metrics.jsonl, or the\n"
     "file itself), one panel per metric, one colour per run named in the legend.\n"
     "Default metrics: loss, and val_loss where a run logged it. Any numeric field of\n"
@@ -32,7 +34,8 @@ int cmd_plot(const CommandArgs& a) {
   cl.bind("--metric", metrics,
           "metrics to draw, a panel each (several after one --metric, or comma-separated); "
           "default: loss and val_loss");
-  cl.bind("--out", out, "the image: FILE.png or FILE.svg");
+  cl.bind("--out", out,
+          "the image: FILE.png, FILE.svg, or FILE.html (a page of its own with the SVG inline)");
   cl.bind("--width", opt.width, "image width in pixels (SVG: points)");
   cl.bind("--height", opt.height, "image height in pixels (SVG: points)");
   cl.bind("--log-y", opt.log_y, "logarithmic value axis");

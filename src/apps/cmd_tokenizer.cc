@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,7 +15,9 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "apps/arg_parser.h"
 #include "apps/commands.h"
@@ -302,8 +305,8 @@ struct TrainArgs {
     cl.bind("--min-frequency", bpe.min_frequency, "bpe: stop before merging a rarer pair");
     cl.bind("--max-bytes", max_bytes, "bpe: read at most this many bytes (0 = all)");
     cl.bind("--progress", progress,
-            "bpe: the merges done, auto (an updating line on a terminal, else a log line every "
-            "10 s), bar, log or none");
+            "bpe: the merges done; sentencepiece: the time its trainer has run; auto (an "
+            "updating line on a terminal, else a log line every 10 s), bar, log or none");
   }
   // --input, --out (named `out_kind` in the message) and --vocab-size are given.
   void require(const CommandLine& cl, const char* out_kind) const {
@@ -382,7 +385,38 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
     if (!parent.empty()) fs::create_directories(parent);
   }
   auto t0 = std::chrono::steady_clock::now();
-  std::string model = train_sentencepiece(o);
+  std::string model;
+  {
+    // SentencePiece's trainer reports nothing to a caller: the time it has
+    // run, updated four times a second beside it (its own log: --verbose).
+    Progress bar("tokenizer train", parse_progress_mode(t.progress, "tokenizer train: --progress"));
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread ticker([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return done; }))
+        bar.show(fmt::format(
+            "sentencepiece: training {} file(s), {:.0f} s", o.inputs.size(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    });
+    auto stop = [&] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        done = true;
+      }
+      cv.notify_all();
+      ticker.join();
+      bar.end_line();
+    };
+    try {
+      model = train_sentencepiece(o);
+    } catch (...) {
+      stop();
+      throw;
+    }
+    stop();
+  }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto tok = SentencePieceTokenizer::from_bytes(model, prefix + ".model");
   std::string vocab = tok->vocab_text();

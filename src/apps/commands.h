@@ -57,6 +57,8 @@ int cmd_export(const CommandArgs& a);    // export hf|gguf ... (uses only a.args
 int cmd_quantize(const CommandArgs& a);  // quantize MODEL OUT.gguf ... (uses only a.args)
 int cmd_estimate(const CommandArgs& a);  // [--config F] [key=value ...] [--json] ... (a.args)
 int cmd_plot(const CommandArgs& a);      // RUN_DIR... [--metric M] [--out F.png] (a.args)
+int cmd_autoconfig(
+    const CommandArgs& a);  // RECIPE_OR_KEYS... --nodes N --procs-per-node P (a.args)
 
 // --print-config of train, finetune and align (cmd_train.cc).
 int print_config(const Config& c, const TrainConfig& cfg);

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 
@@ -188,11 +190,51 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   return t;
 }
 
+namespace {
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s)
+    o += c == '<'   ? "&lt;"
+         : c == '>' ? "&gt;"
+         : c == '&' ? "&amp;"
+         : c == '"' ? "&quot;"
+                    : std::string(1, c);
+  return o;
+}
+
+// FILE.html: the SVG drawing inline in a page of its own (no script, no
+// file beside it), titled with the metrics and listing the runs.
+void write_html(const std::vector<RunMetrics>& runs, const ChartOptions& opt,
+                const std::string& out) {
+  const std::string svg_path = temporary_path(out) + ".svg";
+  draw_chart(runs, opt, svg_path);
+  std::ifstream f(svg_path, std::ios::binary);
+  std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  fs::remove(svg_path, ec);
+  if (svg.rfind("<?xml", 0) == 0) svg.erase(0, svg.find("?>") + 2);  // not inside HTML
+  std::string metrics, list;
+  for (const std::string& m : opt.metrics) metrics += (metrics.empty() ? "" : ", ") + m;
+  for (const RunMetrics& r : runs) list += "<li>" + html_escape(r.name) + "</li>\n";
+  write_file_atomic(out, fmt::format("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta "
+                                     "charset=\"utf-8\">\n<title>nekton plot: {}</title>\n"
+                                     "</head>\n<body>\n<h1>{}</h1>\n{}\n<ul>\n{}</ul>\n"
+                                     "</body>\n</html>\n",
+                                     html_escape(metrics), html_escape(metrics), svg, list));
+}
+
+}  // namespace
+
 void draw_chart(const std::vector<RunMetrics>& runs, const ChartOptions& opt,
                 const std::string& out) {
   const std::string ext = fs::path(out).extension().string();
+  if (ext == ".html") {
+    if (opt.metrics.empty()) fail("nothing to plot: no metric given");
+    return write_html(runs, opt, out);
+  }
   if (ext != ".png" && ext != ".svg")
-    fail("--out '{}': the image type comes from the extension, .png or .svg", out);
+    fail("--out '{}': the image type comes from the extension, .png, .svg or .html", out);
   if (opt.metrics.empty()) fail("nothing to plot: no metric given");
   const std::string tmp = temporary_path(out);
   using Surface = std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)>;

@@ -16,8 +16,9 @@ struct ChartOptions {
   bool log_y = false;                // logarithmic value axis (values <= 0 left out)
 };
 
-// Draws `runs` into `out` (FILE.png or FILE.svg); nk::Error naming `out` for
-// another extension or a failed write.
+// Draws `runs` into `out` (FILE.png, FILE.svg, or FILE.html: the SVG inline
+// in a self-contained page, no script); nk::Error naming `out` for another
+// extension or a failed write.
 void draw_chart(const std::vector<RunMetrics>& runs, const ChartOptions& opt,
                 const std::string& out);
 

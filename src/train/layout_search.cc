@@ -18,6 +18,17 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+// The parallel.vp values to try at pp stages: the recipe's (1 when the
+// search changes pp), or with `search` every count of virtual stages that
+// splits the layers evenly over pp x vp chunks.
+std::vector<int64_t> vp_counts(const TrainConfig& c, int64_t pp, bool search) {
+  if (!search || pp == 1) return {pp == c.parallel.mesh.pp ? c.parallel.vp : 1};
+  std::vector<int64_t> v;
+  for (int64_t k = 1; k * pp <= c.model.n_layer; ++k)
+    if (c.model.n_layer % (k * pp) == 0) v.push_back(k);
+  return v;
+}
+
 const char* shard_key(parallel::Shard s) {
   return s == parallel::Shard::Full        ? "full"
          : s == parallel::Shard::Optimizer ? "optimizer"
@@ -81,6 +92,8 @@ nlohmann::json LayoutCandidate::to_json() const {
                       {"pp", pp},
                       {"dp", dp},
                       {"ep", ep},
+                      {"cp", cp},
+                      {"vp", vp},
                       {"sp", sp},
                       {"shard", shard},
                       {"micro_batch", micro_batch},
@@ -93,6 +106,7 @@ nlohmann::json LayoutCandidate::to_json() const {
   }
   j["memory_bytes"] = memory_bytes;
   j["comm_bytes"] = comm_bytes;
+  if (comm_messages > 0) j["comm_messages"] = comm_messages;
   j["bubble"] = bubble;
   j["overrides"] = overrides;
   if (compute_s > 0)
@@ -110,108 +124,128 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
   const ModelConfig& mc = cfg.model;
   std::vector<LayoutCandidate> out;
   for (int64_t tp : divisors(N))
-    for (int64_t pp : divisors(N / tp)) {
-      const int64_t dp = N / (tp * pp);
-      LayoutCandidate base;
-      base.tp = tp, base.pp = pp, base.dp = dp, base.ep = cfg.parallel.mesh.ep;
-      base.micro_batch = cfg.micro_batch, base.recompute = cfg.recompute;
-      base.shard = shard_key(cfg.ddp.shard);
-      const bool own_layout = pp == cfg.parallel.mesh.pp;  // the recipe's vp and pp_layout hold
-      if (!own_layout && mc.n_layer % pp) {
-        base.reason = fmt::format(
-            "parallel.pp = {}: does not divide model.n_layer = {} (the search splits the layers "
-            "evenly)",
-            pp, mc.n_layer);
-        out.push_back(base);
-        continue;
-      }
-      if (cfg.global_batch % dp) {
-        base.reason = fmt::format(
-            "train.global_batch = {} is not a multiple of the data-parallel size {} (world {} / "
-            "(tp {} x pp {}))",
-            cfg.global_batch, dp, N, tp, pp);
-        out.push_back(base);
-        continue;
-      }
-      // Expert parallelism (a Mixture-of-Experts model): carved out of the
-      // data-parallel ranks, every divisor of dp (the trainer refuses those
-      // that do not split the experts evenly); else the recipe's value.
-      const std::vector<int64_t> eps =
-          mc.is_moe() ? divisors(dp) : std::vector<int64_t>{cfg.parallel.mesh.ep};
-      for (int64_t ep : eps)
-        for (bool sp : {false, true}) {
-          if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
-          for (parallel::Shard shard :
-               {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
-            for (int64_t mb : divisors(cfg.global_batch / dp))
-              for (const char* policy : {"none", "selective", "full"}) {
-                LayoutCandidate k = base;
-                k.ep = ep, k.sp = sp, k.shard = shard_key(shard), k.micro_batch = mb,
-                k.recompute = policy;
-                if (shard != parallel::Shard::None && dp == 1) {
-                  k.reason = fmt::format(
-                      "parallel.shard = {}: nothing to shard with one data-parallel rank (the "
-                      "same as none)",
-                      k.shard);
-                  out.push_back(k);
-                  continue;
-                }
-                TrainConfig c = cfg;
-                c.parallel.mesh.tp = int(tp);
-                c.parallel.mesh.pp = int(pp);
-                c.parallel.mesh.dp = int(dp);
-                c.parallel.mesh.ep = int(ep);
-                c.parallel.sequence_parallel = sp;
-                if (!own_layout) c.parallel.vp = 1, c.parallel.pp_layout.clear();
-                c.ddp.shard = shard;
-                c.micro_batch = mb;
-                c.recompute = policy;
-                TrainEstimate e;
-                try {
-                  // The trainer's checks: the config's, then the mesh's and
-                  // the layout's (train_mesh, inside estimate_training).
-                  c.parallel.check();
-                  c.ddp.check();
-                  e = estimate_training(c, N, nullptr);
-                } catch (const Error& err) {
-                  k.reason = err.what();
-                  out.push_back(k);
-                  continue;
-                }
-                k.memory_bytes = e.peak().total();
-                if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
-                  k.reason = fmt::format("memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
-                                         double(k.memory_bytes) / 1048576.0,
-                                         opt.budget_bytes / 1073741824.0);
-                  out.push_back(k);
-                  continue;
-                }
-                k.accepted = true;
-                k.comm_bytes = comm_bytes(c, e);
-                const double m = double(c.grad_accum() / dp);
-                k.bubble = double(pp - 1) / (m + double(pp - 1));
-                if (opt.rates) {
-                  measure_missing_rates(c, *opt.rates);
-                  const TrainEstimate t = estimate_training(c, N, opt.rates);
-                  k.compute_s = t.step.total();
-                  k.comm_s = k.comm_bytes / link;
-                  k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
-                }
-                k.overrides = {fmt::format("parallel.tp={}", tp),
-                               fmt::format("parallel.pp={}", pp),
-                               fmt::format("parallel.dp={}", dp),
-                               fmt::format("parallel.sp={}", sp ? "true" : "false"),
-                               fmt::format("parallel.shard={}", k.shard),
-                               fmt::format("train.micro_batch={}", mb),
-                               fmt::format("train.recompute={}", policy)};
-                if (mc.is_moe()) k.overrides.push_back(fmt::format("parallel.ep={}", ep));
-                if (!own_layout && cfg.parallel.vp != 1) k.overrides.push_back("parallel.vp=1");
-                if (!own_layout && !cfg.parallel.pp_layout.empty())
-                  k.overrides.push_back("parallel.pp_layout=");  // an even split
-                out.push_back(k);
-              }
+    for (int64_t pp : divisors(N / tp))
+      for (int64_t cp : opt.search_cp ? divisors(N / (tp * pp)) : std::vector<int64_t>{1})
+        for (int64_t vp : vp_counts(cfg, pp, opt.search_vp)) {
+          const int64_t dp = N / (tp * pp * cp);
+          LayoutCandidate base;
+          base.tp = tp, base.pp = pp, base.dp = dp, base.ep = cfg.parallel.mesh.ep;
+          base.cp = opt.search_cp ? cp : cfg.parallel.mesh.cp;
+          base.vp = opt.search_vp ? vp : (pp == cfg.parallel.mesh.pp ? cfg.parallel.vp : 1);
+          base.micro_batch = cfg.micro_batch, base.recompute = cfg.recompute;
+          base.shard = shard_key(cfg.ddp.shard);
+          // The recipe's vp and pp_layout hold (unless vp is searched: even splits).
+          const bool own_layout = pp == cfg.parallel.mesh.pp && !opt.search_vp;
+          if (!own_layout && mc.n_layer % pp) {
+            base.reason = fmt::format(
+                "parallel.pp = {}: does not divide model.n_layer = {} (the search splits the "
+                "layers "
+                "evenly)",
+                pp, mc.n_layer);
+            out.push_back(base);
+            continue;
+          }
+          if (cfg.global_batch % dp) {
+            base.reason = fmt::format(
+                "train.global_batch = {} is not a multiple of the data-parallel size {} (world {} "
+                "/ "
+                "(tp {} x pp {} x cp {}))",
+                cfg.global_batch, dp, N, tp, pp, cp);
+            out.push_back(base);
+            continue;
+          }
+          // Expert parallelism (a Mixture-of-Experts model): carved out of the
+          // data-parallel ranks, every divisor of dp (the trainer refuses those
+          // that do not split the experts evenly); else the recipe's value.
+          const std::vector<int64_t> eps =
+              mc.is_moe() ? divisors(dp) : std::vector<int64_t>{cfg.parallel.mesh.ep};
+          for (int64_t ep : eps)
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
+              for (parallel::Shard shard :
+                   {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
+                for (int64_t mb : divisors(cfg.global_batch / dp))
+                  for (const char* policy : {"none", "selective", "full"}) {
+                    LayoutCandidate k = base;
+                    k.ep = ep, k.sp = sp, k.shard = shard_key(shard), k.micro_batch = mb,
+                    k.recompute = policy;
+                    if (shard != parallel::Shard::None && dp == 1) {
+                      k.reason = fmt::format(
+                          "parallel.shard = {}: nothing to shard with one data-parallel rank (the "
+                          "same as none)",
+                          k.shard);
+                      out.push_back(k);
+                      continue;
+                    }
+                    TrainConfig c = cfg;
+                    c.parallel.mesh.tp = int(tp);
+                    c.parallel.mesh.pp = int(pp);
+                    c.parallel.mesh.dp = int(dp);
+                    c.parallel.mesh.ep = int(ep);
+                    if (opt.search_cp) c.parallel.mesh.cp = int(cp);
+                    c.parallel.sequence_parallel = sp;
+                    if (!own_layout) c.parallel.vp = int(k.vp), c.parallel.pp_layout.clear();
+                    c.ddp.shard = shard;
+                    c.micro_batch = mb;
+                    c.recompute = policy;
+                    TrainEstimate e;
+                    try {
+                      // The trainer's checks: the config's, then the mesh's and
+                      // the layout's (train_mesh, inside estimate_training).
+                      c.parallel.check();
+                      c.ddp.check();
+                      e = estimate_training(c, N, nullptr);
+                    } catch (const Error& err) {
+                      k.reason = err.what();
+                      out.push_back(k);
+                      continue;
+                    }
+                    k.memory_bytes = e.peak().total();
+                    if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
+                      k.reason = fmt::format(
+                          "memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
+                          double(k.memory_bytes) / 1048576.0, opt.budget_bytes / 1073741824.0);
+                      out.push_back(k);
+                      continue;
+                    }
+                    k.accepted = true;
+                    k.comm_bytes = comm_bytes(c, e);
+                    const double m = double(c.grad_accum() / dp);
+                    k.bubble = double(pp - 1) / (m + double(pp - 1));
+                    if (opt.rates) {
+                      measure_missing_rates(c, *opt.rates);
+                      const TrainEstimate t = estimate_training(c, N, opt.rates);
+                      if (opt.calibration) {
+                        const StepPrediction p = predict_step(c, t, *opt.calibration);
+                        k.compute_s = p.compute_s + p.overhead_s;
+                        k.comm_s = p.comm_s;
+                        k.comm_bytes = p.comm_bytes;
+                        k.comm_messages = p.messages;
+                        k.bubble =
+                            double(pp - 1) / double(k.vp) / (m + double(pp - 1) / double(k.vp));
+                      } else {
+                        k.compute_s = t.step.total();
+                        k.comm_s = k.comm_bytes / link;
+                      }
+                      k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
+                    }
+                    k.overrides = {fmt::format("parallel.tp={}", tp),
+                                   fmt::format("parallel.pp={}", pp),
+                                   fmt::format("parallel.dp={}", dp),
+                                   fmt::format("parallel.sp={}", sp ? "true" : "false"),
+                                   fmt::format("parallel.shard={}", k.shard),
+                                   fmt::format("train.micro_batch={}", mb),
+                                   fmt::format("train.recompute={}", policy)};
+                    if (mc.is_moe()) k.overrides.push_back(fmt::format("parallel.ep={}", ep));
+                    if (opt.search_cp) k.overrides.push_back(fmt::format("parallel.cp={}", cp));
+                    if (opt.search_vp || (!own_layout && cfg.parallel.vp != 1))
+                      k.overrides.push_back(fmt::format("parallel.vp={}", k.vp));
+                    if (!own_layout && !cfg.parallel.pp_layout.empty())
+                      k.overrides.push_back("parallel.pp_layout=");  // an even split
+                    out.push_back(k);
+                  }
+            }
         }
-    }
   const bool timed = opt.rates != nullptr;
   std::stable_sort(out.begin(), out.end(), [&](const LayoutCandidate& a, const LayoutCandidate& b) {
     if (a.accepted != b.accepted) return a.accepted;

@@ -11,6 +11,7 @@
 
 #include "core/json.h"
 #include "train/estimate.h"
+#include "train/step_calibration.h"
 #include "train/train_config.h"
 
 namespace nk {
@@ -28,10 +29,16 @@ struct LayoutSearchOptions {
   // Rates of this machine; null: no time, ranked by memory. Rates the
   // candidates need and `rates` lacks are measured and added.
   MachineRates* rates = nullptr;
+  // nekton autoconfig: also enumerate parallel.cp (context parallel, out of
+  // the data-parallel ranks) and parallel.vp (interleaved virtual stages,
+  // every count that splits the layers evenly), and time each candidate
+  // with the calibrated model (train/step_calibration.h; needs rates).
+  bool search_cp = false, search_vp = false;
+  const StepCalibration* calibration = nullptr;
 };
 
 struct LayoutCandidate {
-  int64_t tp = 1, pp = 1, dp = 1, ep = 1, micro_batch = 1;
+  int64_t tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, vp = 1, micro_batch = 1;
   bool sp = false;
   std::string shard = "none", recompute = "none";
   bool accepted = false;
@@ -41,7 +48,8 @@ struct LayoutCandidate {
   // PP activation sends, MoE all-to-alls (train/layout_search.cc).
   double comm_bytes = 0;
   double bubble = 0;                 // 1F1B: (pp - 1) / (m + pp - 1), already in compute_s
-  double compute_s = 0, comm_s = 0;  // 0 without rates
+  double compute_s = 0, comm_s = 0;  // 0 without rates (calibrated: compute_s has the overhead)
+  double comm_messages = 0;          // calibrated: collective calls and sends per step
   double step_s() const { return compute_s + comm_s; }
   double tokens_per_s = 0;
   // The key=value settings that give this layout on top of the recipe.

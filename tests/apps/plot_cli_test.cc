@@ -92,6 +92,27 @@ TEST(PlotCli, NamedMetricsAsAnSvg) {
   EXPECT_TRUE(contains(text, "<path")) << "no curve drawn";
 }
 
+TEST(PlotCli, TwoRunsAsASelfContainedHtmlPage) {
+  TempDir d("nk_plot");
+  const std::string a = write_run(d, "run_a", 30, 1.0), b = write_run(d, "run_b<2>", 20, 2.0);
+  const std::string html = d / "p.html";
+  auto r = test::run_nekton("plot " + a + " '" + b + "' --out " + html);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string text = test::read_file(html);
+  EXPECT_EQ(text.rfind("<!DOCTYPE html>", 0), 0u) << text.substr(0, 200);
+  EXPECT_TRUE(contains(text, "<title>nekton plot: loss, val_loss</title>"));
+  EXPECT_TRUE(contains(text, "<svg")) << "the drawing is not inline";
+  EXPECT_TRUE(contains(text, "</svg>"));
+  EXPECT_TRUE(contains(text, "<path")) << "no curve drawn";
+  EXPECT_FALSE(contains(text, "<?xml")) << "an XML prologue inside HTML";
+  EXPECT_FALSE(contains(text, "<script")) << "a page that runs code";
+  EXPECT_FALSE(contains(text, "src=\"")) << "a page that loads a file";
+  EXPECT_TRUE(contains(text, "<li>run_a</li>"));
+  EXPECT_TRUE(contains(text, "<li>run_b&lt;2&gt;</li>")) << "a run's name not escaped";
+  EXPECT_TRUE(text.ends_with("</html>\n"));
+  EXPECT_FALSE(fs::exists(html + ".svg"));
+}
+
 TEST(PlotCli, BadInputIsNamed) {
   TempDir d("nk_plot");
   const std::string out = d / "x.png";

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 namespace nk {
 namespace {
 
+namespace fs = std::filesystem;
 using test::contains;
 using test::TempDir;
 
@@ -87,6 +89,58 @@ TEST(ProgressCli, QuantizeShowsABarOnATerminalAndNothingInAPipe) {
   auto import = run_in_pty({"import", "hf", dir / "hf", dir / "back"});
   ASSERT_EQ(import.code, 0) << import.out;
   EXPECT_TRUE(contains(import.out, "\rimport hf [")) << import.out;
+}
+
+TEST(ProgressCli, EvalCountsItsWindowsOnATerminalOnly) {
+  TempDir dir("nk_progress");
+  ModelConfig c = model_preset("llama-tiny");
+  c.n_layer = 2;
+  Transformer model(c, DType::F32, 5);
+  save_model(dir / "model", model);
+  const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
+  const std::vector<std::string> args = {"eval",
+                                         "perplexity",
+                                         "eval.model=" + (dir / "model"),
+                                         "eval.text=" + readme,
+                                         "eval.tokenizer=bytes",
+                                         "eval.max_tokens=600",
+                                         "eval.window=64"};
+  auto tty = run_in_pty(args);
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\reval perplexity [")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "10/10 windows")) << tty.out;  // 599 predictions / 64
+  EXPECT_TRUE(contains(tty.out, "perplexity ")) << tty.out;
+  std::string cmd;
+  for (const std::string& a : args) cmd += a + " ";
+  auto pipe = test::run_nekton(cmd);
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "eval perplexity [")) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "\r")) << pipe.out;
+}
+
+TEST(ProgressCli, SentencePieceTrainingShowsItsTime) {
+  TempDir dir("nk_progress");
+  // Every guide and README: about a second of training, past the bar's
+  // first update at 0.25 s.
+  std::vector<std::string> inputs = {std::string(NK_SOURCE_DIR) + "/README.md",
+                                     std::string(NK_SOURCE_DIR) + "/BENCHMARKS.md"};
+  for (const auto& e : fs::directory_iterator(std::string(NK_SOURCE_DIR) + "/docs"))
+    if (e.path().extension() == ".md") inputs.push_back(e.path().string());
+  std::vector<std::string> args = {"tokenizer", "train", "--type", "sentencepiece", "--input"};
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  args.insert(args.end(), {"--vocab-size", "4000", "--out", dir / "a/"});
+  auto tty = run_in_pty(args);
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "\rtokenizer train sentencepiece: training ")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "trained sentencepiece")) << tty.out;
+  std::string cmd;
+  for (size_t i = 0; i + 2 < args.size(); ++i) cmd += args[i] + " ";
+  auto pipe = test::run_nekton(cmd + "--out " + (dir / "b/"));
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  // In a pipe: plain log lines (the first at once, then one every 10 s).
+  EXPECT_FALSE(contains(pipe.out, "\r")) << pipe.out;
+  EXPECT_TRUE(contains(pipe.out, "[info] tokenizer train sentencepiece: training ")) << pipe.out;
+  EXPECT_EQ(test::read_file(dir / "a/tokenizer.model"), test::read_file(dir / "b/tokenizer.model"));
 }
 
 TEST(ProgressCli, BpeTrainingCountsItsMerges) {

@@ -1,0 +1,316 @@
+#include "apps/autoconfig_runs.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/atomic_file.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/tensor.h"
+#include "dist/mpi/runtime.h"
+#include "train/step_calibration.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The largest divisor of n that is at most cap (at least 1).
+int64_t divisor_at_most(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, std::max<int64_t>(1, cap)); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
+}  // namespace
+
+nlohmann::json Calibration::to_json() const {
+  nlohmann::json j = {
+      {"one_micro_batch", {{"micro_batches", n1}, {"predicted_compute_s", c1}, {"measured_s", m1}}},
+      {"several_micro_batches",
+       {{"micro_batches", n2}, {"predicted_compute_s", c2}, {"measured_s", m2}}}};
+  if (!failed.empty()) j["failed"] = failed;
+  return j;
+}
+
+std::string Calibration::summary() const {
+  if (!failed.empty()) return "failed: " + failed;
+  return fmt::format("{:.0f} micro-batch {:.1f} ms, {:.0f} micro-batches {:.1f} ms", n1, m1 * 1e3,
+                     n2, m2 * 1e3);
+}
+
+nlohmann::json MeasuredRun::to_json(double predicted_s) const {
+  nlohmann::json j = {{"ok", ok()}, {"log", log}, {"steps_s", steps_s}};
+  if (ok()) {
+    j["step_s"] = step_s;
+    j["median_step_s"] = median_s;
+    j["error"] = (predicted_s - step_s) / step_s;
+  } else {
+    j["failure"] = result.describe();
+    j["log_tail"] = log_tail;
+  }
+  return j;
+}
+
+AutoconfigRuns::AutoconfigRuns(std::string recipe, std::vector<std::string> overrides,
+                               const TrainConfig& cfg, double timeout_s)
+    : recipe_(std::move(recipe)), overrides_(std::move(overrides)), timeout_s_(timeout_s) {
+  std::error_code ec;
+  exe_ = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) fail("autoconfig: cannot find this executable's path: {}", ec.message());
+  dir_ = (fs::temp_directory_path() / fmt::format("nekton-autoconfig-{}", ::getpid())).string();
+  fs::create_directories(dir_);
+  if (::geteuid() == 0) {  // OpenMPI refuses root without these
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  if (cfg.data.path.empty() && !cfg.data.indexed() && !cfg.data.sft()) {
+    // Words of a small vocabulary, byte-level tokens: enough for every
+    // run's steps twice over, and for the validation share.
+    data_ = dir_ + "/synthetic.txt";
+    const int64_t want = std::max<int64_t>(1 << 20, 4 * cfg.global_batch * (cfg.seq_len + 1) * 64);
+    static const char* words[] = {"the ",    "model ", "learns ", "from ",  "tokens ", "and ",
+                                  "layers ", "split ", "over ",   "ranks ", "in ",     "steps "};
+    std::mt19937 rng(7);
+    std::string text;
+    text.reserve(size_t(want) + 16);
+    while (int64_t(text.size()) < want) text += words[rng() % 12];
+    write_file_atomic(data_, text);
+  }
+}
+
+AutoconfigRuns::~AutoconfigRuns() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+std::vector<std::string> AutoconfigRuns::train_args(const std::string& name,
+                                                    const std::vector<std::string>& extra,
+                                                    int64_t steps) const {
+  std::vector<std::string> args = {exe_, "train"};
+  if (!recipe_.empty()) args.insert(args.end(), {"--config", recipe_});
+  args.insert(args.end(), overrides_.begin(), overrides_.end());
+  if (!data_.empty()) args.push_back("data.path=" + data_);
+  args.insert(args.end(), extra.begin(), extra.end());
+  // Timing only: no validation, no GEMM-peak probe, no event file, a fresh
+  // run; the collectives give up with the run's deadline.
+  args.insert(
+      args.end(),
+      {fmt::format("train.out_dir={}/{}", dir_, name), fmt::format("train.steps={}", steps),
+       "train.exit_at_step=0", "train.val_every=0", "train.save_every=0", "train.log_every=1",
+       "train.peak_tflops=1", "train.tensorboard=false", "train.resume=never", "train.resume_from=",
+       "train.eval_tasks=", fmt::format("parallel.timeout_s={}", timeout_s_)});
+  return args;
+}
+
+MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
+                                const std::vector<std::string>& extra, int64_t steps) {
+  std::vector<std::string> argv = train_args(name, extra, steps);
+  if (world > 1) {
+    const std::vector<std::string> mpi = {"mpirun",          "-np",       std::to_string(world),
+                                          "--oversubscribe", "--bind-to", "none"};
+    argv.insert(argv.begin(), mpi.begin(), mpi.end());
+  }
+  MeasuredRun m;
+  m.log = dir_ + "/" + name + ".log";
+  m.result = run_child(argv, m.log, timeout_s_);
+  std::ifstream f(dir_ + "/" + name + "/metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("step_ms") && j["step_ms"].is_number())
+        m.steps_s.push_back(j["step_ms"].get<double>() / 1e3);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  // The fastest step after the first: on a host other work shares, the
+  // slower ones measure that work (the rates are best-of measurements too).
+  if (m.steps_s.size() > 1) {
+    m.step_s = *std::min_element(m.steps_s.begin() + 1, m.steps_s.end());
+    m.median_s = median({m.steps_s.begin() + 1, m.steps_s.end()});
+  }
+  if (!m.ok()) {
+    m.log_tail = file_tail(m.log, 12);
+    // The log goes with the temporary folder: keep a copy beside it.
+    const std::string keep =
+        (fs::temp_directory_path() / fmt::format("nekton-autoconfig-{}-{}.log", ::getpid(), name))
+            .string();
+    std::error_code ec;
+    fs::copy_file(m.log, keep, fs::copy_options::overwrite_existing, ec);
+    if (!ec) m.log = keep;
+  }
+  return m;
+}
+
+Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRates& rates,
+                                              StepCalibration& cal) {
+  Calibration p;
+  cal.probe_recompute = recompute_overhead(cfg);
+  const int64_t G = cfg.global_batch;
+  // The second probe: as many micro-batches as it takes for their cost to
+  // stand out of the noise (every sequence its own, up to 16 per step).
+  const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
+  auto probe = [&](int64_t mb, double& n, double& c, double& m) {
+    TrainConfig pc = cfg;
+    pc.parallel.mesh = dist::MeshSpec{};
+    pc.parallel.mesh.dp = 1;
+    pc.parallel.vp = 1;
+    pc.parallel.pp_layout.clear();
+    pc.parallel.sequence_parallel = false;
+    pc.ddp.shard = parallel::Shard::None;
+    pc.micro_batch = mb;
+    measure_missing_rates(pc, rates);
+    n = double(G / mb);
+    c = estimate_training(pc, 1, &rates).step.total();
+    const MeasuredRun r =
+        run(fmt::format("probe-mb{}", mb), 1,
+            {"parallel.tp=1", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
+             "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+             fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
+            8);
+    if (!r.ok())
+      p.failed = fmt::format("the one-process run at micro-batch {} ({}): {}", mb,
+                             r.result.describe(), r.log);
+    m = r.step_s;
+    return r.ok();
+  };
+  if (!probe(G, p.n1, p.c1, p.m1)) {
+    NK_WARN("autoconfig: calibration probe failed, {}; using the raw rates", p.failed);
+    return p;
+  }
+  if (mb2 == G) {  // one sequence per step: no second point, no overhead term
+    cal.compute_scale = p.m1 / p.c1;
+    return p;
+  }
+  if (!probe(mb2, p.n2, p.c2, p.m2)) {
+    NK_WARN("autoconfig: calibration probe failed, {}; using the first probe only", p.failed);
+    cal.compute_scale = p.m1 / p.c1;
+    return p;
+  }
+  fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
+  return p;
+}
+
+void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
+                                        StepCalibration& cal) {
+  // Tensor parallel over 2 ranks, one sequence per micro-batch: the most
+  // collectives a step of the recipe can make; what its measured step takes
+  // past the model without a per-message cost is that cost, over them.
+  TrainConfig c = cfg;
+  c.parallel.mesh = dist::MeshSpec{};
+  c.parallel.mesh.tp = 2;
+  c.parallel.mesh.dp = 1;
+  c.parallel.vp = 1;
+  c.parallel.pp_layout.clear();
+  c.parallel.sequence_parallel = false;
+  c.ddp.shard = parallel::Shard::None;
+  c.micro_batch = 1;
+  StepPrediction p;
+  try {
+    c.parallel.check();
+    measure_missing_rates(c, rates);
+    StepCalibration none = cal;
+    none.link_latency_s = 0;
+    none.procs_per_node = 2;
+    none.sharing = measure_core_sharing(cal.threads, 2 * cal.threads);
+    p = predict_step(c, estimate_training(c, 2, &rates), none);
+  } catch (const Error& e) {
+    NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
+            e.what(), cal.link_latency_s * 1e6);
+    return;
+  }
+  const MeasuredRun r =
+      run("probe-tp2", 2,
+          {"parallel.tp=2", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
+           "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+           "train.micro_batch=1", fmt::format("train.threads={}", cal.threads)},
+          8);
+  if (!r.ok()) {
+    NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
+            r.result.describe(), r.log, cal.link_latency_s * 1e6);
+    return;
+  }
+  message_probe_ = {p.messages, p.total(), r.step_s};
+  cal.link_latency_s = std::max(cal.link_latency_s, (r.step_s - p.total()) / p.messages);
+}
+
+void AutoconfigRuns::calibrate_link(StepCalibration& cal) {
+  const std::string log = dir_ + "/probe-link.log";
+  const ChildResult r = run_child({"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none",
+                                   exe_, "autoconfig", "--probe-link"},
+                                  log, std::min(timeout_s_, 120.0));
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);)
+    if (line.starts_with("{\"autoconfig_link\"")) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) break;
+      cal.link_latency_s = j["autoconfig_link"]["latency_s"].get<double>();
+      cal.link_bytes_per_s = j["autoconfig_link"]["bytes_per_s"].get<double>();
+      return;
+    }
+  NK_WARN(
+      "autoconfig: the link probe (mpirun -np 2 nekton autoconfig --probe-link) failed ({}); "
+      "assuming {:.2f} GB/s and {:.0f} us per message (--link-gbps sets the bandwidth):\n{}",
+      r.describe(), cal.link_bytes_per_s / 1e9, cal.link_latency_s * 1e6, file_tail(log, 8));
+}
+
+MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {
+  return run(fmt::format("run{}", ++runs_), world, k.overrides, steps);
+}
+
+void AutoconfigRuns::write_recipe(const std::string& path, const LayoutCandidate& k) const {
+  std::vector<std::string> o = overrides_;
+  o.insert(o.end(), k.overrides.begin(), k.overrides.end());
+  const Config c = Config::load(train_schema(), recipe_, o);
+  write_file_atomic(
+      path, fmt::format("# nekton autoconfig: {}\n# nekton train --nproc {} --config {}\n{}",
+                        fmt::join(k.overrides, " "), k.tp * k.pp * k.cp * k.dp, path, c.to_yaml()));
+}
+
+int probe_link_main() {
+  dist::MpiRuntime mpi;
+  const dist::Mesh mesh(mpi.world_size(), mpi.rank(), dist::MeshSpec{});
+  dist::ProcessGroups groups = mpi.make_groups(mesh, 60);
+  dist::Communicator& world = groups.get("world");
+  // The best of 3 rounds of `iters` all-reduces: seconds per call.
+  auto time = [&](int64_t bytes, int iters) {
+    Tensor x = Tensor::zeros({bytes / 4}, DType::F32);
+    world.all_reduce(x);
+    double best = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      world.all_reduce(x);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) world.all_reduce(x);
+      best = std::min(
+          best,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+    }
+    return best;
+  };
+  const double small = time(4096, 200), big = time(int64_t(4) << 20, 10);
+  const double p = double(mpi.world_size());
+  const double bw = 2.0 * (p - 1) / p * double(int64_t(4) << 20) / std::max(1e-9, big - small);
+  if (mpi.rank() == 0)
+    fmt::print(
+        "{}\n",
+        nlohmann::json{{"autoconfig_link", {{"latency_s", small}, {"bytes_per_s", bw}}}}.dump());
+  return 0;
+}
+
+}  // namespace nk

@@ -1,0 +1,287 @@
+// `nekton autoconfig`: the layouts of a recipe on N nodes of P processes
+// (tp, cp, pp, vp, dp, sp, ZeRO sharding, micro-batch, recompute) that fit
+// the memory per rank, ranked by a step time calibrated on this machine
+// (train/step_calibration.h); --measure runs the best K for a few steps and
+// reports measured against predicted; --out writes the chosen one as a
+// recipe for `nekton train`.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "apps/arg_parser.h"
+#include "apps/autoconfig_runs.h"
+#include "apps/commands.h"
+#include "core/atomic_file.h"
+#include "core/log.h"
+#include "train/layout_search.h"
+
+namespace nk {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: nekton autoconfig [--config RECIPE.yaml | RECIPE.yaml] [key=value ...]\n"
+    "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
+    "                         [--spread] [--steps S] [--timeout SEC] [--link-gbps G]\n"
+    "                         [--top T] [--out FILE.yaml] [--json]\n\n"
+    "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp,\n"
+    "pp, vp, dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
+    "those nekton train accepts that fit --memory per rank, and ranks them by a predicted\n"
+    "step time calibrated on this machine: short probe runs of the recipe on one process\n"
+    "(compute rate and per-micro-batch cost at the threads a rank gets), the ranks sharing\n"
+    "the cores, and the link (an all-reduce probe between two local ranks, or --link-gbps).\n"
+    "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
+    "host (mpirun) for --steps steps each, killing any past --timeout, and prints\n"
+    "measured against predicted; --out writes the chosen layout (the measured best, else\n"
+    "the predicted best) as a recipe: nekton train --nproc N*P --config FILE.yaml\n";
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, top = 10;
+  double memory_gib = 0, link_gbps = 0, timeout_s = 180;
+  std::string out;
+  bool json = false, spread = false;
+};
+
+Args parse(const std::vector<std::string>& raw) {
+  CommandLine cl("autoconfig", raw, 0);
+  Args a;
+  cl.bind("--config", a.config, "the training recipe (YAML)");
+  cl.bind("--nodes", a.nodes, "hosts (>= 1)");
+  cl.bind("--procs-per-node", a.procs_per_node, "processes (ranks) per host (>= 1)");
+  cl.bind("--memory", a.memory_gib,
+          "GiB per rank a layout may use (default: this host's memory / procs per node)");
+  cl.bind("--measure", a.measure, "run the best K candidates on this host and time them");
+  cl.bind("--steps", a.steps, "training steps of each measured run (the first is not timed)");
+  cl.bind("--timeout", a.timeout_s, "seconds a measured run may take before it is killed");
+  cl.bind("--link-gbps", a.link_gbps,
+          "link bandwidth in Gbit/s (default: measured by a two-rank all-reduce probe)");
+  cl.bind("--top", a.top, "candidates printed");
+  cl.bind("--out", a.out, "write the chosen layout as a recipe for nekton train");
+  cl.bind("--spread", a.spread,
+          "measure K candidates spread over the ranking, best to worst, instead of the best K");
+  cl.bind("--json", a.json, "the search (and measurements) as JSON on stdout");
+  if (cl.help()) {
+    fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n",
+               cl.help_text(kUsage));
+    std::exit(0);
+  }
+  for (const std::string& p : cl.finish()) {
+    if (p.find('=') != std::string::npos) {
+      a.overrides.push_back(p);
+    } else if (p.ends_with(".yaml") || p.ends_with(".yml")) {
+      if (!a.config.empty()) fail("autoconfig: two recipes given ('{}' and '{}')", a.config, p);
+      a.config = p;
+    } else {
+      fail("autoconfig: '{}' is neither a recipe (FILE.yaml) nor a key=value setting", p);
+    }
+  }
+  if (a.nodes < 1) fail("autoconfig: --nodes must be at least 1, got {} (hosts)", a.nodes);
+  if (a.procs_per_node < 1)
+    fail("autoconfig: --procs-per-node must be at least 1, got {} (ranks per host)",
+         a.procs_per_node);
+  if (a.nodes * a.procs_per_node > 4096)
+    fail("autoconfig: --nodes x --procs-per-node = {} is over 4096 processes",
+         a.nodes * a.procs_per_node);
+  if (a.measure < 0) fail("autoconfig: --measure must be at least 0, got {}", a.measure);
+  if (a.measure > 0 && a.nodes != 1)
+    fail("autoconfig: --measure runs the candidates on this host: use --nodes 1 (got {})", a.nodes);
+  if (a.steps < 2)
+    fail("autoconfig: --steps must be at least 2 (the first is not timed), got {}", a.steps);
+  if (a.memory_gib < 0) fail("autoconfig: --memory must be positive, got {}", a.memory_gib);
+  if (a.link_gbps < 0) fail("autoconfig: --link-gbps must be positive, got {}", a.link_gbps);
+  if (!(a.timeout_s > 0)) fail("autoconfig: --timeout must be positive, got {}", a.timeout_s);
+  if (a.top < 1) fail("autoconfig: --top must be at least 1, got {}", a.top);
+  return a;
+}
+
+double mem_total_bytes() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("MemTotal:", 0) == 0) return std::stod(line.substr(9)) * 1024.0;
+  return 0;
+}
+
+std::string mib(double b) {
+  return fmt::format("{:.1f} MiB", b / 1048576.0);
+}
+
+std::string layout_name(const LayoutCandidate& k) {
+  return fmt::format("tp{} cp{} pp{} vp{} dp{}{}{} mb{} {}", k.tp, k.cp, k.pp, k.vp, k.dp,
+                     k.sp ? " sp" : "", k.shard == "none" ? "" : " " + k.shard, k.micro_batch,
+                     k.recompute);
+}
+
+}  // namespace
+
+int cmd_autoconfig(const CommandArgs& raw) {
+  if (std::find(raw.args.begin(), raw.args.end(), "--probe-link") != raw.args.end())
+    return probe_link_main();
+  const Args a = parse(raw.args);
+  const Config c = Config::load(train_schema(), a.config, a.overrides);
+  TrainConfig cfg = train_config_from(c, false);
+  const int64_t world = a.nodes * a.procs_per_node;
+  StepCalibration cal;
+  cal.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  cal.procs_per_node = a.procs_per_node;
+  // A rank's threads, as `nekton train` sizes them (apps/run_ranks.cc).
+  cal.threads = cfg.threads > 0 ? cfg.threads : std::max<int64_t>(1, cal.cores / a.procs_per_node);
+  cfg.threads = cal.threads;  // the rates are measured at them
+  if (!a.json) set_log_level(LogLevel::Warn);
+
+  AutoconfigRuns runs(a.config, a.overrides, cfg, a.timeout_s);
+  const double budget =
+      a.memory_gib > 0 ? a.memory_gib * 1073741824.0 : mem_total_bytes() / double(a.procs_per_node);
+
+  MachineRates rates;
+  rates.machine = rates_machine(cfg);
+  measure_missing_rates(cfg, rates);
+  // The ranks' share of the cores (measured only for this host's layout
+  // when --measure will run it; else from the core count), then the compute
+  // probes: the recipe on one process.
+  if (a.nodes == 1) cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
+  const Calibration probe = runs.calibrate_compute(cfg, rates, cal);
+  if (a.link_gbps > 0) {
+    cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
+  } else if (world > 1) {
+    runs.calibrate_link(cal);
+  }
+  if (world > 1 && a.nodes == 1) runs.calibrate_messages(cfg, rates, cal);
+
+  LayoutSearchOptions opt;
+  opt.world = world;
+  opt.budget_bytes = budget;
+  opt.rates = &rates;
+  opt.search_cp = opt.search_vp = true;
+  opt.calibration = &cal;
+  const std::vector<LayoutCandidate> all = search_layouts(cfg, opt);
+  std::vector<const LayoutCandidate*> ok;
+  for (const LayoutCandidate& k : all)
+    if (k.accepted) ok.push_back(&k);
+  if (ok.empty()) {
+    std::string why;
+    int64_t smallest = 0;
+    for (const LayoutCandidate& k : all)
+      if (k.memory_bytes > 0 && (smallest == 0 || k.memory_bytes < smallest))
+        smallest = k.memory_bytes;
+    for (size_t i = 0; i < all.size() && i < 5; ++i) why += "\n  " + all[i].reason;
+    fail(
+        "autoconfig: no layout of {} processes fits {} per rank (--memory{}){}; the first "
+        "rejections:{}",
+        world, mib(budget), a.memory_gib > 0 ? "" : ": this host's memory / --procs-per-node",
+        smallest > 0 ? fmt::format("; the smallest needs {}", mib(double(smallest))) : "", why);
+  }
+
+  // The candidates to run: the best K, or with --spread K spread evenly
+  // over the ranking from the best to the worst (a grid that tests the
+  // ranking, not only its head).
+  std::vector<size_t> pick;
+  const size_t K = std::min(ok.size(), size_t(a.measure));
+  for (size_t j = 0; j < K; ++j) {
+    const size_t i = a.spread && K > 1 ? (j * (ok.size() - 1) + (K - 1) / 2) / (K - 1) : j;
+    if (pick.empty() || pick.back() != i) pick.push_back(i);
+  }
+  std::map<size_t, MeasuredRun> measured;
+  for (size_t n = 0; n < pick.size(); ++n) {
+    if (!a.json)
+      fmt::print(stderr, "measuring {}/{}: #{} {}\n", n + 1, pick.size(), pick[n] + 1,
+                 layout_name(*ok[pick[n]]));
+    measured[pick[n]] = runs.measure(*ok[pick[n]], world, a.steps);
+  }
+  // The chosen layout: the measured best, else the predicted best.
+  size_t chosen = 0;
+  double best = 0;
+  for (const auto& [i, m] : measured)
+    if (m.ok() && (best == 0 || m.step_s < best)) best = m.step_s, chosen = i;
+  if (!a.out.empty() && (measured.empty() || best > 0)) runs.write_recipe(a.out, *ok[chosen]);
+
+  if (a.json) {
+    nlohmann::json j = {{"world", world},
+                        {"nodes", a.nodes},
+                        {"procs_per_node", a.procs_per_node},
+                        {"budget_bytes", budget},
+                        {"calibration", cal.to_json()},
+                        {"probes", probe.to_json()},
+                        {"message_probe",
+                         {{"messages", runs.message_probe().messages},
+                          {"predicted_without_s", runs.message_probe().predicted_s},
+                          {"measured_s", runs.message_probe().measured_s}}},
+                        {"accepted", ok.size()},
+                        {"candidates", nlohmann::json::array()},
+                        {"chosen", chosen}};
+    for (size_t i = 0; i < ok.size(); ++i) {
+      nlohmann::json k = ok[i]->to_json();
+      k["rank"] = i + 1;
+      k["layout"] = layout_name(*ok[i]);
+      if (measured.count(i)) k["measured"] = measured.at(i).to_json(ok[i]->step_s());
+      j["candidates"].push_back(k);
+    }
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print(
+        "{} layouts of {} processes ({} node{} x {}) for {} ({} layers, d_model {}), global batch "
+        "{} x {} tokens; {} fit {} per rank\n",
+        all.size(), world, a.nodes, a.nodes == 1 ? "" : "s", a.procs_per_node, cfg.model.arch,
+        cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(),
+        mib(budget));
+    fmt::print(
+        "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
+        "the GEMM/attention rates + {:.2f} ms per micro-batch (probes: {}); link {:.2f} GB/s, "
+        "{:.0f} us per message ({})\n\n",
+        cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
+        cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
+        cal.per_micro_batch_s * 1e3, probe.summary(), cal.link_bytes_per_s / 1e9,
+        cal.link_latency_s * 1e6,
+        a.link_gbps > 0 ? "--link-gbps"
+        : world > 1     ? "measured"
+                        : "unused");
+    const bool meas = !measured.empty();
+    fmt::print("{:>3}  {:<42} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
+               "tokens/s", meas ? "   best step ms    error" : "");
+    for (size_t i = 0; i < ok.size(); ++i) {
+      if (i >= size_t(a.top) && !measured.count(i)) continue;
+      std::string m;
+      if (measured.count(i)) {
+        const MeasuredRun& r = measured.at(i);
+        m = r.ok() ? fmt::format(" {:>14.1f} {:>+7.1f}%", r.step_s * 1e3,
+                                 100.0 * (ok[i]->step_s() - r.step_s) / r.step_s)
+                   : "  " + r.result.describe();
+      }
+      fmt::print("{:>3}  {:<42} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
+                 mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3, ok[i]->tokens_per_s, m);
+    }
+    for (const auto& [i, r] : measured)
+      if (!r.ok())
+        fmt::print("\n#{} failed ({}); the end of its log {}:\n{}", i + 1, r.result.describe(),
+                   r.log, r.log_tail);
+    if (meas && best == 0) {
+      fmt::print("\nno measured run finished\n");
+      fail("autoconfig: none of the {} measured runs finished (their logs are named above)",
+           measured.size());
+    }
+    fmt::print("\n{} best: #{} {}\n", meas ? "measured" : "predicted", chosen + 1,
+               layout_name(*ok[chosen]));
+    fmt::print("  nekton train --nproc {}{}{}{} {}\n", world,
+               a.config.empty() ? "" : " --config " + a.config, a.overrides.empty() ? "" : " ",
+               fmt::join(a.overrides, " "), fmt::join(ok[chosen]->overrides, " "));
+    if (!a.out.empty())
+      fmt::print("  written to {}: nekton train --nproc {} --config {}\n", a.out, world, a.out);
+  }
+  if (!measured.empty() && best == 0)
+    fail("autoconfig: none of the {} measured runs finished (their logs are named above)",
+         measured.size());
+  return 0;
+}
+
+}  // namespace nk

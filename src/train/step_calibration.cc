@@ -1,0 +1,197 @@
+#include "train/step_calibration.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "parallel/pipeline_parallel.h"
+
+namespace nk {
+
+double StepCalibration::oversubscription() const {
+  if (sharing > 0) return std::max(1.0, sharing);
+  return std::max(1.0, double(procs_per_node * threads) / double(std::max<int64_t>(1, cores)));
+}
+
+nlohmann::json StepCalibration::to_json() const {
+  return {{"cores", cores},
+          {"procs_per_node", procs_per_node},
+          {"threads", threads},
+          {"sharing", sharing},
+          {"oversubscription", oversubscription()},
+          {"compute_scale", compute_scale},
+          {"per_micro_batch_s", per_micro_batch_s},
+          {"probe_recompute", probe_recompute},
+          {"link_bytes_per_s", link_bytes_per_s},
+          {"link_latency_s", link_latency_s}};
+}
+
+namespace {
+
+// A dependent chain of multiply-adds: compute-bound on one core, no memory
+// traffic, so its wall time is the share of a core its thread gets.
+double spin(int64_t iters) {
+  double x = 1.0, y = 0.999999;
+  for (int64_t i = 0; i < iters; ++i) x = x * y + 1e-9;
+  return x;
+}
+
+double wall_of(int64_t threads, int64_t iters) {
+  std::vector<std::thread> pool;
+  std::atomic<double> sink{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back([&] { sink = sink + spin(iters); });
+  for (std::thread& t : pool) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double measure_core_sharing(int64_t threads, int64_t total) {
+  if (total <= threads) return 1.0;
+  // About 40 ms per loop on a free core.
+  int64_t iters = 1 << 20;
+  while (wall_of(1, iters) < 0.04 && iters < (int64_t(1) << 34)) iters *= 2;
+  double solo = 1e30, all = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    solo = std::min(solo, wall_of(threads, iters));
+    all = std::min(all, wall_of(total, iters));
+  }
+  return all / solo;
+}
+
+void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,
+                 double m2) {
+  // m_i = a c_i + n_i o: Cramer's rule (the determinant is c1 n2 - c2 n1,
+  // about c (n2 - n1) since both runs compute the same tokens).
+  const double det = c1 * n2 - c2 * n1;
+  double a = det != 0 ? (m1 * n2 - m2 * n1) / det : m1 / c1;
+  double o = det != 0 ? (c1 * m2 - c2 * m1) / det : 0;
+  if (o < 0) o = 0, a = (m1 + m2) / (c1 + c2);
+  if (a < 0.25) {  // noise made the overhead eat the compute: keep the overhead's share
+    a = 0.25;
+    o = std::max(0.0, ((m1 - a * c1) + (m2 - a * c2)) / (n1 + n2));
+  }
+  cal.compute_scale = a;
+  cal.per_micro_batch_s = o;
+}
+
+namespace {
+
+// The layers of the busiest pipeline stage (all of them without pipelining)
+// and how many of those recompute fully.
+std::pair<int64_t, int64_t> stage_layers(const TrainConfig& c, int64_t pp) {
+  const std::vector<Recompute> plan =
+      recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
+  std::pair<int64_t, int64_t> best{0, 0};
+  for (int64_t s = 0; s < pp; ++s) {
+    const PipelineStage st =
+        pp > 1 ? parallel::pipeline_stage(c.model, pp, s, c.parallel.pp_layout, c.parallel.vp)
+               : PipelineStage{};
+    int64_t n = 0, f = 0;
+    for (int64_t l = 0; l < c.model.n_layer; ++l)
+      if (st.holds_layer(c.model, l)) {
+        ++n;
+        f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
+      }
+    if (n > best.first) best = {n, f};
+  }
+  return best;
+}
+
+}  // namespace
+
+double recompute_overhead(const TrainConfig& c) {
+  const std::vector<Recompute> plan =
+      recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
+  const double full = double(std::count(plan.begin(), plan.end(), Recompute::Full));
+  return 1.0 + full / (3.0 * double(std::max<int64_t>(1, c.model.n_layer)));
+}
+
+StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
+                            const StepCalibration& cal) {
+  StepPrediction p;
+  const int64_t cp = std::max<int64_t>(1, c.parallel.mesh.cp),
+                vp = std::max<int64_t>(1, c.parallel.vp);
+  const double m = double(c.grad_accum() / e.dp);  // this rank's micro-batches
+  // 1F1B over pp stages of vp chunks each: the fill and drain take (pp - 1)
+  // chunk-steps of 1/vp of a stage's work; estimate_training counts whole
+  // stages (m + pp - 1).
+  const double mbs = m + double(e.pp - 1) / double(vp);
+  const double vp_factor = mbs / (m + double(e.pp - 1));
+  const auto [layers, full] = stage_layers(c, e.pp);
+  // Cores are shared only while the peers compute: in the pipeline's fill
+  // and drain the idle stages leave them to the busy one.
+  const double bubble = double(e.pp - 1) / double(vp) / mbs;
+  const double over = 1.0 + (cal.oversubscription() - 1.0) * (1.0 - bubble);
+  // Context parallel: each rank computes its T / cp tokens (the balanced
+  // causal split gives every rank the same attention work).
+  p.compute_s = over * cal.compute_scale * e.step.total() * vp_factor / double(cp);
+  p.overhead_s = over * cal.per_micro_batch_s * mbs * double(layers) /
+                 double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
+                 cal.probe_recompute;
+
+  // Communication, per rank and step (ring collectives, no overlap assumed):
+  const double s = double(dtype_size(c.dtype));  // an activation's or compute weight's
+  const double B = double(c.micro_batch), T = double(c.seq_len) / double(cp);
+  const double act = B * T * double(c.model.d_model) * s;
+  // Gradients: all-reduced over the dp x cp ranks that hold the same
+  // weights, in buckets of parallel.bucket_mb (ZeRO-1: a reduce-scatter and
+  // an all-gather per bucket). FSDP reduce-scatters them and all-gathers the
+  // compute weights of every bucket before each micro-batch's forward and
+  // again before its backward (parallel/sharded_weights.h).
+  const int64_t red = e.dp * cp;
+  if (red > 1) {
+    double grads = 0, params = 0;
+    for (const RankEstimate& r : e.stages) {
+      grads = std::max(grads, double(r.params) * double(dtype_size(c.adamw.precision.grads)));
+      params = std::max(params, double(r.params));
+    }
+    const double share = double(red - 1) / double(red);
+    const double buckets =
+        std::max(1.0, std::ceil(grads / std::max(1.0, c.ddp.bucket_mb * 1048576.0)));
+    switch (c.ddp.shard) {
+      case parallel::Shard::None:
+        p.comm_bytes += 2.0 * share * grads, p.messages += buckets;
+        break;
+      case parallel::Shard::Optimizer:
+        p.comm_bytes += 2.0 * share * grads, p.messages += 2.0 * buckets;
+        break;
+      case parallel::Shard::Full:
+        p.comm_bytes += share * (grads + 2.0 * m * params * s);
+        p.messages += buckets * (1.0 + 2.0 * m);
+        break;
+    }
+  }
+  // Tensor parallel: 4 all-reduces per layer and micro-batch (2 forward, 2
+  // backward; sp: as many reduce-scatters and all-gathers of the same
+  // bytes), 2 more for a fully recomputed layer; the vocabulary-parallel
+  // loss's 3 small ones.
+  if (e.tp > 1) {
+    const double calls = double(4 * layers + 2 * full);
+    p.comm_bytes += m * calls * 2.0 * double(e.tp - 1) / double(e.tp) * act;
+    p.messages += m * (calls + 3.0);
+  }
+  // Pipeline: each micro-batch's activation sent on and its gradient sent
+  // back at every one of the rank's vp chunk boundaries.
+  if (e.pp > 1) {
+    p.comm_bytes += m * double(vp) * 2.0 * act / (c.parallel.sequence_parallel ? e.tp : 1);
+    p.messages += m * double(vp) * 2.0;
+  }
+  // Context parallel: the ring passes every layer's keys and values on
+  // cp - 1 times forward, and keys, values and their gradients backward.
+  if (cp > 1) {
+    const double kv =
+        2.0 * B * T * double(c.model.n_kv_head * c.model.head_dim()) * s / double(e.tp);
+    p.comm_bytes += m * double(layers) * double(cp - 1) * 3.0 * kv;
+    p.messages += m * double(layers) * double(cp - 1) * 3.0;
+  }
+  p.comm_bytes += double(e.a2a_bytes_per_step);
+  p.comm_s = p.comm_bytes / cal.link_bytes_per_s + p.messages * cal.link_latency_s;
+  return p;
+}
+
+}  // namespace nk

@@ -1,0 +1,79 @@
+// The step-time model of `nekton autoconfig`, calibrated on this machine.
+// estimate_training's compute time (GEMM, attention and memory rates
+// measured on one process at the threads a rank gets) is off on its own:
+// it leaves out what every op costs beside its arithmetic (dispatch, OpenMP
+// fork/join, small elementwise passes), ranks that share cores, and the
+// link. The calibration holds those, each measured by a short probe:
+//   compute_scale, per_micro_batch_s  two one-process training runs of the
+//       recipe (one micro-batch per step, then several): measured step =
+//       compute_scale x predicted compute + micro-batches x per_micro_batch_s;
+//   cores, sharing                    this host's, shared by its ranks (the
+//       slowdown of a CPU loop on every rank's threads at once);
+//   link_bytes_per_s, link_latency_s  an all-reduce of 4 KiB and of 4 MiB
+//       between two ranks (or --link-gbps).
+// A rank's step is then
+//   oversub x (compute_scale x compute / cp x vp's bubble
+//              + per_micro_batch_s x micro-batches x its layers / n_layer)
+//   + the bytes it moves / link_bytes_per_s + its messages x link_latency_s
+// with oversub = max(1, sharing), or without it max(1, ranks per host x
+// threads per rank / cores), applied to the share of the step outside the
+// pipeline's bubble (idle stages leave their cores to the busy ones).
+#pragma once
+#include <cstdint>
+
+#include "core/json.h"
+#include "train/estimate.h"
+#include "train/train_config.h"
+
+namespace nk {
+
+struct StepCalibration {
+  int64_t cores = 1;           // of one host
+  int64_t procs_per_node = 1;  // ranks sharing them
+  int64_t threads = 1;         // each rank's (train.threads, or cores / procs_per_node)
+  // Measured: the wall time of a fixed CPU loop run on procs_per_node x
+  // threads threads at once over its time on `threads` (the probes' share
+  // of the cores); it holds the ranks' sharing of the cores and other load
+  // on the host. 0: not measured, procs_per_node x threads / cores.
+  double sharing = 0;
+  double compute_scale = 1;
+  double per_micro_batch_s = 0;
+  // The share of per_micro_batch_s the probes' own recompute added
+  // (recompute_overhead of their recipe): a candidate's is scaled by its own
+  // over this.
+  double probe_recompute = 1;
+  double link_bytes_per_s = 0.5e9;
+  double link_latency_s = 30e-6;
+  double oversubscription() const;  // >= 1
+  nlohmann::json to_json() const;
+};
+
+// `sharing` on this host: the best of 3 rounds of a CPU loop on `threads`
+// threads, then on `total` threads at once (each thread the same loop).
+double measure_core_sharing(int64_t threads, int64_t total);
+
+// The calibration's two unknowns from the probes: a run with n1 micro-batches
+// per step whose compute is predicted c1 and measured m1 seconds, and one
+// with n2 != n1. Negative solutions (noise) are clamped: a scale of at least
+// 0.25, an overhead of at least 0.
+void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,
+                 double m2);
+
+// A fully recomputed layer runs its forward's ops once more: the
+// per-micro-batch cost of cfg's plan over that of no recompute (1 + a third
+// of the fully recomputed share of the layers; the forward is about a third
+// of a layer's ops).
+double recompute_overhead(const TrainConfig& cfg);
+
+struct StepPrediction {
+  double compute_s = 0, overhead_s = 0, comm_s = 0;
+  double comm_bytes = 0, messages = 0;
+  double total() const { return compute_s + overhead_s + comm_s; }
+};
+
+// The step of one rank of cfg's layout on `world` processes; `e` is
+// estimate_training(cfg, world, rates) with the rates at cal.threads.
+StepPrediction predict_step(const TrainConfig& cfg, const TrainEstimate& e,
+                            const StepCalibration& cal);
+
+}  // namespace nk
