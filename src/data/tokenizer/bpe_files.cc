@@ -482,11 +482,12 @@ std::unique_ptr<Tokenizer> open_hf_spm(const nlohmann::json& meta, const fs::pat
 }
 
 // The BPE vocabulary of folder `dir` (the kinds load_bpe_dir lists) into `v`;
-// false if the folder holds none of them.
-bool read_bpe_dir(const std::string& dir, BpeVocab& v) {
+// false if the folder holds none of them. `meta`: its tokenizer.json, when
+// the caller has read it already (null: read here, if there is one).
+bool read_bpe_dir(const std::string& dir, BpeVocab& v, nlohmann::json meta = nullptr) {
   const fs::path d(dir), meta_path = d / "tokenizer.json";
-  nlohmann::json meta;
-  if (fs::exists(meta_path)) meta = parse_json(read_file(meta_path.string()), meta_path.string());
+  if (meta.is_null() && fs::exists(meta_path))
+    meta = parse_json(read_file(meta_path.string()), meta_path.string());
   if (is_nekton_meta(meta)) {
     if (meta["type"] != "bpe") return false;
     v = load_nekton_dir(d, meta, meta_path);
@@ -567,12 +568,13 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
   } else if (fs::is_directory(spec)) {
     // A SentencePiece-style tokenizer.json with no tokenizer.model beside it.
     const fs::path meta_path = fs::path(spec) / "tokenizer.json";
-    if (fs::is_regular_file(meta_path) && !fs::exists(fs::path(spec) / "tokenizer.model")) {
-      const nlohmann::json meta = parse_json(read_file(meta_path.string()), meta_path.string());
-      if (!is_nekton_meta(meta))
+    nlohmann::json meta;
+    if (fs::is_regular_file(meta_path)) {
+      meta = parse_json(read_file(meta_path.string()), meta_path.string());
+      if (!is_nekton_meta(meta) && !fs::exists(fs::path(spec) / "tokenizer.model"))
         if (auto spm = open_hf_spm(meta, meta_path, spec)) return spm;
     }
-    if (read_bpe_dir(spec, v)) return std::make_unique<BpeTokenizer>(std::move(v));
+    if (read_bpe_dir(spec, v, std::move(meta))) return std::make_unique<BpeTokenizer>(std::move(v));
     // vocab.bpe without its encoder.json: a BPE folder missing a file.
     if (fs::exists(fs::path(spec) / "vocab.bpe")) fail_no_bpe_dir(spec);
     return nullptr;

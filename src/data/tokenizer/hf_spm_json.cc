@@ -329,6 +329,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
       id_of.emplace(c, int32_t(id));
       s.added.emplace_back(c, int32_t(id));
       const bool special = flag(a, "special", false, where, file);
+      if (special) s.special_added.push_back(int32_t(id));
       if (flag(a, "normalized", !special, where, file)) s.normalized_added.push_back(int32_t(id));
     }
   s.eod = config_token(config, "eos_token", config_path, id_of, {"</s>", "<eos>"});

@@ -58,6 +58,7 @@ struct SpmBpeSpec {
   // Added tokens (content, id), and the ids of those matched in normalized text.
   std::vector<std::pair<std::string, int32_t>> added;
   std::vector<int32_t> normalized_added;
+  std::vector<int32_t> special_added;  // the ids of those marked special
   int32_t eod = -1, bos = -1;
 
   struct DecodeStep {

@@ -60,33 +60,15 @@ const std::string& pieces_tsv() {
     o.num_threads = 2;
     const std::string model = work() / "spm.model";
     test::write_file(model, train_sentencepiece(o));
-    auto sp = SentencePieceTokenizer::open(model);
-    std::string out;
-    using T = SentencePieceTokenizer::PieceType;
-    for (int32_t id = 0; id < int32_t(sp->vocab_size()); ++id) {
-      const T t = sp->piece_type(id);
-      const bool user =
-          std::find(kUserSymbols.begin(), kUserSymbols.end(), sp->piece(id)) != kUserSymbols.end();
-      const char* type = user               ? "user"
-                         : t == T::kUnknown ? "unknown"
-                         : t == T::kControl ? "control"
-                         : t == T::kByte    ? "byte"
-                         : t == T::kUnused  ? "unused"
-                                            : "normal";
-      out += fmt::format("{}\t{}\t{}\n", sp->piece(id), sp->score(id), type);
-    }
     const std::string tsv = work() / "spm_pieces.tsv";
-    test::write_file(tsv, out);
+    write_spm_pieces(model, tsv, kUserSymbols);
     return tsv;
   }();
   return path;
 }
 
 std::string spm_dir(const std::string& style) {
-  const std::string dir = work() / ("spm_" + style);
-  if (!fs::exists(fs::path(dir) / "tokenizer.json"))
-    node("spm " + style + " '" + pieces_tsv() + "' '" + dir + "'");
-  return dir;
+  return spm_folder(style, pieces_tsv(), work() / ("spm_" + style));
 }
 
 // The reference's ids and decoded text of each document.
