@@ -18,6 +18,7 @@
 #include "data/tokenizer/hf_spm_json.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/utf8.h"
+#include "gguf_test_util.h"
 #include "hf_test_util.h"
 
 namespace nk {
@@ -124,6 +125,42 @@ TEST(GgufSpmBpe, HfImportRecordsItAndExportWritesItBack) {
   EXPECT_EQ(a, b);
   export_hf(tmp / "nk", tmp / "back");
   EXPECT_EQ(test::read_file(tmp / "back/tokenizer.json"), test::read_file(src + "/tokenizer.json"));
+}
+
+// llama.cpp itself (node-llama-cpp's prebuilt CPU library, as
+// gguf_llama_cpp_test.cc runs it) tokenizes text with the exported
+// vocabulary as the tokenizer.json does, and spells it back.
+TEST(GgufSpmBpe, LlamaCppTokenizesAsTheTokenizerJson) {
+  REQUIRE_REFERENCE();
+  const std::string modules = assets_dir() + "/llama-cpp/node_modules";
+  NK_REQUIRE_ASSET(std::filesystem::exists(modules + "/node-llama-cpp/package.json") &&
+                       std::filesystem::exists(modules + "/@node-llama-cpp/linux-x64"),
+                   "node-llama-cpp (scripts/fetch_assets.sh --test)");
+  const std::string text =
+      "Gr\u00fc\u00dfe aus K\u00f6ln!  Two  spaces, \u4e16\u754c\u4f60\u597d, "
+      "\u16A0\u16A2 \U0001F600 int main(void) { return 0; }\n\ttab";
+  for (const std::string style : {"llama", "metaspace", "gemma"}) {
+    SCOPED_TRACE(style);
+    const std::string src = spm_folder(style, pieces_tsv(), work() / fmt::format("lc_{}", style));
+    auto tok = load_tokenizer(src);
+    const std::string model = work() / fmt::format("lc_model_{}", style),
+                      gguf = fmt::format("{}.gguf", model), out = fmt::format("{}.json", model);
+    test::save_tiny_model(model, test::tiny_llama(tok->vocab_size(), false), 5, src);
+    test::RunResult r = test::run_nekton(fmt::format("export gguf {} {} --type f32", model, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = test::run_command(
+        fmt::format("node {}/tests/ckpt/llama_cpp_eval.mjs {} {} 1,2,3 1 '{}' > {}", NK_SOURCE_DIR,
+                    modules, gguf, text, out));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string printed = test::read_file(out);
+    ASSERT_FALSE(printed.empty()) << r.out;
+    const auto j = nlohmann::json::parse(printed.substr(printed.rfind("\n{") + 1));
+    const std::vector<int32_t> want = tok->encode(text);
+    EXPECT_EQ(j["tokenized"].get<std::vector<int32_t>>(), want);
+    EXPECT_EQ(j["detokenized"].get<std::string>(), text);
+    std::printf("[llama.cpp] %s: %zu tokens as the tokenizer.json gives\n", style.c_str(),
+                want.size());
+  }
 }
 
 TEST(GgufSpmBpe, ShapesSentencePieceCannotExpressAreRefused) {

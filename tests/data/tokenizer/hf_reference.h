@@ -79,11 +79,10 @@ inline std::vector<std::vector<int32_t>> reference_encode(const std::string& dir
 inline std::string show(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t at) {
   std::string s;
   for (size_t i = at > 5 ? at - 5 : 0; i < std::min(ids.size(), at + 5); ++i) {
-    std::string t;
+    std::string t(1, '?');  // for an id outside the vocabulary
     try {
       t = tok.token_bytes(ids[i]);
     } catch (const Error&) {
-      t = "?";
     }
     s += fmt::format("{}{}'{}'", i == at ? " >>" : " ", ids[i], escape_invalid_utf8(t));
   }
