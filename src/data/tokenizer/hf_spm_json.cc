@@ -280,6 +280,8 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
     const int64_t id = json_int(it.value(), file, where, 0, limits::kVocab - 1);
     place(it.key(), id, where);
     id_of.emplace(it.key(), int32_t(id));
+    if (size_t(id) >= s.in_model.size()) s.in_model.resize(size_t(id) + 1);
+    s.in_model[size_t(id)] = true;
   }
   const json& unk = member(m, "unk_token");
   if (!unk.is_null()) {
@@ -332,6 +334,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
       if (special) s.special_added.push_back(int32_t(id));
       if (flag(a, "normalized", !special, where, file)) s.normalized_added.push_back(int32_t(id));
     }
+  s.in_model.resize(s.pieces.size());
   s.eod = config_token(config, "eos_token", config_path, id_of, {"</s>", "<eos>"});
   s.bos = config_token(config, "bos_token", config_path, id_of, {"<s>", "<bos>"});
   return s;

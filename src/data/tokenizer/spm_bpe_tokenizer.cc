@@ -94,7 +94,11 @@ SpmBpeTokenizer::SpmBpeTokenizer(SpmBpeSpec spec) : spec_(std::move(spec)) {
   id_of_.reserve(size_t(n));
   for (int32_t id = 0; id < n; ++id) {
     const std::string& p = spec_.pieces[size_t(id)];
-    if (p.empty() || is_added_[size_t(id)]) continue;
+    // Added tokens that are model pieces too (Llama's <s>, Gemma's runs of
+    // "▁" or newlines) are pieces merges may make, as in Hugging Face's model.
+    if (p.empty() ||
+        (size_t(id) < spec_.in_model.size() ? !spec_.in_model[size_t(id)] : is_added_[size_t(id)]))
+      continue;
     id_of_.emplace(p, id);
     if (const int b = byte_of_piece(p); b >= 0 && p.substr(3, 2) == fmt::format("{:02X}", b))
       byte_id_[b] = id;
@@ -330,8 +334,9 @@ std::string SpmBpeTokenizer::decode(std::span<const int32_t> ids) const {
 std::string SpmBpeTokenizer::token_bytes(int32_t id) const {
   check_id(id, 0);
   std::string p = spec_.pieces[size_t(id)];
-  if (is_added_[size_t(id)]) return p;
-  if (const int b = byte_of_piece(p); b >= 0) return std::string(1, char(b));
+  if (const int b = byte_of_piece(p); b >= 0 && !is_added_[size_t(id)])
+    return std::string(1, char(b));
+  // Added tokens too, as Hugging Face's decoder sees them (Gemma's "▁▁").
   replace_all(p, spec_.replacement, " ");
   return p;
 }

@@ -51,6 +51,8 @@ struct SpmBpeSpec {
   Behavior behavior = Behavior::kMergedWithPrevious;  // kSplit
 
   std::vector<std::string> pieces;                  // by id; "" is a hole
+  std::vector<bool> in_model;                       // by id: a piece of model.vocab
+                                                    // (not only an added token)
   std::vector<std::pair<int32_t, int32_t>> merges;  // piece ids, in rank order
   int32_t unk = -1;                                 // -1: no unk piece
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
@@ -89,8 +91,8 @@ class SpmBpeTokenizer : public Tokenizer {
   // As Hugging Face's decode(ids, skip_special_tokens=False): the decoder's
   // text (valid UTF-8; an invalid byte run is U+FFFD per byte).
   std::string decode(std::span<const int32_t> ids) const override;
-  // The piece with the replacement as a space, a byte piece as its byte, an
-  // added token as its text.
+  // The piece (an added token's text too) with the replacement as a space, a
+  // byte piece as its byte.
   std::string token_bytes(int32_t id) const override;
   int32_t eod_id() const override { return spec_.eod; }
   int32_t bos_id() const override { return spec_.bos; }

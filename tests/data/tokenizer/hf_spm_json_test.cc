@@ -293,6 +293,23 @@ TEST(HfSpmJson, UnknownCharactersAndIgnoreMerges) {
   EXPECT_EQ(open_small(j)->encode("abc"), (std::vector<int32_t>{6}));
 }
 
+// An added token that is a model piece too (Gemma adds runs of "▁" and of
+// newlines) is a piece merges make, as in Hugging Face's BPE model; matched
+// as written (normalized false) it is never found in text with spaces.
+TEST(HfSpmJson, AddedTokenThatIsAPieceIsMerged) {
+  json j = small(
+      {"<unk>", "a", "b", "\u2581", "\u2581\u2581"}, {"\u2581 \u2581"},
+      {{"normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}},
+       {"added_tokens",
+        {{{"id", 4}, {"content", "\u2581\u2581"}, {"normalized", false}, {"special", false}}}}});
+  auto t = open_small(j);
+  EXPECT_EQ(t->encode("a  b"), (std::vector<int32_t>{1, 4, 2}));
+  std::vector<int32_t> ids;
+  t->encode_with_specials("a  b\u2581\u2581", ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 4, 2, 4}));
+  EXPECT_EQ(t->token_bytes(4), "  ");  // as the decoder sees an added token too
+}
+
 TEST(HfSpmJson, SplitBehaviours) {
   const std::vector<std::string> pieces = {"<unk>", "a", "-", "a-", "-a"};
   const std::vector<std::string> merges = {"a -", "- a"};
