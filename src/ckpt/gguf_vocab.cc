@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
 #include "core/error.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_merge.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/byte_tokenizer.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
+#include "data/tokenizer/spm_bpe_tokenizer.h"
 
 namespace nk {
 
@@ -115,6 +120,113 @@ GgufVocab from_bpe(const BpeTokenizer& bpe) {
   return v;
 }
 
+[[noreturn]] void refuse_spm(const SpmBpeSpec& spec, const std::string& what) {
+  fail(
+      "the SentencePiece-style tokenizer '{}' has {}, which llama.cpp's SentencePiece "
+      "tokenizer (spaces as \"\u2581\", one \"\u2581\" first or none) does not do; pass "
+      "--tokenizer SPEC with one that has a GGUF form",
+      spec.name, what);
+}
+
+// Whether the normalizer and pre-tokenizer of `spec` are what SentencePiece's
+// own normalization does (spaces as "▁", maybe one "▁" first), and whether a
+// "▁" goes first (add_space_prefix); nk::Error naming what is not.
+bool spm_space_prefix(const SpmBpeSpec& spec) {
+  using nlohmann::json;
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  const json prepend = {{"type", "Prepend"}, {"prepend", "\u2581"}};
+  const json n = spec.normalizer.empty() ? json() : json::parse(spec.normalizer);
+  auto refuse = [&](const std::string& what) { refuse_spm(spec, what); };
+  auto same = [](const json& a, const json& b) {
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k) || a[k] != v) return false;
+    return true;
+  };
+
+  using Pre = SpmBpeSpec::Pre;
+  if (spec.pre == Pre::kMetaspace) {
+    if (!n.is_null()) refuse("a normalizer (" + spec.normalizer + ") before Metaspace");
+    if (spec.replacement != "\u2581") refuse("Metaspace's replacement '" + spec.replacement + "'");
+    if (spec.split) refuse("Metaspace with split true");
+    return spec.prepend != SpmBpeSpec::Prepend::kNever;
+  }
+  if (spec.pre == Pre::kSplit && spec.split_literal != " ")
+    refuse("a Split on '" + spec.split_literal + "'");
+  if (n.is_object() && same(n, replace)) return false;  // Gemma
+  const json steps = n.is_object() ? n.value("normalizers", json()) : json();
+  if (n.is_object() && n.value("type", "") == "Sequence" && steps.is_array() && steps.size() == 2 &&
+      same(steps[0], prepend) && same(steps[1], replace))
+    return true;  // Llama 2, Mistral
+  refuse_spm(spec,
+             n.is_null()
+                 ? std::string("neither a normalizer nor Metaspace putting spaces as \"\u2581\"")
+                 : "the normalizer " + spec.normalizer);
+}
+
+GgufVocab from_spm_bpe(const SpmBpeTokenizer& t) {
+  const SpmBpeSpec& spec = t.spec();
+  GgufVocab v;
+  v.model = "llama";
+  v.add_space_prefix = spm_space_prefix(spec);
+  const size_t n = spec.pieces.size();
+  // llama.cpp merges the adjacent pair whose joined piece scores highest;
+  // Hugging Face the pair of lowest rank. A piece scores minus the rank of
+  // the first merge that makes it, so both take the same order; pieces no
+  // merge makes (single characters) score lower than all of them.
+  std::unordered_map<std::string, int32_t> id_of;
+  for (size_t id = 0; id < n; ++id)
+    if (!spec.pieces[id].empty()) id_of.emplace(spec.pieces[id], int32_t(id));
+  v.scores.assign(n, -float(spec.merges.size() + 1));
+  std::vector<bool> scored(n, false);
+  for (size_t r = 0; r < spec.merges.size(); ++r) {
+    const auto [a, b] = spec.merges[r];
+    auto it = id_of.find(spec.pieces[size_t(a)] + spec.pieces[size_t(b)]);
+    if (it == id_of.end() || scored[size_t(it->second)]) continue;
+    scored[size_t(it->second)] = true;
+    v.scores[size_t(it->second)] = -float(r);
+  }
+  auto has = [](const std::vector<int32_t>& ids, int32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  std::vector<bool> added(n, false);
+  for (const auto& [text, id] : spec.added) added[size_t(id)] = true;
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& p = spec.pieces[id];
+    v.tokens.push_back(p.empty() ? fmt::format("[PAD{}]", id) : p);
+    const int32_t i = int32_t(id);
+    v.types.push_back(p.empty()                                 ? kTokUnused
+                      : i == spec.unk                           ? kTokUnknown
+                      : added[id] && has(spec.special_added, i) ? kTokControl
+                      : added[id]                               ? kTokUserDefined
+                      : SpmBpeTokenizer::byte_of_piece(p) >= 0  ? kTokByte
+                                                                : kTokNormal);
+  }
+  // SentencePiece (and llama.cpp) need all 256 byte pieces. Gemma's
+  // converter renames <0x09> to "\t"; such a single-byte piece standing in
+  // for its missing byte piece is that byte piece again (the same ids).
+  std::vector<bool> has_byte(256, false);
+  for (size_t id = 0; id < n; ++id)
+    if (const int b = SpmBpeTokenizer::byte_of_piece(spec.pieces[id]); b >= 0)
+      has_byte[size_t(b)] = true;
+  for (int b = 0; b < 256; ++b) {
+    if (has_byte[size_t(b)]) continue;
+    auto it = b < 0x80 ? id_of.find(std::string(1, char(b))) : id_of.end();
+    if (it == id_of.end() || added[size_t(it->second)])
+      fail(
+          "the SentencePiece-style tokenizer '{}' has no byte piece <0x{:02X}>, which llama.cpp's "
+          "SentencePiece tokenizer needs for all 256 bytes; pass --tokenizer SPEC with one that "
+          "has a GGUF form",
+          spec.name, b);
+    v.tokens[size_t(it->second)] = fmt::format("<0x{:02X}>", b);
+    v.types[size_t(it->second)] = kTokByte;
+  }
+  v.bos = t.bos_id();
+  v.eos = t.eod_id();
+  v.unk = spec.unk;
+  v.add_bos = v.bos >= 0;  // a Llama or Gemma prompt starts with its bos
+  return v;
+}
+
 GgufVocab from_bytes() {
   GgufVocab v;
   v.model = "gpt2";
@@ -160,6 +272,8 @@ GgufVocab gguf_vocab(const Tokenizer& tok, int64_t model_vocab_size) {
     v = from_sentencepiece(*sp);
   else if (auto* bpe = dynamic_cast<const BpeTokenizer*>(&tok))
     v = from_bpe(*bpe);
+  else if (auto* spm = dynamic_cast<const SpmBpeTokenizer*>(&tok))
+    v = from_spm_bpe(*spm);
   else if (tok.kind() == "bytes")
     v = from_bytes();
   else

@@ -1,5 +1,12 @@
 // A Nekton tokenizer as llama.cpp's GGUF tokenizer metadata (tokenizer.ggml.*):
 //   SentencePiece (BPE models)  model "llama": pieces as stored, scores, types
+//   SentencePiece-style BPE     model "llama" from Hugging Face's tokenizer.json
+//     (spm_bpe_tokenizer.h)     (Llama 2, Mistral, Gemma, Phi-3): the pieces; a
+//                               piece's score minus the rank of the first merge
+//                               that makes it (llama.cpp merges the best-scoring
+//                               pair, which is then Hugging Face's order);
+//                               added tokens control (special) or user-defined;
+//                               add_space_prefix from Prepend "▁" or Metaspace
 //   byte-level BPE              model "gpt2": tokens spelled in GPT-2's
 //                               byte-to-unicode alphabet, merges "a b" in rank
 //                               order, pre-tokenizer name from the regex

@@ -97,6 +97,40 @@ hf_tokenizer = {
               "merges": [f"{spell(a)} {spell(b)}" for a, b in MERGES]}}
 put("tokenizer_json", "hf_normalizers", json.dumps(hf_tokenizer, indent=1).encode() + SEP)
 
+# A SentencePiece-style BPE (Llama 2 / Mistral legacy shape): byte fallback,
+# pieces spelled with "\u2581", Prepend + Replace, Strip decoder; and the
+# Metaspace shape (Phi-3) with Gemma's added-token style.
+R = "\u2581"
+spm_pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + \
+    [R, "a", "b", "H", "e", "l", "o", R + "a", R + "H", "ll", "He", "llo", "Hello", R + "Hello"]
+spm_merges = [[R, "a"], [R, "H"], ["l", "l"], ["H", "e"], ["ll", "o"], ["He", "llo"], [R, "Hello"]]
+spm_decoder = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": R}, "content": " "}, {"type": "ByteFallback"},
+    {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+spm_tokenizer = {
+    "version": "1.0",
+    "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False,
+                      "rstrip": False, "normalized": False, "special": True}
+                     for i, c in enumerate(["<unk>", "<s>", "</s>"])],
+    "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": R},
+        {"type": "Replace", "pattern": {"String": " "}, "content": R}]},
+    "pre_tokenizer": None,
+    "decoder": spm_decoder,
+    "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True,
+              "byte_fallback": True, "ignore_merges": False,
+              "vocab": {p: i for i, p in enumerate(spm_pieces)},
+              "merges": [f"{a} {b}" for a, b in spm_merges]}}
+put("tokenizer_json", "hf_spm_llama", json.dumps(spm_tokenizer, indent=1).encode() + SEP)
+spm_tokenizer["normalizer"] = None
+spm_tokenizer["pre_tokenizer"] = {"type": "Metaspace", "replacement": R,
+                                  "prepend_scheme": "first", "split": True}
+spm_tokenizer["decoder"] = {"type": "Metaspace", "replacement": R, "prepend_scheme": "first"}
+spm_tokenizer["added_tokens"].append({"id": len(spm_pieces), "content": "<start_of_turn>",
+                                      "normalized": False, "special": True})
+spm_tokenizer["model"]["merges"] = spm_merges
+put("tokenizer_json", "hf_spm_metaspace", json.dumps(spm_tokenizer, indent=1).encode() + SEP)
+
 # Megatron .idx/.bin: 3 sequences in 2 documents, u16 and i32 tokens.
 def indexed(code, size, seqs, doc_idx):
     fmt = {2: "<H", 4: "<i"}[size]

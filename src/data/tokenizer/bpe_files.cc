@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "data/tokenizer/bpe_merge.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/hf_spm_json.h"
 #include "data/tokenizer/hf_tokenizer_json.h"
 #include "data/tokenizer/text_normalizer.h"
 
@@ -461,12 +462,32 @@ BpeVocab load_hf_json(const nlohmann::json& meta, const fs::path& meta_path) {
   return hf_bpe_vocab(meta, meta_path.string(), config, config_path.string());
 }
 
+// The tokenizer_config.json beside `meta_path`, or null.
+nlohmann::json config_beside(const fs::path& meta_path, fs::path& config_path) {
+  config_path = meta_path.parent_path() / "tokenizer_config.json";
+  if (!fs::exists(config_path)) return nullptr;
+  return parse_json(read_file(config_path.string()), config_path.string());
+}
+
+// Hugging Face's tokenizer.json of a SentencePiece-style BPE (hf_spm_json.h),
+// named `name`; nullptr when `meta` is a byte-level BPE's.
+std::unique_ptr<Tokenizer> open_hf_spm(const nlohmann::json& meta, const fs::path& meta_path,
+                                       const std::string& name) {
+  if (!is_hf_spm_bpe(meta)) return nullptr;
+  fs::path config_path;
+  const nlohmann::json config = config_beside(meta_path, config_path);
+  SpmBpeSpec spec = hf_spm_bpe_spec(meta, meta_path.string(), config, config_path.string());
+  spec.name = name;
+  return std::make_unique<SpmBpeTokenizer>(std::move(spec));
+}
+
 // The BPE vocabulary of folder `dir` (the kinds load_bpe_dir lists) into `v`;
-// false if the folder holds none of them.
-bool read_bpe_dir(const std::string& dir, BpeVocab& v) {
+// false if the folder holds none of them. `meta`: its tokenizer.json, when
+// the caller has read it already (null: read here, if there is one).
+bool read_bpe_dir(const std::string& dir, BpeVocab& v, nlohmann::json meta = nullptr) {
   const fs::path d(dir), meta_path = d / "tokenizer.json";
-  nlohmann::json meta;
-  if (fs::exists(meta_path)) meta = parse_json(read_file(meta_path.string()), meta_path.string());
+  if (meta.is_null() && fs::exists(meta_path))
+    meta = parse_json(read_file(meta_path.string()), meta_path.string());
   if (is_nekton_meta(meta)) {
     if (meta["type"] != "bpe") return false;
     v = load_nekton_dir(d, meta, meta_path);
@@ -534,6 +555,7 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
         fail("{}: a Nekton tokenizer of type {}, not a BPE", spec, meta["type"].dump());
       v = load_nekton_dir(meta_path.parent_path(), meta, meta_path);
     } else if (meta.is_object() && meta.contains("model")) {
+      if (auto spm = open_hf_spm(meta, meta_path, spec)) return spm;
       v = load_hf_json(meta, meta_path);
       v.name = spec;
     } else {
@@ -544,7 +566,15 @@ std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec) {
     }
     return std::make_unique<BpeTokenizer>(std::move(v));
   } else if (fs::is_directory(spec)) {
-    if (read_bpe_dir(spec, v)) return std::make_unique<BpeTokenizer>(std::move(v));
+    // A SentencePiece-style tokenizer.json with no tokenizer.model beside it.
+    const fs::path meta_path = fs::path(spec) / "tokenizer.json";
+    nlohmann::json meta;
+    if (fs::is_regular_file(meta_path)) {
+      meta = parse_json(read_file(meta_path.string()), meta_path.string());
+      if (!is_nekton_meta(meta) && !fs::exists(fs::path(spec) / "tokenizer.model"))
+        if (auto spm = open_hf_spm(meta, meta_path, spec)) return spm;
+    }
+    if (read_bpe_dir(spec, v, std::move(meta))) return std::make_unique<BpeTokenizer>(std::move(v));
     // vocab.bpe without its encoder.json: a BPE folder missing a file.
     if (fs::exists(fs::path(spec) / "vocab.bpe")) fail_no_bpe_dir(spec);
     return nullptr;

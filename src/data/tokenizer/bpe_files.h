@@ -51,8 +51,10 @@ void save_bpe_tokenizer(const BpeVocab& vocab, const std::string& dir);
 BpeVocab load_bpe_dir(const std::string& dir);
 
 // The factory's BPE branch (see load_tokenizer): an OpenAI name, a FILE.tiktoken,
-// or a folder as load_bpe_dir reads. Nullptr if `spec` is none of these (a
-// SentencePiece folder, say), so the factory can try other kinds.
+// or a folder as load_bpe_dir reads; a Hugging Face tokenizer.json of a
+// SentencePiece-style BPE (hf_spm_json.h; in a folder, one without a
+// tokenizer.model) is an SpmBpeTokenizer. Nullptr if `spec` is none of these
+// (a SentencePiece folder, say), so the factory can try other kinds.
 std::unique_ptr<Tokenizer> open_bpe_tokenizer(const std::string& spec);
 
 // GPT-2's reversible byte <-> printable code point mapping (bytes_to_unicode).

@@ -238,9 +238,8 @@ void check_model_options(const json& m, const std::string& file) {
   if (flag(m, "byte_fallback", false, "model", file))
     fail(
         "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral, Gemma: "
-        "pieces spelled with '\u2581', byte fallback), which Nekton reads from the "
-        "tokenizer.model that ships beside it; a tokenizer.json of this kind without one is not "
-        "supported",
+        "pieces spelled with '\u2581', byte fallback), not a byte-level one; load_tokenizer "
+        "reads it as such (hf_spm_json.h)",
         file);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json& v = member(m, key);

@@ -19,7 +19,8 @@
 // merging its own bytes does not give. On the tokenizers that pass (those
 // converted from tiktoken, as Llama 3's, and GPT-2's) the tests compare the ids
 // with Hugging Face's own implementation. Every option this cannot honour is
-// an nk::Error naming the file and the JSON key.
+// an nk::Error naming the file and the JSON key. A SentencePiece-style BPE
+// (byte_fallback, Metaspace) is hf_spm_json.h's to read.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -16,7 +16,7 @@ namespace nk {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // "bytes", "bpe" or "sentencepiece".
+  // "bytes", "bpe", "sentencepiece" or "spm_bpe" (spm_bpe_tokenizer.h).
   virtual std::string kind() const = 0;
   virtual int64_t vocab_size() const = 0;
   // Appends the ids of `text` to `out`. Special-token strings in the text are
@@ -70,9 +70,12 @@ void split_on_specials(std::string_view text,
 //                                              tokenizer saved by Nekton, Hugging
 //                                              Face's tokenizer.json of a
 //                                              byte-level BPE (Llama 3; see
-//                                              hf_tokenizer_json.h), or a folder
-//                                              with tokenizer.model
-//                                              (SentencePiece, as HF ships it)
+//                                              hf_tokenizer_json.h) or of a
+//                                              SentencePiece-style BPE (Llama
+//                                              2, Gemma; hf_spm_json.h), or a
+//                                              folder with tokenizer.model
+//                                              (SentencePiece, as HF ships it;
+//                                              preferred to its tokenizer.json)
 //   DIR/tokenizer.json                         the same as DIR
 //   FILE.json                                  a tokenizer.json under another
 //                                              name (Hugging Face's, with the

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "data/tokenizer/bpe_corpus.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
 #include "test_util.h"
@@ -77,11 +79,10 @@ inline std::vector<std::vector<int32_t>> reference_encode(const std::string& dir
 inline std::string show(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t at) {
   std::string s;
   for (size_t i = at > 5 ? at - 5 : 0; i < std::min(ids.size(), at + 5); ++i) {
-    std::string t;
+    std::string t(1, '?');  // for an id outside the vocabulary
     try {
       t = tok.token_bytes(ids[i]);
     } catch (const Error&) {
-      t = "?";
     }
     s += fmt::format("{}{}'{}'", i == at ? " >>" : " ", ids[i], escape_invalid_utf8(t));
   }
@@ -116,6 +117,37 @@ inline void expect_parity(const std::string& dir, const std::vector<CorpusDoc>& 
   EXPECT_EQ(bad, 0u) << bad << " of " << docs.size() << " documents differ";
   std::printf("[ parity  ] %s vs @huggingface/tokenizers: %zu documents, %zu bytes, %zu tokens\n",
               dir.c_str(), docs.size(), bytes, tokens);
+}
+
+// The pieces of SentencePiece model `model` as ref/hf_tokenizers.js's spm
+// command reads them ("piece\tscore\ttype" lines), written to `tsv`; the
+// pieces in `user` are typed user (user-defined symbols).
+inline void write_spm_pieces(const std::string& model, const std::string& tsv,
+                             const std::vector<std::string>& user = {}) {
+  auto sp = SentencePieceTokenizer::open(model);
+  std::string out;
+  using T = SentencePieceTokenizer::PieceType;
+  for (int32_t id = 0; id < int32_t(sp->vocab_size()); ++id) {
+    const T t = sp->piece_type(id);
+    const bool is_user = std::find(user.begin(), user.end(), sp->piece(id)) != user.end();
+    const char* type = is_user            ? "user"
+                       : t == T::kUnknown ? "unknown"
+                       : t == T::kControl ? "control"
+                       : t == T::kByte    ? "byte"
+                       : t == T::kUnused  ? "unused"
+                                          : "normal";
+    out += fmt::format("{}\t{}\t{}\n", sp->piece(id), sp->score(id), type);
+  }
+  test::write_file(tsv, out);
+}
+
+// A SentencePiece-style tokenizer.json folder of `style` (llama, metaspace,
+// gemma) from the pieces in `tsv`, converted as transformers does.
+inline std::string spm_folder(const std::string& style, const std::string& tsv,
+                              const std::string& dir) {
+  if (!fs::exists(fs::path(dir) / "tokenizer.json"))
+    node("spm " + style + " '" + tsv + "' '" + dir + "'");
+  return dir;
 }
 
 // Every `every`th document of the BPE parity tests' corpus. With js_space,

@@ -17,6 +17,24 @@
 //   node hf_tokenizers.js gpt2 ENCODER.json VOCAB.bpe OUT_DIR
 //       a GPT-2-style folder from GPT-2's files: merges as ["a", "b"] pairs,
 //       ByteLevel with GPT-2's regex, <|endoftext|> added
+//   node hf_tokenizers.js spm STYLE PIECES.tsv OUT_DIR
+//       a SentencePiece-style BPE folder from a SentencePiece BPE model's
+//       pieces ("piece\tscore\ttype" lines in id order, type one of normal,
+//       unknown, control, user, unused, byte), converted as transformers'
+//       convert_slow_tokenizer does (merges: every split of a piece into two
+//       pieces, by the piece's score, then the lengths of the parts; byte
+//       fallback, fuse_unk, unk_token; control and user pieces added tokens,
+//       normalized false). STYLE:
+//         llama     Llama 2 / Mistral (legacy): normalizer Prepend "▁" then
+//                   Replace " " -> "▁", no pre-tokenizer, merges "a b"
+//         metaspace Llama 2 by recent transformers, Phi-3: no normalizer,
+//                   Metaspace {prepend_scheme first, split false}
+//         gemma     Gemma 2/3: normalizer Replace only, Split " "
+//                   MergedWithPrevious, "\t" for <0x09>, no Strip decoder,
+//                   merges ["a", "b"], user pieces special
+//   node hf_tokenizers.js encode_decode DIR IN OUT
+//       as encode (no round-trip check), each ids line followed by a line
+//       with the JSON string of their decode (skip_special_tokens false)
 //   node hf_tokenizers.js encode DIR IN OUT
 //       encodes each document of IN (u32 little-endian byte length, bytes;
 //       decoded as UTF-8 the way Node does) without added bos/eos, writes a
@@ -213,6 +231,86 @@ function gpt2(encoderPath, mergesPath, outDir) {
   });
 }
 
+function spm(style, piecesPath, outDir) {
+  const pieces = fs.readFileSync(piecesPath, 'utf8').split('\n').filter((l) => l).map((l) => {
+    const [piece, score, type] = l.split('\t');
+    return {piece, score: Number(score), type};
+  });
+  if (style === 'gemma')
+    for (const p of pieces) if (p.piece === '<0x09>') p.piece = '\t';
+  const vocab = {};
+  pieces.forEach((p, id) => { vocab[p.piece] = id; });
+  const all = [];
+  for (const p of pieces) {
+    const chars = Array.from(p.piece);
+    const local = [];
+    for (let i = 1; i < chars.length; i++) {
+      const l = chars.slice(0, i).join(''), r = chars.slice(i).join('');
+      if (l in vocab && r in vocab) local.push({l, r, score: p.score});
+    }
+    local.sort((x, y) => vocab[x.l] - vocab[y.l] || vocab[x.r] - vocab[y.r]);
+    all.push(...local);
+  }
+  const len = (s) => Array.from(s).length;
+  all.sort((x, y) => y.score - x.score || len(y.l) - len(x.l) || len(y.r) - len(x.r));
+  const merges = all.map((m) => (style === 'gemma' ? [m.l, m.r] : m.l + ' ' + m.r));
+  const added = [];
+  pieces.forEach((p, id) => {
+    if (p.type === 'unknown' || p.type === 'control' || p.type === 'user')
+      added.push({id, content: p.piece, single_word: false, lstrip: false, rstrip: false,
+                  normalized: false, special: p.type !== 'user' || style === 'gemma'});
+  });
+  const unk = pieces.find((p) => p.type === 'unknown').piece;
+  const replace = {type: 'Replace', pattern: {String: ' '}, content: '\u2581'};
+  const decoders = [{type: 'Replace', pattern: {String: '\u2581'}, content: ' '},
+                    {type: 'ByteFallback'}, {type: 'Fuse'}];
+  if (style !== 'gemma') decoders.push({type: 'Strip', content: ' ', start: 1, stop: 0});
+  const tokenizer = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: style === 'llama'
+        ? {type: 'Sequence', normalizers: [{type: 'Prepend', prepend: '\u2581'}, replace]}
+        : style === 'gemma' ? replace : null,
+    pre_tokenizer: style === 'metaspace'
+        ? {type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false}
+        : style === 'gemma'
+        ? {type: 'Split', pattern: {String: ' '}, behavior: 'MergedWithPrevious', invert: false}
+        : null,
+    post_processor: null,
+    decoder: {type: 'Sequence', decoders},
+    model: {
+      type: 'BPE', dropout: null, unk_token: unk, continuing_subword_prefix: null,
+      end_of_word_suffix: null, fuse_unk: true, byte_fallback: true, ignore_merges: false,
+      vocab, merges,
+    },
+  };
+  writeFolder(outDir, tokenizer, {
+    bos_token: '<s>', eos_token: '</s>', unk_token: unk, add_bos_token: true,
+    legacy: style === 'llama', tokenizer_class: 'LlamaTokenizerFast',
+  });
+}
+
+function encodeDecode(dir, inPath, outPath) {
+  const {Tokenizer} = require(path.join(mods, '@huggingface', 'tokenizers', 'dist', 'tokenizers.cjs'));
+  const read = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
+  const tok = new Tokenizer(read('tokenizer.json'), read('tokenizer_config.json'));
+  const buf = fs.readFileSync(inPath);
+  const lines = [];
+  for (let off = 0; off < buf.length;) {
+    const n = buf.readUInt32LE(off);
+    off += 4;
+    const text = buf.subarray(off, off + n).toString('utf8');
+    off += n;
+    const ids = tok.encode(text, {add_special_tokens: false}).ids;
+    const back = ids.length === 0 ? '' :
+        tok.decode(ids, {skip_special_tokens: false, clean_up_tokenization_spaces: false});
+    lines.push(ids.join(' ') + '\n' + JSON.stringify(back) + '\n');
+  }
+  fs.writeFileSync(outPath, lines.join(''));
+}
+
 function encode(dir, inPath, outPath) {
   const {Tokenizer} = require(path.join(mods, '@huggingface', 'tokenizers', 'dist', 'tokenizers.cjs'));
   const read = (f) => JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8'));
@@ -245,5 +343,7 @@ const [cmd, ...args] = process.argv.slice(2);
 if (cmd === 'llama3') llama3(args[0], args[1], args[2]);
 else if (cmd === 'qwen') qwen(args[0], args[1], args[2]);
 else if (cmd === 'gpt2') gpt2(args[0], args[1], args[2]);
+else if (cmd === 'spm') spm(args[0], args[1], args[2]);
+else if (cmd === 'encode_decode') encodeDecode(args[0], args[1], args[2]);
 else if (cmd === 'encode') encode(args[0], args[1], args[2]);
 else throw new Error('unknown command ' + cmd);
