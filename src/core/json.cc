@@ -168,4 +168,11 @@ void detail::fail_shape(const std::string& text, const std::string& where, const
        text);
 }
 
+const nlohmann::json& json_member(const nlohmann::json& obj, const char* key) {
+  static const nlohmann::json absent;
+  if (!obj.is_object()) return absent;
+  auto it = obj.find(key);
+  return it == obj.end() ? absent : *it;
+}
+
 }  // namespace nk

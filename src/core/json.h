@@ -37,6 +37,10 @@ nlohmann::json parse_json(const std::string& text, const std::string& where);
 // As parse_json, and nk::Error "WHERE: expected a JSON object" unless it is one.
 nlohmann::json parse_json_object(const std::string& text, const std::string& where);
 
+// obj[key] when obj is an object that has it, else a null value (the
+// optional fields of a file read by hand: tokenizer.json's parts).
+const nlohmann::json& json_member(const nlohmann::json& obj, const char* key);
+
 // `v` read as an integer in [lo, hi]: an integer, or a float with no
 // fractional part (4.0). Anything else is nk::Error "WHERE: field 'KEY' must
 // be an integer, got 1.9" or "... is out of range [lo, hi], got 1e30": never

@@ -35,27 +35,6 @@ const char* shard_key(parallel::Shard s) {
                                            : "none";
 }
 
-// Layers on each pipeline stage: the most any stage holds, and how many of
-// those recompute fully.
-std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
-  const std::vector<Recompute> plan =
-      recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
-  std::pair<int64_t, int64_t> best{0, 0};
-  for (int64_t s = 0; s < pp; ++s) {
-    const PipelineStage st =
-        pp > 1 ? parallel::pipeline_stage(c.model, pp, s, c.parallel.pp_layout, c.parallel.vp)
-               : PipelineStage{};
-    int64_t n = 0, f = 0;
-    for (int64_t l = 0; l < c.model.n_layer; ++l)
-      if (st.holds_layer(c.model, l)) {
-        ++n;
-        f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
-      }
-    if (n > best.first) best = {n, f};
-  }
-  return best;
-}
-
 // The bytes one rank moves per step (ring collectives; no overlap with
 // compute is assumed):
 //  DP: the gradients, 2 (dp-1)/dp of their bytes (all-reduce, or ZeRO-1's

@@ -79,11 +79,7 @@ void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n
   cal.per_micro_batch_s = o;
 }
 
-namespace {
-
-// The layers of the busiest pipeline stage (all of them without pipelining)
-// and how many of those recompute fully.
-std::pair<int64_t, int64_t> stage_layers(const TrainConfig& c, int64_t pp) {
+std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
   const std::vector<Recompute> plan =
       recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
   std::pair<int64_t, int64_t> best{0, 0};
@@ -101,8 +97,6 @@ std::pair<int64_t, int64_t> stage_layers(const TrainConfig& c, int64_t pp) {
   }
   return best;
 }
-
-}  // namespace
 
 double recompute_overhead(const TrainConfig& c) {
   const std::vector<Recompute> plan =
@@ -122,7 +116,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   // stages (m + pp - 1).
   const double mbs = m + double(e.pp - 1) / double(vp);
   const double vp_factor = mbs / (m + double(e.pp - 1));
-  const auto [layers, full] = stage_layers(c, e.pp);
+  const auto [layers, full] = busiest_stage(c, e.pp);
   // Cores are shared only while the peers compute: in the pipeline's fill
   // and drain the idle stages leave them to the busy one.
   const double bubble = double(e.pp - 1) / double(vp) / mbs;

@@ -20,6 +20,7 @@
 // pipeline's bubble (idle stages leave their cores to the busy ones).
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include "core/json.h"
 #include "train/estimate.h"
@@ -75,5 +76,9 @@ struct StepPrediction {
 // estimate_training(cfg, world, rates) with the rates at cal.threads.
 StepPrediction predict_step(const TrainConfig& cfg, const TrainEstimate& e,
                             const StepCalibration& cal);
+
+// The layers of the busiest pipeline stage of `c` cut into pp stages (all
+// of them without pipelining), and how many of those recompute fully.
+std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp);
 
 }  // namespace nk

@@ -14,23 +14,16 @@ namespace {
 
 using nlohmann::json;
 
-const json& member(const json& obj, const char* key) {
-  static const json absent;
-  if (!obj.is_object()) return absent;
-  auto it = obj.find(key);
-  return it == obj.end() ? absent : *it;
-}
-
 std::string type_of(const json& obj, const std::string& where, const std::string& file) {
   if (!obj.is_object()) fail("{}: {} must be an object, got {}", file, where, obj.dump());
-  const json& t = member(obj, "type");
+  const json& t = json_member(obj, "type");
   if (!t.is_string()) fail("{}: {}.type must be a string, got {}", file, where, t.dump());
   return t.get<std::string>();
 }
 
 bool flag(const json& obj, const char* key, bool absent, const std::string& where,
           const std::string& file) {
-  const json& v = member(obj, key);
+  const json& v = json_member(obj, key);
   if (v.is_null()) return absent;
   if (!v.is_boolean()) fail("{}: {}.{} must be true or false, got {}", file, where, key, v.dump());
   return v.get<bool>();
@@ -39,7 +32,7 @@ bool flag(const json& obj, const char* key, bool absent, const std::string& wher
 // A string member; `absent` when missing.
 std::string text(const json& obj, const char* key, const std::string& absent,
                  const std::string& where, const std::string& file) {
-  const json& v = member(obj, key);
+  const json& v = json_member(obj, key);
   if (v.is_null()) return absent;
   if (!v.is_string()) fail("{}: {}.{} must be a string, got {}", file, where, key, v.dump());
   return v.get<std::string>();
@@ -55,7 +48,7 @@ std::string one_char(const json& obj, const char* key, const std::string& absent
                    : (uint8_t(s[0]) >= 0xE0) ? 3
                                              : 2;
   if (s.empty() || s.size() != n)
-    fail("{}: {}.{} must be one character, got {}", file, where, key, member(obj, key).dump());
+    fail("{}: {}.{} must be one character, got {}", file, where, key, json_member(obj, key).dump());
   return s;
 }
 
@@ -63,7 +56,7 @@ std::string one_char(const json& obj, const char* key, const std::string& absent
 SpmBpeSpec::Prepend prepend_scheme(const json& m, const std::string& where,
                                    const std::string& file) {
   using P = SpmBpeSpec::Prepend;
-  const json& v = member(m, "prepend_scheme");
+  const json& v = json_member(m, "prepend_scheme");
   if (v.is_null()) return flag(m, "add_prefix_space", true, where, file) ? P::kAlways : P::kNever;
   if (v == "always") return P::kAlways;
   if (v == "first") return P::kFirst;
@@ -98,7 +91,7 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
   const json* step = &pt;
   if (type_of(pt, where, file) == "Sequence") {
     // One step in a Sequence is that step.
-    const json& list = member(pt, "pretokenizers");
+    const json& list = json_member(pt, "pretokenizers");
     if (!list.is_array()) fail("{}: pre_tokenizer.pretokenizers must be an array", file);
     if (list.empty()) return;
     if (list.size() > 1)
@@ -116,15 +109,15 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
         "{}: {}.type '{}' is not supported for a SentencePiece-style BPE: it has Metaspace, a "
         "Split on a literal string, or none",
         file, where, type);
-  const json& literal = member(member(*step, "pattern"), "String");
+  const json& literal = json_member(json_member(*step, "pattern"), "String");
   if (!literal.is_string() || literal.get<std::string>().empty())
     fail("{}: {}.pattern must be {{\"String\": non-empty text}} here, got {}", file, where,
-         member(*step, "pattern").dump());
+         json_member(*step, "pattern").dump());
   if (flag(*step, "invert", false, where, file))
     fail("{}: {}.invert is true: not supported", file, where);
   s.pre = SpmBpeSpec::Pre::kSplit;
   s.split_literal = literal.get<std::string>();
-  s.behavior = behavior(member(*step, "behavior"), where, file);
+  s.behavior = behavior(json_member(*step, "behavior"), where, file);
 }
 
 SpmBpeSpec::DecodeStep decode_step(const json& d, const std::string& where,
@@ -136,12 +129,12 @@ SpmBpeSpec::DecodeStep decode_step(const json& d, const std::string& where,
   if (type == "ByteFallback") return step.kind = D::kByteFallback, step;
   if (type == "Replace") {
     step.kind = D::kReplace;
-    const json& literal = member(member(d, "pattern"), "String");
+    const json& literal = json_member(json_member(d, "pattern"), "String");
     if (!literal.is_string() || literal.get<std::string>().empty())
       fail("{}: {}.pattern must be {{\"String\": non-empty text}}, got {}", file, where,
-           member(d, "pattern").dump());
+           json_member(d, "pattern").dump());
     step.pattern = literal.get<std::string>();
-    const json& content = member(d, "content");
+    const json& content = json_member(d, "content");
     if (!content.is_string())
       fail("{}: {}.content must be a string, got {}", file, where, content.dump());
     step.content = content.get<std::string>();
@@ -150,8 +143,8 @@ SpmBpeSpec::DecodeStep decode_step(const json& d, const std::string& where,
   if (type == "Strip") {
     step.kind = D::kStrip;
     step.content = one_char(d, "content", " ", where, file);
-    step.start = size_t(json_int(member(d, "start"), file, where + ".start", 0, 1 << 20));
-    step.stop = size_t(json_int(member(d, "stop"), file, where + ".stop", 0, 1 << 20));
+    step.start = size_t(json_int(json_member(d, "start"), file, where + ".start", 0, 1 << 20));
+    step.stop = size_t(json_int(json_member(d, "stop"), file, where + ".stop", 0, 1 << 20));
     return step;
   }
   if (type == "Metaspace") {
@@ -170,24 +163,24 @@ void read_decoder(const json& d, const std::string& file, SpmBpeSpec& s) {
   if (d.is_null()) return;
   if (type_of(d, "decoder", file) != "Sequence")
     return s.decoder.push_back(decode_step(d, "decoder", file));
-  const json& list = member(d, "decoders");
+  const json& list = json_member(d, "decoders");
   if (!list.is_array()) fail("{}: decoder.decoders must be an array", file);
   for (size_t i = 0; i < list.size(); ++i)
     s.decoder.push_back(decode_step(list[i], fmt::format("decoder.decoders[{}]", i), file));
 }
 
 void check_model_options(const json& m, const std::string& file) {
-  const json& t = member(m, "type");
+  const json& t = json_member(m, "type");
   if (!t.is_null() && t != "BPE")
     fail(
         "{}: model.type is {}: Nekton reads a tokenizer.json whose model is a BPE (a Unigram "
         "SentencePiece model is read from the tokenizer.model beside it)",
         file, t.dump());
-  if (!member(m, "dropout").is_null())
+  if (!json_member(m, "dropout").is_null())
     fail("{}: model.dropout is {}: BPE dropout is not supported (null is)", file,
-         member(m, "dropout").dump());
+         json_member(m, "dropout").dump());
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    const json& v = member(m, key);
+    const json& v = json_member(m, key);
     if (!v.is_null() && v != "") fail("{}: model.{} is {}: not supported", file, key, v.dump());
   }
 }
@@ -213,8 +206,8 @@ std::pair<std::string, std::string> merge_parts(const json& mj, size_t i, const 
 int32_t config_token(const json& config, const char* key, const std::string& config_path,
                      const std::unordered_map<std::string, int32_t>& id_of,
                      std::initializer_list<const char*> defaults) {
-  const json& tok = member(config, key);
-  const json& t = tok.is_object() ? member(tok, "content") : tok;
+  const json& tok = json_member(config, key);
+  const json& t = tok.is_object() ? json_member(tok, "content") : tok;
   if (t.is_string() && !t.get<std::string>().empty()) {
     auto it = id_of.find(t.get<std::string>());
     if (it == id_of.end())
@@ -231,38 +224,40 @@ int32_t config_token(const json& config, const char* key, const std::string& con
 }  // namespace
 
 bool is_hf_spm_bpe(const json& j) {
-  const json& m = member(j, "model");
-  if (member(m, "byte_fallback") == true) return true;
-  const json& pt = member(j, "pre_tokenizer");
-  if (member(pt, "type") == "Metaspace") return true;
-  const json& d = member(j, "decoder");
-  if (member(d, "type") == "Metaspace" || member(d, "type") == "ByteFallback") return true;
-  const json& steps = member(d, "decoders");
+  const json& m = json_member(j, "model");
+  if (json_member(m, "byte_fallback") == true) return true;
+  const json& pt = json_member(j, "pre_tokenizer");
+  if (json_member(pt, "type") == "Metaspace") return true;
+  const json& d = json_member(j, "decoder");
+  if (json_member(d, "type") == "Metaspace" || json_member(d, "type") == "ByteFallback")
+    return true;
+  const json& steps = json_member(d, "decoders");
   if (steps.is_array())
     for (const json& s : steps)
-      if (member(s, "type") == "ByteFallback" || member(s, "type") == "Metaspace") return true;
+      if (json_member(s, "type") == "ByteFallback" || json_member(s, "type") == "Metaspace")
+        return true;
   return false;
 }
 
 SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& config,
                            const std::string& config_path) {
   if (!j.is_object()) fail("{}: expected a JSON object", file);
-  const json& m = member(j, "model");
+  const json& m = json_member(j, "model");
   if (!m.is_object()) fail("{}: model must be an object", file);
   check_model_options(m, file);
   SpmBpeSpec s;
   s.name = file;
-  if (TextNormalizer::from_json(member(j, "normalizer"), file, "normalizer"))
-    s.normalizer = member(j, "normalizer").dump();
-  read_pre_tokenizer(member(j, "pre_tokenizer"), file, s);
-  read_decoder(member(j, "decoder"), file, s);
+  if (TextNormalizer::from_json(json_member(j, "normalizer"), file, "normalizer"))
+    s.normalizer = json_member(j, "normalizer").dump();
+  read_pre_tokenizer(json_member(j, "pre_tokenizer"), file, s);
+  read_decoder(json_member(j, "decoder"), file, s);
   s.byte_fallback = flag(m, "byte_fallback", false, "model", file);
   s.fuse_unk = flag(m, "fuse_unk", false, "model", file);
   s.ignore_merges = flag(m, "ignore_merges", false, "model", file);
 
-  const json& vocab = member(m, "vocab");
+  const json& vocab = json_member(m, "vocab");
   if (!vocab.is_object()) fail("{}: model.vocab must be an object of piece -> id", file);
-  const json& added = member(j, "added_tokens");
+  const json& added = json_member(j, "added_tokens");
   if (!added.is_null() && !added.is_array()) fail("{}: added_tokens must be an array", file);
   const int64_t entries = int64_t(vocab.size() + (added.is_array() ? added.size() : 0));
   std::unordered_map<std::string, int32_t> id_of;  // model pieces, then added tokens
@@ -283,7 +278,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
     if (size_t(id) >= s.in_model.size()) s.in_model.resize(size_t(id) + 1);
     s.in_model[size_t(id)] = true;
   }
-  const json& unk = member(m, "unk_token");
+  const json& unk = json_member(m, "unk_token");
   if (!unk.is_null()) {
     if (!unk.is_string()) fail("{}: model.unk_token must be a string, got {}", file, unk.dump());
     auto it = id_of.find(unk.get<std::string>());
@@ -291,7 +286,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
       fail("{}: model.unk_token '{}' is not in model.vocab", file, unk.get<std::string>());
     s.unk = it->second;
   }
-  const json& merges = member(m, "merges");
+  const json& merges = json_member(m, "merges");
   if (!merges.is_array()) fail("{}: model.merges must be an array", file);
   s.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -314,7 +309,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
     for (size_t i = 0; i < added.size(); ++i) {
       const std::string where = fmt::format("added_tokens[{}]", i);
       const json& a = added[i];
-      const json& content = member(a, "content");
+      const json& content = json_member(a, "content");
       if (!content.is_string() || content.get<std::string>().empty())
         fail("{}: {}.content must be a non-empty string", file, where);
       const std::string c = content.get<std::string>();
@@ -322,7 +317,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
         if (flag(a, key, false, where, file))
           fail("{}: {}.{} is true ('{}'): not supported; Nekton matches an added token as written",
                file, where, key, c);
-      const int64_t id = json_int(member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
+      const int64_t id = json_int(json_member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
       // Llama's <unk>, <s>, </s> are pieces of the model too, with the same id.
       place(c, id, where);
       if (std::any_of(s.added.begin(), s.added.end(),

@@ -17,13 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-const json& member(const json& obj, const char* key) {
-  static const json absent;
-  if (!obj.is_object()) return absent;
-  auto it = obj.find(key);
-  return it == obj.end() ? absent : *it;
-}
-
 std::string key_at(const std::string& where, const char* key) {
   return where.empty() ? key : where + "." + key;
 }
@@ -31,7 +24,7 @@ std::string key_at(const std::string& where, const char* key) {
 // `obj`'s "type": nk::Error unless `obj` is an object with a string "type".
 std::string type_of(const json& obj, const std::string& where, const std::string& file) {
   if (!obj.is_object()) fail("{}: {} must be an object, got {}", file, where, obj.dump());
-  const json& t = member(obj, "type");
+  const json& t = json_member(obj, "type");
   if (!t.is_string()) fail("{}: {}.type must be a string", file, where);
   return t.get<std::string>();
 }
@@ -39,7 +32,7 @@ std::string type_of(const json& obj, const std::string& where, const std::string
 // A boolean member; `absent` when missing or null.
 bool flag(const json& obj, const char* key, bool absent, const std::string& where,
           const std::string& file) {
-  const json& v = member(obj, key);
+  const json& v = json_member(obj, key);
   if (v.is_null()) return absent;
   if (!v.is_boolean())
     fail("{}: {} must be true or false, got {}", file, key_at(where, key), v.dump());
@@ -62,11 +55,11 @@ bool byte_level_splits(const json& b, const std::string& where, const std::strin
 
 // The pattern of a Split step, as PreTokenizer runs it.
 std::string split_pattern(const json& s, const std::string& where, const std::string& file) {
-  const json& regex = member(member(s, "pattern"), "Regex");
+  const json& regex = json_member(json_member(s, "pattern"), "Regex");
   if (!regex.is_string())
     fail("{}: {}.pattern must be {{\"Regex\": ...}}, got {}: only a regex Split is supported", file,
-         where, member(s, "pattern").dump());
-  const json& behavior = member(s, "behavior");
+         where, json_member(s, "pattern").dump());
+  const json& behavior = json_member(s, "behavior");
   if (behavior != "Isolated")
     fail("{}: {}.behavior is {}: only \"Isolated\" (each match a piece) is supported", file, where,
          behavior.dump());
@@ -119,7 +112,7 @@ std::string pre_tokenizer_pattern(const json& pt, const std::string& file) {
         "{}: pre_tokenizer.type '{}' is not supported: a byte-level BPE has ByteLevel, or a "
         "Sequence of a Split then ByteLevel",
         file, type);
-  const json& steps = member(pt, "pretokenizers");
+  const json& steps = json_member(pt, "pretokenizers");
   if (!steps.is_array()) fail("{}: pre_tokenizer.pretokenizers must be an array", file);
   std::string pattern;
   bool byte_level = false;
@@ -160,10 +153,10 @@ std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const st
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string where = fmt::format("added_tokens[{}]", i);
     const json& a = list[i];
-    const json& content = member(a, "content");
+    const json& content = json_member(a, "content");
     if (!content.is_string() || content.get<std::string>().empty())
       fail("{}: {}.content must be a non-empty string", file, where);
-    const int64_t id = json_int(member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
+    const int64_t id = json_int(json_member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
     check_vocab_id(id, entries, file + ": " + where);
     for (const char* key : {"lstrip", "rstrip", "single_word"})
       if (flag(a, key, false, where, file))
@@ -189,8 +182,8 @@ bool is_added(const std::vector<AddedToken>& added, const std::string& s) {
 // the config has none.
 std::string config_token(const json& config, const char* key, const std::string& config_path,
                          const std::vector<AddedToken>& added, const std::string& file) {
-  const json& tok = member(config, key);
-  const json& text = tok.is_object() ? member(tok, "content") : tok;
+  const json& tok = json_member(config, key);
+  const json& text = tok.is_object() ? json_member(tok, "content") : tok;
   if (text.is_string() && !text.get<std::string>().empty()) {
     const std::string s = text.get<std::string>();
     if (!is_added(added, s))
@@ -222,19 +215,19 @@ std::string bos_token(const json& config, const std::string& config_path,
 }
 
 void check_model_options(const json& m, const std::string& file) {
-  const json& t = member(m, "type");
+  const json& t = json_member(m, "type");
   // Old files may leave "type" out; a "merges" list then says BPE.
-  const std::string type = t.is_string()                    ? t.get<std::string>()
-                           : member(m, "merges").is_array() ? "BPE"
-                                                            : "?";
+  const std::string type = t.is_string()                         ? t.get<std::string>()
+                           : json_member(m, "merges").is_array() ? "BPE"
+                                                                 : "?";
   if (type != "BPE")
     fail(
         "{}: model.type is '{}': Nekton reads the tokenizer.json of a byte-level BPE only (a "
         "SentencePiece model is read from the tokenizer.model beside it)",
         file, type);
-  if (!member(m, "dropout").is_null())
+  if (!json_member(m, "dropout").is_null())
     fail("{}: model.dropout is {}: BPE dropout is not supported (null is)", file,
-         member(m, "dropout").dump());
+         json_member(m, "dropout").dump());
   if (flag(m, "byte_fallback", false, "model", file))
     fail(
         "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral, Gemma: "
@@ -242,7 +235,7 @@ void check_model_options(const json& m, const std::string& file) {
         "reads it as such (hf_spm_json.h)",
         file);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    const json& v = member(m, key);
+    const json& v = json_member(m, key);
     if (!v.is_null() && v != "") fail("{}: model.{} is {}: not supported", file, key, v.dump());
   }
 }
@@ -252,22 +245,22 @@ void check_model_options(const json& m, const std::string& file) {
 BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config,
                       const std::string& config_path) {
   if (!j.is_object()) fail("{}: expected a JSON object", file);
-  const json& m = member(j, "model");
+  const json& m = json_member(j, "model");
   if (!m.is_object()) fail("{}: model must be an object", file);
   check_model_options(m, file);
-  const std::string normalizer = normalizer_text(member(j, "normalizer"), file);
-  const json& decoder = member(j, "decoder");
+  const std::string normalizer = normalizer_text(json_member(j, "normalizer"), file);
+  const json& decoder = json_member(j, "decoder");
   if (!decoder.is_null() && type_of(decoder, "decoder", file) != "ByteLevel")
     fail("{}: decoder.type '{}' is not supported: a byte-level BPE decodes with ByteLevel", file,
          type_of(decoder, "decoder", file));
   BpeVocab v;
-  v.pattern = pre_tokenizer_pattern(member(j, "pre_tokenizer"), file);
+  v.pattern = pre_tokenizer_pattern(json_member(j, "pre_tokenizer"), file);
   v.normalizer = normalizer;
   v.name = file;
 
-  const json& vocab = member(m, "vocab");
+  const json& vocab = json_member(m, "vocab");
   if (!vocab.is_object()) fail("{}: model.vocab must be an object of token -> id", file);
-  const json& added_list = member(j, "added_tokens");
+  const json& added_list = json_member(j, "added_tokens");
   const int64_t entries = int64_t(vocab.size() + (added_list.is_array() ? added_list.size() : 0));
   const std::vector<AddedToken> added = added_tokens(added_list, entries, file);
   std::unordered_map<int32_t, const AddedToken*> added_by_id;
@@ -313,7 +306,7 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
 
   // BpeTokenizer merges by the id of the token made; the file's merges, by
   // their order. Those agree when the ids follow the order.
-  const json& merges = member(m, "merges");
+  const json& merges = json_member(m, "merges");
   if (!merges.is_array()) fail("{}: model.merges must be an array", file);
   int32_t last = -1;
   size_t last_at = 0;

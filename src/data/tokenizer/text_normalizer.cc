@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/tokenizer/pretokenizer.h"
 #include "data/utf8.h"
 
@@ -18,16 +19,9 @@ namespace {
 
 using nlohmann::json;
 
-const json& option_json(const json& obj, const char* key) {
-  static const json absent;
-  if (!obj.is_object()) return absent;
-  auto it = obj.find(key);
-  return it == obj.end() ? absent : *it;
-}
-
 std::string string_option(const json& obj, const char* key, const std::string& where,
                           const std::string& file) {
-  const json& v = option_json(obj, key);
+  const json& v = json_member(obj, key);
   if (!v.is_string()) fail("{}: {}.{} must be a string, got {}", file, where, key, v.dump());
   return v.get<std::string>();
 }
@@ -35,7 +29,7 @@ std::string string_option(const json& obj, const char* key, const std::string& w
 // A boolean option; `absent` when missing (or null where null means the default).
 bool bool_option(const json& obj, const char* key, bool absent, const std::string& where,
                  const std::string& file) {
-  const json& v = option_json(obj, key);
+  const json& v = json_member(obj, key);
   if (v.is_null()) return absent;
   if (!v.is_boolean()) fail("{}: {}.{} must be true or false, got {}", file, where, key, v.dump());
   return v.get<bool>();
@@ -231,11 +225,11 @@ void add_normalizer_steps(const json& j, const std::string& file, const std::str
                           std::vector<std::unique_ptr<TextNormalizer::Step>>& steps) {
   using Step = TextNormalizer::Step;
   if (!j.is_object()) fail("{}: {} must be an object, got {}", file, where, j.dump());
-  const json& t = option_json(j, "type");
+  const json& t = json_member(j, "type");
   if (!t.is_string()) fail("{}: {}.type must be a string, got {}", file, where, t.dump());
   const std::string type = t.get<std::string>();
   if (type == "Sequence") {
-    const json& list = option_json(j, "normalizers");
+    const json& list = json_member(j, "normalizers");
     if (!list.is_array())
       fail("{}: {}.normalizers must be an array, got {}", file, where, list.dump());
     for (size_t i = 0; i < list.size(); ++i)
@@ -260,9 +254,9 @@ void add_normalizer_steps(const json& j, const std::string& file, const std::str
   } else if (type == "Replace") {
     s->kind = Step::kReplace;
     s->content = string_option(j, "content", where, file);
-    const json& pattern = option_json(j, "pattern");
-    const json& literal = option_json(pattern, "String");
-    const json& regex = option_json(pattern, "Regex");
+    const json& pattern = json_member(j, "pattern");
+    const json& literal = json_member(pattern, "String");
+    const json& regex = json_member(pattern, "Regex");
     if (literal.is_string() && !literal.get<std::string>().empty()) {
       s->text = literal.get<std::string>();
     } else if (regex.is_string()) {

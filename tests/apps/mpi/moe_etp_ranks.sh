@@ -22,34 +22,11 @@ set -euo pipefail
 NAME=moe_etp_ranks
 REPO=$1
 NK=$2/bin/nekton
-source "$REPO/tests/apps/mpi/script_lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-
-/usr/bin/python3 - "$WORK/c.txt" <<'PY'
-import sys
-with open(sys.argv[1], "w") as f:
-    for i in range(300):
-        f.write(f"Line {i * 7919 % 1000} of text.\n")
-PY
-ARGS=(data.path=$WORK/c.txt
-      train.dtype=f32 train.micro_batch=2 train.seq_len=16 train.global_batch=8 train.steps=10
-      train.lr=3e-3 train.warmup_steps=2 train.peak_tflops=1 train.val_every=5 train.val_batches=2
-      train.threads=1 parallel.bucket_mb=0.05 parallel.timeout_s=60)
-MIX=(model.preset=mixtral-tiny model.moe_z_loss_coeff=0.001 "${ARGS[@]}")
-# train.eps: see moe_tp_ranks.sh (Qwen2's key bias has a zero gradient).
-QWEN=(model.preset=qwen2-moe-tiny model.moe_z_loss_coeff=0.001 train.eps=1e-6 "${ARGS[@]}")
-run() {
-  local out=$1
-  shift
-  timeout $((180 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1 ||
-    fail "$out: $*"
-}
+source "$REPO/tests/apps/mpi/moe_lib.sh"
 compare() {
   /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" "$@" ||
     fail "$* : a run with whole experts under TP differs from one process"
 }
-MPI=(mpirun --oversubscribe -np)
 ETP=(parallel.tp=2 parallel.etp=1)
 
 run one "$NK" train "${MIX[@]}"

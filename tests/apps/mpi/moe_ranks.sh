@@ -29,27 +29,8 @@ set -euo pipefail
 NAME=moe_ranks
 REPO=$1
 NK=$2/bin/nekton
-source "$REPO/tests/apps/mpi/script_lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-
-/usr/bin/python3 - "$WORK/c.txt" <<'PY'
-import sys
-with open(sys.argv[1], "w") as f:
-    for i in range(300):
-        f.write(f"Line {i * 7919 % 1000} of text.\n")
-PY
-ARGS=(model.preset=mixtral-tiny model.moe_z_loss_coeff=0.001 data.path=$WORK/c.txt
-      train.dtype=f32 train.micro_batch=2 train.seq_len=16 train.global_batch=8 train.steps=10
-      train.lr=3e-3 train.warmup_steps=2 train.peak_tflops=1 train.val_every=5 train.val_batches=2
-      train.threads=1 parallel.bucket_mb=0.05 parallel.timeout_s=60)
-run() {
-  local out=$1
-  shift
-  timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1 ||
-    fail "$out: $*"
-}
-MPI=(mpirun --oversubscribe -np)
+source "$REPO/tests/apps/mpi/moe_lib.sh"
+ARGS=("${MIX[@]}")
 run one "$NK" train "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}"
 run dp4 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}"
