@@ -48,7 +48,7 @@ void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Te
       {{&out, "out"}, {&lse, "lse"}, {&qkv, "qkv"}, {&kv, "kv"}, {&qpos, "qpos"}, {&kpos, "kpos"}});
   const BlockDims d = check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
   check_running(out, lse, d);
-  pick_kernel("attention_block_forward", dev, &cpu::attention_block_forward)(
+  pick_kernel("attention_block_forward", dev, cpu_kernels().attention_block_forward)(
       out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
 }
 
@@ -74,7 +74,7 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
     check_shape(*t, {d.B, d.Tq, d.Hq * d.D}, name);
     check_dtype(*t, qkv.dtype(), name);
   }
-  pick_kernel("attention_block_backward", dev, &cpu::attention_block_backward)(
+  pick_kernel("attention_block_backward", dev, cpu_kernels().attention_block_backward)(
       dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window);
 }
 

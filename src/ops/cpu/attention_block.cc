@@ -24,10 +24,11 @@
 #include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/cpu/tile_gemm.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr int64_t kBlock = 64;
@@ -235,4 +236,4 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                   kpos.data<int32_t>(), d, window);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS
