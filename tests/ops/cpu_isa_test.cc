@@ -110,8 +110,9 @@ TEST(CpuIsa, OpsRunTheActiveLevelsOwnKernels) {
   // The quantised GEMM over byte tiles is the VNNI level's alone.
   EXPECT_FALSE(ops::cpu_quant_paths_avx2().gemm_available(ops::QuantType::Q8_0, 4096));
   EXPECT_FALSE(ops::cpu_quant_paths_avx512().gemm_available(ops::QuantType::Q8_0, 4096));
-  if (ops::cpu_isa_supported(CpuIsa::Avx512Bf16))
+  if (ops::cpu_isa_supported(CpuIsa::Avx512Bf16)) {
     EXPECT_TRUE(ops::cpu_quant_paths_avx512_bf16().gemm_available(ops::QuantType::Q8_0, 4096));
+  }
   // And an op gives the table's answer.
   Tensor x = Tensor::empty({4, 8}, DType::F32, Device::CPU);
   Tensor y = Tensor::empty({4, 8}, DType::F32, Device::CPU),
