@@ -144,7 +144,7 @@ void bench_cross_entropy(int64_t N, int64_t V, DType dt, int reps) {
       [&] {
         parallel_for(N, 1, [&](int64_t b, int64_t e) {
           for (int64_t r = b; r < e; ++r)
-            sink[r] = ops::cpu::softmax::max_of(
+            sink[r] = ops::cpu_avx2::softmax::max_of(
                 reinterpret_cast<const float*>(static_cast<const char*>(logits.raw()) +
                                                r * row_bytes),
                 row_bytes / 4);

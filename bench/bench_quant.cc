@@ -32,6 +32,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/quant_blocks.h"
+#include "ops/cpu_quant_paths.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
 
@@ -268,13 +269,13 @@ void sweep(Shape2 s, int reps, int64_t max_n) {
     for (size_t i = 0; i < qs.size(); ++i) {
       const ops::QuantWeight& q = qs[i];
       const double direct =
-          best_of(reps, [&] { ops::cpu::quant_linear_direct(y, x, q, Tensor()); });
+          best_of(reps, [&] { ops::cpu_quant_paths().direct(y, x, q, Tensor()); });
       const double panels =
-          best_of(reps, [&] { ops::cpu::quant_linear_panels(y, x, q, Tensor()); });
-      if (ops::cpu::quant_gemm_available(q.type, s.in)) {
-        const double gemm = best_of(reps, [&] { ops::cpu::quant_linear_gemm(y, x, q, Tensor()); });
+          best_of(reps, [&] { ops::cpu_quant_paths().panels(y, x, q, Tensor()); });
+      if (ops::cpu_quant_paths().gemm_available(q.type, s.in)) {
+        const double gemm = best_of(reps, [&] { ops::cpu_quant_paths().gemm(y, x, q, Tensor()); });
         const double pk = !packed[i].defined() ? 0 : best_of(reps, [&] {
-          ops::cpu::quant_linear_gemm(y, x, packed[i], Tensor());
+          ops::cpu_quant_paths().gemm(y, x, packed[i], Tensor());
         });
         fmt::print(" {:6.3f}/{:6.3f}/{:6.3f}/{:6.3f}", direct * 1e3, panels * 1e3, gemm * 1e3,
                    pk * 1e3);

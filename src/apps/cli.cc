@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "ops/cpu_isa.h"
 
 namespace nk {
 
@@ -182,6 +183,9 @@ int run_cli(int argc, char** argv) {
       fail("--show-sample is an option of nekton finetune only");
     if (a.allow_nonfinite && std::strcmp(argv[1], "generate") != 0)
       fail("--allow-nonfinite is an option of generate, eval, import and export only");
+    // The CPU kernels' level (ops/cpu_isa.h), so that a bad NK_CPU_ISA stops
+    // the command here, before any worker thread runs a kernel.
+    ops::active_cpu_isa();
     return it->second.run(a);
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());

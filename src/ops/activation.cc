@@ -57,21 +57,21 @@ void swiglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
 void geglu_forward(Tensor y, const Tensor& gu) {
   const Device dev = device_of("geglu_forward", {{&y, "y"}, {&gu, "gu"}});
   check_swiglu("geglu_forward", y, gu);
-  pick_kernel("geglu_forward", dev, &cpu::geglu_forward)(y, gu);
+  pick_kernel("geglu_forward", dev, cpu_kernels().geglu_forward)(y, gu);
 }
 
 void geglu_backward(Tensor dgu, const Tensor& dy, const Tensor& gu) {
   const Device dev = device_of("geglu_backward", {{&dgu, "dgu"}, {&dy, "dy"}, {&gu, "gu"}});
   check_swiglu("geglu_backward", dy, gu);
   check_same("geglu_backward", dgu, "dgu", gu, "gu");
-  pick_kernel("geglu_backward", dev, &cpu::geglu_backward)(dgu, dy, gu);
+  pick_kernel("geglu_backward", dev, cpu_kernels().geglu_backward)(dgu, dy, gu);
 }
 
 void softcap_forward(Tensor y, const Tensor& x, float cap) {
   const Device dev = device_of("softcap_forward", {{&y, "y"}, {&x, "x"}});
   check_same("softcap_forward", y, "y", x, "x");
   NK_CHECK(cap > 0 && std::isfinite(cap), "softcap_forward: cap {} must be positive", cap);
-  pick_kernel("softcap_forward", dev, &cpu::softcap_forward)(y, x, cap);
+  pick_kernel("softcap_forward", dev, cpu_kernels().softcap_forward)(y, x, cap);
 }
 
 void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap) {
@@ -79,7 +79,7 @@ void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap) {
   check_same("softcap_backward", dx, "dx", y, "y");
   check_same("softcap_backward", dy, "dy", y, "y");
   NK_CHECK(cap > 0 && std::isfinite(cap), "softcap_backward: cap {} must be positive", cap);
-  pick_kernel("softcap_backward", dev, &cpu::softcap_backward)(dx, dy, y, cap);
+  pick_kernel("softcap_backward", dev, cpu_kernels().softcap_backward)(dx, dy, y, cap);
 }
 
 }  // namespace nk::ops

@@ -56,7 +56,7 @@ void attention_block_forward(Tensor out, Tensor lse, const Tensor& qkv, const Te
   const BlockDims d =
       check_block(qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, softcap);
   check_running(out, lse, d);
-  pick_kernel("attention_block_forward", dev, &cpu::attention_block_forward)(
+  pick_kernel("attention_block_forward", dev, cpu_kernels().attention_block_forward)(
       out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, scale, softcap);
 }
 
@@ -84,7 +84,7 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
     check_shape(*t, {d.B, d.Tq, d.Hq * d.D}, name);
     check_dtype(*t, qkv.dtype(), name);
   }
-  pick_kernel("attention_block_backward", dev, &cpu::attention_block_backward)(
+  pick_kernel("attention_block_backward", dev, cpu_kernels().attention_block_backward)(
       dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, n_q_heads, n_kv_heads, window, qstart, scale,
       softcap);
 }

@@ -1,15 +1,15 @@
 // How a public op (ops.h) reaches a backend kernel. The front of each op
 // (src/ops/<family>.cc) checks shapes and dtypes, asks `device_of` for the one
 // device its tensors live on, then calls `NK_KERNEL(name, device)(args...)`:
-// the kernel of that name in the device's backend namespace (ops/cpu/kernels.h:
-// nk::ops::cpu; a CUDA backend adds nk::ops::cuda under the same names, listed
-// once below). A device whose backend is not built, or has no such kernel,
-// gets an nk::Error naming the op and the device.
+// the kernel of that name in the device's backend: on the CPU the active ISA
+// level's table (ops/cpu_kernels.h), on CUDA the namespace nk::ops::cuda
+// (ops/cuda/kernels.h), listed once below. A device whose backend is not built, or has no such
+// kernel, gets an nk::Error naming the op and the device.
 #pragma once
 #include <initializer_list>
 
 #include "core/tensor.h"
-#include "ops/cpu/kernels.h"
+#include "ops/cpu_kernels.h"
 #include "ops/shapes.h"
 #ifdef NK_WITH_CUDA
 #include "ops/cuda/kernels.h"
@@ -54,4 +54,4 @@ Fn pick_kernel(const char* op, Device device, Fn cpu, Fn cuda = nullptr) {
 
 // The kernel `name` for `device`, a function pointer to call with the op's arguments.
 #define NK_KERNEL(name, device) \
-  ::nk::ops::pick_kernel(#name, (device), &::nk::ops::cpu::name NK_CUDA_KERNEL_(name))
+  ::nk::ops::pick_kernel(#name, (device), ::nk::ops::cpu_kernels().name NK_CUDA_KERNEL_(name))

@@ -135,7 +135,7 @@ void nf4_quantize(Nf4Weight& q, const Tensor& w) {
            w.defined() ? w.desc() : "undefined", shape_str(q.shape));
   check_dtype(w, DType::F32, "nf4_quantize w");
   device_of(op, {{&q.codes, "q"}, {&w, "w"}});
-  pick_kernel(op, dev, &cpu::nf4_quantize)(q, w);
+  pick_kernel(op, dev, cpu_kernels().nf4_quantize)(q, w);
 }
 
 void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start) {
@@ -147,7 +147,7 @@ void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start) {
            "{}: out {} from start {} is outside the weight's {} values", op, out.desc(), start,
            q.numel());
   if (out.numel() == 0) return;
-  pick_kernel(op, dev, &cpu::nf4_dequantize)(out, q, start);
+  pick_kernel(op, dev, cpu_kernels().nf4_dequantize)(out, q, start);
 }
 
 void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b) {
@@ -166,7 +166,7 @@ void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Ten
     NK_CHECK(b.dtype() == x.dtype() || b.dtype() == DType::F32, "{}: b is {}", op, b.desc());
   }
   if (n == 0) return;
-  pick_kernel(op, dev, &cpu::nf4_linear_forward)(y, x, w, b);
+  pick_kernel(op, dev, cpu_kernels().nf4_linear_forward)(y, x, w, b);
 }
 
 void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) {
@@ -181,7 +181,7 @@ void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) 
            dy.desc());
   check_dtype(dx, dy.dtype(), "nf4_linear_backward_input dx");
   if (n == 0) return;
-  pick_kernel(op, dev, &cpu::nf4_linear_backward_input)(dx, dy, w);
+  pick_kernel(op, dev, cpu_kernels().nf4_linear_backward_input)(dx, dy, w);
 }
 
 void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
@@ -211,7 +211,7 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
     check_dtype(wpe, out.dtype(), "wpe");
   }
   if (out.numel() == 0) return;
-  pick_kernel(op, dev, &cpu::nf4_embedding_forward)(out, tokens, wte, wpe, positions);
+  pick_kernel(op, dev, cpu_kernels().nf4_embedding_forward)(out, tokens, wte, wpe, positions);
 }
 
 }  // namespace nk::ops

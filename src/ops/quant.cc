@@ -105,7 +105,7 @@ void quant_quantize(QuantWeight& q, const Tensor& w) {
            w.defined() ? w.desc() : "undefined", shape_str(q.shape));
   check_dtype(w, DType::F32, "quant_quantize w");
   device_of(op, {{&q.data, "q"}, {&w, "w"}});
-  pick_kernel(op, dev, &cpu::quant_quantize)(q, w);
+  pick_kernel(op, dev, cpu_kernels().quant_quantize)(q, w);
 }
 
 void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {
@@ -118,21 +118,21 @@ void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {
            "{}: out {} from row0 {} is outside the weight's {} rows", op, out.desc(), row0,
            q.rows());
   if (n == 0) return;
-  pick_kernel(op, dev, &cpu::quant_dequantize)(out, q, row0);
+  pick_kernel(op, dev, cpu_kernels().quant_dequantize)(out, q, row0);
 }
 
 bool quant_pack(QuantWeight& q) {
   const char* op = "quant_pack";
   const Device dev = check_quant(op, q, "q");
   if (q.layout == QuantLayout::Packed16) return true;
-  return pick_kernel(op, dev, &cpu::quant_pack)(q);
+  return pick_kernel(op, dev, cpu_kernels().quant_pack)(q);
 }
 QuantWeight quant_unpacked(const QuantWeight& q) {
   const char* op = "quant_unpacked";
   const Device dev = check_quant(op, q, "q");
   if (q.layout == QuantLayout::Rows) return q;
   QuantWeight out = QuantWeight::empty(q.type, q.shape, dev);
-  pick_kernel(op, dev, &cpu::quant_unpack)(out, q);
+  pick_kernel(op, dev, cpu_kernels().quant_unpack)(out, q);
   return out;
 }
 void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
@@ -150,7 +150,7 @@ void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const
              "{}: b is {}, expected f32 or x's dtype ({})", op, b.desc(), dtype_name(x.dtype()));
   }
   if (n == 0) return;
-  pick_kernel(op, dev, &cpu::quant_linear_forward)(y, x, w, b);
+  pick_kernel(op, dev, cpu_kernels().quant_linear_forward)(y, x, w, b);
 }
 
 void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte) {
@@ -163,7 +163,7 @@ void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight
   check_shape(out, want, "quant_embedding_forward out");
   NK_CHECK(is_compute_dtype(out.dtype()), "{}: out is {}, expected f32 or bf16", op, out.desc());
   if (out.numel() == 0) return;
-  pick_kernel(op, dev, &cpu::quant_embedding_forward)(out, tokens, wte);
+  pick_kernel(op, dev, cpu_kernels().quant_embedding_forward)(out, tokens, wte);
 }
 
 }  // namespace nk::ops

@@ -27,7 +27,7 @@ Tensor rope_table(int64_t max_t, int64_t head_dim, double theta) {
            "rope_table: max_t {}, head_dim {} (must be even), theta {}", max_t, head_dim, theta);
   Tensor t = Tensor::empty({max_t, head_dim}, DType::F32);
   // Built in host memory (ops::to_device moves it): the CPU kernel alone.
-  pick_kernel("rope_table", t.device(), &cpu::rope_table)(t, theta);
+  pick_kernel("rope_table", t.device(), cpu_kernels().rope_table)(t, theta);
   return t;
 }
 

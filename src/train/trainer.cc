@@ -20,6 +20,7 @@
 #include "core/parallel.h"
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
+#include "ops/cpu_isa.h"
 #include "parallel/context_parallel_batch.h"
 #include "parallel/model_parallel.h"
 #include "train/expert_balance.h"
@@ -421,11 +422,19 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     events.emplace(dir, state_.step,
                    std::filesystem::equivalent(dir.empty() ? "." : dir, cfg_.out_dir, ec));
   }
+  // On the CPU, the kernels' ISA level first (ops/cpu_isa.h): the GEMM peak
+  // and every step below are measured at it.
+  const bool on_cpu = model_->device() == Device::CPU;
+  if (on_cpu) NK_INFO("cpu kernels: {}", ops::cpu_isa_summary());
   double peak = cfg_.peak_tflops > 0 ? cfg_.peak_tflops * 1e12
                                      : measure_gemm_peak(cfg_.dtype, model_->device());
+  const std::string peak_note =
+      cfg_.peak_tflops > 0 ? ""
+      : on_cpu ? fmt::format(" (measured GEMM, {})", ops::cpu_isa_name(ops::active_cpu_isa()))
+               : " (measured GEMM)";
   NK_INFO("model {}, {} layers: {:.2f}M parameters, {} compute, peak {:.0f} GFLOP/s{}",
           cfg_.model.arch, cfg_.model.n_layer, double(model_->layout().count()) / 1e6,
-          dtype_name(cfg_.dtype), peak / 1e9, cfg_.peak_tflops > 0 ? "" : " (measured GEMM)");
+          dtype_name(cfg_.dtype), peak / 1e9, peak_note);
   if (!cfg_.frozen.empty()) {
     int64_t trainable = 0;
     for (const ParamInfo& p : model_->layout().params()) trainable += p.trainable ? p.numel() : 0;

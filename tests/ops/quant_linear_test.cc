@@ -10,6 +10,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/quant_blocks.h"
+#include "ops/cpu_quant_paths.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 #include "ops/quant.h"
@@ -42,14 +43,14 @@ void quantize_x_block(const double* x, int64_t n, double& d, std::vector<double>
 // types 256 on the direct kernel (llama.cpp's Q8_K) and 32 on the VNNI tiles
 // (which apply x's scale per sub-block anyway); W8A8 a scale per row; W8A16
 // and F16 do not quantise x.
-int64_t x_block(QuantType t, int64_t in, ops::cpu::QuantPath path) {
+int64_t x_block(QuantType t, int64_t in, ops::QuantPath path) {
   switch (t) {
     case QuantType::Q8_0:
     case QuantType::Q4_0:
       return 32;
     case QuantType::Q4_K:
     case QuantType::Q6_K:
-      return path == ops::cpu::QuantPath::Gemm ? 32 : 256;
+      return path == ops::QuantPath::Gemm ? 32 : 256;
     default:
       return in;
   }
@@ -64,9 +65,10 @@ struct Refs {
 };
 Refs references(QuantType t, const std::vector<double>& wd, const std::vector<double>& x,
                 const std::vector<double>& bias, int64_t N, int64_t in, int64_t out,
-                std::optional<ops::cpu::QuantPath> path = {}) {  // default: the path N rows take
+                std::optional<ops::QuantPath> path = {}) {  // default: the path N rows take
   Refs r;
-  const int64_t blk = x_block(t, in, path.value_or(ops::cpu::quant_linear_path(t, in, N)));
+  const int64_t blk =
+      x_block(t, in, path.value_or(ops::cpu_quant_paths().path(t, in, N, ops::QuantLayout::Rows)));
   for (int64_t n = 0; n < N; ++n) {
     std::vector<double> xq(static_cast<size_t>(in)), xd(static_cast<size_t>(in));
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
@@ -141,7 +143,8 @@ void check_linear(QuantType t, int64_t N, DType dt, bool bias, uint64_t seed, in
   Tensor b32 = bias ? Tensor::empty({out}, DType::F32) : Tensor();
   if (bias) ops::convert(b32, b);
   ops::linear_forward(y32, x32, wd, b32);
-  const bool panels = ops::cpu::quant_linear_path(t, in, N) == ops::cpu::QuantPath::Panels;
+  const bool panels =
+      ops::cpu_quant_paths().path(t, in, N, ops::QuantLayout::Rows) == ops::QuantPath::Panels;
   std::vector<double> slack = r.bound;
   if (plain_x(t) || panels) slack.clear();
   expect_close(got, values(y32), {2e-5, 0}, "y vs linear_forward", slack, b16);
@@ -227,7 +230,7 @@ TEST(QuantLinear, SameResultOnAnyThreadCount) {
         ys.push_back(Tensor::empty({N, 301}, DType::F32));
         ops::quant_linear_forward(ys.back(), x, q, Tensor());
       }
-      if (ops::cpu::quant_linear_path(t, 1024, N) != ops::cpu::QuantPath::Panels)
+      if (ops::cpu_quant_paths().path(t, 1024, N, ops::QuantLayout::Rows) != ops::QuantPath::Panels)
         EXPECT_TRUE(bytes_of(ys[0]) == bytes_of(ys[1]));
       else
         expect_close(values(ys[1]), values(ys[0]), {1e-6, 0}, "y");
@@ -248,7 +251,7 @@ TEST(QuantLinear, VnniTilesMatchTheirReferenceAndTheDirectKernel) {
   int checked = 0;
   for (QuantType t : kAllTypes) {
     const int64_t in = odd_in(t) / 32 * 32, out = 203;
-    if (!ops::cpu::quant_gemm_available(t, in)) continue;
+    if (!ops::cpu_quant_paths().gemm_available(t, in)) continue;
     const ops::QuantWeight q =
         quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), seed += 10, 0.04)));
     for (DType dt : {DType::F32, DType::BF16})
@@ -258,14 +261,14 @@ TEST(QuantLinear, VnniTilesMatchTheirReferenceAndTheDirectKernel) {
         const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + uint64_t(N)));
         const Tensor b = make({out}, dt, randn(size_t(out), seed + 1));
         Tensor tiles = Tensor::empty({N, out}, dt), direct = Tensor::empty({N, out}, dt);
-        ops::cpu::quant_linear_gemm(tiles, x, q, b);
+        ops::cpu_quant_paths().gemm(tiles, x, q, b);
         const bool b16 = dt == DType::BF16;
         const Refs r = references(t, values(dequantized(q)), values(x), values(b), N, in, out,
-                                  ops::cpu::QuantPath::Gemm);
+                                  ops::QuantPath::Gemm);
         expect_close(values(tiles), r.replayed, {1e-5, 0}, "tiles vs product with x quantised", {},
                      b16);
         if (t != QuantType::Q4_K && t != QuantType::Q6_K) {
-          ops::cpu::quant_linear_direct(direct, x, q, b);
+          ops::cpu_quant_paths().direct(direct, x, q, b);
           expect_close(values(tiles), values(direct), {1e-5, 0}, "tiles vs direct kernel", {}, b16);
         }
         ++checked;
@@ -298,7 +301,7 @@ TEST(QuantLinear, PackedWeightsGiveTheTilesYBitForBit) {
           const Tensor x = make({N, in}, dt, randn(size_t(N * in), seed + uint64_t(N)));
           const Tensor b = make({out}, dt, randn(size_t(out), seed + 1));
           Tensor want = Tensor::empty({N, out}, dt), got = Tensor::empty({N, out}, dt);
-          ops::cpu::quant_linear_gemm(want, x, rows, b);
+          ops::cpu_quant_paths().gemm(want, x, rows, b);
           ops::quant_linear_forward(got, x, packed, b);
           EXPECT_EQ(bytes_of(got), bytes_of(want));
           ++checked;

@@ -7,8 +7,9 @@
 #include "ops/cpu/fast_math.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
@@ -201,4 +202,4 @@ void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap) {
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

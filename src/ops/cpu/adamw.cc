@@ -14,9 +14,10 @@
 #include "ops/adamw_step.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/ops.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 [[maybe_unused]] float adamw_one(float* p, const float* g, float* m, float* v, int64_t i,
@@ -94,10 +95,10 @@ void adamw_step(Tensor param, const Tensor& grad, Tensor m, Tensor v, const Adam
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS
 
 // ---- adamw_step_mixed: the optimizer state in reduced precision ----
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 // A bf16 master and the 16 bits its f32 value lost (TransformerEngine's
@@ -413,4 +414,4 @@ void bf16_master_join(Tensor f32, const Tensor& hi, const Tensor& remainder) {
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

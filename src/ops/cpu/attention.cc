@@ -36,10 +36,11 @@
 #include "core/parallel.h"
 #include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/cpu/tile_gemm.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 namespace sm = softmax;
@@ -373,4 +374,4 @@ void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, cons
                   lse.data<float>(), d, starts, scale, softcap);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -26,10 +26,11 @@
 #include "ops/cpu/attention_tiles.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/cpu/tile_gemm.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr int64_t kBlock = 64;
@@ -272,4 +273,4 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                   lse.data<float>(), qkv.data<bf16>(), kv.data<bf16>(), mk, d);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

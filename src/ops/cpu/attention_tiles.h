@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "ops/cpu/float_io.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 // Grow-only per-thread scratch: no allocation after the first call at a size.
 inline float* attention_scratch(size_t n) {
@@ -34,4 +35,4 @@ void load_cols(float* dst, int64_t ldd, const T* src, int64_t lds, int64_t rows,
     for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = s * load(src[r * lds + c]);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

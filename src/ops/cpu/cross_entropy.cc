@@ -8,9 +8,10 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 namespace sm = softmax;
@@ -116,4 +117,4 @@ void cross_entropy_forward_backward(Tensor losses, Tensor dlogits, const Tensor&
   run(losses, &dlogits, logits, targets, ignore_index, grad_scale);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

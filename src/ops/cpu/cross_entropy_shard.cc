@@ -6,8 +6,9 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 template <typename T>
@@ -95,4 +96,4 @@ void cross_entropy_shard_backward(Tensor dlogits, const Tensor& logits, const Te
                    ignore_index, grad_scale);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

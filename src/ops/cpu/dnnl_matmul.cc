@@ -12,9 +12,14 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
+#include "ops/cpu_isa.h"
 
 namespace nk::ops::cpu {
 namespace {
+
+// The baseline's conversions: this file is compiled once, for the baseline.
+using NK_CPU_NS::load;
+using NK_CPU_NS::store;
 
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
@@ -34,8 +39,10 @@ dt to_dnnl(DType t) {
 
 // One engine and stream for the process: CPU execution is synchronous and
 // threads come from OpenMP's pool, which oneDNN shares with our kernels.
+// The kernels' level is chosen first: NK_CPU_ISA caps oneDNN too, which it
+// obeys only before its first primitive.
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = (active_cpu_isa(), dnnl::engine(dnnl::engine::kind::cpu, 0));
   return e;
 }
 dnnl::stream& stream() {

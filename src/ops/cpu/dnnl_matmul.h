@@ -2,6 +2,9 @@
 // (+ bias[N]). Transposed operands are described by memory descs (format tag
 // `ba`), never copied. Primitives are created once per distinct MatmulSpec and
 // cached process-wide, so after the first training step none are created.
+// Compiled once, for the baseline: oneDNN picks its own kernels at run time
+// (capped with the CPU kernels' level, ops/cpu_isa.h); each per-level copy of
+// the CPU kernels calls this one.
 // On a CPU where oneDNN has no bf16 matmul (before AVX-512) a bf16 product runs
 // as f32 on converted copies, rounded back (see Entry in the .cc).
 #pragma once
@@ -9,6 +12,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/cpu/level.h"
 
 namespace nk::ops::cpu {
 
@@ -37,3 +41,9 @@ size_t dnnl_matmul_cache_size();
 void dnnl_matmul_force_fallback(bool on);
 
 }  // namespace nk::ops::cpu
+
+// The per-level copies of the kernels (ops/cpu/level.h) call the one wrapper.
+namespace nk::ops::NK_CPU_NS {
+using cpu::dnnl_matmul;
+using cpu::MatmulSpec;
+}  // namespace nk::ops::NK_CPU_NS

@@ -8,9 +8,10 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/dropout_mask.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr int64_t kGrain = 1 << 15;  // elements per task: amortises the fork
@@ -239,4 +240,4 @@ void column_dot(Tensor dl, const Tensor& a, int64_t col0, const Tensor& b) {
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

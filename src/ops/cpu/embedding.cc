@@ -8,8 +8,9 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 struct EmbDims {
@@ -129,4 +130,4 @@ void embedding_backward(Tensor dwte, Tensor dwpe, const Tensor& dout, const Tens
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

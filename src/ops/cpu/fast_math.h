@@ -6,7 +6,9 @@
 #include <bit>
 #include <cstdint>
 
-namespace nk::ops::cpu {
+#include "ops/cpu/level.h"
+
+namespace nk::ops::NK_CPU_NS {
 
 inline float fast_exp(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
@@ -32,4 +34,4 @@ inline float fast_sigmoid(float x) {
   return 1.f / (1.f + fast_exp(-x));
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

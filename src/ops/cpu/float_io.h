@@ -5,10 +5,11 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/cpu/level.h"
 #include "ops/dtype_dispatch.h"
 #include "ops/shapes.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 // Loads/stores written without branches so loops over them auto-vectorize.
 inline float load(float v) {
@@ -40,4 +41,4 @@ inline f16 store<f16>(float v) {
   return f32_to_f16(v);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

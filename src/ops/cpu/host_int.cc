@@ -2,8 +2,9 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 void copy_bytes_from_host(Tensor dst, const void* src) {
   std::memcpy(dst.raw(), src, dst.nbytes());
@@ -22,4 +23,4 @@ int64_t count_not_equal(const Tensor& x, int64_t value) {
 
 void synchronize() {}  // a CPU op is done when it returns
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -18,9 +18,10 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 namespace sm = softmax;
@@ -200,4 +201,4 @@ void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, cons
                 ps, window, scale, softcap, d);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -6,9 +6,10 @@
 #include "core/parallel.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/shapes.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 // db[o] += sum_n dy[n,o] in fp32. Columns are split into fixed tiles; each
@@ -73,4 +74,4 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
   }
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -10,9 +10,10 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/moe.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr int64_t kGrain = 1 << 14;
@@ -309,4 +310,4 @@ void moe_scatter(Tensor dx, const Tensor& dxs, const Tensor& slot) {
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

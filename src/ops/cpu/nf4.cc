@@ -14,9 +14,10 @@
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/ops.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr uint8_t kZeroCode = 7;       // kNf4Levels[7] == 0
@@ -313,4 +314,4 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
                   B * T, T);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

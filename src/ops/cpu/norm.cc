@@ -8,8 +8,9 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr int64_t kColBlock = 64;  // dw/db columns per task, a few cache lines per row
@@ -178,4 +179,4 @@ void rmsnorm_backward(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, c
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -22,13 +22,14 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
 #ifdef __AVX2__
 #include <immintrin.h>
 #endif
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 constexpr float kHalfMax = 65504.f;
@@ -632,4 +633,4 @@ void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight
     embedding_rows(wte, tok, n, out.data<bf16>());
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -10,13 +10,15 @@
 
 #include "core/dtype.h"
 #include "ops/cpu/float_io.h"
+#include "ops/cpu/level.h"
+#include "ops/cpu_quant_paths.h"
 #include "ops/quant.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 // ---- weight blocks (ggml's block_q8_0, block_q4_0, block_q4_K, block_q6_K) ----
 
@@ -138,7 +140,7 @@ struct QuantOut {
     if (wscale) v *= wscale[o];
     if (bias_f32) v += bias_f32[o];
     if (bias_t) v += load(bias_t[o]);
-    y[n * out + o] = cpu::store<T>(v);
+    y[n * out + o] = NK_CPU_NS::store<T>(v);
   }
 };
 
@@ -195,8 +197,8 @@ void quant_linear_gemm(Tensor y, const Tensor& x, const QuantWeight& w, const Te
 // The path quant_linear_forward takes for n rows of x against a weight of
 // type t and width in.
 // (A packed weight takes the tiles for every n.)
-enum class QuantPath { Direct, Gemm, Panels };
+// (QuantPath: ops/cpu_quant_paths.h, shared by the levels' tables.)
 QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n,
                             QuantLayout layout = QuantLayout::Rows);
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -23,6 +23,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -30,7 +31,7 @@
 #include "ops/cpu/quant_dot_avx2.h"
 #endif
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 // quantize_x_block (quant_blocks.h). The AVX2 path computes the same f32
 // quotients as the plain one, so both agree bit for bit.
@@ -442,4 +443,4 @@ void quant_linear_direct(Tensor y, const Tensor& x, const QuantWeight& w, const 
     direct<bf16>(y, x, w, b);
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -15,9 +15,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
-namespace nk::ops::cpu::quant_avx2 {
+namespace nk::ops::NK_CPU_NS::quant_avx2 {
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -388,4 +389,4 @@ void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, fl
       out[r * C + c] = hsum(acc[r][c]) + f16_tail(w + r * rb, xf[c], i, in);
 }
 
-}  // namespace nk::ops::cpu::quant_avx2
+}  // namespace nk::ops::NK_CPU_NS::quant_avx2

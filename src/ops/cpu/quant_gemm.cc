@@ -52,6 +52,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -59,7 +60,7 @@
 #include <immintrin.h>
 #endif
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 #ifdef NK_QUANT_VNNI
 
@@ -626,4 +627,4 @@ void quant_linear_gemm(Tensor, const Tensor&, const QuantWeight& w, const Tensor
 
 #endif
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

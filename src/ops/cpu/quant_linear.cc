@@ -13,9 +13,10 @@
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 // Rows of x up to which the direct kernel is faster than dequantising W and
@@ -133,4 +134,4 @@ void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const
   }
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -6,8 +6,9 @@
 #include "core/parallel.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/level.h"
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 namespace {
 
 // x T[rows, W]; row r sits at position pos ? pos[r] : pos0 + r % T; cs f32[maxT, D] = [cos | sin].
@@ -64,4 +65,4 @@ void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& tab
   });
 }
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS

@@ -7,18 +7,19 @@
 #include <cstdint>
 
 #include "ops/cpu/fast_math.h"
+#include "ops/cpu/level.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 
-namespace nk::ops::cpu::softmax {
+namespace nk::ops::NK_CPU_NS::softmax {
 
 constexpr int kLanes = 16;
 
 // exp is fast_exp (fast_math.h): about 2 ulp, branch-free. exp(-inf) and
 // anything below -87.3 give exp(-87.3) ~ 1e-38, not 0; callers that need an
 // exact zero (masked scores) write it themselves.
-using cpu::fast_exp;
+using NK_CPU_NS::fast_exp;
 
 #ifdef __AVX512F__
 
@@ -146,4 +147,4 @@ inline void scaled_exp(const float* x, int64_t n, float m, float g, float* out) 
 
 #endif
 
-}  // namespace nk::ops::cpu::softmax
+}  // namespace nk::ops::NK_CPU_NS::softmax

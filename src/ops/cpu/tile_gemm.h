@@ -7,9 +7,11 @@
 #include <cstdint>
 #ifdef __AVX512F__
 #include <immintrin.h>
+
+#include "ops/cpu/level.h"
 #endif
 
-namespace nk::ops::cpu {
+namespace nk::ops::NK_CPU_NS {
 
 #ifdef __AVX512F__
 namespace tile_gemm_detail {
@@ -115,4 +117,4 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 
 #endif
 
-}  // namespace nk::ops::cpu
+}  // namespace nk::ops::NK_CPU_NS
