@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/tokenizer/bpe_vocab.h"
+#include "data/tokenizer/hf_json_fields.h"
 #include "data/tokenizer/text_normalizer.h"
 
 namespace nk {
@@ -14,34 +15,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& obj, const std::string& where, const std::string& file) {
-  if (!obj.is_object()) fail("{}: {} must be an object, got {}", file, where, obj.dump());
-  const json& t = json_member(obj, "type");
-  if (!t.is_string()) fail("{}: {}.type must be a string, got {}", file, where, t.dump());
-  return t.get<std::string>();
-}
-
-bool flag(const json& obj, const char* key, bool absent, const std::string& where,
-          const std::string& file) {
-  const json& v = json_member(obj, key);
-  if (v.is_null()) return absent;
-  if (!v.is_boolean()) fail("{}: {}.{} must be true or false, got {}", file, where, key, v.dump());
-  return v.get<bool>();
-}
-
-// A string member; `absent` when missing.
-std::string text(const json& obj, const char* key, const std::string& absent,
-                 const std::string& where, const std::string& file) {
-  const json& v = json_member(obj, key);
-  if (v.is_null()) return absent;
-  if (!v.is_string()) fail("{}: {}.{} must be a string, got {}", file, where, key, v.dump());
-  return v.get<std::string>();
-}
-
 // One Unicode character (Metaspace's replacement, Strip's content).
 std::string one_char(const json& obj, const char* key, const std::string& absent,
                      const std::string& where, const std::string& file) {
-  const std::string s = text(obj, key, absent, where, file);
+  const std::string s = hf_text(obj, key, absent, where, file);
   const size_t n = s.empty()                 ? 0
                    : (uint8_t(s[0]) < 0x80)  ? 1
                    : (uint8_t(s[0]) >= 0xF0) ? 4
@@ -57,7 +34,8 @@ SpmBpeSpec::Prepend prepend_scheme(const json& m, const std::string& where,
                                    const std::string& file) {
   using P = SpmBpeSpec::Prepend;
   const json& v = json_member(m, "prepend_scheme");
-  if (v.is_null()) return flag(m, "add_prefix_space", true, where, file) ? P::kAlways : P::kNever;
+  if (v.is_null())
+    return hf_flag(m, "add_prefix_space", true, where, file) ? P::kAlways : P::kNever;
   if (v == "always") return P::kAlways;
   if (v == "first") return P::kFirst;
   if (v == "never") return P::kNever;
@@ -70,7 +48,7 @@ void read_metaspace(const json& m, const std::string& where, const std::string& 
   s.pre = SpmBpeSpec::Pre::kMetaspace;
   s.replacement = one_char(m, "replacement", "\u2581", where, file);
   s.prepend = prepend_scheme(m, where, file);
-  s.split = flag(m, "split", true, where, file);
+  s.split = hf_flag(m, "split", true, where, file);
 }
 
 SpmBpeSpec::Behavior behavior(const json& v, const std::string& where, const std::string& file) {
@@ -89,7 +67,7 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
   if (pt.is_null()) return;
   std::string where = "pre_tokenizer";
   const json* step = &pt;
-  if (type_of(pt, where, file) == "Sequence") {
+  if (hf_type_of(pt, where, file) == "Sequence") {
     // One step in a Sequence is that step.
     const json& list = json_member(pt, "pretokenizers");
     if (!list.is_array()) fail("{}: pre_tokenizer.pretokenizers must be an array", file);
@@ -102,7 +80,7 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
     where = "pre_tokenizer.pretokenizers[0]";
     step = &list[0];
   }
-  const std::string type = type_of(*step, where, file);
+  const std::string type = hf_type_of(*step, where, file);
   if (type == "Metaspace") return read_metaspace(*step, where, file, s);
   if (type != "Split")
     fail(
@@ -113,7 +91,7 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
   if (!literal.is_string() || literal.get<std::string>().empty())
     fail("{}: {}.pattern must be {{\"String\": non-empty text}} here, got {}", file, where,
          json_member(*step, "pattern").dump());
-  if (flag(*step, "invert", false, where, file))
+  if (hf_flag(*step, "invert", false, where, file))
     fail("{}: {}.invert is true: not supported", file, where);
   s.pre = SpmBpeSpec::Pre::kSplit;
   s.split_literal = literal.get<std::string>();
@@ -123,7 +101,7 @@ void read_pre_tokenizer(const json& pt, const std::string& file, SpmBpeSpec& s) 
 SpmBpeSpec::DecodeStep decode_step(const json& d, const std::string& where,
                                    const std::string& file) {
   using D = SpmBpeSpec::DecodeStep;
-  const std::string type = type_of(d, where, file);
+  const std::string type = hf_type_of(d, where, file);
   D step;
   if (type == "Fuse") return step;
   if (type == "ByteFallback") return step.kind = D::kByteFallback, step;
@@ -161,7 +139,7 @@ SpmBpeSpec::DecodeStep decode_step(const json& d, const std::string& where,
 
 void read_decoder(const json& d, const std::string& file, SpmBpeSpec& s) {
   if (d.is_null()) return;
-  if (type_of(d, "decoder", file) != "Sequence")
+  if (hf_type_of(d, "decoder", file) != "Sequence")
     return s.decoder.push_back(decode_step(d, "decoder", file));
   const json& list = json_member(d, "decoders");
   if (!list.is_array()) fail("{}: decoder.decoders must be an array", file);
@@ -169,7 +147,7 @@ void read_decoder(const json& d, const std::string& file, SpmBpeSpec& s) {
     s.decoder.push_back(decode_step(list[i], fmt::format("decoder.decoders[{}]", i), file));
 }
 
-void check_model_options(const json& m, const std::string& file) {
+void check_spm_model_options(const json& m, const std::string& file) {
   const json& t = json_member(m, "type");
   if (!t.is_null() && t != "BPE")
     fail(
@@ -244,16 +222,16 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
   if (!j.is_object()) fail("{}: expected a JSON object", file);
   const json& m = json_member(j, "model");
   if (!m.is_object()) fail("{}: model must be an object", file);
-  check_model_options(m, file);
+  check_spm_model_options(m, file);
   SpmBpeSpec s;
   s.name = file;
   if (TextNormalizer::from_json(json_member(j, "normalizer"), file, "normalizer"))
     s.normalizer = json_member(j, "normalizer").dump();
   read_pre_tokenizer(json_member(j, "pre_tokenizer"), file, s);
   read_decoder(json_member(j, "decoder"), file, s);
-  s.byte_fallback = flag(m, "byte_fallback", false, "model", file);
-  s.fuse_unk = flag(m, "fuse_unk", false, "model", file);
-  s.ignore_merges = flag(m, "ignore_merges", false, "model", file);
+  s.byte_fallback = hf_flag(m, "byte_fallback", false, "model", file);
+  s.fuse_unk = hf_flag(m, "fuse_unk", false, "model", file);
+  s.ignore_merges = hf_flag(m, "ignore_merges", false, "model", file);
 
   const json& vocab = json_member(m, "vocab");
   if (!vocab.is_object()) fail("{}: model.vocab must be an object of piece -> id", file);
@@ -314,7 +292,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
         fail("{}: {}.content must be a non-empty string", file, where);
       const std::string c = content.get<std::string>();
       for (const char* key : {"lstrip", "rstrip", "single_word"})
-        if (flag(a, key, false, where, file))
+        if (hf_flag(a, key, false, where, file))
           fail("{}: {}.{} is true ('{}'): not supported; Nekton matches an added token as written",
                file, where, key, c);
       const int64_t id = json_int(json_member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
@@ -325,9 +303,10 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
         fail("{}: {}: id {} is added twice", file, where, id);
       id_of.emplace(c, int32_t(id));
       s.added.emplace_back(c, int32_t(id));
-      const bool special = flag(a, "special", false, where, file);
+      const bool special = hf_flag(a, "special", false, where, file);
       if (special) s.special_added.push_back(int32_t(id));
-      if (flag(a, "normalized", !special, where, file)) s.normalized_added.push_back(int32_t(id));
+      if (hf_flag(a, "normalized", !special, where, file))
+        s.normalized_added.push_back(int32_t(id));
     }
   s.in_model.resize(s.pieces.size());
   s.eod = config_token(config, "eos_token", config_path, id_of, {"</s>", "<eos>"});

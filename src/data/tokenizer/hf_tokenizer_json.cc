@@ -8,6 +8,7 @@
 #include "core/json.h"
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_merge.h"
+#include "data/tokenizer/hf_json_fields.h"
 #include "data/tokenizer/pretokenizer.h"
 #include "data/tokenizer/text_normalizer.h"
 
@@ -17,28 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string key_at(const std::string& where, const char* key) {
-  return where.empty() ? key : where + "." + key;
-}
-
-// `obj`'s "type": nk::Error unless `obj` is an object with a string "type".
-std::string type_of(const json& obj, const std::string& where, const std::string& file) {
-  if (!obj.is_object()) fail("{}: {} must be an object, got {}", file, where, obj.dump());
-  const json& t = json_member(obj, "type");
-  if (!t.is_string()) fail("{}: {}.type must be a string", file, where);
-  return t.get<std::string>();
-}
-
-// A boolean member; `absent` when missing or null.
-bool flag(const json& obj, const char* key, bool absent, const std::string& where,
-          const std::string& file) {
-  const json& v = json_member(obj, key);
-  if (v.is_null()) return absent;
-  if (!v.is_boolean())
-    fail("{}: {} must be true or false, got {}", file, key_at(where, key), v.dump());
-  return v.get<bool>();
-}
-
 // The normalizer's JSON text for BpeVocab ("" when none), checked here so
 // that an error names this file and the JSON path of the step.
 std::string normalizer_text(const json& n, const std::string& file) {
@@ -47,10 +26,10 @@ std::string normalizer_text(const json& n, const std::string& file) {
 
 // ByteLevel's options; whether it splits with GPT-2's pattern itself (use_regex).
 bool byte_level_splits(const json& b, const std::string& where, const std::string& file) {
-  if (flag(b, "add_prefix_space", false, where, file))
+  if (hf_flag(b, "add_prefix_space", false, where, file))
     fail("{}: {}.add_prefix_space is true: not supported (a space put before the text)", file,
          where);
-  return flag(b, "use_regex", true, where, file);
+  return hf_flag(b, "use_regex", true, where, file);
 }
 
 // The pattern of a Split step, as PreTokenizer runs it.
@@ -63,7 +42,7 @@ std::string split_pattern(const json& s, const std::string& where, const std::st
   if (behavior != "Isolated")
     fail("{}: {}.behavior is {}: only \"Isolated\" (each match a piece) is supported", file, where,
          behavior.dump());
-  if (flag(s, "invert", false, where, file))
+  if (hf_flag(s, "invert", false, where, file))
     fail("{}: {}.invert is true: not supported", file, where);
   const std::string p = regex.get<std::string>();
   const std::string key = fmt::format("{}: {}.pattern.Regex", file, where);
@@ -95,7 +74,7 @@ std::string split_pattern(const json& s, const std::string& where, const std::st
 std::string pre_tokenizer_pattern(const json& pt, const std::string& file) {
   if (pt.is_null())
     fail("{}: pre_tokenizer is null: a byte-level BPE has a ByteLevel pre-tokenizer", file);
-  const std::string type = type_of(pt, "pre_tokenizer", file);
+  const std::string type = hf_type_of(pt, "pre_tokenizer", file);
   const std::string gpt2 = openai_pattern("gpt2");
   auto no_split = [&](const std::string& where) {
     fail(
@@ -118,7 +97,7 @@ std::string pre_tokenizer_pattern(const json& pt, const std::string& file) {
   bool byte_level = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const std::string where = fmt::format("pre_tokenizer.pretokenizers[{}]", i);
-    const std::string t = type_of(steps[i], where, file);
+    const std::string t = hf_type_of(steps[i], where, file);
     if (byte_level) fail("{}: {}: a step after ByteLevel is not supported", file, where);
     if (t == "Split") {
       if (!pattern.empty()) fail("{}: {}: a second Split is not supported", file, where);
@@ -159,15 +138,15 @@ std::vector<AddedToken> added_tokens(const json& list, int64_t entries, const st
     const int64_t id = json_int(json_member(a, "id"), file, where + ".id", 0, limits::kVocab - 1);
     check_vocab_id(id, entries, file + ": " + where);
     for (const char* key : {"lstrip", "rstrip", "single_word"})
-      if (flag(a, key, false, where, file))
+      if (hf_flag(a, key, false, where, file))
         fail("{}: {}.{} is true ('{}'): not supported; Nekton matches an added token as written",
              file, where, key, content.get<std::string>());
     for (size_t j = 0; j < out.size(); ++j)
       if (out[j].id == id) fail("{}: {}: id {} is also added_tokens[{}]'s", file, where, id, j);
     // Hugging Face's default: special tokens are matched as written.
-    const bool special = flag(a, "special", false, where, file);
+    const bool special = hf_flag(a, "special", false, where, file);
     out.push_back(
-        {content.get<std::string>(), int32_t(id), flag(a, "normalized", !special, where, file)});
+        {content.get<std::string>(), int32_t(id), hf_flag(a, "normalized", !special, where, file)});
   }
   return out;
 }
@@ -228,7 +207,7 @@ void check_model_options(const json& m, const std::string& file) {
   if (!json_member(m, "dropout").is_null())
     fail("{}: model.dropout is {}: BPE dropout is not supported (null is)", file,
          json_member(m, "dropout").dump());
-  if (flag(m, "byte_fallback", false, "model", file))
+  if (hf_flag(m, "byte_fallback", false, "model", file))
     fail(
         "{}: model.byte_fallback is true: a SentencePiece-style BPE (Llama 2, Mistral, Gemma: "
         "pieces spelled with '\u2581', byte fallback), not a byte-level one; load_tokenizer "
@@ -250,9 +229,9 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
   check_model_options(m, file);
   const std::string normalizer = normalizer_text(json_member(j, "normalizer"), file);
   const json& decoder = json_member(j, "decoder");
-  if (!decoder.is_null() && type_of(decoder, "decoder", file) != "ByteLevel")
+  if (!decoder.is_null() && hf_type_of(decoder, "decoder", file) != "ByteLevel")
     fail("{}: decoder.type '{}' is not supported: a byte-level BPE decodes with ByteLevel", file,
-         type_of(decoder, "decoder", file));
+         hf_type_of(decoder, "decoder", file));
   BpeVocab v;
   v.pattern = pre_tokenizer_pattern(json_member(j, "pre_tokenizer"), file);
   v.normalizer = normalizer;
@@ -349,7 +328,7 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
 
   // Without ignore_merges Hugging Face merges even a piece that is a token;
   // BpeTokenizer emits it whole. The same when merging a token's bytes gives it.
-  if (!flag(m, "ignore_merges", false, "model", file)) {
+  if (!hf_flag(m, "ignore_merges", false, "model", file)) {
     RankMap ranks(v.tokens);
     std::vector<int32_t> out;
     for (size_t r = 0; r < v.tokens.size(); ++r) {
