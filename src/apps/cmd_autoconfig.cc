@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "measured against predicted; --out writes the chosen layout (the measured best, else\n"
     "the predicted best) as a recipe: nekton train --nproc N*P --config FILE.yaml\n";
 
-struct Args {
+struct AutoconfigArgs {
   std::string config;
   std::vector<std::string> overrides;
   int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, top = 10;
@@ -54,9 +54,9 @@ struct Args {
   bool json = false, spread = false;
 };
 
-Args parse(const std::vector<std::string>& raw) {
+AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
   CommandLine cl("autoconfig", raw, 0);
-  Args a;
+  AutoconfigArgs a;
   cl.bind("--config", a.config, "the training recipe (YAML)");
   cl.bind("--nodes", a.nodes, "hosts (>= 1)");
   cl.bind("--procs-per-node", a.procs_per_node, "processes (ranks) per host (>= 1)");
@@ -113,7 +113,7 @@ double mem_total_bytes() {
   return 0;
 }
 
-std::string mib(double b) {
+std::string autoconfig_mib(double b) {
   return fmt::format("{:.1f} MiB", b / 1048576.0);
 }
 
@@ -128,7 +128,7 @@ std::string layout_name(const LayoutCandidate& k) {
 int cmd_autoconfig(const CommandArgs& raw) {
   if (std::find(raw.args.begin(), raw.args.end(), "--probe-link") != raw.args.end())
     return probe_link_main();
-  const Args a = parse(raw.args);
+  const AutoconfigArgs a = parse_autoconfig_args(raw.args);
   const Config c = Config::load(train_schema(), a.config, a.overrides);
   TrainConfig cfg = train_config_from(c, false);
   const int64_t world = a.nodes * a.procs_per_node;
@@ -179,8 +179,11 @@ int cmd_autoconfig(const CommandArgs& raw) {
     fail(
         "autoconfig: no layout of {} processes fits {} per rank (--memory{}){}; the first "
         "rejections:{}",
-        world, mib(budget), a.memory_gib > 0 ? "" : ": this host's memory / --procs-per-node",
-        smallest > 0 ? fmt::format("; the smallest needs {}", mib(double(smallest))) : "", why);
+        world, autoconfig_mib(budget),
+        a.memory_gib > 0 ? "" : ": this host's memory / --procs-per-node",
+        smallest > 0 ? fmt::format("; the smallest needs {}", autoconfig_mib(double(smallest)))
+                     : "",
+        why);
   }
 
   // The candidates to run: the best K, or with --spread K spread evenly
@@ -234,7 +237,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "{} x {} tokens; {} fit {} per rank\n",
         all.size(), world, a.nodes, a.nodes == 1 ? "" : "s", a.procs_per_node, cfg.model.arch,
         cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(),
-        mib(budget));
+        autoconfig_mib(budget));
     fmt::print(
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
         "the GEMM/attention rates + {:.2f} ms per micro-batch (probes: {}); link {:.2f} GB/s, "
@@ -259,7 +262,8 @@ int cmd_autoconfig(const CommandArgs& raw) {
                    : "  " + r.result.describe();
       }
       fmt::print("{:>3}  {:<42} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
-                 mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3, ok[i]->tokens_per_s, m);
+                 autoconfig_mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3,
+                 ok[i]->tokens_per_s, m);
     }
     for (const auto& [i, r] : measured)
       if (!r.ok())
