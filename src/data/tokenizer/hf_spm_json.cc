@@ -164,21 +164,6 @@ void check_spm_model_options(const json& m, const std::string& file) {
 }
 
 // A merge "A B" or ["A", "B"] as its two pieces.
-std::pair<std::string, std::string> merge_parts(const json& mj, size_t i, const std::string& file) {
-  if (mj.is_string()) {
-    const std::string& s = mj.get_ref<const std::string&>();
-    const size_t sp = s.find(' ');
-    if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
-        s.find(' ', sp + 1) == std::string::npos)
-      return {s.substr(0, sp), s.substr(sp + 1)};
-  } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string() &&
-             !mj[0].get<std::string>().empty() && !mj[1].get<std::string>().empty()) {
-    return {mj[0].get<std::string>(), mj[1].get<std::string>()};
-  }
-  fail("{}: model.merges[{}] must be \"A B\" (two pieces, one space) or [\"A\", \"B\"], got {}",
-       file, i, mj.dump());
-}
-
 // tokenizer_config.json's `key` (a string or {"content": ...}), else the
 // first of `defaults` that is a piece; -1 if none.
 int32_t config_token(const json& config, const char* key, const std::string& config_path,
@@ -268,18 +253,7 @@ SpmBpeSpec hf_spm_bpe_spec(const json& j, const std::string& file, const json& c
   if (!merges.is_array()) fail("{}: model.merges must be an array", file);
   s.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
-    const auto [a, b] = merge_parts(merges[i], i, file);
-    int32_t ids[2];
-    const std::string* parts[3] = {&a, &b, nullptr};
-    const std::string ab = a + b;
-    parts[2] = &ab;
-    for (int k = 0; k < 3; ++k) {
-      auto it = id_of.find(*parts[k]);
-      if (it == id_of.end())
-        fail("{}: model.merges[{}] ('{} {}'): '{}' is not in model.vocab", file, i, a, b,
-             *parts[k]);
-      if (k < 2) ids[k] = it->second;
-    }
+    const std::array<int32_t, 3> ids = hf_merge_ids(merges, i, id_of, file);
     s.merges.emplace_back(ids[0], ids[1]);
   }
 

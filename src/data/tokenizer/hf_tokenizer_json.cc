@@ -290,39 +290,20 @@ BpeVocab hf_bpe_vocab(const json& j, const std::string& file, const json& config
   int32_t last = -1;
   size_t last_at = 0;
   for (size_t i = 0; i < merges.size(); ++i) {
-    const json& mj = merges[i];
-    std::string a, b;
-    if (mj.is_string()) {
-      const std::string& s = mj.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      if (sp != std::string::npos && sp > 0 && sp + 1 < s.size() &&
-          s.find(' ', sp + 1) == std::string::npos)
-        a = s.substr(0, sp), b = s.substr(sp + 1);
-    } else if (mj.is_array() && mj.size() == 2 && mj[0].is_string() && mj[1].is_string()) {
-      a = mj[0].get<std::string>(), b = mj[1].get<std::string>();
-    }
-    if (a.empty() || b.empty())
-      fail("{}: model.merges[{}] must be \"A B\" (two tokens, one space) or [\"A\", \"B\"], got {}",
-           file, i, mj.dump());
-    int32_t ids[3];
-    const std::string* parts[3] = {&a, &b, nullptr};
-    const std::string ab = a + b;
-    parts[2] = &ab;
-    for (int k = 0; k < 3; ++k) {
-      auto it = id_of.find(*parts[k]);
-      if (it == id_of.end())
-        fail("{}: model.merges[{}] ('{} {}'): '{}' is not in model.vocab", file, i, a, b,
-             *parts[k]);
-      ids[k] = it->second;
-    }
+    const std::array<int32_t, 3> ids = hf_merge_ids(merges, i, id_of, file);
     // Merges through an added token never apply: its text is split off first.
-    if (std::any_of(ids, ids + 3, [&](int32_t id) { return added_by_id.count(id) > 0; })) continue;
+    if (std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return added_by_id.count(id) > 0; }))
+      continue;
     if (ids[2] < last)
       fail(
-          "{}: model.merges[{}] ('{} {}') makes id {}, after model.merges[{}] made id {}: Nekton's "
+          "{}: model.merges[{}] ('{}') makes id {}, after model.merges[{}] made id {}: Nekton's "
           "BPE applies merges in the order of the ids of the tokens they make (tiktoken's rule), "
           "and these merges are not in that order",
-          file, i, a, b, ids[2], last_at, last);
+          file, i,
+          merges[i].is_string()
+              ? merges[i].get<std::string>()
+              : merges[i][0].get<std::string>() + " " + merges[i][1].get<std::string>(),
+          ids[2], last_at, last);
     last = ids[2], last_at = i;
   }
 
