@@ -58,12 +58,6 @@ run qetp1 "${MPI[@]}" 2 "$NK" train "${QWEN[@]}" "${ETP[@]}"
 run qetp1sp "${MPI[@]}" 2 "$NK" train "${QWEN[@]}" "${ETP[@]}" parallel.sp=true
 compare qone qetp1 qetp1sp
 
-refuse() {
-  local out=$1 pattern=$2
-  shift 2
-  if "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1; then fail "$out was not refused"; fi
-  grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: no '$pattern': $(tail -3 "$WORK/$out.log")"
-}
 refuse etp2 "parallel.etp = 2 with parallel.tp = 1: only parallel.etp = parallel.tp" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" parallel.etp=2
 refuse cap "parallel.etp = 1 with parallel.tp = 2: model.moe_capacity_factor" \

@@ -9,6 +9,7 @@
 #   MPI    mpirun --oversubscribe -np (then the count)
 #   run OUT CMD...   CMD with train.out_dir=$WORK/OUT, its log in $WORK/OUT.log;
 #                    fails the test if CMD fails or runs past 180 s
+#   refuse OUT PATTERN CMD...  CMD must fail with PATTERN in its log
 # shellcheck source=script_lib.sh
 source "$REPO/tests/apps/mpi/script_lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -37,4 +38,11 @@ run() {
   shift
   timeout $((180 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1 ||
     fail "$out: $*"
+}
+
+refuse() {
+  local out=$1 pattern=$2
+  shift 2
+  if "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1; then fail "$out was not refused"; fi
+  grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: no '$pattern': $(tail -3 "$WORK/$out.log")"
 }
