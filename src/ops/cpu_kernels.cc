@@ -1,5 +1,7 @@
 #include "ops/cpu_kernels.h"
 
+#include <atomic>
+
 #include "ops/cpu_quant_paths.h"
 
 namespace nk::ops {
@@ -16,9 +18,22 @@ const CpuKernels& cpu_kernels_for(CpuIsa isa) {
   return cpu_kernels_avx2();
 }
 
+namespace {
+std::atomic<const CpuKernels*> g_override{nullptr};
+}
+
 const CpuKernels& cpu_kernels() {
   static const CpuKernels& k = cpu_kernels_for(active_cpu_isa());
-  return k;
+  const CpuKernels* o = g_override.load(std::memory_order_acquire);
+  return o ? *o : k;
+}
+
+void set_cpu_kernels(const CpuKernels* table) {
+  g_override.store(table, std::memory_order_release);
+}
+
+bool cpu_kernels_overridden() {
+  return g_override.load(std::memory_order_acquire) != nullptr;
 }
 
 const CpuQuantPaths& cpu_quant_paths() {

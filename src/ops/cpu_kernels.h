@@ -31,7 +31,14 @@ const CpuKernels& cpu_kernels_avx512_bf16();
 const CpuKernels& cpu_kernels_for(CpuIsa isa);
 
 // The table of active_cpu_isa(), chosen on first call (nk::Error when
-// NK_CPU_ISA names no level or one this CPU lacks).
+// NK_CPU_ISA names no level or one this CPU lacks), or the table
+// set_cpu_kernels installed in its place.
 const CpuKernels& cpu_kernels();
+
+// Installs `table` (which must outlive its use) in place of the active
+// level's; nullptr restores that one. For ops/kernel_profile.h's timing
+// wrappers, which call the level's own kernels.
+void set_cpu_kernels(const CpuKernels* table);
+bool cpu_kernels_overridden();
 
 }  // namespace nk::ops

@@ -74,6 +74,7 @@ struct TrainConfig {
   std::string metrics_file;      // default: out_dir/metrics.jsonl
   bool tensorboard = true;       // TensorBoard event file beside metrics_file
   double peak_tflops = 0;        // 0: measure the GEMM peak at start
+  bool profile = false;          // time every CPU kernel; a table per step at the end
   std::string config_yaml;       // the resolved config, saved in every checkpoint
   // Settings of a command above train (align.*) that decide the samples or
   // the loss, by key: part of the data signature a resume checks.

@@ -25,6 +25,7 @@
 #include "parallel/model_parallel.h"
 #include "train/expert_balance.h"
 #include "train/metrics.h"
+#include "train/step_profile.h"
 #include "train/tensorboard.h"
 #include "train/train_checkpoint.h"
 
@@ -562,8 +563,11 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
             sig == SIGINT ? "SIGINT" : "SIGTERM", when, state_.step);
   };
 
+  // train.profile: this process's kernels timed, step by step.
+  StepProfile profile(cfg_.profile);
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
+    profile.begin_step();
     if (objective_->online()) {
       if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the whole updated model on every rank
       objective_->before_step(*model_, step);
@@ -703,6 +707,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.lr = lr;
     s.grad_norm = norm;
     double dt = seconds_since(t0);
+    profile.end_step(dt);
     s.step_ms = dt * 1e3;
     s.tokens_per_s = double(B * T * accum) / dt;
     s.mfu = flops_per_step / dt / (peak * double(par_.world()));
@@ -797,6 +802,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
+  if (par_.writes()) profile.report(cfg_.out_dir + "/profile.json");
   if (saved_step_ != state_.step) save_checkpoint_now();
   export_final();
 }

@@ -5,8 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "ckpt/model_io.h"
+#include "ops/kernel_profile.h"
 
 #include "train/corpus.h"
 
@@ -54,6 +58,64 @@ TEST(Trainer, IdenticalRunsGiveBitIdenticalLosses) {
     EXPECT_FALSE(std::isnan(a.history()[5].val_loss));
     EXPECT_TRUE(fs::exists(base / "a" / "model" / "model.safetensors"));
     EXPECT_TRUE(fs::exists(base / "a" / "metrics.jsonl"));
+  }
+}
+
+// train.profile: the same losses and weights bit for bit (the timing
+// wrappers call the same kernels), and a table of the steps after the first
+// whose kernels are the step's own: the products, attention, the loss and
+// the optimizer each called every step, self times within the step's.
+TEST(Trainer, ProfileTimesTheStepsKernelsAndChangesNoNumber) {
+  fs::path base = fs::path(NK_BINARY_DIR) / "trainer_profile";
+  Trainer plain(tiny((base / "plain").string(), DType::F32));
+  plain.run();
+  TrainConfig cfg = tiny((base / "profiled").string(), DType::F32);
+  cfg.profile = true;
+  Trainer t(cfg);
+  t.run();
+  EXPECT_EQ(losses(t), losses(plain));
+  const Tensor& a = t.model().params();
+  const Tensor& b = plain.model().params();
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
+  EXPECT_FALSE(ops::kernel_profiling());  // off again after the run
+
+  std::ifstream in(base / "profiled" / "profile.json");
+  ASSERT_TRUE(in) << "no profile.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["steps"].get<int>(), 11);  // steps 2-12
+  const double step_ms = j["step_ms"].get<double>();
+  EXPECT_GT(step_ms, 0);
+  double sum = 0;
+  std::map<std::string, double> calls;
+  for (const auto& k : j["kernels"]) {
+    sum += k["ms_per_step"].get<double>();
+    calls[k["name"].get<std::string>()] = k["calls_per_step"].get<double>();
+  }
+  EXPECT_LE(sum, step_ms * 1.001);  // self times: nothing counted twice
+  EXPECT_NEAR(j["outside_kernels_ms"].get<double>(), step_ms - sum, 1e-6 * step_ms + 1e-9);
+  // Every product of the forward has its backward (no recompute).
+  for (const char* k : {"linear_forward", "linear_backward", "attention_forward",
+                        "attention_backward", "cross_entropy_forward_backward", "adamw_step"})
+    EXPECT_GT(calls[k], 0) << k;
+  EXPECT_EQ(calls["linear_forward"], calls["linear_backward"]);
+}
+
+// train.profile times CPU kernels; a CUDA run is refused naming the key
+// (without a GPU, train.device=cuda is refused before it).
+TEST(Trainer, ProfileOfACudaRunIsRefusedByKey) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no GPU: train.device=cuda refused first";
+  ConfigSchema s = train_schema();
+  Config c = Config::load(s, "",
+                          {"model.preset=gpt-tiny", "data.path=" + corpus_path(),
+                           "train.device=cuda", "train.profile=true"});
+  try {
+    train_config_from(c);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.profile: times the CPU kernels only"),
+              std::string::npos)
+        << e.what();
   }
 }
 

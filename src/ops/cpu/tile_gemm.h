@@ -5,52 +5,87 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#endif
 
 #include "ops/cpu/level.h"
-#endif
 
 namespace nk::ops::NK_CPU_NS {
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 namespace tile_gemm_detail {
 
-// R rows x NV 16-float vectors of C held in registers over the whole K loop;
-// the last vector is masked to the columns that exist.
+// The vector registers of this level: W floats, a mask for the last W
+// columns, masked loads and stores (zero-filled loads), broadcast and FMA.
+#ifdef __AVX512F__
+struct Vec {
+  static constexpr int W = 16;
+  static constexpr int kRows = 6;  // 6 x 4 accumulators + 4 B vectors of the 32 registers
+  using Reg = __m512;
+  using Mask = __mmask16;
+  static Mask full() { return Mask(0xFFFF); }
+  static Mask first(int64_t n) { return Mask((1u << n) - 1); }  // n < W
+  static Reg load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, Mask m, Reg v) { _mm512_mask_storeu_ps(p, m, v); }
+  static Reg zero() { return _mm512_setzero_ps(); }
+  static Reg set1(float a) { return _mm512_set1_ps(a); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#else
+struct Vec {
+  static constexpr int W = 8;
+  static constexpr int kRows = 3;  // 3 x 4 accumulators + 4 B vectors of the 16 registers
+  using Reg = __m256;
+  using Mask = __m256i;
+  static Mask full() { return _mm256_set1_epi32(-1); }
+  static Mask first(int64_t n) {  // n < W: lanes [0, n) set
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static Reg load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, Mask m, Reg v) { _mm256_maskstore_ps(p, m, v); }
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg set1(float a) { return _mm256_set1_ps(a); }
+  static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#endif
+constexpr int W = Vec::W;
+
+// R rows x NV vectors of C held in registers over the whole K loop; the
+// last vector is masked to the columns that exist. Each C element is the
+// FMA chain over k in order, as the portable loop computes it.
 template <int R, int NV>
 inline void block(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
-                  int64_t ldc, __mmask16 last, bool accumulate) {
-  __m512 c[R][NV];
+                  int64_t ldc, Vec::Mask last, bool accumulate) {
+  Vec::Reg c[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v)
-      c[r][v] = accumulate
-                    ? _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, C + r * ldc + 16 * v)
-                    : _mm512_setzero_ps();
+      c[r][v] = accumulate ? Vec::load(C + r * ldc + W * v, v == NV - 1 ? last : Vec::full())
+                           : Vec::zero();
   for (int64_t k = 0; k < K; ++k) {
-    __m512 b[NV];
+    Vec::Reg b[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v)
-      b[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, B + k * ldb + 16 * v);
+      b[v] = Vec::load(B + k * ldb + W * v, v == NV - 1 ? last : Vec::full());
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+      const Vec::Reg a = Vec::set1(A[r * lda + k]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+      for (int v = 0; v < NV; ++v) c[r][v] = Vec::fmadd(a, b[v], c[r][v]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v)
-      _mm512_mask_storeu_ps(C + r * ldc + 16 * v, v == NV - 1 ? last : 0xFFFF, c[r][v]);
+      Vec::store(C + r * ldc + W * v, v == NV - 1 ? last : Vec::full(), c[r][v]);
 }
 
 template <int R>
 inline void rows(int nv, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, __mmask16 last, bool acc) {
+                 float* C, int64_t ldc, Vec::Mask last, bool acc) {
   switch (nv) {
     case 1:
       return block<R, 1>(K, A, lda, B, ldb, C, ldc, last, acc);
@@ -68,11 +103,11 @@ inline void rows(int nv, int64_t K, const float* A, int64_t lda, const float* B,
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                       int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   using namespace tile_gemm_detail;
-  constexpr int kRows = 6;  // 6 x 4 accumulators + 4 B vectors fit the 32 zmm registers
-  for (int64_t j0 = 0; j0 < N; j0 += 64) {
-    const int64_t n = std::min<int64_t>(64, N - j0);
-    const int nv = int((n + 15) / 16);
-    const __mmask16 last = n % 16 ? __mmask16((1u << (n % 16)) - 1) : __mmask16(0xFFFF);
+  constexpr int kRows = Vec::kRows;
+  for (int64_t j0 = 0; j0 < N; j0 += 4 * W) {
+    const int64_t n = std::min<int64_t>(4 * W, N - j0);
+    const int nv = int((n + W - 1) / W);
+    const Vec::Mask last = n % W ? Vec::first(n % W) : Vec::full();
     const float* b = B + j0;
     float* c = C + j0;
     int64_t i = 0;

@@ -1,0 +1,51 @@
+// train.profile: where a training step's time goes, kernel by kernel (the
+// CPU kernels' self times from ops/kernel_profile.h), as a mean over the
+// steps after the run's first (primitive creation, first-touch page faults),
+// with what no kernel accounts for (communication, allocation, the
+// framework's own work) as its own line.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/kernel_profile.h"
+
+namespace nk {
+
+class StepProfile {
+ public:
+  // off: every call does nothing. On, the kernels are timed until destruction.
+  explicit StepProfile(bool on);
+  ~StepProfile();
+  StepProfile(const StepProfile&) = delete;
+  StepProfile& operator=(const StepProfile&) = delete;
+
+  bool on() const { return on_; }
+  // Around each step: counters cleared at its start; at its end (before
+  // validation and logging) its kernels and `seconds` added, unless it is
+  // the run's first.
+  void begin_step();
+  void end_step(double seconds);
+
+  // The table: the log lines, and OUT_DIR/profile.json when `path` is not empty.
+  // Nothing when fewer than two steps ran.
+  void report(const std::string& path) const;
+
+  struct Row {
+    std::string name;
+    double calls = 0, seconds = 0;  // totals over the counted steps
+  };
+  // The counted steps' kernels, slowest first; their number and total time.
+  const std::vector<Row>& rows() const { return rows_; }
+  int64_t steps() const { return steps_; }
+  double step_seconds() const { return seconds_; }
+
+ private:
+  bool on_;
+  bool first_ = true;
+  int64_t steps_ = 0;
+  double seconds_ = 0;
+  std::vector<Row> rows_;
+};
+
+}  // namespace nk
