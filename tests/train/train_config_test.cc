@@ -106,7 +106,7 @@ std::string without_newer_keys(const std::string& yaml) {
           key == "query_pre_attn_scalar" || key.ends_with("_softcap"))) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
-          key.starts_with("eval_") || key == "tensorboard")) ||
+          key.starts_with("eval_") || key == "tensorboard" || key == "profile")) ||
         (section == "data:" && fine_tuning.count(key)))
       continue;
     out += line + "\n";
