@@ -134,6 +134,19 @@ set_tests_properties(train_cli_cp2 PROPERTIES
                      PASS_REGULAR_EXPRESSION
                      "context parallel: world 2 = tp 1 .* cp 2 .*chunks 0 and 3 of 4.*step +3/3 .*val .*saved .*model"
                      FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
+# Context × pipeline parallel through the command line: both layouts in
+# the log, validation included, the model exported by rank 0.
+add_test(NAME train_cli_cp2_pp2
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_cp_pp
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
+                 $<TARGET_FILE:nekton> train ${NK_TRAIN_CLI_ARGS} parallel.cp=2 parallel.pp=2
+                 train.val_every=3 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_cp_pp)
+nk_timeout(t 120)
+set_tests_properties(train_cli_cp2_pp2 PROPERTIES
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "context parallel: world 4 = tp 1 × cp 2 × dp 1 × pp 2.*pipeline stage 0 of 2: layers \\[0, 1\\), embedding .1F1B.*step +3/3 .*val .*saved .*model"
+                     FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
 add_test(NAME train_cli_nproc_bad_batch
          COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}
                  train.out_dir=${CMAKE_BINARY_DIR}/train_cli_bad)
@@ -260,7 +273,9 @@ set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
 #   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against
 #                                    one process (ring attention, GQA), ZeRO-1
-#                                    and FSDP over dp-cp
+#                                    and FSDP over dp-cp; CP2 × PP2 (1F1B and
+#                                    interleaved, GQA) and its checkpoints
+#                                    resumed on one process and back
 nk_mpi_gtest(context_parallel_mpi parallel/context_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_context_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)

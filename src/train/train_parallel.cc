@@ -12,9 +12,10 @@ namespace nk {
 namespace {
 
 // Context parallelism (nn/context_parallel.h) trains a dense decoder's
-// language-model loss over unpacked rows, alone, with data parallelism
-// (gradients over dp-cp) and with tensor parallelism; what it does not
-// support yet is refused here, naming the key.
+// language-model loss, alone, with data parallelism (gradients over dp-cp),
+// tensor and pipeline parallelism (1F1B and interleaved: every stage's
+// attention rings over its own cp group); what it does not support yet is
+// refused here, naming the key.
 void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   const int cp = mesh.cp();
   if (cfg.seq_len % (2 * cp))
@@ -23,8 +24,7 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "row is cut into 2·cp equal chunks)",
         cp, cfg.seq_len, 2 * cp);
   const char* unsupported =
-      mesh.pp() > 1                ? "parallel.pp (pipeline parallelism)"
-      : cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
+      cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
       : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
           ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
       : cfg.device != kHost            ? "train.device (only the CPU has the ring "

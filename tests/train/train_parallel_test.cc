@@ -55,8 +55,8 @@ TEST(TrainParallel, WorldSizeMustFitTheLayout) {
   e = error_of(config({"parallel.pp=2"}), 3);
   EXPECT_NE(e.find("parallel.pp"), std::string::npos) << e;
   // A layout the mesh accepts but nekton train cannot run yet.
-  e = error_of(config({"parallel.cp=2", "parallel.pp=2", "model.n_layer=4"}), 4);
-  EXPECT_NE(e.find("parallel.cp = 2: parallel.pp"), std::string::npos) << e;
+  e = error_of(config({"parallel.pp=2", "parallel.shard=full", "model.n_layer=4"}), 4);
+  EXPECT_NE(e.find("parallel.shard=full"), std::string::npos) << e;
 }
 
 // Context parallelism cuts each row into 2·cp chunks and trains a dense
@@ -76,6 +76,11 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=full"}), 4), "");       // FSDP
   EXPECT_EQ(error_of(with({"parallel.cp=2", "data.path=", "data.sft_path=chats.jsonl"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.cp=2", "peft.method=lora"}), 2), "");
+  // cp 2 × pp 2, 1F1B and interleaved
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.pp=2", "model.n_layer=4"}), 4), "");
+  EXPECT_EQ(
+      error_of(with({"parallel.cp=2", "parallel.pp=2", "parallel.vp=2", "model.n_layer=4"}), 4),
+      "");
   std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
   EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
             std::string::npos)
