@@ -235,6 +235,11 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    EP2xTP2 (experts split over tp as well); an EP2xTP2
 #                    checkpoint resumed on one process; parallel.etp other
 #                    than 1 and tp refused
+#   moe_cp_ranks     mixtral-tiny, qwen2-moe-tiny and a DeepSeek-style model
+#                    (sequence-wise balancing loss, aux-loss-free biases)
+#                    under CP2, CP2xEP2 (2 and 4 ranks), CP2xPP2, CP2 with full
+#                    recompute: losses, weights and MoE figures; CP2xEP2
+#                    checkpoints both ways; a capacity factor under cp refused
 #   moe_etp_ranks    mixtral-tiny and qwen2-moe-tiny with whole experts under
 #                    TP2 (parallel.etp=1: the MoE layers' tokens split over
 #                    tp), with SP, EP2 over the tp ranks, EP2xDP2, PP2,
@@ -254,7 +259,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    parallel.tp and FSDP refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
-               moe_tp_ranks moe_etp_ranks online_ranks)
+               moe_tp_ranks moe_etp_ranks moe_cp_ranks online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
@@ -269,6 +274,9 @@ nk_timeout(t 600)
 set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
+# moe_cp_ranks: some twenty trainings of 2 or 4 ranks, on both cores.
+nk_timeout(t 900)
+set_tests_properties(moe_cp_ranks PROPERTIES TIMEOUT ${t} PROCESSORS 2)
 
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
 #   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against
