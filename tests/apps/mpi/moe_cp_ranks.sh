@@ -15,7 +15,9 @@
 #                     gradients over expert-dp, which spans dp x cp as in
 #                     Megatron-Core), CP2 x PP2 (the routing records passed
 #                     between the stages are whole rows'), CP2 with full
-#                     recompute (the sums taken again, alike)
+#                     recompute (the sums taken again, alike), CP2 x TP2 (4
+#                     ranks; experts split over tp, and whole: etp 1, the
+#                     tp ranks splitting each cp rank's tokens)
 #   qwen2-moe-tiny    CP2 (the shared expert and its gate)
 #   DeepSeek-style    CP2 and CP2 x EP2: sigmoid scores, group-limited
 #                     routing, the sequence-wise balancing loss, a dense
@@ -77,6 +79,10 @@ grep -q "world 4 = tp 1 × cp 2 × dp 2 .* experts etp 1 × ep 2 × edp 2" "$WOR
 run cp2pp2 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" "${CP[@]}" parallel.pp=2
 grep -q "pipeline stage 0 of 2" "$WORK/cp2pp2.log" || fail "cp2pp2 did not run a pipeline"
 run cp2full "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" train.recompute=full
+run cp2tp2 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" "${CP[@]}" parallel.tp=2
+run cp2tp2etp1 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" "${CP[@]}" parallel.tp=2 parallel.etp=1
+grep -q "world 4 = tp 2 × cp 2 × dp 1 .* experts etp 1 × ep 1 × edp 4" "$WORK/cp2tp2etp1.log" ||
+  fail "cp2tp2etp1 did not run CP2 x TP2 ETP1: $(grep -m1 parallel "$WORK/cp2tp2etp1.log")"
 # Saved under CP2 x EP2 at step 5, resumed on one process; saved on one
 # process, resumed under CP2 x EP2.
 run cp2ep2to1 "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" parallel.ep=2 train.exit_at_step=5
@@ -85,8 +91,8 @@ grep -q "resuming from checkpoint" "$WORK/cp2ep2to1.log" || fail "cp2ep2to1 did 
 run onetocp2ep2 "$NK" train "${MIX[@]}" train.exit_at_step=5
 run onetocp2ep2 "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" parallel.ep=2
 grep -q "resuming from checkpoint" "$WORK/onetocp2ep2.log" || fail "onetocp2ep2 did not resume"
-compare one cp2 cp2ep2 cp2ep2dp2 cp2pp2 cp2full cp2ep2to1 onetocp2ep2
-figures one cp2 cp2ep2 +cp2ep2dp2 cp2pp2 cp2full
+compare one cp2 cp2ep2 cp2ep2dp2 cp2pp2 cp2full cp2tp2 cp2tp2etp1 cp2ep2to1 onetocp2ep2
+figures one cp2 cp2ep2 +cp2ep2dp2 cp2pp2 cp2full cp2tp2 cp2tp2etp1
 
 # Qwen2-MoE: the shared expert and its gate on each rank's chunks.
 run qone "$NK" train "${QWEN[@]}"
@@ -108,4 +114,4 @@ figures ds_one ds_cp2 ds_cp2ep2
 
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute) equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
