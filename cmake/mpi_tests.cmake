@@ -285,6 +285,14 @@ set_tests_properties(moe_cp_ranks PROPERTIES TIMEOUT ${t} PROCESSORS 2)
 #                                    and FSDP over dp-cp; CP2 × PP2 (1F1B and
 #                                    interleaved, GQA) and its checkpoints
 #                                    resumed on one process and back
+#   context_parallel_mpi_np8         CP2 × PP2 × DP2 (interleaved), CP2 × TP2 × PP2
 nk_mpi_gtest(context_parallel_mpi parallel/context_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_context_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
+# CP2 × PP2 × DP2 and CP2 × TP2 × PP2: 8 ranks on 2 cores (labelled many_ranks as well).
+add_test(NAME context_parallel_mpi_np8
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 8 --oversubscribe
+                 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_context_parallel_mpi> ${MPIEXEC_POSTFLAGS})
+nk_timeout(t 600)
+set_tests_properties(context_parallel_mpi_np8 PROPERTIES LABELS "mpi;many_ranks" TIMEOUT ${t}
+                     ENVIRONMENT "${NK_MPI_ENV}")

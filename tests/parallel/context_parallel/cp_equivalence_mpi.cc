@@ -15,7 +15,7 @@
 // (CP4 with GQA, CP2 × DP2, CP2 × DP2 with FSDP, CP2 × TP2; CP2 × PP2 with
 // the 1F1B and the interleaved schedules, each stage's attention ringing
 // over its own cp group, and its checkpoints resumed on one process and
-// the other way).
+// the other way); and 8 (CP2 × PP2 × DP2 interleaved, CP2 × TP2 × PP2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -292,6 +292,18 @@ TEST_F(ContextParallel, LlamaCp2Pp2GroupedQuery) {
 TEST_F(ContextParallel, LlamaCp2Pp2InterleavedGroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check(pipelined("llama-tiny", 2, 8, 2));
+}
+// 8 ranks: CP2 × PP2 × DP2 interleaved (dp-cp of 4 ranks per stage) and
+// CP2 × TP2 × PP2 (each stage's ring over cp, its heads over tp).
+TEST_F(ContextParallel, LlamaCp2Dp2Pp2Interleaved) {
+  if (world_ != 8) GTEST_SKIP() << "8 ranks";
+  check(pipelined("llama-tiny", 2, 8, 2));
+}
+TEST_F(ContextParallel, LlamaCp2Tp2Pp2GroupedQuery) {
+  if (world_ != 8) GTEST_SKIP() << "8 ranks";
+  Recipe r = pipelined("llama-tiny", 1, 8, 2);
+  r.tp = 2;
+  check(r);
 }
 // A checkpoint saved under CP2 × PP2 (interleaved) resumes on one process,
 // and one process's under CP2 × PP2, on one process's losses.
