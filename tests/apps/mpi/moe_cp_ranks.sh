@@ -13,8 +13,9 @@
 #                     group: each rank's chunks dispatched to the other's
 #                     experts), CP2 x EP2 on 4 ranks (dp 2; the experts'
 #                     gradients over expert-dp, which spans dp x cp as in
-#                     Megatron-Core), CP2 x PP2 (the routing records passed
-#                     between the stages are whole rows'), CP2 with full
+#                     Megatron-Core), CP2 x PP2 under 1F1B and (4 layers)
+#                     interleaved (the routing records passed between the
+#                     stages are whole rows'), CP2 with full
 #                     recompute (the sums taken again, alike), CP2 x TP2 (4
 #                     ranks; experts split over tp, and whole: etp 1, the
 #                     tp ranks splitting each cp rank's tokens)
@@ -94,6 +95,15 @@ grep -q "resuming from checkpoint" "$WORK/onetocp2ep2.log" || fail "onetocp2ep2 
 compare one cp2 cp2ep2 cp2ep2dp2 cp2pp2 cp2full cp2tp2 cp2tp2etp1 cp2ep2to1 onetocp2ep2
 figures one cp2 cp2ep2 +cp2ep2dp2 cp2pp2 cp2full cp2tp2 cp2tp2etp1
 
+# The interleaved schedule: 4 layers in 4 chunks, each rank two.
+run one4 "$NK" train "${MIX[@]}" model.n_layer=4
+run cp2pp2vp2 "${MPI[@]}" 4 "$NK" train "${MIX[@]}" "${CP[@]}" model.n_layer=4 parallel.pp=2 \
+  parallel.vp=2
+grep -q "interleaved 1F1B" "$WORK/cp2pp2vp2.log" ||
+  fail "cp2pp2vp2 did not run the interleaved schedule: $(grep -m1 parallel "$WORK/cp2pp2vp2.log")"
+compare one4 cp2pp2vp2
+figures one4 cp2pp2vp2
+
 # Qwen2-MoE: the shared expert and its gate on each rank's chunks.
 run qone "$NK" train "${QWEN[@]}"
 run qcp2 "${MPI[@]}" 2 "$NK" train "${QWEN[@]}" "${CP[@]}"
@@ -114,4 +124,4 @@ figures ds_one ds_cp2 ds_cp2ep2
 
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
