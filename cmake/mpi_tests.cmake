@@ -237,9 +237,10 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    than 1 and tp refused
 #   moe_cp_ranks     mixtral-tiny, qwen2-moe-tiny and a DeepSeek-style model
 #                    (sequence-wise balancing loss, aux-loss-free biases)
-#                    under CP2, CP2xEP2 (2 and 4 ranks), CP2xPP2 (and VP2), CP2 with full
-#                    recompute, CP2xTP2 (etp tp and 1): losses, weights and
-#                    MoE figures; CP2xEP2
+#                    under CP2, CP2xEP2 (2 and 4 ranks), CP2xPP2 (and VP2),
+#                    CP2 with full recompute, CP2xTP2 (etp tp and 1): losses,
+#                    weights and MoE figures; finetune on packed rows under
+#                    CP2 and CP2xEP2, LoRA on the experts under CP2; CP2xEP2
 #                    checkpoints both ways; a capacity factor under cp refused
 #   moe_etp_ranks    mixtral-tiny and qwen2-moe-tiny with whole experts under
 #                    TP2 (parallel.etp=1: the MoE layers' tokens split over

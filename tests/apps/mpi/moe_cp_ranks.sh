@@ -24,6 +24,10 @@
 #                     routing, the sequence-wise balancing loss, a dense
 #                     first layer and aux-loss-free balancing (the step's
 #                     expert loads, whole rows', move the biases)
+#   nekton finetune   mixtral-tiny on packed SFT rows (documents crossing the
+#                     chunks) under CP2 and CP2 x EP2, and LoRA on every
+#                     expert (all-linear) with trained routers under CP2:
+#                     losses, model and adapter (per tensor within 1e-4)
 # A checkpoint saved under CP2 x EP2 at step 5 resumes on one process to
 # the same 10 steps, and one saved on one process resumes under CP2 x EP2.
 # Refused, naming the key: a capacity factor under cp.
@@ -35,6 +39,12 @@ NK=$2/bin/nekton
 source "$REPO/tests/apps/mpi/moe_lib.sh"
 compare() {
   /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" "$@" ||
+    fail "$* : a context-parallel MoE run differs from one process"
+}
+# The weights per tensor (||run - ref|| / ||ref|| <= 1e-4) where the rows'
+# 64 tokens make the ring's reordered sums reach elements at 1e-5.
+compare_norm() {
+  /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --tensor-norm "$WORK" "$@" ||
     fail "$* : a context-parallel MoE run differs from one process"
 }
 # The logged MoE figures of each run against the reference's (rank 0 logs
@@ -122,6 +132,33 @@ run ds_cp2ep2 "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${DS[@]}" "${CP[@]}" parall
 compare ds_one ds_cp2 ds_cp2ep2
 figures ds_one ds_cp2 ds_cp2ep2
 
+# Fine-tuning: packed rows whose documents cross the chunks; LoRA on the
+# experts (each expert's adapters over the rows it received) with the
+# routers trained.
+/usr/bin/python3 - "$WORK/sft.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(5)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 12)))
+        f.write(json.dumps({"input": "repeat " + w + ":", "output": " " + w * r.randint(1, 3)}) + "\n")
+PY
+SFT=(model.preset=mixtral-tiny model.vocab_size=264 "data.sft_path=$WORK/sft.jsonl"
+     data.chat_template=plain data.pack=true train.seq_len=64 train.lr=3e-3
+     "data.sft_valid_path=$WORK/sft.jsonl" train.val_batches=4 train.dtype=f32 train.micro_batch=2
+     train.global_batch=8 train.steps=6 train.warmup_steps=0 train.val_every=3 train.peak_tflops=1
+     train.threads=1 parallel.timeout_s=60)
+LORA=(peft.method=lora peft.target_modules=all-linear peft.train_router=true)
+run sft1 "$NK" finetune "${SFT[@]}"
+run sftcp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${CP[@]}"
+run sftcp2ep2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${CP[@]}" parallel.ep=2
+compare_norm sft1 sftcp2 sftcp2ep2
+run lora1 "$NK" finetune "${SFT[@]}" "${LORA[@]}"
+run loracp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" "${CP[@]}"
+grep -q "LoRA r=8 alpha=16 on 32 modules" "$WORK/loracp2.log" ||
+  fail "loracp2 did not adapt the experts: $(grep -m1 peft "$WORK/loracp2.log")"
+compare_norm lora1 loracp2
+
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2 and LoRA on the experts under CP2 too; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
