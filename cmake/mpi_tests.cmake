@@ -134,6 +134,19 @@ set_tests_properties(train_cli_cp2 PROPERTIES
                      PASS_REGULAR_EXPRESSION
                      "context parallel: world 2 = tp 1 .* cp 2 .*chunks 0 and 3 of 4.*step +3/3 .*val .*saved .*model"
                      FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
+# Context × pipeline parallel through the command line: both layouts in
+# the log, validation included, the model exported by rank 0.
+add_test(NAME train_cli_cp2_pp2
+         COMMAND sh -c "rm -rf \"$0\" && exec \"$@\"" ${CMAKE_BINARY_DIR}/train_cli_cp_pp
+                 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 4 --oversubscribe
+                 $<TARGET_FILE:nekton> train ${NK_TRAIN_CLI_ARGS} parallel.cp=2 parallel.pp=2
+                 train.val_every=3 train.out_dir=${CMAKE_BINARY_DIR}/train_cli_cp_pp)
+nk_timeout(t 120)
+set_tests_properties(train_cli_cp2_pp2 PROPERTIES
+                     LABELS mpi TIMEOUT ${t} ENVIRONMENT "${NK_MPI_ENV}"
+                     PASS_REGULAR_EXPRESSION
+                     "context parallel: world 4 = tp 1 × cp 2 × dp 1 × pp 2.*pipeline stage 0 of 2: layers \\[0, 1\\), embedding .1F1B.*step +3/3 .*val .*saved .*model"
+                     FAIL_REGULAR_EXPRESSION "step +3/3.*step +3/3;rror")
 add_test(NAME train_cli_nproc_bad_batch
          COMMAND $<TARGET_FILE:nekton> train --nproc 3 ${NK_TRAIN_CLI_ARGS}
                  train.out_dir=${CMAKE_BINARY_DIR}/train_cli_bad)
@@ -222,6 +235,13 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    EP2xTP2 (experts split over tp as well); an EP2xTP2
 #                    checkpoint resumed on one process; parallel.etp other
 #                    than 1 and tp refused
+#   moe_cp_ranks     mixtral-tiny, qwen2-moe-tiny and a DeepSeek-style model
+#                    (sequence-wise balancing loss, aux-loss-free biases)
+#                    under CP2, CP2xEP2 (2 and 4 ranks), CP2xPP2 (and VP2),
+#                    CP2 with full recompute, CP2xTP2 (etp tp and 1): losses,
+#                    weights and MoE figures; finetune on packed rows under
+#                    CP2 and CP2xEP2, LoRA on the experts under CP2; CP2xEP2
+#                    checkpoints both ways; a capacity factor under cp refused
 #   moe_etp_ranks    mixtral-tiny and qwen2-moe-tiny with whole experts under
 #                    TP2 (parallel.etp=1: the MoE layers' tokens split over
 #                    tp), with SP, EP2 over the tp ranks, EP2xDP2, PP2,
@@ -241,7 +261,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    parallel.tp and FSDP refused
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
-               moe_tp_ranks moe_etp_ranks online_ranks)
+               moe_tp_ranks moe_etp_ranks moe_cp_ranks online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
@@ -256,11 +276,24 @@ nk_timeout(t 600)
 set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
+# moe_cp_ranks: some twenty trainings of 2 or 4 ranks, on both cores.
+nk_timeout(t 900)
+set_tests_properties(moe_cp_ranks PROPERTIES TIMEOUT ${t} PROCESSORS 2)
 
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
 #   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against
 #                                    one process (ring attention, GQA), ZeRO-1
-#                                    and FSDP over dp-cp
+#                                    and FSDP over dp-cp; CP2 × PP2 (1F1B and
+#                                    interleaved, GQA) and its checkpoints
+#                                    resumed on one process and back
+#   context_parallel_mpi_np8         CP2 × PP2 × DP2 (interleaved), CP2 × TP2 × PP2
 nk_mpi_gtest(context_parallel_mpi parallel/context_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_context_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
+# CP2 × PP2 × DP2 and CP2 × TP2 × PP2: 8 ranks on 2 cores (labelled many_ranks as well).
+add_test(NAME context_parallel_mpi_np8
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 8 --oversubscribe
+                 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_context_parallel_mpi> ${MPIEXEC_POSTFLAGS})
+nk_timeout(t 600)
+set_tests_properties(context_parallel_mpi_np8 PROPERTIES LABELS "mpi;many_ranks" TIMEOUT ${t}
+                     ENVIRONMENT "${NK_MPI_ENV}")

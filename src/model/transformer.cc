@@ -122,6 +122,19 @@ void Transformer::ffn_forward(Activations& a, int64_t l, Tensor y, const Tensor&
     std::fill(n.begin(), n.end(), 0);
     for (int64_t i = 0; i < a.B * a.T * k; ++i) ++n[size_t((i / k / a.T) * E + r.idx[size_t(i)])];
   }
+  if (!cp_.active()) return;
+  // Context parallel: the cp ranks hold chunks of the same rows, so the
+  // layer's routing record (counts, score and z sums, dropped pairs, and
+  // per sequence, a row being a segment) summed over the group is the whole
+  // rows', and the MoE losses are one process's (moe_losses, moe_loss_grads).
+  auto sum = [&](void* v, size_t n, DType dt) {
+    cp_.comm->all_reduce(Tensor::from_blob(v, Shape{int64_t(n)}, dt));
+  };
+  sum(a.moe_counts[size_t(l)].data(), a.moe_counts[size_t(l)].size(), DType::I64);
+  sum(a.moe_stats[size_t(l)].data(), a.moe_stats[size_t(l)].size(), DType::F32);
+  sum(&a.moe_dropped[size_t(l)], 1, DType::I64);
+  if (!a.moe_seq_counts.empty())
+    sum(a.moe_seq_counts[size_t(l)].data(), a.moe_seq_counts[size_t(l)].size(), DType::I64);
 }
 
 void Transformer::set_expert_parallel(const nn::ExpertParallel& ep) {
@@ -146,8 +159,10 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
   // The MoE layers (cfg_.moe_layer; the others are dense).
   const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
   const std::vector<int64_t> moe = moe_layers(cfg_, int64_t(a.moe_stats.size()));
-  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
-  const double tokens = double(L) * double(a.B * a.T);
+  // The tokens of the rows (a context-parallel rank holds T / cp of each;
+  // its routing record is the whole rows', ffn_forward).
+  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T * cp_.size() / S;
+  const double tokens = double(L) * double(a.B * a.T * cp_.size());
   if (cfg_.moe_aux_loss_type == "seq") {
     // DeepSeek-V3's sequence-wise loss: per layer and sequence E / (k T)
     // sum_e count_e (P_e / T), averaged over both.
@@ -175,7 +190,7 @@ Transformer::MoeLosses Transformer::moe_losses(const Activations& a) const {
     for (int64_t s = 0; s < S; ++s)
       out.z += double(a.moe_stats[size_t(l)][size_t(s * (E + 1) + E)]);
   out.z /= tokens;
-  const double pairs = double(a.B * a.T * k);
+  const double pairs = double(a.B * a.T * cp_.size() * k);
   for (int64_t l : moe) {
     const std::vector<int64_t>& n = a.moe_counts[size_t(l)];
     out.load_max =
@@ -189,8 +204,9 @@ void Transformer::moe_loss_grads(const Activations& a, int64_t layer, std::vecto
                                  float& z) const {
   const int64_t E = cfg_.num_experts, k = cfg_.num_experts_per_tok;
   const std::vector<int64_t> moe = moe_layers(cfg_, int64_t(a.moe_stats.size()));
-  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T / S;
-  const double tokens = double(L) * double(a.B * a.T), scale = double(a.moe_grad_scale);
+  const int64_t L = int64_t(moe.size()), S = a.moe_segments, T = a.B * a.T * cp_.size() / S;
+  const double tokens = double(L) * double(a.B * a.T * cp_.size()),
+               scale = double(a.moe_grad_scale);
   if (cfg_.moe_aux_loss_type == "seq") {
     // d aux / d score[l, n, e] (n in sequence s) = E count_{l,s,e} / (k T^2 L S).
     const double c = scale * cfg_.moe_aux_loss_coeff * double(E) /
@@ -292,8 +308,12 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
     a.moe_grad_scale = grad_scale;
   }
   const double ce = valid ? sum / double(valid) : 0.0;
-  // Training: the objective is the cross-entropy plus the MoE losses.
-  return float(backward ? ce + moe_losses(a).total(cfg_) : ce);
+  // Training: the objective is the cross-entropy plus the MoE losses. Under
+  // context parallelism ce is this rank's tokens' share, and the MoE losses
+  // (the whole rows', on every cp rank) count 1 / cp each, so that the cp
+  // ranks' sum is one process's loss (their gradients are each rank's
+  // tokens' part of the whole rows' already: moe_loss_grads).
+  return float(backward ? ce + moe_losses(a).total(cfg_) / double(cp_.size()) : ce);
 }
 
 void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,

@@ -233,18 +233,18 @@ void PipelineParallel::receive(const Tensor& x, int src, int tag) {
 // previous chunk's), its layers, then the loss (the model's last chunk; with
 // backward its gradient too, as the fused head does) or the send onward.
 void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
-                               const Tensor& targets, bool backward, float grad_scale,
-                               double& loss) {
+                               const Tensor& targets, const PackedBatchInfo* packed, bool backward,
+                               float grad_scale, double& loss) {
   const auto [first, last] = chunks_[size_t(chunk)];
   Activations& a = acts(chunk, j);
   if (first_chunk(chunk))
-    model_.embed_forward(a, tokens);
+    model_.embed_forward(a, tokens, packed);
   else
     take(inputs_, chunk, j, a.residual(first), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
          kForwardTag);
   if (moe_ && !first_chunk(chunk))
     receive_moe_record(a, false, int(stage_ > 0 ? stage_ - 1 : stages_ - 1), chunk, j);
-  model_.blocks_forward(a, first, last);
+  model_.blocks_forward(a, first, last, packed);
   if (last_chunk(chunk)) {
     loss += model_.head_loss(a, targets, backward, grad_scale);
     if (moe_ && backward) {  // every layer's routing is in a's record now
@@ -311,7 +311,8 @@ void PipelineParallel::moe_from_last_stage(int64_t m) {
 // activations are free again after (a pending send from them completes with
 // this rank's next receive, before any forward but the first chunk's, which
 // sends nothing backward, writes them).
-void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) {
+void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens,
+                                const PackedBatchInfo* packed) {
   const auto [first, last] = chunks_[size_t(chunk)];
   Activations& a = acts(chunk, j);
   if (!last_chunk(chunk)) {
@@ -319,9 +320,9 @@ void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens) 
          kBackwardTag);
     if (moe_) receive_moe_record(a, true, int(stage_ < stages_ - 1 ? stage_ + 1 : 0), chunk, j);
   }
-  model_.blocks_backward(a, first, last);
+  model_.blocks_backward(a, first, last, packed);
   if (first_chunk(chunk)) {
-    model_.embed_backward(a, tokens);
+    model_.embed_backward(a, tokens, packed);
   } else {
     sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
                                       kBackwardTag));
@@ -338,10 +339,14 @@ double PipelineParallel::from_last_stage(double v) {
 }
 
 double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
-                                          const std::vector<Tensor>& targets, float grad_scale) {
+                                          const std::vector<Tensor>& targets, float grad_scale,
+                                          const std::vector<const PackedBatchInfo*>& packed) {
   const int64_t m = int64_t(tokens.size()), p = stages_, v = int64_t(chunks_.size());
   NK_CHECK(m > 0 && int64_t(targets.size()) == m, "PipelineParallel: {} tokens, {} targets", m,
            targets.size());
+  NK_CHECK(packed.empty() || int64_t(packed.size()) == m,
+           "PipelineParallel: {} packing infos for {} micro-batches", packed.size(), m);
+  const auto packing = [&](int64_t j) { return packed.empty() ? nullptr : packed[size_t(j)]; };
   NK_CHECK(v == 1 || m % p == 0,
            "PipelineParallel: the interleaved schedule needs micro-batches in multiples of {}", p);
   // Virtual step k: its chunk (forward order; backward runs them in reverse)
@@ -357,9 +362,13 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   }
   auto F = [&](int64_t k) {
     const int64_t j = mb_of(k);
-    forward(chunk_of(k), j, tokens[size_t(j)], targets[size_t(j)], true, grad_scale, loss);
+    forward(chunk_of(k), j, tokens[size_t(j)], targets[size_t(j)], packing(j), true, grad_scale,
+            loss);
   };
-  auto Bk = [&](int64_t k) { backward(v - 1 - chunk_of(k), mb_of(k), tokens[size_t(mb_of(k))]); };
+  auto Bk = [&](int64_t k) {
+    const int64_t j = mb_of(k);
+    backward(v - 1 - chunk_of(k), j, tokens[size_t(j)], packing(j));
+  };
   for (int64_t k = 0; k < warmup; ++k) F(k);
   for (int64_t i = 0; i < total - warmup; ++i) {  // steady state: one forward, one backward
     F(warmup + i);
@@ -375,10 +384,11 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   return from_last_stage(loss);
 }
 
-double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& targets) {
+double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& targets,
+                                      const PackedBatchInfo* packed) {
   double loss = 0;
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c)
-    forward(c, 0, tokens, targets, false, 0.f, loss);
+    forward(c, 0, tokens, targets, packed, false, 0.f, loss);
   wait_sends();
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) release(c, 0);
   return from_last_stage(loss);

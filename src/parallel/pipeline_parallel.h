@@ -42,6 +42,15 @@
 // schedule the record passes every chunk in the residual stream's order
 // (each chunk's Activations adding its layers'), its receives posted at the
 // step's start as the residual stream's are.
+//
+// Context parallelism (nn/context_parallel.h) inside each stage: B and T
+// are a cp rank's micro-batch (T / cp local tokens), the residual streams
+// sent between stages are its chunks' tokens, and every micro-batch's
+// PackedBatchInfo (the chunks' global positions) reaches every stage's
+// layers: the rotary positions and the ring attention over the stage's own
+// "cp" group (the model's). The loss is each cp rank's share
+// (Transformer::head_loss); the trainer sums it, and the gradients, over
+// "dp-cp".
 #pragma once
 #include <map>
 #include <memory>
@@ -79,12 +88,15 @@ class PipelineParallel {
   // One step over the micro-batches tokens[i], targets[i] (i32 [B, T]; the
   // first stage reads the tokens, the last the targets), in (interleaved)
   // 1F1B order; gradients ACCUMULATE d(loss_i * grad_scale)/d params as
-  // Transformer::forward_backward does. Returns the sum of the
+  // Transformer::forward_backward does. packed[i]: micro-batch i's
+  // positions (context parallel: its chunks' global ones), read by every
+  // stage; empty, or null entries: none. Returns the sum of the
   // micro-batches' mean losses, on every stage. Collective over pp.
   double forward_backward(const std::vector<Tensor>& tokens, const std::vector<Tensor>& targets,
-                          float grad_scale);
+                          float grad_scale, const std::vector<const PackedBatchInfo*>& packed = {});
   // One micro-batch's mean loss without gradients (validation), on every stage.
-  double forward_loss(const Tensor& tokens, const Tensor& targets);
+  double forward_loss(const Tensor& tokens, const Tensor& targets,
+                      const PackedBatchInfo* packed = nullptr);
   // Tied embeddings: the token table's gradient summed over the first and
   // last stages (once per step, after the backward). Nothing otherwise.
   void reduce_embedding_grads();
@@ -113,9 +125,9 @@ class PipelineParallel {
  private:
   // One chunk of micro-batch j: forward (with the loss on the model's last
   // chunk) or backward, with its transfers.
-  void forward(int64_t chunk, int64_t j, const Tensor& tokens, const Tensor& targets, bool backward,
-               float grad_scale, double& loss);
-  void backward(int64_t chunk, int64_t j, const Tensor& tokens);
+  void forward(int64_t chunk, int64_t j, const Tensor& tokens, const Tensor& targets,
+               const PackedBatchInfo* packed, bool backward, float grad_scale, double& loss);
+  void backward(int64_t chunk, int64_t j, const Tensor& tokens, const PackedBatchInfo* packed);
   // Receives x from group rank `src`, completing every pending send meanwhile.
   void receive(const Tensor& x, int src, int tag);
   void wait_sends();

@@ -11,10 +11,14 @@ namespace nk {
 
 namespace {
 
-// Context parallelism (nn/context_parallel.h) trains a dense decoder's
-// language-model loss over unpacked rows, alone, with data parallelism
-// (gradients over dp-cp) and with tensor parallelism; what it does not
-// support yet is refused here, naming the key.
+// Context parallelism (nn/context_parallel.h) trains a decoder's
+// language-model loss, alone, with data parallelism (gradients over dp-cp),
+// tensor and pipeline parallelism (1F1B and interleaved: every stage's
+// attention rings over its own cp group), and Mixture-of-Experts layers
+// (each rank routes its own chunks' tokens; the routing statistics are
+// summed over cp, so the balancing and z-losses are the whole rows'; with
+// expert parallelism carved out of dp × cp); what it does not support yet
+// is refused here, naming the key.
 void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   const int cp = mesh.cp();
   if (cfg.seq_len % (2 * cp))
@@ -22,15 +26,19 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "parallel.cp = {}: train.seq_len = {} is not a multiple of 2 × parallel.cp = {} (each "
         "row is cut into 2·cp equal chunks)",
         cp, cfg.seq_len, 2 * cp);
+  // (A capacity factor drops each expert's pairs past it in the
+  // micro-batch's token order, which no cp rank sees whole.)
   const char* unsupported =
-      mesh.pp() > 1                ? "parallel.pp (pipeline parallelism)"
-      : cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
+      cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
       : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
           ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
       : cfg.device != kHost            ? "train.device (only the CPU has the ring "
                                          "attention kernel)"
       : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"
-                                       : nullptr;
+      : cfg.model.is_moe() && cfg.model.moe_capacity_factor > 0
+          ? "model.moe_capacity_factor (each cp rank would drop by its own chunks' share of the "
+            "micro-batch's tokens; use the dropless mode, 0)"
+          : nullptr;
   if (unsupported)
     fail("parallel.cp = {}: {} under context parallelism is not supported yet (set parallel.cp=1)",
          cp, unsupported);
@@ -98,17 +106,11 @@ dist::Mesh train_mesh(const TrainConfig& cfg, int world, int rank) {
 }
 
 void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  // Mixture of Experts runs data, tensor (with sequence), expert and
-  // pipeline parallel (1F1B or interleaved: the stages hand on the layers'
-  // routing records, parallel/pipeline_parallel.h) for now: no context split
-  // of its layers.
+  // Mixture of Experts runs data, tensor (with sequence), expert, context
+  // (check_context_parallel) and pipeline parallel (1F1B or interleaved:
+  // the stages hand on the layers' routing records,
+  // parallel/pipeline_parallel.h).
   if (cfg.model.is_moe()) {
-    if (mesh.cp() != 1)
-      fail(
-          "parallel.cp = {}: a Mixture-of-Experts model (model.num_experts = {}) trains on one "
-          "process, data, tensor (parallel.tp, parallel.sp), expert (parallel.ep) or pipeline "
-          "parallel (parallel.pp) only for now (set it to 1)",
-          mesh.cp(), cfg.model.num_experts);
     // Each expert is split over the tp group itself (nn/moe.h): the expert
     // folding's tensor-parallel groups must be the dense ones, and each ep
     // group must hold one tp rank of each of its dp replicas.

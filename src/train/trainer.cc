@@ -232,9 +232,11 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
                 : "",
             double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
   }
+  // Context parallel: each stage runs its cp rank's T / cp tokens of every row.
   if (par_.pp() > 1)
     pipe_ = std::make_unique<parallel::PipelineParallel>(
-        *model_, par_.groups->get("pp"), par_.group("embedding"), cfg_.micro_batch, cfg_.seq_len,
+        *model_, par_.groups->get("pp"), par_.group("embedding"), cfg_.micro_batch,
+        cfg_.seq_len / par_.cp(),
         recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
   // Data parallel over whole replicas (a pure model-parallel run has none);
   // under pipelining the gradients are summed after the step instead.
@@ -374,7 +376,7 @@ double Trainer::evaluate() {
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
     if (ddp_ && custom_objective_) before_staged(*acts, mb, false);
-    sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets)
+    sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets, batch.packing())
            : ddp_ && custom_objective_
                ? ddp_->forward_head(
                      *acts, batch.tokens,
@@ -540,18 +542,24 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   const double flops_per_step = cfg_.model.train_flops(B * T * accum, T);
   // Data parallel: this rank runs accum / dp of the step's micro-batches.
   const int64_t dp = par_.dp(), dp_rank = par_.dp_rank(), local_accum = accum / dp;
+  // Pipeline parallel: whether other ranks hold the same stage (data or
+  // context parallel), whose gradients and losses are summed over "dp-cp".
+  const bool pp_replicas = pipe_ && dp * par_.cp() > 1;
   // MoE: [n_layer E] pairs routed per expert over a step's micro-batches.
   std::vector<double> expert_load;
   if (model_->config().is_moe())
     expert_load.assign(size_t(cfg_.model.n_layer * cfg_.model.num_experts), 0.0);
   // Pipeline parallel: all of them, loaded before the step's schedule runs.
+  // Context parallel: this cp rank's chunks and their global positions.
   std::vector<DeviceBatch> pp_batches;
   std::vector<Tensor> pp_tokens, pp_targets;
+  std::vector<const PackedBatchInfo*> pp_packed;
   for (int64_t m = 0; pipe_ && m < local_accum; ++m) {
-    pp_batches.emplace_back(B, T, model_->device());
+    pp_batches.emplace_back(B, T, model_->device(), 0, par_.cp(), par_.cp_rank());
     pp_tokens.push_back(pp_batches.back().tokens);
     pp_targets.push_back(pp_batches.back().targets);
   }
+  for (const DeviceBatch& b : pp_batches) pp_packed.push_back(b.packing());
   auto t_start = Clock::now();
   const int64_t first_step = state_.step;
   stopped_by_ = 0;
@@ -591,14 +599,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                     pp_batches[size_t(m)].host_targets);
         pp_batches[size_t(m)].upload();
       }
-      loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum)) / double(accum);
+      loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum), pp_packed) /
+             double(accum);
       pp_wait_s = pipe_->take_wait_seconds();
       pipe_->reduce_embedding_grads();
       if (model_->config().is_moe()) {  // the last stage's, over every layer
         moe = pipe_->moe_losses();
         expert_load = pipe_->expert_load();
       }
-      if (dp > 1) {
+      if (pp_replicas) {
         dist::Communicator& replicas = par_.groups->get("dp-cp");
         const auto t_comm = Clock::now();
         // Split experts: their gradients over the ranks holding the same experts.
@@ -690,12 +699,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     opt.step(lr, clip);
     if (ddp_) ddp_->gather_params();  // ZeRO-1: waited for by the next forward
     // Mixture of Experts: the step's expert loads over every rank's tokens,
-    // which move the score-correction bias (aux-loss-free balancing).
+    // which move the score-correction bias (aux-loss-free balancing). The
+    // model's counts are its micro-batches' whole rows (summed over the cp
+    // ranks' chunks, and the tp ranks' rows with whole experts): the
+    // replicas' sum is over "dp".
     if (!expert_load.empty()) {
-      if (ddp_ || (pipe_ && dp > 1)) {
+      if (dp > 1) {
         Tensor t = Tensor::empty({int64_t(expert_load.size())}, DType::F64);
         std::copy(expert_load.begin(), expert_load.end(), t.data<double>());
-        (ddp_ ? ddp_->group() : par_.groups->get("dp-cp")).all_reduce(t, dist::ReduceOp::Sum);
+        par_.groups->get("dp").all_reduce(t, dist::ReduceOp::Sum);
         std::copy(t.data<double>(), t.data<double>() + expert_load.size(), expert_load.begin());
       }
       update_expert_bias(*model_, expert_load);
@@ -779,7 +791,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         {"peak_rss_bytes", double(peak_rss_bytes())}};
     for (const auto& [name, v] : figures) record.emplace_back(name, v);
     for (const auto& [name, v] : val_figures) record.emplace_back("val_" + name, v);
-    if (ddp_ || (pipe_ && dp > 1)) record.emplace_back("comm_ms", s.comm_ms);
+    if (ddp_ || pp_replicas) record.emplace_back("comm_ms", s.comm_ms);
     // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
     if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);
     // At log steps, each MoE layer's tokens per expert over the step

@@ -182,9 +182,12 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
     TrainConfig cfg = train_config_from(Config::load(train_schema(), "", keys(dir, extra)));
     return error_of([&] { check_train_layout(cfg, dist::Mesh(world, 0, cfg.parallel.mesh)); });
   };
-  std::string e = layout_error({"parallel.cp=2"}, 2);
-  EXPECT_TRUE(contains(e, "parallel.cp = 2")) << e;
-  EXPECT_TRUE(contains(e, "Mixture-of-Experts")) << e;
+  // Context parallel: runs dropless, alone and with ep (carved out of dp ×
+  // cp) or pp (tests/apps/mpi/moe_cp_ranks.sh); a capacity factor is named.
+  EXPECT_EQ(layout_error({"parallel.cp=2"}, 2), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.cp=2", "parallel.ep=2"}, 2), "(no error)");
+  std::string e = layout_error({"parallel.cp=2", "model.moe_capacity_factor=1.0"}, 2);
+  EXPECT_TRUE(contains(e, "parallel.cp = 2: model.moe_capacity_factor")) << e;
   // Tensor parallel (each expert split over tp, etp = tp), with sp and ep:
   // runs (tests/apps/mpi/moe_tp_ranks.sh); whole experts (etp = 1) too,
   // alone, with sp, with ep over the tp ranks and with dp

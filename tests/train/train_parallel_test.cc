@@ -55,13 +55,14 @@ TEST(TrainParallel, WorldSizeMustFitTheLayout) {
   e = error_of(config({"parallel.pp=2"}), 3);
   EXPECT_NE(e.find("parallel.pp"), std::string::npos) << e;
   // A layout the mesh accepts but nekton train cannot run yet.
-  e = error_of(config({"parallel.cp=2", "parallel.pp=2", "model.n_layer=4"}), 4);
-  EXPECT_NE(e.find("parallel.cp = 2: parallel.pp"), std::string::npos) << e;
+  e = error_of(config({"parallel.pp=2", "parallel.shard=full", "model.n_layer=4"}), 4);
+  EXPECT_NE(e.find("parallel.shard=full"), std::string::npos) << e;
 }
 
-// Context parallelism cuts each row into 2·cp chunks and trains a dense
-// decoder's language-model loss over unpacked rows with data and tensor
-// parallelism; the rest is refused before any work, naming the key.
+// Context parallelism cuts each row into 2·cp chunks and trains a
+// decoder's language-model loss with data, tensor and pipeline parallelism,
+// dense or Mixture-of-Experts (with expert parallelism, dropless); the rest
+// is refused before any work, naming the key.
 TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), {"model.preset=llama-tiny", "model.vocab_size=264",
@@ -76,6 +77,23 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.shard=full"}), 4), "");       // FSDP
   EXPECT_EQ(error_of(with({"parallel.cp=2", "data.path=", "data.sft_path=chats.jsonl"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.cp=2", "peft.method=lora"}), 2), "");
+  // cp 2 × pp 2, 1F1B and interleaved
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.pp=2", "model.n_layer=4"}), 4), "");
+  EXPECT_EQ(
+      error_of(with({"parallel.cp=2", "parallel.pp=2", "parallel.vp=2", "model.n_layer=4"}), 4),
+      "");
+  // Mixture of Experts: CP2, CP2 × EP2 (ep carved out of dp × cp), the
+  // sequence-wise balancing loss, CP2 × PP2
+  const std::vector<std::string> moe = {"parallel.cp=2", "model.preset=mixtral-tiny"};
+  auto moe_with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), moe.begin(), moe.end());
+    return with(extra);
+  };
+  EXPECT_EQ(error_of(moe_with({}), 2), "");
+  EXPECT_EQ(error_of(moe_with({"parallel.ep=2"}), 2), "");
+  EXPECT_EQ(error_of(moe_with({"parallel.ep=2"}), 4), "");
+  EXPECT_EQ(error_of(moe_with({"model.moe_aux_loss_type=seq"}), 2), "");
+  EXPECT_EQ(error_of(moe_with({"parallel.pp=2", "model.n_layer=4"}), 4), "");
   std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
   EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
             std::string::npos)
@@ -85,7 +103,8 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
       {{"peft.method=p_tuning", "data.pack=false", "data.path=", "data.sft_path=chats.jsonl"},
        "peft.method=p_tuning"},
       {{"parallel.tp=2", "parallel.sp=true"}, "parallel.sp"},
-      {{"model.preset=mixtral-tiny"}, "parallel.cp = 2"}};
+      {{"model.preset=mixtral-tiny", "model.moe_capacity_factor=1.25"},
+       "model.moe_capacity_factor"}};
   for (const auto& [extra, key] : refused) {
     std::vector<std::string> o = {"parallel.cp=2"};
     o.insert(o.end(), extra.begin(), extra.end());

@@ -109,6 +109,4 @@ refuse dff "model.moe_d_ff = 63 is not divisible by parallel.tp = 2" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" model.moe_d_ff=63 parallel.tp=2
 refuse order "parallel.order 'ep-tp-cp-dp-pp': the experts' tensor-parallel groups differ" \
   "${MPI[@]}" 4 "$NK" train "${MIX[@]}" parallel.tp=2 parallel.ep=2 parallel.order=ep-tp-cp-dp-pp
-refuse cp "parallel.cp = 2: a Mixture-of-Experts model" \
-  "${MPI[@]}" 2 "$NK" train "${MIX[@]}" parallel.cp=2
-pass "MoE training under TP2, TP2 with SP, EP2xTP2 (and with full recompute, ZeRO-1, a capacity factor), TP2xPP2 equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and qwen3-moe-tiny (q/k norms; dense qwen3-tiny under TP2 too); an EP2xTP2 checkpoint resumes on one process and a one-process one under TP2; an undivided expert width, a mismatched order and parallel.cp refused by key"
+pass "MoE training under TP2, TP2 with SP, EP2xTP2 (and with full recompute, ZeRO-1, a capacity factor), TP2xPP2 equals one process for mixtral-tiny, qwen2-moe-tiny (shared expert) and qwen3-moe-tiny (q/k norms; dense qwen3-tiny under TP2 too); an EP2xTP2 checkpoint resumes on one process and a one-process one under TP2; an undivided expert width and a mismatched order refused by key"
