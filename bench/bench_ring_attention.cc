@@ -6,7 +6,13 @@
 // its own cores would spend on attention is that share; the slowest rank
 // bounds the step. The one-process kernel (ops::attention_forward/backward
 // over the whole row) is timed beside it. The K/V exchanges are not in
-// these figures (no network: the blocks are local tensors). Usage:
+// these figures (no network: the blocks are local tensors).
+//
+// The all-to-all variant (parallel.cp_comm_type=a2a) beside it: each
+// simulated rank's heads (Hq/cp query, Hkv/cp key/value) over the whole row,
+// the one-process kernel's forward and backward, timed the same way; its
+// two all-to-alls (four in the backward) are not in the figures either.
+// Usage:
 //   bench_ring_attention [T] [reps]   (threads from OMP_NUM_THREADS)
 #include <fmt/format.h>
 
@@ -124,6 +130,38 @@ int main(int argc, char** argv) {
         "cp {}: ring blocks per rank fwd+bwd: slowest {:.2f} s, mean {:.2f} s (CPU {:.2f} s); "
         "whole-row kernel / slowest rank {:.2f}x\n",
         cp, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
+    slowest = sum = cpu_sum = 0;
+    const int64_t hq = Hq / cp, hk = Hkv / cp, w = (hq + 2 * hk) * D;
+    for (int64_t r = 0; r < cp; ++r) {
+      Tensor mine = Tensor::empty({1, T, w}, DType::F32),
+             dmine = Tensor::empty({1, T, w}, DType::F32);
+      for (int64_t i = 0; i < T; ++i) {  // rank r's share of the q, k and v columns
+        const float* row = qkv.data<float>() + i * C;
+        float* to = mine.data<float>() + i * w;
+        to = std::copy_n(row + r * hq * D, hq * D, to);
+        to = std::copy_n(row + OC + r * hk * D, hk * D, to);
+        std::copy_n(row + OC + Hkv * D + r * hk * D, hk * D, to);
+      }
+      Tensor gr = Tensor::empty({1, T, hq * D}, DType::F32),
+             o = Tensor::empty({1, T, hq * D}, DType::F32);
+      for (int64_t i = 0; i < T; ++i)
+        std::copy_n(dout.data<float>() + i * OC + r * hq * D, hq * D,
+                    gr.data<float>() + i * hq * D);
+      Tensor l = Tensor::empty({1, hq, T}, DType::F32);
+      const Timing t = timed(
+          [&] {
+            ops::attention_forward(o, l, mine, hq, hk);
+            ops::attention_backward(dmine, gr, mine, o, l, hq, hk);
+          },
+          reps);
+      slowest = std::max(slowest, t.wall);
+      sum += t.wall;
+      cpu_sum += t.cpu;
+    }
+    fmt::print(
+        "cp {}: all-to-all heads per rank ({} of {} query heads, whole row) fwd+bwd: slowest "
+        "{:.2f} s, mean {:.2f} s (CPU {:.2f} s); whole-row kernel / slowest rank {:.2f}x\n",
+        cp, hq, Hq, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
   }
   return 0;
 }
