@@ -256,6 +256,10 @@ nk_timeout(t 1200)
 set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
+# finetune_ranks: some twenty runs, five of them on 4 ranks (7 min beside a
+# -j2 build on 2 cores).
+nk_timeout(t 900)
+set_tests_properties(finetune_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
 
