@@ -453,8 +453,7 @@ int cmd_estimate(const CommandArgs& raw) {
       double(r.activation_bytes()));
   row("  workspaces (logits chunk, backward scratch)", double(r.workspace_bytes()));
   if (r.cp_buffer_bytes > 0)
-    row(fmt::format("  context-parallel buffers (parallel.cp_comm_type={})",
-                    cfg.parallel.cp_comm_type),
+    row(fmt::format("  cp buffers (parallel.cp_comm_type={})", cfg.parallel.cp_comm_type),
         double(r.cp_buffer_bytes));
   if (meas)
     row("  = activations and workspaces (planned)",
