@@ -13,7 +13,8 @@
 // the one-process kernel's forward and backward, timed the same way; its
 // two all-to-alls (four in the backward) are not in the figures either.
 // Usage:
-//   bench_ring_attention [T] [reps]   (threads from OMP_NUM_THREADS)
+//   bench_ring_attention [T] [reps] [cp]   (threads from OMP_NUM_THREADS;
+//   cp: that size only, else 1, 2 and 4)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -69,6 +70,7 @@ Tensor local_rows(const Tensor& whole, int64_t r, int64_t cp, int64_t c, int64_t
 int main(int argc, char** argv) {
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int64_t only = argc > 3 ? std::atoll(argv[3]) : 0;
   const int64_t Hq = 8, Hkv = 4, D = 64, C = (Hq + 2 * Hkv) * D, OC = Hq * D, KC = 2 * Hkv * D;
   const double threads = num_threads();
   Tensor qkv = randn({1, T, C}, 1), dout = randn({1, T, OC}, 2);
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
              whole.cpu);
 
   for (int64_t cp : {1, 2, 4}) {
-    if (T % (2 * cp)) continue;
+    if (T % (2 * cp) || (only > 0 && cp != only)) continue;
     const int64_t c = T / (2 * cp), Tl = 2 * c;
     std::vector<Tensor> q, kv, g, pos;
     for (int64_t r = 0; r < cp; ++r) {
