@@ -28,8 +28,9 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
       : cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
       : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
           ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
-      : cfg.device != kHost ? "train.device (only the CPU has the ring attention kernel)"
-                            : nullptr;
+      : cfg.device != kHost
+          ? "train.device (the ring kernel and the all-to-all's packing are CPU only)"
+          : nullptr;
   if (unsupported)
     fail("parallel.cp = {}: {} under context parallelism is not supported yet (set parallel.cp=1)",
          cp, unsupported);
