@@ -6,8 +6,15 @@
 // its own cores would spend on attention is that share; the slowest rank
 // bounds the step. The one-process kernel (ops::attention_forward/backward
 // over the whole row) is timed beside it. The K/V exchanges are not in
-// these figures (no network: the blocks are local tensors). Usage:
-//   bench_ring_attention [T] [reps]   (threads from OMP_NUM_THREADS)
+// these figures (no network: the blocks are local tensors).
+//
+// The all-to-all variant (parallel.cp_comm_type=a2a) beside it: each
+// simulated rank's heads (Hq/cp query, Hkv/cp key/value) over the whole row,
+// the one-process kernel's forward and backward, timed the same way; its
+// two all-to-alls (four in the backward) are not in the figures either.
+// Usage:
+//   bench_ring_attention [T] [reps] [cp]   (threads from OMP_NUM_THREADS;
+//   cp: that size only, else 1, 2 and 4)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,6 +70,7 @@ Tensor local_rows(const Tensor& whole, int64_t r, int64_t cp, int64_t c, int64_t
 int main(int argc, char** argv) {
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 16384;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int64_t only = argc > 3 ? std::atoll(argv[3]) : 0;
   const int64_t Hq = 8, Hkv = 4, D = 64, C = (Hq + 2 * Hkv) * D, OC = Hq * D, KC = 2 * Hkv * D;
   const double threads = num_threads();
   Tensor qkv = randn({1, T, C}, 1), dout = randn({1, T, OC}, 2);
@@ -81,7 +89,7 @@ int main(int argc, char** argv) {
              whole.cpu);
 
   for (int64_t cp : {1, 2, 4}) {
-    if (T % (2 * cp)) continue;
+    if (T % (2 * cp) || (only > 0 && cp != only)) continue;
     const int64_t c = T / (2 * cp), Tl = 2 * c;
     std::vector<Tensor> q, kv, g, pos;
     for (int64_t r = 0; r < cp; ++r) {
@@ -124,6 +132,38 @@ int main(int argc, char** argv) {
         "cp {}: ring blocks per rank fwd+bwd: slowest {:.2f} s, mean {:.2f} s (CPU {:.2f} s); "
         "whole-row kernel / slowest rank {:.2f}x\n",
         cp, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
+    slowest = sum = cpu_sum = 0;
+    const int64_t hq = Hq / cp, hk = Hkv / cp, w = (hq + 2 * hk) * D;
+    for (int64_t r = 0; r < cp; ++r) {
+      Tensor mine = Tensor::empty({1, T, w}, DType::F32),
+             dmine = Tensor::empty({1, T, w}, DType::F32);
+      for (int64_t i = 0; i < T; ++i) {  // rank r's share of the q, k and v columns
+        const float* row = qkv.data<float>() + i * C;
+        float* to = mine.data<float>() + i * w;
+        to = std::copy_n(row + r * hq * D, hq * D, to);
+        to = std::copy_n(row + OC + r * hk * D, hk * D, to);
+        std::copy_n(row + OC + Hkv * D + r * hk * D, hk * D, to);
+      }
+      Tensor gr = Tensor::empty({1, T, hq * D}, DType::F32),
+             o = Tensor::empty({1, T, hq * D}, DType::F32);
+      for (int64_t i = 0; i < T; ++i)
+        std::copy_n(dout.data<float>() + i * OC + r * hq * D, hq * D,
+                    gr.data<float>() + i * hq * D);
+      Tensor l = Tensor::empty({1, hq, T}, DType::F32);
+      const Timing t = timed(
+          [&] {
+            ops::attention_forward(o, l, mine, hq, hk);
+            ops::attention_backward(dmine, gr, mine, o, l, hq, hk);
+          },
+          reps);
+      slowest = std::max(slowest, t.wall);
+      sum += t.wall;
+      cpu_sum += t.cpu;
+    }
+    fmt::print(
+        "cp {}: all-to-all heads per rank ({} of {} query heads, whole row) fwd+bwd: slowest "
+        "{:.2f} s, mean {:.2f} s (CPU {:.2f} s); whole-row kernel / slowest rank {:.2f}x\n",
+        cp, hq, Hq, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
   }
   return 0;
 }

@@ -223,7 +223,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # (tests/apps/mpi), labelled "mpi": every step's loss (align: its figures) and
 # the exported weights within 1e-5.
 #   finetune_ranks   packed SFT rows under DP over 2 and 4 ranks, ZeRO-1, FSDP,
-#                    TP2 and TP2+SP, unpacked rows; parallel.pp refused
+#                    TP2 and TP2+SP, CP2 (ring and all-to-all), CP2xDP2,
+#                    CP2xTP2+SP, unpacked rows; parallel.pp and a2a with
+#                    indivisible heads refused
 #   moe_ranks        mixtral-tiny under DP over 2 and 4 ranks, ZeRO-1, FSDP,
 #                    EP2, EP2xDP2, EP2 with full recompute and a capacity
 #                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
@@ -274,6 +276,10 @@ nk_timeout(t 1200)
 set_tests_properties(moe_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_tp_ranks PROPERTIES TIMEOUT ${t})
+# finetune_ranks: some twenty runs, five of them on 4 ranks (7 min beside a
+# -j2 build on 2 cores).
+nk_timeout(t 900)
+set_tests_properties(finetune_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
 # moe_cp_ranks: some twenty trainings of 2 or 4 ranks, on both cores.
@@ -281,11 +287,13 @@ nk_timeout(t 900)
 set_tests_properties(moe_cp_ranks PROPERTIES TIMEOUT ${t} PROCESSORS 2)
 
 # Context parallel (tests/parallel/context_parallel), labelled "mpi":
-#   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2 and CP2 × TP2 against
-#                                    one process (ring attention, GQA), ZeRO-1
-#                                    and FSDP over dp-cp; CP2 × PP2 (1F1B and
-#                                    interleaved, GQA) and its checkpoints
-#                                    resumed on one process and back
+#   context_parallel_mpi_np2, _np4   CP2, CP4, CP2 × DP2, CP2 × TP2 (with and
+#                                    without SP) against one process (ring
+#                                    attention and the all-to-all of the
+#                                    heads, GQA), ZeRO-1 and FSDP over dp-cp;
+#                                    CP2 × PP2 (1F1B and interleaved, GQA) and
+#                                    its checkpoints resumed on one process
+#                                    and back
 #   context_parallel_mpi_np8         CP2 × PP2 × DP2 (interleaved), CP2 × TP2 × PP2
 nk_mpi_gtest(context_parallel_mpi parallel/context_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)

@@ -452,6 +452,9 @@ int cmd_estimate(const CommandArgs& raw) {
                   r.in_flight == 1 ? "" : "es"),
       double(r.activation_bytes()));
   row("  workspaces (logits chunk, backward scratch)", double(r.workspace_bytes()));
+  if (r.cp_buffer_bytes > 0)
+    row(fmt::format("  cp buffers (parallel.cp_comm_type={})", cfg.parallel.cp_comm_type),
+        double(r.cp_buffer_bytes));
   if (meas)
     row("  = activations and workspaces (planned)",
         double(r.activation_bytes() + r.workspace_bytes()), m->activations);

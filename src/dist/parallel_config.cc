@@ -35,6 +35,9 @@ std::vector<int64_t> parse_pp_layout(const std::string& layout) {
 void ParallelConfig::bind(ConfigBinder& b) {
   b.bind("parallel.tp", mesh.tp, "tensor-parallel size");
   b.bind("parallel.cp", mesh.cp, "context-parallel size (sequence split for attention)");
+  b.bind("parallel.cp_comm_type", cp_comm_type,
+         "context parallelism's attention: p2p (ring attention, K/V blocks passed round the cp "
+         "ranks) or a2a (all-to-all of the heads, DeepSpeed-Ulysses: heads divisible by tp × cp)");
   b.bind("parallel.ep", mesh.ep, "expert-parallel size (carved out of dp × cp, as in Megatron)");
   b.bind("parallel.etp", mesh.etp, "expert tensor-parallel size (0 = parallel.tp)");
   b.bind("parallel.pp", mesh.pp, "pipeline-parallel size");
@@ -67,6 +70,11 @@ void ParallelConfig::check() const {
     fail("parallel.pp_layout lists {} stages, parallel.pp = {}", pp_layout.size(), mesh.pp);
   if (sequence_parallel && mesh.tp < 2)
     fail("parallel.sp=true needs parallel.tp > 1 (it splits the tensor-parallel group's rows)");
+  if (cp_comm_type != "p2p" && cp_comm_type != "a2a")
+    fail(
+        "parallel.cp_comm_type = '{}': expected p2p (ring attention) or a2a (all-to-all, "
+        "Ulysses)",
+        cp_comm_type);
   if (!(timeout_s > 0)) fail("parallel.timeout_s must be positive, got {}", timeout_s);
 }
 

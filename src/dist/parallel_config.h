@@ -2,6 +2,7 @@
 // collective timeout. A recipe binds them with ParallelConfig::bind like any
 // other settings (core/config_bind.h) and checks them with check().
 #pragma once
+#include <string>
 #include <vector>
 
 #include "core/config_bind.h"
@@ -14,6 +15,10 @@ struct ParallelConfig {
   // Sequence parallelism (parallel.sp): the norms and residual stream split
   // over the tp group along the tokens (needs tp > 1).
   bool sequence_parallel = false;
+  // How context parallelism's attention communicates (parallel.cp_comm_type,
+  // Megatron-Core's key): "p2p" ring attention, "a2a" all-to-all over the
+  // heads (DeepSpeed-Ulysses; nn/context_parallel.h).
+  std::string cp_comm_type = "p2p";
   // Layers per pipeline stage, in order (parallel.pp_layout); empty: even.
   std::vector<int64_t> pp_layout;
   // Virtual pipeline stages per rank (parallel.vp): the interleaved schedule.

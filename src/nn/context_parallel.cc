@@ -77,6 +77,10 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
+  if (comm_type == CpComm::A2A) {
+    a2a_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
+    return;
+  }
   prepare(qkv, n_head, n_kv_head);
   RingScratch& r = *ring;
   const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -110,6 +114,10 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
   if (!active()) {
     ops::attention_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale,
                             softcap);
+    return;
+  }
+  if (comm_type == CpComm::A2A) {
+    a2a_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
   prepare(qkv, n_head, n_kv_head);

@@ -20,10 +20,26 @@
 // back at its owner. The log-sum-exp and output saved are the final ones,
 // exactly as one process's attention_forward gives them.
 //
+// All-to-all (DeepSpeed-Ulysses; parallel.cp_comm_type=a2a, CpComm::A2A):
+// instead of the ring, an all-to-all over the cp group trades each rank's
+// Q/K/V columns of its two chunks for every rank's tokens of 1/cp of the
+// heads: rank j receives query heads [j Hq/cp, (j+1) Hq/cp) and key/value
+// heads [j Hkv/cp, (j+1) Hkv/cp) (the query heads' own groups under GQA) for
+// the whole row, put back in true token order. It runs the one-process
+// attention kernel on them (windows, soft-caps and packed documents as one
+// process has them), and a second all-to-all returns each rank's output
+// heads for every rank's chunks. Its log-sum-exp stays with the heads,
+// f32 [B, Hq/cp, T] in the [B, Hq, T/cp] buffer (the same size; only the
+// backward reads it). The backward trades qkv, out and dout the same way,
+// runs the one-process backward and sends dQ/dK/dV back to the chunks.
+// Needs Hq and Hkv to be multiples of cp (check_context_parallel).
+//
 // Without a communicator (or with a group of one) every call is the plain
 // op and the block is its plain self, bit for bit.
 #pragma once
+#include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -58,9 +74,35 @@ struct RingScratch {
   }
 };
 
+// The all-to-all variant's buffers (shared by every layer as the ring's).
+struct HeadScratch {
+  int64_t B = 0, T = 0, qkv_width = 0, out_width = 0;
+  DType dtype = DType::F32;
+  Tensor send, recv;              // [cp, B, T/cp, (Hq + 2 Hkv) D / cp]: the all-to-all's blocks
+  Tensor qkv, dqkv;               // [B, T, (Hq + 2 Hkv) D / cp]: whole rows, this rank's heads
+  Tensor out, dout;               // [B, T, Hq D / cp]
+  std::vector<int64_t> position;  // [T/cp · cp]: global position of token t of rank s at s·T/cp + t
+
+  // What these buffers take for B rows of T local tokens (T · cp in all)
+  // with n_head query and n_kv_head key/value heads of D values in dtype dt.
+  static int64_t bytes_for(int64_t B, int64_t T, int64_t n_head, int64_t n_kv_head, int64_t D,
+                           DType dt) {
+    const int64_t w = (n_head + 2 * n_kv_head) * D, ow = n_head * D;
+    return B * T * (4 * w + 2 * ow) * int64_t(dtype_size(dt));
+  }
+};
+
+// parallel.cp_comm_type: Megatron-Core's names.
+enum class CpComm { P2P, A2A };
+// "p2p" / "a2a"; nk::Error naming parallel.cp_comm_type for anything else.
+CpComm parse_cp_comm(const std::string& s);
+const char* cp_comm_name(CpComm c);
+
 struct ContextParallel {
   dist::Communicator* comm = nullptr;  // the mesh's "cp" group; null: size 1
+  CpComm comm_type = CpComm::P2P;
   std::shared_ptr<RingScratch> ring = std::make_shared<RingScratch>();
+  std::shared_ptr<HeadScratch> heads = std::make_shared<HeadScratch>();
 
   int64_t size() const { return comm ? comm->size() : 1; }
   int64_t rank() const { return comm ? comm->rank() : 0; }
@@ -85,6 +127,19 @@ struct ContextParallel {
 
  private:
   void prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_head) const;
+  // The all-to-all variant (nn/context_parallel_a2a.cc).
+  void prepare_heads(const Tensor& qkv, int64_t n_head, int64_t n_kv_head) const;
+  void a2a_forward(Tensor out, Tensor lse, const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                   const Tensor& cu_seqlens, int64_t window, float scale, float softcap) const;
+  void a2a_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                    const Tensor& lse, int64_t n_head, int64_t n_kv_head, const Tensor& cu_seqlens,
+                    int64_t window, float scale, float softcap) const;
+  // src [B, T/cp, W] (columns: segments of `seg` widths, each split into cp
+  // equal shares) -> dst [B, T, W/cp]: every rank's tokens of this rank's
+  // shares, in true token order.
+  void to_heads(const Tensor& dst, const Tensor& src, std::initializer_list<int64_t> seg) const;
+  // The inverse: src [B, T, W/cp] -> dst [B, T/cp, W].
+  void to_chunks(const Tensor& dst, const Tensor& src, std::initializer_list<int64_t> seg) const;
 };
 
 }  // namespace nk::nn

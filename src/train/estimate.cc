@@ -395,6 +395,12 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // Context parallel: each rank's activations hold its T / cp tokens.
     r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage,
                                          true, e.ep, experts_whole);
+    if (mesh.cp() > 1) {
+      const int64_t Tl = T / mesh.cp(), hq = c.n_head / e.tp, hkv = c.n_kv_head / e.tp;
+      r.cp_buffer_bytes = nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A
+                              ? nn::HeadScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype)
+                              : nn::RingScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype);
+    }
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);
@@ -507,6 +513,7 @@ nlohmann::json estimate_json(const TrainEstimate& e) {
                       {"activation_bytes_per_micro_batch", r.per_micro_batch.saved},
                       {"workspace_bytes_per_micro_batch", r.per_micro_batch.workspace},
                       {"micro_batches_in_flight", r.in_flight},
+                      {"cp_buffer_bytes", r.cp_buffer_bytes},
                       {"total_bytes", r.total()}});
   return {{"world", e.world},
           {"dp", e.dp},

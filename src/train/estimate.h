@@ -64,10 +64,14 @@ struct RankEstimate {
   int64_t weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   ActivationBytes per_micro_batch;
   int64_t in_flight = 1;  // micro-batches whose activations it holds at once
+  // Context parallel: the attention's exchange buffers, shared by the layers
+  // (nn::RingScratch, or nn::HeadScratch under parallel.cp_comm_type=a2a).
+  int64_t cp_buffer_bytes = 0;
   int64_t activation_bytes() const { return per_micro_batch.saved * in_flight; }
   int64_t workspace_bytes() const { return per_micro_batch.workspace * in_flight; }
   int64_t total() const {
-    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes() + workspace_bytes();
+    return weight_bytes + grad_bytes + optimizer_bytes + activation_bytes() + workspace_bytes() +
+           cp_buffer_bytes;
   }
 };
 

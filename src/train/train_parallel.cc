@@ -12,13 +12,14 @@ namespace nk {
 namespace {
 
 // Context parallelism (nn/context_parallel.h) trains a decoder's
-// language-model loss, alone, with data parallelism (gradients over dp-cp),
-// tensor and pipeline parallelism (1F1B and interleaved: every stage's
-// attention rings over its own cp group), and Mixture-of-Experts layers
-// (each rank routes its own chunks' tokens; the routing statistics are
-// summed over cp, so the balancing and z-losses are the whole rows'; with
-// expert parallelism carved out of dp × cp); what it does not support yet
-// is refused here, naming the key.
+// language-model loss over packed or unpacked rows, by ring attention or the
+// all-to-all of the heads, alone, with data parallelism (gradients over
+// dp-cp), tensor (and sequence) and pipeline parallelism (1F1B and
+// interleaved: every stage's attention works over its own cp group), and
+// Mixture-of-Experts layers (each rank routes its own chunks' tokens; the
+// routing statistics are summed over cp, so the balancing and z-losses are
+// the whole rows'; with expert parallelism carved out of dp × cp); what it
+// does not support yet is refused here, naming the key.
 void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   const int cp = mesh.cp();
   if (cfg.seq_len % (2 * cp))
@@ -32,9 +33,8 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
       cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
       : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
           ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
-      : cfg.device != kHost            ? "train.device (only the CPU has the ring "
-                                         "attention kernel)"
-      : cfg.parallel.sequence_parallel ? "parallel.sp (sequence parallelism)"
+      : cfg.device != kHost
+          ? "train.device (the ring kernel and the all-to-all's packing are CPU only)"
       : cfg.model.is_moe() && cfg.model.moe_capacity_factor > 0
           ? "model.moe_capacity_factor (each cp rank would drop by its own chunks' share of the "
             "micro-batch's tokens; use the dropless mode, 0)"
@@ -42,6 +42,22 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (unsupported)
     fail("parallel.cp = {}: {} under context parallelism is not supported yet (set parallel.cp=1)",
          cp, unsupported);
+  // All-to-all: each cp rank takes 1/cp of its tp rank's query heads and of
+  // its key/value heads, whole heads, each query head with its own group.
+  const int64_t heads = int64_t(mesh.tp()) * cp, hq = cfg.model.n_head, hkv = cfg.model.n_kv_head;
+  if (nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A &&
+      (hq % heads || hkv % heads))
+    fail(
+        "parallel.cp = {}, parallel.cp_comm_type = a2a: model.n_head = {} and model.n_kv_head = "
+        "{} must both be multiples of parallel.tp × parallel.cp = {} × {} (the all-to-all gives "
+        "each rank whole heads); use parallel.cp_comm_type=p2p (ring attention)",
+        cp, hq, hkv, mesh.tp(), cp);
+  // Sequence parallelism splits each rank's B·T/cp local rows over its tp group.
+  if (cfg.parallel.sequence_parallel && (cfg.micro_batch * (cfg.seq_len / cp)) % mesh.tp())
+    fail(
+        "parallel.sp=true, parallel.cp = {}: train.micro_batch × train.seq_len / parallel.cp = {} "
+        "× {} local tokens do not split evenly over parallel.tp = {}",
+        cp, cfg.micro_batch, cfg.seq_len / cp, mesh.tp());
 }
 
 // Every group of that name in the mesh (each in group-rank order), sorted.
@@ -163,7 +179,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
           "supported yet",
           mesh.tp(), mesh.pp(), unsupported);
   }
-  if (cfg.parallel.sequence_parallel && cfg.seq_len % mesh.tp())
+  if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(
         "parallel.sp=true: train.seq_len = {} is not divisible by parallel.tp = {} (the tokens "
         "are split over the tensor-parallel ranks)",

@@ -8,7 +8,7 @@
 // Mixture-of-Experts model expert parallelism (parallel.ep, carved out of the
 // data-parallel ranks: nn/expert_parallel.h); and context parallelism
 // (nn/context_parallel.h: each sequence split over the "cp" group, ring
-// attention, gradients summed over "dp-cp").
+// attention or the all-to-all of the heads, gradients summed over "dp-cp").
 #pragma once
 #include <cstdint>
 
@@ -39,10 +39,14 @@ struct TrainParallel {
   dist::Communicator* group(const char* name) const {
     return mesh && groups->has(name) ? &groups->get(name) : nullptr;
   }
-  // The model's context-parallel group (nn/context_parallel.h; size 1: none).
-  nn::ContextParallel context_parallel() const {
+  // The model's context-parallel group (nn/context_parallel.h; size 1: none)
+  // and how its attention communicates (parallel.cp_comm_type).
+  nn::ContextParallel context_parallel(nn::CpComm comm_type = nn::CpComm::P2P) const {
     if (!mesh || mesh->cp() == 1) return {};
-    return {&groups->get("cp")};
+    nn::ContextParallel cp;
+    cp.comm = &groups->get("cp");
+    cp.comm_type = comm_type;
+    return cp;
   }
   int64_t cp() const { return mesh ? mesh->cp() : 1; }
   int64_t cp_rank() const { return mesh ? mesh->rank_in("cp") : 0; }

@@ -188,17 +188,26 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         double(model_->layout().count()) / 1e6, double(model_->global_layout().count()) / 1e6);
   }
   if (par_.cp() > 1) {
-    model_->set_context_parallel(par_.context_parallel());
+    const nn::CpComm comm_type = nn::parse_cp_comm(cfg_.parallel.cp_comm_type);
+    model_->set_context_parallel(par_.context_parallel(comm_type));
     const ModelConfig& c = cfg_.model;
-    const int64_t tp = par_.mesh->tp();
-    const int64_t ring =
-        nn::RingScratch::bytes_for(cfg_.micro_batch, cfg_.seq_len / par_.cp(), c.n_head / tp,
-                                   c.n_kv_head / tp, c.head_dim(), cfg_.dtype);
+    const int64_t tp = par_.mesh->tp(), T = cfg_.seq_len / par_.cp();
+    const bool a2a = comm_type == nn::CpComm::A2A;
+    const int64_t buffers =
+        a2a ? nn::HeadScratch::bytes_for(cfg_.micro_batch, T, c.n_head / tp, c.n_kv_head / tp,
+                                         c.head_dim(), cfg_.dtype)
+            : nn::RingScratch::bytes_for(cfg_.micro_batch, T, c.n_head / tp, c.n_kv_head / tp,
+                                         c.head_dim(), cfg_.dtype);
     NK_INFO(
         "context parallel: {}; each rank holds {} of every row's {} tokens (chunks {} and {} of "
-        "{}), ring attention over the cp group ({:.1f} MiB of ring buffers shared by the layers)",
-        par_.mesh->describe(), cfg_.seq_len / par_.cp(), cfg_.seq_len, par_.cp_rank(),
-        2 * par_.cp() - 1 - par_.cp_rank(), 2 * par_.cp(), double(ring) / 1048576.0);
+        "{}), {} over the cp group ({:.1f} MiB of {} buffers shared by the layers)",
+        par_.mesh->describe(), T, cfg_.seq_len, par_.cp_rank(), 2 * par_.cp() - 1 - par_.cp_rank(),
+        2 * par_.cp(),
+        a2a ? fmt::format("all-to-all attention (parallel.cp_comm_type=a2a: {} of the {} query "
+                          "heads on the whole row per rank)",
+                          c.n_head / tp / par_.cp(), c.n_head / tp)
+            : std::string("ring attention"),
+        double(buffers) / 1048576.0, a2a ? "all-to-all" : "ring");
   }
   if (cfg_.adamw.precision.grads != DType::F32) {
     // Data parallelism reduces the bf16 buckets as they are (MPI sums them

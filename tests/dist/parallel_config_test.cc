@@ -18,16 +18,18 @@ TEST(ParallelConfig, DefaultsAreOneProcessPerReplica) {
   EXPECT_EQ(p.mesh.etp, 0);
   EXPECT_EQ(p.mesh.order, "tp-cp-ep-dp-pp");
   EXPECT_EQ(p.timeout_s, 300);
+  EXPECT_EQ(p.cp_comm_type, "p2p");  // ring attention, as Megatron-Core's default
   Mesh m(4, 1, p.mesh);
   EXPECT_EQ(m.dp(), 4);
 }
 
 TEST(ParallelConfig, OverridesReachTheMesh) {
-  auto c = Config::load(
-      schema(), "",
-      {"parallel.tp=2", "parallel.pp=2", "parallel.order=tp-pp-dp", "parallel.timeout_s=2.5"});
+  auto c = Config::load(schema(), "",
+                        {"parallel.tp=2", "parallel.pp=2", "parallel.order=tp-pp-dp",
+                         "parallel.timeout_s=2.5", "parallel.cp_comm_type=a2a"});
   auto p = parallel_config(c);
   EXPECT_EQ(p.timeout_s, 2.5);
+  EXPECT_EQ(p.cp_comm_type, "a2a");
   Mesh m(8, 0, p.mesh);
   EXPECT_EQ(m.dp(), 2);
   EXPECT_EQ(m.order(), "tp-pp-dp-cp-ep");
@@ -43,6 +45,10 @@ TEST(ParallelConfig, BadValuesNameTheKey) {
   EXPECT_TRUE(test::contains(bad("parallel.pp_layout=2,x"), "parallel.pp_layout: 'x'"));
   EXPECT_TRUE(test::contains(bad("parallel.vp=2"), "parallel.vp = 2 needs parallel.pp > 1"));
   EXPECT_TRUE(test::contains(bad("parallel.tp=99999999999"), "parallel.tp"));
+  // Megatron-Core's names only (not DeepSpeed's "ulysses" nor "allgather").
+  EXPECT_TRUE(test::contains(bad("parallel.cp_comm_type=ulysses"),
+                             "parallel.cp_comm_type = 'ulysses': expected p2p"));
+  EXPECT_TRUE(test::contains(bad("parallel.cp_comm_type=A2A"), "parallel.cp_comm_type"));
 }
 
 TEST(ParallelConfig, PipelineLayoutRoundTripsThroughTheBinder) {

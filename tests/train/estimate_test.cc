@@ -200,6 +200,19 @@ TEST(Estimate, ActivationsUnderContextParallelismHoldEachRanksTokens) {
                               recompute_plan("none", 0, cfg.model.n_layer));
     const TrainEstimate e = estimate_training(cfg, cp, nullptr);
     EXPECT_EQ(e.stages[0].per_micro_batch.total(), planned.bytes()) << "cp " << cp;
+    // The attention's exchange buffers: the ring's K/V blocks, or under
+    // parallel.cp_comm_type=a2a the heads' whole rows.
+    const int64_t D = cfg.model.head_dim(), Hq = cfg.model.n_head, Hkv = cfg.model.n_kv_head;
+    EXPECT_EQ(e.stages[0].cp_buffer_bytes,
+              nn::RingScratch::bytes_for(2, 64 / cp, Hq, Hkv, D, cfg.dtype));
+    EXPECT_EQ(estimate_json(e).at("stages")[0].at("cp_buffer_bytes"), e.stages[0].cp_buffer_bytes);
+    TrainConfig a2a = cfg;
+    a2a.parallel.cp_comm_type = "a2a";
+    if (Hq % cp == 0 && Hkv % cp == 0)
+      EXPECT_EQ(estimate_training(a2a, cp, nullptr).stages[0].cp_buffer_bytes,
+                nn::HeadScratch::bytes_for(2, 64 / cp, Hq, Hkv, D, cfg.dtype));
+    else
+      EXPECT_THROW(estimate_training(a2a, cp, nullptr), Error);
     EXPECT_LT(planned.bytes(),
               estimate_training(
                   recipe({"model.preset=llama-tiny", "model.n_layer=3", "model.vocab_size=1000",

@@ -94,6 +94,13 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
   EXPECT_EQ(error_of(moe_with({"parallel.ep=2"}), 4), "");
   EXPECT_EQ(error_of(moe_with({"model.moe_aux_loss_type=seq"}), 2), "");
   EXPECT_EQ(error_of(moe_with({"parallel.pp=2", "model.n_layer=4"}), 4), "");
+  // Sequence parallelism splits each rank's local tokens over its tp group.
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.tp=2", "parallel.sp=true"}), 4), "");
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.cp_comm_type=a2a"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.cp_comm_type=a2a", "parallel.tp=2",
+                           "parallel.sp=true", "model.n_head=8", "model.n_kv_head=4"}),
+                     4),
+            "");
   std::string e = error_of(with({"parallel.cp=2", "train.seq_len=30"}), 2);
   EXPECT_NE(e.find("parallel.cp = 2: train.seq_len = 30 is not a multiple of 2 × parallel.cp = 4"),
             std::string::npos)
@@ -102,7 +109,6 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
       {{"peft.method=lora", "peft.lora_dropout=0.1"}, "peft.lora_dropout"},
       {{"peft.method=p_tuning", "data.pack=false", "data.path=", "data.sft_path=chats.jsonl"},
        "peft.method=p_tuning"},
-      {{"parallel.tp=2", "parallel.sp=true"}, "parallel.sp"},
       {{"model.preset=mixtral-tiny", "model.moe_capacity_factor=1.25"},
        "model.moe_capacity_factor"}};
   for (const auto& [extra, key] : refused) {
@@ -112,6 +118,35 @@ TEST(TrainParallel, ContextParallelRefusesWhatItCannotRun) {
     EXPECT_NE(e.find(key), std::string::npos) << extra[0] << ": " << e;
     EXPECT_NE(e.find("parallel.cp"), std::string::npos) << extra[0] << ": " << e;
   }
+}
+
+// The all-to-all variant gives each cp rank whole query and key/value heads
+// (of its tp rank's share): both counts must divide by tp × cp.
+TEST(TrainParallel, ContextParallelAllToAllNeedsDivisibleHeads) {
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"model.preset=llama-tiny", "model.vocab_size=264",
+                                 "train.seq_len=32", "train.global_batch=8"});
+    if (extra.back() != "parallel.cp_comm_type=p2p") extra.push_back("parallel.cp_comm_type=a2a");
+    return config(extra);
+  };
+  // 4 query heads, 2 key/value heads.
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "model.n_head=4", "model.n_kv_head=2"}), 2), "");
+  std::string e = error_of(with({"parallel.cp=4", "model.n_head=4", "model.n_kv_head=2"}), 4);
+  EXPECT_NE(
+      e.find("parallel.cp = 4, parallel.cp_comm_type = a2a: model.n_head = 4 and "
+             "model.n_kv_head = 2 must both be multiples of parallel.tp × parallel.cp = 1 × 4"),
+      std::string::npos)
+      << e;
+  e = error_of(with({"parallel.cp=2", "parallel.tp=2", "model.n_head=4", "model.n_kv_head=2"}), 4);
+  EXPECT_NE(e.find("parallel.tp × parallel.cp = 2 × 2"), std::string::npos) << e;
+  e = error_of(with({"parallel.cp=2", "model.n_head=6", "model.n_kv_head=3", "model.d_model=48"}),
+               2);
+  EXPECT_NE(e.find("model.n_kv_head = 3"), std::string::npos) << e;
+  // The ring has no such need.
+  EXPECT_EQ(error_of(with({"parallel.cp=4", "model.n_head=4", "model.n_kv_head=2",
+                           "parallel.cp_comm_type=p2p"}),
+                     4),
+            "");
 }
 
 // Tensor parallelism splits heads, key/value heads, MLP units and the

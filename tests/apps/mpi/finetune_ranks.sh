@@ -3,7 +3,8 @@
 # item 8): packed SFT rows with varying numbers of trained tokens per
 # micro-batch, 10 steps, under plain data parallelism (2 and 4 ranks), ZeRO-1,
 # FSDP, tensor parallelism (with and without sequence parallelism), context
-# parallelism (CP2, CP2 × DP2; packed and padded rows), FSDP
+# parallelism (CP2, CP2 × DP2, CP2 × TP2 with SP; ring attention and the
+# all-to-all of the heads, parallel.cp_comm_type=a2a; packed and padded rows), FSDP
 # from train.init_from and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
 # the ranks add the same gradients in another order). Pipeline parallelism
 # is refused, naming parallel.pp.
@@ -25,10 +26,18 @@ run tp2sp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2 parallel.sp=tr
 # Context parallel: the packed rows' documents cross the ranks' chunks.
 run cp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.cp=2
 run cp2dp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2
+run cp2tp2sp "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.tp=2 parallel.sp=true
+# All-to-all: each rank's 2 query heads and 1 key/value head over the whole
+# packed row, its documents as one process has them.
+run cp2a2a "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
+run cp2dp2a2a "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
 grep -q "context parallel: world 2" "$WORK/cp2.log" || fail "cp2 did not run context parallel"
-compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 ||
+grep -q "sequence parallel" "$WORK/cp2tp2sp.log" || fail "cp2tp2sp did not run sequence parallel"
+grep -q "context parallel: world 2 .*all-to-all attention" "$WORK/cp2a2a.log" ||
+  fail "cp2a2a did not run the all-to-all"
+compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 cp2tp2sp cp2a2a cp2dp2a2a ||
   fail "a parallel run differs from one process"
 # From a saved model (train.init_from, the usual fine-tuning), under FSDP.
 run one_init "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" train.steps=5
@@ -40,9 +49,15 @@ compare one_init fsdp_init ||
 run one_rows "$NK" finetune "${ARGS[@]}" data.pack=false
 run dp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.shard=optimizer
 run cp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.cp=2
-compare one_rows dp2_rows cp2_rows ||
+run cp2a2a_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.cp=2 \
+  parallel.cp_comm_type=a2a
+compare one_rows dp2_rows cp2_rows cp2a2a_rows ||
   fail "unpacked rows: data parallel differs from one process"
 
 refused pp "parallel.pp = 2: data.sft_path (fine-tuning) with parallel.pp under tensor or pipeline parallelism is not supported" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.pp=2
-pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2 and CP2 x DP2 equals one process"
+refused a2a_heads "model.n_head = 4 and model.n_kv_head = 2 must both be multiples of parallel.tp × parallel.cp = 2 × 2" \
+  "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.tp=2 parallel.cp_comm_type=a2a
+refused a2a_value "parallel.cp_comm_type = 'ring': expected p2p" \
+  "$NK" finetune "${ARGS[@]}" parallel.cp_comm_type=ring
+pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2, CP2 x DP2 and CP2 x TP2+SP (ring and all-to-all) equals one process"

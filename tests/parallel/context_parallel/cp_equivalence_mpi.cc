@@ -12,12 +12,18 @@
 //
 // Run with 2 ranks (CP2: GPT-2's learned positions, Llama's rotary ones with
 // grouped-query attention, a sliding window with full recompute, ZeRO-1 over the cp ranks) and 4
-// (CP4 with GQA, CP2 × DP2, CP2 × DP2 with FSDP, CP2 × TP2; CP2 × PP2 with
-// the 1F1B and the interleaved schedules, each stage's attention ringing
-// over its own cp group, and its checkpoints resumed on one process and
-// the other way); and 8 (CP2 × PP2 × DP2 interleaved, CP2 × TP2 × PP2).
+// (CP4 with GQA, CP2 × DP2, CP2 × DP2 with FSDP, CP2 × TP2, CP2 × TP2 with
+// sequence parallelism; CP2 × PP2 with the 1F1B and the interleaved
+// schedules, each stage's attention ringing over its own cp group, and its
+// checkpoints resumed on one process and the other way); and 8 (CP2 × PP2 ×
+// DP2 interleaved, CP2 × TP2 × PP2). The all-to-all variant
+// (parallel.cp_comm_type=a2a, "A2a" tests) the same: CP2 (GQA, GPT-2, Gemma
+// 2's caps and windows), CP4, CP2 × DP2, CP2 × TP2 with and without SP; its
+// differences from one process are only the loss's and gradients' sums over
+// the ranks (the attention is one process's kernel on each rank's heads).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -34,6 +40,7 @@ namespace {
 using test::mpi;
 
 constexpr double kF32 = 1e-5, kTenSteps = 1e-3;
+const std::string kA2a = "parallel.cp_comm_type=a2a";
 
 struct Recipe {
   std::string preset;
@@ -82,7 +89,8 @@ class ContextParallel : public test::RankTest {
     for (std::string& c : common_options(B, B * r.accum * dp)) o.push_back(std::move(c));
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=" + std::to_string(r.n_kv_head));
     if (pp > 1) o.push_back("parallel.vp=" + std::to_string(r.vp));
-    o.insert(o.end(), r.extra.begin(), r.extra.end());
+    for (const std::string& e : r.extra)  // the one-process reference has no tp to split over
+      if (tp > 1 || e != "parallel.sp=true") o.push_back(e);
     o.insert(o.end(), more.begin(), more.end());
     ConfigSchema s = train_schema();
     return train_config_from(Config::load(s, "", o));
@@ -134,6 +142,14 @@ class ContextParallel : public test::RankTest {
     t.run([&](const StepStats& s) {
       if (s.step == 1 && !sharded) cp_grads = whole(t.model().grads());
     });
+    // The variant asked for ran: its buffers, not the other's, were used.
+    const nn::ContextParallel& used = t.model().context_parallel();
+    const bool a2a = std::find(r.extra.begin(), r.extra.end(), kA2a) != r.extra.end();
+    EXPECT_EQ(used.comm_type, a2a ? nn::CpComm::A2A : nn::CpComm::P2P);
+    EXPECT_EQ(used.heads->T, a2a ? 32 / r.cp : 0);
+    EXPECT_EQ(used.ring->T, a2a ? 0 : 32 / r.cp);
+    const bool sp = std::find(r.extra.begin(), r.extra.end(), "parallel.sp=true") != r.extra.end();
+    EXPECT_EQ(t.model().tensor_parallel().sp(), sp);
     ASSERT_EQ(ref.history().size(), 10u);
     ASSERT_EQ(t.history().size(), 10u);
     for (size_t i = 0; i < 10; ++i) {
@@ -310,6 +326,51 @@ TEST_F(ContextParallel, LlamaCp2Tp2Pp2GroupedQuery) {
 TEST_F(ContextParallel, ReshardCp2Pp2InterleavedAndOneProcess) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   reshard(pipelined("llama-tiny", 2, 8, 2));
+}
+
+// Sequence parallelism: each rank's local tokens (its two chunks) split over
+// its tp pair for the norms and residual stream.
+TEST_F(ContextParallel, LlamaCp2Tp2SequenceParallel) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 2, 8, 4, 1, {"parallel.sp=true"}});
+}
+
+// All-to-all (Ulysses): 4 query and 2 key/value heads give each cp rank 2
+// and 1 (one GQA group).
+TEST_F(ContextParallel, LlamaCp2A2aGroupedQuery) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"llama-tiny", 2, 1, 4, 2, 2, {kA2a}});
+}
+TEST_F(ContextParallel, Gpt2Cp2A2aLearnedPositions) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"gpt-tiny", 2, 1, 4, 4, 1, {kA2a}});
+}
+TEST_F(ContextParallel, Gemma2Cp2A2aCappedScoresAndWindows) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check({"gemma2-tiny",
+         2,
+         1,
+         4,
+         2,
+         1,
+         {kA2a, "model.attn_logit_softcap=1.5", "model.query_pre_attn_scalar=20",
+          "model.sliding_window=12", "train.recompute=full"}});
+}
+TEST_F(ContextParallel, LlamaCp4A2aGroupedQuery) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 4, 1, 8, 4, 1, {kA2a}});
+}
+TEST_F(ContextParallel, LlamaCp2Dp2A2aGroupedQuery) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 1, 8, 2, 2, {kA2a}});
+}
+TEST_F(ContextParallel, LlamaCp2Tp2A2aGroupedQuery) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 2, 8, 4, 1, {kA2a}});
+}
+TEST_F(ContextParallel, LlamaCp2Tp2A2aSequenceParallel) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 2, 8, 4, 1, {kA2a, "parallel.sp=true"}});
 }
 
 }  // namespace
