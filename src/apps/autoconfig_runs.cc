@@ -274,26 +274,30 @@ double AutoconfigRuns::measure_sharing(int64_t copies) {
 }
 
 void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
-                                        StepCalibration& cal, bool fit_bandwidth) {
-  // Tensor parallel over 2 ranks, one sequence per micro-batch (the most
-  // collectives a step of the recipe can make, each small), then the whole
-  // batch in one micro-batch (the fewest, each large): what each measured
-  // step takes past the model without communication is its collectives'
-  // cost, messages x per-message cost + bytes / bandwidth. Two runs, two
-  // unknowns: the collectives of a real step at the sizes a layout uses
-  // (on a loaded host a large one waits for its peer once per fragment,
-  // which a back-to-back probe does not see).
-  const int64_t G = cfg.global_batch;
+                                        StepCalibration& cal) {
+  // Two 2-rank runs of the recipe, each against the model without
+  // communication: tensor parallel with one sequence per micro-batch (the
+  // most collectives a step can make, each small) and data parallel with
+  // one micro-batch per rank (the gradients' all-reduce: few collectives,
+  // many bytes). Their extra times fit messages x per-message cost + bytes
+  // / bandwidth: the collectives of a real step at the sizes the layouts
+  // use (the peer's scheduling, the polling wait, a large message's
+  // fragments; more than the back-to-back link probe sees where ranks share
+  // cores or other work loads the host). (Two tensor-parallel runs would
+  // not do: one recipe's tensor-parallel steps move the same bytes at any
+  // micro-batch.) When the fit is not positive (noise), or the data-parallel
+  // run cannot be made, the per-message cost comes from the first run
+  // alone, its bytes at the link probe's bandwidth.
   StepCalibration none = cal;
   none.link_latency_s = 0;
   none.link_bytes_per_s = 1e30;
   none.procs_per_node = 2;
   none.sharing = measure_sharing(2);  // (cached: the host's when it has 2 ranks)
-  auto probe = [&](int64_t mb, MessageProbe& out) {
+  auto probe = [&](int64_t tp, int64_t mb, MessageProbe& out) {
     TrainConfig c = cfg;
     c.parallel.mesh = dist::MeshSpec{};
-    c.parallel.mesh.tp = 2;
-    c.parallel.mesh.dp = 1;
+    c.parallel.mesh.tp = int(tp);
+    c.parallel.mesh.dp = int(3 - tp);
     c.parallel.vp = 1;
     c.parallel.pp_layout.clear();
     c.parallel.sequence_parallel = false;
@@ -310,9 +314,10 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
       return false;
     }
     const MeasuredRun r =
-        run(fmt::format("probe-tp2-mb{}", mb), 2,
-            {"parallel.tp=2", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
-             "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+        run(fmt::format("probe-tp{}-mb{}", tp, mb), 2,
+            {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
+             fmt::format("parallel.dp={}", 3 - tp), "parallel.ep=1", "parallel.vp=1",
+             "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
              fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
             kProbeSteps);
     if (!r.ok()) {
@@ -323,30 +328,29 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     out = {p.messages, p.comm_bytes, p.total(), r.step_s};
     return true;
   };
-  if (!probe(1, message_probe_)) return;
-  const MessageProbe& s = message_probe_;
-  const double small_extra = s.measured_s - s.predicted_s;
-  if (fit_bandwidth && G > 1 && probe(G, large_probe_)) {
-    const MessageProbe& l = large_probe_;
-    const double large_extra = l.measured_s - l.predicted_s;
-    // extra = messages x L + bytes x beta, by Cramer's rule.
-    const double det = s.messages * l.bytes - l.messages * s.bytes;
-    const double L = det != 0 ? (small_extra * l.bytes - large_extra * s.bytes) / det : -1;
-    const double beta = det != 0 ? (s.messages * large_extra - l.messages * small_extra) / det : -1;
+  if (!probe(2, 1, message_probe_)) return;
+  const MessageProbe& m = message_probe_;
+  const int64_t G = cfg.global_batch;
+  if (G % 2 == 0 && probe(1, G / 2, bytes_probe_)) {
+    const MessageProbe& d = bytes_probe_;
+    const double em = m.measured_s - m.predicted_s, ed = d.measured_s - d.predicted_s;
+    const double det = m.messages * d.bytes - d.messages * m.bytes;
+    const double L = det != 0 ? (em * d.bytes - ed * m.bytes) / det : -1;
+    const double beta = det != 0 ? (m.messages * ed - d.messages * em) / det : -1;
     if (L > 0 && beta > 0) {
       cal.link_latency_s = L;
       cal.link_bytes_per_s = 1.0 / beta;
       return;
     }
     NK_WARN(
-        "autoconfig: the two tensor-parallel probes ({:.1f} ms past the model with {:.0f} "
-        "messages, {:.1f} ms with {:.0f}) give no positive cost per message and per byte (noise); "
-        "the per-message cost from the first, the bandwidth from the link probe",
-        small_extra * 1e3, s.messages, large_extra * 1e3, l.messages);
+        "autoconfig: the tensor- and data-parallel probes ({:.1f} and {:.1f} ms past the model) "
+        "give no positive per-message and per-byte cost (noise); the per-message cost from the "
+        "first, the bandwidth from the link probe",
+        em * 1e3, ed * 1e3);
   }
-  // The small messages' cost past their bytes at the link probe's bandwidth.
-  cal.link_latency_s = std::max(cal.link_latency_s, (small_extra - s.bytes / cal.link_bytes_per_s) /
-                                                        std::max(1.0, s.messages));
+  cal.link_latency_s =
+      std::max(cal.link_latency_s, (m.measured_s - m.predicted_s - m.bytes / cal.link_bytes_per_s) /
+                                       std::max(1.0, m.messages));
 }
 
 void AutoconfigRuns::calibrate_link(StepCalibration& cal) {

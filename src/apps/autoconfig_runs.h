@@ -64,22 +64,22 @@ class AutoconfigRuns {
   void calibrate_link(StepCalibration& cal);
   // The cost of the collectives inside a step (the peer's scheduling, the
   // polling wait, a large message's fragments; more than the back-to-back
-  // probe's where ranks share cores or other work loads the host): two
-  // tensor-parallel runs of the recipe on 2 ranks, one sequence per
-  // micro-batch and the whole batch in one, against the model without
-  // communication, fitted as messages x cal.link_latency_s + bytes /
-  // cal.link_bytes_per_s (fit_bandwidth false, --link-gbps given: the
-  // first run alone sets the per-message cost). Keeps cal's values (with a
-  // warning) when the recipe cannot run so.
-  void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal,
-                          bool fit_bandwidth);
+  // link probe's where ranks share cores or other work loads the host): a
+  // tensor-parallel run of the recipe on 2 ranks (one sequence per
+  // micro-batch: many small collectives) and a data-parallel one (one
+  // micro-batch per rank: the gradients' few large ones), each against the
+  // model without communication, fitted as messages x cal.link_latency_s +
+  // bytes / cal.link_bytes_per_s. Without a positive fit, the first run's
+  // per-message cost past its bytes at the link probe's bandwidth; keeps
+  // cal's values (with a warning) when the recipe cannot run so.
+  void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // A message probe: messages and bytes per step, predicted step without
   // their cost, measured step (zeros when it did not run).
   struct MessageProbe {
     double messages = 0, bytes = 0, predicted_s = 0, measured_s = 0;
   };
   const MessageProbe& message_probe() const { return message_probe_; }
-  const MessageProbe& large_message_probe() const { return large_probe_; }
+  const MessageProbe& bytes_probe() const { return bytes_probe_; }
   // `steps` training steps of candidate k on `world` ranks of this host.
   MeasuredRun measure(const LayoutCandidate& k, int64_t world, int64_t steps);
   // The recipe with k's settings, as one YAML file for nekton train.
@@ -96,7 +96,7 @@ class AutoconfigRuns {
   std::string exe_, dir_, data_;
   double timeout_s_;
   int runs_ = 0;
-  MessageProbe message_probe_, large_probe_;
+  MessageProbe message_probe_, bytes_probe_;
   std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
   double sharing_alone_s_ = 0;              // and its median step alone
   std::map<int64_t, double> sharing_;       // measured, by copies

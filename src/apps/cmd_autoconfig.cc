@@ -166,7 +166,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   } else if (world > 1) {
     runs.calibrate_link(cal);
   }
-  if (world > 1 && a.nodes == 1) runs.calibrate_messages(cfg, rates, cal, a.link_gbps <= 0);
+  if (world > 1 && a.nodes == 1) runs.calibrate_messages(cfg, rates, cal);
 
   LayoutSearchOptions opt;
   opt.world = world;
@@ -241,7 +241,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                         {"accepted", ok.size()},
                         {"candidates", nlohmann::json::array()},
                         {"chosen", chosen}};
-    for (const auto* m : {&runs.message_probe(), &runs.large_message_probe()})
+    for (const auto* m : {&runs.message_probe(), &runs.bytes_probe()})
       if (m->measured_s > 0)
         j["message_probes"].push_back({{"messages", m->messages},
                                        {"bytes", m->bytes},
