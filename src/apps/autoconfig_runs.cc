@@ -275,7 +275,7 @@ double AutoconfigRuns::measure_sharing(int64_t copies) {
 
 void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
                                         StepCalibration& cal) {
-  // Two 2-rank runs of the recipe, each against the model without
+  // Two runs of the recipe on this host's ranks, each against the model without
   // communication: tensor parallel with one sequence per micro-batch (the
   // most collectives a step can make, each small) and data parallel with
   // one micro-batch per rank (the gradients' all-reduce: few collectives,
@@ -288,16 +288,20 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
   // micro-batch.) When the fit is not positive (noise), or the data-parallel
   // run cannot be made, the per-message cost comes from the first run
   // alone, its bytes at the link probe's bandwidth.
+  // On all the host's ranks (P, when even; else 2): a collective among 4
+  // ranks on 2 cores waits for more of them to be scheduled than one
+  // between 2. The tensor-parallel run is tp 2 x dp P/2.
+  const int64_t P = cal.procs_per_node % 2 == 0 ? cal.procs_per_node : 2;
   StepCalibration none = cal;
   none.link_latency_s = 0;
   none.link_bytes_per_s = 1e30;
-  none.procs_per_node = 2;
-  none.sharing = measure_sharing(2);  // (cached: the host's when it has 2 ranks)
+  none.procs_per_node = P;
+  none.sharing = measure_sharing(P);  // (cached: the host's)
   auto probe = [&](int64_t tp, int64_t mb, MessageProbe& out) {
     TrainConfig c = cfg;
     c.parallel.mesh = dist::MeshSpec{};
     c.parallel.mesh.tp = int(tp);
-    c.parallel.mesh.dp = int(3 - tp);
+    c.parallel.mesh.dp = int(P / tp);
     c.parallel.vp = 1;
     c.parallel.pp_layout.clear();
     c.parallel.sequence_parallel = false;
@@ -307,16 +311,16 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     try {
       c.parallel.check();
       measure_missing_rates(c, rates);
-      p = predict_step(c, estimate_training(c, 2, &rates), none);
+      p = predict_step(c, estimate_training(c, P, &rates), none);
     } catch (const Error& e) {
       NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
               e.what(), cal.link_latency_s * 1e6);
       return false;
     }
     const MeasuredRun r =
-        run(fmt::format("probe-tp{}-mb{}", tp, mb), 2,
+        run(fmt::format("probe-tp{}-mb{}", tp, mb), P,
             {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
-             fmt::format("parallel.dp={}", 3 - tp), "parallel.ep=1", "parallel.vp=1",
+             fmt::format("parallel.dp={}", P / tp), "parallel.ep=1", "parallel.vp=1",
              "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
              fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
             kProbeSteps);
@@ -331,7 +335,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
   if (!probe(2, 1, message_probe_)) return;
   const MessageProbe& m = message_probe_;
   const int64_t G = cfg.global_batch;
-  if (G % 2 == 0 && probe(1, G / 2, bytes_probe_)) {
+  if (G % P == 0 && probe(1, G / P, bytes_probe_)) {
     const MessageProbe& d = bytes_probe_;
     const double em = m.measured_s - m.predicted_s, ed = d.measured_s - d.predicted_s;
     const double det = m.messages * d.bytes - d.messages * m.bytes;

@@ -65,7 +65,8 @@ class AutoconfigRuns {
   // The cost of the collectives inside a step (the peer's scheduling, the
   // polling wait, a large message's fragments; more than the back-to-back
   // link probe's where ranks share cores or other work loads the host): a
-  // tensor-parallel run of the recipe on 2 ranks (one sequence per
+  // tensor-parallel run of the recipe on the host's ranks (tp 2 x dp P/2; 2
+  // ranks when P is odd; one sequence per
   // micro-batch: many small collectives) and a data-parallel one (one
   // micro-batch per rank: the gradients' few large ones), each against the
   // model without communication, fitted as messages x cal.link_latency_s +
