@@ -198,17 +198,19 @@ set_tests_properties(train_slurm_srun PROPERTIES LABELS mpi TIMEOUT ${t}
                      ENVIRONMENT "${NK_MPI_ENV}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
 
 # `nekton autoconfig` (tests/apps/mpi/autoconfig_ranks.sh, labelled "mpi"): on
-# 2 ranks of a 2-layer GPT-2 it runs 6 layouts spread over its ranking; the
-# measured best is among the 3 best predicted of them (or tied within 15 %),
-# each prediction within 3x of its measurement, the --out recipe trains; a run past --timeout is
-# killed and reported; bad flags and keys are refused by name. Its runs time
-# 2 ranks on both cores: it runs alone (PROCESSORS 2).
+# 2 ranks of a 2-layer GPT-2 it runs 6 layouts spread over its ranking; on a
+# quiet host the measured best is among the 3 best predicted of them and
+# each prediction within 20 % of its measurement (on a busy one, as
+# autoconfig measures the other work, it says SKIPPED and why); the --out
+# recipe trains; a run past --timeout is killed and reported; bad flags and
+# keys are refused by name. Its runs time 2 ranks on both cores: it runs
+# alone (PROCESSORS 2).
 add_test(NAME autoconfig_ranks
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/autoconfig_ranks.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
 nk_timeout(t 300)
 set_tests_properties(autoconfig_ranks PROPERTIES LABELS mpi TIMEOUT ${t} PROCESSORS 2
-                     ENVIRONMENT "${NK_MPI_ENV}")
+                     ENVIRONMENT "${NK_MPI_ENV}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
 
 # `nekton curate` under mpirun (tests/apps/mpi/curate_ranks.sh), labelled "mpi":
 # 1, 2 and 4 ranks write the same bytes; a SIGKILLed rank ends the job and the

@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
+#include "apps/host_load.h"
 #include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -31,6 +33,9 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Steps of each probe run: the first warms up, the median of the rest counts.
+constexpr int64_t kProbeSteps = 8;
+
 // The largest divisor of n that is at most cap (at least 1).
 int64_t divisor_at_most(int64_t n, int64_t cap) {
   for (int64_t d = std::min(n, std::max<int64_t>(1, cap)); d > 1; --d)
@@ -44,22 +49,28 @@ nlohmann::json Calibration::to_json() const {
   nlohmann::json j = {
       {"one_micro_batch", {{"micro_batches", n1}, {"predicted_compute_s", c1}, {"measured_s", m1}}},
       {"several_micro_batches",
-       {{"micro_batches", n2}, {"predicted_compute_s", c2}, {"measured_s", m2}}}};
+       {{"micro_batches", n2}, {"predicted_compute_s", c2}, {"measured_s", m2}}},
+      {"half_batch", {{"micro_batches", n3}, {"predicted_compute_s", c3}, {"measured_s", m3}}}};
   if (!failed.empty()) j["failed"] = failed;
   return j;
 }
 
 std::string Calibration::summary() const {
   if (!failed.empty()) return "failed: " + failed;
-  return fmt::format("{:.0f} micro-batch {:.1f} ms, {:.0f} micro-batches {:.1f} ms", n1, m1 * 1e3,
-                     n2, m2 * 1e3);
+  return fmt::format(
+      "{:.0f} micro-batch {:.1f} ms, {:.0f} micro-batches {:.1f} ms, half the batch {:.1f} ms", n1,
+      m1 * 1e3, n2, m2 * 1e3, m3 * 1e3);
 }
 
 nlohmann::json MeasuredRun::to_json(double predicted_s) const {
-  nlohmann::json j = {{"ok", ok()}, {"log", log}, {"steps_s", steps_s}};
+  nlohmann::json j = {{"ok", ok()},
+                      {"log", log},
+                      {"steps_s", steps_s},
+                      {"others_cpu_share", others_share},
+                      {"load_averages", load_averages}};
   if (ok()) {
     j["step_s"] = step_s;
-    j["median_step_s"] = median_s;
+    j["fastest_step_s"] = fastest_s;
     j["error"] = (predicted_s - step_s) / step_s;
   } else {
     j["failure"] = result.describe();
@@ -129,7 +140,10 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
   }
   MeasuredRun m;
   m.log = dir_ + "/" + name + ".log";
+  const HostCpuSample before = sample_host_cpu();
   m.result = run_child(argv, m.log, timeout_s_);
+  m.others_share = others_cpu_share(before, sample_host_cpu());
+  m.load_averages = load_averages();
   std::ifstream f(dir_ + "/" + name + "/metrics.jsonl");
   for (std::string line; std::getline(f, line);) {
     try {
@@ -139,11 +153,12 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
     } catch (const nlohmann::json::exception&) {
     }
   }
-  // The fastest step after the first: on a host other work shares, the
-  // slower ones measure that work (the rates are best-of measurements too).
+  // The median of the steps after the first (which allocates and warms
+  // the caches): the probes and the measured runs alike, so a step or two
+  // slowed by other work on the host moves neither.
   if (m.steps_s.size() > 1) {
-    m.step_s = *std::min_element(m.steps_s.begin() + 1, m.steps_s.end());
-    m.median_s = median({m.steps_s.begin() + 1, m.steps_s.end()});
+    m.step_s = median({m.steps_s.begin() + 1, m.steps_s.end()});
+    m.fastest_s = *std::min_element(m.steps_s.begin() + 1, m.steps_s.end());
   }
   if (!m.ok()) {
     m.log_tail = file_tail(m.log, 12);
@@ -166,8 +181,10 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   // The second probe: as many micro-batches as it takes for their cost to
   // stand out of the noise (every sequence its own, up to 16 per step).
   const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
-  auto probe = [&](int64_t mb, double& n, double& c, double& m) {
+  // gb: the probe's global batch (the third probe's is half the recipe's).
+  auto probe = [&](int64_t mb, int64_t gb, double& n, double& c, double& m) {
     TrainConfig pc = cfg;
+    pc.global_batch = gb;
     pc.parallel.mesh = dist::MeshSpec{};
     pc.parallel.mesh.dp = 1;
     pc.parallel.vp = 1;
@@ -176,21 +193,31 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     pc.ddp.shard = parallel::Shard::None;
     pc.micro_batch = mb;
     measure_missing_rates(pc, rates);
-    n = double(G / mb);
+    n = double(gb / mb);
     c = estimate_training(pc, 1, &rates).step.total();
-    const MeasuredRun r =
-        run(fmt::format("probe-mb{}", mb), 1,
-            {"parallel.tp=1", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
-             "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
-             fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
-            8);
+    const std::vector<std::string> extra = {"parallel.tp=1",
+                                            "parallel.pp=1",
+                                            "parallel.cp=1",
+                                            "parallel.dp=1",
+                                            "parallel.ep=1",
+                                            "parallel.vp=1",
+                                            "parallel.pp_layout=",
+                                            "parallel.sp=false",
+                                            "parallel.shard=none",
+                                            fmt::format("train.micro_batch={}", mb),
+                                            fmt::format("train.global_batch={}", gb),
+                                            fmt::format("train.threads={}", cal.threads)};
+    const MeasuredRun r = run(fmt::format("probe-mb{}-gb{}", mb, gb), 1, extra, kProbeSteps);
     if (!r.ok())
-      p.failed = fmt::format("the one-process run at micro-batch {} ({}): {}", mb,
+      p.failed = fmt::format("the one-process run at micro-batch {} of {} ({}): {}", mb, gb,
                              r.result.describe(), r.log);
     m = r.step_s;
+    // The core-sharing probe (measure_sharing): the several-micro-batch one.
+    if (r.ok() && gb == G && (mb == mb2 || sharing_probe_.empty()))
+      sharing_probe_ = extra, sharing_alone_s_ = r.step_s;
     return r.ok();
   };
-  if (!probe(G, p.n1, p.c1, p.m1)) {
+  if (!probe(G, G, p.n1, p.c1, p.m1)) {
     NK_WARN("autoconfig: calibration probe failed, {}; using the raw rates", p.failed);
     return p;
   }
@@ -198,56 +225,136 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     cal.compute_scale = p.m1 / p.c1;
     return p;
   }
-  if (!probe(mb2, p.n2, p.c2, p.m2)) {
+  if (!probe(mb2, G, p.n2, p.c2, p.m2)) {
     NK_WARN("autoconfig: calibration probe failed, {}; using the first probe only", p.failed);
     cal.compute_scale = p.m1 / p.c1;
     return p;
   }
-  fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
+  // The third: half the batch in one micro-batch, so the compute differs
+  // and the per-step cost separates from it.
+  if (G % 2 != 0 || !probe(G / 2, G / 2, p.n3, p.c3, p.m3)) {
+    if (G % 2 == 0) NK_WARN("autoconfig: calibration probe failed, {}; no per-step cost", p.failed);
+    p.failed.clear();
+    fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
+    return p;
+  }
+  const double n[3] = {p.n1, p.n2, p.n3}, c[3] = {p.c1, p.c2, p.c3}, m[3] = {p.m1, p.m2, p.m3};
+  if (!fit_step(cal, n, c, m))
+    NK_WARN(
+        "autoconfig: the three probes ({:.1f}, {:.1f}, {:.1f} ms) gave a negative cost (noise); "
+        "fitted from the first two without a per-step cost",
+        p.m1 * 1e3, p.m2 * 1e3, p.m3 * 1e3);
   return p;
+}
+
+double AutoconfigRuns::measure_sharing(int64_t copies) {
+  if (copies <= 1) return 1.0;
+  if (sharing_alone_s_ <= 0) return 0;
+  if (sharing_.count(copies)) return sharing_.at(copies);
+  // Started together from threads of this process (run_child waits for its
+  // own child only), each in its own folder.
+  std::vector<MeasuredRun> r(static_cast<size_t>(copies));
+  std::vector<std::thread> pool;
+  for (int64_t i = 0; i < copies; ++i)
+    pool.emplace_back([&, i] {
+      r[size_t(i)] =
+          run(fmt::format("probe-share{}-{}", copies, i), 1, sharing_probe_, kProbeSteps);
+    });
+  for (std::thread& t : pool) t.join();
+  std::vector<double> steps;
+  for (const MeasuredRun& m : r) {
+    if (!m.ok()) {
+      NK_WARN("autoconfig: a copy of the core-sharing probe failed ({}, {})", m.result.describe(),
+              m.log);
+      return 0;
+    }
+    steps.push_back(m.step_s);
+  }
+  return sharing_[copies] = median(steps) / sharing_alone_s_;
 }
 
 void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
                                         StepCalibration& cal) {
-  // Tensor parallel over 2 ranks, one sequence per micro-batch: the most
-  // collectives a step of the recipe can make; what its measured step takes
-  // past the model without a per-message cost is that cost, over them.
-  TrainConfig c = cfg;
-  c.parallel.mesh = dist::MeshSpec{};
-  c.parallel.mesh.tp = 2;
-  c.parallel.mesh.dp = 1;
-  c.parallel.vp = 1;
-  c.parallel.pp_layout.clear();
-  c.parallel.sequence_parallel = false;
-  c.ddp.shard = parallel::Shard::None;
-  c.micro_batch = 1;
-  StepPrediction p;
-  try {
-    c.parallel.check();
-    measure_missing_rates(c, rates);
-    StepCalibration none = cal;
-    none.link_latency_s = 0;
-    none.procs_per_node = 2;
-    none.sharing = measure_core_sharing(cal.threads, 2 * cal.threads);
-    p = predict_step(c, estimate_training(c, 2, &rates), none);
-  } catch (const Error& e) {
-    NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
-            e.what(), cal.link_latency_s * 1e6);
-    return;
+  // Two runs of the recipe on this host's ranks, each against the model without
+  // communication: tensor parallel with one sequence per micro-batch (the
+  // most collectives a step can make, each small) and data parallel with
+  // one micro-batch per rank (the gradients' all-reduce: few collectives,
+  // many bytes). Their extra times fit messages x per-message cost + bytes
+  // / bandwidth: the collectives of a real step at the sizes the layouts
+  // use (the peer's scheduling, the polling wait, a large message's
+  // fragments; more than the back-to-back link probe sees where ranks share
+  // cores or other work loads the host). (Two tensor-parallel runs would
+  // not do: one recipe's tensor-parallel steps move the same bytes at any
+  // micro-batch.) When the fit is not positive (noise), or the data-parallel
+  // run cannot be made, the per-message cost comes from the first run
+  // alone, its bytes at the link probe's bandwidth.
+  // On all the host's ranks (P, when even; else 2): a collective among 4
+  // ranks on 2 cores waits for more of them to be scheduled than one
+  // between 2. The tensor-parallel run is tp 2 x dp P/2.
+  const int64_t P = cal.procs_per_node % 2 == 0 ? cal.procs_per_node : 2;
+  StepCalibration none = cal;
+  none.link_latency_s = 0;
+  none.link_bytes_per_s = 1e30;
+  none.procs_per_node = P;
+  none.sharing = measure_sharing(P);  // (cached: the host's)
+  auto probe = [&](int64_t tp, int64_t mb, MessageProbe& out) {
+    TrainConfig c = cfg;
+    c.parallel.mesh = dist::MeshSpec{};
+    c.parallel.mesh.tp = int(tp);
+    c.parallel.mesh.dp = int(P / tp);
+    c.parallel.vp = 1;
+    c.parallel.pp_layout.clear();
+    c.parallel.sequence_parallel = false;
+    c.ddp.shard = parallel::Shard::None;
+    c.micro_batch = mb;
+    StepPrediction p;
+    try {
+      c.parallel.check();
+      measure_missing_rates(c, rates);
+      p = predict_step(c, estimate_training(c, P, &rates), none);
+    } catch (const Error& e) {
+      NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
+              e.what(), cal.link_latency_s * 1e6);
+      return false;
+    }
+    const MeasuredRun r =
+        run(fmt::format("probe-tp{}-mb{}", tp, mb), P,
+            {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
+             fmt::format("parallel.dp={}", P / tp), "parallel.ep=1", "parallel.vp=1",
+             "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+             fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
+            kProbeSteps);
+    if (!r.ok()) {
+      NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
+              r.result.describe(), r.log, cal.link_latency_s * 1e6);
+      return false;
+    }
+    out = {p.messages, p.comm_bytes, p.total(), r.step_s};
+    return true;
+  };
+  if (!probe(2, 1, message_probe_)) return;
+  const MessageProbe& m = message_probe_;
+  const int64_t G = cfg.global_batch;
+  if (G % P == 0 && probe(1, G / P, bytes_probe_)) {
+    const MessageProbe& d = bytes_probe_;
+    const double em = m.measured_s - m.predicted_s, ed = d.measured_s - d.predicted_s;
+    const double det = m.messages * d.bytes - d.messages * m.bytes;
+    const double L = det != 0 ? (em * d.bytes - ed * m.bytes) / det : -1;
+    const double beta = det != 0 ? (m.messages * ed - d.messages * em) / det : -1;
+    if (L > 0 && beta > 0) {
+      cal.link_latency_s = L;
+      cal.link_bytes_per_s = 1.0 / beta;
+      return;
+    }
+    NK_WARN(
+        "autoconfig: the tensor- and data-parallel probes ({:.1f} and {:.1f} ms past the model) "
+        "give no positive per-message and per-byte cost (noise); the per-message cost from the "
+        "first, the bandwidth from the link probe",
+        em * 1e3, ed * 1e3);
   }
-  const MeasuredRun r =
-      run("probe-tp2", 2,
-          {"parallel.tp=2", "parallel.pp=1", "parallel.cp=1", "parallel.dp=1", "parallel.ep=1",
-           "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
-           "train.micro_batch=1", fmt::format("train.threads={}", cal.threads)},
-          8);
-  if (!r.ok()) {
-    NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
-            r.result.describe(), r.log, cal.link_latency_s * 1e6);
-    return;
-  }
-  message_probe_ = {p.messages, p.total(), r.step_s};
-  cal.link_latency_s = std::max(cal.link_latency_s, (r.step_s - p.total()) / p.messages);
+  cal.link_latency_s =
+      std::max(cal.link_latency_s, (m.measured_s - m.predicted_s - m.bytes / cal.link_bytes_per_s) /
+                                       std::max(1.0, m.messages));
 }
 
 void AutoconfigRuns::calibrate_link(StepCalibration& cal) {

@@ -3,6 +3,7 @@
 // the best candidates, each `nekton train` of this executable under mpirun
 // in a temporary folder, killed at its deadline.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,12 @@
 
 namespace nk {
 
-// The two one-process probe runs: micro-batches per step, predicted compute
-// and measured step (seconds) of each.
+// The three one-process probe runs: micro-batches per step, predicted
+// compute and measured step (seconds) of each.
 struct Calibration {
   double n1 = 0, c1 = 0, m1 = 0, n2 = 0, c2 = 0, m2 = 0;
-  std::string failed;  // why the probes could not run (then the raw rates are used)
+  double n3 = 0, c3 = 0, m3 = 0;  // half the batch in one micro-batch
+  std::string failed;             // why the probes could not run (then the raw rates are used)
   nlohmann::json to_json() const;
   std::string summary() const;
 };
@@ -24,8 +26,12 @@ struct Calibration {
 struct MeasuredRun {
   ChildResult result;
   std::vector<double> steps_s;  // every step's, from metrics.jsonl
-  double step_s = 0;            // the fastest step after the first
-  double median_s = 0;          // the median of the steps after the first
+  double step_s = 0;            // the median of the steps after the first (warm-up)
+  double fastest_s = 0;         // the fastest step after the first
+  // The host's other work meanwhile (apps/host_load.h): its share of the
+  // cores, and the load averages at the end.
+  double others_share = 0;
+  std::string load_averages;
   std::string log, log_tail;
   bool ok() const { return result.ok() && step_s > 0; }
   nlohmann::json to_json(double predicted_s) const;
@@ -47,23 +53,34 @@ class AutoconfigRuns {
   // cal.per_micro_batch_s (train/step_calibration.h). Measures the rates
   // the probes need into `rates`.
   Calibration calibrate_compute(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // The ranks' sharing of the cores: `copies` runs of the several-micro-
+  // batch probe at once (as many single-rank processes as a host's ranks,
+  // each on cal.threads), their median step over the probe's alone. 0 when
+  // calibrate_compute had no such probe or a copy failed (with a warning).
+  double measure_sharing(int64_t copies);
   // A 4 KiB and a 4 MiB all-reduce between two ranks on this host: the
   // link's latency and bandwidth. Keeps cal's defaults (with a warning)
   // when the probe fails.
   void calibrate_link(StepCalibration& cal);
-  // The cost of one collective or send inside a step (the peer's
-  // scheduling, the polling wait; more than the back-to-back probe's
-  // latency where ranks share cores): a tensor-parallel run of the recipe
-  // on 2 ranks, one sequence per micro-batch, against the model without it.
-  // Raises cal.link_latency_s to it; keeps it (with a warning) when the
-  // recipe cannot run so.
+  // The cost of the collectives inside a step (the peer's scheduling, the
+  // polling wait, a large message's fragments; more than the back-to-back
+  // link probe's where ranks share cores or other work loads the host): a
+  // tensor-parallel run of the recipe on the host's ranks (tp 2 x dp P/2; 2
+  // ranks when P is odd; one sequence per
+  // micro-batch: many small collectives) and a data-parallel one (one
+  // micro-batch per rank: the gradients' few large ones), each against the
+  // model without communication, fitted as messages x cal.link_latency_s +
+  // bytes / cal.link_bytes_per_s. Without a positive fit, the first run's
+  // per-message cost past its bytes at the link probe's bandwidth; keeps
+  // cal's values (with a warning) when the recipe cannot run so.
   void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
-  // The message probe: messages per step, predicted step without their
-  // cost, measured step (zeros when it did not run).
+  // A message probe: messages and bytes per step, predicted step without
+  // their cost, measured step (zeros when it did not run).
   struct MessageProbe {
-    double messages = 0, predicted_s = 0, measured_s = 0;
+    double messages = 0, bytes = 0, predicted_s = 0, measured_s = 0;
   };
   const MessageProbe& message_probe() const { return message_probe_; }
+  const MessageProbe& bytes_probe() const { return bytes_probe_; }
   // `steps` training steps of candidate k on `world` ranks of this host.
   MeasuredRun measure(const LayoutCandidate& k, int64_t world, int64_t steps);
   // The recipe with k's settings, as one YAML file for nekton train.
@@ -80,7 +97,10 @@ class AutoconfigRuns {
   std::string exe_, dir_, data_;
   double timeout_s_;
   int runs_ = 0;
-  MessageProbe message_probe_;
+  MessageProbe message_probe_, bytes_probe_;
+  std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
+  double sharing_alone_s_ = 0;              // and its median step alone
+  std::map<int64_t, double> sharing_;       // measured, by copies
 };
 
 // `nekton autoconfig --probe-link` under mpirun: rank 0 prints

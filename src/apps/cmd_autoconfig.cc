@@ -19,6 +19,7 @@
 #include "apps/arg_parser.h"
 #include "apps/autoconfig_runs.h"
 #include "apps/commands.h"
+#include "apps/host_load.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
 #include "train/layout_search.h"
@@ -38,8 +39,11 @@ constexpr const char* kUsage =
     "pp, vp, dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
     "those nekton train accepts that fit --memory per rank, and ranks them by a predicted\n"
     "step time calibrated on this machine: short probe runs of the recipe on one process\n"
-    "(compute rate and per-micro-batch cost at the threads a rank gets), the ranks sharing\n"
-    "the cores, and the link (an all-reduce probe between two local ranks, or --link-gbps).\n"
+    "(compute rate, per-micro-batch and per-step cost at the threads a rank gets), the same\n"
+    "run by P processes at once (the ranks sharing the cores), and the link (an all-reduce\n"
+    "probe, then a tensor- and a data-parallel run of the recipe on this host's ranks for\n"
+    "the cost per message and per byte inside a step; or --link-gbps). Every timed run counts\n"
+    "its median step after the first; the other work on the host meanwhile is reported.\n"
     "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
     "host (mpirun) for --steps steps each, killing any past --timeout, and prints\n"
     "measured against predicted; --out writes the chosen layout (the measured best, else\n"
@@ -141,6 +145,8 @@ int cmd_autoconfig(const CommandArgs& raw) {
   if (!a.json) set_log_level(LogLevel::Warn);
 
   AutoconfigRuns runs(a.config, a.overrides, cfg, a.timeout_s);
+  const HostCpuSample host_start = sample_host_cpu();
+  const std::string load_start = load_averages();
   const double budget =
       a.memory_gib > 0 ? a.memory_gib * 1073741824.0 : mem_total_bytes() / double(a.procs_per_node);
 
@@ -150,8 +156,14 @@ int cmd_autoconfig(const CommandArgs& raw) {
   // The ranks' share of the cores (measured only for this host's layout
   // when --measure will run it; else from the core count), then the compute
   // probes: the recipe on one process.
-  if (a.nodes == 1) cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
   const Calibration probe = runs.calibrate_compute(cfg, rates, cal);
+  if (a.nodes == 1 && a.procs_per_node > 1) {
+    // The recipe's own probe run by as many processes at once as the host
+    // has ranks; a CPU loop if that failed.
+    cal.sharing = runs.measure_sharing(a.procs_per_node);
+    if (cal.sharing <= 0)
+      cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
+  }
   if (a.link_gbps > 0) {
     cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
   } else if (world > 1) {
@@ -196,12 +208,23 @@ int cmd_autoconfig(const CommandArgs& raw) {
     if (pick.empty() || pick.back() != i) pick.push_back(i);
   }
   std::map<size_t, MeasuredRun> measured;
+  const HostCpuSample measure_start = sample_host_cpu();
   for (size_t n = 0; n < pick.size(); ++n) {
     if (!a.json)
       fmt::print(stderr, "measuring {}/{}: #{} {}\n", n + 1, pick.size(), pick[n] + 1,
                  layout_name(*ok[pick[n]]));
     measured[pick[n]] = runs.measure(*ok[pick[n]], world, a.steps);
   }
+  // Other work on the host: the share of the cores it took while the
+  // probes and the measured runs ran, and the load averages.
+  const HostCpuSample host_end = sample_host_cpu();
+  const nlohmann::json host = {
+      {"cores", host_end.cores},
+      {"load_averages_start", load_start},
+      {"load_averages_end", load_averages()},
+      {"others_cpu_share", others_cpu_share(host_start, host_end)},
+      {"others_cpu_share_measuring",
+       measured.empty() ? 0.0 : others_cpu_share(measure_start, host_end)}};
   // The chosen layout: the measured best, else the predicted best.
   size_t chosen = 0;
   double best = 0;
@@ -215,14 +238,18 @@ int cmd_autoconfig(const CommandArgs& raw) {
                         {"procs_per_node", a.procs_per_node},
                         {"budget_bytes", budget},
                         {"calibration", cal.to_json()},
+                        {"host_load", host},
                         {"probes", probe.to_json()},
-                        {"message_probe",
-                         {{"messages", runs.message_probe().messages},
-                          {"predicted_without_s", runs.message_probe().predicted_s},
-                          {"measured_s", runs.message_probe().measured_s}}},
+                        {"message_probes", nlohmann::json::array()},
                         {"accepted", ok.size()},
                         {"candidates", nlohmann::json::array()},
                         {"chosen", chosen}};
+    for (const auto* m : {&runs.message_probe(), &runs.bytes_probe()})
+      if (m->measured_s > 0)
+        j["message_probes"].push_back({{"messages", m->messages},
+                                       {"bytes", m->bytes},
+                                       {"predicted_without_s", m->predicted_s},
+                                       {"measured_s", m->measured_s}});
     for (size_t i = 0; i < ok.size(); ++i) {
       nlohmann::json k = ok[i]->to_json();
       k["rank"] = i + 1;
@@ -239,19 +266,28 @@ int cmd_autoconfig(const CommandArgs& raw) {
         cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(),
         autoconfig_mib(budget));
     fmt::print(
+        "host: other work took {:.0f} % of the {} cores meanwhile{}; load averages {} at the "
+        "start, {} at the end\n",
+        100.0 * host["others_cpu_share"].get<double>(), host_end.cores,
+        measured.empty() ? ""
+                         : fmt::format(" ({:.0f} % while measuring)",
+                                       100.0 * host["others_cpu_share_measuring"].get<double>()),
+        load_start, host["load_averages_end"].get<std::string>());
+    fmt::print(
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
-        "the GEMM/attention rates + {:.2f} ms per micro-batch (probes: {}); link {:.2f} GB/s, "
+        "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "
+        "link {:.2f} GB/s, "
         "{:.0f} us per message ({})\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
-        cal.per_micro_batch_s * 1e3, probe.summary(), cal.link_bytes_per_s / 1e9,
-        cal.link_latency_s * 1e6,
+        cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
+        cal.link_bytes_per_s / 1e9, cal.link_latency_s * 1e6,
         a.link_gbps > 0 ? "--link-gbps"
         : world > 1     ? "measured"
                         : "unused");
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<42} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
-               "tokens/s", meas ? "   best step ms    error" : "");
+               "tokens/s", meas ? " median step ms    error" : "");
     for (size_t i = 0; i < ok.size(); ++i) {
       if (i >= size_t(a.top) && !measured.count(i)) continue;
       std::string m;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/curate_events.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -44,6 +45,8 @@ void print_curate_help() {
       "  workers: 0              # threads (0: all cores)\n"
       "  batch_mb: 16            # documents processed together (bounds memory)\n"
       "  progress: auto          # auto, bar, log, none\n"
+      "  tensorboard: true       # report.json's counters as a TensorBoard event file in\n"
+      "                          # output.dir (step 0 the totals, step s stage s)\n"
       "  timeout_s: 1800         # under mpirun: a rank's wait for the others at a collective\n"
       "  stages:                 # in order; each `- type: NAME` plus its keys\n"
       "    - type: clean\n"
@@ -76,6 +79,12 @@ int cmd_curate(const CommandArgs& a) {
   opt.progress_every_s = bar.every_s();
   if (bar.mode() != ProgressMode::None)
     opt.progress = [&](const std::string& line, bool final) { bar.show(line, final); };
+  // TensorBoard: the counters of report.json (apps/curate_events.h).
+  std::string events;
+  if (cfg.tensorboard)
+    opt.before_report = [&](const curate::CurateReport& done) {
+      events = write_curate_events(cfg.output_dir, done);
+    };
   curate::CurateReport r;
   // Under mpirun/srun: the ranks share the shards and exchange the global
   // stages' records; rank 0 writes the output and prints. An error on any
@@ -114,10 +123,11 @@ int cmd_curate(const CommandArgs& a) {
   }
   fmt::print("{}", r.table());
   fmt::print(
-      "wrote {}/data ({} documents) and {}/removed ({}); report in {}/report.json ({:.1f} s{})\n",
+      "wrote {}/data ({} documents) and {}/removed ({}); report in {}/report.json ({:.1f} s{}){}\n",
       cfg.output_dir, r.output_docs, cfg.output_dir, r.removed_docs, cfg.output_dir, r.wall_seconds,
       r.resumed_shards > 0 ? fmt::format(", resumed: {} shard steps were done", r.resumed_shards)
-                           : "");
+                           : "",
+      events.empty() ? "" : "; TensorBoard events in " + events);
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "ckpt/load_progress.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -503,14 +504,35 @@ void check_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
 
 }  // namespace
 
+namespace {
+
+double ckpt_tensor_read_bytes(const SafetensorsFile& file, const ParamInfo& p,
+                              const std::string& prefix) {
+  const std::string name = prefix + p.name;
+  if (!file.has(name)) return 0;
+  const SafetensorsEntry& e = file.entry(name);
+  const double whole = double(std::max<int64_t>(1, shape_numel(e.shape)));
+  return double(e.end - e.begin) * std::min(1.0, double(p.numel()) / whole);
+}
+
+}  // namespace
+
+double flat_tensor_read_bytes(const SafetensorsFile& file, const ParamLayout& local,
+                              const std::string& prefix) {
+  double total = 0;
+  for (const ParamInfo& p : local.params()) total += ckpt_tensor_read_bytes(file, p, prefix);
+  return total;
+}
+
 void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
-                       const std::string& prefix, Tensor& flat) {
+                       const std::string& prefix, Tensor& flat, LoadProgress* progress) {
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == layout.total(),
            "read_flat_tensors: flat buffer {} does not match the layout", flat.desc());
   check_flat_tensors(file, layout, prefix);
   for (const ParamInfo& p : layout.params()) {
     const std::string name = prefix + p.name;
     const DType stored = file.entry(name).dtype;
+    if (progress) progress->advance(ckpt_tensor_read_bytes(file, p, prefix));
     if (stored == DType::F32) {
       file.read_into(name, ParamLayout::view(flat, p));
       continue;
@@ -523,7 +545,7 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
 
 void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
                              const std::string& prefix, const ParamLayout& local, int64_t rank,
-                             int64_t n, Tensor& flat) {
+                             int64_t n, Tensor& flat, LoadProgress* progress) {
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == local.total(),
            "read_flat_tensor_shards: flat buffer {} does not match the layout", flat.desc());
   check_flat_tensors(file, layout, prefix);
@@ -535,6 +557,7 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
     int64_t held = 0;
     for (const SliceRange& r : ranges) held += r.len;
     const bool padded = ranges.empty() || (ranges[0].dim == 0 && held < p.shape[0]);
+    if (progress) progress->advance(ckpt_tensor_read_bytes(file, p, prefix));
     if (stored == DType::F32) {
       if (padded) ops::fill(ParamLayout::view(flat, p), 0.f);
       file.read_slices_into(name, ranges, ParamLayout::view(flat, p));

@@ -35,6 +35,8 @@
 
 namespace nk {
 
+class LoadProgress;  // ckpt/load_progress.h
+
 // What one save writes. Tensors are written in order without copies (they must
 // be contiguous CPU views and stay alive during the call).
 struct CheckpointContents {
@@ -154,8 +156,9 @@ std::string recover_checkpoint_root(const std::string& root);
 // file, bf16 ones widened: optim.moment_dtype=bf16 moments). Checks every tensor's
 // presence, dtype and shape, and that the file holds no other `prefix` tensors,
 // before reading any: nk::Error naming the file, the tensor and both shapes.
+// `progress` (optional) advances by each tensor's bytes (flat_tensor_read_bytes).
 void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
-                       const std::string& prefix, Tensor& flat);
+                       const std::string& prefix, Tensor& flat, LoadProgress* progress = nullptr);
 // The same for rank `rank` of an n-way tensor-parallel model, or a pipeline
 // stage: the file holds `layout`'s whole tensors (checked as above), `flat`
 // is laid out by `local` (some of them, each split n ways:
@@ -163,7 +166,12 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
 // those are read.
 void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
                              const std::string& prefix, const ParamLayout& local, int64_t rank,
-                             int64_t n, Tensor& flat);
+                             int64_t n, Tensor& flat, LoadProgress* progress = nullptr);
+// The file bytes the two above read for `local`'s tensors (a slice counts its
+// share of its tensor's bytes; tensors the file lacks count nothing): the
+// total of a load's progress line (ckpt/load_progress.h).
+double flat_tensor_read_bytes(const SafetensorsFile& file, const ParamLayout& local,
+                              const std::string& prefix);
 
 // The named views of `flat` (f32 [layout.total()]) as `prefix + name` tensors.
 std::vector<std::pair<std::string, Tensor>> flat_tensors(const ParamLayout& layout,

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "ckpt/gguf_tokenizer.h"
+#include "ckpt/load_progress.h"
 #include "ckpt/model_io.h"
 #include "core/error.h"
 #include "core/limits.h"
@@ -172,6 +173,14 @@ struct Piece {
   int64_t rope_heads;
   int64_t file_row0 = 0;
 };
+
+// The file bytes a piece reads: its rows' share of its tensor's (all dims
+// but the last are rows; a 1-d tensor is one row).
+double gguf_piece_bytes(const Piece& p) {
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < p.t->shape.size(); ++d) rows *= p.t->shape[d];
+  return double(p.t->bytes) * double(p.rows) / double(std::max<int64_t>(1, rows));
+}
 
 // Row r of the parameter's piece comes from file row src_row(r): the inverse
 // of permute_rope_rows (the exporter moved old row h D + s D/2 + j to h D + 2j + s).
@@ -398,9 +407,14 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
       plan.empty() ? FrozenWeights::Compute : FrozenWeights::Quantized, plan);
   Transformer& m = *out.model;
 
+  double total = 0;
+  for (const auto& [name, ps] : pieces)
+    for (const Piece& pc : ps) total += gguf_piece_bytes(pc);
+  LoadProgress progress(path, total);
   std::vector<float> buf;
   for (const ParamInfo& p : m.layout().params()) {
     const std::vector<Piece>& ps = pieces.at(p.name);
+    for (const Piece& pc : ps) progress.advance(gguf_piece_bytes(pc));
     const int64_t in = p.shape.size() > 1 ? p.shape[1] : 1;
     if (plan.count(p.name)) {
       // Raw rows into the runs' blocks: q/k rows moved back, nothing requantised.
@@ -425,6 +439,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     m.set_param(p, src);
   }
   m.sync_compute_params();
+  progress.finish();
 
   out.tokenizer = gguf_tokenizer(f);
   out.chat_template = f.get_string("tokenizer.chat_template", "");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/load_progress.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
 #include "core/json.h"
@@ -298,12 +299,18 @@ void load_weights(Transformer& model, const std::string& dir, bool keep_added,
   std::string st_path = (fs::path(dir) / "model.safetensors").string();
   SafetensorsFile file = SafetensorsFile::open(st_path);
   check_model_file(file, model.layout(), keep_added);
+  double total = 0;
+  for (const ParamInfo& p : model.layout().params())
+    if (file.has(p.name)) total += double(file.entry(p.name).end - file.entry(p.name).begin);
+  LoadProgress progress(st_path, total);
   for (const ParamInfo& p : model.layout().params()) {
     if (!file.has(p.name)) continue;  // an adapter kept (checked above)
     Tensor t = file.get(p.name);
     check_finite(t, st_path, p.name, allow_nonfinite);
     model.set_param(p, t);
+    progress.advance(double(file.entry(p.name).end - file.entry(p.name).begin));
   }
+  progress.finish();
 }
 
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute, bool allow_nonfinite,

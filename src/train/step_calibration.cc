@@ -24,6 +24,7 @@ nlohmann::json StepCalibration::to_json() const {
           {"oversubscription", oversubscription()},
           {"compute_scale", compute_scale},
           {"per_micro_batch_s", per_micro_batch_s},
+          {"per_step_s", per_step_s},
           {"probe_recompute", probe_recompute},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
@@ -79,6 +80,39 @@ void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n
   cal.per_micro_batch_s = o;
 }
 
+bool fit_step(StepCalibration& cal, const double n[3], const double c[3], const double m[3]) {
+  // m_i = a c_i + o n_i + f: Gaussian elimination on the 3 x 3 system.
+  double A[3][4];
+  for (int i = 0; i < 3; ++i) A[i][0] = c[i], A[i][1] = n[i], A[i][2] = 1, A[i][3] = m[i];
+  bool ok = true;
+  for (int col = 0; col < 3 && ok; ++col) {
+    int piv = col;
+    for (int r = col + 1; r < 3; ++r)
+      if (std::abs(A[r][col]) > std::abs(A[piv][col])) piv = r;
+    if (std::abs(A[piv][col]) < 1e-15) {
+      ok = false;
+      break;
+    }
+    for (int k = 0; k < 4; ++k) std::swap(A[col][k], A[piv][k]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == col) continue;
+      const double q = A[r][col] / A[col][col];
+      for (int k = col; k < 4; ++k) A[r][k] -= q * A[col][k];
+    }
+  }
+  const double a = ok ? A[0][3] / A[0][0] : 0, o = ok ? A[1][3] / A[1][1] : 0,
+               f = ok ? A[2][3] / A[2][2] : 0;
+  if (!ok || a < 0.25 || o < 0 || f < 0) {
+    fit_compute(cal, n[0], c[0], m[0], n[1], c[1], m[1]);
+    cal.per_step_s = 0;
+    return false;
+  }
+  cal.compute_scale = a;
+  cal.per_micro_batch_s = o;
+  cal.per_step_s = f;
+  return true;
+}
+
 std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
   const std::vector<Recompute> plan =
       recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
@@ -118,15 +152,19 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   const double vp_factor = mbs / (m + double(e.pp - 1));
   const auto [layers, full] = busiest_stage(c, e.pp);
   // Cores are shared only while the peers compute: in the pipeline's fill
-  // and drain the idle stages leave them to the busy one.
+  // and drain the idle stages leave them to the busy one. (So is the share
+  // other work leaves: Linux's scheduler shares the cores between sessions
+  // (autogroups) first, and a stage that waits leaves its session's share
+  // to the one that computes.)
   const double bubble = double(e.pp - 1) / double(vp) / mbs;
   const double over = 1.0 + (cal.oversubscription() - 1.0) * (1.0 - bubble);
   // Context parallel: each rank computes its T / cp tokens (the balanced
   // causal split gives every rank the same attention work).
   p.compute_s = over * cal.compute_scale * e.step.total() * vp_factor / double(cp);
-  p.overhead_s = over * cal.per_micro_batch_s * mbs * double(layers) /
-                 double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
-                 cal.probe_recompute;
+  p.overhead_s = over * (cal.per_micro_batch_s * mbs * double(layers) /
+                             double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
+                             cal.probe_recompute +
+                         cal.per_step_s);
 
   // Communication, per rank and step (ring collectives, no overlap assumed):
   const double s = double(dtype_size(c.dtype));  // an activation's or compute weight's

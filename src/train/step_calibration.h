@@ -4,20 +4,27 @@
 // it leaves out what every op costs beside its arithmetic (dispatch, OpenMP
 // fork/join, small elementwise passes), ranks that share cores, and the
 // link. The calibration holds those, each measured by a short probe:
-//   compute_scale, per_micro_batch_s  two one-process training runs of the
-//       recipe (one micro-batch per step, then several): measured step =
-//       compute_scale x predicted compute + micro-batches x per_micro_batch_s;
+//   compute_scale, per_micro_batch_s, per_step_s  three one-process
+//       training runs of the recipe (one micro-batch per step, then several,
+//       then one of half the batch): measured step = compute_scale x
+//       predicted compute + micro-batches x per_micro_batch_s + per_step_s
+//       (what a step costs whatever it computes: the loss and norm
+//       reductions, the metrics line, the step's bookkeeping; on a small
+//       model most of the step);
 //   cores, sharing                    this host's, shared by its ranks (the
-//       slowdown of a CPU loop on every rank's threads at once);
+//       slowdown of the several-micro-batch probe run by as many processes
+//       at once as the host has ranks; a CPU loop's when that fails);
 //   link_bytes_per_s, link_latency_s  an all-reduce of 4 KiB and of 4 MiB
 //       between two ranks (or --link-gbps).
 // A rank's step is then
 //   oversub x (compute_scale x compute / cp x vp's bubble
-//              + per_micro_batch_s x micro-batches x its layers / n_layer)
+//              + per_micro_batch_s x micro-batches x its layers / n_layer
+//              + per_step_s)
 //   + the bytes it moves / link_bytes_per_s + its messages x link_latency_s
 // with oversub = max(1, sharing), or without it max(1, ranks per host x
 // threads per rank / cores), applied to the share of the step outside the
-// pipeline's bubble (idle stages leave their cores to the busy ones).
+// pipeline's bubble (idle stages leave their cores, and their session's
+// share of a loaded host, to the busy ones).
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -32,13 +39,16 @@ struct StepCalibration {
   int64_t cores = 1;           // of one host
   int64_t procs_per_node = 1;  // ranks sharing them
   int64_t threads = 1;         // each rank's (train.threads, or cores / procs_per_node)
-  // Measured: the wall time of a fixed CPU loop run on procs_per_node x
-  // threads threads at once over its time on `threads` (the probes' share
-  // of the cores); it holds the ranks' sharing of the cores and other load
-  // on the host. 0: not measured, procs_per_node x threads / cores.
+  // Measured: the median step of the recipe's probe run by procs_per_node
+  // processes at once (each on `threads`) over its median step alone
+  // (apps/autoconfig_runs.h), or a fixed CPU loop's wall time likewise; it
+  // holds the ranks' sharing of the cores, of the memory bandwidth and
+  // caches, and other load on the host. 0: not measured, procs_per_node x
+  // threads / cores.
   double sharing = 0;
   double compute_scale = 1;
   double per_micro_batch_s = 0;
+  double per_step_s = 0;
   // The share of per_micro_batch_s the probes' own recompute added
   // (recompute_overhead of their recipe): a candidate's is scaled by its own
   // over this.
@@ -59,6 +69,13 @@ double measure_core_sharing(int64_t threads, int64_t total);
 // 0.25, an overhead of at least 0.
 void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,
                  double m2);
+// All three unknowns (per_step_s too) from three probes: n micro-batches per
+// step, c predicted compute, m measured step (seconds) each; the first and
+// the third with the same n and different c (half the batch), the second
+// with other n. When noise gives a negative cost or a scale under 0.25, the
+// two-probe fit of the first two (per_step_s 0). Returns whether all three
+// were fitted.
+bool fit_step(StepCalibration& cal, const double n[3], const double c[3], const double m[3]);
 
 // A fully recomputed layer runs its forward's ops once more: the
 // per-micro-batch cost of cfg's plan over that of no recompute (1 + a third

@@ -9,6 +9,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_io.h"
+#include "ckpt/load_progress.h"
 #include "ckpt/model_io.h"
 #include "core/error.h"
 #include "train/freeze.h"
@@ -313,21 +314,34 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
         "checkpoint '{}' was saved with parallel.shard (its state in per-rank pieces); loading "
         "it under tensor or pipeline parallelism is not supported yet: resume it without them",
         dir);
+  // The progress line's total: what this rank reads of model.safetensors
+  // and optimizer.safetensors (a sharded save's per-rank files are read
+  // without one).
+  double load_bytes = 0;
+  if (r.model_shards().empty())
+    load_bytes +=
+        flat_tensor_read_bytes(r.model(), pieces || whole ? layout : trainable_layout(layout), "");
+  if (r.optimizer_shards().empty()) {
+    const SafetensorsFile o = r.optimizer();
+    const ParamLayout t = trainable_layout(layout);
+    load_bytes += flat_tensor_read_bytes(o, t, kExpAvg) + flat_tensor_read_bytes(o, t, kExpAvgSq);
+  }
+  LoadProgress progress("checkpoint " + dir, load_bytes);
   if (pieces) {
     read_flat_tensor_shards(r.model(), global, "", layout, tp.rank(), tp.size(),
-                            out.model->params());
+                            out.model->params(), &progress);
   } else if (!whole) {
     const ParamLayout trainable = trainable_layout(layout);
     Tensor masters = out.model->params().narrow0(0, trainable.total());
     if (r.model_shards().empty())
-      read_flat_tensors(r.model(), trainable, "", masters);
+      read_flat_tensors(r.model(), trainable, "", masters, &progress);
     else  // FSDP's: each rank's blocks of the trainable ones
       read_pieces(r, r.model_shards(), trainable, {{"", &masters}}, [](const SafetensorsFile&) {});
     for (const ParamInfo& p : trainable.params())
       check_finite(ParamLayout::view(masters, p), "checkpoint '" + dir + "'", p.name, false);
   } else if (r.model_shards().empty()) {
     SafetensorsFile weights = r.model();
-    read_flat_tensors(weights, layout, "", out.model->params());
+    read_flat_tensors(weights, layout, "", out.model->params(), &progress);
   } else {
     read_pieces(r, r.model_shards(), layout, {{"", &out.model->params()}},
                 [](const SafetensorsFile&) {});
@@ -361,18 +375,19 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
     check_meta(opt);
     const ParamLayout global_trainable = trainable_layout(global);
     read_flat_tensor_shards(opt, global_trainable, kExpAvg, trainable, tp.rank(), tp.size(),
-                            out.exp_avg);
+                            out.exp_avg, &progress);
     read_flat_tensor_shards(opt, global_trainable, kExpAvgSq, trainable, tp.rank(), tp.size(),
-                            out.exp_avg_sq);
+                            out.exp_avg_sq, &progress);
   } else if (r.optimizer_shards().empty()) {
     SafetensorsFile opt = r.optimizer();
     check_meta(opt);
-    read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg);
-    read_flat_tensors(opt, trainable, kExpAvgSq, out.exp_avg_sq);
+    read_flat_tensors(opt, trainable, kExpAvg, out.exp_avg, &progress);
+    read_flat_tensors(opt, trainable, kExpAvgSq, out.exp_avg_sq, &progress);
   } else {
     read_pieces(r, r.optimizer_shards(), trainable,
                 {{kExpAvg, &out.exp_avg}, {kExpAvgSq, &out.exp_avg_sq}}, check_meta);
   }
+  progress.finish();
 
   check_finite(out.exp_avg, "checkpoint '" + dir + "'", "exp_avg", false);
   check_finite(out.exp_avg_sq, "checkpoint '" + dir + "'", "exp_avg_sq", false);

@@ -323,12 +323,15 @@ stages:
 
 // --- resume ---------------------------------------------------------------
 
-// Every file under OUT (relative name -> bytes), report.json without timings.
+// Every file under OUT (relative name -> bytes), report.json without timings
+// and without the TensorBoard event file (named by the time and host, and
+// holding wall times; tests/apps/curate_tensorboard_test.cc checks it).
 std::map<std::string, std::string> output_files(const std::string& out) {
   std::map<std::string, std::string> files;
   for (auto& e : fs::recursive_directory_iterator(out)) {
     if (!e.is_regular_file()) continue;
     std::string rel = fs::relative(e.path(), out).string();
+    if (rel.rfind("events.out.tfevents.", 0) == 0) continue;
     std::string bytes = test::read_file(e.path().string());
     if (rel == "report.json") {
       json j = json::parse(bytes);

@@ -1,5 +1,6 @@
 // Long commands' progress: an updating line when stderr is a terminal (a
-// pseudo-terminal here), nothing of it in a pipe (the command's summary only).
+// pseudo-terminal here), nothing of it in a pipe (the command's summary only);
+// loading a saved model, a GGUF file and a training checkpoint too.
 #include <gtest/gtest.h>
 #include <pty.h>
 #include <sys/wait.h>
@@ -156,6 +157,74 @@ TEST(ProgressCli, BpeTrainingCountsItsMerges) {
   ASSERT_EQ(pipe.code, 0) << pipe.out;
   EXPECT_FALSE(contains(pipe.out, "tokenizer train [")) << pipe.out;
   EXPECT_EQ(test::read_file(dir / "a/vocab.tiktoken"), test::read_file(dir / "b/vocab.tiktoken"));
+}
+
+// Loading: a saved model's safetensors, a GGUF file and a training
+// checkpoint each show "loading FILE [...] 100.0% ... MB ... ETA done" on a
+// terminal, and nothing of it in a pipe.
+TEST(ProgressCli, LoadingAModelAGgufAndACheckpointShowsBytes) {
+  TempDir dir("nk_progress");
+  ModelConfig c = model_preset("llama-tiny");
+  c.n_layer = 2;
+  Transformer model(c, DType::F32, 5);
+  save_model(dir / "model", model);
+  const std::string readme = std::string(NK_SOURCE_DIR) + "/README.md";
+  const std::vector<std::string> eval = {"eval",
+                                         "perplexity",
+                                         "eval.model=" + (dir / "model"),
+                                         "eval.text=" + readme,
+                                         "eval.tokenizer=bytes",
+                                         "eval.max_tokens=100",
+                                         "eval.window=64"};
+  auto tty = run_in_pty(eval);
+  ASSERT_EQ(tty.code, 0) << tty.out;
+  const std::string st = "\rloading " + (dir / "model/model.safetensors") + " [";
+  EXPECT_TRUE(contains(tty.out, st)) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "100.0%")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, " MB/s  ETA done")) << tty.out;
+  std::string cmd;
+  for (const std::string& a : eval) cmd += a + " ";
+  auto pipe = test::run_nekton(cmd);
+  ASSERT_EQ(pipe.code, 0) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "loading ")) << pipe.out;
+  EXPECT_FALSE(contains(pipe.out, "\r")) << pipe.out;
+
+  // GGUF.
+  ASSERT_EQ(test::run_nekton("quantize " + (dir / "model") + " " + (dir / "m.gguf") +
+                             " --type q8_0 --tokenizer bytes")
+                .code,
+            0);
+  const std::vector<std::string> gen = {"generate", "generate.model=" + (dir / "m.gguf"),
+                                        "generate.prompt=A", "generate.max_tokens=2"};
+  auto gguf = run_in_pty(gen);
+  ASSERT_EQ(gguf.code, 0) << gguf.out;
+  EXPECT_TRUE(contains(gguf.out, "\rloading " + (dir / "m.gguf") + " [")) << gguf.out;
+  EXPECT_TRUE(contains(gguf.out, "ETA done")) << gguf.out;
+  auto gguf_pipe = test::run_nekton(gen[0] + " " + gen[1] + " " + gen[2] + " " + gen[3]);
+  ASSERT_EQ(gguf_pipe.code, 0) << gguf_pipe.out;
+  EXPECT_FALSE(contains(gguf_pipe.out, "loading ")) << gguf_pipe.out;
+
+  // A training checkpoint, read back when the run resumes.
+  const std::string train =
+      "train model.preset=gpt-tiny model.n_layer=1 model.d_model=32 model.n_head=2 "
+      "model.d_ff=64 train.micro_batch=2 train.seq_len=16 train.global_batch=2 "
+      "train.val_every=0 train.peak_tflops=1 train.save_every=2 data.path=" +
+      readme + " train.out_dir=" + (dir / "run");
+  ASSERT_EQ(test::run_nekton(train + " train.steps=2").code, 0);
+  std::vector<std::string> resume = {"train"};
+  for (size_t at = 6, next; at < train.size(); at = next + 1) {
+    next = train.find(' ', at);
+    if (next == std::string::npos) next = train.size();
+    resume.push_back(train.substr(at, next - at));
+  }
+  resume.push_back("train.steps=3");
+  auto ckpt = run_in_pty(resume);
+  ASSERT_EQ(ckpt.code, 0) << ckpt.out;
+  EXPECT_TRUE(contains(ckpt.out, "\rloading checkpoint " + (dir / "run/checkpoints/"))) << ckpt.out;
+  EXPECT_TRUE(contains(ckpt.out, "ETA done")) << ckpt.out;
+  auto ckpt_pipe = test::run_nekton(train + " train.steps=4");
+  ASSERT_EQ(ckpt_pipe.code, 0) << ckpt_pipe.out;
+  EXPECT_FALSE(contains(ckpt_pipe.out, "loading checkpoint")) << ckpt_pipe.out;
 }
 
 }  // namespace

@@ -45,6 +45,31 @@ TEST(StepCalibration, FitRecoversScaleAndPerMicroBatchCost) {
   EXPECT_NEAR(cal.compute_scale, 2.75, 1e-9);
 }
 
+TEST(StepCalibration, ThreeProbesSeparateThePerStepCost) {
+  StepCalibration cal;
+  // m = 1.5 c + n x 2 ms + 30 ms: one micro-batch, eight, half the batch.
+  const double n[3] = {1, 8, 1}, c[3] = {0.100, 0.110, 0.050};
+  double m[3];
+  for (int i = 0; i < 3; ++i) m[i] = 1.5 * c[i] + 0.002 * n[i] + 0.030;
+  EXPECT_TRUE(fit_step(cal, n, c, m));
+  EXPECT_NEAR(cal.compute_scale, 1.5, 1e-9);
+  EXPECT_NEAR(cal.per_micro_batch_s, 0.002, 1e-9);
+  EXPECT_NEAR(cal.per_step_s, 0.030, 1e-9);
+  // A per-step cost adds to every rank's step, whatever its layout.
+  const TrainConfig t = load();
+  MachineRates r = rates_for(t);
+  StepCalibration none = cal;
+  none.per_step_s = 0;
+  EXPECT_NEAR(predict_step(t, estimate_training(t, 1, &r), cal).overhead_s -
+                  predict_step(t, estimate_training(t, 1, &r), none).overhead_s,
+              0.030, 1e-12);
+  // Noise that makes half the batch slower: the two-probe fit, no per-step cost.
+  m[2] = m[0] + 0.01;
+  EXPECT_FALSE(fit_step(cal, n, c, m));
+  EXPECT_EQ(cal.per_step_s, 0.0);
+  EXPECT_NEAR(cal.per_micro_batch_s, 0.002, 1e-3);
+}
+
 TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   TrainConfig c = load();
   MachineRates r = rates_for(c);

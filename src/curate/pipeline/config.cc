@@ -33,6 +33,9 @@ void bind_pipeline(YamlKeys& k, PipelineConfig& c) {
   k.bind("workers", c.workers, "threads (0: all cores)");
   k.bind("batch_mb", c.batch_mb, "documents processed together (bounds memory)");
   k.bind("progress", c.progress, "auto, bar, log, none");
+  k.bind("tensorboard", c.tensorboard,
+         "write report.json's counters as a TensorBoard event file in output.dir (the stages "
+         "as the step axis)");
   k.bind("timeout_s", c.timeout_s,
          "under mpirun: seconds a rank waits for the others at a collective before it fails");
 }

@@ -19,6 +19,7 @@ struct PipelineConfig {
   int workers = 0;                // threads; 0 = all cores
   int64_t batch_mb = 16;          // documents read and processed together
   std::string progress = "auto";  // auto, bar, log, none
+  bool tensorboard = true;        // OUT/events.out.tfevents.*: report.json's counters
   double timeout_s = 1800;        // under mpirun: a collective's wait for the other ranks
   YAML::Node stages;              // the `stages:` list
   std::string fingerprint;        // of everything that decides the output

@@ -703,6 +703,7 @@ CurateReport Runner::run() {
   // What outlives the run goes in place once the output is complete (and
   // before report.json, which marks the run finished).
   for (size_t k = 1; k < segs_.size(); ++k) segs_[k].global->publish(state_dir(k).string());
+  if (opt_.before_report) opt_.before_report(report_);
   write_json(out_ / "report.json", report_.to_json());
   fs::remove_all(work_, ec);
   report_.wall_seconds = since(t0);

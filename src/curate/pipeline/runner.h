@@ -38,6 +38,10 @@ struct RunOptions {
   // folders and report.json. OUT must be on a file system every rank sees.
   // The output is the same bytes for any number of ranks.
   const Ranks* ranks = nullptr;
+  // On the rank that writes the output, with the finished report, while the
+  // output lock is held and before report.json marks the run finished
+  // (nekton curate writes its TensorBoard event file here).
+  std::function<void(const CurateReport&)> before_report;
 };
 
 CurateReport run_pipeline(const PipelineConfig& cfg, const RunOptions& opt);
