@@ -216,7 +216,9 @@ void add_gemma(GgufWriter& w, const std::string& ga, const ModelConfig& c, const
 // plain multi-head attention over the decompressed keys and values).
 void add_latent_attention(GgufWriter& w, const std::string& ga, const ModelConfig& c,
                           const std::string& dir) {
-  if (c.q_lora_rank > 0) w.add_u32(ga + ".attention.q_lora_rank", uint32_t(c.q_lora_rank));
+  // Written as 0 without one: llama.cpp reads the key unless the layer count is
+  // V2-Lite's (26 or 27), and tells the graphs apart by attn_q's presence.
+  w.add_u32(ga + ".attention.q_lora_rank", uint32_t(c.q_lora_rank));
   w.add_u32(ga + ".attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
   const RopeScaling& s = c.rope_scaling;
   if (s.type != RopeScalingType::Yarn) return;
