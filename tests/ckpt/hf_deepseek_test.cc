@@ -11,6 +11,8 @@
 // full forward; what cannot be built is refused naming the key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "hf_test_util.h"
 #include "infer/generate.h"
 #include "model/arch.h"
@@ -164,7 +166,13 @@ TEST_P(HfDeepseek, LossAndGradientsMatchReferenceAutograd) {
     const ParamInfo& p = model->layout().find(e.param);
     Tensor gr = e.part.empty() ? ParamLayout::view(model->grads(), p)
                                : ParamLayout::part_view(model->grads(), p, e.part);
-    const double rel = max_rel_diff(gr, ref.get(e.name));
+    // An expert no token was routed to has a zero gradient on both sides.
+    const Tensor want = ref.get(e.name);
+    const std::vector<float> w = floats(want), o = floats(gr);
+    const bool zero = std::all_of(w.begin(), w.end(), [](float x) { return x == 0.f; });
+    double rel = zero ? 0.0 : max_rel_diff(gr, want);
+    for (float x : o)
+      if (zero) rel = std::max(rel, double(std::abs(x)));
     worst = std::max(worst, rel);
     EXPECT_LT(rel, 1e-4) << e.name;
   }
