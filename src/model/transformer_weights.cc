@@ -88,7 +88,7 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whol
   if (cfg.mla())
     fail(
         "parallel.tp = {}: model.arch = {}: Multi-head Latent Attention under tensor parallelism "
-        "is not supported yet (set parallel.tp=1; parallel.ep, pp, cp and dp work)",
+        "is not supported yet (set parallel.tp=1; parallel.ep, pp and dp work)",
         tp, cfg.arch);
   if (cfg.architecture().block().post_norms || cfg.final_logit_softcap > 0)
     fail(

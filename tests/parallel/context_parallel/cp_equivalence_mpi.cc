@@ -158,14 +158,6 @@ TEST_F(ContextParallel, Gemma2Cp2CappedScoresAndWindows) {
          {"model.attn_logit_softcap=1.5", "model.query_pre_attn_scalar=20",
           "model.sliding_window=12"}});
 }
-// DeepSeek-V3's Multi-head Latent Attention (query bottleneck, a rotary key
-// shared by the heads, zero-padded values) through the ring, its rotary part
-// at each chunk's global positions, with the MoE layers after it.
-TEST_F(ContextParallel, DeepseekV3Cp2LatentAttention) {
-  if (world_ != 2) GTEST_SKIP() << "2 ranks";
-  check({"deepseek_v3-tiny", 2, 1, 4, 4, 1, {}});
-}
-
 // The distributed optimizer and FSDP shard over the same "dp-cp" group the
 // gradients are summed over: a CP2 run alone shards over its two cp ranks.
 TEST_F(ContextParallel, LlamaCp2ZeroOneShardsOverTheCpRanks) {
