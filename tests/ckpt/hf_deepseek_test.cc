@@ -23,9 +23,9 @@ namespace {
 using namespace nk::test;
 using nlohmann::json;
 
-constexpr double kTol = 1e-5;
+constexpr double kDsTol = 1e-5;
 
-json base_spec(const char* arch) {
+json ds_base_spec(const char* arch) {
   json s = llama_spec();
   s["arch"] = arch;
   s["layers"] = 3;
@@ -47,8 +47,8 @@ json base_spec(const char* arch) {
 
 // V2-Lite's shape: no q_lora_rank, greedy softmax routing, unnormalised
 // weights scaled.
-json v2_spec() {
-  json s = base_spec("deepseek_v2");
+json ds_v2_spec() {
+  json s = ds_base_spec("deepseek_v2");
   s["seed"] = 23;
   s["scaling"] = 1.5;
   s["norm_topk"] = false;
@@ -57,8 +57,8 @@ json v2_spec() {
 
 // V3's: the q bottleneck, 4 groups (each token's 2 from its best 2),
 // renormalised and scaled by 2.5, yarn with mscale != mscale_all_dim.
-json v3_spec() {
-  json s = base_spec("deepseek_v3");
+json ds_v3_spec() {
+  json s = ds_base_spec("deepseek_v3");
   s["seed"] = 29;
   s["q_rank"] = 24;
   s["groups"] = 4;
@@ -72,18 +72,18 @@ json v3_spec() {
   return s;
 }
 
-struct Case {
+struct DsCase {
   const char* name;
   json (*spec)();
   const char* cls;
 };
-const Case kCases[] = {{"v2", v2_spec, "DeepseekV2ForCausalLM"},
-                       {"v3", v3_spec, "DeepseekV3ForCausalLM"}};
+const DsCase kDsCases[] = {{"v2", ds_v2_spec, "DeepseekV2ForCausalLM"},
+                           {"v3", ds_v3_spec, "DeepseekV3ForCausalLM"}};
 
-class HfDeepseek : public ::testing::TestWithParam<Case> {};
+class HfDeepseek : public ::testing::TestWithParam<DsCase> {};
 
 TEST_P(HfDeepseek, ImportMatchesReference) {
-  const Case& k = GetParam();
+  const DsCase& k = GetParam();
   TempDir tmp("nk_hf_deepseek");
   std::string hf = write_hf(tmp, k.name, k.spec());
   HfImportReport rep = import_hf(hf, tmp / "nk");
@@ -98,11 +98,11 @@ TEST_P(HfDeepseek, ImportMatchesReference) {
   EXPECT_EQ(c.n_kv_head, c.n_head);
   EXPECT_EQ(c.moe_shared_d_ff, 32);
   EXPECT_EQ(c.moe_first_dense_layers, 1);
-  expect_matches_reference(tmp, k.name, tmp / "nk", kTol);
+  expect_matches_reference(tmp, k.name, tmp / "nk", kDsTol);
 }
 
 TEST_P(HfDeepseek, ExportReproducesEverySourceTensor) {
-  const Case& k = GetParam();
+  const DsCase& k = GetParam();
   TempDir tmp("nk_hf_deepseek");
   for (const char* dtype : {"F32", "BF16"}) {
     SCOPED_TRACE(dtype);
@@ -128,7 +128,7 @@ TEST_P(HfDeepseek, ExportReproducesEverySourceTensor) {
     auto model = load_model(tmp / (name + "_nk"), DType::F32);
     write_nekton_results(*model, tmp / (name + ".nekton.safetensors"));
     expect_reference_agrees(tmp / (name + "_back"), tmp / (name + ".nekton.safetensors"), name,
-                            std::string(dtype) == "F32" ? kTol : kHfTol);
+                            std::string(dtype) == "F32" ? kDsTol : kHfTol);
   }
 }
 
@@ -136,7 +136,7 @@ TEST_P(HfDeepseek, ExportReproducesEverySourceTensor) {
 // latent norms, the routers, experts, shared experts) against the
 // reference's autograd.
 TEST_P(HfDeepseek, LossAndGradientsMatchReferenceAutograd) {
-  const Case& k = GetParam();
+  const DsCase& k = GetParam();
   TempDir tmp("nk_hf_deepseek");
   std::string hf = write_hf(tmp, k.name, k.spec());
   import_hf(hf, tmp / "nk");
@@ -180,7 +180,7 @@ TEST_P(HfDeepseek, LossAndGradientsMatchReferenceAutograd) {
             << "), worst gradient max relative difference " << worst << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfDeepseek, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Archs, HfDeepseek, ::testing::ValuesIn(kDsCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The presets generate through the KV cache (prefill in chunks, then one
@@ -206,9 +206,9 @@ TEST(HfDeepseekGenerate, KvCacheGenerationEqualsRecompute) {
   }
 }
 
-TEST(HfDeepseek, UnsupportedSettingsAreRefusedNamingTheKey) {
+TEST(HfDeepseekRefusals, UnsupportedSettingsAreRefusedNamingTheKey) {
   TempDir tmp("nk_hf_deepseek");
-  for (const Case& k : kCases) {
+  for (const DsCase& k : kDsCases) {
     std::string hf = write_hf(tmp, k.name, k.spec());
     const json cfg = read_json(hf + "/config.json");
     std::vector<std::pair<const char*, json>> bad_keys = {{"attention_bias", true},
@@ -228,7 +228,7 @@ TEST(HfDeepseek, UnsupportedSettingsAreRefusedNamingTheKey) {
 }
 
 // Tensor parallelism is refused naming parallel.tp and the architecture.
-TEST(HfDeepseek, TensorParallelIsRefusedNamingTheKey) {
+TEST(HfDeepseekRefusals, TensorParallelIsRefusedNamingTheKey) {
   ModelConfig c = model_preset("deepseek_v3-tiny");
   const std::string err = error_of([&] { check_tensor_parallel(c, 2, true); });
   EXPECT_TRUE(contains(err, "parallel.tp")) << err;
