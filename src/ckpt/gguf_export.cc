@@ -82,7 +82,8 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
       w.add_f32(k + "factor", float(s.factor));
       return;
     case RopeScalingType::Yarn:
-      if (s.attention_factor > 0 || (s.mscale > 0 && s.mscale_all_dim > 0))
+      // (MLA's mscale: add_latent_attention.)
+      if (s.attention_factor > 0 || (!c.mla() && s.mscale > 0 && s.mscale_all_dim > 0))
         fail(
             "model '{}': GGUF export of yarn RoPE scaling with an explicit attention_factor or "
             "mscale is not supported (llama.cpp derives the attention factor from the scaling "
@@ -204,6 +205,29 @@ void add_gemma(GgufWriter& w, const std::string& ga, const ModelConfig& c, const
             uint32_t(c.sliding_window > 0 ? c.sliding_window : c.max_seq_len));
   w.add_f32(ga + ".attn_logit_softcapping", float(c.attn_logit_softcap));
   w.add_f32(ga + ".final_logit_softcapping", float(c.final_logit_softcap));
+}
+
+// Multi-head Latent Attention as llama.cpp's deepseek2 reads it: the ranks,
+// and (yarn) the scores' mscale through rope.scaling.yarn_log_multiplier
+// (0.1 mscale_all_dim: llama.cpp scales the scores by (1 + that ln factor)^2
+// and leaves cos/sin unscaled, so yarn's cos/sin factor must be 1:
+// mscale = mscale_all_dim). Each head's [k_nope | v] stays one attn_kv_b
+// (llama.cpp's unsplit form; without key_length_mla it runs the heads as
+// plain multi-head attention over the decompressed keys and values).
+void add_latent_attention(GgufWriter& w, const std::string& ga, const ModelConfig& c,
+                          const std::string& dir) {
+  // Written as 0 without one: llama.cpp reads the key unless the layer count is
+  // V2-Lite's (26 or 27), and tells the graphs apart by attn_q's presence.
+  w.add_u32(ga + ".attention.q_lora_rank", uint32_t(c.q_lora_rank));
+  w.add_u32(ga + ".attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScalingType::Yarn) return;
+  if (std::abs(rope_attention_factor(s) - 1.0) > 1e-12)
+    fail(
+        "model '{}': yarn with mscale = {}, mscale_all_dim = {} scales cos/sin by {}; llama.cpp's "
+        "{} architecture does not (GGUF export needs mscale = mscale_all_dim)",
+        dir, s.mscale, s.mscale_all_dim, rope_attention_factor(s), ga);
+  w.add_f32(ga + ".rope.scaling.yarn_log_multiplier", float(0.1 * s.mscale_all_dim));
 }
 
 // DeepSeek-V3's routing as llama.cpp reads it from the metadata
@@ -414,16 +438,17 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   // (In the order earlier exports wrote them: a Llama file stays byte-identical.)
   if (rotary) w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
   w.add_f32(ga + "." + gguf_norm_eps_key(spec), float(c.norm_eps));
-  if (rotary) w.add_u32(ga + ".rope.dimension_count", uint32_t(c.head_dim()));
+  if (rotary) w.add_u32(ga + ".rope.dimension_count", uint32_t(c.rotary_dim()));
   w.add_u32(ga + ".vocab_size", uint32_t(c.vocab_size));
   if (rotary) add_rope_scaling(w, ga, c, arch, model_dir);
   if (c.is_moe()) add_experts(w, ga, c, arch, model_dir);
   if (gemma) add_gemma(w, ga, c, model_dir);
   // A head size apart from d_model / n_head (Qwen3's), as llama.cpp reads it.
-  if (c.head_dim() * c.n_head != c.d_model) {
+  if (c.head_dim() * c.n_head != c.d_model || c.mla()) {
     w.add_u32(ga + ".attention.key_length", uint32_t(c.head_dim()));
-    w.add_u32(ga + ".attention.value_length", uint32_t(c.head_dim()));
+    w.add_u32(ga + ".attention.value_length", uint32_t(c.out_head_dim()));
   }
+  if (c.mla()) add_latent_attention(w, ga, c, model_dir);
 
   // The tokenizer before the weights: its errors are cheaper to find.
   result.tokenizer = add_tokenizer(w, model_dir, c, opt.tokenizer);

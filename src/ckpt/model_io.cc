@@ -42,6 +42,11 @@ std::string model_config_to_json(const ModelConfig& c) {
   if (c.attn_logit_softcap > 0) j["attn_logit_softcap"] = c.attn_logit_softcap;
   if (c.final_logit_softcap > 0) j["final_logit_softcap"] = c.final_logit_softcap;
   if (c.attn_head_dim > 0) j["head_dim"] = c.attn_head_dim;
+  if (c.mla())
+    j["mla"] = {{"q_lora_rank", c.q_lora_rank},
+                {"kv_lora_rank", c.kv_lora_rank},
+                {"qk_rope_head_dim", c.qk_rope_head_dim},
+                {"v_head_dim", c.v_head_dim}};
   if (c.is_moe())
     j["moe"] = {{"num_experts", c.num_experts},
                 {"num_experts_per_tok", c.num_experts_per_tok},
@@ -124,6 +129,17 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   if (j.contains("attn_logit_softcap")) get("attn_logit_softcap", c.attn_logit_softcap);
   if (j.contains("final_logit_softcap")) get("final_logit_softcap", c.final_logit_softcap);
   if (j.contains("head_dim")) get("head_dim", c.attn_head_dim);
+  if (j.contains("mla")) {  // Multi-head Latent Attention (DeepSeek)
+    const json& m = j["mla"];
+    if (!m.is_object()) fail("{}: field 'mla' must be an object, got {}", where, m.dump());
+    for (auto [key, field] : {std::pair<const char*, int64_t*>{"q_lora_rank", &c.q_lora_rank},
+                              {"kv_lora_rank", &c.kv_lora_rank},
+                              {"qk_rope_head_dim", &c.qk_rope_head_dim},
+                              {"v_head_dim", &c.v_head_dim}}) {
+      if (!m.contains(key)) fail("{}: field 'mla' needs '{}'", where, key);
+      *field = json_int(m.at(key), where, std::string("mla.") + key);
+    }
+  }
   if (j.contains("moe")) {
     const json& m = j["moe"];
     if (!m.is_object()) fail("{}: field 'moe' must be an object, got {}", where, m.dump());

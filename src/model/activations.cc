@@ -105,6 +105,10 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
       y.rstd3 = stat();
       y.rstd4 = stat();
     }
+    if (c.mla())
+      y.attn.mla = nn::LatentAttention::acts_for(B * T, c.n_head, c.q_lora_rank, c.kv_lora_rank,
+                                                 c.head_dim() - c.qk_rope_head_dim,
+                                                 c.qk_rope_head_dim, c.v_head_dim, dt, alloc);
     if (qk_norm)
       y.attn.qk = nn::SelfAttention::qk_acts_for(B * T, c.n_head / t, c.n_kv_head / t, c.head_dim(),
                                                  dt, alloc);
@@ -227,6 +231,10 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dattn.dqkv = act(c.qkv_dim() / t);
     dattn.dout = act(HD);
     if (qk_norm) dattn.dqk = act(HD);
+    if (c.mla())
+      dattn.mla = nn::LatentAttention::grads_for(B * T, C, c.n_head, c.q_lora_rank, c.kv_lora_rank,
+                                                 c.head_dim() - c.qk_rope_head_dim,
+                                                 c.qk_rope_head_dim, c.v_head_dim, dt, alloc);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok,
                                   c.expert_d_ff() / te, dt, alloc, expert_ranks, segments);

@@ -20,16 +20,19 @@ const Architecture& qwen3_architecture();
 const Architecture& qwen2_moe_architecture();
 const Architecture& qwen3_moe_architecture();
 const Architecture& dots1_architecture();
+const Architecture& deepseek_v2_architecture();
+const Architecture& deepseek_v3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
-      &gpt2_architecture(),      &llama_architecture(),     &qwen2_architecture(),
-      &mistral_architecture(),   &mixtral_architecture(),   &qwen3_architecture(),
-      &qwen2_moe_architecture(), &qwen3_moe_architecture(), &dots1_architecture(),
-      &phi3_architecture(),      &gemma2_architecture(),    &gemma3_architecture(),
+      &gpt2_architecture(),        &llama_architecture(),       &qwen2_architecture(),
+      &mistral_architecture(),     &mixtral_architecture(),     &qwen3_architecture(),
+      &qwen2_moe_architecture(),   &qwen3_moe_architecture(),   &dots1_architecture(),
+      &deepseek_v2_architecture(), &deepseek_v3_architecture(), &phi3_architecture(),
+      &gemma2_architecture(),      &gemma3_architecture(),
   };
   return all;
 }
@@ -114,13 +117,17 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
   if (spec.learned_positions) p.add("wpe", {c.max_seq_len, C}, Init::Normal, std);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     norm(L(l, "ln1"));
-    p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std, qkv);
-    if (spec.qkv_bias) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros, 0.f, qkv);
-    if (spec.qk_norm) {
-      p.add(L(l, "attn.q_norm.weight"), {D}, gain);
-      p.add(L(l, "attn.k_norm.weight"), {D}, gain);
+    if (spec.latent_attention) {
+      latent_attention_params(p, c, l);
+    } else {
+      p.add(L(l, "attn.qkv.weight"), {c.qkv_dim(), C}, Init::Normal, std, qkv);
+      if (spec.qkv_bias) p.add(L(l, "attn.qkv.bias"), {c.qkv_dim()}, Init::Zeros, 0.f, qkv);
+      if (spec.qk_norm) {
+        p.add(L(l, "attn.q_norm.weight"), {D}, gain);
+        p.add(L(l, "attn.k_norm.weight"), {D}, gain);
+      }
     }
-    p.add(L(l, "attn.proj.weight"), {C, Q}, Init::Normal, out_std, cols);
+    p.add(L(l, "attn.proj.weight"), {C, c.n_head * c.out_head_dim()}, Init::Normal, out_std, cols);
     if (spec.proj_bias) p.add(L(l, "attn.proj.bias"), {C}, Init::Zeros);
     if (spec.post_norms) norm(L(l, "ln_attn_out"));
     norm(L(l, "ln2"));
@@ -144,6 +151,22 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
     p.add("value_head.weight", {1, C}, Init::Normal, std);
     p.add("value_head.bias", {1}, Init::Zeros);
   }
+}
+
+void latent_attention_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
+  const float std = float(c.init_std);
+  const int64_t C = c.d_model, H = c.n_head, D = c.head_dim(), r = c.qk_rope_head_dim;
+  const std::string h = fmt::format("h.{}.attn.", l);
+  if (c.q_lora_rank > 0) {
+    p.add(h + "q_a.weight", {c.q_lora_rank, C}, Init::Normal, std);
+    p.add(h + "q_a_norm.weight", {c.q_lora_rank}, Init::Ones);
+    p.add(h + "q_b.weight", {H * D, c.q_lora_rank}, Init::Normal, std);
+  } else {
+    p.add(h + "q.weight", {H * D, C}, Init::Normal, std);
+  }
+  p.add(h + "kv_a.weight", {c.kv_lora_rank + r, C}, Init::Normal, std);
+  p.add(h + "kv_a_norm.weight", {c.kv_lora_rank}, Init::Ones);
+  p.add(h + "kv_b.weight", {H * (D - r + c.v_head_dim), c.kv_lora_rank}, Init::Normal, std);
 }
 
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {

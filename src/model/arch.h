@@ -43,6 +43,13 @@ struct BlockSpec {
   // The token embeddings times sqrt(d_model), the factor rounded to the
   // compute dtype first (Gemma, as HF's normalizer).
   bool embed_scale = false;
+  // Multi-head Latent Attention (DeepSeek-V2/V3, nn/latent_attention.h) in
+  // place of the fused QKV: per layer h.L.attn.q.weight [H D, C] (no
+  // q_lora_rank) or h.L.attn.q_a.weight [q_rank, C], q_a_norm.weight
+  // [q_rank] and q_b.weight [H D, q_rank]; h.L.attn.kv_a.weight [kv_rank +
+  // rope, C], kv_a_norm.weight [kv_rank], kv_b.weight [H (nope + v), kv_rank];
+  // attn.proj.weight [C, H v] (ModelConfig::kv_lora_rank and the rest).
+  bool latent_attention = false;
 };
 
 // One tensor of an external checkpoint (HF or GGUF) and where it lives in
@@ -197,6 +204,9 @@ void decoder_params(ParamLayout& p, const ModelConfig& c, const BlockSpec& spec)
 // c.has_score_bias(), h.L.moe.score_bias [E] (zeros, frozen: the trainer's
 // aux-loss-free balancing moves it, ModelConfig::moe_bias_update_rate).
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l);
+// Layer l's Multi-head Latent Attention projections and norms
+// (BlockSpec::latent_attention), in place of the fused QKV.
+void latent_attention_params(ParamLayout& p, const ModelConfig& c, int64_t l);
 
 // The config.json keys of Llama-style families (Llama, Mistral, Qwen2, ...),
 // defined in arch/llama.cc for the families that reuse them: hidden_size,

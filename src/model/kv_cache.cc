@@ -44,6 +44,10 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   auto mk = [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); };
   if (c.architecture().block().qk_norm)
     qk = nn::SelfAttention::qk_acts_for(R, c.n_head, c.n_kv_head, D, dt, mk);
+  if (c.mla())
+    mla = nn::LatentAttention::acts_for(R, c.n_head, c.q_lora_rank, c.kv_lora_rank,
+                                        D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
+                                        dt, mk);
   if (c.is_moe()) {
     moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt, mk);
     if (c.moe_shared_d_ff > 0)

@@ -64,6 +64,7 @@ class KVCache {
   Tensor x, ln, qkv, att, tmp, h, a;  // [rows, C], [rows, C], [rows, W], ... (h, a: dense MLP)
   nn::MoE::Saved moe;                 // a MoE model's feed-forward workspace, rows = max_tokens
   nn::SelfAttention::QkActs qk;       // with q/k norms (Qwen3), rows = max_tokens
+  nn::LatentAttention::Acts mla;      // with MLA (DeepSeek), rows = max_tokens
   Tensor mean, rstd;                  // f32 [rows]
   Tensor sel;                         // [head_rows, C] gathered rows for the head
   Tensor head_logits;                 // [head_rows, V] compute dtype

@@ -20,7 +20,54 @@ int64_t ModelConfig::mlp_up_dim() const {
 }
 
 float ModelConfig::attn_scale() const {
+  if (mla() && rope_scaling.enabled() && rope_scaling.mscale_all_dim > 0 &&
+      rope_scaling.factor > 1) {
+    // DeepSeek: 1/sqrt(head_dim) times yarn's mscale(factor, mscale_all_dim)
+    // squared, the latter 0.1 m ln(factor) + 1.
+    const double m = 0.1 * rope_scaling.mscale_all_dim * std::log(rope_scaling.factor) + 1.0;
+    return float(m * m / std::sqrt(double(head_dim())));
+  }
   return query_pre_attn_scalar > 0 ? float(1.0 / std::sqrt(query_pre_attn_scalar)) : 0.f;
+}
+
+void ModelConfig::validate_mla(const std::string& p, const Architecture& a) const {
+  const bool latent = a.block().latent_attention;
+  if (!latent) {
+    if (kv_lora_rank != 0 || q_lora_rank != 0 || qk_rope_head_dim != 0 || v_head_dim != 0)
+      fail(
+          "{}kv_lora_rank: {} has no Multi-head Latent Attention (model.arch=deepseek_v2 or "
+          "deepseek_v3 has; got kv_lora_rank {}, q_lora_rank {}, qk_rope_head_dim {}, "
+          "v_head_dim {})",
+          p, a.display_name(), kv_lora_rank, q_lora_rank, qk_rope_head_dim, v_head_dim);
+    return;
+  }
+  if (kv_lora_rank <= 0)
+    fail("{}kv_lora_rank: {} needs a latent of positive size, got {}", p, a.display_name(),
+         kv_lora_rank);
+  check_limit("", p + "kv_lora_rank", kv_lora_rank, limits::kHidden, "units");
+  if (q_lora_rank < 0)
+    fail("{}q_lora_rank: must be 0 (one query projection) or positive, got {}", p, q_lora_rank);
+  check_limit("", p + "q_lora_rank", q_lora_rank, limits::kHidden, "units");
+  if (qk_rope_head_dim <= 0 || qk_rope_head_dim % 2 || qk_rope_head_dim >= head_dim())
+    fail(
+        "{}qk_rope_head_dim: must be even, positive and below {}head_dim = {} (the nope part "
+        "is the rest), got {}",
+        p, p, head_dim(), qk_rope_head_dim);
+  if (v_head_dim <= 0 || v_head_dim > head_dim())
+    fail("{}v_head_dim: must be in [1, {}head_dim = {}] (qk_nope + qk_rope), got {}", p, p,
+         head_dim(), v_head_dim);
+  if (n_kv_head != n_head)
+    fail(
+        "{}n_kv_head: Multi-head Latent Attention has a key and a value per head ({}n_head = "
+        "{}), got {}",
+        p, p, n_head, n_kv_head);
+  if (sliding_window > 0)
+    fail("{}sliding_window: not supported with Multi-head Latent Attention", p);
+  if (lora.enabled() || ia3.enabled() || bottleneck.enabled())
+    fail(
+        "peft.method: adapters on {}'s Multi-head Latent Attention layers are not supported yet "
+        "(p-tuning and full fine-tuning are)",
+        a.display_name());
 }
 
 int64_t ModelConfig::padded_vocab_size(int64_t tp) const {
@@ -90,6 +137,7 @@ void ModelConfig::validate(const std::string& p) const {
   if (a->block().learned_positions && rope_scaling.enabled())
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");
+  validate_mla(p, *a);
   validate_moe(p, *a);
   a->validate(*this, p);
   validate_adapters(*this, "peft.");
@@ -183,8 +231,14 @@ double ModelConfig::train_flops(int64_t tokens, int64_t T) const {
     const double fd = double(n_layer - n_moe_layers());
     mlp = (fd * dense + (L - fd) * moe) / L;
   }
-  double per_layer = 2.0 * (C * double(qkv_dim()) + double(n_head * head_dim()) * C + mlp) +
-                     4.0 * double(T) * double(n_head * head_dim());
+  double attn = C * double(qkv_dim()) + double(n_head * head_dim()) * C;
+  if (mla()) {  // the low-rank projections, then each head's out of v_head_dim
+    const double H = double(n_head), D = double(head_dim()), rq = double(q_lora_rank),
+                 rkv = double(kv_lora_rank), nope = D - double(qk_rope_head_dim);
+    attn = (rq > 0 ? C * rq + rq * H * D : C * H * D) + C * (rkv + double(qk_rope_head_dim)) +
+           rkv * H * (nope + double(v_head_dim)) + H * double(v_head_dim) * C;
+  }
+  double per_layer = 2.0 * (attn + mlp) + 4.0 * double(T) * double(n_head * head_dim());
   double forward = L * per_layer + 2.0 * C * double(vocab_size);
   return 3.0 * forward * double(tokens);
 }
@@ -282,6 +336,14 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
                                  "d_model when d_model is set)");
   b.bind_unless("model.head_dim", m.attn_head_dim, -1,
                 "override: attention head size (0 = d_model / n_head; -1 = preset's)");
+  b.bind_unless("model.q_lora_rank", m.q_lora_rank, int64_t(-1),
+                "override: MLA's query bottleneck (DeepSeek; 0 = one projection; -1 = preset's)");
+  b.bind_unless("model.kv_lora_rank", m.kv_lora_rank, int64_t(-1),
+                "override: MLA's key/value latent size (DeepSeek; -1 = preset's)");
+  b.bind_unless("model.qk_rope_head_dim", m.qk_rope_head_dim, int64_t(-1),
+                "override: MLA's rotated values per head, the last of head_dim (-1 = preset's)");
+  b.bind_unless("model.v_head_dim", m.v_head_dim, int64_t(-1),
+                "override: MLA's value size per head (-1 = preset's)");
   b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
   b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
   b.bind("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by,

@@ -32,6 +32,16 @@ struct ModelConfig {
   // n_head x head_dim need not be d_model: q and the output projection are
   // then [n_head head_dim, d_model] and [d_model, n_head head_dim]).
   int64_t attn_head_dim = 0;
+  // Multi-head Latent Attention (DeepSeek-V2/V3, nn/latent_attention.h;
+  // kv_lora_rank > 0): keys and values from a latent of kv_lora_rank values
+  // (and one rotary key of qk_rope_head_dim shared by the heads), queries
+  // through a q_lora_rank bottleneck (0: one projection). head_dim is then
+  // qk_nope_head_dim + qk_rope_head_dim, only the last qk_rope_head_dim
+  // rotated, n_kv_head = n_head, and each head's value has v_head_dim.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   // Sliding-window attention (Mistral): each token attends to the last
@@ -159,6 +169,11 @@ struct ModelConfig {
   // The registered architecture named by `arch` (nk::Error if unknown).
   const Architecture& architecture() const;
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // The values of a head RoPE turns: MLA's qk_rope_head_dim, else all.
+  int64_t rotary_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
+  // The attention output's width per head (the output projection's input / n_head).
+  int64_t out_head_dim() const { return mla() ? v_head_dim : head_dim(); }
   // Whether layer l is a local (windowed) one, per sliding_window_pattern;
   // its window (0: full causal attention).
   bool layer_local(int64_t l) const {
@@ -190,6 +205,7 @@ struct ModelConfig {
   // Throws nk::Error naming the config key of an impossible value.
   void validate(const std::string& prefix = "model.") const;
   void validate_moe(const std::string& prefix, const Architecture& a) const;
+  void validate_mla(const std::string& prefix, const Architecture& a) const;
   // Megatron's FLOP count for one training step over `tokens` tokens of
   // sequence length T (forward + backward = 3x forward, no recompute),
   // generalised to grouped-query attention and SwiGLU; equals

@@ -65,7 +65,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
-                          table, seq, pos2, ad, kc.qk);
+                          table, seq, pos2, ad, kc.qk, kc.mla);
     if (post) b.post1.forward(ln, mean, rstd, tmp);
     ops::add(x, x, post ? ln : tmp);
     b.norm2.forward(ln, mean, rstd, x);

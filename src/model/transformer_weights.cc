@@ -85,6 +85,11 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whol
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
       {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
+  if (cfg.mla())
+    fail(
+        "parallel.tp = {}: model.arch = {}: Multi-head Latent Attention under tensor parallelism "
+        "is not supported yet (set parallel.tp=1; parallel.ep, pp and dp work)",
+        tp, cfg.arch);
   if (cfg.architecture().block().post_norms || cfg.final_logit_softcap > 0)
     fail(
         "parallel.tp = {}: model.arch = {}: norms on the sub-blocks' outputs and soft-capped "
@@ -217,7 +222,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   const BlockSpec spec = cfg_.architecture().block();
   // One table for training and the KV-cache path; scaled as the config says (model/rope.h).
   if (!spec.learned_positions)
-    rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(), cfg_.rope_theta,
+    rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.rotary_dim(), cfg_.rope_theta,
                                       cfg_.rope_scaling, cfg_.max_seq_len),
                            device_);
   // Gemma 3's windowed layers: their own base, unscaled.
@@ -536,7 +541,28 @@ void Transformer::bind_views() {
       b.post1 = norm(L(l, "ln_attn_out"));
       b.post2 = norm(L(l, "ln_mlp_out"));
     }
-    b.attn.qkv = adapted(L(l, "attn.qkv"));
+    if (spec.latent_attention) {
+      nn::LatentAttention& m = b.attn.mla;
+      if (cfg_.q_lora_rank > 0) {
+        m.q_a = linear(L(l, "attn.q_a"));
+        m.q_a_norm = norm(L(l, "attn.q_a_norm"));
+        m.q_b = linear(L(l, "attn.q_b"));
+      } else {
+        m.q = linear(L(l, "attn.q"));
+      }
+      m.kv_a = linear(L(l, "attn.kv_a"));
+      m.kv_a_norm = norm(L(l, "attn.kv_a_norm"));
+      m.kv_b = linear(L(l, "attn.kv_b"));
+      // Hugging Face's DeepseekV3RMSNorm default, whatever rms_norm_eps says.
+      m.q_a_norm.eps = m.kv_a_norm.eps = 1e-6f;
+      m.q_rank = cfg_.q_lora_rank;
+      m.kv_rank = cfg_.kv_lora_rank;
+      m.rope_dim = cfg_.qk_rope_head_dim;
+      m.nope = cfg_.head_dim() - cfg_.qk_rope_head_dim;
+      m.v_dim = cfg_.v_head_dim;
+    } else {
+      b.attn.qkv = adapted(L(l, "attn.qkv"));
+    }
     b.attn.proj = row_parallel(adapted(L(l, "attn.proj")));
     b.attn.n_head = cfg_.n_head / t;
     b.attn.n_kv_head = cfg_.n_kv_head / t;

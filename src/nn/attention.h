@@ -18,8 +18,15 @@
 // work on the q and k columns of the fused QKV rows through column copies
 // (ops::copy_columns, ops::add_columns), so every backend that has those
 // runs them.
+//
+// Multi-head Latent Attention (DeepSeek-V2/V3; nn/latent_attention.h): when
+// `mla` is active its projections make the fused qkv (n_kv_head = n_head,
+// head_dim its nope + rope dims) and read the output in place of qkv, q/k
+// norms and rope; the attention kernels, context parallelism and the KV
+// cache are the same. No tensor parallelism.
 #pragma once
 #include "nn/context_parallel.h"
+#include "nn/latent_attention.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
 #include "nn/tensor_parallel.h"
@@ -36,6 +43,7 @@ struct SelfAttention {
   TensorParallel tp;
   ContextParallel cp;
   Norm q_norm, k_norm;  // RMSNorms over each head's D values (weights undefined: none)
+  LatentAttention mla;  // DeepSeek's MLA in place of qkv (inactive: none)
 
   // What the q/k norms keep: q and k before the norm and their inverse RMS.
   struct QkActs {
@@ -50,12 +58,14 @@ struct SelfAttention {
     Tensor out;                               // [B, T, Hq D]
     Tensor lse;                               // f32 [B, Hq, T]
     AdapterActs qkv_adapters, proj_adapters;  // the adapters' (undefined without)
-    Tensor full_x, full_y;  // sequence parallel: [B, T, C] scratch shared by every layer
-    QkActs qk;              // with q/k norms
+    Tensor full_x, full_y;      // sequence parallel: [B, T, C] scratch shared by every layer
+    QkActs qk;                  // with q/k norms
+    LatentAttention::Acts mla;  // with MLA
   };
   struct Scratch {
-    Tensor dqkv, dout;  // shaped like Saved::qkv and Saved::out
-    Tensor dqk;         // with q/k norms: [B, T, Hq D]
+    Tensor dqkv, dout;           // shaped like Saved::qkv and Saved::out
+    Tensor dqk;                  // with q/k norms: [B, T, Hq D]
+    LatentAttention::Grads mla;  // with MLA
   };
   // QkActs for N rows; alloc(shape, dtype) allocates one tensor.
   template <typename Alloc>
@@ -68,6 +78,12 @@ struct SelfAttention {
   // x [B, T, C] -> y [B, T, C]
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
+    if (mla.active()) {
+      mla.qkv_forward(s.qkv, s.mla, rows(x), n_head, rope, positions, x.dim(0), x.dim(1));
+      cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_head, cu_seqlens, window, scale, softcap);
+      mla.out_forward(rows(y), s.mla, s.out, proj, n_head);
+      return;
+    }
     qkv.forward(s.qkv, tp.enter(x, s.full_x), s.qkv_adapters);
     if (qk_norm()) qk_norm_forward(rows(s.qkv), s.qk, rows(s.out));
     if (rope.defined() && positions.defined())
@@ -84,11 +100,20 @@ struct SelfAttention {
   // each; see ops::attention_cached for the cache and table layout). Rotates q
   // and k, stores k and v in the cache, then attends over it. qkv_buf
   // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C]. ad: the
-  // adapters' scratch (undefined without).
+  // adapters' scratch (undefined without). ml: MLA's scratch for >= N rows.
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
                       Tensor v_cache, const Tensor& block_table, const Tensor& seqs,
-                      const Tensor& positions, const AdapterActs& ad = {},
-                      const QkActs& qk = {}) const {
+                      const Tensor& positions, const AdapterActs& ad = {}, const QkActs& qk = {},
+                      const LatentAttention::Acts& ml = {}) const {
+    if (mla.active()) {
+      NK_CHECK(ml.defined(), "SelfAttention: MLA without its scratch");
+      mla.qkv_forward(qkv_buf, ml, x, n_head, rope, positions, 1, x.dim(0));
+      ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, block_table, seqs, positions);
+      ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, block_table, seqs,
+                            positions, window, scale, softcap);
+      mla.out_forward(y, ml, out_buf, proj, n_head);
+      return;
+    }
     qkv.forward(qkv_buf, x, ad);
     if (qk_norm()) qk_norm_forward(qkv_buf, qk, out_buf);
     if (rope.defined())
@@ -102,6 +127,14 @@ struct SelfAttention {
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
+    if (mla.active()) {
+      mla.out_backward(g.dout, g.mla, rows(dy), s.mla, proj, n_head);
+      cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_head, cu_seqlens, window,
+                            scale, softcap);
+      mla.qkv_backward(rows(dx), g.dqkv, s.mla, g.mla, rows(x), n_head, rope, positions, x.dim(0),
+                       x.dim(1));
+      return;
+    }
     proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
     cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
                           window, scale, softcap);

@@ -820,5 +820,46 @@ TEST_F(LlamaCpp, Dots1LogitsAndGreedy) {
   }
 }
 
+// llama.cpp's deepseek2 graph: Multi-head Latent Attention (V3: attn_q_a,
+// attn_q_a_norm, attn_q_b; V2-Lite: attn_q, with attention.q_lora_rank 0;
+// attn_kv_a_mqa, attn_kv_a_norm, the unsplit attn_kv_b; RoPE on the rotary
+// part as interleaved pairs), a leading dense layer, then the routing from
+// the metadata (V3: sigmoid, score bias, groups, renormalised and scaled; V2:
+// softmax, unnormalised) and the shared experts; V3 with plain RoPE and with
+// yarn (the scores' mscale through rope.scaling.yarn_log_multiplier).
+// Tolerances as the Qwen ones'.
+TEST_F(LlamaCpp, DeepseekLogitsAndGreedy) {
+  TempDir dir("gguf_deepseek");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  struct Case {
+    const char* preset;
+    bool yarn;
+    const char* name;
+  };
+  for (const Case& k :
+       {Case{"deepseek_v2-tiny", false, "deepseek2"}, Case{"deepseek_v3-tiny", false, "deepseek3"},
+        Case{"deepseek_v3-tiny", true, "deepseek3-yarn"}}) {
+    SCOPED_TRACE(k.name);
+    ModelConfig c = model_preset(k.preset);
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.init_std = 0.15;
+    if (k.yarn) {
+      c.rope_scaling.type = RopeScalingType::Yarn;
+      c.rope_scaling.factor = 4;
+      c.rope_scaling.original_max_seq_len = 16;
+      c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim = 0.707;
+    }
+    const std::string model_dir = dir / k.name;
+    save_tiny_model(model_dir, c, k.yarn ? 91 : 92, spm);
+    expect_llama_cpp_agrees(dir, model_dir, std::string(k.name) + "-f16", prompt, GgmlType::F16,
+                            2e-2);
+    expect_llama_cpp_agrees(dir, model_dir, std::string(k.name) + "-f32", prompt, GgmlType::F32,
+                            1e-4);
+  }
+}
+
 }  // namespace
 }  // namespace nk

@@ -55,6 +55,7 @@ from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma_reference  # noqa: E402  Gemma2ForCausalLM, Gemma3ForCausalLM
+import deepseek_reference  # noqa: E402  DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
 
 
 
@@ -381,8 +382,12 @@ class HfModel:
         assert arch in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
                         "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
                         "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM",
-                        "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"), arch
-        if gemma_reference.is_gemma(arch):
+                        "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+                        "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"), arch
+        if deepseek_reference.is_deepseek(arch):
+            self.fn = lambda cfg, W, tokens: deepseek_reference.deepseek_logits(
+                cfg, W, tokens, rope_frequencies)
+        elif gemma_reference.is_gemma(arch):
             self.fn = lambda cfg, W, tokens: gemma_reference.gemma_logits(cfg, W, tokens,
                                                                           rope_frequencies)
         elif arch == "GPT2LMHeadModel":
@@ -460,6 +465,8 @@ def write_model(d, spec, ref_path):
             return (0.1 * rng.standard_normal(n)).astype(np.float32)
 
         cfg, T = gemma_reference.gemma_model(spec, mat, gain0)
+    elif spec["arch"] in ("deepseek_v2", "deepseek_v3"):
+        cfg, T = deepseek_reference.deepseek_model(spec, mat, gain)
     elif spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
                           "qwen3_moe", "dots1", "phi3"):
         qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
@@ -717,7 +724,8 @@ def grads(d, batch_path, out_path, aux_coef, z_coef):
     W = {k: v.clone().requires_grad_(True) for k, v in model.W.items()}
     routers = []
     qkv_bias = model.cfg["architectures"][0] in QKV_BIAS
-    if gemma_reference.is_gemma(model.cfg["architectures"][0]):
+    arch = model.cfg["architectures"][0]
+    if gemma_reference.is_gemma(arch) or deepseek_reference.is_deepseek(arch):
         logits = model.fn(model.cfg, W, tokens)
     else:
         logits = llama_logits(model.cfg, W, tokens, qkv_bias, routers=routers)
@@ -728,7 +736,8 @@ def grads(d, batch_path, out_path, aux_coef, z_coef):
     loss = ce + aux_coef * aux + z_coef * z
     loss.backward()
     out = [("loss", np.array([loss.item(), ce.item(), aux.item(), z.item()]))]
-    out += [(k, v.grad.numpy()) for k, v in W.items()]
+    # A weight the loss does not reach (a score bias that only chooses) has 0.
+    out += [(k, v.grad.numpy() if v.grad is not None else np.zeros(v.shape)) for k, v in W.items()]
     write_safetensors(out_path, out, "F32")
     return 0
 

@@ -30,6 +30,16 @@ ModelConfig small(const Architecture& a) {
     c.moe_score_func = p.moe_score_func;
     c.moe_score_bias = p.moe_score_bias;
     c.moe_first_dense_layers = std::min(p.moe_first_dense_layers, c.n_layer - 1);
+    // Multi-head Latent Attention (DeepSeek): its projections' sizes, a key
+    // and a value per head.
+    if (p.mla()) {
+      c.q_lora_rank = p.q_lora_rank;
+      c.kv_lora_rank = p.kv_lora_rank;
+      c.qk_rope_head_dim = p.qk_rope_head_dim;
+      c.v_head_dim = p.v_head_dim;
+      c.attn_head_dim = p.attn_head_dim;
+      c.n_kv_head = c.n_head;
+    }
     break;
   }
   return c;
