@@ -74,7 +74,7 @@ std::vector<float> paged_logits(Transformer& m, const std::vector<int32_t>& seq,
   EXPECT_NE(op.handle, SequenceCache::kNoRoom);
   StepBuffer step;
   Tensor lg = Tensor::empty({1, V}, DType::F32);
-  std::vector<float> out, row(size_t(V));
+  std::vector<float> out, row(static_cast<size_t>(V));
   for (int64_t first = 0; first < T;) {
     const int64_t n = first < P ? std::min(kChunk, P - first) : 1;
     step.clear();

@@ -123,10 +123,11 @@ TEST(KvCacheModel, LlamaGqaBf16) {
 // (and f32 or f16 under bf16) give the logits of the compute dtype's cache
 // within the cache rounding's effect, and bytes per position halve (or
 // double). The bound: k and v rounded once (bf16 2^-9, f16 2^-11 relative)
-// move scores and outputs by about that much of their O(1) size, through two
-// layers; 0.02 for bf16 and 0.005 for f16 absolute on logits of spread > 1
-// (measured: see the printed line). A broken conversion (k read as raw bits,
-// v unrounded into a narrower slot) is off by O(1).
+// move scores and outputs by about that much of their O(1) size, amplified by
+// this model's large weights (init 0.2: sharp attention) through two layers;
+// 0.06 for bf16 and 0.01 for f16 absolute on logits of spread ~4.4 (measured:
+// up to 0.028 and 0.0031, the printed line). A broken conversion (k read as
+// raw bits, v unrounded into a narrower slot) is off by O(1).
 void check_cache_dtype(bool llama, DType dt, DType kv, double tol) {
   Transformer m(tiny(llama), dt, 11);
   const int64_t V = m.config().vocab_size;
@@ -136,8 +137,9 @@ void check_cache_dtype(bool llama, DType dt, DType kv, double tol) {
   const double da = max_diff(got[0], same[0]), db = max_diff(got[1], same[1]);
   EXPECT_LE(da, tol);
   EXPECT_LE(db, tol);
-  if (dt == DType::F32 && kv != DType::F32)
+  if (dt == DType::F32 && kv != DType::F32) {
     EXPECT_GT(std::max(da, db), 0.0) << "the rounding of the cache shows";
+  }
   const KVCache narrow(m.config(), dt, 3, 32, 8, kHost, kv), wide(m.config(), dt, 3, 32, 8);
   EXPECT_EQ(narrow.kv_dtype(), kv);
   EXPECT_EQ(narrow.cache_bytes() * int64_t(dtype_size(dt)),
@@ -148,12 +150,12 @@ void check_cache_dtype(bool llama, DType dt, DType kv, double tol) {
 }
 
 TEST(KvCacheModel, Bf16CacheUnderF32) {
-  check_cache_dtype(true, DType::F32, DType::BF16, 0.02);
-  check_cache_dtype(false, DType::F32, DType::BF16, 0.02);
+  check_cache_dtype(true, DType::F32, DType::BF16, 0.06);
+  check_cache_dtype(false, DType::F32, DType::BF16, 0.06);
 }
 TEST(KvCacheModel, F16CacheUnderF32) {
-  check_cache_dtype(true, DType::F32, DType::F16, 0.005);
-  check_cache_dtype(false, DType::F32, DType::F16, 0.005);
+  check_cache_dtype(true, DType::F32, DType::F16, 0.01);
+  check_cache_dtype(false, DType::F32, DType::F16, 0.01);
 }
 TEST(KvCacheModel, OtherCacheUnderBf16) {
   check_cache_dtype(true, DType::BF16, DType::F32, 0.05);
