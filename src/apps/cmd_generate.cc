@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 
 #include "align/steerlm.h"
@@ -21,7 +22,7 @@ namespace {
 
 struct GenerateKeys {
   std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32", quantize;
-  std::string format = "text";
+  std::string format = "text", kv_cache_dtype = "auto";
   std::string steerlm_attributes, steerlm_template;
   int64_t batch_size = 8, max_tokens = 200, logprobs = -1;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
@@ -63,6 +64,7 @@ struct GenerateKeys {
         "the CUDA backend on a machine with a GPU)",
         [&](const std::string& s) { device = parse_device(s, "generate.device"); });
     b.bind("generate.quantize", quantize, kQuantizeKeyDoc);
+    b.bind("generate.kv_cache_dtype", kv_cache_dtype, kKvCacheDtypeDoc);
     b.bind("generate.logprobs", logprobs,
            "print each generated token's id, text and log-probability, with this many most "
            "likely alternatives (0: none; -1: off)");
@@ -222,6 +224,7 @@ int cmd_generate(const CommandArgs& a) {
         "generate.format: jsonl lists the tokens with their log-probabilities; set "
         "generate.logprobs too");
   const bool jsonl = k.format == "jsonl";
+  const KvDType kv_dtype = parse_kv_cache_dtype(k.kv_cache_dtype, "generate.kv_cache_dtype");
   check_limit("", "generate.max_tokens", max_tokens, limits::kSeqLen, "positions");
   check_limit("", "generate.batch_size", batch, limits::kBatch, "sequences");
   if (stops.empty() && !k.stop.empty()) add_values("generate.stop", k.stop, stops);
@@ -265,7 +268,8 @@ int cmd_generate(const CommandArgs& a) {
     reqs[i].logprobs = k.logprobs >= 0;
     reqs[i].top_logprobs = std::max<int64_t>(k.logprobs, 0);
   }
-  Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())));
+  Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())),
+                /*prefill_chunk=*/256, /*max_len=*/0, kv_dtype);
   gen.set_end_ids(loaded.end_ids);  // generation_config.json's other end-of-turn ids
   std::vector<int64_t> ids;         // prompt i is id i
   for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
@@ -275,8 +279,16 @@ int cmd_generate(const CommandArgs& a) {
     std::fflush(stdout);
   }
   auto t0 = std::chrono::steady_clock::now();
+  // The first token's time splits prefill from decoding (one prompt: the
+  // rest are decode steps alone).
+  std::optional<std::chrono::steady_clock::time_point> t_first;
+  int64_t n_first = 0;
   while (!gen.idle()) {
     std::span<const TokenEvent> events = gen.step();
+    if (!t_first && !events.empty()) {
+      t_first = std::chrono::steady_clock::now();
+      n_first = int64_t(events.size());
+    }
     if (stream) write_pieces(events);
   }
   std::vector<GenerationResult> res;
@@ -293,8 +305,15 @@ int cmd_generate(const CommandArgs& a) {
   }
   if (k.logprobs >= 0) print_logprobs(res, *tok, jsonl);
   std::fflush(stdout);
-  fmt::print(stderr, "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s]\n", res.size(), n_tok,
-             secs, secs > 0 ? double(n_tok) / secs : 0.0);
+  const auto t_end = std::chrono::steady_clock::now();
+  const double first = t_first ? std::chrono::duration<double>(*t_first - t0).count() : secs;
+  const double decode = std::chrono::duration<double>(t_end - t_first.value_or(t_end)).count();
+  fmt::print(stderr,
+             "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s; first token after {:.2f} s, "
+             "then {:.1f} tokens/s]\n",
+             res.size(), n_tok, secs, secs > 0 ? double(n_tok) / secs : 0.0, first,
+             decode > 0 ? double(n_tok - n_first) / decode : 0.0);
+  if (gen.cache()) fmt::print(stderr, "[{}]\n", gen.cache()->kv().describe());
   return 0;
 }
 

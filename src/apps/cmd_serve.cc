@@ -53,6 +53,7 @@ void check_keys(const ServeConfig& k) {
   in("serve.default_max_tokens", k.default_max_tokens, 0, limits::kSeqLen);
   in("serve.block_size", k.block_size, 1, 1 << 16);
   in("serve.kv_memory_mb", k.kv_memory_mb, 0, int64_t(1) << 40);
+  parse_kv_cache_dtype(k.kv_cache_dtype, "serve.kv_cache_dtype");
 }
 
 // The chat template, or null with the reason the chat route will give: the
@@ -138,7 +139,9 @@ int cmd_serve(const CommandArgs& raw) {
   const std::shared_ptr<const ChatTemplate> tmpl = pick_chat_template(k, loaded, no_template);
 
   ServeMetrics metrics;
-  Engine engine(*model, *tok, make_serve_cache(k, *model), k.max_batch, metrics, loaded.end_ids);
+  std::unique_ptr<SequenceCache> cache = make_serve_cache(k, *model);
+  const std::string cache_line = cache->kv().describe();
+  Engine engine(*model, *tok, std::move(cache), k.max_batch, metrics, loaded.end_ids);
   ServeContext ctx{*model,      *tok,
                    tmpl.get(),  chat_specials(*tok, loaded.gguf ? "" : k.model),
                    no_template, k.model_name.empty() ? loaded.name : k.model_name,
@@ -162,6 +165,7 @@ int cmd_serve(const CommandArgs& raw) {
   server.start();
   if (rails)
     fmt::print(stderr, "nekton serve: guardrails {}: {}\n", k.guardrails, rails->describe());
+  fmt::print(stderr, "nekton serve: {}\n", cache_line);
   fmt::print(stderr,
              "nekton serve: listening on http://{}:{} (model {}, max_model_len {}, max_batch {}, "
              "chat template {})\n",

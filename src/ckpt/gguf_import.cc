@@ -172,6 +172,7 @@ struct Piece {
   int64_t row0, rows;
   int64_t rope_heads;
   int64_t file_row0 = 0;
+  float add = 0;  // the file holds value + add (ExternalTensor::add: Gemma's 1 + w norms)
 };
 
 // The file bytes a piece reads: its rows' share of its tensor's (all dims
@@ -234,6 +235,37 @@ void read_deepseek_routing(const GgufFile& f, const std::string& k, ModelConfig&
       f.find(fmt::format("blk.{}.exp_probs_b.bias", c.moe_first_dense_layers)) != nullptr;
 }
 
+// llama.cpp's gemma2 and gemma3 graphs, as ckpt/gguf_export.cc add_gemma
+// writes them: what the graph fixes rather than reads comes from the
+// architecture (the attention scale 1/sqrt(head size), or of hidden / heads
+// at the 27B's layer count; gemma2's local layers alternating from layer 0;
+// gemma3's five local layers then a global one, their RoPE base 10000,
+// unscaled), the window and gemma2's soft-capping from the keys. The head is
+// the embedding (an output.weight is not read, as llama.cpp does not).
+void read_gemma(const GgufFile& f, const std::string& ga, ModelConfig& c) {
+  const bool g3 = ga == "gemma3";
+  const std::string k = ga + ".";
+  const int64_t big = g3 ? 62 : 46;
+  c.query_pre_attn_scalar = double(c.n_layer == big ? c.d_model / c.n_head : c.head_dim());
+  c.sliding_window = positive(f, k + "attention.sliding_window", limits::kSeqLen);
+  c.tied_embeddings = true;
+  if (g3) {
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+      if (f.has(k + key) && f.get_float(k + key) != 0)
+        fail(
+            "GGUF '{}': {}{} = {}: Nekton runs gemma3 as llama.cpp's graph does, without "
+            "soft-capping",
+            f.path(), k, key, f.get_float(k + key));
+    c.sliding_window_pattern = 6;
+    c.rope_local_theta = 10000.0;
+    return;
+  }
+  c.sliding_window_pattern = 2;
+  // llama.cpp's defaults when a key is absent: Gemma 2's published caps.
+  c.attn_logit_softcap = f.get_float(k + "attn_logit_softcapping", 50.0);
+  c.final_logit_softcap = f.get_float(k + "final_logit_softcapping", 30.0);
+}
+
 }  // namespace
 
 bool is_gguf_path(const std::string& path) {
@@ -279,7 +311,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
       fail("GGUF '{}': {}{} = {}; Nekton needs the head size {}", f.path(), k, key,
            f.get_int(k + key), c.head_dim());
-  if (f.has(k + "attention.sliding_window"))
+  const bool gemma = ga == "gemma2" || ga == "gemma3";
+  if (!gemma && f.has(k + "attention.sliding_window"))
     fail("GGUF '{}': {}attention.sliding_window is not supported by the {} architecture here",
          f.path(), k, ga);
   const GgufFile::TensorInfo& emb = f.tensor("token_embd.weight");
@@ -292,6 +325,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
          f.get_int(k + "vocab_size"), c.vocab_size);
   c.tied_embeddings = f.find("output.weight") == nullptr;
   if (rotary) read_rope_scaling(f, ga, c);
+  if (gemma) read_gemma(f, ga, c);
   if (arch.moe()) {
     // The router as llama.cpp's graph for ga runs it: softmax, the top
     // expert_used_count renormalised or not (Architecture::gguf_norm_topk);
@@ -369,7 +403,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     if (e.rope_heads > 0 && want[0] % (2 * e.rope_heads) != 0)
       fail("GGUF '{}': tensor '{}' has {} rows, not whole heads of even size", path, e.name,
            want[0]);
-    pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads});
+    pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads, 0, e.add});
   }
   for (const auto& t : f.tensors()) {
     bool used = t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
@@ -387,7 +421,8 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   for (auto& [name, ps] : pieces) {
     std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
     bool quantized = opt.keep_quantized && block_quantizable(layout, layout.find(name));
-    for (const Piece& p : ps) quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2;
+    for (const Piece& p : ps)
+      quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2 && p.add == 0;
     if (!quantized) continue;
     std::vector<QuantRun> runs;
     for (const Piece& p : ps) {
@@ -433,7 +468,12 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
       continue;
     }
     buf.resize(size_t(p.numel()));
-    for (const Piece& pc : ps) decode_rows(pc, in, buf.data() + pc.row0 * in);
+    for (const Piece& pc : ps) {
+      float* dst = buf.data() + pc.row0 * in;
+      decode_rows(pc, in, dst);
+      if (pc.add != 0)
+        for (int64_t i = 0; i < pc.rows * in; ++i) dst[i] -= pc.add;
+    }
     Tensor src = Tensor::from_blob(buf.data(), p.shape, DType::F32);
     check_finite(src, path, ps.front().t->name, opt.allow_nonfinite);
     m.set_param(p, src);

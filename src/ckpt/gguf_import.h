@@ -2,8 +2,11 @@
 // "qwen3", "qwen2moe", "qwen3moe" and "dots1" architectures: Llama 1-3,
 // Mistral without a sliding window, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE,
 // dots.llm1; a "llama" file with llama.expert_count > 0 as Mixtral, its
-// stacked ffn_*_exps tensors one piece per expert) or of GPT-2 (llama.cpp's "gpt2")
-// as a Nekton model that runs directly, as llama.cpp would run it:
+// stacked ffn_*_exps tensors one piece per expert), of GPT-2 (llama.cpp's "gpt2")
+// or of Gemma 2 and Gemma 3's text model ("gemma2", "gemma3": the window and
+// soft-capping keys, what llama.cpp's graphs fix taken as they fix it, the
+// (1 + w) norms stored as 1 + w put back to w) as a Nekton model that runs
+// directly, as llama.cpp would run it:
 //   - the hyper-parameters from `<arch>.*` metadata, RoPE scaling included
 //     (linear, yarn, and llama3's rope_freqs.weight recognised as such; no
 //     rotary keys for GPT-2's learned positions, and its epsilon under

@@ -94,18 +94,19 @@ int64_t token_vocab(const Transformer& model, const Tokenizer* tok) {
 }  // namespace
 
 Generator::Generator(Transformer& model, const Tokenizer* tok, int64_t batch_size,
-                     int64_t prefill_chunk, int64_t max_len)
+                     int64_t prefill_chunk, int64_t max_len, KvDType kv_dtype)
     : model_(model),
       tok_(tok),
       vocab_(token_vocab(model, tok)),
       batch_(batch_size),
       chunk_(prefill_chunk),
-      auto_size_(max_len == 0) {
+      auto_size_(max_len == 0),
+      kv_dtype_(kv_dtype) {
   NK_CHECK(batch_size > 0 && prefill_chunk > 0 && max_len >= 0,
            "Generator: batch {}, prefill chunk {}, max_len {}", batch_size, prefill_chunk, max_len);
   if (max_len > 0)
     cache_ = std::make_unique<SlotCache>(model.config(), model.compute_dtype(), batch_size, max_len,
-                                         batch_size + prefill_chunk, model.device());
+                                         batch_size + prefill_chunk, model.device(), kv_dtype);
   logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32, model.device());
 }
 
@@ -238,7 +239,7 @@ void Generator::fit_cache() {
   for (const Sequence* s : waiting_) want = std::max(want, s->need);
   if (cache_ && cache_->max_len() >= want) return;
   cache_ = std::make_unique<SlotCache>(model_.config(), model_.compute_dtype(), batch_, want,
-                                       batch_ + chunk_, model_.device());
+                                       batch_ + chunk_, model_.device(), kv_dtype_);
 }
 
 void Generator::admit() {

@@ -108,8 +108,9 @@ class Generator {
   // sequence; 0 sizes the cache (a SlotCache) for the requests at hand
   // whenever the generator is idle, up to the model's max_seq_len (a waiting
   // request longer than the cache then waits until the running ones end).
+  // kv_dtype: the cache's keys and values (nullopt: the compute dtype).
   Generator(Transformer& model, const Tokenizer* tok, int64_t batch_size,
-            int64_t prefill_chunk = 256, int64_t max_len = 0);
+            int64_t prefill_chunk = 256, int64_t max_len = 0, KvDType kv_dtype = std::nullopt);
   // Over a given cache (a paged one, or a SlotCache of fixed size); at most
   // batch_size sequences run at once.
   Generator(Transformer& model, const Tokenizer* tok, std::unique_ptr<SequenceCache> cache,
@@ -180,6 +181,7 @@ class Generator {
   std::vector<int32_t> end_ids_;  // besides the eod
   int64_t batch_, chunk_;
   bool auto_size_;                        // the cache is ours to size (max_len = 0)
+  KvDType kv_dtype_;                      // of the caches we size
   std::unique_ptr<SequenceCache> cache_;  // null until a step needs it (auto size)
   int64_t next_id_ = 0, preemptions_ = 0, prefix_hits_ = 0;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // submitted, not released

@@ -20,15 +20,17 @@ KVCacheShape shape_of(const ModelConfig& cfg, const PagedCacheOptions& o) {
 
 }  // namespace
 
-int64_t PagedCache::blocks_for_memory(const ModelConfig& cfg, DType compute, int64_t block_size,
+int64_t PagedCache::blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size,
                                       double mb) {
-  const double per = double(KVCache::block_bytes(cfg, compute, block_size));
+  const double per = double(KVCache::block_bytes(cfg, kv, block_size));
   return std::max<int64_t>(1, int64_t(std::floor(mb * 1024 * 1024 / per)));
 }
 
 PagedCache::PagedCache(const ModelConfig& cfg, DType compute, const PagedCacheOptions& opt,
                        Device device)
-    : opt_(opt), kv_(cfg, compute, shape_of(cfg, opt), device), pool_(opt.blocks, opt.block_size) {}
+    : opt_(opt),
+      kv_(cfg, compute, shape_of(cfg, opt), device, opt.kv_dtype),
+      pool_(opt.blocks, opt.block_size) {}
 
 PagedCache::Seq& PagedCache::check_open(int32_t seq, const char* what) {
   NK_CHECK(seq >= 0 && seq < int32_t(seqs_.size()) && seqs_[size_t(seq)].open,

@@ -26,6 +26,7 @@ struct PagedCacheOptions {
   int64_t max_tokens = 0;  // new tokens one step may carry
   bool prefix_caching = true;
   double watermark = 0.01;  // fraction of the pool open() keeps free while others run
+  KvDType kv_dtype;         // k and v: nullopt keeps them in the compute dtype
 };
 
 class PagedCache final : public SequenceCache {
@@ -33,9 +34,9 @@ class PagedCache final : public SequenceCache {
   PagedCache(const ModelConfig& cfg, DType compute, const PagedCacheOptions& opt,
              Device device = kHost);
 
-  // Blocks that fit `mb` MiB of cache (k and v of every layer), at least 1.
-  static int64_t blocks_for_memory(const ModelConfig& cfg, DType compute, int64_t block_size,
-                                   double mb);
+  // Blocks that fit `mb` MiB of cache (k and v of every layer, in dtype kv),
+  // at least 1.
+  static int64_t blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size, double mb);
 
   int64_t max_len() const override { return kv_.max_len(); }
   int64_t max_tokens() const override { return kv_.max_tokens(); }
@@ -47,7 +48,7 @@ class PagedCache final : public SequenceCache {
   int64_t blocks_total() const override { return pool_.total(); }
 
   const BlockPool& pool() const { return pool_; }
-  const KVCache& kv() const { return kv_; }
+  const KVCache& kv() const override { return kv_; }
   // The blocks of an open sequence, in position order (for tests).
   const std::vector<int32_t>& blocks_of(int32_t seq) const;
 

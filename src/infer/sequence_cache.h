@@ -58,6 +58,8 @@ class SequenceCache {
   // SlotCache's slot is one block).
   virtual int64_t blocks_used() const = 0;
   virtual int64_t blocks_total() const = 0;
+  // The memory behind it (its dtypes and bytes, for logs and tests).
+  virtual const KVCache& kv() const = 0;
 };
 
 // The contiguous cache: each sequence owns one slot of a KVCache, positions
@@ -66,13 +68,13 @@ class SequenceCache {
 // room once a sequence is open.
 class SlotCache final : public SequenceCache {
  public:
-  // slots: sequences held at once; max_len, max_tokens, device: as in KVCache.
+  // slots: sequences held at once; max_len, max_tokens, device, kv: as in KVCache.
   SlotCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len,
-            int64_t max_tokens, Device device = kHost);
+            int64_t max_tokens, Device device = kHost, KvDType kv = std::nullopt);
 
   int64_t slots() const { return cache_.blocks(); }
   int64_t free_slots() const { return int64_t(free_.size()); }
-  const KVCache& kv() const { return cache_; }
+  const KVCache& kv() const override { return cache_; }
 
   int64_t max_len() const override { return cache_.max_len(); }
   int64_t max_tokens() const override { return cache_.max_tokens(); }

@@ -8,16 +8,31 @@
 
 namespace nk {
 
-KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
-                 Device device)
-    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device) {}
+const char* const kKvCacheDtypeDoc =
+    "dtype the KV cache keeps keys and values in: auto (the compute dtype), f32, bf16 or f16 "
+    "(bf16 and f16 halve an f32 model's cache per token; values are rounded once when stored)";
 
-int64_t KVCache::block_bytes(const ModelConfig& c, DType dt, int64_t block_size) {
-  return 2 * c.n_layer * c.n_kv_head * block_size * c.head_dim() * int64_t(dtype_size(dt));
+KvDType parse_kv_cache_dtype(const std::string& value, const std::string& key) {
+  if (value == "auto") return std::nullopt;
+  try {
+    return parse_dtype(value);  // f32, bf16, f16 and their long names
+  } catch (const Error&) {
+    fail("{}: '{}' is not a KV cache dtype (auto, f32, bf16 or f16)", key, value);
+  }
 }
 
-KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device device)
-    : shape_(sh), dtype_(dt) {
+KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
+                 Device device, KvDType kv)
+    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device, kv) {}
+
+int64_t KVCache::block_bytes(const ModelConfig& c, DType kv, int64_t block_size) {
+  return 2 * c.n_layer * c.n_kv_head * block_size * c.head_dim() * int64_t(dtype_size(kv));
+}
+
+KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device device, KvDType kv)
+    : shape_(sh), dtype_(dt), kv_dtype_(kv.value_or(dt)) {
+  NK_CHECK(kv_dtype_ == DType::F32 || kv_dtype_ == DType::BF16 || kv_dtype_ == DType::F16,
+           "KVCache: dtype {} for keys and values (f32, bf16 or f16)", dtype_name(kv_dtype_));
   NK_CHECK(
       sh.blocks > 0 && sh.block_size > 0 && sh.max_len > 0 && sh.max_seqs > 0 && sh.max_tokens > 0,
       "KVCache: blocks {}, block size {}, max_len {}, sequences {}, tokens {}", sh.blocks,
@@ -26,8 +41,8 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
     fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    k.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, dt, device));
-    v.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, dt, device));
+    k.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
+    v.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
     ops::fill(k.back(), 0.f);
     ops::fill(v.back(), 0.f);
   }
@@ -85,6 +100,13 @@ int64_t KVCache::cache_bytes() const {
   int64_t b = 0;
   for (size_t l = 0; l < k.size(); ++l) b += int64_t(k[l].nbytes() + v[l].nbytes());
   return b;
+}
+
+std::string KVCache::describe() const {
+  const int64_t positions = shape_.blocks * shape_.block_size;
+  return fmt::format("KV cache {} (compute {}): {} bytes/token, {:.2f} MiB for {} positions",
+                     dtype_name(kv_dtype_), dtype_name(dtype_), cache_bytes() / positions,
+                     double(cache_bytes()) / (1 << 20), positions);
 }
 
 }  // namespace nk

@@ -1,7 +1,9 @@
 // Key/value cache for incremental decoding, plus the workspace of one
 // Transformer::forward_cached call, allocated once.
 //
-// Layout per layer: k, v T[NB, Hkv, B, D] in the compute dtype: a pool of NB
+// Layout per layer: k, v C[NB, Hkv, B, D] in the cache's dtype C (the compute
+// dtype, or a narrower one: kv_cache_dtype, bf16 or f16 halve an f32
+// model's cache; values are rounded once when stored): a pool of NB
 // blocks of B positions. A sequence's positions live in the blocks its row of
 // the step's block table names (position p in block table[p / B], offset
 // p % B; see ops::attention_cached), so sequences share no padded time axis: a
@@ -10,7 +12,9 @@
 // The contiguous cache of S slots of L positions is one block of L per slot.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,31 +37,48 @@ struct KVCacheShape {
   int64_t table_width() const { return (max_len + block_size - 1) / block_size; }
 };
 
+// The dtype k and v are kept in: nullopt (a kv_cache_dtype of "auto") is the
+// compute dtype's.
+using KvDType = std::optional<DType>;
+
+// The value of a kv_cache_dtype key (generate.kv_cache_dtype,
+// serve.kv_cache_dtype): "auto" (nullopt), "f32", "bf16" or "f16" (their
+// long names too). nk::Error naming `key` otherwise.
+KvDType parse_kv_cache_dtype(const std::string& value, const std::string& key);
+// "auto", "f32", "bf16", "f16": the one-line doc of such keys.
+extern const char* const kKvCacheDtypeDoc;
+
 class KVCache {
  public:
-  // device: the model's.
-  KVCache(const ModelConfig& cfg, DType compute, const KVCacheShape& shape, Device device = kHost);
+  // device: the model's. kv: the dtype of k and v (nullopt: compute's).
+  KVCache(const ModelConfig& cfg, DType compute, const KVCacheShape& shape, Device device = kHost,
+          KvDType kv = std::nullopt);
   // The contiguous cache: `slots` sequences of max_len positions each, one
   // block per slot (block table row s = [s]).
   KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len, int64_t max_tokens,
-          Device device = kHost);
+          Device device = kHost, KvDType kv = std::nullopt);
 
   const KVCacheShape& shape() const { return shape_; }
   int64_t blocks() const { return shape_.blocks; }
   int64_t block_size() const { return shape_.block_size; }
   int64_t max_len() const { return shape_.max_len; }
   int64_t max_tokens() const { return shape_.max_tokens; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }        // the workspace's: the compute dtype
+  DType kv_dtype() const { return kv_dtype_; }  // k's and v's
   // Bytes of the cache proper (k and v of every layer).
   int64_t cache_bytes() const;
-  // Bytes one block takes over all layers (k and v).
-  static int64_t block_bytes(const ModelConfig& cfg, DType compute, int64_t block_size);
+  // For logs: "KV cache bf16 (compute f32): 2048 bytes/token, 64.00 MiB for 32768 positions".
+  std::string describe() const;
+  // Bytes one block takes over all layers (k and v) in dtype kv.
+  static int64_t block_bytes(const ModelConfig& cfg, DType kv, int64_t block_size);
+  // Bytes one position takes over all layers (k and v) in dtype kv.
+  static int64_t token_bytes(const ModelConfig& cfg, DType kv) { return block_bytes(cfg, kv, 1); }
 
  private:
   friend class Transformer;
   KVCacheShape shape_;
-  DType dtype_;
-  std::vector<Tensor> k, v;  // per layer [NB, Hkv, B, D]
+  DType dtype_, kv_dtype_;
+  std::vector<Tensor> k, v;  // per layer [NB, Hkv, B, D] in kv_dtype_
   // Workspace, rows = max_tokens.
   Tensor tokens, seq_ids, positions;  // i32 [max_tokens]
   Tensor table;                       // i32 [max_seqs, table_width]

@@ -24,8 +24,12 @@ Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, cons
            dtype_name(qkv.dtype()));
   NK_CHECK(k_cache.ndim() == 4, "{}: k_cache {} must be [NB, Hkv, B, D]", op, k_cache.desc());
   check_shape(v_cache, k_cache.shape(), "v_cache");
-  check_dtype(k_cache, qkv.dtype(), "k_cache");
-  check_dtype(v_cache, qkv.dtype(), "v_cache");
+  // The cache may be narrower than the compute dtype (a bf16 or f16 cache
+  // under f32 compute); k and v alike.
+  const DType kv = k_cache.dtype();
+  NK_CHECK(kv == DType::F32 || kv == DType::BF16 || kv == DType::F16,
+           "{}: k_cache dtype {} (f32, bf16 or f16)", op, dtype_name(kv));
+  check_dtype(v_cache, kv, "v_cache");
   const int64_t n = rows_of(qkv), hkv = k_cache.dim(1), D = k_cache.dim(3);
   NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "{}: {} query heads, {} kv heads", op, hq, hkv);
   NK_CHECK(qkv.dim(-1) == (hq + 2 * hkv) * D, "{}: qkv {} is not [N, (Hq+2*Hkv)*D] = [N, {}]", op,

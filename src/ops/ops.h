@@ -264,7 +264,7 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
                               float softcap = 0.f);
 
 // ---- attention over a KV cache (inference) ----
-// The cache of one layer is k_cache, v_cache T[NB, Hkv, B, D]: NB blocks of B
+// The cache of one layer is k_cache, v_cache C[NB, Hkv, B, D]: NB blocks of B
 // positions, each kv head's positions in a block contiguous (a decode step
 // streams them). A sequence's positions live in the blocks its row of
 // block_table i32[Q, M] names: position p in block block_table[q, p / B] at
@@ -273,7 +273,9 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
 // n = 0..N-1 of any mix of sequences, prefill and decode alike, are the rows of
 // qkv T[N, (Hq+2*Hkv)*D] (q and k already rotated), with seqs i32[N] (their
 // block_table row) and positions i32[N] (< M * B). There is no padding: each
-// token names its own sequence and position.
+// token names its own sequence and position. C, the cache's dtype, is f32,
+// bf16 or f16 whatever T (f32 or bf16) is: values are rounded to C when
+// stored and read back widened to fp32.
 //
 // Stores token n's k and v heads at position positions[n] of sequence seqs[n].
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,

@@ -21,14 +21,15 @@ std::unique_ptr<SequenceCache> make_serve_cache(const ServeConfig& cfg, const Tr
          cfg.block_size);
   if (cfg.kv_memory_mb < 0) fail("serve.kv_memory_mb: must be >= 0, got {}", cfg.kv_memory_mb);
   PagedCacheOptions o;
+  o.kv_dtype = parse_kv_cache_dtype(cfg.kv_cache_dtype, "serve.kv_cache_dtype");
   o.block_size = cfg.block_size;
   o.max_len = len;
   o.max_seqs = cfg.max_batch;
   o.max_tokens = cfg.max_batch + cfg.prefill_chunk;
-  o.blocks = cfg.kv_memory_mb
-                 ? PagedCache::blocks_for_memory(model.config(), model.compute_dtype(),
-                                                 cfg.block_size, double(cfg.kv_memory_mb))
-                 : cfg.max_batch * ((len + cfg.block_size - 1) / cfg.block_size);
+  o.blocks = cfg.kv_memory_mb ? PagedCache::blocks_for_memory(
+                                    model.config(), o.kv_dtype.value_or(model.compute_dtype()),
+                                    cfg.block_size, double(cfg.kv_memory_mb))
+                              : cfg.max_batch * ((len + cfg.block_size - 1) / cfg.block_size);
   return std::make_unique<PagedCache>(model.config(), model.compute_dtype(), o, model.device());
 }
 

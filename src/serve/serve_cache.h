@@ -16,8 +16,9 @@ int64_t serve_max_len(const ServeConfig& cfg, const Transformer& model);
 
 // The paged cache (infer/paged_cache.h): blocks of serve.block_size
 // positions, serve.kv_memory_mb of them (0: enough for serve.max_batch
-// sequences of serve_max_len positions), prefix caching on. nk::Error naming
-// the key for a bad block size or memory.
+// sequences of serve_max_len positions), prefix caching on, keys and values
+// in serve.kv_cache_dtype. nk::Error naming the key for a bad block size,
+// memory or dtype.
 std::unique_ptr<SequenceCache> make_serve_cache(const ServeConfig& cfg, const Transformer& model);
 
 }  // namespace nk

@@ -5,6 +5,7 @@
 
 #include "core/config_bind.h"
 #include "infer/model_source.h"
+#include "model/kv_cache.h"
 
 namespace nk {
 
@@ -20,10 +21,11 @@ struct ServeConfig {
   int64_t max_body_mb = 8;
   int64_t max_connections = 1024;  // HTTP connections open at once
   int64_t header_timeout_s = 10, body_timeout_s = 60, idle_timeout_s = 30, write_timeout_s = 30;
-  int64_t default_max_tokens = 0;  // 0 = up to the context
-  int64_t block_size = 16;         // paged KV cache: positions per block
-  int64_t kv_memory_mb = 0;        // 0 = enough for max_batch full-length sequences
-  std::string guardrails;          // rails file (serve/guardrails_config.h); "" = none
+  int64_t default_max_tokens = 0;       // 0 = up to the context
+  int64_t block_size = 16;              // paged KV cache: positions per block
+  int64_t kv_memory_mb = 0;             // 0 = enough for max_batch full-length sequences
+  std::string kv_cache_dtype = "auto";  // model/kv_cache.h parse_kv_cache_dtype
+  std::string guardrails;               // rails file (serve/guardrails_config.h); "" = none
 
   void bind(ConfigBinder& b) {
     b.bind("serve.model", model,
@@ -69,6 +71,7 @@ struct ServeConfig {
            "paged KV cache memory in MiB, all layers' keys and values (0: enough for max_batch "
            "full-length sequences); a sequence takes blocks as it grows, and when they run out "
            "the newest is preempted and recomputed later");
+    b.bind("serve.kv_cache_dtype", kv_cache_dtype, kKvCacheDtypeDoc);
     b.bind("serve.guardrails.config", guardrails,
            "guardrails file (YAML, see configs/guardrails.yaml): input rails (length, blocked "
            "topics, a fastText classifier, jailbreak heuristics) and output rails (PII "

@@ -84,6 +84,31 @@ TEST_F(GenerateEvalCli, StopStrings) {
   EXPECT_TRUE(contains(r.out, "generate.min_p")) << r.out;
 }
 
+// generate.kv_cache_dtype: the counting model's continuation does not read
+// the cache's values (its attention output is zeroed), so every dtype gives
+// it; the log line names the cache's dtype and its bytes per position (one
+// layer, 2 kv heads of 32: 512 bytes in f32, half in bf16 or f16). A bad value
+// names the key, before the model loads; serve.kv_cache_dtype too.
+TEST_F(GenerateEvalCli, KvCacheDtype) {
+  for (auto [dt, bytes] : {std::pair{"auto", 512}, {"f32", 512}, {"bf16", 256}, {"f16", 256}}) {
+    SCOPED_TRACE(dt);
+    auto r =
+        run_nekton(gen("generate.prompt=abc generate.max_tokens=5 generate.kv_cache_dtype=") + dt);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "abcdefgh\n")) << r.out;
+    const std::string kv = std::string(dt) == "auto" ? "f32" : dt;
+    EXPECT_TRUE(
+        contains(r.out, fmt::format("KV cache {} (compute f32): {} bytes/token", kv, bytes)))
+        << r.out;
+  }
+  auto r = run_nekton(gen("generate.prompt=abc generate.kv_cache_dtype=fp8"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "generate.kv_cache_dtype: 'fp8' is not a KV cache dtype")) << r.out;
+  r = run_nekton("serve serve.model=" + d_ / "absent" + " serve.kv_cache_dtype=int8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.out, "serve.kv_cache_dtype: 'int8' is not a KV cache dtype")) << r.out;
+}
+
 TEST_F(GenerateEvalCli, EvalTextFileAndIndexedDataset) {
   const std::string text = d_ / "t.txt", json = d_ / "ppl.json";
   std::string body;

@@ -311,6 +311,7 @@ class ShuffledCache final : public SequenceCache {
   }
   int64_t blocks_used() const override { return inner_.blocks_used(); }
   int64_t blocks_total() const override { return inner_.blocks_total(); }
+  const KVCache& kv() const override { return inner_.kv(); }
   int64_t opened = 0, closed = 0;
 
  private:

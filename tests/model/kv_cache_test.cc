@@ -22,6 +22,7 @@
 
 #include "model/full_logits.h"
 #include "model/tiny_config.h"
+#include "test_util.h"
 
 namespace nk {
 namespace {
@@ -40,11 +41,13 @@ std::vector<int32_t> random_tokens(int64_t n, uint64_t seed, int64_t V) {
 // Runs the sequences together: call 0 prefills prompt[i] tokens of each, then
 // every later call decodes one token of every sequence that still has one.
 // Returns each sequence's logits [T_i * V] at every position.
+// kv: the cache's dtype (nullopt: the compute dtype).
 std::vector<std::vector<float>> cached_logits(Transformer& m,
                                               const std::vector<std::vector<int32_t>>& seqs,
-                                              const std::vector<int64_t>& prompt) {
+                                              const std::vector<int64_t>& prompt,
+                                              KvDType kv = std::nullopt) {
   const int64_t V = m.config().vocab_size;
-  KVCache cache(m.config(), m.compute_dtype(), 3, m.config().max_seq_len, 64);
+  KVCache cache(m.config(), m.compute_dtype(), 3, m.config().max_seq_len, 64, kHost, kv);
   std::vector<std::vector<float>> out(seqs.size());
   std::vector<int64_t> done(seqs.size(), 0);
   for (bool first = true;; first = false) {
@@ -114,6 +117,59 @@ TEST(KvCacheModel, Gpt2Bf16) {
 }
 TEST(KvCacheModel, LlamaGqaBf16) {
   check(true, DType::BF16, 0.05);
+}
+
+// kv_cache_dtype: keys and values kept in bf16 or f16 under f32 compute
+// (and f32 or f16 under bf16) give the logits of the compute dtype's cache
+// within the cache rounding's effect, and bytes per position halve (or
+// double). The bound: k and v rounded once (bf16 2^-9, f16 2^-11 relative)
+// move scores and outputs by about that much of their O(1) size, amplified by
+// this model's large weights (init 0.2: sharp attention) through two layers;
+// 0.06 for bf16 and 0.01 for f16 absolute on logits of spread ~4.4 (measured:
+// up to 0.028 and 0.0031, the printed line). A broken conversion (k read as
+// raw bits, v unrounded into a narrower slot) is off by O(1).
+void check_cache_dtype(bool llama, DType dt, DType kv, double tol) {
+  Transformer m(tiny(llama), dt, 11);
+  const int64_t V = m.config().vocab_size;
+  std::vector<int32_t> a = random_tokens(23, 1, V), b = random_tokens(14, 2, V);
+  auto same = cached_logits(m, {a, b}, {9, 3});
+  auto got = cached_logits(m, {a, b}, {9, 3}, kv);
+  const double da = max_diff(got[0], same[0]), db = max_diff(got[1], same[1]);
+  EXPECT_LE(da, tol);
+  EXPECT_LE(db, tol);
+  if (dt == DType::F32 && kv != DType::F32) {
+    EXPECT_GT(std::max(da, db), 0.0) << "the rounding of the cache shows";
+  }
+  const KVCache narrow(m.config(), dt, 3, 32, 8, kHost, kv), wide(m.config(), dt, 3, 32, 8);
+  EXPECT_EQ(narrow.kv_dtype(), kv);
+  EXPECT_EQ(narrow.cache_bytes() * int64_t(dtype_size(dt)),
+            wide.cache_bytes() * int64_t(dtype_size(kv)));
+  EXPECT_EQ(KVCache::token_bytes(m.config(), kv) * 32 * 3, narrow.cache_bytes());
+  std::printf("[%s %s compute, %s cache] max |logits - %s cache's|: %.3g / %.3g\n",
+              llama ? "llama" : "gpt2", dtype_name(dt), dtype_name(kv), dtype_name(dt), da, db);
+}
+
+TEST(KvCacheModel, Bf16CacheUnderF32) {
+  check_cache_dtype(true, DType::F32, DType::BF16, 0.06);
+  check_cache_dtype(false, DType::F32, DType::BF16, 0.06);
+}
+TEST(KvCacheModel, F16CacheUnderF32) {
+  check_cache_dtype(true, DType::F32, DType::F16, 0.01);
+  check_cache_dtype(false, DType::F32, DType::F16, 0.01);
+}
+TEST(KvCacheModel, OtherCacheUnderBf16) {
+  check_cache_dtype(true, DType::BF16, DType::F32, 0.05);
+  check_cache_dtype(true, DType::BF16, DType::F16, 0.05);
+}
+
+TEST(KvCacheModel, CacheDtypeKey) {
+  EXPECT_EQ(parse_kv_cache_dtype("auto", "generate.kv_cache_dtype"), std::nullopt);
+  EXPECT_EQ(parse_kv_cache_dtype("bf16", "k"), DType::BF16);
+  EXPECT_EQ(parse_kv_cache_dtype("float16", "k"), DType::F16);
+  EXPECT_EQ(parse_kv_cache_dtype("f32", "k"), DType::F32);
+  const std::string e = test::error_of([] { parse_kv_cache_dtype("fp8", "serve.kv_cache_dtype"); });
+  EXPECT_NE(e.find("serve.kv_cache_dtype: 'fp8'"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, f32, bf16 or f16"), std::string::npos) << e;
 }
 
 TEST(KvCacheModel, CacheLongerThanTheModelIsAnError) {

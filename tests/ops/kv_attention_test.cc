@@ -10,8 +10,13 @@
 //
 // Tolerances: tol_for(dtype) of op_harness.h against the reference fed the
 // same rounded inputs (f32: accumulation order only, 1e-4 rel; bf16: one
-// output rounding, 2e-2).
+// output rounding, 2e-2). A cache narrower than the compute dtype (bf16 or
+// f16 under f32, f16 under bf16): the reference reads the same rounded
+// cache, so the compute dtype's tolerance holds, and the stored rows are
+// exactly the rounded k and v.
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "ops/op_harness.h"
 #include "ops/ops.h"
@@ -37,8 +42,12 @@ NK_INSTANTIATE_BACKENDS(KvAttention);
 
 // Runs the ops on `dev` and returns out; checks caches and out against the
 // reference.
+// kv: the caches' dtype (the compute dtype dt when unset); the reference
+// stores qkv's k and v rounded to it.
 std::vector<double> check_against_reference(Device dev, const Case& cs, DType dt,
-                                            int64_t window = 0) {
+                                            int64_t window = 0,
+                                            std::optional<DType> kv = std::nullopt) {
+  const DType ct = kv.value_or(dt);
   const int64_t N = int64_t(cs.seqs.size());
   ref::CacheDims d{N, cs.Hq, cs.Hkv, cs.D, cs.B, cs.M, cs.table.data()};
   const Shape cache_shape{cs.NB, cs.Hkv, cs.B, cs.D};
@@ -46,10 +55,10 @@ std::vector<double> check_against_reference(Device dev, const Case& cs, DType dt
   // The caches start with random history: every position a token attends to
   // but does not store itself is "previously cached".
   std::vector<double> qkv = rounded(randn(size_t(N * d.row()), 1), dt);
-  std::vector<double> kc = rounded(randn(size_t(cache_n), 2), dt);
-  std::vector<double> vc = rounded(randn(size_t(cache_n), 3), dt);
-  Tensor tq = make({N, d.row()}, dt, qkv, dev), tk = make(cache_shape, dt, kc, dev),
-         tv = make(cache_shape, dt, vc, dev);
+  std::vector<double> kc = rounded(randn(size_t(cache_n), 2), ct);
+  std::vector<double> vc = rounded(randn(size_t(cache_n), 3), ct);
+  Tensor tq = make({N, d.row()}, dt, qkv, dev), tk = make(cache_shape, ct, kc, dev),
+         tv = make(cache_shape, ct, vc, dev);
   Tensor tb = make_i32({cs.Q(), cs.M}, cs.table, dev);
   Tensor sq = make_i32({N}, cs.seqs, dev), ps = make_i32({N}, cs.pos, dev);
   Tensor out = Tensor::empty({N, cs.Hq * cs.D}, dt, dev);
@@ -58,6 +67,8 @@ std::vector<double> check_against_reference(Device dev, const Case& cs, DType dt
 
   std::vector<double> want(size_t(N * cs.Hq * cs.D));
   ref::kv_cache_store(kc.data(), vc.data(), qkv.data(), cs.seqs.data(), cs.pos.data(), d);
+  kc = rounded(kc, ct);  // the stored rows, rounded once (history is already)
+  vc = rounded(vc, ct);
   ref::attention_cached(want.data(), qkv.data(), kc.data(), vc.data(), cs.seqs.data(),
                         cs.pos.data(), d, window);
   expect_close(values(tk), kc, {0, 0}, "k_cache");
@@ -99,6 +110,35 @@ TEST_P(KvAttention, MatchesReferenceBf16) {
     SCOPED_TRACE(::testing::Message() << "block size " << B);
     check_against_reference(dev(), ragged(4, 2, 16, B), DType::BF16);
     check_against_reference(dev(), ragged(8, 1, 64, B), DType::BF16);
+  }
+}
+
+// kv_cache_dtype: a cache in another dtype than the compute one, every
+// pairing the ops take (stores round to the cache's dtype, reads widen).
+TEST_P(KvAttention, MatchesReferenceWithCacheDtype) {
+  const std::pair<DType, DType> pairs[] = {{DType::F32, DType::BF16},
+                                           {DType::F32, DType::F16},
+                                           {DType::BF16, DType::F32},
+                                           {DType::BF16, DType::F16}};
+  for (auto [dt, kv] : pairs)
+    for (int64_t B : {0, 16}) {
+      SCOPED_TRACE(::testing::Message()
+                   << dtype_name(dt) << " compute, " << dtype_name(kv) << " cache, block " << B);
+      check_against_reference(dev(), ragged(4, 2, 16, B), dt, 0, kv);
+      check_against_reference(dev(), ragged(8, 1, 64, B), dt, 0, kv);
+      check_against_reference(dev(), ragged(3, 3, 24, B), dt, 9, kv);
+    }
+  // k and v must agree, and a cache dtype is a float one.
+  Tensor qkv = make({1, 4 * 8}, DType::F32, std::vector<double>(32), dev());
+  Tensor kc = make({1, 1, 8, 8}, DType::BF16, std::vector<double>(64), dev());
+  Tensor vc = make({1, 1, 8, 8}, DType::F16, std::vector<double>(64), dev());
+  Tensor tb = make_i32({1, 1}, {0}, dev());
+  Tensor sq = make_i32({1}, {0}, dev()), ps = make_i32({1}, {0}, dev());
+  try {
+    ops::kv_cache_store(kc, vc, qkv, 2, tb, sq, ps);
+    ADD_FAILURE() << "a bf16 k_cache beside an f16 v_cache was taken";
+  } catch (const InternalError& e) {
+    EXPECT_TRUE(test::contains(e.what(), "v_cache is f16, expected bf16")) << e.what();
   }
 }
 

@@ -198,6 +198,38 @@ TEST_F(EngineTest, PagedCacheKeys) {
   // One layer, 2 kv heads of 32 f32 values, k and v: 8 KiB a block of 16.
   cfg.kv_memory_mb = 1;
   EXPECT_EQ(make_serve_cache(cfg, *model_)->blocks_total(), 128);
+  // serve.kv_cache_dtype: bf16 and f16 keys and values fit twice the blocks
+  // in the same memory; a bad value names the key.
+  for (const char* dt : {"bf16", "f16"}) {
+    cfg.kv_cache_dtype = dt;
+    std::unique_ptr<SequenceCache> c = make_serve_cache(cfg, *model_);
+    EXPECT_EQ(c->blocks_total(), 256) << dt;
+    EXPECT_EQ(dtype_name(c->kv().kv_dtype()), std::string(dt));
+    EXPECT_EQ(c->kv().cache_bytes(), int64_t(1) << 20) << dt;
+  }
+  cfg.kv_cache_dtype = "f32";
+  EXPECT_EQ(make_serve_cache(cfg, *model_)->blocks_total(), 128);
+  cfg.kv_cache_dtype = "q8";
+  EXPECT_TRUE(test::contains(test::error_of([&] { make_serve_cache(cfg, *model_); }),
+                             "serve.kv_cache_dtype: 'q8' is not a KV cache dtype"));
+}
+
+// A bf16 cache under the f32 counting model: the engine's greedy answers are
+// the f32 cache's (its attention output is zeroed, so the rounding cannot
+// show), prefix caching included.
+TEST_F(EngineTest, Bf16CacheServes) {
+  ServeConfig cfg;
+  cfg.max_batch = 2;
+  cfg.prefill_chunk = 16;
+  cfg.kv_cache_dtype = "bf16";
+  Engine e(*model_, *tok_, make_serve_cache(cfg, *model_), 2, metrics_);
+  for (int i = 0; i < 2; ++i) {
+    auto ch = e.submit({greedy("abcdefghijklmnopqrstuvwxyz0123456789", 4)}, ServeClock::now());
+    std::string t;
+    for (const StreamEvent& ev : drain(*ch, 1)) t += ev.piece;
+    EXPECT_EQ(t, ":;<=");
+  }
+  EXPECT_EQ(metrics_.prefix_hit_tokens.value(), 32);
 }
 
 }  // namespace

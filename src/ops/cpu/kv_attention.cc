@@ -10,9 +10,13 @@
 // span (a scale other than 1/sqrt(D) and Gemma 2's soft-capping of the
 // scores go in before the softmax); tasks are dealt round-robin to the threads so that a prefill,
 // whose later tokens see more keys, splits evenly. The arithmetic does not depend on the block
-// size: a paged cache gives the contiguous cache's bits.
+// size: a paged cache gives the contiguous cache's bits. The cache may hold
+// k and v in a narrower dtype than the compute one (kv_cache_dtype: bf16 or
+// f16 under f32): rows are rounded once when stored and widened to fp32 as
+// they stream by (load_row), so a decode step reads half the bytes.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
@@ -81,15 +85,23 @@ float* scratch(size_t n) {
   return buf.data();
 }
 
-template <typename T>
-void store_impl(T* kc, T* vc, const T* qkv, const int32_t* seq, const int32_t* pos,
+// The cache's dtype C may differ from the compute dtype T (a bf16 or f16
+// cache under f32 compute): each value is rounded to C on the way in.
+template <typename T, typename C>
+void store_impl(C* kc, C* vc, const T* qkv, const int32_t* seq, const int32_t* pos,
                 const CacheDims& d) {
+  auto put = [&](C* dst, const T* src) {
+    if constexpr (std::is_same_v<T, C>)
+      std::copy(src, src + d.D, dst);
+    else
+      for (int64_t c = 0; c < d.D; ++c) dst[c] = store<C>(load(src[c]));
+  };
   parallel_for(d.N, 16, [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n)
       for (int64_t h = 0; h < d.Hkv; ++h) {
         const T* src = qkv + n * d.row() + (d.Hq + h) * d.D;
-        std::copy(src, src + d.D, kc + d.at(seq[n], h, pos[n]));
-        std::copy(src + d.Hkv * d.D, src + (d.Hkv + 1) * d.D, vc + d.at(seq[n], h, pos[n]));
+        put(kc + d.at(seq[n], h, pos[n]), src);
+        put(vc + d.at(seq[n], h, pos[n]), src + d.Hkv * d.D);
       }
   });
 }
@@ -101,16 +113,16 @@ void store_impl(T* kc, T* vc, const T* qkv, const int32_t* seq, const int32_t* p
 // row fetches the matching row of the next block ahead (measured: 16-row
 // blocks took ~1.4x the contiguous layout's time without it). One division
 // per call, none per run.
-template <typename T, typename F>
-void for_each_row(const T* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
+template <typename C, typename F>
+void for_each_row(const C* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
                   int64_t len, F&& f) {
   const int32_t* blocks = d.table + q * d.M;
-  const int64_t row_bytes = d.D * int64_t(sizeof(T));
+  const int64_t row_bytes = d.D * int64_t(sizeof(C));
   auto base = [&](int64_t b) { return cache + (int64_t(blocks[b]) * d.Hkv + kvh) * d.B * d.D; };
   int64_t b = first / d.B, off = first % d.B;
   for (int64_t j = 0; j < len; ++b, off = 0) {
     const int64_t e = std::min(len, j + d.B - off);  // the rest of block b, contiguous
-    const T* run = base(b) + off * d.D;
+    const C* run = base(b) + off * d.D;
     const char* next = e < len ? reinterpret_cast<const char*>(base(b + 1)) : nullptr;
     for (int64_t i = j; i < e; ++i) {
       if (next)
@@ -124,8 +136,8 @@ void for_each_row(const T* cache, const CacheDims& d, int64_t q, int64_t kvh, in
 
 // Token n sees positions [first, pos[n]]: first = pos[n] - window + 1 (>= 0)
 // under a sliding window, else 0.
-template <typename T>
-void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* seq,
+template <typename T, typename C>
+void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* seq,
                  const int32_t* pos, int64_t window, float scale, float softcap,
                  const CacheDims& d) {
   const int64_t G = d.group(), D = d.D, tasks = d.N * d.Hkv;
@@ -146,8 +158,8 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
         for (int64_t g = 0; g < G; ++g)
           for (int64_t c = 0; c < D; ++c)
             q[g * D + c] = scale * to_f32(qkv[n * d.row() + (kvh * G + g) * D + c]);
-        for_each_row(kc, d, seq[n], kvh, first, len, [&](int64_t i, const T* kr) {
-          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(kr[c]);
+        for_each_row(kc, d, seq[n], kvh, first, len, [&](int64_t i, const C* kr) {
+          load_row(row, kr, D);
           for (int64_t g = 0; g < G; ++g) s[g * len + i] = dot(q + g * D, row, D);
         });
         for (int64_t g = 0; g < G; ++g) {
@@ -159,8 +171,8 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
           for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
         }
         std::fill(o, o + G * D, 0.f);
-        for_each_row(vc, d, seq[n], kvh, first, len, [&](int64_t i, const T* vr) {
-          for (int64_t c = 0; c < D; ++c) row[c] = to_f32(vr[c]);
+        for_each_row(vc, d, seq[n], kvh, first, len, [&](int64_t i, const C* vr) {
+          load_row(row, vr, D);
           for (int64_t g = 0; g < G; ++g) {
             const float pr = s[g * len + i];
             float* og = o + g * D;
@@ -174,6 +186,17 @@ void attend_impl(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* 
   });
 }
 
+// fn(T{}, C{}): T the compute dtype (f32, bf16), C the cache's (f32, bf16, f16).
+template <typename Fn>
+void dispatch_kv(const Tensor& qkv, const Tensor& cache, const char* op, Fn&& fn) {
+  dispatch_float(cache.dtype(), op, [&](auto c) {
+    if (qkv.dtype() == DType::F32)
+      fn(float{}, c);
+    else
+      fn(bf16{}, c);
+  });
+}
+
 }  // namespace
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
@@ -181,10 +204,11 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
   const CacheDims d =
       dims_of("kv_cache_store", qkv, k_cache, n_q_heads, block_table, seqs, positions);
   const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
-  if (qkv.dtype() == DType::F32)
-    store_impl(k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(), sq, ps, d);
-  else
-    store_impl(k_cache.data<bf16>(), v_cache.data<bf16>(), qkv.data<bf16>(), sq, ps, d);
+  dispatch_kv(qkv, k_cache, "kv_cache_store", [&](auto t, auto c) {
+    using T = decltype(t);
+    using C = decltype(c);
+    store_impl(k_cache.data<C>(), v_cache.data<C>(), qkv.data<T>(), sq, ps, d);
+  });
 }
 
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
@@ -193,12 +217,12 @@ void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, cons
   const CacheDims d =
       dims_of("attention_cached", qkv, k_cache, n_q_heads, block_table, seqs, positions);
   const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
-  if (qkv.dtype() == DType::F32)
-    attend_impl(out.data<float>(), qkv.data<float>(), k_cache.data<float>(), v_cache.data<float>(),
-                sq, ps, window, scale, softcap, d);
-  else
-    attend_impl(out.data<bf16>(), qkv.data<bf16>(), k_cache.data<bf16>(), v_cache.data<bf16>(), sq,
-                ps, window, scale, softcap, d);
+  dispatch_kv(qkv, k_cache, "attention_cached", [&](auto t, auto c) {
+    using T = decltype(t);
+    using C = decltype(c);
+    attend_impl(out.data<T>(), qkv.data<T>(), k_cache.data<C>(), v_cache.data<C>(), sq, ps, window,
+                scale, softcap, d);
+  });
 }
 
 }  // namespace nk::ops::NK_CPU_NS

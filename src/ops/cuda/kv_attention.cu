@@ -1,7 +1,8 @@
 // Attention of new tokens over a paged KV cache on CUDA (decode and ragged
 // prefill; arguments checked by ops/kv_attention.cc): qkv T[N,(Hq+2*Hkv)*D];
-// k_cache, v_cache T[NB,Hkv,B,D]; block_table i32[Q,M]; seqs, positions i32[N];
-// out T[N,Hq*D]. T is f32 or bf16, fp32 inside. Head dims up to 256.
+// k_cache, v_cache C[NB,Hkv,B,D]; block_table i32[Q,M]; seqs, positions i32[N];
+// out T[N,Hq*D]. T is f32 or bf16, C (the cache's) f32, bf16 or f16, fp32
+// inside. Head dims up to 256.
 //
 // Validation: the tokens' sequences, positions and every block they read come
 // from the scheduler, so both ops check them on the device first, as the CPU
@@ -11,7 +12,7 @@
 // ErrorFlag, one small synchronising copy) is reported with the CPU kernel's
 // text for the first bad token, found on the host from copies of the inputs.
 //
-// kv_cache_store: one thread per (token, kv head, column), a plain copy.
+// kv_cache_store: one thread per (token, kv head, column), a copy rounded to C.
 //
 // attention_cached: one block of 4 warps per (token, kv head, chunk of 16
 // query heads of its group), each warp owning 4 query heads. The token's
@@ -59,15 +60,26 @@ __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) {
   return a > b ? a : b;
 }
 
-// fn(T{}) for the dtypes the ops accept (f32, bf16).
+// fn(T{}, C{}) for the dtypes the ops accept: compute T f32 or bf16, cache C
+// f32, bf16 or f16.
 template <typename Fn>
-void dispatch_dtype(DType dt, const char* op, Fn&& fn) {
-  if (dt == DType::F32)
-    fn(float{});
-  else if (dt == DType::BF16)
-    fn(bf16{});
+void dispatch_kv(DType dt, DType cache, const char* op, Fn&& fn) {
+  auto with_t = [&](auto c) {
+    if (dt == DType::F32)
+      fn(float{}, c);
+    else if (dt == DType::BF16)
+      fn(bf16{}, c);
+    else
+      NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
+  };
+  if (cache == DType::F32)
+    with_t(float{});
+  else if (cache == DType::BF16)
+    with_t(bf16{});
+  else if (cache == DType::F16)
+    with_t(f16{});
   else
-    NK_CHECK(false, "{}: unsupported dtype {}", op, dtype_name(dt));
+    NK_CHECK(false, "{}: unsupported cache dtype {}", op, dtype_name(cache));
 }
 
 // ---- validation ----
@@ -145,10 +157,10 @@ void validate(const char* op, const CacheDims& d, const Tensor& table, const Ten
 
 // ---- kernels ----
 
-// k_cache, v_cache T[NB,Hkv,B,D] at (block_table[seqs[n], p / B], kvh, p % B),
-// p = positions[n] <- the k and v heads of qkv T[N,C]. One thread per (n, kvh, c).
-template <typename T>
-__global__ void kv_cache_store_kernel(T* kc, T* vc, const T* qkv, const int32_t* table,
+// k_cache, v_cache C[NB,Hkv,B,D] at (block_table[seqs[n], p / B], kvh, p % B),
+// p = positions[n] <- the k and v heads of qkv T[N,W]. One thread per (n, kvh, c).
+template <typename T, typename Cache>
+__global__ void kv_cache_store_kernel(Cache* kc, Cache* vc, const T* qkv, const int32_t* table,
                                       const int32_t* seqs, const int32_t* positions, int64_t N,
                                       int Hq, int Hkv, int D, int64_t B, int64_t M) {
   const int64_t C = int64_t(Hq + 2 * Hkv) * D;
@@ -157,21 +169,22 @@ __global__ void kv_cache_store_kernel(T* kc, T* vc, const T* qkv, const int32_t*
     const int64_t p = positions[n];
     const int64_t at = ((int64_t(table[int64_t(seqs[n]) * M + p / B]) * Hkv + h) * B + p % B) * D;
     const T* src = qkv + n * C + (Hq + h) * D + c;
-    kc[at + c] = src[0];
-    vc[at + c] = src[int64_t(Hkv) * D];
+    kc[at + c] = store<Cache>(load(src[0]));
+    vc[at + c] = store<Cache>(load(src[int64_t(Hkv) * D]));
   }
 }
 
 // out T[N,Hq*D] <- query heads of qkv T[N,C] over k_cache, v_cache
-// T[NB,Hkv,B,D] at positions [first, p] of sequence seqs[n], p = positions[n],
+// C[NB,Hkv,B,D] at positions [first, p] of sequence seqs[n], p = positions[n],
 // first = max(0, p - window + 1) (window > 0) or 0. grid (N, Hkv, ceil(G/16)),
 // block 128: warp w owns heads g0 + w, w+4, w+8, w+12 of the kv head's group.
 // Dynamic shared: Q [16, D] (scaled), K [32, ld], V [32, D].
-template <typename T, int P>
+template <typename T, typename Cache, int P>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_cached_kernel(T* out, const T* qkv, const T* kc, const T* vc, const int32_t* table,
-                            const int32_t* seqs, const int32_t* positions, int Hq, int Hkv, int D,
-                            int64_t B, int64_t M, int64_t window, float scale) {
+    attention_cached_kernel(T* out, const T* qkv, const Cache* kc, const Cache* vc,
+                            const int32_t* table, const int32_t* seqs, const int32_t* positions,
+                            int Hq, int Hkv, int D, int64_t B, int64_t M, int64_t window,
+                            float scale) {
   extern __shared__ float smem[];
   const int ld = D | 1;  // odd: the per-lane rows of K hit distinct banks
   float* qs = smem;
@@ -268,10 +281,11 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
   validate("kv_cache_store", d, block_table, seqs, positions);
   if (d.N == 0 || d.D == 0) return;
   const int64_t total = d.N * d.Hkv * d.D;
-  dispatch_dtype(qkv.dtype(), "kv_cache_store", [&](auto tag) {
+  dispatch_kv(qkv.dtype(), k_cache.dtype(), "kv_cache_store", [&](auto tag, auto ctag) {
     using T = decltype(tag);
-    kv_cache_store_kernel<T><<<blocks_for(total), kThreads, 0, nk::cuda::stream()>>>(
-        k_cache.data<T>(), v_cache.data<T>(), qkv.data<T>(), block_table.data<int32_t>(),
+    using Cache = decltype(ctag);
+    kv_cache_store_kernel<T, Cache><<<blocks_for(total), kThreads, 0, nk::cuda::stream()>>>(
+        k_cache.data<Cache>(), v_cache.data<Cache>(), qkv.data<T>(), block_table.data<int32_t>(),
         seqs.data<int32_t>(), positions.data<int32_t>(), d.N, d.Hq, d.Hkv, d.D, d.B, d.M);
     NK_CUDA_LAUNCHED("kv_cache_store_kernel");
   });
@@ -296,15 +310,16 @@ void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, cons
   const size_t smem =
       sizeof(float) * size_t(kHeadTile * d.D + kPosTile * (d.D | 1) + kPosTile * d.D);
   const float scale = 1.f / std::sqrt(float(d.D));
-  dispatch_dtype(qkv.dtype(), "attention_cached", [&](auto tag) {
+  dispatch_kv(qkv.dtype(), k_cache.dtype(), "attention_cached", [&](auto tag, auto ctag) {
     using T = decltype(tag);
+    using Cache = decltype(ctag);
     auto launch = [&](auto per) {
       constexpr int P = decltype(per)::value;
       if (smem > kDefaultSmem)
-        NK_CUDA_CHECK(cudaFuncSetAttribute(attention_cached_kernel<T, P>,
+        NK_CUDA_CHECK(cudaFuncSetAttribute(attention_cached_kernel<T, Cache, P>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      attention_cached_kernel<T, P><<<grid, kWarps * 32, smem, nk::cuda::stream()>>>(
-          out.data<T>(), qkv.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
+      attention_cached_kernel<T, Cache, P><<<grid, kWarps * 32, smem, nk::cuda::stream()>>>(
+          out.data<T>(), qkv.data<T>(), k_cache.data<Cache>(), v_cache.data<Cache>(),
           block_table.data<int32_t>(), seqs.data<int32_t>(), positions.data<int32_t>(), d.Hq, d.Hkv,
           d.D, d.B, d.M, window, scale);
       NK_CUDA_LAUNCHED("attention_cached_kernel");
