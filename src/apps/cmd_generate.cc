@@ -308,12 +308,13 @@ int cmd_generate(const CommandArgs& a) {
   const auto t_end = std::chrono::steady_clock::now();
   const double first = t_first ? std::chrono::duration<double>(*t_first - t0).count() : secs;
   const double decode = std::chrono::duration<double>(t_end - t_first.value_or(t_end)).count();
+  // One closing line (scripts cut the output at its last "\n["): speed, then the cache.
   fmt::print(stderr,
              "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s; first token after {:.2f} s, "
-             "then {:.1f} tokens/s]\n",
+             "then {:.1f} tokens/s{}{}]\n",
              res.size(), n_tok, secs, secs > 0 ? double(n_tok) / secs : 0.0, first,
-             decode > 0 ? double(n_tok - n_first) / decode : 0.0);
-  if (gen.cache()) fmt::print(stderr, "[{}]\n", gen.cache()->kv().describe());
+             decode > 0 ? double(n_tok - n_first) / decode : 0.0, gen.cache() ? "; " : "",
+             gen.cache() ? gen.cache()->kv().describe() : std::string());
   return 0;
 }
 
