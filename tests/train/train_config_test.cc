@@ -103,7 +103,8 @@ std::string without_newer_keys(const std::string& yaml) {
          (key.starts_with("moe_") || key == "num_experts" || key == "num_experts_per_tok" ||
           key == "norm_topk_prob" || key == "num_labels" || key == "labels" || key == "head_dim" ||
           key == "sliding_window_pattern" || key == "rope_local_theta" ||
-          key == "query_pre_attn_scalar" || key.ends_with("_softcap"))) ||
+          key == "query_pre_attn_scalar" || key.ends_with("_softcap") || key == "q_lora_rank" ||
+          key == "kv_lora_rank" || key == "qk_rope_head_dim" || key == "v_head_dim")) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
           key.starts_with("eval_") || key == "tensorboard" || key == "profile")) ||
