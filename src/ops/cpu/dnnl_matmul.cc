@@ -74,7 +74,8 @@ struct Entry {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, bias;
   // Set where this CPU has no 16-bit matmul (oneDNN 2.x wants AVX-512 for
-  // bf16): the primitive is the f32 one, run on f32 copies of the 16-bit
+  // bf16), or for bf16 below the avx512_bf16 level (widen_bf16): the
+  // primitive is the f32 one, run on f32 copies of the 16-bit
   // operands, with the result rounded back (round to nearest even), which is
   // what the 16-bit primitive computes too (f32 accumulation), up to the
   // order of the sums. The copies are kept with the entry: no allocation
