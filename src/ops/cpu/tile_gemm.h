@@ -135,21 +135,8 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
   }
 }
 
-#else  // portable fallback: the j loop vectorizes on any SIMD width
-
-inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                      int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  for (int64_t i = 0; i < M; ++i) {
-    float* __restrict c = C + i * ldc;
-    if (!accumulate) std::fill(c, c + N, 0.f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = A[i * lda + k];
-      const float* __restrict b = B + k * ldb;
-      for (int64_t j = 0; j < N; ++j) c[j] += a * b[j];
-    }
-  }
-}
-
+#else
+#error "ops/cpu/tile_gemm.h is for the kernel levels (ops/cpu_isa.h), AVX2 and up"
 #endif
 
 }  // namespace nk::ops::NK_CPU_NS
