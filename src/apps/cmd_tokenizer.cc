@@ -388,17 +388,22 @@ int cmd_train_tokenizer(const std::vector<std::string>& args) {
   std::string model;
   {
     // SentencePiece's trainer reports nothing to a caller: the time it has
-    // run, updated four times a second beside it (its own log: --verbose).
+    // run, shown at once (so even a training shorter than a tick says it
+    // started) and updated four times a second beside it (its own log:
+    // --verbose).
     Progress bar("tokenizer train", parse_progress_mode(t.progress, "tokenizer train: --progress"));
+    auto tick = [&] {
+      bar.show(fmt::format(
+          "sentencepiece: training {} file(s), {:.0f} s", o.inputs.size(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    };
+    tick();
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     std::thread ticker([&] {
       std::unique_lock<std::mutex> lock(mu);
-      while (!cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return done; }))
-        bar.show(fmt::format(
-            "sentencepiece: training {} file(s), {:.0f} s", o.inputs.size(),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      while (!cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return done; })) tick();
     });
     auto stop = [&] {
       {

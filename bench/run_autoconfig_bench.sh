@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# How close `nekton autoconfig`'s step model comes to measured steps (issue
+# 42's figures; timing, so a benchmark, not a test): a grid of layouts spread
+# over the predicted ranking is run for a few steps each on this host
+# (mpirun, the median step after the first), and for each the predicted and
+# measured step, the error, and the load other work put on the cores while
+# it ran are printed; then the verdicts the issue asks about: is the measured
+# best among the 3 best predicted of those run, and is every prediction
+# within 20 % (and within 2x). Run it on an idle machine: the load line says
+# how quiet it was.
+#   bench/run_autoconfig_bench.sh BUILD [PROCS] [MEASURE] [STEPS] [KEY=VALUE...]
+# Default recipe: the test's 2-layer GPT-2 of width 128 (8 x 64 tokens).
+set -euo pipefail
+BUILD=${1:-build}
+PROCS=${2:-2}
+MEASURE=${3:-6}
+STEPS=${4:-7}
+shift $(($# < 4 ? $# : 4))
+RECIPE=("$@")
+if ((${#RECIPE[@]} == 0)); then
+  RECIPE=(model.preset=gpt-tiny model.n_layer=2 model.d_model=128 model.n_head=4
+          train.global_batch=8 train.seq_len=64)
+fi
+NK=$BUILD/bin/nekton
+WORK=$(mktemp -d /tmp/nk_autoconfig_bench.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+"$NK" autoconfig "${RECIPE[@]}" --nodes 1 --procs-per-node "$PROCS" --measure "$MEASURE" \
+  --spread --steps "$STEPS" --json >"$WORK/grid.json" 2>"$WORK/grid.log" ||
+  { tail -n 30 "$WORK/grid.log"; exit 1; }
+/usr/bin/python3 - "$WORK/grid.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+host = j["host_load"]
+runs = [c for c in j["candidates"] if "measured" in c and c["measured"]["ok"]]
+print("| predicted rank | layout | predicted ms | measured ms | error | others' share |")
+print("|---:|---|---:|---:|---:|---:|")
+worst = 0
+for c in runs:
+    pred, got = c["step_seconds"]["total"], c["measured"]["step_s"]
+    err = (pred - got) / got
+    worst = max(worst, abs(err))
+    print(f"| {c['rank']} | {c['layout']} | {pred * 1e3:.1f} | {got * 1e3:.1f} | "
+          f"{100 * err:+.0f} % | {100 * c['measured']['others_cpu_share']:.0f} % |")
+best = min(runs, key=lambda c: c["measured"]["step_s"])
+top3 = sorted(runs, key=lambda c: c["rank"])[:3]
+fastest3 = min(c["measured"]["step_s"] for c in top3)
+print(f"\nmeasured best: #{best['rank']}; the 3 best predicted of those run: "
+      f"{[c['rank'] for c in top3]} ({'yes' if best in top3 else 'no'}; "
+      f"{'tied within 15 %' if fastest3 <= 1.15 * best['measured']['step_s'] else 'not tied'})")
+print(f"largest error {100 * worst:.0f} %: within 20 % {'yes' if worst <= 0.2 else 'no'}, "
+      f"within 2x {'yes' if all(c['measured']['step_s'] / 2 < c['step_seconds']['total'] < 2 * c['measured']['step_s'] for c in runs) else 'no'}")
+print(f"other work took {100 * host['others_cpu_share_measuring']:.0f} % of the {host['cores']} "
+      f"cores while measuring (load averages {host['load_averages_start']} -> "
+      f"{host['load_averages_end']})")
+PY
