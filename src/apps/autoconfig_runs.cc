@@ -377,6 +377,56 @@ void AutoconfigRuns::calibrate_link(StepCalibration& cal) {
       r.describe(), cal.link_bytes_per_s / 1e9, cal.link_latency_s * 1e6, file_tail(log, 8));
 }
 
+void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
+                                    StepCalibration& cal) {
+  const int64_t P = cal.procs_per_node % 2 == 0 ? cal.procs_per_node : 2;
+  TrainConfig c = cfg;
+  c.parallel.mesh = dist::MeshSpec{};
+  c.parallel.mesh.cp = 2;
+  c.parallel.mesh.dp = int(P / 2);
+  c.parallel.cp_comm_type = "p2p";
+  c.parallel.vp = 1;
+  c.parallel.pp_layout.clear();
+  c.parallel.sequence_parallel = false;
+  c.ddp.shard = parallel::Shard::None;
+  c.micro_batch = 1;
+  // The step predicted at two scales: the measured step's scale by the
+  // line through them (the scale multiplies the ring's attention term only).
+  StepCalibration at1 = cal, at2 = cal;
+  at1.procs_per_node = at2.procs_per_node = P;
+  at1.ring_attention_scale = 1;
+  at2.ring_attention_scale = 2;
+  double p1 = 0, p2 = 0;
+  try {
+    c.parallel.check();
+    measure_missing_rates(c, rates);
+    const TrainEstimate e = estimate_training(c, P, &rates);
+    p1 = predict_step(c, e, at1).total();
+    p2 = predict_step(c, e, at2).total();
+  } catch (const Error& e) {
+    NK_WARN(
+        "autoconfig: no context-parallel probe for this recipe ({}); ring attention costed "
+        "as the causal kernel's tiles",
+        e.what());
+    return;
+  }
+  const MeasuredRun r =
+      run("probe-cp2", P,
+          {"parallel.tp=1", "parallel.pp=1", "parallel.cp=2", fmt::format("parallel.dp={}", P / 2),
+           "parallel.ep=1", "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false",
+           "parallel.shard=none", "parallel.cp_comm_type=p2p", "train.micro_batch=1",
+           fmt::format("train.threads={}", cal.threads)},
+          kProbeSteps);
+  if (!r.ok() || !(p2 > p1)) {
+    NK_WARN(
+        "autoconfig: the context-parallel probe failed ({}, {}); ring attention costed as "
+        "the causal kernel's tiles",
+        r.result.describe(), r.log);
+    return;
+  }
+  cal.ring_attention_scale = std::clamp(1.0 + (r.step_s - p1) / (p2 - p1), 0.5, 10.0);
+}
+
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {
   return run(fmt::format("run{}", ++runs_), world, k.overrides, steps);
 }

@@ -74,6 +74,12 @@ class AutoconfigRuns {
   // per-message cost past its bytes at the link probe's bandwidth; keeps
   // cal's values (with a warning) when the recipe cannot run so.
   void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // Ring attention's cost over the causal kernel's for the same tiles
+  // (cal.ring_attention_scale): a context-parallel run of the recipe (cp 2 x
+  // dp P/2, p2p, one sequence per micro-batch) against the model with the
+  // link already calibrated. Keeps cal's value (with a warning) when the
+  // recipe cannot run so.
+  void calibrate_ring(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // A message probe: messages and bytes per step, predicted step without
   // their cost, measured step (zeros when it did not run).
   struct MessageProbe {

@@ -169,7 +169,10 @@ int cmd_autoconfig(const CommandArgs& raw) {
   } else if (world > 1) {
     runs.calibrate_link(cal);
   }
-  if (world > 1 && a.nodes == 1) runs.calibrate_messages(cfg, rates, cal);
+  if (world > 1 && a.nodes == 1) {
+    runs.calibrate_messages(cfg, rates, cal);
+    runs.calibrate_ring(cfg, rates, cal);
+  }
 
   LayoutSearchOptions opt;
   opt.world = world;

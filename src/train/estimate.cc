@@ -227,6 +227,38 @@ double attention_flops(const ModelConfig& c, int64_t B, int64_t T, int64_t tp) {
          double(c.head_dim());
 }
 
+// Ring attention (parallel.cp_comm_type=p2p) on its busiest rank over one
+// process's causal attention of the whole row: the query/key pairs of the
+// tiles (64 x 64, or a short row's whole) the kernels compute
+// (ops/cpu/attention.cc and attention_block.cc skip a tile only when all
+// its keys follow all its queries). Rank r holds chunks r and 2 cp - 1 - r
+// of c = T / (2 cp) tokens and meets every rank's two chunks; 1/cp when
+// chunks are long against a tile, more when they are short (T = 128 at cp 2:
+// 2 tiles of the 3 one process computes).
+double ring_attention_share(int64_t T, int64_t cp) {
+  constexpr int64_t kTile = 64;
+  auto tile_pairs = [&](int64_t local, auto&& qpos, auto&& kpos) {  // positions increasing
+    double n = 0;
+    for (int64_t q0 = 0; q0 < local; q0 += kTile)
+      for (int64_t k0 = 0; k0 < local; k0 += kTile)
+        if (kpos(k0) <= qpos(std::min(local, q0 + kTile) - 1))
+          n += double(std::min(kTile, local - q0)) * double(std::min(kTile, local - k0));
+    return n;
+  };
+  const int64_t c = T / (2 * cp);
+  auto pos = [&](int64_t rank) {
+    return [=](int64_t t) { return t < c ? rank * c + t : (2 * cp - 1 - rank) * c + (t - c); };
+  };
+  double busiest = 0;
+  for (int64_t r = 0; r < cp; ++r) {
+    double n = 0;
+    for (int64_t o = 0; o < cp; ++o) n += tile_pairs(2 * c, pos(r), pos(o));
+    busiest = std::max(busiest, n);
+  }
+  auto same = [](int64_t t) { return t; };
+  return busiest / tile_pairs(T, same, same);
+}
+
 }  // namespace
 
 std::string rates_machine(const TrainConfig& cfg) {
@@ -439,43 +471,11 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
                                    double(c.d_model) * double(dtype_size(cfg.dtype)));
   }
   if (!rates) return e;
-  // One rank's step: its micro-batches (local_accum, plus the pipeline's
-  // fill and drain) through the first stage, then the optimizer over its
-  // state. Communication is not modelled.
-  const PipelineStage stage =
-      e.pp > 1 ? parallel::pipeline_stage(c, e.pp, 0, cfg.parallel.pp_layout, cfg.parallel.vp)
-               : PipelineStage{};
-  const double mbs = double(local_accum + e.pp - 1);
-  const int64_t layers = layers_on(c, stage);
-  int64_t full = 0;
-  for (int64_t l = 0; l < c.n_layer; ++l)
-    full += stage.holds_layer(c, l) && plan[size_t(l)] == Recompute::Full ? 1 : 0;
   auto rate = [&](const std::map<std::string, double>& m, const std::string& key) {
     auto it = m.find(key);
     if (it == m.end() || !(it->second > 0)) fail("rates: no measured rate for '{}'", key);
     return it->second;
   };
-  // A fully recomputing layer runs its forward again: 2 of its 6 FLOPs per
-  // multiply-add (attention: a third of its fwd + bwd).
-  for (const Gemm& g : gemms(cfg, e.tp, stage)) {
-    const double mkn = double(g.M) * double(g.K) * double(g.N);
-    const double again = g.layer ? 2.0 * mkn * double(full) : 0.0;
-    e.recompute_flops += mbs * again;
-    e.step.gemm_s +=
-        mbs * (6.0 * mkn * g.count + again) / rate(rates->gemm, gemm_key(cfg.dtype, g));
-  }
-  const double att = attention_flops(c, B, T, e.tp);
-  e.recompute_flops += mbs * att / 3.0 * double(full);
-  e.step.attention_s = mbs * att * (double(layers) + double(full) / 3.0) /
-                       rate(rates->attention, attention_key(cfg.dtype, B, T, c.n_head / e.tp,
-                                                            c.n_kv_head / e.tp, c.head_dim()));
-  // Memory-bound work: each layer's elementwise passes (norms, rotary,
-  // residual adds, the MLP activation) read and write about its tensors
-  // twice in the forward and twice in the backward; the loss reads and
-  // writes the logits three times; the optimizer reads the master, gradient
-  // and both moments of its state and writes all but the gradient (and the
-  // bf16 copy); the gradients are zeroed once per step.
-  const RankEstimate& r = e.stages[0];
   const double s = double(dtype_size(cfg.dtype)), N = double(B * T);
   // (A MoE layer's feed-forward tensors: its k routed copies of each row's
   // input, up projection, activation and output, and the router's logits.)
@@ -483,12 +483,83 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       c.is_moe() ? c.num_experts_per_tok * (2 * c.d_model + 3 * c.expert_d_ff()) + c.num_experts
                  : c.mlp_up_dim() + c.d_ff;
   const double layer_bytes = N * s * double(6 * c.d_model + (c.qkv_dim() + ffn) / e.tp);
-  const double logits =
-      stage.head ? 3.0 * N * s * double(std::min(c.vocab_size, c.padded_vocab_size(e.tp) / e.tp))
-                 : 0.0;
-  // Per state element: the f32 step reads 16 bytes and writes 12 (and a
-  // 2-byte bf16 copy); with reduced moments or a bf16 master the same
-  // reads and writes at their sizes.
+  // One micro-batch's forward and backward on a rank of each stage (its
+  // layers, and the head's product and the loss on the last).
+  const int64_t cp = mesh.cp();
+  const bool ring = nn::parse_cp_comm(cfg.parallel.cp_comm_type) != nn::CpComm::A2A;
+  std::vector<StepTime> stage_time;
+  double again_flops = 0;  // what full recompute adds, one micro-batch through every stage
+  for (int64_t si = 0; si < e.pp; ++si) {
+    const PipelineStage stage =
+        e.pp > 1 ? parallel::pipeline_stage(c, e.pp, si, cfg.parallel.pp_layout, cfg.parallel.vp)
+                 : PipelineStage{};
+    const int64_t layers = layers_on(c, stage);
+    int64_t full = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      full += stage.holds_layer(c, l) && plan[size_t(l)] == Recompute::Full ? 1 : 0;
+    StepTime t;
+    // A fully recomputing layer runs its forward again: 2 of its 6 FLOPs per
+    // multiply-add (attention: a third of its fwd + bwd).
+    for (const Gemm& g : gemms(cfg, e.tp, stage)) {
+      const double mkn = double(g.M) * double(g.K) * double(g.N);
+      const double again = g.layer ? 2.0 * mkn * double(full) : 0.0;
+      again_flops += again;
+      t.gemm_s += (6.0 * mkn * g.count + again) / rate(rates->gemm, gemm_key(cfg.dtype, g));
+    }
+    const double att = attention_flops(c, B, T, e.tp);
+    again_flops += att / 3.0 * double(full);
+    t.attention_s = att * (double(layers) + double(full) / 3.0) /
+                    rate(rates->attention, attention_key(cfg.dtype, B, T, c.n_head / e.tp,
+                                                         c.n_kv_head / e.tp, c.head_dim()));
+    // Memory-bound work: each layer's elementwise passes (norms, rotary,
+    // residual adds, the MLP activation) read and write about its tensors
+    // twice in the forward and twice in the backward; the loss reads and
+    // writes the logits three times.
+    const double logits =
+        stage.head ? 3.0 * N * s * double(std::min(c.vocab_size, c.padded_vocab_size(e.tp) / e.tp))
+                   : 0.0;
+    t.memory_s = (4.0 * layer_bytes * double(layers) + logits) / rates->bandwidth;
+    // Context parallel: a rank's T / cp tokens through the products and
+    // elementwise passes; its heads / cp over the whole row (a2a), or its
+    // ring blocks' tiles (p2p).
+    if (cp > 1) {
+      t.gemm_s /= double(cp);
+      t.memory_s /= double(cp);
+      t.attention_s *= ring ? ring_attention_share(T, cp) : 1.0 / double(cp);
+    }
+    stage_time.push_back(t);
+  }
+  // The pipeline (1F1B over pp stages of vp chunks each): the slowest
+  // stage sets the pace of the steady state, m micro-batches of it; the
+  // fill and drain add the other stages' work once, a chunk (1/vp) at a
+  // time. With even stages, (m + (pp - 1) / vp) micro-batches of one; with
+  // one micro-batch, the stages one after another. Without pipelining: m.
+  const double m = double(local_accum), vp = double(std::max<int64_t>(1, cfg.parallel.vp));
+  size_t slow = 0;
+  for (size_t i = 1; i < stage_time.size(); ++i)
+    if (stage_time[i].total() > stage_time[slow].total()) slow = i;
+  StepTime sum;
+  for (const StepTime& t : stage_time) {
+    sum.gemm_s += t.gemm_s;
+    sum.attention_s += t.attention_s;
+    sum.memory_s += t.memory_s;
+  }
+  const StepTime& mx = stage_time[slow];
+  auto compose = [&](double StepTime::*f) { return m * (mx.*f) + (sum.*f - mx.*f) / vp; };
+  e.step.gemm_s = compose(&StepTime::gemm_s);
+  e.step.attention_s = compose(&StepTime::attention_s);
+  e.step.memory_s = compose(&StepTime::memory_s);
+  e.bubble_s = (sum.total() - mx.total()) / vp;
+  // Whole step, all ranks, as flops_per_step (the products above are one
+  // tensor-parallel rank's share).
+  e.recompute_flops = again_flops * m * double(e.dp * e.tp);
+  // The optimizer reads the master, gradient and both moments of its state
+  // and writes all but the gradient (and the bf16 copy); the gradients are
+  // zeroed once per step. Per state element: the f32 step reads 16 bytes
+  // and writes 12 (and a 2-byte bf16 copy); with reduced moments or a bf16
+  // master the same reads and writes at their sizes. (The slowest stage's
+  // rank.)
+  const RankEstimate& r = e.stages[slow];
   const OptimPrecision& pr = cfg.adamw.precision;
   const double share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
   const double mom = double(dtype_size(pr.moments)), state = double(r.grad_bytes) / 4.0 * share;
@@ -496,7 +567,7 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const double opt =
       state * (master + 4.0 + 4.0 * mom + (bf16 && pr.master == DType::F32 ? 2.0 : 0.0)) +
       double(r.grad_bytes);
-  e.step.memory_s = (mbs * (4.0 * layer_bytes * double(layers) + logits) + opt) / rates->bandwidth;
+  e.step.memory_s += opt / rates->bandwidth;
   return e;
 }
 

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "nn/context_parallel.h"
 #include "parallel/pipeline_parallel.h"
 
 namespace nk {
@@ -26,6 +27,7 @@ nlohmann::json StepCalibration::to_json() const {
           {"per_micro_batch_s", per_micro_batch_s},
           {"per_step_s", per_step_s},
           {"probe_recompute", probe_recompute},
+          {"ring_attention_scale", ring_attention_scale},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
 }
@@ -146,30 +148,37 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
                 vp = std::max<int64_t>(1, c.parallel.vp);
   const double m = double(c.grad_accum() / e.dp);  // this rank's micro-batches
   // 1F1B over pp stages of vp chunks each: the fill and drain take (pp - 1)
-  // chunk-steps of 1/vp of a stage's work; estimate_training counts whole
-  // stages (m + pp - 1).
+  // chunk-steps of 1/vp of a stage's work (estimate_training composes the
+  // stages' compute so, e.bubble_s of it in the fill and drain).
   const double mbs = m + double(e.pp - 1) / double(vp);
-  const double vp_factor = mbs / (m + double(e.pp - 1));
   const auto [layers, full] = busiest_stage(c, e.pp);
   // Cores are shared only while the peers compute: in the pipeline's fill
   // and drain the idle stages leave them to the busy one. (So is the share
   // other work leaves: Linux's scheduler shares the cores between sessions
   // (autogroups) first, and a stage that waits leaves its session's share
   // to the one that computes.)
-  const double bubble = double(e.pp - 1) / double(vp) / mbs;
+  const double bubble = e.step.total() > 0 ? e.bubble_s / e.step.total() : 0.0;
   const double over = 1.0 + (cal.oversubscription() - 1.0) * (1.0 - bubble);
-  // Context parallel: each rank computes its T / cp tokens (the balanced
-  // causal split gives every rank the same attention work).
-  p.compute_s = over * cal.compute_scale * e.step.total() * vp_factor / double(cp);
+  // Context parallel: estimate_training counts each rank's T / cp tokens and
+  // its ring blocks' tiles; the ring's blocks (their own online softmax
+  // merged into the running output, the exchanges' waits) cost
+  // ring_attention_scale times the causal kernel's tiles, as measured.
+  const bool ring = cp > 1 && nn::parse_cp_comm(c.parallel.cp_comm_type) != nn::CpComm::A2A;
+  p.compute_s =
+      over * cal.compute_scale *
+      (e.step.total() + (ring ? cal.ring_attention_scale - 1.0 : 0.0) * e.step.attention_s);
   p.overhead_s = over * (cal.per_micro_batch_s * mbs * double(layers) /
                              double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
                              cal.probe_recompute +
                          cal.per_step_s);
 
-  // Communication, per rank and step (ring collectives, no overlap assumed):
-  const double s = double(dtype_size(c.dtype));  // an activation's or compute weight's
+  // Communication, per rank and step (ring collectives, no overlap assumed).
+  // Bytes on the wire: a reduction's in f32 whatever the compute dtype (the
+  // MPI path stages bf16 and f16 through f32 for its sum:
+  // dist/mpi/buffers.cc), a gather's or a send's in its own dtype.
+  const double s = double(dtype_size(c.dtype)), f32 = 4.0;
   const double B = double(c.micro_batch), T = double(c.seq_len) / double(cp);
-  const double act = B * T * double(c.model.d_model) * s;
+  const double act = B * T * double(c.model.d_model);  // elements
   // Gradients: all-reduced over the dp x cp ranks that hold the same
   // weights, in buckets of parallel.bucket_mb (ZeRO-1: a reduce-scatter and
   // an all-gather per bucket). FSDP reduce-scatters them and all-gathers the
@@ -179,7 +188,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   if (red > 1) {
     double grads = 0, params = 0;
     for (const RankEstimate& r : e.stages) {
-      grads = std::max(grads, double(r.params) * double(dtype_size(c.adamw.precision.grads)));
+      grads = std::max(grads, double(r.params) * f32);
       params = std::max(params, double(r.params));
     }
     const double share = double(red - 1) / double(red);
@@ -198,28 +207,36 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         break;
     }
   }
-  // Tensor parallel: 4 all-reduces per layer and micro-batch (2 forward, 2
-  // backward; sp: as many reduce-scatters and all-gathers of the same
-  // bytes), 2 more for a fully recomputed layer; the vocabulary-parallel
-  // loss's 3 small ones.
+  // Tensor parallel: 4 points per layer and micro-batch (attention and MLP,
+  // forward and backward), 2 more for a fully recomputed layer; at each an
+  // all-reduce of the activations, or under sequence parallelism an
+  // all-gather and a reduce-scatter (half the all-reduce's bytes each); and
+  // the vocabulary-parallel loss's 3 small ones.
   if (e.tp > 1) {
-    const double calls = double(4 * layers + 2 * full);
-    p.comm_bytes += m * calls * 2.0 * double(e.tp - 1) / double(e.tp) * act;
-    p.messages += m * (calls + 3.0);
+    const double points = double(4 * layers + 2 * full), share = double(e.tp - 1) / double(e.tp);
+    if (c.parallel.sequence_parallel) {
+      p.comm_bytes += m * points * share * act * (s + f32);
+      p.messages += m * (2.0 * points + 3.0);
+    } else {
+      p.comm_bytes += m * points * 2.0 * share * act * f32;
+      p.messages += m * (points + 3.0);
+    }
   }
   // Pipeline: each micro-batch's activation sent on and its gradient sent
   // back at every one of the rank's vp chunk boundaries.
   if (e.pp > 1) {
-    p.comm_bytes += m * double(vp) * 2.0 * act / (c.parallel.sequence_parallel ? e.tp : 1);
+    p.comm_bytes += m * double(vp) * 2.0 * act * s / (c.parallel.sequence_parallel ? e.tp : 1);
     p.messages += m * double(vp) * 2.0;
   }
-  // Context parallel: the ring passes every layer's keys and values on
-  // cp - 1 times forward, and keys, values and their gradients backward.
+  // Context parallel (ring, nn/context_parallel.cc): every layer's keys and
+  // values passed on cp - 1 times in the forward and again in the backward,
+  // and their f32 gradients cp times in the backward; a fully recomputed
+  // layer's forward once more.
   if (cp > 1) {
-    const double kv =
-        2.0 * B * T * double(c.model.n_kv_head * c.model.head_dim()) * s / double(e.tp);
-    p.comm_bytes += m * double(layers) * double(cp - 1) * 3.0 * kv;
-    p.messages += m * double(layers) * double(cp - 1) * 3.0;
+    const double kv = 2.0 * B * T * double(c.model.n_kv_head * c.model.head_dim()) / double(e.tp);
+    const double passes = double(2 * layers + full) * double(cp - 1);
+    p.comm_bytes += m * (passes * kv * s + double(layers * cp) * kv * f32);
+    p.messages += m * (passes + double(layers * cp));
   }
   p.comm_bytes += double(e.a2a_bytes_per_step);
   p.comm_s = p.comm_bytes / cal.link_bytes_per_s + p.messages * cal.link_latency_s;

@@ -15,12 +15,19 @@
 //       slowdown of the several-micro-batch probe run by as many processes
 //       at once as the host has ranks; a CPU loop's when that fails);
 //   link_bytes_per_s, link_latency_s  an all-reduce of 4 KiB and of 4 MiB
-//       between two ranks (or --link-gbps).
+//       between two ranks (or --link-gbps), refitted from a tensor- and a
+//       data-parallel run of the recipe;
+//   ring_attention_scale              a context-parallel run of the recipe:
+//       the ring's blocks over the causal kernel's tiles.
 // A rank's step is then
-//   oversub x (compute_scale x compute / cp x vp's bubble
+//   oversub x (compute_scale x (compute + (ring_attention_scale - 1) x
+//                               its ring attention)
 //              + per_micro_batch_s x micro-batches x its layers / n_layer
 //              + per_step_s)
 //   + the bytes it moves / link_bytes_per_s + its messages x link_latency_s
+// with compute estimate_training's (a rank's T / cp tokens, its ring
+// blocks' tiles, the pipeline paced by its slowest stage) and the bytes on
+// the wire (reductions in f32, gathers and sends in the compute dtype),
 // with oversub = max(1, sharing), or without it max(1, ranks per host x
 // threads per rank / cores), applied to the share of the step outside the
 // pipeline's bubble (idle stages leave their cores, and their session's
@@ -53,6 +60,9 @@ struct StepCalibration {
   // (recompute_overhead of their recipe): a candidate's is scaled by its own
   // over this.
   double probe_recompute = 1;
+  // Ring attention's time over the causal kernel's for the same tiles (a
+  // context-parallel probe run of the recipe; 1 without one).
+  double ring_attention_scale = 1;
   double link_bytes_per_s = 0.5e9;
   double link_latency_s = 30e-6;
   double oversubscription() const;  // >= 1

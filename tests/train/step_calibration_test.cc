@@ -1,7 +1,8 @@
 // nekton autoconfig's calibrated step time (train/step_calibration.h): the
 // fit recovers the compute scale and per-micro-batch cost it was built
 // from; ranks sharing the cores, context parallelism and interleaved stages
-// scale the prediction as the model says; every sharding mode and layout
+// scale the prediction as the model says (the ring's attention by its
+// tiles, a pipeline by its slowest stage); every sharding mode and layout
 // counts its collectives; the search with cp and vp enumerates layouts the
 // trainer accepts.
 #include "train/step_calibration.h"
@@ -93,6 +94,31 @@ TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   EXPECT_NEAR(ctx.compute_s, one.compute_s / 2, 0.05 * one.compute_s);
   EXPECT_GT(ctx.messages, 0);  // the ring's key/value passes and the gradients
 
+  // The ring's attention on a rank: its blocks' 64 x 64 tiles not wholly in
+  // the future. At 128 tokens, chunks of 32: 2 of the 3 tiles one process
+  // computes; at 1024, chunks of 256: about half. The measured ring scale
+  // multiplies that term only.
+  for (const auto& [T, share, tol] :
+       {std::tuple{"128", 2.0 / 3.0, 1e-12}, std::tuple{"1024", 0.5, 0.05}}) {
+    TrainConfig a = load({std::string("train.seq_len=") + T, "model.max_seq_len=1024"}),
+                b = load(
+                    {std::string("train.seq_len=") + T, "model.max_seq_len=1024", "parallel.cp=2"});
+    MachineRates rr = rates_for(a);
+    measure_missing_rates(b, rr);
+    EXPECT_NEAR(estimate_training(b, 2, &rr).step.attention_s /
+                    estimate_training(a, 1, &rr).step.attention_s,
+                share, tol)
+        << T;
+  }
+  StepCalibration scaled = cal;
+  scaled.ring_attention_scale = 2.5;
+  const TrainEstimate ce = estimate_training(cp, 2, &r);
+  EXPECT_NEAR(predict_step(cp, ce, scaled).compute_s - ctx.compute_s, 1.5 * ce.step.attention_s,
+              1e-9 * ctx.compute_s);
+  TrainConfig a2a = load({"parallel.cp=2", "parallel.cp_comm_type=a2a"});
+  EXPECT_NEAR(predict_step(a2a, estimate_training(a2a, 2, &r), scaled).compute_s, ctx.compute_s,
+              1e-9 * ctx.compute_s);  // heads over the whole row: no ring blocks
+
   // pp 2 over 4 micro-batches: vp 2 halves the fill and drain.
   TrainConfig pp = load({"parallel.pp=2"}), vp = load({"parallel.pp=2", "parallel.vp=2"});
   const StepPrediction p1 = predict_step(pp, estimate_training(pp, 2, &r), cal);
@@ -101,6 +127,20 @@ TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   EXPECT_NEAR(p2.overhead_s, 0.001 * (4 + 0.5) * 2 / 4, 1e-12);
   EXPECT_LT(p2.compute_s, p1.compute_s);
   EXPECT_NEAR(p2.messages, 2 * p1.messages, 1e-9);  // twice the chunk boundaries
+
+  // The stage with the head sets the pipeline's pace: 4 micro-batches of it
+  // and one of the other stage (g0 + g1 = one process's products, the
+  // difference the head's).
+  TrainConfig one_mb = load({"train.micro_batch=8"}), pp_mb = load({"parallel.pp=2"});
+  measure_missing_rates(one_mb, r);
+  for (auto& [k, v] : r.gemm) v = 1e9;
+  const double all = estimate_training(one_mb, 1, &r).step.gemm_s / 4.0;  // mb 8: 4x the rows
+  const double g4 = estimate_training(pp_mb, 2, &r).step.gemm_s;
+  const double g1 = (g4 - estimate_training(load(), 1, &r).step.gemm_s / 4.0) / 3.0,
+               g0 = estimate_training(load(), 1, &r).step.gemm_s / 4.0 - g1;
+  const ModelConfig& m = pp_mb.model;
+  EXPECT_NEAR(g1 - g0, 6.0 * 2 * 64 * double(m.d_model) * double(m.vocab_size) / 1e9, 1e-6 * g1);
+  EXPECT_NEAR(all, g0 + g1, 1e-6 * all);
 }
 
 TEST(StepCalibration, CountsEveryLayoutsCollectives) {
@@ -123,6 +163,13 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   const StepPrediction tp = predict({"parallel.tp=2"});
   EXPECT_NEAR(tp.messages, 4 * (4 * 4 + 3), 1e-9);
   EXPECT_NEAR(tp.comm_s, tp.comm_bytes / cal.link_bytes_per_s + tp.messages * 1e-3, 1e-12);
+  // Sequence parallel: an all-gather and a reduce-scatter at each point,
+  // half an all-reduce's bytes each, the gather's in the compute dtype and
+  // the reduction's in f32 (as an all-reduce's).
+  const StepPrediction sp = predict({"parallel.tp=2", "parallel.sp=true"});
+  EXPECT_NEAR(sp.messages, 4 * (2 * 4 * 4 + 3), 1e-9);
+  const double s = double(dtype_size(load().dtype));
+  EXPECT_NEAR(sp.comm_bytes / tp.comm_bytes, (s + 4.0) / 8.0, 1e-9);
   // Fully recomputed layers: 2 more all-reduces each, and a third more ops.
   const StepPrediction full = predict({"parallel.tp=2", "train.recompute=full"});
   EXPECT_NEAR(full.messages, 4 * (6 * 4 + 3), 1e-9);
