@@ -4,8 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "nn/context_parallel.h"
 #include "parallel/pipeline_parallel.h"
@@ -28,6 +31,7 @@ nlohmann::json StepCalibration::to_json() const {
           {"per_step_s", per_step_s},
           {"probe_recompute", probe_recompute},
           {"ring_attention_scale", ring_attention_scale},
+          {"refault_s_per_byte", refault_s_per_byte},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
 }
@@ -64,6 +68,28 @@ double measure_core_sharing(int64_t threads, int64_t total) {
     all = std::min(all, wall_of(total, iters));
   }
   return all / solo;
+}
+
+double measure_page_refault() {
+  const size_t n = size_t(32) << 20;
+  void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  char* p = static_cast<char*>(m);
+  std::memset(p, 1, n);
+  using Clock = std::chrono::steady_clock;
+  double plain = 1e30, refault = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = Clock::now();
+    std::memset(p, round, n);
+    const auto t1 = Clock::now();
+    madvise(p, n, MADV_DONTNEED);
+    std::memset(p, round + 1, n);
+    const auto t2 = Clock::now();
+    plain = std::min(plain, std::chrono::duration<double>(t1 - t0).count());
+    refault = std::min(refault, std::chrono::duration<double>(t2 - t1).count());
+  }
+  munmap(m, n);
+  return std::max(0.0, (refault - plain) / double(n));
 }
 
 void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,
@@ -204,6 +230,9 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
       case parallel::Shard::Full:
         p.comm_bytes += share * (grads + 2.0 * m * params * s);
         p.messages += buckets * (1.0 + 2.0 * m);
+        // The other ranks' blocks were handed back after their last use:
+        // each gather faults their pages in again.
+        p.overhead_s += over * 2.0 * m * share * params * s * cal.refault_s_per_byte;
         break;
     }
   }

@@ -60,6 +60,10 @@ struct StepCalibration {
   // (recompute_overhead of their recipe): a candidate's is scaled by its own
   // over this.
   double probe_recompute = 1;
+  // FSDP: a page of weights handed back to the OS (madvise) costs this much
+  // per byte more than a plain write when the next gather writes it again
+  // (measure_page_refault; 0: not measured).
+  double refault_s_per_byte = 0;
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;
@@ -72,6 +76,12 @@ struct StepCalibration {
 // `sharing` on this host: the best of 3 rounds of a CPU loop on `threads`
 // threads, then on `total` threads at once (each thread the same loop).
 double measure_core_sharing(int64_t threads, int64_t total);
+
+// Seconds per byte that writing pages handed back with
+// madvise(MADV_DONTNEED) costs over writing resident ones (the page faults
+// and zeroing FSDP's gathers pay after each release:
+// parallel/sharded_weights.h): the best of 5 rounds over 32 MiB.
+double measure_page_refault();
 
 // The calibration's two unknowns from the probes: a run with n1 micro-batches
 // per step whose compute is predicted c1 and measured m1 seconds, and one

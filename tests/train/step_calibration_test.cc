@@ -159,6 +159,21 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   EXPECT_NEAR(zero1.comm_bytes, none.comm_bytes, 1e-6);
   // FSDP: a reduce-scatter and two gathers per micro-batch (2 of them here).
   EXPECT_NEAR(fsdp.messages, none.messages * (1 + 2 * 2), 1e-9);
+  // Each gather faults the other rank's half of the compute weights in again.
+  {
+    TrainConfig c = load({"parallel.dp=2", "parallel.shard=full"});
+    const TrainEstimate e = estimate_training(c, 2, &r);
+    StepCalibration faults = cal;
+    faults.refault_s_per_byte = 1e-9;
+    const double bytes = 2.0 * 2 * 0.5 * double(e.stages[0].params) * double(dtype_size(c.dtype));
+    EXPECT_NEAR(predict_step(c, e, faults).overhead_s - fsdp.overhead_s, bytes * 1e-9, 1e-15);
+    EXPECT_EQ(predict_step(load({"parallel.dp=2"}),
+                           estimate_training(load({"parallel.dp=2"}), 2, &r), faults)
+                  .overhead_s,
+              none.overhead_s);  // nothing is released without FSDP
+    const double measured = measure_page_refault();
+    EXPECT_TRUE(std::isfinite(measured) && measured >= 0) << measured;
+  }
   // Tensor parallel: 4 per layer and micro-batch, 3 for the loss.
   const StepPrediction tp = predict({"parallel.tp=2"});
   EXPECT_NEAR(tp.messages, 4 * (4 * 4 + 3), 1e-9);
