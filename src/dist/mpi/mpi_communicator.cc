@@ -1,8 +1,9 @@
 #include "dist/mpi/mpi_communicator.h"
 
-#include "dist/mpi/buffers.h"
-
+#include <algorithm>
 #include <cstring>
+
+#include "dist/mpi/buffers.h"
 
 namespace nk::dist::mpi {
 
@@ -33,6 +34,37 @@ MpiCommunicator::~MpiCommunicator() {
   if (owns_comm_ && !finalized && !state_->failed) MPI_Comm_free(&comm_);
 }
 
+namespace {
+constexpr size_t kPooled = 4;  // staging buffers kept between calls
+}  // namespace
+
+std::vector<float> MpiCommunicator::take_staging(size_t n) {
+  std::vector<float> v;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    // The smallest buffer that holds n, else the largest (grown below).
+    auto it = std::find_if(pool_.begin(), pool_.end(),
+                           [&](const std::vector<float>& b) { return b.capacity() >= n; });
+    if (it == pool_.end() && !pool_.empty()) it = pool_.end() - 1;
+    if (it != pool_.end()) {
+      v = std::move(*it);
+      pool_.erase(it);
+    }
+  }
+  v.resize(n);  // shrinking keeps the bytes; only a grown tail is written
+  return v;
+}
+
+void MpiCommunicator::give_back_staging(std::vector<float>&& v) {
+  if (v.capacity() == 0) return;
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  auto at =
+      std::lower_bound(pool_.begin(), pool_.end(), v.capacity(),
+                       [](const std::vector<float>& b, size_t c) { return b.capacity() < c; });
+  pool_.insert(at, std::move(v));
+  if (pool_.size() > kPooled) pool_.erase(pool_.begin());  // the smallest goes
+}
+
 void MpiCommunicator::check_device(const Tensor& t, const char* op) const {
   if (!t.on_host())
     fail("{}: the MPI backend needs host tensors, got one on {}", where(op, 0),
@@ -54,7 +86,7 @@ WorkPtr MpiCommunicator::do_all_reduce(const Tensor& x, ReduceOp op) {
   w->keep = {x};
   w->requests.emplace_back();
   if (is_16bit(x.dtype())) {
-    w->staging.resize(n);
+    w->staging = take_staging(size_t(n));
     widen(x, w->staging.data());
     posted(*w, MPI_Iallreduce(MPI_IN_PLACE, w->staging.data(), n, MPI_FLOAT, mpi_op(op), comm_,
                               &w->requests.back()));
@@ -77,7 +109,7 @@ WorkPtr MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out, 
   w->requests.emplace_back();
   if (is_16bit(in.dtype())) {
     // staging = [in widened (size·n) | out (n)]
-    w->staging.resize(size_t(in.numel()) + n);
+    w->staging = take_staging(size_t(in.numel()) + n);
     widen(in, w->staging.data());
     float* out32 = w->staging.data() + in.numel();
     posted(*w, MPI_Ireduce_scatter_block(w->staging.data(), out32, n, MPI_FLOAT, mpi_op(op), comm_,
@@ -167,7 +199,7 @@ WorkPtr MpiCommunicator::do_reduce_scatter_v(const Tensor& x, std::vector<int64_
   w->requests.emplace_back();
   if (is_16bit(x.dtype())) {
     // staging = [x widened | this rank's block]
-    w->staging.resize(size_t(x.numel() + n));
+    w->staging = take_staging(size_t(x.numel() + n));
     widen(x, w->staging.data());
     float* out32 = w->staging.data() + x.numel();
     posted(*w, MPI_Ireduce_scatter(w->staging.data(), out32, w->ints.data(), MPI_FLOAT, mpi_op(op),

@@ -11,12 +11,16 @@ MpiWork::MpiWork(MpiCommunicator& comm, const char* op, uint64_t seq, std::vecto
 MpiWork::~MpiWork() {
   // After a failure the requests are abandoned: the job is ending and MPI
   // forbids freeing a pending collective's request.
-  if (done_ || requests.empty() || comm_.state().failed) return;
-  try {
-    wait();
-  } catch (const std::exception& e) {
-    comm_.state().abort(e.what(), 1);
+  if (!done_ && !requests.empty() && !comm_.state().failed) {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      comm_.state().abort(e.what(), 1);
+    }
   }
+  // A completed operation's staging serves the next one (an abandoned
+  // one's may still be written by MPI: it is not reused).
+  if (done_) comm_.give_back_staging(std::move(staging));
 }
 
 std::string MpiWork::where() const {

@@ -204,6 +204,32 @@ TEST(CollectivesAsync, ManyInFlightWaitedInAnyOrder) {
   for (int j = 0; j < p; ++j) EXPECT_EQ(gout.data<float>()[j], float(j));
 }
 
+// 16-bit reductions stage through f32 buffers that completed works give
+// back for reuse: sizes up and down, several in flight at once (each needs
+// its own buffer), reduce-scatters among them, and every sum exact whatever
+// a reused buffer held before.
+TEST(CollectivesBf16, ReusedStagingBuffersGiveExactSums) {
+  auto& c = world();
+  const int p = c.size(), r = c.rank();
+  for (int round = 0; round < 3; ++round)
+    for (int64_t n : {int64_t(1) << 18, int64_t(7), int64_t(1) << 12, int64_t(1) << 19}) {
+      std::vector<Tensor> xs;
+      std::vector<dist::WorkPtr> works;
+      for (int k = 0; k < 6; ++k) {  // more than the pool keeps
+        xs.push_back(tensor_f32(std::vector<float>(size_t(n), float(r + k + round)), DType::BF16));
+        works.push_back(c.all_reduce_async(xs.back()));
+      }
+      Tensor in = tensor_f32(std::vector<float>(size_t(n * p), float(r + 1)), DType::BF16);
+      Tensor out = Tensor::zeros({n}, DType::BF16);
+      c.reduce_scatter(in, out);
+      for (auto& w : works) w->wait();
+      for (int k = 0; k < 6; ++k)
+        for (float v : values(xs[size_t(k)]))
+          ASSERT_EQ(v, float(p * (p - 1) / 2 + p * (k + round))) << n << " " << k;
+      for (float v : values(out)) ASSERT_EQ(v, float(p * (p + 1) / 2)) << n;
+    }
+}
+
 // f32 sums of non-integers: the closed form within f32 rounding.
 TEST(CollectivesF32, AllReduceMatchesClosedFormSum) {
   auto& c = world();
