@@ -180,8 +180,8 @@ for a, b in zip(rec(run), rec(ref)):
         assert k in a and abs(a[k] - b[k]) <= 1e-5 * max(1, abs(b[k])), (run, a["step"], k, a.get(k), b[k])
 PY
 
-# bf16 master weights (optim.master_dtype=bf16, bf16 compute) under EP2 and
-# ZeRO-1 under EP2 x DP2: every step's loss within 1e-3 (relative) of DP2's
+# bf16 master weights (optim.master_dtype=bf16, bf16 compute) under EP2,
+# and ZeRO-1 and FSDP under EP2 x DP2: every step's loss within 1e-3 (relative) of DP2's
 # in bf16 (the tolerance of the bf16 data-parallel checks,
 # tests/parallel/mpi/ddp_equivalence_mpi.cc; the expert all-to-all only moves
 # rows); an EP2 checkpoint resumed on one process repeats EP2's steps 6-10
@@ -191,6 +191,9 @@ run bfdp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}"
 run bfep2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2
 run bfep2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2 \
   parallel.shard=optimizer
+run bfep2fsdp "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2 \
+  parallel.shard=full
+grep -q "sharded (FSDP)" "$WORK/bfep2fsdp.log" || fail "bfep2fsdp did not run FSDP"
 run bfep2to1 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" "${BF[@]}" parallel.ep=2 train.exit_at_step=5
 run bfep2to1 "$NK" train "${ARGS[@]}" "${BF[@]}"
 grep -q "resuming from checkpoint" "$WORK/bfep2to1.log" || fail "bfep2to1 did not resume"
@@ -200,14 +203,14 @@ work = sys.argv[1]
 rec = lambda r: {x["step"]: x["loss"] for x in map(json.loads, open(f"{work}/{r}/metrics.jsonl"))}
 ref, ep = rec("bfdp2"), rec("bfep2")
 assert sorted(ref) == list(range(1, 11)), sorted(ref)
-for run in ("bfep2", "bfep2zero1", "bfep2to1"):
+for run in ("bfep2", "bfep2zero1", "bfep2fsdp", "bfep2to1"):
     got = rec(run)
     assert sorted(got) == sorted(ref), (run, sorted(got))
     for s in ref:
         assert abs(got[s] - ref[s]) <= 1e-3 * abs(ref[s]), (run, s, got[s], ref[s])
 for s in range(6, 11):
     assert rec("bfep2to1")[s] == ep[s], ("bfep2to1", s, rec("bfep2to1")[s], ep[s])
-print("bf16 masters: EP2, ZeRO-1 EP2xDP2 and an EP2 checkpoint resumed on one process agree")
+print("bf16 masters: EP2, ZeRO-1 and FSDP EP2xDP2 and an EP2 checkpoint resumed on one process agree")
 PY
 
 refuse() {
@@ -248,4 +251,4 @@ grep -q "sharded (FSDP)" "$WORK/ep2dp2fsdp.log" ||
 refuse dense_ep "parallel.ep = 2: the model has no experts" \
   "${MPI[@]}" 2 "$NK" train model.preset=llama-tiny "data.path=$WORK/c.txt" train.micro_batch=2 \
   train.seq_len=16 train.global_batch=8 train.steps=1 parallel.ep=2
-pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP2 and EP2xDP2 equals one process and resumes on one; bf16 masters under EP2 and ZeRO-1 EP2xDP2 agree with DP2 and resume"
+pass "MoE training under DP (2, 4 ranks), ZeRO-1, FSDP, EP2, EP2xDP2 (experts split over ep), EP2 with full recompute/capacity factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2 with PP2 (and x DP2 on 8 ranks), the interleaved schedule (PP2 VP2, EP2 x PP2 VP2) and EP2 fine-tuning equal one process (DeepSeek routing with aux-loss-free balancing under DP, ZeRO-1, EP2, PP2 and EP2xPP2 too); EP2, PP2, EP2xPP2 and ZeRO-1 EP2xDP2 checkpoints resume on one process; FSDP under EP2 and EP2xDP2 equals one process and resumes on one; bf16 masters under EP2 and ZeRO-1 and FSDP EP2xDP2 agree with DP2 and resume"
