@@ -261,9 +261,14 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
 #                    and a command grader; resumed mid-round; RLOO over 2 ranks;
 #                    parallel.tp and FSDP refused
+#   deepseek_ranks   deepseek_v3-tiny (MLA, fine-grained and shared experts,
+#                    a dense first layer, aux-loss-free routing) under DP2,
+#                    EP2, PP2, PP2 VP2, EP2xPP2, ZeRO-1 EP2xDP2, CP2, CP2xEP2
+#                    and an EP2 checkpoint resumed on one process; deepseek_v2-tiny
+#                    under EP2 and PP2
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
-               moe_tp_ranks moe_etp_ranks moe_cp_ranks online_ranks)
+               moe_tp_ranks moe_etp_ranks moe_cp_ranks deepseek_ranks online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
