@@ -9,7 +9,8 @@
 # within 20 % (and within 2x). Run it on an idle machine: the load line says
 # how quiet it was.
 #   bench/run_autoconfig_bench.sh BUILD [PROCS] [MEASURE] [STEPS] [KEY=VALUE...]
-# Default recipe: the test's 2-layer GPT-2 of width 128 (8 x 64 tokens).
+# Default recipe: GPT-2 small shapes (gpt-tiny: 4 layers, width 256, 8 x 128
+# tokens), the grid; the test's is 2 layers of width 128 at 8 x 64.
 set -euo pipefail
 BUILD=${1:-build}
 PROCS=${2:-2}
@@ -18,8 +19,7 @@ STEPS=${4:-7}
 shift $(($# < 4 ? $# : 4))
 RECIPE=("$@")
 if ((${#RECIPE[@]} == 0)); then
-  RECIPE=(model.preset=gpt-tiny model.n_layer=2 model.d_model=128 model.n_head=4
-          train.global_batch=8 train.seq_len=64)
+  RECIPE=(model.preset=gpt-tiny train.global_batch=8 train.seq_len=128)
 fi
 NK=$BUILD/bin/nekton
 WORK=$(mktemp -d /tmp/nk_autoconfig_bench.XXXXXX)
