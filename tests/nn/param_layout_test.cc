@@ -258,8 +258,10 @@ TEST(ParamLayout, ReplicatedKeepsChosenParametersWholeOverTensorParallelRanks) {
   ParamOptions up{Split::Experts, {}};
   up.expert_split = Split::Rows;
   for (int e = 0; e < 4; ++e) {
-    up.parts.push_back({"e" + std::to_string(e) + ".gate", 4});
-    up.parts.push_back({"e" + std::to_string(e) + ".up", 4});
+    std::string expert = "e";  // (not "e" + a temporary: GCC 12's -Wrestrict false positive)
+    expert += std::to_string(e);
+    up.parts.push_back({expert + ".gate", 4});
+    up.parts.push_back({expert + ".up", 4});
   }
   l.add("h.0.moe.up.weight", {4 * 8, 5}, Init::Normal, 0.02f, up);
   l.add("h.0.moe.shared_down.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
@@ -291,8 +293,10 @@ TEST(ParamLayout, SplitOverFewerRanksThanTensorParallel) {
   ParamOptions up{Split::Experts, {}};
   up.expert_split = Split::Rows;
   for (int e = 0; e < 4; ++e) {
-    up.parts.push_back({"e" + std::to_string(e) + ".gate", 4});
-    up.parts.push_back({"e" + std::to_string(e) + ".up", 4});
+    std::string expert = "e";  // (not "e" + a temporary: GCC 12's -Wrestrict false positive)
+    expert += std::to_string(e);
+    up.parts.push_back({expert + ".gate", 4});
+    up.parts.push_back({expert + ".up", 4});
   }
   l.add("h.0.moe.up.weight", {4 * 8, 5}, Init::Normal, 0.02f, up);
   l.add("h.0.moe.shared_down.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
