@@ -7,10 +7,11 @@
 # rows, down by columns) and split the MoE layers' tokens between them over
 # the "expert-token" groups ({0, 2}, {1, 3}; nn/token_split.h). 10 steps in
 # f32, dropless, every step's loss and the exported weights within 1e-5
-# (tests/apps/mpi/compare_runs.py); 4 ranks of one thread each:
+# (tests/apps/mpi/compare_runs.py); 4 ranks of one thread each (8 for dp 2):
 #   mixtral-tiny      TP4 ETP2, with sequence parallelism, EP2 x TP4 ETP2
 #                     (the ep groups are the expert-token groups: each
-#                     rank's tokens dispatched to the other's experts)
+#                     rank's tokens dispatched to the other's experts);
+#                     on 8 ranks ZeRO-1 and EP2 x DP2 under TP4 ETP2
 #   qwen2-moe-tiny    TP4 ETP2 (the shared expert split over etp too, its
 #                     gate whole)
 # A checkpoint saved under TP4 ETP2 at step 5 resumes under TP4 ETP4 and
@@ -45,7 +46,13 @@ run toetp4 "${MPI[@]}" 4 "$NK" train "${MIX4[@]}" parallel.tp=4 parallel.etp=4
 grep -q "resuming from checkpoint" "$WORK/toetp4.log" || fail "toetp4 did not resume"
 run toetp1 "${MPI[@]}" 2 "$NK" train "${MIX4[@]}" parallel.tp=2 parallel.etp=1
 grep -q "resuming from checkpoint" "$WORK/toetp1.log" || fail "toetp1 did not resume"
-compare one etp2 etp2sp ep2etp2 toetp4 toetp1
+# 8 ranks (dp 2): ZeRO-1 (the optimizer state over dp), EP2 x DP2 (the
+# experts' gradients over expert-dp).
+run etp2zero1 "${MPI[@]}" 8 "$NK" train "${MIX4[@]}" "${ETP[@]}" parallel.shard=optimizer
+run ep2etp2dp2 "${MPI[@]}" 8 "$NK" train "${MIX4[@]}" "${ETP[@]}" parallel.ep=2
+grep -q "world 8 = tp 4 × cp 1 × dp 2 .* experts etp 2 × ep 2 × edp 2" "$WORK/ep2etp2dp2.log" ||
+  fail "ep2etp2dp2 did not run EP2 x TP4 ETP2 x DP2: $(grep -m1 parallel "$WORK/ep2etp2dp2.log")"
+compare one etp2 etp2sp ep2etp2 toetp4 toetp1 etp2zero1 ep2etp2dp2
 
 # Qwen2-MoE: the shared expert split over the expert-tp group as well.
 run qone "$NK" train "${QWEN4[@]}"
@@ -54,4 +61,4 @@ compare qone qetp2
 
 refuse etp2of3 "parallel.etp = 2 does not divide parallel.tp = 3" \
   "${MPI[@]}" 6 "$NK" train "${MIX[@]}" parallel.tp=3 parallel.etp=2
-pass "MoE training with experts split over etp < tp ranks (TP4 ETP2: alone, with SP, with EP2) equals one process for mixtral-tiny and qwen2-moe-tiny (shared expert); a TP4 ETP2 checkpoint resumes under TP4 ETP4 and TP2 ETP1; an etp not dividing tp refused by key"
+pass "MoE training with experts split over etp < tp ranks (TP4 ETP2: alone, with SP, with EP2, with ZeRO-1 and EP2xDP2 on 8 ranks) equals one process for mixtral-tiny and qwen2-moe-tiny (shared expert); a TP4 ETP2 checkpoint resumes under TP4 ETP4 and TP2 ETP1; an etp not dividing tp refused by key"
