@@ -248,6 +248,11 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    TP2 (parallel.etp=1: the MoE layers' tokens split over
 #                    tp), with SP, EP2 over the tp ranks, EP2xDP2, PP2,
 #                    ZeRO-1; checkpoints both ways; capacity factor refused
+#   moe_etp_split_ranks  mixtral-tiny and qwen2-moe-tiny with each expert split
+#                    over etp < tp ranks (TP4 ETP2: the expert-tp groups split
+#                    the tokens), with SP, EP2, ZeRO-1 and EP2xDP2 (8 ranks);
+#                    a TP4 ETP2 checkpoint resumed under TP4 ETP4 and TP2
+#                    ETP1; etp not dividing tp refused
 #   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
 #                    reference, KTO (and under TP2), SimPO; the same
 #                    reference_logps.json; parallel.sp and parallel.pp refused
@@ -287,6 +292,13 @@ nk_timeout(t 900)
 set_tests_properties(finetune_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
+# moe_etp_split_ranks: twelve short trainings of 1 to 8 ranks, on both cores.
+add_test(NAME moe_etp_split_ranks
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/moe_etp_split_ranks.sh
+                 ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+nk_timeout(t 600)
+set_tests_properties(moe_etp_split_ranks PROPERTIES LABELS mpi TIMEOUT ${t} PROCESSORS 2
+                     ENVIRONMENT "${NK_MPI_ENV}")
 # moe_cp_ranks: some twenty trainings of 2 or 4 ranks, on both cores.
 nk_timeout(t 900)
 set_tests_properties(moe_cp_ranks PROPERTIES TIMEOUT ${t} PROCESSORS 2)

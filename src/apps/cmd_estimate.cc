@@ -420,7 +420,12 @@ int cmd_estimate(const CommandArgs& raw) {
         "experts of every MoE layer{} ({:.2f}M parameters, with their gradients and optimizer "
         "state: in the figures below); expert all-to-all {} sent per rank per step\n\n",
         double(e.expert_params) / 1e6, e.ep, mc.num_experts / e.ep, mc.num_experts,
-        e.tp > 1 && e.etp > 1 ? fmt::format(", each split over parallel.etp = {}", e.etp)
+        e.tp > 1 && e.etp > 1 && e.etp < e.tp
+            ? fmt::format(
+                  ", each split over parallel.etp = {} (the tp ranks' {} expert tensor-parallel "
+                  "groups split the tokens)",
+                  e.etp, e.tp / e.etp)
+        : e.tp > 1 && e.etp > 1 ? fmt::format(", each split over parallel.etp = {}", e.etp)
         : e.tp > 1 ? fmt::format(", each whole (parallel.etp = 1; the tp ranks split the tokens)")
                    : "",
         double(e.expert_params_computed) / 1e6, mib(double(e.a2a_bytes_per_step)));

@@ -105,6 +105,21 @@ Mesh::Mesh(int world_size, int rank, const MeshSpec& spec) : world_(world_size),
   add("ep", expert_.groups("ep"));
   for (auto* t : {"tp", "dp", "tp-ep", "tp-ep-pp"})
     add(std::string("expert-") + t, expert_.groups(t));
+  // Expert tensor parallelism narrower than the attention's (Megatron-Core's
+  // expert_tensor_parallel_size below tensor_model_parallel_size): of each
+  // tp group's ranks, those c·etp + j (c < tp/etp) hold the same experts'
+  // shares and split the MoE blocks' rows.
+  if (spec_.tp % spec_.etp == 0) {
+    std::vector<std::vector<int>> tokens;
+    const int rows = spec_.tp / spec_.etp;
+    for (auto& g : dense_.groups("tp"))
+      for (int j = 0; j < spec_.etp; ++j) {
+        std::vector<int> t;
+        for (int c = 0; c < rows; ++c) t.push_back(g[size_t(c * spec_.etp + j)]);
+        tokens.push_back(std::move(t));
+      }
+    add("expert-token", tokens);
+  }
   std::vector<int> world(world_);
   for (int r = 0; r < world_; ++r) world[r] = r;
   add("world", {world});

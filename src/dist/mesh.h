@@ -18,6 +18,10 @@
 //   embedding               first and last stage of each pp group (tied embeddings)
 //   position-embedding      first stage of each pp group
 //   ep, expert-tp, expert-dp, expert-tp-ep, expert-tp-ep-pp   the expert folding
+//   expert-token            with parallel.etp dividing parallel.tp: the tp/etp ranks of one tp
+//                           group that split a MoE block's rows (nn/token_split.h), tp ranks
+//                           c·etp + j for one j (its expert-tp rank when the expert-tp groups
+//                           are the tp groups' runs of etp consecutive ranks: train_parallel.cc)
 //   world                   every rank
 #pragma once
 #include <string>

@@ -37,7 +37,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   if (training) recompute = std::move(plan);
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
-  check_tensor_parallel(c, tp.size(), tp.experts_whole);
+  check_tensor_parallel(c, tp.size(), tp.expert_size());
   NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
@@ -58,11 +58,11 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // Outside the tensor-parallel region: this rank's rows under sequence parallelism.
   const int64_t R = tp.local_rows(B * T);
   // The experts' (and shared expert's) share of their units: all of them
-  // when they are whole on every rank (TensorParallel::experts_whole), whose
-  // MoE blocks then keep their rows in the region's scratch (full_x, full_y,
-  // dmoe.dx_full: nn/token_split.h).
-  const int64_t te = tp.experts_whole ? 1 : t;
-  const bool moe_rows = tp.active() && tp.experts_whole && c.is_moe();
+  // when they are whole on every rank (TensorParallel::experts_whole), 1/etp
+  // when split over fewer ranks than tp; the MoE blocks then keep their rows
+  // in the region's scratch (full_x, full_y, dmoe.dx_full: nn/token_split.h).
+  const int64_t te = tp.expert_size();
+  const bool moe_rows = tp.experts_narrower() && c.is_moe();
   auto region = [&]() { return tp.sp() ? alloc({R, C}, dt) : act(C); };
   auto stat = [&]() { return alloc({R}, DType::F32); };
   // A pipeline stage: its layers' buffers only (the others stay undefined).

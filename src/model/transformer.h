@@ -130,15 +130,16 @@ struct PipelineStage {
 // Refuses a tensor-parallel size that does not divide the model: nk::Error
 // naming the model.* key and the numbers (query heads, key/value heads, MLP
 // units, vocabulary rows are split over the tp ranks), before anything is
-// allocated. experts_whole: a MoE layer's experts are not split over tp
-// (parallel.etp = 1, nn::TensorParallel::experts_whole).
-void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whole = false);
+// allocated. etp: the ranks a MoE layer's experts are split over (parallel.etp:
+// 0 = tp; 1: whole, nn::TensorParallel::experts_whole; else dividing tp,
+// nn::TensorParallel::experts).
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
 // experts that tp does not divide (check_tensor_parallel), NF4 frozen
 // weights (block-quantised ones are supported, for inference), a device
 // other than the CPU. nk::Error naming the key.
 void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device, bool experts_whole = false);
+                       Device device, int64_t etp = 0);
 
 // optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
 // in the order units[0..n_layer) the layers, units[n_layer] the head with
@@ -225,6 +226,12 @@ class Transformer {
   // weights, Qwen3's); the trainer adds them over the tp group once per
   // step. Empty without tensor parallelism.
   std::vector<Tensor> tensor_parallel_partial_grads() const;
+  // With 1 < parallel.etp < parallel.tp, the MoE blocks' gradients that are
+  // partial sums over this rank's share of the rows (the router's, the
+  // shared expert's, the experts' when not split over ep): the trainer adds
+  // them over the "expert-token" group (TensorParallel::tokens) once per
+  // step. Empty otherwise.
+  std::vector<Tensor> token_split_partial_grads() const;
   FrozenWeights frozen_weights() const { return frozen_weights_; }
   // f32 master weights: [layout().total()] with FrozenWeights::Master, else
   // the parameters that have one (has_master), from offset 0.

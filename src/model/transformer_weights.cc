@@ -59,10 +59,10 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
 }
 
 void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device, bool experts_whole) {
+                       Device device, int64_t etp) {
   if (!cfg.is_moe()) return;
   const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
-  check_tensor_parallel(cfg, tp, experts_whole);
+  check_tensor_parallel(cfg, tp, etp);
   if (frozen_weights == FrozenWeights::Nf4)
     fail(
         "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
@@ -73,7 +73,7 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_
          what, device_name(device));
 }
 
-void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whole) {
+void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
   if (cfg.classifier())
@@ -100,16 +100,23 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, bool experts_whol
       fail("{} = {} is not divisible by parallel.tp = {} (split over the tensor-parallel ranks)",
            key, value, tp);
   // A MoE layer's experts and shared expert are split as an MLP is (nn/moe.h),
-  // unless they are whole on every rank (parallel.etp = 1).
-  if (!cfg.is_moe() || experts_whole) return;
+  // over the tp ranks or etp of them, unless they are whole on every rank
+  // (parallel.etp = 1).
+  if (etp == 0) etp = tp;
+  if (!cfg.is_moe() || etp == 1) return;
   const std::pair<const char*, int64_t> experts[] = {
       {"model.moe_d_ff", cfg.expert_d_ff()}, {"model.moe_shared_d_ff", cfg.moe_shared_d_ff}};
   for (const auto& [key, value] : experts)
-    if (value % tp)
+    if (value % etp && etp == tp)
       fail(
           "{} = {} is not divisible by parallel.tp = {} (each expert is split over the "
           "tensor-parallel ranks, parallel.etp = parallel.tp)",
           key, value, tp);
+    else if (value % etp)
+      fail(
+          "{} = {} is not divisible by parallel.etp = {} (each expert is split over the expert "
+          "tensor-parallel ranks)",
+          key, value, etp);
 }
 
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
@@ -145,15 +152,25 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   // model_layout validated cfg (bounded shapes) before sizing anything.
   NK_CHECK(compute == DType::F32 || compute == DType::BF16, "compute dtype {}",
            dtype_name(compute));
-  check_tensor_parallel(cfg_, tp_.size(), tp_.experts_whole);
+  check_tensor_parallel(cfg_, tp_.size(), tp_.expert_size());
   const bool whole = stage_.whole(cfg_);
-  check_moe_support(cfg_, tp_.size(), frozen_weights, device_, tp_.experts_whole);
+  check_moe_support(cfg_, tp_.size(), frozen_weights, device_, tp_.expert_size());
   // Whole experts (parallel.etp = 1): the MoE blocks' parameters replicated
   // over the tensor-parallel group, in the whole model's layout too (a
   // gather takes rank 0's, equal on every rank).
   if (tp_.active() && tp_.experts_whole)
     global_layout_ = global_layout_.replicated(
         [](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; });
+  // Experts split over etp of the tp ranks (1 < parallel.etp < tp): the MoE
+  // blocks' split tensors are each etp ranks' shares (ParamInfo::tp_ways);
+  // the router, whole, stays replicated.
+  if (tp_.experts_narrower() && !tp_.experts_whole)
+    global_layout_ = global_layout_.split_over(
+        [](const ParamInfo& p) {
+          return p.name.find(".moe.") != std::string::npos &&
+                 tensor_split(p).split != Split::Replicated;
+        },
+        tp_.expert_size());
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
@@ -594,12 +611,18 @@ void Transformer::bind_views() {
       b.moe.top_k = cfg_.num_experts_per_tok;
       // This rank's share of each expert's units (all of them when whole:
       // the ranks then split the block's rows, nn/token_split.h).
-      const int64_t te = tp_.experts_whole ? 1 : t;
+      // 1 < etp < tp: each expert split over the expert-tp group, the rows
+      // over expert-token.
+      const int64_t te = tp_.expert_size();
       b.moe.d_ff = cfg_.expert_d_ff() / te;
-      if (tp_.experts_whole)
+      if (tp_.experts_whole) {
         b.moe.split = {tp_.comm, tp_.sequence_parallel};
-      else
+      } else if (tp_.experts_narrower()) {
+        b.moe.tp = {tp_.experts, tp_.sequence_parallel};
+        b.moe.split = {tp_.tokens, tp_.sequence_parallel};
+      } else {
         b.moe.tp = tp_;
+      }
       b.moe.sigmoid = cfg_.moe_score_func == "sigmoid";
       b.moe.norm_topk = cfg_.norm_topk_prob;
       b.moe.capacity_factor = cfg_.moe_capacity_factor;
@@ -616,7 +639,7 @@ void Transformer::bind_views() {
         b.moe.shared_d_ff = cfg_.moe_shared_d_ff / te;
         b.moe.shared_up = adapted(L(l, "moe.shared_up"));
         b.moe.shared_down = adapted(L(l, "moe.shared_down"));
-        if (!tp_.experts_whole) b.moe.shared_down = row_parallel(b.moe.shared_down);
+        if (!tp_.experts_whole && b.moe.tp.rank() != 0) b.moe.shared_down.b = Tensor();
         if (cfg_.moe_shared_expert_gate) b.moe.shared_gate = linear(L(l, "moe.shared_gate"));
       }
       b.moe.ep = ep_;
@@ -705,6 +728,27 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     }
   }
   if (tp_.sp()) add(norm_f_);
+  return out;
+}
+
+std::vector<Tensor> Transformer::token_split_partial_grads() const {
+  std::vector<Tensor> out;
+  if (!tp_.experts_narrower() || tp_.experts_whole) return out;
+  // Each expert-tp group's MoE blocks ran their own rows (nn/token_split.h):
+  // the router's and shared expert's gradients (whole, or this expert-tp
+  // rank's shares) are those rows' part; so are the experts' unless split
+  // over ep, whose groups hold the expert-token peers' contributions to
+  // their experts (they reduce over expert-dp).
+  for (const Block& b : blocks_) {
+    if (b.moe.n_experts == 0) continue;
+    for (const Tensor& gr :
+         {b.moe.router.dw, b.moe.router.db, b.moe.shared_up.dw, b.moe.shared_up.db,
+          b.moe.shared_down.dw, b.moe.shared_down.db, b.moe.shared_gate.dw})
+      if (gr.defined()) out.push_back(gr);
+    if (!experts_split_)
+      for (const Tensor& gr : {b.moe.dup, b.moe.ddown})
+        if (gr.defined()) out.push_back(gr);
+  }
   return out;
 }
 

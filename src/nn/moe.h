@@ -65,6 +65,15 @@
 // group sums dx. With expert parallelism too each rank dispatches over its
 // ep group, whose members hold the same tp rank's shares.
 //
+// Expert tensor parallelism narrower than the attention's (1 < etp < tp,
+// nn::TensorParallel::experts): tp is then the etp ranks' "expert-tp"
+// group and split the tp / etp ranks of "expert-token"; the two compose,
+// the token split inside the tensor-parallel region: each expert-tp group
+// computes its own share of the rows (without sequence parallelism 1 /
+// (tp / etp) of them; with it its etp ranks' own rows, gathered) with its
+// shares of the experts, the partial sums leave summed over expert-tp and
+// the rows gathered over expert-token.
+//
 // LoRA (nn/adapters.h, model/peft.h): each expert may carry its own adapters
 // on its up (its gate and up parts, each its own A and B) and down
 // products, applied to the rows it received; the shared expert's are on its
@@ -283,7 +292,8 @@ struct MoE {
   // Under tensor parallelism x and y are the region's outside (this rank's
   // rows [N/t, C] under sequence parallelism).
   void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
-    const Tensor x1 = rows(tp.enter(x, s.full_x)), y1 = rows(tp.exit_buffer(y, s.full_y));
+    const Tensor x1 = rows(tp.enter(x, region(s.full_x, x))),
+                 y1 = rows(tp.exit_buffer(y, region(s.full_y, y)));
     NK_CHECK(!split.moves() || s.full_y.defined(), "MoE: split rows without their scratch");
     const Tensor x2 = split.enter(x1),
                  y2 = split.exit_buffer(y1, split.moves() ? rows(s.full_y) : y1);
@@ -313,7 +323,7 @@ struct MoE {
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
     if (shared_d_ff > 0) shared_forward(y2, s, x2);
     split.exit(y2, y1);
-    tp.exit(y, s.full_y);
+    tp.exit(y, region(s.full_y, y));
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
   // balance_grad [E] or [S E] (host) and z_grad: see the file comment.
@@ -321,8 +331,9 @@ struct MoE {
                 const std::vector<float>& balance_grad, float z_grad) const {
     NK_CHECK(!tp.sp() || g.dx_full.defined(), "MoE: sequence parallel without its dx buffer");
     NK_CHECK(!split.moves() || g.dx_full.defined(), "MoE: split rows without their dx buffer");
-    const Tensor dy1 = rows(tp.exit_backward(dy, s.full_y)), x1 = rows(tp.enter(x, s.full_x)),
-                 dx1 = rows(tp.enter_grad(dx, g.dx_full));
+    const Tensor dy1 = rows(tp.exit_backward(dy, region(s.full_y, dy))),
+                 x1 = rows(tp.enter(x, region(s.full_x, x))),
+                 dx1 = rows(tp.enter_grad(dx, region(g.dx_full, dx)));
     const Tensor dy2 = split.exit_backward(dy1), x2 = split.enter(x1),
                  dx2 = split.enter_grad(dx1, split.moves() ? rows(g.dx_full) : dx1);
     const MoeRouting& r = *s.routing;
@@ -356,8 +367,9 @@ struct MoE {
     router.backward(dxr, dlogits, x2);
     if (tp.rank() == 0) ops::accumulate(dx2, dxr);  // equal on every rank: added once
     if (shared_d_ff > 0) shared_backward(dx2, dy2, s, g, x2);
-    tp.enter_backward(dx, g.dx_full);
+    // The crossings' backwards, innermost first.
     split.enter_backward(dx2, dx1);
+    tp.enter_backward(dx, region(g.dx_full, dx));
   }
 
  private:
@@ -407,6 +419,14 @@ struct MoE {
     ops::accumulate(dx2, dxr);
   }
 
+  // The region's rows of scratch `full` (all N rows) under sequence
+  // parallelism: the tp group's share of them, `outside`'s rows times its
+  // size (all N when the experts' group is the attention's; with 1 < etp <
+  // tp the etp ranks' rows, the token split's share). Else full itself.
+  Tensor region(const Tensor& full, const Tensor& outside) const {
+    if (!tp.sp()) return full;
+    return rows(full).narrow0(0, rows(outside).dim(0) * tp.size());
+  }
   // Under a TokenSplit: the router's statistics (s.stats, on the device),
   // the routed counts and the dropped pairs summed over the group.
   void sum_routing(const Saved& s) const {

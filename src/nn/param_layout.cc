@@ -51,6 +51,7 @@ ParamOptions param_options(const ParamInfo& p) {
   o.adapter = p.adapter;
   o.pad_multiple = p.pad_multiple;
   o.expert_split = p.expert_split;
+  o.tp_ways = p.tp_ways;
   for (const ParamPart& q : p.parts) o.parts.emplace_back(q.name, q.rows);
   return o;
 }
@@ -65,6 +66,12 @@ ParamInfo tensor_split(const ParamInfo& p) {
 std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n,
                                      const std::string& part) {
   NK_CHECK(n >= 1 && rank >= 0 && rank < n, "shard_ranges: rank {} of {}", rank, n);
+  if (p.tp_ways > 0 && n > 1 && p.split != Split::Experts) {
+    NK_CHECK(n % p.tp_ways == 0, "shard_ranges: '{}' split {} ways of {} ranks", p.name, p.tp_ways,
+             n);
+    rank %= p.tp_ways;
+    n = p.tp_ways;
+  }
   const ParamPart* one = part.empty() ? nullptr : &p.part(part);
   if (p.split == Split::Cols) {
     NK_CHECK(!one, "shard_ranges: parameter '{}' is split on columns, not by part", p.name);
@@ -111,6 +118,7 @@ std::vector<SliceRange> shard_ranges(const ParamInfo& p, int64_t rank, int64_t n
 }
 
 Shape shard_shape(const ParamInfo& p, int64_t n, const std::string& part) {
+  if (p.tp_ways > 0 && n > 1 && p.split != Split::Experts) n = p.tp_ways;
   Shape s = p.shape;
   if (p.pad_multiple > 0 && p.split == Split::Rows && n > 1 && part.empty()) {
     s[0] = padded_rows(p.shape[0], p.pad_multiple, n) / n;
@@ -226,6 +234,15 @@ ParamLayout ParamLayout::replicated(const std::function<bool(const ParamInfo&)>&
   return out;
 }
 
+ParamLayout ParamLayout::split_over(const std::function<bool(const ParamInfo&)>& which,
+                                    int64_t ways) const {
+  NK_CHECK(ways >= 1, "ParamLayout::split_over {} ways", ways);
+  ParamLayout out = *this;
+  for (ParamInfo& p : out.params_)
+    if (which(p)) p.tp_ways = ways;
+  return out;
+}
+
 ParamLayout ParamLayout::subset(const std::function<bool(const ParamInfo&)>& keep) const {
   NK_CHECK(final_, "ParamLayout::subset before finalize");
   return derived_layout(
@@ -249,6 +266,7 @@ void ParamLayout::add(const std::string& name, const Shape& shape, Init init, fl
   p.adapter = opt.adapter;
   p.pad_multiple = opt.pad_multiple;
   p.expert_split = opt.expert_split;
+  p.tp_ways = opt.tp_ways;
   NK_CHECK(opt.expert_split == Split::Replicated ||
                (opt.split == Split::Experts &&
                 (opt.expert_split == Split::Rows || opt.expert_split == Split::Cols)),

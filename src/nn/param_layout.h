@@ -62,6 +62,13 @@ struct ParamInfo {
   // Rows (each fused part's rows: the experts' gate | up, column-parallel),
   // Cols (the experts' down, row-parallel) or Replicated (whole experts).
   Split expert_split = Split::Replicated;
+  // Split over fewer ranks than the tensor-parallel group (a MoE block's
+  // tensors under 1 < parallel.etp < parallel.tp: expert tensor parallelism
+  // narrower than the attention's): 0, over all n of them; else over
+  // tp_ways of them, n-way rank r holding share r mod tp_ways (the expert-tp
+  // groups are runs of consecutive tp ranks), each share on n / tp_ways
+  // ranks. Not applied to the expert-parallel split (Split::Experts).
+  int64_t tp_ways = 0;
   // Vocabulary padding (the embedding and head, Split::Rows, no parts): under
   // n > 1-way splitting dim 0 is padded with zero rows to a multiple of
   // pad_multiple x n (Megatron's make_vocab_size_divisible_by), so every rank
@@ -85,6 +92,7 @@ struct ParamOptions {
   bool adapter = false;                    // see ParamInfo::adapter
   int64_t pad_multiple = 0;                // see ParamInfo::pad_multiple
   Split expert_split = Split::Replicated;  // see ParamInfo::expert_split
+  int64_t tp_ways = 0;                     // see ParamInfo::tp_ways
 };
 
 // Rows of a parameter of `rows` rows padded for n-way splitting to a
@@ -175,6 +183,10 @@ class ParamLayout {
   // tensor (Split::Experts, still split over the expert-parallel group)
   // expert_split Replicated (parallel.etp = 1 under parallel.tp > 1).
   ParamLayout replicated(const std::function<bool(const ParamInfo&)>& which) const;
+  // The same layout with the parameters `which` accepts split over `ways`
+  // of the tensor-parallel ranks (ParamInfo::tp_ways: 1 < parallel.etp <
+  // parallel.tp, the MoE blocks' tensors).
+  ParamLayout split_over(const std::function<bool(const ParamInfo&)>& which, int64_t ways) const;
   // The parameters `keep` accepts (a pipeline stage's), in the same order
   // with the same flags, laid out afresh (of a finalized layout).
   ParamLayout subset(const std::function<bool(const ParamInfo&)>& keep) const;

@@ -34,11 +34,26 @@ struct TensorParallel {
   // expert) are whole on every rank, which split the block's rows instead
   // (nn/token_split.h); the rest of the model is split as above.
   bool experts_whole = false;
+  // 1 < parallel.etp < parallel.tp (Megatron-Core's expert tensor-parallel
+  // size below the attention's): a MoE block's experts (and shared expert)
+  // are split over `experts`, the mesh's "expert-tp" group (etp consecutive
+  // tp ranks: tp rank c·etp + j is its rank j), and the block's rows over
+  // `tokens`, its "expert-token" group (the tp / etp ranks c·etp + j of one
+  // j, nn/token_split.h); the router is whole on every rank. Null: the
+  // experts are split over the whole group (etp = tp), or whole.
+  dist::Communicator* experts = nullptr;
+  dist::Communicator* tokens = nullptr;
 
   int64_t size() const { return comm ? comm->size() : 1; }
   int64_t rank() const { return comm ? comm->rank() : 0; }
   bool active() const { return size() > 1; }
   bool sp() const { return sequence_parallel && active(); }
+  // The experts' tensor-parallel split (parallel.etp) and this rank's share.
+  int64_t expert_size() const { return experts_whole ? 1 : experts ? experts->size() : size(); }
+  int64_t expert_rank() const { return experts_whole ? 0 : experts ? experts->rank() : rank(); }
+  // Whether the experts are split over fewer ranks than the group (etp < tp):
+  // the MoE blocks' rows are then split over the rest (nn/token_split.h).
+  bool experts_narrower() const { return active() && expert_size() < size(); }
   // The rows this rank holds outside the region, of N: N / size() under sp.
   int64_t local_rows(int64_t N) const { return sp() ? N / size() : N; }
 

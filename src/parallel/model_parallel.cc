@@ -11,6 +11,9 @@ bool owns(const Transformer& model, const ParamInfo& p) {
   // (Whole experts, parallel.etp = 1: replicated over tp as well.)
   if (tensor_split(p).split == Split::Replicated && model.tensor_parallel().rank() != 0)
     return false;
+  // Split over etp of the tp ranks (ParamInfo::tp_ways): the first etp
+  // ranks hold one copy of every share.
+  if (p.tp_ways > 0 && model.tensor_parallel().rank() >= p.tp_ways) return false;
   return !(p.name == "wte" && !model.stage().embedding);
 }
 
@@ -100,16 +103,18 @@ double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& 
   if (!owned && (!model_parallel || model_parallel->size() == 1)) return ops::sum_squares(grads);
   Tensor sum = Tensor::zeros({1}, DType::F64);
   if (!owned && model.experts_split()) {
-    // Every ep rank's experts, each rank's share of the rest. Whole experts
-    // (parallel.etp = 1): the ep group holds every expert once, its tp
-    // peers among its ranks, so tp rank 0 alone adds the sum.
+    // Every ep rank's experts, each rank's share of the rest. Experts split
+    // over etp < tp ranks (whole ones: etp = 1): the ep group holds every
+    // expert's share of its etp rank once, so the tp ranks below etp alone
+    // (one of each share) add the sum.
     const nn::TensorParallel& tp = model.tensor_parallel();
-    const bool whole = tp.active() && tp.experts_whole;
+    const bool narrower = tp.experts_narrower();
     Tensor experts = Tensor::zeros({1}, DType::F64);
-    *experts.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), true, whole);
+    *experts.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), true, narrower);
     model.expert_parallel().comm->all_reduce(experts);
-    *sum.data<double>() = owned_sum_squares_of(model, grads, 0, grads.numel(), false) +
-                          (whole && tp.rank() != 0 ? 0.0 : *experts.data<double>());
+    *sum.data<double>() =
+        owned_sum_squares_of(model, grads, 0, grads.numel(), false) +
+        (narrower && tp.rank() >= tp.expert_size() ? 0.0 : *experts.data<double>());
   } else if (owned)
     for (const auto& [begin, end] : *owned)
       *sum.data<double>() += owned_sum_squares(model, grads, begin, end);
@@ -123,6 +128,8 @@ double model_parallel_grad_norm_squared(const Transformer& model, const Tensor& 
 void reduce_tensor_parallel_partial_grads(const Transformer& model) {
   for (const Tensor& g : model.tensor_parallel_partial_grads())
     model.tensor_parallel().comm->all_reduce(g);
+  for (const Tensor& g : model.token_split_partial_grads())
+    model.tensor_parallel().tokens->all_reduce(g);
 }
 
 Tensor gather_model(const Transformer& model, const Tensor& local, dist::Communicator* pp) {

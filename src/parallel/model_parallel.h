@@ -10,8 +10,9 @@ namespace nk::parallel {
 
 // Whether this process counts p in whole-model sums (the norm, a gather):
 // each tensor-parallel shard counts, a parameter replicated over tp on tp
-// rank 0 only, and a tied token table on the first pipeline stage only (the
-// last stage's is a copy).
+// rank 0 only, one split over etp < tp ranks (ParamInfo::tp_ways) on the
+// first etp tp ranks only, and a tied token table on the first pipeline
+// stage only (the last stage's is a copy).
 bool owns(const Transformer& model, const ParamInfo& p);
 
 // The sum of squares of `grads` (model.grads() or the same layout) over
@@ -41,8 +42,9 @@ void reduce_replica_grads(Transformer& model, dist::Communicator& dense,
                           dist::Communicator* experts);
 
 // Adds model.tensor_parallel_partial_grads() over the tp group (each rank
-// holds its rows' or heads' part of them). Once per step, after the
-// backward; nothing without tensor parallelism. Collective.
+// holds its rows' or heads' part of them), and model.token_split_partial_grads()
+// over the "expert-token" group (1 < parallel.etp < tp). Once per step,
+// after the backward; nothing without tensor parallelism. Collective.
 void reduce_tensor_parallel_partial_grads(const Transformer& model);
 
 // The whole model's values of a flat f32 arena that tensor and pipeline

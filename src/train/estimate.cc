@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp, bool sp,
                                  const PipelineStage& stage, bool training, int64_t ep,
-                                 bool experts_whole) {
+                                 int64_t etp) {
   const int64_t s = int64_t(dtype_size(dt)), N = B * T, C = c.d_model;
   // This rank's heads, MLP units and (padded) vocabulary; R: its rows of the
   // tensors outside the tensor-parallel region (all of them without sp).
@@ -42,11 +42,12 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   // (with the exchange's two row permutations and counts).
   const bool moe = c.is_moe();
   // Tensor parallel: each expert's (and the shared expert's) share of its
-  // units, over every row (gathered under sp); whole experts (etp 1): all
-  // the units, the buffers sized for every row as well (a rank uses N / tp),
-  // with the region's scratch of rows (nn/token_split.h) even without sp.
-  const int64_t te = experts_whole ? 1 : tp;
-  const bool moe_rows = c.is_moe() && experts_whole && tp > 1 && !sp;
+  // units, over every row (gathered under sp); experts split over etp < tp
+  // ranks (whole ones: etp 1): 1/etp of the units, the buffers sized for
+  // every row as well (a rank uses N etp / tp), with the region's scratch
+  // of rows (nn/token_split.h) even without sp.
+  const int64_t te = etp > 0 ? etp : tp;
+  const bool moe_rows = c.is_moe() && te < tp && tp > 1 && !sp;
   const int64_t E = c.num_experts, K = moe ? c.num_experts_per_tok : 0, Fe = c.expert_d_ff() / te;
   const int64_t Re = ep * N * K, ep_rows = ep > 1 ? 3 * Re * C * s : 0;
   const int64_t moe_kept = moe ? N * E * s + N * E * 4 + 4 * N * K * 4 + (E + 1) * 4 +
@@ -188,15 +189,19 @@ std::vector<Gemm> gemms(const TrainConfig& cfg, int64_t tp, const PipelineStage&
                          {N, c.n_head * c.head_dim() / tp, C, double(layers), true}};
   if (c.is_moe()) {
     // The router, and the experts' products as if over all N k routed rows
-    // at once (each expert's is a share of them).
-    const int64_t Nk = N * c.num_experts_per_tok, F = c.expert_d_ff() / tp;
-    g.insert(g.end(), {{N, C, c.num_experts, double(layers), true},
+    // at once (each expert's is a share of them). Experts split over etp <
+    // tp ranks: each expert-tp group's N etp / tp rows, 1/etp of the units.
+    const int64_t etp = cfg.parallel.mesh.etp > 0 && cfg.parallel.mesh.etp < tp
+                            ? int64_t(cfg.parallel.mesh.etp)
+                            : tp;
+    const int64_t Ne = N * etp / tp, Nk = Ne * c.num_experts_per_tok, F = c.expert_d_ff() / etp;
+    g.insert(g.end(), {{Ne, C, c.num_experts, double(layers), true},
                        {Nk, C, 2 * F, double(layers), true},
                        {Nk, F, C, double(layers), true}});
     // The shared expert over every row, and its gate.
-    if (const int64_t Fs = c.moe_shared_d_ff / tp; Fs > 0)
-      g.insert(g.end(), {{N, C, 2 * Fs, double(layers), true}, {N, Fs, C, double(layers), true}});
-    if (c.moe_shared_expert_gate) g.push_back({N, C, 1, double(layers), true});
+    if (const int64_t Fs = c.moe_shared_d_ff / etp; Fs > 0)
+      g.insert(g.end(), {{Ne, C, 2 * Fs, double(layers), true}, {Ne, Fs, C, double(layers), true}});
+    if (c.moe_shared_expert_gate) g.push_back({Ne, C, 1, double(layers), true});
   } else {
     g.insert(g.end(), {{N, C, c.mlp_up_dim() / tp, double(layers), true},
                        {N, c.d_ff / tp, C, double(layers), true}});
@@ -338,20 +343,30 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.etp = mesh.etp();
   e.edp = mesh.edp();
   const ModelConfig& c = cfg.model;
-  // Whole experts (parallel.etp = 1 under tp): the MoE layers replicated over tp.
+  // Whole experts (parallel.etp = 1 under tp): the MoE layers replicated over
+  // tp; 1 < etp < tp: their split tensors each over etp of the tp ranks.
   const bool experts_whole = c.is_moe() && e.tp > 1 && e.etp == 1;
+  const bool experts_narrower = c.is_moe() && e.etp > 1 && e.etp < e.tp;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
   // Tensor parallel: each rank's shards (every expert's share, or every
   // expert whole); expert parallel: of those, this rank's experts.
-  const ParamLayout shards = e.tp == 1 ? whole
-                             : experts_whole
-                                 ? whole
-                                       .replicated([](const ParamInfo& p) {
-                                         return p.name.find(".moe.") != std::string::npos;
-                                       })
-                                       .shard(e.tp)
-                                 : whole.shard(e.tp);
+  const ParamLayout shards =
+      e.tp == 1       ? whole
+      : experts_whole ? whole
+                            .replicated([](const ParamInfo& p) {
+                              return p.name.find(".moe.") != std::string::npos;
+                            })
+                            .shard(e.tp)
+      : experts_narrower ? whole
+                               .split_over(
+                                   [](const ParamInfo& p) {
+                                     return p.name.find(".moe.") != std::string::npos &&
+                                            tensor_split(p).split != Split::Replicated;
+                                   },
+                                   e.etp)
+                               .shard(e.tp)
+                         : whole.shard(e.tp);
   const ParamLayout layout = e.ep > 1 ? shards.shard_experts(e.ep) : shards;
   const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
   const std::vector<Recompute> plan =
@@ -426,7 +441,7 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
           8 * int64_t(default_param_groups(layout, cfg.adamw.weight_decay, layout.total()).size());
     // Context parallel: each rank's activations hold its T / cp tokens.
     r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage,
-                                         true, e.ep, experts_whole);
+                                         true, e.ep, c.is_moe() ? e.etp : 0);
     if (mesh.cp() > 1) {
       const int64_t Tl = T / mesh.cp(), hq = c.n_head / e.tp, hkv = c.n_kv_head / e.tp;
       r.cp_buffer_bytes = nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A
@@ -464,9 +479,10 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
         }
       if (n > layers) std::tie(layers, full) = std::pair(n, f);
     }
-    // Whole experts (etp 1 < tp): each tp rank routes its N / tp rows.
+    // Experts split over etp < tp ranks (whole ones: etp 1): each expert-tp
+    // group routes its N etp / tp rows.
     const double rows = double(B * T * c.num_experts_per_tok) * double(e.ep - 1) / double(e.ep) /
-                        double(experts_whole ? e.tp : 1);
+                        double(e.etp < e.tp ? e.tp / e.etp : 1);
     e.a2a_bytes_per_step = int64_t(double(local_accum) * double(4 * layers + 2 * full) * rows *
                                    double(c.d_model) * double(dtype_size(cfg.dtype)));
   }

@@ -41,11 +41,13 @@ struct ActivationBytes {
 // log-sum-exp). Equals Activations::bytes() for a model without adapters
 // (tests/train/estimate_test.cc). training false: a forward-only workspace
 // (one layer's tensors reused by every layer, no gradients; a whole model).
-// experts_whole: parallel.etp = 1 under tp > 1 (nn::TensorParallel::experts_whole).
+// etp: the ranks each expert is split over (parallel.etp; 0: tp; 1 under tp >
+// 1: whole, nn::TensorParallel::experts_whole; else a divisor of tp,
+// nn::TensorParallel::experts).
 ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int64_t T,
                                  const std::vector<Recompute>& recompute, int64_t tp = 1,
                                  bool sp = false, const PipelineStage& stage = {},
-                                 bool training = true, int64_t ep = 1, bool experts_whole = false);
+                                 bool training = true, int64_t ep = 1, int64_t etp = 0);
 
 // Rates of this machine for the step-time prediction.
 struct MachineRates {

@@ -67,40 +67,66 @@ std::vector<std::vector<int>> sorted_groups(const dist::Mesh& mesh, const char* 
   return all;
 }
 
-// parallel.etp = 1 under parallel.tp > 1: each expert whole on every tp
-// rank, which split the MoE block's rows among themselves
-// (nn/token_split.h). Other expert splits (etp between 1 and tp, or experts
-// split over ranks that hold different tokens: etp > tp) are not built.
-void check_whole_experts(const TrainConfig& cfg, const dist::Mesh& mesh) {
-  if (!cfg.model.is_moe() || mesh.etp() != 1)
+// parallel.etp < parallel.tp: each expert split over etp of the tp ranks
+// (the "expert-tp" group; etp = 1: whole on every rank), the tp / etp
+// expert-tp groups of a tp group splitting the MoE blocks' rows among them
+// ("expert-token", nn/token_split.h), as Megatron-Core's
+// expert_tensor_parallel_size below tensor_model_parallel_size. Experts
+// split over ranks that hold different tokens (etp > tp) are not built.
+void check_expert_tensor_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
+  const int etp = mesh.etp(), tp = mesh.tp();
+  if (!cfg.model.is_moe() || etp > tp)
     fail(
         "parallel.etp = {} with parallel.tp = {}: only parallel.etp = parallel.tp (each expert "
-        "split over the tensor-parallel ranks, as their attention is; parallel.etp 0) or "
-        "parallel.etp = 1 (whole experts, the tp ranks splitting the MoE layers' tokens) for a "
-        "Mixture-of-Experts model is supported",
-        mesh.etp(), mesh.tp());
-  const int64_t N = cfg.micro_batch * cfg.seq_len;
+        "split over the tensor-parallel ranks, as their attention is; parallel.etp 0), "
+        "parallel.etp = 1 (whole experts, the tp ranks splitting the MoE layers' tokens) or an "
+        "etp dividing tp (each expert split over etp ranks, the tp / etp groups of them "
+        "splitting the tokens) for a Mixture-of-Experts model is supported",
+        etp, tp);
+  if (tp % etp)
+    fail(
+        "parallel.etp = {} does not divide parallel.tp = {}: each tensor-parallel group is cut "
+        "into tp / etp expert tensor-parallel groups that split the MoE layers' tokens (set "
+        "parallel.etp to a divisor of parallel.tp)",
+        etp, tp);
+  const int64_t N = cfg.micro_batch * cfg.seq_len, rows = tp / etp;
   const char* unsupported =
       cfg.model.moe_capacity_factor > 0
-          ? "model.moe_capacity_factor (each tp rank would drop by its own share of the "
-            "micro-batch's tokens; use the dropless mode, 0)"
+          ? "model.moe_capacity_factor (each expert tensor-parallel group would drop by its own "
+            "share of the micro-batch's tokens; use the dropless mode, 0)"
       : cfg.model.moe_aux_loss_type == "seq"
           ? "model.moe_aux_loss_type=seq (the sequence-wise balancing loss)"
       : mesh.ep() > 1 && cfg.ddp.shard != parallel::Shard::None
           ? "parallel.shard (ZeRO-1 / FSDP) with parallel.ep"
           : nullptr;
   if (unsupported)
-    fail("parallel.etp = 1 with parallel.tp = {}: {} is not supported yet", mesh.tp(), unsupported);
-  if (N % mesh.tp())
+    fail("parallel.etp = {} with parallel.tp = {}: {} is not supported yet", etp, tp, unsupported);
+  if (N % rows)
     fail(
-        "parallel.etp = 1 with parallel.tp = {}: train.micro_batch × train.seq_len = {} × {} is "
-        "not a multiple of parallel.tp (the MoE layers' tokens are split over the "
-        "tensor-parallel ranks)",
-        mesh.tp(), cfg.micro_batch, cfg.seq_len);
-  // The experts each rank's ep group computes must be other experts than
-  // its tp peers' (their gradients are then whole per ep group, summed over
-  // the expert-dp group alone): every tp group inside one ep group.
-  if (mesh.ep() > 1)
+        "parallel.etp = {} with parallel.tp = {}: train.micro_batch × train.seq_len = {} × {} is "
+        "not a multiple of parallel.tp / parallel.etp = {} (the MoE layers' tokens are split "
+        "over the tensor-parallel ranks' {} expert tensor-parallel groups)",
+        etp, tp, cfg.micro_batch, cfg.seq_len, rows, rows);
+  // Each expert-tp group: a run of etp consecutive ranks of one tp group
+  // (tp rank c·etp + j its rank j: the shares of a gather, ParamInfo::tp_ways).
+  if (etp > 1) {
+    const std::vector<std::vector<int>> xs = sorted_groups(mesh, "expert-tp");
+    for (const std::vector<int>& g : mesh.group("tp").all)
+      for (int c = 0; c < rows; ++c) {
+        const std::vector<int> run(g.begin() + c * etp, g.begin() + (c + 1) * etp);
+        if (!std::binary_search(xs.begin(), xs.end(), run))
+          fail(
+              "parallel.order '{}': the experts' tensor-parallel groups (parallel.etp = {}) are "
+              "not runs of consecutive ranks of the attention's (parallel.tp = {}; ranks {} are "
+              "not one); put tp first, as the default order tp-cp-ep-dp-pp does",
+              mesh.order(), etp, tp, fmt::format("{}", fmt::join(run, ",")));
+      }
+  }
+  // Whole experts: the experts each rank's ep group computes must be other
+  // experts than its tp peers' (their gradients are then whole per ep
+  // group, summed over the expert-dp group alone): every tp group inside
+  // one ep group.
+  if (etp == 1 && mesh.ep() > 1)
     for (const std::vector<int>& t : mesh.group("tp").all)
       for (const std::vector<int>& e : mesh.group("ep").all)
         if (std::find(e.begin(), e.end(), t[0]) != e.end())
@@ -152,7 +178,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
          mesh.ep());
   }
   if (mesh.cp() != 1) check_context_parallel(cfg, mesh);
-  if (mesh.etp() != mesh.tp()) check_whole_experts(cfg, mesh);
+  if (mesh.etp() != mesh.tp()) check_expert_tensor_parallel(cfg, mesh);
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())
@@ -162,7 +188,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
         "multiple of parallel.pp = {}",
         cfg.parallel.vp, cfg.global_batch, mesh.dp(), cfg.micro_batch, mesh.pp());
   if (mesh.tp() > 1 || mesh.pp() > 1) {
-    check_tensor_parallel(cfg.model, mesh.tp());
+    check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     const char* unsupported = cfg.model.has_adapters() ? "peft.method (adapters)"
                               : !cfg.data.sft_path.empty() && mesh.pp() > 1
                                   ? "data.sft_path (fine-tuning) with parallel.pp"

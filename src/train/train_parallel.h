@@ -29,10 +29,17 @@ struct TrainParallel {
   int64_t pp() const { return mesh ? mesh->pp() : 1; }
   // The model's tensor-parallel group (size 1: none); sp: parallel.sp. With
   // parallel.etp = 1 the MoE blocks' experts stay whole on every tp rank
-  // (TensorParallel::experts_whole; check_train_layout refuses other etp).
+  // (TensorParallel::experts_whole); with 1 < etp < tp they are split over
+  // the "expert-tp" group and their rows over "expert-token"
+  // (check_train_layout refuses etp > tp or not dividing it).
   nn::TensorParallel tensor_parallel(bool sp) const {
     if (!mesh || mesh->tp() == 1) return {};
-    return {&groups->get("tp"), sp, mesh->etp() == 1};
+    nn::TensorParallel tp{&groups->get("tp"), sp, mesh->etp() == 1};
+    if (mesh->etp() > 1 && mesh->etp() < mesh->tp()) {
+      tp.experts = &groups->get("expert-tp");
+      tp.tokens = &groups->get("expert-token");
+    }
+    return tp;
   }
   // Group `name` of a multi-process run; null for one process, or when this
   // rank is in none of that name (the embedding group skips middle stages).

@@ -110,6 +110,35 @@ TEST(Mesh, ExpertTensorParallelDiffers) {
   EXPECT_EQ(m.group("expert-dp").all, (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
+TEST(Mesh, ExpertTensorParallelNarrowerThanTpSplitsTheTokens) {
+  // 8 ranks, tp 4, etp 2, ep 2: dense tp 4 × dp 2; experts etp 2 × ep 2 ×
+  // edp 2 (expert rank = etp + 2·ep + 4·edp). Each tp group's ranks c·2 + j
+  // (c < 2) hold expert-tp rank j's shares and split the MoE rows.
+  MeshSpec s = spec(4, 1, 2, 1);
+  s.etp = 2;
+  Mesh m(8, 5, s);
+  EXPECT_EQ(m.group("tp").all, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(m.group("expert-tp").all, (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(m.group("expert-token").all, (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(m.group("ep").all, (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(m.group("expert-dp").all, (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(m.rank_in("expert-token"), 0);  // rank 5: tp rank 1 = 0·2 + 1
+  EXPECT_EQ(m.rank_in("expert-tp"), 1);
+  // etp = 1: the token split is the whole tp group; etp = tp: no split.
+  s.etp = 1;
+  EXPECT_EQ(Mesh(8, 0, s).group("expert-token").all, (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  s.etp = 4;
+  s.ep = 1;
+  EXPECT_EQ(Mesh(8, 0, s).group("expert-token").all,
+            (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  // etp not dividing tp: no token groups (train_parallel.cc refuses it by key).
+  s.tp = 3;
+  s.etp = 2;
+  const Mesh odd(6, 0, s);
+  EXPECT_TRUE(test::contains(test::error_of([&] { odd.group("expert-token"); }),
+                             "no process group 'expert-token'"));
+}
+
 TEST(Mesh, EmbeddingGroupsSkipMiddleStages) {
   // 8 ranks, tp 2, pp 4, dp 1: pp groups [0, 2, 4, 6] and [1, 3, 5, 7].
   Mesh middle(8, 2, spec(2, 1, 1, 4));
@@ -164,7 +193,7 @@ TEST(Mesh, GroupsPartitionTheWorldForManyLayouts) {
         const RankGrid& grid =
             g.name.rfind("expert-", 0) == 0 || g.name == "ep" ? m.expert() : m.dense();
         std::string token = g.name.rfind("expert-", 0) == 0 ? g.name.substr(7) : g.name;
-        if (g.name != "world") {
+        if (g.name != "world" && g.name != "expert-token") {  // (not one grid's dimension)
           EXPECT_EQ(grid.group_of(r, token), g.ranks) << g.name;
         }
       }

@@ -258,8 +258,10 @@ TEST(ParamLayout, ReplicatedKeepsChosenParametersWholeOverTensorParallelRanks) {
   ParamOptions up{Split::Experts, {}};
   up.expert_split = Split::Rows;
   for (int e = 0; e < 4; ++e) {
-    up.parts.push_back({"e" + std::to_string(e) + ".gate", 4});
-    up.parts.push_back({"e" + std::to_string(e) + ".up", 4});
+    std::string expert = "e";  // (not "e" + a temporary: GCC 12's -Wrestrict false positive)
+    expert += std::to_string(e);
+    up.parts.push_back({expert + ".gate", 4});
+    up.parts.push_back({expert + ".up", 4});
   }
   l.add("h.0.moe.up.weight", {4 * 8, 5}, Init::Normal, 0.02f, up);
   l.add("h.0.moe.shared_down.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
@@ -279,6 +281,58 @@ TEST(ParamLayout, ReplicatedKeepsChosenParametersWholeOverTensorParallelRanks) {
   EXPECT_EQ(tp.find("h.0.attn.proj.weight").shape, (Shape{5, 2}));
   // Still split over expert-parallel ranks: 2 of the 4 experts, whole.
   EXPECT_EQ(tp.shard_experts(2).find("h.0.moe.up.weight").shape, (Shape{16, 5}));
+}
+
+// Experts split over etp of the tp ranks (1 < parallel.etp < tp,
+// ParamLayout::split_over): the chosen parameters split 2 ways under 4-way
+// tensor parallelism, tp rank r holding share r mod 2 (each expert's gate
+// and up rows, the shared expert's columns); the expert-parallel split is
+// unchanged; the others split 4 ways.
+TEST(ParamLayout, SplitOverFewerRanksThanTensorParallel) {
+  ParamLayout l;
+  ParamOptions up{Split::Experts, {}};
+  up.expert_split = Split::Rows;
+  for (int e = 0; e < 4; ++e) {
+    std::string expert = "e";  // (not "e" + a temporary: GCC 12's -Wrestrict false positive)
+    expert += std::to_string(e);
+    up.parts.push_back({expert + ".gate", 4});
+    up.parts.push_back({expert + ".up", 4});
+  }
+  l.add("h.0.moe.up.weight", {4 * 8, 5}, Init::Normal, 0.02f, up);
+  l.add("h.0.moe.shared_down.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
+  l.add("h.0.attn.proj.weight", {5, 4}, Init::Normal, 0.02f, {Split::Cols, {}});
+  l.finalize();
+  const ParamLayout s =
+      l.split_over([](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; }, 2);
+  EXPECT_EQ(s.total(), l.total());
+  EXPECT_EQ(s.find("h.0.moe.up.weight").tp_ways, 2);
+  EXPECT_EQ(s.find("h.0.attn.proj.weight").tp_ways, 0);
+  const ParamLayout tp = s.shard(4);
+  EXPECT_EQ(tp.find("h.0.moe.up.weight").shape, (Shape{16, 5}));  // 2 of each part's 4 rows
+  EXPECT_EQ(tp.find("h.0.moe.up.weight").tp_ways, 2);
+  EXPECT_EQ(tp.find("h.0.moe.shared_down.weight").shape, (Shape{5, 2}));
+  EXPECT_EQ(tp.find("h.0.attn.proj.weight").shape, (Shape{5, 1}));
+  const ParamInfo up_split = tensor_split(s.find("h.0.moe.up.weight"));
+  for (int r = 0; r < 4; ++r) {
+    const auto ranges = shard_ranges(up_split, r, 4, "e1.up");
+    ASSERT_EQ(ranges.size(), 1u);
+    EXPECT_EQ(ranges[0].start, 12 + (r % 2) * 2) << "rank " << r;  // e1.up: rows 12-15
+    EXPECT_EQ(ranges[0].len, 2);
+    EXPECT_EQ(shard_ranges(s.find("h.0.moe.shared_down.weight"), r, 4)[0].start, (r % 2) * 2);
+  }
+  // Round trip: every rank's shard, inserted, rebuilds the whole (the
+  // shares of ranks 2, 3 equal those of 0, 1).
+  std::vector<float> whole(20), back(20, -1.f), shard(10);
+  for (int i = 0; i < 20; ++i) whole[size_t(i)] = float(i);
+  const ParamInfo& sd = s.find("h.0.moe.shared_down.weight");
+  for (int r = 0; r < 4; ++r) {
+    extract_shard(sd, r, 4, sizeof(float), whole.data(), shard.data());
+    insert_shard(sd, r, 4, sizeof(float), shard.data(), back.data());
+  }
+  EXPECT_EQ(back, whole);
+  // The experts still split over expert-parallel ranks: 2 of 4, each at its share.
+  EXPECT_EQ(tp.shard_experts(2).find("h.0.moe.up.weight").shape, (Shape{8, 5}));
+  EXPECT_EQ(shard_shape(s.find("h.0.moe.up.weight"), 2), (Shape{16, 5}));  // ep: whole experts
 }
 
 TEST(ParamLayout, VocabularyPaddingUnderTensorParallelism) {

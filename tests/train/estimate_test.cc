@@ -162,9 +162,8 @@ TEST(Estimate, WholeExpertsUnderTensorParallelismEqualTheWorkspace) {
       const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
       const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan,
                                 nn::TensorParallel{&group, sp, true});
-      EXPECT_EQ(
-          activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 2, sp, {}, true, 1, true).total(),
-          planned.bytes())
+      EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 2, sp, {}, true, 1, 1).total(),
+                planned.bytes())
           << "sp=" << sp << " " << policy;
     }
   std::vector<std::string> o = kShapes.back();
@@ -187,6 +186,48 @@ TEST(Estimate, WholeExpertsUnderTensorParallelismEqualTheWorkspace) {
   EXPECT_EQ(e.a2a_bytes_per_step,
             4 * 4 * c.n_layer * (64 * c.num_experts_per_tok / 2) * c.d_model * 4);
   EXPECT_EQ(estimate_json(e).at("etp"), 1);
+}
+
+// Experts split over fewer ranks than tp (parallel.etp = 2 under tp = 4):
+// half of every expert's units on each rank, the MoE region's scratch of
+// rows without sp; each rank computes half of each expert's weights, and
+// each expert-tp group routes half of the tokens.
+TEST(Estimate, ExpertsSplitOverEtpBelowTpEqualTheWorkspace) {
+  std::vector<std::string> shape = kShapes.back();
+  shape.push_back("model.n_kv_head=4");
+  for (bool sp : {false, true})
+    for (const char* policy : {"none", "selective", "full"}) {
+      TrainConfig cfg = recipe(shape);
+      SizeOnlyGroup group(4), experts(2), tokens(2);
+      nn::TensorParallel tp{&group, sp};
+      tp.experts = &experts;
+      tp.tokens = &tokens;
+      const auto plan = recompute_plan(policy, 0, cfg.model.n_layer);
+      const Activations planned(cfg.model, cfg.dtype, 2, 64, true, kHost, plan, tp);
+      EXPECT_EQ(activation_bytes(cfg.model, cfg.dtype, 2, 64, plan, 4, sp, {}, true, 1, 2).total(),
+                planned.bytes())
+          << "sp=" << sp << " " << policy;
+    }
+  std::vector<std::string> o = shape;
+  for (const char* k : {"parallel.tp=4", "parallel.etp=2", "parallel.ep=2", "train.micro_batch=2",
+                        "train.seq_len=64", "train.global_batch=8", "train.dtype=f32"})
+    o.push_back(k);
+  const TrainEstimate e = estimate_training(recipe(o), 4, nullptr);
+  EXPECT_EQ(e.etp, 2);
+  EXPECT_EQ(e.edp, 1);
+  EXPECT_EQ(e.expert_params_computed, e.expert_params / 4);  // half the experts, half of each
+  // Against etp 4 (each expert over all four ranks) without ep: the same
+  // expert share per rank; each expert-tp group routes 64 of the 128 tokens.
+  std::vector<std::string> split = o;
+  std::erase(split, std::string("parallel.etp=2"));
+  std::erase(split, std::string("parallel.ep=2"));
+  const TrainEstimate t = estimate_training(recipe(split), 4, nullptr);
+  EXPECT_EQ(t.etp, 4);
+  EXPECT_EQ(e.peak().params, t.peak().params);
+  const ModelConfig& c = recipe(o).model;
+  EXPECT_EQ(e.a2a_bytes_per_step,
+            4 * 4 * c.n_layer * (64 * c.num_experts_per_tok / 2) * c.d_model * 4);
+  EXPECT_EQ(estimate_json(e).at("etp"), 2);
 }
 
 // Context parallel: each rank's workspace holds its T / cp tokens, which is

@@ -199,8 +199,47 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.sp=true"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 2), "(no error)");
   EXPECT_EQ(layout_error({"parallel.tp=2", "parallel.etp=1", "parallel.ep=2"}, 4), "(no error)");
-  e = layout_error({"parallel.tp=4", "parallel.etp=2"}, 4);
-  EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 4: only parallel.etp = parallel.tp"))
+  // Experts split over etp < tp ranks (tests/apps/mpi/moe_etp_split_ranks.sh):
+  // alone, with sp, with ep, with ZeRO-1; etp above tp, not dividing it, not
+  // dividing the experts' units, and expert-tp groups that are not runs of
+  // the tp groups are named.
+  const std::string kv4 = "model.n_kv_head=4";
+  EXPECT_EQ(layout_error({"parallel.tp=4", "parallel.etp=2", kv4}, 4), "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=4", "parallel.etp=2", "parallel.sp=true", kv4}, 4),
+            "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=4", "parallel.etp=2", "parallel.ep=2", kv4}, 4),
+            "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=4", "parallel.etp=2", "parallel.ep=2", kv4}, 8),
+            "(no error)");
+  EXPECT_EQ(layout_error({"parallel.tp=4", "parallel.etp=2", "parallel.shard=optimizer", kv4}, 8),
+            "(no error)");
+  e = layout_error({"parallel.tp=2", "parallel.etp=4"}, 4);
+  EXPECT_TRUE(contains(e, "parallel.etp = 4 with parallel.tp = 2: only parallel.etp = parallel.tp"))
+      << e;
+  e = layout_error({"parallel.tp=4", "parallel.etp=3", kv4}, 12);
+  EXPECT_TRUE(contains(e, "parallel.etp = 3 does not divide parallel.tp = 4")) << e;
+  e = layout_error({"parallel.tp=4", "parallel.etp=2", "model.moe_d_ff=62", kv4}, 4);
+  EXPECT_EQ(e, "(no error)");
+  e = layout_error({"parallel.tp=4", "parallel.etp=2", "model.moe_d_ff=63", kv4}, 4);
+  EXPECT_TRUE(contains(e, "model.moe_d_ff = 63 is not divisible by parallel.etp = 2")) << e;
+  e = layout_error({"parallel.tp=4", "parallel.etp=2", "model.moe_capacity_factor=1.0", kv4}, 4);
+  EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 4: model.moe_capacity_factor")) << e;
+  e = layout_error({"parallel.tp=4", "parallel.etp=2", "train.micro_batch=1", "train.seq_len=15",
+                    "train.global_batch=1", kv4},
+                   4);
+  EXPECT_TRUE(contains(e, "1 × 15 is not a multiple of parallel.tp / parallel.etp = 2")) << e;
+  e = layout_error(
+      {"parallel.tp=4", "parallel.etp=2", "parallel.ep=2", "parallel.shard=optimizer", kv4}, 8);
+  EXPECT_TRUE(contains(e,
+                       "parallel.etp = 2 with parallel.tp = 4: parallel.shard (ZeRO-1 / FSDP) "
+                       "with parallel.ep"))
+      << e;
+  e = layout_error(
+      {"parallel.tp=4", "parallel.etp=2", "parallel.ep=2", "parallel.order=ep-tp-cp-dp-pp", kv4},
+      8);
+  EXPECT_TRUE(contains(e,
+                       "parallel.order 'ep-tp-cp-dp-pp': the experts' tensor-parallel groups "
+                       "(parallel.etp = 2) are not runs of consecutive ranks"))
       << e;
   e = layout_error({"parallel.tp=2", "parallel.etp=1", "model.moe_capacity_factor=1.0"}, 2);
   EXPECT_TRUE(contains(e, "parallel.etp = 1 with parallel.tp = 2: model.moe_capacity_factor")) << e;

@@ -15,8 +15,9 @@
 #   qwen2-moe-tiny    TP2 ETP1 (the shared expert and its gate whole too)
 # A checkpoint saved under EP2 x TP2 ETP1 at step 5 resumes on one process
 # to the same 10 steps, and one saved on one process resumes under TP2
-# ETP1. Refused, naming the keys: parallel.etp other than 1 and
-# parallel.tp, a capacity factor under etp 1, ZeRO-1 with ep under etp 1.
+# ETP1. Refused, naming the keys: parallel.etp above parallel.tp, a
+# capacity factor under etp 1, ZeRO-1 with ep under etp 1. (Experts split
+# over 1 < etp < tp ranks: moe_etp_split_ranks.sh.)
 #   tests/apps/mpi/moe_etp_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_etp_ranks

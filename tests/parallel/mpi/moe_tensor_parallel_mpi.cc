@@ -7,7 +7,9 @@
 // on the same tokens, and each rank's weight gradients the slices of the
 // plain ones. Without and with sequence parallelism (each rank's rows of x,
 // y and dx). And the same block with whole experts on every rank
-// (parallel.etp = 1: the ranks split the rows instead, nn/token_split.h).
+// (parallel.etp = 1: the ranks split the rows instead, nn/token_split.h),
+// and on 4 ranks with each expert split over 2 of them (parallel.etp = 2:
+// the two pairs split the rows).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,6 +152,37 @@ void check(bool sp) {
     groups.get("tp").all_reduce(w.g[i]);
     expect_near(w.g[i], one.g[i], std::string("whole experts: ") + names[i] + " gradient" + how);
   }
+
+  // Experts split over etp = 2 of 4 tp ranks (nn::TensorParallel::experts):
+  // ranks {0, 1} and {2, 3} (expert-tp) each hold half of every expert's
+  // units and split the rows with the other pair ({0, 2}, {1, 3}:
+  // expert-token); the outputs, input gradient and statistics are the plain
+  // block's, the weight gradients summed over expert-token its slices.
+  if (t != 4) return;
+  dist::MeshSpec narrow_spec = spec;
+  narrow_spec.etp = 2;
+  const dist::Mesh narrow_mesh(t, rank, narrow_spec);
+  dist::ProcessGroups ng = mpi().make_groups(narrow_mesh, 60);
+  const int64_t j = ng.get("expert-tp").rank(), Fh = F / 2, Fsh = Fs / 2;
+  nn::MoE narrow = plain;
+  narrow.tp = {&ng.get("expert-tp"), sp};
+  narrow.split = {&ng.get("expert-token"), sp};
+  narrow.up = part_rows(plain.up, F, j * Fh, Fh);
+  narrow.down = cols(plain.down, j * Fh, Fh);
+  narrow.shared_up.w = part_rows(plain.shared_up.w, Fs, j * Fsh, Fsh);
+  narrow.shared_down.w = cols(plain.shared_down.w, j * Fsh, Fsh);
+  const Out n = run(narrow, Fh, Fsh, x.narrow0(r0, R), dy.narrow0(r0, R));
+  const std::string etp = "etp 2 of tp 4: ";
+  expect_near(n.y, one.y.narrow0(r0, R), etp + "y" + how);
+  expect_near(n.dx, one.dx.narrow0(r0, R), etp + "dx" + how);
+  expect_near(n.stats, one.stats, etp + "router statistics" + how);
+  for (const Tensor& g : n.g) ng.get("expert-token").all_reduce(g);
+  expect_near(n.g[0], one.g[0], etp + "router gradient" + how);
+  expect_near(n.g[5], one.g[5], etp + "shared gate gradient" + how);
+  expect_near(n.g[1], part_rows(one.g[1], F, j * Fh, Fh), etp + "up gradient" + how);
+  expect_near(n.g[2], cols(one.g[2], j * Fh, Fh), etp + "down gradient" + how);
+  expect_near(n.g[3], part_rows(one.g[3], Fs, j * Fsh, Fsh), etp + "shared up gradient" + how);
+  expect_near(n.g[4], cols(one.g[4], j * Fsh, Fsh), etp + "shared down gradient" + how);
 }
 
 TEST(MoeTensorParallel, SplitExpertsEqualOneProcess) {
