@@ -18,6 +18,11 @@
 //   embedding               first and last stage of each pp group (tied embeddings)
 //   position-embedding      first stage of each pp group
 //   ep, expert-tp, expert-dp, expert-tp-ep, expert-tp-ep-pp   the expert folding
+//   hierarchical-cp-a2a, hierarchical-cp-p2p   with MeshSpec::hcp_a2a = a only
+//                           (Megatron's hierarchical cp groups): each cp group
+//                           [m0 .. m(cp-1)] cut into a2a groups of a neighbours
+//                           [m(j a) .. m(j a + a - 1)] and rings of the members
+//                           at the same place in them [m(s), m(a + s), ...]
 //   world                   every rank
 #pragma once
 #include <string>
@@ -31,6 +36,9 @@ struct MeshSpec {
   int tp = 1, cp = 1, ep = 1, pp = 1;
   int dp = 0;   // 0: inferred, world / (tp·cp·pp); else checked against it
   int etp = 0;  // expert tensor parallel size; 0: same as tp
+  // Hierarchical context parallelism (parallel.cp_comm_type=a2a+p2p): the
+  // inner (a2a) group size, a divisor of cp; 0: no hierarchical groups.
+  int hcp_a2a = 0;
   std::string order = "tp-cp-ep-dp-pp";
 };
 

@@ -303,6 +303,10 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.tp = mesh.tp();
   e.pp = mesh.pp();
   e.ep = mesh.ep();
+  e.cp = mesh.cp();
+  const nn::CpComm cp_comm = nn::parse_cp_comm(cfg.parallel.cp_comm_type);
+  const int64_t cp_a2a =
+      cfg.parallel.hierarchical_cp_sizes.empty() ? 1 : cfg.parallel.hierarchical_cp_sizes[0];
   e.etp = mesh.etp();
   e.edp = mesh.edp();
   const ModelConfig& c = cfg.model;
@@ -395,18 +399,37 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // Context parallel: each rank's activations hold its T / cp tokens.
     r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage,
                                          true, e.ep, experts_whole);
-    if (mesh.cp() > 1) {
-      const int64_t Tl = T / mesh.cp(), hq = c.n_head / e.tp, hkv = c.n_kv_head / e.tp;
-      r.cp_buffer_bytes = nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A
-                              ? nn::HeadScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype)
-                              : nn::RingScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype);
-    }
+    if (mesh.cp() > 1)
+      r.cp_buffer_bytes = nn::cp_buffer_bytes(cp_comm, e.cp, cp_a2a, B, T / e.cp, c.n_head / e.tp,
+                                              c.n_kv_head / e.tp, c.head_dim(), cfg.dtype);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);
   }
   const int64_t tokens = B * T * cfg.grad_accum();
   e.flops_per_step = c.train_flops(tokens, T);
+  if (e.cp > 1) {
+    // Context parallel: every layer's attention exchanges forward and
+    // backward, a fully recomputed layer's forward ones again, per
+    // micro-batch of the rank's busiest stage.
+    int64_t layers = 0, full = 0;
+    for (int64_t s = 0; s < e.pp; ++s) {
+      const PipelineStage st =
+          e.pp > 1 ? parallel::pipeline_stage(c, e.pp, s, cfg.parallel.pp_layout, cfg.parallel.vp)
+                   : PipelineStage{};
+      int64_t n = 0, f = 0;
+      for (int64_t l = 0; l < c.n_layer; ++l)
+        if (st.holds_layer(c, l)) {
+          ++n;
+          f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
+        }
+      if (n > layers) std::tie(layers, full) = std::pair(n, f);
+    }
+    const nn::CpExchangeBytes x =
+        nn::cp_exchange_bytes(cp_comm, e.cp, cp_a2a, B, T / e.cp, c.n_head / e.tp,
+                              c.n_kv_head / e.tp, c.head_dim(), cfg.dtype);
+    e.cp_bytes_per_step = local_accum * (layers * (x.forward + x.backward) + full * x.forward);
+  }
   if (c.is_moe()) {
     // Expert parallel: each MoE layer's micro-batch sends its N k routed rows
     // out and back in the forward, and their gradients the same way in the
@@ -526,6 +549,8 @@ nlohmann::json estimate_json(const TrainEstimate& e) {
           {"expert_params", e.expert_params},
           {"expert_params_computed_per_rank", e.expert_params_computed},
           {"a2a_bytes_per_step_per_rank", e.a2a_bytes_per_step},
+          {"cp", e.cp},
+          {"cp_bytes_per_step_per_rank", e.cp_bytes_per_step},
           {"stages", stages},
           {"peak_total_bytes", e.peak().total()},
           {"flops_per_step", e.flops_per_step},
