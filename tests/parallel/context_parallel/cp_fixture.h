@@ -116,8 +116,13 @@ class ContextParallel : public test::RankTest {
         o.push_back(c);
     if (r.preset == "llama-tiny") o.push_back("model.n_kv_head=" + std::to_string(r.n_kv_head));
     if (pp > 1) o.push_back("parallel.vp=" + std::to_string(r.vp));
-    for (const std::string& e : r.extra)  // the one-process reference has no tp to split over
-      if (tp > 1 || e != "parallel.sp=true") o.push_back(e);
+    // The one-process reference has no tp to split over, nor cp groups to
+    // size (a2a+p2p's must multiply to parallel.cp).
+    for (const std::string& e : r.extra)
+      if ((tp > 1 || e != "parallel.sp=true") &&
+          (cp > 1 || (!e.starts_with("parallel.hierarchical_context_parallel_sizes=") &&
+                      e != "parallel.cp_comm_type=a2a+p2p")))
+        o.push_back(e);
     o.insert(o.end(), more.begin(), more.end());
     ConfigSchema s = train_schema();
     return train_config_from(Config::load(s, "", o));
@@ -180,7 +185,9 @@ class ContextParallel : public test::RankTest {
                             : comm == nn::CpComm::A2AP2P ? Tl * used.a2a_comm->size()
                                                          : 0);
     EXPECT_EQ(used.gather->T, comm == nn::CpComm::AllGather ? Tl : 0);
-    if (comm == nn::CpComm::A2AP2P) EXPECT_EQ(used.a2a_comm->size() * used.p2p_comm->size(), r.cp);
+    if (comm == nn::CpComm::A2AP2P) {
+      EXPECT_EQ(used.a2a_comm->size() * used.p2p_comm->size(), r.cp);
+    }
     const bool sp = std::find(r.extra.begin(), r.extra.end(), "parallel.sp=true") != r.extra.end();
     EXPECT_EQ(t.model().tensor_parallel().sp(), sp);
     ASSERT_EQ(ref.history().size(), 10u);
