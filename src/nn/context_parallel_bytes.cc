@@ -8,14 +8,14 @@ namespace {
 // Ring attention over n ranks on blocks of kv bytes (f32 gradient blocks of
 // kv4 bytes): n − 1 blocks on in the forward; the blocks again and their
 // gradients round the whole ring (back to the owner) in the backward.
-CpExchangeBytes ring_bytes(int64_t n, int64_t kv, int64_t kv4) {
+CpExchangeBytes cp_ring_bytes(int64_t n, int64_t kv, int64_t kv4) {
   if (n <= 1) return {};
   return {(n - 1) * kv, (n - 1) * kv + n * kv4};
 }
 
 // The all-to-all of the heads over n ranks of local bytes w (qkv) and q (out):
 // (n − 1) / n of each leaves; qkv and out forward, qkv, out, dout and dqkv backward.
-CpExchangeBytes head_bytes(int64_t n, int64_t w, int64_t q) {
+CpExchangeBytes cp_head_bytes(int64_t n, int64_t w, int64_t q) {
   if (n <= 1) return {};
   return {(n - 1) * (w + q) / n, (n - 1) * (2 * w + 2 * q) / n};
 }
@@ -45,15 +45,15 @@ CpExchangeBytes cp_exchange_bytes(CpComm c, int64_t cp, int64_t a2a, int64_t B, 
   const int64_t q = B * T * n_head * D, w = q + kv;
   switch (c) {
     case CpComm::P2P:
-      return ring_bytes(cp, kv * e, kv * 4);
+      return cp_ring_bytes(cp, kv * e, kv * 4);
     case CpComm::AllGather:  // the ring's, less the gradients' last hop (reduce-scatter)
       return {(cp - 1) * kv * e, (cp - 1) * kv * e + (cp - 1) * kv * 4};
     case CpComm::A2A:
-      return head_bytes(cp, w * e, q * e);
+      return cp_head_bytes(cp, w * e, q * e);
     case CpComm::A2AP2P: {
       // The ring's blocks: a2a times the tokens, 1/a2a of the heads.
-      const CpExchangeBytes h = head_bytes(a2a, w * e, q * e),
-                            r = ring_bytes(cp / a2a, kv * e, kv * 4);
+      const CpExchangeBytes h = cp_head_bytes(a2a, w * e, q * e),
+                            r = cp_ring_bytes(cp / a2a, kv * e, kv * 4);
       return {h.forward + r.forward, h.backward + r.backward};
     }
   }
