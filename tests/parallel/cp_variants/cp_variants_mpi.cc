@@ -5,7 +5,8 @@
 //   parallel.cp_comm_type=all_gather  the whole row's keys and values
 //       gathered on every rank: CP2 (grouped-query attention; Gemma 2's
 //       capped scores and windows crossing the chunks with full recompute;
-//       packed rows) on 2 ranks, CP4 (GQA, packed rows) and CP2 × TP2 on 4;
+//       packed rows) on 2 ranks, CP4 (GQA, packed rows), CP2 × DP2 and
+//       CP2 × TP2 on 4;
 //   parallel.cp_comm_type=a2a+p2p     hierarchical, CP4 as 2 × 2
 //       (parallel.hierarchical_context_parallel_sizes=2,2: the heads'
 //       all-to-all within pairs of cp ranks, ring attention across them;
@@ -57,6 +58,10 @@ TEST_F(ContextParallelVariants, AllGatherCp4PackedRows) {
   cp_test::Recipe r{"llama-tiny", 4, 1, 4, 2, 1, {kAllGather}};
   r.packed = true;
   check(r);
+}
+TEST_F(ContextParallelVariants, AllGatherCp2Dp2GroupedQuery) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check({"llama-tiny", 2, 1, 4, 2, 2, {kAllGather}});
 }
 TEST_F(ContextParallelVariants, AllGatherCp2Tp2GroupedQuery) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
