@@ -12,6 +12,12 @@
 // simulated rank's heads (Hq/cp query, Hkv/cp key/value) over the whole row,
 // the one-process kernel's forward and backward, timed the same way; its
 // two all-to-alls (four in the backward) are not in the figures either.
+//
+// The all-gather variant (parallel.cp_comm_type=all_gather) too: each
+// simulated rank's queries against the whole row's keys and values (one
+// call of the block kernel at the global positions, forward then backward,
+// the row's dK/dV of its queries); its all-gathers and reduce-scatter are
+// not in the figures.
 // Usage:
 //   bench_ring_attention [T] [reps] [cp]   (threads from OMP_NUM_THREADS;
 //   cp: that size only, else 1, 2 and 4)
@@ -131,6 +137,40 @@ int main(int argc, char** argv) {
     fmt::print(
         "cp {}: ring blocks per rank fwd+bwd: slowest {:.2f} s, mean {:.2f} s (CPU {:.2f} s); "
         "whole-row kernel / slowest rank {:.2f}x\n",
+        cp, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
+    slowest = sum = cpu_sum = 0;
+    {
+      Tensor whole_kv = Tensor::empty({1, T, KC}, DType::F32),
+             keys = Tensor::empty({T}, DType::I32);
+      for (int64_t i = 0; i < T; ++i) {
+        std::copy_n(qkv.data<float>() + i * C + OC, KC, whole_kv.data<float>() + i * KC);
+        keys.data<int32_t>()[i] = int32_t(i);
+      }
+      Tensor dkv = Tensor::empty({1, T, KC}, DType::F32);
+      for (int64_t r = 0; r < cp; ++r) {
+        Tensor o = Tensor::empty({1, Tl, OC}, DType::F32),
+               l = Tensor::empty({1, Hq, Tl}, DType::F32);
+        Tensor dq = Tensor::empty({1, Tl, OC}, DType::F32);
+        const Timing t = timed(
+            [&] {
+              ops::fill(o, 0.f);
+              ops::fill(l, -INFINITY);
+              ops::attention_block_forward(o, l, q[size_t(r)], whole_kv, pos[size_t(r)], keys, Hq,
+                                           Hkv);
+              ops::fill(dq, 0.f);
+              ops::fill(dkv, 0.f);
+              ops::attention_block_backward(dq, dkv, g[size_t(r)], o, l, q[size_t(r)], whole_kv,
+                                            pos[size_t(r)], keys, Hq, Hkv);
+            },
+            reps);
+        slowest = std::max(slowest, t.wall);
+        sum += t.wall;
+        cpu_sum += t.cpu;
+      }
+    }
+    fmt::print(
+        "cp {}: all-gather, whole-row K/V per rank fwd+bwd: slowest {:.2f} s, mean {:.2f} s (CPU "
+        "{:.2f} s); whole-row kernel / slowest rank {:.2f}x\n",
         cp, slowest, sum / double(cp), cpu_sum / double(cp), whole.wall / slowest);
     slowest = sum = cpu_sum = 0;
     const int64_t hq = Hq / cp, hk = Hkv / cp, w = (hq + 2 * hk) * D;

@@ -4,11 +4,13 @@
 #     (bench_ring_attention: simulated ranks, each rank's ring blocks timed
 #     on their own with the threads given, against the whole-row kernel);
 #     The all-to-all variant (parallel.cp_comm_type=a2a) per rank beside it:
-#     its heads over the whole row through the one-process kernel.
+#     its heads over the whole row through the one-process kernel; and the
+#     all-gather one (all_gather): its queries against the whole row's K/V.
 #  2. training tokens/s of a tiny Llama at 32k tokens per row, one process
-#     (2 threads) against CP2 (2 ranks of 1 thread), ring (p2p) and
-#     all-to-all (a2a), 3 steps each, the last two steps' mean from
-#     metrics.jsonl.
+#     (2 threads) against CP2 (2 ranks of 1 thread), ring (p2p),
+#     all-to-all (a2a) and all-gather (all_gather), 3 steps each, the last
+#     two steps' mean from metrics.jsonl.
+#   Small sizes check that it works: bench/run_cp_bench.sh build 1024 2048
 #   bench/run_cp_bench.sh BUILD [T_ATTN] [T_TRAIN] [THREADS]
 set -euo pipefail
 BUILD=${1:-build}
@@ -49,8 +51,13 @@ grep -E "activations|step +3/" "$WORK/cp2.log" | head -2 | sed 's/^/  cp2: /'
 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$NK" train "${ARGS[@]}" parallel.cp=2 \
   parallel.cp_comm_type=a2a "train.out_dir=$WORK/cp2a2a" >"$WORK/cp2a2a.log" 2>&1
 grep -E "activations|step +3/" "$WORK/cp2a2a.log" | head -2 | sed 's/^/  cp2 a2a: /'
+OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe "$NK" train "${ARGS[@]}" parallel.cp=2 \
+  parallel.cp_comm_type=all_gather "train.out_dir=$WORK/cp2ag" >"$WORK/cp2ag.log" 2>&1
+grep -E "activations|step +3/" "$WORK/cp2ag.log" | head -2 | sed 's/^/  cp2 all_gather: /'
 one=$(tokps "$WORK/one")
 cp2=$(tokps "$WORK/cp2")
 a2a=$(tokps "$WORK/cp2a2a")
+ag=$(tokps "$WORK/cp2ag")
 echo "tokens/s (steps 2-3): one process $one, cp2 $cp2, ratio $(/usr/bin/python3 -c "print('%.2f' % ($cp2/$one))")"
 echo "tokens/s (steps 2-3): cp2 a2a $a2a, ratio $(/usr/bin/python3 -c "print('%.2f' % ($a2a/$one))")"
+echo "tokens/s (steps 2-3): cp2 all_gather $ag, ratio $(/usr/bin/python3 -c "print('%.2f' % ($ag/$one))")"

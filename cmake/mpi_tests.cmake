@@ -322,3 +322,16 @@ add_test(NAME context_parallel_mpi_np8
 nk_timeout(t 600)
 set_tests_properties(context_parallel_mpi_np8 PROPERTIES LABELS "mpi;many_ranks" TIMEOUT ${t}
                      ENVIRONMENT "${NK_MPI_ENV}")
+
+# Context parallel's all_gather and hierarchical a2a+p2p attention
+# (tests/parallel/cp_variants), labelled "mpi":
+#   cp_variants_mpi_np2   CP2 all_gather (GQA; Gemma 2's caps and windows with
+#                         full recompute; packed rows)
+#   cp_variants_mpi_np4   CP4 all_gather (GQA, packed rows), CP2 × DP2 and
+#                         CP2 × TP2 all_gather, CP4 a2a+p2p as 2 × 2 (GQA,
+#                         packed rows)
+# against one process; one thread per rank, the 4 ranks oversubscribing 2 cores.
+nk_mpi_gtest(cp_variants_mpi parallel/cp_variants nk_train 300
+             ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
+target_include_directories(test_cp_variants_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
+set_tests_properties(cp_variants_mpi_np2 cp_variants_mpi_np4 PROPERTIES PROCESSORS 2)

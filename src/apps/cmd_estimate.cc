@@ -429,6 +429,16 @@ int cmd_estimate(const CommandArgs& raw) {
         : e.tp > 1 ? fmt::format(", each whole (parallel.etp = 1; the tp ranks split the tokens)")
                    : "",
         double(e.expert_params_computed) / 1e6, mib(double(e.a2a_bytes_per_step)));
+  if (e.cp > 1)
+    fmt::print(
+        "context parallel: parallel.cp {}, parallel.cp_comm_type={}{}: each rank holds {} of "
+        "every row's {} tokens; attention exchanges {} sent per rank per step\n\n",
+        e.cp, cfg.parallel.cp_comm_type,
+        cfg.parallel.hierarchical_cp_sizes.size() == 2
+            ? fmt::format(" (a2a {} × p2p {})", cfg.parallel.hierarchical_cp_sizes[0],
+                          cfg.parallel.hierarchical_cp_sizes[1])
+            : "",
+        cfg.seq_len / e.cp, cfg.seq_len, mib(double(e.cp_bytes_per_step)));
   if (mc.has_adapters())
     fmt::print(
         "note: the adapters' (peft.*) own activation buffers are not in the estimate; their "

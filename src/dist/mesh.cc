@@ -120,6 +120,25 @@ Mesh::Mesh(int world_size, int rank, const MeshSpec& spec) : world_(world_size),
       }
     add("expert-token", tokens);
   }
+  if (spec.hcp_a2a > 0) {
+    const int a = spec.hcp_a2a;
+    if (spec.cp % a)
+      fail(
+          "parallel.hierarchical_context_parallel_sizes: the a2a size {} does not divide "
+          "parallel.cp = {}",
+          a, spec.cp);
+    std::vector<std::vector<int>> inner, outer;
+    for (const std::vector<int>& g : dense_.groups("cp")) {
+      for (int j = 0; j < spec.cp / a; ++j)
+        inner.emplace_back(g.begin() + j * a, g.begin() + (j + 1) * a);
+      for (int s = 0; s < a; ++s) {
+        outer.emplace_back();
+        for (int j = 0; j < spec.cp / a; ++j) outer.back().push_back(g[size_t(j * a + s)]);
+      }
+    }
+    add("hierarchical-cp-a2a", inner);
+    add("hierarchical-cp-p2p", outer);
+  }
   std::vector<int> world(world_);
   for (int r = 0; r < world_; ++r) world[r] = r;
   add("world", {world});

@@ -22,6 +22,11 @@
 //                           group that split a MoE block's rows (nn/token_split.h), tp ranks
 //                           c·etp + j for one j (its expert-tp rank when the expert-tp groups
 //                           are the tp groups' runs of etp consecutive ranks: train_parallel.cc)
+//   hierarchical-cp-a2a, hierarchical-cp-p2p   with MeshSpec::hcp_a2a = a only
+//                           (Megatron's hierarchical cp groups): each cp group
+//                           [m0 .. m(cp-1)] cut into a2a groups of a neighbours
+//                           [m(j a) .. m(j a + a - 1)] and rings of the members
+//                           at the same place in them [m(s), m(a + s), ...]
 //   world                   every rank
 #pragma once
 #include <string>
@@ -35,6 +40,9 @@ struct MeshSpec {
   int tp = 1, cp = 1, ep = 1, pp = 1;
   int dp = 0;   // 0: inferred, world / (tp·cp·pp); else checked against it
   int etp = 0;  // expert tensor parallel size; 0: same as tp
+  // Hierarchical context parallelism (parallel.cp_comm_type=a2a+p2p): the
+  // inner (a2a) group size, a divisor of cp; 0: no hierarchical groups.
+  int hcp_a2a = 0;
   std::string order = "tp-cp-ep-dp-pp";
 };
 

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace nk::dist {
 
 namespace {
 
-// "2,4,4,2" as layer counts; nk::Error naming the key for anything else.
-std::vector<int64_t> parse_pp_layout(const std::string& layout) {
+// "2,4,4,2" as counts; nk::Error naming the key for anything else.
+std::vector<int64_t> parse_counts(const std::string& layout, const char* key, const char* what,
+                                  const char* example) {
   std::vector<int64_t> out;
   for (size_t at = 0; !layout.empty() && at <= layout.size();) {
     const size_t comma = std::min(layout.find(',', at), layout.size());
@@ -23,7 +26,7 @@ std::vector<int64_t> parse_pp_layout(const std::string& layout) {
       used = 0;
     }
     if (used != item.size() || item.empty() || n < 0)
-      fail("parallel.pp_layout: '{}' is not a count of layers (expected e.g. 2,4,4,2)", item);
+      fail("{}: '{}' is not a count of {} (expected e.g. {})", key, item, what, example);
     out.push_back(n);
     at = comma + 1;
   }
@@ -37,7 +40,19 @@ void ParallelConfig::bind(ConfigBinder& b) {
   b.bind("parallel.cp", mesh.cp, "context-parallel size (sequence split for attention)");
   b.bind("parallel.cp_comm_type", cp_comm_type,
          "context parallelism's attention: p2p (ring attention, K/V blocks passed round the cp "
-         "ranks) or a2a (all-to-all of the heads, DeepSpeed-Ulysses: heads divisible by tp × cp)");
+         "ranks), a2a (all-to-all of the heads, DeepSpeed-Ulysses: heads divisible by tp × cp), "
+         "all_gather (the whole row's K/V gathered on every rank) or a2a+p2p (hierarchical: "
+         "parallel.hierarchical_context_parallel_sizes)");
+  b.bind_with<std::string>(
+      "parallel.hierarchical_context_parallel_sizes",
+      fmt::format("{}", fmt::join(hierarchical_cp_sizes, ",")),
+      "cp_comm_type=a2a+p2p: a2a,p2p group sizes, product parallel.cp (e.g. 2,2: heads over "
+      "all-to-all within pairs of neighbouring cp ranks, ring attention across the pairs)",
+      [this](const std::string& s) {
+        hierarchical_cp_sizes =
+            parse_counts(s, "parallel.hierarchical_context_parallel_sizes", "ranks", "2,2");
+        mesh.hcp_a2a = hierarchical_cp_sizes.empty() ? 0 : int(hierarchical_cp_sizes[0]);
+      });
   b.bind("parallel.ep", mesh.ep, "expert-parallel size (carved out of dp × cp, as in Megatron)");
   b.bind("parallel.etp", mesh.etp, "expert tensor-parallel size (0 = parallel.tp)");
   b.bind("parallel.pp", mesh.pp, "pipeline-parallel size");
@@ -50,7 +65,9 @@ void ParallelConfig::bind(ConfigBinder& b) {
   b.bind_with<std::string>(
       "parallel.pp_layout", fmt::format("{}", fmt::join(pp_layout, ",")),
       "layers per pipeline stage, comma-separated (e.g. 2,4,4,2; empty: an even split)",
-      [this](const std::string& s) { pp_layout = parse_pp_layout(s); });
+      [this](const std::string& s) {
+        pp_layout = parse_counts(s, "parallel.pp_layout", "layers", "2,4,4,2");
+      });
   b.bind("parallel.order", mesh.order,
          "rank order of the mesh dimensions, first varies fastest (Megatron's)");
   b.bind("parallel.timeout_s", timeout_s,
@@ -70,11 +87,37 @@ void ParallelConfig::check() const {
     fail("parallel.pp_layout lists {} stages, parallel.pp = {}", pp_layout.size(), mesh.pp);
   if (sequence_parallel && mesh.tp < 2)
     fail("parallel.sp=true needs parallel.tp > 1 (it splits the tensor-parallel group's rows)");
-  if (cp_comm_type != "p2p" && cp_comm_type != "a2a")
+  if (cp_comm_type != "p2p" && cp_comm_type != "a2a" && cp_comm_type != "all_gather" &&
+      cp_comm_type != "a2a+p2p")
+    // (nn::parse_cp_comm's words: dist sits below nn.)
     fail(
-        "parallel.cp_comm_type = '{}': expected p2p (ring attention) or a2a (all-to-all, "
-        "Ulysses)",
+        "parallel.cp_comm_type = '{}': expected p2p (ring attention), a2a (all-to-all, Ulysses), "
+        "all_gather (keys and values gathered) or a2a+p2p (hierarchical, with "
+        "parallel.hierarchical_context_parallel_sizes)",
         cp_comm_type);
+  const std::vector<int64_t>& h = hierarchical_cp_sizes;
+  if (cp_comm_type != "a2a+p2p" && !h.empty())
+    fail(
+        "parallel.hierarchical_context_parallel_sizes = {} is for parallel.cp_comm_type=a2a+p2p "
+        "(parallel.cp_comm_type = {})",
+        fmt::join(h, ","), cp_comm_type);
+  if (cp_comm_type == "a2a+p2p") {
+    if (h.size() != 2)
+      fail(
+          "parallel.cp_comm_type = a2a+p2p needs parallel.hierarchical_context_parallel_sizes = "
+          "a2a,p2p (two group sizes whose product is parallel.cp = {}, e.g. {},2); got '{}'",
+          mesh.cp, std::max(1, mesh.cp / 2), fmt::join(h, ","));
+    if (h[0] < 1 || mesh.cp % h[0])
+      fail(
+          "parallel.hierarchical_context_parallel_sizes = {},{}: the a2a size {} does not divide "
+          "parallel.cp = {}",
+          h[0], h[1], h[0], mesh.cp);
+    if (h[0] * h[1] != mesh.cp)
+      fail(
+          "parallel.hierarchical_context_parallel_sizes = {},{}: the a2a size × the p2p size must "
+          "be parallel.cp = {}",
+          h[0], h[1], mesh.cp);
+  }
   if (!(timeout_s > 0)) fail("parallel.timeout_s must be positive, got {}", timeout_s);
 }
 

@@ -17,8 +17,13 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   // How context parallelism's attention communicates (parallel.cp_comm_type,
   // Megatron-Core's key): "p2p" ring attention, "a2a" all-to-all over the
-  // heads (DeepSpeed-Ulysses; nn/context_parallel.h).
+  // heads (DeepSpeed-Ulysses), "all_gather" the whole row's keys and values
+  // gathered, "a2a+p2p" hierarchical (nn/context_parallel.h).
   std::string cp_comm_type = "p2p";
+  // a2a+p2p: the a2a (inner) and p2p (outer) group sizes, a × p = cp
+  // (parallel.hierarchical_context_parallel_sizes, Megatron-Core's key);
+  // empty otherwise. Its first value is mesh.hcp_a2a.
+  std::vector<int64_t> hierarchical_cp_sizes;
   // Layers per pipeline stage, in order (parallel.pp_layout); empty: even.
   std::vector<int64_t> pp_layout;
   // Virtual pipeline stages per rank (parallel.vp): the interleaved schedule.

@@ -15,10 +15,9 @@ Tensor rows2(const Tensor& t) {
   return t.view({t.dim(0) * t.dim(1), t.dim(2)});
 }
 
-// Packed rows: qstart i32 [B, T/cp] <- the document start (a global
-// position) of each of this rank's tokens, from the whole rows' cu_seqlens
-// i32 [B, S+1] (ops::attention_forward's convention); undefined without.
-void document_starts(Tensor& qstart, const Tensor& cu_seqlens, const Tensor& positions) {
+}  // namespace
+
+void cp_document_starts(Tensor& qstart, const Tensor& cu_seqlens, const Tensor& positions) {
   if (!cu_seqlens.defined()) {
     qstart = Tensor();
     return;
@@ -38,14 +37,14 @@ void document_starts(Tensor& qstart, const Tensor& cu_seqlens, const Tensor& pos
   }
 }
 
-}  // namespace
-
-void ContextParallel::prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_head) const {
+void ContextParallel::prepare_ring(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                   int64_t n) const {
   RingScratch& r = *ring;
   const int64_t B = qkv.dim(0), T = qkv.dim(1), D = qkv.dim(2) / (n_head + 2 * n_kv_head);
   const int64_t kvw = 2 * n_kv_head * D, ow = n_head * D;
   NK_CHECK(T % 2 == 0, "context parallel: {} local tokens are not two chunks", T);
-  if (r.B == B && r.T == T && r.kv_width == kvw && r.out_width == ow && r.dtype == qkv.dtype())
+  if (r.B == B && r.T == T && r.kv_width == kvw && r.out_width == ow && r.dtype == qkv.dtype() &&
+      int64_t(r.positions.size()) == n)
     return;
   r = RingScratch();
   r.B = B;
@@ -53,7 +52,7 @@ void ContextParallel::prepare(const Tensor& qkv, int64_t n_head, int64_t n_kv_he
   r.kv_width = kvw;
   r.out_width = ow;
   r.dtype = qkv.dtype();
-  const int64_t n = size(), c = T / 2;
+  const int64_t c = T / 2;
   for (int64_t k = 0; k < n; ++k) {
     Tensor p = Tensor::empty({T}, DType::I32);
     for (int64_t t = 0; t < T; ++t) p.data<int32_t>()[t] = int32_t(cp_global_position(t, k, n, c));
@@ -77,14 +76,29 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     ops::attention_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
     return;
   }
-  if (comm_type == CpComm::A2A) {
-    a2a_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
-    return;
+  switch (comm_type) {
+    case CpComm::A2A:
+    case CpComm::A2AP2P:
+      a2a_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
+      return;
+    case CpComm::AllGather:
+      ag_forward(out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
+      return;
+    case CpComm::P2P:
+      ring_forward(*comm, out, lse, qkv, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
+      return;
   }
-  prepare(qkv, n_head, n_kv_head);
+}
+
+void ContextParallel::ring_forward(dist::Communicator& ring_comm, Tensor out, Tensor lse,
+                                   const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                                   const Tensor& cu_seqlens, int64_t window, float scale,
+                                   float softcap) const {
+  const int n = ring_comm.size(), me = ring_comm.rank(), next = (me + 1) % n,
+            prev = (me + n - 1) % n;
+  prepare_ring(qkv, n_head, n_kv_head, n);
   RingScratch& r = *ring;
-  const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
-  document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
+  cp_document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
   ops::copy_columns(rows2(r.kv[0]), rows2(qkv), r.out_width, 1.f);
   ops::fill(r.out, 0.f);
   ops::fill(lse, -INFINITY);
@@ -92,8 +106,8 @@ void ContextParallel::attention_forward(Tensor out, Tensor lse, const Tensor& qk
     const Tensor &cur = r.kv[s % 2], &nxt = r.kv[(s + 1) % 2];
     dist::WorkPtr recv, send;
     if (s + 1 < n) {  // the next block moves while this one is computed
-      recv = comm->recv_async(nxt, prev, kTagKv);
-      send = comm->send_async(cur, next, kTagKv);
+      recv = ring_comm.recv_async(nxt, prev, kTagKv);
+      send = ring_comm.send_async(cur, next, kTagKv);
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_forward(r.out, lse, qkv, cur, r.positions[size_t(me)],
@@ -116,14 +130,31 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
                             softcap);
     return;
   }
-  if (comm_type == CpComm::A2A) {
-    a2a_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
-    return;
+  switch (comm_type) {
+    case CpComm::A2A:
+    case CpComm::A2AP2P:
+      a2a_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale,
+                   softcap);
+      return;
+    case CpComm::AllGather:
+      ag_backward(dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale, softcap);
+      return;
+    case CpComm::P2P:
+      ring_backward(*comm, dqkv, dout, qkv, out, lse, n_head, n_kv_head, cu_seqlens, window, scale,
+                    softcap);
+      return;
   }
-  prepare(qkv, n_head, n_kv_head);
+}
+
+void ContextParallel::ring_backward(dist::Communicator& ring_comm, Tensor dqkv, const Tensor& dout,
+                                    const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                    int64_t n_head, int64_t n_kv_head, const Tensor& cu_seqlens,
+                                    int64_t window, float scale, float softcap) const {
+  const int n = ring_comm.size(), me = ring_comm.rank(), next = (me + 1) % n,
+            prev = (me + n - 1) % n;
+  prepare_ring(qkv, n_head, n_kv_head, n);
   RingScratch& r = *ring;
-  const int n = int(size()), me = int(rank()), next = (me + 1) % n, prev = (me + n - 1) % n;
-  document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
+  cp_document_starts(r.qstart, cu_seqlens, r.positions[size_t(me)]);
   const int64_t q_cols = r.out_width;
   ops::copy_columns(rows2(r.kv[0]), rows2(qkv), q_cols, 1.f);
   Tensor& dq = r.out;  // the forward's running output is free now
@@ -134,8 +165,8 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
     const Tensor &dcur = r.dkv[s % 2], &dnxt = r.dkv[(s + 1) % 2];
     dist::WorkPtr recv, send;
     if (s + 1 < n) {
-      recv = comm->recv_async(nxt, prev, kTagKv);
-      send = comm->send_async(cur, next, kTagKv);
+      recv = ring_comm.recv_async(nxt, prev, kTagKv);
+      send = ring_comm.send_async(cur, next, kTagKv);
     }
     const int owner = (me - s + n) % n;
     ops::attention_block_backward(dq, dcur, dout, out, lse, qkv, cur, r.positions[size_t(me)],
@@ -147,8 +178,8 @@ void ContextParallel::attention_backward(Tensor dqkv, const Tensor& dout, const 
     }
     // The block's gradient goes on with it; after the last step each block's
     // has been round every rank and arrives at its owner (dnxt after s = n-1).
-    dist::WorkPtr drecv = comm->recv_async(dnxt, prev, kTagDkv);
-    dist::WorkPtr dsend = comm->send_async(dcur, next, kTagDkv);
+    dist::WorkPtr drecv = ring_comm.recv_async(dnxt, prev, kTagDkv);
+    dist::WorkPtr dsend = ring_comm.send_async(dcur, next, kTagDkv);
     dsend->wait();
     drecv->wait();
   }

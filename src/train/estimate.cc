@@ -340,6 +340,10 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.tp = mesh.tp();
   e.pp = mesh.pp();
   e.ep = mesh.ep();
+  e.cp = mesh.cp();
+  const nn::CpComm cp_comm = nn::parse_cp_comm(cfg.parallel.cp_comm_type);
+  const int64_t cp_a2a =
+      cfg.parallel.hierarchical_cp_sizes.empty() ? 1 : cfg.parallel.hierarchical_cp_sizes[0];
   e.etp = mesh.etp();
   e.edp = mesh.edp();
   const ModelConfig& c = cfg.model;
@@ -442,18 +446,37 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
     // Context parallel: each rank's activations hold its T / cp tokens.
     r.per_micro_batch = activation_bytes(c, cfg.dtype, B, T / mesh.cp(), plan, e.tp, sp, stage,
                                          true, e.ep, c.is_moe() ? e.etp : 0);
-    if (mesh.cp() > 1) {
-      const int64_t Tl = T / mesh.cp(), hq = c.n_head / e.tp, hkv = c.n_kv_head / e.tp;
-      r.cp_buffer_bytes = nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A
-                              ? nn::HeadScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype)
-                              : nn::RingScratch::bytes_for(B, Tl, hq, hkv, c.head_dim(), cfg.dtype);
-    }
+    if (mesh.cp() > 1)
+      r.cp_buffer_bytes = nn::cp_buffer_bytes(cp_comm, e.cp, cp_a2a, B, T / e.cp, c.n_head / e.tp,
+                                              c.n_kv_head / e.tp, c.head_dim(), cfg.dtype);
     r.in_flight =
         e.pp > 1 ? parallel::pipeline_max_in_flight(e.pp, s, cfg.parallel.vp, local_accum) : 1;
     e.stages.push_back(r);
   }
   const int64_t tokens = B * T * cfg.grad_accum();
   e.flops_per_step = c.train_flops(tokens, T);
+  if (e.cp > 1) {
+    // Context parallel: every layer's attention exchanges forward and
+    // backward, a fully recomputed layer's forward ones again, per
+    // micro-batch of the rank's busiest stage.
+    int64_t layers = 0, full = 0;
+    for (int64_t s = 0; s < e.pp; ++s) {
+      const PipelineStage st =
+          e.pp > 1 ? parallel::pipeline_stage(c, e.pp, s, cfg.parallel.pp_layout, cfg.parallel.vp)
+                   : PipelineStage{};
+      int64_t n = 0, f = 0;
+      for (int64_t l = 0; l < c.n_layer; ++l)
+        if (st.holds_layer(c, l)) {
+          ++n;
+          f += plan[size_t(l)] == Recompute::Full ? 1 : 0;
+        }
+      if (n > layers) std::tie(layers, full) = std::pair(n, f);
+    }
+    const nn::CpExchangeBytes x =
+        nn::cp_exchange_bytes(cp_comm, e.cp, cp_a2a, B, T / e.cp, c.n_head / e.tp,
+                              c.n_kv_head / e.tp, c.head_dim(), cfg.dtype);
+    e.cp_bytes_per_step = local_accum * (layers * (x.forward + x.backward) + full * x.forward);
+  }
   if (c.is_moe()) {
     // Expert parallel: each MoE layer's micro-batch sends its N k routed rows
     // out and back in the forward, and their gradients the same way in the
@@ -502,7 +525,15 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   // One micro-batch's forward and backward on a rank of each stage (its
   // layers, and the head's product and the loss on the last).
   const int64_t cp = mesh.cp();
-  const bool ring = nn::parse_cp_comm(cfg.parallel.cp_comm_type) != nn::CpComm::A2A;
+  // The attention's share of one process's on a rank: its heads / cp over
+  // the whole row (a2a), or the tiles of its chunks against every chunk
+  // (p2p and all_gather, through the block kernel; a2a+p2p: a ring of cp /
+  // a2a over 1/a2a of the heads).
+  const double attention_share = cp <= 1                      ? 1.0
+                                 : cp_comm == nn::CpComm::A2A ? 1.0 / double(cp)
+                                 : cp_comm == nn::CpComm::A2AP2P
+                                     ? ring_attention_share(T, cp / cp_a2a) / double(cp_a2a)
+                                     : ring_attention_share(T, cp);
   std::vector<StepTime> stage_time;
   double again_flops = 0;  // what full recompute adds, one micro-batch through every stage
   for (int64_t si = 0; si < e.pp; ++si) {
@@ -536,12 +567,11 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
                    : 0.0;
     t.memory_s = (4.0 * layer_bytes * double(layers) + logits) / rates->bandwidth;
     // Context parallel: a rank's T / cp tokens through the products and
-    // elementwise passes; its heads / cp over the whole row (a2a), or its
-    // ring blocks' tiles (p2p).
+    // elementwise passes; its share of the attention (above).
     if (cp > 1) {
       t.gemm_s /= double(cp);
       t.memory_s /= double(cp);
-      t.attention_s *= ring ? ring_attention_share(T, cp) : 1.0 / double(cp);
+      t.attention_s *= attention_share;
     }
     stage_time.push_back(t);
   }
@@ -613,6 +643,8 @@ nlohmann::json estimate_json(const TrainEstimate& e) {
           {"expert_params", e.expert_params},
           {"expert_params_computed_per_rank", e.expert_params_computed},
           {"a2a_bytes_per_step_per_rank", e.a2a_bytes_per_step},
+          {"cp", e.cp},
+          {"cp_bytes_per_step_per_rank", e.cp_bytes_per_step},
           {"stages", stages},
           {"peak_total_bytes", e.peak().total()},
           {"flops_per_step", e.flops_per_step},

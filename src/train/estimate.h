@@ -67,7 +67,7 @@ struct RankEstimate {
   ActivationBytes per_micro_batch;
   int64_t in_flight = 1;  // micro-batches whose activations it holds at once
   // Context parallel: the attention's exchange buffers, shared by the layers
-  // (nn::RingScratch, or nn::HeadScratch under parallel.cp_comm_type=a2a).
+  // (nn::cp_buffer_bytes of parallel.cp_comm_type).
   int64_t cp_buffer_bytes = 0;
   int64_t activation_bytes() const { return per_micro_batch.saved * in_flight; }
   int64_t workspace_bytes() const { return per_micro_batch.workspace * in_flight; }
@@ -91,6 +91,10 @@ struct TrainEstimate {
   // weight_bytes, grad_bytes and optimizer_bytes), and the bytes one rank sends in the expert
   // all-to-alls of a step (even routing; 0 without expert parallelism).
   int64_t expert_params = 0, expert_params_computed = 0, a2a_bytes_per_step = 0;
+  // Context parallel: its size and the bytes one rank sends in the
+  // attention's exchanges of a step (nn::cp_exchange_bytes of
+  // parallel.cp_comm_type over the busiest stage's layers; 0 without).
+  int64_t cp = 1, cp_bytes_per_step = 0;
   std::vector<RankEstimate> stages;  // [pp]
   double flops_per_step = 0;         // Megatron's formula, whole step, all ranks
   double recompute_flops = 0;        // the forward work the recompute policy adds

@@ -189,7 +189,8 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   // its ring blocks' tiles; the ring's blocks (their own online softmax
   // merged into the running output, the exchanges' waits) cost
   // ring_attention_scale times the causal kernel's tiles, as measured.
-  const bool ring = cp > 1 && nn::parse_cp_comm(c.parallel.cp_comm_type) != nn::CpComm::A2A;
+  const bool ring =
+      cp > 1 && nn::parse_cp_comm(c.parallel.cp_comm_type) != nn::CpComm::A2A;  // the block kernel
   p.compute_s =
       over * cal.compute_scale *
       (e.step.total() + (ring ? cal.ring_attention_scale - 1.0 : 0.0) * e.step.attention_s);
@@ -257,15 +258,34 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
     p.comm_bytes += m * double(vp) * 2.0 * act * s / (c.parallel.sequence_parallel ? e.tp : 1);
     p.messages += m * double(vp) * 2.0;
   }
-  // Context parallel (ring, nn/context_parallel.cc): every layer's keys and
-  // values passed on cp - 1 times in the forward and again in the backward,
-  // and their f32 gradients cp times in the backward; a fully recomputed
-  // layer's forward once more.
+  // Context parallel: the attention's exchanges (nn::cp_exchange_bytes,
+  // counted by estimate_training); messages per layer: the ring passes keys
+  // and values on cp - 1 times forward and again backward, and their f32
+  // gradients cp times (p2p); one gather forward, a gather and a
+  // reduce-scatter backward (all_gather); two all-to-alls each way (a2a);
+  // a2a+p2p both over their groups. A fully recomputed layer's forward once
+  // more.
   if (cp > 1) {
-    const double kv = 2.0 * B * T * double(c.model.n_kv_head * c.model.head_dim()) / double(e.tp);
-    const double passes = double(2 * layers + full) * double(cp - 1);
-    p.comm_bytes += m * (passes * kv * s + double(layers * cp) * kv * f32);
-    p.messages += m * (passes + double(layers * cp));
+    const auto comm = nn::parse_cp_comm(c.parallel.cp_comm_type);
+    const double a = c.parallel.hierarchical_cp_sizes.empty()
+                         ? 1.0
+                         : double(c.parallel.hierarchical_cp_sizes[0]),
+                 ringn = comm == nn::CpComm::A2AP2P ? double(cp) / a : double(cp);
+    auto per_layer = [&](bool forward) {
+      switch (comm) {
+        case nn::CpComm::P2P:
+          return forward ? ringn - 1 : 2 * ringn - 1;
+        case nn::CpComm::AllGather:
+          return forward ? 1.0 : 2.0;
+        case nn::CpComm::A2A:
+          return 2.0;
+        case nn::CpComm::A2AP2P:
+          return 2.0 + (forward ? ringn - 1 : 2 * ringn - 1);
+      }
+      return 0.0;
+    };
+    p.comm_bytes += double(e.cp_bytes_per_step);
+    p.messages += m * (double(layers + full) * per_layer(true) + double(layers) * per_layer(false));
   }
   p.comm_bytes += double(e.a2a_bytes_per_step);
   p.comm_s = p.comm_bytes / cal.link_bytes_per_s + p.messages * cal.link_latency_s;

@@ -12,10 +12,11 @@ namespace nk {
 namespace {
 
 // Context parallelism (nn/context_parallel.h) trains a decoder's
-// language-model loss over packed or unpacked rows, by ring attention or the
-// all-to-all of the heads, alone, with data parallelism (gradients over
-// dp-cp), tensor (and sequence) and pipeline parallelism (1F1B and
-// interleaved: every stage's attention works over its own cp group), and
+// language-model loss over packed or unpacked rows, by ring attention, the
+// all-to-all of the heads, the keys and values all-gathered or the
+// hierarchical a2a+p2p, alone, with data parallelism (gradients over dp-cp),
+// tensor (and sequence) and pipeline parallelism (1F1B and interleaved:
+// every stage's attention works over its own cp group), and
 // Mixture-of-Experts layers (each rank routes its own chunks' tokens; the
 // routing statistics are summed over cp, so the balancing and z-losses are
 // the whole rows'; with expert parallelism carved out of dp × cp); what it
@@ -45,13 +46,28 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   // All-to-all: each cp rank takes 1/cp of its tp rank's query heads and of
   // its key/value heads, whole heads, each query head with its own group.
   const int64_t heads = int64_t(mesh.tp()) * cp, hq = cfg.model.n_head, hkv = cfg.model.n_kv_head;
-  if (nn::parse_cp_comm(cfg.parallel.cp_comm_type) == nn::CpComm::A2A &&
-      (hq % heads || hkv % heads))
+  const nn::CpComm comm = nn::parse_cp_comm(cfg.parallel.cp_comm_type);
+  if (comm == nn::CpComm::A2A && (hq % heads || hkv % heads))
     fail(
         "parallel.cp = {}, parallel.cp_comm_type = a2a: model.n_head = {} and model.n_kv_head = "
         "{} must both be multiples of parallel.tp × parallel.cp = {} × {} (the all-to-all gives "
         "each rank whole heads); use parallel.cp_comm_type=p2p (ring attention)",
         cp, hq, hkv, mesh.tp(), cp);
+  // a2a+p2p: the same within each a2a group of a ranks.
+  const std::vector<int64_t>& hcp = cfg.parallel.hierarchical_cp_sizes;
+  if (comm == nn::CpComm::A2AP2P) {
+    NK_CHECK(hcp.size() == 2 && mesh.group("hierarchical-cp-a2a").size() == hcp[0],
+             "parallel.hierarchical_context_parallel_sizes: the mesh has no a2a groups of {}",
+             hcp.empty() ? 0 : hcp[0]);
+    const int64_t a = hcp[0], inner = int64_t(mesh.tp()) * a;
+    if (hq % inner || hkv % inner)
+      fail(
+          "parallel.cp = {}, parallel.cp_comm_type = a2a+p2p, "
+          "parallel.hierarchical_context_parallel_sizes = {},{}: model.n_head = {} and "
+          "model.n_kv_head = {} must both be multiples of parallel.tp × the a2a size = {} × {} "
+          "(the all-to-all gives each rank of an a2a group whole heads); use a smaller a2a size",
+          cp, hcp[0], hcp[1], hq, hkv, mesh.tp(), a);
+  }
   // Sequence parallelism splits each rank's B·T/cp local rows over its tp group.
   if (cfg.parallel.sequence_parallel && (cfg.micro_batch * (cfg.seq_len / cp)) % mesh.tp())
     fail(

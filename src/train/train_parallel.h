@@ -8,7 +8,8 @@
 // Mixture-of-Experts model expert parallelism (parallel.ep, carved out of the
 // data-parallel ranks: nn/expert_parallel.h); and context parallelism
 // (nn/context_parallel.h: each sequence split over the "cp" group, ring
-// attention or the all-to-all of the heads, gradients summed over "dp-cp").
+// attention, the all-to-all of the heads, the keys and values all-gathered
+// or the hierarchical a2a+p2p, gradients summed over "dp-cp").
 #pragma once
 #include <cstdint>
 
@@ -47,12 +48,17 @@ struct TrainParallel {
     return mesh && groups->has(name) ? &groups->get(name) : nullptr;
   }
   // The model's context-parallel group (nn/context_parallel.h; size 1: none)
-  // and how its attention communicates (parallel.cp_comm_type).
+  // and how its attention communicates (parallel.cp_comm_type; a2a+p2p:
+  // with the mesh's hierarchical groups).
   nn::ContextParallel context_parallel(nn::CpComm comm_type = nn::CpComm::P2P) const {
     if (!mesh || mesh->cp() == 1) return {};
     nn::ContextParallel cp;
     cp.comm = &groups->get("cp");
     cp.comm_type = comm_type;
+    if (comm_type == nn::CpComm::A2AP2P) {  // parallel.hierarchical_context_parallel_sizes
+      cp.a2a_comm = &groups->get("hierarchical-cp-a2a");
+      cp.p2p_comm = &groups->get("hierarchical-cp-p2p");
+    }
     return cp;
   }
   int64_t cp() const { return mesh ? mesh->cp() : 1; }

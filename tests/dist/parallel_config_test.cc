@@ -51,6 +51,54 @@ TEST(ParallelConfig, BadValuesNameTheKey) {
   EXPECT_TRUE(test::contains(bad("parallel.cp_comm_type=A2A"), "parallel.cp_comm_type"));
 }
 
+// Megatron-Core's other two: all_gather, and a2a+p2p with its group sizes
+// (parallel.hierarchical_context_parallel_sizes, a2a first), which reach the
+// mesh as its hierarchical groups.
+TEST(ParallelConfig, AllGatherAndHierarchicalCommTypes) {
+  auto ag = parallel_config(
+      Config::load(schema(), "", {"parallel.cp=2", "parallel.cp_comm_type=all_gather"}));
+  EXPECT_EQ(ag.cp_comm_type, "all_gather");
+  EXPECT_TRUE(ag.hierarchical_cp_sizes.empty());
+  EXPECT_EQ(ag.mesh.hcp_a2a, 0);
+  auto h = parallel_config(Config::load(schema(), "",
+                                        {"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p",
+                                         "parallel.hierarchical_context_parallel_sizes=2,2"}));
+  EXPECT_EQ(h.cp_comm_type, "a2a+p2p");
+  EXPECT_EQ(h.hierarchical_cp_sizes, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(h.mesh.hcp_a2a, 2);
+  Mesh m(4, 3, h.mesh);
+  EXPECT_EQ(m.group("hierarchical-cp-a2a").ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(m.group("hierarchical-cp-p2p").ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(m.group("hierarchical-cp-p2p").rank, 1);
+}
+
+TEST(ParallelConfig, BadContextParallelCommNamesTheKey) {
+  auto bad = [](std::vector<std::string> o) {
+    return test::error_of([&] { parallel_config(Config::load(schema(), "", o)); });
+  };
+  const std::string hs = "parallel.hierarchical_context_parallel_sizes";
+  EXPECT_TRUE(test::contains(bad({"parallel.cp_comm_type=allgather"}),
+                             "parallel.cp_comm_type = 'allgather': expected p2p (ring attention), "
+                             "a2a (all-to-all, Ulysses), all_gather"));
+  EXPECT_TRUE(test::contains(bad({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p"}),
+                             "parallel.cp_comm_type = a2a+p2p needs " + hs));
+  EXPECT_TRUE(test::contains(bad({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p", hs + "=3,2"}),
+                             hs + " = 3,2: the a2a size 3 does not divide parallel.cp = 4"));
+  EXPECT_TRUE(test::contains(bad({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p", hs + "=2,4"}),
+                             hs + " = 2,4: the a2a size × the p2p size must be parallel.cp = 4"));
+  EXPECT_TRUE(test::contains(bad({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p", hs + "=4"}),
+                             "got '4'"));
+  EXPECT_TRUE(test::contains(bad({"parallel.cp=4", "parallel.cp_comm_type=p2p", hs + "=2,2"}),
+                             hs + " = 2,2 is for parallel.cp_comm_type=a2a+p2p"));
+  EXPECT_TRUE(test::contains(bad({hs + "=2,x"}), hs + ": 'x' is not a count of ranks"));
+  // The mesh refuses an a2a size that does not divide cp by the same key.
+  MeshSpec spec;
+  spec.cp = 4;
+  spec.hcp_a2a = 3;
+  EXPECT_TRUE(test::contains(test::error_of([&] { Mesh(4, 0, spec); }),
+                             hs + ": the a2a size 3 does not divide parallel.cp = 4"));
+}
+
 TEST(ParallelConfig, PipelineLayoutRoundTripsThroughTheBinder) {
   auto p = parallel_config(
       Config::load(schema(), "", {"parallel.pp=4", "parallel.pp_layout=2,4,4,2", "parallel.vp=2"}));

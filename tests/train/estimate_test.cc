@@ -264,6 +264,59 @@ TEST(Estimate, ActivationsUnderContextParallelismHoldEachRanksTokens) {
   }
 }
 
+// all_gather and a2a+p2p: their buffers (the whole row's keys and values;
+// the all-to-all's and the ring's) and every variant's exchange bytes per
+// step: per layer forward and backward, times the micro-batches, a fully
+// recomputed layer's forward exchanges again.
+TEST(Estimate, ContextParallelVariantsBuffersAndExchangeBytes) {
+  const std::vector<std::string> base = {
+      "model.preset=llama-tiny", "model.n_layer=3",      "model.vocab_size=1000",
+      "model.n_head=4",          "model.n_kv_head=2",    "train.seq_len=64",
+      "train.micro_batch=2",     "train.global_batch=4", "parallel.cp=4"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return recipe(extra);
+  };
+  const TrainConfig ag = with({"parallel.cp_comm_type=all_gather"});
+  const int64_t D = ag.model.head_dim(), Tl = 16, B = 2;
+  const TrainEstimate e = estimate_training(ag, 4, nullptr);
+  EXPECT_EQ(e.cp, 4);
+  EXPECT_EQ(e.stages[0].cp_buffer_bytes, nn::GatherScratch::bytes_for(B, Tl, 4, 2, D, ag.dtype, 4));
+  // Its keys and values: O(T), the ring's O(T / cp).
+  EXPECT_GT(e.stages[0].cp_buffer_bytes, 3 * nn::RingScratch::bytes_for(B, Tl, 4, 2, D, ag.dtype));
+  // 2 micro-batches of 3 layers; each sends its block to the 3 others
+  // forward, again backward, and reduce-scatters the f32 gradients.
+  const int64_t kv = B * Tl * 2 * 2 * D, s = int64_t(dtype_size(ag.dtype));
+  EXPECT_EQ(e.cp_bytes_per_step, 2 * 3 * (3 * kv * s + 3 * kv * s + 3 * kv * 4));
+  EXPECT_EQ(estimate_json(e).at("cp_bytes_per_step_per_rank"), e.cp_bytes_per_step);
+  // The ring: the same forward, one more gradient hop back to the owner.
+  const TrainEstimate p2p = estimate_training(with({}), 4, nullptr);
+  EXPECT_EQ(p2p.cp_bytes_per_step, 2 * 3 * (3 * kv * s + 3 * kv * s + 4 * kv * 4));
+  // Full recompute: the forward's exchanges once more per layer.
+  const TrainEstimate full = estimate_training(
+      with({"parallel.cp_comm_type=all_gather", "train.recompute=full"}), 4, nullptr);
+  EXPECT_EQ(full.cp_bytes_per_step, e.cp_bytes_per_step + 2 * 3 * 3 * kv * s);
+  const TrainConfig h =
+      with({"parallel.cp_comm_type=a2a+p2p", "parallel.hierarchical_context_parallel_sizes=2,2"});
+  const TrainEstimate he = estimate_training(h, 4, nullptr);
+  EXPECT_EQ(he.stages[0].cp_buffer_bytes, nn::HeadScratch::bytes_for(B, Tl, 4, 2, D, h.dtype) +
+                                              nn::RingScratch::bytes_for(B, Tl, 4, 2, D, h.dtype));
+  // The all-to-all over pairs (half of qkv and out leave forward, twice
+  // that backward) and a ring of 2 on the blocks of 2 Tl tokens, 1/2 the heads.
+  const int64_t q = B * Tl * 4 * D, w = q + kv;
+  const nn::CpExchangeBytes x =
+      nn::cp_exchange_bytes(nn::CpComm::A2AP2P, 4, 2, B, Tl, 4, 2, D, h.dtype);
+  EXPECT_EQ(x.forward, (w + q) * s / 2 + kv * s);
+  EXPECT_EQ(x.backward, (2 * w + 2 * q) * s / 2 + kv * s + 2 * kv * 4);
+  EXPECT_EQ(he.cp_bytes_per_step, 2 * 3 * (x.forward + x.backward));
+  EXPECT_EQ(estimate_training(
+                recipe({"model.preset=llama-tiny", "model.n_layer=3", "model.vocab_size=1000",
+                        "train.seq_len=64", "train.micro_batch=2", "train.global_batch=4"}),
+                1, nullptr)
+                .cp_bytes_per_step,
+            0);
+}
+
 // Expert parallel: the MoE products sized for ep N k received rows, and the
 // exchange's buffers; the expert all-to-all bytes of a step.
 TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {

@@ -149,6 +149,41 @@ TEST(TrainParallel, ContextParallelAllToAllNeedsDivisibleHeads) {
             "");
 }
 
+// all_gather needs nothing of the heads; a2a+p2p whole heads per rank of
+// each a2a group (of its tp rank's share): both counts divide by tp × a.
+TEST(TrainParallel, ContextParallelAllGatherAndHierarchicalHeads) {
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"model.preset=llama-tiny", "model.vocab_size=264",
+                                 "train.seq_len=32", "train.global_batch=8"});
+    return config(extra);
+  };
+  const std::string hs = "parallel.hierarchical_context_parallel_sizes";
+  EXPECT_EQ(error_of(with({"parallel.cp=4", "parallel.cp_comm_type=all_gather", "model.n_head=6",
+                           "model.n_kv_head=3", "model.d_model=48"}),
+                     4),
+            "");
+  EXPECT_EQ(error_of(with({"parallel.cp=2", "parallel.tp=2", "parallel.cp_comm_type=all_gather",
+                           "model.n_head=4", "model.n_kv_head=2"}),
+                     4),
+            "");
+  EXPECT_EQ(error_of(with({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p", hs + "=2,2",
+                           "model.n_head=4", "model.n_kv_head=2"}),
+                     4),
+            "");
+  std::string e = error_of(with({"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p", hs + "=4,1",
+                                 "model.n_head=4", "model.n_kv_head=2"}),
+                           4);
+  EXPECT_NE(e.find("parallel.cp = 4, parallel.cp_comm_type = a2a+p2p, " + hs +
+                   " = 4,1: model.n_head = 4 and model.n_kv_head = 2 must both be multiples of "
+                   "parallel.tp × the a2a size = 1 × 4"),
+            std::string::npos)
+      << e;
+  e = error_of(with({"parallel.cp=2", "parallel.tp=2", "parallel.cp_comm_type=a2a+p2p", hs + "=2,1",
+                     "model.n_head=4", "model.n_kv_head=2"}),
+               4);
+  EXPECT_NE(e.find("parallel.tp × the a2a size = 2 × 2"), std::string::npos) << e;
+}
+
 // Tensor parallelism splits heads, key/value heads, MLP units and the
 // vocabulary: a size that does not divide heads or MLP units is refused
 // before any work, naming the key and both numbers; the vocabulary is padded.
