@@ -11,10 +11,12 @@
 # With `lora`: the same for a LoRA policy (all-linear, r 16) on a wider model
 # (4 layers of 256: on the 2 x 64 one LoRA cannot learn the task even by
 # plain fine-tuning on the right answers, 200 steps; full weights do in 40).
-# The outcome moves with the run's roundings (sampling diverges): measured
-# with bench/run_online_spread.sh (issue 46), `lora` at 100 steps reached
-# 0.56-0.73 at avx512_bf16 (4 seeds) but 0.22-0.61 at avx2 and avx512 (8),
-# some seeds stalling at a training reward of 0.2; see docs/_incoming/isa46.md.
+# The outcome moves with the run's roundings (sampling diverges), and most
+# with the SFT model it starts from: measured with bench/run_online_spread.sh
+# (issue 46), `lora` at 100 steps reached 0.56-0.73 at avx512_bf16 (4 RL
+# seeds) but 0.22-0.61 at avx2 and avx512 (8), and 0.00 and 0.08 at
+# avx512_bf16 from SFT models of other seeds: the `lora` recipe is not robust
+# (docs/_incoming/isa46.md).
 #   tests/align/online_learning.sh REPO BUILD [full|ppo|lora] [KEY=VALUE...]
 # KEY=VALUEs go to the RL run last (bench/run_online_spread.sh: seeds).
 set -euo pipefail
