@@ -11,9 +11,17 @@
 # With `lora`: the same for a LoRA policy (all-linear, r 16) on a wider model
 # (4 layers of 256: on the 2 x 64 one LoRA cannot learn the task even by
 # plain fine-tuning on the right answers, 200 steps; full weights do in 40).
-#   tests/align/online_learning.sh REPO BUILD [ppo|lora]
+# The outcome moves with the run's roundings (sampling diverges), and most
+# with the SFT model it starts from: measured with bench/run_online_spread.sh
+# (issue 46), `lora` at 100 steps reached 0.56-0.73 at avx512_bf16 (4 RL
+# seeds) but 0.22-0.61 at avx2 and avx512 (8), and 0.00 and 0.08 at
+# avx512_bf16 from SFT models of other seeds: the `lora` recipe is not robust
+# (docs/_incoming/isa46.md).
+#   tests/align/online_learning.sh REPO BUILD [full|ppo|lora] [KEY=VALUE...]
+# KEY=VALUEs go to the RL run last (bench/run_online_spread.sh: seeds).
 set -euo pipefail
 MODE=${3:-full}
+EXTRA=("${@:4}")
 NAME=online_learning_$MODE
 REPO=$1
 NK=$2/bin/nekton
@@ -92,10 +100,10 @@ GRPO=("${METHOD[@]}" "train.init_from=$WORK/sft/model" "${MODEL[@]}"
       "align.reward_accuracy.pattern=^([a-z])$" align.reward_accuracy.compare=exact
       align.reward_accuracy.reference=as_is train.micro_batch=64 train.global_batch=128
       "${STEPS[@]}" "${PEFT[@]}" train.log_every=50)
-run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo"
+run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo" "${EXTRA[@]}"
 before=$(accuracy "$WORK/sft/model" sft)
 after=$(accuracy "$WORK/grpo/model" grpo)
-echo "held-out accuracy: format-only SFT $before, after ${METHOD[0]} $after"
+echo "held-out accuracy: format-only SFT $before, after ${METHOD[0]#align.method=} $after"
 /usr/bin/python3 -c "import sys; b, a = map(float, sys.argv[1:]); sys.exit(0 if a >= b + 0.30 else 1)" \
   "$before" "$after" || fail "$MODE did not raise the held-out accuracy by 30 points ($before -> $after)"
-pass "${METHOD[0]} ($MODE) raised the held-out accuracy from $before to $after"
+pass "${METHOD[0]#align.method=} ($MODE) raised the held-out accuracy from $before to $after"

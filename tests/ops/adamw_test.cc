@@ -9,6 +9,8 @@
 #include <iterator>
 
 #include "core/parallel.h"
+#include "ops/cpu_isa.h"
+#include "ops/cpu_kernels.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 #include "ops/ref/adamw.h"
@@ -110,6 +112,35 @@ TEST_P(AdamWFast, WithoutCopyAndBitIdenticalAcrossThreadCounts) {
   set_num_threads(saved);
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
+}
+
+// The AVX2 and AVX-512 copies of adamw_step spell out the same operations
+// in the same order: every level this CPU has gives the same bits (masked
+// tails included), so a run's optimizer does not move with NK_CPU_ISA.
+TEST(AdamWLevels, EveryLevelGivesTheSameBits) {
+  const auto levels = ops::cpu_isas_available();
+  if (levels.size() < 2) GTEST_SKIP() << "one CPU ISA level here: " << ops::cpu_isa_summary();
+  for (int64_t n : {1, 7, 8, 9, 1000, 70001}) {
+    std::vector<Vec> ps, ms, vs;
+    for (ops::CpuIsa isa : levels) {
+      Tensor p = make({n}, DType::F32, randn(n, 7), kHost),
+             m = make({n}, DType::F32, randn(n, 8, 0.01), kHost),
+             v = make({n}, DType::F32, Vec(n, 1e-4), kHost);
+      for (int64_t step = 1; step <= 3; ++step)
+        ops::cpu_kernels_for(isa).adamw_step(p, make({n}, DType::F32, randn(n, 9 + step), kHost), m,
+                                             v, params(step), Tensor());
+      ps.push_back(values(p));
+      ms.push_back(values(m));
+      vs.push_back(values(v));
+    }
+    for (size_t i = 1; i < levels.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "n=" << n << " " << ops::cpu_isa_name(levels[i])
+                                      << " against " << ops::cpu_isa_name(levels[0]));
+      EXPECT_EQ(ps[i], ps[0]);
+      EXPECT_EQ(ms[i], ms[0]);
+      EXPECT_EQ(vs[i], vs[0]);
+    }
+  }
 }
 
 TEST_P(AdamWFast, RejectsMismatchedSizes) {

@@ -34,8 +34,10 @@ namespace {
 }
 
 // Elements [b, e). GCC will not vectorize sqrtf without -fno-math-errno, so the
-// AVX-512 path spells the update out; its tail is masked so every element takes
-// the same instructions whatever the chunking (bit-identical for any thread count).
+// AVX-512 and AVX2 paths spell the update out, the same operations in the same
+// order (the levels agree bit for bit); the tail is masked so every element
+// takes the same instructions whatever the chunking (bit-identical for any
+// thread count).
 void adamw_range(float* p, const float* g, float* m, float* v, int64_t b, int64_t e,
                  const AdamConsts& k) {
 #ifdef __AVX512F__
@@ -56,6 +58,28 @@ void adamw_range(float* p, const float* g, float* m, float* v, int64_t b, int64_
     _mm512_mask_storeu_ps(m + i, mk, mi);
     _mm512_mask_storeu_ps(v + i, mk, vi);
     _mm512_mask_storeu_ps(p + i, mk, pi);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 gs = _mm256_set1_ps(k.gs), b1 = _mm256_set1_ps(k.b1), b2 = _mm256_set1_ps(k.b2);
+  const __m256 c1 = _mm256_set1_ps(1.f - k.b1), c2 = _mm256_set1_ps(1.f - k.b2);
+  const __m256 decay = _mm256_set1_ps(k.decay), lr = _mm256_set1_ps(k.lr);
+  const __m256 rbc1 = _mm256_set1_ps(k.rbc1), rbc2 = _mm256_set1_ps(k.rbc2_sqrt);
+  const __m256 eps = _mm256_set1_ps(k.eps);
+  // Lane j of the tail mask is on when j < the lanes left (maskload reads 0 elsewhere).
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t i = b; i < e; i += 8) {
+    const __m256i mk =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::min<int64_t>(e - i, 8))), lane);
+    __m256 gi = _mm256_mul_ps(_mm256_maskload_ps(g + i, mk), gs);
+    __m256 mi = _mm256_fmadd_ps(b1, _mm256_maskload_ps(m + i, mk), _mm256_mul_ps(c1, gi));
+    __m256 vi = _mm256_fmadd_ps(b2, _mm256_maskload_ps(v + i, mk),
+                                _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), rbc2, eps);
+    __m256 step = _mm256_div_ps(_mm256_mul_ps(lr, _mm256_mul_ps(mi, rbc1)), den);
+    __m256 pi = _mm256_fmsub_ps(_mm256_maskload_ps(p + i, mk), decay, step);
+    _mm256_maskstore_ps(m + i, mk, mi);
+    _mm256_maskstore_ps(v + i, mk, vi);
+    _mm256_maskstore_ps(p + i, mk, pi);
   }
 #else
   for (int64_t i = b; i < e; ++i) adamw_one(p, g, m, v, i, k);
