@@ -24,7 +24,10 @@
 // head_dim its nope + rope dims) and read the output in place of qkv, q/k
 // norms and rope; the attention kernels and context parallelism are the
 // same. Decode keeps the compressed latent in the KV cache, not the heads'
-// keys and values (LatentAttention::cached_forward). No tensor parallelism.
+// keys and values (LatentAttention::cached_forward). Under tensor
+// parallelism each rank holds whole heads' rows of q (or q_b) and kv_b and
+// every rank the low-rank projections and norms, whose gradients are then
+// partial sums over the ranks' heads.
 #pragma once
 #include "nn/context_parallel.h"
 #include "nn/latent_attention.h"
@@ -80,9 +83,13 @@ struct SelfAttention {
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
     if (mla.active()) {
-      mla.qkv_forward(s.qkv, s.mla, rows(x), n_head, rope, positions, x.dim(0), x.dim(1));
+      // Under tp every rank runs the low-rank projections on every row and
+      // its own heads after them (n_head: this rank's).
+      const Tensor xf = tp.enter(x, s.full_x);
+      mla.qkv_forward(s.qkv, s.mla, rows(xf), n_head, rope, positions, xf.dim(0), xf.dim(1));
       cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_head, cu_seqlens, window, scale, softcap);
-      mla.out_forward(rows(y), s.mla, s.out, proj, n_head);
+      mla.out_forward(rows(tp.exit_buffer(y, s.full_y)), s.mla, s.out, proj, n_head);
+      tp.exit(y, s.full_y);
       return;
     }
     qkv.forward(s.qkv, tp.enter(x, s.full_x), s.qkv_adapters);
@@ -133,11 +140,15 @@ struct SelfAttention {
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     if (mla.active()) {
-      mla.out_backward(g.dout, g.mla, rows(dy), s.mla, proj, n_head);
+      // Under tp dx (and the low-rank projections' and norms' gradients) are
+      // this rank's heads' part: dx summed here, those by the trainer.
+      mla.out_backward(g.dout, g.mla, rows(tp.exit_backward(dy, s.full_y)), s.mla, proj, n_head);
       cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_head, cu_seqlens, window,
                             scale, softcap);
-      mla.qkv_backward(rows(dx), g.dqkv, s.mla, g.mla, rows(x), n_head, rope, positions, x.dim(0),
-                       x.dim(1));
+      const Tensor xf = tp.enter(x, s.full_x);
+      mla.qkv_backward(rows(tp.enter_grad(dx, s.full_y)), g.dqkv, s.mla, g.mla, rows(xf), n_head,
+                       rope, positions, xf.dim(0), xf.dim(1));
+      tp.enter_backward(dx, s.full_y);
       return;
     }
     proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
