@@ -269,7 +269,9 @@ void read_latent_attention(const GgufFile& f, const std::string& k, ModelConfig&
 void read_latent_yarn(const GgufFile& f, const std::string& k, ModelConfig& c) {
   if (c.rope_scaling.type != RopeScalingType::Yarn) return;
   const std::string key = k + "rope.scaling.yarn_log_multiplier";
-  const double m = f.get_float(key, 0.0);
+  // The f32 key's shortest decimal (0.0707 for an exported mscale of 0.707),
+  // not its binary value: the scale the file was written from.
+  const double m = std::stod(fmt::format("{}", float(f.get_float(key, 0.0))));
   if (!(m > 0))
     fail(
         "GGUF '{}': {}rope.scaling.type yarn without {} > 0: Nekton reads DeepSeek's yarn as "

@@ -539,7 +539,8 @@ TEST_F(MoeGguf, Dots1LayoutRoundTripAndQuantized) {
 // routing in 4 groups with the score bias) and V3 with yarn: the
 // architecture and every size back, every parameter bit for bit at f32, the
 // same logits (with yarn the mscale comes back through the f32
-// yarn_log_multiplier: within 1e-6 of their RMS). A file with llama.cpp's
+// yarn_log_multiplier, read as its shortest decimal: within 1e-6 of their
+// RMS; measured 0). A file with llama.cpp's
 // split attn_k_b / attn_v_b is refused naming the tensor.
 TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
   struct Case {
