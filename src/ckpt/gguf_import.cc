@@ -27,12 +27,17 @@ namespace {
 // The architecture of general.architecture `ga`: among those that write it,
 // the Mixture-of-Experts one when the file has <ga>.expert_count > 0 (a
 // Mixtral in llama.cpp's "llama"), else the dense one of that name.
+// deepseek2 is DeepSeek-V3's when its gating is sigmoid (expert_gating_func
+// 2), else DeepSeek-V2's.
 const Architecture& architecture_for(const GgufFile& f, const std::string& ga) {
   const bool moe = f.get_int(ga + ".expert_count", 0) > 0;
+  std::string name = ga;
+  if (ga == "deepseek2")
+    name = f.get_int(ga + ".expert_gating_func", 1) == 2 ? "deepseek_v3" : "deepseek_v2";
   const Architecture* found = nullptr;
   for (const Architecture* a : architectures()) {
     if (a->gguf_arch() != ga || a->moe() != moe) continue;
-    if (!found || a->name() == ga) found = a;  // "llama" is Llama's, not Mistral's
+    if (!found || a->name() == name) found = a;  // "llama" is Llama's, not Mistral's
   }
   if (!found && moe)
     fail(
@@ -235,6 +240,46 @@ void read_deepseek_routing(const GgufFile& f, const std::string& k, ModelConfig&
       f.find(fmt::format("blk.{}.exp_probs_b.bias", c.moe_first_dense_layers)) != nullptr;
 }
 
+// Multi-head Latent Attention as llama.cpp's deepseek2 reads it (and
+// ckpt/gguf_export.cc add_latent_attention writes it): the ranks (a file
+// with attn_q has no query bottleneck, whatever attention.q_lora_rank
+// says), each head's key of attention.key_length (qk_nope + qk_rope) and
+// value of value_length, the rotated part rope.dimension_count; every head
+// has its own key (head_count_kv is not read: converters write 1 or
+// head_count). The unsplit attn_kv_b only.
+void read_latent_attention(const GgufFile& f, const std::string& k, ModelConfig& c) {
+  for (const char* t : {"blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight"})
+    if (f.find(t))
+      fail(
+          "GGUF '{}': tensor '{}': llama.cpp's split kv_b (attn_k_b, attn_v_b) is not "
+          "supported yet; Nekton reads deepseek2 files with the unsplit attn_kv_b",
+          f.path(), t);
+  c.n_kv_head = c.n_head;
+  c.kv_lora_rank = positive(f, k + "attention.kv_lora_rank", limits::kHidden);
+  c.q_lora_rank =
+      f.find("blk.0.attn_q.weight") ? 0 : positive(f, k + "attention.q_lora_rank", limits::kHidden);
+  c.attn_head_dim = positive(f, k + "attention.key_length", limits::kHidden);
+  c.v_head_dim = positive(f, k + "attention.value_length", limits::kHidden);
+  c.qk_rope_head_dim = positive(f, k + "rope.dimension_count", c.attn_head_dim);
+}
+
+// DeepSeek's yarn: llama.cpp scales the scores by (1 + yarn_log_multiplier
+// ln factor)^2 and leaves cos/sin unscaled, i.e. mscale = mscale_all_dim =
+// yarn_log_multiplier / 0.1 (as export writes it).
+void read_latent_yarn(const GgufFile& f, const std::string& k, ModelConfig& c) {
+  if (c.rope_scaling.type != RopeScalingType::Yarn) return;
+  const std::string key = k + "rope.scaling.yarn_log_multiplier";
+  // The f32 key's shortest decimal (0.0707 for an exported mscale of 0.707),
+  // not its binary value: the scale the file was written from.
+  const double m = std::stod(fmt::format("{}", float(f.get_float(key, 0.0))));
+  if (!(m > 0))
+    fail(
+        "GGUF '{}': {}rope.scaling.type yarn without {} > 0: Nekton reads DeepSeek's yarn as "
+        "llama.cpp's deepseek2 runs it, with the scores' mscale",
+        f.path(), k, key);
+  c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim = m / 0.1;
+}
+
 // llama.cpp's gemma2 and gemma3 graphs, as ckpt/gguf_export.cc add_gemma
 // writes them: what the graph fixes rather than reads comes from the
 // architecture (the attention scale 1/sqrt(head size), or of hidden / heads
@@ -295,22 +340,26 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (rotary) c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
   // A head size apart from embedding_length / head_count (Qwen3's) comes
   // as attention.key_length (and value_length, which must equal it).
-  if (f.has(k + "attention.key_length")) {
-    const int64_t d = positive(f, k + "attention.key_length", limits::kHidden);
-    if (c.d_model % c.n_head || d != c.d_model / c.n_head) c.attn_head_dim = d;
+  if (spec.latent_attention) {
+    read_latent_attention(f, k, c);
+  } else {
+    if (f.has(k + "attention.key_length")) {
+      const int64_t d = positive(f, k + "attention.key_length", limits::kHidden);
+      if (c.d_model % c.n_head || d != c.d_model / c.n_head) c.attn_head_dim = d;
+    }
+    if (c.attn_head_dim == 0 && c.d_model % c.n_head)
+      fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}",
+           f.path(), k, c.n_head, k, c.d_model);
+    if (rotary && c.head_dim() % 2 != 0)
+      fail(
+          "GGUF '{}': head size {} ({}attention.key_length, or embedding_length / head_count) is "
+          "odd; rotary embeddings need an even one",
+          f.path(), c.head_dim(), k);
+    for (const char* key : {"rope.dimension_count", "attention.value_length"})
+      if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
+        fail("GGUF '{}': {}{} = {}; Nekton needs the head size {}", f.path(), k, key,
+             f.get_int(k + key), c.head_dim());
   }
-  if (c.attn_head_dim == 0 && c.d_model % c.n_head)
-    fail("GGUF '{}': {}attention.head_count = {} does not divide {}embedding_length = {}", f.path(),
-         k, c.n_head, k, c.d_model);
-  if (rotary && c.head_dim() % 2 != 0)
-    fail(
-        "GGUF '{}': head size {} ({}attention.key_length, or embedding_length / head_count) is "
-        "odd; rotary embeddings need an even one",
-        f.path(), c.head_dim(), k);
-  for (const char* key : {"rope.dimension_count", "attention.value_length"})
-    if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
-      fail("GGUF '{}': {}{} = {}; Nekton needs the head size {}", f.path(), k, key,
-           f.get_int(k + key), c.head_dim());
   const bool gemma = ga == "gemma2" || ga == "gemma3";
   if (!gemma && f.has(k + "attention.sliding_window"))
     fail("GGUF '{}': {}attention.sliding_window is not supported by the {} architecture here",
@@ -325,6 +374,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
          f.get_int(k + "vocab_size"), c.vocab_size);
   c.tied_embeddings = f.find("output.weight") == nullptr;
   if (rotary) read_rope_scaling(f, ga, c);
+  if (spec.latent_attention) read_latent_yarn(f, k, c);
   if (gemma) read_gemma(f, ga, c);
   if (arch.moe()) {
     // The router as llama.cpp's graph for ga runs it: softmax, the top

@@ -106,7 +106,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
       y.rstd4 = stat();
     }
     if (c.mla())
-      y.attn.mla = nn::LatentAttention::acts_for(B * T, c.n_head, c.q_lora_rank, c.kv_lora_rank,
+      y.attn.mla = nn::LatentAttention::acts_for(B * T, c.n_head / t, c.q_lora_rank, c.kv_lora_rank,
                                                  c.head_dim() - c.qk_rope_head_dim,
                                                  c.qk_rope_head_dim, c.v_head_dim, dt, alloc);
     if (qk_norm)
@@ -232,8 +232,8 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
     dattn.dout = act(HD);
     if (qk_norm) dattn.dqk = act(HD);
     if (c.mla())
-      dattn.mla = nn::LatentAttention::grads_for(B * T, C, c.n_head, c.q_lora_rank, c.kv_lora_rank,
-                                                 c.head_dim() - c.qk_rope_head_dim,
+      dattn.mla = nn::LatentAttention::grads_for(B * T, C, c.n_head / t, c.q_lora_rank,
+                                                 c.kv_lora_rank, c.head_dim() - c.qk_rope_head_dim,
                                                  c.qk_rope_head_dim, c.v_head_dim, dt, alloc);
     if (c.is_moe()) {
       dmoe = nn::MoE::scratch_for(B * T, C, c.num_experts, c.num_experts_per_tok,

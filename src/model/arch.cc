@@ -157,16 +157,21 @@ void latent_attention_params(ParamLayout& p, const ModelConfig& c, int64_t l) {
   const float std = float(c.init_std);
   const int64_t C = c.d_model, H = c.n_head, D = c.head_dim(), r = c.qk_rope_head_dim;
   const std::string h = fmt::format("h.{}.attn.", l);
+  // Under tensor parallelism the per-head projections (q or q_b, kv_b) are
+  // split by rows, whole heads to a rank (their rows are head-major); the
+  // low-rank projections and their norms are every rank's
+  // (Transformer::tensor_parallel_partial_grads sums their gradients).
+  const ParamOptions heads{Split::Rows, {}};
   if (c.q_lora_rank > 0) {
     p.add(h + "q_a.weight", {c.q_lora_rank, C}, Init::Normal, std);
     p.add(h + "q_a_norm.weight", {c.q_lora_rank}, Init::Ones);
-    p.add(h + "q_b.weight", {H * D, c.q_lora_rank}, Init::Normal, std);
+    p.add(h + "q_b.weight", {H * D, c.q_lora_rank}, Init::Normal, std, heads);
   } else {
-    p.add(h + "q.weight", {H * D, C}, Init::Normal, std);
+    p.add(h + "q.weight", {H * D, C}, Init::Normal, std, heads);
   }
   p.add(h + "kv_a.weight", {c.kv_lora_rank + r, C}, Init::Normal, std);
   p.add(h + "kv_a_norm.weight", {c.kv_lora_rank}, Init::Ones);
-  p.add(h + "kv_b.weight", {H * (D - r + c.v_head_dim), c.kv_lora_rank}, Init::Normal, std);
+  p.add(h + "kv_b.weight", {H * (D - r + c.v_head_dim), c.kv_lora_rank}, Init::Normal, std, heads);
 }
 
 void moe_params(ParamLayout& p, const ModelConfig& c, int64_t l) {

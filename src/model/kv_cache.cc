@@ -26,11 +26,21 @@ KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len,
     : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device, kv) {}
 
 int64_t KVCache::block_bytes(const ModelConfig& c, DType kv, int64_t block_size) {
+  if (c.mla())
+    return c.n_layer * block_size * (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(kv));
   return 2 * c.n_layer * c.n_kv_head * block_size * c.head_dim() * int64_t(dtype_size(kv));
 }
 
+int64_t KVCache::head_token_bytes(const ModelConfig& c, DType kv) {
+  return 2 * c.n_layer * c.n_kv_head * c.head_dim() * int64_t(dtype_size(kv));
+}
+
 KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device device, KvDType kv)
-    : shape_(sh), dtype_(dt), kv_dtype_(kv.value_or(dt)) {
+    : shape_(sh),
+      dtype_(dt),
+      kv_dtype_(kv.value_or(dt)),
+      latent_(c.mla()),
+      head_token_bytes_(head_token_bytes(c, kv_dtype_)) {
   NK_CHECK(kv_dtype_ == DType::F32 || kv_dtype_ == DType::BF16 || kv_dtype_ == DType::F16,
            "KVCache: dtype {} for keys and values (f32, bf16 or f16)", dtype_name(kv_dtype_));
   NK_CHECK(
@@ -40,7 +50,14 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   if (sh.max_len > c.max_seq_len)
     fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
+  const int64_t Lr = c.kv_lora_rank + c.qk_rope_head_dim;  // a latent row
   for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (latent_) {
+      k.push_back(Tensor::empty({sh.blocks, 1, sh.block_size, Lr}, kv_dtype_, device));
+      ops::fill(k.back(), 0.f);
+      v.push_back(k.back());
+      continue;
+    }
     k.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
     v.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
     ops::fill(k.back(), 0.f);
@@ -53,8 +70,10 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   table = Tensor::empty({sh.max_seqs, sh.table_width()}, DType::I32, device);
   x = Tensor::empty({R, C}, dt, device);
   ln = Tensor::empty({R, C}, dt, device);
-  qkv = Tensor::empty({R, c.qkv_dim()}, dt, device);
-  att = Tensor::empty({R, c.n_head * D}, dt, device);
+  // A latent cache's attention: the absorbed queries, the row as key and
+  // value, each head's weighted row (LatentAttention::CacheActs).
+  qkv = Tensor::empty({R, latent_ ? (c.n_head + 2) * Lr : c.qkv_dim()}, dt, device);
+  att = Tensor::empty({R, c.n_head * (latent_ ? Lr : D)}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
   auto mk = [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); };
   if (c.architecture().block().qk_norm)
@@ -63,6 +82,11 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
     mla = nn::LatentAttention::acts_for(R, c.n_head, c.q_lora_rank, c.kv_lora_rank,
                                         D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
                                         dt, mk);
+  if (latent_) {
+    const int64_t w =
+        std::max({D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank, c.v_head_dim});
+    mla_cache = {qkv, att, mk(Shape{R * w}, dt), mk(Shape{R * w}, dt)};
+  }
   if (c.is_moe()) {
     moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt, mk);
     if (c.moe_shared_d_ff > 0)
@@ -98,14 +122,18 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
 
 int64_t KVCache::cache_bytes() const {
   int64_t b = 0;
-  for (size_t l = 0; l < k.size(); ++l) b += int64_t(k[l].nbytes() + v[l].nbytes());
+  for (size_t l = 0; l < k.size(); ++l) b += int64_t(k[l].nbytes() + (latent_ ? 0 : v[l].nbytes()));
   return b;
 }
 
 std::string KVCache::describe() const {
-  const int64_t positions = shape_.blocks * shape_.block_size;
-  return fmt::format("KV cache {} (compute {}): {} bytes/token, {:.2f} MiB for {} positions",
-                     dtype_name(kv_dtype_), dtype_name(dtype_), cache_bytes() / positions,
+  const int64_t positions = shape_.blocks * shape_.block_size, per = cache_bytes() / positions;
+  std::string latent;
+  if (latent_)
+    latent = fmt::format(" (latent rows of {} values per layer; per-head keys and values: {})",
+                         k[0].dim(3), head_token_bytes_);
+  return fmt::format("KV cache {} (compute {}): {} bytes/token{}, {:.2f} MiB for {} positions",
+                     dtype_name(kv_dtype_), dtype_name(dtype_), per, latent,
                      double(cache_bytes()) / (1 << 20), positions);
 }
 

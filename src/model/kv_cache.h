@@ -10,6 +10,13 @@
 // batch of prompts of different lengths is prefilled as one ragged row of
 // tokens and decoded one token per live sequence, with no padding anywhere.
 // The contiguous cache of S slots of L positions is one block of L per slot.
+//
+// Multi-head Latent Attention (DeepSeek; ModelConfig::mla): a layer's k is
+// the latent cache C[NB, 1, B, kv_lora_rank + qk_rope_head_dim], one row per
+// position (the normed latent and the shared rotary key), and v is the same
+// tensor (nn::LatentAttention::cached_forward reads the row as both): per
+// position and layer kv_lora_rank + qk_rope_head_dim values instead of
+// 2 n_head head_dim.
 #pragma once
 #include <memory>
 #include <optional>
@@ -65,20 +72,28 @@ class KVCache {
   int64_t max_tokens() const { return shape_.max_tokens; }
   DType dtype() const { return dtype_; }        // the workspace's: the compute dtype
   DType kv_dtype() const { return kv_dtype_; }  // k's and v's
-  // Bytes of the cache proper (k and v of every layer).
+  // Whether layers keep MLA's latent rows (k and v one tensor).
+  bool latent() const { return latent_; }
+  // Bytes of the cache proper (k and v of every layer; a latent cache's once).
   int64_t cache_bytes() const;
-  // For logs: "KV cache bf16 (compute f32): 2048 bytes/token, 64.00 MiB for 32768 positions".
+  // For logs: "KV cache bf16 (compute f32): 2048 bytes/token, 64.00 MiB for 32768 positions";
+  // a latent cache's adds what per-head keys and values would take.
   std::string describe() const;
-  // Bytes one block takes over all layers (k and v) in dtype kv.
+  // Bytes one block takes over all layers (k and v, or the latent rows) in dtype kv.
   static int64_t block_bytes(const ModelConfig& cfg, DType kv, int64_t block_size);
   // Bytes one position takes over all layers (k and v) in dtype kv.
   static int64_t token_bytes(const ModelConfig& cfg, DType kv) { return block_bytes(cfg, kv, 1); }
+  // Bytes one position would take as every kv head's key and value (what an
+  // MLA model's cache held before it kept the latent; token_bytes otherwise).
+  static int64_t head_token_bytes(const ModelConfig& cfg, DType kv);
 
  private:
   friend class Transformer;
   KVCacheShape shape_;
   DType dtype_, kv_dtype_;
-  std::vector<Tensor> k, v;  // per layer [NB, Hkv, B, D] in kv_dtype_
+  bool latent_ = false;
+  int64_t head_token_bytes_ = 0;  // for describe()
+  std::vector<Tensor> k, v;  // per layer [NB, Hkv, B, D] in kv_dtype_ (MLA: k = v [NB, 1, B, L])
   // Workspace, rows = max_tokens.
   Tensor tokens, seq_ids, positions;  // i32 [max_tokens]
   Tensor table;                       // i32 [max_seqs, table_width]
@@ -86,9 +101,13 @@ class KVCache {
   nn::MoE::Saved moe;                 // a MoE model's feed-forward workspace, rows = max_tokens
   nn::SelfAttention::QkActs qk;       // with q/k norms (Qwen3), rows = max_tokens
   nn::LatentAttention::Acts mla;      // with MLA (DeepSeek), rows = max_tokens
-  Tensor mean, rstd;                  // f32 [rows]
-  Tensor sel;                         // [head_rows, C] gathered rows for the head
-  Tensor head_logits;                 // [head_rows, V] compute dtype
+  nn::LatentAttention::CacheActs mla_cache;
+  // A block-quantised MLA model's kv_b weights, dequantised per layer by the
+  // first forward_cached (the decode reads them by head); empty otherwise.
+  std::vector<Tensor> mla_kv_b;
+  Tensor mean, rstd;   // f32 [rows]
+  Tensor sel;          // [head_rows, C] gathered rows for the head
+  Tensor head_logits;  // [head_rows, V] compute dtype
   int64_t head_rows = 0;
   // The adapters' scratch when the model has any, and what an adapted layer
   // keeps between its products (every layer reuses it): LoRA's x A^T of every

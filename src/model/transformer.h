@@ -393,7 +393,9 @@ class Transformer {
   // of step.logit_rows (R of them). A token at a position below p-tuning's
   // virtual_tokens is that virtual token. Allocates nothing: the cost of a call is
   // its tokens' share of the weights' products plus attention over their
-  // prefixes, whatever the prompt length was.
+  // prefixes, whatever the prompt length was (a block-quantised MLA model's
+  // first call dequantises kv_b into the cache: dequantize_latent_kv_b).
+  // An MLA model's cache keeps the latent rows (KVCache::latent).
   void forward_cached(KVCache& cache, const CachedStep& step, Tensor logits);
 
   static constexpr int64_t kIgnoreIndex = -100;
@@ -415,6 +417,9 @@ class Transformer {
   MoeLosses moe_losses(const Activations& a) const;
 
  private:
+  // cache.mla_kv_b: every layer's kv_b weight dense where it is
+  // block-quantised (undefined where kv_b.w is, read in place).
+  void dequantize_latent_kv_b(KVCache& cache) const;
   struct Block {
     nn::Norm norm1, norm2;
     nn::Norm post1, post2;  // on the attention's and the MLP's outputs (BlockSpec::post_norms)

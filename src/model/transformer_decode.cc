@@ -59,13 +59,15 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     }
   }
   if (escale != 1.f) ops::scale(x, escale);
+  if (kc.latent() && kc.mla_kv_b.empty()) dequantize_latent_kv_b(kc);
   // Post norms (Gemma): a sub-block's output norm(y) lands in ln, free by then.
   const bool post = cfg_.architecture().block().post_norms;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.norm1.forward(ln, mean, rstd, x);
     b.attn.forward_cached(tmp, kc.qkv.narrow0(0, N), kc.att.narrow0(0, N), ln, kc.k[l], kc.v[l],
-                          table, seq, pos2, ad, kc.qk, kc.mla);
+                          table, seq, pos2, ad, kc.qk, kc.mla, kc.mla_cache,
+                          kc.latent() ? kc.mla_kv_b[l] : Tensor());
     if (post) b.post1.forward(ln, mean, rstd, tmp);
     ops::add(x, x, post ? ln : tmp);
     b.norm2.forward(ln, mean, rstd, x);
@@ -93,6 +95,28 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     head_.forward(out, normed);
     cap_logits(out);
     ops::convert(logits.narrow0(r, n), out);
+  }
+}
+
+void Transformer::dequantize_latent_kv_b(KVCache& kc) const {
+  for (const Block& b : blocks_) {
+    const nn::Linear& kv_b = b.attn.mla.kv_b;
+    if (kv_b.w.defined()) {  // read in place
+      kc.mla_kv_b.push_back(Tensor());
+      continue;
+    }
+    NK_CHECK(!kv_b.wquant.empty(),
+             "forward_cached: MLA's kv_b has neither a dense nor a "
+             "block-quantised weight");
+    int64_t rows = 0;
+    for (const ops::QuantWeight& q : kv_b.wquant) rows += q.rows();
+    Tensor d = Tensor::empty({rows, kv_b.wquant[0].cols()}, compute_, kc.x.device());
+    int64_t r0 = 0;
+    for (const ops::QuantWeight& q : kv_b.wquant) {
+      ops::quant_dequantize(d.narrow0(r0, q.rows()), q);
+      r0 += q.rows();
+    }
+    kc.mla_kv_b.push_back(d);
   }
 }
 

@@ -85,11 +85,6 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp) {
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {
       {"model.n_head", cfg.n_head}, {"model.n_kv_head", cfg.n_kv_head}, {"model.d_ff", cfg.d_ff}};
-  if (cfg.mla())
-    fail(
-        "parallel.tp = {}: model.arch = {}: Multi-head Latent Attention under tensor parallelism "
-        "is not supported yet (set parallel.tp=1; parallel.ep, pp and dp work)",
-        tp, cfg.arch);
   if (cfg.architecture().block().post_norms || cfg.final_logit_softcap > 0)
     fail(
         "parallel.tp = {}: model.arch = {}: norms on the sub-blocks' outputs and soft-capped "
@@ -712,6 +707,12 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     // A q/k norm's weight is every head's: each rank adds its own heads' part.
     add(b.attn.q_norm);
     add(b.attn.k_norm);
+    // So are MLA's low-rank projections and norms (nn/latent_attention.h).
+    const nn::LatentAttention& m = b.attn.mla;
+    add(m.q_a_norm);
+    add(m.kv_a_norm);
+    for (const Tensor& gr : {m.q_a.dw, m.q_a.db, m.kv_a.dw, m.kv_a.db})
+      if (gr.defined()) out.push_back(gr);
     // Whole experts (parallel.etp = 1): each rank's MoE block ran its own
     // rows (nn/token_split.h), so every weight of it holds that rows' part;
     // split experts are the ep group's, whose ranks hold different ones

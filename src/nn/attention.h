@@ -22,8 +22,12 @@
 // Multi-head Latent Attention (DeepSeek-V2/V3; nn/latent_attention.h): when
 // `mla` is active its projections make the fused qkv (n_kv_head = n_head,
 // head_dim its nope + rope dims) and read the output in place of qkv, q/k
-// norms and rope; the attention kernels, context parallelism and the KV
-// cache are the same. No tensor parallelism.
+// norms and rope; the attention kernels and context parallelism are the
+// same. Decode keeps the compressed latent in the KV cache, not the heads'
+// keys and values (LatentAttention::cached_forward). Under tensor
+// parallelism each rank holds whole heads' rows of q (or q_b) and kv_b and
+// every rank the low-rank projections and norms, whose gradients are then
+// partial sums over the ranks' heads.
 #pragma once
 #include "nn/context_parallel.h"
 #include "nn/latent_attention.h"
@@ -79,9 +83,13 @@ struct SelfAttention {
   void forward(Tensor y, const Saved& s, const Tensor& x, const Tensor& cu_seqlens = Tensor(),
                const Tensor& positions = Tensor()) const {
     if (mla.active()) {
-      mla.qkv_forward(s.qkv, s.mla, rows(x), n_head, rope, positions, x.dim(0), x.dim(1));
+      // Under tp every rank runs the low-rank projections on every row and
+      // its own heads after them (n_head: this rank's).
+      const Tensor xf = tp.enter(x, s.full_x);
+      mla.qkv_forward(s.qkv, s.mla, rows(xf), n_head, rope, positions, xf.dim(0), xf.dim(1));
       cp.attention_forward(s.out, s.lse, s.qkv, n_head, n_head, cu_seqlens, window, scale, softcap);
-      mla.out_forward(rows(y), s.mla, s.out, proj, n_head);
+      mla.out_forward(rows(tp.exit_buffer(y, s.full_y)), s.mla, s.out, proj, n_head);
+      tp.exit(y, s.full_y);
       return;
     }
     qkv.forward(s.qkv, tp.enter(x, s.full_x), s.qkv_adapters);
@@ -100,18 +108,22 @@ struct SelfAttention {
   // each; see ops::attention_cached for the cache and table layout). Rotates q
   // and k, stores k and v in the cache, then attends over it. qkv_buf
   // [N, (Hq+2Hkv)D] and out_buf [N, Hq D] are scratch; y [N, C]. ad: the
-  // adapters' scratch (undefined without). ml: MLA's scratch for >= N rows.
+  // adapters' scratch (undefined without). MLA: k_cache (v_cache the same
+  // tensor) is the latent cache [NB, 1, B, kv_rank + rope_dim]
+  // (LatentAttention::cached_forward), ml and mc its scratch for >= N rows,
+  // mla_kv_b kv_b's weight dense (undefined: kv_b.w).
   void forward_cached(Tensor y, Tensor qkv_buf, Tensor out_buf, const Tensor& x, Tensor k_cache,
                       Tensor v_cache, const Tensor& block_table, const Tensor& seqs,
                       const Tensor& positions, const AdapterActs& ad = {}, const QkActs& qk = {},
-                      const LatentAttention::Acts& ml = {}) const {
+                      const LatentAttention::Acts& ml = {},
+                      const LatentAttention::CacheActs& mc = {},
+                      const Tensor& mla_kv_b = Tensor()) const {
     if (mla.active()) {
-      NK_CHECK(ml.defined(), "SelfAttention: MLA without its scratch");
-      mla.qkv_forward(qkv_buf, ml, x, n_head, rope, positions, 1, x.dim(0));
-      ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, block_table, seqs, positions);
-      ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, block_table, seqs,
-                            positions, window, scale, softcap);
-      mla.out_forward(y, ml, out_buf, proj, n_head);
+      NK_CHECK(ml.defined() && mc.defined(), "SelfAttention: MLA without its scratch");
+      NK_CHECK(k_cache.raw() == v_cache.raw(),
+               "SelfAttention: MLA's latent cache is one tensor for keys and values");
+      mla.cached_forward(y, ml, mc, x, k_cache, mla_kv_b.defined() ? mla_kv_b : mla.kv_b.w, proj,
+                         ad, n_head, rope, block_table, seqs, positions, window, scale, softcap);
       return;
     }
     qkv.forward(qkv_buf, x, ad);
@@ -128,11 +140,15 @@ struct SelfAttention {
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,
                 const Tensor& cu_seqlens = Tensor(), const Tensor& positions = Tensor()) const {
     if (mla.active()) {
-      mla.out_backward(g.dout, g.mla, rows(dy), s.mla, proj, n_head);
+      // Under tp dx (and the low-rank projections' and norms' gradients) are
+      // this rank's heads' part: dx summed here, those by the trainer.
+      mla.out_backward(g.dout, g.mla, rows(tp.exit_backward(dy, s.full_y)), s.mla, proj, n_head);
       cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_head, cu_seqlens, window,
                             scale, softcap);
-      mla.qkv_backward(rows(dx), g.dqkv, s.mla, g.mla, rows(x), n_head, rope, positions, x.dim(0),
-                       x.dim(1));
+      const Tensor xf = tp.enter(x, s.full_x);
+      mla.qkv_backward(rows(tp.enter_grad(dx, s.full_y)), g.dqkv, s.mla, g.mla, rows(xf), n_head,
+                       rope, positions, xf.dim(0), xf.dim(1));
+      tp.enter_backward(dx, s.full_y);
       return;
     }
     proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);

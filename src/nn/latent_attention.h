@@ -22,6 +22,9 @@
 // unchanged. Everything here is column copies (ops::copy_columns,
 // add_columns) over views, so every backend that has those runs it.
 #pragma once
+#include <algorithm>
+#include <cmath>
+
 #include "nn/linear.h"
 #include "nn/norm.h"
 
@@ -114,38 +117,16 @@ struct LatentAttention {
   // in every row).
   void qkv_forward(const Tensor& qkv, const Acts& a, const Tensor& x, int64_t H, const Tensor& rope,
                    const Tensor& positions, int64_t B, int64_t T) const {
-    const int64_t N = B * T, D = head_dim(), r = rope_dim;
-    if (q_rank > 0) {
-      q_a.forward(rows_of(a.qa, N), x);
-      q_a_norm.forward(rows_of(a.qa_n, N), Tensor(), a.qa_rstd.narrow0(0, N), rows_of(a.qa, N));
-      q_b.forward(rows_of(a.q, N), rows_of(a.qa_n, N));
-    } else {
-      q.forward(rows_of(a.q, N), x);
-    }
-    const Tensor kva = rows_of(a.kva, N), ckv = rows_of(a.ckv, N), ckv_n = rows_of(a.ckv_n, N);
-    kv_a.forward(kva, x);
-    ops::copy_columns(ckv, kva, 0, 1.f);
-    kv_a_norm.forward(ckv_n, Tensor(), a.ckv_rstd.narrow0(0, N), ckv);
-    kv_b.forward(rows_of(a.kv, N), ckv_n);
-
-    // q's rotary values, replaced in place by their rotated rotate-half form:
-    // the columns emptied exactly (x - x), then -(R (-x)) added.
-    const Tensor qh = rows_of(a.q, N).view({N * H, D});
-    const Tensor pe = mat(a.pe, N * H, r), half = mat(a.half, N * H, r);
-    ops::copy_columns(pe, qh, nope, -1.f);
-    ops::add_columns(qh, pe, nope, 1.f);
-    to_half(half, pe, a.ev, a.od);
-    rotate(half, H, rope, positions, B, T, false);
-    ops::add_columns(qh, half, nope, -1.f);
+    const int64_t N = B * T, D = head_dim();
+    queries_forward(a, x, H, rope, positions, B, T);
+    latent_forward(a, x);
+    kv_b.forward(rows_of(a.kv, N), rows_of(a.ckv_n, N));
+    const Tensor kh = shared_key(a, N, rope, positions, B, T);
 
     const Tensor A = qkv.view({N, 3 * H * D});
     ops::fill(A, 0.f);
     ops::add_columns(A, rows_of(a.q, N), 0, 1.f);
     // Keys: each head's k_nope, then the one rotated key every head shares.
-    const Tensor kp = mat(a.pe, N, r), kh = mat(a.half, N, r);
-    ops::copy_columns(kp, kva, kv_rank, 1.f);
-    to_half(kh, kp, a.ev, a.od);
-    rotate(kh, 1, rope, positions, B, T, false);
     const Tensor kvh = rows_of(a.kv, N).view({N * H, nope + v_dim});
     const Tensor kf = mat(a.kf, N * H, D);
     ops::fill(kf, 0.f);
@@ -160,6 +141,77 @@ struct LatentAttention {
     ops::copy_columns(tv, kvh, nope, 1.f);
     ops::add_columns(kf, tv, 0, 1.f);
     ops::add_columns(A, kf_rows, 2 * H * D, 1.f);
+  }
+
+  // ---- decode over a latent KV cache ----
+  // The cache of an MLA model holds, per token and layer, one row of
+  // L = kv_rank + rope_dim values: [c (the normed latent) | k_r (the shared
+  // key, rotated, in rotate-half order)], in place of every head's key and
+  // value (what DeepSeek's inference and llama.cpp's deepseek2 keep). Head
+  // h's score q_n . (W_uk c) + q_r . k_r equals (W_uk^T q_n) . c + q_r . k_r,
+  // W_uk its nope rows of kv_b: the query absorbs W_uk and the row is the
+  // one key of a multi-query attention of head size L. Its output
+  // sum_j p_j W_uv c_j is W_uv (sum_j p_j c_j), W_uv its v_dim rows of kv_b:
+  // the row is also the value, and W_uv is applied after the weighted sum
+  // (whose last rope_dim values are dropped). So ops::attention_cached runs
+  // it unchanged, with the cache's k and v one tensor [NB, 1, B, L].
+  //
+  // What a decode call needs beyond Acts, for N rows (model/kv_cache.cc
+  // allocates them).
+  struct CacheActs {
+    Tensor qkv;   // [N, (H + 2) L]: absorbed queries, the row as key, as value
+    Tensor out;   // [N, H L]: each head's weighted row
+    Tensor a, b;  // [N, max(nope, rope_dim, kv_rank, v_dim)] each: a head's columns
+    bool defined() const { return qkv.defined(); }
+  };
+  // x [N, C] new tokens of any sequences (token n of block-table row
+  // seqs[n] at positions[n], i32 [1, N] each) -> y [N, C] through proj:
+  // their rows stored in `cache` [NB, 1, B, L], then each attends over its
+  // sequence's rows. wkv: kv_b's weight [H (nope + v_dim), kv_rank] dense
+  // (kv_b.w, or a block-quantised kv_b dequantised). scale: the scores'
+  // factor (0: 1/sqrt(nope + rope_dim), the head's own size, not L).
+  void cached_forward(const Tensor& y, const Acts& a, const CacheActs& c, const Tensor& x,
+                      const Tensor& cache, const Tensor& wkv, const Linear& proj,
+                      const AdapterActs& ad, int64_t H, const Tensor& rope,
+                      const Tensor& block_table, const Tensor& seqs, const Tensor& positions,
+                      int64_t window, float scale, float softcap) const {
+    const int64_t N = x.dim(0), D = head_dim(), r = rope_dim, L = kv_rank + r;
+    NK_CHECK(c.defined() && cache.ndim() == 4 && cache.dim(1) == 1 && cache.dim(3) == L,
+             "LatentAttention: a latent cache {} is not [NB, 1, B, {}]",
+             cache.defined() ? cache.desc() : std::string("(none)"), L);
+    NK_CHECK(wkv.ndim() == 2 && wkv.dim(0) == H * (nope + v_dim) && wkv.dim(1) == kv_rank,
+             "LatentAttention: kv_b weight {} is not [{}, {}]", wkv.desc(), H * (nope + v_dim),
+             kv_rank);
+    queries_forward(a, x, H, rope, positions, 1, N);
+    latent_forward(a, x);
+    const Tensor kh = shared_key(a, N, rope, positions, 1, N);
+    const Tensor Q = mat(c.qkv, N, (H + 2) * L), O = mat(c.out, N, H * L), q = rows_of(a.q, N);
+    const Tensor ckv_n = rows_of(a.ckv_n, N);
+    ops::fill(Q, 0.f);
+    for (int64_t at : {H * L, (H + 1) * L}) {  // the row, as the key and as the value
+      ops::add_columns(Q, ckv_n, at, 1.f);
+      ops::add_columns(Q, kh, at + kv_rank, 1.f);
+    }
+    const Tensor qn = mat(c.a, N, nope), qr = mat(c.a, N, r), ql = mat(c.b, N, kv_rank);
+    for (int64_t h = 0; h < H; ++h) {
+      // W_uk^T q_n: dx = dy W of the product x W_uk^T (its backward's input part).
+      ops::copy_columns(qn, q, h * D, 1.f);
+      ops::linear_backward(ql, Tensor(), Tensor(), qn, ql, wkv.narrow0(h * (nope + v_dim), nope));
+      ops::add_columns(Q, ql, h * L, 1.f);
+      ops::copy_columns(qr, q, h * D + nope, 1.f);
+      ops::add_columns(Q, qr, h * L + kv_rank, 1.f);
+    }
+    ops::kv_cache_store(cache, cache, Q, H, block_table, seqs, positions);
+    ops::attention_cached(O, Q, cache, cache, H, block_table, seqs, positions, window,
+                          scale > 0.f ? scale : 1.f / std::sqrt(float(D)), softcap);
+    const Tensor o = rows_of(a.o, N), cl = mat(c.a, N, kv_rank), ov = mat(c.b, N, v_dim);
+    ops::fill(o, 0.f);
+    for (int64_t h = 0; h < H; ++h) {
+      ops::copy_columns(cl, O, h * L, 1.f);
+      ops::linear_forward(ov, cl, wkv.narrow0(h * (nope + v_dim) + nope, v_dim), Tensor());
+      ops::add_columns(o, ov, h * v_dim, 1.f);
+    }
+    proj.forward(y, o, ad);
   }
 
   // The attention's output out [N, H D] -> y [N, C] through o (the first
@@ -244,6 +296,47 @@ struct LatentAttention {
   }
 
  private:
+  // a.q [N, H D] <- the queries of x [N, C], each head's rotary values
+  // replaced in place by their rotated rotate-half form: the columns
+  // emptied exactly (x - x), then -(R (-x)) added.
+  void queries_forward(const Acts& a, const Tensor& x, int64_t H, const Tensor& rope,
+                       const Tensor& positions, int64_t B, int64_t T) const {
+    const int64_t N = B * T, D = head_dim(), r = rope_dim;
+    if (q_rank > 0) {
+      q_a.forward(rows_of(a.qa, N), x);
+      q_a_norm.forward(rows_of(a.qa_n, N), Tensor(), a.qa_rstd.narrow0(0, N), rows_of(a.qa, N));
+      q_b.forward(rows_of(a.q, N), rows_of(a.qa_n, N));
+    } else {
+      q.forward(rows_of(a.q, N), x);
+    }
+    const Tensor qh = rows_of(a.q, N).view({N * H, D});
+    const Tensor pe = mat(a.pe, N * H, r), half = mat(a.half, N * H, r);
+    ops::copy_columns(pe, qh, nope, -1.f);
+    ops::add_columns(qh, pe, nope, 1.f);
+    to_half(half, pe, a.ev, a.od);
+    rotate(half, H, rope, positions, B, T, false);
+    ops::add_columns(qh, half, nope, -1.f);
+  }
+  // a.kva [N, kv_rank + rope_dim] <- kv_a x, a.ckv its latent, a.ckv_n normed.
+  void latent_forward(const Acts& a, const Tensor& x) const {
+    const int64_t N = x.dim(0);
+    const Tensor kva = rows_of(a.kva, N), ckv = rows_of(a.ckv, N), ckv_n = rows_of(a.ckv_n, N);
+    kv_a.forward(kva, x);
+    ops::copy_columns(ckv, kva, 0, 1.f);
+    kv_a_norm.forward(ckv_n, Tensor(), a.ckv_rstd.narrow0(0, N), ckv);
+  }
+  // The key every head shares, [N, rope_dim] in a.half: a.kva's last
+  // rope_dim values in rotate-half order, turned to the positions (after
+  // latent_forward; a.pe, a.ev and a.od are overwritten).
+  Tensor shared_key(const Acts& a, int64_t N, const Tensor& rope, const Tensor& positions,
+                    int64_t B, int64_t T) const {
+    const int64_t r = rope_dim;
+    const Tensor kp = mat(a.pe, N, r), kh = mat(a.half, N, r);
+    ops::copy_columns(kp, rows_of(a.kva, N), kv_rank, 1.f);
+    to_half(kh, kp, a.ev, a.od);
+    rotate(kh, 1, rope, positions, B, T, false);
+    return kh;
+  }
   // The first rows x cols values of contiguous t as [rows, cols].
   static Tensor mat(const Tensor& t, int64_t rows, int64_t cols) {
     return t.view({-1}).narrow0(0, rows * cols).view({rows, cols});

@@ -7,7 +7,8 @@
 // blocks kept and compute a dense model's logits on the same weights within
 // the activations' rounding. generate runs such a file and a Mixtral folder
 // with generate.quantize. llama.cpp itself runs the files in
-// gguf_llama_cpp_test.cc (MixtralLogitsAndGreedy).
+// gguf_llama_cpp_test.cc (MixtralLogitsAndGreedy). DeepSeek's deepseek2 files
+// (Multi-head Latent Attention) read back exactly too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "ckpt/gguf_export.h"
 #include "ckpt/gguf_import.h"
 #include "ckpt/gguf_reader.h"
+#include "ckpt/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "model/arch.h"
 
@@ -529,6 +531,84 @@ TEST_F(MoeGguf, Dots1LayoutRoundTripAndQuantized) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("model.n_kv_head = 2"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir / "gqa.gguf"));
+}
+
+// DeepSeek's deepseek2 files read back (llama.cpp runs them in
+// gguf_llama_cpp_test.cc, DeepseekLogitsAndGreedy): V2-Lite's shape (attn_q,
+// no query bottleneck; softmax routing), V3's (the bottleneck; sigmoid
+// routing in 4 groups with the score bias) and V3 with yarn: the
+// architecture and every size back, every parameter bit for bit at f32, the
+// same logits (with yarn the mscale comes back through the f32
+// yarn_log_multiplier, read as its shortest decimal: within 1e-6 of their
+// RMS; measured 0). A file with llama.cpp's
+// split attn_k_b / attn_v_b is refused naming the tensor.
+TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
+  struct Case {
+    const char* preset;
+    bool yarn;
+  };
+  for (const Case& k : {Case{"deepseek_v2-tiny", false}, Case{"deepseek_v3-tiny", false},
+                        Case{"deepseek_v3-tiny", true}}) {
+    const std::string name = std::string(k.preset) + (k.yarn ? "-yarn" : "");
+    SCOPED_TRACE(name);
+    ModelConfig c = model_preset(k.preset);
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.init_std = 0.15;
+    if (k.yarn) {
+      c.rope_scaling.type = RopeScalingType::Yarn;
+      c.rope_scaling.factor = 4;
+      c.rope_scaling.original_max_seq_len = 16;
+      c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim = 0.707;
+    }
+    save_tiny_model(dir / name, c, 97, spm);
+    const std::string gguf = dir / (name + ".gguf");
+    RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", dir / name, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto original = load_model(dir / name, DType::F32);
+    GgufModel g = load_gguf_model(gguf);
+    const ModelConfig& b = g.model->config();
+    EXPECT_EQ(b.arch, c.arch);
+    EXPECT_EQ(b.n_kv_head, c.n_head);
+    EXPECT_EQ(b.q_lora_rank, c.q_lora_rank);
+    EXPECT_EQ(b.kv_lora_rank, c.kv_lora_rank);
+    EXPECT_EQ(b.head_dim(), c.head_dim());
+    EXPECT_EQ(b.qk_rope_head_dim, c.qk_rope_head_dim);
+    EXPECT_EQ(b.v_head_dim, c.v_head_dim);
+    EXPECT_EQ(b.moe_first_dense_layers, c.moe_first_dense_layers);
+    EXPECT_EQ(b.moe_shared_d_ff, c.moe_shared_d_ff);
+    EXPECT_EQ(b.moe_score_func, c.moe_score_func);
+    EXPECT_EQ(b.has_score_bias(), c.has_score_bias());
+    EXPECT_EQ(b.moe_n_group, c.moe_n_group);
+    EXPECT_EQ(b.norm_topk_prob, c.norm_topk_prob);
+    EXPECT_DOUBLE_EQ(b.moe_routed_scaling, c.moe_routed_scaling);
+    EXPECT_EQ(b.rope_scaling.type, c.rope_scaling.type);
+    EXPECT_NEAR(b.rope_scaling.mscale_all_dim, c.rope_scaling.mscale_all_dim, 1e-6);
+    EXPECT_NEAR(b.rope_scaling.mscale, c.rope_scaling.mscale, 1e-6);
+    for (const ParamInfo& p : original->layout().params()) {
+      Tensor x = original->param_f32(p), y = g.model->param_f32(g.model->layout().find(p.name));
+      ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << p.name;
+    }
+    const std::vector<float> want = logits_of(*original, prompt), got = logits_of(*g.model, prompt);
+    if (k.yarn)
+      EXPECT_LE(rel_max_diff(got, want), 1e-6);
+    else
+      EXPECT_EQ(got, want);
+  }
+  // llama.cpp's newer converter splits kv_b per head for its absorbed path.
+  GgufWriter w;
+  w.add_string("general.architecture", "deepseek2");
+  for (const char* key : {"block_count", "embedding_length", "feed_forward_length",
+                          "attention.head_count", "context_length"})
+    w.add_u32(std::string("deepseek2.") + key, 64);
+  w.add_u32("deepseek2.expert_count", 8);
+  for (const char* t : {"token_embd.weight", "blk.0.attn_k_b.weight"})
+    w.add_tensor(t, {64, 64}, GgmlType::F32, [](std::vector<float>& v) { v.assign(64 * 64, 0.f); });
+  const std::string split = dir / "split.gguf";
+  w.write(split);
+  const std::string e = error_of([&] { load_gguf_model(split); });
+  EXPECT_NE(e.find("tensor 'blk.0.attn_k_b.weight': llama.cpp's split kv_b"), std::string::npos)
+      << e;
 }
 
 }  // namespace

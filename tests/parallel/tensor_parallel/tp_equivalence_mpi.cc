@@ -10,7 +10,8 @@
 // sequence-parallel norms' and the tied embedding's gradients summed across
 // ranks, the gradient norm summed by pieces.
 //
-// Run with 2 ranks (TP2, TP2 + SP, PP2, reshards), 4 (TP4 with grouped-query
+// Run with 2 ranks (TP2, TP2 + SP, PP2, reshards; DeepSeek's latent
+// attention under TP2), 4 (TP4 with grouped-query
 // attention, DP2 × TP2, PP4 with an uneven split, TP2 × PP2, DP2 × PP2,
 // reshards) and 8 (DP2 × TP2 × PP2).
 #include <gtest/gtest.h>
@@ -423,6 +424,27 @@ TEST_F(TensorParallel, LlamaDp2Tp2SequenceParallel) {
   check(recipe("llama-tiny", 2, true, 1));
 }
 
+// DeepSeek's Multi-head Latent Attention (with its Mixture of Experts,
+// each expert split over tp): q (V2) or q_b (V3, with q_a and its norm) and
+// kv_b split by heads, o_proj by columns; kv_a and its norm whole on every
+// rank, their gradients (each rank's heads' part) summed over the group.
+TEST_F(TensorParallel, DeepseekV2Tp2) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(recipe("deepseek_v2-tiny"));
+}
+TEST_F(TensorParallel, DeepseekV3Tp2) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(recipe("deepseek_v3-tiny"));
+}
+TEST_F(TensorParallel, DeepseekV3Tp2SequenceParallel) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(recipe("deepseek_v3-tiny", 2, true));
+}
+TEST_F(TensorParallel, DeepseekV3Tp4) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(recipe("deepseek_v3-tiny", 4));
+}
+
 TEST_F(TensorParallel, Gpt2Pp2TiedEmbeddings) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
   check(pipelined("gpt-tiny", 2));  // GPT-2 ties its head to the embedding across the stages
@@ -529,6 +551,11 @@ TEST_F(TensorParallel, ReshardTensorParallelVocab257) {
   Recipe r = recipe("llama-tiny", world_, false, 1, 8, 4);
   r.vocab = 257;
   reshard(r, {world_, 1}, {{1, 1}});
+}
+// MLA's checkpoint under TP2 resumes on one process, and back.
+TEST_F(TensorParallel, ReshardDeepseekV3Tp2) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  reshard(recipe("deepseek_v3-tiny"), {2, 1}, {{1, 1}});
 }
 TEST_F(TensorParallel, ReshardPipeline) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
