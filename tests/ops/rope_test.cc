@@ -166,7 +166,9 @@ TEST_P(RopeFast, PartialRotaryMatchesReference) {
         expect_close(got, want, tol_for(dt), "partial rope");
         for (int64_t r = 0; r < B * T; ++r)
           for (int64_t c = 0; c < W; ++c)
-            if (c >= H * D || c % D >= R) ASSERT_EQ(got[r * W + c], x[r * W + c]) << r << "," << c;
+            if (c >= H * D || c % D >= R) {
+              ASSERT_EQ(got[r * W + c], x[r * W + c]) << r << "," << c;
+            }
         // Explicit positions: each row's ids pos0 + t, as the cached decode passes them.
         std::vector<double> ids;
         for (int64_t b = 0; b < B; ++b)
