@@ -115,9 +115,9 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
       w.add_u32(k + "original_context_length", uint32_t(s.original_max_seq_len));
       for (const auto& [name, list] : {std::pair{"rope_factors_long.weight", &s.long_factor},
                                        std::pair{"rope_factors_short.weight", &s.short_factor}}) {
-        if (int64_t(list->size()) * 2 != c.head_dim())
-          fail("model '{}': longrope has {} factors; heads of {} have {} pairs", dir, list->size(),
-               c.head_dim(), c.head_dim() / 2);
+        if (int64_t(list->size()) * 2 != c.rotary_dim())
+          fail("model '{}': longrope has {} factors; {} rotated values per head have {} pairs", dir,
+               list->size(), c.rotary_dim(), c.rotary_dim() / 2);
         std::vector<double> f = *list;
         w.add_tensor(name, {int64_t(f.size())}, GgmlType::F32,
                      [f](std::vector<float>& out) { out.assign(f.begin(), f.end()); });
@@ -130,9 +130,9 @@ void add_rope_scaling(GgufWriter& w, const std::string& ga, const ModelConfig& c
             "model '{}': GGUF export of llama3 RoPE scaling needs per-pair frequency factors, "
             "which llama.cpp's {} architecture does not read",
             dir, ga);
-      const int64_t half = c.head_dim() / 2;
-      std::vector<double> plain = rope_inv_freq(c.head_dim(), c.rope_theta, {}, c.max_seq_len);
-      std::vector<double> scaled = rope_inv_freq(c.head_dim(), c.rope_theta, s, c.max_seq_len);
+      const int64_t half = c.rotary_dim() / 2;
+      std::vector<double> plain = rope_inv_freq(c.rotary_dim(), c.rope_theta, {}, c.max_seq_len);
+      std::vector<double> scaled = rope_inv_freq(c.rotary_dim(), c.rope_theta, s, c.max_seq_len);
       w.add_tensor("rope_freqs.weight", {half}, GgmlType::F32,
                    [plain, scaled, half](std::vector<float>& out) {
                      out.resize(size_t(half));
@@ -411,7 +411,7 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
         model_dir, c.sliding_window, ga);
   // llama.cpp reads rotary keys only for rotary architectures, and the norm
   // epsilon under the key of the block's norm.
-  const BlockSpec spec = arch.block();
+  const BlockSpec spec = c.block();
   const bool rotary = !spec.learned_positions;
   if (rotary && c.head_dim() % 2 != 0)
     fail("model '{}': head_dim {} is odd; rotary embeddings need an even one", model_dir,

@@ -334,7 +334,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.max_seq_len = positive(f, k + "context_length", limits::kSeqLen);
   // The keys follow the block, as in export: the epsilon under its norm's
   // key, rotary settings only for rotary positions.
-  const BlockSpec spec = arch.block();
+  const BlockSpec spec = arch.block();  // qk_norm: set below where optional
   const bool rotary = !spec.learned_positions;
   c.norm_eps = f.get_float(k + gguf_norm_eps_key(spec), 1e-5);
   if (rotary) c.rope_theta = f.get_float(k + "rope.freq_base", 10000.0);
@@ -355,10 +355,33 @@ ModelConfig gguf_model_config(const GgufFile& f) {
           "GGUF '{}': head size {} ({}attention.key_length, or embedding_length / head_count) is "
           "odd; rotary embeddings need an even one",
           f.path(), c.head_dim(), k);
-    for (const char* key : {"rope.dimension_count", "attention.value_length"})
-      if (f.has(k + key) && f.get_int(k + key) != c.head_dim())
-        fail("GGUF '{}': {}{} = {}; Nekton needs the head size {}", f.path(), k, key,
-             f.get_int(k + key), c.head_dim());
+    if (f.has(k + "attention.value_length") &&
+        f.get_int(k + "attention.value_length") != c.head_dim())
+      fail("GGUF '{}': {}attention.value_length = {}; Nekton needs the head size {}", f.path(), k,
+           f.get_int(k + "attention.value_length"), c.head_dim());
+    // Fewer rotated values than the head has: partial rotary (GLM-4.5's half).
+    if (rotary && f.has(k + "rope.dimension_count")) {
+      const int64_t r = f.get_int(k + "rope.dimension_count");
+      if (r < 2 || r % 2 || r > c.head_dim())
+        fail(
+            "GGUF '{}': {}rope.dimension_count = {}; Nekton needs an even count in [2, the head "
+            "size {}]",
+            f.path(), k, r, c.head_dim());
+      if (r != c.head_dim()) c.partial_rotary_factor = double(r) / double(c.head_dim());
+    }
+  }
+  // q/k norms where the architecture makes them optional: as the file has them.
+  if (arch.optional_qk_norm()) c.qk_norm = f.find("blk.0.attn_q_norm.weight") != nullptr;
+  // Multi-token-prediction layers (GLM-4.5's nextn_predict_layers) come
+  // after the model's own in block_count; llama.cpp's graph skips them, and
+  // so does Nekton.
+  if (const int64_t mtp = f.get_int(k + "nextn_predict_layers", 0); mtp > 0) {
+    if (mtp >= c.n_layer)
+      fail("GGUF '{}': {}nextn_predict_layers = {} leaves no layer of {}block_count = {}", f.path(),
+           k, mtp, k, c.n_layer);
+    c.n_layer -= mtp;
+    NK_INFO("GGUF '{}': skipping the {} multi-token-prediction layer(s) after layer {}", f.path(),
+            mtp, c.n_layer - 1);
   }
   const bool gemma = ga == "gemma2" || ga == "gemma3";
   if (!gemma && f.has(k + "attention.sliding_window"))
@@ -455,10 +478,18 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
            want[0]);
     pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads, 0, e.add});
   }
+  const bool mtp = f.get_int(arch.gguf_arch() + ".nextn_predict_layers", 0) > 0;
   for (const auto& t : f.tensors()) {
     bool used = t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
                 t.name == "rope_factors_short.weight";
     for (const ExternalTensor& e : arch.gguf_tensors(c)) used |= e.name == t.name;
+    // A multi-token-prediction layer's (blk.L with L past the model's
+    // layers: gguf_model_config logged them).
+    if (mtp && t.name.starts_with("blk.")) {
+      const std::string l = t.name.substr(4, t.name.find('.', 4) - 4);
+      used |= !l.empty() && l.size() < 7 &&
+              l.find_first_not_of("0123456789") == std::string::npos && std::stoll(l) >= c.n_layer;
+    }
     if (!used)
       NK_WARN("GGUF '{}': tensor '{}' is not used by the {} model", path, t.name,
               arch.display_name());

@@ -6,6 +6,7 @@
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/atomic_file.h"
+#include "core/log.h"
 #include "core/progress.h"
 #include "data/tokenizer/tokenizer.h"
 #include "ops/ops.h"
@@ -77,10 +78,19 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
   for (const ExternalTensor& e : map) check(e.name, external_shape(layout.find(e.param), e));
   bool tied_copy = cfg.tied_embeddings && w.has("lm_head.weight");
   if (tied_copy) check("lm_head.weight", {cfg.vocab_size, cfg.d_model});
-  for (const std::string& name : present)
-    if (!expected.count(name) && !is_ignored_buffer(name))
-      fail("{}: unexpected tensor '{}' (not part of a {} model with this config.json)",
-           w.file(name).path(), name, arch_name);
+  int64_t skipped = 0;
+  for (const std::string& name : present) {
+    if (expected.count(name) || is_ignored_buffer(name)) continue;
+    if (arch.hf_skipped_tensor(cfg, name)) {
+      ++skipped;
+      continue;
+    }
+    fail("{}: unexpected tensor '{}' (not part of a {} model with this config.json)",
+         w.file(name).path(), name, arch_name);
+  }
+  if (skipped > 0)
+    NK_INFO("'{}': left out {} tensors of {}'s multi-token-prediction layers (not run by Nekton)",
+            hf_dir, skipped, arch_name);
 
   // Parameters in the order the map first names them, each assembled from its
   // external tensors (one, or one per fused part).

@@ -42,6 +42,8 @@ std::string model_config_to_json(const ModelConfig& c) {
   if (c.attn_logit_softcap > 0) j["attn_logit_softcap"] = c.attn_logit_softcap;
   if (c.final_logit_softcap > 0) j["final_logit_softcap"] = c.final_logit_softcap;
   if (c.attn_head_dim > 0) j["head_dim"] = c.attn_head_dim;
+  if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;
+  if (c.qk_norm) j["qk_norm"] = true;
   if (c.mla())
     j["mla"] = {{"q_lora_rank", c.q_lora_rank},
                 {"kv_lora_rank", c.kv_lora_rank},
@@ -129,6 +131,8 @@ ModelConfig model_config_from_json(const std::string& text, const std::string& w
   if (j.contains("attn_logit_softcap")) get("attn_logit_softcap", c.attn_logit_softcap);
   if (j.contains("final_logit_softcap")) get("final_logit_softcap", c.final_logit_softcap);
   if (j.contains("head_dim")) get("head_dim", c.attn_head_dim);
+  if (j.contains("partial_rotary_factor")) get("partial_rotary_factor", c.partial_rotary_factor);
+  if (j.contains("qk_norm")) get("qk_norm", c.qk_norm);
   if (j.contains("mla")) {  // Multi-head Latent Attention (DeepSeek)
     const json& m = j["mla"];
     if (!m.is_object()) fail("{}: field 'mla' must be an object, got {}", where, m.dump());

@@ -85,7 +85,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // router's statistics per sequence.
   const bool any_dense = c.has_dense_layers();
   const int64_t segments = c.is_moe() && c.moe_aux_loss_type == "seq" ? B : 1;
-  const bool qk_norm = c.architecture().block().qk_norm;
+  const bool qk_norm = c.block().qk_norm;
   const bool post_norms = c.architecture().block().post_norms;
   auto layer = [&](bool cheap, int64_t l) {
     Layer y;

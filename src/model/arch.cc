@@ -25,6 +25,7 @@ const Architecture& deepseek_v3_architecture();
 const Architecture& phi3_architecture();
 const Architecture& gemma2_architecture();
 const Architecture& gemma3_architecture();
+const Architecture& glm4_moe_architecture();
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -32,7 +33,7 @@ const std::vector<const Architecture*>& architectures() {
       &mistral_architecture(),     &mixtral_architecture(),     &qwen3_architecture(),
       &qwen2_moe_architecture(),   &qwen3_moe_architecture(),   &dots1_architecture(),
       &deepseek_v2_architecture(), &deepseek_v3_architecture(), &phi3_architecture(),
-      &gemma2_architecture(),      &gemma3_architecture(),
+      &gemma2_architecture(),      &gemma3_architecture(),      &glm4_moe_architecture(),
   };
   return all;
 }
@@ -62,7 +63,7 @@ int64_t Architecture::derived_d_ff(const ModelConfig& preset, int64_t d_model,
 }
 
 void Architecture::add_params(ParamLayout& p, const ModelConfig& c) const {
-  decoder_params(p, c, block());
+  decoder_params(p, c, c.block());
 }
 
 std::string gguf_norm_eps_key(const BlockSpec& spec) {

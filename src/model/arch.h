@@ -104,6 +104,13 @@ class Architecture {
   virtual BlockSpec block() const = 0;
   // Whether its blocks' MLPs are Mixture-of-Experts (ModelConfig::num_experts).
   virtual bool moe() const { return false; }
+  // Whether a model of it may have per-head q/k RMSNorms or not
+  // (ModelConfig::qk_norm; GLM-4.5's use_qk_norm), beside block().qk_norm's
+  // always.
+  virtual bool optional_qk_norm() const { return false; }
+  // Whether its Hugging Face (and GGUF) forms carry a partial rotary factor
+  // (ModelConfig::partial_rotary_factor < 1): Phi-3's and GLM-4.5's do.
+  virtual bool partial_rotary() const { return false; }
   virtual void add_presets(std::map<std::string, ModelConfig>& presets) const = 0;
   // Checks beyond the shared ones of ModelConfig::validate; nk::Error naming
   // prefix + key.
@@ -143,6 +150,12 @@ class Architecture {
   virtual std::string hf_tensor_prefix() const { return ""; }
   // Storage dtype of an export with no recorded source dtype.
   virtual DType hf_default_dtype() const = 0;
+  // Whether the HF tensor `name`, not among hf_tensors(c), is one import
+  // leaves out rather than refuses (GLM-4.5's multi-token-prediction layers
+  // after num_hidden_layers, which transformers does not load either).
+  virtual bool hf_skipped_tensor(const ModelConfig& c, const std::string& name) const {
+    return false;
+  }
 
   // ---- GGUF (llama.cpp) ----
   // general.architecture, or "" when llama.cpp has no such architecture here.
@@ -246,6 +259,14 @@ void hf_write_qwen_moe(const ModelConfig& c, nlohmann::ordered_json& j, bool sha
 // expert, mlp.shared_expert.{gate,up,down}_proj and mlp.shared_expert_gate.
 std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
                                                 const std::vector<ExternalTensor>& dense);
+// The HF tensors of a DeepSeek-V3-style MoE model (Dots1ForCausalLM,
+// Glm4MoeForCausalLM; defined in arch/dots1.cc): `dense`, the Llama-style
+// ones, with each MoE layer's MLP replaced after its post-attention norm by
+// mlp.gate (the router), mlp.gate.e_score_correction_bias,
+// mlp.experts.e.{gate,up,down}_proj and the ungated
+// mlp.shared_experts.{gate,up,down}_proj.
+std::vector<ExternalTensor> deepseek_moe_hf_tensors(const ModelConfig& c,
+                                                    const std::vector<ExternalTensor>& dense);
 // llama.cpp's names of the same tensors (blk.L.attn_q.weight, ...);
 // rope_permute: q and k weight rows in llama.cpp's "llama" rotary order;
 // qk_norm: blk.L.attn_q_norm / attn_k_norm (Qwen3).

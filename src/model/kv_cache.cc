@@ -76,8 +76,7 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   att = Tensor::empty({R, c.n_head * (latent_ ? Lr : D)}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
   auto mk = [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); };
-  if (c.architecture().block().qk_norm)
-    qk = nn::SelfAttention::qk_acts_for(R, c.n_head, c.n_kv_head, D, dt, mk);
+  if (c.block().qk_norm) qk = nn::SelfAttention::qk_acts_for(R, c.n_head, c.n_kv_head, D, dt, mk);
   if (c.mla())
     mla = nn::LatentAttention::acts_for(R, c.n_head, c.q_lora_rank, c.kv_lora_rank,
                                         D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.v_head_dim,

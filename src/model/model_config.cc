@@ -15,6 +15,12 @@ const Architecture& ModelConfig::architecture() const {
   return find_architecture(arch);
 }
 
+BlockSpec ModelConfig::block() const {
+  BlockSpec s = architecture().block();
+  s.qk_norm = s.qk_norm || qk_norm;
+  return s;
+}
+
 int64_t ModelConfig::mlp_up_dim() const {
   return architecture().block().swiglu ? 2 * d_ff : d_ff;
 }
@@ -104,6 +110,34 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}n_kv_head: {} kv heads do not divide {}n_head = {}", p, n_kv_head, p, n_head);
   if (!a->block().learned_positions && head_dim() % 2)
     fail("{}n_head: RoPE needs an even head size, got {}", p, head_dim());
+  if (partial_rotary_factor != 1.0) {
+    if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1))
+      fail("{}partial_rotary_factor: must be in (0, 1] (the share of each head RoPE turns), got {}",
+           p, partial_rotary_factor);
+    if (a->block().learned_positions)
+      fail("{}partial_rotary_factor: {} has learned positions, not rotary ones", p, arch);
+    if (!a->partial_rotary())
+      fail(
+          "{}partial_rotary_factor: {} turns whole heads (its Hugging Face and GGUF forms have no "
+          "partial rotary; phi3 and glm4_moe do), got {}",
+          p, a->display_name(), partial_rotary_factor);
+    if (a->block().latent_attention)
+      fail(
+          "{}partial_rotary_factor: {}'s Multi-head Latent Attention turns qk_rope_head_dim "
+          "values (set that instead)",
+          p, a->display_name());
+    const int64_t r = rotary_dim();
+    if (r < 2 || r % 2)
+      fail(
+          "{}partial_rotary_factor: {} x head_dim {} gives {} rotated values per head; RoPE "
+          "needs an even number, at least 2",
+          p, partial_rotary_factor, head_dim(), r);
+  }
+  if (qk_norm && !a->block().qk_norm && !a->optional_qk_norm())
+    fail(
+        "{}qk_norm: {} has no q/k norms (qwen3, gemma3 and glm4_moe have them; got qk_norm = "
+        "true)",
+        p, a->display_name());
   if (sliding_window < 0)
     fail("{}sliding_window: must be 0 (full attention) or positive, got {}", p, sliding_window);
   check_limit("", p + "sliding_window", sliding_window, limits::kSeqLen, "positions");
@@ -346,6 +380,18 @@ void bind_model_keys(ConfigBinder& b, ModelConfig& m) {
                 "override: MLA's value size per head (-1 = preset's)");
   b.bind_unless("model.norm_eps", m.norm_eps, 0.0, "override: epsilon of LayerNorm/RMSNorm");
   b.bind_unless("model.rope_theta", m.rope_theta, 0.0, "override: RoPE base frequency");
+  b.bind_unless("model.partial_rotary_factor", m.partial_rotary_factor, 0.0,
+                "override: share of each q/k head RoPE turns, the first values (GLM-4.5: 0.5; "
+                "1 = all; 0 = preset's)");
+  b.bind_with<std::string>("model.qk_norm", "",
+                           "override: true/false, per-head RMSNorms on q and k before RoPE where "
+                           "the architecture makes them optional (GLM-4.5's use_qk_norm)",
+                           [&](const std::string& t) {
+                             if (t.empty()) return;
+                             if (t != "true" && t != "false")
+                               fail("model.qk_norm: expected true or false, got '{}'", t);
+                             m.qk_norm = t == "true";
+                           });
   b.bind("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by,
          "under parallel.tp > 1, pad the embedding and head with zero rows (never scored) to a "
          "multiple of this x tp, as Megatron does; checkpoints and exports keep vocab_size rows");

@@ -12,6 +12,7 @@
 namespace nk {
 
 class Architecture;
+struct BlockSpec;
 
 // A model field that bind_model_keys recomputed from the overridden ones.
 struct DerivedField {
@@ -44,6 +45,17 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // Partial rotary (HF's partial_rotary_factor: GLM-4.5's 0.5, Phi-4-mini's
+  // 0.75): RoPE turns the first int(head_dim x factor) values of each q and
+  // k head (rotate-half over those, frequencies those of a head of that
+  // size), the rest pass through. 1: the whole head. Not with MLA (its
+  // qk_rope_head_dim says which values turn).
+  double partial_rotary_factor = 1.0;
+  // Per-head RMSNorms on q and k before the rotation where an architecture
+  // makes them optional (Architecture::optional_qk_norm: GLM-4.5's
+  // use_qk_norm); those that always have them (Qwen3) say so in their
+  // BlockSpec. ModelConfig::block() merges the two.
+  bool qk_norm = false;
   // Sliding-window attention (Mistral): each token attends to the last
   // `sliding_window` positions, itself included; 0 = full causal attention.
   int64_t sliding_window = 0;
@@ -170,8 +182,16 @@ struct ModelConfig {
   const Architecture& architecture() const;
   int64_t head_dim() const { return attn_head_dim > 0 ? attn_head_dim : d_model / n_head; }
   bool mla() const { return kv_lora_rank > 0; }
-  // The values of a head RoPE turns: MLA's qk_rope_head_dim, else all.
-  int64_t rotary_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
+  // The values of a head RoPE turns: MLA's qk_rope_head_dim, else
+  // int(head_dim x partial_rotary_factor) (all of them at 1), as HF's
+  // rotary embeddings size their table; the 1e-6 keeps a factor written as
+  // r / head_dim (GGUF import) from truncating to r - 1.
+  int64_t rotary_dim() const {
+    return mla() ? qk_rope_head_dim : int64_t(double(head_dim()) * partial_rotary_factor + 1e-6);
+  }
+  // The architecture's block choices with this model's optional ones
+  // (qk_norm) merged in: what the layers, layouts and exports follow.
+  BlockSpec block() const;
   // The attention output's width per head (the output projection's input / n_head).
   int64_t out_head_dim() const { return mla() ? v_head_dim : head_dim(); }
   // Whether layer l is a local (windowed) one, per sliding_window_pattern;

@@ -231,7 +231,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       set_param(p, ops::to_device(Tensor::from_blob(host.data(), p.shape, DType::F32), device_));
   }
   sync_compute_params();
-  const BlockSpec spec = cfg_.architecture().block();
+  const BlockSpec spec = cfg_.block();
   // One table for training and the KV-cache path; scaled as the config says (model/rope.h).
   if (!spec.learned_positions)
     rope_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.rotary_dim(), cfg_.rope_theta,
@@ -239,7 +239,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
                            device_);
   // Gemma 3's windowed layers: their own base, unscaled.
   if (!spec.learned_positions && cfg_.rope_local_theta > 0)
-    rope_local_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.head_dim(),
+    rope_local_ = ops::to_device(rope_table(cfg_.max_seq_len, cfg_.rotary_dim(),
                                             cfg_.rope_local_theta, RopeScaling{}, cfg_.max_seq_len),
                                  device_);
   bind_views();
@@ -428,7 +428,7 @@ void Transformer::flush_grads(int64_t unit) {
 }
 
 void Transformer::bind_views() {
-  const BlockSpec spec = cfg_.architecture().block();
+  const BlockSpec spec = cfg_.block();
   auto w = [&](const std::string& n) {
     const ParamInfo& p = layout_.find(n);
     return p.quantized ? Tensor() : ParamLayout::view(compute_params_, p);

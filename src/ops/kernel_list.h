@@ -75,7 +75,8 @@ NK_KERNEL_DECL(void, swiglu_forward, (Tensor y, const Tensor& gu))
 NK_KERNEL_DECL(void, swiglu_backward, (Tensor dgu, const Tensor& dy, const Tensor& gu))
 
 // ---- rotary embedding ----
-// Both ops::rope_inplace overloads: positions i32[B,T] when defined, else pos0 + t.
+// Both ops::rope_inplace overloads: positions i32[B,T] when defined, else pos0 + t;
+// the table's width R <= head_dim values of each head rotate (partial rotary).
 NK_KERNEL_DECL(void, rope_inplace,
                (Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table, int64_t pos0,
                 const Tensor& positions, bool inverse))

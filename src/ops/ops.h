@@ -185,6 +185,10 @@ void softcap_backward(Tensor dx, const Tensor& dy, const Tensor& y, float cap);
 Tensor rope_table(int64_t max_t, int64_t head_dim, double theta);
 // In place on x T[B,T,W]: rotates the first n_heads*head_dim columns of every row,
 // head by head, at positions pos0 + t. inverse=true applies the transpose (backward).
+// A table narrower than the head, f32[maxT, R] with R even and R <= head_dim,
+// is partial rotary (HF's partial_rotary_factor): each head's first R values
+// rotate as a head of R would (pairs (i, i + R/2)), the other head_dim - R
+// pass through unchanged.
 void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& table,
                   int64_t pos0 = 0, bool inverse = false);
 // The same with an explicit position per token: positions i32[B,T], each in

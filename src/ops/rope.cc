@@ -13,8 +13,11 @@ Device check_rope(const Tensor& x, int64_t n_heads, int64_t head_dim, const Tens
       "rope_inplace", {{&x, "x"}, {&table, "table"}, {&positions, "positions", kOptional}});
   check_dtype(table, DType::F32, "table");
   NK_CHECK(x.ndim() == 3, "rope_inplace: x {} is not [B, T, W]", x.desc());
-  NK_CHECK(table.ndim() == 2 && table.dim(1) == head_dim && head_dim % 2 == 0,
-           "rope_inplace: table {} does not match head_dim {}", table.desc(), head_dim);
+  // A narrower table rotates only the first table.dim(1) values of each head.
+  NK_CHECK(
+      table.ndim() == 2 && table.dim(1) > 0 && table.dim(1) % 2 == 0 && table.dim(1) <= head_dim,
+      "rope_inplace: table {} does not fit head_dim {} (needs an even width <= head_dim)",
+      table.desc(), head_dim);
   NK_CHECK(n_heads >= 0 && n_heads * head_dim <= x.dim(2),
            "rope_inplace: {} heads of {} exceed W={}", n_heads, head_dim, x.dim(2));
   return dev;

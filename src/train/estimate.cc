@@ -62,7 +62,7 @@ ActivationBytes activation_bytes(const ModelConfig& c, DType dt, int64_t B, int6
   const int64_t shared_kept =
       N * (3 * Fs + (Fs > 0 ? C : 0)) * s + (gate ? N * s + 4 * N * 4 + 2 * 4 + N * C * s : 0);
   // q/k norms (Qwen3) keep q and k before the norm and their inverse RMS.
-  const int64_t QK = c.architecture().block().qk_norm ? (c.n_head + c.n_kv_head) / tp : 0;
+  const int64_t QK = c.block().qk_norm ? (c.n_head + c.n_kv_head) / tp : 0;
   const int64_t qk_kept = N * QK * c.head_dim() * s + N * QK * 4;
   const int64_t kept = R * C * s + stats + N * (Q + HD + (moe ? 0 : U)) * s + 4 * B * H * T +
                        moe_kept + shared_kept + qk_kept;  // + lse

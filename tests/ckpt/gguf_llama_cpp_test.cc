@@ -820,6 +820,51 @@ TEST_F(LlamaCpp, Dots1LogitsAndGreedy) {
   }
 }
 
+// llama.cpp's glm4moe graph (GLM-4.5): q/k/v biases, the optional q/k norms
+// (attn_q_norm present: GLM-4.5; absent: GLM-4.5-Air), NEOX RoPE over the
+// first rope.dimension_count values of each head (partial rotary, half), the
+// pre-MLP norm as post_attention_norm, a leading dense layer, then
+// DeepSeek-V3's routing from the metadata and an ungated shared expert;
+// with grouped-query attention, ungrouped and with 4 groups of 2, tied and
+// untied heads. Tolerances as the Qwen ones' (f32 1e-4, f16 2e-2 absolute
+// on the logits); the greedy tokens equal.
+TEST_F(LlamaCpp, Glm4MoeLogitsAndGreedy) {
+  TempDir dir("gguf_glm4_moe");
+  std::string spm = train_small_spm(dir, 400);
+  std::vector<int32_t> prompt =
+      spm_prompt(spm, "The quick brown fox jumps over the lazy dog by the river in spring.");
+  struct Case {
+    bool qk_norm;
+    int64_t groups;
+    bool tied;
+  };
+  for (const Case& k : {Case{true, 4, false}, Case{false, 1, false}, Case{true, 1, true}}) {
+    const std::string name =
+        fmt::format("glm-qk{}-g{}-{}", int(k.qk_norm), k.groups, k.tied ? "tied" : "untied");
+    SCOPED_TRACE(name);
+    ModelConfig c = model_preset("glm4_moe-tiny");
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.qk_norm = k.qk_norm;
+    c.moe_n_group = k.groups;
+    c.moe_topk_group = k.groups == 1 ? 1 : 2;
+    c.tied_embeddings = k.tied;
+    c.init_std = 0.15;
+    const std::string model_dir = dir / name;
+    save_tiny_model(model_dir, c, 97 + uint64_t(k.groups) + (k.qk_norm ? 10 : 0), spm);
+    expect_llama_cpp_agrees(dir, model_dir, name + "-f16", prompt, GgmlType::F16, 2e-2);
+    auto want = expect_llama_cpp_agrees(dir, model_dir, name + "-f32", prompt, GgmlType::F32, 1e-4);
+    GgufModel back = load_gguf_model(dir / (name + "-f32.gguf"));
+    const ModelConfig& b = back.model->config();
+    EXPECT_EQ(b.arch, "glm4_moe");
+    EXPECT_EQ(b.rotary_dim(), c.rotary_dim());
+    EXPECT_EQ(b.qk_norm, k.qk_norm);
+    EXPECT_EQ(b.moe_n_group, k.groups);
+    EXPECT_EQ(b.moe_shared_d_ff, c.moe_shared_d_ff);
+    EXPECT_EQ(nekton_logits(*back.model, prompt), want);
+  }
+}
+
 // llama.cpp's deepseek2 graph: Multi-head Latent Attention (V3: attn_q_a,
 // attn_q_a_norm, attn_q_b; V2-Lite: attn_q, with attention.q_lora_rank 0;
 // attn_kv_a_mqa, attn_kv_a_norm, the unsplit attn_kv_b; RoPE on the rotary

@@ -611,5 +611,47 @@ TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
       << e;
 }
 
+// GLM-4.5 in llama.cpp's glm4moe layout: the rotated values per head
+// (rope.dimension_count, half the head), the head size (key_length), q/k/v
+// biases, q/k norms, the pre-MLP norm as post_attention_norm, the routing
+// as dots1's; the f32 file imports back bit for bit with the partial rotary
+// factor and q/k norms as they were (also without q/k norms).
+TEST_F(MoeGguf, Glm4MoeLayoutRoundTrip) {
+  for (bool qk_norm : {true, false}) {
+    SCOPED_TRACE(qk_norm);
+    ModelConfig c = model_preset("glm4_moe-tiny");
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.qk_norm = qk_norm;
+    c.init_std = 0.05;
+    const std::string name = fmt::format("glm{}", int(qk_norm));
+    save_tiny_model(dir / name, c, 98, spm);
+    const std::string gguf = dir / (name + ".gguf");
+    RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", dir / name, gguf));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = GgufFile::open(gguf);
+    EXPECT_EQ(f->get_string("general.architecture"), "glm4moe");
+    EXPECT_EQ(f->get_int("glm4moe.rope.dimension_count"), 16);
+    EXPECT_EQ(f->get_int("glm4moe.attention.key_length"), 32);
+    EXPECT_EQ(f->get_int("glm4moe.leading_dense_block_count"), 1);
+    EXPECT_EQ(f->get_int("glm4moe.expert_gating_func"), 2);
+    EXPECT_EQ(f->get_int("glm4moe.expert_shared_count"), 1);
+    EXPECT_EQ(f->tensor("blk.0.attn_k.bias").shape, (Shape{64}));
+    EXPECT_EQ(f->tensor("blk.1.post_attention_norm.weight").shape, (Shape{64}));
+    EXPECT_EQ(f->find("blk.1.ffn_norm.weight"), nullptr);
+    EXPECT_EQ(f->find("blk.0.attn_q_norm.weight") != nullptr, qk_norm);
+    EXPECT_EQ(f->tensor("blk.1.exp_probs_b.bias").shape, (Shape{8}));
+    auto original = load_model(dir / name, DType::F32);
+    GgufModel g = load_gguf_model(gguf);
+    EXPECT_EQ(g.model->config().rotary_dim(), 16);
+    EXPECT_EQ(g.model->config().qk_norm, qk_norm);
+    for (const ParamInfo& p : original->layout().params()) {
+      Tensor x = original->param_f32(p), y = g.model->param_f32(g.model->layout().find(p.name));
+      ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << p.name;
+    }
+    EXPECT_EQ(logits_of(*original, prompt), logits_of(*g.model, prompt));
+  }
+}
+
 }  // namespace
 }  // namespace nk

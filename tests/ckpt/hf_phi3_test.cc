@@ -80,11 +80,11 @@ TEST(HfPhi3, ExportReadByReferenceKeepsTheWindow) {
   EXPECT_EQ(import_hf(tmp / "hf", tmp / "back").config.sliding_window, 4);
 }
 
-// LongRoPE factor lists of another length than the head's pairs, and a
-// partial rotary factor (Phi-4-mini), are refused, naming the key; nothing is
-// written. (LongRoPE itself imports: hf_arch_test.cc checks it against the
-// reference past the original context.)
-TEST(HfPhi3, LongRopeOfTheWrongLengthAndPartialRotaryAreRefusedByName) {
+// LongRoPE factor lists of another length than the rotated values' pairs,
+// and a partial rotary factor outside (0, 1], are refused, naming the key;
+// nothing is written. (LongRoPE itself imports: hf_arch_test.cc checks it
+// against the reference past the original context.)
+TEST(HfPhi3, LongRopeOfTheWrongLengthAndABadPartialRotaryAreRefusedByName) {
   TempDir tmp("nk_hf_phi3");
   std::string hf = write_hf(tmp, "phi3_bad", phi3_spec(nullptr));
   json cfg = read_json(hf + "/config.json");
@@ -96,9 +96,25 @@ TEST(HfPhi3, LongRopeOfTheWrongLengthAndPartialRotaryAreRefusedByName) {
   expect_import_error(hf, tmp / "out1",
                       {"config.json", "'rope_scaling.short_factor' has 2 factors"});
   json partial = cfg;
-  partial["partial_rotary_factor"] = 0.75;
+  partial["partial_rotary_factor"] = 1.5;
   write_json(hf + "/config.json", partial);
-  expect_import_error(hf, tmp / "out2", {"config.json", "partial_rotary_factor"});
+  expect_import_error(hf, tmp / "out2", {"partial_rotary_factor"});
+}
+
+// Phi-4-mini's partial rotary (0.75 of each head of 8: the first 6 values
+// rotate) imports to the reference's logits (transformers' q_rot / q_pass)
+// and exports the factor back.
+TEST(HfPhi3, PartialRotaryMatchesReferenceAndExportsTheFactor) {
+  TempDir tmp("nk_hf_phi3");
+  json spec = phi3_spec(nullptr);
+  spec["partial_rotary"] = 0.75;
+  std::string hf = write_hf(tmp, "phi4", spec);
+  HfImportReport rep = import_hf(hf, tmp / "nk");
+  EXPECT_EQ(rep.config.rotary_dim(), 6);
+  expect_matches_reference(tmp, "phi4", tmp / "nk", kTol);
+  RunResult r = run_nekton("export hf " + (tmp / "nk") + " " + (tmp / "back"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_json(tmp / "back/config.json")["partial_rotary_factor"], 0.75);
 }
 
 // GGUF in llama.cpp's phi3 layout: the fused attn_qkv and ffn_up (gate then

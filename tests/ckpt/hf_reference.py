@@ -3,7 +3,10 @@
 
 Written from Hugging Face's published conventions for LlamaForCausalLM,
 Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM,
-Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Dots1ForCausalLM and
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, Dots1ForCausalLM,
+Phi3ForCausalLM (with partial_rotary_factor: the first int(head_dim x
+factor) values of a head rotate, the rest pass), GLM-4.5's
+Glm4MoeForCausalLM (glm4_moe_reference.py) and
 GPT2LMHeadModel (config.json keys, Mixtral's sparse MoE block: softmax router, top-k
 renormalised, SwiGLU experts w2(silu(w1 x) * w3 x); the Qwen MoE blocks:
 the same with top-k renormalised only when norm_topk_prob, and Qwen2-MoE's
@@ -56,6 +59,7 @@ from safetensors_np import read_safetensors, write_safetensors  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gemma_reference  # noqa: E402  Gemma2ForCausalLM, Gemma3ForCausalLM
 import deepseek_reference  # noqa: E402  DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+import glm4_moe_reference  # noqa: E402  Glm4MoeForCausalLM
 
 
 
@@ -278,8 +282,15 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
+    # partial_rotary_factor (Phi-4-mini): the first R values of each head
+    # rotate (rotate_half over R), the rest pass through.
+    R = int(D * cfg.get("partial_rotary_factor", 1.0))
+
     def rotate_half(x):
-        return torch.cat((-x[..., D // 2 :], x[..., : D // 2]), dim=-1)
+        return torch.cat((-x[..., R // 2 :], x[..., : R // 2]), dim=-1)
+
+    def rope(x):
+        return torch.cat((x[..., :R] * cos + rotate_half(x[..., :R]) * sin, x[..., R:]), dim=-1)
 
     def proj(h, name):  # Qwen2: q, k, v carry biases
         y = h @ W[name + ".weight"].T
@@ -296,7 +307,7 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
             gate, up = W[p + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
             W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"] = gate, up
 
-    inv_freq, scale = rope_frequencies(cfg, D, T)
+    inv_freq, scale = rope_frequencies(cfg, R, T)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos() * scale, emb.sin() * scale
@@ -312,8 +323,7 @@ def llama_logits(cfg, W, tokens, qkv_bias=False, routers=None):
             k = rms(k, W[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = proj(h, p + "self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k = rope(q), rope(k)
         rep = H // KV  # repeat_kv: query head i reads key/value head i // rep
         k = k[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
         v = v[:, :, None].expand(B, KV, rep, T, D).reshape(B, H, T, D)
@@ -383,8 +393,12 @@ class HfModel:
                         "MixtralForCausalLM", "GPT2LMHeadModel", "Qwen3ForCausalLM",
                         "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Dots1ForCausalLM",
                         "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
-                        "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"), arch
-        if deepseek_reference.is_deepseek(arch):
+                        "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                        "Glm4MoeForCausalLM"), arch
+        if glm4_moe_reference.is_glm4_moe(arch):
+            self.fn = lambda cfg, W, tokens: glm4_moe_reference.glm4_moe_logits(
+                cfg, W, tokens, rope_frequencies)
+        elif deepseek_reference.is_deepseek(arch):
             self.fn = lambda cfg, W, tokens: deepseek_reference.deepseek_logits(
                 cfg, W, tokens, rope_frequencies)
         elif gemma_reference.is_gemma(arch):
@@ -467,6 +481,8 @@ def write_model(d, spec, ref_path):
         cfg, T = gemma_reference.gemma_model(spec, mat, gain0)
     elif spec["arch"] in ("deepseek_v2", "deepseek_v3"):
         cfg, T = deepseek_reference.deepseek_model(spec, mat, gain)
+    elif spec["arch"] == "glm4_moe":
+        cfg, T = glm4_moe_reference.glm4_moe_model(spec, mat, gain, bias)
     elif spec["arch"] in ("llama", "qwen2", "mistral", "mixtral", "qwen3", "qwen2_moe",
                           "qwen3_moe", "dots1", "phi3"):
         qwen2 = spec["arch"] in ("qwen2", "qwen2_moe")  # q, k, v biases
@@ -532,6 +548,8 @@ def write_model(d, spec, ref_path):
         elif spec["arch"] == "mistral":
             cfg["sliding_window"] = spec.get("window")
         elif spec["arch"] == "phi3":  # as Phi-3-mini-4k-instruct's config.json has them
+            if spec.get("partial_rotary"):  # as Phi-4-mini's
+                cfg["partial_rotary_factor"] = spec["partial_rotary"]
             cfg.update({"sliding_window": spec.get("window"), "attention_bias": False,
                         "original_max_position_embeddings": spec.get("original_ctx", P),
                         "attention_dropout": 0.0,

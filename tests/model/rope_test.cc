@@ -292,5 +292,53 @@ TEST(Rope, ScaledKvCacheEqualsFullRecompute) {
   }
 }
 
+// Partial rotary (ModelConfig::partial_rotary_factor): the cached decode
+// turns the same first values of each q and k head as the full forward
+// (tolerance as above), and the factor changes the logits (it reaches the
+// model); GLM-4.5's preset (half of heads of 32, q/k norms, biases, MoE) and
+// Phi-3 at Phi-4-mini's 0.75 and at 0.5.
+TEST(Rope, PartialRotaryKvCacheEqualsFullRecompute) {
+  struct Case {
+    const char* name;
+    const char* preset;
+    double factor;
+  };
+  for (const Case& k : {Case{"glm4_moe 0.5", "glm4_moe-tiny", 0.5},
+                        Case{"phi3 0.75", "phi3-tiny", 0.75}, Case{"phi3 0.5", "phi3-tiny", 0.5}}) {
+    ModelConfig c = model_preset(k.preset);
+    c.vocab_size = 50;
+    c.max_seq_len = 64;
+    c.sliding_window = 0;
+    c.rope_theta = 100;
+    c.init_std = 0.2;
+    c.partial_rotary_factor = 1.0;
+    Transformer whole(c, DType::F32, 5);
+    c.partial_rotary_factor = k.factor;
+    Transformer m(c, DType::F32, 5);
+    EXPECT_EQ(c.rotary_dim(), int64_t(double(c.head_dim()) * k.factor)) << k.name;
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 40; ++i) toks.push_back(int32_t((i * 7 + 3) % 50));
+    std::vector<float> full = full_logits(m, toks);
+    double d = max_diff(cached_logits(m, toks, 9), full);
+    double moved = max_diff(full_logits(whole, toks), full);
+    std::printf("[%s] max |cached - full| %.3g; max |partial - whole| %.3g\n", k.name, d, moved);
+    EXPECT_LE(d, 2e-5) << k.name;
+    EXPECT_GT(moved, 0.05) << k.name << ": the partial rotation does not reach the logits";
+  }
+}
+
+TEST(Rope, PartialRotaryFactorIsCheckedNamingTheKey) {
+  ModelConfig c = model_preset("glm4_moe-tiny");
+  for (double bad : {0.0, 1.5, -0.5, 0.01}) {  // 0.01 x 32 rounds to no rotated pair
+    c.partial_rotary_factor = bad;
+    EXPECT_TRUE(contains(error_of([&] { c.validate(); }), "model.partial_rotary_factor")) << bad;
+  }
+  ModelConfig l = model_preset("llama-tiny");
+  l.partial_rotary_factor = 0.5;
+  const std::string err = error_of([&] { l.validate(); });
+  EXPECT_TRUE(contains(err, "model.partial_rotary_factor")) << err;
+  EXPECT_TRUE(contains(err, "glm4_moe")) << err;
+}
+
 }  // namespace
 }  // namespace nk

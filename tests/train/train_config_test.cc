@@ -85,6 +85,7 @@ const char* kSavedBefore =
 // (train.device; the parallel.* section of data-parallel training; fine-tuning's
 // data.sft_* group and train.init_from; activation recompute's
 // train.recompute*; model.make_vocab_size_divisible_by; model.head_dim;
+// model.partial_rotary_factor and model.qk_norm;
 // train.eval_*; train.tensorboard), which
 // read back at their defaults: everything else must keep its text and order.
 std::string without_newer_keys(const std::string& yaml) {
@@ -104,7 +105,8 @@ std::string without_newer_keys(const std::string& yaml) {
           key == "norm_topk_prob" || key == "num_labels" || key == "labels" || key == "head_dim" ||
           key == "sliding_window_pattern" || key == "rope_local_theta" ||
           key == "query_pre_attn_scalar" || key.ends_with("_softcap") || key == "q_lora_rank" ||
-          key == "kv_lora_rank" || key == "qk_rope_head_dim" || key == "v_head_dim")) ||
+          key == "kv_lora_rank" || key == "qk_rope_head_dim" || key == "v_head_dim" ||
+          key == "partial_rotary_factor" || key == "qk_norm")) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
           key.starts_with("eval_") || key == "tensorboard" || key == "profile")) ||

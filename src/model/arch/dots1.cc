@@ -160,31 +160,7 @@ class Dots1 final : public Architecture {
   // Llama's names (with Qwen3's q/k norms) for the attention, norms and the
   // dense layers' MLP; each MoE layer's block after its post-attention norm.
   std::vector<ExternalTensor> hf_tensors(const ModelConfig& c, const std::string&) const override {
-    std::vector<ExternalTensor> out;
-    const std::string ln2 = "ln2.weight";
-    for (const ExternalTensor& t : llama_style_hf_tensors(c, false, /*qk_norm=*/true)) {
-      const int64_t l =
-          t.param.starts_with("h.") ? std::stoll(t.param.substr(2, t.param.find('.', 2) - 2)) : -1;
-      if (t.param.find(".mlp.") != std::string::npos && c.moe_layer(l)) continue;
-      out.push_back(t);
-      if (!t.param.ends_with(ln2) || !c.moe_layer(l)) continue;
-      const std::string h = t.param.substr(0, t.param.size() - ln2.size());
-      const std::string m = t.name.substr(0, t.name.find("post_attention_layernorm")) + "mlp.";
-      out.push_back({m + "gate.weight", h + "moe.router.weight", ""});
-      out.push_back({m + "gate.e_score_correction_bias", h + "moe.score_bias", ""});
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        const std::string x = fmt::format("{}experts.{}.", m, e);
-        out.push_back({x + "gate_proj.weight", h + "moe.up.weight", fmt::format("e{}.gate", e)});
-        out.push_back({x + "up_proj.weight", h + "moe.up.weight", fmt::format("e{}.up", e)});
-      }
-      for (int64_t e = 0; e < c.num_experts; ++e)
-        out.push_back({fmt::format("{}experts.{}.down_proj.weight", m, e), h + "moe.down.weight",
-                       fmt::format("e{}", e)});
-      out.push_back({m + "shared_experts.gate_proj.weight", h + "moe.shared_up.weight", "gate"});
-      out.push_back({m + "shared_experts.up_proj.weight", h + "moe.shared_up.weight", "up"});
-      out.push_back({m + "shared_experts.down_proj.weight", h + "moe.shared_down.weight", ""});
-    }
-    return out;
+    return deepseek_moe_hf_tensors(c, llama_style_hf_tensors(c, false, /*qk_norm=*/true));
   }
   DType hf_default_dtype() const override { return DType::BF16; }  // as dots.llm1 is published
 
@@ -208,6 +184,35 @@ class Dots1 final : public Architecture {
 };
 
 }  // namespace
+
+std::vector<ExternalTensor> deepseek_moe_hf_tensors(const ModelConfig& c,
+                                                    const std::vector<ExternalTensor>& dense) {
+  std::vector<ExternalTensor> out;
+  const std::string ln2 = "ln2.weight";
+  for (const ExternalTensor& t : dense) {
+    const int64_t l =
+        t.param.starts_with("h.") ? std::stoll(t.param.substr(2, t.param.find('.', 2) - 2)) : -1;
+    if (t.param.find(".mlp.") != std::string::npos && c.moe_layer(l)) continue;
+    out.push_back(t);
+    if (!t.param.ends_with(ln2) || !c.moe_layer(l)) continue;
+    const std::string h = t.param.substr(0, t.param.size() - ln2.size());
+    const std::string m = t.name.substr(0, t.name.find("post_attention_layernorm")) + "mlp.";
+    out.push_back({m + "gate.weight", h + "moe.router.weight", ""});
+    out.push_back({m + "gate.e_score_correction_bias", h + "moe.score_bias", ""});
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string x = fmt::format("{}experts.{}.", m, e);
+      out.push_back({x + "gate_proj.weight", h + "moe.up.weight", fmt::format("e{}.gate", e)});
+      out.push_back({x + "up_proj.weight", h + "moe.up.weight", fmt::format("e{}.up", e)});
+    }
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      out.push_back({fmt::format("{}experts.{}.down_proj.weight", m, e), h + "moe.down.weight",
+                     fmt::format("e{}", e)});
+    out.push_back({m + "shared_experts.gate_proj.weight", h + "moe.shared_up.weight", "gate"});
+    out.push_back({m + "shared_experts.up_proj.weight", h + "moe.shared_up.weight", "up"});
+    out.push_back({m + "shared_experts.down_proj.weight", h + "moe.shared_down.weight", ""});
+  }
+  return out;
+}
 
 const Architecture& dots1_architecture() {
   static const Dots1 a;

@@ -9,8 +9,10 @@
 // rope_scaling "longrope"/"su" with per-pair short and long factors) is read
 // as RopeScalingType::LongRope (model/rope.h: the original context is the
 // top-level original_max_position_embeddings, the factor
-// max_position_embeddings over it); a partial rotary factor (Phi-3.5-MoE,
-// Phi-4-mini) is refused by name for now.
+// max_position_embeddings over it); a partial rotary factor (Phi-4-mini's
+// 0.75) turns only the first int(head_dim x factor) values of each head
+// (ModelConfig::partial_rotary_factor), the LongRoPE lists one factor per
+// pair of those.
 //
 // llama.cpp's "phi3" graph reads the same fused tensors (attn_qkv, and
 // ffn_up holding gate then up) with NEOX rotation, so GGUF keeps the rows as
@@ -31,6 +33,8 @@ class Phi3 final : public Architecture {
     s.swiglu = true;
     return s;
   }
+
+  bool partial_rotary() const override { return true; }
 
   void add_presets(std::map<std::string, ModelConfig>& r) const override {
     ModelConfig c;
@@ -68,18 +72,16 @@ class Phi3 final : public Architecture {
     hf_read_llama_style(h, c);
     if (h.boolean("attention_bias", false))
       h.unsupported("attention_bias", "attention projections without biases only");
-    if (h.has("partial_rotary_factor") && h.number("partial_rotary_factor", 1.0) != 1.0)
-      h.unsupported("partial_rotary_factor",
-                    "rotary embeddings over the whole head only (factor 1.0)");
+    c.partial_rotary_factor = h.number("partial_rotary_factor", 1.0);
     hf_read_sliding_window(h, c);
     const RopeScaling& r = c.rope_scaling;
     if (r.type == RopeScalingType::LongRope)
       for (const auto& [key, list] :
            {std::pair{"short_factor", &r.short_factor}, std::pair{"long_factor", &r.long_factor}})
-        if (int64_t(list->size()) * 2 != c.head_dim())
-          h.fail_at(
-              fmt::format("field 'rope_scaling.{}' has {} factors; heads of {} units have {} pairs",
-                          key, list->size(), c.head_dim(), c.head_dim() / 2));
+        if (int64_t(list->size()) * 2 != c.rotary_dim())
+          h.fail_at(fmt::format(
+              "field 'rope_scaling.{}' has {} factors; {} rotated units per head have {} pairs",
+              key, list->size(), c.rotary_dim(), c.rotary_dim() / 2));
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
@@ -94,6 +96,7 @@ class Phi3 final : public Architecture {
         r.factor != double(c.max_seq_len) / double(r.original_max_seq_len))
       j["rope_scaling"]["attention_factor"] = rope_attention_factor(r);
     hf_write_sliding_window(c, j);
+    if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
     j["embd_pdrop"] = 0.0;

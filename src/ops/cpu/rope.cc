@@ -1,6 +1,7 @@
 // Rotary position embedding kernels (arguments checked by ops/rope.cc),
 // Hugging Face rotate-half convention: within each head of width D, element i
-// pairs with i + D/2.
+// of its first R (the table's width; R = D unless partial rotary) pairs with
+// i + R/2, and elements R..D-1 pass through.
 #include <cmath>
 
 #include "core/parallel.h"
@@ -11,15 +12,16 @@
 namespace nk::ops::NK_CPU_NS {
 namespace {
 
-// x T[rows, W]; row r sits at position pos ? pos[r] : pos0 + r % T; cs f32[maxT, D] = [cos | sin].
+// x T[rows, W]; row r sits at position pos ? pos[r] : pos0 + r % T; cs f32[maxT, R] = [cos | sin],
+// R <= D the rotated values of each head of D.
 template <typename T>
-void rope_rows(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H, int64_t D, const float* cs,
-               int64_t pos0, const int32_t* pos, bool inverse) {
-  const int64_t half = D / 2;
+void rope_rows(T* x, int64_t rows, int64_t T_, int64_t W, int64_t H, int64_t D, int64_t R,
+               const float* cs, int64_t pos0, const int32_t* pos, bool inverse) {
+  const int64_t half = R / 2;
   const float sign = inverse ? -1.f : 1.f;
   parallel_for(rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float *cos = cs + (pos ? int64_t(pos[r]) : pos0 + r % T_) * D, *sin = cos + half;
+      const float *cos = cs + (pos ? int64_t(pos[r]) : pos0 + r % T_) * R, *sin = cos + half;
       for (int64_t h = 0; h < H; ++h) {
         T *a = x + r * W + h * D, *b = a + half;
         for (int64_t i = 0; i < half; ++i) {
@@ -60,8 +62,8 @@ void rope_inplace(Tensor x, int64_t n_heads, int64_t head_dim, const Tensor& tab
            pos[n], n / T_, n % T_, table.dim(0));
   dispatch_float(x.dtype(), "rope_inplace", [&](auto tag) {
     using T = decltype(tag);
-    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.data<float>(), pos0, pos,
-              inverse);
+    rope_rows(x.data<T>(), x.dim(0) * T_, T_, W, n_heads, head_dim, table.dim(1),
+              table.data<float>(), pos0, pos, inverse);
   });
 }
 

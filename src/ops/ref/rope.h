@@ -19,15 +19,18 @@ void rope_table(F* table, int64_t max_t, int64_t D, double theta) {
   }
 }
 
-// x F[B,T,W]: in each row, heads 0..H-1 of width D at columns h*D; pairs (i, i+D/2)
-// rotate by angle(pos0 + t, i); inverse rotates by the negative angle.
+// x F[B,T,W]: in each row, heads 0..H-1 of width D at columns h*D; pairs (i, i+R/2)
+// of each head's first R values rotate by angle(pos0 + t, i), read from table F[max_t, R];
+// the head's values R..D-1 pass through (partial rotary; R = 0: R = D). inverse rotates by
+// the negative angle.
 template <typename F>
 void rope_inplace(F* x, int64_t B, int64_t T, int64_t W, int64_t H, int64_t D, const F* table,
-                  int64_t pos0, bool inverse) {
-  int64_t half = D / 2;
+                  int64_t pos0, bool inverse, int64_t R = 0) {
+  if (R == 0) R = D;
+  int64_t half = R / 2;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const F* cs = table + (pos0 + t) * D;
+      const F* cs = table + (pos0 + t) * R;
       for (int64_t hd = 0; hd < H; ++hd) {
         F* q = x + (b * T + t) * W + hd * D;
         for (int64_t i = 0; i < half; ++i) {
