@@ -267,6 +267,25 @@ std::vector<ExternalTensor> qwen_moe_hf_tensors(const ModelConfig& c,
 // mlp.shared_experts.{gate,up,down}_proj.
 std::vector<ExternalTensor> deepseek_moe_hf_tensors(const ModelConfig& c,
                                                     const std::vector<ExternalTensor>& dense);
+// The same families' DeepSeek-V3 routing (defined in arch/dots1.cc):
+// `family` names them in errors. validate: sigmoid scores, the score bias
+// and an ungated shared expert, or nk::Error naming the key. The config.json
+// keys n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+// n_shared_experts, norm_topk_prob, n_group, topk_group,
+// routed_scaling_factor and first_k_dense_replace, with the class's
+// defaults where a key may be absent (n_shared_experts and the groups
+// required when their default is 0); written back after checking that the
+// class can hold the model (`config_class` names it).
+struct DeepseekMoeDefaults {
+  int64_t shared_experts = 0;  // 0: n_shared_experts required
+  int64_t groups = 0;          // 0: n_group and topk_group required
+  bool norm_topk_prob = false;
+  int64_t first_dense_layers = 0;
+};
+void validate_deepseek_moe(const ModelConfig& c, const std::string& p, const char* family);
+void hf_read_deepseek_moe(const HfConfigReader& h, ModelConfig& c, const DeepseekMoeDefaults& d);
+void hf_check_deepseek_moe(const ModelConfig& c, const char* config_class);
+void hf_write_deepseek_moe(const ModelConfig& c, nlohmann::ordered_json& j);
 // llama.cpp's names of the same tensors (blk.L.attn_q.weight, ...);
 // rope_permute: q and k weight rows in llama.cpp's "llama" rotary order;
 // qk_norm: blk.L.attn_q_norm / attn_k_norm (Qwen3).

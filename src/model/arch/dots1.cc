@@ -72,16 +72,7 @@ class Dots1 final : public Architecture {
   }
 
   void validate(const ModelConfig& c, const std::string& p) const override {
-    if (c.moe_score_func != "sigmoid")
-      fail("{}moe_score_func: dots.llm1's router scores are sigmoid, got '{}'", p,
-           c.moe_score_func);
-    if (!c.has_score_bias())
-      fail("{}moe_score_bias: dots.llm1's router has an e_score_correction_bias (set true)", p);
-    if (c.moe_shared_d_ff == 0 || c.moe_shared_expert_gate)
-      fail(
-          "{}moe_shared_d_ff: dots.llm1 has an ungated shared expert in every MoE layer (got "
-          "moe_shared_d_ff = {}, moe_shared_expert_gate = {})",
-          p, c.moe_shared_d_ff, c.moe_shared_expert_gate);
+    validate_deepseek_moe(c, p, "dots.llm1");
   }
 
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
@@ -104,57 +95,17 @@ class Dots1 final : public Architecture {
       h.unsupported("max_window_layers",
                     "sliding-window layers (from max_window_layers on) are not supported");
     }
-    c.num_experts = h.positive("n_routed_experts", limits::kMaxExperts, "experts");
-    c.num_experts_per_tok = h.positive("num_experts_per_tok", limits::kMaxExperts, "experts");
-    if (c.num_experts_per_tok > c.num_experts)
-      h.fail_at(fmt::format("'num_experts_per_tok' = {} exceeds 'n_routed_experts' = {}",
-                            c.num_experts_per_tok, c.num_experts));
-    c.moe_d_ff = h.positive("moe_intermediate_size", limits::kFfn, "MLP units");
-    const int64_t shared = h.positive("n_shared_experts", limits::kMaxExperts, "experts");
-    c.moe_shared_d_ff = shared * c.moe_d_ff;
-    c.moe_shared_expert_gate = false;
-    c.moe_score_func = "sigmoid";
-    c.moe_score_bias = true;
-    c.norm_topk_prob = h.boolean("norm_topk_prob", false);
-    c.moe_n_group = h.positive("n_group", limits::kMaxExperts, "groups");
-    c.moe_topk_group = h.positive("topk_group", limits::kMaxExperts, "groups");
-    if (c.num_experts % c.moe_n_group || c.num_experts / c.moe_n_group < 2)
-      h.fail_at(
-          fmt::format("'n_group' = {} must divide 'n_routed_experts' = {} into groups of 2 "
-                      "or more (each scored by its two best)",
-                      c.moe_n_group, c.num_experts));
-    c.moe_routed_scaling = h.number("routed_scaling_factor", 1.0);
-    c.moe_first_dense_layers = h.integer("first_k_dense_replace", 0);
-    if (c.moe_first_dense_layers < 0 || c.moe_first_dense_layers >= c.n_layer)
-      h.fail_at(fmt::format("'first_k_dense_replace' = {} must be in [0, num_hidden_layers = {})",
-                            c.moe_first_dense_layers, c.n_layer));
-    c.moe_aux_loss_coeff = 0.0;
+    hf_read_deepseek_moe(h, c, DeepseekMoeDefaults{});
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
-    if (c.moe_shared_d_ff % c.expert_d_ff())
-      fail(
-          "model.moe_shared_d_ff = {}: Dots1Config gives the shared expert n_shared_experts x "
-          "moe_intermediate_size ({}) units; {} is not a multiple",
-          c.moe_shared_d_ff, c.expert_d_ff(), c.moe_shared_d_ff);
-    if (!c.moe_dense_layers.empty())
-      fail(
-          "model.moe_dense_layers: Dots1Config has only leading dense layers "
-          "(first_k_dense_replace)");
+    hf_check_deepseek_moe(c, "Dots1Config");
     hf_write_llama_style(c, j);
     j["attention_bias"] = false;
     j["attention_dropout"] = 0.0;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = c.n_layer;
-    j["moe_intermediate_size"] = c.expert_d_ff();
-    j["n_routed_experts"] = c.num_experts;
-    j["n_shared_experts"] = c.moe_shared_d_ff / c.expert_d_ff();
-    j["num_experts_per_tok"] = c.num_experts_per_tok;
-    j["n_group"] = c.moe_n_group;
-    j["topk_group"] = c.moe_topk_group;
-    j["norm_topk_prob"] = c.norm_topk_prob;
-    j["routed_scaling_factor"] = c.moe_routed_scaling;
-    j["first_k_dense_replace"] = c.moe_first_dense_layers;
+    hf_write_deepseek_moe(c, j);
   }
 
   // Llama's names (with Qwen3's q/k norms) for the attention, norms and the
@@ -212,6 +163,71 @@ std::vector<ExternalTensor> deepseek_moe_hf_tensors(const ModelConfig& c,
     out.push_back({m + "shared_experts.down_proj.weight", h + "moe.shared_down.weight", ""});
   }
   return out;
+}
+
+void validate_deepseek_moe(const ModelConfig& c, const std::string& p, const char* family) {
+  if (c.moe_score_func != "sigmoid")
+    fail("{}moe_score_func: {}'s router scores are sigmoid, got '{}'", p, family, c.moe_score_func);
+  if (!c.has_score_bias())
+    fail("{}moe_score_bias: {}'s router has an e_score_correction_bias (set true)", p, family);
+  if (c.moe_shared_d_ff == 0 || c.moe_shared_expert_gate)
+    fail(
+        "{}moe_shared_d_ff: {} has an ungated shared expert in every MoE layer (got "
+        "moe_shared_d_ff = {}, moe_shared_expert_gate = {})",
+        p, family, c.moe_shared_d_ff, c.moe_shared_expert_gate);
+}
+
+void hf_read_deepseek_moe(const HfConfigReader& h, ModelConfig& c, const DeepseekMoeDefaults& d) {
+  c.num_experts = h.positive("n_routed_experts", limits::kMaxExperts, "experts");
+  c.num_experts_per_tok = h.positive("num_experts_per_tok", limits::kMaxExperts, "experts");
+  if (c.num_experts_per_tok > c.num_experts)
+    h.fail_at(fmt::format("'num_experts_per_tok' = {} exceeds 'n_routed_experts' = {}",
+                          c.num_experts_per_tok, c.num_experts));
+  c.moe_d_ff = h.positive("moe_intermediate_size", limits::kFfn, "MLP units");
+  auto count = [&](const char* key, int64_t fallback, const char* what) {
+    return fallback > 0 && !h.has(key) ? fallback : h.positive(key, limits::kMaxExperts, what);
+  };
+  c.moe_shared_d_ff = count("n_shared_experts", d.shared_experts, "experts") * c.moe_d_ff;
+  c.moe_shared_expert_gate = false;
+  c.moe_score_func = "sigmoid";
+  c.moe_score_bias = true;
+  c.norm_topk_prob = h.boolean("norm_topk_prob", d.norm_topk_prob);
+  c.moe_n_group = count("n_group", d.groups, "groups");
+  c.moe_topk_group = count("topk_group", d.groups, "groups");
+  if (c.moe_n_group > 1 && (c.num_experts % c.moe_n_group || c.num_experts / c.moe_n_group < 2))
+    h.fail_at(
+        fmt::format("'n_group' = {} must divide 'n_routed_experts' = {} into groups of 2 "
+                    "or more (each scored by its two best)",
+                    c.moe_n_group, c.num_experts));
+  c.moe_routed_scaling = h.number("routed_scaling_factor", 1.0);
+  c.moe_first_dense_layers = h.integer("first_k_dense_replace", d.first_dense_layers);
+  if (c.moe_first_dense_layers < 0 || c.moe_first_dense_layers >= c.n_layer)
+    h.fail_at(fmt::format("'first_k_dense_replace' = {} must be in [0, num_hidden_layers = {})",
+                          c.moe_first_dense_layers, c.n_layer));
+  c.moe_aux_loss_coeff = 0.0;
+}
+
+void hf_check_deepseek_moe(const ModelConfig& c, const char* config_class) {
+  if (c.moe_shared_d_ff % c.expert_d_ff())
+    fail(
+        "model.moe_shared_d_ff = {}: {} gives the shared expert n_shared_experts x "
+        "moe_intermediate_size ({}) units; {} is not a multiple",
+        c.moe_shared_d_ff, config_class, c.expert_d_ff(), c.moe_shared_d_ff);
+  if (!c.moe_dense_layers.empty())
+    fail("model.moe_dense_layers: {} has only leading dense layers (first_k_dense_replace)",
+         config_class);
+}
+
+void hf_write_deepseek_moe(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["moe_intermediate_size"] = c.expert_d_ff();
+  j["n_routed_experts"] = c.num_experts;
+  j["n_shared_experts"] = c.moe_shared_d_ff / c.expert_d_ff();
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["n_group"] = c.moe_n_group;
+  j["topk_group"] = c.moe_topk_group;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["routed_scaling_factor"] = c.moe_routed_scaling;
+  j["first_k_dense_replace"] = c.moe_first_dense_layers;
 }
 
 const Architecture& dots1_architecture() {

@@ -88,15 +88,7 @@ class Glm4Moe final : public Architecture {
   }
 
   void validate(const ModelConfig& c, const std::string& p) const override {
-    if (c.moe_score_func != "sigmoid")
-      fail("{}moe_score_func: GLM-4.5's router scores are sigmoid, got '{}'", p, c.moe_score_func);
-    if (!c.has_score_bias())
-      fail("{}moe_score_bias: GLM-4.5's router has an e_score_correction_bias (set true)", p);
-    if (c.moe_shared_d_ff == 0 || c.moe_shared_expert_gate)
-      fail(
-          "{}moe_shared_d_ff: GLM-4.5 has an ungated shared expert in every MoE layer (got "
-          "moe_shared_d_ff = {}, moe_shared_expert_gate = {})",
-          p, c.moe_shared_d_ff, c.moe_shared_expert_gate);
+    validate_deepseek_moe(c, p, "GLM-4.5");
   }
 
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
@@ -111,34 +103,9 @@ class Glm4Moe final : public Architecture {
                     "q, k and v projections with biases only (true, as GLM-4.5 is published)");
     c.partial_rotary_factor = h.number("partial_rotary_factor", 0.5);
     c.qk_norm = h.boolean("use_qk_norm", false);
-    c.num_experts = h.positive("n_routed_experts", limits::kMaxExperts, "experts");
-    c.num_experts_per_tok = h.positive("num_experts_per_tok", limits::kMaxExperts, "experts");
-    if (c.num_experts_per_tok > c.num_experts)
-      h.fail_at(fmt::format("'num_experts_per_tok' = {} exceeds 'n_routed_experts' = {}",
-                            c.num_experts_per_tok, c.num_experts));
-    c.moe_d_ff = h.positive("moe_intermediate_size", limits::kFfn, "MLP units");
-    const int64_t shared = h.has("n_shared_experts")
-                               ? h.positive("n_shared_experts", limits::kMaxExperts, "experts")
-                               : 1;
-    c.moe_shared_d_ff = shared * c.moe_d_ff;
-    c.moe_shared_expert_gate = false;
-    c.moe_score_func = "sigmoid";
-    c.moe_score_bias = true;
-    c.norm_topk_prob = h.boolean("norm_topk_prob", true);
-    c.moe_n_group = h.has("n_group") ? h.positive("n_group", limits::kMaxExperts, "groups") : 1;
-    c.moe_topk_group =
-        h.has("topk_group") ? h.positive("topk_group", limits::kMaxExperts, "groups") : 1;
-    if (c.moe_n_group > 1 && (c.num_experts % c.moe_n_group || c.num_experts / c.moe_n_group < 2))
-      h.fail_at(
-          fmt::format("'n_group' = {} must divide 'n_routed_experts' = {} into groups of 2 "
-                      "or more (each scored by its two best)",
-                      c.moe_n_group, c.num_experts));
-    c.moe_routed_scaling = h.number("routed_scaling_factor", 1.0);
-    c.moe_first_dense_layers = h.integer("first_k_dense_replace", 1);
-    if (c.moe_first_dense_layers < 0 || c.moe_first_dense_layers >= c.n_layer)
-      h.fail_at(fmt::format("'first_k_dense_replace' = {} must be in [0, num_hidden_layers = {})",
-                            c.moe_first_dense_layers, c.n_layer));
-    c.moe_aux_loss_coeff = 0.0;
+    // Glm4MoeConfig's defaults: one shared expert, one group, renormalised
+    // weights, one leading dense layer.
+    hf_read_deepseek_moe(h, c, DeepseekMoeDefaults{1, 1, true, 1});
     const int64_t mtp = h.integer("num_nextn_predict_layers", 0);
     if (mtp < 0) h.fail_at(fmt::format("'num_nextn_predict_layers' = {} must be 0 or more", mtp));
     if (mtp > 0)
@@ -149,29 +116,13 @@ class Glm4Moe final : public Architecture {
   }
 
   void hf_write_config(const ModelConfig& c, nlohmann::ordered_json& j) const override {
-    if (c.moe_shared_d_ff % c.expert_d_ff())
-      fail(
-          "model.moe_shared_d_ff = {}: Glm4MoeConfig gives the shared expert n_shared_experts x "
-          "moe_intermediate_size ({}) units; {} is not a multiple",
-          c.moe_shared_d_ff, c.expert_d_ff(), c.moe_shared_d_ff);
-    if (!c.moe_dense_layers.empty())
-      fail(
-          "model.moe_dense_layers: Glm4MoeConfig has only leading dense layers "
-          "(first_k_dense_replace)");
+    hf_check_deepseek_moe(c, "Glm4MoeConfig");
     hf_write_llama_style(c, j);
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["attention_bias"] = true;
     j["attention_dropout"] = 0.0;
     j["use_qk_norm"] = c.qk_norm;
-    j["moe_intermediate_size"] = c.expert_d_ff();
-    j["n_routed_experts"] = c.num_experts;
-    j["n_shared_experts"] = c.moe_shared_d_ff / c.expert_d_ff();
-    j["num_experts_per_tok"] = c.num_experts_per_tok;
-    j["n_group"] = c.moe_n_group;
-    j["topk_group"] = c.moe_topk_group;
-    j["norm_topk_prob"] = c.norm_topk_prob;
-    j["routed_scaling_factor"] = c.moe_routed_scaling;
-    j["first_k_dense_replace"] = c.moe_first_dense_layers;
+    hf_write_deepseek_moe(c, j);
     j["num_nextn_predict_layers"] = 0;
   }
 
