@@ -36,6 +36,9 @@ MpiCommunicator::~MpiCommunicator() {
 
 namespace {
 constexpr size_t kPooled = 4;  // staging buffers kept between calls
+// Larger ones (a data-parallel bucket's) are freed: their fault-in is small
+// against their transfer, and 4 of them held would be memory no estimate counts.
+constexpr size_t kPooledFloats = size_t(4) << 20;  // 16 MiB
 }  // namespace
 
 std::vector<float> MpiCommunicator::take_staging(size_t n) {
@@ -56,7 +59,7 @@ std::vector<float> MpiCommunicator::take_staging(size_t n) {
 }
 
 void MpiCommunicator::give_back_staging(std::vector<float>&& v) {
-  if (v.capacity() == 0) return;
+  if (v.capacity() == 0 || v.capacity() > kPooledFloats) return;
   std::lock_guard<std::mutex> lock(pool_mu_);
   auto at =
       std::lower_bound(pool_.begin(), pool_.end(), v.capacity(),
