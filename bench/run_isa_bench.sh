@@ -5,6 +5,8 @@
 # NK_CPU_ISA forces Nekton's level (and caps oneDNN to it); PyTorch is capped
 # the same way: ATEN_CPU_CAPABILITY for its own kernels, ONEDNN/DNNL_MAX_CPU_ISA
 # for oneDNN, OPENBLAS_CORETYPE for OpenBLAS. Needs libopenblas0-pthread.
+# TORCH_DTYPES (default "bf16 fp32") picks PyTorch's runs: on a CPU without
+# AVX-512 its bf16 autocast falls back to a reference path (minutes a step).
 cd "$(dirname "$0")/.."
 NK_STEPS=${1:-5}
 PT_STEPS=${2:-3}
@@ -31,7 +33,7 @@ print(f"RESULT nekton {sys.argv[2]} {sys.argv[3]}: {sum(r['tokens_per_s'] for r 
       f"MFU {100*sum(r['mfu'] for r in rows)/len(rows):.1f}% ({len(rows)} steps)")
 PY
   done
-  for dt in bf16 fp32; do
+  for dt in ${TORCH_DTYPES:-bf16 fp32}; do
     echo "== torch $lvl $dt"
     ATEN_CPU_CAPABILITY=$aten ONEDNN_MAX_CPU_ISA=$dnnl DNNL_MAX_CPU_ISA=$dnnl OPENBLAS_CORETYPE=$blas \
       /usr/bin/python3 bench/torch_gpt2_bench.py --dtype $dt --steps $PT_STEPS --warmup 1 --threads 2 2>&1 |
