@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "train/layout_search.h"
 #include "train/train_parallel.h"
 
@@ -217,6 +219,80 @@ TEST(StepCalibration, SearchWithCpAndVpGivesLayoutsTheTrainerAccepts) {
   }
   EXPECT_TRUE(cp);
   EXPECT_TRUE(vp);
+}
+
+// The search's cp_comm_type candidates are timed as the step model costs
+// each type. At cp 4 on 4 ranks (tp 1, multi-head attention, so a rank's
+// keys and values are twice its queries, q): the exchanges of a layer send
+// (nn::cp_exchange_bytes) a2a 3/4 (qkv + out) forward and twice that
+// backward, the least; a2a+p2p 2 x 2 half of that over its pairs plus a ring
+// of 2; all_gather the ring's bytes less the gradients' last hop; p2p the
+// most. Messages per layer (predict_step): all_gather 1 + 2, a2a 2 + 2,
+// a2a+p2p (2 + 1) + (2 + 3), p2p 3 + 7. The compute is the same but for
+// the attention: a2a's heads over the whole row with the plain kernel,
+// every other type through the ring's block kernel (times its measured
+// scale). So with a slow link the bytes order them, with a costly message
+// the counts, with a free link the a2a's kernel wins; all_gather never
+// loses to p2p (the same compute, fewer bytes and messages).
+TEST(StepCalibration, SearchTimesEachContextParallelTypeAsTheModelCostsIt) {
+  const TrainConfig c = load();
+  MachineRates r = rates_for(c);
+  LayoutSearchOptions opt;
+  opt.world = 4;
+  opt.rates = &r;
+  opt.search_cp = opt.search_cp_comm = true;
+  StepCalibration cal;
+  cal.procs_per_node = 4, cal.cores = 4;
+  opt.calibration = &cal;
+  (void)search_layouts(c, opt);  // measures the rates of every layout's shapes
+  for (auto& [k, v] : r.gemm) v = 1e9;
+  for (auto& [k, v] : r.attention) v = 1e9;
+  // The four types of tp 1 x cp 4, micro-batch 2, no recompute.
+  auto at_cp4 = [&](const StepCalibration& k) {
+    opt.calibration = &k;
+    std::map<std::string, LayoutCandidate> by_type;
+    std::vector<std::string> order;
+    for (const LayoutCandidate& x : search_layouts(c, opt))
+      if (x.accepted && x.tp == 1 && x.pp == 1 && x.cp == 4 && !x.sp && x.shard == "none" &&
+          x.micro_batch == 2 && x.recompute == "none") {
+        by_type[x.cp_comm] = x;
+        order.push_back(x.cp_comm);
+      }
+    EXPECT_EQ(by_type.size(), 4u);
+    return std::pair(by_type, order);
+  };
+  StepCalibration bytes = cal;  // 1 kB/s, no latency: the bytes decide
+  bytes.link_bytes_per_s = 1e3, bytes.link_latency_s = 0;
+  auto [b, b_order] = at_cp4(bytes);
+  EXPECT_LT(b["a2a"].comm_bytes, b["a2a+p2p"].comm_bytes);
+  EXPECT_LT(b["a2a+p2p"].comm_bytes, b["all_gather"].comm_bytes);
+  EXPECT_LT(b["all_gather"].comm_bytes, b["p2p"].comm_bytes);
+  // Ranked so, best first.
+  EXPECT_EQ(b_order, (std::vector<std::string>{"a2a", "a2a+p2p", "all_gather", "p2p"}));
+  EXPECT_EQ(b["a2a+p2p"].overrides.back(), "parallel.hierarchical_context_parallel_sizes=2,2");
+
+  StepCalibration messages = cal;  // free bytes, 1 s a message
+  messages.link_bytes_per_s = 1e30, messages.link_latency_s = 1;
+  auto [m, m_order] = at_cp4(messages);
+  // The gradients' buckets are the same for every type: the differences
+  // are the counts above x 4 layers x 4 micro-batches (global batch 8 of 2).
+  const double per = 4.0 * 4.0;
+  EXPECT_NEAR(m["a2a"].comm_messages - m["all_gather"].comm_messages, per * (4 - 3), 1e-9);
+  EXPECT_NEAR(m["a2a+p2p"].comm_messages - m["all_gather"].comm_messages, per * (8 - 3), 1e-9);
+  EXPECT_NEAR(m["p2p"].comm_messages - m["all_gather"].comm_messages, per * (10 - 3), 1e-9);
+  EXPECT_EQ(m_order, (std::vector<std::string>{"all_gather", "a2a", "a2a+p2p", "p2p"}));
+
+  StepCalibration link = cal;  // a free link; the ring's blocks cost 3x the causal kernel's
+  link.link_bytes_per_s = 1e30, link.link_latency_s = 0, link.ring_attention_scale = 3;
+  auto [f, f_order] = at_cp4(link);
+  EXPECT_EQ(f_order.front(), "a2a");
+  EXPECT_DOUBLE_EQ(f["all_gather"].compute_s, f["p2p"].compute_s);
+  for (const auto& x : {"a2a+p2p", "all_gather", "p2p"})
+    EXPECT_LT(f["a2a"].step_s(), f[x].step_s());
+  for (const StepCalibration* k : {&cal, &bytes, &messages, &link}) {
+    auto [t, order] = at_cp4(*k);
+    EXPECT_LE(t["all_gather"].step_s(), t["p2p"].step_s());
+  }
 }
 
 }  // namespace
