@@ -159,7 +159,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
     if (cal.sharing <= 0)
       cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
   }
-  cal.refault_s_per_byte = measure_page_refault();
+  cal.refault_s_per_byte = measure_page_refault().s_per_byte;
   if (a.link_gbps > 0) {
     cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
   } else if (world > 1) {

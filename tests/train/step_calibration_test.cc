@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <utility>
 
+#include "core/error.h"
 #include "train/layout_search.h"
 #include "train/train_parallel.h"
 
@@ -173,8 +175,28 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
                            estimate_training(load({"parallel.dp=2"}), 2, &r), faults)
                   .overhead_s,
               none.overhead_s);  // nothing is released without FSDP
-    const double measured = measure_page_refault();
-    EXPECT_TRUE(std::isfinite(measured) && measured >= 0) << measured;
+    // The probe releases and faults in what it says: every rewrite after a
+    // release faults each page in again (at least one fault per 2 MiB,
+    // where the kernel maps huge pages), the writes of resident pages
+    // fault fewer. (What the faults cost is timing: only its sign here.)
+    const int64_t MiB = 1 << 20;
+    const PageRefault probe = measure_page_refault(4 * MiB, 3);
+    EXPECT_EQ(probe.bytes, 4 * MiB);
+    EXPECT_EQ(probe.rounds, 3);
+    EXPECT_GE(probe.refaults, 3 * 4 * MiB / (2 * MiB)) << probe.refaults;
+    EXPECT_LT(probe.resident_faults, probe.refaults);
+    EXPECT_TRUE(std::isfinite(probe.s_per_byte) && probe.s_per_byte >= 0) << probe.s_per_byte;
+    // Bad sizes are refused by name, not mapped.
+    using Args = std::pair<int64_t, int64_t>;  // bytes, rounds
+    for (const auto& [bytes, rounds] :
+         {Args{0, 5}, Args{-1, 5}, Args{4 * MiB, 0}, Args{int64_t(1) << 40, 5}}) {
+      try {
+        (void)measure_page_refault(bytes, rounds);
+        ADD_FAILURE() << bytes << " bytes, " << rounds << " rounds accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("measure_page_refault"), std::string::npos);
+      }
+    }
   }
   // Tensor parallel: 4 per layer and micro-batch, 3 for the loss.
   const StepPrediction tp = predict({"parallel.tp=2"});
