@@ -210,6 +210,18 @@ nk_timeout(t 300)
 set_tests_properties(autoconfig_ranks PROPERTIES LABELS mpi TIMEOUT ${t} PROCESSORS 2
                      ENVIRONMENT "${NK_MPI_ENV}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
 
+# `nekton autoconfig`'s search of parallel.cp_comm_type
+# (tests/apps/mpi/autoconfig_cp_comm.sh, labelled "mpi"): every type at cp 2
+# and 4 of 2 nodes x 2 ranks, their override lines loaded back, a type the
+# user gives kept, and on 2 ranks 9 measured cp 2 layouts each training the
+# type its line names. Its runs use both cores: it runs alone (PROCESSORS 2).
+add_test(NAME autoconfig_cp_comm
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/autoconfig_cp_comm.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR})
+nk_timeout(t 400)
+set_tests_properties(autoconfig_cp_comm PROPERTIES LABELS mpi TIMEOUT ${t} PROCESSORS 2
+                     ENVIRONMENT "${NK_MPI_ENV}" SKIP_REGULAR_EXPRESSION "SKIPPED:")
+
 # `nekton curate` under mpirun (tests/apps/mpi/curate_ranks.sh), labelled "mpi":
 # 1, 2 and 4 ranks write the same bytes; a SIGKILLed rank ends the job and the
 # rerun resumes to them; settings that run on one process only are refused.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "apps/host_load.h"
@@ -68,6 +69,7 @@ nlohmann::json MeasuredRun::to_json(double predicted_s) const {
                       {"steps_s", steps_s},
                       {"others_cpu_share", others_share},
                       {"load_averages", load_averages}};
+  if (!context_parallel.empty()) j["context_parallel"] = context_parallel;
   if (ok()) {
     j["step_s"] = step_s;
     j["fastest_step_s"] = fastest_s;
@@ -144,6 +146,15 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
   m.result = run_child(argv, m.log, timeout_s_);
   m.others_share = others_cpu_share(before, sample_host_cpu());
   m.load_averages = load_averages();
+  {
+    constexpr std::string_view kCp = "context parallel: ";
+    std::ifstream lf(m.log);
+    for (std::string line; std::getline(lf, line);)
+      if (const size_t at = line.find(kCp); at != std::string::npos) {
+        m.context_parallel = line.substr(at + kCp.size());
+        break;
+      }
+  }
   std::ifstream f(dir_ + "/" + name + "/metrics.jsonl");
   for (std::string line; std::getline(f, line);) {
     try {
@@ -187,6 +198,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     pc.global_batch = gb;
     pc.parallel.mesh = dist::MeshSpec{};
     pc.parallel.mesh.dp = 1;
+    pc.parallel.set_cp_comm("p2p");  // (a2a+p2p's sizes would not fit cp 1)
     pc.parallel.vp = 1;
     pc.parallel.pp_layout.clear();
     pc.parallel.sequence_parallel = false;
@@ -204,6 +216,8 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
                                             "parallel.pp_layout=",
                                             "parallel.sp=false",
                                             "parallel.shard=none",
+                                            "parallel.cp_comm_type=p2p",
+                                            "parallel.hierarchical_context_parallel_sizes=",
                                             fmt::format("train.micro_batch={}", mb),
                                             fmt::format("train.global_batch={}", gb),
                                             fmt::format("train.threads={}", cal.threads)};
@@ -302,6 +316,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     c.parallel.mesh = dist::MeshSpec{};
     c.parallel.mesh.tp = int(tp);
     c.parallel.mesh.dp = int(P / tp);
+    c.parallel.set_cp_comm("p2p");
     c.parallel.vp = 1;
     c.parallel.pp_layout.clear();
     c.parallel.sequence_parallel = false;
@@ -322,6 +337,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
             {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
              fmt::format("parallel.dp={}", P / tp), "parallel.ep=1", "parallel.vp=1",
              "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
+             "parallel.cp_comm_type=p2p", "parallel.hierarchical_context_parallel_sizes=",
              fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
             kProbeSteps);
     if (!r.ok()) {
@@ -384,7 +400,7 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
   c.parallel.mesh = dist::MeshSpec{};
   c.parallel.mesh.cp = 2;
   c.parallel.mesh.dp = int(P / 2);
-  c.parallel.cp_comm_type = "p2p";
+  c.parallel.set_cp_comm("p2p");
   c.parallel.vp = 1;
   c.parallel.pp_layout.clear();
   c.parallel.sequence_parallel = false;
@@ -414,7 +430,8 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
       run("probe-cp2", P,
           {"parallel.tp=1", "parallel.pp=1", "parallel.cp=2", fmt::format("parallel.dp={}", P / 2),
            "parallel.ep=1", "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false",
-           "parallel.shard=none", "parallel.cp_comm_type=p2p", "train.micro_batch=1",
+           "parallel.shard=none", "parallel.cp_comm_type=p2p",
+           "parallel.hierarchical_context_parallel_sizes=", "train.micro_batch=1",
            fmt::format("train.threads={}", cal.threads)},
           kProbeSteps);
   if (!r.ok() || !(p2 > p1)) {

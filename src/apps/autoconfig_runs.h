@@ -33,6 +33,10 @@ struct MeasuredRun {
   double others_share = 0;
   std::string load_averages;
   std::string log, log_tail;
+  // The trainer's own account of its context parallelism (its log's
+  // "context parallel: ..." line, past that prefix; empty at cp 1): the
+  // cp_comm_type the run took.
+  std::string context_parallel;
   bool ok() const { return result.ok() && step_s > 0; }
   nlohmann::json to_json(double predicted_s) const;
 };

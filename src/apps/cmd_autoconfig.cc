@@ -35,8 +35,9 @@ constexpr const char* kUsage =
     "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
     "                         [--spread] [--steps S] [--timeout SEC] [--link-gbps G]\n"
     "                         [--top T] [--out FILE.yaml] [--json]\n\n"
-    "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp,\n"
-    "pp, vp, dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
+    "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp\n"
+    "(with parallel.cp_comm_type at cp > 1, unless the recipe or a setting fixes it), pp, vp,\n"
+    "dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
     "those nekton train accepts that fit --memory per rank, and ranks them by a predicted\n"
     "step time calibrated on this machine: short probe runs of the recipe on one process\n"
     "(compute rate, per-micro-batch and per-step cost at the threads a rank gets), the same\n"
@@ -121,12 +122,6 @@ std::string autoconfig_mib(double b) {
   return fmt::format("{:.1f} MiB", b / 1048576.0);
 }
 
-std::string layout_name(const LayoutCandidate& k) {
-  return fmt::format("tp{} cp{} pp{} vp{} dp{}{}{} mb{} {}", k.tp, k.cp, k.pp, k.vp, k.dp,
-                     k.sp ? " sp" : "", k.shard == "none" ? "" : " " + k.shard, k.micro_batch,
-                     k.recompute);
-}
-
 }  // namespace
 
 int cmd_autoconfig(const CommandArgs& raw) {
@@ -164,7 +159,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
     if (cal.sharing <= 0)
       cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
   }
-  cal.refault_s_per_byte = measure_page_refault();
+  cal.refault_s_per_byte = measure_page_refault().s_per_byte;
   if (a.link_gbps > 0) {
     cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
   } else if (world > 1) {
@@ -180,6 +175,11 @@ int cmd_autoconfig(const CommandArgs& raw) {
   opt.budget_bytes = budget;
   opt.rates = &rates;
   opt.search_cp = opt.search_vp = true;
+  // A type (or a2a+p2p's sizes) the user set stays as set, as the keys the
+  // search does not cover do.
+  const bool comm_fixed =
+      c.given("parallel.cp_comm_type") || c.given("parallel.hierarchical_context_parallel_sizes");
+  opt.search_cp_comm = !comm_fixed;
   opt.calibration = &cal;
   const std::vector<LayoutCandidate> all = search_layouts(cfg, opt);
   std::vector<const LayoutCandidate*> ok;
@@ -216,7 +216,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   for (size_t n = 0; n < pick.size(); ++n) {
     if (!a.json)
       fmt::print(stderr, "measuring {}/{}: #{} {}\n", n + 1, pick.size(), pick[n] + 1,
-                 layout_name(*ok[pick[n]]));
+                 ok[pick[n]]->name());
     measured[pick[n]] = runs.measure(*ok[pick[n]], world, a.steps);
   }
   // Other work on the host: the share of the cores it took while the
@@ -246,6 +246,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                         {"probes", probe.to_json()},
                         {"message_probes", nlohmann::json::array()},
                         {"accepted", ok.size()},
+                        {"cp_comm_searched", !comm_fixed},
                         {"candidates", nlohmann::json::array()},
                         {"chosen", chosen}};
     for (const auto* m : {&runs.message_probe(), &runs.bytes_probe()})
@@ -257,7 +258,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
     for (size_t i = 0; i < ok.size(); ++i) {
       nlohmann::json k = ok[i]->to_json();
       k["rank"] = i + 1;
-      k["layout"] = layout_name(*ok[i]);
+      k["layout"] = ok[i]->name();
       if (measured.count(i)) k["measured"] = measured.at(i).to_json(ok[i]->step_s());
       j["candidates"].push_back(k);
     }
@@ -269,6 +270,12 @@ int cmd_autoconfig(const CommandArgs& raw) {
         all.size(), world, a.nodes, a.nodes == 1 ? "" : "s", a.procs_per_node, cfg.model.arch,
         cfg.model.n_layer, cfg.model.d_model, cfg.global_batch, cfg.seq_len, ok.size(),
         autoconfig_mib(budget));
+    if (comm_fixed)
+      fmt::print("parallel.cp_comm_type = {}{}: as given, not searched\n",
+                 cfg.parallel.cp_comm_type,
+                 cfg.parallel.hierarchical_cp_sizes.empty()
+                     ? ""
+                     : fmt::format(" ({})", fmt::join(cfg.parallel.hierarchical_cp_sizes, "x")));
     fmt::print(
         "host: other work took {:.0f} % of the {} cores meanwhile{}; load averages {} at the "
         "start, {} at the end\n",
@@ -290,7 +297,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
         : world > 1     ? "measured"
                         : "unused");
     const bool meas = !measured.empty();
-    fmt::print("{:>3}  {:<42} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
+    fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
                "tokens/s", meas ? " median step ms    error" : "");
     for (size_t i = 0; i < ok.size(); ++i) {
       if (i >= size_t(a.top) && !measured.count(i)) continue;
@@ -301,7 +308,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                  100.0 * (ok[i]->step_s() - r.step_s) / r.step_s)
                    : "  " + r.result.describe();
       }
-      fmt::print("{:>3}  {:<42} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, layout_name(*ok[i]),
+      fmt::print("{:>3}  {:<50} {:>12} {:>10.1f} {:>10.0f}{}\n", i + 1, ok[i]->name(),
                  autoconfig_mib(double(ok[i]->memory_bytes)), ok[i]->step_s() * 1e3,
                  ok[i]->tokens_per_s, m);
     }
@@ -315,7 +322,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
            measured.size());
     }
     fmt::print("\n{} best: #{} {}\n", meas ? "measured" : "predicted", chosen + 1,
-               layout_name(*ok[chosen]));
+               ok[chosen]->name());
     fmt::print("  nekton train --nproc {}{}{}{} {}\n", world,
                a.config.empty() ? "" : " --config " + a.config, a.overrides.empty() ? "" : " ",
                fmt::join(a.overrides, " "), fmt::join(ok[chosen]->overrides, " "));

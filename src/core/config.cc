@@ -178,6 +178,7 @@ const char* yaml_node_kind(const YAML::Node& n) {
 
 Config::Config(const ConfigSchema& schema) : schema_(schema) {
   for (const auto& f : schema_.fields()) values_.push_back(f.def);
+  given_.assign(values_.size(), false);
 }
 
 Config Config::defaults(const ConfigSchema& schema) {
@@ -232,6 +233,7 @@ void Config::set(const std::string& key, const std::string& value, const std::st
   }
   size_t i = schema_.index(real);
   values_[i] = parse_value(schema_.fields()[i].type, key, value, where);
+  given_[i] = true;
 }
 
 const ConfigValue& Config::value(const std::string& key, ConfigType want) const {
@@ -252,6 +254,12 @@ bool Config::get_bool(const std::string& key) const {
 }
 std::string Config::get_string(const std::string& key) const {
   return std::get<std::string>(value(key, ConfigType::String));
+}
+
+bool Config::given(const std::string& key) const {
+  const std::string real = schema_.resolve(key);
+  NK_CHECK(!real.empty(), "config key '{}' is not declared", key);
+  return given_[schema_.index(real)];
 }
 
 ConfigValue parse_config_value(ConfigType type, const std::string& key, const std::string& text,

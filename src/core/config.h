@@ -87,6 +87,9 @@ class Config {
   double get_float(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::string get_string(const std::string& key) const;
+  // Whether the YAML file or an override set `key` (or an older name of it),
+  // whatever the value: a search leaves such keys as the user fixed them.
+  bool given(const std::string& key) const;
 
   // Parses `value` as the key's schema type. `where` ("x.yaml:3", "override
   // 'a=b'") prefixes any error message.
@@ -106,6 +109,7 @@ class Config {
 
   ConfigSchema schema_;
   std::vector<ConfigValue> values_;  // parallel to schema_.fields()
+  std::vector<bool> given_;          // likewise: set by the file or an override
 };
 
 }  // namespace nk

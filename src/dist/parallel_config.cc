@@ -49,9 +49,8 @@ void ParallelConfig::bind(ConfigBinder& b) {
       "cp_comm_type=a2a+p2p: a2a,p2p group sizes, product parallel.cp (e.g. 2,2: heads over "
       "all-to-all within pairs of neighbouring cp ranks, ring attention across the pairs)",
       [this](const std::string& s) {
-        hierarchical_cp_sizes =
-            parse_counts(s, "parallel.hierarchical_context_parallel_sizes", "ranks", "2,2");
-        mesh.hcp_a2a = hierarchical_cp_sizes.empty() ? 0 : int(hierarchical_cp_sizes[0]);
+        set_hierarchical_cp_sizes(
+            parse_counts(s, "parallel.hierarchical_context_parallel_sizes", "ranks", "2,2"));
       });
   b.bind("parallel.ep", mesh.ep, "expert-parallel size (carved out of dp × cp, as in Megatron)");
   b.bind("parallel.etp", mesh.etp, "expert tensor-parallel size (0 = parallel.tp)");
@@ -72,6 +71,17 @@ void ParallelConfig::bind(ConfigBinder& b) {
          "rank order of the mesh dimensions, first varies fastest (Megatron's)");
   b.bind("parallel.timeout_s", timeout_s,
          "seconds any collective may wait for a peer before every rank stops with an error");
+}
+
+void ParallelConfig::set_cp_comm(const std::string& type,
+                                 const std::vector<int64_t>& hierarchical_sizes) {
+  cp_comm_type = type;
+  set_hierarchical_cp_sizes(hierarchical_sizes);
+}
+
+void ParallelConfig::set_hierarchical_cp_sizes(const std::vector<int64_t>& sizes) {
+  hierarchical_cp_sizes = sizes;
+  mesh.hcp_a2a = sizes.empty() ? 0 : int(sizes[0]);
 }
 
 void ParallelConfig::check() const {

@@ -31,6 +31,11 @@ struct ParallelConfig {
   double timeout_s = 300;  // every collective and point-to-point wait, in seconds
 
   void bind(ConfigBinder& b);
+  // parallel.cp_comm_type and parallel.hierarchical_context_parallel_sizes
+  // set as the keys set them (the sizes' first value is also mesh.hcp_a2a);
+  // check() and the trainer's layout checks say whether they train.
+  void set_cp_comm(const std::string& type, const std::vector<int64_t>& hierarchical_sizes = {});
+  void set_hierarchical_cp_sizes(const std::vector<int64_t>& sizes);
   // nk::Error naming the key for a value out of range or two keys that do
   // not go together (layout checks that need the world size come later, from
   // Mesh).

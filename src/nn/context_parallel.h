@@ -170,6 +170,15 @@ CpExchangeBytes cp_exchange_bytes(CpComm c, int64_t cp, int64_t a2a, int64_t B, 
 int64_t cp_buffer_bytes(CpComm c, int64_t cp, int64_t a2a, int64_t B, int64_t T, int64_t n_head,
                         int64_t n_kv_head, int64_t D, DType dt);
 
+// The step log's account of variant c over cp ranks (a2a: the a2a group's
+// size under a2a+p2p) for the n_head query heads of a tp rank, rows of T
+// tokens and its buffers' bytes (cp_buffer_bytes), e.g. "all-to-all
+// attention (parallel.cp_comm_type=a2a: 2 of the 4 query heads on the whole
+// row per rank) over the cp group (0.1 MiB of all-to-all buffers shared by
+// the layers)".
+std::string cp_comm_summary(CpComm c, int64_t cp, int64_t a2a, int64_t n_head, int64_t T,
+                            int64_t buffer_bytes);
+
 // Packed rows: qstart i32 [B, T] <- the document start (a global position)
 // of each of the tokens at `positions` i32 [T], from the whole rows'
 // cu_seqlens i32 [B, S+1] (ops::attention_forward's convention); left

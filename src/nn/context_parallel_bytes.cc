@@ -1,5 +1,7 @@
 // What context parallelism's attention holds and sends per layer
 // (nn/context_parallel.h), for the step log and `nekton estimate`.
+#include <fmt/format.h>
+
 #include "nn/context_parallel.h"
 
 namespace nk::nn {
@@ -58,6 +60,40 @@ CpExchangeBytes cp_exchange_bytes(CpComm c, int64_t cp, int64_t a2a, int64_t B, 
     }
   }
   return {};
+}
+
+std::string cp_comm_summary(CpComm c, int64_t cp, int64_t a2a, int64_t n_head, int64_t T,
+                            int64_t buffer_bytes) {
+  std::string how;
+  const char* kind = "";
+  switch (c) {
+    case CpComm::P2P:
+      how = "ring attention", kind = "ring";
+      break;
+    case CpComm::A2A:
+      how = fmt::format(
+          "all-to-all attention (parallel.cp_comm_type=a2a: {} of the {} query heads on the "
+          "whole row per rank)",
+          n_head / cp, n_head);
+      kind = "all-to-all";
+      break;
+    case CpComm::AllGather:
+      how = fmt::format(
+          "all-gather attention (parallel.cp_comm_type=all_gather: the whole row's {} keys and "
+          "values on every rank)",
+          T);
+      kind = "all-gather";
+      break;
+    case CpComm::A2AP2P:
+      how = fmt::format(
+          "hierarchical attention (parallel.cp_comm_type=a2a+p2p: all-to-all within groups of "
+          "{} ranks, {} of the {} query heads per rank, ring attention across {} groups)",
+          a2a, n_head / a2a, n_head, cp / a2a);
+      kind = "all-to-all and ring";
+      break;
+  }
+  return fmt::format("{} over the cp group ({:.1f} MiB of {} buffers shared by the layers)", how,
+                     double(buffer_bytes) / 1048576.0, kind);
 }
 
 }  // namespace nk::nn

@@ -1,6 +1,7 @@
 #include "train/layout_search.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -26,6 +27,36 @@ std::vector<int64_t> vp_counts(const TrainConfig& c, int64_t pp, bool search) {
   std::vector<int64_t> v;
   for (int64_t k = 1; k * pp <= c.model.n_layer; ++k)
     if (c.model.n_layer % (k * pp) == 0) v.push_back(k);
+  return v;
+}
+
+// A context-parallel size with its parallel.cp_comm_type: the type and
+// a2a+p2p's group sizes.
+struct LayoutCp {
+  int64_t cp = 1;
+  std::string type;
+  std::vector<int64_t> sizes;
+};
+
+// The cp sizes to try (every divisor of `ranks` with search_cp, else 1),
+// each with the cp_comm_type settings to try at it: with search_cp_comm and
+// cp > 1 p2p, a2a, all_gather and a2a+p2p at every split a x p = cp with
+// a, p >= 2 (a split with a 1 is p2p or a2a again: the same layout under
+// another name); else the recipe's. Which of them train is the trainer's
+// checks' to say (ParallelConfig::check, check_train_layout), not this list's.
+std::vector<LayoutCp> cp_choices(const TrainConfig& c, int64_t ranks,
+                                 const LayoutSearchOptions& opt) {
+  std::vector<LayoutCp> v;
+  for (int64_t cp = 1; cp <= (opt.search_cp ? ranks : 1); ++cp) {
+    if (ranks % cp) continue;
+    if (!opt.search_cp_comm || cp == 1) {
+      v.push_back({cp, c.parallel.cp_comm_type, c.parallel.hierarchical_cp_sizes});
+      continue;
+    }
+    for (const char* type : {"p2p", "a2a", "all_gather"}) v.push_back({cp, type, {}});
+    for (int64_t a = 2; a * 2 <= cp; ++a)
+      if (cp % a == 0) v.push_back({cp, "a2a+p2p", {a, cp / a}});
+  }
   return v;
 }
 
@@ -78,6 +109,10 @@ nlohmann::json LayoutCandidate::to_json() const {
                       {"micro_batch", micro_batch},
                       {"recompute", recompute},
                       {"accepted", accepted}};
+  if (cp > 1) {
+    j["cp_comm_type"] = cp_comm;
+    if (!hierarchical_cp_sizes.empty()) j["hierarchical_cp_sizes"] = hierarchical_cp_sizes;
+  }
   if (!accepted) {
     j["reason"] = reason;
     if (memory_bytes > 0) j["memory_bytes"] = memory_bytes;
@@ -94,6 +129,17 @@ nlohmann::json LayoutCandidate::to_json() const {
   return j;
 }
 
+std::string LayoutCandidate::name() const {
+  std::string comm;
+  if (cp > 1) {
+    comm = " " + cp_comm;
+    if (!hierarchical_cp_sizes.empty())
+      comm += " " + fmt::format("{}", fmt::join(hierarchical_cp_sizes, "x"));
+  }
+  return fmt::format("tp{} cp{}{} pp{} vp{} dp{}{}{} mb{} {}", tp, cp, comm, pp, vp, dp,
+                     sp ? " sp" : "", shard == "none" ? "" : " " + shard, micro_batch, recompute);
+}
+
 std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                                             const LayoutSearchOptions& opt) {
   const int64_t N = opt.world;
@@ -104,12 +150,16 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
   std::vector<LayoutCandidate> out;
   for (int64_t tp : divisors(N))
     for (int64_t pp : divisors(N / tp))
-      for (int64_t cp : opt.search_cp ? divisors(N / (tp * pp)) : std::vector<int64_t>{1})
+      for (const LayoutCp& cc : cp_choices(cfg, N / (tp * pp), opt))
         for (int64_t vp : vp_counts(cfg, pp, opt.search_vp)) {
+          const int64_t cp = cc.cp;
           const int64_t dp = N / (tp * pp * cp);
+          // The type is among the overrides when the search chose it.
+          const bool comm_searched = opt.search_cp && opt.search_cp_comm && cp > 1;
           LayoutCandidate base;
           base.tp = tp, base.pp = pp, base.dp = dp, base.ep = cfg.parallel.mesh.ep;
           base.cp = opt.search_cp ? cp : cfg.parallel.mesh.cp;
+          base.cp_comm = cc.type, base.hierarchical_cp_sizes = cc.sizes;
           base.vp = opt.search_vp ? vp : (pp == cfg.parallel.mesh.pp ? cfg.parallel.vp : 1);
           base.micro_batch = cfg.micro_batch, base.recompute = cfg.recompute;
           base.shard = shard_key(cfg.ddp.shard);
@@ -162,6 +212,7 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                     c.parallel.mesh.dp = int(dp);
                     c.parallel.mesh.ep = int(ep);
                     if (opt.search_cp) c.parallel.mesh.cp = int(cp);
+                    c.parallel.set_cp_comm(cc.type, cc.sizes);
                     c.parallel.sequence_parallel = sp;
                     if (!own_layout) c.parallel.vp = int(k.vp), c.parallel.pp_layout.clear();
                     c.ddp.shard = shard;
@@ -217,6 +268,13 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                                    fmt::format("train.recompute={}", policy)};
                     if (mc.is_moe()) k.overrides.push_back(fmt::format("parallel.ep={}", ep));
                     if (opt.search_cp) k.overrides.push_back(fmt::format("parallel.cp={}", cp));
+                    if (comm_searched) {
+                      k.overrides.push_back("parallel.cp_comm_type=" + cc.type);
+                      if (!cc.sizes.empty())
+                        k.overrides.push_back(
+                            fmt::format("parallel.hierarchical_context_parallel_sizes={}",
+                                        fmt::join(cc.sizes, ",")));
+                    }
                     if (opt.search_vp || (!own_layout && cfg.parallel.vp != 1))
                       k.overrides.push_back(fmt::format("parallel.vp={}", k.vp));
                     if (!own_layout && !cfg.parallel.pp_layout.empty())

@@ -34,12 +34,24 @@ struct LayoutSearchOptions {
   // every count that splits the layers evenly), and time each candidate
   // with the calibrated model (train/step_calibration.h; needs rates).
   bool search_cp = false, search_vp = false;
+  // With search_cp: at every cp > 1 also parallel.cp_comm_type, each of
+  // p2p, a2a, all_gather and a2a+p2p at every split a x p = cp with a, p >= 2
+  // (parallel.hierarchical_context_parallel_sizes; a split with a 1 is p2p
+  // or a2a again), put through the trainer's checks like every other key (a2a
+  // with heads not divisible by tp x cp is rejected with its message). At
+  // cp = 1, and without it, the recipe's type and sizes (nekton autoconfig
+  // leaves them so when the user set either key).
+  bool search_cp_comm = false;
   const StepCalibration* calibration = nullptr;
 };
 
 struct LayoutCandidate {
   int64_t tp = 1, pp = 1, dp = 1, ep = 1, cp = 1, vp = 1, micro_batch = 1;
   bool sp = false;
+  // parallel.cp_comm_type, and a2a+p2p's a2a and p2p group sizes (what
+  // they are at cp 1 does not matter).
+  std::string cp_comm = "p2p";
+  std::vector<int64_t> hierarchical_cp_sizes;
   std::string shard = "none", recompute = "none";
   bool accepted = false;
   std::string reason;        // why it was rejected (names the key or --budget)
@@ -55,6 +67,9 @@ struct LayoutCandidate {
   // The key=value settings that give this layout on top of the recipe.
   std::vector<std::string> overrides;
   nlohmann::json to_json() const;
+  // One line of a table: "tp1 cp2 a2a pp1 vp1 dp2 sp optimizer mb2 selective"
+  // (the type after cp when cp > 1; a2a+p2p with its sizes, "a2a+p2p 2x2").
+  std::string name() const;
 };
 
 // All candidates: the accepted ones first, best first (step time, then

@@ -9,7 +9,10 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "core/error.h"
 #include "nn/context_parallel.h"
 #include "parallel/pipeline_parallel.h"
 
@@ -70,26 +73,44 @@ double measure_core_sharing(int64_t threads, int64_t total) {
   return all / solo;
 }
 
-double measure_page_refault() {
-  const size_t n = size_t(32) << 20;
+PageRefault measure_page_refault(int64_t bytes, int64_t rounds) {
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  if (bytes < page || bytes > (int64_t(1) << 34))
+    fail("measure_page_refault: {} bytes is not between a page ({} bytes) and 16 GiB", bytes, page);
+  if (rounds < 1 || rounds > 1000)
+    fail("measure_page_refault: {} rounds is not between 1 and 1000", rounds);
+  PageRefault r;
+  const size_t n = size_t(bytes);
   void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return 0;
+  if (m == MAP_FAILED) return r;
+  r.bytes = bytes, r.rounds = rounds;
   char* p = static_cast<char*>(m);
   std::memset(p, 1, n);
+  auto faults = [] {  // this thread's minor page faults so far
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    return int64_t(u.ru_minflt);
+  };
   using Clock = std::chrono::steady_clock;
   double plain = 1e30, refault = 1e30;
-  for (int round = 0; round < 5; ++round) {
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t f0 = faults();
     const auto t0 = Clock::now();
-    std::memset(p, round, n);
+    std::memset(p, int(round), n);
     const auto t1 = Clock::now();
+    const int64_t f1 = faults();
     madvise(p, n, MADV_DONTNEED);
-    std::memset(p, round + 1, n);
-    const auto t2 = Clock::now();
+    const int64_t f2 = faults();
+    std::memset(p, int(round) + 1, n);
+    const auto t2 = Clock::now();  // (the release's own cost counts, as FSDP pays it)
+    r.resident_faults += f1 - f0;
+    r.refaults += faults() - f2;
     plain = std::min(plain, std::chrono::duration<double>(t1 - t0).count());
     refault = std::min(refault, std::chrono::duration<double>(t2 - t1).count());
   }
   munmap(m, n);
-  return std::max(0.0, (refault - plain) / double(n));
+  r.s_per_byte = std::max(0.0, (refault - plain) / double(n));
+  return r;
 }
 
 void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n2, double c2,

@@ -80,8 +80,19 @@ double measure_core_sharing(int64_t threads, int64_t total);
 // Seconds per byte that writing pages handed back with
 // madvise(MADV_DONTNEED) costs over writing resident ones (the page faults
 // and zeroing FSDP's gathers pay after each release:
-// parallel/sharded_weights.h): the best of 5 rounds over 32 MiB.
-double measure_page_refault();
+// parallel/sharded_weights.h): the best of `rounds` rounds over `bytes`
+// (32 MiB, 5 by default), each a write of the resident pages, the release,
+// and a write again. Also what it touched: the minor page faults of this
+// thread during the writes of resident pages and during the writes after
+// the releases (every round's; the latter at least one per page, or per
+// huge page where the kernel maps those). nk::Error for bytes under a page
+// or rounds under 1; zeros when the memory cannot be mapped.
+struct PageRefault {
+  double s_per_byte = 0;
+  int64_t bytes = 0, rounds = 0;
+  int64_t resident_faults = 0, refaults = 0;
+};
+PageRefault measure_page_refault(int64_t bytes = int64_t(32) << 20, int64_t rounds = 5);
 
 // The calibration's two unknowns from the probes: a run with n1 micro-batches
 // per step whose compute is predicted c1 and measured m1 seconds, and one

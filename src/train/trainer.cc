@@ -194,42 +194,14 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
     const int64_t tp = par_.mesh->tp(), T = cfg_.seq_len / par_.cp();
     const int64_t hq = c.n_head / tp, hkv = c.n_kv_head / tp;
     const std::vector<int64_t>& hcp = cfg_.parallel.hierarchical_cp_sizes;
-    std::string how;
-    switch (comm_type) {
-      case nn::CpComm::P2P:
-        how = "ring attention";
-        break;
-      case nn::CpComm::A2A:
-        how = fmt::format(
-            "all-to-all attention (parallel.cp_comm_type=a2a: {} of the {} query heads on the "
-            "whole row per rank)",
-            hq / par_.cp(), hq);
-        break;
-      case nn::CpComm::AllGather:
-        how = fmt::format(
-            "all-gather attention (parallel.cp_comm_type=all_gather: the whole row's {} keys and "
-            "values on every rank)",
-            cfg_.seq_len);
-        break;
-      case nn::CpComm::A2AP2P:
-        how = fmt::format(
-            "hierarchical attention (parallel.cp_comm_type=a2a+p2p: all-to-all within groups of "
-            "{} ranks, {} of the {} query heads per rank, ring attention across {} groups)",
-            hcp[0], hq / hcp[0], hq, hcp[1]);
-        break;
-    }
-    const int64_t buffers =
-        nn::cp_buffer_bytes(comm_type, par_.cp(), hcp.empty() ? 1 : hcp[0], cfg_.micro_batch, T, hq,
-                            hkv, c.head_dim(), cfg_.dtype);
-    const char* kind = comm_type == nn::CpComm::P2P         ? "ring"
-                       : comm_type == nn::CpComm::A2A       ? "all-to-all"
-                       : comm_type == nn::CpComm::AllGather ? "all-gather"
-                                                            : "all-to-all and ring";
+    const int64_t a2a = hcp.empty() ? 1 : hcp[0];
+    const int64_t buffers = nn::cp_buffer_bytes(comm_type, par_.cp(), a2a, cfg_.micro_batch, T, hq,
+                                                hkv, c.head_dim(), cfg_.dtype);
     NK_INFO(
         "context parallel: {}; each rank holds {} of every row's {} tokens (chunks {} and {} of "
-        "{}), {} over the cp group ({:.1f} MiB of {} buffers shared by the layers)",
+        "{}), {}",
         par_.mesh->describe(), T, cfg_.seq_len, par_.cp_rank(), 2 * par_.cp() - 1 - par_.cp_rank(),
-        2 * par_.cp(), how, double(buffers) / 1048576.0, kind);
+        2 * par_.cp(), nn::cp_comm_summary(comm_type, par_.cp(), a2a, hq, cfg_.seq_len, buffers));
   }
   if (cfg_.adamw.precision.grads != DType::F32) {
     // Data parallelism reduces the bf16 buckets as they are (MPI sums them

@@ -78,6 +78,22 @@ TEST_F(ConfigTest, DefaultsFileOverridesPrecedence) {
   EXPECT_EQ(c2.get_int("seed"), 2);
 }
 
+// given(): set by the file or an override, even to the default's value; an
+// older name of a key counts as the key.
+TEST_F(ConfigTest, GivenTellsSetKeysFromDefaults) {
+  ConfigSchema s = test_schema();
+  s.add_alias("train.warmup", "train.opt.warmup");
+  const std::string p = write("g.yaml", "model:\n  n_layer: 12\n");
+  const Config c = Config::load(s, p, {"seed=1337", "train.warmup=3"});
+  EXPECT_TRUE(c.given("model.n_layer"));  // the file, at the default's value
+  EXPECT_TRUE(c.given("seed"));           // an override, at the default's value
+  EXPECT_TRUE(c.given("train.opt.warmup"));
+  EXPECT_TRUE(c.given("train.warmup"));
+  EXPECT_FALSE(c.given("model.d_model"));
+  EXPECT_FALSE(Config::defaults(s).given("seed"));
+  EXPECT_THROW((void)c.given("model.n_layr"), InternalError);  // a bug: keys are declared
+}
+
 TEST_F(ConfigTest, DottedKeysInYamlAndEmptyFile) {
   Config c = Config::load(test_schema(), write("d.yaml", "model.n_layer: 3\ntrain:\n"), {});
   EXPECT_EQ(c.get_int("model.n_layer"), 3);

@@ -72,6 +72,26 @@ TEST(ParallelConfig, AllGatherAndHierarchicalCommTypes) {
   EXPECT_EQ(m.group("hierarchical-cp-p2p").rank, 1);
 }
 
+// set_cp_comm (the layout search's way in): the type and the sizes as the
+// keys set them, mesh.hcp_a2a with them; check() judges the result as it
+// judges the keys.
+TEST(ParallelConfig, SetCpCommSetsWhatTheKeysSet) {
+  ParallelConfig p = parallel_config(Config::load(schema(), "", {"parallel.cp=4"}));
+  p.set_cp_comm("a2a+p2p", {2, 2});
+  EXPECT_EQ(p.cp_comm_type, "a2a+p2p");
+  EXPECT_EQ(p.hierarchical_cp_sizes, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(p.mesh.hcp_a2a, 2);
+  EXPECT_NO_THROW(p.check());
+  EXPECT_EQ(Mesh(4, 0, p.mesh).group("hierarchical-cp-a2a").size(), 2);
+  p.set_cp_comm("a2a");
+  EXPECT_TRUE(p.hierarchical_cp_sizes.empty());
+  EXPECT_EQ(p.mesh.hcp_a2a, 0);
+  EXPECT_NO_THROW(p.check());
+  p.set_cp_comm("a2a+p2p", {4, 2});  // 8 ranks for cp 4
+  EXPECT_TRUE(test::contains(test::error_of([&] { p.check(); }),
+                             "the a2a size × the p2p size must be parallel.cp = 4"));
+}
+
 TEST(ParallelConfig, BadContextParallelCommNamesTheKey) {
   auto bad = [](std::vector<std::string> o) {
     return test::error_of([&] { parallel_config(Config::load(schema(), "", o)); });

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -168,6 +169,180 @@ TEST(LayoutSearch, CommunicationTermOfDataParallelism) {
       EXPECT_DOUBLE_EQ(k.comm_bytes, 2.0 * 1 / 2 * grads);
     }
   EXPECT_GT(checked, 0);
+}
+
+// Context parallelism's attention types (nekton autoconfig's
+// search_cp_comm): (cp, type, a2a+p2p sizes) of the candidates.
+using CpComm = std::tuple<int64_t, std::string, std::vector<int64_t>>;
+
+LayoutSearchOptions cp_comm_search(int64_t world) {
+  LayoutSearchOptions opt;
+  opt.world = world;
+  opt.search_cp = opt.search_cp_comm = true;
+  return opt;
+}
+
+std::string joined(const std::vector<std::string>& o) {
+  return fmt::format("{}", fmt::join(o, " "));
+}
+
+// At cp 2 and 4 every type the trainer accepts, a2a+p2p only at cp 4 as
+// 2 x 2 (1 x 4 and 4 x 1 are p2p and a2a again); at cp 1 the layouts of a
+// search without the types, none twice. Each printed override line loads
+// back through the config loader into the same layout, which the trainer
+// accepts with the same memory.
+TEST(LayoutSearchCpComm, EveryValidTypeAtCp2AndCp4) {
+  const TrainConfig cfg = load({"train.global_batch=4"});
+  ASSERT_EQ(cfg.model.n_head, 4);
+  ASSERT_EQ(cfg.model.n_kv_head, 4);
+  const auto all = search_layouts(cfg, cp_comm_search(4));
+  std::set<CpComm> found, enumerated;
+  std::multiset<std::string> cp1;
+  for (const auto& k : all) {
+    enumerated.insert({k.cp, k.cp_comm, k.hierarchical_cp_sizes});
+    if (!k.accepted) continue;
+    if (k.cp == 1) {
+      cp1.insert(joined(k.overrides));
+      EXPECT_FALSE(contains(joined(k.overrides), "cp_comm_type")) << joined(k.overrides);
+      continue;
+    }
+    found.insert({k.cp, k.cp_comm, k.hierarchical_cp_sizes});
+    // The line as printed, split on spaces, through Config::load and the
+    // trainer's checks.
+    const std::string text = joined(k.overrides);
+    EXPECT_TRUE(contains(text, "parallel.cp_comm_type=" + k.cp_comm)) << text;
+    std::vector<std::string> words;
+    for (size_t at = 0; at < text.size();) {
+      const size_t sp = std::min(text.find(' ', at), text.size());
+      words.push_back(text.substr(at, sp - at));
+      at = sp + 1;
+    }
+    const TrainConfig c = load(words);
+    EXPECT_EQ(c.parallel.mesh.cp, k.cp) << text;
+    EXPECT_EQ(c.parallel.cp_comm_type, k.cp_comm) << text;
+    EXPECT_EQ(c.parallel.hierarchical_cp_sizes, k.hierarchical_cp_sizes) << text;
+    EXPECT_EQ(c.parallel.mesh.hcp_a2a,
+              k.hierarchical_cp_sizes.empty() ? 0 : k.hierarchical_cp_sizes[0]);
+    EXPECT_NO_THROW(train_mesh(c, 4, 0)) << text;
+    EXPECT_EQ(estimate_training(c, 4, nullptr).peak().total(), k.memory_bytes) << text;
+    // The table's name says the type (and a2a+p2p's split).
+    EXPECT_TRUE(contains(k.name(), fmt::format("cp{} {}", k.cp, k.cp_comm))) << k.name();
+  }
+  const std::vector<int64_t> none;
+  EXPECT_EQ(found, (std::set<CpComm>{{2, "p2p", none},
+                                     {2, "a2a", none},
+                                     {2, "all_gather", none},
+                                     {4, "p2p", none},
+                                     {4, "a2a", none},
+                                     {4, "all_gather", none},
+                                     {4, "a2a+p2p", {2, 2}}}));
+  for (const auto& [cp, type, sizes] : enumerated) {
+    if (type == "a2a+p2p") {
+      EXPECT_EQ(cp, 4) << fmt::format("{}", fmt::join(sizes, "x"));
+    }
+  }
+  // cp 1: what the search gives without the types, each layout once.
+  LayoutSearchOptions plain = cp_comm_search(4);
+  plain.search_cp_comm = false;
+  std::multiset<std::string> cp1_plain;
+  for (const auto& k : search_layouts(cfg, plain))
+    if (k.accepted && k.cp == 1) cp1_plain.insert(joined(k.overrides));
+  EXPECT_FALSE(cp1.empty());
+  EXPECT_EQ(cp1, cp1_plain);
+  EXPECT_EQ(std::set<std::string>(cp1.begin(), cp1.end()).size(), cp1.size());
+  LayoutCandidate h;
+  h.cp = 4, h.cp_comm = "a2a+p2p", h.hierarchical_cp_sizes = {2, 2};
+  EXPECT_EQ(h.name(), "tp1 cp4 a2a+p2p 2x2 pp1 vp1 dp1 mb1 none");
+  h.cp = 1;
+  EXPECT_EQ(h.name(), "tp1 cp1 pp1 vp1 dp1 mb1 none");
+}
+
+// The all-to-all gives each rank whole heads: a2a needs the query and
+// key/value heads divisible by tp x cp, a2a+p2p by tp x its a2a size. The
+// search rejects those that are not with the trainer's own message.
+TEST(LayoutSearchCpComm, RejectsAllToAllWhoseHeadsDoNotSplit) {
+  // Two query heads: a2a at tp x cp = 2 only; a2a+p2p 2 x 2 (tp 1) splits them.
+  const std::vector<std::string> two = {"model.n_head=2", "train.global_batch=4"};
+  const TrainConfig cfg = load(two);
+  ASSERT_EQ(cfg.model.n_head, 2);
+  bool refused = false, a2a_ok = false, hcp_ok = false;
+  for (const auto& k : search_layouts(cfg, cp_comm_search(4))) {
+    const bool a2a = k.cp > 1 && k.cp_comm == "a2a";
+    if (k.accepted) {
+      EXPECT_FALSE(a2a && k.tp * k.cp != 2) << k.name();
+      a2a_ok |= a2a, hcp_ok |= k.cp_comm == "a2a+p2p";
+      continue;
+    }
+    if (!a2a || k.cp != 4 || !contains(k.reason, "parallel.cp_comm_type = a2a:")) continue;
+    refused = true;
+    EXPECT_TRUE(contains(k.reason, "model.n_head = 2")) << k.reason;
+    // The trainer refuses the layout in the same words.
+    std::vector<std::string> o = two;
+    o.insert(o.end(), {"parallel.cp=4", "parallel.cp_comm_type=a2a"});
+    try {
+      train_mesh(load(o), 4, 0);
+      ADD_FAILURE() << "the trainer accepts a2a at cp 4 with 2 heads";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), k.reason);
+    }
+  }
+  EXPECT_TRUE(refused);
+  EXPECT_TRUE(a2a_ok) << "a2a at tp 1 x cp 2";
+  EXPECT_TRUE(hcp_ok) << "a2a+p2p 2 x 2 at tp 1";
+  // One key/value head (GQA): no all-to-all splits it, at any cp; the ring
+  // and the all-gather still run.
+  std::set<CpComm> ok;
+  bool hcp_refused = false;
+  for (const auto& k : search_layouts(
+           load({"model.preset=qwen2-tiny", "model.n_kv_head=1", "train.global_batch=4"}),
+           cp_comm_search(4))) {
+    if (k.accepted && k.cp > 1) ok.insert({k.cp, k.cp_comm, k.hierarchical_cp_sizes});
+    hcp_refused |= !k.accepted && k.cp_comm == "a2a+p2p" &&
+                   contains(k.reason, "parallel.cp_comm_type = a2a+p2p") &&
+                   contains(k.reason, "model.n_kv_head = 1");
+  }
+  const std::vector<int64_t> none;
+  EXPECT_EQ(
+      ok,
+      (std::set<CpComm>{
+          {2, "p2p", none}, {2, "all_gather", none}, {4, "p2p", none}, {4, "all_gather", none}}));
+  EXPECT_TRUE(hcp_refused);
+}
+
+// A type the user fixed (search_cp_comm off: nekton autoconfig when the
+// recipe or a setting gives parallel.cp_comm_type) stays: every layout has
+// it and no override line names it; a fixed a2a+p2p 2,2 leaves cp 4 only.
+TEST(LayoutSearchCpComm, KeepsAFixedType) {
+  LayoutSearchOptions opt = cp_comm_search(4);
+  opt.search_cp_comm = false;
+  bool cp2 = false;
+  for (const auto& k :
+       search_layouts(load({"parallel.cp_comm_type=a2a", "train.global_batch=4"}), opt)) {
+    EXPECT_EQ(k.cp_comm, "a2a");
+    EXPECT_FALSE(contains(joined(k.overrides), "cp_comm_type")) << joined(k.overrides);
+    cp2 |= k.accepted && k.cp == 2;
+  }
+  EXPECT_TRUE(cp2);
+  const std::vector<std::string> hcp = {"parallel.cp=4", "parallel.cp_comm_type=a2a+p2p",
+                                        "parallel.hierarchical_context_parallel_sizes=2,2",
+                                        "train.global_batch=4"};
+  int64_t accepted = 0;
+  bool refused = false;  // cp 1 and 2: the sizes' product is not cp (the config's check)
+  for (const auto& k : search_layouts(load(hcp), opt)) {
+    EXPECT_EQ(k.cp_comm, "a2a+p2p");
+    EXPECT_EQ(k.hierarchical_cp_sizes, (std::vector<int64_t>{2, 2}));
+    if (!k.accepted) {
+      refused |= k.cp != 4 && contains(k.reason, "hierarchical_context_parallel_sizes = 2,2");
+      continue;
+    }
+    ++accepted;
+    EXPECT_EQ(k.cp, 4);
+    std::vector<std::string> o = hcp;
+    o.insert(o.end(), k.overrides.begin(), k.overrides.end());
+    EXPECT_NO_THROW(train_mesh(load(o), 4, 0)) << joined(o);
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_TRUE(refused);
 }
 
 std::string recipe_args() {

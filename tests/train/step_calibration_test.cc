@@ -9,6 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <utility>
+
+#include "core/error.h"
 #include "train/layout_search.h"
 #include "train/train_parallel.h"
 
@@ -171,8 +175,28 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
                            estimate_training(load({"parallel.dp=2"}), 2, &r), faults)
                   .overhead_s,
               none.overhead_s);  // nothing is released without FSDP
-    const double measured = measure_page_refault();
-    EXPECT_TRUE(std::isfinite(measured) && measured >= 0) << measured;
+    // The probe releases and faults in what it says: every rewrite after a
+    // release faults each page in again (at least one fault per 2 MiB,
+    // where the kernel maps huge pages), the writes of resident pages
+    // fault fewer. (What the faults cost is timing: only its sign here.)
+    const int64_t MiB = 1 << 20;
+    const PageRefault probe = measure_page_refault(4 * MiB, 3);
+    EXPECT_EQ(probe.bytes, 4 * MiB);
+    EXPECT_EQ(probe.rounds, 3);
+    EXPECT_GE(probe.refaults, 3 * 4 * MiB / (2 * MiB)) << probe.refaults;
+    EXPECT_LT(probe.resident_faults, probe.refaults);
+    EXPECT_TRUE(std::isfinite(probe.s_per_byte) && probe.s_per_byte >= 0) << probe.s_per_byte;
+    // Bad sizes are refused by name, not mapped.
+    using Args = std::pair<int64_t, int64_t>;  // bytes, rounds
+    for (const auto& [bytes, rounds] :
+         {Args{0, 5}, Args{-1, 5}, Args{4 * MiB, 0}, Args{int64_t(1) << 40, 5}}) {
+      try {
+        (void)measure_page_refault(bytes, rounds);
+        ADD_FAILURE() << bytes << " bytes, " << rounds << " rounds accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("measure_page_refault"), std::string::npos);
+      }
+    }
   }
   // Tensor parallel: 4 per layer and micro-batch, 3 for the loss.
   const StepPrediction tp = predict({"parallel.tp=2"});
@@ -217,6 +241,80 @@ TEST(StepCalibration, SearchWithCpAndVpGivesLayoutsTheTrainerAccepts) {
   }
   EXPECT_TRUE(cp);
   EXPECT_TRUE(vp);
+}
+
+// The search's cp_comm_type candidates are timed as the step model costs
+// each type. At cp 4 on 4 ranks (tp 1, multi-head attention, so a rank's
+// keys and values are twice its queries, q): the exchanges of a layer send
+// (nn::cp_exchange_bytes) a2a 3/4 (qkv + out) forward and twice that
+// backward, the least; a2a+p2p 2 x 2 half of that over its pairs plus a ring
+// of 2; all_gather the ring's bytes less the gradients' last hop; p2p the
+// most. Messages per layer (predict_step): all_gather 1 + 2, a2a 2 + 2,
+// a2a+p2p (2 + 1) + (2 + 3), p2p 3 + 7. The compute is the same but for
+// the attention: a2a's heads over the whole row with the plain kernel,
+// every other type through the ring's block kernel (times its measured
+// scale). So with a slow link the bytes order them, with a costly message
+// the counts, with a free link the a2a's kernel wins; all_gather never
+// loses to p2p (the same compute, fewer bytes and messages).
+TEST(StepCalibration, SearchTimesEachContextParallelTypeAsTheModelCostsIt) {
+  const TrainConfig c = load();
+  MachineRates r = rates_for(c);
+  LayoutSearchOptions opt;
+  opt.world = 4;
+  opt.rates = &r;
+  opt.search_cp = opt.search_cp_comm = true;
+  StepCalibration cal;
+  cal.procs_per_node = 4, cal.cores = 4;
+  opt.calibration = &cal;
+  (void)search_layouts(c, opt);  // measures the rates of every layout's shapes
+  for (auto& [k, v] : r.gemm) v = 1e9;
+  for (auto& [k, v] : r.attention) v = 1e9;
+  // The four types of tp 1 x cp 4, micro-batch 2, no recompute.
+  auto at_cp4 = [&](const StepCalibration& k) {
+    opt.calibration = &k;
+    std::map<std::string, LayoutCandidate> by_type;
+    std::vector<std::string> order;
+    for (const LayoutCandidate& x : search_layouts(c, opt))
+      if (x.accepted && x.tp == 1 && x.pp == 1 && x.cp == 4 && !x.sp && x.shard == "none" &&
+          x.micro_batch == 2 && x.recompute == "none") {
+        by_type[x.cp_comm] = x;
+        order.push_back(x.cp_comm);
+      }
+    EXPECT_EQ(by_type.size(), 4u);
+    return std::pair(by_type, order);
+  };
+  StepCalibration bytes = cal;  // 1 kB/s, no latency: the bytes decide
+  bytes.link_bytes_per_s = 1e3, bytes.link_latency_s = 0;
+  auto [b, b_order] = at_cp4(bytes);
+  EXPECT_LT(b["a2a"].comm_bytes, b["a2a+p2p"].comm_bytes);
+  EXPECT_LT(b["a2a+p2p"].comm_bytes, b["all_gather"].comm_bytes);
+  EXPECT_LT(b["all_gather"].comm_bytes, b["p2p"].comm_bytes);
+  // Ranked so, best first.
+  EXPECT_EQ(b_order, (std::vector<std::string>{"a2a", "a2a+p2p", "all_gather", "p2p"}));
+  EXPECT_EQ(b["a2a+p2p"].overrides.back(), "parallel.hierarchical_context_parallel_sizes=2,2");
+
+  StepCalibration messages = cal;  // free bytes, 1 s a message
+  messages.link_bytes_per_s = 1e30, messages.link_latency_s = 1;
+  auto [m, m_order] = at_cp4(messages);
+  // The gradients' buckets are the same for every type: the differences
+  // are the counts above x 4 layers x 4 micro-batches (global batch 8 of 2).
+  const double per = 4.0 * 4.0;
+  EXPECT_NEAR(m["a2a"].comm_messages - m["all_gather"].comm_messages, per * (4 - 3), 1e-9);
+  EXPECT_NEAR(m["a2a+p2p"].comm_messages - m["all_gather"].comm_messages, per * (8 - 3), 1e-9);
+  EXPECT_NEAR(m["p2p"].comm_messages - m["all_gather"].comm_messages, per * (10 - 3), 1e-9);
+  EXPECT_EQ(m_order, (std::vector<std::string>{"all_gather", "a2a", "a2a+p2p", "p2p"}));
+
+  StepCalibration link = cal;  // a free link; the ring's blocks cost 3x the causal kernel's
+  link.link_bytes_per_s = 1e30, link.link_latency_s = 0, link.ring_attention_scale = 3;
+  auto [f, f_order] = at_cp4(link);
+  EXPECT_EQ(f_order.front(), "a2a");
+  EXPECT_DOUBLE_EQ(f["all_gather"].compute_s, f["p2p"].compute_s);
+  for (const auto& x : {"a2a+p2p", "all_gather", "p2p"})
+    EXPECT_LT(f["a2a"].step_s(), f[x].step_s());
+  for (const StepCalibration* k : {&cal, &bytes, &messages, &link}) {
+    auto [t, order] = at_cp4(*k);
+    EXPECT_LE(t["all_gather"].step_s(), t["p2p"].step_s());
+  }
 }
 
 }  // namespace
