@@ -348,8 +348,8 @@ std::string add_tokenizer(GgufWriter& w, const std::string& model_dir, const Mod
 // A head-split tensor (ExternalTensor::head_split: MLA's attn_k_b,
 // attn_v_b): slice h holds rows [head_row0, head_row0 + head_rows) of the
 // parameter's h-th block of rows, transposed for attn_k_b.
-void add_head_split(GgufWriter& w, const ExternalTensor& e, const ParamInfo& p,
-                    const Transformer* m, const std::string& recipe, const ModelConfig& c) {
+void add_head_split(GgufWriter& w, const ExternalTensor& e, const ParamInfo& p, Transformer* m,
+                    const std::string& recipe, const ModelConfig& c) {
   const int64_t H = e.head_split, rows = e.head_rows, in = p.shape[1];
   const int64_t block = p.shape[0] / H, row0 = e.head_row0;
   const bool tr = e.transposed;
