@@ -1,40 +1,51 @@
 // Greedy generation throughput of the KV-cache engine (infer/Generator) on a
 // randomly initialised model, or on a GGUF file's (PRESET = FILE.gguf: its
 // weights kept in their types, ckpt/gguf_import.h). Usage:
-//   bench_generate PRESET|FILE.gguf DTYPE BATCH PROMPT NEW [REPS] [BLOCK]
-// (threads from OMP_NUM_THREADS). All prompts are prefilled in one step, so
-// the first streamed token marks the end of the prefill; decode ms/step is
-// the time after it over NEW - 1 steps. tokens/s counts generated tokens over
-// the whole run (prefill included) and over decoding alone. The last line is
-// JSON for the scripts. Best of REPS runs (default 1) after a warm-up run.
-// BLOCK > 0 runs over a paged cache (infer/paged_cache.h) of blocks of BLOCK
+//   bench_generate PRESET|FILE.gguf DTYPE BATCH PROMPT NEW [REPS] [BLOCK] [model.KEY=VALUE...]
+// (threads from OMP_NUM_THREADS; the model.* overrides resize a preset, e.g.
+// deepseek_v3-tiny with model.n_head=32 model.kv_lora_rank=256). All prompts are prefilled in one
+// step, so the first streamed token marks the end of the prefill; decode ms/step is the time after
+// it over NEW - 1 steps. tokens/s counts generated tokens over the whole run (prefill included) and
+// over decoding alone. The last line is JSON for the scripts. Best of REPS runs (default 1) after a
+// warm-up run. BLOCK > 0 runs over a paged cache (infer/paged_cache.h) of blocks of BLOCK
 // positions, exactly enough for the batch, prefix caching off (every rep
 // computes the same prompts); without it, the contiguous SlotCache.
+// BENCH_PROFILE=1: after the timed runs, one more run with the kernel
+// profile on (ops/kernel_profile.h), its ten slowest kernels printed.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "ckpt/gguf_import.h"
+#include "core/config.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "infer/generate.h"
 #include "infer/paged_cache.h"
+#include "ops/kernel_profile.h"
 
 using namespace nk;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  if (argc < 6) {
-    fmt::print(stderr, "usage: bench_generate PRESET f32|bf16 BATCH PROMPT NEW [REPS] [BLOCK]\n");
+  std::vector<std::string> args, overrides;  // positional; model.KEY=VALUE
+  for (int i = 1; i < argc; ++i)
+    (std::string(argv[i]).find('=') != std::string::npos ? overrides : args).push_back(argv[i]);
+  if (args.size() < 5) {
+    fmt::print(stderr,
+               "usage: bench_generate PRESET f32|bf16 BATCH PROMPT NEW [REPS] [BLOCK] "
+               "[model.KEY=VALUE...]\n");
     return 1;
   }
-  const std::string preset = argv[1];
-  const DType dt = parse_dtype(argv[2]);
-  const int64_t B = std::atoll(argv[3]), P = std::atoll(argv[4]), N = std::atoll(argv[5]);
-  const int reps = argc > 6 ? std::atoi(argv[6]) : 1;
-  const int64_t block = argc > 7 ? std::atoll(argv[7]) : 0;
+  const std::string preset = args[0];
+  const DType dt = parse_dtype(args[1]);
+  const int64_t B = std::atoll(args[2].c_str()), P = std::atoll(args[3].c_str()),
+                N = std::atoll(args[4].c_str());
+  const int reps = args.size() > 5 ? std::atoi(args[5].c_str()) : 1;
+  const int64_t block = args.size() > 6 ? std::atoll(args[6].c_str()) : 0;
   auto t0 = Clock::now();
   std::unique_ptr<Transformer> owned;
   if (is_gguf_path(preset)) {
@@ -43,7 +54,12 @@ int main(int argc, char** argv) {
     owned = std::move(load_gguf_model(preset, o).model);
     owned->pack_quant_weights();  // as nekton generate and serve load it
   } else {
-    owned = std::make_unique<Transformer>(model_preset(preset), dt, 1);
+    ModelConfig c = model_preset(preset);
+    if (!overrides.empty()) {
+      overrides.insert(overrides.begin(), "model.preset=" + preset);
+      c = model_config_from(Config::load(model_schema(), "", overrides));
+    }
+    owned = std::make_unique<Transformer>(c, dt, 1);
   }
   Transformer& model = *owned;
   const ModelConfig& cfg = model.config();
@@ -86,6 +102,15 @@ int main(int argc, char** argv) {
     const double decode = N > 1 ? (total - prefill) / double(N - 1) : 0;
     if (total < best_total) best_total = total, best_prefill = prefill;
     best_decode = std::min(best_decode, decode);
+  }
+  if (const char* p = std::getenv("BENCH_PROFILE"); p && std::string(p) == "1") {
+    ops::reset_kernel_profile();
+    ops::set_kernel_profiling(true);
+    gen.run(reqs, [](int64_t, int32_t, std::string_view) {});
+    ops::set_kernel_profiling(false);
+    const std::vector<ops::KernelTime> k = ops::kernel_profile();
+    for (size_t i = 0; i < k.size() && i < 10; ++i)
+      fmt::print("  {:<28} {:>8} calls {:>9.3f} ms\n", k[i].name, k[i].calls, 1e3 * k[i].seconds);
   }
   const double tps = double(B * N) / best_total, dtps = double(B) / best_decode;
   fmt::print(

@@ -211,15 +211,22 @@ void add_gemma(GgufWriter& w, const std::string& ga, const ModelConfig& c, const
 // and (yarn) the scores' mscale through rope.scaling.yarn_log_multiplier
 // (0.1 mscale_all_dim: llama.cpp scales the scores by (1 + that ln factor)^2
 // and leaves cos/sin unscaled, so yarn's cos/sin factor must be 1:
-// mscale = mscale_all_dim). Each head's [k_nope | v] stays one attn_kv_b
-// (llama.cpp's unsplit form; without key_length_mla it runs the heads as
-// plain multi-head attention over the decompressed keys and values).
+// mscale = mscale_all_dim). kv_b goes split per head (attn_k_b, attn_v_b:
+// Deepseek::gguf_tensors) with the sizes llama.cpp's converter writes for
+// its absorbed path: one key/value head (the latent row) of key_length
+// kv_rank + rope and value_length kv_rank, each query head's key_length_mla
+// (nope + rope) and value_length_mla (v).
 void add_latent_attention(GgufWriter& w, const std::string& ga, const ModelConfig& c,
                           const std::string& dir) {
+  const std::string k = ga + ".attention.";
+  w.add_u32(k + "key_length", uint32_t(c.kv_lora_rank + c.qk_rope_head_dim));
+  w.add_u32(k + "value_length", uint32_t(c.kv_lora_rank));
+  w.add_u32(k + "key_length_mla", uint32_t(c.head_dim()));
+  w.add_u32(k + "value_length_mla", uint32_t(c.v_head_dim));
   // Written as 0 without one: llama.cpp reads the key unless the layer count is
   // V2-Lite's (26 or 27), and tells the graphs apart by attn_q's presence.
-  w.add_u32(ga + ".attention.q_lora_rank", uint32_t(c.q_lora_rank));
-  w.add_u32(ga + ".attention.kv_lora_rank", uint32_t(c.kv_lora_rank));
+  w.add_u32(k + "q_lora_rank", uint32_t(c.q_lora_rank));
+  w.add_u32(k + "kv_lora_rank", uint32_t(c.kv_lora_rank));
   const RopeScaling& s = c.rope_scaling;
   if (s.type != RopeScalingType::Yarn) return;
   if (std::abs(rope_attention_factor(s) - 1.0) > 1e-12)
@@ -338,6 +345,33 @@ std::string add_tokenizer(GgufWriter& w, const std::string& model_dir, const Mod
   return v.model;
 }
 
+// A head-split tensor (ExternalTensor::head_split: MLA's attn_k_b,
+// attn_v_b): slice h holds rows [head_row0, head_row0 + head_rows) of the
+// parameter's h-th block of rows, transposed for attn_k_b.
+void add_head_split(GgufWriter& w, const ExternalTensor& e, const ParamInfo& p, Transformer* m,
+                    const std::string& recipe, const ModelConfig& c) {
+  const int64_t H = e.head_split, rows = e.head_rows, in = p.shape[1];
+  const int64_t block = p.shape[0] / H, row0 = e.head_row0;
+  const bool tr = e.transposed;
+  const Shape shape = tr ? Shape{H, in, rows} : Shape{H, rows, in};
+  w.add_tensor(e.name, shape,
+               gguf_tensor_type(recipe, e.name, shape, c.n_layer, c.tied_embeddings, c.num_experts),
+               [m, pp = &p, H, rows, in, block, row0, tr](std::vector<float>& out) {
+                 const float* base = ParamLayout::view(m->params(), *pp).data<float>();
+                 out.resize(size_t(H * rows * in));
+                 for (int64_t h = 0; h < H; ++h) {
+                   const float* src = base + (h * block + row0) * in;  // [rows, in]
+                   float* dst = out.data() + h * rows * in;
+                   if (!tr) {
+                     std::copy(src, src + rows * in, dst);
+                     continue;
+                   }
+                   for (int64_t r = 0; r < rows; ++r)
+                     for (int64_t i = 0; i < in; ++i) dst[i * rows + r] = src[r * in + i];
+                 }
+               });
+}
+
 }  // namespace
 
 const std::vector<std::string>& gguf_recipes() {
@@ -434,7 +468,8 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   const bool experts_ff = c.is_moe() && !arch.gguf_expert_ff_keys();
   w.add_u32(ga + ".feed_forward_length", uint32_t(experts_ff ? c.expert_d_ff() : c.d_ff));
   w.add_u32(ga + ".attention.head_count", uint32_t(c.n_head));
-  w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.n_kv_head));
+  // MLA: the one latent row every head reads (add_latent_attention).
+  w.add_u32(ga + ".attention.head_count_kv", uint32_t(c.mla() ? 1 : c.n_kv_head));
   // (In the order earlier exports wrote them: a Llama file stays byte-identical.)
   if (rotary) w.add_f32(ga + ".rope.freq_base", float(c.rope_theta));
   w.add_f32(ga + "." + gguf_norm_eps_key(spec), float(c.norm_eps));
@@ -444,11 +479,12 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   if (c.is_moe()) add_experts(w, ga, c, arch, model_dir);
   if (gemma) add_gemma(w, ga, c, model_dir);
   // A head size apart from d_model / n_head (Qwen3's), as llama.cpp reads it.
-  if (c.head_dim() * c.n_head != c.d_model || c.mla()) {
+  if (c.mla()) {
+    add_latent_attention(w, ga, c, model_dir);
+  } else if (c.head_dim() * c.n_head != c.d_model) {
     w.add_u32(ga + ".attention.key_length", uint32_t(c.head_dim()));
     w.add_u32(ga + ".attention.value_length", uint32_t(c.out_head_dim()));
   }
-  if (c.mla()) add_latent_attention(w, ga, c, model_dir);
 
   // The tokenizer before the weights: its errors are cheaper to find.
   result.tokenizer = add_tokenizer(w, model_dir, c, opt.tokenizer);
@@ -457,7 +493,12 @@ GgufExportResult export_gguf(const std::string& model_dir, const std::string& ou
   Transformer* m = model.get();
   // 1-d tensors (norms, biases) stay f32, as llama.cpp's converter stores them.
   for (const ExternalTensor& e : arch.gguf_tensors(c)) {
+    if (e.kv_b == ExternalTensor::KvB::Unsplit) continue;  // read by import, never written
     const ParamInfo& p = m->layout().find(e.param);
+    if (e.head_split > 0) {
+      add_head_split(w, e, p, m, opt.type, c);
+      continue;
+    }
     Shape shape = p.shape;
     // The first row of each slice: one, or one per expert of a stacked tensor.
     std::vector<int64_t> row0 = {0};

@@ -30,6 +30,10 @@
 // as 1 + w, and attention.sliding_window, attn_logit_softcapping,
 // final_logit_softcapping (gguf_export.cc add_gemma lists what llama.cpp
 // fixes and export checks).
+// DeepSeek-V2/V3 (llama.cpp's deepseek2): kv_b split per head as its
+// converter writes it for the absorbed path, attn_k_b [H, kv_rank, nope]
+// (each head's nope rows transposed) and attn_v_b [H, v, kv_rank], with
+// key_length_mla / value_length_mla (gguf_export.cc add_latent_attention).
 // A model llama.cpp would run differently (a sliding window shorter than the
 // context outside Gemma) is refused rather than written, and so is one without a tokenizer
 // (llama.cpp refuses to load a GGUF that has none).

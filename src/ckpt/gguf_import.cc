@@ -178,6 +178,11 @@ struct Piece {
   int64_t rope_heads;
   int64_t file_row0 = 0;
   float add = 0;  // the file holds value + add (ExternalTensor::add: Gemma's 1 + w norms)
+  // The piece's rows are the columns of the file's rows [file_row0,
+  // file_row0 + in), each `rows` values (a slice of MLA's attn_k_b).
+  bool transposed = false;
+  // File rows read.
+  int64_t file_rows() const { return transposed ? t->shape[t->shape.size() - 2] : rows; }
 };
 
 // The file bytes a piece reads: its rows' share of its tensor's (all dims
@@ -185,7 +190,7 @@ struct Piece {
 double gguf_piece_bytes(const Piece& p) {
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < p.t->shape.size(); ++d) rows *= p.t->shape[d];
-  return double(p.t->bytes) * double(p.rows) / double(std::max<int64_t>(1, rows));
+  return double(p.t->bytes) * double(p.file_rows()) / double(std::max<int64_t>(1, rows));
 }
 
 // Row r of the parameter's piece comes from file row src_row(r): the inverse
@@ -207,6 +212,13 @@ bool kept(GgmlType t) {
 // 1-d piece is one row of p.rows values).
 void decode_rows(const Piece& p, int64_t in, float* dst) {
   if (p.t->shape.size() == 1) return gguf_decode_rows(*p.t, 0, 1, dst);
+  if (p.transposed) {
+    std::vector<float> cols(size_t(in * p.rows));  // [in, rows]
+    gguf_decode_rows(*p.t, p.file_row0, in, cols.data());
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t i = 0; i < in; ++i) dst[r * in + i] = cols[size_t(i * p.rows + r)];
+    return;
+  }
   if (p.rope_heads == 0) return gguf_decode_rows(*p.t, p.file_row0, p.rows, dst);  // one call
   for (int64_t r = 0; r < p.rows; ++r) gguf_decode_rows(*p.t, src_row(p, r), 1, dst + r * in);
 }
@@ -240,27 +252,69 @@ void read_deepseek_routing(const GgufFile& f, const std::string& k, ModelConfig&
       f.find(fmt::format("blk.{}.exp_probs_b.bias", c.moe_first_dense_layers)) != nullptr;
 }
 
+// Whether a deepseek2 file holds kv_b split per head (attn_k_b, attn_v_b):
+// as llama.cpp decides (is_mla), by attention.key_length_mla and
+// value_length_mla. ExternalTensor::KvB.
+bool gguf_split_kv_b(const GgufFile& f, const std::string& k) {
+  return f.has(k + "attention.key_length_mla") || f.has(k + "attention.value_length_mla");
+}
+
+// The architecture's tensors in this file's layout: deepseek2's kv_b split
+// or whole (gguf_split_kv_b), as llama.cpp reads it; a file holding both
+// has the other one's tensors left unread (and named in a warning).
+std::vector<ExternalTensor> gguf_file_tensors(const GgufFile& f, const Architecture& arch,
+                                              const ModelConfig& c) {
+  const ExternalTensor::KvB skip = gguf_split_kv_b(f, arch.gguf_arch() + ".")
+                                       ? ExternalTensor::KvB::Unsplit
+                                       : ExternalTensor::KvB::Split;
+  std::vector<ExternalTensor> out;
+  for (ExternalTensor& e : arch.gguf_tensors(c))
+    if (e.kv_b != skip) out.push_back(std::move(e));
+  return out;
+}
+
 // Multi-head Latent Attention as llama.cpp's deepseek2 reads it (and
 // ckpt/gguf_export.cc add_latent_attention writes it): the ranks (a file
 // with attn_q has no query bottleneck, whatever attention.q_lora_rank
-// says), each head's key of attention.key_length (qk_nope + qk_rope) and
-// value of value_length, the rotated part rope.dimension_count; every head
-// has its own key (head_count_kv is not read: converters write 1 or
-// head_count). The unsplit attn_kv_b only.
+// says), the rotated part rope.dimension_count, and each head's key and
+// value sizes: with kv_b split per head (attn_k_b, attn_v_b; llama.cpp's
+// absorbed path), attention.key_length_mla (qk_nope + qk_rope) and
+// value_length_mla, key_length and value_length being then the latent
+// row's (kv_rank + rope, kv_rank); with the older unsplit attn_kv_b,
+// key_length and value_length. Every head has its own key (head_count_kv
+// is not read: converters write 1 or head_count).
 void read_latent_attention(const GgufFile& f, const std::string& k, ModelConfig& c) {
-  for (const char* t : {"blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight"})
-    if (f.find(t))
-      fail(
-          "GGUF '{}': tensor '{}': llama.cpp's split kv_b (attn_k_b, attn_v_b) is not "
-          "supported yet; Nekton reads deepseek2 files with the unsplit attn_kv_b",
-          f.path(), t);
+  const bool split = gguf_split_kv_b(f, k);
+  // The other layout's tensors alone: a file llama.cpp would not load either.
+  const char* want = split ? "blk.0.attn_k_b.weight" : "blk.0.attn_kv_b.weight";
+  const char* other = split ? "blk.0.attn_kv_b.weight" : "blk.0.attn_k_b.weight";
+  if (!f.find(want) && f.find(other))
+    fail(
+        "GGUF '{}': tensor '{}' without '{}': the file has {}{}attention.key_length_mla, with "
+        "which llama.cpp reads kv_b split (attn_k_b, attn_v_b), without it whole (attn_kv_b)",
+        f.path(), other, want, split ? "" : "no ", k);
   c.n_kv_head = c.n_head;
   c.kv_lora_rank = positive(f, k + "attention.kv_lora_rank", limits::kHidden);
   c.q_lora_rank =
       f.find("blk.0.attn_q.weight") ? 0 : positive(f, k + "attention.q_lora_rank", limits::kHidden);
-  c.attn_head_dim = positive(f, k + "attention.key_length", limits::kHidden);
-  c.v_head_dim = positive(f, k + "attention.value_length", limits::kHidden);
+  const std::string key = k + (split ? "attention.key_length_mla" : "attention.key_length");
+  const std::string value = k + (split ? "attention.value_length_mla" : "attention.value_length");
+  c.attn_head_dim = positive(f, key, limits::kHidden);
+  c.v_head_dim = positive(f, value, limits::kHidden);
   c.qk_rope_head_dim = positive(f, k + "rope.dimension_count", c.attn_head_dim);
+  if (!split) return;
+  // llama.cpp sizes its cache's one head by these: the latent row.
+  for (const auto& [name, v] :
+       {std::pair{"attention.key_length", c.kv_lora_rank + c.qk_rope_head_dim},
+        std::pair{"attention.value_length", c.kv_lora_rank}})
+    if (f.has(k + name) && f.get_int(k + name) != v)
+      fail(
+          "GGUF '{}': {}{} = {}; with attention.key_length_mla it is the latent row's size, {} "
+          "(kv_lora_rank {}{})",
+          f.path(), k, name, f.get_int(k + name), v, c.kv_lora_rank,
+          std::string(name) == "attention.key_length"
+              ? fmt::format(" + rope.dimension_count {}", c.qk_rope_head_dim)
+              : "");
 }
 
 // DeepSeek's yarn: llama.cpp scales the scores by (1 + yarn_log_multiplier
@@ -436,11 +490,34 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
 
   // Each parameter's pieces, checked against the layout before anything is allocated.
   std::map<std::string, std::vector<Piece>> pieces;
-  for (const ExternalTensor& e : arch.gguf_tensors(c)) {
+  const std::vector<ExternalTensor> tensors = gguf_file_tensors(f, arch, c);
+  auto check_known = [&](const ExternalTensor& e, const GgufFile::TensorInfo& t) {
+    if (!t.known)
+      fail(
+          "GGUF '{}': tensor '{}' is of type {}, which Nekton does not load (f32, f16, bf16, "
+          "q8_0, q4_0, q4_k, q6_k)",
+          path, e.name, ggml_type_number_name(t.type));
+  };
+  for (const ExternalTensor& e : tensors) {
     const GgufFile::TensorInfo& t = f.tensor(e.name);
     const ParamInfo& p = layout.find(e.param);
     Shape want = p.shape;
     int64_t row0 = 0;
+    if (e.head_split > 0) {
+      // Slice h: rows [h block + head_row0, + head_rows) (MLA's attn_k_b, attn_v_b).
+      const int64_t H = e.head_split, hr = e.head_rows, in = p.shape[1];
+      want = e.transposed ? Shape{H, in, hr} : Shape{H, hr, in};
+      if (t.shape != want)
+        fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
+             shape_str(t.shape), shape_str(want), e.param);
+      check_known(e, t);
+      for (int64_t h = 0; h < H; ++h) {
+        Piece pc{&t, h * (p.shape[0] / H) + e.head_row0, hr, 0, h * (e.transposed ? in : hr)};
+        pc.transposed = e.transposed;
+        pieces[e.param].push_back(pc);
+      }
+      continue;
+    }
     if (e.experts > 0) {
       // One piece per expert: slice x of [experts, rows, in] is part x.
       std::vector<Piece> slices;
@@ -452,11 +529,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
       if (t.shape != want)
         fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
              shape_str(t.shape), shape_str(want), e.param);
-      if (!t.known)
-        fail(
-            "GGUF '{}': tensor '{}' is of type {}, which Nekton does not load (f32, f16, bf16, "
-            "q8_0, q4_0, q4_k, q6_k)",
-            path, e.name, ggml_type_number_name(t.type));
+      check_known(e, t);
       for (const Piece& pc : slices) pieces[e.param].push_back(pc);
       continue;
     }
@@ -468,11 +541,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     if (t.shape != want)
       fail("GGUF '{}': tensor '{}' has shape {}, expected {} (for {})", path, e.name,
            shape_str(t.shape), shape_str(want), e.param);
-    if (!t.known)
-      fail(
-          "GGUF '{}': tensor '{}' is of type {}, which Nekton does not load (f32, f16, bf16, "
-          "q8_0, q4_0, q4_k, q6_k)",
-          path, e.name, ggml_type_number_name(t.type));
+    check_known(e, t);
     if (e.rope_heads > 0 && want[0] % (2 * e.rope_heads) != 0)
       fail("GGUF '{}': tensor '{}' has {} rows, not whole heads of even size", path, e.name,
            want[0]);
@@ -482,7 +551,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   for (const auto& t : f.tensors()) {
     bool used = t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
                 t.name == "rope_factors_short.weight";
-    for (const ExternalTensor& e : arch.gguf_tensors(c)) used |= e.name == t.name;
+    for (const ExternalTensor& e : tensors) used |= e.name == t.name;
     // A multi-token-prediction layer's (blk.L with L past the model's
     // layers: gguf_model_config logged them).
     if (mtp && t.name.starts_with("blk.")) {
@@ -502,8 +571,10 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   for (auto& [name, ps] : pieces) {
     std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
     bool quantized = opt.keep_quantized && block_quantizable(layout, layout.find(name));
+    // (A transposed piece, MLA's attn_k_b, has no rows to keep: kv_b loads dense.)
     for (const Piece& p : ps)
-      quantized &= kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2 && p.add == 0;
+      quantized &=
+          kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2 && p.add == 0 && !p.transposed;
     if (!quantized) continue;
     std::vector<QuantRun> runs;
     for (const Piece& p : ps) {

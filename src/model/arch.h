@@ -10,6 +10,7 @@
 // registry (a static library drops self-registering objects nobody
 // references, so the registry names each one).
 #pragma once
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,6 +71,20 @@ struct ExternalTensor {
   // GGUF: added to every element as written (Gemma's (1 + w) norms: llama.cpp's
   // gemma2/gemma3 graphs scale by the stored weight itself, so w + 1 is stored).
   float add = 0;
+  // > 0 (GGUF's split kv_b of Multi-head Latent Attention, llama.cpp's
+  // attn_k_b / attn_v_b): a 3-d tensor whose slice h of head_split holds
+  // rows [head_row0, head_row0 + head_rows) of the parameter's h-th block
+  // of rows / head_split rows, as [head_split, head_rows, in], or with
+  // `transposed` as [head_split, in, head_rows] (attn_k_b: each head's
+  // k_nope rows transposed).
+  int64_t head_split = 0, head_row0 = 0, head_rows = 0;
+  // Which of deepseek2's two GGUF layouts of kv_b the tensor belongs to:
+  // llama.cpp's current attn_k_b + attn_v_b (Split: what its converter and
+  // Nekton's export write; llama.cpp reads them when the file has
+  // attention.key_length_mla) or the older unsplit attn_kv_b (Unsplit:
+  // read by import when the file has no key_length_mla, never written).
+  enum class KvB : uint8_t { Any, Split, Unsplit };
+  KvB kv_b = KvB::Any;
 };
 
 // A reader over an HF config.json object whose errors name the file and key.

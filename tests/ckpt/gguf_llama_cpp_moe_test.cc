@@ -202,7 +202,9 @@ TEST_F(LlamaCpp, Glm4MoeLogitsAndGreedy) {
 
 // llama.cpp's deepseek2 graph: Multi-head Latent Attention (V3: attn_q_a,
 // attn_q_a_norm, attn_q_b; V2-Lite: attn_q, with attention.q_lora_rank 0;
-// attn_kv_a_mqa, attn_kv_a_norm, the unsplit attn_kv_b; RoPE on the rotary
+// attn_kv_a_mqa, attn_kv_a_norm, kv_b split per head as attn_k_b / attn_v_b
+// with attention.key_length_mla, which llama.cpp runs as its absorbed MLA
+// over a cache of latent rows, as its converter writes them; RoPE on the rotary
 // part as interleaved pairs), a leading dense layer, then the routing from
 // the metadata (V3: sigmoid, score bias, groups, renormalised and scaled; V2:
 // softmax, unnormalised) and the shared experts; V3 with plain RoPE and with

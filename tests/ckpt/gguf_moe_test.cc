@@ -11,9 +11,13 @@
 // (Multi-head Latent Attention) read back exactly too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include "ckpt/gguf_export.h"
 #include "ckpt/gguf_import.h"
@@ -540,8 +544,7 @@ TEST_F(MoeGguf, Dots1LayoutRoundTripAndQuantized) {
 // architecture and every size back, every parameter bit for bit at f32, the
 // same logits (with yarn the mscale comes back through the f32
 // yarn_log_multiplier, read as its shortest decimal: within 1e-6 of their
-// RMS; measured 0). A file with llama.cpp's
-// split attn_k_b / attn_v_b is refused naming the tensor.
+// RMS; measured 0). Export writes kv_b split per head (DeepseekSplitAndUnsplitKvB).
 TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
   struct Case {
     const char* preset;
@@ -595,20 +598,196 @@ TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
     else
       EXPECT_EQ(got, want);
   }
-  // llama.cpp's newer converter splits kv_b per head for its absorbed path.
+}
+
+// A copy of GGUF `in` as `out`: u32 keys set (or, at -1, removed), tensors
+// dropped, f32 tensors added; every other key and tensor as it was (the
+// tensors re-encoded in their type: exact for f32).
+struct GgufEdit {
+  std::map<std::string, int64_t> u32;
+  std::vector<std::string> drop;
+  std::vector<std::tuple<std::string, Shape, std::vector<float>>> add;
+};
+void rewrite_gguf(const std::string& in, const std::string& out, const GgufEdit& e) {
+  std::unique_ptr<GgufFile> f = GgufFile::open(in);
   GgufWriter w;
-  w.add_string("general.architecture", "deepseek2");
-  for (const char* key : {"block_count", "embedding_length", "feed_forward_length",
-                          "attention.head_count", "context_length"})
-    w.add_u32(std::string("deepseek2.") + key, 64);
-  w.add_u32("deepseek2.expert_count", 8);
-  for (const char* t : {"token_embd.weight", "blk.0.attn_k_b.weight"})
-    w.add_tensor(t, {64, 64}, GgmlType::F32, [](std::vector<float>& v) { v.assign(64 * 64, 0.f); });
-  const std::string split = dir / "split.gguf";
-  w.write(split);
-  const std::string e = error_of([&] { load_gguf_model(split); });
-  EXPECT_NE(e.find("tensor 'blk.0.attn_k_b.weight': llama.cpp's split kv_b"), std::string::npos)
-      << e;
+  for (const GgufFile::RawKv& kv : f->raw_metadata())
+    if (!e.u32.count(kv.key)) w.add_raw(kv.key, kv.type, kv.bytes);
+  for (const auto& [key, v] : e.u32)
+    if (v >= 0) w.add_u32(key, uint32_t(v));
+  for (const GgufFile::TensorInfo& t : f->tensors()) {
+    if (std::find(e.drop.begin(), e.drop.end(), t.name) != e.drop.end()) continue;
+    const GgufFile::TensorInfo* src = &t;
+    w.add_tensor(t.name, t.shape, GgmlType(t.type), [src](std::vector<float>& v) {
+      const int64_t in = src->shape.back(), rows = shape_numel(src->shape) / in;
+      v.resize(size_t(rows * in));
+      gguf_decode_rows(*src, 0, rows, v.data());
+    });
+  }
+  for (const auto& [name, shape, values] : e.add)
+    w.add_tensor(name, shape, GgmlType::F32, [values](std::vector<float>& v) { v = values; });
+  w.write(out);
+}
+
+// Every parameter of b equals a's, bit for bit.
+void expect_same_params(const Transformer& a, const Transformer& b, const std::string& what) {
+  for (const ParamInfo& p : a.layout().params()) {
+    Tensor x = a.param_f32(p), y = b.param_f32(b.layout().find(p.name));
+    ASSERT_EQ(0, std::memcmp(x.raw(), y.raw(), x.nbytes())) << what << ": " << p.name;
+  }
+}
+
+// llama.cpp's deepseek2 kv_b layouts (its src/models/deepseek2.cpp and
+// converter): with attention.key_length_mla the absorbed path's attn_k_b
+// [H, kv_rank, nope] (each head's nope rows of kv_b transposed) and
+// attn_v_b [H, v, kv_rank], one key/value head of key_length kv_rank +
+// rope and value_length kv_rank (what export writes, checked value by
+// value against kv_b); without it the older unsplit attn_kv_b [H (nope +
+// v), kv_rank] and key_length nope + rope. Both import to the same model
+// bit for bit (the saved one), with the same logits; a file holding both
+// layouts reads the one its metadata names; a q8_0 file (attn_k_b's rows of
+// 24 fall back to f16, attn_v_b q8_0) loads kv_b dense, exactly the decoded
+// file values. Wrong shapes, a latent key_length that is not the row's and
+// split tensors without key_length_mla are refused naming the tensor or key.
+TEST_F(MoeGguf, DeepseekSplitAndUnsplitKvB) {
+  for (const char* preset : {"deepseek_v2-tiny", "deepseek_v3-tiny"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = model_preset(preset);
+    c.vocab_size = 416;
+    c.max_seq_len = 64;
+    c.init_std = 0.15;
+    const std::string name = preset, model_dir = dir / name;
+    save_tiny_model(model_dir, c, 99, spm);
+    const std::string split = dir / (name + "-split.gguf");
+    RunResult r = run_nekton(fmt::format("export gguf {} {} --type f32", model_dir, split));
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto original = load_model(model_dir, DType::F32);
+    const int64_t H = c.n_head, nope = c.head_dim() - c.qk_rope_head_dim, v = c.v_head_dim,
+                  R = c.kv_lora_rank;
+    {
+      auto f = GgufFile::open(split);
+      EXPECT_EQ(f->get_int("deepseek2.attention.head_count_kv"), 1);
+      EXPECT_EQ(f->get_int("deepseek2.attention.key_length"), R + c.qk_rope_head_dim);
+      EXPECT_EQ(f->get_int("deepseek2.attention.value_length"), R);
+      EXPECT_EQ(f->get_int("deepseek2.attention.key_length_mla"), c.head_dim());
+      EXPECT_EQ(f->get_int("deepseek2.attention.value_length_mla"), v);
+      EXPECT_EQ(f->find("blk.0.attn_kv_b.weight"), nullptr);
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        const GgufFile::TensorInfo& kb = f->tensor(fmt::format("blk.{}.attn_k_b.weight", l));
+        const GgufFile::TensorInfo& vb = f->tensor(fmt::format("blk.{}.attn_v_b.weight", l));
+        ASSERT_EQ(kb.shape, (Shape{H, R, nope}));
+        ASSERT_EQ(vb.shape, (Shape{H, v, R}));
+        std::vector<float> k(size_t(H * R * nope)), vv(size_t(H * v * R));
+        gguf_decode_rows(kb, 0, H * R, k.data());
+        gguf_decode_rows(vb, 0, H * v, vv.data());
+        Tensor kv =
+            original->param_f32(original->layout().find(fmt::format("h.{}.attn.kv_b.weight", l)));
+        const float* w = kv.data<float>();  // [H (nope + v), R]
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < R; ++j) {
+            for (int64_t i = 0; i < nope; ++i)
+              ASSERT_EQ(k[size_t((h * R + j) * nope + i)], w[(h * (nope + v) + i) * R + j]);
+            for (int64_t i = 0; i < v; ++i)
+              ASSERT_EQ(vv[size_t((h * v + i) * R + j)], w[(h * (nope + v) + nope + i) * R + j]);
+          }
+      }
+    }
+    // The older layout of the same model: kv_b whole, the per-head sizes as key_length.
+    GgufEdit old;
+    old.u32 = {{"deepseek2.attention.key_length", c.head_dim()},
+               {"deepseek2.attention.value_length", v},
+               {"deepseek2.attention.key_length_mla", -1},
+               {"deepseek2.attention.value_length_mla", -1},
+               {"deepseek2.attention.head_count_kv", H}};
+    GgufEdit both;  // the split file with a stray (zero) attn_kv_b per layer
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string b = fmt::format("blk.{}.", l);
+      old.drop.push_back(b + "attn_k_b.weight");
+      old.drop.push_back(b + "attn_v_b.weight");
+      Tensor kv =
+          original->param_f32(original->layout().find(fmt::format("h.{}.attn.kv_b.weight", l)));
+      old.add.emplace_back(b + "attn_kv_b.weight", kv.shape(),
+                           std::vector<float>(kv.data<float>(), kv.data<float>() + kv.numel()));
+      both.add.emplace_back(b + "attn_kv_b.weight", kv.shape(),
+                            std::vector<float>(size_t(kv.numel()), 0.f));
+    }
+    const std::string unsplit = dir / (name + "-unsplit.gguf"), two = dir / (name + "-both.gguf");
+    rewrite_gguf(split, unsplit, old);
+    rewrite_gguf(split, two, both);
+    GgufModel a = load_gguf_model(split), b = load_gguf_model(unsplit), ab = load_gguf_model(two);
+    expect_same_params(*original, *a.model, "split");
+    expect_same_params(*original, *b.model, "unsplit");
+    expect_same_params(*original, *ab.model, "both (split metadata)");
+    EXPECT_EQ(logits_of(*a.model, prompt), logits_of(*b.model, prompt));
+    EXPECT_EQ(logits_of(*a.model, prompt), logits_of(*original, prompt));
+
+    // q8_0: kv_b dense, the decoded k_b transposed and v_b.
+    const std::string q8 = dir / (name + "-q8.gguf");
+    r = run_nekton(fmt::format("export gguf {} {} --type q8_0", model_dir, q8));
+    ASSERT_EQ(r.code, 0) << r.out;
+    {
+      auto f = GgufFile::open(q8);
+      const GgufFile::TensorInfo &kb = f->tensor("blk.1.attn_k_b.weight"),
+                                 &vb = f->tensor("blk.1.attn_v_b.weight");
+      EXPECT_EQ(GgmlType(kb.type), GgmlType::F16);
+      EXPECT_EQ(GgmlType(vb.type), GgmlType::Q8_0);
+      std::vector<float> k(size_t(H * R * nope)), vv(size_t(H * v * R));
+      gguf_decode_rows(kb, 0, H * R, k.data());
+      gguf_decode_rows(vb, 0, H * v, vv.data());
+      GgufModel g = load_gguf_model(q8);
+      EXPECT_FALSE(g.model->layout().find("h.1.attn.kv_b.weight").quantized);
+      EXPECT_TRUE(g.model->layout().find("h.1.attn.kv_a.weight").quantized);
+      Tensor kv = g.model->param_f32(g.model->layout().find("h.1.attn.kv_b.weight"));
+      const float* w = kv.data<float>();
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < R; ++j) {
+          for (int64_t i = 0; i < nope; ++i)
+            ASSERT_EQ(k[size_t((h * R + j) * nope + i)], w[(h * (nope + v) + i) * R + j]);
+          for (int64_t i = 0; i < v; ++i)
+            ASSERT_EQ(vv[size_t((h * v + i) * R + j)], w[(h * (nope + v) + nope + i) * R + j]);
+        }
+      const double d = rel_max_diff(logits_of(*g.model, prompt), logits_of(*original, prompt));
+      EXPECT_LE(d, 2e-2);
+      std::printf("[%s q8_0 split kv_b] logits within %.3g of the f32 model's (rel. RMS)\n", preset,
+                  d);
+    }
+
+    // Refusals.
+    auto refused = [&](const GgufEdit& e, const std::string& file) {
+      rewrite_gguf(split, dir / file, e);
+      return error_of([&] { load_gguf_model(dir / file); });
+    };
+    GgufEdit bad;
+    bad.drop = {"blk.1.attn_k_b.weight"};
+    bad.add.emplace_back("blk.1.attn_k_b.weight", Shape{H, nope, R},
+                         std::vector<float>(size_t(H * nope * R), 0.f));  // not transposed
+    std::string e = refused(bad, "bad_kb.gguf");
+    EXPECT_NE(e.find(fmt::format("tensor 'blk.1.attn_k_b.weight' has shape [{}, {}, {}], expected "
+                                 "[{}, {}, {}]",
+                                 H, nope, R, H, R, nope)),
+              std::string::npos)
+        << e;
+    bad.drop = {"blk.2.attn_v_b.weight"};
+    bad.add = {
+        {"blk.2.attn_v_b.weight", Shape{H, v + 1, R}, std::vector<float>(size_t(H * (v + 1) * R))}};
+    e = refused(bad, "bad_vb.gguf");
+    EXPECT_NE(e.find("tensor 'blk.2.attn_v_b.weight' has shape"), std::string::npos) << e;
+    GgufEdit key;
+    key.u32 = {{"deepseek2.attention.key_length", c.head_dim()}};
+    e = refused(key, "bad_key.gguf");
+    EXPECT_NE(e.find(fmt::format("deepseek2.attention.key_length = {}; with "
+                                 "attention.key_length_mla it is the latent row's size, {}",
+                                 c.head_dim(), R + c.qk_rope_head_dim)),
+              std::string::npos)
+        << e;
+    GgufEdit nomla;
+    nomla.u32 = {{"deepseek2.attention.key_length_mla", -1},
+                 {"deepseek2.attention.value_length_mla", -1}};
+    e = refused(nomla, "no_mla.gguf");
+    EXPECT_NE(e.find("tensor 'blk.0.attn_k_b.weight' without 'blk.0.attn_kv_b.weight'"),
+              std::string::npos)
+        << e;
+  }
 }
 
 // GLM-4.5 in llama.cpp's glm4moe layout: the rotated values per head

@@ -57,6 +57,12 @@ void expect_covers(const ModelConfig& c, const std::vector<ExternalTensor>& map,
     // that require one (qwen2moe, dots1): a copy, not a second home.
     if (e.name == "output.weight" && e.param == "wte") continue;
     const ParamInfo& p = l.find(e.param);
+    if (e.head_split > 0) {  // MLA's attn_k_b / attn_v_b: head_rows of each head's block
+      EXPECT_EQ(p.shape[0] % e.head_split, 0) << what << " " << e.name;
+      EXPECT_LE(e.head_row0 + e.head_rows, p.shape[0] / e.head_split) << what << " " << e.name;
+      rows[e.param] += e.head_split * e.head_rows;
+      continue;
+    }
     if (e.experts > 0) {  // a stacked GGUF expert tensor: part e.part with "{}" = 0..experts-1
       for (int64_t x = 0; x < e.experts; ++x)
         rows[e.param] += p.part(fmt::format(fmt::runtime(e.part), x)).rows;
@@ -84,7 +90,15 @@ TEST(Architecture, ExternalMapsCoverTheLayout) {
           EXPECT_TRUE(test::contains(e, "model.n_kv_head")) << a->name() << ": " << e;
           g.n_kv_head = g.n_head;
         }
-        expect_covers(g, a->gguf_tensors(g), a->name() + " gguf");
+        // deepseek2's kv_b: split (attn_k_b, attn_v_b) or whole (attn_kv_b),
+        // each layout covering it alone.
+        for (ExternalTensor::KvB skip :
+             {ExternalTensor::KvB::Unsplit, ExternalTensor::KvB::Split}) {
+          std::vector<ExternalTensor> map;
+          for (const ExternalTensor& e : a->gguf_tensors(g))
+            if (e.kv_b != skip) map.push_back(e);
+          expect_covers(g, map, a->name() + " gguf");
+        }
       }
       EXPECT_FALSE(a->hf_classes().empty()) << a->name();
     }

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "infer/generate.h"
 #include "infer/paged_cache.h"
@@ -261,6 +262,29 @@ TEST(MlaCache, PagedBatchEqualsEachRequestAlone) {
   EXPECT_LE(worst, 2e-5);
   std::printf("[deepseek_v3-tiny paged, blocks of 4] batched vs alone: max |logit diff| %.3g\n",
               worst);
+}
+
+// A single sequence's decode has one (token, latent head) pair per call,
+// fewer than the threads: ops::attention_cached cuts its query heads into
+// runs, one task each (ops/kv_attention_split.h). The cached logits at
+// every position (a prefill of 7, then 16 single-token decodes) are the
+// same with 2 and 4 threads as with one, bit for bit, f32 and bf16.
+TEST(MlaCache, DecodeGivesTheSameLogitsOnAnyThreadCount) {
+  const int saved = num_threads();
+  for (const char* preset : {"deepseek_v2-tiny", "deepseek_v3-tiny"})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(preset) + " " + dtype_name(dt));
+      Transformer m(mla_tiny(preset), dt, 12);
+      const std::vector<int32_t> a = mla_tokens(23, 4, m.config().vocab_size);
+      set_num_threads(1);
+      const std::vector<float> one = mla_cached_logits(m, {a}, {7})[0];
+      for (int threads : {2, 4}) {
+        set_num_threads(threads);
+        const std::vector<float> got = mla_cached_logits(m, {a}, {7})[0];
+        EXPECT_EQ(got, one) << threads << " threads: max |diff| " << mla_max_diff(got, one);
+      }
+    }
+  set_num_threads(saved);
 }
 
 // A block-quantised model (W8A16: int8 weights, f32 activations, so the

@@ -18,6 +18,8 @@
 
 #include <optional>
 
+#include "core/parallel.h"
+#include "ops/kv_attention_split.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
 #include "ops/ref/kv_attention.h"
@@ -209,6 +211,64 @@ TEST_P(KvAttention, FullSequenceEqualsCausalAttention) {
   ops::kv_cache_store(kc, vc, q2, Hq, tb, sq, ps);
   ops::attention_cached(got, q2, kc, vc, Hq, tb, sq, ps);
   expect_close(values(got), values(out), {1e-5, 1e-6}, "cached vs causal");
+}
+
+// How the CPU deals a call's work (ops/kv_attention_split.h): the query
+// heads of a (token, kv head) pair are cut into runs only when there are
+// fewer pairs than threads.
+TEST(KvAttentionSplit, CutsTheHeadsOnlyWhenPairsAreFewerThanThreads) {
+  auto eq = [](ops::KvAttentionSplit s, int64_t runs, int64_t heads) {
+    EXPECT_EQ(s.runs, runs);
+    EXPECT_EQ(s.run_heads, heads);
+  };
+  eq(ops::kv_attention_split(1, 128, 16), 16, 8);  // DeepSeek-V3's decode: 128 heads, one latent
+  eq(ops::kv_attention_split(1, 4, 16), 4, 1);     // fewer heads than threads: one each
+  eq(ops::kv_attention_split(1, 5, 3), 3, 2);      // runs of 2, 2, 1
+  eq(ops::kv_attention_split(2, 8, 4), 2, 4);
+  eq(ops::kv_attention_split(3, 8, 4), 2, 4);    // ceil(4 / 3) = 2 runs per pair
+  eq(ops::kv_attention_split(16, 8, 16), 1, 8);  // enough pairs: whole groups
+  eq(ops::kv_attention_split(70, 8, 2), 1, 8);   // a prefill
+  eq(ops::kv_attention_split(1, 1, 16), 1, 1);   // multi-head attention: nothing to cut
+  eq(ops::kv_attention_split(1, 8, 1), 1, 8);    // one thread
+}
+
+// Decode calls with fewer (token, kv head) pairs than threads, their query
+// heads cut into runs (one latent head as MLA's cache, multi-query,
+// grouped-query, 5 heads in uneven runs; a window; a bf16 cache): the output
+// has the same bits for every thread count, and matches the reference.
+TEST_P(KvAttention, SameBitsForEveryThreadCount) {
+  auto decode = [](int64_t Hq, int64_t Hkv, int64_t D, std::vector<int32_t> pos) {
+    const int64_t B = 16, M = 6;
+    Case c{Hq, Hkv, D, B, M, int64_t(pos.size()) * M + 1, {}, {}, {}};
+    for (int64_t i = 0; i < int64_t(pos.size()) * M; ++i)
+      c.table.push_back(int32_t((i * 5 + 1) % c.NB));
+    for (size_t q = 0; q < pos.size(); ++q) c.seqs.push_back(int32_t(q)), c.pos.push_back(pos[q]);
+    return c;
+  };
+  struct Run {
+    Case c;
+    DType dt;
+    int64_t window;
+    std::optional<DType> kv;
+  };
+  const Run runs[] = {{decode(4, 1, 40, {57}), DType::F32, 0, std::nullopt},
+                      {decode(8, 1, 64, {90}), DType::BF16, 0, std::nullopt},
+                      {decode(8, 2, 16, {33, 70}), DType::F32, 0, std::nullopt},
+                      {decode(5, 1, 24, {40}), DType::F32, 9, std::nullopt},
+                      {decode(16, 1, 32, {80}), DType::F32, 0, DType::BF16}};
+  const int saved = num_threads();
+  for (const Run& r : runs) {
+    SCOPED_TRACE(::testing::Message()
+                 << r.c.Hq << " heads over " << r.c.Hkv << ", " << r.c.seqs.size() << " token(s)");
+    set_num_threads(1);
+    const std::vector<double> one = check_against_reference(dev(), r.c, r.dt, r.window, r.kv);
+    for (int threads : {2, 3, 8}) {
+      set_num_threads(threads);
+      EXPECT_EQ(check_against_reference(dev(), r.c, r.dt, r.window, r.kv), one)
+          << threads << " threads";
+    }
+  }
+  set_num_threads(saved);
 }
 
 TEST_P(KvAttention, BadSequencePositionOrBlockNamesTheToken) {

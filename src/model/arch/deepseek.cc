@@ -23,9 +23,9 @@
 // mscale(factor, mscale_all_dim) squared (ModelConfig::attn_scale).
 //
 // GGUF: llama.cpp's "deepseek2" (attn_q or attn_q_a / attn_q_a_norm /
-// attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b, attn_output; the MoE
-// tensors as dots1's), routing in the metadata
-// (Architecture::gguf_deepseek_routing).
+// attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, kv_b split per head as attn_k_b /
+// attn_v_b, or the older unsplit attn_kv_b, attn_output; the MoE tensors as
+// dots1's), routing in the metadata (Architecture::gguf_deepseek_routing).
 #include "core/limits.h"
 #include "model/arch.h"
 
@@ -302,7 +302,28 @@ class Deepseek : public Architecture {
       }
       one(b + "attn_kv_a_mqa.weight", h + "attn.kv_a.weight");
       one(b + "attn_kv_a_norm.weight", h + "attn.kv_a_norm.weight");
-      one(b + "attn_kv_b.weight", h + "attn.kv_b.weight");
+      // kv_b [H (nope + v), kv_rank]: head h's nope rows transposed as
+      // attn_k_b's slice h [kv_rank, nope], its v rows as attn_v_b's [v, kv_rank];
+      // or, in older files, whole as attn_kv_b.
+      ExternalTensor kb;
+      kb.name = b + "attn_k_b.weight";
+      kb.param = h + "attn.kv_b.weight";
+      kb.transposed = true;
+      kb.head_split = c.n_head;
+      kb.head_rows = c.head_dim() - c.qk_rope_head_dim;
+      kb.kv_b = ExternalTensor::KvB::Split;
+      ExternalTensor vb;
+      vb.name = b + "attn_v_b.weight";
+      vb.param = h + "attn.kv_b.weight";
+      vb.head_split = c.n_head;
+      vb.head_row0 = kb.head_rows;
+      vb.head_rows = c.out_head_dim();
+      vb.kv_b = ExternalTensor::KvB::Split;
+      ExternalTensor kvb;
+      kvb.name = b + "attn_kv_b.weight";
+      kvb.param = h + "attn.kv_b.weight";
+      kvb.kv_b = ExternalTensor::KvB::Unsplit;
+      out.insert(out.end(), {kb, vb, kvb});
       one(b + "attn_output.weight", h + "attn.proj.weight");
       one(b + "ffn_norm.weight", h + "ln2.weight");
       if (!c.moe_layer(l)) {

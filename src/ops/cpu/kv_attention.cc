@@ -3,7 +3,10 @@
 //
 // One task per (new token, kv head): the group's G query heads share each
 // cache row as it streams by, so a decode step reads every cached k and v of a
-// head once, a block's run of positions at a time. Scores are held for the
+// head once, a block's run of positions at a time. With fewer such pairs than
+// threads (a single sequence's decode under multi-query attention or MLA's
+// latent cache: one kv head), each pair's query heads are cut into runs, one
+// task each (ops/kv_attention_split.h): the same bits for any thread count. Scores are held for the
 // token's whole visible span ([G, pos+1] fp32, or its last `window` positions;
 // grow-only per-thread scratch), then an exact two-pass softmax (max, then
 // exp-sum) and the weighted sum of v rows. Work per token is linear in its
@@ -24,6 +27,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/softmax_math.h"
+#include "ops/kv_attention_split.h"
 
 namespace nk::ops::NK_CPU_NS {
 namespace {
@@ -140,7 +144,9 @@ template <typename T, typename C>
 void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* seq,
                  const int32_t* pos, int64_t window, float scale, float softcap,
                  const CacheDims& d) {
-  const int64_t G = d.group(), D = d.D, tasks = d.N * d.Hkv;
+  const int64_t G = d.group(), D = d.D;
+  const KvAttentionSplit split = kv_attention_split(d.N * d.Hkv, G, num_threads());
+  const int64_t tasks = d.N * d.Hkv * split.runs;
   if (scale == 0.f) scale = 1.f / std::sqrt(float(D));
   int64_t max_len = 0;
   for (int64_t n = 0; n < d.N; ++n) max_len = std::max<int64_t>(max_len, pos[n] + 1);
@@ -152,17 +158,20 @@ void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* 
     float* row = s + G * max_len;
     for (int64_t th = tb; th < te; ++th)
       for (int64_t task = th; task < tasks; task += nt) {
-        const int64_t n = task / d.Hkv, kvh = task % d.Hkv;
+        const int64_t pair = task / split.runs, run = task % split.runs;
+        const int64_t n = pair / d.Hkv, kvh = pair % d.Hkv;
+        // This task's query heads of the group: [g0, g1).
+        const int64_t g0 = run * split.run_heads, g1 = std::min(G, g0 + split.run_heads);
         const int64_t first = window > 0 ? std::max<int64_t>(0, pos[n] - window + 1) : 0;
         const int64_t len = int64_t(pos[n]) + 1 - first;
-        for (int64_t g = 0; g < G; ++g)
+        for (int64_t g = g0; g < g1; ++g)
           for (int64_t c = 0; c < D; ++c)
             q[g * D + c] = scale * to_f32(qkv[n * d.row() + (kvh * G + g) * D + c]);
         for_each_row(kc, d, seq[n], kvh, first, len, [&](int64_t i, const C* kr) {
           load_row(row, kr, D);
-          for (int64_t g = 0; g < G; ++g) s[g * len + i] = dot(q + g * D, row, D);
+          for (int64_t g = g0; g < g1; ++g) s[g * len + i] = dot(q + g * D, row, D);
         });
-        for (int64_t g = 0; g < G; ++g) {
+        for (int64_t g = g0; g < g1; ++g) {
           float* sg = s + g * len;
           if (softcap > 0.f)  // Gemma 2: cap tanh(s / cap) before the softmax
             for (int64_t j = 0; j < len; ++j) sg[j] = softcap * std::tanh(sg[j] / softcap);
@@ -170,16 +179,16 @@ void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* 
           const float inv = 1.f / sm::sum_exp_shifted(sg, len, m, sg);
           for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
         }
-        std::fill(o, o + G * D, 0.f);
+        std::fill(o + g0 * D, o + g1 * D, 0.f);
         for_each_row(vc, d, seq[n], kvh, first, len, [&](int64_t i, const C* vr) {
           load_row(row, vr, D);
-          for (int64_t g = 0; g < G; ++g) {
+          for (int64_t g = g0; g < g1; ++g) {
             const float pr = s[g * len + i];
             float* og = o + g * D;
             for (int64_t c = 0; c < D; ++c) og[c] += pr * row[c];
           }
         });
-        for (int64_t g = 0; g < G; ++g)
+        for (int64_t g = g0; g < g1; ++g)
           for (int64_t c = 0; c < D; ++c)
             out[n * d.Hq * D + (kvh * G + g) * D + c] = from_f32<T>(o[g * D + c]);
       }
