@@ -83,7 +83,7 @@ fi
 # --measure: the override lines run as given; the trainer's log of each
 # run names the type (only cp 2 layouts train here: 3 types x 3 recompute).
 timeout $((3 * T)) "$NK" autoconfig "${MODEL[@]}" model.n_layer=1 model.d_ff=511 \
-  train.global_batch=1 --nodes 1 --procs-per-node 2 --measure 9 --steps 2 --json \
+  train.global_batch=1 train.micro_batch=1 --nodes 1 --procs-per-node 2 --measure 9 --steps 2 --json \
   >measured.json 2>measured.log || fail "autoconfig --measure"
 /usr/bin/python3 - measured.json <<'PY' || fail "the measured runs' types"
 import json, sys

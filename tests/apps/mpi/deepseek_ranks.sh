@@ -30,7 +30,7 @@ run v3pp2vp2 "${MPI[@]}" 2 "$NK" train "${V3[@]}" parallel.pp=2 parallel.vp=2
 run v3ep2pp2 "${MPI[@]}" 4 "$NK" train "${V3[@]}" parallel.ep=2 parallel.pp=2
 run v3ep2zero1 "${MPI[@]}" 4 "$NK" train "${V3[@]}" parallel.ep=2 parallel.shard=optimizer
 run v3tp2etp1pp2 "${MPI[@]}" 4 "$NK" train "${V3[@]}" parallel.tp=2 parallel.etp=1 parallel.pp=2
-grep -q "world 4 = tp 2 .* pp 2 .* experts etp 1" "$WORK/v3tp2etp1pp2.log" ||
+grep -q "world 4 = tp 2 .*pp 2, experts etp 1" "$WORK/v3tp2etp1pp2.log" ||
   fail "v3tp2etp1pp2 did not run TP2 ETP1 x PP2: $(grep -m1 parallel "$WORK/v3tp2etp1pp2.log")"
 run v3ep2to1 "${MPI[@]}" 2 "$NK" train "${V3[@]}" parallel.ep=2 train.exit_at_step=5
 run v3ep2to1 "$NK" train "${V3[@]}"
