@@ -2,11 +2,18 @@
 // in f32 and bf16, against a 4096^3 product as the library's practical peak.
 //
 //   bench_gemm [--n 2048] [--reps 3] [--threads 0]
+//   bench_gemm --few-rows 64 [--reps 3] [--threads 0]
 //
 // Columns: fwd = linear_forward (with bias); dx = dy@w and dw += dy^T@x are the
 // two backward products timed alone through the same cached oneDNN primitives
 // linear_backward uses; bwd = the whole linear_backward (dx, dw, db). Each is the
 // best time of several runs (see best_time).
+//
+// --few-rows MAX: a bf16 weight's forward product at N = 1..MAX rows of bf16
+// x, two ways: the direct kernel over the weight's bf16 rows (the quantised
+// weights' kernel, QuantType::BF16) and oneDNN's product as dnnl_matmul runs
+// it at this level (below avx512_bf16: on f32 copies of the operands), to
+// place linear_forward's threshold between them (ops/cpu/linear.cc).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -21,6 +28,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/dnnl_matmul.h"
+#include "ops/cpu/quant_blocks.h"
 #include "ops/ops.h"
 
 namespace {
@@ -96,6 +104,34 @@ double square_peak(DType t, int reps) {
   return 2.0 * double(m) * double(m) * double(m) * 1e-9 / sec;
 }
 
+// --few-rows: ms per product of the two paths at each N up to max_n.
+void few_rows(int64_t max_n, int reps) {
+  const Shape shapes[] = {{"2048->2048", 2048, 2048}, {"2048->8192", 2048, 8192}};
+  fmt::print(
+      "| weight (bf16) | N | direct ms | oneDNN ms | oneDNN / direct "
+      "|\n|---|---:|---:|---:|---:|\n");
+  for (const Shape& sh : shapes) {
+    Tensor w = random_tensor({sh.out, sh.in}, DType::BF16, 7);
+    nk::ops::QuantWeight q;
+    q.type = nk::ops::QuantType::BF16;
+    q.shape = w.shape();
+    q.data = Tensor::from_blob(w.raw(), {w.numel() * 2}, DType::U8);
+    for (int64_t n = 1; n <= max_n; n = n < 4 ? n + 1 : n < 16 ? n + 4 : n + 8) {
+      Tensor x = random_tensor({n, sh.in}, DType::BF16, 8);
+      Tensor y = Tensor::empty({n, sh.out}, DType::BF16);
+      nk::ops::cpu::MatmulSpec s{
+          .m = n, .n = sh.out, .k = sh.in, .a = DType::BF16, .b = DType::BF16, .c = DType::BF16};
+      s.trans_b = true;
+      const double direct =
+          best_time(reps, [&] { nk::ops::NK_CPU_NS::quant_linear_direct(y, x, q, Tensor()); });
+      const double dnnl =
+          best_time(reps, [&] { nk::ops::cpu::dnnl_matmul(s, x.raw(), w.raw(), y.raw()); });
+      fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.2f} |\n", sh.name, n, direct * 1e3, dnnl * 1e3,
+                 dnnl / direct);
+    }
+  }
+}
+
 // Nominal clock from /proc/cpuinfo (MHz), 0 if unknown.
 double cpu_mhz() {
   std::ifstream f("/proc/cpuinfo");
@@ -108,7 +144,7 @@ double cpu_mhz() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t n = 2048;
+  int64_t n = 2048, few = 0;
   int reps = 3, threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--n"))
@@ -117,13 +153,22 @@ int main(int argc, char** argv) {
       reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads"))
       threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--few-rows"))
+      few = std::atoll(argv[i + 1]);
     else {
-      fmt::print(stderr, "usage: bench_gemm [--n 2048] [--reps 3] [--threads 0]\n");
+      fmt::print(stderr,
+                 "usage: bench_gemm [--n 2048 | --few-rows MAX] [--reps 3] [--threads 0]\n");
       return 2;
     }
   }
   nk::set_num_threads(threads);
   const int cores = nk::num_threads();
+  if (few > 0) {
+    fmt::print("# bench_gemm --few-rows: {} threads, best of >= {} runs and >= 0.5 s each\n\n",
+               cores, reps);
+    few_rows(few, reps);
+    return 0;
+  }
 
   // GPT-2 124M (C = 768, V padded to 50304) linear layers.
   const Shape shapes[] = {{"qkv", 768, 2304},

@@ -8,7 +8,8 @@
 #   e.g. bash bench/run_decode_isa_bench.sh /work/llama.cpp-build/build/bin/llama-bench 2 \
 #        "f16 q8_0 q4_k_m" "avx2 avx512 avx512_bf16" 2
 # Nekton: build/bin/bench_generate FILE DTYPE 1 P N (f16 weights kept at 2
-# bytes as bf16 compute, the rest f32 compute over their quantised blocks);
+# bytes as bf16 compute, bf16 weights loaded dense in bf16, the rest f32
+# compute over their quantised blocks);
 # llama.cpp: llama-bench -p P -n N (pp and tg from an empty context).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ for t in $TYPES; do
   f=$DIR/llama1b-$t.gguf
   [ -f "$f" ] || ./build/bin/nekton quantize "$DIR/llama1b" "$f" --type "$t" > /dev/null
   dt=f32
-  [ "$t" = f16 ] && dt=bf16
+  [ "$t" = f16 ] || [ "$t" = bf16 ] && dt=bf16
   echo "== $t ($(du -h "$f" | cut -f1)), $TH threads, prompt $P, new $N"
   for r in $(seq "$RUNS"); do
     line="run $r:"

@@ -18,7 +18,8 @@ namespace nk {
 
 const char* const kQuantizeKeyDoc =
     "quantise a model folder's weight matrices as it loads: none, w8a16 or w8a8 (int8 per "
-    "output channel; w8a8 also quantises activations per token), f16 (2 bytes a weight), q8_0, "
+    "output channel; w8a8 also quantises activations per token), f16 or bf16 (2 bytes a "
+    "weight), q8_0, "
     "q4_0, q4_k or q6_k (ggml's block formats); a GGUF file keeps its own types";
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,

@@ -21,7 +21,7 @@ constexpr TypeInfo kTypes[] = {
     {QuantType::Q8_0, "q8_0", 32, 34},   {QuantType::Q4_0, "q4_0", 32, 18},
     {QuantType::Q4_K, "q4_k", 256, 144}, {QuantType::Q6_K, "q6_k", 256, 210},
     {QuantType::W8A16, "w8a16", 1, 1},   {QuantType::W8A8, "w8a8", 1, 1},
-    {QuantType::F16, "f16", 1, 2}};
+    {QuantType::F16, "f16", 1, 2},       {QuantType::BF16, "bf16", 1, 2}};
 
 const TypeInfo& info(QuantType t) {
   for (const TypeInfo& i : kTypes)

@@ -25,6 +25,9 @@
 //         W8A8 quantises each row of x to int8 first (dynamic, per token).
 //   F16   IEEE half per value (GGUF's F16 matrices kept at 2 bytes; x as
 //         given, as W8A16): data f16 [out, in] as bytes, no scale.
+//   BF16  bfloat16 per value, as F16 (the direct product of few x rows
+//         reads a dense bf16 weight as this type where the CPU level has
+//         no bf16 products of its own: ops/cpu/linear.cc).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,7 +37,7 @@
 
 namespace nk::ops {
 
-enum class QuantType : uint8_t { Q8_0, Q4_0, Q4_K, Q6_K, W8A16, W8A8, F16 };
+enum class QuantType : uint8_t { Q8_0, Q4_0, Q4_K, Q6_K, W8A16, W8A8, F16, BF16 };
 
 // How a weight's bytes are ordered in `data`. Rows: row by row, as above (what
 // files hold). Packed16 (quant_pack): the same bytes, for rows in groups of

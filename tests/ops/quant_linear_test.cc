@@ -25,7 +25,7 @@ using namespace quant_test;  // kAllTypes, quantized, dequantized, ...
 
 // The types whose products take x as it is (no 8-bit rounding of x).
 bool plain_x(QuantType t) {
-  return t == QuantType::W8A16 || t == QuantType::F16;
+  return t == QuantType::W8A16 || t == QuantType::F16 || t == QuantType::BF16;
 }
 
 // The kernel's quantisation of one block of x: d = max|x| / 127 in f32,
@@ -169,13 +169,15 @@ TEST(QuantLinear, MatchesReferencesBF16) {
     for (int64_t N : {1, 3, 17, 64}) check_linear(t, N, DType::BF16, N != 17, seed += 10);
 }
 
-// The f16 kernel reads one x row's weights row by row up to 4096 values a
-// row, R rows at once beyond (ops/cpu/quant_dot_avx2.h): rows past 4096,
-// with a tail of 9 values, take the other loop.
+// The f16 and bf16 kernels read one x row's weights row by row up to 4096
+// values a row, R rows at once beyond (ops/cpu/quant_dot_avx2.h): rows past
+// 4096, with a tail of 9 values, take the other loop.
 TEST(QuantLinear, LongF16RowsMatchTheReferences) {
   uint64_t seed = 900;
-  for (int64_t N : {1, 2}) check_linear(QuantType::F16, N, DType::F32, true, seed += 10, 4105);
-  check_linear(QuantType::F16, 1, DType::BF16, false, seed += 10, 4105);
+  for (QuantType t : {QuantType::F16, QuantType::BF16}) {
+    for (int64_t N : {1, 2}) check_linear(t, N, DType::F32, true, seed += 10, 4105);
+    check_linear(t, 1, DType::BF16, false, seed += 10, 4105);
+  }
 }
 
 // Every N from 1 to 20 against the dense product within the x-rounding

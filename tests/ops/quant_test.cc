@@ -50,10 +50,11 @@ void put_f16(std::vector<uint8_t>& b, size_t at, float v) {
 // ---- names and sizes ----
 
 TEST(Quant, NamesBlocksAndRowBytes) {
-  const char* names[] = {"q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8", "f16"};
-  const int64_t blocks[] = {32, 32, 256, 256, 1, 1, 1};
-  const size_t bytes_4096[] = {128 * 34, 128 * 18, 16 * 144, 16 * 210, 4096, 4096, 8192};
-  for (size_t i = 0; i < 7; ++i) {
+  const char* names[] = {"q8_0", "q4_0", "q4_k", "q6_k", "w8a16", "w8a8", "f16", "bf16"};
+  const int64_t blocks[] = {32, 32, 256, 256, 1, 1, 1, 1};
+  const size_t bytes_4096[] = {128 * 34, 128 * 18, 16 * 144, 16 * 210, 4096, 4096, 8192, 8192};
+  static_assert(std::size(names) == std::size(kAllTypes));
+  for (size_t i = 0; i < std::size(names); ++i) {
     EXPECT_STREQ(ops::quant_type_name(kAllTypes[i]), names[i]);
     EXPECT_EQ(ops::parse_quant_type(names[i]), kAllTypes[i]);
     EXPECT_EQ(ops::quant_block(kAllTypes[i]), blocks[i]);
@@ -362,7 +363,8 @@ TEST(Quant, ErrorOnGaussianWeights) {
     double bound;
   } cases[] = {{QuantType::Q8_0, 0.0059}, {QuantType::Q4_0, 0.095},   {QuantType::Q4_K, 0.077},
                {QuantType::Q6_K, 0.019},  {QuantType::W8A16, 0.0096}, {QuantType::W8A8, 0.0096},
-               {QuantType::F16, 3.2e-4}};  // f16: 2^-11 / sqrt(3) = 2.8e-4 for uniform rounding
+               {QuantType::F16, 3.2e-4},    // f16: 2^-11 / sqrt(3) = 2.8e-4 for uniform rounding
+               {QuantType::BF16, 2.6e-3}};  // bf16: 2^-8 / sqrt(3) = 2.3e-3
   for (const auto& c : cases) {
     const std::vector<double> back = values(dequantized(quantized(c.type, t)));
     double err = 0, mag = 0;
@@ -568,7 +570,8 @@ TEST(QuantErrors, NonFiniteAndHugeWeightsNameRowAndColumnAndLeaveQ) {
       w[3 * 256 + 1] = NAN;
       const std::string msg = error_of([&] { ops::quant_quantize(q, f32_tensor({4, 256}, w)); });
       const bool huge = std::isfinite(bad);
-      if (huge && (t == QuantType::W8A16 || t == QuantType::W8A8)) {  // f32 scales: fine
+      // f32 scales, or bf16's range (1e30 is a bf16): fine
+      if (huge && (t == QuantType::W8A16 || t == QuantType::W8A8 || t == QuantType::BF16)) {
         expect_names(msg, "row 3, column 1");
         continue;
       }

@@ -15,7 +15,7 @@ using ops::QuantType;
 
 inline constexpr QuantType kAllTypes[] = {QuantType::Q8_0, QuantType::Q4_0,  QuantType::Q4_K,
                                           QuantType::Q6_K, QuantType::W8A16, QuantType::W8A8,
-                                          QuantType::F16};
+                                          QuantType::F16,  QuantType::BF16};
 
 inline Tensor f32_tensor(const Shape& shape, const std::vector<float>& v) {
   Tensor t = Tensor::empty(shape, DType::F32);

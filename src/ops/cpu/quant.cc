@@ -307,6 +307,12 @@ void quantize_row(QuantType t, const float* x, int64_t in, uint8_t* row, float* 
         std::memcpy(row + 2 * i, &h, 2);
       }
       return;
+    case QuantType::BF16:
+      for (int64_t i = 0; i < in; ++i) {
+        const uint16_t h = store<bf16>(x[i]).bits;
+        std::memcpy(row + 2 * i, &h, 2);
+      }
+      return;
   }
 }
 
@@ -324,6 +330,8 @@ float max_quantisable(QuantType t) {
       return kHalfMax * 127.f * 16.f;
     case QuantType::F16:
       return kHalfMax;
+    case QuantType::BF16:  // the largest f32 that rounds to a finite bf16
+      return std::bit_cast<float>(0x7f7f7fffu);
     default:
       return std::numeric_limits<float>::max();
   }
@@ -559,6 +567,13 @@ void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, 
       }
       return;
     }
+    case QuantType::BF16:
+      for (int64_t i = 0; i < n; ++i) {  // exact: every bf16 is an f32
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        out[i] = load(bf16{h});
+      }
+      return;
   }
 }
 

@@ -90,7 +90,9 @@ constexpr int kRowGroup = 4;  // weight rows sharing each x block load
 // go 2 and then 1 at a time.
 constexpr int kXRows = 4;
 int x_rows_per_pass(QuantType t) {
-  return t == QuantType::Q4_K || t == QuantType::Q6_K || t == QuantType::F16 ? 4 : 2;
+  return t == QuantType::Q4_K || t == QuantType::Q6_K || t == QuantType::F16 || t == QuantType::BF16
+             ? 4
+             : 2;
 }
 
 // Row groups to prefetch ahead: the next one, or enough to be 4 KiB ahead
@@ -120,6 +122,7 @@ XKind x_kind(QuantType t) {
       return XKind::Row;
     case QuantType::W8A16:
     case QuantType::F16:
+    case QuantType::BF16:
       break;
   }
   return XKind::None;
@@ -312,17 +315,17 @@ void dot_w8a16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, 
     for (int c = 0; c < C; ++c)
       out[r * C + c] = dot1_w8a16(reinterpret_cast<const int8_t*>(w + r * rb), xf[c], in);
 }
-// F16: sum w x in f32 over the halves widened.
-template <int R, int C>
-void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
-             const uint8_t*) {
+// F16 and BF16 (H): sum w x in f32 over the halves widened.
+template <typename H, int R, int C>
+void dot_half(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
+              const uint8_t*) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float s = 0;
       for (int64_t i = 0; i < in; ++i) {
         uint16_t h;
         std::memcpy(&h, w + r * rb + 2 * i, 2);
-        s += f16_to_f32(f16{h}) * xf[c][i];
+        s += load(H{h}) * xf[c][i];
       }
       out[r * C + c] = s;
     }
@@ -348,7 +351,9 @@ void dot_rows(QuantType t, const uint8_t* w, size_t rb, const QuantRow* xq, cons
     case QuantType::W8A16:
       return dot_w8a16<R, C>(w, rb, xf, in, out, pf);
     case QuantType::F16:
-      return dot_f16<R, C>(w, rb, xf, in, out, pf);
+      return dot_half<f16, R, C>(w, rb, xf, in, out, pf);
+    case QuantType::BF16:
+      return dot_half<bf16, R, C>(w, rb, xf, in, out, pf);
   }
 }
 

@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "ops/cpu/float_io.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
@@ -300,13 +302,24 @@ void dot_w8a8(const uint8_t* w, size_t rb, const QuantRow* x, int64_t in, float*
   }
 }
 
+// Eight halves (f16 or bf16) at p widened to f32: exact either way.
+template <typename H>
+inline __m256 widen8(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<H, f16>)
+    return _mm256_cvtph_ps(h);
+  else  // bf16: the f32's high half
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 // The halves [i, in) of one row dotted with x, in scalar f32.
-inline float f16_tail(const uint8_t* wr, const float* x, int64_t i, int64_t in) {
+template <typename H>
+inline float half_tail(const uint8_t* wr, const float* x, int64_t i, int64_t in) {
   float s = 0;
   for (; i < in; ++i) {
     uint16_t h;
     std::memcpy(&h, wr + 2 * i, 2);
-    s += f16_to_f32(f16{h}) * x[i];
+    s += load(H{h}) * x[i];
   }
   return s;
 }
@@ -337,14 +350,16 @@ void dot_w8a16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, 
   }
 }
 
-// F16: sum w x in f32, the halves widened 8 at a time (F16C), x as given.
+// F16 and BF16 (H): sum w x in f32, the halves widened 8 at a time (F16C for
+// f16, a shift for bf16), x as given.
 // One x row (batch 1) is bound by memory: rows of up to 4096 halves are then
 // read one after another, each from start to end, as one stream per thread
 // reads this machine's memory faster than R rows side by side. Longer rows,
 // and several x rows, take R rows at once: R rows share each x load, and a
 // long row's x (f32) no longer fits L1 beside the weights. No software
 // prefetch for one x row: it slowed that loop (BENCHMARKS.md, f16 decode).
-inline float dot_f16_row(const uint8_t* wr, const float* x, int64_t in) {
+template <typename H>
+inline float dot_half_row(const uint8_t* wr, const float* x, int64_t in) {
   constexpr int U = 4;  // accumulators: the FMAs' latency hidden
   __m256 acc[1][U];
   zero(acc);
@@ -352,24 +367,23 @@ inline float dot_f16_row(const uint8_t* wr, const float* x, int64_t in) {
   for (; i + 8 * U <= in; i += 8 * U)
     for (int u = 0; u < U; ++u) {
       const int64_t k = i + 8 * u;
-      const __m256 q =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 2 * k)));
+      const __m256 q = widen8<H>(wr + 2 * k);
       acc[0][u] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + k), acc[0][u]);
     }
   for (; i + 8 <= in; i += 8) {
-    const __m256 q = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr + 2 * i)));
+    const __m256 q = widen8<H>(wr + 2 * i);
     acc[0][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + i), acc[0][0]);
   }
   const __m256 a =
       _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[0][1]), _mm256_add_ps(acc[0][2], acc[0][3]));
-  return hsum(a) + f16_tail(wr, x, i, in);
+  return hsum(a) + half_tail<H>(wr, x, i, in);
 }
 
-template <int R, int C>
-void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
-             const uint8_t* pf) {
+template <typename H, int R, int C>
+void dot_half(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, float* out,
+              const uint8_t* pf) {
   if (C == 1 && in <= 4096) {
-    for (int r = 0; r < R; ++r) out[r] = dot_f16_row(w + r * rb, xf[0], in);
+    for (int r = 0; r < R; ++r) out[r] = dot_half_row<H>(w + r * rb, xf[0], in);
     return;
   }
   __m256 acc[R][C];
@@ -378,15 +392,14 @@ void dot_f16(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, fl
   for (; i + 8 <= in; i += 8) {
     if (C > 1) prefetch_span(pf, size_t(2 * i) * R, size_t(2 * i + 16) * R);
     for (int r = 0; r < R; ++r) {
-      const __m256 q =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * rb + 2 * i)));
+      const __m256 q = widen8<H>(w + r * rb + 2 * i);
       for (int c = 0; c < C; ++c)
         acc[r][c] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xf[c] + i), acc[r][c]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c)
-      out[r * C + c] = hsum(acc[r][c]) + f16_tail(w + r * rb, xf[c], i, in);
+      out[r * C + c] = hsum(acc[r][c]) + half_tail<H>(w + r * rb, xf[c], i, in);
 }
 
 }  // namespace nk::ops::NK_CPU_NS::quant_avx2

@@ -75,6 +75,7 @@ bool quant_gemm_available(QuantType t, int64_t in) {
       return in % 32 == 0;
     case QuantType::W8A16:
     case QuantType::F16:
+    case QuantType::BF16:
       break;
   }
   return false;
@@ -298,6 +299,7 @@ void unpack(QuantType t, const Src& src, int64_t in, const Tiles& out, bool tile
       return;
     case QuantType::W8A16:
     case QuantType::F16:
+    case QuantType::BF16:
       break;
   }
 }
