@@ -10,10 +10,9 @@
 // best time of several runs (see best_time).
 //
 // --few-rows MAX: a bf16 weight's forward product at N = 1..MAX rows of bf16
-// x, two ways: the direct kernel over the weight's bf16 rows (the quantised
-// weights' kernel, QuantType::BF16) and oneDNN's product as dnnl_matmul runs
-// it at this level (below avx512_bf16: on f32 copies of the operands), to
-// place linear_forward's threshold between them (ops/cpu/linear.cc).
+// x, two ways: the direct kernel over the weight's bf16 rows (QuantType::BF16,
+// what `quantize=bf16` runs) and oneDNN's product as linear_forward runs it
+// at this level (below avx512_bf16: on f32 copies of the operands).
 #include <fmt/format.h>
 
 #include <chrono>

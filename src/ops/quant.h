@@ -25,9 +25,9 @@
 //         W8A8 quantises each row of x to int8 first (dynamic, per token).
 //   F16   IEEE half per value (GGUF's F16 matrices kept at 2 bytes; x as
 //         given, as W8A16): data f16 [out, in] as bytes, no scale.
-//   BF16  bfloat16 per value, as F16 (the direct product of few x rows
-//         reads a dense bf16 weight as this type where the CPU level has
-//         no bf16 products of its own: ops/cpu/linear.cc).
+//   BF16  bfloat16 per value, as F16 (`quantize=bf16`: a bf16 model's
+//         decode on a CPU without bf16 products, below avx512_bf16, reads
+//         its weights in place instead of oneDNN widening them to f32).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -7,7 +7,6 @@
 #include "core/parallel.h"
 #include "op_harness.h"
 #include "ops/cpu/dnnl_matmul.h"
-#include "ops/cpu_isa.h"
 #include "ops/ops.h"
 #include "ops/ref/linear.h"
 
@@ -107,41 +106,6 @@ TEST(LinearCpu, Bf16FallbackMatchesReference) {
   check_against_reference(Device::CPU, kShapes[0], DType::BF16, true, true, 700);
   EXPECT_EQ(ops::cpu::dnnl_matmul_cache_size(), cached);
   ops::cpu::dnnl_matmul_force_fallback(false);
-}
-
-// Few rows of x with a bf16 weight (decode) take the direct kernel over the
-// weight's bf16 rows below the avx512_bf16 level (ops/cpu/linear.cc), more
-// rows oneDNN's product: every N on either side of the threshold (32) agrees
-// with the reference, bias bf16, f32 or none, with a row tail (523 % 8 = 3),
-// and the direct rows give the same bits on any thread count.
-TEST(LinearCpu, FewBf16RowsMatchTheReferenceOnEitherSideOfTheThreshold) {
-  const int64_t in = 523, out = 37;
-  uint64_t seed = 900;
-  for (int64_t n : {1, 2, 3, 4, 5, 8, 13, 31, 32, 33, 40}) {
-    Shape3 s{n, in, out};
-    for (int bias = 0; bias < 3; ++bias) {  // none, bf16, f32
-      SCOPED_TRACE(::testing::Message() << "N=" << n << " bias=" << bias);
-      Inputs v = make_inputs(s, DType::BF16, seed += 10);
-      const Tensor x = make({n, in}, DType::BF16, v.x), w = make({out, in}, DType::BF16, v.w);
-      const Tensor b = bias == 0   ? Tensor()
-                       : bias == 1 ? make({out}, DType::BF16, v.b)
-                                   : make({out}, DType::F32, v.b);
-      Tensor y = Tensor::empty({n, out}, DType::BF16);
-      ops::linear_forward(y, x, w, b);
-      std::vector<double> y_ref(size_t(n * out));
-      ref::linear_forward(y_ref.data(), v.x.data(), v.w.data(), bias ? v.b.data() : nullptr, n, in,
-                          out);
-      expect_close(values(y), y_ref, tol_for(DType::BF16), "y");
-      const int threads = num_threads();
-      set_num_threads(1);
-      Tensor y1 = Tensor::empty({n, out}, DType::BF16);
-      ops::linear_forward(y1, x, w, b);
-      set_num_threads(threads);
-      if (n <= 32 && ops::active_cpu_isa() < ops::CpuIsa::Avx512Bf16) {  // the direct rows
-        EXPECT_EQ(std::memcmp(y1.raw(), y.raw(), size_t(n * out) * 2), 0) << "1 thread";
-      }
-    }
-  }
 }
 
 // Frozen parameters: any of dx, dw, db left undefined is not computed, and

@@ -1,17 +1,12 @@
 // Linear layer kernels on the CPU (arguments checked by ops/linear.cc): the
 // three products go through oneDNN (cached primitives, transposes as memory
-// descs), but for the forward product of few rows of x (decode) with a bf16
-// weight below the avx512_bf16 level, which reads the weight's rows in the
-// quantised weights' direct kernel (quant_dot.cc, QuantType::BF16); the bias
-// gradient is our own deterministic column sum.
+// descs); the bias gradient is our own deterministic column sum.
 #include <algorithm>
 
 #include "core/parallel.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
-#include "ops/cpu/quant_blocks.h"
-#include "ops/quant.h"
 #include "ops/shapes.h"
 
 namespace nk::ops::NK_CPU_NS {
@@ -43,36 +38,11 @@ void column_sum_accumulate(float* db, const T* dy, int64_t n, int64_t out) {
   });
 }
 
-// Whether y = x w^T + b takes the direct kernel of bf16 rows: a bf16 weight,
-// x and y of one dtype (f32 or bf16, b f32 or that), few rows of x, and a level without bf16
-// products, where oneDNN's product runs on an f32 copy of the whole weight made at every call
-// (dnnl_matmul.cc): reading the weight's 2 bytes a value once instead is what decode needs
-// (bench_gemm --few-rows).
-bool bf16_rows_direct(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
-#if defined(__AVX512BF16__)
-  (void)y, (void)x, (void)w, (void)b;
-  return false;
-#else
-  const DType t = x.dtype();
-  return w.dtype() == DType::BF16 && (t == DType::F32 || t == DType::BF16) && y.dtype() == t &&
-         (!b.defined() || b.dtype() == DType::F32 || b.dtype() == t) && w.is_contiguous() &&
-         quant_linear_path(QuantType::BF16, w.dim(1), rows_of(x), QuantLayout::Rows) ==
-             QuantPath::Direct;
-#endif
-}
-
 }  // namespace
 
 // y[N,out] = x[N,in] @ w[out,in]^T + b[out]
 void linear_forward(Tensor y, const Tensor& x, const Tensor& w, const Tensor& b) {
   const int64_t out = w.dim(0), in = w.dim(1), n = rows_of(x);
-  if (bf16_rows_direct(y, x, w, b)) {  // w's bytes read as bf16 rows, in place
-    QuantWeight q;
-    q.type = QuantType::BF16;
-    q.shape = w.shape();
-    q.data = Tensor::from_blob(const_cast<void*>(w.raw()), {out * in * 2}, DType::U8, w.device());
-    return quant_linear_direct(y, x, q, b);
-  }
   MatmulSpec s{.m = n, .n = out, .k = in, .a = x.dtype(), .b = w.dtype(), .c = y.dtype()};
   s.trans_b = true;  // w^T as a [in,out] view of w's [out,in] rows
   if (b.defined()) {
