@@ -27,7 +27,7 @@ struct ModelSourceKeys {
   std::string model;      // DIR or FILE.gguf
   std::string tokenizer;  // a spec overriding the model's own ("" = the model's)
   std::string dtype = "f32";
-  std::string quantize;  // "" or none, w8a16, w8a8, f16, bf16, q8_0, q4_0, q4_k, q6_k (folders only)
+  std::string quantize;  // "" or none, or a QuantType's name (folders only)
   std::string adapter;   // a PEFT adapter folder (dense folders only)
   bool allow_nonfinite = false;
   Device device = kHost;  // where the model runs (PREFIX.device): cuda for dense folders only
