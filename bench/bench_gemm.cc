@@ -10,9 +10,10 @@
 // best time of several runs (see best_time).
 //
 // --few-rows MAX: a bf16 weight's forward product at N = 1..MAX rows of bf16
-// x, two ways: the direct kernel over the weight's bf16 rows (QuantType::BF16,
-// what `quantize=bf16` runs) and oneDNN's product as linear_forward runs it
-// at this level (below avx512_bf16: on f32 copies of the operands).
+// x, two ways: quant_linear_forward over the weight's bytes as QuantType::BF16
+// rows (what `quantize=bf16` runs: the direct kernel up to 32 rows, panels
+// beyond) and linear_forward on the dense weight (below avx512_bf16: oneDNN
+// on f32 copies of the operands).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -27,8 +28,8 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/dnnl_matmul.h"
-#include "ops/cpu/quant_blocks.h"
 #include "ops/ops.h"
+#include "ops/quant.h"
 
 namespace {
 
@@ -107,7 +108,7 @@ double square_peak(DType t, int reps) {
 void few_rows(int64_t max_n, int reps) {
   const Shape shapes[] = {{"2048->2048", 2048, 2048}, {"2048->8192", 2048, 8192}};
   fmt::print(
-      "| weight (bf16) | N | direct ms | oneDNN ms | oneDNN / direct "
+      "| weight (bf16) | N | bf16 rows ms | dense ms | dense / bf16 rows "
       "|\n|---|---:|---:|---:|---:|\n");
   for (const Shape& sh : shapes) {
     Tensor w = random_tensor({sh.out, sh.in}, DType::BF16, 7);
@@ -118,13 +119,9 @@ void few_rows(int64_t max_n, int reps) {
     for (int64_t n = 1; n <= max_n; n = n < 4 ? n + 1 : n < 16 ? n + 4 : n + 8) {
       Tensor x = random_tensor({n, sh.in}, DType::BF16, 8);
       Tensor y = Tensor::empty({n, sh.out}, DType::BF16);
-      nk::ops::cpu::MatmulSpec s{
-          .m = n, .n = sh.out, .k = sh.in, .a = DType::BF16, .b = DType::BF16, .c = DType::BF16};
-      s.trans_b = true;
       const double direct =
-          best_time(reps, [&] { nk::ops::NK_CPU_NS::quant_linear_direct(y, x, q, Tensor()); });
-      const double dnnl =
-          best_time(reps, [&] { nk::ops::cpu::dnnl_matmul(s, x.raw(), w.raw(), y.raw()); });
+          best_time(reps, [&] { nk::ops::quant_linear_forward(y, x, q, Tensor()); });
+      const double dnnl = best_time(reps, [&] { nk::ops::linear_forward(y, x, w, Tensor()); });
       fmt::print("| {} | {} | {:.3f} | {:.3f} | {:.2f} |\n", sh.name, n, direct * 1e3, dnnl * 1e3,
                  dnnl / direct);
     }

@@ -20,7 +20,7 @@
 # format altogether; TRL's k3 KL to the SFT model (align.kl_coef=0.04) pulls
 # it back, and 300-400 steps at lr 3e-3 let it learn most letters: on the
 # AVX2-only host 0.48-1.0 over 9 SFT x RL seeds at 300 steps and 0.47-1.0
-# over 4 at 400, where 15 other recipes spread over 0.0-0.85 (docs/cpu.md,
+# over 4 at 400, where 19 other recipes spread over 0.0-0.85 (docs/cpu.md,
 # "On a real AVX2-only host").
 #   tests/align/online_learning.sh REPO BUILD [full|ppo|lora] [KEY=VALUE...]
 # KEY=VALUEs go to the RL run last (bench/run_online_spread.sh: seeds); a
