@@ -21,10 +21,9 @@ endif()
 function(nk_mpi_gtest name dir lib timeout)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/${dir}/*_mpi.cc)
   add_executable(test_${name} ${srcs} ${ARGN})
-  target_link_libraries(test_${name} PRIVATE ${lib} GTest::gtest)
+  target_link_libraries(test_${name} PRIVATE ${lib} nk_test_paths GTest::gtest)
   target_include_directories(test_${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  target_compile_definitions(test_${name} PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                                                  NK_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  set_target_properties(test_${name} PROPERTIES UNITY_BUILD OFF)  # as test_<sub> (CMakeLists.txt)
   foreach(np 2 4)
     add_test(NAME ${name}_np${np}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
@@ -42,9 +41,7 @@ target_link_libraries(dist_fault PRIVATE nk_dist)
 add_executable(test_dist_fault ${CMAKE_SOURCE_DIR}/tests/dist/mpi/timeout_driver.cc)
 target_link_libraries(test_dist_fault PRIVATE nk_core GTest::gtest_main)
 target_include_directories(test_dist_fault PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-target_compile_definitions(test_dist_fault PRIVATE NK_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                                                   NK_BINARY_DIR="${CMAKE_BINARY_DIR}"
-                                                   NK_MPIEXEC="${MPIEXEC_EXECUTABLE}"
+target_compile_definitions(test_dist_fault PRIVATE NK_MPIEXEC="${MPIEXEC_EXECUTABLE}"
                                                    NK_DIST_FAULT="$<TARGET_FILE:dist_fault>")
 add_dependencies(test_dist_fault dist_fault)
 nk_timeout(t 60)

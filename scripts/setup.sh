@@ -43,13 +43,14 @@ pkgs=(build-essential cmake git pkg-config libdnnl-dev libyaml-cpp-dev nlohmann-
 # TensorBoard event files (TensorBoard's Event message compiled by protoc);
 # slurm-wlm, munge: the one-node Slurm cluster tests/apps/mpi/slurm_srun.sh
 # starts to launch `nekton train` with srun and sbatch; curl: the guides'
-# server examples that tests/docs/doctest.py runs.
+# server examples that tests/docs/doctest.py runs; ccache: `make build` and the
+# sanitized build reuse unchanged objects, a fresh clone's too (Makefile).
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3-torch python3-numpy
            python3-jinja2 python3-yaml sentencepiece
            fasttext fortunes fortunes-de fortunes-ru fortunes-zh fortunes-es fortunes-it
            fortunes-pl fortunes-cs python3.11-doc debian-reference-en clang libclang-rt-14-dev
            libomp-14-dev llvm clang-format iproute2 procps protobuf-compiler python3-protobuf
-           slurm-wlm munge curl)
+           slurm-wlm munge curl ccache)
 [ "$test_too" = 1 ] && pkgs+=("${test_pkgs[@]}")
 if [ "$list" = 1 ]; then
   printf '%s\n' "${pkgs[@]}"

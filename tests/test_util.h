@@ -19,6 +19,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "test_paths.h"
 
 namespace nk::test {
 

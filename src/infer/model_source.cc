@@ -11,6 +11,7 @@
 #include "ckpt/model_vocab.h"
 #include "ckpt/peft_adapter.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/arch.h"
 #include "ops/quant.h"
 
@@ -19,8 +20,8 @@ namespace nk {
 const char* const kQuantizeKeyDoc =
     "quantise a model folder's weight matrices as it loads: none, w8a16 or w8a8 (int8 per "
     "output channel; w8a8 also quantises activations per token), f16 or bf16 (2 bytes a "
-    "weight), q8_0, "
-    "q4_0, q4_k or q6_k (ggml's block formats); a GGUF file keeps its own types";
+    "weight), q8_0, q4_0, q4_k or q6_k (ggml's block formats); a GGUF file keeps its own "
+    "types. Unset, a bf16 model (dtype=bf16) on a CPU without AVX-512 BF16 loads as bf16";
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& spec,
                                                 const std::string& model_dir,
@@ -76,13 +77,21 @@ void check_vocab(int64_t model_vocab, const Tokenizer& tok, const ModelSourceKey
 
 }  // namespace
 
+bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa isa) {
+  return k.quantize.empty() && compute == DType::BF16 && isa < ops::CpuIsa::Avx512Bf16 &&
+         k.device == kHost && k.adapter.empty() && !is_gguf_path(k.model);
+}
+
 RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   const std::string& P = k.prefix;
   if (k.model.empty()) fail("{}.model: no model given ({}.model=DIR or FILE.gguf)", P, P);
   const DType compute = parse_dtype(k.dtype);
-  const bool quantize = !k.quantize.empty() && k.quantize != "none";
-  ops::QuantType qtype = ops::QuantType::Q8_0;
-  if (quantize) {
+  // Chosen here rather than given: bf16 rows where the CPU has no bf16 dot
+  // product; a model they cannot hold (quant_plan_for) stays dense.
+  const bool bf16_rows = bf16_rows_by_default(k, compute, ops::active_cpu_isa());
+  bool quantize = bf16_rows || (!k.quantize.empty() && k.quantize != "none");
+  ops::QuantType qtype = bf16_rows ? ops::QuantType::BF16 : ops::QuantType::Q8_0;
+  if (quantize && !bf16_rows) {
     try {
       qtype = ops::parse_quant_type(k.quantize);
     } catch (const Error& e) {
@@ -137,19 +146,28 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   r.tokenizer = load_model_tokenizer(k.tokenizer, k.model, P + ".tokenizer");
   r.name = model_folder_name(k.model);
   // Before the weights are read: a mismatch fails at once.
-  const int64_t vocab = read_model_config(k.model).vocab_size;
+  const ModelConfig cfg = read_model_config(k.model);
+  const int64_t vocab = cfg.vocab_size;
   check_vocab(vocab, *r.tokenizer, k, tokenizer_source(k.tokenizer, k.model, P + ".tokenizer"));
   r.end_ids = generation_end_ids(k.model, *r.tokenizer, vocab);
+  QuantPlan plan;
   if (quantize) {
-    if (!k.adapter.empty())
-      fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);
-    const ModelConfig cfg = read_model_config(k.model);
-    QuantPlan plan;
     try {
       plan = quant_plan_for(cfg, qtype);
     } catch (const Error& e) {
-      throw e.with_context(P + ".quantize");
+      if (!bf16_rows) throw e.with_context(P + ".quantize");
+      quantize = false;
     }
+  }
+  if (bf16_rows && quantize)
+    NK_INFO(
+        "{}: the bf16 weight matrices are held as bf16 rows ({}.quantize=bf16): this CPU's "
+        "kernels ({}) have no bf16 dot product, and dense bf16 products would widen every "
+        "weight to f32 at each call; {}.quantize=none keeps them dense",
+        P, P, ops::cpu_isa_name(ops::active_cpu_isa()), P);
+  if (quantize) {
+    if (!k.adapter.empty())
+      fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);
     std::vector<std::string> all;
     const ParamLayout layout = model_layout(cfg);
     for (const ParamInfo& p : layout.params()) all.push_back(p.name);

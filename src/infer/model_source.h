@@ -7,6 +7,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "model/transformer.h"
+#include "ops/cpu_isa.h"
 
 namespace nk {
 
@@ -27,7 +28,7 @@ struct ModelSourceKeys {
   std::string model;      // DIR or FILE.gguf
   std::string tokenizer;  // a spec overriding the model's own ("" = the model's)
   std::string dtype = "f32";
-  std::string quantize;  // "" or none, or a QuantType's name (folders only)
+  std::string quantize;  // "" (bf16 rows by default, below), none, or a QuantType's name (folders)
   std::string adapter;   // a PEFT adapter folder (dense folders only)
   bool allow_nonfinite = false;
   Device device = kHost;  // where the model runs (PREFIX.device): cuda for dense folders only
@@ -41,7 +42,14 @@ struct ModelSourceKeys {
 // or adapter with a GGUF file, an adapter over a quantised model, or a
 // device other than the CPU for a GGUF file, a quantised model or an adapter
 // (their kernels and the adapter merge are CPU-only).
+// Without PREFIX.quantize, a bf16 model folder (PREFIX.dtype=bf16, on the
+// CPU, no adapter) is loaded as bf16 rows (ops::QuantType::BF16, logged)
+// where the CPU's kernels are below avx512_bf16: dense bf16 products there
+// run on f32 copies of each weight made at every call (about 4x slower
+// decode); bf16 rows read the same 2-byte weights directly.
+// PREFIX.quantize=none keeps them dense.
 RunnableModel load_runnable_model(const ModelSourceKeys& k);
+bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa isa);
 
 // generation_config.json's eos_token_id in `model_dir` (an id or a list;
 // none without the file or the key), the tokenizer's eod left out. nk::Error

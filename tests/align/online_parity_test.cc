@@ -23,6 +23,7 @@
 #include "model/parity_steps.h"
 #include "model/tiny_config.h"
 #include "tensor_util.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

@@ -18,6 +18,7 @@
 #include "align/steerlm.h"
 #include "core/rng.h"
 #include "serve/serve_test_util.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

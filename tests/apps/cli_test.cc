@@ -9,6 +9,7 @@
 
 #include "data/dataset/indexed_dataset.h"
 #include "data/tokenizer/tokenizer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

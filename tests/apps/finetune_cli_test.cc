@@ -17,6 +17,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "model/arch.h"
 #include "model/transformer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

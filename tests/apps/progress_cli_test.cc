@@ -13,6 +13,7 @@
 
 #include "ckpt/model_io.h"
 #include "model/transformer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

@@ -21,6 +21,7 @@
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "gguf_test_util.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {

@@ -20,6 +20,7 @@
 #include "data/utf8.h"
 #include "gguf_test_util.h"
 #include "hf_test_util.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {

@@ -21,6 +21,7 @@
 #include "ckpt/model_io.h"
 #include "ckpt/safetensors.h"
 #include "tensor_util.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk::test {
@@ -28,7 +29,7 @@ namespace nk::test {
 inline constexpr double kHfTol = 1e-4;
 
 inline const std::string kReference =
-    "/usr/bin/python3 " NK_SOURCE_DIR "/tests/ckpt/hf_reference.py";
+    std::string("/usr/bin/python3 ") + NK_SOURCE_DIR + "/tests/ckpt/hf_reference.py";
 
 inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_file(path));

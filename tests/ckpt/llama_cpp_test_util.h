@@ -18,6 +18,7 @@
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "gguf_test_util.h"
 #include "infer/generate.h"
+#include "test_paths.h"
 
 namespace nk::test {
 

@@ -16,6 +16,7 @@
 #include "hf_test_util.h"
 #include "infer/generate.h"
 #include "model/arch.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {
@@ -24,7 +25,7 @@ using namespace nk::test;
 using nlohmann::json;
 
 const std::string kLoraReference =
-    "/usr/bin/python3 " NK_SOURCE_DIR "/tests/peft/moe_lora_reference.py";
+    std::string("/usr/bin/python3 ") + NK_SOURCE_DIR + "/tests/peft/moe_lora_reference.py";
 
 struct MoeLoraCase {
   const char* arch;

@@ -26,6 +26,7 @@
 #include "infer/counting_model.h"
 #include "model/tiny_config.h"
 #include "serve/serve_test_util.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

@@ -22,6 +22,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "infer/counting_model.h"
 #include "model/tiny_config.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "test_paths.h"
 #include "train/adamw.h"
 
 namespace nk::test {

@@ -11,6 +11,7 @@
 
 #include "ops/moe.h"
 #include "ops/op_harness.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {
@@ -211,9 +212,9 @@ TEST(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
                   {"logits", l}});
   }
   test::write_file(dir / "in.json", in.dump());
-  const test::RunResult py =
-      test::run_command("/usr/bin/python3 " NK_SOURCE_DIR "/tests/ops/moe_route_reference.py " +
-                        (dir / "in.json") + " " + (dir / "out.json"));
+  const test::RunResult py = test::run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
+                                               "/tests/ops/moe_route_reference.py " +
+                                               (dir / "in.json") + " " + (dir / "out.json"));
   ASSERT_EQ(py.code, 0) << py.out;
   const nlohmann::json out = nlohmann::json::parse(test::read_file(dir / "out.json"));
   ASSERT_EQ(out.size(), cases.size());

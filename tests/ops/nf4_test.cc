@@ -14,6 +14,7 @@
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/op_harness.h"
 #include "ops/ops.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {
@@ -127,8 +128,8 @@ TEST(Nf4Reference, MatchesIndependentQuantiserValueForValue) {
   for (const auto& [name, w] : cases)
     write_file(dir / (name + ".f32"),
                std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)));
-  const RunResult py = run_command(
-      "/usr/bin/python3 " NK_SOURCE_DIR "/tests/ops/nf4_reference.py " + dir.path().string());
+  const RunResult py = run_command(std::string("/usr/bin/python3 ") + NK_SOURCE_DIR +
+                                   "/tests/ops/nf4_reference.py " + dir.path().string());
   ASSERT_EQ(py.code, 0) << py.out;
 
   // The dynamic map, bit for bit.

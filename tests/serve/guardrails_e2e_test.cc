@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "guardrails_test_util.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {

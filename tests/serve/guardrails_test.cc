@@ -14,6 +14,7 @@
 #include "serve/engine.h"
 #include "serve/guardrails.h"
 #include "serve/serve_cache.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {

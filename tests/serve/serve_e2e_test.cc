@@ -11,6 +11,7 @@
 
 #include "data/utf8.h"
 #include "serve_test_util.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {
@@ -349,7 +350,7 @@ TEST_F(ServeE2E, HelpListsEveryKey) {
         "serve.default_max_tokens", "serve.block_size", "serve.kv_memory_mb"})
     EXPECT_TRUE(contains(r.out, key)) << key;
   // configs/serve.yaml holds only valid keys: what fails is the model folder.
-  const auto cfg = test::run_nekton("serve --config " NK_SOURCE_DIR
+  const auto cfg = test::run_nekton(std::string("serve --config ") + NK_SOURCE_DIR +
                                     "/configs/serve.yaml --model /nonexistent serve.port=0");
   EXPECT_EQ(cfg.code, 1);
   EXPECT_TRUE(contains(cfg.out, "/nonexistent/config.json")) << cfg.out;

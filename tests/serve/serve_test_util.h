@@ -23,6 +23,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "model/transformer.h"
 #include "ops/ops.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk::test {

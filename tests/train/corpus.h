@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include "test_paths.h"
 
 namespace nk::test {
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "ops/ops.h"
+#include "test_paths.h"
 #include "test_util.h"
 #include "train/corpus.h"
 #include "train/trainer.h"

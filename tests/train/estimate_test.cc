@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "train/trainer.h"
 
+#include "test_paths.h"
 #include "train/corpus.h"
 
 namespace nk {

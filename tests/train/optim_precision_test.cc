@@ -13,6 +13,7 @@
 #include "ckpt/safetensors.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "test_paths.h"
 #include "test_util.h"
 #include "train/train_checkpoint.h"
 #include "train/trainer.h"

@@ -10,6 +10,7 @@
 
 #include "core/crc32c.h"
 #include "data/dataset/gpt_test_data.h"
+#include "test_paths.h"
 #include "test_util.h"
 #include "train/tensorboard.h"
 #include "train/trainer.h"

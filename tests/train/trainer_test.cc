@@ -12,6 +12,7 @@
 #include "ckpt/model_io.h"
 #include "ops/kernel_profile.h"
 
+#include "test_paths.h"
 #include "train/corpus.h"
 
 namespace nk {

@@ -21,6 +21,7 @@
 #include "test_util.h"
 
 #include "curate/stage_util.h"
+#include "test_paths.h"
 
 namespace nk::curate {
 namespace {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "data/tokenizer/tokenizer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk::test {
@@ -29,9 +30,9 @@ inline nlohmann::json jinja_reference(const nlohmann::ordered_json& cases) {
   TempDir d("nk_jinja_ref");
   const std::string in = (d.path() / "cases.json").string(), out = (d.path() / "out.json").string();
   std::ofstream(in) << cases.dump();
-  const std::string cmd = "NEKTON_ASSETS='" + assets_dir() +
-                          "' node '" NK_SOURCE_DIR "/tests/data/chat/render.js' '" + in + "' '" +
-                          out + "'";
+  const std::string cmd = "NEKTON_ASSETS='" + assets_dir() + "' node '" +
+                          std::string(NK_SOURCE_DIR) + "/tests/data/chat/render.js' '" + in +
+                          "' '" + out + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream f(out);
   return nlohmann::json::parse(f);

@@ -17,6 +17,7 @@
 #include "data/chat/chat_template.h"
 #include "data/chat/jinja_chat_template.h"
 #include "data/chat/jinja_reference.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {
@@ -44,7 +45,7 @@ const std::vector<Model>& models() {
 }
 
 std::string source(const std::string& file) {
-  return test::read_file(NK_SOURCE_DIR "/tests/data/chat/templates/" + file);
+  return test::read_file(std::string(NK_SOURCE_DIR) + "/tests/data/chat/templates/" + file);
 }
 
 const ojson& tools() {

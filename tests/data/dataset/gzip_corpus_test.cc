@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "data/dataset/text_dataset.h"
+#include "test_paths.h"
 
 namespace nk {
 namespace {

@@ -16,6 +16,7 @@
 #include "data/tokenizer/bpe_files.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {
@@ -52,9 +53,9 @@ std::vector<std::vector<int32_t>> reference_encode(const std::string& lib,
       f.write(d.text.data(), std::streamsize(d.text.size()));
     }
   }
-  std::string cmd = "NEKTON_ASSETS='" + assets_dir() +
-                    "' node '" NK_SOURCE_DIR "/tests/data/tokenizer/ref/encode.js' " + lib + " " +
-                    encoding + " '" + in.string() + "' '" + out.string() + "'";
+  std::string cmd = "NEKTON_ASSETS='" + assets_dir() + "' node '" + std::string(NK_SOURCE_DIR) +
+                    "/tests/data/tokenizer/ref/encode.js' " + lib + " " + encoding + " '" +
+                    in.string() + "' '" + out.string() + "'";
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd;
   std::ifstream f(out, std::ios::binary);

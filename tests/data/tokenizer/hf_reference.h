@@ -19,6 +19,7 @@
 #include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/utf8.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk::hf_reference {
@@ -32,7 +33,8 @@ inline const test::TempDir& work() {
   return d;
 }
 
-inline const std::string kScript = NK_SOURCE_DIR "/tests/data/tokenizer/ref/hf_tokenizers.js";
+inline const std::string kScript =
+    std::string(NK_SOURCE_DIR) + "/tests/data/tokenizer/ref/hf_tokenizers.js";
 
 inline std::string npm(const std::string& rel) {
   return (fs::path(assets_dir()) / "npm/node_modules" / rel).string();

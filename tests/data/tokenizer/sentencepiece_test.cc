@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/dataset/text_dataset.h"
 #include "data/tokenizer/tokenizer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace nk {

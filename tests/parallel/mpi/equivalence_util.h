@@ -17,6 +17,7 @@
 #include "dist/process_groups.h"
 #include "nn/param_layout.h"
 #include "parallel_env.h"
+#include "test_paths.h"
 
 namespace nk::test {
 
