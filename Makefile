@@ -17,8 +17,9 @@ setup-test:
 # reuses every object that names no absolute path (the tests', the kernels';
 # a unity source names its files' absolute paths). Without ccache the
 # compiler runs as it is.
-LAUNCHER = $$(command -v ccache >/dev/null && echo \
-  "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$(CURDIR);CCACHE_NOHASHDIR=1;ccache")
+CCACHE = env;CCACHE_BASEDIR=$(CURDIR);CCACHE_NOHASHDIR=1;ccache
+LAUNCHER = $$(command -v ccache >/dev/null && echo "-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)" \
+  "-DCMAKE_CUDA_COMPILER_LAUNCHER=$(CCACHE)")
 
 # Everything: the nekton binary, the tests and the benchmarks. The libraries
 # are a unity build, as `make quickstart` builds them (each subsystem's files
