@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "core/json.h"
 #include "data/dataset/text_dataset.h"
@@ -86,18 +87,21 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   const std::string& P = k.prefix;
   if (k.model.empty()) fail("{}.model: no model given ({}.model=DIR or FILE.gguf)", P, P);
   const DType compute = parse_dtype(k.dtype);
-  // Chosen here rather than given: bf16 rows where the CPU has no bf16 dot
-  // product; a model they cannot hold (quant_plan_for) stays dense.
-  const bool bf16_rows = bf16_rows_by_default(k, compute, ops::active_cpu_isa());
-  bool quantize = bf16_rows || (!k.quantize.empty() && k.quantize != "none");
-  ops::QuantType qtype = bf16_rows ? ops::QuantType::BF16 : ops::QuantType::Q8_0;
-  if (quantize && !bf16_rows) {
+  // The type the weight matrices take as they load, if any: PREFIX.quantize,
+  // or bf16 rows by default (model_source.h).
+  const ops::CpuIsa isa = ops::active_cpu_isa();
+  const bool bf16_rows = bf16_rows_by_default(k, compute, isa);
+  std::optional<ops::QuantType> qtype;
+  if (bf16_rows) {
+    qtype = ops::QuantType::BF16;
+  } else if (!k.quantize.empty() && k.quantize != "none") {
     try {
       qtype = ops::parse_quant_type(k.quantize);
     } catch (const Error& e) {
       throw e.with_context(P + ".quantize");
     }
   }
+  const bool quantize = qtype.has_value();
   if (k.device != kHost) {
     const char* why = is_gguf_path(k.model) ? "a GGUF file's block-quantised weights"
                       : quantize            ? "quantised weights"
@@ -150,24 +154,21 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
   const int64_t vocab = cfg.vocab_size;
   check_vocab(vocab, *r.tokenizer, k, tokenizer_source(k.tokenizer, k.model, P + ".tokenizer"));
   r.end_ids = generation_end_ids(k.model, *r.tokenizer, vocab);
-  QuantPlan plan;
-  if (quantize) {
-    try {
-      plan = quant_plan_for(cfg, qtype);
-    } catch (const Error& e) {
-      if (!bf16_rows) throw e.with_context(P + ".quantize");
-      quantize = false;
-    }
-  }
-  if (bf16_rows && quantize)
-    NK_INFO(
-        "{}: the bf16 weight matrices are held as bf16 rows ({}.quantize=bf16): this CPU's "
-        "kernels ({}) have no bf16 dot product, and dense bf16 products would widen every "
-        "weight to f32 at each call; {}.quantize=none keeps them dense",
-        P, P, ops::cpu_isa_name(ops::active_cpu_isa()), P);
   if (quantize) {
     if (!k.adapter.empty())
       fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);
+    QuantPlan plan;
+    try {
+      plan = quant_plan_for(cfg, *qtype);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".quantize");
+    }
+    if (bf16_rows)
+      NK_INFO(
+          "{}: the weight matrices are held as bf16 rows ({}.quantize=bf16): this CPU's kernels "
+          "({}) have no bf16 dot product, and dense bf16 products would widen every weight to "
+          "f32 at each call; {}.quantize=none keeps them dense",
+          P, P, ops::cpu_isa_name(isa), P);
     std::vector<std::string> all;
     const ParamLayout layout = model_layout(cfg);
     for (const ParamInfo& p : layout.params()) all.push_back(p.name);
