@@ -94,6 +94,8 @@ TEST(ModelSource, Bf16RewardModelScoresAlike) {
   ModelConfig c = test::tiny_config(true, 257, 32);
   c.num_labels = 3;
   auto [chosen, dense] = load_both(c, d.path() / "rm");
+  EXPECT_EQ(chosen.model->layout().find("score.weight").quantized,
+            ops::active_cpu_isa() < CpuIsa::Avx512Bf16);
   const std::vector<std::vector<int32_t>> seqs = {
       {1, 72, 101, 108, 108, 111}, {200, 3, 9}, {42, 42, 42, 42, 42, 42, 42, 42, 7}};
   std::vector<float> a, b;

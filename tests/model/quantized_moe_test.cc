@@ -70,8 +70,10 @@ TEST(QuantizedMoe, BlockTypesAgainstDenseOnTheSameWeights) {
   ModelConfig c = quant_mixtral();
   c.num_experts_per_tok = c.num_experts;
   Transformer src(c, DType::F32, 7);
-  for (ops::QuantType t :
-       {ops::QuantType::Q8_0, ops::QuantType::Q4_0, ops::QuantType::Q4_K, ops::QuantType::Q6_K}) {
+  // f16 and bf16 too: a bf16 MoE folder loads as bf16 rows below
+  // avx512_bf16 (infer/model_source.h).
+  for (ops::QuantType t : {ops::QuantType::Q8_0, ops::QuantType::Q4_0, ops::QuantType::Q4_K,
+                           ops::QuantType::Q6_K, ops::QuantType::F16, ops::QuantType::BF16}) {
     SCOPED_TRACE(ops::quant_type_name(t));
     auto q = quantized_copy(src, t);
     EXPECT_TRUE(q->layout().find("h.0.moe.up.weight").quantized);
