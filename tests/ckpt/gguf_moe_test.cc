@@ -25,6 +25,7 @@
 #include "ckpt/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "model/arch.h"
+#include "model/full_logits.h"
 
 namespace nk {
 namespace {
@@ -51,15 +52,6 @@ std::vector<float> logits_of(Transformer& m, const std::vector<int32_t>& tokens)
   Tensor logits = Tensor::empty({T, V}, DType::F32);
   m.forward_all_logits(acts, tok, logits);
   return std::vector<float>(logits.data<float>(), logits.data<float>() + T * V);
-}
-
-double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::isnan(a[i]) ? INFINITY : double(std::fabs(a[i] - b[i])));
-    s += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(s / double(b.size()));
 }
 
 std::unique_ptr<Transformer> dense_copy(const Transformer& q) {
@@ -197,9 +189,10 @@ TEST_F(MoeGguf, EveryTypeComputesItsWeights) {
     double err = 0;
     for (size_t n : {size_t(1), size_t(3), prompt.size()}) {
       const std::vector<int32_t> t(prompt.begin(), prompt.begin() + long(n));
-      err = std::max(err, rel_max_diff(logits_of(*g.model, t), logits_of(*dense, t)));
+      err = std::max(err, test::rel_max_diff(logits_of(*g.model, t), logits_of(*dense, t)));
     }
-    const double vs_orig = rel_max_diff(logits_of(*g.model, prompt), logits_of(*original, prompt));
+    const double vs_orig =
+        test::rel_max_diff(logits_of(*g.model, prompt), logits_of(*original, prompt));
     std::cout << fmt::format(
         "[mixtral gguf {}] weights {} bytes; max |logit diff| / RMS vs dense on the same weights "
         "{:.3g}; vs the f32 original {:.3g}\n",
@@ -398,7 +391,7 @@ TEST_F(MoeGguf, QwenMoeQuantizedFilesAndGenerate) {
       double err = 0;
       for (size_t n : {size_t(1), size_t(3), prompt.size()}) {
         const std::vector<int32_t> t(prompt.begin(), prompt.begin() + long(n));
-        err = std::max(err, rel_max_diff(logits_of(*g.model, t), logits_of(*dense, t)));
+        err = std::max(err, test::rel_max_diff(logits_of(*g.model, t), logits_of(*dense, t)));
       }
       std::cout << fmt::format("[{} gguf {}] max |logit diff| / RMS vs dense {:.3g}\n", preset,
                                type, err);
@@ -594,7 +587,7 @@ TEST_F(MoeGguf, DeepseekRoundTripIsExact) {
     }
     const std::vector<float> want = logits_of(*original, prompt), got = logits_of(*g.model, prompt);
     if (k.yarn)
-      EXPECT_LE(rel_max_diff(got, want), 1e-6);
+      EXPECT_LE(test::rel_max_diff(got, want), 1e-6);
     else
       EXPECT_EQ(got, want);
   }
@@ -750,7 +743,8 @@ TEST_F(MoeGguf, DeepseekSplitAndUnsplitKvB) {
       // the tiny random models' top-k routing (measured 0.30 for V2, 1.14
       // for V3), so no tolerance against the f32 model says anything of the
       // split layout, which the exact kv_b comparison above checks.
-      const double d = rel_max_diff(logits_of(*g.model, prompt), logits_of(*original, prompt));
+      const double d =
+          test::rel_max_diff(logits_of(*g.model, prompt), logits_of(*original, prompt));
       std::printf("[%s q8_0 split kv_b] logits within %.3g of the f32 model's (rel. RMS)\n", preset,
                   d);
     }

@@ -48,16 +48,6 @@ TEST(ModelSource, Bf16RowsByDefaultOnlyBelowAvx512Bf16) {
   EXPECT_FALSE(bf16_rows_by_default(gguf, DType::BF16, CpuIsa::Avx2));
 }
 
-// Max |a - b| over the RMS of b.
-double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, double(std::fabs(a[i] - b[i])));
-    s += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(s / double(b.size()));
-}
-
 // The folder of `c` (random weights) loaded in bf16 as load_runnable_model
 // chooses, and with quantize=none: the first holds bf16 rows exactly where
 // the CPU's kernels are below avx512_bf16, the second never.
@@ -82,9 +72,9 @@ TEST(ModelSource, Bf16FolderLoadsAsBf16RowsWhereTheCpuHasNoBf16Dot) {
   test::TempDir d("nk_model_source");
   auto [chosen, dense] = load_both(test::tiny_config(true, 257, 32), d.path() / "m");
   const std::vector<int32_t> toks = {1, 72, 101, 108, 108, 111, 256, 0};
-  EXPECT_LE(
-      rel_max_diff(test::full_logits(*chosen.model, toks), test::full_logits(*dense.model, toks)),
-      0.05);
+  EXPECT_LE(test::rel_max_diff(test::full_logits(*chosen.model, toks),
+                               test::full_logits(*dense.model, toks)),
+            0.05);
 }
 
 // A reward model (align's scorers load through the same path): its score
@@ -104,7 +94,7 @@ TEST(ModelSource, Bf16RewardModelScoresAlike) {
   for (const auto& row : score_sequences(*dense.model, seqs))
     b.insert(b.end(), row.begin(), row.end());
   ASSERT_EQ(a.size(), 9u);
-  EXPECT_LE(rel_max_diff(a, b), 0.05);
+  EXPECT_LE(test::rel_max_diff(a, b), 0.05);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The plain forward's logits at every position of one sequence: the
 // reference the KV-cache paths (contiguous and paged) are checked against.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "model/transformer.h"
@@ -18,6 +20,17 @@ inline std::vector<float> full_logits(Transformer& m, const std::vector<int32_t>
   std::vector<float> out(size_t(T * V));
   ops::copy_to_host(lg, out.data());
   return out;
+}
+
+// max |a - b| over the RMS of b: how far a model's logits (or scores) are
+// from a reference's, relative to their size. A NaN in a counts as infinite.
+inline double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0, s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::isnan(a[i]) ? INFINITY : double(std::fabs(a[i] - b[i])));
+    s += double(b[i]) * b[i];
+  }
+  return m / std::sqrt(s / double(b.size()));
 }
 
 }  // namespace nk::test

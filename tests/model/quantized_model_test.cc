@@ -39,15 +39,6 @@ std::string bytes_of(const Tensor& t) {
   return std::string(static_cast<const char*>(t.raw()), t.nbytes());
 }
 
-double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, double(std::fabs(a[i] - b[i])));
-    s += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(s / double(b.size()));
-}
-
 void check(bool llama, ops::QuantType type, DType compute, double tol) {
   // Rows of 256 (k-quants' block) for every matrix.
   ModelConfig c = test::tiny_config(llama, 256, 32);
@@ -64,11 +55,11 @@ void check(bool llama, ops::QuantType type, DType compute, double tol) {
   double err = 0;
   for (size_t n : {size_t(1), size_t(3), toks.size()}) {
     const std::vector<int32_t> t(toks.begin(), toks.begin() + long(n));
-    err = std::max(err, rel_max_diff(test::full_logits(*q, t), test::full_logits(*d, t)));
+    err = std::max(err, test::rel_max_diff(test::full_logits(*q, t), test::full_logits(*d, t)));
   }
   // And the weights as read back are what quantisation gives: within a
   // type's step of the source.
-  const double werr = rel_max_diff(test::full_logits(*d, toks), test::full_logits(src, toks));
+  const double werr = test::rel_max_diff(test::full_logits(*d, toks), test::full_logits(src, toks));
   std::printf("[%s %s %s] max |quantised - dense on its weights| / RMS = %.3g; vs source %.3g\n",
               llama ? "llama" : "gpt2", ops::quant_type_name(type), dtype_name(compute), err, werr);
   EXPECT_LE(err, tol);
@@ -163,9 +154,9 @@ TEST(QuantizedModel, PackingChangesTheStorageNotTheModel) {
     EXPECT_EQ(test::full_logits(*q, many), many_rows);
     const std::vector<float> one_packed = test::full_logits(*q, one);
     if (t == ops::QuantType::Q8_0 || t == ops::QuantType::Q4_0) {
-      EXPECT_LE(rel_max_diff(one_packed, one_rows), 1e-5);
+      EXPECT_LE(test::rel_max_diff(one_packed, one_rows), 1e-5);
     }
-    EXPECT_LE(rel_max_diff(one_packed, test::full_logits(*d, one)), 0.12);
+    EXPECT_LE(test::rel_max_diff(one_packed, test::full_logits(*d, one)), 0.12);
 
     // set_param into the packed storage: the same model as into rows.
     Transformer src2(c, DType::F32, 8);

@@ -47,15 +47,6 @@ std::unique_ptr<Transformer> dense_copy(const Transformer& q) {
   return d;
 }
 
-double rel_max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::isnan(a[i]) ? INFINITY : double(std::fabs(a[i] - b[i])));
-    s += double(b[i]) * b[i];
-  }
-  return m / std::sqrt(s / double(b.size()));
-}
-
 const std::vector<int32_t> kToks = {1, 5, 9, 200, 33, 7, 7, 120, 255, 0, 64};
 
 // Tolerance 0.12 of the logits' RMS: the dense quantised models' bound for
@@ -86,10 +77,11 @@ TEST(QuantizedMoe, BlockTypesAgainstDenseOnTheSameWeights) {
       double err = 0;
       for (size_t n : {size_t(1), size_t(3), kToks.size()}) {
         const std::vector<int32_t> tk(kToks.begin(), kToks.begin() + long(n));
-        err = std::max(err, rel_max_diff(test::full_logits(*q, tk), test::full_logits(*d, tk)));
+        err =
+            std::max(err, test::rel_max_diff(test::full_logits(*q, tk), test::full_logits(*d, tk)));
       }
       const double vs_src =
-          rel_max_diff(test::full_logits(*q, kToks), test::full_logits(src, kToks));
+          test::rel_max_diff(test::full_logits(*q, kToks), test::full_logits(src, kToks));
       std::printf(
           "[mixtral %s%s] max |quantised - dense on its weights| / RMS = %.3g; vs the f32 "
           "source %.3g\n",
@@ -184,7 +176,8 @@ TEST(QuantizedMoe, QwenMoeBlockTypesAgainstDense) {
       double err = 0;
       for (size_t n : {size_t(1), size_t(3), kToks.size()}) {
         const std::vector<int32_t> tk(kToks.begin(), kToks.begin() + long(n));
-        err = std::max(err, rel_max_diff(test::full_logits(*q, tk), test::full_logits(*d, tk)));
+        err =
+            std::max(err, test::rel_max_diff(test::full_logits(*q, tk), test::full_logits(*d, tk)));
       }
       std::printf("[%s %s] max |quantised - dense on its weights| / RMS = %.3g\n", preset,
                   ops::quant_type_name(t), err);
