@@ -193,6 +193,10 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   // stand out of the noise (every sequence its own, up to 16 per step).
   const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
   // gb: the probe's global batch (the third probe's is half the recipe's).
+  // A second round of a probe pools its steps with the first's (`pooled`:
+  // the steps after each run's first).
+  int round = 1;
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> pooled;
   auto probe = [&](int64_t mb, int64_t gb, double& n, double& c, double& m) {
     TrainConfig pc = cfg;
     pc.global_batch = gb;
@@ -221,14 +225,18 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
                                             fmt::format("train.micro_batch={}", mb),
                                             fmt::format("train.global_batch={}", gb),
                                             fmt::format("train.threads={}", cal.threads)};
-    const MeasuredRun r = run(fmt::format("probe-mb{}-gb{}", mb, gb), 1, extra, kProbeSteps);
+    const MeasuredRun r =
+        run(fmt::format("probe-mb{}-gb{}{}", mb, gb, round > 1 ? fmt::format("-{}", round) : ""), 1,
+            extra, kProbeSteps);
     if (!r.ok())
       p.failed = fmt::format("the one-process run at micro-batch {} of {} ({}): {}", mb, gb,
                              r.result.describe(), r.log);
-    m = r.step_s;
+    std::vector<double>& steps = pooled[{mb, gb}];
+    if (r.ok()) steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
+    m = r.ok() ? median(steps) : r.step_s;
     // The core-sharing probe (measure_sharing): the several-micro-batch one.
     if (r.ok() && gb == G && (mb == mb2 || sharing_probe_.empty()))
-      sharing_probe_ = extra, sharing_alone_s_ = r.step_s;
+      sharing_probe_ = extra, sharing_alone_s_ = m;
     return r.ok();
   };
   if (!probe(G, G, p.n1, p.c1, p.m1)) {
@@ -252,12 +260,23 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
     return p;
   }
-  const double n[3] = {p.n1, p.n2, p.n3}, c[3] = {p.c1, p.c2, p.c3}, m[3] = {p.m1, p.m2, p.m3};
-  if (!fit_step(cal, n, c, m))
-    NK_WARN(
-        "autoconfig: the three probes ({:.1f}, {:.1f}, {:.1f} ms) gave a negative cost (noise); "
-        "fitted from the first two without a per-step cost",
-        p.m1 * 1e3, p.m2 * 1e3, p.m3 * 1e3);
+  const double n[3] = {p.n1, p.n2, p.n3}, c[3] = {p.c1, p.c2, p.c3};
+  double m[3] = {p.m1, p.m2, p.m3};
+  if (fit_step(cal, n, c, m)) return p;
+  // Noise gave a negative cost: run the three once more and fit the
+  // medians of both rounds' steps.
+  ++round;
+  double unused = 0;
+  if (probe(G, G, unused, unused, p.m1) && probe(mb2, G, unused, unused, p.m2) &&
+      probe(G / 2, G / 2, unused, unused, p.m3)) {
+    m[0] = p.m1, m[1] = p.m2, m[2] = p.m3;
+    if (fit_step(cal, n, c, m)) return p;
+  }
+  p.failed.clear();
+  NK_WARN(
+      "autoconfig: the three probes ({:.1f}, {:.1f}, {:.1f} ms, two rounds) gave a negative cost "
+      "(noise); fitted from the first two without a per-step cost",
+      m[0] * 1e3, m[1] * 1e3, m[2] * 1e3);
   return p;
 }
 
@@ -311,6 +330,9 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
   none.link_bytes_per_s = 1e30;
   none.procs_per_node = P;
   none.sharing = measure_sharing(P);  // (cached: the host's)
+  // A second round pools its steps with the first's, as calibrate_compute.
+  int round = 1;
+  std::map<int64_t, std::vector<double>> pooled;  // by tp
   auto probe = [&](int64_t tp, int64_t mb, MessageProbe& out) {
     TrainConfig c = cfg;
     c.parallel.mesh = dist::MeshSpec{};
@@ -333,7 +355,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
       return false;
     }
     const MeasuredRun r =
-        run(fmt::format("probe-tp{}-mb{}", tp, mb), P,
+        run(fmt::format("probe-tp{}-mb{}{}", tp, mb, round > 1 ? fmt::format("-{}", round) : ""), P,
             {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
              fmt::format("parallel.dp={}", P / tp), "parallel.ep=1", "parallel.vp=1",
              "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
@@ -345,7 +367,9 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
               r.result.describe(), r.log, cal.link_latency_s * 1e6);
       return false;
     }
-    out = {p.messages, p.comm_bytes, p.total(), r.step_s};
+    std::vector<double>& steps = pooled[tp];
+    steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
+    out = {p.messages, p.comm_bytes, p.total(), median(steps)};
     return true;
   };
   if (!probe(2, 1, message_probe_)) return;
@@ -353,24 +377,36 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
   const int64_t G = cfg.global_batch;
   if (G % P == 0 && probe(1, G / P, bytes_probe_)) {
     const MessageProbe& d = bytes_probe_;
-    const double em = m.measured_s - m.predicted_s, ed = d.measured_s - d.predicted_s;
-    const double det = m.messages * d.bytes - d.messages * m.bytes;
-    const double L = det != 0 ? (em * d.bytes - ed * m.bytes) / det : -1;
-    const double beta = det != 0 ? (m.messages * ed - d.messages * em) / det : -1;
-    if (L > 0 && beta > 0) {
+    double em = 0, ed = 0, L = -1, beta = -1;
+    auto fit = [&] {
+      em = m.measured_s - m.predicted_s, ed = d.measured_s - d.predicted_s;
+      const double det = m.messages * d.bytes - d.messages * m.bytes;
+      L = det != 0 ? (em * d.bytes - ed * m.bytes) / det : -1;
+      beta = det != 0 ? (m.messages * ed - d.messages * em) / det : -1;
+      return L > 0 && beta > 0;
+    };
+    // Noise gave no positive fit: both once more, their steps pooled.
+    bool ok = fit();
+    if (!ok) {
+      ++round;
+      ok = probe(2, 1, message_probe_) && probe(1, G / P, bytes_probe_) && fit();
+    }
+    if (ok) {
       cal.link_latency_s = L;
       cal.link_bytes_per_s = 1.0 / beta;
+      cal.message_wait_share = m.messages * L / m.predicted_s;
       return;
     }
     NK_WARN(
-        "autoconfig: the tensor- and data-parallel probes ({:.1f} and {:.1f} ms past the model) "
-        "give no positive per-message and per-byte cost (noise); the per-message cost from the "
-        "first, the bandwidth from the link probe",
+        "autoconfig: the tensor- and data-parallel probes ({:.1f} and {:.1f} ms past the model, "
+        "two rounds) give no positive per-message and per-byte cost (noise); the per-message "
+        "cost from the first, the bandwidth from the link probe",
         em * 1e3, ed * 1e3);
   }
   cal.link_latency_s =
       std::max(cal.link_latency_s, (m.measured_s - m.predicted_s - m.bytes / cal.link_bytes_per_s) /
                                        std::max(1.0, m.messages));
+  cal.message_wait_share = m.messages * cal.link_latency_s / m.predicted_s;
 }
 
 void AutoconfigRuns::calibrate_link(StepCalibration& cal) {
@@ -395,53 +431,75 @@ void AutoconfigRuns::calibrate_link(StepCalibration& cal) {
 
 void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
                                     StepCalibration& cal) {
-  const int64_t P = cal.procs_per_node % 2 == 0 ? cal.procs_per_node : 2;
-  TrainConfig c = cfg;
-  c.parallel.mesh = dist::MeshSpec{};
-  c.parallel.mesh.cp = 2;
-  c.parallel.mesh.dp = int(P / 2);
-  c.parallel.set_cp_comm("p2p");
-  c.parallel.vp = 1;
-  c.parallel.pp_layout.clear();
-  c.parallel.sequence_parallel = false;
-  c.ddp.shard = parallel::Shard::None;
-  c.micro_batch = 1;
-  // The step predicted at two scales: the measured step's scale by the
-  // line through them (the scale multiplies the ring's attention term only).
-  StepCalibration at1 = cal, at2 = cal;
-  at1.procs_per_node = at2.procs_per_node = P;
-  at1.ring_attention_scale = 1;
-  at2.ring_attention_scale = 2;
-  double p1 = 0, p2 = 0;
-  try {
-    c.parallel.check();
-    measure_missing_rates(c, rates);
-    const TrainEstimate e = estimate_training(c, P, &rates);
-    p1 = predict_step(c, e, at1).total();
-    p2 = predict_step(c, e, at2).total();
-  } catch (const Error& e) {
-    NK_WARN(
-        "autoconfig: no context-parallel probe for this recipe ({}); ring attention costed "
-        "as the causal kernel's tiles",
-        e.what());
-    return;
+  const int64_t P = cal.procs_per_node % 2 == 0 ? cal.procs_per_node : 2, dp = P / 2;
+  // Two runs at cp 2 x dp P/2, p2p: one micro-batch per rank (the fewest
+  // messages: its time past the model is mostly the ring's blocks), then
+  // one sequence per micro-batch (the same tiles, the most messages).
+  const int64_t G = cfg.global_batch;
+  std::vector<int64_t> mbs = {G % dp == 0 ? G / dp : 1};
+  if (mbs[0] != 1) mbs.push_back(1);
+  ring_probes_.clear();
+  for (const int64_t mb : mbs) {
+    TrainConfig c = cfg;
+    c.parallel.mesh = dist::MeshSpec{};
+    c.parallel.mesh.cp = 2;
+    c.parallel.mesh.dp = int(dp);
+    c.parallel.set_cp_comm("p2p");
+    c.parallel.vp = 1;
+    c.parallel.pp_layout.clear();
+    c.parallel.sequence_parallel = false;
+    c.ddp.shard = parallel::Shard::None;
+    c.micro_batch = mb;
+    // The step predicted at scales 1 and 2 with the ring's messages free:
+    // what the measured step adds is fitted to both (fit_ring).
+    StepCalibration at1 = cal, at2 = cal;
+    at1.procs_per_node = at2.procs_per_node = P;
+    at1.ring_attention_scale = 1, at2.ring_attention_scale = 2;
+    at1.ring_message_s = at2.ring_message_s = 0;
+    StepPrediction p1, p2;
+    try {
+      c.parallel.check();
+      measure_missing_rates(c, rates);
+      const TrainEstimate e = estimate_training(c, P, &rates);
+      p1 = predict_step(c, e, at1);
+      p2 = predict_step(c, e, at2);
+    } catch (const Error& e) {
+      NK_WARN(
+          "autoconfig: no context-parallel probe at micro-batch {} for this recipe ({}); ring "
+          "attention costed {}",
+          mb, e.what(), ring_probes_.empty() ? "as the causal kernel's tiles" : "from the first");
+      break;
+    }
+    const MeasuredRun r = run(
+        fmt::format("probe-cp2-mb{}", mb), P,
+        {"parallel.tp=1", "parallel.pp=1", "parallel.cp=2", fmt::format("parallel.dp={}", dp),
+         "parallel.ep=1", "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false",
+         "parallel.shard=none", "parallel.cp_comm_type=p2p",
+         "parallel.hierarchical_context_parallel_sizes=", fmt::format("train.micro_batch={}", mb),
+         fmt::format("train.threads={}", cal.threads)},
+        kProbeSteps);
+    if (!r.ok() || !(p2.total() > p1.total())) {
+      NK_WARN(
+          "autoconfig: the context-parallel probe at micro-batch {} failed ({}, {}); ring "
+          "attention costed {}",
+          mb, r.result.describe(), r.log,
+          ring_probes_.empty() ? "as the causal kernel's tiles" : "from the first");
+      break;
+    }
+    ring_probes_.push_back(
+        {mb, p1.total(), r.step_s,
+         RingProbe{r.step_s - p1.total(), p2.total() - p1.total(), p1.ring_messages}});
   }
-  const MeasuredRun r =
-      run("probe-cp2", P,
-          {"parallel.tp=1", "parallel.pp=1", "parallel.cp=2", fmt::format("parallel.dp={}", P / 2),
-           "parallel.ep=1", "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false",
-           "parallel.shard=none", "parallel.cp_comm_type=p2p",
-           "parallel.hierarchical_context_parallel_sizes=", "train.micro_batch=1",
-           fmt::format("train.threads={}", cal.threads)},
-          kProbeSteps);
-  if (!r.ok() || !(p2 > p1)) {
+  if (ring_probes_.empty()) return;
+  if (!fit_ring(cal, ring_probes_[0].fit,
+                ring_probes_.size() > 1 ? &ring_probes_[1].fit : nullptr) &&
+      ring_probes_.size() > 1)
     NK_WARN(
-        "autoconfig: the context-parallel probe failed ({}, {}); ring attention costed as "
-        "the causal kernel's tiles",
-        r.result.describe(), r.log);
-    return;
-  }
-  cal.ring_attention_scale = std::clamp(1.0 + (r.step_s - p1) / (p2 - p1), 0.5, 10.0);
+        "autoconfig: the two context-parallel probes ({:.1f} and {:.1f} ms past the model) give "
+        "no ring scale in [0.5, 10] with a positive cost per message (noise); the scale from the "
+        "first, {:.0f} us per message",
+        ring_probes_[0].fit.extra_s * 1e3, ring_probes_[1].fit.extra_s * 1e3,
+        cal.link_latency_s * 1e6);
 }
 
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {

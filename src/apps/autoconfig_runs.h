@@ -10,6 +10,7 @@
 #include "apps/child_process.h"
 #include "core/json.h"
 #include "train/layout_search.h"
+#include "train/step_calibration.h"
 
 namespace nk {
 
@@ -76,14 +77,26 @@ class AutoconfigRuns {
   // model without communication, fitted as messages x cal.link_latency_s +
   // bytes / cal.link_bytes_per_s. Without a positive fit, the first run's
   // per-message cost past its bytes at the link probe's bandwidth; keeps
-  // cal's values (with a warning) when the recipe cannot run so.
+  // cal's values (with a warning) when the recipe cannot run so. Sets
+  // cal.message_wait_share from the tensor-parallel run.
   void calibrate_messages(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // Ring attention's cost over the causal kernel's for the same tiles
-  // (cal.ring_attention_scale): a context-parallel run of the recipe (cp 2 x
-  // dp P/2, p2p, one sequence per micro-batch) against the model with the
-  // link already calibrated. Keeps cal's value (with a warning) when the
-  // recipe cannot run so.
+  // (cal.ring_attention_scale) and one ring message's
+  // (cal.ring_message_s): two context-parallel runs of the recipe (cp 2 x
+  // dp P/2, p2p; one micro-batch per rank, then one sequence per
+  // micro-batch) against the model with the link already calibrated
+  // (fit_ring). Keeps cal's values (with a warning) when the recipe cannot
+  // run so.
   void calibrate_ring(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // A context-parallel probe: its micro-batch, predicted step with the
+  // ring at scale 1 and free messages, measured step, and what fit_ring
+  // took from it.
+  struct CpProbe {
+    int64_t micro_batch = 0;
+    double predicted_s = 0, measured_s = 0;
+    RingProbe fit;
+  };
+  const std::vector<CpProbe>& ring_probes() const { return ring_probes_; }
   // A message probe: messages and bytes per step, predicted step without
   // their cost, measured step (zeros when it did not run).
   struct MessageProbe {
@@ -108,6 +121,7 @@ class AutoconfigRuns {
   double timeout_s_;
   int runs_ = 0;
   MessageProbe message_probe_, bytes_probe_;
+  std::vector<CpProbe> ring_probes_;
   std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
   double sharing_alone_s_ = 0;              // and its median step alone
   std::map<int64_t, double> sharing_;       // measured, by copies

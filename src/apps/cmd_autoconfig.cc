@@ -43,7 +43,8 @@ constexpr const char* kUsage =
     "(compute rate, per-micro-batch and per-step cost at the threads a rank gets), the same\n"
     "run by P processes at once (the ranks sharing the cores), and the link (an all-reduce\n"
     "probe, then a tensor- and a data-parallel run of the recipe on this host's ranks for\n"
-    "the cost per message and per byte inside a step; or --link-gbps). Every timed run counts\n"
+    "the cost per message and per byte inside a step; or --link-gbps; two context-parallel\n"
+    "runs for ring attention's blocks and messages). Every timed run counts\n"
     "its median step after the first; the other work on the host meanwhile is reported.\n"
     "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
     "host (mpirun) for --steps steps each, killing any past --timeout, and prints\n"
@@ -245,6 +246,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                         {"host_load", host},
                         {"probes", probe.to_json()},
                         {"message_probes", nlohmann::json::array()},
+                        {"ring_probes", nlohmann::json::array()},
                         {"accepted", ok.size()},
                         {"cp_comm_searched", !comm_fixed},
                         {"candidates", nlohmann::json::array()},
@@ -255,6 +257,12 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"bytes", m->bytes},
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
+    for (const AutoconfigRuns::CpProbe& r : runs.ring_probes())
+      j["ring_probes"].push_back({{"micro_batch", r.micro_batch},
+                                  {"predicted_without_s", r.predicted_s},
+                                  {"measured_s", r.measured_s},
+                                  {"ring_messages", r.fit.ring_messages},
+                                  {"per_scale_s", r.fit.per_scale_s}});
     for (size_t i = 0; i < ok.size(); ++i) {
       nlohmann::json k = ok[i]->to_json();
       k["rank"] = i + 1;
@@ -288,14 +296,24 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
         "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "
         "link {:.2f} GB/s, "
-        "{:.0f} us per message ({})\n\n",
+        "{:.0f} us per message ({}){}{}\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
         cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
         cal.link_bytes_per_s / 1e9, cal.link_latency_s * 1e6,
         a.link_gbps > 0 ? "--link-gbps"
         : world > 1     ? "measured"
-                        : "unused");
+                        : "unused",
+        runs.ring_probes().empty()
+            ? ""
+            : fmt::format("; ring attention x{:.2f} of the causal kernel's tiles, {:.0f} us per "
+                          "ring message{}",
+                          cal.ring_attention_scale,
+                          (cal.ring_message_s >= 0 ? cal.ring_message_s : cal.link_latency_s) * 1e6,
+                          cal.ring_message_s >= 0 ? "" : " (the link's)"),
+        cal.message_wait_share > 0 ? fmt::format("; messages' waits at most {:.0f} % of the step",
+                                                 100.0 * cal.message_wait_share)
+                                   : "");
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
                "tokens/s", meas ? " median step ms    error" : "");

@@ -34,6 +34,8 @@ nlohmann::json StepCalibration::to_json() const {
           {"per_step_s", per_step_s},
           {"probe_recompute", probe_recompute},
           {"ring_attention_scale", ring_attention_scale},
+          {"ring_message_s", ring_message_s},
+          {"message_wait_share", message_wait_share},
           {"refault_s_per_byte", refault_s_per_byte},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
@@ -160,6 +162,29 @@ bool fit_step(StepCalibration& cal, const double n[3], const double c[3], const 
   cal.per_micro_batch_s = o;
   cal.per_step_s = f;
   return true;
+}
+
+bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many) {
+  cal.ring_message_s = -1;
+  if (many && many->ring_messages > few.ring_messages) {
+    // (s - 1) A_i + M_i x = r_i: Cramer's rule.
+    const double det =
+        few.per_scale_s * many->ring_messages - many->per_scale_s * few.ring_messages;
+    if (det != 0) {
+      const double s1 = (few.extra_s * many->ring_messages - many->extra_s * few.ring_messages) /
+                        det,
+                   x = (few.per_scale_s * many->extra_s - many->per_scale_s * few.extra_s) / det;
+      if (x >= 0 && 1.0 + s1 >= 0.5 && 1.0 + s1 <= 10.0) {
+        cal.ring_attention_scale = 1.0 + s1;
+        cal.ring_message_s = x;
+        return true;
+      }
+    }
+  }
+  const double rest = few.extra_s - few.ring_messages * cal.link_latency_s;
+  cal.ring_attention_scale =
+      few.per_scale_s > 0 ? std::clamp(1.0 + rest / few.per_scale_s, 0.5, 10.0) : 1.0;
+  return false;
 }
 
 std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
@@ -307,9 +332,17 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
     };
     p.comm_bytes += double(e.cp_bytes_per_step);
     p.messages += m * (double(layers + full) * per_layer(true) + double(layers) * per_layer(false));
+    if (comm == nn::CpComm::P2P || comm == nn::CpComm::A2AP2P)
+      p.ring_messages =
+          m * (double(layers + full) * (ringn - 1) + double(layers) * (2 * ringn - 1));
   }
   p.comm_bytes += double(e.a2a_bytes_per_step);
-  p.comm_s = p.comm_bytes / cal.link_bytes_per_s + p.messages * cal.link_latency_s;
+  const double ring_message_s = cal.ring_message_s >= 0 ? cal.ring_message_s : cal.link_latency_s;
+  double wait =
+      (p.messages - p.ring_messages) * cal.link_latency_s + p.ring_messages * ring_message_s;
+  if (cal.message_wait_share > 0)
+    wait = std::min(wait, cal.message_wait_share * (p.compute_s + p.overhead_s));
+  p.comm_s = p.comm_bytes / cal.link_bytes_per_s + wait;
   return p;
 }
 

@@ -17,14 +17,18 @@
 //   link_bytes_per_s, link_latency_s  an all-reduce of 4 KiB and of 4 MiB
 //       between two ranks (or --link-gbps), refitted from a tensor- and a
 //       data-parallel run of the recipe;
-//   ring_attention_scale              a context-parallel run of the recipe:
-//       the ring's blocks over the causal kernel's tiles.
+//   ring_attention_scale, ring_message_s  two context-parallel runs of
+//       the recipe (one micro-batch per rank, then one sequence per
+//       micro-batch): the ring's blocks over the causal kernel's tiles, and
+//       what one of the ring's messages costs (fit_ring).
 // A rank's step is then
 //   oversub x (compute_scale x (compute + (ring_attention_scale - 1) x
 //                               its ring attention)
 //              + per_micro_batch_s x micro-batches x its layers / n_layer
 //              + per_step_s)
-//   + the bytes it moves / link_bytes_per_s + its messages x link_latency_s
+//   + the bytes it moves / link_bytes_per_s
+//   + min(its messages x link_latency_s (the ring's at ring_message_s),
+//         message_wait_share x the step so far)
 // with compute estimate_training's (a rank's T / cp tokens, its ring
 // blocks' tiles, the pipeline paced by its slowest stage) and the bytes on
 // the wire (reductions in f32, gathers and sends in the compute dtype),
@@ -67,6 +71,17 @@ struct StepCalibration {
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;
+  // One message of the ring's exchanges (p2p, and a2a+p2p's ring part): a
+  // send and a receive that wait for the neighbour, which on ranks sharing
+  // cores costs more than a collective's share. Negative: link_latency_s.
+  double ring_message_s = -1;
+  // Ranks of one host wait at a message for their peers to compute up to
+  // it, which takes at most the compute between two messages: the
+  // messages' cost is capped at this share of the step without them (the
+  // tensor-parallel probe's messages' cost over its step without them, its
+  // density of messages taken as where the cap starts). 0: no cap (several
+  // nodes, --link-gbps: the link's latency).
+  double message_wait_share = 0;
   double link_bytes_per_s = 0.5e9;
   double link_latency_s = 30e-6;
   double oversubscription() const;  // >= 1
@@ -117,8 +132,29 @@ double recompute_overhead(const TrainConfig& cfg);
 struct StepPrediction {
   double compute_s = 0, overhead_s = 0, comm_s = 0;
   double comm_bytes = 0, messages = 0;
+  double ring_messages = 0;  // of messages: the ring's (StepCalibration::ring_message_s)
   double total() const { return compute_s + overhead_s + comm_s; }
 };
+
+// A context-parallel probe run of the recipe against predict_step with
+// ring_attention_scale 1 and free ring messages: extra_s = measured -
+// predicted, per_scale_s = what one unit of ring_attention_scale adds to the
+// prediction (its ring attention at the compute scale and sharing),
+// ring_messages = its messages of the ring per step.
+struct RingProbe {
+  double extra_s = 0, per_scale_s = 0, ring_messages = 0;
+};
+
+// ring_attention_scale and ring_message_s from the context-parallel probes:
+// `few` with one micro-batch per rank (few messages, so its extra time is
+// mostly the ring's blocks), `many` (optional) with one sequence per
+// micro-batch (the same tiles, several times the messages): extra_s =
+// (scale - 1) x per_scale_s + ring_messages x per-message cost, solved for
+// both. When that has no solution with a scale in [0.5, 10] and a cost >= 0
+// (noise), or `many` is absent or carries no more messages than `few`: the
+// messages at link_latency_s (ring_message_s stays negative) and the scale
+// from `few` alone, clamped to [0.5, 10]. Returns whether both were fitted.
+bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many);
 
 // The step of one rank of cfg's layout on `world` processes; `e` is
 // estimate_training(cfg, world, rates) with the rates at cal.threads.

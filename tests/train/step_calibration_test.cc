@@ -75,6 +75,66 @@ TEST(StepCalibration, ThreeProbesSeparateThePerStepCost) {
   EXPECT_NEAR(cal.per_micro_batch_s, 0.002, 1e-3);
 }
 
+TEST(StepCalibration, TwoContextParallelProbesSeparateTheRingsBlocksFromItsMessages) {
+  // The ring's messages on a rank of cp 2 (4 layers, global batch 8 of
+  // micro-batches of 2 on one data-parallel rank: 4 micro-batches): one
+  // pass forward and three backward (the keys and values on, their f32
+  // gradients back) per layer; a2a+p2p's ring part likewise, a2a has none.
+  const TrainConfig p2p = load({"parallel.cp=2"}),
+                    a2a = load({"parallel.cp=2", "parallel.cp_comm_type=a2a"}),
+                    full = load({"parallel.cp=2", "train.recompute=full"});
+  MachineRates r = rates_for(p2p);
+  StepCalibration cal;
+  cal.link_bytes_per_s = 1e30, cal.link_latency_s = 1e-3;
+  const StepPrediction p = predict_step(p2p, estimate_training(p2p, 2, &r), cal);
+  EXPECT_NEAR(p.ring_messages, 4.0 * 4 * (1 + 3), 1e-9);
+  EXPECT_EQ(predict_step(a2a, estimate_training(a2a, 2, &r), cal).ring_messages, 0.0);
+  // A fully recomputed layer passes them on once more forward.
+  EXPECT_NEAR(predict_step(full, estimate_training(full, 2, &r), cal).ring_messages,
+              4.0 * 4 * (2 + 3), 1e-9);
+  // The ring's messages at ring_message_s, the others at the link's latency.
+  StepCalibration ring = cal;
+  ring.ring_message_s = 5e-3;
+  EXPECT_NEAR(predict_step(p2p, estimate_training(p2p, 2, &r), ring).comm_s - p.comm_s,
+              p.ring_messages * 4e-3, 1e-12);
+
+  // Ranks sharing a host wait at most the compute between messages: the
+  // messages' cost is capped at message_wait_share of the step without them.
+  StepCalibration capped = ring;
+  const double without = p.compute_s + p.overhead_s,
+               waits = p.comm_s - p.comm_bytes / cal.link_bytes_per_s + p.ring_messages * 4e-3;
+  capped.message_wait_share = 0.5 * waits / without;
+  const StepPrediction c = predict_step(p2p, estimate_training(p2p, 2, &r), capped);
+  EXPECT_NEAR(c.comm_s - c.comm_bytes / cal.link_bytes_per_s, 0.5 * waits, 1e-12);
+  capped.message_wait_share = 2 * waits / without;  // not reached: the messages' own cost
+  EXPECT_NEAR(predict_step(p2p, estimate_training(p2p, 2, &r), capped).comm_s,
+              predict_step(p2p, estimate_training(p2p, 2, &r), ring).comm_s, 1e-12);
+
+  // Built from a scale of 2.5 and 0.4 ms a ring message: the probe with one
+  // micro-batch per rank (16 messages) and the one with a sequence per
+  // micro-batch (64, slightly more attention time predicted).
+  const RingProbe few{1.5 * 0.040 + 16 * 0.4e-3, 0.040, 16},
+      many{1.5 * 0.042 + 64 * 0.4e-3, 0.042, 64};
+  StepCalibration fit = cal;
+  EXPECT_TRUE(fit_ring(fit, few, &many));
+  EXPECT_NEAR(fit.ring_attention_scale, 2.5, 1e-9);
+  EXPECT_NEAR(fit.ring_message_s, 0.4e-3, 1e-12);
+  // Noise that makes the many messages cheaper than the few: no negative
+  // cost; the messages at the link's latency (1 ms) and the scale from the
+  // few-message probe alone.
+  const RingProbe cheaper{few.extra_s - 0.010, 0.042, 64};
+  EXPECT_FALSE(fit_ring(fit, few, &cheaper));
+  EXPECT_LT(fit.ring_message_s, 0);
+  EXPECT_NEAR(fit.ring_attention_scale, 1.0 + (few.extra_s - 16 * 1e-3) / 0.040, 1e-9);
+  // One probe only (one sequence per rank): the same.
+  StepCalibration alone = cal;
+  EXPECT_FALSE(fit_ring(alone, few, nullptr));
+  EXPECT_DOUBLE_EQ(alone.ring_attention_scale, fit.ring_attention_scale);
+  // A scale out of [0.5, 10] is clamped (a probe faster than the model).
+  EXPECT_FALSE(fit_ring(alone, RingProbe{-1.0, 0.040, 16}, nullptr));
+  EXPECT_EQ(alone.ring_attention_scale, 0.5);
+}
+
 TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   TrainConfig c = load();
   MachineRates r = rates_for(c);
