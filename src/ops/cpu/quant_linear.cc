@@ -2,12 +2,19 @@
 // (decode) take the direct kernel of quant_dot.cc, which reads W's blocks;
 // more rows (batched decode, prefill) take the integer tiles of
 // quant_gemm.cc where the build has AVX-512 VNNI (every row count for a
-// weight packed by quant_pack), and otherwise (or for
-// W8A16 and F16) dequantise a panel of W's rows at a time (~kPanelBytes of
-// f32) into a scratch buffer and run oneDNN's f32 product on it, as the NF4
-// products do. No path holds a dense copy of W; the scratch buffers
-// grow to the largest size seen and are never shrunk.
+// weight packed by quant_pack), and otherwise (or for W8A16 and F16) the
+// panel path: at the AVX-512 levels a panel of W's rows at a time (~kPanelBytes
+// of f32) dequantised into a scratch buffer and oneDNN's f32 product run on
+// it, as the NF4 products do; at the AVX2 level (no VNNI tiles for any type)
+// W's rows dequantised 16 at a time into each thread's own block and
+// multiplied there by a register tile (by_blocks), in one pass of the thread
+// pool. No path holds a dense copy of W; the scratch buffers grow to the
+// largest size seen and are never shrunk.
 #include <algorithm>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "core/parallel.h"
 #include "ops/cpu/dnnl_matmul.h"
@@ -15,6 +22,12 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
+
+// The AVX2 level's panel path (by_blocks below); the AVX-512 levels keep
+// oneDNN's product on dequantised panels.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define NK_QUANT_BY_BLOCKS 1
+#endif
 
 namespace nk::ops::NK_CPU_NS {
 namespace {
@@ -28,7 +41,13 @@ namespace {
 // to 12..14 for W8A16 (f32 FMAs). F16, 4 x rows a pass, on a 2-core AVX-512
 // machine: faster to N = 32 (1.61 against 1.80 ms there, 0.81 against 1.17
 // at 16). Where the VNNI tiles exist they take over from N = 2 instead.
+// At the AVX2 level the panel path is by_blocks, faster than the direct
+// kernel for F16 from about 20 rows ([2048 x 2048], 2 threads of a Zen 3,
+// direct / blocks: 1.8 / 2.1 ms at 16, 2.2 / 2.0 at 20, 2.8 / 2.0 at 24).
 int64_t direct_rows_max(QuantType t) {
+#ifdef NK_QUANT_BY_BLOCKS
+  if (t == QuantType::F16 || t == QuantType::BF16) return 20;
+#endif
   if (t == QuantType::F16 || t == QuantType::BF16) return 32;
   return t == QuantType::W8A16 ? 12 : 16;
 }
@@ -96,6 +115,135 @@ void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
   }
 }
 
+#ifdef NK_QUANT_BY_BLOCKS
+// ---- the AVX2 level's panel path: 16 rows of W at a time, a 6 x 16 tile ----
+//
+// y[N, out] = x[N, in] W^T + b with every sum in f32 over i = 0 .. in - 1
+// in order, by one thread, so the result does not depend on the thread
+// count. x is laid out 6 rows at a time, [ceil(N / 6)][in][6] (the last
+// group padded with zeros), so one tile's x values at step i are adjacent.
+// A task takes 16 of W's rows: it dequantises them (quant_dequant_row, W's
+// row scale applied, as the panels do) and lays them out [in][16] in its
+// thread's block, then runs the tile over every group of x: at each i two
+// 8-wide vectors of W's values times 6 broadcast x values into 12
+// accumulators. Dequantising inside the task overlaps one thread's reading
+// of W from memory with the other's arithmetic, which oneDNN's product on
+// a panel dequantised beforehand does not, and needs no pass of the pool
+// per panel. Measured against the oneDNN panels on a 2-core Zen 3
+// (BENCHMARKS.md, AVX2 host section).
+constexpr int64_t kTileRows = 6, kBlockCols = 16;
+
+std::vector<char> g_lin_xp;
+
+template <typename T>
+void interleave_x(const T* x, int64_t n, int64_t in, float* xp) {
+  const int64_t groups = (n + kTileRows - 1) / kTileRows;
+  parallel_for(groups, std::max<int64_t>(1, 16384 / in), [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float* d = xp + g * in * kTileRows;
+      for (int64_t r = 0; r < kTileRows; ++r) {
+        const int64_t row = g * kTileRows + r;
+        if (row < n)
+          for (int64_t i = 0; i < in; ++i) d[i * kTileRows + r] = load(x[row * in + i]);
+        else
+          for (int64_t i = 0; i < in; ++i) d[i * kTileRows + r] = 0.f;
+      }
+    }
+  });
+}
+
+// acc[6][16] = sum over i of xp[i][r] * block[i][c].
+inline void tile_6x16(const float* block, const float* xp, int64_t in, float* acc) {
+  __m256 a[kTileRows][2];
+  for (auto& r : a) r[0] = r[1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < in; ++i) {
+    const __m256 w0 = _mm256_load_ps(block + i * kBlockCols),
+                 w1 = _mm256_load_ps(block + i * kBlockCols + 8);
+    const float* xi = xp + i * kTileRows;
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(xi + r);
+      a[r][0] = _mm256_fmadd_ps(xv, w0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(xv, w1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm256_store_ps(acc + r * kBlockCols, a[r][0]);
+    _mm256_store_ps(acc + r * kBlockCols + 8, a[r][1]);
+  }
+}
+
+// The 8 x 8 floats r[j][0..8) transposed: r[i][j] <- r[j][i].
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// rows [16][in] -> block [in][16].
+inline void to_block(const float* rows, int64_t in, float* block) {
+  int64_t i = 0;
+  for (; i + 8 <= in; i += 8)
+    for (int64_t c0 = 0; c0 < kBlockCols; c0 += 8) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(rows + (c0 + j) * in + i);
+      transpose8x8(r);
+      for (int j = 0; j < 8; ++j) _mm256_store_ps(block + (i + j) * kBlockCols + c0, r[j]);
+    }
+  for (; i < in; ++i)
+    for (int64_t c = 0; c < kBlockCols; ++c) block[i * kBlockCols + c] = rows[c * in + i];
+}
+
+template <typename T>
+void by_blocks(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+  const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
+  const int64_t groups = (n + kTileRows - 1) / kTileRows;
+  float* xp = scratch<float>(g_lin_xp, size_t(groups * kTileRows * in));
+  interleave_x(x.data<T>(), n, in, xp);
+  QuantOut<T> yo(y, w, b);
+  yo.wscale = nullptr;  // applied as the rows are dequantised
+  const float* scale = w.scale.defined() ? w.scale.data<float>() : nullptr;
+  const int64_t blocks = (out + kBlockCols - 1) / kBlockCols;
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<char> rows_buf, block_buf;
+    thread_local std::vector<uint8_t> row_bytes;
+    float* rows = scratch<float>(rows_buf, size_t(kBlockCols * in));
+    float* block = scratch<float>(block_buf, size_t(kBlockCols * in));
+    alignas(32) float acc[kTileRows * kBlockCols];
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t o0 = blk * kBlockCols, cols = std::min(kBlockCols, out - o0);
+      for (int64_t c = 0; c < kBlockCols; ++c) {
+        float* r = rows + c * in;
+        if (c < cols)
+          quant_dequant_row(w.type, quant_row(w, o0 + c, row_bytes), scale ? scale[o0 + c] : 0.f,
+                            in, r);
+        else
+          std::fill(r, r + in, 0.f);
+      }
+      to_block(rows, in, block);
+      for (int64_t g = 0; g < groups; ++g) {
+        tile_6x16(block, xp + g * in * kTileRows, in, acc);
+        const int64_t tr = std::min(kTileRows, n - g * kTileRows);
+        for (int64_t r = 0; r < tr; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            yo.store(g * kTileRows + r, o0 + c, acc[r * kBlockCols + c]);
+      }
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 const float* rows_as_f32(const Tensor& t, std::vector<char>& buf) {
@@ -110,10 +258,17 @@ const float* rows_as_f32(const Tensor& t, std::vector<char>& buf) {
 }
 
 void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
+#ifdef NK_QUANT_BY_BLOCKS
+  if (x.dtype() == DType::F32)
+    by_blocks<float>(y, x, w, b);
+  else
+    by_blocks<bf16>(y, x, w, b);
+#else
   if (x.dtype() == DType::F32)
     by_panels<float>(y, x, w, b);
   else
     by_panels<bf16>(y, x, w, b);
+#endif
 }
 
 QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n, QuantLayout layout) {
