@@ -44,6 +44,40 @@ int64_t divisor_at_most(int64_t n, int64_t cap) {
   return 1;
 }
 
+// The recipe as a probe runs it: tp x cp x dp ranks, no pipeline, p2p
+// (a2a+p2p's sizes would not fit every cp), no sequence parallelism or
+// sharding, micro-batches of mb; and the same as nekton train's overrides
+// (with the rank's threads).
+TrainConfig probe_config(const TrainConfig& cfg, int tp, int cp, int dp, int64_t mb) {
+  TrainConfig c = cfg;
+  c.parallel.mesh = dist::MeshSpec{};
+  c.parallel.mesh.tp = tp;
+  c.parallel.mesh.cp = cp;
+  c.parallel.mesh.dp = dp;
+  c.parallel.set_cp_comm("p2p");
+  c.parallel.vp = 1;
+  c.parallel.pp_layout.clear();
+  c.parallel.sequence_parallel = false;
+  c.ddp.shard = parallel::Shard::None;
+  c.micro_batch = mb;
+  return c;
+}
+std::vector<std::string> probe_overrides(int tp, int cp, int dp, int64_t mb, int64_t threads) {
+  return {fmt::format("parallel.tp={}", tp),
+          "parallel.pp=1",
+          fmt::format("parallel.cp={}", cp),
+          fmt::format("parallel.dp={}", dp),
+          "parallel.ep=1",
+          "parallel.vp=1",
+          "parallel.pp_layout=",
+          "parallel.sp=false",
+          "parallel.shard=none",
+          "parallel.cp_comm_type=p2p",
+          "parallel.hierarchical_context_parallel_sizes=",
+          fmt::format("train.micro_batch={}", mb),
+          fmt::format("train.threads={}", threads)};
+}
+
 }  // namespace
 
 nlohmann::json Calibration::to_json() const {
@@ -198,33 +232,13 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   int round = 1;
   std::map<std::pair<int64_t, int64_t>, std::vector<double>> pooled;
   auto probe = [&](int64_t mb, int64_t gb, double& n, double& c, double& m) {
-    TrainConfig pc = cfg;
+    TrainConfig pc = probe_config(cfg, 1, 1, 1, mb);
     pc.global_batch = gb;
-    pc.parallel.mesh = dist::MeshSpec{};
-    pc.parallel.mesh.dp = 1;
-    pc.parallel.set_cp_comm("p2p");  // (a2a+p2p's sizes would not fit cp 1)
-    pc.parallel.vp = 1;
-    pc.parallel.pp_layout.clear();
-    pc.parallel.sequence_parallel = false;
-    pc.ddp.shard = parallel::Shard::None;
-    pc.micro_batch = mb;
     measure_missing_rates(pc, rates);
     n = double(gb / mb);
     c = estimate_training(pc, 1, &rates).step.total();
-    const std::vector<std::string> extra = {"parallel.tp=1",
-                                            "parallel.pp=1",
-                                            "parallel.cp=1",
-                                            "parallel.dp=1",
-                                            "parallel.ep=1",
-                                            "parallel.vp=1",
-                                            "parallel.pp_layout=",
-                                            "parallel.sp=false",
-                                            "parallel.shard=none",
-                                            "parallel.cp_comm_type=p2p",
-                                            "parallel.hierarchical_context_parallel_sizes=",
-                                            fmt::format("train.micro_batch={}", mb),
-                                            fmt::format("train.global_batch={}", gb),
-                                            fmt::format("train.threads={}", cal.threads)};
+    std::vector<std::string> extra = probe_overrides(1, 1, 1, mb, cal.threads);
+    extra.push_back(fmt::format("train.global_batch={}", gb));
     const MeasuredRun r =
         run(fmt::format("probe-mb{}-gb{}{}", mb, gb, round > 1 ? fmt::format("-{}", round) : ""), 1,
             extra, kProbeSteps);
@@ -334,16 +348,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
   int round = 1;
   std::map<int64_t, std::vector<double>> pooled;  // by tp
   auto probe = [&](int64_t tp, int64_t mb, MessageProbe& out) {
-    TrainConfig c = cfg;
-    c.parallel.mesh = dist::MeshSpec{};
-    c.parallel.mesh.tp = int(tp);
-    c.parallel.mesh.dp = int(P / tp);
-    c.parallel.set_cp_comm("p2p");
-    c.parallel.vp = 1;
-    c.parallel.pp_layout.clear();
-    c.parallel.sequence_parallel = false;
-    c.ddp.shard = parallel::Shard::None;
-    c.micro_batch = mb;
+    TrainConfig c = probe_config(cfg, int(tp), 1, int(P / tp), mb);
     StepPrediction p;
     try {
       c.parallel.check();
@@ -356,12 +361,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     }
     const MeasuredRun r =
         run(fmt::format("probe-tp{}-mb{}{}", tp, mb, round > 1 ? fmt::format("-{}", round) : ""), P,
-            {fmt::format("parallel.tp={}", tp), "parallel.pp=1", "parallel.cp=1",
-             fmt::format("parallel.dp={}", P / tp), "parallel.ep=1", "parallel.vp=1",
-             "parallel.pp_layout=", "parallel.sp=false", "parallel.shard=none",
-             "parallel.cp_comm_type=p2p", "parallel.hierarchical_context_parallel_sizes=",
-             fmt::format("train.micro_batch={}", mb), fmt::format("train.threads={}", cal.threads)},
-            kProbeSteps);
+            probe_overrides(int(tp), 1, int(P / tp), mb, cal.threads), kProbeSteps);
     if (!r.ok()) {
       NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
               r.result.describe(), r.log, cal.link_latency_s * 1e6);
@@ -440,16 +440,7 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
   if (mbs[0] != 1) mbs.push_back(1);
   ring_probes_.clear();
   for (const int64_t mb : mbs) {
-    TrainConfig c = cfg;
-    c.parallel.mesh = dist::MeshSpec{};
-    c.parallel.mesh.cp = 2;
-    c.parallel.mesh.dp = int(dp);
-    c.parallel.set_cp_comm("p2p");
-    c.parallel.vp = 1;
-    c.parallel.pp_layout.clear();
-    c.parallel.sequence_parallel = false;
-    c.ddp.shard = parallel::Shard::None;
-    c.micro_batch = mb;
+    const TrainConfig c = probe_config(cfg, 1, 2, int(dp), mb);
     // The step predicted at scales 1 and 2 with the ring's messages free:
     // what the measured step adds is fitted to both (fit_ring).
     StepCalibration at1 = cal, at2 = cal;
@@ -470,14 +461,8 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
           mb, e.what(), ring_probes_.empty() ? "as the causal kernel's tiles" : "from the first");
       break;
     }
-    const MeasuredRun r = run(
-        fmt::format("probe-cp2-mb{}", mb), P,
-        {"parallel.tp=1", "parallel.pp=1", "parallel.cp=2", fmt::format("parallel.dp={}", dp),
-         "parallel.ep=1", "parallel.vp=1", "parallel.pp_layout=", "parallel.sp=false",
-         "parallel.shard=none", "parallel.cp_comm_type=p2p",
-         "parallel.hierarchical_context_parallel_sizes=", fmt::format("train.micro_batch={}", mb),
-         fmt::format("train.threads={}", cal.threads)},
-        kProbeSteps);
+    const MeasuredRun r = run(fmt::format("probe-cp2-mb{}", mb), P,
+                              probe_overrides(1, 2, int(dp), mb, cal.threads), kProbeSteps);
     if (!r.ok() || !(p2.total() > p1.total())) {
       NK_WARN(
           "autoconfig: the context-parallel probe at micro-batch {} failed ({}, {}); ring "
