@@ -199,6 +199,27 @@ TEST(QuantLinear, EveryRowCountAgreesWithTheDenseProduct) {
   }
 }
 
+// Past a few hundred rows the AVX2 level's panel path takes x in several
+// passes (kBlockPassRows, 384): 401 rows of a [1, 401, in] x, each checked.
+TEST(QuantLinear, ManyRowsAgreeWithTheDenseProduct) {
+  const int64_t N = 401, in = 256, out = 37;
+  for (QuantType t : {QuantType::F16, QuantType::Q4_K, QuantType::W8A16}) {
+    SCOPED_TRACE(ops::quant_type_name(t));
+    const ops::QuantWeight q =
+        quantized(t, f32_tensor({out, in}, gaussian(size_t(out * in), 12, 0.05)));
+    const Tensor x = make({1, N, in}, DType::F32, randn(size_t(N * in), 13));
+    const Tensor b = make({out}, DType::F32, randn(size_t(out), 14));
+    Tensor y = Tensor::empty({1, N, out}, DType::F32);
+    ops::quant_linear_forward(y, x, q, b);
+    const Refs r = references(t, values(dequantized(q)), values(x), values(b), N, in, out);
+    if (plain_x(t) ||
+        ops::cpu_quant_paths().path(t, in, N, ops::QuantLayout::Rows) == ops::QuantPath::Panels)
+      expect_close(values(y), r.exact, {2e-5, 0}, "y", {}, false);
+    else
+      expect_close(values(y), r.replayed, {2e-5, 0}, "y", {}, false);
+  }
+}
+
 // A bf16 layer with an f32 bias, as linear_forward allows.
 TEST(QuantLinear, Bf16WithF32Bias) {
   for (int64_t N : {2, 40}) {
