@@ -279,11 +279,12 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   if (fit_step(cal, n, c, m)) return p;
   // Noise gave a negative cost: run the three once more and fit the
   // medians of both rounds' steps.
+  // (A probe that fails now leaves the first round's fit and figures.)
   ++round;
-  double unused = 0;
-  if (probe(G, G, unused, unused, p.m1) && probe(mb2, G, unused, unused, p.m2) &&
-      probe(G / 2, G / 2, unused, unused, p.m3)) {
-    m[0] = p.m1, m[1] = p.m2, m[2] = p.m3;
+  double again[3], n_again, c_again;
+  if (probe(G, G, n_again, c_again, again[0]) && probe(mb2, G, n_again, c_again, again[1]) &&
+      probe(G / 2, G / 2, n_again, c_again, again[2])) {
+    p.m1 = m[0] = again[0], p.m2 = m[1] = again[1], p.m3 = m[2] = again[2];
     if (fit_step(cal, n, c, m)) return p;
   }
   p.failed.clear();

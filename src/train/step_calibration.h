@@ -80,7 +80,7 @@ struct StepCalibration {
   // messages' cost is capped at this share of the step without them (the
   // tensor-parallel probe's messages' cost over its step without them, its
   // density of messages taken as where the cap starts). 0: no cap (several
-  // nodes, --link-gbps: the link's latency).
+  // nodes, where autoconfig runs no probe: the link's latency alone).
   double message_wait_share = 0;
   double link_bytes_per_s = 0.5e9;
   double link_latency_s = 30e-6;

@@ -64,6 +64,9 @@ int64_t gemm_rows_min(QuantType t) {
   return t == QuantType::W8A8 ? 3 : 2;
 }
 
+#ifndef NK_QUANT_BY_BLOCKS
+// ---- the AVX-512 levels' panel path: oneDNN on dequantised panels ----
+
 // Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs
 // it (the NF4 products' choice; not re-tuned here).
 constexpr size_t kPanelBytes = size_t(1) << 20;
@@ -115,7 +118,7 @@ void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
   }
 }
 
-#ifdef NK_QUANT_BY_BLOCKS
+#else
 // ---- the AVX2 level's panel path: 16 rows of W at a time, a 6 x 16 tile ----
 //
 // y[N, out] = x[N, in] W^T + b with every sum in f32 over i = 0 .. in - 1
