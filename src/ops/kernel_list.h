@@ -127,4 +127,20 @@ NK_KERNEL_DECL(void, adamw_step_mixed,
 NK_KERNEL_DECL(void, bf16_master_split, (Tensor hi, Tensor remainder, const Tensor& f32))
 NK_KERNEL_DECL(void, bf16_master_join, (Tensor f32, const Tensor& hi, const Tensor& remainder))
 
+// ---- Mixture of Experts (ops/moe.h, moe.cc) ----
+NK_KERNEL_DECL(void, moe_route,
+               (Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
+                const Tensor& bias, const MoeRouteSpec& spec))
+NK_KERNEL_DECL(void, moe_route_backward,
+               (Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad, float z_grad,
+                const Tensor& logits, const Tensor& probs, const Tensor& idx,
+                const MoeRouteSpec& spec))
+NK_KERNEL_DECL(void, moe_gather, (Tensor xs, const Tensor& x, const Tensor& src))
+NK_KERNEL_DECL(void, moe_combine,
+               (Tensor y, const Tensor& out, const Tensor& slot, const Tensor& weights))
+NK_KERNEL_DECL(void, moe_combine_backward,
+               (Tensor dout, Tensor dweights, const Tensor& dy, const Tensor& out,
+                const Tensor& slot, const Tensor& weights))
+NK_KERNEL_DECL(void, moe_scatter, (Tensor dx, const Tensor& dxs, const Tensor& slot))
+
 #undef NK_KERNEL_DECL

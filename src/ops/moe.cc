@@ -1,5 +1,5 @@
-// Mixture-of-Experts routing and token movement: checks, then the CPU kernel
-// (ops/moe.h). Expert and slot ids are data, checked by the kernels.
+// Mixture-of-Experts routing and token movement: checks, then the tensors'
+// backend's kernel (ops/moe.h). Expert and slot ids are data, checked by the kernels.
 #include "ops/moe.h"
 
 #include <cmath>
@@ -69,7 +69,7 @@ void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Ten
              "{}: bias {} is neither f32 nor the logits' {}", op, bias.desc(),
              dtype_name(logits.dtype()));
   }
-  pick_kernel(op, dev, cpu_kernels().moe_route)(probs, idx, weights, stats, logits, bias, spec);
+  NK_KERNEL(moe_route, dev)(probs, idx, weights, stats, logits, bias, spec);
 }
 
 void moe_route(Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
@@ -104,8 +104,8 @@ void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& ba
   check_dtype(dweights, DType::F32, "dweights");
   check_segments(op, balance_grad, N, E, "balance_grad");
   check_dtype(balance_grad, DType::F32, "balance_grad");
-  pick_kernel(op, dev, cpu_kernels().moe_route_backward)(dlogits, dweights, balance_grad, z_grad,
-                                                         logits, probs, idx, spec);
+  NK_KERNEL(moe_route_backward, dev)
+  (dlogits, dweights, balance_grad, z_grad, logits, probs, idx, spec);
 }
 
 void moe_route_backward(Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad,
@@ -124,7 +124,7 @@ void moe_gather(Tensor xs, const Tensor& x, const Tensor& src) {
   check_rows(op, xs, x.dtype(), x.dim(1), "xs");
   check_shape(src, {xs.dim(0)}, "src");
   check_dtype(src, DType::I32, "src");
-  pick_kernel(op, dev, cpu_kernels().moe_gather)(xs, x, src);
+  NK_KERNEL(moe_gather, dev)(xs, x, src);
 }
 
 void moe_combine(Tensor y, const Tensor& out, const Tensor& slot, const Tensor& weights) {
@@ -138,7 +138,7 @@ void moe_combine(Tensor y, const Tensor& out, const Tensor& slot, const Tensor& 
   check_dtype(slot, DType::I32, "slot");
   check_shape(weights, slot.shape(), "weights");
   check_dtype(weights, DType::F32, "weights");
-  pick_kernel(op, dev, cpu_kernels().moe_combine)(y, out, slot, weights);
+  NK_KERNEL(moe_combine, dev)(y, out, slot, weights);
 }
 
 void moe_combine_backward(Tensor dout, Tensor dweights, const Tensor& dy, const Tensor& out,
@@ -160,7 +160,7 @@ void moe_combine_backward(Tensor dout, Tensor dweights, const Tensor& dy, const 
   check_dtype(weights, DType::F32, "weights");
   check_shape(dweights, slot.shape(), "dweights");
   check_dtype(dweights, DType::F32, "dweights");
-  pick_kernel(op, dev, cpu_kernels().moe_combine_backward)(dout, dweights, dy, out, slot, weights);
+  NK_KERNEL(moe_combine_backward, dev)(dout, dweights, dy, out, slot, weights);
 }
 
 void moe_scatter(Tensor dx, const Tensor& dxs, const Tensor& slot) {
@@ -170,7 +170,7 @@ void moe_scatter(Tensor dx, const Tensor& dxs, const Tensor& slot) {
            "{}: dx {} / slot {} are not [N, C] / [N, k]", op, dx.desc(), slot.desc());
   check_rows(op, dxs, dx.dtype(), dx.dim(1), "dxs");
   check_dtype(slot, DType::I32, "slot");
-  pick_kernel(op, dev, cpu_kernels().moe_scatter)(dx, dxs, slot);
+  NK_KERNEL(moe_scatter, dev)(dx, dxs, slot);
 }
 
 }  // namespace nk::ops

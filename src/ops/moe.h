@@ -6,8 +6,8 @@
 //
 // Conventions as ops.h: activations in the compute dtype T (f32 or bf16),
 // arithmetic in fp32 (the router's per-row arithmetic in double), activation
-// gradients written. CPU kernels only (ops/cpu/cpu_only_kernel_list.h): a
-// tensor on another device gets "no kernel for device".
+// gradients written. On every backend (ops/kernel_list.h: the CPU's
+// ops/cpu/moe.cc, CUDA's ops/cuda/moe.cu).
 #pragma once
 #include <cstdint>
 

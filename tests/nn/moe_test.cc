@@ -8,19 +8,39 @@
 // dropped: checked against the rule, and the gradient again. DeepSeek-V3's
 // routing (groups, the choice-only bias, the scaling) too. With a shared
 // expert (ungated, and behind Qwen2-MoE's sigmoid gate) its projections' and
-// gate's gradients are checked too.
+// gate's gradients are checked too. And the layer on CUDA against the CPU
+// (where a GPU runs it).
 #include "nn/moe.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
+#include "core/allocator.h"
 #include "core/rng.h"
+#include "ops/ops.h"
 
 namespace nk {
 namespace {
+
+// A copy of host tensor t on dev (t itself on the host).
+Tensor on(const Tensor& t, Device dev) {
+  if (dev == kHost) return t;
+  Tensor d = Tensor::empty(t.shape(), t.dtype(), dev);
+  ops::copy_bytes_from_host(d, t.raw());
+  return d;
+}
+
+// t's values on the host, as floats.
+std::vector<float> host_values(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  ops::copy_to_host(t, v.data());
+  return v;
+}
 
 struct Fixture {
   int64_t N = 7, C = 6, E = 4, k = 2, F = 5;
@@ -35,12 +55,14 @@ struct Fixture {
   // deepseek: DeepSeek-V3's routing, two groups of which one is kept, a
   // score bias and a scaling of the weights. shared: 0 none, 1 a shared
   // expert, 2 a gated shared expert.
-  explicit Fixture(bool sigmoid, double cf = 0, bool deepseek = false, int shared = 0) {
+  // dev: where the tensors live (the same values on every device).
+  explicit Fixture(bool sigmoid, double cf = 0, bool deepseek = false, int shared = 0,
+                   Device dev = kHost) {
     Rng r(5);
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
       for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(r.normal() * std);
-      return t;
+      return on(t, dev);
     };
     x = randn({N, C}, 1.0);
     router = randn({E, C}, 0.8);
@@ -48,7 +70,7 @@ struct Fixture {
     down = randn({E * C, F}, 0.5);
     cy = randn({N, C}, 1.0);
     for (int64_t e = 0; e < E; ++e) g.push_back(float(r.normal() * 0.5));
-    auto alloc = [](const Shape& shape, DType t) { return Tensor::zeros(shape, t); };
+    auto alloc = [dev](const Shape& shape, DType t) { return Tensor::zeros(shape, t, dev); };
     s = nn::MoE::saved_for(N, C, E, k, F, DType::F32, alloc);
     sc = nn::MoE::scratch_for(N, C, E, k, F, DType::F32, alloc);
     moe.router.w = router;
@@ -202,6 +224,73 @@ TEST(MoE, CapacityDropsThePairsPastEachExpertsCapacityInTokenOrder) {
       if (n_kept == fx.k) {
         EXPECT_NEAR(got, full, 1e-6f * std::max(1.f, std::fabs(full))) << n;
       }
+    }
+  }
+}
+
+// The layer on CUDA against the same layer on the CPU: forward (y, the
+// chosen experts, the routing statistics) and backward (dx, the router's,
+// the experts' and the shared expert's gradients), under each routing the
+// finite-difference checks above cover: softmax top-k renormalised, sigmoid,
+// DeepSeek-V3's groups, bias and scaling, token dropping, and a gated shared
+// expert. Skipped where no GPU runs it.
+TEST(MoE, CudaMatchesTheCpu) {
+  if (!device_available(Device::CUDA))
+    GTEST_SKIP() << "cuda not run: " << why_unavailable(Device::CUDA);
+  struct Case {
+    bool sigmoid;
+    double cf;
+    bool deepseek;
+    int shared;
+  };
+  for (const Case& c : {Case{false, 0, false, 0}, Case{true, 0, false, 0}, Case{true, 0, true, 0},
+                        Case{false, 0.75, false, 0}, Case{false, 0, false, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "sigmoid=" << c.sigmoid << " cf=" << c.cf
+                                      << " deepseek=" << c.deepseek << " shared=" << c.shared);
+    std::vector<std::vector<float>> got[2];
+    std::vector<int32_t> idx[2];
+    for (int d = 0; d < 2; ++d) {
+      const Device dev = d == 0 ? kHost : Device::CUDA;
+      Fixture fx(c.sigmoid, c.cf, c.deepseek, c.shared, dev);
+      auto grad = [&](nn::Linear& l) {
+        if (l.w.defined()) l.dw = Tensor::zeros(l.w.shape(), DType::F32, dev);
+      };
+      grad(fx.moe.router);
+      grad(fx.moe.shared_up);
+      grad(fx.moe.shared_down);
+      grad(fx.moe.shared_gate);
+      fx.moe.dup = Tensor::zeros(fx.up.shape(), DType::F32, dev);
+      fx.moe.ddown = Tensor::zeros(fx.down.shape(), DType::F32, dev);
+      Tensor y = Tensor::empty({fx.N, fx.C}, DType::F32, dev),
+             dx = Tensor::empty({fx.N, fx.C}, DType::F32, dev);
+      fx.moe.forward(y, fx.s, fx.x);
+      idx[d] = fx.s.routing->idx;
+      got[d].push_back(host_values(y));
+      got[d].push_back(fx.s.routing->stats);
+      fx.moe.backward(dx, fx.cy, fx.s, fx.sc, fx.x, fx.g, fx.zg);
+      got[d].push_back(host_values(dx));
+      for (const Tensor& t : {fx.moe.router.dw, fx.moe.dup, fx.moe.ddown, fx.moe.shared_up.dw,
+                              fx.moe.shared_down.dw, fx.moe.shared_gate.dw})
+        if (t.defined()) got[d].push_back(host_values(t));
+    }
+    EXPECT_EQ(idx[0], idx[1]) << "the CUDA router chose other experts";
+    const char* names[] = {"y",
+                           "stats",
+                           "dx",
+                           "router.dw",
+                           "dup",
+                           "ddown",
+                           "shared_up.dw",
+                           "shared_down.dw",
+                           "shared_gate.dw"};
+    ASSERT_EQ(got[0].size(), got[1].size());
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      ASSERT_EQ(got[0][i].size(), got[1][i].size()) << names[i];
+      float scale = 0;
+      for (float v : got[0][i]) scale = std::max(scale, std::fabs(v));
+      for (size_t j = 0; j < got[0][i].size(); ++j)
+        EXPECT_NEAR(got[1][i][j], got[0][i][j], 1e-5f * std::max(1.f, scale))
+            << names[i] << "[" << j << "]";
     }
   }
 }

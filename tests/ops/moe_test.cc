@@ -1,13 +1,16 @@
-// The Mixture-of-Experts kernels (ops/moe.h, CPU only) against host
+// The Mixture-of-Experts kernels (ops/moe.h) on every backend against host
 // computations in double: routing scores, top-k and statistics; the router's
 // backward against central finite differences of a double reference; and
-// the token movement (gather, weighted combine, scatter) with dropped pairs.
+// the token movement (gather, weighted combine, scatter) with dropped pairs;
+// bad ids read from tensor memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <string>
 
 #include "ops/moe.h"
 #include "ops/op_harness.h"
@@ -22,6 +25,9 @@ using test::make;
 using test::make_i32;
 using test::randn;
 using test::values;
+
+class MoeRoute : public test::BackendTest {};
+class MoeTokens : public test::BackendTest {};
 
 struct RouteRef {
   std::vector<double> probs, weights, stats;
@@ -87,16 +93,18 @@ RouteRef route_ref(const std::vector<double>& l, int64_t N, int64_t E, int64_t k
   return route_ref(l, N, E, k, spec);
 }
 
-TEST(MoeRoute, ScoresTopkAndStatsMatchDouble) {
+TEST_P(MoeRoute, ScoresTopkAndStatsMatchDouble) {
   const int64_t N = 9, E = 6, k = 2;
   for (DType dt : {DType::F32, DType::BF16})
     for (bool sigmoid : {false, true})
       for (bool norm : {false, true}) {
         SCOPED_TRACE(fmt::format("{} sigmoid={} norm={}", dtype_name(dt), sigmoid, norm));
         const std::vector<double> l = test::rounded(randn(size_t(N * E), 11, 1.5), dt);
-        Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
-               w = Tensor::empty({N, k}, DType::F32), stats = Tensor::empty({E + 1}, DType::F32);
-        ops::moe_route(probs, idx, w, stats, make({N, E}, dt, l), sigmoid, norm);
+        Tensor probs = Tensor::empty({N, E}, DType::F32, dev()),
+               idx = Tensor::empty({N, k}, DType::I32, dev()),
+               w = Tensor::empty({N, k}, DType::F32, dev()),
+               stats = Tensor::empty({E + 1}, DType::F32, dev());
+        ops::moe_route(probs, idx, w, stats, make({N, E}, dt, l, dev()), sigmoid, norm);
         const RouteRef r = route_ref(l, N, E, k, sigmoid, norm);
         expect_close(values(probs), r.probs, {1e-6, 1e-7}, "probs");
         expect_close(values(w), r.weights, {1e-6, 1e-7}, "weights");
@@ -107,13 +115,16 @@ TEST(MoeRoute, ScoresTopkAndStatsMatchDouble) {
 }
 NK_COVERS(MoeRoute, ScoresTopkAndStatsMatchDouble, moe_route);
 
-TEST(MoeRoute, TiesGoToTheLowerExpert) {
-  Tensor probs = Tensor::empty({1, 4}, DType::F32), idx = Tensor::empty({1, 2}, DType::I32),
-         w = Tensor::empty({1, 2}, DType::F32), stats = Tensor::empty({5}, DType::F32);
-  ops::moe_route(probs, idx, w, stats, make({1, 4}, DType::F32, {0.5, 1.0, 0.5, 1.0}), false, true);
-  EXPECT_EQ(idx.data<int32_t>()[0], 1);
-  EXPECT_EQ(idx.data<int32_t>()[1], 3);
-  EXPECT_FLOAT_EQ(w.data<float>()[0], 0.5f);
+TEST_P(MoeRoute, TiesGoToTheLowerExpert) {
+  Tensor probs = Tensor::empty({1, 4}, DType::F32, dev()),
+         idx = Tensor::empty({1, 2}, DType::I32, dev()),
+         w = Tensor::empty({1, 2}, DType::F32, dev()),
+         stats = Tensor::empty({5}, DType::F32, dev());
+  ops::moe_route(probs, idx, w, stats, make({1, 4}, DType::F32, {0.5, 1.0, 0.5, 1.0}, dev()), false,
+                 true);
+  EXPECT_EQ(int(values(idx)[0]), 1);
+  EXPECT_EQ(int(values(idx)[1]), 3);
+  EXPECT_FLOAT_EQ(float(values(w)[0]), 0.5f);
 }
 
 // The scalar whose gradient moe_route_backward gives: sum dw . weights +
@@ -128,7 +139,7 @@ double route_objective(const std::vector<double>& l, int64_t N, int64_t E, int64
   return f;
 }
 
-TEST(MoeRoute, BackwardMatchesFiniteDifferences) {
+TEST_P(MoeRoute, BackwardMatchesFiniteDifferences) {
   const int64_t N = 5, E = 5, k = 2;
   for (bool sigmoid : {false, true})
     for (bool norm : {false, true}) {
@@ -138,13 +149,16 @@ TEST(MoeRoute, BackwardMatchesFiniteDifferences) {
       const std::vector<double> dw = test::rounded(randn(size_t(N * k), 22), DType::F32);
       const std::vector<double> g = test::rounded(randn(size_t(E), 23), DType::F32);
       const double zg = 0.375;
-      Tensor logits = make({N, E}, DType::F32, l);
-      Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
-             w = Tensor::empty({N, k}, DType::F32), stats = Tensor::empty({E + 1}, DType::F32);
+      Tensor logits = make({N, E}, DType::F32, l, dev());
+      Tensor probs = Tensor::empty({N, E}, DType::F32, dev()),
+             idx = Tensor::empty({N, k}, DType::I32, dev()),
+             w = Tensor::empty({N, k}, DType::F32, dev()),
+             stats = Tensor::empty({E + 1}, DType::F32, dev());
       ops::moe_route(probs, idx, w, stats, logits, sigmoid, norm);
-      Tensor dl = Tensor::empty({N, E}, DType::F32);
-      ops::moe_route_backward(dl, make({N, k}, DType::F32, dw), make({E}, DType::F32, g), float(zg),
-                              logits, probs, idx, sigmoid, norm);
+      Tensor dl = Tensor::empty({N, E}, DType::F32, dev());
+      ops::moe_route_backward(dl, make({N, k}, DType::F32, dw, dev()),
+                              make({E}, DType::F32, g, dev()), float(zg), logits, probs, idx,
+                              sigmoid, norm);
       std::vector<double> fd(l.size());
       const double h = 1e-6;
       for (size_t i = 0; i < l.size(); ++i) {
@@ -163,7 +177,7 @@ NK_COVERS(MoeRoute, BackwardMatchesFiniteDifferences, moe_route_backward);
 // DeepSeek-V3's routing (groups, the score-correction bias, the scaling,
 // per-segment statistics) against an independent float64 PyTorch router
 // (tests/ops/moe_route_reference.py) within 1e-5.
-TEST(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
+TEST_P(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
   const int64_t N = 12, E = 16, k = 4;
   struct Case {
     bool sigmoid, norm;
@@ -190,11 +204,12 @@ TEST(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
     spec.n_group = c.groups;
     spec.topk_group = c.keep;
     spec.scaling = c.scaling;
-    Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
-           w = Tensor::empty({N, k}, DType::F32),
-           stats = Tensor::empty({c.segments, E + 1}, DType::F32);
-    ops::moe_route(probs, idx, w, stats, make({N, E}, DType::F32, l),
-                   c.bias ? make({E}, DType::F32, bias) : Tensor(), spec);
+    Tensor probs = Tensor::empty({N, E}, DType::F32, dev()),
+           idx = Tensor::empty({N, k}, DType::I32, dev()),
+           w = Tensor::empty({N, k}, DType::F32, dev()),
+           stats = Tensor::empty({c.segments, E + 1}, DType::F32, dev());
+    ops::moe_route(probs, idx, w, stats, make({N, E}, DType::F32, l, dev()),
+                   c.bias ? make({E}, DType::F32, bias, dev()) : Tensor(), spec);
     got_probs.push_back(values(probs));
     got_w.push_back(values(w));
     got_stats.push_back(values(stats));
@@ -231,31 +246,35 @@ TEST(MoeRoute, DeepSeekRoutingMatchesTorchFloat64) {
 
 // The bias chooses an expert its score alone would not; the weight is the
 // unbiased score. The groups keep the chosen experts inside the best groups.
-TEST(MoeRoute, BiasChoosesAndGroupsLimit) {
+TEST_P(MoeRoute, BiasChoosesAndGroupsLimit) {
   ops::MoeRouteSpec spec;
   spec.sigmoid = true;
   spec.norm_topk = false;
-  Tensor probs = Tensor::empty({1, 4}, DType::F32), idx = Tensor::empty({1, 2}, DType::I32),
-         w = Tensor::empty({1, 2}, DType::F32), stats = Tensor::empty({5}, DType::F32);
-  const Tensor logits = make({1, 4}, DType::F32, {2.0, 1.0, 0.0, -1.0});
-  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0, 0.9}), spec);
+  Tensor probs = Tensor::empty({1, 4}, DType::F32, dev()),
+         idx = Tensor::empty({1, 2}, DType::I32, dev()),
+         w = Tensor::empty({1, 2}, DType::F32, dev()),
+         stats = Tensor::empty({5}, DType::F32, dev());
+  const Tensor logits = make({1, 4}, DType::F32, {2.0, 1.0, 0.0, -1.0}, dev());
+  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0, 0.9}, dev()), spec);
   // 0.27 + 0.9 leads 0.88 and beats 0.73.
-  EXPECT_EQ(idx.data<int32_t>()[0], 3);
-  EXPECT_EQ(idx.data<int32_t>()[1], 0);
-  EXPECT_NEAR(w.data<float>()[0], 1 / (1 + std::exp(1.0)), 1e-7);
+  EXPECT_EQ(int(values(idx)[0]), 3);
+  EXPECT_EQ(int(values(idx)[1]), 0);
+  EXPECT_NEAR(values(w)[0], 1 / (1 + std::exp(1.0)), 1e-7);
   // Two groups {0, 1} {2, 3}, one kept: the first (0.88 + 0.73 > 0.5 + 0.27).
   spec.n_group = 2;
   spec.topk_group = 1;
   ops::moe_route(probs, idx, w, stats, logits, Tensor(), spec);
-  EXPECT_EQ(idx.data<int32_t>()[0], 0);
-  EXPECT_EQ(idx.data<int32_t>()[1], 1);
+  EXPECT_EQ(int(values(idx)[0]), 0);
+  EXPECT_EQ(int(values(idx)[1]), 1);
   // Group scores use the biased scores: the bias moves the kept group.
-  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0.5, 0.5}), spec);
-  EXPECT_EQ(idx.data<int32_t>()[0], 2);
-  EXPECT_EQ(idx.data<int32_t>()[1], 3);
+  ops::moe_route(probs, idx, w, stats, logits, make({4}, DType::F32, {0, 0, 0.5, 0.5}, dev()),
+                 spec);
+  EXPECT_EQ(int(values(idx)[0]), 2);
+  EXPECT_EQ(int(values(idx)[1]), 3);
   // k beyond the kept groups' experts, groups that do not divide E: errors.
   spec.topk_group = 1;
-  Tensor idx3 = Tensor::empty({1, 3}, DType::I32), w3 = Tensor::empty({1, 3}, DType::F32);
+  Tensor idx3 = Tensor::empty({1, 3}, DType::I32, dev()),
+         w3 = Tensor::empty({1, 3}, DType::F32, dev());
   EXPECT_ANY_THROW(ops::moe_route(probs, idx3, w3, stats, logits, Tensor(), spec));
   spec.n_group = 3;
   EXPECT_ANY_THROW(ops::moe_route(probs, idx, w, stats, logits, Tensor(), spec));
@@ -263,7 +282,7 @@ TEST(MoeRoute, BiasChoosesAndGroupsLimit) {
 
 // The router's backward with groups, bias, scaling and per-segment
 // balancing gradients (the sequence-wise loss's) against finite differences.
-TEST(MoeRoute, DeepSeekBackwardMatchesFiniteDifferences) {
+TEST_P(MoeRoute, DeepSeekBackwardMatchesFiniteDifferences) {
   const int64_t N = 6, E = 8, k = 3, S = 3;
   for (bool sigmoid : {false, true})
     for (bool norm : {false, true}) {
@@ -279,13 +298,16 @@ TEST(MoeRoute, DeepSeekBackwardMatchesFiniteDifferences) {
       const std::vector<double> dw = test::rounded(randn(size_t(N * k), 53), DType::F32);
       const std::vector<double> g = test::rounded(randn(size_t(S * E), 54), DType::F32);
       const double zg = 0.25;
-      Tensor logits = make({N, E}, DType::F32, l);
-      Tensor probs = Tensor::empty({N, E}, DType::F32), idx = Tensor::empty({N, k}, DType::I32),
-             w = Tensor::empty({N, k}, DType::F32), stats = Tensor::empty({S, E + 1}, DType::F32);
-      ops::moe_route(probs, idx, w, stats, logits, make({E}, DType::F32, bias), spec);
-      Tensor dl = Tensor::empty({N, E}, DType::F32);
-      ops::moe_route_backward(dl, make({N, k}, DType::F32, dw), make({S, E}, DType::F32, g),
-                              float(zg), logits, probs, idx, spec);
+      Tensor logits = make({N, E}, DType::F32, l, dev());
+      Tensor probs = Tensor::empty({N, E}, DType::F32, dev()),
+             idx = Tensor::empty({N, k}, DType::I32, dev()),
+             w = Tensor::empty({N, k}, DType::F32, dev()),
+             stats = Tensor::empty({S, E + 1}, DType::F32, dev());
+      ops::moe_route(probs, idx, w, stats, logits, make({E}, DType::F32, bias, dev()), spec);
+      Tensor dl = Tensor::empty({N, E}, DType::F32, dev());
+      ops::moe_route_backward(dl, make({N, k}, DType::F32, dw, dev()),
+                              make({S, E}, DType::F32, g, dev()), float(zg), logits, probs, idx,
+                              spec);
       auto objective = [&](const std::vector<double>& x) {
         const RouteRef r = route_ref(x, N, E, k, spec, bias, S);
         double f = 0;
@@ -309,7 +331,7 @@ TEST(MoeRoute, DeepSeekBackwardMatchesFiniteDifferences) {
     }
 }
 
-TEST(MoeTokens, GatherCombineScatterMatchHost) {
+TEST_P(MoeTokens, GatherCombineScatterMatchHost) {
   const int64_t N = 4, C = 3, k = 2, M = 7;
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -320,15 +342,15 @@ TEST(MoeTokens, GatherCombineScatterMatchHost) {
     // Row 2's second pair is dropped (-1); slot 6 is nobody's.
     const std::vector<int32_t> slot = {3, 0, 5, 1, 2, -1, 4, 6};
     const std::vector<int32_t> src = {0, 1, 2, 0, 3, 1, 3};
-    Tensor xs = Tensor::empty({M, C}, dt);
-    ops::moe_gather(xs, make({N, C}, dt, x), make_i32({M}, src));
+    Tensor xs = Tensor::empty({M, C}, dt, dev());
+    ops::moe_gather(xs, make({N, C}, dt, x, dev()), make_i32({M}, src, dev()));
     std::vector<double> want;
     for (int32_t s : src) want.insert(want.end(), x.begin() + s * C, x.begin() + s * C + C);
     EXPECT_EQ(values(xs), want);
 
-    Tensor y = Tensor::empty({N, C}, dt), sl = make_i32({N, k}, slot),
-           wt = make({N, k}, DType::F32, w);
-    Tensor o = make({M, C}, dt, out);
+    Tensor y = Tensor::empty({N, C}, dt, dev()), sl = make_i32({N, k}, slot, dev()),
+           wt = make({N, k}, DType::F32, w, dev());
+    Tensor o = make({M, C}, dt, out, dev());
     ops::moe_combine(y, o, sl, wt);
     std::vector<double> wy(size_t(N * C), 0.0), wdx(size_t(N * C), 0.0), wdw(size_t(N * k), 0.0),
         wdout(size_t(M * C), 7.0);
@@ -345,12 +367,12 @@ TEST(MoeTokens, GatherCombineScatterMatchHost) {
       }
     const test::Tol tol = test::tol_for(dt);
     expect_close(values(y), wy, tol, "y", {}, dt == DType::BF16);
-    Tensor dout = make({M, C}, dt, std::vector<double>(size_t(M * C), 7.0));
-    Tensor dwt = Tensor::empty({N, k}, DType::F32);
-    ops::moe_combine_backward(dout, dwt, make({N, C}, dt, dy), o, sl, wt);
+    Tensor dout = make({M, C}, dt, std::vector<double>(size_t(M * C), 7.0), dev());
+    Tensor dwt = Tensor::empty({N, k}, DType::F32, dev());
+    ops::moe_combine_backward(dout, dwt, make({N, C}, dt, dy, dev()), o, sl, wt);
     expect_close(values(dout), wdout, tol, "dout", {}, dt == DType::BF16);
     expect_close(values(dwt), wdw, {1e-6, 1e-6}, "dweights");
-    Tensor dx = Tensor::empty({N, C}, dt);
+    Tensor dx = Tensor::empty({N, C}, dt, dev());
     ops::moe_scatter(dx, o, sl);  // the slots' rows summed back per token
     expect_close(values(dx), wdx, tol, "dx", {}, dt == DType::BF16);
   }
@@ -358,13 +380,58 @@ TEST(MoeTokens, GatherCombineScatterMatchHost) {
 NK_COVERS(MoeTokens, GatherCombineScatterMatchHost, moe_gather, moe_combine, moe_combine_backward,
           moe_scatter);
 
-TEST(MoeTokens, BadIdsAreErrors) {
-  Tensor xs = Tensor::empty({2, 3}, DType::F32), x = make({2, 3}, DType::F32, randn(6, 1));
-  EXPECT_THROW(ops::moe_gather(xs, x, make_i32({2}, {0, 2})), Error);
-  Tensor y = Tensor::empty({1, 3}, DType::F32);
-  EXPECT_THROW(ops::moe_combine(y, xs, make_i32({1, 2}, {0, 2}), make({1, 2}, DType::F32, {1, 1})),
-               Error);
+// Ids read from tensor memory are checked by the kernels, on every backend:
+// a source row, a slot or a chosen expert out of range is an nk::Error
+// naming it.
+TEST_P(MoeTokens, BadIdsAreErrors) {
+  Tensor xs = Tensor::empty({2, 3}, DType::F32, dev()),
+         x = make({2, 3}, DType::F32, randn(6, 1), dev());
+  auto throws = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  throws(
+      [&] {
+        ops::moe_gather(xs, x, make_i32({2}, {0, 2}, dev()));
+      },
+      "moe_gather: source row 2 of slot 1 is outside [0, 2)");
+  const Tensor bad_slot = make_i32({1, 2}, {0, 2}, dev()),
+               w = make({1, 2}, DType::F32, {1, 1}, dev());
+  Tensor y = Tensor::empty({1, 3}, DType::F32, dev());
+  throws([&] { ops::moe_combine(y, xs, bad_slot, w); },
+         "moe_combine: slot 2 of row 0 is outside [-1, 2)");
+  Tensor dout = Tensor::empty({2, 3}, DType::F32, dev()),
+         dw = Tensor::empty({1, 2}, DType::F32, dev());
+  throws([&] { ops::moe_combine_backward(dout, dw, y, xs, bad_slot, w); },
+         "moe_combine_backward: slot 2 of row 0");
+  throws(
+      [&] {
+        ops::moe_scatter(y, xs, make_i32({1, 2}, {-2, 0}, dev()));
+      },
+      "moe_scatter: slot -2 of row 0");
+  // A router backward given an expert id past E.
+  const Tensor logits = make({2, 3}, DType::F32, randn(6, 2), dev());
+  Tensor probs = Tensor::empty({2, 3}, DType::F32, dev()),
+         idx = Tensor::empty({2, 1}, DType::I32, dev()),
+         weights = Tensor::empty({2, 1}, DType::F32, dev()),
+         stats = Tensor::empty({4}, DType::F32, dev());
+  ops::moe_route(probs, idx, weights, stats, logits, false, false);
+  Tensor dl = Tensor::empty({2, 3}, DType::F32, dev());
+  throws(
+      [&] {
+        ops::moe_route_backward(dl, make({2, 1}, DType::F32, {1, 1}, dev()),
+                                make({3}, DType::F32, {0, 0, 0}, dev()), 0.f, logits, probs,
+                                make_i32({2, 1}, {0, 3}, dev()), false, false);
+      },
+      "moe_route_backward: expert 3 of row 1");
 }
+
+NK_INSTANTIATE_BACKENDS(MoeRoute);
+NK_INSTANTIATE_BACKENDS(MoeTokens);
 
 }  // namespace
 }  // namespace nk

@@ -54,22 +54,6 @@ NK_KERNEL_DECL(void, softcap_backward, (Tensor dx, const Tensor& dy, const Tenso
 // ---- rotary table (rope.cc); the table is built in host memory only ----
 // Fills table f32[maxT, D].
 NK_KERNEL_DECL(void, rope_table, (Tensor table, double theta))
-
-// ---- Mixture of Experts (ops/moe.h, moe.cc) ----
-NK_KERNEL_DECL(void, moe_route,
-               (Tensor probs, Tensor idx, Tensor weights, Tensor stats, const Tensor& logits,
-                const Tensor& bias, const MoeRouteSpec& spec))
-NK_KERNEL_DECL(void, moe_route_backward,
-               (Tensor dlogits, const Tensor& dweights, const Tensor& balance_grad, float z_grad,
-                const Tensor& logits, const Tensor& probs, const Tensor& idx,
-                const MoeRouteSpec& spec))
-NK_KERNEL_DECL(void, moe_gather, (Tensor xs, const Tensor& x, const Tensor& src))
-NK_KERNEL_DECL(void, moe_combine,
-               (Tensor y, const Tensor& out, const Tensor& slot, const Tensor& weights))
-NK_KERNEL_DECL(void, moe_combine_backward,
-               (Tensor dout, Tensor dweights, const Tensor& dy, const Tensor& out,
-                const Tensor& slot, const Tensor& weights))
-NK_KERNEL_DECL(void, moe_scatter, (Tensor dx, const Tensor& dxs, const Tensor& slot))
 // clang-format on
 
 #undef NK_KERNEL_DECL

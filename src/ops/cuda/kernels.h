@@ -19,6 +19,7 @@
 
 namespace nk::ops {
 struct AdamWParams;
+struct MoeRouteSpec;
 }  // namespace nk::ops
 
 namespace nk::ops::cuda {
