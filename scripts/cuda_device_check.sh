@@ -2,11 +2,13 @@
 # The GPU checks of the CUDA backend, in one run on a machine with a GPU and
 # the CUDA toolkit but none of Debian's libraries (the device machines this
 # project is lent): unpacks the bundle that scripts/cuda_bundle.sh made here
-# (test_ops, test_core, test_train, test_apps, nekton, bench_cuda_ops), then runs
+# (test_ops, test_core, test_train, test_apps, test_nn, nekton, bench_cuda_ops),
+# then runs
 #   1. every op test on the cuda backend against the CPU reference (test_ops),
 #      the runtime tests (test_core) and whole training runs on cuda against
 #      the CPU and across a checkpoint resume (test_train's CudaTraining),
-#      generate and eval on cuda against the CPU (test_apps' CudaCli);
+#      generate and eval on cuda against the CPU (test_apps' CudaCli), the
+#      MoE layer on cuda against the CPU (test_nn's MoE.CudaMatchesTheCpu);
 #   2. `nekton train` on cuda through the command line (checkpoint and export);
 #   3. with NK_BENCH=1: bench_cuda_ops, and bench/run_cuda_train_bench.sh
 #      (GPT-2 124M, Nekton against PyTorch on the same card);
@@ -47,6 +49,7 @@ echo "== 1. op tests on cuda, runtime tests, training on cuda against the cpu"
 "$B/test_core" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tee "$out/test_core_cuda.log" | tail -8
 "$B/test_train" --gtest_filter='CudaTraining*' 2>&1 | tee "$out/test_train_cuda.log" | tail -25
 [ -x "$B/test_apps" ] && "$B/test_apps" --gtest_filter='CudaCli*' 2>&1 | tee "$out/test_apps_cuda.log" | tail -25
+[ -x "$B/test_nn" ] && "$B/test_nn" --gtest_filter='*Cuda*' 2>&1 | tee "$out/test_nn_cuda.log" | tail -8
 
 echo "== 2. nekton train on cuda from the command line"
 # A fixed corpus (README.md changes from commit to commit; its losses would too).
