@@ -8,7 +8,9 @@
 # best among the 3 best predicted of those run, and is every prediction
 # within 20 % (and within 2x). Run it on an idle machine: the load line says
 # how quiet it was.
-#   bench/run_autoconfig_bench.sh BUILD [PROCS] [MEASURE] [STEPS] [KEY=VALUE...]
+#   [ROUNDS=R] bench/run_autoconfig_bench.sh BUILD [PROCS] [MEASURE] [STEPS] [KEY=VALUE...]
+# (ROUNDS: autoconfig's --rounds, 3 by default: each layout run R times, the
+# order reversed every other round, its step the median of the pooled steps.)
 # Default recipe: GPT-2 small shapes (gpt-tiny: 4 layers, width 256, 8 x 128
 # tokens), the issue's grid; the test's is 2 layers of width 128 at 8 x 64.
 set -euo pipefail
@@ -28,21 +30,22 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 "$NK" autoconfig "${RECIPE[@]}" --nodes 1 --procs-per-node "$PROCS" --measure "$MEASURE" \
-  --spread --steps "$STEPS" --json >"$WORK/grid.json" 2>"$WORK/grid.log" ||
+  --spread --steps "$STEPS" --rounds "${ROUNDS:-3}" --json >"$WORK/grid.json" 2>"$WORK/grid.log" ||
   { tail -n 30 "$WORK/grid.log"; exit 1; }
 /usr/bin/python3 - "$WORK/grid.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 host = j["host_load"]
 runs = [c for c in j["candidates"] if "measured" in c and c["measured"]["ok"]]
-print("| predicted rank | layout | predicted ms | measured ms | error | others' share |")
-print("|---:|---|---:|---:|---:|---:|")
+print("| predicted rank | layout | predicted ms | measured ms | rounds' medians | error | others' share |")
+print("|---:|---|---:|---:|---|---:|---:|")
 worst = 0
 for c in runs:
     pred, got = c["step_seconds"]["total"], c["measured"]["step_s"]
     err = (pred - got) / got
     worst = max(worst, abs(err))
-    print(f"| {c['rank']} | {c['layout']} | {pred * 1e3:.1f} | {got * 1e3:.1f} | "
+    rounds = " / ".join(f"{r * 1e3:.0f}" for r in c["measured"].get("round_step_s", []))
+    print(f"| {c['rank']} | {c['layout']} | {pred * 1e3:.1f} | {got * 1e3:.1f} | {rounds} | "
           f"{100 * err:+.0f} % | {100 * c['measured']['others_cpu_share']:.0f} % |")
 best = min(runs, key=lambda c: c["measured"]["step_s"])
 top3 = sorted(runs, key=lambda c: c["rank"])[:3]

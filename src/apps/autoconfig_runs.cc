@@ -85,7 +85,8 @@ nlohmann::json Calibration::to_json() const {
       {"one_micro_batch", {{"micro_batches", n1}, {"predicted_compute_s", c1}, {"measured_s", m1}}},
       {"several_micro_batches",
        {{"micro_batches", n2}, {"predicted_compute_s", c2}, {"measured_s", m2}}},
-      {"half_batch", {{"micro_batches", n3}, {"predicted_compute_s", c3}, {"measured_s", m3}}}};
+      {"batch_share",
+       {{"share", share}, {"micro_batches", n3}, {"predicted_compute_s", c3}, {"measured_s", m3}}}};
   if (!failed.empty()) j["failed"] = failed;
   return j;
 }
@@ -93,8 +94,8 @@ nlohmann::json Calibration::to_json() const {
 std::string Calibration::summary() const {
   if (!failed.empty()) return "failed: " + failed;
   return fmt::format(
-      "{:.0f} micro-batch {:.1f} ms, {:.0f} micro-batches {:.1f} ms, half the batch {:.1f} ms", n1,
-      m1 * 1e3, n2, m2 * 1e3, m3 * 1e3);
+      "{:.0f} micro-batch {:.1f} ms, {:.0f} micro-batches {:.1f} ms, 1/{} of the batch {:.1f} ms",
+      n1, m1 * 1e3, n2, m2 * 1e3, share, m3 * 1e3);
 }
 
 nlohmann::json MeasuredRun::to_json(double predicted_s) const {
@@ -104,6 +105,7 @@ nlohmann::json MeasuredRun::to_json(double predicted_s) const {
                       {"others_cpu_share", others_share},
                       {"load_averages", load_averages}};
   if (!context_parallel.empty()) j["context_parallel"] = context_parallel;
+  if (!round_step_s.empty()) j["round_step_s"] = round_step_s;
   if (ok()) {
     j["step_s"] = step_s;
     j["fastest_step_s"] = fastest_s;
@@ -113,6 +115,25 @@ nlohmann::json MeasuredRun::to_json(double predicted_s) const {
     j["log_tail"] = log_tail;
   }
   return j;
+}
+
+MeasuredRun pool_rounds(const std::vector<MeasuredRun>& rounds) {
+  for (const MeasuredRun& r : rounds)
+    if (!r.ok()) return r;
+  MeasuredRun m = rounds.back();
+  m.steps_s.clear();
+  std::vector<double> timed;
+  for (const MeasuredRun& r : rounds) {
+    m.steps_s.insert(m.steps_s.end(), r.steps_s.begin(), r.steps_s.end());
+    timed.insert(timed.end(), r.steps_s.begin() + 1, r.steps_s.end());
+    m.round_step_s.push_back(r.step_s);
+  }
+  m.step_s = median(timed);
+  m.fastest_s = *std::min_element(timed.begin(), timed.end());
+  double share = 0;
+  for (const MeasuredRun& r : rounds) share += r.others_share;
+  m.others_share = share / double(rounds.size());
+  return m;
 }
 
 AutoconfigRuns::AutoconfigRuns(std::string recipe, std::vector<std::string> overrides,
@@ -219,14 +240,15 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
 }
 
 Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRates& rates,
-                                              StepCalibration& cal) {
+                                              StepCalibration& cal, int64_t world) {
   Calibration p;
   cal.probe_recompute = recompute_overhead(cfg);
   const int64_t G = cfg.global_batch;
   // The second probe: as many micro-batches as it takes for their cost to
   // stand out of the noise (every sequence its own, up to 16 per step).
   const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
-  // gb: the probe's global batch (the third probe's is half the recipe's).
+  // gb: the probe's global batch (the third probe's 1 / share of the
+  // recipe's).
   // A second round of a probe pools its steps with the first's (`pooled`:
   // the steps after each run's first).
   int round = 1;
@@ -266,10 +288,14 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     cal.compute_scale = p.m1 / p.c1;
     return p;
   }
-  // The third: half the batch in one micro-batch, so the compute differs
-  // and the per-step cost separates from it.
-  if (G % 2 != 0 || !probe(G / 2, G / 2, p.n3, p.c3, p.m3)) {
-    if (G % 2 == 0) NK_WARN("autoconfig: calibration probe failed, {}; no per-step cost", p.failed);
+  // The third: 1 / share of the batch in one micro-batch, so the compute
+  // differs and the per-step cost separates from it; as little as a rank
+  // of the layouts computes, so that their steps lie between the probes'.
+  p.share = divisor_at_most(G, std::max<int64_t>(2, world));
+  const int64_t small = G / p.share;
+  if (p.share < 2 || !probe(small, small, p.n3, p.c3, p.m3)) {
+    if (p.share >= 2)
+      NK_WARN("autoconfig: calibration probe failed, {}; no per-step cost", p.failed);
     p.failed.clear();
     fit_compute(cal, p.n1, p.c1, p.m1, p.n2, p.c2, p.m2);
     return p;
@@ -283,7 +309,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   ++round;
   double again[3], n_again, c_again;
   if (probe(G, G, n_again, c_again, again[0]) && probe(mb2, G, n_again, c_again, again[1]) &&
-      probe(G / 2, G / 2, n_again, c_again, again[2])) {
+      probe(small, small, n_again, c_again, again[2])) {
     p.m1 = m[0] = again[0], p.m2 = m[1] = again[1], p.m3 = m[2] = again[2];
     if (fit_step(cal, n, c, m)) return p;
   }

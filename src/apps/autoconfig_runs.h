@@ -18,8 +18,11 @@ namespace nk {
 // compute and measured step (seconds) of each.
 struct Calibration {
   double n1 = 0, c1 = 0, m1 = 0, n2 = 0, c2 = 0, m2 = 0;
-  double n3 = 0, c3 = 0, m3 = 0;  // half the batch in one micro-batch
-  std::string failed;             // why the probes could not run (then the raw rates are used)
+  // A share of the batch in one micro-batch: 1 / `share` of it (the least a
+  // rank of the searched layouts computes, as far as a divisor allows).
+  double n3 = 0, c3 = 0, m3 = 0;
+  int64_t share = 0;
+  std::string failed;  // why the probes could not run (then the raw rates are used)
   nlohmann::json to_json() const;
   std::string summary() const;
 };
@@ -29,6 +32,8 @@ struct MeasuredRun {
   std::vector<double> steps_s;  // every step's, from metrics.jsonl
   double step_s = 0;            // the median of the steps after the first (warm-up)
   double fastest_s = 0;         // the fastest step after the first
+  // Several rounds' runs pooled (pool_rounds): each round's median, in order.
+  std::vector<double> round_step_s;
   // The host's other work meanwhile (apps/host_load.h): its share of the
   // cores, and the load averages at the end.
   double others_share = 0;
@@ -42,6 +47,13 @@ struct MeasuredRun {
   nlohmann::json to_json(double predicted_s) const;
 };
 
+// One layout's runs in several rounds (--rounds) as one run: every run's
+// steps after its first pooled, step_s their median (a round slowed
+// throughout by other work on the host moves it little once there are three)
+// and fastest_s their minimum; a failed round's result (and log) when one
+// failed. `rounds` is not empty.
+MeasuredRun pool_rounds(const std::vector<MeasuredRun>& rounds);
+
 class AutoconfigRuns {
  public:
   // recipe/overrides: as given to autoconfig; cfg: what they give. Makes
@@ -54,10 +66,14 @@ class AutoconfigRuns {
   AutoconfigRuns& operator=(const AutoconfigRuns&) = delete;
 
   // Runs the recipe on one process at cal.threads, with one micro-batch per
-  // step and with several, and fits cal.compute_scale and
-  // cal.per_micro_batch_s (train/step_calibration.h). Measures the rates
-  // the probes need into `rates`.
-  Calibration calibrate_compute(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // step, with several, and with 1 / d of the batch in one micro-batch (d
+  // the largest divisor of the global batch up to `world`, at least 2: the
+  // least compute a rank of a `world`-rank layout does, so that the fit
+  // spans the candidates' compute), and fits cal.compute_scale,
+  // cal.per_micro_batch_s and cal.per_step_s (train/step_calibration.h).
+  // Measures the rates the probes need into `rates`.
+  Calibration calibrate_compute(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal,
+                                int64_t world);
   // The ranks' sharing of the cores: `copies` runs of the several-micro-
   // batch probe at once (as many single-rank processes as a host's ranks,
   // each on cal.threads), their median step over the probe's alone. 0 when

@@ -33,7 +33,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: nekton autoconfig [--config RECIPE.yaml | RECIPE.yaml] [key=value ...]\n"
     "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
-    "                         [--spread] [--steps S] [--timeout SEC] [--link-gbps G]\n"
+    "                         [--spread] [--steps S] [--rounds R] [--timeout SEC]\n"
+    "                         [--link-gbps G]"
     "                         [--top T] [--out FILE.yaml] [--json]\n\n"
     "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp\n"
     "(with parallel.cp_comm_type at cp > 1, unless the recipe or a setting fixes it), pp, vp,\n"
@@ -47,14 +48,16 @@ constexpr const char* kUsage =
     "runs for ring attention's blocks and messages). Every timed run counts\n"
     "its median step after the first; the other work on the host meanwhile is reported.\n"
     "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
-    "host (mpirun) for --steps steps each, killing any past --timeout, and prints\n"
-    "measured against predicted; --out writes the chosen layout (the measured best, else\n"
+    "host (mpirun) for --steps steps each, killing any past --timeout, in --rounds rounds\n"
+    "(the order reversed every other round; each layout's step the median of all its\n"
+    "rounds' timed steps), and prints measured against predicted; --out writes the chosen layout "
+    "(the measured best, else\n"
     "the predicted best) as a recipe: nekton train --nproc N*P --config FILE.yaml\n";
 
 struct AutoconfigArgs {
   std::string config;
   std::vector<std::string> overrides;
-  int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, top = 10;
+  int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, rounds = 3, top = 10;
   double memory_gib = 0, link_gbps = 0, timeout_s = 180;
   std::string out;
   bool json = false, spread = false;
@@ -70,6 +73,8 @@ AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
           "GiB per rank a layout may use (default: this host's memory / procs per node)");
   cl.bind("--measure", a.measure, "run the best K candidates on this host and time them");
   cl.bind("--steps", a.steps, "training steps of each measured run (the first is not timed)");
+  cl.bind("--rounds", a.rounds,
+          "rounds of the measured runs (A B C, C B A, ...), their timed steps pooled");
   cl.bind("--timeout", a.timeout_s, "seconds a measured run may take before it is killed");
   cl.bind("--link-gbps", a.link_gbps,
           "link bandwidth in Gbit/s (default: measured by a two-rank all-reduce probe)");
@@ -105,6 +110,7 @@ AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
     fail("autoconfig: --measure runs the candidates on this host: use --nodes 1 (got {})", a.nodes);
   if (a.steps < 2)
     fail("autoconfig: --steps must be at least 2 (the first is not timed), got {}", a.steps);
+  if (a.rounds < 1) fail("autoconfig: --rounds must be at least 1, got {}", a.rounds);
   if (a.memory_gib < 0) fail("autoconfig: --memory must be positive, got {}", a.memory_gib);
   if (a.link_gbps < 0) fail("autoconfig: --link-gbps must be positive, got {}", a.link_gbps);
   if (!(a.timeout_s > 0)) fail("autoconfig: --timeout must be positive, got {}", a.timeout_s);
@@ -152,7 +158,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   // The ranks' share of the cores (measured only for this host's layout
   // when --measure will run it; else from the core count), then the compute
   // probes: the recipe on one process.
-  const Calibration probe = runs.calibrate_compute(cfg, rates, cal);
+  const Calibration probe = runs.calibrate_compute(cfg, rates, cal, world);
   if (a.nodes == 1 && a.procs_per_node > 1) {
     // The recipe's own probe run by as many processes at once as the host
     // has ranks; a CPU loop if that failed.
@@ -212,14 +218,24 @@ int cmd_autoconfig(const CommandArgs& raw) {
     const size_t i = a.spread && K > 1 ? (j * (ok.size() - 1) + (K - 1) / 2) / (K - 1) : j;
     if (pick.empty() || pick.back() != i) pick.push_back(i);
   }
-  std::map<size_t, MeasuredRun> measured;
+  // In rounds, every other one in reverse order, so that a slow spell of
+  // the host falls on several layouts' runs, not all of one layout's; a
+  // layout that failed is not run again.
+  std::map<size_t, std::vector<MeasuredRun>> rounds;
   const HostCpuSample measure_start = sample_host_cpu();
-  for (size_t n = 0; n < pick.size(); ++n) {
-    if (!a.json)
-      fmt::print(stderr, "measuring {}/{}: #{} {}\n", n + 1, pick.size(), pick[n] + 1,
-                 ok[pick[n]]->name());
-    measured[pick[n]] = runs.measure(*ok[pick[n]], world, a.steps);
-  }
+  for (int64_t r = 0; r < a.rounds; ++r)
+    for (size_t n = 0; n < pick.size(); ++n) {
+      const size_t i = pick[r % 2 ? pick.size() - 1 - n : n];
+      std::vector<MeasuredRun>& done = rounds[i];
+      if (!done.empty() && !done.back().ok()) continue;
+      if (!a.json)
+        fmt::print(stderr, "measuring{} {}/{}: #{} {}\n",
+                   a.rounds > 1 ? fmt::format(" (round {}/{})", r + 1, a.rounds) : "", n + 1,
+                   pick.size(), i + 1, ok[i]->name());
+      done.push_back(runs.measure(*ok[i], world, a.steps));
+    }
+  std::map<size_t, MeasuredRun> measured;
+  for (const auto& [i, done] : rounds) measured[i] = pool_rounds(done);
   // Other work on the host: the share of the cores it took while the
   // probes and the measured runs ran, and the load averages.
   const HostCpuSample host_end = sample_host_cpu();

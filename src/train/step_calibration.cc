@@ -206,6 +206,18 @@ std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
   return best;
 }
 
+double pipeline_oversubscription(double oversub, int64_t m, int64_t pp, int64_t vp) {
+  const int64_t chunks = std::max<int64_t>(1, m) * std::max<int64_t>(1, vp);
+  pp = std::max<int64_t>(1, pp);
+  const int64_t slots = chunks + pp - 1;
+  double sum = 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t k = std::min({s + 1, pp, chunks, slots - s});
+    sum += std::max(1.0, oversub * double(k) / double(pp));
+  }
+  return sum / double(slots);
+}
+
 double recompute_overhead(const TrainConfig& c) {
   const std::vector<Recompute> plan =
       recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);
@@ -225,12 +237,12 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   const double mbs = m + double(e.pp - 1) / double(vp);
   const auto [layers, full] = busiest_stage(c, e.pp);
   // Cores are shared only while the peers compute: in the pipeline's fill
-  // and drain the idle stages leave them to the busy one. (So is the share
+  // and drain the idle stages leave them to the busy ones. (So is the share
   // other work leaves: Linux's scheduler shares the cores between sessions
   // (autogroups) first, and a stage that waits leaves its session's share
   // to the one that computes.)
-  const double bubble = e.step.total() > 0 ? e.bubble_s / e.step.total() : 0.0;
-  const double over = 1.0 + (cal.oversubscription() - 1.0) * (1.0 - bubble);
+  const double over =
+      pipeline_oversubscription(cal.oversubscription(), int64_t(m), e.pp, e.pp > 1 ? vp : 1);
   // Context parallel: estimate_training counts each rank's T / cp tokens and
   // its ring blocks' tiles; the ring's blocks (their own online softmax
   // merged into the running output, the exchanges' waits) cost

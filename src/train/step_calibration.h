@@ -6,7 +6,7 @@
 // link. The calibration holds those, each measured by a short probe:
 //   compute_scale, per_micro_batch_s, per_step_s  three one-process
 //       training runs of the recipe (one micro-batch per step, then several,
-//       then one of half the batch): measured step = compute_scale x
+//       then one of 1 / d of the batch, d up to the ranks): measured step = compute_scale x
 //       predicted compute + micro-batches x per_micro_batch_s + per_step_s
 //       (what a step costs whatever it computes: the loss and norm
 //       reductions, the metrics line, the step's bookkeeping; on a small
@@ -33,9 +33,10 @@
 // blocks' tiles, the pipeline paced by its slowest stage) and the bytes on
 // the wire (reductions in f32, gathers and sends in the compute dtype),
 // with oversub = max(1, sharing), or without it max(1, ranks per host x
-// threads per rank / cores), applied to the share of the step outside the
-// pipeline's bubble (idle stages leave their cores, and their session's
-// share of a loaded host, to the busy ones).
+// threads per rank / cores), under pipelining taken slot by slot of the
+// schedule for the stages that compute in it (pipeline_oversubscription:
+// idle stages leave their cores, and their session's share of a loaded
+// host, to the busy ones).
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -117,7 +118,7 @@ void fit_compute(StepCalibration& cal, double n1, double c1, double m1, double n
                  double m2);
 // All three unknowns (per_step_s too) from three probes: n micro-batches per
 // step, c predicted compute, m measured step (seconds) each; the first and
-// the third with the same n and different c (half the batch), the second
+// the third with the same n and different c (a share of the batch), the second
 // with other n. When noise gives a negative cost or a scale under 0.25, the
 // two-probe fit of the first two (per_step_s 0). Returns whether all three
 // were fitted.
@@ -164,5 +165,16 @@ StepPrediction predict_step(const TrainConfig& cfg, const TrainEstimate& e,
 // The layers of the busiest pipeline stage of `c` cut into pp stages (all
 // of them without pipelining), and how many of those recompute fully.
 std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp);
+
+// The slowdown a step of the 1F1B pipeline (pp stages of vp chunks, m
+// micro-batches a rank) suffers from ranks sharing the cores, when every
+// rank computing slows each by `oversub` (>= 1): in units of one chunk's
+// work the step is m vp + pp - 1 slots, k_s = min(s + 1, pp, m vp,
+// m vp + pp - 1 - s) stages busy in slot s (the fill's and drain's
+// trapezoid), and while k of pp stages (so k / pp of the ranks) compute
+// they are slowed max(1, oversub k / pp); the mean over the slots. oversub
+// itself without pipelining; 1 when one stage computes at a time on ranks
+// that share no more than half the cores' worth.
+double pipeline_oversubscription(double oversub, int64_t m, int64_t pp, int64_t vp);
 
 }  // namespace nk

@@ -207,6 +207,37 @@ TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   EXPECT_NEAR(all, g0 + g1, 1e-6 * all);
 }
 
+// Ranks sharing the cores slow each other only while they compute: slot by
+// slot of the 1F1B schedule, by the stages busy in it.
+TEST(StepCalibration, PipelineStagesShareTheCoresOnlyWhileTheyCompute) {
+  // No pipeline: every rank always computes.
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(2.0, 4, 1, 1), 2.0);
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(1.0, 3, 4, 1), 1.0);
+  // pp 4, one micro-batch: one stage at a time, on a quarter of the ranks.
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(2.0, 1, 4, 1), 1.0);
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(6.0, 1, 4, 1), 1.5);
+  // pp 2, two micro-batches: slots of 1, 2, 1 busy stages (half the ranks
+  // computing: 2.5 / 2).
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(2.5, 2, 2, 1), (1.25 + 2.5 + 1.25) / 3.0);
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(2.0, 2, 2, 1), (1 + 2 + 1) / 3.0);
+  // pp 4 over 8: 1 2 3 4 4 4 4 4 3 2 1 busy stages.
+  const double o = 2.0, want = (1 + 1 + 1.5 + 2 * 5 + 1.5 + 1 + 1) / 11.0;
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(o, 8, 4, 1), want);
+  // vp 2 over 2 micro-batches: 4 chunks a stage, a 1-chunk fill and drain
+  // on pp 2: 1 2 2 2 1.
+  EXPECT_DOUBLE_EQ(pipeline_oversubscription(3.0, 2, 2, 2), (1.5 + 3 + 3 + 3 + 1.5) / 5.0);
+
+  // The prediction: 4 ranks of one thread on 2 cores, pp 4 at one
+  // micro-batch a step computes as fast as with the cores to itself.
+  TrainConfig c = load({"parallel.pp=4", "train.micro_batch=8", "model.n_layer=4"});
+  MachineRates r = rates_for(c);
+  StepCalibration alone, shared;
+  alone.cores = shared.cores = 2;
+  alone.procs_per_node = 2, shared.procs_per_node = 4;
+  const TrainEstimate e = estimate_training(c, 4, &r);
+  EXPECT_NEAR(predict_step(c, e, shared).compute_s, predict_step(c, e, alone).compute_s, 1e-12);
+}
+
 TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   MachineRates r = rates_for(load());
   StepCalibration cal;
