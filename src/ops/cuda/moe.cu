@@ -17,6 +17,7 @@
 // scatter run one thread per element, each output element summing its row's k
 // pairs in j order in fp32 as the CPU does; combine's backward runs one warp
 // per (row, pair), the dot product in double.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
