@@ -249,7 +249,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   const int64_t mb2 = divisor_at_most(G, std::max<int64_t>(1, G / 16));
   // gb: the probe's global batch (the third probe's 1 / share of the
   // recipe's).
-  // A second round of a probe pools its steps with the first's (`pooled`:
+  // The second round of a probe pools its steps with the first's (`pooled`:
   // the steps after each run's first).
   int round = 1;
   std::map<std::pair<int64_t, int64_t>, std::vector<double>> pooled;
@@ -302,17 +302,23 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
   }
   const double n[3] = {p.n1, p.n2, p.n3}, c[3] = {p.c1, p.c2, p.c3};
   double m[3] = {p.m1, p.m2, p.m3};
-  if (fit_step(cal, n, c, m)) return p;
-  // Noise gave a negative cost: run the three once more and fit the
-  // medians of both rounds' steps.
-  // (A probe that fails now leaves the first round's fit and figures.)
+  // A second round, in reverse order, fitted on the medians of both rounds'
+  // steps: the three-way fit trades the scale against the per-step cost,
+  // so a few per cent of noise in one probe moves both by tens of per cent
+  // (four calibrations in a row on 4 ranks, one round each: scale 0.83-1.22,
+  // per-step cost 0-104 ms); a drift of the host between the probes falls
+  // on all three. A probe that fails now leaves the first round's figures.
   ++round;
   double again[3], n_again, c_again;
-  if (probe(G, G, n_again, c_again, again[0]) && probe(mb2, G, n_again, c_again, again[1]) &&
-      probe(small, small, n_again, c_again, again[2])) {
+  if (probe(small, small, n_again, c_again, again[2]) &&
+      probe(mb2, G, n_again, c_again, again[1]) && probe(G, G, n_again, c_again, again[0])) {
     p.m1 = m[0] = again[0], p.m2 = m[1] = again[1], p.m3 = m[2] = again[2];
-    if (fit_step(cal, n, c, m)) return p;
+  } else {
+    NK_WARN("autoconfig: calibration probe failed in the second round, {}; the first round's",
+            p.failed);
+    p.failed.clear();
   }
+  if (fit_step(cal, n, c, m)) return p;
   p.failed.clear();
   NK_WARN(
       "autoconfig: the three probes ({:.1f}, {:.1f}, {:.1f} ms, two rounds) gave a negative cost "
