@@ -34,8 +34,7 @@ constexpr const char* kUsage =
     "usage: nekton autoconfig [--config RECIPE.yaml | RECIPE.yaml] [key=value ...]\n"
     "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
     "                         [--spread] [--steps S] [--rounds R] [--timeout SEC]\n"
-    "                         [--link-gbps G]"
-    "                         [--top T] [--out FILE.yaml] [--json]\n\n"
+    "                         [--link-gbps G] [--top T] [--out FILE.yaml] [--json]\n\n"
     "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp\n"
     "(with parallel.cp_comm_type at cp > 1, unless the recipe or a setting fixes it), pp, vp,\n"
     "dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
@@ -50,9 +49,9 @@ constexpr const char* kUsage =
     "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
     "host (mpirun) for --steps steps each, killing any past --timeout, in --rounds rounds\n"
     "(the order reversed every other round; each layout's step the median of all its\n"
-    "rounds' timed steps), and prints measured against predicted; --out writes the chosen layout "
-    "(the measured best, else\n"
-    "the predicted best) as a recipe: nekton train --nproc N*P --config FILE.yaml\n";
+    "rounds' timed steps), and prints measured against predicted; --out writes the chosen\n"
+    "layout (the measured best, else the predicted best) as a recipe:\n"
+    "nekton train --nproc N*P --config FILE.yaml\n";
 
 struct AutoconfigArgs {
   std::string config;
