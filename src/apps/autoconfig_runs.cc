@@ -314,7 +314,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
       probe(mb2, G, n_again, c_again, again[1]) && probe(G, G, n_again, c_again, again[0])) {
     p.m1 = m[0] = again[0], p.m2 = m[1] = again[1], p.m3 = m[2] = again[2];
   } else {
-    NK_WARN("autoconfig: calibration probe failed in the second round, {}; the first round's",
+    NK_WARN("autoconfig: calibration probe failed in the second round, {}; fitted on the first",
             p.failed);
     p.failed.clear();
   }
