@@ -595,7 +595,6 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.step.gemm_s = compose(&StepTime::gemm_s);
   e.step.attention_s = compose(&StepTime::attention_s);
   e.step.memory_s = compose(&StepTime::memory_s);
-  e.bubble_s = (sum.total() - mx.total()) / vp;
   // Whole step, all ranks, as flops_per_step (the products above are one
   // tensor-parallel rank's share).
   e.recompute_flops = again_flops * m * double(e.dp * e.tp);

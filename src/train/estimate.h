@@ -99,7 +99,6 @@ struct TrainEstimate {
   double flops_per_step = 0;         // Megatron's formula, whole step, all ranks
   double recompute_flops = 0;        // the forward work the recompute policy adds
   StepTime step;                     // predicted, on one rank (no communication)
-  double bubble_s = 0;               // of step: the pipeline's fill and drain
   const RankEstimate& peak() const;  // the rank that needs the most memory
 };
 

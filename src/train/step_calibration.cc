@@ -233,7 +233,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   const double m = double(c.grad_accum() / e.dp);  // this rank's micro-batches
   // 1F1B over pp stages of vp chunks each: the fill and drain take (pp - 1)
   // chunk-steps of 1/vp of a stage's work (estimate_training composes the
-  // stages' compute so, e.bubble_s of it in the fill and drain).
+  // stages' compute so).
   const double mbs = m + double(e.pp - 1) / double(vp);
   const auto [layers, full] = busiest_stage(c, e.pp);
   // Cores are shared only while the peers compute: in the pipeline's fill
@@ -241,8 +241,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   // other work leaves: Linux's scheduler shares the cores between sessions
   // (autogroups) first, and a stage that waits leaves its session's share
   // to the one that computes.)
-  const double over =
-      pipeline_oversubscription(cal.oversubscription(), int64_t(m), e.pp, e.pp > 1 ? vp : 1);
+  const double over = pipeline_oversubscription(cal.oversubscription(), int64_t(m), e.pp, vp);
   // Context parallel: estimate_training counts each rank's T / cp tokens and
   // its ring blocks' tiles; the ring's blocks (their own online softmax
   // merged into the running output, the exchanges' waits) cost

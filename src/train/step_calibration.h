@@ -173,8 +173,7 @@ std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp);
 // m vp + pp - 1 - s) stages busy in slot s (the fill's and drain's
 // trapezoid), and while k of pp stages (so k / pp of the ranks) compute
 // they are slowed max(1, oversub k / pp); the mean over the slots. oversub
-// itself without pipelining; 1 when one stage computes at a time on ranks
-// that share no more than half the cores' worth.
+// itself without pipelining (pp 1: every slot has all its stages busy).
 double pipeline_oversubscription(double oversub, int64_t m, int64_t pp, int64_t vp);
 
 }  // namespace nk

@@ -22,25 +22,10 @@
 
 #include "core/allocator.h"
 #include "core/rng.h"
-#include "ops/ops.h"
+#include "ops/op_harness.h"
 
 namespace nk {
 namespace {
-
-// A copy of host tensor t on dev (t itself on the host).
-Tensor on(const Tensor& t, Device dev) {
-  if (dev == kHost) return t;
-  Tensor d = Tensor::empty(t.shape(), t.dtype(), dev);
-  ops::copy_bytes_from_host(d, t.raw());
-  return d;
-}
-
-// t's values on the host, as floats.
-std::vector<float> host_values(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  ops::copy_to_host(t, v.data());
-  return v;
-}
 
 struct Fixture {
   int64_t N = 7, C = 6, E = 4, k = 2, F = 5;
@@ -62,7 +47,7 @@ struct Fixture {
     auto randn = [&](Shape shape, double std) {
       Tensor t = Tensor::empty(shape, DType::F32);
       for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(r.normal() * std);
-      return on(t, dev);
+      return test::to_device(t, dev);
     };
     x = randn({N, C}, 1.0);
     router = randn({E, C}, 0.8);
@@ -247,7 +232,7 @@ TEST(MoE, CudaMatchesTheCpu) {
                         Case{false, 0.75, false, 0}, Case{false, 0, false, 2}}) {
     SCOPED_TRACE(::testing::Message() << "sigmoid=" << c.sigmoid << " cf=" << c.cf
                                       << " deepseek=" << c.deepseek << " shared=" << c.shared);
-    std::vector<std::vector<float>> got[2];
+    std::vector<std::vector<double>> got[2];
     std::vector<int32_t> idx[2];
     for (int d = 0; d < 2; ++d) {
       const Device dev = d == 0 ? kHost : Device::CUDA;
@@ -265,13 +250,13 @@ TEST(MoE, CudaMatchesTheCpu) {
              dx = Tensor::empty({fx.N, fx.C}, DType::F32, dev);
       fx.moe.forward(y, fx.s, fx.x);
       idx[d] = fx.s.routing->idx;
-      got[d].push_back(host_values(y));
-      got[d].push_back(fx.s.routing->stats);
+      got[d].push_back(test::values(y));
+      got[d].emplace_back(fx.s.routing->stats.begin(), fx.s.routing->stats.end());
       fx.moe.backward(dx, fx.cy, fx.s, fx.sc, fx.x, fx.g, fx.zg);
-      got[d].push_back(host_values(dx));
+      got[d].push_back(test::values(dx));
       for (const Tensor& t : {fx.moe.router.dw, fx.moe.dup, fx.moe.ddown, fx.moe.shared_up.dw,
                               fx.moe.shared_down.dw, fx.moe.shared_gate.dw})
-        if (t.defined()) got[d].push_back(host_values(t));
+        if (t.defined()) got[d].push_back(test::values(t));
     }
     EXPECT_EQ(idx[0], idx[1]) << "the CUDA router chose other experts";
     const char* names[] = {"y",
@@ -286,10 +271,10 @@ TEST(MoE, CudaMatchesTheCpu) {
     ASSERT_EQ(got[0].size(), got[1].size());
     for (size_t i = 0; i < got[0].size(); ++i) {
       ASSERT_EQ(got[0][i].size(), got[1][i].size()) << names[i];
-      float scale = 0;
-      for (float v : got[0][i]) scale = std::max(scale, std::fabs(v));
+      double scale = 0;
+      for (double v : got[0][i]) scale = std::max(scale, std::fabs(v));
       for (size_t j = 0; j < got[0][i].size(); ++j)
-        EXPECT_NEAR(got[1][i][j], got[0][i][j], 1e-5f * std::max(1.f, scale))
+        EXPECT_NEAR(got[1][i][j], got[0][i][j], 1e-5 * std::max(1.0, scale))
             << names[i] << "[" << j << "]";
     }
   }
