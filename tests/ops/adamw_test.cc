@@ -381,5 +381,43 @@ TEST_P(AdamWFast, MasterSplitJoinFollowTheBitRule) {
   EXPECT_EQ(join_bits(0x3f80, 0x8000), 0x3f7f8000u);  // the rule itself: hi was rounded up
 }
 
+// adamw_step_mixed's AVX2 and AVX-512 loops spell out the same operations
+// in the same order: every level this CPU has, and every thread count, give
+// the same bits for every moment dtype and master kind (ragged tails, the
+// f16 scales' measuring pass included).
+TEST(AdamWLevels, MixedStepGivesTheSameBitsOnEveryLevelAndThreadCount) {
+  const auto levels = ops::cpu_isas_available();
+  const int saved = num_threads();
+  for (DType mdt : {DType::F32, DType::BF16, DType::F16})
+    for (Master kind : {Master::F32WithCopy, Master::Bf16Remainder, Master::Bf16Plain})
+      for (int64_t n : {int64_t(1), int64_t(7), int64_t(9), int64_t(70001)}) {
+        std::vector<std::vector<Vec>> runs;
+        std::vector<std::string> names;
+        for (ops::CpuIsa isa : levels)
+          for (int threads : {1, 3}) {
+            set_num_threads(threads);
+            Mixed s = mixed_state(kHost, n, mdt, kind);
+            for (int64_t step = 3; step <= 4; ++step)
+              ops::cpu_kernels_for(isa).adamw_step_mixed(
+                  s.master, s.remainder, make({n}, DType::F32, randn(n, 60 + step, 1e-3), kHost),
+                  s.m, s.v, s.scales, params(step), s.copy);
+            Vec m, root;
+            double sm, sv;
+            read_moments(s, m, root, sm, sv);
+            runs.push_back({master_values(s), m, root, s.copy.defined() ? values(s.copy) : Vec(),
+                            Vec{sm, sv}});
+            names.push_back(std::string(ops::cpu_isa_name(isa)) + " on " + std::to_string(threads) +
+                            " threads");
+          }
+        for (size_t i = 1; i < runs.size(); ++i) {
+          SCOPED_TRACE(testing::Message()
+                       << "moments " << dtype_name(mdt) << " master kind " << int(kind)
+                       << " n=" << n << ": " << names[i] << " against " << names[0]);
+          EXPECT_EQ(runs[i], runs[0]);
+        }
+      }
+  set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace nk

@@ -319,6 +319,190 @@ void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define NK_ADAMW_MIXED_AVX2 1
+// The AVX-512 loop's operations in the same order, 8 lanes at a time (so the
+// two levels give the same bits). AVX2 has no masked 16-bit loads: the tail
+// goes through zero-padded local copies and the same instructions.
+inline __m256i load_u16(const void* p) {
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+// Lanes below 2^16 back to 16 bits (packus saturates nothing there).
+inline void store_u16(void* p, __m256i u) {
+  _mm_storeu_si128(static_cast<__m128i*>(p),
+                   _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
+}
+inline __m256 widen_bf16(__m256i u) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+// Lanes holding a NaN pattern (both sides below 2^31, so the signed compare
+// orders them).
+inline __m256i nan_lanes(__m256i u) {
+  return _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                            _mm256_set1_epi32(0x7f800000));
+}
+// store<bf16>'s rounding (nearest even, NaN kept quiet), 8 lanes.
+inline __m256i round_bf16(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  return _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)),
+                            nan_lanes(u));
+}
+
+template <typename M>
+inline __m256 load_moment(const M* p) {
+  if constexpr (std::is_same_v<M, float>)
+    return _mm256_loadu_ps(p);
+  else if constexpr (std::is_same_v<M, bf16>)
+    return widen_bf16(load_u16(p));
+  else
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <typename M>
+inline void store_moment(M* p, __m256 x) {
+  if constexpr (std::is_same_v<M, float>)
+    _mm256_storeu_ps(p, x);
+  else if constexpr (std::is_same_v<M, bf16>)
+    store_u16(p, round_bf16(x));
+  else
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// The step's constants as vectors.
+struct MixedConsts8 {
+  __m256 gs, b1, b2, c1, c2, decay, lr, rbc1, rbc2, eps, sm, sv, inv_m, inv_v;
+  MixedConsts8(const AdamConsts& k, const MomentScales& s)
+      : gs(_mm256_set1_ps(k.gs)),
+        b1(_mm256_set1_ps(k.b1)),
+        b2(_mm256_set1_ps(k.b2)),
+        c1(_mm256_set1_ps(1.f - k.b1)),
+        c2(_mm256_set1_ps(1.f - k.b2)),
+        decay(_mm256_set1_ps(k.decay)),
+        lr(_mm256_set1_ps(k.lr)),
+        rbc1(_mm256_set1_ps(k.rbc1)),
+        rbc2(_mm256_set1_ps(k.rbc2_sqrt)),
+        eps(_mm256_set1_ps(k.eps)),
+        sm(_mm256_set1_ps(s.m)),
+        sv(_mm256_set1_ps(s.v)),
+        inv_m(_mm256_set1_ps(s.inv_m)),
+        inv_v(_mm256_set1_ps(s.inv_v)) {}
+};
+
+// Eight elements from b's buffers, m, v and copy, each at its first element.
+template <typename M, MasterKind K, typename C>
+inline void mixed8(const MixedBuffers& b, M* m, M* v, C* copy, const MixedConsts8& c, bool measure,
+                   __m256& vmax_m, __m256& vmax_r) {
+  const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(b.g), c.gs);
+  __m256 mi = load_moment(m), vi = load_moment(v);
+  if constexpr (std::is_same_v<M, f16>) {  // m / sm and sqrt(v) / sv stored
+    mi = _mm256_mul_ps(mi, c.sm);
+    vi = _mm256_mul_ps(vi, c.sv);
+    vi = _mm256_mul_ps(vi, vi);
+  }
+  mi = _mm256_fmadd_ps(c.b1, mi, _mm256_mul_ps(c.c1, gi));
+  vi = _mm256_fmadd_ps(c.b2, vi, _mm256_mul_ps(_mm256_mul_ps(c.c2, gi), gi));
+  const __m256 root = _mm256_sqrt_ps(vi);
+  if (measure) {
+    const __m256 abs_mi = _mm256_and_ps(mi, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+    vmax_m = _mm256_max_ps(vmax_m, abs_mi);
+    vmax_r = _mm256_max_ps(vmax_r, root);
+    return;
+  }
+  __m256 p;
+  if constexpr (K == MasterKind::F32) {
+    p = _mm256_loadu_ps(b.master32);
+  } else if constexpr (K == MasterKind::Bf16Remainder) {
+    const __m256i h = load_u16(b.master16), r = load_u16(b.remainder);
+    const __m256i u = _mm256_or_si256(_mm256_slli_epi32(h, 16), r);
+    const __m256i up = _mm256_cmpeq_epi32(_mm256_and_si256(r, _mm256_set1_epi32(0x8000)),
+                                          _mm256_set1_epi32(0x8000));
+    p = _mm256_castsi256_ps(_mm256_sub_epi32(u, _mm256_and_si256(up, _mm256_set1_epi32(0x10000))));
+  } else {
+    p = widen_bf16(load_u16(b.master16));
+  }
+  const __m256 den = _mm256_fmadd_ps(root, c.rbc2, c.eps);
+  const __m256 step = _mm256_div_ps(_mm256_mul_ps(c.lr, _mm256_mul_ps(mi, c.rbc1)), den);
+  p = _mm256_fmsub_ps(p, c.decay, step);
+  if constexpr (std::is_same_v<M, f16>) {
+    store_moment(m, _mm256_mul_ps(mi, c.inv_m));
+    store_moment(v, _mm256_mul_ps(root, c.inv_v));
+  } else {
+    store_moment(m, mi);
+    store_moment(v, vi);
+  }
+  if constexpr (K == MasterKind::F32) {
+    _mm256_storeu_ps(b.master32, p);
+    if (copy) store_moment(copy, p);
+  } else if constexpr (K == MasterKind::Bf16Remainder) {
+    const __m256i u = _mm256_castps_si256(p);
+    const __m256i lo16 = _mm256_and_si256(u, _mm256_set1_epi32(0xffff));
+    const __m256i hi16 = _mm256_blendv_epi8(
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), 16),
+        _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan_lanes(u));
+    store_u16(b.master16, hi16);
+    store_u16(b.remainder, lo16);
+  } else {
+    store_u16(b.master16, round_bf16(p));
+  }
+}
+
+// b's buffers moved on by i elements.
+inline MixedBuffers offset(const MixedBuffers& b, int64_t i) {
+  MixedBuffers o;
+  o.g = b.g + i;
+  if (b.master32) o.master32 = b.master32 + i;
+  if (b.master16) o.master16 = b.master16 + i;
+  if (b.remainder) o.remainder = b.remainder + i;
+  return o;
+}
+
+template <typename M, MasterKind K, typename C>
+void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t hi,
+                 const AdamConsts& k, const MomentScales& s, bool measure, float& max_m,
+                 float& max_r) {
+  const MixedConsts8 c(k, s);
+  __m256 vmax_m = _mm256_setzero_ps(), vmax_r = _mm256_setzero_ps();
+  int64_t i = lo;
+  for (; i + 8 <= hi; i += 8)
+    mixed8<M, K, C>(offset(b, i), m + i, v + i, copy ? copy + i : nullptr, c, measure, vmax_m,
+                    vmax_r);
+  if (const int64_t n = hi - i; n > 0) {  // the tail, zero-padded (max and stores unaffected)
+    alignas(32) float g8[8] = {}, master8[8] = {};
+    alignas(32) uint16_t hi8[8] = {}, rem8[8] = {};
+    alignas(32) M m8[8] = {}, v8[8] = {};
+    alignas(32) C copy8[8] = {};
+    MixedBuffers t;
+    t.g = g8;
+    std::copy_n(b.g + i, n, g8);
+    std::copy_n(m + i, n, m8);
+    std::copy_n(v + i, n, v8);
+    if (b.master32) std::copy_n(b.master32 + i, n, (t.master32 = master8));
+    if (b.master16) std::copy_n(b.master16 + i, n, (t.master16 = hi8));
+    if (b.remainder) std::copy_n(b.remainder + i, n, (t.remainder = rem8));
+    mixed8<M, K, C>(t, m8, v8, copy ? copy8 : nullptr, c, measure, vmax_m, vmax_r);
+    if (!measure) {
+      std::copy_n(m8, n, m + i);
+      std::copy_n(v8, n, v + i);
+      if (b.master32) std::copy_n(master8, n, b.master32 + i);
+      if (b.master16) std::copy_n(hi8, n, b.master16 + i);
+      if (b.remainder) std::copy_n(rem8, n, b.remainder + i);
+      if (copy) std::copy_n(copy8, n, copy + i);
+    }
+  }
+  if (measure) {
+    alignas(32) float lanes_m[8], lanes_r[8];
+    _mm256_store_ps(lanes_m, vmax_m);
+    _mm256_store_ps(lanes_r, vmax_r);
+    for (int j = 0; j < 8; ++j) {
+      max_m = std::max(max_m, lanes_m[j]);
+      max_r = std::max(max_r, lanes_r[j]);
+    }
+  }
+}
 #endif
 
 template <typename M, MasterKind K, typename C>
@@ -326,7 +510,7 @@ void mixed_pass(const MixedBuffers& b, M* m, M* v, C* copy, int64_t n, const Ada
                 const MomentScales& s, std::atomic<uint32_t>* maxes) {
   parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
     float max_m = 0.f, max_r = 0.f;
-#ifdef NK_ADAMW_MIXED_AVX512
+#if defined(NK_ADAMW_MIXED_AVX512) || defined(NK_ADAMW_MIXED_AVX2)
     mixed_range<M, K, C>(b, m, v, copy, lo, hi, k, s, maxes != nullptr, max_m, max_r);
     hi = lo;  // done
 #endif
