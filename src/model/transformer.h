@@ -135,11 +135,15 @@ struct PipelineStage {
 // nn::TensorParallel::experts).
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
-// experts that tp does not divide (check_tensor_parallel), NF4 frozen
-// weights (block-quantised ones are supported, for inference), a device
-// other than the CPU. nk::Error naming the key.
-void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device, int64_t etp = 0);
+// experts that tp does not divide (check_tensor_parallel), a device other
+// than the CPU. nk::Error naming the key.
+void check_moe_support(const ModelConfig& cfg, int64_t tp, Device device, int64_t etp = 0);
+// The NF4 weights a quantised parameter p is held as (FrozenWeights::Nf4),
+// by their shapes, in row order: a MoE layer's stacked experts
+// (Split::Experts) one per expert, quantised each on its own as
+// bitsandbytes quantises each expert's nn.Linear, so no block or absmax
+// group straddles two experts; any other parameter one.
+std::vector<Shape> nf4_runs(const ModelConfig& cfg, const ParamInfo& p);
 
 // optim.grad_dtype=bf16 (Transformer::set_grad_dtype): the backward stages,
 // in the order units[0..n_layer) the layers, units[n_layer] the head with
@@ -482,9 +486,12 @@ class Transformer {
   PipelineStage stage_;
   ParamLayout global_layout_, layout_, unsplit_layout_;
   Tensor params_, grads_, compute_params_;
-  GradStaging staging_;                        // bf16 gradients only
-  Tensor grad_stage_;                          // f32 [staging_.elems], bf16 gradients only
-  std::map<std::string, ops::Nf4Weight> nf4_;  // the NF4 parameters, by name
+  GradStaging staging_;  // bf16 gradients only
+  Tensor grad_stage_;    // f32 [staging_.elems], bf16 gradients only
+  // The NF4 parameters, by name: one weight each, or for a MoE layer's
+  // stacked experts one per expert (its rows, quantised on their own as
+  // bitsandbytes quantises each expert's nn.Linear; nf4_runs).
+  std::map<std::string, std::vector<ops::Nf4Weight>> nf4_;
   std::map<std::string, std::vector<ops::QuantWeight>> quant_;  // block-quantised, by name
   Tensor rope_;
   Tensor rope_local_;  // the windowed layers' table (ModelConfig::rope_local_theta), or undefined

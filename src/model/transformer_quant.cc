@@ -13,7 +13,7 @@ bool block_quantizable(const ParamLayout& layout, const ParamInfo& p) {
 }
 
 QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
-  check_moe_support(cfg, 1, FrozenWeights::Quantized, kHost);
+  check_moe_support(cfg, 1, kHost);
   const ParamLayout layout = model_layout(cfg);
   QuantPlan plan;
   for (const ParamInfo& p : layout.params()) {

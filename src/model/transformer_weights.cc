@@ -58,16 +58,18 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   return true;  // adapters' and the prompt's: only with the whole model
 }
 
-void check_moe_support(const ModelConfig& cfg, int64_t tp, FrozenWeights frozen_weights,
-                       Device device, int64_t etp) {
+std::vector<Shape> nf4_runs(const ModelConfig& cfg, const ParamInfo& p) {
+  if (p.split != Split::Experts) return {p.shape};
+  const int64_t E = cfg.num_experts;
+  NK_CHECK(p.shape.size() == 2 && E > 0 && p.shape[0] % E == 0,
+           "nf4_runs: '{}' of {} rows for {} experts", p.name, p.shape[0], E);
+  return std::vector<Shape>(size_t(E), Shape{p.shape[0] / E, p.shape[1]});
+}
+
+void check_moe_support(const ModelConfig& cfg, int64_t tp, Device device, int64_t etp) {
   if (!cfg.is_moe()) return;
   const std::string what = fmt::format("model.num_experts = {} ({})", cfg.num_experts, cfg.arch);
   check_tensor_parallel(cfg, tp, etp);
-  if (frozen_weights == FrozenWeights::Nf4)
-    fail(
-        "{}: NF4 weights (QLoRA) of a Mixture-of-Experts model are not supported yet (inference "
-        "with q8_0, q4_k, ... weights is)",
-        what);
   // The MoE kernels are on every backend's list (ops/moe.h) and nn::MoE is
   // checked against the CPU on CUDA (tests/nn/moe_test.cc), but no MoE model
   // has been trained or decoded on a GPU yet: refused until one has.
@@ -130,10 +132,14 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
   }
   ParamLayout layout = model_layout(cfg, frozen);
   if (frozen_weights != FrozenWeights::Nf4) return layout;
-  // QLoRA's base: every frozen weight matrix but learned positions.
+  // QLoRA's base: every frozen weight matrix but learned positions and a
+  // MoE layer's router and shared-expert gate (routing is sensitive to
+  // their error and they are a sliver of the weights: unsloth and the
+  // published GPTQ MoE checkpoints keep them unquantised too).
   std::vector<std::string> quantized;
   for (const ParamInfo& p : layout.params())
-    if (!p.trainable && !p.adapter && p.shape.size() == 2 && p.name != "wpe")
+    if (!p.trainable && !p.adapter && p.shape.size() == 2 && p.name != "wpe" &&
+        !p.name.ends_with(".moe.router.weight") && !p.name.ends_with(".moe.shared_gate.weight"))
       quantized.push_back(p.name);
   return model_layout(cfg, frozen, quantized);
 }
@@ -154,7 +160,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
            dtype_name(compute));
   check_tensor_parallel(cfg_, tp_.size(), tp_.expert_size());
   const bool whole = stage_.whole(cfg_);
-  check_moe_support(cfg_, tp_.size(), frozen_weights, device_, tp_.expert_size());
+  check_moe_support(cfg_, tp_.size(), device_, tp_.expert_size());
   // Whole experts (parallel.etp = 1): the MoE blocks' parameters replicated
   // over the tensor-parallel group, in the whole model's layout too (a
   // gather takes rank 0's, equal on every rank).
@@ -201,10 +207,12 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       continue;
     }
     // All-zero storage reads back as zeros (scale and offset 0) until set.
-    ops::Nf4Weight q = ops::Nf4Weight::empty(p.shape, device_);
-    for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
-      *t = Tensor::zeros(t->shape(), t->dtype(), device_);
-    nf4_[p.name] = q;
+    for (const Shape& shape : nf4_runs(cfg_, p)) {
+      ops::Nf4Weight q = ops::Nf4Weight::empty(shape, device_);
+      for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
+        *t = Tensor::zeros(t->shape(), t->dtype(), device_);
+      nf4_[p.name].push_back(q);
+    }
   }
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values. A tensor-parallel rank draws the
@@ -316,7 +324,11 @@ Tensor Transformer::param_f32(const ParamInfo& p) const {
       row += q.rows();
     }
   } else if (p.quantized) {
-    ops::nf4_dequantize(out, nf4_.at(p.name));
+    int64_t row = 0;
+    for (const ops::Nf4Weight& q : nf4_.at(p.name)) {
+      ops::nf4_dequantize(out.narrow0(row, q.shape[0]), q);
+      row += q.shape[0];
+    }
   } else {
     ops::convert(out, ParamLayout::view(compute_params_, p));
   }
@@ -339,7 +351,11 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
       }
       return;
     }
-    ops::nf4_quantize(nf4_.at(p.name), f);
+    int64_t row = 0;
+    for (ops::Nf4Weight& q : nf4_.at(p.name)) {
+      ops::nf4_quantize(q, f.narrow0(row, q.shape[0]));
+      row += q.shape[0];
+    }
     return;
   }
   if (has_master(p)) ops::convert(ParamLayout::view(params_, p), src);
@@ -365,7 +381,8 @@ Tensor Transformer::prompt_f32() const {
 size_t Transformer::weight_bytes() const {
   size_t n = params_.nbytes();
   if (compute_params_.raw() != params_.raw()) n += compute_params_.nbytes();
-  for (const auto& [name, q] : nf4_) n += q.nbytes();
+  for (const auto& [name, runs] : nf4_)
+    for (const ops::Nf4Weight& q : runs) n += q.nbytes();
   for (const auto& [name, runs] : quant_)
     for (const ops::QuantWeight& q : runs) n += q.nbytes();
   return n;
@@ -438,9 +455,14 @@ void Transformer::bind_views() {
     const ParamInfo& p = layout_.find(n);
     return p.quantized ? Tensor() : ParamLayout::view(compute_params_, p);
   };
-  auto q = [&](const std::string& n) {
+  auto nf4 = [&](const std::string& n) {
     auto it = nf4_.find(n);
-    return it == nf4_.end() ? ops::Nf4Weight() : it->second;
+    return it == nf4_.end() ? std::vector<ops::Nf4Weight>() : it->second;
+  };
+  auto q = [&](const std::string& n) {
+    const std::vector<ops::Nf4Weight> runs = nf4(n);
+    NK_CHECK(runs.size() <= 1, "{}: {} NF4 runs for one linear layer", n, runs.size());
+    return runs.empty() ? ops::Nf4Weight() : runs[0];
   };
   auto runs = [&](const std::string& n) {
     auto it = quant_.find(n);
@@ -607,6 +629,9 @@ void Transformer::bind_views() {
             ops::quant_slice_rows(up_runs, 2 * cfg_.expert_d_ff() * e, 2 * cfg_.expert_d_ff()));
       for (int64_t e = 0; e < cfg_.num_experts && !down_runs.empty(); ++e)
         b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, cfg_.d_model * e, cfg_.d_model));
+      // QLoRA's NF4 experts: one weight per expert.
+      b.moe.up_nf4 = nf4(L(l, "moe.up.weight"));
+      b.moe.down_nf4 = nf4(L(l, "moe.down.weight"));
       b.moe.n_experts = cfg_.num_experts;
       b.moe.top_k = cfg_.num_experts_per_tok;
       // This rank's share of each expert's units (all of them when whole:

@@ -18,7 +18,9 @@
 // accumulated; undefined when frozen. Held block-quantised (inference
 // only: up_q and down_q, one list of runs per expert, slices of the stacked
 // weight's bytes) each expert's product reads only its own blocks, so a
-// decode step reads the k routed experts' weights and no other's.
+// decode step reads the k routed experts' weights and no other's. Held as
+// NF4 (QLoRA's frozen base: up_nf4 and down_nf4, one weight per expert),
+// the products and the backward's input gradients read each expert's own.
 // Under expert parallelism up and down
 // may hold only this rank's E/ep experts ([E/ep 2F, C], [E/ep C, F], local
 // expert j at j's rows): the split layout a trainer uses.
@@ -118,6 +120,9 @@ struct MoE {
   // Block-quantised experts (ops/quant.h; up and down undefined then): expert
   // e's rows of up and of down as runs (ops::quant_slice_rows).
   std::vector<std::vector<ops::QuantWeight>> up_q, down_q;
+  // NF4 experts (QLoRA's frozen base; up and down undefined then): expert
+  // e's up [2F, C] and down [C, F], each quantised on its own.
+  std::vector<ops::Nf4Weight> up_nf4, down_nf4;
   int64_t n_experts = 0, top_k = 0, d_ff = 0;
   bool sigmoid = false, norm_topk = true;
   int64_t n_group = 1, topk_group = 1;  // group-limited routing (ops::MoeRouteSpec)
@@ -482,6 +487,8 @@ struct MoE {
       const Tensor he = h.narrow0(r0, n), xe = xs.narrow0(r0, n);
       if (!up_q.empty())
         ops::quant_linear_forward_runs(he, xe, up_q[size_t(e)], Tensor());
+      else if (!up_nf4.empty())
+        ops::nf4_linear_forward(he, xe, up_nf4[size_t(e)], Tensor());
       else
         ops::linear_forward(he, xe, up.narrow0(F2 * e, F2), Tensor());
       if (up_ad && up_lora[size_t(e)].active())
@@ -493,6 +500,8 @@ struct MoE {
       const Tensor oe = out.narrow0(r0, n), ae = a.narrow0(r0, n);
       if (!down_q.empty())
         ops::quant_linear_forward_runs(oe, ae, down_q[size_t(e)], Tensor());
+      else if (!down_nf4.empty())
+        ops::nf4_linear_forward(oe, ae, down_nf4[size_t(e)], Tensor());
       else
         ops::linear_forward(oe, ae, down.narrow0(C * e, C), Tensor());
       if (down_ad && down_lora[size_t(e)].active())
@@ -520,8 +529,11 @@ struct MoE {
     const int64_t C = xs.dim(1), F2 = 2 * d_ff;
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
       const Tensor dae = da.narrow0(r0, n), doe = dout.narrow0(r0, n), ae = a.narrow0(r0, n);
-      ops::linear_backward(dae, ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(), Tensor(), doe,
-                           ae, down.narrow0(C * e, C));
+      if (!down_nf4.empty())  // frozen: the input's gradient alone
+        ops::nf4_linear_backward_input(dae, doe, down_nf4[size_t(e)]);
+      else
+        ops::linear_backward(dae, ddown.defined() ? ddown.narrow0(C * e, C) : Tensor(), Tensor(),
+                             doe, ae, down.narrow0(C * e, C));
       if (!down_lora.empty() && down_lora[size_t(e)].active())
         down_lora[size_t(e)].backward(dae, doe, ae, expert_acts(down_lora, s.down_adapters, r0, n));
     });
@@ -529,8 +541,11 @@ struct MoE {
     if (R > 0) ops::swiglu_backward(dh.narrow0(0, R), da.narrow0(0, R), h.narrow0(0, R));
     each_expert(rows, first, [&](int64_t e, int64_t r0, int64_t n) {
       const Tensor dxe = dxs.narrow0(r0, n), dhe = dh.narrow0(r0, n), xe = xs.narrow0(r0, n);
-      ops::linear_backward(dxe, dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(), Tensor(), dhe,
-                           xe, up.narrow0(F2 * e, F2));
+      if (!up_nf4.empty())
+        ops::nf4_linear_backward_input(dxe, dhe, up_nf4[size_t(e)]);
+      else
+        ops::linear_backward(dxe, dup.defined() ? dup.narrow0(F2 * e, F2) : Tensor(), Tensor(), dhe,
+                             xe, up.narrow0(F2 * e, F2));
       if (!up_lora.empty() && up_lora[size_t(e)].active())
         up_lora[size_t(e)].backward(dxe, dhe, xe, expert_acts(up_lora, s.up_adapters, r0, n));
     });

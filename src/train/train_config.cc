@@ -263,10 +263,11 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
   const std::string& m = t.peft.method;
   if (m != "none" && m != "lora" && m != "qlora" && m != "ia3" && m != "adapter" && m != "p_tuning")
     fail("peft.method: expected none, lora, qlora, ia3, adapter or p_tuning, got '{}'", m);
-  if (t.peft.lora.train_router && m != "lora")
+  // (QLoRA keeps the routers dense: Transformer::layout_for.)
+  if (t.peft.lora.train_router && m != "lora" && m != "qlora")
     fail(
-        "peft.train_router: trains the routers beside LoRA adapters only (peft.method=lora), "
-        "got peft.method={}",
+        "peft.train_router: trains the routers beside LoRA adapters only (peft.method=lora or "
+        "qlora), got peft.method={}",
         m);
   if (t.peft.adapters()) {
     if (!t.freeze.empty())

@@ -128,6 +128,19 @@ class Finetune : public ::testing::Test {
            "peft.lora_rank=16 peft.lora_alpha=32 train.out_dir=" +
            out;
   }
+  // lora_args(base, a) + args in one go, and for b stopped after step 3 and
+  // run again, which must resume; `log`: the first run's output.
+  void run_and_resume(const std::string& base, const std::string& a, const std::string& b,
+                      const std::string& args, std::string* log = nullptr) const {
+    auto r = test::run_nekton(lora_args(base, a) + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    if (log) *log = r.out;
+    r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = test::run_nekton(lora_args(base, b) + args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  }
   test::TempDir d_{"nk_finetune"};
   const std::string base_ = d_ / "base", data_ = d_ / "reverse.jsonl",
                     copy_data_ = d_ / "copy.jsonl";
@@ -265,15 +278,26 @@ TEST_F(Finetune, MoeLoraResumesExactly) {
   const std::string args =
       " train.dtype=bf16 train.steps=6 peft.lora_dropout=0.1 peft.train_router=true "
       "peft.target_modules=q_proj,w1,w2,w3";
-  auto r = test::run_nekton(lora_args(base, a) + args);
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = test::run_nekton(lora_args(base, b) + args);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  ASSERT_NO_FATAL_FAILURE(run_and_resume(base, a, b, args));
   for (const char* f : {"/model/model.safetensors", "/adapter/adapter_model.safetensors"})
     EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
+}
+
+// QLoRA on the MoE base (each expert in NF4 on its own, the routers trained
+// whole), stopped after step 3 and rerun: the resumed run quantises
+// train.init_from again and ends with the same adapter (routers included)
+// as 6 steps in one go; the result is the adapter alone.
+TEST_F(Finetune, MoeQloraResumesExactly) {
+  const std::string base = moe_base(d_), a = d_ / "mqa", b = d_ / "mqb";
+  const std::string args =
+      " train.dtype=bf16 train.steps=6 peft.method=qlora peft.lora_dropout=0.1 "
+      "peft.train_router=true peft.target_modules=q_proj,w1,w2,w3";
+  std::string log;
+  ASSERT_NO_FATAL_FAILURE(run_and_resume(base, a, b, args, &log));
+  EXPECT_TRUE(contains(log, "frozen base held as NF4 (QLoRA)")) << log;
+  EXPECT_FALSE(fs::exists(a + "/model"));
+  EXPECT_EQ(test::read_file(a + "/adapter/adapter_model.safetensors"),
+            test::read_file(b + "/adapter/adapter_model.safetensors"));
 }
 
 // With adapter dropout, stopped after step 3 and rerun: the same weights as
@@ -281,13 +305,7 @@ TEST_F(Finetune, MoeLoraResumesExactly) {
 TEST_F(Finetune, LoraResumesExactly) {
   const std::string base = copying_base(), a = d_ / "la", b = d_ / "lb";
   const std::string args = " train.steps=6 peft.lora_dropout=0.1";
-  auto r = test::run_nekton(lora_args(base, a) + args);
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = test::run_nekton(lora_args(base, b) + args + " train.exit_at_step=3");
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = test::run_nekton(lora_args(base, b) + args);
-  ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "resuming from checkpoint")) << r.out;
+  ASSERT_NO_FATAL_FAILURE(run_and_resume(base, a, b, args));
   for (const char* f : {"/model/model.safetensors", "/adapter/adapter_model.safetensors"})
     EXPECT_EQ(test::read_file(a + f), test::read_file(b + f)) << f;
 }

@@ -10,6 +10,7 @@
 //    that an NF4 base refuses to be saved as a model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -148,6 +149,71 @@ TEST(FrozenWeights, Nf4BaseIsItsDequantisedWeights) {
                                host(orig->param_f32(orig->layout().find(w))));
     EXPECT_GT(err, 1e-3);
     EXPECT_LT(err, 0.2);
+  }
+}
+
+// QLoRA on Mixture-of-Experts models: every frozen weight matrix in NF4 but
+// the routers and the shared expert's gate (kept dense, as unsloth and the
+// GPTQ MoE checkpoints keep them); each expert's rows of the stacked up and
+// down quantised on their own (bitsandbytes quantises each expert's
+// nn.Linear: no block or absmax group across experts); the model equals
+// a plain f32 one holding the dequantised weights, to 1e-5 as above.
+TEST(FrozenWeights, Nf4MoeQuantisesEachExpertOnItsOwn) {
+  for (const char* preset : {"mixtral-tiny", "qwen2-moe-tiny"}) {
+    SCOPED_TRACE(preset);
+    ModelConfig c = model_preset(preset);
+    c.init_std = 0.05;
+    c.lora.rank = 4;
+    c.lora.alpha = 8;
+    c.lora.target_modules = {"all-linear"};  // the experts and the shared expert, not the routers
+    auto q = model(c, DType::F32, FrozenWeights::Nf4);
+    auto plain = model(c, DType::F32, FrozenWeights::Master);
+    auto orig = model(c, DType::F32, FrozenWeights::Master);  // the values q quantised
+    size_t want = size_t(4 * q->layout().dense_end());
+    int experts = 0;
+    for (const ParamInfo& p : q->layout().params()) {
+      const bool gate =
+          p.name.ends_with(".moe.router.weight") || p.name.ends_with(".moe.shared_gate.weight");
+      EXPECT_EQ(p.quantized, !p.adapter && p.shape.size() == 2 && !gate) << p.name;
+      plain->set_param(plain->layout().find(p.name), q->param_f32(p));
+      if (!p.quantized) continue;
+      const bool stacked = p.split == Split::Experts;
+      const int64_t runs = stacked ? c.num_experts : 1, rows = p.shape[0] / runs;
+      for (int64_t e = 0; e < runs; ++e) {
+        const int64_t n = rows * p.shape[1], blocks = (n + 63) / 64;
+        want += size_t((n + 1) / 2 + blocks + 4 * ((blocks + 255) / 256) + 4);
+      }
+      if (!stacked) continue;
+      ++experts;
+      // Expert e's rows: its own f32 rows through NF4 and back, bit for bit.
+      const std::vector<float> got = host(q->param_f32(p));
+      const Tensor o = orig->param_f32(orig->layout().find(p.name));
+      for (int64_t e = 0; e < runs; ++e) {
+        Tensor mine = Tensor::empty({rows, p.shape[1]}, DType::F32);
+        ops::convert(mine, o.narrow0(e * rows, rows));
+        ops::Nf4Weight w = ops::Nf4Weight::empty(mine.shape());
+        ops::nf4_quantize(w, mine);
+        Tensor back = Tensor::empty(mine.shape(), DType::F32);
+        ops::nf4_dequantize(back, w);
+        const std::vector<float> b = host(back);
+        EXPECT_TRUE(std::equal(b.begin(), b.end(), got.begin() + e * rows * p.shape[1]))
+            << p.name << " expert " << e;
+      }
+      // Quantised whole, the stacked tensor reads back otherwise (its absmax
+      // offset and scale groups span the experts).
+      ops::Nf4Weight whole = ops::Nf4Weight::empty(p.shape);
+      ops::nf4_quantize(whole, o);
+      Tensor back = Tensor::empty(p.shape, DType::F32);
+      ops::nf4_dequantize(back, whole);
+      EXPECT_NE(host(back), got) << p.name;
+    }
+    EXPECT_EQ(experts, 2 * c.n_layer);
+    EXPECT_EQ(q->weight_bytes(), want);
+
+    const Step a = step(*plain), b = step(*q);
+    EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::abs(a.loss));
+    EXPECT_LE(rel_err(b.grads, a.grads), 1e-5);
+    EXPECT_LE(rel_err(b.logits, a.logits), 1e-5);
   }
 }
 

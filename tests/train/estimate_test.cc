@@ -422,6 +422,25 @@ TEST(Estimate, MatchesTheMeasuredPeaks) {
       }
 }
 
+// QLoRA on Mixture-of-Experts models: the NF4 base (each expert quantised
+// on its own, the routers dense) as the trainer holds it.
+TEST(Estimate, QloraMoeBytesAreExact) {
+  for (const char* preset : {"mixtral-tiny", "qwen2-moe-tiny"}) {
+    const std::string out = (fs::path(NK_BINARY_DIR) / "estimate_qlora_moe").string();
+    fs::remove_all(out);
+    TrainConfig cfg =
+        recipe({std::string("model.preset=") + preset, "train.dtype=bf16", "peft.method=qlora",
+                "peft.target_modules=all-linear", "train.out_dir=" + out});
+    const RankEstimate r = estimate_training(cfg, 1, nullptr).peak();
+    Trainer t(cfg);
+    EXPECT_EQ(t.model().frozen_weights(), FrozenWeights::Nf4) << preset;
+    EXPECT_EQ(r.weight_bytes, int64_t(t.model().weight_bytes())) << preset;
+    EXPECT_EQ(r.optimizer_bytes, t.optimizer().state_bytes()) << preset;
+    EXPECT_EQ(r.grad_bytes, int64_t(t.model().grad_bytes())) << preset;
+    fs::remove_all(out);
+  }
+}
+
 // optim.*: the weights, gradients and the optimizer's state as the trainer
 // allocates them, for every choice of moments, master and gradients.
 TEST(Estimate, OptimizerPrecisionBytesAreExact) {
