@@ -27,7 +27,10 @@
 #   nekton finetune   mixtral-tiny on packed SFT rows (documents crossing the
 #                     chunks) under CP2 and CP2 x EP2, and LoRA on every
 #                     expert (all-linear) with trained routers under CP2:
-#                     losses, model and adapter (per tensor within 1e-4)
+#                     losses, model and adapter (per tensor within 1e-4);
+#                     QLoRA likewise (each expert in NF4 on its own, the
+#                     routers dense and trained) under DP2 (within 1e-5)
+#                     and CP2 (per tensor)
 # A checkpoint saved under CP2 x EP2 at step 5 resumes on one process to
 # the same 10 steps, and one saved on one process resumes under CP2 x EP2.
 # Refused, naming the key: a capacity factor under cp.
@@ -158,7 +161,15 @@ run loracp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" "${CP[@]}"
 grep -q "LoRA r=8 alpha=16 on 32 modules" "$WORK/loracp2.log" ||
   fail "loracp2 did not adapt the experts: $(grep -m1 peft "$WORK/loracp2.log")"
 compare_norm lora1 loracp2
+QLORA=(peft.method=qlora peft.target_modules=all-linear peft.train_router=true)
+run qlora1 "$NK" finetune "${SFT[@]}" "${QLORA[@]}"
+run qloradp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${QLORA[@]}"
+run qloracp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${QLORA[@]}" "${CP[@]}"
+grep -q "NF4 (QLoRA)" "$WORK/qloradp2.log" || fail "qloradp2 did not hold an NF4 base"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" qlora1 qloradp2 ||
+  fail "QLoRA on the MoE model: DP2 differs from one process"
+compare_norm qlora1 qloracp2
 
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2 and LoRA on the experts under CP2 too; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2, LoRA on the experts under CP2 too, QLoRA under DP2 and CP2; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
