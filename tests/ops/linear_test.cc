@@ -108,6 +108,35 @@ TEST(LinearCpu, Bf16FallbackMatchesReference) {
   ops::cpu::dnnl_matmul_force_fallback(false);
 }
 
+// Products whose shape changes every call (a MoE layer's experts' rows,
+// prompts of every length) keep at most the cache's capacity of primitives,
+// the least recently used dropped; a product whose primitive was dropped
+// gives the same bits when made again. Run on the emulated bf16 product
+// (f32 copies in the thread's scratch) and on f32.
+TEST(LinearCpu, ProductCacheKeepsTheMostRecentlyUsed) {
+  for (DType t : {DType::BF16, DType::F32}) {
+    ops::cpu::dnnl_matmul_force_fallback(t == DType::BF16);
+    const size_t old = ops::cpu::dnnl_matmul_set_cache_capacity(8);
+    const Tensor w = make({24, 32}, t, randn(24 * 32, 81, 0.2), Device::CPU);
+    auto product = [&](int64_t m) {
+      Tensor y = Tensor::empty({m, 24}, t);
+      ops::linear_forward(y, make({m, 32}, t, randn(size_t(m * 32), uint64_t(90 + m)), Device::CPU),
+                          w, Tensor());
+      return values(y);
+    };
+    std::vector<std::vector<double>> first;
+    for (int64_t m = 1; m <= 40; ++m) first.push_back(product(m));
+    EXPECT_LE(ops::cpu::dnnl_matmul_cache_size(), 8u) << dtype_name(t);
+    for (int64_t m = 1; m <= 40; ++m) EXPECT_EQ(product(m), first[size_t(m - 1)]) << m;
+    // The 8 most recent stay: running them again adds none.
+    const size_t kept = ops::cpu::dnnl_matmul_cache_size();
+    for (int64_t m = 33; m <= 40; ++m) product(m);
+    EXPECT_EQ(ops::cpu::dnnl_matmul_cache_size(), kept);
+    ops::cpu::dnnl_matmul_set_cache_capacity(old);
+    ops::cpu::dnnl_matmul_force_fallback(false);
+  }
+}
+
 // Frozen parameters: any of dx, dw, db left undefined is not computed, and
 // the ones that are computed are bit-identical to a call computing all three.
 TEST_P(Linear, SkippedGradientsLeaveTheOthersUnchanged) {

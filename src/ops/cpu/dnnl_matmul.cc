@@ -1,7 +1,9 @@
 #include "ops/cpu/dnnl_matmul.h"
 
 #include <atomic>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -78,11 +80,22 @@ struct Entry {
   // primitive is the f32 one, run on f32 copies of the 16-bit
   // operands, with the result rounded back (round to nearest even), which is
   // what the 16-bit primitive computes too (f32 accumulation), up to the
-  // order of the sums. The copies are kept with the entry: no allocation
-  // after the first call.
+  // order of the sums. The copies go in the calling thread's scratch
+  // (Scratch), grown to the largest product it has run, not kept per entry:
+  // shapes that change every call (a MoE layer's experts' rows) would
+  // otherwise keep a copy of their operands each.
   bool emulated = false;
-  std::vector<float> fa, fb, fc, fbias;
+  int64_t na = 0, nb = 0, nc = 0, nbias = 0;  // elements of each copy (0: none)
 };
+
+// A thread's f32 copies of an emulated product's 16-bit operands.
+struct Scratch {
+  std::vector<float> a, b, c, bias;
+};
+float* scratch(std::vector<float>& v, int64_t n) {
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+  return v.data();
+}
 
 Entry create_native(const MatmulSpec& s) {
   Entry e;
@@ -129,10 +142,10 @@ Entry create(const MatmulSpec& s, bool force_fallback) {
   f.a = f.b = f.c = f.bias = DType::F32;
   Entry e = create_native(f);
   e.emulated = true;
-  if (s.a != DType::F32) e.fa.resize(size_t(s.m * s.k));
-  if (s.b != DType::F32) e.fb.resize(size_t(s.k * s.n));
-  if (s.c != DType::F32) e.fc.resize(size_t(s.m * s.n));
-  if (s.has_bias && s.bias != DType::F32) e.fbias.resize(size_t(s.n));
+  if (s.a != DType::F32) e.na = s.m * s.k;
+  if (s.b != DType::F32) e.nb = s.k * s.n;
+  if (s.c != DType::F32) e.nc = s.m * s.n;
+  if (s.has_bias && s.bias != DType::F32) e.nbias = s.n;
   return e;
 }
 
@@ -157,23 +170,47 @@ void narrow(DType t, const float* x, void* p, int64_t n) {
   });
 }
 
+// The primitives, the most recently used first; at most `capacity` of them
+// (oneDNN's own primitive cache keeps 1024 by default). A training step's
+// products repeat every step and stay; shapes that change every call (a MoE
+// layer's experts' rows, prompts of every length) would otherwise add
+// primitives for as long as the process runs.
 struct Cache {
+  struct Node {
+    std::shared_ptr<Entry> entry;  // shared: an evicted entry lives on while in use
+    std::list<Key>::iterator use;
+  };
   std::mutex mu;
-  std::map<Key, Entry> entries;  // node-based: references stay valid after inserts
+  std::map<Key, Node> entries;
+  std::list<Key> uses;  // most recent first
+  size_t capacity = 1024;
+  void trim() {
+    while (entries.size() > capacity) {
+      entries.erase(uses.back());
+      uses.pop_back();
+    }
+  }
 };
 Cache& cache() {
   static Cache c;
   return c;
 }
 
-Entry& lookup(const MatmulSpec& s) {
+std::shared_ptr<Entry> lookup(const MatmulSpec& s) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   const bool fallback = g_force_fallback.load();
   auto k = key_of(s, fallback);
   auto it = c.entries.find(k);
-  if (it == c.entries.end()) it = c.entries.emplace(k, create(s, fallback)).first;
-  return it->second;
+  if (it != c.entries.end()) {
+    c.uses.splice(c.uses.begin(), c.uses, it->second.use);
+    return it->second.entry;
+  }
+  auto e = std::make_shared<Entry>(create(s, fallback));
+  c.uses.push_front(k);
+  c.entries.emplace(k, Cache::Node{e, c.uses.begin()});
+  c.trim();
+  return e;
 }
 
 }  // namespace
@@ -181,19 +218,23 @@ Entry& lookup(const MatmulSpec& s) {
 void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, const void* bias) {
   NK_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "dnnl_matmul: empty product {}x{}x{}", s.m, s.k, s.n);
   NK_CHECK(s.has_bias == (bias != nullptr), "dnnl_matmul: bias pointer/spec mismatch");
-  Entry& e = lookup(s);
+  const std::shared_ptr<Entry> held = lookup(s);
+  const Entry& e = *held;
+  thread_local Scratch t;
+  float* fc = e.nc ? scratch(t.c, e.nc) : nullptr;
   if (e.emulated) {  // f32 stand-ins for the 16-bit operands
-    auto in = [](std::vector<float>& buf, DType t, const void* p) -> const void* {
-      if (buf.empty()) return p;
-      widen(t, p, buf.data(), int64_t(buf.size()));
-      return buf.data();
+    auto in = [](std::vector<float>& buf, int64_t n, DType dt, const void* p) -> const void* {
+      if (n == 0) return p;
+      float* f = scratch(buf, n);
+      widen(dt, p, f, n);
+      return f;
     };
-    a = in(e.fa, s.a, a);
-    b = in(e.fb, s.b, b);
-    if (bias) bias = in(e.fbias, s.bias, bias);
-    if (!e.fc.empty() && s.accumulate) widen(s.c, c, e.fc.data(), int64_t(e.fc.size()));
+    a = in(t.a, e.na, s.a, a);
+    b = in(t.b, e.nb, s.b, b);
+    if (bias) bias = in(t.bias, e.nbias, s.bias, bias);
+    if (fc && s.accumulate) widen(s.c, c, fc, e.nc);
   }
-  void* out = e.emulated && !e.fc.empty() ? e.fc.data() : c;
+  void* out = fc ? fc : c;
   // Memory objects only wrap our pointers (no data allocation).
   auto wrap = [](const dnnl::memory::desc& md, const void* p) {
     return dnnl::memory(md, engine(), const_cast<void*>(p));
@@ -204,7 +245,7 @@ void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, con
   if (bias) args.emplace(DNNL_ARG_BIAS, wrap(e.bias, bias));
   e.prim.execute(stream(), args);
   stream().wait();
-  if (out != c) narrow(s.c, e.fc.data(), c, int64_t(e.fc.size()));
+  if (out != c) narrow(s.c, fc, c, e.nc);
 }
 
 void dnnl_matmul_force_fallback(bool on) {
@@ -215,6 +256,16 @@ size_t dnnl_matmul_cache_size() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   return c.entries.size();
+}
+
+size_t dnnl_matmul_set_cache_capacity(size_t n) {
+  NK_CHECK(n > 0, "dnnl_matmul_set_cache_capacity: 0");
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  const size_t old = c.capacity;
+  c.capacity = n;
+  c.trim();
+  return old;
 }
 
 }  // namespace nk::ops::cpu

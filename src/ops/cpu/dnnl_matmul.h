@@ -1,7 +1,9 @@
 // A small wrapper over oneDNN's matmul: row-major C[M,N] (+)= op(A)[M,K] @ op(B)[K,N]
 // (+ bias[N]). Transposed operands are described by memory descs (format tag
 // `ba`), never copied. Primitives are created once per distinct MatmulSpec and
-// cached process-wide, so after the first training step none are created.
+// cached process-wide, the 1024 most recently used (oneDNN's own default),
+// so after the first training step none are created, and shapes that change
+// every call (a MoE layer's experts' rows, prompts) do not grow memory.
 // Compiled once, for the baseline: oneDNN picks its own kernels at run time
 // (capped with the CPU kernels' level, ops/cpu_isa.h); each per-level copy of
 // the CPU kernels calls this one.
@@ -34,6 +36,9 @@ void dnnl_matmul(const MatmulSpec& spec, const void* a, const void* b, void* c,
 
 // Number of cached primitives (tests check that repeated calls add none).
 size_t dnnl_matmul_cache_size();
+// Tests: at most n primitives kept (the least recently used dropped first);
+// returns the capacity it replaces.
+size_t dnnl_matmul_set_cache_capacity(size_t n);
 
 // Tests: while on, 16-bit products take the f32 fallback even where oneDNN has
 // them, so the fallback is checked on every CPU. Products made while it is on
