@@ -451,10 +451,14 @@ int cmd_estimate(const CommandArgs& raw) {
   };
   const OptimPrecision& pr = cfg.adamw.precision;
   const bool bf16_master = pr.master == DType::BF16;
-  row(bf16_master               ? "  weights (bf16, the master)"
-      : cfg.dtype == DType::F32 ? "  weights (f32 masters)"
-                                : "  weights (f32 masters, bf16 copy)",
-      double(r.weight_bytes));
+  // A frozen base held without masters (adapters: bf16 alone, or QLoRA's NF4).
+  const char* weights =
+      bf16_master                                    ? "  weights (bf16, the master)"
+      : cfg.frozen_weights == FrozenWeights::Nf4     ? "  weights (NF4 base, trained f32 masters)"
+      : cfg.frozen_weights == FrozenWeights::Compute ? "  weights (bf16 base, trained f32 masters)"
+      : cfg.dtype == DType::F32                      ? "  weights (f32 masters)"
+                                                     : "  weights (f32 masters, bf16 copy)";
+  row(weights, double(r.weight_bytes));
   row(pr.grads == DType::BF16 ? "  gradients (bf16, f32 staging)" : "  gradients (f32)",
       double(r.grad_bytes));
   row(fmt::format("  optimizer state (moments {}{})", dtype_name(pr.moments),

@@ -582,6 +582,21 @@ TEST(EstimateCli, AlignRecipesCostTheirReference) {
   EXPECT_LT(k["params"].get<int64_t>(), j["params"].get<int64_t>());  // no LM head
 }
 
+// The weights' line says how the base is held: adapters over a bf16 base or
+// QLoRA's NF4 one, the trained parameters with their f32 masters.
+TEST(EstimateCli, NamesHowAFrozenBaseIsHeld) {
+  for (const auto& [method, want] : {std::pair{"lora", "weights (bf16 base, trained f32 masters)"},
+                                     std::pair{"qlora", "weights (NF4 base, trained f32 masters)"},
+                                     std::pair{"none", "weights (f32 masters, bf16 copy)"}}) {
+    const auto r = run_nekton(std::string("estimate --no-time model.preset=mixtral-tiny "
+                                          "train.dtype=bf16 peft.method=") +
+                                  method,
+                              false);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(test::contains(r.out, want)) << method << ": " << r.out;
+  }
+}
+
 // --measure trains two steps and puts its figures beside the estimate; with
 // --json stdout is the JSON alone (the run's log goes to stderr).
 TEST(EstimateCli, MeasureGivesPureJsonWithTheMeasuredPeak) {
