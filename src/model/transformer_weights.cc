@@ -134,8 +134,8 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
   if (frozen_weights != FrozenWeights::Nf4) return layout;
   // QLoRA's base: every frozen weight matrix but learned positions and a
   // MoE layer's router and shared-expert gate (routing is sensitive to
-  // their error and they are a sliver of the weights: unsloth and the
-  // published GPTQ MoE checkpoints keep them unquantised too).
+  // their error and they are a sliver of the weights: unsloth skips the
+  // routers too, and Qwen's GPTQ-Int4 MoE checkpoints leave them unquantised).
   std::vector<std::string> quantized;
   for (const ParamInfo& p : layout.params())
     if (!p.trainable && !p.adapter && p.shape.size() == 2 && p.name != "wpe" &&

@@ -332,9 +332,6 @@ inline void store_u16(void* p, __m256i u) {
   _mm_storeu_si128(static_cast<__m128i*>(p),
                    _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)));
 }
-inline __m256 widen_bf16(__m256i u) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
-}
 // Lanes holding a NaN pattern (both sides below 2^31, so the signed compare
 // orders them).
 inline __m256i nan_lanes(__m256i u) {
@@ -349,16 +346,6 @@ inline __m256i round_bf16(__m256 x) {
       _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
   return _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)),
                             nan_lanes(u));
-}
-
-template <typename M>
-inline __m256 load_moment(const M* p) {
-  if constexpr (std::is_same_v<M, float>)
-    return _mm256_loadu_ps(p);
-  else if constexpr (std::is_same_v<M, bf16>)
-    return widen_bf16(load_u16(p));
-  else
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 template <typename M>
@@ -397,7 +384,7 @@ template <typename M, MasterKind K, typename C>
 inline void mixed8(const MixedBuffers& b, M* m, M* v, C* copy, const MixedConsts8& c, bool measure,
                    __m256& vmax_m, __m256& vmax_r) {
   const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(b.g), c.gs);
-  __m256 mi = load_moment(m), vi = load_moment(v);
+  __m256 mi = load8<M>(m), vi = load8<M>(v);
   if constexpr (std::is_same_v<M, f16>) {  // m / sm and sqrt(v) / sv stored
     mi = _mm256_mul_ps(mi, c.sm);
     vi = _mm256_mul_ps(vi, c.sv);
@@ -422,7 +409,7 @@ inline void mixed8(const MixedBuffers& b, M* m, M* v, C* copy, const MixedConsts
                                           _mm256_set1_epi32(0x8000));
     p = _mm256_castsi256_ps(_mm256_sub_epi32(u, _mm256_and_si256(up, _mm256_set1_epi32(0x10000))));
   } else {
-    p = widen_bf16(load_u16(b.master16));
+    p = load8<bf16>(b.master16);
   }
   const __m256 den = _mm256_fmadd_ps(root, c.rbc2, c.eps);
   const __m256 step = _mm256_div_ps(_mm256_mul_ps(c.lr, _mm256_mul_ps(mi, c.rbc1)), den);
@@ -503,6 +490,43 @@ void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t
     }
   }
 }
+#else
+// Without AVX2 (no level of this build has that: a portable version of the
+// loops above, element by element).
+template <typename M, MasterKind K, typename C>
+void mixed_range(const MixedBuffers& b, M* m, M* v, C* copy, int64_t lo, int64_t hi,
+                 const AdamConsts& k, const MomentScales& s, bool measure, float& max_m,
+                 float& max_r) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float gi = b.g[i] * k.gs;
+    float mi, vi;
+    load_moments(m, v, i, s, mi, vi);
+    mi = k.b1 * mi + (1.f - k.b1) * gi;
+    vi = k.b2 * vi + (1.f - k.b2) * gi * gi;
+    if (measure) {
+      max_m = std::max(max_m, std::fabs(mi));
+      max_r = std::max(max_r, std::sqrt(vi));
+      continue;
+    }
+    float p;
+    if constexpr (K == MasterKind::F32)
+      p = b.master32[i];
+    else if constexpr (K == MasterKind::Bf16Remainder)
+      p = join_master(b.master16[i], b.remainder[i]);
+    else
+      p = load(bf16{b.master16[i]});
+    p = p * k.decay - k.lr * (mi * k.rbc1) / (std::sqrt(vi) * k.rbc2_sqrt + k.eps);
+    store_moments(m, v, i, s, mi, vi);
+    if constexpr (K == MasterKind::F32) {
+      b.master32[i] = p;
+      if (copy) copy[i] = store<C>(p);
+    } else if constexpr (K == MasterKind::Bf16Remainder) {
+      split_master(p, b.master16[i], b.remainder[i]);
+    } else {
+      b.master16[i] = store<bf16>(p).bits;
+    }
+  }
+}
 #endif
 
 template <typename M, MasterKind K, typename C>
@@ -510,39 +534,7 @@ void mixed_pass(const MixedBuffers& b, M* m, M* v, C* copy, int64_t n, const Ada
                 const MomentScales& s, std::atomic<uint32_t>* maxes) {
   parallel_for(n, 1 << 15, [&](int64_t lo, int64_t hi) {
     float max_m = 0.f, max_r = 0.f;
-#if defined(NK_ADAMW_MIXED_AVX512) || defined(NK_ADAMW_MIXED_AVX2)
     mixed_range<M, K, C>(b, m, v, copy, lo, hi, k, s, maxes != nullptr, max_m, max_r);
-    hi = lo;  // done
-#endif
-    for (int64_t i = lo; i < hi; ++i) {
-      const float gi = b.g[i] * k.gs;
-      float mi, vi;
-      load_moments(m, v, i, s, mi, vi);
-      mi = k.b1 * mi + (1.f - k.b1) * gi;
-      vi = k.b2 * vi + (1.f - k.b2) * gi * gi;
-      if (maxes) {
-        max_m = std::max(max_m, std::fabs(mi));
-        max_r = std::max(max_r, std::sqrt(vi));
-        continue;
-      }
-      float p;
-      if constexpr (K == MasterKind::F32)
-        p = b.master32[i];
-      else if constexpr (K == MasterKind::Bf16Remainder)
-        p = join_master(b.master16[i], b.remainder[i]);
-      else
-        p = load(bf16{b.master16[i]});
-      p = p * k.decay - k.lr * (mi * k.rbc1) / (std::sqrt(vi) * k.rbc2_sqrt + k.eps);
-      store_moments(m, v, i, s, mi, vi);
-      if constexpr (K == MasterKind::F32) {
-        b.master32[i] = p;
-        if (copy) copy[i] = store<C>(p);
-      } else if constexpr (K == MasterKind::Bf16Remainder) {
-        split_master(p, b.master16[i], b.remainder[i]);
-      } else {
-        b.master16[i] = store<bf16>(p).bits;
-      }
-    }
     if (maxes) {
       atomic_max(maxes[0], max_m);
       atomic_max(maxes[1], max_r);

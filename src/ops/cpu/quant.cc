@@ -556,9 +556,7 @@ void quant_dequant_row(QuantType t, const uint8_t* row, float scale, int64_t n, 
       int64_t i = 0;
 #if defined(__AVX2__) && defined(__F16C__)
       for (; i + 8 <= n; i += 8)  // exact: every half is an f32
-        _mm256_storeu_ps(
-            out + i,
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
+        _mm256_storeu_ps(out + i, load8<f16>(row + 2 * i));
 #endif
       for (; i < n; ++i) {
         uint16_t h;

@@ -302,16 +302,6 @@ void dot_w8a8(const uint8_t* w, size_t rb, const QuantRow* x, int64_t in, float*
   }
 }
 
-// Eight halves (f16 or bf16) at p widened to f32: exact either way.
-template <typename H>
-inline __m256 widen8(const uint8_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (std::is_same_v<H, f16>)
-    return _mm256_cvtph_ps(h);
-  else  // bf16: the f32's high half
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 // The halves [i, in) of one row dotted with x, in scalar f32.
 template <typename H>
 inline float half_tail(const uint8_t* wr, const float* x, int64_t i, int64_t in) {
@@ -367,11 +357,11 @@ inline float dot_half_row(const uint8_t* wr, const float* x, int64_t in) {
   for (; i + 8 * U <= in; i += 8 * U)
     for (int u = 0; u < U; ++u) {
       const int64_t k = i + 8 * u;
-      const __m256 q = widen8<H>(wr + 2 * k);
+      const __m256 q = load8<H>(wr + 2 * k);
       acc[0][u] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + k), acc[0][u]);
     }
   for (; i + 8 <= in; i += 8) {
-    const __m256 q = widen8<H>(wr + 2 * i);
+    const __m256 q = load8<H>(wr + 2 * i);
     acc[0][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(x + i), acc[0][0]);
   }
   const __m256 a =
@@ -392,7 +382,7 @@ void dot_half(const uint8_t* w, size_t rb, const float* const* xf, int64_t in, f
   for (; i + 8 <= in; i += 8) {
     if (C > 1) prefetch_span(pf, size_t(2 * i) * R, size_t(2 * i + 16) * R);
     for (int r = 0; r < R; ++r) {
-      const __m256 q = widen8<H>(w + r * rb + 2 * i);
+      const __m256 q = load8<H>(w + r * rb + 2 * i);
       for (int c = 0; c < C; ++c)
         acc[r][c] = _mm256_fmadd_ps(q, _mm256_loadu_ps(xf[c] + i), acc[r][c]);
     }
