@@ -3,13 +3,10 @@
 // more rows (batched decode, prefill) take the integer tiles of
 // quant_gemm.cc where the build has AVX-512 VNNI (every row count for a
 // weight packed by quant_pack), and otherwise (or for W8A16 and F16) the
-// panel path: at the AVX-512 levels a panel of W's rows at a time (~kPanelBytes
-// of f32) dequantised into a scratch buffer and oneDNN's f32 product run on
-// it, as the NF4 products do; at the AVX2 level (no VNNI tiles for any type)
-// W's rows dequantised 16 at a time into each thread's own block and
-// multiplied there by a register tile (by_blocks), in one pass of the thread
-// pool. No path holds a dense copy of W; the scratch buffers grow to the
-// largest size seen and are never shrunk.
+// panel path: W's rows dequantised 16 (AVX2) or 32 (AVX-512) at a time into
+// each thread's own block and multiplied there by a register tile
+// (by_blocks), in one pass of the thread pool. No path holds a dense copy of
+// W; the scratch buffers grow to the largest size seen and are never shrunk.
 #include <algorithm>
 
 #if defined(__AVX2__)
@@ -17,35 +14,29 @@
 #endif
 
 #include "core/parallel.h"
-#include "ops/cpu/dnnl_matmul.h"
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 
-// The AVX2 level's panel path (by_blocks below); the AVX-512 levels keep
-// oneDNN's product on dequantised panels.
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define NK_QUANT_BY_BLOCKS 1
-#endif
-
 namespace nk::ops::NK_CPU_NS {
 namespace {
 
-// Rows of x up to which the direct kernel is faster than dequantising W and
-// running the dense product: each x row adds 0.5 to 0.9 of its one-row cost
-// (compute, the weights being in L1 by then), while the panel path's cost is
-// mostly the dequantisation and oneDNN's f32 product. bench_quant --sweep
-// ([2048 x 2048], 1 and 2 threads of a 2-core AVX2 machine): the direct
-// kernels were faster up to N = 16..24 for the types that quantise x and up
-// to 12..14 for W8A16 (f32 FMAs). F16, 4 x rows a pass, on a 2-core AVX-512
-// machine: faster to N = 32 (1.61 against 1.80 ms there, 0.81 against 1.17
-// at 16). Where the VNNI tiles exist they take over from N = 2 instead.
-// At the AVX2 level the panel path is by_blocks, faster than the direct
-// kernel for F16 from about 20 rows ([2048 x 2048], 2 threads of a Zen 3,
-// direct / blocks: 1.8 / 2.1 ms at 16, 2.2 / 2.0 at 20, 2.8 / 2.0 at 24).
+// Rows of x up to which the direct kernel is faster than the panel path:
+// each x row adds 0.5 to 0.9 of its one-row cost (compute, the weights being
+// in L1 by then), while the panel path's cost is mostly the dequantisation
+// and the tile's f32 product. bench_quant --sweep ([2048 x 2048], 1 and 2
+// threads of a 2-core AVX2 machine, against the oneDNN panels the path was
+// before): the direct kernels were faster up to N = 16..24 for the types
+// that quantise x and up to 12..14 for W8A16 (f32 FMAs). F16, 4 x rows a
+// pass: faster to N = 32 on a 2-core AVX-512 machine (1.61 against 1.80 ms
+// there, 0.81 against 1.17 at 16), even with the 12 x 32 tiles at 32 on a
+// Zen 5 (1.41 / 1.41 ms, 1.06 / 1.12 at 24); at the AVX2 level to about 20
+// rows ([2048 x 2048], 2 threads of a Zen 3, direct / blocks: 1.8 / 2.1 ms
+// at 16, 2.2 / 2.0 at 20, 2.8 / 2.0 at 24). Where the VNNI tiles exist they
+// take over from N = 2 instead.
 int64_t direct_rows_max(QuantType t) {
-#ifdef NK_QUANT_BY_BLOCKS
+#if !defined(__AVX512F__)
   if (t == QuantType::F16 || t == QuantType::BF16) return 20;
 #endif
   if (t == QuantType::F16 || t == QuantType::BF16) return 32;
@@ -64,77 +55,28 @@ int64_t gemm_rows_min(QuantType t) {
   return t == QuantType::W8A8 ? 3 : 2;
 }
 
-#ifndef NK_QUANT_BY_BLOCKS
-// ---- the AVX-512 levels' panel path: oneDNN on dequantised panels ----
-
-// Target f32 size of a dequantised panel: it stays in L2/L3 while oneDNN packs
-// it (the NF4 products' choice; not re-tuned here).
-constexpr size_t kPanelBytes = size_t(1) << 20;
-
-std::vector<char> g_lin_panel, g_lin_product, g_lin_xf, g_lin_bias;
-
-// Rows [o0, o0 + p) of W in f32 into panel [p, in].
-void dequant_panel(const QuantWeight& w, int64_t o0, int64_t p, float* panel) {
-  const int64_t in = w.cols();
-  const float* scale = w.scale.defined() ? w.scale.data<float>() : nullptr;
-  parallel_for(p, std::max<int64_t>(1, 8192 / in), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<uint8_t> buf;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t o = o0 + r;
-      quant_dequant_row(w.type, quant_row(w, o, buf), scale ? scale[o] : 0.f, in, panel + r * in);
-    }
-  });
-}
-
-// y[:, o0 : o0 + p] = prod [n, p] in T.
-template <typename T>
-void store_columns(T* y, int64_t ld, int64_t o0, const float* prod, int64_t n, int64_t p) {
-  parallel_for(n, std::max<int64_t>(1, 16384 / p), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < p; ++j) y[r * ld + o0 + j] = store<T>(prod[r * p + j]);
-  });
-}
-
-// The prefill path: the product in f32 (bf16 x widened first, the weight's
-// values used in f32), bias added inside oneDNN's product, y rounded once.
-template <typename T>
-void by_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
-  const int64_t n = rows_of(x), in = w.cols(), out = w.rows();
-  const float* xf = rows_as_f32(x, g_lin_xf);
-  const float* bias = b.defined() ? rows_as_f32(b, g_lin_bias) : nullptr;
-  const int64_t rows =
-      std::min<int64_t>(out, std::max<int64_t>(16, int64_t(kPanelBytes) / (4 * in)));
-  float* panel = scratch<float>(g_lin_panel, size_t(rows * in));
-  const bool direct_out = std::is_same_v<T, float> && rows == out;
-  float* prod = direct_out ? y.data<float>() : scratch<float>(g_lin_product, size_t(n * rows));
-  for (int64_t o0 = 0; o0 < out; o0 += rows) {
-    const int64_t p = std::min(rows, out - o0);
-    dequant_panel(w, o0, p, panel);
-    MatmulSpec s{.m = n, .n = p, .k = in};
-    s.trans_b = true;  // the panel [p, in] read as [in, p]
-    s.has_bias = bias != nullptr;
-    dnnl_matmul(s, xf, panel, prod, bias ? bias + o0 : nullptr);
-    if (!direct_out) store_columns(y.data<T>(), out, o0, prod, n, p);
-  }
-}
-
-#else
-// ---- the AVX2 level's panel path: 16 rows of W at a time, a 6 x 16 tile ----
+// ---- the panel path: 16 or 32 rows of W at a time in a register tile ----
 //
 // y[N, out] = x[N, in] W^T + b with every sum in f32 over i = 0 .. in - 1
 // in order, by one thread, so the result does not depend on the thread
-// count. x is laid out 6 rows at a time, [ceil(N / 6)][in][6] (the last
+// count. x is laid out R rows at a time, [ceil(N / R)][in][R] (the last
 // group padded with zeros), so one tile's x values at step i are adjacent.
-// A task takes 16 of W's rows: it dequantises them (quant_dequant_row, W's
-// row scale applied, as the panels do) and lays them out [in][16] in its
-// thread's block, then runs the tile over every group of x: at each i two
-// 8-wide vectors of W's values times 6 broadcast x values into 12
-// accumulators. Dequantising inside the task overlaps one thread's reading
-// of W from memory with the other's arithmetic, which oneDNN's product on
-// a panel dequantised beforehand does not, and needs no pass of the pool
-// per panel. Measured against the oneDNN panels on a 2-core Zen 3
-// (BENCHMARKS.md, AVX2 host section).
+// A task takes C of W's rows: it dequantises them (quant_dequant_row, W's
+// row scale applied) and lays them out [in][C] in its thread's block, then
+// runs the tile over every group of x: at each i two vectors of W's values
+// times R broadcast x values into 2 R accumulators. AVX2: R = 6, C = 16
+// (12 of the 16 registers); AVX-512: R = 12, C = 32 (24 of the 32).
+// Dequantising inside the task overlaps one thread's reading of W from
+// memory with the other's arithmetic, which oneDNN's product on a panel
+// dequantised beforehand (the path before) does not, and needs no pass of
+// the pool per panel. Measured against those oneDNN panels on a 2-core Zen 3
+// at AVX2 and a Zen 5 at AVX-512 (BENCHMARKS.md, the AVX2 host section and
+// "Prompt processing of f16 weights at the AVX-512 levels").
+#if defined(__AVX512F__)
+constexpr int64_t kTileRows = 12, kBlockCols = 32;
+#else
 constexpr int64_t kTileRows = 6, kBlockCols = 16;
+#endif
 
 std::vector<char> g_lin_xp;
 
@@ -155,8 +97,28 @@ void interleave_x(const T* x, int64_t n, int64_t in, float* xp) {
   });
 }
 
-// acc[6][16] = sum over i of xp[i][r] * block[i][c].
-inline void tile_6x16(const float* block, const float* xp, int64_t in, float* acc) {
+// acc[R][C] = sum over i of xp[i][r] * block[i][c].
+#if defined(__AVX512F__)
+inline void tile_block(const float* block, const float* xp, int64_t in, float* acc) {
+  __m512 a[kTileRows][2];
+  for (auto& r : a) r[0] = r[1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < in; ++i) {
+    const __m512 w0 = _mm512_load_ps(block + i * kBlockCols),
+                 w1 = _mm512_load_ps(block + i * kBlockCols + 16);
+    const float* xi = xp + i * kTileRows;
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512 xv = _mm512_set1_ps(xi[r]);
+      a[r][0] = _mm512_fmadd_ps(xv, w0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(xv, w1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm512_store_ps(acc + r * kBlockCols, a[r][0]);
+    _mm512_store_ps(acc + r * kBlockCols + 16, a[r][1]);
+  }
+}
+#else
+inline void tile_block(const float* block, const float* xp, int64_t in, float* acc) {
   __m256 a[kTileRows][2];
   for (auto& r : a) r[0] = r[1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < in; ++i) {
@@ -174,6 +136,7 @@ inline void tile_6x16(const float* block, const float* xp, int64_t in, float* ac
     _mm256_store_ps(acc + r * kBlockCols + 8, a[r][1]);
   }
 }
+#endif
 
 // The 8 x 8 floats r[j][0..8) transposed: r[i][j] <- r[j][i].
 inline void transpose8x8(__m256 r[8]) {
@@ -194,7 +157,7 @@ inline void transpose8x8(__m256 r[8]) {
   }
 }
 
-// rows [16][in] -> block [in][16].
+// rows [C][in] -> block [in][C].
 inline void to_block(const float* rows, int64_t in, float* block) {
   int64_t i = 0;
   for (; i + 8 <= in; i += 8)
@@ -223,7 +186,7 @@ void by_blocks(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
     thread_local std::vector<uint8_t> row_bytes;
     float* rows = scratch<float>(rows_buf, size_t(kBlockCols * in));
     float* block = scratch<float>(block_buf, size_t(kBlockCols * in));
-    alignas(32) float acc[kTileRows * kBlockCols];
+    alignas(64) float acc[kTileRows * kBlockCols];
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t o0 = blk * kBlockCols, cols = std::min(kBlockCols, out - o0);
       for (int64_t c = 0; c < kBlockCols; ++c) {
@@ -236,7 +199,7 @@ void by_blocks(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
       }
       to_block(rows, in, block);
       for (int64_t g = 0; g < groups; ++g) {
-        tile_6x16(block, xp + g * in * kTileRows, in, acc);
+        tile_block(block, xp + g * in * kTileRows, in, acc);
         const int64_t tr = std::min(kTileRows, n - g * kTileRows);
         for (int64_t r = 0; r < tr; ++r)
           for (int64_t c = 0; c < cols; ++c)
@@ -245,7 +208,6 @@ void by_blocks(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
     }
   });
 }
-#endif
 
 }  // namespace
 
@@ -261,8 +223,7 @@ const float* rows_as_f32(const Tensor& t, std::vector<char>& buf) {
 }
 
 void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b) {
-#ifdef NK_QUANT_BY_BLOCKS
-  // by_blocks reads x's interleaved rows (f32) once per 16 rows of W: at
+  // by_blocks reads x's interleaved rows (f32) once per block of W: at
   // most kBlockPassRows rows of x a pass, so that they stay in the last
   // level cache (384 rows of 8192 values are 12 MiB); W is dequantised once
   // a pass. (Prefill's chunks, 256 tokens by default, take one pass.)
@@ -277,12 +238,6 @@ void quant_linear_panels(Tensor y, const Tensor& x, const QuantWeight& w, const 
     else
       by_blocks<bf16>(y2.narrow0(r0, r), x2.narrow0(r0, r), w, b);
   }
-#else
-  if (x.dtype() == DType::F32)
-    by_panels<float>(y, x, w, b);
-  else
-    by_panels<bf16>(y, x, w, b);
-#endif
 }
 
 QuantPath quant_linear_path(QuantType t, int64_t in, int64_t n, QuantLayout layout) {
