@@ -18,6 +18,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
+#include "ops/cpu/tile_gemm.h"
 
 namespace nk::ops::NK_CPU_NS {
 namespace {
@@ -97,46 +98,30 @@ void interleave_x(const T* x, int64_t n, int64_t in, float* xp) {
   });
 }
 
+// The tile's vector (tile_gemm.h): 16 lanes with AVX-512, 8 with AVX2.
+using Vec = tile_gemm_detail::Vec;
+constexpr int64_t kLanes = Vec::W;
+static_assert(kBlockCols == 2 * kLanes);
+
 // acc[R][C] = sum over i of xp[i][r] * block[i][c].
-#if defined(__AVX512F__)
 inline void tile_block(const float* block, const float* xp, int64_t in, float* acc) {
-  __m512 a[kTileRows][2];
-  for (auto& r : a) r[0] = r[1] = _mm512_setzero_ps();
+  Vec::Reg a[kTileRows][2];
+  for (auto& r : a) r[0] = r[1] = Vec::zero();
   for (int64_t i = 0; i < in; ++i) {
-    const __m512 w0 = _mm512_load_ps(block + i * kBlockCols),
-                 w1 = _mm512_load_ps(block + i * kBlockCols + 16);
+    const Vec::Reg w0 = Vec::load(block + i * kBlockCols),
+                   w1 = Vec::load(block + i * kBlockCols + kLanes);
     const float* xi = xp + i * kTileRows;
     for (int r = 0; r < kTileRows; ++r) {
-      const __m512 xv = _mm512_set1_ps(xi[r]);
-      a[r][0] = _mm512_fmadd_ps(xv, w0, a[r][0]);
-      a[r][1] = _mm512_fmadd_ps(xv, w1, a[r][1]);
+      const Vec::Reg xv = Vec::set1(xi[r]);
+      a[r][0] = Vec::fmadd(xv, w0, a[r][0]);
+      a[r][1] = Vec::fmadd(xv, w1, a[r][1]);
     }
   }
   for (int r = 0; r < kTileRows; ++r) {
-    _mm512_store_ps(acc + r * kBlockCols, a[r][0]);
-    _mm512_store_ps(acc + r * kBlockCols + 16, a[r][1]);
+    Vec::store(acc + r * kBlockCols, a[r][0]);
+    Vec::store(acc + r * kBlockCols + kLanes, a[r][1]);
   }
 }
-#else
-inline void tile_block(const float* block, const float* xp, int64_t in, float* acc) {
-  __m256 a[kTileRows][2];
-  for (auto& r : a) r[0] = r[1] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < in; ++i) {
-    const __m256 w0 = _mm256_load_ps(block + i * kBlockCols),
-                 w1 = _mm256_load_ps(block + i * kBlockCols + 8);
-    const float* xi = xp + i * kTileRows;
-    for (int r = 0; r < kTileRows; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(xi + r);
-      a[r][0] = _mm256_fmadd_ps(xv, w0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(xv, w1, a[r][1]);
-    }
-  }
-  for (int r = 0; r < kTileRows; ++r) {
-    _mm256_store_ps(acc + r * kBlockCols, a[r][0]);
-    _mm256_store_ps(acc + r * kBlockCols + 8, a[r][1]);
-  }
-}
-#endif
 
 // The 8 x 8 floats r[j][0..8) transposed: r[i][j] <- r[j][i].
 inline void transpose8x8(__m256 r[8]) {

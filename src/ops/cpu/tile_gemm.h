@@ -17,7 +17,8 @@ namespace nk::ops::NK_CPU_NS {
 namespace tile_gemm_detail {
 
 // The vector registers of this level: W floats, a mask for the last W
-// columns, masked loads and stores (zero-filled loads), broadcast and FMA.
+// columns, masked loads and stores (zero-filled loads), whole ones,
+// broadcast and FMA.
 #ifdef __AVX512F__
 struct Vec {
   static constexpr int W = 16;
@@ -28,6 +29,8 @@ struct Vec {
   static Mask first(int64_t n) { return Mask((1u << n) - 1); }  // n < W
   static Reg load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
   static void store(float* p, Mask m, Reg v) { _mm512_mask_storeu_ps(p, m, v); }
+  static Reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static Reg zero() { return _mm512_setzero_ps(); }
   static Reg set1(float a) { return _mm512_set1_ps(a); }
   static Reg fmadd(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -44,6 +47,8 @@ struct Vec {
   }
   static Reg load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   static void store(float* p, Mask m, Reg v) { _mm256_maskstore_ps(p, m, v); }
+  static Reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static Reg zero() { return _mm256_setzero_ps(); }
   static Reg set1(float a) { return _mm256_set1_ps(a); }
   static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
