@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_bench_util import timed_steps  # noqa: E402
+from torch_bench_util import require_optimised_blas, timed_steps  # noqa: E402
 
 
 class Block(nn.Module):
@@ -91,6 +91,7 @@ def main():
                     help="hardware peak for MFU (omitted when not given)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    require_optimised_blas()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

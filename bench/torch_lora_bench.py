@@ -51,7 +51,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_bench_util import timed_steps  # noqa: E402
+from torch_bench_util import require_optimised_blas, timed_steps  # noqa: E402
 
 # Llama 3.2 1B (Nekton's llama-1b) and Nekton's llama-tiny (for smoke tests).
 SHAPES = {
@@ -251,6 +251,7 @@ def main():
     ap.add_argument("--probe", action="store_true",
                     help="print bf16 and fp32 GEMM GFLOP/s as JSON and exit")
     args = ap.parse_args()
+    require_optimised_blas()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
