@@ -15,7 +15,7 @@ def require_optimised_blas():
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split()
-            if len(fields) > 5 and "blas" in fields[-1].lower():
+            if len(fields) > 5 and any(k in fields[-1].lower() for k in ("blas", "blis", "mkl")):
                 loaded.add(fields[-1])
     if any(k in p.lower() for p in loaded for k in ("openblas", "blis", "mkl")):
         return
