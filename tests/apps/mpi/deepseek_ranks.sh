@@ -6,10 +6,10 @@
 # (tests/apps/mpi/compare_runs.py):
 #   deepseek_v3-tiny (4 layers)  DP2, EP2, PP2 (1F1B and interleaved VP2),
 #                                EP2 x PP2 (4 ranks), ZeRO-1 under EP2 x DP2
-#                                (4 ranks); TP2 x PP2 with the experts whole
+#                                (4 ranks); an EP2 checkpoint resumed on one
+#                                process; TP2 x PP2 with the experts whole
 #                                on each tp rank (parallel.etp=1 < tp: the MoE
-#                                layers' tokens split over tp; 4 ranks); an
-#                                EP2 checkpoint resumed on one process; CP2
+#                                layers' tokens split over tp; 4 ranks), CP2
 #                                and CP2 x EP2 (4 ranks), the weights per
 #                                tensor within 1e-4
 #   deepseek_v2-tiny             EP2 and PP2 (its softmax routing)
@@ -37,15 +37,24 @@ run v3ep2to1 "$NK" train "${V3[@]}"
 grep -q "resuming from checkpoint" "$WORK/v3ep2to1.log" || fail "v3ep2to1 did not resume"
 grep -q "interleaved 1F1B" "$WORK/v3pp2vp2.log" || fail "v3pp2vp2 did not run the interleaved schedule"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" v3 v3dp2 v3ep2 v3pp2 v3pp2vp2 \
-  v3ep2pp2 v3ep2zero1 v3tp2etp1pp2 v3ep2to1 || fail "a DeepSeek-V3 run over ranks differs from one process"
+  v3ep2pp2 v3ep2zero1 v3ep2to1 || fail "a DeepSeek-V3 run over ranks differs from one process"
 
-# Context parallelism: the MLA layer builds an ordinary fused qkv and rotates
-# at the chunks' global positions, so it runs through the ring; the weights
-# per tensor within 1e-4 (2-norm: the ring merges the blocks in another order).
+# The layouts whose forward adds in another order, the weights per tensor
+# within 1e-4 (2-norm) and the losses as above:
+# - Context parallelism: the MLA layer builds an ordinary fused qkv and
+#   rotates at the chunks' global positions, so it runs through the ring,
+#   which merges the blocks in another order.
+# - TP2: the attention's row-parallel output is the sum of two ranks' partial
+#   products, so every activation after it differs from one process by
+#   rounding (DP, EP and PP leave the forward's bits alone). Adam carries that
+#   into whole steps of size lr for the few elements whose gradient nearly
+#   cancels (compare_runs.py): on a Zen 5 at avx512_bf16, 20 of h.2.moe.up's
+#   32,768 elements moved by more than 1e-6, the worst by 1.5e-5, its
+#   exp_avg 2.6e-7 against a median of 1.3e-5; the tensors within 6e-6.
 run v3cp2 "${MPI[@]}" 2 "$NK" train "${V3[@]}" parallel.cp=2
 run v3cp2ep2 "${MPI[@]}" 4 "$NK" train "${V3[@]}" parallel.cp=2 parallel.ep=2
-/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --tensor-norm "$WORK" v3 v3cp2 v3cp2ep2 ||
-  fail "a DeepSeek-V3 run under context parallelism differs from one process"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --tensor-norm "$WORK" v3 v3cp2 v3cp2ep2 \
+  v3tp2etp1pp2 || fail "a DeepSeek-V3 run under context or tensor parallelism differs from one process"
 
 V2=(model.preset=deepseek_v2-tiny model.n_layer=4 "${ARGS[@]}")
 run v2 "$NK" train "${V2[@]}"
