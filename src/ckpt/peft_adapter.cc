@@ -62,30 +62,33 @@ std::string router_module_name(const ModelConfig& c) {
 
 std::vector<PeftTensor> peft_tensors(const ModelConfig& c) {
   std::vector<PeftTensor> out;
+  auto add = [&](std::string name, std::string param, Shape shape, std::string part = "") {
+    out.push_back({std::move(name), std::move(param), std::move(shape), std::move(part)});
+  };
   const int64_t r = c.lora.rank;
   for (const AdaptedModule& t : lora_targets(c)) {
     const std::string m = "base_model.model." + t.module;
-    out.push_back({m + ".lora_A.weight", t.a_name(), {r, t.in}});
-    out.push_back({m + ".lora_B.weight", t.b_name(), {t.rows, r}});
+    add(m + ".lora_A.weight", t.a_name(), {r, t.in}, t.lora_part());
+    add(m + ".lora_B.weight", t.b_name(), {t.rows, r}, t.lora_part());
   }
   // The trained routers as PEFT saves modules_to_save: the module's own
   // tensor names under base_model.model.
   if (c.lora.enabled() && c.lora.train_router)
     for (const auto& [param, module] : trained_routers(c))
-      out.push_back({"base_model.model." + module + ".weight", param, {c.num_experts, c.d_model}});
+      add("base_model.model." + module + ".weight", param, {c.num_experts, c.d_model});
   for (const AdaptedModule& t : ia3_targets(c))
-    out.push_back({"base_model.model." + t.module + ".ia3_l", t.ia3_name(),
-                   t.feedforward ? Shape{1, t.in} : Shape{t.rows, 1}});
+    add("base_model.model." + t.module + ".ia3_l", t.ia3_name(),
+        t.feedforward ? Shape{1, t.in} : Shape{t.rows, 1});
   const int64_t dim = c.bottleneck.dim;
   for (const AdaptedModule& t : bottleneck_targets(c)) {
     const std::string m = "base_model.model." + t.module + ".adapter.";
-    out.push_back({m + "layer_norm.weight", t.adapter_name("ln.weight"), {t.out}});
-    out.push_back({m + "layer_norm.bias", t.adapter_name("ln.bias"), {t.out}});
-    out.push_back({m + "linear_in.weight", t.adapter_name("linear_in.weight"), {dim, t.out}});
-    out.push_back({m + "linear_out.weight", t.adapter_name("linear_out.weight"), {t.out, dim}});
+    add(m + "layer_norm.weight", t.adapter_name("ln.weight"), {t.out});
+    add(m + "layer_norm.bias", t.adapter_name("ln.bias"), {t.out});
+    add(m + "linear_in.weight", t.adapter_name("linear_in.weight"), {dim, t.out});
+    add(m + "linear_out.weight", t.adapter_name("linear_out.weight"), {t.out, dim});
   }
   if (c.prompt.enabled())
-    out.push_back({"prompt_embeddings", kPromptTable, {c.prompt.virtual_tokens, c.d_model}});
+    add("prompt_embeddings", kPromptTable, {c.prompt.virtual_tokens, c.d_model});
   return out;
 }
 
@@ -285,8 +288,8 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
                  ParamLayout::view(src, p));
   for (const PeftTensor& t : tensors) {
     const ParamInfo& p = model->layout().find(t.param);
-    Tensor w = ParamLayout::view(model->params(), p);
-    ops::convert(w, ops::to_device(file.get(t.name).view(p.shape), model->device()));
+    Tensor w = lora_rows(p, ParamLayout::view(model->params(), p), t.part);
+    ops::convert(w, ops::to_device(file.get(t.name).view(w.shape()), model->device()));
     check_finite(w, st_path, t.name, false);
   }
   model->sync_compute_params();
@@ -309,7 +312,7 @@ void save_peft_adapter(const std::string& dir, const Transformer& model,
                       : model.has_master(p) ? ParamLayout::view(params, p)
                                             : model.param_f32(p),
                       f32.data<float>());
-    ops::convert(host, f32.view(t.shape));
+    ops::convert(host, lora_rows(p, f32, t.part).view(t.shape));
     tensors.emplace_back(t.name, host);
   }
   std::sort(tensors.begin(), tensors.end(),

@@ -55,11 +55,14 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
 void save_peft_adapter(const std::string& dir, const Transformer& model,
                        const std::string& base_model, DType dtype = DType::F32);
 
-// One tensor of an adapter file: its PEFT name, the layout parameter it
-// holds, and its shape in the file.
+// One tensor of an adapter file: its PEFT name, the layout parameter that
+// holds it (and the part of that parameter it is: an expert's LoRA A or B
+// in its layer's stacked tensors, model/peft.h; "" for all of it), and its
+// shape in the file.
 struct PeftTensor {
   std::string name, param;
   Shape shape;
+  std::string part;
 };
 // The tensors of c's adapters, in module order.
 std::vector<PeftTensor> peft_tensors(const ModelConfig& c);

@@ -157,7 +157,7 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   // Adapters: what each adapted linear layer keeps for its backward (LoRA's
   // x A^T of each part, a bottleneck's input, hidden and norm statistics),
   // per layer, and one scratch they all share.
-  const AdapterSizes s = adapter_sizes(c);
+  const AdapterSizes s = adapter_sizes(c, expert_ranks);
   adapters = make_adapter_scratch(c, s, B * T, dt, device, training);
   if (adapters) {
     for (const Tensor* t :

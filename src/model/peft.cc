@@ -122,11 +122,21 @@ Ia3Config default_ia3(const ModelConfig& c) {
 }
 
 std::string AdaptedModule::a_name() const {
-  return linear + ".lora_a" + (part.empty() ? "" : "." + part);
+  return linear + ".lora_a" + (part.empty() || adapted_expert(*this) >= 0 ? "" : "." + part);
 }
 
 std::string AdaptedModule::b_name() const {
-  return linear + ".lora_b" + (part.empty() ? "" : "." + part);
+  return linear + ".lora_b" + (part.empty() || adapted_expert(*this) >= 0 ? "" : "." + part);
+}
+
+std::string AdaptedModule::lora_part() const {
+  return adapted_expert(*this) >= 0 ? part : "";
+}
+
+Tensor lora_rows(const ParamInfo& p, const Tensor& whole, const std::string& part) {
+  if (part.empty()) return whole;
+  const ParamPart& q = p.part(part);
+  return whole.narrow0(q.row0, q.rows);
 }
 
 std::string AdaptedModule::ia3_name() const {
@@ -230,7 +240,7 @@ std::vector<std::pair<std::string, std::string>> router_modules(const ModelConfi
   return routers_of(c);
 }
 
-AdapterSizes adapter_sizes(const ModelConfig& c) {
+AdapterSizes adapter_sizes(const ModelConfig& c, int64_t expert_ranks) {
   AdapterSizes s;
   if (!c.lora.enabled() && !c.ia3.enabled() && !c.bottleneck.enabled()) return s;
   s.rank = c.lora.rank;
@@ -253,8 +263,8 @@ AdapterSizes adapter_sizes(const ModelConfig& c) {
     auto [l, slot] = note(t);
     if (const int64_t e = adapted_expert(t); e >= 0) {
       const int64_t parts = ++expert_parts[{l, slot, e}];
-      s.saved[l][slot] = std::max(s.saved[l][slot], c.num_experts_per_tok * parts * s.rank);
-      s.row_factor = c.num_experts_per_tok;
+      s.row_factor = c.num_experts_per_tok * expert_ranks;
+      s.saved[l][slot] = std::max(s.saved[l][slot], s.row_factor * parts * s.rank);
     } else {
       s.saved[l][slot] += s.rank;
     }
@@ -356,9 +366,31 @@ void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
   ParamOptions adapter;
   adapter.adapter = true;
   const int64_t r = c.lora.rank;
+  // A MoE layer's experts' A and B: one tensor each per layer's linear, a
+  // part per expert module (expert-major, as the targets come), added where
+  // its first target comes.
+  std::map<std::string, std::pair<ParamOptions, ParamOptions>> experts;
   for (const AdaptedModule& t : lora_targets(c)) {
-    p.add(t.a_name(), {r, t.in}, Init::Uniform, float(1.0 / std::sqrt(double(t.in))), adapter);
-    p.add(t.b_name(), {t.rows, r}, Init::Zeros, 0.f, adapter);
+    if (t.lora_part().empty()) continue;
+    auto& [a, b] = experts[t.linear];
+    a.parts.emplace_back(t.part, r);
+    b.parts.emplace_back(t.part, t.rows);
+  }
+  for (const AdaptedModule& t : lora_targets(c)) {
+    const float a_std = float(1.0 / std::sqrt(double(t.in)));
+    if (t.lora_part().empty()) {
+      p.add(t.a_name(), {r, t.in}, Init::Uniform, a_std, adapter);
+      p.add(t.b_name(), {t.rows, r}, Init::Zeros, 0.f, adapter);
+      continue;
+    }
+    if (p.has(t.a_name())) continue;
+    auto [a, b] = experts.at(t.linear);
+    a.adapter = b.adapter = true;
+    a.split = b.split = Split::Experts;
+    int64_t rows = 0;
+    for (const auto& part : b.parts) rows += part.second;
+    p.add(t.a_name(), {r * int64_t(a.parts.size()), t.in}, Init::Uniform, a_std, a);
+    p.add(t.b_name(), {rows, r}, Init::Zeros, 0.f, b);
   }
   for (const AdaptedModule& t : ia3_targets(c))
     p.add(t.ia3_name(), {t.feedforward ? t.in : t.rows}, Init::Ones, 0.f, adapter);
@@ -430,14 +462,16 @@ std::unique_ptr<Transformer> merge_adapters(const Transformer& model) {
   // Whatever holds the base (f32 masters, its bf16 copy alone, NF4), in f32.
   for (const ParamInfo& p : out->layout().params())
     ops::convert(ParamLayout::view(dst, p), model.param_f32(model.layout().find(p.name)));
-  auto view = [&](const std::string& name) { return model.param_f32(model.layout().find(name)); };
+  auto view = [&](const std::string& name, const std::string& part = "") {
+    return lora_rows(model.layout().find(name), model.param_f32(model.layout().find(name)), part);
+  };
   auto rows_of = [&](const AdaptedModule& t, const char* what) {
     const ParamInfo& w = out->layout().find(t.linear + "." + what);
     return t.part.empty() ? ParamLayout::view(dst, w) : ParamLayout::part_view(dst, w, t.part);
   };
   for (const AdaptedModule& t : lora_targets(c))
-    merge_lora_part(t, view(t.a_name()), view(t.b_name()), float(c.lora.scale()),
-                    rows_of(t, "weight"));
+    merge_lora_part(t, view(t.a_name(), t.lora_part()), view(t.b_name(), t.lora_part()),
+                    float(c.lora.scale()), rows_of(t, "weight"));
   for (const AdaptedModule& t : ia3_targets(c)) {
     const Tensor l = view(t.ia3_name());
     if (t.feedforward) {  // every column of W times its input's scale

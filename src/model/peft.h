@@ -43,6 +43,7 @@ struct AdapterScratch;
 }
 struct ModelConfig;
 class ParamLayout;
+struct ParamInfo;
 class Transformer;
 
 // The largest LoRA scaling (lora_alpha / r, or / sqrt(r)) a model takes.
@@ -114,8 +115,14 @@ struct AdaptedModule {
   // "h.0.attn.qkv.ia3.k" [rows] or, feedforward, "h.0.mlp.down.ia3_in" [in];
   // a bottleneck adapter's "h.0.attn.proj.adapter." + "ln.weight", "ln.bias",
   // "linear_in.weight", "linear_out.weight".
+  // LoRA's A [r, in] and B [rows, r] are the part lora_part() of the tensors
+  // a_name() and b_name(): an expert's are rows of its layer's stacked
+  // tensors ("h.1.moe.up.lora_a", part "e3.gate"), split over the
+  // expert-parallel ranks as the experts are (Split::Experts); any other
+  // module's are whole tensors of its own (lora_part() "").
   std::string a_name() const;
   std::string b_name() const;
+  std::string lora_part() const;
   std::string ia3_name() const;
   std::string adapter_name(const char* tensor) const;
 };
@@ -137,21 +144,27 @@ inline constexpr size_t kAdapterSlots = 6;
 // values (LoRA: parts x r, each part's x A^T; a bottleneck: out + dim, its
 // input and W_in's output) and f32 ones (a bottleneck's LayerNorm mean and
 // rstd: 2); and the largest part, input and output. A MoE layer's experts
-// see each token k times (its k experts' rows), so theirs count k rows per
-// token, and the shared scratch is planned for row_factor (k, or 1) rows
-// per token.
+// see each token k times (its k experts' rows), and under expert
+// parallelism over `expert_ranks` ranks up to k x expert_ranks rows per
+// token of this rank's (the ep group's tokens routed to its experts,
+// nn/moe.h), so theirs count that many rows per token, and the shared
+// scratch is planned for row_factor (that, or 1) rows per token.
 struct AdapterSizes {
   int64_t rank = 0, dim = 0, max_rows = 0, max_in = 0, max_out = 0, row_factor = 1;
   std::vector<std::array<int64_t, kAdapterSlots>> saved, saved_f32;  // [n_layer]
   std::vector<std::array<bool, kAdapterSlots>> adapted;              // [n_layer]
   bool any() const { return max_in > 0; }
 };
-AdapterSizes adapter_sizes(const ModelConfig& c);
+AdapterSizes adapter_sizes(const ModelConfig& c, int64_t expert_ranks = 1);
 // Which slot a linear layer's name is ("h.3.mlp.up": 2, "h.3.moe.shared_down":
 // 5), or -1.
 int adapter_linear_slot(const std::string& linear);
 // The expert of an experts' module's part ("e3.gate", "e3": 3), or -1.
 int64_t adapted_expert(const AdaptedModule& t);
+// A LoRA target's A (or B) in `whole`, the value of the layout tensor p that
+// holds it (its a_name, b_name): rows `part` (its lora_part) of it, or all of
+// it for part "".
+Tensor lora_rows(const ParamInfo& p, const Tensor& whole, const std::string& part);
 // The routers' parameters LoraConfig::train_router trains, with their
 // Hugging Face module paths ("h.0.moe.router.weight",
 // "model.layers.0.block_sparse_moe.gate"), in layer order.

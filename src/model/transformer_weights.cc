@@ -498,24 +498,40 @@ void Transformer::bind_views() {
     return n;
   };
   // Adapters (model/peft.h): each LoRA target's A and B, each IA3 scale, on its layer.
-  // A MoE layer's experts: one nn::Lora per expert (experts_lora[linear][e]),
-  // its parts' columns within the expert's own output.
+  // A MoE layer's experts: one nn::Lora per expert this rank holds
+  // (experts_lora[linear][e - first]), its parts' columns within the
+  // expert's own output, its A and B rows of the layer's stacked tensors.
+  const int64_t held = experts_split_ ? ep_.local_experts(cfg_.num_experts) : cfg_.num_experts,
+                first = experts_split_ ? ep_.first_expert(cfg_.num_experts) : 0;
+  auto expert_rows = [&](const Tensor& mine, const std::string& name, const std::string& part) {
+    if (!mine.defined()) return mine;
+    const ParamInfo& whole = unsplit_layout().find(name);
+    const int64_t row0 = mine.dim(0) == whole.shape[0] ? 0 : ep_.rank() * mine.dim(0);
+    const ParamPart& rows = whole.part(part);
+    return mine.narrow0(rows.row0 - row0, rows.rows);
+  };
   std::map<std::string, nn::Lora> loras;
   std::map<std::string, std::vector<nn::Lora>> experts_lora;
   for (const AdaptedModule& t : lora_targets(cfg_)) {
     const int64_t e = adapted_expert(t);
+    if (e >= 0 && (e < first || e >= first + held)) continue;  // another rank's
     nn::Lora& lo = e < 0 ? loras[t.linear] : [&]() -> nn::Lora& {
       std::vector<nn::Lora>& v = experts_lora[t.linear];
-      v.resize(size_t(cfg_.num_experts));
-      return v[size_t(e)];
+      v.resize(size_t(held));
+      return v[size_t(e - first)];
     }();
     if (lo.parts.empty()) lo.id = loras.size() + 1000003ull * experts_lora.size() + uint64_t(e + 1);
     lo.rank = cfg_.lora.rank;
     lo.scale = float(cfg_.lora.scale());
     lo.dropout = float(cfg_.lora.dropout);
-    const int64_t expert_rows = t.out / cfg_.num_experts;  // up: 2F, down: C
-    const int64_t col0 = e < 0 ? t.col0 : t.col0 - expert_rows * e;
-    lo.parts.push_back({w(t.a_name()), w(t.b_name()), g(t.a_name()), g(t.b_name()), col0});
+    const int64_t rows_per_expert = t.out / cfg_.num_experts;  // up: 2F, down: C
+    const int64_t col0 = e < 0 ? t.col0 : t.col0 - rows_per_expert * e;
+    const std::string part = t.lora_part();
+    auto mine = [&](const Tensor& x, const std::string& name) {
+      return part.empty() ? x : expert_rows(x, name, part);
+    };
+    lo.parts.push_back({mine(w(t.a_name()), t.a_name()), mine(w(t.b_name()), t.b_name()),
+                        mine(g(t.a_name()), t.a_name()), mine(g(t.b_name()), t.b_name()), col0});
   }
   std::map<std::string, nn::Ia3> ia3s;
   for (const AdaptedModule& t : ia3_targets(cfg_)) {

@@ -3,8 +3,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
+#include "model/peft.h"
 #include "parallel/pipeline_parallel.h"
 
 namespace nk {
@@ -81,6 +83,43 @@ std::vector<std::vector<int>> sorted_groups(const dist::Mesh& mesh, const char* 
   std::vector<std::vector<int>> all = mesh.group(name).all;
   std::sort(all.begin(), all.end());
   return all;
+}
+
+// LoRA on a Mixture-of-Experts model under expert parallelism: each rank
+// holds its experts' adapters (rows of the layers' stacked A and B,
+// model/peft.h, split as the experts are), so every expert must have the same
+// modules adapted; QLoRA's NF4 experts are not split over ranks.
+void check_expert_parallel_lora(const TrainConfig& cfg, int64_t ep) {
+  if (cfg.frozen_weights == FrozenWeights::Nf4)
+    fail(
+        "parallel.ep = {}: peft.method=qlora on a Mixture-of-Experts model runs on one process "
+        "or data parallel only (its NF4 experts are not split over expert-parallel ranks); set "
+        "parallel.ep=1, or peft.method=lora",
+        ep);
+  // linear -> expert -> its adapted modules; and one module's path to name it.
+  std::map<std::string, std::map<int64_t, int64_t>> parts;
+  std::map<std::string, std::string> path;
+  for (const AdaptedModule& t : lora_targets(cfg.model))
+    if (const int64_t e = adapted_expert(t); e >= 0) {
+      ++parts[t.linear][e];
+      path.emplace(t.linear, t.module);
+    }
+  for (const auto& [linear, per_expert] : parts) {
+    const auto [lo, hi] =
+        std::minmax_element(per_expert.begin(), per_expert.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (int64_t(per_expert.size()) != cfg.model.num_experts)
+      fail(
+          "parallel.ep = {}: peft.target_modules adapts {} of the {} experts of a layer ({}); "
+          "under expert parallelism every expert must be adapted alike (name the experts' "
+          "modules, e.g. all-linear or the module's own name, not one expert's path)",
+          ep, per_expert.size(), cfg.model.num_experts, path.at(linear));
+    if (lo->second != hi->second)
+      fail(
+          "parallel.ep = {}: peft.target_modules adapts {} modules of expert {} but {} of expert "
+          "{} ({}); under expert parallelism every expert must be adapted alike",
+          ep, lo->second, lo->first, hi->second, hi->first, path.at(linear));
+  }
 }
 
 // parallel.etp < parallel.tp: each expert split over etp of the tp ranks
@@ -184,11 +223,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
           "parallel.ep = {}: model.num_experts = {} does not split into equal counts over the "
           "expert-parallel ranks",
           mesh.ep(), cfg.model.num_experts);
-    if (mesh.ep() > 1 && cfg.model.has_adapters())
-      fail(
-          "parallel.ep = {}: adapters (peft.method) on a Mixture-of-Experts model run on one "
-          "process or data parallel only for now (set parallel.ep=1)",
-          mesh.ep());
+    if (mesh.ep() > 1 && cfg.model.has_adapters()) check_expert_parallel_lora(cfg, mesh.ep());
   } else if (mesh.ep() != 1) {
     fail("parallel.ep = {}: the model has no experts (model.num_experts = 0); set it to 1",
          mesh.ep());

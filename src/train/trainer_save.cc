@@ -199,7 +199,7 @@ void Trainer::export_final() {
   // The adapter alone, for PEFT, vLLM or generate.adapter.
   if (cfg_.model.has_adapters()) {
     const std::string adapter_dir = cfg_.out_dir + "/adapter";
-    save_peft_adapter(adapter_dir, *model_, cfg_.init_from);
+    save_peft_adapter(adapter_dir, exported, cfg_.init_from);
     if (cfg_.model.bottleneck.enabled())
       NK_INFO("saved the bottleneck adapters in Nekton's format (PEFT has none) to {}",
               adapter_dir);

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "ckpt/model_io.h"
 #include "ckpt/peft_adapter.h"
@@ -89,7 +90,9 @@ std::unique_ptr<Transformer> with_adapters(Transformer& base, const ModelConfig&
     for (float& x : v) x = mean + float(rng.normal() * spread);
     ops::copy_from_host(t, v.data());
   };
-  for (const AdaptedModule& t : lora_targets(c)) draw(t.b_name(), 0.f);
+  std::set<std::string> b;  // (the experts' B: one stacked tensor per layer's linear)
+  for (const AdaptedModule& t : lora_targets(c))
+    if (b.insert(t.b_name()).second) draw(t.b_name(), 0.f);
   for (const AdaptedModule& t : ia3_targets(c)) draw(t.ia3_name(), 1.f);
   for (const AdaptedModule& t : bottleneck_targets(c)) {
     draw(t.adapter_name("linear_out.weight"), 0.f);
@@ -137,11 +140,11 @@ std::vector<PeftTensor> trainable_tensors(const ModelConfig& c) {
   const ParamLayout layout = Transformer::layout_for(c);
   const std::string enc = "prompt_encoder.default.";
   std::vector<PeftTensor> out = {
-      {enc + "embedding.weight", kPromptTable, layout.find(kPromptTable).shape}};
+      {enc + "embedding.weight", kPromptTable, layout.find(kPromptTable).shape, ""}};
   for (const std::string& l : prompt_encoder_layers())
     for (const char* what : {".weight", ".bias"})
       out.push_back({enc + "mlp_head." + l.substr(l.rfind('.') + 1) + what, l + what,
-                     layout.find(l + what).shape});
+                     layout.find(l + what).shape, ""});
   return out;
 }
 

@@ -280,12 +280,26 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
       Config::load(train_schema(), "", keys(dir, {"parallel.ep=2", "parallel.etp=2"})));
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 1")) << e;
-  // Adapters under expert parallelism are not split yet.
-  cfg = train_config_from(
-      Config::load(train_schema(), "",
-                   keys(dir, {"parallel.ep=2", "peft.method=lora", "peft.target_modules=w1"})));
+  // LoRA under expert parallelism: each rank its experts' adapters, so
+  // every expert adapted alike; QLoRA's NF4 experts are not split.
+  auto ep2 = [&](std::vector<std::string> extra) {
+    extra.push_back("parallel.ep=2");
+    return train_config_from(Config::load(train_schema(), "", keys(dir, extra)));
+  };
+  cfg = ep2({"peft.method=lora", "peft.target_modules=w1"});
+  EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
+  cfg = ep2({"peft.method=lora", "peft.target_modules=experts.1.w1"});
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
-  EXPECT_TRUE(contains(e, "parallel.ep = 2: adapters (peft.method)")) << e;
+  EXPECT_TRUE(contains(e,
+                       "parallel.ep = 2: peft.target_modules adapts 1 of the 4 experts of a "
+                       "layer (model.layers.0.block_sparse_moe.experts.1.w1)"))
+      << e;
+  cfg = ep2({"peft.method=lora", "peft.target_modules=w1,experts.2.w3"});
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "adapts 1 modules of expert 0 but 2 of expert 2")) << e;
+  cfg = ep2({"peft.method=qlora", "peft.target_modules=w1"});
+  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
+  EXPECT_TRUE(contains(e, "parallel.ep = 2: peft.method=qlora on a Mixture-of-Experts model")) << e;
 }
 
 TEST(MoeTrain, UnsupportedModelsAreRefused) {

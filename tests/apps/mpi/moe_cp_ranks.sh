@@ -27,13 +27,16 @@
 #   nekton finetune   mixtral-tiny on packed SFT rows (documents crossing the
 #                     chunks) under CP2 and CP2 x EP2, and LoRA on every
 #                     expert (all-linear) with trained routers under CP2:
-#                     losses, model and adapter (per tensor within 1e-4);
+#                     losses, model and adapter (per tensor within 1e-4),
+#                     and under EP2 and EP2 x DP2 (4 ranks; within 1e-5),
+#                     an EP2 checkpoint resumed on one process;
 #                     QLoRA likewise (each expert in NF4 on its own, the
 #                     routers dense and trained) under DP2 (within 1e-5)
 #                     and CP2 (per tensor)
 # A checkpoint saved under CP2 x EP2 at step 5 resumes on one process to
 # the same 10 steps, and one saved on one process resumes under CP2 x EP2.
-# Refused, naming the key: a capacity factor under cp.
+# Refused, naming the key: a capacity factor under cp; QLoRA under EP, and
+# LoRA on some experts only under EP.
 #   tests/apps/mpi/moe_cp_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_cp_ranks
@@ -161,6 +164,24 @@ run loracp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" "${CP[@]}"
 grep -q "LoRA r=8 alpha=16 on 32 modules" "$WORK/loracp2.log" ||
   fail "loracp2 did not adapt the experts: $(grep -m1 peft "$WORK/loracp2.log")"
 compare_norm lora1 loracp2
+# Expert parallelism: each rank holds its experts' adapters (rows of the
+# layers' stacked A and B, split as the experts are) and exports the whole
+# adapter gathered; an EP2 checkpoint resumes on one process.
+run loraep2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" parallel.ep=2
+run loraep2dp2 "${MPI[@]}" 4 "$NK" finetune "${SFT[@]}" "${LORA[@]}" parallel.ep=2
+grep -q "each rank holds and computes 2 of the 4 experts" "$WORK/loraep2dp2.log" ||
+  fail "loraep2dp2 did not split the experts: $(grep -m1 parallel "$WORK/loraep2dp2.log")"
+run loraep2to1 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" parallel.ep=2 \
+  train.exit_at_step=3
+run loraep2to1 "$NK" finetune "${SFT[@]}" "${LORA[@]}"
+grep -q "resuming from checkpoint" "$WORK/loraep2to1.log" || fail "loraep2to1 did not resume"
+compare lora1 loraep2 loraep2dp2 loraep2to1
+refuse qloraep2 "parallel.ep = 2: peft.method=qlora on a Mixture-of-Experts model" \
+  "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" peft.method=qlora peft.target_modules=all-linear \
+  parallel.ep=2
+refuse oneexpert "adapts 1 of the 4 experts of a layer" \
+  "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" peft.method=lora peft.target_modules=experts.1.w1 \
+  parallel.ep=2
 QLORA=(peft.method=qlora peft.target_modules=all-linear peft.train_router=true)
 run qlora1 "$NK" finetune "${SFT[@]}" "${QLORA[@]}"
 run qloradp2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${QLORA[@]}"
@@ -172,4 +193,4 @@ compare_norm qlora1 qloracp2
 
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2, LoRA on the experts under CP2 too, QLoRA under DP2 and CP2; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2, LoRA on the experts under CP2, EP2 and EP2xDP2 too (an EP2 checkpoint resumed on one process), QLoRA under DP2 and CP2; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
