@@ -108,6 +108,23 @@ TEST(LinearCpu, Bf16FallbackMatchesReference) {
   ops::cpu::dnnl_matmul_force_fallback(false);
 }
 
+// Products of many rows that are not a multiple of 64 run as two
+// (dnnl_matmul.h): the forward's and dx's over N = 4161 rows of x (A's rows
+// with their stride), dw's over out = 4133 rows (A = dy^T, a column range of
+// dy's rows), each against the reference, in f32, bf16 and the emulated bf16
+// product (which copies A's strided span).
+TEST(LinearCpu, ManyRowsNotAMultipleOf64MatchTheReference) {
+  const Shape3 shapes[] = {{4161, 24, 40}, {9, 40, 4133}};
+  uint64_t seed = 900;
+  for (bool emulated : {false, true}) {
+    ops::cpu::dnnl_matmul_force_fallback(emulated);
+    for (Shape3 s : shapes)
+      for (DType t : {DType::F32, DType::BF16})
+        check_against_reference(Device::CPU, s, t, true, true, seed += 10);
+  }
+  ops::cpu::dnnl_matmul_force_fallback(false);
+}
+
 // Products whose shape changes every call (a MoE layer's experts' rows,
 // prompts of every length) keep at most the cache's capacity of primitives,
 // the least recently used dropped; a product whose primitive was dropped

@@ -54,8 +54,8 @@ dnnl::stream& stream() {
 
 std::atomic<bool> g_force_fallback{false};
 
-using Key =
-    std::tuple<int64_t, int64_t, int64_t, DType, DType, DType, DType, bool, bool, bool, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, DType, DType, DType, DType, bool, bool, bool,
+                       bool, bool, int64_t>;
 
 Key key_of(const MatmulSpec& s, bool fallback) {
   return {s.m,
@@ -69,7 +69,8 @@ Key key_of(const MatmulSpec& s, bool fallback) {
           s.trans_b,
           s.accumulate,
           s.has_bias,
-          fallback};
+          fallback,
+          s.lda};
 }
 
 struct Entry {
@@ -99,7 +100,10 @@ float* scratch(std::vector<float>& v, int64_t n) {
 
 Entry create_native(const MatmulSpec& s) {
   Entry e;
-  e.a = dnnl::memory::desc({s.m, s.k}, to_dnnl(s.a), s.trans_a ? tag::ba : tag::ab);
+  using dims = dnnl::memory::dims;
+  e.a = s.lda == 0 ? dnnl::memory::desc({s.m, s.k}, to_dnnl(s.a), s.trans_a ? tag::ba : tag::ab)
+                   : dnnl::memory::desc({s.m, s.k}, to_dnnl(s.a),
+                                        s.trans_a ? dims{1, s.lda} : dims{s.lda, 1});
   e.b = dnnl::memory::desc({s.k, s.n}, to_dnnl(s.b), s.trans_b ? tag::ba : tag::ab);
   e.c = dnnl::memory::desc({s.m, s.n}, to_dnnl(s.c), tag::ab);
   dnnl::primitive_attr attr;
@@ -142,7 +146,8 @@ Entry create(const MatmulSpec& s, bool force_fallback) {
   f.a = f.b = f.c = f.bias = DType::F32;
   Entry e = create_native(f);
   e.emulated = true;
-  if (s.a != DType::F32) e.na = s.m * s.k;
+  if (s.a != DType::F32)  // (the span A's rows cover, with their stride)
+    e.na = s.lda == 0 ? s.m * s.k : s.trans_a ? (s.k - 1) * s.lda + s.m : (s.m - 1) * s.lda + s.k;
   if (s.b != DType::F32) e.nb = s.k * s.n;
   if (s.c != DType::F32) e.nc = s.m * s.n;
   if (s.has_bias && s.bias != DType::F32) e.nbias = s.n;
@@ -218,6 +223,20 @@ std::shared_ptr<Entry> lookup(const MatmulSpec& s) {
 void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, const void* bias) {
   NK_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "dnnl_matmul: empty product {}x{}x{}", s.m, s.k, s.n);
   NK_CHECK(s.has_bias == (bias != nullptr), "dnnl_matmul: bias pointer/spec mismatch");
+  // Many rows, not a multiple of 64: the multiple of 64 and the rest apart
+  // (dnnl_matmul.h). Each element of C is the same sum either way.
+  constexpr int64_t kRowBlock = 64, kSplitRows = 4096;
+  if (s.m >= kSplitRows && s.m % kRowBlock) {
+    MatmulSpec head = s, tail = s;
+    head.lda = tail.lda = s.lda ? s.lda : s.trans_a ? s.m : s.k;
+    head.m = s.m / kRowBlock * kRowBlock;
+    tail.m = s.m - head.m;
+    const int64_t a_at = (s.trans_a ? head.m : head.m * head.lda) * int64_t(dtype_size(s.a));
+    dnnl_matmul(head, a, b, c, bias);
+    dnnl_matmul(tail, static_cast<const char*>(a) + a_at, b,
+                static_cast<char*>(c) + head.m * s.n * int64_t(dtype_size(s.c)), bias);
+    return;
+  }
   const std::shared_ptr<Entry> held = lookup(s);
   const Entry& e = *held;
   thread_local Scratch t;
