@@ -111,8 +111,8 @@ TEST(LinearCpu, Bf16FallbackMatchesReference) {
 // Products of many rows that are not a multiple of 64 run as two
 // (dnnl_matmul.h): the forward's and dx's over N = 4161 rows of x (A's rows
 // with their stride), dw's over out = 4133 rows (A = dy^T, a column range of
-// dy's rows), each against the reference, in f32, bf16 and the emulated bf16
-// product (which copies A's strided span).
+// dy's rows), each against the reference, in f32 and bf16; and the emulated
+// bf16 product (f32 copies, which runs them whole) on the same shapes.
 TEST(LinearCpu, ManyRowsNotAMultipleOf64MatchTheReference) {
   const Shape3 shapes[] = {{4161, 24, 40}, {9, 40, 4133}};
   uint64_t seed = 900;

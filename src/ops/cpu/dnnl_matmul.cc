@@ -131,12 +131,23 @@ bool widen_bf16() {
   return w;
 }
 
-Entry create(const MatmulSpec& s, bool force_fallback) {
-  const bool low = s.a != DType::F32 || s.b != DType::F32 || s.c != DType::F32 ||
-                   (s.has_bias && s.bias != DType::F32);
+bool low_precision(const MatmulSpec& s) {
+  return s.a != DType::F32 || s.b != DType::F32 || s.c != DType::F32 ||
+         (s.has_bias && s.bias != DType::F32);
+}
+
+// Whether s runs as f32 on converted copies by choice (forced, or bf16 below
+// the avx512_bf16 level); create may also fall back where oneDNN has no
+// 16-bit product.
+bool widened(const MatmulSpec& s, bool force_fallback) {
   const bool bf16 = s.a == DType::BF16 || s.b == DType::BF16 || s.c == DType::BF16 ||
                     (s.has_bias && s.bias == DType::BF16);
-  if (bf16 && widen_bf16()) force_fallback = true;
+  return low_precision(s) && (force_fallback || (bf16 && widen_bf16()));
+}
+
+Entry create(const MatmulSpec& s, bool force_fallback) {
+  const bool low = low_precision(s);
+  force_fallback = widened(s, force_fallback);
   if (!low || !force_fallback) try {
       return create_native(s);
     } catch (const dnnl::error&) {
@@ -224,9 +235,11 @@ void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, con
   NK_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "dnnl_matmul: empty product {}x{}x{}", s.m, s.k, s.n);
   NK_CHECK(s.has_bias == (bias != nullptr), "dnnl_matmul: bias pointer/spec mismatch");
   // Many rows, not a multiple of 64: the multiple of 64 and the rest apart
-  // (dnnl_matmul.h). Each element of C is the same sum either way.
+  // (dnnl_matmul.h). Each element of C is the same sum either way. Not a
+  // product run on f32 copies: each part would copy the whole span of A's
+  // strided rows (all of dy for the head's 17 last rows).
   constexpr int64_t kRowBlock = 64, kSplitRows = 4096;
-  if (s.m >= kSplitRows && s.m % kRowBlock) {
+  if (s.m >= kSplitRows && s.m % kRowBlock && !widened(s, g_force_fallback.load())) {
     MatmulSpec head = s, tail = s;
     head.lda = tail.lda = s.lda ? s.lda : s.trans_a ? s.m : s.k;
     head.m = s.m / kRowBlock * kRowBlock;
