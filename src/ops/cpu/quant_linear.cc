@@ -8,6 +8,8 @@
 // (by_blocks), in one pass of the thread pool. No path holds a dense copy of
 // W; the scratch buffers grow to the largest size seen and are never shrunk.
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -87,12 +89,11 @@ void interleave_x(const T* x, int64_t n, int64_t in, float* xp) {
   parallel_for(groups, std::max<int64_t>(1, 16384 / in), [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       float* d = xp + g * in * kTileRows;
-      for (int64_t r = 0; r < kTileRows; ++r) {
+      // (The last group's missing rows are left as they are: tile_block reads
+      // a group's rows only.)
+      for (int64_t r = 0; r < std::min(kTileRows, n - g * kTileRows); ++r) {
         const int64_t row = g * kTileRows + r;
-        if (row < n)
-          for (int64_t i = 0; i < in; ++i) d[i * kTileRows + r] = load(x[row * in + i]);
-        else
-          for (int64_t i = 0; i < in; ++i) d[i * kTileRows + r] = 0.f;
+        for (int64_t i = 0; i < in; ++i) d[i * kTileRows + r] = load(x[row * in + i]);
       }
     }
   });
@@ -103,24 +104,38 @@ using Vec = tile_gemm_detail::Vec;
 constexpr int64_t kLanes = Vec::W;
 static_assert(kBlockCols == 2 * kLanes);
 
-// acc[R][C] = sum over i of xp[i][r] * block[i][c].
-inline void tile_block(const float* block, const float* xp, int64_t in, float* acc) {
-  Vec::Reg a[kTileRows][2];
+// acc[r][c] = sum over i of xp[i][r] * block[i][c], for the first R of a
+// group's kTileRows rows.
+template <int R>
+void tile_rows(const float* block, const float* xp, int64_t in, float* acc) {
+  Vec::Reg a[R][2];
   for (auto& r : a) r[0] = r[1] = Vec::zero();
   for (int64_t i = 0; i < in; ++i) {
     const Vec::Reg w0 = Vec::load(block + i * kBlockCols),
                    w1 = Vec::load(block + i * kBlockCols + kLanes);
     const float* xi = xp + i * kTileRows;
-    for (int r = 0; r < kTileRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const Vec::Reg xv = Vec::set1(xi[r]);
       a[r][0] = Vec::fmadd(xv, w0, a[r][0]);
       a[r][1] = Vec::fmadd(xv, w1, a[r][1]);
     }
   }
-  for (int r = 0; r < kTileRows; ++r) {
+  for (int r = 0; r < R; ++r) {
     Vec::store(acc + r * kBlockCols, a[r][0]);
     Vec::store(acc + r * kBlockCols + kLanes, a[r][1]);
   }
+}
+
+template <size_t... R>
+constexpr auto tile_table(std::index_sequence<R...>) {
+  return std::array{&tile_rows<int(R) + 1>...};
+}
+// tile_rows<rows>: a group's rows alone, so the last group of a prompt
+// computes only the rows it has (a 64-row prompt at 12-row tiles: 4 of the
+// last, not 12 of which 8 are padding). Each output is the same sum either way.
+void tile_block(const float* block, const float* xp, int64_t in, int64_t rows, float* acc) {
+  static constexpr auto kTiles = tile_table(std::make_index_sequence<size_t(kTileRows)>());
+  kTiles[size_t(rows - 1)](block, xp, in, acc);
 }
 
 // The 8 x 8 floats r[j][0..8) transposed: r[i][j] <- r[j][i].
@@ -184,8 +199,8 @@ void by_blocks(Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b)
       }
       to_block(rows, in, block);
       for (int64_t g = 0; g < groups; ++g) {
-        tile_block(block, xp + g * in * kTileRows, in, acc);
         const int64_t tr = std::min(kTileRows, n - g * kTileRows);
+        tile_block(block, xp + g * in * kTileRows, in, tr, acc);
         for (int64_t r = 0; r < tr; ++r)
           for (int64_t c = 0; c < cols; ++c)
             yo.store(g * kTileRows + r, o0 + c, acc[r * kBlockCols + c]);
