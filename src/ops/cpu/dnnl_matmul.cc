@@ -235,9 +235,14 @@ void dnnl_matmul(const MatmulSpec& s, const void* a, const void* b, void* c, con
   NK_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "dnnl_matmul: empty product {}x{}x{}", s.m, s.k, s.n);
   NK_CHECK(s.has_bias == (bias != nullptr), "dnnl_matmul: bias pointer/spec mismatch");
   // Many rows, not a multiple of 64: the multiple of 64 and the rest apart
-  // (dnnl_matmul.h). Each element of C is the same sum either way. Not a
-  // product run on f32 copies: each part would copy the whole span of A's
-  // strided rows (all of dy for the head's 17 last rows).
+  // (dnnl_matmul.h). Each element of C is the same sum up to the order
+  // oneDNN's blocking picks, which depends on M anyway (a scratch check: the
+  // 4133 and 4161 rows split gave the first rows of the 4160 and 4224 row
+  // products bit for bit at avx512 and avx512_bf16; at avx2 f32 they differ
+  // in the last bits, as an unsplit bf16-on-f32 product of 4133 rows does
+  // there; 20 training steps of a 5003-token vocabulary gave the same bits
+  // as before at both levels). Not a product run on f32 copies: each part would copy the whole
+  // span of A's strided rows (all of dy for the head's 17 last rows).
   constexpr int64_t kRowBlock = 64, kSplitRows = 4096;
   if (s.m >= kSplitRows && s.m % kRowBlock && !widened(s, g_force_fallback.load())) {
     MatmulSpec head = s, tail = s;
