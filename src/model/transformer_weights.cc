@@ -259,9 +259,17 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
 }
 
 void Transformer::split_experts() {
-  NK_CHECK(quant_.empty() && nf4_.empty(),
-           "split_experts: expert parallelism of a quantised model");
+  NK_CHECK(quant_.empty(), "split_experts: expert parallelism of a block-quantised model");
   const ParamLayout local = layout_.shard_experts(ep_.size());
+  // QLoRA's NF4 experts, quantised one expert each (nf4_runs): this rank's runs.
+  for (auto& [name, runs] : nf4_) {
+    if (layout_.find(name).split != Split::Experts) continue;
+    const int64_t n = ep_.local_experts(cfg_.num_experts);
+    NK_CHECK(int64_t(runs.size()) == cfg_.num_experts, "split_experts: '{}' in {} NF4 runs", name,
+             runs.size());
+    const auto first = runs.begin() + ep_.first_expert(cfg_.num_experts);
+    runs = std::vector<ops::Nf4Weight>(first, first + n);
+  }
   unsplit_layout_ = layout_;
   const int64_t masters = frozen_weights_ == FrozenWeights::Master ? local.total()
                           : compute_ == DType::F32                 ? local.dense_end()

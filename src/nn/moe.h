@@ -567,10 +567,13 @@ struct MoE {
   // The index in up/down of this rank's first expert: its global index when
   // they hold all E experts, 0 when they hold only its E/ep (the split
   // layout, ParamLayout::shard_experts).
+  // (NF4 experts: the runs held, one an expert.)
   int64_t first_held_expert() const {
-    const int64_t held = up.dim(0) / (2 * d_ff);
+    const bool nf4 = !up_nf4.empty();
+    const int64_t held = nf4 ? int64_t(up_nf4.size()) : up.dim(0) / (2 * d_ff);
     if (held == n_experts) return ep.first_expert(n_experts);
-    NK_CHECK(held == ep.local_experts(n_experts) && down.dim(0) == held * up.dim(1),
+    NK_CHECK(held == ep.local_experts(n_experts) &&
+                 (nf4 ? int64_t(down_nf4.size()) == held : down.dim(0) == held * up.dim(1)),
              "MoE: up holds {} experts, neither all {} nor this rank's {}", held, n_experts,
              ep.local_experts(n_experts));
     return 0;

@@ -396,7 +396,10 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       if (p.trainable) trainable += n;
       if (p.trainable && e.ep > 1 && p.split == Split::Experts) expert_trainable += n;
       if (p.quantized) {
-        for (const Shape& run : nf4_runs(c, p)) {  // a MoE layer's experts: each its own
+        // A MoE layer's experts: each its own (under EP this rank's).
+        std::vector<Shape> runs = nf4_runs(c, shards.find(p.name));
+        if (p.split == Split::Experts) runs.resize(runs.size() / size_t(e.ep));
+        for (const Shape& run : runs) {
           const int64_t k = shape_numel(run), blocks = (k + ops::kNf4Block - 1) / ops::kNf4Block;
           nf4 += (k + 1) / 2 + blocks +
                  4 * ((blocks + ops::kNf4ScaleBlock - 1) / ops::kNf4ScaleBlock) + 4;

@@ -87,15 +87,9 @@ std::vector<std::vector<int>> sorted_groups(const dist::Mesh& mesh, const char* 
 
 // LoRA on a Mixture-of-Experts model under expert parallelism: each rank
 // holds its experts' adapters (rows of the layers' stacked A and B,
-// model/peft.h, split as the experts are), so every expert must have the same
-// modules adapted; QLoRA's NF4 experts are not split over ranks.
+// model/peft.h, split as the experts are; under QLoRA its experts' NF4
+// runs), so every expert must have the same modules adapted.
 void check_expert_parallel_lora(const TrainConfig& cfg, int64_t ep) {
-  if (cfg.frozen_weights == FrozenWeights::Nf4)
-    fail(
-        "parallel.ep = {}: peft.method=qlora on a Mixture-of-Experts model runs on one process "
-        "or data parallel only (its NF4 experts are not split over expert-parallel ranks); set "
-        "parallel.ep=1, or peft.method=lora",
-        ep);
   // linear -> expert -> its adapted modules; and one module's path to name it.
   std::map<std::string, std::map<int64_t, int64_t>> parts;
   std::map<std::string, std::string> path;

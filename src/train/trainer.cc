@@ -489,7 +489,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (m.frozen_weights() != FrozenWeights::Master) {
       weights = double(m.weight_bytes());
       NK_INFO(
-          "frozen base held as {}: {:.1f} MiB of weights in all",
+          "frozen base held as {}: {:.1f} MiB of weights on this rank",
           m.frozen_weights() == FrozenWeights::Nf4 ? "NF4 (QLoRA)" : dtype_name(m.compute_dtype()),
           weights / 1048576.0);
     }

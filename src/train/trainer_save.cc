@@ -111,7 +111,7 @@ void Trainer::save_checkpoint_files() {
     const bool sharded = ddp_ && ddp_->sharded();
     MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
                           sharded ? ddp_->expert_group() : nullptr);
-    std::unique_ptr<Transformer> whole = gather_whole_model();
+    std::unique_ptr<Transformer> whole = gather_whole_model(false);
     const Tensor m =
         parallel::gather_model(*model_, replica_state(opt_->m_f32()), par_.group("pp"));
     const Tensor v =
@@ -160,12 +160,42 @@ Tensor Trainer::replica_weights() {
                      ddp_->group(), ddp_->expert_group(), &model_->layout());
 }
 
-std::unique_ptr<Transformer> Trainer::gather_whole_model() {
-  const Tensor params = parallel::gather_model(*model_, replica_weights(), par_.group("pp"));
+std::unique_ptr<Transformer> Trainer::gather_whole_model(bool with_base) {
+  const ParamLayout& mine = model_->layout();
+  const bool masters = model_->frozen_weights() == FrozenWeights::Master;
+  Tensor local = replica_weights();
+  if (!masters) {
+    // A base held without masters (bf16 alone, or QLoRA's NF4): the f32
+    // arena starts with the trainable parameters (then, in f32 compute, the
+    // frozen dense ones). A checkpoint holds those alone (the base is
+    // train.init_from's, read again on resume); the export, the bf16 base
+    // too, gathered through f32.
+    const Tensor trainable = local.narrow0(0, mine.trainable_end());
+    local = trainable;
+    if (with_base) {
+      NK_CHECK(model_->frozen_weights() == FrozenWeights::Compute,
+               "gather_whole_model: the base of a model held as {} is not exported",
+               model_->frozen_weights() == FrozenWeights::Nf4 ? "NF4" : "quantised");
+      local = Tensor::empty({mine.total()}, DType::F32, model_->device());
+      ops::convert(local.narrow0(0, trainable.numel()), trainable);
+      for (const ParamInfo& p : mine.params())
+        if (!p.trainable) ops::convert(ParamLayout::view(local, p), model_->param_f32(p));
+    }
+  }
+  const Tensor params = parallel::gather_model(*model_, local, par_.group("pp"));
   if (!par_.writes()) return nullptr;
   auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
-                                             cfg_.frozen);
-  ops::convert(whole->params(), params);
+                                             cfg_.frozen, kHost, model_->frozen_weights());
+  if (masters) {
+    ops::convert(whole->params(), params);
+  } else {
+    const ParamLayout& all = whole->layout();
+    ops::convert(whole->params().narrow0(0, all.trainable_end()),
+                 params.narrow0(0, all.trainable_end()));
+    if (with_base)
+      for (const ParamInfo& p : all.params())
+        if (!p.trainable) whole->set_param(p, ParamLayout::view(params, p));
+  }
   whole->sync_compute_params();
   return whole;
 }
@@ -174,16 +204,16 @@ void Trainer::export_final() {
   if (ddp_) ddp_->gather_full_weights();  // FSDP: rank 0 exports the whole model
   // Tensor parallel: rank 0 exports the whole model, gathered from the shards
   // (a bf16 master, split experts only, lent as f32 for it).
+  // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
+  // result is its adapter.
+  const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
   std::unique_ptr<Transformer> whole;
   if (pieces_model()) {
     const bool sharded = ddp_ && ddp_->sharded();
     MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
                           sharded ? ddp_->expert_group() : nullptr);
-    whole = gather_whole_model();
+    whole = gather_whole_model(whole_model);
   }
-  // An NF4 base is not saved (it is train.init_from's, quantised): QLoRA's
-  // result is its adapter.
-  const bool whole_model = model_->frozen_weights() != FrozenWeights::Nf4;
   // A bf16 master sharded by ZeRO-1 or FSDP is joined on every rank (collective).
   dist::Communicator* join = ddp_ && ddp_->sharded() ? &ddp_->group() : nullptr;
   std::optional<MastersOnLoan> masters;

@@ -438,6 +438,18 @@ TEST(Estimate, QloraMoeBytesAreExact) {
     EXPECT_EQ(r.optimizer_bytes, t.optimizer().state_bytes()) << preset;
     EXPECT_EQ(r.grad_bytes, int64_t(t.model().grad_bytes())) << preset;
     fs::remove_all(out);
+    // Under expert parallelism each rank holds E / ep experts' NF4 runs
+    // (Transformer::split_experts): w(ep) = rest + experts / ep.
+    std::vector<int64_t> w;
+    for (int64_t ep : {1, 2, 4}) {
+      TrainConfig c =
+          recipe({std::string("model.preset=") + preset, "train.dtype=bf16", "peft.method=qlora",
+                  "peft.target_modules=all-linear", "parallel.ep=" + std::to_string(ep),
+                  "train.micro_batch=2", "train.global_batch=8"});
+      w.push_back(estimate_training(c, 4, nullptr).peak().weight_bytes);
+    }
+    EXPECT_GT(w[0] - w[1], 0) << preset;
+    EXPECT_EQ(w[0] - w[1], 2 * (w[1] - w[2])) << preset;
   }
 }
 

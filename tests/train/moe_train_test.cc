@@ -281,7 +281,7 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(4, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "parallel.etp = 2 with parallel.tp = 1")) << e;
   // LoRA under expert parallelism: each rank its experts' adapters, so
-  // every expert adapted alike; QLoRA's NF4 experts are not split.
+  // every expert adapted alike.
   auto ep2 = [&](std::vector<std::string> extra) {
     extra.push_back("parallel.ep=2");
     return train_config_from(Config::load(train_schema(), "", keys(dir, extra)));
@@ -297,9 +297,8 @@ TEST(MoeTrain, ParallelLayoutsItCannotRunAreRefused) {
   cfg = ep2({"peft.method=lora", "peft.target_modules=w1,experts.2.w3"});
   e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
   EXPECT_TRUE(contains(e, "adapts 1 modules of expert 0 but 2 of expert 2")) << e;
-  cfg = ep2({"peft.method=qlora", "peft.target_modules=w1"});
-  e = error_of([&] { check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)); });
-  EXPECT_TRUE(contains(e, "parallel.ep = 2: peft.method=qlora on a Mixture-of-Experts model")) << e;
+  cfg = ep2({"peft.method=qlora", "peft.target_modules=w1"});  // each rank its experts' NF4 runs
+  EXPECT_NO_THROW(check_train_layout(cfg, dist::Mesh(2, 0, cfg.parallel.mesh)));
 }
 
 TEST(MoeTrain, UnsupportedModelsAreRefused) {

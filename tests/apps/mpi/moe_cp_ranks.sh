@@ -31,12 +31,15 @@
 #                     and under EP2 and EP2 x DP2 (4 ranks; within 1e-5),
 #                     an EP2 checkpoint resumed on one process;
 #                     QLoRA likewise (each expert in NF4 on its own, the
-#                     routers dense and trained) under DP2 (within 1e-5)
-#                     and CP2 (per tensor)
+#                     routers dense and trained) under DP2, EP2 and EP2 x
+#                     DP2 (within 1e-5; an EP2 checkpoint resumed on one
+#                     process) and CP2 (per tensor); LoRA over a bf16 base
+#                     under EP2: the exported base bit for bit, the adapter
+#                     within bf16's 1e-2 per tensor, resumed on one process
 # A checkpoint saved under CP2 x EP2 at step 5 resumes on one process to
 # the same 10 steps, and one saved on one process resumes under CP2 x EP2.
-# Refused, naming the key: a capacity factor under cp; QLoRA under EP, and
-# LoRA on some experts only under EP.
+# Refused, naming the key: a capacity factor under cp; LoRA on some experts
+# only under EP.
 #   tests/apps/mpi/moe_cp_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=moe_cp_ranks
@@ -176,9 +179,6 @@ run loraep2to1 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${LORA[@]}" parallel.ep
 run loraep2to1 "$NK" finetune "${SFT[@]}" "${LORA[@]}"
 grep -q "resuming from checkpoint" "$WORK/loraep2to1.log" || fail "loraep2to1 did not resume"
 compare lora1 loraep2 loraep2dp2 loraep2to1
-refuse qloraep2 "parallel.ep = 2: peft.method=qlora on a Mixture-of-Experts model" \
-  "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" peft.method=qlora peft.target_modules=all-linear \
-  parallel.ep=2
 refuse oneexpert "adapts 1 of the 4 experts of a layer" \
   "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" peft.method=lora peft.target_modules=experts.1.w1 \
   parallel.ep=2
@@ -190,7 +190,28 @@ grep -q "NF4 (QLoRA)" "$WORK/qloradp2.log" || fail "qloradp2 did not hold an NF4
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" qlora1 qloradp2 ||
   fail "QLoRA on the MoE model: DP2 differs from one process"
 compare_norm qlora1 qloracp2
+# QLoRA under EP: each rank holds its experts' NF4 runs and their adapters; an EP2 checkpoint (the adapters alone) resumes
+# on one process over the base read again.
+run qloraep2 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${QLORA[@]}" parallel.ep=2
+run qloraep2dp2 "${MPI[@]}" 4 "$NK" finetune "${SFT[@]}" "${QLORA[@]}" parallel.ep=2
+run qloraep2to1 "${MPI[@]}" 2 "$NK" finetune "${SFT[@]}" "${QLORA[@]}" parallel.ep=2 \
+  train.exit_at_step=3
+run qloraep2to1 "$NK" finetune "${SFT[@]}" "${QLORA[@]}"
+grep -q "resuming from checkpoint" "$WORK/qloraep2to1.log" || fail "qloraep2to1 did not resume"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" qlora1 qloraep2 qloraep2dp2 \
+  qloraep2to1 || fail "QLoRA on the MoE model: EP2 differs from one process"
+# LoRA over a bf16 base under EP2: the export holds the base (gathered
+# through f32, bit for bit) and the checkpoint the adapters alone, which
+# resume on one process.
+BFLORA=("${SFT[@]}" "${LORA[@]}" train.dtype=bf16)
+run lorabf1 "$NK" finetune "${BFLORA[@]}"
+run lorabfep2 "${MPI[@]}" 2 "$NK" finetune "${BFLORA[@]}" parallel.ep=2
+run lorabfep2to1 "${MPI[@]}" 2 "$NK" finetune "${BFLORA[@]}" parallel.ep=2 train.exit_at_step=3
+run lorabfep2to1 "$NK" finetune "${BFLORA[@]}"
+grep -q "resuming from checkpoint" "$WORK/lorabfep2to1.log" || fail "lorabfep2to1 did not resume"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --bf16-base "$WORK" lorabf1 lorabfep2 \
+  lorabfep2to1 || fail "LoRA over a bf16 base: EP2 differs from one process"
 
 refuse cap "parallel.cp = 2: model.moe_capacity_factor" \
   "${MPI[@]}" 2 "$NK" train "${MIX[@]}" "${CP[@]}" model.moe_capacity_factor=1.0
-pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2, LoRA on the experts under CP2, EP2 and EP2xDP2 too (an EP2 checkpoint resumed on one process), QLoRA under DP2 and CP2; a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
+pass "MoE training under CP2 (alone, with EP2 on the cp ranks, EP2xDP2, PP2, full recompute, TP2 with experts split and whole) equals one process (and CP2xPP2 VP2) for mixtral-tiny, qwen2-moe-tiny (shared expert) and a DeepSeek-style model (sequence-wise balancing loss, aux-loss-free biases): losses, weights and MoE figures; fine-tuning on packed rows under CP2 and CP2xEP2, LoRA on the experts under CP2, EP2 and EP2xDP2 too (an EP2 checkpoint resumed on one process), QLoRA under DP2, CP2, EP2 and EP2xDP2 (an EP2 checkpoint resumed on one process), LoRA over a bf16 base under EP2 (its export's base bit for bit, resumed on one process); a CP2xEP2 checkpoint resumes on one process and a one-process one under CP2xEP2; a capacity factor under cp refused by key"
