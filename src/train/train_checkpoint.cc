@@ -41,7 +41,8 @@ std::string imported_base_dir(const TrainConfig& cfg) {
 }
 
 std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& from,
-                                            const char* key) {
+                                            const char* key, const nn::TensorParallel& tp,
+                                            const PipelineStage& stage) {
   const std::string dir = is_hf_model_folder(from) ? imported_base_dir(cfg) : from;
   const ModelConfig saved = read_model_config(dir);
   // A base for this run's adapters gains them, initialised from the seed;
@@ -65,10 +66,36 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
   if (model_config_to_json(saved) != model_config_to_json(want))
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
   const bool added = add_adapters || add_score || add_value;
+  const bool pieces = tp.active() || !stage.whole(cfg.model);
+  if (pieces && added)
+    fail(
+        "{}: the model in '{}' gains a {} in this run, which is not drawn under tensor or "
+        "pipeline parallelism yet (start it on one process or data parallel)",
+        key, dir,
+        add_adapters ? "set of adapters"
+        : add_score  ? "score head"
+                     : "value head");
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                          added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
-                                         cfg.device, cfg.frozen_weights);
-  load_weights(*m, dir, added);
+                                         cfg.device, cfg.frozen_weights, QuantPlan(), tp, stage);
+  if (!pieces) {
+    load_weights(*m, dir, added);
+    return m;
+  }
+  // Tensor or pipeline parallel: this rank's slices of its stage's tensors
+  // (the file holds the whole ones; f32 masters, so Master weights only).
+  NK_CHECK(cfg.frozen_weights == FrozenWeights::Master,
+           "load_run_model: a frozen base held as {} under tensor or pipeline parallelism",
+           int(cfg.frozen_weights));
+  const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  LoadProgress progress(path, flat_tensor_read_bytes(file, m->layout(), ""));
+  read_flat_tensor_shards(file, m->global_layout(), "", m->layout(), tp.rank(), tp.size(),
+                          m->params(), &progress);
+  progress.finish();
+  for (const ParamInfo& p : m->layout().params())
+    check_finite(ParamLayout::view(m->params(), p), path, p.name, false);
+  m->sync_compute_params();
   return m;
 }
 

@@ -18,8 +18,11 @@ namespace nk {
 // initialised from the seed. nk::Error naming key and DIR when its config is
 // not the run's model.*.
 // A Hugging Face folder as DIR is read from its import, imported_base_dir(cfg).
+// tp, stage: this rank's tensor-parallel shards of its pipeline stage's
+// parameters alone (f32 masters; a run adding parameters is refused there).
 std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::string& dir,
-                                            const char* key);
+                                            const char* key, const nn::TensorParallel& tp = {},
+                                            const PipelineStage& stage = {});
 // Where a Hugging Face train.init_from is imported: OUT_DIR/base.
 std::string imported_base_dir(const TrainConfig& cfg);
 

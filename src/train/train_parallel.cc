@@ -241,7 +241,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
                                   ? "parallel.shard=full (FSDP)"
                               : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1
                                   ? "parallel.shard with parallel.pp"
-                              : !cfg.init_from.empty()                      ? "train.init_from"
                               : cfg.frozen_weights != FrozenWeights::Master ? "train.frozen_weights"
                                                                             : nullptr;
     if (unsupported)

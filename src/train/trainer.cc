@@ -168,7 +168,8 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   import_hf_base();
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
-    model_ = load_run_model(cfg_, cfg_.init_from, "train.init_from");
+    model_ = load_run_model(cfg_, cfg_.init_from, "train.init_from", tensor_parallel(),
+                            pipeline_stage());
     NK_INFO("starting from the weights of {}", cfg_.init_from);
   }
   if (!model_)
@@ -296,13 +297,9 @@ void Trainer::make_optimizer() {
   // Plain data parallelism keeps the whole optimizer on every rank, each
   // updating its bf16 master alike from the same all-reduced gradients;
   // ZeRO-1 and FSDP split it, each rank's optimizer holding the remainders
-  // of its blocks. Tensor and pipeline parallel layouts: not yet (expert
-  // parallelism lends the masters to its gathers: trainer_save.cc).
-  if (cfg_.adamw.precision.master != DType::F32 && model_parallel())
-    fail(
-        "optim.master_dtype=bf16 runs without tensor and pipeline parallelism for now "
-        "(parallel.* asks for {} processes with them); use optim.master_dtype=f32",
-        par_.world());
+  // of its blocks. Tensor and pipeline parallel ranks (and split experts)
+  // update their own pieces, and lend them as f32 to the gathers of a
+  // checkpoint or the export (MastersOnLoan, trainer_save.cc).
   opt_ = std::make_unique<AdamW>(model_arenas(*model_), std::move(groups), cfg_.adamw);
   // A bf16 master: the compute weights and the optimizer's remainder hold it now.
   if (opt_->master_in_compute()) {

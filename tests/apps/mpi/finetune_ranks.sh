@@ -4,8 +4,9 @@
 # micro-batch, 10 steps, under plain data parallelism (2 and 4 ranks), ZeRO-1,
 # FSDP, tensor parallelism (with and without sequence parallelism), context
 # parallelism (CP2, CP2 × DP2, CP2 × TP2 with SP; ring attention and the
-# all-to-all of the heads, parallel.cp_comm_type=a2a; packed and padded rows), FSDP
-# from train.init_from and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
+# all-to-all of the heads, parallel.cp_comm_type=a2a; packed and padded rows), FSDP,
+# TP2 and TP2 × DP2 from train.init_from (and `nekton train` from it under
+# PP2 and TP2 × PP2) and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
 # the ranks add the same gradients in another order). Pipeline parallelism
 # is refused, naming parallel.pp.
 #   tests/apps/mpi/finetune_ranks.sh REPO BUILD
@@ -43,8 +44,34 @@ compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 cp2tp2sp cp2a2a cp2dp
 run one_init "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" train.steps=5
 run fsdp_init "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" \
   train.steps=5 parallel.shard=full
-compare one_init fsdp_init ||
-  fail "train.init_from: FSDP differs from one process"
+compare one_init fsdp_init || fail "train.init_from: FSDP differs from one process"
+# ... and under TP2 and TP2 x DP2: each rank reads its slices of the saved
+# tensors. Every loss within 1e-5 as above; the weights per tensor (1e-4),
+# as deepseek_ranks.sh compares TP: from a trained model the row-parallel
+# products' rounding, which Adam scales to whole steps where an element's
+# gradient nearly cancels, moved single elements by 1.6e-5 (from scratch
+# 4.6e-6).
+run tp2_init "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" \
+  train.steps=5 parallel.tp=2
+run tp2dp2_init "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" \
+  train.steps=5 parallel.tp=2
+grep -q "starting from the weights of" "$WORK/tp2_init.log" || fail "tp2_init did not start from it"
+compare_norm one_init tp2_init tp2dp2_init || fail "train.init_from: TP differs from one process"
+# Continued pretraining from the saved model under PP2 and TP2 x PP2 (each
+# stage reads its own layers).
+/usr/bin/python3 - "$WORK/c.txt" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        f.write(f"Line {i * 7919 % 1000} of text.\n")
+PY
+PRE=("${COMMON_ARGS[@]}" "data.path=$WORK/c.txt" train.seq_len=16 train.lr=1e-3 train.steps=5
+     train.init_from="$WORK/one/model" train.val_batches=2)
+run pre1 "$NK" train "${PRE[@]}"
+run prepp2 "${MPI[@]}" 2 "$NK" train "${PRE[@]}" parallel.pp=2
+run pretp2pp2 "${MPI[@]}" 4 "$NK" train "${PRE[@]}" parallel.pp=2 parallel.tp=2
+compare pre1 prepp2 || fail "train.init_from: PP2 differs from one process"
+compare_norm pre1 pretp2pp2 || fail "train.init_from: TP2 x PP2 differs from one process"
 # Unpacked rows (one sample per row, padded) too.
 run one_rows "$NK" finetune "${ARGS[@]}" data.pack=false
 run dp2_rows "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" data.pack=false parallel.shard=optimizer
@@ -60,4 +87,4 @@ refused a2a_heads "model.n_head = 4 and model.n_kv_head = 2 must both be multipl
   "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.tp=2 parallel.cp_comm_type=a2a
 refused a2a_value "parallel.cp_comm_type = 'ring': expected p2p" \
   "$NK" finetune "${ARGS[@]}" parallel.cp_comm_type=ring
-pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2, CP2 x DP2 and CP2 x TP2+SP (ring and all-to-all) equals one process"
+pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2, CP2 x DP2 and CP2 x TP2+SP (ring and all-to-all) equals one process; from train.init_from under FSDP, TP2 and TP2 x DP2 (and train under PP2 and TP2 x PP2) too"
