@@ -235,8 +235,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     const char* unsupported = cfg.model.has_adapters() ? "peft.method (adapters)"
-                              : !cfg.data.sft_path.empty() && mesh.pp() > 1
-                                  ? "data.sft_path (fine-tuning) with parallel.pp"
                               : cfg.ddp.shard == parallel::Shard::Full
                                   ? "parallel.shard=full (FSDP)"
                               : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1

@@ -157,14 +157,6 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   state_.data = data_signature(cfg_);
   state_.lr = cfg_.lr;
   state_.rng = rng_streams(cfg_, 0);
-  // The pipeline schedule carries no packed rows' boundaries yet; data and
-  // tensor parallelism pass them on (DistributedDataParallel, every tp rank
-  // reading the whole micro-batch).
-  if (par_.pp() > 1 && data_.train->max_segments() > 0)
-    fail(
-        "data.sft_path: fine-tuning does not run under pipeline parallelism yet (parallel.pp = "
-        "{}); use parallel.tp or data parallelism",
-        par_.pp());
   import_hf_base();
   resume();
   if (!model_ && !cfg_.init_from.empty()) {
@@ -549,13 +541,15 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   std::vector<double> expert_load;
   if (model_->config().is_moe())
     expert_load.assign(size_t(cfg_.model.n_layer * cfg_.model.num_experts), 0.0);
-  // Pipeline parallel: all of them, loaded before the step's schedule runs.
+  // Pipeline parallel: all of them, loaded before the step's schedule runs,
+  // each stage given every micro-batch's packed rows (fine-tuning data).
   // Context parallel: this cp rank's chunks and their global positions.
   std::vector<DeviceBatch> pp_batches;
   std::vector<Tensor> pp_tokens, pp_targets;
   std::vector<const PackedBatchInfo*> pp_packed;
   for (int64_t m = 0; pipe_ && m < local_accum; ++m) {
-    pp_batches.emplace_back(B, T, model_->device(), 0, par_.cp(), par_.cp_rank());
+    pp_batches.emplace_back(B, T, model_->device(), data_.train->max_segments(), par_.cp(),
+                            par_.cp_rank());
     pp_tokens.push_back(pp_batches.back().tokens);
     pp_targets.push_back(pp_batches.back().targets);
   }
