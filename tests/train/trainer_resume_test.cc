@@ -4,9 +4,12 @@
 
 #include <filesystem>
 
+#include "ckpt/model_io.h"
 #include "core/error.h"
 #include "data/dataset/gpt_test_data.h"
+#include "parallel/pipeline_parallel.h"
 #include "test_util.h"
+#include "train/train_checkpoint.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -176,4 +179,41 @@ TEST(TrainerData, BadDataSettingsAreNamed) {
 }
 
 }  // namespace
+// train.init_from under pipeline parallelism: a stage reads its own layers'
+// tensors of the saved model (the same values as the whole model's), and a
+// run that would add parameters to it (a score head) is refused by key.
+TEST(TrainerInitFrom, APipelineStageReadsItsOwnTensors) {
+  TempDir dir("nk_init_stage");
+  // (data.path is never read: only the model is loaded.)
+  const std::vector<std::string> two = {"model.n_layer=2",
+                                        "data.path=" + (dir.path() / "unread.txt").string()};
+  Transformer saved(tiny(two).model, DType::F32, 7);
+  save_model((dir.path() / "base").string(), saved);
+  std::vector<std::string> init = two;
+  init.push_back("train.init_from=" + (dir.path() / "base").string());
+  TrainConfig cfg = tiny(init);
+  for (int64_t s = 0; s < 2; ++s) {
+    const PipelineStage stage = parallel::pipeline_stage(cfg.model, 2, s, {}, 1);
+    std::unique_ptr<Transformer> m =
+        load_run_model(cfg, cfg.init_from, "train.init_from", {}, stage);
+    EXPECT_LT(m->layout().total(), saved.layout().total()) << "stage " << s;
+    for (const ParamInfo& p : m->layout().params()) {
+      const Tensor a = m->param_f32(p), b = saved.param_f32(saved.layout().find(p.name));
+      ASSERT_EQ(a.numel(), b.numel()) << p.name;
+      for (int64_t i = 0; i < a.numel(); ++i)
+        ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << p.name << " stage " << s;
+    }
+  }
+  cfg.model.num_labels = 2;  // a reward model's score head, drawn from the seed
+  const PipelineStage last = parallel::pipeline_stage(cfg.model, 2, 1, {}, 1);
+  std::string e;
+  try {
+    load_run_model(cfg, cfg.init_from, "train.init_from", {}, last);
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("train.init_from: the model in"), std::string::npos) << e;
+  EXPECT_NE(e.find("gains a score head"), std::string::npos) << e;
+}
+
 }  // namespace nk
