@@ -267,11 +267,14 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    reference_logps.json; parallel.sp and parallel.pp refused
 #   peft_finetune_ranks  LoRA (with dropout) over 2 and 4 ranks, ZeRO-1, FSDP;
 #                    QLoRA under DP2, ZeRO-1, FSDP and resumed; IA3, bottleneck
-#                    adapters, p-tuning; the PEFT adapter too; adapters with
-#                    parallel.tp or parallel.pp refused
+#                    adapters, p-tuning; the PEFT adapter too
+#   peft_model_parallel_ranks  LoRA under TP2, TP2+SP, TP2xDP2, PP2, TP2xPP2
+#                    (resumed under TP2 and on one process), with dropout, over
+#                    a bf16 base; QLoRA and bottleneck adapters under PP2, IA3
+#                    under TP2; what TP/PP cannot hold refused
 #   peft_align_ranks LoRA DPO with align.reference=adapter_off over 2 and 4
-#                    ranks, ZeRO-1, FSDP; QLoRA DPO, IA3 KTO, LoRA with a
-#                    precomputed reference; adapters with parallel.tp refused
+#                    ranks, ZeRO-1, FSDP and TP2; QLoRA DPO, IA3 KTO, LoRA with
+#                    a precomputed reference
 #   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
 #                    and a command grader; resumed mid-round; RLOO over 2 ranks;
 #                    parallel.tp and FSDP refused
@@ -281,8 +284,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    and an EP2 checkpoint resumed on one process; deepseek_v2-tiny
 #                    under EP2 and PP2
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
-foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks moe_ranks
-               moe_tp_ranks moe_etp_ranks moe_cp_ranks deepseek_ranks online_ranks)
+foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks
+               peft_model_parallel_ranks moe_ranks moe_tp_ranks moe_etp_ranks moe_cp_ranks
+               deepseek_ranks online_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})
@@ -301,6 +305,9 @@ nk_timeout(t 900)
 set_tests_properties(finetune_ranks PROPERTIES TIMEOUT ${t})
 nk_timeout(t 600)
 set_tests_properties(moe_etp_ranks PROPERTIES TIMEOUT ${t})
+# peft_model_parallel_ranks: some thirty short trainings, six on 4 ranks.
+nk_timeout(t 600)
+set_tests_properties(peft_model_parallel_ranks PROPERTIES TIMEOUT ${t})
 # moe_etp_split_ranks: twelve short trainings of 1 to 8 ranks, on both cores.
 add_test(NAME moe_etp_split_ranks
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/moe_etp_split_ranks.sh

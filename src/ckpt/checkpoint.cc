@@ -548,8 +548,25 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
                              int64_t n, Tensor& flat, LoadProgress* progress) {
   NK_CHECK(flat.dtype() == DType::F32 && flat.numel() == local.total(),
            "read_flat_tensor_shards: flat buffer {} does not match the layout", flat.desc());
+  read_tensor_shards(
+      file, layout, prefix, local, rank, n,
+      [&](const ParamInfo& p, const Tensor&) { return ParamLayout::view(flat, p); }, progress);
+}
+
+void read_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
+                        const std::string& prefix, const ParamLayout& local, int64_t rank,
+                        int64_t n, const ShardTarget& target, LoadProgress* progress) {
   check_flat_tensors(file, layout, prefix);
+  Tensor scratch;
   for (const ParamInfo& p : local.params()) {
+    // The slices go where `target` says, or through a scratch tensor it is handed.
+    Tensor dst = target(p, Tensor());
+    const bool direct = dst.defined();
+    if (!direct) {
+      if (!scratch.defined() || scratch.numel() < p.numel())
+        scratch = Tensor::empty({std::max<int64_t>(p.numel(), 1)}, DType::F32);
+      dst = scratch.narrow0(0, p.numel()).view(p.shape);
+    }
     const std::string name = prefix + p.name;
     const DType stored = file.entry(name).dtype;
     const auto ranges = shard_ranges(tensor_split(layout.find(p.name)), rank, n);
@@ -559,13 +576,14 @@ void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& lay
     const bool padded = ranges.empty() || (ranges[0].dim == 0 && held < p.shape[0]);
     if (progress) progress->advance(ckpt_tensor_read_bytes(file, p, prefix));
     if (stored == DType::F32) {
-      if (padded) ops::fill(ParamLayout::view(flat, p), 0.f);
-      file.read_slices_into(name, ranges, ParamLayout::view(flat, p));
-      continue;
+      if (padded) ops::fill(dst, 0.f);
+      file.read_slices_into(name, ranges, dst);
+    } else {
+      Tensor t = padded ? Tensor::zeros(p.shape, stored) : Tensor::empty(p.shape, stored);
+      file.read_slices_into(name, ranges, t);
+      ops::convert(dst, t);
     }
-    Tensor t = padded ? Tensor::zeros(p.shape, stored) : Tensor::empty(p.shape, stored);
-    file.read_slices_into(name, ranges, t);
-    ops::convert(ParamLayout::view(flat, p), t);
+    if (!direct) target(p, dst);
   }
 }
 

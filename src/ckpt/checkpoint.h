@@ -25,6 +25,7 @@
 // into fresh buffers, so a bad checkpoint loads nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -167,7 +168,17 @@ void read_flat_tensors(const SafetensorsFile& file, const ParamLayout& layout,
 void read_flat_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
                              const std::string& prefix, const ParamLayout& local, int64_t rank,
                              int64_t n, Tensor& flat, LoadProgress* progress = nullptr);
-// The file bytes the two above read for `local`'s tensors (a slice counts its
+// The same, each tensor's slices handed to `target` (p: the local
+// parameter): called first with an undefined tensor, it returns the f32
+// tensor of p's shape to read into (a view of an arena), or an undefined one,
+// and is then called again with a scratch f32 tensor holding the values,
+// valid for that call only (to keep a base in another dtype or NF4,
+// Transformer::set_param).
+using ShardTarget = std::function<Tensor(const ParamInfo& p, const Tensor& values)>;
+void read_tensor_shards(const SafetensorsFile& file, const ParamLayout& layout,
+                        const std::string& prefix, const ParamLayout& local, int64_t rank,
+                        int64_t n, const ShardTarget& target, LoadProgress* progress = nullptr);
+// The file bytes the three above read for `local`'s tensors (a slice counts its
 // share of its tensor's bytes; tensors the file lacks count nothing): the
 // total of a load's progress line (ckpt/load_progress.h).
 double flat_tensor_read_bytes(const SafetensorsFile& file, const ParamLayout& local,

@@ -38,7 +38,6 @@ Activations::Activations(const ModelConfig& c, DType dt, int64_t B_, int64_t T_,
   NK_CHECK(recompute.empty() || int64_t(recompute.size()) == c.n_layer,
            "Activations: a recompute plan of {} layers for {}", recompute.size(), c.n_layer);
   check_tensor_parallel(c, tp.size(), tp.expert_size());
-  NK_CHECK(!tp.active() || !c.has_adapters(), "Activations: adapters under tensor parallelism");
   if (tp.sp() && (B * T) % tp.size())
     fail(
         "sequence parallelism: a micro-batch of {} x {} tokens does not split evenly over "

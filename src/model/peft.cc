@@ -362,6 +362,53 @@ void validate_adapters(const ModelConfig& c, const std::string& prefix) {
   bottleneck_targets(c);
 }
 
+namespace {
+
+// The rows [col0, col0 + rows) of `base`'s fused parts, as parts of their
+// own (row0 from 0): a whole fused layer's, or none for one part.
+std::vector<std::pair<std::string, int64_t>> parts_within(const ParamInfo& base,
+                                                          const AdaptedModule& t) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!t.part.empty()) return out;
+  for (const ParamPart& q : base.parts) out.emplace_back(q.name, q.rows);
+  return out;
+}
+
+// Under tensor parallelism an adapter is split as its layer is (Megatron's
+// LoRA layout): over a column-parallel layer (base split by rows: each rank
+// some output features, the whole input) A [r, in] is whole on every rank
+// and B [rows, r] holds the rank's rows of each fused part, as the layer's
+// weight does; over a row-parallel one (split by columns: some input
+// features) A holds the rank's columns and B is whole. The whole factor's
+// gradient is then each rank's part of it, added over the group
+// (Transformer::tensor_parallel_partial_grads).
+std::pair<ParamOptions, ParamOptions> lora_split(const ParamInfo& base, const AdaptedModule& t) {
+  ParamOptions a, b;
+  a.adapter = b.adapter = true;
+  if (base.split == Split::Rows) {
+    b.split = Split::Rows;
+    b.parts = parts_within(base, t);
+  } else if (base.split == Split::Cols) {
+    a.split = Split::Cols;
+  }
+  return {a, b};
+}
+
+// An IA3 vector as its layer splits what it scales: the output parts of a
+// column-parallel layer (its rows of each), the input of a row-parallel one
+// (its columns); whole otherwise.
+ParamOptions ia3_split(const ParamInfo& base, const AdaptedModule& t) {
+  ParamOptions o;
+  o.adapter = true;
+  if (t.feedforward ? base.split == Split::Cols : base.split == Split::Rows) {
+    o.split = Split::Rows;
+    if (!t.feedforward) o.parts = parts_within(base, t);
+  }
+  return o;
+}
+
+}  // namespace
+
 void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
   ParamOptions adapter;
   adapter.adapter = true;
@@ -379,8 +426,9 @@ void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
   for (const AdaptedModule& t : lora_targets(c)) {
     const float a_std = float(1.0 / std::sqrt(double(t.in)));
     if (t.lora_part().empty()) {
-      p.add(t.a_name(), {r, t.in}, Init::Uniform, a_std, adapter);
-      p.add(t.b_name(), {t.rows, r}, Init::Zeros, 0.f, adapter);
+      const auto [a, b] = lora_split(p.find(t.linear + ".weight"), t);
+      p.add(t.a_name(), {r, t.in}, Init::Uniform, a_std, a);
+      p.add(t.b_name(), {t.rows, r}, Init::Zeros, 0.f, b);
       continue;
     }
     if (p.has(t.a_name())) continue;
@@ -393,7 +441,8 @@ void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
     p.add(t.b_name(), {rows, r}, Init::Zeros, 0.f, b);
   }
   for (const AdaptedModule& t : ia3_targets(c))
-    p.add(t.ia3_name(), {t.feedforward ? t.in : t.rows}, Init::Ones, 0.f, adapter);
+    p.add(t.ia3_name(), {t.feedforward ? t.in : t.rows}, Init::Ones, 0.f,
+          ia3_split(p.find(t.linear + ".weight"), t));
   const int64_t dim = c.bottleneck.dim;
   for (const AdaptedModule& t : bottleneck_targets(c)) {
     p.add(t.adapter_name("ln.weight"), {t.out}, Init::Ones, 0.f, adapter);

@@ -134,6 +134,13 @@ struct PipelineStage {
 // 0 = tp; 1: whole, nn::TensorParallel::experts_whole; else dividing tp,
 // nn::TensorParallel::experts).
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
+// Refuses what a model split over tp > 1 tensor-parallel ranks, or over
+// pipeline stages (`staged`), cannot hold yet: nk::Error naming the key. Its
+// adapters are split as their layers are (model/peft.cc), a frozen base held
+// as masters or in the compute dtype; not a block-quantised model
+// (inference), a p-tuning prompt, nor under tensor parallelism QLoRA's NF4
+// base, bottleneck adapters or adapters on MoE and latent-attention models.
+void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
 // experts that tp does not divide (check_tensor_parallel), a device other
 // than the CPU. nk::Error naming the key.
@@ -174,13 +181,14 @@ class Transformer {
   // tp: the tensor-parallel group (nn/tensor_parallel.h); with more than one
   // rank this process holds its shards of the parameters (layout() is their
   // layout, global_layout() the whole model's) with the initial values of
-  // the same slices of a one-process model of the same seed. Needs
-  // FrozenWeights::Master and no adapters. A MoE layer's experts are split
+  // the same slices of a one-process model of the same seed, its adapters
+  // split as their layers (check_model_pieces says what it cannot hold). A
+  // MoE layer's experts are split
   // over the same group (expert tensor parallelism with etp = tp: each
   // expert's gate | up by rows, its down by columns; the router whole).
   // stage: the pipeline stage this process runs (PipelineStage); its
   // parameters alone are held (layout()), with the initial values the whole
-  // model would give them. Needs FrozenWeights::Master and no adapters.
+  // model would give them (check_model_pieces).
   Transformer(const ModelConfig& cfg, DType compute, uint64_t seed,
               ParamInit init = ParamInit::Random, const std::vector<std::string>& frozen = {},
               Device device = kHost, FrozenWeights frozen_weights = FrozenWeights::Master,
@@ -227,8 +235,10 @@ class Transformer {
   // Under tensor parallelism, the gradients of replicated parameters that
   // are partial sums: over this rank's rows under sequence parallelism (the
   // norms' weights and biases), over this rank's heads (the q/k norms'
-  // weights, Qwen3's); the trainer adds them over the tp group once per
-  // step. Empty without tensor parallelism.
+  // weights, Qwen3's), over this rank's rows or columns of a split layer
+  // (an adapter's whole factor: LoRA's A over a column-parallel layer, B over
+  // a row-parallel one, model/peft.cc); the trainer adds them over the tp
+  // group once per step. Empty without tensor parallelism.
   std::vector<Tensor> tensor_parallel_partial_grads() const;
   // With 1 < parallel.etp < parallel.tp, the MoE blocks' gradients that are
   // partial sums over this rank's share of the rows (the router's, the

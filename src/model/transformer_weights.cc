@@ -55,7 +55,7 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   if (name.starts_with("h.")) {
     return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
   }
-  return true;  // adapters' and the prompt's: only with the whole model
+  return true;  // the prompt's (p-tuning): only with the whole model (check_model_pieces)
 }
 
 std::vector<Shape> nf4_runs(const ModelConfig& cfg, const ParamInfo& p) {
@@ -121,6 +121,37 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp) {
           key, value, etp);
 }
 
+void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen) {
+  if (tp <= 1 && !staged) return;
+  const std::string where =
+      tp > 1 ? fmt::format("parallel.tp = {}", tp) : std::string("pipeline parallelism");
+  if (frozen == FrozenWeights::Quantized)
+    fail("{}: a block-quantised model runs inference on one process only", where);
+  if (cfg.prompt.enabled())
+    fail(
+        "{}: peft.method=p_tuning (a prompt before the first layer) under tensor or pipeline "
+        "parallelism is not supported yet; use data or context parallelism",
+        where);
+  if (tp <= 1) return;
+  if (frozen == FrozenWeights::Nf4)
+    fail(
+        "{}: peft.method=qlora under tensor parallelism is not supported yet: each rank would "
+        "quantise its shard of every weight with its own NF4 double-quantisation constants, not "
+        "the whole tensor's (use parallel.pp, data or context parallelism)",
+        where);
+  if (cfg.bottleneck.enabled())
+    fail(
+        "{}: peft.method=adapter under tensor parallelism is not supported yet (the bottleneck "
+        "adapters' LayerNorm spans the whole output of a split layer); use parallel.pp, data or "
+        "context parallelism",
+        where);
+  if (cfg.has_adapters() && (cfg.is_moe() || cfg.block().latent_attention))
+    fail(
+        "{}: adapters on a {} model under tensor parallelism are not supported yet; use "
+        "parallel.ep, parallel.pp, data or context parallelism",
+        where, cfg.is_moe() ? "Mixture-of-Experts" : "latent-attention");
+}
+
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
                                     FrozenWeights frozen_weights, const QuantPlan& quant) {
   NK_CHECK(quant.empty() || frozen_weights == FrozenWeights::Quantized,
@@ -180,10 +211,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
-  if ((tp_.active() || !whole) && (frozen_weights != FrozenWeights::Master || cfg_.has_adapters()))
-    fail(
-        "tensor and pipeline parallelism need a model without adapters, its frozen weights held "
-        "as masters");
+  check_model_pieces(cfg_, tp_.size(), !whole, frozen_weights);
   layout_ =
       whole ? global_layout_
             : global_layout_.subset([&](const ParamInfo& p) { return stage_.holds(cfg_, p.name); });
@@ -520,7 +548,14 @@ void Transformer::bind_views() {
   };
   std::map<std::string, nn::Lora> loras;
   std::map<std::string, std::vector<nn::Lora>> experts_lora;
+  // Under tensor parallelism a layer's adapters are split as it is
+  // (model/peft.cc): a fused part's output columns start at its share's first
+  // row in this rank's weight.
+  auto local_col0 = [&](const AdaptedModule& t) {
+    return t.part.empty() ? int64_t(0) : layout_.find(t.linear + ".weight").part(t.part).row0;
+  };
   for (const AdaptedModule& t : lora_targets(cfg_)) {
+    if (!stage_.holds(cfg_, t.a_name())) continue;  // another pipeline stage's
     const int64_t e = adapted_expert(t);
     if (e >= 0 && (e < first || e >= first + held)) continue;  // another rank's
     nn::Lora& lo = e < 0 ? loras[t.linear] : [&]() -> nn::Lora& {
@@ -528,12 +563,19 @@ void Transformer::bind_views() {
       v.resize(size_t(held));
       return v[size_t(e - first)];
     }();
-    if (lo.parts.empty()) lo.id = loras.size() + 1000003ull * experts_lora.size() + uint64_t(e + 1);
+    if (lo.parts.empty()) {
+      lo.id = loras.size() + 1000003ull * experts_lora.size() + uint64_t(e + 1);
+      // A row-parallel layer's ranks each drop out their own input columns:
+      // their masks must not repeat one another's (one process's mask over
+      // the whole input is not what any rank draws).
+      if (tp_.active() && layout_.find(t.linear + ".weight").split == Split::Cols)
+        lo.id += uint64_t(tp_.rank()) * 0x9E3779B97F4A7C15ull;
+    }
     lo.rank = cfg_.lora.rank;
     lo.scale = float(cfg_.lora.scale());
     lo.dropout = float(cfg_.lora.dropout);
     const int64_t rows_per_expert = t.out / cfg_.num_experts;  // up: 2F, down: C
-    const int64_t col0 = e < 0 ? t.col0 : t.col0 - rows_per_expert * e;
+    const int64_t col0 = e < 0 ? local_col0(t) : t.col0 - rows_per_expert * e;
     const std::string part = t.lora_part();
     auto mine = [&](const Tensor& x, const std::string& name) {
       return part.empty() ? x : expert_rows(x, name, part);
@@ -543,16 +585,18 @@ void Transformer::bind_views() {
   }
   std::map<std::string, nn::Ia3> ia3s;
   for (const AdaptedModule& t : ia3_targets(cfg_)) {
+    if (!stage_.holds(cfg_, t.ia3_name())) continue;
     nn::Ia3& s = ia3s[t.linear];
     if (t.feedforward) {
       s.in = w(t.ia3_name());
       s.din = g(t.ia3_name());
     } else {
-      s.out.push_back({w(t.ia3_name()), g(t.ia3_name()), t.col0});
+      s.out.push_back({w(t.ia3_name()), g(t.ia3_name()), local_col0(t)});
     }
   }
   std::map<std::string, nn::Bottleneck> bottlenecks;
   for (const AdaptedModule& t : bottleneck_targets(cfg_)) {
+    if (!stage_.holds(cfg_, t.adapter_name("ln.weight"))) continue;
     nn::Bottleneck& a = bottlenecks[t.linear];
     a.ln_w = w(t.adapter_name("ln.weight"));
     a.ln_b = w(t.adapter_name("ln.bias"));
@@ -761,6 +805,23 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     // A q/k norm's weight is every head's: each rank adds its own heads' part.
     add(b.attn.q_norm);
     add(b.attn.k_norm);
+    // An adapter's whole factor over a split layer (model/peft.cc): LoRA's A
+    // over a column-parallel layer (each rank's dh = dz B is its output
+    // columns' part) and B over a row-parallel one (its h = x A^T, the
+    // rank's input columns' part); IA3's input scale over a column-parallel
+    // layer and output scales over a row-parallel one (the layer's partial
+    // products). The rest of them are the rank's own.
+    for (const nn::Linear* lin : {&b.attn.qkv, &b.mlp.up})
+      for (const nn::LoraPart& part : lin->lora.parts)
+        if (part.da.defined()) out.push_back(part.da);
+    for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
+      for (const nn::LoraPart& part : lin->lora.parts)
+        if (part.db.defined()) out.push_back(part.db);
+    if (b.attn.qkv.ia3.din.defined()) out.push_back(b.attn.qkv.ia3.din);
+    if (b.mlp.up.ia3.din.defined()) out.push_back(b.mlp.up.ia3.din);
+    for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
+      for (const nn::Ia3Part& part : lin->ia3.out)
+        if (part.dl.defined()) out.push_back(part.dl);
     // So are MLA's low-rank projections and norms (nn/latent_attention.h).
     const nn::LatentAttention& m = b.attn.mla;
     add(m.q_a_norm);

@@ -67,14 +67,11 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
   const bool added = add_adapters || add_score || add_value;
   const bool pieces = tp.active() || !stage.whole(cfg.model);
-  if (pieces && added)
+  if (pieces && (add_score || add_value))
     fail(
         "{}: the model in '{}' gains a {} in this run, which is not drawn under tensor or "
         "pipeline parallelism yet (start it on one process or data parallel)",
-        key, dir,
-        add_adapters ? "set of adapters"
-        : add_score  ? "score head"
-                     : "value head");
+        key, dir, add_score ? "score head" : "value head");
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                          added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
                                          cfg.device, cfg.frozen_weights, QuantPlan(), tp, stage);
@@ -83,18 +80,30 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     return m;
   }
   // Tensor or pipeline parallel: this rank's slices of its stage's tensors
-  // (the file holds the whole ones; f32 masters, so Master weights only).
-  NK_CHECK(cfg.frozen_weights == FrozenWeights::Master,
-           "load_run_model: a frozen base held as {} under tensor or pipeline parallelism",
-           int(cfg.frozen_weights));
+  // (the file holds the whole ones), but the adapters this run adds (drawn
+  // from the seed above). A parameter with an f32 master is read into it;
+  // a base held without (bf16, NF4) is set from each tensor's slices.
+  const auto in_file = [&](const ParamInfo& p) { return !(added && added_to_base(p)); };
+  const ParamLayout whole = m->global_layout().subset(in_file), mine = m->layout().subset(in_file);
   const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
   const SafetensorsFile file = SafetensorsFile::open(path);
-  LoadProgress progress(path, flat_tensor_read_bytes(file, m->layout(), ""));
-  read_flat_tensor_shards(file, m->global_layout(), "", m->layout(), tp.rank(), tp.size(),
-                          m->params(), &progress);
+  LoadProgress progress(path, flat_tensor_read_bytes(file, mine, ""));
+  read_tensor_shards(
+      file, whole, "", mine, tp.rank(), tp.size(),
+      [&](const ParamInfo& p, const Tensor& values) {
+        const ParamInfo& q = m->layout().find(p.name);
+        if (m->has_master(q)) return ParamLayout::view(m->params(), q);
+        if (values.defined()) {
+          check_finite(values, path, p.name, false);
+          m->set_param(q, values);
+        }
+        return Tensor();
+      },
+      &progress);
   progress.finish();
-  for (const ParamInfo& p : m->layout().params())
-    check_finite(ParamLayout::view(m->params(), p), path, p.name, false);
+  for (const ParamInfo& p : mine.params())
+    if (m->has_master(m->layout().find(p.name)))
+      check_finite(ParamLayout::view(m->params(), m->layout().find(p.name)), path, p.name, false);
   m->sync_compute_params();
   return m;
 }
@@ -327,7 +336,7 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
   const bool whole = cfg.frozen_weights == FrozenWeights::Master;
   out.model =
       !whole && !cfg.init_from.empty()
-          ? load_run_model(cfg, cfg.init_from, "train.init_from")
+          ? load_run_model(cfg, cfg.init_from, "train.init_from", tp, stage)
           : std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                           whole ? ParamInit::Zeros : ParamInit::Random, cfg.frozen,
                                           cfg.device, cfg.frozen_weights, QuantPlan(), tp, stage);
@@ -354,7 +363,14 @@ LoadedTrainCheckpoint load_train_checkpoint(const std::string& dir, const TrainC
     load_bytes += flat_tensor_read_bytes(o, t, kExpAvg) + flat_tensor_read_bytes(o, t, kExpAvgSq);
   }
   LoadProgress progress("checkpoint " + dir, load_bytes);
-  if (pieces) {
+  if (pieces && !whole) {  // this rank's slices of the trainable ones
+    const ParamLayout trainable = trainable_layout(layout);
+    Tensor masters = out.model->params().narrow0(0, trainable.total());
+    read_flat_tensor_shards(r.model(), trainable_layout(global), "", trainable, tp.rank(),
+                            tp.size(), masters, &progress);
+    for (const ParamInfo& p : trainable.params())
+      check_finite(ParamLayout::view(masters, p), "checkpoint '" + dir + "'", p.name, false);
+  } else if (pieces) {
     read_flat_tensor_shards(r.model(), global, "", layout, tp.rank(), tp.size(),
                             out.model->params(), &progress);
   } else if (!whole) {

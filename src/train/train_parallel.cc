@@ -234,13 +234,11 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
         cfg.parallel.vp, cfg.global_batch, mesh.dp(), cfg.micro_batch, mesh.pp());
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
-    const char* unsupported = cfg.model.has_adapters() ? "peft.method (adapters)"
-                              : cfg.ddp.shard == parallel::Shard::Full
-                                  ? "parallel.shard=full (FSDP)"
+    check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights);
+    const char* unsupported = cfg.ddp.shard == parallel::Shard::Full ? "parallel.shard=full (FSDP)"
                               : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1
                                   ? "parallel.shard with parallel.pp"
-                              : cfg.frozen_weights != FrozenWeights::Master ? "train.frozen_weights"
-                                                                            : nullptr;
+                                  : nullptr;
     if (unsupported)
       fail(
           "parallel.tp = {}, parallel.pp = {}: {} under tensor or pipeline parallelism is not "

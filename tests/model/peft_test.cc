@@ -336,6 +336,58 @@ TEST(Lora, TargetsByEveryNamingScheme) {
   }
 }
 
+// Under tensor parallelism each adapter is split as its layer is: over a
+// column-parallel layer LoRA's A whole and B by the layer's rows (a whole
+// fused layer's B by each part's rows, as the weight), over a row-parallel
+// one A by its columns and B whole; IA3's output scales by the rows they
+// scale, an input scale by the columns. So rank r's B rows are exactly the
+// rows of the weight it holds, and its A columns the weight's columns.
+TEST(Lora, SplitAsTheirLayersUnderTensorParallelism) {
+  auto rows_of = [](const ParamInfo& p, int64_t r) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const SliceRange& s : shard_ranges(p, r, 2)) out.emplace_back(s.start, s.len);
+    return out;
+  };
+  for (bool llama : {true, false}) {
+    const ModelConfig c = tiny(llama, lora({"all-linear"}));
+    const ParamLayout layout = Transformer::layout_for(c);
+    for (const AdaptedModule& t : lora_targets(c)) {
+      SCOPED_TRACE(t.module);
+      const ParamInfo &w = layout.find(t.linear + ".weight"), &a = layout.find(t.a_name()),
+                      &b = layout.find(t.b_name());
+      if (w.split == Split::Rows) {
+        EXPECT_EQ(a.split, Split::Replicated);
+        EXPECT_EQ(b.split, Split::Rows);
+        for (int64_t r = 0; r < 2; ++r) {
+          // The weight's rows of this module's part, from 0.
+          std::vector<std::pair<int64_t, int64_t>> want;
+          for (const SliceRange& s : shard_ranges(w, r, 2, t.part))
+            want.emplace_back(s.start - t.col0, s.len);
+          EXPECT_EQ(rows_of(b, r), want);
+        }
+      } else {
+        ASSERT_EQ(w.split, Split::Cols);
+        EXPECT_EQ(a.split, Split::Cols);
+        EXPECT_EQ(b.split, Split::Replicated);
+        EXPECT_EQ(shard_shape(a, 2), (Shape{4, w.shape[1] / 2}));
+      }
+    }
+    // GPT-2's c_attn is one module over [q | k | v]: B has those parts.
+    if (!llama) {
+      EXPECT_EQ(layout.find("h.0.attn.qkv.lora_b").parts.size(), 3u);
+    }
+  }
+  const ModelConfig i = tiny_ia3(true, {"k_proj", "o_proj", "down_proj"}, {"down_proj"});
+  const ParamLayout layout = Transformer::layout_for(i);
+  EXPECT_EQ(layout.find("h.0.attn.qkv.ia3.k").split, Split::Rows);
+  EXPECT_EQ(layout.find("h.0.attn.proj.ia3").split, Split::Replicated);
+  EXPECT_EQ(layout.find("h.0.mlp.down.ia3_in").split, Split::Rows);
+  // The ranks' output columns of a part start at its share's first row.
+  const ParamLayout shard = layout.shard(2);
+  EXPECT_EQ(shard.find("h.0.attn.qkv.weight").part("k").row0,
+            layout.find("h.0.attn.qkv.weight").part("k").row0 / 2);
+}
+
 // W + s B A gives the adapters' logits (fp32; 1e-5: one rounding of the
 // merged weight per element against two products).
 // Every kind of adapter the tests use, on Llama and GPT-2.

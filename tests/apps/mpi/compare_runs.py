@@ -1,5 +1,5 @@
 # Compares runs of the tests/apps/mpi scripts with a one-process run:
-#   compare_runs.py [--tensor-norm] WORK REFERENCE RUN...
+#   compare_runs.py [--loss-tol X] [--trained-tol Y] [--tensor-norm | --bf16-base] WORK REF RUN...
 # Each RUN's metrics.jsonl losses (and figures, when logged) must equal the
 # reference's at every step within 1e-5 (relative; absolute below 1), and its exported
 # OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32); so
@@ -13,6 +13,10 @@
 # bf16: the losses within 1e-4 (relative), the base's tensors (those the
 # reference's model stores as BF16) bit for bit, the rest per tensor within
 # 1e-2 (2-norm; bf16 products rounded in another grouping).
+# --loss-tol X, --trained-tol Y (first, in that order): the losses within X
+# (relative), and with --bf16-base the trained tensors within Y, instead:
+# bf16 compute under tensor parallelism, whose row-parallel layers round
+# each rank's partial product to bf16 before the group adds them.
 # Adam divides each gradient element by its own running magnitude, so the
 # few elements whose contributions nearly cancel carry that rounding into
 # whole steps of size lr; at lr 1e-2 a handful of elements in thousands
@@ -53,11 +57,16 @@ def weights(path, bf16=None):
 
 
 args = sys.argv[1:]
+loss_tol, trained_tol = None, 1e-2
+if args[0] == "--loss-tol":
+    loss_tol, args = float(args[1]), args[2:]
+if args[0] == "--trained-tol":
+    trained_tol, args = float(args[1]), args[2:]
 tensor_norm = args[0] == "--tensor-norm"
 bf16_base = args[0] == "--bf16-base"
 if tensor_norm or bf16_base:
     args = args[1:]
-LOSS_TOL = 1e-4 if bf16_base else 1e-5
+LOSS_TOL = loss_tol or (1e-4 if bf16_base else 1e-5)
 work, ref, runs = args[0], args[1], args[2:]
 want = records(f"{work}/{ref}")
 FILES = [f for f in ("model/model.safetensors", "adapter/adapter_model.safetensors")
@@ -94,7 +103,7 @@ for run in runs:
             worst[file] = max((float(np.linalg.norm(got_w[n] - w[n]) /
                                      max(np.linalg.norm(w[n]), 1e-30)) for n in trained),
                               default=0.0)
-            assert worst[file] <= 1e-2, \
+            assert worst[file] <= trained_tol, \
                 f"{run}: {file} differs from one process by {worst[file]:.2e} (a tensor's 2-norm)"
         elif tensor_norm:
             worst[file] = max(float(np.linalg.norm(got_w[n] - w[n]) /

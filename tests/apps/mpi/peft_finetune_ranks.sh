@@ -8,9 +8,9 @@
 # DP2 and FSDP; `nekton train` with LoRA under FSDP; LoRA (no dropout),
 # QLoRA, IA3 and bottleneck adapters under context parallelism (CP2). Every
 # step's loss, the validation loss, the exported model and the PEFT adapter
-# (adapter/adapter_model.safetensors) within 1e-5 of one process. Adapters
-# under tensor and pipeline parallelism are refused, naming peft.method, and
-# LoRA dropout under CP, naming peft.lora_dropout.
+# (adapter/adapter_model.safetensors) within 1e-5 of one process. LoRA
+# dropout under CP is refused, naming peft.lora_dropout. (Adapters under
+# tensor and pipeline parallelism: peft_model_parallel_ranks.sh.)
 #   tests/apps/mpi/peft_finetune_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_finetune_ranks
@@ -82,9 +82,4 @@ run one_train "$NK" train "${TRAIN[@]}"
 run fsdp_train "$NK" train --nproc 2 "${TRAIN[@]}" parallel.shard=full
 compare one_train fsdp_train || fail "nekton train with LoRA: FSDP differs from one process"
 
-for tp_pp in "2 1" "1 2"; do
-  read -r tp pp <<<"$tp_pp"
-  refused bad "parallel.tp = $tp, parallel.pp = $pp: peft.method (adapters) under tensor or pipeline parallelism is not supported" \
-    "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp="$tp" parallel.pp="$pp"
-done
 pass "LoRA, QLoRA, IA3, bottleneck adapters and p-tuning under DP (2, 4 ranks), ZeRO-1 and FSDP, and all but p-tuning under CP2, equal one process"

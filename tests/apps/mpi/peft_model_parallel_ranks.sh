@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# PEFT adapters under tensor and pipeline parallelism equal one process:
+# from a saved base (train.init_from), 10 steps of packed SFT rows. Each
+# adapter is split as its layer is (model/peft.cc): LoRA's A whole and B by
+# rows over a column-parallel layer (q|k|v, gate|up), A by columns and B
+# whole over a row-parallel one (o, down), the whole factor's gradient added
+# over the tp group.
+#  - f32 LoRA (all-linear) under TP2, TP2 with SP, TP2 x DP2, PP2 and
+#    TP2 x PP2: every loss within 1e-5, the exported model and the PEFT
+#    adapter per tensor within 1e-4 (Adam turns the ranks' other order of
+#    sums into single elements of 1e-5: measured 8.2e-6 per element); PP2
+#    bit for bit. Stopped at step 5 under TP2 and resumed under TP2, and on
+#    one process (the checkpoint holds whole tensors).
+#  - LoRA dropout on q_proj and v_proj (column-parallel: every rank draws
+#    one process's mask over the whole input) under TP2.
+#  - LoRA over a bf16 base (train.dtype=bf16: the base held in bf16 alone)
+#    under TP2 and PP2, TP2 resumed: the base exported bit for bit, the
+#    losses within 1e-3 under TP (each rank's partial product of a
+#    row-parallel layer is rounded to bf16 before the sum; measured
+#    1.05e-4), the adapters per tensor within 1.5e-1 under TP (Adam
+#    amplifies that rounding where a gradient nearly cancels: measured
+#    7.1e-2, while the one-process bf16 run's own distance from the f32 run
+#    is 9.3e-2), PP2 bit for bit.
+#  - QLoRA and bottleneck adapters under PP2 (bit for bit), IA3 (output
+#    scales of k, v and o, the input scale of down) under TP2.
+#  - GPT-2 from scratch (`nekton train`): LoRA on every linear layer (the
+#    fused c_attn's B split by rows of each of q, k, v) and IA3 under TP2.
+# A row-parallel layer's LoRA dropout is drawn by each rank over its own
+# input columns (not one process's mask: not compared here).
+# Refused, naming the key: QLoRA, bottleneck adapters and adapters on MoE
+# models under TP, p-tuning under TP and PP.
+#   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
+set -euo pipefail
+NAME=peft_model_parallel_ranks
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/ranks_lib.sh"
+
+run base "$NK" finetune "${SFT_ARGS[@]}" train.steps=3
+ARGS=("${SFT_ARGS[@]}" train.init_from="$WORK/base/model" train.lr=1e-2)
+LORA=(peft.method=lora peft.target_modules=all-linear)
+
+run one "$NK" finetune "${ARGS[@]}" "${LORA[@]}"
+run tp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2
+run tp2sp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2 parallel.sp=true
+run tp2dp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2
+run pp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.pp=2
+run tp2pp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2 parallel.pp=2
+run tp2resumed "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2 \
+  train.exit_at_step=5
+run tp2resumed "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2
+run tp2to1 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${LORA[@]}" parallel.tp=2 train.exit_at_step=5
+run tp2to1 "$NK" finetune "${ARGS[@]}" "${LORA[@]}"
+grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
+grep -q "pp 2" "$WORK/pp2.log" || fail "pp2 did not run pipeline parallel"
+grep -q "peft: LoRA" "$WORK/tp2.log" || fail "tp2 did not train LoRA"
+for r in tp2resumed tp2to1; do
+  grep -q "resuming from checkpoint .*step_00000005 at step 5" "$WORK/$r.log" ||
+    fail "$r did not resume at step 5"
+done
+compare one pp2 || fail "LoRA: PP2 differs from one process"
+compare_norm one tp2 tp2sp tp2dp2 tp2pp2 tp2resumed tp2to1 ||
+  fail "LoRA: tensor parallel differs from one process"
+
+DROP=(peft.method=lora peft.target_modules=q_proj,v_proj peft.lora_dropout=0.1)
+run one_drop "$NK" finetune "${ARGS[@]}" "${DROP[@]}"
+run tp2_drop "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${DROP[@]}" parallel.tp=2
+compare_norm one_drop tp2_drop || fail "LoRA dropout on column-parallel layers: TP2 differs"
+
+BF=("${ARGS[@]}" "${LORA[@]}" train.dtype=bf16)
+run one_bf "$NK" finetune "${BF[@]}"
+run tp2_bf "${MPI[@]}" 2 "$NK" finetune "${BF[@]}" parallel.tp=2
+run pp2_bf "${MPI[@]}" 2 "$NK" finetune "${BF[@]}" parallel.pp=2
+run tp2resumed_bf "${MPI[@]}" 2 "$NK" finetune "${BF[@]}" parallel.tp=2 train.exit_at_step=5
+run tp2resumed_bf "${MPI[@]}" 2 "$NK" finetune "${BF[@]}" parallel.tp=2
+grep -q "resuming from checkpoint .*step_00000005 at step 5" "$WORK/tp2resumed_bf.log" ||
+  fail "tp2resumed_bf did not resume at step 5"
+grep -q "frozen base held as bf16" "$WORK/tp2_bf.log" || fail "tp2_bf did not hold a bf16 base"
+/usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --bf16-base "$WORK" one_bf pp2_bf &&
+  /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" --loss-tol 1e-3 --trained-tol 0.15 \
+    --bf16-base "$WORK" one_bf tp2_bf tp2resumed_bf ||
+  fail "LoRA over a bf16 base: a model-parallel run differs from one process"
+
+run one_qlora "$NK" finetune "${ARGS[@]}" peft.method=qlora
+run pp2_qlora "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.pp=2
+run one_adapter "$NK" finetune "${ARGS[@]}" peft.method=adapter
+run pp2_adapter "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.pp=2
+IA3=(peft.method=ia3 peft.target_modules=k_proj,v_proj,o_proj,down_proj
+     peft.feedforward_modules=down_proj)
+run one_ia3 "$NK" finetune "${ARGS[@]}" "${IA3[@]}"
+run tp2_ia3 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${IA3[@]}" parallel.tp=2
+compare one_qlora pp2_qlora && compare one_adapter pp2_adapter && compare_norm one_ia3 tp2_ia3 ||
+  fail "QLoRA, bottleneck adapters or IA3: a model-parallel run differs from one process"
+
+# GPT-2 (`nekton train`, a random base): LoRA on the fused c_attn (B split
+# by rows of each of q, k and v, as the weight is), c_fc and both c_proj;
+# IA3 scaling c_fc's input (a whole input over a column-parallel layer: its
+# gradient summed over the group) and both c_proj's outputs (over the
+# partial sums, the bias on rank 0 alone).
+TRAIN=(model.preset=gpt-tiny model.n_layer=2 model.d_model=64 model.n_head=4 model.d_ff=128
+       "data.path=$REPO/README.md" train.dtype=f32 train.micro_batch=2 train.seq_len=64
+       train.global_batch=8 train.steps=10 train.val_every=0 train.threads=1 train.peak_tflops=1
+       train.lr=1e-2 parallel.timeout_s=60)
+GPT_IA3=(peft.method=ia3 peft.target_modules=c_attn,c_fc,c_proj peft.feedforward_modules=c_fc)
+run one_gpt "$NK" train "${TRAIN[@]}" "${LORA[@]}"
+run tp2_gpt "${MPI[@]}" 2 "$NK" train "${TRAIN[@]}" "${LORA[@]}" parallel.tp=2
+run one_gpt_ia3 "$NK" train "${TRAIN[@]}" "${GPT_IA3[@]}"
+run tp2_gpt_ia3 "${MPI[@]}" 2 "$NK" train "${TRAIN[@]}" "${GPT_IA3[@]}" parallel.tp=2
+compare_norm one_gpt tp2_gpt && compare_norm one_gpt_ia3 tp2_gpt_ia3 ||
+  fail "GPT-2 LoRA or IA3: TP2 differs from one process"
+
+refused qlora_tp "parallel.tp = 2: peft.method=qlora under tensor parallelism is not supported" \
+  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
+refused adapter_tp "parallel.tp = 2: peft.method=adapter under tensor parallelism" \
+  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2
+refused pt_pp "pipeline parallelism: peft.method=p_tuning" \
+  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=p_tuning data.pack=false parallel.pp=2
+refused moe_tp "adapters on a Mixture-of-Experts model under tensor parallelism" \
+  "${MPI[@]}" 2 "$NK" finetune "${SFT_ARGS[@]}" model.preset=mixtral-tiny model.vocab_size=264 \
+  peft.method=lora parallel.tp=2
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2 equal one process"
