@@ -375,7 +375,8 @@ std::vector<std::pair<std::string, int64_t>> parts_within(const ParamInfo& base,
 }
 
 // Under tensor parallelism an adapter is split as its layer is (Megatron's
-// LoRA layout): over a column-parallel layer (base split by rows: each rank
+// LoRA layout; a MoE layer's experts' each as its expert's weight, in
+// add_adapter_params): over a column-parallel layer (base split by rows: each rank
 // some output features, the whole input) A [r, in] is whole on every rank
 // and B [rows, r] holds the rank's rows of each fused part, as the layer's
 // weight does; over a row-parallel one (split by columns: some input
@@ -435,6 +436,12 @@ void add_adapter_params(ParamLayout& p, const ModelConfig& c) {
     auto [a, b] = experts.at(t.linear);
     a.adapter = b.adapter = true;
     a.split = b.split = Split::Experts;
+    // Each expert's A and B split over the (expert) tensor-parallel group as
+    // its weight is, by lora_split's rule: B by rows of each part over the
+    // experts' gate | up, A by columns over their down.
+    const Split each = p.find(t.linear + ".weight").expert_split;
+    if (each == Split::Rows) b.expert_split = Split::Rows;
+    if (each == Split::Cols) a.expert_split = Split::Cols;
     int64_t rows = 0;
     for (const auto& part : b.parts) rows += part.second;
     p.add(t.a_name(), {r * int64_t(a.parts.size()), t.in}, Init::Uniform, a_std, a);

@@ -139,8 +139,11 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // adapters are split as their layers are (model/peft.cc), a frozen base held
 // as masters or in the compute dtype; not a block-quantised model
 // (inference), a p-tuning prompt, nor under tensor parallelism QLoRA's NF4
-// base, bottleneck adapters or adapters on MoE and latent-attention models.
-void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen);
+// base, bottleneck adapters, adapters on latent-attention models or on MoE
+// models whose experts are split over 1 < etp < tp ranks (etp: the experts'
+// split, TensorParallel::expert_size(); 0: tp).
+void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen,
+                        int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
 // experts that tp does not divide (check_tensor_parallel), a device other
 // than the CPU. nk::Error naming the key.

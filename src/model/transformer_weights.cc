@@ -121,7 +121,8 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp) {
           key, value, etp);
 }
 
-void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen) {
+void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen,
+                        int64_t etp) {
   if (tp <= 1 && !staged) return;
   const std::string where =
       tp > 1 ? fmt::format("parallel.tp = {}", tp) : std::string("pipeline parallelism");
@@ -145,11 +146,17 @@ void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenW
         "adapters' LayerNorm spans the whole output of a split layer); use parallel.pp, data or "
         "context parallelism",
         where);
-  if (cfg.has_adapters() && (cfg.is_moe() || cfg.block().latent_attention))
+  if (cfg.has_adapters() && cfg.block().latent_attention)
     fail(
-        "{}: adapters on a {} model under tensor parallelism are not supported yet; use "
-        "parallel.ep, parallel.pp, data or context parallelism",
-        where, cfg.is_moe() ? "Mixture-of-Experts" : "latent-attention");
+        "{}: adapters on a latent-attention model under tensor parallelism are not supported "
+        "yet; use parallel.ep, parallel.pp, data or context parallelism",
+        where);
+  if (cfg.has_adapters() && cfg.is_moe() && etp > 1 && etp < tp)
+    fail(
+        "{}, parallel.etp = {}: adapters on a Mixture-of-Experts model with its experts split "
+        "over fewer ranks than the attention are not supported yet; use parallel.etp = 1 or "
+        "{}",
+        where, etp, tp);
 }
 
 ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen,
@@ -211,7 +218,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
-  check_model_pieces(cfg_, tp_.size(), !whole, frozen_weights);
+  check_model_pieces(cfg_, tp_.size(), !whole, frozen_weights, tp_.expert_size());
   layout_ =
       whole ? global_layout_
             : global_layout_.subset([&](const ParamInfo& p) { return stage_.holds(cfg_, p.name); });
@@ -565,17 +572,28 @@ void Transformer::bind_views() {
     }();
     if (lo.parts.empty()) {
       lo.id = loras.size() + 1000003ull * experts_lora.size() + uint64_t(e + 1);
-      // A row-parallel layer's ranks each drop out their own input columns:
+      // A row-parallel layer's ranks each drop out their own input columns,
+      // and a MoE block's with whole experts its own rows (nn/token_split.h):
       // their masks must not repeat one another's (one process's mask over
       // the whole input is not what any rank draws).
-      if (tp_.active() && layout_.find(t.linear + ".weight").split == Split::Cols)
+      const ParamInfo& base = layout_.find(t.linear + ".weight");
+      if (tp_.active() && (tensor_split(base).split == Split::Cols ||
+                           (tp_.experts_whole && t.linear.find(".moe.") != std::string::npos)))
         lo.id += uint64_t(tp_.rank()) * 0x9E3779B97F4A7C15ull;
     }
     lo.rank = cfg_.lora.rank;
     lo.scale = float(cfg_.lora.scale());
     lo.dropout = float(cfg_.lora.dropout);
-    const int64_t rows_per_expert = t.out / cfg_.num_experts;  // up: 2F, down: C
-    const int64_t col0 = e < 0 ? local_col0(t) : t.col0 - rows_per_expert * e;
+    // An expert's part starts at its share's first row of the expert's rows
+    // (up: 2F of them, F / etp each of gate and up under tensor parallelism;
+    // down: C, whole).
+    const int64_t rows_per_expert = t.out / cfg_.num_experts,
+                  held_per_expert = e < 0 ? 0
+                                          : unsplit_layout().find(t.linear + ".weight").shape[0] /
+                                                cfg_.num_experts;
+    const int64_t col0 = e < 0
+                             ? local_col0(t)
+                             : (t.col0 - rows_per_expert * e) / (rows_per_expert / held_per_expert);
     const std::string part = t.lora_part();
     auto mine = [&](const Tensor& x, const std::string& name) {
       return part.empty() ? x : expert_rows(x, name, part);
@@ -795,6 +813,11 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     for (const Tensor& g : {n.dw, n.db})
       if (g.defined()) out.push_back(g);
   };
+  auto lora_grads = [&](const nn::Lora& l, bool a, bool b) {
+    for (const nn::LoraPart& part : l.parts)
+      for (const Tensor& g : {a ? part.da : Tensor(), b ? part.db : Tensor()})
+        if (g.defined()) out.push_back(g);
+  };
   for (const Block& b : blocks_) {  // (another pipeline stage's blocks hold nothing)
     if (tp_.sp()) {
       add(b.norm1);
@@ -811,12 +834,8 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     // rank's input columns' part); IA3's input scale over a column-parallel
     // layer and output scales over a row-parallel one (the layer's partial
     // products). The rest of them are the rank's own.
-    for (const nn::Linear* lin : {&b.attn.qkv, &b.mlp.up})
-      for (const nn::LoraPart& part : lin->lora.parts)
-        if (part.da.defined()) out.push_back(part.da);
-    for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
-      for (const nn::LoraPart& part : lin->lora.parts)
-        if (part.db.defined()) out.push_back(part.db);
+    for (const nn::Linear* lin : {&b.attn.qkv, &b.mlp.up}) lora_grads(lin->lora, true, false);
+    for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down}) lora_grads(lin->lora, false, true);
     if (b.attn.qkv.ia3.din.defined()) out.push_back(b.attn.qkv.ia3.din);
     if (b.mlp.up.ia3.din.defined()) out.push_back(b.mlp.up.ia3.din);
     for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
@@ -838,9 +857,21 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
            {b.moe.router.dw, b.moe.router.db, b.moe.shared_up.dw, b.moe.shared_up.db,
             b.moe.shared_down.dw, b.moe.shared_down.db, b.moe.shared_gate.dw})
         if (gr.defined()) out.push_back(gr);
-      if (!experts_split_)
+      for (const nn::Linear* lin : {&b.moe.shared_up, &b.moe.shared_down})
+        lora_grads(lin->lora, true, true);
+      if (!experts_split_) {
         for (const Tensor& gr : {b.moe.dup, b.moe.ddown})
           if (gr.defined()) out.push_back(gr);
+        for (const auto* experts : {&b.moe.up_lora, &b.moe.down_lora})
+          for (const nn::Lora& l : *experts) lora_grads(l, true, true);
+      }
+    } else if (b.moe.n_experts > 0) {
+      // Experts (and the shared expert) split over the group: as above, the
+      // whole factor of each expert's adapter.
+      lora_grads(b.moe.shared_up.lora, true, false);
+      lora_grads(b.moe.shared_down.lora, false, true);
+      for (const nn::Lora& l : b.moe.up_lora) lora_grads(l, true, false);
+      for (const nn::Lora& l : b.moe.down_lora) lora_grads(l, false, true);
     }
   }
   if (tp_.sp()) add(norm_f_);

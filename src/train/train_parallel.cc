@@ -234,7 +234,7 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
         cfg.parallel.vp, cfg.global_batch, mesh.dp(), cfg.micro_batch, mesh.pp());
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
-    check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights);
+    check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
     const char* unsupported = cfg.ddp.shard == parallel::Shard::Full ? "parallel.shard=full (FSDP)"
                               : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1
                                   ? "parallel.shard with parallel.pp"

@@ -386,6 +386,23 @@ TEST(Lora, SplitAsTheirLayersUnderTensorParallelism) {
   const ParamLayout shard = layout.shard(2);
   EXPECT_EQ(shard.find("h.0.attn.qkv.weight").part("k").row0,
             layout.find("h.0.attn.qkv.weight").part("k").row0 / 2);
+  // A MoE layer's experts' stacked A and B: split over the expert-parallel
+  // ranks by experts, each expert's over the tensor-parallel ones as its
+  // weight (gate | up by rows, down by columns).
+  ModelConfig moe = model_preset("mixtral-tiny");
+  moe.lora = lora({"all-linear"});
+  const ParamLayout m = Transformer::layout_for(moe);
+  const ParamInfo &up_b = m.find("h.0.moe.up.lora_b"), &down_a = m.find("h.0.moe.down.lora_a");
+  EXPECT_EQ(up_b.split, Split::Experts);
+  EXPECT_EQ(up_b.expert_split, Split::Rows);
+  EXPECT_EQ(m.find("h.0.moe.up.lora_a").expert_split, Split::Replicated);
+  EXPECT_EQ(down_a.expert_split, Split::Cols);
+  EXPECT_EQ(m.find("h.0.moe.down.lora_b").expert_split, Split::Replicated);
+  // Rank 1 of 2 holds the second half of every expert's gate and up rows.
+  const ParamInfo up_w = tensor_split(m.find("h.0.moe.up.weight"));
+  EXPECT_EQ(shard_ranges(tensor_split(up_b), 1, 2, "e2.up")[0].start - up_b.part("e2.up").row0,
+            shard_ranges(up_w, 1, 2, "e2.up")[0].start - up_w.part("e2.up").row0);
+  EXPECT_EQ(m.shard(2).find("h.0.moe.down.lora_a").shape[1], moe.expert_d_ff() / 2);
 }
 
 // W + s B A gives the adapters' logits (fp32; 1e-5: one rounding of the

@@ -27,8 +27,12 @@
 #    fused c_attn's B split by rows of each of q, k, v) and IA3 under TP2.
 # A row-parallel layer's LoRA dropout is drawn by each rank over its own
 # input columns (not one process's mask: not compared here).
-# Refused, naming the key: QLoRA, bottleneck adapters and adapters on MoE
-# models under TP, p-tuning under TP and PP.
+#  - LoRA on every linear layer of mixtral-tiny and qwen2-moe-tiny (each
+#    expert's A and B split as its weight; the shared expert's as an MLP's)
+#    under TP2 with the experts split (etp = tp) and whole (etp = 1), and
+#    mixtral-tiny under TP2 x EP2.
+# Refused, naming the key: QLoRA and bottleneck adapters under TP, adapters
+# on a MoE model with 1 < etp < tp, p-tuning under TP and PP.
 #   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_model_parallel_ranks
@@ -109,13 +113,31 @@ run tp2_gpt_ia3 "${MPI[@]}" 2 "$NK" train "${TRAIN[@]}" "${GPT_IA3[@]}" parallel
 compare_norm one_gpt tp2_gpt && compare_norm one_gpt_ia3 tp2_gpt_ia3 ||
   fail "GPT-2 LoRA or IA3: TP2 differs from one process"
 
+# Mixture of Experts (6 SFT steps from a random base, the routers trained
+# whole): each expert's A and B split as its weight (gate | up by rows, down
+# by columns), over the tp group (etp = tp), or whole with the block's rows
+# split (etp = 1), with EP2 (4 ranks); Qwen2-MoE's shared expert as an MLP.
+MOE=("${SFT_ARGS[@]}" model.preset=mixtral-tiny train.steps=6 train.val_every=3
+     peft.method=lora peft.target_modules=all-linear peft.train_router=true)
+QWEN=("${MOE[@]}" model.preset=qwen2-moe-tiny train.eps=1e-6)
+run one_moe "$NK" finetune "${MOE[@]}"
+run tp2_moe "${MPI[@]}" 2 "$NK" finetune "${MOE[@]}" parallel.tp=2
+run tp2etp1_moe "${MPI[@]}" 2 "$NK" finetune "${MOE[@]}" parallel.tp=2 parallel.etp=1
+run tp2ep2_moe "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=2 parallel.ep=2
+run one_qwen "$NK" finetune "${QWEN[@]}"
+run tp2_qwen "${MPI[@]}" 2 "$NK" finetune "${QWEN[@]}" parallel.tp=2
+run tp2etp1_qwen "${MPI[@]}" 2 "$NK" finetune "${QWEN[@]}" parallel.tp=2 parallel.etp=1
+grep -q "LoRA r=8 alpha=16 on 32 modules" "$WORK/tp2_moe.log" ||
+  fail "tp2_moe did not adapt the experts: $(grep -m1 peft "$WORK/tp2_moe.log")"
+compare_norm one_moe tp2_moe tp2etp1_moe tp2ep2_moe && compare_norm one_qwen tp2_qwen tp2etp1_qwen ||
+  fail "LoRA on a MoE model: tensor parallel differs from one process"
+
 refused qlora_tp "parallel.tp = 2: peft.method=qlora under tensor parallelism is not supported" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
 refused adapter_tp "parallel.tp = 2: peft.method=adapter under tensor parallelism" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2
 refused pt_pp "pipeline parallelism: peft.method=p_tuning" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=p_tuning data.pack=false parallel.pp=2
-refused moe_tp "adapters on a Mixture-of-Experts model under tensor parallelism" \
-  "${MPI[@]}" 2 "$NK" finetune "${SFT_ARGS[@]}" model.preset=mixtral-tiny model.vocab_size=264 \
-  peft.method=lora parallel.tp=2
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2 equal one process"
+refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
+  "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2 equal one process"
