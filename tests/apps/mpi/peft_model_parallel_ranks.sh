@@ -21,7 +21,7 @@
 #    amplifies that rounding where a gradient nearly cancels: measured
 #    7.1e-2, while the one-process bf16 run's own distance from the f32 run
 #    is 9.3e-2), PP2 bit for bit.
-#  - QLoRA and bottleneck adapters under PP2 (bit for bit), IA3 (output
+#  - QLoRA, bottleneck adapters and IA3 under PP2 (bit for bit), IA3 (output
 #    scales of k, v and o, the input scale of down) under TP2.
 #  - GPT-2 from scratch (`nekton train`): LoRA on every linear layer (the
 #    fused c_attn's B split by rows of each of q, k, v) and IA3 under TP2.
@@ -93,7 +93,9 @@ IA3=(peft.method=ia3 peft.target_modules=k_proj,v_proj,o_proj,down_proj
      peft.feedforward_modules=down_proj)
 run one_ia3 "$NK" finetune "${ARGS[@]}" "${IA3[@]}"
 run tp2_ia3 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${IA3[@]}" parallel.tp=2
-compare one_qlora pp2_qlora && compare one_adapter pp2_adapter && compare_norm one_ia3 tp2_ia3 ||
+run pp2_ia3 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" "${IA3[@]}" parallel.pp=2
+compare one_qlora pp2_qlora && compare one_adapter pp2_adapter && compare one_ia3 pp2_ia3 &&
+  compare_norm one_ia3 tp2_ia3 ||
   fail "QLoRA, bottleneck adapters or IA3: a model-parallel run differs from one process"
 
 # GPT-2 (`nekton train`, a random base): LoRA on the fused c_attn (B split
