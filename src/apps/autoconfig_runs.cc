@@ -520,6 +520,85 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
         cal.link_latency_s * 1e6);
 }
 
+void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
+                                    StepCalibration& cal) {
+  // On as many of the host's ranks as the batch splits over (all, when it
+  // does): FSDP's gathers fault pages in on every rank at once.
+  const int64_t G = cfg.global_batch, P = divisor_at_most(G, cal.procs_per_node);
+  if (P < 2) return;  // no sharded layout on this host
+  const double page_probe = cal.refault_s_per_byte;
+  fsdp_probes_.clear();
+  for (const int64_t mb : {int64_t(1), G / P}) {
+    if (!fsdp_probes_.empty() && mb == fsdp_probes_[0].micro_batch) break;
+    TrainConfig c = probe_config(cfg, 1, 1, int(P), mb);
+    c.ddp.shard = parallel::Shard::Full;
+    // The step predicted with both costs free, at 1 ns a byte, at 1 ms a
+    // step: what the measured step adds over the first, in their slopes.
+    StepCalibration at0 = cal;
+    at0.procs_per_node = P;
+    at0.sharing = measure_sharing(P);  // (cached: the host's)
+    at0.refault_s_per_byte = 0, at0.fsdp_step_s = 0;
+    StepCalibration per_byte = at0, per_step = at0;
+    per_byte.refault_s_per_byte = 1e-9, per_step.fsdp_step_s = 1e-3;
+    FsdpProbe f;
+    f.micro_batch = mb;
+    try {
+      c.parallel.check();
+      measure_missing_rates(c, rates);
+      const TrainEstimate e = estimate_training(c, P, &rates);
+      f.predicted_s = predict_step(c, e, at0).total();
+      f.per_s_per_byte = (predict_step(c, e, per_byte).total() - f.predicted_s) / 1e-9;
+      f.per_step_s = (predict_step(c, e, per_step).total() - f.predicted_s) / 1e-3;
+    } catch (const Error& e) {
+      NK_WARN("autoconfig: no fully sharded probe at micro-batch {} for this recipe ({})", mb,
+              e.what());
+      break;
+    }
+    std::vector<std::string> extra = probe_overrides(1, 1, int(P), mb, cal.threads);
+    std::replace(extra.begin(), extra.end(), std::string("parallel.shard=none"),
+                 std::string("parallel.shard=full"));
+    const MeasuredRun r = run(fmt::format("probe-fsdp{}-mb{}", P, mb), P, extra, kProbeSteps);
+    if (!r.ok() || !(f.per_s_per_byte > 0)) {
+      NK_WARN("autoconfig: the fully sharded probe at micro-batch {} failed ({}, {})", mb,
+              r.result.describe(), r.log);
+      break;
+    }
+    f.measured_s = r.step_s;
+    fsdp_probes_.push_back(f);
+  }
+  if (fsdp_probes_.empty()) {
+    NK_WARN("autoconfig: FSDP's gathers costed by the page probe, {:.2f} ns a byte",
+            page_probe * 1e9);
+    return;
+  }
+  // extra_i = per byte x S_i + per step x Q_i (Cramer's rule).
+  const FsdpProbe& a = fsdp_probes_[0];
+  if (fsdp_probes_.size() == 2) {
+    const FsdpProbe& b = fsdp_probes_[1];
+    const double ea = a.measured_s - a.predicted_s, eb = b.measured_s - b.predicted_s;
+    const double det = a.per_s_per_byte * b.per_step_s - b.per_s_per_byte * a.per_step_s;
+    const double r = det != 0 ? (ea * b.per_step_s - eb * a.per_step_s) / det : -1;
+    const double s = det != 0 ? (a.per_s_per_byte * eb - b.per_s_per_byte * ea) / det : -1;
+    if (r > 0 && s >= 0) {
+      cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
+      return;
+    }
+    NK_WARN(
+        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model) give no "
+        "positive per-byte and per-step cost (noise); the first alone, per byte",
+        ea * 1e3, eb * 1e3);
+  }
+  const double r = (a.measured_s - a.predicted_s) / a.per_s_per_byte;
+  if (r > 0) {
+    cal.refault_s_per_byte = r;
+    return;
+  }
+  NK_WARN(
+      "autoconfig: the fully sharded probe ran {:.1f} ms under the model with free gathers "
+      "(noise); FSDP's gathers costed by the page probe, {:.2f} ns a byte",
+      (a.predicted_s - a.measured_s) * 1e3, page_probe * 1e9);
+}
+
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {
   return run(fmt::format("run{}", ++runs_), world, k.overrides, steps);
 }

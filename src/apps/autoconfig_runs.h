@@ -104,6 +104,27 @@ class AutoconfigRuns {
   // (fit_ring). Keeps cal's values (with a warning) when the recipe cannot
   // run so.
   void calibrate_ring(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // FSDP's costs past the link (cal.refault_s_per_byte, cal.fsdp_step_s):
+  // what a byte its gathers write costs (the pages handed back after each
+  // use faulted in again by the gather's copy, the release, the waits at
+  // every gather) and what a step costs beside them. Two fully sharded
+  // data-parallel runs of the recipe on the host's ranks (dp P: one
+  // sequence per micro-batch, the most gathers, then one micro-batch per
+  // rank, the fewest, the same tokens), each against the model with both
+  // costs free, fitted as gathered bytes x per byte + per step (the
+  // prediction's slopes in each). Without a positive fit (noise), or with
+  // one micro-batch per rank only, the first run alone at a per-byte cost;
+  // keeps cal's values (the page probe's, measure_page_refault) with a
+  // warning when the recipe cannot run so.
+  void calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
+  // A fully sharded probe: its micro-batch, predicted step with FSDP's
+  // costs free, what a unit of refault_s_per_byte and of fsdp_step_s add to
+  // it (seconds per unit), measured step.
+  struct FsdpProbe {
+    int64_t micro_batch = 0;
+    double predicted_s = 0, per_s_per_byte = 0, per_step_s = 0, measured_s = 0;
+  };
+  const std::vector<FsdpProbe>& fsdp_probes() const { return fsdp_probes_; }
   // A context-parallel probe: its micro-batch, predicted step with the
   // ring at scale 1 and free messages, measured step, and what fit_ring
   // took from it.
@@ -138,6 +159,7 @@ class AutoconfigRuns {
   int runs_ = 0;
   MessageProbe message_probe_, bytes_probe_;
   std::vector<CpProbe> ring_probes_;
+  std::vector<FsdpProbe> fsdp_probes_;
   std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
   double sharing_alone_s_ = 0;              // and its median step alone
   std::map<int64_t, double> sharing_;       // measured, by copies

@@ -174,6 +174,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   if (world > 1 && a.nodes == 1) {
     runs.calibrate_messages(cfg, rates, cal);
     runs.calibrate_ring(cfg, rates, cal);
+    runs.calibrate_fsdp(cfg, rates, cal);
   }
 
   LayoutSearchOptions opt;
@@ -272,6 +273,13 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"bytes", m->bytes},
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
+    j["fsdp_probes"] = nlohmann::json::array();
+    for (const AutoconfigRuns::FsdpProbe& f : runs.fsdp_probes())
+      j["fsdp_probes"].push_back({{"micro_batch", f.micro_batch},
+                                  {"predicted_without_s", f.predicted_s},
+                                  {"per_s_per_byte", f.per_s_per_byte},
+                                  {"per_step_s", f.per_step_s},
+                                  {"measured_s", f.measured_s}});
     for (const AutoconfigRuns::CpProbe& r : runs.ring_probes())
       j["ring_probes"].push_back({{"micro_batch", r.micro_batch},
                                   {"predicted_without_s", r.predicted_s},
@@ -311,7 +319,8 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
         "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "
         "link {:.2f} GB/s, "
-        "{:.0f} us per message ({}){}{}\n\n",
+        "{:.0f} us per message ({}){}{}; FSDP {:.2f} ns a gathered byte + {:.1f} ms a step "
+        "({})\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
         cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
@@ -328,7 +337,9 @@ int cmd_autoconfig(const CommandArgs& raw) {
                           cal.ring_message_s >= 0 ? "" : " (the link's)"),
         cal.message_wait_share > 0 ? fmt::format("; messages' waits at most {:.0f} % of the step",
                                                  100.0 * cal.message_wait_share)
-                                   : "");
+                                   : "",
+        cal.refault_s_per_byte * 1e9, cal.fsdp_step_s * 1e3,
+        runs.fsdp_probes().empty() ? "the page probe" : "fully sharded probes");
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
                "tokens/s", meas ? " median step ms    error" : "");

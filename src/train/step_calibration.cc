@@ -37,6 +37,7 @@ nlohmann::json StepCalibration::to_json() const {
           {"ring_message_s", ring_message_s},
           {"message_wait_share", message_wait_share},
           {"refault_s_per_byte", refault_s_per_byte},
+          {"fsdp_step_s", fsdp_step_s},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
 }
@@ -289,8 +290,11 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         p.comm_bytes += share * (grads + 2.0 * m * params * s);
         p.messages += buckets * (1.0 + 2.0 * m);
         // The other ranks' blocks were handed back after their last use:
-        // each gather faults their pages in again.
-        p.overhead_s += over * 2.0 * m * share * params * s * cal.refault_s_per_byte;
+        // each gather faults their pages in again (per byte), and a step
+        // costs fsdp_step_s beside (both measured by autoconfig's fully
+        // sharded probes).
+        p.overhead_s +=
+            over * (2.0 * m * share * params * s * cal.refault_s_per_byte + cal.fsdp_step_s);
         break;
     }
   }

@@ -20,7 +20,11 @@
 //   ring_attention_scale, ring_message_s  two context-parallel runs of
 //       the recipe (one micro-batch per rank, then one sequence per
 //       micro-batch): the ring's blocks over the causal kernel's tiles, and
-//       what one of the ring's messages costs (fit_ring).
+//       what one of the ring's messages costs (fit_ring);
+//   refault_s_per_byte, fsdp_step_s   two fully sharded (FSDP) runs of
+//       the recipe (the most micro-batches, then the fewest): what a byte
+//       its gathers write into released pages costs, and what a step
+//       costs beside them.
 // A rank's step is then
 //   oversub x (compute_scale x (compute + (ring_attention_scale - 1) x
 //                               its ring attention)
@@ -65,10 +69,18 @@ struct StepCalibration {
   // (recompute_overhead of their recipe): a candidate's is scaled by its own
   // over this.
   double probe_recompute = 1;
-  // FSDP: a page of weights handed back to the OS (madvise) costs this much
-  // per byte more than a plain write when the next gather writes it again
-  // (measure_page_refault; 0: not measured).
+  // FSDP: what a byte of the weights its gathers write costs past the
+  // link's bandwidth: the page handed back to the OS (madvise) after each
+  // use faulted in again by the gather's copy, the release itself, the
+  // waits at every gather. Measured by a fully sharded probe run of the
+  // recipe (AutoconfigRuns::calibrate_fsdp), or else per byte of a plain
+  // write after a release (measure_page_refault: on the Zen 5 VM 3.2-3.7 ns
+  // a byte against the probe's 8.6); 0: not measured.
   double refault_s_per_byte = 0;
+  // FSDP: what a step costs beside its gathered bytes (the fully sharded
+  // probes' intercept: on the Zen 5 VM one rank of two slower by 20-40 ms
+  // a step, the other waiting for it at the gathers); 0: not measured.
+  double fsdp_step_s = 0;
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;

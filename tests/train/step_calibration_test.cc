@@ -266,6 +266,19 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
                            estimate_training(load({"parallel.dp=2"}), 2, &r), faults)
                   .overhead_s,
               none.overhead_s);  // nothing is released without FSDP
+    // FSDP's per-step cost: once a step whatever its micro-batches, as the
+    // other overheads shared by the ranks on the cores; nothing without FSDP.
+    StepCalibration step = cal;
+    step.fsdp_step_s = 0.01;
+    EXPECT_NEAR(predict_step(c, e, step).overhead_s - fsdp.overhead_s,
+                0.01 * cal.oversubscription(), 1e-12);
+    TrainConfig fewer = load({"parallel.dp=2", "parallel.shard=full", "train.micro_batch=4"});
+    measure_missing_rates(fewer, r);
+    const TrainEstimate ef = estimate_training(fewer, 2, &r);
+    EXPECT_NEAR(predict_step(fewer, ef, step).overhead_s - predict_step(fewer, ef, cal).overhead_s,
+                0.01 * cal.oversubscription(), 1e-12);
+    const TrainConfig z = load({"parallel.dp=2", "parallel.shard=optimizer"});
+    EXPECT_EQ(predict_step(z, estimate_training(z, 2, &r), step).overhead_s, zero1.overhead_s);
     // The probe releases and faults in what it says: every rewrite after a
     // release faults each page in again (at least one fault per 2 MiB,
     // where the kernel maps huge pages), the writes of resident pages

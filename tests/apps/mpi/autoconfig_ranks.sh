@@ -7,8 +7,9 @@
 # trains under nekton train --nproc 2; a run past --timeout is killed,
 # reported and leaves no process behind; and bad input (an unknown key,
 # --nodes 0, --procs-per-node x, a memory that no layout fits, --measure
-# over several nodes) fails naming the flag or key. How close the
-# predictions come is timing: bench/run_autoconfig_bench.sh measures it.
+# over several nodes) fails naming the flag or key; FSDP's costs are fitted
+# to its two fully sharded probes. How close the predictions come is
+# timing: bench/run_autoconfig_bench.sh measures it.
 # Usage: autoconfig_ranks.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 REPO=$1
@@ -90,6 +91,30 @@ for c in runs:
     print(f"#{c['rank']:<3} {c['layout']:<36} predicted {pred * 1e3:7.1f} ms "
           f"measured {got * 1e3:7.1f} ms ({100 * (pred - got) / got:+.0f} %), others "
           f"{100 * m['others_cpu_share']:.0f} %, load {m['load_averages']}")
+# FSDP's costs: two fully sharded probes (one sequence per micro-batch, then
+# one micro-batch per rank: 1 and 4 here), measured, and the calibration
+# fitted to them: a layout the same as a probe is predicted at its
+# measured step (two-probe fit), or the first probe alone per byte, or the
+# page probe's figure when noise left no positive cost (said in the log).
+cal, probes = j["calibration"], j["fsdp_probes"]
+assert [p["micro_batch"] for p in probes] == [1, 4], probes
+for p in probes:
+    assert p["measured_s"] > 0 and p["per_s_per_byte"] > 0 and p["per_step_s"] > 0, p
+def fsdp(mb):
+    return next(c for c in j["candidates"] if c["shard"] == "full" and c["dp"] == 2 and
+                c["tp"] == c["cp"] == c["pp"] == 1 and c["micro_batch"] == mb and
+                c["recompute"] == "none")
+if cal["fsdp_step_s"] > 0:
+    for p in probes:
+        got = fsdp(p["micro_batch"])["step_seconds"]["total"]
+        assert abs(got - p["measured_s"]) <= 1e-9 * p["measured_s"], (p, got)
+else:
+    a = probes[0]
+    fitted = (a["measured_s"] - a["predicted_without_s"]) / a["per_s_per_byte"]
+    assert fitted <= 0 or abs(cal["refault_s_per_byte"] - fitted) <= 1e-9 * fitted, (cal, a)
+print(f"FSDP: {cal['refault_s_per_byte'] * 1e9:.2f} ns a gathered byte + "
+      f"{cal['fsdp_step_s'] * 1e3:.1f} ms a step (probes at {probes[0]['measured_s'] * 1e3:.1f} "
+      f"and {probes[1]['measured_s'] * 1e3:.1f} ms)")
 best = min(runs, key=lambda c: c["measured"]["step_s"])
 assert j["chosen"] + 1 == best["rank"], "--out did not take the measured best"
 print(f"measured best: #{best['rank']}; other work took "
