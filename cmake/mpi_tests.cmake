@@ -57,8 +57,9 @@ gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi 
 #   parallel_mpi_np2, parallel_mpi_np4   data parallel against one process
 #                                        (GoogleTest inside every rank)
 #   tensor_parallel_mpi_np2, _np4, _np8  tensor (and sequence) and pipeline parallel,
-#                                        alone, together and with data parallel,
-#                                        against one process; resharding checkpoints
+#                                        alone, together and with data parallel
+#                                        (and ZeRO-1), against one process;
+#                                        resharding checkpoints
 #                                        (tests/parallel/tensor_parallel)
 nk_mpi_gtest(parallel_mpi parallel/mpi nk_train 300)
 nk_mpi_gtest(tensor_parallel_mpi parallel/tensor_parallel nk_train 600
@@ -240,8 +241,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
 #                    with PP2, PP2 VP2 (interleaved) and EP2 x PP2 VP2, FSDP
 #                    under EP2 and EP2xDP2, bf16 masters under EP2 and ZeRO-1
-#                    EP2xDP2 (against DP2 in bf16); EP2, PP2, EP2xPP2, PP2 VP2,
-#                    EP2xDP2 ZeRO-1 and FSDP checkpoints resumed on one process
+#                    EP2xDP2 (against DP2 in bf16), ZeRO-1 under EP2xPP2; EP2,
+#                    PP2, EP2xPP2 (and ZeRO-1), PP2 VP2, EP2xDP2 ZeRO-1 and
+#                    FSDP checkpoints resumed on one process
 #   moe_tp_ranks     mixtral-tiny and qwen2-moe-tiny under TP2 (and with SP),
 #                    EP2xTP2 (experts split over tp as well); an EP2xTP2
 #                    checkpoint resumed on one process; parallel.etp other

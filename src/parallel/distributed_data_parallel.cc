@@ -162,6 +162,14 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
   return loss;
 }
 
+void DistributedDataParallel::reduce_grads() {
+  NK_CHECK(pending_.empty() && next_bucket_ == 0,
+           "DistributedDataParallel: wait_grads() before reducing again");
+  launch_ready(embed_stage(model_.config().n_layer));  // the last stage of the backward
+  NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
+           next_bucket_, buckets_.size());
+}
+
 double DistributedDataParallel::sum_over_group(double v) {
   Tensor t = Tensor::empty({1}, DType::F64);
   *t.data<double>() = v;

@@ -85,6 +85,9 @@ class DistributedDataParallel {
   // Without gradients: the forward, then `head` (forwards only).
   double forward_head(Activations& a, const Tensor& tokens, const HeadFn& head,
                       const PackedBatchInfo* packed = nullptr);
+  // Without the staged passes (a pipeline stage runs its own schedule, then
+  // this): starts every bucket's reduction at once; wait_grads() finishes them.
+  void reduce_grads();
   // Waits for every started bucket. Seconds spent waiting here and, under
   // ZeRO-1 and FSDP, for weight gathers in this step's forward and backward
   // passes: the exposed (not overlapped) communication of the step.

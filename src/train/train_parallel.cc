@@ -235,15 +235,11 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
-    const char* unsupported = cfg.ddp.shard == parallel::Shard::Full ? "parallel.shard=full (FSDP)"
-                              : cfg.ddp.shard != parallel::Shard::None && mesh.pp() > 1
-                                  ? "parallel.shard with parallel.pp"
-                                  : nullptr;
-    if (unsupported)
+    if (cfg.ddp.shard == parallel::Shard::Full)
       fail(
-          "parallel.tp = {}, parallel.pp = {}: {} under tensor or pipeline parallelism is not "
-          "supported yet",
-          mesh.tp(), mesh.pp(), unsupported);
+          "parallel.tp = {}, parallel.pp = {}: parallel.shard=full (FSDP) under tensor or "
+          "pipeline parallelism is not supported yet (parallel.shard=optimizer, ZeRO-1, is)",
+          mesh.tp(), mesh.pp());
   }
   if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(

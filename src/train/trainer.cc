@@ -235,10 +235,12 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         cfg_.seq_len / par_.cp(),
         recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
   // Data parallel over whole replicas (a pure model-parallel run has none);
-  // under pipelining the gradients are summed after the step instead.
+  // under pipelining the gradients are summed after the step instead (the
+  // distributed optimizer's reduce-scattered by its buckets, all at once).
   // Context parallel ranks hold the same weights and see different tokens:
   // their gradients are summed as the replicas' are (over "dp-cp").
-  if (par_.active() && par_.dp() * par_.cp() > 1 && !pipe_) {
+  if (par_.active() && par_.dp() * par_.cp() > 1 &&
+      (!pipe_ || cfg_.ddp.shard == parallel::Shard::Optimizer)) {
     const bool split = model_->experts_split();
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
         *model_, par_.groups->get("dp-cp"), cfg_.ddp,
@@ -246,7 +248,9 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         split ? &par_.groups->get("ep") : nullptr);
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
             parallel::describe_buckets(ddp_->buckets()),
-            cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward" : "after the backward",
+            pipe_                          ? "after the pipeline's schedule"
+            : cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward"
+                                           : "after the backward",
             ddp_->shards_weights() ? "; weights, gradients and optimizer state sharded (FSDP)"
             : ddp_->sharded()      ? "; optimizer state sharded (ZeRO-1)"
                                    : "");
@@ -356,6 +360,7 @@ double Trainer::evaluate() {
   if (!data_.valid) return NAN;
   std::optional<Activations> acts;  // pipeline parallel: the schedule's
   if (!pipe_) acts.emplace(*model_, cfg_.micro_batch, cfg_.seq_len / par_.cp(), false);
+  if (pipe_ && ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
   // The same valid samples at every validation, so the figures compare.
   DataLoader loader(data_.valid, cfg_.micro_batch, cfg_.model.vocab_size);
   DeviceBatch batch(cfg_.micro_batch, cfg_.seq_len, model_->device(), data_.valid->max_segments(),
@@ -367,7 +372,7 @@ double Trainer::evaluate() {
     const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
-    if (ddp_ && custom_objective_) before_staged(*acts, mb, false);
+    if (ddp_ && custom_objective_ && !pipe_) before_staged(*acts, mb, false);
     sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets, batch.packing())
            : ddp_ && custom_objective_
                ? ddp_->forward_head(
@@ -593,6 +598,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                     pp_batches[size_t(m)].host_targets);
         pp_batches[size_t(m)].upload();
       }
+      if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
       loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum), pp_packed) /
              double(accum);
       pp_wait_s = pipe_->take_wait_seconds();
@@ -605,8 +611,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         dist::Communicator& replicas = par_.groups->get("dp-cp");
         const auto t_comm = Clock::now();
         // Split experts: their gradients over the ranks holding the same experts.
-        parallel::reduce_replica_grads(
-            *model_, replicas, model_->experts_split() ? &par_.groups->get("expert-dp") : nullptr);
+        if (ddp_) {
+          ddp_->reduce_grads();
+          ddp_->wait_grads();
+        } else {
+          parallel::reduce_replica_grads(
+              *model_, replicas,
+              model_->experts_split() ? &par_.groups->get("expert-dp") : nullptr);
+        }
         comm_s = seconds_since(t_comm);
         Tensor sum = Tensor::empty({1}, DType::F64);
         *sum.data<double>() = loss;
@@ -671,7 +683,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         add_expert_load(*acts, expert_load);
       }
     }
-    if (ddp_) {
+    if (ddp_ && !pipe_) {
       comm_s = ddp_->wait_grads();
       loss = ddp_->sum_over_group(loss);
       loader.set_consumed_samples(step_first + B * accum);

@@ -268,8 +268,15 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
       << e;
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=1,x"}), Error);
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=4"}), Error);  // one stage of two
-  e = error_of(with({"parallel.pp=2", "parallel.shard=optimizer"}), 4);
-  EXPECT_NE(e.find("parallel.shard with parallel.pp"), std::string::npos) << e;
+  // The distributed optimizer (ZeRO-1) shards each stage's state over its
+  // replicas; FSDP is refused there, naming the key and what does work.
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.shard=optimizer"}), 4), "");
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.shard=optimizer"}), 8), "");
+  e = error_of(with({"parallel.pp=2", "parallel.shard=full"}), 4);
+  EXPECT_NE(e.find("parallel.shard=full (FSDP) under tensor or pipeline parallelism"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("parallel.shard=optimizer, ZeRO-1, is"), std::string::npos) << e;
   const ModelConfig m = with({}).model;
   const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
   EXPECT_EQ(mid.chunks, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}}));

@@ -118,9 +118,11 @@ run ds_ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep
 # holds every layer's balancing and z-losses and every stage's balancing
 # gradient sees every layer's counts. PP2 (2 ranks), EP2 with PP2 (4 ranks:
 # each stage's experts split over ep), DP2 with PP2, EP2 x DP2 x PP2 (8
-# ranks); the same losses,
+# ranks), EP2 x PP2 with the distributed optimizer (ZeRO-1: each stage's
+# dense blocks over its 2 replicas); the same losses,
 # weights and MoE figures (moe_aux, moe_z, moe_load_max) as one process;
-# checkpoints of PP2 and of EP2 x PP2 resume on one process.
+# checkpoints of PP2, of EP2 x PP2 and of EP2 x PP2 ZeRO-1 resume on one
+# process.
 run pp2 "${MPI[@]}" 2 "$NK" train "${ARGS[@]}" parallel.pp=2
 run ep2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
 run dp2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2
@@ -134,10 +136,19 @@ run ep2pp2to1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2
   train.exit_at_step=5
 run ep2pp2to1 "$NK" train "${ARGS[@]}"
 grep -q "resuming from checkpoint" "$WORK/ep2pp2to1.log" || fail "ep2pp2to1 did not resume"
+run ep2pp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2 \
+  parallel.shard=optimizer
+grep -q "optimizer state sharded (ZeRO-1)" "$WORK/ep2pp2zero1.log" ||
+  fail "ep2pp2zero1 did not shard the optimizer"
+run ep2pp2zero1to1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2 \
+  parallel.shard=optimizer train.exit_at_step=5
+run ep2pp2zero1to1 "$NK" train "${ARGS[@]}"
+grep -q "resuming from checkpoint" "$WORK/ep2pp2zero1to1.log" ||
+  fail "ep2pp2zero1to1 did not resume"
 grep -q "expert parallel: world 4 = .*pp 2" "$WORK/ep2pp2.log" ||
   fail "ep2pp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2pp2.log")"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one pp2 ep2pp2 dp2pp2 ep2dp2pp2 pp2to1 \
-  ep2pp2to1 || fail "a pipeline-parallel MoE run differs from one process"
+  ep2pp2to1 ep2pp2zero1 ep2pp2zero1to1 || fail "a pipeline-parallel MoE run differs from one process"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull pp2full ||
   fail "PP2 with full recompute differs from one process"
 # The MoE figures: the last stage's, over every layer (rank 0 logs them;

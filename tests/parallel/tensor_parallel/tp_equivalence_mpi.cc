@@ -13,7 +13,9 @@
 // Run with 2 ranks (TP2, TP2 + SP, PP2, reshards; DeepSeek's latent
 // attention under TP2), 4 (TP4 with grouped-query
 // attention, DP2 × TP2, PP4 with an uneven split, TP2 × PP2, DP2 × PP2,
-// reshards) and 8 (DP2 × TP2 × PP2).
+// the distributed optimizer (ZeRO-1) under DP2 × TP2 and DP2 × PP2 (tied,
+// interleaved, bf16 masters), reshards) and 8 (DP2 × TP2 × PP2, and with
+// ZeRO-1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -266,6 +268,42 @@ class TensorParallel : public test::RankTest {
     back.run();
     expect_same_losses(whole, back, 5, kF32, "1 -> layout");
   }
+  // bf16 masters (optim.master_dtype=bf16) of `r` under tp x pp x dp
+  // against one process's bf16-master run (see the tests below).
+  void bf16_master(const Recipe& r, int tp, int pp, int64_t dp, const std::string& tag) {
+    constexpr double kBf16 = 1e-3;
+    const std::vector<std::string> bf = {"train.dtype=bf16", "optim.master_dtype=bf16"};
+    auto with = [&](std::vector<std::string> o, const std::string& e) {
+      o.push_back(e);
+      return o;
+    };
+    const std::string mine = "_rank" + std::to_string(rank_);
+    Trainer ref(config(r, (base_ / (tag + "_ref" + mine)).string(), 1, 1, dp, bf));
+    ref.run();
+    const TrainConfig cfg = config(r, (base_ / tag).string(), tp, pp, dp, bf);
+    Layout l = layout(cfg);
+    Trainer t(cfg, l.par());
+    EXPECT_TRUE(t.optimizer().master_in_compute()) << tag;
+    t.run();
+    expect_same_losses(ref, t, 0, kBf16, tag);
+    const std::string split = (base_ / (tag + "_split")).string();
+    {
+      Trainer first(config(r, split, tp, pp, dp, with(bf, "train.exit_at_step=5")), l.par());
+      first.run();
+    }
+    barrier();
+    Trainer again(config(r, split, tp, pp, dp, bf), l.par());
+    ASSERT_EQ(again.state().step, 5) << tag;
+    again.run();
+    ASSERT_EQ(again.history().size(), 5u) << tag;
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_EQ(t.history()[5 + i].loss, again.history()[i].loss) << tag << " step " << 6 + i;
+    Trainer one(config(r, (base_ / (tag + "_one" + mine)).string(), 1, 1, dp,
+                       with(bf, "train.resume_from=" + split + "/checkpoints/step_00000005")));
+    ASSERT_EQ(one.state().step, 5) << tag;
+    one.run();
+    expect_same_losses(t, one, 5, kBf16, tag + " -> one process");
+  }
 };
 
 // Vocabulary-parallel cross-entropy against the plain one over the whole
@@ -513,6 +551,24 @@ TEST_F(TensorParallel, Gpt2Dp2Tp2Pp2) {
   if (world_ != 8) GTEST_SKIP() << "8 ranks";
   check(pipelined("gpt-tiny", 2, 2, false, 2));
 }
+// The distributed optimizer (ZeRO-1) over the data-parallel replicas of a
+// pipelined model: each stage's gradients reduce-scattered over its
+// replicas after the schedule, each rank's optimizer its blocks of its
+// stage, the updated weights gathered before the next schedule. GPT-2's
+// tied table: its two stages' copies summed before the reduce-scatter, so
+// each stage's owners update their blocks of it alike.
+TEST_F(TensorParallel, Gpt2Dp2Zero1Pp2TiedEmbeddings) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(pipelined("gpt-tiny", 2, 1, false, 2, {"parallel.shard=optimizer"}));
+}
+TEST_F(TensorParallel, LlamaDp2Zero1Pp2Interleaved) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(pipelined("llama-tiny", 2, 1, false, 4, {"parallel.shard=optimizer", "parallel.vp=2"}));
+}
+TEST_F(TensorParallel, LlamaDp2Zero1Tp2Pp2) {
+  if (world_ != 8) GTEST_SKIP() << "8 ranks";
+  check(pipelined("llama-tiny", 2, 2, true, 2, {"parallel.shard=optimizer"}));
+}
 
 // bf16 gradients are not under tensor or pipeline parallelism yet: refused
 // with the key and the layout named.
@@ -544,42 +600,15 @@ TEST_F(TensorParallel, Bf16GradientsAreRefused) {
 // one process within the same 1e-3.
 TEST_F(TensorParallel, Bf16MasterUnderTensorAndPipelineParallelism) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
-  constexpr double kBf16 = 1e-3;
-  const std::vector<std::string> bf = {"train.dtype=bf16", "optim.master_dtype=bf16"};
-  auto with = [&](std::vector<std::string> o, const std::string& e) {
-    o.push_back(e);
-    return o;
-  };
-  for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{1, 2}}) {
-    const Recipe r = pp > 1 ? pipelined("llama-tiny", pp) : recipe("llama-tiny", tp, true);
-    const std::string tag = fmt::format("bf16master_tp{}_pp{}", tp, pp);
-    const std::string mine = "_rank" + std::to_string(rank_);
-    Trainer ref(config(r, (base_ / (tag + "_ref" + mine)).string(), 1, 1, 1, bf));
-    ref.run();
-    const TrainConfig cfg = config(r, (base_ / tag).string(), tp, pp, 1, bf);
-    Layout l = layout(cfg);
-    Trainer t(cfg, l.par());
-    EXPECT_TRUE(t.optimizer().master_in_compute()) << tag;
-    t.run();
-    expect_same_losses(ref, t, 0, kBf16, tag);
-    const std::string split = (base_ / (tag + "_split")).string();
-    {
-      Trainer first(config(r, split, tp, pp, 1, with(bf, "train.exit_at_step=5")), l.par());
-      first.run();
-    }
-    barrier();
-    Trainer again(config(r, split, tp, pp, 1, bf), l.par());
-    ASSERT_EQ(again.state().step, 5) << tag;
-    again.run();
-    ASSERT_EQ(again.history().size(), 5u) << tag;
-    for (size_t i = 0; i < 5; ++i)
-      EXPECT_EQ(t.history()[5 + i].loss, again.history()[i].loss) << tag << " step " << 6 + i;
-    Trainer one(config(r, (base_ / (tag + "_one" + mine)).string(), 1, 1, 1,
-                       with(bf, "train.resume_from=" + split + "/checkpoints/step_00000005")));
-    ASSERT_EQ(one.state().step, 5) << tag;
-    one.run();
-    expect_same_losses(t, one, 5, kBf16, tag + " -> one process");
-  }
+  bf16_master(recipe("llama-tiny", 2, true), 2, 1, 1, "bf16master_tp2_pp1");
+  bf16_master(pipelined("llama-tiny", 2), 1, 2, 1, "bf16master_tp1_pp2");
+}
+// The same under DP2 x PP2 with the distributed optimizer: each rank's
+// optimizer keeps the remainders of its blocks of its stage.
+TEST_F(TensorParallel, Bf16MasterUnderZero1AndPipelineParallelism) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  bf16_master(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=optimizer"}), 1, 2, 2,
+              "bf16master_dp2_zero1_pp2");
 }
 
 // Resharding: a checkpoint saved under one layout resumes under others on
@@ -609,6 +638,13 @@ TEST_F(TensorParallel, ReshardDp2Zero1Tp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   reshard(recipe("llama-tiny", 2, true, 1, 8, 4, {"parallel.shard=optimizer"}), {2, 1},
           {{1, 1}, {4, 1}});
+}
+// A DP2 x PP2 ZeRO-1 checkpoint (saved whole, the moments joined from the
+// replicas' blocks) resumes on one process, under TP2 x DP2 ZeRO-1 and PP4.
+TEST_F(TensorParallel, ReshardDp2Zero1Pp2) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  reshard(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=optimizer"}), {1, 2},
+          {{1, 1}, {2, 1}, {1, 4}});
 }
 TEST_F(TensorParallel, ReshardInterleaved) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
