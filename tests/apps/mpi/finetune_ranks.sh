@@ -8,7 +8,8 @@
 # TP2 and TP2 × DP2 from train.init_from (and `nekton train` from it under
 # PP2 and TP2 × PP2) and unpacked rows: every step's loss and the exported weights within 1e-5 (f32;
 # the ranks add the same gradients in another order); pipeline parallelism
-# (PP2, PP2 x DP2, PP2 x TP2, PP2 x CP2; packed and padded rows) likewise.
+# (PP2, PP2 x DP2, PP2 x TP2, PP2 x CP2 and with ZeRO-1; packed and padded
+# rows) likewise.
 #   tests/apps/mpi/finetune_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=finetune_ranks
@@ -43,13 +44,18 @@ compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 cp2tp2sp cp2a2a cp2dp
 # Pipeline parallel: every stage is given each micro-batch's packed rows
 # (positions and document boundaries for its layers' attention), the last
 # stage their trained tokens; with DP, TP and CP too (the batches were
-# once made without the rows' boundaries: step 1 off by 7.7e-4).
+# once made without the rows' boundaries: step 1 off by 7.7e-4). CP2 x PP2
+# with the distributed optimizer too (each stage's state over its cp ranks).
 run pp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.pp=2
 run pp2dp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.pp=2
 run pp2tp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.pp=2 parallel.tp=2
 run pp2cp2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.pp=2 parallel.cp=2
+run pp2cp2zero1 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.pp=2 parallel.cp=2 \
+  parallel.shard=optimizer
 grep -q "pp 2" "$WORK/pp2.log" || fail "pp2 did not run pipeline parallel"
-compare one pp2 pp2dp2 pp2tp2 pp2cp2 ||
+grep -q "optimizer state sharded (ZeRO-1)" "$WORK/pp2cp2zero1.log" ||
+  fail "pp2cp2zero1 did not shard the optimizer"
+compare one pp2 pp2dp2 pp2tp2 pp2cp2 pp2cp2zero1 ||
   fail "fine-tuning under pipeline parallelism differs from one process"
 # From a saved model (train.init_from, the usual fine-tuning), under FSDP.
 run one_init "$NK" finetune "${ARGS[@]}" train.init_from="$WORK/one/model" train.steps=5
