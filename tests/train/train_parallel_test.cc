@@ -218,12 +218,9 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   EXPECT_NE(e.find("train.seq_len = 31 is not divisible by parallel.tp = 2"), std::string::npos)
       << e;
   EXPECT_THROW(with({"parallel.sp=true"}), Error);  // needs tp > 1
-  // What tensor parallelism does not support yet is named.
+  // ZeRO-1 and FSDP shard a tensor-parallel model's pieces over its replicas.
   EXPECT_EQ(error_of(with({"parallel.tp=2", "parallel.shard=optimizer"}), 4), "");  // ZeRO-1 × TP
-  e = error_of(with({"parallel.tp=2", "parallel.shard=full"}), 4);
-  EXPECT_NE(e.find("parallel.shard=full (FSDP) under tensor or pipeline parallelism"),
-            std::string::npos)
-      << e;
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "parallel.shard=full"}), 4), "");       // FSDP × TP
   // Adapters split as their layers (tests/apps/mpi/peft_model_parallel_ranks.sh);
   // what a split model cannot hold yet is named by key.
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=lora"}), 2), "");
@@ -269,14 +266,17 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=1,x"}), Error);
   EXPECT_THROW(with({"parallel.pp=2", "parallel.pp_layout=4"}), Error);  // one stage of two
   // The distributed optimizer (ZeRO-1) shards each stage's state over its
-  // replicas; FSDP is refused there, naming the key and what does work.
+  // replicas; FSDP is refused there (also with tp), naming the key and what
+  // does work.
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.shard=optimizer"}), 4), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.shard=optimizer"}), 8), "");
   e = error_of(with({"parallel.pp=2", "parallel.shard=full"}), 4);
-  EXPECT_NE(e.find("parallel.shard=full (FSDP) under tensor or pipeline parallelism"),
-            std::string::npos)
+  EXPECT_NE(e.find("parallel.shard=full (FSDP) under pipeline parallelism"), std::string::npos)
       << e;
   EXPECT_NE(e.find("parallel.shard=optimizer, ZeRO-1, is"), std::string::npos) << e;
+  e = error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.shard=full"}), 8);
+  EXPECT_NE(e.find("parallel.shard=full (FSDP) under pipeline parallelism"), std::string::npos)
+      << e;
   const ModelConfig m = with({}).model;
   const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
   EXPECT_EQ(mid.chunks, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}}));

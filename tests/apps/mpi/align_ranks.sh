@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `nekton align` under data parallelism equals one process (issue 37, item
-# 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2;
+# 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2
+# (ZeRO-1 and FSDP);
 # a frozen-copy reference, KTO and SimPO over 2 ranks; a reward model under
 # ZeRO-1 and FSDP. Every step's loss,
 # validation loss and TRL figures (rewards/*, logps/*, kl: global means over
@@ -23,8 +24,9 @@ run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
 run tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
 run dp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=optimizer
+run dp2tp2fsdp "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=full
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
-compare one dp2 dp4 nproc2 zero1 fsdp tp2 dp2tp2 ||
+compare one dp2 dp4 nproc2 zero1 fsdp tp2 dp2tp2 dp2tp2fsdp ||
   fail "a parallel DPO run differs from one process"
 for r in dp2 dp4 zero1 fsdp; do
   cmp -s "$WORK/one/reference_logps.json" "$WORK/$r/reference_logps.json" ||

@@ -14,8 +14,8 @@
 // attention under TP2), 4 (TP4 with grouped-query
 // attention, DP2 × TP2, PP4 with an uneven split, TP2 × PP2, DP2 × PP2,
 // the distributed optimizer (ZeRO-1) under DP2 × TP2 and DP2 × PP2 (tied,
-// interleaved, bf16 masters), reshards) and 8 (DP2 × TP2 × PP2, and with
-// ZeRO-1).
+// interleaved, bf16 masters), FSDP under DP2 × TP2 (with SP, bf16 masters),
+// reshards) and 8 (DP2 × TP2 × PP2, and with ZeRO-1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -170,7 +170,8 @@ class TensorParallel : public test::RankTest {
     // (A distributed optimizer's rank holds only its blocks of the summed
     // gradient, the rest is scratch: there the gradient norms above check it.)
     const bool zero =
-        std::find(r.extra.begin(), r.extra.end(), "parallel.shard=optimizer") != r.extra.end();
+        std::find(r.extra.begin(), r.extra.end(), "parallel.shard=optimizer") != r.extra.end() ||
+        std::find(r.extra.begin(), r.extra.end(), "parallel.shard=full") != r.extra.end();
     if (!zero)
       test::expect_weights_close(ref.model().layout(), ref_grads, mp_grads, kF32,
                                  "gradient of step 1: ");
@@ -535,6 +536,16 @@ TEST_F(TensorParallel, LlamaDp2Zero1Tp2SequenceParallel) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check(recipe("llama-tiny", 2, true, 1, 4, 2, {"parallel.shard=optimizer"}));
 }
+// FSDP over the data-parallel replicas of a tensor-parallel model: each
+// rank's pieces sharded over its replicas, gathered unit by unit.
+TEST_F(TensorParallel, Gpt2Dp2FsdpTp2) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(recipe("gpt-tiny", 2, false, 2, 4, 2, {"parallel.shard=full"}));
+}
+TEST_F(TensorParallel, LlamaDp2FsdpTp2SequenceParallel) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(recipe("llama-tiny", 2, true, 1, 4, 2, {"parallel.shard=full"}));
+}
 TEST_F(TensorParallel, Gpt2Tp2Pp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check(pipelined("gpt-tiny", 2, 2, false));
@@ -610,6 +621,13 @@ TEST_F(TensorParallel, Bf16MasterUnderZero1AndPipelineParallelism) {
   bf16_master(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=optimizer"}), 1, 2, 2,
               "bf16master_dp2_zero1_pp2");
 }
+// And under DP2 x TP2 with FSDP: the gathered units are the bf16 weights,
+// each rank's optimizer the remainders of its blocks of its pieces.
+TEST_F(TensorParallel, Bf16MasterUnderFsdpAndTensorParallelism) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  bf16_master(recipe("llama-tiny", 2, true, 1, 4, 2, {"parallel.shard=full"}), 2, 1, 2,
+              "bf16master_dp2_fsdp_tp2");
+}
 
 // Resharding: a checkpoint saved under one layout resumes under others on
 // the unbroken run's losses.
@@ -645,6 +663,13 @@ TEST_F(TensorParallel, ReshardDp2Zero1Pp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   reshard(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=optimizer"}), {1, 2},
           {{1, 1}, {2, 1}, {1, 4}});
+}
+// A DP2 x TP2 FSDP checkpoint (its blocks joined over the replicas, the
+// pieces over tp) resumes on one process and under TP4.
+TEST_F(TensorParallel, ReshardDp2FsdpTp2) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  reshard(recipe("llama-tiny", 2, true, 1, 8, 4, {"parallel.shard=full"}), {2, 1},
+          {{1, 1}, {4, 1}});
 }
 TEST_F(TensorParallel, ReshardInterleaved) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
