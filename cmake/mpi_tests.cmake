@@ -241,7 +241,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    factor, ZeRO-1 under EP2 and EP2xDP2, PP2, DP2xPP2, EP2
 #                    with PP2, PP2 VP2 (interleaved) and EP2 x PP2 VP2, FSDP
 #                    under EP2 and EP2xDP2, bf16 masters under EP2 and ZeRO-1
-#                    EP2xDP2 (against DP2 in bf16), ZeRO-1 under EP2xPP2; EP2,
+#                    EP2xDP2 (against DP2 in bf16), ZeRO-1 and FSDP under
+#                    EP2xPP2; EP2,
 #                    PP2, EP2xPP2 (and ZeRO-1), PP2 VP2, EP2xDP2 ZeRO-1 and
 #                    FSDP checkpoints resumed on one process
 #   moe_tp_ranks     mixtral-tiny and qwen2-moe-tiny under TP2 (and with SP),

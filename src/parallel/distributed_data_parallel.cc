@@ -170,6 +170,34 @@ void DistributedDataParallel::reduce_grads() {
            next_bucket_, buckets_.size());
 }
 
+// The units of a pipeline chunk, in the order it reads them.
+namespace {
+std::vector<int64_t> chunk_units(int64_t L, int64_t first, int64_t last, bool embedding,
+                                 bool head) {
+  std::vector<int64_t> u;
+  if (embedding) u.push_back(embed_stage(L));
+  for (int64_t l = first; l < last; ++l) u.push_back(block_stage(L, l));
+  if (head) u.push_back(kHeadStage);
+  return u;
+}
+}  // namespace
+
+void DistributedDataParallel::use_chunk(int64_t first, int64_t last, bool embedding, bool head) {
+  if (!weights_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int64_t> units =
+      chunk_units(model_.config().n_layer, first, last, embedding, head);
+  for (int64_t u : units) weights_->prefetch(u);  // every gather posted, then waited for
+  for (int64_t u : units) weights_->gather(u);
+  param_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void DistributedDataParallel::done_chunk(int64_t first, int64_t last, bool embedding, bool head) {
+  if (!weights_) return;
+  for (int64_t u : chunk_units(model_.config().n_layer, first, last, embedding, head))
+    weights_->release(u);
+}
+
 double DistributedDataParallel::sum_over_group(double v) {
   Tensor t = Tensor::empty({1}, DType::F64);
   *t.data<double>() = v;

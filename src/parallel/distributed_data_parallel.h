@@ -43,11 +43,12 @@
 #include "model/transformer.h"
 #include "parallel/ddp_config.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel/sharded_weights.h"
 
 namespace nk::parallel {
 
-class DistributedDataParallel {
+class DistributedDataParallel : public ChunkWeights {
  public:
   // `grads` reduces the gradients (the "dp-cp" group); both must outlive this.
   // Collective: broadcasts group rank 0's weights, so the replicas start equal
@@ -88,6 +89,12 @@ class DistributedDataParallel {
   // Without the staged passes (a pipeline stage runs its own schedule, then
   // this): starts every bucket's reduction at once; wait_grads() finishes them.
   void reduce_grads();
+  // A pipeline chunk's units (ChunkWeights): FSDP gathers them all (the
+  // embedding's, the layers', the head's) before it runs and releases them
+  // after; nothing otherwise (ZeRO-1's gathers are finished before the
+  // schedule).
+  void use_chunk(int64_t first, int64_t last, bool embedding, bool head) override;
+  void done_chunk(int64_t first, int64_t last, bool embedding, bool head) override;
   // Waits for every started bucket. Seconds spent waiting here and, under
   // ZeRO-1 and FSDP, for weight gathers in this step's forward and backward
   // passes: the exposed (not overlapped) communication of the step.

@@ -237,16 +237,17 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
                                float grad_scale, double& loss) {
   const auto [first, last] = chunks_[size_t(chunk)];
   Activations& a = acts(chunk, j);
-  if (first_chunk(chunk))
-    model_.embed_forward(a, tokens, packed);
-  else
+  if (!first_chunk(chunk))
     take(inputs_, chunk, j, a.residual(first), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
          kForwardTag);
+  if (weights_) weights_->use_chunk(first, last, first_chunk(chunk), last_chunk(chunk));
+  if (first_chunk(chunk)) model_.embed_forward(a, tokens, packed);
   if (moe_ && !first_chunk(chunk))
     receive_moe_record(a, false, int(stage_ > 0 ? stage_ - 1 : stages_ - 1), chunk, j);
   model_.blocks_forward(a, first, last, packed);
   if (last_chunk(chunk)) {
     loss += model_.head_loss(a, targets, backward, grad_scale);
+    if (weights_) weights_->done_chunk(first, last, first_chunk(chunk), true);
     if (moe_ && backward) {  // every layer's routing is in a's record now
       const Transformer::MoeLosses f = model_.moe_losses(a);
       moe_losses_.aux += f.aux;
@@ -259,6 +260,7 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
           expert_load_[l * counts[l].size() + e] += double(counts[l][e]);
     }
   } else {
+    if (weights_) weights_->done_chunk(first, last, first_chunk(chunk), false);
     sending_.push_back(
         pp_.send_async(a.residual(last), int(stage_ < stages_ - 1 ? stage_ + 1 : 0), kForwardTag));
     if (moe_) send_moe_record(a, false, int(stage_ < stages_ - 1 ? stage_ + 1 : 0));
@@ -320,7 +322,11 @@ void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens,
          kBackwardTag);
     if (moe_) receive_moe_record(a, true, int(stage_ < stages_ - 1 ? stage_ + 1 : 0), chunk, j);
   }
+  // (The head's backward ran with its forward; the embeddings' reads no
+  // weights but p-tuning's prompt encoder, refused under pipelining.)
+  if (weights_) weights_->use_chunk(first, last, false, false);
   model_.blocks_backward(a, first, last, packed);
+  if (weights_) weights_->done_chunk(first, last, false, false);
   if (first_chunk(chunk)) {
     model_.embed_backward(a, tokens, packed);
   } else {

@@ -61,6 +61,17 @@
 
 namespace nk::parallel {
 
+// What a chunk of layers reads, made resident before it runs and let go
+// after (FSDP's gathers and releases, DistributedDataParallel): the layers
+// [first, last), and the embedding's and the head's weights when the chunk
+// runs them.
+class ChunkWeights {
+ public:
+  virtual ~ChunkWeights() = default;
+  virtual void use_chunk(int64_t first, int64_t last, bool embedding, bool head) = 0;
+  virtual void done_chunk(int64_t first, int64_t last, bool embedding, bool head) = 0;
+};
+
 // The stage of pipeline rank `rank` of `pp` for a model of cfg: the layers
 // split evenly, or as `layers` says (layers per stage, in order, summing to
 // cfg.n_layer: parallel.pp_layout; a stage may have none); with vp > 1
@@ -100,6 +111,10 @@ class PipelineParallel {
   // Tied embeddings: the token table's gradient summed over the first and
   // last stages (once per step, after the backward). Nothing otherwise.
   void reduce_embedding_grads();
+  // FSDP: each chunk's forward and backward (and validation's forward) made
+  // resident by `w` just before and released just after (null: the weights
+  // stay whole). Must outlive this.
+  void set_chunk_weights(ChunkWeights* w) { weights_ = w; }
   // Bytes of the activation workspaces this stage keeps.
   int64_t activation_bytes() const;
   // The schedule's warm-up forwards over m micro-batches on this stage, and
@@ -165,6 +180,7 @@ class PipelineParallel {
   };
   std::vector<Chunk> state_;
   std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
+  ChunkWeights* weights_ = nullptr;     // FSDP's, else null
   bool moe_ = false;
   // f64 records per Activations: forward's and backward's (a backward
   // receive may be posted while the forward send is pending).

@@ -235,11 +235,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
-    if (cfg.ddp.shard == parallel::Shard::Full && mesh.pp() > 1)
-      fail(
-          "parallel.tp = {}, parallel.pp = {}: parallel.shard=full (FSDP) under pipeline "
-          "parallelism is not supported yet (parallel.shard=optimizer, ZeRO-1, is)",
-          mesh.tp(), mesh.pp());
   }
   if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(

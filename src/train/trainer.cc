@@ -235,17 +235,19 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         cfg_.seq_len / par_.cp(),
         recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
   // Data parallel over whole replicas (a pure model-parallel run has none);
-  // under pipelining the gradients are summed after the step instead (the
-  // distributed optimizer's reduce-scattered by its buckets, all at once).
+  // under pipelining the gradients are summed after the step instead (ZeRO-1's
+  // and FSDP's reduce-scattered by their buckets, all at once; FSDP's chunks
+  // gathered and released around each of the schedule's passes).
   // Context parallel ranks hold the same weights and see different tokens:
   // their gradients are summed as the replicas' are (over "dp-cp").
   if (par_.active() && par_.dp() * par_.cp() > 1 &&
-      (!pipe_ || cfg_.ddp.shard == parallel::Shard::Optimizer)) {
+      (!pipe_ || cfg_.ddp.shard != parallel::Shard::None)) {
     const bool split = model_->experts_split();
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(
         *model_, par_.groups->get("dp-cp"), cfg_.ddp,
         split ? &par_.groups->get("expert-dp") : nullptr,
         split ? &par_.groups->get("ep") : nullptr);
+    if (pipe_ && ddp_->shards_weights()) pipe_->set_chunk_weights(ddp_.get());
     NK_INFO("data parallel: {}; gradients in {} ({}){}", par_.mesh->describe(),
             parallel::describe_buckets(ddp_->buckets()),
             pipe_                          ? "after the pipeline's schedule"

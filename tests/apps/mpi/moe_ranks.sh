@@ -119,7 +119,7 @@ run ds_ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep
 # gradient sees every layer's counts. PP2 (2 ranks), EP2 with PP2 (4 ranks:
 # each stage's experts split over ep), DP2 with PP2, EP2 x DP2 x PP2 (8
 # ranks), EP2 x PP2 with the distributed optimizer (ZeRO-1: each stage's
-# dense blocks over its 2 replicas); the same losses,
+# dense blocks over its 2 replicas) and with FSDP; the same losses,
 # weights and MoE figures (moe_aux, moe_z, moe_load_max) as one process;
 # checkpoints of PP2, of EP2 x PP2 and of EP2 x PP2 ZeRO-1 resume on one
 # process.
@@ -140,6 +140,10 @@ run ep2pp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep
   parallel.shard=optimizer
 grep -q "optimizer state sharded (ZeRO-1)" "$WORK/ep2pp2zero1.log" ||
   fail "ep2pp2zero1 did not shard the optimizer"
+run ep2pp2fsdp "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2 \
+  parallel.shard=full
+grep -q "optimizer state sharded (FSDP)" "$WORK/ep2pp2fsdp.log" ||
+  fail "ep2pp2fsdp did not shard the weights"
 run ep2pp2zero1to1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" parallel.pp=2 parallel.ep=2 \
   parallel.shard=optimizer train.exit_at_step=5
 run ep2pp2zero1to1 "$NK" train "${ARGS[@]}"
@@ -148,7 +152,8 @@ grep -q "resuming from checkpoint" "$WORK/ep2pp2zero1to1.log" ||
 grep -q "expert parallel: world 4 = .*pp 2" "$WORK/ep2pp2.log" ||
   fail "ep2pp2 did not run expert parallel: $(grep -m1 parallel "$WORK/ep2pp2.log")"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" one pp2 ep2pp2 dp2pp2 ep2dp2pp2 pp2to1 \
-  ep2pp2to1 ep2pp2zero1 ep2pp2zero1to1 || fail "a pipeline-parallel MoE run differs from one process"
+  ep2pp2to1 ep2pp2zero1 ep2pp2zero1to1 ep2pp2fsdp ||
+  fail "a pipeline-parallel MoE run differs from one process"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" onefull pp2full ||
   fail "PP2 with full recompute differs from one process"
 # The MoE figures: the last stage's, over every layer (rank 0 logs them;

@@ -14,8 +14,9 @@
 // attention under TP2), 4 (TP4 with grouped-query
 // attention, DP2 × TP2, PP4 with an uneven split, TP2 × PP2, DP2 × PP2,
 // the distributed optimizer (ZeRO-1) under DP2 × TP2 and DP2 × PP2 (tied,
-// interleaved, bf16 masters), FSDP under DP2 × TP2 (with SP, bf16 masters),
-// reshards) and 8 (DP2 × TP2 × PP2, and with ZeRO-1).
+// interleaved, bf16 masters), FSDP under DP2 × TP2 (with SP, bf16 masters)
+// and DP2 × PP2 (tied, interleaved with full recompute, bf16 masters),
+// reshards) and 8 (DP2 × TP2 × PP2, and with ZeRO-1 and with FSDP).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -580,6 +581,23 @@ TEST_F(TensorParallel, LlamaDp2Zero1Tp2Pp2) {
   if (world_ != 8) GTEST_SKIP() << "8 ranks";
   check(pipelined("llama-tiny", 2, 2, true, 2, {"parallel.shard=optimizer"}));
 }
+// FSDP under pipelining: each chunk's units gathered over the stage's
+// replicas before each of its forwards and backwards and released after,
+// the gradients reduce-scattered once the schedule has run. GPT-2's tied
+// table: each stage's copy sharded over its own replicas.
+TEST_F(TensorParallel, Gpt2Dp2FsdpPp2TiedEmbeddings) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(pipelined("gpt-tiny", 2, 1, false, 2, {"parallel.shard=full"}));
+}
+TEST_F(TensorParallel, LlamaDp2FsdpPp2InterleavedFullRecompute) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  check(pipelined("llama-tiny", 2, 1, false, 4,
+                  {"parallel.shard=full", "parallel.vp=2", "train.recompute=full"}));
+}
+TEST_F(TensorParallel, LlamaDp2FsdpTp2Pp2) {
+  if (world_ != 8) GTEST_SKIP() << "8 ranks";
+  check(pipelined("llama-tiny", 2, 2, true, 2, {"parallel.shard=full"}));
+}
 
 // bf16 gradients are not under tensor or pipeline parallelism yet: refused
 // with the key and the layout named.
@@ -628,6 +646,11 @@ TEST_F(TensorParallel, Bf16MasterUnderFsdpAndTensorParallelism) {
   bf16_master(recipe("llama-tiny", 2, true, 1, 4, 2, {"parallel.shard=full"}), 2, 1, 2,
               "bf16master_dp2_fsdp_tp2");
 }
+TEST_F(TensorParallel, Bf16MasterUnderFsdpAndPipelineParallelism) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  bf16_master(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=full"}), 1, 2, 2,
+              "bf16master_dp2_fsdp_pp2");
+}
 
 // Resharding: a checkpoint saved under one layout resumes under others on
 // the unbroken run's losses.
@@ -670,6 +693,12 @@ TEST_F(TensorParallel, ReshardDp2FsdpTp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   reshard(recipe("llama-tiny", 2, true, 1, 8, 4, {"parallel.shard=full"}), {2, 1},
           {{1, 1}, {4, 1}});
+}
+// A DP2 x PP2 FSDP checkpoint resumes on one process and under PP4.
+TEST_F(TensorParallel, ReshardDp2FsdpPp2) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  reshard(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.shard=full"}), {1, 2},
+          {{1, 1}, {1, 4}});
 }
 TEST_F(TensorParallel, ReshardInterleaved) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
