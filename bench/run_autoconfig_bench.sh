@@ -58,4 +58,7 @@ print(f"largest error {100 * worst:.0f} %: within 20 % {'yes' if worst <= 0.2 el
 print(f"other work took {100 * host['others_cpu_share_measuring']:.0f} % of the {host['cores']} "
       f"cores while measuring (load averages {host['load_averages_start']} -> "
       f"{host['load_averages_end']})")
+if host.get("probe_drift", 0) > 0:
+    print(f"host drift: the one-process probe ran {100 * (host['probe_drift'] - 1):+.0f} % after "
+          f"measuring against the calibration")
 PY

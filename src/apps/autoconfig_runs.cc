@@ -353,6 +353,16 @@ double AutoconfigRuns::measure_sharing(int64_t copies) {
   return sharing_[copies] = median(steps) / sharing_alone_s_;
 }
 
+double AutoconfigRuns::measure_drift() {
+  if (sharing_alone_s_ <= 0) return 0;
+  const MeasuredRun r = run("probe-drift", 1, sharing_probe_, kProbeSteps);
+  if (!r.ok()) {
+    NK_WARN("autoconfig: the drift probe failed ({}, {})", r.result.describe(), r.log);
+    return 0;
+  }
+  return r.step_s / sharing_alone_s_;
+}
+
 void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& rates,
                                         StepCalibration& cal) {
   // Two runs of the recipe on this host's ranks, each against the model without

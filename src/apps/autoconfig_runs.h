@@ -79,6 +79,12 @@ class AutoconfigRuns {
   // each on cal.threads), their median step over the probe's alone. 0 when
   // calibrate_compute had no such probe or a copy failed (with a warning).
   double measure_sharing(int64_t copies);
+  // The host's drift: the several-micro-batch probe (measure_sharing's)
+  // run alone once more, its median step over the calibration's. Run after
+  // the measured rounds, it says how much faster or slower the host ran
+  // then than while the model was calibrated (every prediction moves with
+  // it). 0 when calibrate_compute had no such probe or the run failed.
+  double measure_drift();
   // A 4 KiB and a 4 MiB all-reduce between two ranks on this host: the
   // link's latency and bandwidth. Keeps cal's defaults (with a warning)
   // when the probe fails.

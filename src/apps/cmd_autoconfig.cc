@@ -237,15 +237,17 @@ int cmd_autoconfig(const CommandArgs& raw) {
   std::map<size_t, MeasuredRun> measured;
   for (const auto& [i, done] : rounds) measured[i] = pool_rounds(done);
   // Other work on the host: the share of the cores it took while the
-  // probes and the measured runs ran, and the load averages.
+  // probes and the measured runs ran, and the load averages; after
+  // measuring, how the host's speed moved since the calibration.
+  const double drift = measured.empty() ? 0.0 : runs.measure_drift();
   const HostCpuSample host_end = sample_host_cpu();
-  const nlohmann::json host = {
-      {"cores", host_end.cores},
-      {"load_averages_start", load_start},
-      {"load_averages_end", load_averages()},
-      {"others_cpu_share", others_cpu_share(host_start, host_end)},
-      {"others_cpu_share_measuring",
-       measured.empty() ? 0.0 : others_cpu_share(measure_start, host_end)}};
+  const nlohmann::json host = {{"cores", host_end.cores},
+                               {"load_averages_start", load_start},
+                               {"load_averages_end", load_averages()},
+                               {"others_cpu_share", others_cpu_share(host_start, host_end)},
+                               {"others_cpu_share_measuring",
+                                measured.empty() ? 0.0 : others_cpu_share(measure_start, host_end)},
+                               {"probe_drift", drift}};
   // The chosen layout: the measured best, else the predicted best.
   size_t chosen = 0;
   double best = 0;
@@ -309,12 +311,16 @@ int cmd_autoconfig(const CommandArgs& raw) {
                      : fmt::format(" ({})", fmt::join(cfg.parallel.hierarchical_cp_sizes, "x")));
     fmt::print(
         "host: other work took {:.0f} % of the {} cores meanwhile{}; load averages {} at the "
-        "start, {} at the end\n",
+        "start, {} at the end{}\n",
         100.0 * host["others_cpu_share"].get<double>(), host_end.cores,
         measured.empty() ? ""
                          : fmt::format(" ({:.0f} % while measuring)",
                                        100.0 * host["others_cpu_share_measuring"].get<double>()),
-        load_start, host["load_averages_end"].get<std::string>());
+        load_start, host["load_averages_end"].get<std::string>(),
+        drift > 0 ? fmt::format("; the one-process probe ran {:+.0f} % after measuring against "
+                                "the calibration (every prediction moves with it)",
+                                100.0 * (drift - 1.0))
+                  : "");
     fmt::print(
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
         "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "

@@ -117,8 +117,13 @@ print(f"FSDP: {cal['refault_s_per_byte'] * 1e9:.2f} ns a gathered byte + "
       f"and {probes[1]['measured_s'] * 1e3:.1f} ms)")
 best = min(runs, key=lambda c: c["measured"]["step_s"])
 assert j["chosen"] + 1 == best["rank"], "--out did not take the measured best"
+# The host's drift: the one-process probe run again after measuring, over
+# the calibration's (a ratio; how far it moved is timing, not asserted).
+drift = host["probe_drift"]
+assert math.isfinite(drift) and drift > 0, f"probe_drift {drift}"
 print(f"measured best: #{best['rank']}; other work took "
-      f"{100 * host['others_cpu_share_measuring']:.0f} % of the {host['cores']} cores")
+      f"{100 * host['others_cpu_share_measuring']:.0f} % of the {host['cores']} cores; the "
+      f"probe ran {100 * (drift - 1):+.0f} % after measuring")
 PY
 }
 timeout $((4 * T)) "$NK" autoconfig "${MODEL[@]}" --nodes 1 --procs-per-node 2 --measure 6 \
