@@ -156,18 +156,20 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
   model_.embed_backward(a, tokens, packed);
   if (prompt) done(embed_stage(L));
   if (!reduce) return loss;
-  launch_ready(embed_stage(L));
+  launch_rest();
+  return loss;
+}
+
+void DistributedDataParallel::launch_rest() {
+  launch_ready(embed_stage(model_.config().n_layer));  // the last stage of the backward
   NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
            next_bucket_, buckets_.size());
-  return loss;
 }
 
 void DistributedDataParallel::reduce_grads() {
   NK_CHECK(pending_.empty() && next_bucket_ == 0,
            "DistributedDataParallel: wait_grads() before reducing again");
-  launch_ready(embed_stage(model_.config().n_layer));  // the last stage of the backward
-  NK_CHECK(next_bucket_ == buckets_.size(), "DistributedDataParallel: {} of {} buckets started",
-           next_bucket_, buckets_.size());
+  launch_rest();
 }
 
 // The units of a pipeline chunk, in the order it reads them.

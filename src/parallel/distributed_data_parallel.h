@@ -142,6 +142,7 @@ class DistributedDataParallel : public ChunkWeights {
 
  private:
   void launch_ready(int64_t stage);  // starts the buckets that become final at `stage`
+  void launch_rest();                // starts every bucket not started yet (after the backward)
   // Before the stage `unit` runs: FSDP makes it resident, starting the gather
   // of `next` (-1: none); ZeRO-1 waits for the pending gathers of the buckets
   // it reads.
