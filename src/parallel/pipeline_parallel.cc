@@ -247,7 +247,10 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
   model_.blocks_forward(a, first, last, packed);
   if (last_chunk(chunk)) {
     loss += model_.head_loss(a, targets, backward, grad_scale);
-    if (weights_) weights_->done_chunk(first, last, first_chunk(chunk), true);
+    // With the backward to come (the schedule runs it next on the last
+    // stage, without interleaving), the layers stay resident for it: one
+    // gather of theirs a micro-batch, not two.
+    if (weights_) weights_->done_chunk(first, backward ? first : last, first_chunk(chunk), true);
     if (moe_ && backward) {  // every layer's routing is in a's record now
       const Transformer::MoeLosses f = model_.moe_losses(a);
       moe_losses_.aux += f.aux;

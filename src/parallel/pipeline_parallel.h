@@ -64,7 +64,9 @@ namespace nk::parallel {
 // What a chunk of layers reads, made resident before it runs and let go
 // after (FSDP's gathers and releases, DistributedDataParallel): the layers
 // [first, last), and the embedding's and the head's weights when the chunk
-// runs them.
+// runs them. (The model's last chunk in a training step lets go of the head
+// after its forward, which ran the head's backward too, and of its layers
+// after their backward: use_chunk of resident units waits for nothing.)
 class ChunkWeights {
  public:
   virtual ~ChunkWeights() = default;

@@ -600,7 +600,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                     pp_batches[size_t(m)].host_targets);
         pp_batches[size_t(m)].upload();
       }
-      if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
+      double gather_s = 0;  // ZeRO-1: the schedule reads every weight
+      if (ddp_) {
+        const auto t_gather = Clock::now();
+        ddp_->finish_param_gathers();
+        gather_s = seconds_since(t_gather);
+      }
       loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum), pp_packed) /
              double(accum);
       pp_wait_s = pipe_->take_wait_seconds();
@@ -614,14 +619,18 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         const auto t_comm = Clock::now();
         // Split experts: their gradients over the ranks holding the same experts.
         if (ddp_) {
+          // The communication waited for: the gathers before the schedule
+          // (ZeRO-1) and inside it (FSDP's chunks, counted by wait_grads),
+          // the reductions' launch and their wait.
           ddp_->reduce_grads();
-          ddp_->wait_grads();
+          const double launched = seconds_since(t_comm);
+          comm_s = gather_s + launched + ddp_->wait_grads();
         } else {
           parallel::reduce_replica_grads(
               *model_, replicas,
               model_->experts_split() ? &par_.groups->get("expert-dp") : nullptr);
+          comm_s = seconds_since(t_comm);
         }
-        comm_s = seconds_since(t_comm);
         Tensor sum = Tensor::empty({1}, DType::F64);
         *sum.data<double>() = loss;
         replicas.all_reduce(sum);
