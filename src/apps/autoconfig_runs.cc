@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -535,78 +536,139 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
   // On as many of the host's ranks as the batch splits over (all, when it
   // does): FSDP's gathers fault pages in on every rank at once.
   const int64_t G = cfg.global_batch, P = divisor_at_most(G, cal.procs_per_node);
-  if (P < 2) return;  // no sharded layout on this host
-  const double page_probe = cal.refault_s_per_byte;
   fsdp_probes_.clear();
-  for (const int64_t mb : {int64_t(1), G / P}) {
-    if (!fsdp_probes_.empty() && mb == fsdp_probes_[0].micro_batch) break;
-    TrainConfig c = probe_config(cfg, 1, 1, int(P), mb);
+  fsdp_fit_ = "page probe";
+  if (P < 2) return;  // no sharded layout on this host
+  // The page probe's cost per byte is the least a gathered byte can cost:
+  // every gather writes into pages handed back after their last use.
+  const double page = cal.page_refault_s_per_byte;
+  std::map<std::string, std::vector<double>> pooled;  // steps by run, over the rounds
+  // One fully sharded run at tp x dp = P, micro-batch mb, against the model
+  // with FSDP's costs free (per_byte: the per-byte cost taken as known).
+  auto probe = [&](int64_t tp, int64_t mb, int round, double per_byte) -> std::optional<FsdpProbe> {
+    TrainConfig c = probe_config(cfg, int(tp), 1, int(P / tp), mb);
     c.ddp.shard = parallel::Shard::Full;
     // The step predicted with both costs free, at 1 ns a byte, at 1 ms a
     // step: what the measured step adds over the first, in their slopes.
     StepCalibration at0 = cal;
     at0.procs_per_node = P;
     at0.sharing = measure_sharing(P);  // (cached: the host's)
-    at0.refault_s_per_byte = 0, at0.fsdp_step_s = 0;
-    StepCalibration per_byte = at0, per_step = at0;
-    per_byte.refault_s_per_byte = 1e-9, per_step.fsdp_step_s = 1e-3;
+    at0.refault_s_per_byte = per_byte, at0.fsdp_step_s = 0, at0.fsdp_pair_step_s = -1;
+    StepCalibration per_b = at0, per_step = at0;
+    per_b.refault_s_per_byte += 1e-9, per_step.fsdp_step_s = 1e-3;
     FsdpProbe f;
-    f.micro_batch = mb;
+    f.tp = tp, f.micro_batch = mb;
     try {
       c.parallel.check();
       measure_missing_rates(c, rates);
       const TrainEstimate e = estimate_training(c, P, &rates);
       f.predicted_s = predict_step(c, e, at0).total();
-      f.per_s_per_byte = (predict_step(c, e, per_byte).total() - f.predicted_s) / 1e-9;
+      f.per_s_per_byte = (predict_step(c, e, per_b).total() - f.predicted_s) / 1e-9;
       f.per_step_s = (predict_step(c, e, per_step).total() - f.predicted_s) / 1e-3;
     } catch (const Error& e) {
-      NK_WARN("autoconfig: no fully sharded probe at micro-batch {} for this recipe ({})", mb,
-              e.what());
-      break;
+      NK_WARN("autoconfig: no fully sharded probe at tp {}, micro-batch {} for this recipe ({})",
+              tp, mb, e.what());
+      return std::nullopt;
     }
-    std::vector<std::string> extra = probe_overrides(1, 1, int(P), mb, cal.threads);
+    std::vector<std::string> extra = probe_overrides(int(tp), 1, int(P / tp), mb, cal.threads);
     std::replace(extra.begin(), extra.end(), std::string("parallel.shard=none"),
                  std::string("parallel.shard=full"));
-    const MeasuredRun r = run(fmt::format("probe-fsdp{}-mb{}", P, mb), P, extra, kProbeSteps);
-    if (!r.ok() || !(f.per_s_per_byte > 0)) {
-      NK_WARN("autoconfig: the fully sharded probe at micro-batch {} failed ({}, {})", mb,
-              r.result.describe(), r.log);
-      break;
+    const std::string name = fmt::format("probe-fsdp-tp{}-dp{}-mb{}", tp, P / tp, mb);
+    const MeasuredRun r =
+        run(name + (round > 1 ? fmt::format("-{}", round) : ""), P, extra, kProbeSteps);
+    if (!r.ok() || !(f.per_s_per_byte > 0) || !(f.per_step_s > 0)) {
+      NK_WARN("autoconfig: the fully sharded probe at tp {}, micro-batch {} failed ({}, {})", tp,
+              mb, r.result.describe(), r.log);
+      return std::nullopt;
     }
-    f.measured_s = r.step_s;
-    fsdp_probes_.push_back(f);
-  }
-  if (fsdp_probes_.empty()) {
-    NK_WARN("autoconfig: FSDP's gathers costed by the page probe, {:.2f} ns a byte",
-            page_probe * 1e9);
-    return;
-  }
-  // extra_i = per byte x S_i + per step x Q_i (Cramer's rule).
-  const FsdpProbe& a = fsdp_probes_[0];
-  if (fsdp_probes_.size() == 2) {
-    const FsdpProbe& b = fsdp_probes_[1];
+    std::vector<double>& steps = pooled[name];
+    steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
+    f.measured_s = median(steps);
+    return f;
+  };
+  // One round of the data-parallel probes: one sequence per micro-batch
+  // (the most gathers), one micro-batch per rank (the fewest).
+  auto dp_probes = [&](int round) {
+    std::vector<FsdpProbe> out;
+    for (const int64_t mb : {int64_t(1), G / P}) {
+      if (!out.empty() && mb == out[0].micro_batch) break;
+      const std::optional<FsdpProbe> f = probe(1, mb, round, 0);
+      if (!f) break;
+      out.push_back(*f);
+    }
+    return out;
+  };
+  // extra_i = per byte x S_i + per step x Q_i (Cramer's rule); a fit is
+  // taken when both are positive and the per-byte cost is not below the
+  // page probe's (a probe slowed by other work on the host gives a steep
+  // per-step cost and a per-byte one under what the pages alone cost).
+  double r = -1, s = -1;
+  auto fit = [&] {
+    if (fsdp_probes_.size() != 2) return false;
+    const FsdpProbe &a = fsdp_probes_[0], &b = fsdp_probes_[1];
     const double ea = a.measured_s - a.predicted_s, eb = b.measured_s - b.predicted_s;
     const double det = a.per_s_per_byte * b.per_step_s - b.per_s_per_byte * a.per_step_s;
-    const double r = det != 0 ? (ea * b.per_step_s - eb * a.per_step_s) / det : -1;
-    const double s = det != 0 ? (a.per_s_per_byte * eb - b.per_s_per_byte * ea) / det : -1;
-    if (r > 0 && s >= 0) {
-      cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
+    r = det != 0 ? (ea * b.per_step_s - eb * a.per_step_s) / det : -1;
+    s = det != 0 ? (a.per_s_per_byte * eb - b.per_s_per_byte * ea) / det : -1;
+    return r > 0 && r >= page && s >= 0;
+  };
+  fsdp_probes_ = dp_probes(1);
+  if (fsdp_probes_.empty()) {
+    NK_WARN("autoconfig: FSDP's gathers costed by the page probe, {:.2f} ns a byte",
+            cal.refault_s_per_byte * 1e9);
+    return;
+  }
+  if (fsdp_probes_.size() == 1) {  // one micro-batch per rank only: per byte
+    const FsdpProbe& a = fsdp_probes_[0];
+    const double per_byte = (a.measured_s - a.predicted_s) / a.per_s_per_byte;
+    if (per_byte > 0 && per_byte >= page) {
+      cal.refault_s_per_byte = per_byte;
+      fsdp_fit_ = "one probe per byte";
       return;
     }
     NK_WARN(
-        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model) give no "
-        "positive per-byte and per-step cost (noise); the first alone, per byte",
-        ea * 1e3, eb * 1e3);
-  }
-  const double r = (a.measured_s - a.predicted_s) / a.per_s_per_byte;
-  if (r > 0) {
-    cal.refault_s_per_byte = r;
+        "autoconfig: the fully sharded probe gives {:.2f} ns a byte past the model with free "
+        "gathers, under the page probe's (noise); FSDP's gathers costed by the page probe, "
+        "{:.2f} ns a byte",
+        per_byte * 1e9, page * 1e9);
     return;
   }
-  NK_WARN(
-      "autoconfig: the fully sharded probe ran {:.1f} ms under the model with free gathers "
-      "(noise); FSDP's gathers costed by the page probe, {:.2f} ns a byte",
-      (a.predicted_s - a.measured_s) * 1e3, page_probe * 1e9);
+  bool ok = fit();
+  fsdp_fit_ = "two probes";
+  if (!ok) {
+    // Both once more, their steps pooled (as calibrate_messages).
+    if (std::vector<FsdpProbe> again = dp_probes(2); again.size() == 2) fsdp_probes_ = again;
+    ok = fit();
+    fsdp_fit_ = "two probes, two rounds";
+  }
+  if (ok) {
+    cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
+  } else {
+    // The pages' cost per byte, and per step the least either probe leaves
+    // past it (other work on the host only slows a probe).
+    double least = 1e30;
+    for (const FsdpProbe& p : fsdp_probes_)
+      least =
+          std::min(least, (p.measured_s - p.predicted_s - page * p.per_s_per_byte) / p.per_step_s);
+    NK_WARN(
+        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model, two rounds) "
+        "give {:.2f} ns a byte and {:.1f} ms a step, not a positive cost at least the page "
+        "probe's {:.2f} ns a byte (noise); that, and per step the least either probe leaves "
+        "past it",
+        (fsdp_probes_[0].measured_s - fsdp_probes_[0].predicted_s) * 1e3,
+        (fsdp_probes_[1].measured_s - fsdp_probes_[1].predicted_s) * 1e3, r * 1e9, s * 1e3,
+        page * 1e9);
+    cal.refault_s_per_byte = page, cal.fsdp_step_s = std::max(0.0, least);
+    fsdp_fit_ = "page probe per byte, the probes per step";
+  }
+  cal.fsdp_group = P;
+  // More than 2 ranks: the per-step cost in a sharding group of 2 (tp 2 x
+  // dp P/2, one micro-batch per rank), at the per-byte cost just fitted.
+  if (P <= 2 || P % 2 != 0 || G % (P / 2) != 0) return;
+  const std::optional<FsdpProbe> pair = probe(2, G / (P / 2), 1, cal.refault_s_per_byte);
+  if (!pair) return;
+  fsdp_probes_.push_back(*pair);
+  cal.fsdp_pair_step_s = std::max(0.0, (pair->measured_s - pair->predicted_s) / pair->per_step_s);
 }
 
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {

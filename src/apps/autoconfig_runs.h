@@ -118,19 +118,34 @@ class AutoconfigRuns {
   // sequence per micro-batch, the most gathers, then one micro-batch per
   // rank, the fewest, the same tokens), each against the model with both
   // costs free, fitted as gathered bytes x per byte + per step (the
-  // prediction's slopes in each). Without a positive fit (noise), or with
-  // one micro-batch per rank only, the first run alone at a per-byte cost;
-  // keeps cal's values (the page probe's, measure_page_refault) with a
-  // warning when the recipe cannot run so.
+  // prediction's slopes in each). A fit is taken when both costs are
+  // positive and the per-byte one is at least the page probe's
+  // (cal.page_refault_s_per_byte: every gather writes into released
+  // pages); else both probes run once more, their steps pooled, and are
+  // fitted again; failing that, the page probe's cost per byte and per
+  // step the least either probe leaves past it (a probe slowed by other
+  // work on the host reads slow, never fast). With one micro-batch per
+  // rank only, the one probe per byte. Keeps cal's values (the page
+  // probe's) with a warning when the recipe cannot run so. fsdp_fit()
+  // names the fit taken. On more than 2 ranks (an even count), a third
+  // run at tp 2 x dp P/2 (one micro-batch per rank) gives the per-step cost
+  // in a sharding group of 2 (cal.fsdp_pair_step_s) at the per-byte cost
+  // fitted: on 4 ranks sharing 2 cores the 4-rank group's per-step cost
+  // overcharged a layout sharded over 2 by 40 %.
   void calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
-  // A fully sharded probe: its micro-batch, predicted step with FSDP's
-  // costs free, what a unit of refault_s_per_byte and of fsdp_step_s add to
-  // it (seconds per unit), measured step.
+  // A fully sharded probe: its tensor-parallel size (1: dp P; 2: the
+  // pair probe, tp 2 x dp P/2, after the others) and micro-batch,
+  // predicted step with FSDP's costs free (the pair probe's at the
+  // per-byte cost fitted), what a unit of refault_s_per_byte and of
+  // fsdp_step_s add to it (seconds per unit), measured step.
   struct FsdpProbe {
-    int64_t micro_batch = 0;
+    int64_t tp = 1, micro_batch = 0;
     double predicted_s = 0, per_s_per_byte = 0, per_step_s = 0, measured_s = 0;
   };
   const std::vector<FsdpProbe>& fsdp_probes() const { return fsdp_probes_; }
+  // "two probes", "two probes, two rounds", "page probe per byte, the
+  // probes per step", "one probe per byte" or "page probe".
+  const std::string& fsdp_fit() const { return fsdp_fit_; }
   // A context-parallel probe: its micro-batch, predicted step with the
   // ring at scale 1 and free messages, measured step, and what fit_ring
   // took from it.
@@ -166,6 +181,7 @@ class AutoconfigRuns {
   MessageProbe message_probe_, bytes_probe_;
   std::vector<CpProbe> ring_probes_;
   std::vector<FsdpProbe> fsdp_probes_;
+  std::string fsdp_fit_ = "page probe";
   std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
   double sharing_alone_s_ = 0;              // and its median step alone
   std::map<int64_t, double> sharing_;       // measured, by copies

@@ -165,7 +165,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
     if (cal.sharing <= 0)
       cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
   }
-  cal.refault_s_per_byte = measure_page_refault().s_per_byte;
+  cal.refault_s_per_byte = cal.page_refault_s_per_byte = measure_page_refault().s_per_byte;
   if (a.link_gbps > 0) {
     cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
   } else if (world > 1) {
@@ -275,9 +275,11 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"bytes", m->bytes},
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
+    j["fsdp_fit"] = runs.fsdp_fit();
     j["fsdp_probes"] = nlohmann::json::array();
     for (const AutoconfigRuns::FsdpProbe& f : runs.fsdp_probes())
-      j["fsdp_probes"].push_back({{"micro_batch", f.micro_batch},
+      j["fsdp_probes"].push_back({{"tp", f.tp},
+                                  {"micro_batch", f.micro_batch},
                                   {"predicted_without_s", f.predicted_s},
                                   {"per_s_per_byte", f.per_s_per_byte},
                                   {"per_step_s", f.per_step_s},
@@ -325,8 +327,8 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "calibration: {} cores, {} thread{} per rank (cores shared x{:.2f}{}); compute x{:.2f} of "
         "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "
         "link {:.2f} GB/s, "
-        "{:.0f} us per message ({}){}{}; FSDP {:.2f} ns a gathered byte + {:.1f} ms a step "
-        "({})\n\n",
+        "{:.0f} us per message ({}){}{}; FSDP {:.2f} ns a gathered byte + {:.1f} ms a step{} "
+        "(fit: {}; the page probe {:.2f} ns a byte)\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
         cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
@@ -345,7 +347,10 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                                  100.0 * cal.message_wait_share)
                                    : "",
         cal.refault_s_per_byte * 1e9, cal.fsdp_step_s * 1e3,
-        runs.fsdp_probes().empty() ? "the page probe" : "fully sharded probes");
+        cal.fsdp_pair_step_s >= 0 ? fmt::format(" in groups of {}, {:.1f} ms in groups of 2",
+                                                cal.fsdp_group, cal.fsdp_pair_step_s * 1e3)
+                                  : "",
+        runs.fsdp_fit(), cal.page_refault_s_per_byte * 1e9);
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
                "tokens/s", meas ? " median step ms    error" : "");

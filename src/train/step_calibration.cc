@@ -23,6 +23,13 @@ double StepCalibration::oversubscription() const {
   return std::max(1.0, double(procs_per_node * threads) / double(std::max<int64_t>(1, cores)));
 }
 
+double StepCalibration::fsdp_step_in(int64_t ranks) const {
+  if (fsdp_pair_step_s < 0 || fsdp_group <= 2) return fsdp_step_s;
+  const double at = fsdp_pair_step_s +
+                    (fsdp_step_s - fsdp_pair_step_s) * double(ranks - 2) / double(fsdp_group - 2);
+  return std::max(0.0, at);
+}
+
 nlohmann::json StepCalibration::to_json() const {
   return {{"cores", cores},
           {"procs_per_node", procs_per_node},
@@ -37,7 +44,10 @@ nlohmann::json StepCalibration::to_json() const {
           {"ring_message_s", ring_message_s},
           {"message_wait_share", message_wait_share},
           {"refault_s_per_byte", refault_s_per_byte},
+          {"page_refault_s_per_byte", page_refault_s_per_byte},
           {"fsdp_step_s", fsdp_step_s},
+          {"fsdp_group", fsdp_group},
+          {"fsdp_pair_step_s", fsdp_pair_step_s},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
 }
@@ -291,10 +301,10 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         p.messages += buckets * (1.0 + 2.0 * m);
         // The other ranks' blocks were handed back after their last use:
         // each gather faults their pages in again (per byte), and a step
-        // costs fsdp_step_s beside (both measured by autoconfig's fully
-        // sharded probes).
+        // costs fsdp_step_s beside, by the size of the sharding group
+        // (both measured by autoconfig's fully sharded probes).
         p.overhead_s +=
-            over * (2.0 * m * share * params * s * cal.refault_s_per_byte + cal.fsdp_step_s);
+            over * (2.0 * m * share * params * s * cal.refault_s_per_byte + cal.fsdp_step_in(red));
         break;
     }
   }

@@ -24,7 +24,8 @@
 //   refault_s_per_byte, fsdp_step_s   two fully sharded (FSDP) runs of
 //       the recipe (the most micro-batches, then the fewest): what a byte
 //       its gathers write into released pages costs, and what a step
-//       costs beside them.
+//       costs beside them; fsdp_pair_step_s a third, its sharding group
+//       of 2 (tp 2) where the host has more ranks.
 // A rank's step is then
 //   oversub x (compute_scale x (compute + (ring_attention_scale - 1) x
 //                               its ring attention)
@@ -77,10 +78,23 @@ struct StepCalibration {
   // write after a release (measure_page_refault: on the Zen 5 VM 3.2-3.7 ns
   // a byte against the probe's 8.6); 0: not measured.
   double refault_s_per_byte = 0;
+  // The page probe's figure (measure_page_refault): the least a gathered
+  // byte can cost, which the fully sharded probes' fit must reach; 0: not
+  // measured.
+  double page_refault_s_per_byte = 0;
   // FSDP: what a step costs beside its gathered bytes (the fully sharded
   // probes' intercept: on the Zen 5 VM one rank of two slower by 20-40 ms
-  // a step, the other waiting for it at the gathers); 0: not measured.
+  // a step, the other waiting for it at the gathers), in a sharding group
+  // of fsdp_group ranks; 0: not measured.
   double fsdp_step_s = 0;
+  int64_t fsdp_group = 0;
+  // The same in a group of 2 when fsdp_group is larger (a probe with tp 2:
+  // on 4 ranks of 2 cores 0-30 % of the 4-rank group's), the cost of
+  // groups in between on the line through both; negative: not measured
+  // (fsdp_step_s at every size).
+  double fsdp_pair_step_s = -1;
+  // FSDP's per-step cost in a sharding group of `ranks`.
+  double fsdp_step_in(int64_t ranks) const;
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;

@@ -279,6 +279,22 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
                 0.01 * cal.oversubscription(), 1e-12);
     const TrainConfig z = load({"parallel.dp=2", "parallel.shard=optimizer"});
     EXPECT_EQ(predict_step(z, estimate_training(z, 2, &r), step).overhead_s, zero1.overhead_s);
+    // By the sharding group's size: measured in groups of 4 and of 2, a
+    // group of 2 costs the pair's, one of 3 half-way, larger ones on the
+    // same line; without the pair's, fsdp_step_s at every size.
+    StepCalibration groups = step;
+    groups.fsdp_group = 4, groups.fsdp_step_s = 0.03, groups.fsdp_pair_step_s = 0.01;
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(2), 0.01);
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(3), 0.02);
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(4), 0.03);
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(8), 0.07);
+    groups.fsdp_pair_step_s = 0.05;  // a pair dearer than the group: never below 0
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(8), 0.0);
+    groups.fsdp_pair_step_s = -1;
+    EXPECT_DOUBLE_EQ(groups.fsdp_step_in(2), 0.03);
+    groups.fsdp_pair_step_s = 0.01;  // this layout shards over 2 ranks: the pair's cost
+    EXPECT_NEAR(predict_step(c, e, groups).overhead_s - fsdp.overhead_s,
+                0.01 * cal.oversubscription(), 1e-12);
     // The probe releases and faults in what it says: every rewrite after a
     // release faults each page in again (at least one fault per 2 MiB,
     // where the kernel maps huge pages), the writes of resident pages
