@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "apps/host_load.h"
+#include "apps/mpirun_launch.h"
 #include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -191,9 +192,9 @@ std::vector<std::string> AutoconfigRuns::train_args(const std::string& name,
 MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
                                 const std::vector<std::string>& extra, int64_t steps) {
   std::vector<std::string> argv = train_args(name, extra, steps);
-  if (world > 1) {
-    const std::vector<std::string> mpi = {"mpirun",          "-np",       std::to_string(world),
-                                          "--oversubscribe", "--bind-to", "none"};
+  if (world > 1) {  // placed as nekton train --nproc places them
+    std::vector<std::string> mpi = {"mpirun", "-np", std::to_string(world)};
+    for (std::string& a : mpirun_placement(int(world))) mpi.push_back(std::move(a));
     argv.insert(argv.begin(), mpi.begin(), mpi.end());
   }
   MeasuredRun m;
@@ -455,9 +456,8 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
 
 void AutoconfigRuns::calibrate_link(StepCalibration& cal) {
   const std::string log = dir_ + "/probe-link.log";
-  const ChildResult r = run_child({"mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none",
-                                   exe_, "autoconfig", "--probe-link"},
-                                  log, std::min(timeout_s_, 120.0));
+  const ChildResult r = run_child(mpirun_command(2, exe_, {"autoconfig", "--probe-link"}), log,
+                                  std::min(timeout_s_, 120.0));
   std::ifstream f(log);
   for (std::string line; std::getline(f, line);)
     if (line.starts_with("{\"autoconfig_link\"")) {

@@ -13,11 +13,17 @@
 
 namespace nk {
 
+std::vector<std::string> mpirun_placement(int nproc) {
+  if (unsigned(nproc) > std::thread::hardware_concurrency())
+    return {"--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"};
+  return {"--bind-to", "none"};
+}
+
 std::vector<std::string> mpirun_command(int nproc, const std::string& exe,
                                         const std::vector<std::string>& args) {
   std::vector<std::string> cmd = {"mpirun", "-np", std::to_string(nproc)};
-  if (unsigned(nproc) > std::thread::hardware_concurrency()) cmd.push_back("--oversubscribe");
-  cmd.insert(cmd.end(), {"--bind-to", "none", exe});
+  for (std::string& a : mpirun_placement(nproc)) cmd.push_back(std::move(a));
+  cmd.push_back(exe);
   cmd.insert(cmd.end(), args.begin(), args.end());
   return cmd;
 }

@@ -7,10 +7,21 @@
 
 namespace nk {
 
+// Where mpirun puts `nproc` ranks of this host. Up to one a core: no
+// binding (each rank's threads are sized by nekton from the number of
+// local ranks). More ranks than cores (one thread each): `--oversubscribe`,
+// round robin over the cores, each rank bound to its core, so that the
+// ranks of the inner groups (tp, cp, dp: consecutive ranks, which compute
+// at the same time) land on different cores. Left to the scheduler, a rank
+// waiting at a message (it yields rather than sleeps) counts as load, and
+// two computing ranks share one core as often as not: pp 2 x dp 2 on 2
+// cores ran at 59 ms a step with each stage's replicas on different cores
+// and 98-105 ms with them on one, unbound runs switching between the two
+// (BENCHMARKS.md, 2026-12-02).
+std::vector<std::string> mpirun_placement(int nproc);
+
 // The mpirun command line that starts `nproc` copies of this executable with
-// `args` after it: `--oversubscribe` when nproc exceeds this host's cores, and
-// no core binding (each rank's threads are sized by nekton from the number of
-// local ranks instead).
+// `args` after it, the ranks placed by mpirun_placement.
 std::vector<std::string> mpirun_command(int nproc, const std::string& exe,
                                         const std::vector<std::string>& args);
 

@@ -3,10 +3,13 @@
 // output left behind.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 #include <vector>
 
+#include "apps/mpirun_launch.h"
 #include "data/dataset/indexed_dataset.h"
 #include "data/tokenizer/tokenizer.h"
 #include "test_paths.h"
@@ -76,6 +79,28 @@ TEST(Cli, PrintConfigShowsTheDerivedSizes) {
   EXPECT_NE(r.out.find("--print-config is an option of nekton train, finetune and align only"),
             std::string::npos)
       << r.out;
+}
+
+// --nproc's placement: unbound up to one rank a core; past that round robin
+// over the cores, each rank bound to its own, and mpirun (this host's
+// OpenMPI) takes the flags.
+TEST(Cli, NprocPlacesRanksRoundRobinOverSharedCores) {
+  const int cores = int(std::thread::hardware_concurrency());
+  using Args = std::vector<std::string>;
+  EXPECT_EQ(nk::mpirun_placement(1), (Args{"--bind-to", "none"}));
+  EXPECT_EQ(nk::mpirun_placement(cores), (Args{"--bind-to", "none"}));
+  const Args shared = {"--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"};
+  EXPECT_EQ(nk::mpirun_placement(cores + 1), shared);
+  const Args cmd = nk::mpirun_command(cores + 1, "true", {"a", "b"});
+  Args want = {"mpirun", "-np", std::to_string(cores + 1)};
+  want.insert(want.end(), shared.begin(), shared.end());
+  want.insert(want.end(), {"true", "a", "b"});
+  EXPECT_EQ(cmd, want);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string line;
+  for (const std::string& a : cmd) line += a + " ";
+  EXPECT_EQ(std::system((line + ">/dev/null 2>&1").c_str()), 0) << line;
 }
 
 TEST(Cli, TrainThenGenerate) {
