@@ -16,7 +16,7 @@ namespace nk {
 std::vector<std::string> mpirun_placement(int nproc) {
   if (unsigned(nproc) > std::thread::hardware_concurrency())
     return {"--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"};
-  return {"--bind-to", "none"};
+  return {"--oversubscribe", "--bind-to", "none"};
 }
 
 std::vector<std::string> mpirun_command(int nproc, const std::string& exe,

@@ -7,10 +7,13 @@
 
 namespace nk {
 
-// Where mpirun puts `nproc` ranks of this host. Up to one a core: no
-// binding (each rank's threads are sized by nekton from the number of
-// local ranks). More ranks than cores (one thread each): `--oversubscribe`,
-// round robin over the cores, each rank bound to its core, so that the
+// Where mpirun puts `nproc` ranks of this host (always with
+// `--oversubscribe`: OpenMPI counts a host's slots by physical cores, so
+// ranks for each hardware thread of an SMT host would be refused without
+// it). Up to one a core (as std::thread::hardware_concurrency counts
+// them): no binding (each rank's threads are sized by nekton from the
+// number of local ranks). More ranks than cores (one thread each): round
+// robin over the cores, each rank bound to its core, so that the
 // ranks of the inner groups (tp, cp, dp: consecutive ranks, which compute
 // at the same time) land on different cores. Left to the scheduler, a rank
 // waiting at a message (it yields rather than sleeps) counts as load, and

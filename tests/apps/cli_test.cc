@@ -87,8 +87,8 @@ TEST(Cli, PrintConfigShowsTheDerivedSizes) {
 TEST(Cli, NprocPlacesRanksRoundRobinOverSharedCores) {
   const int cores = int(std::thread::hardware_concurrency());
   using Args = std::vector<std::string>;
-  EXPECT_EQ(nk::mpirun_placement(1), (Args{"--bind-to", "none"}));
-  EXPECT_EQ(nk::mpirun_placement(cores), (Args{"--bind-to", "none"}));
+  EXPECT_EQ(nk::mpirun_placement(1), (Args{"--oversubscribe", "--bind-to", "none"}));
+  EXPECT_EQ(nk::mpirun_placement(cores), (Args{"--oversubscribe", "--bind-to", "none"}));
   const Args shared = {"--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"};
   EXPECT_EQ(nk::mpirun_placement(cores + 1), shared);
   const Args cmd = nk::mpirun_command(cores + 1, "true", {"a", "b"});
