@@ -598,19 +598,14 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
     }
     return out;
   };
-  // extra_i = per byte x S_i + per step x Q_i (Cramer's rule); a fit is
-  // taken when both are positive and the per-byte cost is not below the
-  // page probe's (a probe slowed by other work on the host gives a steep
-  // per-step cost and a per-byte one under what the pages alone cost).
-  double r = -1, s = -1;
+  // A fit is taken only at a per-byte cost of at least the page probe's
+  // (fit_fsdp).
+  auto fit_of = [](const FsdpProbe& p) {
+    return FsdpProbeFit{p.measured_s - p.predicted_s, p.per_s_per_byte, p.per_step_s};
+  };
   auto fit = [&] {
-    if (fsdp_probes_.size() != 2) return false;
-    const FsdpProbe &a = fsdp_probes_[0], &b = fsdp_probes_[1];
-    const double ea = a.measured_s - a.predicted_s, eb = b.measured_s - b.predicted_s;
-    const double det = a.per_s_per_byte * b.per_step_s - b.per_s_per_byte * a.per_step_s;
-    r = det != 0 ? (ea * b.per_step_s - eb * a.per_step_s) / det : -1;
-    s = det != 0 ? (a.per_s_per_byte * eb - b.per_s_per_byte * ea) / det : -1;
-    return r > 0 && r >= page && s >= 0;
+    return fsdp_probes_.size() == 2 &&
+           fit_fsdp(cal, fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1]), page);
   };
   fsdp_probes_ = dp_probes(1);
   if (fsdp_probes_.empty()) {
@@ -641,24 +636,14 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
     ok = fit();
     fsdp_fit_ = "two probes, two rounds";
   }
-  if (ok) {
-    cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
-  } else {
-    // The pages' cost per byte, and per step the least either probe leaves
-    // past it (other work on the host only slows a probe).
-    double least = 1e30;
-    for (const FsdpProbe& p : fsdp_probes_)
-      least =
-          std::min(least, (p.measured_s - p.predicted_s - page * p.per_s_per_byte) / p.per_step_s);
+  if (!ok) {
     NK_WARN(
-        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model, two rounds) "
-        "give {:.2f} ns a byte and {:.1f} ms a step, not a positive cost at least the page "
-        "probe's {:.2f} ns a byte (noise); that, and per step the least either probe leaves "
-        "past it",
+        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model) give no "
+        "positive cost per byte of at least the page probe's {:.2f} ns (noise); that, and per "
+        "step the least either probe leaves past it",
         (fsdp_probes_[0].measured_s - fsdp_probes_[0].predicted_s) * 1e3,
-        (fsdp_probes_[1].measured_s - fsdp_probes_[1].predicted_s) * 1e3, r * 1e9, s * 1e3,
-        page * 1e9);
-    cal.refault_s_per_byte = page, cal.fsdp_step_s = std::max(0.0, least);
+        (fsdp_probes_[1].measured_s - fsdp_probes_[1].predicted_s) * 1e3, page * 1e9);
+    fit_fsdp_at_page(cal, {fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1])}, page);
     fsdp_fit_ = "page probe per byte, the probes per step";
   }
   cal.fsdp_group = P;

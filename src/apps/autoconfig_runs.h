@@ -131,7 +131,7 @@ class AutoconfigRuns {
   // run at tp 2 x dp P/2 (one micro-batch per rank) gives the per-step cost
   // in a sharding group of 2 (cal.fsdp_pair_step_s) at the per-byte cost
   // fitted: on 4 ranks sharing 2 cores the 4-rank group's per-step cost
-  // overcharged a layout sharded over 2 by 40 %.
+  // overcharged a layout sharded over 2 by 43 %.
   void calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // A fully sharded probe: its tensor-parallel size (1: dp P; 2: the
   // pair probe, tp 2 x dp P/2, after the others) and micro-batch,

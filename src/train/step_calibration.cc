@@ -198,6 +198,24 @@ bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many)
   return false;
 }
 
+bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b, double page) {
+  const double det = a.per_byte * b.per_step - b.per_byte * a.per_step;
+  if (det == 0) return false;
+  const double r = (a.extra_s * b.per_step - b.extra_s * a.per_step) / det,
+               s = (a.per_byte * b.extra_s - b.per_byte * a.extra_s) / det;
+  if (!(r > 0 && r >= page && s >= 0)) return false;
+  cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
+  return true;
+}
+
+void fit_fsdp_at_page(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page) {
+  double least = 1e30;
+  for (const FsdpProbeFit& p : probes)
+    if (p.per_step > 0) least = std::min(least, (p.extra_s - page * p.per_byte) / p.per_step);
+  cal.refault_s_per_byte = page;
+  cal.fsdp_step_s = least < 1e30 ? std::max(0.0, least) : 0.0;
+}
+
 std::pair<int64_t, int64_t> busiest_stage(const TrainConfig& c, int64_t pp) {
   const std::vector<Recompute> plan =
       recompute_plan(c.recompute, c.recompute_layers, c.model.n_layer);

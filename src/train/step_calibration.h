@@ -45,6 +45,7 @@
 #pragma once
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/json.h"
 #include "train/estimate.h"
@@ -89,7 +90,8 @@ struct StepCalibration {
   double fsdp_step_s = 0;
   int64_t fsdp_group = 0;
   // The same in a group of 2 when fsdp_group is larger (a probe with tp 2:
-  // on 4 ranks of 2 cores 0-30 % of the 4-rank group's), the cost of
+  // on 4 ranks of 2 cores 20-34 % of the 4-rank group's for gpt-tiny, 8-22 %
+  // for the test's smaller model, 2026-12-02), the cost of
   // groups in between on the line through both; negative: not measured
   // (fsdp_step_s at every size).
   double fsdp_pair_step_s = -1;
@@ -182,6 +184,28 @@ struct RingProbe {
 // messages at link_latency_s (ring_message_s stays negative) and the scale
 // from `few` alone, clamped to [0.5, 10]. Returns whether both were fitted.
 bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many);
+
+// A fully sharded probe run of the recipe against predict_step with FSDP's
+// costs free: extra_s = measured - predicted, per_byte = what one unit of
+// refault_s_per_byte adds to the prediction (its gathered bytes, at the
+// cores' sharing), per_step = what one unit of the per-step cost adds.
+struct FsdpProbeFit {
+  double extra_s = 0, per_byte = 0, per_step = 0;
+};
+
+// FSDP's cost per gathered byte and per step from two such probes (extra_s
+// = per byte x per_byte + per step x per_step, Cramer's rule), into
+// cal.refault_s_per_byte and cal.fsdp_step_s when both are positive (the
+// per-step one may be 0) and the per-byte one is at least `page` (the page
+// probe's: every gather writes into released pages, so a fit under it is a
+// probe slowed by the host). Returns whether it was taken (cal unchanged
+// otherwise).
+bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b, double page);
+
+// The fallback when fit_fsdp refuses: `page` per byte, and per step the
+// least any probe leaves past it (a probe slowed by the host reads slow,
+// never fast), at least 0.
+void fit_fsdp_at_page(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page);
 
 // The step of one rank of cfg's layout on `world` processes; `e` is
 // estimate_training(cfg, world, rates) with the rates at cal.threads.

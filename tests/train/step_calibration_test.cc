@@ -135,6 +135,41 @@ TEST(StepCalibration, TwoContextParallelProbesSeparateTheRingsBlocksFromItsMessa
   EXPECT_EQ(alone.ring_attention_scale, 0.5);
 }
 
+// FSDP's two probes: per gathered byte and per step, the per-byte cost at
+// least the page probe's (a gather writes into released pages), else the
+// page probe's and the least per-step cost the probes leave past it.
+TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
+  // Built from 6 ns a byte + 40 ms a step: the probe with one sequence per
+  // micro-batch (4 micro-batches a rank: 4x the gathered bytes) and the
+  // one with one micro-batch per rank, at a sharing of 2.
+  const double page = 4e-9;
+  const FsdpProbeFit most{6e-9 * 8e7 + 0.040 * 2, 8e7, 2}, fewest{6e-9 * 2e7 + 0.040 * 2, 2e7, 2};
+  StepCalibration cal;
+  EXPECT_TRUE(fit_fsdp(cal, most, fewest, page));
+  EXPECT_NEAR(cal.refault_s_per_byte, 6e-9, 1e-18);
+  EXPECT_NEAR(cal.fsdp_step_s, 0.040, 1e-12);
+  // The fewest-gather probe slowed by the host (+200 ms): the fit's cost
+  // per byte falls under the page probe's (and the per-step one jumps); it
+  // is refused and cal left as it was.
+  const FsdpProbeFit slowed{fewest.extra_s + 0.200, 2e7, 2};
+  StepCalibration refused;
+  refused.refault_s_per_byte = 1, refused.fsdp_step_s = 1;
+  EXPECT_FALSE(fit_fsdp(refused, most, slowed, page));
+  EXPECT_EQ(refused.refault_s_per_byte, 1);
+  EXPECT_EQ(refused.fsdp_step_s, 1);
+  // The fallback: the page probe per byte, per step the least either probe
+  // leaves past it (the unslowed one's: (6 - 4) ns x 8e7 / 2 + 40 ms).
+  fit_fsdp_at_page(refused, {most, slowed}, page);
+  EXPECT_EQ(refused.refault_s_per_byte, page);
+  EXPECT_NEAR(refused.fsdp_step_s, std::min(2e-9 * 8e7, 2e-9 * 2e7 + 0.200) / 2 + 0.040, 1e-12);
+  // Probes faster than the pages alone: no negative per-step cost.
+  fit_fsdp_at_page(refused, {FsdpProbeFit{0.010, 8e7, 2}}, page);
+  EXPECT_EQ(refused.fsdp_step_s, 0);
+  // A negative cost (a probe faster than the model) or equal slopes: refused.
+  EXPECT_FALSE(fit_fsdp(cal, FsdpProbeFit{-0.1, 8e7, 2}, fewest, page));
+  EXPECT_FALSE(fit_fsdp(cal, most, most, page));
+}
+
 TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   TrainConfig c = load();
   MachineRates r = rates_for(c);
