@@ -85,10 +85,10 @@ double AttributeObjective::eval_micro_batch(Transformer& model, Activations& a,
 ObjectiveMetrics AttributeObjective::take_metrics(bool eval) {
   Sums& s = eval ? eval_sums_ : train_sums_;
   const size_t n = s.squared.size();
-  if (!eval) {  // data parallel: every rank's micro-batches
+  {  // data parallel: every rank's micro-batches; pipeline parallel: the last stage's
     std::vector<double> v = s.squared;
     v.insert(v.end(), s.count.begin(), s.count.end());
-    ranks_.sum_over_ranks(v);
+    sum_figures(v, eval);
     std::copy(v.begin(), v.begin() + int64_t(n), s.squared.begin());
     std::copy(v.begin() + int64_t(n), v.end(), s.count.begin());
   }

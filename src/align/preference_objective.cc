@@ -59,20 +59,29 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
     return;
   }
   // Not yet computed (or for other data or another model): a fresh run's
-  // policy is the initial model; a resumed one builds that model again.
-  // FSDP's ranks hold pieces of the weights: they build the initial model whole.
-  fresh = fresh && ranks_.whole_model;
+  // policy is the initial model; a resumed one builds that model again
+  // (whole, on every rank). A fresh policy in pieces over the ranks (a
+  // pipeline stage, FSDP's shards) runs through its distributed forward.
+  const bool pieces = fresh && !ranks_.whole_model;
+  NK_CHECK(!pieces || ranks_.row_nll,
+           "PreferenceObjective: a model in pieces without a distributed forward");
   std::unique_ptr<Transformer> initial;
   if (!fresh) initial = initial_model(cfg_, true);
   Transformer& ref = fresh ? model : *initial;
   NK_INFO("align: precomputing the reference log-probabilities of {} sequences{}",
           train_data_->tokens.size() + (valid_data_ ? valid_data_->tokens.size() : 0),
-          fresh ? "" : " with the initial model rebuilt");
+          !fresh   ? " with the initial model rebuilt"
+          : pieces ? " through the model's pieces on the ranks"
+                   : "");
+  const auto logps = [&](const PreferenceDataset& d) {
+    return pieces ? compute_sequence_logps(d, cfg_.micro_batch, model.device(), ranks_.row_nll)
+                  : compute_sequence_logps(ref, d, cfg_.micro_batch);
+  };
   const bool adapters_on = ref.adapters_enabled();
   ReferenceLogps r;
   r.key = key;
-  r.train = compute_sequence_logps(ref, *train_, cfg_.micro_batch);
-  if (valid_) r.valid = compute_sequence_logps(ref, *valid_, cfg_.micro_batch);
+  r.train = logps(*train_);
+  if (valid_) r.valid = logps(*valid_);
   ref.set_adapters_enabled(adapters_on);
   // Data parallel: every rank computes every sequence alike; rank 0 keeps them.
   if (ranks_.writes) save_reference_logps(path, r);
@@ -204,9 +213,9 @@ double PreferenceObjective::eval_micro_batch(Transformer& model, Activations& a,
 
 ObjectiveMetrics PreferenceObjective::take_metrics(bool eval) {
   Sums& s = eval ? eval_sums_ : train_sums_;
-  if (!eval) {
+  {
     // Data parallel: the sums of every rank's micro-batches (the validation
-    // ones are every rank's alike).
+    // ones are every rank's alike); pipeline parallel: the last stage's.
     PreferenceFigures& f = s.f;
     std::vector<double> v = {f.chosen_reward_sum,
                              f.rejected_reward_sum,
@@ -219,7 +228,7 @@ ObjectiveMetrics PreferenceObjective::take_metrics(bool eval) {
                              f.nll,
                              double(s.batches),
                              double(s.pairs)};
-    ranks_.sum_over_ranks(v);
+    sum_figures(v, eval);
     f.chosen_reward_sum = v[0];
     f.rejected_reward_sum = v[1];
     f.chosen_logp_sum = v[2];

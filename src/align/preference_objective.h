@@ -38,6 +38,7 @@ class PreferenceObjective : public TrainObjective {
   bool staged() const override { return true; }
   void before_staged(Transformer& model, Activations& a, const MicroBatch& batch, bool train,
                      const StagedForward& forward) override;
+  bool forwards_before_staged() const override { return adapter_off_reference(); }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
 

@@ -41,13 +41,23 @@ std::unique_ptr<Transformer> initial_model(const TrainConfig& cfg, bool frozen_c
 
 std::vector<double> compute_sequence_logps(Transformer& model, const PreferenceDataset& data,
                                            int64_t micro_batch) {
+  Activations a(model, micro_batch, data.seq_len(), false);
+  return compute_sequence_logps(
+      data, micro_batch, model.device(),
+      [&](const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
+        sequence_logps(model, a, tokens, targets, nll);
+        for (double& v : nll) v = -v;
+      });
+}
+
+std::vector<double> compute_sequence_logps(const PreferenceDataset& data, int64_t micro_batch,
+                                           Device device, const RowNll& row_nll) {
   const int64_t S = int64_t(data.data().tokens.size()), B = micro_batch, T = data.seq_len();
-  Activations a(model, B, T, false);
   Tensor host_tokens = Tensor::empty({B, T}, DType::I32),
          host_targets = Tensor::empty({B, T}, DType::I32);
-  Tensor tokens = ops::to_device(host_tokens, model.device()),
-         targets = ops::to_device(host_targets, model.device());
-  std::vector<double> out(static_cast<size_t>(S)), logp(static_cast<size_t>(B));
+  Tensor tokens = ops::to_device(host_tokens, device),
+         targets = ops::to_device(host_targets, device);
+  std::vector<double> out(static_cast<size_t>(S)), nll(static_cast<size_t>(B));
   for (int64_t s0 = 0; s0 < S; s0 += B) {
     // A short last batch repeats its last sequence: every row is real data.
     for (int64_t b = 0; b < B; ++b)
@@ -55,8 +65,8 @@ std::vector<double> compute_sequence_logps(Transformer& model, const PreferenceD
                         host_targets.data<int32_t>() + b * T);
     ops::upload(tokens, host_tokens);
     ops::upload(targets, host_targets);
-    sequence_logps(model, a, tokens, targets, logp);
-    for (int64_t b = 0; b < B && s0 + b < S; ++b) out[size_t(s0 + b)] = logp[size_t(b)];
+    row_nll(tokens, targets, nll);
+    for (int64_t b = 0; b < B && s0 + b < S; ++b) out[size_t(s0 + b)] = -nll[size_t(b)];
   }
   return out;
 }

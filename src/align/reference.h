@@ -9,6 +9,7 @@
 //  - adapter_off: the policy itself with its adapters switched off, which is
 //    its base bit for bit (Transformer::set_adapters_enabled).
 #pragma once
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +37,14 @@ std::unique_ptr<Transformer> initial_model(const TrainConfig& cfg, bool frozen_c
 // rows at a time: logp per sequence.
 std::vector<double> compute_sequence_logps(Transformer& model, const PreferenceDataset& data,
                                            int64_t micro_batch);
+// The same through `row_nll`: row_nll(tokens, targets, nll) sets nll[b] to
+// the sum of -log p(target) over row b of i32 [micro_batch, T] tokens and
+// targets on `device` (a model in pieces over ranks: its distributed forward,
+// ObjectiveRanks::row_nll).
+using RowNll =
+    std::function<void(const Tensor& tokens, const Tensor& targets, std::span<double> row_nll)>;
+std::vector<double> compute_sequence_logps(const PreferenceDataset& data, int64_t micro_batch,
+                                           Device device, const RowNll& row_nll);
 
 // What makes precomputed values valid: the sequences, the initial model's
 // source (train.init_from's config and weight files, or the seed and model

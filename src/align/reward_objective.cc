@@ -76,9 +76,9 @@ double RewardObjective::eval_micro_batch(Transformer& model, Activations& a,
 
 ObjectiveMetrics RewardObjective::take_metrics(bool eval) {
   Sums& s = eval ? eval_sums_ : train_sums_;
-  if (!eval) {  // data parallel: every rank's micro-batches
+  {  // data parallel: every rank's micro-batches; pipeline parallel: the last stage's
     std::vector<double> v = {s.chosen, s.rejected, s.correct, double(s.pairs)};
-    ranks_.sum_over_ranks(v);
+    sum_figures(v, eval);
     s = Sums{v[0], v[1], v[2], int64_t(v[3])};
   }
   ObjectiveMetrics m;

@@ -86,8 +86,9 @@ int cmd_align(const CommandArgs& a) {
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP) and parallel.tp (not with\n"
-        "peft.method: adapters run data parallel); every rank reads whole pairs.\n\n{}",
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP), parallel.tp and parallel.pp\n"
+        "(the last stage runs the objective; not align.reference=adapter_off, nor PPO/GRPO);\n"
+        "every rank reads whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
@@ -106,16 +107,27 @@ int cmd_align(const CommandArgs& a) {
   if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.cp * m.ep * m.pp > 1 || cfg.parallel.sequence_parallel)
+  if (m.cp * m.ep > 1 || cfg.parallel.sequence_parallel)
     fail(
-        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and "
-        "tensor parallelism only for now (sp {}, cp {}, ep {}, pp {}); set them to 1 (sp false)",
-        cfg.parallel.sequence_parallel, m.cp, m.ep, m.pp);
-  if (m.tp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
+        "parallel.sp, parallel.cp, parallel.ep: nekton align runs under data, tensor and "
+        "pipeline parallelism only for now (sp {}, cp {}, ep {}); set them to 1 (sp false)",
+        cfg.parallel.sequence_parallel, m.cp, m.ep);
+  if (m.pp > 1 && ac.online())
     fail(
-        "parallel.tp = {}, parallel.dp = {}: more than one process asked for; run nekton align "
-        "--nproc N or under mpirun",
-        m.tp, m.dp);
+        "parallel.pp = {}: align.method={} generates with the whole policy on every rank: data "
+        "parallel and ZeRO-1 (parallel.shard=optimizer) for now",
+        m.pp, ac.method);
+  if (m.pp > 1 && ac.loss.needs_reference() && ac.reference_source == ReferenceSource::AdapterOff)
+    fail(
+        "align.reference: adapter_off runs the policy with its adapters off before each "
+        "micro-batch, which the pipeline's schedule (parallel.pp = {}) has no place for yet; "
+        "set align.reference=precompute or copy",
+        m.pp);
+  if (m.tp * m.pp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
+    fail(
+        "parallel.tp = {}, parallel.pp = {}, parallel.dp = {}: more than one process asked for; "
+        "run nekton align --nproc N or under mpirun",
+        m.tp, m.pp, m.dp);
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(

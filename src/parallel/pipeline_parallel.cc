@@ -234,7 +234,7 @@ void PipelineParallel::receive(const Tensor& x, int src, int tag) {
 // backward its gradient too, as the fused head does) or the send onward.
 void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
                                const Tensor& targets, const PackedBatchInfo* packed, bool backward,
-                               float grad_scale, double& loss) {
+                               float grad_scale, const Head& head, double& loss) {
   const auto [first, last] = chunks_[size_t(chunk)];
   Activations& a = acts(chunk, j);
   if (!first_chunk(chunk))
@@ -246,7 +246,8 @@ void PipelineParallel::forward(int64_t chunk, int64_t j, const Tensor& tokens,
     receive_moe_record(a, false, int(stage_ > 0 ? stage_ - 1 : stages_ - 1), chunk, j);
   model_.blocks_forward(a, first, last, packed);
   if (last_chunk(chunk)) {
-    loss += model_.head_loss(a, targets, backward, grad_scale);
+    loss += head ? head(a, j, backward, grad_scale)
+                 : model_.head_loss(a, targets, backward, grad_scale);
     // With the backward to come (the schedule runs it next on the last
     // stage, without interleaving), the layers stay resident for it: one
     // gather of theirs a micro-batch, not two.
@@ -372,7 +373,7 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
   auto F = [&](int64_t k) {
     const int64_t j = mb_of(k);
     forward(chunk_of(k), j, tokens[size_t(j)], targets[size_t(j)], packing(j), true, grad_scale,
-            loss);
+            head_, loss);
   };
   auto Bk = [&](int64_t k) {
     const int64_t j = mb_of(k);
@@ -395,9 +396,14 @@ double PipelineParallel::forward_backward(const std::vector<Tensor>& tokens,
 
 double PipelineParallel::forward_loss(const Tensor& tokens, const Tensor& targets,
                                       const PackedBatchInfo* packed) {
+  return forward_head(tokens, targets, head_, packed);
+}
+
+double PipelineParallel::forward_head(const Tensor& tokens, const Tensor& targets, const Head& head,
+                                      const PackedBatchInfo* packed) {
   double loss = 0;
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c)
-    forward(c, 0, tokens, targets, packed, false, 0.f, loss);
+    forward(c, 0, tokens, targets, packed, false, 0.f, head, loss);
   wait_sends();
   for (int64_t c = 0; c < int64_t(chunks_.size()); ++c) release(c, 0);
   return from_last_stage(loss);

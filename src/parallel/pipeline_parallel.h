@@ -26,7 +26,9 @@
 // and a send can always complete.
 //
 // The first rank reads the tokens and runs the embedding, the last the
-// final norm, the head and the loss; the step's loss reaches every stage.
+// final norm, the head and the loss (the language model's cross-entropy, or
+// the head a training objective sets: set_head); the step's loss reaches
+// every stage.
 // With tied embeddings the last rank holds a copy of the token table for
 // its head, initialised alike; reduce_embedding_grads() sums the two
 // ranks' gradients of it (the "embedding" group), so both copies take the
@@ -52,6 +54,7 @@
 // (Transformer::head_loss); the trainer sums it, and the gradients, over
 // "dp-cp".
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -90,6 +93,13 @@ int64_t pipeline_max_in_flight(int64_t p, int64_t stage, int64_t v, int64_t m);
 
 class PipelineParallel {
  public:
+  // The model's last chunk's head and loss of micro-batch j (its index in
+  // forward_backward's lists; 0 in forward_loss) over the layers' output in
+  // a: the micro-batch's loss, and with `backward` its gradient
+  // d(loss * grad_scale) into a.residual_grad() and the head's weights, as
+  // Transformer::head_loss (the default) does. A preference objective's
+  // (src/align) is another. Called on the last stage only; set_head.
+  using Head = std::function<double(Activations& a, int64_t j, bool backward, float grad_scale)>;
   // pp: the pipeline group (stage = group rank); embedding: the first and
   // last stages' group, for tied embeddings (null otherwise). Activations
   // for micro-batches of B x T are made as micro-batches come in flight
@@ -110,6 +120,10 @@ class PipelineParallel {
   // One micro-batch's mean loss without gradients (validation), on every stage.
   double forward_loss(const Tensor& tokens, const Tensor& targets,
                       const PackedBatchInfo* packed = nullptr);
+  // The same with `head` (called with j = 0 and backward false) in place of
+  // the loss: what it returns, on every stage.
+  double forward_head(const Tensor& tokens, const Tensor& targets, const Head& head,
+                      const PackedBatchInfo* packed = nullptr);
   // Tied embeddings: the token table's gradient summed over the first and
   // last stages (once per step, after the backward). Nothing otherwise.
   void reduce_embedding_grads();
@@ -117,6 +131,8 @@ class PipelineParallel {
   // resident by `w` just before and released just after (null: the weights
   // stay whole). Must outlive this.
   void set_chunk_weights(ChunkWeights* w) { weights_ = w; }
+  // Sets the head the schedule runs (above) in place of the loss.
+  void set_head(Head head) { head_ = std::move(head); }
   // Bytes of the activation workspaces this stage keeps.
   int64_t activation_bytes() const;
   // The schedule's warm-up forwards over m micro-batches on this stage, and
@@ -143,7 +159,8 @@ class PipelineParallel {
   // One chunk of micro-batch j: forward (with the loss on the model's last
   // chunk) or backward, with its transfers.
   void forward(int64_t chunk, int64_t j, const Tensor& tokens, const Tensor& targets,
-               const PackedBatchInfo* packed, bool backward, float grad_scale, double& loss);
+               const PackedBatchInfo* packed, bool backward, float grad_scale, const Head& head,
+               double& loss);
   void backward(int64_t chunk, int64_t j, const Tensor& tokens, const PackedBatchInfo* packed);
   // Receives x from group rank `src`, completing every pending send meanwhile.
   void receive(const Tensor& x, int src, int tag);
@@ -183,6 +200,7 @@ class PipelineParallel {
   std::vector<Chunk> state_;
   std::vector<dist::WorkPtr> sending_;  // posted, not yet complete
   ChunkWeights* weights_ = nullptr;     // FSDP's, else null
+  Head head_;                           // null: Transformer::head_loss
   bool moe_ = false;
   // f64 records per Activations: forward's and backward's (a backward
   // receive may be posted while the forward send is pending).

@@ -33,14 +33,24 @@ using ObjectiveMetrics = std::vector<std::pair<std::string, double>>;
 
 // Where the objective runs, given by the Trainer before prepare(). One
 // process: the defaults. Data parallel: `writes` on rank 0 only; `whole_model`
-// false where the model's weights are sharded (FSDP), so prepare() must not run
-// it; `sum_over_ranks` sums numbers over the data-parallel ranks in place
-// (collective: every rank calls it at the same point).
+// false where the model's weights are sharded (FSDP) or it is a pipeline
+// stage, so prepare() must not run it (row_nll does); `sum_over_ranks` sums numbers over the
+// data-parallel ranks in place (collective: every rank calls it at the same point).
 struct ObjectiveRanks {
   bool writes = true;
   bool whole_model = true;
   int64_t dp = 1, dp_rank = 0;  // the data-parallel replicas and this rank's place among them
   std::function<void(std::span<double>)> sum_over_ranks = [](std::span<double>) {};
+  // Pipeline parallel: the last stage's numbers on every stage (only the last
+  // runs the objective's head; collective over the stages). Nothing otherwise.
+  std::function<void(std::span<double>)> from_last_stage = [](std::span<double>) {};
+  // Where no rank's model runs a forward by itself (a pipeline stage, FSDP's
+  // shards): row_nll(tokens, targets, nll) sets nll[b] to the sum of -log
+  // p(target) over row b of i32 [train.micro_batch, train.seq_len] tokens
+  // and targets on the model's device, by the distributed model's forward
+  // (no gradients), on every rank; collective. For prepare() (it runs in the
+  // Trainer's workspaces of that run). Null elsewhere.
+  std::function<void(const Tensor& tokens, const Tensor& targets, std::span<double> nll)> row_nll;
 };
 
 class TrainObjective {
@@ -96,6 +106,9 @@ class TrainObjective {
   virtual void before_staged(Transformer& /*model*/, Activations& /*a*/,
                              const MicroBatch& /*batch*/, bool /*train*/,
                              const StagedForward& /*forward*/) {}
+  // Whether before_staged runs such a forward (the pipeline's schedule has
+  // no place for it: refused under pipeline parallelism).
+  virtual bool forwards_before_staged() const { return false; }
 
  protected:
   // A staged objective's micro-batch on one process: the embedding and
@@ -103,6 +116,14 @@ class TrainObjective {
   // the head's backward into a.residual_grad()), then with `train` the
   // blocks' and embedding's backward; returns what `head` returns. What
   // DistributedDataParallel runs in stages, in one piece.
+  // take_metrics' sums of this rank's micro-batches: the training ones over
+  // the data-parallel replicas (validation's are every replica's alike),
+  // then, under pipeline parallelism, the last stage's to every stage.
+  // Collective.
+  void sum_figures(std::span<double> v, bool eval) const {
+    if (!eval) ranks_.sum_over_ranks(v);
+    ranks_.from_last_stage(v);
+  }
   static double whole_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                                   bool train, const std::function<double()>& head);
   ObjectiveRanks ranks_;

@@ -128,18 +128,24 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
       custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
   // Another objective runs under data parallelism through its staged form,
-  // and under tensor parallelism as it is (every tp rank sums whole rows:
-  // the vocabulary-parallel loss is reduced over them); sequence, context,
-  // expert and pipeline parallelism would split its per-row sums over ranks.
+  // under tensor parallelism as it is (every tp rank sums whole rows: the
+  // vocabulary-parallel loss is reduced over them) and under pipeline
+  // parallelism as the last stage's head (its rows whole there); sequence,
+  // context and expert parallelism would split its per-row sums over ranks.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
   if (custom_objective_ && par_.active() &&
-      (par_.world() != par_.dp() * par_.mesh->tp() || cfg_.parallel.sequence_parallel))
+      (par_.world() != par_.dp() * par_.mesh->tp() * par_.pp() || cfg_.parallel.sequence_parallel))
     fail(
-        "parallel.sp, parallel.cp, parallel.ep, parallel.pp: this objective trains under data "
-        "and tensor parallelism only for now (parallel.* lays {} processes out as {}{})",
+        "parallel.sp, parallel.cp, parallel.ep: this objective trains under data, tensor and "
+        "pipeline parallelism only for now (parallel.* lays {} processes out as {}{})",
         par_.world(), par_.mesh->describe(), cfg_.parallel.sequence_parallel ? " with sp" : "");
+  if (custom_objective_ && par_.pp() > 1 && objective_->forwards_before_staged())
+    fail(
+        "parallel.pp = {}: this objective's own forward before each micro-batch (a reference "
+        "with the adapters off) does not run through a pipeline yet",
+        par_.pp());
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -234,6 +240,12 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         *model_, par_.groups->get("pp"), par_.group("embedding"), cfg_.micro_batch,
         cfg_.seq_len / par_.cp(),
         recompute_plan(cfg_.recompute, cfg_.recompute_layers, cfg_.model.n_layer));
+  // Another objective's head on the last stage, over the micro-batch the
+  // schedule is at (pipe_batches_: the step's, or validation's one).
+  if (pipe_ && custom_objective_)
+    pipe_->set_head([this](Activations& a, int64_t j, bool backward, float scale) {
+      return objective_->head_micro_batch(*model_, a, pipe_batches_.at(size_t(j)), scale, backward);
+    });
   // Data parallel over whole replicas (a pure model-parallel run has none);
   // under pipelining the gradients are summed after the step instead (ZeRO-1's
   // and FSDP's reduce-scattered by their buckets, all at once; FSDP's chunks
@@ -375,6 +387,8 @@ double Trainer::evaluate() {
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
     if (ddp_ && custom_objective_ && !pipe_) before_staged(*acts, mb, false);
+    pipe_batches_.clear();
+    pipe_batches_.push_back(mb);
     sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets, batch.packing())
            : ddp_ && custom_objective_
                ? ddp_->forward_head(
@@ -519,17 +533,46 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (par_.active()) {
     ObjectiveRanks ranks;
     ranks.writes = par_.writes();
-    ranks.whole_model = !ddp_ || !ddp_->shards_weights();
+    // A pipeline stage or FSDP's shards: a piece of the weights.
+    ranks.whole_model = !pipe_ && (!ddp_ || !ddp_->shards_weights());
     ranks.dp = par_.dp();
     ranks.dp_rank = par_.dp_rank();
-    // Tensor-parallel ranks hold the same figures: summed over the replicas only.
-    if (ddp_)
-      ranks.sum_over_ranks = [this](std::span<double> v) {
+    const auto sum_over = [](dist::Communicator& c) {
+      return [&c](std::span<double> v) {
         Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
         std::copy(v.begin(), v.end(), t.data<double>());
-        ddp_->group().all_reduce(t, dist::ReduceOp::Sum);
+        c.all_reduce(t, dist::ReduceOp::Sum);
         std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
       };
+    };
+    // Tensor-parallel ranks hold the same figures: summed over the replicas
+    // only (a pipeline's without data-parallel weights too: "dp-cp").
+    if (ddp_)
+      ranks.sum_over_ranks = sum_over(ddp_->group());
+    else if (pipe_ && par_.dp() * par_.cp() > 1)
+      ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
+    // The other stages hold zeros: a sum over the pipeline is the last one's.
+    if (pipe_) {
+      ranks.from_last_stage = sum_over(par_.groups->get("pp"));
+      ranks.row_nll = [this, last = ranks.from_last_stage](
+                          const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
+        std::fill(nll.begin(), nll.end(), 0.0);
+        if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
+        pipe_->forward_head(tokens, targets, [&](Activations& a, int64_t, bool, float) {
+          model_->head_row_nll(a, targets, nll);
+          return 0.0;
+        });
+        last(nll);
+      };
+    } else if (!ranks.whole_model) {  // FSDP: the staged forward gathers each layer
+      ranks.row_nll = [this, &acts](const Tensor& tokens, const Tensor& targets,
+                                    std::span<double> nll) {
+        ddp_->forward_head(*acts, tokens, [&] {
+          model_->head_row_nll(*acts, targets, nll);
+          return 0.0;
+        });
+      };
+    }
     objective_->set_ranks(std::move(ranks));
   }
   objective_->prepare(*model_, state_.step == 0);
@@ -591,14 +634,17 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // The stages run this rank's micro-batches in one 1F1B schedule
       // (signals are agreed on after the step); then the tied table's two
       // copies and the data-parallel replicas sum their gradients.
+      pipe_batches_.clear();
       for (int64_t m = 0; m < local_accum; ++m) {
         if (dp > 1)
           loader.set_consumed_samples(dp_micro_batch_first_sample(step_first, m, dp, dp_rank, B));
-        pp_batches[size_t(m)].load(loader);
-        if (on_batch_)
-          on_batch_(step + 1, pp_batches[size_t(m)].host_tokens,
-                    pp_batches[size_t(m)].host_targets);
-        pp_batches[size_t(m)].upload();
+        const int64_t first_sample = loader.consumed_samples();
+        DeviceBatch& b = pp_batches[size_t(m)];
+        b.load(loader);
+        if (on_batch_) on_batch_(step + 1, b.host_tokens, b.host_targets);
+        b.upload();
+        pipe_batches_.push_back(MicroBatch{b.tokens, b.targets, b.host_tokens, b.host_targets,
+                                           b.packing(), first_sample});
       }
       double gather_s = 0;  // ZeRO-1: the schedule reads every weight
       if (ddp_) {

@@ -141,6 +141,8 @@ class Trainer {
   std::shared_ptr<double> a2a_seconds_;
   // Pipeline parallel: the schedule over this rank's stage (null without).
   std::unique_ptr<parallel::PipelineParallel> pipe_;
+  // The micro-batches the schedule runs (another objective's head reads them).
+  std::vector<MicroBatch> pipe_batches_;
   // The model's tensor-parallel group (size 1 without).
   nn::TensorParallel tensor_parallel() const;
   // This rank's pipeline stage (the whole model without pipelining).

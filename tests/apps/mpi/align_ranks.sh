@@ -7,8 +7,13 @@
 # validation loss and TRL figures (rewards/*, logps/*, kl: global means over
 # the ranks' pairs) and the exported weights within 1e-5 of one process (f32),
 # 10 steps; the reference_logps.json every layout writes is the same bytes.
-# Tensor parallelism (alone and under data parallelism) too, within 1e-5;
-# sequence and pipeline parallelism are refused, naming the keys.
+# Tensor parallelism (alone and under data parallelism) too, within 1e-5.
+# Pipeline parallelism (the last stage runs the objective's head): PP2,
+# PP2xDP2 (plain, ZeRO-1, FSDP), PP2xTP2 and interleaved PP2 (vp 2) DPO, a
+# copy reference, KTO and a reward model, within 1e-5; the reference
+# precomputed through the stages (and FSDP's shards) is the same bytes as one
+# process's. Sequence and context parallelism and online RL under a pipeline
+# are refused, naming the keys.
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=align_ranks
@@ -57,9 +62,41 @@ compare one_rm dp2_rm fsdp_rm || fail "reward model: data parallel differs from 
 refused tp_rm "a sequence classifier (reward model, num_labels = 1) runs without tensor" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2
 
-for bad in "parallel.tp=2 parallel.sp=true" parallel.pp=2; do
+# Pipeline parallel: the last stage's head; the figures reach rank 0 from it.
+run pp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.pp=2
+run pp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2
+run pp2zero1 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2 parallel.shard=optimizer
+run pp2fsdp "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2 parallel.shard=full
+run pp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2 parallel.tp=2
+grep -q "pipeline stage 0 of 2" "$WORK/pp2.log" || fail "pp2 did not run a pipeline"
+compare one pp2 pp2dp2 pp2zero1 pp2fsdp pp2tp2 || fail "a pipelined DPO run differs from one process"
+# The reference through the model's pieces (no rank builds the whole model):
+# the same sums as one process's but under tensor parallelism.
+for r in fsdp pp2 pp2dp2 pp2zero1 pp2fsdp pp2tp2; do
+  grep -q "through the model's pieces on the ranks" "$WORK/$r.log" ||
+    fail "$r: the reference was not computed through the model's pieces"
+done
+for r in pp2 pp2dp2 pp2zero1 pp2fsdp; do
+  cmp -s "$WORK/one/reference_logps.json" "$WORK/$r/reference_logps.json" ||
+    fail "$r: reference_logps.json differs from one process's"
+done
+run one4 "$NK" align "${ARGS[@]}" model.n_layer=4
+run pp2vp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" model.n_layer=4 parallel.pp=2 parallel.vp=2
+run pp2_copy "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.reference=copy parallel.pp=2
+run pp2_kto "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=kto \
+  align.data_path="$WORK/kto.jsonl" align.valid_path= parallel.pp=2
+run pp2_rm "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=rm parallel.pp=2 \
+  parallel.shard=optimizer
+compare one4 pp2vp2 || fail "interleaved PP2 DPO differs from one process"
+compare one_copy pp2_copy || fail "copy reference: PP2 differs from one process"
+compare one_kto pp2_kto || fail "KTO: PP2xDP2 differs from one process"
+compare one_rm pp2_rm || fail "reward model: PP2xDP2 ZeRO-1 differs from one process"
+
+for bad in "parallel.tp=2 parallel.sp=true" parallel.cp=2; do
   # shellcheck disable=SC2086 # two keys in one word
-  refused bad "parallel.sp, parallel.cp, parallel.ep, parallel.pp: nekton align runs under data and tensor parallelism only" \
+  refused bad "parallel.sp, parallel.cp, parallel.ep: nekton align runs under data, tensor and pipeline parallelism only" \
     "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" $bad
 done
-pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2 and DP2xTP2 equals one process"
+refused pp_grpo "parallel.pp = 2: align.method=grpo generates with the whole policy on every rank" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=grpo parallel.pp=2
+pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved) equals one process"

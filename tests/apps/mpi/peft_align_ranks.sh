@@ -8,6 +8,9 @@
 # align.reference=precompute under DP2. Every step's loss, validation loss and
 # TRL figures, the exported model and the PEFT adapter within 1e-5 of one
 # process; LoRA DPO under TP2 too (the weights per tensor within 1e-4).
+# Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
+# PP2 and PP2xDP2 FSDP within 1e-5; adapter_off (auto's choice with adapters)
+# refused there, naming align.reference.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -50,4 +53,16 @@ run tp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.tp
 grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp2_lora.log" ||
   fail "tp2_lora: the reference is not the policy with its adapters off"
 compare_norm one_lora tp2_lora || fail "LoRA DPO (adapter_off): TP2 differs from one process"
-pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, and LoRA DPO under TP2, equals one process"
+# Pipeline parallel: the reference precomputed through the stages.
+run pp2_pre "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora align.reference=precompute \
+  parallel.pp=2
+run pp2fsdp_pre "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" peft.method=lora \
+  align.reference=precompute parallel.pp=2 parallel.shard=full
+run pp2_qlora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=qlora \
+  align.reference=precompute parallel.pp=2
+run one_qpre "$NK" align "${ARGS[@]}" peft.method=qlora align.reference=precompute
+compare one_pre pp2_pre pp2fsdp_pre || fail "LoRA DPO (precompute): PP2 differs from one process"
+compare one_qpre pp2_qlora || fail "QLoRA DPO (precompute): PP2 differs from one process"
+refused pp2_off "align.reference: adapter_off runs the policy with its adapters off before each micro-batch" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
