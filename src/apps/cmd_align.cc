@@ -107,11 +107,11 @@ int cmd_align(const CommandArgs& a) {
   if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.cp * m.ep > 1 || cfg.parallel.sequence_parallel)
+  if (m.cp * m.ep > 1)
     fail(
-        "parallel.sp, parallel.cp, parallel.ep: nekton align runs under data, tensor and "
-        "pipeline parallelism only for now (sp {}, cp {}, ep {}); set them to 1 (sp false)",
-        cfg.parallel.sequence_parallel, m.cp, m.ep);
+        "parallel.cp, parallel.ep: nekton align runs under data, tensor (and sequence) and "
+        "pipeline parallelism only for now (cp {}, ep {}); set them to 1",
+        m.cp, m.ep);
   if (m.pp > 1 && ac.online())
     fail(
         "parallel.pp = {}: align.method={} generates with the whole policy on every rank: data "

@@ -325,7 +325,10 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   const bool backward = scale != nullptr || token_scale != nullptr;
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
   a.moe_grad_scale = 0.f;  // a sequence objective does not add the MoE losses
-  NK_CHECK(!tp_.sp(), "head_rows: per-row sums under sequence parallelism");
+  // Under sequence parallelism the head reads every row (tp_.enter gathers
+  // them, as head_loss's does): whole rows' sums on every rank. The value
+  // head reads this rank's rows of lnf only.
+  NK_CHECK(!value_grad || !tp_.sp(), "head_rows: the value head under sequence parallelism");
   final_norm_forward(a);
   const int64_t T = a.T;
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));

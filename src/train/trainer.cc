@@ -129,18 +129,18 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
   // Another objective runs under data parallelism through its staged form,
   // under tensor parallelism as it is (every tp rank sums whole rows: the
-  // vocabulary-parallel loss is reduced over them) and under pipeline
-  // parallelism as the last stage's head (its rows whole there); sequence,
-  // context and expert parallelism would split its per-row sums over ranks.
+  // vocabulary-parallel loss is reduced over them, and under sequence
+  // parallelism the head gathers every row first) and under pipeline
+  // parallelism as the last stage's head (its rows whole there); context
+  // and expert parallelism would split its per-row sums over ranks.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
-  if (custom_objective_ && par_.active() &&
-      (par_.world() != par_.dp() * par_.mesh->tp() * par_.pp() || cfg_.parallel.sequence_parallel))
+  if (custom_objective_ && par_.active() && par_.world() != par_.dp() * par_.mesh->tp() * par_.pp())
     fail(
-        "parallel.sp, parallel.cp, parallel.ep: this objective trains under data, tensor and "
-        "pipeline parallelism only for now (parallel.* lays {} processes out as {}{})",
-        par_.world(), par_.mesh->describe(), cfg_.parallel.sequence_parallel ? " with sp" : "");
+        "parallel.cp, parallel.ep: this objective trains under data, tensor (and sequence) and "
+        "pipeline parallelism only for now (parallel.* lays {} processes out as {})",
+        par_.world(), par_.mesh->describe());
   if (custom_objective_ && par_.pp() > 1 && objective_->forwards_before_staged())
     fail(
         "parallel.pp = {}: this objective's own forward before each micro-batch (a reference "

@@ -12,8 +12,10 @@
 # PP2xDP2 (plain, ZeRO-1, FSDP), PP2xTP2 and interleaved PP2 (vp 2) DPO, a
 # copy reference, KTO and a reward model, within 1e-5; the reference
 # precomputed through the stages (and FSDP's shards) is the same bytes as one
-# process's. Sequence and context parallelism and online RL under a pipeline
-# are refused, naming the keys.
+# process's. Sequence parallelism (the head gathers every row): TP2 SP,
+# DP2xTP2 SP FSDP, PP2xTP2 SP and KTO under TP2 SP, within 1e-5. Context and
+# expert parallelism and online RL under a pipeline are refused, naming the
+# keys.
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=align_ranks
@@ -92,11 +94,18 @@ compare one_copy pp2_copy || fail "copy reference: PP2 differs from one process"
 compare one_kto pp2_kto || fail "KTO: PP2xDP2 differs from one process"
 compare one_rm pp2_rm || fail "reward model: PP2xDP2 ZeRO-1 differs from one process"
 
-for bad in "parallel.tp=2 parallel.sp=true" parallel.cp=2; do
-  # shellcheck disable=SC2086 # two keys in one word
-  refused bad "parallel.sp, parallel.cp, parallel.ep: nekton align runs under data, tensor and pipeline parallelism only" \
-    "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" $bad
-done
+# Sequence parallel: the head's rows gathered, whole rows' sums on every rank.
+SP=(parallel.tp=2 parallel.sp=true)
+run tp2sp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${SP[@]}"
+run dp2tp2sp "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" "${SP[@]}" parallel.shard=full
+run pp2tp2sp "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" "${SP[@]}" parallel.pp=2
+run tp2sp_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${SP[@]}" align.method=kto \
+  align.data_path="$WORK/kto.jsonl" align.valid_path=
+compare one tp2sp dp2tp2sp pp2tp2sp || fail "DPO under sequence parallelism differs from one process"
+compare one_kto tp2sp_kto || fail "KTO under TP2 SP differs from one process"
+
+refused bad "parallel.cp, parallel.ep: nekton align runs under data, tensor (and sequence) and pipeline parallelism only" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
 refused pp_grpo "parallel.pp = 2: align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=grpo parallel.pp=2
-pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved) equals one process"
+pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved) and SP equals one process"

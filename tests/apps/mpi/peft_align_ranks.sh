@@ -7,7 +7,8 @@
 # DP2 and FSDP; KTO with IA3 (adapter_off) under ZeRO-1; DPO with LoRA and
 # align.reference=precompute under DP2. Every step's loss, validation loss and
 # TRL figures, the exported model and the PEFT adapter within 1e-5 of one
-# process; LoRA DPO under TP2 too (the weights per tensor within 1e-4).
+# process; LoRA DPO under TP2, and with SP, too (the weights per tensor
+# within 1e-4).
 # Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
 # PP2 and PP2xDP2 FSDP within 1e-5; adapter_off (auto's choice with adapters)
 # refused there, naming align.reference.
@@ -52,7 +53,10 @@ cmp -s "$WORK/one_pre/reference_logps.json" "$WORK/dp2_pre/reference_logps.json"
 run tp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.tp=2
 grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp2_lora.log" ||
   fail "tp2_lora: the reference is not the policy with its adapters off"
-compare_norm one_lora tp2_lora || fail "LoRA DPO (adapter_off): TP2 differs from one process"
+run tp2sp_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.tp=2 \
+  parallel.sp=true
+compare_norm one_lora tp2_lora tp2sp_lora ||
+  fail "LoRA DPO (adapter_off): TP2 (or with SP) differs from one process"
 # Pipeline parallel: the reference precomputed through the stages.
 run pp2_pre "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora align.reference=precompute \
   parallel.pp=2
@@ -65,4 +69,4 @@ compare one_pre pp2_pre pp2fsdp_pre || fail "LoRA DPO (precompute): PP2 differs 
 compare one_qpre pp2_qlora || fail "QLoRA DPO (precompute): PP2 differs from one process"
 refused pp2_off "align.reference: adapter_off runs the policy with its adapters off before each micro-batch" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2
-pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP), and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
