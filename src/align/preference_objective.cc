@@ -66,7 +66,7 @@ void PreferenceObjective::prepare(Transformer& model, bool fresh) {
   NK_CHECK(!pieces || ranks_.row_nll,
            "PreferenceObjective: a model in pieces without a distributed forward");
   std::unique_ptr<Transformer> initial;
-  if (!fresh) initial = initial_model(cfg_, true);
+  if (!fresh) initial = initial_model(cfg_, true);  // whole rows by itself
   Transformer& ref = fresh ? model : *initial;
   NK_INFO("align: precomputing the reference log-probabilities of {} sequences{}",
           train_data_->tokens.size() + (valid_data_ ? valid_data_->tokens.size() : 0),
@@ -122,6 +122,7 @@ void PreferenceObjective::before_staged(Transformer& model, Activations& a, cons
     return 0.0;
   });
   model.set_adapters_enabled(true);
+  ranks_.sum_over_sequence(staged_ref_);  // context parallel: the chunks' parts
   for (double& v : staged_ref_) v = -v;
 }
 
@@ -143,13 +144,21 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
                                  float grad_scale, bool train, std::vector<double> ref_logp) {
   const int64_t B = a.B, T = a.T;
   const PreferenceDataset& ds = train ? *train_ : *valid_;
+  // The policy's per-row sums from the forward the caller ran, and each
+  // row's completion tokens (context parallel: this rank's chunks' parts,
+  // summed over the cp ranks).
+  std::vector<double> rows(size_t(2 * B), 0.0);
+  model.head_row_nll(a, batch.targets, std::span<double>(rows).first(size_t(B)));
+  const int32_t* tg = batch.host_targets.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) rows[size_t(B + b)] += tg[b * T + t] != -100;
+  ranks_.sum_over_sequence(rows);
   PreferenceBatch pb;
   pb.tokens.resize(size_t(B));
-  const int32_t* tg = batch.host_targets.data<int32_t>();
+  pb.logp.resize(size_t(B));
   for (int64_t b = 0; b < B; ++b) {
-    int64_t n = 0;
-    for (int64_t t = 0; t < T; ++t) n += tg[b * T + t] != -100;
-    pb.tokens[size_t(b)] = n;
+    pb.logp[size_t(b)] = -rows[size_t(b)];
+    pb.tokens[size_t(b)] = int64_t(rows[size_t(B + b)]);
   }
   if (align_.loss.method == PreferenceMethod::Kto)
     for (int64_t b = 0; b < B; b += 2)
@@ -174,10 +183,6 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
         break;
     }
   }
-  // The policy's log-probabilities from the forward the caller ran.
-  pb.logp.resize(size_t(B));
-  model.head_row_nll(a, batch.targets, pb.logp);
-  for (double& v : pb.logp) v = -v;
   const PreferenceLossResult r = preference_loss(align_.loss, pb);
   if (train) {
     // d loss / d (row NLL) = -d loss / d logp, times the loop's scale.
@@ -198,7 +203,9 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
   s.f.nll += f.nll;
   s.batches += 1;
   s.pairs += B / 2;
-  return r.loss;
+  // Context parallel: every cp rank has the whole loss; the Trainer sums
+  // the ranks' (the language model's are their tokens' shares).
+  return r.loss / double(ranks_.cp);
 }
 
 double PreferenceObjective::train_micro_batch(Transformer& model, Activations& a,

@@ -86,9 +86,11 @@ int cmd_align(const CommandArgs& a) {
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP), parallel.tp and parallel.pp\n"
-        "(the last stage runs the objective; not align.reference=adapter_off, nor PPO/GRPO);\n"
-        "every rank reads whole pairs.\n\n{}",
+        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP), parallel.tp (and sp),\n"
+        "parallel.pp (the last stage runs the objective; not align.reference=adapter_off)\n"
+        "and parallel.cp (DPO and its kin, each row's sums over the cp ranks; not a copy\n"
+        "reference nor a reward model); PPO/GRPO data parallel only. Every rank reads\n"
+        "whole pairs.\n\n{}",
         schema.help());
     return 0;
   }
@@ -107,27 +109,43 @@ int cmd_align(const CommandArgs& a) {
   if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.cp * m.ep > 1)
+  if (m.ep > 1)
     fail(
-        "parallel.cp, parallel.ep: nekton align runs under data, tensor (and sequence) and "
-        "pipeline parallelism only for now (cp {}, ep {}); set them to 1",
-        m.cp, m.ep);
-  if (m.pp > 1 && ac.online())
+        "parallel.ep = {}: nekton align runs under data, tensor (and sequence), context and "
+        "pipeline parallelism, not expert parallelism, for now; set it to 1",
+        m.ep);
+  if (m.cp > 1 && m.pp > 1)
     fail(
-        "parallel.pp = {}: align.method={} generates with the whole policy on every rank: data "
+        "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
+        "pipeline for now",
+        m.cp, m.pp);
+  if (m.pp * m.cp > 1 && ac.online())
+    fail(
+        "parallel.{} = {}: align.method={} generates with the whole policy on every rank: data "
         "parallel and ZeRO-1 (parallel.shard=optimizer) for now",
-        m.pp, ac.method);
+        m.pp > 1 ? "pp" : "cp", std::max(m.pp, m.cp), ac.method);
+  if (m.cp > 1 && (ac.method == "rm" || !ac.attributes.empty()))
+    fail(
+        "parallel.cp = {}: align.method={} scores each row at its last token, which context "
+        "parallelism puts on one rank's chunk: not yet (set parallel.cp=1)",
+        m.cp, ac.method);
+  if (m.cp > 1 && ac.loss.needs_reference() && ac.reference_source == ReferenceSource::Copy)
+    fail(
+        "align.reference: copy runs a second, whole model over each micro-batch, whose rows "
+        "context parallelism (parallel.cp = {}) splits over the ranks; set "
+        "align.reference=precompute (or adapter_off with peft.method)",
+        m.cp);
   if (m.pp > 1 && ac.loss.needs_reference() && ac.reference_source == ReferenceSource::AdapterOff)
     fail(
         "align.reference: adapter_off runs the policy with its adapters off before each "
         "micro-batch, which the pipeline's schedule (parallel.pp = {}) has no place for yet; "
         "set align.reference=precompute or copy",
         m.pp);
-  if (m.tp * m.pp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
+  if (m.tp * m.pp * m.cp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
     fail(
-        "parallel.tp = {}, parallel.pp = {}, parallel.dp = {}: more than one process asked for; "
-        "run nekton align --nproc N or under mpirun",
-        m.tp, m.pp, m.dp);
+        "parallel.tp = {}, parallel.pp = {}, parallel.cp = {}, parallel.dp = {}: more than one "
+        "process asked for; run nekton align --nproc N or under mpirun",
+        m.tp, m.pp, m.cp, m.dp);
   const DataConfig& dc = cfg.data;
   if (!dc.path.empty() || !dc.prefix.empty() || !dc.blend.empty() || dc.sft())
     fail(

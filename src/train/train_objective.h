@@ -33,9 +33,10 @@ using ObjectiveMetrics = std::vector<std::pair<std::string, double>>;
 
 // Where the objective runs, given by the Trainer before prepare(). One
 // process: the defaults. Data parallel: `writes` on rank 0 only; `whole_model`
-// false where the model's weights are sharded (FSDP) or it is a pipeline
-// stage, so prepare() must not run it (row_nll does); `sum_over_ranks` sums numbers over the
-// data-parallel ranks in place (collective: every rank calls it at the same point).
+// false where no rank's model forwards whole rows by itself (FSDP's shards,
+// a pipeline stage, context parallel chunks), so prepare() must not run it
+// (row_nll does); `sum_over_ranks` sums numbers over the data-parallel
+// replicas in place (collective: every rank calls it at the same point).
 struct ObjectiveRanks {
   bool writes = true;
   bool whole_model = true;
@@ -44,12 +45,18 @@ struct ObjectiveRanks {
   // Pipeline parallel: the last stage's numbers on every stage (only the last
   // runs the objective's head; collective over the stages). Nothing otherwise.
   std::function<void(std::span<double>)> from_last_stage = [](std::span<double>) {};
+  // Context parallel: each rank holds cp_rank's chunks of every row's
+  // tokens (and a row's sums are the cp ranks' parts): sum_over_sequence
+  // sums per-row numbers over the cp group (collective). Nothing otherwise.
+  int64_t cp = 1;
+  std::function<void(std::span<double>)> sum_over_sequence = [](std::span<double>) {};
   // Where no rank's model runs a forward by itself (a pipeline stage, FSDP's
-  // shards): row_nll(tokens, targets, nll) sets nll[b] to the sum of -log
-  // p(target) over row b of i32 [train.micro_batch, train.seq_len] tokens
-  // and targets on the model's device, by the distributed model's forward
-  // (no gradients), on every rank; collective. For prepare() (it runs in the
-  // Trainer's workspaces of that run). Null elsewhere.
+  // shards, context parallel chunks): row_nll(tokens, targets, nll) sets
+  // nll[b] to the sum of -log p(target) over row b of whole i32
+  // [train.micro_batch, train.seq_len] tokens and targets on the model's
+  // device, by the distributed model's forward (no gradients), on every
+  // rank; collective. For prepare() (it runs in the Trainer's workspaces of
+  // that run). Null elsewhere.
   std::function<void(const Tensor& tokens, const Tensor& targets, std::span<double> nll)> row_nll;
 };
 
@@ -106,6 +113,11 @@ class TrainObjective {
   virtual void before_staged(Transformer& /*model*/, Activations& /*a*/,
                              const MicroBatch& /*batch*/, bool /*train*/,
                              const StagedForward& /*forward*/) {}
+  // Whether head_micro_batch sums each row's parts over the context-parallel
+  // ranks (ObjectiveRanks::sum_over_sequence; each holds its chunks of the
+  // rows) and returns its loss's 1 / cp share: false, refused under context
+  // parallelism.
+  virtual bool splits_rows() const { return false; }
   // Whether before_staged runs such a forward (the pipeline's schedule has
   // no place for it: refused under pipeline parallelism).
   virtual bool forwards_before_staged() const { return false; }

@@ -130,16 +130,19 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
   // Another objective runs under data parallelism through its staged form,
   // under tensor parallelism as it is (every tp rank sums whole rows: the
   // vocabulary-parallel loss is reduced over them, and under sequence
-  // parallelism the head gathers every row first) and under pipeline
-  // parallelism as the last stage's head (its rows whole there); context
-  // and expert parallelism would split its per-row sums over ranks.
+  // parallelism the head gathers every row first), under pipeline
+  // parallelism as the last stage's head (its rows whole there), and under
+  // context parallelism where it sums each row's parts over the cp ranks
+  // (splits_rows); expert parallelism is not wired to it.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
-  if (custom_objective_ && par_.active() && par_.world() != par_.dp() * par_.mesh->tp() * par_.pp())
+  if (custom_objective_ && par_.active() &&
+      (par_.mesh->ep() > 1 || (par_.cp() > 1 && (par_.pp() > 1 || !objective_->splits_rows()))))
     fail(
-        "parallel.cp, parallel.ep: this objective trains under data, tensor (and sequence) and "
-        "pipeline parallelism only for now (parallel.* lays {} processes out as {})",
+        "parallel.ep, parallel.cp: this objective trains under data, tensor (and sequence) and "
+        "pipeline parallelism{} for now (parallel.* lays {} processes out as {})",
+        objective_->splits_rows() ? ", and context parallelism without a pipeline," : "",
         par_.world(), par_.mesh->describe());
   if (custom_objective_ && par_.pp() > 1 && objective_->forwards_before_staged())
     fail(
@@ -533,10 +536,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   if (par_.active()) {
     ObjectiveRanks ranks;
     ranks.writes = par_.writes();
-    // A pipeline stage or FSDP's shards: a piece of the weights.
-    ranks.whole_model = !pipe_ && (!ddp_ || !ddp_->shards_weights());
+    // A pipeline stage or FSDP's shards: a piece of the weights; context
+    // parallel: the model forwards its cp rank's chunks of the rows.
+    ranks.whole_model = !pipe_ && (!ddp_ || !ddp_->shards_weights()) && par_.cp() == 1;
     ranks.dp = par_.dp();
     ranks.dp_rank = par_.dp_rank();
+    ranks.cp = par_.cp();
     const auto sum_over = [](dist::Communicator& c) {
       return [&c](std::span<double> v) {
         Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
@@ -546,10 +551,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       };
     };
     // Tensor-parallel ranks hold the same figures: summed over the replicas
-    // only (a pipeline's without data-parallel weights too: "dp-cp").
-    if (ddp_)
+    // only (a pipeline's without data-parallel weights too: "dp-cp"); the
+    // context-parallel ranks of a replica hold the whole rows' figures alike.
+    if (par_.cp() > 1) {
+      ranks.sum_over_sequence = sum_over(par_.groups->get("cp"));
+      if (par_.dp() > 1) ranks.sum_over_ranks = sum_over(par_.groups->get("dp"));
+    } else if (ddp_) {
       ranks.sum_over_ranks = sum_over(ddp_->group());
-    else if (pipe_ && par_.dp() * par_.cp() > 1)
+    } else if (pipe_ && par_.dp() * par_.cp() > 1)
       ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
     // The other stages hold zeros: a sum over the pipeline is the last one's.
     if (pipe_) {
@@ -564,13 +573,32 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         });
         last(nll);
       };
-    } else if (!ranks.whole_model) {  // FSDP: the staged forward gathers each layer
-      ranks.row_nll = [this, &acts](const Tensor& tokens, const Tensor& targets,
-                                    std::span<double> nll) {
-        ddp_->forward_head(*acts, tokens, [&] {
-          model_->head_row_nll(*acts, targets, nll);
-          return 0.0;
-        });
+    } else if (!ranks.whole_model) {
+      // FSDP: the staged forward gathers each layer. Context parallel: this
+      // rank's chunks of the rows at their global positions, the rows' sums
+      // over the cp ranks.
+      const int64_t cp = par_.cp(), cp_rank = par_.cp_rank();
+      ranks.row_nll = [this, &acts, cp, cp_rank, rows = ranks.sum_over_sequence](
+                          const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
+        Tensor x = tokens, y = targets;
+        PackedBatchInfo chunks;
+        if (cp > 1) {
+          const int64_t B = tokens.dim(0), T = tokens.dim(1) / cp;
+          x = Tensor::empty({B, T}, DType::I32);
+          y = Tensor::empty({B, T}, DType::I32);
+          parallel::cp_local_rows(tokens, x, cp_rank, cp);
+          parallel::cp_local_rows(targets, y, cp_rank, cp);
+          chunks.position_ids = Tensor::empty({B, T}, DType::I32);
+          parallel::cp_local_positions(chunks.position_ids, cp_rank, cp);
+        }
+        ddp_->forward_head(
+            *acts, x,
+            [&] {
+              model_->head_row_nll(*acts, y, nll);
+              return 0.0;
+            },
+            cp > 1 ? &chunks : nullptr);
+        rows(nll);
       };
     }
     objective_->set_ranks(std::move(ranks));

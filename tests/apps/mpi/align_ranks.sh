@@ -13,9 +13,11 @@
 # copy reference, KTO and a reward model, within 1e-5; the reference
 # precomputed through the stages (and FSDP's shards) is the same bytes as one
 # process's. Sequence parallelism (the head gathers every row): TP2 SP,
-# DP2xTP2 SP FSDP, PP2xTP2 SP and KTO under TP2 SP, within 1e-5. Context and
-# expert parallelism and online RL under a pipeline are refused, naming the
-# keys.
+# DP2xTP2 SP FSDP, PP2xTP2 SP and KTO under TP2 SP, within 1e-5. Context
+# parallelism (each row's sums over the cp ranks' chunks): CP2 with p2p, a2a
+# and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO and SimPO, within 1e-5. Expert
+# parallelism, CP with a pipeline, a copy reference or a reward model under
+# CP, and online RL under a pipeline are refused, naming the keys.
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=align_ranks
@@ -104,8 +106,30 @@ run tp2sp_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${SP[@]}" align.method=kto
 compare one tp2sp dp2tp2sp pp2tp2sp || fail "DPO under sequence parallelism differs from one process"
 compare one_kto tp2sp_kto || fail "KTO under TP2 SP differs from one process"
 
-refused bad "parallel.cp, parallel.ep: nekton align runs under data, tensor (and sequence) and pipeline parallelism only" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
+# Context parallel: each rank's chunks of the rows, the rows' sums over the
+# cp ranks; the reference through the chunks.
+run cp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
+run cp2a2a "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
+run cp2ag "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=all_gather
+run cp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.shard=full
+run cp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.tp=2
+run cp2_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=kto \
+  align.data_path="$WORK/kto.jsonl" align.valid_path= parallel.cp=2
+run cp2_simpo "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=simpo parallel.cp=2
+grep -q "through the model's pieces on the ranks" "$WORK/cp2.log" ||
+  fail "cp2: the reference was not computed through the cp ranks' chunks"
+compare one cp2 cp2a2a cp2ag cp2dp2 cp2tp2 || fail "DPO under context parallelism differs from one process"
+compare one_kto cp2_kto || fail "KTO under CP2 differs from one process"
+compare one_simpo cp2_simpo || fail "SimPO under CP2 x DP2 differs from one process"
+
+refused bad_ep "parallel.ep = 2: nekton align runs under data, tensor (and sequence), context and pipeline parallelism, not expert" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2
+refused cp_copy "align.reference: copy runs a second, whole model over each micro-batch" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy
+refused cp_rm "parallel.cp = 2: align.method=rm scores each row at its last token" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.method=rm
+refused cp_pp "parallel.cp = 2 with parallel.pp = 2: nekton align runs context parallel without a pipeline" \
+  "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
 refused pp_grpo "parallel.pp = 2: align.method=grpo generates with the whole policy on every rank" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=grpo parallel.pp=2
-pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved) and SP equals one process"
+pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved), SP and CP2 (with DP2, TP2) equals one process"

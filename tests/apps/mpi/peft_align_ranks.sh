@@ -11,7 +11,8 @@
 # within 1e-4).
 # Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
 # PP2 and PP2xDP2 FSDP within 1e-5; adapter_off (auto's choice with adapters)
-# refused there, naming align.reference.
+# refused there, naming align.reference. LoRA DPO (adapter_off) under CP2
+# within 1e-5.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -57,6 +58,11 @@ run tp2sp_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.
   parallel.sp=true
 compare_norm one_lora tp2_lora tp2sp_lora ||
   fail "LoRA DPO (adapter_off): TP2 (or with SP) differs from one process"
+# Context parallel: the reference forward with the adapters off over the
+# ranks' chunks, the rows' sums over the cp ranks.
+run cp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.cp=2
+compare one_lora cp2_lora || fail "LoRA DPO (adapter_off): CP2 differs from one process"
+
 # Pipeline parallel: the reference precomputed through the stages.
 run pp2_pre "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora align.reference=precompute \
   parallel.pp=2
@@ -69,4 +75,4 @@ compare one_pre pp2_pre pp2fsdp_pre || fail "LoRA DPO (precompute): PP2 differs 
 compare one_qpre pp2_qlora || fail "QLoRA DPO (precompute): PP2 differs from one process"
 refused pp2_off "align.reference: adapter_off runs the policy with its adapters off before each micro-batch" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2
-pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP), and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
