@@ -110,20 +110,24 @@ bool PreferenceObjective::adapter_off_reference() const {
   return align_.loss.needs_reference() && align_.reference_source == ReferenceSource::AdapterOff;
 }
 
-void PreferenceObjective::before_staged(Transformer& model, Activations& a, const MicroBatch& batch,
-                                        bool /*train*/, const StagedForward& forward) {
+void PreferenceObjective::before_staged(Transformer& model, const MicroBatch& batch, bool /*train*/,
+                                        const StagedForward& forward) {
   if (!adapter_off_reference()) return;
   // run()'s reference pass, its forward staged (the weights gathered as the
   // policy's are): the base's log-probabilities before the policy's forward.
-  staged_ref_.assign(size_t(a.B), 0.0);
+  std::vector<double> ref(size_t(batch.tokens.dim(0)), 0.0);
+  bool head_here = false;  // pipeline parallel: the last stage's alone
   model.set_adapters_enabled(false);
-  forward([&] {
-    model.head_row_nll(a, batch.targets, staged_ref_);
+  forward([&](Activations& a) {
+    head_here = true;
+    model.head_row_nll(a, batch.targets, ref);
     return 0.0;
   });
   model.set_adapters_enabled(true);
-  ranks_.sum_over_sequence(staged_ref_);  // context parallel: the chunks' parts
-  for (double& v : staged_ref_) v = -v;
+  if (!head_here) return;
+  ranks_.sum_over_sequence(ref);  // context parallel: the chunks' parts
+  for (double& v : ref) v = -v;
+  staged_refs_.push_back(std::move(ref));
 }
 
 double PreferenceObjective::head_micro_batch(Transformer& model, Activations& a,
@@ -131,11 +135,11 @@ double PreferenceObjective::head_micro_batch(Transformer& model, Activations& a,
                                              bool train) {
   std::vector<double> ref_logp;
   if (adapter_off_reference()) {
-    NK_CHECK(staged_ref_.size() == size_t(a.B),
+    NK_CHECK(!staged_refs_.empty() && staged_refs_.front().size() == size_t(a.B),
              "PreferenceObjective: align.reference=adapter_off: head_micro_batch without "
              "before_staged");
-    ref_logp = std::move(staged_ref_);
-    staged_ref_.clear();
+    ref_logp = std::move(staged_refs_.front());
+    staged_refs_.pop_front();
   }
   return head(model, a, batch, grad_scale, train, std::move(ref_logp));
 }

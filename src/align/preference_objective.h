@@ -7,6 +7,7 @@
 // on the token cross-entropy (head_row_backward, then the blocks' and
 // embedding's backward over the same activations).
 #pragma once
+#include <deque>
 #include <memory>
 
 #include "align/align_config.h"
@@ -36,7 +37,7 @@ class PreferenceObjective : public TrainObjective {
   // Data parallel: every reference; adapter_off's log-probabilities come
   // from before_staged's forward with the adapters off.
   bool staged() const override { return true; }
-  void before_staged(Transformer& model, Activations& a, const MicroBatch& batch, bool train,
+  void before_staged(Transformer& model, const MicroBatch& batch, bool train,
                      const StagedForward& forward) override;
   bool forwards_before_staged() const override { return adapter_off_reference(); }
   // Context parallel: a frozen copy's forward would need the whole rows.
@@ -63,8 +64,9 @@ class PreferenceObjective : public TrainObjective {
   std::unique_ptr<Transformer> ref_model_;     // reference=copy
   std::unique_ptr<Activations> ref_acts_;
   // reference=adapter_off, staged: before_staged's log-probabilities, taken
-  // by the next head_micro_batch (empty between them).
-  std::vector<double> staged_ref_;
+  // in order by the head_micro_batch calls that follow (a pipeline's step
+  // computes all of its micro-batches' first; empty between steps).
+  std::deque<std::vector<double>> staged_refs_;
   bool computed_reference_ = false;
   struct Sums {
     PreferenceFigures f;

@@ -87,7 +87,7 @@ int cmd_align(const CommandArgs& a) {
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
         "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP), parallel.tp (and sp),\n"
-        "parallel.pp (the last stage runs the objective; not align.reference=adapter_off)\n"
+        "parallel.pp (the last stage runs the objective)\n"
         "and parallel.cp (DPO and its kin, each row's sums over the cp ranks; not a copy\n"
         "reference nor a reward model); PPO/GRPO data parallel only. Every rank reads\n"
         "whole pairs.\n\n{}",
@@ -135,12 +135,6 @@ int cmd_align(const CommandArgs& a) {
         "context parallelism (parallel.cp = {}) splits over the ranks; set "
         "align.reference=precompute (or adapter_off with peft.method)",
         m.cp);
-  if (m.pp > 1 && ac.loss.needs_reference() && ac.reference_source == ReferenceSource::AdapterOff)
-    fail(
-        "align.reference: adapter_off runs the policy with its adapters off before each "
-        "micro-batch, which the pipeline's schedule (parallel.pp = {}) has no place for yet; "
-        "set align.reference=precompute or copy",
-        m.pp);
   if (m.tp * m.pp * m.cp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
     fail(
         "parallel.tp = {}, parallel.pp = {}, parallel.cp = {}, parallel.dp = {}: more than one "

@@ -103,31 +103,27 @@ class TrainObjective {
     fail("this training objective has no staged form (it runs on one process)");
   }
   // The staged form's forward without gradients: the embedding and blocks
-  // (gathering weights as the training forward does), then `head`; returns
-  // what `head` returns.
-  using StagedForward = std::function<double(const std::function<double()>& head)>;
-  // Before each staged micro-batch (training or validation): a forward of
-  // the objective's own through `forward` whose results head_micro_batch
+  // (gathering weights as the training forward does; under pipeline
+  // parallelism the stages in turn), then `head` over the activations they
+  // left, on the rank that holds the head (a pipeline's last stage: the
+  // others do not call it); returns what `head` returns there.
+  using StagedForward = std::function<double(const std::function<double(Activations&)>& head)>;
+  // Before each staged micro-batch (training or validation; under pipeline
+  // parallelism all of a step's, in order, before its schedule): a forward
+  // of the objective's own through `forward` whose results head_micro_batch
   // reads (a reference with the policy's adapters off). Its activations are
   // overwritten by the policy's forward that follows. Nothing by default.
-  virtual void before_staged(Transformer& /*model*/, Activations& /*a*/,
-                             const MicroBatch& /*batch*/, bool /*train*/,
+  virtual void before_staged(Transformer& /*model*/, const MicroBatch& /*batch*/, bool /*train*/,
                              const StagedForward& /*forward*/) {}
   // Whether head_micro_batch sums each row's parts over the context-parallel
   // ranks (ObjectiveRanks::sum_over_sequence; each holds its chunks of the
   // rows) and returns its loss's 1 / cp share: false, refused under context
   // parallelism.
   virtual bool splits_rows() const { return false; }
-  // Whether before_staged runs such a forward (the pipeline's schedule has
-  // no place for it: refused under pipeline parallelism).
+  // Whether before_staged runs such a forward.
   virtual bool forwards_before_staged() const { return false; }
 
  protected:
-  // A staged objective's micro-batch on one process: the embedding and
-  // blocks forward, `head` (its head_micro_batch: the loss, and with `train`
-  // the head's backward into a.residual_grad()), then with `train` the
-  // blocks' and embedding's backward; returns what `head` returns. What
-  // DistributedDataParallel runs in stages, in one piece.
   // take_metrics' sums of this rank's micro-batches: the training ones over
   // the data-parallel replicas (validation's are every replica's alike),
   // then, under pipeline parallelism, the last stage's to every stage.
@@ -136,6 +132,11 @@ class TrainObjective {
     if (!eval) ranks_.sum_over_ranks(v);
     ranks_.from_last_stage(v);
   }
+  // A staged objective's micro-batch on one process: the embedding and
+  // blocks forward, `head` (its head_micro_batch: the loss, and with `train`
+  // the head's backward into a.residual_grad()), then with `train` the
+  // blocks' and embedding's backward; returns what `head` returns. What
+  // DistributedDataParallel runs in stages, in one piece.
   static double whole_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                                   bool train, const std::function<double()>& head);
   ObjectiveRanks ranks_;

@@ -144,11 +144,6 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
         "pipeline parallelism{} for now (parallel.* lays {} processes out as {})",
         objective_->splits_rows() ? ", and context parallelism without a pipeline," : "",
         par_.world(), par_.mesh->describe());
-  if (custom_objective_ && par_.pp() > 1 && objective_->forwards_before_staged())
-    fail(
-        "parallel.pp = {}: this objective's own forward before each micro-batch (a reference "
-        "with the adapters off) does not run through a pipeline yet",
-        par_.pp());
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -367,9 +362,15 @@ int Trainer::max_over_ranks(int v) const {
   return *t.data<int32_t>();
 }
 
-void Trainer::before_staged(Activations& a, const MicroBatch& mb, bool train) {
-  objective_->before_staged(*model_, a, mb, train, [&](const std::function<double()>& head) {
-    return ddp_->forward_head(a, mb.tokens, head, mb.packed);
+void Trainer::before_staged(Activations* a, const MicroBatch& mb, bool train) {
+  using Head = std::function<double(Activations&)>;
+  objective_->before_staged(*model_, mb, train, [&](const Head& head) {
+    if (pipe_)
+      return pipe_->forward_head(
+          mb.tokens, mb.targets,
+          [&](Activations& stage, int64_t, bool, float) { return head(stage); }, mb.packed);
+    return ddp_->forward_head(
+        *a, mb.tokens, [&] { return head(*a); }, mb.packed);
   });
 }
 
@@ -389,7 +390,7 @@ double Trainer::evaluate() {
     const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
-    if (ddp_ && custom_objective_ && !pipe_) before_staged(*acts, mb, false);
+    if (custom_objective_ && (ddp_ || pipe_)) before_staged(acts ? &*acts : nullptr, mb, false);
     pipe_batches_.clear();
     pipe_batches_.push_back(mb);
     sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets, batch.packing())
@@ -680,6 +681,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         ddp_->finish_param_gathers();
         gather_s = seconds_since(t_gather);
       }
+      // Another objective's own forward of each micro-batch (a reference),
+      // all before the schedule.
+      if (custom_objective_)
+        for (const MicroBatch& mb : pipe_batches_) before_staged(nullptr, mb, true);
       loss = pipe_->forward_backward(pp_tokens, pp_targets, 1.f / float(accum), pp_packed) /
              double(accum);
       pp_wait_s = pipe_->take_wait_seconds();
@@ -744,7 +749,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                           batch.host_targets, batch.packing(), first_sample};
       const bool reduce = m == local_accum - 1;
-      if (ddp_ && custom_objective_) before_staged(*acts, mb, true);
+      if (ddp_ && custom_objective_) before_staged(&*acts, mb, true);
       // Data parallel: DistributedDataParallel runs the stages (its weight
       // gathers and gradient reductions between them), another objective
       // its head.

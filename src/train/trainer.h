@@ -79,9 +79,10 @@ class Trainer {
   double evaluate();  // mean validation loss over val_batches micro-batches
 
  private:
-  // Data parallel, another objective: its forward before the staged
-  // micro-batch (TrainObjective::before_staged), through ddp_.
-  void before_staged(Activations& a, const MicroBatch& mb, bool train);
+  // Another objective: its forward before the staged micro-batch
+  // (TrainObjective::before_staged), through the pipeline's stages, or
+  // through ddp_ in `a` (data parallel).
+  void before_staged(Activations* a, const MicroBatch& mb, bool train);
   // optim.master_dtype=bf16: for its lifetime the model holds f32 masters again
   // (the optimizer's exact ones), what a checkpoint save or the export reads;
   // nothing with an f32 master (opt null or not master_in_compute). Under

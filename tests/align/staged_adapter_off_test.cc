@@ -89,12 +89,12 @@ TEST(StagedAdapterOff, EqualsTheOneProcessMicroBatch) {
   staged->zero_grads();
   const int64_t L = s.tc.model.n_layer;
   int forwards = 0;
-  obj.before_staged(*staged, a2, mb, true, [&](const std::function<double()>& head) {
+  obj.before_staged(*staged, mb, true, [&](const std::function<double(Activations&)>& head) {
     ++forwards;
     EXPECT_FALSE(staged->adapters_enabled());
     staged->embed_forward(a2, tokens);
     staged->blocks_forward(a2, 0, L);
-    return head();
+    return head(a2);
   });
   EXPECT_EQ(forwards, 1);
   EXPECT_TRUE(staged->adapters_enabled());
@@ -120,6 +120,13 @@ TEST(StagedAdapterOff, EqualsTheOneProcessMicroBatch) {
   staged->embed_forward(a2, tokens);
   staged->blocks_forward(a2, 0, L);
   EXPECT_THROW(obj.head_micro_batch(*staged, a2, mb, 0.5f, true), InternalError);
+
+  // A pipeline stage without the head runs the forward but not `head`:
+  // nothing is queued for it (its schedule runs no head either).
+  obj.before_staged(*staged, mb, true,
+                    [](const std::function<double(Activations&)>&) { return 0.0; });
+  EXPECT_THROW(obj.head_micro_batch(*staged, a2, mb, 0.5f, true), InternalError);
+  EXPECT_TRUE(staged->adapters_enabled());
 }
 
 }  // namespace

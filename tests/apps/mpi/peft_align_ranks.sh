@@ -10,9 +10,9 @@
 # process; LoRA DPO under TP2, and with SP, too (the weights per tensor
 # within 1e-4).
 # Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
-# PP2 and PP2xDP2 FSDP within 1e-5; adapter_off (auto's choice with adapters)
-# refused there, naming align.reference. LoRA DPO (adapter_off) under CP2
-# within 1e-5.
+# PP2 and PP2xDP2 FSDP, LoRA DPO and IA3 KTO with adapter_off (the reference
+# forward through the stages) under PP2 (and PP2xDP2 FSDP), within 1e-5.
+# LoRA DPO (adapter_off) under CP2 within 1e-5.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -73,6 +73,16 @@ run pp2_qlora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=qlora \
 run one_qpre "$NK" align "${ARGS[@]}" peft.method=qlora align.reference=precompute
 compare one_pre pp2_pre pp2fsdp_pre || fail "LoRA DPO (precompute): PP2 differs from one process"
 compare one_qpre pp2_qlora || fail "QLoRA DPO (precompute): PP2 differs from one process"
-refused pp2_off "align.reference: adapter_off runs the policy with its adapters off before each micro-batch" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2
+# adapter_off (auto's choice with adapters) through the pipeline: each
+# micro-batch's forward with the adapters off through the stages before the
+# step's schedule.
+run pp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2
+run pp2fsdp_lora "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" peft.method=lora parallel.pp=2 \
+  parallel.shard=full
+run pp2_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${KTO[@]}" parallel.pp=2
+grep -q "align: reference = the policy with its adapters switched off" "$WORK/pp2_lora.log" ||
+  fail "pp2_lora: the reference is not the policy with its adapters off"
+compare one_lora pp2_lora pp2fsdp_lora ||
+  fail "LoRA DPO (adapter_off): PP2 or PP2 x DP2 FSDP differs from one process"
+compare one_kto pp2_kto || fail "IA3 KTO (adapter_off): PP2 differs from one process"
 pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"

@@ -29,6 +29,7 @@
 #include "nn/cross_entropy.h"
 #include "ops/ops.h"
 #include "parallel/model_parallel.h"
+#include "parallel/pipeline_parallel.h"
 #include "parallel_env.h"
 #include "train/trainer.h"
 
@@ -585,6 +586,64 @@ TEST_F(TensorParallel, LlamaDp2Zero1Tp2Pp2) {
 // replicas before each of its forwards and backwards and released after,
 // the gradients reduce-scattered once the schedule has run. GPT-2's tied
 // table: each stage's copy sharded over its own replicas.
+// FSDP's gathers as the schedule asks for them: a layer made resident that
+// was not (nothing is released: the weights stay whole).
+class CountingChunkWeights : public parallel::ChunkWeights {
+ public:
+  explicit CountingChunkWeights(int64_t n_layer) : resident_(size_t(n_layer), false) {}
+  void use_chunk(int64_t first, int64_t last, bool, bool) override {
+    for (int64_t l = first; l < last; ++l)
+      if (!resident_[size_t(l)]) resident_[size_t(l)] = true, ++gathers;
+  }
+  void done_chunk(int64_t first, int64_t last, bool, bool) override {
+    for (int64_t l = first; l < last; ++l) resident_[size_t(l)] = false;
+  }
+  int64_t gathers = 0;
+
+ private:
+  std::vector<bool> resident_;
+};
+
+// Under FSDP every chunk's layers are gathered for its forward and again for
+// its backward, but the model's last chunk, whose backward the schedule runs
+// right after its forward (with the head's): once a micro-batch. PP2, 1F1B
+// and interleaved (vp 2), 4 micro-batches of a 4-layer model.
+TEST_F(TensorParallel, PipelineGathersTheLastChunkOnceAMicroBatch) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  ModelConfig cfg = model_preset("llama-tiny");
+  cfg.n_layer = 4, cfg.d_model = 64, cfg.n_head = 4, cfg.n_kv_head = 2, cfg.d_ff = 128;
+  cfg.vocab_size = 264;
+  const int64_t B = 2, T = 16, m = 4;
+  std::vector<Tensor> tokens, targets;
+  Rng rng(7);
+  for (int64_t j = 0; j < m; ++j) {
+    tokens.push_back(Tensor::empty({B, T}, DType::I32));
+    targets.push_back(Tensor::empty({B, T}, DType::I32));
+    for (int64_t i = 0; i < B * T; ++i) {
+      tokens.back().data<int32_t>()[i] = int32_t(rng.next_u64() % 264);
+      targets.back().data<int32_t>()[i] = int32_t(rng.next_u64() % 264);
+    }
+  }
+  for (int64_t vp : {1, 2}) {
+    const PipelineStage st = parallel::pipeline_stage(cfg, 2, rank_, {}, vp);
+    Transformer model(cfg, DType::F32, 5, ParamInit::Random, {}, kHost, FrozenWeights::Master,
+                      QuantPlan(), nn::TensorParallel{}, st);
+    parallel::PipelineParallel pipe(model, groups_->get("world"), nullptr, B, T,
+                                    std::vector<Recompute>(4, Recompute::None));
+    CountingChunkWeights w(cfg.n_layer);
+    pipe.set_chunk_weights(&w);
+    model.zero_grads();
+    pipe.forward_backward(tokens, targets, 1.f / float(m));
+    int64_t want = 0;
+    const auto ranges = st.ranges(cfg);
+    for (size_t c = 0; c < ranges.size(); ++c) {
+      const bool model_last = rank_ == 1 && c + 1 == ranges.size();
+      want += (ranges[c].second - ranges[c].first) * m * (model_last ? 1 : 2);
+    }
+    EXPECT_EQ(w.gathers, want) << "rank " << rank_ << ", vp " << vp;
+  }
+}
+
 TEST_F(TensorParallel, Gpt2Dp2FsdpPp2TiedEmbeddings) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   check(pipelined("gpt-tiny", 2, 1, false, 2, {"parallel.shard=full"}));
