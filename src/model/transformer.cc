@@ -445,7 +445,9 @@ std::pair<Tensor, Tensor> Transformer::score_row(Activations& a, std::span<const
 void Transformer::score_forward(Activations& a, std::span<const int64_t> last,
                                 std::span<float> scores) {
   NK_CHECK(cfg_.classifier(), "score_forward: the model has no score head");
-  NK_CHECK(stage_.head && !tp_.active(), "score_forward: a whole head on one process");
+  // Under tensor parallelism the score head is whole on every rank, as the
+  // final norm's output is (not under sequence parallelism: refused).
+  NK_CHECK(stage_.head && !tp_.sp(), "score_forward: the head's stage, whole rows");
   const int64_t n = cfg_.num_labels;
   NK_CHECK(int64_t(last.size()) == a.B && int64_t(scores.size()) == a.B * n,
            "score_forward: {} positions and {} scores for {} rows of {} labels", last.size(),

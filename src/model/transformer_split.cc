@@ -27,11 +27,6 @@ void check_moe_support(const ModelConfig& cfg, int64_t tp, Device device, int64_
 void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp) {
   if (tp < 1) fail("parallel.tp = {} must be at least 1", tp);
   if (tp == 1) return;
-  if (cfg.classifier())
-    fail(
-        "parallel.tp = {}: a sequence classifier (reward model, num_labels = {}) runs without "
-        "tensor parallelism for now",
-        tp, cfg.num_labels);
   // The vocabulary needs no divisibility: its rows are padded
   // (ModelConfig::padded_vocab_size).
   const std::pair<const char*, int64_t> split[] = {

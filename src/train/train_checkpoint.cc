@@ -67,11 +67,19 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
   const bool added = add_adapters || add_score || add_value;
   const bool pieces = tp.active() || !stage.whole(cfg.model);
-  if (pieces && (add_score || add_value))
+  // (A score head this run adds is drawn whole from the seed on the last
+  // stage's ranks, as on one process: it is whole on every tensor-parallel
+  // rank.)
+  if (pieces && add_value)
     fail(
-        "{}: the model in '{}' gains a {} in this run, which is not drawn under tensor or "
-        "pipeline parallelism yet (start it on one process or data parallel)",
-        key, dir, add_score ? "score head" : "value head");
+        "{}: the model in '{}' gains a value head in this run, which is not drawn under tensor "
+        "or pipeline parallelism yet (start it on one process or data parallel)",
+        key, dir);
+  if (pieces && add_score && (tp.experts_whole || tp.experts_narrower()))
+    fail(
+        "{}: the model in '{}' gains a score head in this run, which is not read under "
+        "parallel.etp < parallel.tp yet (set parallel.etp to parallel.tp)",
+        key, dir);
   auto m = std::make_unique<Transformer>(cfg.model, cfg.dtype, cfg.seed,
                                          added ? ParamInit::Added : ParamInit::Zeros, cfg.frozen,
                                          cfg.device, cfg.frozen_weights, QuantPlan(), tp, stage);
@@ -84,7 +92,11 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
   // from the seed above). A parameter with an f32 master is read into it;
   // a base held without (bf16, NF4) is set from each tensor's slices.
   const auto in_file = [&](const ParamInfo& p) { return !(added && added_to_base(p)); };
-  const ParamLayout whole = m->global_layout().subset(in_file), mine = m->layout().subset(in_file);
+  // The file's tensors: this run's but what it adds, and with a score head
+  // added, the LM head it replaces (laid out as the saved model's).
+  const ParamLayout whole =
+      (add_score ? Transformer::layout_for(want) : m->global_layout()).subset(in_file);
+  const ParamLayout mine = m->layout().subset(in_file);
   const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
   const SafetensorsFile file = SafetensorsFile::open(path);
   LoadProgress progress(path, flat_tensor_read_bytes(file, mine, ""));

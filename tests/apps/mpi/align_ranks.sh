@@ -3,7 +3,7 @@
 # 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2
 # (ZeRO-1 and FSDP);
 # a frozen-copy reference, KTO and SimPO over 2 ranks; a reward model under
-# ZeRO-1 and FSDP. Every step's loss,
+# ZeRO-1, FSDP, TP2 and DP2xTP2, and from a fine-tuned LM under TP2 and PP2. Every step's loss,
 # validation loss and TRL figures (rewards/*, logps/*, kl: global means over
 # the ranks' pairs) and the exported weights within 1e-5 of one process (f32),
 # 10 steps; the reference_logps.json every layout writes is the same bytes.
@@ -58,13 +58,26 @@ compare one_copy dp2_copy &&
   fail "copy reference, KTO or SimPO: data parallel differs from one process"
 
 # A reward model (a score head, Bradley-Terry): its staged form under ZeRO-1
-# and FSDP; tensor parallelism is refused by name.
+# and FSDP; under tensor parallelism its score head whole on every rank.
 run one_rm "$NK" align "${ARGS[@]}" align.method=rm
 run dp2_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.shard=optimizer
 run fsdp_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.shard=full
-compare one_rm dp2_rm fsdp_rm || fail "reward model: data parallel differs from one process"
-refused tp_rm "a sequence classifier (reward model, num_labels = 1) runs without tensor" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2
+run tp2_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2
+run dp2tp2_rm "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 \
+  parallel.shard=optimizer
+compare one_rm dp2_rm fsdp_rm tp2_rm dp2tp2_rm ||
+  fail "reward model: data or tensor parallel differs from one process"
+refused tp2sp_rm "parallel.sp=true: a sequence classifier (reward or attribute model, num_labels = 1)" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 parallel.sp=true
+# From a fine-tuned causal LM, as reward models are made: the score head the
+# run adds is drawn from the seed as on one process, under TP2 and PP2 too.
+run base "$NK" finetune "${SFT_ARGS[@]}" train.steps=3
+RM=(align.method=rm train.init_from="$WORK/base/model")
+run one_rm_base "$NK" align "${ARGS[@]}" "${RM[@]}"
+run tp2_rm_base "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${RM[@]}" parallel.tp=2
+run pp2_rm_base "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${RM[@]}" parallel.pp=2
+compare one_rm_base tp2_rm_base pp2_rm_base ||
+  fail "reward model from a fine-tuned LM: TP2 or PP2 differs from one process"
 
 # Pipeline parallel: the last stage's head; the figures reach rank 0 from it.
 run pp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.pp=2
