@@ -39,7 +39,6 @@ class PreferenceObjective : public TrainObjective {
   bool staged() const override { return true; }
   void before_staged(Transformer& model, const MicroBatch& batch, bool train,
                      const StagedForward& forward) override;
-  bool forwards_before_staged() const override { return adapter_off_reference(); }
   // Context parallel: a frozen copy's forward would need the whole rows.
   bool splits_rows() const override { return align_.reference_source != ReferenceSource::Copy; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,

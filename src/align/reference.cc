@@ -17,11 +17,16 @@
 
 namespace nk {
 
-void sequence_logps(Transformer& model, Activations& a, const Tensor& tokens, const Tensor& targets,
-                    std::span<double> logp) {
+void sequence_nll(Transformer& model, Activations& a, const Tensor& tokens, const Tensor& targets,
+                  std::span<double> nll) {
   model.embed_forward(a, tokens);
   model.blocks_forward(a, 0, model.config().n_layer);
-  model.head_row_nll(a, targets, logp);
+  model.head_row_nll(a, targets, nll);
+}
+
+void sequence_logps(Transformer& model, Activations& a, const Tensor& tokens, const Tensor& targets,
+                    std::span<double> logp) {
+  sequence_nll(model, a, tokens, targets, logp);
   for (double& v : logp) v = -v;
 }
 
@@ -45,8 +50,7 @@ std::vector<double> compute_sequence_logps(Transformer& model, const PreferenceD
   return compute_sequence_logps(
       data, micro_batch, model.device(),
       [&](const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
-        sequence_logps(model, a, tokens, targets, nll);
-        for (double& v : nll) v = -v;
+        sequence_nll(model, a, tokens, targets, nll);
       });
 }
 

@@ -26,6 +26,9 @@ namespace nk {
 // them). tokens, targets: i32 [a.B, a.T] on the model's device.
 void sequence_logps(Transformer& model, Activations& a, const Tensor& tokens, const Tensor& targets,
                     std::span<double> logp);
+// The same negated: each row's summed -log p(target).
+void sequence_nll(Transformer& model, Activations& a, const Tensor& tokens, const Tensor& targets,
+                  std::span<double> nll);
 
 // The model a run starts from, built as the Trainer builds it before its
 // first step: train.init_from's weights, or the seed's initialisation.

@@ -120,8 +120,6 @@ class TrainObjective {
   // rows) and returns its loss's 1 / cp share: false, refused under context
   // parallelism.
   virtual bool splits_rows() const { return false; }
-  // Whether before_staged runs such a forward.
-  virtual bool forwards_before_staged() const { return false; }
 
  protected:
   // take_metrics' sums of this rank's micro-batches: the training ones over

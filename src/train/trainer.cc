@@ -127,23 +127,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
       objective_(objective ? std::move(objective) : std::make_shared<LmObjective>()),
       custom_objective_(objective_ && !dynamic_cast<LmObjective*>(objective_.get())) {
   if (par_.mesh) check_train_layout(cfg_, *par_.mesh);
-  // Another objective runs under data parallelism through its staged form,
-  // under tensor parallelism as it is (every tp rank sums whole rows: the
-  // vocabulary-parallel loss is reduced over them, and under sequence
-  // parallelism the head gathers every row first), under pipeline
-  // parallelism as the last stage's head (its rows whole there), and under
-  // context parallelism where it sums each row's parts over the cp ranks
-  // (splits_rows); expert parallelism is not wired to it.
-  if (custom_objective_ && par_.active() && !objective_->staged())
-    fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
-         par_.world());
-  if (custom_objective_ && par_.active() &&
-      (par_.mesh->ep() > 1 || (par_.cp() > 1 && (par_.pp() > 1 || !objective_->splits_rows()))))
-    fail(
-        "parallel.ep, parallel.cp: this objective trains under data, tensor (and sequence) and "
-        "pipeline parallelism{} for now (parallel.* lays {} processes out as {})",
-        objective_->splits_rows() ? ", and context parallelism without a pipeline," : "",
-        par_.world(), par_.mesh->describe());
+  check_objective_layout();
   if (cfg_.threads > 0) set_num_threads(int(cfg_.threads));
   if (par_.writes()) {
     out_lock_.emplace(cfg_.out_dir, LockAt::Inside);
@@ -362,18 +346,6 @@ int Trainer::max_over_ranks(int v) const {
   return *t.data<int32_t>();
 }
 
-void Trainer::before_staged(Activations* a, const MicroBatch& mb, bool train) {
-  using Head = std::function<double(Activations&)>;
-  objective_->before_staged(*model_, mb, train, [&](const Head& head) {
-    if (pipe_)
-      return pipe_->forward_head(
-          mb.tokens, mb.targets,
-          [&](Activations& stage, int64_t, bool, float) { return head(stage); }, mb.packed);
-    return ddp_->forward_head(
-        *a, mb.tokens, [&] { return head(*a); }, mb.packed);
-  });
-}
-
 double Trainer::evaluate() {
   if (!data_.valid) return NAN;
   std::optional<Activations> acts;  // pipeline parallel: the schedule's
@@ -391,8 +363,10 @@ double Trainer::evaluate() {
     const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
                         batch.host_targets, batch.packing(), first};
     if (custom_objective_ && (ddp_ || pipe_)) before_staged(acts ? &*acts : nullptr, mb, false);
-    pipe_batches_.clear();
-    pipe_batches_.push_back(mb);
+    if (pipe_) {
+      pipe_batches_.clear();
+      pipe_batches_.push_back(mb);
+    }
     sum += pipe_ ? pipe_->forward_loss(batch.tokens, batch.targets, batch.packing())
            : ddp_ && custom_objective_
                ? ddp_->forward_head(
@@ -534,76 +508,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   else
     NK_INFO("activations {:.1f} MiB per micro-batch{}", double(acts->bytes()) / 1048576.0,
             recompute_note);
-  if (par_.active()) {
-    ObjectiveRanks ranks;
-    ranks.writes = par_.writes();
-    // A pipeline stage or FSDP's shards: a piece of the weights; context
-    // parallel: the model forwards its cp rank's chunks of the rows.
-    ranks.whole_model = !pipe_ && (!ddp_ || !ddp_->shards_weights()) && par_.cp() == 1;
-    ranks.dp = par_.dp();
-    ranks.dp_rank = par_.dp_rank();
-    ranks.cp = par_.cp();
-    const auto sum_over = [](dist::Communicator& c) {
-      return [&c](std::span<double> v) {
-        Tensor t = Tensor::empty({int64_t(v.size())}, DType::F64);
-        std::copy(v.begin(), v.end(), t.data<double>());
-        c.all_reduce(t, dist::ReduceOp::Sum);
-        std::copy(t.data<double>(), t.data<double>() + v.size(), v.begin());
-      };
-    };
-    // Tensor-parallel ranks hold the same figures: summed over the replicas
-    // only (a pipeline's without data-parallel weights too: "dp-cp"); the
-    // context-parallel ranks of a replica hold the whole rows' figures alike.
-    if (par_.cp() > 1) {
-      ranks.sum_over_sequence = sum_over(par_.groups->get("cp"));
-      if (par_.dp() > 1) ranks.sum_over_ranks = sum_over(par_.groups->get("dp"));
-    } else if (ddp_) {
-      ranks.sum_over_ranks = sum_over(ddp_->group());
-    } else if (pipe_ && par_.dp() * par_.cp() > 1)
-      ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
-    // The other stages hold zeros: a sum over the pipeline is the last one's.
-    if (pipe_) {
-      ranks.from_last_stage = sum_over(par_.groups->get("pp"));
-      ranks.row_nll = [this, last = ranks.from_last_stage](
-                          const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
-        std::fill(nll.begin(), nll.end(), 0.0);
-        if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
-        pipe_->forward_head(tokens, targets, [&](Activations& a, int64_t, bool, float) {
-          model_->head_row_nll(a, targets, nll);
-          return 0.0;
-        });
-        last(nll);
-      };
-    } else if (!ranks.whole_model) {
-      // FSDP: the staged forward gathers each layer. Context parallel: this
-      // rank's chunks of the rows at their global positions, the rows' sums
-      // over the cp ranks.
-      const int64_t cp = par_.cp(), cp_rank = par_.cp_rank();
-      ranks.row_nll = [this, &acts, cp, cp_rank, rows = ranks.sum_over_sequence](
-                          const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
-        Tensor x = tokens, y = targets;
-        PackedBatchInfo chunks;
-        if (cp > 1) {
-          const int64_t B = tokens.dim(0), T = tokens.dim(1) / cp;
-          x = Tensor::empty({B, T}, DType::I32);
-          y = Tensor::empty({B, T}, DType::I32);
-          parallel::cp_local_rows(tokens, x, cp_rank, cp);
-          parallel::cp_local_rows(targets, y, cp_rank, cp);
-          chunks.position_ids = Tensor::empty({B, T}, DType::I32);
-          parallel::cp_local_positions(chunks.position_ids, cp_rank, cp);
-        }
-        ddp_->forward_head(
-            *acts, x,
-            [&] {
-              model_->head_row_nll(*acts, y, nll);
-              return 0.0;
-            },
-            cp > 1 ? &chunks : nullptr);
-        rows(nll);
-      };
-    }
-    objective_->set_ranks(std::move(ranks));
-  }
+  if (par_.active()) objective_->set_ranks(objective_ranks(acts));
   objective_->prepare(*model_, state_.step == 0);
   AdamW& opt = *opt_;
   DataLoader loader(data_.train, B, cfg_.model.vocab_size);

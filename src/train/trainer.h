@@ -79,9 +79,14 @@ class Trainer {
   double evaluate();  // mean validation loss over val_batches micro-batches
 
  private:
-  // Another objective: its forward before the staged micro-batch
+  // Another objective (trainer_objective_ranks.cc): nk::Error unless it
+  // trains under this layout; what it is told of the ranks before
+  // prepare() (`acts`: run()'s workspace, which its row_nll borrows under
+  // FSDP and context parallelism); its forward before the staged micro-batch
   // (TrainObjective::before_staged), through the pipeline's stages, or
   // through ddp_ in `a` (data parallel).
+  void check_objective_layout() const;
+  ObjectiveRanks objective_ranks(std::optional<Activations>& acts);
   void before_staged(Activations* a, const MicroBatch& mb, bool train);
   // optim.master_dtype=bf16: for its lifetime the model holds f32 masters again
   // (the optimizer's exact ones), what a checkpoint save or the export reads;

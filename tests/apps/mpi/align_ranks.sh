@@ -135,6 +135,19 @@ compare one cp2 cp2a2a cp2ag cp2dp2 cp2tp2 || fail "DPO under context parallelis
 compare one_kto cp2_kto || fail "KTO under CP2 differs from one process"
 compare one_simpo cp2_simpo || fail "SimPO under CP2 x DP2 differs from one process"
 
+# The reference computed by the split model itself (its own sums): the first
+# step's policy is the reference bit for bit, its rewards exactly 0, under
+# every layout (with FSDP x TP it used to be the whole initial model's sums).
+/usr/bin/python3 - "$WORK" one tp2 dp2tp2fsdp fsdp pp2tp2 pp2fsdp tp2sp cp2 cp2tp2 cp2dp2 <<'PY' ||
+import json, sys
+for run in sys.argv[2:]:
+    with open(f"{sys.argv[1]}/{run}/metrics.jsonl") as f:
+        first = next(r for r in map(json.loads, f) if r.get("step") == 1 and "rewards/chosen" in r)
+    for k in ("rewards/chosen", "rewards/rejected"):
+        assert first[k] == 0.0, f"{run}: step 1 {k} = {first[k]}, not 0"
+PY
+  fail "a layout's first-step rewards are not 0: its reference is not its own forward"
+
 refused bad_ep "parallel.ep = 2: nekton align runs under data, tensor (and sequence), context and pipeline parallelism, not expert" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2
 refused cp_copy "align.reference: copy runs a second, whole model over each micro-batch" \
