@@ -128,23 +128,24 @@ void OnlineObjective::before_step(Transformer& model, int64_t step) {
   }
   round_ = make_round(model, r);
   dataset_->set_round(round_);
-  if (schedule_.steps > 1) save_rollout_round(path, round_key(), *round_);
+  if (schedule_.steps > 1 && ranks_.replica_writes) save_rollout_round(path, round_key(), *round_);
 }
 
 void OnlineObjective::checkpoint_saved(int64_t step) {
-  prune_rollout_rounds(cfg_.out_dir, schedule_.round_of_step(step), ranks_.dp_rank);
+  if (ranks_.replica_writes)
+    prune_rollout_rounds(cfg_.out_dir, schedule_.round_of_step(step), ranks_.dp_rank);
 }
 
 OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64_t first,
                                                        int64_t n) {
   const RejectionSamplingOptions& s = rl_.sampling;
-  const int64_t G = s.num_rollouts, dp = ranks_.dp, rank = ranks_.dp_rank, K = n * G;
+  const int64_t G = s.num_rollouts, K = n * G;
   const EpochOrder order(int64_t(prompts_->tokens.size()), cfg_.seed, true);
   std::vector<int64_t> own, prompt_of(static_cast<size_t>(K));
   std::vector<GenerationRequest> requests;
   for (int64_t k = 0; k < K; ++k) {
     prompt_of[size_t(k)] = order.at(first + k / G);
-    if (k % dp != rank) continue;
+    if (k % ranks_.generators != ranks_.generator) continue;
     own.push_back(k);
     GenerationRequest q;
     q.prompt = prompts_->tokens[size_t(prompt_of[size_t(k)])];
@@ -221,7 +222,7 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
     for (int64_t q = 0; q < P; ++q) row[3 + q] = sc.parts[size_t(q)].values[j];
     for (size_t t = 0; t < g.tokens.size(); ++t) row[3 + P + int64_t(t)] = g.tokens[t];
   }
-  ranks_.sum_over_ranks(v);
+  ranks_.sum_over_generators(v);
   Batch b;
   b.parts.assign(size_t(P), std::vector<double>(size_t(K)));
   for (int64_t k = 0; k < K; ++k) {
@@ -239,7 +240,13 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
   return b;
 }
 
-std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, int64_t round) {
+std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, int64_t round) {
+  // A model in pieces (tensor or pipeline parallel, FSDP): the round is made
+  // with the live weights gathered whole on every rank, freed after it.
+  const auto t_gather = Clock::now();
+  const std::unique_ptr<Transformer> whole = ranks_.whole_policy ? ranks_.whole_policy() : nullptr;
+  const double gather_s = seconds_since(t_gather);
+  Transformer& model = whole ? *whole : policy;
   const int64_t P = rl_.rollout_prompts, G = rl_.sampling.num_rollouts;
   const int64_t batches = rl_.dynamic_sampling ? rl_.dynamic_sampling_max_batches : 1;
   gen_seconds_ = score_seconds_ = 0;
@@ -313,6 +320,7 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& model, in
   m.emplace_back("generate_s", gen_seconds_);
   m.emplace_back("score_s", score_seconds_);
   m.emplace_back("logps_s", logp_s);
+  if (whole) m.emplace_back("gather_policy_s", gather_s);
   m.emplace_back("generate_tokens_per_s",
                  gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0);
   NK_INFO(
@@ -341,6 +349,38 @@ std::vector<int64_t> OnlineObjective::own_samples() const {
 void OnlineObjective::token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
                                   std::vector<std::vector<float>>& out,
                                   std::vector<std::vector<float>>* values) {
+  const int64_t peers = ranks_.replica_peers;
+  if (peers == 1) return rows_token_logps(model, rows, out, values);
+  // The replica's peers (each with the whole policy) split its rows, then
+  // sum every row's values in: [logps..., values...] per row, row by row.
+  std::vector<const Rollout*> mine;
+  for (size_t i = size_t(ranks_.replica_peer); i < rows.size(); i += size_t(peers))
+    mine.push_back(rows[i]);
+  std::vector<std::vector<float>> lp, v;
+  rows_token_logps(model, mine, lp, values ? &v : nullptr);
+  const int64_t per = values ? 2 : 1;
+  std::vector<size_t> at(rows.size() + 1, 0);
+  for (size_t i = 0; i < rows.size(); ++i) at[i + 1] = at[i] + size_t(per * rows[i]->completion());
+  std::vector<double> sum(at.back(), 0.0);
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const size_t i = size_t(ranks_.replica_peer) + j * size_t(peers), n = lp[j].size();
+    std::copy(lp[j].begin(), lp[j].end(), sum.begin() + int64_t(at[i]));
+    if (values) std::copy(v[j].begin(), v[j].end(), sum.begin() + int64_t(at[i] + n));
+  }
+  ranks_.sum_over_replica_peers(sum);
+  out.assign(rows.size(), {});
+  if (values) values->assign(rows.size(), {});
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto first = sum.begin() + int64_t(at[i]);
+    const int64_t n = rows[i]->completion();
+    out[i].assign(first, first + n);
+    if (values) (*values)[i].assign(first + n, first + 2 * n);
+  }
+}
+
+void OnlineObjective::rows_token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
+                                       std::vector<std::vector<float>>& out,
+                                       std::vector<std::vector<float>>* values) {
   const int64_t B = cfg_.micro_batch, T = cfg_.seq_len;
   out.assign(rows.size(), {});
   if (values) values->assign(rows.size(), {});
@@ -617,7 +657,7 @@ ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {
   if (eval) return m;
   std::vector<double> v = {sums_.tokens, sums_.kl, sums_.low, sums_.high,
                            sums_.nll,    sums_.pg, sums_.vf,  sums_.vclip};
-  ranks_.sum_over_ranks(v);
+  sum_figures(v, false);
   sums_ = Sums();
   if (v[0] > 0) {
     if (rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo)

@@ -6,7 +6,11 @@
 //      no weight sync; a fresh paged KV cache each round, so no cached prefix
 //      outlives the weights it was computed with), each data-parallel rank
 //      the completions k with k % dp = rank, seeded per (prompt position,
-//      generation), so any layout draws the same ones;
+//      generation), so any layout draws the same ones. Where the model is in
+//      pieces (tensor or pipeline parallel, FSDP) the live weights are
+//      gathered into a whole model on every rank for the round (as veRL
+//      hands FSDP's weights to its generator), every rank generating the k
+//      with k % world = rank, and freed after step 3;
 //   2. scores its completions (the reward functions), and the ranks sum
 //      every completion's tokens, flags and rewards, so each holds the whole
 //      round (advantages are normalised over whole groups);
@@ -96,10 +100,15 @@ class OnlineObjective : public TrainObjective {
   bool needs_old_logps()
       const;  // the round's policy's log-probabilities  // this rank's round indices, ascending
   // Each row's completion tokens' log-probabilities, and with `values` the
-  // value head's value at each (the state before the token).
+  // value head's value at each (the state before the token): computed by
+  // this rank (rows_token_logps), or where the policy is gathered whole, by
+  // the replica's peers in turn (ObjectiveRanks::replica_peers; collective).
   void token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
                    std::vector<std::vector<float>>& out,
                    std::vector<std::vector<float>>* values = nullptr);
+  void rows_token_logps(Transformer& model, const std::vector<const Rollout*>& rows,
+                        std::vector<std::vector<float>>& out,
+                        std::vector<std::vector<float>>* values);
   // PPO: per-token rewards (the KL penalty, the score at the end), GAE over
   // the round's values, advantages whitened over every rank's samples.
   ObjectiveMetrics ppo_advantages(RolloutRound& r, const std::vector<int64_t>& own);

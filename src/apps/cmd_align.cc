@@ -119,11 +119,11 @@ int cmd_align(const CommandArgs& a) {
         "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
         "pipeline for now",
         m.cp, m.pp);
-  if (m.pp * m.cp > 1 && ac.online())
+  if (m.cp > 1 && ac.online())
     fail(
-        "parallel.{} = {}: align.method={} generates with the whole policy on every rank: data "
-        "parallel and ZeRO-1 (parallel.shard=optimizer) for now",
-        m.pp > 1 ? "pp" : "cp", std::max(m.pp, m.cp), ac.method);
+        "parallel.cp = {}: align.method={} trains on whole rollouts, which context parallelism "
+        "would split over the ranks: not yet (set parallel.cp=1)",
+        m.cp, ac.method);
   if (m.cp > 1 && (ac.method == "rm" || !ac.attributes.empty()))
     fail(
         "parallel.cp = {}: align.method={} scores each row at its last token, which context "
@@ -153,11 +153,23 @@ int cmd_align(const CommandArgs& a) {
     fail("peft.method: p_tuning does not align yet (its virtual tokens have no 'off' switch)");
   const bool regression = !ac.attributes.empty();
   if (ac.online()) {
-    if (m.tp > 1 || cfg.ddp.shard == parallel::Shard::Full)
+    // A model in pieces generates with its live weights gathered whole on
+    // every rank: a QLoRA base (NF4, quantised per shard) has no whole form
+    // there, and PPO's value head is whole on one process.
+    const bool pieces = m.tp * m.pp > 1 || cfg.ddp.shard == parallel::Shard::Full;
+    if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
-          "parallel.{}: align.method={} generates with the whole policy on every rank: data "
-          "parallel and ZeRO-1 (parallel.shard=optimizer) for now",
-          m.tp > 1 ? "tp" : "shard=full", ac.method);
+          "peft.method: align.method={} with a QLoRA (NF4) base generates on one whole model a "
+          "rank; under parallel.{} it is in pieces: not yet (data parallel and ZeRO-1 only)",
+          ac.method,
+          m.tp > 1   ? "tp"
+          : m.pp > 1 ? "pp"
+                     : "shard=full");
+    if (ac.method == "ppo" && m.tp > 1)
+      fail(
+          "parallel.tp = {}: align.method=ppo's value head is not split over tensor-parallel "
+          "ranks yet (grpo and rloo are; set parallel.tp=1)",
+          m.tp);
   } else if (!regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
     fail(
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "

@@ -6,6 +6,7 @@
 // plugs in without the loop knowing it.
 #pragma once
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -58,6 +59,27 @@ struct ObjectiveRanks {
   // rank; collective. For prepare() (it runs in the Trainer's workspaces of
   // that run). Null elsewhere.
   std::function<void(const Tensor& tokens, const Tensor& targets, std::span<double> nll)> row_nll;
+  // Online objectives (generation in the loop). The ranks that share a
+  // round's generations (each generates those k with k % generators =
+  // generator) and sum_over_generators, which sums numbers over them
+  // (collective): the data-parallel replicas where each rank's model is
+  // whole, every rank where it is in pieces.
+  int64_t generators = 1, generator = 0;
+  std::function<void(std::span<double>)> sum_over_generators = [](std::span<double>) {};
+  // Where the model is in pieces (tensor or pipeline parallel, FSDP):
+  // the policy's live weights gathered into a whole model, held as the
+  // policy is (a frozen bf16 base as bf16), on every rank, for generation
+  // and the round's log-probabilities (collective; null where each rank's
+  // model is whole). And whether this rank writes its replica's files (one
+  // rank of each data-parallel replica: its tensor, pipeline and context
+  // parallel peers hold the same).
+  std::function<std::unique_ptr<Transformer>()> whole_policy;
+  bool replica_writes = true;
+  // With whole_policy: the ranks of this data-parallel replica (its tensor
+  // and pipeline parallel peers), this rank's place among them, and a sum
+  // over them (collective), to share the replica's work on whole models.
+  int64_t replica_peers = 1, replica_peer = 0;
+  std::function<void(std::span<double>)> sum_over_replica_peers = [](std::span<double>) {};
 };
 
 class TrainObjective {

@@ -161,10 +161,14 @@ class Trainer {
   // A host int's max over every rank (agreement on signals and bad weights).
   int max_over_ranks(int v) const;
   // Model parallel: the whole model gathered from the ranks' pieces, on the
-  // writing rank (null on the others), held as this one is; a base held
-  // without masters only with_base (the export; a checkpoint holds the
-  // trainable parameters alone). Collective.
-  std::unique_ptr<Transformer> gather_whole_model(bool with_base);
+  // writing rank (null on the others) or `everywhere`, held as this one is; a
+  // base held without masters only with_base (the export; a checkpoint holds
+  // the trainable parameters alone). Collective.
+  std::unique_ptr<Transformer> gather_whole_model(bool with_base, bool everywhere = false);
+  // An online objective's policy where the model is in pieces (ObjectiveRanks::
+  // whole_policy): the live weights gathered whole on every rank, with the
+  // model's logit temperature. Collective.
+  std::unique_ptr<Transformer> whole_policy();
   // This rank's model piece whole across its data-parallel replicas: the
   // f32 master weights, or an optimizer moment (opt_->m() or v()) laid out
   // as the trainable parameters; under a distributed optimizer (ZeRO-1)

@@ -58,6 +58,26 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
     ranks.sum_over_ranks = sum_over(ddp_->group());
   } else if (pipe_ && par_.dp() * par_.cp() > 1)
     ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
+  // Online objectives: where every rank's model is whole (data parallel,
+  // ZeRO-1) the replicas share the generations; where it is in pieces every
+  // rank generates with the policy gathered whole.
+  const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights());
+  if (objective_->online() && pieces) {
+    ranks.generators = par_.world();
+    ranks.generator = par_.mesh->rank();
+    ranks.sum_over_generators = sum_over(par_.groups->get("world"));
+    ranks.whole_policy = [this] { return whole_policy(); };
+    dist::Communicator& peers = par_.groups->get("tp-pp");  // (online RL: no cp)
+    ranks.replica_peers = peers.size();
+    ranks.replica_peer = peers.rank();
+    if (peers.size() > 1) ranks.sum_over_replica_peers = sum_over(peers);
+  } else {
+    ranks.generators = par_.dp();
+    ranks.generator = par_.dp_rank();
+    ranks.sum_over_generators = ranks.sum_over_ranks;
+  }
+  ranks.replica_writes =
+      par_.mesh->rank_in("tp") == 0 && par_.mesh->rank_in("pp") == 0 && par_.cp_rank() == 0;
   // The other stages hold zeros: a sum over the pipeline is the last one's.
   if (pipe_) {
     ranks.from_last_stage = sum_over(par_.groups->get("pp"));
@@ -112,6 +132,16 @@ void Trainer::before_staged(Activations* a, const MicroBatch& mb, bool train) {
     return ddp_->forward_head(
         *a, mb.tokens, [&] { return head(*a); }, mb.packed);
   });
+}
+
+std::unique_ptr<Transformer> Trainer::whole_policy() {
+  if (ddp_) ddp_->finish_param_gathers();
+  const bool sharded = ddp_ && ddp_->sharded();
+  MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
+                        sharded ? ddp_->expert_group() : nullptr);
+  std::unique_ptr<Transformer> whole = gather_whole_model(true, true);
+  whole->set_logit_temperature(model_->logit_temperature());
+  return whole;
 }
 
 }  // namespace nk

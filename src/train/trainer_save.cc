@@ -160,7 +160,7 @@ Tensor Trainer::replica_weights() {
                      ddp_->group(), ddp_->expert_group(), &model_->layout());
 }
 
-std::unique_ptr<Transformer> Trainer::gather_whole_model(bool with_base) {
+std::unique_ptr<Transformer> Trainer::gather_whole_model(bool with_base, bool everywhere) {
   const ParamLayout& mine = model_->layout();
   const bool masters = model_->frozen_weights() == FrozenWeights::Master;
   Tensor local = replica_weights();
@@ -183,7 +183,7 @@ std::unique_ptr<Transformer> Trainer::gather_whole_model(bool with_base) {
     }
   }
   const Tensor params = parallel::gather_model(*model_, local, par_.group("pp"));
-  if (!par_.writes()) return nullptr;
+  if (!par_.writes() && !everywhere) return nullptr;
   auto whole = std::make_unique<Transformer>(cfg_.model, cfg_.dtype, cfg_.seed, ParamInit::Zeros,
                                              cfg_.frozen, kHost, model_->frozen_weights());
   if (masters) {

@@ -156,6 +156,4 @@ refused cp_rm "parallel.cp = 2: align.method=rm scores each row at its last toke
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.method=rm
 refused cp_pp "parallel.cp = 2 with parallel.pp = 2: nekton align runs context parallel without a pipeline" \
   "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
-refused pp_grpo "parallel.pp = 2: align.method=grpo generates with the whole policy on every rank" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=grpo parallel.pp=2
 pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved), SP and CP2 (with DP2, TP2) equals one process"

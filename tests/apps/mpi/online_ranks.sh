@@ -11,8 +11,11 @@
 # (mid-way through round 1) resumes from its checkpoint and the round's file
 # to the same figures and weights, as does one resumed after its command
 # grader crashed (an error naming it; the last checkpoint stands); RLOO over
-# 2 ranks; PPO over 2 ranks and resumed mid-round; tensor parallelism and
-# FSDP are refused, naming the keys.
+# 2 ranks; PPO over 2 ranks and resumed mid-round. With the model in pieces
+# (the policy gathered whole for each round): GRPO under TP2, FSDP, PP2,
+# DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
+# TP2 and on one process, RLOO under TP2, PPO under PP2 and FSDP equal one
+# process; PPO under TP and online RL under CP are refused, naming the keys.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=online_ranks
@@ -38,7 +41,8 @@ ARGS=("${COMMON_ARGS[@]}" align.method=grpo "align.data_path=$WORK/prompts.jsonl
       align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
       align.reward_weights=0.5,1 "align.reward_command=/usr/bin/python3 $WORK/grader.py"
       align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
-      train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2)
+      train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2
+      train.eps=1e-6)
 run one "$NK" align "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
@@ -96,8 +100,43 @@ ls -d "$WORK/flaky/checkpoints/step_00000004" >/dev/null || fail "the step-4 che
 run flaky "$NK" align "${ARGS[@]}" train.save_every=2
 compare one flaky || fail "the run resumed after the grader's crash differs from the whole one"
 
-refused tp "align.method=grpo generates with the whole policy on every rank" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
-refused fsdp "align.method=grpo generates with the whole policy on every rank" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process"
+# A model in pieces (tensor or pipeline parallel, FSDP): each round's policy
+# gathered whole on every rank, which share the generations (k % world) and
+# the replica's log-probabilities; the training steps split as the layout
+# splits them. (AdamW's eps is 1e-6 in these runs: each group's advantages
+# sum to zero, so a shared prompt's contributions nearly cancel in a few
+# gradient elements, whose rounding-level remainders eps 1e-8 would turn
+# into whole steps of lr under tensor parallelism's other order of sums:
+# 13 of 108k elements 1e-6 to 1.5e-4 apart after one step, the rest 2e-7.)
+run tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
+run fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
+run pp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.pp=2
+run dp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=optimizer
+run pp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2 parallel.shard=full
+for r in tp2 fsdp pp2 dp2tp2 pp2dp2; do
+  grep -q '"gather_policy_s"' "$WORK/$r/metrics.jsonl" || fail "$r: no gathered policy logged"
+done
+grep -q '"clip_ratio/region_mean"' "$WORK/pp2/metrics.jsonl" || fail "pp2: no clip figures logged"
+compare one tp2 fsdp pp2 dp2tp2 pp2dp2 ||
+  fail "GRPO under TP2, FSDP, PP2, DP2xTP2 ZeRO-1 or PP2xDP2 FSDP differs from one process"
+# Stopped mid-round under TP2: one round file per replica, read back by
+# TP2 and by one process.
+run part_tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2 train.exit_at_step=3
+ls "$WORK/part_tp2/rollouts/round-1.rank-0.bin" >/dev/null || fail "tp2: no round file for round 1"
+cp -r "$WORK/part_tp2" "$WORK/resumed_tp2"
+cp -r "$WORK/part_tp2" "$WORK/resumed_tp2_one"
+run resumed_tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
+run resumed_tp2_one "$NK" align "${ARGS[@]}"
+grep -q "round 1 read back" "$WORK/resumed_tp2_one.log" || fail "the TP2 round file was not read back"
+compare one resumed_tp2 resumed_tp2_one || fail "GRPO stopped under TP2 and resumed differs"
+run tp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo parallel.tp=2
+compare one_rloo tp2_rloo || fail "RLOO: TP2 differs from one process"
+run pp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.pp=2
+run fsdp_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=full
+compare one_ppo pp2_ppo fsdp_ppo || fail "PPO: PP2 or FSDP differs from one process"
+
+refused ppo_tp "parallel.tp = 2: align.method=ppo's value head is not split" \
+  "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
+refused cp "parallel.cp = 2: align.method=grpo trains on whole rollouts" \
+  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2 and FSDP too"

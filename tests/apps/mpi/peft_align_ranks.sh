@@ -12,7 +12,9 @@
 # Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
 # PP2 and PP2xDP2 FSDP, LoRA DPO and IA3 KTO with adapter_off (the reference
 # forward through the stages) under PP2 (and PP2xDP2 FSDP), within 1e-5.
-# LoRA DPO (adapter_off) under CP2 within 1e-5.
+# LoRA DPO (adapter_off) under CP2 within 1e-5. LoRA GRPO (adapter_off) under
+# TP2 and PP2 (the policy gathered whole for each round) within 1e-4 per
+# tensor; QLoRA GRPO under FSDP refused.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -85,4 +87,22 @@ grep -q "align: reference = the policy with its adapters switched off" "$WORK/pp
 compare one_lora pp2_lora pp2fsdp_lora ||
   fail "LoRA DPO (adapter_off): PP2 or PP2 x DP2 FSDP differs from one process"
 compare one_kto pp2_kto || fail "IA3 KTO (adapter_off): PP2 differs from one process"
-pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, equals one process"
+
+# Online RL with a LoRA policy (reference: its adapters off) where the model
+# is in pieces: each round's policy gathered whole, adapters and base, on
+# every rank (a grader that scores distinct letters, so groups differ).
+printf '%s\n' 'import json, sys' 'for line in sys.stdin:' \
+  '    print(len(set(json.loads(line)["completion"])) / 10.0)' >"$WORK/grader.py"
+GRPO=("${ARGS[@]}" peft.method=lora align.method=grpo align.valid_path= align.max_prompt_length=12
+      align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2 align.kl_coef=0.05
+      align.reward_funcs=command "align.reward_command=/usr/bin/python3 $WORK/grader.py"
+      train.steps=6 align.temperature=1.2 train.eps=1e-6)  # eps: see online_ranks.sh
+run one_grpo "$NK" align "${GRPO[@]}"
+run tp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2
+run pp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.pp=2
+grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp2_grpo.log" ||
+  fail "tp2_grpo: the reference is not the policy with its adapters off"
+compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
+refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base generates on one whole model a rank" \
+  "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, LoRA GRPO under TP2 and PP2, equals one process"
