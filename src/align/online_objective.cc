@@ -598,6 +598,19 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   const double accum = double(cfg_.grad_accum());
   std::vector<float> scale(size_t(B * T), 0.f);
   const int32_t* tg = batch.host_targets.data<int32_t>();
+  // Context parallel: this rank holds chunks of each row, position j of
+  // them at the row's position pos[j] (every row alike); each token's term
+  // is its own, so a rank adds those of its tokens and the cp ranks' sums
+  // make the loss and the gradient.
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int64_t j = 0; j < T; ++j) pos[size_t(j)] = j;
+  if (ranks_.cp > 1) {
+    NK_CHECK(batch.packed && batch.packed->position_ids.defined() &&
+                 batch.packed->position_ids.device() == kHost,
+             "online RL under context parallelism: the micro-batch's positions");
+    const int32_t* p = batch.packed->position_ids.data<int32_t>();
+    for (int64_t j = 0; j < T; ++j) pos[size_t(j)] = p[j];
+  }
   double loss = 0;
   for (int64_t b = 0; b < B; ++b) {
     const Rollout& r = dataset_->rollout(batch.first_sample + b);
@@ -619,24 +632,25 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
         w = step_tokens > 0 ? 1.0 / step_tokens : 0.0;
         break;
     }
-    for (int64_t c = 0; c < r.completion(); ++c) {
-      const int64_t t = r.prompt_len - 1 + c;
-      NK_CHECK(tg[b * T + t] == r.tokens[size_t(t + 1)], "online RL: row {} position {}", b, t);
-      const double logp = -double(nll[size_t(b * T + t)]);
+    for (int64_t j = 0; j < T; ++j) {
+      const int64_t t = pos[size_t(j)], c = t - (r.prompt_len - 1), at = b * T + j;
+      if (c < 0 || c >= r.completion()) continue;  // position t predicts token t + 1
+      NK_CHECK(tg[at] == r.tokens[size_t(t + 1)], "online RL: row {} position {}", b, t);
+      const double logp = -double(nll[size_t(at)]);
       const double old = need_old ? double(r.old_logp[size_t(c)]) : logp;
       const double ref = with_ref ? double(r.ref_logp[size_t(c)]) : 0.0;
       const double adv = ppo ? double(r.token_adv[size_t(c)]) : r.advantage;
       const RlTokenTerm term = rl_token_term(rl_.loss, logp, old, ref, with_ref, adv);
       loss += w * term.loss;
       // d loss / d nll = -d loss / d logp, with the loop's scale (1 / accum).
-      scale[size_t(b * T + t)] = float(-term.dlogp * w * accum * double(grad_scale));
+      scale[size_t(at)] = float(-term.dlogp * w * accum * double(grad_scale));
       if (ppo) {
         const RlValueTerm vt =
-            ppo_value_term(rl_.loss, double(values[size_t(b * T + t)]),
-                           double(r.old_value[size_t(c)]), double(r.returns[size_t(c)]));
+            ppo_value_term(rl_.loss, double(values[size_t(at)]), double(r.old_value[size_t(c)]),
+                           double(r.returns[size_t(c)]));
         const double vw = w * rl_.loss.vf_coef;
         loss += vw * vt.loss;
-        value_grad[size_t(b * T + t)] = float(vt.dvalue * vw * accum * double(grad_scale));
+        value_grad[size_t(at)] = float(vt.dvalue * vw * accum * double(grad_scale));
         sums_.pg += term.loss;
         sums_.vf += vt.loss;
         sums_.vclip += vt.clipped;
@@ -657,6 +671,7 @@ ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {
   if (eval) return m;
   std::vector<double> v = {sums_.tokens, sums_.kl, sums_.low, sums_.high,
                            sums_.nll,    sums_.pg, sums_.vf,  sums_.vclip};
+  ranks_.sum_over_sequence(v);  // context parallel: each rank's tokens
   sum_figures(v, false);
   sums_ = Sums();
   if (v[0] > 0) {

@@ -69,6 +69,8 @@ class OnlineObjective : public TrainObjective {
                            float grad_scale) override;
   double eval_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch) override;
   bool staged() const override { return true; }
+  // Context parallel: each rank's tokens' terms (they are per token).
+  bool splits_rows() const override { return true; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
   // reward, reward_std, rewards/NAME/mean and /std, accuracy (RewardTally's

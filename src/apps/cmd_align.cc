@@ -119,17 +119,13 @@ int cmd_align(const CommandArgs& a) {
         "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
         "pipeline for now",
         m.cp, m.pp);
-  if (m.cp > 1 && ac.online())
-    fail(
-        "parallel.cp = {}: align.method={} trains on whole rollouts, which context parallelism "
-        "would split over the ranks: not yet (set parallel.cp=1)",
-        m.cp, ac.method);
   if (m.cp > 1 && (ac.method == "rm" || !ac.attributes.empty()))
     fail(
         "parallel.cp = {}: align.method={} scores each row at its last token, which context "
         "parallelism puts on one rank's chunk: not yet (set parallel.cp=1)",
         m.cp, ac.method);
-  if (m.cp > 1 && ac.loss.needs_reference() && ac.reference_source == ReferenceSource::Copy)
+  if (m.cp > 1 && !ac.online() && ac.loss.needs_reference() &&
+      ac.reference_source == ReferenceSource::Copy)
     fail(
         "align.reference: copy runs a second, whole model over each micro-batch, whose rows "
         "context parallelism (parallel.cp = {}) splits over the ranks; set "
@@ -155,7 +151,7 @@ int cmd_align(const CommandArgs& a) {
   if (ac.online()) {
     // A model in pieces generates with its live weights gathered whole on
     // every rank: a QLoRA base (NF4, quantised per shard) has no whole form
-    // there, and PPO's value head is whole on one process.
+    // there; PPO's value head reads whole rows of the final norm's output.
     const bool pieces = m.tp * m.pp > 1 || cfg.ddp.shard == parallel::Shard::Full;
     if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
@@ -165,11 +161,11 @@ int cmd_align(const CommandArgs& a) {
           m.tp > 1   ? "tp"
           : m.pp > 1 ? "pp"
                      : "shard=full");
-    if (ac.method == "ppo" && m.tp > 1)
+    if (ac.method == "ppo" && m.tp > 1 && cfg.parallel.sequence_parallel)
       fail(
-          "parallel.tp = {}: align.method=ppo's value head is not split over tensor-parallel "
-          "ranks yet (grpo and rloo are; set parallel.tp=1)",
-          m.tp);
+          "parallel.sp: align.method=ppo's value head reads every position of the final norm's "
+          "output, which sequence parallelism splits over the tensor-parallel ranks: not yet (set "
+          "parallel.sp=false)");
   } else if (!regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
     fail(
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "

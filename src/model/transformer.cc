@@ -407,8 +407,10 @@ void Transformer::head_token_backward(Activations& a, const Tensor& targets,
 }
 
 void Transformer::value_forward(Activations& a, std::span<float> values) {
-  NK_CHECK(cfg_.value_head && stage_.head && !tp_.active(),
-           "value_forward: a value head, whole on one process");
+  // Under tensor parallelism the value head is whole on every rank, as the
+  // final norm's output is (not under sequence parallelism: refused).
+  NK_CHECK(cfg_.value_head && stage_.head && !tp_.sp(),
+           "value_forward: a value head on the head's stage, whole rows");
   const int64_t N = a.B * a.T;
   NK_CHECK(int64_t(values.size()) == N, "value_forward: {} values for {} positions", values.size(),
            N);

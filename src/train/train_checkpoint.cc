@@ -67,14 +67,9 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
     fail("{}: the model in '{}' has another configuration than model.* here", key, dir);
   const bool added = add_adapters || add_score || add_value;
   const bool pieces = tp.active() || !stage.whole(cfg.model);
-  // (A score head this run adds is drawn whole from the seed on the last
-  // stage's ranks, as on one process: it is whole on every tensor-parallel
-  // rank.)
-  if (pieces && add_value)
-    fail(
-        "{}: the model in '{}' gains a value head in this run, which is not drawn under tensor "
-        "or pipeline parallelism yet (start it on one process or data parallel)",
-        key, dir);
+  // (A score or value head this run adds is drawn whole from the seed on
+  // the last stage's ranks, as on one process: it is whole on every
+  // tensor-parallel rank.)
   if (pieces && add_score && (tp.experts_whole || tp.experts_narrower()))
     fail(
         "{}: the model in '{}' gains a score head in this run, which is not read under "

@@ -66,8 +66,9 @@ struct ObjectiveRanks {
   // whole, every rank where it is in pieces.
   int64_t generators = 1, generator = 0;
   std::function<void(std::span<double>)> sum_over_generators = [](std::span<double>) {};
-  // Where the model is in pieces (tensor or pipeline parallel, FSDP):
-  // the policy's live weights gathered into a whole model, held as the
+  // Where the model is in pieces (tensor or pipeline parallel, FSDP) or
+  // forwards chunks of rows (context parallel): the policy's live weights
+  // gathered into a whole model, held as the
   // policy is (a frozen bf16 base as bf16), on every rank, for generation
   // and the round's log-probabilities (collective; null where each rank's
   // model is whole). And whether this rank writes its replica's files (one
@@ -75,9 +76,10 @@ struct ObjectiveRanks {
   // parallel peers hold the same).
   std::function<std::unique_ptr<Transformer>()> whole_policy;
   bool replica_writes = true;
-  // With whole_policy: the ranks of this data-parallel replica (its tensor
-  // and pipeline parallel peers), this rank's place among them, and a sum
-  // over them (collective), to share the replica's work on whole models.
+  // With whole_policy: the ranks of this data-parallel replica (its tensor,
+  // context and pipeline parallel peers), this rank's place among them, and
+  // a sum over them (collective), to share the replica's work on whole
+  // models.
   int64_t replica_peers = 1, replica_peer = 0;
   std::function<void(std::span<double>)> sum_over_replica_peers = [](std::span<double>) {};
 };

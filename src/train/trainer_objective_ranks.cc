@@ -59,15 +59,17 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   } else if (pipe_ && par_.dp() * par_.cp() > 1)
     ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
   // Online objectives: where every rank's model is whole (data parallel,
-  // ZeRO-1) the replicas share the generations; where it is in pieces every
-  // rank generates with the policy gathered whole.
-  const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights());
+  // ZeRO-1) the replicas share the generations; where it is in pieces, or
+  // forwards chunks of rows (context parallel), every rank generates with
+  // the policy gathered whole.
+  const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights()) || par_.cp() > 1;
   if (objective_->online() && pieces) {
     ranks.generators = par_.world();
     ranks.generator = par_.mesh->rank();
     ranks.sum_over_generators = sum_over(par_.groups->get("world"));
     ranks.whole_policy = [this] { return whole_policy(); };
-    dist::Communicator& peers = par_.groups->get("tp-pp");  // (online RL: no cp)
+    // (Context parallelism does not combine with a pipeline here.)
+    dist::Communicator& peers = par_.groups->get(par_.cp() > 1 ? "tp-cp" : "tp-pp");
     ranks.replica_peers = peers.size();
     ranks.replica_peer = peers.rank();
     if (peers.size() > 1) ranks.sum_over_replica_peers = sum_over(peers);

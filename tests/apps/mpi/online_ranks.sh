@@ -14,8 +14,10 @@
 # 2 ranks; PPO over 2 ranks and resumed mid-round. With the model in pieces
 # (the policy gathered whole for each round): GRPO under TP2, FSDP, PP2,
 # DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
-# TP2 and on one process, RLOO under TP2, PPO under PP2 and FSDP equal one
-# process; PPO under TP and online RL under CP are refused, naming the keys.
+# TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP and TP2 (also
+# from a causal LM, its value head added), GRPO under CP2 and CP2 x DP2 and
+# PPO under CP2 equal one process; PPO under sequence parallelism is
+# refused, naming the key.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=online_ranks
@@ -133,10 +135,24 @@ run tp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo parallel.t
 compare one_rloo tp2_rloo || fail "RLOO: TP2 differs from one process"
 run pp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.pp=2
 run fsdp_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=full
-compare one_ppo pp2_ppo fsdp_ppo || fail "PPO: PP2 or FSDP differs from one process"
+run tp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
+compare one_ppo pp2_ppo fsdp_ppo tp2_ppo || fail "PPO: PP2, FSDP or TP2 differs from one process"
+# PPO from a causal LM (GRPO's result): the value head it gains drawn from
+# the seed on the last stage (whole on every tp rank), as on one process.
+INIT=("${PPO[@]}" "train.init_from=$WORK/one/model")
+run one_ppo_init "$NK" align "${INIT[@]}"
+run tp2_ppo_init "${MPI[@]}" 2 "$NK" align "${INIT[@]}" parallel.tp=2
+run pp2_ppo_init "${MPI[@]}" 2 "$NK" align "${INIT[@]}" parallel.pp=2
+compare one_ppo_init tp2_ppo_init pp2_ppo_init ||
+  fail "PPO from a causal LM: TP2 or PP2 differs from one process"
 
-refused ppo_tp "parallel.tp = 2: align.method=ppo's value head is not split" \
-  "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
-refused cp "parallel.cp = 2: align.method=grpo trains on whole rollouts" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2 and FSDP too"
+refused ppo_sp "parallel.sp: align.method=ppo's value head reads every position" \
+  "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2 parallel.sp=true
+# Context parallel: each rank trains the tokens of its chunks of the rows
+# (the terms are per token; the cp ranks' sums make the loss and gradient).
+run cp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
+run cp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
+run cp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.cp=2
+compare one cp2 cp2dp2 && compare one_ppo cp2_ppo ||
+  fail "GRPO under CP2 or CP2xDP2, or PPO under CP2, differs from one process"
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2, FSDP and TP2 (from scratch and from a causal LM), GRPO under CP2 and CP2xDP2, PPO under CP2 too"
