@@ -241,10 +241,15 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
 }
 
 std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, int64_t round) {
-  // A model in pieces (tensor or pipeline parallel, FSDP): the round is made
-  // with the live weights gathered whole on every rank, freed after it.
+  // A model in pieces (tensor or pipeline parallel, FSDP) or in chunks of
+  // rows (context parallel): the round is made with the live weights
+  // gathered whole on every rank, freed after it; over a frozen base the
+  // copy is kept for the next round, which gathers the trainable parameters
+  // alone.
   const auto t_gather = Clock::now();
-  const std::unique_ptr<Transformer> whole = ranks_.whole_policy ? ranks_.whole_policy() : nullptr;
+  const bool kept = whole_ != nullptr;
+  std::unique_ptr<Transformer> whole =
+      ranks_.whole_policy ? ranks_.whole_policy(std::move(whole_)) : nullptr;
   const double gather_s = seconds_since(t_gather);
   Transformer& model = whole ? *whole : policy;
   const int64_t P = rl_.rollout_prompts, G = rl_.sampling.num_rollouts;
@@ -330,6 +335,17 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, i
       gen_seconds_ > 0 ? double(gen_tokens_) / gen_seconds_ : 0.0, score_seconds_);
   if (rl_.log_completions_every > 0 && round % rl_.log_completions_every == 0 && ranks_.writes)
     log_completions(*r);
+  // (Kept only while another round follows in this run: the export at the
+  // end gathers the whole model again.)
+  const bool more = schedule_.round_of_step(cfg_.steps - 1) > round;
+  if (whole && more && whole->layout().trainable_end() < whole->layout().total()) {
+    if (!kept)
+      NK_INFO(
+          "align: the policy gathered whole on every rank ({:.1f} MiB of weights) is kept for "
+          "the next rounds, which gather its {} trainable parameters alone",
+          double(whole->weight_bytes()) / 1048576.0, whole->layout().trainable_end());
+    whole_ = std::move(whole);
+  }
   return r;
 }
 

@@ -128,7 +128,9 @@ class OnlineObjective : public TrainObjective {
   std::shared_ptr<RolloutDataset> dataset_;
   std::shared_ptr<RolloutRound> round_;
   std::unique_ptr<Transformer> ref_model_;  // reference=copy
-  std::vector<RewardScores::Part> parts_;   // the reward functions (names, weights), no values
+  // ObjectiveRanks::whole_policy's copy over a frozen base, kept between rounds.
+  std::unique_ptr<Transformer> whole_;
+  std::vector<RewardScores::Part> parts_;  // the reward functions (names, weights), no values
 
   struct Sums {  // this rank's training tokens since the last take_metrics
     double tokens = 0, kl = 0, low = 0, high = 0, nll = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "parallel/context_parallel_batch.h"
+#include "parallel/model_parallel.h"
 #include "train/trainer.h"
 
 namespace nk {
@@ -67,7 +68,9 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
     ranks.generators = par_.world();
     ranks.generator = par_.mesh->rank();
     ranks.sum_over_generators = sum_over(par_.groups->get("world"));
-    ranks.whole_policy = [this] { return whole_policy(); };
+    ranks.whole_policy = [this](std::unique_ptr<Transformer> previous) {
+      return whole_policy(std::move(previous));
+    };
     // (Context parallelism does not combine with a pipeline here.)
     dist::Communicator& peers = par_.groups->get(par_.cp() > 1 ? "tp-cp" : "tp-pp");
     ranks.replica_peers = peers.size();
@@ -136,11 +139,22 @@ void Trainer::before_staged(Activations* a, const MicroBatch& mb, bool train) {
   });
 }
 
-std::unique_ptr<Transformer> Trainer::whole_policy() {
+std::unique_ptr<Transformer> Trainer::whole_policy(std::unique_ptr<Transformer> previous) {
   if (ddp_) ddp_->finish_param_gathers();
   const bool sharded = ddp_ && ddp_->sharded();
   MastersOnLoan masters(*model_, opt_.get(), sharded ? &ddp_->group() : nullptr,
                         sharded ? ddp_->expert_group() : nullptr);
+  // Adapters over a frozen base (or frozen layers): the base never changes,
+  // so a copy made before takes the trainable parameters alone (they lead
+  // the f32 arena, in the whole layout as in this rank's).
+  const ParamLayout &mine = model_->layout(), &all = model_->global_layout();
+  if (previous && all.trainable_end() < all.total()) {
+    const Tensor trainable = parallel::gather_model(
+        *model_, replica_weights().narrow0(0, mine.trainable_end()), par_.group("pp"));
+    ops::convert(previous->params().narrow0(0, trainable.numel()), trainable);
+    previous->sync_compute_params();
+    return previous;
+  }
   std::unique_ptr<Transformer> whole = gather_whole_model(true, true);
   whole->set_logit_temperature(model_->logit_temperature());
   return whole;

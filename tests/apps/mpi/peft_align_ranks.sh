@@ -89,8 +89,9 @@ compare one_lora pp2_lora pp2fsdp_lora ||
 compare one_kto pp2_kto || fail "IA3 KTO (adapter_off): PP2 differs from one process"
 
 # Online RL with a LoRA policy (reference: its adapters off) where the model
-# is in pieces: each round's policy gathered whole, adapters and base, on
-# every rank (a grader that scores distinct letters, so groups differ).
+# is in pieces: the policy gathered whole on every rank, the frozen base
+# once and the adapters each round (a grader that scores distinct letters,
+# so groups differ).
 printf '%s\n' 'import json, sys' 'for line in sys.stdin:' \
   '    print(len(set(json.loads(line)["completion"])) / 10.0)' >"$WORK/grader.py"
 GRPO=("${ARGS[@]}" peft.method=lora align.method=grpo align.valid_path= align.max_prompt_length=12
@@ -102,6 +103,8 @@ run tp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2
 run pp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.pp=2
 grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp2_grpo.log" ||
   fail "tp2_grpo: the reference is not the policy with its adapters off"
+grep -q "is kept for the next rounds, which gather its" "$WORK/tp2_grpo.log" ||
+  fail "tp2_grpo: the gathered frozen base is not kept between rounds"
 compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
 refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base generates on one whole model a rank" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
