@@ -7,10 +7,12 @@
 //      outlives the weights it was computed with), each data-parallel rank
 //      the completions k with k % dp = rank, seeded per (prompt position,
 //      generation), so any layout draws the same ones. Where the model is in
-//      pieces (tensor or pipeline parallel, FSDP) the live weights are
-//      gathered into a whole model on every rank for the round (as veRL
-//      hands FSDP's weights to its generator), every rank generating the k
-//      with k % world = rank, and freed after step 3;
+//      pieces (tensor or pipeline parallel, FSDP) or forwards chunks of rows
+//      (context parallel) the live weights are gathered into a whole model
+//      on every rank for the round (as veRL hands FSDP's weights to its
+//      generator), every rank generating the k with k % world = rank; freed
+//      after step 3, or over a frozen base kept for the next round, which
+//      gathers the trainable parameters alone;
 //   2. scores its completions (the reward functions), and the ranks sum
 //      every completion's tokens, flags and rewards, so each holds the whole
 //      round (advantages are normalised over whole groups);

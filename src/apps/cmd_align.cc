@@ -149,10 +149,10 @@ int cmd_align(const CommandArgs& a) {
     fail("peft.method: p_tuning does not align yet (its virtual tokens have no 'off' switch)");
   const bool regression = !ac.attributes.empty();
   if (ac.online()) {
-    // A model in pieces generates with its live weights gathered whole on
-    // every rank: a QLoRA base (NF4, quantised per shard) has no whole form
-    // there; PPO's value head reads whole rows of the final norm's output.
-    const bool pieces = m.tp * m.pp > 1 || cfg.ddp.shard == parallel::Shard::Full;
+    // A model in pieces (or context parallel) generates with its live
+    // weights gathered whole on every rank: a QLoRA base (NF4, quantised per shard) has no whole
+    // form there; PPO's value head reads whole rows of the final norm's output.
+    const bool pieces = m.tp * m.pp * m.cp > 1 || cfg.ddp.shard == parallel::Shard::Full;
     if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
           "peft.method: align.method={} with a QLoRA (NF4) base generates on one whole model a "
@@ -160,6 +160,7 @@ int cmd_align(const CommandArgs& a) {
           ac.method,
           m.tp > 1   ? "tp"
           : m.pp > 1 ? "pp"
+          : m.cp > 1 ? "cp"
                      : "shard=full");
     if (ac.method == "ppo" && m.tp > 1 && cfg.parallel.sequence_parallel)
       fail(

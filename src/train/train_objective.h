@@ -68,15 +68,15 @@ struct ObjectiveRanks {
   std::function<void(std::span<double>)> sum_over_generators = [](std::span<double>) {};
   // Where the model is in pieces (tensor or pipeline parallel, FSDP) or
   // forwards chunks of rows (context parallel): the policy's live weights
-  // gathered into a whole model, held as the
-  // policy is (a frozen bf16 base as bf16), on every rank, for generation
-  // and the round's log-probabilities (collective; null where each rank's
-  // model is whole). Given the copy it returned before (null the first
-  // time), it gathers only the trainable parameters into it where the rest
-  // is frozen (adapters over a frozen base: the base gathered once), else
-  // a new copy. And whether this rank writes its replica's files (one
-  // rank of each data-parallel replica: its tensor, pipeline and context
-  // parallel peers hold the same).
+  // gathered into a whole model, held as the policy is (a frozen bf16 base
+  // as bf16), on every rank, for generation and the round's
+  // log-probabilities (collective; null where each rank's model is whole).
+  // Given the copy it returned before (null the first time), it gathers
+  // only the trainable parameters into it where the rest is frozen
+  // (adapters over a frozen base: the base gathered once), else a new copy.
+  // And whether this rank writes its replica's files (one rank of each
+  // data-parallel replica: its tensor, pipeline and context parallel peers
+  // hold the same).
   std::function<std::unique_ptr<Transformer>(std::unique_ptr<Transformer> previous)> whole_policy;
   bool replica_writes = true;
   // With whole_policy: the ranks of this data-parallel replica (its tensor,

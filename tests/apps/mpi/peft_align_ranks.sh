@@ -14,7 +14,7 @@
 # forward through the stages) under PP2 (and PP2xDP2 FSDP), within 1e-5.
 # LoRA DPO (adapter_off) under CP2 within 1e-5. LoRA GRPO (adapter_off) under
 # TP2 and PP2 (the policy gathered whole for each round) within 1e-4 per
-# tensor; QLoRA GRPO under FSDP refused.
+# tensor; QLoRA GRPO under FSDP and CP refused.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -108,4 +108,6 @@ grep -q "is kept for the next rounds, which gather its" "$WORK/tp2_grpo.log" ||
 compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
 refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base generates on one whole model a rank" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
+refused cp_qgrpo "under parallel.cp it is in pieces" \
+  "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.cp=2
 pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, LoRA GRPO under TP2 and PP2, equals one process"
