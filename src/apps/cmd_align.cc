@@ -155,8 +155,9 @@ int cmd_align(const CommandArgs& a) {
     const bool pieces = m.tp * m.pp * m.cp > 1 || cfg.ddp.shard == parallel::Shard::Full;
     if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
-          "peft.method: align.method={} with a QLoRA (NF4) base generates on one whole model a "
-          "rank; under parallel.{} it is in pieces: not yet (data parallel and ZeRO-1 only)",
+          "peft.method: align.method={} with a QLoRA (NF4) base: under parallel.{} each round "
+          "gathers the policy whole on every rank, which an NF4 base cannot be yet (data "
+          "parallel and ZeRO-1 only)",
           ac.method,
           m.tp > 1   ? "tp"
           : m.pp > 1 ? "pp"

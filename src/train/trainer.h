@@ -165,8 +165,9 @@ class Trainer {
   // base held without masters only with_base (the export; a checkpoint holds
   // the trainable parameters alone). Collective.
   std::unique_ptr<Transformer> gather_whole_model(bool with_base, bool everywhere = false);
-  // An online objective's policy where the model is in pieces (ObjectiveRanks::
-  // whole_policy): the live weights gathered whole on every rank, with the
+  // An online objective's policy where the model is in pieces or context
+  // parallel (ObjectiveRanks::whole_policy): the live weights gathered whole
+  // on every rank, with the
   // model's logit temperature; into `previous` only the trainable
   // parameters, where the model has frozen ones. Collective.
   std::unique_ptr<Transformer> whole_policy(std::unique_ptr<Transformer> previous);

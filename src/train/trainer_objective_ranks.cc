@@ -3,7 +3,9 @@
 // trains under, its figures' and rows' sums over the mesh's groups
 // (ObjectiveRanks), the distributed forward its reference is computed by
 // where no rank holds whole rows (a pipeline stage, FSDP's shards, context
-// parallel chunks), and its own forward before each staged micro-batch.
+// parallel chunks), its own forward before each staged micro-batch, and for
+// an online objective the ranks that share its generations and the policy
+// gathered whole for them.
 #include <algorithm>
 
 #include "parallel/context_parallel_batch.h"

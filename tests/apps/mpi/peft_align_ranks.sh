@@ -106,8 +106,8 @@ grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp
 grep -q "is kept for the next rounds, which gather its" "$WORK/tp2_grpo.log" ||
   fail "tp2_grpo: the gathered frozen base is not kept between rounds"
 compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
-refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base generates on one whole model a rank" \
+refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base: under parallel.shard=full each round gathers the policy whole" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
-refused cp_qgrpo "under parallel.cp it is in pieces" \
+refused cp_qgrpo "under parallel.cp each round gathers the policy whole" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.cp=2
 pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, LoRA GRPO under TP2 and PP2, equals one process"
