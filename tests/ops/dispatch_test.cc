@@ -6,11 +6,17 @@
 // without CUDA (every op) or, with CUDA, the CPU-only quantised ones.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 #include "test_util.h"
+#ifdef NK_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#endif
 
 namespace nk {
 namespace {
@@ -38,6 +44,27 @@ TEST(Dispatch, DeviceWithoutKernelIsAnErrorNamingOpAndDevice) {
   const std::string att =
       test::error_of([&] { ops::attention_forward(o.t, lse.t, qkv.t, 2, 2, Tensor(), 3); });
   EXPECT_TRUE(test::contains(att, "attention_forward") && test::contains(att, "cuda")) << att;
+}
+
+#else  // NK_WITH_CUDA
+
+// cuBLASLt is opened at the first GEMM, not at start (its initialisers cost
+// every process half a second): a process that has run no GEMM has not
+// mapped it, and opening it finds the library of the build's major version.
+TEST(Dispatch, CublasLtIsOpenedAtFirstUseNotAtStart) {
+  const auto mapped = [] {
+    std::ifstream maps("/proc/self/maps");
+    const std::string all((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+    return test::contains(all, "libcublasLt");
+  };
+  // Without a GPU no test of this process can have run a GEMM.
+  if (!device_available(Device::CUDA)) {
+    EXPECT_FALSE(mapped());
+  }
+  const std::string lib = ops::cuda::cublaslt_library();
+  EXPECT_TRUE(test::contains(lib, "libcublasLt.so.")) << lib;
+  EXPECT_TRUE(test::contains(lib, "(version ")) << lib;
+  EXPECT_TRUE(mapped());
 }
 
 #endif  // NK_WITH_CUDA

@@ -14,6 +14,7 @@
 // ops/cpu/cpu_only_kernel_list.h.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -26,5 +27,10 @@ namespace nk::ops::cuda {
 
 #define NK_KERNEL_DECL(ret, name, params) ret name params;
 #include "ops/kernel_list.h"
+
+// The cuBLASLt library the GEMMs call, opened now if no GEMM has opened it
+// yet (it is loaded at first use, not linked), with its version; throws
+// nk::Error naming the library when it cannot be opened. Needs no GPU.
+std::string cublaslt_library();
 
 }  // namespace nk::ops::cuda

@@ -8,11 +8,18 @@
 // cuBLASLt is column-major; a row-major [R, C] matrix is its column-major
 // transpose [C, R] with leading dimension C, so each row-major product
 // Y = A @ B is computed as the column-major Y^T = B^T @ A^T.
+//
+// cuBLASLt is opened with dlopen at the first GEMM, not linked: loading the
+// library runs its static initialisers (half a second and 200 MB of memory
+// touched), which every process of a CUDA build would otherwise pay at start,
+// on the CPU as much as on the GPU.
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "ops/cuda/common.cuh"
@@ -22,10 +29,59 @@
 namespace nk::ops::cuda {
 namespace {
 
+// The cuBLASLt entry points this file calls, resolved from the library of
+// the major version the build's headers name (libcublasLt.so.13 for CUDA 13):
+// by the loader's search path first, then in the toolkit folder the build
+// found (NK_CUBLASLT_DIR).
+#define NK_CUBLASLT_CALLS(X)              \
+  X(cublasLtCreate)                       \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmul)
+
+struct Api {
+  std::string soname;
+#define NK_CUBLASLT_POINTER(name) decltype(&::name) name = nullptr;
+  NK_CUBLASLT_CALLS(NK_CUBLASLT_POINTER)
+#undef NK_CUBLASLT_POINTER
+};
+
+const Api& api() {
+  static const Api a = [] {
+    const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+    std::string why = lib ? "" : dlerror();
+#ifdef NK_CUBLASLT_DIR
+    if (!lib) {
+      lib = dlopen((std::string(NK_CUBLASLT_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!lib) why += std::string("; ") + dlerror();
+    }
+#endif
+    NK_CHECK(lib, "linear: cannot open cuBLASLt ({}) for the CUDA backend: {}", soname, why);
+    Api r;
+    r.soname = soname;
+#define NK_CUBLASLT_RESOLVE(name)                                                               \
+  r.name = reinterpret_cast<decltype(r.name)>(dlsym(lib, #name));                               \
+  NK_CHECK(r.name, "linear: {} has no {} (a cuBLASLt older than the build's headers?)", soname, \
+           #name);
+    NK_CUBLASLT_CALLS(NK_CUBLASLT_RESOLVE)
+#undef NK_CUBLASLT_RESOLVE
+    return r;
+  }();
+  return a;
+}
+
 void check_lt(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLASLt error {} ({}) in {} at {}:{}", int(s), cublasLtGetStatusString(s), call, file,
-         line);
+    fail("cuBLASLt error {} ({}) in {} at {}:{}", int(s), api().cublasLtGetStatusString(s), call,
+         file, line);
 }
 #define NK_CUBLAS_CHECK(call) check_lt((call), #call, __FILE__, __LINE__)
 
@@ -41,7 +97,7 @@ Lt& lt() {
   static Lt l;
   static std::once_flag once;
   std::call_once(once, [] {
-    NK_CUBLAS_CHECK(cublasLtCreate(&l.handle));
+    NK_CUBLAS_CHECK(api().cublasLtCreate(&l.handle));
     l.workspace = nk::cuda::allocate(l.workspace_bytes);
   });
   return l;
@@ -79,7 +135,8 @@ using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, DType, int64_t
 
 cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  NK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
+  NK_CUBLAS_CHECK(
+      api().cublasLtMatrixLayoutCreate(&l, cuda_type(t), uint64_t(rows), uint64_t(cols), ld));
   return l;
 }
 
@@ -88,37 +145,37 @@ Plan make_plan(const PlanKey& key, const void* bias) {
               bias_align] = key;
   Lt& l = lt();
   Plan p;
-  NK_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  NK_CUBLAS_CHECK(api().cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   NK_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   NK_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (has_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bct = cuda_type(bias_t);
-    NK_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bct, sizeof(bct)));
-    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof(bias)));
+    NK_CUBLAS_CHECK(api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                         &epi, sizeof(epi)));
+    NK_CUBLAS_CHECK(api().cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bct, sizeof(bct)));
+    NK_CUBLAS_CHECK(api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)));
   }
   // Stored shapes: op(A) is [m, k], so A is stored [k, m] when transposed.
   p.la = make_layout(at, trans_a ? k : m, trans_a ? m : k, lda);
   p.lb = make_layout(bt, trans_b ? n : k, trans_b ? k : n, ldb);
   p.ld = make_layout(dt, m, n, ldd);
   cublasLtMatmulPreference_t pref = nullptr;
-  NK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  NK_CUBLAS_CHECK(api().cublasLtMatmulPreferenceCreate(&pref));
   NK_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &l.workspace_bytes, sizeof(l.workspace_bytes)));
+      api().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &l.workspace_bytes, sizeof(l.workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(l.handle, p.desc, p.la, p.lb, p.ld, p.ld,
-                                                           pref, 1, &heur, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t hs = api().cublasLtMatmulAlgoGetHeuristic(l.handle, p.desc, p.la, p.lb, p.ld,
+                                                                 p.ld, pref, 1, &heur, &found);
+  api().cublasLtMatmulPreferenceDestroy(pref);
   p.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
   // Without a bias, no algorithm is an error (gemm says which product);
   // with one, any refusal of the epilogue (seen on an H200: "unsupported
@@ -154,13 +211,13 @@ bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const voi
          dtype_name(at), dtype_name(bt), dtype_name(dt));
   }
   if (bias)
-    NK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                   sizeof(bias)));
+    NK_CUBLAS_CHECK(api().cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)));
   Lt& l = lt();
   const float alpha = 1.f;
-  NK_CUBLAS_CHECK(cublasLtMatmul(l.handle, p.desc, &alpha, a, p.la, b, p.lb, &beta, d, p.ld, d,
-                                 p.ld, &p.algo, l.workspace, l.workspace_bytes,
-                                 nk::cuda::stream()));
+  NK_CUBLAS_CHECK(api().cublasLtMatmul(l.handle, p.desc, &alpha, a, p.la, b, p.lb, &beta, d, p.ld,
+                                       d, p.ld, &p.algo, l.workspace, l.workspace_bytes,
+                                       nk::cuda::stream()));
   return true;
 }
 
@@ -313,6 +370,11 @@ void linear_backward(Tensor dx, Tensor dw, Tensor db, const Tensor& dy, const Te
       column_sum_accumulate(db.data<float>(), dy.data<T>(), n, out);
     });
   }
+}
+
+std::string cublaslt_library() {
+  const Api& a = api();
+  return a.soname + " (version " + std::to_string(a.cublasLtGetVersion()) + ")";
 }
 
 }  // namespace nk::ops::cuda
