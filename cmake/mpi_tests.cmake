@@ -265,9 +265,13 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    the tokens), with SP, EP2, ZeRO-1 and EP2xDP2 (8 ranks);
 #                    a TP4 ETP2 checkpoint resumed under TP4 ETP4 and TP2
 #                    ETP1; etp not dividing tp refused
-#   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2; copy
-#                    reference, KTO (and under TP2), SimPO; the same
-#                    reference_logps.json; parallel.sp and parallel.pp refused
+#   align_ranks      DPO over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2, PP2
+#                    (with DP2, TP2, interleaved), SP, CP2; copy reference,
+#                    KTO, SimPO, reward models; the same reference_logps.json;
+#                    CP with PP refused
+#   moe_align_ranks  mixtral-tiny aligned under EP2 (with DP2, TP2, PP2,
+#                    ZeRO-1, FSDP): DPO, copy reference, KTO, LoRA; GRPO,
+#                    PPO, LoRA GRPO, resumed from EP2 on one process
 #   peft_finetune_ranks  LoRA (with dropout) over 2 and 4 ranks, ZeRO-1, FSDP;
 #                    QLoRA under DP2, ZeRO-1, FSDP and resumed; IA3, bottleneck
 #                    adapters, p-tuning; the PEFT adapter too
@@ -279,8 +283,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    ranks, ZeRO-1, FSDP and TP2; QLoRA DPO, IA3 KTO, LoRA with
 #                    a precomputed reference
 #   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
-#                    and a command grader; resumed mid-round; RLOO over 2 ranks;
-#                    parallel.tp and FSDP refused
+#                    and a command grader; resumed mid-round (also from DP2 to
+#                    one process and back); RLOO, PPO; GRPO, RLOO and PPO
+#                    under TP2, PP2, FSDP, CP2 and their mixes
 #   deepseek_ranks   deepseek_v3-tiny (MLA, fine-grained and shared experts,
 #                    a dense first layer, aux-loss-free routing) under DP2,
 #                    EP2, PP2, PP2 VP2, EP2xPP2, ZeRO-1 EP2xDP2, CP2, CP2xEP2
@@ -289,7 +294,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks
                peft_model_parallel_ranks moe_ranks moe_tp_ranks moe_etp_ranks moe_cp_ranks
-               deepseek_ranks online_ranks)
+               deepseek_ranks online_ranks moe_align_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "align/preference_data.h"
 #include "align/reference.h"
@@ -114,16 +115,21 @@ void OnlineObjective::before_step(Transformer& model, int64_t step) {
   const std::string path = rollout_round_path(cfg_.out_dir, r, ranks_.dp_rank);
   if (step != schedule_.first_step(r)) {
     // Resumed mid-way through a round: the weights that made it are gone, so
-    // its rollouts come back from the file written when it was made.
-    std::shared_ptr<RolloutRound> loaded = load_rollout_round(path, round_key());
-    if (!loaded || loaded->index != r)
+    // its rollouts come back from the files written when it was made, every
+    // replica's (the layout may have changed since).
+    std::vector<std::string> files;
+    std::shared_ptr<RolloutRound> loaded =
+        load_rollout_round_of_every_rank(cfg_.out_dir, r, round_key(), &files);
+    if (!loaded)
       fail(
           "{}: resuming at step {}, mid-way through round {} (steps {}-{}), needs the round's "
-          "rollouts, written when it was made; it is missing or was made with other settings",
-          path, step + 1, r, schedule_.first_step(r) + 1, schedule_.first_step(r + 1));
+          "rollouts, written when it was made; they are missing or were made with other settings",
+          rollout_round_path(cfg_.out_dir, r, 0), step + 1, r, schedule_.first_step(r) + 1,
+          schedule_.first_step(r + 1));
+    check_round_values(*loaded, files);
     round_ = loaded;
     dataset_->set_round(round_);
-    NK_INFO("align: round {} read back from {}", r, path);
+    NK_INFO("align: round {} read back from {}", r, fmt::format("{}", fmt::join(files, ", ")));
     return;
   }
   round_ = make_round(model, r);
@@ -132,8 +138,28 @@ void OnlineObjective::before_step(Transformer& model, int64_t step) {
 }
 
 void OnlineObjective::checkpoint_saved(int64_t step) {
-  if (ranks_.replica_writes)
-    prune_rollout_rounds(cfg_.out_dir, schedule_.round_of_step(step), ranks_.dp_rank);
+  if (ranks_.replica_writes) prune_rollout_rounds(cfg_.out_dir, schedule_.round_of_step(step));
+}
+
+void OnlineObjective::check_round_values(const RolloutRound& round,
+                                         const std::vector<std::string>& files) const {
+  // What head_micro_batch reads of each sample this rank trains.
+  const bool need_old = needs_old_logps(), ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
+  const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+  for (int64_t k : own_samples()) {
+    const Rollout& x = round.samples[size_t(k)];
+    if (x.completion() == 0 || (rl_.mask_truncated && x.truncated)) continue;
+    const auto has = [&](const std::vector<float>& v) {
+      return int64_t(v.size()) == x.completion();
+    };
+    if ((need_old && !has(x.old_logp)) || (ppo && !has(x.token_adv)) ||
+        (with_ref && !has(x.ref_logp)))
+      fail(
+          "{}: round {}'s files hold no per-token values for its sample {}, which this rank "
+          "trains: a run resumed under another layout reads every replica's file of the round "
+          "(rollouts/round-{}.rank-*.bin in train.out_dir); one is missing",
+          fmt::format("{}", fmt::join(files, ", ")), round.index, k, round.index);
+  }
 }
 
 OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64_t first,

@@ -100,9 +100,13 @@ class OnlineObjective : public TrainObjective {
   // of this rank's training samples; figures of the round's besides the
   // rewards' (PPO's objective/ ones).
   ObjectiveMetrics finish_round(Transformer& model, RolloutRound& r);
+  // This rank's round indices (the samples its replica trains), ascending.
   std::vector<int64_t> own_samples() const;
-  bool needs_old_logps()
-      const;  // the round's policy's log-probabilities  // this rank's round indices, ascending
+  // Whether the steps read the round's policy's log-probabilities.
+  bool needs_old_logps() const;
+  // A round read back on resume: fails, naming `files`, where a sample this
+  // rank trains lacks the per-token values its steps read.
+  void check_round_values(const RolloutRound& round, const std::vector<std::string>& files) const;
   // Each row's completion tokens' log-probabilities, and with `values` the
   // value head's value at each (the state before the token): computed by
   // this rank (rows_token_logps), or where the policy is gathered whole, by

@@ -1,9 +1,11 @@
 #include "align/rollouts.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -175,20 +177,80 @@ std::shared_ptr<RolloutRound> load_rollout_round(const std::string& path, const 
   return r;
 }
 
-void prune_rollout_rounds(const std::string& out_dir, int64_t round, int64_t rank) {
+namespace {
+
+// The round of OUT_DIR/rollouts/round-R.rank-K.bin and K, or false for
+// another name.
+bool parse_round_file(const std::string& name, int64_t& round, int64_t& rank) {
+  const auto number = [](const std::string& t, int64_t& v) {
+    if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    v = std::stoll(t);
+    return true;
+  };
+  const std::string head = "round-", mid = ".rank-", tail = ".bin";
+  if (name.rfind(head, 0) != 0 || name.size() <= head.size() + tail.size() ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  const size_t at = name.find(mid, head.size());
+  return at != std::string::npos && number(name.substr(head.size(), at - head.size()), round) &&
+         number(name.substr(at + mid.size(), name.size() - tail.size() - at - mid.size()), rank);
+}
+
+// (rank, path) of every file of `round` (every round when round < 0), by rank.
+std::vector<std::pair<int64_t, fs::path>> round_files(const std::string& out_dir, int64_t round,
+                                                      bool before) {
   const fs::path dir = fs::path(out_dir) / "rollouts";
+  std::vector<std::pair<int64_t, fs::path>> out;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  const std::string suffix = fmt::format(".rank-{}.bin", rank);
+  if (!fs::is_directory(dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("round-", 0) != 0 || name.size() <= suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string num = name.substr(6, name.size() - 6 - suffix.size());
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (std::stoll(num) < round) fs::remove(e.path(), ec);
+    int64_t r = 0, k = 0;
+    if (parse_round_file(e.path().filename().string(), r, k) && (before ? r < round : r == round))
+      out.emplace_back(k, e.path());
   }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<RolloutRound> load_rollout_round_of_every_rank(const std::string& out_dir,
+                                                               int64_t round,
+                                                               const std::string& key,
+                                                               std::vector<std::string>* files) {
+  std::shared_ptr<RolloutRound> all;
+  std::string first;
+  for (const auto& [rank, path] : round_files(out_dir, round, false)) {
+    std::shared_ptr<RolloutRound> r = load_rollout_round(path.string(), key);
+    if (!r || r->index != round) continue;
+    if (files) files->push_back(path.string());
+    if (!all) {
+      all = std::move(r);
+      first = path.string();
+      continue;
+    }
+    if (r->samples.size() != all->samples.size())
+      fail("{}: round {} of {} samples, {} in {}", path.string(), round, r->samples.size(),
+           all->samples.size(), first);
+    for (size_t i = 0; i < r->samples.size(); ++i) {
+      Rollout &to = all->samples[i], &from = r->samples[i];
+      if (from.tokens != to.tokens || from.prompt != to.prompt)
+        fail("{}: sample {} of round {} differs from {}'s", path.string(), i, round, first);
+      for (auto [a, b] : {std::pair{&to.old_logp, &from.old_logp},
+                          {&to.ref_logp, &from.ref_logp},
+                          {&to.old_value, &from.old_value},
+                          {&to.token_adv, &from.token_adv},
+                          {&to.returns, &from.returns}})
+        if (a->empty()) *a = std::move(*b);
+    }
+  }
+  return all;
+}
+
+void prune_rollout_rounds(const std::string& out_dir, int64_t round) {
+  std::error_code ec;  // another rank may have removed it first
+  for (const auto& [rank, path] : round_files(out_dir, round, true)) fs::remove(path, ec);
 }
 
 }  // namespace nk

@@ -97,7 +97,19 @@ class RolloutDataset : public SampleDataset {
 std::string rollout_round_path(const std::string& out_dir, int64_t round, int64_t rank);
 void save_rollout_round(const std::string& path, const std::string& key, const RolloutRound& r);
 std::shared_ptr<RolloutRound> load_rollout_round(const std::string& path, const std::string& key);
-// Removes this rank's round files of rounds before `round`.
-void prune_rollout_rounds(const std::string& out_dir, int64_t round, int64_t rank);
+// A round read back by a run resumed under any layout: every rank's file of
+// the round in OUT_DIR/rollouts merged (their samples are the same; each
+// holds the per-token values of the samples its replica trained), so a run
+// saved under data parallelism resumes on another number of replicas. Null
+// when no file of the round was written under `key`; nk::Error naming the
+// files when two hold different samples. `files` lists those read.
+std::shared_ptr<RolloutRound> load_rollout_round_of_every_rank(const std::string& out_dir,
+                                                               int64_t round,
+                                                               const std::string& key,
+                                                               std::vector<std::string>* files);
+// Removes every rank's round files of rounds before `round` (no rank needs
+// them once a checkpoint of `round` is saved; a resume under fewer replicas
+// leaves no file of the others behind).
+void prune_rollout_rounds(const std::string& out_dir, int64_t round);
 
 }  // namespace nk

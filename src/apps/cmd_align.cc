@@ -109,11 +109,6 @@ int cmd_align(const CommandArgs& a) {
   if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.ep > 1)
-    fail(
-        "parallel.ep = {}: nekton align runs under data, tensor (and sequence), context and "
-        "pipeline parallelism, not expert parallelism, for now; set it to 1",
-        m.ep);
   if (m.cp > 1 && m.pp > 1)
     fail(
         "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
@@ -152,7 +147,7 @@ int cmd_align(const CommandArgs& a) {
     // A model in pieces (or context parallel) generates with its live
     // weights gathered whole on every rank: a QLoRA base (NF4, quantised per shard) has no whole
     // form there; PPO's value head reads whole rows of the final norm's output.
-    const bool pieces = m.tp * m.pp * m.cp > 1 || cfg.ddp.shard == parallel::Shard::Full;
+    const bool pieces = m.tp * m.pp * m.cp * m.ep > 1 || cfg.ddp.shard == parallel::Shard::Full;
     if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
           "peft.method: align.method={} with a QLoRA (NF4) base: under parallel.{} each round "
@@ -162,6 +157,7 @@ int cmd_align(const CommandArgs& a) {
           m.tp > 1   ? "tp"
           : m.pp > 1 ? "pp"
           : m.cp > 1 ? "cp"
+          : m.ep > 1 ? "ep"
                      : "shard=full");
     if (ac.method == "ppo" && m.tp > 1 && cfg.parallel.sequence_parallel)
       fail(

@@ -21,14 +21,16 @@ void Trainer::check_objective_layout() const {
   // parallelism the head gathers every row first), under pipeline
   // parallelism as the last stage's head (its rows whole there), and under
   // context parallelism where it sums each row's parts over the cp ranks
-  // (splits_rows); expert parallelism is not wired to it.
+  // (splits_rows). Under expert parallelism every rank forwards the same
+  // number of micro-batches (a step's, the reference's: every rank computes
+  // every sequence), so the ep group's all-to-alls pair up.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
-  if (custom_objective_ && par_.active() &&
-      (par_.mesh->ep() > 1 || (par_.cp() > 1 && (par_.pp() > 1 || !objective_->splits_rows()))))
+  if (custom_objective_ && par_.active() && par_.cp() > 1 &&
+      (par_.pp() > 1 || !objective_->splits_rows()))
     fail(
-        "parallel.ep, parallel.cp: this objective trains under data, tensor (and sequence) and "
+        "parallel.cp: this objective trains under data, tensor (and sequence), expert and "
         "pipeline parallelism{} for now (parallel.* lays {} processes out as {})",
         objective_->splits_rows() ? ", and context parallelism without a pipeline," : "",
         par_.world(), par_.mesh->describe());

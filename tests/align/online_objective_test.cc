@@ -1,8 +1,8 @@
 // OnlineObjective's rounds: the generator decodes from the policy's live
 // weights (a weight changed between two rounds changes what the next round
 // samples: no copy, no stale cache), rounds are the same for a seed, a
-// round file written mid-way reads back as it was, and a reward function
-// that fails is an error naming it.
+// round file written mid-way reads back as it was (every replica's file of
+// the round merged), and a reward function that fails is an error naming it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -156,6 +156,60 @@ TEST(OnlineObjective, RoundsAreTheSameForASeedAndReadBackMidRound) {
         }
       },
       Error);
+}
+
+// Each replica's round file holds the per-token values of the samples it
+// trains: a run resumed under another layout merges every replica's file of
+// the round; files whose samples differ are an error naming both, and only
+// the round asked for (under its key) is read.
+TEST(RolloutRounds, EveryReplicasFileIsMergedAndTheyMustAgree) {
+  test::TempDir dir;
+  OnlineSetup s = setup((dir.path() / "made").string());
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+  obj.prepare(model, true);
+  obj.before_step(model, 0);
+  const RolloutRound whole = *obj.round();
+  ASSERT_GE(whole.samples.size(), 4u);
+  ASSERT_FALSE(whole.samples[0].old_logp.empty());
+  const std::string out = (dir.path() / "resumed").string();
+  RolloutRound halves[2] = {whole, whole};
+  for (size_t k = 0; k < whole.samples.size(); ++k) {
+    halves[k % 2].samples[k].old_logp.clear();
+    halves[k % 2].samples[k].ref_logp.clear();
+  }
+  save_rollout_round(rollout_round_path(out, 0, 0), "key", halves[0]);
+  save_rollout_round(rollout_round_path(out, 0, 1), "key", halves[1]);
+  RolloutRound other_round = whole;
+  other_round.index = 1;
+  other_round.samples[0].old_logp.assign(whole.samples[0].old_logp.size(), 9.f);
+  save_rollout_round(rollout_round_path(out, 1, 0), "key", other_round);
+  save_rollout_round(rollout_round_path(out, 0, 2), "another key", other_round);
+  std::vector<std::string> files;
+  auto merged = load_rollout_round_of_every_rank(out, 0, "key", &files);
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(files.size(), 2u);
+  for (size_t k = 0; k < whole.samples.size(); ++k) {
+    EXPECT_EQ(merged->samples[k].old_logp, whole.samples[k].old_logp) << k;
+    EXPECT_EQ(merged->samples[k].ref_logp, whole.samples[k].ref_logp) << k;
+  }
+  EXPECT_FALSE(load_rollout_round_of_every_rank(out, 0, "a third key", nullptr));
+  // Pruning before round 1 removes every rank's file of round 0.
+  prune_rollout_rounds(out, 1);
+  EXPECT_FALSE(fs::exists(rollout_round_path(out, 0, 0)));
+  EXPECT_FALSE(fs::exists(rollout_round_path(out, 0, 1)));
+  EXPECT_TRUE(fs::exists(rollout_round_path(out, 1, 0)));
+  // A replica's file of other completions.
+  halves[1].samples[2].tokens.back() ^= 1;
+  save_rollout_round(rollout_round_path(out, 1, 1), "key", [&] {
+    RolloutRound r = halves[1];
+    r.index = 1;
+    return r;
+  }());
+  const std::string e =
+      test::error_of([&] { load_rollout_round_of_every_rank(out, 1, "key", nullptr); });
+  EXPECT_TRUE(test::contains(e, "round-1.rank-1.bin: sample 2 of round 1 differs from")) << e;
+  EXPECT_TRUE(test::contains(e, "round-1.rank-0.bin")) << e;
 }
 
 TEST(OnlineObjective, ANonFiniteRewardNamesTheRecord) {

@@ -15,9 +15,9 @@
 # process's. Sequence parallelism (the head gathers every row): TP2 SP,
 # DP2xTP2 SP FSDP, PP2xTP2 SP and KTO under TP2 SP, within 1e-5. Context
 # parallelism (each row's sums over the cp ranks' chunks): CP2 with p2p, a2a
-# and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO and SimPO, within 1e-5. Expert
-# parallelism, CP with a pipeline, a copy reference or a reward model under
-# CP, and online RL under a pipeline are refused, naming the keys.
+# and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO and SimPO, within 1e-5. CP with
+# a pipeline, and a copy reference or a reward model under CP, are refused,
+# naming the keys. (Expert parallelism: moe_align_ranks.sh.)
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=align_ranks
@@ -148,8 +148,6 @@ for run in sys.argv[2:]:
 PY
   fail "a layout's first-step rewards are not 0: its reference is not its own forward"
 
-refused bad_ep "parallel.ep = 2: nekton align runs under data, tensor (and sequence), context and pipeline parallelism, not expert" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2
 refused cp_copy "align.reference: copy runs a second, whole model over each micro-batch" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy
 refused cp_rm "parallel.cp = 2: align.method=rm scores each row at its last token" \

@@ -9,7 +9,8 @@
 # log-probabilities from the round's policy) with a frozen-copy reference
 # for the KL. ZeRO-1 and `--nproc 2` too. A run stopped after step 3
 # (mid-way through round 1) resumes from its checkpoint and the round's file
-# to the same figures and weights, as does one resumed after its command
+# to the same figures and weights (also from DP2 to one process and back;
+# a replica's round file lost is refused), as does one resumed after its command
 # grader crashed (an error naming it; the last checkpoint stands); RLOO over
 # 2 ranks; PPO over 2 ranks and resumed mid-round. With the model in pieces
 # (the policy gathered whole for each round): GRPO under TP2, FSDP, PP2,
@@ -25,19 +26,7 @@ REPO=$1
 NK=$2/bin/nekton
 source "$REPO/tests/apps/mpi/ranks_lib.sh"
 cleanup() { if [[ -n ${KEEP:-} ]]; then rm -rf "$KEEP"; cp -r "$WORK" "$KEEP"; fi; }
-/usr/bin/python3 - "$WORK" <<'PY'
-import json, random, sys
-r = random.Random(7)
-with open(sys.argv[1] + "/prompts.jsonl", "w") as f:
-    for i in range(24):
-        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 6)))
-        f.write(json.dumps({"prompt": f"say {w}:", "answer": w}) + "\n")
-with open(sys.argv[1] + "/grader.py", "w") as f:
-    f.write("import json, sys\n"
-            "for line in sys.stdin:\n"
-            "    c = json.loads(line)['completion']\n"
-            "    print(len(set(c)) / 10.0)\n")
-PY
+online_rl_data
 ARGS=("${COMMON_ARGS[@]}" align.method=grpo "align.data_path=$WORK/prompts.jsonl"
       align.max_prompt_length=12 align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2
       align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
@@ -63,6 +52,22 @@ cp -r "$WORK/part" "$WORK/resumed"
 run resumed "$NK" align "${ARGS[@]}"
 grep -q "round 1 read back" "$WORK/resumed.log" || fail "the resume did not read round 1 back"
 compare one resumed || fail "the resumed GRPO run differs from the whole one"
+# On another number of replicas: stopped under DP2 and resumed on one
+# process (each replica's round file holds its own samples' old
+# log-probabilities, so every file of the round is read), stopped on one
+# process and resumed under DP2. A replica's file lost is an error naming
+# the round's files.
+run part_dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" train.exit_at_step=3
+for to in resumed_dp2_one lost_dp2; do cp -r "$WORK/part_dp2" "$WORK/$to"; done
+cp -r "$WORK/part" "$WORK/resumed_one_dp2"
+run resumed_dp2_one "$NK" align "${ARGS[@]}"
+run resumed_one_dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
+grep -q "round-1.rank-0.bin, .*round-1.rank-1.bin" "$WORK/resumed_dp2_one.log" ||
+  fail "the resume on one process did not read both replicas' round files"
+compare one resumed_dp2_one resumed_one_dp2 ||
+  fail "GRPO resumed on another number of replicas differs from the whole run"
+rm "$WORK/lost_dp2/rollouts/round-1.rank-1.bin"
+refused lost_dp2 "round 1's files hold no per-token values for its sample" "$NK" align "${ARGS[@]}"
 
 run one_rloo "$NK" align "${ARGS[@]}" align.method=rloo
 run dp2_rloo "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rloo

@@ -10,6 +10,7 @@
 #   ALIGN_ARGS  the same model aligned on preference pairs ($WORK/pairs.jsonl)
 #               and KTO examples ($WORK/kto.jsonl, for align.data_path=)
 #   MPI         mpirun --oversubscribe -np (then the count)
+#   online_rl_data  writes $WORK/prompts.jsonl and $WORK/grader.py (online RL)
 #   run OUT CMD...             CMD with train.out_dir=$WORK/OUT, its log in
 #                              $WORK/OUT.log; fails the test if CMD fails
 #   compare REF RUN...         compare_runs.py: every RUN equals REF within 1e-5
@@ -52,6 +53,26 @@ ALIGN_ARGS=("${COMMON_ARGS[@]}" "align.data_path=$WORK/pairs.jsonl"
             "align.valid_path=$WORK/pairs.jsonl" train.seq_len=24 train.lr=1e-3
             train.val_batches=2)
 MPI=(mpirun --oversubscribe -np)
+
+# Online RL's data: $WORK/prompts.jsonl (24 "say WORD:" prompts with their
+# answers) and $WORK/grader.py, a command grader scoring a completion by its
+# distinct characters / 10, so a group's rewards differ and every step has a
+# policy gradient.
+online_rl_data() {
+/usr/bin/python3 - "$WORK" <<'PY'
+import json, random, sys
+r = random.Random(7)
+with open(sys.argv[1] + "/prompts.jsonl", "w") as f:
+    for i in range(24):
+        w = "".join(r.choice("abcdefghij") for _ in range(r.randint(1, 6)))
+        f.write(json.dumps({"prompt": f"say {w}:", "answer": w}) + "\n")
+with open(sys.argv[1] + "/grader.py", "w") as f:
+    f.write("import json, sys\n"
+            "for line in sys.stdin:\n"
+            "    c = json.loads(line)['completion']\n"
+            "    print(len(set(c)) / 10.0)\n")
+PY
+}
 
 run() {
   local out=$1

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `nekton align` on a Mixture-of-Experts model (mixtral-tiny: four experts,
+# top-2, the balancing and z-losses on) under expert parallelism equals one
+# process (f32, every step's loss and figures and the exported weights
+# within 1e-5). DPO with the precomputed reference (every rank computes
+# every sequence, so the ep group's all-to-alls pair up) under EP2, EP2 x
+# DP2, EP2 x TP2, EP2 with PP2, ZeRO-1 and FSDP under EP2; a frozen-copy
+# reference and KTO under EP2; LoRA on every linear layer (the experts
+# included) with the router trained, under EP2 (per tensor). Online RL (the
+# policy gathered whole, its experts from the ep ranks, for each round's
+# generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
+# and EP2 with PP2; PPO under EP2; LoRA GRPO (adapters off as the
+# reference) under EP2; a GRPO run stopped mid-round under EP2 resumes under
+# EP2 and on one process. A QLoRA policy under EP2 is refused by key.
+#   tests/apps/mpi/moe_align_ranks.sh REPO BUILD
+set -euo pipefail
+NAME=moe_align_ranks
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/ranks_lib.sh"
+MOE=(model.moe_d_ff=64 model.num_experts=4 model.moe_z_loss_coeff=0.001)
+ARGS=("${ALIGN_ARGS[@]/model.preset=llama-tiny/model.preset=mixtral-tiny}" "${MOE[@]}")
+LORA=(peft.method=lora peft.target_modules=all-linear peft.train_router=true)
+
+run one "$NK" align "${ARGS[@]}"
+run ep2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2
+run ep2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.ep=2
+run ep2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.ep=2 parallel.tp=2
+run ep2pp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.ep=2 parallel.pp=2
+run ep2zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2 parallel.shard=optimizer
+run ep2fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.ep=2 parallel.shard=full
+grep -q "each rank holds and computes 2 of the 4 experts" "$WORK/ep2.log" ||
+  fail "ep2 did not split the experts"
+grep -q '"moe_aux"' "$WORK/one/metrics.jsonl" || fail "DPO on a MoE model logged no balancing loss"
+compare one ep2 ep2dp2 ep2tp2 ep2pp2 ep2zero1 ep2fsdp ||
+  fail "DPO under expert parallelism differs from one process"
+
+run one_copy "$NK" align "${ARGS[@]}" align.reference=copy
+run ep2_copy "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.reference=copy parallel.ep=2
+KTO=(align.method=kto "align.data_path=$WORK/kto.jsonl" align.valid_path=)
+run one_kto "$NK" align "${ARGS[@]}" "${KTO[@]}"
+run ep2_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${KTO[@]}" parallel.ep=2
+compare one_copy ep2_copy && compare one_kto ep2_kto ||
+  fail "a copy reference or KTO under expert parallelism differs from one process"
+run one_lora "$NK" align "${ARGS[@]}" "${LORA[@]}"
+run ep2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${LORA[@]}" parallel.ep=2
+compare_norm one_lora ep2_lora || fail "LoRA DPO under expert parallelism differs from one process"
+
+# Online RL. The grader's rewards differ within each group, so every step
+# has a policy gradient (with all completions alike GRPO's loss is 0 and the
+# balancing losses alone move the weights, their rounding-level differences
+# scaled up by Adam).
+online_rl_data
+GRPO=("${COMMON_ARGS[@]/model.preset=llama-tiny/model.preset=mixtral-tiny}" "${MOE[@]}"
+      align.method=grpo "align.data_path=$WORK/prompts.jsonl" align.max_prompt_length=12
+      align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2 align.kl_coef=0.05
+      align.reference=copy align.reward_funcs=length,command align.reward_weights=0.5,1
+      "align.reward_command=/usr/bin/python3 $WORK/grader.py" align.reward_length.max_tokens=8
+      align.reward_length.cache_tokens=4 train.seq_len=20 train.lr=3e-3 train.steps=6
+      train.save_every=0 align.temperature=1.2 train.eps=1e-6)
+run one_grpo "$NK" align "${GRPO[@]}"
+run ep2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.ep=2
+run ep2dp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2
+run ep2tp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.tp=2
+run ep2pp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.pp=2
+grep -q '"rewards/command/std"' "$WORK/one_grpo/metrics.jsonl" || fail "GRPO logged no grader figures"
+compare one_grpo ep2_grpo ep2dp2_grpo ep2tp2_grpo ep2pp2_grpo ||
+  fail "GRPO under expert parallelism differs from one process"
+
+# Stopped after step 3 (mid-way through round 1): the checkpoint and the
+# round's file resume under EP2 and on one process to the whole run's numbers.
+run part_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.ep=2 train.exit_at_step=3
+cp -r "$WORK/part_grpo" "$WORK/resumed_grpo_ep2"
+cp -r "$WORK/part_grpo" "$WORK/resumed_grpo_one"
+run resumed_grpo_ep2 "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.ep=2
+run resumed_grpo_one "$NK" align "${GRPO[@]}"
+grep -q "round 1 read back" "$WORK/resumed_grpo_one.log" || fail "the resume did not read round 1 back"
+compare one_grpo resumed_grpo_ep2 resumed_grpo_one ||
+  fail "GRPO stopped under EP2 and resumed differs from the whole run"
+
+run one_ppo "$NK" align "${GRPO[@]}" align.method=ppo
+run ep2_ppo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" align.method=ppo parallel.ep=2
+compare one_ppo ep2_ppo || fail "PPO under expert parallelism differs from one process"
+ADAPT=("${LORA[@]}" align.reference=adapter_off)
+run one_grpo_lora "$NK" align "${GRPO[@]}" "${ADAPT[@]}"
+run ep2_grpo_lora "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" "${ADAPT[@]}" parallel.ep=2
+compare_norm one_grpo_lora ep2_grpo_lora ||
+  fail "LoRA GRPO under expert parallelism differs from one process"
+refused ep2_grpo_qlora "peft.method: align.method=grpo with a QLoRA (NF4) base: under parallel.ep" \
+  "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora peft.target_modules=all-linear \
+  parallel.ep=2
+pass "align on a MoE model (DPO, copy reference, KTO, LoRA; GRPO, PPO, LoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
