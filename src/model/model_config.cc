@@ -168,6 +168,11 @@ void ModelConfig::validate(const std::string& p) const {
     fail("{}labels: {} names for num_labels = {}", p, labels.size(), num_labels);
   if (value_head && classifier())
     fail("{}num_labels: a sequence classifier has no LM head for a value head to go beside", p);
+  if (classifier() && a->hf_classifier_class().empty())
+    fail(
+        "{}num_labels: {} has no sequence classifier (reward model) in Hugging Face's "
+        "transformers to import or export one as; use another architecture",
+        p, arch);
   if (a->block().learned_positions && rope_scaling.enabled())
     fail("{}rope_scaling.type: {} has learned positions, not rotary ones to scale", p, arch);
   rope_scaling.validate(p + "rope_scaling.");
@@ -231,11 +236,6 @@ void ModelConfig::validate_moe(const std::string& p, const Architecture& a) cons
   if (n_moe_layers() == 0)
     fail("{}moe_dense_layers: every layer is dense ({}num_experts = {} needs a MoE layer)", p, p,
          num_experts);
-  if (classifier())
-    fail(
-        "{}num_labels: a sequence classifier (reward model) on a Mixture-of-Experts model "
-        "({}num_experts = {}) is not supported yet",
-        p, p, num_experts);
   if (has_adapters() && !lora.enabled())
     fail(
         "peft.method: {} on a Mixture-of-Experts model ({}num_experts = {}) are not supported "

@@ -66,7 +66,13 @@ TEST(HfClassifier, EachArchitectureHasItsClassifierClass) {
            {"llama", "LlamaForSequenceClassification"},
            {"mistral", "MistralForSequenceClassification"},
            {"qwen2", "Qwen2ForSequenceClassification"},
-           {"gpt2", "GPT2ForSequenceClassification"}})
+           {"gpt2", "GPT2ForSequenceClassification"},
+           {"mixtral", "MixtralForSequenceClassification"},
+           {"qwen2_moe", "Qwen2MoeForSequenceClassification"},
+           {"qwen3_moe", "Qwen3MoeForSequenceClassification"},
+           {"deepseek_v3", "DeepseekV3ForSequenceClassification"},
+           {"glm4_moe", "Glm4MoeForSequenceClassification"},
+           {"dots1", ""}})
     EXPECT_EQ(find_architecture(arch).hf_classifier_class(), cls);
   // GPT-2's classifier: no id2label is HF's two labels; score.weight stays
   // outside the "transformer." prefix.

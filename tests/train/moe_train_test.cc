@@ -345,11 +345,17 @@ TEST(MoeTrain, UnsupportedModelsAreRefused) {
     e = error_of([&] { m.architecture().hf_write_config(m, j); });
     EXPECT_TRUE(contains(e, "model.moe_score_bias")) << e;
   }
+  // A MoE reward model (a score head) is HF's *ForSequenceClassification of
+  // its architecture; dots1 has none in transformers: refused by key.
   {
     ModelConfig m = model_preset("mixtral-tiny");
     m.num_labels = 1;
+    m.validate();
+    EXPECT_EQ(m.architecture().hf_classifier_class(), "MixtralForSequenceClassification");
+    m = model_preset("dots1-tiny");
+    m.num_labels = 1;
     e = error_of([&] { m.validate(); });
-    EXPECT_TRUE(contains(e, "model.num_labels")) << e;
+    EXPECT_TRUE(contains(e, "model.num_labels: dots1 has no sequence classifier")) << e;
   }
   e = err({"model.moe_aux_loss_coeff=-2"});
   EXPECT_TRUE(contains(e, "model.moe_aux_loss_coeff")) << e;

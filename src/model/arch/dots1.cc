@@ -78,6 +78,8 @@ class Dots1 final : public Architecture {
   std::vector<std::pair<std::string, std::string>> hf_classes() const override {
     return {{"Dots1ForCausalLM", "dots1"}};
   }
+  // transformers has no Dots1ForSequenceClassification.
+  std::string hf_classifier_class() const override { return ""; }
 
   void hf_read_config(const HfConfigReader& h, ModelConfig& c) const override {
     hf_read_llama_style(h, c, /*any_head_dim=*/true);

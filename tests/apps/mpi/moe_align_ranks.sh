@@ -5,8 +5,10 @@
 # within 1e-5). DPO with the precomputed reference (every rank computes
 # every sequence, so the ep group's all-to-alls pair up) under EP2, EP2 x
 # DP2, EP2 x TP2, EP2 with PP2, ZeRO-1 and FSDP under EP2; a frozen-copy
-# reference and KTO under EP2; LoRA on every linear layer (the experts
-# included) with the router trained, under EP2 (per tensor). Online RL (the
+# reference and KTO under EP2; a reward model under EP2 and EP2 x TP2
+# (exported as HF's MixtralForSequenceClassification); LoRA on every linear
+# layer (the experts included) with the router trained, under EP2 (per
+# tensor). Online RL (the
 # policy gathered whole, its experts from the ep ranks, for each round's
 # generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
 # and EP2 with PP2; PPO under EP2; LoRA GRPO (adapters off as the
@@ -42,6 +44,15 @@ run one_kto "$NK" align "${ARGS[@]}" "${KTO[@]}"
 run ep2_kto "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${KTO[@]}" parallel.ep=2
 compare one_copy ep2_copy && compare one_kto ep2_kto ||
   fail "a copy reference or KTO under expert parallelism differs from one process"
+# A reward model (a score head over the MoE model, Bradley-Terry): under
+# EP2 and EP2 x TP2; its export is HF's MixtralForSequenceClassification.
+run one_rm "$NK" align "${ARGS[@]}" align.method=rm
+run ep2_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.ep=2
+run ep2tp2_rm "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=rm parallel.ep=2 parallel.tp=2
+compare one_rm ep2_rm ep2tp2_rm || fail "a MoE reward model under expert parallelism differs"
+"$NK" export hf "$WORK/ep2_rm/model" "$WORK/rm_hf" >"$WORK/rm_hf.log" 2>&1 || fail "export hf of the RM"
+grep -q '"MixtralForSequenceClassification"' "$WORK/rm_hf/config.json" ||
+  fail "the MoE reward model's export is not MixtralForSequenceClassification"
 run one_lora "$NK" align "${ARGS[@]}" "${LORA[@]}"
 run ep2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${LORA[@]}" parallel.ep=2
 compare_norm one_lora ep2_lora || fail "LoRA DPO under expert parallelism differs from one process"
@@ -89,4 +100,4 @@ compare_norm one_grpo_lora ep2_grpo_lora ||
 refused ep2_grpo_qlora "peft.method: align.method=grpo with a QLoRA (NF4) base: under parallel.ep" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora peft.target_modules=all-linear \
   parallel.ep=2
-pass "align on a MoE model (DPO, copy reference, KTO, LoRA; GRPO, PPO, LoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
+pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA; GRPO, PPO, LoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
