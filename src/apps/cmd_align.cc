@@ -145,8 +145,8 @@ int cmd_align(const CommandArgs& a) {
   const bool regression = !ac.attributes.empty();
   if (ac.online()) {
     // A model in pieces (or context parallel) generates with its live
-    // weights gathered whole on every rank: a QLoRA base (NF4, quantised per shard) has no whole
-    // form there; PPO's value head reads whole rows of the final norm's output.
+    // weights gathered whole on every rank: a QLoRA base (NF4, quantised per
+    // shard) has no whole form there.
     const bool pieces = m.tp * m.pp * m.cp * m.ep > 1 || cfg.ddp.shard == parallel::Shard::Full;
     if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
       fail(
@@ -159,11 +159,6 @@ int cmd_align(const CommandArgs& a) {
           : m.cp > 1 ? "cp"
           : m.ep > 1 ? "ep"
                      : "shard=full");
-    if (ac.method == "ppo" && m.tp > 1 && cfg.parallel.sequence_parallel)
-      fail(
-          "parallel.sp: align.method=ppo's value head reads every position of the final norm's "
-          "output, which sequence parallelism splits over the tensor-parallel ranks: not yet (set "
-          "parallel.sp=false)");
   } else if (!regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
     fail(
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "

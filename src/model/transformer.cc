@@ -326,9 +326,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
   a.moe_grad_scale = 0.f;  // a sequence objective does not add the MoE losses
   // Under sequence parallelism the head reads every row (tp_.enter gathers
-  // them, as head_loss's does): whole rows' sums on every rank. The value
-  // head reads this rank's rows of lnf only.
-  NK_CHECK(!value_grad || !tp_.sp(), "head_rows: the value head under sequence parallelism");
+  // them, as head_loss's does): whole rows' sums on every rank.
   final_norm_forward(a);
   const int64_t T = a.T;
   Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
@@ -360,14 +358,17 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   if (!backward) return;
   tp_.enter_backward(a.dln, a.full_y);
   if (value_grad) {  // d lnf += dv w; the value head's own gradients accumulate
-    const int64_t N = a.B * T;
+    // Over every row (gathered again under sequence parallelism: every rank
+    // computes them alike, so the value head's gradient is whole and the
+    // same on every rank), of which this rank adds its own rows'.
+    const int64_t N = a.B * T, mine = tp_.local_rows(N);
     Tensor dv = Tensor::empty({N, 1}, DType::F32, device_);
     ops::copy_from_host(dv, value_grad);
     Tensor dy = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
     ops::convert(dy, dv);
     Tensor dx_v = Tensor::empty({N, cfg_.d_model}, a.dln.dtype(), device_);
-    value_.backward(dx_v, dy, nn::rows(a.lnf));
-    ops::accumulate(nn::rows(a.dln), dx_v);
+    value_.backward(dx_v, dy, nn::rows(tp_.enter(a.lnf, a.full_x)));
+    ops::accumulate(nn::rows(a.dln), tp_.sp() ? dx_v.narrow0(tp_.rank() * mine, mine) : dx_v);
   }
   ops::fill(a.dres, 0.f);
   norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
@@ -408,14 +409,15 @@ void Transformer::head_token_backward(Activations& a, const Tensor& targets,
 
 void Transformer::value_forward(Activations& a, std::span<float> values) {
   // Under tensor parallelism the value head is whole on every rank, as the
-  // final norm's output is (not under sequence parallelism: refused).
-  NK_CHECK(cfg_.value_head && stage_.head && !tp_.sp(),
+  // final norm's output is; under sequence parallelism it reads that
+  // output's rows gathered (every rank computes every position's value).
+  NK_CHECK(cfg_.value_head && stage_.head,
            "value_forward: a value head on the head's stage, whole rows");
   const int64_t N = a.B * a.T;
   NK_CHECK(int64_t(values.size()) == N, "value_forward: {} values for {} positions", values.size(),
            N);
   Tensor y = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
-  value_.forward(y, nn::rows(a.lnf));
+  value_.forward(y, nn::rows(tp_.enter(a.lnf, a.full_x)));
   Tensor v = Tensor::empty({N, 1}, DType::F32, device_);
   ops::convert(v, y);
   ops::copy_to_host(v, values.data());
@@ -435,29 +437,31 @@ void Transformer::need_lm_head(const char* what) const {
         what, cfg_.num_labels);
 }
 
-std::pair<Tensor, Tensor> Transformer::score_row(Activations& a, std::span<const int64_t> last,
-                                                 int64_t b) {
+std::pair<Tensor, Tensor> Transformer::score_row(Activations& a, const Tensor& x,
+                                                 std::span<const int64_t> last, int64_t b) {
   NK_CHECK(last[size_t(b)] >= 0 && last[size_t(b)] < a.T, "score: row {}'s last position {} of {}",
            b, last[size_t(b)], a.T);
   const int64_t n = cfg_.num_labels;
-  return {nn::rows(a.lnf).narrow0(b * a.T + last[size_t(b)], 1),
-          a.logits.view({-1}).narrow0(0, n).view({1, n})};
+  return {x.narrow0(b * a.T + last[size_t(b)], 1), a.logits.view({-1}).narrow0(0, n).view({1, n})};
 }
 
 void Transformer::score_forward(Activations& a, std::span<const int64_t> last,
                                 std::span<float> scores) {
   NK_CHECK(cfg_.classifier(), "score_forward: the model has no score head");
-  // Under tensor parallelism the score head is whole on every rank, as the
-  // final norm's output is (not under sequence parallelism: refused).
-  NK_CHECK(stage_.head && !tp_.sp(), "score_forward: the head's stage, whole rows");
+  NK_CHECK(stage_.head, "score_forward: this pipeline stage holds no head");
   const int64_t n = cfg_.num_labels;
   NK_CHECK(int64_t(last.size()) == a.B && int64_t(scores.size()) == a.B * n,
            "score_forward: {} positions and {} scores for {} rows of {} labels", last.size(),
            scores.size(), a.B, n);
   final_norm_forward(a);
+  // Under tensor parallelism the score head is whole on every rank, as the
+  // final norm's output is; under sequence parallelism that output's rows
+  // are gathered first (a row's last position is on one rank), and every
+  // rank scores every row alike.
+  const Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   for (int64_t b = 0; b < a.B; ++b) {
-    auto [x, y] = score_row(a, last, b);
-    head_.forward(y, x);
+    auto [xb, y] = score_row(a, x, last, b);
+    head_.forward(y, xb);
     ops::copy_to_host(y, scores.data() + b * n);
   }
 }
@@ -470,12 +474,21 @@ void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
   NK_CHECK(int64_t(last.size()) == a.B && int64_t(dscores.size()) == a.B * n,
            "score_backward: {} positions and {} gradients for {} rows of {} labels", last.size(),
            dscores.size(), a.B, n);
-  // Only the scored positions get a gradient from the head.
-  ops::fill(a.dln, 0.f);
+  // Only the scored positions get a gradient from the head. Under sequence
+  // parallelism every rank computes every row's alike (the rows gathered
+  // again: the buffer is scratch) and keeps its own rows' share; the head's
+  // weight gradient is then whole and the same on every rank, as without.
+  const Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
+  const Tensor dx = nn::rows(tp_.enter_grad(a.dln, a.full_y));
+  ops::fill(dx, 0.f);
   for (int64_t b = 0; b < a.B; ++b) {
-    auto [x, dy] = score_row(a, last, b);
+    auto [xb, dy] = score_row(a, x, last, b);
     ops::copy_from_host(dy, dscores.data() + b * n);
-    head_.backward(nn::rows(a.dln).narrow0(b * a.T + last[size_t(b)], 1), dy, x);
+    head_.backward(dx.narrow0(b * a.T + last[size_t(b)], 1), dy, xb);
+  }
+  if (tp_.sp()) {
+    const int64_t mine = tp_.local_rows(a.B * a.T);
+    ops::convert(nn::rows(a.dln), dx.narrow0(tp_.rank() * mine, mine));
   }
   ops::fill(a.dres, 0.f);
   norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);

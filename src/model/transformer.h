@@ -465,9 +465,11 @@ class Transformer {
   void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll,
                  const float* token_scale = nullptr, float* token_nll = nullptr,
                  const float* value_grad = nullptr);
-  // Each of score_forward's rows: row b's position last[b] in a.lnf and its
-  // logits buffer, [1, C] and [1, num_labels].
-  std::pair<Tensor, Tensor> score_row(Activations& a, std::span<const int64_t> last, int64_t b);
+  // Each of score_forward's rows: row b's position last[b] in x (the final
+  // norm's output, every row: [B·T, C]) and its logits buffer, [1, C] and
+  // [1, num_labels].
+  std::pair<Tensor, Tensor> score_row(Activations& a, const Tensor& x,
+                                      std::span<const int64_t> last, int64_t b);
 
   // One chunk of rows of the head and cross-entropy (head_loss, head_rows).
   // row_scale (defined: f32 [rows of x] on the device): each row's logit

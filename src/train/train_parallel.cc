@@ -236,15 +236,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
   }
-  // A sequence classifier's score head is whole on every tensor-parallel
-  // rank and reads each row's last position, which sequence parallelism
-  // leaves on one rank.
-  if (cfg.parallel.sequence_parallel && mesh.tp() > 1 && cfg.model.classifier())
-    fail(
-        "parallel.sp=true: a sequence classifier (reward or attribute model, num_labels = {}) "
-        "scores each row's last token, which sequence parallelism puts on one rank: not yet "
-        "(set parallel.sp=false)",
-        cfg.model.num_labels);
   if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(
         "parallel.sp=true: train.seq_len = {} is not divisible by parallel.tp = {} (the tokens "

@@ -3,7 +3,8 @@
 # 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2
 # (ZeRO-1 and FSDP);
 # a frozen-copy reference, KTO and SimPO over 2 ranks; a reward model under
-# ZeRO-1, FSDP, TP2 and DP2xTP2, and from a fine-tuned LM under TP2 and PP2. Every step's loss,
+# ZeRO-1, FSDP, TP2, DP2xTP2, TP2 SP and DP2xTP2 SP, and from a fine-tuned
+# LM under TP2 and PP2. Every step's loss,
 # validation loss and TRL figures (rewards/*, logps/*, kl: global means over
 # the ranks' pairs) and the exported weights within 1e-5 of one process (f32),
 # 10 steps; the reference_logps.json every layout writes is the same bytes.
@@ -65,10 +66,13 @@ run fsdp_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.shar
 run tp2_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2
 run dp2tp2_rm "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 \
   parallel.shard=optimizer
-compare one_rm dp2_rm fsdp_rm tp2_rm dp2tp2_rm ||
-  fail "reward model: data or tensor parallel differs from one process"
-refused tp2sp_rm "parallel.sp=true: a sequence classifier (reward or attribute model, num_labels = 1)" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 parallel.sp=true
+# Under sequence parallelism the final norm's rows are gathered and every
+# rank scores every row alike, keeping its own rows' gradient.
+run tp2sp_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 parallel.sp=true
+run dp2tp2sp_rm "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" align.method=rm parallel.tp=2 \
+  parallel.sp=true parallel.shard=optimizer
+compare one_rm dp2_rm fsdp_rm tp2_rm dp2tp2_rm tp2sp_rm dp2tp2sp_rm ||
+  fail "reward model: data, tensor or sequence parallel differs from one process"
 # From a fine-tuned causal LM, as reward models are made: the score head the
 # run adds is drawn from the seed as on one process, under TP2 and PP2 too.
 run base "$NK" finetune "${SFT_ARGS[@]}" train.steps=3

@@ -15,10 +15,9 @@
 # 2 ranks; PPO over 2 ranks and resumed mid-round. With the model in pieces
 # (the policy gathered whole for each round): GRPO under TP2, FSDP, PP2,
 # DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
-# TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP and TP2 (also
-# from a causal LM, its value head added), GRPO under CP2 and CP2 x DP2 and
-# PPO under CP2 equal one process; PPO under sequence parallelism is
-# refused, naming the key.
+# TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP, TP2 and TP2
+# SP (also from a causal LM, its value head added), GRPO under CP2 and CP2 x
+# DP2 and PPO under CP2 equal one process.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=online_ranks
@@ -151,8 +150,11 @@ run pp2_ppo_init "${MPI[@]}" 2 "$NK" align "${INIT[@]}" parallel.pp=2
 compare one_ppo_init tp2_ppo_init pp2_ppo_init ||
   fail "PPO from a causal LM: TP2 or PP2 differs from one process"
 
-refused ppo_sp "parallel.sp: align.method=ppo's value head reads every position" \
-  "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2 parallel.sp=true
+# Under sequence parallelism the value head reads the final norm's rows
+# gathered (every rank computes every value), each rank adding its own
+# rows' gradient.
+run tp2sp_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2 parallel.sp=true
+compare one_ppo tp2sp_ppo || fail "PPO under TP2 SP differs from one process"
 # Context parallel: each rank trains the tokens of its chunks of the rows
 # (the terms are per token; the cp ranks' sums make the loss and gradient).
 run cp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
