@@ -44,7 +44,7 @@ double AttributeObjective::head_micro_batch(Transformer& model, Activations& a,
     y[size_t(b)] = &d.values[size_t(r)];
   }
   std::vector<float> s(static_cast<size_t>(B * n)), ds_(static_cast<size_t>(B * n), 0.f);
-  model.score_forward(a, last, s);
+  score_rows(model, a, batch, last, s);
   double count = 0, sum = 0;
   Sums& sums = train ? train_sums_ : eval_sums_;
   for (int64_t b = 0; b < B; ++b)
@@ -67,7 +67,9 @@ double AttributeObjective::head_micro_batch(Transformer& model, Activations& a,
       }
     model.score_backward(a, last, ds_);
   }
-  return count > 0 ? sum / count : 0.0;
+  // Context parallel: every cp rank has the whole loss; the Trainer sums
+  // the ranks'.
+  return count > 0 ? sum / count / double(ranks_.cp) : 0.0;
 }
 
 double AttributeObjective::train_micro_batch(Transformer& model, Activations& a,

@@ -24,6 +24,9 @@ class AttributeObjective : public TrainObjective {
   // mse, and mse/NAME per attribute over its labelled values.
   ObjectiveMetrics take_metrics(bool eval) override;
   bool staged() const override { return true; }
+  // Context parallel: the rank holding a row's last position scores it
+  // (TrainObjective::score_rows).
+  bool splits_rows() const override { return true; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
 

@@ -37,16 +37,17 @@ double RewardObjective::head_micro_batch(Transformer& model, Activations& a,
   const PreferenceDataset& ds = train ? *train_ : *valid_;
   const PreferenceData& d = ds.data();
   // Each row's reward is its score at its sequence's last token (a
-  // truncated sequence: the row's last position).
+  // truncated sequence: the row's last position; the whole row's, which
+  // context parallelism splits over the ranks).
   std::vector<int64_t> last(static_cast<size_t>(B));
   std::vector<double> margins;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t s = ds.sequence_of(batch.first_sample + b);
-    last[size_t(b)] = std::min(int64_t(d.tokens[size_t(s)].size()), a.T) - 1;
+    last[size_t(b)] = std::min(int64_t(d.tokens[size_t(s)].size()), cfg_.seq_len) - 1;
     if (b % 2 == 0 && !d.margin.empty()) margins.push_back(d.margin[size_t(s / 2)]);
   }
   std::vector<float> scores(static_cast<size_t>(B));
-  model.score_forward(a, last, scores);
+  score_rows(model, a, batch, last, scores);
   const std::vector<double> rewards(scores.begin(), scores.end());
   const RewardLossResult r = reward_loss(rewards, margins, align_.center_rewards_coefficient);
   if (train) {
@@ -59,7 +60,9 @@ double RewardObjective::head_micro_batch(Transformer& model, Activations& a,
   s.rejected += r.rejected_sum;
   s.correct += r.correct;
   s.pairs += r.pairs;
-  return r.loss;
+  // Context parallel: every cp rank has the whole loss; the Trainer sums
+  // the ranks'.
+  return r.loss / double(ranks_.cp);
 }
 
 double RewardObjective::train_micro_batch(Transformer& model, Activations& a,

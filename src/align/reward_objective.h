@@ -28,6 +28,9 @@ class RewardObjective : public TrainObjective {
   // accuracy and margin).
   ObjectiveMetrics take_metrics(bool eval) override;
   bool staged() const override { return true; }
+  // Context parallel: the rank holding a row's last position scores it
+  // (TrainObjective::score_rows).
+  bool splits_rows() const override { return true; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
 

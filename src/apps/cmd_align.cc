@@ -114,11 +114,6 @@ int cmd_align(const CommandArgs& a) {
         "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
         "pipeline for now",
         m.cp, m.pp);
-  if (m.cp > 1 && (ac.method == "rm" || !ac.attributes.empty()))
-    fail(
-        "parallel.cp = {}: align.method={} scores each row at its last token, which context "
-        "parallelism puts on one rank's chunk: not yet (set parallel.cp=1)",
-        m.cp, ac.method);
   if (m.cp > 1 && !ac.online() && ac.loss.needs_reference() &&
       ac.reference_source == ReferenceSource::Copy)
     fail(

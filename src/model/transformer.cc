@@ -460,6 +460,10 @@ void Transformer::score_forward(Activations& a, std::span<const int64_t> last,
   // rank scores every row alike.
   const Tensor x = nn::rows(tp_.enter(a.lnf, a.full_x));
   for (int64_t b = 0; b < a.B; ++b) {
+    if (last[size_t(b)] < 0) {  // context parallel: another rank's position
+      std::fill_n(scores.data() + b * n, n, 0.f);
+      continue;
+    }
     auto [xb, y] = score_row(a, x, last, b);
     head_.forward(y, xb);
     ops::copy_to_host(y, scores.data() + b * n);
@@ -482,6 +486,7 @@ void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
   const Tensor dx = nn::rows(tp_.enter_grad(a.dln, a.full_y));
   ops::fill(dx, 0.f);
   for (int64_t b = 0; b < a.B; ++b) {
+    if (last[size_t(b)] < 0) continue;
     auto [xb, dy] = score_row(a, x, last, b);
     ops::copy_from_host(dy, dscores.data() + b * n);
     head_.backward(dx.narrow0(b * a.T + last[size_t(b)], 1), dy, xb);

@@ -381,7 +381,9 @@ class Transformer {
   // attribute model). scores [B * num_labels], row-major: the final norm and
   // the score head at position last[b] of each row b, over a.residual(n_layer)
   // as the caller's forward left it (HF's *ForSequenceClassification reads
-  // the last non-padding token; the caller names it).
+  // the last non-padding token; the caller names it). A row whose last[b]
+  // is -1 (under context parallelism, a position in another rank's chunks)
+  // scores 0 here and gets no gradient.
   void score_forward(Activations& a, std::span<const int64_t> last, std::span<float> scores);
   // The backward of sum_b,j dscores[b * num_labels + j] * scores[b, j] over
   // the last score_forward: writes d residual(n_layer) into

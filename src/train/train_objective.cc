@@ -1,5 +1,7 @@
 #include "train/train_objective.h"
 
+#include <algorithm>
+
 namespace nk {
 
 TrainData LmObjective::data(const TrainConfig& cfg) {
@@ -27,6 +29,28 @@ double TrainObjective::whole_micro_batch(Transformer& model, Activations& a,
     model.embed_backward(a, batch.tokens);
   }
   return loss;
+}
+
+void TrainObjective::score_rows(Transformer& model, Activations& a, const MicroBatch& batch,
+                                std::vector<int64_t>& last, std::span<float> scores) const {
+  if (ranks_.cp > 1) {
+    // Position j of this rank's chunks is position pos[j] of every row.
+    NK_CHECK(batch.packed && batch.packed->position_ids.defined() &&
+                 batch.packed->position_ids.device() == kHost,
+             "score_rows under context parallelism: the micro-batch's positions");
+    const int32_t* pos = batch.packed->position_ids.data<int32_t>();
+    for (int64_t& p : last) {
+      int64_t local = -1;
+      for (int64_t j = 0; j < a.T && local < 0; ++j)
+        if (pos[j] == p) local = j;
+      p = local;
+    }
+  }
+  model.score_forward(a, last, scores);
+  if (ranks_.cp == 1) return;
+  std::vector<double> v(scores.begin(), scores.end());
+  ranks_.sum_over_sequence(v);  // the other ranks' rows are 0 here
+  std::copy(v.begin(), v.end(), scores.begin());
 }
 
 }  // namespace nk

@@ -164,6 +164,13 @@ class TrainObjective {
   // DistributedDataParallel runs in stages, in one piece.
   static double whole_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                                   bool train, const std::function<double()>& head);
+  // A sequence classifier's scores [B * num_labels] at each row's position
+  // last[b] (Transformer::score_forward). Under context parallelism the rank
+  // whose chunks hold a row's position scores it and the cp ranks sum the
+  // scores (collective), so every rank has them all; `last` is left as this
+  // rank's local positions (-1: another rank's), for score_backward.
+  void score_rows(Transformer& model, Activations& a, const MicroBatch& batch,
+                  std::vector<int64_t>& last, std::span<float> scores) const;
   ObjectiveRanks ranks_;
 };
 

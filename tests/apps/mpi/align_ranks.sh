@@ -16,9 +16,11 @@
 # process's. Sequence parallelism (the head gathers every row): TP2 SP,
 # DP2xTP2 SP FSDP, PP2xTP2 SP and KTO under TP2 SP, within 1e-5. Context
 # parallelism (each row's sums over the cp ranks' chunks): CP2 with p2p, a2a
-# and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO and SimPO, within 1e-5. CP with
-# a pipeline, and a copy reference or a reward model under CP, are refused,
-# naming the keys. (Expert parallelism: moe_align_ranks.sh.)
+# and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO, SimPO and a reward model
+# (CP2, CP2xDP2 ZeRO-1 a2a, CP2xTP2), an attribute model under CP2 and TP2
+# SP, within 1e-5. CP with a pipeline, and a
+# copy reference under CP, are refused, naming the keys. (Expert
+# parallelism: moe_align_ranks.sh.)
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=align_ranks
@@ -154,8 +156,38 @@ PY
 
 refused cp_copy "align.reference: copy runs a second, whole model over each micro-batch" \
   "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy
-refused cp_rm "parallel.cp = 2: align.method=rm scores each row at its last token" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.method=rm
+# A reward model under context parallelism: the rank whose chunks hold a
+# row's last token scores it, the cp ranks sum the scores. (AdamW's eps is
+# 1e-6 here: a reward model's gradient comes from one position a row, and
+# elements where it nearly cancels take eps 1e-8's updates of up to lr from
+# rounding-level remainders; after one step CP2 and TP2 alike were 6-7e-6
+# apart from one process at eps 1e-8, 0.3-1.7e-6 at 1e-6.)
+RM_CP=("${ARGS[@]}" align.method=rm train.eps=1e-6)
+run one_rm_eps "$NK" align "${RM_CP[@]}"
+run cp2_rm "${MPI[@]}" 2 "$NK" align "${RM_CP[@]}" parallel.cp=2
+run cp2dp2_rm "${MPI[@]}" 4 "$NK" align "${RM_CP[@]}" parallel.cp=2 parallel.shard=optimizer \
+  parallel.cp_comm_type=a2a
+run cp2tp2_rm "${MPI[@]}" 4 "$NK" align "${RM_CP[@]}" parallel.cp=2 parallel.tp=2
+compare one_rm_eps cp2_rm cp2dp2_rm cp2tp2_rm ||
+  fail "reward model: context parallel differs from one process"
+# An attribute model (SteerLM's regression, two outputs, a missing label out
+# of the loss) under CP2 and TP2 SP alike.
+/usr/bin/python3 - "$WORK/attributes.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(32):
+        w = "".join(r.choice("abcdef") for _ in range(r.randint(2, 9))) + "!" * r.randint(0, 3)
+        f.write(json.dumps({"prompt": "rate:", "response": w, "helpfulness": w.count("!"),
+                            "verbosity": None if i % 5 == 0 else len(w) / 4}) + "\n")
+PY
+ATTR=("${RM_CP[@]}" align.reward_model_type=regression align.steerlm_attributes=helpfulness,verbosity
+      "align.data_path=$WORK/attributes.jsonl" "align.valid_path=$WORK/attributes.jsonl")
+run one_attr "$NK" align "${ATTR[@]}"
+run cp2_attr "${MPI[@]}" 2 "$NK" align "${ATTR[@]}" parallel.cp=2
+run tp2sp_attr "${MPI[@]}" 2 "$NK" align "${ATTR[@]}" parallel.tp=2 parallel.sp=true
+compare one_attr cp2_attr tp2sp_attr ||
+  fail "an attribute model under CP2 or TP2 SP differs from one process"
 refused cp_pp "parallel.cp = 2 with parallel.pp = 2: nekton align runs context parallel without a pipeline" \
   "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
 pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved), SP and CP2 (with DP2, TP2) equals one process"
