@@ -180,11 +180,17 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
       }
       case ReferenceSource::AdapterOff:  // run() or before_staged() computed them
         break;
-      case ReferenceSource::Copy:
-        if (!ref_acts_ || ref_acts_->B != B)
-          ref_acts_ = std::make_unique<Activations>(*ref_model_, B, T, false);
-        sequence_logps(*ref_model_, *ref_acts_, batch.tokens, batch.targets, pb.ref_logp);
+      case ReferenceSource::Copy: {
+        // The whole copy reads whole rows (context parallel: every cp rank
+        // the same rows, whose chunks it trains).
+        const Tensor& tokens = batch.whole_tokens ? *batch.whole_tokens : batch.tokens;
+        const Tensor& targets = batch.whole_targets ? *batch.whole_targets : batch.targets;
+        const int64_t rows_T = tokens.dim(1);
+        if (!ref_acts_ || ref_acts_->B != B || ref_acts_->T != rows_T)
+          ref_acts_ = std::make_unique<Activations>(*ref_model_, B, rows_T, false);
+        sequence_logps(*ref_model_, *ref_acts_, tokens, targets, pb.ref_logp);
         break;
+      }
     }
   }
   const PreferenceLossResult r = preference_loss(align_.loss, pb);

@@ -39,8 +39,9 @@ class PreferenceObjective : public TrainObjective {
   bool staged() const override { return true; }
   void before_staged(Transformer& model, const MicroBatch& batch, bool train,
                      const StagedForward& forward) override;
-  // Context parallel: a frozen copy's forward would need the whole rows.
-  bool splits_rows() const override { return align_.reference_source != ReferenceSource::Copy; }
+  // Context parallel: each row's sums over the cp ranks; a frozen copy's
+  // forward reads the whole rows (MicroBatch::whole_tokens) on every cp rank.
+  bool splits_rows() const override { return true; }
   double head_micro_batch(Transformer& model, Activations& a, const MicroBatch& batch,
                           float grad_scale, bool train) override;
 

@@ -114,13 +114,6 @@ int cmd_align(const CommandArgs& a) {
         "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
         "pipeline for now",
         m.cp, m.pp);
-  if (m.cp > 1 && !ac.online() && ac.loss.needs_reference() &&
-      ac.reference_source == ReferenceSource::Copy)
-    fail(
-        "align.reference: copy runs a second, whole model over each micro-batch, whose rows "
-        "context parallelism (parallel.cp = {}) splits over the ranks; set "
-        "align.reference=precompute (or adapter_off with peft.method)",
-        m.cp);
   if (m.tp * m.pp * m.cp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
     fail(
         "parallel.tp = {}, parallel.pp = {}, parallel.cp = {}, parallel.dp = {}: more than one "

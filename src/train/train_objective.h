@@ -27,6 +27,10 @@ struct MicroBatch {
   const Tensor& host_targets;
   const PackedBatchInfo* packed = nullptr;
   int64_t first_sample = 0;
+  // Context parallel: the whole rows of which tokens and targets are this
+  // rank's chunks (host memory); null otherwise.
+  const Tensor* whole_tokens = nullptr;
+  const Tensor* whole_targets = nullptr;
 };
 
 // Named figures for the log line and metrics.jsonl ("rewards/chosen", ...).

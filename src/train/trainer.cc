@@ -90,6 +90,8 @@ struct DeviceBatch {
     ops::upload(packed.cu_seqlens, host_cu);
   }
   const PackedBatchInfo* packing() const { return host_cu.defined() || cp > 1 ? &packed : nullptr; }
+  const Tensor* whole_tokens() const { return cp > 1 ? &full_tokens : nullptr; }
+  const Tensor* whole_targets() const { return cp > 1 ? &full_targets : nullptr; }
   Tensor host_tokens, host_targets, tokens, targets;
   Tensor host_positions, host_cu;
   PackedBatchInfo packed;
@@ -360,8 +362,9 @@ double Trainer::evaluate() {
     batch.load(loader);
     batch.upload();
     const int64_t first = loader.consumed_samples() - cfg_.micro_batch;
-    const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
-                        batch.host_targets, batch.packing(), first};
+    const MicroBatch mb{batch.tokens,         batch.targets,        batch.host_tokens,
+                        batch.host_targets,   batch.packing(),      first,
+                        batch.whole_tokens(), batch.whole_targets()};
     if (custom_objective_ && (ddp_ || pipe_)) before_staged(acts ? &*acts : nullptr, mb, false);
     if (pipe_) {
       pipe_batches_.clear();
@@ -651,8 +654,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       // micro-batch draws the mask one process would.
       model_->set_dropout_seed(cfg_.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) * 65537u +
                                uint64_t(ddp_ ? m * dp + dp_rank : m));
-      const MicroBatch mb{batch.tokens,       batch.targets,   batch.host_tokens,
-                          batch.host_targets, batch.packing(), first_sample};
+      const MicroBatch mb{batch.tokens,         batch.targets,        batch.host_tokens,
+                          batch.host_targets,   batch.packing(),      first_sample,
+                          batch.whole_tokens(), batch.whole_targets()};
       const bool reduce = m == local_accum - 1;
       if (ddp_ && custom_objective_) before_staged(&*acts, mb, true);
       // Data parallel: DistributedDataParallel runs the stages (its weight

@@ -18,8 +18,8 @@
 # parallelism (each row's sums over the cp ranks' chunks): CP2 with p2p, a2a
 # and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO, SimPO and a reward model
 # (CP2, CP2xDP2 ZeRO-1 a2a, CP2xTP2), an attribute model under CP2 and TP2
-# SP, within 1e-5. CP with a pipeline, and a
-# copy reference under CP, are refused, naming the keys. (Expert
+# SP, a copy reference under CP2 and CP2xDP2 FSDP, within 1e-5. CP with a
+# pipeline is refused, naming the keys. (Expert
 # parallelism: moe_align_ranks.sh.)
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
@@ -154,8 +154,12 @@ for run in sys.argv[2:]:
 PY
   fail "a layout's first-step rewards are not 0: its reference is not its own forward"
 
-refused cp_copy "align.reference: copy runs a second, whole model over each micro-batch" \
-  "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy
+# A frozen-copy reference under context parallelism: the copy forwards the
+# whole rows on every cp rank.
+run cp2_copy "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy
+run cp2dp2_copy "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 align.reference=copy \
+  parallel.shard=full
+compare one_copy cp2_copy cp2dp2_copy || fail "a copy reference under CP2 differs from one process"
 # A reward model under context parallelism: the rank whose chunks hold a
 # row's last token scores it, the cp ranks sum the scores. (AdamW's eps is
 # 1e-6 here: a reward model's gradient comes from one position a row, and
