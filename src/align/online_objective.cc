@@ -145,7 +145,7 @@ void OnlineObjective::check_round_values(const RolloutRound& round,
                                          const std::vector<std::string>& files) const {
   // What head_micro_batch reads of each sample this rank trains.
   const bool need_old = needs_old_logps(), ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
-  const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+  const bool with_ref = steps_read_ref_logps();
   for (int64_t k : own_samples()) {
     const Rollout& x = round.samples[size_t(k)];
     if (x.completion() == 0 || (rl_.mask_truncated && x.truncated)) continue;
@@ -591,6 +591,11 @@ ObjectiveMetrics OnlineObjective::ppo_advantages(RolloutRound& r, const std::vec
   return m;
 }
 
+bool OnlineObjective::steps_read_ref_logps() const {
+  // GRPO's per-token KL term (RLOO's and PPO's KL is in the round's rewards).
+  return rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+}
+
 bool OnlineObjective::needs_old_logps() const {
   // Several updates a round: later ones are off-policy. RLOO's KL penalty
   // reads the sampling policy's log-probabilities; PPO's values come from
@@ -623,7 +628,7 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   std::vector<float> nll(size_t(B * T));
   model.head_token_nll(a, batch.targets, nll);
   const bool need_old = needs_old_logps();
-  const bool with_ref = rl_.loss.kl_coef > 0 && rl_.loss.algorithm == RlAlgorithm::Grpo;
+  const bool with_ref = steps_read_ref_logps();
   const bool ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
   auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
   std::vector<float> values(ppo ? size_t(B * T) : 0), value_grad(values.size(), 0.f);

@@ -7,7 +7,7 @@
 //      outlives the weights it was computed with), each data-parallel rank
 //      the completions k with k % dp = rank, seeded per (prompt position,
 //      generation), so any layout draws the same ones. Where the model is in
-//      pieces (tensor or pipeline parallel, FSDP) or forwards chunks of rows
+//      pieces (tensor, pipeline or expert parallel, FSDP) or forwards chunks of rows
 //      (context parallel) the live weights are gathered into a whole model
 //      on every rank for the round (as veRL hands FSDP's weights to its
 //      generator), every rank generating the k with k % world = rank; freed
@@ -102,8 +102,10 @@ class OnlineObjective : public TrainObjective {
   ObjectiveMetrics finish_round(Transformer& model, RolloutRound& r);
   // This rank's round indices (the samples its replica trains), ascending.
   std::vector<int64_t> own_samples() const;
-  // Whether the steps read the round's policy's log-probabilities.
+  // Whether the steps read the round's policy's log-probabilities, and the
+  // reference's.
   bool needs_old_logps() const;
+  bool steps_read_ref_logps() const;
   // A round read back on resume: fails, naming `files`, where a sample this
   // rank trains lacks the per-token values its steps read.
   void check_round_values(const RolloutRound& round, const std::vector<std::string>& files) const;

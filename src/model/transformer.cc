@@ -358,7 +358,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
   if (!backward) return;
   tp_.enter_backward(a.dln, a.full_y);
   if (value_grad) {  // d lnf += dv w; the value head's own gradients accumulate
-    // Over every row (gathered again under sequence parallelism: every rank
+    // Over every row (x: gathered under sequence parallelism; every rank
     // computes them alike, so the value head's gradient is whole and the
     // same on every rank), of which this rank adds its own rows'.
     const int64_t N = a.B * T, mine = tp_.local_rows(N);
@@ -367,7 +367,7 @@ void Transformer::head_rows(Activations& a, const Tensor& targets, const float* 
     Tensor dy = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
     ops::convert(dy, dv);
     Tensor dx_v = Tensor::empty({N, cfg_.d_model}, a.dln.dtype(), device_);
-    value_.backward(dx_v, dy, nn::rows(tp_.enter(a.lnf, a.full_x)));
+    value_.backward(dx_v, dy, x);
     ops::accumulate(nn::rows(a.dln), tp_.sp() ? dx_v.narrow0(tp_.rank() * mine, mine) : dx_v);
   }
   ops::fill(a.dres, 0.f);

@@ -70,8 +70,8 @@ struct ObjectiveRanks {
   // whole, every rank where it is in pieces.
   int64_t generators = 1, generator = 0;
   std::function<void(std::span<double>)> sum_over_generators = [](std::span<double>) {};
-  // Where the model is in pieces (tensor or pipeline parallel, FSDP) or
-  // forwards chunks of rows (context parallel): the policy's live weights
+  // Where the model is in pieces (tensor, pipeline or expert parallel,
+  // FSDP) or forwards chunks of rows (context parallel): the policy's live weights
   // gathered into a whole model, held as the policy is (a frozen bf16 base
   // as bf16), on every rank, for generation and the round's
   // log-probabilities (collective; null where each rank's model is whole).

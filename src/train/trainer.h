@@ -167,9 +167,8 @@ class Trainer {
   std::unique_ptr<Transformer> gather_whole_model(bool with_base, bool everywhere = false);
   // An online objective's policy where the model is in pieces or context
   // parallel (ObjectiveRanks::whole_policy): the live weights gathered whole
-  // on every rank, with the
-  // model's logit temperature; into `previous` only the trainable
-  // parameters, where the model has frozen ones. Collective.
+  // on every rank, with the model's logit temperature; into `previous` only
+  // the trainable parameters, where the model has frozen ones. Collective.
   std::unique_ptr<Transformer> whole_policy(std::unique_ptr<Transformer> previous);
   // This rank's model piece whole across its data-parallel replicas: the
   // f32 master weights, or an optimizer moment (opt_->m() or v()) laid out

@@ -165,7 +165,7 @@ compare one_copy cp2_copy cp2dp2_copy || fail "a copy reference under CP2 differ
 # 1e-6 here: a reward model's gradient comes from one position a row, and
 # elements where it nearly cancels take eps 1e-8's updates of up to lr from
 # rounding-level remainders; after one step CP2 and TP2 alike were 6-7e-6
-# apart from one process at eps 1e-8, 0.3-1.7e-6 at 1e-6.)
+# apart from one process at eps 1e-8, 0.9-1.7e-6 at 1e-6.)
 RM_CP=("${ARGS[@]}" align.method=rm train.eps=1e-6)
 run one_rm_eps "$NK" align "${RM_CP[@]}"
 run cp2_rm "${MPI[@]}" 2 "$NK" align "${RM_CP[@]}" parallel.cp=2

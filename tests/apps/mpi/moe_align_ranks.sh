@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `nekton align` on a Mixture-of-Experts model (mixtral-tiny: four experts,
-# top-2, the balancing and z-losses on) under expert parallelism equals one
+# top-2; the balancing and z-losses logged, not in an alignment objective's
+# gradient) under expert parallelism equals one
 # process (f32, every step's loss and figures and the exported weights
 # within 1e-5). DPO with the precomputed reference (every rank computes
 # every sequence, so the ep group's all-to-alls pair up) under EP2, EP2 x
