@@ -64,6 +64,11 @@ void AlignConfig::bind(ConfigBinder& b) {
          "prompt/completion/label");
   b.bind("align.valid_path", valid_path, "validation preference JSONL, same form (optional)");
   b.bind("align.shuffle", shuffle, "shuffle the examples every epoch (by train.seed)");
+  b.bind("align.moe_losses", moe_losses,
+         "a Mixture of Experts model: add its load-balancing and router z-losses "
+         "(model.moe_aux_loss_coeff, model.moe_z_loss_coeff) to the objective, as pretraining "
+         "does (TRL: output_router_logits with router_aux_loss_coef); false: they are logged "
+         "and the routers learn from the objective alone");
   b.bind("align.max_prompt_length", data.max_prompt_length,
          "an example longer than train.seq_len keeps the last N tokens of its prompt (TRL "
          "max_prompt_length with truncation_mode=keep_end), then its completions are cut to "

@@ -37,6 +37,10 @@ struct AlignConfig {
   std::string response_key = "response";  // align.response_key (AlignSamplingConfig binds it)
   std::string data_path, valid_path;
   bool shuffle = true;
+  // A Mixture of Experts model's balancing and z-losses in the objective
+  // (TRL: output_router_logits with router_aux_loss_coef); off, the routers
+  // learn from the objective alone.
+  bool moe_losses = false;
   PreferenceDataOptions data;
 
   void bind(ConfigBinder& b);

@@ -65,11 +65,11 @@ double AttributeObjective::head_micro_batch(Transformer& model, Activations& a,
           ds_[size_t(b * n + j)] =
               float(2 * (double(s[size_t(b * n + j)]) - double(want)) / count * grad_scale);
       }
-    model.score_backward(a, last, ds_);
+    model.score_backward(a, last, ds_, moe_grad_scale(grad_scale));
   }
   // Context parallel: every cp rank has the whole loss; the Trainer sums
   // the ranks'.
-  return count > 0 ? sum / count / double(ranks_.cp) : 0.0;
+  return (count > 0 ? sum / count / double(ranks_.cp) : 0.0) + (train ? moe_loss(model, a) : 0.0);
 }
 
 double AttributeObjective::train_micro_batch(Transformer& model, Activations& a,

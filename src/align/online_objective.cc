@@ -709,8 +709,8 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
       sums_.nll += -logp;
     }
   }
-  model.head_token_backward(a, batch.targets, scale, value_grad);
-  return loss * accum;
+  model.head_token_backward(a, batch.targets, scale, value_grad, moe_grad_scale(grad_scale));
+  return loss * accum + moe_loss(model, a);
 }
 
 ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {

@@ -198,7 +198,7 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
     // d loss / d (row NLL) = -d loss / d logp, times the loop's scale.
     std::vector<float> scale(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) scale[size_t(b)] = float(-r.dlogp[size_t(b)] * grad_scale);
-    model.head_row_backward(a, batch.targets, scale);
+    model.head_row_backward(a, batch.targets, scale, moe_grad_scale(grad_scale));
   }
   Sums& s = train ? train_sums_ : eval_sums_;
   const PreferenceFigures& f = r.figures;
@@ -215,7 +215,7 @@ double PreferenceObjective::head(Transformer& model, Activations& a, const Micro
   s.pairs += B / 2;
   // Context parallel: every cp rank has the whole loss; the Trainer sums
   // the ranks' (the language model's are their tokens' shares).
-  return r.loss / double(ranks_.cp);
+  return r.loss / double(ranks_.cp) + (train ? moe_loss(model, a) : 0.0);
 }
 
 double PreferenceObjective::train_micro_batch(Transformer& model, Activations& a,

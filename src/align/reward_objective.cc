@@ -53,7 +53,7 @@ double RewardObjective::head_micro_batch(Transformer& model, Activations& a,
   if (train) {
     std::vector<float> dscores(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) dscores[size_t(b)] = float(r.dreward[size_t(b)] * grad_scale);
-    model.score_backward(a, last, dscores);
+    model.score_backward(a, last, dscores, moe_grad_scale(grad_scale));
   }
   Sums& s = train ? train_sums_ : eval_sums_;
   s.chosen += r.chosen_sum;
@@ -62,7 +62,7 @@ double RewardObjective::head_micro_batch(Transformer& model, Activations& a,
   s.pairs += r.pairs;
   // Context parallel: every cp rank has the whole loss; the Trainer sums
   // the ranks'.
-  return r.loss / double(ranks_.cp);
+  return r.loss / double(ranks_.cp) + (train ? moe_loss(model, a) : 0.0);
 }
 
 double RewardObjective::train_micro_batch(Transformer& model, Activations& a,

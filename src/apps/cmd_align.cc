@@ -105,15 +105,18 @@ int cmd_align(const CommandArgs& a) {
   ac.response_key = c.get_string("align.response_key");
   ac.attributes = split_commas(c.get_string("align.steerlm_attributes"));
   if (a.print_config) return print_config(c, cfg);
+  if (ac.moe_losses && !cfg.model.is_moe())
+    fail("align.moe_losses: the model ({}) has no experts", cfg.model.arch);
+  if (ac.moe_losses && (ac.method == "rs" || ac.method == "steerlm"))
+    fail(
+        "align.moe_losses: align.method={} fine-tunes on its samples, whose loss holds the MoE "
+        "losses already; the key is for the objectives of their own (dpo, kto, orpo, simpo, "
+        "ipo, hinge, rm, grpo, rloo, ppo)",
+        ac.method);
   if (ac.method == "rs") return align_rejection_sampling(a, schema, c, cfg, ac);
   if (ac.method == "steerlm") return align_steerlm(a, schema, c, cfg, ac);
   ac.check(cfg.peft.adapters());
   const dist::MeshSpec& m = cfg.parallel.mesh;
-  if (m.cp > 1 && m.pp > 1)
-    fail(
-        "parallel.cp = {} with parallel.pp = {}: nekton align runs context parallel without a "
-        "pipeline for now",
-        m.cp, m.pp);
   if (m.tp * m.pp * m.cp * std::max(m.dp, 1) > 1 && a.nproc == 0 && !dist::launched_by_mpi())
     fail(
         "parallel.tp = {}, parallel.pp = {}, parallel.cp = {}, parallel.dp = {}: more than one "
@@ -224,8 +227,9 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
         NK_WARN("{} (longer than train.seq_len = {}: their beginning cut)", d->summary(),
                 cfg.seq_len);
     cfg.extra_data_signature = ac.signature();
-    Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{},
-                    std::make_shared<AttributeObjective>(cfg, train, valid, pad, ac.shuffle));
+    auto objective = std::make_shared<AttributeObjective>(cfg, train, valid, pad, ac.shuffle);
+    objective->set_moe_losses(ac.moe_losses);
+    Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
     trainer.run();
     return 0;
   }
@@ -242,6 +246,7 @@ int align_run(TrainConfig cfg, AlignConfig ac, dist::MpiRuntime* mpi) {
     objective = std::make_shared<RewardObjective>(cfg, ac, train, valid, pad);
   else
     objective = std::make_shared<PreferenceObjective>(cfg, ac, train, valid, pad);
+  objective->set_moe_losses(ac.moe_losses);
   Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
   trainer.run();
   return 0;

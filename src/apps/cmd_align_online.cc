@@ -72,6 +72,7 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
       fmt::format("{} weights {}", rc.funcs, rc.weights);
   auto objective = std::make_shared<OnlineObjective>(cfg, rl, prompts, tok, end_ids, scorer,
                                                      ac.reference_source);
+  objective->set_moe_losses(ac.moe_losses);
   Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
   trainer.run();
   return 0;

@@ -93,7 +93,8 @@ Mesh::Mesh(int world_size, int rank, const MeshSpec& spec) : world_(world_size),
         "(parallel.etp={}, parallel.ep={}); put pp last",
         spec_.order, spec_.etp, spec.ep);
 
-  for (auto* t : {"tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-dp", "tp-dp-cp", "tp-pp"})
+  for (auto* t :
+       {"tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-dp", "tp-dp-cp", "tp-pp", "tp-cp-pp"})
     add(t, dense_.groups(t));
   std::vector<std::vector<int>> embedding, position;
   for (auto& g : dense_.groups("pp")) {

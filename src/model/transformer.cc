@@ -318,13 +318,14 @@ float Transformer::head_loss(Activations& a, const Tensor& targets, bool backwar
 
 void Transformer::head_rows(Activations& a, const Tensor& targets, const float* scale,
                             double* row_nll, const float* token_scale, float* token_nll,
-                            const float* value_grad) {
+                            const float* value_grad, float moe_grad_scale) {
   check_shape(targets, {a.B, a.T}, "targets");
   NK_CHECK(stage_.head, "head_rows: this pipeline stage holds no head");
   need_lm_head("sequence log-probabilities");
   const bool backward = scale != nullptr || token_scale != nullptr;
   NK_CHECK(!backward || a.dres.defined(), "head_row_backward needs training activations");
-  a.moe_grad_scale = 0.f;  // a sequence objective does not add the MoE losses
+  // A sequence objective adds the MoE losses only when it asks to.
+  a.moe_grad_scale = backward ? moe_grad_scale : 0.f;
   // Under sequence parallelism the head reads every row (tp_.enter gathers
   // them, as head_loss's does): whole rows' sums on every rank.
   final_norm_forward(a);
@@ -382,10 +383,10 @@ void Transformer::head_row_nll(Activations& a, const Tensor& targets, std::span<
 }
 
 void Transformer::head_row_backward(Activations& a, const Tensor& targets,
-                                    std::span<const float> row_scale) {
+                                    std::span<const float> row_scale, float moe_grad_scale) {
   NK_CHECK(int64_t(row_scale.size()) == a.B, "head_row_backward: {} scales for {} rows",
            row_scale.size(), a.B);
-  head_rows(a, targets, row_scale.data(), nullptr);
+  head_rows(a, targets, row_scale.data(), nullptr, nullptr, nullptr, nullptr, moe_grad_scale);
 }
 
 void Transformer::head_token_nll(Activations& a, const Tensor& targets,
@@ -397,14 +398,14 @@ void Transformer::head_token_nll(Activations& a, const Tensor& targets,
 
 void Transformer::head_token_backward(Activations& a, const Tensor& targets,
                                       std::span<const float> token_scale,
-                                      std::span<const float> value_grad) {
+                                      std::span<const float> value_grad, float moe_grad_scale) {
   NK_CHECK(int64_t(token_scale.size()) == a.B * a.T,
            "head_token_backward: {} scales for {} positions", token_scale.size(), a.B * a.T);
   NK_CHECK(value_grad.empty() || (cfg_.value_head && int64_t(value_grad.size()) == a.B * a.T),
            "head_token_backward: {} value gradients for {} positions (value head: {})",
            value_grad.size(), a.B * a.T, cfg_.value_head);
   head_rows(a, targets, nullptr, nullptr, token_scale.data(), nullptr,
-            value_grad.empty() ? nullptr : value_grad.data());
+            value_grad.empty() ? nullptr : value_grad.data(), moe_grad_scale);
 }
 
 void Transformer::value_forward(Activations& a, std::span<float> values) {
@@ -471,7 +472,7 @@ void Transformer::score_forward(Activations& a, std::span<const int64_t> last,
 }
 
 void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
-                                 std::span<const float> dscores) {
+                                 std::span<const float> dscores, float moe_grad_scale) {
   NK_CHECK(cfg_.classifier() && a.dres.defined(),
            "score_backward: a score head and training activations");
   const int64_t n = cfg_.num_labels;
@@ -498,6 +499,7 @@ void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
   ops::fill(a.dres, 0.f);
   norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
   flush_grads(head_unit());
+  a.moe_grad_scale = moe_grad_scale;
 }
 
 void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,

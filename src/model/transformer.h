@@ -352,7 +352,12 @@ class Transformer {
   // the last forward: recomputes the head's logits row by row (the blocks
   // are not run again), writes d residual(n_layer) into a.residual_grad()
   // and accumulates the head's and final norm's gradients. row_scale [B].
-  void head_row_backward(Activations& a, const Tensor& targets, std::span<const float> row_scale);
+  // moe_grad_scale: a Mixture of Experts model's balancing and z-losses
+  // (moe_losses(a).total) join the objective with this weight, as
+  // head_loss's grad_scale adds them to the cross-entropy; 0 (the default):
+  // the routers learn from the objective alone.
+  void head_row_backward(Activations& a, const Tensor& targets, std::span<const float> row_scale,
+                         float moe_grad_scale = 0.f);
   // Per-token objectives (online RL: GRPO's clipped ratios) need each
   // position's log-probability and a gradient weight per position.
   // token_nll [B * T]: -log p(target) at each position (0 where ignored).
@@ -363,7 +368,7 @@ class Transformer {
   // of sum_i value_grad[i] * values[i] over value_forward's values.
   void head_token_backward(Activations& a, const Tensor& targets,
                            std::span<const float> token_scale,
-                           std::span<const float> value_grad = {});
+                           std::span<const float> value_grad = {}, float moe_grad_scale = 0.f);
   // The value head (config().value_head) at every position: values [B * T]
   // = value_head . lnf + bias over the final norm's output, as the last
   // head_token_nll left it (call that first, on the same activations).
@@ -388,9 +393,9 @@ class Transformer {
   // The backward of sum_b,j dscores[b * num_labels + j] * scores[b, j] over
   // the last score_forward: writes d residual(n_layer) into
   // a.residual_grad() and accumulates the score head's and final norm's
-  // gradients.
-  void score_backward(Activations& a, std::span<const int64_t> last,
-                      std::span<const float> dscores);
+  // gradients. moe_grad_scale: as head_row_backward's.
+  void score_backward(Activations& a, std::span<const int64_t> last, std::span<const float> dscores,
+                      float moe_grad_scale = 0.f);
   // d residual(last) -> d residual(first), in a.residual_grad(); accumulates
   // the blocks' parameter gradients. Needs training activations.
   void blocks_backward(Activations& a, int64_t first, int64_t last,
@@ -463,10 +468,10 @@ class Transformer {
   // head_row_nll (scale null) and head_row_backward (scale [B]): row_nll
   // (when given) receives the per-row sums. The per-token forms: token_scale
   // [B * T] (a backward, scale null) and token_nll [B * T] receive and give
-  // per-position values.
+  // per-position values. moe_grad_scale: a backward's weight of the MoE losses.
   void head_rows(Activations& a, const Tensor& targets, const float* scale, double* row_nll,
                  const float* token_scale = nullptr, float* token_nll = nullptr,
-                 const float* value_grad = nullptr);
+                 const float* value_grad = nullptr, float moe_grad_scale = 0.f);
   // Each of score_forward's rows: row b's position last[b] in x (the final
   // norm's output, every row: [B·T, C]) and its logits buffer, [1, C] and
   // [1, num_labels].
@@ -641,7 +646,8 @@ class Activations {
   // MoE: per layer, the routed pairs per expert [E] and ops::moe_route's
   // stats [E + 1] of the last forward (kept apart from the buffers
   // recomputing layers share), and the grad_scale of the last training
-  // head_loss, which scales the MoE losses' gradients (0: none).
+  // head_loss (or a sequence objective's moe_grad_scale), which scales the
+  // MoE losses' gradients (0: none).
   std::vector<std::vector<int64_t>> moe_counts;
   std::vector<std::vector<float>> moe_stats;
   std::vector<int64_t> moe_dropped;  // [n_layer] pairs dropped (capacity factor)

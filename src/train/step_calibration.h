@@ -37,8 +37,9 @@
 // with compute estimate_training's (a rank's T / cp tokens, its ring
 // blocks' tiles, the pipeline paced by its slowest stage) and the bytes on
 // the wire (reductions in f32, gathers and sends in the compute dtype),
-// with oversub = max(1, sharing), or without it max(1, ranks per host x
-// threads per rank / cores), under pipelining taken slot by slot of the
+// with oversub = max(1, sharing) (ranks of one thread: at least ranks per
+// host / cores), or without it max(1, ranks per host x threads per rank /
+// cores), under pipelining taken slot by slot of the
 // schedule for the stages that compute in it (pipeline_oversubscription:
 // idle stages leave their cores, and their session's share of a loaded
 // host, to the busy ones).

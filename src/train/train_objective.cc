@@ -31,6 +31,11 @@ double TrainObjective::whole_micro_batch(Transformer& model, Activations& a,
   return loss;
 }
 
+double TrainObjective::moe_loss(const Transformer& model, const Activations& a) const {
+  if (!moe_losses_ || !model.config().is_moe()) return 0;
+  return model.moe_losses(a).total(model.config()) / double(ranks_.cp);
+}
+
 void TrainObjective::score_rows(Transformer& model, Activations& a, const MicroBatch& batch,
                                 std::vector<int64_t>& last, std::span<float> scores) const {
   if (ranks_.cp > 1) {

@@ -151,8 +151,22 @@ class TrainObjective {
   // rows) and returns its loss's 1 / cp share: false, refused under context
   // parallelism.
   virtual bool splits_rows() const { return false; }
+  // align.moe_losses: a Mixture of Experts model's balancing and z-losses
+  // (model.moe_aux_loss_coeff, model.moe_z_loss_coeff) join an objective of
+  // its own as they join the language model's cross-entropy; off (the
+  // default) the routers learn from the objective alone.
+  void set_moe_losses(bool on) { moe_losses_ = on; }
 
  protected:
+  // The weight of the MoE losses' gradient for a micro-batch the loop
+  // weights by grad_scale (Transformer::head_row_backward's
+  // moe_grad_scale): grad_scale with align.moe_losses, else 0.
+  float moe_grad_scale(float grad_scale) const { return moe_losses_ ? grad_scale : 0.f; }
+  // Their share of a training micro-batch's loss, after its forward (0
+  // without align.moe_losses or experts): under context parallelism each
+  // rank's losses are the whole rows', so each cp rank adds 1 / cp of them,
+  // as Transformer::head_loss does.
+  double moe_loss(const Transformer& model, const Activations& a) const;
   // take_metrics' sums of this rank's micro-batches: the training ones over
   // the data-parallel replicas (validation's are every replica's alike),
   // then, under pipeline parallelism, the last stage's to every stage.
@@ -176,6 +190,9 @@ class TrainObjective {
   void score_rows(Transformer& model, Activations& a, const MicroBatch& batch,
                   std::vector<int64_t>& last, std::span<float> scores) const;
   ObjectiveRanks ranks_;
+
+ private:
+  bool moe_losses_ = false;
 };
 
 // Language modelling: the mean cross-entropy over the non-ignored targets.

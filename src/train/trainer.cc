@@ -581,7 +581,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
         if (on_batch_) on_batch_(step + 1, b.host_tokens, b.host_targets);
         b.upload();
         pipe_batches_.push_back(MicroBatch{b.tokens, b.targets, b.host_tokens, b.host_targets,
-                                           b.packing(), first_sample});
+                                           b.packing(), first_sample, b.whole_tokens(),
+                                           b.whole_targets()});
       }
       double gather_s = 0;  // ZeRO-1: the schedule reads every weight
       if (ddp_) {

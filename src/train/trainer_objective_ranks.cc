@@ -21,18 +21,17 @@ void Trainer::check_objective_layout() const {
   // parallelism the head gathers every row first), under pipeline
   // parallelism as the last stage's head (its rows whole there), and under
   // context parallelism where it sums each row's parts over the cp ranks
-  // (splits_rows). Under expert parallelism every rank forwards the same
-  // number of micro-batches (a step's, the reference's: every rank computes
-  // every sequence), so the ep group's all-to-alls pair up.
+  // (splits_rows; with a pipeline, among the last stage's cp ranks). Under
+  // expert parallelism every rank forwards the same number of micro-batches
+  // (a step's, the reference's: every rank computes every sequence), so the
+  // ep group's all-to-alls pair up.
   if (custom_objective_ && par_.active() && !objective_->staged())
     fail("parallel.*: this objective trains on one process for now ({} processes asked for)",
          par_.world());
-  if (custom_objective_ && par_.active() && par_.cp() > 1 &&
-      (par_.pp() > 1 || !objective_->splits_rows()))
+  if (custom_objective_ && par_.active() && par_.cp() > 1 && !objective_->splits_rows())
     fail(
         "parallel.cp: this objective trains under data, tensor (and sequence), expert and "
-        "pipeline parallelism{} for now (parallel.* lays {} processes out as {})",
-        objective_->splits_rows() ? ", and context parallelism without a pipeline," : "",
+        "pipeline parallelism for now (parallel.* lays {} processes out as {})",
         par_.world(), par_.mesh->describe());
 }
 
@@ -75,8 +74,7 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
     ranks.whole_policy = [this](std::unique_ptr<Transformer> previous) {
       return whole_policy(std::move(previous));
     };
-    // (Context parallelism does not combine with a pipeline here.)
-    dist::Communicator& peers = par_.groups->get(par_.cp() > 1 ? "tp-cp" : "tp-pp");
+    dist::Communicator& peers = par_.groups->get(par_.cp() > 1 ? "tp-cp-pp" : "tp-pp");
     ranks.replica_peers = peers.size();
     ranks.replica_peer = peers.rank();
     if (peers.size() > 1) ranks.sum_over_replica_peers = sum_over(peers);
@@ -88,25 +86,16 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   ranks.replica_writes =
       par_.mesh->rank_in("tp") == 0 && par_.mesh->rank_in("pp") == 0 && par_.cp_rank() == 0;
   // The other stages hold zeros: a sum over the pipeline is the last one's.
-  if (pipe_) {
-    ranks.from_last_stage = sum_over(par_.groups->get("pp"));
-    ranks.row_nll = [this, last = ranks.from_last_stage](
-                        const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
-      std::fill(nll.begin(), nll.end(), 0.0);
-      if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the schedule reads every weight
-      pipe_->forward_head(tokens, targets, [&](Activations& a, int64_t, bool, float) {
-        model_->head_row_nll(a, targets, nll);
-        return 0.0;
-      });
-      last(nll);
-    };
-  } else if (!ranks.whole_model) {
+  if (pipe_) ranks.from_last_stage = sum_over(par_.groups->get("pp"));
+  if (!ranks.whole_model) {
+    // A pipeline: the stages in turn, the last one's sums to every stage.
     // FSDP: the staged forward gathers each layer. Context parallel: this
     // rank's chunks of the rows at their global positions, the rows' sums
     // over the cp ranks.
     const int64_t cp = par_.cp(), cp_rank = par_.cp_rank();
-    ranks.row_nll = [this, &acts, cp, cp_rank, rows = ranks.sum_over_sequence](
-                        const Tensor& tokens, const Tensor& targets, std::span<double> nll) {
+    ranks.row_nll = [this, &acts, cp, cp_rank, rows = ranks.sum_over_sequence,
+                     last = ranks.from_last_stage](const Tensor& tokens, const Tensor& targets,
+                                                   std::span<double> nll) {
       Tensor x = tokens, y = targets;
       PackedBatchInfo chunks;
       if (cp > 1) {
@@ -118,14 +107,28 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
         chunks.position_ids = Tensor::empty({B, T}, DType::I32);
         parallel::cp_local_positions(chunks.position_ids, cp_rank, cp);
       }
-      ddp_->forward_head(
-          *acts, x,
-          [&] {
-            model_->head_row_nll(*acts, y, nll);
-            return 0.0;
-          },
-          cp > 1 ? &chunks : nullptr);
+      std::fill(nll.begin(), nll.end(), 0.0);
+      // ZeRO-1 under a pipeline: the schedule reads every weight.
+      if (pipe_ && ddp_) ddp_->finish_param_gathers();
+      const PackedBatchInfo* packed = cp > 1 ? &chunks : nullptr;
+      if (pipe_)
+        pipe_->forward_head(
+            x, y,
+            [&](Activations& a, int64_t, bool, float) {
+              model_->head_row_nll(a, y, nll);
+              return 0.0;
+            },
+            packed);
+      else
+        ddp_->forward_head(
+            *acts, x,
+            [&] {
+              model_->head_row_nll(*acts, y, nll);
+              return 0.0;
+            },
+            packed);
       rows(nll);
+      last(nll);
     };
   }
   return ranks;

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "align/marker_pairs.h"
@@ -134,6 +136,64 @@ TEST(AlignCli, BadDataStopsBeforeWritingAnything) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// The first line of a metrics.jsonl.
+nlohmann::json first_metrics(const std::string& path) {
+  std::istringstream in(test::read_file(path));
+  std::string line;
+  std::getline(in, line);
+  return nlohmann::json::parse(line);
+}
+
+// align.moe_losses on a Mixture of Experts model: the first step's loss is
+// DPO's plus the balancing and z-losses with their coefficients (the
+// logged moe_aux and moe_z of the same weights), and the second step's
+// differs from a run without (their gradient moved the weights). On a dense
+// model, or with rs (which fine-tunes: the losses are in already), refused
+// naming the key, nothing written.
+TEST(AlignCli, MoeLossesJoinTheObjectiveWhenAsked) {
+  TempDir dir("nk_align_moe_losses");
+  test::write_marker_pairs(dir / "train.jsonl", 16, 1);
+  test::write_marker_pairs(dir / "valid.jsonl", 4, 2);
+  auto args = [&](const std::string& out, const std::string& extra) {
+    std::string a = align_args(dir, out, 2);
+    const std::string dense = "model.preset=llama-tiny";
+    return a.replace(
+               a.find(dense), dense.size(),
+               "model.preset=mixtral-tiny model.num_experts=4 model.moe_d_ff=32 "
+               "model.moe_aux_loss_coeff=0.02 model.moe_z_loss_coeff=0.001 train.log_every=1") +
+           " " + extra;
+  };
+  const std::string on = dir / "on", off = dir / "off";
+  const test::RunResult a = test::run_nekton(args(on, "align.moe_losses=true"));
+  ASSERT_EQ(a.code, 0) << a.out;
+  const test::RunResult b = test::run_nekton(args(off, ""));
+  ASSERT_EQ(b.code, 0) << b.out;
+  const nlohmann::json m1 = first_metrics(on + "/metrics.jsonl"),
+                       m0 = first_metrics(off + "/metrics.jsonl");
+  const double aux = m1.at("moe_aux").get<double>(), z = m1.at("moe_z").get<double>();
+  EXPECT_GT(aux, 0.5);  // E sum_e f_e P_e: 1 when even
+  EXPECT_GT(z, 0.0);
+  EXPECT_DOUBLE_EQ(aux, m0.at("moe_aux").get<double>());
+  EXPECT_NEAR(m1.at("loss").get<double>(), m0.at("loss").get<double>() + 0.02 * aux + 0.001 * z,
+              1e-6);
+  const std::vector<double> l1 = test::logged_losses(on + "/metrics.jsonl"),
+                            l0 = test::logged_losses(off + "/metrics.jsonl");
+  ASSERT_EQ(l1.size(), 2u);
+  ASSERT_EQ(l0.size(), 2u);
+  EXPECT_NE(l1[1] - l0[1], l1[0] - l0[0]) << "the MoE losses' gradient moved nothing";
+
+  const std::string refused = dir / "refused";
+  std::string dense = align_args(dir, refused, 1) + " align.moe_losses=true";
+  const test::RunResult d = test::run_nekton(dense);
+  EXPECT_NE(d.code, 0);
+  EXPECT_TRUE(contains(d.out, "align.moe_losses: the model (llama) has no experts")) << d.out;
+  const test::RunResult rs =
+      test::run_nekton(args(refused, "align.moe_losses=true align.method=rs"));
+  EXPECT_NE(rs.code, 0);
+  EXPECT_TRUE(contains(rs.out, "align.moe_losses: align.method=rs fine-tunes")) << rs.out;
+  EXPECT_FALSE(fs::exists(refused));
+}
+
 TEST(AlignCli, HelpListsTheAlignKeys) {
   const test::RunResult r = test::run_nekton("align --help");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -143,7 +203,7 @@ TEST(AlignCli, HelpListsTheAlignKeys) {
         "train.init_from", "align.reward_funcs", "align.reward_weights",
         "align.reward_accuracy.extract", "align.reward_format.pattern",
         "align.reward_length.cache_tokens", "align.reward_command", "align.reward_url",
-        "align.reward_timeout_s"})
+        "align.reward_timeout_s", "align.moe_losses"})
     EXPECT_TRUE(contains(r.out, key)) << key;
 }
 

@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -203,6 +205,123 @@ TEST(MoeBalance, SequenceAuxLossGradientMatchesFiniteDifferences) {
   std::cout << "[ seq aux ] " << checked << " router weights checked (" << skipped
             << " skipped: routing changed), worst |grad - fd| " << worst << "\n";
   EXPECT_GT(checked, 3 * skipped);
+}
+
+// align.moe_losses: a sequence objective's backward (rows: DPO's; tokens:
+// online RL's; a score head's: a reward model's) with moe_grad_scale g adds
+// g times the MoE losses' gradient language-model training adds (whose
+// finite differences the test above checks): the objective's gradient with
+// g minus without equals, parameter by parameter, forward_backward's over
+// targets all ignored (no cross-entropy: the MoE losses alone) at
+// grad_scale g on a language model of the same weights; without, none.
+TEST(MoeBalance, SequenceObjectivesAddTheMoeLossesWhenAsked) {
+  for (const char* type : {"global", "seq"}) {
+    ModelConfig c = model_preset("mixtral-tiny");
+    c.num_experts = 4;
+    c.moe_d_ff = 16;
+    c.moe_aux_loss_type = type;
+    c.moe_aux_loss_coeff = 0.5;
+    c.moe_z_loss_coeff = 0.1;
+    c.init_std = 0.3;
+    ModelConfig rm = c;  // a reward model: a score head of one label
+    rm.num_labels = 1;
+    const int64_t B = 2, T = 8;
+    const float g = 0.25f;
+    const Tensor tok = ids(B, T, c.vocab_size, 41, 3), tgt = ids(B, T, c.vocab_size, 23, 17);
+    Tensor ignored = Tensor::empty({B, T}, DType::I32);
+    for (int64_t i = 0; i < B * T; ++i)
+      ignored.data<int32_t>()[i] = int32_t(Transformer::kIgnoreIndex);
+    using Grads = std::map<std::string, std::vector<double>>;
+    using Run = std::function<void(Transformer&, Activations&)>;
+    // Each parameter's gradient after f, the weights the language model's
+    // (the score head its own).
+    const Transformer lm(c, DType::F32, 5);
+    auto grads = [&](const ModelConfig& k, const Run& f) {
+      Transformer m(k, DType::F32, 5);
+      for (const ParamInfo& p : m.layout().params())
+        if (lm.layout().has(p.name)) m.set_param(p, lm.param_f32(lm.layout().find(p.name)));
+      Activations a(m, B, T, true);
+      m.zero_grads();
+      f(m, a);
+      Grads out;
+      const float* d = m.grads().data<float>();
+      for (const ParamInfo& p : m.layout().params())
+        if (p.trainable) out[p.name].assign(d + p.offset, d + p.offset + p.numel());
+      return out;
+    };
+    auto staged = [&](const Run& head) -> Run {
+      return [&, head](Transformer& m, Activations& a) {
+        m.embed_forward(a, tok);
+        m.blocks_forward(a, 0, c.n_layer);
+        head(m, a);
+        m.blocks_backward(a, 0, c.n_layer);
+        m.embed_backward(a, tok);
+      };
+    };
+    const std::vector<float> row_scale = {0.7f, -1.3f};
+    std::vector<float> token_scale(static_cast<size_t>(B * T));
+    for (size_t i = 0; i < token_scale.size(); ++i) token_scale[i] = 0.1f * float(int(i % 5) - 2);
+    auto rows = [&](float s) {
+      return staged([&, s](Transformer& m, Activations& a) {
+        std::vector<double> nll(static_cast<size_t>(B));
+        m.head_row_nll(a, tgt, nll);
+        m.head_row_backward(a, tgt, row_scale, s);
+      });
+    };
+    auto tokens = [&](float s) {
+      return staged([&, s](Transformer& m, Activations& a) {
+        std::vector<float> nll(static_cast<size_t>(B * T));
+        m.head_token_nll(a, tgt, nll);
+        m.head_token_backward(a, tgt, token_scale, {}, s);
+      });
+    };
+    auto score = [&](float s) {
+      return staged([&, s](Transformer& m, Activations& a) {
+        const std::vector<int64_t> last = {T - 1, T / 2};
+        std::vector<float> scores(static_cast<size_t>(B));
+        m.score_forward(a, last, scores);
+        m.score_backward(a, last, std::vector<float>{0.9f, -0.4f}, s);
+      });
+    };
+    const Grads moe =
+        grads(c, [&](Transformer& m, Activations& a) { m.forward_backward(a, tok, ignored, g); });
+    double size = 0;
+    for (const auto& [name, v] : moe)
+      for (double x : v) size = std::max(size, std::abs(x));
+    ASSERT_GT(size, 1e-4) << type << ": the MoE losses alone give no gradient";
+    struct Case {
+      const char* name;
+      const ModelConfig& cfg;
+      Run with, without;
+    };
+    for (const Case& k :
+         {Case{"rows", c, rows(g), rows(0.f)}, Case{"tokens", c, tokens(g), tokens(0.f)},
+          Case{"score", rm, score(g), score(0.f)}}) {
+      const Grads on = grads(k.cfg, k.with), off = grads(k.cfg, k.without);
+      double worst = 0, moved = 0, objective = 0;
+      int64_t compared = 0;
+      for (const auto& [name, v] : off)
+        for (double x : v) objective = std::max(objective, std::abs(x));
+      for (const auto& [name, v] : on) {
+        const std::vector<double>& o = off.at(name);
+        const auto it = moe.find(name);
+        for (size_t i = 0; i < v.size(); ++i) {
+          moved = std::max(moved, std::abs(v[i] - o[i]));
+          // The score head and the LM head are the models' own: the MoE
+          // losses do not reach either.
+          const double want = it == moe.end() ? 0.0 : it->second[i];
+          worst = std::max(worst, std::abs(v[i] - o[i] - want));
+          ++compared;
+        }
+      }
+      // f32: the objective's own gradient (up to ~1 here) rounds differently
+      // beside the added terms.
+      EXPECT_LT(worst, 1e-4 * size + 1e-5 * objective)
+          << type << " " << k.name << ": the objective's gradient up to " << objective;
+      EXPECT_GT(moved, 1e-4) << type << " " << k.name << ": the switch changed nothing";
+      EXPECT_GT(compared, 1000) << k.name;
+    }
+  }
 }
 
 // The last line of a metrics.jsonl.

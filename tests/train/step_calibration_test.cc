@@ -186,7 +186,11 @@ TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
   cal.sharing = 3;  // measured sharing wins over the core count
   EXPECT_NEAR(predict_step(c, estimate_training(c, 1, &r), cal).compute_s, 3 * one.compute_s,
               1e-12);
-  cal.sharing = 0, cal.procs_per_node = 2;
+  cal.sharing = 1.9;  // under the cores' bound (4 one-thread ranks on 2): the bound
+  EXPECT_NEAR(cal.oversubscription(), 2.0, 1e-12);
+  cal.threads = 2;  // ranks of 2 threads may be slower alone than their share: as measured
+  EXPECT_NEAR(cal.oversubscription(), 1.9, 1e-12);
+  cal.sharing = 0, cal.procs_per_node = 2, cal.threads = 1;
 
   TrainConfig cp = load({"parallel.cp=2"});
   const StepPrediction ctx = predict_step(cp, estimate_training(cp, 2, &r), cal);

@@ -18,8 +18,8 @@
 # parallelism (each row's sums over the cp ranks' chunks): CP2 with p2p, a2a
 # and all_gather, CP2xDP2 FSDP, CP2xTP2, KTO, SimPO and a reward model
 # (CP2, CP2xDP2 ZeRO-1 a2a, CP2xTP2), an attribute model under CP2 and TP2
-# SP, a copy reference under CP2 and CP2xDP2 FSDP, within 1e-5. CP with a
-# pipeline is refused, naming the keys. (Expert
+# SP, a copy reference under CP2 and CP2xDP2 FSDP; DPO (precomputed and copy
+# references) and a reward model under CP2xPP2; within 1e-5. (Expert
 # parallelism: moe_align_ranks.sh.)
 #   tests/apps/mpi/align_ranks.sh REPO BUILD
 set -euo pipefail
@@ -192,6 +192,13 @@ run cp2_attr "${MPI[@]}" 2 "$NK" align "${ATTR[@]}" parallel.cp=2
 run tp2sp_attr "${MPI[@]}" 2 "$NK" align "${ATTR[@]}" parallel.tp=2 parallel.sp=true
 compare one_attr cp2_attr tp2sp_attr ||
   fail "an attribute model under CP2 or TP2 SP differs from one process"
-refused cp_pp "parallel.cp = 2 with parallel.pp = 2: nekton align runs context parallel without a pipeline" \
-  "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
-pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved), SP and CP2 (with DP2, TP2) equals one process"
+# Context parallelism with a pipeline: the last stage's cp ranks sum each
+# row's parts; the reference is computed by the stages in turn over each cp
+# rank's chunks (precomputed), or by a whole copy on every rank.
+run cp2pp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
+run cp2pp2_copy "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2 \
+  align.reference=copy
+run cp2pp2_rm "${MPI[@]}" 4 "$NK" align "${RM_CP[@]}" parallel.cp=2 parallel.pp=2
+compare one cp2pp2 && compare one_copy cp2pp2_copy && compare one_rm_eps cp2pp2_rm ||
+  fail "DPO (precomputed or copy reference) or a reward model under CP2 x PP2 differs from one process"
+pass "align (DPO, copy reference, KTO, SimPO, reward model) under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, DP2xTP2, PP2 (with DP2, ZeRO-1, FSDP, TP2, interleaved), SP and CP2 (with DP2, TP2, PP2) equals one process"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `nekton align` on a Mixture-of-Experts model (mixtral-tiny: four experts,
-# top-2; the balancing and z-losses logged, not in an alignment objective's
-# gradient) under expert parallelism equals one
+# top-2; the balancing and z-losses logged, in an alignment objective's
+# gradient only with align.moe_losses=true) under expert parallelism equals one
 # process (f32, every step's loss and figures and the exported weights
 # within 1e-5). DPO with the precomputed reference (every rank computes
 # every sequence, so the ep group's all-to-alls pair up) under EP2, EP2 x
@@ -9,10 +9,12 @@
 # reference and KTO under EP2; a reward model under EP2 and EP2 x TP2
 # (exported as HF's MixtralForSequenceClassification); LoRA on every linear
 # layer (the experts included) with the router trained, under EP2 (per
-# tensor). Online RL (the
+# tensor); with align.moe_losses=true, DPO under EP2, EP2 x DP2, EP2 x TP2
+# and EP2 with PP2, a reward model under EP2. Online RL (the
 # policy gathered whole, its experts from the ep ranks, for each round's
 # generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
-# and EP2 with PP2; PPO under EP2; LoRA GRPO (adapters off as the
+# and EP2 with PP2 (with align.moe_losses=true under EP2 and EP2 x TP2);
+# PPO under EP2; LoRA GRPO (adapters off as the
 # reference) under EP2; a GRPO run stopped mid-round under EP2 resumes under
 # EP2 and on one process. A QLoRA policy under EP2 is refused by key.
 #   tests/apps/mpi/moe_align_ranks.sh REPO BUILD
@@ -54,6 +56,33 @@ compare one_rm ep2_rm ep2tp2_rm || fail "a MoE reward model under expert paralle
 "$NK" export hf "$WORK/ep2_rm/model" "$WORK/rm_hf" >"$WORK/rm_hf.log" 2>&1 || fail "export hf of the RM"
 grep -q '"MixtralForSequenceClassification"' "$WORK/rm_hf/config.json" ||
   fail "the MoE reward model's export is not MixtralForSequenceClassification"
+# The balancing and z-losses in the objective: the ranks' MoE losses are
+# their micro-batches' (each its rows' routing, all layers' on a pipeline's
+# last stage), weighted as the language model's. (AdamW's eps 1e-6: at
+# 1e-8 one element of layer 1's value weight, whose gradient is near zero,
+# took updates from rounding-level remainders and ended 1.7e-5 apart under
+# TP2 and EP2 x TP2 alike, the rest within 2.5e-6; at 1e-6 all within 5e-7.)
+ML=(align.moe_losses=true model.moe_aux_loss_coeff=0.02 train.eps=1e-6)
+run one_ml "$NK" align "${ARGS[@]}" "${ML[@]}"
+run ep2_ml "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${ML[@]}" parallel.ep=2
+run ep2dp2_ml "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" "${ML[@]}" parallel.ep=2
+run ep2tp2_ml "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" "${ML[@]}" parallel.ep=2 parallel.tp=2
+run ep2pp2_ml "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" "${ML[@]}" parallel.ep=2 parallel.pp=2
+compare one_ml ep2_ml ep2dp2_ml ep2tp2_ml ep2pp2_ml ||
+  fail "DPO with the MoE losses under expert parallelism differs from one process"
+run one_ml_rm "$NK" align "${ARGS[@]}" "${ML[@]}" align.method=rm
+run ep2_ml_rm "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${ML[@]}" align.method=rm parallel.ep=2
+compare one_ml_rm ep2_ml_rm || fail "a reward model with the MoE losses under EP2 differs"
+/usr/bin/python3 - "$WORK/one/metrics.jsonl" "$WORK/one_ml/metrics.jsonl" <<'PY' ||
+import json, sys
+off, on = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+# Both runs' first step reads the same weights: the losses differ by the
+# balancing (coefficient 0.02) and z-losses (0.001) the step logged.
+want = off[0]["loss"] + 0.02 * on[0]["moe_aux"] + 0.001 * on[0]["moe_z"]
+assert abs(on[0]["loss"] - want) < 1e-6, (on[0]["loss"], want)
+assert on[-1]["loss"] - off[-1]["loss"] != on[0]["loss"] - off[0]["loss"]
+PY
+  fail "align.moe_losses=true did not add the MoE losses to DPO's"
 run one_lora "$NK" align "${ARGS[@]}" "${LORA[@]}"
 run ep2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${LORA[@]}" parallel.ep=2
 compare_norm one_lora ep2_lora || fail "LoRA DPO under expert parallelism differs from one process"
@@ -78,6 +107,11 @@ run ep2pp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.pp
 grep -q '"rewards/command/std"' "$WORK/one_grpo/metrics.jsonl" || fail "GRPO logged no grader figures"
 compare one_grpo ep2_grpo ep2dp2_grpo ep2tp2_grpo ep2pp2_grpo ||
   fail "GRPO under expert parallelism differs from one process"
+run one_grpo_ml "$NK" align "${GRPO[@]}" "${ML[@]}"
+run ep2_grpo_ml "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" "${ML[@]}" parallel.ep=2
+run ep2tp2_grpo_ml "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" "${ML[@]}" parallel.ep=2 parallel.tp=2
+compare one_grpo_ml ep2_grpo_ml ep2tp2_grpo_ml ||
+  fail "GRPO with the MoE losses under expert parallelism differs from one process"
 
 # Stopped after step 3 (mid-way through round 1): the checkpoint and the
 # round's file resume under EP2 and on one process to the whole run's numbers.
@@ -101,4 +135,4 @@ compare_norm one_grpo_lora ep2_grpo_lora ||
 refused ep2_grpo_qlora "peft.method: align.method=grpo with a QLoRA (NF4) base: under parallel.ep" \
   "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora peft.target_modules=all-linear \
   parallel.ep=2
-pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA; GRPO, PPO, LoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
+pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO, LoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"

@@ -17,7 +17,7 @@
 # DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
 # TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP, TP2 and TP2
 # SP (also from a causal LM, its value head added), GRPO under CP2 and CP2 x
-# DP2 and PPO under CP2 equal one process.
+# DP2 and CP2 x PP2 and PPO under CP2 equal one process.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=online_ranks
@@ -160,6 +160,7 @@ compare one_ppo tp2sp_ppo || fail "PPO under TP2 SP differs from one process"
 run cp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.cp=2
 run cp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
 run cp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.cp=2
-compare one cp2 cp2dp2 || fail "GRPO under CP2 or CP2xDP2 differs from one process"
+run cp2pp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
+compare one cp2 cp2dp2 cp2pp2 || fail "GRPO under CP2, CP2xDP2 or CP2xPP2 differs from one process"
 compare one_ppo cp2_ppo || fail "PPO under CP2 differs from one process"
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2, FSDP and TP2 (from scratch and from a causal LM), GRPO under CP2 and CP2xDP2, PPO under CP2 too"
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2, FSDP and TP2 (from scratch and from a causal LM), GRPO under CP2, CP2xDP2 and CP2xPP2, PPO under CP2 too"
