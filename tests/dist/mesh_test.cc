@@ -84,6 +84,16 @@ TEST(Mesh, DataWithContextParallel) {
   EXPECT_EQ(m.rank_in("dp-cp"), 1);
 }
 
+TEST(Mesh, ReplicaOfContextAndPipelineParallel) {
+  // 16 ranks, tp 2, cp 2, pp 2 -> dp 2; rank = tp + 2·cp + 4·dp + 8·pp. A
+  // data-parallel replica's ranks (tp-cp-pp): those of one dp coordinate.
+  Mesh m(16, 13, spec(2, 2, 1, 2));
+  EXPECT_EQ(m.dp(), 2);
+  EXPECT_EQ(m.group("tp-cp-pp").all,
+            (Groups{{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}}));
+  EXPECT_EQ(m.rank_in("tp-cp-pp"), 5);  // rank 13: tp 1, cp 0, pp 1
+}
+
 TEST(Mesh, ExpertFoldingCarvesEpOutOfDp) {
   // 8 ranks, tp 2, ep 2: dense dp = 4; experts etp 2 × ep 2 × edp 2;
   // expert rank = etp + 2·ep + 4·edp.
