@@ -62,7 +62,11 @@ void AlignConfig::bind(ConfigBinder& b) {
          "preference JSONL (plain or zstd): prompt/chosen/rejected as strings or chat message "
          "lists (prompt optional there: the shared leading messages); KTO: "
          "prompt/completion/label");
-  b.bind("align.valid_path", valid_path, "validation preference JSONL, same form (optional)");
+  b.bind("align.valid_path", valid_path,
+         "validation preference JSONL, same form (optional); grpo, rloo, ppo: validation "
+         "prompts, as align.data_path's, each given align.num_generations completions by the "
+         "live policy every train.val_every steps, their rewards logged as val_reward, "
+         "val_rewards/NAME/mean, ...");
   b.bind("align.shuffle", shuffle, "shuffle the examples every epoch (by train.seed)");
   b.bind("align.moe_losses", moe_losses,
          "a Mixture of Experts model: add its load-balancing and router z-losses "

@@ -162,23 +162,25 @@ void OnlineObjective::check_round_values(const RolloutRound& round,
   }
 }
 
-OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64_t first,
-                                                       int64_t n) {
+OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
+                                                       const OnlinePrompts& from,
+                                                       std::span<const int64_t> prompts,
+                                                       uint64_t seed_first) {
   const RejectionSamplingOptions& s = rl_.sampling;
-  const int64_t G = s.num_rollouts, K = n * G;
-  const EpochOrder order(int64_t(prompts_->tokens.size()), cfg_.seed, true);
+  const int64_t n = int64_t(prompts.size()), G = s.num_rollouts, K = n * G;
   std::vector<int64_t> own, prompt_of(static_cast<size_t>(K));
   std::vector<GenerationRequest> requests;
   for (int64_t k = 0; k < K; ++k) {
-    prompt_of[size_t(k)] = order.at(first + k / G);
+    prompt_of[size_t(k)] = prompts[size_t(k / G)];
     if (k % ranks_.generators != ranks_.generator) continue;
     own.push_back(k);
     GenerationRequest q;
-    q.prompt = prompts_->tokens[size_t(prompt_of[size_t(k)])];
+    q.prompt = from.tokens[size_t(prompt_of[size_t(k)])];
     q.max_new_tokens = s.max_tokens;
     q.stop = s.stop;
     q.sampling = s.sampling;
-    q.sampling.seed = s.sampling.seed + uint64_t(first + k / G) * uint64_t(G) + uint64_t(k % G);
+    q.sampling.seed =
+        s.sampling.seed + (seed_first + uint64_t(k / G)) * uint64_t(G) + uint64_t(k % G);
     requests.push_back(std::move(q));
   }
   // The generator over the live weights, its cache made for this batch.
@@ -213,12 +215,12 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
     if (g.finish == FinishReason::Eos) g.tokens.push_back(last[j]);  // trained on: it stops
     gen_tokens_ += int64_t(g.tokens.size());
     const size_t p = size_t(prompt_of[size_t(own[j])]);
-    to_score[j].record = &prompts_->records.file.records[p].value;
-    to_score[j].prompt = &prompts_->records.prompts[p];
+    to_score[j].record = &from.records.file.records[p].value;
+    to_score[j].prompt = &from.records.prompts[p];
     to_score[j].completion = g.text;
     to_score[j].completion_tokens = int64_t(g.tokens.size());
     to_score[j].truncated = g.finish == FinishReason::Length || g.finish == FinishReason::Context;
-    to_score[j].where = prompts_->records.file.where(prompts_->records.file.records[p]);
+    to_score[j].where = from.records.file.where(from.records.file.records[p]);
   }
   const auto t1 = Clock::now();
   RewardScores sc = scorer_(to_score);
@@ -255,7 +257,7 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model, int64
     const double* row = v.data() + k * W;
     Rollout r;
     r.prompt = prompt_of[size_t(k)];
-    r.tokens = prompts_->tokens[size_t(r.prompt)];
+    r.tokens = from.tokens[size_t(r.prompt)];
     r.prompt_len = int64_t(r.tokens.size());
     for (int64_t t = 0; t < int64_t(row[0]); ++t) r.tokens.push_back(int32_t(row[3 + P + t]));
     r.truncated = row[1] != 0;
@@ -288,8 +290,14 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, i
   std::vector<Rollout> spare;  // dynamic sampling: groups of equal rewards, in order
   std::vector<std::vector<double>> spare_parts;
   int64_t made = 0, zero_std = 0, total_groups = 0;
+  const EpochOrder order(int64_t(prompts_->tokens.size()), cfg_.seed, true);
   for (int64_t b = 0; b < batches && int64_t(r->samples.size()) < P * G; ++b) {
-    Batch bt = generate_batch(model, (round * batches + b) * P, P);
+    // Prompt positions [first, first + P) of the stream, each epoch in its
+    // own order.
+    const int64_t first = (round * batches + b) * P;
+    std::vector<int64_t> at(static_cast<size_t>(P));
+    for (int64_t i = 0; i < P; ++i) at[size_t(i)] = order.at(first + i);
+    Batch bt = generate_batch(model, *prompts_, at, uint64_t(first));
     ++made;
     if (parts.empty()) parts.assign(bt.parts.size(), {});
     if (spare_parts.empty()) spare_parts.assign(bt.parts.size(), {});
@@ -373,6 +381,51 @@ std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, i
     whole_ = std::move(whole);
   }
   return r;
+}
+
+ObjectiveMetrics OnlineObjective::validate(Transformer& policy) {
+  if (!valid_prompts_) return {};
+  // The round's timers are the round's: put back after.
+  const double gen_s = gen_seconds_, score_s = score_seconds_;
+  const int64_t gen_tokens = gen_tokens_;
+  gen_seconds_ = score_seconds_ = 0;
+  gen_tokens_ = 0;
+  // With the live weights, gathered whole where the model is in pieces (as
+  // a round is; a copy kept over a frozen base stays kept).
+  const bool kept = whole_ != nullptr;
+  std::unique_ptr<Transformer> whole =
+      ranks_.whole_policy ? ranks_.whole_policy(std::move(whole_)) : nullptr;
+  Transformer& model = whole ? *whole : policy;
+  // Every validation prompt in file order, G completions each, in batches of
+  // a round's prompts, drawn from seeds of their own (the same at every
+  // validation, none of the rounds').
+  const int64_t n = int64_t(valid_prompts_->tokens.size()), P = rl_.rollout_prompts;
+  RewardTally tally;
+  double count = 0, len = 0, clipped = 0;
+  for (int64_t first = 0; first < n; first += P) {
+    std::vector<int64_t> at(static_cast<size_t>(std::min(P, n - first)));
+    for (size_t i = 0; i < at.size(); ++i) at[i] = first + int64_t(i);
+    Batch b = generate_batch(model, *valid_prompts_, at, kValidSeeds + uint64_t(first));
+    RewardScores sc;
+    for (const Rollout& x : b.samples) {
+      sc.total.push_back(x.reward);
+      count += 1;
+      len += double(x.completion());
+      clipped += x.truncated;
+    }
+    for (size_t q = 0; q < parts_.size(); ++q)
+      sc.parts.push_back({parts_[q].name, parts_[q].weight, parts_[q].verifiable, b.parts[q]});
+    tally.add(sc);
+  }
+  ObjectiveMetrics m = tally.figures();
+  m.emplace_back("completions/mean_length", len / count);
+  m.emplace_back("completions/clipped_ratio", clipped / count);
+  NK_INFO("align: validation on {} prompts x {}: reward {:.4f}, mean length {:.1f}", n,
+          rl_.sampling.num_rollouts, m.empty() ? 0.0 : m.front().second, len / count);
+  if (kept) whole_ = std::move(whole);
+  gen_seconds_ = gen_s, score_seconds_ = score_s;
+  gen_tokens_ = gen_tokens;
+  return m;
 }
 
 std::vector<int64_t> OnlineObjective::own_samples() const {

@@ -80,6 +80,14 @@ class OnlineObjective : public TrainObjective {
   // sampled tokens' mean -log p), and the round's generation, scoring and log-probability times (on
   // the step that made the round).
   ObjectiveMetrics take_metrics(bool eval) override;
+  // Validation prompts (align.valid_path), rendered as the training ones: at
+  // each validation step every one of them, in file order, gets
+  // align.num_generations completions from the live policy, scored by the
+  // reward functions (collective: the ranks share the generations as a
+  // round's). validate's figures: take_metrics' reward ones and the
+  // completions' mean length and clipped ratio, over them. None without.
+  void set_valid_prompts(std::shared_ptr<const OnlinePrompts> p) { valid_prompts_ = std::move(p); }
+  ObjectiveMetrics validate(Transformer& model) override;
 
   // The current round (tests), and one made elsewhere: its samples with
   // rewards set; advantages, old and reference log-probabilities computed
@@ -89,13 +97,18 @@ class OnlineObjective : public TrainObjective {
 
  private:
   std::shared_ptr<RolloutRound> make_round(Transformer& model, int64_t round);
-  // One batch of prompt positions [first, first + n) of the stream: this
-  // rank's completions generated and scored, then every rank's summed in.
+  // One batch of prompts (`prompts`: indices into `from`, G completions
+  // each, their sampling seeds from seed_first on): this rank's completions
+  // generated and scored, then every rank's summed in.
   struct Batch {
     std::vector<Rollout> samples;  // n x G
     std::vector<std::vector<double>> parts;
   };
-  Batch generate_batch(Transformer& model, int64_t first, int64_t n);
+  Batch generate_batch(Transformer& model, const OnlinePrompts& from,
+                       std::span<const int64_t> prompts, uint64_t seed_first);
+  // The validation's seeds start here (prompt i's: kValidSeeds + i), far
+  // from any round's (a round's are its prompt positions in the stream).
+  static constexpr uint64_t kValidSeeds = uint64_t(1) << 40;
   // Advantages, and the old and reference log-probabilities (PPO: values)
   // of this rank's training samples; figures of the round's besides the
   // rewards' (PPO's objective/ ones).
@@ -127,7 +140,7 @@ class OnlineObjective : public TrainObjective {
 
   TrainConfig cfg_;
   OnlineRlConfig rl_;
-  std::shared_ptr<const OnlinePrompts> prompts_;
+  std::shared_ptr<const OnlinePrompts> prompts_, valid_prompts_;
   std::shared_ptr<Tokenizer> tok_;
   std::vector<int32_t> end_ids_;
   OnlineScorer scorer_;

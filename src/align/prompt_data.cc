@@ -5,12 +5,13 @@
 
 namespace nk {
 
-PromptRecords read_prompt_records(const std::string& path, const std::string& key) {
+PromptRecords read_prompt_records(const std::string& path, const std::string& key,
+                                  const char* what) {
   PromptRecords p;
   try {
     p.file = read_json_records(path);
   } catch (const Error& e) {
-    throw e.with_context("align.data_path");
+    throw e.with_context(what);
   }
   for (const JsonRecord& r : p.file.records) {
     const nlohmann::json& v = record_field(p.file, r, key);

@@ -18,9 +18,10 @@ struct PromptRecords {
   bool chat = false;
 };
 
-// nk::Error naming align.data_path (or PATH:LINE: KEY) for an unreadable
-// file, a record without the key, a prompt that is neither a string nor
-// messages, or a mix of the two kinds.
-PromptRecords read_prompt_records(const std::string& path, const std::string& key);
+// nk::Error naming `what` (the key that gave the path) or PATH:LINE: KEY for
+// an unreadable file, a record without the key, a prompt that is neither a
+// string nor messages, or a mix of the two kinds.
+PromptRecords read_prompt_records(const std::string& path, const std::string& key,
+                                  const char* what = "align.data_path");
 
 }  // namespace nk

@@ -36,9 +36,9 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   rl.check(ac.method, ac.loss_type, k.rs, cfg.global_batch, cfg.seq_len, ac.data.max_prompt_length);
   if (ac.data_path.empty())
     fail("align.data_path: the prompts (JSONL) for align.method={}", ac.method);
-  if (!ac.valid_path.empty())
-    fail("align.valid_path: align.method={} has no validation pass yet", ac.method);
-  cfg.val_every = 0;  // no validation pass yet (README, "What is not here yet")
+  // A validation pass at every train.val_every steps over align.valid_path's
+  // prompts; none without them.
+  if (ac.valid_path.empty()) cfg.val_every = 0;
   // PPO's critic: a value head on the policy's trunk, added to the base.
   if (ac.method == "ppo") cfg.model.value_head = true;
   std::optional<RunRanks> ranks;
@@ -50,9 +50,14 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   const std::shared_ptr<const ChatTemplate> tmpl =
       chat_template_if_any(cfg.data.chat_template, cfg.init_from, "data.chat_template");
   const ChatSpecials specials = chat_specials(*tok, cfg.init_from);
-  auto prompts = std::make_shared<OnlinePrompts>(render_online_prompts(
-      read_prompt_records(ac.data_path, ac.data.prompt_key),
-      PreferenceRenderer{*tok, *tmpl, specials}, ac.data.prompt_key, ac.data.max_prompt_length));
+  auto read = [&](const std::string& path, const char* key) {
+    return std::make_shared<OnlinePrompts>(render_online_prompts(
+        read_prompt_records(path, ac.data.prompt_key, key),
+        PreferenceRenderer{*tok, *tmpl, specials}, ac.data.prompt_key, ac.data.max_prompt_length));
+  };
+  auto prompts = read(ac.data_path, "align.data_path");
+  std::shared_ptr<OnlinePrompts> valid;
+  if (!ac.valid_path.empty()) valid = read(ac.valid_path, "align.valid_path");
   std::vector<int32_t> end_ids;
   if (!cfg.init_from.empty())
     end_ids = generation_end_ids(cfg.init_from, *tok, cfg.model.vocab_size);
@@ -73,6 +78,7 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   auto objective = std::make_shared<OnlineObjective>(cfg, rl, prompts, tok, end_ids, scorer,
                                                      ac.reference_source);
   objective->set_moe_losses(ac.moe_losses);
+  objective->set_valid_prompts(valid);
   Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);
   trainer.run();
   return 0;

@@ -120,6 +120,11 @@ class TrainObjective {
   // Training figures are means over every rank's micro-batches (collective
   // under data parallelism); validation ones: every rank reads the same.
   virtual ObjectiveMetrics take_metrics(bool /*eval*/) { return {}; }
+  // An online objective's validation, at each validation step in place of
+  // validation micro-batches (which it has none of): its figures over its
+  // validation data with the model's current weights (collective under
+  // data parallelism); none by default.
+  virtual ObjectiveMetrics validate(Transformer& /*model*/) { return {}; }
 
   // The staged form data parallelism runs (DistributedDataParallel, whose
   // hooks gather weights and start gradient reductions between the stages):

@@ -755,8 +755,13 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
                      {{"a2a_ms", *a2a_seconds_ * 1e3}, {"a2a_share", *a2a_seconds_ / dt}});
     ObjectiveMetrics val_figures;
     if (cfg_.val_every > 0 && (s.step % cfg_.val_every == 0 || s.step == cfg_.steps)) {
-      s.val_loss = evaluate();
-      val_figures = objective_->take_metrics(true);
+      if (objective_->online()) {  // no validation micro-batches: its own pass, if any
+        if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the whole updated model
+        val_figures = objective_->validate(*model_);
+      } else {
+        s.val_loss = evaluate();
+        val_figures = objective_->take_metrics(true);
+      }
     }
     const bool eval_step = step_eval_ && ((cfg_.eval.every > 0 && s.step % cfg_.eval.every == 0) ||
                                           s.step == cfg_.steps);
@@ -772,11 +777,14 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     state_.rng = rng_streams(cfg_, state_.consumed_samples);
 
     if (par_.writes() && (s.step % cfg_.log_every == 0 || s.step == last_step ||
-                          !std::isnan(s.val_loss) || eval_step)) {
+                          !std::isnan(s.val_loss) || !val_figures.empty() || eval_step)) {
       double elapsed = seconds_since(t_start);
       double eta = elapsed / double(s.step - first_step) * double(last_step - s.step);
       std::string val = std::isnan(s.val_loss) ? "" : fmt::format(" | val {:.4f}", s.val_loss);
       for (const auto& [name, v] : figures) val += fmt::format(" | {} {:.4f}", name, v);
+      // An online objective's validation (the others' are in the record).
+      if (std::isnan(s.val_loss))
+        for (const auto& [name, v] : val_figures) val += fmt::format(" | val_{} {:.4f}", name, v);
       fmt::print(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | "
           "MFU {:.1f}% | {:.0f} ms | mem {:.0f} MiB | eta {:.0f}s\n",

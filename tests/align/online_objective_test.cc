@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 
 #include "align/online_objective.h"
 #include "align/preference_data.h"
@@ -107,6 +108,83 @@ TEST(OnlineObjective, RoundsSampleFromTheLiveWeights) {
     differ += r1->samples[k].tokens != stale->samples[k].tokens;
   }
   EXPECT_GT(differ, 4) << "the old weights would have drawn the same round";
+}
+
+// A validation pass (align.valid_path): every validation prompt gets G
+// completions from the live weights, scored by the reward functions, and the
+// figures are those scores' and lengths'; the same weights give the same
+// completions, other weights others; the training rounds are what they are
+// without it.
+TEST(OnlineObjective, ValidationScoresEveryPromptAndLeavesTheRoundsAlone) {
+  test::TempDir dir;
+  OnlineSetup s = setup(dir.path().string());
+  auto valid = std::make_shared<OnlinePrompts>();
+  valid->records.file.path = "valid.jsonl";
+  for (const char* p : {"V:ij=", "V:kl=", "V:mn="}) {  // 2 prompts a round: batches of 2 and 1
+    valid->records.file.records.push_back(
+        {int64_t(valid->tokens.size()) + 1, nlohmann::json{{"prompt", p}}});
+    valid->records.prompts.push_back(p);
+    valid->tokens.push_back(s.tok->encode(p));
+  }
+  struct Seen {
+    std::string prompt, completion;
+    int64_t tokens;
+  };
+  std::vector<Seen> seen;
+  auto scorer = [&](std::span<const RewardInput> in) {
+    for (const RewardInput& x : in)
+      seen.push_back({x.prompt->get<std::string>(), x.completion, x.completion_tokens});
+    return starts_z(in);
+  };
+  Transformer model(s.cfg.model, DType::F32, s.cfg.seed);
+  OnlineObjective obj(s.cfg, s.rl, s.prompts, s.tok, {}, scorer, ReferenceSource::Copy);
+  obj.set_valid_prompts(valid);
+  obj.prepare(model, true);
+  obj.before_step(model, 0);
+  auto figure = [](const ObjectiveMetrics& m, const std::string& name) -> double {
+    for (const auto& [k, v] : m)
+      if (k == name) return v;
+    ADD_FAILURE() << "no " << name;
+    return NAN;
+  };
+  seen.clear();
+  const ObjectiveMetrics m = obj.validate(model);
+  const int64_t G = s.rl.sampling.num_rollouts;
+  ASSERT_EQ(int64_t(seen.size()), 3 * G);
+  std::map<std::string, int64_t> per_prompt;
+  double z = 0, len = 0;
+  for (const Seen& x : seen) {
+    ++per_prompt[x.prompt];
+    z += !x.completion.empty() && x.completion[0] == 'z';
+    len += double(x.tokens);
+  }
+  EXPECT_EQ(per_prompt, (std::map<std::string, int64_t>{{"V:ij=", G}, {"V:kl=", G}, {"V:mn=", G}}));
+  EXPECT_DOUBLE_EQ(figure(m, "reward"), z / double(seen.size()));
+  EXPECT_DOUBLE_EQ(figure(m, "rewards/starts_z/mean"), z / double(seen.size()));
+  EXPECT_DOUBLE_EQ(figure(m, "completions/mean_length"), len / double(seen.size()));
+  const std::vector<Seen> first = seen;
+  seen.clear();
+  EXPECT_EQ(obj.validate(model), m);  // the same weights, the same seeds
+  int64_t same = 0;
+  for (size_t i = 0; i < seen.size(); ++i) same += seen[i].completion == first[i].completion;
+  EXPECT_EQ(same, int64_t(first.size()));
+  // Other weights: other completions.
+  Transformer other(s.cfg.model, DType::F32, s.cfg.seed + 6);
+  ops::convert(model.params(), other.params());
+  model.sync_compute_params();
+  seen.clear();
+  obj.validate(model);
+  same = 0;
+  for (size_t i = 0; i < seen.size(); ++i) same += seen[i].completion == first[i].completion;
+  EXPECT_LT(same, int64_t(first.size()) / 2);
+  // The next round is the one an objective without validation makes.
+  obj.before_step(model, 2);
+  OnlineObjective plain(s.cfg, s.rl, s.prompts, s.tok, {}, starts_z, ReferenceSource::Copy);
+  plain.prepare(model, true);
+  plain.before_step(model, 2);
+  ASSERT_EQ(obj.round()->samples.size(), plain.round()->samples.size());
+  for (size_t k = 0; k < plain.round()->samples.size(); ++k)
+    EXPECT_EQ(obj.round()->samples[k].tokens, plain.round()->samples[k].tokens) << k;
 }
 
 TEST(OnlineObjective, RoundsAreTheSameForASeedAndReadBackMidRound) {

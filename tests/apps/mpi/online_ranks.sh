@@ -17,7 +17,9 @@
 # DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
 # TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP, TP2 and TP2
 # SP (also from a causal LM, its value head added), GRPO under CP2 and CP2 x
-# DP2 and CP2 x PP2 and PPO under CP2 equal one process.
+# DP2 and CP2 x PP2 and PPO under CP2 equal one process; a validation pass
+# (align.valid_path) leaves the training as it is and logs the same
+# figures under DP2 and TP2.
 #   tests/apps/mpi/online_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=online_ranks
@@ -125,6 +127,33 @@ done
 grep -q '"clip_ratio/region_mean"' "$WORK/pp2/metrics.jsonl" || fail "pp2: no clip figures logged"
 compare one tp2 fsdp pp2 dp2tp2 pp2dp2 ||
   fail "GRPO under TP2, FSDP, PP2, DP2xTP2 ZeRO-1 or PP2xDP2 FSDP differs from one process"
+# A validation pass (align.valid_path, every 3 steps): each validation
+# prompt's completions from the live weights (gathered whole where the model
+# is in pieces), scored and logged as val_*; the training is the run's
+# without it, and the figures are the same under DP2 ZeRO-1 and TP2.
+head -n 6 "$WORK/prompts.jsonl" >"$WORK/valid.jsonl"
+VAL=("align.valid_path=$WORK/valid.jsonl" train.val_every=3)
+run one_val "$NK" align "${ARGS[@]}" "${VAL[@]}"
+run dp2_val "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${VAL[@]}" parallel.shard=optimizer
+run tp2_val "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" "${VAL[@]}" parallel.tp=2
+/usr/bin/python3 - "$WORK/one_val/metrics.jsonl" <<'PY' || fail "no validation figures at steps 3 and 6"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+at = [r["step"] for r in rows if "val_reward" in r]
+assert at == [3, 6], at
+for r in rows:
+    if "val_reward" in r:
+        for k in ("val_rewards/command/mean", "val_rewards/length/mean", "val_completions/mean_length"):
+            assert k in r, (r["step"], k)
+PY
+grep -q "validation on 6 prompts x 4" "$WORK/one_val.log" || fail "the validation did not log its prompts"
+compare one one_val || fail "a validation pass changed the training"
+compare one_val dp2_val tp2_val || fail "the validation figures differ under DP2 or TP2"
+# A validation record without its prompt: refused naming the file and line,
+# before anything is written.
+{ head -n 1 "$WORK/valid.jsonl"; echo '{"question": "say x:"}'; } >"$WORK/valid_bad.jsonl"
+refused val_bad "valid_bad.jsonl:2" "$NK" align "${ARGS[@]}" "align.valid_path=$WORK/valid_bad.jsonl"
+[[ ! -e "$WORK/val_bad" ]] || fail "a refused validation file left a run folder"
 # Stopped mid-round under TP2: one round file per replica, read back by
 # TP2 and by one process.
 run part_tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2 train.exit_at_step=3
@@ -163,4 +192,4 @@ run cp2_ppo "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.cp=2
 run cp2pp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.cp=2 parallel.pp=2
 compare one cp2 cp2dp2 cp2pp2 || fail "GRPO under CP2, CP2xDP2 or CP2xPP2 differs from one process"
 compare one_ppo cp2_ppo || fail "PPO under CP2 differs from one process"
-pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2, FSDP and TP2 (from scratch and from a causal LM), GRPO under CP2, CP2xDP2 and CP2xPP2, PPO under CP2 too"
+pass "align.method=grpo under DP (2 ranks), ZeRO-1 and --nproc 2, resumed mid-round or after a grader crash, RLOO under DP2, and PPO under DP2 and resumed mid-round equal one process; GRPO under TP2, FSDP, PP2, DP2xTP2 and PP2xDP2 FSDP, resumed from TP2, RLOO under TP2, PPO under PP2, FSDP and TP2 (from scratch and from a causal LM), GRPO under CP2, CP2xDP2 and CP2xPP2, PPO under CP2 too; a validation pass leaves the training alone, alike under DP2 and TP2"
