@@ -77,10 +77,11 @@ compare one_ml_rm ep2_ml_rm || fail "a reward model with the MoE losses under EP
 import json, sys
 off, on = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
 # Both runs' first step reads the same weights: the losses differ by the
-# balancing (coefficient 0.02) and z-losses (0.001) the step logged.
+# balancing (coefficient 0.02) and z-losses (0.001) the step logged. (That
+# their gradient moves the routers: AlignCli.MoeLossesJoinTheObjectiveWhenAsked;
+# these two runs differ in AdamW's eps after the first step.)
 want = off[0]["loss"] + 0.02 * on[0]["moe_aux"] + 0.001 * on[0]["moe_z"]
 assert abs(on[0]["loss"] - want) < 1e-6, (on[0]["loss"], want)
-assert on[-1]["loss"] - off[-1]["loss"] != on[0]["loss"] - off[0]["loss"]
 PY
   fail "align.moe_losses=true did not add the MoE losses to DPO's"
 run one_lora "$NK" align "${ARGS[@]}" "${LORA[@]}"
