@@ -1,5 +1,7 @@
 #include "dist/nccl/nccl_communicator.h"
 
+#include "dist/nccl/nccl_api.h"
+
 #include "dist/mpi/timed_wait.h"
 
 namespace nk::dist::nccl {
@@ -68,7 +70,7 @@ class NcclWork final : public Work {
  private:
   bool poll() {
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(c_.comm(), &async);
+    nccl_api().ncclCommGetAsyncError(c_.comm(), &async);
     if (async != ncclSuccess && async != ncclInProgress) c_.check(async, op_, seq_);
     cudaError_t e = cudaEventQuery(event_);
     if (e == cudaErrorNotReady) return false;
@@ -93,23 +95,24 @@ NcclCommunicator::NcclCommunicator(mpi::MpiCommunicator& mpi, int device)
       mpi_(mpi),
       device_(device) {
   std::string at = where("nccl init", 0);
+  nccl_api();  // each rank opens NCCL first: one without it fails here, not in rank 0's broadcast
   cuda_check(cudaSetDevice(device_), at);
   ncclUniqueId id{};
-  if (rank() == 0) check(ncclGetUniqueId(&id), "nccl init", 0);
+  if (rank() == 0) check(nccl_api().ncclGetUniqueId(&id), "nccl init", 0);
   mpi_.broadcast(Tensor::from_blob(&id, {int64_t(sizeof id)}, DType::U8), 0);
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), at);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; check() waits with the timeout
-  check(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), "nccl init", 0);
+  check(nccl_api().ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), "nccl init", 0);
   cuda_check(cudaMalloc(&barrier_word_, sizeof(float)), at);
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_) {
     if (aborted_ || state().failed)
-      ncclCommAbort(comm_);
+      nccl_api().ncclCommAbort(comm_);
     else
-      ncclCommDestroy(comm_);
+      nccl_api().ncclCommDestroy(comm_);
   }
   if (barrier_word_) cudaFree(barrier_word_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -119,14 +122,14 @@ void NcclCommunicator::abort() {
   if (aborted_ || !comm_) return;
   aborted_ = true;
   state().failed = true;
-  ncclCommAbort(comm_);
+  nccl_api().ncclCommAbort(comm_);
 }
 
 void NcclCommunicator::check(ncclResult_t r, const char* op, uint64_t seq) {
   if (r == ncclInProgress) {
     try {
       mpi::timed_wait(*this, state(), op, seq, {}, [&] {
-        ncclCommGetAsyncError(comm_, &r);
+        nccl_api().ncclCommGetAsyncError(comm_, &r);
         return r != ncclInProgress;
       });
     } catch (...) {
@@ -135,8 +138,9 @@ void NcclCommunicator::check(ncclResult_t r, const char* op, uint64_t seq) {
     }
   }
   if (r == ncclSuccess) return;
-  std::string msg = fmt::format("{}: NCCL error: {} ({})", where(op, seq), ncclGetErrorString(r),
-                                comm_ ? ncclGetLastError(comm_) : "");
+  std::string msg =
+      fmt::format("{}: NCCL error: {} ({})", where(op, seq), nccl_api().ncclGetErrorString(r),
+                  comm_ ? nccl_api().ncclGetLastError(comm_) : "");
   abort();
   state().failed = true;
   throw Error(msg);
@@ -157,8 +161,8 @@ WorkPtr NcclCommunicator::finish(const char* op, uint64_t seq, std::vector<Tenso
 WorkPtr NcclCommunicator::do_all_reduce(const Tensor& x, ReduceOp op) {
   check_device(x, "all_reduce");
   uint64_t seq = next_seq();
-  check(ncclAllReduce(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), nccl_op(op), comm_,
-                      stream_),
+  check(nccl_api().ncclAllReduce(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()),
+                                 nccl_op(op), comm_, stream_),
         "all_reduce", seq);
   return finish("all_reduce", seq, {x});
 }
@@ -167,8 +171,8 @@ WorkPtr NcclCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
   check_device(in, "reduce_scatter");
   check_device(out, "reduce_scatter");
   uint64_t seq = next_seq();
-  check(ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_type(in.dtype()),
-                          nccl_op(op), comm_, stream_),
+  check(nccl_api().ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()),
+                                     nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
         "reduce_scatter", seq);
   return finish("reduce_scatter", seq, {in, out});
 }
@@ -177,9 +181,9 @@ WorkPtr NcclCommunicator::do_all_gather(const Tensor& in, const Tensor& out) {
   check_device(in, "all_gather");
   check_device(out, "all_gather");
   uint64_t seq = next_seq();
-  check(
-      ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_type(in.dtype()), comm_, stream_),
-      "all_gather", seq);
+  check(nccl_api().ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_type(in.dtype()),
+                                 comm_, stream_),
+        "all_gather", seq);
   return finish("all_gather", seq, {in, out});
 }
 
@@ -200,15 +204,15 @@ WorkPtr NcclCommunicator::do_all_to_allv(const Tensor& in, std::vector<int64_t> 
   size_t esize = dtype_size(in.dtype());
   char* src = static_cast<char*>(in.raw());
   char* dst = static_cast<char*>(out.raw());
-  check(ncclGroupStart(), "all_to_allv", seq);
+  check(nccl_api().ncclGroupStart(), "all_to_allv", seq);
   for (int j = 0; j < size(); ++j) {
     size_t sn = size_t(send_rows[j] * row), rn = size_t(recv_rows[j] * row);
-    if (sn) check(ncclSend(src, sn, type, j, comm_, stream_), "all_to_allv", seq);
-    if (rn) check(ncclRecv(dst, rn, type, j, comm_, stream_), "all_to_allv", seq);
+    if (sn) check(nccl_api().ncclSend(src, sn, type, j, comm_, stream_), "all_to_allv", seq);
+    if (rn) check(nccl_api().ncclRecv(dst, rn, type, j, comm_, stream_), "all_to_allv", seq);
     src += sn * esize;
     dst += rn * esize;
   }
-  check(ncclGroupEnd(), "all_to_allv", seq);
+  check(nccl_api().ncclGroupEnd(), "all_to_allv", seq);
   return finish("all_to_allv", seq, {in, out});
 }
 
@@ -221,14 +225,15 @@ WorkPtr NcclCommunicator::do_reduce_scatter_v(const Tensor& x, std::vector<int64
   auto type = nccl_type(x.dtype());
   char* at = static_cast<char*>(x.raw());
   const size_t esize = dtype_size(x.dtype());
-  check(ncclGroupStart(), "reduce_scatter_v", seq);
+  check(nccl_api().ncclGroupStart(), "reduce_scatter_v", seq);
   for (int j = 0; j < size(); ++j) {
     const size_t n = size_t(counts[size_t(j)]);
     if (n)
-      check(ncclReduce(at, at, n, type, nccl_op(op), j, comm_, stream_), "reduce_scatter_v", seq);
+      check(nccl_api().ncclReduce(at, at, n, type, nccl_op(op), j, comm_, stream_),
+            "reduce_scatter_v", seq);
     at += n * esize;
   }
-  check(ncclGroupEnd(), "reduce_scatter_v", seq);
+  check(nccl_api().ncclGroupEnd(), "reduce_scatter_v", seq);
   return finish("reduce_scatter_v", seq, {x});
 }
 
@@ -238,21 +243,21 @@ WorkPtr NcclCommunicator::do_all_gather_v(const Tensor& x, std::vector<int64_t> 
   auto type = nccl_type(x.dtype());
   char* at = static_cast<char*>(x.raw());
   const size_t esize = dtype_size(x.dtype());
-  check(ncclGroupStart(), "all_gather_v", seq);
+  check(nccl_api().ncclGroupStart(), "all_gather_v", seq);
   for (int j = 0; j < size(); ++j) {
     const size_t n = size_t(counts[size_t(j)]);
-    if (n) check(ncclBroadcast(at, at, n, type, j, comm_, stream_), "all_gather_v", seq);
+    if (n) check(nccl_api().ncclBroadcast(at, at, n, type, j, comm_, stream_), "all_gather_v", seq);
     at += n * esize;
   }
-  check(ncclGroupEnd(), "all_gather_v", seq);
+  check(nccl_api().ncclGroupEnd(), "all_gather_v", seq);
   return finish("all_gather_v", seq, {x});
 }
 
 WorkPtr NcclCommunicator::do_broadcast(const Tensor& x, int root) {
   check_device(x, "broadcast");
   uint64_t seq = next_seq();
-  check(ncclBroadcast(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), root, comm_,
-                      stream_),
+  check(nccl_api().ncclBroadcast(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), root,
+                                 comm_, stream_),
         "broadcast", seq);
   return finish("broadcast", seq, {x});
 }
@@ -261,8 +266,8 @@ WorkPtr NcclCommunicator::do_send(const Tensor& x, int dst, int tag) {
   check_device(x, "send");
   if (tag != 0) fail("{}: NCCL has no message tags (got {})", where("send", 0), tag);
   uint64_t seq = next_seq();
-  check(ncclSend(x.raw(), size_t(x.numel()), nccl_type(x.dtype()), dst, comm_, stream_), "send",
-        seq);
+  check(nccl_api().ncclSend(x.raw(), size_t(x.numel()), nccl_type(x.dtype()), dst, comm_, stream_),
+        "send", seq);
   return finish("send", seq, {x}, {dst});
 }
 
@@ -270,14 +275,15 @@ WorkPtr NcclCommunicator::do_recv(const Tensor& x, int src, int tag) {
   check_device(x, "recv");
   if (tag != 0) fail("{}: NCCL has no message tags (got {})", where("recv", 0), tag);
   uint64_t seq = next_seq();
-  check(ncclRecv(x.raw(), size_t(x.numel()), nccl_type(x.dtype()), src, comm_, stream_), "recv",
-        seq);
+  check(nccl_api().ncclRecv(x.raw(), size_t(x.numel()), nccl_type(x.dtype()), src, comm_, stream_),
+        "recv", seq);
   return finish("recv", seq, {x}, {src});
 }
 
 WorkPtr NcclCommunicator::do_barrier() {
   uint64_t seq = next_seq();
-  check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_),
+  check(nccl_api().ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_,
+                                 stream_),
         "barrier", seq);
   return finish("barrier", seq, {});
 }
