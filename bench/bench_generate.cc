@@ -10,10 +10,13 @@
 // warm-up run. BLOCK > 0 runs over a paged cache (infer/paged_cache.h) of blocks of BLOCK
 // positions, exactly enough for the batch, prefix caching off (every rep
 // computes the same prompts); without it, the contiguous SlotCache.
+// BENCH_WARMUP_PROMPT=K: the warm-up run's prompts cut to their first K
+// tokens (a long context's prefill then runs once per rep, not twice).
 // BENCH_PROFILE=1: after the timed runs, one more run with the kernel
 // profile on (ops/kernel_profile.h), its ten slowest kernels printed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -32,8 +35,15 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::vector<std::string> args, overrides;  // positional; model.KEY=VALUE
-  for (int i = 1; i < argc; ++i)
-    (std::string(argv[i]).find('=') != std::string::npos ? overrides : args).push_back(argv[i]);
+  std::string kv_key = "auto";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("kv_cache_dtype=", 0) == 0)
+      kv_key = a.substr(a.find('=') + 1);
+    else
+      (a.find('=') != std::string::npos ? overrides : args).push_back(a);
+  }
+  const KvDType kv = parse_kv_cache_dtype(kv_key, "kv_cache_dtype");
   if (args.size() < 5) {
     fmt::print(stderr,
                "usage: bench_generate PRESET f32|bf16 BATCH PROMPT NEW [REPS] [BLOCK] "
@@ -82,17 +92,22 @@ int main(int argc, char** argv) {
     o.max_seqs = B;
     o.max_tokens = B * P;
     o.prefix_caching = false;
+    o.kv_dtype = kv;
     g = std::make_unique<Generator>(model, nullptr, std::make_unique<PagedCache>(cfg, dt, o), B);
   } else {
-    g = std::make_unique<Generator>(model, nullptr, B, B * P);
+    g = std::make_unique<Generator>(model, nullptr, B, B * P, /*max_len=*/0, kv);
   }
   Generator& gen = *g;
   double best_total = 1e30, best_prefill = 0, best_decode = 1e30;
+  std::vector<GenerationRequest> warm = reqs;
+  if (const char* w = std::getenv("BENCH_WARMUP_PROMPT"))
+    for (GenerationRequest& r : warm)
+      r.prompt.resize(size_t(std::clamp<int64_t>(std::atoll(w), 1, P)));
   for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up (cache, scratch, primitives)
     Clock::time_point first{};
     bool seen = false;
     auto start = Clock::now();
-    gen.run(reqs, [&](int64_t, int32_t, std::string_view) {
+    gen.run(rep == 0 && reps > 0 ? warm : reqs, [&](int64_t, int32_t, std::string_view) {
       if (!seen) first = Clock::now(), seen = true;
     });
     auto end = Clock::now();
@@ -114,18 +129,19 @@ int main(int argc, char** argv) {
   }
   const double tps = double(B * N) / best_total, dtps = double(B) / best_decode;
   fmt::print(
-      "{} {} threads={} batch={} prompt={} new={} block={}: prefill {:.3f} s, decode {:.2f} "
+      "{} {} kv={} threads={} batch={} prompt={} new={} block={}: prefill {:.3f} s, decode {:.2f} "
       "ms/step, "
       "{:.1f} tokens/s overall, {:.1f} tokens/s decoding, prompt {:.1f} tokens/s (init {:.1f} "
       "s)\n",
-      preset, dtype_name(dt), num_threads(), B, P, N, block, best_prefill, 1e3 * best_decode, tps,
-      dtps, double(B * P) / best_prefill, init_s);
+      preset, dtype_name(dt), kv ? kv_cache_dtype_name(*kv) : "auto", num_threads(), B, P, N, block,
+      best_prefill, 1e3 * best_decode, tps, dtps, double(B * P) / best_prefill, init_s);
   fmt::print(
-      "{{\"impl\": \"nekton\", \"preset\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"prompt\": "
+      "{{\"impl\": \"nekton\", \"preset\": \"{}\", \"dtype\": \"{}\", \"kv_cache_dtype\": \"{}\", "
+      "\"batch\": {}, \"prompt\": "
       "{}, "
       "\"new\": {}, \"prefill_s\": {:.4f}, \"decode_ms\": {:.3f}, \"tokens_per_s\": {:.2f}, "
       "\"decode_tokens_per_s\": {:.2f}, \"prompt_tokens_per_s\": {:.2f}}}\n",
-      preset, dtype_name(dt), B, P, N, best_prefill, 1e3 * best_decode, tps, dtps,
-      double(B * P) / best_prefill);
+      preset, dtype_name(dt), kv ? kv_cache_dtype_name(*kv) : "auto", B, P, N, best_prefill,
+      1e3 * best_decode, tps, dtps, double(B * P) / best_prefill);
   return 0;
 }

@@ -257,6 +257,7 @@ int cmd_generate(const CommandArgs& a) {
                                               .device = k.device});
   std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
   std::unique_ptr<Transformer> model = std::move(loaded.model);
+  check_kv_cache_dtype(model->config(), kv_dtype, model->device(), "generate.kv_cache_dtype");
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);

@@ -9,30 +9,58 @@
 namespace nk {
 
 const char* const kKvCacheDtypeDoc =
-    "dtype the KV cache keeps keys and values in: auto (the compute dtype), f32, bf16 or f16 "
-    "(bf16 and f16 halve an f32 model's cache per token; values are rounded once when stored)";
+    "dtype the KV cache keeps keys and values in: auto (the compute dtype), f32, bf16, f16 or "
+    "q8_0 (bf16 and f16 halve an f32 model's cache per token; q8_0, CPU only, keeps 32 values "
+    "in 34 bytes, 0.53 of bf16's; values are rounded once when stored)";
 
 KvDType parse_kv_cache_dtype(const std::string& value, const std::string& key) {
   if (value == "auto") return std::nullopt;
+  if (value == "q8_0") return DType::U8;
   try {
     return parse_dtype(value);  // f32, bf16, f16 and their long names
   } catch (const Error&) {
-    fail("{}: '{}' is not a KV cache dtype (auto, f32, bf16 or f16)", key, value);
+    fail("{}: '{}' is not a KV cache dtype (auto, f32, bf16, f16 or q8_0)", key, value);
   }
+}
+
+const char* kv_cache_dtype_name(DType kv) {
+  return kv == DType::U8 ? "q8_0" : dtype_name(kv);
+}
+
+void check_kv_cache_dtype(const ModelConfig& c, KvDType kv, Device device, const std::string& key) {
+  if (kv != DType::U8) return;
+  if (device != kHost)
+    fail("{}: the q8_0 KV cache runs on the CPU alone, not on {}", key, device_name(device));
+  const int64_t row = c.mla() ? c.kv_lora_rank + c.qk_rope_head_dim : c.head_dim();
+  if (row % ops::kKvQ8Values)
+    fail("{}: a q8_0 KV cache needs rows of a multiple of {} values; this model's {} is {}", key,
+         ops::kKvQ8Values, c.mla() ? "latent row (kv_lora_rank + qk_rope_head_dim)" : "head_dim",
+         row);
 }
 
 KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
                  Device device, KvDType kv)
     : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device, kv) {}
 
+namespace {
+
+// Bytes of one cache row of `values` values in dtype kv (q8_0: whole blocks).
+int64_t row_bytes(int64_t values, DType kv) {
+  return ops::kv_cache_row_width(values, kv) * int64_t(dtype_size(kv));
+}
+
+}  // namespace
+
 int64_t KVCache::block_bytes(const ModelConfig& c, DType kv, int64_t block_size) {
-  if (c.mla())
-    return c.n_layer * block_size * (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(kv));
-  return 2 * c.n_layer * c.n_kv_head * block_size * c.head_dim() * int64_t(dtype_size(kv));
+  if (c.mla()) return c.n_layer * block_size * row_bytes(c.kv_lora_rank + c.qk_rope_head_dim, kv);
+  return 2 * c.n_layer * c.n_kv_head * block_size * row_bytes(c.head_dim(), kv);
 }
 
 int64_t KVCache::head_token_bytes(const ModelConfig& c, DType kv) {
-  return 2 * c.n_layer * c.n_kv_head * c.head_dim() * int64_t(dtype_size(kv));
+  // An MLA model's per-head rows may not be whole q8_0 blocks: counted at a byte a value.
+  const int64_t D = c.head_dim();
+  const int64_t row = kv == DType::U8 && D % ops::kKvQ8Values ? D : row_bytes(D, kv);
+  return 2 * c.n_layer * c.n_kv_head * row;
 }
 
 KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device device, KvDType kv)
@@ -41,8 +69,13 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
       kv_dtype_(kv.value_or(dt)),
       latent_(c.mla()),
       head_token_bytes_(head_token_bytes(c, kv_dtype_)) {
-  NK_CHECK(kv_dtype_ == DType::F32 || kv_dtype_ == DType::BF16 || kv_dtype_ == DType::F16,
-           "KVCache: dtype {} for keys and values (f32, bf16 or f16)", dtype_name(kv_dtype_));
+  NK_CHECK(kv_dtype_ == DType::F32 || kv_dtype_ == DType::BF16 || kv_dtype_ == DType::F16 ||
+               kv_dtype_ == DType::U8,
+           "KVCache: dtype {} for keys and values (f32, bf16, f16 or u8 for q8_0)",
+           dtype_name(kv_dtype_));
+  if (kv_dtype_ == DType::U8 && device != kHost)
+    fail("kv_cache_dtype=q8_0: the q8_0 KV cache runs on the CPU alone, not on {}",
+         device_name(device));
   NK_CHECK(
       sh.blocks > 0 && sh.block_size > 0 && sh.max_len > 0 && sh.max_seqs > 0 && sh.max_tokens > 0,
       "KVCache: blocks {}, block size {}, max_len {}, sequences {}, tokens {}", sh.blocks,
@@ -51,17 +84,23 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
     fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
   const int64_t Lr = c.kv_lora_rank + c.qk_rope_head_dim;  // a latent row
+  // A row's elements: its values, or a q8_0 row's bytes.
+  const int64_t row = ops::kv_cache_row_width(latent_ ? Lr : D, kv_dtype_);
+  auto zeros = [&](int64_t heads) {
+    if (kv_dtype_ == DType::U8)
+      return Tensor::zeros({sh.blocks, heads, sh.block_size, row}, kv_dtype_);
+    Tensor t = Tensor::empty({sh.blocks, heads, sh.block_size, row}, kv_dtype_, device);
+    ops::fill(t, 0.f);
+    return t;
+  };
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (latent_) {
-      k.push_back(Tensor::empty({sh.blocks, 1, sh.block_size, Lr}, kv_dtype_, device));
-      ops::fill(k.back(), 0.f);
+      k.push_back(zeros(1));
       v.push_back(k.back());
       continue;
     }
-    k.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
-    v.push_back(Tensor::empty({sh.blocks, c.n_kv_head, sh.block_size, D}, kv_dtype_, device));
-    ops::fill(k.back(), 0.f);
-    ops::fill(v.back(), 0.f);
+    k.push_back(zeros(c.n_kv_head));
+    v.push_back(zeros(c.n_kv_head));
   }
   const int64_t R = sh.max_tokens;
   tokens = Tensor::empty({R}, DType::I32, device);
@@ -130,9 +169,9 @@ std::string KVCache::describe() const {
   std::string latent;
   if (latent_)
     latent = fmt::format(" (latent rows of {} values per layer; per-head keys and values: {})",
-                         k[0].dim(3), head_token_bytes_);
+                         ops::kv_cache_head_dim(k[0]), head_token_bytes_);
   return fmt::format("KV cache {} (compute {}): {} bytes/token{}, {:.2f} MiB for {} positions",
-                     dtype_name(kv_dtype_), dtype_name(dtype_), per, latent,
+                     kv_cache_dtype_name(kv_dtype_), dtype_name(dtype_), per, latent,
                      double(cache_bytes()) / (1 << 20), positions);
 }
 

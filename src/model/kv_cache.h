@@ -3,7 +3,8 @@
 //
 // Layout per layer: k, v C[NB, Hkv, B, D] in the cache's dtype C (the compute
 // dtype, or a narrower one: kv_cache_dtype, bf16 or f16 halve an f32
-// model's cache; values are rounded once when stored): a pool of NB
+// model's cache, q8_0 keeps each row as u8 Q8_0 blocks, [NB, Hkv, B,
+// D / 32 * 34], CPU only; values are rounded once when stored): a pool of NB
 // blocks of B positions. A sequence's positions live in the blocks its row of
 // the step's block table names (position p in block table[p / B], offset
 // p % B; see ops::attention_cached), so sequences share no padded time axis: a
@@ -50,10 +51,17 @@ using KvDType = std::optional<DType>;
 
 // The value of a kv_cache_dtype key (generate.kv_cache_dtype,
 // serve.kv_cache_dtype): "auto" (nullopt), "f32", "bf16" or "f16" (their
-// long names too). nk::Error naming `key` otherwise.
+// long names too), or "q8_0" (DType::U8: rows of ggml's Q8_0 blocks, see
+// ops::kv_cache_store; CPU only). nk::Error naming `key` otherwise.
 KvDType parse_kv_cache_dtype(const std::string& value, const std::string& key);
-// "auto", "f32", "bf16", "f16": the one-line doc of such keys.
+// "auto", "f32", "bf16", "f16", "q8_0": the one-line doc of such keys.
 extern const char* const kKvCacheDtypeDoc;
+// A cache dtype's name as the keys spell it ("q8_0" for U8).
+const char* kv_cache_dtype_name(DType kv);
+// nk::Error naming `key` unless model c's cache can be kept in kv on device:
+// a q8_0 cache needs the CPU and rows (head_dim, or an MLA latent row) of a
+// multiple of 32 values.
+void check_kv_cache_dtype(const ModelConfig& c, KvDType kv, Device device, const std::string& key);
 
 class KVCache {
  public:

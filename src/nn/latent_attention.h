@@ -176,9 +176,10 @@ struct LatentAttention {
                       const Tensor& block_table, const Tensor& seqs, const Tensor& positions,
                       int64_t window, float scale, float softcap) const {
     const int64_t N = x.dim(0), D = head_dim(), r = rope_dim, L = kv_rank + r;
-    NK_CHECK(c.defined() && cache.ndim() == 4 && cache.dim(1) == 1 && cache.dim(3) == L,
-             "LatentAttention: a latent cache {} is not [NB, 1, B, {}]",
-             cache.defined() ? cache.desc() : std::string("(none)"), L);
+    NK_CHECK(
+        c.defined() && cache.ndim() == 4 && cache.dim(1) == 1 && ops::kv_cache_head_dim(cache) == L,
+        "LatentAttention: a latent cache {} is not [NB, 1, B, {}]",
+        cache.defined() ? cache.desc() : std::string("(none)"), L);
     NK_CHECK(wkv.ndim() == 2 && wkv.dim(0) == H * (nope + v_dim) && wkv.dim(1) == kv_rank,
              "LatentAttention: kv_b weight {} is not [{}, {}]", wkv.desc(), H * (nope + v_dim),
              kv_rank);

@@ -25,12 +25,12 @@ Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, cons
   NK_CHECK(k_cache.ndim() == 4, "{}: k_cache {} must be [NB, Hkv, B, D]", op, k_cache.desc());
   check_shape(v_cache, k_cache.shape(), "v_cache");
   // The cache may be narrower than the compute dtype (a bf16 or f16 cache
-  // under f32 compute); k and v alike.
+  // under f32 compute, or q8_0 rows); k and v alike.
   const DType kv = k_cache.dtype();
-  NK_CHECK(kv == DType::F32 || kv == DType::BF16 || kv == DType::F16,
-           "{}: k_cache dtype {} (f32, bf16 or f16)", op, dtype_name(kv));
+  NK_CHECK(kv == DType::F32 || kv == DType::BF16 || kv == DType::F16 || kv == DType::U8,
+           "{}: k_cache dtype {} (f32, bf16, f16 or u8 for q8_0)", op, dtype_name(kv));
   check_dtype(v_cache, kv, "v_cache");
-  const int64_t n = rows_of(qkv), hkv = k_cache.dim(1), D = k_cache.dim(3);
+  const int64_t n = rows_of(qkv), hkv = k_cache.dim(1), D = kv_cache_head_dim(k_cache);
   NK_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "{}: {} query heads, {} kv heads", op, hq, hkv);
   NK_CHECK(qkv.dim(-1) == (hq + 2 * hkv) * D, "{}: qkv {} is not [N, (Hq+2*Hkv)*D] = [N, {}]", op,
            qkv.desc(), (hq + 2 * hkv) * D);
@@ -51,6 +51,24 @@ Device check_args(const char* op, const Tensor& qkv, const Tensor& k_cache, cons
 }
 
 }  // namespace
+
+int64_t kv_cache_row_width(int64_t values, DType c) {
+  if (c != DType::U8) return values;
+  if (values <= 0 || values % kKvQ8Values)
+    fail(
+        "a q8_0 KV cache needs rows of a multiple of {} values (kv_cache_dtype=q8_0); this "
+        "model's rows hold {} (its head_dim, or an MLA latent row)",
+        kKvQ8Values, values);
+  return values / kKvQ8Values * kKvQ8Bytes;
+}
+
+int64_t kv_cache_head_dim(const Tensor& k_cache) {
+  const int64_t w = k_cache.dim(-1);
+  if (k_cache.dtype() != DType::U8) return w;
+  NK_CHECK(w > 0 && w % kKvQ8Bytes == 0, "k_cache {}: a q8_0 row is whole blocks of {} bytes",
+           k_cache.desc(), kKvQ8Bytes);
+  return w / kKvQ8Bytes * kKvQ8Values;
+}
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
                     const Tensor& block_table, const Tensor& seqs, const Tensor& positions) {

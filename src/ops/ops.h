@@ -279,8 +279,18 @@ void attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout, const T
 // block_table row) and positions i32[N] (< M * B). There is no padding: each
 // token names its own sequence and position. C, the cache's dtype, is f32,
 // bf16 or f16 whatever T (f32 or bf16) is: values are rounded to C when
-// stored and read back widened to fp32.
+// stored and read back widened to fp32. Or u8 for q8_0 rows (CPU only):
+// each row of D values (D a multiple of 32) is D / 32 of ggml's Q8_0
+// blocks (an f16 scale max|x| / 127 and 32 int8 values, 34 bytes), so the
+// cache's last dimension is D / 32 * 34 bytes (kv_cache_row_width); rows
+// are quantised when stored and dequantised as they stream by.
 //
+// The last dimension of a cache of rows of `values` values in dtype c (u8:
+// q8_0 blocks; nk::Error unless values is a multiple of 32), and the values
+// a row of k_cache holds (its head dim D).
+inline constexpr int64_t kKvQ8Values = 32, kKvQ8Bytes = 34;
+int64_t kv_cache_row_width(int64_t values, DType c);
+int64_t kv_cache_head_dim(const Tensor& k_cache);
 // Stores token n's k and v heads at position positions[n] of sequence seqs[n].
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
                     const Tensor& block_table, const Tensor& seqs, const Tensor& positions);

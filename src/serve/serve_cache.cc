@@ -22,6 +22,7 @@ std::unique_ptr<SequenceCache> make_serve_cache(const ServeConfig& cfg, const Tr
   if (cfg.kv_memory_mb < 0) fail("serve.kv_memory_mb: must be >= 0, got {}", cfg.kv_memory_mb);
   PagedCacheOptions o;
   o.kv_dtype = parse_kv_cache_dtype(cfg.kv_cache_dtype, "serve.kv_cache_dtype");
+  check_kv_cache_dtype(model.config(), o.kv_dtype, model.device(), "serve.kv_cache_dtype");
   o.block_size = cfg.block_size;
   o.max_len = len;
   o.max_seqs = cfg.max_batch;

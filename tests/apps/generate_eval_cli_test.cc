@@ -87,10 +87,12 @@ TEST_F(GenerateEvalCli, StopStrings) {
 // generate.kv_cache_dtype: the counting model's continuation does not read
 // the cache's values (its attention output is zeroed), so every dtype gives
 // it; the log line names the cache's dtype and its bytes per position (one
-// layer, 2 kv heads of 32: 512 bytes in f32, half in bf16 or f16). A bad value
-// names the key, before the model loads; serve.kv_cache_dtype too.
+// layer, 2 kv heads of 32: 512 bytes in f32, half in bf16 or f16, 4 x 34 in
+// q8_0). A bad value names the key, before the model loads;
+// serve.kv_cache_dtype too.
 TEST_F(GenerateEvalCli, KvCacheDtype) {
-  for (auto [dt, bytes] : {std::pair{"auto", 512}, {"f32", 512}, {"bf16", 256}, {"f16", 256}}) {
+  for (auto [dt, bytes] :
+       {std::pair{"auto", 512}, {"f32", 512}, {"bf16", 256}, {"f16", 256}, {"q8_0", 136}}) {
     SCOPED_TRACE(dt);
     auto r =
         run_nekton(gen("generate.prompt=abc generate.max_tokens=5 generate.kv_cache_dtype=") + dt);

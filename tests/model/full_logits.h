@@ -33,4 +33,12 @@ inline double rel_max_diff(const std::vector<float>& a, const std::vector<float>
   return m / std::sqrt(s / double(b.size()));
 }
 
+// max |x - v[0]| over v: how far logits spread, the scale a cache's
+// tolerance is read against.
+inline double logit_spread(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s = std::max(s, double(std::fabs(x - v[0])));
+  return s;
+}
+
 }  // namespace nk::test

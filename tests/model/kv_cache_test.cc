@@ -96,8 +96,7 @@ void check(bool llama, DType dt, double tol) {
   // (b finishes first; a goes on alone).
   auto both = cached_logits(m, {a, b}, {9, 3});
   double ta = max_diff(both[0], fa), tb = max_diff(both[1], fb);
-  double spread = 0;
-  for (float x : fa) spread = std::max(spread, double(std::fabs(x - fa[0])));
+  const double spread = test::logit_spread(fa);
   EXPECT_GT(spread, 0.1) << "logits vary";
   EXPECT_LE(alone, tol);
   EXPECT_LE(ta, tol);
@@ -162,6 +161,52 @@ TEST(KvCacheModel, OtherCacheUnderBf16) {
   check_cache_dtype(true, DType::BF16, DType::F16, 0.05);
 }
 
+// A q8_0 cache (ggml's Q8_0 blocks: 32 values in 34 bytes) under f32 and
+// bf16 compute: the f32 cache's logits within the quantisation's effect, on
+// a model whose heads are 32 wide (one block a row). The bound: each value
+// moves by up to half a step of its block's max / 127, for Gaussian values
+// about 4x the RMS of bf16's rounding; a bf16 cache moves this model's
+// logits by up to 1 % of their spread (0.12 of 12.6, sharp attention from
+// the large init), so q8_0 by about 4 %: 5 % of the spread (measured: 2.6 %
+// and 3.1 %, the printed line). A broken quantiser is off by O(spread). Bytes per
+// position are 34/128 of f32's; a model whose rows are not whole blocks is
+// refused naming the key.
+TEST(KvCacheModel, Q8CacheUnderF32AndBf16) {
+  for (bool llama : {true, false})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      ModelConfig c = tiny(llama);
+      c.d_model = 128;  // 4 heads of 32
+      Transformer m(c, dt, 11);
+      const int64_t V = c.vocab_size;
+      std::vector<int32_t> a = random_tokens(23, 1, V), b = random_tokens(14, 2, V);
+      auto same = cached_logits(m, {a, b}, {9, 3}, DType::F32);
+      auto got = cached_logits(m, {a, b}, {9, 3}, DType::U8);
+      const double da = max_diff(got[0], same[0]), db = max_diff(got[1], same[1]);
+      const double spread = test::logit_spread(same[0]);
+      EXPECT_LE(da, 0.05 * spread);
+      EXPECT_LE(db, 0.05 * spread);
+      EXPECT_GT(std::max(da, db), 0.0) << "the quantisation shows";
+      const KVCache q8(c, dt, 3, 32, 8, kHost, DType::U8), f32(c, dt, 3, 32, 8, kHost, DType::F32);
+      EXPECT_EQ(q8.cache_bytes() * 128, f32.cache_bytes() * 34);
+      EXPECT_EQ(KVCache::token_bytes(c, DType::U8), 2 * 2 * c.n_kv_head * 34);
+      EXPECT_TRUE(test::contains(q8.describe(), "KV cache q8_0 (compute")) << q8.describe();
+      std::printf(
+          "[%s %s compute, q8_0 cache] max |logits - f32 cache's|: %.3g / %.3g (spread %.3g)\n",
+          llama ? "llama" : "gpt2", dtype_name(dt), da, db, spread);
+    }
+  // tiny(): heads of 8 values, not a whole block.
+  check_kv_cache_dtype(tiny(true), DType::BF16, kHost, "generate.kv_cache_dtype");
+  const std::string e = test::error_of(
+      [] { check_kv_cache_dtype(tiny(true), DType::U8, kHost, "generate.kv_cache_dtype"); });
+  EXPECT_TRUE(test::contains(e,
+                             "generate.kv_cache_dtype: a q8_0 KV cache needs rows of a "
+                             "multiple of 32 values; this model's head_dim is 8"))
+      << e;
+  EXPECT_TRUE(test::contains(
+      test::error_of([] { KVCache(tiny(true), DType::F32, 1, 8, 4, kHost, DType::U8); }),
+      "multiple of 32"));
+}
+
 TEST(KvCacheModel, CacheDtypeKey) {
   EXPECT_EQ(parse_kv_cache_dtype("auto", "generate.kv_cache_dtype"), std::nullopt);
   EXPECT_EQ(parse_kv_cache_dtype("bf16", "k"), DType::BF16);
@@ -169,7 +214,10 @@ TEST(KvCacheModel, CacheDtypeKey) {
   EXPECT_EQ(parse_kv_cache_dtype("f32", "k"), DType::F32);
   const std::string e = test::error_of([] { parse_kv_cache_dtype("fp8", "serve.kv_cache_dtype"); });
   EXPECT_NE(e.find("serve.kv_cache_dtype: 'fp8'"), std::string::npos) << e;
-  EXPECT_NE(e.find("auto, f32, bf16 or f16"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, f32, bf16, f16 or q8_0"), std::string::npos) << e;
+  EXPECT_EQ(parse_kv_cache_dtype("q8_0", "k"), DType::U8);
+  EXPECT_STREQ(kv_cache_dtype_name(DType::U8), "q8_0");
+  EXPECT_STREQ(kv_cache_dtype_name(DType::BF16), "bf16");
 }
 
 TEST(KvCacheModel, CacheLongerThanTheModelIsAnError) {

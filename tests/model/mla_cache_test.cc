@@ -115,8 +115,7 @@ void mla_check_cached(const char* preset, DType dt, double tol, bool all_experts
   const double alone = mla_max_diff(mla_cached_logits(m, {a}, {7})[0], fa);
   auto both = mla_cached_logits(m, {a, b}, {9, 3});
   const double ta = mla_max_diff(both[0], fa), tb = mla_max_diff(both[1], fb);
-  double spread = 0;
-  for (float x : fa) spread = std::max(spread, double(std::fabs(x - fa[0])));
+  const double spread = test::logit_spread(fa);
   EXPECT_GT(spread, 0.1) << "logits vary";
   EXPECT_LE(alone, tol);
   EXPECT_LE(ta, tol);
@@ -151,6 +150,43 @@ TEST(MlaCache, NarrowCacheDtypes) {
     std::printf("[deepseek_v3-tiny f32, %s latent cache] max |logits - f32 cache's|: %.3g / %.3g\n",
                 dtype_name(kv), da, db);
   }
+}
+
+// A q8_0 latent cache: rows of 56 + 8 = 64 values (two Q8_0 blocks), the
+// f32 cache's logits within the quantisation's effect (5 % of their spread,
+// as tests/model/kv_cache_test.cc argues); the tiny preset's rows of 40 values are
+// refused naming the key. Every token goes to every expert (a near-tie of two
+// experts' scores, moved by the quantisation, would change a logit by O(1):
+// see mla_check_cached).
+TEST(MlaCache, Q8LatentCache) {
+  ModelConfig c = mla_tiny("deepseek_v3-tiny");
+  c.kv_lora_rank = 56;
+  c.num_experts_per_tok = c.num_experts;
+  c.moe_topk_group = c.moe_n_group;
+  Transformer m(c, DType::F32, 11);
+  const int64_t V = c.vocab_size;
+  std::vector<int32_t> a = mla_tokens(23, 1, V), b = mla_tokens(14, 2, V);
+  auto same = mla_cached_logits(m, {a, b}, {9, 3});
+  auto got = mla_cached_logits(m, {a, b}, {9, 3}, DType::U8);
+  const double da = mla_max_diff(got[0], same[0]), db = mla_max_diff(got[1], same[1]);
+  const double spread = test::logit_spread(same[0]);
+  EXPECT_LE(da, 0.05 * spread);
+  EXPECT_LE(db, 0.05 * spread);
+  EXPECT_GT(std::max(da, db), 0.0) << "the quantisation shows";
+  EXPECT_EQ(KVCache::token_bytes(c, DType::U8), 2 * 34 * c.n_layer);
+  std::printf(
+      "[deepseek_v3-tiny f32, q8_0 latent cache] max |logits - f32 cache's|: %.3g / %.3g (spread "
+      "%.3g)\n",
+      da, db, spread);
+  const std::string e = test::error_of([] {
+    check_kv_cache_dtype(model_preset("deepseek_v3-tiny"), DType::U8, kHost,
+                         "serve.kv_cache_dtype");
+  });
+  EXPECT_TRUE(test::contains(e,
+                             "serve.kv_cache_dtype: a q8_0 KV cache needs rows of a multiple "
+                             "of 32 values; this model's latent row (kv_lora_rank + "
+                             "qk_rope_head_dim) is 40"))
+      << e;
 }
 
 // Bytes per position: (kv_lora_rank + qk_rope_head_dim) x layers x the

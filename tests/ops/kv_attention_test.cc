@@ -144,6 +144,112 @@ TEST_P(KvAttention, MatchesReferenceWithCacheDtype) {
   }
 }
 
+// ggml's block_q8_0 for each row of D values of x (D a multiple of 32), by
+// its published rule: per 32 values the scale d = max|x| / 127 stored as
+// f16, then each value as int8 round(x / d) with the stored d (nearest,
+// ties to even: Nekton's rounding, ggml's roundf differs only at ties);
+// each block is the scale's two bytes (little-endian) and the 32 values.
+// `deq` gets the values the blocks hold (d q).
+std::vector<uint8_t> q8_rows(const std::vector<double>& x, std::vector<double>& deq) {
+  std::vector<uint8_t> bytes;
+  deq.assign(x.size(), 0.0);
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.f;
+    for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(float(x[b + j])));
+    const uint16_t h = f32_to_f16(amax / 127.f).bits;
+    const float d = f16_to_f32(f16{h}), inv = d > 0.f ? 1.f / d : 0.f;
+    bytes.push_back(uint8_t(h & 0xff));
+    bytes.push_back(uint8_t(h >> 8));
+    for (size_t j = 0; j < 32; ++j) {
+      const float q = std::clamp(std::nearbyint(float(x[b + j]) * inv), -127.f, 127.f);
+      bytes.push_back(uint8_t(int8_t(q)));
+      deq[b + j] = double(d) * double(q);
+    }
+  }
+  return bytes;
+}
+
+// The q8_0 cache (kv_cache_dtype=q8_0; CPU only, refused by name on CUDA):
+// after the store every row of the cache is the Q8_0 blocks of its k or v
+// byte for byte (history rows untouched), and the output equals the
+// reference over the dequantised cache within the compute dtype's
+// tolerance. Returns out and, in `plain`, the output over an f32 cache of
+// the same values unquantised.
+std::vector<double> check_q8_against_reference(Device dev, const Case& cs, DType dt, int64_t window,
+                                               std::vector<double>& plain) {
+  const int64_t N = int64_t(cs.seqs.size());
+  ref::CacheDims d{N, cs.Hq, cs.Hkv, cs.D, cs.B, cs.M, cs.table.data()};
+  const Shape cache_shape{cs.NB, cs.Hkv, cs.B, cs.D / 32 * 34};
+  const int64_t cache_n = cs.NB * cs.Hkv * cs.B * cs.D;
+  std::vector<double> qkv = rounded(randn(size_t(N * d.row()), 1), dt);
+  std::vector<double> kc = randn(size_t(cache_n), 2), vc = randn(size_t(cache_n), 3), unused;
+  auto to_u8 = [&](const std::vector<uint8_t>& bytes) {
+    Tensor t = Tensor::empty(cache_shape, DType::U8);
+    std::copy(bytes.begin(), bytes.end(), t.data<uint8_t>());
+    return to_device(t, dev);
+  };
+  Tensor tk = to_u8(q8_rows(kc, unused)), tv = to_u8(q8_rows(vc, unused));
+  Tensor tq = make({N, d.row()}, dt, qkv, dev);
+  Tensor tb = make_i32({cs.Q(), cs.M}, cs.table, dev);
+  Tensor sq = make_i32({N}, cs.seqs, dev), ps = make_i32({N}, cs.pos, dev);
+  Tensor out = Tensor::empty({N, cs.Hq * cs.D}, dt, dev);
+  ops::kv_cache_store(tk, tv, tq, cs.Hq, tb, sq, ps);
+  ops::attention_cached(out, tq, tk, tv, cs.Hq, tb, sq, ps, window);
+
+  ref::kv_cache_store(kc.data(), vc.data(), qkv.data(), cs.seqs.data(), cs.pos.data(), d);
+  std::vector<double> kq, vq;
+  const std::vector<uint8_t> kb = q8_rows(kc, kq), vb = q8_rows(vc, vq);
+  auto bytes_of = [](const Tensor& t) {
+    const Tensor h = to_host(t);
+    return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
+  };
+  EXPECT_EQ(bytes_of(tk), kb) << "k_cache";
+  EXPECT_EQ(bytes_of(tv), vb) << "v_cache";
+  std::vector<double> want(size_t(N * cs.Hq * cs.D));
+  ref::attention_cached(want.data(), qkv.data(), kq.data(), vq.data(), cs.seqs.data(),
+                        cs.pos.data(), d, window);
+  expect_close(values(out), want, tol_for(dt), "out");
+  plain.assign(want.size(), 0.0);
+  ref::attention_cached(plain.data(), qkv.data(), kc.data(), vc.data(), cs.seqs.data(),
+                        cs.pos.data(), d, window);
+  return values(out);
+}
+
+TEST_P(KvAttention, MatchesReferenceWithQ8Cache) {
+  if (dev() != kHost) {
+    Tensor qkv = make({1, 4 * 32}, DType::F32, std::vector<double>(128), dev());
+    Tensor kc = to_device(Tensor::zeros({1, 1, 8, 34}, DType::U8), dev());
+    Tensor tb = make_i32({1, 1}, {0}, dev());
+    Tensor sq = make_i32({1}, {0}, dev()), ps = make_i32({1}, {0}, dev());
+    EXPECT_TRUE(
+        test::contains(test::error_of([&] { ops::kv_cache_store(kc, kc, qkv, 2, tb, sq, ps); }),
+                       "a q8_0 KV cache has no CUDA kernel yet"));
+    return;
+  }
+  double worst = 0;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t B : {0, 16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " compute, block " << B);
+      std::vector<double> plain;
+      for (auto [c, window] :
+           {std::pair{ragged(4, 2, 32, B), int64_t(0)}, std::pair{ragged(8, 1, 64, B), int64_t(0)},
+            std::pair{ragged(3, 3, 96, B), int64_t(9)}}) {
+        const std::vector<double> got = check_q8_against_reference(dev(), c, dt, window, plain);
+        for (size_t i = 0; i < got.size(); ++i)
+          worst = std::max(worst, std::fabs(got[i] - plain[i]));
+      }
+    }
+  // What q8_0 costs against the unquantised cache (unit normal k, v and q):
+  // each value within half a step, max|x| / 254, of its block.
+  EXPECT_LT(worst, 0.05) << "q8_0 against an f32 cache";
+  EXPECT_GT(worst, 0.0) << "the q8_0 cache gave the unquantised outputs: nothing was quantised";
+  // A row of values that is not whole blocks of 32 cannot be a q8_0 row.
+  EXPECT_TRUE(test::contains(test::error_of([] { ops::kv_cache_row_width(48, DType::U8); }),
+                             "multiple of 32 values (kv_cache_dtype=q8_0)"));
+  EXPECT_EQ(ops::kv_cache_row_width(128, DType::U8), 136);
+  EXPECT_EQ(ops::kv_cache_row_width(48, DType::BF16), 48);
+}
+
 // The same logical history in blocks of any size gives the same bits: the
 // paged layout changes addresses, not arithmetic. History is random per
 // layout, so compare the decode of a freshly stored sequence: 40 tokens

@@ -207,6 +207,14 @@ TEST_F(EngineTest, PagedCacheKeys) {
     EXPECT_EQ(dtype_name(c->kv().kv_dtype()), std::string(dt));
     EXPECT_EQ(c->kv().cache_bytes(), int64_t(1) << 20) << dt;
   }
+  // q8_0: 34 bytes per 32 values, 2,176 bytes a block.
+  cfg.kv_cache_dtype = "q8_0";
+  {
+    std::unique_ptr<SequenceCache> c = make_serve_cache(cfg, *model_);
+    EXPECT_EQ(c->blocks_total(), (1 << 20) / 2176);
+    EXPECT_STREQ(kv_cache_dtype_name(c->kv().kv_dtype()), "q8_0");
+    EXPECT_EQ(c->kv().cache_bytes(), (1 << 20) / 2176 * 2176);
+  }
   cfg.kv_cache_dtype = "f32";
   EXPECT_EQ(make_serve_cache(cfg, *model_)->blocks_total(), 128);
   cfg.kv_cache_dtype = "q8";
@@ -214,22 +222,27 @@ TEST_F(EngineTest, PagedCacheKeys) {
                              "serve.kv_cache_dtype: 'q8' is not a KV cache dtype"));
 }
 
-// A bf16 cache under the f32 counting model: the engine's greedy answers are
-// the f32 cache's (its attention output is zeroed, so the rounding cannot
-// show), prefix caching included.
-TEST_F(EngineTest, Bf16CacheServes) {
-  ServeConfig cfg;
-  cfg.max_batch = 2;
-  cfg.prefill_chunk = 16;
-  cfg.kv_cache_dtype = "bf16";
-  Engine e(*model_, *tok_, make_serve_cache(cfg, *model_), 2, metrics_);
-  for (int i = 0; i < 2; ++i) {
-    auto ch = e.submit({greedy("abcdefghijklmnopqrstuvwxyz0123456789", 4)}, ServeClock::now());
-    std::string t;
-    for (const StreamEvent& ev : drain(*ch, 1)) t += ev.piece;
-    EXPECT_EQ(t, ":;<=");
+// A bf16 or q8_0 cache under the f32 counting model: the engine's greedy
+// answers are the f32 cache's (its attention output is zeroed, so the
+// rounding cannot show), prefix caching included.
+TEST_F(EngineTest, NarrowCachesServe) {
+  int64_t hits = 0;
+  for (const char* dt : {"bf16", "q8_0"}) {
+    SCOPED_TRACE(dt);
+    ServeConfig cfg;
+    cfg.max_batch = 2;
+    cfg.prefill_chunk = 16;
+    cfg.kv_cache_dtype = dt;
+    Engine e(*model_, *tok_, make_serve_cache(cfg, *model_), 2, metrics_);
+    for (int i = 0; i < 2; ++i) {
+      auto ch = e.submit({greedy("abcdefghijklmnopqrstuvwxyz0123456789", 4)}, ServeClock::now());
+      std::string t;
+      for (const StreamEvent& ev : drain(*ch, 1)) t += ev.piece;
+      EXPECT_EQ(t, ":;<=");
+    }
+    hits += 32;
+    EXPECT_EQ(metrics_.prefix_hit_tokens.value(), hits);
   }
-  EXPECT_EQ(metrics_.prefix_hit_tokens.value(), 32);
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 // size: a paged cache gives the contiguous cache's bits. The cache may hold
 // k and v in a narrower dtype than the compute one (kv_cache_dtype: bf16 or
 // f16 under f32): rows are rounded once when stored and widened to fp32 as
-// they stream by (load_row), so a decode step reads half the bytes.
+// they stream by (load_row), so a decode step reads half the bytes. A q8_0
+// cache (u8 rows of ggml's Q8_0 blocks, 34 bytes per 32 values) is quantised
+// once when stored (quantize_q8_0, ops/cpu/quant.cc) and dequantised row by
+// row as it streams by: 0.53 of a bf16 cache's bytes.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -26,8 +29,10 @@
 #include "ops/cpu/float_io.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
+#include "ops/cpu/quant_blocks.h"
 #include "ops/cpu/softmax_math.h"
 #include "ops/kv_attention_split.h"
+#include "ops/ops.h"
 
 namespace nk::ops::NK_CPU_NS {
 namespace {
@@ -38,11 +43,12 @@ struct CacheDims {
   int64_t N, Hq, Hkv, D, NB, B;  // tokens, heads, head dim, blocks, positions per block
   int64_t Q, M;                  // block table [Q, M]
   const int32_t* table;
+  int64_t W;  // a cache row's elements: D, or a q8_0 row's bytes
   int64_t group() const { return Hq / Hkv; }
   int64_t row() const { return (Hq + 2 * Hkv) * D; }
   // Offset of (sequence q, kv head, position p) in a layer's cache.
   int64_t at(int64_t q, int64_t kvh, int64_t p) const {
-    return ((table[q * M + p / B] * Hkv + kvh) * B + p % B) * D;
+    return ((table[q * M + p / B] * Hkv + kvh) * B + p % B) * W;
   }
 };
 
@@ -51,8 +57,9 @@ struct CacheDims {
 // scheduler's data.
 CacheDims dims_of(const char* op, const Tensor& qkv, const Tensor& k_cache, int64_t hq,
                   const Tensor& table, const Tensor& seqs, const Tensor& positions) {
-  CacheDims d{rows_of(qkv),   hq,           k_cache.dim(1), k_cache.dim(3),       k_cache.dim(0),
-              k_cache.dim(2), table.dim(0), table.dim(1),   table.data<int32_t>()};
+  CacheDims d{
+      rows_of(qkv),   hq,           k_cache.dim(1), kv_cache_head_dim(k_cache), k_cache.dim(0),
+      k_cache.dim(2), table.dim(0), table.dim(1),   table.data<int32_t>(),      k_cache.dim(3)};
   const int32_t *sq = seqs.data<int32_t>(), *ps = positions.data<int32_t>();
   for (int64_t n = 0; n < d.N; ++n) {
     if (sq[n] < 0 || sq[n] >= d.Q)
@@ -89,23 +96,35 @@ float* scratch(size_t n) {
   return buf.data();
 }
 
+// A q8_0 row back to D floats (load_row's overload for the u8 cache).
+using NK_CPU_NS::load_row;
+inline void load_row(float* dst, const uint8_t* src, int64_t n) {
+  dequant_q8_0(reinterpret_cast<const BlockQ8_0*>(src), n / kQK, dst);
+}
+
 // The cache's dtype C may differ from the compute dtype T (a bf16 or f16
-// cache under f32 compute): each value is rounded to C on the way in.
+// cache under f32 compute): each value is rounded to C on the way in; a
+// q8_0 row (C = uint8_t) is quantised from the row widened to fp32.
 template <typename T, typename C>
 void store_impl(C* kc, C* vc, const T* qkv, const int32_t* seq, const int32_t* pos,
                 const CacheDims& d) {
-  auto put = [&](C* dst, const T* src) {
-    if constexpr (std::is_same_v<T, C>)
+  auto put = [&](C* dst, const T* src, float* row) {
+    if constexpr (std::is_same_v<C, uint8_t>) {
+      load_row(row, src, d.D);
+      quantize_q8_0(row, d.D, reinterpret_cast<BlockQ8_0*>(dst));
+    } else if constexpr (std::is_same_v<T, C>) {
       std::copy(src, src + d.D, dst);
-    else
+    } else {
       for (int64_t c = 0; c < d.D; ++c) dst[c] = store<C>(load(src[c]));
+    }
   };
   parallel_for(d.N, 16, [&](int64_t b, int64_t e) {
+    float* row = std::is_same_v<C, uint8_t> ? scratch(size_t(d.D)) : nullptr;
     for (int64_t n = b; n < e; ++n)
       for (int64_t h = 0; h < d.Hkv; ++h) {
         const T* src = qkv + n * d.row() + (d.Hq + h) * d.D;
-        put(kc + d.at(seq[n], h, pos[n]), src);
-        put(vc + d.at(seq[n], h, pos[n]), src + d.Hkv * d.D);
+        put(kc + d.at(seq[n], h, pos[n]), src, row);
+        put(vc + d.at(seq[n], h, pos[n]), src + d.Hkv * d.D, row);
       }
   });
 }
@@ -121,18 +140,18 @@ template <typename C, typename F>
 void for_each_row(const C* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
                   int64_t len, F&& f) {
   const int32_t* blocks = d.table + q * d.M;
-  const int64_t row_bytes = d.D * int64_t(sizeof(C));
-  auto base = [&](int64_t b) { return cache + (int64_t(blocks[b]) * d.Hkv + kvh) * d.B * d.D; };
+  const int64_t row_bytes = d.W * int64_t(sizeof(C));
+  auto base = [&](int64_t b) { return cache + (int64_t(blocks[b]) * d.Hkv + kvh) * d.B * d.W; };
   int64_t b = first / d.B, off = first % d.B;
   for (int64_t j = 0; j < len; ++b, off = 0) {
     const int64_t e = std::min(len, j + d.B - off);  // the rest of block b, contiguous
-    const C* run = base(b) + off * d.D;
+    const C* run = base(b) + off * d.W;
     const char* next = e < len ? reinterpret_cast<const char*>(base(b + 1)) : nullptr;
     for (int64_t i = j; i < e; ++i) {
       if (next)
         for (int64_t c = 0; c < row_bytes; c += 64)
           __builtin_prefetch(next + (i - j) * row_bytes + c);
-      f(i, run + (i - j) * d.D);
+      f(i, run + (i - j) * d.W);
     }
     j = e;
   }
@@ -195,15 +214,20 @@ void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* 
   });
 }
 
-// fn(T{}, C{}): T the compute dtype (f32, bf16), C the cache's (f32, bf16, f16).
+// fn(T{}, C{}): T the compute dtype (f32, bf16), C the cache's (f32, bf16,
+// f16, or uint8_t for q8_0 rows).
 template <typename Fn>
 void dispatch_kv(const Tensor& qkv, const Tensor& cache, const char* op, Fn&& fn) {
-  dispatch_float(cache.dtype(), op, [&](auto c) {
+  auto with_t = [&](auto c) {
     if (qkv.dtype() == DType::F32)
       fn(float{}, c);
     else
       fn(bf16{}, c);
-  });
+  };
+  if (cache.dtype() == DType::U8)
+    with_t(uint8_t{});
+  else
+    dispatch_float(cache.dtype(), op, with_t);
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ float max_abs(const float* x, int n) {
 
 // ---- Q8_0 and Q4_0: one scale per 32 values ----
 
+}  // namespace
+
 // d = max|x| / 127 rounded to f16; q = round(x / d) with the stored d, so
 // |x - d q| <= d / 2 (half away from zero, as ggml's roundf).
 void quantize_q8_0(const float* x, int64_t n, BlockQ8_0* y) {
@@ -55,6 +57,8 @@ void quantize_q8_0(const float* x, int64_t n, BlockQ8_0* y) {
       y[b].qs[j] = int8_t(std::clamp(std::nearbyint(x[j] * id), -127.f, 127.f));
   }
 }
+
+namespace {
 
 // ggml's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8,
 // so it maps to level 0 exactly; q = min(15, trunc(x (1 / d) + 8.5)) with the
@@ -391,6 +395,8 @@ inline __m256i nibbles(const uint8_t* qs) {
 }
 #endif
 
+}  // namespace
+
 void dequant_q8_0(const BlockQ8_0* x, int64_t nb, float* y) {
   for (int64_t b = 0; b < nb; ++b, y += kQK) {
     const float d = half_to_float(x[b].d);
@@ -401,6 +407,8 @@ void dequant_q8_0(const BlockQ8_0* x, int64_t nb, float* y) {
 #endif
   }
 }
+
+namespace {
 
 void dequant_q4_0(const BlockQ4_0* x, int64_t nb, float* y) {
   for (int64_t b = 0; b < nb; ++b, y += kQK) {

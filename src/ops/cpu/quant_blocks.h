@@ -61,6 +61,12 @@ inline uint16_t float_to_half(float f) {
   return f32_to_f16(f).bits;
 }
 
+// Q8_0 rows of n values (a multiple of kQK; ops/cpu/quant.cc): the scale
+// max|x| / 127 rounded to f16, each value the nearest of x / (that scale);
+// and back, nb blocks to nb x kQK floats.
+void quantize_q8_0(const float* x, int64_t n, BlockQ8_0* y);
+void dequant_q8_0(const BlockQ8_0* x, int64_t nb, float* y);
+
 // The 6-bit scale sc[j] and min m[j] of the 8 sub-blocks of a Q4_K block.
 struct Q4KScales {
   uint8_t sc[8], m[8];

@@ -84,6 +84,12 @@ void dispatch_kv(DType dt, DType cache, const char* op, Fn&& fn) {
 
 // ---- validation ----
 
+// q8_0 caches (u8 rows of Q8_0 blocks) have CPU kernels alone.
+void refuse_q8(const Tensor& k_cache, const char* op) {
+  if (k_cache.dtype() == DType::U8)
+    fail("{}: a q8_0 KV cache has no CUDA kernel yet (kv_cache_dtype=q8_0 runs on the CPU)", op);
+}
+
 // Per token n: seqs[n] in [0, Q) and positions[n] in [0, M*B), else a report;
 // blocks_used i32[Q] (zeroed) gets the number of table entries sequence
 // seqs[n] reads, positions[n]/B + 1, at least.
@@ -277,6 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n_q_heads,
                     const Tensor& block_table, const Tensor& seqs, const Tensor& positions) {
+  refuse_q8(k_cache, "kv_cache_store");
   const CacheDims d = dims_of(qkv, k_cache, n_q_heads, block_table);
   validate("kv_cache_store", d, block_table, seqs, positions);
   if (d.N == 0 || d.D == 0) return;
@@ -294,6 +301,7 @@ void kv_cache_store(Tensor k_cache, Tensor v_cache, const Tensor& qkv, int64_t n
 void attention_cached(Tensor out, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                       int64_t n_q_heads, const Tensor& block_table, const Tensor& seqs,
                       const Tensor& positions, int64_t window, float scale_in, float softcap) {
+  refuse_q8(k_cache, "attention_cached");
   const CacheDims d = dims_of(qkv, k_cache, n_q_heads, block_table);
   if (softcap > 0.f ||
       (scale_in != 0.f && std::abs(scale_in * std::sqrt(float(d.D)) - 1.f) > 1e-6f))
