@@ -1,13 +1,14 @@
 // How the CPU's attention_cached (ops/cpu/kv_attention.cc) deals its work
-// to the threads. Its natural task is one (new token, kv head) pair: the
-// group's query heads share each cache row as it streams by. A single
-// sequence's decode has as few pairs as kv heads, one under multi-query
-// attention and Multi-head Latent Attention's latent cache (every head
-// reads the one latent row), so with fewer pairs than threads each pair's
-// query heads are cut into runs of consecutive heads, one task each: every
-// run streams the pair's rows again (from cache: they are shared), and a
-// head's arithmetic is the same whichever run holds it, so the output does
-// not depend on the thread count.
+// to the threads. Its natural task is one (tile, kv head) pair, a tile one
+// new token or a prefill run's consecutive tokens of one sequence (up to
+// 16): the tile's tokens and the group's query heads share each cache row
+// as it streams by. A single sequence's decode has as few pairs as kv
+// heads, one under multi-query attention and Multi-head Latent Attention's
+// latent cache (every head reads the one latent row), so with fewer pairs
+// than threads each pair's query heads are cut into runs of consecutive
+// heads, one task each: every run streams the pair's rows again (from
+// cache: they are shared), and a head's arithmetic is the same whichever
+// run holds it, so the output does not depend on the thread count.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -19,7 +20,7 @@ struct KvAttentionSplit {
   int64_t run_heads = 1;  // heads per run; the last run may have fewer
 };
 
-// pairs (token, kv head) of `group` query heads each, over `threads`
+// pairs (tile, kv head) of `group` query heads each, over `threads`
 // threads: one run of every head when there are at least as many pairs as
 // threads, else up to ceil(threads / pairs) runs of equal size.
 inline KvAttentionSplit kv_attention_split(int64_t pairs, int64_t group, int64_t threads) {

@@ -319,6 +319,57 @@ TEST_P(KvAttention, FullSequenceEqualsCausalAttention) {
   expect_close(values(got), values(out), {1e-5, 1e-6}, "cached vs causal");
 }
 
+// The CPU takes a prefill run's tokens in tiles that share each cache row
+// (ops/cpu/kv_attention.cc): a call over the ragged mix (a 70-token run
+// across tiles of 16, a run of 5, single tokens; two sequences' runs side
+// by side in the table's order) gives each token the bits of a call over
+// that token alone, f32 and bf16, with and without a window, in bf16 and
+// q8_0 caches; a latent-style call (one kv head, 32 query heads of 64,
+// tiles cut short by the score budget at a long context) too.
+TEST_P(KvAttention, PrefillTilesEqualTokenByToken) {
+  struct Run {
+    Case c;
+    DType dt;
+    int64_t window;
+    DType kv;
+  };
+  Case latent{32, 1, 64, 4096, 1, 1, {0}, {}, {}};  // 32 x 4040 scores a token: tiles of 8
+  for (int32_t p = 0; p < 40; ++p) latent.seqs.push_back(0), latent.pos.push_back(4000 + p);
+  const Run runs[] = {{ragged(4, 2, 32), DType::F32, 0, DType::F32},
+                      {ragged(4, 2, 32, 16), DType::BF16, 0, DType::BF16},
+                      {ragged(4, 2, 32), DType::F32, 9, DType::F32},
+                      {ragged(8, 2, 32, 16), DType::F32, 0, DType::BF16},
+                      {ragged(4, 1, 64), DType::F32, 40, DType::U8},
+                      {latent, DType::F32, 0, DType::F32}};
+  for (const Run& r : runs) {
+    const Case& cs = r.c;
+    SCOPED_TRACE(::testing::Message() << cs.Hq << " heads over " << cs.Hkv << ", "
+                                      << dtype_name(r.dt) << ", window " << r.window);
+    if (r.kv == DType::U8 && dev() != kHost) continue;  // q8_0 is CPU only
+    const int64_t N = int64_t(cs.seqs.size()), row = (cs.Hq + 2 * cs.Hkv) * cs.D;
+    const int64_t W = ops::kv_cache_row_width(cs.D, r.kv);
+    Tensor qkv = make({N, row}, r.dt, randn(size_t(N * row), 11), dev());
+    Tensor kc = Tensor::zeros({cs.NB, cs.Hkv, cs.B, W}, r.kv, dev()),
+           vc = Tensor::zeros({cs.NB, cs.Hkv, cs.B, W}, r.kv, dev());
+    Tensor tb = make_i32({cs.Q(), cs.M}, cs.table, dev());
+    Tensor sq = make_i32({N}, cs.seqs, dev()), ps = make_i32({N}, cs.pos, dev());
+    Tensor out = Tensor::empty({N, cs.Hq * cs.D}, r.dt, dev());
+    ops::kv_cache_store(kc, vc, qkv, cs.Hq, tb, sq, ps);
+    ops::attention_cached(out, qkv, kc, vc, cs.Hq, tb, sq, ps, r.window);
+    const std::vector<double> all = values(out);
+    const int64_t O = cs.Hq * cs.D;
+    for (int64_t n = 0; n < N; ++n) {
+      Tensor one = Tensor::empty({1, O}, r.dt, dev());
+      Tensor s1 = make_i32({1}, {cs.seqs[size_t(n)]}, dev()),
+             p1 = make_i32({1}, {cs.pos[size_t(n)]}, dev());
+      ops::attention_cached(one, qkv.narrow0(n, 1), kc, vc, cs.Hq, tb, s1, p1, r.window);
+      const std::vector<double> got = values(one);
+      ASSERT_EQ(got, std::vector<double>(all.begin() + n * O, all.begin() + (n + 1) * O))
+          << "token " << n;
+    }
+  }
+}
+
 // How the CPU deals a call's work (ops/kv_attention_split.h): the query
 // heads of a (token, kv head) pair are cut into runs only when there are
 // fewer pairs than threads.
