@@ -4,21 +4,27 @@
 // One task per (tile, kv head), a tile one new token or up to 16
 // consecutive tokens of a prefill run: the tile's tokens and the group's G
 // query heads share each cache row as it streams by, so a decode step reads
-// every cached k and v of a head once, a block's run of positions at a time. With fewer such pairs
-// than threads (a single sequence's decode under multi-query attention or MLA's latent cache: one
-// kv head), each pair's query heads are cut into runs, one task each (ops/kv_attention_split.h):
-// the same bits for any thread count. Scores are held for the token's whole visible span ([G,
-// pos+1] fp32, or its last `window` positions; grow-only per-thread scratch), then an exact
-// two-pass softmax (max, then exp-sum) and the weighted sum of v rows. Work per token is linear in
-// its span (a scale other than 1/sqrt(D) and Gemma 2's soft-capping of the scores go in before the
-// softmax); tasks are dealt round-robin to the threads so that a prefill, whose later tokens see
-// more keys, splits evenly. The arithmetic does not depend on the block size: a paged cache gives
-// the contiguous cache's bits. The cache may hold k and v in a narrower dtype than the compute one
-// (kv_cache_dtype: bf16 or f16 under f32): rows are rounded once when stored and widened to fp32 as
-// they stream by (load_row), so a decode step reads half the bytes. A q8_0
-// cache (u8 rows of ggml's Q8_0 blocks, 34 bytes per 32 values) is quantised
-// once when stored (quantize_q8_0, ops/cpu/quant.cc) and dequantised row by
-// row as it streams by: 0.53 of a bf16 cache's bytes.
+// every cached k and v of a head once, a block's run of positions at a
+// time, and a tile's rows meet the cache as two small matrix products
+// (tile_gemm, the flash-attention kernels' micro-kernel). With fewer such
+// pairs than threads (a single sequence's decode under multi-query attention
+// or MLA's latent cache: one kv head), each pair's query heads are cut into
+// runs, one task each (ops/kv_attention_split.h): the same bits for any
+// thread count. Scores are held for the token's whole visible span ([G,
+// pos+1] fp32, or its last `window` positions; grow-only per-thread
+// scratch), then an exact two-pass softmax (max, then exp-sum) and the
+// weighted sum of v rows. Work per token is linear in its span (a scale
+// other than 1/sqrt(D) and Gemma 2's soft-capping of the scores go in
+// before the softmax); tasks are dealt round-robin to the threads so that a
+// prefill, whose later tokens see more keys, splits evenly. The arithmetic
+// does not depend on the block size: a paged cache gives the contiguous
+// cache's bits. The cache may hold k and v in a narrower dtype than the
+// compute one (kv_cache_dtype: bf16 or f16 under f32): rows are rounded
+// once when stored and widened to fp32 as they stream by (load_row), so a
+// decode step reads half the bytes. A q8_0 cache (u8 rows of ggml's Q8_0
+// blocks, 34 bytes per 32 values) is quantised once when stored
+// (quantize_q8_0, ops/cpu/quant.cc) and dequantised row by row as it
+// streams by: 0.53 of a bf16 cache's bytes.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -30,6 +36,7 @@
 #include "ops/cpu/level.h"
 #include "ops/cpu/quant_blocks.h"
 #include "ops/cpu/softmax_math.h"
+#include "ops/cpu/tile_gemm.h"
 #include "ops/kv_attention_split.h"
 #include "ops/ops.h"
 
@@ -75,20 +82,6 @@ CacheDims dims_of(const char* op, const Tensor& qkv, const Tensor& k_cache, int6
   return d;
 }
 
-// Dot product in kLanes independent partial sums, so GCC vectorizes it
-// without reassociating (no -ffast-math).
-inline float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kL = sm::kLanes;
-  float acc[kL] = {};
-  int64_t c = 0;
-  for (; c + kL <= n; c += kL)
-    for (int u = 0; u < kL; ++u) acc[u] += a[c + u] * b[c + u];
-  for (; c < n; ++c) acc[0] += a[c] * b[c];
-  float s = 0;
-  for (int u = 0; u < kL; ++u) s += acc[u];
-  return s;
-}
-
 float* scratch(size_t n) {
   thread_local std::vector<float> buf;
   if (buf.size() < n) buf.resize(n);
@@ -128,31 +121,37 @@ void store_impl(C* kc, C* vc, const T* qkv, const int32_t* seq, const int32_t* p
   });
 }
 
-// Calls f(i, row) for i = 0..len-1 with the cache row (D values) of kv head
-// kvh of sequence q at position first + i, a block's run of rows at a time.
-// A run is one page or so (16 rows of 64 floats: 4 KiB) and the hardware
-// prefetcher does not follow into the next block, which is elsewhere: each
-// row fetches the matching row of the next block ahead (measured: 16-row
-// blocks took ~1.4x the contiguous layout's time without it). One division
-// per call, none per run.
+// Calls f(i, n, rows) for the cache rows of kv head kvh of sequence q at
+// positions first + i .. first + i + n - 1 (D values each, W elements
+// apart), i running over [0, len) in runs of at most `most` rows that do not
+// cross a block. The hardware prefetcher does not follow into the next
+// block, which is elsewhere: the rows up to kAheadRows past each run are
+// prefetched before it is handed over (measured: 16-row blocks took ~1.4x
+// the contiguous layout's time without it).
+constexpr int64_t kAheadRows = 32;
+
 template <typename C, typename F>
-void for_each_row(const C* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
-                  int64_t len, F&& f) {
+void for_each_run(const C* cache, const CacheDims& d, int64_t q, int64_t kvh, int64_t first,
+                  int64_t len, int64_t most, F&& f) {
   const int32_t* blocks = d.table + q * d.M;
   const int64_t row_bytes = d.W * int64_t(sizeof(C));
-  auto base = [&](int64_t b) { return cache + (int64_t(blocks[b]) * d.Hkv + kvh) * d.B * d.W; };
-  int64_t b = first / d.B, off = first % d.B;
-  for (int64_t j = 0; j < len; ++b, off = 0) {
-    const int64_t e = std::min(len, j + d.B - off);  // the rest of block b, contiguous
-    const C* run = base(b) + off * d.W;
-    const char* next = e < len ? reinterpret_cast<const char*>(base(b + 1)) : nullptr;
-    for (int64_t i = j; i < e; ++i) {
-      if (next)
-        for (int64_t c = 0; c < row_bytes; c += 64)
-          __builtin_prefetch(next + (i - j) * row_bytes + c);
-      f(i, run + (i - j) * d.W);
+  // The run at index i, at most `cap` rows: its rows and its length.
+  auto run_at = [&](int64_t i, int64_t cap) {
+    const int64_t p = first + i, off = p % d.B;
+    const C* block = cache + (int64_t(blocks[p / d.B]) * d.Hkv + kvh) * d.B * d.W;
+    return std::pair(block + off * d.W, std::min({len - i, d.B - off, cap}));
+  };
+  int64_t fetched = 0;  // rows [0, fetched) prefetched
+  for (int64_t i = 0; i < len;) {
+    const auto [rows, n] = run_at(i, most);
+    for (const int64_t to = std::min(len, i + n + kAheadRows); fetched < to;) {
+      const auto [ahead, an] = run_at(fetched, to - fetched);
+      const char* bytes = reinterpret_cast<const char*>(ahead);
+      for (int64_t c = 0; c < an * row_bytes; c += 64) __builtin_prefetch(bytes + c);
+      fetched += an;
     }
-    j = e;
+    f(i, n, rows);
+    i += n;
   }
 }
 
@@ -161,14 +160,18 @@ void for_each_row(const C* cache, const CacheDims& d, int64_t q, int64_t kvh, in
 //
 // A prefill chunk's tokens are consecutive positions of one sequence and
 // read the same rows: they are taken in tiles (kv_attention_tiles) of up to
-// kTileTokens, and each row a tile's pair streams serves every token of the
-// tile that sees it, so a chunk of P tokens reads the cache about P / 16
-// times instead of P (a 4096-token prompt spent 34 of its 55 s here when
-// every token streamed its own rows). A token's scores, softmax and
-// weighted sum are the same operations in the same order whichever tile
-// holds it: the output is the untiled kernel's, bit for bit.
+// kTileTokens, and a tile's M = tokens x query heads rows meet the cache in
+// two small matrix products a run of rows at a time (tile_gemm): scores
+// S^T[run, M] = K[run, D] Q^T[D, M], then O[M, D] += P[M, run] V[run, D].
+// A token's rows see the tile's whole span; what it must not see (later
+// positions, those behind its window) is left out of its softmax and given
+// probability 0, which adds nothing to its weighted sum. Each score and
+// each output value is one FMA chain in order (over d, then over the
+// positions), whatever the tile, the run or the thread: a token gives the
+// same bits alone as in any tile, paged as contiguous.
 constexpr int64_t kTileTokens = 16;
 constexpr int64_t kTileScores = int64_t(1) << 20;  // floats of scores per thread, at most
+constexpr int64_t kRunRows = 64;                   // cache rows per product, at most
 
 struct Tile {
   int64_t n0, count;  // tokens [n0, n0 + count)
@@ -193,6 +196,20 @@ std::vector<Tile> kv_attention_tiles(const int32_t* seq, const int32_t* pos, int
   return tiles;
 }
 
+// A run of n cache rows as fp32 [n, D] with rows `ld` apart: an f32 cache's
+// own rows, else widened (or dequantised) into buf.
+template <typename C>
+const float* rows_f32(const C* rows, int64_t n, const CacheDims& d, float* buf, int64_t& ld) {
+  if constexpr (std::is_same_v<C, float>) {
+    ld = d.W;
+    return rows;
+  } else {
+    ld = d.D;
+    for (int64_t i = 0; i < n; ++i) load_row(buf + i * d.D, rows + i * d.W, d.D);
+    return buf;
+  }
+}
+
 template <typename T, typename C>
 void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* seq,
                  const int32_t* pos, int64_t window, float scale, float softcap,
@@ -213,68 +230,65 @@ void attend_impl(T* out, const T* qkv, const C* kc, const C* vc, const int32_t* 
   };
   const int64_t nt = std::min<int64_t>(num_threads(), tasks);
   parallel_for(nt, 1, [&](int64_t tb, int64_t te) {
-    // q, o [most, G, D]; s [most, G, max_len]; row [D]
-    float* q = scratch(size_t(most * G * (2 * D + max_len) + D));
-    float* o = q + most * G * D;
-    float* s = o + most * G * D;
-    float* row = s + most * G * max_len;
+    const int64_t MM = most * G;  // a tile's rows, at most
+    // qt [D, MM]; s [MM, max_len]; st [kRunRows, MM]; o [MM, D]; rows [kRunRows, D]
+    float* qt = scratch(size_t(MM * (2 * D + max_len + kRunRows) + kRunRows * D));
+    float* s = qt + D * MM;
+    float* st = s + MM * max_len;
+    float* o = st + kRunRows * MM;
+    float* buf = o + MM * D;
     for (int64_t th = tb; th < te; ++th)
       for (int64_t task = th; task < tasks; task += nt) {
         const int64_t pair = task / split.runs, run = task % split.runs;
         const Tile tile = tiles[size_t(pair / d.Hkv)];
         const int64_t kvh = pair % d.Hkv, K = tile.count, n0 = tile.n0;
-        // This task's query heads of the group: [g0, g1).
+        // This task's query heads of the group: [g0, g1); row m = k * GR + g - g0
+        // holds token n0 + k's head g.
         const int64_t g0 = run * split.run_heads, g1 = std::min(G, g0 + split.run_heads);
+        const int64_t GR = g1 - g0, M = K * GR;
         // Token t = n0 + k sees [first_of(t), pos[t]]: the tile's rows are the
         // union, from its first token's first to its last token's position.
         const int64_t ufirst = first_of(n0), ulen = int64_t(pos[n0 + K - 1]) + 1 - ufirst;
-        auto qs = [&](int64_t k, int64_t g) { return q + (k * G + g) * D; };
-        auto ss = [&](int64_t k, int64_t g) { return s + (k * G + g) * max_len; };
         for (int64_t k = 0; k < K; ++k)
           for (int64_t g = g0; g < g1; ++g)
             for (int64_t c = 0; c < D; ++c)
-              qs(k, g)[c] = scale * to_f32(qkv[(n0 + k) * d.row() + (kvh * G + g) * D + c]);
-        // Streams the tile's rows of `cache`: row holds position p's values
-        // widened, then fn(k, j) for each token k of the tile that sees p
-        // (those at or past it whose window reaches back to it), j = p's
-        // index among the positions token k sees.
-        auto stream = [&](const C* cache, auto&& fn) {
-          for_each_row(cache, d, seq[n0], kvh, ufirst, ulen, [&](int64_t i, const C* r) {
-            const int64_t p = ufirst + i, k_lo = std::max<int64_t>(0, p - int64_t(pos[n0]));
-            int64_t k_hi = K;
-            if (window > 0)
-              while (k_hi > k_lo && first_of(n0 + k_hi - 1) > p) --k_hi;
-            load_row(row, r, D);
-            for (int64_t k = k_lo; k < k_hi; ++k) fn(k, p - first_of(n0 + k));
-          });
-        };
-        stream(kc, [&](int64_t k, int64_t j) {
-          for (int64_t g = g0; g < g1; ++g) ss(k, g)[j] = dot(qs(k, g), row, D);
-        });
+              qt[c * M + k * GR + g - g0] =
+                  scale * to_f32(qkv[(n0 + k) * d.row() + (kvh * G + g) * D + c]);
+        for_each_run(kc, d, seq[n0], kvh, ufirst, ulen, kRunRows,
+                     [&](int64_t i, int64_t n, const C* rows) {
+                       int64_t ld;
+                       const float* kr = rows_f32(rows, n, d, buf, ld);
+                       tile_gemm(n, M, D, kr, ld, qt, M, st, M, false);
+                       for (int64_t m = 0; m < M; ++m)
+                         for (int64_t r = 0; r < n; ++r) s[m * ulen + i + r] = st[r * M + m];
+                     });
         for (int64_t k = 0; k < K; ++k) {
-          const int64_t len = int64_t(pos[n0 + k]) + 1 - first_of(n0 + k);
-          for (int64_t g = g0; g < g1; ++g) {
-            float* sg = ss(k, g);
+          const int64_t lo = first_of(n0 + k) - ufirst, hi = int64_t(pos[n0 + k]) + 1 - ufirst;
+          for (int64_t m = k * GR; m < (k + 1) * GR; ++m) {
+            float* srow = s + m * ulen;
+            float* sg = srow + lo;
+            const int64_t len = hi - lo;
             if (softcap > 0.f)  // Gemma 2: cap tanh(s / cap) before the softmax
               for (int64_t j = 0; j < len; ++j) sg[j] = softcap * std::tanh(sg[j] / softcap);
-            const float m = sm::max_of(sg, len);
-            const float inv = 1.f / sm::sum_exp_shifted(sg, len, m, sg);
+            const float mx = sm::max_of(sg, len);
+            const float inv = 1.f / sm::sum_exp_shifted(sg, len, mx, sg);
             for (int64_t j = 0; j < len; ++j) sg[j] *= inv;
-            std::fill(o + (k * G + g) * D, o + (k * G + g + 1) * D, 0.f);
+            std::fill(srow, sg, 0.f);
+            std::fill(srow + hi, srow + ulen, 0.f);
           }
         }
-        stream(vc, [&](int64_t k, int64_t j) {
-          for (int64_t g = g0; g < g1; ++g) {
-            const float pr = ss(k, g)[j];
-            float* og = o + (k * G + g) * D;
-            for (int64_t c = 0; c < D; ++c) og[c] += pr * row[c];
-          }
-        });
+        std::fill(o, o + M * D, 0.f);
+        for_each_run(vc, d, seq[n0], kvh, ufirst, ulen, kRunRows,
+                     [&](int64_t i, int64_t n, const C* rows) {
+                       int64_t ld;
+                       const float* vr = rows_f32(rows, n, d, buf, ld);
+                       tile_gemm(M, D, n, s + i, ulen, vr, ld, o, D, true);
+                     });
         for (int64_t k = 0; k < K; ++k)
           for (int64_t g = g0; g < g1; ++g)
             for (int64_t c = 0; c < D; ++c)
               out[(n0 + k) * d.Hq * D + (kvh * G + g) * D + c] =
-                  from_f32<T>(o[(k * G + g) * D + c]);
+                  from_f32<T>(o[(k * GR + g - g0) * D + c]);
       }
   });
 }
