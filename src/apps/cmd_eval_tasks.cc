@@ -30,6 +30,7 @@ struct TaskKeys {
   std::string system_instruction, chat_template = "auto", prefix_text;
   bool apply_chat_template = false, fewshot_as_multiturn = false, share_prefixes = true;
   int64_t num_fewshot = -1, limit = 0, batch_size = 8, write_out = 0, bootstrap_iters = 100000;
+  int64_t seed = 1234;
   double timeout_s = 600;
   Device device = kHost;
 
@@ -59,6 +60,9 @@ struct TaskKeys {
            "them (the harness's sample log) to OUTPUT.samples.jsonl");
     b.bind("eval.bootstrap_iters", bootstrap_iters,
            "resamples of the bootstrap standard errors (perplexity); 0: no standard errors");
+    b.bind("eval.seed", seed,
+           "seed of sampled answers (a task's generation_kwargs do_sample): answer j of "
+           "document i draws with seed + i x repeats + j");
     b.bind("eval.system_instruction", system_instruction,
            "a system prompt before each context (with the task's description after "
            "fewshot_delimiter)");
@@ -184,7 +188,8 @@ int eval_tasks(const CommandArgs& a) {
                                     .limit = k.limit,
                                     .write_out = k.write_out,
                                     .bootstrap_iters = k.bootstrap_iters,
-                                    .style = style});
+                                    .style = style,
+                                    .seed = uint64_t(k.seed)});
   const std::vector<TaskResult>& results = sr.tasks;
   for (const TaskResult& r : results)
     for (const auto& s : r.samples) {
@@ -205,7 +210,8 @@ int eval_tasks(const CommandArgs& a) {
                                   {"system_instruction", k.system_instruction},
                                   {"apply_chat_template", k.apply_chat_template},
                                   {"fewshot_as_multiturn", k.fewshot_as_multiturn},
-                                  {"fewshot_seed", 1234}};
+                                  {"fewshot_seed", 1234},
+                                  {"seed", k.seed}};
     if (k.write_out > 0) {
       std::string samples;
       for (const TaskResult& r : results)
@@ -213,7 +219,10 @@ int eval_tasks(const CommandArgs& a) {
           nlohmann::ordered_json line;
           line["task"] = r.task;
           for (auto it = s.begin(); it != s.end(); ++it) line[it.key()] = it.value();
-          samples += line.dump() + "\n";
+          // Answers are bytes a model chose: one that is no UTF-8 is
+          // written as U+FFFD, as Python decodes it with errors="replace".
+          samples +=
+              line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
         }
       write_file_atomic(k.output + ".samples.jsonl", samples);
     }

@@ -279,6 +279,8 @@ std::vector<double> LocalEvalModel::loglikelihood_rolling(const std::vector<std:
 }
 
 std::vector<std::string> LocalEvalModel::generate_until(const std::vector<GenerateRequest>& reqs) {
+  // A sampled request is `repeats` sequences (seeds seed + j), a greedy one
+  // one sequence whose answer is repeated.
   std::vector<GenerationRequest> gens;
   for (const auto& r : reqs) {
     GenerationRequest g;
@@ -289,13 +291,25 @@ std::vector<std::string> LocalEvalModel::generate_until(const std::vector<Genera
     g.max_new_tokens = std::min(r.max_gen_toks, max_len_ - int64_t(g.prompt.size()));
     for (const auto& s : r.until)
       if (!s.empty()) g.stop.push_back(s);
-    g.sampling.temperature = 0;
-    gens.push_back(std::move(g));
+    g.sampling.temperature = r.sample ? r.temperature : 0;
+    g.sampling.top_p = r.top_p;
+    g.sampling.top_k = r.top_k;
+    for (int64_t j = 0; j < (r.sample ? r.repeats : 1); ++j) {
+      g.sampling.seed = r.seed + uint64_t(j);
+      gens.push_back(g);
+    }
   }
   Generator gen(model_, &tok_, batch_);
   gen.set_end_ids(end_ids_);
+  std::vector<GenerationResult> done = gen.run(gens);
   std::vector<std::string> out;
-  for (GenerationResult& r : gen.run(gens)) out.push_back(std::move(r.text));
+  size_t at = 0;
+  for (const auto& r : reqs)
+    if (r.sample) {
+      for (int64_t j = 0; j < r.repeats; ++j) out.push_back(std::move(done[at++].text));
+    } else {
+      out.insert(out.end(), size_t(r.repeats), done[at++].text);
+    }
   return out;
 }
 

@@ -30,6 +30,13 @@ struct GenerateRequest {
   std::string context;
   std::vector<std::string> until;  // the text ends before the first of these
   int64_t max_gen_toks = 256;
+  int64_t repeats = 1;  // answers asked for
+  // Sampled (generation_kwargs' do_sample): answer j draws with seed + j;
+  // else greedy, the one answer given `repeats` times.
+  bool sample = false;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;  // 0: off
+  uint64_t seed = 0;
 };
 
 class EvalModel {
@@ -38,7 +45,7 @@ class EvalModel {
   virtual std::vector<LoglikelihoodResult> loglikelihood(
       const std::vector<LoglikelihoodRequest>& reqs) = 0;
   virtual std::vector<double> loglikelihood_rolling(const std::vector<std::string>& texts) = 0;
-  // Greedy continuations.
+  // The continuations, request by request, `repeats` of each in order.
   virtual std::vector<std::string> generate_until(const std::vector<GenerateRequest>& reqs) = 0;
 };
 

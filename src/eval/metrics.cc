@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "core/error.h"
@@ -128,6 +129,23 @@ std::vector<std::string> apply_filter(const FilterSpec& f, std::vector<std::stri
   for (const FilterStep& s : f.steps) {
     if (s.function == "take_first") {
       if (resps.size() > 1) resps.resize(1);
+      continue;
+    }
+    if (s.function == "take_first_k") {
+      if (int64_t(resps.size()) < s.k)
+        fail("filter take_first_k: k {} of {} answers (the harness asserts repeats >= k)", s.k,
+             resps.size());
+      resps.resize(size_t(s.k));
+      continue;
+    }
+    if (s.function == "majority_vote") {  // Counter(resps).most_common(1): ties to the first seen
+      std::map<std::string, int64_t> count;
+      for (const std::string& r : resps) ++count[r];
+      std::string vote;
+      int64_t best = 0;
+      for (const std::string& r : resps)
+        if (count[r] > best) best = count[r], vote = r;
+      resps.assign(1, vote);
       continue;
     }
     for (std::string& r : resps) {

@@ -21,7 +21,9 @@ double exact_match(std::string prediction, std::string reference, const MetricSp
 
 // A filter pipeline over one document's responses (regex: re.findall's
 // match at group_select, the first non-empty group of a multi-group match,
-// stripped, else the fallback; take_first: the first response only).
+// stripped, else the fallback; take_first: the first response only;
+// take_first_k: the first k; majority_vote: the most frequent response,
+// ties to the first seen, as Counter.most_common(1)).
 std::vector<std::string> apply_filter(const FilterSpec& f, std::vector<std::string> responses);
 
 // re.findall(pattern, text) as Python returns it: whole matches without

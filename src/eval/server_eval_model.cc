@@ -171,14 +171,48 @@ std::vector<double> ServerEvalModel::loglikelihood_rolling(const std::vector<std
 }
 
 std::vector<std::string> ServerEvalModel::generate_until(const std::vector<GenerateRequest>& reqs) {
-  std::vector<std::string> out(reqs.size());
-  // Requests that share stop strings and length go together.
+  std::vector<std::vector<std::string>> answers(reqs.size());
+  auto stops = [](const GenerateRequest& r) {
+    std::vector<std::string> stop;
+    for (const std::string& s : r.until)
+      if (!s.empty()) stop.push_back(s);
+    return stop;
+  };
+  // The choices' texts, each cut at the first until string as the harness
+  // does after any server.
+  auto texts = [&](const std::vector<json>& choices, const std::vector<std::string>& stop) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const json& c = choices[i];
+      if (!c.contains("text") || !c["text"].is_string())
+        fail("eval.model '{}': choice {} has no 'text' string", endpoint_, i);
+      std::string text = c["text"].get<std::string>();
+      for (const std::string& s : stop)
+        if (const size_t p = text.find(s); p != std::string::npos) text.resize(p);
+      out.push_back(std::move(text));
+    }
+    return out;
+  };
+  // A sampled request goes alone, its answers as the request's n choices
+  // (the server seeds choice j with seed + j, as the local path does).
+  // Greedy requests that share stop strings and length go together, batch_
+  // prompts at a time, each answer given `repeats` times.
   std::map<std::pair<std::vector<std::string>, int64_t>, std::vector<size_t>> groups;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    std::vector<std::string> stop;
-    for (const std::string& s : reqs[i].until)
-      if (!s.empty()) stop.push_back(s);
-    groups[{stop, reqs[i].max_gen_toks}].push_back(i);
+    const GenerateRequest& r = reqs[i];
+    if (!r.sample) {
+      groups[{stops(r), r.max_gen_toks}].push_back(i);
+      continue;
+    }
+    json body = {{"prompt", json::array({context_or_prefix(r.context)})},
+                 {"max_tokens", r.max_gen_toks},
+                 {"temperature", r.temperature},
+                 {"top_p", r.top_p},
+                 {"n", r.repeats},
+                 {"seed", r.seed}};
+    if (r.top_k > 0) body["top_k"] = r.top_k;
+    if (!stops(r).empty()) body["stop"] = stops(r);
+    answers[i] = texts(complete(body, size_t(r.repeats)), stops(r));
   }
   for (const auto& [key, idx] : groups) {
     for (size_t at = 0; at < idx.size(); at += size_t(batch_)) {
@@ -187,19 +221,13 @@ std::vector<std::string> ServerEvalModel::generate_until(const std::vector<Gener
       for (size_t i = at; i < end; ++i) prompts.push_back(context_or_prefix(reqs[idx[i]].context));
       json body = {{"prompt", prompts}, {"max_tokens", key.second}, {"temperature", 0}};
       if (!key.first.empty()) body["stop"] = key.first;
-      const std::vector<json> choices = complete(body, end - at);
-      for (size_t i = at; i < end; ++i) {
-        const json& c = choices[i - at];
-        if (!c.contains("text") || !c["text"].is_string())
-          fail("eval.model '{}': choice {} has no 'text' string", endpoint_, i - at);
-        std::string text = c["text"].get<std::string>();
-        // As the harness does after any server: cut at the first until string.
-        for (const std::string& s : key.first)
-          if (const size_t p = text.find(s); p != std::string::npos) text.resize(p);
-        out[idx[i]] = std::move(text);
-      }
+      const std::vector<std::string> got = texts(complete(body, end - at), key.first);
+      for (size_t i = at; i < end; ++i)
+        answers[idx[i]].assign(size_t(reqs[idx[i]].repeats), got[i - at]);
     }
   }
+  std::vector<std::string> out;
+  for (auto& a : answers) out.insert(out.end(), a.begin(), a.end());
   return out;
 }
 

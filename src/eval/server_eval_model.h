@@ -13,6 +13,9 @@
 //   generate_until: completions with temperature 0, `stop` the non-empty
 //     until strings (at most the server's limit, 4 for OpenAI's) and
 //     max_tokens max_gen_toks; the text is cut at the first until string.
+//     A sampled request (do_sample) asks its `repeats` answers as n
+//     choices of one request with its temperature, top_p, top_k (an
+//     extension vLLM and Nekton take) and seed.
 // An empty context is `prefix_text` (the text of the model's end-of-text or
 // BOS token, which the server encodes as that token); without one such a
 // request is an error naming eval.prefix_text.

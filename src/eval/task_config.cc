@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -58,6 +59,16 @@ struct Reader {
     } catch (const std::exception&) {
     }
     bad(key, fmt::format("must be an integer, got '{}'", s));
+  }
+  double number(const Json& j, const std::string& key) const {
+    const std::string s = str(j, key);
+    try {
+      size_t used = 0;
+      const double v = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(v)) return v;
+    } catch (const std::exception&) {
+    }
+    bad(key, fmt::format("must be a number, got '{}'", s));
   }
   bool boolean(const Json& j, const std::string& key) const {
     const std::string s = str(j, key);
@@ -248,12 +259,18 @@ TaskConfig load_task_config(const std::string& path) {
     if (c.sampler != "default" && c.sampler != "first_n")
       r.bad("fewshot_config.sampler", fmt::format("'{}' is not default or first_n", c.sampler));
   }
-  if (j.contains("repeats") && r.integer(j["repeats"], "repeats") != 1)
-    r.bad("repeats", "only 1 is supported (one greedy answer per document)");
   c.output_type = opt_str("output_type").value_or("generate_until");
   if (!kOutputTypes.count(c.output_type))
     r.bad("output_type",
           fmt::format("'{}' is not one of {}", c.output_type, fmt::join(kOutputTypes, ", ")));
+  if (j.contains("repeats")) {
+    c.repeats = r.integer(j["repeats"], "repeats");
+    if (c.repeats < 1) r.bad("repeats", fmt::format("must be >= 1, got {}", c.repeats));
+    if (c.repeats > 1 && c.output_type != "generate_until")
+      r.bad("repeats", fmt::format("{} with output_type {}: only generate_until gives several "
+                                   "answers per document",
+                                   c.repeats, c.output_type));
+  }
   if (c.output_type == "multiple_choice" && !c.has_choices())
     r.bad("doc_to_choice", "missing: a multiple_choice task needs its choices");
   if (c.multiple_inputs.value_or(false) && c.output_type != "multiple_choice")
@@ -309,15 +326,21 @@ TaskConfig load_task_config(const std::string& path) {
       const Json& steps = fl[i]["filter"];
       for (size_t k = 0; k < steps.size(); ++k) {
         const std::string sk = fmt::format("{}.filter[{}]", key, k);
-        r.only(steps[k], sk, {"function", "regex_pattern", "group_select", "fallback"});
+        r.only(steps[k], sk, {"function", "regex_pattern", "group_select", "fallback", "k"});
         FilterStep st;
         if (!steps[k].contains("function")) r.bad(sk + ".function", "missing");
         st.function = r.str(steps[k]["function"], sk + ".function");
-        static const std::set<std::string> fns = {"regex", "take_first", "lowercase", "uppercase",
-                                                  "remove_whitespace"};
+        static const std::set<std::string> fns = {
+            "regex",     "take_first", "take_first_k",     "majority_vote",
+            "lowercase", "uppercase",  "remove_whitespace"};
         if (!fns.count(st.function))
           r.bad(sk + ".function",
                 fmt::format("'{}' is not one of {}", st.function, fmt::join(fns, ", ")));
+        if (st.function == "take_first_k") {
+          if (!steps[k].contains("k")) r.bad(sk + ".k", "missing: take_first_k keeps the first k");
+          st.k = r.integer(steps[k]["k"], sk + ".k");
+          if (st.k < 1) r.bad(sk + ".k", fmt::format("must be >= 1, got {}", st.k));
+        }
         if (steps[k].contains("regex_pattern"))
           st.regex_pattern = r.str(steps[k]["regex_pattern"], sk + ".regex_pattern");
         if (steps[k].contains("group_select"))
@@ -333,19 +356,62 @@ TaskConfig load_task_config(const std::string& path) {
   c.until = {c.fewshot_delimiter};
   if (j.contains("generation_kwargs")) {
     const Json& g = j["generation_kwargs"];
-    r.only(g, "generation_kwargs", {"until", "max_gen_toks", "do_sample", "temperature"});
+    r.only(g, "generation_kwargs",
+           {"until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k"});
     if (g.contains("until")) c.until = r.strings(g["until"], "generation_kwargs.until");
     if (g.contains("max_gen_toks")) {
       c.max_gen_toks = r.integer(g["max_gen_toks"], "generation_kwargs.max_gen_toks");
       if (c.max_gen_toks < 1) r.bad("generation_kwargs.max_gen_toks", "must be >= 1");
     }
-    if (g.contains("do_sample") && r.boolean(g["do_sample"], "generation_kwargs.do_sample"))
-      r.bad("generation_kwargs.do_sample", "only greedy decoding (false) is supported");
+    if (g.contains("do_sample"))
+      c.do_sample = r.boolean(g["do_sample"], "generation_kwargs.do_sample");
     if (g.contains("temperature")) {
-      const std::string t = r.str(g["temperature"], "generation_kwargs.temperature");
-      if (std::stod(t) != 0.0) r.bad("generation_kwargs.temperature", "only 0 is supported");
+      c.temperature = r.number(g["temperature"], "generation_kwargs.temperature");
+      if (c.temperature < 0) r.bad("generation_kwargs.temperature", "must be >= 0");
     }
+    if (g.contains("top_p")) {
+      c.top_p = r.number(g["top_p"], "generation_kwargs.top_p");
+      if (!(c.top_p > 0 && c.top_p <= 1)) r.bad("generation_kwargs.top_p", "must be in (0, 1]");
+    }
+    if (g.contains("top_k")) {
+      c.top_k = r.integer(g["top_k"], "generation_kwargs.top_k");
+      if (c.top_k < 0) r.bad("generation_kwargs.top_k", "must be >= 0 (0: off)");
+    }
+    // As Hugging Face's generate: sampling needs a temperature above 0; a
+    // temperature without do_sample would leave greedy or sampled to the
+    // model's generation_config, so it is refused rather than guessed.
+    if (c.do_sample && c.temperature <= 0)
+      r.bad("generation_kwargs.temperature",
+            "do_sample: true needs a temperature > 0 (the harness passes 0 when none is "
+            "given, which Hugging Face's generate refuses)");
+    if (!c.do_sample && c.temperature > 0)
+      r.bad("generation_kwargs.temperature",
+            fmt::format("{} without do_sample: true: add do_sample: true to sample, or set 0 for "
+                        "greedy answers",
+                        c.temperature));
   }
+  // Each filter must leave one answer per document to score.
+  if (c.output_type == "generate_until")
+    for (size_t i = 0; i < c.filters.size(); ++i) {
+      const std::string key = fmt::format("filter_list[{}]", i);
+      int64_t answers = c.repeats;
+      for (size_t k = 0; k < c.filters[i].steps.size(); ++k) {
+        const FilterStep& st = c.filters[i].steps[k];
+        if (st.function == "take_first" || st.function == "majority_vote") answers = 1;
+        if (st.function == "take_first_k") {
+          if (st.k > answers)
+            r.bad(fmt::format("{}.filter[{}].k", key, k),
+                  fmt::format("take_first_k {} of {} answer(s) per document (repeats {})", st.k,
+                              answers, c.repeats));
+          answers = st.k;
+        }
+      }
+      if (answers != 1)
+        r.bad(key + ".filter",
+              fmt::format("leaves {} answers per document (repeats {}); end it with take_first "
+                          "or majority_vote to score one",
+                          answers, c.repeats));
+    }
   if (j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("version")) {
     const std::string v = r.str(j["metadata"]["version"], "metadata.version");
     try {

@@ -30,12 +30,15 @@ struct MetricSpec {
 };
 
 // One function of a filter pipeline (lm_eval/filters): regex, take_first,
-// lowercase, uppercase, remove_whitespace.
+// take_first_k (the first k answers), majority_vote (the most frequent
+// answer, ties to the first seen: Python's Counter.most_common), lowercase,
+// uppercase, remove_whitespace.
 struct FilterStep {
   std::string function;
   std::string regex_pattern = R"(#### (\-?[0-9\.\,]+))";
   int64_t group_select = 0;
   std::string fallback = "[invalid]";
+  int64_t k = 0;  // take_first_k
 };
 
 struct FilterSpec {
@@ -61,6 +64,13 @@ struct TaskConfig {
   std::vector<FilterSpec> filters;  // at least one ("none": take the first response)
   std::vector<std::string> until;
   int64_t max_gen_toks = 256;
+  // generation_kwargs: do_sample (with a temperature > 0, top_p, top_k)
+  // samples each answer; else greedy. repeats: answers per document
+  // (generate_until), which the filters reduce to one.
+  bool do_sample = false;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
+  int64_t repeats = 1;
   // multiple_inputs (the harness's newer spelling of what it infers): the
   // choices are contexts and doc_to_text the gold one's index; nullopt: as
   // the harness infers it, from whether the first scored document's

@@ -166,12 +166,22 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
       } else {
         p.gold_texts.push_back(as_text(p.target));
       }
-      p.first = gens.size();
-      p.count = 1;
-      gens.push_back({p.context, c.until, c.max_gen_toks});
-      p.arguments.push_back(
-          {p.context,
-           Json{{"until", c.until}, {"max_gen_toks", c.max_gen_toks}, {"do_sample", false}}});
+      // `repeats` answers a document, at texts[first, first + repeats);
+      // sampled, answer j of document i draws with seed + i x repeats + j.
+      p.first = gens.size() * size_t(c.repeats);
+      p.count = size_t(c.repeats);
+      GenerateRequest g{p.context, c.until, c.max_gen_toks, c.repeats};
+      Json kwargs{{"until", c.until}, {"max_gen_toks", c.max_gen_toks}, {"do_sample", c.do_sample}};
+      if (c.do_sample) {
+        g.sample = true;
+        g.temperature = c.temperature, g.top_p = c.top_p, g.top_k = c.top_k;
+        g.seed = opt.seed + uint64_t(i) * uint64_t(c.repeats);
+        kwargs["temperature"] = c.temperature;
+        if (c.top_p < 1) kwargs["top_p"] = c.top_p;
+        if (c.top_k > 0) kwargs["top_k"] = c.top_k;
+      }
+      gens.push_back(std::move(g));
+      p.arguments.push_back({p.context, kwargs});
     }
   }
 
@@ -193,7 +203,8 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
     for (size_t f = 0; f < F; ++f) {
       std::string answer;
       if (c.output_type == "generate_until") {
-        answer = apply_filter(c.filters[f], {texts[p.first]}).at(0);
+        const auto from = texts.begin() + std::ptrdiff_t(p.first);
+        answer = apply_filter(c.filters[f], {from, from + std::ptrdiff_t(p.count)}).at(0);
         filtered[c.filters[f].name] = answer;
       }
       for (size_t m = 0; m < M; ++m) {
@@ -243,7 +254,7 @@ TaskResult run_task(const TaskConfig& c, EvalModel& model, const TaskRunOptions&
       else if (c.output_type == "loglikelihood_rolling")
         resps.push_back(rolled[p.first]);
       else
-        resps.push_back(texts[p.first]);
+        for (size_t k = 0; k < p.count; ++k) resps.push_back(texts[p.first + k]);
       Json s;
       s["doc_id"] = i;
       s["doc"] = docs.docs[size_t(i)];

@@ -2,8 +2,9 @@
 // split's documents in order, each with its few-shot context, turned into
 // requests (multiple_choice: (context, target_delimiter + choice) per
 // choice; loglikelihood: (context, target); loglikelihood_rolling: the
-// target text; generate_until: context with until and max_gen_toks), the
-// model's answers through each filter into per-document metric values, and
+// target text; generate_until: context with until and max_gen_toks,
+// `repeats` answers, greedy or sampled), the model's answers through each
+// filter (which leaves one) into per-document metric values, and
 // those aggregated with their standard errors.
 //
 // Per document (process_results): acc = argmax of the choices'
@@ -35,6 +36,9 @@ struct TaskRunOptions {
   // errors at all, as the harness has it.
   int64_t bootstrap_iters = 100000;
   PromptStyle style;  // system instruction, chat template
+  // Sampled answers (generation_kwargs' do_sample): answer j of document i
+  // draws with seed + i x repeats + j.
+  uint64_t seed = 1234;
 };
 
 struct MetricValue {

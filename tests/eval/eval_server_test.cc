@@ -4,12 +4,14 @@
 // log-probabilities, the empty context as eval.prefix_text), LAMBADA
 // (loglikelihood: perplexity, greedy acc), WikiText (loglikelihood_rolling:
 // word and byte perplexity, bits per byte) on a random Llama, and a
-// generate_until task (stop strings, exact_match) on the counting model.
-// Every per-document log-likelihood within 1e-5, every greedy flag and
-// answer equal, every metric within 1e-5 relative. Then the errors: a
-// refused connection, a server answering 500 or a body that is not JSON,
-// an empty context without eval.prefix_text; each names the URL (or the
-// key) and exits non-zero.
+// generate_until task (stop strings, exact_match) on the counting model,
+// greedy and sampled (do_sample with repeats: the server's seeded n
+// choices are the folder's seeded repeats). Every per-document
+// log-likelihood within 1e-5, every greedy flag and answer equal, every
+// metric within 1e-5 relative. Then the errors: a refused connection, a
+// server answering 500 or a body that is not JSON, an empty context
+// without eval.prefix_text; each names the URL (or the key) and exits
+// non-zero.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -138,6 +140,21 @@ class EvalServer : public ::testing::Test {
               << "\n";
   }
 
+  // The tasks evaluated on the model folder and through `nekton serve` of
+  // it, compared by expect_same; returns the server's log.
+  std::string folder_and_server(const std::string& model, const std::string& tasks, int numbers,
+                                const std::string& extra = "") {
+    const std::string local = d_ / "local.json", served = d_ / "served.json";
+    test::RunResult r = eval(model, tasks, local);
+    EXPECT_EQ(r.code, 0) << r.out;
+    test::ServerProcess server(model, {}, d_ / "serve.log");
+    EXPECT_GT(server.port(), 0) << server.log();
+    r = eval(server.url() + "/v1", tasks, served, extra);
+    EXPECT_EQ(r.code, 0) << r.out << server.log();
+    if (r.code == 0) expect_same(local, served, numbers);
+    return server.log();
+  }
+
   test::TempDir d_{"nk_evalserver"};
   std::string data_, random_, counting_;
   std::mt19937 rng_{5};
@@ -166,20 +183,12 @@ metric_list:
   - metric: acc_norm
   - metric: acc_mutual_info
 )Y");
-  const std::string tasks = y + ",lambada_openai,wikitext";
-  const std::string local = d_ / "local.json", served = d_ / "served.json";
-  test::RunResult r = eval(random_, tasks, local);
-  ASSERT_EQ(r.code, 0) << r.out;
-  test::ServerProcess server(random_, {}, d_ / "serve.log");
-  ASSERT_GT(server.port(), 0) << server.log();
-  r = eval(server.url() + "/v1", tasks, served, "'eval.prefix_text=<|endoftext|>'");
-  ASSERT_EQ(r.code, 0) << r.out << server.log();
   // acc, acc_norm, acc_mutual_info, perplexity, acc (each with its stderr),
   // three rolling metrics.
-  expect_same(local, served, 13);
+  const std::string log = folder_and_server(random_, y + ",lambada_openai,wikitext", 13,
+                                            "'eval.prefix_text=<|endoftext|>'");
   // The requests were batched: 10 documents x 3 choices x 2 (mutual
   // information) in 3-prompt requests, and one request per 3 texts.
-  const std::string log = server.log();
   size_t requests = 0;
   for (size_t at = 0; (at = log.find("/v1/completions 200", at)) != std::string::npos; ++at)
     ++requests;
@@ -217,16 +226,44 @@ filter_list:
         regex_pattern: "([0-9]+)"
       - function: take_first
 )Y");
-  const std::string local = d_ / "local.json", served = d_ / "served.json";
-  test::RunResult r = eval(counting_, y, local);
-  ASSERT_EQ(r.code, 0) << r.out;
-  test::ServerProcess server(counting_, {}, d_ / "serve.log");
-  ASSERT_GT(server.port(), 0) << server.log();
-  r = eval(server.url(), y, served);
-  ASSERT_EQ(r.code, 0) << r.out << server.log();
-  expect_same(local, served, 4);  // exact_match and its stderr, two filters
-  const Json res = Json::parse(test::read_file(served))["results"]["counting"];
+  folder_and_server(counting_, y, 4);  // exact_match and its stderr, two filters
+  const Json res = Json::parse(test::read_file(d_ / "served.json"))["results"]["counting"];
   EXPECT_GT(res["exact_match,raw"].get<double>(), 0) << res.dump();
+}
+
+// Sampled answers (do_sample with temperature, top_p and top_k, repeats 4,
+// a vote) on the random Llama: the server seeds a request's n choices as
+// the folder seeds a document's repeats, so the answers are the same bytes.
+TEST_F(EvalServer, SampledRepeatsMatchTheModelFolder) {
+  std::vector<Json> docs;
+  for (int i = 0; i < 6; ++i) docs.push_back({{"q", words(3)}, {"a", words(1)}});
+  write_split("sampled", "test", docs);
+  const std::string y = yaml("sampled", R"Y(task: sampled
+output_type: generate_until
+test_split: test
+doc_to_text: "{{q}}"
+doc_to_target: "{{a}}"
+repeats: 4
+generation_kwargs:
+  until: ["Q:"]
+  max_gen_toks: 3
+  do_sample: true
+  temperature: 1.5
+  top_p: 0.9
+  top_k: 20
+filter_list:
+  - name: first
+    filter:
+      - function: take_first
+  - name: maj
+    filter:
+      - function: majority_vote
+)Y");
+  folder_and_server(random_, y, 4);  // exact_match and its stderr, two filters
+  size_t mixed = 0;                  // documents whose answers differ: they were sampled
+  for (const Json& s : read_jsonl(d_ / "local.json.samples.jsonl"))
+    mixed += s["resps"][0] != s["resps"][1] || s["resps"][0] != s["resps"][2];
+  EXPECT_GT(mixed, 0u);
 }
 
 // A port nothing listens on (bound, then closed).

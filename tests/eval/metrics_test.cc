@@ -68,6 +68,23 @@ TEST(EvalMetrics, FiltersAndExactMatch) {
   EXPECT_EQ(apply_filter({"f", {FilterStep{"remove_whitespace"}, FilterStep{"lowercase"}}},
                          {" \tÀb C\u00a0"}),
             std::vector<std::string>{"àb c"});
+  // Self-consistency (repeats): the first k answers, then the most frequent
+  // one, ties to the first seen (Python's Counter.most_common(1)).
+  FilterStep first3{"take_first_k"};
+  first3.k = 3;
+  const FilterSpec maj3{"maj@3", {first3, FilterStep{"majority_vote"}, FilterStep{"take_first"}}};
+  EXPECT_EQ(apply_filter(maj3, {"b", "a", "a", "b", "b"}), std::vector<std::string>{"a"});
+  EXPECT_EQ(apply_filter(maj3, {"c", "b", "a", "a", "a"}), std::vector<std::string>{"c"});
+  const FilterSpec maj{"maj", {FilterStep{"majority_vote"}}};
+  EXPECT_EQ(apply_filter(maj, {"b", "a", "a", "b", "b"}), std::vector<std::string>{"b"});
+  EXPECT_EQ(apply_filter(maj, {"x", "y", "y", "x"}), std::vector<std::string>{"x"});
+  EXPECT_EQ(apply_filter({"k", {first3}}, {"1", "2", "3", "4"}),
+            (std::vector<std::string>{"1", "2", "3"}));
+  // The vote after a regex: answers that extract the same number agree.
+  const FilterSpec vote{"v", {FilterStep{"regex"}, FilterStep{"majority_vote"}}};
+  EXPECT_EQ(apply_filter(vote, {"#### 7", "so #### 9", "#### 9 ok", "none"}),
+            std::vector<std::string>{"9"});
+  EXPECT_THROW(apply_filter({"k", {first3}}, {"1", "2"}), Error);
   MetricSpec m;
   EXPECT_EQ(exact_match("Paris", "paris", m), 0.0);
   m.ignore_case = true;
