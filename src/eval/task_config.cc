@@ -164,8 +164,8 @@ TaskConfig load_task_config(const std::string& path) {
   if (!j.is_object()) fail("{}: a task file is a mapping of keys (task, doc_to_text, ...)", path);
   c.raw = j;
   static const std::set<std::string> unsupported = {
-      "process_docs", "process_results", "include",    "group",      "use_prompt",
-      "doc_to_image", "doc_to_audio",    "gen_prefix", "unsafe_code"};
+      "process_docs", "process_results", "include",      "group",
+      "use_prompt",   "doc_to_image",    "doc_to_audio", "unsafe_code"};
   static const std::set<std::string> known = {"task",
                                               "tag",
                                               "dataset_path",
@@ -192,7 +192,8 @@ TaskConfig load_task_config(const std::string& path) {
                                               "doc_to_decontamination_query",
                                               "repeats",
                                               "task_alias",
-                                              "multiple_inputs"};
+                                              "multiple_inputs",
+                                              "gen_prefix"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (unsupported.count(it.key()))
       r.bad(it.key(),
@@ -246,6 +247,7 @@ TaskConfig load_task_config(const std::string& path) {
       r.bad("doc_to_choice", "must be a field, a template or a list");
   }
   c.description = opt_str("description").value_or("");
+  c.gen_prefix = opt_str("gen_prefix");
   c.target_delimiter = opt_str("target_delimiter").value_or(" ");
   c.fewshot_delimiter = opt_str("fewshot_delimiter").value_or("\n\n");
   if (j.contains("num_fewshot") && !j["num_fewshot"].is_null()) {

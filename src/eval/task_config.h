@@ -57,6 +57,10 @@ struct TaskConfig {
   std::optional<std::string> doc_to_choice;
   std::optional<std::vector<std::string>> choice_list;
   std::string description, target_delimiter = " ", fewshot_delimiter = "\n\n";
+  // gen_prefix: a field or a template; its text for the scored document
+  // follows the question (after target_delimiter) and, with a space, opens
+  // each shot's answer.
+  std::optional<std::string> gen_prefix;
   int64_t num_fewshot = 0;
   std::string sampler = "default";  // fewshot_config.sampler: default or first_n
   std::string output_type = "generate_until";

@@ -20,7 +20,15 @@ TaskPrompter::TaskPrompter(const TaskConfig& c, PromptStyle style)
       text_(c.doc_to_text, c.file + ": doc_to_text", false),
       target_(c.doc_to_target, c.file + ": doc_to_target", false),
       choice_(c.doc_to_choice.value_or(""), c.file + ": doc_to_choice", false),
-      description_(c.description, c.file + ": description", false) {}
+      description_(c.description, c.file + ": description", false),
+      prefix_(c.gen_prefix.value_or(""), c.file + ": gen_prefix", false) {}
+
+std::optional<std::string> TaskPrompter::prefix(const Json& doc, const DocRef& at) const {
+  if (!c_.gen_prefix) return std::nullopt;
+  const Json v = resolve(*c_.gen_prefix, prefix_, doc, at, "gen_prefix");
+  if (!v.is_string()) at.fail_field("gen_prefix", fmt::format("{} is not text", v.dump()));
+  return v.get<std::string>();
+}
 
 Json TaskPrompter::resolve(const std::string& spec, const jinja::Template& t, const Json& doc,
                            const DocRef& at, const char* field) const {
@@ -133,12 +141,16 @@ std::pair<std::string, std::string> TaskPrompter::preamble(
                                  ? inst + c_.fewshot_delimiter + description
                              : !inst.empty() ? inst
                                              : description;
+  // The harness opens every shot's answer with the scored document's
+  // gen_prefix and a space (when it is not empty).
+  const std::string gp = prefix(doc, at).value_or("");
+  const std::string lead = gp.empty() ? "" : gp + " ";
   std::string shot_text;
   for (const auto& [d, r] : shots) {
     shot_text += text_of(*d, r);
     const Json t = target(*d, r);
     if (t.is_string() && t.get<std::string>().empty()) continue;
-    shot_text += c_.target_delimiter + answer(*d, t, r) + c_.fewshot_delimiter;
+    shot_text += c_.target_delimiter + lead + answer(*d, t, r) + c_.fewshot_delimiter;
   }
   return {system, shot_text};
 }
@@ -163,7 +175,13 @@ std::string TaskPrompter::context(const Json& doc, const DocRef& at,
                   fmt::format("{} is not text (an index only where the first scored document's is, "
                               "making the task multiple-input)",
                               q.dump()));
-  if (!style_.chat) return system + shot_text + q.get<std::string>();
+  const std::optional<std::string> gp = prefix(doc, at);
+  if (!style_.chat)
+    return system + shot_text + q.get<std::string>() + (gp ? c_.target_delimiter + *gp : "");
+  if (gp)
+    at.fail_field("gen_prefix",
+                  "not supported with eval.apply_chat_template yet (the harness renders the "
+                  "assistant's turn opened by it, continue_final_message)");
 
   std::vector<ChatMessage> msgs;
   if (!system.empty()) msgs.push_back({"system", system});

@@ -11,6 +11,7 @@
 // FewshotSampler.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,9 @@ class TaskPrompter {
   // The text of a target as a few-shot answer or a loglikelihood continuation.
   std::string answer(const nlohmann::ordered_json& doc, const nlohmann::ordered_json& target,
                      const DocRef& at) const;
-  // The full context of `doc` after `shots` (docs of the few-shot split).
+  // The full context of `doc` after `shots` (docs of the few-shot split),
+  // ending in target_delimiter + gen_prefix when the task has one (not yet
+  // with a chat template: nk::Error naming gen_prefix).
   std::string context(
       const nlohmann::ordered_json& doc, const DocRef& at,
       const std::vector<std::pair<const nlohmann::ordered_json*, DocRef>>& shots) const;
@@ -84,9 +87,11 @@ class TaskPrompter {
   nlohmann::ordered_json resolve(const std::string& spec, const jinja::Template& t,
                                  const nlohmann::ordered_json& doc, const DocRef& at,
                                  const char* field) const;
+  // The scored document's gen_prefix text; nullopt when the task has none.
+  std::optional<std::string> prefix(const nlohmann::ordered_json& doc, const DocRef& at) const;
   const TaskConfig& c_;
   PromptStyle style_;
-  jinja::Template text_, target_, choice_, description_;
+  jinja::Template text_, target_, choice_, description_, prefix_;
 };
 
 // The harness's few-shot draw: random.Random(1234).sample(pool, n) (one

@@ -117,6 +117,13 @@ class Task:
         desc = render(self.cfg["description"], doc) if self.cfg.get("description") else ""
         inst = style.get("system_instruction") or ""
         system = inst + self.fd + desc if inst and desc else inst or desc
+        # gen_prefix (lm_eval 0.4.9): the scored document's, a field or a
+        # template; after the question with target_delimiter, and with a
+        # space before every shot's answer when not empty.
+        gp = self.cfg.get("gen_prefix")
+        if gp is not None:
+            gp = doc[gp] if gp in doc else render(gp, doc)
+        lead = gp + " " if gp else ""
         drawn, shots = [], ""
         if self.shots:
             n = self.shots + 1 if self.exclude else self.shots
@@ -126,12 +133,12 @@ class Task:
                 shots += self.choices(d)[q] if isinstance(q, int) else q
                 t = self.target(d)
                 if t != "":
-                    shots += self.td + self.answer(d, t) + self.fd
+                    shots += self.td + lead + self.answer(d, t) + self.fd
         if self.multiple_input:  # the labeled examples; each choice appended
             return system + shots
         q = self.text(doc)
         if not style.get("chat_template"):
-            return system + shots + q
+            return system + shots + q + (self.td + gp if gp is not None else "")
         msgs = [{"role": "system", "content": system}] if system else []
         if drawn and style.get("multiturn"):
             for d in drawn:
