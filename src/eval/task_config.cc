@@ -10,8 +10,6 @@
 
 namespace nk {
 
-namespace {
-
 using Json = nlohmann::ordered_json;
 
 // YAML as JSON with every scalar a string: the readers below convert what
@@ -40,6 +38,20 @@ Json yaml_json(const YAML::Node& n, const std::string& where) {
       return nullptr;
   }
 }
+
+Json read_yaml_json(const std::string& path, const char* what) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail("{}: cannot read the {} file", path, what);
+  } catch (const YAML::Exception& e) {
+    fail("{}:{}:{}: malformed YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  return yaml_json(root, path);
+}
+
+namespace {
 
 struct Reader {
   const std::string& file;
@@ -149,18 +161,13 @@ std::vector<MetricSpec> default_metrics(const std::string& output_type) {
 }
 
 TaskConfig load_task_config(const std::string& path) {
+  return task_config_from_json(read_yaml_json(path, "task"), path);
+}
+
+TaskConfig task_config_from_json(const Json& j, const std::string& path) {
   TaskConfig c;
   c.file = path;
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    fail("{}: cannot read the task file", path);
-  } catch (const YAML::Exception& e) {
-    fail("{}:{}:{}: malformed YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
-  }
   const Reader r{path};
-  const Json j = yaml_json(root, path);
   if (!j.is_object()) fail("{}: a task file is a mapping of keys (task, doc_to_text, ...)", path);
   c.raw = j;
   static const std::set<std::string> unsupported = {
@@ -207,6 +214,7 @@ TaskConfig load_task_config(const std::string& path) {
   };
   if (!j.contains("task")) r.bad("task", "missing (the task's name)");
   c.task = r.str(j["task"], "task");
+  c.data_name = c.task;
   c.alias = opt_str("task_alias").value_or(c.task);
   if (j.contains("tag")) c.tags = r.strings(j["tag"], "tag");
   if (j.contains("multiple_inputs"))

@@ -18,6 +18,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace YAML {
+class Node;
+}
+
 namespace nk {
 
 // One entry of metric_list; the keyword options are exact_match's.
@@ -49,7 +53,10 @@ struct FilterSpec {
 struct TaskConfig {
   std::string file;                                     // the YAML it came from, for messages
   std::string task, alias, dataset_path, dataset_name;  // alias: task_alias, else task
-  std::map<std::string, std::string> data_files;        // dataset_kwargs.data_files: split -> path
+  // The folder under eval.data holding its splits: the task's name (a
+  // group's inline override renamed NAME-k: NAME's).
+  std::string data_name;
+  std::map<std::string, std::string> data_files;  // dataset_kwargs.data_files: split -> path
   std::optional<std::string> training_split, validation_split, test_split, fewshot_split;
   std::string doc_to_text, doc_to_target;
   // doc_to_choice: a field or a template (rendered to a Python list literal),
@@ -98,6 +105,20 @@ struct TaskConfig {
 // missing task or template, an unknown or unsupported key, an unknown output
 // type, metric or filter function, or a value of the wrong kind.
 TaskConfig load_task_config(const std::string& path);
+
+// The same from a task's keys as read_yaml_json gives them (a task file's,
+// or a definition inline in a group's task list, merged over the task it
+// overrides); `where` names it in every message ("FILE", "FILE: task[i]").
+TaskConfig task_config_from_json(const nlohmann::ordered_json& keys, const std::string& where);
+
+// A YAML file as JSON, every scalar a string (a task's readers convert what
+// they need, so a number in a template stays the text it was written as).
+// nk::Error naming the file (and line) when it cannot be read or parsed, and
+// for a `!function` (Python) anywhere. `what`: "task" or "group", for the
+// message.
+nlohmann::ordered_json read_yaml_json(const std::string& path, const char* what);
+// The same for a node of a YAML already parsed, `where` naming it.
+nlohmann::ordered_json yaml_json(const YAML::Node& node, const std::string& where);
 
 // The metrics the harness computes for an output type when metric_list is
 // absent, with their aggregations.

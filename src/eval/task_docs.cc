@@ -11,7 +11,7 @@ std::string split_file(const TaskConfig& c, const std::string& data_dir, const s
   namespace fs = std::filesystem;
   auto it = c.data_files.find(split);
   const fs::path rel =
-      it != c.data_files.end() ? fs::path(it->second) : fs::path(c.task) / (split + ".jsonl");
+      it != c.data_files.end() ? fs::path(it->second) : fs::path(c.data_name) / (split + ".jsonl");
   return rel.is_absolute() ? rel.string() : (fs::path(data_dir) / rel).string();
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "eval/task_config.h"
 
 namespace nk {
 
@@ -59,11 +60,20 @@ GroupConfig load_group_config(const std::string& path) {
   for (size_t i = 0; i < root["task"].size(); ++i) {
     const YAML::Node t = root["task"][i];
     const std::string key = fmt::format("task[{}]", i);
-    if (t.IsMap())
-      bad(key,
-          "an inline task definition is not supported; write it as its own task YAML and "
-          "name it here");
-    g.tasks.push_back(scalar(t, key));
+    if (t.IsMap()) {
+      GroupEntry e;
+      e.config = yaml_json(t, path + ": " + key);
+      if (e.config.contains("group"))
+        bad(key,
+            "an inline group definition is not supported; write it as its own group YAML and "
+            "name it here");
+      if (!e.config.contains("task") || !e.config["task"].is_string())
+        bad(key + ".task", "missing (the name of the task it defines or overrides)");
+      e.name = e.config["task"].get<std::string>();
+      g.tasks.push_back(std::move(e));
+      continue;
+    }
+    g.tasks.push_back({scalar(t, key), nullptr});
   }
   if (const YAML::Node agg = root["aggregate_metric_list"]; agg && !agg.IsNull()) {
     if (!agg.IsSequence()) bad("aggregate_metric_list", "must be a list");

@@ -1,7 +1,9 @@
 // A group of tasks as lm-evaluation-harness's group YAML defines one (its
 // GroupConfig): `group` (the name), `group_alias`, `task` (the names of
-// tasks, groups or tags it holds), `aggregate_metric_list` and
-// `metadata.version`. A group with an aggregate_metric_list scores each
+// tasks, groups or tags it holds, or inline definitions: a mapping with a
+// `task` name and other task keys, which overrides those keys of the task
+// or group of that name, or defines a new task when no task has the name),
+// `aggregate_metric_list` and `metadata.version`. A group with an aggregate_metric_list scores each
 // listed metric over every task below it (subgroups flattened, as the
 // harness's consolidate_group_results collects them):
 //
@@ -27,9 +29,15 @@ struct AggregateMetric {
   std::vector<std::string> filters = {"none"};  // filter_list
 };
 
+// One entry of a group's task list: a name, or an inline definition.
+struct GroupEntry {
+  std::string name;               // the task, group or tag; an inline one's `task`
+  nlohmann::ordered_json config;  // an inline one's keys (read_yaml_json's form); else null
+};
+
 struct GroupConfig {
   std::string file, group, alias;  // alias: group_alias, else group
-  std::vector<std::string> tasks;  // as the YAML lists them
+  std::vector<GroupEntry> tasks;   // as the YAML lists them
   // nullopt: no aggregate_metric_list (a group that only gathers tasks).
   std::optional<std::vector<AggregateMetric>> aggregate;
   nlohmann::ordered_json version;  // metadata.version, or null
@@ -40,8 +48,8 @@ struct GroupConfig {
 bool is_group_file(const std::string& path);
 
 // Reads a group YAML. nk::Error naming the file and key for malformed YAML,
-// a missing group or task list, an inline task definition, an unknown key,
-// or an aggregation other than mean.
+// a missing group or task list, an inline entry without a task name or
+// defining a group, an unknown key, or an aggregation other than mean.
 GroupConfig load_group_config(const std::string& path);
 
 // One metric of a group over its tasks' values, standard errors (nullopt:

@@ -178,17 +178,17 @@ std::string TaskPrompter::context(const Json& doc, const DocRef& at,
   const std::optional<std::string> gp = prefix(doc, at);
   if (!style_.chat)
     return system + shot_text + q.get<std::string>() + (gp ? c_.target_delimiter + *gp : "");
-  if (gp)
-    at.fail_field("gen_prefix",
-                  "not supported with eval.apply_chat_template yet (the harness renders the "
-                  "assistant's turn opened by it, continue_final_message)");
-
+  // With a gen_prefix (not empty) the assistant's turn is opened by it: the
+  // conversation rendered without a generation prompt and cut after it
+  // (continue_final_message), each multiturn shot's answer led by it too.
+  const bool opened = gp && !gp->empty();
+  const std::string lead = opened ? *gp + " " : "";
   std::vector<ChatMessage> msgs;
   if (!system.empty()) msgs.push_back({"system", system});
   if (!shots.empty() && style_.multiturn) {
     for (const auto& [d, r] : shots) {
       msgs.push_back({"user", text_of(*d, r)});
-      msgs.push_back({"assistant", answer(*d, target(*d, r), r)});
+      msgs.push_back({"assistant", lead + answer(*d, target(*d, r), r)});
     }
   } else if (!shots.empty()) {
     msgs.push_back({"user", shot_text});
@@ -197,8 +197,10 @@ std::string TaskPrompter::context(const Json& doc, const DocRef& at,
     msgs.push_back({"user", q.get<std::string>()});
   else
     msgs.back().content += q.get<std::string>();
+  if (opened) msgs.push_back({"assistant", *gp});
   try {
-    return chat_text(style_.chat->render(msgs, style_.specials, true));
+    const std::string text = style_.chat->text(msgs, style_.specials, !opened);
+    return opened ? continue_final_message(text, msgs) : text;
   } catch (const Error& e) {
     at.fail_field("chat template", e.what());
   }

@@ -41,7 +41,9 @@ struct DocRef {
 // message holding their text (or, multiturn, a user message and an
 // assistant answer per shot); the question appended to the last user message
 // (a new one after a system message or multiturn shots); rendered with
-// add_generation_prompt, and multiple_choice continuations lose their
+// add_generation_prompt, or, with a gen_prefix, with an assistant message
+// of it continued (continue_final_message) and every multiturn answer led
+// by it and a space; multiple_choice continuations lose their
 // target_delimiter.
 struct PromptStyle {
   std::string system_instruction;
@@ -65,8 +67,8 @@ class TaskPrompter {
   std::string answer(const nlohmann::ordered_json& doc, const nlohmann::ordered_json& target,
                      const DocRef& at) const;
   // The full context of `doc` after `shots` (docs of the few-shot split),
-  // ending in target_delimiter + gen_prefix when the task has one (not yet
-  // with a chat template: nk::Error naming gen_prefix).
+  // ending in target_delimiter + gen_prefix when the task has one (with a
+  // chat template: the assistant's turn opened by it, continue_final_message).
   std::string context(
       const nlohmann::ordered_json& doc, const DocRef& at,
       const std::vector<std::pair<const nlohmann::ordered_json*, DocRef>>& shots) const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -18,6 +19,7 @@
 namespace nk {
 
 namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
 
 namespace {
 
@@ -55,56 +57,139 @@ struct NameIndex {
   }
 };
 
+// A group's own keys, which an inline override of the group cannot change
+// here (the rest go to every task below it).
+const std::set<std::string> kGroupKeys = {"group", "group_alias", "aggregate_metric_list",
+                                          "metadata"};
+
+// `base` with `update`'s keys over it (Python's {**base, **update}).
+Json merged(Json base, const Json& update) {
+  if (update.is_object())
+    for (auto it = update.begin(); it != update.end(); ++it) base[it.key()] = it.value();
+  return base;
+}
+
 struct Builder {
   fs::path root;
   std::string what;
   NameIndex index;
   TaskSuite suite;
-  std::map<std::string, int64_t> task_at, group_at;  // by file
+  std::map<std::string, int64_t> task_at, group_at;  // by file (and the keys over it)
   std::vector<std::string> open;                     // groups being expanded
 
   std::string display(const SuiteNode& n) const {
     return n.task >= 0 ? suite.tasks[size_t(n.task)].task : suite.groups[size_t(n.group)].group;
   }
 
-  SuiteNode task_node(const std::string& file) {
-    auto it = task_at.find(file);
+  // A task once per definition: its file (or group entry) and the keys a
+  // group's inline entry put over it. Two definitions of one name are an
+  // error (their results would share a key).
+  SuiteNode add_task(const std::string& key, const std::function<TaskConfig()>& load) {
+    auto it = task_at.find(key);
     if (it == task_at.end()) {
-      suite.tasks.push_back(load_task_config(file));
-      it = task_at.emplace(file, int64_t(suite.tasks.size()) - 1).first;
+      TaskConfig c = load();
+      for (const TaskConfig& t : suite.tasks)
+        if (t.task == c.task)
+          fail(
+              "{}: task '{}' is defined twice in this evaluation, differently: by {} and by {} "
+              "(results are keyed by the task's name; evaluate one of them, or give one another "
+              "name)",
+              what, c.task, t.file, c.file);
+      suite.tasks.push_back(std::move(c));
+      it = task_at.emplace(key, int64_t(suite.tasks.size()) - 1).first;
     }
     return SuiteNode{it->second, -1, {}};
   }
 
-  SuiteNode group_node(const std::string& file) {
+  SuiteNode task_node(const std::string& file, const Json& update) {
+    if (update.is_null()) return add_task(file, [&] { return load_task_config(file); });
+    return add_task(file + "\n" + update.dump(), [&] {
+      return task_config_from_json(merged(read_yaml_json(file, "task"), update),
+                                   fmt::format("{} (with {})", file, update.dump()));
+    });
+  }
+
+  SuiteNode group_node(const std::string& file, const Json& update) {
     GroupConfig g = load_group_config(file);
     if (std::find(open.begin(), open.end(), g.group) != open.end())
       fail("{}: task: group '{}' holds itself (through {})", file, g.group,
            fmt::join(open, " -> "));
     open.push_back(g.group);
     SuiteNode node;
-    for (const std::string& child : g.tasks)
-      for (SuiteNode& c : resolve(child, fmt::format("{}: task: '{}'", file, child)))
-        node.children.push_back(std::move(c));
+    std::vector<std::string> overridden;  // the harness's task_group_map of this group
+    for (size_t i = 0; i < g.tasks.size(); ++i) {
+      const GroupEntry& e = g.tasks[i];
+      const std::string where = e.config.is_null() ? fmt::format("{}: task: '{}'", file, e.name)
+                                                   : fmt::format("{}: task[{}]", file, i);
+      std::vector<SuiteNode> got = e.config.is_null() ? resolve(e.name, where, update)
+                                                      : inline_entry(e, where, update, overridden);
+      for (SuiteNode& c : got) node.children.push_back(std::move(c));
+    }
     open.pop_back();
     std::sort(node.children.begin(), node.children.end(),
               [&](const SuiteNode& a, const SuiteNode& b) { return display(a) < display(b); });
-    auto it = group_at.find(file);
+    const std::string key = update.is_null() ? file : file + "\n" + update.dump();
+    auto it = group_at.find(key);
     if (it == group_at.end()) {
       suite.groups.push_back(std::move(g));
-      it = group_at.emplace(file, int64_t(suite.groups.size()) - 1).first;
+      it = group_at.emplace(key, int64_t(suite.groups.size()) - 1).first;
     }
     node.group = it->second;
     return node;
   }
 
-  SuiteNode file_node(const std::string& file) {
-    return is_group_file(file) ? group_node(file) : task_node(file);
+  // An inline entry of a group's task list, as the harness's TaskManager
+  // loads one: its keys (under those the enclosing groups put over it) go
+  // over every task of the group or tag it names, or over the task it names
+  // (renamed NAME-k when the group already overrode k tasks whose names
+  // start so), or define a new task when nothing has its name.
+  std::vector<SuiteNode> inline_entry(const GroupEntry& e, const std::string& where,
+                                      const Json& update, std::vector<std::string>& overridden) {
+    Json keys = merged(e.config, update);
+    keys.erase("task");
+    const Found f = locate(e.name, where);
+    if (f.files.empty()) {
+      Json def = keys;
+      def["task"] = e.name;
+      return {
+          add_task(where + "\n" + def.dump(), [&] { return task_config_from_json(def, where); })};
+    }
+    if (!f.several && is_group_file(f.files[0])) {
+      for (auto it = keys.begin(); it != keys.end(); ++it)
+        if (kGroupKeys.count(it.key()))
+          fail(
+              "{}: {}: overriding a group's own key inline is not supported (only the keys of "
+              "the tasks below it)",
+              where, it.key());
+      return {group_node(f.files[0], keys)};
+    }
+    if (f.several) {
+      std::vector<SuiteNode> out;
+      for (const std::string& file : f.files) out.push_back(task_node(file, keys));
+      return out;
+    }
+    std::string name = e.name;
+    const auto dups = std::count_if(overridden.begin(), overridden.end(),
+                                    [&](const std::string& n) { return n.starts_with(e.name); });
+    if (dups > 0) name = fmt::format("{}-{}", e.name, dups);
+    overridden.push_back(name);
+    Json def = merged(read_yaml_json(f.files[0], "task"), keys);
+    def["task"] = name;
+    return {add_task(where + "\n" + def.dump(), [&] {
+      TaskConfig c = task_config_from_json(def, fmt::format("{} (over {})", where, f.files[0]));
+      c.data_name = e.name;
+      return c;
+    })};
   }
 
-  // The nodes a name stands for (one, or a tag's or folder's tasks).
-  std::vector<SuiteNode> resolve(const std::string& name, const std::string& where) {
-    if (name.ends_with(".yaml") || name.ends_with(".yml")) return {file_node(name)};
+  // Where a name is defined: one file (a task or a group), or a tag's or a
+  // folder's task files (several); no files when nowhere.
+  struct Found {
+    std::vector<std::string> files;
+    bool several = false;
+  };
+  Found locate(const std::string& name, const std::string& where) {
+    if (name.ends_with(".yaml") || name.ends_with(".yml")) return {{name}, false};
     std::vector<std::string> by_file;
     if (fs::is_directory(root))
       for (const auto& e : fs::recursive_directory_iterator(root))
@@ -112,32 +197,41 @@ struct Builder {
     if (by_file.size() > 1)
       fail("{}: '{}' is defined twice under {}: {}", where, name, root.string(),
            fmt::join(by_file, ", "));
-    if (by_file.size() == 1) return {file_node(by_file[0])};
+    if (by_file.size() == 1) return {by_file, false};
     if (auto it = index.defined.find(name); it != index.defined.end()) {
       if (it->second.size() > 1)
         fail("{}: '{}' is defined twice under {}: {}", where, name, root.string(),
              fmt::join(it->second, ", "));
-      return {file_node(it->second[0])};
+      return {{it->second[0]}, false};
     }
-    if (auto it = index.tags.find(name); it != index.tags.end()) {
-      std::vector<SuiteNode> out;
-      for (const std::string& f : it->second) out.push_back(task_node(f));
-      return out;
-    }
+    if (auto it = index.tags.find(name); it != index.tags.end()) return {it->second, true};
     if (fs::is_directory(root / name)) {  // a folder: every task file in it
       std::vector<std::string> files;
       for (const auto& e : fs::directory_iterator(root / name))
         if (e.path().extension() == ".yaml" && !is_group_file(e.path().string()))
           files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
-      std::vector<SuiteNode> out;
-      for (const std::string& f : files) out.push_back(task_node(f));
-      if (!out.empty()) return out;
+      if (!files.empty()) return {files, true};
     }
-    fail(
-        "{}: no task, group or tag '{}' (no {}.yaml, no YAML naming it, no folder {} under "
-        "{}; give a path to a task YAML, or the task folder)",
-        where, name, name, name, root.string());
+    return {};
+  }
+
+  // The nodes a name stands for (one, or a tag's or folder's tasks), with
+  // the keys enclosing groups' inline entries put over its tasks.
+  std::vector<SuiteNode> resolve(const std::string& name, const std::string& where,
+                                 const Json& update = nullptr) {
+    const Found f = locate(name, where);
+    if (f.files.empty())
+      fail(
+          "{}: no task, group or tag '{}' (no {}.yaml, no YAML naming it, no folder {} under "
+          "{}; give a path to a task YAML, or the task folder)",
+          where, name, name, name, root.string());
+    if (!f.several)
+      return {is_group_file(f.files[0]) ? group_node(f.files[0], update)
+                                        : task_node(f.files[0], update)};
+    std::vector<SuiteNode> out;
+    for (const std::string& file : f.files) out.push_back(task_node(file, update));
+    return out;
   }
 };
 

@@ -6,7 +6,12 @@
 // else a task, group or tag of that name in any YAML below it, else a
 // folder NAME (every task file in it). A tag stands for its tasks, in place
 // (no level of its own); a group's children are listed in name order, as
-// the harness prints them.
+// the harness prints them. A group's inline entries load as the harness's
+// TaskManager loads them: the entry's keys (under those of the inline
+// entries enclosing it) go over every task of the group or tag it names, or
+// over the task it names (renamed NAME-k when its group already overrode k
+// tasks whose names start with NAME; its documents still NAME's), or define
+// a new task when nothing has its name.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,7 +37,8 @@ struct TaskSuite {
 };
 
 // nk::Error naming the key `what` (eval.tasks, train.eval_tasks) for an
-// unknown name, a name defined twice, or a group that holds itself.
+// unknown name, a name defined twice (two files, or a task loaded with two
+// different sets of keys), or a group that holds itself.
 TaskSuite load_suite(const std::vector<std::string>& names, const std::string& task_dir,
                      const std::string& what = "eval.tasks");
 

@@ -426,12 +426,15 @@ void check_model(const ServeContext& ctx, const std::string& model) {
 
 std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
                                      const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt,
+                                     const ChatPromptEnd& end,
                                      const nlohmann::ordered_json& tools) {
   if (!ctx.chat_template) throw ApiError(400, ctx.no_template, "messages");
   std::vector<ChatSegment> segments;
   try {
-    segments = ctx.chat_template->render(messages, ctx.specials, add_generation_prompt, tools);
+    std::string text =
+        ctx.chat_template->text(messages, ctx.specials, end.add_generation_prompt, tools);
+    if (end.continue_final_message) text = continue_final_message(text, messages);
+    segments = {{std::move(text), false}};
   } catch (const Error& e) {
     throw ApiError(400,
                    fmt::format("The chat template ({}) refuses these messages: {}",
@@ -468,8 +471,9 @@ PreparedCompletion prepare_completion(const ServeContext& ctx, std::string_view 
     }
   }
   if (kind == ApiKind::Chat) {
-    prompts.push_back(chat_prompt_ids(
-        ctx, steer ? steerlm_messages(*steer, label, r.messages) : r.messages, true, r.tools));
+    prompts.push_back(
+        chat_prompt_ids(ctx, steer ? steerlm_messages(*steer, label, r.messages) : r.messages,
+                        r.chat_end, r.tools));
     texts.emplace_back();
   } else {
     for (size_t i = 0; i < r.prompts.size(); ++i) {

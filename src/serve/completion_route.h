@@ -46,13 +46,16 @@ HttpReply answer_completion(const ServeContext& ctx, PreparedCompletion p,
                             std::shared_ptr<void> hold = nullptr);
 
 // The prompt ids of a conversation: rendered by the template (with the
-// request's tools, null for none) with the assistant's header appended,
-// encoded with special-token strings as their ids (the fine-tuning data's
-// path). ApiError 400 when there is no template or it refuses the
-// conversation.
+// request's tools, null for none) with the assistant's header appended
+// (add_generation_prompt), or cut after the final message's content so the
+// model goes on with it (continue_final_message, transformers' and vLLM's:
+// an assistant turn the client opened), encoded with special-token strings
+// as their ids (the fine-tuning data's path). ApiError 400 when there is no
+// template, it refuses the conversation, or the final message cannot be
+// continued.
 std::vector<int32_t> chat_prompt_ids(const ServeContext& ctx,
                                      const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt = true,
+                                     const ChatPromptEnd& end = {},
                                      const nlohmann::ordered_json& tools = nullptr);
 
 // ApiError 404 when `model` is given and is not the served model's id.

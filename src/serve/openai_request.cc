@@ -278,6 +278,17 @@ void check_tools(const json& v) {
 
 }  // namespace
 
+namespace {
+
+void check_chat_end(const ChatPromptEnd& e) {
+  if (e.add_generation_prompt && e.continue_final_message)
+    bad_param("continue_final_message",
+              "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true "
+              "(send 'add_generation_prompt': false to continue the final message)");
+}
+
+}  // namespace
+
 CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) {
   const json j = parse_body(body);
   const bool chat = kind == ApiKind::Chat;
@@ -372,6 +383,10 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
                   v.dump());
     } else if (chat && (key == "functions" || key == "function_call")) {
       refuse_unless_empty(v, key, "deprecated by OpenAI for 'tools', which this server takes");
+    } else if (chat && key == "add_generation_prompt") {
+      r.chat_end.add_generation_prompt = boolean(v, key);
+    } else if (chat && key == "continue_final_message") {
+      r.chat_end.continue_final_message = boolean(v, key);
     } else if (chat && key == "parallel_tool_calls") {
       boolean(v, key);
     } else if (chat && key == "response_format") {
@@ -388,6 +403,7 @@ CompletionRequest parse_completion_request(std::string_view body, ApiKind kind) 
     }
   }
   if (chat && r.messages.empty()) bad_param("messages", "missing required parameter: 'messages'");
+  if (chat) check_chat_end(r.chat_end);
   if (!chat && r.prompts.empty()) bad_param("prompt", "missing required parameter: 'prompt'");
   if (have_stream_options && !r.stream)
     bad_param("stream_options",
@@ -427,7 +443,9 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
       check_tools(v);
       if (!v.empty()) r.tools = ordered["tools"];
     } else if (key == "add_generation_prompt") {
-      r.add_generation_prompt = boolean(v, key);
+      r.chat_end.add_generation_prompt = boolean(v, key);
+    } else if (key == "continue_final_message") {
+      r.chat_end.continue_final_message = boolean(v, key);
     } else if (key == "add_special_tokens") {
       boolean(v, key);  // the tokenizers here add none
     } else {
@@ -435,6 +453,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
     }
   }
   if (have_prompt == r.chat) bad_param("prompt", "give exactly one of 'prompt' and 'messages'");
+  if (r.chat) check_chat_end(r.chat_end);
   return r;
 }
 

@@ -32,11 +32,20 @@ struct PromptInput {
   bool is_ids = false;
 };
 
+// How a chat prompt ends (vLLM's extra parameters of chat completions and
+// /tokenize): with the assistant's header for a new answer, or, with
+// continue_final_message, inside the final message (both at once refused).
+struct ChatPromptEnd {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+};
+
 struct CompletionRequest {
   ApiKind kind = ApiKind::Completion;
   std::string model;                            // "" = not given
   std::vector<ChatMessage> messages;            // chat
   nlohmann::ordered_json tools;                 // chat: the tools as sent; null: none
+  ChatPromptEnd chat_end;                       // chat
   std::vector<PromptInput> prompts;             // completions: at least one
   int64_t max_tokens = 0;                       // 0 = not given (or prompt_only)
   bool prompt_only = false;                     // completions: max_tokens 0 with echo
@@ -74,14 +83,15 @@ std::vector<ChatMessage> parse_messages(const nlohmann::json& messages,
                                         const nlohmann::ordered_json& ordered = nullptr);
 
 // POST /tokenize: {"prompt": TEXT} or {"messages": [...]} (and optionally
-// "model", "add_generation_prompt", "add_special_tokens").
+// "model", "add_generation_prompt", "continue_final_message",
+// "add_special_tokens").
 struct TokenizeRequest {
   std::string model;
   bool chat = false;
   std::string prompt;
   std::vector<ChatMessage> messages;
   nlohmann::ordered_json tools;  // null: none
-  bool add_generation_prompt = true;
+  ChatPromptEnd chat_end;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body);
 

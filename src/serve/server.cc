@@ -154,7 +154,7 @@ HttpReply OpenAIServer::route(HttpRequest& req, const std::shared_ptr<RequestTal
     check_model(ctx, t.model);
     std::vector<int32_t> ids;
     if (t.chat)
-      ids = chat_prompt_ids(ctx, t.messages, t.add_generation_prompt, t.tools);
+      ids = chat_prompt_ids(ctx, t.messages, t.chat_end, t.tools);
     else
       ctx.tok.encode_with_specials(t.prompt, ids);
     r.response =

@@ -351,6 +351,42 @@ aggregate_metric_list:
             "N/A");
   expect_reference({{dir + "/t_a.yaml", random_}, {dir + "/t_one.yaml", random_}}, d_ / "na.json",
                    with_dir({{"groups", {"g_na"}}}));
+  // Inline entries of a group's task list, as the harness loads them: keys
+  // over a task (twice: the second renamed t_a-1, its documents still
+  // t_a's), over every task of a tag, and a new task defined in place.
+  std::vector<Json> fresh;
+  for (int i = 0; i < 4; ++i)
+    fresh.push_back({{"q", words(3)}, {"opts", {words(1), words(2)}}, {"label", int(rng_() % 2)}});
+  write_split("t_new", "test", fresh);
+  test::write_file(dir + "/g_inline.yaml", R"(group: g_inline
+task:
+  - task: t_a
+    num_fewshot: 1
+  - task: t_a
+    target_delimiter: ": "
+  - task: other_tag
+    description: "Choose.\n"
+  - task: t_new
+    output_type: multiple_choice
+    test_split: test
+    doc_to_text: "{{q}}!"
+    doc_to_target: label
+    doc_to_choice: opts
+aggregate_metric_list:
+  - metric: acc
+)");
+  const std::string iout = d_ / "inline.json";
+  r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
+                 " eval.tasks=g_inline eval.data=" + data_ +
+                 " eval.write_out=100 eval.output=" + iout);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Json ires = Json::parse(test::read_file(iout));
+  EXPECT_EQ(ires["group_subtasks"]["g_inline"], Json({"t_a", "t_a-1", "t_b", "t_new"}));
+  EXPECT_EQ(ires["n-shot"]["t_a"], 1);
+  EXPECT_EQ(ires["configs"]["t_a-1"]["target_delimiter"], ": ");
+  expect_reference(
+      {}, iout,
+      with_dir({{"groups", {"g_inline"}}, {"expand", {"g_inline"}}, {"expand_model", random_}}));
   // A tag alone runs its tasks with no group row.
   r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
                  " eval.tasks=other_tag eval.data=" + data_ + " eval.output=" + (d_ / "tag.json"));
@@ -405,12 +441,25 @@ aggregate_metric_list:
                        "g_metric.yaml: aggregate_metric_list[0]: none of the group's "
                        "tasks reports 'f1,none'"))
       << r.out;
-  r = bad("g_inline", "group: g_inline\ntask:\n  - task: x\n    doc_to_text: y\n");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.out, "g_inline.yaml: task[0]: an inline task definition")) << r.out;
-  r = bad("g_self", "group: g_self\ntask: [t_a, g_self]\n");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.out, "g_self.yaml: task: group 'g_self' holds itself")) << r.out;
+  const std::pair<std::string, std::string> cases[] = {
+      // An inline task missing keys, or without a name; an inline group.
+      {"group: g_bad_inline\ntask:\n  - task: x\n    doc_to_text: y\n",
+       "g_bad_inline.yaml: task[0]: test_split: missing"},
+      {"group: g_nameless\ntask:\n  - num_fewshot: 2\n", "g_nameless.yaml: task[0].task: missing"},
+      {"group: g_subgroup\ntask:\n  - group: s\n    task: [t_a]\n",
+       "g_subgroup.yaml: task[0]: an inline group definition"},
+      // t_a as it is and with the keys a tag's override puts over it.
+      {"group: g_twice\ntask:\n  - t_a\n  - task: other_tag\n    num_fewshot: 1\n"
+       "  - task: pair_tasks\n    num_fewshot: 2\n",
+       "task 't_a' is defined twice in this evaluation"},
+      {"group: g_self\ntask: [t_a, g_self]\n", "g_self.yaml: task: group 'g_self' holds itself"},
+  };
+  for (const auto& [text, message] : cases) {
+    const std::string name = text.substr(7, text.find('\n') - 7);
+    r = bad(name, text);
+    EXPECT_EQ(r.code, 1) << name;
+    EXPECT_TRUE(contains(r.out, message)) << name << "\n" << r.out;
+  }
   r = bad("g_agg",
           "group: g_agg\ntask: [t_a]\naggregate_metric_list:\n  - metric: acc\n"
           "    aggregation: median\n");
@@ -585,8 +634,8 @@ generation_kwargs:
   }
 }
 
-// The sampling and self-consistency keys a task can get wrong, and
-// gen_prefix under a chat template: each names the task file and the key,
+// The sampling and self-consistency keys a task can get wrong, and a
+// gen_prefix a chat template rewrites: each names the task file and the key,
 // exits non-zero and writes nothing.
 TEST_F(EvalTasksCli, BadSamplingAndRepeatsAreNamed) {
   write_split("bad", "test", {{{"q", "x"}, {"a", "y"}}});
@@ -626,15 +675,21 @@ TEST_F(EvalTasksCli, BadSamplingAndRepeatsAreNamed) {
                       " eval.data=" + data_ + " eval.output=" + out);
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out, "mc.yaml: repeats: 2 with output_type multiple_choice")) << r.out;
-  // gen_prefix under a chat template (the harness continues the
-  // assistant's turn from it): not yet, named.
-  const std::string gp = yaml("gp", head + "gen_prefix: \"A:\"\n");
+  // gen_prefix under a chat template that rewrites the assistant's text:
+  // the prefix cannot be continued (transformers' continue_final_message
+  // refuses it too), named.
+  const std::string gp = yaml("gp", head + "gen_prefix: \"a:\"\n");
+  const std::string upper = d_ / "upper.jinja";
+  test::write_file(upper,
+                   "{% for m in messages %}<{{ m.role }}>{{ m.content | upper }}\n{% endfor %}"
+                   "{% if add_generation_prompt %}<assistant>{% endif %}");
   r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + gp + " eval.data=" + data_ +
-                 " eval.apply_chat_template=true eval.chat_template=chatml eval.output=" + out);
+                 " eval.apply_chat_template=true eval.chat_template=" + upper +
+                 " eval.output=" + out);
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(contains(r.out,
-                       "bad/test.jsonl document 0: gen_prefix: not supported with "
-                       "eval.apply_chat_template yet") &&
+                       "bad/test.jsonl document 0: chat template: continue_final_message: the "
+                       "final message does not appear") &&
               contains(r.out, "gp.yaml"))
       << r.out;
   EXPECT_FALSE(std::filesystem::exists(out));
@@ -649,15 +704,20 @@ TEST_F(EvalTasksCli, ChatTemplateAndSystemInstructionMatchTheReference) {
       "{% if add_generation_prompt %}<assistant>{% endif %}";
   test::write_file(random_ + "/tokenizer_config.json", Json{{"chat_template", tmpl}}.dump());
   std::vector<Json> docs, train;
+  // "lead": a gen_prefix field, empty in some documents (then the harness
+  // renders a generation prompt as without one).
   for (int i = 0; i < 6; ++i)
-    docs.push_back(
-        {{"q", words(4)}, {"opts", {words(1), words(2), words(1)}}, {"label", int(rng_() % 3)}});
+    docs.push_back({{"q", words(4)},
+                    {"opts", {words(1), words(2), words(1)}},
+                    {"label", int(rng_() % 3)},
+                    {"lead", i % 3 ? "Answer: " : ""}});
   for (int i = 0; i < 4; ++i)
     train.push_back({{"q", words(3)}, {"opts", {words(1), words(1)}}, {"label", int(rng_() % 2)}});
-  write_split("chatty", "test", docs);
-  write_split("chatty", "train", train);
-  const std::string y = yaml("chatty", R"Y(task: chatty
-output_type: multiple_choice
+  for (const char* name : {"chatty", "chatty_f", "chatty_t"}) {
+    write_split(name, "test", docs);
+    write_split(name, "train", train);
+  }
+  const std::string chatty = R"Y(output_type: multiple_choice
 training_split: train
 test_split: test
 num_fewshot: 2
@@ -665,20 +725,29 @@ description: "Pick one."
 doc_to_text: "{{q}}?"
 doc_to_target: label
 doc_to_choice: opts
-)Y");
+)Y";
+  const std::string y = yaml("chatty", "task: chatty\n" + chatty);
+  // gen_prefix under the template: the assistant's turn opened by it and
+  // continued (continue_final_message: the closing tag cut, the prefix's
+  // trailing space with it, as transformers cuts), the shots' answers led
+  // by it; a field, empty in some documents, and a template.
+  const std::string yf = yaml("chatty_f", "task: chatty_f\n" + chatty + "gen_prefix: lead\n");
+  const std::string yt =
+      yaml("chatty_t", "task: chatty_t\n" + chatty + "gen_prefix: \"So {{q[:3]}}:\"\n");
   for (const bool multiturn : {false, true}) {
     SCOPED_TRACE(multiturn);
     const std::string out = d_ / (multiturn ? "multi.json" : "single.json");
-    auto r =
-        run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + " eval.data=" + data_ +
-                   " 'eval.system_instruction=Be brief.' eval.apply_chat_template=true "
-                   "eval.fewshot_as_multiturn=" +
-                   (multiturn ? "true" : "false") +
-                   " eval.write_out=6 eval.bootstrap_iters=3000 eval.output=" + out);
+    auto r = run_nekton("eval tasks eval.model=" + random_ + " eval.tasks=" + y + "," + yf + "," +
+                        yt + " eval.data=" + data_ +
+                        " 'eval.system_instruction=Be brief.' eval.apply_chat_template=true "
+                        "eval.fewshot_as_multiturn=" +
+                        (multiturn ? "true" : "false") +
+                        " eval.write_out=6 eval.bootstrap_iters=3000 eval.output=" + out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_TRUE(contains(r.out, "<system>Be brief.\n\nPick one.</system>")) << r.out;
+    EXPECT_TRUE(contains(r.out, "<assistant>Answer:")) << r.out;
     expect_reference(
-        {{y, random_}}, out,
+        {{y, random_}, {yf, random_}, {yt, random_}}, out,
         {{"system_instruction", "Be brief."}, {"chat_template", tmpl}, {"multiturn", multiturn}});
   }
   // A system instruction without a chat template leads the plain prompt.

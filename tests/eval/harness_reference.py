@@ -14,7 +14,9 @@ usage: harness_reference.py PLAN.json   (exits non-zero on any mismatch)
 PLAN: {"data": DIR, "results": FILE, "samples": FILE, "ll_tol": x, "bootstrap_iters": n,
        "system_instruction": s, "chat_template": JINJA, "multiturn": bool (optional),
        "tasks": [{"yaml": FILE, "model": DIR}],
-       "task_dir": DIR, "groups": [NAME, ...] (optional: group scores to check)}
+       "task_dir": DIR, "groups": [NAME, ...] (optional: group scores to check),
+       "expand": [NAME, ...], "expand_model": DIR (optional: the tasks those
+       groups stand for, inline definitions merged, checked too)}
 """
 import ast
 import json
@@ -49,17 +51,20 @@ def render(t, doc):
 
 
 class Task:
-    def __init__(self, path, data):
-        self.cfg = yaml.safe_load(open(path))
+    def __init__(self, path, data, config=None, data_name=None):
+        """A task YAML, or (config) its keys already merged; its documents
+        under data/DATA_NAME (the task's name unless given)."""
+        self.cfg = config if config is not None else yaml.safe_load(open(path))
         c = self.cfg
         self.name = c["task"]
+        folder = data_name or self.name
         self.out = c.get("output_type", "generate_until")
         self.td = c.get("target_delimiter", " ")
         self.fd = c.get("fewshot_delimiter", "\n\n")
         self.shots = c.get("num_fewshot", 0) or 0
 
         def load(split):
-            f = os.path.join(data, self.name, split + ".jsonl")
+            f = os.path.join(data, folder, split + ".jsonl")
             return [json.loads(l) for l in open(f) if l.strip()]
 
         self.eval_split = c.get("test_split") or c.get("validation_split")
@@ -143,17 +148,28 @@ class Task:
         if drawn and style.get("multiturn"):
             for d in drawn:
                 msgs.append({"role": "user", "content": self.text(d)})
-                msgs.append({"role": "assistant", "content": self.answer(d, self.target(d))})
+                msgs.append({"role": "assistant", "content": lead + self.answer(d, self.target(d))})
         elif drawn:
             msgs.append({"role": "user", "content": shots})
         if style.get("multiturn") or not msgs or msgs[-1]["role"] == "system":
             msgs.append({"role": "user", "content": q})
         else:
             msgs[-1]["content"] += q
+        # A gen_prefix opens the assistant's turn: add_generation_prompt off
+        # and continue_final_message on (lm_eval's HFLM.apply_chat_template).
+        if gp:
+            msgs.append({"role": "assistant", "content": gp})
         # As transformers' apply_chat_template renders.
         chat_env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        return chat_env.from_string(style["chat_template"]).render(
-            messages=msgs, add_generation_prompt=True, bos_token="", eos_token="")
+        text = chat_env.from_string(style["chat_template"]).render(
+            messages=msgs, add_generation_prompt=not gp, bos_token="", eos_token="")
+        if gp:  # continue_final_message: cut after the final message's content
+            at = text.rindex(gp.strip())
+            if text[at : at + len(gp.lstrip())] == gp:
+                text = text[: at + len(gp.lstrip())]
+            else:
+                text = text[: at + len(gp.strip())]
+        return text
 
 
 class Model:
@@ -283,15 +299,40 @@ def group_files(task_dir):
     return defined, tags
 
 
+def expand(entry, defined, tags, update=None, overridden=None):
+    """The tasks an entry of eval.tasks or of a group's task list stands for,
+    as (config, data folder), the way lm_eval 0.4.9's TaskManager loads them:
+    a name is a tag's tasks, a group's entries or a task; an inline mapping
+    puts its keys (under the enclosing groups' own) over every task of the
+    group or tag it names, or over the task it names (renamed NAME-k when its
+    group already overrode k tasks named so), or defines a new task."""
+    update = update or {}
+    if isinstance(entry, str):
+        if entry in tags:
+            return [t for n in tags[entry] for t in expand(n, defined, tags, update)]
+        y = defined[entry]
+        if "group" in y:
+            mine = []
+            return [t for e in y["task"] for t in expand(e, defined, tags, update, mine)]
+        return [({**y, **update}, entry)]
+    name = entry["task"]
+    keys = {**{k: v for k, v in entry.items() if k != "task"}, **update}
+    if name in tags or (name in defined and "group" in defined[name]):
+        return expand(name, defined, tags, keys)
+    if name not in defined:
+        return [({**keys, "task": name}, name)]
+    dups = len([n for n in overridden if n.startswith(name)]) if overridden is not None else 0
+    renamed = f"{name}-{dups}" if dups else name
+    if overridden is not None:
+        overridden.append(renamed)
+    return [({**defined[name], **keys, "task": renamed}, name)]
+
+
 def leaf_tasks(name, defined, tags):
-    if name in tags:
-        return list(tags[name])
-    y = defined[name]
-    if "group" not in y:
-        return [name]
     out = []
-    for t in y["task"]:
-        out += [x for x in leaf_tasks(t, defined, tags) if x not in out]
+    for cfg, _ in expand(name, defined, tags):
+        if cfg["task"] not in out:
+            out.append(cfg["task"])
     return out
 
 
@@ -335,8 +376,15 @@ def main(plan_path):
     tol = plan.get("ll_tol", 1e-5)
     worst = 0.0
     mine = {}  # (task, "metric,filter") -> (value, stderr, documents), this script's own
-    for spec in plan["tasks"]:
-        task, model = Task(spec["yaml"], plan["data"]), Model(spec["model"])
+    specs = list(plan["tasks"])
+    if plan.get("expand"):  # the tasks a group stands for, each on plan["expand_model"]
+        defined, tags = group_files(plan["task_dir"])
+        for name in plan["expand"]:
+            for cfg, folder in expand(name, defined, tags):
+                specs.append({"config": cfg, "data_name": folder, "model": plan["expand_model"]})
+    for spec in specs:
+        task = Task(spec.get("yaml"), plan["data"], spec.get("config"), spec.get("data_name"))
+        model = Model(spec["model"])
         c = task.cfg
         metrics = c.get("metric_list") or [{"metric": m} for m in {
             "multiple_choice": ["acc", "acc_norm"], "loglikelihood": ["perplexity", "acc"],

@@ -313,7 +313,29 @@ TEST(OpenAIRequest, TokenizeAndDetokenize) {
   const TokenizeRequest c = parse_tokenize_request(
       R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false})");
   EXPECT_TRUE(c.chat);
-  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_FALSE(c.chat_end.add_generation_prompt);
+  EXPECT_FALSE(c.chat_end.continue_final_message);
+  // vLLM's continue_final_message: needs add_generation_prompt off, in
+  // /tokenize and in chat completions alike.
+  const std::string go_on =
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "A:"}],
+          "add_generation_prompt": false, "continue_final_message": true})";
+  EXPECT_TRUE(parse_tokenize_request(go_on).chat_end.continue_final_message);
+  const CompletionRequest cc = parse_completion_request(go_on, ApiKind::Chat);
+  EXPECT_TRUE(cc.chat_end.continue_final_message);
+  EXPECT_FALSE(cc.chat_end.add_generation_prompt);
+  const std::string both =
+      R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})";
+  EXPECT_EQ(refusal_of([&] { parse_tokenize_request(both); }).param, "continue_final_message");
+  const Refusal e = refusal_of([&] { parse_completion_request(both, ApiKind::Chat); });
+  EXPECT_EQ(e.param, "continue_final_message");
+  EXPECT_TRUE(e.message.find("Cannot set both") != std::string::npos) << e.message;
+  // Completions have no conversation to continue.
+  EXPECT_EQ(refusal_of([] {
+              parse_completion_request(R"({"prompt": "x", "continue_final_message": false})",
+                                       ApiKind::Completion);
+            }).param,
+            "continue_final_message");
   EXPECT_EQ(refusal_of([] { parse_tokenize_request("{}"); }).param, "prompt");
   EXPECT_EQ(refusal_of([] {
               parse_tokenize_request(

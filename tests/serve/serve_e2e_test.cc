@@ -75,6 +75,49 @@ TEST_F(ServeE2E, OfficialClientAgreesWithGenerate) {
   EXPECT_TRUE(contains(server_->log(), "nekton serve: stopped")) << server_->log();
 }
 
+// vLLM's continue_final_message: the assistant's turn the client opened is
+// continued, not closed: the answer is `nekton generate`'s after the
+// conversation rendered and cut after "Sure:", /tokenize gives that prompt's
+// ids, and both flags at once are refused naming the parameter.
+TEST_F(ServeE2E, ContinueFinalMessageGoesOnWithTheAssistantsTurn) {
+  ASSERT_TRUE(start());
+  auto cli = client();
+  const json messages = json::array({{{"role", "user"}, {"content", "Hello there"}},
+                                     {{"role", "assistant"}, {"content", "Sure:"}}});
+  const std::string prompt =
+      "<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\nSure:";
+  auto r = cli.Post("/v1/chat/completions",
+                    json{{"messages", messages},
+                         {"add_generation_prompt", false},
+                         {"continue_final_message", true},
+                         {"max_tokens", 8},
+                         {"temperature", 0}}
+                        .dump(),
+                    "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], generate(prompt, 8));
+  auto t = cli.Post("/tokenize",
+                    json{{"messages", messages},
+                         {"add_generation_prompt", false},
+                         {"continue_final_message", true}}
+                        .dump(),
+                    "application/json");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  auto d = cli.Post("/detokenize", json{{"tokens", json::parse(t->body)["tokens"]}}.dump(),
+                    "application/json");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(json::parse(d->body)["prompt"], prompt);
+  auto both = cli.Post("/v1/chat/completions",
+                       json{{"messages", messages}, {"continue_final_message", true}}.dump(),
+                       "application/json");
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->status, 400);
+  EXPECT_EQ(json::parse(both->body)["error"]["param"], "continue_final_message") << both->body;
+}
+
 // Every malformed request gets OpenAI's error shape and status, and the
 // server answers /health after each.
 TEST_F(ServeE2E, BadRequestsGetOpenAIErrors) {

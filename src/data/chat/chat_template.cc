@@ -359,4 +359,48 @@ std::string chat_text(const std::vector<ChatSegment>& segments) {
   return r;
 }
 
+namespace {
+
+// Python's str.strip() white space, for the ASCII a template meets.
+bool py_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+std::string_view lstrip(std::string_view s) {
+  while (!s.empty() && py_space(s.front())) s.remove_prefix(1);
+  return s;
+}
+
+std::string_view strip(std::string_view s) {
+  s = lstrip(s);
+  while (!s.empty() && py_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string ChatTemplate::text_impl(const std::vector<ChatMessage>& messages,
+                                    const ChatSpecials& specials, bool add_generation_prompt,
+                                    const nlohmann::ordered_json& tools) const {
+  return chat_text(render_impl(messages, specials, add_generation_prompt, tools));
+}
+
+std::string continue_final_message(const std::string& text,
+                                   const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) fail("continue_final_message: there is no final message to continue");
+  const std::string& final = messages.back().content;
+  const std::string_view core = strip(final);
+  const size_t at = text.rfind(core);
+  if (at == std::string::npos)
+    fail(
+        "continue_final_message: the final message does not appear in the chat after applying "
+        "the chat template (the template rewrites it)");
+  // The content as given when it opens with no white space and the template
+  // kept it whole, trailing white space included; else up to its last
+  // non-space character.
+  const bool whole =
+      lstrip(final).size() == final.size() && text.compare(at, final.size(), final) == 0;
+  return text.substr(0, at + (whole ? final.size() : core.size()));
+}
+
 }  // namespace nk

@@ -77,8 +77,20 @@ class ChatTemplate {
                                   const nlohmann::ordered_json& tools = nullptr) const {
     return render_impl(messages, specials, add_generation_prompt, tools);
   }
+  // The rendered text alone, for inference (serving, evaluation): what
+  // chat_text(render(...)) gives, without finding the trained spans (so a
+  // Jinja template whose answers end in no known end-of-turn marker still
+  // renders a conversation that ends in one).
+  std::string text(const std::vector<ChatMessage>& messages, const ChatSpecials& specials,
+                   bool add_generation_prompt,
+                   const nlohmann::ordered_json& tools = nullptr) const {
+    return text_impl(messages, specials, add_generation_prompt, tools);
+  }
 
  protected:
+  virtual std::string text_impl(const std::vector<ChatMessage>& messages,
+                                const ChatSpecials& specials, bool add_generation_prompt,
+                                const nlohmann::ordered_json& tools) const;
   virtual std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>& messages,
                                                const ChatSpecials& specials,
                                                bool add_generation_prompt,
@@ -117,5 +129,16 @@ std::shared_ptr<const ChatTemplate> chat_template_for(const std::string& name,
 
 // The segments' text, concatenated: what the published template renders.
 std::string chat_text(const std::vector<ChatSegment>& segments);
+
+// transformers' continue_final_message: `text`, the conversation rendered
+// without a generation prompt (ChatTemplate::text), cut right after its final
+// message's content, so the model goes on with that message (an assistant
+// turn opened by a prefix) instead of reading it closed. As
+// apply_chat_template cuts: at the last occurrence of the content stripped of
+// white space, keeping its trailing white space where the template kept it.
+// nk::Error when the content does not appear (the template rewrote it) or the
+// conversation is empty.
+std::string continue_final_message(const std::string& text,
+                                   const std::vector<ChatMessage>& messages);
 
 }  // namespace nk

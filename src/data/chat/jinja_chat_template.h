@@ -58,6 +58,11 @@ class JinjaChatTemplate final : public ChatTemplate {
   std::vector<ChatSegment> render_impl(const std::vector<ChatMessage>& messages,
                                        const ChatSpecials& specials, bool add_generation_prompt,
                                        const nlohmann::ordered_json& tools) const override;
+  std::string text_impl(const std::vector<ChatMessage>& messages, const ChatSpecials& specials,
+                        bool add_generation_prompt,
+                        const nlohmann::ordered_json& tools) const override {
+    return render_text(messages, specials, add_generation_prompt, tools);
+  }
 
  private:
   const jinja::Template& pick(const nlohmann::ordered_json& tools) const;

@@ -147,6 +147,38 @@ TEST(ChatTemplate, TrainedSegmentsAreTheAnswersWithTheirEndOfTurn) {
   for (const auto& [name, answers] : want2) EXPECT_EQ(trained_texts(name, n), answers) << name;
 }
 
+// transformers' continue_final_message: the render without a generation
+// prompt cut after the final message's content (its last occurrence), the
+// trailing white space kept where the template kept it and dropped where the
+// template trimmed it or the content opens with white space; a Jinja
+// template's text needs no end-of-turn marker after the answer (nothing is
+// trained on it).
+TEST(ChatTemplate, ContinueFinalMessageCutsAfterTheFinalContent) {
+  const ChatTemplate& chatml = find_chat_template("chatml");
+  Conversation c = {{"user", "Answer: yes?"}, {"assistant", "Answer:"}};
+  auto cut = [&](const ChatTemplate& t) { return continue_final_message(t.text(c, {}, false), c); };
+  EXPECT_EQ(cut(chatml),
+            "<|im_start|>user\nAnswer: yes?<|im_end|>\n<|im_start|>assistant\nAnswer:");
+  c.back().content = "So: ";
+  EXPECT_EQ(cut(chatml), "<|im_start|>user\nAnswer: yes?<|im_end|>\n<|im_start|>assistant\nSo: ");
+  c.back().content = " So: ";
+  EXPECT_EQ(cut(chatml), "<|im_start|>user\nAnswer: yes?<|im_end|>\n<|im_start|>assistant\n So:");
+  // A template that trims the content: cut at the stripped content's end.
+  auto trim = chat_template_from_jinja(
+      "{% for m in messages %}[{{ m.role }}]{{ m.content | trim }}[/]{% endfor %}", "trim");
+  c.back().content = "So:  \n";
+  EXPECT_EQ(cut(*trim), "[user]Answer: yes?[/][assistant]So:");
+  // The content the template rewrote, or no message: named errors.
+  auto upper = chat_template_from_jinja(
+      "{% for m in messages %}[{{ m.role }}]{{ m.content | upper }}{% endfor %}", "upper");
+  c.back().content = "so:";
+  EXPECT_TRUE(
+      test::contains(test::error_of([&] { cut(*upper); }),
+                     "continue_final_message: the final message does not appear in the chat"));
+  EXPECT_TRUE(
+      test::contains(test::error_of([&] { continue_final_message("x", {}); }), "no final message"));
+}
+
 TEST(ChatTemplate, UnknownNameListsTheKnownOnes) {
   try {
     find_chat_template("vicuna");
