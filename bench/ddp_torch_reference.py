@@ -1,11 +1,18 @@
 """PyTorch DDP (gloo) reference for bench/run_ddp_bench.sh: the same GPT-2
 shape, batch and threads as the Nekton runs, trained with AdamW in f32 by
 WORLD processes on this host. Prints the median step time over steps 3..N
-(milliseconds) of rank 0.
+(milliseconds) of rank 0, and its peak RSS (MiB).
 
-    /usr/bin/python3 bench/ddp_torch_reference.py WORLD STEPS
+    /usr/bin/python3 bench/ddp_torch_reference.py WORLD STEPS [SHAPE [OPT]]
+
+SHAPE: small (the default, below) or gpt2-124m (12 layers, d_model 768,
+vocabulary 50257); OPT: adamw (the default) or zero1 (torch's
+ZeroRedundancyOptimizer over AdamW: the optimizer state sharded over the
+ranks). Debian's torch 1.13 has no ZeRO-2 on CPUs (its FSDP does not import
+under Python 3.11).
 """
 import os
+import resource
 import statistics
 import sys
 import time
@@ -17,6 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 L, D, H, FF, V, T, B, GLOBAL = 6, 512, 8, 2048, 512, 128, 2, 8
+if len(sys.argv) > 3 and sys.argv[3] == "gpt2-124m":
+    L, D, H, FF, V = 12, 768, 12, 3072, 50257
 
 
 class Block(nn.Module):
@@ -49,14 +58,19 @@ class Gpt(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()  # tied head
 
 
-def worker(rank, world, steps):
+def worker(rank, world, steps, zero1):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29611")
     torch.set_num_threads(1)  # as train.threads=1 for each Nekton rank
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(Gpt(), bucket_cap_mb=25)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    kw = dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if zero1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **kw)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **kw)
     accum = GLOBAL // (B * world)
     g = torch.Generator().manual_seed(rank)
     times = []
@@ -74,7 +88,9 @@ def worker(rank, world, steps):
         opt.step()
         times.append(time.perf_counter() - t0)
     if rank == 0:
-        print("torch_ddp%d %.0f" % (world, 1e3 * statistics.median(times[2:])))
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print("torch_ddp%d%s %.0f ms, peak RSS %.0f MiB" %
+              (world, " zero1" if zero1 else "", 1e3 * statistics.median(times[2:]), rss))
     dist.destroy_process_group()
 
 
@@ -82,4 +98,5 @@ if __name__ == "__main__":
     world, steps = int(sys.argv[1]), int(sys.argv[2])
     if world == 1:
         os.environ["MASTER_PORT"] = "29612"
-    mp.spawn(worker, args=(world, steps), nprocs=world)
+    zero1 = len(sys.argv) > 4 and sys.argv[4] == "zero1"
+    mp.spawn(worker, args=(world, steps, zero1), nprocs=world)

@@ -41,6 +41,7 @@ for round in 1 2; do
   run dp2_zero1 mpirun -np 2 --bind-to none $NK train parallel.shard=optimizer
   run dp4 mpirun -np 4 --oversubscribe --bind-to none $NK train
   run dp4_zero1 mpirun -np 4 --oversubscribe --bind-to none $NK train parallel.shard=optimizer
+  run dp2_zero2 mpirun -np 2 --bind-to none $NK train parallel.shard=grads
   run dp2_fsdp mpirun -np 2 --bind-to none $NK train parallel.shard=full
   run dp4_fsdp mpirun -np 4 --oversubscribe --bind-to none $NK train parallel.shard=full
   # PyTorch DDP over gloo, same shape, batch and one thread per rank (its best

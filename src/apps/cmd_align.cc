@@ -86,8 +86,8 @@ int cmd_align(const CommandArgs& a) {
         "The log line and metrics.jsonl add TRL's rewards/chosen, rewards/rejected,\n"
         "rewards/margins, rewards/accuracies, logps/chosen, logps/rejected (KTO: kl).\n"
         "Several processes: --nproc N (one host) or mpirun -np N nekton align ..., data\n"
-        "parallel (parallel.shard=optimizer: ZeRO-1, full: FSDP), parallel.tp (and sp),\n"
-        "parallel.pp (the last stage runs the objective)\n"
+        "parallel (parallel.shard=optimizer: ZeRO-1, grads: ZeRO-2, full: FSDP), parallel.tp\n"
+        "(and sp), parallel.pp (the last stage runs the objective)\n"
         "and parallel.cp (DPO and its kin, each row's sums over the cp ranks; not a copy\n"
         "reference nor a reward model); PPO/GRPO data parallel only. Every rank reads\n"
         "whole pairs.\n\n{}",

@@ -13,6 +13,8 @@ const char* shard_name(Shard s) {
   switch (s) {
     case Shard::Optimizer:
       return "optimizer";
+    case Shard::Gradients:
+      return "grads";
     case Shard::Full:
       return "full";
     case Shard::None:
@@ -36,15 +38,16 @@ void DdpConfig::bind(ConfigBinder& b) {
   b.bind_with<std::string>(
       "parallel.shard", shard_name(shard),
       "data parallel: none (plain DDP), optimizer (ZeRO-1: optimizer state and the update "
-      "sharded over dp, gradients reduce-scattered), full (FSDP / ZeRO-3: the weights sharded "
-      "too, each layer's gathered just before it runs)",
+      "sharded over dp, gradients reduce-scattered), grads (ZeRO-2: the gradients sharded too, "
+      "every micro-batch's reduce-scattered as they are final and the rest handed back), full "
+      "(FSDP / ZeRO-3: the weights sharded too, each layer's gathered just before it runs)",
       [this](const std::string& s) {
-        for (Shard v : {Shard::None, Shard::Optimizer, Shard::Full})
+        for (Shard v : {Shard::None, Shard::Optimizer, Shard::Gradients, Shard::Full})
           if (s == shard_name(v)) {
             shard = v;
             return;
           }
-        fail("parallel.shard: '{}' is not one of none, optimizer, full", s);
+        fail("parallel.shard: '{}' is not one of none, optimizer, grads, full", s);
       });
 }
 

@@ -13,7 +13,11 @@ enum class Shard {
   None,       // plain DDP: every rank holds weights, gradients and optimizer state whole
   Optimizer,  // ZeRO-1 (Megatron's distributed optimizer): gradients reduce-scattered,
               // each rank updates its shard of the buckets, the weights all-gathered
-  Full,       // FSDP / ZeRO-3: as Optimizer, and the weights themselves sharded,
+  Gradients,  // ZeRO-2 (PyTorch FSDP's SHARD_GRAD_OP): as Optimizer, and the
+              // gradients sharded: every micro-batch's buckets reduce-scattered
+              // as they become final, the other ranks' blocks then zeroed and
+              // handed back, so each rank keeps 1/dp of them between buckets
+  Full,       // FSDP / ZeRO-3: as Gradients, and the weights themselves sharded,
               // each stage's gathered just before it runs (sharded_weights.h)
 };
 

@@ -1,5 +1,6 @@
 #include "parallel/distributed_data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -33,12 +34,50 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
   const bool bf16_master = model_.compute_params().raw() != model_.params().raw();
   if (cfg_.shard == Shard::Full)
     weights_ = std::make_unique<ShardedWeights>(model_, comm_, buckets_, expert_grads_);
-  if (cfg_.shard == Shard::Optimizer && bf16_master)
+  const bool gathers = cfg_.shard == Shard::Optimizer || cfg_.shard == Shard::Gradients;
+  if (gathers && bf16_master)
     for (const GradBucket& b : buckets_) release_other_blocks(model_.params(), b, group_of(b));
-  master_sharded_ = weights_ || (cfg_.shard == Shard::Optimizer && bf16_master);
+  master_sharded_ = weights_ || (gathers && bf16_master);
   unit_buckets_ = stage_buckets(model_.layout(), model_.config().n_layer,
                                 model_.config().head_tied(), buckets_);
   param_gathers_.resize(buckets_.size());
+  grads_released_.assign(buckets_.size(), true);
+  if (shards_grads())  // from the start: only this rank's blocks resident
+    for (const GradBucket& b : buckets_) zero_other_blocks(model_.grads(), b, group_of(b));
+}
+
+void DistributedDataParallel::zero_grads() {
+  if (!shards_grads()) return model_.zero_grads();
+  NK_CHECK(pending_.empty(), "DistributedDataParallel: zero_grads() before wait_grads()");
+  for (const ShardPiece& p : optimizer_pieces())
+    if (p.own_end > p.own_begin)
+      ops::fill(model_.grads().narrow0(p.own_begin, p.own_end - p.own_begin), 0.f);
+}
+
+void DistributedDataParallel::release_grads(size_t k) {
+  if (grads_released_[k]) return;
+  zero_other_blocks(model_.grads(), buckets_[k], group_of(buckets_[k]));
+  grads_released_[k] = true;
+}
+
+void DistributedDataParallel::finish_reductions(size_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < n; ++k)
+    if (!grads_released_[k]) {
+      pending_[k]->wait();
+      release_grads(k);
+    }
+  grad_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void DistributedDataParallel::note_grad_resident() {
+  grad_peak_ = std::max(grad_peak_, resident_bytes(model_.grads()));
+}
+
+size_t DistributedDataParallel::take_grad_peak() {
+  const size_t p = grad_peak_;
+  grad_peak_ = 0;
+  return p;
 }
 
 void DistributedDataParallel::use(int64_t unit, int64_t next) {
@@ -98,19 +137,21 @@ void DistributedDataParallel::launch_ready(int64_t stage) {
     const GradBucket& b = buckets_[next_bucket_++];
     Tensor grads = model_.grads().narrow0(b.begin, b.numel());
     dist::Communicator& c = group_of(b);
+    grads_released_[next_bucket_ - 1] = !shards_grads();
     pending_.push_back(sharded() ? c.reduce_scatter_v_async(grads, shard_counts(b, c.size()))
                                  : c.all_reduce_async(grads, dist::ReduceOp::Sum));
   }
 }
 
 void DistributedDataParallel::poll() {
-  for (auto& w : pending_) w->test();
+  for (size_t k = 0; k < pending_.size(); ++k)
+    if (pending_[k]->test() && shards_grads()) release_grads(k);
 }
 
 float DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens,
                                                 const Tensor& targets, float grad_scale,
                                                 bool reduce, const PackedBatchInfo* packed) {
-  if (!reduce && !weights_ && params_pending_ == 0)
+  if (!reduce && !shards_grads() && params_pending_ == 0)
     return model_.forward_backward(a, tokens, targets, grad_scale, packed);
   return float(forward_backward(
       a, tokens, reduce, [&] { return double(model_.head_loss(a, targets, true, grad_scale)); },
@@ -129,6 +170,10 @@ double DistributedDataParallel::forward_head(Activations& a, const Tensor& token
 double DistributedDataParallel::forward_backward(Activations& a, const Tensor& tokens, bool reduce,
                                                  const HeadFn& head,
                                                  const PackedBatchInfo* packed) {
+  // Sharded gradients: every micro-batch reduces; one that does not end the
+  // step waits for its reductions here.
+  const bool step_end = reduce;
+  reduce = reduce || shards_grads();
   NK_CHECK(!reduce || (pending_.empty() && next_bucket_ == 0),
            "DistributedDataParallel: wait_grads() before the next reducing micro-batch");
   const bool overlap = reduce && cfg_.overlap_grad_reduce;
@@ -144,9 +189,16 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
     use(block_stage(L, l), l > 0 ? block_stage(L, l - 1) : -1);
     model_.blocks_backward(a, l, l + 1, packed);
     done(block_stage(L, l));
+    if (shards_grads()) note_grad_resident();
     if (overlap) {
+      const size_t before = next_bucket_;
       launch_ready(block_stage(L, l));
       poll();
+      // Sharded gradients: the buckets started a stage ago are finished and
+      // handed back now (MPI moves them only inside its calls: left to
+      // progress by polls alone, most would wait for the end of the
+      // backward, every page of them resident until then).
+      if (shards_grads()) finish_reductions(before);
     }
   }
   // The embeddings' backward reads no weights, but p-tuning's prompt encoder
@@ -157,6 +209,8 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
   if (prompt) done(embed_stage(L));
   if (!reduce) return loss;
   launch_rest();
+  if (shards_grads()) note_grad_resident();
+  if (!step_end) grad_wait_s_ += wait_grads();
   return loss;
 }
 
@@ -261,7 +315,7 @@ void DistributedDataParallel::gather_full_weights() {
 }
 
 void DistributedDataParallel::gather_params() {
-  if (cfg_.shard != Shard::Optimizer) return;
+  if (cfg_.shard != Shard::Optimizer && cfg_.shard != Shard::Gradients) return;
   NK_CHECK(params_pending_ == 0, "DistributedDataParallel: gather_params() twice");
   // In launch order, which is every rank's. The compute-dtype weights: AdamW's
   // fused update has refreshed this rank's blocks of them (bf16: rounded from
@@ -277,11 +331,14 @@ void DistributedDataParallel::gather_params() {
 
 double DistributedDataParallel::wait_grads() {
   auto t0 = std::chrono::steady_clock::now();
-  for (auto& w : pending_) w->wait();
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    pending_[k]->wait();
+    release_grads(k);
+  }
   pending_.clear();
   next_bucket_ = 0;
-  const double waited = param_wait_s_;
-  param_wait_s_ = 0;
+  const double waited = param_wait_s_ + grad_wait_s_;
+  param_wait_s_ = grad_wait_s_ = 0;
   return waited + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

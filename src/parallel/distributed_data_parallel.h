@@ -23,7 +23,21 @@
 // kernels read): 8 + 8/dp.
 // The gradient norm is a sum over the ranks' blocks (grad_norm_squared).
 //
-// FSDP (cfg.shard = Full): as the distributed optimizer, and the weights
+// ZeRO-2 (cfg.shard = Gradients): as the distributed optimizer, and every
+// micro-batch reduces (not only a step's last): each bucket is
+// reduce-scattered as soon as its gradients are final, and its reduction is
+// finished one backward stage later (MPI progresses it only inside its
+// calls), when the other ranks' blocks of it are zeroed and their pages
+// handed back (zero_other_blocks): the gradients resident are this rank's
+// blocks (1/dp) plus about two stages' (without overlap: all of them until
+// the reductions after the backward). The next micro-batch
+// accumulates into this rank's block (the sum so far) and into zeros
+// elsewhere, so its reduce-scatter adds just its own gradients to the sum.
+// A micro-batch that is not the step's last waits for its reductions before
+// returning (they overlapped its backward). Under a pipeline (reduce_grads
+// after the schedule) there is nothing to gain: the trainer refuses it.
+//
+// FSDP (cfg.shard = Full): as ZeRO-2, and the weights
 // themselves sharded (sharded_weights.h): the buckets follow the stages, and
 // every stage of every micro-batch (forward and backward, and forward_loss)
 // gathers its unit just before it runs, prefetching the next, and releases it
@@ -107,8 +121,17 @@ class DistributedDataParallel : public ChunkWeights {
   float forward_loss(Activations& a, const Tensor& tokens, const Tensor& targets,
                      const PackedBatchInfo* packed = nullptr);
 
-  // Gradients reduce-scattered and optimizer state sharded (ZeRO-1 or FSDP).
+  // Gradients reduce-scattered and optimizer state sharded (ZeRO-1, 2 or FSDP).
   bool sharded() const { return cfg_.shard != Shard::None; }
+  // The gradients themselves sharded (ZeRO-2 and FSDP): other ranks' blocks
+  // zeroed and handed back after each reduction.
+  bool shards_grads() const { return cfg_.shard == Shard::Gradients || weights_; }
+  // Zeroes the gradients before a step: the whole arena, or where they are
+  // sharded this rank's blocks (the others are zero and stay not resident).
+  void zero_grads();
+  // Sharded gradients: the most bytes of the gradient arena resident at the
+  // end of a backward stage since the last call (mincore; 0 otherwise).
+  size_t take_grad_peak();
   // The weights sharded too (FSDP).
   bool shards_weights() const { return weights_ != nullptr; }
   // Each rank holds only its blocks of the f32 master weights (FSDP, and
@@ -150,7 +173,14 @@ class DistributedDataParallel : public ChunkWeights {
   void finish_param_gather(size_t bucket);  // ZeRO-1: waits for its weight gather
   void done(int64_t unit);                  // FSDP: releases `unit`
   void staged_forward(Activations& a, const Tensor& tokens, const PackedBatchInfo* packed);
-  void poll();  // lets pending all-reduces progress
+  void poll();  // lets pending reductions progress (and releases the sharded gradients' done ones)
+  // Sharded gradients: zeroes the other ranks' blocks of bucket k (its
+  // reduction complete), once per reduction.
+  void release_grads(size_t k);
+  // Sharded gradients: waits for the reductions of buckets [0, n) and
+  // releases them (the time counted as waited for).
+  void finish_reductions(size_t n);
+  void note_grad_resident();  // sharded gradients: updates grad_peak_
 
   Transformer& model_;
   dist::Communicator& comm_;
@@ -168,8 +198,11 @@ class DistributedDataParallel : public ChunkWeights {
   std::vector<dist::WorkPtr> param_gathers_;
   size_t params_pending_ = 0;
   std::vector<std::vector<size_t>> unit_buckets_;
-  double param_wait_s_ = 0;  // waited for weight gathers since the last wait_grads
-  std::vector<dist::WorkPtr> pending_;
+  double param_wait_s_ = 0;             // waited for weight gathers since the last wait_grads
+  std::vector<dist::WorkPtr> pending_;  // bucket k's reduction at index k
+  std::vector<bool> grads_released_;    // per bucket: its reduction's other blocks zeroed
+  double grad_wait_s_ = 0;              // waited for earlier micro-batches' reductions
+  size_t grad_peak_ = 0;
   size_t next_bucket_ = 0;  // buckets are launched in order; the first not yet started
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace nk::parallel {
 
@@ -32,25 +33,55 @@ size_t resident_bytes(const Tensor& t) {
   return std::min(n * page, t.nbytes());
 }
 
-void release_other_blocks(const Tensor& arena, const GradBucket& b,
-                          const dist::Communicator& comm) {
+namespace {
+// Calls f(first byte, one past the last byte, element offset, elements) for
+// each other rank's block of bucket `b` of `arena`.
+template <class F>
+void for_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm,
+                      F f) {
   const auto counts = shard_counts(b, comm.size());
-  const size_t es = dtype_size(arena.dtype()), page = page_size();
+  const size_t es = dtype_size(arena.dtype());
   char* base = static_cast<char*>(arena.raw());
   int64_t at = b.begin;
   for (int j = 0; j < comm.size(); ++j) {
     const int64_t n = counts[size_t(j)];
-    if (j != comm.rank() && n > 0) {
-      // Only whole pages inside the block: a page shared with an owned block keeps its bytes.
-      uintptr_t lo = reinterpret_cast<uintptr_t>(base + at * es);
-      uintptr_t hi = reinterpret_cast<uintptr_t>(base + (at + n) * es);
-      lo = (lo + page - 1) / page * page;
-      hi = hi / page * page;
-      if (hi > lo && ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0)
-        fail("{}: releasing weights: madvise: {}", comm.where("fsdp", 0), std::strerror(errno));
-    }
+    if (j != comm.rank() && n > 0) f(base + at * es, base + (at + n) * es, at, n);
     at += n;
   }
+}
+
+// Hands the whole pages inside [lo, hi) back to the OS; returns the range
+// they cover (empty if none).
+std::pair<char*, char*> drop_pages(char* lo, char* hi, const dist::Communicator& comm,
+                                   const char* what) {
+  const size_t page = page_size();
+  char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(lo) + page - 1) / page * page);
+  char* z = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(hi) / page * page);
+  if (z <= a) return {lo, lo};
+  if (::madvise(a, size_t(z - a), MADV_DONTNEED) != 0)
+    fail("{}: releasing {}: madvise: {}", comm.where("fsdp", 0), what, std::strerror(errno));
+  return {a, z};
+}
+}  // namespace
+
+void release_other_blocks(const Tensor& arena, const GradBucket& b,
+                          const dist::Communicator& comm) {
+  // Only whole pages inside the block: a page shared with an owned block keeps its bytes.
+  for_other_blocks(arena, b, comm, [&](char* lo, char* hi, int64_t, int64_t) {
+    drop_pages(lo, hi, comm, "weights");
+  });
+}
+
+void zero_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm) {
+  for_other_blocks(arena, b, comm, [&](char* lo, char* hi, int64_t at, int64_t n) {
+    if (!arena.on_host()) return ops::fill(arena.narrow0(at, n), 0.f);
+    // The whole pages read as zeros once handed back; the ends shared with
+    // a neighbouring block are cleared in place.
+    const auto [a, z] = drop_pages(lo, hi, comm, "gradients");
+    if (a == z) return (void)std::memset(lo, 0, size_t(hi - lo));
+    std::memset(lo, 0, size_t(a - lo));
+    std::memset(z, 0, size_t(hi - z));
+  });
 }
 
 void gather_master(Transformer& model, dist::Communicator& comm,

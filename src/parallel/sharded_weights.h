@@ -30,6 +30,11 @@ size_t resident_bytes(const Tensor& t);
 // the OS (whole pages inside those blocks only, so a page shared with this
 // rank's block keeps its bytes); they read as zeros until written again.
 void release_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm);
+// Sets the other ranks' blocks of bucket `b` of `arena` to zero and leaves
+// them not resident where they are whole pages (ZeRO-2's and FSDP's gradients
+// after their reduction: the next micro-batch accumulates into zeros there).
+// On a device: filled with zeros.
+void zero_other_blocks(const Tensor& arena, const GradBucket& b, const dist::Communicator& comm);
 // All-gathers every bucket's blocks of the f32 master weights (collective) and
 // refreshes the compute copy: the whole model on every rank again.
 // Split experts: their buckets over `experts` (the expert-dp group) instead.

@@ -409,8 +409,8 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       }
     }
     // FSDP keeps 1/dp of the weights resident (and the unit in use);
-    // ZeRO-1 with bf16 compute keeps 1/dp of the trainable f32 masters
-    // (the frozen ones stay whole); ZeRO-1 and FSDP shard the optimizer
+    // ZeRO-1 and 2 with bf16 compute keep 1/dp of the trainable f32 masters
+    // (the frozen ones stay whole); ZeRO-1, 2 and FSDP shard the optimizer
     // state. optim.*: moments of 4 or 2 bytes each (f16 ones with two f32
     // scales per parameter group); a bf16 master is the compute copy, with a
     // 2-byte remainder per trainable parameter in the optimizer's state
@@ -432,14 +432,26 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
                                    ? 1.0
                                    : sharded_trainable / double(trainable);
     double f32_masters = pr.master == DType::F32 ? 4.0 * double(masters) : 0;
-    if (pr.master == DType::F32 && bf16 && shard == parallel::Shard::Optimizer)
+    if (pr.master == DType::F32 && bf16 &&
+        (shard == parallel::Shard::Optimizer || shard == parallel::Shard::Gradients))
       f32_masters = 4.0 * (sharded_trainable + double(masters - trainable));
     r.weight_bytes = int64_t((f32_masters + (bf16 ? 2.0 * double(dense) : 0)) * weight_share) + nf4;
     // bf16 gradients: 2 bytes each, plus the f32 staging of the largest
     // backward stage and the optimizer's f32 scratch of one chunk.
     const bool bf16_grads = pr.grads == DType::BF16;
-    r.grad_bytes =
-        bf16_grads ? 2 * trainable + 4 * plan_grad_staging(c, layout).elems : 4 * trainable;
+    const int64_t largest_stage = plan_grad_staging(c, layout).elems, gs = bf16_grads ? 2 : 4;
+    const int64_t staging = bf16_grads ? 4 * largest_stage : 0;
+    r.grad_arena_bytes = gs * trainable + staging;
+    r.grad_bytes = r.grad_arena_bytes;
+    // Sharded gradients: each bucket's other blocks are handed back once
+    // reduced, so at most the stage being computed and a bucket on its way
+    // are resident beside this rank's blocks (a pipeline accumulates its
+    // micro-batches whole: FSDP under one holds them all).
+    if (shard == parallel::Shard::Gradients || (shard == parallel::Shard::Full && e.pp == 1)) {
+      const double in_flight = std::min(double(trainable) - sharded_trainable,
+                                        double(largest_stage + cfg.ddp.bucket_elems()));
+      r.grad_bytes = int64_t(double(gs) * (sharded_trainable + in_flight)) + staging;
+    }
     const int64_t per_state =
         2 * int64_t(dtype_size(pr.moments)) + (pr.master == DType::BF16 && pr.compensation ? 2 : 0);
     r.optimizer_bytes = int64_t(double(per_state * trainable) * state_share);
@@ -612,11 +624,15 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   const RankEstimate& r = e.stages[slow];
   const OptimPrecision& pr = cfg.adamw.precision;
   const double share = shard != parallel::Shard::None ? 1.0 / double(e.dp) : 1.0;
-  const double mom = double(dtype_size(pr.moments)), state = double(r.grad_bytes) / 4.0 * share;
+  const double mom = double(dtype_size(pr.moments)),
+               state = double(r.grad_arena_bytes) / 4.0 * share;
   const double master = pr.master == DType::F32 ? 8.0 : (pr.compensation ? 8.0 : 4.0);
+  // Zeroing the gradients: the arena, or this rank's blocks where they are sharded.
+  const bool grads_sharded =
+      shard == parallel::Shard::Gradients || (shard == parallel::Shard::Full && e.pp == 1);
   const double opt =
       state * (master + 4.0 + 4.0 * mom + (bf16 && pr.master == DType::F32 ? 2.0 : 0.0)) +
-      double(r.grad_bytes);
+      double(r.grad_arena_bytes) * (grads_sharded ? share : 1.0);
   e.step.memory_s += opt / rates->bandwidth;
   return e;
 }

@@ -64,6 +64,10 @@ struct RankEstimate {
   int64_t stage = 0;
   int64_t params = 0;  // parameters this rank holds (elements, its shards under tp)
   int64_t weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  // The gradient arena whole; grad_bytes is less where the gradients are
+  // sharded (parallel.shard=grads, and full without a pipeline): this rank's
+  // blocks plus the largest backward stage and a bucket on its way.
+  int64_t grad_arena_bytes = 0;
   ActivationBytes per_micro_batch;
   int64_t in_flight = 1;  // micro-batches whose activations it holds at once
   // Context parallel: the attention's exchange buffers, shared by the layers

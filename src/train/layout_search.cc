@@ -62,6 +62,7 @@ std::vector<LayoutCp> cp_choices(const TrainConfig& c, int64_t ranks,
 
 const char* shard_key(parallel::Shard s) {
   return s == parallel::Shard::Full        ? "full"
+         : s == parallel::Shard::Gradients ? "grads"
          : s == parallel::Shard::Optimizer ? "optimizer"
                                            : "none";
 }
@@ -69,8 +70,10 @@ const char* shard_key(parallel::Shard s) {
 // The bytes one rank moves per step (ring collectives; no overlap with
 // compute is assumed):
 //  DP: the gradients, 2 (dp-1)/dp of their bytes (all-reduce, or ZeRO-1's
-//      reduce-scatter + all-gather of the weights); FSDP 3 (dp-1)/dp (the
-//      weights are gathered for the forward and again for the backward);
+//      reduce-scatter + all-gather of the weights); ZeRO-2 (m + 1) (dp-1)/dp
+//      (every micro-batch's reduce-scatter); FSDP 3 (dp-1)/dp (the weights
+//      are gathered for the forward and again for the backward), m + 2 where
+//      it reduces every micro-batch (without a pipeline);
 //  TP: per layer and micro-batch 4 all-reduces (2 forward, 2 backward; with
 //      sp the same bytes as reduce-scatter + all-gather), 2 more for a
 //      fully recomputed layer, each 2 (tp-1)/tp of a B x T x C activation;
@@ -85,9 +88,11 @@ double comm_bytes(const TrainConfig& c, const TrainEstimate& e) {
   for (const RankEstimate& r : e.stages)
     grads = std::max(grads, double(r.params) * double(dtype_size(c.adamw.precision.grads)));
   double bytes = 0;
-  if (e.dp > 1)
-    bytes += (c.ddp.shard == parallel::Shard::Full ? 3.0 : 2.0) * double(e.dp - 1) / double(e.dp) *
-             grads;
+  const double reductions = e.pp == 1 ? m : 1.0;
+  const double passes = c.ddp.shard == parallel::Shard::Full        ? reductions + 2.0
+                        : c.ddp.shard == parallel::Shard::Gradients ? m + 1.0
+                                                                    : 2.0;
+  if (e.dp > 1) bytes += passes * double(e.dp - 1) / double(e.dp) * grads;
   const auto [layers, full] = busiest_stage(c, e.pp);
   if (e.tp > 1)
     bytes += m * double(4 * layers + 2 * full) * 2.0 * double(e.tp - 1) / double(e.tp) * act;
@@ -191,8 +196,8 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
           for (int64_t ep : eps)
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;  // ParallelConfig::check's rule: nothing to split
-              for (parallel::Shard shard :
-                   {parallel::Shard::None, parallel::Shard::Optimizer, parallel::Shard::Full})
+              for (parallel::Shard shard : {parallel::Shard::None, parallel::Shard::Optimizer,
+                                            parallel::Shard::Gradients, parallel::Shard::Full})
                 for (int64_t mb : divisors(cfg.global_batch / dp))
                   for (const char* policy : {"none", "selective", "full"}) {
                     LayoutCandidate k = base;

@@ -301,9 +301,11 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   const double act = B * T * double(c.model.d_model);  // elements
   // Gradients: all-reduced over the dp x cp ranks that hold the same
   // weights, in buckets of parallel.bucket_mb (ZeRO-1: a reduce-scatter and
-  // an all-gather per bucket). FSDP reduce-scatters them and all-gathers the
-  // compute weights of every bucket before each micro-batch's forward and
-  // again before its backward (parallel/sharded_weights.h).
+  // an all-gather per bucket; ZeRO-2 reduce-scatters every micro-batch's).
+  // FSDP reduce-scatters them (every micro-batch's without a pipeline) and
+  // all-gathers the compute weights of every bucket before each
+  // micro-batch's forward and again before its backward
+  // (parallel/sharded_weights.h).
   const int64_t red = e.dp * cp;
   if (red > 1) {
     double grads = 0, params = 0;
@@ -321,9 +323,13 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
       case parallel::Shard::Optimizer:
         p.comm_bytes += 2.0 * share * grads, p.messages += 2.0 * buckets;
         break;
-      case parallel::Shard::Full:
-        p.comm_bytes += share * (grads + 2.0 * m * params * s);
-        p.messages += buckets * (1.0 + 2.0 * m);
+      case parallel::Shard::Gradients:
+        p.comm_bytes += share * (m + 1.0) * grads, p.messages += (m + 1.0) * buckets;
+        break;
+      case parallel::Shard::Full: {
+        const double reductions = e.pp == 1 ? m : 1.0;
+        p.comm_bytes += share * (reductions * grads + 2.0 * m * params * s);
+        p.messages += buckets * (reductions + 2.0 * m);
         // The other ranks' blocks were handed back after their last use:
         // each gather faults their pages in again (per byte), and a step
         // costs fsdp_step_s beside, by the size of the sharding group
@@ -331,6 +337,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         p.overhead_s +=
             over * (2.0 * m * share * params * s * cal.refault_s_per_byte + cal.fsdp_step_in(red));
         break;
+      }
     }
   }
   // Tensor parallel: 4 points per layer and micro-batch (attention and MLP,

@@ -224,6 +224,13 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   }
   if (mesh.cp() != 1) check_context_parallel(cfg, mesh);
   if (mesh.etp() != mesh.tp()) check_expert_tensor_parallel(cfg, mesh);
+  if (mesh.pp() > 1 && cfg.ddp.shard == parallel::Shard::Gradients)
+    fail(
+        "parallel.shard=grads with parallel.pp = {}: a pipeline's micro-batches accumulate their "
+        "gradients whole until the schedule ends, so ZeRO-2 would shard nothing at the peak (as "
+        "DeepSpeed, which refuses ZeRO-2 with pipeline parallelism); use parallel.shard=optimizer "
+        "or full",
+        mesh.pp());
   if (mesh.pp() > 1)
     parallel::pipeline_stage(cfg.model, mesh.pp(), 0, cfg.parallel.pp_layout, cfg.parallel.vp);
   if (cfg.parallel.vp > 1 && (cfg.global_batch / (mesh.dp() * cfg.micro_batch)) % mesh.pp())

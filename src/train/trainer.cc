@@ -250,6 +250,7 @@ Trainer::Trainer(const TrainConfig& cfg, TrainParallel par,
             : cfg_.ddp.overlap_grad_reduce ? "overlapped with the backward"
                                            : "after the backward",
             ddp_->shards_weights() ? "; weights, gradients and optimizer state sharded (FSDP)"
+            : ddp_->shards_grads() ? "; gradients and optimizer state sharded (ZeRO-2)"
             : ddp_->sharded()      ? "; optimizer state sharded (ZeRO-1)"
                                    : "");
   }
@@ -484,7 +485,12 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
           m.frozen_weights() == FrozenWeights::Nf4 ? "NF4 (QLoRA)" : dtype_name(m.compute_dtype()),
           weights / 1048576.0);
     }
-    const double grads = double(m.grad_bytes()), state = double(opt_->state_bytes());
+    // Sharded gradients: the pages of this rank's blocks (each step's
+    // reductions hand the others back; metrics.jsonl's grad_resident_bytes
+    // is the most held during a step).
+    const double grads = ddp_ && ddp_->shards_grads() ? double(parallel::resident_bytes(m.grads()))
+                                                      : double(m.grad_bytes()),
+                 state = double(opt_->state_bytes());
     NK_INFO(
         "memory per rank: weights {:.1f} MiB resident, gradients {:.1f} MiB, optimizer state "
         "{:.1f} MiB ({:.2f} bytes per parameter)",
@@ -561,7 +567,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
       if (ddp_) ddp_->finish_param_gathers();  // ZeRO-1: the whole updated model on every rank
       objective_->before_step(*model_, step);
     }
-    model_->zero_grads();
+    if (ddp_)
+      ddp_->zero_grads();  // sharded gradients: this rank's blocks (the rest stay released)
+    else
+      model_->zero_grads();
     double loss = 0, comm_s = 0, pp_wait_s = 0;
     if (a2a_seconds_) *a2a_seconds_ = 0;
     Transformer::MoeLosses moe;  // this rank's micro-batches' mean (MoE models)
@@ -731,6 +740,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     s.mfu = flops_per_step / dt / (peak * double(par_.world()));
     s.comm_ms = comm_s * 1e3;
     s.peak_bytes = Allocator::get(model_->device()).peak_bytes();
+    if (ddp_) s.grad_resident_bytes = ddp_->take_grad_peak();
     // The objective's own figures (preference rewards, ...), for the log and the record.
     ObjectiveMetrics figures = objective_->take_metrics(false);
     // Mixture of Experts: the balancing and z-losses (before their
@@ -806,6 +816,8 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     for (const auto& [name, v] : figures) record.emplace_back(name, v);
     for (const auto& [name, v] : val_figures) record.emplace_back("val_" + name, v);
     if (ddp_ || pp_replicas) record.emplace_back("comm_ms", s.comm_ms);
+    if (ddp_ && ddp_->shards_grads())
+      record.emplace_back("grad_resident_bytes", double(s.grad_resident_bytes));
     // Pipeline parallel: this stage's waits on its neighbours (rank 0's: the first stage).
     if (pipe_) record.emplace_back("pp_wait_ms", pp_wait_s * 1e3);
     // At log steps, each MoE layer's tokens per expert over the step

@@ -29,6 +29,9 @@ struct StepStats {
   size_t peak_bytes = 0;  // Nekton tensors' peak
   double comm_ms = 0;     // data parallel: waiting for gradients after the backward, and
                           // (ZeRO-1, FSDP) for weight gathers during the step
+  // Sharded gradients (ZeRO-2, FSDP): the most bytes of this rank's gradient
+  // arena resident at the end of a backward stage in the step (0 otherwise).
+  size_t grad_resident_bytes = 0;
 };
 
 class Trainer {

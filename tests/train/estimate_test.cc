@@ -377,6 +377,35 @@ TEST(Estimate, ActivationsUnderExpertParallelismEqualTheWorkspace) {
             2 * 4 * 2 * (128 * c.num_experts_per_tok / 2) * c.d_model * 4);
 }
 
+// ZeRO-2 (and FSDP without a pipeline) hold this rank's blocks of the
+// gradients, the largest backward stage and a bucket on its way; ZeRO-1 and
+// FSDP under a pipeline the whole arena.
+TEST(Estimate, ShardedGradientsHoldTheirBlocks) {
+  auto peak = [](std::vector<std::string> o) {
+    for (const char* k : {"model.preset=gpt-tiny", "train.dtype=f32", "parallel.bucket_mb=0.05",
+                          "train.micro_batch=1"})
+      o.push_back(k);
+    return estimate_training(recipe(o), 4, nullptr).peak();
+  };
+  const RankEstimate zero1 = peak({"parallel.shard=optimizer"});
+  const RankEstimate zero2 = peak({"parallel.shard=grads"});
+  const RankEstimate fsdp = peak({"parallel.shard=full"});
+  EXPECT_EQ(zero1.grad_bytes, zero1.grad_arena_bytes);
+  EXPECT_EQ(zero2.grad_arena_bytes, zero1.grad_arena_bytes);
+  const TrainConfig c = recipe({"model.preset=gpt-tiny"});
+  const ParamLayout layout = Transformer::layout_for(c.model);
+  const int64_t n = layout.trainable_end(), stage = plan_grad_staging(c.model, layout).elems;
+  EXPECT_EQ(zero1.grad_arena_bytes, 4 * n);
+  EXPECT_NEAR(double(zero2.grad_bytes),
+              4.0 * (double(n) / 4 + std::min(0.75 * double(n), double(stage + 13107))), 4.0);
+  EXPECT_LT(zero2.grad_bytes, zero1.grad_bytes);
+  EXPECT_EQ(fsdp.grad_bytes, zero2.grad_bytes);
+  // The optimizer state as under ZeRO-1.
+  EXPECT_EQ(zero2.optimizer_bytes, zero1.optimizer_bytes);
+  const RankEstimate piped = peak({"parallel.shard=full", "parallel.pp=2"});
+  EXPECT_EQ(piped.grad_bytes, piped.grad_arena_bytes);
+}
+
 TEST(Estimate, RecomputeShrinksActivationsInOrder) {
   auto saved = [](const char* policy) {
     TrainConfig cfg = recipe({"model.preset=gpt-tiny", std::string("train.recompute=") + policy});

@@ -288,11 +288,16 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   };
   const StepPrediction none = predict({"parallel.dp=2"});
   const StepPrediction zero1 = predict({"parallel.dp=2", "parallel.shard=optimizer"});
+  const StepPrediction zero2 = predict({"parallel.dp=2", "parallel.shard=grads"});
   const StepPrediction fsdp = predict({"parallel.dp=2", "parallel.shard=full"});
   EXPECT_NEAR(zero1.messages, 2 * none.messages, 1e-9);
   EXPECT_NEAR(zero1.comm_bytes, none.comm_bytes, 1e-6);
-  // FSDP: a reduce-scatter and two gathers per micro-batch (2 of them here).
-  EXPECT_NEAR(fsdp.messages, none.messages * (1 + 2 * 2), 1e-9);
+  // ZeRO-2: a reduce-scatter per micro-batch (2 of them here), the weights'
+  // gather once.
+  EXPECT_NEAR(zero2.messages, 3 * none.messages, 1e-9);
+  EXPECT_NEAR(zero2.comm_bytes, 1.5 * none.comm_bytes, 1e-6);
+  // FSDP: a reduce-scatter and two gathers per micro-batch.
+  EXPECT_NEAR(fsdp.messages, none.messages * (2 + 2 * 2), 1e-9);
   // Each gather faults the other rank's half of the compute weights in again.
   {
     TrainConfig c = load({"parallel.dp=2", "parallel.shard=full"});

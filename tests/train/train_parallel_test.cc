@@ -271,6 +271,11 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.shard=optimizer"}), 8), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.shard=full"}), 4), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.tp=2", "parallel.shard=full"}), 8), "");
+  // ZeRO-2 under a pipeline would shard nothing at the peak: refused, naming both keys.
+  e = error_of(with({"parallel.pp=2", "parallel.shard=grads"}), 4);
+  EXPECT_NE(e.find("parallel.shard=grads with parallel.pp = 2"), std::string::npos) << e;
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "parallel.shard=grads"}), 4), "");
+  EXPECT_THROW(with({"parallel.shard=zero2"}), Error);  // one of none, optimizer, grads, full
   const ModelConfig m = with({}).model;
   const PipelineStage mid = parallel::pipeline_stage(m, 4, 2, {0, 2, 1, 1});
   EXPECT_EQ(mid.chunks, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}}));

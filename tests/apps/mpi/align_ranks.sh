@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `nekton align` under data parallelism equals one process (issue 37, item
-# 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, FSDP, TP2, DP2xTP2
-# (ZeRO-1 and FSDP);
+# 8): DPO with the precomputed reference over 2 and 4 ranks, ZeRO-1, ZeRO-2,
+# FSDP, TP2, DP2xTP2 (ZeRO-1, ZeRO-2 and FSDP);
 # a frozen-copy reference, KTO and SimPO over 2 ranks; a reward model under
 # ZeRO-1, FSDP, TP2, DP2xTP2, TP2 SP and DP2xTP2 SP, and from a fine-tuned
 # LM under TP2 and PP2. Every step's loss,
@@ -34,11 +34,13 @@ run dp4 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}"
 run nproc2 "$NK" align --nproc 2 "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
+run zero2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=grads
 run tp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.tp=2
 run dp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=optimizer
 run dp2tp2fsdp "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=full
+run dp2tp2zero2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=grads
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
-compare one dp2 dp4 nproc2 zero1 fsdp tp2 dp2tp2 dp2tp2fsdp ||
+compare one dp2 dp4 nproc2 zero1 fsdp zero2 tp2 dp2tp2 dp2tp2fsdp dp2tp2zero2 ||
   fail "a parallel DPO run differs from one process"
 for r in dp2 dp4 zero1 fsdp; do
   cmp -s "$WORK/one/reference_logps.json" "$WORK/$r/reference_logps.json" ||

@@ -23,6 +23,9 @@ run dp4 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}"
 run nproc2 "$NK" finetune --nproc 2 "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=optimizer
 run fsdp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=full
+run zero2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.shard=grads
+run tp2dp2zero2 "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.shard=grads parallel.tp=2 \
+  parallel.sp=true
 run tp2 "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2
 run tp2sp "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.tp=2 parallel.sp=true
 # Context parallel: the packed rows' documents cross the ranks' chunks.
@@ -34,12 +37,14 @@ run cp2tp2sp "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.tp
 run cp2a2a "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
 run cp2dp2a2a "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.cp_comm_type=a2a
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
+grep -q "gradients and optimizer state sharded (ZeRO-2)" "$WORK/zero2.log" ||
+  fail "zero2 did not shard the gradients"
 grep -q "tp 2" "$WORK/tp2.log" || fail "tp2 did not run tensor parallel"
 grep -q "context parallel: world 2" "$WORK/cp2.log" || fail "cp2 did not run context parallel"
 grep -q "sequence parallel" "$WORK/cp2tp2sp.log" || fail "cp2tp2sp did not run sequence parallel"
 grep -q "context parallel: world 2 .*all-to-all attention" "$WORK/cp2a2a.log" ||
   fail "cp2a2a did not run the all-to-all"
-compare one dp2 dp4 nproc2 zero1 fsdp tp2 tp2sp cp2 cp2dp2 cp2tp2sp cp2a2a cp2dp2a2a ||
+compare one dp2 dp4 nproc2 zero1 fsdp zero2 tp2dp2zero2 tp2 tp2sp cp2 cp2dp2 cp2tp2sp cp2a2a cp2dp2a2a ||
   fail "a parallel run differs from one process"
 # Pipeline parallel: every stage is given each micro-batch's packed rows
 # (positions and document boundaries for its layers' attention), the last
@@ -103,4 +108,4 @@ refused a2a_heads "model.n_head = 4 and model.n_kv_head = 2 must both be multipl
   "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" parallel.cp=2 parallel.tp=2 parallel.cp_comm_type=a2a
 refused a2a_value "parallel.cp_comm_type = 'ring': expected p2p" \
   "$NK" finetune "${ARGS[@]}" parallel.cp_comm_type=ring
-pass "finetune under DP (2, 4 ranks), ZeRO-1, FSDP, TP2, TP2+SP, CP2, CP2 x DP2 and CP2 x TP2+SP (ring and all-to-all), PP2, PP2 x DP2, PP2 x TP2 and PP2 x CP2 equals one process; from train.init_from under FSDP, TP2 and TP2 x DP2 (and train under PP2 and TP2 x PP2) too"
+pass "finetune under DP (2, 4 ranks), ZeRO-1, ZeRO-2 (and with TP2+SP), FSDP, TP2, TP2+SP, CP2, CP2 x DP2 and CP2 x TP2+SP (ring and all-to-all), PP2, PP2 x DP2, PP2 x TP2 and PP2 x CP2 equals one process; from train.init_from under FSDP, TP2 and TP2 x DP2 (and train under PP2 and TP2 x PP2) too"

@@ -7,7 +7,7 @@
 # step's loss and figures and the exported weights within 1e-5 of one
 # process (f32), 6 steps of two-step rounds (align.ppo_epochs=2: old
 # log-probabilities from the round's policy) with a frozen-copy reference
-# for the KL. ZeRO-1 and `--nproc 2` too. A run stopped after step 3
+# for the KL. ZeRO-1, ZeRO-2 and `--nproc 2` too. A run stopped after step 3
 # (mid-way through round 1) resumes from its checkpoint and the round's file
 # to the same figures and weights (also from DP2 to one process and back;
 # a replica's round file lost is refused), as does one resumed after its command
@@ -38,10 +38,11 @@ ARGS=("${COMMON_ARGS[@]}" align.method=grpo "align.data_path=$WORK/prompts.jsonl
 run one "$NK" align "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer
+run zero2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=grads
 run nproc2 "$NK" align --nproc 2 "${ARGS[@]}"
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 grep -q '"clip_ratio/region_mean"' "$WORK/one/metrics.jsonl" || fail "no clip figures logged"
-compare one dp2 zero1 nproc2 || fail "a data-parallel GRPO run differs from one process"
+compare one dp2 zero1 zero2 nproc2 || fail "a data-parallel GRPO run differs from one process"
 
 # Stopped after step 3, mid-way through round 1 (steps 3-4): resumed from the
 # checkpoint and the round's rollouts file, it ends where the whole run did.

@@ -96,10 +96,15 @@ class DataParallel : public test::RankTest {
     // resident (plus the pages a block shares with a neighbour): under FSDP
     // the compute weights and the f32 master, under ZeRO-1 with bf16 compute
     // the master.
-    std::vector<size_t> compute_resident, master_resident;
-    ddp.run([&](const StepStats&) {
+    // Sharded gradients (ZeRO-2, FSDP): between steps this rank's blocks of
+    // the gradients; during a step at most those, the stage being computed
+    // and the buckets on their way.
+    std::vector<size_t> compute_resident, master_resident, grad_resident, grad_peak;
+    ddp.run([&](const StepStats& s) {
       compute_resident.push_back(parallel::resident_bytes(ddp.model().compute_params()));
       master_resident.push_back(parallel::resident_bytes(ddp.model().params()));
+      grad_resident.push_back(parallel::resident_bytes(ddp.model().grads()));
+      grad_peak.push_back(s.grad_resident_bytes);
     });
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     const size_t buckets =
@@ -120,8 +125,34 @@ class DataParallel : public test::RankTest {
     };
     if (r.shard == "full")
       expect_sharded(compute_resident, ddp.model().compute_params(), "weights");
-    if (r.shard == "full" || (r.shard == "optimizer" && r.dtype == DType::BF16))
+    if (r.shard == "full" || (r.shard != "none" && r.dtype == DType::BF16))
       expect_sharded(master_resident, ddp.model().params(), "f32 master");
+    if (r.shard == "grads" || r.shard == "full") {
+      const Tensor grads = ddp.model().grads();
+      expect_sharded(grad_resident, grads, "gradients");
+      // The peak: this rank's blocks, the largest backward stage (the
+      // embeddings' or the head's table), and what the reductions still
+      // hold: a bucket (one each micro-batch with overlap, every one
+      // without, as then they start after the backward).
+      const size_t es = dtype_size(grads.dtype());
+      int64_t largest = 0;
+      for (const ParamInfo& p : layout.params())
+        if (p.trainable) largest = std::max(largest, p.numel());
+      const size_t in_flight =
+          r.overlap ? size_t(r.bucket_mb * 1048576) * 2 : size_t(layout.trainable_end()) * es;
+      const size_t bound = size_t(layout.trainable_end()) * es / size_t(dp) + size_t(largest) * es +
+                           in_flight + 2 * page * buckets * size_t(dp) + page;
+      for (size_t k = 0; k < grad_peak.size(); ++k) {
+        EXPECT_GT(grad_peak[k], 0u) << "step " << k + 1;
+        EXPECT_LE(grad_peak[k], bound) << "step " << k + 1 << ": at most " << grad_peak[k] << " of "
+                                       << grads.nbytes() << " gradient bytes resident";
+      }
+      if (rank_ == 0)
+        std::printf("gradients resident: %zu between steps, at most %zu in step 1, of %zu\n",
+                    grad_resident[0], grad_peak[0], grads.nbytes());
+    } else {
+      for (size_t k = 0; k < grad_peak.size(); ++k) EXPECT_EQ(grad_peak[k], 0u);
+    }
 
     ASSERT_EQ(ref.history().size(), 10u);
     ASSERT_EQ(ddp.history().size(), 10u);
@@ -391,6 +422,41 @@ TEST_F(DataParallel, FsdpGpt2Bf16Grads) {
   check(r, 1e-3, 1.0 / 256);
 }
 
+// ZeRO-2: the gradients sharded too, every micro-batch's buckets
+// reduce-scattered as they become final and the other blocks handed back
+// (check: resident between steps and at most during them). The sums add
+// each micro-batch's gradients to the reduced sum so far, in another order
+// than one process: the same f32 tolerances hold.
+TEST_F(DataParallel, Zero2Gpt2GradAccumulation) {
+  check({"gpt-tiny", DType::F32, 2, true, 0.02, "grads"}, kF32, kF32);
+}
+TEST_F(DataParallel, Zero2Llama) {
+  check({"llama-tiny", DType::F32, 1, true, 0.02, "grads", 5}, kF32, kF32);
+}
+TEST_F(DataParallel, Zero2LlamaGradAccumulation) {
+  check({"llama-tiny", DType::F32, 4, true, 0.02, "grads"}, kF32, kF32);
+}
+// One bucket, no overlap: each rank's block cuts through parameters, and
+// every micro-batch's reduction waits for its backward.
+TEST_F(DataParallel, Zero2Gpt2OneBucketNoOverlap) {
+  check({"gpt-tiny", DType::F32, 2, false, 1000, "grads"}, kF32, kF32);
+}
+// bf16 compute (the f32 master sharded as under ZeRO-1), bf16 gradients
+// with a bf16 master: the tolerances of the same recipes under ZeRO-1.
+TEST_F(DataParallel, Zero2Gpt2Bf16GradAccumulation) {
+  check({"gpt-tiny", DType::BF16, 2, true, 0.02, "grads", 5}, 1e-3, 1.0 / 256);
+}
+TEST_F(DataParallel, Zero2LlamaBf16GradsBf16Master) {
+  Recipe r{"llama-tiny", DType::BF16, 2, true, 0.02, "grads"};
+  r.grads = "bf16";
+  r.master = "bf16";
+  r.moments = "bf16";
+  check(r, 1e-3, 1.0 / 256);
+}
+TEST_F(DataParallel, Zero2WithFrozenEmbeddingAndFirstBlock) {
+  check({"llama-tiny", DType::F32, 2, true, 0.02, "grads", 0, "wte,h.0.*"}, kF32, kF32);
+}
+
 // FSDP: the weights sharded too, each stage's gathered before it runs (GPT-2's
 // tied head re-gathers the embeddings). The same tolerances as plain DP; the
 // validation loss goes through the same gathers.
@@ -461,6 +527,10 @@ TEST_F(DataParallel, Zero1CheckpointReshards) {
     expect_continues(*whole, fsdp, kF32, "ZeRO-1 -> FSDP");
   }
   {
+    Trainer zero2(config(with_shard(zero, "grads"), (base_ / "zero2").string(), dp, {from}), par);
+    expect_continues(*whole, zero2, kF32, "ZeRO-1 -> ZeRO-2");
+  }
+  {
     Trainer ddp(config(with_shard(zero, "none"), (base_ / "plain").string(), dp, {from}), par);
     expect_continues(*whole, ddp, kF32, "ZeRO-1 -> plain DP");
   }
@@ -479,6 +549,10 @@ TEST_F(DataParallel, Zero1Bf16MasterCheckpointHoldsMasterPieces) {
   r.master = "bf16";
   r.moments = "bf16";
   check_weight_pieces_resume(r, 1e-3, "ZeRO-1 bf16 master");
+}
+TEST_F(DataParallel, Zero2Bf16CheckpointHoldsMasterPieces) {
+  check_weight_pieces_resume({"llama-tiny", DType::BF16, 2, true, 0.02, "grads"}, 1e-3,
+                             "ZeRO-2 bf16");
 }
 TEST_F(DataParallel, FsdpBf16MasterCheckpointHoldsMasterPieces) {
   Recipe r{"gpt-tiny", DType::BF16, 2, true, 0.02, "full"};
