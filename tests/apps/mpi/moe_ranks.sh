@@ -22,7 +22,7 @@
 # split that does not divide the experts, or a non-MoE model. (Tensor parallelism: moe_tp_ranks.sh.)
 # DeepSeek-style routing with aux-loss-free balancing (the expert loads
 # summed over the ranks before the bias moves) equals one process too, under
-# DP, ZeRO-1, EP2, ZeRO-1 under EP2 x DP2, PP2 and EP2 with PP2 (uneven
+# DP, ZeRO-1, EP2, ZeRO-1 and ZeRO-2 under EP2 x DP2, PP2 and EP2 with PP2 (uneven
 # stages, one without MoE layers).
 #   tests/apps/mpi/moe_ranks.sh REPO BUILD
 set -euo pipefail
@@ -109,8 +109,13 @@ run ds_ep2pp2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.pp=2 \
   parallel.pp_layout=1,2 parallel.ep=2
 run ds_ep2dp2zero1 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep=2 \
   parallel.shard=optimizer
+# ZeRO-2: the experts' gradients reduce-scattered and released over expert-dp.
+run ds_ep2dp2zero2 "${MPI[@]}" 4 "$NK" train "${ARGS[@]}" "${DS[@]}" parallel.ep=2 \
+  parallel.shard=grads
+grep -q "gradients and optimizer state sharded (ZeRO-2)" "$WORK/ds_ep2dp2zero2.log" ||
+  fail "ds_ep2dp2zero2 did not shard the gradients"
 /usr/bin/python3 "$REPO/tests/apps/mpi/compare_runs.py" "$WORK" ds_one ds_dp2 ds_zero1 ds_ep2 ds_pp2 \
-  ds_ep2pp2 ds_ep2dp2zero1 ||
+  ds_ep2pp2 ds_ep2dp2zero1 ds_ep2dp2zero2 ||
   fail "a data-parallel run with DeepSeek routing and bias balancing differs from one process"
 
 # Pipeline parallel (1F1B): each stage routes its own layers' tokens; the
