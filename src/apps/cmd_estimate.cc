@@ -459,7 +459,13 @@ int cmd_estimate(const CommandArgs& raw) {
       : cfg.dtype == DType::F32                      ? "  weights (f32 masters)"
                                                      : "  weights (f32 masters, bf16 copy)";
   row(weights, double(r.weight_bytes));
-  row(pr.grads == DType::BF16 ? "  gradients (bf16, f32 staging)" : "  gradients (f32)",
+  // Sharded gradients (ZeRO-2, FSDP): this rank's blocks and what a
+  // backward holds beside them, a bound on the run's grad_resident_bytes.
+  const bool grads_sharded = r.grad_bytes < r.grad_arena_bytes;
+  row(pr.grads == DType::BF16
+          ? (grads_sharded ? "  gradients (bf16 + staging, sharded, bound)"
+                           : "  gradients (bf16, f32 staging)")
+          : (grads_sharded ? "  gradients (f32, sharded, at most)" : "  gradients (f32)"),
       double(r.grad_bytes));
   row(fmt::format("  optimizer state (moments {}{})", dtype_name(pr.moments),
                   bf16_master && pr.compensation ? ", remainder" : ""),
