@@ -19,19 +19,15 @@ bool is_group_file(const std::string& path) {
   }
 }
 
-GroupConfig load_group_config(const std::string& path) {
+namespace {
+
+// The group a YAML mapping defines (`where`: the file, or the file and the
+// entry of an enclosing group's task list).
+GroupConfig parse_group(const YAML::Node& root, const std::string& where) {
   GroupConfig g;
-  g.file = path;
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    fail("{}: cannot read the group file", path);
-  } catch (const YAML::Exception& e) {
-    fail("{}:{}:{}: malformed YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
-  }
+  g.file = where;
   auto bad = [&](const std::string& key, const std::string& why) -> void {
-    fail("{}: {}: {}", path, key, why);
+    fail("{}: {}: {}", where, key, why);
   };
   auto scalar = [&](const YAML::Node& n, const std::string& key) {
     if (!n.IsScalar()) bad(key, "must be a string");
@@ -44,13 +40,13 @@ GroupConfig load_group_config(const std::string& path) {
     bad(key, fmt::format("must be true or false, got '{}'", s));
     return false;
   };
-  if (!root.IsMap()) fail("{}: a group file is a mapping of keys (group, task, ...)", path);
-  static const std::set<std::string> known = {"group", "group_alias", "task",
-                                              "aggregate_metric_list", "metadata"};
+  if (!root.IsMap()) fail("{}: a group is a mapping of keys (group, task, ...)", where);
+  // The harness's GROUP_ONLY_KEYS; the rest go over the tasks below.
+  static const std::set<std::string> own = {"group", "group_alias", "task", "aggregate_metric_list",
+                                            "metadata"};
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (!known.count(k))
-      bad(k, fmt::format("unknown key of a group (known: {})", fmt::join(known, ", ")));
+    if (!own.count(k)) g.update[k] = yaml_json(it->second, where + ": " + k);
   }
   if (!root["group"]) bad("group", "missing (the group's name)");
   g.group = scalar(root["group"], "group");
@@ -60,20 +56,24 @@ GroupConfig load_group_config(const std::string& path) {
   for (size_t i = 0; i < root["task"].size(); ++i) {
     const YAML::Node t = root["task"][i];
     const std::string key = fmt::format("task[{}]", i);
+    if (t.IsMap() && t["task"] && t["task"].IsSequence()) {  // a group defined in place
+      GroupEntry e;
+      e.group = std::make_shared<GroupConfig>(parse_group(t, where + ": " + key));
+      g.tasks.push_back(std::move(e));
+      continue;
+    }
     if (t.IsMap()) {
       GroupEntry e;
-      e.config = yaml_json(t, path + ": " + key);
+      e.config = yaml_json(t, where + ": " + key);
       if (e.config.contains("group"))
-        bad(key,
-            "an inline group definition is not supported; write it as its own group YAML and "
-            "name it here");
+        bad(key, "'group' beside a task name: a group defined in place lists its tasks in 'task'");
       if (!e.config.contains("task") || !e.config["task"].is_string())
         bad(key + ".task", "missing (the name of the task it defines or overrides)");
       e.name = e.config["task"].get<std::string>();
       g.tasks.push_back(std::move(e));
       continue;
     }
-    g.tasks.push_back({scalar(t, key), nullptr});
+    g.tasks.push_back({scalar(t, key), nullptr, nullptr});
   }
   if (const YAML::Node agg = root["aggregate_metric_list"]; agg && !agg.IsNull()) {
     if (!agg.IsSequence()) bad("aggregate_metric_list", "must be a list");
@@ -118,6 +118,20 @@ GroupConfig load_group_config(const std::string& path) {
     }
   }
   return g;
+}
+
+}  // namespace
+
+GroupConfig load_group_config(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail("{}: cannot read the group file", path);
+  } catch (const YAML::Exception& e) {
+    fail("{}:{}:{}: malformed YAML: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+  }
+  return parse_group(root, path);
 }
 
 Pooled aggregate_metric(const std::vector<double>& values,

@@ -109,8 +109,18 @@ struct Builder {
     });
   }
 
+  // A group file's node: its own keys under those an enclosing inline entry
+  // puts over it (the harness's {**group_config, **update_config}).
   SuiteNode group_node(const std::string& file, const Json& update) {
     GroupConfig g = load_group_config(file);
+    const Json keys = merged(g.update, update);
+    return group_node_of(std::move(g), update.is_null() ? file : file + "\n" + update.dump(), keys);
+  }
+
+  // A group's node: its entries with `update` over their tasks; `key`
+  // tells one definition from another.
+  SuiteNode group_node_of(GroupConfig g, const std::string& key, const Json& update) {
+    const std::string file = g.file;
     if (std::find(open.begin(), open.end(), g.group) != open.end())
       fail("{}: task: group '{}' holds itself (through {})", file, g.group,
            fmt::join(open, " -> "));
@@ -119,16 +129,27 @@ struct Builder {
     std::vector<std::string> overridden;  // the harness's task_group_map of this group
     for (size_t i = 0; i < g.tasks.size(); ++i) {
       const GroupEntry& e = g.tasks[i];
+      if (e.group) {  // defined in place: its own keys over its tasks, the enclosing ones dropped
+        node.children.push_back(group_node_of(*e.group, e.group->file, e.group->update));
+        continue;
+      }
       const std::string where = e.config.is_null() ? fmt::format("{}: task: '{}'", file, e.name)
                                                    : fmt::format("{}: task[{}]", file, i);
-      std::vector<SuiteNode> got = e.config.is_null() ? resolve(e.name, where, update)
-                                                      : inline_entry(e, where, update, overridden);
+      // A name under keys the group puts over its tasks loads as the inline
+      // entry of those keys (the harness's {"task": name, **update_config}),
+      // so it counts among the group's overridden names.
+      const bool as_inline =
+          e.config.is_null() && !update.is_null() && !locate(e.name, where).files.empty();
+      const GroupEntry named{e.name, Json{{"task", e.name}}, nullptr};
+      std::vector<SuiteNode> got = as_inline ? inline_entry(named, where, update, overridden)
+                                   : e.config.is_null()
+                                       ? resolve(e.name, where, update)
+                                       : inline_entry(e, where, update, overridden);
       for (SuiteNode& c : got) node.children.push_back(std::move(c));
     }
     open.pop_back();
     std::sort(node.children.begin(), node.children.end(),
               [&](const SuiteNode& a, const SuiteNode& b) { return display(a) < display(b); });
-    const std::string key = update.is_null() ? file : file + "\n" + update.dump();
     auto it = group_at.find(key);
     if (it == group_at.end()) {
       suite.groups.push_back(std::move(g));

@@ -375,18 +375,55 @@ task:
 aggregate_metric_list:
   - metric: acc
 )");
+  // `group` evaluated into `out` (with the sample log), its results.
+  auto run_group = [&](const std::string& group, const std::string& out) {
+    const test::RunResult run = run_nekton(
+        "eval tasks eval.model=" + random_ + " eval.task_dir=" + dir + " eval.tasks=" + group +
+        " eval.data=" + data_ + " eval.write_out=100 eval.output=" + out);
+    EXPECT_EQ(run.code, 0) << run.out;
+    return run.code == 0 ? Json::parse(test::read_file(out)) : Json::object();
+  };
   const std::string iout = d_ / "inline.json";
-  r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
-                 " eval.tasks=g_inline eval.data=" + data_ +
-                 " eval.write_out=100 eval.output=" + iout);
-  ASSERT_EQ(r.code, 0) << r.out;
-  const Json ires = Json::parse(test::read_file(iout));
+  const Json ires = run_group("g_inline", iout);
   EXPECT_EQ(ires["group_subtasks"]["g_inline"], Json({"t_a", "t_a-1", "t_b", "t_new"}));
   EXPECT_EQ(ires["n-shot"]["t_a"], 1);
   EXPECT_EQ(ires["configs"]["t_a-1"]["target_delimiter"], ": ");
   expect_reference(
       {}, iout,
       with_dir({{"groups", {"g_inline"}}, {"expand", {"g_inline"}}, {"expand_model", random_}}));
+  // A group's own task keys go over every task below it; a group defined in
+  // place puts its own over its tasks (the enclosing group's dropped there,
+  // as the harness does), with its aggregate of them.
+  test::write_file(dir + "/g_nested.yaml", R"(group: g_nested
+description: "Q.\n"
+task:
+  - t_b
+  - group: g_in
+    group_alias: inner inline
+    target_delimiter: ": "
+    task:
+      - t_a
+      - task: t_c
+        num_fewshot: 1
+    aggregate_metric_list:
+      - metric: acc
+aggregate_metric_list:
+  - metric: acc
+)");
+  const std::string nout = d_ / "nested.json";
+  const Json nres = run_group("g_nested", nout);
+  EXPECT_EQ(nres["group_subtasks"]["g_in"], Json({"t_a", "t_c"}));
+  EXPECT_TRUE(contains(nres["group_subtasks"]["g_nested"].dump(), "g_in"))
+      << nres["group_subtasks"].dump();
+  EXPECT_EQ(nres["configs"]["t_b"]["description"], "Q.\n");
+  EXPECT_EQ(nres["configs"]["t_a"]["target_delimiter"], ": ");
+  EXPECT_NE(nres["configs"]["t_a"]["description"], "Q.\n");
+  EXPECT_EQ(nres["n-shot"]["t_c"], 1);
+  EXPECT_TRUE(nres["groups"]["g_in"].contains("acc,none"));
+  expect_reference(
+      {}, nout,
+      with_dir(
+          {{"groups", {"g_nested", "g_in"}}, {"expand", {"g_nested"}}, {"expand_model", random_}}));
   // A tag alone runs its tasks with no group row.
   r = run_nekton("eval tasks eval.model=" + random_ + " eval.task_dir=" + dir +
                  " eval.tasks=other_tag eval.data=" + data_ + " eval.output=" + (d_ / "tag.json"));
@@ -442,12 +479,15 @@ aggregate_metric_list:
                        "tasks reports 'f1,none'"))
       << r.out;
   const std::pair<std::string, std::string> cases[] = {
-      // An inline task missing keys, or without a name; an inline group.
+      // An inline task missing keys, or without a name; a group key beside a
+      // task name; a bad key of a group defined in place.
       {"group: g_bad_inline\ntask:\n  - task: x\n    doc_to_text: y\n",
        "g_bad_inline.yaml: task[0]: test_split: missing"},
       {"group: g_nameless\ntask:\n  - num_fewshot: 2\n", "g_nameless.yaml: task[0].task: missing"},
-      {"group: g_subgroup\ntask:\n  - group: s\n    task: [t_a]\n",
-       "g_subgroup.yaml: task[0]: an inline group definition"},
+      {"group: g_subgroup\ntask:\n  - group: s\n    task: t_a\n",
+       "g_subgroup.yaml: task[0]: 'group' beside a task name"},
+      {"group: g_inner_bad\ntask:\n  - group: s\n    task: [t_a]\n    aggregate_metric_list: 3\n",
+       "g_inner_bad.yaml: task[0]: aggregate_metric_list: must be a list"},
       // t_a as it is and with the keys a tag's override puts over it.
       {"group: g_twice\ntask:\n  - t_a\n  - task: other_tag\n    num_fewshot: 1\n"
        "  - task: pair_tasks\n    num_fewshot: 2\n",

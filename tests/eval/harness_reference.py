@@ -299,22 +299,43 @@ def group_files(task_dir):
     return defined, tags
 
 
+GROUP_ONLY = {"group", "group_alias", "task", "aggregate_metric_list", "metadata"}
+
+
+def group_keys(y):
+    """A group's task keys, which go over every task below it."""
+    return {k: v for k, v in y.items() if k not in GROUP_ONLY}
+
+
+def expand_group(y, defined, tags, update):
+    mine = []  # the harness's task_group_map of this group
+    return [t for e in y["task"] for t in expand(e, defined, tags, update, mine)]
+
+
 def expand(entry, defined, tags, update=None, overridden=None):
     """The tasks an entry of eval.tasks or of a group's task list stands for,
     as (config, data folder), the way lm_eval 0.4.9's TaskManager loads them:
-    a name is a tag's tasks, a group's entries or a task; an inline mapping
+    a name is a tag's tasks, a group's entries (its own task keys under the
+    enclosing ones) or a task; a name inside a group that puts keys over its
+    tasks is loaded as an inline mapping of those keys; an inline mapping
     puts its keys (under the enclosing groups' own) over every task of the
     group or tag it names, or over the task it names (renamed NAME-k when its
-    group already overrode k tasks named so), or defines a new task."""
+    group already overrode k tasks named so), or defines a new task; a
+    mapping with a task list is a group defined in place, its own task keys
+    over its tasks (the enclosing ones dropped, as the harness does)."""
     update = update or {}
+    if isinstance(entry, str) and update and overridden is not None and (
+            entry in defined or entry in tags):
+        entry = {"task": entry}
     if isinstance(entry, str):
         if entry in tags:
             return [t for n in tags[entry] for t in expand(n, defined, tags, update)]
         y = defined[entry]
         if "group" in y:
-            mine = []
-            return [t for e in y["task"] for t in expand(e, defined, tags, update, mine)]
+            return expand_group(y, defined, tags, {**group_keys(y), **update})
         return [({**y, **update}, entry)]
+    if isinstance(entry.get("task"), list):
+        return expand_group(entry, defined, tags, group_keys(entry))
     name = entry["task"]
     keys = {**{k: v for k, v in entry.items() if k != "task"}, **update}
     if name in tags or (name in defined and "group" in defined[name]):
@@ -328,9 +349,25 @@ def expand(entry, defined, tags, update=None, overridden=None):
     return [({**defined[name], **keys, "task": renamed}, name)]
 
 
+def inline_groups(defined):
+    """name -> config of the groups defined in place inside group files."""
+    out = {}
+
+    def walk(y):
+        for e in y["task"]:
+            if isinstance(e, dict) and isinstance(e.get("task"), list):
+                out[e["group"]] = e
+                walk(e)
+    for y in list(defined.values()):
+        if "group" in y and isinstance(y.get("task"), list):
+            walk(y)
+    return out
+
+
 def leaf_tasks(name, defined, tags):
     out = []
-    for cfg, _ in expand(name, defined, tags):
+    inline = inline_groups(defined)
+    for cfg, _ in expand(inline.get(name, name), defined, tags):
         if cfg["task"] not in out:
             out.append(cfg["task"])
     return out
@@ -341,8 +378,9 @@ def check_groups(plan, results, mine):
     the group (subgroups flattened), the mean weighted by documents (or not),
     and the pooled standard error sqrt(sum((n-1) se^2 n) / (N - k) / N)."""
     defined, tags = group_files(plan["task_dir"])
+    inline = inline_groups(defined)
     for g in plan["groups"]:
-        y = defined[g]
+        y = defined[g] if g in defined else inline[g]
         leaves = leaf_tasks(g, defined, tags)
         for am in y.get("aggregate_metric_list") or []:
             filters = am.get("filter_list", "none")
