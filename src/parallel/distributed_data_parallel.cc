@@ -70,6 +70,10 @@ void DistributedDataParallel::finish_reductions(size_t n) {
   grad_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A page-residency scan of the whole gradient arena (mincore): measured at
+// about 180 us for 500 MiB on the Zen 5 VM, so once per backward stage costs
+// GPT-2 124M about 2 ms a micro-batch against seconds of compute. Per stage,
+// as the peak falls between a stage's backward and its buckets' release.
 void DistributedDataParallel::note_grad_resident() {
   grad_peak_ = std::max(grad_peak_, resident_bytes(model_.grads()));
 }
@@ -210,7 +214,7 @@ double DistributedDataParallel::forward_backward(Activations& a, const Tensor& t
   if (!reduce) return loss;
   launch_rest();
   if (shards_grads()) note_grad_resident();
-  if (!step_end) grad_wait_s_ += wait_grads();
+  if (!step_end) finish_all_reductions();  // its time counted by the step's wait_grads()
   return loss;
 }
 
@@ -329,17 +333,22 @@ void DistributedDataParallel::gather_params() {
   }
 }
 
-double DistributedDataParallel::wait_grads() {
-  auto t0 = std::chrono::steady_clock::now();
+void DistributedDataParallel::finish_all_reductions() {
+  const auto t0 = std::chrono::steady_clock::now();
   for (size_t k = 0; k < pending_.size(); ++k) {
     pending_[k]->wait();
     release_grads(k);
   }
   pending_.clear();
   next_bucket_ = 0;
+  grad_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double DistributedDataParallel::wait_grads() {
+  finish_all_reductions();
   const double waited = param_wait_s_ + grad_wait_s_;
   param_wait_s_ = grad_wait_s_ = 0;
-  return waited + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return waited;
 }
 
 }  // namespace nk::parallel

@@ -181,6 +181,9 @@ class DistributedDataParallel : public ChunkWeights {
   // releases them (the time counted as waited for).
   void finish_reductions(size_t n);
   void note_grad_resident();  // sharded gradients: updates grad_peak_
+  // Every started reduction finished (sharded gradients: their other blocks
+  // released); the time waited is added to grad_wait_s_.
+  void finish_all_reductions();
 
   Transformer& model_;
   dist::Communicator& comm_;

@@ -24,12 +24,8 @@
 #include <random>
 #include <thread>
 
-#include "ckpt/model_io.h"
-#include "infer/counting_model.h"
-#include "model/tiny_config.h"
+#include "eval_tasks_fixture.h"
 #include "serve/serve_test_util.h"
-#include "test_paths.h"
-#include "test_util.h"
 
 namespace nk {
 namespace {
@@ -37,8 +33,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 using test::contains;
 using test::run_nekton;
-
-const std::string kTasks = std::string(NK_SOURCE_DIR) + "/configs/eval_tasks/";
 
 std::vector<Json> read_jsonl(const std::string& path) {
   std::vector<Json> out;
@@ -48,41 +42,10 @@ std::vector<Json> read_jsonl(const std::string& path) {
   return out;
 }
 
-class EvalServer : public ::testing::Test {
+class EvalServer : public EvalTaskFolders {
  protected:
-  void SetUp() override {
-    data_ = d_.fresh("data").string();
-    random_ = d_ / "random";
-    auto m = std::make_unique<Transformer>(test::tiny_config(true, 257, 256), DType::F32, 11);
-    save_model(random_, *m);
-    store_tokenizer("bytes", random_);
-    counting_ = d_ / "counting";
-    auto c = test::counting_model();
-    save_model(counting_, *c);
-    store_tokenizer("bytes", counting_);
-  }
-  std::string words(int n) {
-    static const char* kWords[] = {"the",  "cat",  "sat", "on",   "a",    "mat",  "dog",  "ran",
-                                   "fast", "into", "red", "barn", "café", "with", "blue", "hat"};
-    std::string s;
-    for (int i = 0; i < n; ++i) {
-      if (i) s += ' ';
-      s += kWords[rng_() % 16];
-    }
-    return s;
-  }
-  void write_split(const std::string& task, const std::string& split,
-                   const std::vector<Json>& docs) {
-    std::filesystem::create_directories(data_ + "/" + task);
-    std::string s;
-    for (const Json& d : docs) s += d.dump() + "\n";
-    test::write_file(data_ + "/" + task + "/" + split + ".jsonl", s);
-  }
-  std::string yaml(const std::string& name, const std::string& text) {
-    const std::string p = d_ / (name + ".yaml");
-    test::write_file(p, text);
-    return p;
-  }
+  EvalServer() : EvalTaskFolders("nk_evalserver", 256, 5) {}
+
   test::RunResult eval(const std::string& model, const std::string& tasks, const std::string& out,
                        const std::string& extra = "") {
     return run_nekton(fmt::format(
@@ -154,10 +117,6 @@ class EvalServer : public ::testing::Test {
     if (r.code == 0) expect_same(local, served, numbers);
     return server.log();
   }
-
-  test::TempDir d_{"nk_evalserver"};
-  std::string data_, random_, counting_;
-  std::mt19937 rng_{5};
 };
 
 TEST_F(EvalServer, LoglikelihoodTasksMatchTheModelFolder) {
