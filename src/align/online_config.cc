@@ -52,6 +52,11 @@ void OnlineRlConfig::bind(ConfigBinder& b) {
   b.bind("align.log_completions_every", log_completions_every,
          "grpo, rloo: every N rounds append the round's prompts, completions and rewards to "
          "OUT_DIR/completions.jsonl (0 = never)");
+  b.bind("align.value_model", value_model,
+         "ppo: a critic of its own, started from this model folder (a reward model: its score "
+         "head read at every token, TRL's value_model; or a causal LM given a score head), "
+         "trained with the policy and saved to OUT_DIR/critic; empty: a value head on the "
+         "policy's trunk");
   b.bind("align.kv_cache_mb", kv_cache_mb,
          "grpo, rloo: the rollout generator's paged KV cache, MiB (0 = room for "
          "align.rollout_batch_size whole sequences); freed after each round");
@@ -131,6 +136,8 @@ void OnlineRlConfig::check(const std::string& method, const std::string& loss_ty
   if (log_completions_every < 0)
     fail("align.log_completions_every: must be >= 0, got {}", log_completions_every);
   if (!(kv_cache_mb >= 0)) fail("align.kv_cache_mb: must be >= 0, got {}", kv_cache_mb);
+  if (!value_model.empty() && !ppo)
+    fail("align.value_model: PPO's critic; align.method={} has none", method);
 }
 
 std::map<std::string, std::string> OnlineRlConfig::signature() const {
@@ -138,14 +145,15 @@ std::map<std::string, std::string> OnlineRlConfig::signature() const {
   return {{"align.online",
            fmt::format("{} loss {} scale {} eps {}/{} kl {} G {} prompts {} epochs {} "
                        "max_tokens {} T {} top_k {} top_p {} seed {} stop {} mask {} dyn {}/{} "
-                       "gae {}/{} vclip {} vf {} whiten {}",
+                       "gae {}/{} vclip {} vf {} whiten {}{}",
                        rl_algorithm_name(loss.algorithm), rl_loss_type_name(loss.loss_type),
                        scale_rewards, loss.epsilon_low, loss.epsilon_high, kl_coef, s.num_rollouts,
                        rollout_prompts, ppo_epochs, s.max_tokens, s.sampling.temperature,
                        s.sampling.top_k, s.sampling.top_p, s.sampling.seed,
                        s.stop.empty() ? "" : s.stop[0], mask_truncated, dynamic_sampling,
                        dynamic_sampling_max_batches, loss.gamma, loss.lam, loss.cliprange_value,
-                       loss.vf_coef, loss.whiten_rewards)}};
+                       loss.vf_coef, loss.whiten_rewards,
+                       value_model.empty() ? "" : " critic " + value_model)}};
 }
 
 }  // namespace nk

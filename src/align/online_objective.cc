@@ -81,9 +81,17 @@ TrainData OnlineObjective::data(const TrainConfig&) {
   return d;
 }
 
-void OnlineObjective::prepare(Transformer& model, bool /*fresh*/) {
-  NK_CHECK(rl_.loss.algorithm != RlAlgorithm::Ppo || model.config().value_head,
-           "align.method=ppo: the policy has no value head");
+void OnlineObjective::prepare(Transformer& model, bool fresh) {
+  NK_CHECK(rl_.loss.algorithm != RlAlgorithm::Ppo || model.config().value_head || critic_,
+           "align.method=ppo: the policy has no value head and there is no critic");
+  NK_CHECK(!critic_ || rl_.loss.algorithm == RlAlgorithm::Ppo, "a critic without ppo");
+  if (critic_ && ranks_.whole_policy)
+    fail(
+        "align.value_model: a critic of its own trains under data parallelism (ZeRO-1 and -2 "
+        "included) for now, not where the policy is in pieces (tensor, pipeline, context or "
+        "expert parallel, or FSDP); leave align.value_model unset for a value head on the "
+        "policy's trunk there");
+  critic_pending_ = critic_ && !fresh;
   model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
   if (rl_.loss.kl_coef == 0) {
     NK_INFO("align: no reference model (align.kl_coef = 0)");
@@ -110,6 +118,10 @@ std::string OnlineObjective::round_key() const {
 }
 
 void OnlineObjective::before_step(Transformer& model, int64_t step) {
+  if (critic_pending_) {  // resumed: the critic of the step the policy resumes
+    critic_->load_checkpoint(step);
+    critic_pending_ = false;
+  }
   const int64_t r = schedule_.round_of_step(step);
   if (round_ && round_->index == r) return;
   const std::string path = rollout_round_path(cfg_.out_dir, r, ranks_.dp_rank);
@@ -504,7 +516,10 @@ void OnlineObjective::rows_token_logps(Transformer& model, const std::vector<con
     model.embed_forward(a, tt);
     model.blocks_forward(a, 0, model.config().n_layer);
     model.head_token_nll(a, tg, nll);
-    if (values) model.value_forward(a, v);
+    if (values && critic_)
+      critic_->values(tt, v);
+    else if (values)
+      model.value_forward(a, v);
     for (int64_t b = 0; b < B && first + size_t(b) < rows.size(); ++b) {
       const Rollout& r = *rows[first + size_t(b)];
       std::vector<float>& o = out[first + size_t(b)];
@@ -685,7 +700,10 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   const bool ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
   auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
   std::vector<float> values(ppo ? size_t(B * T) : 0), value_grad(values.size(), 0.f);
-  if (ppo) model.value_forward(a, values);
+  if (ppo && critic_)
+    critic_->forward(batch.tokens, values);
+  else if (ppo)
+    model.value_forward(a, values);
   // The step's completion tokens (dapo's denominator), over every rank's samples.
   double step_tokens = 0;
   if (rl_.loss.loss_type == RlLossType::Dapo) {
@@ -762,8 +780,25 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
       sums_.nll += -logp;
     }
   }
-  model.head_token_backward(a, batch.targets, scale, value_grad, moe_grad_scale(grad_scale));
+  if (critic_) critic_->backward(batch.tokens, value_grad);
+  model.head_token_backward(a, batch.targets, scale,
+                            critic_ ? std::span<const float>() : std::span<const float>(value_grad),
+                            moe_grad_scale(grad_scale));
   return loss * accum + moe_loss(model, a);
+}
+
+double OnlineObjective::own_grad_norm_squared() {
+  return critic_ ? critic_->reduce_grads(ranks_.sum_tensor_over_ranks) : 0.0;
+}
+
+void OnlineObjective::own_step(double lr, float clip) {
+  if (critic_) critic_->step(lr, clip);
+}
+
+void OnlineObjective::save_state(int64_t step) {
+  if (!critic_) return;
+  critic_->save_checkpoint(step, ranks_.writes);
+  if (step == cfg_.steps && ranks_.writes) critic_->export_model();
 }
 
 ObjectiveMetrics OnlineObjective::take_metrics(bool eval) {

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "align/align_config.h"
+#include "align/critic.h"
 #include "align/online_config.h"
 #include "align/prompt_data.h"
 #include "align/rewards/reward_input.h"
@@ -88,6 +89,14 @@ class OnlineObjective : public TrainObjective {
   // completions' mean length and clipped ratio, over them. None without.
   void set_valid_prompts(std::shared_ptr<const OnlinePrompts> p) { valid_prompts_ = std::move(p); }
   ObjectiveMetrics validate(Transformer& model) override;
+  // PPO: a critic of its own (align.value_model) in place of a value head
+  // on the policy's trunk: the round's values and the value loss are its,
+  // its gradients clipped with the policy's, its state saved with each
+  // checkpoint and read back on resume, its weights exported at the end.
+  void set_critic(std::unique_ptr<Critic> critic) { critic_ = std::move(critic); }
+  double own_grad_norm_squared() override;
+  void own_step(double lr, float clip) override;
+  void save_state(int64_t step) override;
 
   // The current round (tests), and one made elsewhere: its samples with
   // rewards set; advantages, old and reference log-probabilities computed
@@ -149,6 +158,8 @@ class OnlineObjective : public TrainObjective {
   std::shared_ptr<RolloutDataset> dataset_;
   std::shared_ptr<RolloutRound> round_;
   std::unique_ptr<Transformer> ref_model_;  // reference=copy
+  std::unique_ptr<Critic> critic_;          // ppo with align.value_model
+  bool critic_pending_ = false;             // resumed: its checkpoint read at the first step
   // ObjectiveRanks::whole_policy's copy over a frozen base, kept between rounds.
   std::unique_ptr<Transformer> whole_;
   std::vector<RewardScores::Part> parts_;  // the reward functions (names, weights), no values

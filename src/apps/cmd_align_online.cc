@@ -39,8 +39,24 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   // A validation pass at every train.val_every steps over align.valid_path's
   // prompts; none without them.
   if (ac.valid_path.empty()) cfg.val_every = 0;
-  // PPO's critic: a value head on the policy's trunk, added to the base.
-  if (ac.method == "ppo") cfg.model.value_head = true;
+  // PPO's critic: a value head on the policy's trunk, added to the base, or
+  // (align.value_model) a model of its own, under data parallelism only.
+  if (ac.method == "ppo" && rl.value_model.empty()) cfg.model.value_head = true;
+  if (!rl.value_model.empty()) {
+    const dist::MeshSpec& m = cfg.parallel.mesh;
+    const char* split = m.tp > 1   ? "parallel.tp"
+                        : m.pp > 1 ? "parallel.pp"
+                        : m.cp > 1 ? "parallel.cp"
+                        : m.ep > 1 ? "parallel.ep"
+                                   : nullptr;
+    if (!split && cfg.ddp.shard == parallel::Shard::Full) split = "parallel.shard=full";
+    if (split)
+      fail(
+          "align.value_model: a critic of its own trains under data parallelism (ZeRO-1 and -2 "
+          "included) for now; {} splits the policy (leave align.value_model unset for a value "
+          "head on the policy's trunk)",
+          split);
+  }
   std::optional<RunRanks> ranks;
   if (mpi) ranks.emplace(cfg, *mpi);
 
@@ -77,6 +93,8 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
       fmt::format("{} weights {}", rc.funcs, rc.weights);
   auto objective = std::make_shared<OnlineObjective>(cfg, rl, prompts, tok, end_ids, scorer,
                                                      ac.reference_source);
+  if (!rl.value_model.empty())
+    objective->set_critic(std::make_unique<Critic>(cfg, rl.value_model, cfg.model.vocab_size));
   objective->set_moe_losses(ac.moe_losses);
   objective->set_valid_prompts(valid);
   Trainer trainer(cfg, ranks ? ranks->parallel() : TrainParallel{}, objective);

@@ -502,6 +502,36 @@ void Transformer::score_backward(Activations& a, std::span<const int64_t> last,
   a.moe_grad_scale = moe_grad_scale;
 }
 
+void Transformer::token_scores_forward(Activations& a, std::span<float> values) {
+  NK_CHECK(cfg_.num_labels == 1 && stage_.whole(cfg_) && !tp_.active(),
+           "token_scores_forward: a whole one-label sequence classifier");
+  const int64_t N = a.B * a.T;
+  NK_CHECK(int64_t(values.size()) == N, "token_scores_forward: {} values for {} positions",
+           values.size(), N);
+  final_norm_forward(a);
+  Tensor y = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
+  head_.forward(y, nn::rows(a.lnf));
+  Tensor v = Tensor::empty({N, 1}, DType::F32, device_);
+  ops::convert(v, y);
+  ops::copy_to_host(v, values.data());
+}
+
+void Transformer::token_scores_backward(Activations& a, std::span<const float> dvalues) {
+  NK_CHECK(cfg_.num_labels == 1 && stage_.whole(cfg_) && !tp_.active() && a.dres.defined(),
+           "token_scores_backward: a whole one-label sequence classifier, training activations");
+  const int64_t N = a.B * a.T;
+  NK_CHECK(int64_t(dvalues.size()) == N, "token_scores_backward: {} gradients for {} positions",
+           dvalues.size(), N);
+  Tensor dy = Tensor::empty({N, 1}, a.lnf.dtype(), device_);
+  ops::copy_from_host(dy, dvalues.data());
+  const Tensor dx = nn::rows(a.dln);
+  ops::fill(dx, 0.f);
+  head_.backward(dx, dy, nn::rows(a.lnf));
+  ops::fill(a.dres, 0.f);
+  norm_f_.backward(nn::rows(a.dres), nn::rows(a.dln), nn::rows(a.res.back()), a.meanf, a.rstdf);
+  flush_grads(head_unit());
+}
+
 void Transformer::blocks_backward(Activations& a, int64_t first, int64_t last,
                                   const PackedBatchInfo* packed) {
   NK_CHECK(a.layers.size() == blocks_.size() && a.dres.defined(),

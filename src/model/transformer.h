@@ -396,6 +396,15 @@ class Transformer {
   // gradients. moe_grad_scale: as head_row_backward's.
   void score_backward(Activations& a, std::span<const int64_t> last, std::span<const float> dscores,
                       float moe_grad_scale = 0.f);
+  // A one-label sequence classifier read at every position (PPO's separate
+  // critic: TRL's value model, whose score head gives the value of each
+  // state): values [B * T] over a.residual(n_layer) as the caller's forward
+  // left it. Whole models only (no tensor or pipeline pieces).
+  void token_scores_forward(Activations& a, std::span<float> values);
+  // The backward of sum_i dvalues[i] * values[i] over the last
+  // token_scores_forward: d residual(n_layer) into a.residual_grad(), the
+  // score head's and final norm's gradients accumulated.
+  void token_scores_backward(Activations& a, std::span<const float> dvalues);
   // d residual(last) -> d residual(first), in a.residual_grad(); accumulates
   // the blocks' parameter gradients. Needs training activations.
   void blocks_backward(Activations& a, int64_t first, int64_t last,

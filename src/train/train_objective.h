@@ -50,6 +50,10 @@ struct ObjectiveRanks {
   // Pipeline parallel: the last stage's numbers on every stage (only the last
   // runs the objective's head; collective over the stages). Nothing otherwise.
   std::function<void(std::span<double>)> from_last_stage = [](std::span<double>) {};
+  // The same sum as sum_over_ranks over a tensor in place (an objective's
+  // own model's gradients; f32 on the model's device). Nothing on one process.
+  std::function<void(Tensor&)> sum_tensor_over_ranks = [](Tensor&) {};
+
   // Context parallel: each rank holds cp_rank's chunks of every row's
   // tokens (and a row's sums are the cp ranks' parts): sum_over_sequence
   // sums per-row numbers over the cp group (collective). Nothing otherwise.
@@ -120,6 +124,18 @@ class TrainObjective {
   // Training figures are means over every rank's micro-batches (collective
   // under data parallelism); validation ones: every rank reads the same.
   virtual ObjectiveMetrics take_metrics(bool /*eval*/) { return {}; }
+  // An objective that trains a model of its own beside the Trainer's (PPO's
+  // separate critic: TRL's value model): after the step's micro-batches,
+  // its gradients summed over the data-parallel replicas and their squared
+  // norm (collective), which the Trainer adds to its model's before
+  // clipping (TRL clips the policy and value model under one norm); then,
+  // after the model's update, its own with the step's rate and clip factor.
+  // Before each checkpoint of `step` steps (collective), its state beside
+  // it, so a resumed run finds the state of the step it resumes. None by
+  // default.
+  virtual double own_grad_norm_squared() { return 0; }
+  virtual void own_step(double /*lr*/, float /*clip*/) {}
+  virtual void save_state(int64_t /*step*/) {}
   // An online objective's validation, at each validation step in place of
   // validation micro-batches (which it has none of): its figures over its
   // validation data with the model's current weights (collective under

@@ -703,15 +703,18 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     // The grads arena holds the trainable parameters only: frozen ones neither
     // count towards the norm nor get clipped. Model parallel: each rank's
     // pieces, the replicated parameters and the tied table once.
-    double norm = std::sqrt(model_parallel() ? model_parallel_grad_norm_squared()
-                            : ddp_           ? ddp_->grad_norm_squared()
-                                             : ops::sum_squares(model_->grads()));
+    // An objective's own model (PPO's critic) is clipped with this one.
+    double norm = std::sqrt((model_parallel() ? model_parallel_grad_norm_squared()
+                             : ddp_           ? ddp_->grad_norm_squared()
+                                              : ops::sum_squares(model_->grads())) +
+                            objective_->own_grad_norm_squared());
     if (!std::isfinite(loss) || !std::isfinite(norm))
       fail("step {}: non-finite {} ({}); stopping without saving", step + 1,
            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss);
     float clip = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? float(cfg_.grad_clip / norm) : 1.f;
     double lr = cfg_.lr.at(step);
     opt.step(lr, clip);
+    objective_->own_step(lr, clip);
     if (ddp_) ddp_->gather_params();  // ZeRO-1: waited for by the next forward
     // Mixture of Experts: the step's expert loads over every rank's tokens,
     // which move the score-correction bias (aux-loss-free balancing). The

@@ -55,11 +55,15 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   // Tensor-parallel ranks hold the same figures: summed over the replicas
   // only (a pipeline's without data-parallel weights too: "dp-cp"); the
   // context-parallel ranks of a replica hold the whole rows' figures alike.
+  const auto sum_tensor_over = [](dist::Communicator& c) {
+    return [&c](Tensor& t) { c.all_reduce(t, dist::ReduceOp::Sum); };
+  };
   if (par_.cp() > 1) {
     ranks.sum_over_sequence = sum_over(par_.groups->get("cp"));
     if (par_.dp() > 1) ranks.sum_over_ranks = sum_over(par_.groups->get("dp"));
   } else if (ddp_) {
     ranks.sum_over_ranks = sum_over(ddp_->group());
+    ranks.sum_tensor_over_ranks = sum_tensor_over(ddp_->group());
   } else if (pipe_ && par_.dp() * par_.cp() > 1)
     ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
   // Online objectives: where every rank's model is whole (data parallel,

@@ -94,6 +94,7 @@ void Trainer::check_weights_finite() const {
 }
 
 void Trainer::save_checkpoint_now() {
+  objective_->save_state(state_.step);  // first: a checkpoint found has its objective's state
   save_checkpoint_files();
   objective_->checkpoint_saved(state_.step);
 }

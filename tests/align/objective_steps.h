@@ -67,8 +67,19 @@ inline TrainConfig parity_train_config(const ModelConfig& mc, int64_t B, int64_t
   return cfg;
 }
 
+// The steps' settings: ParitySteps' with AdamW's eps at 1e-3 (below).
+inline ParitySteps objective_parity_steps() {
+  ParitySteps ps;
+  ps.adamw.eps = 1e-3;
+  return ps;
+}
+
+// `critic`: an objective's own model (PPO's), updated by the objective
+// (own_step) and clipped with the model; its final weights are written as
+// weight.critic.NAME.
 inline void run_objective_steps(TrainObjective& obj, Transformer& model, const Tensor& tokens,
-                                const Tensor& targets, const std::filesystem::path& dir) {
+                                const Tensor& targets, const std::filesystem::path& dir,
+                                Transformer* critic = nullptr) {
   Activations acts(model, tokens.dim(0), tokens.dim(1), true);
   // AdamW divides each gradient by its own running size, so a weight whose
   // gradient is tiny (0 in exact arithmetic, as GPT-2's key biases: softmax
@@ -77,16 +88,17 @@ inline void run_objective_steps(TrainObjective& obj, Transformer& model, const T
   // eps = 1e-3 a gradient's rounding error moves a weight by at most
   // lr x error / eps, and the comparison checks the gradients themselves
   // (they reach 6e-3 here, so the larger ones still take Adam's steps).
-  ParitySteps ps;
-  ps.adamw.eps = 1e-3;
+  const ParitySteps ps = objective_parity_steps();
   AdamW opt(model, ps.adamw);
   std::vector<float> losses;
   for (int64_t s = 0; s < ps.steps; ++s) {
     model.zero_grads();
     losses.push_back(float(
         obj.train_micro_batch(model, acts, MicroBatch{tokens, targets, tokens, targets}, 1.f)));
-    const double norm = std::sqrt(ops::sum_squares(model.grads()));
-    opt.step(ps.lr, norm > ps.clip ? float(ps.clip / norm) : 1.f);
+    const double norm = std::sqrt(ops::sum_squares(model.grads()) + obj.own_grad_norm_squared());
+    const float clip = norm > ps.clip ? float(ps.clip / norm) : 1.f;
+    opt.step(ps.lr, clip);
+    obj.own_step(ps.lr, clip);
   }
   write_file_atomic((dir / "optim.json").string(),
                     fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
@@ -94,11 +106,15 @@ inline void run_objective_steps(TrainObjective& obj, Transformer& model, const T
                                 ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
                                 ps.adamw.weight_decay, ps.clip, ps.steps));
   std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", f32_tensor(losses)}};
-  for (const ParamInfo& p : model.layout().params()) {
-    Tensor w = Tensor::empty(p.shape, DType::F32);
-    ops::convert(w, ParamLayout::view(model.params(), p));
-    out.emplace_back("weight." + p.name, w);
-  }
+  auto add_weights = [&](Transformer& m, const std::string& prefix) {
+    for (const ParamInfo& p : m.layout().params()) {
+      Tensor w = Tensor::empty(p.shape, DType::F32);
+      ops::convert(w, ParamLayout::view(m.params(), p));
+      out.emplace_back(prefix + p.name, w);
+    }
+  };
+  add_weights(model, "weight.");
+  if (critic) add_weights(*critic, "weight.critic.");
   save_safetensors((dir / "nekton.safetensors").string(), out);
 }
 

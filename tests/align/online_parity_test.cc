@@ -6,8 +6,10 @@
 // so the 5 AdamW steps reuse the round: the ratios move off 1 and clip, the
 // old log-probabilities are the round's; a reference model other than the
 // policy (a frozen copy of another initialisation) makes the KL terms live.
-// PPO's policies carry a value head: its values, GAE, whitening and the
-// clipped value loss are in the reference too.
+// PPO's policies carry a value head, or a critic of their own (a reward
+// model of another initialisation, trained with them): its values, GAE,
+// whitening and the clipped value loss are in the reference too, and the
+// critic's final weights.
 // Every step's loss and every final weight within 1e-4 relative.
 #include <gtest/gtest.h>
 
@@ -37,10 +39,11 @@ struct Case {
   // PPO's
   double gamma = 1, lam = 0.95, cliprange_value = 0.2, vf_coef = 0.1;
   bool whiten_rewards = false;
+  bool critic = false;  // PPO: a separate critic (align.value_model) instead of a value head
 };
 
 void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
-  mc.value_head = k.algorithm == "ppo";
+  mc.value_head = k.algorithm == "ppo" && !k.critic;
   const int64_t P = 2, G = 4, B = P * G, T = 16, max_tokens = 10;
   const fs::path dir = fs::path(NK_BINARY_DIR) / "align_parity" / (tag + "_" + k.name);
   TrainConfig cfg = test::parity_train_config(mc, B, T, dir);
@@ -95,6 +98,18 @@ void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
   }
   OnlineObjective obj(cfg, rl, prompts, std::shared_ptr<Tokenizer>(std::move(tok)), {},
                       OnlineScorer{}, ReferenceSource::Copy);
+  Transformer* critic = nullptr;
+  if (k.critic) {  // a reward model of another initialisation, at the steps' settings
+    ModelConfig cc = mc;
+    cc.num_labels = 1;
+    Transformer start(cc, DType::F32, cfg.seed + 2);
+    save_model((dir / "critic").string(), start);
+    TrainConfig critic_run = cfg;
+    critic_run.adamw = test::objective_parity_steps().adamw;
+    auto c = std::make_unique<Critic>(critic_run, (dir / "critic").string(), mc.vocab_size);
+    critic = &c->model();
+    obj.set_critic(std::move(c));
+  }
   obj.prepare(model, true);
   obj.set_round(model, round);
 
@@ -114,7 +129,7 @@ void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
                   k.algorithm, rl_loss_type_name(rl.loss.loss_type), k.scale_rewards, G, k.kl_coef,
                   rl.loss.epsilon_low, rl.loss.epsilon_high, k.temperature, max_tokens, k.gamma,
                   k.lam, k.cliprange_value, k.vf_coef, k.whiten_rewards));
-  test::run_objective_steps(obj, model, tokens, targets, dir);
+  test::run_objective_steps(obj, model, tokens, targets, dir, critic);
   test::expect_python_reference_passes("align/online_reference.py", dir, tag + " " + k.name);
 }
 
@@ -142,6 +157,22 @@ std::vector<Case> cases() {
        .cliprange_value = 0.02,
        .vf_coef = 0.5,
        .whiten_rewards = true},
+      // PPO with a critic of its own: its values, and its weights under the
+      // policy's clipping and AdamW settings.
+      {.name = "ppo_critic",
+       .algorithm = "ppo",
+       .loss_type = "sigmoid",
+       .kl_coef = 0.05,
+       .critic = true},
+      {.name = "ppo_critic_gae_vclip",
+       .algorithm = "ppo",
+       .kl_coef = 0.1,
+       .gamma = 0.9,
+       .lam = 0.8,
+       .cliprange_value = 0.05,
+       .vf_coef = 0.5,
+       .whiten_rewards = true,
+       .critic = true},
   };
 }
 

@@ -19,7 +19,9 @@ or a final weight differs by more than the tolerance.
   grpo     mean over sequences of the token mean
   dr_grpo  sum / (sequences * max_completion_length)
   dapo     sum / tokens
-  PPO   value head v_t = ln_f(x_t) . w + b at each completion token's state;
+  PPO   value head v_t = ln_f(x_t) . w + b at each completion token's state
+        (with FOLDER/critic, a separate critic's: its score head over its
+        own final norm, its weights optimised with the policy's);
         per-token reward -kl_coef (old - ref), the score added at the last
         token (optionally whitened over the batch, mean kept); GAE(gamma,
         lambda) with the initial weights' values, returns = A + V; A whitened
@@ -54,6 +56,18 @@ def token_logps_values(cfg, P, tokens, targets, temperature):
     logp = torch.log_softmax(logits / temperature, dim=-1)
     v = (x @ P["value_head.weight"].t()).squeeze(-1) + P["value_head.bias"]
     return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1), v
+
+
+def policy_and_critic(folder, P):
+    """P's policy weights, and PPO's separate critic (FOLDER/critic: a
+    one-label sequence classifier read at every position; its weights are
+    P's "critic.NAME") as a function tokens -> values [B, T], or None."""
+    policy = {k: v for k, v in P.items() if not k.startswith("critic.")}
+    if not os.path.exists(f"{folder}/critic/config.json"):
+        return policy, None
+    ccfg = json.load(open(f"{folder}/critic/config.json"))
+    C = {k[len("critic."):]: v for k, v in P.items() if k.startswith("critic.")}
+    return policy, lambda tokens: forward(ccfg, C, tokens).squeeze(-1)
 
 
 def whiten(x, mask, shift_mean):
@@ -108,16 +122,22 @@ def main(folder, tol):
     mask = (targets != -100).double()
     lo, hi, beta = 1 - s["epsilon_low"], 1 + s["epsilon_high"], s["kl_coef"]
 
+    def logps_values(cfg, P):
+        policy, critic = policy_and_critic(folder, P)
+        if critic is None:
+            return token_logps_values(cfg, policy, tokens, targets, s["temperature"])
+        return token_logps(cfg, policy, tokens, targets, s["temperature"]), critic(tokens)
+
     def make_ppo_loss(cfg, P0):
         with torch.no_grad():
-            old, vold = token_logps_values(cfg, P0, tokens, targets, s["temperature"])
+            old, vold = logps_values(cfg, P0)
             R = {k: v.double() for k, v in read(f"{folder}/ref/model.safetensors").items()}
             ref = token_logps(cfg, R, tokens, targets, s["temperature"])
             A, ret = ppo_targets(s, rewards, old, ref, vold, mask)
         cv = s["cliprange_value"]
 
         def loss_fn(P):
-            logp, v = token_logps_values(cfg, P, tokens, targets, s["temperature"])
+            logp, v = logps_values(cfg, P)
             rho = torch.exp(logp - old)
             pg = torch.max(-A * rho, -A * torch.clamp(rho, lo, hi))
             vc = vold + torch.clamp(v - vold, -cv, cv)

@@ -183,11 +183,17 @@ def objective_parity(folder, tol, make_loss):
     initial weights, for a reference computed from them), AdamW over the
     matrices with weight decay and the rest without, the steps of
     FOLDER/optim.json; each step's loss and every final weight against
-    FOLDER/nekton.safetensors within `tol`; exits non-zero on a difference."""
+    FOLDER/nekton.safetensors within `tol`; exits non-zero on a difference.
+    With FOLDER/critic, its weights join P0 as "critic.NAME"."""
     cfg = json.load(open(f"{folder}/model/config.json"))
     opt_cfg = json.load(open(f"{folder}/optim.json"))
     ours = read_safetensors(f"{folder}/nekton.safetensors")
     P0 = {k: v.double() for k, v in read_safetensors(f"{folder}/model/model.safetensors").items()}
+    # An objective's own model trained with the policy (PPO's critic):
+    # its weights join P0 as "critic.NAME", one optimizer over both.
+    if os.path.exists(f"{folder}/critic/model.safetensors"):
+        C0 = read_safetensors(f"{folder}/critic/model.safetensors")
+        P0.update({"critic." + k: v.double() for k, v in C0.items()})
     loss_fn = make_loss(cfg, P0)
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
     decay = [p for p in P.values() if p.dim() >= 2]
