@@ -286,6 +286,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    and a command grader; resumed mid-round (also from DP2 to
 #                    one process and back); RLOO, PPO; GRPO, RLOO and PPO
 #                    under TP2, PP2, FSDP, CP2 and their mixes
+#   critic_ranks     PPO with a critic of its own (from a reward model and from
+#                    a causal LM) over 2 ranks, ZeRO-1/2, resumed; refusals
 #   deepseek_ranks   deepseek_v3-tiny (MLA, fine-grained and shared experts,
 #                    a dense first layer, aux-loss-free routing) under DP2,
 #                    EP2, PP2, PP2 VP2, EP2xPP2, ZeRO-1 EP2xDP2, CP2, CP2xEP2
@@ -294,7 +296,7 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks
                peft_model_parallel_ranks moe_ranks moe_tp_ranks moe_etp_ranks moe_cp_ranks
-               deepseek_ranks online_ranks moe_align_ranks)
+               deepseek_ranks online_ranks critic_ranks moe_align_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

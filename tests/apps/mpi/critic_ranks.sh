@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# PPO with a critic of its own (`align.value_model`, TRL's value_model): a
+# reward model trained here (`align.method=rm`) starts the critic; PPO over
+# 2 ranks (plain, ZeRO-1, ZeRO-2) equals one process (every step's loss and
+# figures, the policy's and the critic's final weights within 1e-5); a run
+# stopped after step 3 (mid-way through round 1) resumes the critic from
+# its checkpoint of that step to the same figures and weights. A critic
+# started from a causal LM (the fine-tuned policy itself) gains a score head
+# and is exported as a one-label classifier. Refused, naming the key and
+# leaving no OUT_DIR: a layout that splits the policy (TP2, FSDP), a
+# method without a critic, a folder that is not a model, a critic of
+# another vocabulary; a resume whose critic checkpoint is gone names its
+# folder.
+#   tests/apps/mpi/critic_ranks.sh REPO BUILD
+set -euo pipefail
+NAME=critic_ranks
+REPO=$1
+NK=$2/bin/nekton
+source "$REPO/tests/apps/mpi/ranks_lib.sh"
+online_rl_data
+
+# The critic's weights of each RUN equal REF's within 1e-5 (f32).
+same_critic() {
+  /usr/bin/python3 - "$WORK" "$@" <<'PY' || fail "the critic of $* differs"
+import json, struct, sys
+import numpy as np
+def load(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(data[a:b], dtype=np.float32)
+    return out
+work, ref, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+r = load(f"{work}/{ref}/critic/model/model.safetensors")
+for run in runs:
+    x = load(f"{work}/{run}/critic/model/model.safetensors")
+    assert x.keys() == r.keys(), run
+    for k in r:
+        d = float(np.abs(x[k] - r[k]).max())
+        if d > 1e-5:
+            sys.exit(f"{run}: critic tensor {k} differs by {d}")
+print("critics equal:", ref, *runs)
+PY
+}
+
+# The reward model: a score head trained on the preference pairs.
+run rm "$NK" align "${ALIGN_ARGS[@]}" align.method=rm train.steps=4 train.val_every=0
+grep -q '"num_labels": 1' "$WORK/rm/model/config.json" || fail "the reward model has no score head"
+
+PPO=("${COMMON_ARGS[@]}" align.method=ppo "align.data_path=$WORK/prompts.jsonl"
+     align.max_prompt_length=12 align.max_tokens=8 align.num_generations=2 align.ppo_epochs=2
+     align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
+     align.reward_weights=0.5,1 "align.reward_command=/usr/bin/python3 $WORK/grader.py"
+     align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
+     train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2
+     train.eps=1e-6 align.whiten_rewards=true align.gamma=0.95 train.val_every=0
+     "align.value_model=$WORK/rm/model")
+run one "$NK" align "${PPO[@]}"
+grep -q "critic = .*a reward model's score head" "$WORK/one.log" || fail "no critic was loaded"
+grep -q '"loss/value"' "$WORK/one/metrics.jsonl" || fail "PPO logged no value loss"
+grep -q '"value_head"' "$WORK/one/model/config.json" && fail "the policy gained a value head"
+grep -q '"num_labels": 1' "$WORK/one/critic/model/config.json" || fail "no critic exported"
+run dp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}"
+run zero1 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=optimizer
+run zero2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=grads
+grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
+compare one dp2 zero1 zero2 || fail "PPO with a critic: data parallel differs from one process"
+same_critic one dp2 zero1 zero2
+
+# Stopped after step 3 (mid-way through round 1): the critic's checkpoint of
+# step 3 is written beside the policy's and read back.
+run part "$NK" align "${PPO[@]}" train.exit_at_step=3
+ls "$WORK/part/critic/checkpoints/step_00000003" >/dev/null || fail "no critic checkpoint at step 3"
+for to in resumed lost; do cp -r "$WORK/part" "$WORK/$to"; done
+run resumed "$NK" align "${PPO[@]}"
+grep -q "the critic resumed from" "$WORK/resumed.log" || fail "the critic was not resumed"
+compare one resumed || fail "PPO with a critic, resumed, differs from the whole run"
+same_critic one resumed
+rm -rf "$WORK/lost/critic/checkpoints"
+refused lost "needs the critic's checkpoint of that step" "$NK" align "${PPO[@]}"
+
+# A critic from a causal LM: the fine-tuned policy's own trunk with a score
+# head drawn from the seed.
+run sft "$NK" finetune "${SFT_ARGS[@]}" train.steps=2 train.val_every=0
+FROM_LM=("${PPO[@]}" "train.init_from=$WORK/sft/model" "align.value_model=$WORK/sft/model")
+run lm_one "$NK" align "${FROM_LM[@]}"
+grep -q "a causal LM's trunk with a new score head" "$WORK/lm_one.log" ||
+  fail "the causal LM was not taken as the critic's trunk"
+grep -q '"num_labels": 1' "$WORK/lm_one/critic/model/config.json" || fail "no classifier exported"
+run lm_dp2 "${MPI[@]}" 2 "$NK" align "${FROM_LM[@]}"
+compare lm_one lm_dp2 || fail "PPO with a critic from a causal LM: DP2 differs from one process"
+same_critic lm_one lm_dp2
+
+# Refusals, before anything is written.
+refused_clean() {
+  local out=$1
+  refused "$@"
+  [[ ! -e "$WORK/$out" ]] || fail "$out: a refused run left $WORK/$out"
+}
+refused_clean tp2 "splits the policy" "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
+refused_clean fsdp "parallel.shard=full" "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=full
+refused_clean grpo "align.value_model: PPO's critic" "$NK" align "${PPO[@]}" align.method=grpo
+refused_clean nofolder "is not a model folder" "$NK" align "${PPO[@]}" \
+  "align.value_model=$WORK/prompts.jsonl"
+run rm300 "$NK" align "${ALIGN_ARGS[@]}" align.method=rm train.steps=1 train.val_every=0 \
+  model.vocab_size=300
+refused_clean vocab "has a vocabulary of 300 ids, the policy one of 264" "$NK" align "${PPO[@]}" \
+  "align.value_model=$WORK/rm300/model"
+pass "PPO with a critic of its own (from a reward model, and from a causal LM) under DP2, ZeRO-1 and ZeRO-2 and resumed mid-round equals one process, policy and critic; bad critics and layouts refused"
