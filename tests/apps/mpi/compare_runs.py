@@ -5,7 +5,8 @@
 # OUT/model/model.safetensors every tensor within 1e-5 (absolute, f32); so
 # must its PEFT adapter OUT/adapter/adapter_model.safetensors where the
 # reference has one (and the model only where the reference has one: QLoRA
-# exports its adapter alone).
+# exports its adapter alone), and PPO's critic OUT/critic/model where the
+# reference has one.
 # --tensor-norm: the weights per tensor instead, ||run - ref|| / ||ref|| <=
 # 1e-4 (2-norm), for layouts that add attention's terms in another order
 # (context parallelism's ring merges each block through the log-sum-exp).
@@ -69,7 +70,8 @@ if tensor_norm or bf16_base:
 LOSS_TOL = loss_tol or (1e-4 if bf16_base else 1e-5)
 work, ref, runs = args[0], args[1], args[2:]
 want = records(f"{work}/{ref}")
-FILES = [f for f in ("model/model.safetensors", "adapter/adapter_model.safetensors")
+FILES = [f for f in ("model/model.safetensors", "adapter/adapter_model.safetensors",
+                     "critic/model/model.safetensors")
          if os.path.exists(f"{work}/{ref}/{f}")]
 assert FILES, f"{ref}: neither a model nor an adapter was exported"
 base = {f: set() for f in FILES}  # the reference's tensors stored as BF16, per file
