@@ -7,7 +7,9 @@
 # reward (the whole completion must be the one right letter) then raises the
 # held-out accuracy (greedy, `nekton eval tasks` exact_match on 100 words
 # never seen in training) by at least 30 points.
-# With `ppo`: PPO (one generation per prompt, 150 steps) on the same model.
+# With `ppo`: PPO (one generation per prompt, 150 steps) on the same model;
+# `ppo_critic` the same with a critic of its own started from the SFT model
+# (align.value_model; run by hand, not in ctest).
 # With `lora`: the same for a LoRA policy (all-linear, r 16) on a wider model
 # (4 layers of 256: on the 2 x 64 one LoRA cannot learn the task even by
 # plain fine-tuning on the right answers, 200 steps; full weights do in 40).
@@ -22,7 +24,7 @@
 # AVX2-only host 0.48-1.0 over 9 SFT x RL seeds at 300 steps and 0.47-1.0
 # over 4 at 400, where 19 other recipes spread over 0.0-0.85 (docs/cpu.md,
 # "On a real AVX2-only host").
-#   tests/align/online_learning.sh REPO BUILD [full|ppo|lora] [KEY=VALUE...]
+#   tests/align/online_learning.sh REPO BUILD [full|ppo|ppo_critic|lora] [KEY=VALUE...]
 # KEY=VALUEs go to the RL run last (bench/run_online_spread.sh: seeds); a
 # KEY=VALUE written sft:KEY=VALUE goes to the format-only SFT run instead.
 set -euo pipefail
@@ -79,7 +81,7 @@ WIDTH=(model.n_layer=2 model.d_model=64 model.d_ff=128)
 STEPS=(train.steps=300 train.lr=3e-3)
 PEFT=()
 METHOD=(align.method=grpo align.num_generations=8)
-if [[ $MODE == ppo ]]; then  # one generation per prompt, a value head for the baseline
+if [[ $MODE == ppo || $MODE == ppo_critic ]]; then  # one generation a prompt, a value baseline
   # With TRL's PPO default KL penalty (kl_coef 0.05): without it the policy
   # collapsed onto one letter a prompt (entropy 0.17) and stalled at 0.29 from
   # this SFT model at avx2 (issue 46); with it, 0.62-0.89 over 6 SFT x RL seeds.
@@ -114,6 +116,7 @@ GRPO=("${METHOD[@]}" "train.init_from=$WORK/sft/model" "${MODEL[@]}"
       "align.reward_accuracy.pattern=^([a-z])$" align.reward_accuracy.compare=exact
       align.reward_accuracy.reference=as_is train.micro_batch=64 train.global_batch=128
       "${STEPS[@]}" "${PEFT[@]}" train.log_every=50)
+if [[ $MODE == ppo_critic ]]; then GRPO+=("align.value_model=$WORK/sft/model"); fi
 run grpo "$NK" align "${GRPO[@]}" "train.out_dir=$WORK/grpo" "${EXTRA[@]}"
 before=$(accuracy "$WORK/sft/model" sft)
 after=$(accuracy "$WORK/grpo/model" grpo)
