@@ -78,11 +78,21 @@ Critic::Critic(const TrainConfig& run, const std::string& dir, int64_t policy_vo
   cfg_.init_from = dir;
   model_->zero_grads();
   opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
+  acts_ = std::make_unique<Activations>(*model_, run.micro_batch, run.seq_len, true);
   NK_INFO("align: critic = {} ({}, {:.2f}M parameters){}", dir,
           saved.classifier() ? "a reward model's score head read at every token"
                              : "a causal LM's trunk with a new score head",
           double(model_->params().numel()) / 1e6,
           saved.classifier() ? "" : ", the head drawn from the seed");
+  // Beside the policy's (the Trainer's memory line counts the policy alone).
+  const bool copy = model_->compute_params().raw() != model_->params().raw();
+  const double mib = 1048576.0;
+  NK_INFO(
+      "align: critic's memory per rank: weights {:.1f} MiB, gradients {:.1f} MiB, optimizer "
+      "state {:.1f} MiB, activations {:.1f} MiB per micro-batch",
+      double(model_->params().nbytes() + (copy ? model_->compute_params().nbytes() : 0)) / mib,
+      double(model_->grad_bytes()) / mib, double(opt_->state_bytes()) / mib,
+      double(acts_->bytes()) / mib);
 }
 
 void Critic::values(const Tensor& tokens, std::span<float> out) {
@@ -129,14 +139,20 @@ void Critic::save_checkpoint(int64_t step, bool writes) {
 }
 
 void Critic::load_checkpoint(int64_t step) {
+  // Beside the checkpoint the policy resumes (train.resume_from's run, else
+  // this one's; cfg_.out_dir is this run's OUT/critic).
+  const std::string root =
+      cfg_.resume_from.empty()
+          ? cfg_.checkpoint_root()
+          : (fs::path(cfg_.resumed_run_dir()) / "critic" / "checkpoints").string();
   std::string dir;
-  for (const std::string& d : list_checkpoints(cfg_.checkpoint_root()))
+  for (const std::string& d : list_checkpoints(root))
     if (checkpoint_step(d) == step) dir = d;
   if (dir.empty())
     fail(
         "align.value_model: resuming at step {} needs the critic's checkpoint of that step in "
         "'{}' (written with the policy's); it is missing",
-        step, cfg_.checkpoint_root());
+        step, root);
   LoadedTrainCheckpoint c = load_train_checkpoint(dir, cfg_);
   model_ = std::move(c.model);
   model_->zero_grads();

@@ -51,8 +51,9 @@ class Critic {
   // update count (train_checkpoint.h's format). Written by the rank that
   // writes (`writes`).
   void save_checkpoint(int64_t step, bool writes);
-  // The checkpoint of `step` read back (resume); nk::Error naming the folder
-  // where it is missing.
+  // The checkpoint of `step` read back (resume): from train.resume_from's
+  // run (OUT/critic/checkpoints beside the checkpoint or run it names) when
+  // given, else this run's; nk::Error naming the folder where it is missing.
   void load_checkpoint(int64_t step);
   // The weights as a model folder, OUT_DIR/critic/model.
   void export_model();

@@ -129,16 +129,28 @@ void OnlineObjective::before_step(Transformer& model, int64_t step) {
     // Resumed mid-way through a round: the weights that made it are gone, so
     // its rollouts come back from the files written when it was made, every
     // replica's (the layout may have changed since).
+    // They lie beside the checkpoint resumed (train.resume_from's run).
     std::vector<std::string> files;
+    const std::string from = cfg_.resumed_run_dir();
     std::shared_ptr<RolloutRound> loaded =
-        load_rollout_round_of_every_rank(cfg_.out_dir, r, round_key(), &files);
+        load_rollout_round_of_every_rank(from, r, round_key(), &files);
     if (!loaded)
       fail(
           "{}: resuming at step {}, mid-way through round {} (steps {}-{}), needs the round's "
           "rollouts, written when it was made; they are missing or were made with other settings",
-          rollout_round_path(cfg_.out_dir, r, 0), step + 1, r, schedule_.first_step(r) + 1,
+          rollout_round_path(from, r, 0), step + 1, r, schedule_.first_step(r) + 1,
           schedule_.first_step(r + 1));
     check_round_values(*loaded, files);
+    // Resumed into another OUT_DIR: the round's files copied into it, so a
+    // checkpoint this run saves mid-way through the round resumes too.
+    if (ranks_.writes && !std::filesystem::equivalent(from, cfg_.out_dir))
+      for (const std::string& f : files) {
+        const std::filesystem::path to =
+            std::filesystem::path(rollout_round_path(cfg_.out_dir, r, 0)).parent_path() /
+            std::filesystem::path(f).filename();
+        std::filesystem::create_directories(to.parent_path());
+        std::filesystem::copy_file(f, to, std::filesystem::copy_options::overwrite_existing);
+      }
     round_ = loaded;
     dataset_->set_round(round_);
     NK_INFO("align: round {} read back from {}", r, fmt::format("{}", fmt::join(files, ", ")));

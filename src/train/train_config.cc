@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/hf_io.h"
 #include "ckpt/model_io.h"
 #include "core/limits.h"
@@ -155,6 +156,14 @@ void TrainConfig::bind(ConfigBinder& b) {
             "without tensor or pipeline parallelism)");
   parallel.bind(b);
   ddp.bind(b);
+}
+
+std::string TrainConfig::resumed_run_dir() const {
+  if (resume_from.empty()) return out_dir;
+  const std::filesystem::path from(resume_from);
+  if (checkpoint_step(from.string()) >= 0 || std::filesystem::exists(from / "manifest.json"))
+    return from.parent_path().parent_path().string();  // OUT/checkpoints/step_N
+  return from.string();
 }
 
 ConfigSchema train_schema() {

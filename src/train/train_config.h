@@ -88,6 +88,11 @@ struct TrainConfig {
   int64_t grad_accum() const { return global_batch / micro_batch; }
   bool indexed_data() const { return data.indexed(); }
   std::string checkpoint_root() const { return out_dir + "/checkpoints"; }
+  // The run folder a resume reads: train.resume_from's (the OUT_DIR it
+  // names, or the one holding the checkpoint folder it names), else
+  // out_dir. Objectives read their own state beside the checkpoint there
+  // (online RL's round files, PPO's critic).
+  std::string resumed_run_dir() const;
 };
 
 ConfigSchema train_schema();

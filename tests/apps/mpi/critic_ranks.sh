@@ -5,7 +5,8 @@
 # figures, the policy's and the critic's final weights within 1e-5:
 # compare_runs.py reads OUT/critic/model too); a run
 # stopped after step 3 (mid-way through round 1) resumes the critic from
-# its checkpoint of that step to the same figures and weights. A critic
+# its checkpoint of that step to the same figures and weights (also into
+# another OUT_DIR through train.resume_from). A critic
 # started from a causal LM (the fine-tuned policy itself) gains a score head
 # and is exported as a one-label classifier. Refused, naming the key and
 # leaving no OUT_DIR: a layout that splits the policy (TP2, FSDP), a
@@ -18,6 +19,7 @@ NAME=critic_ranks
 REPO=$1
 NK=$2/bin/nekton
 source "$REPO/tests/apps/mpi/ranks_lib.sh"
+cleanup() { if [[ -n ${KEEP:-} ]]; then rm -rf "$KEEP"; cp -r "$WORK" "$KEEP"; fi; }
 online_rl_data
 
 # The reward model: a score head trained on the preference pairs.
@@ -51,6 +53,32 @@ for to in resumed lost; do cp -r "$WORK/part" "$WORK/$to"; done
 run resumed "$NK" align "${PPO[@]}"
 grep -q "the critic resumed from" "$WORK/resumed.log" || fail "the critic was not resumed"
 compare one resumed || fail "PPO with a critic, resumed, differs from the whole run"
+# Into another OUT_DIR through train.resume_from (the run's folder, then
+# its checkpoint folder): the critic's checkpoint and the round's file read
+# from beside it.
+run elsewhere "$NK" align "${PPO[@]}" "train.resume_from=$WORK/part"
+run elsewhere_ckpt "$NK" align "${PPO[@]}" \
+  "train.resume_from=$WORK/part/checkpoints/step_00000003"
+# (Their metrics start at step 4: the steps before are the stopped run's.)
+with_steps_of() {
+  cat "$WORK/$1/metrics.jsonl" "$WORK/$2/metrics.jsonl" >"$WORK/$2/all.jsonl"
+  mv "$WORK/$2/all.jsonl" "$WORK/$2/metrics.jsonl"
+}
+with_steps_of part elsewhere
+with_steps_of part elsewhere_ckpt
+compare one elsewhere elsewhere_ckpt || fail "PPO with a critic resumed from another folder differs"
+# Rounds of 3 steps: stopped at step 4, resumed into another OUT_DIR and
+# stopped again at step 5 (mid-way through the same round: the round's file
+# copied there), then resumed from that folder alone to the end.
+PPO3=("${PPO[@]}" align.ppo_epochs=3)
+run one3 "$NK" align "${PPO3[@]}"
+run part3 "$NK" align "${PPO3[@]}" train.exit_at_step=4
+run moved3 "$NK" align "${PPO3[@]}" "train.resume_from=$WORK/part3" train.exit_at_step=5
+ls "$WORK/moved3/rollouts/round-1.rank-0.bin" >/dev/null ||
+  fail "the round read from train.resume_from's run was not copied into the new OUT_DIR"
+run moved3 "$NK" align "${PPO3[@]}"
+with_steps_of part3 moved3
+compare one3 moved3 || fail "PPO resumed twice through another OUT_DIR differs from the whole run"
 rm -rf "$WORK/lost/critic/checkpoints"
 refused lost "needs the critic's checkpoint of that step" "$NK" align "${PPO[@]}"
 
