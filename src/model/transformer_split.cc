@@ -67,11 +67,6 @@ void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenW
       tp > 1 ? fmt::format("parallel.tp = {}", tp) : std::string("pipeline parallelism");
   if (frozen == FrozenWeights::Quantized)
     fail("{}: a block-quantised model runs inference on one process only", where);
-  if (cfg.prompt.enabled())
-    fail(
-        "{}: peft.method=p_tuning (a prompt before the first layer) under tensor or pipeline "
-        "parallelism is not supported yet; use data or context parallelism",
-        where);
   if (tp <= 1) return;
   if (frozen == FrozenWeights::Nf4)
     fail(

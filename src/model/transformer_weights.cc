@@ -56,7 +56,7 @@ bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const
   if (name.starts_with("h.")) {
     return holds_layer(cfg, std::stoll(name.substr(2, name.find('.', 2) - 2)));
   }
-  return true;  // the prompt's (p-tuning): only with the whole model (check_model_pieces)
+  return embedding;  // the prompt's (p-tuning): placed by the embedding step
 }
 
 std::vector<Shape> nf4_runs(const ModelConfig& cfg, const ParamInfo& p) {
@@ -672,7 +672,7 @@ void Transformer::bind_views() {
     blocks_.push_back(b);
   }
   prompt_ = nn::Prompt();
-  if (cfg_.prompt.enabled()) {
+  if (cfg_.prompt.enabled() && stage_.embedding) {
     prompt_.table = w(kPromptTable);
     prompt_.dtable = g(kPromptTable);
     const std::vector<std::string> mlp = prompt_encoder_layers();

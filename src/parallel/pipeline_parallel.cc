@@ -327,12 +327,15 @@ void PipelineParallel::backward(int64_t chunk, int64_t j, const Tensor& tokens,
     if (moe_) receive_moe_record(a, true, int(stage_ < stages_ - 1 ? stage_ + 1 : 0), chunk, j);
   }
   // (The head's backward ran with its forward; the embeddings' reads no
-  // weights but p-tuning's prompt encoder, refused under pipelining.)
+  // weights but p-tuning's prompt encoder, gathered for it under FSDP.)
   if (weights_) weights_->use_chunk(first, last, false, false);
   model_.blocks_backward(a, first, last, packed);
   if (weights_) weights_->done_chunk(first, last, false, false);
   if (first_chunk(chunk)) {
+    const bool prompt = weights_ && model_.config().prompt.enabled();
+    if (prompt) weights_->use_chunk(0, 0, true, false);
     model_.embed_backward(a, tokens, packed);
+    if (prompt) weights_->done_chunk(0, 0, true, false);
   } else {
     sending_.push_back(pp_.send_async(a.residual_grad(), int(stage_ > 0 ? stage_ - 1 : stages_ - 1),
                                       kBackwardTag));

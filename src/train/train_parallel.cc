@@ -243,6 +243,11 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
   }
+  if (cfg.parallel.sequence_parallel && cfg.model.prompt.enabled())
+    fail(
+        "parallel.sp=true: peft.method=p_tuning under sequence parallelism is not supported yet "
+        "(the virtual tokens' positions would be split over the tp ranks); use parallel.tp "
+        "without parallel.sp");
   if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(
         "parallel.sp=true: train.seq_len = {} is not divisible by parallel.tp = {} (the tokens "

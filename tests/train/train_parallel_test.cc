@@ -227,14 +227,20 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=ia3"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=qlora"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=adapter"}), 2), "");
+  for (const char* layout : {"parallel.tp=2", "parallel.pp=2"})
+    EXPECT_EQ(error_of(with({layout, "model.n_layer=2", "peft.method=p_tuning",
+                             "data.path=", "data.sft_path=chats.jsonl", "data.pack=false"}),
+                       2),
+              "")
+        << layout;
   for (const auto& [extra, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"parallel.tp=2", "peft.method=qlora"},
             "parallel.tp = 2: peft.method=qlora under tensor parallelism"},
            {{"parallel.tp=2", "peft.method=adapter"},
             "parallel.tp = 2: peft.method=adapter under tensor parallelism"},
-           {{"parallel.pp=2", "model.n_layer=2", "peft.method=p_tuning",
+           {{"parallel.tp=2", "parallel.sp=true", "peft.method=p_tuning",
              "data.path=", "data.sft_path=chats.jsonl", "data.pack=false"},
-            "pipeline parallelism: peft.method=p_tuning"}}) {
+            "parallel.sp=true: peft.method=p_tuning under sequence parallelism"}}) {
     e = error_of(with(extra), 2);
     EXPECT_NE(e.find(want), std::string::npos) << e;
   }

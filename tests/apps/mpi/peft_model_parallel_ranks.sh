@@ -31,8 +31,11 @@
 #    expert's A and B split as its weight; the shared expert's as an MLP's)
 #    under TP2 with the experts split (etp = tp) and whole (etp = 1), and
 #    mixtral-tiny under TP2 x EP2.
+#  - p-tuning (a prompt from an MLP encoder) under PP2 (bit for bit), TP2,
+#    TP2 x PP2 and PP2 x DP2 FSDP, stopped under TP2 and resumed on one
+#    process.
 # Refused, naming the key: QLoRA and bottleneck adapters under TP, adapters
-# on a MoE model with 1 < etp < tp, p-tuning under TP and PP.
+# on a MoE model with 1 < etp < tp, p-tuning under sequence parallelism.
 #   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_model_parallel_ranks
@@ -138,8 +141,24 @@ refused qlora_tp "parallel.tp = 2: peft.method=qlora under tensor parallelism is
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
 refused adapter_tp "parallel.tp = 2: peft.method=adapter under tensor parallelism" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2
-refused pt_pp "pipeline parallelism: peft.method=p_tuning" \
-  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=p_tuning data.pack=false parallel.pp=2
+# P-tuning: the prompt (table and MLP encoder) on the embedding's stage,
+# whole on every tp rank after the vocabulary-parallel embedding's sum;
+# under FSDP with a pipeline the first stage gathers the encoder again for
+# the embeddings' backward. Refused under sequence parallelism.
+PT=("${ARGS[@]}" peft.method=p_tuning data.pack=false)
+run one_pt "$NK" finetune "${PT[@]}"
+run pp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.pp=2
+run tp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2
+run tp2pp2_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.pp=2
+run pp2fsdp_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.pp=2 parallel.shard=full
+run tp2to1_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 train.exit_at_step=5
+run tp2to1_pt "$NK" finetune "${PT[@]}"
+grep -q "peft: p-tuning" "$WORK/tp2pp2_pt.log" || fail "tp2pp2_pt did not train a p-tuning prompt"
+compare one_pt pp2_pt || fail "p-tuning: PP2 differs from one process"
+compare_norm one_pt tp2_pt tp2pp2_pt pp2fsdp_pt tp2to1_pt ||
+  fail "p-tuning: TP2, TP2 x PP2 or PP2 x DP2 FSDP differs from one process"
+refused pt_sp "parallel.sp=true: peft.method=p_tuning" \
+  "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true
 refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
   "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2 equal one process"
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
