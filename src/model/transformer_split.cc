@@ -74,12 +74,21 @@ void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenW
         "quantise its shard of every weight with its own NF4 double-quantisation constants, not "
         "the whole tensor's (use parallel.pp, data or context parallelism)",
         where);
-  if (cfg.bottleneck.enabled())
+  // A bottleneck adapter follows a row-parallel layer's summed output
+  // (NeMo's linear_proj and linear_fc2, the defaults); a column-parallel
+  // layer's output is split over the ranks, and its LayerNorm spans it.
+  if (cfg.bottleneck.enabled() && cfg.is_moe())
     fail(
-        "{}: peft.method=adapter under tensor parallelism is not supported yet (the bottleneck "
-        "adapters' LayerNorm spans the whole output of a split layer); use parallel.pp, data or "
-        "context parallelism",
+        "{}: peft.method=adapter on a Mixture-of-Experts model under tensor parallelism is not "
+        "supported yet; use parallel.ep, parallel.pp, data or context parallelism",
         where);
+  for (const AdaptedModule& m : bottleneck_targets(cfg))
+    if (!m.linear.ends_with(".attn.proj") && !m.linear.ends_with(".mlp.down"))
+      fail(
+          "{}: peft.target_modules: a bottleneck adapter on '{}' (a column-parallel layer, its "
+          "output split over the ranks) under tensor parallelism is not supported yet; adapt "
+          "the row-parallel ones (linear_proj, linear_fc2: NeMo's defaults)",
+          where, m.module);
   if (cfg.has_adapters() && cfg.block().latent_attention)
     fail(
         "{}: adapters on a latent-attention model under tensor parallelism are not supported "
@@ -128,6 +137,14 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
       for (const nn::Ia3Part& part : lin->ia3.out)
         if (part.dl.defined()) out.push_back(part.dl);
+    // A bottleneck adapter after a row-parallel layer's sum runs on every
+    // row on every rank, but under sequence parallelism on the rank's rows.
+    if (tp_.sp())
+      for (const nn::Linear* lin : {&b.attn.proj, &b.mlp.down})
+        if (lin->bottleneck_after_sum)
+          for (const Tensor& gr : {lin->bottleneck.dln_w, lin->bottleneck.dln_b,
+                                   lin->bottleneck.dw_in, lin->bottleneck.dw_out})
+            if (gr.defined()) out.push_back(gr);
     // So are MLA's low-rank projections and norms (nn/latent_attention.h).
     const nn::LatentAttention& m = b.attn.mla;
     add(m.q_a_norm);

@@ -542,6 +542,8 @@ void Transformer::bind_views() {
   const int64_t t = tp_.size();
   auto row_parallel = [&](nn::Linear lin) {
     if (tp_.rank() != 0) lin.b = Tensor();
+    // A bottleneck adapter reads the whole output: after the group's sum.
+    lin.bottleneck_after_sum = t > 1 && lin.bottleneck.active();
     return lin;
   };
   embed_ = nn::Embedding();

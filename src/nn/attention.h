@@ -102,6 +102,7 @@ struct SelfAttention {
                          softcap);
     proj.forward(tp.exit_buffer(y, s.full_y), s.out, s.proj_adapters);
     tp.exit(y, s.full_y);
+    proj.bottleneck_after_sum_forward(y, s.proj_adapters);
   }
   // Inference over a paged KV cache: x [N, C] new tokens of any sequences,
   // token n of block-table row seqs[n] at position positions[n] (i32 [1, N]
@@ -151,7 +152,9 @@ struct SelfAttention {
       tp.enter_backward(dx, s.full_y);
       return;
     }
-    proj.backward(g.dout, tp.exit_backward(dy, s.full_y), s.out, s.proj_adapters);
+    proj.backward(
+        g.dout, tp.exit_backward(proj.bottleneck_after_sum_backward(dy, s.proj_adapters), s.full_y),
+        s.out, s.proj_adapters);
     cp.attention_backward(g.dqkv, g.dout, s.qkv, s.out, s.lse, n_head, n_kv_head, cu_seqlens,
                           window, scale, softcap);
     if (rope.defined() && positions.defined())

@@ -21,6 +21,10 @@ struct Linear {
   Lora lora;              // adapters on the output; inactive when it has no parts
   Ia3 ia3;                // learned scales of the output or input; inactive without
   Bottleneck bottleneck;  // an adapter after the whole output; inactive without
+  // A row-parallel layer under tensor parallelism: its output is a partial
+  // sum, so the bottleneck adapter runs after the group's sum, in the block
+  // (bottleneck_after_sum_forward / _backward), not in forward / backward.
+  bool bottleneck_after_sum = false;
   // A frozen weight stored as NF4 (QLoRA's base) instead of w: the products
   // dequantise it panel by panel (ops.h). w, dw and db are then undefined.
   ops::Nf4Weight wq;
@@ -44,7 +48,18 @@ struct Linear {
     if (!on) return;
     if (ia3.active()) ia3.scale_output(y2);
     if (lora.active()) lora.forward(y2, x2, ad);
-    if (bottleneck.active()) bottleneck.forward(y2, ad);
+    if (bottleneck.active() && !bottleneck_after_sum) bottleneck.forward(y2, ad);
+  }
+  // bottleneck_after_sum: the adapter over the summed output y (this rank's
+  // rows under sequence parallelism), in place; nothing otherwise.
+  void bottleneck_after_sum_forward(const Tensor& y, const AdapterActs& ad) const {
+    if (bottleneck_after_sum && (!ad.defined() || !ad.work->off)) bottleneck.forward(rows(y), ad);
+  }
+  // Its backward: the gradient of the sum from dy (in the adapters' scratch;
+  // dy itself otherwise), the adapter's gradients accumulated.
+  Tensor bottleneck_after_sum_backward(const Tensor& dy, const AdapterActs& ad) const {
+    if (!bottleneck_after_sum) return dy;
+    return bottleneck.output_grad(rows(dy), ad).view(dy.shape());
   }
   // dx [N, in] written (skipped if undefined); dw, db accumulate. IA3
   // trains its scales with W frozen (dw, db undefined).
@@ -59,7 +74,8 @@ struct Linear {
     } else if (bottleneck.active()) {
       NK_CHECK(!dw.defined() && !db.defined(),
                "Linear: a bottleneck adapter over a trainable weight");
-      ops::linear_backward(dx2, Tensor(), Tensor(), bottleneck.output_grad(dy2, ad), x2, w);
+      ops::linear_backward(dx2, Tensor(), Tensor(),
+                           bottleneck_after_sum ? dy2 : bottleneck.output_grad(dy2, ad), x2, w);
     } else if (ia3.active()) {
       NK_CHECK(!dw.defined() && !db.defined(), "Linear: IA3 scales over a trainable weight");
       Tensor dyb = ia3.output_grad(dy2, x2, w, b, ad);

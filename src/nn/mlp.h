@@ -29,6 +29,7 @@ struct MLP {
     activation_forward(s);
     down.forward(tp.exit_buffer(y, s.full_y), s.a, s.down_adapters);
     tp.exit(y, s.full_y);
+    down.bottleneck_after_sum_forward(y, s.down_adapters);
   }
   // s.a from s.h (also how activation recompute restores s.a).
   void activation_forward(const Saved& s) const {
@@ -42,7 +43,9 @@ struct MLP {
   // dx written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g,
                 const Tensor& x) const {
-    down.backward(g.da, tp.exit_backward(dy, s.full_y), s.a, s.down_adapters);
+    down.backward(
+        g.da, tp.exit_backward(down.bottleneck_after_sum_backward(dy, s.down_adapters), s.full_y),
+        s.a, s.down_adapters);
     if (swiglu && geglu)
       ops::geglu_backward(rows(g.dh), rows(g.da), rows(s.h));
     else if (swiglu)

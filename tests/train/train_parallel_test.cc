@@ -225,6 +225,7 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   // what a split model cannot hold yet is named by key.
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=lora"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=ia3"}), 2), "");
+  EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=adapter"}), 2), "");  // NeMo's targets
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=qlora"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=adapter"}), 2), "");
   for (const char* layout : {"parallel.tp=2", "parallel.pp=2"})
@@ -236,8 +237,8 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   for (const auto& [extra, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"parallel.tp=2", "peft.method=qlora"},
             "parallel.tp = 2: peft.method=qlora under tensor parallelism"},
-           {{"parallel.tp=2", "peft.method=adapter"},
-            "parallel.tp = 2: peft.method=adapter under tensor parallelism"},
+           {{"parallel.tp=2", "peft.method=adapter", "peft.target_modules=all-linear"},
+            "parallel.tp = 2: peft.target_modules: a bottleneck adapter on"},
            {{"parallel.tp=2", "parallel.sp=true", "peft.method=p_tuning",
              "data.path=", "data.sft_path=chats.jsonl", "data.pack=false"},
             "parallel.sp=true: peft.method=p_tuning under sequence parallelism"}}) {

@@ -31,11 +31,14 @@
 #    expert's A and B split as its weight; the shared expert's as an MLP's)
 #    under TP2 with the experts split (etp = tp) and whole (etp = 1), and
 #    mixtral-tiny under TP2 x EP2.
+#  - bottleneck adapters (on linear_proj and linear_fc2, after the group's
+#    sum) under TP2, TP2+SP and TP2 x PP2.
 #  - p-tuning (a prompt from an MLP encoder) under PP2 (bit for bit), TP2,
 #    TP2 x PP2 and PP2 x DP2 FSDP, stopped under TP2 and resumed on one
 #    process.
-# Refused, naming the key: QLoRA and bottleneck adapters under TP, adapters
-# on a MoE model with 1 < etp < tp, p-tuning under sequence parallelism.
+# Refused, naming the key: QLoRA under TP, bottleneck adapters on
+# column-parallel layers under TP, adapters on a MoE model with
+# 1 < etp < tp, p-tuning under sequence parallelism.
 #   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_model_parallel_ranks
@@ -139,8 +142,20 @@ compare_norm one_moe tp2_moe tp2etp1_moe tp2ep2_moe && compare_norm one_qwen tp2
 
 refused qlora_tp "parallel.tp = 2: peft.method=qlora under tensor parallelism is not supported" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
-refused adapter_tp "parallel.tp = 2: peft.method=adapter under tensor parallelism" \
-  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2
+# Bottleneck adapters after the row-parallel layers (linear_proj,
+# linear_fc2: NeMo's defaults) run after the group's sum, whole on every tp
+# rank (under SP on the rank's rows, their gradients summed over the group).
+run one_bn "$NK" finetune "${ARGS[@]}" peft.method=adapter
+run tp2_bn "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2
+run tp2sp_bn "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2 \
+  parallel.sp=true
+run tp2pp2_bn "${MPI[@]}" 4 "$NK" finetune "${ARGS[@]}" peft.method=adapter parallel.tp=2 \
+  parallel.pp=2
+compare_norm one_bn tp2_bn tp2sp_bn tp2pp2_bn ||
+  fail "bottleneck adapters: TP2, TP2+SP or TP2 x PP2 differs from one process"
+refused adapter_tp "peft.target_modules: a bottleneck adapter on 'model.layers.0.self_attn.linear_qkv'" \
+  "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=adapter peft.target_modules=all-linear \
+  parallel.tp=2
 # P-tuning: the prompt (table and MLP encoder) on the embedding's stage,
 # whole on every tp rank after the vocabulary-parallel embedding's sum;
 # under FSDP with a pipeline the first stage gathers the encoder again for
@@ -161,4 +176,4 @@ refused pt_sp "parallel.sp=true: peft.method=p_tuning" \
   "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true
 refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
   "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
