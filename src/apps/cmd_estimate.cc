@@ -16,6 +16,8 @@
 
 #include "align/align_config.h"
 #include "apps/commands.h"
+#include "ckpt/hf_io.h"
+#include "ckpt/model_io.h"
 #include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
@@ -151,6 +153,30 @@ nlohmann::json align_reference(const TrainConfig& cfg, const AlignConfig& ac,
   j["copy"] = {{"weight_bytes", copy_weights}, {"activation_bytes", fwd.total()}};
   j["adapter_off"] = {{"bytes", 0}, {"needs_adapters", true}};
   return j;
+}
+
+// PPO's critic of its own (align.value_model, align/critic.h): a one-label
+// classifier trained beside the policy, whole on every rank: its f32
+// weights (and their compute copy in bf16 runs), f32 gradients, AdamW's f32
+// moments and one micro-batch's training activations.
+nlohmann::json align_critic(const TrainConfig& cfg, const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(path))
+    fail("align.value_model: '{}' is not a model folder (no config.json)", dir);
+  ModelConfig mc = is_hf_model_folder(dir)
+                       ? hf_model_info_from_json(read_text_file(path), path).config
+                       : model_config_from_json(read_text_file(path), path);
+  mc.num_labels = 1;
+  mc.value_head = false;
+  const int64_t n = Transformer::layout_for(mc).count();
+  const int64_t copy = cfg.dtype == DType::F32 ? 0 : n * int64_t(dtype_size(cfg.dtype));
+  const ActivationBytes act = activation_bytes(mc, cfg.dtype, cfg.micro_batch, cfg.seq_len, {});
+  return {{"dir", dir},
+          {"params", n},
+          {"weight_bytes", 4 * n + copy},
+          {"gradient_bytes", 4 * n},
+          {"optimizer_bytes", 8 * n},
+          {"activation_bytes", act.total()}};
 }
 
 // The rate cache's JSON (empty when absent or unreadable) and this
@@ -389,6 +415,10 @@ int cmd_estimate(const CommandArgs& raw) {
   nlohmann::json fits;
   if (a.budget_gib > 0) fits = what_fits(cfg, a.world, a.budget_gib * 1073741824.0);
   const nlohmann::json reference = align ? align_reference(cfg, ac, e) : nlohmann::json();
+  const nlohmann::json critic =
+      align && ac.method == "ppo" && !c.get_string("align.value_model").empty()
+          ? align_critic(cfg, c.get_string("align.value_model"))
+          : nlohmann::json();
 
   if (a.json) {
     nlohmann::json j = estimate_json(e);
@@ -401,6 +431,7 @@ int cmd_estimate(const CommandArgs& raw) {
                        {"step_seconds", m->step_s}};
     if (!fits.is_null()) j["fits"] = fits;
     if (align) j["align"] = reference;
+    if (!critic.is_null()) j["align"]["critic"] = critic;
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -528,6 +559,17 @@ int cmd_estimate(const CommandArgs& raw) {
         "  {:<12} {:>12}  the policy with its adapters off (peft.method): a forward per "
         "micro-batch{}\n",
         "adapter_off", mib(0), mark("adapter_off"));
+  }
+  if (!critic.is_null()) {
+    auto bytes = [&](const char* k) { return double(critic[k].get<int64_t>()); };
+    fmt::print(
+        "\nalign.value_model: PPO's critic, {:.2f}M parameters, per rank beside the above "
+        "{}\n  weights {}, gradients {}, optimizer state {}, activations {} (1 micro-batch)\n",
+        bytes("params") / 1e6,
+        mib(bytes("weight_bytes") + bytes("gradient_bytes") + bytes("optimizer_bytes") +
+            bytes("activation_bytes")),
+        mib(bytes("weight_bytes")), mib(bytes("gradient_bytes")), mib(bytes("optimizer_bytes")),
+        mib(bytes("activation_bytes")));
   }
   if (!fits.is_null()) {
     fmt::print("\nwithin {} GiB per rank: largest micro-batch", a.budget_gib);

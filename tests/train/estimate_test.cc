@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/model_io.h"
 #include "core/allocator.h"
 #include "dist/communicator.h"
 #include "parallel/pipeline_parallel.h"
@@ -630,6 +631,38 @@ TEST(EstimateCli, AlignRecipesCostTheirReference) {
   const nlohmann::json k = nlohmann::json::parse(rm.out.substr(rm.out.find('{')));
   EXPECT_FALSE(k["align"]["needs_reference"].get<bool>());
   EXPECT_LT(k["params"].get<int64_t>(), j["params"].get<int64_t>());  // no LM head
+}
+
+// PPO with a critic of its own (align.value_model): its weights (f32 and the
+// bf16 copy), gradients, AdamW moments and training activations, beside the
+// policy's, as align/critic.h holds them; a missing folder named by key.
+TEST(EstimateCli, PpoCriticIsCountedBesideThePolicy) {
+  test::TempDir d("nk_estimate_critic");
+  ModelConfig cc = recipe({"model.preset=llama-tiny"}).model;
+  cc.num_labels = 1;
+  {
+    Transformer rm(cc, DType::F32, 1);
+    save_model(d / "rm", rm);
+  }
+  const std::string args =
+      "estimate --no-time model.preset=llama-tiny train.dtype=bf16 train.micro_batch=2 "
+      "train.seq_len=64 align.method=ppo align.num_generations=2 align.value_model=" +
+      (d / "rm");
+  const auto r = run_nekton(args + " --json", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json c = nlohmann::json::parse(r.out.substr(r.out.find('{')))["align"]["critic"];
+  const int64_t n = Transformer::layout_for(cc).count();
+  EXPECT_EQ(c["params"].get<int64_t>(), n);
+  EXPECT_EQ(c["weight_bytes"].get<int64_t>(), 6 * n);
+  EXPECT_EQ(c["gradient_bytes"].get<int64_t>(), 4 * n);
+  EXPECT_EQ(c["optimizer_bytes"].get<int64_t>(), 8 * n);
+  const Activations train(cc, DType::BF16, 2, 64, true);
+  EXPECT_EQ(c["activation_bytes"].get<int64_t>(), train.bytes());
+  const auto t = run_nekton(args, false);
+  EXPECT_TRUE(test::contains(t.out, "align.value_model: PPO's critic")) << t.out;
+  const auto bad = run_nekton(args + "_missing");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(test::contains(bad.out, "align.value_model: '")) << bad.out;
 }
 
 // The weights' line says how the base is held: adapters over a bf16 base or
