@@ -62,7 +62,8 @@ Critic::Critic(const TrainConfig& run, const std::string& dir, int64_t policy_vo
         "reads the policy's tokens (start it from a model of the policy's tokenizer)",
         dir, saved.vocab_size, policy_vocab);
   if (saved.has_adapters())
-    fail("align.value_model: '{}' holds adapters; merge them first (nekton export --merge)", dir);
+    fail("align.value_model: '{}' holds adapters; merge them first (nekton export hf --merge-lora)",
+         dir);
   if (saved.value_head)
     fail("align.value_model: '{}' is a policy with a value head, not a critic's start", dir);
   ModelConfig mc = saved;
