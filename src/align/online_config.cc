@@ -57,6 +57,10 @@ void OnlineRlConfig::bind(ConfigBinder& b) {
          "head read at every token, TRL's value_model; or a causal LM given a score head), "
          "trained with the policy and saved to OUT_DIR/critic; empty: a value head on the "
          "policy's trunk");
+  b.bind("align.critic_lr", critic_lr,
+         "ppo with align.value_model: the critic's peak learning rate, its schedule train.lr's "
+         "scaled by critic_lr / train.lr (OpenRLHF's critic_learning_rate, NeMo-Aligner's "
+         "critic optim.lr); 0 = the policy's, as TRL's one optimizer");
   b.bind("align.kv_cache_mb", kv_cache_mb,
          "grpo, rloo: the rollout generator's paged KV cache, MiB (0 = room for "
          "align.rollout_batch_size whole sequences); freed after each round");
@@ -138,6 +142,10 @@ void OnlineRlConfig::check(const std::string& method, const std::string& loss_ty
   if (!(kv_cache_mb >= 0)) fail("align.kv_cache_mb: must be >= 0, got {}", kv_cache_mb);
   if (!value_model.empty() && !ppo)
     fail("align.value_model: PPO's critic; align.method={} has none", method);
+  if (!(critic_lr >= 0) || !std::isfinite(critic_lr))
+    fail("align.critic_lr: must be >= 0, got {}", critic_lr);
+  if (critic_lr > 0 && value_model.empty())
+    fail("align.critic_lr: the learning rate of a critic of its own; set align.value_model");
 }
 
 std::map<std::string, std::string> OnlineRlConfig::signature() const {
@@ -153,7 +161,8 @@ std::map<std::string, std::string> OnlineRlConfig::signature() const {
                        s.stop.empty() ? "" : s.stop[0], mask_truncated, dynamic_sampling,
                        dynamic_sampling_max_batches, loss.gamma, loss.lam, loss.cliprange_value,
                        loss.vf_coef, loss.whiten_rewards,
-                       value_model.empty() ? "" : " critic " + value_model)}};
+                       value_model.empty() ? "" : " critic " + value_model) +
+               (critic_lr > 0 ? fmt::format(" critic_lr {}", critic_lr) : "")}};
 }
 
 }  // namespace nk

@@ -33,6 +33,7 @@ struct OnlineRlConfig {
   int64_t log_completions_every = 0;  // rounds; 0: never
   double kv_cache_mb = 0;             // 0: room for rollout_batch_size whole sequences
   std::string value_model;            // ppo: the critic's start (empty: a value head)
+  double critic_lr = 0;               // its peak learning rate (0: train.lr's)
 
   // Resolved by check():
   RlLossConfig loss;

@@ -804,7 +804,8 @@ double OnlineObjective::own_grad_norm_squared() {
 }
 
 void OnlineObjective::own_step(double lr, float clip) {
-  if (critic_) critic_->step(lr, clip);
+  // align.critic_lr: the policy's schedule scaled to the critic's peak.
+  if (critic_) critic_->step(rl_.critic_lr > 0 ? lr * rl_.critic_lr / cfg_.lr.lr : lr, clip);
 }
 
 void OnlineObjective::save_state(int64_t step) {

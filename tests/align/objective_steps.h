@@ -76,10 +76,11 @@ inline ParitySteps objective_parity_steps() {
 
 // `critic`: an objective's own model (PPO's), updated by the objective
 // (own_step) and clipped with the model; its final weights are written as
-// weight.critic.NAME.
+// weight.critic.NAME, and the rate it steps at relative to the model's as
+// optim.json's critic_lr_scale.
 inline void run_objective_steps(TrainObjective& obj, Transformer& model, const Tensor& tokens,
                                 const Tensor& targets, const std::filesystem::path& dir,
-                                Transformer* critic = nullptr) {
+                                Transformer* critic = nullptr, double critic_lr_scale = 1.0) {
   Activations acts(model, tokens.dim(0), tokens.dim(1), true);
   // AdamW divides each gradient by its own running size, so a weight whose
   // gradient is tiny (0 in exact arithmetic, as GPT-2's key biases: softmax
@@ -102,9 +103,9 @@ inline void run_objective_steps(TrainObjective& obj, Transformer& model, const T
   }
   write_file_atomic((dir / "optim.json").string(),
                     fmt::format(R"({{"lr": {}, "beta1": {}, "beta2": {}, "eps": {},
- "weight_decay": {}, "grad_clip": {}, "steps": {}}})",
+ "weight_decay": {}, "grad_clip": {}, "steps": {}, "critic_lr_scale": {}}})",
                                 ps.lr, ps.adamw.beta1, ps.adamw.beta2, ps.adamw.eps,
-                                ps.adamw.weight_decay, ps.clip, ps.steps));
+                                ps.adamw.weight_decay, ps.clip, ps.steps, critic_lr_scale));
   std::vector<std::pair<std::string, Tensor>> out = {{"step_losses", f32_tensor(losses)}};
   auto add_weights = [&](Transformer& m, const std::string& prefix) {
     for (const ParamInfo& p : m.layout().params()) {

@@ -460,6 +460,14 @@ TEST(OnlineRlConfig, BadValuesNameTheirKey) {
       {"ppo", [](auto& c, auto&) { c.loss.cliprange_value = 0; }, "align.cliprange_value"},
       {"ppo", [](auto& c, auto&) { c.loss.vf_coef = -1; }, "align.vf_coef"},
       {"grpo", [](auto& c, auto&) { c.kv_cache_mb = -1; }, "align.kv_cache_mb"},
+      {"grpo", [](auto& c, auto&) { c.value_model = "rm"; }, "align.value_model"},
+      {"ppo", [](auto& c, auto&) { c.critic_lr = 1e-5; }, "align.critic_lr"},  // no critic
+      {"ppo",
+       [](auto& c, auto&) {
+         c.value_model = "rm";
+         c.critic_lr = -1;
+       },
+       "align.critic_lr"},
   };
   for (const Bad& b : bad) {
     OnlineRlConfig c;

@@ -39,7 +39,8 @@ struct Case {
   // PPO's
   double gamma = 1, lam = 0.95, cliprange_value = 0.2, vf_coef = 0.1;
   bool whiten_rewards = false;
-  bool critic = false;  // PPO: a separate critic (align.value_model) instead of a value head
+  bool critic = false;   // PPO: a separate critic (align.value_model) instead of a value head
+  double critic_lr = 0;  // align.critic_lr (0: the policy's rate)
 };
 
 void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
@@ -62,6 +63,9 @@ void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
   rl.loss.cliprange_value = k.cliprange_value;
   rl.loss.vf_coef = k.vf_coef;
   rl.loss.whiten_rewards = k.whiten_rewards;
+  if (k.critic) rl.value_model = (dir / "critic").string();
+  rl.critic_lr = k.critic_lr;
+  cfg.lr.lr = test::objective_parity_steps().lr;  // the rate the steps take
   rl.check(k.algorithm, k.loss_type, rs, B, T, 6);
 
   // Fixed rollouts: each group's prompt (3-5 tokens), completions of 2-10
@@ -129,7 +133,8 @@ void run_parity(ModelConfig mc, const Case& k, const std::string& tag) {
                   k.algorithm, rl_loss_type_name(rl.loss.loss_type), k.scale_rewards, G, k.kl_coef,
                   rl.loss.epsilon_low, rl.loss.epsilon_high, k.temperature, max_tokens, k.gamma,
                   k.lam, k.cliprange_value, k.vf_coef, k.whiten_rewards));
-  test::run_objective_steps(obj, model, tokens, targets, dir, critic);
+  test::run_objective_steps(obj, model, tokens, targets, dir, critic,
+                            k.critic_lr > 0 ? k.critic_lr / cfg.lr.lr : 1.0);
   test::expect_python_reference_passes("align/online_reference.py", dir, tag + " " + k.name);
 }
 
@@ -173,6 +178,13 @@ std::vector<Case> cases() {
        .vf_coef = 0.5,
        .whiten_rewards = true,
        .critic = true},
+      // The critic at its own rate (align.critic_lr, 5x the policy's).
+      {.name = "ppo_critic_lr",
+       .algorithm = "ppo",
+       .loss_type = "sigmoid",
+       .kl_coef = 0.05,
+       .critic = true,
+       .critic_lr = 5e-2},
   };
 }
 

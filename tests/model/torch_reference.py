@@ -196,10 +196,14 @@ def objective_parity(folder, tol, make_loss):
         P0.update({"critic." + k: v.double() for k, v in C0.items()})
     loss_fn = make_loss(cfg, P0)
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
-    decay = [p for p in P.values() if p.dim() >= 2]
-    no_decay = [p for p in P.values() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = []
+    for critic in (False, True):  # a critic's at its own rate (optim.json's critic_lr_scale)
+        mine = [p for k, p in P.items() if k.startswith("critic.") == critic]
+        lr = opt_cfg["lr"] * (opt_cfg.get("critic_lr_scale", 1.0) if critic else 1.0)
+        groups += [{"params": [p for p in mine if p.dim() >= 2], "lr": lr,
+                    "weight_decay": opt_cfg["weight_decay"]},
+                   {"params": [p for p in mine if p.dim() < 2], "lr": lr, "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
     losses = adamw_step_losses(groups, list(P.values()), lambda: loss_fn(P), opt_cfg)
     checks = Checks(tol)
     checks.check("step losses", ours["step_losses"].double(), torch.tensor(losses, dtype=torch.float64))
