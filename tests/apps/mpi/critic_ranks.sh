@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # PPO with a critic of its own (`align.value_model`, TRL's value_model): a
-# reward model trained here (`align.method=rm`) starts the critic; PPO over
+# reward model trained here (`align.method=rm`) starts the critic (also as
+# a Hugging Face folder, to the same run); PPO over
 # 2 ranks (plain, ZeRO-1, ZeRO-2) equals one process (every step's loss and
 # figures, the policy's and the critic's final weights within 1e-5:
 # compare_runs.py reads OUT/critic/model too); a run
@@ -39,6 +40,12 @@ grep -q "critic = .*a reward model's score head" "$WORK/one.log" || fail "no cri
 grep -q '"loss/value"' "$WORK/one/metrics.jsonl" || fail "PPO logged no value loss"
 grep -q '"value_head"' "$WORK/one/model/config.json" && fail "the policy gained a value head"
 grep -q '"num_labels": 1' "$WORK/one/critic/model/config.json" || fail "no critic exported"
+# The same reward model as a Hugging Face folder (LlamaForSequenceClassification,
+# f32): imported into a temporary folder for the load, the same run.
+"$NK" export hf "$WORK/rm/model" "$WORK/rm_hf" --dtype f32 >"$WORK/rm_hf.log" 2>&1 ||
+  fail "export hf of the reward model"
+run one_hf "$NK" align "${PPO[@]}" "align.value_model=$WORK/rm_hf"
+compare one one_hf || fail "a critic from the Hugging Face folder differs from the Nekton one"
 run dp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=optimizer
 run zero2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=grads
