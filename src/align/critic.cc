@@ -49,8 +49,7 @@ struct ImportedCritic {
 Critic::Critic(const TrainConfig& run, const std::string& dir, int64_t policy_vocab) : cfg_(run) {
   if (dir.empty() || !fs::exists(fs::path(dir) / "config.json"))
     fail("align.value_model: '{}' is not a model folder (no config.json)", dir);
-  const ImportedCritic from(dir);
-  const ModelConfig saved = read_model_config(from.dir);
+  const ModelConfig saved = any_model_folder_config(dir);
   if (saved.classifier() && saved.num_labels != 1)
     fail(
         "align.value_model: '{}' is a sequence classifier of {} labels; a critic is one of 1 (a "
@@ -66,17 +65,17 @@ Critic::Critic(const TrainConfig& run, const std::string& dir, int64_t policy_vo
          dir);
   if (saved.value_head)
     fail("align.value_model: '{}' is a policy with a value head, not a critic's start", dir);
-  ModelConfig mc = saved;
+  const ImportedCritic from(dir);  // checked first: a refused critic is not imported
+  ModelConfig mc = read_model_config(from.dir);
   mc.num_labels = 1;
   cfg_.model = mc;
   cfg_.out_dir = (fs::path(run.out_dir) / "critic").string();
-  cfg_.init_from = from.dir;
+  cfg_.init_from = dir;
   cfg_.freeze.clear();
   cfg_.frozen.clear();
   cfg_.frozen_weights = FrozenWeights::Master;
   cfg_.adamw.precision = OptimPrecision();  // f32 master, moments and gradients
   model_ = load_run_model(cfg_, from.dir, "align.value_model");
-  cfg_.init_from = dir;
   model_->zero_grads();
   opt_ = std::make_unique<AdamW>(*model_, cfg_.adamw);
   acts_ = std::make_unique<Activations>(*model_, run.micro_batch, run.seq_len, true);
@@ -94,13 +93,6 @@ Critic::Critic(const TrainConfig& run, const std::string& dir, int64_t policy_vo
       double(model_->params().nbytes() + (copy ? model_->compute_params().nbytes() : 0)) / mib,
       double(model_->grad_bytes()) / mib, double(opt_->state_bytes()) / mib,
       double(acts_->bytes()) / mib);
-}
-
-void Critic::values(const Tensor& tokens, std::span<float> out) {
-  Activations a(*model_, tokens.dim(0), tokens.dim(1), false);
-  model_->embed_forward(a, tokens);
-  model_->blocks_forward(a, 0, model_->config().n_layer);
-  model_->token_scores_forward(a, out);
 }
 
 void Critic::forward(const Tensor& tokens, std::span<float> out) {

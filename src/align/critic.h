@@ -36,10 +36,8 @@ class Critic {
 
   Transformer& model() { return *model_; }
   // Values [B * T] at every position of i32 [B, T] tokens on the model's
-  // device, without gradients.
-  void values(const Tensor& tokens, std::span<float> out);
-  // The same keeping training activations; backward() then accumulates the
-  // gradients of sum_i dvalues[i] * values[i].
+  // device (the round's, and a micro-batch's); backward() then accumulates
+  // the gradients of sum_i dvalues[i] * values[i].
   void forward(const Tensor& tokens, std::span<float> out);
   void backward(const Tensor& tokens, std::span<const float> dvalues);
   // The step's gradients summed by `sum` (over the data-parallel replicas;
@@ -57,7 +55,6 @@ class Critic {
   void load_checkpoint(int64_t step);
   // The weights as a model folder, OUT_DIR/critic/model.
   void export_model();
-  std::string root() const { return cfg_.out_dir; }
 
  private:
   TrainConfig cfg_;  // the critic's own: its model, OUT_DIR/critic

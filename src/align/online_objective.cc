@@ -85,12 +85,8 @@ void OnlineObjective::prepare(Transformer& model, bool fresh) {
   NK_CHECK(rl_.loss.algorithm != RlAlgorithm::Ppo || model.config().value_head || critic_,
            "align.method=ppo: the policy has no value head and there is no critic");
   NK_CHECK(!critic_ || rl_.loss.algorithm == RlAlgorithm::Ppo, "a critic without ppo");
-  if (critic_ && ranks_.whole_policy)
-    fail(
-        "align.value_model: a critic of its own trains under data parallelism (ZeRO-1 and -2 "
-        "included) for now, not where the policy is in pieces (tensor, pipeline, context or "
-        "expert parallel, or FSDP); leave align.value_model unset for a value head on the "
-        "policy's trunk there");
+  NK_CHECK(!critic_ || !ranks_.whole_policy,
+           "a critic where the policy is in pieces (nekton align refuses the layout by key)");
   critic_pending_ = critic_ && !fresh;
   model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
   if (rl_.loss.kl_coef == 0) {
@@ -529,7 +525,7 @@ void OnlineObjective::rows_token_logps(Transformer& model, const std::vector<con
     model.blocks_forward(a, 0, model.config().n_layer);
     model.head_token_nll(a, tg, nll);
     if (values && critic_)
-      critic_->values(tt, v);
+      critic_->forward(tt, v);
     else if (values)
       model.value_forward(a, v);
     for (int64_t b = 0; b < B && first + size_t(b) < rows.size(); ++b) {

@@ -17,7 +17,6 @@
 #include "align/align_config.h"
 #include "apps/commands.h"
 #include "ckpt/hf_io.h"
-#include "ckpt/model_io.h"
 #include "core/allocator.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
@@ -163,9 +162,7 @@ nlohmann::json align_critic(const TrainConfig& cfg, const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(path))
     fail("align.value_model: '{}' is not a model folder (no config.json)", dir);
-  ModelConfig mc = is_hf_model_folder(dir)
-                       ? hf_model_info_from_json(read_text_file(path), path).config
-                       : model_config_from_json(read_text_file(path), path);
+  ModelConfig mc = any_model_folder_config(dir);
   mc.num_labels = 1;
   mc.value_head = false;
   const int64_t n = Transformer::layout_for(mc).count();

@@ -35,6 +35,12 @@ bool is_hf_model_folder(const std::string& dir) {
   return j.is_object() && j.contains("architectures") && !j.contains("arch");
 }
 
+ModelConfig any_model_folder_config(const std::string& dir) {
+  if (!is_hf_model_folder(dir)) return read_model_config(dir);
+  const std::string path = dir + "/config.json";
+  return hf_model_info_from_json(hf::read_text(path, "config"), path).config;
+}
+
 HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
                          const HfImportOptions& opt) {
   if (!is_weight_dtype(opt.storage))

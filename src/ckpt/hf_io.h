@@ -93,6 +93,9 @@ HfImportReport import_hf(const std::string& hf_dir, const std::string& out_dir,
 // Whether DIR/config.json is a Hugging Face config (it names `architectures`)
 // rather than a Nekton model's.
 bool is_hf_model_folder(const std::string& dir);
+// The ModelConfig of a model folder of either kind: a Nekton folder's
+// config.json, or a Hugging Face one's mapped as import maps it.
+ModelConfig any_model_folder_config(const std::string& dir);
 
 struct HfExportOptions {
   // Storage dtype; default: the source dtype recorded at import (so import +

@@ -183,15 +183,12 @@ TrainConfig train_config_from(const Config& c, bool needs_data) {
     const std::string cfg_path = t.init_from + "/config.json";
     if (!std::filesystem::exists(cfg_path))
       fail("train.init_from: '{}' is not a saved model folder (no config.json)", t.init_from);
-    if (is_hf_model_folder(t.init_from)) {
-      // A Hugging Face folder: its config mapped as import does; its
-      // tokenizer files are in the folder itself.
-      t.model = hf_model_info_from_json(read_text_file(cfg_path), cfg_path).config;
-      if (t.data.tokenizer.empty()) t.data.tokenizer = t.init_from;
-    } else {
-      t.model = model_config_from_json(read_text_file(cfg_path), cfg_path);
-      if (t.data.tokenizer.empty()) t.data.tokenizer = stored_tokenizer(t.init_from);
-    }
+    // A Hugging Face folder: its config mapped as import does; its
+    // tokenizer files are in the folder itself.
+    t.model = any_model_folder_config(t.init_from);
+    if (t.data.tokenizer.empty())
+      t.data.tokenizer =
+          is_hf_model_folder(t.init_from) ? t.init_from : stored_tokenizer(t.init_from);
     t.model.make_vocab_size_divisible_by = divisible_by;
     if (num_labels > 0) {
       t.model.num_labels = num_labels;

@@ -27,14 +27,8 @@ online_rl_data
 run rm "$NK" align "${ALIGN_ARGS[@]}" align.method=rm train.steps=4 train.val_every=0
 grep -q '"num_labels": 1' "$WORK/rm/model/config.json" || fail "the reward model has no score head"
 
-PPO=("${COMMON_ARGS[@]}" align.method=ppo "align.data_path=$WORK/prompts.jsonl"
-     align.max_prompt_length=12 align.max_tokens=8 align.num_generations=2 align.ppo_epochs=2
-     align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
-     align.reward_weights=0.5,1 "align.reward_command=/usr/bin/python3 $WORK/grader.py"
-     align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
-     train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2
-     train.eps=1e-6 align.whiten_rewards=true align.gamma=0.95 train.val_every=0
-     "align.value_model=$WORK/rm/model")
+PPO=("${ONLINE_ARGS[@]}" align.method=ppo align.num_generations=2 align.whiten_rewards=true
+     align.gamma=0.95 train.val_every=0 "align.value_model=$WORK/rm/model")
 run one "$NK" align "${PPO[@]}"
 grep -q "critic = .*a reward model's score head" "$WORK/one.log" || fail "no critic was loaded"
 grep -q '"loss/value"' "$WORK/one/metrics.jsonl" || fail "PPO logged no value loss"

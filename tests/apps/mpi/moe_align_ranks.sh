@@ -93,13 +93,8 @@ compare_norm one_lora ep2_lora || fail "LoRA DPO under expert parallelism differ
 # balancing losses alone move the weights, their rounding-level differences
 # scaled up by Adam).
 online_rl_data
-GRPO=("${COMMON_ARGS[@]/model.preset=llama-tiny/model.preset=mixtral-tiny}" "${MOE[@]}"
-      align.method=grpo "align.data_path=$WORK/prompts.jsonl" align.max_prompt_length=12
-      align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2 align.kl_coef=0.05
-      align.reference=copy align.reward_funcs=length,command align.reward_weights=0.5,1
-      "align.reward_command=/usr/bin/python3 $WORK/grader.py" align.reward_length.max_tokens=8
-      align.reward_length.cache_tokens=4 train.seq_len=20 train.lr=3e-3 train.steps=6
-      train.save_every=0 align.temperature=1.2 train.eps=1e-6)
+GRPO=("${ONLINE_ARGS[@]/model.preset=llama-tiny/model.preset=mixtral-tiny}" "${MOE[@]}"
+      align.method=grpo align.num_generations=4)
 run one_grpo "$NK" align "${GRPO[@]}"
 run ep2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.ep=2
 run ep2dp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2

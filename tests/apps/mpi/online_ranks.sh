@@ -28,13 +28,7 @@ NK=$2/bin/nekton
 source "$REPO/tests/apps/mpi/ranks_lib.sh"
 cleanup() { if [[ -n ${KEEP:-} ]]; then rm -rf "$KEEP"; cp -r "$WORK" "$KEEP"; fi; }
 online_rl_data
-ARGS=("${COMMON_ARGS[@]}" align.method=grpo "align.data_path=$WORK/prompts.jsonl"
-      align.max_prompt_length=12 align.max_tokens=8 align.num_generations=4 align.ppo_epochs=2
-      align.kl_coef=0.05 align.reference=copy align.reward_funcs=length,command
-      align.reward_weights=0.5,1 "align.reward_command=/usr/bin/python3 $WORK/grader.py"
-      align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
-      train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0 align.temperature=1.2
-      train.eps=1e-6)
+ARGS=("${ONLINE_ARGS[@]}" align.method=grpo align.num_generations=4)
 run one "$NK" align "${ARGS[@]}"
 run dp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}"
 run zero1 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=optimizer

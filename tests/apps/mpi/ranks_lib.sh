@@ -11,6 +11,9 @@
 #               and KTO examples ($WORK/kto.jsonl, for align.data_path=)
 #   MPI         mpirun --oversubscribe -np (then the count)
 #   online_rl_data  writes $WORK/prompts.jsonl and $WORK/grader.py (online RL)
+#   ONLINE_ARGS the tiny model's online RL over them (rounds of two steps, a
+#               copy reference, the length and command rewards), method and
+#               generations left to the script
 #   run OUT CMD...             CMD with train.out_dir=$WORK/OUT, its log in
 #                              $WORK/OUT.log; fails the test if CMD fails
 #   compare REF RUN...         compare_runs.py: every RUN equals REF within 1e-5
@@ -73,6 +76,13 @@ with open(sys.argv[1] + "/grader.py", "w") as f:
             "    print(len(set(c)) / 10.0)\n")
 PY
 }
+ONLINE_ARGS=("${COMMON_ARGS[@]}" "align.data_path=$WORK/prompts.jsonl" align.max_prompt_length=12
+             align.max_tokens=8 align.ppo_epochs=2 align.kl_coef=0.05 align.reference=copy
+             align.reward_funcs=length,command align.reward_weights=0.5,1
+             "align.reward_command=/usr/bin/python3 $WORK/grader.py"
+             align.reward_length.max_tokens=8 align.reward_length.cache_tokens=4
+             train.seq_len=20 train.lr=3e-3 train.steps=6 train.save_every=0
+             align.temperature=1.2 train.eps=1e-6)
 
 run() {
   local out=$1
