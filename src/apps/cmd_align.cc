@@ -134,23 +134,7 @@ int cmd_align(const CommandArgs& a) {
   if (cfg.peft.method == "p_tuning")
     fail("peft.method: p_tuning does not align yet (its virtual tokens have no 'off' switch)");
   const bool regression = !ac.attributes.empty();
-  if (ac.online()) {
-    // A model in pieces (or context parallel) generates with its live
-    // weights gathered whole on every rank: a QLoRA base (NF4, quantised per
-    // shard) has no whole form there.
-    const bool pieces = m.tp * m.pp * m.cp * m.ep > 1 || cfg.ddp.shard == parallel::Shard::Full;
-    if (pieces && cfg.frozen_weights == FrozenWeights::Nf4)
-      fail(
-          "peft.method: align.method={} with a QLoRA (NF4) base: under parallel.{} each round "
-          "gathers the policy whole on every rank, which an NF4 base cannot be yet (data "
-          "parallel and ZeRO-1 only)",
-          ac.method,
-          m.tp > 1   ? "tp"
-          : m.pp > 1 ? "pp"
-          : m.cp > 1 ? "cp"
-          : m.ep > 1 ? "ep"
-                     : "shard=full");
-  } else if (!regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
+  if (!ac.online() && !regression && (cfg.micro_batch % 2 || cfg.global_batch % 2))
     fail(
         "train.micro_batch: {} and train.global_batch: {} count rows, two per pair (KTO: per "
         "example), so both must be even",

@@ -138,10 +138,12 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // pipeline stages (`staged`), cannot hold yet: nk::Error naming the key. Its
 // adapters are split as their layers are (model/peft.cc), a frozen base held
 // as masters or in the compute dtype; not a block-quantised model
-// (inference), a p-tuning prompt, nor under tensor parallelism QLoRA's NF4
-// base, bottleneck adapters, adapters on latent-attention models or on MoE
-// models whose experts are split over 1 < etp < tp ranks (etp: the experts'
-// split, TensorParallel::expert_size(); 0: tp).
+// (inference), nor under tensor parallelism bottleneck adapters on
+// column-parallel layers or on MoE models, adapters on latent-attention
+// models or on MoE models whose experts are split over 1 < etp < tp ranks
+// (etp: the experts' split, TensorParallel::expert_size(); 0: tp). (A QLoRA
+// base whose shares are not whole NF4 blocks is refused by the Transformer:
+// Transformer::nf4_shard_pieces.)
 void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen,
                         int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
@@ -278,6 +280,13 @@ class Transformer {
   // Sets p to `src` (f32, p's shape): its master and compute copy, its
   // compute copy alone, or its NF4 or block quantisation.
   void set_param(const ParamInfo& p, const Tensor& src);
+  // Sets p (this rank's) from the whole tensor `whole` (any float dtype, host,
+  // the global layout's shape): this rank's shard of it, or under tensor
+  // parallelism for an NF4 parameter (QLoRA) the whole tensor quantised as
+  // one process quantises it and this rank's blocks cut from it, so every
+  // rank holds one process's values (set_param would quantise the shard on
+  // its own, with its own absmaxes). Before set_expert_parallel.
+  void set_param_from_whole(const ParamInfo& p, const Tensor& whole);
   // The storage of a block-quantised parameter, one QuantWeight per QuantRun
   // (a loader copies a file's blocks into their data). nk::Error if `name`
   // is not one.
@@ -514,6 +523,12 @@ class Transformer {
   nn::ContextParallel cp_;
   bool experts_split_ = false;
   void split_experts();  // see set_expert_parallel
+  // Under tensor parallelism, an NF4 parameter p's shard (this rank's) as
+  // the pieces of the whole tensor's values it holds, one list per NF4 run
+  // (nf4_runs), each in its own run's values: nk::Error naming p when a
+  // piece is not whole NF4 blocks (a row-parallel weight's columns per rank
+  // not a multiple of ops::kNf4Block).
+  std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ParamInfo& p) const;
   PipelineStage stage_;
   ParamLayout global_layout_, layout_, unsplit_layout_;
   Tensor params_, grads_, compute_params_;

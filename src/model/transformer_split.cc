@@ -68,12 +68,6 @@ void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenW
   if (frozen == FrozenWeights::Quantized)
     fail("{}: a block-quantised model runs inference on one process only", where);
   if (tp <= 1) return;
-  if (frozen == FrozenWeights::Nf4)
-    fail(
-        "{}: peft.method=qlora under tensor parallelism is not supported yet: each rank would "
-        "quantise its shard of every weight with its own NF4 double-quantisation constants, not "
-        "the whole tensor's (use parallel.pp, data or context parallelism)",
-        where);
   // A bottleneck adapter follows a row-parallel layer's summed output
   // (NeMo's linear_proj and linear_fc2, the defaults); a column-parallel
   // layer's output is split over the ranks, and its LayerNorm spans it.

@@ -150,8 +150,15 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       continue;
     }
     // All-zero storage reads back as zeros (scale and offset 0) until set.
+    // A tensor-parallel shard is cut from the whole tensor's NF4 blocks
+    // (set_param_from_whole), its absmax scales as that needs.
+    const std::vector<std::vector<ops::Nf4Piece>> pieces =
+        tp_.active() ? nf4_shard_pieces(p) : std::vector<std::vector<ops::Nf4Piece>>();
     for (const Shape& shape : nf4_runs(cfg_, p)) {
-      ops::Nf4Weight q = ops::Nf4Weight::empty(shape, device_);
+      const size_t k = nf4_[p.name].size();
+      ops::Nf4Weight q = ops::Nf4Weight::empty(
+          shape, device_,
+          pieces.empty() ? ops::kNf4ScaleBlock : ops::nf4_shard_scale_block(pieces[k]));
       for (Tensor* t : {&q.codes, &q.absmax_codes, &q.absmax_scale, &q.absmax_offset})
         *t = Tensor::zeros(t->shape(), t->dtype(), device_);
       nf4_[p.name].push_back(q);
@@ -172,6 +179,10 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : whole_value) v = float(rng.normal() * g.init_std);
     if (g.init == Init::Uniform)
       for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
+    if (tp_.active() && p.quantized) {  // (NF4: cut from the whole tensor's blocks)
+      set_param_from_whole(p, Tensor::from_blob(whole_value.data(), g.shape, DType::F32));
+      continue;
+    }
     if (tp_.active()) {
       host.resize(size_t(p.numel()));
       extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), whole_value.data(),
@@ -313,6 +324,102 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
   if (compute_params_.raw() != params_.raw() || !has_master(p))
     ops::convert(ParamLayout::view(compute_params_, p),
                  has_master(p) ? ParamLayout::view(params_, p) : src);
+}
+
+void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) {
+  NK_CHECK(!experts_split_, "set_param_from_whole: '{}' after the experts' split", p.name);
+  const ParamInfo& g = global_layout_.find(p.name);
+  check_shape(whole, g.shape, p.name.c_str());
+  NK_CHECK(whole.device() == kHost && whole.is_contiguous(), "set_param_from_whole: '{}' from {}",
+           p.name, whole.desc());
+  if (!tp_.active()) return set_param(p, whole);
+  Tensor f = whole;
+  if (whole.dtype() != DType::F32) {
+    f = Tensor::empty(g.shape, DType::F32);
+    ops::convert(f, whole);
+  }
+  if (auto it = nf4_.find(p.name); it != nf4_.end()) {
+    const std::vector<std::vector<ops::Nf4Piece>> pieces = nf4_shard_pieces(p);
+    int64_t row = 0;
+    for (size_t k = 0; const Shape& shape : nf4_runs(cfg_, g)) {
+      ops::Nf4Weight q = ops::Nf4Weight::empty(shape);
+      ops::nf4_quantize(q, f.narrow0(row, shape[0]));
+      ops::nf4_take_shard(it->second[k], q, pieces[k]);
+      row += shape[0];
+      ++k;
+    }
+    return;
+  }
+  Tensor shard = Tensor::empty(p.shape, DType::F32);
+  extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), f.data<float>(),
+                shard.data<float>());
+  set_param(p, device_ == kHost ? shard : ops::to_device(shard, device_));
+}
+
+std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const ParamInfo& p) const {
+  const ParamInfo& held = global_layout_.find(p.name);  // (its runs: nf4_runs)
+  const ParamInfo g = tensor_split(held);
+  NK_CHECK(g.shape.size() == 2 && p.shape.size() == 2, "nf4_shard_pieces: '{}' of shape {}", p.name,
+           shape_str(g.shape));
+  const int64_t cols = g.shape[1];
+  std::vector<SliceRange> ranges = shard_ranges(g, tp_.rank(), tp_.size());
+  std::sort(ranges.begin(), ranges.end(),
+            [](const SliceRange& a, const SliceRange& b) { return a.local_start < b.local_start; });
+  // The shard's values in order, as pieces of the whole's flattened values.
+  std::vector<ops::Nf4Piece> flat;
+  auto add = [&](int64_t start, int64_t len) {
+    ops::Nf4Piece* last = flat.empty() ? nullptr : &flat.back();
+    if (last && last->start >= 0 && start == last->start + last->len)
+      last->len += len;
+    else
+      flat.push_back({start, len});
+  };
+  if (ranges.empty() || ranges[0].dim == 0) {
+    int64_t rows = 0;
+    for (const SliceRange& r : ranges) {
+      add(r.start * cols, r.len * cols);
+      rows += r.len;
+    }
+    if (rows < p.shape[0]) add(-1, (p.shape[0] - rows) * cols);  // vocabulary padding
+  } else {
+    for (int64_t i = 0; i < g.shape[0]; ++i)
+      for (const SliceRange& r : ranges) add(i * cols + r.start, r.len);
+  }
+  // Cut into the runs (a MoE layer's experts), each piece in its run's values.
+  const std::vector<Shape> whole = nf4_runs(cfg_, held), mine = nf4_runs(cfg_, p);
+  NK_CHECK(whole.size() == mine.size(), "nf4_shard_pieces: '{}' in {} runs, its shard in {}",
+           p.name, whole.size(), mine.size());
+  const int64_t run_values = shape_numel(whole[0]);
+  std::vector<std::vector<ops::Nf4Piece>> out(mine.size());
+  size_t k = 0;
+  int64_t room = shape_numel(mine[0]);
+  for (ops::Nf4Piece piece : flat) {
+    while (piece.len > 0) {
+      NK_CHECK(k < mine.size(), "nf4_shard_pieces: '{}' holds more than its shard", p.name);
+      const int64_t take = std::min(piece.len, room), base = int64_t(k) * run_values;
+      NK_CHECK(piece.start < 0 || (piece.start >= base && piece.start + take <= base + run_values),
+               "nf4_shard_pieces: '{}' has a piece across NF4 runs", p.name);
+      out[k].push_back({piece.start < 0 ? -1 : piece.start - base, take});
+      piece.len -= take;
+      if (piece.start >= 0) piece.start += take;
+      room -= take;
+      if (room == 0 && ++k < mine.size()) room = shape_numel(mine[k]);
+    }
+  }
+  for (size_t r = 0; r < out.size(); ++r) {
+    const int64_t bad = ops::nf4_pieces_misaligned(out[r]);
+    if (bad < 0) continue;
+    const ops::Nf4Piece& piece = out[r][size_t(bad)];
+    fail(
+        "peft.method=qlora under parallel.tp = {}: '{}' {}{}: rank {} holds {} of its values from "
+        "flat index {}, not whole NF4 blocks of {} (each rank's share is cut from the whole "
+        "tensor's blocks, so a row-parallel weight needs a multiple of {} columns per rank: {} "
+        "columns over {} ranks here; see model.d_model, model.d_ff)",
+        tp_.size(), p.name, shape_str(g.shape),
+        out.size() > 1 ? fmt::format(" (expert {})", r) : "", tp_.rank(), piece.len, piece.start,
+        ops::kNf4Block, ops::kNf4Block, cols, tp_.size());
+  }
+  return out;
 }
 
 Tensor Transformer::prompt_f32() const {
@@ -703,7 +810,9 @@ void Transformer::bind_views() {
                                         : std::clamp<int64_t>(cfg_.vocab_size - embed_.vocab_start,
                                                               0, cfg_.padded_vocab_size(t) / t);
   if (stage_.head && tp_.active() && head_scored_rows_ < cfg_.padded_vocab_size(t) / t) {
-    head_.w = head_.w.narrow0(0, head_scored_rows_);
+    if (head_.w.defined()) head_.w = head_.w.narrow0(0, head_scored_rows_);
+    if (head_.wq.defined() && head_scored_rows_ > 0)  // (none: the head is not run)
+      head_.wq = head_.wq.first_rows(head_scored_rows_);
     if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_scored_rows_);
   }
   loss_.tp = tp_;

@@ -28,10 +28,12 @@ struct Embedding {
   void forward(Tensor out, const Tensor& tokens, const Tensor& positions = Tensor(),
                const Tensor& full = Tensor()) const {
     if (tp.active()) {
-      NK_CHECK(!wte_q.defined() && !wte_quant.defined(),
-               "Embedding: a quantised table under tensor parallelism");
-      ops::embedding_forward(tp.exit_buffer(out, full), tokens, wte,
-                             tp.rank() == 0 ? wpe : Tensor(), positions, vocab_start);
+      NK_CHECK(!wte_quant.defined(), "Embedding: a block-quantised table under tensor parallelism");
+      const Tensor local = tp.exit_buffer(out, full), pos = tp.rank() == 0 ? wpe : Tensor();
+      if (wte_q.defined())  // QLoRA: this rank's rows of the NF4 table
+        ops::nf4_embedding_forward(local, tokens, wte_q, pos, positions, vocab_start);
+      else
+        ops::embedding_forward(local, tokens, wte, pos, positions, vocab_start);
       tp.exit(out, full);
     } else if (wte_q.defined()) {
       ops::nf4_embedding_forward(out, tokens, wte_q, wpe, positions);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "ops/dispatch.h"
@@ -79,6 +80,8 @@ Device check_nf4(const char* op, const Nf4Weight& q, const char* name) {
   NK_CHECK(q.defined(), "{}: {} is an undefined NF4 weight", op, name);
   const int64_t n = q.numel(), blocks = ceil_div(n, kNf4Block);
   NK_CHECK(n > 0, "{}: {} has shape {}", op, name, shape_str(q.shape));
+  NK_CHECK(q.scale_block >= 1 && q.scale_block <= kNf4ScaleBlock,
+           "{}: {} has a scale block of {} blocks", op, name, q.scale_block);
   const Device dev = device_of(op, {{&q.codes, "codes"},
                                     {&q.absmax_codes, "absmax_codes"},
                                     {&q.absmax_scale, "absmax_scale"},
@@ -90,7 +93,7 @@ Device check_nf4(const char* op, const Nf4Weight& q, const char* name) {
     const char* part;
   } parts[] = {{q.codes, DType::U8, ceil_div(n, 2), "codes"},
                {q.absmax_codes, DType::U8, blocks, "absmax_codes"},
-               {q.absmax_scale, DType::F32, ceil_div(blocks, kNf4ScaleBlock), "absmax_scale"},
+               {q.absmax_scale, DType::F32, ceil_div(blocks, q.scale_block), "absmax_scale"},
                {q.absmax_offset, DType::F32, 1, "absmax_offset"}};
   for (const auto& p : parts)
     NK_CHECK(p.t.dtype() == p.dtype && p.t.ndim() == 1 && p.t.numel() == p.numel,
@@ -111,16 +114,31 @@ const float* nf4_dynamic_levels() {
   return levels.data();
 }
 
-Nf4Weight Nf4Weight::empty(const Shape& shape, Device device) {
+Nf4Weight Nf4Weight::empty(const Shape& shape, Device device, int64_t scale_block) {
   for (int64_t d : shape)
     NK_CHECK(d > 0, "Nf4Weight::empty: shape {} has an empty dimension", shape_str(shape));
+  NK_CHECK(scale_block >= 1 && scale_block <= kNf4ScaleBlock,
+           "Nf4Weight::empty: a scale block of {} blocks", scale_block);
   Nf4Weight q;
   q.shape = shape;
+  q.scale_block = scale_block;
   const int64_t n = shape_numel(shape), blocks = ceil_div(n, kNf4Block);
   q.codes = Tensor::empty({ceil_div(n, 2)}, DType::U8, device);
   q.absmax_codes = Tensor::empty({blocks}, DType::U8, device);
-  q.absmax_scale = Tensor::empty({ceil_div(blocks, kNf4ScaleBlock)}, DType::F32, device);
+  q.absmax_scale = Tensor::empty({ceil_div(blocks, scale_block)}, DType::F32, device);
   q.absmax_offset = Tensor::empty({1}, DType::F32, device);
+  return q;
+}
+
+Nf4Weight Nf4Weight::first_rows(int64_t rows) const {
+  NK_CHECK(shape.size() == 2 && rows > 0 && rows <= shape[0],
+           "Nf4Weight::first_rows: {} rows of a weight of shape {}", rows, shape_str(shape));
+  Nf4Weight q = *this;
+  q.shape = {rows, shape[1]};
+  const int64_t n = q.numel(), blocks = ceil_div(n, kNf4Block);
+  q.codes = codes.narrow0(0, ceil_div(n, 2));  // (an odd count's last low nibble is not read)
+  q.absmax_codes = absmax_codes.narrow0(0, blocks);
+  q.absmax_scale = absmax_scale.narrow0(0, ceil_div(blocks, scale_block));
   return q;
 }
 
@@ -131,6 +149,8 @@ size_t Nf4Weight::nbytes() const {
 void nf4_quantize(Nf4Weight& q, const Tensor& w) {
   const char* op = "nf4_quantize";
   const Device dev = check_nf4(op, q, "q");
+  NK_CHECK(q.scale_block == kNf4ScaleBlock, "{}: q has a shard's scale block of {} blocks", op,
+           q.scale_block);
   NK_CHECK(w.defined() && w.shape() == q.shape, "{}: w is {} but q was made for shape {}", op,
            w.defined() ? w.desc() : "undefined", shape_str(q.shape));
   check_dtype(w, DType::F32, "nf4_quantize w");
@@ -148,6 +168,101 @@ void nf4_dequantize(Tensor out, const Nf4Weight& q, int64_t start) {
            q.numel());
   if (out.numel() == 0) return;
   pick_kernel(op, dev, cpu_kernels().nf4_dequantize)(out, q, start);
+}
+
+int64_t nf4_pieces_misaligned(const std::vector<Nf4Piece>& pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Nf4Piece& p = pieces[i];
+    if ((p.start >= 0 && p.start % kNf4Block) || (i + 1 < pieces.size() && p.len % kNf4Block))
+      return int64_t(i);
+  }
+  return -1;
+}
+
+namespace {
+
+// The whole weight's block behind each of the shard's blocks (-1: zeros).
+std::vector<int64_t> shard_blocks(const std::vector<Nf4Piece>& pieces) {
+  NK_CHECK(nf4_pieces_misaligned(pieces) < 0, "nf4 shard: piece {} is not whole blocks",
+           nf4_pieces_misaligned(pieces));
+  std::vector<int64_t> out;
+  for (const Nf4Piece& p : pieces) {
+    NK_CHECK(p.len > 0, "nf4 shard: a piece of {} values", p.len);
+    for (int64_t j = 0; j < ceil_div(p.len, kNf4Block); ++j)
+      out.push_back(p.start < 0 ? -1 : p.start / kNf4Block + j);
+  }
+  return out;
+}
+
+// The whole weight's scale block of each of the shard's scale blocks of
+// `size` blocks (-1: zeros only), or nothing if one draws from two.
+std::vector<int64_t> scale_sources(const std::vector<int64_t>& blocks, int64_t size) {
+  std::vector<int64_t> out;
+  for (size_t s = 0; s < blocks.size(); s += size_t(size)) {
+    int64_t src = -1;
+    for (size_t j = s; j < std::min(blocks.size(), s + size_t(size)); ++j) {
+      if (blocks[j] < 0) continue;
+      const int64_t g = blocks[j] / kNf4ScaleBlock;
+      if (src >= 0 && g != src) return {};
+      src = g;
+    }
+    out.push_back(src);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t nf4_shard_scale_block(const std::vector<Nf4Piece>& pieces) {
+  const std::vector<int64_t> blocks = shard_blocks(pieces);
+  int64_t size = kNf4ScaleBlock;
+  while (size > 1 && scale_sources(blocks, size).empty()) size /= 2;
+  return size;
+}
+
+void nf4_take_shard(Nf4Weight& shard, const Nf4Weight& whole, const std::vector<Nf4Piece>& pieces) {
+  const char* op = "nf4_take_shard";
+  NK_CHECK(check_nf4(op, whole, "whole") == kHost && check_nf4(op, shard, "shard") == kHost,
+           "{}: NF4 weights on the host only", op);
+  NK_CHECK(whole.scale_block == kNf4ScaleBlock, "{}: whole is itself a shard", op);
+  const std::vector<int64_t> blocks = shard_blocks(pieces);
+  const std::vector<int64_t> scales = scale_sources(blocks, shard.scale_block);
+  int64_t values = 0;
+  for (const Nf4Piece& p : pieces) {
+    NK_CHECK(p.start < 0 || p.start + p.len <= whole.numel(),
+             "{}: piece [{}, {}) outside the whole weight's {} values", op, p.start,
+             p.start + p.len, whole.numel());
+    values += p.len;
+  }
+  NK_CHECK(values == shard.numel() && !scales.empty(),
+           "{}: pieces of {} values for a shard of {} values, scale block {}", op, values,
+           shard.numel(), shard.scale_block);
+  // Codes: whole bytes (a piece starts on a block, so on a byte); 7 is 0.0.
+  constexpr uint8_t kZeroPair = 7 << 4 | 7;
+  const uint8_t* src = whole.codes.data<uint8_t>();
+  uint8_t* dst = shard.codes.data<uint8_t>();
+  int64_t at = 0;
+  for (const Nf4Piece& p : pieces) {
+    const size_t bytes = size_t(ceil_div(p.len, 2));
+    if (p.start < 0)
+      std::memset(dst + at / 2, kZeroPair, bytes);
+    else
+      std::memcpy(dst + at / 2, src + p.start / 2, bytes);
+    at += p.len;
+  }
+  if (at & 1) dst[at / 2] &= 0xF0;  // an odd count's pad nibble is 0
+  // Absmax codes (a zero block's: the dynamic level 0.0, so its absmax is
+  // the offset and its values +0.0) and the scales.
+  const float* dyn = nf4_dynamic_levels();
+  const uint8_t dyn_zero = uint8_t(std::find(dyn, dyn + 256, 0.f) - dyn);
+  const uint8_t* acodes = whole.absmax_codes.data<uint8_t>();
+  uint8_t* out_codes = shard.absmax_codes.data<uint8_t>();
+  for (size_t b = 0; b < blocks.size(); ++b)
+    out_codes[b] = blocks[b] < 0 ? dyn_zero : acodes[blocks[b]];
+  const float* scale = whole.absmax_scale.data<float>();
+  for (size_t s = 0; s < scales.size(); ++s)
+    shard.absmax_scale.data<float>()[s] = scales[s] < 0 ? 0.f : scale[scales[s]];
+  shard.absmax_offset.data<float>()[0] = whole.absmax_offset.data<float>()[0];
 }
 
 void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Tensor& b) {
@@ -185,7 +300,7 @@ void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) 
 }
 
 void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
-                           const Tensor& wpe, const Tensor& positions) {
+                           const Tensor& wpe, const Tensor& positions, int64_t vocab_start) {
   const char* op = "nf4_embedding_forward";
   const Device dev = check_nf4(op, wte, "wte");
   NK_CHECK(wte.shape.size() == 2, "{}: wte has shape {}, expected [V, C]", op,
@@ -211,7 +326,8 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
     check_dtype(wpe, out.dtype(), "wpe");
   }
   if (out.numel() == 0) return;
-  pick_kernel(op, dev, cpu_kernels().nf4_embedding_forward)(out, tokens, wte, wpe, positions);
+  pick_kernel(op, dev, cpu_kernels().nf4_embedding_forward)(out, tokens, wte, wpe, positions,
+                                                            vocab_start);
 }
 
 }  // namespace nk::ops

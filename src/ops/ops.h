@@ -19,6 +19,7 @@
 //    tests).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -127,18 +128,52 @@ struct Nf4Weight {
   Shape shape;           // the dense weight's shape
   Tensor codes;          // u8 [ceil(numel / 2)]
   Tensor absmax_codes;   // u8 [blocks], blocks = ceil(numel / kNf4Block)
-  Tensor absmax_scale;   // f32 [ceil(blocks / kNf4ScaleBlock)]
+  Tensor absmax_scale;   // f32 [ceil(blocks / scale_block)]
   Tensor absmax_offset;  // f32 [1]
+  // Blocks per absmax_scale entry: kNf4ScaleBlock as nf4_quantize writes a
+  // weight; fewer in a shard cut from a whole one (nf4_take_shard).
+  int64_t scale_block = kNf4ScaleBlock;
   // Uninitialised storage for a weight of `shape` (numel > 0).
-  static Nf4Weight empty(const Shape& shape, Device device = kHost);
+  static Nf4Weight empty(const Shape& shape, Device device = kHost,
+                         int64_t scale_block = kNf4ScaleBlock);
   bool defined() const { return codes.defined(); }
   int64_t numel() const { return shape_numel(shape); }
   size_t nbytes() const;  // all four tensors
+  // The first `rows` rows (0 < rows <= shape[0]) of a 2-d weight: views of
+  // its storage that read back as those rows of it do (a vocabulary shard's
+  // real rows before its padding).
+  Nf4Weight first_rows(int64_t rows) const;
 };
 
-// q (allocated for w's shape) <- NF4 of w (f32, contiguous). Deterministic.
-// A NaN or infinity in w is an nk::Error naming its index; q is left as it was.
+// q (allocated for w's shape, scale_block kNf4ScaleBlock) <- NF4 of w (f32,
+// contiguous). Deterministic. A NaN or infinity in w is an nk::Error naming
+// its index; q is left as it was.
 void nf4_quantize(Nf4Weight& q, const Tensor& w);
+// A shard of an NF4 weight (a tensor-parallel rank's share of a whole one
+// quantised as one process does, so that every rank reads the values one
+// process holds) as the whole weight's flattened values it holds, in
+// order: `len` values from `start`, or (start < 0) `len` zeros (the rows of
+// vocabulary padding). Each piece must be whole blocks of the whole weight:
+// `start` a multiple of kNf4Block, and every piece but the last `len` one
+// too (nf4_pieces_misaligned names the first that is not).
+struct Nf4Piece {
+  int64_t start = 0, len = 0;
+};
+// The index of the first piece that is not whole blocks; -1 if none.
+int64_t nf4_pieces_misaligned(const std::vector<Nf4Piece>& pieces);
+// The scale_block of a shard cut as `pieces`: the largest power of two up to
+// kNf4ScaleBlock for which each of the shard's scale blocks draws its blocks
+// from one scale block of the whole weight (so the whole's scales serve it
+// unchanged): kNf4ScaleBlock for a run of whole rows starting on one,
+// kNf4ScaleBlock / n for every row's n-th share of columns (rows of up to
+// kNf4ScaleBlock blocks), 1 at worst.
+int64_t nf4_shard_scale_block(const std::vector<Nf4Piece>& pieces);
+// shard (host, of pieces' total values, Nf4Weight::empty with
+// nf4_shard_scale_block(pieces)) <- the blocks of `whole` (host, as
+// nf4_quantize writes it) that pieces name, their absmax codes, scales and
+// offset; zero pieces code 0.0. Every value of the shard reads back (in
+// nf4_dequantize and the ops below) bit for bit as the whole's value does.
+void nf4_take_shard(Nf4Weight& shard, const Nf4Weight& whole, const std::vector<Nf4Piece>& pieces);
 // out (f32 or bf16, contiguous, any shape) <- the values [start, start +
 // out.numel()) of q's flattened weight, each read back in f32 then rounded
 // to out's dtype.
@@ -153,9 +188,12 @@ void nf4_linear_forward(Tensor y, const Tensor& x, const Nf4Weight& w, const Ten
 // weight: there is no dw.
 void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w);
 // embedding_forward with wte stored as NF4 (rows dequantised as they are
-// gathered); wpe dense or undefined. A frozen table: no backward.
+// gathered); wpe dense or undefined. With vocab_start >= 0, wte is a shard of
+// the table (ids [vocab_start, vocab_start + rows)) and other ids read
+// zeros (plus wpe), as embedding_forward. A frozen table: no backward.
 void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
-                           const Tensor& wpe, const Tensor& positions = Tensor());
+                           const Tensor& wpe, const Tensor& positions = Tensor(),
+                           int64_t vocab_start = -1);
 
 // ---- activations ----
 // GELU, tanh approximation: 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). x,y T[N,F].

@@ -159,6 +159,14 @@ std::unique_ptr<Transformer> Trainer::whole_policy(std::unique_ptr<Transformer> 
   // so a copy made before takes the trainable parameters alone (they lead
   // the f32 arena, in the whole layout as in this rank's).
   const ParamLayout &mine = model_->layout(), &all = model_->global_layout();
+  // QLoRA: an NF4 base in pieces has no whole form to gather, but it is
+  // train.init_from's, quantised whole as one process quantises it (each
+  // rank's share cut from those blocks): read it whole once, the trainable
+  // parameters gathered into it like any copy's.
+  if (!previous && model_->frozen_weights() == FrozenWeights::Nf4) {
+    previous = load_run_model(cfg_, cfg_.init_from, "train.init_from");
+    previous->set_logit_temperature(model_->logit_temperature());
+  }
   if (previous && all.trainable_end() < all.total()) {
     const Tensor trainable = parallel::gather_model(
         *model_, replica_weights().narrow0(0, mine.trainable_end()), par_.group("pp"));

@@ -355,6 +355,137 @@ TEST(Nf4, EmbeddingBadIdsGiveTheDenseOpsErrors) {
   EXPECT_TRUE(contains(msg, "position id 4 at (batch 1, t 1)")) << msg;
 }
 
+// ---- a tensor-parallel rank's shard cut from the whole weight ----
+
+// The shard of `whole` (f32 [R, C]) that `pieces` name, cut from its NF4,
+// reads back bit for bit as the whole's dequantised values do (zeros for
+// padding), in f32 and bf16; its scale block is `scale_block`.
+void check_shard(const Tensor& whole, const std::vector<ops::Nf4Piece>& pieces, int64_t scale_block,
+                 const Shape& shard_shape) {
+  const ops::Nf4Weight q = quantized(whole);
+  const std::vector<double> all = values(dequantized(q, DType::F32));
+  ASSERT_EQ(ops::nf4_shard_scale_block(pieces), scale_block);
+  ops::Nf4Weight shard = ops::Nf4Weight::empty(shard_shape, kHost, scale_block);
+  ops::nf4_take_shard(shard, q, pieces);
+  std::vector<double> want;
+  for (const ops::Nf4Piece& p : pieces)
+    for (int64_t i = 0; i < p.len; ++i)
+      want.push_back(p.start < 0 ? 0.0 : all[size_t(p.start + i)]);
+  const Tensor got = dequantized(shard, DType::F32);
+  EXPECT_EQ(values(got), want);
+  size_t negative_zeros = 0;
+  for (double v : values(got)) negative_zeros += v == 0 && std::signbit(v);
+  size_t whole_negative_zeros = 0;  // (NF4 codes no -0.0: a level 0 times a positive absmax)
+  for (double v : all) whole_negative_zeros += v == 0 && std::signbit(v);
+  EXPECT_EQ(negative_zeros, 0u);
+  EXPECT_EQ(whole_negative_zeros, 0u);
+  std::vector<double> want_bf16;
+  for (double v : want) want_bf16.push_back(double(bf16_to_f32(f32_to_bf16(float(v)))));
+  EXPECT_EQ(values(dequantized(shard, DType::BF16)), want_bf16);
+  // Any range of it, as nf4_dequantize reads one.
+  Tensor part = Tensor::empty({std::min<int64_t>(100, shard.numel() - 3)}, DType::F32);
+  ops::nf4_dequantize(part, shard, 3);
+  EXPECT_EQ(values(part), std::vector<double>(want.begin() + 3, want.begin() + 3 + part.numel()));
+}
+
+// Row shares (column-parallel), column shares (row-parallel), vocabulary
+// padding, and pieces ending in a short block: each scale block of the
+// shard draws from one of the whole's, so the whole's scales serve.
+TEST(Nf4Shard, CutFromTheWholeReadsItsValuesBitForBit) {
+  // [300, 128]: 600 blocks, 3 scale blocks of the whole (the last short).
+  const Tensor w = make({300, 128}, DType::F32, randn(300 * 128, 21, 0.02));
+  const int64_t C = 128;
+  // Rows [0, 150): blocks 0..299, whole scale blocks from the start: 256.
+  check_shard(w, {{0, 150 * C}}, 256, {150, C});
+  // Rows [150, 300): blocks 300..599, the whole's scale blocks change at
+  // shard block 212 = 4 x 53: 4.
+  check_shard(w, {{150 * C, 150 * C}}, 4, {150, C});
+  // Rows [100, 200) of three: block 200..399, the change at 56: 8.
+  check_shard(w, {{100 * C, 100 * C}}, 8, {100, C});
+  // Columns: each row's half of [256, 256] (4 blocks a row, 64 rows a whole
+  // scale block: 128 of the shard's blocks each): 128; quarters: 64.
+  const Tensor v = make({256, 256}, DType::F32, randn(256 * 256, 22, 0.05));
+  for (int64_t ways : {2, 4})
+    for (int64_t r = 0; r < ways; ++r) {
+      SCOPED_TRACE(::testing::Message() << "columns " << r << " of " << ways);
+      std::vector<ops::Nf4Piece> pieces;
+      for (int64_t i = 0; i < 256; ++i) pieces.push_back({i * 256 + r * 256 / ways, 256 / ways});
+      check_shard(v, pieces, 256 / ways, {256, 256 / ways});
+    }
+  // Vocabulary padding: the last 10 real rows of [50, 64], then 22 of zeros.
+  const Tensor e = make({50, 64}, DType::F32, randn(50 * 64, 23));
+  check_shard(e, {{40 * 64, 10 * 64}, {-1, 22 * 64}}, 256, {32, 64});
+  // A piece ending in the whole's short last block, and one ending mid-block.
+  const Tensor f = make({1000}, DType::F32, randn(1000, 24));
+  check_shard(f, {{640, 360}}, 256, {360});
+  check_shard(f, {{0, 64}, {128, 37}}, 256, {101});
+}
+
+// The fused product and the embedding on a shard: the dense ops on its
+// dequantised values (a column shard's scale block is below the whole's).
+TEST(Nf4Shard, ProductsAndEmbeddingReadTheShard) {
+  const int64_t out = 96, in = 256;
+  const Tensor w = make({out, in}, DType::F32, randn(size_t(out * in), 31, 0.05));
+  std::vector<ops::Nf4Piece> pieces;
+  for (int64_t i = 0; i < out; ++i) pieces.push_back({i * in + in / 2, in / 2});
+  ops::Nf4Weight shard =
+      ops::Nf4Weight::empty({out, in / 2}, kHost, ops::nf4_shard_scale_block(pieces));
+  ASSERT_EQ(shard.scale_block, 128);
+  ops::nf4_take_shard(shard, quantized(w), pieces);
+  const Tensor dense = dequantized(shard, DType::F32);
+  const Tensor x = make({5, in / 2}, DType::F32, randn(size_t(5 * in / 2), 32));
+  Tensor y = Tensor::empty({5, out}, DType::F32), y_ref = Tensor::empty({5, out}, DType::F32);
+  ops::nf4_linear_forward(y, x, shard, Tensor());
+  ops::linear_forward(y_ref, x, dense, Tensor());
+  expect_close(values(y), values(y_ref), {1e-5, 0}, "y");
+  // Rows [30, 60) of a [60, 64] table as a vocabulary shard: ids of the
+  // whole vocabulary, the others' reading zeros (plus positions).
+  const int64_t V = 60, C = 64, v0 = 30;
+  const Tensor table = make({V, C}, DType::F32, randn(size_t(V * C), 33, 0.5));
+  ops::Nf4Weight rows = ops::Nf4Weight::empty({V - v0, C});
+  ops::nf4_take_shard(rows, quantized(table), {{v0 * C, (V - v0) * C}});
+  const Tensor tokens = make_i32({2, 3}, {0, 31, 59, 29, 30, 45});
+  const Tensor wpe = make({3, C}, DType::F32, randn(size_t(3 * C), 34));
+  for (const Tensor& p : {Tensor(), wpe}) {
+    Tensor got = Tensor::empty({2, 3, C}, DType::F32), want = Tensor::empty({2, 3, C}, DType::F32);
+    ops::nf4_embedding_forward(got, tokens, rows, p, Tensor(), v0);
+    ops::embedding_forward(want, tokens, dequantized(rows, DType::F32), p, Tensor(), v0);
+    EXPECT_EQ(bytes_of(got), bytes_of(want));
+  }
+}
+
+// A vocabulary shard's real rows (the head scores those alone): views of
+// the shard's storage reading as its first rows, an odd count among them.
+TEST(Nf4Shard, FirstRowsReadAsTheWeightsFirstRows) {
+  for (const Shape& shape : {Shape{40, 64}, Shape{9, 37}}) {
+    const ops::Nf4Weight q =
+        quantized(make(shape, DType::F32, randn(size_t(shape_numel(shape)), 41)));
+    const std::vector<double> all = values(dequantized(q, DType::F32));
+    for (int64_t rows : {int64_t(1), int64_t(3), shape[0]}) {
+      const ops::Nf4Weight head = q.first_rows(rows);
+      EXPECT_EQ(head.codes.raw(), q.codes.raw());  // a view, not a copy
+      EXPECT_EQ(values(dequantized(head, DType::F32)),
+                std::vector<double>(all.begin(), all.begin() + rows * shape[1]));
+      const Tensor x = make({2, shape[1]}, DType::F32, randn(size_t(2 * shape[1]), 42));
+      Tensor y = Tensor::empty({2, rows}, DType::F32), y_ref = Tensor::empty({2, rows}, DType::F32);
+      ops::nf4_linear_forward(y, x, head, Tensor());
+      ops::linear_forward(y_ref, x, dequantized(head, DType::F32), Tensor());
+      expect_close(values(y), values(y_ref), {1e-5, 0}, "y");
+    }
+  }
+}
+
+TEST(Nf4Shard, PiecesMustBeWholeBlocks) {
+  using P = std::vector<ops::Nf4Piece>;
+  EXPECT_EQ(ops::nf4_pieces_misaligned(P{{0, 64}, {128, 64}, {-1, 10}}), -1);
+  EXPECT_EQ(ops::nf4_pieces_misaligned(P{{0, 128}, {256, 33}}), -1);  // the last may be short
+  EXPECT_EQ(ops::nf4_pieces_misaligned(P{{32, 64}}), 0);              // starts mid-block
+  EXPECT_EQ(ops::nf4_pieces_misaligned(P{{0, 64}, {64, 32}, {128, 64}}), 1);
+  // A shard's storage is a shard's: nf4_quantize writes whole weights only.
+  ops::Nf4Weight q = ops::Nf4Weight::empty({64}, kHost, 64);
+  EXPECT_THROW(ops::nf4_quantize(q, make({64}, DType::F32, randn(64, 1))), InternalError);
+}
+
 // ---- storage, error, bad input ----
 
 TEST(Nf4, StorageIsAboutHalfAByteAValue) {

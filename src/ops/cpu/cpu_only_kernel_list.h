@@ -20,7 +20,7 @@ NK_KERNEL_DECL(void, nf4_linear_forward,
 NK_KERNEL_DECL(void, nf4_linear_backward_input, (Tensor dx, const Tensor& dy, const Nf4Weight& w))
 NK_KERNEL_DECL(void, nf4_embedding_forward,
                (Tensor out, const Tensor& tokens, const Nf4Weight& wte, const Tensor& wpe,
-                const Tensor& positions))
+                const Tensor& positions, int64_t vocab_start))
 
 // ---- quantised weights (quant.cc, quant_linear.cc, quant_dot.cc) ----
 NK_KERNEL_DECL(void, quant_quantize, (QuantWeight& q, const Tensor& w))

@@ -64,19 +64,21 @@ struct Nf4View {
   const float* scale;
   const float* dyn;
   float offset;
+  int64_t scale_block;
 
   explicit Nf4View(const Nf4Weight& q)
       : codes(q.codes.data<uint8_t>()),
         acodes(q.absmax_codes.data<uint8_t>()),
         scale(q.absmax_scale.data<float>()),
         dyn(nf4_dynamic_levels()),
-        offset(q.absmax_offset.data<float>()[0]) {}
+        offset(q.absmax_offset.data<float>()[0]),
+        scale_block(q.scale_block) {}
 
   // dyn[acode] * scale + offset, the product rounded to f32 before the sum
   // (volatile: GCC would otherwise fuse the two into an FMA, and the value is
   // defined bit for bit).
   float block_absmax(int64_t b) const {
-    volatile float p = dyn[acodes[b]] * scale[b / kNf4ScaleBlock];
+    volatile float p = dyn[acodes[b]] * scale[b / scale_block];
     return p + offset;
   }
 };
@@ -188,19 +190,25 @@ void linear_bwd_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) {
   }
 }
 
-// out[n,:] = dequantised wte[tok[n],:] rounded to T (+ wpe[pos(n),:], added
-// in f32 and rounded again): embedding_forward on the table in T.
+// out[n,:] = dequantised wte[tok[n] - v0,:] rounded to T (+ wpe[pos(n),:],
+// added in f32 and rounded again): embedding_forward on the table in T. An
+// id outside [v0, v0 + V) (another vocabulary shard's) reads zeros.
 template <typename T>
 void embedding_fwd(T* out, const int32_t* tok, const Nf4Weight& wte, const T* wpe,
-                   const int32_t* pos, int64_t rows, int64_t T_len) {
-  const int64_t C = wte.shape[1];
+                   const int32_t* pos, int64_t rows, int64_t T_len, int64_t v0) {
+  const int64_t C = wte.shape[1], V = wte.shape[0];
   const Nf4View q(wte);
   parallel_for(rows, std::max<int64_t>(1, 8192 / C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* o = out + r * C;
-      dequant_serial(q, int64_t(tok[r]) * C, C, o);
-      if (!wpe) continue;
-      const T* p = wpe + (pos ? int64_t(pos[r]) : r % T_len) * C;
+      const int64_t id = int64_t(tok[r]) - v0;
+      const T* p = wpe ? wpe + (pos ? int64_t(pos[r]) : r % T_len) * C : nullptr;
+      if (id < 0 || id >= V) {
+        for (int64_t c = 0; c < C; ++c) o[c] = p ? p[c] : store<T>(0.f);
+        continue;
+      }
+      dequant_serial(q, id * C, C, o);
+      if (!p) continue;
       for (int64_t c = 0; c < C; ++c) o[c] = store<T>(load(o[c]) + load(p[c]));
     }
   });
@@ -289,12 +297,13 @@ void nf4_linear_backward_input(Tensor dx, const Tensor& dy, const Nf4Weight& w) 
 }
 
 void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wte,
-                           const Tensor& wpe, const Tensor& positions) {
+                           const Tensor& wpe, const Tensor& positions, int64_t vocab_start) {
   const int64_t B = tokens.dim(0), T = tokens.dim(1), V = wte.shape[0];
-  // Ids come from data files: a bad one is the user's error (embedding_forward's message).
+  // Ids come from data files: a bad one is the user's error (embedding_forward's
+  // message; a shard sees ids of the whole vocabulary: only negative ones are wrong).
   const int32_t* tok = tokens.data<int32_t>();
   for (int64_t n = 0; n < B * T; ++n)
-    if (tok[n] < 0 || tok[n] >= V)
+    if (tok[n] < 0 || (vocab_start < 0 && tok[n] >= V))
       fail(
           "embedding: token id {} at position {} (batch {}, t {}) is outside the vocabulary "
           "[0, {})",
@@ -308,10 +317,10 @@ void nf4_embedding_forward(Tensor out, const Tensor& tokens, const Nf4Weight& wt
           pos[n], n / T, n % T, wpe.dim(0));
   if (out.dtype() == DType::F32)
     embedding_fwd(out.data<float>(), tok, wte, wpe.defined() ? wpe.data<float>() : nullptr, pos,
-                  B * T, T);
+                  B * T, T, std::max<int64_t>(vocab_start, 0));
   else
     embedding_fwd(out.data<bf16>(), tok, wte, wpe.defined() ? wpe.data<bf16>() : nullptr, pos,
-                  B * T, T);
+                  B * T, T, std::max<int64_t>(vocab_start, 0));
 }
 
 }  // namespace nk::ops::NK_CPU_NS

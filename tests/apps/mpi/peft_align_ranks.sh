@@ -7,14 +7,15 @@
 # DP2 and FSDP; KTO with IA3 (adapter_off) under ZeRO-1; DPO with LoRA and
 # align.reference=precompute under DP2. Every step's loss, validation loss and
 # TRL figures, the exported model and the PEFT adapter within 1e-5 of one
-# process; LoRA DPO under TP2, and with SP, too (the weights per tensor
-# within 1e-4).
+# process; LoRA DPO under TP2, and with SP, and QLoRA DPO under TP2, too
+# (the weights per tensor within 1e-4).
 # Pipeline parallel: LoRA and QLoRA DPO with the precomputed reference under
 # PP2 and PP2xDP2 FSDP, LoRA DPO and IA3 KTO with adapter_off (the reference
 # forward through the stages) under PP2 (and PP2xDP2 FSDP), within 1e-5.
 # LoRA DPO (adapter_off) under CP2 within 1e-5. LoRA GRPO (adapter_off) under
 # TP2 and PP2 (the policy gathered whole for each round) within 1e-4 per
-# tensor; QLoRA GRPO under FSDP and CP refused.
+# tensor; QLoRA GRPO under FSDP, CP2, PP2 and TP2 (its whole policy over
+# train.init_from's NF4 base read whole) within 1e-4 per tensor.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -60,6 +61,15 @@ run tp2sp_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.
   parallel.sp=true
 compare_norm one_lora tp2_lora tp2sp_lora ||
   fail "LoRA DPO (adapter_off): TP2 (or with SP) differs from one process"
+# QLoRA DPO under TP2: each rank's NF4 share cut from the whole tensor's
+# blocks (a base 128 wide, so a row-parallel share is whole blocks).
+WIDE=(model.d_model=128 model.d_ff=256)
+run base_wide "$NK" finetune "${SFT_ARGS[@]}" "${WIDE[@]}" train.steps=3
+QWIDE=("${ALIGN_ARGS[@]}" "${WIDE[@]}" train.init_from="$WORK/base_wide/model" train.lr=1e-2
+       peft.method=qlora)
+run one_qwide "$NK" align "${QWIDE[@]}"
+run tp2_qlora "${MPI[@]}" 2 "$NK" align "${QWIDE[@]}" parallel.tp=2
+compare_norm one_qwide tp2_qlora || fail "QLoRA DPO (adapter_off): TP2 differs from one process"
 # Context parallel: the reference forward with the adapters off over the
 # ranks' chunks, the rows' sums over the cp ranks.
 run cp2_lora "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" peft.method=lora parallel.cp=2
@@ -106,8 +116,16 @@ grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp
 grep -q "is kept for the next rounds, which gather its" "$WORK/tp2_grpo.log" ||
   fail "tp2_grpo: the gathered frozen base is not kept between rounds"
 compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
-refused fsdp_qgrpo "peft.method: align.method=grpo with a QLoRA (NF4) base: under parallel.shard=full each round gathers the policy whole" \
-  "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
-refused cp_qgrpo "under parallel.cp each round gathers the policy whole" \
-  "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.cp=2
-pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, LoRA GRPO under TP2 and PP2, equals one process"
+# QLoRA GRPO: the rounds' whole policy is train.init_from's NF4 base, read
+# whole once (as one process quantises it), the adapters gathered each round.
+run one_qgrpo "$NK" align "${GRPO[@]}" peft.method=qlora
+run fsdp_qgrpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.shard=full
+run cp2_qgrpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.cp=2
+run pp2_qgrpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" peft.method=qlora parallel.pp=2
+QGRPO_WIDE=("${GRPO[@]}" "${WIDE[@]}" train.init_from="$WORK/base_wide/model" peft.method=qlora)
+run one_qgrpo_wide "$NK" align "${QGRPO_WIDE[@]}"
+run tp2_qgrpo "${MPI[@]}" 2 "$NK" align "${QGRPO_WIDE[@]}" parallel.tp=2
+grep -q "NF4 (QLoRA)" "$WORK/tp2_qgrpo.log" || fail "tp2_qgrpo did not hold an NF4 base"
+compare_norm one_qgrpo fsdp_qgrpo cp2_qgrpo pp2_qgrpo && compare_norm one_qgrpo_wide tp2_qgrpo ||
+  fail "QLoRA GRPO: FSDP, CP2, PP2 or TP2 differs from one process"
+pass "align with LoRA (adapter_off, precompute), QLoRA and IA3 (KTO) under DP (2, 4 ranks), ZeRO-1 and FSDP, LoRA DPO under TP2 (and SP) and CP2, QLoRA DPO under TP2, and LoRA and QLoRA DPO (precompute) under PP2 and PP2xDP2 FSDP, LoRA GRPO under TP2 and PP2, QLoRA GRPO under FSDP, CP2, PP2 and TP2, equals one process"

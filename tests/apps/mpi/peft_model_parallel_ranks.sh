@@ -36,9 +36,15 @@
 #  - p-tuning (a prompt from an MLP encoder) under PP2 (bit for bit), TP2,
 #    TP2 x PP2 and PP2 x DP2 FSDP, stopped under TP2 and resumed on one
 #    process.
-# Refused, naming the key: QLoRA under TP, bottleneck adapters on
-# column-parallel layers under TP, adapters on a MoE model with
-# 1 < etp < tp, p-tuning under sequence parallelism.
+#  - QLoRA (all-linear, a base 128 wide) under TP2, TP2 with SP, TP2 x DP2
+#    with ZeRO-1, TP2 x PP2, stopped at step 5 and resumed under TP2 and on
+#    one process: each rank's NF4 share cut from the whole tensor's blocks,
+#    so its values are one process's (losses within 1e-5, the adapter per
+#    tensor within 1e-4); on mixtral-tiny 128 wide with the experts split
+#    (etp = tp), whole (etp = 1), and TP2 x EP2.
+# Refused, naming the key or tensor: QLoRA shares that are not whole NF4
+# blocks, bottleneck adapters on column-parallel layers under TP, adapters
+# on a MoE model with 1 < etp < tp, p-tuning under sequence parallelism.
 #   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_model_parallel_ranks
@@ -139,8 +145,50 @@ grep -q "LoRA r=8 alpha=16 on 32 modules" "$WORK/tp2_moe.log" ||
   fail "tp2_moe did not adapt the experts: $(grep -m1 peft "$WORK/tp2_moe.log")"
 compare_norm one_moe tp2_moe tp2etp1_moe tp2ep2_moe && compare_norm one_qwen tp2_qwen tp2etp1_qwen ||
   fail "LoRA on a MoE model: tensor parallel differs from one process"
+# QLoRA on a MoE model: each expert quantised on its own (bitsandbytes'
+# per-expert nn.Linear), its share cut from its own blocks.
+MOE_WIDE=("${SFT_ARGS[@]}" model.preset=mixtral-tiny model.d_model=128 model.d_ff=128
+          model.moe_d_ff=128 train.steps=6 train.val_every=3)
+run base_moe_wide "$NK" finetune "${MOE_WIDE[@]}" train.steps=3
+QMOE=("${MOE_WIDE[@]}" train.init_from="$WORK/base_moe_wide/model" peft.method=qlora
+      peft.target_modules=all-linear peft.train_router=true)
+run one_qmoe "$NK" finetune "${QMOE[@]}"
+run tp2_qmoe "${MPI[@]}" 2 "$NK" finetune "${QMOE[@]}" parallel.tp=2
+run tp2etp1_qmoe "${MPI[@]}" 2 "$NK" finetune "${QMOE[@]}" parallel.tp=2 parallel.etp=1
+run tp2ep2_qmoe "${MPI[@]}" 4 "$NK" finetune "${QMOE[@]}" parallel.tp=2 parallel.ep=2
+compare_norm one_qmoe tp2_qmoe tp2etp1_qmoe tp2ep2_qmoe ||
+  fail "QLoRA on a MoE model: tensor parallel differs from one process"
 
-refused qlora_tp "parallel.tp = 2: peft.method=qlora under tensor parallelism is not supported" \
+# QLoRA under TP: each rank's share of every NF4 weight is cut from the
+# whole tensor's blocks (quantised as one process quantises it), so a rank
+# holds one process's values and TP equals one process as LoRA does. A base
+# 128 wide: a row-parallel weight's 64 columns per rank are whole blocks.
+WIDE=(model.d_model=128 model.d_ff=256)
+run base_wide "$NK" finetune "${SFT_ARGS[@]}" "${WIDE[@]}" train.steps=3
+QLORA=("${SFT_ARGS[@]}" "${WIDE[@]}" train.init_from="$WORK/base_wide/model" train.lr=1e-2
+       peft.method=qlora peft.target_modules=all-linear)
+run one_qtp "$NK" finetune "${QLORA[@]}"
+run tp2_qlora "${MPI[@]}" 2 "$NK" finetune "${QLORA[@]}" parallel.tp=2
+run tp2sp_qlora "${MPI[@]}" 2 "$NK" finetune "${QLORA[@]}" parallel.tp=2 parallel.sp=true
+run tp2dp2_qlora "${MPI[@]}" 4 "$NK" finetune "${QLORA[@]}" parallel.tp=2 \
+  parallel.shard=optimizer
+run tp2pp2_qlora "${MPI[@]}" 4 "$NK" finetune "${QLORA[@]}" parallel.tp=2 parallel.pp=2
+run tp2resumed_qlora "${MPI[@]}" 2 "$NK" finetune "${QLORA[@]}" parallel.tp=2 \
+  train.exit_at_step=5
+run tp2resumed_qlora "${MPI[@]}" 2 "$NK" finetune "${QLORA[@]}" parallel.tp=2
+run tp2to1_qlora "${MPI[@]}" 2 "$NK" finetune "${QLORA[@]}" parallel.tp=2 train.exit_at_step=5
+run tp2to1_qlora "$NK" finetune "${QLORA[@]}"
+grep -q "NF4 (QLoRA)" "$WORK/tp2_qlora.log" || fail "tp2_qlora did not hold an NF4 base"
+for r in tp2resumed_qlora tp2to1_qlora; do
+  grep -q "resuming from checkpoint .*step_00000005 at step 5" "$WORK/$r.log" ||
+    fail "$r did not resume at step 5"
+done
+compare_norm one_qtp tp2_qlora tp2sp_qlora tp2dp2_qlora tp2pp2_qlora tp2resumed_qlora \
+  tp2to1_qlora || fail "QLoRA: tensor parallel differs from one process"
+# A share that is not whole blocks (64 wide: 32 columns of o_proj per rank)
+# is refused naming the tensor.
+refused qlora_tp_narrow \
+  "peft.method=qlora under parallel.tp = 2: 'h.0.attn.proj.weight' [64, 64]: rank" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
 # Bottleneck adapters after the row-parallel layers (linear_proj,
 # linear_fc2: NeMo's defaults) run after the group's sum, whole on every tp
@@ -176,4 +224,4 @@ refused pt_sp "parallel.sp=true: peft.method=p_tuning" \
   "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true
 refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
   "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, QLoRA under TP2, TP2+SP, TP2 x DP2 and TP2 x PP2 (resumed under TP2 and on one process; MoE under TP2, etp 1 and TP2 x EP2), IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
