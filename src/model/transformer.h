@@ -142,8 +142,7 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // column-parallel layers or on MoE models, adapters on latent-attention
 // models or on MoE models whose experts are split over 1 < etp < tp ranks
 // (etp: the experts' split, TensorParallel::expert_size(); 0: tp). (A QLoRA
-// base whose shares are not whole NF4 blocks is refused by the Transformer:
-// Transformer::nf4_shard_pieces.)
+// base whose shares are not whole NF4 blocks: Transformer::check_nf4_shares.)
 void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen,
                         int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
@@ -202,6 +201,12 @@ class Transformer {
   static ParamLayout layout_for(const ModelConfig& cfg, const std::vector<std::string>& frozen = {},
                                 FrozenWeights frozen_weights = FrozenWeights::Master,
                                 const QuantPlan& quant = {});
+  // Refuses, before any rank builds its model, a QLoRA base (NF4) that
+  // tensor parallelism over tp ranks (a MoE layer's experts over etp of
+  // them: 0 = tp) would split into shares that are not whole NF4 blocks:
+  // nk::Error naming peft.method, the tensor and the first such rank.
+  static void check_nf4_shares(const ModelConfig& cfg, const std::vector<std::string>& frozen,
+                               int64_t tp, int64_t etp = 0);
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
@@ -523,12 +528,23 @@ class Transformer {
   nn::ContextParallel cp_;
   bool experts_split_ = false;
   void split_experts();  // see set_expert_parallel
-  // Under tensor parallelism, an NF4 parameter p's shard (this rank's) as
+  // The whole model's layout as n-way tensor parallelism holds it (experts
+  // over etp of the ranks): a MoE block's tensors replicated (etp = 1) or
+  // split over etp < n ranks.
+  static ParamLayout tensor_parallel_global(ParamLayout whole, int64_t n, int64_t etp);
+  // Under n-way tensor parallelism, rank r's share `local` of an NF4
+  // parameter (`held`: the whole model's entry, tensor_parallel_global) as
   // the pieces of the whole tensor's values it holds, one list per NF4 run
-  // (nf4_runs), each in its own run's values: nk::Error naming p when a
-  // piece is not whole NF4 blocks (a row-parallel weight's columns per rank
-  // not a multiple of ops::kNf4Block).
-  std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ParamInfo& p) const;
+  // (nf4_runs), each in its own run's values: nk::Error naming the tensor
+  // when a piece is not whole NF4 blocks (a row-parallel weight's columns
+  // per rank not a multiple of ops::kNf4Block).
+  static std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ModelConfig& cfg,
+                                                                  const ParamInfo& held,
+                                                                  const ParamInfo& local,
+                                                                  int64_t rank, int64_t n);
+  std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ParamInfo& p) const {
+    return nf4_shard_pieces(cfg_, global_layout_.find(p.name), p, tp_.rank(), tp_.size());
+  }
   PipelineStage stage_;
   ParamLayout global_layout_, layout_, unsplit_layout_;
   Tensor params_, grads_, compute_params_;

@@ -90,6 +90,38 @@ ParamLayout Transformer::layout_for(const ModelConfig& cfg, const std::vector<st
   return model_layout(cfg, frozen, quantized);
 }
 
+ParamLayout Transformer::tensor_parallel_global(ParamLayout whole, int64_t n, int64_t etp) {
+  if (etp == 0) etp = n;
+  // Whole experts (parallel.etp = 1): the MoE blocks' parameters replicated
+  // over the tensor-parallel group, in the whole model's layout too (a
+  // gather takes rank 0's, equal on every rank).
+  if (n > 1 && etp == 1)
+    return whole.replicated(
+        [](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; });
+  // Experts split over etp of the tp ranks (1 < parallel.etp < tp): the MoE
+  // blocks' split tensors are each etp ranks' shares (ParamInfo::tp_ways);
+  // the router, whole, stays replicated.
+  if (1 < etp && etp < n)
+    return whole.split_over(
+        [](const ParamInfo& p) {
+          return p.name.find(".moe.") != std::string::npos &&
+                 tensor_split(p).split != Split::Replicated;
+        },
+        etp);
+  return whole;
+}
+
+void Transformer::check_nf4_shares(const ModelConfig& cfg, const std::vector<std::string>& frozen,
+                                   int64_t tp, int64_t etp) {
+  if (tp <= 1) return;
+  const ParamLayout whole =
+      tensor_parallel_global(layout_for(cfg, frozen, FrozenWeights::Nf4), tp, etp);
+  const ParamLayout local = whole.shard(tp);
+  for (const ParamInfo& p : whole.params())
+    for (int64_t r = 0; p.quantized && r < tp; ++r)
+      nf4_shard_pieces(cfg, p, local.find(p.name), r, tp);
+}
+
 Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, ParamInit init,
                          const std::vector<std::string>& frozen, Device device,
                          FrozenWeights frozen_weights, const QuantPlan& quant,
@@ -107,22 +139,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   check_tensor_parallel(cfg_, tp_.size(), tp_.expert_size());
   const bool whole = stage_.whole(cfg_);
   check_moe_support(cfg_, tp_.size(), device_, tp_.expert_size());
-  // Whole experts (parallel.etp = 1): the MoE blocks' parameters replicated
-  // over the tensor-parallel group, in the whole model's layout too (a
-  // gather takes rank 0's, equal on every rank).
-  if (tp_.active() && tp_.experts_whole)
-    global_layout_ = global_layout_.replicated(
-        [](const ParamInfo& p) { return p.name.find(".moe.") != std::string::npos; });
-  // Experts split over etp of the tp ranks (1 < parallel.etp < tp): the MoE
-  // blocks' split tensors are each etp ranks' shares (ParamInfo::tp_ways);
-  // the router, whole, stays replicated.
-  if (tp_.experts_narrower() && !tp_.experts_whole)
-    global_layout_ = global_layout_.split_over(
-        [](const ParamInfo& p) {
-          return p.name.find(".moe.") != std::string::npos &&
-                 tensor_split(p).split != Split::Replicated;
-        },
-        tp_.expert_size());
+  global_layout_ = tensor_parallel_global(std::move(global_layout_), tp_.size(), tp_.expert_size());
   for (const auto& [first, last] : stage_.ranges(cfg_))
     NK_CHECK(0 <= first && first <= last && last <= cfg_.n_layer,
              "pipeline stage: layers [{}, {}) of {}", first, last, cfg_.n_layer);
@@ -356,13 +373,15 @@ void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) 
   set_param(p, device_ == kHost ? shard : ops::to_device(shard, device_));
 }
 
-std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const ParamInfo& p) const {
-  const ParamInfo& held = global_layout_.find(p.name);  // (its runs: nf4_runs)
-  const ParamInfo g = tensor_split(held);
+std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const ModelConfig& cfg,
+                                                                      const ParamInfo& held,
+                                                                      const ParamInfo& p,
+                                                                      int64_t rank, int64_t n) {
+  const ParamInfo g = tensor_split(held);  // (held gives the runs: nf4_runs)
   NK_CHECK(g.shape.size() == 2 && p.shape.size() == 2, "nf4_shard_pieces: '{}' of shape {}", p.name,
            shape_str(g.shape));
   const int64_t cols = g.shape[1];
-  std::vector<SliceRange> ranges = shard_ranges(g, tp_.rank(), tp_.size());
+  std::vector<SliceRange> ranges = shard_ranges(g, rank, n);
   std::sort(ranges.begin(), ranges.end(),
             [](const SliceRange& a, const SliceRange& b) { return a.local_start < b.local_start; });
   // The shard's values in order, as pieces of the whole's flattened values.
@@ -386,7 +405,7 @@ std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const Para
       for (const SliceRange& r : ranges) add(i * cols + r.start, r.len);
   }
   // Cut into the runs (a MoE layer's experts), each piece in its run's values.
-  const std::vector<Shape> whole = nf4_runs(cfg_, held), mine = nf4_runs(cfg_, p);
+  const std::vector<Shape> whole = nf4_runs(cfg, held), mine = nf4_runs(cfg, p);
   NK_CHECK(whole.size() == mine.size(), "nf4_shard_pieces: '{}' in {} runs, its shard in {}",
            p.name, whole.size(), mine.size());
   const int64_t run_values = shape_numel(whole[0]);
@@ -415,9 +434,8 @@ std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const Para
         "flat index {}, not whole NF4 blocks of {} (each rank's share is cut from the whole "
         "tensor's blocks, so a row-parallel weight needs a multiple of {} columns per rank: {} "
         "columns over {} ranks here; see model.d_model, model.d_ff)",
-        tp_.size(), p.name, shape_str(g.shape),
-        out.size() > 1 ? fmt::format(" (expert {})", r) : "", tp_.rank(), piece.len, piece.start,
-        ops::kNf4Block, ops::kNf4Block, cols, tp_.size());
+        n, p.name, shape_str(g.shape), out.size() > 1 ? fmt::format(" (expert {})", r) : "", rank,
+        piece.len, piece.start, ops::kNf4Block, ops::kNf4Block, cols, n);
   }
   return out;
 }

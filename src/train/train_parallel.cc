@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/peft.h"
+#include "model/transformer.h"
 #include "parallel/pipeline_parallel.h"
 
 namespace nk {
@@ -242,6 +243,8 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
   if (mesh.tp() > 1 || mesh.pp() > 1) {
     check_tensor_parallel(cfg.model, mesh.tp(), mesh.etp());
     check_model_pieces(cfg.model, mesh.tp(), mesh.pp() > 1, cfg.frozen_weights, mesh.etp());
+    if (cfg.frozen_weights == FrozenWeights::Nf4)
+      Transformer::check_nf4_shares(cfg.model, cfg.frozen, mesh.tp(), mesh.etp());
   }
   if (cfg.parallel.sequence_parallel && cfg.model.prompt.enabled())
     fail(

@@ -228,9 +228,22 @@ TEST(TrainParallel, TensorParallelSizeMustDivideTheModel) {
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=ia3"}), 2), "");
   EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=adapter"}), 2), "");  // NeMo's targets
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=qlora"}), 2), "");
-  // QLoRA: each rank's share cut from the whole tensor's NF4 blocks (a
-  // share that is not whole blocks is refused by the model: ModelTp tests).
-  EXPECT_EQ(error_of(with({"parallel.tp=2", "peft.method=qlora"}), 2), "");
+  // QLoRA: each rank's share cut from the whole tensor's NF4 blocks, so a
+  // share must be whole blocks of 64 (refused before launch otherwise).
+  EXPECT_EQ(
+      error_of(with({"parallel.tp=2", "peft.method=qlora", "model.d_model=128", "model.d_ff=256"}),
+               2),
+      "");
+  e = error_of(with({"parallel.tp=2", "peft.method=qlora", "model.d_model=64"}), 2);
+  EXPECT_NE(e.find("peft.method=qlora under parallel.tp = 2: 'h.0.attn.proj.weight' [64, 64]: "
+                   "rank 0 holds 32 of its values from flat index 0, not whole NF4 blocks of 64"),
+            std::string::npos)
+      << e;
+  e = error_of(with({"parallel.tp=2", "peft.method=qlora", "model.d_model=128", "model.d_ff=192"}),
+               2);
+  EXPECT_NE(e.find("'h.0.mlp.down.weight' [128, 192]: rank 0 holds 96 of its values"),
+            std::string::npos)
+      << e;
   EXPECT_EQ(error_of(with({"parallel.pp=2", "model.n_layer=2", "peft.method=adapter"}), 2), "");
   for (const char* layout : {"parallel.tp=2", "parallel.pp=2"})
     EXPECT_EQ(error_of(with({layout, "model.n_layer=2", "peft.method=p_tuning",

@@ -186,10 +186,13 @@ done
 compare_norm one_qtp tp2_qlora tp2sp_qlora tp2dp2_qlora tp2pp2_qlora tp2resumed_qlora \
   tp2to1_qlora || fail "QLoRA: tensor parallel differs from one process"
 # A share that is not whole blocks (64 wide: 32 columns of o_proj per rank)
-# is refused naming the tensor.
+# is refused naming the tensor, before mpirun starts (--nproc) or on every
+# rank.
 refused qlora_tp_narrow \
   "peft.method=qlora under parallel.tp = 2: 'h.0.attn.proj.weight' [64, 64]: rank" \
   "${MPI[@]}" 2 "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2
+refused qlora_tp_narrow_nproc "'h.0.attn.proj.weight' [64, 64]: rank 0 holds 32" \
+  "$NK" finetune "${ARGS[@]}" peft.method=qlora parallel.tp=2 --nproc 2
 # Bottleneck adapters after the row-parallel layers (linear_proj,
 # linear_fc2: NeMo's defaults) run after the group's sum, whole on every tp
 # rank (under SP on the rank's rows, their gradients summed over the group).
