@@ -30,17 +30,28 @@ std::vector<int64_t> moe_layers(const ModelConfig& cfg, int64_t n) {
 
 }  // namespace
 
+void Transformer::for_virtual_rows(int64_t B, int64_t T, int64_t rows,
+                                   const std::function<void(int64_t, int64_t, int64_t)>& f) const {
+  // Under sequence parallelism this rank holds rows [lo, lo + rows) of the
+  // B·T (nn/tensor_parallel.h); else all of them.
+  const int64_t n = prompt_.n(), lo = tp_.sp() ? tp_.rank() * rows : 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t first = std::max(b * T, lo), last = std::min(b * T + n, lo + rows);
+    if (first < last) f(first - lo, first - b * T, last - first);
+  }
+}
+
 void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const {
   const int64_t n = prompt_.n();
   if (T < n) fail("a sequence of {} positions is shorter than p-tuning's {} virtual tokens", T, n);
   const Tensor p = prompt_.forward(s);
-  for (int64_t b = 0; b < B; ++b) {
-    Tensor dst = x.narrow0(b * T, n);
+  for_virtual_rows(B, T, x.dim(0), [&](int64_t row, int64_t v, int64_t len) {
+    Tensor dst = x.narrow0(row, len);
     if (embed_.wpe.defined())
-      ops::add(dst, p, embed_.wpe.narrow0(0, n));
+      ops::add(dst, p.narrow0(v, len), embed_.wpe.narrow0(v, len));
     else
-      ops::convert(dst, p);
-  }
+      ops::convert(dst, p.narrow0(v, len));
+  });
 }
 
 void Transformer::embed_forward(Activations& a, const Tensor& tokens,
@@ -590,15 +601,16 @@ void Transformer::embed_backward(Activations& a, const Tensor& tokens,
   if (const float s = embed_scale(); s != 1.f) ops::scale(a.dres, s);
   if (prompt_.active()) {
     // The virtual positions' gradient, summed over the rows, is the
-    // prompt's; their tokens get none.
-    const int64_t n = prompt_.n();
+    // prompt's; their tokens get none. (Under sequence parallelism the
+    // rank's rows' part: the group adds the prompt's gradients,
+    // tensor_parallel_partial_grads.)
     const bool trained = prompt_.dtable.defined();
     Tensor d = nn::rows(a.dres);
     if (trained) ops::fill(a.prompt.dp, 0.f);
-    for (int64_t b = 0; b < a.B; ++b) {
-      if (trained) ops::accumulate(a.prompt.dp, d.narrow0(b * a.T, n));
-      ops::fill(d.narrow0(b * a.T, n), 0.f);
-    }
+    for_virtual_rows(a.B, a.T, d.dim(0), [&](int64_t row, int64_t v, int64_t len) {
+      if (trained) ops::accumulate(a.prompt.dp.narrow0(v, len), d.narrow0(row, len));
+      ops::fill(d.narrow0(row, len), 0.f);
+    });
     if (trained) prompt_.backward(a.prompt);
   }
   embed_.backward(a.dres, tokens, packed_tensors(packed).second, a.full_x);

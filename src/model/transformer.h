@@ -7,6 +7,7 @@
 // `Activations` workspace planned once for a (B, T) shape: the training step
 // allocates nothing.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -518,6 +519,10 @@ class Transformer {
   // Rows [b T, b T + n) of x [B*T, C], for each b, <- the prompt P [n, C]
   // plus learned positions 0..n-1.
   void place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const;
+  // f(local row, virtual position, count) for each run of a row's virtual
+  // positions among the `rows` rows of the B x T this rank holds.
+  void for_virtual_rows(int64_t B, int64_t T, int64_t rows,
+                        const std::function<void(int64_t, int64_t, int64_t)>& f) const;
 
   ModelConfig cfg_;
   DType compute_;

@@ -173,6 +173,14 @@ std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {
     }
   }
   if (tp_.sp()) add(norm_f_);
+  // p-tuning's prompt under sequence parallelism: each rank's virtual
+  // positions are its rows' (Transformer::place_prompt), its gradient their part.
+  if (tp_.sp() && prompt_.active() && prompt_.dtable.defined()) {
+    out.push_back(prompt_.dtable);
+    for (const nn::Linear& lin : prompt_.mlp)
+      for (const Tensor& gr : {lin.dw, lin.db})
+        if (gr.defined()) out.push_back(gr);
+  }
   return out;
 }
 

@@ -246,11 +246,6 @@ void check_train_layout(const TrainConfig& cfg, const dist::Mesh& mesh) {
     if (cfg.frozen_weights == FrozenWeights::Nf4)
       Transformer::check_nf4_shares(cfg.model, cfg.frozen, mesh.tp(), mesh.etp());
   }
-  if (cfg.parallel.sequence_parallel && cfg.model.prompt.enabled())
-    fail(
-        "parallel.sp=true: peft.method=p_tuning under sequence parallelism is not supported yet "
-        "(the virtual tokens' positions would be split over the tp ranks); use parallel.tp "
-        "without parallel.sp");
   if (cfg.parallel.sequence_parallel && mesh.cp() == 1 && cfg.seq_len % mesh.tp())
     fail(
         "parallel.sp=true: train.seq_len = {} is not divisible by parallel.tp = {} (the tokens "

@@ -34,7 +34,8 @@
 #  - bottleneck adapters (on linear_proj and linear_fc2, after the group's
 #    sum) under TP2, TP2+SP and TP2 x PP2.
 #  - p-tuning (a prompt from an MLP encoder) under PP2 (bit for bit), TP2,
-#    TP2 x PP2 and PP2 x DP2 FSDP, stopped under TP2 and resumed on one
+#    TP2 with SP (also with the virtual tokens over both ranks), TP2 x PP2 and
+#    PP2 x DP2 FSDP, stopped under TP2 and resumed on one
 #    process.
 #  - QLoRA (all-linear, a base 128 wide) under TP2, TP2 with SP, TP2 x DP2
 #    with ZeRO-1 and with FSDP, TP2 x PP2, stopped at step 5 and resumed under TP2 and on
@@ -46,7 +47,7 @@
 #    (etp = 1), and TP2 x EP2.
 # Refused, naming the key or tensor: QLoRA shares that are not whole NF4
 # blocks, bottleneck adapters on column-parallel layers under TP, adapters
-# on a MoE model with 1 < etp < tp, p-tuning under sequence parallelism.
+# on a MoE model with 1 < etp < tp.
 #   tests/apps/mpi/peft_model_parallel_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_model_parallel_ranks
@@ -222,21 +223,26 @@ refused adapter_tp "peft.target_modules: a bottleneck adapter on 'model.layers.0
 # P-tuning: the prompt (table and MLP encoder) on the embedding's stage,
 # whole on every tp rank after the vocabulary-parallel embedding's sum;
 # under FSDP with a pipeline the first stage gathers the encoder again for
-# the embeddings' backward. Refused under sequence parallelism.
+# the embeddings' backward. Under sequence parallelism each rank places the
+# virtual positions among its rows (with one row of 32 a micro-batch, the
+# 20 virtual tokens on both ranks: 16 and 4), the prompt's gradient summed
+# over the group.
 PT=("${ARGS[@]}" peft.method=p_tuning data.pack=false)
 run one_pt "$NK" finetune "${PT[@]}"
 run pp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.pp=2
 run tp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2
 run tp2pp2_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.pp=2
+run tp2sp_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true
+run tp2sp_pt_bs1 "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true \
+  train.micro_batch=1 train.seq_len=32
+run one_pt_bs1 "$NK" finetune "${PT[@]}" train.micro_batch=1 train.seq_len=32
 run pp2fsdp_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.pp=2 parallel.shard=full
 run tp2to1_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 train.exit_at_step=5
 run tp2to1_pt "$NK" finetune "${PT[@]}"
 grep -q "peft: p-tuning" "$WORK/tp2pp2_pt.log" || fail "tp2pp2_pt did not train a p-tuning prompt"
 compare one_pt pp2_pt || fail "p-tuning: PP2 differs from one process"
-compare_norm one_pt tp2_pt tp2pp2_pt pp2fsdp_pt tp2to1_pt ||
-  fail "p-tuning: TP2, TP2 x PP2 or PP2 x DP2 FSDP differs from one process"
-refused pt_sp "parallel.sp=true: peft.method=p_tuning" \
-  "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true
+compare_norm one_pt tp2_pt tp2pp2_pt pp2fsdp_pt tp2to1_pt tp2sp_pt && compare_norm one_pt_bs1 \
+  tp2sp_pt_bs1 || fail "p-tuning: TP2, TP2+SP, TP2 x PP2 or PP2 x DP2 FSDP differs from one process"
 refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
   "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, QLoRA under TP2, TP2+SP, TP2 x DP2 (ZeRO-1, FSDP), TP2 x PP2 and in bf16 (resumed under TP2 and on one process; MoE under TP2, etp 1 and TP2 x EP2), IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, QLoRA under TP2, TP2+SP, TP2 x DP2 (ZeRO-1, FSDP), TP2 x PP2 and in bf16 (resumed under TP2 and on one process; MoE under TP2, etp 1 and TP2 x EP2), IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2+SP, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
