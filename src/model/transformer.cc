@@ -32,18 +32,28 @@ std::vector<int64_t> moe_layers(const ModelConfig& cfg, int64_t n) {
 
 void Transformer::for_virtual_rows(int64_t B, int64_t T, int64_t rows,
                                    const std::function<void(int64_t, int64_t, int64_t)>& f) const {
-  // Under sequence parallelism this rank holds rows [lo, lo + rows) of the
-  // B·T (nn/tensor_parallel.h); else all of them.
+  // Each row's T positions as runs of consecutive global positions: the
+  // row, or under context parallelism its two chunks of c (at
+  // nn::cp_global_position). Under sequence parallelism this rank holds
+  // rows [lo, lo + rows) of the B·T (nn/tensor_parallel.h); else all.
   const int64_t n = prompt_.n(), lo = tp_.sp() ? tp_.rank() * rows : 0;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t first = std::max(b * T, lo), last = std::min(b * T + n, lo + rows);
-    if (first < last) f(first - lo, first - b * T, last - first);
-  }
+  const int64_t cp = cp_.size(), c = T / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < (cp > 1 ? 2 : 1); ++k) {
+      const int64_t local = b * T + k * c, len = cp > 1 ? c : T;
+      const int64_t global = cp > 1 ? nn::cp_global_position(k * c, cp_.rank(), cp, c) : 0;
+      // The run's virtual positions [global, n), then this rank's rows of them.
+      const int64_t first = std::max(local, lo);
+      const int64_t last = std::min({local + std::min(len, n - global), lo + rows});
+      if (first < last) f(first - lo, global + (first - local), last - first);
+    }
 }
 
 void Transformer::place_prompt(Tensor x, int64_t B, int64_t T, nn::Prompt::Saved& s) const {
   const int64_t n = prompt_.n();
-  if (T < n) fail("a sequence of {} positions is shorter than p-tuning's {} virtual tokens", T, n);
+  if (T * cp_.size() < n)
+    fail("a sequence of {} positions is shorter than p-tuning's {} virtual tokens", T * cp_.size(),
+         n);
   const Tensor p = prompt_.forward(s);
   for_virtual_rows(B, T, x.dim(0), [&](int64_t row, int64_t v, int64_t len) {
     Tensor dst = x.narrow0(row, len);

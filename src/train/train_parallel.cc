@@ -34,8 +34,7 @@ void check_context_parallel(const TrainConfig& cfg, const dist::Mesh& mesh) {
   // (A capacity factor drops each expert's pairs past it in the
   // micro-batch's token order, which no cp rank sees whole.)
   const char* unsupported =
-      cfg.model.prompt.enabled() ? "peft.method=p_tuning (virtual tokens before each row)"
-      : cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
+      cfg.model.lora.enabled() && cfg.model.lora.dropout > 0
           ? "peft.lora_dropout > 0 (each rank would draw the masks of its own chunks)"
       : cfg.device != kHost
           ? "train.device (the ring kernel and the all-to-all's packing are CPU only)"

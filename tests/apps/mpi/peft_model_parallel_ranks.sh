@@ -34,7 +34,8 @@
 #  - bottleneck adapters (on linear_proj and linear_fc2, after the group's
 #    sum) under TP2, TP2+SP and TP2 x PP2.
 #  - p-tuning (a prompt from an MLP encoder) under PP2 (bit for bit), TP2,
-#    TP2 with SP (also with the virtual tokens over both ranks), TP2 x PP2 and
+#    TP2 with SP (also with the virtual tokens over both ranks), CP2 (also
+#    over both), CP2 x TP2 with SP, TP2 x PP2 and
 #    PP2 x DP2 FSDP, stopped under TP2 and resumed on one
 #    process.
 #  - QLoRA (all-linear, a base 128 wide) under TP2, TP2 with SP, TP2 x DP2
@@ -226,7 +227,10 @@ refused adapter_tp "peft.target_modules: a bottleneck adapter on 'model.layers.0
 # the embeddings' backward. Under sequence parallelism each rank places the
 # virtual positions among its rows (with one row of 32 a micro-batch, the
 # 20 virtual tokens on both ranks: 16 and 4), the prompt's gradient summed
-# over the group.
+# over the group; under context parallelism among its two chunks of each
+# row (chunks of 8 of a row of 32, rank 0 holding chunks 0 and 3: the
+# virtual tokens 0-7 on rank 0, 8-19 in both of rank 1's), its gradient
+# reduced with the rest over dp x cp.
 PT=("${ARGS[@]}" peft.method=p_tuning data.pack=false)
 run one_pt "$NK" finetune "${PT[@]}"
 run pp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.pp=2
@@ -236,13 +240,19 @@ run tp2sp_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=t
 run tp2sp_pt_bs1 "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 parallel.sp=true \
   train.micro_batch=1 train.seq_len=32
 run one_pt_bs1 "$NK" finetune "${PT[@]}" train.micro_batch=1 train.seq_len=32
+run cp2_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.cp=2
+run cp2_pt_bs1 "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.cp=2 train.micro_batch=1 \
+  train.seq_len=32
+run cp2tp2sp_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.cp=2 parallel.tp=2 \
+  parallel.sp=true
 run pp2fsdp_pt "${MPI[@]}" 4 "$NK" finetune "${PT[@]}" parallel.pp=2 parallel.shard=full
 run tp2to1_pt "${MPI[@]}" 2 "$NK" finetune "${PT[@]}" parallel.tp=2 train.exit_at_step=5
 run tp2to1_pt "$NK" finetune "${PT[@]}"
 grep -q "peft: p-tuning" "$WORK/tp2pp2_pt.log" || fail "tp2pp2_pt did not train a p-tuning prompt"
 compare one_pt pp2_pt || fail "p-tuning: PP2 differs from one process"
-compare_norm one_pt tp2_pt tp2pp2_pt pp2fsdp_pt tp2to1_pt tp2sp_pt && compare_norm one_pt_bs1 \
-  tp2sp_pt_bs1 || fail "p-tuning: TP2, TP2+SP, TP2 x PP2 or PP2 x DP2 FSDP differs from one process"
+compare_norm one_pt tp2_pt tp2pp2_pt pp2fsdp_pt tp2to1_pt tp2sp_pt cp2_pt cp2tp2sp_pt &&
+  compare_norm one_pt_bs1 tp2sp_pt_bs1 cp2_pt_bs1 ||
+  fail "p-tuning: TP2, TP2+SP, CP2, CP2 x TP2+SP, TP2 x PP2 or PP2 x DP2 FSDP differs from one process"
 refused moe_etp "parallel.tp = 4, parallel.etp = 2: adapters on a Mixture-of-Experts model" \
   "${MPI[@]}" 4 "$NK" finetune "${MOE[@]}" parallel.tp=4 parallel.etp=2 model.n_kv_head=4
-pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, QLoRA under TP2, TP2+SP, TP2 x DP2 (ZeRO-1, FSDP), TP2 x PP2 and in bf16 (resumed under TP2 and on one process; MoE under TP2, etp 1 and TP2 x EP2), IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2+SP, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
+pass "LoRA under TP2, TP2+SP, TP2 x DP2, PP2 and TP2 x PP2 (resumed under TP2 and on one process), LoRA dropout under TP2, LoRA over a bf16 base under TP2 and PP2, QLoRA and bottleneck adapters under PP2, QLoRA under TP2, TP2+SP, TP2 x DP2 (ZeRO-1, FSDP), TP2 x PP2 and in bf16 (resumed under TP2 and on one process; MoE under TP2, etp 1 and TP2 x EP2), IA3 under TP2, GPT-2 LoRA and IA3 under TP2, MoE LoRA under TP2 (etp 2 and 1) and TP2 x EP2, bottleneck adapters under TP2, TP2+SP and TP2 x PP2, p-tuning under PP2, TP2, TP2+SP, CP2, CP2 x TP2+SP, TP2 x PP2 and PP2 x DP2 FSDP equal one process"
