@@ -208,6 +208,20 @@ class Transformer {
   // nk::Error naming peft.method, the tensor and the first such rank.
   static void check_nf4_shares(const ModelConfig& cfg, const std::vector<std::string>& frozen,
                                int64_t tp, int64_t etp = 0);
+  // The whole model's layout as n-way tensor parallelism holds it (experts
+  // over etp of the ranks): a MoE block's tensors replicated (etp = 1) or
+  // split over etp < n ranks.
+  static ParamLayout tensor_parallel_global(ParamLayout whole, int64_t n, int64_t etp);
+  // Under n-way tensor parallelism, rank r's share `local` of an NF4
+  // parameter (`held`: the whole model's entry, tensor_parallel_global) as
+  // the pieces of the whole tensor's values it holds, one list per NF4 run
+  // (nf4_runs), each in its own run's values: nk::Error naming the tensor
+  // when a piece is not whole NF4 blocks (a row-parallel weight's columns
+  // per rank not a multiple of ops::kNf4Block).
+  static std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ModelConfig& cfg,
+                                                                  const ParamInfo& held,
+                                                                  const ParamInfo& local,
+                                                                  int64_t rank, int64_t n);
 
   const ModelConfig& config() const { return cfg_; }
   DType compute_dtype() const { return compute_; }
@@ -533,20 +547,6 @@ class Transformer {
   nn::ContextParallel cp_;
   bool experts_split_ = false;
   void split_experts();  // see set_expert_parallel
-  // The whole model's layout as n-way tensor parallelism holds it (experts
-  // over etp of the ranks): a MoE block's tensors replicated (etp = 1) or
-  // split over etp < n ranks.
-  static ParamLayout tensor_parallel_global(ParamLayout whole, int64_t n, int64_t etp);
-  // Under n-way tensor parallelism, rank r's share `local` of an NF4
-  // parameter (`held`: the whole model's entry, tensor_parallel_global) as
-  // the pieces of the whole tensor's values it holds, one list per NF4 run
-  // (nf4_runs), each in its own run's values: nk::Error naming the tensor
-  // when a piece is not whole NF4 blocks (a row-parallel weight's columns
-  // per rank not a multiple of ops::kNf4Block).
-  static std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ModelConfig& cfg,
-                                                                  const ParamInfo& held,
-                                                                  const ParamInfo& local,
-                                                                  int64_t rank, int64_t n);
   std::vector<std::vector<ops::Nf4Piece>> nf4_shard_pieces(const ParamInfo& p) const {
     return nf4_shard_pieces(cfg_, global_layout_.find(p.name), p, tp_.rank(), tp_.size());
   }

@@ -347,30 +347,13 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
   e.etp = mesh.etp();
   e.edp = mesh.edp();
   const ModelConfig& c = cfg.model;
-  // Whole experts (parallel.etp = 1 under tp): the MoE layers replicated over
-  // tp; 1 < etp < tp: their split tensors each over etp of the tp ranks.
-  const bool experts_whole = c.is_moe() && e.tp > 1 && e.etp == 1;
-  const bool experts_narrower = c.is_moe() && e.etp > 1 && e.etp < e.tp;
   const ParamLayout whole = Transformer::layout_for(c, cfg.frozen, cfg.frozen_weights);
   e.params = whole.count();
   // Tensor parallel: each rank's shards (every expert's share, or every
-  // expert whole); expert parallel: of those, this rank's experts.
-  const ParamLayout shards =
-      e.tp == 1       ? whole
-      : experts_whole ? whole
-                            .replicated([](const ParamInfo& p) {
-                              return p.name.find(".moe.") != std::string::npos;
-                            })
-                            .shard(e.tp)
-      : experts_narrower ? whole
-                               .split_over(
-                                   [](const ParamInfo& p) {
-                                     return p.name.find(".moe.") != std::string::npos &&
-                                            tensor_split(p).split != Split::Replicated;
-                                   },
-                                   e.etp)
-                               .shard(e.tp)
-                         : whole.shard(e.tp);
+  // expert whole: parallel.etp = 1, or each split tensor over 1 < etp < tp
+  // ranks); expert parallel: of those, this rank's experts.
+  const ParamLayout held = Transformer::tensor_parallel_global(whole, e.tp, e.etp);
+  const ParamLayout shards = e.tp == 1 ? whole : held.shard(e.tp);
   const ParamLayout layout = e.ep > 1 ? shards.shard_experts(e.ep) : shards;
   const bool sp = cfg.parallel.sequence_parallel, bf16 = cfg.dtype != DType::F32;
   const std::vector<Recompute> plan =
@@ -396,14 +379,28 @@ TrainEstimate estimate_training(const TrainConfig& cfg, int64_t world, const Mac
       if (p.trainable) trainable += n;
       if (p.trainable && e.ep > 1 && p.split == Split::Experts) expert_trainable += n;
       if (p.quantized) {
-        // A MoE layer's experts: each its own (under EP this rank's).
-        std::vector<Shape> runs = nf4_runs(c, shards.find(p.name));
-        if (p.split == Split::Experts) runs.resize(runs.size() / size_t(e.ep));
-        for (const Shape& run : runs) {
-          const int64_t k = shape_numel(run), blocks = (k + ops::kNf4Block - 1) / ops::kNf4Block;
-          nf4 += (k + 1) / 2 + blocks +
-                 4 * ((blocks + ops::kNf4ScaleBlock - 1) / ops::kNf4ScaleBlock) + 4;
+        // A MoE layer's experts: each its own (under EP this rank's). Under
+        // TP a share's absmax scales may cover fewer blocks each
+        // (ops::nf4_shard_scale_block): the rank that holds the most.
+        const ParamInfo& local = shards.find(p.name);
+        std::vector<Shape> runs = nf4_runs(c, local);
+        const size_t mine = p.split == Split::Experts ? runs.size() / size_t(e.ep) : runs.size();
+        int64_t most = 0;
+        for (int64_t rank = 0; rank < e.tp; ++rank) {
+          const std::vector<std::vector<ops::Nf4Piece>> pieces =
+              e.tp > 1 ? Transformer::nf4_shard_pieces(c, held.find(p.name), local, rank, e.tp)
+                       : std::vector<std::vector<ops::Nf4Piece>>();
+          int64_t bytes = 0;
+          for (size_t i = 0; i < mine; ++i) {
+            const int64_t k = shape_numel(runs[i]),
+                          blocks = (k + ops::kNf4Block - 1) / ops::kNf4Block;
+            const int64_t per_scale =
+                pieces.empty() ? ops::kNf4ScaleBlock : ops::nf4_shard_scale_block(pieces[i]);
+            bytes += (k + 1) / 2 + blocks + 4 * ((blocks + per_scale - 1) / per_scale) + 4;
+          }
+          most = std::max(most, bytes);
         }
+        nf4 += most;
       } else {
         dense += n;
       }
