@@ -300,12 +300,12 @@ class Transformer {
   // Sets p to `src` (f32, p's shape): its master and compute copy, its
   // compute copy alone, or its NF4 or block quantisation.
   void set_param(const ParamInfo& p, const Tensor& src);
-  // Sets p (this rank's) from the whole tensor `whole` (any float dtype, host,
-  // the global layout's shape): this rank's shard of it, or under tensor
-  // parallelism for an NF4 parameter (QLoRA) the whole tensor quantised as
-  // one process quantises it and this rank's blocks cut from it, so every
-  // rank holds one process's values (set_param would quantise the shard on
-  // its own, with its own absmaxes). Before set_expert_parallel.
+  // Under tensor parallelism, sets this rank's share of an NF4 parameter p
+  // (QLoRA's base) from the whole tensor `whole` (any float dtype, host, the
+  // global layout's shape): the whole quantised as one process quantises it
+  // and this rank's blocks cut from it, so every rank holds one process's
+  // values (set_param would quantise the share on its own, with its own
+  // absmaxes). Before set_expert_parallel.
   void set_param_from_whole(const ParamInfo& p, const Tensor& whole);
   // The storage of a block-quantised parameter, one QuantWeight per QuantRun
   // (a loader copies a file's blocks into their data). nk::Error if `name`

@@ -344,33 +344,27 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
 }
 
 void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) {
-  NK_CHECK(!experts_split_, "set_param_from_whole: '{}' after the experts' split", p.name);
+  const auto it = nf4_.find(p.name);
+  NK_CHECK(tp_.active() && it != nf4_.end() && !experts_split_,
+           "set_param_from_whole: '{}' is not an NF4 share (before the experts' split)", p.name);
   const ParamInfo& g = global_layout_.find(p.name);
   check_shape(whole, g.shape, p.name.c_str());
   NK_CHECK(whole.device() == kHost && whole.is_contiguous(), "set_param_from_whole: '{}' from {}",
            p.name, whole.desc());
-  if (!tp_.active()) return set_param(p, whole);
   Tensor f = whole;
   if (whole.dtype() != DType::F32) {
     f = Tensor::empty(g.shape, DType::F32);
     ops::convert(f, whole);
   }
-  if (auto it = nf4_.find(p.name); it != nf4_.end()) {
-    const std::vector<std::vector<ops::Nf4Piece>> pieces = nf4_shard_pieces(p);
-    int64_t row = 0;
-    for (size_t k = 0; const Shape& shape : nf4_runs(cfg_, g)) {
-      ops::Nf4Weight q = ops::Nf4Weight::empty(shape);
-      ops::nf4_quantize(q, f.narrow0(row, shape[0]));
-      ops::nf4_take_shard(it->second[k], q, pieces[k]);
-      row += shape[0];
-      ++k;
-    }
-    return;
+  const std::vector<std::vector<ops::Nf4Piece>> pieces = nf4_shard_pieces(p);
+  int64_t row = 0;
+  for (size_t k = 0; const Shape& shape : nf4_runs(cfg_, g)) {
+    ops::Nf4Weight q = ops::Nf4Weight::empty(shape);
+    ops::nf4_quantize(q, f.narrow0(row, shape[0]));
+    ops::nf4_take_shard(it->second[k], q, pieces[k]);
+    row += shape[0];
+    ++k;
   }
-  Tensor shard = Tensor::empty(p.shape, DType::F32);
-  extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), f.data<float>(),
-                shard.data<float>());
-  set_param(p, device_ == kHost ? shard : ops::to_device(shard, device_));
 }
 
 std::vector<std::vector<ops::Nf4Piece>> Transformer::nf4_shard_pieces(const ModelConfig& cfg,

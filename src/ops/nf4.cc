@@ -4,6 +4,7 @@
 // "no kernel" error naming the op until its backend adds one here.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -80,7 +81,8 @@ Device check_nf4(const char* op, const Nf4Weight& q, const char* name) {
   NK_CHECK(q.defined(), "{}: {} is an undefined NF4 weight", op, name);
   const int64_t n = q.numel(), blocks = ceil_div(n, kNf4Block);
   NK_CHECK(n > 0, "{}: {} has shape {}", op, name, shape_str(q.shape));
-  NK_CHECK(q.scale_block >= 1 && q.scale_block <= kNf4ScaleBlock,
+  NK_CHECK(q.scale_block >= 1 && q.scale_block <= kNf4ScaleBlock &&
+               std::has_single_bit(uint64_t(q.scale_block)),
            "{}: {} has a scale block of {} blocks", op, name, q.scale_block);
   const Device dev = device_of(op, {{&q.codes, "codes"},
                                     {&q.absmax_codes, "absmax_codes"},
@@ -117,7 +119,8 @@ const float* nf4_dynamic_levels() {
 Nf4Weight Nf4Weight::empty(const Shape& shape, Device device, int64_t scale_block) {
   for (int64_t d : shape)
     NK_CHECK(d > 0, "Nf4Weight::empty: shape {} has an empty dimension", shape_str(shape));
-  NK_CHECK(scale_block >= 1 && scale_block <= kNf4ScaleBlock,
+  NK_CHECK(scale_block >= 1 && scale_block <= kNf4ScaleBlock &&
+               std::has_single_bit(uint64_t(scale_block)),
            "Nf4Weight::empty: a scale block of {} blocks", scale_block);
   Nf4Weight q;
   q.shape = shape;
@@ -214,9 +217,30 @@ std::vector<int64_t> scale_sources(const std::vector<int64_t>& blocks, int64_t s
 }  // namespace
 
 int64_t nf4_shard_scale_block(const std::vector<Nf4Piece>& pieces) {
-  const std::vector<int64_t> blocks = shard_blocks(pieces);
-  int64_t size = kNf4ScaleBlock;
-  while (size > 1 && scale_sources(blocks, size).empty()) size /= 2;
+  NK_CHECK(nf4_pieces_misaligned(pieces) < 0, "nf4 shard: piece {} is not whole blocks",
+           nf4_pieces_misaligned(pieces));
+  // Each shard block whose whole scale block is not that of the last block
+  // from the whole before it (zero blocks join any) must start a scale
+  // block of the shard after that one: a multiple of `size` in (last, here].
+  // O(pieces): inside a piece such blocks are 256 apart, so the first (or,
+  // at the piece's start, the next) has the low bits of all of them.
+  int64_t size = kNf4ScaleBlock, at = 0, last = -1, last_group = -1;
+  auto apart = [&](int64_t before, int64_t here) {
+    while (size > 1 && before / size == here / size) size /= 2;
+  };
+  for (const Nf4Piece& p : pieces) {
+    const int64_t m = ceil_div(p.len, kNf4Block);
+    if (p.start >= 0) {
+      const int64_t w = p.start / kNf4Block;  // the piece's first block of the whole
+      if (last >= 0 && w / kNf4ScaleBlock != last_group) apart(last, at);
+      const int64_t j = (kNf4ScaleBlock - w % kNf4ScaleBlock) % kNf4ScaleBlock;
+      for (int64_t i : {j, j + kNf4ScaleBlock})
+        if (i > 0 && i < m) apart(at + i - 1, at + i);
+      last = at + m - 1;
+      last_group = (w + m - 1) / kNf4ScaleBlock;
+    }
+    at += m;
+  }
   return size;
 }
 

@@ -130,8 +130,9 @@ struct Nf4Weight {
   Tensor absmax_codes;   // u8 [blocks], blocks = ceil(numel / kNf4Block)
   Tensor absmax_scale;   // f32 [ceil(blocks / scale_block)]
   Tensor absmax_offset;  // f32 [1]
-  // Blocks per absmax_scale entry: kNf4ScaleBlock as nf4_quantize writes a
-  // weight; fewer in a shard cut from a whole one (nf4_take_shard).
+  // Blocks per absmax_scale entry, a power of two: kNf4ScaleBlock as
+  // nf4_quantize writes a weight; fewer in a shard cut from a whole one
+  // (nf4_take_shard).
   int64_t scale_block = kNf4ScaleBlock;
   // Uninitialised storage for a weight of `shape` (numel > 0).
   static Nf4Weight empty(const Shape& shape, Device device = kHost,

@@ -475,6 +475,34 @@ TEST(Nf4Shard, FirstRowsReadAsTheWeightsFirstRows) {
   }
 }
 
+// The scale block is the largest that serves: the shard cut with it, and
+// not with twice it (random whole-block pieces of a 64 x 1024 weight, in
+// any order, with zero pieces among them).
+TEST(Nf4Shard, ScaleBlockIsTheLargestThatServes) {
+  const int64_t n = 64 * 1024, blocks = n / ops::kNf4Block;
+  const ops::Nf4Weight whole = quantized(make({n}, DType::F32, randn(size_t(n), 51)));
+  Rng r(52);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<ops::Nf4Piece> pieces;
+    int64_t values = 0;
+    for (int k = 0, count = 1 + int(r.below(6)); k < count; ++k) {
+      const int64_t len = (1 + int64_t(r.below(trial % 2 ? 40 : 400))) * ops::kNf4Block;
+      const int64_t start =
+          r.below(5) == 0 ? -1 : int64_t(r.below(uint64_t(blocks))) * ops::kNf4Block;
+      pieces.push_back({start, start < 0 ? len : std::min(len, n - start)});
+      values += pieces.back().len;
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    const int64_t size = ops::nf4_shard_scale_block(pieces);
+    ops::Nf4Weight shard = ops::Nf4Weight::empty({values}, kHost, size);
+    ops::nf4_take_shard(shard, whole, pieces);  // (its own check: each scale serves)
+    if (size < ops::kNf4ScaleBlock) {
+      ops::Nf4Weight wider = ops::Nf4Weight::empty({values}, kHost, 2 * size);
+      EXPECT_THROW(ops::nf4_take_shard(wider, whole, pieces), InternalError) << size;
+    }
+  }
+}
+
 TEST(Nf4Shard, PiecesMustBeWholeBlocks) {
   using P = std::vector<ops::Nf4Piece>;
   EXPECT_EQ(ops::nf4_pieces_misaligned(P{{0, 64}, {128, 64}, {-1, 10}}), -1);

@@ -6,6 +6,7 @@
 // dnnl_matmul these ops are called from one thread at a time.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -64,7 +65,7 @@ struct Nf4View {
   const float* scale;
   const float* dyn;
   float offset;
-  int64_t scale_block;
+  int scale_shift;  // log2 of the blocks per scale (a power of two: check_nf4)
 
   explicit Nf4View(const Nf4Weight& q)
       : codes(q.codes.data<uint8_t>()),
@@ -72,13 +73,13 @@ struct Nf4View {
         scale(q.absmax_scale.data<float>()),
         dyn(nf4_dynamic_levels()),
         offset(q.absmax_offset.data<float>()[0]),
-        scale_block(q.scale_block) {}
+        scale_shift(std::countr_zero(uint64_t(q.scale_block))) {}
 
   // dyn[acode] * scale + offset, the product rounded to f32 before the sum
   // (volatile: GCC would otherwise fuse the two into an FMA, and the value is
   // defined bit for bit).
   float block_absmax(int64_t b) const {
-    volatile float p = dyn[acodes[b]] * scale[b / scale_block];
+    volatile float p = dyn[acodes[b]] * scale[b >> scale_shift];
     return p + offset;
   }
 };
