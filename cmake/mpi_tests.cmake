@@ -287,7 +287,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    one process and back); RLOO, PPO; GRPO, RLOO and PPO
 #                    under TP2, PP2, FSDP, CP2 and their mixes
 #   critic_ranks     PPO with a critic of its own (from a reward model and from
-#                    a causal LM) over 2 ranks, ZeRO-1/2, resumed; refusals
+#                    a causal LM) over 2 ranks, ZeRO-1/2, TP2 (SP), FSDP, PP2,
+#                    CP2, TP2xDP2, PP2xTP2, resumed; refusals
 #   deepseek_ranks   deepseek_v3-tiny (MLA, fine-grained and shared experts,
 #                    a dense first layer, aux-loss-free routing) under DP2,
 #                    EP2, PP2, PP2 VP2, EP2xPP2, ZeRO-1 EP2xDP2, CP2, CP2xEP2

@@ -8,9 +8,12 @@
 // reaches), its gradients clipped with the policy's under one global norm
 // and updated by an AdamW of its own at the policy's rate (TRL: one
 // optimizer over PolicyAndValueWrapper), so a run equals TRL's joint update.
-// Under data parallelism it is whole on every rank and its gradients are
-// summed over the replicas. Its checkpoints are OUT_DIR/critic/checkpoints
-// (written before the policy's of the same step), its final weights
+// It is whole on every rank, under any layout of the policy: each rank's
+// head adds the gradients of the rows it trains (ObjectiveRanks::own_grads:
+// a replica's, a cp rank's positions of whole rows, once per tensor-parallel
+// group, on a pipeline's last stage) and the sum over the ranks
+// (ObjectiveRanks::sum_own_grads) steps every rank's copy alike. Its checkpoints are
+// OUT_DIR/critic/checkpoints (written before the policy's of the same step), its final weights
 // OUT_DIR/critic/model (a reward-model folder: `nekton eval reward` reads it).
 #pragma once
 #include <functional>
@@ -40,7 +43,7 @@ class Critic {
   // the gradients of sum_i dvalues[i] * values[i].
   void forward(const Tensor& tokens, std::span<float> out);
   void backward(const Tensor& tokens, std::span<const float> dvalues);
-  // The step's gradients summed by `sum` (over the data-parallel replicas;
+  // The step's gradients summed by `sum` (ObjectiveRanks::sum_own_grads;
   // null on one process): their squared norm.
   double reduce_grads(const std::function<void(Tensor&)>& sum);
   // The update at the policy's rate and clip factor; the gradients zeroed.

@@ -85,8 +85,6 @@ void OnlineObjective::prepare(Transformer& model, bool fresh) {
   NK_CHECK(rl_.loss.algorithm != RlAlgorithm::Ppo || model.config().value_head || critic_,
            "align.method=ppo: the policy has no value head and there is no critic");
   NK_CHECK(!critic_ || rl_.loss.algorithm == RlAlgorithm::Ppo, "a critic without ppo");
-  NK_CHECK(!critic_ || !ranks_.whole_policy,
-           "a critic where the policy is in pieces (nekton align refuses the layout by key)");
   critic_pending_ = critic_ && !fresh;
   model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
   if (rl_.loss.kl_coef == 0) {
@@ -708,10 +706,6 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
   const bool ppo = rl_.loss.algorithm == RlAlgorithm::Ppo;
   auto masked = [&](const Rollout& r) { return rl_.mask_truncated && r.truncated; };
   std::vector<float> values(ppo ? size_t(B * T) : 0), value_grad(values.size(), 0.f);
-  if (ppo && critic_)
-    critic_->forward(batch.tokens, values);
-  else if (ppo)
-    model.value_forward(a, values);
   // The step's completion tokens (dapo's denominator), over every rank's samples.
   double step_tokens = 0;
   if (rl_.loss.loss_type == RlLossType::Dapo) {
@@ -736,6 +730,20 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
              "online RL under context parallelism: the micro-batch's positions");
     const int32_t* p = batch.packed->position_ids.data<int32_t>();
     for (int64_t j = 0; j < T; ++j) pos[size_t(j)] = p[j];
+  }
+  // A critic of its own is whole: it reads whole rows (under context
+  // parallelism every cp rank the same ones, of which it keeps its chunks'
+  // positions: critic_at).
+  const Tensor& critic_rows = batch.whole_tokens ? *batch.whole_tokens : batch.tokens;
+  const int64_t CT = critic_rows.dim(1);
+  const auto critic_at = [&](int64_t b, int64_t j) { return size_t(b * CT + pos[size_t(j)]); };
+  if (ppo && critic_) {
+    std::vector<float> v(size_t(B * CT));
+    critic_->forward(critic_rows, v);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < T; ++j) values[size_t(b * T + j)] = v[critic_at(b, j)];
+  } else if (ppo) {
+    model.value_forward(a, values);
   }
   double loss = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -788,7 +796,12 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
       sums_.nll += -logp;
     }
   }
-  if (critic_) critic_->backward(batch.tokens, value_grad);
+  if (critic_ && ranks_.own_grads) {
+    std::vector<float> dv(size_t(B * CT), 0.f);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < T; ++j) dv[critic_at(b, j)] = value_grad[size_t(b * T + j)];
+    critic_->backward(critic_rows, dv);
+  }
   model.head_token_backward(a, batch.targets, scale,
                             critic_ ? std::span<const float>() : std::span<const float>(value_grad),
                             moe_grad_scale(grad_scale));
@@ -796,7 +809,7 @@ double OnlineObjective::head_micro_batch(Transformer& model, Activations& a,
 }
 
 double OnlineObjective::own_grad_norm_squared() {
-  return critic_ ? critic_->reduce_grads(ranks_.sum_tensor_over_ranks) : 0.0;
+  return critic_ ? critic_->reduce_grads(ranks_.sum_own_grads) : 0.0;
 }
 
 void OnlineObjective::own_step(double lr, float clip) {

@@ -40,23 +40,8 @@ int align_online_run(TrainConfig cfg, const AlignConfig& ac, const Config& c,
   // prompts; none without them.
   if (ac.valid_path.empty()) cfg.val_every = 0;
   // PPO's critic: a value head on the policy's trunk, added to the base, or
-  // (align.value_model) a model of its own, under data parallelism only.
+  // (align.value_model) a model of its own, whole on every rank.
   if (ac.method == "ppo" && rl.value_model.empty()) cfg.model.value_head = true;
-  if (!rl.value_model.empty()) {
-    const dist::MeshSpec& m = cfg.parallel.mesh;
-    const char* split = m.tp > 1   ? "parallel.tp"
-                        : m.pp > 1 ? "parallel.pp"
-                        : m.cp > 1 ? "parallel.cp"
-                        : m.ep > 1 ? "parallel.ep"
-                                   : nullptr;
-    if (!split && cfg.ddp.shard == parallel::Shard::Full) split = "parallel.shard=full";
-    if (split)
-      fail(
-          "align.value_model: a critic of its own trains under data parallelism (ZeRO-1 and -2 "
-          "included) for now; {} splits the policy (leave align.value_model unset for a value "
-          "head on the policy's trunk)",
-          split);
-  }
   std::optional<RunRanks> ranks;
   if (mpi) ranks.emplace(cfg, *mpi);
 

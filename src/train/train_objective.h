@@ -50,9 +50,17 @@ struct ObjectiveRanks {
   // Pipeline parallel: the last stage's numbers on every stage (only the last
   // runs the objective's head; collective over the stages). Nothing otherwise.
   std::function<void(std::span<double>)> from_last_stage = [](std::span<double>) {};
-  // The same sum as sum_over_ranks over a tensor in place (an objective's
-  // own model's gradients; f32 on the model's device). Nothing on one process.
-  std::function<void(Tensor&)> sum_tensor_over_ranks = [](Tensor&) {};
+  // An objective's own model, whole on every rank and trained on the rows
+  // its head sees (PPO's critic): own_grads false where this rank's head
+  // repeats another's rows (a tensor-parallel peer but rank 0) or never
+  // runs (a pipeline stage but the last), so it leaves that model's
+  // gradients at zero; sum_own_grads sums them in place (f32 on the model's
+  // device) so that every rank holds the step's (collective): over the
+  // data-parallel replicas where the policy is whole, over every rank
+  // where it is in pieces or forwards chunks of rows (each context-parallel
+  // rank adds its own positions' part). Nothing on one process.
+  bool own_grads = true;
+  std::function<void(Tensor&)> sum_own_grads = [](Tensor&) {};
 
   // Context parallel: each rank holds cp_rank's chunks of every row's
   // tokens (and a row's sums are the cp ranks' parts): sum_over_sequence

@@ -63,7 +63,6 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
     if (par_.dp() > 1) ranks.sum_over_ranks = sum_over(par_.groups->get("dp"));
   } else if (ddp_) {
     ranks.sum_over_ranks = sum_over(ddp_->group());
-    ranks.sum_tensor_over_ranks = sum_tensor_over(ddp_->group());
   } else if (pipe_ && par_.dp() * par_.cp() > 1)
     ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
   // Online objectives: where every rank's model is whole (data parallel,
@@ -71,6 +70,17 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   // forwards chunks of rows (context parallel), every rank generates with
   // the policy gathered whole.
   const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights()) || par_.cp() > 1;
+  // An objective's own whole model: where the policy is whole, the
+  // replicas' gradients summed over them; where it is in pieces, each
+  // rank's head that adds rows of its own (tp rank 0 of the last stage,
+  // every cp rank its chunks' positions) over every rank, the others adding
+  // zeros, so every rank steps the same copy.
+  if (pieces) {
+    ranks.own_grads = par_.mesh->rank_in("tp") == 0 && model_->stage().head;
+    ranks.sum_own_grads = sum_tensor_over(par_.groups->get("world"));
+  } else if (ddp_) {
+    ranks.sum_own_grads = sum_tensor_over(ddp_->group());
+  }
   if (objective_->online() && pieces) {
     ranks.generators = par_.world();
     ranks.generator = par_.mesh->rank();

@@ -9,9 +9,11 @@
 # its checkpoint of that step to the same figures and weights (also into
 # another OUT_DIR through train.resume_from). A critic
 # started from a causal LM (the fine-tuned policy itself) gains a score head
-# and is exported as a one-label classifier. Refused, naming the key and
-# leaving no OUT_DIR: a layout that splits the policy (TP2, FSDP), a
-# method without a critic, a folder that is not a model, a critic of
+# and is exported as a one-label classifier. With the policy in pieces (TP2,
+# TP2 SP, FSDP, PP2, CP2, TP2 x DP2 ZeRO-1, PP2 x TP2) the critic is whole on
+# every rank, the same run; stopped under TP2, resumed under TP2 and on one
+# process. Refused, naming the key and leaving no OUT_DIR: a method without
+# a critic, a folder that is not a model, a critic of
 # another vocabulary; a resume whose critic checkpoint is gone names its
 # folder.
 #   tests/apps/mpi/critic_ranks.sh REPO BUILD
@@ -45,6 +47,27 @@ run zero1 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=optimizer
 run zero2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=grads
 grep -q "data parallel: world 2" "$WORK/dp2.log" || fail "dp2 did not run data parallel"
 compare one dp2 zero1 zero2 || fail "PPO with a critic: data parallel differs from one process"
+# The policy in pieces, the critic whole on every rank: its gradients are
+# the rows' of tp rank 0 of the last stage (each cp rank its own positions
+# of whole rows), summed over every rank.
+run tp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
+run tp2sp "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2 parallel.sp=true
+run fsdp "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=full
+run pp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.pp=2
+run cp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.cp=2
+run tp2dp2 "${MPI[@]}" 4 "$NK" align "${PPO[@]}" parallel.tp=2 parallel.shard=optimizer
+run pp2tp2 "${MPI[@]}" 4 "$NK" align "${PPO[@]}" parallel.pp=2 parallel.tp=2
+grep -q "model parallel: .*tp 2" "$WORK/tp2.log" || fail "tp2 did not split the policy"
+compare one tp2 tp2sp fsdp pp2 cp2 tp2dp2 pp2tp2 ||
+  fail "PPO with a critic: TP2, TP2 SP, FSDP, PP2, CP2, TP2 x DP2 or PP2 x TP2 differs from one process"
+# Stopped under TP2 after step 3: every rank reads the critic's checkpoint,
+# resumed under TP2 and on one process.
+run part_tp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2 train.exit_at_step=3
+for to in resumed_tp2 resumed_tp2_one; do cp -r "$WORK/part_tp2" "$WORK/$to"; done
+run resumed_tp2 "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
+run resumed_tp2_one "$NK" align "${PPO[@]}"
+grep -q "the critic resumed from" "$WORK/resumed_tp2.log" || fail "the critic was not resumed"
+compare one resumed_tp2 resumed_tp2_one || fail "PPO with a critic stopped under TP2 and resumed differs"
 
 # Stopped after step 3 (mid-way through round 1): the critic's checkpoint of
 # step 3 is written beside the policy's and read back.
@@ -100,8 +123,6 @@ refused_clean() {
   refused "$@"
   [[ ! -e "$WORK/$out" ]] || fail "$out: a refused run left $WORK/$out"
 }
-refused_clean tp2 "splits the policy" "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.tp=2
-refused_clean fsdp "parallel.shard=full" "${MPI[@]}" 2 "$NK" align "${PPO[@]}" parallel.shard=full
 refused_clean grpo "align.value_model: PPO's critic" "$NK" align "${PPO[@]}" align.method=grpo
 refused_clean nofolder "is not a model folder" "$NK" align "${PPO[@]}" \
   "align.value_model=$WORK/prompts.jsonl"
@@ -109,4 +130,4 @@ run rm300 "$NK" align "${ALIGN_ARGS[@]}" align.method=rm train.steps=1 train.val
   model.vocab_size=300
 refused_clean vocab "has a vocabulary of 300 ids, the policy one of 264" "$NK" align "${PPO[@]}" \
   "align.value_model=$WORK/rm300/model"
-pass "PPO with a critic of its own (from a reward model, and from a causal LM) under DP2, ZeRO-1 and ZeRO-2 and resumed mid-round equals one process, policy and critic; bad critics and layouts refused"
+pass "PPO with a critic of its own (from a reward model, and from a causal LM) under DP2, ZeRO-1, ZeRO-2, TP2, TP2 SP, FSDP, PP2, CP2, TP2 x DP2 and PP2 x TP2, and resumed mid-round, equals one process, policy and critic; bad critics refused"

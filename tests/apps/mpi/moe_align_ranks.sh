@@ -14,7 +14,8 @@
 # policy gathered whole, its experts from the ep ranks, for each round's
 # generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
 # and EP2 with PP2 (with align.moe_losses=true under EP2 and EP2 x TP2);
-# PPO under EP2; LoRA GRPO (adapters off as the
+# PPO under EP2, and with a critic of its own (the MoE reward model) under EP2
+# and EP2 x TP2; LoRA GRPO (adapters off as the
 # reference) under EP2; a GRPO run stopped mid-round under EP2 resumes under
 # EP2 and on one process; QLoRA GRPO (from the DPO run's model) under EP2
 # (per tensor).
@@ -124,6 +125,15 @@ compare one_grpo resumed_grpo_ep2 resumed_grpo_one ||
 run one_ppo "$NK" align "${GRPO[@]}" align.method=ppo
 run ep2_ppo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" align.method=ppo parallel.ep=2
 compare one_ppo ep2_ppo || fail "PPO under expert parallelism differs from one process"
+# PPO with a critic of its own (the MoE reward model above, whole on every
+# rank beside the split policy).
+CRITIC=(align.method=ppo "align.value_model=$WORK/one_rm/model")
+run one_ppo_critic "$NK" align "${GRPO[@]}" "${CRITIC[@]}"
+run ep2_ppo_critic "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" "${CRITIC[@]}" parallel.ep=2
+run ep2tp2_ppo_critic "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" "${CRITIC[@]}" parallel.ep=2 \
+  parallel.tp=2
+compare one_ppo_critic ep2_ppo_critic ep2tp2_ppo_critic ||
+  fail "PPO with a critic of its own under expert parallelism differs from one process"
 ADAPT=("${LORA[@]}" align.reference=adapter_off)
 run one_grpo_lora "$NK" align "${GRPO[@]}" "${ADAPT[@]}"
 run ep2_grpo_lora "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" "${ADAPT[@]}" parallel.ep=2
@@ -136,4 +146,4 @@ run one_grpo_qlora "$NK" align "${QLORA_GRPO[@]}"
 run ep2_grpo_qlora "${MPI[@]}" 2 "$NK" align "${QLORA_GRPO[@]}" parallel.ep=2
 compare_norm one_grpo_qlora ep2_grpo_qlora ||
   fail "QLoRA GRPO under expert parallelism differs from one process"
-pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO, LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
+pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO (also with a critic of its own), LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
