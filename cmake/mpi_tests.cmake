@@ -59,12 +59,14 @@ gtest_discover_tests(test_dist_fault DISCOVERY_TIMEOUT 60 PROPERTIES LABELS mpi 
 #   tensor_parallel_mpi_np2, _np4, _np8  tensor (and sequence) and pipeline parallel,
 #                                        alone, together and with data parallel
 #                                        (and ZeRO-1), against one process;
-#                                        resharding checkpoints
+#                                        resharding checkpoints; the cached
+#                                        decode under TP2 (generation)
 #                                        (tests/parallel/tensor_parallel)
 nk_mpi_gtest(parallel_mpi parallel/mpi nk_train 300)
 nk_mpi_gtest(tensor_parallel_mpi parallel/tensor_parallel nk_train 600
              ${CMAKE_SOURCE_DIR}/tests/parallel/mpi/main_mpi.cc)
 target_include_directories(test_tensor_parallel_mpi PRIVATE ${CMAKE_SOURCE_DIR}/tests/parallel/mpi)
+target_link_libraries(test_tensor_parallel_mpi PRIVATE nk_infer)  # the decode (tp_decode_mpi.cc)
 # DP2 × TP2 × PP2: 8 ranks on 2 cores (labelled many_ranks as well).
 add_test(NAME tensor_parallel_mpi_np8
          COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 8 --oversubscribe
@@ -285,7 +287,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #   online_ranks     GRPO over 2 ranks, ZeRO-1, --nproc 2 with a copy reference
 #                    and a command grader; resumed mid-round (also from DP2 to
 #                    one process and back); RLOO, PPO; GRPO, RLOO and PPO
-#                    under TP2, PP2, FSDP, CP2 and their mixes
+#                    under TP2 (generated from the pieces), PP2, FSDP, CP2
+#                    and their mixes
 #   critic_ranks     PPO with a critic of its own (from a reward model and from
 #                    a causal LM) over 2 ranks, ZeRO-1/2, TP2 (SP), FSDP, PP2,
 #                    CP2, TP2xDP2, PP2xTP2, resumed; refusals

@@ -86,6 +86,10 @@ void OnlineObjective::prepare(Transformer& model, bool fresh) {
            "align.method=ppo: the policy has no value head and there is no critic");
   NK_CHECK(!critic_ || rl_.loss.algorithm == RlAlgorithm::Ppo, "a critic without ppo");
   critic_pending_ = critic_ && !fresh;
+  if (model.tensor_parallel().active() && !ranks_.whole_policy)
+    NK_INFO(
+        "align: each tensor-parallel group generates from its pieces of the policy (a cache of "
+        "its heads on every rank; no whole copy)");
   model.set_logit_temperature(float(rl_.sampling.sampling.temperature));
   if (rl_.loss.kl_coef == 0) {
     NK_INFO("align: no reference model (align.kl_coef = 0)");
@@ -209,9 +213,10 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
   o.max_len = max_len;
   o.max_seqs = batch;
   o.max_tokens = batch + 256;
+  o.tp = model.tensor_parallel().size();  // a tp group's pieces: each rank its heads
   o.blocks = rl_.kv_cache_mb > 0
                  ? PagedCache::blocks_for_memory(model.config(), model.compute_dtype(),
-                                                 o.block_size, rl_.kv_cache_mb)
+                                                 o.block_size, rl_.kv_cache_mb, o.tp)
                  : batch * ((max_len + o.block_size - 1) / o.block_size);
   std::vector<GenerationResult> results;
   std::vector<int32_t> last(requests.size(), -1);
@@ -240,11 +245,15 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
     to_score[j].truncated = g.finish == FinishReason::Length || g.finish == FinishReason::Context;
     to_score[j].where = from.records.file.where(from.records.file.records[p]);
   }
+  // A tensor-parallel group generates together: its rank 0 scores them and
+  // fills their rows of the sum (the others add zeros).
+  const std::span<const RewardInput> scored =
+      ranks_.scores ? std::span<const RewardInput>(to_score) : std::span<const RewardInput>();
   const auto t1 = Clock::now();
-  RewardScores sc = scorer_(to_score);
+  RewardScores sc = scorer_(scored);
   score_seconds_ += seconds_since(t1);
-  NK_CHECK(sc.total.size() == own.size(), "reward functions: {} scores for {} completions",
-           sc.total.size(), own.size());
+  NK_CHECK(sc.total.size() == scored.size(), "reward functions: {} scores for {} completions",
+           sc.total.size(), scored.size());
   if (parts_.empty()) {
     for (const RewardScores::Part& q : sc.parts)
       parts_.push_back({q.name, q.weight, q.verifiable, {}});
@@ -254,7 +263,7 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
   // Every rank's completions summed in: [length, truncated, total, parts..., tokens...].
   const int64_t P = int64_t(parts_.size()), W = 3 + P + s.max_tokens + 1;
   std::vector<double> v(size_t(K * W), 0.0);
-  for (size_t j = 0; j < own.size(); ++j) {
+  for (size_t j = 0; j < scored.size(); ++j) {
     double* row = v.data() + own[j] * W;
     const GenerationResult& g = results[j];
     NK_CHECK(int64_t(g.tokens.size()) <= s.max_tokens + 1, "a completion of {} tokens",
@@ -287,11 +296,13 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
 }
 
 std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, int64_t round) {
-  // A model in pieces (tensor or pipeline parallel, FSDP) or in chunks of
-  // rows (context parallel): the round is made with the live weights
-  // gathered whole on every rank, freed after it; over a frozen base the
-  // copy is kept for the next round, which gathers the trainable parameters
-  // alone.
+  // A model in pieces (pipeline or expert parallel, FSDP, tensor parallel
+  // with experts or MLA) or in chunks of rows (context parallel): the round
+  // is made with the live weights gathered whole on every rank
+  // (ranks_.whole_policy), freed after it; over a frozen base the copy is
+  // kept for the next round, which gathers the trainable parameters alone.
+  // Split by tensor parallelism alone: each tp group generates from its
+  // pieces, as it trains.
   const auto t_gather = Clock::now();
   const bool kept = whole_ != nullptr;
   std::unique_ptr<Transformer> whole =

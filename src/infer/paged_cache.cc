@@ -15,14 +15,14 @@ KVCacheShape shape_of(const ModelConfig& cfg, const PagedCacheOptions& o) {
            o.block_size, o.blocks, o.max_len, o.max_seqs, o.max_tokens, o.watermark);
   // A sequence alone in the pool must fit it.
   const int64_t len = std::min({o.max_len, o.blocks * o.block_size, cfg.max_seq_len});
-  return KVCacheShape{o.blocks, o.block_size, len, o.max_seqs, o.max_tokens};
+  return KVCacheShape{o.blocks, o.block_size, len, o.max_seqs, o.max_tokens, o.tp};
 }
 
 }  // namespace
 
 int64_t PagedCache::blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size,
-                                      double mb) {
-  const double per = double(KVCache::block_bytes(cfg, kv, block_size));
+                                      double mb, int64_t tp) {
+  const double per = double(KVCache::block_bytes(cfg, kv, block_size)) / double(tp);
   return std::max<int64_t>(1, int64_t(std::floor(mb * 1024 * 1024 / per)));
 }
 

@@ -27,6 +27,7 @@ struct PagedCacheOptions {
   bool prefix_caching = true;
   double watermark = 0.01;  // fraction of the pool open() keeps free while others run
   KvDType kv_dtype;         // k and v: nullopt keeps them in the compute dtype
+  int64_t tp = 1;           // the model's tensor-parallel ranks (KVCacheShape::tp)
 };
 
 class PagedCache final : public SequenceCache {
@@ -34,9 +35,10 @@ class PagedCache final : public SequenceCache {
   PagedCache(const ModelConfig& cfg, DType compute, const PagedCacheOptions& opt,
              Device device = kHost);
 
-  // Blocks that fit `mb` MiB of cache (k and v of every layer, in dtype kv),
-  // at least 1.
-  static int64_t blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size, double mb);
+  // Blocks that fit `mb` MiB of cache (k and v of every layer, in dtype kv;
+  // a tensor-parallel rank's 1/tp of the heads), at least 1.
+  static int64_t blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size, double mb,
+                                   int64_t tp = 1);
 
   int64_t max_len() const override { return kv_.max_len(); }
   int64_t max_tokens() const override { return kv_.max_tokens(); }

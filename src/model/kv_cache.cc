@@ -39,8 +39,8 @@ void check_kv_cache_dtype(const ModelConfig& c, KvDType kv, Device device, const
 }
 
 KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
-                 Device device, KvDType kv)
-    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens}, device, kv) {}
+                 Device device, KvDType kv, int64_t tp)
+    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens, tp}, device, kv) {}
 
 namespace {
 
@@ -82,7 +82,17 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
       sh.block_size, sh.max_len, sh.max_seqs, sh.max_tokens);
   if (sh.max_len > c.max_seq_len)
     fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
-  const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim();
+  // Tensor parallel: this rank's heads, MLP units and vocabulary columns.
+  const int64_t t = sh.tp;
+  NK_CHECK(t >= 1 && c.n_head % t == 0 && c.n_kv_head % t == 0 && c.d_ff % t == 0,
+           "KVCache: {} tensor-parallel ranks for {} heads, {} kv heads, d_ff {}", t, c.n_head,
+           c.n_kv_head, c.d_ff);
+  if (t > 1 && (c.mla() || c.is_moe()))
+    fail(
+        "the cached decode under tensor parallelism ({} ranks) runs dense attention and MLPs; "
+        "this model has {}",
+        t, c.mla() ? "multi-head latent attention" : "Mixture-of-Experts layers");
+  const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim() / t;
   const int64_t Lr = c.kv_lora_rank + c.qk_rope_head_dim;  // a latent row
   // A row's elements: its values, or a q8_0 row's bytes.
   const int64_t row = ops::kv_cache_row_width(latent_ ? Lr : D, kv_dtype_);
@@ -99,8 +109,8 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
       v.push_back(k.back());
       continue;
     }
-    k.push_back(zeros(c.n_kv_head));
-    v.push_back(zeros(c.n_kv_head));
+    k.push_back(zeros(c.n_kv_head / t));
+    v.push_back(zeros(c.n_kv_head / t));
   }
   const int64_t R = sh.max_tokens;
   tokens = Tensor::empty({R}, DType::I32, device);
@@ -111,11 +121,12 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   ln = Tensor::empty({R, C}, dt, device);
   // A latent cache's attention: the absorbed queries, the row as key and
   // value, each head's weighted row (LatentAttention::CacheActs).
-  qkv = Tensor::empty({R, latent_ ? (c.n_head + 2) * Lr : c.qkv_dim()}, dt, device);
-  att = Tensor::empty({R, c.n_head * (latent_ ? Lr : D)}, dt, device);
+  qkv = Tensor::empty({R, latent_ ? (c.n_head + 2) * Lr : c.qkv_dim() / t}, dt, device);
+  att = Tensor::empty({R, c.n_head / t * (latent_ ? Lr : D)}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
-  auto mk = [&](const Shape& s, DType t) { return Tensor::empty(s, t, device); };
-  if (c.block().qk_norm) qk = nn::SelfAttention::qk_acts_for(R, c.n_head, c.n_kv_head, D, dt, mk);
+  auto mk = [&](const Shape& s, DType type) { return Tensor::empty(s, type, device); };
+  if (c.block().qk_norm)
+    qk = nn::SelfAttention::qk_acts_for(R, c.n_head / t, c.n_kv_head / t, D, dt, mk);
   if (c.mla())
     mla = nn::LatentAttention::acts_for(R, c.n_head, c.q_lora_rank, c.kv_lora_rank,
                                         D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
@@ -132,7 +143,7 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   }
   if (c.has_dense_layers()) {
     h = Tensor::empty({R, up}, dt, device);
-    a = Tensor::empty({R, c.d_ff}, dt, device);
+    a = Tensor::empty({R, c.d_ff / t}, dt, device);
   }
   mean = Tensor::empty({R}, DType::F32, device);
   rstd = Tensor::empty({R}, DType::F32, device);
@@ -140,7 +151,12 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   // decode step); more rows are done in several passes.
   head_rows = std::min(R, sh.max_seqs);
   sel = Tensor::empty({head_rows, C}, dt, device);
-  head_logits = Tensor::empty({head_rows, c.vocab_size}, dt, device);
+  const int64_t V = t > 1 ? c.padded_vocab_size(t) / t : c.vocab_size;
+  head_logits = Tensor::empty({head_rows, V}, dt, device);
+  if (t > 1) {
+    head_f32 = Tensor::empty({head_rows * V}, DType::F32, device);
+    logits_all = Tensor::empty({t * head_rows * V}, DType::F32, device);
+  }
   const AdapterSizes s = adapter_sizes(c);
   adapters = make_adapter_scratch(c, s, R, dt, device, false);
   int64_t saved = 0, saved_f32 = 0;  // per token, the most any adapted layer keeps

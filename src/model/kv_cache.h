@@ -41,6 +41,10 @@ struct KVCacheShape {
   int64_t max_len = 0;     // positions per sequence (<= the model's max_seq_len)
   int64_t max_seqs = 0;    // block-table rows one forward_cached call may name
   int64_t max_tokens = 0;  // new tokens one call may carry (prefill chunks + decode tokens)
+  // Tensor-parallel ranks the model is split over: this rank's cache and
+  // workspace hold its 1/tp of the heads and MLP units (and of the padded
+  // vocabulary's logits, gathered whole in logits_all).
+  int64_t tp = 1;
   // Block-table entries per sequence: ceil(max_len / block_size).
   int64_t table_width() const { return (max_len + block_size - 1) / block_size; }
 };
@@ -71,7 +75,7 @@ class KVCache {
   // The contiguous cache: `slots` sequences of max_len positions each, one
   // block per slot (block table row s = [s]).
   KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len, int64_t max_tokens,
-          Device device = kHost, KvDType kv = std::nullopt);
+          Device device = kHost, KvDType kv = std::nullopt, int64_t tp = 1);
 
   const KVCacheShape& shape() const { return shape_; }
   int64_t blocks() const { return shape_.blocks; }
@@ -115,7 +119,10 @@ class KVCache {
   std::vector<Tensor> mla_kv_b;
   Tensor mean, rstd;   // f32 [rows]
   Tensor sel;          // [head_rows, C] gathered rows for the head
-  Tensor head_logits;  // [head_rows, V] compute dtype
+  Tensor head_logits;  // [head_rows, V] compute dtype (tensor parallel: this rank's V / tp)
+  // Tensor parallel: f32 [head_rows * V / tp], this rank's logits (then
+  // scratch), and [tp * head_rows * V / tp], every rank's gathered.
+  Tensor head_f32, logits_all;
   int64_t head_rows = 0;
   // The adapters' scratch when the model has any, and what an adapted layer
   // keeps between its products (every layer reuses it): LoRA's x A^T of every

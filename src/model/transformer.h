@@ -458,6 +458,9 @@ class Transformer {
   // prefixes, whatever the prompt length was (a block-quantised MLA model's
   // first call dequantises kv_b into the cache: dequantize_latent_kv_b).
   // An MLA model's cache keeps the latent rows (KVCache::latent).
+  // Under tensor parallelism (dense attention and MLPs) every rank of the
+  // group calls it with the same step, over a cache of its heads
+  // (KVCacheShape::tp), and receives the whole logits (collective).
   void forward_cached(KVCache& cache, const CachedStep& step, Tensor logits);
 
   static constexpr int64_t kIgnoreIndex = -100;
@@ -482,6 +485,10 @@ class Transformer {
   // cache.mla_kv_b: every layer's kv_b weight dense where it is
   // block-quantised (undefined where kv_b.w is, read in place).
   void dequantize_latent_kv_b(KVCache& cache) const;
+  // Tensor parallel: the vocabulary-parallel head's logits of the final
+  // norm's rows `normed` [n, C], every rank's gathered into logits f32
+  // [n, vocab_size] (collective).
+  void gather_vocab_logits(KVCache& kc, const Tensor& normed, Tensor logits) const;
   struct Block {
     nn::Norm norm1, norm2;
     nn::Norm post1, post2;  // on the attention's and the MLP's outputs (BlockSpec::post_norms)

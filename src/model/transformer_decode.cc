@@ -11,7 +11,12 @@ namespace nk {
 
 void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logits) {
   NK_CHECK(stage_.whole(cfg_), "forward_cached on one pipeline stage");
-  NK_CHECK(!tp_.active(), "forward_cached: inference under tensor parallelism is not supported");
+  // Tensor parallel: every rank runs the step's every token over its heads
+  // and MLP units, the row-parallel layers' partial sums added over the
+  // group, the vocabulary-parallel head's logits gathered whole.
+  NK_CHECK(kc.shape().tp == tp_.size(),
+           "forward_cached: a cache for {} tensor-parallel ranks, the model is split over {}",
+           kc.shape().tp, tp_.size());
   need_lm_head("generation");
   const int64_t N = int64_t(st.tokens.size()), R = int64_t(st.logit_rows.size());
   const int64_t M = kc.shape().table_width(), Q = int64_t(st.block_table.size()) / M;
@@ -42,7 +47,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
                                  : nn::AdapterActs{};
   nn::MLP::Saved mlp;
   if (kc.h.defined()) mlp = {kc.h.narrow0(0, N), kc.a.narrow0(0, N), ad, ad, Tensor(), Tensor()};
-  embed_.forward(x.view({1, N, cfg_.d_model}), tok2, pos2);
+  embed_.forward_cached(x.view({1, N, cfg_.d_model}), tok2, pos2);
   const float escale = embed_scale();
   if (prompt_.active()) {
     const int64_t n = prompt_.n();
@@ -75,7 +80,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     if (cfg_.moe_layer(int64_t(l)))
       b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
     else
-      b.mlp.forward(tmp, mlp, ln);
+      b.mlp.forward_cached(tmp, mlp, ln);
     if (post) b.post2.forward(ln, mean, rstd, tmp);
     ops::add(x, x, post ? ln : tmp);
   }
@@ -91,10 +96,51 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     }
     Tensor normed = kc.ln.narrow0(0, n);
     norm_f_.forward(normed, kc.mean.narrow0(0, n), kc.rstd.narrow0(0, n), sel);
+    if (tp_.active()) {
+      gather_vocab_logits(kc, normed, logits.narrow0(r, n));
+      continue;
+    }
     Tensor out = kc.head_logits.narrow0(0, n);
     head_.forward(out, normed);
     cap_logits(out);
     ops::convert(logits.narrow0(r, n), out);
+  }
+}
+
+void Transformer::gather_vocab_logits(KVCache& kc, const Tensor& normed, Tensor logits) const {
+  // Rank q holds ids [q V/t, (q+1) V/t) of the padded vocabulary and scores
+  // its real ones (head_scored_rows_: none on a rank of padding alone);
+  // each rank's block of V/t columns is gathered, the padding dropped.
+  const int64_t t = tp_.size(), n = normed.dim(0), Vl = kc.head_logits.dim(1);
+  const int64_t V = cfg_.vocab_size, cols = head_scored_rows_;
+  Tensor local = kc.head_f32.narrow0(0, n * Vl).view({n, Vl});
+  if (cols > 0) {
+    Tensor out = kc.head_logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+    head_.forward(out, normed);
+    cap_logits(out);
+    if (cols == Vl) {
+      ops::convert(local, out);
+    } else {  // through logits' room, f32
+      Tensor f = logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+      ops::convert(f, out);
+      ops::fill(local, 0.f);
+      ops::add_columns(local, f, 0, 1.f);
+    }
+  } else {
+    ops::fill(local, 0.f);
+  }
+  Tensor all = kc.logits_all.narrow0(0, t * n * Vl);
+  tp_.comm->all_gather(local, all);
+  ops::fill(logits, 0.f);
+  for (int64_t q = 0; q < t && q * Vl < V; ++q) {
+    const int64_t m = std::min(Vl, V - q * Vl);
+    Tensor part = all.narrow0(q * n * Vl, n * Vl).view({n, Vl});
+    if (m < Vl) {  // its real ids' columns, made contiguous in the scratch
+      Tensor cut = kc.head_f32.narrow0(0, n * m).view({n, m});
+      ops::copy_columns(cut, part, 0, 1.f);
+      part = cut;
+    }
+    ops::add_columns(logits, part, q * Vl, 1.f);
   }
 }
 

@@ -135,7 +135,11 @@ struct SelfAttention {
     ops::kv_cache_store(k_cache, v_cache, qkv_buf, n_head, block_table, seqs, positions);
     ops::attention_cached(out_buf, qkv_buf, k_cache, v_cache, n_head, block_table, seqs, positions,
                           window, scale, softcap);
+    // Tensor parallel: this rank's heads (n_head, n_kv_head, the cache's),
+    // the projection's partial sums added over the group.
     proj.forward(y, out_buf, ad);
+    tp.whole_rows().exit(y, Tensor());
+    proj.bottleneck_after_sum_forward(y, ad);
   }
   // dx [B, T, C] written.
   void backward(Tensor dx, const Tensor& dy, const Saved& s, const Scratch& g, const Tensor& x,

@@ -27,14 +27,31 @@ struct Embedding {
   // rank's rows [N/t, C]).
   void forward(Tensor out, const Tensor& tokens, const Tensor& positions = Tensor(),
                const Tensor& full = Tensor()) const {
-    if (tp.active()) {
+    forward_over(tp, out, tokens, positions, full);
+  }
+  // The cached decode's lookup of N tokens, out [N, C] whole on every rank
+  // (no sequence parallelism).
+  void forward_cached(Tensor out, const Tensor& tokens, const Tensor& positions) const {
+    forward_over(tp.whole_rows(), out, tokens, positions, Tensor());
+  }
+  // Every rank computes the positions' whole gradient (they are replicated).
+  void backward(const Tensor& dout, const Tensor& tokens, const Tensor& positions = Tensor(),
+                const Tensor& full = Tensor()) const {
+    ops::embedding_backward(dwte, dwpe, tp.exit_backward(dout, full), tokens, positions,
+                            tp.active() ? vocab_start : -1);
+  }
+
+ private:
+  void forward_over(const TensorParallel& t, Tensor out, const Tensor& tokens,
+                    const Tensor& positions, const Tensor& full) const {
+    if (t.active()) {
       NK_CHECK(!wte_quant.defined(), "Embedding: a block-quantised table under tensor parallelism");
-      const Tensor local = tp.exit_buffer(out, full), pos = tp.rank() == 0 ? wpe : Tensor();
+      const Tensor local = t.exit_buffer(out, full), pos = t.rank() == 0 ? wpe : Tensor();
       if (wte_q.defined())  // QLoRA: this rank's rows of the NF4 table
         ops::nf4_embedding_forward(local, tokens, wte_q, pos, positions, vocab_start);
       else
         ops::embedding_forward(local, tokens, wte, pos, positions, vocab_start);
-      tp.exit(out, full);
+      t.exit(out, full);
     } else if (wte_q.defined()) {
       ops::nf4_embedding_forward(out, tokens, wte_q, wpe, positions);
     } else if (wte_quant.defined()) {
@@ -43,12 +60,6 @@ struct Embedding {
     } else {
       ops::embedding_forward(out, tokens, wte, wpe, positions);
     }
-  }
-  // Every rank computes the positions' whole gradient (they are replicated).
-  void backward(const Tensor& dout, const Tensor& tokens, const Tensor& positions = Tensor(),
-                const Tensor& full = Tensor()) const {
-    ops::embedding_backward(dwte, dwpe, tp.exit_backward(dout, full), tokens, positions,
-                            tp.active() ? vocab_start : -1);
   }
 };
 

@@ -24,11 +24,17 @@ struct MLP {
     Tensor dh, da;  // shaped like Saved
   };
 
-  void forward(Tensor y, const Saved& s, const Tensor& x) const {
-    up.forward(s.h, tp.enter(x, s.full_x), s.up_adapters);
+  void forward(Tensor y, const Saved& s, const Tensor& x) const { forward_over(tp, y, s, x); }
+  // The cached decode's: x, y [N, C] every row on every rank (no sequence
+  // parallelism; s.full_x, s.full_y unused).
+  void forward_cached(Tensor y, const Saved& s, const Tensor& x) const {
+    forward_over(tp.whole_rows(), y, s, x);
+  }
+  void forward_over(const TensorParallel& t, Tensor y, const Saved& s, const Tensor& x) const {
+    up.forward(s.h, t.enter(x, s.full_x), s.up_adapters);
     activation_forward(s);
-    down.forward(tp.exit_buffer(y, s.full_y), s.a, s.down_adapters);
-    tp.exit(y, s.full_y);
+    down.forward(t.exit_buffer(y, s.full_y), s.a, s.down_adapters);
+    t.exit(y, s.full_y);
     down.bottleneck_after_sum_forward(y, s.down_adapters);
   }
   // s.a from s.h (also how activation recompute restores s.a).

@@ -78,6 +78,14 @@ struct TensorParallel {
   // Leaving, backward: the output gradient with every row: dy, or under sp
   // its all-gather into full.
   Tensor exit_backward(const Tensor& dy, const Tensor& full) const { return enter(dy, full); }
+  // The same group for a step whose every row each rank holds: the cached
+  // decode's (a batch of new tokens, not split however training splits its
+  // rows), without sequence parallelism; its exit is an all-reduce.
+  TensorParallel whole_rows() const {
+    TensorParallel t = *this;
+    t.sequence_parallel = false;
+    return t;
+  }
 
  private:
   // Every rank's partial values of x (x itself, or under sp all N rows in

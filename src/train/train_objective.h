@@ -82,6 +82,12 @@ struct ObjectiveRanks {
   // whole, every rank where it is in pieces.
   int64_t generators = 1, generator = 0;
   std::function<void(std::span<double>)> sum_over_generators = [](std::span<double>) {};
+  // Where a tensor-parallel group generates together from its pieces of
+  // the policy (Transformer::forward_cached under tensor parallelism; no
+  // whole_policy): its ranks generate the same completions, rank 0 alone
+  // scores them (`scores`) and fills their figures, the others adding
+  // zeros to sum_over_generators (then over every rank).
+  bool scores = true;
   // Where the model is in pieces (tensor, pipeline or expert parallel,
   // FSDP) or forwards chunks of rows (context parallel): the policy's live weights
   // gathered into a whole model, held as the policy is (a frozen bf16 base

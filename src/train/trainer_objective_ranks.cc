@@ -66,10 +66,17 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   } else if (pipe_ && par_.dp() * par_.cp() > 1)
     ranks.sum_over_ranks = sum_over(par_.groups->get("dp-cp"));
   // Online objectives: where every rank's model is whole (data parallel,
-  // ZeRO-1) the replicas share the generations; where it is in pieces, or
-  // forwards chunks of rows (context parallel), every rank generates with
-  // the policy gathered whole.
+  // ZeRO-1) the replicas share the generations; where it is split by tensor
+  // parallelism alone (sequence parallel, data-parallel replicas, ZeRO-1
+  // and -2 included) each replica's tp group generates its share from its
+  // pieces (the cached decode under TP: dense attention and MLPs); where it
+  // is otherwise in pieces, or forwards chunks of rows (context parallel),
+  // every rank generates with the policy gathered whole.
   const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights()) || par_.cp() > 1;
+  const bool tp_decode = objective_->online() && tensor_parallel().active() && par_.pp() == 1 &&
+                         par_.cp() == 1 && !model_->experts_split() &&
+                         !(ddp_ && ddp_->shards_weights()) && !cfg_.model.is_moe() &&
+                         !cfg_.model.mla();
   // An objective's own whole model: where the policy is whole, the
   // replicas' gradients summed over them; where it is in pieces, each
   // rank's head that adds rows of its own (tp rank 0 of the last stage,
@@ -81,7 +88,12 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   } else if (ddp_) {
     ranks.sum_own_grads = sum_tensor_over(ddp_->group());
   }
-  if (objective_->online() && pieces) {
+  if (tp_decode) {
+    ranks.generators = par_.dp();
+    ranks.generator = par_.dp_rank();
+    ranks.scores = par_.mesh->rank_in("tp") == 0;
+    ranks.sum_over_generators = sum_over(par_.groups->get("world"));
+  } else if (objective_->online() && pieces) {
     ranks.generators = par_.world();
     ranks.generator = par_.mesh->rank();
     ranks.sum_over_generators = sum_over(par_.groups->get("world"));

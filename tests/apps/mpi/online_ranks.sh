@@ -13,7 +13,8 @@
 # a replica's round file lost is refused), as does one resumed after its command
 # grader crashed (an error naming it; the last checkpoint stands); RLOO over
 # 2 ranks; PPO over 2 ranks and resumed mid-round. With the model in pieces
-# (the policy gathered whole for each round): GRPO under TP2, FSDP, PP2,
+# (the policy gathered whole for each round, or under TP alone each tp group
+# generating from its pieces): GRPO under TP2, FSDP, PP2,
 # DP2 x TP2 ZeRO-1 and PP2 x DP2 FSDP, stopped under TP2 and resumed under
 # TP2 and on one process, RLOO under TP2, PPO under PP2, FSDP, TP2 and TP2
 # SP (also from a causal LM, its value head added), GRPO under CP2 and CP2 x
@@ -103,9 +104,12 @@ ls -d "$WORK/flaky/checkpoints/step_00000004" >/dev/null || fail "the step-4 che
 run flaky "$NK" align "${ARGS[@]}" train.save_every=2
 compare one flaky || fail "the run resumed after the grader's crash differs from the whole one"
 
-# A model in pieces (tensor or pipeline parallel, FSDP): each round's policy
+# A model in pieces (pipeline parallel, FSDP): each round's policy
 # gathered whole on every rank, which share the generations (k % world) and
-# the replica's log-probabilities; the training steps split as the layout
+# the replica's log-probabilities; split by tensor parallelism alone (TP2,
+# DP2 x TP2): each tp group generates its replica's share from its pieces
+# (the cached decode under TP) and computes the log-probabilities with the
+# live split model, no whole copy; the training steps split as the layout
 # splits them. (AdamW's eps is 1e-6 in these runs: each group's advantages
 # sum to zero, so a shared prompt's contributions nearly cancel in a few
 # gradient elements, whose rounding-level remainders eps 1e-8 would turn
@@ -116,8 +120,13 @@ run fsdp "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.shard=full
 run pp2 "${MPI[@]}" 2 "$NK" align "${ARGS[@]}" parallel.pp=2
 run dp2tp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.tp=2 parallel.shard=optimizer
 run pp2dp2 "${MPI[@]}" 4 "$NK" align "${ARGS[@]}" parallel.pp=2 parallel.shard=full
-for r in tp2 fsdp pp2 dp2tp2 pp2dp2; do
+for r in fsdp pp2 pp2dp2; do
   grep -q '"gather_policy_s"' "$WORK/$r/metrics.jsonl" || fail "$r: no gathered policy logged"
+done
+for r in tp2 dp2tp2; do
+  grep -q "each tensor-parallel group generates from its pieces" "$WORK/$r.log" &&
+    ! grep -q '"gather_policy_s"' "$WORK/$r/metrics.jsonl" ||
+    fail "$r: the policy was gathered whole, not decoded in its pieces"
 done
 grep -q '"clip_ratio/region_mean"' "$WORK/pp2/metrics.jsonl" || fail "pp2: no clip figures logged"
 compare one tp2 fsdp pp2 dp2tp2 pp2dp2 ||

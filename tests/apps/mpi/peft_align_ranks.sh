@@ -13,9 +13,10 @@
 # PP2 and PP2xDP2 FSDP, LoRA DPO and IA3 KTO with adapter_off (the reference
 # forward through the stages) under PP2 (and PP2xDP2 FSDP), within 1e-5.
 # LoRA DPO (adapter_off) under CP2 within 1e-5. LoRA GRPO (adapter_off) under
-# TP2 and PP2 (the policy gathered whole for each round) within 1e-4 per
-# tensor; QLoRA GRPO under FSDP, CP2, PP2 and TP2 (its whole policy over
-# train.init_from's NF4 base read whole) within 1e-4 per tensor.
+# TP2 (each tp group generating from its pieces) and PP2 (the policy
+# gathered whole for each round) within 1e-4 per tensor; QLoRA GRPO under
+# FSDP, CP2, PP2 (its whole policy over train.init_from's NF4 base read
+# whole) and TP2 (from its NF4 shares) within 1e-4 per tensor.
 #   tests/apps/mpi/peft_align_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=peft_align_ranks
@@ -99,9 +100,10 @@ compare one_lora pp2_lora pp2fsdp_lora ||
 compare one_kto pp2_kto || fail "IA3 KTO (adapter_off): PP2 differs from one process"
 
 # Online RL with a LoRA policy (reference: its adapters off) where the model
-# is in pieces: the policy gathered whole on every rank, the frozen base
-# once and the adapters each round (a grader that scores distinct letters,
-# so groups differ).
+# is in pieces: under PP2 the policy gathered whole on every rank, the
+# frozen base once and the adapters each round; under TP2 each tp group
+# generates from its pieces, adapters included (a grader that scores
+# distinct letters, so groups differ).
 printf '%s\n' 'import json, sys' 'for line in sys.stdin:' \
   '    print(len(set(json.loads(line)["completion"])) / 10.0)' >"$WORK/grader.py"
 GRPO=("${ARGS[@]}" peft.method=lora align.method=grpo align.valid_path= align.max_prompt_length=12
@@ -113,8 +115,10 @@ run tp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2
 run pp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.pp=2
 grep -q "align: reference = the policy with its adapters switched off" "$WORK/tp2_grpo.log" ||
   fail "tp2_grpo: the reference is not the policy with its adapters off"
-grep -q "is kept for the next rounds, which gather its" "$WORK/tp2_grpo.log" ||
-  fail "tp2_grpo: the gathered frozen base is not kept between rounds"
+grep -q "is kept for the next rounds, which gather its" "$WORK/pp2_grpo.log" ||
+  fail "pp2_grpo: the gathered frozen base is not kept between rounds"
+grep -q "each tensor-parallel group generates from its pieces" "$WORK/tp2_grpo.log" ||
+  fail "tp2_grpo: the policy was gathered whole, not decoded in its pieces"
 compare_norm one_grpo tp2_grpo pp2_grpo || fail "LoRA GRPO: TP2 or PP2 differs from one process"
 # QLoRA GRPO: the rounds' whole policy is train.init_from's NF4 base, read
 # whole once (as one process quantises it), the adapters gathered each round.
