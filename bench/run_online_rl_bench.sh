@@ -6,7 +6,8 @@
 # the same 32 requests (batch 32, bf16) on the same model.
 #   bench/run_online_rl_bench.sh BUILD WORK [STEPS]
 # LAYOUT="--nproc 2 parallel.tp=2 train.threads=1" runs the GRPO steps over
-# several ranks (the policy gathered whole for each round: gather_policy_s);
+# several ranks (under TP each tp group generates from its pieces; under
+# FSDP or PP the policy is gathered whole for each round: gather_policy_s);
 # SKIP_GENERATE=1 leaves out the plain generate.
 set -euo pipefail
 BUILD=$1
@@ -30,7 +31,9 @@ with open(sys.argv[1] + "/prompts.jsonl", "w") as f, open(sys.argv[1] + "/prompt
 PY
 export OMP_NUM_THREADS=2
 uptime
-"$NK" align "${LAYOUT[@]}" align.method=grpo "train.init_from=$WORK/model" data.tokenizer=bytes \
+# The peak resident memory of the largest process (a rank under LAYOUT).
+/usr/bin/time -f "peak RSS %M KiB (the largest process)" -o "$WORK/grpo.time" \
+  "$NK" align "${LAYOUT[@]}" align.method=grpo "train.init_from=$WORK/model" data.tokenizer=bytes \
   data.chat_template=plain train.dtype=bf16 peft.method=lora peft.lora_rank=16 \
   peft.target_modules=all-linear "align.data_path=$WORK/prompts.jsonl" align.max_prompt_length=32 \
   align.max_tokens=32 align.num_generations=4 align.rollout_batch_size=32 align.temperature=1.0 \
@@ -38,6 +41,7 @@ uptime
   train.steps="$STEPS" train.log_every=1 "train.out_dir=$WORK/grpo" \
   >"$WORK/grpo.log" 2>&1
 grep -E "^step" "$WORK/grpo.log" | grep -oE "step +[0-9]+/[0-9]+|generate_s [0-9.]+|score_s [0-9.]+|logps_s [0-9.]+|gather_policy_s [0-9.]+|generate_tokens_per_s [0-9.]+|[0-9]+ ms|mem [0-9.]+ [GM]iB"
+cat "$WORK/grpo.time"
 uptime
 [[ -z ${SKIP_GENERATE:-} ]] || exit 0
 "$NK" generate "generate.model=$WORK/model" "generate.prompt_file=$WORK/prompts32.jsonl" \
