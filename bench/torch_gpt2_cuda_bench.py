@@ -31,20 +31,23 @@ def sdpa_attention(self, x):
     return self.proj(y.transpose(1, 2).reshape(b, t, h))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq", type=int, default=1024)
+def cuda_bench_args(description, batch, seq):
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--seq", type=int, default=seq)
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    torch.manual_seed(0)
-    Block.attention = sdpa_attention
-    vocab, layers, h = 50257, 12, 768
-    model = GPT2(vocab=vocab, max_t=args.seq, layers=layers, h=h).cuda()
+
+def median_step_seconds(model, vocab, args):
+    """Trains `model` (on the GPU; forward(idx, targets) -> loss) on random
+    tokens with PyTorch's fastest standard path: bf16 autocast, fused AdamW,
+    torch.compile unless --no-compile. args.warmup untimed steps, then the
+    median of args.steps timed by CUDA events (seconds), and the last loss."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
     fwd = model if args.no_compile else torch.compile(model)
     idx = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
@@ -63,15 +66,24 @@ def main():
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for i in range(args.steps):
+    for _ in range(args.steps):
         start.record()
         loss = step()
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) / 1e3)
-    tokens = args.batch * args.seq
     times.sort()
-    med = times[len(times) // 2]
+    return times[len(times) // 2], loss
+
+
+def main():
+    args = cuda_bench_args(__doc__, 16, 1024)
+    torch.manual_seed(0)
+    Block.attention = sdpa_attention
+    vocab, layers, h = 50257, 12, 768
+    model = GPT2(vocab=vocab, max_t=args.seq, layers=layers, h=h).cuda()
+    med, loss = median_step_seconds(model, vocab, args)
+    tokens = args.batch * args.seq
     flops = megatron_flops_per_step(args.batch, args.seq, layers, h, vocab)
     result = {"framework": "pytorch", "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(), "compile": not args.no_compile,

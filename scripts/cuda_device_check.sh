@@ -10,8 +10,11 @@
 #      generate and eval on cuda against the CPU (test_apps' CudaCli), the
 #      MoE layer on cuda against the CPU (test_nn's MoE.CudaMatchesTheCpu);
 #   2. `nekton train` on cuda through the command line (checkpoint and export);
-#   3. with NK_BENCH=1: bench_cuda_ops, and bench/run_cuda_train_bench.sh
-#      (GPT-2 124M, Nekton against PyTorch on the same card);
+#   3. with NK_BENCH=1: bench_cuda_ops, bench/run_cuda_train_bench.sh on
+#      each of NK_BENCH_MODELS (default: GPT-2 124M and the ~1B Llama, Nekton
+#      against PyTorch on the same card; NK_BENCH_TORCH=0: Nekton alone,
+#      NK_BENCH_TORCH_MODELS: PyTorch on those models only), and
+#      GPT-2 124M's step kernel by kernel (train.profile);
 #   4. with NK_DIAG=1: compute-sanitizer's initcheck over the resume test and
 #      racecheck over the attention tests;
 #   5. unless NK_SKIP_SANITIZER=1: compute-sanitizer's memcheck over the op tests.
@@ -44,14 +47,14 @@ export OMP_NUM_THREADS=8
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
 B=/tmp/nk/bin
 
-echo "== 1. op tests on cuda, runtime tests, training on cuda against the cpu"
+echo "[${SECONDS}s] == 1. op tests on cuda, runtime tests, training on cuda against the cpu"
 "$B/test_ops" --gtest_filter='*/cuda' --gtest_brief=1 2>&1 | tee "$out/test_ops_cuda.log" | tail -40
 "$B/test_core" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tee "$out/test_core_cuda.log" | tail -8
 "$B/test_train" --gtest_filter='CudaTraining*' 2>&1 | tee "$out/test_train_cuda.log" | tail -25
 [ -x "$B/test_apps" ] && "$B/test_apps" --gtest_filter='CudaCli*' 2>&1 | tee "$out/test_apps_cuda.log" | tail -25
 [ -x "$B/test_nn" ] && "$B/test_nn" --gtest_filter='*Cuda*' 2>&1 | tee "$out/test_nn_cuda.log" | tail -8
 
-echo "== 2. nekton train on cuda from the command line"
+echo "[${SECONDS}s] == 2. nekton train on cuda from the command line"
 # A fixed corpus (README.md changes from commit to commit; its losses would too).
 for i in $(seq 3000); do echo "Line $((i * 7919 % 1000)) of a corpus whose numbers repeat."; done >/tmp/corpus.txt
 "$B/nekton" train --config configs/llama_tiny.yaml data.path=/tmp/corpus.txt \
@@ -60,14 +63,24 @@ for i in $(seq 3000); do echo "Line $((i * 7919 % 1000)) of a corpus whose numbe
 echo "exit $?"; tail -4 "$out/train_cli_cuda.log"
 
 if [ "${NK_BENCH:-0}" = 1 ]; then
-  echo "== 3. benchmarks"
+  echo "[${SECONDS}s] == 3. benchmarks"
   "$B/bench_cuda_ops" 2>&1 | tee "$out/bench_cuda_ops.log"
   [ "${NK_BENCH_TORCH:-1}" = 1 ] && torch=1 || torch=0
-  NK_TORCH=$torch bash bench/run_cuda_train_bench.sh "$B/nekton" 12 2>&1 | tee "$out/cuda_train_bench.log" | tail -12
+  for m in ${NK_BENCH_MODELS:-gpt2-124m llama-1b}; do
+    t=$torch
+    [ -n "${NK_BENCH_TORCH_MODELS+x}" ] && { [[ " $NK_BENCH_TORCH_MODELS " == *" $m "* ]] && t=1 || t=0; }
+    MODEL=$m NK_TORCH=$t bash bench/run_cuda_train_bench.sh "$B/nekton" 12 2>&1 |
+      tee "$out/cuda_train_bench_$m.log" | grep -E "^RESULT|^torch|Error|error" | head -5
+  done
+  echo "[${SECONDS}s] == where GPT-2 124M's step goes on the GPU (train.profile)"
+  "$B/nekton" train --config configs/gpt2_124m.yaml data.path=/tmp/corpus.txt train.device=cuda \
+    train.micro_batch=16 train.seq_len=1024 train.global_batch=16 train.steps=6 \
+    train.log_every=100 train.profile=true train.out_dir=/tmp/run_profile >"$out/profile_gpt2.log" 2>&1
+  echo "exit $?"; grep -A40 "profile (" "$out/profile_gpt2.log" | head -45
 fi
 
 if [ "${NK_DIAG:-0}" = 1 ]; then
-  echo "== diagnosis: initcheck over the resume test, racecheck over the attention tests"
+  echo "[${SECONDS}s] == diagnosis: initcheck over the resume test, racecheck over the attention tests"
   timeout 150 compute-sanitizer --tool initcheck --print-limit 10 "$B/test_train" \
     --gtest_filter='CudaTraining.Resumes*' >"$out/initcheck.log" 2>&1
   echo "initcheck exit $?"; grep -E "ERROR SUMMARY|Uninitialized|at 0x|by thread|FAILED|PASSED" "$out/initcheck.log" | head -30
@@ -77,7 +90,7 @@ if [ "${NK_DIAG:-0}" = 1 ]; then
 fi
 
 if [ "${NK_SKIP_SANITIZER:-0}" != 1 ]; then
-  echo "== 4. compute-sanitizer memcheck over the op tests"
+  echo "[${SECONDS}s] == 4. compute-sanitizer memcheck over the op tests"
   timeout "${NK_SANITIZER_SECONDS:-150}" compute-sanitizer --tool memcheck --print-limit 20 \
     "$B/test_ops" --gtest_filter="${NK_SANITIZER_FILTER:-*/cuda}" --gtest_brief=1 >"$out/memcheck.log" 2>&1
   echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$out/memcheck.log" | head -20

@@ -2,9 +2,9 @@
 // (src/ops/<family>.cc) checks shapes and dtypes, asks `device_of` for the one
 // device its tensors live on, then calls `NK_KERNEL(name, device)(args...)`:
 // the kernel of that name in the device's backend: on the CPU the active ISA
-// level's table (ops/cpu_kernels.h), on CUDA the namespace nk::ops::cuda
-// (ops/cuda/kernels.h), listed once below. A device whose backend is not built, or has no such
-// kernel, gets an nk::Error naming the op and the device.
+// level's table (ops/cpu_kernels.h), on CUDA the backend's table
+// (ops/cuda_kernels.h: the kernels of ops/cuda/kernels.h), listed once below. A device whose
+// backend is not built, or has no such kernel, gets an nk::Error naming the op and the device.
 #pragma once
 #include <initializer_list>
 
@@ -13,6 +13,7 @@
 #include "ops/shapes.h"
 #ifdef NK_WITH_CUDA
 #include "ops/cuda/kernels.h"
+#include "ops/cuda_kernels.h"
 #endif
 
 namespace nk::ops {
@@ -47,7 +48,7 @@ Fn pick_kernel(const char* op, Device device, Fn cpu, Fn cuda = nullptr) {
 // The backends: CPU always; a CUDA build defines NK_WITH_CUDA and adds its
 // kernels here (ops/cuda/kernels.h), one line for every op at once.
 #ifdef NK_WITH_CUDA
-#define NK_CUDA_KERNEL_(name) , &::nk::ops::cuda::name
+#define NK_CUDA_KERNEL_(name) , ::nk::ops::cuda_kernels().name
 #else
 #define NK_CUDA_KERNEL_(name)
 #endif

@@ -1,11 +1,15 @@
-// Where a CPU step's time goes, kernel by kernel (train.profile=true). When
+// Where a step's time goes, kernel by kernel (train.profile=true). When
 // profiling is on, the fronts reach the CPU kernels through a copy of the
-// active level's table (ops/cpu_kernels.h) whose every entry is a wrapper
-// that times the call and adds it to that kernel's counters: the same
-// kernels, the same arguments, so the numbers computed do not change. Times
-// are self times: a kernel that calls another through the table does not
-// count the inner call twice. CUDA kernels run asynchronously and are not
-// timed here (train.profile refuses train.device=cuda).
+// active level's table (ops/cpu_kernels.h), and in a CUDA build the CUDA
+// kernels through a copy of theirs (ops/cuda_kernels.h), whose every entry
+// is a wrapper that times the call and adds it to that kernel's counters:
+// the same kernels, the same arguments, so the numbers computed do not
+// change. CPU times are self times: a kernel that calls another through the
+// table does not count the inner call twice. CUDA kernels return before the
+// device runs them: each outermost call is bracketed by two timing events
+// on the compute stream, read when the counters are (kernel_profile and
+// reset_kernel_profile wait for the device), so its time is the device's
+// from the call's start to its end.
 #pragma once
 #include <cstdint>
 #include <string_view>

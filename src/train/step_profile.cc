@@ -11,7 +11,7 @@
 
 namespace nk {
 
-StepProfile::StepProfile(bool on) : on_(on) {
+StepProfile::StepProfile(bool on, Device device) : on_(on), device_(device) {
   if (on_) ops::set_kernel_profiling(true);
 }
 
@@ -46,10 +46,12 @@ void StepProfile::report(const std::string& path) const {
   for (const Row& r : rows_) kernels_s += r.seconds;
   const double outside_ms = (seconds_ - kernels_s) / n * 1e3;
   const char* isa = ops::cpu_isa_name(ops::active_cpu_isa());
-  NK_INFO("profile ({} kernels): mean of {} step(s) after the first, {:.1f} ms per step", isa,
-          steps_, step_ms);
-  std::string table = fmt::format("  {:<32} {:>10} {:>10} {:>7}\n", "kernel (self time)",
-                                  "calls/step", "ms/step", "share");
+  const bool cpu = device_ == kHost;
+  NK_INFO("profile ({} kernels): mean of {} step(s) after the first, {:.1f} ms per step",
+          cpu ? isa : device_name(device_), steps_, step_ms);
+  std::string table = fmt::format("  {:<32} {:>10} {:>10} {:>7}\n",
+                                  cpu ? "kernel (self time)" : "kernel (device time)", "calls/step",
+                                  "ms/step", "share");
   nlohmann::json kernels = nlohmann::json::array();
   for (const Row& r : rows_) {
     const double ms = r.seconds / n * 1e3;
@@ -65,7 +67,8 @@ void StepProfile::report(const std::string& path) const {
   fmt::print("{}\n", table);
   std::fflush(stdout);
   if (path.empty()) return;
-  const nlohmann::json j = {{"cpu_isa", isa},
+  const nlohmann::json j = {{"device", device_name(device_)},
+                            {"cpu_isa", isa},
                             {"steps", steps_},
                             {"step_ms", step_ms},
                             {"kernels", kernels},

@@ -1,5 +1,6 @@
 // train.profile: where a training step's time goes, kernel by kernel (the
-// CPU kernels' self times from ops/kernel_profile.h), as a mean over the
+// CPU kernels' self times from ops/kernel_profile.h; on CUDA each kernel's
+// device time between events around its calls), as a mean over the
 // steps after the run's first (primitive creation, first-touch page faults),
 // with what no kernel accounts for (communication, allocation, the
 // framework's own work) as its own line.
@@ -8,14 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "ops/kernel_profile.h"
 
 namespace nk {
 
 class StepProfile {
  public:
-  // off: every call does nothing. On, the kernels are timed until destruction.
-  explicit StepProfile(bool on);
+  // off: every call does nothing. On, the kernels are timed until
+  // destruction; `device` is where the model's kernels run (the report's label).
+  explicit StepProfile(bool on, Device device = kHost);
   ~StepProfile();
   StepProfile(const StepProfile&) = delete;
   StepProfile& operator=(const StepProfile&) = delete;
@@ -42,6 +45,7 @@ class StepProfile {
 
  private:
   bool on_;
+  Device device_;
   bool first_ = true;
   int64_t steps_ = 0;
   double seconds_ = 0;

@@ -559,7 +559,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   };
 
   // train.profile: this process's kernels timed, step by step.
-  StepProfile profile(cfg_.profile);
+  StepProfile profile(cfg_.profile, cfg_.device);
   for (int64_t step = state_.step; step < last_step; ++step) {
     auto t0 = Clock::now();
     profile.begin_step();

@@ -8,7 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
+#include "ops/kernel_profile.h"
 #include "ops/ops.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -79,42 +83,45 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // bf16 rounds every activation once more or less where the orders differ
 // (2^-8 each): 2e-3 on the first step's loss, 1% after 12 steps (seen: 0.07%
 // on a 4-layer Llama after 20 steps), 2% on the gradients.
-TEST_F(CudaTraining, MatchesTheCpu) {
+void expect_matches_cpu(const std::string& preset, const char* dtype) {
+  SCOPED_TRACE(preset + " " + dtype);
   const fs::path base = fs::path(NK_BINARY_DIR) / "cuda_train";
+  const bool f32 = std::string(dtype) == "f32";
+  std::vector<float> grads[2];
+  std::vector<StepStats> hist[2];
+  int i = 0;
+  for (const char* dev : {"cpu", "cuda"}) {
+    // One step for the gradients, then the whole run.
+    Trainer one(tiny(preset, dtype, dev, (base / dev).string(), {"train.steps=1"}));
+    one.run();
+    EXPECT_EQ(one.model().grads().device(), parse_device(dev, "dev"));
+    grads[i] = host_floats(one.model().grads());
+    Trainer all(tiny(preset, dtype, dev, (base / dev).string()));
+    all.run();
+    hist[i++] = all.history();
+  }
+  EXPECT_LT(rel_l2(grads[1], grads[0]), f32 ? 1e-4 : 2e-2);
+  ASSERT_EQ(hist[0].size(), 12u);
+  ASSERT_EQ(hist[1].size(), 12u);
+  EXPECT_NEAR(hist[1][0].loss, hist[0][0].loss, (f32 ? 1e-5 : 2e-3) * hist[0][0].loss);
+  for (size_t s = 0; s < 12; ++s) {
+    EXPECT_NEAR(hist[1][s].loss, hist[0][s].loss, (f32 ? 2e-4 : 1e-2) * hist[0][s].loss)
+        << "step " << s + 1;
+    if (!std::isnan(hist[0][s].val_loss)) {
+      EXPECT_NEAR(hist[1][s].val_loss, hist[0][s].val_loss,
+                  (f32 ? 2e-4 : 1e-2) * hist[0][s].val_loss)
+          << "step " << s + 1;
+    }
+  }
+  EXPECT_LT(hist[1].back().loss, hist[1].front().loss - 0.5);  // it learns on the GPU too
+}
+
+TEST_F(CudaTraining, MatchesTheCpu) {
   for (const auto& [preset, dtype] : {std::pair{"gpt-tiny", "f32"},
                                       {"llama-tiny", "f32"},
                                       {"gpt-tiny", "bf16"},
-                                      {"llama-tiny", "bf16"}}) {
-    SCOPED_TRACE(std::string(preset) + " " + dtype);
-    const bool f32 = std::string(dtype) == "f32";
-    std::vector<float> grads[2];
-    std::vector<StepStats> hist[2];
-    int i = 0;
-    for (const char* dev : {"cpu", "cuda"}) {
-      // One step for the gradients, then the whole run.
-      Trainer one(tiny(preset, dtype, dev, (base / dev).string(), {"train.steps=1"}));
-      one.run();
-      EXPECT_EQ(one.model().grads().device(), parse_device(dev, "dev"));
-      grads[i] = host_floats(one.model().grads());
-      Trainer all(tiny(preset, dtype, dev, (base / dev).string()));
-      all.run();
-      hist[i++] = all.history();
-    }
-    EXPECT_LT(rel_l2(grads[1], grads[0]), f32 ? 1e-4 : 2e-2);
-    ASSERT_EQ(hist[0].size(), 12u);
-    ASSERT_EQ(hist[1].size(), 12u);
-    EXPECT_NEAR(hist[1][0].loss, hist[0][0].loss, (f32 ? 1e-5 : 2e-3) * hist[0][0].loss);
-    for (size_t s = 0; s < 12; ++s) {
-      EXPECT_NEAR(hist[1][s].loss, hist[0][s].loss, (f32 ? 2e-4 : 1e-2) * hist[0][s].loss)
-          << "step " << s + 1;
-      if (!std::isnan(hist[0][s].val_loss)) {
-        EXPECT_NEAR(hist[1][s].val_loss, hist[0][s].val_loss,
-                    (f32 ? 2e-4 : 1e-2) * hist[0][s].val_loss)
-            << "step " << s + 1;
-      }
-    }
-    EXPECT_LT(hist[1].back().loss, hist[1].front().loss - 0.5);  // it learns on the GPU too
-  }
+                                      {"llama-tiny", "bf16"}})
+    expect_matches_cpu(preset, dtype);
 }
 
 // A CUDA run stopped at step 5 and resumed from its checkpoint (written from
@@ -143,6 +150,40 @@ TEST_F(CudaTraining, ResumesExactlyFromItsCheckpoint) {
     }
     EXPECT_EQ(host_floats(tail.model().params()), host_floats(straight.model().params()));
   }
+}
+
+// train.profile on CUDA: the same numbers bit for bit as an unprofiled run
+// (the timing wrappers call the same kernels), and a table of the device
+// kernels each step calls, each with a device time.
+TEST_F(CudaTraining, ProfileTimesTheDeviceKernelsAndChangesNoNumber) {
+  const fs::path base = fs::path(NK_BINARY_DIR) / "cuda_profile";
+  Trainer plain(tiny("llama-tiny", "bf16", "cuda", (base / "plain").string()));
+  plain.run();
+  Trainer t(
+      tiny("llama-tiny", "bf16", "cuda", (base / "profiled").string(), {"train.profile=true"}));
+  t.run();
+  ASSERT_EQ(t.history().size(), plain.history().size());
+  for (size_t s = 0; s < t.history().size(); ++s)
+    EXPECT_EQ(t.history()[s].loss, plain.history()[s].loss) << "step " << s + 1;
+  EXPECT_EQ(host_floats(t.model().params()), host_floats(plain.model().params()));
+  EXPECT_FALSE(ops::kernel_profiling());  // off again after the run
+
+  std::ifstream in(base / "profiled" / "profile.json");
+  ASSERT_TRUE(in) << "no profile.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["device"], "cuda");
+  EXPECT_EQ(j["steps"].get<int>(), 11);  // steps 2-12
+  std::map<std::string, double> calls, ms;
+  for (const auto& k : j["kernels"]) {
+    calls[k["name"].get<std::string>()] = k["calls_per_step"].get<double>();
+    ms[k["name"].get<std::string>()] = k["ms_per_step"].get<double>();
+  }
+  for (const char* k : {"linear_forward", "linear_backward", "attention_forward",
+                        "attention_backward", "cross_entropy_forward_backward", "adamw_step"}) {
+    EXPECT_GT(calls[k], 0) << k;
+    EXPECT_GT(ms[k], 0) << k;
+  }
+  EXPECT_EQ(calls["linear_forward"], calls["linear_backward"]);
 }
 
 }  // namespace

@@ -102,24 +102,6 @@ TEST(Trainer, ProfileTimesTheStepsKernelsAndChangesNoNumber) {
   EXPECT_EQ(calls["linear_forward"], calls["linear_backward"]);
 }
 
-// train.profile times CPU kernels; a CUDA run is refused naming the key
-// (without a GPU, train.device=cuda is refused before it).
-TEST(Trainer, ProfileOfACudaRunIsRefusedByKey) {
-  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no GPU: train.device=cuda refused first";
-  ConfigSchema s = train_schema();
-  Config c = Config::load(s, "",
-                          {"model.preset=gpt-tiny", "data.path=" + corpus_path(),
-                           "train.device=cuda", "train.profile=true"});
-  try {
-    train_config_from(c);
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("train.profile: times the CPU kernels only"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
 // train.device picks where the model lives; a device this build lacks, or an
 // unknown name, is refused naming the key before anything is allocated.
 // train.recompute: the same losses and final weights, bit for bit, as a run
