@@ -273,7 +273,8 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    CP with PP refused
 #   moe_align_ranks  mixtral-tiny aligned under EP2 (with DP2, TP2, PP2,
 #                    ZeRO-1, FSDP): DPO, copy reference, KTO, LoRA; GRPO,
-#                    PPO, LoRA GRPO, resumed from EP2 on one process
+#                    PPO, LoRA GRPO, resumed from EP2 on one process; GRPO
+#                    under TP2 alone (generated from the split policy)
 #   peft_finetune_ranks  LoRA (with dropout) over 2 and 4 ranks, ZeRO-1, FSDP;
 #                    QLoRA under DP2, ZeRO-1, FSDP and resumed; IA3, bottleneck
 #                    adapters, p-tuning; the PEFT adapter too

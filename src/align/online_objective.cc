@@ -214,6 +214,7 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
   o.max_seqs = batch;
   o.max_tokens = batch + 256;
   o.tp = model.tensor_parallel().size();  // a tp group's pieces: each rank its heads
+  o.etp = model.tensor_parallel().expert_size();
   o.blocks = rl_.kv_cache_mb > 0
                  ? PagedCache::blocks_for_memory(model.config(), model.compute_dtype(),
                                                  o.block_size, rl_.kv_cache_mb, o.tp)

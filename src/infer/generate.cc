@@ -107,7 +107,8 @@ Generator::Generator(Transformer& model, const Tokenizer* tok, int64_t batch_siz
   if (max_len > 0)
     cache_ = std::make_unique<SlotCache>(model.config(), model.compute_dtype(), batch_size, max_len,
                                          batch_size + prefill_chunk, model.device(), kv_dtype,
-                                         model.tensor_parallel().size());
+                                         model.tensor_parallel().size(),
+                                         model.tensor_parallel().expert_size());
   logits_ = Tensor::empty({batch_, model.config().vocab_size}, DType::F32, model.device());
 }
 
@@ -239,9 +240,9 @@ void Generator::fit_cache() {
   int64_t want = 1;
   for (const Sequence* s : waiting_) want = std::max(want, s->need);
   if (cache_ && cache_->max_len() >= want) return;
-  cache_ = std::make_unique<SlotCache>(model_.config(), model_.compute_dtype(), batch_, want,
-                                       batch_ + chunk_, model_.device(), kv_dtype_,
-                                       model_.tensor_parallel().size());
+  cache_ = std::make_unique<SlotCache>(
+      model_.config(), model_.compute_dtype(), batch_, want, batch_ + chunk_, model_.device(),
+      kv_dtype_, model_.tensor_parallel().size(), model_.tensor_parallel().expert_size());
 }
 
 void Generator::admit() {

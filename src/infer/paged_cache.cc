@@ -15,7 +15,7 @@ KVCacheShape shape_of(const ModelConfig& cfg, const PagedCacheOptions& o) {
            o.block_size, o.blocks, o.max_len, o.max_seqs, o.max_tokens, o.watermark);
   // A sequence alone in the pool must fit it.
   const int64_t len = std::min({o.max_len, o.blocks * o.block_size, cfg.max_seq_len});
-  return KVCacheShape{o.blocks, o.block_size, len, o.max_seqs, o.max_tokens, o.tp};
+  return KVCacheShape{o.blocks, o.block_size, len, o.max_seqs, o.max_tokens, o.tp, o.etp};
 }
 
 }  // namespace

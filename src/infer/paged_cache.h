@@ -28,6 +28,7 @@ struct PagedCacheOptions {
   double watermark = 0.01;  // fraction of the pool open() keeps free while others run
   KvDType kv_dtype;         // k and v: nullopt keeps them in the compute dtype
   int64_t tp = 1;           // the model's tensor-parallel ranks (KVCacheShape::tp)
+  int64_t etp = 0;          // its experts' (KVCacheShape::etp; 0: tp)
 };
 
 class PagedCache final : public SequenceCache {

@@ -10,8 +10,9 @@ void StepBuffer::clear() {
 }
 
 SlotCache::SlotCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len,
-                     int64_t max_tokens, Device device, KvDType kv, int64_t tp)
-    : cache_(cfg, compute, slots, max_len, max_tokens, device, kv, tp), open_(size_t(slots), 0) {
+                     int64_t max_tokens, Device device, KvDType kv, int64_t tp, int64_t etp)
+    : cache_(cfg, compute, slots, max_len, max_tokens, device, kv, tp, etp),
+      open_(size_t(slots), 0) {
   for (int64_t s = slots - 1; s >= 0; --s) free_.push_back(int32_t(s));
   for (int64_t s = 0; s < slots; ++s) table_.push_back(int32_t(s));
 }

@@ -68,9 +68,10 @@ class SequenceCache {
 // room once a sequence is open.
 class SlotCache final : public SequenceCache {
  public:
-  // slots: sequences held at once; max_len, max_tokens, device, kv, tp: as in KVCache.
+  // slots: sequences held at once; max_len, max_tokens, device, kv, tp, etp: as in KVCache.
   SlotCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len,
-            int64_t max_tokens, Device device = kHost, KvDType kv = std::nullopt, int64_t tp = 1);
+            int64_t max_tokens, Device device = kHost, KvDType kv = std::nullopt, int64_t tp = 1,
+            int64_t etp = 0);
 
   int64_t slots() const { return cache_.blocks(); }
   int64_t free_slots() const { return int64_t(free_.size()); }

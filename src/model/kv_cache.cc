@@ -39,8 +39,9 @@ void check_kv_cache_dtype(const ModelConfig& c, KvDType kv, Device device, const
 }
 
 KVCache::KVCache(const ModelConfig& c, DType dt, int64_t slots, int64_t max_len, int64_t max_tokens,
-                 Device device, KvDType kv, int64_t tp)
-    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens, tp}, device, kv) {}
+                 Device device, KvDType kv, int64_t tp, int64_t etp)
+    : KVCache(c, dt, KVCacheShape{slots, max_len, max_len, slots, max_tokens, tp, etp}, device,
+              kv) {}
 
 namespace {
 
@@ -82,16 +83,19 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
       sh.block_size, sh.max_len, sh.max_seqs, sh.max_tokens);
   if (sh.max_len > c.max_seq_len)
     fail("KVCache: {} positions exceed model.max_seq_len = {}", sh.max_len, c.max_seq_len);
-  // Tensor parallel: this rank's heads, MLP units and vocabulary columns.
-  const int64_t t = sh.tp;
-  NK_CHECK(t >= 1 && c.n_head % t == 0 && c.n_kv_head % t == 0 && c.d_ff % t == 0,
-           "KVCache: {} tensor-parallel ranks for {} heads, {} kv heads, d_ff {}", t, c.n_head,
-           c.n_kv_head, c.d_ff);
-  if (t > 1 && (c.mla() || c.is_moe()))
+  // Tensor parallel: this rank's heads, MLP units and vocabulary columns,
+  // and its share of the experts' units.
+  const int64_t t = sh.tp, te = sh.expert_ranks();
+  NK_CHECK(t >= 1 && c.n_head % t == 0 && c.n_kv_head % t == 0 && c.d_ff % t == 0 && te >= 1 &&
+               t % te == 0 && c.expert_d_ff() % te == 0 && c.moe_shared_d_ff % te == 0,
+           "KVCache: {} tensor-parallel ranks ({} for the experts) for {} heads, {} kv heads, d_ff "
+           "{}, expert d_ff {}, shared {}",
+           t, te, c.n_head, c.n_kv_head, c.d_ff, c.expert_d_ff(), c.moe_shared_d_ff);
+  if (t > 1 && c.mla())
     fail(
-        "the cached decode under tensor parallelism ({} ranks) runs dense attention and MLPs; "
-        "this model has {}",
-        t, c.mla() ? "multi-head latent attention" : "Mixture-of-Experts layers");
+        "the cached decode under tensor parallelism ({} ranks) runs standard attention; this "
+        "model has multi-head latent attention",
+        t);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim() / t;
   const int64_t Lr = c.kv_lora_rank + c.qk_rope_head_dim;  // a latent row
   // A row's elements: its values, or a q8_0 row's bytes.
@@ -137,9 +141,11 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
     mla_cache = {qkv, att, mk(Shape{R * w}, dt), mk(Shape{R * w}, dt)};
   }
   if (c.is_moe()) {
-    moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff(), dt, mk);
+    moe = nn::MoE::saved_for(R, C, c.num_experts, c.num_experts_per_tok, c.expert_d_ff() / te, dt,
+                             mk);
     if (c.moe_shared_d_ff > 0)
-      nn::MoE::add_shared(&moe, nullptr, R, C, c.moe_shared_d_ff, c.moe_shared_expert_gate, dt, mk);
+      nn::MoE::add_shared(&moe, nullptr, R, C, c.moe_shared_d_ff / te, c.moe_shared_expert_gate, dt,
+                          mk);
   }
   if (c.has_dense_layers()) {
     h = Tensor::empty({R, up}, dt, device);

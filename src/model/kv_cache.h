@@ -45,6 +45,11 @@ struct KVCacheShape {
   // workspace hold its 1/tp of the heads and MLP units (and of the padded
   // vocabulary's logits, gathered whole in logits_all).
   int64_t tp = 1;
+  // The ranks a Mixture-of-Experts layer's experts are split over
+  // (parallel.etp, nn::TensorParallel::expert_size(): 1 when whole on every
+  // rank; 0: tp): this rank's workspace holds its 1/etp of their units.
+  int64_t etp = 0;
+  int64_t expert_ranks() const { return etp > 0 ? etp : tp; }
   // Block-table entries per sequence: ceil(max_len / block_size).
   int64_t table_width() const { return (max_len + block_size - 1) / block_size; }
 };
@@ -75,7 +80,7 @@ class KVCache {
   // The contiguous cache: `slots` sequences of max_len positions each, one
   // block per slot (block table row s = [s]).
   KVCache(const ModelConfig& cfg, DType compute, int64_t slots, int64_t max_len, int64_t max_tokens,
-          Device device = kHost, KvDType kv = std::nullopt, int64_t tp = 1);
+          Device device = kHost, KvDType kv = std::nullopt, int64_t tp = 1, int64_t etp = 0);
 
   const KVCacheShape& shape() const { return shape_; }
   int64_t blocks() const { return shape_.blocks; }

@@ -78,7 +78,7 @@ void Transformer::forward_cached(KVCache& kc, const CachedStep& st, Tensor logit
     b.norm2.forward(ln, mean, rstd, x);
     // MoE: only the experts the N tokens were routed to are read.
     if (cfg_.moe_layer(int64_t(l)))
-      b.moe.forward(tmp, kc.moe, ln, /*dropless=*/true);
+      b.moe.forward_cached(tmp, kc.moe, ln);
     else
       b.mlp.forward_cached(tmp, mlp, ln);
     if (post) b.post2.forward(ln, mean, rstd, tmp);

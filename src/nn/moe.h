@@ -292,16 +292,29 @@ struct MoE {
   }
 
   // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). dropless:
-  // ignore capacity_factor (cached decode, whose few tokens per step would
-  // otherwise be dropped for another batch's sake).
+  // ignore capacity_factor.
   // Under tensor parallelism x and y are the region's outside (this rank's
   // rows [N/t, C] under sequence parallelism).
   void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
-    const Tensor x1 = rows(tp.enter(x, region(s.full_x, x))),
-                 y1 = rows(tp.exit_buffer(y, region(s.full_y, y)));
-    NK_CHECK(!split.moves() || s.full_y.defined(), "MoE: split rows without their scratch");
-    const Tensor x2 = split.enter(x1),
-                 y2 = split.exit_buffer(y1, split.moves() ? rows(s.full_y) : y1);
+    forward_over(tp, split, y, s, x, dropless);
+  }
+  // The cached decode's: x, y [N, C] every row on every rank (no sequence
+  // parallelism; s.full_x, s.full_y unused), dropless (a step's few tokens
+  // would otherwise be dropped for another sequence's sake). Under tensor
+  // parallelism each rank routes all N rows with its share of every expert
+  // (the rows are not split over expert-token ranks), the partial sums
+  // all-reduced over the experts' group. Not over expert-parallel ranks
+  // (each would need every other's tokens of the same step).
+  void forward_cached(Tensor y, const Saved& s, const Tensor& x) const {
+    NK_CHECK(!ep.active(), "MoE: the cached decode over {} expert-parallel ranks", ep.size());
+    forward_over(tp.whole_rows(), TokenSplit{}, y, s, x, /*dropless=*/true);
+  }
+  void forward_over(const TensorParallel& t, const TokenSplit& sp, Tensor y, const Saved& s,
+                    const Tensor& x, bool dropless) const {
+    const Tensor x1 = rows(t.enter(x, region(t, s.full_x, x))),
+                 y1 = rows(t.exit_buffer(y, region(t, s.full_y, y)));
+    NK_CHECK(!sp.moves() || s.full_y.defined(), "MoE: split rows without their scratch");
+    const Tensor x2 = sp.enter(x1), y2 = sp.exit_buffer(y1, sp.moves() ? rows(s.full_y) : y1);
     const int64_t N = x2.dim(0);
     const Tensor logits = s.logits.narrow0(0, N), probs = s.probs.narrow0(0, N),
                  idx = s.idx.narrow0(0, N), w = s.weights.narrow0(0, N),
@@ -312,7 +325,7 @@ struct MoE {
     const int64_t M = s.routing->slots;
     ops::copy_bytes_from_host(s.src.narrow0(0, M), s.routing->src.data());
     ops::copy_bytes_from_host(slot, s.routing->slot.data());
-    if (split.active()) sum_routing(s);
+    if (sp.active()) sum_routing(sp, s);
     ops::copy_bytes_to_host(s.stats, s.routing->stats.data());
     ops::moe_gather(s.xs.narrow0(0, M), x2, s.src.narrow0(0, M));
     if (!ep.active()) {
@@ -327,8 +340,8 @@ struct MoE {
     }
     ops::moe_combine(y2, s.out.narrow0(0, M), slot, w);
     if (shared_d_ff > 0) shared_forward(y2, s, x2);
-    split.exit(y2, y1);
-    tp.exit(y, region(s.full_y, y));
+    sp.exit(y2, y1);
+    t.exit(y, region(t, s.full_y, y));
   }
   // dx [N, C] written; the weights' and the router's gradients accumulate.
   // balance_grad [E] or [S E] (host) and z_grad: see the file comment.
@@ -336,9 +349,9 @@ struct MoE {
                 const std::vector<float>& balance_grad, float z_grad) const {
     NK_CHECK(!tp.sp() || g.dx_full.defined(), "MoE: sequence parallel without its dx buffer");
     NK_CHECK(!split.moves() || g.dx_full.defined(), "MoE: split rows without their dx buffer");
-    const Tensor dy1 = rows(tp.exit_backward(dy, region(s.full_y, dy))),
-                 x1 = rows(tp.enter(x, region(s.full_x, x))),
-                 dx1 = rows(tp.enter_grad(dx, region(g.dx_full, dx)));
+    const Tensor dy1 = rows(tp.exit_backward(dy, region(tp, s.full_y, dy))),
+                 x1 = rows(tp.enter(x, region(tp, s.full_x, x))),
+                 dx1 = rows(tp.enter_grad(dx, region(tp, g.dx_full, dx)));
     const Tensor dy2 = split.exit_backward(dy1), x2 = split.enter(x1),
                  dx2 = split.enter_grad(dx1, split.moves() ? rows(g.dx_full) : dx1);
     const MoeRouting& r = *s.routing;
@@ -374,7 +387,7 @@ struct MoE {
     if (shared_d_ff > 0) shared_backward(dx2, dy2, s, g, x2);
     // The crossings' backwards, innermost first.
     split.enter_backward(dx2, dx1);
-    tp.enter_backward(dx, region(g.dx_full, dx));
+    tp.enter_backward(dx, region(tp, g.dx_full, dx));
   }
 
  private:
@@ -428,13 +441,13 @@ struct MoE {
   // parallelism: the tp group's share of them, `outside`'s rows times its
   // size (all N when the experts' group is the attention's; with 1 < etp <
   // tp the etp ranks' rows, the token split's share). Else full itself.
-  Tensor region(const Tensor& full, const Tensor& outside) const {
-    if (!tp.sp()) return full;
-    return rows(full).narrow0(0, rows(outside).dim(0) * tp.size());
+  static Tensor region(const TensorParallel& t, const Tensor& full, const Tensor& outside) {
+    if (!t.sp()) return full;
+    return rows(full).narrow0(0, rows(outside).dim(0) * t.size());
   }
   // Under a TokenSplit: the router's statistics (s.stats, on the device),
   // the routed counts and the dropped pairs summed over the group.
-  void sum_routing(const Saved& s) const {
+  static void sum_routing(const TokenSplit& split, const Saved& s) {
     MoeRouting& r = *s.routing;
     split.sum(s.stats);
     std::vector<int64_t> n(r.count);

@@ -13,7 +13,9 @@
 # and EP2 with PP2, a reward model under EP2. Online RL (the
 # policy gathered whole, its experts from the ep ranks, for each round's
 # generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
-# and EP2 with PP2 (with align.moe_losses=true under EP2 and EP2 x TP2);
+# and EP2 with PP2 (with align.moe_losses=true under EP2 and EP2 x TP2),
+# and under TP2 alone with the experts split or whole (parallel.etp=1),
+# each round generated from the split policy (the cached decode under TP);
 # PPO under EP2, and with a critic of its own (the MoE reward model) under EP2
 # and EP2 x TP2; LoRA GRPO (adapters off as the
 # reference) under EP2; a GRPO run stopped mid-round under EP2 resumes under
@@ -102,9 +104,17 @@ run ep2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.ep=2
 run ep2dp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2
 run ep2tp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.tp=2
 run ep2pp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.pp=2
+# Under TP2 alone (the experts split over the tp ranks, or whole on each:
+# parallel.etp=1) each round is generated from the split policy.
+run tp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2
+run tp2etp1_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2 parallel.etp=1
+for r in tp2_grpo tp2etp1_grpo; do
+  grep -q "each tensor-parallel group generates from its pieces" "$WORK/$r.log" ||
+    fail "$r: the MoE policy was not generated from its tensor-parallel pieces"
+done
 grep -q '"rewards/command/std"' "$WORK/one_grpo/metrics.jsonl" || fail "GRPO logged no grader figures"
-compare one_grpo ep2_grpo ep2dp2_grpo ep2tp2_grpo ep2pp2_grpo ||
-  fail "GRPO under expert parallelism differs from one process"
+compare one_grpo ep2_grpo ep2dp2_grpo ep2tp2_grpo ep2pp2_grpo tp2_grpo tp2etp1_grpo ||
+  fail "GRPO under expert or tensor parallelism differs from one process"
 run one_grpo_ml "$NK" align "${GRPO[@]}" "${ML[@]}"
 run ep2_grpo_ml "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" "${ML[@]}" parallel.ep=2
 run ep2tp2_grpo_ml "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" "${ML[@]}" parallel.ep=2 parallel.tp=2
@@ -146,4 +156,4 @@ run one_grpo_qlora "$NK" align "${QLORA_GRPO[@]}"
 run ep2_grpo_qlora "${MPI[@]}" 2 "$NK" align "${QLORA_GRPO[@]}" parallel.ep=2
 compare_norm one_grpo_qlora ep2_grpo_qlora ||
   fail "QLoRA GRPO under expert parallelism differs from one process"
-pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO (also with a critic of its own), LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP equals one process"
+pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO (also with a critic of its own), LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP, and GRPO under TP2 alone (generated from the split policy, experts split or whole), equals one process"

@@ -10,10 +10,12 @@
 // a vocabulary of 257 whose padding the gather drops: the second rank
 // scores one real id), Llama (grouped-query, an untied head), Qwen3
 // (per-head q/k norms, a tied head), Qwen2 (q, k, v biases), Mistral (a
-// sliding window of 8 under prompts of 17), and a model built for sequence
-// parallelism (the decode holds every row). A Mixture-of-Experts model is
-// refused by name. With 4 or 8 ranks each pair of ranks is its own TP2
-// group.
+// sliding window of 8 under prompts of 17), a model built for sequence
+// parallelism (the decode holds every row), and Mixture-of-Experts models
+// (each rank routes every row with its half of each expert, the partial sums
+// all-reduced): Mixtral, Qwen2-MoE's gated shared expert, and experts whole
+// on every rank (parallel.etp = 1). Multi-head latent attention is refused
+// by name. With 4 or 8 ranks each pair of ranks is its own TP2 group.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +85,7 @@ class TensorParallelDecode : public ::testing::Test {
       o.max_seqs = 2;
       o.max_tokens = 10;
       o.tp = m.tensor_parallel().size();
+      o.etp = m.tensor_parallel().expert_size();
       gen = std::make_unique<Generator>(
           m, nullptr, std::make_unique<PagedCache>(m.config(), m.compute_dtype(), o), 2);
     } else {
@@ -96,11 +99,14 @@ class TensorParallelDecode : public ::testing::Test {
     return out;
   }
 
-  void check(const std::string& preset, int64_t vocab, bool sp = false, int64_t window = 0) {
+  void check(const std::string& preset, int64_t vocab, bool sp = false, int64_t window = 0,
+             bool experts_whole = false) {
     const ModelConfig c = config(preset, vocab, window);
     Transformer whole(c, DType::F32, 11);
+    nn::TensorParallel tp{&groups_->get("tp"), sp};
+    tp.experts_whole = experts_whole;
     Transformer split(c, DType::F32, 11, ParamInit::Random, {}, kHost, FrozenWeights::Master, {},
-                      nn::TensorParallel{&groups_->get("tp"), sp});
+                      tp);
     ASSERT_LT(split.layout().count(), whole.layout().count()) << preset << ": not split";
     for (bool paged : {false, true}) {
       const Run a = generate(whole, paged), b = generate(split, paged);
@@ -115,8 +121,8 @@ class TensorParallelDecode : public ::testing::Test {
       }
       EXPECT_LE(worst, 2e-5) << preset << (paged ? " paged" : "");
       if (mpi().rank() == 0)
-        std::printf("[%s%s%s] TP2 decode vs one process: max |logit diff| %.3g\n", preset.c_str(),
-                    sp ? " sp" : "", paged ? " paged" : "", worst);
+        std::printf("[%s%s%s%s] TP2 decode vs one process: max |logit diff| %.3g\n", preset.c_str(),
+                    sp ? " sp" : "", experts_whole ? " etp 1" : "", paged ? " paged" : "", worst);
     }
   }
 
@@ -148,16 +154,28 @@ TEST_F(TensorParallelDecode, MistralSlidingWindow) {
   check("mistral-tiny", 264, false, 8);
 }
 
-TEST_F(TensorParallelDecode, MixtureOfExpertsIsRefused) {
-  const ModelConfig c = config("mixtral-tiny", 264);
+TEST_F(TensorParallelDecode, MixtralExpertsSplit) {
+  check("mixtral-tiny", 264);
+}
+
+TEST_F(TensorParallelDecode, Qwen2MoeGatedSharedExpert) {
+  check("qwen2-moe-tiny", 264);
+}
+
+TEST_F(TensorParallelDecode, MixtralExpertsWholeOnEveryRank) {
+  check("mixtral-tiny", 264, false, 0, /*experts_whole=*/true);
+}
+
+TEST_F(TensorParallelDecode, LatentAttentionIsRefused) {
+  ModelConfig c = config("deepseek_v3-tiny", 264);
   Transformer split(c, DType::F32, 11, ParamInit::Random, {}, kHost, FrozenWeights::Master, {},
                     nn::TensorParallel{&groups_->get("tp"), false});
   try {
     Generator gen(split, nullptr, 2, 8);
     gen.run(requests(c.vocab_size));
-    ADD_FAILURE() << "a MoE model decoded under tensor parallelism";
+    ADD_FAILURE() << "an MLA model decoded under tensor parallelism";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Mixture-of-Experts layers"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos)
         << e.what();
   }
 }
