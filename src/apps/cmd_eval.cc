@@ -243,7 +243,8 @@ int cmd_eval(const CommandArgs& a) {
   if (args[0] != "perplexity" && args[0] != "logprobs" && args[0] != "reward" && args[0] != "tasks")
     fail("eval: unknown evaluation '{}' (known: perplexity, logprobs, reward, tasks)", args[0]);
   CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
-  if (sub.nproc > 0) fail("--nproc is an option of nekton train, finetune and align only");
+  if (sub.nproc > 0)
+    fail("--nproc is an option of nekton train, finetune, align and generate only");
   if (args[0] == "reward") return eval_reward(sub);
   if (args[0] == "tasks") return eval_tasks(sub);
   return args[0] == "perplexity" ? eval_perplexity(sub) : eval_logprobs(sub);

@@ -1,19 +1,28 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <thread>
 
 #include "align/steerlm.h"
 #include "apps/commands.h"
+#include "apps/mpirun_launch.h"
 #include "apps/token_json.h"
+#include "ckpt/load_progress.h"
 #include "ckpt/model_io.h"
 #include "core/config_bind.h"
 #include "core/limits.h"
+#include "core/log.h"
+#include "core/parallel.h"
 #include "data/tokenizer/tokenizer.h"
+#include "dist/mesh.h"
+#include "dist/mpi/launch_env.h"
+#include "dist/mpi/runtime.h"
 #include "infer/generate.h"
 
 namespace nk {
@@ -24,7 +33,8 @@ struct GenerateKeys {
   std::string model, adapter, tokenizer, prompt = "\n", prompt_file, stop, dtype = "f32", quantize;
   std::string format = "text", kv_cache_dtype = "auto";
   std::string steerlm_attributes, steerlm_template;
-  int64_t batch_size = 8, max_tokens = 200, logprobs = -1;
+  int64_t batch_size = 8, max_tokens = 200, logprobs = -1, tp = 1;
+  double timeout_s = 600;
   SamplingConfig sampling{.temperature = 0.8, .top_k = 40, .top_p = 0.95};
   bool ignore_eos = false;
   Device device = kHost;
@@ -77,6 +87,14 @@ struct GenerateKeys {
            "steerlm.json template, else {attributes})");
     b.bind("generate.format", format,
            "text, or jsonl: one JSON line per generated token (with generate.logprobs)");
+    b.bind("generate.tp", tp,
+           "tensor-parallel ranks the model is split over (vLLM's --tensor-parallel-size): "
+           "launch that many processes (nekton generate --nproc N, or mpirun -np N), each "
+           "holding its share of the heads, MLP units, experts and vocabulary; a dense model "
+           "folder on the CPU");
+    b.bind("generate.timeout_s", timeout_s,
+           "under generate.tp > 1: seconds a rank waits for the others at any exchange before "
+           "the job stops with an error");
   }
 };
 
@@ -170,6 +188,95 @@ void write_pieces(std::span<const TokenEvent> events) {
   if (!events.empty()) std::fflush(stdout);
 }
 
+ModelSourceKeys source_keys(const CommandArgs& a, const GenerateKeys& k) {
+  return {.prefix = "generate",
+          .model = k.model,
+          .tokenizer = k.tokenizer,
+          .dtype = k.dtype,
+          .quantize = k.quantize,
+          .adapter = k.adapter,
+          .allow_nonfinite = a.allow_nonfinite,
+          .device = k.device};
+}
+
+// The generation itself, on this process's model or its tensor-parallel
+// share (every rank of the group decodes the same tokens; `lead` prints).
+int generate_on(const CommandArgs& a, const GenerateKeys& k,
+                const std::vector<std::string>& prompts, const std::vector<std::string>& stops,
+                const nn::TensorParallel& tp, bool lead) {
+  const SamplingConfig& sc = k.sampling;
+  const int64_t max_tokens = k.max_tokens, batch = k.batch_size;
+  const bool jsonl = k.format == "jsonl";
+  const KvDType kv_dtype = parse_kv_cache_dtype(k.kv_cache_dtype, "generate.kv_cache_dtype");
+  RunnableModel loaded = load_runnable_model(source_keys(a, k), tp);
+  std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
+  std::unique_ptr<Transformer> model = std::move(loaded.model);
+  if (tp.active())
+    NK_INFO("generate: the model split over {} tensor-parallel ranks, {} of its {} values on each",
+            tp.size(), model->layout().total(), model->global_layout().total());
+  check_kv_cache_dtype(model->config(), kv_dtype, model->device(), "generate.kv_cache_dtype");
+  std::vector<GenerationRequest> reqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);
+    reqs[i].max_new_tokens = max_tokens;
+    reqs[i].stop = stops;
+    reqs[i].stop_at_eos = !k.ignore_eos;
+    reqs[i].sampling = sc;
+    reqs[i].sampling.seed = sc.seed + i;
+    reqs[i].logprobs = k.logprobs >= 0;
+    reqs[i].top_logprobs = std::max<int64_t>(k.logprobs, 0);
+  }
+  Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())),
+                /*prefill_chunk=*/256, /*max_len=*/0, kv_dtype);
+  gen.set_end_ids(loaded.end_ids);  // generation_config.json's other end-of-turn ids
+  std::vector<int64_t> ids;         // prompt i is id i
+  for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
+  const bool stream = lead && ids.size() == 1 && !jsonl;
+  if (stream) {
+    fmt::print("{}", prompts[0]);
+    std::fflush(stdout);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  // The first token's time splits prefill from decoding (one prompt: the
+  // rest are decode steps alone).
+  std::optional<std::chrono::steady_clock::time_point> t_first;
+  int64_t n_first = 0;
+  while (!gen.idle()) {
+    std::span<const TokenEvent> events = gen.step();
+    if (!t_first && !events.empty()) {
+      t_first = std::chrono::steady_clock::now();
+      n_first = int64_t(events.size());
+    }
+    if (stream) write_pieces(events);
+  }
+  std::vector<GenerationResult> res;
+  for (int64_t id : ids) res.push_back(gen.release(id));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int64_t n_tok = 0;
+  for (auto& r : res) n_tok += int64_t(r.tokens.size());
+  if (!lead) return 0;
+  if (stream) {
+    fmt::print("\n");
+  } else if (!jsonl) {
+    for (size_t i = 0; i < res.size(); ++i)
+      fmt::print("=== prompt {} ({} tokens, {}) ===\n{}{}\n", i, res[i].tokens.size(),
+                 finish_reason_name(res[i].finish), prompts[i], res[i].text);
+  }
+  if (k.logprobs >= 0) print_logprobs(res, *tok, jsonl);
+  std::fflush(stdout);
+  const auto t_end = std::chrono::steady_clock::now();
+  const double first = t_first ? std::chrono::duration<double>(*t_first - t0).count() : secs;
+  const double decode = std::chrono::duration<double>(t_end - t_first.value_or(t_end)).count();
+  // One closing line (scripts cut the output at its last "\n["): speed, then the cache.
+  fmt::print(stderr,
+             "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s; first token after {:.2f} s, "
+             "then {:.1f} tokens/s{}{}]\n",
+             res.size(), n_tok, secs, secs > 0 ? double(n_tok) / secs : 0.0, first,
+             decode > 0 ? double(n_tok - n_first) / decode : 0.0, gen.cache() ? "; " : "",
+             gen.cache() ? gen.cache()->kv().describe() : std::string());
+  return 0;
+}
+
 }  // namespace
 
 void print_sample(Transformer& model, const Tokenizer& tok, const std::string& prompt,
@@ -223,8 +330,7 @@ int cmd_generate(const CommandArgs& a) {
     fail(
         "generate.format: jsonl lists the tokens with their log-probabilities; set "
         "generate.logprobs too");
-  const bool jsonl = k.format == "jsonl";
-  const KvDType kv_dtype = parse_kv_cache_dtype(k.kv_cache_dtype, "generate.kv_cache_dtype");
+  parse_kv_cache_dtype(k.kv_cache_dtype, "generate.kv_cache_dtype");  // refused here, not later
   check_limit("", "generate.max_tokens", max_tokens, limits::kSeqLen, "positions");
   check_limit("", "generate.batch_size", batch, limits::kBatch, "sequences");
   if (stops.empty() && !k.stop.empty()) add_values("generate.stop", k.stop, stops);
@@ -247,75 +353,53 @@ int cmd_generate(const CommandArgs& a) {
   } else if (!k.steerlm_template.empty()) {
     fail("generate.steerlm_template: given without generate.steerlm_attributes");
   }
-  RunnableModel loaded = load_runnable_model({.prefix = "generate",
-                                              .model = dir,
-                                              .tokenizer = k.tokenizer,
-                                              .dtype = k.dtype,
-                                              .quantize = k.quantize,
-                                              .adapter = k.adapter,
-                                              .allow_nonfinite = a.allow_nonfinite,
-                                              .device = k.device});
-  std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
-  std::unique_ptr<Transformer> model = std::move(loaded.model);
-  check_kv_cache_dtype(model->config(), kv_dtype, model->device(), "generate.kv_cache_dtype");
-  std::vector<GenerationRequest> reqs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    reqs[i].prompt = encode_prompt(*tok, prompts[i], i, model->config().vocab_size);
-    reqs[i].max_new_tokens = max_tokens;
-    reqs[i].stop = stops;
-    reqs[i].stop_at_eos = !k.ignore_eos;
-    reqs[i].sampling = sc;
-    reqs[i].sampling.seed = sc.seed + i;
-    reqs[i].logprobs = k.logprobs >= 0;
-    reqs[i].top_logprobs = std::max<int64_t>(k.logprobs, 0);
+  if (k.tp < 1) fail("generate.tp: must be >= 1, got {}", k.tp);
+  check_tensor_parallel_source(source_keys(a, k), k.tp);  // before any process starts
+  if (a.nproc > 0 && !dist::launched_by_mpi()) {
+    if (a.nproc != k.tp)
+      fail(
+          "--nproc {}: nekton generate runs one tensor-parallel group of generate.tp ranks (got "
+          "generate.tp = {}); set generate.tp={}",
+          a.nproc, k.tp, a.nproc);
+    std::vector<std::string> args = {"generate"};
+    if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
+    if (a.allow_nonfinite) args.push_back("--allow-nonfinite");
+    args.insert(args.end(), a.overrides.begin(), a.overrides.end());
+    exec_mpirun(int(a.nproc), args);
   }
-  Generator gen(*model, tok.get(), std::min<int64_t>(batch, int64_t(reqs.size())),
-                /*prefill_chunk=*/256, /*max_len=*/0, kv_dtype);
-  gen.set_end_ids(loaded.end_ids);  // generation_config.json's other end-of-turn ids
-  std::vector<int64_t> ids;         // prompt i is id i
-  for (GenerationRequest& r : reqs) ids.push_back(gen.submit(std::move(r)));
-  const bool stream = ids.size() == 1 && !jsonl;
-  if (stream) {
-    fmt::print("{}", prompts[0]);
-    std::fflush(stdout);
+  if (!dist::launched_by_mpi()) {
+    if (k.tp > 1)
+      fail(
+          "generate.tp = {}: launch {} processes (nekton generate --nproc {} ..., or mpirun -np "
+          "{} nekton generate ...)",
+          k.tp, k.tp, k.tp, k.tp);
+    return generate_on(a, k, prompts, stops, {}, true);
   }
-  auto t0 = std::chrono::steady_clock::now();
-  // The first token's time splits prefill from decoding (one prompt: the
-  // rest are decode steps alone).
-  std::optional<std::chrono::steady_clock::time_point> t_first;
-  int64_t n_first = 0;
-  while (!gen.idle()) {
-    std::span<const TokenEvent> events = gen.step();
-    if (!t_first && !events.empty()) {
-      t_first = std::chrono::steady_clock::now();
-      n_first = int64_t(events.size());
+  // Under mpirun: one tensor-parallel group; rank 0 prints, and any rank's
+  // error ends the whole job ("nekton rank R: ...").
+  dist::MpiRuntime mpi;
+  try {
+    if (mpi.world_size() != k.tp)
+      fail(
+          "generate.tp = {}: {} processes were launched (one tensor-parallel group: as many as "
+          "generate.tp)",
+          k.tp, mpi.world_size());
+    const bool lead = mpi.rank() == 0;
+    if (!lead) {
+      set_log_level(LogLevel::Warn);
+      set_load_progress_mode(ProgressMode::None);
     }
-    if (stream) write_pieces(events);
+    if (dist::local_world_size() > 1)  // this host's cores shared among its ranks
+      set_num_threads(
+          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size()));
+    dist::MeshSpec spec;
+    spec.tp = int(k.tp);
+    const dist::Mesh mesh(mpi.world_size(), mpi.rank(), spec);
+    dist::ProcessGroups groups = mpi.make_groups(mesh, k.timeout_s);
+    generate_on(a, k, prompts, stops, nn::TensorParallel{&groups.get("tp"), false}, lead);
+  } catch (const std::exception& e) {
+    mpi.abort(e.what());
   }
-  std::vector<GenerationResult> res;
-  for (int64_t id : ids) res.push_back(gen.release(id));
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  int64_t n_tok = 0;
-  for (auto& r : res) n_tok += int64_t(r.tokens.size());
-  if (stream) {
-    fmt::print("\n");
-  } else if (!jsonl) {
-    for (size_t i = 0; i < res.size(); ++i)
-      fmt::print("=== prompt {} ({} tokens, {}) ===\n{}{}\n", i, res[i].tokens.size(),
-                 finish_reason_name(res[i].finish), prompts[i], res[i].text);
-  }
-  if (k.logprobs >= 0) print_logprobs(res, *tok, jsonl);
-  std::fflush(stdout);
-  const auto t_end = std::chrono::steady_clock::now();
-  const double first = t_first ? std::chrono::duration<double>(*t_first - t0).count() : secs;
-  const double decode = std::chrono::duration<double>(t_end - t_first.value_or(t_end)).count();
-  // One closing line (scripts cut the output at its last "\n["): speed, then the cache.
-  fmt::print(stderr,
-             "[{} prompts, {} tokens in {:.2f} s: {:.1f} tokens/s; first token after {:.2f} s, "
-             "then {:.1f} tokens/s{}{}]\n",
-             res.size(), n_tok, secs, secs > 0 ? double(n_tok) / secs : 0.0, first,
-             decode > 0 ? double(n_tok - n_first) / decode : 0.0, gen.cache() ? "; " : "",
-             gen.cache() ? gen.cache()->kv().describe() : std::string());
   return 0;
 }
 

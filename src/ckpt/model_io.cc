@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/load_progress.h"
 #include "ckpt/safetensors.h"
 #include "core/atomic_file.h"
@@ -333,16 +334,63 @@ void load_weights(Transformer& model, const std::string& dir, bool keep_added,
   progress.finish();
 }
 
+void load_weight_pieces(Transformer& m, const std::string& dir, const ParamLayout& whole,
+                        const std::function<bool(const ParamInfo&)>& in_file,
+                        bool allow_nonfinite) {
+  const nn::TensorParallel& tp = m.tensor_parallel();
+  const auto read_whole = [&](const ParamInfo& p) { return tp.active() && p.quantized; };
+  const ParamLayout mine =
+      m.layout().subset([&](const ParamInfo& p) { return in_file(p) && !read_whole(p); });
+  const std::string path = (fs::path(dir) / "model.safetensors").string();
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  double whole_bytes = 0;
+  for (const ParamInfo& p : m.layout().params())
+    if (in_file(p) && read_whole(p) && file.has(p.name))  // (a missing one: named below)
+      whole_bytes += double(file.entry(p.name).end - file.entry(p.name).begin);
+  LoadProgress progress(path, flat_tensor_read_bytes(file, mine, "") + whole_bytes);
+  read_tensor_shards(
+      file, whole, "", mine, tp.rank(), tp.size(),
+      [&](const ParamInfo& p, const Tensor& values) {
+        const ParamInfo& q = m.layout().find(p.name);
+        if (m.has_master(q)) return ParamLayout::view(m.params(), q);
+        if (values.defined()) {
+          check_finite(values, path, p.name, allow_nonfinite);
+          m.set_param(q, values);
+        }
+        return Tensor();
+      },
+      &progress);
+  for (const ParamInfo& p : m.layout().params()) {
+    if (!in_file(p) || !read_whole(p)) continue;
+    const Tensor values = file.get(p.name);  // (its shape checked with the others above)
+    check_finite(values, path, p.name, allow_nonfinite);
+    m.set_param_from_whole(p, values);
+    progress.advance(double(file.entry(p.name).end - file.entry(p.name).begin));
+  }
+  progress.finish();
+  for (const ParamInfo& p : mine.params())
+    if (m.has_master(m.layout().find(p.name)))
+      check_finite(ParamLayout::view(m.params(), m.layout().find(p.name)), path, p.name,
+                   allow_nonfinite);
+  m.sync_compute_params();
+}
+
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute, bool allow_nonfinite,
-                                        Device device) {
+                                        Device device, const nn::TensorParallel& tp) {
   ModelConfig cfg = read_model_config(dir);
   // Check every tensor against the layout before allocating the model, so a
   // config.json that claims more than the file holds allocates nothing.
   check_model_file(SafetensorsFile::open((fs::path(dir) / "model.safetensors").string()),
                    model_layout(cfg), false);
-  auto model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros,
-                                             std::vector<std::string>{}, device);
-  load_weights(*model, dir, false, allow_nonfinite);
+  auto model =
+      std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros, std::vector<std::string>{},
+                                    device, FrozenWeights::Master, QuantPlan(), tp);
+  if (tp.active())
+    load_weight_pieces(
+        *model, dir, model->global_layout(), [](const ParamInfo&) { return true; },
+        allow_nonfinite);
+  else
+    load_weights(*model, dir, false, allow_nonfinite);
   return model;
 }
 

@@ -2,6 +2,7 @@
 // DIR/config.json (the ModelConfig). Saving writes a sibling temporary folder
 // and renames it into place, so DIR is always either the old or the new model.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,8 +21,11 @@ void save_model(const std::string& dir, Transformer& model);
 // Reads DIR/config.json and DIR/model.safetensors; every tensor must be present
 // with the configured shape and finite (nk::Error naming the file and tensor
 // otherwise, before the model's memory is allocated for a shape mismatch).
+// Under tensor parallelism (`tp` active) the model is this rank's pieces,
+// each read as its slice of the file's whole tensor (load_weight_pieces).
 std::unique_ptr<Transformer> load_model(const std::string& dir, DType compute,
-                                        bool allow_nonfinite = false, Device device = kHost);
+                                        bool allow_nonfinite = false, Device device = kHost,
+                                        const nn::TensorParallel& tp = {});
 // DIR/config.json (nk::Error naming the file).
 ModelConfig read_model_config(const std::string& dir);
 // The model's name as a folder: DIR's last component ("runs/model/" and
@@ -34,6 +38,16 @@ std::string model_folder_name(const std::string& dir);
 // the file lacks keep their values.
 void load_weights(Transformer& model, const std::string& dir, bool keep_added = false,
                   bool allow_nonfinite = false);
+// The same for a model split by tensor or pipeline parallelism: each of its
+// parameters that `in_file` accepts (the others keep their values) read as
+// this rank's slice of its stage's tensor in DIR/model.safetensors, which
+// holds the whole ones laid out as `whole`. A parameter with an f32 master
+// is read into it; a base held without (bf16, NF4) is set from its slices,
+// but under tensor parallelism an NF4 one from its whole tensor (its share
+// cut from the whole's blocks: Transformer::set_param_from_whole).
+void load_weight_pieces(Transformer& model, const std::string& dir, const ParamLayout& whole,
+                        const std::function<bool(const ParamInfo&)>& in_file,
+                        bool allow_nonfinite = false);
 
 // The check every reader of weights runs (saved models, Hugging Face
 // safetensors, training checkpoints): nk::Error "FILE: tensor 'NAME' has K

@@ -83,14 +83,40 @@ bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa i
          k.device == kHost && k.adapter.empty() && !is_gguf_path(k.model);
 }
 
-RunnableModel load_runnable_model(const ModelSourceKeys& k) {
+void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
+  if (tp <= 1) return;
+  const std::string& P = k.prefix;
+  const bool quantize = !k.quantize.empty() && k.quantize != "none";
+  const std::string why = is_gguf_path(k.model) ? "a GGUF file ('" + k.model + "')"
+                          : quantize            ? P + ".quantize=" + k.quantize
+                          : !k.adapter.empty()  ? P + ".adapter"
+                          : k.device != kHost   ? P + ".device=" + device_name(k.device)
+                                                : "";
+  if (!why.empty())
+    fail("{}.tp = {}: not supported yet with {} ({}.tp takes a dense model folder on the CPU)", P,
+         tp, why, P);
+  ModelConfig cfg;
+  try {
+    cfg = read_model_config(k.model);
+  } catch (const Error& e) {
+    throw e.with_context(P + ".model");
+  }
+  try {
+    check_tensor_parallel(cfg, tp);
+  } catch (const Error& e) {
+    fail("{}.tp = {}: {}", P, tp, e.what());
+  }
+}
+
+RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorParallel& tp) {
   const std::string& P = k.prefix;
   if (k.model.empty()) fail("{}.model: no model given ({}.model=DIR or FILE.gguf)", P, P);
   const DType compute = parse_dtype(k.dtype);
   // The type the weight matrices take as they load, if any: PREFIX.quantize,
   // or bf16 rows by default (model_source.h).
   const ops::CpuIsa isa = ops::active_cpu_isa();
-  const bool bf16_rows = bf16_rows_by_default(k, compute, isa);
+  // (Not for a tensor-parallel rank's pieces, which are read dense.)
+  const bool bf16_rows = bf16_rows_by_default(k, compute, isa) && !tp.active();
   std::optional<ops::QuantType> qtype;
   if (bf16_rows) {
     qtype = ops::QuantType::BF16;
@@ -102,6 +128,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
     }
   }
   const bool quantize = qtype.has_value();
+  check_tensor_parallel_source(k, tp.size());
   if (k.device != kHost) {
     const char* why = is_gguf_path(k.model) ? "a GGUF file's block-quantised weights"
                       : quantize            ? "quantised weights"
@@ -178,7 +205,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k) {
     r.model->pack_quant_weights();
     return r;
   }
-  r.model = load_model(k.model, compute, k.allow_nonfinite, k.device);
+  r.model = load_model(k.model, compute, k.allow_nonfinite, k.device, tp);
   if (!k.adapter.empty()) {
     try {
       r.model = attach_peft_adapter(*r.model, k.adapter);

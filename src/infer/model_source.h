@@ -48,7 +48,14 @@ struct ModelSourceKeys {
 // run on f32 copies of each weight made at every call (about 4x slower
 // decode); bf16 rows read the same 2-byte weights directly.
 // PREFIX.quantize=none keeps them dense.
-RunnableModel load_runnable_model(const ModelSourceKeys& k);
+// Under tensor parallelism (`tp` active: PREFIX.tp > 1) this rank's pieces
+// of a dense model folder on the CPU (check_tensor_parallel_source).
+RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorParallel& tp = {});
+// nk::Error naming PREFIX.tp where the model cannot be split over `tp`
+// tensor-parallel ranks: a GGUF file, quantised weights, an adapter, a
+// device other than the CPU (not supported yet), or shapes tp does not
+// divide. Nothing for tp 1.
+void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp);
 bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa isa);
 
 // generation_config.json's eos_token_id in `model_dir` (an id or a list;

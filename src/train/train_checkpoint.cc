@@ -84,49 +84,13 @@ std::unique_ptr<Transformer> load_run_model(const TrainConfig& cfg, const std::s
   }
   // Tensor or pipeline parallel: this rank's slices of its stage's tensors
   // (the file holds the whole ones), but the adapters this run adds (drawn
-  // from the seed above). A parameter with an f32 master is read into it;
-  // a base held without (bf16, NF4) is set from each tensor's slices, but
-  // under tensor parallelism an NF4 one from its whole tensor (its share
-  // cut from the whole's blocks: Transformer::set_param_from_whole).
+  // from the seed above). The file's tensors: this run's but what it adds,
+  // and with a score head added, the LM head it replaces (laid out as the
+  // saved model's).
   const auto in_file = [&](const ParamInfo& p) { return !(added && added_to_base(p)); };
-  const auto read_whole = [&](const ParamInfo& p) { return tp.active() && p.quantized; };
-  // The file's tensors: this run's but what it adds, and with a score head
-  // added, the LM head it replaces (laid out as the saved model's).
-  const ParamLayout whole =
-      (add_score ? Transformer::layout_for(want) : m->global_layout()).subset(in_file);
-  const ParamLayout mine =
-      m->layout().subset([&](const ParamInfo& p) { return in_file(p) && !read_whole(p); });
-  const std::string path = (std::filesystem::path(dir) / "model.safetensors").string();
-  const SafetensorsFile file = SafetensorsFile::open(path);
-  double whole_bytes = 0;
-  for (const ParamInfo& p : m->layout().params())
-    if (in_file(p) && read_whole(p) && file.has(p.name))  // (a missing one: named below)
-      whole_bytes += double(file.entry(p.name).end - file.entry(p.name).begin);
-  LoadProgress progress(path, flat_tensor_read_bytes(file, mine, "") + whole_bytes);
-  read_tensor_shards(
-      file, whole, "", mine, tp.rank(), tp.size(),
-      [&](const ParamInfo& p, const Tensor& values) {
-        const ParamInfo& q = m->layout().find(p.name);
-        if (m->has_master(q)) return ParamLayout::view(m->params(), q);
-        if (values.defined()) {
-          check_finite(values, path, p.name, false);
-          m->set_param(q, values);
-        }
-        return Tensor();
-      },
-      &progress);
-  for (const ParamInfo& p : m->layout().params()) {
-    if (!in_file(p) || !read_whole(p)) continue;
-    const Tensor values = file.get(p.name);  // (its shape checked with the others above)
-    check_finite(values, path, p.name, false);
-    m->set_param_from_whole(p, values);
-    progress.advance(double(file.entry(p.name).end - file.entry(p.name).begin));
-  }
-  progress.finish();
-  for (const ParamInfo& p : mine.params())
-    if (m->has_master(m->layout().find(p.name)))
-      check_finite(ParamLayout::view(m->params(), m->layout().find(p.name)), path, p.name, false);
-  m->sync_compute_params();
+  load_weight_pieces(
+      *m, dir, (add_score ? Transformer::layout_for(want) : m->global_layout()).subset(in_file),
+      in_file);
   return m;
 }
 
