@@ -299,8 +299,9 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    and an EP2 checkpoint resumed on one process; deepseek_v2-tiny
 #                    under EP2 and PP2
 #   generate_tp_ranks  nekton generate split over 2 tensor-parallel ranks
-#                    (--nproc 2 and mpirun) against one process: a Llama and
-#                    a Mixtral-style model, batched and streamed; refusals
+#                    (--nproc 2 and mpirun) against one process: a Llama, a
+#                    Mixtral-style model and DeepSeek-V3, batched and
+#                    streamed; refusals
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks
                peft_model_parallel_ranks moe_ranks moe_tp_ranks moe_etp_ranks moe_cp_ranks

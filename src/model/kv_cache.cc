@@ -91,11 +91,6 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
            "KVCache: {} tensor-parallel ranks ({} for the experts) for {} heads, {} kv heads, d_ff "
            "{}, expert d_ff {}, shared {}",
            t, te, c.n_head, c.n_kv_head, c.d_ff, c.expert_d_ff(), c.moe_shared_d_ff);
-  if (t > 1 && c.mla())
-    fail(
-        "the cached decode under tensor parallelism ({} ranks) runs standard attention; this "
-        "model has multi-head latent attention",
-        t);
   const int64_t D = c.head_dim(), C = c.d_model, up = c.mlp_up_dim() / t;
   const int64_t Lr = c.kv_lora_rank + c.qk_rope_head_dim;  // a latent row
   // A row's elements: its values, or a q8_0 row's bytes.
@@ -125,14 +120,14 @@ KVCache::KVCache(const ModelConfig& c, DType dt, const KVCacheShape& sh, Device 
   ln = Tensor::empty({R, C}, dt, device);
   // A latent cache's attention: the absorbed queries, the row as key and
   // value, each head's weighted row (LatentAttention::CacheActs).
-  qkv = Tensor::empty({R, latent_ ? (c.n_head + 2) * Lr : c.qkv_dim() / t}, dt, device);
+  qkv = Tensor::empty({R, latent_ ? (c.n_head / t + 2) * Lr : c.qkv_dim() / t}, dt, device);
   att = Tensor::empty({R, c.n_head / t * (latent_ ? Lr : D)}, dt, device);
   tmp = Tensor::empty({R, C}, dt, device);
   auto mk = [&](const Shape& s, DType type) { return Tensor::empty(s, type, device); };
   if (c.block().qk_norm)
     qk = nn::SelfAttention::qk_acts_for(R, c.n_head / t, c.n_kv_head / t, D, dt, mk);
   if (c.mla())
-    mla = nn::LatentAttention::acts_for(R, c.n_head, c.q_lora_rank, c.kv_lora_rank,
+    mla = nn::LatentAttention::acts_for(R, c.n_head / t, c.q_lora_rank, c.kv_lora_rank,
                                         D - c.qk_rope_head_dim, c.qk_rope_head_dim, c.v_head_dim,
                                         dt, mk);
   if (latent_) {

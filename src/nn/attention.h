@@ -125,6 +125,10 @@ struct SelfAttention {
                "SelfAttention: MLA's latent cache is one tensor for keys and values");
       mla.cached_forward(y, ml, mc, x, k_cache, mla_kv_b.defined() ? mla_kv_b : mla.kv_b.w, proj,
                          ad, n_head, rope, block_table, seqs, positions, window, scale, softcap);
+      // Tensor parallel: this rank's heads (the latent rows, from the whole
+      // low-rank projections, are every rank's), the projection's partial
+      // sums added over the group.
+      tp.whole_rows().exit(y, Tensor());
       return;
     }
     qkv.forward(qkv_buf, x, ad);

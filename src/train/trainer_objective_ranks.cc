@@ -69,15 +69,15 @@ ObjectiveRanks Trainer::objective_ranks(std::optional<Activations>& acts) {
   // ZeRO-1) the replicas share the generations; where it is split by tensor
   // parallelism alone (sequence parallel, data-parallel replicas, ZeRO-1
   // and -2 included) each replica's tp group generates its share from its
-  // pieces (the cached decode under TP: standard attention, MLPs and
-  // Mixture-of-Experts layers whose experts are split over the tp ranks or
-  // whole, not over expert-parallel ones); where it
+  // pieces (the cached decode under TP: attention, multi-head latent
+  // attention, MLPs and Mixture-of-Experts layers whose experts are split
+  // over the tp ranks or whole, not over expert-parallel ones); where it
   // is otherwise in pieces, or forwards chunks of rows (context parallel),
   // every rank generates with the policy gathered whole.
   const bool pieces = pieces_model() || (ddp_ && ddp_->shards_weights()) || par_.cp() > 1;
   const bool tp_decode = objective_->online() && tensor_parallel().active() && par_.pp() == 1 &&
                          par_.cp() == 1 && !model_->experts_split() &&
-                         !(ddp_ && ddp_->shards_weights()) && !cfg_.model.mla();
+                         !(ddp_ && ddp_->shards_weights());
   // An objective's own whole model: where the policy is whole, the
   // replicas' gradients summed over them; where it is in pieces, each
   // rank's head that adds rows of its own (tp rank 0 of the last stage,

@@ -3,9 +3,9 @@
 # --nproc 2 or by mpirun) equals one process: the same sampled tokens and
 # per-token log-probabilities within 1e-4 (f32; only the order of the
 # row-parallel sums differs), for several prompts decoded in a batch and for
-# one streamed prompt, on a Llama (grouped-query attention) and a
-# Mixtral-style model (each rank its half of every expert) fine-tuned here
-# for two steps. What it cannot run is refused naming the key: generate.tp
+# one streamed prompt, on a Llama (grouped-query attention), a
+# Mixtral-style model (each rank its half of every expert) and DeepSeek-V3
+# (latent attention), each fine-tuned here for two steps. What it cannot run is refused naming the key: generate.tp
 # without that many processes, --nproc other than generate.tp, quantised
 # weights, heads the ranks do not divide.
 #   tests/apps/mpi/generate_tp_ranks.sh REPO BUILD
@@ -18,6 +18,8 @@ source "$REPO/tests/apps/mpi/ranks_lib.sh"
 run llama "$NK" finetune "${SFT_ARGS[@]}" train.steps=2
 run mixtral "$NK" finetune "${SFT_ARGS[@]/model.preset=llama-tiny/model.preset=mixtral-tiny}" \
   model.moe_d_ff=64 model.num_experts=4 train.steps=2
+run deepseek "$NK" finetune "${SFT_ARGS[@]/model.preset=llama-tiny/model.preset=deepseek_v3-tiny}" \
+  model.n_kv_head=4 train.steps=2
 
 # STDOUT of `nekton generate` into $WORK/OUT.out (its log in OUT.log).
 gen() {
@@ -26,7 +28,7 @@ gen() {
   timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" >"$WORK/$out.out" 2>"$WORK/$out.log" ||
     fail "$out: $*"
 }
-for m in llama mixtral; do
+for m in llama mixtral deepseek; do
   BATCH=("generate.model=$WORK/$m/model" 'generate.prompt=["repeat abc:", "repeat j:", "say hi"]'
          generate.max_tokens=12 generate.ignore_eos=true generate.temperature=1.0
          generate.seed=5 generate.logprobs=2 generate.format=jsonl generate.batch_size=2)
@@ -77,4 +79,4 @@ refuse quant_tp "generate.tp = 2: not supported yet with generate.quantize=q8_0"
   "$NK" generate --nproc 2 generate.tp=2 "$M" generate.quantize=q8_0
 refuse heads_tp "generate.tp = 4: model.n_kv_head = 2 is not divisible" \
   "$NK" generate --nproc 4 generate.tp=4 "$M"
-pass "generate split over 2 tensor-parallel ranks (--nproc 2, mpirun) equals one process: Llama and Mixtral, batched and streamed; refusals name the key"
+pass "generate split over 2 tensor-parallel ranks (--nproc 2, mpirun) equals one process: Llama, Mixtral and DeepSeek-V3, batched and streamed; refusals name the key"

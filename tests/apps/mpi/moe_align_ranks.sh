@@ -14,8 +14,9 @@
 # policy gathered whole, its experts from the ep ranks, for each round's
 # generations): GRPO with a command grader under EP2, EP2 x DP2, EP2 x TP2
 # and EP2 with PP2 (with align.moe_losses=true under EP2 and EP2 x TP2),
-# and under TP2 alone with the experts split or whole (parallel.etp=1),
-# each round generated from the split policy (the cached decode under TP);
+# and under TP2 alone with the experts split or whole (parallel.etp=1), and
+# DeepSeek-V3's under TP2, each round generated from the split policy (the
+# cached decode under TP);
 # PPO under EP2, and with a critic of its own (the MoE reward model) under EP2
 # and EP2 x TP2; LoRA GRPO (adapters off as the
 # reference) under EP2; a GRPO run stopped mid-round under EP2 resumes under
@@ -108,10 +109,20 @@ run ep2pp2_grpo "${MPI[@]}" 4 "$NK" align "${GRPO[@]}" parallel.ep=2 parallel.pp
 # parallel.etp=1) each round is generated from the split policy.
 run tp2_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2
 run tp2etp1_grpo "${MPI[@]}" 2 "$NK" align "${GRPO[@]}" parallel.tp=2 parallel.etp=1
-for r in tp2_grpo tp2etp1_grpo; do
+# DeepSeek-V3 (latent attention, shared and fine-grained experts, a dense
+# first layer) likewise under TP2. Adam's epsilon 1e-4: with 1e-6 the steps
+# where a group's completions are alike leave near-zero gradients whose
+# rounding-level differences Adam scales up to 6.8e-5 in the weights (the
+# completions and figures equal within 1e-7 either way).
+DS=("${ONLINE_ARGS[@]/model.preset=llama-tiny/model.preset=deepseek_v3-tiny}" model.n_kv_head=4
+    align.method=grpo align.num_generations=4 train.eps=1e-4)
+run one_grpo_ds "$NK" align "${DS[@]}"
+run tp2_grpo_ds "${MPI[@]}" 2 "$NK" align "${DS[@]}" parallel.tp=2
+for r in tp2_grpo tp2etp1_grpo tp2_grpo_ds; do
   grep -q "each tensor-parallel group generates from its pieces" "$WORK/$r.log" ||
     fail "$r: the MoE policy was not generated from its tensor-parallel pieces"
 done
+compare one_grpo_ds tp2_grpo_ds || fail "DeepSeek-V3 GRPO under TP2 differs from one process"
 grep -q '"rewards/command/std"' "$WORK/one_grpo/metrics.jsonl" || fail "GRPO logged no grader figures"
 compare one_grpo ep2_grpo ep2dp2_grpo ep2tp2_grpo ep2pp2_grpo tp2_grpo tp2etp1_grpo ||
   fail "GRPO under expert or tensor parallelism differs from one process"
@@ -156,4 +167,4 @@ run one_grpo_qlora "$NK" align "${QLORA_GRPO[@]}"
 run ep2_grpo_qlora "${MPI[@]}" 2 "$NK" align "${QLORA_GRPO[@]}" parallel.ep=2
 compare_norm one_grpo_qlora ep2_grpo_qlora ||
   fail "QLoRA GRPO under expert parallelism differs from one process"
-pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO (also with a critic of its own), LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP, and GRPO under TP2 alone (generated from the split policy, experts split or whole), equals one process"
+pass "align on a MoE model (DPO, copy reference, KTO, reward model, LoRA, the MoE losses in DPO and RM; GRPO with and without them, PPO (also with a critic of its own), LoRA and QLoRA GRPO, resumed) under EP2, EP2xDP2, EP2xTP2, EP2 with PP2, ZeRO-1 and FSDP, and GRPO under TP2 alone (generated from the split policy: experts split or whole, DeepSeek-V3), equals one process"

@@ -14,8 +14,10 @@
 // parallelism (the decode holds every row), and Mixture-of-Experts models
 // (each rank routes every row with its half of each expert, the partial sums
 // all-reduced): Mixtral, Qwen2-MoE's gated shared expert, and experts whole
-// on every rank (parallel.etp = 1). Multi-head latent attention is refused
-// by name. With 4 or 8 ranks each pair of ranks is its own TP2 group.
+// on every rank (parallel.etp = 1); DeepSeek's multi-head latent attention
+// (V3 with a query rank, V2 without: every rank the same latent cache rows,
+// its own heads' absorbed queries and values). With 4 or 8 ranks each pair
+// of ranks is its own TP2 group.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -166,18 +168,12 @@ TEST_F(TensorParallelDecode, MixtralExpertsWholeOnEveryRank) {
   check("mixtral-tiny", 264, false, 0, /*experts_whole=*/true);
 }
 
-TEST_F(TensorParallelDecode, LatentAttentionIsRefused) {
-  ModelConfig c = config("deepseek_v3-tiny", 264);
-  Transformer split(c, DType::F32, 11, ParamInit::Random, {}, kHost, FrozenWeights::Master, {},
-                    nn::TensorParallel{&groups_->get("tp"), false});
-  try {
-    Generator gen(split, nullptr, 2, 8);
-    gen.run(requests(c.vocab_size));
-    ADD_FAILURE() << "an MLA model decoded under tensor parallelism";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos)
-        << e.what();
-  }
+TEST_F(TensorParallelDecode, DeepSeekV3LatentAttention) {
+  check("deepseek_v3-tiny", 264);
+}
+
+TEST_F(TensorParallelDecode, DeepSeekV2LatentAttentionNoQueryRank) {
+  check("deepseek_v2-tiny", 264);
 }
 
 }  // namespace
