@@ -302,10 +302,15 @@ set_tests_properties(curate_ranks PROPERTIES LABELS mpi TIMEOUT ${t} ENVIRONMENT
 #                    (--nproc 2 and mpirun) against one process: a Llama, a
 #                    Mixtral-style model and DeepSeek-V3, batched and
 #                    streamed; refusals
+#   serve_tp_ranks   nekton serve split over 2 tensor-parallel ranks against
+#                    a one-process server (greedy, seeded, n, logprobs,
+#                    streamed, concurrent, a hung-up stream); SIGTERM;
+#                    refusals
 # (tests/apps/mpi/ranks_lib.sh: their shared data, model and helpers.)
 foreach(script finetune_ranks align_ranks peft_finetune_ranks peft_align_ranks
                peft_model_parallel_ranks moe_ranks moe_tp_ranks moe_etp_ranks moe_cp_ranks
-               deepseek_ranks online_ranks critic_ranks moe_align_ranks generate_tp_ranks)
+               deepseek_ranks online_ranks critic_ranks moe_align_ranks generate_tp_ranks
+               serve_tp_ranks)
   add_test(NAME ${script}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/apps/mpi/${script}.sh ${CMAKE_SOURCE_DIR}
                    ${CMAKE_BINARY_DIR})

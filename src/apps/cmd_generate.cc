@@ -7,22 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
-#include <thread>
 
 #include "align/steerlm.h"
 #include "apps/commands.h"
-#include "apps/mpirun_launch.h"
+#include "apps/tensor_parallel_ranks.h"
 #include "apps/token_json.h"
-#include "ckpt/load_progress.h"
 #include "ckpt/model_io.h"
 #include "core/config_bind.h"
 #include "core/limits.h"
 #include "core/log.h"
-#include "core/parallel.h"
 #include "data/tokenizer/tokenizer.h"
-#include "dist/mesh.h"
-#include "dist/mpi/launch_env.h"
-#include "dist/mpi/runtime.h"
 #include "infer/generate.h"
 
 namespace nk {
@@ -211,9 +205,6 @@ int generate_on(const CommandArgs& a, const GenerateKeys& k,
   RunnableModel loaded = load_runnable_model(source_keys(a, k), tp);
   std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
   std::unique_ptr<Transformer> model = std::move(loaded.model);
-  if (tp.active())
-    NK_INFO("generate: the model split over {} tensor-parallel ranks, {} of its {} values on each",
-            tp.size(), model->layout().total(), model->global_layout().total());
   check_kv_cache_dtype(model->config(), kv_dtype, model->device(), "generate.kv_cache_dtype");
   std::vector<GenerationRequest> reqs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -355,48 +346,18 @@ int cmd_generate(const CommandArgs& a) {
   }
   if (k.tp < 1) fail("generate.tp: must be >= 1, got {}", k.tp);
   check_tensor_parallel_source(source_keys(a, k), k.tp);  // before any process starts
-  if (a.nproc > 0 && !dist::launched_by_mpi()) {
-    if (a.nproc != k.tp)
-      fail(
-          "--nproc {}: nekton generate runs one tensor-parallel group of generate.tp ranks (got "
-          "generate.tp = {}); set generate.tp={}",
-          a.nproc, k.tp, a.nproc);
-    std::vector<std::string> args = {"generate"};
-    if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
-    if (a.allow_nonfinite) args.push_back("--allow-nonfinite");
-    args.insert(args.end(), a.overrides.begin(), a.overrides.end());
-    exec_mpirun(int(a.nproc), args);
-  }
-  if (!dist::launched_by_mpi()) {
-    if (k.tp > 1)
-      fail(
-          "generate.tp = {}: launch {} processes (nekton generate --nproc {} ..., or mpirun -np "
-          "{} nekton generate ...)",
-          k.tp, k.tp, k.tp, k.tp);
+  std::vector<std::string> args;
+  if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});
+  if (a.allow_nonfinite) args.push_back("--allow-nonfinite");
+  args.insert(args.end(), a.overrides.begin(), a.overrides.end());
+  if (!launch_tensor_parallel("generate", "generate.tp", k.tp, a.nproc, args))
     return generate_on(a, k, prompts, stops, {}, true);
-  }
-  // Under mpirun: one tensor-parallel group; rank 0 prints, and any rank's
-  // error ends the whole job ("nekton rank R: ...").
+  // Under mpirun: rank 0 prints, and any rank's error ends the whole job
+  // ("nekton rank R: ...").
   dist::MpiRuntime mpi;
   try {
-    if (mpi.world_size() != k.tp)
-      fail(
-          "generate.tp = {}: {} processes were launched (one tensor-parallel group: as many as "
-          "generate.tp)",
-          k.tp, mpi.world_size());
-    const bool lead = mpi.rank() == 0;
-    if (!lead) {
-      set_log_level(LogLevel::Warn);
-      set_load_progress_mode(ProgressMode::None);
-    }
-    if (dist::local_world_size() > 1)  // this host's cores shared among its ranks
-      set_num_threads(
-          std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size()));
-    dist::MeshSpec spec;
-    spec.tp = int(k.tp);
-    const dist::Mesh mesh(mpi.world_size(), mpi.rank(), spec);
-    dist::ProcessGroups groups = mpi.make_groups(mesh, k.timeout_s);
-    generate_on(a, k, prompts, stops, nn::TensorParallel{&groups.get("tp"), false}, lead);
+    TensorParallelRanks ranks(mpi, "generate.tp", k.tp, k.timeout_s);
+    generate_on(a, k, prompts, stops, ranks.tp(), ranks.lead());
   } catch (const std::exception& e) {
     mpi.abort(e.what());
   }

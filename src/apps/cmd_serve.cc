@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/tensor_parallel_ranks.h"
 #include "ckpt/model_io.h"
 #include "core/config_bind.h"
 #include "core/error.h"
@@ -18,6 +19,8 @@
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "data/chat/chat_config.h"
+#include "dist/mpi/runtime.h"
+#include "serve/engine_mirror.h"
 #include "serve/guardrails.h"
 #include "serve/serve_cache.h"
 #include "serve/serve_config.h"
@@ -101,37 +104,36 @@ CommandArgs serve_args(const std::vector<std::string>& args) {
   return parse_command_args(out);
 }
 
-}  // namespace
+// The serve.* keys of the model (what load_runnable_model reads).
+ModelSourceKeys source_keys(const CommandArgs& a, const ServeConfig& k) {
+  return {.prefix = "serve",
+          .model = k.model,
+          .tokenizer = k.tokenizer,
+          .dtype = k.dtype,
+          .quantize = k.quantize,
+          .adapter = k.adapter,
+          .allow_nonfinite = a.allow_nonfinite};
+}
 
-int cmd_serve(const CommandArgs& raw) {
-  const CommandArgs a = serve_args(raw.args);
-  ConfigSchema schema = schema_of([](ConfigBinder& b) { ServeConfig().bind(b); });
-  if (a.help) {
-    fmt::print(
-        "usage: nekton serve serve.model=DIR [--config configs/serve.yaml] [key=value ...]\n"
-        "       nekton serve --model DIR [key=value ...]\n\n"
-        "An OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions\n"
-        "(streaming with server-sent events or not), GET /v1/models, /health and /metrics\n"
-        "(Prometheus), POST /tokenize and /detokenize. SIGINT or SIGTERM stops it after the\n"
-        "requests in flight (at most {} s).\n\n{}",
-        kShutdownLimit.count(), schema.help());
-    return 0;
+// The command's arguments again for mpirun, without --nproc.
+std::vector<std::string> without_nproc(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    out.push_back(args[i]);
   }
-  Config c = Config::load(schema, a.config_path, a.overrides);
-  ServeConfig k;
-  ConfigReader reader(c);
-  k.bind(reader);
-  check_keys(k);
-  // Before the model: a bad guardrails file fails at once.
-  const std::unique_ptr<Guardrails> rails = load_guardrails(k.guardrails);
+  return out;
+}
 
-  RunnableModel loaded = load_runnable_model({.prefix = "serve",
-                                              .model = k.model,
-                                              .tokenizer = k.tokenizer,
-                                              .dtype = k.dtype,
-                                              .quantize = k.quantize,
-                                              .adapter = k.adapter,
-                                              .allow_nonfinite = a.allow_nonfinite});
+// The server on this process's model, or rank 0's share of it (its engine
+// mirrored to the other ranks).
+int serve_on(const CommandArgs& a, const ServeConfig& k, const Guardrails* rails,
+             const nn::TensorParallel& tp, EngineMirror* mirror) {
+  RunnableModel loaded = load_runnable_model(source_keys(a, k), tp);
   std::unique_ptr<Tokenizer> tok = std::move(loaded.tokenizer);
   std::unique_ptr<Transformer> model = std::move(loaded.model);
   const int64_t max_len = serve_max_len(k, *model);
@@ -141,13 +143,13 @@ int cmd_serve(const CommandArgs& raw) {
   ServeMetrics metrics;
   std::unique_ptr<SequenceCache> cache = make_serve_cache(k, *model);
   const std::string cache_line = cache->kv().describe();
-  Engine engine(*model, *tok, std::move(cache), k.max_batch, metrics, loaded.end_ids);
+  Engine engine(*model, *tok, std::move(cache), k.max_batch, metrics, loaded.end_ids, mirror);
   ServeContext ctx{*model,      *tok,
                    tmpl.get(),  chat_specials(*tok, loaded.gguf ? "" : k.model),
                    no_template, k.model_name.empty() ? loaded.name : k.model_name,
                    max_len,     k.default_max_tokens,
                    engine,      metrics};
-  ctx.guardrails = rails.get();
+  ctx.guardrails = rails;
   if (!loaded.gguf) ctx.steerlm = read_steerlm_spec(k.model);
 
   // A client that goes away mid-write must not end the process.
@@ -208,6 +210,73 @@ int cmd_serve(const CommandArgs& raw) {
   watcher.join();
   engine.stop();
   fmt::print(stderr, "nekton serve: stopped\n");
+  return 0;
+}
+
+// A rank other than 0 under serve.tp: its share of the model and a
+// Generator over a cache of its heads, stepping as rank 0's engine does.
+// Stop signals end the job through rank 0 (which finishes its requests,
+// then sends the end), so they are only noted here.
+void follow_on(const CommandArgs& a, const ServeConfig& k, const nn::TensorParallel& tp,
+               dist::Communicator& group) {
+  StopSignalScope signals;
+  RunnableModel loaded = load_runnable_model(source_keys(a, k), tp);
+  Generator gen(*loaded.model, loaded.tokenizer.get(), make_serve_cache(k, *loaded.model),
+                k.max_batch);
+  gen.set_end_ids(loaded.end_ids);
+  follow_engine(gen, group);
+}
+
+}  // namespace
+
+int cmd_serve(const CommandArgs& raw) {
+  const CommandArgs a = serve_args(raw.args);
+  ConfigSchema schema = schema_of([](ConfigBinder& b) { ServeConfig().bind(b); });
+  if (a.help) {
+    fmt::print(
+        "usage: nekton serve serve.model=DIR [--config configs/serve.yaml] [key=value ...]\n"
+        "       nekton serve --model DIR [key=value ...]\n\n"
+        "An OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions\n"
+        "(streaming with server-sent events or not), GET /v1/models, /health and /metrics\n"
+        "(Prometheus), POST /tokenize and /detokenize. SIGINT or SIGTERM stops it after the\n"
+        "requests in flight (at most {} s).\n\n{}",
+        kShutdownLimit.count(), schema.help());
+    return 0;
+  }
+  Config c = Config::load(schema, a.config_path, a.overrides);
+  ServeConfig k;
+  ConfigReader reader(c);
+  k.bind(reader);
+  check_keys(k);
+  // Before the model: a bad guardrails file fails at once.
+  const std::unique_ptr<Guardrails> rails = load_guardrails(k.guardrails);
+
+  if (k.tp < 1) fail("serve.tp: must be >= 1, got {}", k.tp);
+  if (k.tp > 1 && rails &&
+      (rails->config().input.length_per_perplexity ||
+       rails->config().input.prefix_suffix_perplexity))
+    fail(
+        "serve.tp = {}: not supported yet with the jailbreak perplexity checks of "
+        "serve.guardrails.config '{}' (they run the model apart from the decode steps every rank "
+        "follows)",
+        k.tp, k.guardrails);
+  check_tensor_parallel_source(source_keys(a, k), k.tp);  // before any process starts
+  if (!launch_tensor_parallel("serve", "serve.tp", k.tp, a.nproc, without_nproc(raw.args)))
+    return serve_on(a, k, rails.get(), {}, nullptr);
+  // Under mpirun: rank 0 serves, the others follow its engine; any rank's
+  // error ends the whole job ("nekton rank R: ...").
+  dist::MpiRuntime mpi;
+  try {
+    TensorParallelRanks ranks(mpi, "serve.tp", k.tp, k.timeout_s);
+    if (ranks.lead()) {
+      EngineMirror mirror(ranks.group());
+      serve_on(a, k, rails.get(), ranks.tp(), &mirror);
+    } else {
+      follow_on(a, k, ranks.tp(), ranks.group());
+    }
+  } catch (const std::exception& e) {
+    mpi.abort(e.what());
+  }
   return 0;
 }
 

@@ -206,6 +206,9 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
     return r;
   }
   r.model = load_model(k.model, compute, k.allow_nonfinite, k.device, tp);
+  if (tp.active())
+    NK_INFO("{}: the model split over {} tensor-parallel ranks, {} of its {} values on each", P,
+            tp.size(), r.model->layout().total(), r.model->global_layout().total());
   if (!k.adapter.empty()) {
     try {
       r.model = attach_peft_adapter(*r.model, k.adapter);

@@ -1,8 +1,9 @@
 #include "serve/engine.h"
 
 #include <map>
-
 #include <utility>
+
+#include "core/log.h"
 
 namespace nk {
 
@@ -15,8 +16,12 @@ double seconds(ServeClock::duration d) {
 }  // namespace
 
 Engine::Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
-               int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids)
-    : model_(model), gen_(model, &tok, std::move(cache), batch), metrics_(metrics) {
+               int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids,
+               EngineMirror* mirror)
+    : model_(model),
+      gen_(model, &tok, std::move(cache), batch),
+      mirror_(mirror),
+      metrics_(metrics) {
   gen_.set_end_ids(std::move(end_ids));
   thread_ = std::thread([this] { loop(); });
 }
@@ -57,6 +62,13 @@ void Engine::cancel(const std::shared_ptr<RequestChannel>& channel, int64_t choi
 std::future<void> Engine::run_job(std::function<void(Transformer&)> job) {
   Job j{std::move(job), {}};
   std::future<void> done = j.done.get_future();
+  if (mirror_) {  // the model's forward would need every rank of the group
+    j.done.set_exception(std::make_exception_ptr(ApiError(
+        400,
+        "prompt_logprobs and perplexity-based guardrails are not supported with serve.tp > 1 "
+        "yet")));
+    return done;
+  }
   {
     std::lock_guard lock(mu_);
     if (!stopping_) {
@@ -100,11 +112,15 @@ void Engine::admit(Pending& p) {
     const int64_t prompt = int64_t(p.sequences[i].prompt.size());
     int64_t id = 0;
     try {
-      id = gen_.submit(std::move(p.sequences[i]));
+      if (mirror_) {
+        id = gen_.submit(p.sequences[i]);
+        mirror_->submitted(p.sequences[i]);
+      } else {
+        id = gen_.submit(std::move(p.sequences[i]));
+      }
     } catch (const Error& e) {  // what the Generator refuses (checked before, so rare)
       for (int64_t other : ids) {
-        gen_.cancel(other);
-        gen_.release(other);
+        end_sequence(other);
         running_.erase(other);
       }
       ch.fail(ApiError(400, e.what()));
@@ -119,7 +135,7 @@ void Engine::admit(Pending& p) {
   for (int64_t id : ids)
     if (gen_.finished(id)) {
       done.push_back({running_[id].choice, 0, "", true, gen_.result(id).finish, 0, {}});
-      gen_.release(id);
+      release(id);
       running_.erase(id);
       --ch.open;
     }
@@ -137,8 +153,7 @@ void Engine::drop_cancelled(
     const bool alone = !choices.empty() && one(it->second);
     if (alone) --it->second.channel->open;
     if (alone || it->second.channel->cancelled()) {
-      gen_.cancel(it->first);
-      gen_.release(it->first);
+      end_sequence(it->first);
       it = running_.erase(it);
     } else {
       ++it;
@@ -177,7 +192,7 @@ void Engine::deliver(std::span<const TokenEvent> events) {
     RequestChannel& ch = *b.channel;
     if (e.finished) {
       s.finish = gen_.result(e.id).finish;
-      gen_.release(e.id);
+      release(e.id);
       running_.erase(it);
       if (--ch.open == 0) metrics_.request_latency.observe(seconds(now - ch.arrival()));
     }
@@ -193,11 +208,21 @@ void Engine::deliver(std::span<const TokenEvent> events) {
 
 void Engine::fail_all(const ApiError& e) {
   for (auto& [id, r] : running_) {
-    gen_.cancel(id);
-    gen_.release(id);
+    end_sequence(id);
     r.channel->fail(e);
   }
   running_.clear();
+}
+
+void Engine::end_sequence(int64_t id) {
+  gen_.cancel(id);
+  if (mirror_) mirror_->cancelled(id);
+  release(id);
+}
+
+void Engine::release(int64_t id) {
+  gen_.release(id);
+  if (mirror_) mirror_->released(id);
 }
 
 void Engine::publish_gauges(int64_t inbox) {
@@ -218,12 +243,16 @@ void Engine::loop() {
     std::vector<Pending> fresh;
     std::vector<Job> jobs;
     std::vector<std::pair<std::shared_ptr<RequestChannel>, int64_t>> choices;
-    bool cancels = false;
+    bool cancels = false, beat = false;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] {
+      const auto ready = [&] {
         return stopping_ || !inbox_.empty() || !jobs_.empty() || cancels_ || !gen_.idle();
-      });
+      };
+      if (mirror_)  // an idle engine still tells its followers, each heartbeat
+        beat = !cv_.wait_for(lock, mirror_->heartbeat(), ready);
+      else
+        cv_.wait(lock, ready);
       if (stopping_) {
         for (Pending& p : inbox_)
           p.channel->fail(ApiError(503, "The server is shutting down", "", "", "server_error"));
@@ -249,7 +278,12 @@ void Engine::loop() {
       publish_gauges(0);
       // The step's state is unknown after a throw: every sequence ends
       // rather than decode from a cache that may be half written.
-      if (!gen_.idle()) deliver(gen_.step());
+      if (!gen_.idle()) {
+        if (mirror_) mirror_->send(EngineMirror::Then::Step);
+        deliver(gen_.step());
+      } else if (beat) {
+        mirror_->send(EngineMirror::Then::Nothing);
+      }
     } catch (const std::exception& e) {
       const ApiError err(500, std::string("Internal error while decoding: ") + e.what(), "", "",
                          "server_error");
@@ -259,6 +293,13 @@ void Engine::loop() {
   }
   fail_all(ApiError(503, "The server is shutting down", "", "", "server_error"));
   publish_gauges(0);
+  if (mirror_) {
+    try {
+      mirror_->send(EngineMirror::Then::Stop);
+    } catch (const std::exception& e) {  // the followers end at their timeout
+      NK_WARN("nekton serve: the tensor-parallel ranks were not told to stop: {}", e.what());
+    }
+  }
 }
 
 }  // namespace nk

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "infer/generate.h"
+#include "serve/engine_mirror.h"
 #include "serve/request_channel.h"
 #include "serve/serve_metrics.h"
 
@@ -26,8 +27,11 @@ class Engine {
  public:
   // batch: sequences decoded together; the cache must hold at least that many.
   // end_ids: ids besides the eod that end a sequence (Generator::set_end_ids).
+  // mirror: under tensor parallelism (serve.tp) rank 0's, which the other
+  // ranks follow (serve/engine_mirror.h); jobs are then refused (400).
   Engine(Transformer& model, const Tokenizer& tok, std::unique_ptr<SequenceCache> cache,
-         int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids = {});
+         int64_t batch, ServeMetrics& metrics, std::vector<int32_t> end_ids = {},
+         EngineMirror* mirror = nullptr);
   ~Engine();  // stop()
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -76,9 +80,13 @@ class Engine {
   void deliver(std::span<const TokenEvent> events);
   void fail_all(const ApiError& e);
   void publish_gauges(int64_t inbox);
+  // The Generator's changes, recorded for the mirror's followers.
+  void end_sequence(int64_t id);  // cancel and release
+  void release(int64_t id);
 
   Transformer& model_;
   Generator gen_;
+  EngineMirror* mirror_;
   ServeMetrics& metrics_;
 
   std::mutex mu_;

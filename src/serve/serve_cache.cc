@@ -27,9 +27,11 @@ std::unique_ptr<SequenceCache> make_serve_cache(const ServeConfig& cfg, const Tr
   o.max_len = len;
   o.max_seqs = cfg.max_batch;
   o.max_tokens = cfg.max_batch + cfg.prefill_chunk;
+  o.tp = model.tensor_parallel().size();  // a tensor-parallel rank's heads
+  o.etp = model.tensor_parallel().expert_size();
   o.blocks = cfg.kv_memory_mb ? PagedCache::blocks_for_memory(
                                     model.config(), o.kv_dtype.value_or(model.compute_dtype()),
-                                    cfg.block_size, double(cfg.kv_memory_mb))
+                                    cfg.block_size, double(cfg.kv_memory_mb), o.tp)
                               : cfg.max_batch * ((len + cfg.block_size - 1) / cfg.block_size);
   return std::make_unique<PagedCache>(model.config(), model.compute_dtype(), o, model.device());
 }

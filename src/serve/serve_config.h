@@ -26,6 +26,8 @@ struct ServeConfig {
   int64_t kv_memory_mb = 0;             // 0 = enough for max_batch full-length sequences
   std::string kv_cache_dtype = "auto";  // model/kv_cache.h parse_kv_cache_dtype
   std::string guardrails;               // rails file (serve/guardrails_config.h); "" = none
+  int64_t tp = 1;                       // tensor-parallel ranks (serve/engine_mirror.h)
+  double timeout_s = 600;               // under tp: a rank's wait for the others
 
   void bind(ConfigBinder& b) {
     b.bind("serve.model", model,
@@ -76,6 +78,15 @@ struct ServeConfig {
            "guardrails file (YAML, see configs/guardrails.yaml): input rails (length, blocked "
            "topics, a fastText classifier, jailbreak heuristics) and output rails (PII "
            "redaction, blocked words) in front of the model; \"\": none");
+    b.bind("serve.tp", tp,
+           "tensor-parallel ranks the model is split over (vLLM's --tensor-parallel-size): "
+           "launch that many processes (nekton serve --nproc N, or mpirun -np N); rank 0 serves "
+           "HTTP, every rank holds its share of the heads, KV cache, MLP units, experts and "
+           "vocabulary and runs each decode step; a dense model folder on the CPU, without the "
+           "guardrails' jailbreak perplexity checks or prompt_logprobs");
+    b.bind("serve.timeout_s", timeout_s,
+           "under serve.tp > 1: seconds a rank waits for the others at any exchange before the "
+           "job stops with an error");
   }
 };
 

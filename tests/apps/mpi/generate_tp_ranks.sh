@@ -5,9 +5,10 @@
 # row-parallel sums differs), for several prompts decoded in a batch and for
 # one streamed prompt, on a Llama (grouped-query attention), a
 # Mixtral-style model (each rank its half of every expert) and DeepSeek-V3
-# (latent attention), each fine-tuned here for two steps. What it cannot run is refused naming the key: generate.tp
-# without that many processes, --nproc other than generate.tp, quantised
-# weights, heads the ranks do not divide.
+# (latent attention), each fine-tuned here for two steps. What it cannot
+# run is refused naming the key: generate.tp without that many processes,
+# --nproc other than generate.tp, quantised weights, heads the ranks do not
+# divide.
 #   tests/apps/mpi/generate_tp_ranks.sh REPO BUILD
 set -euo pipefail
 NAME=generate_tp_ranks
@@ -62,21 +63,13 @@ PY
 done
 
 # What cannot run is refused, naming the key, before any generation.
-refuse() {
-  local out=$1 pattern=$2
-  shift 2
-  if timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" >"$WORK/$out.log" 2>&1; then
-    fail "$out was not refused: $*"
-  fi
-  grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: the refusal does not say '$pattern'"
-}
 M="generate.model=$WORK/llama/model"
-refuse no_ranks "generate.tp = 2: launch 2 processes" "$NK" generate "$M" generate.tp=2
-refuse nproc_tp "--nproc 2: nekton generate runs one tensor-parallel group" \
+refused_cmd no_ranks "generate.tp = 2: launch 2 processes" "$NK" generate "$M" generate.tp=2
+refused_cmd nproc_tp "--nproc 2: nekton generate runs one tensor-parallel group" \
   "$NK" generate --nproc 2 "$M"
-refuse world_tp "generate.tp = 1: 2 processes were launched" "${MPI[@]}" 2 "$NK" generate "$M"
-refuse quant_tp "generate.tp = 2: not supported yet with generate.quantize=q8_0" \
+refused_cmd world_tp "generate.tp = 1: 2 processes were launched" "${MPI[@]}" 2 "$NK" generate "$M"
+refused_cmd quant_tp "generate.tp = 2: not supported yet with generate.quantize=q8_0" \
   "$NK" generate --nproc 2 generate.tp=2 "$M" generate.quantize=q8_0
-refuse heads_tp "generate.tp = 4: model.n_kv_head = 2 is not divisible" \
+refused_cmd heads_tp "generate.tp = 4: model.n_kv_head = 2 is not divisible" \
   "$NK" generate --nproc 4 generate.tp=4 "$M"
 pass "generate split over 2 tensor-parallel ranks (--nproc 2, mpirun) equals one process: Llama, Mixtral and DeepSeek-V3, batched and streamed; refusals name the key"

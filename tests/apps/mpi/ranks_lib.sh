@@ -19,6 +19,7 @@
 #   compare REF RUN...         compare_runs.py: every RUN equals REF within 1e-5
 #   compare_norm REF RUN...    the same with the weights per tensor (--tensor-norm)
 #   refused OUT PATTERN CMD... CMD must fail with PATTERN (grep) in its log
+#   refused_cmd OUT PATTERN CMD...  the same for a command without train.out_dir
 # shellcheck source=script_lib.sh
 source "$REPO/tests/apps/mpi/script_lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -102,8 +103,13 @@ compare_norm() {
 refused() {
   local out=$1 pattern=$2
   shift 2
-  if timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" train.out_dir="$WORK/$out" >"$WORK/$out.log" 2>&1
-  then
+  refused_cmd "$out" "$pattern" "$@" train.out_dir="$WORK/$out"
+}
+
+refused_cmd() {
+  local out=$1 pattern=$2
+  shift 2
+  if timeout $((120 * ${NK_TIME_SCALE:-1})) "$@" >"$WORK/$out.log" 2>&1; then
     fail "$out was not refused: $*"
   fi
   grep -qF -- "$pattern" "$WORK/$out.log" || fail "$out: the refusal does not say '$pattern'"
