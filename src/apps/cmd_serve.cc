@@ -269,7 +269,7 @@ int cmd_serve(const CommandArgs& raw) {
   try {
     TensorParallelRanks ranks(mpi, "serve.tp", k.tp, k.timeout_s);
     if (ranks.lead()) {
-      EngineMirror mirror(ranks.group());
+      EngineMirror mirror(ranks.group(), [&mpi](const std::string& why) { mpi.abort(why); });
       serve_on(a, k, rails.get(), ranks.tp(), &mirror);
     } else {
       follow_on(a, k, ranks.tp(), ranks.group());

@@ -289,6 +289,7 @@ void Engine::loop() {
                          "server_error");
       for (Pending& p : fresh) p.channel->fail(err);  // those not admitted yet
       fail_all(err);
+      if (mirror_) mirror_->failed(e.what());
     }
   }
   fail_all(ApiError(503, "The server is shutting down", "", "", "server_error"));

@@ -1,7 +1,10 @@
 #include "serve/engine_mirror.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -60,7 +63,9 @@ std::string broadcast_record(dist::Communicator& group, std::string text) {
 
 }  // namespace
 
-EngineMirror::EngineMirror(dist::Communicator& group) : group_(group) {
+EngineMirror::EngineMirror(dist::Communicator& group,
+                           std::function<void(const std::string&)> end_job)
+    : group_(group), end_job_(std::move(end_job)) {
   NK_CHECK(group.rank() == 0, "EngineMirror on rank {} of '{}'", group.rank(), group.name());
 }
 
@@ -87,6 +92,13 @@ void EngineMirror::send(Then then) {
                                 : then == Then::Stop ? "stop"
                                                      : ""}};
   broadcast_record(group_, record.dump());
+}
+
+void EngineMirror::failed(const std::string& why) {
+  const std::string msg = "nekton serve: the tensor-parallel group cannot go on: " + why;
+  if (end_job_) end_job_(msg);
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  std::abort();  // end_job_ returned: nothing else can stop the other ranks
 }
 
 void follow_engine(Generator& gen, dist::Communicator& group) {

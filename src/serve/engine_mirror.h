@@ -12,7 +12,9 @@
 // group's timeout, and at its end one that stops them.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "dist/communicator.h"
 #include "infer/generate.h"
@@ -22,7 +24,9 @@ namespace nk {
 class EngineMirror {
  public:
   // `group`: the tensor-parallel group; this rank is its rank 0.
-  explicit EngineMirror(dist::Communicator& group);
+  // `end_job`: ends every rank's process with the message (MpiRuntime::abort);
+  // it does not return.
+  EngineMirror(dist::Communicator& group, std::function<void(const std::string&)> end_job);
   EngineMirror(const EngineMirror&) = delete;
   EngineMirror& operator=(const EngineMirror&) = delete;
 
@@ -38,9 +42,13 @@ class EngineMirror {
   // a step every rank runs now, nothing (a heartbeat), or the end.
   enum class Then { Step, Nothing, Stop };
   void send(Then then);
+  // A step or a send failed here: the other ranks' Generators no longer
+  // match this one's (or a rank is gone), so the whole job ends.
+  [[noreturn]] void failed(const std::string& why);
 
  private:
   dist::Communicator& group_;
+  std::function<void(const std::string&)> end_job_;
   nlohmann::json ops_ = nlohmann::json::array();
 };
 

@@ -6,8 +6,8 @@
 # requests at once (in-flight batching on both ranks); a stream whose client
 # hangs up (the cancellation mirrored) and a request after it; a request
 # for the prompt's log-probabilities (echo) refused (400); SIGTERM ends the
-# whole job cleanly; the repository's guardrails (none runs the model) in
-# front of it.
+# whole job cleanly; a hung rank fails its request naming it and ends the
+# job; the repository's guardrails (none runs the model) in front of it.
 # What cannot run is refused naming the key: serve.tp without that many
 # processes, --nproc other than serve.tp, guardrails that run the model
 # (the jailbreak perplexity checks).
@@ -21,11 +21,12 @@ source "$REPO/tests/apps/mpi/ranks_lib.sh"
 run llama "$NK" finetune "${SFT_ARGS[@]}" train.steps=2
 M=$WORK/llama/model
 
-# Starts a server in the background (its log in $WORK/OUT.log); sets PORT.
+# Starts a server in the background (its log in $WORK/OUT.log; serve.timeout_s
+# $TIMEOUT, 30 by default); sets PORT and PID.
 start() {
   local out=$1
   shift
-  "$@" serve.port=0 serve.timeout_s=30 >"$WORK/$out.log" 2>&1 &
+  "$@" serve.port=0 serve.timeout_s="${TIMEOUT:-30}" >"$WORK/$out.log" 2>&1 &
   JOBS+=($!)
   PID=$!
   for _ in $(seq 600); do
@@ -126,6 +127,25 @@ grep -q "POST /v1/completions 200 prompt_tokens=11 completion_tokens=240 " "$WOR
   fail "the stream whose client hung up ran to its end"
 ! grep -q "nekton rank" "$WORK/tp2.log" || fail "a rank of the tensor-parallel server failed"
 
+# A rank that hangs: the request waiting on it fails (500) naming it within
+# serve.timeout_s, and the whole job ends rather than serve on out of step.
+TIMEOUT=5 start hung "$NK" serve --nproc 2 --model "$M" serve.tp=2
+R1=""
+for p in $(pgrep -P "$PID"); do
+  tr '\0' '\n' <"/proc/$p/environ" | grep -qx OMPI_COMM_WORLD_RANK=1 && R1=$p
+done
+[[ -n $R1 ]] || fail "no rank 1 under the server's mpirun"
+kill -STOP "$R1"
+code=$(curl -s -o "$WORK/hung.json" -w '%{http_code}' -m 60 "localhost:$PORT/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "repeat abc:", "max_tokens": 8}')
+[[ $code == 500 ]] && grep -q "missing rank 1" "$WORK/hung.json" ||
+  fail "a hung rank 1 gave $code: $(cat "$WORK/hung.json")"
+for _ in $(seq 300); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$PID" 2>/dev/null && fail "the job did not end after rank 1 hung"
+kill -KILL "$R1" 2>/dev/null || true
+grep -q "the tensor-parallel group cannot go on" "$WORK/hung.log" ||
+  fail "the job ended without saying why"
+
 # With the repository's guardrails (none of them runs the model) it serves too.
 start rails "$NK" serve --nproc 2 --model "$M" serve.tp=2 \
   "serve.guardrails.config=$REPO/configs/guardrails.yaml"
@@ -143,4 +163,4 @@ sed 's/length_per_perplexity: false/length_per_perplexity: true/' "$REPO/configs
   >"$WORK/rails.yaml"
 refused_cmd rails_tp "serve.tp = 2: not supported yet with the jailbreak perplexity checks" \
   "$NK" serve --nproc 2 --model "$M" serve.tp=2 "serve.guardrails.config=$WORK/rails.yaml"
-pass "nekton serve split over 2 tensor-parallel ranks answers as one process's (greedy, seeded, n, logprobs, streamed, concurrent, a cancelled stream); SIGTERM stops it; refusals name the key"
+pass "nekton serve split over 2 tensor-parallel ranks answers as one process's (greedy, seeded, n, logprobs, streamed, concurrent, a cancelled stream); SIGTERM stops it; a hung rank ends the job; refusals name the key"
