@@ -137,6 +137,7 @@ CommandArgs parse_command_args(const std::vector<std::string>& argv) {
     } else if (s.rfind("--", 0) == 0) {
       fail(
           "unknown option '{}' (options are --config FILE, --help, --nproc N for train, "
+          "finetune, align, generate and serve, "
           "--print-config for train and finetune, --show-sample N for finetune and "
           "--allow-nonfinite for generate and eval; settings are key=value)",
           s);

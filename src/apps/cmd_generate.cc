@@ -288,10 +288,12 @@ int cmd_generate(const CommandArgs& a) {
   ConfigSchema schema = schema_of([](ConfigBinder& b) { GenerateKeys().bind(b); });
   if (a.help) {
     fmt::print(
-        "usage: nekton generate generate.model=DIR [generate.prompt=TEXT ...] [key=value ...]\n\n"
+        "usage: nekton generate generate.model=DIR [generate.prompt=TEXT ...] [key=value ...]\n"
+        "       nekton generate --nproc N generate.tp=N generate.model=DIR ...\n\n"
         "One prompt streams its continuation; several (repeated generate.prompt, a JSON list,\n"
         "or generate.prompt_file) are decoded generate.batch_size at a time and printed as\n"
-        "one block per prompt.\n\n{}",
+        "one block per prompt. With generate.tp=N the model is split over N processes by\n"
+        "tensor parallelism (--nproc N starts them on this host; or mpirun -np N).\n\n{}",
         schema.help());
     return 0;
   }

@@ -235,11 +235,14 @@ int cmd_serve(const CommandArgs& raw) {
   if (a.help) {
     fmt::print(
         "usage: nekton serve serve.model=DIR [--config configs/serve.yaml] [key=value ...]\n"
-        "       nekton serve --model DIR [key=value ...]\n\n"
+        "       nekton serve --model DIR [key=value ...]\n"
+        "       nekton serve --nproc N --model DIR serve.tp=N [key=value ...]\n\n"
         "An OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions\n"
         "(streaming with server-sent events or not), GET /v1/models, /health and /metrics\n"
         "(Prometheus), POST /tokenize and /detokenize. SIGINT or SIGTERM stops it after the\n"
-        "requests in flight (at most {} s).\n\n{}",
+        "requests in flight (at most {} s). With serve.tp=N the model is split over N\n"
+        "processes by tensor parallelism (--nproc N starts them on this host; or mpirun -np N),\n"
+        "rank 0 serving.\n\n{}",
         kShutdownLimit.count(), schema.help());
     return 0;
   }
