@@ -13,11 +13,10 @@
 // sliding window of 8 under prompts of 17), a model built for sequence
 // parallelism (the decode holds every row), and Mixture-of-Experts models
 // (each rank routes every row with its half of each expert, the partial sums
-// all-reduced): Mixtral, Qwen2-MoE's gated shared expert, and experts whole
-// on every rank (parallel.etp = 1); DeepSeek's multi-head latent attention
-// (V3 with a query rank, V2 without: every rank the same latent cache rows,
-// its own heads' absorbed queries and values). With 4 or 8 ranks each pair
-// of ranks is its own TP2 group.
+// all-reduced): Mixtral, Qwen2-MoE's gated shared expert, experts whole on
+// every rank (parallel.etp = 1) and, with 4 ranks, over 2 of TP4; DeepSeek's multi-head latent
+// attention (V3 with a query rank, V2 without: every rank the same latent cache rows, its own
+// heads' absorbed queries and values). With 4 or 8 ranks each pair of ranks is its own TP2 group.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,28 +102,32 @@ class TensorParallelDecode : public ::testing::Test {
 
   void check(const std::string& preset, int64_t vocab, bool sp = false, int64_t window = 0,
              bool experts_whole = false) {
-    const ModelConfig c = config(preset, vocab, window);
-    Transformer whole(c, DType::F32, 11);
     nn::TensorParallel tp{&groups_->get("tp"), sp};
     tp.experts_whole = experts_whole;
+    compare(config(preset, vocab, window), tp,
+            preset + (sp ? " sp" : "") + (experts_whole ? " etp 1" : ""));
+  }
+  // The model `c` whole on one process against its split over `tp`.
+  static void compare(const ModelConfig& c, const nn::TensorParallel& tp,
+                      const std::string& label) {
+    Transformer whole(c, DType::F32, 11);
     Transformer split(c, DType::F32, 11, ParamInit::Random, {}, kHost, FrozenWeights::Master, {},
                       tp);
-    ASSERT_LT(split.layout().count(), whole.layout().count()) << preset << ": not split";
+    ASSERT_LT(split.layout().count(), whole.layout().count()) << label << ": not split";
     for (bool paged : {false, true}) {
       const Run a = generate(whole, paged), b = generate(split, paged);
       ASSERT_EQ(a.tokens.size(), b.tokens.size());
       double worst = 0;
       for (size_t k = 0; k < a.tokens.size(); ++k) {
-        EXPECT_EQ(a.tokens[k], b.tokens[k])
-            << preset << (paged ? " paged" : "") << " request " << k;
+        EXPECT_EQ(a.tokens[k], b.tokens[k]) << label << (paged ? " paged" : "") << " request " << k;
         ASSERT_EQ(a.logits[k].size(), b.logits[k].size());
         for (size_t j = 0; j < a.logits[k].size(); ++j)
           worst = std::max(worst, double(std::fabs(a.logits[k][j] - b.logits[k][j])));
       }
-      EXPECT_LE(worst, 2e-5) << preset << (paged ? " paged" : "");
+      EXPECT_LE(worst, 2e-5) << label << (paged ? " paged" : "");
       if (mpi().rank() == 0)
-        std::printf("[%s%s%s%s] TP2 decode vs one process: max |logit diff| %.3g\n", preset.c_str(),
-                    sp ? " sp" : "", experts_whole ? " etp 1" : "", paged ? " paged" : "", worst);
+        std::printf("[%s%s] TP%d decode vs one process: max |logit diff| %.3g\n", label.c_str(),
+                    paged ? " paged" : "", int(tp.size()), worst);
     }
   }
 
@@ -166,6 +169,26 @@ TEST_F(TensorParallelDecode, Qwen2MoeGatedSharedExpert) {
 
 TEST_F(TensorParallelDecode, MixtralExpertsWholeOnEveryRank) {
   check("mixtral-tiny", 264, false, 0, /*experts_whole=*/true);
+}
+
+// Experts split over fewer ranks than the attention (TP4, etp 2: each
+// expert over an expert-tp pair, the training forward's rows over the
+// expert-token pairs): the decode runs every row through the rank's share,
+// summed over its expert-tp pair. Four ranks a group: skipped with two.
+TEST_F(TensorParallelDecode, MixtralExpertsOverTwoOfFourRanks) {
+  const int world = mpi().world_size();
+  if (world % 4) GTEST_SKIP() << "needs a multiple of 4 ranks, have " << world;
+  dist::MeshSpec spec;
+  spec.tp = 4;
+  spec.etp = 2;
+  const dist::Mesh mesh(world, mpi().rank(), spec);
+  dist::ProcessGroups groups = mpi().make_groups(mesh, 120);
+  nn::TensorParallel tp{&groups.get("tp"), false};
+  tp.experts = &groups.get("expert-tp");
+  tp.tokens = &groups.get("expert-token");
+  ModelConfig c = config("mixtral-tiny", 264);
+  c.n_kv_head = 4;  // 4 heads and 4 key/value heads, one each
+  compare(c, tp, "mixtral-tiny tp 4 etp 2");
 }
 
 TEST_F(TensorParallelDecode, DeepSeekV3LatentAttention) {
