@@ -297,8 +297,8 @@ OnlineObjective::Batch OnlineObjective::generate_batch(Transformer& model,
 }
 
 std::shared_ptr<RolloutRound> OnlineObjective::make_round(Transformer& policy, int64_t round) {
-  // A model in pieces (pipeline or expert parallel, FSDP, tensor parallel
-  // with experts or MLA) or in chunks of rows (context parallel): the round
+  // A model in pieces (pipeline or expert parallel, FSDP) or in chunks of
+  // rows (context parallel): the round
   // is made with the live weights gathered whole on every rank
   // (ranks_.whole_policy), freed after it; over a frozen base the copy is
   // kept for the next round, which gathers the trainable parameters alone.

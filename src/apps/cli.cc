@@ -176,8 +176,8 @@ int run_cli(int argc, char** argv) {
     CommandArgs a = parse_command_args(std::vector<std::string>(argv + 2, argv + argc));
     if (a.nproc > 0 && std::strcmp(argv[1], "train") != 0 &&
         std::strcmp(argv[1], "finetune") != 0 && std::strcmp(argv[1], "align") != 0 &&
-        std::strcmp(argv[1], "generate") != 0)
-      fail("--nproc is an option of nekton train, finetune, align and generate only");
+        std::strcmp(argv[1], "generate") != 0)  // (serve reads its own arguments)
+      fail("--nproc is an option of nekton train, finetune, align, generate and serve only");
     if (a.print_config && std::strcmp(argv[1], "train") != 0 &&
         std::strcmp(argv[1], "align") != 0 && std::strcmp(argv[1], "finetune") != 0)
       fail("--print-config is an option of nekton train, finetune and align only");

@@ -244,7 +244,7 @@ int cmd_eval(const CommandArgs& a) {
     fail("eval: unknown evaluation '{}' (known: perplexity, logprobs, reward, tasks)", args[0]);
   CommandArgs sub = parse_command_args(std::vector<std::string>(args.begin() + 1, args.end()));
   if (sub.nproc > 0)
-    fail("--nproc is an option of nekton train, finetune, align and generate only");
+    fail("--nproc is an option of nekton train, finetune, align, generate and serve only");
   if (args[0] == "reward") return eval_reward(sub);
   if (args[0] == "tasks") return eval_tasks(sub);
   return args[0] == "perplexity" ? eval_perplexity(sub) : eval_logprobs(sub);

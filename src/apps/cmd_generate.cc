@@ -346,7 +346,6 @@ int cmd_generate(const CommandArgs& a) {
   } else if (!k.steerlm_template.empty()) {
     fail("generate.steerlm_template: given without generate.steerlm_attributes");
   }
-  if (k.tp < 1) fail("generate.tp: must be >= 1, got {}", k.tp);
   check_tensor_parallel_source(source_keys(a, k), k.tp);  // before any process starts
   std::vector<std::string> args;
   if (!a.config_path.empty()) args.insert(args.end(), {"--config", a.config_path});

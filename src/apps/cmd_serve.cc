@@ -254,7 +254,6 @@ int cmd_serve(const CommandArgs& raw) {
   // Before the model: a bad guardrails file fails at once.
   const std::unique_ptr<Guardrails> rails = load_guardrails(k.guardrails);
 
-  if (k.tp < 1) fail("serve.tp: must be >= 1, got {}", k.tp);
   if (k.tp > 1 && rails &&
       (rails->config().input.length_per_perplexity ||
        rails->config().input.prefix_suffix_perplexity))
@@ -271,7 +270,9 @@ int cmd_serve(const CommandArgs& raw) {
   dist::MpiRuntime mpi;
   try {
     TensorParallelRanks ranks(mpi, "serve.tp", k.tp, k.timeout_s);
-    if (ranks.lead()) {
+    if (k.tp == 1) {  // one process under mpirun or srun: nobody to follow it
+      serve_on(a, k, rails.get(), {}, nullptr);
+    } else if (ranks.lead()) {
       EngineMirror mirror(ranks.group(), [&mpi](const std::string& why) { mpi.abort(why); });
       serve_on(a, k, rails.get(), ranks.tp(), &mirror);
     } else {

@@ -11,6 +11,13 @@
 
 namespace nk {
 
+// Every multi-process command's: ranks other than 0 log warnings only and
+// show no load progress (rank 0 speaks for the job).
+void quiet_unless_rank0(int rank);
+// Threads for each of this host's ranks, its cores shared among them; 0
+// when this host runs one rank.
+int threads_per_local_rank();
+
 struct RunRanks {
   // Sets cfg.threads where it is 0 and several ranks share the host.
   RunRanks(TrainConfig& cfg, dist::MpiRuntime& mpi);

@@ -1,12 +1,8 @@
 #include "apps/tensor_parallel_ranks.h"
 
-#include <algorithm>
-#include <thread>
-
 #include "apps/mpirun_launch.h"
-#include "ckpt/load_progress.h"
+#include "apps/run_ranks.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "core/parallel.h"
 #include "dist/mpi/launch_env.h"
 
@@ -18,13 +14,8 @@ dist::Mesh join(dist::MpiRuntime& mpi, const std::string& key, int64_t tp) {
   if (mpi.world_size() != tp)
     fail("{} = {}: {} processes were launched (one tensor-parallel group: as many as {})", key, tp,
          mpi.world_size(), key);
-  if (mpi.rank() != 0) {
-    set_log_level(LogLevel::Warn);
-    set_load_progress_mode(ProgressMode::None);
-  }
-  if (dist::local_world_size() > 1)  // this host's cores shared among its ranks
-    set_num_threads(
-        std::max(1, int(std::thread::hardware_concurrency()) / dist::local_world_size()));
+  quiet_unless_rank0(mpi.rank());
+  if (const int threads = threads_per_local_rank()) set_num_threads(threads);
   dist::MeshSpec spec;
   spec.tp = int(tp);
   return dist::Mesh(mpi.world_size(), mpi.rank(), spec);

@@ -28,6 +28,9 @@
 
 namespace nk {
 
+// (serve/engine_mirror.cc sends every field of a request, its sampling's
+// too, to the other ranks of a tensor-parallel server: a field added here
+// is added there.)
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // at least one id
   int64_t max_new_tokens = 64;

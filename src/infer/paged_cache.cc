@@ -22,7 +22,7 @@ KVCacheShape shape_of(const ModelConfig& cfg, const PagedCacheOptions& o) {
 
 int64_t PagedCache::blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size,
                                       double mb, int64_t tp) {
-  const double per = double(KVCache::block_bytes(cfg, kv, block_size)) / double(tp);
+  const double per = double(KVCache::block_bytes(cfg, kv, block_size, tp));
   return std::max<int64_t>(1, int64_t(std::floor(mb * 1024 * 1024 / per)));
 }
 

@@ -37,7 +37,8 @@ class PagedCache final : public SequenceCache {
              Device device = kHost);
 
   // Blocks that fit `mb` MiB of cache (k and v of every layer, in dtype kv;
-  // a tensor-parallel rank's 1/tp of the heads), at least 1.
+  // a tensor-parallel rank's 1/tp of the heads: KVCache::block_bytes), at
+  // least 1.
   static int64_t blocks_for_memory(const ModelConfig& cfg, DType kv, int64_t block_size, double mb,
                                    int64_t tp = 1);
 

@@ -52,9 +52,9 @@ int64_t row_bytes(int64_t values, DType kv) {
 
 }  // namespace
 
-int64_t KVCache::block_bytes(const ModelConfig& c, DType kv, int64_t block_size) {
+int64_t KVCache::block_bytes(const ModelConfig& c, DType kv, int64_t block_size, int64_t tp) {
   if (c.mla()) return c.n_layer * block_size * row_bytes(c.kv_lora_rank + c.qk_rope_head_dim, kv);
-  return 2 * c.n_layer * c.n_kv_head * block_size * row_bytes(c.head_dim(), kv);
+  return 2 * c.n_layer * (c.n_kv_head / tp) * block_size * row_bytes(c.head_dim(), kv);
 }
 
 int64_t KVCache::head_token_bytes(const ModelConfig& c, DType kv) {

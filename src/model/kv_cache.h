@@ -97,7 +97,9 @@ class KVCache {
   // a latent cache's adds what per-head keys and values would take.
   std::string describe() const;
   // Bytes one block takes over all layers (k and v, or the latent rows) in dtype kv.
-  static int64_t block_bytes(const ModelConfig& cfg, DType kv, int64_t block_size);
+  // (tp: a tensor-parallel rank's, its 1/tp of the heads; a latent cache's
+  // rows are every rank's whole.)
+  static int64_t block_bytes(const ModelConfig& cfg, DType kv, int64_t block_size, int64_t tp = 1);
   // Bytes one position takes over all layers (k and v) in dtype kv.
   static int64_t token_bytes(const ModelConfig& cfg, DType kv) { return block_bytes(cfg, kv, 1); }
   // Bytes one position would take as every kv head's key and value (what an

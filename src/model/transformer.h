@@ -458,9 +458,10 @@ class Transformer {
   // prefixes, whatever the prompt length was (a block-quantised MLA model's
   // first call dequantises kv_b into the cache: dequantize_latent_kv_b).
   // An MLA model's cache keeps the latent rows (KVCache::latent).
-  // Under tensor parallelism (dense attention and MLPs) every rank of the
-  // group calls it with the same step, over a cache of its heads
-  // (KVCacheShape::tp), and receives the whole logits (collective).
+  // Under tensor parallelism every rank of the group calls it with the same
+  // step, over a cache of its heads (KVCacheShape::tp; a MoE layer's
+  // experts over KVCacheShape::etp ranks, not over expert-parallel ones),
+  // and receives the whole logits (collective).
   void forward_cached(KVCache& cache, const CachedStep& step, Tensor logits);
 
   static constexpr int64_t kIgnoreIndex = -100;

@@ -291,12 +291,11 @@ struct MoE {
     return g;
   }
 
-  // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). dropless:
-  // ignore capacity_factor.
-  // Under tensor parallelism x and y are the region's outside (this rank's
-  // rows [N/t, C] under sequence parallelism).
-  void forward(Tensor y, const Saved& s, const Tensor& x, bool dropless = false) const {
-    forward_over(tp, split, y, s, x, dropless);
+  // x [N, C] -> y [N, C] (N = x's rows, at most the Saved's). Under tensor
+  // parallelism x and y are the region's outside (this rank's rows [N/t, C]
+  // under sequence parallelism).
+  void forward(Tensor y, const Saved& s, const Tensor& x) const {
+    forward_over(tp, split, y, s, x, /*dropless=*/false);
   }
   // The cached decode's: x, y [N, C] every row on every rank (no sequence
   // parallelism; s.full_x, s.full_y unused), dropless (a step's few tokens
@@ -309,6 +308,8 @@ struct MoE {
     NK_CHECK(!ep.active(), "MoE: the cached decode over {} expert-parallel ranks", ep.size());
     forward_over(tp.whole_rows(), TokenSplit{}, y, s, x, /*dropless=*/true);
   }
+  // Either of them over the tensor-parallel group `t` and the row split `sp`;
+  // dropless: ignore capacity_factor.
   void forward_over(const TensorParallel& t, const TokenSplit& sp, Tensor y, const Saved& s,
                     const Tensor& x, bool dropless) const {
     const Tensor x1 = rows(t.enter(x, region(t, s.full_x, x))),

@@ -42,17 +42,23 @@ Fn pick_kernel(const char* op, Device device, Fn cpu, Fn cuda = nullptr) {
   if (!fn) no_kernel(op, device);
   return fn;
 }
+// The same with the CUDA kernel read from its table only when `device` is
+// CUDA (a CPU call reads nothing more than the CPU's table).
+template <typename Fn, typename CudaFn>
+Fn pick_kernel_lazy(const char* op, Device device, Fn cpu, CudaFn&& cuda) {
+  return pick_kernel(op, device, cpu, device == Device::CUDA ? Fn(cuda()) : Fn(nullptr));
+}
 
 }  // namespace nk::ops
 
-// The backends: CPU always; a CUDA build defines NK_WITH_CUDA and adds its
-// kernels here (ops/cuda/kernels.h), one line for every op at once.
+// The kernel `name` for `device`, a function pointer to call with the op's
+// arguments. The backends: CPU always; a CUDA build defines NK_WITH_CUDA and
+// adds its table (ops/cuda_kernels.h) here, one line for every op at once.
 #ifdef NK_WITH_CUDA
-#define NK_CUDA_KERNEL_(name) , ::nk::ops::cuda_kernels().name
+#define NK_KERNEL(name, device)                                               \
+  ::nk::ops::pick_kernel_lazy(#name, (device), ::nk::ops::cpu_kernels().name, \
+                              [] { return ::nk::ops::cuda_kernels().name; })
 #else
-#define NK_CUDA_KERNEL_(name)
-#endif
-
-// The kernel `name` for `device`, a function pointer to call with the op's arguments.
 #define NK_KERNEL(name, device) \
-  ::nk::ops::pick_kernel(#name, (device), ::nk::ops::cpu_kernels().name NK_CUDA_KERNEL_(name))
+  ::nk::ops::pick_kernel(#name, (device), ::nk::ops::cpu_kernels().name)
+#endif

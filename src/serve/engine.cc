@@ -63,10 +63,10 @@ std::future<void> Engine::run_job(std::function<void(Transformer&)> job) {
   Job j{std::move(job), {}};
   std::future<void> done = j.done.get_future();
   if (mirror_) {  // the model's forward would need every rank of the group
-    j.done.set_exception(std::make_exception_ptr(ApiError(
-        400,
-        "prompt_logprobs and perplexity-based guardrails are not supported with serve.tp > 1 "
-        "yet")));
+    j.done.set_exception(std::make_exception_ptr(
+        ApiError(400,
+                 "the prompt's log-probabilities ('echo' with 'logprobs') and the guardrails' "
+                 "perplexity checks are not supported with serve.tp > 1 yet")));
     return done;
   }
   {

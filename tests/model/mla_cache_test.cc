@@ -212,8 +212,14 @@ TEST(MlaCache, SizePerTokenIsTheLatentRow) {
                                                    "per-head keys and values: {})",
                                                    dtype_name(kv), per, heads)))
           << line;
-      // The paged pool sizes by the latent rows too.
+      // The paged pool sizes by the latent rows too; a tensor-parallel rank
+      // holds them whole (its heads are split, its latent rows are not),
+      // where a rank of a per-head cache holds 1/tp of the heads.
       EXPECT_EQ(PagedCache::blocks_for_memory(c, kv, 16, 1.0), (1 << 20) / (per * 16));
+      EXPECT_EQ(PagedCache::blocks_for_memory(c, kv, 16, 1.0, 2), (1 << 20) / (per * 16));
+      const ModelConfig d = model_preset("llama-tiny");  // 2 kv heads
+      EXPECT_EQ(PagedCache::blocks_for_memory(d, kv, 16, 1.0, 2),
+                (1 << 20) / (KVCache::block_bytes(d, kv, 16) / 2));
     }
   }
 }
