@@ -4,7 +4,9 @@
 # random-init Llama 3.2 1B-shaped model (bf16 compute), 32 sampled prompts
 # decoded 32 at a time and one prompt alone, 32 new tokens each; each run's
 # closing line (tokens/s) and peak resident memory of its largest process.
-#   bench/run_generate_tp_bench.sh BUILD WORK
+# QUANT=TYPE (q8_0, q4_k, ...): the weights quantised as they load
+# (generate.quantize), each rank its share.
+#   [QUANT=TYPE] bench/run_generate_tp_bench.sh BUILD WORK
 set -euo pipefail
 BUILD=$1
 WORK=$2
@@ -30,6 +32,7 @@ run() {  # NAME LAUNCH... -- the generate keys follow
 }
 COMMON=("generate.model=$WORK/model" generate.dtype=bf16 generate.max_tokens=32
         generate.ignore_eos=true generate.temperature=1.0 generate.seed=1)
+[ -n "${QUANT:-}" ] && COMMON+=("generate.quantize=$QUANT")
 uptime
 for shape in batch32 single; do
   if [ $shape = batch32 ]; then

@@ -84,7 +84,8 @@ struct GenerateKeys {
     b.bind("generate.tp", tp,
            "tensor-parallel ranks the model is split over (vLLM's --tensor-parallel-size): "
            "launch that many processes (nekton generate --nproc N, or mpirun -np N), each "
-           "holding its share of the heads, MLP units, experts and vocabulary; a dense model "
+           "holding its share of the heads, MLP units, experts and vocabulary (and of "
+           "generate.adapter's; quantised as they load with generate.quantize); a model "
            "folder on the CPU");
     b.bind("generate.timeout_s", timeout_s,
            "under generate.tp > 1: seconds a rank waits for the others at any exchange before "

@@ -202,6 +202,47 @@ int64_t src_row(const Piece& p, int64_t r) {
   return p.file_row0 + h * D + 2 * j + s;
 }
 
+// Rank `rank` of n's share of parameter g (the whole model's entry) from its
+// pieces into `runs` (quant_share_runs' runs of it): raw bytes, q/k rows moved
+// back, nothing requantised. A row-split share takes the whole rows of its
+// ranges; a column-split one each row's blocks of its columns.
+void copy_quant_share(const ParamInfo& g, const std::vector<Piece>& ps,
+                      std::vector<ops::QuantWeight>& runs, int64_t rank, int64_t n) {
+  // The file row holding row r of g.
+  auto file_row = [&](int64_t r) -> std::pair<const Piece*, int64_t> {
+    for (const Piece& pc : ps)
+      if (r >= pc.row0 && r < pc.row0 + pc.rows) return {&pc, src_row(pc, r - pc.row0)};
+    NK_CHECK(false, "copy_quant_share: row {} of '{}' is in no piece", r, g.name);
+    return {nullptr, 0};
+  };
+  // Row `local` of the share: its run and the row in it.
+  auto local_row = [&](int64_t local) -> std::pair<ops::QuantWeight*, int64_t> {
+    for (ops::QuantWeight& q : runs) {
+      if (local < q.rows()) return {&q, local};
+      local -= q.rows();
+    }
+    NK_CHECK(false, "copy_quant_share: row {} past '{}''s runs", local, g.name);
+    return {nullptr, 0};
+  };
+  for (const SliceRange& r : shard_ranges(tensor_split(g), rank, n)) {
+    const bool rows = r.dim == 0;
+    for (int64_t i = 0; i < (rows ? r.len : g.shape[0]); ++i) {
+      const auto [pc, src] = file_row(rows ? r.start + i : i);
+      const auto [q, at] = local_row(rows ? r.local_start + i : i);
+      auto* dst = static_cast<uint8_t*>(q->data.raw()) + size_t(at) * q->row_bytes();
+      const uint8_t* from = pc->t->data + size_t(src) * ops::quant_row_bytes(q->type, g.shape[1]);
+      if (rows) {
+        std::memcpy(dst, from, q->row_bytes());
+      } else {  // (whole blocks: quant_share_runs)
+        const size_t per = ops::quant_row_bytes(q->type, ops::quant_block(q->type));
+        const size_t skip = size_t(r.start / ops::quant_block(q->type)) * per;
+        std::memcpy(dst + size_t(r.local_start / ops::quant_block(q->type)) * per, from + skip,
+                    size_t(r.len / ops::quant_block(q->type)) * per);
+      }
+    }
+  }
+}
+
 // Block formats and F16 matrices are kept as they are (F16 at its 2 bytes,
 // read by the products as W8A16's int8 is); F32 and BF16 load dense.
 bool kept(GgmlType t) {
@@ -591,8 +632,9 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   GgufModel out;
   out.model = std::make_unique<Transformer>(
       c, opt.compute, 0, ParamInit::Zeros, all, kHost,
-      plan.empty() ? FrozenWeights::Compute : FrozenWeights::Quantized, plan);
+      plan.empty() ? FrozenWeights::Compute : FrozenWeights::Quantized, plan, opt.tp);
   Transformer& m = *out.model;
+  const int64_t rank = opt.tp.active() ? opt.tp.rank() : 0, n = opt.tp.active() ? opt.tp.size() : 1;
 
   double total = 0;
   for (const auto& [name, ps] : pieces)
@@ -602,33 +644,22 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   for (const ParamInfo& p : m.layout().params()) {
     const std::vector<Piece>& ps = pieces.at(p.name);
     for (const Piece& pc : ps) progress.advance(gguf_piece_bytes(pc));
-    const int64_t in = p.shape.size() > 1 ? p.shape[1] : 1;
+    const ParamInfo& g = m.global_layout().find(p.name);  // (the whole, under tensor parallelism)
     if (plan.count(p.name)) {
-      // Raw rows into the runs' blocks: q/k rows moved back, nothing requantised.
-      std::vector<ops::QuantWeight>& runs = m.quant_parts(p.name);
-      size_t run = 0;
-      int64_t run_row0 = 0;
-      for (const Piece& pc : ps) {
-        while (pc.row0 >= run_row0 + runs[run].rows()) run_row0 += runs[run++].rows();
-        ops::QuantWeight& q = runs[run];
-        const size_t rb = q.row_bytes();
-        auto* dst = static_cast<uint8_t*>(q.data.raw());
-        for (int64_t r = 0; r < pc.rows; ++r)
-          std::memcpy(dst + size_t(pc.row0 - run_row0 + r) * rb,
-                      pc.t->data + size_t(src_row(pc, r)) * rb, rb);
-      }
+      copy_quant_share(g, ps, m.quant_parts(p.name), rank, n);
       continue;
     }
-    buf.resize(size_t(p.numel()));
+    const int64_t in = g.shape.size() > 1 ? g.shape[1] : 1;
+    buf.resize(size_t(g.numel()));
     for (const Piece& pc : ps) {
       float* dst = buf.data() + pc.row0 * in;
       decode_rows(pc, in, dst);
       if (pc.add != 0)
         for (int64_t i = 0; i < pc.rows * in; ++i) dst[i] -= pc.add;
     }
-    Tensor src = Tensor::from_blob(buf.data(), p.shape, DType::F32);
+    Tensor src = Tensor::from_blob(buf.data(), g.shape, DType::F32);
     check_finite(src, path, ps.front().t->name, opt.allow_nonfinite);
-    m.set_param(p, src);
+    m.set_param_from_whole(p, src, false);
   }
   m.sync_compute_params();
   progress.finish();

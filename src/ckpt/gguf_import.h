@@ -22,7 +22,8 @@
 //     the model cannot hold so (learned positions, and the token embedding
 //     beside them) is decoded dense;
 //   - the tokenizer from tokenizer.ggml.* (ckpt/gguf_tokenizer.h) and the
-//     chat template from tokenizer.chat_template.
+//     chat template from tokenizer.chat_template;
+//   - under tensor parallelism (GgufLoadOptions::tp) each rank's share.
 // Every file error names the file and the key or tensor.
 #pragma once
 #include <memory>
@@ -46,6 +47,11 @@ struct GgufLoadOptions {
   // false: every tensor is dequantised into the compute dtype (a dense model).
   bool keep_quantized = true;
   bool allow_nonfinite = false;  // load float tensors holding NaN or Inf with a warning
+  // A tensor-parallel rank (generate.tp, serve.tp): the model split as
+  // Transformer splits it, this rank reading its share of each tensor: whole
+  // rows of a row-split one, the blocks of its columns of a column-split one
+  // (whole blocks: nk::Error naming the tensor otherwise), raw bytes.
+  nn::TensorParallel tp;
 };
 
 // The ModelConfig the file's metadata describes. nk::Error naming the file and

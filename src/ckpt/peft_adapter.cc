@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -128,6 +129,15 @@ bool fan_in_fan_out(const ModelConfig& c) {
 
 }  // namespace
 
+ModelConfig adapted_config(const ModelConfig& base, const PeftAdapterInfo& info) {
+  ModelConfig c = base;
+  c.lora = info.lora;
+  c.ia3 = info.ia3;
+  c.bottleneck = info.bottleneck;
+  c.prompt = info.prompt;
+  return c;
+}
+
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base) {
   const fs::path path = fs::path(dir) / kConfig;
   const std::string where = path.string();
@@ -233,11 +243,7 @@ PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConf
   if (routers_saved && info.type != "LORA")
     fail("{}: 'modules_to_save' (the routers) is read with LoRA adapters only", where);
   info.base_model = str("base_model_name_or_path", "");
-  ModelConfig c = base;
-  c.lora = info.lora;
-  c.ia3 = info.ia3;
-  c.bottleneck = info.bottleneck;
-  c.prompt = info.prompt;
+  const ModelConfig c = adapted_config(base, info);
   try {
     validate_adapters(c, "");
   } catch (const Error& e) {
@@ -250,11 +256,7 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
                                                  PeftAdapterInfo* info_out) {
   NK_CHECK(!base.config().has_adapters(), "attach_peft_adapter: the base model has adapters");
   PeftAdapterInfo info = read_peft_adapter_config(dir, base.config());
-  ModelConfig cfg = base.config();
-  cfg.lora = info.lora;
-  cfg.ia3 = info.ia3;
-  cfg.bottleneck = info.bottleneck;
-  cfg.prompt = info.prompt;
+  const ModelConfig cfg = adapted_config(base.config(), info);
   const std::string st_path = (fs::path(dir) / kWeights).string();
   if (!fs::exists(st_path)) fail("PEFT adapter: '{}' does not exist", st_path);
   SafetensorsFile file = SafetensorsFile::open(st_path);
@@ -280,17 +282,27 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
            cfg.architecture().display_name());
   if (!file.entries().empty()) info.dtype = file.entries().front().dtype;
 
-  auto model = std::make_unique<Transformer>(cfg, base.compute_dtype(), 0, ParamInit::Zeros,
-                                             std::vector<std::string>{}, base.device());
+  // A tensor-parallel base (generate.tp, serve.tp) gets its adapters split
+  // as training splits them: each rank its slice of the file's whole tensors.
+  auto model = std::make_unique<Transformer>(
+      cfg, base.compute_dtype(), 0, ParamInit::Zeros, std::vector<std::string>{}, base.device(),
+      FrozenWeights::Master, QuantPlan(), base.tensor_parallel());
   Tensor src = const_cast<Transformer&>(base).params();
   for (const ParamInfo& p : base.layout().params())
     ops::convert(ParamLayout::view(model->params(), model->layout().find(p.name)),
                  ParamLayout::view(src, p));
-  for (const PeftTensor& t : tensors) {
-    const ParamInfo& p = model->layout().find(t.param);
-    Tensor w = lora_rows(p, ParamLayout::view(model->params(), p), t.part);
-    ops::convert(w, ops::to_device(file.get(t.name).view(w.shape()), model->device()));
-    check_finite(w, st_path, t.name, false);
+  // A parameter's parts (LoRA's A and B) are one tensor of the file each.
+  std::map<std::string, std::vector<const PeftTensor*>> parts;
+  for (const PeftTensor& t : tensors) parts[t.param].push_back(&t);
+  for (const auto& [name, of] : parts) {
+    const ParamInfo& g = model->global_layout().find(name);
+    Tensor whole = Tensor::zeros(g.shape, DType::F32);
+    for (const PeftTensor* t : of) {
+      Tensor w = lora_rows(g, whole, t->part);
+      ops::convert(w, file.get(t->name).view(w.shape()));
+      check_finite(w, st_path, t->name, false);
+    }
+    model->set_param_from_whole(model->layout().find(name), whole, false);
   }
   model->sync_compute_params();
   if (info_out) *info_out = info;

@@ -41,6 +41,8 @@ struct PeftAdapterInfo {
 // implement (DoRA, rank or alpha patterns, layers_to_transform,
 // modules_to_save, biases) and bad values.
 PeftAdapterInfo read_peft_adapter_config(const std::string& dir, const ModelConfig& base);
+// `base` with the adapter's settings (its lora, ia3, bottleneck and prompt).
+ModelConfig adapted_config(const ModelConfig& base, const PeftAdapterInfo& info);
 
 // `base` (a model without adapters) with the adapter of DIR: a model whose
 // config has the adapter's settings and whose adapter weights are the

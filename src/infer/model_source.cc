@@ -76,6 +76,12 @@ void check_vocab(int64_t model_vocab, const Tokenizer& tok, const ModelSourceKey
   }
 }
 
+void log_split(const std::string& P, const nn::TensorParallel& tp, const Transformer& m) {
+  if (tp.active())
+    NK_INFO("{}: the model split over {} tensor-parallel ranks, {} of its {} values on each", P,
+            tp.size(), m.layout().total(), m.global_layout().total());
+}
+
 }  // namespace
 
 bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa isa) {
@@ -86,18 +92,13 @@ bool bf16_rows_by_default(const ModelSourceKeys& k, DType compute, ops::CpuIsa i
 void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
   if (tp <= 1) return;
   const std::string& P = k.prefix;
-  const bool quantize = !k.quantize.empty() && k.quantize != "none";
-  const std::string why = is_gguf_path(k.model) ? "a GGUF file ('" + k.model + "')"
-                          : quantize            ? P + ".quantize=" + k.quantize
-                          : !k.adapter.empty()  ? P + ".adapter"
-                          : k.device != kHost   ? P + ".device=" + device_name(k.device)
-                                                : "";
-  if (!why.empty())
-    fail("{}.tp = {}: not supported yet with {} ({}.tp takes a dense model folder on the CPU)", P,
-         tp, why, P);
+  if (k.device != kHost)
+    fail("{}.tp = {}: not supported yet with {}.device={} ({}.tp runs on the CPU)", P, tp, P,
+         device_name(k.device), P);
   ModelConfig cfg;
   try {
-    cfg = read_model_config(k.model);
+    cfg = is_gguf_path(k.model) ? gguf_model_config(*GgufFile::open(k.model))
+                                : read_model_config(k.model);
   } catch (const Error& e) {
     throw e.with_context(P + ".model");
   }
@@ -106,6 +107,28 @@ void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
   } catch (const Error& e) {
     fail("{}.tp = {}: {}", P, tp, e.what());
   }
+  // Each rank quantises its share of the weights as it loads them.
+  if (!k.quantize.empty() && k.quantize != "none") {
+    try {
+      quant_plan_for(cfg, ops::parse_quant_type(k.quantize), tp);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".quantize");
+    }
+  }
+  if (k.adapter.empty()) return;
+  // The adapter split as training under tensor parallelism splits it
+  // (check_model_pieces: what that cannot split is refused there too).
+  PeftAdapterInfo info;
+  try {
+    info = read_peft_adapter_config(k.adapter, cfg);
+  } catch (const Error& e) {
+    throw e.with_context(P + ".adapter");
+  }
+  if (const std::string why = adapters_unsplittable(adapted_config(cfg, info), tp); !why.empty())
+    fail(
+        "{}.tp = {} with {}.adapter '{}' ({}): {}; merge a LoRA or IA3 adapter into the model "
+        "(nekton export hf --adapter) or run one process",
+        P, tp, P, k.adapter, info.type, why);
 }
 
 RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorParallel& tp) {
@@ -150,6 +173,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
     GgufLoadOptions opt;
     opt.compute = compute;
     opt.allow_nonfinite = k.allow_nonfinite;
+    opt.tp = tp;
     GgufModel g;
     try {
       g = load_gguf_model(k.model, opt);
@@ -158,6 +182,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
     }
     r.model = std::move(g.model);
     r.model->pack_quant_weights();  // for this device's decode kernels (ops::quant_pack)
+    log_split(P, tp, *r.model);
     r.gguf = true;
     r.gguf_chat_template = g.chat_template;
     r.name = g.name;
@@ -186,7 +211,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
       fail("{}.adapter: an adapter over a model quantised with {}.quantize is not supported", P, P);
     QuantPlan plan;
     try {
-      plan = quant_plan_for(cfg, *qtype);
+      plan = quant_plan_for(cfg, *qtype, tp.size());
     } catch (const Error& e) {
       throw e.with_context(P + ".quantize");
     }
@@ -200,15 +225,19 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
     const ParamLayout layout = model_layout(cfg);
     for (const ParamInfo& p : layout.params()) all.push_back(p.name);
     r.model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros, all, kHost,
-                                            FrozenWeights::Quantized, plan);
-    load_weights(*r.model, k.model, false, k.allow_nonfinite);
+                                            FrozenWeights::Quantized, plan, tp);
+    if (tp.active())  // each rank its slices, its share of a quantised one cut from the whole
+      load_weight_pieces(
+          *r.model, k.model, r.model->global_layout(), [](const ParamInfo&) { return true; },
+          k.allow_nonfinite);
+    else
+      load_weights(*r.model, k.model, false, k.allow_nonfinite);
     r.model->pack_quant_weights();
+    log_split(P, tp, *r.model);
     return r;
   }
   r.model = load_model(k.model, compute, k.allow_nonfinite, k.device, tp);
-  if (tp.active())
-    NK_INFO("{}: the model split over {} tensor-parallel ranks, {} of its {} values on each", P,
-            tp.size(), r.model->layout().total(), r.model->global_layout().total());
+  log_split(P, tp, *r.model);
   if (!k.adapter.empty()) {
     try {
       r.model = attach_peft_adapter(*r.model, k.adapter);

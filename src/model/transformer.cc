@@ -267,6 +267,8 @@ void Transformer::forward_body(Activations& a, const Tensor& tokens,
 void Transformer::head_chunk(Activations& a, const Tensor& x, const Tensor& dx, const Tensor& tg,
                              int64_t r, int64_t n, bool backward, float scale,
                              const Tensor& row_scale) {
+  NK_CHECK(head_.wquant.empty() || !tp_.active(),
+           "head_chunk: a block-quantised head under tensor parallelism scores in decode only");
   const int64_t cols = head_scored_rows_;
   Tensor logits, xr = x.narrow0(r, n);
   if (cols == a.logits.dim(1))

@@ -86,9 +86,18 @@ using QuantPlan = std::map<std::string, std::vector<QuantRun>>;
 // The plan that holds every weight matrix of a model of cfg in `type` (a
 // whole-model load-time quantisation): linear layers and the head, and the
 // token embedding unless the model has learned positions (its wte stays
-// dense then; so does a tied head). nk::Error naming a matrix whose rows
-// are not a multiple of the type's block.
-QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type);
+// dense then; so does a tied head); split over tp > 1 tensor-parallel
+// ranks, each rank quantises its share of each. nk::Error naming a
+// matrix whose rows (a rank's share of them) are not a multiple of the
+// type's block.
+QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type, int64_t tp = 1);
+// Rank `rank` of n's runs of its share (shape `local`) of the whole
+// parameter g held in `whole`'s runs: under a row split each run cut to the
+// rows the rank holds (in its order; the vocabulary's padding rows close the
+// last), else the same runs, whose rows' column share must be whole blocks
+// of each run's type (nk::Error naming g otherwise).
+std::vector<QuantRun> quant_share_runs(const ParamInfo& g, const Shape& local,
+                                       const std::vector<QuantRun>& whole, int64_t rank, int64_t n);
 // Whether parameter p of `layout` may be held block-quantised: a weight
 // matrix that is neither an adapter's, p-tuning's table nor learned
 // positions, and the token embedding only without learned positions (the
@@ -146,6 +155,10 @@ void check_tensor_parallel(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // base whose shares are not whole NF4 blocks: Transformer::check_nf4_shares.)
 void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenWeights frozen,
                         int64_t etp = 0);
+// Why cfg's adapters cannot be split over tp tensor-parallel ranks (experts
+// over etp of them; 0: tp), or "" if they can: the part of
+// check_model_pieces a tensor-parallel generate or serve checks too.
+std::string adapters_unsplittable(const ModelConfig& cfg, int64_t tp, int64_t etp = 0);
 // Refuses what a Mixture-of-Experts model (cfg.is_moe()) cannot do yet:
 // experts that tp does not divide (check_tensor_parallel), a device other
 // than the CPU. nk::Error naming the key.
@@ -300,13 +313,15 @@ class Transformer {
   // Sets p to `src` (f32, p's shape): its master and compute copy, its
   // compute copy alone, or its NF4 or block quantisation.
   void set_param(const ParamInfo& p, const Tensor& src);
-  // Under tensor parallelism, sets this rank's share of an NF4 parameter p
-  // (QLoRA's base) from the whole tensor `whole` (any float dtype, host, the
-  // global layout's shape): the whole quantised as one process quantises it
-  // and this rank's blocks cut from it, so every rank holds one process's
-  // values (set_param would quantise the share on its own, with its own
-  // absmaxes). Before set_expert_parallel.
-  void set_param_from_whole(const ParamInfo& p, const Tensor& whole);
+  // Sets this rank's share of p from the whole tensor `whole` (any float
+  // dtype, host, the global layout's shape): under tensor parallelism the
+  // rank's slice of it (extract_shard); an NF4 parameter (QLoRA's base)
+  // quantised whole as one process quantises it and this rank's blocks cut
+  // from it, so every rank holds one process's values (set_param would
+  // quantise the share on its own, with its own absmaxes). A master's
+  // compute copy follows unless !sync (sync_compute_params once after many).
+  // Before set_expert_parallel.
+  void set_param_from_whole(const ParamInfo& p, const Tensor& whole, bool sync = true);
   // The storage of a block-quantised parameter, one QuantWeight per QuantRun
   // (a loader copies a file's blocks into their data). nk::Error if `name`
   // is not one.

@@ -115,14 +115,24 @@ void Transformer::gather_vocab_logits(KVCache& kc, const Tensor& normed, Tensor 
   const int64_t V = cfg_.vocab_size, cols = head_scored_rows_;
   Tensor local = kc.head_f32.narrow0(0, n * Vl).view({n, Vl});
   if (cols > 0) {
-    Tensor out = kc.head_logits.view({-1}).narrow0(0, n * cols).view({n, cols});
+    // A block-quantised head scores its real rows to a whole group of 16 (bind_views).
+    int64_t scored = 0;
+    for (const ops::QuantWeight& q : head_.wquant) scored += q.rows();
+    if (head_.wquant.empty()) scored = cols;
+    Tensor out = kc.head_logits.view({-1}).narrow0(0, n * scored).view({n, scored});
     head_.forward(out, normed);
     cap_logits(out);
     if (cols == Vl) {
       ops::convert(local, out);
     } else {  // through logits' room, f32
       Tensor f = logits.view({-1}).narrow0(0, n * cols).view({n, cols});
-      ops::convert(f, out);
+      if (scored == cols) {
+        ops::convert(f, out);
+      } else {  // the padding's few logits dropped
+        Tensor wide = kc.head_f32.narrow0(0, n * scored).view({n, scored});
+        ops::convert(wide, out);
+        ops::copy_columns(f, wide, 0, 1.f);
+      }
       ops::fill(local, 0.f);
       ops::add_columns(local, f, 0, 1.f);
     }

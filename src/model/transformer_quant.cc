@@ -12,9 +12,9 @@ bool block_quantizable(const ParamLayout& layout, const ParamInfo& p) {
          !(p.name == "wte" && layout.has("wpe")) && !p.name.starts_with("value_head.");
 }
 
-QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
+QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type, int64_t tp) {
   check_moe_support(cfg, 1, kHost);
-  const ParamLayout layout = model_layout(cfg);
+  const ParamLayout layout = Transformer::tensor_parallel_global(model_layout(cfg), tp, 0);
   QuantPlan plan;
   for (const ParamInfo& p : layout.params()) {
     // A Mixture-of-Experts router stays dense, as llama.cpp keeps
@@ -23,10 +23,17 @@ QuantPlan quant_plan_for(const ModelConfig& cfg, ops::QuantType type) {
     if (!block_quantizable(layout, p) || p.name.ends_with(".moe.router.weight") ||
         p.name.ends_with(".moe.shared_gate.weight"))
       continue;
-    if (p.shape[1] % ops::quant_block(type) != 0)
+    const int64_t block = ops::quant_block(type);
+    if (p.shape[1] % block != 0)
       fail("{} quantisation: '{}' {} has rows of {} values, not a multiple of {}",
-           ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1],
-           ops::quant_block(type));
+           ops::quant_type_name(type), p.name, shape_str(p.shape), p.shape[1], block);
+    // Each rank quantises its share: a row-parallel layer's rows are cut.
+    if (const int64_t cols = tp > 1 ? shard_shape(tensor_split(p), tp)[1] : p.shape[1];
+        cols % block != 0)
+      fail(
+          "{} quantisation over {} tensor-parallel ranks: '{}' {} has rows of {} values on each "
+          "rank, not a multiple of {}",
+          ops::quant_type_name(type), tp, p.name, shape_str(p.shape), cols, block);
     plan[p.name] = {{p.shape[0], type}};
   }
   return plan;
@@ -43,9 +50,10 @@ int64_t Transformer::pack_quant_weights() {
   for (auto& [name, runs] : quant_) {
     // Experts are slices of a stacked weight (nn/moe.h): packed only when
     // every expert and run starts on a group of 16 rows.
+    // (This rank's rows of each expert under tensor parallelism.)
     int64_t per_expert = 0;
-    if (name.ends_with(".moe.up.weight")) per_expert = 2 * cfg_.expert_d_ff();
-    if (name.ends_with(".moe.down.weight")) per_expert = cfg_.d_model;
+    if (name.ends_with(".moe.up.weight") || name.ends_with(".moe.down.weight"))
+      per_expert = layout_.find(name).shape[0] / cfg_.num_experts;
     bool aligned = per_expert % 16 == 0;
     for (const ops::QuantWeight& q : runs) aligned &= per_expert == 0 || q.rows() % 16 == 0;
     if (!aligned) continue;

@@ -65,35 +65,41 @@ void check_model_pieces(const ModelConfig& cfg, int64_t tp, bool staged, FrozenW
   if (tp <= 1 && !staged) return;
   const std::string where =
       tp > 1 ? fmt::format("parallel.tp = {}", tp) : std::string("pipeline parallelism");
-  if (frozen == FrozenWeights::Quantized)
-    fail("{}: a block-quantised model runs inference on one process only", where);
+  if (frozen == FrozenWeights::Quantized && staged)
+    fail(
+        "{}: a block-quantised model runs inference on one process or split by tensor "
+        "parallelism only",
+        where);
   if (tp <= 1) return;
+  if (const std::string why = adapters_unsplittable(cfg, tp, etp); !why.empty())
+    fail("{}{}: {}; use parallel.ep, parallel.pp, data or context parallelism", where,
+         etp > 1 && etp < tp ? fmt::format(", parallel.etp = {}", etp) : "", why);
+}
+
+std::string adapters_unsplittable(const ModelConfig& cfg, int64_t tp, int64_t etp) {
+  if (tp <= 1 || !cfg.has_adapters()) return "";
   // A bottleneck adapter follows a row-parallel layer's summed output
   // (NeMo's linear_proj and linear_fc2, the defaults); a column-parallel
   // layer's output is split over the ranks, and its LayerNorm spans it.
   if (cfg.bottleneck.enabled() && cfg.is_moe())
-    fail(
-        "{}: peft.method=adapter on a Mixture-of-Experts model under tensor parallelism is not "
-        "supported yet; use parallel.ep, parallel.pp, data or context parallelism",
-        where);
+    return "peft.method=adapter on a Mixture-of-Experts model under tensor parallelism is not "
+           "supported yet";
   for (const AdaptedModule& m : bottleneck_targets(cfg))
     if (!m.linear.ends_with(".attn.proj") && !m.linear.ends_with(".mlp.down"))
-      fail(
-          "{}: peft.target_modules: a bottleneck adapter on '{}' (a column-parallel layer, its "
-          "output split over the ranks) under tensor parallelism is not supported yet; adapt "
-          "the row-parallel ones (linear_proj, linear_fc2: NeMo's defaults)",
-          where, m.module);
-  if (cfg.has_adapters() && cfg.block().latent_attention)
-    fail(
-        "{}: adapters on a latent-attention model under tensor parallelism are not supported "
-        "yet; use parallel.ep, parallel.pp, data or context parallelism",
-        where);
-  if (cfg.has_adapters() && cfg.is_moe() && etp > 1 && etp < tp)
-    fail(
-        "{}, parallel.etp = {}: adapters on a Mixture-of-Experts model with its experts split "
-        "over fewer ranks than the attention are not supported yet; use parallel.etp = 1 or "
-        "{}",
-        where, etp, tp);
+      return fmt::format(
+          "peft.target_modules: a bottleneck adapter on '{}' (a column-parallel layer, its "
+          "output split over the ranks) under tensor parallelism is not supported yet (the "
+          "row-parallel ones, linear_proj and linear_fc2, NeMo's defaults, are)",
+          m.module);
+  if (cfg.block().latent_attention)
+    return "adapters on a latent-attention model under tensor parallelism are not supported yet";
+  if (etp == 0) etp = tp;
+  if (cfg.is_moe() && etp > 1 && etp < tp)
+    return fmt::format(
+        "adapters on a Mixture-of-Experts model with its experts split over fewer ranks than "
+        "the attention are not supported yet (parallel.etp = 1 or {} are)",
+        tp);
+  return "";
 }
 
 std::vector<Tensor> Transformer::tensor_parallel_partial_grads() const {

@@ -49,6 +49,48 @@ std::vector<ops::QuantWeight> quant_storage(const ParamInfo& p, const std::vecto
 
 }  // namespace
 
+std::vector<QuantRun> quant_share_runs(const ParamInfo& g, const Shape& local,
+                                       const std::vector<QuantRun>& whole, int64_t rank,
+                                       int64_t n) {
+  const std::vector<SliceRange> ranges = shard_ranges(tensor_split(g), rank, n);
+  if (local[0] == g.shape[0]) {  // whole rows: a row-parallel share holds whole blocks
+    for (const SliceRange& r : ranges)
+      for (const QuantRun& q : whole)
+        if (const int64_t b = ops::quant_block(q.type); r.dim == 1 && (r.start % b || r.len % b))
+          fail(
+              "'{}' {}: a rank of {} holds its columns [{}, {}), not whole {} blocks of {} "
+              "values (fewer tensor-parallel ranks, or a type of smaller blocks such as q8_0)",
+              g.name, shape_str(g.shape), n, r.start, r.start + r.len, ops::quant_type_name(q.type),
+              b);
+    return whole;
+  }
+  // Rows split: each whole run cut to the rows this rank holds, in its order.
+  std::vector<QuantRun> out;
+  auto add = [&](int64_t rows, ops::QuantType type) {
+    if (rows <= 0) return;
+    if (!out.empty() && out.back().type == type)
+      out.back().rows += rows;
+    else
+      out.push_back({rows, type});
+  };
+  std::vector<SliceRange> sorted = ranges;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const SliceRange& a, const SliceRange& b) { return a.local_start < b.local_start; });
+  int64_t covered = 0;
+  for (const SliceRange& r : sorted) {
+    NK_CHECK(r.dim == 0 && r.local_start == covered, "quant_share_runs: '{}' range at {}", g.name,
+             r.local_start);
+    for (int64_t row0 = 0; const QuantRun& q : whole) {
+      add(std::min(row0 + q.rows, r.start + r.len) - std::max(row0, r.start), q.type);
+      row0 += q.rows;
+    }
+    covered += r.len;
+  }
+  // The vocabulary's padding rows (zeros) close the last run.
+  add(local[0] - covered, out.empty() ? whole.back().type : out.back().type);
+  return out;
+}
+
 bool PipelineStage::holds(const ModelConfig& cfg, const std::string& name) const {
   if (name == "wte") return embedding || (head && cfg.head_tied());
   if (name == "wpe") return embedding;
@@ -163,7 +205,14 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   for (const ParamInfo& p : layout_.params()) {
     if (!p.quantized) continue;
     if (frozen_weights == FrozenWeights::Quantized) {
-      quant_[p.name] = quant_storage(p, quant.at(p.name), device_);
+      // The plan's runs are the whole parameter's: a rank holds its share of them.
+      const std::vector<QuantRun>& runs = quant.at(p.name);
+      quant_[p.name] = quant_storage(
+          p,
+          tp_.active()
+              ? quant_share_runs(global_layout_.find(p.name), p.shape, runs, tp_.rank(), tp_.size())
+              : runs,
+          device_);
       continue;
     }
     // All-zero storage reads back as zeros (scale and offset 0) until set.
@@ -184,7 +233,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
   // Each parameter draws from its own stream so that adding a parameter does
   // not change the others' initial values. A tensor-parallel rank draws the
   // whole parameter and keeps its shard.
-  std::vector<float> host, whole_value;
+  std::vector<float> whole_value;
   for (size_t i = 0; init != ParamInit::Zeros && i < global_layout_.params().size(); ++i) {
     const ParamInfo& g = global_layout_.params()[i];
     if (!layout_.has(g.name)) continue;  // another pipeline stage's
@@ -196,23 +245,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : whole_value) v = float(rng.normal() * g.init_std);
     if (g.init == Init::Uniform)
       for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
-    if (tp_.active() && p.quantized) {  // (NF4: cut from the whole tensor's blocks)
-      set_param_from_whole(p, Tensor::from_blob(whole_value.data(), g.shape, DType::F32));
-      continue;
-    }
-    if (tp_.active()) {
-      host.resize(size_t(p.numel()));
-      extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), whole_value.data(),
-                    host.data());
-    } else {
-      host.swap(whole_value);
-    }
-    if (has_master(p))
-      ops::copy_from_host(ParamLayout::view(params_, p), host.data());
-    else if (device_ == kHost)  // no second f32 copy of (say) a 1 GiB embedding table
-      set_param(p, Tensor::from_blob(host.data(), p.shape, DType::F32));
-    else
-      set_param(p, ops::to_device(Tensor::from_blob(host.data(), p.shape, DType::F32), device_));
+    set_param_from_whole(p, Tensor::from_blob(whole_value.data(), g.shape, DType::F32), false);
   }
   sync_compute_params();
   const BlockSpec spec = cfg_.block();
@@ -343,10 +376,8 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
                  has_master(p) ? ParamLayout::view(params_, p) : src);
 }
 
-void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) {
-  const auto it = nf4_.find(p.name);
-  NK_CHECK(tp_.active() && it != nf4_.end() && !experts_split_,
-           "set_param_from_whole: '{}' is not an NF4 share (before the experts' split)", p.name);
+void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole, bool sync) {
+  NK_CHECK(!experts_split_, "set_param_from_whole: '{}' after the experts' split", p.name);
   const ParamInfo& g = global_layout_.find(p.name);
   check_shape(whole, g.shape, p.name.c_str());
   NK_CHECK(whole.device() == kHost && whole.is_contiguous(), "set_param_from_whole: '{}' from {}",
@@ -356,14 +387,31 @@ void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) 
     f = Tensor::empty(g.shape, DType::F32);
     ops::convert(f, whole);
   }
-  const std::vector<std::vector<ops::Nf4Piece>> pieces = nf4_shard_pieces(p);
-  int64_t row = 0;
-  for (size_t k = 0; const Shape& shape : nf4_runs(cfg_, g)) {
-    ops::Nf4Weight q = ops::Nf4Weight::empty(shape);
-    ops::nf4_quantize(q, f.narrow0(row, shape[0]));
-    ops::nf4_take_shard(it->second[k], q, pieces[k]);
-    row += shape[0];
-    ++k;
+  if (const auto it = nf4_.find(p.name); tp_.active() && it != nf4_.end()) {
+    // NF4: the whole quantised as one process does, this rank's blocks cut from it.
+    const std::vector<std::vector<ops::Nf4Piece>> pieces = nf4_shard_pieces(p);
+    int64_t row = 0;
+    for (size_t k = 0; const Shape& shape : nf4_runs(cfg_, g)) {
+      ops::Nf4Weight q = ops::Nf4Weight::empty(shape);
+      ops::nf4_quantize(q, f.narrow0(row, shape[0]));
+      ops::nf4_take_shard(it->second[k], q, pieces[k]);
+      row += shape[0];
+      ++k;
+    }
+    return;
+  }
+  Tensor share = f;
+  if (tp_.active()) {
+    share = Tensor::empty(p.shape, DType::F32);
+    extract_shard(tensor_split(g), tp_.rank(), tp_.size(), sizeof(float), f.data<float>(),
+                  share.data<float>());
+  }
+  if (has_master(p)) {
+    ops::copy_from_host(ParamLayout::view(params_, p), share.data<float>());
+    if (sync) sync_compute_params();
+  } else {
+    // On the host no second f32 copy (say, of a 1 GiB embedding table).
+    set_param(p, device_ == kHost ? share : ops::to_device(share, device_));
   }
 }
 
@@ -734,11 +782,14 @@ void Transformer::bind_views() {
       // Quantised experts: each expert's rows of the stacked runs.
       const std::vector<ops::QuantWeight> up_runs = runs(L(l, "moe.up.weight")),
                                           down_runs = runs(L(l, "moe.down.weight"));
-      for (int64_t e = 0; e < cfg_.num_experts && !up_runs.empty(); ++e)
-        b.moe.up_q.push_back(
-            ops::quant_slice_rows(up_runs, 2 * cfg_.expert_d_ff() * e, 2 * cfg_.expert_d_ff()));
-      for (int64_t e = 0; e < cfg_.num_experts && !down_runs.empty(); ++e)
-        b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, cfg_.d_model * e, cfg_.d_model));
+      // (Under tensor parallelism this rank's rows of each.)
+      const int64_t E = cfg_.num_experts;
+      for (int64_t e = 0, n = layout_.find(L(l, "moe.up.weight")).shape[0] / E;
+           e < E && !up_runs.empty(); ++e)
+        b.moe.up_q.push_back(ops::quant_slice_rows(up_runs, n * e, n));
+      for (int64_t e = 0, n = layout_.find(L(l, "moe.down.weight")).shape[0] / E;
+           e < E && !down_runs.empty(); ++e)
+        b.moe.down_q.push_back(ops::quant_slice_rows(down_runs, n * e, n));
       // QLoRA's NF4 experts: one weight per expert.
       b.moe.up_nf4 = nf4(L(l, "moe.up.weight"));
       b.moe.down_nf4 = nf4(L(l, "moe.down.weight"));
@@ -825,6 +876,13 @@ void Transformer::bind_views() {
     if (head_.w.defined()) head_.w = head_.w.narrow0(0, head_scored_rows_);
     if (head_.wq.defined() && head_scored_rows_ > 0)  // (none: the head is not run)
       head_.wq = head_.wq.first_rows(head_scored_rows_);
+    // Block-quantised: its real rows to a whole group of 16 (a packed run is
+    // cut there, so the rank runs one process's kernels; the few padding
+    // logits past them are dropped: gather_vocab_logits).
+    if (!head_.wquant.empty() && head_scored_rows_ > 0)
+      head_.wquant = ops::quant_slice_rows(
+          head_.wquant, 0,
+          std::min(cfg_.padded_vocab_size(t) / t, (head_scored_rows_ + 15) / 16 * 16));
     if (head_.dw.defined()) head_.dw = head_.dw.narrow0(0, head_scored_rows_);
   }
   loss_.tp = tp_;

@@ -45,12 +45,15 @@ struct Embedding {
   void forward_over(const TensorParallel& t, Tensor out, const Tensor& tokens,
                     const Tensor& positions, const Tensor& full) const {
     if (t.active()) {
-      NK_CHECK(!wte_quant.defined(), "Embedding: a block-quantised table under tensor parallelism");
       const Tensor local = t.exit_buffer(out, full), pos = t.rank() == 0 ? wpe : Tensor();
-      if (wte_q.defined())  // QLoRA: this rank's rows of the NF4 table
+      if (wte_q.defined()) {  // QLoRA: this rank's rows of the NF4 table
         ops::nf4_embedding_forward(local, tokens, wte_q, pos, positions, vocab_start);
-      else
+      } else if (wte_quant.defined()) {  // this rank's block-quantised rows
+        NK_CHECK(!pos.defined(), "Embedding: a block-quantised table with learned positions");
+        ops::quant_embedding_forward(local, tokens, wte_quant, vocab_start);
+      } else {
         ops::embedding_forward(local, tokens, wte, pos, positions, vocab_start);
+      }
       t.exit(out, full);
     } else if (wte_q.defined()) {
       ops::nf4_embedding_forward(out, tokens, wte_q, wpe, positions);

@@ -153,7 +153,8 @@ void quant_linear_forward(Tensor y, const Tensor& x, const QuantWeight& w, const
   pick_kernel(op, dev, cpu_kernels().quant_linear_forward)(y, x, w, b);
 }
 
-void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte) {
+void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte,
+                             int64_t vocab_start) {
   const char* op = "quant_embedding_forward";
   const Device dev = check_quant(op, wte, "wte");
   device_of(op, {{&wte.data, "wte"}, {&out, "out"}, {&tokens, "tokens"}});
@@ -163,7 +164,7 @@ void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight
   check_shape(out, want, "quant_embedding_forward out");
   NK_CHECK(is_compute_dtype(out.dtype()), "{}: out is {}, expected f32 or bf16", op, out.desc());
   if (out.numel() == 0) return;
-  pick_kernel(op, dev, cpu_kernels().quant_embedding_forward)(out, tokens, wte);
+  pick_kernel(op, dev, cpu_kernels().quant_embedding_forward)(out, tokens, wte, vocab_start);
 }
 
 }  // namespace nk::ops

@@ -119,6 +119,11 @@ std::vector<QuantWeight> quant_slice_rows(const std::vector<QuantWeight>& runs, 
                                           int64_t n);
 // out[.., C] <- rows `tokens` (i32) of the table q [V, C] dequantised, in
 // out's dtype (f32 or bf16). nk::Error naming a token outside [0, V).
-void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte);
+// vocab_start >= 0: wte is one rank's shard of a vocabulary split over
+// tensor-parallel ranks (ids [vocab_start, vocab_start + rows)); other ids
+// read a zero row (the group's sum completes the lookup), as
+// embedding_forward's.
+void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte,
+                             int64_t vocab_start = -1);
 
 }  // namespace nk::ops

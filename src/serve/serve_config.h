@@ -82,7 +82,8 @@ struct ServeConfig {
            "tensor-parallel ranks the model is split over (vLLM's --tensor-parallel-size): "
            "launch that many processes (nekton serve --nproc N, or mpirun -np N); rank 0 serves "
            "HTTP, every rank holds its share of the heads, KV cache, MLP units, experts and "
-           "vocabulary and runs each decode step; a dense model folder on the CPU, without the "
+           "vocabulary (and of serve.adapter's; quantised as they load with serve.quantize) and "
+           "runs each decode step; a model folder on the CPU, without the "
            "guardrails' jailbreak perplexity checks or the prompt's log-probabilities (echo)");
     b.bind("serve.timeout_s", timeout_s,
            "under serve.tp > 1: seconds a rank waits for the others at any exchange before the "

@@ -332,6 +332,48 @@ TEST(QuantLinear, PackedWeightsGiveTheTilesYBitForBit) {
   if (checked == 0) GTEST_SKIP() << "this build does not target AVX-512 VNNI";
 }
 
+// A row-parallel layer split over two tensor-parallel ranks: each rank's
+// product over its half of the columns (W's blocks cut at a block boundary:
+// the same blocks, quantised on their own), summed, equals the whole
+// product up to the order of the f32 sums, packed or not, at every row
+// count (so a split model decodes as one process does).
+TEST(QuantLinear, ColumnSharesSumToTheWholeProduct) {
+  uint64_t seed = 990;
+  for (QuantType t : kAllTypes) {
+    if (plain_x(t) || t == QuantType::W8A8) continue;  // (W8A8: a scale per x row)
+    const int64_t in = 1024, half = in / 2, out = 64;
+    const Tensor w = f32_tensor({out, in}, gaussian(size_t(out * in), seed += 10, 0.04));
+    Tensor w0 = Tensor::empty({out, half}, DType::F32), w1 = Tensor::empty({out, half}, DType::F32);
+    ops::copy_columns(w0, w, 0, 1.f);
+    ops::copy_columns(w1, w, half, 1.f);
+    for (bool pack : {false, true}) {
+      ops::QuantWeight q = quantized(t, w), q0 = quantized(t, w0), q1 = quantized(t, w1);
+      if (pack && !(ops::quant_pack(q) && ops::quant_pack(q0) && ops::quant_pack(q1))) continue;
+      for (int64_t N : {1, 2, 6, 17}) {
+        SCOPED_TRACE(::testing::Message()
+                     << ops::quant_type_name(t) << " N=" << N << (pack ? " packed" : ""));
+        const Tensor x = make({N, in}, DType::F32, randn(size_t(N * in), seed + uint64_t(N)));
+        Tensor x0 = Tensor::empty({N, half}, DType::F32), x1 = Tensor::empty({N, half}, DType::F32);
+        ops::copy_columns(x0, x, 0, 1.f);
+        ops::copy_columns(x1, x, half, 1.f);
+        Tensor y = Tensor::empty({N, out}, DType::F32), y0 = Tensor::empty({N, out}, DType::F32),
+               y1 = Tensor::empty({N, out}, DType::F32);
+        ops::quant_linear_forward(y, x, q, Tensor());
+        ops::quant_linear_forward(y0, x0, q0, Tensor());
+        ops::quant_linear_forward(y1, x1, q1, Tensor());
+        double worst = 0, scale = 0;
+        for (int64_t i = 0; i < N * out; ++i) {
+          const double a = y.data<float>()[i],
+                       b = double(y0.data<float>()[i]) + y1.data<float>()[i];
+          worst = std::max(worst, std::fabs(a - b));
+          scale = std::max(scale, std::fabs(a));
+        }
+        EXPECT_LE(worst, 1e-5 * scale);
+      }
+    }
+  }
+}
+
 // A NaN or infinity in x makes y non-finite, as in the dense product, on
 // both paths (the 8-bit quantisation of x must not hide it).
 TEST(QuantLinear, NonFiniteXGivesNonFiniteY) {

@@ -544,6 +544,33 @@ TEST(QuantEmbedding, GathersDequantisedRows) {
   }
 }
 
+// One rank's shard of a vocabulary split over tensor-parallel ranks
+// (vocab_start): its ids read their row of the shard, the others zeros, so
+// the shards' outputs sum to the whole table's lookup.
+TEST(QuantEmbedding, VocabularyShardReadsItsIdsAndZeros) {
+  const int64_t V = 32, C = 256, half = V / 2;
+  for (QuantType t : kAllTypes) {
+    const Tensor whole = f32_tensor({V, C}, gaussian(size_t(V * C), 15));
+    const ops::QuantWeight wte = quantized(t, whole);
+    std::vector<int32_t> tok = {0, 17, 5, 31, 16, 15};
+    const Tensor ids = make_i32({6}, tok);
+    Tensor want = Tensor::empty({6, C}, DType::F32);
+    ops::quant_embedding_forward(want, ids, wte);
+    for (int64_t r = 0; r < 2; ++r) {
+      // The shard quantised from its own rows: the same blocks (rows are whole).
+      const ops::QuantWeight shard = quantized(t, whole.narrow0(r * half, half));
+      Tensor out = Tensor::empty({6, C}, DType::F32);
+      ops::quant_embedding_forward(out, ids, shard, r * half);
+      for (size_t i = 0; i < tok.size(); ++i) {
+        const bool mine = tok[i] >= r * half && tok[i] < (r + 1) * half;
+        for (int64_t c = 0; c < C; ++c)
+          ASSERT_EQ(out.data<float>()[i * C + c], mine ? want.data<float>()[i * C + c] : 0.f)
+              << ops::quant_type_name(t) << " rank " << r << " token " << i;
+      }
+    }
+  }
+}
+
 // ---- bad input ----
 
 // The message of the InternalError (a caller's mistake: shapes, dtypes) f() throws.

@@ -28,7 +28,7 @@ NK_KERNEL_DECL(void, quant_dequantize, (Tensor out, const QuantWeight& q, int64_
 NK_KERNEL_DECL(void, quant_linear_forward,
                (Tensor y, const Tensor& x, const QuantWeight& w, const Tensor& b))
 NK_KERNEL_DECL(void, quant_embedding_forward,
-               (Tensor out, const Tensor& tokens, const QuantWeight& wte))
+               (Tensor out, const Tensor& tokens, const QuantWeight& wte, int64_t vocab_start))
 // ops/quant.h's quant_pack, in place (true when packed); quant_unpack: rows
 // (q's shape, row layout) <- a packed q's bytes and scale.
 NK_KERNEL_DECL(bool, quant_pack, (QuantWeight& q))

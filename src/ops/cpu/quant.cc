@@ -517,11 +517,19 @@ void dequant_rows(const QuantWeight& q, int64_t row0, int64_t n, T* out) {
   });
 }
 
+// Row tok[t] - start of q for each token; a zero row for an id outside q's
+// rows (another tensor-parallel rank's, when start >= 0).
 template <typename T>
-void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, T* out) {
-  const int64_t C = q.cols();
+void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, int64_t start, T* out) {
+  const int64_t C = q.cols(), V = q.rows();
   parallel_for(n, std::max<int64_t>(1, 16384 / C), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) dequant_row_as(q, tok[t], out + t * C);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t row = int64_t(tok[t]) - start;
+      if (row >= 0 && row < V)
+        dequant_row_as(q, row, out + t * C);
+      else
+        std::fill(out + t * C, out + (t + 1) * C, T(0.f));
+    }
   });
 }
 
@@ -633,20 +641,23 @@ void quant_dequantize(Tensor out, const QuantWeight& q, int64_t row0) {
     dequant_rows(q, row0, n, out.data<bf16>());
 }
 
-void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte) {
+void quant_embedding_forward(Tensor out, const Tensor& tokens, const QuantWeight& wte,
+                             int64_t vocab_start) {
   const int64_t n = tokens.numel(), V = wte.rows();
   // Ids come from data files: a bad one is the user's error, found before any row is written.
+  // (A shard of the vocabulary cannot tell another rank's ids from bad ones but for < 0.)
   const int32_t* tok = tokens.data<int32_t>();
   for (int64_t i = 0; i < n; ++i)
-    if (tok[i] < 0 || tok[i] >= V)
+    if (tok[i] < 0 || (vocab_start < 0 && tok[i] >= V))
       fail(
           "quant_embedding_forward: token id {} at position {} of tokens {} is outside the "
           "vocabulary [0, {})",
           tok[i], i, shape_str(tokens.shape()), V);
+  const int64_t start = std::max<int64_t>(vocab_start, 0);
   if (out.dtype() == DType::F32)
-    embedding_rows(wte, tok, n, out.data<float>());
+    embedding_rows(wte, tok, n, start, out.data<float>());
   else
-    embedding_rows(wte, tok, n, out.data<bf16>());
+    embedding_rows(wte, tok, n, start, out.data<bf16>());
 }
 
 }  // namespace nk::ops::NK_CPU_NS
