@@ -338,7 +338,13 @@ void load_weight_pieces(Transformer& m, const std::string& dir, const ParamLayou
                         const std::function<bool(const ParamInfo&)>& in_file,
                         bool allow_nonfinite) {
   const nn::TensorParallel& tp = m.tensor_parallel();
-  const auto read_whole = [&](const ParamInfo& p) { return tp.active() && p.quantized; };
+  // An NF4 share is cut from the whole tensor's blocks (its absmaxes are
+  // quantised over the whole); a block-quantised one (generate.quantize) is
+  // its own slice quantised, the same blocks (whole rows, or columns cut at
+  // a multiple of the block: quant_plan_for).
+  const auto read_whole = [&](const ParamInfo& p) {
+    return tp.active() && p.quantized && m.frozen_weights() == FrozenWeights::Nf4;
+  };
   const ParamLayout mine =
       m.layout().subset([&](const ParamInfo& p) { return in_file(p) && !read_whole(p); });
   const std::string path = (fs::path(dir) / "model.safetensors").string();

@@ -42,9 +42,11 @@ void load_weights(Transformer& model, const std::string& dir, bool keep_added = 
 // parameters that `in_file` accepts (the others keep their values) read as
 // this rank's slice of its stage's tensor in DIR/model.safetensors, which
 // holds the whole ones laid out as `whole`. A parameter with an f32 master
-// is read into it; a base held without (bf16, NF4) is set from its slices,
-// but under tensor parallelism an NF4 one from its whole tensor (its share
-// cut from the whole's blocks: Transformer::set_param_from_whole).
+// is read into it; a base held without (bf16, NF4, block-quantised) is set
+// from its slices (a block-quantised slice quantised there: the whole's
+// blocks, cut at a block boundary), but under tensor parallelism an NF4 one
+// from its whole tensor (its share cut from the whole's blocks, whose
+// absmaxes span ranks: Transformer::set_param_from_whole).
 void load_weight_pieces(Transformer& model, const std::string& dir, const ParamLayout& whole,
                         const std::function<bool(const ParamInfo&)>& in_file,
                         bool allow_nonfinite = false);

@@ -226,7 +226,7 @@ RunnableModel load_runnable_model(const ModelSourceKeys& k, const nn::TensorPara
     for (const ParamInfo& p : layout.params()) all.push_back(p.name);
     r.model = std::make_unique<Transformer>(cfg, compute, 0, ParamInit::Zeros, all, kHost,
                                             FrozenWeights::Quantized, plan, tp);
-    if (tp.active())  // each rank its slices, its share of a quantised one cut from the whole
+    if (tp.active())  // each rank its slices, quantised as they load
       load_weight_pieces(
           *r.model, k.model, r.model->global_layout(), [](const ParamInfo&) { return true; },
           k.allow_nonfinite);
