@@ -208,14 +208,17 @@ int64_t src_row(const Piece& p, int64_t r) {
 // ranges; a column-split one each row's blocks of its columns.
 void copy_quant_share(const ParamInfo& g, const std::vector<Piece>& ps,
                       std::vector<ops::QuantWeight>& runs, int64_t rank, int64_t n) {
-  // The file row holding row r of g.
+  // The file row holding row r of g (ps sorted by row0; a MoE tensor has a
+  // piece per expert, so found by bisection).
   auto file_row = [&](int64_t r) -> std::pair<const Piece*, int64_t> {
-    for (const Piece& pc : ps)
-      if (r >= pc.row0 && r < pc.row0 + pc.rows) return {&pc, src_row(pc, r - pc.row0)};
-    NK_CHECK(false, "copy_quant_share: row {} of '{}' is in no piece", r, g.name);
-    return {nullptr, 0};
+    auto it = std::upper_bound(ps.begin(), ps.end(), r,
+                               [](int64_t row, const Piece& pc) { return row < pc.row0; });
+    NK_CHECK(it != ps.begin() && r < std::prev(it)->row0 + std::prev(it)->rows,
+             "copy_quant_share: row {} of '{}' is in no piece", r, g.name);
+    const Piece& pc = *std::prev(it);
+    return {&pc, src_row(pc, r - pc.row0)};
   };
-  // Row `local` of the share: its run and the row in it.
+  // Row `local` of the share: its run (a few per parameter) and the row in it.
   auto local_row = [&](int64_t local) -> std::pair<ops::QuantWeight*, int64_t> {
     for (ops::QuantWeight& q : runs) {
       if (local < q.rows()) return {&q, local};
