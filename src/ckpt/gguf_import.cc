@@ -525,16 +525,26 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
-  std::unique_ptr<GgufFile> file = GgufFile::open(path);
-  const GgufFile& f = *file;
-  const ModelConfig c = gguf_model_config(f);
-  const Architecture& arch = c.architecture();
-  const ParamLayout layout = model_layout(c);
+namespace {
 
-  // Each parameter's pieces, checked against the layout before anything is allocated.
-  std::map<std::string, std::vector<Piece>> pieces;
-  const std::vector<ExternalTensor> tensors = gguf_file_tensors(f, arch, c);
+// Each parameter's pieces of the file, checked against the layout before
+// anything is allocated, and the plan: weight matrices that may be held so
+// (block_quantizable: not GPT-2's learned positions, say) and whose pieces
+// are all block-quantised or F16 stay so, in runs of consecutive pieces of
+// one type (with keep_quantized).
+struct GgufPieces {
+  std::map<std::string, std::vector<Piece>> pieces;  // each sorted by row0
+  std::vector<ExternalTensor> tensors;
+  QuantPlan plan;
+};
+
+GgufPieces gguf_pieces(const GgufFile& f, const std::string& path, const ModelConfig& c,
+                       const ParamLayout& layout, bool keep_quantized) {
+  const Architecture& arch = c.architecture();
+  GgufPieces out;
+  std::map<std::string, std::vector<Piece>>& pieces = out.pieces;
+  out.tensors = gguf_file_tensors(f, arch, c);
+  const std::vector<ExternalTensor>& tensors = out.tensors;
   auto check_known = [&](const ExternalTensor& e, const GgufFile::TensorInfo& t) {
     if (!t.known)
       fail(
@@ -591,6 +601,40 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
            want[0]);
     pieces[e.param].push_back({&t, row0, e.flat ? 1 : want[0], e.rope_heads, 0, e.add});
   }
+  for (auto& [name, ps] : pieces) {
+    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
+    bool quantized = keep_quantized && block_quantizable(layout, layout.find(name));
+    // (A transposed piece, MLA's attn_k_b, has no rows to keep: kv_b loads dense.)
+    for (const Piece& p : ps)
+      quantized &=
+          kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2 && p.add == 0 && !p.transposed;
+    if (!quantized) continue;
+    std::vector<QuantRun> runs;
+    for (const Piece& p : ps) {
+      const ops::QuantType qt = ggml_quant_type(GgmlType(p.t->type));
+      if (!runs.empty() && runs.back().type == qt)
+        runs.back().rows += p.rows;
+      else
+        runs.push_back({p.rows, qt});
+    }
+    out.plan[name] = runs;
+  }
+  return out;
+}
+
+}  // namespace
+
+GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
+  std::unique_ptr<GgufFile> file = GgufFile::open(path);
+  const GgufFile& f = *file;
+  const ModelConfig c = gguf_model_config(f);
+  const Architecture& arch = c.architecture();
+  const ParamLayout layout = model_layout(c);
+
+  GgufPieces gp = gguf_pieces(f, path, c, layout, opt.keep_quantized);
+  std::map<std::string, std::vector<Piece>>& pieces = gp.pieces;
+  const std::vector<ExternalTensor>& tensors = gp.tensors;
+  const QuantPlan& plan = gp.plan;
   const bool mtp = f.get_int(arch.gguf_arch() + ".nextn_predict_layers", 0) > 0;
   for (const auto& t : f.tensors()) {
     bool used = t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" ||
@@ -608,28 +652,6 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
               arch.display_name());
   }
 
-  // The plan: weight matrices that may be held so (block_quantizable: not
-  // GPT-2's learned positions, say) and whose pieces are all block-quantised
-  // or F16 stay so, in runs of consecutive pieces of one type.
-  QuantPlan plan;
-  for (auto& [name, ps] : pieces) {
-    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.row0 < b.row0; });
-    bool quantized = opt.keep_quantized && block_quantizable(layout, layout.find(name));
-    // (A transposed piece, MLA's attn_k_b, has no rows to keep: kv_b loads dense.)
-    for (const Piece& p : ps)
-      quantized &=
-          kept(GgmlType(p.t->type)) && p.t->shape.size() >= 2 && p.add == 0 && !p.transposed;
-    if (!quantized) continue;
-    std::vector<QuantRun> runs;
-    for (const Piece& p : ps) {
-      const ops::QuantType qt = ggml_quant_type(GgmlType(p.t->type));
-      if (!runs.empty() && runs.back().type == qt)
-        runs.back().rows += p.rows;
-      else
-        runs.push_back({p.rows, qt});
-    }
-    plan[name] = runs;
-  }
   std::vector<std::string> all;
   for (const ParamInfo& p : layout.params()) all.push_back(p.name);
   GgufModel out;
@@ -672,6 +694,20 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   out.name = f.get_string("general.name", "");
   if (out.name.empty()) out.name = fs::path(path).stem().string();
   return out;
+}
+
+void check_gguf_tensor_parallel(const std::string& path, int64_t tp) {
+  if (tp <= 1) return;
+  std::unique_ptr<GgufFile> file = GgufFile::open(path);
+  const ModelConfig c = gguf_model_config(*file);
+  const ParamLayout layout = model_layout(c);
+  const GgufPieces gp = gguf_pieces(*file, path, c, layout, true);
+  const ParamLayout whole = Transformer::tensor_parallel_global(layout, tp, 0);
+  for (const auto& [name, runs] : gp.plan) {
+    const ParamInfo& g = whole.find(name);
+    const Shape local = shard_shape(tensor_split(g), tp);
+    for (int64_t r = 0; r < tp; ++r) quant_share_runs(g, local, runs, r, tp);
+  }
 }
 
 }  // namespace nk

@@ -107,8 +107,16 @@ void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
   } catch (const Error& e) {
     fail("{}.tp = {}: {}", P, tp, e.what());
   }
-  // Each rank quantises its share of the weights as it loads them.
-  if (!k.quantize.empty() && k.quantize != "none") {
+  if (is_gguf_path(k.model)) {  // each rank its share of the file's blocks
+    try {
+      check_gguf_tensor_parallel(k.model, tp);
+    } catch (const Error& e) {
+      throw e.with_context(P + ".model");
+    }
+  }
+  // Each rank quantises its share of the weights as it loads them (a GGUF
+  // file's types are its own: PREFIX.quantize is refused there on load).
+  if (!k.quantize.empty() && k.quantize != "none" && !is_gguf_path(k.model)) {
     try {
       quant_plan_for(cfg, ops::parse_quant_type(k.quantize), tp);
     } catch (const Error& e) {

@@ -132,12 +132,13 @@ gguf_case mixtral_q8_gguf "$WORK/mixtral/model" q8_0
 run wide "$NK" finetune "${SFT_ARGS[@]}" model.d_model=512 model.d_ff=1024 train.steps=1
 gguf_case wide_q4km_gguf "$WORK/wide/model" q4_k_m
 # A share that is not whole blocks (rows of 256 in Q4_K, 128 a rank) is
-# refused on every rank naming the tensor.
+# refused naming the tensor before any process starts.
 run mid "$NK" finetune "${SFT_ARGS[@]}" model.d_model=256 model.d_ff=1024 train.steps=1
 "$NK" export gguf --tokenizer bytes "$WORK/mid/model" "$WORK/mid.gguf" --type q4_k \
   >"$WORK/mid.export.log" 2>&1 || fail "mid: export gguf"
 refused_cmd gguf_blocks_tp "generate.model: 'h.0.attn.proj.weight' [256, 256]: a rank of 2 holds" \
   "$NK" generate --nproc 2 generate.tp=2 "generate.model=$WORK/mid.gguf" generate.prompt=hi
+! grep -q "nekton rank" "$WORK/gguf_blocks_tp.log" || fail "gguf_blocks_tp: refused after launch"
 
 # A PEFT fine-tune's adapter over the base (generate.adapter): each rank its
 # slice of the adapter's tensors. Trained hard enough (lr 3e-2) that the
