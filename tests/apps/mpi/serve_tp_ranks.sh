@@ -9,7 +9,7 @@
 # whole job cleanly; a hung rank fails its request naming it and ends the
 # job; the repository's guardrails (none runs the model) in front of it; a
 # LoRA adapter (serve.adapter) split over the ranks; q8_0 weights
-# (serve.quantize).
+# (serve.quantize) and a q8_0 GGUF file.
 # What cannot run is refused naming the key: serve.tp without that many
 # processes, --nproc other than serve.tp, guardrails that run the model
 # (the jailbreak perplexity checks).
@@ -159,16 +159,20 @@ wait "$PID" || true
 grep -q "nekton serve: stopped" "$WORK/rails.log" || fail "the server with guardrails did not stop"
 
 # With a LoRA adapter (serve.adapter; trained hard enough to move the
-# answers), each rank its slice of it, and quantised as it loads
-# (serve.quantize=q8_0), each rank its share: the same completions as one
-# process with the same key.
+# answers), each rank its slice of it; quantised as it loads
+# (serve.quantize=q8_0) and a q8_0 GGUF file, each rank its share: the same
+# completions as one process with the same model and key.
 run lora "$NK" finetune "${SFT_ARGS[@]}" train.steps=3 train.lr=3e-2 train.init_from="$M" \
   peft.method=lora peft.target_modules=all-linear
-for key in "serve.adapter=$WORK/lora/adapter" serve.quantize=q8_0; do
-  start one_key "$NK" serve --model "$M" "$key"
+"$NK" export gguf --tokenizer bytes "$M" "$WORK/m.gguf" --type q8_0 >"$WORK/gguf.log" 2>&1 ||
+  fail "export gguf: $(tail -3 "$WORK/gguf.log")"
+for case in "$M serve.adapter=$WORK/lora/adapter" "$M serve.quantize=q8_0" \
+  "$WORK/m.gguf serve.quantize=none"; do
+  read -r model key <<<"$case"
+  start one_key "$NK" serve --model "$model" "$key"
   ONE=$PORT ONE_PID=$PID
-  start tp2_key "$NK" serve --nproc 2 --model "$M" serve.tp=2 "$key"
-  /usr/bin/python3 - "$ONE" "$PORT" "$key" <<'PY' || fail "serve.tp=2 with $key answers otherwise than one process"
+  start tp2_key "$NK" serve --nproc 2 --model "$model" serve.tp=2 "$key"
+  /usr/bin/python3 - "$ONE" "$PORT" "$case" <<'PY' || fail "serve.tp=2 with $case answers otherwise than one process"
 import json, sys, urllib.request
 def post(port, body):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
@@ -178,7 +182,7 @@ def post(port, body):
         return json.loads(r.read())["choices"][0]
 # q8_0 quantises the activations too: a last-bit difference in a partial sum
 # can round one of them to the next step (generate_tp_ranks.sh): greedy, 2e-2.
-quantized = sys.argv[3].startswith("serve.quantize")
+quantized = "quantize=q8_0" in sys.argv[3] or ".gguf" in sys.argv[3]
 body = {"prompt": "say hi", "max_tokens": 16, "temperature": 0 if quantized else 1.0, "seed": 7,
         "logprobs": 1}
 a, b = post(sys.argv[1], body), post(sys.argv[2], body)
@@ -187,7 +191,7 @@ lp = lambda c: c["logprobs"]["token_logprobs"]
 tol = 2e-2 if quantized else 1e-4
 assert all(abs(p - q) <= tol for p, q in zip(lp(a), lp(b))), (lp(a), lp(b))
 PY
-  echo "with $key: the same completion as one process"
+  echo "with $case: the same completion as one process"
   kill -TERM "$ONE_PID" "$PID"
   wait "$PID" || true
   wait "$ONE_PID" || true
@@ -200,4 +204,4 @@ sed 's/length_per_perplexity: false/length_per_perplexity: true/' "$REPO/configs
   >"$WORK/rails.yaml"
 refused_cmd rails_tp "serve.tp = 2: not supported yet with the jailbreak perplexity checks" \
   "$NK" serve --nproc 2 --model "$M" serve.tp=2 "serve.guardrails.config=$WORK/rails.yaml"
-pass "nekton serve split over 2 tensor-parallel ranks answers as one process's (greedy, seeded, n, logprobs, streamed, concurrent, a cancelled stream); SIGTERM stops it; a hung rank ends the job; with a LoRA adapter and q8_0; refusals name the key"
+pass "nekton serve split over 2 tensor-parallel ranks answers as one process's (greedy, seeded, n, logprobs, streamed, concurrent, a cancelled stream); SIGTERM stops it; a hung rank ends the job; with a LoRA adapter, q8_0 and a GGUF file; refusals name the key"
