@@ -684,7 +684,7 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
     }
     Tensor src = Tensor::from_blob(buf.data(), g.shape, DType::F32);
     check_finite(src, path, ps.front().t->name, opt.allow_nonfinite);
-    m.set_param_from_whole(p, src, false);
+    m.set_param_from_whole(p, src);
   }
   m.sync_compute_params();
   progress.finish();
@@ -696,12 +696,11 @@ GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt) {
   return out;
 }
 
-void check_gguf_tensor_parallel(const std::string& path, int64_t tp) {
+void check_gguf_tensor_parallel(const GgufFile& f, const std::string& path, int64_t tp) {
   if (tp <= 1) return;
-  std::unique_ptr<GgufFile> file = GgufFile::open(path);
-  const ModelConfig c = gguf_model_config(*file);
+  const ModelConfig c = gguf_model_config(f);
   const ParamLayout layout = model_layout(c);
-  const GgufPieces gp = gguf_pieces(*file, path, c, layout, true);
+  const GgufPieces gp = gguf_pieces(f, path, c, layout, true);
   const ParamLayout whole = Transformer::tensor_parallel_global(layout, tp, 0);
   for (const auto& [name, runs] : gp.plan) {
     const ParamInfo& g = whole.find(name);

@@ -59,11 +59,11 @@ struct GgufLoadOptions {
 ModelConfig gguf_model_config(const GgufFile& f);
 
 GgufModel load_gguf_model(const std::string& path, const GgufLoadOptions& opt = {});
-// Whether every rank of tp can hold its share of the file's quantised
-// tensors (each share whole blocks: quant_share_runs), without loading
-// them: nk::Error naming the tensor otherwise, as load_gguf_model would on
-// each rank.
-void check_gguf_tensor_parallel(const std::string& path, int64_t tp);
+// Whether every rank of tp can hold its share of the quantised tensors of
+// f (opened from `path`; each share whole blocks: quant_share_runs),
+// without loading them: nk::Error naming the tensor otherwise, as
+// load_gguf_model would on each rank.
+void check_gguf_tensor_parallel(const GgufFile& f, const std::string& path, int64_t tp);
 
 // Whether `path` names a GGUF file (by its extension, case-insensitively).
 bool is_gguf_path(const std::string& path);

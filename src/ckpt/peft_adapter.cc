@@ -302,7 +302,7 @@ std::unique_ptr<Transformer> attach_peft_adapter(const Transformer& base, const 
       ops::convert(w, file.get(t->name).view(w.shape()));
       check_finite(w, st_path, t->name, false);
     }
-    model->set_param_from_whole(model->layout().find(name), whole, false);
+    model->set_param_from_whole(model->layout().find(name), whole);
   }
   model->sync_compute_params();
   if (info_out) *info_out = info;

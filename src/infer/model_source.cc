@@ -96,9 +96,10 @@ void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
     fail("{}.tp = {}: not supported yet with {}.device={} ({}.tp runs on the CPU)", P, tp, P,
          device_name(k.device), P);
   ModelConfig cfg;
+  std::unique_ptr<GgufFile> gguf;
   try {
-    cfg = is_gguf_path(k.model) ? gguf_model_config(*GgufFile::open(k.model))
-                                : read_model_config(k.model);
+    if (is_gguf_path(k.model)) gguf = GgufFile::open(k.model);
+    cfg = gguf ? gguf_model_config(*gguf) : read_model_config(k.model);
   } catch (const Error& e) {
     throw e.with_context(P + ".model");
   }
@@ -107,16 +108,16 @@ void check_tensor_parallel_source(const ModelSourceKeys& k, int64_t tp) {
   } catch (const Error& e) {
     fail("{}.tp = {}: {}", P, tp, e.what());
   }
-  if (is_gguf_path(k.model)) {  // each rank its share of the file's blocks
+  if (gguf) {  // each rank its share of the file's blocks
     try {
-      check_gguf_tensor_parallel(k.model, tp);
+      check_gguf_tensor_parallel(*gguf, k.model, tp);
     } catch (const Error& e) {
       throw e.with_context(P + ".model");
     }
   }
   // Each rank quantises its share of the weights as it loads them (a GGUF
   // file's types are its own: PREFIX.quantize is refused there on load).
-  if (!k.quantize.empty() && k.quantize != "none" && !is_gguf_path(k.model)) {
+  if (!k.quantize.empty() && k.quantize != "none" && !gguf) {
     try {
       quant_plan_for(cfg, ops::parse_quant_type(k.quantize), tp);
     } catch (const Error& e) {

@@ -319,9 +319,9 @@ class Transformer {
   // quantised whole as one process quantises it and this rank's blocks cut
   // from it, so every rank holds one process's values (set_param would
   // quantise the share on its own, with its own absmaxes). A master's
-  // compute copy follows unless !sync (sync_compute_params once after many).
+  // compute copy is left to sync_compute_params (once after many).
   // Before set_expert_parallel.
-  void set_param_from_whole(const ParamInfo& p, const Tensor& whole, bool sync = true);
+  void set_param_from_whole(const ParamInfo& p, const Tensor& whole);
   // The storage of a block-quantised parameter, one QuantWeight per QuantRun
   // (a loader copies a file's blocks into their data). nk::Error if `name`
   // is not one.

@@ -73,11 +73,8 @@ std::vector<QuantRun> quant_share_runs(const ParamInfo& g, const Shape& local,
     else
       out.push_back({rows, type});
   };
-  std::vector<SliceRange> sorted = ranges;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const SliceRange& a, const SliceRange& b) { return a.local_start < b.local_start; });
   int64_t covered = 0;
-  for (const SliceRange& r : sorted) {
+  for (const SliceRange& r : ranges) {  // (shard_ranges gives them in the share's order)
     NK_CHECK(r.dim == 0 && r.local_start == covered, "quant_share_runs: '{}' range at {}", g.name,
              r.local_start);
     for (int64_t row0 = 0; const QuantRun& q : whole) {
@@ -245,7 +242,7 @@ Transformer::Transformer(const ModelConfig& cfg, DType compute, uint64_t seed, P
       for (auto& v : whole_value) v = float(rng.normal() * g.init_std);
     if (g.init == Init::Uniform)
       for (auto& v : whole_value) v = float((2 * rng.uniform() - 1) * g.init_std);
-    set_param_from_whole(p, Tensor::from_blob(whole_value.data(), g.shape, DType::F32), false);
+    set_param_from_whole(p, Tensor::from_blob(whole_value.data(), g.shape, DType::F32));
   }
   sync_compute_params();
   const BlockSpec spec = cfg_.block();
@@ -376,7 +373,7 @@ void Transformer::set_param(const ParamInfo& p, const Tensor& src) {
                  has_master(p) ? ParamLayout::view(params_, p) : src);
 }
 
-void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole, bool sync) {
+void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole) {
   NK_CHECK(!experts_split_, "set_param_from_whole: '{}' after the experts' split", p.name);
   const ParamInfo& g = global_layout_.find(p.name);
   check_shape(whole, g.shape, p.name.c_str());
@@ -408,7 +405,6 @@ void Transformer::set_param_from_whole(const ParamInfo& p, const Tensor& whole, 
   }
   if (has_master(p)) {
     ops::copy_from_host(ParamLayout::view(params_, p), share.data<float>());
-    if (sync) sync_compute_params();
   } else {
     // On the host no second f32 copy (say, of a 1 GiB embedding table).
     set_param(p, device_ == kHost ? share : ops::to_device(share, device_));
