@@ -528,7 +528,7 @@ void embedding_rows(const QuantWeight& q, const int32_t* tok, int64_t n, int64_t
       if (row >= 0 && row < V)
         dequant_row_as(q, row, out + t * C);
       else
-        std::fill(out + t * C, out + (t + 1) * C, T(0.f));
+        std::fill(out + t * C, out + (t + 1) * C, T{});
     }
   });
 }
