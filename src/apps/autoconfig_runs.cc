@@ -430,13 +430,14 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
       beta = det != 0 ? (m.messages * ed - d.messages * em) / det : -1;
       return L > 0 && beta > 0;
     };
-    // Noise gave no positive fit: both once more, their steps pooled.
-    bool ok = fit();
-    if (!ok) {
-      ++round;
-      ok = probe(2, 1, message_probe_) && probe(1, G / P, bytes_probe_) && fit();
-    }
-    if (ok) {
+    // Both once more, in reverse order, their steps pooled with the
+    // first's: one run on ranks sharing cores can read tens of per cent
+    // slow throughout, and the fit splits a small difference (one round
+    // each, four 4-rank grids in a row on the Zen 5 VM: 8-82 us a message).
+    ++round;
+    if (!probe(1, G / P, bytes_probe_) || !probe(2, 1, message_probe_))
+      NK_WARN("autoconfig: a message probe failed in the second round; fitted on what ran");
+    if (fit()) {
       cal.link_latency_s = L;
       cal.link_bytes_per_s = 1.0 / beta;
       cal.message_wait_share = m.messages * L / m.predicted_s;
@@ -447,6 +448,10 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
         "two rounds) give no positive per-message and per-byte cost (noise); the per-message "
         "cost from the first, the bandwidth from the link probe",
         em * 1e3, ed * 1e3);
+  } else {
+    ++round;  // the tensor-parallel probe alone: once more, pooled
+    if (!probe(2, 1, message_probe_))
+      NK_WARN("autoconfig: the tensor-parallel probe failed in the second round; fitted on one");
   }
   cal.link_latency_s =
       std::max(cal.link_latency_s, (m.measured_s - m.predicted_s - m.bytes / cal.link_bytes_per_s) /
@@ -483,41 +488,77 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
   std::vector<int64_t> mbs = {G % dp == 0 ? G / dp : 1};
   if (mbs[0] != 1) mbs.push_back(1);
   ring_probes_.clear();
+  // The step predicted at scales 1 and 2 with the ring's messages free, for
+  // each probe: what the measured step adds is fitted to both (fit_ring).
+  struct Planned {
+    int64_t mb;
+    StepPrediction p1, p2;
+  };
+  std::vector<Planned> plan;
   for (const int64_t mb : mbs) {
     const TrainConfig c = probe_config(cfg, 1, 2, int(dp), mb);
-    // The step predicted at scales 1 and 2 with the ring's messages free:
-    // what the measured step adds is fitted to both (fit_ring).
     StepCalibration at1 = cal, at2 = cal;
     at1.procs_per_node = at2.procs_per_node = P;
     at1.ring_attention_scale = 1, at2.ring_attention_scale = 2;
     at1.ring_message_s = at2.ring_message_s = 0;
-    StepPrediction p1, p2;
+    Planned k{mb, {}, {}};
     try {
       c.parallel.check();
       measure_missing_rates(c, rates);
       const TrainEstimate e = estimate_training(c, P, &rates);
-      p1 = predict_step(c, e, at1);
-      p2 = predict_step(c, e, at2);
+      k.p1 = predict_step(c, e, at1);
+      k.p2 = predict_step(c, e, at2);
     } catch (const Error& e) {
       NK_WARN(
           "autoconfig: no context-parallel probe at micro-batch {} for this recipe ({}); ring "
           "attention costed {}",
-          mb, e.what(), ring_probes_.empty() ? "as the causal kernel's tiles" : "from the first");
+          mb, e.what(), plan.empty() ? "as the causal kernel's tiles" : "from the first");
       break;
     }
-    const MeasuredRun r = run(fmt::format("probe-cp2-mb{}", mb), P,
-                              probe_overrides(1, 2, int(dp), mb, cal.threads), kProbeSteps);
-    if (!r.ok() || !(p2.total() > p1.total())) {
-      NK_WARN(
-          "autoconfig: the context-parallel probe at micro-batch {} failed ({}, {}); ring "
-          "attention costed {}",
-          mb, r.result.describe(), r.log,
-          ring_probes_.empty() ? "as the causal kernel's tiles" : "from the first");
+    if (!(k.p2.total() > k.p1.total())) {
+      NK_WARN("autoconfig: no ring attention in the context-parallel probe at micro-batch {}", mb);
       break;
     }
+    plan.push_back(k);
+  }
+  // Two rounds, the second in reverse order, each probe's steps pooled over
+  // both: one run on 4 ranks sharing 2 cores can read 30 % slow throughout
+  // (where its ranks were placed), and the scale, fitted from the ring's
+  // small share of the step, amplifies that (one round each, four 4-rank
+  // grids in a row on the Zen 5 VM: scales 4.3, 4.5, 4.9 and 8.6).
+  std::vector<std::vector<double>> pooled(plan.size());
+  size_t ran = plan.size();  // the probes fitted: those before a failed first run
+  for (int round = 1; round <= 2 && ran > 0; ++round)
+    for (size_t i = 0; i < ran; ++i) {
+      const size_t k = round == 1 ? i : ran - 1 - i;
+      const int64_t mb = plan[k].mb;
+      const MeasuredRun r = run(fmt::format("probe-cp2-mb{}{}", mb, round > 1 ? "-2" : ""), P,
+                                probe_overrides(1, 2, int(dp), mb, cal.threads), kProbeSteps);
+      if (r.ok()) {
+        pooled[k].insert(pooled[k].end(), r.steps_s.begin() + 1, r.steps_s.end());
+        continue;
+      }
+      if (round == 1) {
+        NK_WARN(
+            "autoconfig: the context-parallel probe at micro-batch {} failed ({}, {}); ring "
+            "attention costed {}",
+            mb, r.result.describe(), r.log,
+            k == 0 ? "as the causal kernel's tiles" : "from the first");
+        ran = k;
+      } else {
+        NK_WARN(
+            "autoconfig: the context-parallel probe at micro-batch {} failed in the second "
+            "round ({}, {}); fitted on the first",
+            mb, r.result.describe(), r.log);
+      }
+      break;
+    }
+  for (size_t k = 0; k < ran; ++k) {
+    const Planned& q = plan[k];
+    const double m = median(pooled[k]);
     ring_probes_.push_back(
-        {mb, p1.total(), r.step_s,
-         RingProbe{r.step_s - p1.total(), p2.total() - p1.total(), p1.ring_messages}});
+        {q.mb, q.p1.total(), m,
+         RingProbe{m - q.p1.total(), q.p2.total() - q.p1.total(), q.p1.ring_messages}});
   }
   if (ring_probes_.empty()) return;
   if (!fit_ring(cal, ring_probes_[0].fit,
@@ -654,6 +695,49 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
   if (!pair) return;
   fsdp_probes_.push_back(*pair);
   cal.fsdp_pair_step_s = std::max(0.0, (pair->measured_s - pair->predicted_s) / pair->per_step_s);
+}
+
+void AutoconfigRuns::calibrate_zero2(const TrainConfig& cfg, MachineRates& rates,
+                                     StepCalibration& cal) {
+  const int64_t G = cfg.global_batch, P = divisor_at_most(G, cal.procs_per_node);
+  zero2_probe_ = {};
+  if (P < 2) return;  // no sharded layout on this host
+  TrainConfig c = probe_config(cfg, 1, 1, int(P), 1);
+  c.ddp.shard = parallel::Shard::Gradients;
+  StepCalibration without = cal;
+  without.procs_per_node = P;
+  without.sharing = measure_sharing(P);  // (cached: the host's)
+  without.zero2_micro_batch_s = 0;
+  StepPrediction p;
+  try {
+    c.parallel.check();
+    measure_missing_rates(c, rates);
+    p = predict_step(c, estimate_training(c, P, &rates), without);
+  } catch (const Error& e) {
+    NK_WARN("autoconfig: no ZeRO-2 probe for this recipe ({}); its reductions costed by bytes",
+            e.what());
+    return;
+  }
+  std::vector<std::string> extra = probe_overrides(1, 1, int(P), 1, cal.threads);
+  extra.push_back("parallel.shard=grads");
+  // Two rounds pooled, as the other probes on ranks sharing cores.
+  std::vector<double> steps;
+  for (int round = 1; round <= 2; ++round) {
+    const MeasuredRun r =
+        run(fmt::format("probe-zero2{}", round > 1 ? "-2" : ""), P, extra, kProbeSteps);
+    if (!r.ok()) {
+      NK_WARN("autoconfig: the ZeRO-2 probe failed ({}, {}){}", r.result.describe(), r.log,
+              steps.empty() ? "; its reductions costed by bytes" : "; fitted on one round");
+      break;
+    }
+    steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
+  }
+  if (steps.empty()) return;
+  const double m = double(G / P);  // micro-batches per rank
+  zero2_probe_ = {m, p.comm_bytes, p.total(), median(steps)};
+  const double over = cal.oversubscription();
+  cal.zero2_micro_batch_s = std::max(0.0, (zero2_probe_.measured_s - p.total()) / (over * m));
+  cal.zero2_group = P;
 }
 
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {

@@ -175,6 +175,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
     runs.calibrate_messages(cfg, rates, cal);
     runs.calibrate_ring(cfg, rates, cal);
     runs.calibrate_fsdp(cfg, rates, cal);
+    runs.calibrate_zero2(cfg, rates, cal);
   }
 
   LayoutSearchOptions opt;
@@ -275,6 +276,10 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"bytes", m->bytes},
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
+    if (const auto& z = runs.zero2_probe(); z.measured_s > 0)
+      j["zero2_probe"] = {{"micro_batches", z.messages},
+                          {"predicted_without_s", z.predicted_s},
+                          {"measured_s", z.measured_s}};
     j["fsdp_fit"] = runs.fsdp_fit();
     j["fsdp_probes"] = nlohmann::json::array();
     for (const AutoconfigRuns::FsdpProbe& f : runs.fsdp_probes())
@@ -328,7 +333,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "the GEMM/attention rates + {:.2f} ms per micro-batch + {:.2f} ms per step (probes: {}); "
         "link {:.2f} GB/s, "
         "{:.0f} us per message ({}){}{}; FSDP {:.2f} ns a gathered byte + {:.1f} ms a step{} "
-        "(fit: {}; the page probe {:.2f} ns a byte)\n\n",
+        "(fit: {}; the page probe {:.2f} ns a byte){}\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
         cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
@@ -350,7 +355,11 @@ int cmd_autoconfig(const CommandArgs& raw) {
         cal.fsdp_pair_step_s >= 0 ? fmt::format(" in groups of {}, {:.1f} ms in groups of 2",
                                                 cal.fsdp_group, cal.fsdp_pair_step_s * 1e3)
                                   : "",
-        runs.fsdp_fit(), cal.page_refault_s_per_byte * 1e9);
+        runs.fsdp_fit(), cal.page_refault_s_per_byte * 1e9,
+        cal.zero2_group > 1
+            ? fmt::format("; ZeRO-2 {:.1f} ms a micro-batch's reduction past its bytes",
+                          cal.zero2_micro_batch_s * 1e3 * cal.oversubscription())
+            : "");
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",
                "tokens/s", meas ? " median step ms    error" : "");

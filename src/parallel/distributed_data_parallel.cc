@@ -42,8 +42,10 @@ DistributedDataParallel::DistributedDataParallel(Transformer& model, dist::Commu
                                 model_.config().head_tied(), buckets_);
   param_gathers_.resize(buckets_.size());
   grads_released_.assign(buckets_.size(), true);
-  if (shards_grads())  // from the start: only this rank's blocks resident
+  if (shards_grads()) {                 // from the start: only this rank's blocks resident
+    advise_huge_pages(model_.grads());  // released and written again every micro-batch
     for (const GradBucket& b : buckets_) zero_other_blocks(model_.grads(), b, group_of(b));
+  }
 }
 
 void DistributedDataParallel::zero_grads() {

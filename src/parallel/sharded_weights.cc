@@ -33,6 +33,19 @@ size_t resident_bytes(const Tensor& t) {
   return std::min(n * page, t.nbytes());
 }
 
+void advise_huge_pages(const Tensor& arena) {
+#ifdef MADV_HUGEPAGE
+  if (!arena.defined() || !arena.on_host() || arena.nbytes() == 0) return;
+  const size_t page = page_size();
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(arena.raw()) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(arena.raw()) + arena.nbytes()) / page * page;
+  // Advice: a kernel without THP answers EINVAL, and small pages serve.
+  if (hi > lo) (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)arena;
+#endif
+}
+
 namespace {
 // Calls f(first byte, one past the last byte, element offset, elements) for
 // each other rank's block of bucket `b` of `arena`.
@@ -109,6 +122,7 @@ ShardedWeights::ShardedWeights(Transformer& model, dist::Communicator& comm,
   NK_CHECK(model.device() == kHost, "ShardedWeights: host arenas only (madvise), got {}",
            device_name(model.device()));
   const bool separate_master = model.compute_params().raw() != model.params().raw();
+  advise_huge_pages(model.compute_params());  // gathered and released every unit
   for (const GradBucket& b : buckets_) {
     release_other_blocks(model.compute_params(), b, group(b));
     if (separate_master) release_other_blocks(model.params(), b, group(b));

@@ -55,6 +55,8 @@ nlohmann::json StepCalibration::to_json() const {
           {"fsdp_step_s", fsdp_step_s},
           {"fsdp_group", fsdp_group},
           {"fsdp_pair_step_s", fsdp_pair_step_s},
+          {"zero2_micro_batch_s", zero2_micro_batch_s},
+          {"zero2_group", zero2_group},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
 }
@@ -103,6 +105,11 @@ PageRefault measure_page_refault(int64_t bytes, int64_t rounds) {
   const size_t n = size_t(bytes);
   void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return r;
+#ifdef MADV_HUGEPAGE
+  // In huge pages where the kernel gives them, as the released arenas it
+  // stands for (parallel/sharded_weights.h: advise_huge_pages).
+  (void)madvise(m, n, MADV_HUGEPAGE);
+#endif
   r.bytes = bytes, r.rounds = rounds;
   char* p = static_cast<char*>(m);
   std::memset(p, 1, n);
@@ -199,9 +206,16 @@ bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many)
       }
     }
   }
-  const double rest = few.extra_s - few.ring_messages * cal.link_latency_s;
-  cal.ring_attention_scale =
-      few.per_scale_s > 0 ? std::clamp(1.0 + rest / few.per_scale_s, 0.5, 10.0) : 1.0;
+  // The scale alone, the messages at the link's latency: least squares over
+  // the probes there are (two halve one run's noise, which the scale, a
+  // small share of the step, amplifies).
+  double num = 0, den = 0;
+  for (const RingProbe* r : {&few, many})
+    if (r && r->per_scale_s > 0) {
+      num += r->per_scale_s * (r->extra_s - r->ring_messages * cal.link_latency_s);
+      den += r->per_scale_s * r->per_scale_s;
+    }
+  cal.ring_attention_scale = den > 0 ? std::clamp(1.0 + num / den, 0.5, 10.0) : 1.0;
   return false;
 }
 
@@ -325,6 +339,11 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         break;
       case parallel::Shard::Gradients:
         p.comm_bytes += share * (m + 1.0) * grads, p.messages += (m + 1.0) * buckets;
+        // Each micro-batch's reduction past its bytes (calibrate_zero2's
+        // probe), a smaller group's by its share of the bytes.
+        if (cal.zero2_micro_batch_s > 0 && cal.zero2_group > 1)
+          p.overhead_s += over * m * cal.zero2_micro_batch_s * share /
+                          (double(cal.zero2_group - 1) / double(cal.zero2_group));
         break;
       case parallel::Shard::Full: {
         const double reductions = e.pp == 1 ? m : 1.0;

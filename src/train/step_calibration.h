@@ -21,6 +21,8 @@
 //       the recipe (one micro-batch per rank, then one sequence per
 //       micro-batch): the ring's blocks over the causal kernel's tiles, and
 //       what one of the ring's messages costs (fit_ring);
+//   zero2_micro_batch_s               a ZeRO-2 run of the recipe (one
+//       sequence per micro-batch): a micro-batch's reduction past its bytes;
 //   refault_s_per_byte, fsdp_step_s   two fully sharded (FSDP) runs of
 //       the recipe (the most micro-batches, then the fewest): what a byte
 //       its gathers write into released pages costs, and what a step
@@ -98,6 +100,17 @@ struct StepCalibration {
   double fsdp_pair_step_s = -1;
   // FSDP's per-step cost in a sharding group of `ranks`.
   double fsdp_step_in(int64_t ranks) const;
+  // ZeRO-2 (parallel.shard=grads): what each micro-batch's reduction costs
+  // past its bytes, per unit of oversubscription: its buckets finished a
+  // backward stage after they start (a rendezvous of the group at every
+  // stage, which on ranks sharing cores waits for their turns) and the
+  // released blocks written again. Measured by a probe at dp P, one
+  // sequence per micro-batch (AutoconfigRuns::calibrate_zero2: on the Zen 5
+  // VM, 4 ranks of 2 cores, gpt-tiny, about 20 ms where the bytes take 4);
+  // in a group of zero2_group, a smaller group's scaled by its share of the
+  // bytes (not measured apart). 0: not measured.
+  double zero2_micro_batch_s = 0;
+  int64_t zero2_group = 0;
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;
@@ -126,12 +139,12 @@ double measure_core_sharing(int64_t threads, int64_t total);
 // madvise(MADV_DONTNEED) costs over writing resident ones (the page faults
 // and zeroing FSDP's gathers pay after each release:
 // parallel/sharded_weights.h): the best of `rounds` rounds over `bytes`
-// (32 MiB, 5 by default), each a write of the resident pages, the release,
-// and a write again. Also what it touched: the minor page faults of this
-// thread during the writes of resident pages and during the writes after
-// the releases (every round's; the latter at least one per page, or per
-// huge page where the kernel maps those). nk::Error for bytes under a page
-// or rounds under 1; zeros when the memory cannot be mapped.
+// (32 MiB, 5 by default, advised to huge pages as the arenas are), each a
+// write of the resident pages, the release, and a write again. Also what it touched: the minor page
+// faults of this thread during the writes of resident pages and during the writes after the
+// releases (every round's; the latter at least one per page, or per huge page where the kernel maps
+// those). nk::Error for bytes under a page or rounds under 1; zeros when the memory cannot be
+// mapped.
 struct PageRefault {
   double s_per_byte = 0;
   int64_t bytes = 0, rounds = 0;
@@ -183,7 +196,8 @@ struct RingProbe {
 // both. When that has no solution with a scale in [0.5, 10] and a cost >= 0
 // (noise), or `many` is absent or carries no more messages than `few`: the
 // messages at link_latency_s (ring_message_s stays negative) and the scale
-// from `few` alone, clamped to [0.5, 10]. Returns whether both were fitted.
+// fitted to both probes by least squares (`few` alone without `many`),
+// clamped to [0.5, 10]. Returns whether both were fitted.
 bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many);
 
 // A fully sharded probe run of the recipe against predict_step with FSDP's

@@ -120,16 +120,18 @@ TEST(StepCalibration, TwoContextParallelProbesSeparateTheRingsBlocksFromItsMessa
   EXPECT_NEAR(fit.ring_attention_scale, 2.5, 1e-9);
   EXPECT_NEAR(fit.ring_message_s, 0.4e-3, 1e-12);
   // Noise that makes the many messages cheaper than the few: no negative
-  // cost; the messages at the link's latency (1 ms) and the scale from the
-  // few-message probe alone.
+  // cost; the messages at the link's latency (1 ms) and the scale fitted to
+  // both probes by least squares.
   const RingProbe cheaper{few.extra_s - 0.010, 0.042, 64};
   EXPECT_FALSE(fit_ring(fit, few, &cheaper));
   EXPECT_LT(fit.ring_message_s, 0);
-  EXPECT_NEAR(fit.ring_attention_scale, 1.0 + (few.extra_s - 16 * 1e-3) / 0.040, 1e-9);
-  // One probe only (one sequence per rank): the same.
+  const double r1 = few.extra_s - 16 * 1e-3, r2 = cheaper.extra_s - 64 * 1e-3;
+  EXPECT_NEAR(fit.ring_attention_scale,
+              1.0 + (0.040 * r1 + 0.042 * r2) / (0.040 * 0.040 + 0.042 * 0.042), 1e-9);
+  // One probe only (one sequence per rank): the scale from it alone.
   StepCalibration alone = cal;
   EXPECT_FALSE(fit_ring(alone, few, nullptr));
-  EXPECT_DOUBLE_EQ(alone.ring_attention_scale, fit.ring_attention_scale);
+  EXPECT_NEAR(alone.ring_attention_scale, 1.0 + r1 / 0.040, 1e-9);
   // A scale out of [0.5, 10] is clamped (a probe faster than the model).
   EXPECT_FALSE(fit_ring(alone, RingProbe{-1.0, 0.040, 16}, nullptr));
   EXPECT_EQ(alone.ring_attention_scale, 0.5);
@@ -296,6 +298,22 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   // gather once.
   EXPECT_NEAR(zero2.messages, 3 * none.messages, 1e-9);
   EXPECT_NEAR(zero2.comm_bytes, 1.5 * none.comm_bytes, 1e-6);
+  // And each micro-batch's reduction past its bytes (calibrate_zero2's
+  // probe): 2 micro-batches a rank here, at the cores' sharing; in a group
+  // smaller than the probe's, by its share of the bytes; not for ZeRO-1.
+  {
+    StepCalibration z2 = cal;
+    z2.zero2_micro_batch_s = 0.004, z2.zero2_group = 2;
+    const TrainConfig c = load({"parallel.dp=2", "parallel.shard=grads"});
+    const TrainEstimate e = estimate_training(c, 2, &r);
+    EXPECT_NEAR(predict_step(c, e, z2).overhead_s - zero2.overhead_s,
+                2 * 0.004 * cal.oversubscription(), 1e-12);
+    z2.zero2_group = 4;  // measured over 4 ranks: a pair moves 1/2 where 4 move 3/4
+    EXPECT_NEAR(predict_step(c, e, z2).overhead_s - zero2.overhead_s,
+                2 * 0.004 * cal.oversubscription() * (0.5 / 0.75), 1e-12);
+    const TrainConfig o = load({"parallel.dp=2", "parallel.shard=optimizer"});
+    EXPECT_EQ(predict_step(o, estimate_training(o, 2, &r), z2).overhead_s, zero1.overhead_s);
+  }
   // FSDP: a reduce-scatter and two gathers per micro-batch.
   EXPECT_NEAR(fsdp.messages, none.messages * (2 + 2 * 2), 1e-9);
   // Each gather faults the other rank's half of the compute weights in again.

@@ -252,7 +252,16 @@ TEST(CollectivesBf16, SumsRoundOnce) {
   int p = c.size();
   Tensor x = tensor_f32({c.rank() == 0 ? 256.f : 1.f}, DType::BF16);
   c.all_reduce(x);
-  EXPECT_EQ(values(x)[0], bf16_to_f32(f32_to_bf16(float(256 + p - 1))));
+  const float want = bf16_to_f32(f32_to_bf16(float(256 + p - 1)));
+  EXPECT_EQ(values(x)[0], want);
+  // The reduce-scatters alike (their blocks summed by each owner, in f32),
+  // every rank's block: the same element values in each.
+  std::vector<float> v(size_t(p), c.rank() == 0 ? 256.f : 1.f);
+  Tensor in = tensor_f32(v, DType::BF16), out = Tensor::zeros({1}, DType::BF16);
+  c.reduce_scatter(in, out);
+  EXPECT_EQ(values(out)[0], want);
+  c.reduce_scatter_v(in, std::vector<int64_t>(size_t(p), 1));
+  EXPECT_EQ(values(in)[size_t(c.rank())], want);
 }
 
 // A Work dropped without wait() completes in its destructor; buffers stay alive.
