@@ -677,6 +677,11 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
     ok = fit();
     fsdp_fit_ = "two probes, two rounds";
   }
+  const std::vector<FsdpProbeFit> fits = {fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1])};
+  if (!ok && fit_fsdp_per_byte(cal, fits, page)) {
+    ok = true;
+    fsdp_fit_ = "two probes per byte alone";
+  }
   if (!ok) {
     NK_WARN(
         "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model) give no "
@@ -684,7 +689,7 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
         "step the least either probe leaves past it",
         (fsdp_probes_[0].measured_s - fsdp_probes_[0].predicted_s) * 1e3,
         (fsdp_probes_[1].measured_s - fsdp_probes_[1].predicted_s) * 1e3, page * 1e9);
-    fit_fsdp_at_page(cal, {fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1])}, page);
+    fit_fsdp_at_page(cal, fits, page);
     fsdp_fit_ = "page probe per byte, the probes per step";
   }
   cal.fsdp_group = P;

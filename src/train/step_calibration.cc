@@ -229,6 +229,16 @@ bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b
   return true;
 }
 
+bool fit_fsdp_per_byte(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page) {
+  double num = 0, den = 0;
+  for (const FsdpProbeFit& p : probes)
+    num += p.per_byte * p.extra_s, den += p.per_byte * p.per_byte;
+  const double r = den > 0 ? num / den : 0;
+  if (!(r > 0 && r >= page)) return false;
+  cal.refault_s_per_byte = r, cal.fsdp_step_s = 0;
+  return true;
+}
+
 void fit_fsdp_at_page(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page) {
   double least = 1e30;
   for (const FsdpProbeFit& p : probes)

@@ -217,7 +217,15 @@ struct FsdpProbeFit {
 // otherwise).
 bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b, double page);
 
-// The fallback when fit_fsdp refuses: `page` per byte, and per step the
+// When fit_fsdp refuses for a negative per-step cost: the per-byte cost
+// alone (per step 0), fitted to the probes by least squares, taken when it
+// is at least `page`. Returns whether it was taken (cal unchanged
+// otherwise). (The two-probe fit's per-step cost goes negative when the
+// probe with the most gathers reads more than its bytes' share of the
+// other's excess: the per-byte cost then carries the whole excess.)
+bool fit_fsdp_per_byte(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page);
+
+// The fallback when both refuse: `page` per byte, and per step the
 // least any probe leaves past it (a probe slowed by the host reads slow,
 // never fast), at least 0.
 void fit_fsdp_at_page(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page);

@@ -167,6 +167,21 @@ TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
   // Probes faster than the pages alone: no negative per-step cost.
   fit_fsdp_at_page(refused, {FsdpProbeFit{0.010, 8e7, 2}}, page);
   EXPECT_EQ(refused.fsdp_step_s, 0);
+  // The most-gathers probe reading more than its bytes' share of the
+  // other's excess (per-step cost negative): the per-byte cost alone, by
+  // least squares, when at least the page probe's; else refused.
+  {
+    const FsdpProbeFit heavy{0.074, 4e7, 2}, light{0.035, 2e7, 2};
+    StepCalibration alone = cal;
+    EXPECT_FALSE(fit_fsdp(alone, heavy, light, 0));  // 1.95 ns and a negative per step
+    EXPECT_TRUE(fit_fsdp_per_byte(alone, {heavy, light}, 1e-9));
+    EXPECT_NEAR(alone.refault_s_per_byte, (4e7 * 0.074 + 2e7 * 0.035) / (16e14 + 4e14), 1e-18);
+    EXPECT_EQ(alone.fsdp_step_s, 0);
+    StepCalibration floor = cal;
+    floor.refault_s_per_byte = 7;
+    EXPECT_FALSE(fit_fsdp_per_byte(floor, {heavy, light}, 2e-9));  // under the page probe's
+    EXPECT_EQ(floor.refault_s_per_byte, 7);
+  }
   // A negative cost (a probe faster than the model) or equal slopes: refused.
   EXPECT_FALSE(fit_fsdp(cal, FsdpProbeFit{-0.1, 8e7, 2}, fewest, page));
   EXPECT_FALSE(fit_fsdp(cal, most, most, page));

@@ -100,7 +100,8 @@ for c in runs:
 # one micro-batch per rank: 1 and 4 here), measured, and the calibration
 # fitted to them: with a two-probe fit (taken only at a per-byte cost no
 # less than the page probe's) a layout the same as a probe is predicted at
-# its measured step; with the fallback (said in the log) the page probe's
+# its measured step; when that fit's per-step cost is negative, the
+# per-byte cost alone by least squares; with the fallback (said in the log) the page probe's
 # cost per byte, and the probe that leaves the least past it predicted at
 # its measured step, the other at most at its own.
 cal, probes, kind = j["calibration"], j["fsdp_probes"], j["fsdp_fit"]
@@ -118,6 +119,14 @@ if kind in ("two probes", "two probes, two rounds"):
     assert cal["refault_s_per_byte"] >= page and cal["fsdp_step_s"] >= 0, (kind, cal)
     for p in probes:
         assert abs(got[p["micro_batch"]] - p["measured_s"]) <= 1e-9 * p["measured_s"], (p, got)
+elif kind == "two probes per byte alone":
+    # (their fit's per-step cost was negative) least squares through 0:
+    # the probes' gaps, weighted by what a byte's cost adds to each, cancel
+    assert cal["refault_s_per_byte"] >= page and cal["fsdp_step_s"] == 0, (kind, cal)
+    gaps = [p["measured_s"] - got[p["micro_batch"]] for p in probes]
+    w = sum(p["per_s_per_byte"] * g for p, g in zip(probes, gaps))
+    scale = sum(p["per_s_per_byte"] * p["measured_s"] for p in probes)
+    assert abs(w) <= 1e-9 * scale, (gaps, w)
 elif kind == "page probe per byte, the probes per step":
     assert cal["refault_s_per_byte"] == page and cal["fsdp_step_s"] >= 0, (kind, cal)
     # (a per-step cost of 0: the least was negative, clamped)
