@@ -117,12 +117,13 @@ class AutoconfigRuns {
   // data-parallel runs of the recipe on the host's ranks (dp P: one
   // sequence per micro-batch, the most gathers, then one micro-batch per
   // rank, the fewest, the same tokens), each against the model with both
-  // costs free, fitted as gathered bytes x per byte + per step (the
-  // prediction's slopes in each). A fit is taken when both costs are
-  // positive and the per-byte one is at least the page probe's
-  // (cal.page_refault_s_per_byte: every gather writes into released
-  // pages); else both probes run once more, their steps pooled, and are
-  // fitted again; failing that, the page probe's cost per byte and per
+  // costs free, in two rounds (their steps pooled), fitted as gathered
+  // bytes x per byte + per step (the prediction's slopes in each). A fit is
+  // taken when both costs are positive and the per-byte one is at least the
+  // page probe's (cal.page_refault_s_per_byte: every gather writes into
+  // released pages); else, for a negative per-step cost, the per-byte cost
+  // alone by least squares when at least the page probe's
+  // (fit_fsdp_per_byte); failing that, the page probe's cost per byte and per
   // step the least either probe leaves past it (a probe slowed by other
   // work on the host reads slow, never fast). With one micro-batch per
   // rank only, the one probe per byte. Keeps cal's values (the page
@@ -149,8 +150,9 @@ class AutoconfigRuns {
     double predicted_s = 0, per_s_per_byte = 0, per_step_s = 0, measured_s = 0;
   };
   const std::vector<FsdpProbe>& fsdp_probes() const { return fsdp_probes_; }
-  // "two probes", "two probes, two rounds", "page probe per byte, the
-  // probes per step", "one probe per byte" or "page probe".
+  // "two probes, two rounds" ("two probes" when the second round failed),
+  // "two probes per byte alone", "page probe per byte, the probes per step",
+  // "one probe per byte" or "page probe".
   const std::string& fsdp_fit() const { return fsdp_fit_; }
   // A context-parallel probe: its micro-batch, predicted step with the
   // ring at scale 1 and free messages, measured step, and what fit_ring
