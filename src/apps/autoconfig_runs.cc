@@ -80,6 +80,14 @@ std::vector<std::string> probe_overrides(int tp, int cp, int dp, int64_t mb, int
           fmt::format("train.threads={}", threads)};
 }
 
+// A multi-rank probe's layout on P ranks as the model sees it: checked as
+// the trainer checks it (nk::Error when it cannot run), its rates measured.
+TrainEstimate probe_estimate(const TrainConfig& c, int64_t P, MachineRates& rates) {
+  c.parallel.check();
+  measure_missing_rates(c, rates);
+  return estimate_training(c, P, &rates);
+}
+
 }  // namespace
 
 nlohmann::json Calibration::to_json() const {
@@ -396,9 +404,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     TrainConfig c = probe_config(cfg, int(tp), 1, int(P / tp), mb);
     StepPrediction p;
     try {
-      c.parallel.check();
-      measure_missing_rates(c, rates);
-      p = predict_step(c, estimate_training(c, P, &rates), none);
+      p = predict_step(c, probe_estimate(c, P, rates), none);
     } catch (const Error& e) {
       NK_WARN("autoconfig: no tensor-parallel probe for this recipe ({}); {:.0f} us per message",
               e.what(), cal.link_latency_s * 1e6);
@@ -503,9 +509,7 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
     at1.ring_message_s = at2.ring_message_s = 0;
     Planned k{mb, {}, {}};
     try {
-      c.parallel.check();
-      measure_missing_rates(c, rates);
-      const TrainEstimate e = estimate_training(c, P, &rates);
+      const TrainEstimate e = probe_estimate(c, P, rates);
       k.p1 = predict_step(c, e, at1);
       k.p2 = predict_step(c, e, at2);
     } catch (const Error& e) {
@@ -600,9 +604,7 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
     FsdpProbe f;
     f.tp = tp, f.micro_batch = mb;
     try {
-      c.parallel.check();
-      measure_missing_rates(c, rates);
-      const TrainEstimate e = estimate_training(c, P, &rates);
+      const TrainEstimate e = probe_estimate(c, P, rates);
       f.predicted_s = predict_step(c, e, at0).total();
       f.per_s_per_byte = (predict_step(c, e, per_b).total() - f.predicted_s) / 1e-9;
       f.per_step_s = (predict_step(c, e, per_step).total() - f.predicted_s) / 1e-3;
@@ -717,9 +719,7 @@ void AutoconfigRuns::calibrate_zero2(const TrainConfig& cfg, MachineRates& rates
   without.zero2_micro_batch_s = 0;
   StepPrediction p;
   try {
-    c.parallel.check();
-    measure_missing_rates(c, rates);
-    p = predict_step(c, estimate_training(c, P, &rates), without);
+    p = predict_step(c, probe_estimate(c, P, rates), without);
   } catch (const Error& e) {
     NK_WARN("autoconfig: no ZeRO-2 probe for this recipe ({}); its reductions costed by bytes",
             e.what());
@@ -741,9 +741,10 @@ void AutoconfigRuns::calibrate_zero2(const TrainConfig& cfg, MachineRates& rates
   }
   if (steps.empty()) return;
   const double m = double(G / P);  // micro-batches per rank
-  zero2_probe_ = {m, p.comm_bytes, p.total(), median(steps)};
-  const double over = cal.oversubscription();
-  cal.zero2_micro_batch_s = std::max(0.0, (zero2_probe_.measured_s - p.total()) / (over * m));
+  zero2_probe_ = {m, p.total(), median(steps)};
+  // Per unit of the probe's sharing of the cores, as predict_step scales it.
+  cal.zero2_micro_batch_s =
+      std::max(0.0, (zero2_probe_.measured_s - p.total()) / (without.oversubscription() * m));
   cal.zero2_group = P;
 }
 

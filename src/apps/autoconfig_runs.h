@@ -138,7 +138,8 @@ class AutoconfigRuns {
   // recipe at dp P (the most ranks the batch splits over), parallel.shard=
   // grads, one sequence per micro-batch (the most reductions), in two rounds
   // pooled, against the model without that cost: what it adds over its
-  // micro-batches. Keeps 0 (with a warning) when the recipe cannot run so.
+  // micro-batches (and so whatever else the model misses at dp P). Keeps 0
+  // (with a warning) when the recipe cannot run so.
   void calibrate_zero2(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // A fully sharded probe: its tensor-parallel size (1: dp P; 2: the
   // pair probe, tp 2 x dp P/2, after the others) and micro-batch,
@@ -170,10 +171,13 @@ class AutoconfigRuns {
   };
   const MessageProbe& message_probe() const { return message_probe_; }
   const MessageProbe& bytes_probe() const { return bytes_probe_; }
-  // The ZeRO-2 probe (calibrate_zero2): its micro-batches per rank in
-  // `messages`, bytes, predicted step without the per-micro-batch cost,
-  // measured step (zeros when it did not run).
-  const MessageProbe& zero2_probe() const { return zero2_probe_; }
+  // The ZeRO-2 probe (calibrate_zero2): its micro-batches per rank,
+  // predicted step without the per-micro-batch cost, measured step (zeros
+  // when it did not run).
+  struct Zero2Probe {
+    double micro_batches = 0, predicted_s = 0, measured_s = 0;
+  };
+  const Zero2Probe& zero2_probe() const { return zero2_probe_; }
   // `steps` training steps of candidate k on `world` ranks of this host.
   MeasuredRun measure(const LayoutCandidate& k, int64_t world, int64_t steps);
   // The recipe with k's settings, as one YAML file for nekton train.
@@ -190,7 +194,8 @@ class AutoconfigRuns {
   std::string exe_, dir_, data_;
   double timeout_s_;
   int runs_ = 0;
-  MessageProbe message_probe_, bytes_probe_, zero2_probe_;
+  MessageProbe message_probe_, bytes_probe_;
+  Zero2Probe zero2_probe_;
   std::vector<CpProbe> ring_probes_;
   std::vector<FsdpProbe> fsdp_probes_;
   std::string fsdp_fit_ = "page probe";

@@ -277,7 +277,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
     if (const auto& z = runs.zero2_probe(); z.measured_s > 0)
-      j["zero2_probe"] = {{"micro_batches", z.messages},
+      j["zero2_probe"] = {{"micro_batches", z.micro_batches},
                           {"predicted_without_s", z.predicted_s},
                           {"measured_s", z.measured_s}};
     j["fsdp_fit"] = runs.fsdp_fit();

@@ -106,9 +106,10 @@ struct StepCalibration {
   // stage, which on ranks sharing cores waits for their turns) and the
   // released blocks written again. Measured by a probe at dp P, one
   // sequence per micro-batch (AutoconfigRuns::calibrate_zero2: on the Zen 5
-  // VM, 4 ranks of 2 cores, gpt-tiny, about 20 ms where the bytes take 4);
-  // in a group of zero2_group, a smaller group's scaled by its share of the
-  // bytes (not measured apart). 0: not measured.
+  // VM, 4 ranks of 2 cores, gpt-tiny, 8-17 ms in most calibrations, times the
+  // sharing of x2, where the bytes take 4 ms); in a group of zero2_group, a
+  // smaller group's scaled by its share of the bytes (not measured apart).
+  // 0: not measured.
   double zero2_micro_batch_s = 0;
   int64_t zero2_group = 0;
   // Ring attention's time over the causal kernel's for the same tiles (a
@@ -140,11 +141,12 @@ double measure_core_sharing(int64_t threads, int64_t total);
 // and zeroing FSDP's gathers pay after each release:
 // parallel/sharded_weights.h): the best of `rounds` rounds over `bytes`
 // (32 MiB, 5 by default, advised to huge pages as the arenas are), each a
-// write of the resident pages, the release, and a write again. Also what it touched: the minor page
-// faults of this thread during the writes of resident pages and during the writes after the
-// releases (every round's; the latter at least one per page, or per huge page where the kernel maps
-// those). nk::Error for bytes under a page or rounds under 1; zeros when the memory cannot be
-// mapped.
+// write of the resident pages, the release, and a write again. Also what it
+// touched: the minor page faults of this thread during the writes of
+// resident pages and during the writes after the releases (every round's;
+// the latter at least one per page, or per huge page where the kernel maps
+// those). nk::Error for bytes under a page or rounds under 1; zeros when the
+// memory cannot be mapped.
 struct PageRefault {
   double s_per_byte = 0;
   int64_t bytes = 0, rounds = 0;

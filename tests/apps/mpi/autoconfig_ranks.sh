@@ -138,6 +138,22 @@ else:
 print(f"FSDP ({kind}): {cal['refault_s_per_byte'] * 1e9:.2f} ns a gathered byte + "
       f"{cal['fsdp_step_s'] * 1e3:.1f} ms a step (probes at {probes[0]['measured_s'] * 1e3:.1f} "
       f"and {probes[1]['measured_s'] * 1e3:.1f} ms)")
+# ZeRO-2's probe (dp 2, one sequence per micro-batch: 4 a rank) and its
+# fitted per-micro-batch cost: the same layout is predicted at the probe's
+# measured step (or above it, where the model alone already was).
+z = j["zero2_probe"]
+assert z["micro_batches"] == 4 and z["measured_s"] > 0 and z["predicted_without_s"] > 0, z
+zc = next(c for c in j["candidates"] if c["shard"] == "grads" and c["dp"] == 2 and
+          c["tp"] == c["cp"] == c["pp"] == 1 and c["micro_batch"] == 1 and
+          c["recompute"] == "none")
+pz = zc["step_seconds"]["total"]
+if cal["zero2_micro_batch_s"] > 0:
+    assert abs(pz - z["measured_s"]) <= 1e-9 * z["measured_s"], (pz, z)
+else:
+    assert pz >= z["measured_s"] * (1 - 1e-9), (pz, z)
+print(f"ZeRO-2: {cal['zero2_micro_batch_s'] * 1e3:.1f} ms a micro-batch past its bytes "
+      f"(probe {z['measured_s'] * 1e3:.1f} ms, the model without it "
+      f"{z['predicted_without_s'] * 1e3:.1f})")
 best = min(runs, key=lambda c: c["measured"]["step_s"])
 assert j["chosen"] + 1 == best["rank"], "--out did not take the measured best"
 # The host's drift: the one-process probe run again after measuring, over

@@ -254,8 +254,8 @@ TEST(CollectivesBf16, SumsRoundOnce) {
   c.all_reduce(x);
   const float want = bf16_to_f32(f32_to_bf16(float(256 + p - 1)));
   EXPECT_EQ(values(x)[0], want);
-  // The reduce-scatters alike (their blocks summed by each owner, in f32),
-  // every rank's block: the same element values in each.
+  // The reduce-scatters alike (staged through f32 as the all-reduce is):
+  // every rank's block holds the same sum, rounded once.
   std::vector<float> v(size_t(p), c.rank() == 0 ? 256.f : 1.f);
   Tensor in = tensor_f32(v, DType::BF16), out = Tensor::zeros({1}, DType::BF16);
   c.reduce_scatter(in, out);
