@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "apps/autoconfig_probe.h"
 #include "apps/host_load.h"
 #include "apps/mpirun_launch.h"
 #include "core/atomic_file.h"
@@ -27,7 +28,7 @@ namespace nk {
 
 namespace fs = std::filesystem;
 
-namespace {
+namespace autoconfig {
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -36,20 +37,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Steps of each probe run: the first warms up, the median of the rest counts.
-constexpr int64_t kProbeSteps = 8;
-
-// The largest divisor of n that is at most cap (at least 1).
 int64_t divisor_at_most(int64_t n, int64_t cap) {
   for (int64_t d = std::min(n, std::max<int64_t>(1, cap)); d > 1; --d)
     if (n % d == 0) return d;
   return 1;
 }
 
-// The recipe as a probe runs it: tp x cp x dp ranks, no pipeline, p2p
-// (a2a+p2p's sizes would not fit every cp), no sequence parallelism or
-// sharding, micro-batches of mb; and the same as nekton train's overrides
-// (with the rank's threads).
 TrainConfig probe_config(const TrainConfig& cfg, int tp, int cp, int dp, int64_t mb) {
   TrainConfig c = cfg;
   c.parallel.mesh = dist::MeshSpec{};
@@ -80,15 +73,20 @@ std::vector<std::string> probe_overrides(int tp, int cp, int dp, int64_t mb, int
           fmt::format("train.threads={}", threads)};
 }
 
-// A multi-rank probe's layout on P ranks as the model sees it: checked as
-// the trainer checks it (nk::Error when it cannot run), its rates measured.
 TrainEstimate probe_estimate(const TrainConfig& c, int64_t P, MachineRates& rates) {
   c.parallel.check();
   measure_missing_rates(c, rates);
   return estimate_training(c, P, &rates);
 }
 
-}  // namespace
+}  // namespace autoconfig
+
+using autoconfig::divisor_at_most;
+using autoconfig::kProbeSteps;
+using autoconfig::median;
+using autoconfig::probe_config;
+using autoconfig::probe_estimate;
+using autoconfig::probe_overrides;
 
 nlohmann::json Calibration::to_json() const {
   nlohmann::json j = {
@@ -574,178 +572,6 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
         "first, {:.0f} us per message",
         ring_probes_[0].fit.extra_s * 1e3, ring_probes_[1].fit.extra_s * 1e3,
         cal.link_latency_s * 1e6);
-}
-
-void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
-                                    StepCalibration& cal) {
-  // On as many of the host's ranks as the batch splits over (all, when it
-  // does): FSDP's gathers fault pages in on every rank at once.
-  const int64_t G = cfg.global_batch, P = divisor_at_most(G, cal.procs_per_node);
-  fsdp_probes_.clear();
-  fsdp_fit_ = "page probe";
-  if (P < 2) return;  // no sharded layout on this host
-  // The page probe's cost per byte is the least a gathered byte can cost:
-  // every gather writes into pages handed back after their last use.
-  const double page = cal.page_refault_s_per_byte;
-  std::map<std::string, std::vector<double>> pooled;  // steps by run, over the rounds
-  // One fully sharded run at tp x dp = P, micro-batch mb, against the model
-  // with FSDP's costs free (per_byte: the per-byte cost taken as known).
-  auto probe = [&](int64_t tp, int64_t mb, int round, double per_byte) -> std::optional<FsdpProbe> {
-    TrainConfig c = probe_config(cfg, int(tp), 1, int(P / tp), mb);
-    c.ddp.shard = parallel::Shard::Full;
-    // The step predicted with both costs free, at 1 ns a byte, at 1 ms a
-    // step: what the measured step adds over the first, in their slopes.
-    StepCalibration at0 = cal;
-    at0.procs_per_node = P;
-    at0.sharing = measure_sharing(P);  // (cached: the host's)
-    at0.refault_s_per_byte = per_byte, at0.fsdp_step_s = 0, at0.fsdp_pair_step_s = -1;
-    StepCalibration per_b = at0, per_step = at0;
-    per_b.refault_s_per_byte += 1e-9, per_step.fsdp_step_s = 1e-3;
-    FsdpProbe f;
-    f.tp = tp, f.micro_batch = mb;
-    try {
-      const TrainEstimate e = probe_estimate(c, P, rates);
-      f.predicted_s = predict_step(c, e, at0).total();
-      f.per_s_per_byte = (predict_step(c, e, per_b).total() - f.predicted_s) / 1e-9;
-      f.per_step_s = (predict_step(c, e, per_step).total() - f.predicted_s) / 1e-3;
-    } catch (const Error& e) {
-      NK_WARN("autoconfig: no fully sharded probe at tp {}, micro-batch {} for this recipe ({})",
-              tp, mb, e.what());
-      return std::nullopt;
-    }
-    std::vector<std::string> extra = probe_overrides(int(tp), 1, int(P / tp), mb, cal.threads);
-    std::replace(extra.begin(), extra.end(), std::string("parallel.shard=none"),
-                 std::string("parallel.shard=full"));
-    const std::string name = fmt::format("probe-fsdp-tp{}-dp{}-mb{}", tp, P / tp, mb);
-    const MeasuredRun r =
-        run(name + (round > 1 ? fmt::format("-{}", round) : ""), P, extra, kProbeSteps);
-    if (!r.ok() || !(f.per_s_per_byte > 0) || !(f.per_step_s > 0)) {
-      NK_WARN("autoconfig: the fully sharded probe at tp {}, micro-batch {} failed ({}, {})", tp,
-              mb, r.result.describe(), r.log);
-      return std::nullopt;
-    }
-    std::vector<double>& steps = pooled[name];
-    steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
-    f.measured_s = median(steps);
-    return f;
-  };
-  // One round of the data-parallel probes: one sequence per micro-batch
-  // (the most gathers), one micro-batch per rank (the fewest).
-  auto dp_probes = [&](int round) {
-    std::vector<FsdpProbe> out;
-    for (const int64_t mb : {int64_t(1), G / P}) {
-      if (!out.empty() && mb == out[0].micro_batch) break;
-      const std::optional<FsdpProbe> f = probe(1, mb, round, 0);
-      if (!f) break;
-      out.push_back(*f);
-    }
-    return out;
-  };
-  // A fit is taken only at a per-byte cost of at least the page probe's
-  // (fit_fsdp).
-  auto fit_of = [](const FsdpProbe& p) {
-    return FsdpProbeFit{p.measured_s - p.predicted_s, p.per_s_per_byte, p.per_step_s};
-  };
-  auto fit = [&] {
-    return fsdp_probes_.size() == 2 &&
-           fit_fsdp(cal, fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1]), page);
-  };
-  fsdp_probes_ = dp_probes(1);
-  if (fsdp_probes_.empty()) {
-    NK_WARN("autoconfig: FSDP's gathers costed by the page probe, {:.2f} ns a byte",
-            cal.refault_s_per_byte * 1e9);
-    return;
-  }
-  if (fsdp_probes_.size() == 1) {  // one micro-batch per rank only: per byte
-    const FsdpProbe& a = fsdp_probes_[0];
-    const double per_byte = (a.measured_s - a.predicted_s) / a.per_s_per_byte;
-    if (per_byte > 0 && per_byte >= page) {
-      cal.refault_s_per_byte = per_byte;
-      fsdp_fit_ = "one probe per byte";
-      return;
-    }
-    NK_WARN(
-        "autoconfig: the fully sharded probe gives {:.2f} ns a byte past the model with free "
-        "gathers, under the page probe's (noise); FSDP's gathers costed by the page probe, "
-        "{:.2f} ns a byte",
-        per_byte * 1e9, page * 1e9);
-    return;
-  }
-  // Both once more, their steps pooled (as the message and ring probes):
-  // the fit splits the probes' difference between a per-byte and a per-step
-  // cost, and one round each on 4 ranks of the 2-core VM traded them from
-  // 1.93 ns + 5.6 ms to 0.71 ns + 29.8 ms between two grids minutes apart.
-  fsdp_fit_ = "two probes";
-  if (std::vector<FsdpProbe> again = dp_probes(2); again.size() == 2) {
-    fsdp_probes_ = again;
-    fsdp_fit_ = "two probes, two rounds";
-  }
-  bool ok = fit();
-  const std::vector<FsdpProbeFit> fits = {fit_of(fsdp_probes_[0]), fit_of(fsdp_probes_[1])};
-  if (!ok && fit_fsdp_per_byte(cal, fits, page)) {
-    ok = true;
-    fsdp_fit_ = "two probes per byte alone";
-  }
-  if (!ok) {
-    NK_WARN(
-        "autoconfig: the fully sharded probes ({:.1f} and {:.1f} ms past the model) give no "
-        "positive cost per byte of at least the page probe's {:.2f} ns (noise); that, and per "
-        "step the least either probe leaves past it",
-        (fsdp_probes_[0].measured_s - fsdp_probes_[0].predicted_s) * 1e3,
-        (fsdp_probes_[1].measured_s - fsdp_probes_[1].predicted_s) * 1e3, page * 1e9);
-    fit_fsdp_at_page(cal, fits, page);
-    fsdp_fit_ = "page probe per byte, the probes per step";
-  }
-  cal.fsdp_group = P;
-  // More than 2 ranks: the per-step cost in a sharding group of 2 (tp 2 x
-  // dp P/2, one micro-batch per rank), at the per-byte cost just fitted.
-  if (P <= 2 || P % 2 != 0 || G % (P / 2) != 0) return;
-  const std::optional<FsdpProbe> pair = probe(2, G / (P / 2), 1, cal.refault_s_per_byte);
-  if (!pair) return;
-  fsdp_probes_.push_back(*pair);
-  cal.fsdp_pair_step_s = std::max(0.0, (pair->measured_s - pair->predicted_s) / pair->per_step_s);
-}
-
-void AutoconfigRuns::calibrate_zero2(const TrainConfig& cfg, MachineRates& rates,
-                                     StepCalibration& cal) {
-  const int64_t G = cfg.global_batch, P = divisor_at_most(G, cal.procs_per_node);
-  zero2_probe_ = {};
-  if (P < 2) return;  // no sharded layout on this host
-  TrainConfig c = probe_config(cfg, 1, 1, int(P), 1);
-  c.ddp.shard = parallel::Shard::Gradients;
-  StepCalibration without = cal;
-  without.procs_per_node = P;
-  without.sharing = measure_sharing(P);  // (cached: the host's)
-  without.zero2_micro_batch_s = 0;
-  StepPrediction p;
-  try {
-    p = predict_step(c, probe_estimate(c, P, rates), without);
-  } catch (const Error& e) {
-    NK_WARN("autoconfig: no ZeRO-2 probe for this recipe ({}); its reductions costed by bytes",
-            e.what());
-    return;
-  }
-  std::vector<std::string> extra = probe_overrides(1, 1, int(P), 1, cal.threads);
-  extra.push_back("parallel.shard=grads");
-  // Two rounds pooled, as the other probes on ranks sharing cores.
-  std::vector<double> steps;
-  for (int round = 1; round <= 2; ++round) {
-    const MeasuredRun r =
-        run(fmt::format("probe-zero2{}", round > 1 ? "-2" : ""), P, extra, kProbeSteps);
-    if (!r.ok()) {
-      NK_WARN("autoconfig: the ZeRO-2 probe failed ({}, {}){}", r.result.describe(), r.log,
-              steps.empty() ? "; its reductions costed by bytes" : "; fitted on one round");
-      break;
-    }
-    steps.insert(steps.end(), r.steps_s.begin() + 1, r.steps_s.end());
-  }
-  if (steps.empty()) return;
-  const double m = double(G / P);  // micro-batches per rank
-  zero2_probe_ = {m, p.total(), median(steps)};
-  // Per unit of the probe's sharing of the cores, as predict_step scales it.
-  cal.zero2_micro_batch_s =
-      std::max(0.0, (zero2_probe_.measured_s - p.total()) / (without.oversubscription() * m));
-  cal.zero2_group = P;
 }
 
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {

@@ -113,48 +113,59 @@ class AutoconfigRuns {
   // FSDP's costs past the link (cal.refault_s_per_byte, cal.fsdp_step_s):
   // what a byte its gathers write costs (the pages handed back after each
   // use faulted in again by the gather's copy, the release, the waits at
-  // every gather) and what a step costs beside them. Two fully sharded
+  // every gather) and what a step costs beside them. Three fully sharded
   // data-parallel runs of the recipe on the host's ranks (dp P: one
-  // sequence per micro-batch, the most gathers, then one micro-batch per
-  // rank, the fewest, the same tokens), each against the model with both
-  // costs free, in two rounds (their steps pooled), fitted as gathered
-  // bytes x per byte + per step (the prediction's slopes in each). A fit is
-  // taken when both costs are positive and the per-byte one is at least the
-  // page probe's (cal.page_refault_s_per_byte: every gather writes into
-  // released pages); else, for a negative per-step cost, the per-byte cost
-  // alone by least squares when at least the page probe's
-  // (fit_fsdp_per_byte); failing that, the page probe's cost per byte and per
-  // step the least either probe leaves past it (a probe slowed by other
-  // work on the host reads slow, never fast). With one micro-batch per
-  // rank only, the one probe per byte. Keeps cal's values (the page
-  // probe's) with a warning when the recipe cannot run so. fsdp_fit()
-  // names the fit taken. On more than 2 ranks (an even count), a third
-  // run at tp 2 x dp P/2 (one micro-batch per rank) gives the per-step cost
-  // in a sharding group of 2 (cal.fsdp_pair_step_s) at the per-byte cost
-  // fitted: on 4 ranks sharing 2 cores the 4-rank group's per-step cost
-  // overcharged a layout sharded over 2 by 43 %.
+  // sequence per micro-batch, the most gathers of the recipe's batch; one
+  // micro-batch per rank, the fewest; one sequence per micro-batch of
+  // twice the batch, as many gathers as a layout sharded over half the
+  // data-parallel ranks makes), each against the model with both costs
+  // free, in two rounds (their steps pooled), fitted as gathered bytes x
+  // per byte + per step by least squares (the prediction's slopes in each).
+  // A fit is taken when both costs are positive and the per-byte one is at
+  // least the page probe's (cal.page_refault_s_per_byte: every gather
+  // writes into released pages); else, for a negative per-step cost, the
+  // per-byte cost alone by least squares when at least the page probe's
+  // (fit_fsdp_per_byte); failing that, the page probe's cost per byte and
+  // per step the least any probe leaves past it (a probe slowed by other
+  // work on the host reads slow, never fast). With one probe run only, that
+  // probe per byte. Keeps cal's values (the page probe's) with a warning
+  // when the recipe cannot run so. fsdp_fit() names the fit taken. On more
+  // than 2 ranks (an even count), two more at tp 2 x dp P/2 (one
+  // micro-batch per rank, one sequence per micro-batch), in two rounds,
+  // give both costs in a sharding group of 2 (cal.fsdp_pair_step_s,
+  // cal.fsdp_pair_refault_s_per_byte; fsdp_pair_fit() names the fit): on 4
+  // ranks sharing 2 cores the 4-rank group's per-step cost overcharged a
+  // layout sharded over 2 by 43 %, its per-byte cost by 24-40 %.
   void calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // ZeRO-2's per-micro-batch cost (cal.zero2_micro_batch_s): a run of the
   // recipe at dp P (the most ranks the batch splits over), parallel.shard=
   // grads, one sequence per micro-batch (the most reductions), in two rounds
   // pooled, against the model without that cost: what it adds over its
-  // micro-batches (and so whatever else the model misses at dp P). Keeps 0
-  // (with a warning) when the recipe cannot run so.
+  // micro-batches (and so whatever else the model misses at dp P); on more
+  // than 2 ranks (an even count) a second at tp 2 x dp P/2, the cost in a
+  // sharding group of 2 (cal.zero2_pair_micro_batch_s). Each the cost at
+  // which the model predicts its probe's step (bisected: the model bends
+  // where the messages' wait is capped and where recomputed forwards hide
+  // the wait). Keeps 0 (with a warning) when the recipe cannot run so.
   void calibrate_zero2(const TrainConfig& cfg, MachineRates& rates, StepCalibration& cal);
   // A fully sharded probe: its tensor-parallel size (1: dp P; 2: the
-  // pair probe, tp 2 x dp P/2, after the others) and micro-batch,
-  // predicted step with FSDP's costs free (the pair probe's at the
-  // per-byte cost fitted), what a unit of refault_s_per_byte and of
-  // fsdp_step_s add to it (seconds per unit), measured step.
+  // pair probes, tp 2 x dp P/2, after the others), micro-batch and global
+  // batch, predicted step with FSDP's costs free, measured step, the step
+  // predicted at the costs fitted (its group's: the pair's for tp 2), and
+  // what a unit of refault_s_per_byte and of fsdp_step_s add to that
+  // (seconds per unit; the slopes at the fit).
   struct FsdpProbe {
-    int64_t tp = 1, micro_batch = 0;
-    double predicted_s = 0, per_s_per_byte = 0, per_step_s = 0, measured_s = 0;
+    int64_t tp = 1, micro_batch = 0, global_batch = 0;
+    double predicted_s = 0, measured_s = 0, fitted_s = 0, per_s_per_byte = 0, per_step_s = 0;
   };
   const std::vector<FsdpProbe>& fsdp_probes() const { return fsdp_probes_; }
-  // "two probes, two rounds" ("two probes" when the second round failed),
-  // "two probes per byte alone", "page probe per byte, the probes per step",
-  // "one probe per byte" or "page probe".
+  // "N probes, two rounds" ("N probes" when a probe of the second round
+  // failed), "N probes per byte alone", "page probe per byte, the probes per
+  // step", "one probe per byte" or "page probe".
   const std::string& fsdp_fit() const { return fsdp_fit_; }
+  // The pair's: "two probes", "two probes per byte alone", "the group's
+  // per byte, one probe per step", or empty (no pair probe ran).
+  const std::string& fsdp_pair_fit() const { return fsdp_pair_fit_; }
   // A context-parallel probe: its micro-batch, predicted step with the
   // ring at scale 1 and free messages, measured step, and what fit_ring
   // took from it.
@@ -178,6 +189,9 @@ class AutoconfigRuns {
     double micro_batches = 0, predicted_s = 0, measured_s = 0;
   };
   const Zero2Probe& zero2_probe() const { return zero2_probe_; }
+  // The one at tp 2 x dp P/2 on more than 2 ranks (zeros when it did not
+  // run).
+  const Zero2Probe& zero2_pair_probe() const { return zero2_pair_probe_; }
   // `steps` training steps of candidate k on `world` ranks of this host.
   MeasuredRun measure(const LayoutCandidate& k, int64_t world, int64_t steps);
   // The recipe with k's settings, as one YAML file for nekton train.
@@ -195,10 +209,10 @@ class AutoconfigRuns {
   double timeout_s_;
   int runs_ = 0;
   MessageProbe message_probe_, bytes_probe_;
-  Zero2Probe zero2_probe_;
+  Zero2Probe zero2_probe_, zero2_pair_probe_;
   std::vector<CpProbe> ring_probes_;
   std::vector<FsdpProbe> fsdp_probes_;
-  std::string fsdp_fit_ = "page probe";
+  std::string fsdp_fit_ = "page probe", fsdp_pair_fit_;
   std::vector<std::string> sharing_probe_;  // the several-micro-batch probe's settings
   double sharing_alone_s_ = 0;              // and its median step alone
   std::map<int64_t, double> sharing_;       // measured, by copies

@@ -22,6 +22,7 @@
 #include "apps/host_load.h"
 #include "core/atomic_file.h"
 #include "core/log.h"
+#include "data/dataset/text_dataset.h"
 #include "train/layout_search.h"
 
 namespace nk {
@@ -34,7 +35,8 @@ constexpr const char* kUsage =
     "usage: nekton autoconfig [--config RECIPE.yaml | RECIPE.yaml] [key=value ...]\n"
     "                         --nodes N --procs-per-node P [--memory GIB] [--measure K]\n"
     "                         [--spread] [--steps S] [--rounds R] [--timeout SEC]\n"
-    "                         [--link-gbps G] [--top T] [--out FILE.yaml] [--json]\n\n"
+    "                         [--link-gbps G] [--calibration PREVIOUS.json] [--top T]\n"
+    "                         [--out FILE.yaml] [--json]\n\n"
     "Searches the layouts of the `nekton train` recipe on N x P processes: parallel.tp, cp\n"
     "(with parallel.cp_comm_type at cp > 1, unless the recipe or a setting fixes it), pp, vp,\n"
     "dp, sp, parallel.shard (ZeRO), train.micro_batch and train.recompute; keeps\n"
@@ -51,14 +53,17 @@ constexpr const char* kUsage =
     "(the order reversed every other round; each layout's step the median of all its\n"
     "rounds' timed steps), and prints measured against predicted; --out writes the chosen\n"
     "layout (the measured best, else the predicted best) as a recipe:\n"
-    "nekton train --nproc N*P --config FILE.yaml\n";
+    "nekton train --nproc N*P --config FILE.yaml\n"
+    "--calibration takes the rates and the calibration from a previous --json output for\n"
+    "the same recipe and processes per node and runs no probe (search again with another\n"
+    "--memory or --nodes, or measure other candidates, without calibrating again).\n";
 
 struct AutoconfigArgs {
   std::string config;
   std::vector<std::string> overrides;
   int64_t nodes = 0, procs_per_node = 0, measure = 0, steps = 6, rounds = 3, top = 10;
   double memory_gib = 0, link_gbps = 0, timeout_s = 180;
-  std::string out;
+  std::string out, calibration;
   bool json = false, spread = false;
 };
 
@@ -77,6 +82,8 @@ AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
   cl.bind("--timeout", a.timeout_s, "seconds a measured run may take before it is killed");
   cl.bind("--link-gbps", a.link_gbps,
           "link bandwidth in Gbit/s (default: measured by a two-rank all-reduce probe)");
+  cl.bind("--calibration", a.calibration,
+          "the rates and calibration of a previous --json output (no probes run)");
   cl.bind("--top", a.top, "candidates printed");
   cl.bind("--out", a.out, "write the chosen layout as a recipe for nekton train");
   cl.bind("--spread", a.spread,
@@ -124,6 +131,64 @@ double mem_total_bytes() {
   return 0;
 }
 
+// What a calibration holds for (--calibration checks it): the recipe's
+// shapes, batch, dtype and device, and the machine and threads the rates
+// were measured on.
+std::string calibrated_for(const TrainConfig& c, const std::string& machine) {
+  const ModelConfig& m = c.model;
+  return fmt::format(
+      "{}: {} layers, d_model {}, {}/{} heads, d_ff {}, {} experts, vocab {}; batch {} x {}; {} "
+      "on {}; {}",
+      m.arch, m.n_layer, m.d_model, m.n_head, m.n_kv_head, m.d_ff, m.num_experts, m.vocab_size,
+      c.global_batch, c.seq_len, dtype_name(c.dtype), device_name(c.device), machine);
+}
+
+// A previous --json output's rates and calibration, checked against this
+// search (the same recipe, machine and processes per node); nk::Error naming
+// the file and what differs. Without "calibrated_for" or "rates" (a file
+// from before they were written) it cannot check the recipe, says so, and
+// the rates are measured again.
+struct SavedCalibration {
+  nlohmann::json file;
+  StepCalibration cal;
+};
+
+SavedCalibration load_calibration(const std::string& path, const TrainConfig& cfg,
+                                  const StepCalibration& here, MachineRates& rates) {
+  SavedCalibration s;
+  if (!fs::is_regular_file(path)) fail("autoconfig: --calibration {}: no such file", path);
+  s.file = parse_json_object(read_text_file(path), path);
+  if (!s.file.contains("calibration"))
+    fail("autoconfig: --calibration {}: no \"calibration\" object (not autoconfig --json output)",
+         path);
+  s.cal = StepCalibration::from_json(s.file.at("calibration"), path);
+  if (s.cal.procs_per_node != here.procs_per_node || s.cal.threads != here.threads)
+    fail(
+        "autoconfig: --calibration {}: calibrated for {} processes per node of {} threads, this "
+        "search has {} of {} (run without --calibration to calibrate for it)",
+        path, s.cal.procs_per_node, s.cal.threads, here.procs_per_node, here.threads);
+  s.cal.cores = here.cores;
+  if (s.file.contains("rates")) {
+    MachineRates saved = MachineRates::from_json(s.file.at("rates"), path + ": rates");
+    if (saved.machine != rates.machine)
+      fail("autoconfig: --calibration {}: its rates are {}'s, this host is {}", path, saved.machine,
+           rates.machine);
+    rates = std::move(saved);
+  } else {
+    NK_WARN("autoconfig: --calibration {} holds no rates: measured again", path);
+  }
+  const std::string want = calibrated_for(cfg, rates.machine);
+  if (!s.file.contains("calibrated_for"))
+    NK_WARN("autoconfig: --calibration {} does not say what it was calibrated for: taken as {}",
+            path, want);
+  else if (const nlohmann::json& f = s.file.at("calibrated_for"); !f.is_string() || f != want)
+    fail(
+        "autoconfig: --calibration {}: calibrated for {}, this search is {} (run without "
+        "--calibration to calibrate for it)",
+        path, f.dump(), want);
+  return s;
+}
+
 std::string autoconfig_mib(double b) {
   return fmt::format("{:.1f} MiB", b / 1048576.0);
 }
@@ -153,29 +218,36 @@ int cmd_autoconfig(const CommandArgs& raw) {
 
   MachineRates rates;
   rates.machine = rates_machine(cfg);
+  // A previous search's calibration (--calibration: no probe runs), or
+  // this one's.
+  Calibration probe;
+  SavedCalibration saved;
+  if (!a.calibration.empty()) {
+    saved = load_calibration(a.calibration, cfg, cal, rates);
+    cal = saved.cal;
+  }
   measure_missing_rates(cfg, rates);
-  // The ranks' share of the cores (measured only for this host's layout
-  // when --measure will run it; else from the core count), then the compute
-  // probes: the recipe on one process.
-  const Calibration probe = runs.calibrate_compute(cfg, rates, cal, world);
-  if (a.nodes == 1 && a.procs_per_node > 1) {
-    // The recipe's own probe run by as many processes at once as the host
-    // has ranks; a CPU loop if that failed.
-    cal.sharing = runs.measure_sharing(a.procs_per_node);
-    if (cal.sharing <= 0)
-      cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
-  }
-  cal.refault_s_per_byte = cal.page_refault_s_per_byte = measure_page_refault().s_per_byte;
-  if (a.link_gbps > 0) {
-    cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
-  } else if (world > 1) {
-    runs.calibrate_link(cal);
-  }
-  if (world > 1 && a.nodes == 1) {
-    runs.calibrate_messages(cfg, rates, cal);
-    runs.calibrate_ring(cfg, rates, cal);
-    runs.calibrate_fsdp(cfg, rates, cal);
-    runs.calibrate_zero2(cfg, rates, cal);
+  if (a.link_gbps > 0) cal.link_bytes_per_s = a.link_gbps * 1e9 / 8.0;
+  if (a.calibration.empty()) {
+    // The ranks' share of the cores (measured only for this host's layout
+    // when --measure will run it; else from the core count), then the
+    // compute probes: the recipe on one process.
+    probe = runs.calibrate_compute(cfg, rates, cal, world);
+    if (a.nodes == 1 && a.procs_per_node > 1) {
+      // The recipe's own probe run by as many processes at once as the
+      // host has ranks; a CPU loop if that failed.
+      cal.sharing = runs.measure_sharing(a.procs_per_node);
+      if (cal.sharing <= 0)
+        cal.sharing = measure_core_sharing(cal.threads, cal.threads * a.procs_per_node);
+    }
+    cal.refault_s_per_byte = cal.page_refault_s_per_byte = measure_page_refault().s_per_byte;
+    if (a.link_gbps <= 0 && world > 1) runs.calibrate_link(cal);
+    if (world > 1 && a.nodes == 1) {
+      runs.calibrate_messages(cfg, rates, cal);
+      runs.calibrate_ring(cfg, rates, cal);
+      runs.calibrate_fsdp(cfg, rates, cal);
+      runs.calibrate_zero2(cfg, rates, cal);
+    }
   }
 
   LayoutSearchOptions opt;
@@ -256,12 +328,22 @@ int cmd_autoconfig(const CommandArgs& raw) {
     if (m.ok() && (best == 0 || m.step_s < best)) best = m.step_s, chosen = i;
   if (!a.out.empty() && (measured.empty() || best > 0)) runs.write_recipe(a.out, *ok[chosen]);
 
+  // How the calibration was fitted: by this search's probes or the file's.
+  const bool ring_probed = !runs.ring_probes().empty() || (saved.file.contains("ring_probes") &&
+                                                           !saved.file.at("ring_probes").empty());
+  const std::string fsdp_fit =
+      saved.file.contains("fsdp_fit") && saved.file.at("fsdp_fit").is_string()
+          ? saved.file.at("fsdp_fit").get<std::string>()
+          : runs.fsdp_fit();
   if (a.json) {
     nlohmann::json j = {{"world", world},
                         {"nodes", a.nodes},
                         {"procs_per_node", a.procs_per_node},
                         {"budget_bytes", budget},
                         {"calibration", cal.to_json()},
+                        {"recipe", {{"config", a.config}, {"overrides", a.overrides}}},
+                        {"calibrated_for", calibrated_for(cfg, rates.machine)},
+                        {"rates", rates.to_json()},
                         {"host_load", host},
                         {"probes", probe.to_json()},
                         {"message_probes", nlohmann::json::array()},
@@ -276,19 +358,24 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                        {"bytes", m->bytes},
                                        {"predicted_without_s", m->predicted_s},
                                        {"measured_s", m->measured_s}});
-    if (const auto& z = runs.zero2_probe(); z.measured_s > 0)
-      j["zero2_probe"] = {{"micro_batches", z.micro_batches},
-                          {"predicted_without_s", z.predicted_s},
-                          {"measured_s", z.measured_s}};
+    for (const auto& [key, z] : {std::pair{"zero2_probe", &runs.zero2_probe()},
+                                 std::pair{"zero2_pair_probe", &runs.zero2_pair_probe()}})
+      if (z->measured_s > 0)
+        j[key] = {{"micro_batches", z->micro_batches},
+                  {"predicted_without_s", z->predicted_s},
+                  {"measured_s", z->measured_s}};
     j["fsdp_fit"] = runs.fsdp_fit();
+    j["fsdp_pair_fit"] = runs.fsdp_pair_fit();
     j["fsdp_probes"] = nlohmann::json::array();
     for (const AutoconfigRuns::FsdpProbe& f : runs.fsdp_probes())
       j["fsdp_probes"].push_back({{"tp", f.tp},
                                   {"micro_batch", f.micro_batch},
+                                  {"global_batch", f.global_batch},
                                   {"predicted_without_s", f.predicted_s},
                                   {"per_s_per_byte", f.per_s_per_byte},
                                   {"per_step_s", f.per_step_s},
-                                  {"measured_s", f.measured_s}});
+                                  {"measured_s", f.measured_s},
+                                  {"fitted_s", f.fitted_s}});
     for (const AutoconfigRuns::CpProbe& r : runs.ring_probes())
       j["ring_probes"].push_back({{"micro_batch", r.micro_batch},
                                   {"predicted_without_s", r.predicted_s},
@@ -301,6 +388,17 @@ int cmd_autoconfig(const CommandArgs& raw) {
       k["layout"] = ok[i]->name();
       if (measured.count(i)) k["measured"] = measured.at(i).to_json(ok[i]->step_s());
       j["candidates"].push_back(k);
+    }
+    if (!a.calibration.empty()) {
+      // The probes that calibrated it, as the file has them.
+      j["calibration_from"] = a.calibration;
+      for (const char* key : {"probes", "message_probes", "ring_probes", "zero2_probe",
+                              "zero2_pair_probe", "fsdp_fit", "fsdp_pair_fit", "fsdp_probes"}) {
+        if (saved.file.contains(key))
+          j[key] = saved.file.at(key);
+        else
+          j.erase(key);
+      }
     }
     fmt::print("{}\n", j.dump(2));
   } else {
@@ -336,12 +434,14 @@ int cmd_autoconfig(const CommandArgs& raw) {
         "(fit: {}; the page probe {:.2f} ns a byte){}\n\n",
         cal.cores, cal.threads, cal.threads == 1 ? "" : "s", cal.oversubscription(),
         cal.sharing > 0 ? ", measured" : ", from the core count", cal.compute_scale,
-        cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3, probe.summary(),
+        cal.per_micro_batch_s * 1e3, cal.per_step_s * 1e3,
+        a.calibration.empty() ? probe.summary() : "taken from " + a.calibration,
         cal.link_bytes_per_s / 1e9, cal.link_latency_s * 1e6,
-        a.link_gbps > 0 ? "--link-gbps"
-        : world > 1     ? "measured"
-                        : "unused",
-        runs.ring_probes().empty()
+        a.link_gbps > 0          ? "--link-gbps"
+        : !a.calibration.empty() ? "from " + a.calibration
+        : world > 1              ? "measured"
+                                 : "unused",
+        !ring_probed
             ? ""
             : fmt::format("; ring attention x{:.2f} of the causal kernel's tiles, {:.0f} us per "
                           "ring message{}",
@@ -352,13 +452,18 @@ int cmd_autoconfig(const CommandArgs& raw) {
                                                  100.0 * cal.message_wait_share)
                                    : "",
         cal.refault_s_per_byte * 1e9, cal.fsdp_step_s * 1e3,
-        cal.fsdp_pair_step_s >= 0 ? fmt::format(" in groups of {}, {:.1f} ms in groups of 2",
-                                                cal.fsdp_group, cal.fsdp_pair_step_s * 1e3)
-                                  : "",
-        runs.fsdp_fit(), cal.page_refault_s_per_byte * 1e9,
+        cal.fsdp_pair_step_s >= 0
+            ? fmt::format(" in groups of {}, {:.2f} ns + {:.1f} ms in groups of 2", cal.fsdp_group,
+                          cal.refault_in(2) * 1e9, cal.fsdp_pair_step_s * 1e3)
+            : "",
+        fsdp_fit, cal.page_refault_s_per_byte * 1e9,
         cal.zero2_group > 1
-            ? fmt::format("; ZeRO-2 {:.1f} ms a micro-batch's reduction past its bytes",
-                          cal.zero2_micro_batch_s * 1e3 * cal.oversubscription())
+            ? fmt::format("; ZeRO-2 {:.1f} ms a micro-batch's reduction past its bytes{}",
+                          cal.zero2_micro_batch_s * 1e3 * cal.oversubscription(),
+                          cal.zero2_pair_micro_batch_s >= 0
+                              ? fmt::format(" ({:.1f} in groups of 2)",
+                                            cal.zero2_in(2) * 1e3 * cal.oversubscription())
+                              : "")
             : "");
     const bool meas = !measured.empty();
     fmt::print("{:>3}  {:<50} {:>12} {:>10} {:>10}{}\n", "#", "layout", "memory/rank", "pred ms",

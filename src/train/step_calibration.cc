@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <sys/mman.h>
@@ -30,11 +31,31 @@ double StepCalibration::oversubscription() const {
   return std::max(threads == 1 ? by_cores : 1.0, sharing);
 }
 
+namespace {
+
+// `group`'s value at a sharding group of `ranks`, on the line through the
+// pair's (when measured, >= 0) and fsdp_group's; at least 0.
+double by_group(double group, double pair, int64_t fsdp_group, int64_t ranks) {
+  if (pair < 0 || fsdp_group <= 2) return group;
+  return std::max(0.0, pair + (group - pair) * double(ranks - 2) / double(fsdp_group - 2));
+}
+
+}  // namespace
+
 double StepCalibration::fsdp_step_in(int64_t ranks) const {
-  if (fsdp_pair_step_s < 0 || fsdp_group <= 2) return fsdp_step_s;
-  const double at = fsdp_pair_step_s +
-                    (fsdp_step_s - fsdp_pair_step_s) * double(ranks - 2) / double(fsdp_group - 2);
-  return std::max(0.0, at);
+  return by_group(fsdp_step_s, fsdp_pair_step_s, fsdp_group, ranks);
+}
+
+double StepCalibration::zero2_in(int64_t ranks) const {
+  if (zero2_group <= 1 || ranks <= 1) return 0;
+  if (zero2_pair_micro_batch_s >= 0 && zero2_group > 2)
+    return by_group(zero2_micro_batch_s, zero2_pair_micro_batch_s, zero2_group, ranks);
+  auto share = [](int64_t n) { return double(n - 1) / double(n); };
+  return zero2_micro_batch_s * share(ranks) / share(zero2_group);
+}
+
+double StepCalibration::refault_in(int64_t ranks) const {
+  return by_group(refault_s_per_byte, fsdp_pair_refault_s_per_byte, fsdp_group, ranks);
 }
 
 nlohmann::json StepCalibration::to_json() const {
@@ -55,10 +76,52 @@ nlohmann::json StepCalibration::to_json() const {
           {"fsdp_step_s", fsdp_step_s},
           {"fsdp_group", fsdp_group},
           {"fsdp_pair_step_s", fsdp_pair_step_s},
+          {"fsdp_pair_refault_s_per_byte", fsdp_pair_refault_s_per_byte},
           {"zero2_micro_batch_s", zero2_micro_batch_s},
           {"zero2_group", zero2_group},
+          {"zero2_pair_micro_batch_s", zero2_pair_micro_batch_s},
           {"link_bytes_per_s", link_bytes_per_s},
           {"link_latency_s", link_latency_s}};
+}
+
+StepCalibration StepCalibration::from_json(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_object()) fail("{}: the calibration is not an object", what);
+  StepCalibration c;
+  auto read = [&](const char* key, auto& v) {
+    if (!j.contains(key)) return;
+    const nlohmann::json& x = j.at(key);
+    if (!x.is_number()) fail("{}: calibration key '{}' is not a number ({})", what, key, x.dump());
+    v = x.get<std::remove_reference_t<decltype(v)>>();
+  };
+  read("cores", c.cores);
+  read("procs_per_node", c.procs_per_node);
+  read("threads", c.threads);
+  read("sharing", c.sharing);
+  read("compute_scale", c.compute_scale);
+  read("per_micro_batch_s", c.per_micro_batch_s);
+  read("per_step_s", c.per_step_s);
+  read("probe_recompute", c.probe_recompute);
+  read("ring_attention_scale", c.ring_attention_scale);
+  read("ring_message_s", c.ring_message_s);
+  read("message_wait_share", c.message_wait_share);
+  read("refault_s_per_byte", c.refault_s_per_byte);
+  read("page_refault_s_per_byte", c.page_refault_s_per_byte);
+  read("fsdp_step_s", c.fsdp_step_s);
+  read("fsdp_group", c.fsdp_group);
+  read("fsdp_pair_step_s", c.fsdp_pair_step_s);
+  read("fsdp_pair_refault_s_per_byte", c.fsdp_pair_refault_s_per_byte);
+  read("zero2_micro_batch_s", c.zero2_micro_batch_s);
+  read("zero2_group", c.zero2_group);
+  read("zero2_pair_micro_batch_s", c.zero2_pair_micro_batch_s);
+  read("link_bytes_per_s", c.link_bytes_per_s);
+  read("link_latency_s", c.link_latency_s);
+  if (c.cores < 1 || c.procs_per_node < 1 || c.threads < 1)
+    fail("{}: calibration cores {}, procs_per_node {}, threads {}: each must be at least 1", what,
+         c.cores, c.procs_per_node, c.threads);
+  if (!(c.compute_scale > 0) || !(c.link_bytes_per_s > 0))
+    fail("{}: calibration compute_scale {} and link_bytes_per_s {} must be positive", what,
+         c.compute_scale, c.link_bytes_per_s);
+  return c;
 }
 
 namespace {
@@ -219,11 +282,17 @@ bool fit_ring(StepCalibration& cal, const RingProbe& few, const RingProbe* many)
   return false;
 }
 
-bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b, double page) {
-  const double det = a.per_byte * b.per_step - b.per_byte * a.per_step;
-  if (det == 0) return false;
-  const double r = (a.extra_s * b.per_step - b.extra_s * a.per_step) / det,
-               s = (a.per_byte * b.extra_s - b.per_byte * a.extra_s) / det;
+bool fit_fsdp(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page) {
+  if (probes.size() < 2) return false;
+  // The normal equations of extra = r x per_byte + s x per_step.
+  double bb = 0, bs = 0, ss = 0, be = 0, se = 0;
+  for (const FsdpProbeFit& p : probes) {
+    bb += p.per_byte * p.per_byte, bs += p.per_byte * p.per_step, ss += p.per_step * p.per_step;
+    be += p.per_byte * p.extra_s, se += p.per_step * p.extra_s;
+  }
+  const double det = bb * ss - bs * bs;
+  if (!(std::abs(det) > 1e-12 * bb * ss)) return false;  // slopes in proportion
+  const double r = (be * ss - se * bs) / det, s = (bb * se - bs * be) / det;
   if (!(r > 0 && r >= page && s >= 0)) return false;
   cal.refault_s_per_byte = r, cal.fsdp_step_s = s;
   return true;
@@ -311,10 +380,19 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   p.compute_s =
       over * cal.compute_scale *
       (e.step.total() + (ring ? cal.ring_attention_scale - 1.0 : 0.0) * e.step.attention_s);
-  p.overhead_s = over * (cal.per_micro_batch_s * mbs * double(layers) /
-                             double(std::max<int64_t>(1, c.model.n_layer)) * recompute_overhead(c) /
-                             cal.probe_recompute +
-                         cal.per_step_s);
+  // What a micro-batch costs beside its arithmetic goes with the weights
+  // the rank holds (each micro-batch's weight gradients written and
+  // accumulated, every op's pass over its weights): the busiest stage's
+  // share of the model's parameters, its tensor-parallel shards (4 ranks of
+  // the 2-core VM, gpt-tiny: 7 more micro-batches a step added 8 ms at tp 4,
+  // 28-35 at tp 2 x cp 2, 46 at cp 4, where the whole model's cost had
+  // charged 44-59 ms at tp 4 and 40-58 at tp 2 x cp 2).
+  double held = 0;
+  for (const RankEstimate& r : e.stages) held = std::max(held, double(r.params));
+  const double share = held / double(std::max<int64_t>(1, e.params));
+  p.overhead_s =
+      over * (cal.per_micro_batch_s * mbs * share * recompute_overhead(c) / cal.probe_recompute +
+              cal.per_step_s);
 
   // Communication, per rank and step (ring collectives, no overlap assumed).
   // Bytes on the wire: a reduction's in f32 whatever the compute dtype (the
@@ -350,10 +428,17 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
       case parallel::Shard::Gradients:
         p.comm_bytes += share * (m + 1.0) * grads, p.messages += (m + 1.0) * buckets;
         // Each micro-batch's reduction past its bytes (calibrate_zero2's
-        // probe), a smaller group's by its share of the bytes.
-        if (cal.zero2_micro_batch_s > 0 && cal.zero2_group > 1)
-          p.overhead_s += over * m * cal.zero2_micro_batch_s * share /
-                          (double(cal.zero2_group - 1) / double(cal.zero2_group));
+        // probes, by the sharding group's size), less what recomputed
+        // forwards hide: a wait for the group, it passes while the next
+        // stage's forward is computed again (dp 4 on the 2-core VM, gpt-tiny,
+        // one sequence per micro-batch: ZeRO-2's step past ZeRO-1's 57.5 ms
+        // without recompute, 26.8 with full recompute, which added 39.3).
+        {
+          const double again = e.recompute_flops > 0 ? p.compute_s * e.recompute_flops /
+                                                           (e.flops_per_step + e.recompute_flops)
+                                                     : 0.0;
+          p.overhead_s += std::max(0.0, over * m * cal.zero2_in(red) - again);
+        }
         break;
       case parallel::Shard::Full: {
         const double reductions = e.pp == 1 ? m : 1.0;
@@ -364,7 +449,7 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
         // costs fsdp_step_s beside, by the size of the sharding group
         // (both measured by autoconfig's fully sharded probes).
         p.overhead_s +=
-            over * (2.0 * m * share * params * s * cal.refault_s_per_byte + cal.fsdp_step_in(red));
+            over * (2.0 * m * share * params * s * cal.refault_in(red) + cal.fsdp_step_in(red));
         break;
       }
     }

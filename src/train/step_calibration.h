@@ -23,15 +23,19 @@
 //       what one of the ring's messages costs (fit_ring);
 //   zero2_micro_batch_s               a ZeRO-2 run of the recipe (one
 //       sequence per micro-batch): a micro-batch's reduction past its bytes;
-//   refault_s_per_byte, fsdp_step_s   two fully sharded (FSDP) runs of
-//       the recipe (the most micro-batches, then the fewest): what a byte
-//       its gathers write into released pages costs, and what a step
-//       costs beside them; fsdp_pair_step_s a third, its sharding group
-//       of 2 (tp 2) where the host has more ranks.
+//       zero2_pair_micro_batch_s a second, its sharding group of 2 (tp 2)
+//       where the host has more ranks;
+//   refault_s_per_byte, fsdp_step_s   three fully sharded (FSDP) runs of
+//       the recipe (the most micro-batches, the fewest, the most of twice
+//       the batch): what a byte its gathers write into released pages
+//       costs, and what a step costs beside them;
+//       fsdp_pair_refault_s_per_byte and fsdp_pair_step_s two more, their
+//       sharding group of 2 (tp 2) where the host has more ranks.
 // A rank's step is then
 //   oversub x (compute_scale x (compute + (ring_attention_scale - 1) x
 //                               its ring attention)
-//              + per_micro_batch_s x micro-batches x its layers / n_layer
+//              + per_micro_batch_s x micro-batches x its share of the
+//                parameters (the busiest stage's tensor-parallel shards)
 //              + per_step_s)
 //   + the bytes it moves / link_bytes_per_s
 //   + min(its messages x link_latency_s (the ring's at ring_message_s),
@@ -47,6 +51,7 @@
 // host, to the busy ones).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -98,8 +103,17 @@ struct StepCalibration {
   // groups in between on the line through both; negative: not measured
   // (fsdp_step_s at every size).
   double fsdp_pair_step_s = -1;
-  // FSDP's per-step cost in a sharding group of `ranks`.
+  // The cost per gathered byte likewise in a group of 2 (a pair of probes
+  // with tp 2, the most and the fewest gathers: on 4 ranks of 2 cores a
+  // gather waits for one peer, not three, and the 4-rank group's cost per
+  // byte overcharged tp 2 x dp 2 with one sequence per micro-batch by
+  // 24-40 %, 2026-12-04); negative: not measured (refault_s_per_byte at
+  // every size).
+  double fsdp_pair_refault_s_per_byte = -1;
+  // FSDP's per-step cost and cost per gathered byte in a sharding group of
+  // `ranks`: on the line through the pair's and fsdp_group's (at least 0).
   double fsdp_step_in(int64_t ranks) const;
+  double refault_in(int64_t ranks) const;
   // ZeRO-2 (parallel.shard=grads): what each micro-batch's reduction costs
   // past its bytes, per unit of oversubscription: its buckets finished a
   // backward stage after they start (a rendezvous of the group at every
@@ -112,6 +126,16 @@ struct StepCalibration {
   // 0: not measured.
   double zero2_micro_batch_s = 0;
   int64_t zero2_group = 0;
+  // The same in a group of 2 when zero2_group is larger (a probe at tp 2 x
+  // dp P/2: on 4 ranks of 2 cores the group of 4's scaled by the bytes put
+  // tp 2 x dp 2 ZeRO-2 at 4 micro-batches a rank 44 % slow, 2026-12-04);
+  // negative: not measured.
+  double zero2_pair_micro_batch_s = -1;
+  // ZeRO-2's per-micro-batch cost in a sharding group of `ranks`: on the
+  // line through the pair's and zero2_group's when the pair's was
+  // measured, else zero2_group's scaled by the share of the bytes a rank
+  // sends ((ranks - 1) / ranks); 0 when not measured.
+  double zero2_in(int64_t ranks) const;
   // Ring attention's time over the causal kernel's for the same tiles (a
   // context-parallel probe run of the recipe; 1 without one).
   double ring_attention_scale = 1;
@@ -130,6 +154,10 @@ struct StepCalibration {
   double link_latency_s = 30e-6;
   double oversubscription() const;  // >= 1
   nlohmann::json to_json() const;
+  // to_json's object read back (oversubscription, derived, is not); a key
+  // absent keeps its default (a file from before it was measured); nk::Error
+  // naming `what` and the key for one that is not a number.
+  static StepCalibration from_json(const nlohmann::json& j, const std::string& what);
 };
 
 // `sharing` on this host: the best of 3 rounds of a CPU loop on `threads`
@@ -210,21 +238,22 @@ struct FsdpProbeFit {
   double extra_s = 0, per_byte = 0, per_step = 0;
 };
 
-// FSDP's cost per gathered byte and per step from two such probes (extra_s
-// = per byte x per_byte + per step x per_step, Cramer's rule), into
-// cal.refault_s_per_byte and cal.fsdp_step_s when both are positive (the
-// per-step one may be 0) and the per-byte one is at least `page` (the page
-// probe's: every gather writes into released pages, so a fit under it is a
-// probe slowed by the host). Returns whether it was taken (cal unchanged
-// otherwise).
-bool fit_fsdp(StepCalibration& cal, const FsdpProbeFit& a, const FsdpProbeFit& b, double page);
+// FSDP's cost per gathered byte and per step from two or more such probes
+// (extra_s = per byte x per_byte + per step x per_step, by least squares:
+// with two, the exact solution), into cal.refault_s_per_byte and
+// cal.fsdp_step_s when both are positive (the per-step one may be 0) and
+// the per-byte one is at least `page` (the page probe's: every gather
+// writes into released pages, so a fit under it is a probe slowed by the
+// host). Returns whether it was taken (cal unchanged otherwise: fewer than
+// two probes, or slopes in proportion).
+bool fit_fsdp(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page);
 
 // When fit_fsdp refuses for a negative per-step cost: the per-byte cost
 // alone (per step 0), fitted to the probes by least squares, taken when it
 // is at least `page`. Returns whether it was taken (cal unchanged
-// otherwise). (The two-probe fit's per-step cost goes negative when the
-// probe with the most gathers reads more than its bytes' share of the
-// other's excess: the per-byte cost then carries the whole excess.)
+// otherwise). (The fit's per-step cost goes negative when the probes with
+// the most gathers read more than their bytes' share of the others'
+// excess: the per-byte cost then carries the whole excess.)
 bool fit_fsdp_per_byte(StepCalibration& cal, const std::vector<FsdpProbeFit>& probes, double page);
 
 // The fallback when both refuse: `page` per byte, and per step the

@@ -137,7 +137,7 @@ TEST(StepCalibration, TwoContextParallelProbesSeparateTheRingsBlocksFromItsMessa
   EXPECT_EQ(alone.ring_attention_scale, 0.5);
 }
 
-// FSDP's two probes: per gathered byte and per step, the per-byte cost at
+// FSDP's probes: per gathered byte and per step (least squares), the per-byte cost at
 // least the page probe's (a gather writes into released pages), else the
 // page probe's and the least per-step cost the probes leave past it.
 TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
@@ -147,7 +147,7 @@ TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
   const double page = 4e-9;
   const FsdpProbeFit most{6e-9 * 8e7 + 0.040 * 2, 8e7, 2}, fewest{6e-9 * 2e7 + 0.040 * 2, 2e7, 2};
   StepCalibration cal;
-  EXPECT_TRUE(fit_fsdp(cal, most, fewest, page));
+  EXPECT_TRUE(fit_fsdp(cal, {most, fewest}, page));
   EXPECT_NEAR(cal.refault_s_per_byte, 6e-9, 1e-18);
   EXPECT_NEAR(cal.fsdp_step_s, 0.040, 1e-12);
   // The fewest-gather probe slowed by the host (+200 ms): the fit's cost
@@ -156,7 +156,7 @@ TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
   const FsdpProbeFit slowed{fewest.extra_s + 0.200, 2e7, 2};
   StepCalibration refused;
   refused.refault_s_per_byte = 1, refused.fsdp_step_s = 1;
-  EXPECT_FALSE(fit_fsdp(refused, most, slowed, page));
+  EXPECT_FALSE(fit_fsdp(refused, {most, slowed}, page));
   EXPECT_EQ(refused.refault_s_per_byte, 1);
   EXPECT_EQ(refused.fsdp_step_s, 1);
   // The fallback: the page probe per byte, per step the least either probe
@@ -173,7 +173,7 @@ TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
   {
     const FsdpProbeFit heavy{0.074, 4e7, 2}, light{0.035, 2e7, 2};
     StepCalibration alone = cal;
-    EXPECT_FALSE(fit_fsdp(alone, heavy, light, 0));  // 1.95 ns and a negative per step
+    EXPECT_FALSE(fit_fsdp(alone, {heavy, light}, 0));  // 1.95 ns and a negative per step
     EXPECT_TRUE(fit_fsdp_per_byte(alone, {heavy, light}, 1e-9));
     EXPECT_NEAR(alone.refault_s_per_byte, (4e7 * 0.074 + 2e7 * 0.035) / (16e14 + 4e14), 1e-18);
     EXPECT_EQ(alone.fsdp_step_s, 0);
@@ -183,8 +183,31 @@ TEST(StepCalibration, FsdpFitHeldToThePageProbe) {
     EXPECT_EQ(floor.refault_s_per_byte, 7);
   }
   // A negative cost (a probe faster than the model) or equal slopes: refused.
-  EXPECT_FALSE(fit_fsdp(cal, FsdpProbeFit{-0.1, 8e7, 2}, fewest, page));
-  EXPECT_FALSE(fit_fsdp(cal, most, most, page));
+  EXPECT_FALSE(fit_fsdp(cal, {FsdpProbeFit{-0.1, 8e7, 2}, fewest}, page));
+  EXPECT_FALSE(fit_fsdp(cal, {most, most}, page));
+  EXPECT_FALSE(fit_fsdp(cal, {most}, page));  // one probe: two unknowns
+  // Three probes (autoconfig's third: twice the batch, twice the most
+  // gathers): exact ones give the costs they were built from; with noise,
+  // the least-squares fit, whose residuals are orthogonal to both slopes.
+  const FsdpProbeFit twice{6e-9 * 16e7 + 0.040 * 2, 16e7, 2};
+  StepCalibration three;
+  EXPECT_TRUE(fit_fsdp(three, {most, fewest, twice}, page));
+  EXPECT_NEAR(three.refault_s_per_byte, 6e-9, 1e-18);
+  EXPECT_NEAR(three.fsdp_step_s, 0.040, 1e-12);
+  const std::vector<FsdpProbeFit> noisy = {FsdpProbeFit{most.extra_s + 0.030, 8e7, 2},
+                                           FsdpProbeFit{fewest.extra_s - 0.010, 2e7, 2},
+                                           FsdpProbeFit{twice.extra_s - 0.020, 16e7, 2}};
+  EXPECT_TRUE(fit_fsdp(three, noisy, page));
+  double along_bytes = 0, along_steps = 0, off = 0;
+  for (const FsdpProbeFit& p : noisy) {
+    const double r =
+        p.extra_s - three.refault_s_per_byte * p.per_byte - three.fsdp_step_s * p.per_step;
+    along_bytes += r * p.per_byte * 1e-9, along_steps += r * p.per_step, off += std::abs(r);
+  }
+  EXPECT_NEAR(along_bytes, 0, 1e-12);
+  EXPECT_NEAR(along_steps, 0, 1e-12);
+  EXPECT_GT(off, 0.01);  // the noise is not fitted away (three probes, two unknowns)
+  EXPECT_NE(three.refault_s_per_byte, 6e-9);
 }
 
 TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
@@ -241,10 +264,29 @@ TEST(StepCalibration, SharedCoresContextParallelAndVirtualStagesScaleTheStep) {
 
   // pp 2 over 4 micro-batches: vp 2 halves the fill and drain.
   TrainConfig pp = load({"parallel.pp=2"}), vp = load({"parallel.pp=2", "parallel.vp=2"});
-  const StepPrediction p1 = predict_step(pp, estimate_training(pp, 2, &r), cal);
+  const TrainEstimate pe = estimate_training(pp, 2, &r);
+  const StepPrediction p1 = predict_step(pp, pe, cal);
   const StepPrediction p2 = predict_step(vp, estimate_training(vp, 2, &r), cal);
-  EXPECT_NEAR(p1.overhead_s, 0.001 * (4 + 1) * 2 / 4, 1e-12);  // 2 of 4 layers
-  EXPECT_NEAR(p2.overhead_s, 0.001 * (4 + 0.5) * 2 / 4, 1e-12);
+  // The per-micro-batch cost by the busiest stage's share of the weights:
+  // 2 of 4 layers and the embeddings or the head.
+  const double held =
+      double(std::max(pe.stages[0].params, pe.stages[1].params)) / double(pe.params);
+  EXPECT_GT(held, 0.5);
+  EXPECT_LT(held, 0.75);
+  EXPECT_NEAR(p1.overhead_s, 0.001 * (4 + 1) * held, 1e-12);
+  EXPECT_NEAR(p2.overhead_s, 0.001 * (4 + 0.5) * held, 1e-12);
+  // And by its tensor-parallel shards: tp 2 holds about half of each
+  // layer's weights (not the norms), each micro-batch costing that share.
+  {
+    TrainConfig tp = load({"parallel.tp=2"});
+    measure_missing_rates(tp, r);
+    const TrainEstimate te = estimate_training(tp, 2, &r);
+    const double shard = double(te.stages[0].params) / double(te.params);
+    EXPECT_GT(shard, 0.5);
+    EXPECT_LT(shard, 0.6);
+    EXPECT_NEAR(predict_step(tp, te, cal).overhead_s, cal.oversubscription() * 0.001 * 4 * shard,
+                1e-12);
+  }
   EXPECT_LT(p2.compute_s, p1.compute_s);
   EXPECT_NEAR(p2.messages, 2 * p1.messages, 1e-9);  // twice the chunk boundaries
 
@@ -315,7 +357,8 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
   EXPECT_NEAR(zero2.comm_bytes, 1.5 * none.comm_bytes, 1e-6);
   // And each micro-batch's reduction past its bytes (calibrate_zero2's
   // probe): 2 micro-batches a rank here, at the cores' sharing; in a group
-  // smaller than the probe's, by its share of the bytes; not for ZeRO-1.
+  // smaller than the probe's, by its share of the bytes (or on the line to
+  // the pair's, measured); not for ZeRO-1.
   {
     StepCalibration z2 = cal;
     z2.zero2_micro_batch_s = 0.004, z2.zero2_group = 2;
@@ -326,6 +369,33 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
     z2.zero2_group = 4;  // measured over 4 ranks: a pair moves 1/2 where 4 move 3/4
     EXPECT_NEAR(predict_step(c, e, z2).overhead_s - zero2.overhead_s,
                 2 * 0.004 * cal.oversubscription() * (0.5 / 0.75), 1e-12);
+    // The pair's cost measured (a probe at tp 2 x dp 2): a pair's is it, a
+    // group of 3 half-way to the group of 4's.
+    z2.zero2_pair_micro_batch_s = 0.001;
+    EXPECT_NEAR(predict_step(c, e, z2).overhead_s - zero2.overhead_s,
+                2 * 0.001 * cal.oversubscription(), 1e-12);
+    EXPECT_DOUBLE_EQ(z2.zero2_in(3), 0.0025);
+    EXPECT_DOUBLE_EQ(z2.zero2_in(4), 0.004);
+    EXPECT_EQ(z2.zero2_in(1), 0);
+    // Full recompute hides the wait, up to the forwards it computes again
+    // (the reductions finish meanwhile).
+    {
+      const TrainConfig fr =
+          load({"parallel.dp=2", "parallel.shard=grads", "train.recompute=full"});
+      measure_missing_rates(fr, r);
+      const TrainEstimate ef = estimate_training(fr, 2, &r);
+      StepCalibration zf = cal;
+      zf.zero2_group = 2;
+      const StepPrediction base = predict_step(fr, ef, zf);
+      const double again =
+          base.compute_s * ef.recompute_flops / (ef.flops_per_step + ef.recompute_flops);
+      EXPECT_GT(again, 0);
+      const double per = again / (2 * cal.oversubscription());  // the wait of 2 micro-batches
+      zf.zero2_micro_batch_s = 0.5 * per;                       // hidden whole
+      EXPECT_NEAR(predict_step(fr, ef, zf).overhead_s, base.overhead_s, 1e-12);
+      zf.zero2_micro_batch_s = 3 * per;  // two thirds past the recompute
+      EXPECT_NEAR(predict_step(fr, ef, zf).overhead_s - base.overhead_s, 2 * again, 1e-12);
+    }
     const TrainConfig o = load({"parallel.dp=2", "parallel.shard=optimizer"});
     EXPECT_EQ(predict_step(o, estimate_training(o, 2, &r), z2).overhead_s, zero1.overhead_s);
   }
@@ -372,6 +442,17 @@ TEST(StepCalibration, CountsEveryLayoutsCollectives) {
     groups.fsdp_pair_step_s = 0.01;  // this layout shards over 2 ranks: the pair's cost
     EXPECT_NEAR(predict_step(c, e, groups).overhead_s - fsdp.overhead_s,
                 0.01 * cal.oversubscription(), 1e-12);
+    // The cost per gathered byte likewise (the pair's measured by two tp 2
+    // probes): this layout's bytes at the pair's, none measured: the
+    // group's at every size.
+    StepCalibration per_byte = faults;
+    per_byte.fsdp_group = 4, per_byte.refault_s_per_byte = 3e-9;
+    EXPECT_DOUBLE_EQ(per_byte.refault_in(2), 3e-9);
+    per_byte.fsdp_pair_refault_s_per_byte = 1e-9;
+    EXPECT_DOUBLE_EQ(per_byte.refault_in(2), 1e-9);
+    EXPECT_DOUBLE_EQ(per_byte.refault_in(3), 2e-9);
+    EXPECT_DOUBLE_EQ(per_byte.refault_in(4), 3e-9);
+    EXPECT_NEAR(predict_step(c, e, per_byte).overhead_s - fsdp.overhead_s, bytes * 1e-9, 1e-15);
     // The probe releases and faults in what it says: every rewrite after a
     // release faults each page in again (at least one fault per 2 MiB,
     // where the kernel maps huge pages), the writes of resident pages

@@ -8,8 +8,8 @@
 # reported and leaves no process behind; and bad input (an unknown key,
 # --nodes 0, --procs-per-node x, a memory that no layout fits, --measure
 # over several nodes) fails naming the flag or key; FSDP's costs are fitted
-# to its two fully sharded probes, and on 4 ranks to a third in a sharding
-# group of 2. How close the predictions come is
+# to its three fully sharded probes, and on 4 ranks to a fourth in a
+# sharding group of 2. How close the predictions come is
 # timing: bench/run_autoconfig_bench.sh measures it.
 # Usage: autoconfig_ranks.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -24,6 +24,23 @@ cd "$WORK" || fail "no work folder"
 T=$((120 * ${NK_TIME_SCALE:-1}))
 MODEL=(model.preset=gpt-tiny model.n_layer=2 model.d_model=128 model.n_head=4
        train.global_batch=8 train.seq_len=64)
+
+# What the grid's and the 4-rank calibration's checks share (imported by
+# their Python through PYTHONPATH): a layout's predicted step, and a probe's
+# layout predicted at its measured step when the cost fitted to it is
+# positive (at least at it when the fit came out negative, clamped to 0).
+cat >"$WORK/autoconfig_check.py" <<'PY'
+def layout(j, shard, tp=1, cp=1, dp=1, pp=1, mb=1, recompute="none", sp=False):
+    return next(c for c in j["candidates"] if c["shard"] == shard and c["tp"] == tp and
+                c["cp"] == cp and c["dp"] == dp and c["pp"] == pp and c["micro_batch"] == mb and
+                c["recompute"] == recompute and c["sp"] == sp)["step_seconds"]["total"]
+
+def at_measured(predicted, measured, cost, tol):
+    if cost > 0:
+        assert abs(predicted - measured) <= tol * measured, (predicted, measured, cost)
+    else:
+        assert predicted >= measured * (1 - 1e-9), (predicted, measured, cost)
+PY
 
 # Bad input: non-zero, naming what is wrong.
 refused() {
@@ -77,8 +94,9 @@ fi
 # on CI beside other tests (2026-11-30) one grid failed the earlier "within
 # 2x on a quiet host" check.
 check_grid() {  # check_grid GRID.json: 0 checked, 1 failed
-  /usr/bin/python3 - "$1" <<'PY'
+  PYTHONPATH="$WORK" /usr/bin/python3 - "$1" <<'PY'
 import json, math, sys
+from autoconfig_check import at_measured, layout
 j = json.load(open(sys.argv[1]))
 host = j["host_load"]
 runs = [c for c in j["candidates"] if "measured" in c]
@@ -96,61 +114,55 @@ for c in runs:
     print(f"#{c['rank']:<3} {c['layout']:<36} predicted {pred * 1e3:7.1f} ms "
           f"measured {got * 1e3:7.1f} ms ({100 * (pred - got) / got:+.0f} %), others "
           f"{100 * m['others_cpu_share']:.0f} %, load {m['load_averages']}")
-# FSDP's costs: two fully sharded probes (one sequence per micro-batch, then
-# one micro-batch per rank: 1 and 4 here), measured, and the calibration
-# fitted to them: with a two-probe fit (taken only at a per-byte cost no
-# less than the page probe's) a layout the same as a probe is predicted at
-# its measured step; when that fit's per-step cost is negative, the
-# per-byte cost alone by least squares; with the fallback (said in the log) the page probe's
-# cost per byte, and the probe that leaves the least past it predicted at
-# its measured step, the other at most at its own.
+# FSDP's costs: three fully sharded probes (one sequence per micro-batch,
+# one micro-batch per rank: 1 and 4 here; one sequence per micro-batch of
+# twice the batch), measured, and the calibration fitted to them by least
+# squares (each probe's residual past its step at the fit, fitted_s,
+# orthogonal to the model's slopes there; taken only at a per-byte cost no
+# less than the page probe's); when that fit's per-step cost is negative,
+# the per-byte cost alone by least squares; with the fallback (said in the
+# log) the page probe's cost per byte, and the probe that leaves the least
+# past it predicted at its measured step. And fitted_s is the search's:
+# the layout of the first probe is predicted at it.
 cal, probes, kind = j["calibration"], j["fsdp_probes"], j["fsdp_fit"]
-assert [(p["tp"], p["micro_batch"]) for p in probes] == [(1, 1), (1, 4)], probes
+assert [(p["tp"], p["micro_batch"], p["global_batch"]) for p in probes] == \
+    [(1, 1, 8), (1, 4, 8), (1, 1, 16)], probes
 assert cal["fsdp_pair_step_s"] == -1, "a pair probe on 2 ranks"  # (the group is 2)
 for p in probes:
     assert p["measured_s"] > 0 and p["per_s_per_byte"] > 0 and p["per_step_s"] > 0, p
-page = cal["page_refault_s_per_byte"]
-def fsdp(mb):
-    return next(c for c in j["candidates"] if c["shard"] == "full" and c["dp"] == 2 and
-                c["tp"] == c["cp"] == c["pp"] == 1 and c["micro_batch"] == mb and
-                c["recompute"] == "none")
-got = {p["micro_batch"]: fsdp(p["micro_batch"])["step_seconds"]["total"] for p in probes}
-if kind in ("two probes", "two probes, two rounds"):
-    assert cal["refault_s_per_byte"] >= page and cal["fsdp_step_s"] >= 0, (kind, cal)
-    for p in probes:
-        assert abs(got[p["micro_batch"]] - p["measured_s"]) <= 1e-9 * p["measured_s"], (p, got)
-elif kind == "two probes per byte alone":
-    # (their fit's per-step cost was negative) least squares through 0:
-    # the probes' gaps, weighted by what a byte's cost adds to each, cancel
-    assert cal["refault_s_per_byte"] >= page and cal["fsdp_step_s"] == 0, (kind, cal)
-    gaps = [p["measured_s"] - got[p["micro_batch"]] for p in probes]
-    w = sum(p["per_s_per_byte"] * g for p, g in zip(probes, gaps))
-    scale = sum(p["per_s_per_byte"] * p["measured_s"] for p in probes)
-    assert abs(w) <= 1e-9 * scale, (gaps, w)
+    assert p["fitted_s"] >= p["predicted_without_s"], p
+page, per_byte, per_step = (cal["page_refault_s_per_byte"], cal["refault_s_per_byte"],
+                            cal["fsdp_step_s"])
+res = [p["measured_s"] - p["fitted_s"] for p in probes]
+scale = max(p["measured_s"] for p in probes)
+def orthogonal(slope):
+    dot = sum(r * p[slope] for r, p in zip(res, probes))
+    return abs(dot) <= 1e-9 * scale * sum(abs(p[slope]) for p in probes)
+if kind in ("3 probes", "3 probes, two rounds"):
+    assert per_byte >= page and per_step >= 0, (kind, cal)
+    assert orthogonal("per_s_per_byte") and orthogonal("per_step_s"), (res, probes)
+elif kind == "3 probes per byte alone":
+    assert per_byte >= page and per_step == 0, (kind, cal)
+    assert orthogonal("per_s_per_byte"), (res, probes)
 elif kind == "page probe per byte, the probes per step":
-    assert cal["refault_s_per_byte"] == page and cal["fsdp_step_s"] >= 0, (kind, cal)
+    assert per_byte == page and per_step >= 0, (kind, cal)
     # (a per-step cost of 0: the least was negative, clamped)
-    gaps = [p["measured_s"] - got[p["micro_batch"]] for p in probes]
-    tol = 1e-9 * max(p["measured_s"] for p in probes)
-    assert cal["fsdp_step_s"] == 0 or (min(gaps) >= -tol and min(map(abs, gaps)) <= tol), gaps
+    assert per_step == 0 or (min(res) >= -1e-9 * scale and min(map(abs, res)) <= 1e-9 * scale), res
 else:
-    assert kind == "page probe" and cal["refault_s_per_byte"] == page, (kind, cal)
-print(f"FSDP ({kind}): {cal['refault_s_per_byte'] * 1e9:.2f} ns a gathered byte + "
-      f"{cal['fsdp_step_s'] * 1e3:.1f} ms a step (probes at {probes[0]['measured_s'] * 1e3:.1f} "
-      f"and {probes[1]['measured_s'] * 1e3:.1f} ms)")
+    assert kind == "page probe" and per_byte == page, (kind, cal)
+first = layout(j, "full", dp=2)
+assert abs(first - probes[0]["fitted_s"]) <= 1e-9 * scale, (first, probes)
+steps = ", ".join("%.1f" % (p["measured_s"] * 1e3) for p in probes)
+resid = ", ".join("%+.1f" % (r * 1e3) for r in res)
+print(f"FSDP ({kind}): {per_byte * 1e9:.2f} ns a gathered byte + {per_step * 1e3:.1f} ms a "
+      f"step (probes at {steps} ms, residuals {resid})")
 # ZeRO-2's probe (dp 2, one sequence per micro-batch: 4 a rank) and its
 # fitted per-micro-batch cost: the same layout is predicted at the probe's
 # measured step (or above it, where the model alone already was).
 z = j["zero2_probe"]
 assert z["micro_batches"] == 4 and z["measured_s"] > 0 and z["predicted_without_s"] > 0, z
-zc = next(c for c in j["candidates"] if c["shard"] == "grads" and c["dp"] == 2 and
-          c["tp"] == c["cp"] == c["pp"] == 1 and c["micro_batch"] == 1 and
-          c["recompute"] == "none")
-pz = zc["step_seconds"]["total"]
-if cal["zero2_micro_batch_s"] > 0:
-    assert abs(pz - z["measured_s"]) <= 1e-9 * z["measured_s"], (pz, z)
-else:
-    assert pz >= z["measured_s"] * (1 - 1e-9), (pz, z)
+pz = layout(j, "grads", dp=2)
+at_measured(pz, z["measured_s"], cal["zero2_micro_batch_s"], 1e-9)
 print(f"ZeRO-2: {cal['zero2_micro_batch_s'] * 1e3:.1f} ms a micro-batch past its bytes "
       f"(probe {z['measured_s'] * 1e3:.1f} ms, the model without it "
       f"{z['predicted_without_s'] * 1e3:.1f})")
@@ -177,31 +189,89 @@ timeout "$T" "$NK" train --nproc 2 --config chosen.yaml data.path="$REPO/README.
   train.steps=2 train.out_dir="$WORK/chosen" train.peak_tflops=1 >chosen.log 2>&1 ||
   fail "nekton train --config chosen.yaml"
 [[ -s chosen/metrics.jsonl ]] || fail "the chosen recipe's run wrote no metrics"
-# 4 ranks (on this host's cores): the calibration only. FSDP's per-step
-# cost is fitted on all 4 ranks and measured again in a sharding group of
-# 2 (tp 2 x dp 2, one micro-batch per rank), at the per-byte cost fitted:
-# that layout is predicted at its measured step (at least it, when the
-# per-step cost came out negative and was clamped to 0).
+# 4 ranks (on this host's cores): the calibration only. FSDP's costs are
+# fitted on all 4 ranks and again in a sharding group of 2 (tp 2 x dp 2:
+# one micro-batch per rank, one sequence per micro-batch): the search
+# predicts both layouts at their probes' fitted steps, and with the pair's
+# two-probe fit (refined where the model bends) those are the measured
+# ones; with the per-step cost alone at the group's per-byte cost, the
+# first (at least it, when that cost came out negative and was clamped).
 timeout $((2 * T)) "$NK" autoconfig "${MODEL[@]}" --nodes 1 --procs-per-node 4 --json \
   >four.json 2>four.log || fail "autoconfig --procs-per-node 4"
-/usr/bin/python3 - four.json <<'PY' || fail "the 4-rank FSDP calibration"
+PYTHONPATH="$WORK" /usr/bin/python3 - four.json <<'PY' || fail "the 4-rank FSDP calibration"
 import json, sys
+from autoconfig_check import at_measured, layout
 j = json.load(open(sys.argv[1]))
-cal, probes = j["calibration"], j["fsdp_probes"]
-assert [(p["tp"], p["micro_batch"]) for p in probes] == [(1, 1), (1, 2), (2, 4)], probes
+cal, probes, kind = j["calibration"], j["fsdp_probes"], j["fsdp_pair_fit"]
+assert [(p["tp"], p["micro_batch"], p["global_batch"]) for p in probes] == \
+    [(1, 1, 8), (1, 2, 8), (1, 1, 16), (2, 4, 8), (2, 1, 8)], probes
 assert cal["fsdp_group"] == 4 and cal["fsdp_pair_step_s"] >= 0, cal
-pair = probes[2]
-got = next(c for c in j["candidates"] if c["shard"] == "full" and c["tp"] == 2 and c["dp"] == 2
-           and c["pp"] == c["cp"] == 1 and c["micro_batch"] == 4 and c["recompute"] == "none"
-           and not c["sp"])["step_seconds"]["total"]
-if cal["fsdp_pair_step_s"] > 0:
-    assert abs(got - pair["measured_s"]) <= 1e-9 * pair["measured_s"], (got, pair)
+assert cal["fsdp_pair_refault_s_per_byte"] >= cal["page_refault_s_per_byte"], cal
+def pair_layout(mb):
+    return layout(j, "full", tp=2, dp=2, mb=mb)
+pairs = probes[3:]
+for p in pairs:  # the search predicts each pair layout at its probe's fitted step
+    got = pair_layout(p["micro_batch"])
+    assert abs(got - p["fitted_s"]) <= 1e-9 * p["fitted_s"], (got, p)
+if kind == "two probes":  # and that, refined at the fit, is the measured one
+    for p in pairs:
+        assert abs(p["fitted_s"] - p["measured_s"]) <= 1e-6 * p["measured_s"], p
+elif kind == "two probes per byte alone":
+    assert cal["fsdp_pair_step_s"] == 0, cal
 else:
-    assert got >= pair["measured_s"] * (1 - 1e-9), (got, pair)
-print(f"4 ranks: FSDP {cal['fsdp_step_s'] * 1e3:.1f} ms a step in groups of 4, "
-      f"{cal['fsdp_pair_step_s'] * 1e3:.1f} in groups of 2 ({j['fsdp_fit']}); the tp 2 x dp 2 "
-      f"probe measured {pair['measured_s'] * 1e3:.1f} ms, predicted {got * 1e3:.1f}")
+    assert kind == "the group's per byte, one probe per step", kind
+    assert cal["fsdp_pair_refault_s_per_byte"] == cal["refault_s_per_byte"], cal
+    at_measured(pairs[0]["fitted_s"], pairs[0]["measured_s"], cal["fsdp_pair_step_s"], 1e-9)
+# ZeRO-2 likewise: a probe at tp 2 x dp 2 (one sequence per micro-batch)
+# gives the cost in a group of 2, at which the search predicts its layout
+# (at least at it, when the cost came out negative and was clamped to 0).
+z = j["zero2_pair_probe"]
+assert z["micro_batches"] == 4 and z["measured_s"] > 0, z
+assert cal["zero2_pair_micro_batch_s"] >= 0 and cal["zero2_group"] == 4, cal
+zc = layout(j, "grads", tp=2, dp=2)
+at_measured(zc, z["measured_s"], cal["zero2_pair_micro_batch_s"], 1e-6)
+print(f"4 ranks: FSDP {cal['refault_s_per_byte'] * 1e9:.2f} ns a byte + "
+      f"{cal['fsdp_step_s'] * 1e3:.1f} ms a step in groups of 4 ({j['fsdp_fit']}), "
+      f"{cal['fsdp_pair_refault_s_per_byte'] * 1e9:.2f} ns + "
+      f"{cal['fsdp_pair_step_s'] * 1e3:.1f} ms in groups of 2 ({kind}); the tp 2 x dp 2 probes "
+      f"measured {pairs[0]['measured_s'] * 1e3:.1f} and {pairs[1]['measured_s'] * 1e3:.1f} ms, "
+      f"predicted {pair_layout(4) * 1e3:.1f} and {pair_layout(1) * 1e3:.1f}; ZeRO-2 "
+      f"{cal['zero2_micro_batch_s'] * 1e3:.1f} ms a micro-batch in groups of 4, "
+      f"{cal['zero2_pair_micro_batch_s'] * 1e3:.1f} in groups of 2 (probe {z['measured_s'] * 1e3:.1f} ms, "
+      f"predicted {zc * 1e3:.1f})")
 PY
+
+# --calibration: the 4-rank search again from four.json's rates and
+# calibration, no probe run: every layout predicted as before, to the bit.
+# A file for other ranks, another recipe, no file, no calibration in it:
+# refused, naming the file and what differs.
+timeout "$T" "$NK" autoconfig "${MODEL[@]}" --nodes 1 --procs-per-node 4 --calibration four.json \
+  --json >again.json 2>again.log || fail "autoconfig --calibration four.json"
+/usr/bin/python3 - four.json again.json <<'PY' || fail "--calibration did not reproduce the search"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert b["calibration_from"] == "four.json", b.get("calibration_from")
+assert a["calibration"] == b["calibration"] and a["rates"] == b["rates"]
+assert a["fsdp_probes"] == b["fsdp_probes"] and a["fsdp_fit"] == b["fsdp_fit"]
+pa = {c["layout"]: c["step_seconds"] for c in a["candidates"]}
+pb = {c["layout"]: c["step_seconds"] for c in b["candidates"]}
+assert pa == pb, [k for k in pa if pa[k] != pb.get(k)][:5]
+print(f"--calibration: {len(pb)} layouts predicted as the search that calibrated")
+PY
+grep -q "probe-" again.log && fail "--calibration ran a probe"
+refused cal_ranks "four.json: calibrated for 4 processes per node" \
+  "${MODEL[@]}" --nodes 1 --procs-per-node 2 --calibration four.json
+refused cal_recipe "four.json: calibrated for" "${MODEL[@]}" model.n_layer=3 --nodes 1 \
+  --procs-per-node 4 --calibration four.json
+refused cal_missing "--calibration none.json: no such file" "${MODEL[@]}" --nodes 1 \
+  --procs-per-node 4 --calibration none.json
+echo '{"world": 4}' >nocal.json
+refused cal_empty 'nocal.json: no "calibration" object' "${MODEL[@]}" --nodes 1 \
+  --procs-per-node 4 --calibration nocal.json
+echo '{"calibration": {"compute_scale": "x"}}' >badcal.json
+refused cal_key "badcal.json: calibration key 'compute_scale' is not a number" "${MODEL[@]}" \
+  --nodes 1 --procs-per-node 4 --calibration badcal.json
 pass "bad input refused; timeouts killed; every layout of the grid measured and the" \
-  "measured best written by --out trains; FSDP's per-step cost by sharding group on 4 ranks" \
-  "(accuracy: bench/run_autoconfig_bench.sh)"
+  "measured best written by --out trains; FSDP's and ZeRO-2's costs by sharding group on 4" \
+  "ranks;" \
+  "--calibration reproduces the search (accuracy: bench/run_autoconfig_bench.sh)"
