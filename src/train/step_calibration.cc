@@ -33,11 +33,12 @@ double StepCalibration::oversubscription() const {
 
 namespace {
 
-// `group`'s value at a sharding group of `ranks`, on the line through the
-// pair's (when measured, >= 0) and fsdp_group's; at least 0.
-double by_group(double group, double pair, int64_t fsdp_group, int64_t ranks) {
-  if (pair < 0 || fsdp_group <= 2) return group;
-  return std::max(0.0, pair + (group - pair) * double(ranks - 2) / double(fsdp_group - 2));
+// A cost measured in a sharding group of `size` (`group`) and of 2
+// (`pair`, negative: not measured), at a group of `ranks`: on the line
+// through both; at least 0.
+double by_group(double group, double pair, int64_t size, int64_t ranks) {
+  if (pair < 0 || size <= 2) return group;
+  return std::max(0.0, pair + (group - pair) * double(ranks - 2) / double(size - 2));
 }
 
 }  // namespace
@@ -389,10 +390,10 @@ StepPrediction predict_step(const TrainConfig& c, const TrainEstimate& e,
   // charged 44-59 ms at tp 4 and 40-58 at tp 2 x cp 2).
   double held = 0;
   for (const RankEstimate& r : e.stages) held = std::max(held, double(r.params));
-  const double share = held / double(std::max<int64_t>(1, e.params));
-  p.overhead_s =
-      over * (cal.per_micro_batch_s * mbs * share * recompute_overhead(c) / cal.probe_recompute +
-              cal.per_step_s);
+  const double held_share = held / double(std::max<int64_t>(1, e.params));
+  p.overhead_s = over * (cal.per_micro_batch_s * mbs * held_share * recompute_overhead(c) /
+                             cal.probe_recompute +
+                         cal.per_step_s);
 
   // Communication, per rank and step (ring collectives, no overlap assumed).
   // Bytes on the wire: a reduction's in f32 whatever the compute dtype (the
