@@ -145,8 +145,11 @@ MeasuredRun pool_rounds(const std::vector<MeasuredRun>& rounds) {
 }
 
 AutoconfigRuns::AutoconfigRuns(std::string recipe, std::vector<std::string> overrides,
-                               const TrainConfig& cfg, double timeout_s)
-    : recipe_(std::move(recipe)), overrides_(std::move(overrides)), timeout_s_(timeout_s) {
+                               const TrainConfig& cfg, double timeout_s, bool scale_timeout)
+    : recipe_(std::move(recipe)),
+      overrides_(std::move(overrides)),
+      timeout_s_(timeout_s),
+      scale_timeout_(scale_timeout) {
   std::error_code ec;
   exe_ = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec) fail("autoconfig: cannot find this executable's path: {}", ec.message());
@@ -178,26 +181,30 @@ AutoconfigRuns::~AutoconfigRuns() {
 
 std::vector<std::string> AutoconfigRuns::train_args(const std::string& name,
                                                     const std::vector<std::string>& extra,
-                                                    int64_t steps) const {
+                                                    int64_t steps, double deadline_s) const {
   std::vector<std::string> args = {exe_, "train"};
   if (!recipe_.empty()) args.insert(args.end(), {"--config", recipe_});
   args.insert(args.end(), overrides_.begin(), overrides_.end());
   if (!data_.empty()) args.push_back("data.path=" + data_);
   args.insert(args.end(), extra.begin(), extra.end());
-  // Timing only: no validation, no GEMM-peak probe, no event file, a fresh
-  // run; the collectives give up with the run's deadline.
-  args.insert(
-      args.end(),
-      {fmt::format("train.out_dir={}/{}", dir_, name), fmt::format("train.steps={}", steps),
-       "train.exit_at_step=0", "train.val_every=0", "train.save_every=0", "train.log_every=1",
-       "train.peak_tflops=1", "train.tensorboard=false", "train.resume=never", "train.resume_from=",
-       "train.eval_tasks=", fmt::format("parallel.timeout_s={}", timeout_s_)});
+  // Timing only: no validation, no GEMM-peak probe, no event file, no
+  // checkpoint or model at the end (a 124M model's is 1.4 GB a run), a
+  // fresh run; the collectives give up with the run's deadline.
+  args.insert(args.end(),
+              {fmt::format("train.out_dir={}/{}", dir_, name), fmt::format("train.steps={}", steps),
+               "train.exit_at_step=0", "train.val_every=0", "train.save_every=0",
+               "train.save_final=false", "train.log_every=1", "train.peak_tflops=1",
+               "train.tensorboard=false", "train.resume=never", "train.resume_from=",
+               "train.eval_tasks=", fmt::format("parallel.timeout_s={}", deadline_s)});
   return args;
 }
 
 MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
-                                const std::vector<std::string>& extra, int64_t steps) {
-  std::vector<std::string> argv = train_args(name, extra, steps);
+                                const std::vector<std::string>& extra, int64_t steps,
+                                double expected_step_s) {
+  const double deadline_s =
+      timeout_s_ + (scale_timeout_ ? 3.0 * double(steps) * std::max(0.0, expected_step_s) : 0.0);
+  std::vector<std::string> argv = train_args(name, extra, steps, deadline_s);
   if (world > 1) {  // placed as nekton train --nproc places them
     std::vector<std::string> mpi = {"mpirun", "-np", std::to_string(world)};
     for (std::string& a : mpirun_placement(int(world))) mpi.push_back(std::move(a));
@@ -206,7 +213,7 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
   MeasuredRun m;
   m.log = dir_ + "/" + name + ".log";
   const HostCpuSample before = sample_host_cpu();
-  m.result = run_child(argv, m.log, timeout_s_);
+  m.result = run_child(argv, m.log, deadline_s);
   m.others_share = others_cpu_share(before, sample_host_cpu());
   m.load_averages = load_averages();
   {
@@ -233,6 +240,13 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
   if (m.steps_s.size() > 1) {
     m.step_s = median({m.steps_s.begin() + 1, m.steps_s.end()});
     m.fastest_s = *std::min_element(m.steps_s.begin() + 1, m.steps_s.end());
+  }
+  // The run folder goes now, not with the temporary folder at the end:
+  // whatever a run leaves there (a checkpoint of one stopped by a signal,
+  // a killed save's temporaries) would add up over dozens of runs.
+  {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir_) / name, ec);
   }
   if (!m.ok()) {
     m.log_tail = file_tail(m.log, 12);
@@ -271,7 +285,7 @@ Calibration AutoconfigRuns::calibrate_compute(const TrainConfig& cfg, MachineRat
     extra.push_back(fmt::format("train.global_batch={}", gb));
     const MeasuredRun r =
         run(fmt::format("probe-mb{}-gb{}{}", mb, gb, round > 1 ? fmt::format("-{}", round) : ""), 1,
-            extra, kProbeSteps);
+            extra, kProbeSteps, c * std::max(1.0, cal.compute_scale));
     if (!r.ok())
       p.failed = fmt::format("the one-process run at micro-batch {} of {} ({}): {}", mb, gb,
                              r.result.describe(), r.log);
@@ -345,8 +359,8 @@ double AutoconfigRuns::measure_sharing(int64_t copies) {
   std::vector<std::thread> pool;
   for (int64_t i = 0; i < copies; ++i)
     pool.emplace_back([&, i] {
-      r[size_t(i)] =
-          run(fmt::format("probe-share{}-{}", copies, i), 1, sharing_probe_, kProbeSteps);
+      r[size_t(i)] = run(fmt::format("probe-share{}-{}", copies, i), 1, sharing_probe_, kProbeSteps,
+                         double(copies) * sharing_alone_s_);
     });
   for (std::thread& t : pool) t.join();
   std::vector<double> steps;
@@ -363,7 +377,7 @@ double AutoconfigRuns::measure_sharing(int64_t copies) {
 
 double AutoconfigRuns::measure_drift() {
   if (sharing_alone_s_ <= 0) return 0;
-  const MeasuredRun r = run("probe-drift", 1, sharing_probe_, kProbeSteps);
+  const MeasuredRun r = run("probe-drift", 1, sharing_probe_, kProbeSteps, sharing_alone_s_);
   if (!r.ok()) {
     NK_WARN("autoconfig: the drift probe failed ({}, {})", r.result.describe(), r.log);
     return 0;
@@ -410,7 +424,7 @@ void AutoconfigRuns::calibrate_messages(const TrainConfig& cfg, MachineRates& ra
     }
     const MeasuredRun r =
         run(fmt::format("probe-tp{}-mb{}{}", tp, mb, round > 1 ? fmt::format("-{}", round) : ""), P,
-            probe_overrides(int(tp), 1, int(P / tp), mb, cal.threads), kProbeSteps);
+            probe_overrides(int(tp), 1, int(P / tp), mb, cal.threads), kProbeSteps, p.total());
     if (!r.ok()) {
       NK_WARN("autoconfig: the tensor-parallel probe failed ({}, {}); {:.0f} us per message",
               r.result.describe(), r.log, cal.link_latency_s * 1e6);
@@ -534,8 +548,9 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
     for (size_t i = 0; i < ran; ++i) {
       const size_t k = round == 1 ? i : ran - 1 - i;
       const int64_t mb = plan[k].mb;
-      const MeasuredRun r = run(fmt::format("probe-cp2-mb{}{}", mb, round > 1 ? "-2" : ""), P,
-                                probe_overrides(1, 2, int(dp), mb, cal.threads), kProbeSteps);
+      const MeasuredRun r =
+          run(fmt::format("probe-cp2-mb{}{}", mb, round > 1 ? "-2" : ""), P,
+              probe_overrides(1, 2, int(dp), mb, cal.threads), kProbeSteps, plan[k].p2.total());
       if (r.ok()) {
         pooled[k].insert(pooled[k].end(), r.steps_s.begin() + 1, r.steps_s.end());
         continue;
@@ -575,7 +590,7 @@ void AutoconfigRuns::calibrate_ring(const TrainConfig& cfg, MachineRates& rates,
 }
 
 MeasuredRun AutoconfigRuns::measure(const LayoutCandidate& k, int64_t world, int64_t steps) {
-  return run(fmt::format("run{}", ++runs_), world, k.overrides, steps);
+  return run(fmt::format("run{}", ++runs_), world, k.overrides, steps, k.step_s());
 }
 
 void AutoconfigRuns::write_recipe(const std::string& path, const LayoutCandidate& k) const {

@@ -58,9 +58,12 @@ class AutoconfigRuns {
  public:
   // recipe/overrides: as given to autoconfig; cfg: what they give. Makes
   // the temporary folder and, when the recipe names no data, a synthetic
-  // corpus in it (the step time does not depend on the text).
+  // corpus in it (the step time does not depend on the text). A run is
+  // killed past timeout_s, plus three times its predicted steps when
+  // `scale_timeout` (a 124M model's FSDP probe takes minutes where a tiny
+  // model's takes seconds).
   AutoconfigRuns(std::string recipe, std::vector<std::string> overrides, const TrainConfig& cfg,
-                 double timeout_s);
+                 double timeout_s, bool scale_timeout);
   ~AutoconfigRuns();
   AutoconfigRuns(const AutoconfigRuns&) = delete;
   AutoconfigRuns& operator=(const AutoconfigRuns&) = delete;
@@ -198,15 +201,19 @@ class AutoconfigRuns {
   void write_recipe(const std::string& path, const LayoutCandidate& k) const;
 
  private:
-  // nekton train's arguments for a run in dir `name` with `extra` settings.
+  // nekton train's arguments for a run in dir `name` with `extra` settings,
+  // its collectives giving up after `deadline_s`.
   std::vector<std::string> train_args(const std::string& name,
-                                      const std::vector<std::string>& extra, int64_t steps) const;
+                                      const std::vector<std::string>& extra, int64_t steps,
+                                      double deadline_s) const;
+  // A run, `expected_step_s` its predicted step (for its deadline).
   MeasuredRun run(const std::string& name, int64_t world, const std::vector<std::string>& extra,
-                  int64_t steps);
+                  int64_t steps, double expected_step_s);
   std::string recipe_;
   std::vector<std::string> overrides_;
   std::string exe_, dir_, data_;
   double timeout_s_;
+  bool scale_timeout_;
   int runs_ = 0;
   MessageProbe message_probe_, bytes_probe_;
   Zero2Probe zero2_probe_, zero2_pair_probe_;

@@ -83,8 +83,8 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
                  std::string("parallel.shard=full"));
     extra.push_back(fmt::format("train.global_batch={}", batch));
     const std::string name = fmt::format("probe-fsdp-tp{}-dp{}-mb{}-gb{}", tp, P / tp, mb, batch);
-    const MeasuredRun r =
-        run(name + (round > 1 ? fmt::format("-{}", round) : ""), P, extra, autoconfig::kProbeSteps);
+    const MeasuredRun r = run(name + (round > 1 ? fmt::format("-{}", round) : ""), P, extra,
+                              autoconfig::kProbeSteps, f.predicted_s);
     if (!r.ok() || !(f.per_s_per_byte > 0) || !(f.per_step_s > 0)) {
       NK_WARN(
           "autoconfig: the fully sharded probe at tp {}, micro-batch {}, global batch {} failed "
@@ -300,7 +300,7 @@ void AutoconfigRuns::calibrate_zero2(const TrainConfig& cfg, MachineRates& rates
     std::vector<double> steps;
     for (int round = 1; round <= 2; ++round) {
       const MeasuredRun r = run(fmt::format("probe-zero2-tp{}{}", tp, round > 1 ? "-2" : ""), P,
-                                extra, autoconfig::kProbeSteps);
+                                extra, autoconfig::kProbeSteps, without);
       if (!r.ok()) {
         NK_WARN("autoconfig: the ZeRO-2 probe at tp {} failed ({}, {}){}", tp, r.result.describe(),
                 r.log, steps.empty() ? "; not fitted" : "; fitted on one round");

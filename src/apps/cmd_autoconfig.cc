@@ -49,7 +49,8 @@ constexpr const char* kUsage =
     "runs for ring attention's blocks and messages). Every timed run counts\n"
     "its median step after the first; the other work on the host meanwhile is reported.\n"
     "--measure K runs the best K (--spread: K spread from the best to the worst) on this\n"
-    "host (mpirun) for --steps steps each, killing any past --timeout, in --rounds rounds\n"
+    "host (mpirun) for --steps steps each (killing any past --timeout, by default 180 s\n"
+    "plus three times its predicted steps), in --rounds rounds\n"
     "(the order reversed every other round; each layout's step the median of all its\n"
     "rounds' timed steps), and prints measured against predicted; --out writes the chosen\n"
     "layout (the measured best, else the predicted best) as a recipe:\n"
@@ -65,6 +66,7 @@ struct AutoconfigArgs {
   double memory_gib = 0, link_gbps = 0, timeout_s = 180;
   std::string out, calibration;
   bool json = false, spread = false;
+  bool timeout_given = false;  // --timeout: each run's deadline, fixed
 };
 
 AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
@@ -79,7 +81,9 @@ AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
   cl.bind("--steps", a.steps, "training steps of each measured run (the first is not timed)");
   cl.bind("--rounds", a.rounds,
           "rounds of the measured runs (A B C, C B A, ...), their timed steps pooled");
-  cl.bind("--timeout", a.timeout_s, "seconds a measured run may take before it is killed");
+  cl.bind("--timeout", a.timeout_s,
+          "seconds a probe or measured run may take before it is killed (default: 180 plus "
+          "three times its predicted steps)");
   cl.bind("--link-gbps", a.link_gbps,
           "link bandwidth in Gbit/s (default: measured by a two-rank all-reduce probe)");
   cl.bind("--calibration", a.calibration,
@@ -89,6 +93,7 @@ AutoconfigArgs parse_autoconfig_args(const std::vector<std::string>& raw) {
   cl.bind("--spread", a.spread,
           "measure K candidates spread over the ranking, best to worst, instead of the best K");
   cl.bind("--json", a.json, "the search (and measurements) as JSON on stdout");
+  a.timeout_given = cl.has("--timeout");
   if (cl.help()) {
     fmt::print("{}\nThe settings are `nekton train`'s (nekton train --help).\n",
                cl.help_text(kUsage));
@@ -210,7 +215,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   cfg.threads = cal.threads;  // the rates are measured at them
   if (!a.json) set_log_level(LogLevel::Warn);
 
-  AutoconfigRuns runs(a.config, a.overrides, cfg, a.timeout_s);
+  AutoconfigRuns runs(a.config, a.overrides, cfg, a.timeout_s, !a.timeout_given);
   const HostCpuSample host_start = sample_host_cpu();
   const std::string load_start = load_averages();
   const double budget =

@@ -313,6 +313,8 @@ Measured measure(TrainConfig cfg) {
   cfg.steps = 3;
   cfg.val_every = 0;
   cfg.save_every = 0;
+  cfg.exit_at_step = 0;
+  cfg.save_final = false;  // timing only: no checkpoint, no model to write and delete
   cfg.resume = "never";
   cfg.peak_tflops = 1;  // no GEMM-peak probe: its matrices would count in the peak
   cfg.lr.warmup_steps = 0;

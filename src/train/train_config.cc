@@ -113,6 +113,10 @@ void TrainConfig::bind(ConfigBinder& b) {
          "never = stop with an error");
   b.bind("train.save_every", save_every,
          "save a full checkpoint every N steps in OUT_DIR/checkpoints (0 = only at the end)");
+  b.bind("train.save_final", save_final,
+         "after the last of train.steps, save a checkpoint and export OUT_DIR/model (false: "
+         "timing runs and sweeps that keep only metrics; train.exit_at_step and SIGTERM still "
+         "save)");
   b.bind("train.keep_checkpoints", keep_checkpoints,
          "keep the newest N checkpoints, delete older ones");
   b.bind("train.exit_at_step", exit_at_step,

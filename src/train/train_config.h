@@ -70,6 +70,7 @@ struct TrainConfig {
   std::string resume = "auto";   // auto: continue from OUT_DIR/checkpoints; never: refuse them
   int64_t exit_at_step = 0;      // stop after this step and save (0 = run to `steps`)
   int64_t save_every = 0;        // checkpoint every N steps (0 = only at the end)
+  bool save_final = true;        // the checkpoint and OUT_DIR/model after the last step
   int64_t keep_checkpoints = 3;  // newest checkpoints kept under OUT_DIR/checkpoints
   std::string metrics_file;      // default: out_dir/metrics.jsonl
   bool tensorboard = true;       // TensorBoard event file beside metrics_file

@@ -844,6 +844,9 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
   if (par_.writes()) profile.report(cfg_.out_dir + "/profile.json");
+  // train.save_final=false: a run kept for its metrics only ends here,
+  // unless it stopped early at train.exit_at_step (whose point is the save).
+  if (!cfg_.save_final && cfg_.exit_at_step == 0) return;
   if (saved_step_ != state_.step) save_checkpoint_now();
   export_final();
 }

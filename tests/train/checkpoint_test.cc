@@ -168,6 +168,28 @@ TEST(ExactResume, SigtermSavesAtTheEndOfTheStep) {
   EXPECT_TRUE(fs::exists(dir / "sig/model/model.safetensors"));
 }
 
+// train.save_final=false (autoconfig's and estimate's timing runs): the
+// metrics only, no checkpoint and no model after the last step; a stop at
+// train.exit_at_step still saves, and the run resumes from it.
+TEST(ExactResume, SaveFinalFalseWritesOnlyTheMetrics) {
+  TempDir dir("nk_exact");
+  std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
+  std::vector<std::string> data = {"data.prefix=" + prefix, "train.dtype=f32", "train.steps=4",
+                                   "train.save_final=false"};
+  RunResult whole = run(with(data, {"train.out_dir=" + (dir / "a")}));
+  EXPECT_EQ(whole.history.size(), 4u);
+  EXPECT_TRUE(fs::exists(dir / "a/metrics.jsonl"));
+  EXPECT_TRUE(list_checkpoints(dir / "a/checkpoints").empty());
+  EXPECT_FALSE(fs::exists(dir / "a/model"));
+
+  RunResult head = run(with(data, {"train.out_dir=" + (dir / "b"), "train.exit_at_step=2"}));
+  EXPECT_EQ(read_latest_pointer(dir / "b/checkpoints"), "step_00000002");
+  EXPECT_TRUE(fs::exists(dir / "b/model/model.safetensors"));
+  RunResult tail = run(with(data, {"train.out_dir=" + (dir / "b")}));
+  expect_continues(whole, head.history, tail);
+  EXPECT_EQ(read_latest_pointer(dir / "b/checkpoints"), "step_00000002");  // none at step 4
+}
+
 TEST(ExactResume, FromAnOlderCheckpointFolder) {
   TempDir dir("nk_exact");
   std::string prefix = test::write_random_dataset(dir / "ds", 400, 60, 300, 1);
