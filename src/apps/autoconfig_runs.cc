@@ -241,9 +241,9 @@ MeasuredRun AutoconfigRuns::run(const std::string& name, int64_t world,
     m.step_s = median({m.steps_s.begin() + 1, m.steps_s.end()});
     m.fastest_s = *std::min_element(m.steps_s.begin() + 1, m.steps_s.end());
   }
-  // The run folder goes now, not with the temporary folder at the end:
-  // whatever a run leaves there (a checkpoint of one stopped by a signal,
-  // a killed save's temporaries) would add up over dozens of runs.
+  // The run folder (its metrics, read above) goes now, not with the
+  // temporary folder at the end: what a run killed at its deadline left
+  // there would otherwise add up over dozens of runs.
   {
     std::error_code ec;
     fs::remove_all(fs::path(dir_) / name, ec);

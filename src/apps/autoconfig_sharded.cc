@@ -109,7 +109,11 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
   // bends (a message's wait, capped by a share of the step, rises with FSDP's costs until the cap
   // no longer binds) a fit on the slopes at 0 missed a tp 2 probe's step by
   // 5 %. Each probe's fitted_s and slopes are then the model's at the fit.
-  auto fit_and_refine = [&](std::vector<FsdpProbe>& probes, StepCalibration& into) {
+  // `exact` (as many probes as costs): the fit stands only where it reaches
+  // every probe's measured step (to 1e-7 of it); a refinement that stopped
+  // short (its next fit out of bounds, or no step that helps: the probes'
+  // noise put the solution past a bend) leaves the other fits to the caller.
+  auto fit_and_refine = [&](std::vector<FsdpProbe>& probes, StepCalibration& into, bool exact) {
     if (!fit_fsdp(into, fits_of(probes), page)) return false;
     std::vector<ProbeModel> models;
     for (const FsdpProbe& p : probes)
@@ -149,6 +153,12 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
       into.refault_s_per_byte = b, into.fsdp_step_s = st;
       if (still) break;
     }
+    if (exact)
+      for (size_t i = 0; i < probes.size(); ++i) {
+        FsdpProbe q = probes[i];
+        linearize(q, models[i], into.refault_s_per_byte, into.fsdp_step_s);
+        if (!(std::abs(q.predicted_s - q.measured_s) <= 1e-7 * q.measured_s)) return false;
+      }
     return true;
   };
   // Each probe's step at the costs taken, and the slopes there.
@@ -212,7 +222,7 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
     fsdp_fit_ += ", two rounds";
   }
   const std::vector<FsdpProbeFit> fits = fits_of(fsdp_probes_);
-  bool ok = fit_and_refine(fsdp_probes_, cal);
+  bool ok = fit_and_refine(fsdp_probes_, cal, false);
   if (!ok && fit_fsdp_per_byte(cal, fits, page)) {
     ok = true;
     fsdp_fit_ = fmt::format("{} probes per byte alone", fits.size());
@@ -249,7 +259,7 @@ void AutoconfigRuns::calibrate_fsdp(const TrainConfig& cfg, MachineRates& rates,
   if (pairs.size() == 2)
     if (std::vector<FsdpProbe> again = pair_probes(2); again.size() == 2) pairs = again;
   StepCalibration pc = cal;
-  if (pairs.size() == 2 && fit_and_refine(pairs, pc)) {
+  if (pairs.size() == 2 && fit_and_refine(pairs, pc, true)) {
     fsdp_pair_fit_ = "two probes";
   } else if (pairs.size() == 2 && fit_fsdp_per_byte(pc, fits_of(pairs), page)) {
     fsdp_pair_fit_ = "two probes per byte alone";

@@ -109,7 +109,8 @@ std::string without_newer_keys(const std::string& yaml) {
           key == "partial_rotary_factor" || key == "qk_norm")) ||
         (section == "train:" &&
          (key == "init_from" || key == "recompute" || key == "recompute_layers" ||
-          key.starts_with("eval_") || key == "tensorboard" || key == "profile")) ||
+          key.starts_with("eval_") || key == "tensorboard" || key == "profile" ||
+          key == "save_final")) ||
         (section == "data:" && fine_tuning.count(key)))
       continue;
     out += line + "\n";
@@ -134,6 +135,7 @@ TEST(TrainConfig, AConfigSavedBeforeReadsBackToTheSameText) {
   EXPECT_EQ(t.lr.decay_steps, 1);  // 0 = train.steps
   EXPECT_EQ(t.model.n_kv_head, 2);
   EXPECT_EQ(t.metrics_file, "runs/old/metrics.jsonl");
+  EXPECT_TRUE(t.save_final);  // a config from before the key still saves at the end
 }
 
 TEST(TrainConfig, TheSchemaDefaultsAreTheStructsDefaults) {

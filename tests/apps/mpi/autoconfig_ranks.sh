@@ -193,9 +193,12 @@ timeout "$T" "$NK" train --nproc 2 --config chosen.yaml data.path="$REPO/README.
 # fitted on all 4 ranks and again in a sharding group of 2 (tp 2 x dp 2:
 # one micro-batch per rank, one sequence per micro-batch): the search
 # predicts both layouts at their probes' fitted steps, and with the pair's
-# two-probe fit (refined where the model bends) those are the measured
-# ones; with the per-step cost alone at the group's per-byte cost, the
-# first (at least it, when that cost came out negative and was clamped).
+# two-probe fit (refined where the model bends; taken only where it reaches
+# both, else the next fit, as a pair whose noise put the solution past a
+# bend did under a parallel ctest) those are the measured ones; with the
+# per-byte cost alone, no per-step cost; with the per-step cost alone at
+# the group's per-byte cost, the first (at least it, when that cost came
+# out negative and was clamped).
 timeout $((2 * T)) "$NK" autoconfig "${MODEL[@]}" --nodes 1 --procs-per-node 4 --json \
   >four.json 2>four.log || fail "autoconfig --procs-per-node 4"
 PYTHONPATH="$WORK" /usr/bin/python3 - four.json <<'PY' || fail "the 4-rank FSDP calibration"
