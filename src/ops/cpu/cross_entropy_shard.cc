@@ -1,10 +1,13 @@
 // Vocabulary-parallel cross-entropy kernels (arguments checked by
-// ops/cross_entropy_shard.cc), one row per task. Rows of a shard are short
-// (V / tp), so each pass is a plain loop over the row in fp32.
+// ops/cross_entropy_shard.cc), one row per task, on the whole-vocabulary
+// kernels' row passes (cross_entropy_rows.h): a shard's row (V / tp logits,
+// 25k for GPT-2 at tp 2) is as long as a whole row of a small vocabulary.
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/parallel.h"
-#include "ops/cpu/float_io.h"
+#include "ops/cpu/cross_entropy_rows.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/level.h"
 
@@ -14,17 +17,13 @@ namespace {
 template <typename T>
 void shard_stats(float* mx, float* se, float* tl, const T* x, const int32_t* tg, int64_t n,
                  int64_t vs, int64_t v0) {
-  parallel_for(n, 16, [&](int64_t r0, int64_t r1) {
+  parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
+    alignas(64) float buf[xent::kChunk];
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = x + r * vs;
-      float m = -INFINITY;
-      for (int64_t j = 0; j < vs; ++j) m = std::max(m, load(row[j]));
-      float s = 0.f;
-      for (int64_t j = 0; j < vs; ++j) s += std::exp(load(row[j]) - m);
       const int64_t t = int64_t(tg[r]) - v0;
-      mx[r] = m;
-      se[r] = s;
-      tl[r] = t >= 0 && t < vs ? load(row[t]) : 0.f;
+      std::tie(mx[r], se[r]) = xent::row_max_sumexp(row, vs, buf);
+      tl[r] = t >= 0 && t < vs ? to_f32(row[t]) : 0.f;
     }
   });
 }
@@ -32,16 +31,13 @@ void shard_stats(float* mx, float* se, float* tl, const T* x, const int32_t* tg,
 template <typename T>
 void shard_backward(T* dx, const T* x, const int32_t* tg, const float* lse, int64_t n, int64_t vs,
                     int64_t v0, int64_t ignore, float g) {
-  parallel_for(n, 16, [&](int64_t r0, int64_t r1) {
+  parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
+    alignas(64) float buf[xent::kChunk];
     for (int64_t r = r0; r < r1; ++r) {
-      const T* row = x + r * vs;
-      T* drow = dx + r * vs;
-      const bool skip = tg[r] == ignore;
-      const int64_t t = int64_t(tg[r]) - v0;
-      for (int64_t j = 0; j < vs; ++j) {
-        const float p = skip ? 0.f : (std::exp(load(row[j]) - lse[r]) - (j == t ? 1.f : 0.f)) * g;
-        drow[j] = store<T>(p);
-      }
+      if (tg[r] == ignore)
+        std::fill(dx + r * vs, dx + (r + 1) * vs, from_f32<T>(0.f));
+      else
+        xent::row_grad(dx + r * vs, x + r * vs, vs, lse[r], int64_t(tg[r]) - v0, g, buf);
     }
   });
 }
