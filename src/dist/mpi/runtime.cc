@@ -21,8 +21,8 @@ namespace {
 // 20-22 us a page on the 2-core Zen 5 VM (an all-reduce of 4 MiB took
 // 23 ms at its first two calls, 1 ms once glibc's heap held the memory; of
 // 130 MB, above glibc's 32 MiB mmap ceiling, 0.5 s at every call). GPT-2
-// 124M on dp 2 (bf16, micro-batch 4, 1 thread a rank, 2026-12-05): 5.8 s a
-// step with 2.7 s outside the kernels, 3.2 s with 0.2 s. (The cost: the
+// 124M on dp 2 (bf16, micro-batch 4, 1 thread a rank, 2026-12-05): 5.7-5.8 s a
+// step with 2.3-2.7 s outside the kernels, 3.2-3.7 s with 0.2-0.4 s. (The cost: the
 // ranks' resident memory stays at its peak, as with a caching allocator.)
 void keep_freed_memory() {
 #ifdef __GLIBC__
