@@ -28,7 +28,11 @@ NK=$BUILD/bin/nekton
 WORK=$(mktemp -d /tmp/nk_autoconfig_bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Open MPI's own shared-memory transport unless the caller sets one: its
+# default single copy (CMA) is what `nekton train --nproc` gets. (The tests
+# turn it off, as containers often forbid the ptrace it needs; without it a
+# large message moves only while the sender is inside MPI too, and a
+# pipeline's stages wait for each other's next call: BENCHMARKS.md.)
 
 "$NK" autoconfig "${RECIPE[@]}" --nodes 1 --procs-per-node "$PROCS" --measure "$MEASURE" \
   --spread --steps "$STEPS" --rounds "${ROUNDS:-3}" --json >"$WORK/grid.json" 2>"$WORK/grid.log" ||

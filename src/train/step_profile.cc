@@ -39,7 +39,7 @@ void StepProfile::end_step(double seconds) {
             [](const Row& a, const Row& b) { return a.seconds > b.seconds; });
 }
 
-void StepProfile::report(const std::string& path) const {
+void StepProfile::report(const std::string& path, int64_t rank, int64_t world) const {
   if (!on_ || steps_ == 0) return;
   const double n = double(steps_), step_ms = seconds_ / n * 1e3;
   double kernels_s = 0;
@@ -47,9 +47,15 @@ void StepProfile::report(const std::string& path) const {
   const double outside_ms = (seconds_ - kernels_s) / n * 1e3;
   const char* isa = ops::cpu_isa_name(ops::active_cpu_isa());
   const bool cpu = device_ == kHost;
-  NK_INFO("profile ({} kernels): mean of {} step(s) after the first, {:.1f} ms per step",
-          cpu ? isa : device_name(device_), steps_, step_ms);
-  std::string table = fmt::format("  {:<32} {:>10} {:>10} {:>7}\n",
+  const std::string who = world > 1 ? fmt::format("rank {} of {}, ", rank, world) : "";
+  const std::string head =
+      fmt::format("profile ({}{} kernels): mean of {} step(s) after the first, {:.1f} ms per step",
+                  who, cpu ? isa : device_name(device_), steps_, step_ms);
+  // The log speaks for rank 0 alone: the other ranks' tables carry their
+  // heading in the table.
+  if (rank == 0) NK_INFO("{}", head);
+  std::string table = (rank == 0 ? "" : head + "\n") +
+                      fmt::format("  {:<32} {:>10} {:>10} {:>7}\n",
                                   cpu ? "kernel (self time)" : "kernel (device time)", "calls/step",
                                   "ms/step", "share");
   nlohmann::json kernels = nlohmann::json::array();
@@ -67,12 +73,13 @@ void StepProfile::report(const std::string& path) const {
   fmt::print("{}\n", table);
   std::fflush(stdout);
   if (path.empty()) return;
-  const nlohmann::json j = {{"device", device_name(device_)},
-                            {"cpu_isa", isa},
-                            {"steps", steps_},
-                            {"step_ms", step_ms},
-                            {"kernels", kernels},
-                            {"outside_kernels_ms", outside_ms}};
+  nlohmann::json j = {{"device", device_name(device_)},
+                      {"cpu_isa", isa},
+                      {"steps", steps_},
+                      {"step_ms", step_ms},
+                      {"kernels", kernels},
+                      {"outside_kernels_ms", outside_ms}};
+  if (world > 1) j["rank"] = rank, j["world"] = world;
   write_file_atomic(path, j.dump(1) + "\n");
 }
 

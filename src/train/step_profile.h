@@ -31,8 +31,10 @@ class StepProfile {
   void end_step(double seconds);
 
   // The table: the log lines, and OUT_DIR/profile.json when `path` is not empty.
-  // Nothing when fewer than two steps ran.
-  void report(const std::string& path) const;
+  // Nothing when fewer than two steps ran. `rank` of `world` > 1: the table
+  // is headed with the rank (each rank of a run prints its own: a
+  // pipeline's stages, or a rank waiting on its peers, differ).
+  void report(const std::string& path, int64_t rank = 0, int64_t world = 1) const;
 
   struct Row {
     std::string name;

@@ -843,7 +843,10 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
-  if (par_.writes()) profile.report(cfg_.out_dir + "/profile.json");
+  // Every rank prints its table; rank 0 also writes OUT_DIR/profile.json
+  // (the others may run where OUT_DIR is not).
+  profile.report(par_.writes() ? cfg_.out_dir + "/profile.json" : "",
+                 par_.mesh ? par_.mesh->rank() : 0, par_.world());
   // train.save_final=false: a run kept for its metrics only ends here,
   // unless it stopped early at train.exit_at_step (whose point is the save).
   if (!cfg_.save_final && cfg_.exit_at_step == 0) return;
