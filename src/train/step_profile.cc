@@ -39,7 +39,8 @@ void StepProfile::end_step(double seconds) {
             [](const Row& a, const Row& b) { return a.seconds > b.seconds; });
 }
 
-void StepProfile::report(const std::string& path, int64_t rank, int64_t world) const {
+void StepProfile::report(const std::string& path, int64_t rank, int64_t world,
+                         const Gather& gather) const {
   if (!on_ || steps_ == 0) return;
   const double n = double(steps_), step_ms = seconds_ / n * 1e3;
   double kernels_s = 0;
@@ -51,10 +52,10 @@ void StepProfile::report(const std::string& path, int64_t rank, int64_t world) c
   const std::string head =
       fmt::format("profile ({}{} kernels): mean of {} step(s) after the first, {:.1f} ms per step",
                   who, cpu ? isa : device_name(device_), steps_, step_ms);
-  // The log speaks for rank 0 alone: the other ranks' tables carry their
-  // heading in the table.
-  if (rank == 0) NK_INFO("{}", head);
-  std::string table = (rank == 0 ? "" : head + "\n") +
+  // One process: the heading in the log. Several: each rank's heading in
+  // its table (the log speaks for rank 0 alone).
+  if (world == 1) NK_INFO("{}", head);
+  std::string table = (world == 1 ? "" : head + "\n") +
                       fmt::format("  {:<32} {:>10} {:>10} {:>7}\n",
                                   cpu ? "kernel (self time)" : "kernel (device time)", "calls/step",
                                   "ms/step", "share");
@@ -70,7 +71,13 @@ void StepProfile::report(const std::string& path, int64_t rank, int64_t world) c
   }
   table += fmt::format("  {:<32} {:>10} {:>10.2f} {:>6.1f}%", "outside kernels", "", outside_ms,
                        100 * outside_ms / step_ms);
-  fmt::print("{}\n", table);
+  if (gather) {
+    const std::vector<std::string> tables = gather(table);
+    if (rank == 0)
+      for (const std::string& t : tables) fmt::print("{}\n", t);
+  } else {
+    fmt::print("{}\n", table);
+  }
   std::fflush(stdout);
   if (path.empty()) return;
   nlohmann::json j = {{"device", device_name(device_)},

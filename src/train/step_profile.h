@@ -6,6 +6,7 @@
 // framework's own work) as its own line.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,10 +32,13 @@ class StepProfile {
   void end_step(double seconds);
 
   // The table: the log lines, and OUT_DIR/profile.json when `path` is not empty.
-  // Nothing when fewer than two steps ran. `rank` of `world` > 1: the table
-  // is headed with the rank (each rank of a run prints its own: a
-  // pipeline's stages, or a rank waiting on its peers, differ).
-  void report(const std::string& path, int64_t rank = 0, int64_t world = 1) const;
+  // Nothing when fewer than two steps ran. `rank` of `world` > 1: each
+  // rank's table is headed with its rank (a pipeline's stages, or a rank
+  // waiting on its peers, differ) and `gather` (every rank calls report)
+  // brings them to rank 0, which prints them in rank order.
+  using Gather = std::function<std::vector<std::string>(const std::string&)>;
+  void report(const std::string& path, int64_t rank = 0, int64_t world = 1,
+              const Gather& gather = {}) const;
 
   struct Row {
     std::string name;

@@ -843,10 +843,28 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
     if (sig != 0) return stop(sig, fmt::format("after step {}", s.step));
     if (cfg_.save_every > 0 && s.step % cfg_.save_every == 0) save_checkpoint_now();
   }
-  // Every rank prints its table; rank 0 also writes OUT_DIR/profile.json
-  // (the others may run where OUT_DIR is not).
+  // Every rank's table, printed by rank 0 (the ranks' own prints would
+  // interleave line by line under mpirun), which also writes
+  // OUT_DIR/profile.json.
+  StepProfile::Gather gather;
+  if (par_.active())
+    gather = [&](const std::string& mine) {
+      dist::Communicator& world = par_.groups->get("world");
+      Tensor n = Tensor::empty({1}, DType::I64);
+      *n.data<int64_t>() = int64_t(mine.size());
+      world.all_reduce(n, dist::ReduceOp::Max);
+      const int64_t L = *n.data<int64_t>(), W = par_.world();
+      std::string in = mine, all(size_t(L * W), '\0');
+      in.resize(size_t(L), '\0');
+      world.all_gather(Tensor::from_blob(in.data(), {L}, DType::U8),
+                       Tensor::from_blob(all.data(), {L * W}, DType::U8));
+      std::vector<std::string> tables;
+      for (int64_t r = 0; r < W; ++r)
+        tables.push_back(all.substr(size_t(r * L), size_t(L)).c_str());
+      return tables;
+    };
   profile.report(par_.writes() ? cfg_.out_dir + "/profile.json" : "",
-                 par_.mesh ? par_.mesh->rank() : 0, par_.world());
+                 par_.mesh ? par_.mesh->rank() : 0, par_.world(), gather);
   // train.save_final=false: a run kept for its metrics only ends here,
   // unless it stopped early at train.exit_at_step (whose point is the save).
   if (!cfg_.save_final && cfg_.exit_at_step == 0) return;
