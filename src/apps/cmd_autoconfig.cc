@@ -259,7 +259,7 @@ int cmd_autoconfig(const CommandArgs& raw) {
   opt.world = world;
   opt.budget_bytes = budget;
   opt.rates = &rates;
-  opt.search_cp = opt.search_vp = true;
+  opt.search_cp = opt.search_vp = opt.search_pp_layout = true;
   // A type (or a2a+p2p's sizes) the user set stays as set, as the keys the
   // search does not cover do.
   const bool comm_fixed =

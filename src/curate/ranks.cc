@@ -2,6 +2,7 @@
 
 #include "core/tensor.h"
 #include "dist/communicator.h"
+#include "dist/strings.h"
 
 namespace nk::curate {
 
@@ -18,36 +19,11 @@ void Ranks::barrier() const {
 }
 
 std::vector<std::string> Ranks::exchange(const std::vector<std::string>& send) const {
-  if (!comm_) return send;
-  const int n = size();
-  std::vector<int64_t> send_rows(static_cast<size_t>(n)), recv_rows(static_cast<size_t>(n));
-  std::string flat;
-  for (int j = 0; j < n; ++j) {
-    send_rows[size_t(j)] = int64_t(send[size_t(j)].size());
-    flat += send[size_t(j)];
-  }
-  comm_->all_to_all(Tensor::from_blob(send_rows.data(), {n}, DType::I64),
-                    Tensor::from_blob(recv_rows.data(), {n}, DType::I64));
-  int64_t total = 0;
-  for (int64_t r : recv_rows) total += r;
-  std::string in(size_t(total), '\0');
-  // Empty buffers still need an address for the tensor.
-  char dummy_in = 0, dummy_out = 0;
-  comm_->all_to_allv(
-      Tensor::from_blob(flat.empty() ? &dummy_in : flat.data(), {int64_t(flat.size())}, DType::U8),
-      send_rows, Tensor::from_blob(in.empty() ? &dummy_out : in.data(), {total}, DType::U8),
-      recv_rows);
-  std::vector<std::string> out(static_cast<size_t>(n));
-  size_t at = 0;
-  for (int j = 0; j < n; ++j) {
-    out[size_t(j)] = in.substr(at, size_t(recv_rows[size_t(j)]));
-    at += size_t(recv_rows[size_t(j)]);
-  }
-  return out;
+  return comm_ ? dist::exchange_strings(*comm_, send) : send;
 }
 
 std::vector<std::string> Ranks::all_gather(const std::string& mine) const {
-  return exchange(std::vector<std::string>(size_t(size()), mine));
+  return comm_ ? dist::all_gather_strings(*comm_, mine) : std::vector<std::string>{mine};
 }
 
 int64_t Ranks::sum(int64_t x) const {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "parallel/pipeline_parallel.h"
@@ -21,12 +22,14 @@ std::vector<int64_t> divisors(int64_t n) {
 
 // The parallel.vp values to try at pp stages: the recipe's (1 when the
 // search changes pp), or with `search` every count of virtual stages that
-// splits the layers evenly over pp x vp chunks.
-std::vector<int64_t> vp_counts(const TrainConfig& c, int64_t pp, bool search) {
+// splits the layers evenly over pp x vp chunks, and 1 where uneven splits
+// are searched (pp not dividing the layers).
+std::vector<int64_t> vp_counts(const TrainConfig& c, int64_t pp, bool search, bool splits) {
   if (!search || pp == 1) return {pp == c.parallel.mesh.pp ? c.parallel.vp : 1};
   std::vector<int64_t> v;
+  if (splits && pp <= c.model.n_layer) v.push_back(1);
   for (int64_t k = 1; k * pp <= c.model.n_layer; ++k)
-    if (c.model.n_layer % (k * pp) == 0) v.push_back(k);
+    if (c.model.n_layer % (k * pp) == 0 && !(k == 1 && splits)) v.push_back(k);
   return v;
 }
 
@@ -114,6 +117,7 @@ nlohmann::json LayoutCandidate::to_json() const {
                       {"micro_batch", micro_batch},
                       {"recompute", recompute},
                       {"accepted", accepted}};
+  if (!pp_layout.empty()) j["pp_layout"] = pp_layout;
   if (cp > 1) {
     j["cp_comm_type"] = cp_comm;
     if (!hierarchical_cp_sizes.empty()) j["hierarchical_cp_sizes"] = hierarchical_cp_sizes;
@@ -141,22 +145,97 @@ std::string LayoutCandidate::name() const {
     if (!hierarchical_cp_sizes.empty())
       comm += " " + fmt::format("{}", fmt::join(hierarchical_cp_sizes, "x"));
   }
-  return fmt::format("tp{} cp{}{} pp{} vp{} dp{}{}{} mb{} {}", tp, cp, comm, pp, vp, dp,
+  const std::string split =
+      pp_layout.empty() ? "" : fmt::format(" [{}]", fmt::join(pp_layout, ","));
+  return fmt::format("tp{} cp{}{} pp{}{} vp{} dp{}{}{} mb{} {}", tp, cp, comm, pp, split, vp, dp,
                      sp ? " sp" : "", shard == "none" ? "" : " " + shard, micro_batch, recompute);
 }
+
+std::vector<std::vector<int64_t>> pipeline_splits(const TrainConfig& cfg, int64_t pp) {
+  const int64_t L = cfg.model.n_layer, mid = pp - 2;
+  std::vector<std::vector<int64_t>> v;
+  if (pp < 2 || L < pp) return v;
+  if (L % pp == 0) v.push_back({});  // even: no key
+  auto even = [&](const std::vector<int64_t>& s) {
+    return std::all_of(s.begin(), s.end(), [&](int64_t n) { return n * pp == L; });
+  };
+  const bool own = pp == cfg.parallel.mesh.pp && !cfg.parallel.pp_layout.empty() &&
+                   cfg.parallel.vp == 1 && !even(cfg.parallel.pp_layout);
+  if (own) v.push_back(cfg.parallel.pp_layout);
+  // First and last stages of up to twice an even stage's layers (past that
+  // the other stages wait on them whatever the head costs).
+  const int64_t most = std::min(L - 1 - mid, 2 * ((L + pp - 1) / pp));
+  for (int64_t f = 1; f <= most; ++f)
+    for (int64_t l = 1; l <= most && f + l + mid <= L; ++l) {
+      const int64_t rest = L - f - l;
+      if (mid == 0 ? rest != 0 : rest % mid != 0) continue;
+      std::vector<int64_t> s(size_t(pp), mid > 0 ? rest / mid : 0);
+      s.front() = f, s.back() = l;
+      if (!even(s) && !(own && s == cfg.parallel.pp_layout)) v.push_back(std::move(s));
+    }
+  return v;
+}
+
+namespace {
+
+// One layout's estimate: through the trainer's checks, within the budget,
+// timed where there are rates. `k` names the layout; `c` is the recipe set
+// to it. Returns `k` accepted with its memory, bytes and times, or refused
+// with the reason.
+LayoutCandidate evaluate(LayoutCandidate k, const TrainConfig& c, const LayoutSearchOptions& opt) {
+  const int64_t N = opt.world;
+  TrainEstimate e;
+  try {
+    // The trainer's checks: the config's, then the mesh's and the layout's
+    // (train_mesh, inside estimate_training).
+    c.parallel.check();
+    c.ddp.check();
+    e = estimate_training(c, N, nullptr);
+  } catch (const Error& err) {
+    k.reason = err.what();
+    return k;
+  }
+  k.memory_bytes = e.peak().total();
+  if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
+    k.reason = fmt::format("memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
+                           double(k.memory_bytes) / 1048576.0, opt.budget_bytes / 1073741824.0);
+    return k;
+  }
+  k.accepted = true;
+  k.comm_bytes = comm_bytes(c, e);
+  const double m = double(c.grad_accum() / k.dp);
+  k.bubble = double(k.pp - 1) / (m + double(k.pp - 1));
+  if (!opt.rates) return k;
+  measure_missing_rates(c, *opt.rates);
+  const TrainEstimate t = estimate_training(c, N, opt.rates);
+  if (opt.calibration) {
+    const StepPrediction p = predict_step(c, t, *opt.calibration);
+    k.compute_s = p.compute_s + p.overhead_s;
+    k.comm_s = p.comm_s;
+    k.comm_bytes = p.comm_bytes;
+    k.comm_messages = p.messages;
+    k.bubble = double(k.pp - 1) / double(k.vp) / (m + double(k.pp - 1) / double(k.vp));
+  } else {
+    k.compute_s = t.step.total();
+    k.comm_s = k.comm_bytes / (opt.link_gbps * 1e9 / 8.0);
+  }
+  k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
+  return k;
+}
+
+}  // namespace
 
 std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                                             const LayoutSearchOptions& opt) {
   const int64_t N = opt.world;
   if (N < 1) fail("--search needs a world size (--nproc N), got {}", N);
   if (!(opt.link_gbps > 0)) fail("--link-gbps must be positive, got {}", opt.link_gbps);
-  const double link = opt.link_gbps * 1e9 / 8.0;  // bytes/s
   const ModelConfig& mc = cfg.model;
   std::vector<LayoutCandidate> out;
   for (int64_t tp : divisors(N))
     for (int64_t pp : divisors(N / tp))
       for (const LayoutCp& cc : cp_choices(cfg, N / (tp * pp), opt))
-        for (int64_t vp : vp_counts(cfg, pp, opt.search_vp)) {
+        for (int64_t vp : vp_counts(cfg, pp, opt.search_vp, opt.search_pp_layout && opt.rates)) {
           const int64_t cp = cc.cp;
           const int64_t dp = N / (tp * pp * cp);
           // The type is among the overrides when the search chose it.
@@ -168,13 +247,25 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
           base.vp = opt.search_vp ? vp : (pp == cfg.parallel.mesh.pp ? cfg.parallel.vp : 1);
           base.micro_batch = cfg.micro_batch, base.recompute = cfg.recompute;
           base.shard = shard_key(cfg.ddp.shard);
-          // The recipe's vp and pp_layout hold (unless vp is searched: even splits).
+          // The recipe's vp and pp_layout hold (unless vp is searched: even
+          // splits), or with search_pp_layout a one-chunk pipeline tries
+          // pipeline_splits.
           const bool own_layout = pp == cfg.parallel.mesh.pp && !opt.search_vp;
-          if (!own_layout && mc.n_layer % pp) {
+          const bool split_searched = opt.search_pp_layout && opt.rates && pp > 1 && base.vp == 1;
+          const std::vector<std::vector<int64_t>> splits =
+              split_searched ? pipeline_splits(cfg, pp)
+                             : std::vector<std::vector<int64_t>>{
+                                   own_layout ? cfg.parallel.pp_layout : std::vector<int64_t>{}};
+          if (split_searched && splits.empty()) {
+            base.reason = fmt::format("parallel.pp = {}: more stages than model.n_layer = {}", pp,
+                                      mc.n_layer);
+            out.push_back(base);
+            continue;
+          }
+          if (!own_layout && !split_searched && mc.n_layer % pp) {
             base.reason = fmt::format(
                 "parallel.pp = {}: does not divide model.n_layer = {} (the search splits the "
-                "layers "
-                "evenly)",
+                "layers evenly)",
                 pp, mc.n_layer);
             out.push_back(base);
             continue;
@@ -219,50 +310,26 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                     if (opt.search_cp) c.parallel.mesh.cp = int(cp);
                     c.parallel.set_cp_comm(cc.type, cc.sizes);
                     c.parallel.sequence_parallel = sp;
-                    if (!own_layout) c.parallel.vp = int(k.vp), c.parallel.pp_layout.clear();
+                    if (!own_layout) c.parallel.vp = int(k.vp);
                     c.ddp.shard = shard;
                     c.micro_batch = mb;
                     c.recompute = policy;
-                    TrainEstimate e;
-                    try {
-                      // The trainer's checks: the config's, then the mesh's and
-                      // the layout's (train_mesh, inside estimate_training).
-                      c.parallel.check();
-                      c.ddp.check();
-                      e = estimate_training(c, N, nullptr);
-                    } catch (const Error& err) {
-                      k.reason = err.what();
+                    // Each split in turn; the fastest accepted one stays
+                    // (the first, the even one, on a tie), else the first's
+                    // refusal.
+                    std::optional<LayoutCandidate> best;
+                    for (const std::vector<int64_t>& split : splits) {
+                      c.parallel.pp_layout = split;
+                      LayoutCandidate x = k;
+                      x.pp_layout = split;
+                      x = evaluate(std::move(x), c, opt);
+                      if (!best || (x.accepted && (!best->accepted || x.step_s() < best->step_s())))
+                        best = std::move(x);
+                    }
+                    k = std::move(*best);
+                    if (!k.accepted) {
                       out.push_back(k);
                       continue;
-                    }
-                    k.memory_bytes = e.peak().total();
-                    if (opt.budget_bytes > 0 && double(k.memory_bytes) > opt.budget_bytes) {
-                      k.reason = fmt::format(
-                          "memory {:.1f} MiB per rank is over --budget {:.3f} GiB",
-                          double(k.memory_bytes) / 1048576.0, opt.budget_bytes / 1073741824.0);
-                      out.push_back(k);
-                      continue;
-                    }
-                    k.accepted = true;
-                    k.comm_bytes = comm_bytes(c, e);
-                    const double m = double(c.grad_accum() / dp);
-                    k.bubble = double(pp - 1) / (m + double(pp - 1));
-                    if (opt.rates) {
-                      measure_missing_rates(c, *opt.rates);
-                      const TrainEstimate t = estimate_training(c, N, opt.rates);
-                      if (opt.calibration) {
-                        const StepPrediction p = predict_step(c, t, *opt.calibration);
-                        k.compute_s = p.compute_s + p.overhead_s;
-                        k.comm_s = p.comm_s;
-                        k.comm_bytes = p.comm_bytes;
-                        k.comm_messages = p.messages;
-                        k.bubble =
-                            double(pp - 1) / double(k.vp) / (m + double(pp - 1) / double(k.vp));
-                      } else {
-                        k.compute_s = t.step.total();
-                        k.comm_s = k.comm_bytes / link;
-                      }
-                      k.tokens_per_s = double(c.global_batch * c.seq_len) / k.step_s();
                     }
                     k.overrides = {fmt::format("parallel.tp={}", tp),
                                    fmt::format("parallel.pp={}", pp),
@@ -282,7 +349,10 @@ std::vector<LayoutCandidate> search_layouts(const TrainConfig& cfg,
                     }
                     if (opt.search_vp || (!own_layout && cfg.parallel.vp != 1))
                       k.overrides.push_back(fmt::format("parallel.vp={}", k.vp));
-                    if (!own_layout && !cfg.parallel.pp_layout.empty())
+                    if (!k.pp_layout.empty())
+                      k.overrides.push_back(
+                          fmt::format("parallel.pp_layout={}", fmt::join(k.pp_layout, ",")));
+                    else if (!cfg.parallel.pp_layout.empty())
                       k.overrides.push_back("parallel.pp_layout=");  // an even split
                     out.push_back(k);
                   }

@@ -42,6 +42,10 @@ struct LayoutSearchOptions {
   // cp = 1, and without it, the recipe's type and sizes (nekton autoconfig
   // leaves them so when the user set either key).
   bool search_cp_comm = false;
+  // With rates: a pipeline of one chunk per stage (vp 1) tries the splits of
+  // pipeline_splits as parallel.pp_layout and keeps the fastest predicted
+  // (the even split on a tie); nekton autoconfig sets it.
+  bool search_pp_layout = false;
   const StepCalibration* calibration = nullptr;
 };
 
@@ -52,6 +56,9 @@ struct LayoutCandidate {
   // they are at cp 1 does not matter).
   std::string cp_comm = "p2p";
   std::vector<int64_t> hierarchical_cp_sizes;
+  // parallel.pp_layout: layers per stage; empty: the even split (or, when the
+  // search kept the recipe's pipeline, the recipe's).
+  std::vector<int64_t> pp_layout;
   std::string shard = "none", recompute = "none";
   bool accepted = false;
   std::string reason;        // why it was rejected (names the key or --budget)
@@ -68,9 +75,21 @@ struct LayoutCandidate {
   std::vector<std::string> overrides;
   nlohmann::json to_json() const;
   // One line of a table: "tp1 cp2 a2a pp1 vp1 dp2 sp optimizer mb2 selective"
-  // (the type after cp when cp > 1; a2a+p2p with its sizes, "a2a+p2p 2x2").
+  // (the type after cp when cp > 1; a2a+p2p with its sizes, "a2a+p2p 2x2";
+  // an uneven pipeline with its layers after pp, "pp2 [9,3]").
   std::string name() const;
 };
+
+// The parallel.pp_layout values search_pp_layout tries at pp stages: the
+// even split first (as empty, no key) where pp divides the layers, the
+// recipe's own layout at its pp, then Megatron-style uneven ones
+// (decoder_first/last_pipeline_num_layers): f layers on the first stage and
+// l on the last, the middle stages the rest evenly, every stage at least
+// one layer, f and l at most twice an even stage's. The first stage also
+// holds the embedding and the last the head and the loss (GPT-2's 50257-way
+// head costs about 5 of its 12 layers on the CPU), so the even split leaves
+// the first stage waiting. None for pp < 2 or more stages than layers.
+std::vector<std::vector<int64_t>> pipeline_splits(const TrainConfig& cfg, int64_t pp);
 
 // All candidates: the accepted ones first, best first (step time, then
 // memory; without rates memory, then communication bytes), then the

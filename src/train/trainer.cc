@@ -20,6 +20,7 @@
 #include "core/parallel.h"
 #include "core/stop_signal.h"
 #include "data/dataset/dp_slice.h"
+#include "dist/strings.h"
 #include "ops/cpu_isa.h"
 #include "parallel/context_parallel_batch.h"
 #include "parallel/model_parallel.h"
@@ -849,19 +850,7 @@ void Trainer::run(const std::function<void(const StepStats&)>& on_step) {
   StepProfile::Gather gather;
   if (par_.active())
     gather = [&](const std::string& mine) {
-      dist::Communicator& world = par_.groups->get("world");
-      Tensor n = Tensor::empty({1}, DType::I64);
-      *n.data<int64_t>() = int64_t(mine.size());
-      world.all_reduce(n, dist::ReduceOp::Max);
-      const int64_t L = *n.data<int64_t>(), W = par_.world();
-      std::string in = mine, all(size_t(L * W), '\0');
-      in.resize(size_t(L), '\0');
-      world.all_gather(Tensor::from_blob(in.data(), {L}, DType::U8),
-                       Tensor::from_blob(all.data(), {L * W}, DType::U8));
-      std::vector<std::string> tables;
-      for (int64_t r = 0; r < W; ++r)
-        tables.push_back(all.substr(size_t(r * L), size_t(L)).c_str());
-      return tables;
+      return dist::all_gather_strings(par_.groups->get("world"), mine);
     };
   profile.report(par_.writes() ? cfg_.out_dir + "/profile.json" : "",
                  par_.mesh ? par_.mesh->rank() : 0, par_.world(), gather);

@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "train/layout_search.h"
 #include "train/train_parallel.h"
 
@@ -593,6 +595,112 @@ TEST(StepCalibration, SearchTimesEachContextParallelTypeAsTheModelCostsIt) {
     auto [t, order] = at_cp4(*k);
     EXPECT_LE(t["all_gather"].step_s(), t["p2p"].step_s());
   }
+}
+
+// parallel.pp_layout's candidates: every split adds up to the layers with
+// at least one a stage, none twice, the even one first (as no key); the
+// recipe's own split is among them at its pp; none past a stage a layer.
+TEST(StepCalibration, PipelineSplitsCoverTheUnevenLayouts) {
+  using Splits = std::vector<std::vector<int64_t>>;
+  const TrainConfig c = load();  // 4 layers
+  EXPECT_EQ(pipeline_splits(c, 2), (Splits{{}, {1, 3}, {3, 1}}));
+  // By the first stage's layers, then the last's.
+  EXPECT_EQ(pipeline_splits(c, 3), (Splits{{1, 2, 1}, {1, 1, 2}, {2, 1, 1}}));
+  EXPECT_EQ(pipeline_splits(c, 4), (Splits{{}}));
+  EXPECT_TRUE(pipeline_splits(c, 5).empty());
+  EXPECT_TRUE(pipeline_splits(c, 1).empty());
+  const TrainConfig own = load({"parallel.pp=3", "parallel.pp_layout=2,1,1"});
+  EXPECT_EQ(pipeline_splits(own, 3), (Splits{{2, 1, 1}, {1, 2, 1}, {1, 1, 2}}));
+  const TrainConfig deep = load({"model.n_layer=12"});
+  for (int64_t pp : {2, 3, 4, 6}) {
+    const Splits v = pipeline_splits(deep, pp);
+    ASSERT_FALSE(v.empty());
+    EXPECT_TRUE(v.front().empty()) << "the even split first";
+    std::set<std::vector<int64_t>> seen;
+    for (const std::vector<int64_t>& s : v) {
+      EXPECT_TRUE(seen.insert(s).second) << fmt::format("{} twice", fmt::join(s, ","));
+      if (s.empty()) continue;
+      ASSERT_EQ(int64_t(s.size()), pp);
+      int64_t sum = 0;
+      for (int64_t n : s) {
+        EXPECT_GE(n, 1);
+        sum += n;
+      }
+      EXPECT_EQ(sum, 12);
+      EXPECT_LE(std::max(s.front(), s.back()), 2 * 12 / pp);
+      // Megatron's form: the middle stages even.
+      for (size_t i = 2; i + 1 < s.size(); ++i) EXPECT_EQ(s[i], s[1]);
+      // The trainer takes it.
+      TrainConfig t = deep;
+      t.parallel.mesh.pp = int(pp), t.parallel.pp_layout = s;
+      EXPECT_NO_THROW(train_mesh(t, int(pp), 0)) << fmt::format("{}", fmt::join(s, ","));
+    }
+  }
+}
+
+// A head that costs more than a stage's layers (a 16384-way vocabulary at
+// width 256: about 5 layers' products): the search moves layers off the
+// last stage, predicted faster than the even split; the overrides give that
+// split back to the trainer. Without the option, or with vp > 1, the splits
+// stay even.
+TEST(StepCalibration, SearchSplitsAPipelineToBalanceItsHead) {
+  const TrainConfig c = load({"model.vocab_size=16384"});
+  MachineRates r = rates_for(c);
+  StepCalibration cal;
+  cal.procs_per_node = 2, cal.cores = 2;
+  LayoutSearchOptions opt;
+  opt.world = 2;
+  opt.rates = &r;
+  opt.search_vp = true;
+  opt.calibration = &cal;
+  auto pipelines = [&] {
+    std::map<std::pair<int64_t, std::string>, LayoutCandidate> by;  // (mb, recompute)
+    for (const LayoutCandidate& k : search_layouts(c, opt))
+      if (k.accepted && k.pp == 2 && k.vp == 1) by[{k.micro_batch, k.recompute}] = k;
+    return by;
+  };
+  const auto even = pipelines();
+  opt.search_pp_layout = true;
+  const auto split = pipelines();
+  ASSERT_FALSE(even.empty());
+  ASSERT_EQ(split.size(), even.size());
+  bool faster = false;
+  for (const auto& [key, k] : split) {
+    const LayoutCandidate& e = even.at(key);
+    EXPECT_TRUE(e.pp_layout.empty());
+    EXPECT_LE(k.step_s(), e.step_s()) << k.name();
+    if (k.pp_layout.empty()) continue;
+    faster |= k.step_s() < 0.95 * e.step_s();
+    EXPECT_GT(k.pp_layout.front(), k.pp_layout.back()) << k.name();
+    EXPECT_TRUE(test::contains(k.name(), fmt::format("pp2 [{}]", fmt::join(k.pp_layout, ","))));
+    EXPECT_EQ(k.to_json().at("pp_layout").get<std::vector<int64_t>>(), k.pp_layout);
+    // Its overrides: the trainer's config and mesh take them, and the
+    // estimate with them predicts the candidate's step.
+    std::vector<std::string> o = k.overrides;
+    o.push_back("model.vocab_size=16384");
+    const TrainConfig again = load(o);
+    EXPECT_EQ(again.parallel.pp_layout, k.pp_layout);
+    EXPECT_NO_THROW(train_mesh(again, 2, 0));
+    const StepPrediction p = predict_step(again, estimate_training(again, 2, &r), cal);
+    EXPECT_NEAR(p.total(), k.step_s(), 1e-9 * k.step_s());
+  }
+  EXPECT_TRUE(faster);
+  // vp 2 splits evenly (the interleaved schedule's rule): never a split.
+  for (const LayoutCandidate& k : search_layouts(c, opt))
+    if (k.vp > 1) {
+      EXPECT_TRUE(k.pp_layout.empty()) << k.name();
+    }
+  // 3 stages of 4 layers: trained with an uneven split, not refused.
+  opt.world = 3;
+  cal.procs_per_node = 3, cal.cores = 3;
+  bool three = false;
+  for (const LayoutCandidate& k : search_layouts(c, opt))
+    if (k.accepted && k.pp == 3) {
+      three = true;
+      ASSERT_EQ(k.pp_layout.size(), 3u) << k.name();
+      EXPECT_EQ(k.pp_layout[0] + k.pp_layout[1] + k.pp_layout[2], 4);
+    }
+  EXPECT_TRUE(three);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "dist/communicator.h"
+#include "dist/strings.h"
 #include "mpi_env.h"
 #include "tensors.h"
 #include "test_util.h"
@@ -181,6 +182,34 @@ TEST(CollectivesV, AllToAllvUnevenRows) {
 }
 
 // Several operations in flight at once, waited out of order, then polled.
+// Byte strings of every length, empty ones and NUL bytes included: rank r
+// sends rank j "r>j" repeated j times (nothing to rank 0), and gathers r
+// copies of "r\0" (nothing from rank 0).
+TEST(CollectivesStrings, ExchangeAndAllGatherKeepEveryRanksBytes) {
+  auto& c = world();
+  const int p = c.size(), r = c.rank();
+  auto piece = [](int from, int to) {
+    std::string s;
+    for (int i = 0; i < to; ++i) s += fmt::format("{}>{};", from, to);
+    return s;
+  };
+  std::vector<std::string> send;
+  for (int j = 0; j < p; ++j) send.push_back(piece(r, j));
+  const std::vector<std::string> got = dist::exchange_strings(c, send);
+  ASSERT_EQ(int(got.size()), p);
+  for (int j = 0; j < p; ++j) EXPECT_EQ(got[size_t(j)], piece(j, r)) << "from rank " << j;
+  auto mine = [](int k) {
+    std::string s;
+    for (int i = 0; i < k; ++i) s += std::to_string(k) + '\0';
+    return s;
+  };
+  const std::vector<std::string> all = dist::all_gather_strings(c, mine(r));
+  ASSERT_EQ(int(all.size()), p);
+  for (int j = 0; j < p; ++j) EXPECT_EQ(all[size_t(j)], mine(j)) << "rank " << j;
+  // Nothing anywhere.
+  EXPECT_EQ(dist::all_gather_strings(c, ""), std::vector<std::string>(size_t(p)));
+}
+
 TEST(CollectivesAsync, ManyInFlightWaitedInAnyOrder) {
   auto& c = world();
   int p = c.size(), r = c.rank(), n = 4096;
