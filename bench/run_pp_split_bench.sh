@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Uneven pipeline stages (parallel.pp_layout) on this host: a recipe on 2
-# ranks at pp 2, each split of its layers in turn, in rounds (the order the
-# same every round), one thread a rank; prints each run's steps after the
+# ranks at pp 2, each split of its layers in turn (an empty one: even; with
+# parallel.vp=V among the keys, pp x V counts each), in rounds (the order
+# the same every round), one thread a rank; prints each run's steps after the
 # second and, per split, the median of every round's steps. A timing, not a
 # test: run it on an idle machine. `nekton autoconfig` predicts the same
 # splits (its table names the split after pp, e.g. "pp2 [8,4]").
@@ -32,7 +33,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print(' '.join(f'{r[\"step_ms\"]:.0f}' for r in rows))" "$WORK/run/metrics.jsonl")
-    echo "round $r split $s: $steps" | tee -a "$WORK/all"
+    echo "round $r split ${s:-even}: $steps" | tee -a "$WORK/all"
     rm -rf "$WORK/run"
   done
 done

@@ -63,7 +63,8 @@ void ParallelConfig::bind(ConfigBinder& b) {
          "virtual pipeline stages per rank: the interleaved 1F1B schedule (needs parallel.pp > 1)");
   b.bind_with<std::string>(
       "parallel.pp_layout", fmt::format("{}", fmt::join(pp_layout, ",")),
-      "layers per pipeline stage, comma-separated (e.g. 2,4,4,2; empty: an even split)",
+      "layers per pipeline stage, comma-separated (e.g. 2,4,4,2; empty: an even split); with "
+      "parallel.vp, per virtual stage in model order (pp × vp of them)",
       [this](const std::string& s) {
         pp_layout = parse_counts(s, "parallel.pp_layout", "layers", "2,4,4,2");
       });
@@ -93,8 +94,13 @@ void ParallelConfig::check() const {
   if (vp < 1 || vp > 1024) fail("parallel.vp = {} is out of range [1, 1024]", vp);
   if (vp > 1 && mesh.pp < 2)
     fail("parallel.vp = {} needs parallel.pp > 1 (virtual stages of a pipeline)", vp);
-  if (!pp_layout.empty() && int64_t(pp_layout.size()) != mesh.pp)
+  if (!pp_layout.empty() && vp == 1 && int64_t(pp_layout.size()) != mesh.pp)
     fail("parallel.pp_layout lists {} stages, parallel.pp = {}", pp_layout.size(), mesh.pp);
+  if (!pp_layout.empty() && vp > 1 && int64_t(pp_layout.size()) != int64_t(mesh.pp) * vp)
+    fail(
+        "parallel.pp_layout lists {} stages, parallel.pp × parallel.vp = {} × {} (with virtual "
+        "stages it lists each one's layers, in model order)",
+        pp_layout.size(), mesh.pp, vp);
   if (sequence_parallel && mesh.tp < 2)
     fail("parallel.sp=true needs parallel.tp > 1 (it splits the tensor-parallel group's rows)");
   if (cp_comm_type != "p2p" && cp_comm_type != "a2a" && cp_comm_type != "all_gather" &&

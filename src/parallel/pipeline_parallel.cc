@@ -32,30 +32,31 @@ PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
   PipelineStage s;
   s.embedding = rank == 0;
   s.head = rank == pp - 1;
-  if (vp > 1) {
-    if (!layers.empty())
-      fail("parallel.pp_layout with parallel.vp = {}: the interleaved schedule splits evenly", vp);
-    if (cfg.n_layer % (pp * vp))
-      fail(
-          "model.n_layer = {} is not divisible by parallel.pp × parallel.vp = {} × {} (each "
-          "virtual stage runs as many layers)",
-          cfg.n_layer, pp, vp);
-    const int64_t n = cfg.n_layer / (pp * vp);
-    for (int64_t c = 0; c < vp; ++c)
-      s.chunks.emplace_back((c * pp + rank) * n, (c * pp + rank + 1) * n);
-    return s;
-  }
+  // Layers per virtual stage, in model order (virtual stage c·pp + r is
+  // rank r's chunk c).
+  const int64_t stages = pp * vp;
   std::vector<int64_t> counts = layers;
   if (counts.empty()) {
-    if (cfg.n_layer % pp)
+    if (cfg.n_layer % stages && vp > 1)
+      fail(
+          "model.n_layer = {} is not divisible by parallel.pp × parallel.vp = {} × {} (each "
+          "virtual stage runs as many layers; parallel.pp_layout sets an uneven split)",
+          cfg.n_layer, pp, vp);
+    if (cfg.n_layer % stages)
       fail(
           "model.n_layer = {} is not divisible by parallel.pp = {} (each stage runs as many "
           "layers; parallel.pp_layout sets an uneven split)",
           cfg.n_layer, pp);
-    counts.assign(size_t(pp), cfg.n_layer / pp);
+    counts.assign(size_t(stages), cfg.n_layer / stages);
   }
-  if (int64_t(counts.size()) != pp)
+  if (int64_t(counts.size()) != stages) {
+    if (vp > 1)
+      fail(
+          "parallel.pp_layout: {} stages listed, parallel.pp × parallel.vp = {} × {} (with "
+          "virtual stages it lists each one's layers, in model order)",
+          counts.size(), pp, vp);
     fail("parallel.pp_layout: {} stages listed, parallel.pp = {}", counts.size(), pp);
+  }
   int64_t sum = 0;
   for (int64_t c : counts) {
     if (c < 0) fail("parallel.pp_layout: a stage of {} layers", c);
@@ -65,8 +66,10 @@ PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
     fail("parallel.pp_layout: the stages' layers add up to {}, model.n_layer = {}", sum,
          cfg.n_layer);
   int64_t first = 0;
-  for (int64_t r = 0; r < rank; ++r) first += counts[size_t(r)];
-  s.chunks = {{first, first + counts[size_t(rank)]}};
+  for (int64_t k = 0; k < stages; ++k) {
+    if (k % pp == rank) s.chunks.emplace_back(first, first + counts[size_t(k)]);
+    first += counts[size_t(k)];
+  }
   return s;
 }
 

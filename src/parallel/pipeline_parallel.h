@@ -80,7 +80,9 @@ class ChunkWeights {
 // The stage of pipeline rank `rank` of `pp` for a model of cfg: the layers
 // split evenly, or as `layers` says (layers per stage, in order, summing to
 // cfg.n_layer: parallel.pp_layout; a stage may have none); with vp > 1
-// virtual stages per rank, vp even chunks of n_layer / (pp·vp) layers each.
+// virtual stages per rank, vp chunks: of n_layer / (pp·vp) layers each, or
+// as `layers` lists pp·vp virtual stages in model order (rank r's chunk c
+// is virtual stage c·pp + r; Megatron's pipeline_model_parallel_layout).
 // nk::Error naming the key and the numbers when they do not fit.
 PipelineStage pipeline_stage(const ModelConfig& cfg, int64_t pp, int64_t rank,
                              const std::vector<int64_t>& layers = {}, int64_t vp = 1);

@@ -155,23 +155,25 @@ std::vector<std::vector<int64_t>> pipeline_splits(const TrainConfig& cfg, int64_
   const int64_t L = cfg.model.n_layer, mid = pp - 2;
   std::vector<std::vector<int64_t>> v;
   if (pp < 2 || L < pp) return v;
-  if (L % pp == 0) v.push_back({});  // even: no key
   auto even = [&](const std::vector<int64_t>& s) {
     return std::all_of(s.begin(), s.end(), [&](int64_t n) { return n * pp == L; });
   };
-  const bool own = pp == cfg.parallel.mesh.pp && !cfg.parallel.pp_layout.empty() &&
-                   cfg.parallel.vp == 1 && !even(cfg.parallel.pp_layout);
-  if (own) v.push_back(cfg.parallel.pp_layout);
-  // First and last stages of up to twice an even stage's layers (past that
-  // the other stages wait on them whatever the head costs).
+  if (L % pp == 0) v.push_back({});  // even: no key
+  const std::vector<int64_t>& recipe = cfg.parallel.pp_layout;
+  const bool own = pp == cfg.parallel.mesh.pp && cfg.parallel.vp == 1 && !recipe.empty() &&
+                   int64_t(recipe.size()) == pp && !even(recipe);
+  if (own) v.push_back(recipe);
+  // First and last stages of up to twice an even one's layers (past that
+  // the other stages wait on them whatever the head costs); the last may
+  // hold the head alone.
   const int64_t most = std::min(L - 1 - mid, 2 * ((L + pp - 1) / pp));
   for (int64_t f = 1; f <= most; ++f)
-    for (int64_t l = 1; l <= most && f + l + mid <= L; ++l) {
+    for (int64_t l = 0; l <= most && f + l + mid <= L; ++l) {
       const int64_t rest = L - f - l;
-      if (mid == 0 ? rest != 0 : rest % mid != 0) continue;
+      if (mid == 0 ? rest != 0 : rest % mid != 0 || rest / mid < 1) continue;
       std::vector<int64_t> s(size_t(pp), mid > 0 ? rest / mid : 0);
       s.front() = f, s.back() = l;
-      if (!even(s) && !(own && s == cfg.parallel.pp_layout)) v.push_back(std::move(s));
+      if (!even(s) && !(own && s == recipe)) v.push_back(std::move(s));
     }
   return v;
 }

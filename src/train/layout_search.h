@@ -80,15 +80,22 @@ struct LayoutCandidate {
   std::string name() const;
 };
 
-// The parallel.pp_layout values search_pp_layout tries at pp stages: the
-// even split first (as empty, no key) where pp divides the layers, the
-// recipe's own layout at its pp, then Megatron-style uneven ones
-// (decoder_first/last_pipeline_num_layers): f layers on the first stage and
-// l on the last, the middle stages the rest evenly, every stage at least
-// one layer, f and l at most twice an even stage's. The first stage also
-// holds the embedding and the last the head and the loss (GPT-2's 50257-way
-// head costs about 5 of its 12 layers on the CPU), so the even split leaves
-// the first stage waiting. None for pp < 2 or more stages than layers.
+// The parallel.pp_layout values search_pp_layout tries at pp stages (of
+// one chunk each): the even split first (as empty, no key) where pp divides
+// the layers, the recipe's own layout at its pp, then Megatron-style uneven
+// ones (decoder_first/last_pipeline_num_layers): f layers on the first
+// stage and l on the last, the middle ones the rest evenly (at least one
+// each), f at least one, l possibly none (the head alone), f and l at most
+// twice an even stage's. The first stage also holds the embedding and the
+// last the head and the loss (GPT-2's 50257-way head costs about 5 of its
+// 12 layers on the CPU), so the even split leaves the first stage waiting.
+// None for pp < 2 or more stages than layers.
+//
+// Interleaved pipelines (vp > 1) are not split by the search: their chunks
+// run in slots, rank 0's chunk c beside rank 1's, so the head's chunk sets
+// the pace of its slot whatever the other chunks hold (GPT-2 124M at pp 2
+// vp 3: 4,2,2,2,2,0 measured 5 % faster than even where the step model,
+// which sums each rank's chunks, predicted 13 %; BENCHMARKS.md).
 std::vector<std::vector<int64_t>> pipeline_splits(const TrainConfig& cfg, int64_t pp);
 
 // All candidates: the accepted ones first, best first (step time, then

@@ -45,6 +45,15 @@ TEST(ParallelConfig, BadValuesNameTheKey) {
   EXPECT_TRUE(test::contains(bad("parallel.pp_layout=2,x"), "parallel.pp_layout: 'x'"));
   EXPECT_TRUE(test::contains(bad("parallel.vp=2"), "parallel.vp = 2 needs parallel.pp > 1"));
   EXPECT_TRUE(test::contains(bad("parallel.tp=99999999999"), "parallel.tp"));
+  auto bad_all = [](std::vector<std::string> o) {
+    return test::error_of([&] { parallel_config(Config::load(schema(), "", o)); });
+  };
+  EXPECT_TRUE(test::contains(bad_all({"parallel.pp=2", "parallel.pp_layout=1,2,3"}),
+                             "parallel.pp_layout lists 3 stages, parallel.pp = 2"));
+  // With virtual stages, one count each.
+  EXPECT_TRUE(
+      test::contains(bad_all({"parallel.pp=4", "parallel.vp=2", "parallel.pp_layout=2,4,4,2"}),
+                     "parallel.pp_layout lists 4 stages, parallel.pp × parallel.vp = 4 × 2"));
   // Megatron-Core's names only (not DeepSpeed's "ulysses" nor "allgather").
   EXPECT_TRUE(test::contains(bad("parallel.cp_comm_type=ulysses"),
                              "parallel.cp_comm_type = 'ulysses': expected p2p"));
@@ -120,8 +129,9 @@ TEST(ParallelConfig, BadContextParallelCommNamesTheKey) {
 }
 
 TEST(ParallelConfig, PipelineLayoutRoundTripsThroughTheBinder) {
+  // 2 stages of 2 virtual stages each: pp × vp counts.
   auto p = parallel_config(
-      Config::load(schema(), "", {"parallel.pp=4", "parallel.pp_layout=2,4,4,2", "parallel.vp=2"}));
+      Config::load(schema(), "", {"parallel.pp=2", "parallel.pp_layout=2,4,4,2", "parallel.vp=2"}));
   EXPECT_EQ(p.pp_layout, (std::vector<int64_t>{2, 4, 4, 2}));
   EXPECT_EQ(p.vp, 2);
   // The schema a filled config declares shows its values as defaults

@@ -598,23 +598,25 @@ TEST(StepCalibration, SearchTimesEachContextParallelTypeAsTheModelCostsIt) {
 }
 
 // parallel.pp_layout's candidates: every split adds up to the layers with
-// at least one a stage, none twice, the even one first (as no key); the
-// recipe's own split is among them at its pp; none past a stage a layer.
+// at least one a stage but the last (the head alone), none twice, the even
+// one first (as no key); the recipe's own split is among them at its pp;
+// none past a stage a layer.
 TEST(StepCalibration, PipelineSplitsCoverTheUnevenLayouts) {
   using Splits = std::vector<std::vector<int64_t>>;
   const TrainConfig c = load();  // 4 layers
   EXPECT_EQ(pipeline_splits(c, 2), (Splits{{}, {1, 3}, {3, 1}}));
   // By the first stage's layers, then the last's.
-  EXPECT_EQ(pipeline_splits(c, 3), (Splits{{1, 2, 1}, {1, 1, 2}, {2, 1, 1}}));
+  EXPECT_EQ(pipeline_splits(c, 3), (Splits{{1, 3, 0}, {1, 2, 1}, {1, 1, 2}, {2, 2, 0}, {2, 1, 1}}));
   EXPECT_EQ(pipeline_splits(c, 4), (Splits{{}}));
   EXPECT_TRUE(pipeline_splits(c, 5).empty());
   EXPECT_TRUE(pipeline_splits(c, 1).empty());
   const TrainConfig own = load({"parallel.pp=3", "parallel.pp_layout=2,1,1"});
-  EXPECT_EQ(pipeline_splits(own, 3), (Splits{{2, 1, 1}, {1, 2, 1}, {1, 1, 2}}));
+  EXPECT_EQ(pipeline_splits(own, 3),
+            (Splits{{2, 1, 1}, {1, 3, 0}, {1, 2, 1}, {1, 1, 2}, {2, 2, 0}}));
   const TrainConfig deep = load({"model.n_layer=12"});
   for (int64_t pp : {2, 3, 4, 6}) {
     const Splits v = pipeline_splits(deep, pp);
-    ASSERT_FALSE(v.empty());
+    ASSERT_GT(v.size(), 1u) << pp;
     EXPECT_TRUE(v.front().empty()) << "the even split first";
     std::set<std::vector<int64_t>> seen;
     for (const std::vector<int64_t>& s : v) {
@@ -622,9 +624,9 @@ TEST(StepCalibration, PipelineSplitsCoverTheUnevenLayouts) {
       if (s.empty()) continue;
       ASSERT_EQ(int64_t(s.size()), pp);
       int64_t sum = 0;
-      for (int64_t n : s) {
-        EXPECT_GE(n, 1);
-        sum += n;
+      for (size_t i = 0; i < s.size(); ++i) {
+        EXPECT_GE(s[i], i + 1 < s.size() ? 1 : 0);
+        sum += s[i];
       }
       EXPECT_EQ(sum, 12);
       EXPECT_LE(std::max(s.front(), s.back()), 2 * 12 / pp);
@@ -641,8 +643,8 @@ TEST(StepCalibration, PipelineSplitsCoverTheUnevenLayouts) {
 // A head that costs more than a stage's layers (a 16384-way vocabulary at
 // width 256: about 5 layers' products): the search moves layers off the
 // last stage, predicted faster than the even split; the overrides give that
-// split back to the trainer. Without the option, or with vp > 1, the splits
-// stay even.
+// split back to the trainer. Without the option, or interleaved (vp > 1),
+// the splits stay even.
 TEST(StepCalibration, SearchSplitsAPipelineToBalanceItsHead) {
   const TrainConfig c = load({"model.vocab_size=16384"});
   MachineRates r = rates_for(c);
@@ -685,11 +687,18 @@ TEST(StepCalibration, SearchSplitsAPipelineToBalanceItsHead) {
     EXPECT_NEAR(p.total(), k.step_s(), 1e-9 * k.step_s());
   }
   EXPECT_TRUE(faster);
-  // vp 2 splits evenly (the interleaved schedule's rule): never a split.
-  for (const LayoutCandidate& k : search_layouts(c, opt))
-    if (k.vp > 1) {
+  // Interleaved (8 layers over pp 2 x vp 2): even.
+  const TrainConfig eight = load({"model.vocab_size=16384", "model.n_layer=8"});
+  MachineRates r8 = rates_for(eight);
+  opt.rates = &r8;
+  bool interleaved = false;
+  for (const LayoutCandidate& k : search_layouts(eight, opt))
+    if (k.accepted && k.vp > 1) {
+      interleaved = true;
       EXPECT_TRUE(k.pp_layout.empty()) << k.name();
     }
+  EXPECT_TRUE(interleaved);
+  opt.rates = &r;
   // 3 stages of 4 layers: trained with an uneven split, not refused.
   opt.world = 3;
   cal.procs_per_node = 3, cal.cores = 3;

@@ -314,6 +314,23 @@ TEST(TrainParallel, PipelineStagesMustSplitTheLayers) {
             std::string::npos)
       << e;
   EXPECT_THROW(with({"parallel.vp=2"}), Error);  // needs a pipeline
+  // Interleaved and uneven: pp × vp virtual stages in model order, rank r's
+  // chunk c the (c·pp + r)-th; a virtual stage may have none (the last rank's
+  // last chunk the head alone).
+  EXPECT_EQ(parallel::pipeline_stage(m, 2, 0, {2, 1, 1, 0}, 2).chunks,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {3, 4}}));
+  EXPECT_EQ(parallel::pipeline_stage(m, 2, 1, {2, 1, 1, 0}, 2).chunks,
+            (std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {4, 4}}));
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.vp=2", "parallel.pp_layout=2,1,1,0"}), 2),
+            "");
+  EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.vp=3", "parallel.pp_layout=1,1,1,0,1,0",
+                           "train.global_batch=8"}),
+                     2),
+            "");
+  e = error_of(with({"parallel.pp=2", "parallel.vp=2", "parallel.pp_layout=2,1,1,1"}), 2);
+  EXPECT_NE(e.find("parallel.pp_layout: the stages' layers add up to 5, model.n_layer = 4"),
+            std::string::npos)
+      << e;
   // Each rank's micro-batches in multiples of pp: 8 / (1 × 4) = 2 works, 12 / 4 = 3 does not.
   EXPECT_EQ(error_of(with({"parallel.pp=2", "parallel.vp=2", "train.global_batch=8"}), 2), "");
   e = error_of(with({"parallel.pp=2", "parallel.vp=2", "train.global_batch=12"}), 2);

@@ -506,6 +506,12 @@ TEST_F(TensorParallel, Gpt2Pp2Interleaved) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
   check(pipelined("gpt-tiny", 2, 1, false, 4, {"parallel.vp=2"}));
 }
+// Interleaved with uneven virtual stages (parallel.pp_layout lists pp × vp
+// of them): the last rank's last chunk holds no layer, only the head.
+TEST_F(TensorParallel, Gpt2Pp2InterleavedUneven) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  check(pipelined("gpt-tiny", 2, 1, false, 4, {"parallel.vp=2", "parallel.pp_layout=2,1,1,0"}));
+}
 TEST_F(TensorParallel, LlamaPp2InterleavedMicroBatchesEqualStages) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
   check(pipelined("llama-tiny", 2, 1, false, 2, {"parallel.vp=2", "train.val_every=5"}));
@@ -513,6 +519,14 @@ TEST_F(TensorParallel, LlamaPp2InterleavedMicroBatchesEqualStages) {
 TEST_F(TensorParallel, LlamaPp4Interleaved) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
   Recipe r = pipelined("llama-tiny", 4, 1, false, 8, {"parallel.vp=2"});
+  r.n_layer = 8;
+  check(r);
+}
+TEST_F(TensorParallel, LlamaPp4InterleavedUnevenFullRecompute) {
+  if (world_ != 4) GTEST_SKIP() << "4 ranks";
+  Recipe r =
+      pipelined("llama-tiny", 4, 1, false, 8,
+                {"parallel.vp=2", "parallel.pp_layout=2,1,1,1,1,1,1,0", "train.recompute=full"});
   r.n_layer = 8;
   check(r);
 }
@@ -762,6 +776,12 @@ TEST_F(TensorParallel, ReshardDp2FsdpPp2) {
 TEST_F(TensorParallel, ReshardInterleaved) {
   if (world_ != 2) GTEST_SKIP() << "2 ranks";
   reshard(pipelined("llama-tiny", 2, 1, false, 4, {"parallel.vp=2"}), {1, 2}, {{1, 1}, {2, 1}});
+}
+// Uneven virtual stages (one without layers): resumes on one process and under TP2.
+TEST_F(TensorParallel, ReshardInterleavedUneven) {
+  if (world_ != 2) GTEST_SKIP() << "2 ranks";
+  reshard(pipelined("llama-tiny", 2, 1, false, 4, {"parallel.vp=2", "parallel.pp_layout=1,2,1,0"}),
+          {1, 2}, {{1, 1}, {2, 1}});
 }
 TEST_F(TensorParallel, ReshardTp2Pp2) {
   if (world_ != 4) GTEST_SKIP() << "4 ranks";
