@@ -3,10 +3,10 @@
 namespace nk::dist {
 
 namespace {
-// A U8 tensor over s's bytes; an empty string still needs an address.
+// A U8 tensor over s's bytes (an empty string's data() is its own
+// terminator: an address, distinct from every other string's).
 Tensor bytes_of(std::string& s) {
-  static char none = 0;
-  return Tensor::from_blob(s.empty() ? &none : s.data(), {int64_t(s.size())}, DType::U8);
+  return Tensor::from_blob(s.data(), {int64_t(s.size())}, DType::U8);
 }
 
 std::vector<std::string> split(const std::string& flat, const std::vector<int64_t>& sizes) {

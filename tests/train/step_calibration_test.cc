@@ -39,6 +39,16 @@ MachineRates rates_for(const TrainConfig& c) {
   return r;
 }
 
+// A search of `world` ranks of one host, a core each, timed by `r` and `cal`.
+LayoutSearchOptions calibrated_search(int64_t world, MachineRates& r, StepCalibration& cal) {
+  cal.procs_per_node = world, cal.cores = world;
+  LayoutSearchOptions opt;
+  opt.world = world;
+  opt.rates = &r;
+  opt.calibration = &cal;
+  return opt;
+}
+
 TEST(StepCalibration, FitRecoversScaleAndPerMicroBatchCost) {
   StepCalibration cal;
   // m = 1.5 c + n x 2 ms.
@@ -499,12 +509,8 @@ TEST(StepCalibration, SearchWithCpAndVpGivesLayoutsTheTrainerAccepts) {
   const TrainConfig c = load();
   MachineRates r = rates_for(c);
   StepCalibration cal;
-  cal.procs_per_node = 4, cal.cores = 4;
-  LayoutSearchOptions opt;
-  opt.world = 4;
-  opt.rates = &r;
+  LayoutSearchOptions opt = calibrated_search(4, r, cal);
   opt.search_cp = opt.search_vp = true;
-  opt.calibration = &cal;
   bool cp = false, vp = false;
   double last = 0;
   for (const LayoutCandidate& k : search_layouts(c, opt)) {
@@ -539,13 +545,9 @@ TEST(StepCalibration, SearchWithCpAndVpGivesLayoutsTheTrainerAccepts) {
 TEST(StepCalibration, SearchTimesEachContextParallelTypeAsTheModelCostsIt) {
   const TrainConfig c = load();
   MachineRates r = rates_for(c);
-  LayoutSearchOptions opt;
-  opt.world = 4;
-  opt.rates = &r;
-  opt.search_cp = opt.search_cp_comm = true;
   StepCalibration cal;
-  cal.procs_per_node = 4, cal.cores = 4;
-  opt.calibration = &cal;
+  LayoutSearchOptions opt = calibrated_search(4, r, cal);
+  opt.search_cp = opt.search_cp_comm = true;
   (void)search_layouts(c, opt);  // measures the rates of every layout's shapes
   for (auto& [k, v] : r.gemm) v = 1e9;
   for (auto& [k, v] : r.attention) v = 1e9;
@@ -649,12 +651,8 @@ TEST(StepCalibration, SearchSplitsAPipelineToBalanceItsHead) {
   const TrainConfig c = load({"model.vocab_size=16384"});
   MachineRates r = rates_for(c);
   StepCalibration cal;
-  cal.procs_per_node = 2, cal.cores = 2;
-  LayoutSearchOptions opt;
-  opt.world = 2;
-  opt.rates = &r;
+  LayoutSearchOptions opt = calibrated_search(2, r, cal);
   opt.search_vp = true;
-  opt.calibration = &cal;
   auto pipelines = [&] {
     std::map<std::pair<int64_t, std::string>, LayoutCandidate> by;  // (mb, recompute)
     for (const LayoutCandidate& k : search_layouts(c, opt))
@@ -685,6 +683,14 @@ TEST(StepCalibration, SearchSplitsAPipelineToBalanceItsHead) {
     EXPECT_NO_THROW(train_mesh(again, 2, 0));
     const StepPrediction p = predict_step(again, estimate_training(again, 2, &r), cal);
     EXPECT_NEAR(p.total(), k.step_s(), 1e-9 * k.step_s());
+    // No other split of this layout is predicted faster.
+    for (const std::vector<int64_t>& other : pipeline_splits(again, 2)) {
+      TrainConfig t = again;
+      t.parallel.pp_layout = other;
+      const double step = predict_step(t, estimate_training(t, 2, &r), cal).total();
+      EXPECT_LE(k.step_s(), step * (1 + 1e-12))
+          << k.name() << " against " << fmt::format("{}", fmt::join(other, ","));
+    }
   }
   EXPECT_TRUE(faster);
   // Interleaved (8 layers over pp 2 x vp 2): even.

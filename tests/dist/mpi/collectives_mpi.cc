@@ -208,6 +208,8 @@ TEST(CollectivesStrings, ExchangeAndAllGatherKeepEveryRanksBytes) {
   for (int j = 0; j < p; ++j) EXPECT_EQ(all[size_t(j)], mine(j)) << "rank " << j;
   // Nothing anywhere.
   EXPECT_EQ(dist::all_gather_strings(c, ""), std::vector<std::string>(size_t(p)));
+  EXPECT_EQ(dist::exchange_strings(c, std::vector<std::string>(size_t(p))),
+            std::vector<std::string>(size_t(p)));
 }
 
 TEST(CollectivesAsync, ManyInFlightWaitedInAnyOrder) {
